@@ -1,0 +1,245 @@
+"""Loading hermit.yaml / hermit.json: parse, merge agent overrides, validate with actionable errors.
+
+Errors name the key path and, for YAML, the file and line; an unknown key gets a close-match hint.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from hermit.config.paths import DEFAULT_AGENT_ID, StatePaths
+from hermit.config.schema import AgentEntry, AgentSettings, HermitConfig
+from hermit.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """One resolved agent: its id, its workspace and state paths, and its merged settings."""
+
+    id: str
+    workspace: Path
+    index_path: Path
+    sessions_dir: Path
+    settings: AgentEntry
+    is_default: bool
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    paths: StatePaths
+    source: Path | None
+    config: HermitConfig
+    defaults: AgentSettings
+    agents: tuple[AgentConfig, ...]
+
+    def agent(self, agent_id: str | None = None) -> AgentConfig:
+        if agent_id is None:
+            return next(a for a in self.agents if a.is_default)
+        for a in self.agents:
+            if a.id == agent_id:
+                return a
+        known = ", ".join(a.id for a in self.agents)
+        close = difflib.get_close_matches(agent_id, [a.id for a in self.agents], n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise ConfigError(
+            f"no agent '{agent_id}' (configured: {known})",
+            f"{hint}add it with `hermit agents add {agent_id}` or under agents.list in the config",
+        )
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+class _Located:
+    """Maps a key path to a line in a YAML document (best effort; JSON gets no line)."""
+
+    def __init__(self, text: str, is_yaml: bool) -> None:
+        self.root: yaml.Node | None = None
+        if is_yaml:
+            try:
+                self.root = yaml.compose(text, Loader=yaml.SafeLoader)
+            except yaml.YAMLError:
+                self.root = None
+
+    def line(self, loc: tuple[Any, ...]) -> int | None:
+        node = self.root
+        best: int | None = None
+        for part in loc:
+            if isinstance(node, yaml.MappingNode):
+                nxt = None
+                for k, v in node.value:
+                    if isinstance(k, yaml.ScalarNode) and k.value == str(part):
+                        best = k.start_mark.line + 1
+                        nxt = v
+                        break
+                node = nxt
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+                node = node.value[part]
+                best = node.start_mark.line + 1
+            else:
+                break
+        return best
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    cur: Any = model
+    for part in loc:
+        if not (isinstance(cur, type) and issubclass(cur, BaseModel)):
+            return None
+        field = cur.model_fields.get(str(part))
+        if field is None:
+            # alias lookup (e.g. mmr.lambda)
+            field = next((f for f in cur.model_fields.values() if f.alias == part), None)
+        if field is None:
+            return None
+        ann = field.annotation
+        cur = ann
+    return cur if isinstance(cur, type) and issubclass(cur, BaseModel) else None
+
+
+def _field_names(model: type[BaseModel]) -> list[str]:
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _format_errors(
+    exc: ValidationError, model: type[BaseModel], prefix: tuple[Any, ...], where: _Located, source: str
+) -> ConfigError:
+    lines: list[str] = []
+    hints: list[str] = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        full = prefix + loc
+        key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in full).replace(".[", "[")
+        line = where.line(full)
+        at = f"{source}:{line}" if line else source
+        if err["type"] == "extra_forbidden":
+            parent = _model_at(model, loc[:-1])
+            names = _field_names(parent) if parent else []
+            close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.5)
+            msg = f"{at}: unknown key '{key}'"
+            if close:
+                msg += f" — did you mean '{close[0]}'?"
+                hints.append(f"rename '{loc[-1]}' to '{close[0]}'")
+            elif names:
+                hints.append(f"allowed keys here: {', '.join(sorted(names))}")
+            lines.append(msg)
+        else:
+            got = err.get("input")
+            shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
+            lines.append(f"{at}: {key}: {err['msg']} (got {shown})")
+    hint = "; ".join(hints) or "fix the value(s) above; `hermit doctor` re-checks the config"
+    return ConfigError("invalid config:\n  " + "\n  ".join(lines), hint)
+
+
+def parse_config_text(text: str, source: str = "<config>", is_yaml: bool = True) -> tuple[Any, _Located]:
+    try:
+        data = yaml.safe_load(text) if is_yaml else json.loads(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        raise ConfigError(f"{where}: not valid YAML: {e.problem}", "fix the syntax at that line") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: not valid YAML: {e}", "fix the YAML syntax") from e
+    except json.JSONDecodeError as e:
+        raise ConfigError(
+            f"{source}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}", "fix the syntax at that line"
+        ) from e
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys", "start with `agents:`")
+    return data, _Located(text, is_yaml)
+
+
+def build_config(
+    data: dict[str, Any], paths: StatePaths, source: Path | None = None, where: _Located | None = None
+) -> LoadedConfig:
+    src = str(source) if source else "<config>"
+    where = where or _Located("", False)
+    try:
+        cfg = HermitConfig.model_validate(data)
+    except ValidationError as e:
+        raise _format_errors(e, HermitConfig, (), where, src) from e
+    raw_defaults: dict[str, Any] = dict(cfg.agents.defaults)
+    try:
+        defaults = AgentSettings.model_validate(raw_defaults)
+    except ValidationError as e:
+        raise _format_errors(e, AgentSettings, ("agents", "defaults"), where, src) from e
+
+    entries = list(cfg.agents.list) or [{"id": DEFAULT_AGENT_ID}]
+    agents: list[AgentConfig] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(entries):
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{src}: agents.list[{i}] must be a mapping", "use `- id: work`")
+        merged = deep_merge(raw_defaults, dict(raw))
+        try:
+            entry = AgentEntry.model_validate(merged)
+        except ValidationError as e:
+            raise _format_errors(e, AgentEntry, ("agents", "list", i), where, src) from e
+        if entry.id in seen:
+            raise ConfigError(f"{src}: agent id '{entry.id}' appears twice in agents.list", "ids must be unique")
+        seen.add(entry.id)
+        # agents.defaults.workspace applies to the main agent only: two agents sharing one workspace
+        # would share memory, which is exactly what isolation forbids.
+        own = raw.get("workspace") or (raw_defaults.get("workspace") if entry.id == DEFAULT_AGENT_ID else None)
+        workspace = Path(str(own)).expanduser() if own else paths.default_workspace(entry.id)
+        if not workspace.is_absolute():
+            workspace = paths.home / workspace
+        store_path = entry.memory_search.store.path
+        index_path = (
+            Path(store_path.replace("{agent_id}", entry.id)).expanduser() if store_path
+            else paths.index_path(entry.id)
+        )
+        if not index_path.is_absolute():
+            index_path = paths.home / index_path
+        agents.append(
+            AgentConfig(
+                id=entry.id,
+                workspace=workspace,
+                index_path=index_path,
+                sessions_dir=paths.sessions_dir(entry.id),
+                settings=entry,
+                is_default=False,
+            )
+        )
+    default_ids = [a.id for a in agents if a.settings.default]
+    if len(default_ids) > 1:
+        raise ConfigError(f"{src}: more than one agent has default: true ({', '.join(default_ids)})",
+                          "mark exactly one agent as default")
+    chosen = default_ids[0] if default_ids else (
+        DEFAULT_AGENT_ID if DEFAULT_AGENT_ID in seen else agents[0].id
+    )
+    agents = [AgentConfig(a.id, a.workspace, a.index_path, a.sessions_dir, a.settings, a.id == chosen)
+              for a in agents]
+    return LoadedConfig(paths=paths, source=source, config=cfg, defaults=defaults, agents=tuple(agents))
+
+
+def load_config(paths: StatePaths, explicit: Path | None = None) -> LoadedConfig:
+    """Load and validate the config under `paths.home` (or `explicit`); no file means all defaults."""
+    source = explicit or paths.config_file()
+    if source is None:
+        return build_config({}, paths)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise ConfigError(f"config file not found: {source}", "run `hermit init` to create one") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{source}: not UTF-8 text", "save the config as UTF-8") from e
+    is_yaml = source.suffix.lower() in (".yaml", ".yml")
+    data, where = parse_config_text(text, str(source), is_yaml)
+    return build_config(data, paths, source, where)

@@ -1,0 +1,67 @@
+"""The HermitError tree: every error carries a message and an actionable hint."""
+
+from __future__ import annotations
+
+
+class HermitError(Exception):
+    """Base of every error Hermit raises on purpose; `hint` says what the user can do about it."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
+
+
+class ConfigError(HermitError):
+    """The config file is missing, malformed or invalid."""
+
+
+class WorkspaceError(HermitError):
+    """A workspace path is invalid, or a path escapes the workspace."""
+
+
+class PathPolicyError(WorkspaceError):
+    """A path was refused by a rule (outside the workspace, symlink, wrong extension...)."""
+
+
+class IndexError_(HermitError):
+    """The memory index could not be opened, read or written."""
+
+
+class EmbeddingError(HermitError):
+    """An embedding provider failed (missing key, HTTP error, bad response, model file)."""
+
+
+class ExtensionError(HermitError):
+    """A SQLite extension (sqlite-vec) could not be loaded."""
+
+
+class ProviderError(HermitError):
+    """A model provider failed."""
+
+
+class AuthError(ProviderError):
+    """The provider rejected the credentials."""
+
+
+class RateLimitError(ProviderError):
+    """The provider said 429 and retries ran out."""
+
+    def __init__(self, message: str, hint: str = "", retry_after: float | None = None) -> None:
+        super().__init__(message, hint)
+        self.retry_after = retry_after
+
+
+class ContextOverflowError(ProviderError):
+    """The request was larger than the model's context window; compaction can recover."""
+
+
+class ToolError(HermitError):
+    """A tool failed; the agent loop turns this into a tool result for the model."""
+
+
+class SessionError(HermitError):
+    """A session transcript or store could not be read or written."""

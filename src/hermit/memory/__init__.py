@@ -1,0 +1,1 @@
+"""The memory engine: Markdown files chunked, embedded and indexed into SQLite for hybrid search."""

@@ -1,0 +1,64 @@
+"""The embedding provider interface every backend implements, and the identity recorded in the index."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EmbedderInfo:
+    """Identity of an embedding space. Vectors from two different infos are never mixed.
+
+    `provider_key` distinguishes endpoints serving the same model name (two Ollama hosts, say);
+    `score_floor`/`score_ceiling` calibrate this model's cosine range onto [0, 1] so that minScore
+    means the same thing whichever model is active (e5's cosines are compressed into ~0.75-0.95).
+    """
+
+    provider: str
+    model: str
+    dims: int
+    provider_key: str = ""
+    max_input_tokens: int = 512
+    score_floor: float = 0.0
+    score_ceiling: float = 1.0
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    @property
+    def info(self) -> EmbedderInfo:
+        """Identity; for remote providers `dims` may be discovered by the first call."""
+        ...
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        """(n, dims) float32, rows L2-normalised. Raises EmbeddingError."""
+        ...
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """(dims,) float32, L2-normalised. Raises EmbeddingError."""
+        ...
+
+
+def l2_normalise(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (x / norms).astype(np.float32, copy=False)
+
+
+def provider_key(*parts: str | None) -> str:
+    """A short stable key for an endpoint (base URL, etc.), never containing secrets."""
+    raw = "|".join(p or "" for p in parts)
+    return hashlib.sha256(raw.encode()).hexdigest()[:16] if raw.strip("|") else ""
+
+
+def sha256_file(path: str, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
