@@ -46,6 +46,14 @@ class HybridConfig(Strict):
     candidate_multiplier: int = Field(4, ge=1, le=50)
     max_candidates: int = Field(200, ge=1)
     rrf_k: int = Field(60, ge=1)
+    # How BM25 relevance (the negated, hence positive, FTS5 bm25()) becomes a [0, 1] text score:
+    # "saturation": rel / (rel + bm25_saturation) — absolute, comparable across queries;
+    # "max": rel / best rel of this query — the best keyword hit always scores 1.
+    text_normalization: Literal["saturation", "max"] = "max"
+    bm25_saturation: float = Field(2.0, gt=0)
+    # A chunk that contains every content term of the query (an exact id, a name) scores at least its
+    # text score, so keyword-only hits are not lost under minScore (with 0.7/0.3 they could reach 0.3).
+    exact_match_rescue: bool = True
 
     @model_validator(mode="after")
     def _weights(self) -> HybridConfig:
@@ -108,7 +116,7 @@ class MemorySearchConfig(Strict):
     cache: CacheConfig = CacheConfig()
     store: StoreConfig = StoreConfig()
     extra_paths: list[str] = Field(default_factory=list)
-    sources: list[Literal["memory", "sessions"]] = Field(default_factory=lambda: ["memory"])
+    sources: tuple[Literal["memory", "sessions"], ...] = ("memory",)
     # Files larger than this are skipped with a warning (a huge log pasted into memory/).
     max_file_bytes: int = Field(5_000_000, ge=1024)
 

@@ -1,0 +1,1 @@
+"""The `hermit` command line: one module per command group over the services."""

@@ -1,0 +1,63 @@
+"""What every CLI command needs: global options, the loaded config, and services built from them.
+
+The CLI is a composition root: it alone reads the environment and config files.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hermit.config import AgentConfig, LoadedConfig, StatePaths, default_home, load_config
+from hermit.memory.embedders import create_embedder
+from hermit.memory.service import MemoryKey, MemoryService
+
+
+@dataclass
+class CliContext:
+    home: Path
+    agent_id: str | None = None
+    workspace: Path | None = None
+    debug: bool = False
+    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    _loaded: LoadedConfig | None = None
+
+    @classmethod
+    def from_args(cls, home: str | None, agent: str | None, workspace: str | None, debug: bool) -> CliContext:
+        env = dict(os.environ)
+        return cls(
+            home=Path(home).expanduser().resolve() if home else default_home(env),
+            agent_id=agent,
+            workspace=Path(workspace).expanduser().resolve() if workspace else None,
+            debug=debug,
+            environ=env,
+        )
+
+    @property
+    def paths(self) -> StatePaths:
+        return StatePaths(self.home)
+
+    def config(self) -> LoadedConfig:
+        if self._loaded is None:
+            self._loaded = load_config(self.paths)
+        return self._loaded
+
+    def agent(self) -> AgentConfig:
+        a = self.config().agent(self.agent_id)
+        if self.workspace is not None:
+            a = AgentConfig(a.id, self.workspace, a.index_path, a.sessions_dir, a.settings, a.is_default)
+        return a
+
+    def memory_service(self, agent: AgentConfig | None = None, *, long_lived: bool = False) -> MemoryService:
+        agent = agent or self.agent()
+        cfg = agent.settings.memory_search
+        embedder = create_embedder(cfg, self.environ, stamp_dir=self.home / "cache")
+        return MemoryService(MemoryKey(agent.id, agent.workspace), agent.index_path, cfg, embedder,
+                             long_lived=long_lived)
+
+
+def is_tty(stream: object = None) -> bool:
+    s = stream or sys.stderr
+    return bool(getattr(s, "isatty", lambda: False)())

@@ -1,0 +1,32 @@
+"""`hermit init`: create the state dir, a commented default config and the workspace templates."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from hermit.cli.context import CliContext
+from hermit.workspace import ensure_workspace, template_text, write_new
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("init", help="create the state dir, config and workspace (never overwrites)")
+    p.set_defaults(func=run)
+
+
+def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    ctx.home.mkdir(parents=True, exist_ok=True)
+    ctx.home.chmod(0o700)
+    if ctx.paths.config_file() is None:
+        write_new(ctx.home / "hermit.yaml", template_text("hermit.yaml"), 0o600)
+        print(f"created config {ctx.home / 'hermit.yaml'}")
+    else:
+        print(f"kept config {ctx.paths.config_file()}")
+    for agent in ctx.config().agents:
+        if ctx.agent_id and agent.id != ctx.agent_id:
+            continue
+        ws = ctx.workspace if (ctx.workspace and agent.id == ctx.agent().id) else agent.workspace
+        report = ensure_workspace(ws)
+        made = ", ".join(report.created) or "nothing new"
+        print(f"agent {agent.id}: workspace {ws} (created: {made}; kept {len(report.kept)} existing)")
+    return 0

@@ -1,0 +1,62 @@
+"""`hermit` entry point: global options, command groups, and turning HermitErrors into message + hint."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Callable
+
+from hermit import __version__
+from hermit.cli.context import CliContext
+from hermit.errors import HermitError
+
+# Each module exposes register(subparsers) and sets `func(ctx, args) -> int` on its parsers.
+COMMAND_MODULES = ("hermit.cli.init", "hermit.cli.memory", "hermit.cli.doctor")
+
+Handler = Callable[[CliContext, argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hermit", description="Hermit — a local-first personal AI assistant "
+                                "whose memory is plain Markdown.")
+    p.add_argument("--home", help="state dir (default: $HERMIT_HOME or ~/.hermit)")
+    p.add_argument("--agent", help="agent id (default: the default agent, 'main')")
+    p.add_argument("--workspace", help="use this workspace instead of the configured one")
+    p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    p.add_argument("--version", action="version", version=f"hermit {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    func: Handler | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    ctx = CliContext.from_args(args.home, args.agent, args.workspace, args.debug)
+    try:
+        return func(ctx, args)
+    except HermitError as e:
+        if args.debug:
+            raise
+        print(f"error: {e.message}", file=sys.stderr)
+        if e.hint:
+            print(f"hint: {e.hint}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

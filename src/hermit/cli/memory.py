@@ -1,0 +1,209 @@
+"""`hermit memory status|index|search|get|watch` — thin faces over MemoryService."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from typing import Any
+
+from hermit.cli.context import CliContext, is_tty
+from hermit.errors import ConfigError
+from hermit.memory.service import MemoryService
+from hermit.memory.sync import SyncReport
+
+
+def register(sub: Any) -> None:
+    mem = sub.add_parser("memory", help="index, search and read Markdown memory")
+    ms = mem.add_subparsers(dest="memory_command", metavar="SUBCOMMAND", required=True)
+
+    p = ms.add_parser("status", help="provider, model, files, chunks, index health")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = ms.add_parser("index", help="bring the index up to date (incremental)")
+    p.add_argument("--force", action="store_true", help="rebuild from scratch (atomically)")
+    p.add_argument("--json", action="store_true", help="print the sync report as JSON")
+    p.set_defaults(func=cmd_index)
+
+    p = ms.add_parser("search", help="hybrid search over memory")
+    p.add_argument("query", nargs="?", help="what to look for")
+    p.add_argument("--max-results", type=int, default=None)
+    p.add_argument("--min-score", type=float, default=None)
+    p.add_argument("--json", action="store_true", help="print exactly the memory_search result object")
+    p.add_argument("--queries", help="batch mode: JSONL file of {\"id\", \"query\"} ('-' = stdin); "
+                                     "prints one {\"id\", \"results\"} line per query")
+    p.add_argument("--no-sync", action="store_true", help="search the index as it is")
+    p.set_defaults(func=cmd_search)
+
+    p = ms.add_parser("get", help="read a memory file or a line range of it")
+    p.add_argument("path")
+    p.add_argument("--from", dest="from_line", type=int, default=None, help="1-based first line")
+    p.add_argument("--lines", type=int, default=None, help="number of lines")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_get)
+
+    p = ms.add_parser("watch", help="watch memory files and re-index on change (Ctrl-C to stop)")
+    p.set_defaults(func=cmd_watch)
+
+
+def _progress() -> Any:
+    if not is_tty():
+        return None
+    state = {"last": 0.0}
+
+    def show(done: int, total: int, name: str) -> None:
+        now = time.monotonic()
+        if done != total and now - state["last"] < 0.1:
+            return
+        state["last"] = now
+        width = 28
+        filled = int(width * done / max(total, 1))
+        bar = "█" * filled + "·" * (width - filled)
+        sys.stderr.write(f"\r  indexing [{bar}] {done}/{total} {name[-40:]:<40}")
+        if done == total:
+            sys.stderr.write("\r" + " " * (width + 60) + "\r")
+        sys.stderr.flush()
+
+    return show
+
+
+def _print_warnings(report: SyncReport) -> None:
+    for w in report.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+
+
+def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
+    svc = ctx.memory_service()
+    try:
+        st = svc.status()
+    finally:
+        svc.close()
+    if args.json:
+        print(json.dumps(st, ensure_ascii=False, indent=2))
+        return 0
+    vec = st["vector"]
+    print(f"agent      {st['agent']}")
+    print(f"workspace  {st['workspace']}")
+    print(f"index      {st['db']}")
+    print(f"provider   {st['provider']}  model {st['model']}  dims {st['dims']}")
+    print(f"indexed    {st['files']} files, {st['chunks']} chunks"
+          + (f" ({st['files_without_vectors']} files keyword-only)" if st["files_without_vectors"] else "")
+          + (f" — built with {st['indexed_with']}" if st["indexed_with"] else " — never indexed"))
+    print(f"vector     {'sqlite-vec ' + vec['sqlite_vec'] if vec['available'] else 'unavailable: ' + str(vec['error'])}"
+          f" (backend: {vec['backend'] or 'none yet'})")
+    print("fts        FTS5 BM25 (CJK bigrams)")
+    print(f"cache      {st['cache_entries']} embeddings")
+    print(f"dirty      {'yes — run `hermit memory index`' if st['dirty'] else 'no'}")
+    return 0
+
+
+def cmd_index(ctx: CliContext, args: argparse.Namespace) -> int:
+    svc = ctx.memory_service()
+    try:
+        if not svc.workspace.exists():
+            raise ConfigError(f"workspace {svc.workspace} does not exist", "run `hermit init` first")
+        if svc.indexer.lock.acquire(blocking=False):
+            svc.indexer.lock.release()
+        else:
+            print("another process is indexing; waiting for it…", file=sys.stderr)
+        report = svc.sync(force=args.force, progress=_progress())
+    finally:
+        svc.close()
+    _print_warnings(report)
+    if args.json:
+        print(json.dumps(report.__dict__, ensure_ascii=False))
+    else:
+        print(report.summary())
+    return 0
+
+
+def _search_batch(svc: MemoryService, args: argparse.Namespace) -> int:
+    src = sys.stdin if args.queries == "-" else open(args.queries, encoding="utf-8")  # noqa: SIM115
+    with src:
+        for n, line in enumerate(src, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+                qid, query = item["id"], item["query"]
+            except (ValueError, KeyError, TypeError) as e:
+                raise ConfigError(f"{args.queries}:{n}: expected a JSON object with 'id' and 'query' ({e})",
+                                  'each line must look like {"id": "q1", "query": "..."}') from e
+            res = svc.search(str(query), args.max_results, args.min_score)
+            out = {"id": qid, **res}
+            print(json.dumps(out, ensure_ascii=False), flush=True)
+    return 0
+
+
+def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
+    if args.queries is None and not args.query:
+        raise ConfigError("nothing to search for", "pass a QUERY, or --queries FILE for batch mode")
+    svc = ctx.memory_service(long_lived=args.queries is not None)
+    try:
+        if args.no_sync:
+            svc.cfg = svc.cfg.model_copy(update={"sync": svc.cfg.sync.model_copy(update={"on_search": False})})
+        if args.queries is not None:
+            return _search_batch(svc, args)
+        res = svc.search(args.query, args.max_results, args.min_score)
+    finally:
+        svc.close()
+    if args.json:
+        print(json.dumps(res, ensure_ascii=False))
+        return 0 if not res.get("disabled") else 1
+    if res.get("disabled"):
+        print(f"error: {res.get('error')}", file=sys.stderr)
+        return 1
+    if res.get("mode"):
+        print(f"({res['mode']}: {res.get('reason', '')})", file=sys.stderr)
+    for w in res.get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
+    if not res["results"]:
+        print("no results")
+        return 0
+    for r in res["results"]:
+        print(f"{r['score']:.3f}  {r['path']}:{r['startLine']}-{r['endLine']}  [{r['source']}]")
+        for ln in r["snippet"].splitlines()[:8]:
+            print(f"    {ln}")
+    return 0
+
+
+def cmd_get(ctx: CliContext, args: argparse.Namespace) -> int:
+    svc = ctx.memory_service()
+    try:
+        res = svc.get(args.path, args.from_line, args.lines)
+    finally:
+        svc.close()
+    if args.json:
+        print(json.dumps(res, ensure_ascii=False))
+    else:
+        sys.stdout.write(res["text"] if res["text"].endswith("\n") else res["text"] + "\n")
+    return 0
+
+
+def cmd_watch(ctx: CliContext, args: argparse.Namespace) -> int:
+    from hermit.memory.watch import watch_memory
+
+    svc = ctx.memory_service(long_lived=True)
+    cfg = svc.cfg
+    try:
+        report = svc.sync()
+        _print_warnings(report)
+        print(report.summary(), flush=True)
+        print(f"watching {svc.workspace} (MEMORY.md, memory/**/*.md"
+              + (", " + ", ".join(cfg.extra_paths) if cfg.extra_paths else "")
+              + f"); debounce {cfg.sync.debounce_ms} ms — Ctrl-C to stop", flush=True)
+
+        def after(r: SyncReport) -> None:
+            _print_warnings(r)
+            if r.files_indexed or r.files_deleted:
+                print(time.strftime("%H:%M:%S ") + r.summary(), flush=True)
+
+        with contextlib.suppress(KeyboardInterrupt):
+            watch_memory(svc.workspace, cfg.extra_paths, svc.sync, debounce_ms=cfg.sync.debounce_ms,
+                         on_report=after)
+    finally:
+        svc.close()
+    return 0

@@ -1,0 +1,114 @@
+"""SQLite connections for Hermit: WAL, busy timeout, sqlite-vec loading, numbered migrations.
+
+The stdlib sqlite3 of many Python builds cannot load extensions, so Hermit uses sqlean.py (a DB-API
+drop-in with a modern SQLite and FTS5). sqlite-vec is optional at run time: when it cannot load, the
+index stores vectors in a plain BLOB table and vector search scans it in bounded blocks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import sqlean as sqlite3
+
+from hermit.errors import IndexError_
+
+if TYPE_CHECKING:  # sqlean ships no type stubs; it is API-identical to the stdlib module
+    from sqlite3 import Connection
+else:
+    Connection = sqlite3.Connection
+DatabaseError = sqlite3.DatabaseError
+OperationalError = sqlite3.OperationalError
+
+BUSY_TIMEOUT_MS = 10_000
+
+
+@dataclass(frozen=True)
+class VecStatus:
+    available: bool
+    version: str | None
+    error: str | None
+
+
+def load_sqlite_vec(conn: Connection) -> VecStatus:
+    """Try to load sqlite-vec into `conn`; never raises (the caller degrades and reports why)."""
+    try:
+        import sqlite_vec
+    except ImportError as e:
+        return VecStatus(False, None, f"the sqlite-vec package is not installed ({e})")
+    try:
+        conn.enable_load_extension(True)
+        sqlite_vec.load(conn)
+        conn.enable_load_extension(False)
+        (version,) = conn.execute("select vec_version()").fetchone()
+        return VecStatus(True, str(version), None)
+    except (AttributeError, sqlite3.Error, OSError) as e:
+        return VecStatus(False, None, f"sqlite-vec could not be loaded: {e}")
+
+
+def connect(path: Path | str, *, readonly: bool = False, load_vec: bool = True) -> tuple[Connection, VecStatus]:
+    """Open `path` in WAL mode with a busy timeout; returns the connection and sqlite-vec status."""
+    try:
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        uri = f"file:{path}?mode=ro" if readonly else str(path)
+        conn = sqlite3.connect(uri, uri=readonly, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                               check_same_thread=False)
+    except sqlite3.Error as e:
+        raise IndexError_(f"cannot open the memory index {path}: {e}",
+                          "check permissions of the state dir, or delete the file to rebuild it") from e
+    try:
+        conn.execute(f"pragma busy_timeout = {BUSY_TIMEOUT_MS}")
+        if not readonly:
+            mode = conn.execute("pragma journal_mode = wal").fetchone()[0]
+            if str(mode).lower() != "wal" and path != ":memory:":
+                raise IndexError_(f"{path}: could not switch to WAL mode (got {mode})",
+                                  "put the state dir on a local filesystem")
+            conn.execute("pragma synchronous = normal")
+    except sqlite3.DatabaseError as e:
+        conn.close()
+        raise IndexError_(f"{path} is not a usable SQLite database: {e}",
+                          "it is derived data: delete it and run `hermit memory index --force`") from e
+    vec = load_sqlite_vec(conn) if load_vec else VecStatus(False, None, "not requested")
+    return conn, vec
+
+
+Migration = Callable[[Connection], None]
+
+
+def migrate(conn: Connection, migrations: Sequence[Migration]) -> int:
+    """Apply numbered migrations (index+1 = user_version) in one transaction each; returns the version."""
+    (version,) = conn.execute("pragma user_version").fetchone()
+    if version > len(migrations):
+        raise IndexError_(
+            f"the index was written by a newer Hermit (schema {version} > {len(migrations)})",
+            "upgrade Hermit, or delete the index file and re-run `hermit memory index`",
+        )
+    for n in range(version, len(migrations)):
+        with transaction(conn):
+            migrations[n](conn)
+            conn.execute(f"pragma user_version = {n + 1}")
+    return len(migrations)
+
+
+class transaction:  # noqa: N801 - used like a function: `with transaction(conn):`
+    """BEGIN IMMEDIATE … COMMIT, rolling back on any exception (the connection is in autocommit mode)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> Connection:
+        self.conn.execute("begin immediate")
+        return self.conn
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.conn.execute("commit")
+        else:
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("rollback")

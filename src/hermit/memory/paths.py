@@ -1,0 +1,64 @@
+"""memory_get's path rules: MEMORY.md, memory/**, configured extra paths; .md only; no symlinks; no escape."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hermit.errors import PathPolicyError
+
+RULES = "memory_get reads MEMORY.md, files under memory/ and configured extra paths (.md only, no symlinks)"
+
+
+def _within(p: Path, root: Path) -> bool:
+    try:
+        p.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def resolve_memory_path(workspace: Path, raw: str, extra_paths: list[str]) -> tuple[Path, str]:
+    """(absolute path, display path) for `raw`, or PathPolicyError naming the rule it breaks."""
+    if not raw or not raw.strip():
+        raise PathPolicyError("empty path", RULES)
+    if "\x00" in raw:
+        raise PathPolicyError("path contains a NUL byte", RULES)
+    ws = workspace.resolve()
+    extras = []
+    for e in extra_paths:
+        ep = Path(e).expanduser()
+        extras.append((ep if ep.is_absolute() else ws / ep).resolve())
+    given = Path(raw).expanduser()
+    if given.is_absolute():
+        cand = given
+        if not any(_within(Path(os.path.normpath(cand)), root) for root in extras):
+            raise PathPolicyError(
+                f"absolute path refused: {raw}",
+                "pass a workspace-relative path such as memory/2026-01-20.md; " + RULES,
+            )
+    else:
+        if ".." in given.parts:
+            raise PathPolicyError(f"path escapes the workspace: {raw}", "'..' is not allowed; " + RULES)
+        cand = ws / given
+    if not cand.name.lower().endswith(".md"):
+        raise PathPolicyError(f"not a Markdown file: {raw}", "only .md files are memory; " + RULES)
+    # Refuse a symlink anywhere on the way from the workspace (or extra root) to the file.
+    probe = cand
+    root_for = ws if _within(Path(os.path.normpath(cand)), ws) else None
+    while True:
+        if probe.is_symlink():
+            raise PathPolicyError(f"symlinks are not followed: {raw}", RULES)
+        if probe == ws or probe.parent == probe or (root_for is None and probe in extras):
+            break
+        probe = probe.parent
+    real = cand.resolve()
+    rel = None
+    if _within(real, ws):
+        rel = real.relative_to(ws).as_posix()
+        allowed = rel == "MEMORY.md" or rel.startswith("memory/") or any(_within(real, r) for r in extras)
+        if not allowed:
+            raise PathPolicyError(f"not a memory file: {raw}", RULES)
+    elif not any(_within(real, r) for r in extras):
+        raise PathPolicyError(f"path is outside the workspace: {raw}", RULES)
+    return real, rel or real.as_posix()

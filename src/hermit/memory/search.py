@@ -1,0 +1,357 @@
+"""Hybrid search: vector (cosine) + keyword (BM25) candidates, merged on [0, 1] scores.
+
+Both legs are scored for every candidate of the union (a keyword-only hit still gets its cosine, a
+vector-only hit its BM25), so an exact identifier found only by keyword is not lost to minScore
+(SPEC §14.2). Cosines are calibrated per model onto [0, 1] and BM25 is sign-corrected (§14.1), so the
+threshold means the same thing whichever model is active.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hermit.config.schema import QueryConfig
+from hermit.errors import EmbeddingError
+from hermit.memory.embedders.base import Embedder, EmbedderInfo
+from hermit.memory.fts import build_match, line_terms, quoted_terms
+from hermit.memory.store import ChunkRow, IndexStore
+
+SNIPPET_MAX_CHARS = 700
+# Above this many chunks the in-memory matrix (4 bytes × dims each) is not used; vec0 KNN is.
+MATRIX_MAX_CHUNKS = 300_000
+_DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: int
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    score: float
+    vector_score: float | None
+    text_score: float
+    snippet: str
+
+
+@dataclass
+class SearchOutcome:
+    hits: list[Hit]
+    mode: str  # "hybrid" | "keyword-only" | "vector-only"
+    reason: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class VectorMatrix:
+    """All stored vectors in one float32 matrix for ~ms brute-force cosine in long-lived processes.
+
+    Refreshed incrementally by index generation: rows of chunks written since the last load are
+    appended; rows of deleted chunks stay as garbage (filtered at lookup) until they pass 20%.
+    """
+
+    def __init__(self) -> None:
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.mat = np.zeros((0, 0), dtype=np.float32)
+        self.gen = -1
+        self.index_id: str | None = None
+        self.garbage = 0
+        self.row_of: dict[int, int] = {}
+
+    def refresh(self, store: IndexStore) -> None:
+        meta = store.meta()
+        index_id, gen = meta.get("index_id"), int(meta.get("generation", "0"))
+        if index_id == self.index_id and gen == self.gen:
+            return
+        live = store.counts()["chunks"]
+        if index_id != self.index_id or (len(self.ids) - live) > 0.2 * max(live, 1):
+            self.ids, self.mat, self.gen = np.zeros(0, dtype=np.int64), np.zeros((0, 0), np.float32), -1
+        blocks = list(store.iter_vectors(since_gen=self.gen))
+        if blocks:
+            ids = np.concatenate([b[0] for b in blocks])
+            mat = np.concatenate([b[1] for b in blocks])
+            self.ids = np.concatenate([self.ids, ids]) if len(self.ids) else ids
+            self.mat = np.concatenate([self.mat, mat]) if self.mat.size else np.ascontiguousarray(mat)
+        self.row_of = {int(i): r for r, i in enumerate(self.ids)}
+        self.garbage = max(0, len(self.ids) - live)
+        self.index_id, self.gen = index_id, gen
+
+    def topk(self, q: np.ndarray, k: int) -> list[tuple[int, float]]:
+        if not len(self.ids):
+            return []
+        sims = self.mat @ q
+        k = min(k + self.garbage, len(sims))
+        part = np.argpartition(-sims, k - 1)[:k]
+        part = part[np.argsort(-sims[part])]
+        return [(int(self.ids[r]), float(sims[r])) for r in part]
+
+    def scores(self, q: np.ndarray, ids: list[int]) -> dict[int, float]:
+        rows = [(i, self.row_of[i]) for i in ids if i in self.row_of]
+        if not rows:
+            return {}
+        sims = self.mat[[r for _, r in rows]] @ q
+        return {i: float(s) for (i, _), s in zip(rows, sims, strict=True)}
+
+
+def _blockscan_topk(store: IndexStore, q: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """Top-k cosine over the BLOB vector table in bounded memory (no sqlite-vec)."""
+    best_ids = np.zeros(0, dtype=np.int64)
+    best = np.zeros(0, dtype=np.float32)
+    for ids, mat in store.iter_vectors():
+        sims = mat @ q
+        best_ids = np.concatenate([best_ids, ids])
+        best = np.concatenate([best, sims])
+        if len(best) > k:
+            keep = np.argpartition(-best, k - 1)[:k]
+            best_ids, best = best_ids[keep], best[keep]
+    order = np.argsort(-best)
+    return [(int(best_ids[i]), float(best[i])) for i in order]
+
+
+def calibrate(cos: float, info: EmbedderInfo) -> float:
+    span = max(1e-6, info.score_ceiling - info.score_floor)
+    return min(1.0, max(0.0, (cos - info.score_floor) / span))
+
+
+def file_date(path: str) -> float | None:
+    m = _DATED.search(path)
+    if not m:
+        return None
+    try:
+        import datetime as dt
+
+        d = dt.datetime(int(m.group(1)), int(m.group(2)), int(m.group(3)), tzinfo=dt.UTC)
+    except ValueError:
+        return None
+    return d.timestamp()
+
+
+def _tokens(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.lower()))
+
+
+def make_snippet(text: str, start_line: int, terms: list[str]) -> tuple[str, int, int]:
+    """The ≤700-char window of the chunk centred on its best-matching line, with its line span."""
+    lines = text.split("\n")
+    if len(text) <= SNIPPET_MAX_CHARS:
+        first = next((i for i, ln in enumerate(lines) if ln.strip()), 0)
+        last = max((i for i, ln in enumerate(lines) if ln.strip()), default=len(lines) - 1)
+        return "\n".join(lines[first:last + 1]), start_line + first, start_line + last
+    low = [ln.lower() for ln in lines]
+    scores = [sum(1 for t in terms if t and t in ln) for ln in low]
+    best = max(range(len(lines)), key=lambda i: (scores[i], -i)) if any(scores) else 0
+    if len(lines[best]) >= SNIPPET_MAX_CHARS:
+        line = lines[best]
+        pos = min((low[best].find(t) for t in terms if t and t in low[best]), default=0)
+        a = max(0, min(pos - SNIPPET_MAX_CHARS // 3, len(line) - SNIPPET_MAX_CHARS))
+        return line[a:a + SNIPPET_MAX_CHARS], start_line + best, start_line + best
+    lo = hi = best
+    size = len(lines[best])
+    while True:
+        grew = False
+        for cand in (hi + 1, lo - 1):
+            if 0 <= cand < len(lines) and size + len(lines[cand]) + 1 <= SNIPPET_MAX_CHARS:
+                size += len(lines[cand]) + 1
+                lo, hi = min(lo, cand), max(hi, cand)
+                grew = True
+        if not grew:
+            break
+    while lo < hi and not lines[lo].strip():
+        lo += 1
+    while hi > lo and not lines[hi].strip():
+        hi -= 1
+    return "\n".join(lines[lo:hi + 1]), start_line + lo, start_line + hi
+
+
+class HybridSearcher:
+    def __init__(
+        self,
+        store: IndexStore,
+        embedder: Embedder | None,
+        query_cfg: QueryConfig,
+        *,
+        use_matrix: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.cfg = query_cfg
+        self.use_matrix = use_matrix
+        self.matrix = VectorMatrix()
+        self.clock = clock
+
+    def _vector_state(self) -> tuple[bool, str | None]:
+        """Whether vectors can be searched, and why not."""
+        if self.embedder is None:
+            return False, "no embedding provider configured (memory_search.provider: none)"
+        ident = self.store.identity()
+        info = self.embedder.info
+        if not ident:
+            return False, "the index is empty; run `hermit memory index`"
+        if (ident.get("provider"), ident.get("model"), ident.get("provider_key")) != (
+            info.provider, info.model, info.provider_key
+        ):
+            return False, (f"the index holds vectors of {ident.get('provider')}/{ident.get('model')}, not "
+                           f"{info.provider}/{info.model}; run `hermit memory index` to rebuild it")
+        backend = self.store.vector_backend()
+        if backend is None:
+            return False, "the index holds no vectors yet (embedding failed or nothing indexed)"
+        if backend == "vec0" and not self.store.vec.available:
+            return False, f"the index uses sqlite-vec, which cannot load here: {self.store.vec.error}"
+        return True, None
+
+    def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> SearchOutcome:
+        cfg = self.cfg
+        hy = cfg.hybrid
+        max_results = max_results or cfg.max_results
+        min_score = cfg.min_score if min_score is None else min_score
+        pool = min(hy.max_candidates, max_results * hy.candidate_multiplier)
+        timings: dict[str, float] = {}
+        match = build_match(query)
+
+        use_vec, reason = self._vector_state()
+        q: np.ndarray | None = None
+        if use_vec:
+            assert self.embedder is not None
+            t0 = time.perf_counter()
+            try:
+                q = self.embedder.embed_query(query)
+            except EmbeddingError as e:
+                use_vec, reason = False, f"query embedding failed: {e.message}"
+            timings["embed_ms"] = (time.perf_counter() - t0) * 1000
+
+        t0 = time.perf_counter()
+        vec_hits: list[tuple[int, float]] = []
+        matrix_ok = False
+        if q is not None:
+            backend = self.store.vector_backend()
+            if self.use_matrix and self.store.counts()["chunks"] <= MATRIX_MAX_CHUNKS:
+                self.matrix.refresh(self.store)
+                matrix_ok = True
+                vec_hits = self.matrix.topk(q, pool)
+            elif backend == "vec0":
+                vec_hits = self.store.vec_knn(q, pool)
+            else:
+                vec_hits = _blockscan_topk(self.store, q, pool)
+        timings["vector_ms"] = (time.perf_counter() - t0) * 1000
+
+        t0 = time.perf_counter()
+        kw_hits = self.store.fts_search(match, pool) if match else []
+        timings["keyword_ms"] = (time.perf_counter() - t0) * 1000
+
+        cos = dict(vec_hits)
+        rel = dict(kw_hits)
+        ids = list(dict.fromkeys([i for i, _ in vec_hits] + [i for i, _ in kw_hits]))
+        rows = self.store.chunk_rows(ids)
+        ids = [i for i in ids if i in rows]  # drop deleted chunks still in the matrix
+        if q is not None:
+            missing = [i for i in ids if i not in cos]
+            if missing:
+                cos.update(self.matrix.scores(q, missing) if matrix_ok else self.store.vec_scores(q, missing))
+        if match:
+            missing = [i for i in ids if i not in rel]
+            if missing:
+                rel.update(self.store.fts_scores(match, missing))
+
+        coverage: dict[int, float] = {}
+        if match and q is not None and hy.exact_match_rescue:
+            coverage = self.store.term_coverage(quoted_terms(query), [i for i in ids if rel.get(i, 0) > 0])
+        scored = self._fuse(ids, cos, rel, vec_hits, kw_hits, q is not None)
+        if coverage:
+            scored = [(i, max(s, self._tscore(rel.get(i, 0.0), rel)) if coverage.get(i, 0) >= 1.0 else s)
+                      for i, s in scored]
+        scored = self._decay(scored, rows)
+        scored.sort(key=lambda s: -s[1])
+        if cfg.mmr.enabled:
+            scored = self._mmr(scored, rows, max_results)
+        terms = line_terms(query)
+        hits: list[Hit] = []
+        for cid, score in scored:
+            if score < min_score or len(hits) >= max_results:
+                continue
+            row = rows[cid]
+            snippet, a, b = make_snippet(row.text, row.start_line, terms)
+            hits.append(Hit(cid, row.path, row.source, a, b, round(score, 4),
+                            None if q is None else round(self._vscore(cos.get(cid)), 4),
+                            round(self._tscore(rel.get(cid, 0.0), rel), 4), snippet))
+        mode = "hybrid" if q is not None and match else ("keyword-only" if q is None else "vector-only")
+        if q is None and reason is None:
+            reason = "no vector search"
+        return SearchOutcome(hits, mode, reason if q is None else None, timings)
+
+    def _vscore(self, c: float | None) -> float:
+        if c is None or self.embedder is None:
+            return 0.0
+        return calibrate(c, self.embedder.info)
+
+    def _tscore(self, r: float, all_rel: dict[int, float]) -> float:
+        hy = self.cfg.hybrid
+        if r <= 0:
+            return 0.0
+        if hy.text_normalization == "max":
+            top = max(all_rel.values(), default=0.0)
+            return r / top if top > 0 else 0.0
+        return r / (r + hy.bm25_saturation)
+
+    def _fuse(
+        self, ids: list[int], cos: dict[int, float], rel: dict[int, float],
+        vec_hits: list[tuple[int, float]], kw_hits: list[tuple[int, float]], have_vec: bool,
+    ) -> list[tuple[int, float]]:
+        hy = self.cfg.hybrid
+        if not have_vec:
+            return [(i, self._tscore(rel.get(i, 0.0), rel)) for i in ids]
+        total = hy.vector_weight + hy.text_weight
+        wv, wt = hy.vector_weight / total, hy.text_weight / total
+        if hy.fusion == "rrf":
+            vrank = {i: r for r, (i, _) in enumerate(sorted(cos.items(), key=lambda x: -x[1]))}
+            krank = {i: r for r, (i, _) in enumerate(kw_hits)}
+            best = wv / (hy.rrf_k + 1) + wt / (hy.rrf_k + 1)
+            out = []
+            for i in ids:
+                s = wv / (hy.rrf_k + 1 + vrank[i]) if i in vrank else 0.0
+                s += wt / (hy.rrf_k + 1 + krank[i]) if i in krank else 0.0
+                # Rescale so that rank 1 on both legs is 1.0 and minScore keeps a [0, 1] meaning.
+                out.append((i, s / best))
+            return out
+        return [(i, wv * self._vscore(cos.get(i)) + wt * self._tscore(rel.get(i, 0.0), rel)) for i in ids]
+
+    def _decay(self, scored: list[tuple[int, float]], rows: dict[int, ChunkRow]) -> list[tuple[int, float]]:
+        td = self.cfg.temporal_decay
+        if not td.enabled:
+            return scored
+        now = self.clock()
+        out = []
+        for cid, s in scored:
+            when = file_date(rows[cid].path)
+            if when is not None:  # MEMORY.md and undated files are evergreen
+                age_days = max(0.0, (now - when) / 86400)
+                s *= math.pow(0.5, age_days / td.half_life_days)
+            out.append((cid, s))
+        return out
+
+    def _mmr(self, scored: list[tuple[int, float]], rows: dict[int, ChunkRow], k: int) -> list[tuple[int, float]]:
+        """Maximal marginal relevance: trade relevance for novelty (token Jaccard between chunks)."""
+        lam = self.cfg.mmr.lambda_
+        toks = {cid: _tokens(rows[cid].text) for cid, _ in scored}
+        chosen: list[tuple[int, float]] = []
+        rest = list(scored)
+        while rest and len(chosen) < max(k * 2, k):
+            def value(item: tuple[int, float]) -> float:
+                cid, s = item
+                if not chosen:
+                    return s
+                sim = max(
+                    len(toks[cid] & toks[c]) / max(1, len(toks[cid] | toks[c])) for c, _ in chosen
+                )
+                return lam * s - (1 - lam) * sim
+
+            best = max(rest, key=value)
+            rest.remove(best)
+            chosen.append(best)
+        return chosen + rest

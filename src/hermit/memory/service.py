@@ -1,0 +1,166 @@
+"""The memory service: the one place that answers memory_search / memory_get / status / sync.
+
+The agent tool, the MCP tool and the CLI are thin faces over this class; the JSON it returns is the
+memory_search / memory_get contract of SPEC §4 (camelCase keys as the original).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hermit.config.schema import MemorySearchConfig
+from hermit.errors import HermitError, PathPolicyError
+from hermit.memory.embedders.base import Embedder
+from hermit.memory.paths import resolve_memory_path
+from hermit.memory.search import HybridSearcher, SearchOutcome
+from hermit.memory.store import IndexStore
+from hermit.memory.sync import Indexer, Progress, SyncReport
+
+
+@dataclass(frozen=True)
+class MemoryKey:
+    """Memory is keyed by agent id + workspace: no search ever crosses agents."""
+
+    agent_id: str
+    workspace: Path
+
+
+class MemoryService:
+    def __init__(
+        self,
+        key: MemoryKey,
+        index_path: Path,
+        cfg: MemorySearchConfig,
+        embedder: Embedder | None,
+        *,
+        long_lived: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.key = key
+        self.cfg = cfg
+        self.embedder = embedder
+        self.index_path = index_path
+        self.store = IndexStore(index_path, want_vec=cfg.store.vector_enabled)
+        self.indexer = Indexer(self.store, key.workspace, cfg, embedder, clock=clock)
+        self.searcher = HybridSearcher(self.store, embedder if cfg.store.vector_enabled else None, cfg.query,
+                                       use_matrix=long_lived, clock=clock)
+        self._dirty = True  # unknown until checked once
+
+    @property
+    def workspace(self) -> Path:
+        return self.key.workspace
+
+    def close(self) -> None:
+        self.store.close()
+
+    def mark_dirty(self) -> None:
+        self._dirty = True
+
+    # -- sync -------------------------------------------------------------------------------------
+    def sync(self, *, force: bool = False, blocking: bool = True, progress: Progress | None = None) -> SyncReport:
+        report = self.indexer.sync(force=force, blocking=blocking, progress=progress)
+        if not report.skipped:
+            self._dirty = False
+        return report
+
+    def sync_if_dirty(self) -> SyncReport | None:
+        """Before a search: bring the index up to date unless another process is writing it."""
+        if not self.cfg.sync.on_search:
+            return None
+        if not self._dirty and not self.indexer.is_dirty():
+            return None
+        return self.sync(blocking=False)
+
+    # -- search -----------------------------------------------------------------------------------
+    def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> dict[str, Any]:
+        """The memory_search result object (SPEC §4); failures become {"disabled": true, "error"}."""
+        if not self.cfg.enabled:
+            return {"results": [], "disabled": True,
+                    "error": "memory search is disabled (agents.defaults.memory_search.enabled: false)"}
+        if not query or not query.strip():
+            return {"results": [], "disabled": False, "error": "empty query: pass the words to search for"}
+        notes: list[str] = []
+        try:
+            report = self.sync_if_dirty()
+            if report is not None and report.skipped:
+                notes.append("another process is updating the index; results may miss the newest edits")
+            if report is not None:
+                notes.extend(report.warnings[:5])
+            outcome = self.searcher.search(query, max_results, min_score)
+        except HermitError as e:
+            return {"results": [], "disabled": True, "error": str(e)}
+        return self._result(outcome, notes)
+
+    def search_outcome(self, query: str, max_results: int | None = None,
+                       min_score: float | None = None) -> SearchOutcome:
+        return self.searcher.search(query, max_results, min_score)
+
+    def _result(self, outcome: SearchOutcome, notes: list[str]) -> dict[str, Any]:
+        info = self.embedder.info if self.embedder else None
+        out: dict[str, Any] = {
+            "results": [
+                {"path": h.path, "startLine": h.start_line, "endLine": h.end_line, "score": h.score,
+                 "snippet": h.snippet, "source": h.source}
+                for h in outcome.hits
+            ],
+            "provider": info.provider if info else "none",
+            "model": info.model if info else "none",
+        }
+        if outcome.mode != "hybrid":
+            out["mode"] = outcome.mode
+            if outcome.reason:
+                out["reason"] = outcome.reason
+        if notes:
+            out["warnings"] = notes
+        return out
+
+    # -- get --------------------------------------------------------------------------------------
+    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
+        """The memory_get result {"path", "text"}; raises PathPolicyError with the rule broken."""
+        real, shown = resolve_memory_path(self.workspace, path, self.cfg.extra_paths)
+        if not real.exists():
+            raise PathPolicyError(f"no such memory file: {shown}", "use a path from memory_search results")
+        if from_line is not None and from_line < 1:
+            raise PathPolicyError("'from' is 1-based", "pass from ≥ 1")
+        if lines is not None and lines < 1:
+            raise PathPolicyError("'lines' must be ≥ 1", "omit it to read to the end of the file")
+        data = real.read_bytes()
+        if b"\x00" in data[:8192]:
+            raise PathPolicyError(f"{shown} looks binary", "memory files must be text")
+        text = data.decode("utf-8", errors="replace")
+        if from_line is None and lines is None:
+            return {"path": shown, "text": text}
+        all_lines = text.split("\n")
+        start = (from_line or 1) - 1
+        end = len(all_lines) if lines is None else start + lines
+        return {"path": shown, "text": "\n".join(all_lines[start:end])}
+
+    # -- status -----------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        counts = self.store.counts()
+        meta = self.store.meta()
+        ident = self.store.identity()
+        info = self.embedder.info if self.embedder else None
+        vec = self.store.vec
+        return {
+            "agent": self.key.agent_id,
+            "workspace": str(self.workspace),
+            "db": str(self.index_path),
+            "provider": info.provider if info else "none",
+            "model": info.model if info else "none",
+            "dims": int(meta["dims"]) if "dims" in meta else (info.dims if info else 0),
+            "indexed_with": f"{ident.get('provider')}/{ident.get('model')}" if ident else None,
+            "files": counts["files"],
+            "chunks": counts["chunks"],
+            "files_without_vectors": counts["files_without_vectors"],
+            "cache_entries": counts["cache_entries"],
+            "vector": {"available": vec.available, "sqlite_vec": vec.version, "error": vec.error,
+                       "backend": self.store.vector_backend()},
+            "fts": {"available": True},
+            "dirty": self.indexer.is_dirty(),
+            "chunking": {"tokens": self.cfg.chunking.tokens, "overlap": self.cfg.chunking.overlap},
+        }

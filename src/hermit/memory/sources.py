@@ -1,0 +1,107 @@
+"""Which files are memory: MEMORY.md, memory/**/*.md and configured extra paths — and how to read them.
+
+Reading is defensive: a binary file, a huge file or an unreadable file becomes a warning, never a crash;
+invalid UTF-8 is decoded with replacement characters so line numbers stay exact, and says so.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+MEMORY_FILE = "MEMORY.md"
+MEMORY_DIR = "memory"
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    rel: str  # workspace-relative posix path, or an absolute path for extra paths outside the workspace
+    abs: Path
+    source: str  # "memory"
+
+
+def _is_md(name: str) -> bool:
+    return name.lower().endswith(".md")
+
+
+def rel_path(workspace: Path, p: Path) -> str:
+    try:
+        return p.relative_to(workspace).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
+def _walk_md(root: Path, workspace: Path, warnings: list[str]) -> list[SourceFile]:
+    out: list[SourceFile] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if not _is_md(name) or name.startswith("."):
+                continue
+            p = Path(dirpath) / name
+            if p.is_symlink():
+                warnings.append(f"{rel_path(workspace, p)}: skipped, memory files may not be symlinks")
+                continue
+            out.append(SourceFile(rel_path(workspace, p), p, "memory"))
+    return out
+
+
+def list_memory_files(workspace: Path, extra_paths: list[str]) -> tuple[list[SourceFile], list[str]]:
+    warnings: list[str] = []
+    files: dict[str, SourceFile] = {}
+    top = workspace / MEMORY_FILE
+    if top.is_file() and not top.is_symlink():
+        files[MEMORY_FILE] = SourceFile(MEMORY_FILE, top, "memory")
+    elif top.is_symlink():
+        warnings.append(f"{MEMORY_FILE}: skipped, memory files may not be symlinks")
+    mem = workspace / MEMORY_DIR
+    if mem.is_dir() and not mem.is_symlink():
+        for f in _walk_md(mem, workspace, warnings):
+            files[f.rel] = f
+    for raw in extra_paths:
+        p = Path(raw).expanduser()
+        if not p.is_absolute():
+            p = workspace / p
+        if p.is_symlink():
+            warnings.append(f"extra path {raw}: skipped, symlinks are not followed")
+        elif p.is_dir():
+            for f in _walk_md(p, workspace, warnings):
+                files.setdefault(f.rel, f)
+        elif p.is_file():
+            if _is_md(p.name):
+                rel = rel_path(workspace, p)
+                files.setdefault(rel, SourceFile(rel, p, "memory"))
+            else:
+                warnings.append(f"extra path {raw}: skipped, only .md files are memory")
+        else:
+            warnings.append(f"extra path {raw}: does not exist")
+    return sorted(files.values(), key=lambda f: f.rel), warnings
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    text: str | None
+    warning: str | None
+
+
+def read_memory_file(path: Path, rel: str, max_bytes: int) -> ReadResult:
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            return ReadResult(None, f"{rel}: skipped, {size:,} bytes is over the {max_bytes:,}-byte limit "
+                                    "(memory_search.max_file_bytes); split it or raise the limit")
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return ReadResult(None, None)  # vanished mid-sync: the next sync removes it
+    except OSError as e:
+        return ReadResult(None, f"{rel}: skipped, cannot read ({e.strerror or e})")
+    if b"\x00" in data[:8192]:
+        return ReadResult(None, f"{rel}: skipped, looks binary (NUL bytes); memory files must be text")
+    try:
+        return ReadResult(data.decode("utf-8"), None)
+    except UnicodeDecodeError as e:
+        text = data.decode("utf-8", errors="replace")
+        line = data[: e.start].count(b"\n") + 1
+        return ReadResult(text, f"{rel}: not valid UTF-8 (first bad byte on line {line}); indexed with "
+                                "replacement characters — re-save the file as UTF-8")

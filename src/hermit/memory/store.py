@@ -1,0 +1,338 @@
+"""The memory index's SQL: schema, per-file writes, embedding cache, vector and keyword lookups.
+
+All SQL lives here behind a small interface so a server backend can be added later. Vectors live in a
+sqlite-vec `vec0` table when the extension loads; otherwise in a plain BLOB table with the same name
+and columns, scanned in bounded blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hermit.db import Connection, VecStatus, connect, migrate, transaction
+from hermit.memory.chunking import Chunk
+from hermit.memory.fts import FTS_TOKENIZER, index_text
+
+
+def _script(conn: Connection, sql: str) -> None:
+    # executescript() would COMMIT the migration's transaction early; run statements one by one.
+    for stmt in sql.split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
+
+
+def _m1(conn: Connection) -> None:
+    _script(
+        conn,
+        f"""
+        create table meta(key text primary key, value text not null);
+        create table files(
+            path text primary key, source text not null, hash text not null,
+            mtime integer not null, size integer not null, embedded integer not null default 1,
+            indexed_at integer not null);
+        create table chunks(
+            id integer primary key, path text not null, source text not null,
+            start_line integer not null, end_line integer not null, hash text not null,
+            model text, text text not null, updated_at integer not null, gen integer not null default 0);
+        create index chunks_path on chunks(path);
+        create index chunks_gen on chunks(gen);
+        create virtual table chunks_fts using fts5(text, tokenize='{FTS_TOKENIZER}');
+        create table embedding_cache(
+            provider text not null, model text not null, provider_key text not null, hash text not null,
+            embedding blob not null, dims integer not null, updated_at integer not null,
+            primary key(provider, model, provider_key, hash));
+        """
+    )
+
+
+MIGRATIONS = [_m1]
+
+
+@dataclass(frozen=True)
+class FileState:
+    path: str
+    source: str
+    hash: str
+    mtime: int
+    size: int
+    embedded: bool
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    id: int
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    text: str
+
+
+def to_blob(vec: np.ndarray) -> bytes:
+    return np.asarray(vec, dtype=np.float32).tobytes()
+
+
+def from_blob(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype=np.float32)
+
+
+class IndexStore:
+    """One agent's index file. Writers hold the sync lock; any number of readers may search."""
+
+    def __init__(self, path: Path, *, want_vec: bool = True, readonly: bool = False) -> None:
+        self.path = path
+        self.conn, self.vec = connect(path, load_vec=want_vec, readonly=readonly)
+        if not readonly:
+            migrate(self.conn, MIGRATIONS)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- meta ---------------------------------------------------------------------------------
+    def meta(self) -> dict[str, str]:
+        try:
+            return dict(self.conn.execute("select key, value from meta").fetchall())
+        except Exception:  # noqa: BLE001 - an index without a meta table has no identity yet
+            return {}
+
+    def set_meta(self, values: dict[str, str]) -> None:
+        self.conn.executemany(
+            "insert into meta(key, value) values (?, ?) on conflict(key) do update set value=excluded.value",
+            list(values.items()),
+        )
+
+    def generation(self) -> int:
+        row = self.conn.execute("select value from meta where key='generation'").fetchone()
+        return int(row[0]) if row else 0
+
+    # -- vector table -------------------------------------------------------------------------
+    def has_vec_table(self) -> bool:
+        row = self.conn.execute(
+            "select sql from sqlite_master where name='chunks_vec'"
+        ).fetchone()
+        return row is not None
+
+    def vector_backend(self) -> str | None:
+        row = self.conn.execute("select sql from sqlite_master where name='chunks_vec'").fetchone()
+        if row is None:
+            return None
+        return "vec0" if "vec0" in str(row[0]).lower() else "blob"
+
+    def ensure_vec_table(self, dims: int) -> None:
+        if self.has_vec_table():
+            return
+        if self.vec.available:
+            self.conn.execute(
+                f"create virtual table chunks_vec using vec0("
+                f"id integer primary key, embedding float[{int(dims)}] distance_metric=cosine)"
+            )
+        else:
+            self.conn.execute("create table chunks_vec(id integer primary key, embedding blob not null)")
+
+    # -- files & chunks -----------------------------------------------------------------------
+    def files(self, source: str | None = None) -> dict[str, FileState]:
+        sql = "select path, source, hash, mtime, size, embedded from files"
+        rows = self.conn.execute(sql + (" where source=?" if source else ""), (source,) if source else ())
+        return {r[0]: FileState(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows}
+
+    def touch_file(self, path: str, mtime: int, size: int) -> None:
+        self.conn.execute("update files set mtime=?, size=? where path=?", (mtime, size, path))
+
+    def replace_file(
+        self, *, path: str, source: str, file_hash: str, mtime: int, size: int,
+        chunks: Sequence[Chunk], vectors: np.ndarray | None, model: str,
+    ) -> None:
+        """Replace everything indexed for `path` in ONE transaction: a kill leaves old or new, never half."""
+        now = int(time.time())
+        with transaction(self.conn) as c:
+            gen = self.generation() + 1
+            self._delete_chunks(c, path)
+            if vectors is not None and len(chunks):
+                self.ensure_vec_table(vectors.shape[1])
+            for i, ch in enumerate(chunks):
+                cur = c.execute(
+                    "insert into chunks(path, source, start_line, end_line, hash, model, text, updated_at, gen)"
+                    " values (?,?,?,?,?,?,?,?,?)",
+                    (path, source, ch.start_line, ch.end_line, ch.hash, model if vectors is not None else None,
+                     ch.text, now, gen),
+                )
+                cid = cur.lastrowid
+                c.execute("insert into chunks_fts(rowid, text) values (?, ?)", (cid, index_text(ch.text)))
+                if vectors is not None:
+                    c.execute("insert into chunks_vec(id, embedding) values (?, ?)", (cid, to_blob(vectors[i])))
+            c.execute(
+                "insert into files(path, source, hash, mtime, size, embedded, indexed_at) values (?,?,?,?,?,?,?)"
+                " on conflict(path) do update set source=excluded.source, hash=excluded.hash,"
+                " mtime=excluded.mtime, size=excluded.size, embedded=excluded.embedded,"
+                " indexed_at=excluded.indexed_at",
+                (path, source, file_hash, mtime, size, int(vectors is not None or not chunks), now),
+            )
+            self._bump(c, gen)
+
+    def delete_file(self, path: str) -> None:
+        with transaction(self.conn) as c:
+            self._delete_chunks(c, path)
+            c.execute("delete from files where path=?", (path,))
+            self._bump(c, self.generation() + 1)
+
+    def _bump(self, c: Connection, gen: int) -> None:
+        c.execute(
+            "insert into meta(key, value) values ('generation', ?)"
+            " on conflict(key) do update set value=excluded.value", (str(gen),)
+        )
+
+    def _delete_chunks(self, c: Connection, path: str) -> None:
+        ids = [r[0] for r in c.execute("select id from chunks where path=?", (path,))]
+        if not ids:
+            return
+        has_vec = self.has_vec_table()
+        for i in range(0, len(ids), 500):
+            part = ids[i:i + 500]
+            marks = ",".join("?" * len(part))
+            c.execute(f"delete from chunks_fts where rowid in ({marks})", part)
+            if has_vec:
+                c.execute(f"delete from chunks_vec where id in ({marks})", part)
+        c.execute("delete from chunks where path=?", (path,))
+
+    def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
+        ids = list(ids)
+        out: dict[int, ChunkRow] = {}
+        for i in range(0, len(ids), 500):
+            part = ids[i:i + 500]
+            marks = ",".join("?" * len(part))
+            for r in self.conn.execute(
+                f"select id, path, source, start_line, end_line, text from chunks where id in ({marks})", part
+            ):
+                out[r[0]] = ChunkRow(*r)
+        return out
+
+    def counts(self) -> dict[str, int]:
+        files = self.conn.execute("select count(*) from files").fetchone()[0]
+        chunks = self.conn.execute("select count(*) from chunks").fetchone()[0]
+        no_vec = self.conn.execute("select count(*) from files where embedded=0").fetchone()[0]
+        cache = self.conn.execute("select count(*) from embedding_cache").fetchone()[0]
+        return {"files": files, "chunks": chunks, "files_without_vectors": no_vec, "cache_entries": cache}
+
+    # -- embedding cache ----------------------------------------------------------------------
+    def cache_get(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        uniq = list(dict.fromkeys(hashes))
+        for i in range(0, len(uniq), 500):
+            part = uniq[i:i + 500]
+            marks = ",".join("?" * len(part))
+            for h, blob in self.conn.execute(
+                f"select hash, embedding from embedding_cache where provider=? and model=? and provider_key=?"
+                f" and hash in ({marks})", (provider, model, key, *part)
+            ):
+                out[h] = from_blob(blob)
+        return out
+
+    def cache_put(self, provider: str, model: str, key: str, items: dict[str, np.ndarray]) -> None:
+        if not items:
+            return
+        now = int(time.time())
+        with transaction(self.conn) as c:
+            c.executemany(
+                "insert or replace into embedding_cache(provider, model, provider_key, hash, embedding, dims,"
+                " updated_at) values (?,?,?,?,?,?,?)",
+                [(provider, model, key, h, to_blob(v), int(v.shape[0]), now) for h, v in items.items()],
+            )
+
+    def cache_prune(self, max_entries: int) -> int:
+        (n,) = self.conn.execute("select count(*) from embedding_cache").fetchone()
+        if n <= max_entries:
+            return 0
+        with transaction(self.conn) as c:
+            c.execute(
+                "delete from embedding_cache where rowid in (select rowid from embedding_cache"
+                " order by updated_at asc limit ?)", (n - max_entries,)
+            )
+        return int(n - max_entries)
+
+    def import_cache_from(self, other: Path) -> None:
+        """Copy another index's embedding cache (used by full rebuilds so nothing is embedded twice)."""
+        with transaction(self.conn) as c:
+            c.execute("attach database ? as other", (str(other),))
+        try:
+            has = self.conn.execute(
+                "select 1 from other.sqlite_master where name='embedding_cache'").fetchone()
+            if has:
+                with transaction(self.conn) as c:
+                    c.execute("insert or ignore into embedding_cache select * from other.embedding_cache")
+        finally:
+            self.conn.execute("detach database other")
+
+    # -- lookups ------------------------------------------------------------------------------
+    def fts_search(self, match: str, limit: int) -> list[tuple[int, float]]:
+        """(chunk id, relevance ≥ 0) best first. FTS5 bm25() is negative, more negative = better."""
+        rows = self.conn.execute(
+            "select rowid, bm25(chunks_fts) as r from chunks_fts where chunks_fts match ? order by r limit ?",
+            (match, limit),
+        ).fetchall()
+        return [(int(i), max(0.0, -float(r))) for i, r in rows]
+
+    def fts_scores(self, match: str, ids: Sequence[int]) -> dict[int, float]:
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self.conn.execute(
+            f"select rowid, bm25(chunks_fts) from chunks_fts where chunks_fts match ? and rowid in ({marks})",
+            (match, *ids),
+        ).fetchall()
+        return {int(i): max(0.0, -float(r)) for i, r in rows}
+
+    def term_coverage(self, terms: Sequence[str], ids: Sequence[int]) -> dict[int, float]:
+        """Fraction of `terms` (already quoted FTS5 strings) each chunk in `ids` contains."""
+        if not terms or not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        found: dict[int, int] = dict.fromkeys(ids, 0)
+        for term in terms:
+            for (rid,) in self.conn.execute(
+                f"select rowid from chunks_fts where chunks_fts match ? and rowid in ({marks})", (term, *ids)
+            ):
+                found[int(rid)] += 1
+        return {i: n / len(terms) for i, n in found.items()}
+
+    def vec_knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """(chunk id, cosine similarity) best first, via sqlite-vec's vec0 index."""
+        rows = self.conn.execute(
+            "select id, distance from chunks_vec where embedding match ? and k = ?", (to_blob(query), k)
+        ).fetchall()
+        return [(int(i), 1.0 - float(d)) for i, d in rows]
+
+    def vec_scores(self, query: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self.conn.execute(f"select id, embedding from chunks_vec where id in ({marks})", list(ids))
+        q = np.asarray(query, dtype=np.float32)
+        return {int(i): float(from_blob(b) @ q) for i, b in rows}
+
+    def iter_vectors(self, since_gen: int = -1, block: int = 8192) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Yield (ids, matrix) blocks of stored vectors for chunks newer than `since_gen`."""
+        last = -1
+        while True:
+            rows = self.conn.execute(
+                "select c.id, v.embedding from chunks c join chunks_vec v on v.id = c.id"
+                " where c.gen > ? and c.id > ? order by c.id limit ?", (since_gen, last, block)
+            ).fetchall()
+            if not rows:
+                return
+            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            mat = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+            yield ids, mat
+            last = int(ids[-1])
+
+    def identity(self) -> dict[str, object]:
+        raw = self.meta().get("identity")
+        return json.loads(raw) if raw else {}
+
+    def vec_status(self) -> VecStatus:
+        return self.vec

@@ -1,0 +1,290 @@
+"""Sync Markdown memory into the index: incremental by content hash, atomic full rebuilds, one writer.
+
+Only one process writes an index at a time (an advisory lock file); readers never wait for it. Each
+file is written in its own transaction, so a killed indexer leaves every file either fully old or
+fully new. A change of embedding identity (provider, model, dims, chunking, keyword transform, vector
+backend) rebuilds into a temporary database that then replaces the live one in a single SQLite backup
+step: searches see the old index or the new one, never a half-built one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hermit.config.schema import MemorySearchConfig
+from hermit.errors import EmbeddingError, IndexError_
+from hermit.memory.chunking import Chunk, chunk_markdown, text_hash
+from hermit.memory.embedders.base import Embedder
+from hermit.memory.fts import FTS_VERSION
+from hermit.memory.sources import SourceFile, list_memory_files, read_memory_file
+from hermit.memory.store import IndexStore
+
+TOKENIZER_ID = "cjk-estimate-1"
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class SyncReport:
+    files_seen: int = 0
+    files_indexed: int = 0
+    files_unchanged: int = 0
+    files_deleted: int = 0
+    chunks_indexed: int = 0
+    embedded: int = 0
+    cache_hits: int = 0
+    embed_seconds: float = 0.0
+    seconds: float = 0.0
+    rebuilt: bool = False
+    skipped: bool = False  # another process holds the writer lock
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        what = "rebuilt" if self.rebuilt else "synced"
+        return (f"{what}: {self.files_seen} files ({self.files_indexed} indexed, {self.files_unchanged} "
+                f"unchanged, {self.files_deleted} removed), {self.chunks_indexed} chunks, {self.embedded} "
+                f"embedded, {self.cache_hits} cache hits, {self.seconds:.2f}s")
+
+
+class WriterLock:
+    """An advisory exclusive lock next to the index; held by the one process that writes."""
+
+    def __init__(self, index_path: Path) -> None:
+        self.path = index_path.with_name(index_path.name + ".lock")
+        self._fd: int | None = None
+
+    def acquire(self, blocking: bool) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def wanted_identity(cfg: MemorySearchConfig, embedder: Embedder | None, vec_available: bool) -> dict[str, object]:
+    info = embedder.info if embedder else None
+    return {
+        "provider": info.provider if info else "none",
+        "model": info.model if info else "none",
+        "provider_key": info.provider_key if info else "",
+        "chunk_tokens": cfg.chunking.tokens,
+        "chunk_overlap": cfg.chunking.overlap,
+        "tokenizer": TOKENIZER_ID,
+        "fts": FTS_VERSION,
+        "vector_backend": ("vec0" if vec_available else "blob") if (info and cfg.store.vector_enabled) else "none",
+    }
+
+
+class Indexer:
+    """Brings one index up to date with one workspace's memory files."""
+
+    def __init__(
+        self,
+        store: IndexStore,
+        workspace: Path,
+        cfg: MemorySearchConfig,
+        embedder: Embedder | None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.workspace = workspace
+        self.cfg = cfg
+        self.embedder = embedder if cfg.store.vector_enabled else None
+        self.clock = clock
+        self.lock = WriterLock(store.path)
+
+    # -- dirty check (cheap: stat only) --------------------------------------------------------
+    def identity_matches(self) -> bool:
+        have = self.store.identity()
+        return have == wanted_identity(self.cfg, self.embedder, self.store.vec.available)
+
+    def is_dirty(self) -> bool:
+        if not self.identity_matches():
+            return True
+        files, _ = list_memory_files(self.workspace, self.cfg.extra_paths)
+        indexed = self.store.files("memory")
+        if set(indexed) != {f.rel for f in files}:
+            return True
+        for f in files:
+            st = indexed[f.rel]
+            try:
+                s = f.abs.stat()
+            except FileNotFoundError:
+                return True
+            if st.mtime != s.st_mtime_ns or st.size != s.st_size:
+                return True
+            if not st.embedded and self.embedder is not None:
+                return True
+        return False
+
+    # -- sync -----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(self, blocking: bool) -> Iterator[bool]:
+        got = self.lock.acquire(blocking)
+        try:
+            yield got
+        finally:
+            if got:
+                self.lock.release()
+
+    def sync(self, *, force: bool = False, blocking: bool = True, progress: Progress | None = None) -> SyncReport:
+        """Incremental sync; a full atomic rebuild when `force` or the index identity changed."""
+        t0 = time.perf_counter()
+        with self._locked(blocking) as got:
+            if not got:
+                return SyncReport(skipped=True)
+            if force or not self.identity_matches():
+                report = self._rebuild(progress)
+            else:
+                report = self._sync_into(self.store, progress)
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    def _rebuild(self, progress: Progress | None) -> SyncReport:
+        live = self.store
+        for stale in live.path.parent.glob(live.path.name + ".rebuild-*"):
+            with contextlib.suppress(OSError):
+                stale.unlink()  # left by a killed rebuild; the live index was never touched
+        tmp_path = live.path.with_name(f"{live.path.name}.rebuild-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        tmp = IndexStore(tmp_path, want_vec=live.vec.available)
+        try:
+            if live.path.exists():
+                tmp.import_cache_from(live.path)
+            tmp.set_meta({"identity": json.dumps(wanted_identity(self.cfg, self.embedder, tmp.vec.available)),
+                          "index_id": uuid.uuid4().hex, "created_at": str(int(self.clock()))})
+            report = self._sync_into(tmp, progress)
+            report.rebuilt = True
+            tmp.conn.execute("pragma wal_checkpoint(truncate)")
+            # One backup step = one write transaction on the live file: readers see old or new.
+            tmp.conn.backup(live.conn)
+        finally:
+            tmp.close()
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(OSError):
+                    Path(str(tmp_path) + suffix).unlink()
+        return report
+
+    def _sync_into(self, store: IndexStore, progress: Progress | None) -> SyncReport:
+        report = SyncReport()
+        files, warnings = list_memory_files(self.workspace, self.cfg.extra_paths)
+        report.warnings.extend(warnings)
+        report.files_seen = len(files)
+        indexed = store.files("memory")
+        present = {f.rel for f in files}
+        for gone in sorted(set(indexed) - present):
+            store.delete_file(gone)
+            report.files_deleted += 1
+
+        pending: list[tuple[SourceFile, str, int, int, list[Chunk]]] = []
+        pending_chunks = 0
+        batch = max(16, self.cfg.remote.batch_size if self.cfg.provider not in ("local", "none") else 32)
+        for n, f in enumerate(files, start=1):
+            if progress:
+                progress(n, len(files), f.rel)
+            try:
+                st = f.abs.stat()
+            except FileNotFoundError:
+                continue  # vanished since listing: the next sync deletes it
+            old = indexed.get(f.rel)
+            needs_vectors = self.embedder is not None and old is not None and not old.embedded
+            if old and old.mtime == st.st_mtime_ns and old.size == st.st_size and not needs_vectors:
+                report.files_unchanged += 1
+                continue
+            read = read_memory_file(f.abs, f.rel, self.cfg.max_file_bytes)
+            if read.warning:
+                report.warnings.append(read.warning)
+            if read.text is None:
+                if old is not None:  # it was indexed before but is unreadable now: drop the stale chunks
+                    store.delete_file(f.rel)
+                continue
+            file_hash = text_hash(read.text)
+            if old and old.hash == file_hash and not needs_vectors:
+                store.touch_file(f.rel, st.st_mtime_ns, st.st_size)
+                report.files_unchanged += 1
+                continue
+            chunks = chunk_markdown(read.text, self.cfg.chunking.tokens, self.cfg.chunking.overlap)
+            pending.append((f, file_hash, st.st_mtime_ns, st.st_size, chunks))
+            pending_chunks += len(chunks)
+            if pending_chunks >= batch:
+                self._flush(store, pending, report)
+                pending, pending_chunks = [], 0
+        self._flush(store, pending, report)
+        if self.cfg.cache.max_entries:
+            store.cache_prune(self.cfg.cache.max_entries)
+        return report
+
+    def _embed(self, store: IndexStore, chunks: list[Chunk], report: SyncReport) -> dict[str, np.ndarray] | None:
+        """Vectors by chunk hash (cache first), or None when embedding failed and keyword-only is allowed."""
+        assert self.embedder is not None
+        info = self.embedder.info
+        hashes = [c.hash for c in chunks]
+        found = store.cache_get(info.provider, info.model, info.provider_key, hashes) if self.cfg.cache.enabled else {}
+        report.cache_hits += sum(1 for h in hashes if h in found)
+        todo: dict[str, str] = {}
+        for c in chunks:
+            if c.hash not in found:
+                todo.setdefault(c.hash, c.text)
+        if todo:
+            t0 = time.perf_counter()
+            try:
+                vecs = self.embedder.embed_documents(list(todo.values()))
+            except EmbeddingError as e:
+                if self.cfg.on_embedding_failure == "error":
+                    raise
+                report.warnings.append(f"embedding failed, indexed keyword-only for now: {e.message}")
+                return None
+            report.embed_seconds += time.perf_counter() - t0
+            report.embedded += len(todo)
+            new = dict(zip(todo.keys(), vecs, strict=True))
+            info = self.embedder.info  # remote providers learn dims on the first call
+            if self.cfg.cache.enabled:
+                store.cache_put(info.provider, info.model, info.provider_key, new)
+            found.update(new)
+        return found
+
+    def _flush(
+        self, store: IndexStore, pending: list[tuple[SourceFile, str, int, int, list[Chunk]]], report: SyncReport
+    ) -> None:
+        if not pending:
+            return
+        vectors: dict[str, np.ndarray] | None = None
+        if self.embedder is not None:
+            vectors = self._embed(store, [c for p in pending for c in p[4]], report)
+        model = self.embedder.info.model if self.embedder else "none"
+        dims = None
+        if vectors:
+            dims = next(iter(vectors.values())).shape[0]
+            have = store.meta().get("dims")
+            if have and int(have) != dims:
+                raise IndexError_(
+                    f"embedding dims changed ({have} → {dims}) for model {model}",
+                    "run `hermit memory index --force` to rebuild the index",
+                )
+            store.set_meta({"dims": str(dims)})
+        for f, file_hash, mtime, size, chunks in pending:
+            mat = None
+            if vectors is not None:
+                mat = np.stack([vectors[c.hash] for c in chunks]) if chunks else np.zeros((0, dims or 0))
+            store.replace_file(path=f.rel, source=f.source, file_hash=file_hash, mtime=mtime, size=size,
+                               chunks=chunks, vectors=mat, model=model)
+            report.files_indexed += 1
+            report.chunks_indexed += len(chunks)

@@ -1,0 +1,97 @@
+"""Workspace files: creating them from templates (never overwriting) and reading bootstrap files with caps."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+BOOTSTRAP_ORDER = ("AGENTS.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "USER.md", "HEARTBEAT.md", "BOOTSTRAP.md")
+MEMORY_FILE = "MEMORY.md"
+TEMPLATE_FILES = (*BOOTSTRAP_ORDER, MEMORY_FILE)
+
+
+def template_text(name: str) -> str:
+    return resources.files("hermit").joinpath("templates", name).read_text(encoding="utf-8")
+
+
+def write_new(path: Path, text: str, mode: int = 0o644) -> bool:
+    """Create `path` with `text` unless it exists (O_EXCL: never overwrite, even in a race)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    return True
+
+
+@dataclass(frozen=True)
+class InitReport:
+    created: list[str]
+    kept: list[str]
+
+
+def ensure_workspace(workspace: Path) -> InitReport:
+    """Create the workspace and its template files; existing files are kept untouched.
+
+    BOOTSTRAP.md (the first-run ritual) is only written into a brand-new workspace.
+    """
+    brand_new = not workspace.exists() or not any(workspace.iterdir())
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "memory").mkdir(exist_ok=True)
+    created, kept = [], []
+    for name in TEMPLATE_FILES:
+        if name == "BOOTSTRAP.md" and not brand_new:
+            continue
+        if write_new(workspace / name, template_text(name)):
+            created.append(name)
+        else:
+            kept.append(name)
+    return InitReport(created, kept)
+
+
+@dataclass(frozen=True)
+class BootstrapFile:
+    name: str
+    text: str | None  # None = missing
+    original_chars: int
+    truncated: bool
+
+
+def cap_text(name: str, text: str, max_chars: int) -> tuple[str, bool]:
+    """Keep the first 70% and last 20% of an over-long file, with a marker naming the file and the cut."""
+    if len(text) <= max_chars:
+        return text, False
+    head = int(max_chars * 0.7)
+    tail = int(max_chars * 0.2)
+    marker = (f"\n\n[… {name} truncated: kept the first {head:,} and last {tail:,} of {len(text):,} chars; "
+              f"read the file for the rest …]\n\n")
+    return text[:head] + marker + text[-tail:], True
+
+
+def read_bootstrap(
+    workspace: Path, *, include_memory: bool, max_chars: int = 20_000, total_max_chars: int = 150_000
+) -> list[BootstrapFile]:
+    """Bootstrap files in prompt order; MEMORY.md only when `include_memory` (main private session)."""
+    names = list(BOOTSTRAP_ORDER) + ([MEMORY_FILE] if include_memory else [])
+    out: list[BootstrapFile] = []
+    budget = total_max_chars
+    for name in names:
+        p = workspace / name
+        try:
+            raw = p.read_text(encoding="utf-8", errors="replace")
+        except (FileNotFoundError, IsADirectoryError):
+            if name == "BOOTSTRAP.md":
+                continue  # only exists for a brand-new workspace; its absence is normal
+            out.append(BootstrapFile(name, None, 0, False))
+            continue
+        text, cut = cap_text(name, raw, min(max_chars, max(budget, 0)))
+        if budget <= 0:
+            text, cut = f"[{name} omitted: the {total_max_chars:,}-char bootstrap budget is used up]", True
+        budget -= len(text)
+        out.append(BootstrapFile(name, text, len(raw), cut))
+    return out
