@@ -8,7 +8,6 @@ index stores vectors in a plain BLOB table and vector search scans it in bounded
 from __future__ import annotations
 
 import contextlib
-
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path

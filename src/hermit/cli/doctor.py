@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
