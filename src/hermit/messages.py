@@ -1,0 +1,254 @@
+"""The normalized message protocol every model adapter maps to and from, with its JSON form.
+
+Three roles: `user`, `assistant` and `toolResult` (a tool's answer to one tool call). An assistant
+message holds text parts and tool-call parts, the stop reason and token usage of the request that
+produced it. `to_dict()` / `message_from_dict()` give the JSON form the session transcripts store
+(camelCase keys, as in the original's transcripts: `toolCallId`, `toolName`, `isError`, `stopReason`,
+`cacheRead`...); `from_dict` raises ValueError on malformed input so a loader can name the bad line.
+
+Usage semantics (the same for every provider): `input_tokens` counts input tokens that were neither
+read from nor written to the prompt cache; `context_tokens` = input + cache_read + cache_write is the
+size of the prompt the model saw, which is what compaction compares to the context window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypeAlias, get_args
+
+StopReason: TypeAlias = Literal["end_turn", "tool_use", "max_tokens", "error"]
+STOP_REASONS: tuple[str, ...] = get_args(StopReason)
+
+# When a model sends tool-call arguments that are not a JSON object, the adapter keeps the raw text under
+# this key so the tool runner can answer "your arguments were not valid JSON" instead of crashing.
+INVALID_ARGUMENTS_KEY = "_raw_arguments"
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def context_tokens(self) -> int:
+        """Size of the prompt the model saw, cached or not."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+    @property
+    def total_tokens(self) -> int:
+        return self.context_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "input": self.input_tokens,
+            "output": self.output_tokens,
+            "cacheRead": self.cache_read_tokens,
+            "cacheWrite": self.cache_write_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Usage:
+        return cls(_int(d, "input"), _int(d, "output"), _int(d, "cacheRead"), _int(d, "cacheWrite"))
+
+
+@dataclass(frozen=True)
+class TextPart:
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "text", "text": self.text}
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    """An inline image: base64 `data` of type `media_type` (image/png, image/jpeg...)."""
+
+    media_type: str
+    data: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "image", "mimeType": self.media_type, "data": self.data}
+
+
+@dataclass(frozen=True)
+class ToolCallPart:
+    id: str
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "toolCall", "id": self.id, "name": self.name, "arguments": self.arguments}
+
+
+AssistantPart: TypeAlias = TextPart | ToolCallPart
+
+
+@dataclass(frozen=True)
+class UserMessage:
+    text: str
+    images: tuple[ImagePart, ...] = ()
+    role: ClassVar[Literal["user"]] = "user"
+
+    def to_dict(self) -> dict[str, Any]:
+        content = [TextPart(self.text).to_dict(), *(i.to_dict() for i in self.images)]
+        return {"role": "user", "content": content}
+
+
+@dataclass(frozen=True)
+class AssistantMessage:
+    content: tuple[AssistantPart, ...] = ()
+    stop_reason: StopReason = "end_turn"
+    usage: Usage = Usage()
+    model: str = ""
+    provider: str = ""
+    error_message: str | None = None
+    role: ClassVar[Literal["assistant"]] = "assistant"
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def tool_calls(self) -> tuple[ToolCallPart, ...]:
+        return tuple(p for p in self.content if isinstance(p, ToolCallPart))
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "role": "assistant",
+            "content": [p.to_dict() for p in self.content],
+            "stopReason": self.stop_reason,
+            "usage": self.usage.to_dict(),
+        }
+        if self.model:
+            d["model"] = self.model
+        if self.provider:
+            d["provider"] = self.provider
+        if self.error_message is not None:
+            d["errorMessage"] = self.error_message
+        return d
+
+
+@dataclass(frozen=True)
+class ToolResultMessage:
+    """The result of one tool call; `images` lets pruning know never to trim it."""
+
+    tool_call_id: str
+    tool_name: str
+    content: str
+    is_error: bool = False
+    images: tuple[ImagePart, ...] = ()
+    role: ClassVar[Literal["toolResult"]] = "toolResult"
+
+    @property
+    def has_image(self) -> bool:
+        return bool(self.images)
+
+    def to_dict(self) -> dict[str, Any]:
+        content = [TextPart(self.content).to_dict(), *(i.to_dict() for i in self.images)]
+        return {
+            "role": "toolResult",
+            "toolCallId": self.tool_call_id,
+            "toolName": self.tool_name,
+            "content": content,
+            "isError": self.is_error,
+        }
+
+
+Message: TypeAlias = UserMessage | AssistantMessage | ToolResultMessage
+
+
+def message_to_dict(message: Message) -> dict[str, Any]:
+    return message.to_dict()
+
+
+def message_from_dict(d: Mapping[str, Any]) -> Message:
+    """Parse the JSON form of any message; raises ValueError naming what is wrong."""
+    if not isinstance(d, Mapping):
+        raise ValueError(f"message must be an object, got {type(d).__name__}")
+    role = d.get("role")
+    if role == "user":
+        text, images = _text_and_images(d.get("content"), "user content")
+        return UserMessage(text, images)
+    if role == "assistant":
+        raw = d.get("content", [])
+        if isinstance(raw, str):
+            raw = [{"type": "text", "text": raw}]
+        if not isinstance(raw, list):
+            raise ValueError("assistant content must be a list")
+        parts: list[AssistantPart] = []
+        for p in raw:
+            kind = p.get("type") if isinstance(p, Mapping) else None
+            if kind == "text":
+                parts.append(TextPart(_str(p, "text")))
+            elif kind == "toolCall":
+                args = p.get("arguments", {})
+                if not isinstance(args, dict):
+                    raise ValueError("toolCall arguments must be an object")
+                parts.append(ToolCallPart(_str(p, "id"), _str(p, "name"), args))
+            else:
+                raise ValueError(f"unknown assistant content part: {p!r:.80}")
+        stop = d.get("stopReason", "end_turn")
+        if stop not in STOP_REASONS:
+            raise ValueError(f"unknown stopReason {stop!r}")
+        usage = d.get("usage") or {}
+        if not isinstance(usage, Mapping):
+            raise ValueError("usage must be an object")
+        err = d.get("errorMessage")
+        return AssistantMessage(
+            tuple(parts),
+            stop,
+            Usage.from_dict(usage),
+            str(d.get("model", "")),
+            str(d.get("provider", "")),
+            None if err is None else str(err),
+        )
+    if role == "toolResult":
+        text, images = _text_and_images(d.get("content"), "toolResult content")
+        is_error = d.get("isError", False)
+        if not isinstance(is_error, bool):
+            raise ValueError("isError must be a boolean")
+        return ToolResultMessage(_str(d, "toolCallId"), _str(d, "toolName"), text, is_error, images)
+    raise ValueError(f"unknown message role {role!r}")
+
+
+def _text_and_images(raw: Any, what: str) -> tuple[str, tuple[ImagePart, ...]]:
+    if isinstance(raw, str):
+        return raw, ()
+    if not isinstance(raw, list):
+        raise ValueError(f"{what} must be a string or a list")
+    texts: list[str] = []
+    images: list[ImagePart] = []
+    for p in raw:
+        kind = p.get("type") if isinstance(p, Mapping) else None
+        if kind == "text":
+            texts.append(_str(p, "text"))
+        elif kind == "image":
+            images.append(ImagePart(_str(p, "mimeType"), _str(p, "data")))
+        else:
+            raise ValueError(f"unknown {what} part: {p!r:.80}")
+    return "".join(texts), tuple(images)
+
+
+def _str(d: Mapping[str, Any], key: str) -> str:
+    v = d.get(key)
+    if not isinstance(v, str):
+        raise ValueError(f"{key!r} must be a string, got {type(v).__name__}")
+    return v
+
+
+def _int(d: Mapping[str, Any], key: str) -> int:
+    v = d.get(key, 0)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"usage {key!r} must be an integer")
+    return v

@@ -1,0 +1,131 @@
+"""The Model interface the agent loop talks to: request, response, stream events and model profile.
+
+Every adapter (Anthropic, OpenAI-compatible, the scripted test model) implements `Model`. Provider facts
+the rest of Hermit needs (context window, prompt caching and its TTL, tool-call style) are data on the
+`ModelProfile`, so no code outside `models/` ever branches on a provider name.
+
+Calls are synchronous and every network call has a timeout; the async gateway runs them in a worker
+thread. `stream()` yields `TextDelta` / `ToolCallDelta` events as they arrive and always ends with one
+`ResponseDone` carrying the same `ModelResponse` that `complete()` would have returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+
+from hermit.errors import ProviderError
+from hermit.messages import AssistantMessage, Message, StopReason, ToolCallPart, Usage
+
+ToolCallStyle: TypeAlias = Literal["anthropic", "openai"]
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """What the rest of Hermit may know about a model.
+
+    `cache_ttl_seconds` is the life of the provider's prompt cache when the adapter marks cache
+    breakpoints (Anthropic: 5 minutes); tool-output pruning waits for it to expire before trimming.
+    """
+
+    provider: str
+    model_id: str
+    context_window: int = 128_000
+    max_output_tokens: int = 8192
+    supports_prompt_caching: bool = False
+    cache_ttl_seconds: float | None = None
+    tool_call_style: ToolCallStyle = "openai"
+    supports_images: bool = True
+
+    @property
+    def ref(self) -> str:
+        """The "<provider>/<model>" name agents use in config."""
+        return f"{self.provider}/{self.model_id}"
+
+
+@dataclass(frozen=True)
+class ToolSchema:
+    """A tool as the model sees it: name, description and a JSON schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSchema, ...] = ()
+    # None: the profile's max_output_tokens.
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    message: AssistantMessage
+
+    @property
+    def text(self) -> str:
+        return self.message.text
+
+    @property
+    def tool_calls(self) -> tuple[ToolCallPart, ...]:
+        return self.message.tool_calls
+
+    @property
+    def usage(self) -> Usage:
+        return self.message.usage
+
+    @property
+    def stop_reason(self) -> StopReason:
+        return self.message.stop_reason
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A piece of tool call number `index`; `id` and `name` are set on its first delta (else "")."""
+
+    index: int
+    id: str
+    name: str
+    arguments_delta: str
+
+
+@dataclass(frozen=True)
+class ResponseDone:
+    response: ModelResponse
+
+
+StreamEvent: TypeAlias = TextDelta | ToolCallDelta | ResponseDone
+
+
+@runtime_checkable
+class Model(Protocol):
+    @property
+    def profile(self) -> ModelProfile: ...
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        """One full reply. Raises AuthError, RateLimitError, ContextOverflowError or ProviderError."""
+        ...
+
+    def stream(self, request: ModelRequest) -> Iterator[StreamEvent]:
+        """The reply as it is produced, ending with ResponseDone. Raises like `complete`."""
+        ...
+
+
+def final_response(events: Iterator[StreamEvent]) -> ModelResponse:
+    """Drain a stream and return its final response (for callers that do not render deltas)."""
+    for event in events:
+        if isinstance(event, ResponseDone):
+            return event.response
+    raise ProviderError(
+        "the model stream ended without a final response", "retry; if it persists, report a bug"
+    )

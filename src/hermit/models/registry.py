@@ -1,0 +1,176 @@
+"""Building a Model from config: "<provider>/<model>" refs, API keys, and known model limits.
+
+A ref names a provider configured under `models.providers` (or one of the well-known names that work
+without config: anthropic, openai, openrouter, ollama) and a model id, which may itself contain
+slashes ("openrouter/anthropic/claude-sonnet-4"). Context window and output cap come from the
+provider's `models` entry, else from the table of common models below, else 128k / 8192.
+
+Keys come from the provider's `api_key`, else the environment variable `api_key_env`, else the
+provider's usual variable (ANTHROPIC_API_KEY...). The environment is passed in, never read here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import httpx
+
+from hermit.config.schema import ModelsConfig, ProviderConfig
+from hermit.errors import AuthError, ConfigError
+from hermit.models.anthropic import AnthropicModel
+from hermit.models.base import Model, ModelProfile
+from hermit.models.openai_compat import OpenAIModel
+
+DEFAULT_CONTEXT_WINDOW = 128_000
+DEFAULT_MAX_OUTPUT_TOKENS = 8192
+ANTHROPIC_CACHE_TTL_SECONDS = 300.0
+
+# (model id prefix, context window, max output tokens); the longest matching prefix wins. Ids are matched
+# on their last path segment, so "anthropic/claude-sonnet-4" on OpenRouter finds "claude-sonnet-4".
+KNOWN_MODELS: tuple[tuple[str, int, int], ...] = (
+    ("claude-opus-4", 200_000, 32_000),
+    ("claude-opus-4-5", 200_000, 64_000),
+    ("claude-sonnet-4", 200_000, 64_000),
+    ("claude-haiku-4", 200_000, 64_000),
+    ("claude-3-7-sonnet", 200_000, 64_000),
+    ("claude-3-5", 200_000, 8192),
+    ("claude-3", 200_000, 4096),
+    ("claude", 200_000, 8192),
+    ("gpt-5", 400_000, 128_000),
+    ("gpt-4.1", 1_047_576, 32_768),
+    ("gpt-4o", 128_000, 16_384),
+    ("gpt-4-turbo", 128_000, 4096),
+    ("gpt-4", 8192, 4096),
+    ("gpt-3.5-turbo", 16_385, 4096),
+    ("o1", 200_000, 100_000),
+    ("o3", 200_000, 100_000),
+    ("o4-mini", 200_000, 100_000),
+    ("gemini-1.5", 1_048_576, 8192),
+    ("gemini-2", 1_048_576, 65_536),
+    ("llama-3", 128_000, 8192),
+    ("llama3.1", 128_000, 8192),
+    ("llama3.2", 128_000, 8192),
+    ("llama3.3", 128_000, 8192),
+    ("qwen2.5", 32_768, 8192),
+    ("qwen3", 40_960, 8192),
+    ("mistral-large", 128_000, 8192),
+    ("deepseek", 128_000, 8192),
+)
+
+# Providers that work with no config entry at all.
+WELL_KNOWN_PROVIDERS: dict[str, ProviderConfig] = {
+    name: ProviderConfig.model_validate(raw)
+    for name, raw in {
+        "anthropic": {"type": "anthropic"},
+        "openai": {"type": "openai"},
+        "openrouter": {
+            "type": "openai-compatible",
+            "base_url": "https://openrouter.ai/api/v1",
+            "api_key_env": "OPENROUTER_API_KEY",
+        },
+        "ollama": {"type": "openai-compatible", "base_url": "http://127.0.0.1:11434/v1"},
+    }.items()
+}
+_DEFAULT_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+
+
+def known_limits(model_id: str) -> tuple[int, int]:
+    """(context window, max output tokens) of a model id from the table, else the defaults."""
+    name = model_id.rsplit("/", 1)[-1].lower()
+    best: tuple[str, int, int] | None = None
+    for entry in KNOWN_MODELS:
+        if name.startswith(entry[0]) and (best is None or len(entry[0]) > len(best[0])):
+            best = entry
+    return (best[1], best[2]) if best else (DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT_TOKENS)
+
+
+def parse_model_ref(ref: str) -> tuple[str, str]:
+    provider, sep, model = ref.strip().partition("/")
+    if not sep or not provider or not model:
+        raise ConfigError(
+            f"model {ref!r} is not of the form <provider>/<model>",
+            "write it like anthropic/claude-sonnet-4-5 or openai/gpt-4.1",
+        )
+    return provider, model
+
+
+def provider_config(name: str, config: ModelsConfig) -> ProviderConfig:
+    if name in config.providers:
+        return config.providers[name]
+    if name in WELL_KNOWN_PROVIDERS:
+        return WELL_KNOWN_PROVIDERS[name]
+    known = sorted({*config.providers, *WELL_KNOWN_PROVIDERS})
+    raise ConfigError(
+        f"unknown model provider {name!r} (known: {', '.join(known)})",
+        f"add it under models.providers.{name} with type anthropic, openai or openai-compatible",
+    )
+
+
+def model_profile(provider: str, model_id: str, pc: ProviderConfig) -> ModelProfile:
+    info = pc.models.get(model_id)
+    context_window, max_output = (
+        (info.context_window, info.max_output_tokens) if info else known_limits(model_id)
+    )
+    anthropic = pc.type == "anthropic"
+    return ModelProfile(
+        provider=provider,
+        model_id=model_id,
+        context_window=context_window,
+        max_output_tokens=max_output,
+        supports_prompt_caching=anthropic,
+        cache_ttl_seconds=ANTHROPIC_CACHE_TTL_SECONDS if anthropic else None,
+        tool_call_style="anthropic" if anthropic else "openai",
+    )
+
+
+def resolve_api_key(provider: str, pc: ProviderConfig, environ: Mapping[str, str]) -> tuple[str | None, str]:
+    """(key or None, hint naming where the key is looked for)."""
+    env = pc.api_key_env or _DEFAULT_KEY_ENV.get(pc.type)
+    where = f"models.providers.{provider}.api_key in hermit.yaml"
+    hint = f"set {env} or {where}" if env else f"set {where} (or api_key_env to name a variable)"
+    if pc.api_key:
+        return pc.api_key, f"check {where}"
+    if env and environ.get(env):
+        return environ[env], f"check the key in {env} (or set {where})"
+    return None, hint
+
+
+def build_model(
+    ref: str,
+    config: ModelsConfig,
+    environ: Mapping[str, str],
+    *,
+    sleep: Callable[[float], None] | None = None,
+    transport: httpx.BaseTransport | None = None,
+) -> Model:
+    """The adapter for "<provider>/<model>". Raises ConfigError, or AuthError when a key is required
+    (anthropic, openai) and none is configured."""
+    provider, model_id = parse_model_ref(ref)
+    pc = provider_config(provider, config)
+    profile = model_profile(provider, model_id, pc)
+    key, hint = resolve_api_key(provider, pc, environ)
+    if key is None and (pc.type != "openai-compatible" or pc.api_key_env):
+        raise AuthError(f"no API key for model provider {provider!r}", hint)
+    if pc.type == "anthropic":
+        assert key is not None
+        return AnthropicModel(
+            profile,
+            key,
+            base_url=pc.base_url,
+            key_hint=hint,
+            timeout_seconds=pc.timeout_seconds,
+            max_retries=pc.max_retries,
+            sleep=sleep,
+            transport=transport,
+        )
+    return OpenAIModel(
+        profile,
+        key,
+        base_url=pc.base_url,
+        key_hint=hint,
+        max_tokens_param="max_completion_tokens" if pc.type == "openai" else "max_tokens",
+        timeout_seconds=pc.timeout_seconds,
+        max_retries=pc.max_retries,
+        sleep=sleep,
+        transport=transport,
+    )

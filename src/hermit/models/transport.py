@@ -1,0 +1,321 @@
+"""HTTP for model adapters: POST with timeout and retries, SSE reading, and mapping failures to errors.
+
+Retried (exponential backoff, `Retry-After`/`retry-after-ms` honoured): 408, 409, 425, 429, 5xx, 529
+and connection errors/timeouts. A stream is retried only until its first event has been yielded; after
+that a failure raises, since half a reply cannot be taken back. A `Retry-After` longer than
+`max_retry_after` is not waited for: the RateLimitError carries it instead. Invalid JSON from a
+successful response is not retried (a misconfigured base_url answers the same every time).
+
+Both wire formats put a message in `{"error": {"message": ...}}`, Ollama in `{"error": "..."}`, some
+servers in `{"detail": ...}`; `error_message()` reads all of them.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from hermit.errors import (
+    AuthError,
+    ContextOverflowError,
+    HermitError,
+    ProviderError,
+    RateLimitError,
+)
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+_OVERFLOW_MARKERS = (
+    "prompt is too long",
+    "context_length_exceeded",
+    "context length",
+    "context window",
+    "maximum context",
+    "too many tokens",
+    "input is too long",
+    "input too long",
+    "request_too_large",
+    "reduce the length",
+)
+
+
+def is_context_overflow(text: str) -> bool:
+    low = text.lower()
+    return any(m in low for m in _OVERFLOW_MARKERS)
+
+
+def error_message(body: Any) -> str:
+    """The human message inside a provider's error body (a parsed JSON value or raw text)."""
+    if isinstance(body, Mapping):
+        err = body.get("error")
+        if isinstance(err, Mapping):
+            msg = err.get("message") or err.get("type") or err.get("code")
+            if msg:
+                return str(msg)
+        if isinstance(err, str) and err:
+            return err
+        for key in ("message", "detail"):
+            if body.get(key):
+                return str(body[key])
+        return json.dumps(body)[:300]
+    return str(body).strip()[:300]
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    event: str
+    data: str
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_retries: int = 3
+    backoff_base: float = 1.0
+    backoff_max: float = 30.0
+    max_retry_after: float = 60.0
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return max(0.0, retry_after)
+        return float(min(self.backoff_max, self.backoff_base * (2**attempt)))
+
+
+@dataclass
+class _Failure:
+    error: HermitError
+    retryable: bool
+    retry_after: float | None = None
+
+
+class ProviderHttp:
+    """One provider endpoint's HTTP client: headers, timeout, retries and error mapping.
+
+    `key_hint` is the hint an AuthError carries ("set ANTHROPIC_API_KEY or ..."); `sleep` is injectable
+    so tests of the backoff do not wait.
+    """
+
+    def __init__(
+        self,
+        provider: str,
+        headers: Mapping[str, str],
+        *,
+        key_hint: str,
+        timeout_seconds: float = 120.0,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.provider = provider
+        self.key_hint = key_hint
+        self.timeout_seconds = timeout_seconds
+        self.retry = retry or RetryPolicy()
+        self._sleep = sleep or time.sleep
+        self._client = httpx.Client(
+            headers=dict(headers),
+            timeout=httpx.Timeout(timeout_seconds, connect=min(timeout_seconds, 15.0)),
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def post_json(self, url: str, body: Mapping[str, Any]) -> Any:
+        attempt = 0
+        while True:
+            try:
+                resp = self._client.post(url, json=body)
+            except httpx.TransportError as e:
+                failure = self._transport_failure(url, e)
+            else:
+                if resp.status_code < 400:
+                    return self._parse_json(resp.content, url)
+                failure = self._status_failure(resp.status_code, resp.text, resp.headers)
+            attempt = self._wait_or_raise(failure, attempt)
+
+    def post_sse(self, url: str, body: Mapping[str, Any]) -> Iterator[SseEvent]:
+        """POST and yield the server-sent events of the reply (retrying until the first one)."""
+        attempt = 0
+        while True:
+            started = False
+            failure: _Failure | None = None
+            try:
+                with self._client.stream("POST", url, json=body) as resp:
+                    if resp.status_code >= 400:
+                        resp.read()
+                        failure = self._status_failure(resp.status_code, resp.text, resp.headers)
+                    elif "text/event-stream" not in resp.headers.get("content-type", ""):
+                        # A server that ignored stream=true (or an error page with status 200).
+                        resp.read()
+                        parsed = self._parse_json(resp.content, url)
+                        if isinstance(parsed, dict) and parsed.get("error"):
+                            raise self.map_error(0, parsed)
+                        msg = error_message(parsed)
+                        raise ProviderError(
+                            f"{self.provider}: expected an event stream from {url}, got: {msg[:200]}",
+                            "check base_url points at the provider's API",
+                        )
+                    else:
+                        for event in iter_sse(resp.iter_lines()):
+                            started = True
+                            yield event
+                        return
+            except httpx.TransportError as e:
+                if started:
+                    raise ProviderError(
+                        f"{self.provider}: the reply stream broke off ({type(e).__name__}: {e})",
+                        "retry the message; if it keeps happening, raise timeout_seconds for this provider",
+                    ) from e
+                failure = self._transport_failure(url, e)
+            assert failure is not None
+            attempt = self._wait_or_raise(failure, attempt)
+
+    def _wait_or_raise(self, failure: _Failure, attempt: int) -> int:
+        if not failure.retryable or attempt >= self.retry.max_retries:
+            raise failure.error
+        if failure.retry_after is not None and failure.retry_after > self.retry.max_retry_after:
+            raise failure.error
+        delay = self.retry.delay(attempt, failure.retry_after)
+        log.warning(
+            "%s: %s; retry %d/%d in %.1fs",
+            self.provider,
+            failure.error.message,
+            attempt + 1,
+            self.retry.max_retries,
+            delay,
+        )
+        self._sleep(delay)
+        return attempt + 1
+
+    def _parse_json(self, content: bytes, url: str) -> Any:
+        try:
+            return json.loads(content)
+        except ValueError as e:
+            snippet = content[:120].decode("utf-8", "replace")
+            raise ProviderError(
+                f"{self.provider}: the reply from {url} is not valid JSON: {snippet!r}",
+                "check base_url points at the provider's API (for OpenAI-compatible servers it "
+                "usually ends in /v1)",
+            ) from e
+
+    def _transport_failure(self, url: str, e: httpx.TransportError) -> _Failure:
+        if isinstance(e, httpx.TimeoutException):
+            err = ProviderError(
+                f"{self.provider}: no answer from {url} within {self.timeout_seconds:g}s",
+                f"raise models.providers.{self.provider}.timeout_seconds or try again later",
+            )
+        else:
+            err = ProviderError(
+                f"{self.provider}: cannot reach {url} ({type(e).__name__}: {e})",
+                "check the network and that base_url is right and the server is running",
+            )
+        return _Failure(err, retryable=True)
+
+    def _status_failure(self, status: int, text: str, headers: httpx.Headers) -> _Failure:
+        try:
+            body: Any = json.loads(text)
+        except ValueError:
+            body = text
+        retry_after = retry_after_seconds(headers)
+        err = self.map_error(status, body, retry_after)
+        # A 429 that is really "quota exhausted" will not get better by waiting.
+        retryable = (
+            status in RETRYABLE_STATUS
+            and not isinstance(err, ContextOverflowError)
+            and (status != 429 or isinstance(err, RateLimitError))
+        )
+        return _Failure(err, retryable, retry_after)
+
+    def map_error(self, status: int, body: Any, retry_after: float | None = None) -> HermitError:
+        """The Hermit error for an HTTP status and error body; status 0 means an in-stream error event."""
+        msg = error_message(body)
+        where = f"{self.provider} (HTTP {status})" if status else self.provider
+        raw = body if isinstance(body, str) else json.dumps(body)
+        if status in (401, 403):
+            return AuthError(f"{where} rejected the credentials: {msg}", self.key_hint)
+        if status == 413 or (status in (0, 400, 422) and is_context_overflow(raw)):
+            return ContextOverflowError(
+                f"{where}: the request is larger than the model's context window: {msg}",
+                "compact the session (/compact) or start a new one (/new)",
+            )
+        if status == 429 or (status == 0 and "rate_limit" in raw):
+            if "quota" in raw.lower() or "billing" in raw.lower():
+                return ProviderError(
+                    f"{where}: quota exhausted: {msg}", "check the account's plan and billing"
+                )
+            return RateLimitError(
+                f"{where}: rate limited: {msg}",
+                "wait a minute and retry, or lower the request rate",
+                retry_after=retry_after,
+            )
+        if status == 404:
+            return ProviderError(f"{where}: not found: {msg}", "check the model id and base_url")
+        if status >= 500 or status == 0:
+            return ProviderError(
+                f"{where}: provider error: {msg}", "the provider is having trouble; try again later"
+            )
+        return ProviderError(
+            f"{where}: request rejected: {msg}", "this is likely a Hermit bug; please report it"
+        )
+
+
+def retry_after_seconds(headers: httpx.Headers) -> float | None:
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def iter_sse(lines: Iterator[str]) -> Iterator[SseEvent]:
+    """Server-sent events from text lines (WHATWG rules: event/data fields, blank line dispatches)."""
+    event = ""
+    data: list[str] = []
+    for line in lines:
+        if not line:
+            if data:
+                yield SseEvent(event or "message", "\n".join(data))
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+    if data:
+        yield SseEvent(event or "message", "\n".join(data))
+
+
+def parse_event_json(provider: str, data: str) -> Any:
+    """Parse one SSE data payload; garbage raises ProviderError."""
+    try:
+        return json.loads(data)
+    except ValueError as e:
+        raise ProviderError(
+            f"{provider}: the reply stream carried invalid JSON: {data[:120]!r}",
+            "check base_url points at the provider's API",
+        ) from e

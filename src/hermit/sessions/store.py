@@ -1,0 +1,575 @@
+"""The per-agent sessions.json store: session key → current sessionId, timestamps and counters.
+
+sessions.json is an index over the transcripts, not the truth: every transcript header carries its
+session key, so a corrupt or missing sessions.json is rebuilt from the `*.jsonl` files with nothing
+lost (the damaged file is kept aside as `sessions.json.corrupt-<timestamp>`).
+
+Durability and concurrency: every change is a read-modify-write under an exclusive fcntl lock on
+`sessions.json.lock` (so the gateway and a CLI process never lose each other's updates), written to
+a temp file, fsynced and swapped in with os.replace. Readers need no lock: they always see either the
+old or the new file.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import fcntl
+import json
+import logging
+import os
+import secrets
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from hermit.config.paths import StatePaths
+from hermit.errors import SessionError
+from hermit.sessions.keys import chat_type_of, parse_session_key
+from hermit.sessions.transcript import (
+    Clock,
+    CompactionEntry,
+    IdFactory,
+    Transcript,
+    ensure_private_dir,
+    format_timestamp,
+    parse_timestamp,
+    read_transcript,
+    utc_now,
+)
+
+log = logging.getLogger("hermit.sessions")
+
+STORE_FILE = "sessions.json"
+RECOVERED_KEY_PREFIX = "recovered:"
+
+
+def new_session_id() -> str:
+    return str(uuid.uuid4())
+
+
+# Python field name -> sessions.json (camelCase, as in the original) name.
+_JSON_NAMES: dict[str, str] = {
+    "session_id": "sessionId",
+    "created_at": "createdAt",
+    "updated_at": "updatedAt",
+    "origin_channel": "originChannel",
+    "chat_type": "chatType",
+    "input_tokens": "inputTokens",
+    "output_tokens": "outputTokens",
+    "total_tokens": "totalTokens",
+    "context_tokens": "contextTokens",
+    "compaction_count": "compactionCount",
+    "memory_flush_compaction_count": "memoryFlushCompactionCount",
+    "previous_session_id": "previousSessionId",
+}
+_COUNTERS = ("input_tokens", "output_tokens", "total_tokens", "context_tokens", "compaction_count")
+_IMMUTABLE = ("key", "session_id")
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One sessions.json entry.
+
+    input/output/total tokens are cumulative over the session; `context_tokens` is the size of the
+    context at the last model request (what compaction and the memory flush compare to the window).
+    `memory_flush_compaction_count` is the compaction count at the last flush (None: never flushed),
+    so the flush runs at most once per compaction cycle. `extra` keeps fields this version does not
+    know, so a newer Hermit's data survives a round trip through an older one.
+    """
+
+    key: str
+    session_id: str
+    created_at: datetime
+    updated_at: datetime
+    origin_channel: str | None = None
+    chat_type: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    context_tokens: int = 0
+    compaction_count: int = 0
+    memory_flush_compaction_count: int | None = None
+    previous_session_id: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for name, json_name in _JSON_NAMES.items():
+            value = getattr(self, name)
+            obj[json_name] = format_timestamp(value) if isinstance(value, datetime) else value
+        for name, value in self.extra.items():
+            obj.setdefault(name, value)
+        return obj
+
+    @classmethod
+    def from_json(cls, key: str, obj: Any) -> SessionRecord:
+        """Parse one entry; raises ValueError saying what is wrong."""
+        if not isinstance(obj, dict):
+            raise ValueError("entry is not a JSON object")
+        session_id = obj.get("sessionId")
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError("missing 'sessionId'")
+        created = parse_timestamp(obj.get("createdAt", ""))
+        updated = parse_timestamp(obj.get("updatedAt", ""))
+        if created is None or updated is None:
+            raise ValueError("missing or malformed 'createdAt'/'updatedAt'")
+        values: dict[str, Any] = {}
+        for name in _COUNTERS:
+            value = obj.get(_JSON_NAMES[name], 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"'{_JSON_NAMES[name]}' is not a non-negative integer")
+            values[name] = value
+        for name in ("origin_channel", "chat_type", "previous_session_id"):
+            value = obj.get(_JSON_NAMES[name])
+            values[name] = value if isinstance(value, str) else None
+        flush = obj.get("memoryFlushCompactionCount")
+        values["memory_flush_compaction_count"] = (
+            flush if isinstance(flush, int) and not isinstance(flush, bool) else None
+        )
+        known = set(_JSON_NAMES.values())
+        extra = {k: v for k, v in obj.items() if k not in known}
+        return cls(
+            key=key, session_id=session_id, created_at=created, updated_at=updated, extra=extra, **values
+        )
+
+
+class OpenedSession(NamedTuple):
+    record: SessionRecord
+    transcript_path: Path
+    created: bool  # True when this call started a new session (new sessionId, new transcript)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems cannot fsync a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, data: bytes, *, fsync: bool) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if fsync:
+        _fsync_dir(path.parent)
+
+
+class _Corrupt(Exception):
+    def __init__(self, reason: str, salvaged: dict[str, SessionRecord]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.salvaged = salvaged
+
+
+def _parse_store(data: bytes) -> dict[str, SessionRecord]:
+    """Parse sessions.json; raises _Corrupt with whatever entries were still valid."""
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _Corrupt(f"not valid JSON ({exc})", {}) from None
+    if not isinstance(obj, dict):
+        raise _Corrupt("top level is not a JSON object", {})
+    records: dict[str, SessionRecord] = {}
+    bad: list[str] = []
+    for key, value in obj.items():
+        try:
+            records[key] = SessionRecord.from_json(key, value)
+        except ValueError as exc:
+            bad.append(f"{key!r}: {exc}")
+    if bad:
+        raise _Corrupt("invalid entries: " + "; ".join(bad), records)
+    return records
+
+
+class SessionStore:
+    """sessions.json of one agent plus the `<sessionId>.jsonl` transcripts next to it."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        clock: Clock = utc_now,
+        id_factory: IdFactory = new_session_id,
+        cwd: str | Path | None = None,
+        fsync: bool = True,
+    ) -> None:
+        self._dir = Path(directory)
+        self._clock = clock
+        self._id_factory = id_factory
+        self._cwd = cwd
+        self._fsync = fsync
+        self.warnings: builtins.list[str] = []
+
+    @classmethod
+    def for_agent(
+        cls,
+        paths: StatePaths,
+        agent_id: str,
+        *,
+        clock: Clock = utc_now,
+        id_factory: IdFactory = new_session_id,
+        cwd: str | Path | None = None,
+        fsync: bool = True,
+    ) -> SessionStore:
+        """The store at `<state>/agents/<agentId>/sessions/`; cwd defaults to the agent's workspace."""
+        return cls(
+            paths.sessions_dir(agent_id),
+            clock=clock,
+            id_factory=id_factory,
+            cwd=cwd if cwd is not None else paths.default_workspace(agent_id),
+            fsync=fsync,
+        )
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    @property
+    def path(self) -> Path:
+        return self._dir / STORE_FILE
+
+    def transcript_path(self, session_id: str) -> Path:
+        return self._dir / f"{session_id}.jsonl"
+
+    def open_transcript(self, record: SessionRecord, *, fsync: bool | None = None) -> Transcript:
+        """The transcript of a record (it must exist: get_or_create/new_session create it)."""
+        return Transcript.open(
+            self.transcript_path(record.session_id),
+            clock=self._clock,
+            fsync=self._fsync if fsync is None else fsync,
+        )
+
+    # ---- reading ------------------------------------------------------------------------------
+
+    def get(self, key: str) -> SessionRecord | None:
+        return self._read().get(key)
+
+    def list(self) -> builtins.list[SessionRecord]:
+        """All records, most recently updated first."""
+        return sorted(self._read().values(), key=lambda r: r.updated_at, reverse=True)
+
+    def _read(self) -> dict[str, SessionRecord]:
+        """Lock-free read; takes the lock only to repair a corrupt or missing file."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            if not any(self._dir.glob("*.jsonl")):
+                return {}
+            with self._locked():
+                return self._load_locked()
+        except OSError as exc:
+            raise self._unreadable(exc) from exc
+        try:
+            return _parse_store(data)
+        except _Corrupt:
+            with self._locked():
+                return self._load_locked()
+
+    def _unreadable(self, exc: OSError) -> SessionError:
+        return SessionError(
+            f"cannot read {self.path}: {exc.strerror or exc}",
+            hint="check the permissions of the sessions directory (it should be yours, mode 0700)",
+        )
+
+    # ---- changing -----------------------------------------------------------------------------
+
+    def get_or_create(
+        self,
+        key: str,
+        *,
+        origin_channel: str | None = None,
+        chat_type: str | None = None,
+        cwd: str | Path | None = None,
+    ) -> OpenedSession:
+        """The current session of `key`, creating record and transcript (with header) if needed."""
+        _check_key(key)
+        with self._locked():
+            records = self._load_locked()
+            record = records.get(key)
+            if record is not None:
+                path = self.transcript_path(record.session_id)
+                if not path.exists():
+                    msg = f"transcript {path} of session {key!r} is missing; starting it again with a new header"
+                    self._warn(msg)
+                    Transcript.create(
+                        path, cwd=self._cwd_for(cwd), session_key=key, clock=self._clock, fsync=self._fsync
+                    )
+                return OpenedSession(record, path, False)
+            return self._start_locked(records, key, None, origin_channel, chat_type, cwd)
+
+    def new_session(
+        self,
+        key: str,
+        *,
+        origin_channel: str | None = None,
+        chat_type: str | None = None,
+        cwd: str | Path | None = None,
+    ) -> OpenedSession:
+        """Rotate `key` to a fresh sessionId and transcript; the old transcript file stays on disk."""
+        _check_key(key)
+        with self._locked():
+            records = self._load_locked()
+            return self._start_locked(records, key, records.get(key), origin_channel, chat_type, cwd)
+
+    def update(self, key: str, **fields: Any) -> SessionRecord:
+        """Set fields (SessionRecord attribute names); updated_at becomes now unless given."""
+        for name in fields:
+            if name in _IMMUTABLE:
+                raise TypeError(f"SessionStore.update cannot change {name!r}")
+        now = self._clock()
+
+        def change(record: SessionRecord) -> SessionRecord:
+            return dataclasses.replace(record, **{"updated_at": now, **fields})
+
+        return self.mutate(key, change)
+
+    def add_usage(
+        self,
+        key: str,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        context_tokens: int | None = None,
+    ) -> SessionRecord:
+        """Add one request's token usage atomically (cumulative counters; context_tokens is replaced)."""
+        now = self._clock()
+
+        def change(record: SessionRecord) -> SessionRecord:
+            return dataclasses.replace(
+                record,
+                input_tokens=record.input_tokens + input_tokens,
+                output_tokens=record.output_tokens + output_tokens,
+                total_tokens=record.total_tokens + input_tokens + output_tokens,
+                context_tokens=record.context_tokens if context_tokens is None else context_tokens,
+                updated_at=now,
+            )
+
+        return self.mutate(key, change)
+
+    def mutate(self, key: str, change: Callable[[SessionRecord], SessionRecord]) -> SessionRecord:
+        """Read-modify-write one record under the store lock; `change` must be quick and pure."""
+        with self._locked():
+            records = self._load_locked()
+            record = records.get(key)
+            if record is None:
+                raise SessionError(
+                    f"no session {key!r} in {self.path}",
+                    hint="create it first with get_or_create(), or check the key with `hermit sessions list`",
+                )
+            new = change(record)
+            if new.key != record.key or new.session_id != record.session_id:
+                raise SessionError(f"a change to session {key!r} tried to alter its key or sessionId")
+            records[key] = new
+            self._save_locked(records)
+            return new
+
+    # ---- internals ----------------------------------------------------------------------------
+
+    def _cwd_for(self, cwd: str | Path | None) -> str:
+        chosen = cwd if cwd is not None else self._cwd
+        return str(chosen if chosen is not None else Path.cwd())
+
+    def _start_locked(
+        self,
+        records: dict[str, SessionRecord],
+        key: str,
+        previous: SessionRecord | None,
+        origin_channel: str | None,
+        chat_type: str | None,
+        cwd: str | Path | None,
+    ) -> OpenedSession:
+        session_id = self._unused_session_id(records)
+        path = self.transcript_path(session_id)
+        # Transcript first: if we die before sessions.json is written, the header still names the key.
+        Transcript.create(
+            path,
+            cwd=self._cwd_for(cwd),
+            session_id=session_id,
+            session_key=key,
+            clock=self._clock,
+            fsync=self._fsync,
+        )
+        now = self._clock()
+        if origin_channel is None:
+            if previous is not None:
+                origin_channel = previous.origin_channel
+            else:
+                try:
+                    origin_channel = parse_session_key(key).channel
+                except SessionError:
+                    origin_channel = None
+        if chat_type is None:
+            chat_type = previous.chat_type if previous is not None else chat_type_of(key)
+        record = SessionRecord(
+            key=key,
+            session_id=session_id,
+            created_at=now,
+            updated_at=now,
+            origin_channel=origin_channel,
+            chat_type=chat_type,
+            previous_session_id=previous.session_id if previous is not None else None,
+            extra=dict(previous.extra) if previous is not None else {},
+        )
+        records[key] = record
+        self._save_locked(records)
+        return OpenedSession(record, path, True)
+
+    def _unused_session_id(self, records: Mapping[str, SessionRecord]) -> str:
+        in_use = {r.session_id for r in records.values()}
+        for _ in range(100):
+            candidate = self._id_factory()
+            if candidate not in in_use and not self.transcript_path(candidate).exists():
+                return candidate
+        raise SessionError(
+            f"could not find an unused session id in {self._dir}",
+            hint="the id factory keeps returning ids of existing transcripts",
+        )
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        # Not re-entrant: flock locks per open file description, so a nested _locked() in the same
+        # process would wait on itself. Public methods take it once and call *_locked helpers.
+        ensure_private_dir(self._dir)
+        try:
+            fd = os.open(self._dir / f"{STORE_FILE}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise SessionError(
+                f"cannot open the lock file in {self._dir}: {exc.strerror or exc}",
+                hint="check that the sessions directory is writable by you",
+            ) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _load_locked(self) -> dict[str, SessionRecord]:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return self._rebuild_missing_locked()
+        except OSError as exc:
+            raise self._unreadable(exc) from exc
+        try:
+            return _parse_store(data)
+        except _Corrupt as corrupt:
+            return self._recover_locked(corrupt)
+
+    def _save_locked(self, records: Mapping[str, SessionRecord]) -> None:
+        obj = {key: record.to_json() for key, record in records.items()}
+        data = (json.dumps(obj, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
+        try:
+            _write_atomic(self.path, data, fsync=self._fsync)
+        except OSError as exc:
+            raise SessionError(
+                f"cannot write {self.path}: {exc.strerror or exc}",
+                hint="check free disk space and the permissions of the sessions directory",
+            ) from exc
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        log.warning("%s", message)
+
+    def _rebuild_missing_locked(self) -> dict[str, SessionRecord]:
+        records = self._records_from_transcripts({})
+        if records:
+            self._save_locked(records)
+            self._warn(
+                f"{self.path} was missing; rebuilt {len(records)} session(s) from the transcripts in {self._dir}"
+            )
+        return records
+
+    def _recover_locked(self, corrupt: _Corrupt) -> dict[str, SessionRecord]:
+        aside = self._corrupt_path()
+        # A hard link keeps the damaged bytes under the new name while os.replace below swaps in the
+        # rebuilt file: at every instant sessions.json is either the old or the new file.
+        try:
+            os.link(self.path, aside)
+        except OSError:
+            _write_atomic(aside, self.path.read_bytes(), fsync=self._fsync)
+        records = self._records_from_transcripts(corrupt.salvaged)
+        self._save_locked(records)
+        self._warn(
+            f"{self.path} was corrupt ({corrupt.reason}); moved it to {aside.name} and rebuilt "
+            f"{len(records)} session(s): {len(corrupt.salvaged)} kept from the damaged file, "
+            f"{len(records) - len(corrupt.salvaged)} recovered from transcript headers"
+        )
+        return records
+
+    def _corrupt_path(self) -> Path:
+        stamp = self._clock().astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+        candidate = self._dir / f"{STORE_FILE}.corrupt-{stamp}"
+        n = 1
+        while candidate.exists():
+            candidate = self._dir / f"{STORE_FILE}.corrupt-{stamp}-{n}"
+            n += 1
+        return candidate
+
+    def _records_from_transcripts(self, salvaged: dict[str, SessionRecord]) -> dict[str, SessionRecord]:
+        """Salvaged records win; every other key gets its newest transcript (by header timestamp)."""
+        by_key: dict[str, builtins.list[SessionRecord]] = {}
+        for path in sorted(self._dir.glob("*.jsonl")):
+            try:
+                read = read_transcript(path)
+                mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+            except (SessionError, OSError) as exc:
+                self._warn(f"skipped {path} while rebuilding {STORE_FILE}: {exc}")
+                continue
+            key = read.header.session_key or f"{RECOVERED_KEY_PREFIX}{path.stem}"
+            if key in salvaged:
+                continue
+            created = parse_timestamp(read.header.timestamp) or mtime
+            stamps = [parse_timestamp(e.timestamp) for e in read.entries]
+            updated = max([s for s in stamps if s is not None], default=created)
+            by_key.setdefault(key, []).append(
+                SessionRecord(
+                    key=key,
+                    session_id=path.stem,
+                    created_at=created,
+                    updated_at=max(updated, created),
+                    origin_channel=None,
+                    chat_type=chat_type_of(key),
+                    compaction_count=sum(isinstance(e, CompactionEntry) for e in read.entries),
+                )
+            )
+        records = dict(salvaged)
+        for key, candidates in by_key.items():
+            candidates.sort(key=lambda r: (r.created_at, r.updated_at, r.session_id))
+            current = candidates[-1]
+            if len(candidates) > 1:
+                current = dataclasses.replace(current, previous_session_id=candidates[-2].session_id)
+            with suppress(SessionError):
+                current = dataclasses.replace(current, origin_channel=parse_session_key(key).channel)
+            records[key] = current
+        return records
+
+
+def _check_key(key: str) -> None:
+    if not key or key != key.strip() or any(ord(c) < 0x20 for c in key):
+        raise SessionError(
+            f"invalid session key {key!r}",
+            hint="session keys look like agent:<agentId>:main or cron:<jobId> (no spaces or control chars)",
+        )

@@ -1,0 +1,623 @@
+"""Append-only JSONL session transcripts: a header line, then one entry per line, never rewritten.
+
+On-disk shape (SPEC §7):
+
+    {"type":"session","version":1,"id":<sessionId>,"timestamp":...,"cwd":...,"sessionKey":...}
+    {"type":"message","id":..,"parentId":..,"timestamp":..,"message":{...}}
+    {"type":"compaction","id":..,"parentId":..,"timestamp":..,"summary":..,"firstKeptEntryId":..,
+     "tokensBefore":..,"tokensAfter":..}
+    {"type":"custom","id":..,"parentId":..,"timestamp":..,"customType":..,"data":...}
+
+`sessionKey` in the header is Hermit's addition: it lets a lost or corrupt sessions.json be rebuilt from
+the transcripts alone. `message` is opaque here; the agent layer stores `messages.Message.to_dict()`.
+
+Durability: every append is one write() of whole lines on an O_APPEND descriptor, under an flock so
+two writers cannot interleave or fork the parentId chain, flushed and (by default) fsynced. Reading is
+forgiving: a corrupt line (bad JSON, or a last line truncated by a crash) becomes a TranscriptProblem
+with path and 1-based line number and is skipped; the next append starts on a fresh line, so a torn
+tail never swallows a new entry.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hermit.errors import SessionError
+
+Clock = Callable[[], datetime]
+IdFactory = Callable[[], str]
+
+TRANSCRIPT_VERSION = 1
+_MAX_ID_ATTEMPTS = 100
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def short_id() -> str:
+    """Entry ids: 8 hex chars, unique within one transcript (collisions are retried on append)."""
+    return secrets.token_hex(4)
+
+
+def format_timestamp(moment: datetime) -> str:
+    """ISO 8601 in UTC with milliseconds and a `Z`, like the original's `Date.toISOString()`."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("the clock must return timezone-aware datetimes")
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_timestamp(text: str) -> datetime | None:
+    """The aware datetime of a stored timestamp, or None when it is missing or malformed."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create `path` and any missing parents with mode 0700; existing directories are left alone."""
+    missing: list[Path] = []
+    current = path
+    while not current.exists():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        os.chmod(directory, 0o700)  # mkdir's mode is filtered by the umask
+
+
+def _check_session_id(session_id: str) -> str:
+    ok = (
+        bool(session_id)
+        and not session_id.startswith(".")
+        and all(c.isalnum() or c in "-_." for c in session_id)
+    )
+    if not ok or not session_id.isascii():
+        raise SessionError(
+            f"invalid session id {session_id!r}",
+            hint="a session id becomes a file name: ASCII letters, digits, '-', '_' or '.'",
+        )
+    return session_id
+
+
+@dataclass(frozen=True)
+class TranscriptProblem:
+    """A line that could not be used; it was skipped, the rest of the transcript was loaded."""
+
+    path: Path
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}"
+
+
+@dataclass(frozen=True)
+class TranscriptHeader:
+    session_id: str
+    timestamp: str
+    cwd: str
+    version: int = TRANSCRIPT_VERSION
+    session_key: str | None = None
+    # True when line 1 was missing or unreadable and this header was inferred from the file name.
+    inferred: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        obj: dict[str, Any] = {
+            "type": "session",
+            "version": self.version,
+            "id": self.session_id,
+            "timestamp": self.timestamp,
+            "cwd": self.cwd,
+        }
+        if self.session_key is not None:
+            obj["sessionKey"] = self.session_key
+        return obj
+
+
+@dataclass(frozen=True)
+class MessageEntry:
+    type: ClassVar[str] = "message"
+    id: str
+    parent_id: str | None
+    timestamp: str
+    line: int  # 1-based line number in the JSONL file
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CompactionEntry:
+    type: ClassVar[str] = "compaction"
+    id: str
+    parent_id: str | None
+    timestamp: str
+    line: int
+    summary: str
+    first_kept_entry_id: str | None
+    tokens_before: int
+    tokens_after: int | None = None
+    details: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class CustomEntry:
+    type: ClassVar[str] = "custom"
+    id: str
+    parent_id: str | None
+    timestamp: str
+    line: int
+    custom_type: str
+    data: Any = None
+
+
+@dataclass(frozen=True)
+class UnknownEntry:
+    """An entry of a type this version does not know (written by a newer Hermit); kept, not dropped."""
+
+    id: str
+    parent_id: str | None
+    timestamp: str
+    line: int
+    entry_type: str
+    raw: dict[str, Any]
+
+    @property
+    def type(self) -> str:
+        return self.entry_type
+
+
+Entry = MessageEntry | CompactionEntry | CustomEntry | UnknownEntry
+
+
+@dataclass(frozen=True)
+class ContextView:
+    """What to rebuild model context from: the latest compaction summary (if any) plus the entries kept
+    verbatim — from its firstKeptEntryId onward, compaction entries excluded."""
+
+    compaction: CompactionEntry | None
+    entries: tuple[Entry, ...]
+    warning: str | None = None
+
+
+@dataclass(frozen=True)
+class TranscriptRead:
+    path: Path
+    header: TranscriptHeader
+    entries: tuple[Entry, ...]
+    problems: tuple[TranscriptProblem, ...]
+
+
+def _int_or(value: Any, default: int | None) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _entry_from_json(obj: dict[str, Any], line: int) -> Entry | str:
+    """The entry a parsed line describes, or a message saying why the line is unusable."""
+    entry_id = obj.get("id")
+    if not isinstance(entry_id, str) or not entry_id:
+        return "entry without a string 'id'"
+    parent = obj.get("parentId")
+    parent_id = parent if isinstance(parent, str) else None
+    stamp = obj.get("timestamp")
+    timestamp = stamp if isinstance(stamp, str) else ""
+    kind = obj.get("type")
+    if kind == "message":
+        message = obj.get("message")
+        if not isinstance(message, dict):
+            return f"message entry {entry_id!r} without a 'message' object"
+        return MessageEntry(entry_id, parent_id, timestamp, line, message)
+    if kind == "compaction":
+        summary = obj.get("summary")
+        if not isinstance(summary, str):
+            return f"compaction entry {entry_id!r} without a 'summary' string"
+        first_kept = obj.get("firstKeptEntryId")
+        details = obj.get("details")
+        return CompactionEntry(
+            entry_id,
+            parent_id,
+            timestamp,
+            line,
+            summary,
+            first_kept if isinstance(first_kept, str) else None,
+            _int_or(obj.get("tokensBefore"), 0) or 0,
+            _int_or(obj.get("tokensAfter"), None),
+            details if isinstance(details, dict) else None,
+        )
+    if kind == "custom":
+        custom_type = obj.get("customType")
+        if not isinstance(custom_type, str) or not custom_type:
+            return f"custom entry {entry_id!r} without a 'customType' string"
+        return CustomEntry(entry_id, parent_id, timestamp, line, custom_type, obj.get("data"))
+    if kind == "session":
+        return "a second session header (only line 1 may be one)"
+    if not isinstance(kind, str) or not kind:
+        return f"entry {entry_id!r} without a 'type'"
+    return UnknownEntry(entry_id, parent_id, timestamp, line, kind, obj)
+
+
+def _header_from_json(obj: dict[str, Any]) -> TranscriptHeader | None:
+    if obj.get("type") != "session" or not isinstance(obj.get("id"), str):
+        return None
+    key = obj.get("sessionKey")
+    return TranscriptHeader(
+        session_id=obj["id"],
+        timestamp=obj["timestamp"] if isinstance(obj.get("timestamp"), str) else "",
+        cwd=obj["cwd"] if isinstance(obj.get("cwd"), str) else "",
+        version=_int_or(obj.get("version"), TRANSCRIPT_VERSION) or TRANSCRIPT_VERSION,
+        session_key=key if isinstance(key, str) else None,
+    )
+
+
+def _inferred_header(path: Path) -> TranscriptHeader:
+    return TranscriptHeader(session_id=path.stem, timestamp="", cwd="", inferred=True)
+
+
+@dataclass
+class _Parsed:
+    header: TranscriptHeader
+    entries: list[Entry]
+    problems: list[TranscriptProblem]
+    line_count: int  # lines in the file, counting an unterminated last line
+    ends_clean: bool  # empty, or ends with a newline: the next append needs no leading newline
+
+
+def _parse(path: Path, data: bytes) -> _Parsed:
+    problems: list[TranscriptProblem] = []
+    entries: list[Entry] = []
+    seen: dict[str, int] = {}
+    header: TranscriptHeader | None = None
+    ends_clean = not data or data.endswith(b"\n")
+    lines = data.split(b"\n")
+    if ends_clean:
+        lines.pop()  # the empty string after the final newline (or of an empty file)
+    if not lines:
+        problems.append(TranscriptProblem(path, 1, "empty transcript: no session header"))
+    for number, raw in enumerate(lines, start=1):
+        torn = number == len(lines) and not ends_clean
+        if not raw.strip():
+            if number == 1:
+                problems.append(TranscriptProblem(path, 1, "blank first line: no session header"))
+            continue
+        try:
+            obj = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            why = "truncated last line (an interrupted write?)" if torn else "not valid JSON"
+            problems.append(TranscriptProblem(path, number, f"{why}: {exc}; line skipped"))
+            continue
+        if not isinstance(obj, dict):
+            problems.append(TranscriptProblem(path, number, "not a JSON object; line skipped"))
+            continue
+        if number == 1:
+            header = _header_from_json(obj)
+            if header is not None:
+                continue
+            problems.append(TranscriptProblem(path, 1, "line 1 is not a session header"))
+        entry = _entry_from_json(obj, number)
+        if isinstance(entry, str):
+            problems.append(TranscriptProblem(path, number, f"{entry}; line skipped"))
+            continue
+        if entry.id in seen:
+            problems.append(
+                TranscriptProblem(
+                    path, number, f"duplicate entry id {entry.id!r} (first on line {seen[entry.id]}); skipped"
+                )
+            )
+            continue
+        seen[entry.id] = number
+        entries.append(entry)
+    return _Parsed(header or _inferred_header(path), entries, problems, len(lines), ends_clean)
+
+
+def _read_bytes(path: Path) -> tuple[bytes, tuple[int, int, int]]:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+            st = os.fstat(fh.fileno())
+    except FileNotFoundError:
+        raise SessionError(
+            f"transcript not found: {path}",
+            hint="the session's .jsonl file was moved or deleted; start a new session with /new",
+        ) from None
+    except OSError as exc:
+        raise SessionError(
+            f"cannot read transcript {path}: {exc.strerror or exc}",
+            hint="check the file's permissions (it should be readable by you, mode 0600)",
+        ) from exc
+    return data, (st.st_ino, len(data), st.st_mtime_ns)
+
+
+def read_transcript(path: Path) -> TranscriptRead:
+    """Read a whole transcript (e.g. for indexing); corrupt lines come back as problems, never None."""
+    data, _ = _read_bytes(path)
+    parsed = _parse(path, data)
+    return TranscriptRead(path, parsed.header, tuple(parsed.entries), tuple(parsed.problems))
+
+
+def _dumps(obj: Mapping[str, Any]) -> bytes:
+    # ensure_ascii=False keeps CJK readable; json escapes \n inside strings, so one entry = one line.
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class Transcript:
+    """One session's JSONL file. Cheap to construct; reads lazily and notices appends by others."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        clock: Clock = utc_now,
+        id_factory: IdFactory = short_id,
+        fsync: bool = True,
+    ) -> None:
+        self._path = Path(path)
+        self._clock = clock
+        self._id_factory = id_factory
+        self._fsync = fsync
+        self._parsed: _Parsed | None = None
+        self._by_id: dict[str, Entry] = {}
+        self._signature: tuple[int, int, int] | None = None
+
+    # ---- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        path: Path,
+        *,
+        cwd: str | Path,
+        session_id: str | None = None,
+        session_key: str | None = None,
+        clock: Clock = utc_now,
+        id_factory: IdFactory = short_id,
+        fsync: bool = True,
+    ) -> Transcript:
+        """Create a new transcript with its header line; refuses to touch an existing file."""
+        path = Path(path)
+        header = TranscriptHeader(
+            session_id=_check_session_id(session_id or path.stem),
+            timestamp=format_timestamp(clock()),
+            cwd=str(cwd),
+            session_key=session_key,
+        )
+        ensure_private_dir(path.parent)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        except FileExistsError:
+            raise SessionError(
+                f"transcript already exists: {path}",
+                hint="open it with Transcript.open(), or rotate to a new session id",
+            ) from None
+        try:
+            _write_all(fd, _dumps(header.to_json()) + b"\n")
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        return cls(path, clock=clock, id_factory=id_factory, fsync=fsync)
+
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        *,
+        clock: Clock = utc_now,
+        id_factory: IdFactory = short_id,
+        fsync: bool = True,
+    ) -> Transcript:
+        """Open an existing transcript; raises SessionError if it is missing or unreadable."""
+        transcript = cls(path, clock=clock, id_factory=id_factory, fsync=fsync)
+        transcript._refresh()
+        return transcript
+
+    # ---- reading ------------------------------------------------------------------------------
+
+    def _load(self, data: bytes, signature: tuple[int, int, int]) -> _Parsed:
+        parsed = _parse(self._path, data)
+        self._parsed = parsed
+        self._by_id = {e.id: e for e in parsed.entries}
+        self._signature = signature
+        return parsed
+
+    def _refresh(self) -> _Parsed:
+        """Re-read when the file changed since we last saw it (another writer appended)."""
+        if self._parsed is not None:
+            try:
+                st = os.stat(self._path)
+            except OSError:
+                st = None
+            if st is not None and (st.st_ino, st.st_size, st.st_mtime_ns) == self._signature:
+                return self._parsed
+        data, signature = _read_bytes(self._path)
+        return self._load(data, signature)
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def header(self) -> TranscriptHeader:
+        return self._refresh().header
+
+    @property
+    def problems(self) -> tuple[TranscriptProblem, ...]:
+        """Lines skipped while reading, each with path and 1-based line number."""
+        return tuple(self._refresh().problems)
+
+    def entries(self) -> tuple[Entry, ...]:
+        return tuple(self._refresh().entries)
+
+    def messages(self) -> tuple[MessageEntry, ...]:
+        return tuple(e for e in self._refresh().entries if isinstance(e, MessageEntry))
+
+    def get(self, entry_id: str) -> Entry | None:
+        self._refresh()
+        return self._by_id.get(entry_id)
+
+    def line_of(self, entry_id: str) -> int | None:
+        """1-based line of an entry in the JSONL file (so a search hit can be opened later)."""
+        entry = self.get(entry_id)
+        return entry.line if entry is not None else None
+
+    @property
+    def last_entry_id(self) -> str | None:
+        entries = self._refresh().entries
+        return entries[-1].id if entries else None
+
+    def latest_compaction(self) -> CompactionEntry | None:
+        for entry in reversed(self._refresh().entries):
+            if isinstance(entry, CompactionEntry):
+                return entry
+        return None
+
+    def context_view(self) -> ContextView:
+        """Entries to rebuild context from: after the latest compaction, from its firstKeptEntryId on."""
+        entries = self._refresh().entries
+        compaction: CompactionEntry | None = None
+        at = -1
+        for index in range(len(entries) - 1, -1, -1):
+            candidate = entries[index]
+            if isinstance(candidate, CompactionEntry):
+                compaction, at = candidate, index
+                break
+        if compaction is None:
+            return ContextView(None, tuple(entries))
+        start = at + 1
+        warning: str | None = None
+        kept = compaction.first_kept_entry_id
+        if kept is not None:
+            found = next((i for i, e in enumerate(entries) if e.id == kept), None)
+            if found is None:
+                warning = (
+                    f"{self._path}:{compaction.line}: compaction's firstKeptEntryId {kept!r} was not found; "
+                    "context starts after the compaction entry"
+                )
+            else:
+                start = found
+        view = tuple(e for e in entries[start:] if not isinstance(e, CompactionEntry))
+        return ContextView(compaction, view, warning)
+
+    # ---- appending ----------------------------------------------------------------------------
+
+    def append_message(self, message: Mapping[str, Any]) -> MessageEntry:
+        entry = self._append({"type": "message", "message": dict(message)})
+        assert isinstance(entry, MessageEntry)
+        return entry
+
+    def append_compaction(
+        self,
+        *,
+        summary: str,
+        first_kept_entry_id: str | None,
+        tokens_before: int,
+        tokens_after: int | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> CompactionEntry:
+        body: dict[str, Any] = {
+            "type": "compaction",
+            "summary": summary,
+            "firstKeptEntryId": first_kept_entry_id,
+            "tokensBefore": tokens_before,
+            "tokensAfter": tokens_after,
+        }
+        if details is not None:
+            body["details"] = dict(details)
+        entry = self._append(body)
+        assert isinstance(entry, CompactionEntry)
+        return entry
+
+    def append_custom(self, custom_type: str, data: Any = None) -> CustomEntry:
+        entry = self._append({"type": "custom", "customType": custom_type, "data": data})
+        assert isinstance(entry, CustomEntry)
+        return entry
+
+    def _new_id(self, taken: Mapping[str, Entry]) -> str:
+        for _ in range(_MAX_ID_ATTEMPTS):
+            candidate = self._id_factory()
+            if candidate and candidate not in taken:
+                return candidate
+        raise SessionError(
+            f"could not find an unused entry id for {self._path} after {_MAX_ID_ATTEMPTS} attempts",
+            hint="the id factory keeps returning ids already in the transcript",
+        )
+
+    def _append(self, body: dict[str, Any]) -> Entry:
+        ensure_private_dir(self._path.parent)
+        try:
+            fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError as exc:
+            raise SessionError(
+                f"cannot append to transcript {self._path}: {exc.strerror or exc}",
+                hint="check that the sessions directory is writable by you",
+            ) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            parsed = self._parsed
+            if parsed is None or (st.st_ino, st.st_size, st.st_mtime_ns) != self._signature:
+                parsed = self._load(*_read_bytes(self._path))
+            timestamp = format_timestamp(self._clock())
+            prefix = b""
+            line = parsed.line_count + 1
+            if st.st_size == 0:
+                # The file was emptied or never got its header (crash right after creation).
+                header = TranscriptHeader(_check_session_id(self._path.stem), timestamp, "")
+                prefix = _dumps(header.to_json()) + b"\n"
+                line = 2
+            elif not parsed.ends_clean:
+                prefix = b"\n"  # a torn last line must not swallow this entry
+            entry_id = self._new_id(self._by_id)
+            parent_id = parsed.entries[-1].id if parsed.entries else None
+            obj: dict[str, Any] = {
+                "type": body["type"],
+                "id": entry_id,
+                "parentId": parent_id,
+                "timestamp": timestamp,
+            }
+            obj.update((k, v) for k, v in body.items() if k != "type")
+            try:
+                encoded = _dumps(obj)
+            except (TypeError, ValueError) as exc:
+                raise SessionError(
+                    f"cannot write a {body['type']} entry to {self._path}: {exc}",
+                    hint="transcript entries must be JSON-serializable (use Message.to_dict())",
+                ) from exc
+            _write_all(fd, prefix + encoded + b"\n")
+            if self._fsync:
+                os.fsync(fd)
+            after = os.fstat(fd)
+        finally:
+            os.close(fd)  # also releases the flock
+        # Re-parse only the line we wrote, so the in-memory view matches what a fresh read would give.
+        entry = _entry_from_json(json.loads(encoded), line)
+        assert not isinstance(entry, str)
+        if st.st_size == 0:
+            parsed.header = _header_from_json(json.loads(prefix)) or parsed.header
+            parsed.problems = [p for p in parsed.problems if p.line != 1]
+        parsed.entries.append(entry)
+        parsed.line_count = line
+        parsed.ends_clean = True
+        self._by_id[entry.id] = entry
+        self._signature = (after.st_ino, after.st_size, after.st_mtime_ns)
+        return entry

@@ -1,0 +1,57 @@
+"""Shared fixtures: a no-network guard, the real local embedder, and workspace builders."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+_real_connect = socket.socket.connect
+_real_create_connection = socket.create_connection
+
+
+def _allowed(address: object) -> bool:
+    if not isinstance(address, tuple):
+        return True  # unix sockets
+    host = str(address[0])
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _guarded_connect(self: socket.socket, address: object) -> None:
+    if not _allowed(address):
+        raise ConnectionRefusedError(f"tests may not reach the network: {address!r}")
+    _real_connect(self, address)  # type: ignore[arg-type]
+
+
+socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
+
+
+@pytest.fixture(scope="session")
+def e5(tmp_path_factory: pytest.TempPathFactory) -> object:
+    from hermit.memory.embedders.local_e5 import E5Embedder
+
+    return E5Embedder(stamp_dir=tmp_path_factory.mktemp("stamp"))
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Iterator[Path]:
+    ws = tmp_path / "workspace"
+    (ws / "memory").mkdir(parents=True)
+    yield ws

@@ -1,0 +1,103 @@
+"""Config loading: defaults, per-agent overrides, and actionable errors for bad files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hermit.config import StatePaths, load_config
+from hermit.errors import ConfigError
+
+
+def _load(tmp_path: Path, text: str, name: str = "hermit.yaml") -> object:
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    return load_config(StatePaths(tmp_path))
+
+
+def test_no_config_means_defaults(tmp_path: Path) -> None:
+    cfg = load_config(StatePaths(tmp_path))
+    main = cfg.agent()
+    assert main.id == "main" and main.is_default
+    assert main.workspace == tmp_path / "workspace"
+    assert main.index_path == tmp_path / "memory" / "main.sqlite"
+    ms = main.settings.memory_search
+    assert ms.provider == "local"
+    assert (ms.chunking.tokens, ms.chunking.overlap) == (400, 80)
+    assert (ms.query.max_results, ms.query.min_score) == (6, 0.35)
+    assert (ms.query.hybrid.vector_weight, ms.query.hybrid.text_weight) == (0.7, 0.3)
+    assert ms.sync.debounce_ms == 1500
+
+
+def test_agent_overrides_merge_over_defaults(tmp_path: Path) -> None:
+    cfg = _load(tmp_path, """
+agents:
+  defaults:
+    memory_search:
+      query: {max_results: 8}
+  list:
+    - id: main
+    - id: work
+      workspace: ~/work-ws
+      memory_search:
+        provider: none
+        query: {min_score: 0.5}
+""")
+    work = cfg.agent("work")  # type: ignore[attr-defined]
+    assert work.settings.memory_search.provider == "none"
+    assert work.settings.memory_search.query.min_score == 0.5
+    assert work.settings.memory_search.query.max_results == 8  # inherited
+    assert work.workspace == Path("~/work-ws").expanduser()
+    assert work.index_path == tmp_path / "memory" / "work.sqlite"
+    main = cfg.agent("main")  # type: ignore[attr-defined]
+    assert main.settings.memory_search.provider == "local"
+
+
+def test_unknown_key_gets_close_match_and_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, "agents:\n  defaults:\n    memory_search:\n      provder: local\n")
+    msg = str(e.value)
+    assert "hermit.yaml:4" in msg
+    assert "provder" in msg and "did you mean 'provider'" in msg
+
+
+def test_wrong_type_names_key_path_and_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, "agents:\n  defaults:\n    memory_search:\n      query:\n        max_results: lots\n")
+    msg = str(e.value)
+    assert "agents.defaults.memory_search.query.max_results" in msg
+    assert "hermit.yaml:5" in msg
+
+
+def test_bad_value_in_agent_entry_is_located(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, "agents:\n  list:\n    - id: main\n    - id: Work Agent\n")
+    assert "agents.list[1].id" in str(e.value)
+
+
+def test_yaml_syntax_error_has_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, "agents:\n  defaults: [unclosed\n")
+    assert "not valid YAML" in str(e.value) and "hermit.yaml:" in str(e.value)
+
+
+def test_json_config_and_its_errors(tmp_path: Path) -> None:
+    cfg = _load(tmp_path, '{"agents": {"defaults": {"memory_search": {"provider": "none"}}}}', "hermit.json")
+    assert cfg.agent().settings.memory_search.provider == "none"  # type: ignore[attr-defined]
+    (tmp_path / "hermit.json").write_text('{"agents": {', encoding="utf-8")
+    with pytest.raises(ConfigError) as e:
+        load_config(StatePaths(tmp_path))
+    assert "not valid JSON" in str(e.value)
+
+
+def test_overlap_must_be_below_chunk_size(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, "agents:\n  defaults:\n    memory_search:\n      chunking: {tokens: 100, overlap: 100}\n")
+    assert "overlap" in str(e.value)
+
+
+def test_unknown_agent_suggests_close_id(tmp_path: Path) -> None:
+    cfg = _load(tmp_path, "agents:\n  list:\n    - id: main\n    - id: work\n")
+    with pytest.raises(ConfigError) as e:
+        cfg.agent("wrok")  # type: ignore[attr-defined]
+    assert "did you mean 'work'" in str(e.value)
