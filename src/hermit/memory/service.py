@@ -6,6 +6,7 @@ memory_search / memory_get contract of SPEC §4 (camelCase keys as the original)
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ class MemoryService:
         self.searcher = HybridSearcher(self.store, embedder if cfg.store.vector_enabled else None, cfg.query,
                                        use_matrix=long_lived, clock=clock)
         self._dirty = True  # unknown until checked once
+        # One SQLite connection per service; the watcher thread and agent turns take turns on it.
+        self._lock = threading.RLock()
 
     @property
     def workspace(self) -> Path:
@@ -62,7 +65,8 @@ class MemoryService:
 
     # -- sync -------------------------------------------------------------------------------------
     def sync(self, *, force: bool = False, blocking: bool = True, progress: Progress | None = None) -> SyncReport:
-        report = self.indexer.sync(force=force, blocking=blocking, progress=progress)
+        with self._lock:
+            report = self.indexer.sync(force=force, blocking=blocking, progress=progress)
         if not report.skipped:
             self._dirty = False
         return report
@@ -83,21 +87,26 @@ class MemoryService:
                     "error": "memory search is disabled (agents.defaults.memory_search.enabled: false)"}
         if not query or not query.strip():
             return {"results": [], "disabled": False, "error": "empty query: pass the words to search for"}
-        notes: list[str] = []
         try:
-            report = self.sync_if_dirty()
-            if report is not None and report.skipped:
-                notes.append("another process is updating the index; results may miss the newest edits")
-            if report is not None:
-                notes.extend(report.warnings[:5])
-            outcome = self.searcher.search(query, max_results, min_score)
+            with self._lock:
+                return self._search_locked(query, max_results, min_score)
         except HermitError as e:
             return {"results": [], "disabled": True, "error": str(e)}
+
+    def _search_locked(self, query: str, max_results: int | None, min_score: float | None) -> dict[str, Any]:
+        notes: list[str] = []
+        report = self.sync_if_dirty()
+        if report is not None and report.skipped:
+            notes.append("another process is updating the index; results may miss the newest edits")
+        if report is not None:
+            notes.extend(report.warnings[:5])
+        outcome = self.searcher.search(query, max_results, min_score)
         return self._result(outcome, notes)
 
     def search_outcome(self, query: str, max_results: int | None = None,
                        min_score: float | None = None) -> SearchOutcome:
-        return self.searcher.search(query, max_results, min_score)
+        with self._lock:
+            return self.searcher.search(query, max_results, min_score)
 
     def _result(self, outcome: SearchOutcome, notes: list[str]) -> dict[str, Any]:
         info = self.embedder.info if self.embedder else None
@@ -141,6 +150,10 @@ class MemoryService:
 
     # -- status -----------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
+        with self._lock:
+            return self._status()
+
+    def _status(self) -> dict[str, Any]:
         counts = self.store.counts()
         meta = self.store.meta()
         ident = self.store.identity()
