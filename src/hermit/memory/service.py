@@ -18,6 +18,7 @@ from hermit.errors import HermitError, PathPolicyError
 from hermit.memory.embedders.base import Embedder
 from hermit.memory.paths import resolve_memory_path
 from hermit.memory.search import HybridSearcher, SearchOutcome
+from hermit.memory.session_source import SESSIONS_PREFIX, render_transcript, resolve_session_path
 from hermit.memory.store import IndexStore
 from hermit.memory.sync import Indexer, Progress, SyncReport
 
@@ -40,13 +41,15 @@ class MemoryService:
         *,
         long_lived: bool = False,
         clock: Callable[[], float] = time.time,
+        sessions_dir: Path | None = None,
     ) -> None:
         self.key = key
         self.cfg = cfg
         self.embedder = embedder
         self.index_path = index_path
         self.store = IndexStore(index_path, want_vec=cfg.store.vector_enabled)
-        self.indexer = Indexer(self.store, key.workspace, cfg, embedder, clock=clock)
+        self.sessions_dir = sessions_dir if "sessions" in cfg.sources else None
+        self.indexer = Indexer(self.store, key.workspace, cfg, embedder, clock=clock, sessions_dir=self.sessions_dir)
         self.searcher = HybridSearcher(self.store, embedder if cfg.store.vector_enabled else None, cfg.query,
                                        use_matrix=long_lived, clock=clock)
         self._dirty = True  # unknown until checked once
@@ -130,6 +133,8 @@ class MemoryService:
     # -- get --------------------------------------------------------------------------------------
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
         """The memory_get result {"path", "text"}; raises PathPolicyError with the rule broken."""
+        if path.startswith(SESSIONS_PREFIX):
+            return self._get_session(path, from_line, lines)
         real, shown = resolve_memory_path(self.workspace, path, self.cfg.extra_paths)
         if not real.exists():
             raise PathPolicyError(f"no such memory file: {shown}", "use a path from memory_search results")
@@ -147,6 +152,17 @@ class MemoryService:
         start = (from_line or 1) - 1
         end = len(all_lines) if lines is None else start + lines
         return {"path": shown, "text": "\n".join(all_lines[start:end])}
+
+    def _get_session(self, path: str, from_line: int | None, lines: int | None) -> dict[str, Any]:
+        """A transcript rendered as in the index (user/assistant text, redacted), by JSONL line numbers."""
+        real = resolve_session_path(self.sessions_dir, path)
+        if not real.is_file():
+            raise PathPolicyError(f"no such session transcript: {path}", "use a path from memory_search results")
+        text, _ = render_transcript(real.read_text(encoding="utf-8", errors="replace"))
+        all_lines = text.split("\n")
+        start = (from_line or 1) - 1
+        end = len(all_lines) if lines is None else start + lines
+        return {"path": path, "text": "\n".join(all_lines[start:end])}
 
     # -- status -----------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

@@ -51,7 +51,12 @@ def _m1(conn: Connection) -> None:
     )
 
 
-MIGRATIONS = [_m1]
+def _m2(conn: Connection) -> None:
+    # Message count of an indexed session transcript (re-index after 50 new messages).
+    conn.execute("alter table files add column messages integer not null default 0")
+
+
+MIGRATIONS = [_m1, _m2]
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,7 @@ class FileState:
     mtime: int
     size: int
     embedded: bool
+    messages: int = 0
 
 
 @dataclass(frozen=True)
@@ -137,16 +143,16 @@ class IndexStore:
 
     # -- files & chunks -----------------------------------------------------------------------
     def files(self, source: str | None = None) -> dict[str, FileState]:
-        sql = "select path, source, hash, mtime, size, embedded from files"
+        sql = "select path, source, hash, mtime, size, embedded, messages from files"
         rows = self.conn.execute(sql + (" where source=?" if source else ""), (source,) if source else ())
-        return {r[0]: FileState(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows}
+        return {r[0]: FileState(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6]) for r in rows}
 
     def touch_file(self, path: str, mtime: int, size: int) -> None:
         self.conn.execute("update files set mtime=?, size=? where path=?", (mtime, size, path))
 
     def replace_file(
         self, *, path: str, source: str, file_hash: str, mtime: int, size: int,
-        chunks: Sequence[Chunk], vectors: np.ndarray | None, model: str,
+        chunks: Sequence[Chunk], vectors: np.ndarray | None, model: str, messages: int = 0,
     ) -> None:
         """Replace everything indexed for `path` in ONE transaction: a kill leaves old or new, never half."""
         now = int(time.time())
@@ -167,11 +173,12 @@ class IndexStore:
                 if vectors is not None:
                     c.execute("insert into chunks_vec(id, embedding) values (?, ?)", (cid, to_blob(vectors[i])))
             c.execute(
-                "insert into files(path, source, hash, mtime, size, embedded, indexed_at) values (?,?,?,?,?,?,?)"
+                "insert into files(path, source, hash, mtime, size, embedded, indexed_at, messages)"
+                " values (?,?,?,?,?,?,?,?)"
                 " on conflict(path) do update set source=excluded.source, hash=excluded.hash,"
                 " mtime=excluded.mtime, size=excluded.size, embedded=excluded.embedded,"
-                " indexed_at=excluded.indexed_at",
-                (path, source, file_hash, mtime, size, int(vectors is not None or not chunks), now),
+                " indexed_at=excluded.indexed_at, messages=excluded.messages",
+                (path, source, file_hash, mtime, size, int(vectors is not None or not chunks), now, messages),
             )
             self._bump(c, gen)
 

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,8 +27,9 @@ from hermit.errors import EmbeddingError, IndexError_
 from hermit.memory.chunking import Chunk, chunk_markdown, text_hash
 from hermit.memory.embedders.base import Embedder
 from hermit.memory.fts import FTS_VERSION
+from hermit.memory.session_source import list_session_files, render_transcript, session_needs_index
 from hermit.memory.sources import SourceFile, list_memory_files, read_memory_file
-from hermit.memory.store import IndexStore
+from hermit.memory.store import FileState, IndexStore
 
 TOKENIZER_ID = "cjk-estimate-1"
 Progress = Callable[[int, int, str], None]
@@ -94,6 +96,15 @@ def wanted_identity(cfg: MemorySearchConfig, embedder: Embedder | None, vec_avai
     }
 
 
+class Pending(NamedTuple):
+    file: SourceFile
+    hash: str
+    mtime_ns: int
+    size: int
+    chunks: list[Chunk]
+    messages: int
+
+
 class Indexer:
     """Brings one index up to date with one workspace's memory files."""
 
@@ -104,9 +115,11 @@ class Indexer:
         cfg: MemorySearchConfig,
         embedder: Embedder | None,
         clock: Callable[[], float] = time.time,
+        sessions_dir: Path | None = None,
     ) -> None:
         self.store = store
         self.workspace = workspace
+        self.sessions_dir = sessions_dir if "sessions" in cfg.sources else None
         self.cfg = cfg
         self.embedder = embedder if cfg.store.vector_enabled else None
         self.clock = clock
@@ -117,11 +130,15 @@ class Indexer:
         have = self.store.identity()
         return have == wanted_identity(self.cfg, self.embedder, self.store.vec.available)
 
+    def sources(self) -> tuple[list[SourceFile], list[str]]:
+        files, warnings = list_memory_files(self.workspace, self.cfg.extra_paths)
+        return files + list_session_files(self.sessions_dir), warnings
+
     def is_dirty(self) -> bool:
         if not self.identity_matches():
             return True
-        files, _ = list_memory_files(self.workspace, self.cfg.extra_paths)
-        indexed = self.store.files("memory")
+        files, _ = self.sources()
+        indexed = self.store.files()
         if set(indexed) != {f.rel for f in files}:
             return True
         for f in files:
@@ -130,11 +147,39 @@ class Indexer:
                 s = f.abs.stat()
             except FileNotFoundError:
                 return True
-            if st.mtime != s.st_mtime_ns or st.size != s.st_size:
-                return True
             if not st.embedded and self.embedder is not None:
                 return True
+            if st.mtime == s.st_mtime_ns and st.size == s.st_size:
+                continue
+            if f.source != "sessions":
+                return True
+            data = f.abs.read_bytes() if s.st_size != st.size else None
+            if session_needs_index(indexed_size=st.size, indexed_messages=st.messages, size=s.st_size,
+                                   mtime_ns=s.st_mtime_ns, data=data, now=self.clock()).should_index:
+                return True
         return False
+
+    def _load(self, f: SourceFile, old: FileState | None, mtime_ns: int, size: int,
+              report: SyncReport) -> tuple[str | None, int]:
+        """The text to index for `f` (None = nothing to index now) and its message count."""
+        if f.source == "sessions":
+            try:
+                data = f.abs.read_bytes()
+            except OSError as e:
+                report.warnings.append(f"{f.rel}: skipped, cannot read ({e})")
+                return None, 0
+            needs_vectors = self.embedder is not None and old is not None and not old.embedded
+            delta = session_needs_index(indexed_size=old.size if old else None,
+                                        indexed_messages=old.messages if old else None,
+                                        size=size, mtime_ns=mtime_ns, data=data, now=self.clock())
+            if not (delta.should_index or needs_vectors):
+                return None, delta.messages
+            text, messages = render_transcript(data.decode("utf-8", errors="replace"))
+            return text, messages
+        read = read_memory_file(f.abs, f.rel, self.cfg.max_file_bytes)
+        if read.warning:
+            report.warnings.append(read.warning)
+        return read.text, 0
 
     # -- sync -----------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -185,16 +230,16 @@ class Indexer:
 
     def _sync_into(self, store: IndexStore, progress: Progress | None) -> SyncReport:
         report = SyncReport()
-        files, warnings = list_memory_files(self.workspace, self.cfg.extra_paths)
+        files, warnings = self.sources()
         report.warnings.extend(warnings)
         report.files_seen = len(files)
-        indexed = store.files("memory")
+        indexed = store.files()
         present = {f.rel for f in files}
         for gone in sorted(set(indexed) - present):
             store.delete_file(gone)
             report.files_deleted += 1
 
-        pending: list[tuple[SourceFile, str, int, int, list[Chunk]]] = []
+        pending: list[Pending] = []
         pending_chunks = 0
         batch = max(16, self.cfg.remote.batch_size if self.cfg.provider not in ("local", "none") else 32)
         for n, f in enumerate(files, start=1):
@@ -209,20 +254,20 @@ class Indexer:
             if old and old.mtime == st.st_mtime_ns and old.size == st.st_size and not needs_vectors:
                 report.files_unchanged += 1
                 continue
-            read = read_memory_file(f.abs, f.rel, self.cfg.max_file_bytes)
-            if read.warning:
-                report.warnings.append(read.warning)
-            if read.text is None:
-                if old is not None:  # it was indexed before but is unreadable now: drop the stale chunks
+            text, messages = self._load(f, old, st.st_mtime_ns, st.st_size, report)
+            if text is None:
+                if f.source == "sessions":  # below the re-index threshold: keep what is indexed
+                    report.files_unchanged += 1
+                elif old is not None:  # indexed before but unreadable now: drop the stale chunks
                     store.delete_file(f.rel)
                 continue
-            file_hash = text_hash(read.text)
+            file_hash = text_hash(text)
             if old and old.hash == file_hash and not needs_vectors:
                 store.touch_file(f.rel, st.st_mtime_ns, st.st_size)
                 report.files_unchanged += 1
                 continue
-            chunks = chunk_markdown(read.text, self.cfg.chunking.tokens, self.cfg.chunking.overlap)
-            pending.append((f, file_hash, st.st_mtime_ns, st.st_size, chunks))
+            chunks = chunk_markdown(text, self.cfg.chunking.tokens, self.cfg.chunking.overlap)
+            pending.append(Pending(f, file_hash, st.st_mtime_ns, st.st_size, chunks, messages))
             pending_chunks += len(chunks)
             if pending_chunks >= batch:
                 self._flush(store, pending, report)
@@ -261,14 +306,12 @@ class Indexer:
             found.update(new)
         return found
 
-    def _flush(
-        self, store: IndexStore, pending: list[tuple[SourceFile, str, int, int, list[Chunk]]], report: SyncReport
-    ) -> None:
+    def _flush(self, store: IndexStore, pending: list[Pending], report: SyncReport) -> None:
         if not pending:
             return
         vectors: dict[str, np.ndarray] | None = None
         if self.embedder is not None:
-            vectors = self._embed(store, [c for p in pending for c in p[4]], report)
+            vectors = self._embed(store, [c for p in pending for c in p.chunks], report)
         model = self.embedder.info.model if self.embedder else "none"
         dims = None
         if vectors:
@@ -280,11 +323,11 @@ class Indexer:
                     "run `hermit memory index --force` to rebuild the index",
                 )
             store.set_meta({"dims": str(dims)})
-        for f, file_hash, mtime, size, chunks in pending:
+        for f, file_hash, mtime, size, chunks, messages in pending:
             mat = None
             if vectors is not None:
                 mat = np.stack([vectors[c.hash] for c in chunks]) if chunks else np.zeros((0, dims or 0))
             store.replace_file(path=f.rel, source=f.source, file_hash=file_hash, mtime=mtime, size=size,
-                               chunks=chunks, vectors=mat, model=model)
+                               chunks=chunks, vectors=mat, model=model, messages=messages)
             report.files_indexed += 1
             report.chunks_indexed += len(chunks)
