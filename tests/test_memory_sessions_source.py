@@ -7,12 +7,11 @@ import os
 import time
 from pathlib import Path
 
-from memhelpers import HashEmbedder
-
 from hermit.config.schema import MemorySearchConfig
 from hermit.memory.service import MemoryKey, MemoryService
 from hermit.memory.session_source import redact, render_transcript
 from hermit.sessions.transcript import Transcript
+from memhelpers import HashEmbedder
 
 
 def _msg(role: str, text: str) -> dict[str, object]:
