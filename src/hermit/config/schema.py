@@ -125,6 +125,108 @@ class SandboxConfig(Strict):
     mode: Literal["off", "non-main", "all"] = "non-main"
 
 
+class SoftTrimConfig(Strict):
+    """How an old, long tool result is shortened: its first and last characters survive."""
+
+    max_chars: int = Field(4000, ge=1)
+    head_chars: int = Field(1500, ge=0)
+    tail_chars: int = Field(1500, ge=0)
+
+    @model_validator(mode="after")
+    def _keeps_less_than_max(self) -> SoftTrimConfig:
+        if self.head_chars + self.tail_chars >= self.max_chars:
+            raise ValueError(
+                f"head_chars + tail_chars ({self.head_chars + self.tail_chars}) must be smaller than "
+                f"max_chars ({self.max_chars}), or trimming would not shorten anything"
+            )
+        return self
+
+
+class HardClearConfig(Strict):
+    enabled: bool = True
+    # The tool-call id and a pointer to the tool_output re-read tool are added to this text.
+    placeholder: str = Field("[Old tool result content cleared]", min_length=1)
+
+
+class PruningToolsConfig(Strict):
+    """Glob patterns on tool names whose results may be pruned; deny wins, an empty allow means all."""
+
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+
+
+class ContextPruningConfig(Strict):
+    """Tool-output pruning of the request sent to the model (SPEC §10); the JSONL is never touched.
+
+    mode "auto" means cache-ttl for models whose profile has a prompt-cache TTL (Anthropic), off for
+    the others (their prefix caches would only miss more often; compaction keeps them bounded).
+    """
+
+    mode: Literal["off", "cache-ttl", "auto"] = "auto"
+    ttl_seconds: float = Field(300.0, gt=0)
+    keep_last_assistants: int = Field(3, ge=0)
+    soft_trim_ratio: float = Field(0.3, ge=0, le=1)
+    soft_trim: SoftTrimConfig = SoftTrimConfig()
+    hard_clear_ratio: float = Field(0.5, ge=0, le=1)
+    min_prunable_tool_chars: int = Field(50_000, ge=0)
+    hard_clear: HardClearConfig = HardClearConfig()
+    tools: PruningToolsConfig = PruningToolsConfig()
+
+    @model_validator(mode="after")
+    def _ratios_ordered(self) -> ContextPruningConfig:
+        if self.soft_trim_ratio > self.hard_clear_ratio:
+            raise ValueError(
+                f"soft_trim_ratio ({self.soft_trim_ratio}) must not exceed hard_clear_ratio "
+                f"({self.hard_clear_ratio})"
+            )
+        return self
+
+
+ResetModeName = Literal["daily", "idle", "both", "off"]
+
+
+class ResetConfig(Strict):
+    """When a session expires (SPEC §11): daily at at_hour local time, after idle_minutes, both, or off."""
+
+    mode: ResetModeName = "daily"
+    at_hour: int = Field(4, ge=0, le=23)
+    idle_minutes: int = Field(60, ge=1)
+
+
+class ResetOverride(Strict):
+    """A partial ResetConfig: the keys given replace the default's, the others are inherited."""
+
+    mode: ResetModeName | None = None
+    at_hour: int | None = Field(None, ge=0, le=23)
+    idle_minutes: int | None = Field(None, ge=1)
+
+
+class SessionConfig(Strict):
+    """Session lifecycle: reset policy with per-chat-type and per-channel overrides, reset commands.
+
+    Precedence: reset_by_channel over reset_by_type over reset. Session-memory hooks (on /new and
+    /reset) get their own sub-model here when they are built.
+    """
+
+    reset: ResetConfig = ResetConfig()
+    reset_by_type: dict[Literal["dm", "group", "thread"], ResetOverride] = Field(default_factory=dict)
+    reset_by_channel: dict[str, ResetOverride] = Field(default_factory=dict)
+    reset_triggers: tuple[str, ...] = ("/new", "/reset")
+
+    @field_validator("reset_triggers")
+    @classmethod
+    def _triggers_are_words(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for trigger in v:
+            if not trigger or any(ch.isspace() for ch in trigger):
+                raise ValueError(f"reset trigger {trigger!r} must be one non-empty word like '/new'")
+        return v
+
+    @field_validator("reset_by_channel")
+    @classmethod
+    def _channels_lowercase(cls, v: dict[str, ResetOverride]) -> dict[str, ResetOverride]:
+        return {k.lower(): o for k, o in v.items()}
+
+
 class AgentSettings(Strict):
     """Everything an agent can have; agents.defaults holds these, agents.list entries override them."""
 
@@ -133,6 +235,8 @@ class AgentSettings(Strict):
     timezone: str | None = None
     memory_search: MemorySearchConfig = MemorySearchConfig()
     sandbox: SandboxConfig = SandboxConfig()
+    context_pruning: ContextPruningConfig = ContextPruningConfig()
+    session: SessionConfig = SessionConfig()
     max_tool_iterations: int = Field(25, ge=1, le=500)
     bootstrap_max_chars: int = Field(20_000, ge=1000)
     bootstrap_total_max_chars: int = Field(150_000, ge=1000)
@@ -177,6 +281,22 @@ class ModelsConfig(Strict):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
 
 
+class BindingConfig(Strict):
+    """Routes messages to an agent: every field given must match; the most specific binding wins."""
+
+    agent: str
+    channel: str | None = None
+    account: str | None = None
+    peer: str | None = None
+    group: str | None = None
+
+    @field_validator("channel")
+    @classmethod
+    def _channel_lowercase(cls, v: str | None) -> str | None:
+        return v.lower() if v is not None else None
+
+
 class HermitConfig(Strict):
     agents: AgentsConfig = AgentsConfig()
     models: ModelsConfig = ModelsConfig()
+    bindings: builtins.list[BindingConfig] = Field(default_factory=builtins.list)
