@@ -6,11 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import write
-from memhelpers import service
 
+from conftest import write
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import PathPolicyError
+from memhelpers import service
 
 
 @pytest.fixture

@@ -55,7 +55,7 @@ class CliContext:
         cfg = agent.settings.memory_search
         embedder = create_embedder(cfg, self.environ, stamp_dir=self.home / "cache")
         return MemoryService(MemoryKey(agent.id, agent.workspace), agent.index_path, cfg, embedder,
-                             long_lived=long_lived, sessions_dir=agent.sessions_dir)
+                             long_lived=long_lived, sessions_dir=agent.sessions_dir, cache_dir=self.home / "cache")
 
 
 def is_tty(stream: object = None) -> bool:

@@ -77,6 +77,9 @@ class MmrConfig(Strict):
 class QueryConfig(Strict):
     max_results: int = Field(6, ge=1, le=100)
     min_score: float = Field(0.35, ge=0, le=1)
+    # English ↔ Chinese dictionary translation of the keyword query (CC-CEDICT); a translated hit's
+    # BM25 relevance counts this much of an original-language hit. 0 turns it off.
+    translation_weight: float = Field(0.8, ge=0, le=1)
     hybrid: HybridConfig = HybridConfig()
     temporal_decay: TemporalDecayConfig = TemporalDecayConfig()
     mmr: MmrConfig = MmrConfig()

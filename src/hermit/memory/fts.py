@@ -93,6 +93,19 @@ def quoted_terms(query: str) -> list[str]:
     return [_quote(t) for t in query_terms(query)]
 
 
+def quote_terms(terms: list[str]) -> str | None:
+    """An OR query over already-chosen terms (CJK words become their bigrams)."""
+    out: list[str] = []
+    for term in terms:
+        if _CJK_RUN.fullmatch(term):
+            # A word's bigrams are adjacent tokens in the index text, so the word is a phrase of them.
+            out.append(" ".join(_cjk_terms(term, False)))
+        else:
+            out.extend(query_terms(term))
+    uniq = list(dict.fromkeys(t for t in out if t.strip()))
+    return " OR ".join(_quote(t) for t in uniq) if uniq else None
+
+
 def build_match(query: str) -> str | None:
     """An FTS5 MATCH expression (OR of quoted terms), or None when the query has no content terms."""
     terms = query_terms(query)

@@ -19,7 +19,8 @@ import numpy as np
 from hermit.config.schema import QueryConfig
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders.base import Embedder, EmbedderInfo
-from hermit.memory.fts import build_match, line_terms, quoted_terms
+from hermit.memory.fts import build_match, line_terms, quote_terms, quoted_terms
+from hermit.memory.lexicon import Lexicon
 from hermit.memory.store import ChunkRow, IndexStore
 
 SNIPPET_MAX_CHARS = 700
@@ -178,13 +179,16 @@ class HybridSearcher:
         *,
         use_matrix: bool = False,
         clock: Callable[[], float] = time.time,
+        lexicon: Lexicon | None = None,
     ) -> None:
+        self.lexicon = lexicon
         self.store = store
         self.embedder = embedder
         self.cfg = query_cfg
         self.use_matrix = use_matrix
         self.matrix = VectorMatrix()
         self.clock = clock
+        self._translated: str | None = None
 
     def _vector_state(self) -> tuple[bool, str | None]:
         """Whether vectors can be searched, and why not."""
@@ -214,6 +218,7 @@ class HybridSearcher:
         pool = min(hy.max_candidates, max_results * hy.candidate_multiplier)
         timings: dict[str, float] = {}
         match = build_match(query)
+        self._translated = None
 
         use_vec, reason = self._vector_state()
         q: np.ndarray | None = None
@@ -243,6 +248,7 @@ class HybridSearcher:
 
         t0 = time.perf_counter()
         kw_hits = self.store.fts_search(match, pool) if match else []
+        kw_hits = self._merge_translated(query, kw_hits, pool)
         timings["keyword_ms"] = (time.perf_counter() - t0) * 1000
 
         cos = dict(vec_hits)
@@ -258,6 +264,11 @@ class HybridSearcher:
             missing = [i for i in ids if i not in rel]
             if missing:
                 rel.update(self.store.fts_scores(match, missing))
+        if self._translated is not None:
+            missing = [i for i in ids if i not in rel]
+            if missing:
+                w = self.cfg.translation_weight
+                rel.update({i: w * r for i, r in self.store.fts_scores(self._translated, missing).items()})
 
         coverage: dict[int, float] = {}
         if match and q is not None and hy.exact_match_rescue:
@@ -284,6 +295,23 @@ class HybridSearcher:
         if q is None and reason is None:
             reason = "no vector search"
         return SearchOutcome(hits, mode, reason if q is None else None, timings)
+
+    def _merge_translated(self, query: str, kw_hits: list[tuple[int, float]], pool: int) -> list[tuple[int, float]]:
+        """Add keyword hits for the dictionary translation of the query, discounted (EN ↔ ZH)."""
+        self._translated = None
+        w = self.cfg.translation_weight
+        if self.lexicon is None or w <= 0:
+            return kw_hits
+        terms = self.lexicon.translate_query(query)
+        if not terms:
+            return kw_hits
+        self._translated = quote_terms(terms)
+        if self._translated is None:
+            return kw_hits
+        best = dict(kw_hits)
+        for cid, r in self.store.fts_search(self._translated, pool):
+            best[cid] = max(best.get(cid, 0.0), w * r)
+        return sorted(best.items(), key=lambda x: -x[1])[: max(pool, len(kw_hits))]
 
     def _vscore(self, c: float | None) -> float:
         if c is None or self.embedder is None:

@@ -16,6 +16,7 @@ from typing import Any
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import HermitError, PathPolicyError
 from hermit.memory.embedders.base import Embedder
+from hermit.memory.lexicon import load_lexicon
 from hermit.memory.paths import resolve_memory_path
 from hermit.memory.search import HybridSearcher, SearchOutcome
 from hermit.memory.session_source import SESSIONS_PREFIX, render_transcript, resolve_session_path
@@ -42,6 +43,7 @@ class MemoryService:
         long_lived: bool = False,
         clock: Callable[[], float] = time.time,
         sessions_dir: Path | None = None,
+        cache_dir: Path | None = None,
     ) -> None:
         self.key = key
         self.cfg = cfg
@@ -50,8 +52,9 @@ class MemoryService:
         self.store = IndexStore(index_path, want_vec=cfg.store.vector_enabled)
         self.sessions_dir = sessions_dir if "sessions" in cfg.sources else None
         self.indexer = Indexer(self.store, key.workspace, cfg, embedder, clock=clock, sessions_dir=self.sessions_dir)
+        lexicon = load_lexicon(cache_dir) if cfg.query.translation_weight > 0 else None
         self.searcher = HybridSearcher(self.store, embedder if cfg.store.vector_enabled else None, cfg.query,
-                                       use_matrix=long_lived, clock=clock)
+                                       use_matrix=long_lived, clock=clock, lexicon=lexicon)
         self._dirty = True  # unknown until checked once
         # One SQLite connection per service; the watcher thread and agent turns take turns on it.
         self._lock = threading.RLock()

@@ -1,0 +1,187 @@
+"""Run the retrieval benchmark: index the workspace per model/chunking, search every query per variant, score.
+
+    python bench/retrieval/run.py            # all variants (indexes are cached under bench/out/)
+    python bench/retrieval/run.py --only default baseline-original
+
+Writes bench/retrieval/results.md and results.json. Variants differ only in configuration; each one
+runs through the real MemoryService / HybridSearcher over a real SQLite index with the real models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import numpy as np  # noqa: E402
+from baseline import original_search  # noqa: E402
+from score import Report, evaluate, read_jsonl  # noqa: E402
+
+from hermit.config.schema import MemorySearchConfig, QueryConfig  # noqa: E402
+from hermit.memory.embedders import create_embedder  # noqa: E402
+from hermit.memory.embedders.base import Embedder, EmbedderInfo  # noqa: E402
+from hermit.memory.lexicon import load_lexicon  # noqa: E402
+from hermit.memory.search import HybridSearcher  # noqa: E402
+from hermit.memory.service import MemoryKey, MemoryService  # noqa: E402
+
+WORKSPACE = HERE / "workspace"
+QUERIES = HERE / "queries.jsonl"
+OUT = HERE.parent / "out" / "retrieval"
+# The benchmark's "today": the day after the last daily log (for temporal decay).
+NOW = 1_793_577_600.0  # 2026-11-01T00:00:00Z
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    note: str
+    model: str = "multilingual-e5-small"
+    chunk: tuple[int, int] = (400, 80)
+    query: dict[str, Any] = field(default_factory=dict)
+    baseline: bool = False
+
+
+def variants() -> list[Variant]:
+    weighted_sat = {"hybrid": {"text_normalization": "saturation"}}
+    return [
+        Variant("baseline-original", "original design: AND-joined ASCII keywords, BM25 flattened to 1.0, "
+                "raw cosine, 0.7/0.3, minScore 0.35", baseline=True),
+        Variant("default", "Hermit defaults"),
+        Variant("no-translation", "without EN↔ZH dictionary expansion of the keyword query",
+                query={"translation_weight": 0.0}),
+        Variant("weighted-saturation", "BM25 as rel/(rel+2) instead of max-normalised", query=weighted_sat),
+        Variant("rrf", "reciprocal rank fusion (k=60), rescaled to [0,1]", query={"hybrid": {"fusion": "rrf"}}),
+        Variant("no-rescue", "without the exact-match rescue", query={"hybrid": {"exact_match_rescue": False}}),
+        Variant("vector-only", "vector leg only", query={"hybrid": {"text_weight": 0.0, "vector_weight": 1.0,
+                                                                   "exact_match_rescue": False}}),
+        Variant("keyword-only", "keyword leg only (provider none)", query={"hybrid": {"vector_weight": 0.0}}),
+        Variant("pool-x10", "candidate multiplier 10", query={"hybrid": {"candidate_multiplier": 10}}),
+        Variant("decay", "temporal decay, half-life 30 days", query={"temporal_decay": {"enabled": True}}),
+        Variant("mmr", "MMR diversity, lambda 0.7", query={"mmr": {"enabled": True}}),
+        Variant("chunks-200", "chunks of 200/40 tokens", chunk=(200, 40)),
+        Variant("chunks-100", "chunks of 100/20 tokens", chunk=(100, 20)),
+        Variant("chunks-800", "chunks of 800/160 tokens", chunk=(800, 160)),
+        Variant("minilm", "all-MiniLM-L6-v2 (English-only model)", model="all-MiniLM-L6-v2"),
+    ]
+
+
+class MemoEmbedder:
+    """Caches query vectors so variants over one model embed each query once."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.memo: dict[str, np.ndarray] = {}
+
+    @property
+    def info(self) -> EmbedderInfo:
+        return self.inner.info
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        if text not in self.memo:
+            self.memo[text] = self.inner.embed_query(text)
+        return self.memo[text]
+
+
+_services: dict[tuple[str, int, int], MemoryService] = {}
+_embedders: dict[str, MemoEmbedder] = {}
+
+
+def service_for(v: Variant) -> MemoryService:
+    key = (v.model, *v.chunk)
+    if key not in _services:
+        cfg = MemorySearchConfig.model_validate(
+            {"model": v.model, "chunking": {"tokens": v.chunk[0], "overlap": v.chunk[1]}})
+        if v.model not in _embedders:
+            emb = create_embedder(cfg, {}, stamp_dir=OUT / "stamp")
+            assert emb is not None
+            _embedders[v.model] = MemoEmbedder(emb)
+        OUT.mkdir(parents=True, exist_ok=True)
+        db = OUT / f"{v.model}-{v.chunk[0]}-{v.chunk[1]}.sqlite"
+        svc = MemoryService(MemoryKey("bench", WORKSPACE), db, cfg, _embedders[v.model])
+        t0 = time.perf_counter()
+        report = svc.sync()
+        print(f"  index {db.name}: {report.summary()} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
+        _services[key] = svc
+    return _services[key]
+
+
+def run_variant(v: Variant, queries: list[dict[str, Any]]) -> tuple[Report, list[float]]:
+    svc = service_for(v)
+    emb = _embedders[v.model]
+    results: list[dict[str, Any]] = []
+    latencies: list[float] = []
+    qcfg = QueryConfig.model_validate(v.query)
+    lexicon = load_lexicon(OUT / "cache") if qcfg.translation_weight > 0 else None
+    searcher = HybridSearcher(svc.store, emb, qcfg, use_matrix=True, clock=lambda: NOW, lexicon=lexicon)
+    for q in queries:
+        t0 = time.perf_counter()
+        if v.baseline:
+            hits = original_search(svc.store, emb, str(q["query"]), 10, 0.35)
+        else:
+            out = searcher.search(str(q["query"]), 10, qcfg.min_score)
+            hits = [{"path": h.path, "startLine": h.start_line, "endLine": h.end_line, "score": h.score}
+                    for h in out.hits]
+        latencies.append((time.perf_counter() - t0) * 1000)
+        results.append({"id": q["id"], "results": hits})
+    return evaluate(queries, results), latencies
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--only", nargs="*", help="variant names to run")
+    ap.add_argument("--out", default=str(HERE), help="where results.md / results.json go")
+    args = ap.parse_args(argv)
+    queries = read_jsonl(QUERIES)
+    chosen = [v for v in variants() if not args.only or v.name in args.only]
+    rows: list[dict[str, Any]] = []
+    for v in chosen:
+        print(f"variant {v.name}", file=sys.stderr)
+        # Warm the query cache so latency excludes the first-call model load.
+        report, lat = run_variant(v, queries)
+        o = report.overall
+        row = {"variant": v.name, "note": v.note, **{k: round(val, 4) for k, val in o.items()},
+               "by_type_r6": {t: round(m["R@6"], 4) for t, m in report.by_type.items()},
+               "by_type": {t: {k: round(x, 4) for k, x in m.items()} for t, m in report.by_type.items()},
+               "latency_ms_p50": round(statistics.median(lat), 2)}
+        rows.append(row)
+        print(f"  R@6 {o['R@6']:.3f}  MRR {o['MRR']:.3f}  " + "  ".join(
+            f"{t} {m['R@6']:.2f}" for t, m in report.by_type.items()), file=sys.stderr)
+    out = Path(args.out)
+    (out / "results.json").write_text(json.dumps(rows, ensure_ascii=False, indent=1) + "\n")
+    (out / "results.md").write_text(markdown(rows, len(queries)))
+    print(markdown(rows, len(queries)))
+    return 0
+
+
+def markdown(rows: list[dict[str, Any]], n: int) -> str:
+    types = list(rows[0]["by_type_r6"]) if rows else []
+    head = ["variant", "R@1", "R@3", "R@6", "R@10", "MRR", "nDCG@10", *[f"R@6 {t}" for t in types], "p50 ms"]
+    lines = [f"Retrieval benchmark: {n} queries over bench/retrieval/workspace "
+             "(`python bench/retrieval/run.py`). Search latency is in-process, warm query cache excluded "
+             "only for the first variant of each model.", "",
+             "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for r in rows:
+        cells = [r["variant"], *(f"{r[k]:.3f}" for k in ("R@1", "R@3", "R@6", "R@10", "MRR",
+                                                          "nDCG@10")),
+                 *(f"{r['by_type_r6'][t]:.2f}" for t in types), f"{r['latency_ms_p50']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Variants:", ""] + [f"- `{r['variant']}`: {r['note']}" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
