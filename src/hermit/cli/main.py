@@ -13,7 +13,10 @@ from hermit.cli.context import CliContext
 from hermit.errors import HermitError
 
 # Each module exposes register(subparsers) and sets `func(ctx, args) -> int` on its parsers.
-COMMAND_MODULES = ("hermit.cli.init", "hermit.cli.memory", "hermit.cli.doctor")
+COMMAND_MODULES = (
+    "hermit.cli.init", "hermit.cli.memory", "hermit.cli.doctor",
+    "hermit.cli.agent", "hermit.cli.chat", "hermit.cli.sessions", "hermit.cli.agents",
+)
 
 Handler = Callable[[CliContext, argparse.Namespace], int]
 

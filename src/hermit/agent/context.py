@@ -1,0 +1,260 @@
+"""Context assembly for one model request (SPEC §3): system prompt, project context, history, report.
+
+The system prompt is a list of named sections (identity, tools, Memory Recall, workspace, date and
+time, silent replies) followed by the `# Project Context` block of bootstrap files in SPEC order.
+MEMORY.md joins that block only when `is_main_session_key(session_key)` says so: the check lives
+here in code, fails closed for keys it cannot parse, and no prompt text can change it (§14.8).
+
+History comes from the transcript's context view (after the latest compaction, whose summary leads
+the history). Adapters do not repair the message sequence, so `repair_tool_pairs` makes sure every
+tool call has exactly one result — a call left dangling by a crash or Ctrl-C gets a synthetic error
+result, a result whose call is gone is dropped — before anything is sent.
+
+Every block is measured (CJK-aware token estimate), which is what `/context` shows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+from pathlib import Path
+
+from hermit.messages import AssistantMessage, Message, ToolResultMessage, UserMessage, message_from_dict
+from hermit.models.base import ToolSchema
+from hermit.sessions.keys import is_main_session_key
+from hermit.sessions.transcript import MessageEntry, Transcript
+from hermit.tokens import estimate_tokens
+from hermit.workspace import BootstrapFile, read_bootstrap
+
+SILENT_TOKEN = "NO_REPLY"
+INTERRUPTED_RESULT = "error: no result was recorded for this tool call (the turn was interrupted)"
+SUMMARY_PREFIX = "[Summary of the earlier conversation, written when it was compacted]\n"
+
+MEMORY_RECALL = (
+    "Before answering anything about prior work, decisions, dates, people, preferences or todos: run "
+    "memory_search; then memory_get only the lines you need; if confidence is low after searching, say "
+    "you checked."
+)
+
+
+@dataclass(frozen=True)
+class ContextBlock:
+    """One measured part of a request, for the /context report."""
+
+    name: str
+    chars: int
+    tokens: int
+    note: str = ""
+    fixed: bool = True  # part of the fixed prompt (system + tools), not history or the message
+
+
+@dataclass(frozen=True)
+class ContextReport:
+    blocks: tuple[ContextBlock, ...]
+
+    @property
+    def fixed_tokens(self) -> int:
+        return sum(b.tokens for b in self.blocks if b.fixed)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(b.tokens for b in self.blocks)
+
+    def render(self, context_window: int | None = None) -> str:
+        width = max([len(b.name) for b in self.blocks] + [len("fixed prompt (system + tools)")])
+        lines = [f"{'block':<{width}}  {'tokens':>7}  {'chars':>8}"]
+        for b in self.blocks:
+            note = f"  ({b.note})" if b.note else ""
+            lines.append(f"{b.name:<{width}}  {b.tokens:>7,}  {b.chars:>8,}{note}")
+        lines.append(f"{'fixed prompt (system + tools)':<{width}}  {self.fixed_tokens:>7,}")
+        total = f"{'total':<{width}}  {self.total_tokens:>7,}"
+        if context_window:
+            total += f"  of a {context_window:,}-token window ({100 * self.total_tokens / context_window:.1f}%)"
+        lines.append(total)
+        return "\n".join(lines)
+
+
+def _block(name: str, text: str, note: str = "", fixed: bool = True) -> ContextBlock:
+    return ContextBlock(name, len(text), estimate_tokens(text), note, fixed)
+
+
+@dataclass(frozen=True)
+class PromptInputs:
+    """What the system prompt is made of; the runtime fills it per turn."""
+
+    agent_id: str
+    session_key: str
+    workspace: Path
+    now: datetime  # aware
+    timezone: tzinfo
+    timezone_name: str
+    tools: tuple[ToolSchema, ...]
+    sandboxed: bool
+    model_ref: str = ""
+    bootstrap_max_chars: int = 20_000
+    bootstrap_total_max_chars: int = 150_000
+
+
+@dataclass(frozen=True)
+class SystemPrompt:
+    text: str
+    blocks: tuple[ContextBlock, ...]
+    bootstrap: tuple[BootstrapFile, ...] = field(default=())
+
+
+def includes_long_term_memory(session_key: str) -> bool:
+    """MEMORY.md goes only into the main private session (SPEC §3); fails closed."""
+    return is_main_session_key(session_key)
+
+
+def _first_sentence(text: str, limit: int = 110) -> str:
+    sentence = text.split(". ", 1)[0].rstrip(".")
+    return sentence if len(sentence) <= limit else sentence[: limit - 1].rstrip() + "…"
+
+
+def _sections(p: PromptInputs) -> list[tuple[str, str]]:
+    names = {t.name for t in p.tools}
+    out: list[tuple[str, str]] = [
+        ("identity", "You are a personal assistant running inside Hermit, on your user's own machine."),
+    ]
+    if p.tools:
+        listing = "\n".join(f"- {t.name}: {_first_sentence(t.description)}" for t in p.tools)
+        out.append(("tools", (
+            "## Tools\nTool names are case-sensitive; call them exactly as listed:\n" + listing + "\n"
+            "Call tools directly when they help, without narrating routine calls. A failed call comes back "
+            "as an error result: read it, fix the call, and continue. Relative paths start at the workspace."
+        )))
+    if {"memory_search", "memory_get"} & names:
+        today = p.now.astimezone(p.timezone).date().isoformat()
+        out.append(("memory recall", (
+            f"## Memory Recall\n{MEMORY_RECALL}\nWrite what should be remembered to files, as AGENTS.md "
+            f"says (today's daily log is memory/{today}.md): notes in your head do not survive."
+        )))
+    private = includes_long_term_memory(p.session_key)
+    kind = "the main private session" if private else "not the main session: MEMORY.md is not available here"
+    sandbox = ("\nThis session is sandboxed: tools may only use paths inside the workspace."
+               if p.sandboxed else "")
+    out.append(("workspace", (
+        f"## Workspace\nYour working directory is {p.workspace}; your memory files live there.{sandbox}\n"
+        f"Agent: {p.agent_id} · session: {p.session_key} ({kind})"
+        + (f" · model: {p.model_ref}" if p.model_ref else "")
+    )))
+    local = p.now.astimezone(p.timezone)
+    offset = local.strftime("%z")
+    out.append(("date and time", (
+        f"## Current Date & Time\n{local:%Y-%m-%d %H:%M} ({local:%A}), time zone {p.timezone_name} "
+        f"(UTC{offset[:3]}:{offset[3:]})"
+    )))
+    out.append(("silent replies", (
+        f"## Silent Replies\nWhen a message needs no answer from you (a group message not meant for you, a "
+        f"background check with nothing to report), reply with exactly {SILENT_TOKEN} and nothing else; "
+        f"it is not delivered."
+    )))
+    return out
+
+
+PROJECT_HEADING = "# Project Context\nWorkspace files loaded for you (edit them to change how you work):"
+
+
+def _file_section(f: BootstrapFile) -> str:
+    body = f.text if f.text is not None else f"[missing: {f.name} does not exist in the workspace]"
+    return f"## {f.name}\n{body.strip()}"
+
+
+def build_system_prompt(p: PromptInputs) -> SystemPrompt:
+    sections = _sections(p)
+    files = read_bootstrap(
+        p.workspace,
+        include_memory=includes_long_term_memory(p.session_key),
+        max_chars=p.bootstrap_max_chars,
+        total_max_chars=p.bootstrap_total_max_chars,
+    )
+    blocks = [_block(f"system: {name}", text) for name, text in sections]
+    blocks.append(_block("project: heading", PROJECT_HEADING))
+    parts = [t for _, t in sections] + [PROJECT_HEADING]
+    for f in files:
+        section = _file_section(f)
+        parts.append(section)
+        note = ("missing" if f.text is None
+                else f"truncated from {f.original_chars:,} chars" if f.truncated else "")
+        blocks.append(_block(f"project: {f.name}", section, note))
+    return SystemPrompt("\n\n".join(parts), tuple(blocks), tuple(files))
+
+
+def tools_block(tools: Iterable[ToolSchema]) -> ContextBlock:
+    schemas = [{"name": t.name, "description": t.description, "parameters": dict(t.parameters)} for t in tools]
+    text = json.dumps(schemas, ensure_ascii=False, separators=(",", ":")) if schemas else ""
+    return _block(f"tool schemas ({len(schemas)})", text)
+
+
+def is_silent(text: str) -> bool:
+    """A reply that is exactly NO_REPLY, or starts or ends with it, is not delivered (SPEC §3)."""
+    stripped = text.strip()
+    return stripped.startswith(SILENT_TOKEN) or stripped.endswith(SILENT_TOKEN)
+
+
+# ---- history ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class History:
+    messages: tuple[Message, ...]
+    problems: tuple[str, ...] = ()
+    summary: str | None = None
+
+
+def load_history(transcript: Transcript) -> History:
+    """Messages to send from a transcript: compaction summary first, then the kept entries.
+    Unreadable entries are skipped and reported with file and line, never silently."""
+    view = transcript.context_view()
+    problems = [str(p) for p in transcript.problems]
+    if view.warning:
+        problems.append(view.warning)
+    messages: list[Message] = []
+    summary = view.compaction.summary if view.compaction is not None else None
+    if summary:
+        messages.append(UserMessage(SUMMARY_PREFIX + summary))
+    for entry in view.entries:
+        if not isinstance(entry, MessageEntry):
+            continue
+        try:
+            messages.append(message_from_dict(entry.message))
+        except ValueError as e:
+            problems.append(f"{transcript.path}:{entry.line}: unreadable message ({e}); skipped")
+    return History(tuple(messages), tuple(problems), summary)
+
+
+def repair_tool_pairs(messages: Sequence[Message]) -> list[Message]:
+    """Every tool call answered exactly once, right after its assistant message; orphans dropped."""
+    out: list[Message] = []
+    pending: dict[str, str] = {}  # call id -> tool name, for the latest assistant message
+
+    def close_pending() -> None:
+        for call_id, name in pending.items():
+            out.append(ToolResultMessage(call_id, name, INTERRUPTED_RESULT, is_error=True))
+        pending.clear()
+
+    for m in messages:
+        if isinstance(m, ToolResultMessage):
+            if m.tool_call_id in pending:
+                del pending[m.tool_call_id]
+                out.append(m)
+            continue  # a result without its call (or a duplicate): providers reject it
+        close_pending()
+        out.append(m)
+        if isinstance(m, AssistantMessage):
+            pending.update((c.id, c.name) for c in m.tool_calls)
+    close_pending()
+    return out
+
+
+def history_block(messages: Sequence[Message]) -> ContextBlock:
+    text = "\n".join(json.dumps(m.to_dict(), ensure_ascii=False) for m in messages)
+    return _block(f"history ({len(messages)} messages)", text, fixed=False)
+
+
+def message_block(message: Message) -> ContextBlock:
+    text = message.text if isinstance(message, UserMessage) else json.dumps(message.to_dict())
+    return _block("current message", text, fixed=False)

@@ -1,0 +1,183 @@
+"""The model ↔ tools loop of one turn: ask the model, run the tools it calls, repeat until it answers.
+
+Every message is handed to `record` the moment it exists (user message first, then each assistant
+reply and each tool result), so the transcript is complete even if the process dies mid-turn. Each
+request is made by the `build_request` callable from the messages so far — the one place where a
+later issue adds pruning or compaction. A failed or cancelled model call is recorded as an
+assistant message with `stopReason: "error"` (adapters leave such empty turns out of later
+requests); a cancelled tool batch gets "cancelled" results for the calls that did not run, so the
+history stays a valid call/result sequence.
+
+Streaming: text deltas are forwarded as TextChunk events, except that text which could still turn
+out to be the silent token NO_REPLY is held back until it cannot (or is dropped if it is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hermit.agent.context import SILENT_TOKEN
+from hermit.errors import HermitError
+from hermit.messages import AssistantMessage, Message, TextPart, ToolResultMessage, Usage, UserMessage
+from hermit.models.base import Model, ModelRequest, ModelResponse, ResponseDone, TextDelta, ToolCallDelta
+from hermit.tools.base import ToolRun, ToolRunner
+
+CANCELLED_RESULT = "error: cancelled by the user before this tool ran to completion"
+
+
+@dataclass(frozen=True)
+class TextChunk:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolStarted:
+    name: str
+    arguments: dict[str, object]
+    call_id: str
+
+
+@dataclass(frozen=True)
+class ToolFinished:
+    run: ToolRun
+
+
+@dataclass(frozen=True)
+class ModelReplied:
+    """After each model response: the assistant message (text, tool calls, usage)."""
+
+    message: AssistantMessage
+
+
+AgentEvent = TextChunk | ToolStarted | ToolFinished | ModelReplied
+EventSink = Callable[[AgentEvent], None]
+RequestBuilder = Callable[[Sequence[Message]], ModelRequest]
+
+
+@dataclass
+class LoopResult:
+    reply: str
+    final: AssistantMessage | None
+    new_messages: list[Message] = field(default_factory=list)
+    tool_runs: list[ToolRun] = field(default_factory=list)
+    usage: Usage = Usage()
+    iterations: int = 0
+    stopped: Literal["done", "max_iterations"] = "done"
+
+
+class _SilenceFilter:
+    """Holds streamed text back while it could still be the start of NO_REPLY."""
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self._emit = emit
+        self._held = ""
+        self._open = False  # True once the text can no longer be NO_REPLY: pass through
+
+    def feed(self, text: str) -> None:
+        if self._open:
+            self._emit(text)
+            return
+        self._held += text
+        probe = self._held.lstrip()
+        if SILENT_TOKEN.startswith(probe) or probe.startswith(SILENT_TOKEN):
+            return
+        self._open = True
+        self._emit(self._held)
+        self._held = ""
+
+    def finish(self) -> None:
+        probe = self._held.lstrip()
+        if probe and not probe.startswith(SILENT_TOKEN):
+            self._emit(self._held)  # a reply that was a strict prefix of the token, e.g. "NO"
+        self._held = ""
+
+
+def _emit(on_event: EventSink | None, event: AgentEvent) -> None:
+    if on_event is not None:
+        on_event(event)
+
+
+def _call_model(model: Model, request: ModelRequest, stream: bool, on_event: EventSink | None,
+                partial: list[str]) -> ModelResponse:
+    if not stream:
+        return model.complete(request)
+    filt = _SilenceFilter(lambda t: _emit(on_event, TextChunk(t)))
+    for event in model.stream(request):
+        if isinstance(event, TextDelta):
+            partial.append(event.text)
+            filt.feed(event.text)
+        elif isinstance(event, ToolCallDelta):
+            continue  # the adapter assembles the arguments; the call is shown when it runs
+        elif isinstance(event, ResponseDone):
+            filt.finish()
+            return event.response
+    raise HermitError("the model stream ended without a final response", "retry the message")
+
+
+def run_loop(
+    model: Model,
+    runner: ToolRunner,
+    build_request: RequestBuilder,
+    history: Sequence[Message],
+    user: UserMessage,
+    *,
+    record: Callable[[Message], None],
+    max_iterations: int,
+    stream: bool = False,
+    on_event: EventSink | None = None,
+    on_usage: Callable[[AssistantMessage], None] | None = None,
+) -> LoopResult:
+    """Run one turn. Model errors (HermitError) and KeyboardInterrupt propagate after being recorded."""
+    messages: list[Message] = [*history, user]
+    result = LoopResult(reply="", final=None)
+
+    def add(message: Message) -> None:
+        record(message)
+        messages.append(message)
+        result.new_messages.append(message)
+
+    record(user)
+    result.new_messages.append(user)
+    while True:
+        if result.iterations >= max_iterations:
+            note = (f"I stopped after {max_iterations} rounds of tool calls without finishing "
+                    f"(the max_tool_iterations limit). Say 'continue' if you want me to keep going.")
+            add(AssistantMessage((TextPart(note),), "end_turn", Usage(), provider="hermit"))
+            if stream:
+                _emit(on_event, TextChunk(note))
+            result.reply, result.stopped = note, "max_iterations"
+            return result
+        result.iterations += 1
+        partial: list[str] = []
+        try:
+            response = _call_model(model, build_request(messages), stream, on_event, partial)
+        except (HermitError, KeyboardInterrupt) as e:
+            why = "cancelled by the user" if isinstance(e, KeyboardInterrupt) else e.message
+            text = "".join(partial)
+            add(AssistantMessage((TextPart(text),) if text else (), "error", Usage(),
+                                 model.profile.model_id, model.profile.provider, why))
+            raise
+        assistant = response.message
+        add(assistant)
+        result.usage = result.usage + assistant.usage
+        if on_usage is not None:
+            on_usage(assistant)
+        _emit(on_event, ModelReplied(assistant))
+        if not assistant.tool_calls:
+            result.final = assistant
+            result.reply = assistant.text
+            return result
+        calls = list(assistant.tool_calls)
+        for index, call in enumerate(calls):
+            _emit(on_event, ToolStarted(call.name, dict(call.arguments), call.id))
+            try:
+                run = runner.run(call)
+            except KeyboardInterrupt:
+                for rest in calls[index:]:
+                    add(ToolResultMessage(rest.id, rest.name, CANCELLED_RESULT, is_error=True))
+                raise
+            add(run.result)
+            result.tool_runs.append(run)
+            _emit(on_event, ToolFinished(run))

@@ -1,0 +1,119 @@
+"""`hermit agents list|add ID`: the configured agents, and adding one to the config file safely.
+
+`add` loads the config file as data, appends the agent to `agents.list`, validates the result with
+the same loader every command uses, and only then replaces the file (temp file + fsync + rename,
+mode kept). YAML comments are not preserved, every key is. When `agents.list` was empty the
+implicit `main` agent is written out first, so adding a second agent never drops the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hermit.cli.context import CliContext
+from hermit.config.load import build_config, parse_config_text
+from hermit.config.paths import DEFAULT_AGENT_ID
+from hermit.errors import ConfigError
+from hermit.workspace import ensure_workspace
+
+
+def register(sub: Any) -> None:
+    a = sub.add_parser("agents", help="list or add agents (each with its own workspace and memory)")
+    aa = a.add_subparsers(dest="agents_command", metavar="SUBCOMMAND", required=True)
+    p = aa.add_parser("list", help="configured agents")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_list)
+    p = aa.add_parser("add", help="add an agent to the config and create its workspace")
+    p.add_argument("id", help="agent id: lowercase letters, digits, '-' or '_'")
+    p.add_argument("--workspace", dest="agent_workspace", help="workspace dir (default: <state>/workspace-<id>)")
+    p.add_argument("--model", help="model for this agent, <provider>/<model>")
+    p.set_defaults(func=cmd_add)
+
+
+def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
+    loaded = ctx.config()
+    rows = [{
+        "id": a.id,
+        "default": a.is_default,
+        "workspace": str(a.workspace),
+        "model": a.settings.model,
+        "sandbox": a.settings.sandbox.mode,
+        "memory": a.settings.memory_search.provider if a.settings.memory_search.enabled else "off",
+        "index": str(a.index_path),
+    } for a in loaded.agents]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max(len(str(r["id"])) for r in rows) + 2
+    for r in rows:
+        mark = "*" if r["default"] else " "
+        print(f"{mark} {r['id']:<{width}} {r['workspace']}  model={r['model'] or '(auto)'}  "
+              f"sandbox={r['sandbox']}  memory={r['memory']}")
+    print("(* = default agent)")
+    return 0
+
+
+def _load_raw(path: Path) -> dict[str, Any]:
+    data, _ = parse_config_text(path.read_text(encoding="utf-8"), str(path), path.suffix.lower() != ".json")
+    return dict(data)
+
+
+def _dump(data: dict[str, Any], path: Path) -> str:
+    if path.suffix.lower() == ".json":
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+
+def _replace(path: Path, text: str) -> None:
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o600
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def cmd_add(ctx: CliContext, args: argparse.Namespace) -> int:
+    path = ctx.paths.config_file() or ctx.home / "hermit.yaml"
+    data = _load_raw(path) if path.exists() else {}
+    agents = data.setdefault("agents", {}) or {}
+    if not isinstance(agents, dict):
+        raise ConfigError(f"{path}: 'agents' must be a mapping", "fix the config by hand, then retry")
+    data["agents"] = agents
+    entries = agents.get("list") or []
+    if not isinstance(entries, list):
+        raise ConfigError(f"{path}: agents.list must be a list", "fix the config by hand, then retry")
+    ids = [e.get("id") for e in entries if isinstance(e, dict)]
+    if args.id in ids or (not entries and args.id == DEFAULT_AGENT_ID):
+        raise ConfigError(f"agent {args.id!r} already exists", "pick another id; `hermit agents list` shows them")
+    if not entries:
+        entries = [{"id": DEFAULT_AGENT_ID}]  # the implicit main agent becomes explicit
+    entry: dict[str, Any] = {"id": args.id}
+    if args.agent_workspace:
+        entry["workspace"] = str(Path(args.agent_workspace).expanduser().resolve())
+    if args.model:
+        entry["model"] = args.model
+    agents["list"] = [*entries, entry]
+    loaded = build_config(data, ctx.paths, path)  # validates; raises ConfigError naming the problem
+    ctx.home.mkdir(parents=True, exist_ok=True)
+    _replace(path, _dump(data, path))
+    agent = loaded.agent(args.id)
+    report = ensure_workspace(agent.workspace)
+    print(f"added agent {agent.id} to {path}")
+    print(f"workspace {agent.workspace} (created: {', '.join(report.created) or 'nothing new'})")
+    print(f"talk to it with: hermit --agent {agent.id} chat")
+    return 0

@@ -1,0 +1,93 @@
+"""Building the agent runtime for `hermit agent` / `hermit chat`: model choice from config and keys,
+memory service, and the one-screen help shown when no model provider is configured.
+
+Model choice, in order: the agent's `model` setting; the only model listed under
+`models.providers`; anthropic/claude-sonnet-4-5 when ANTHROPIC_API_KEY is set; openai/gpt-4.1 when
+OPENAI_API_KEY is set. Nothing matching raises NoModelConfigured, which chat turns into the help screen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from hermit.agent.runtime import AgentRuntime
+from hermit.cli.context import CliContext
+from hermit.config.load import AgentConfig, LoadedConfig
+from hermit.errors import ConfigError
+from hermit.models.registry import build_model
+
+PROVIDER_KEY_VARS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "GEMINI_API_KEY",
+                     "GOOGLE_API_KEY")
+KEY_DEFAULTS = (("ANTHROPIC_API_KEY", "anthropic/claude-sonnet-4-5"), ("OPENAI_API_KEY", "openai/gpt-4.1"))
+
+
+class NoModelConfigured(ConfigError):
+    """No model is set and none can be inferred from the config or the environment."""
+
+
+def choose_model_ref(agent: AgentConfig, loaded: LoadedConfig, environ: Mapping[str, str]) -> str:
+    if agent.settings.model:
+        return agent.settings.model
+    listed = [f"{name}/{model}" for name, pc in loaded.config.models.providers.items() for model in pc.models]
+    if len(listed) == 1:
+        return listed[0]
+    for env, ref in KEY_DEFAULTS:
+        if environ.get(env):
+            return ref
+    raise NoModelConfigured(
+        "no language model is configured",
+        "set ANTHROPIC_API_KEY or OPENAI_API_KEY, or agents.defaults.model in the config "
+        "(run `hermit chat` for a how-to)",
+    )
+
+
+def exec_environment(environ: Mapping[str, str], loaded: LoadedConfig) -> dict[str, str]:
+    """The environment exec commands get: Hermit's own provider keys removed, so a command the
+    model runs (`env`, a prompt-injected `curl`) cannot read them."""
+    secret = set(PROVIDER_KEY_VARS)
+    secret.update(pc.api_key_env for pc in loaded.config.models.providers.values() if pc.api_key_env)
+    secret.update(a.settings.memory_search.remote.api_key_env for a in loaded.agents
+                  if a.settings.memory_search.remote.api_key_env)
+    return {k: v for k, v in environ.items() if k not in secret}
+
+
+def build_runtime(ctx: CliContext) -> AgentRuntime:
+    loaded = ctx.config()
+    agent = ctx.agent()
+    model = build_model(choose_model_ref(agent, loaded, ctx.environ), loaded.config.models, ctx.environ)
+    memory = ctx.memory_service(agent) if agent.settings.memory_search.enabled else None
+    return AgentRuntime(agent, model, memory=memory, exec_env=exec_environment(ctx.environ, loaded))
+
+
+def close_runtime(runtime: AgentRuntime) -> None:
+    if runtime.memory is not None:
+        runtime.memory.close()
+    close = getattr(runtime.model, "close", None)
+    if callable(close):
+        close()
+
+
+def no_model_help(ctx: CliContext) -> str:
+    config = ctx.paths.config_file() or ctx.home / "hermit.yaml"
+    return f"""\
+Hermit has no language model to talk to yet. Pick one, then run `hermit chat` again:
+
+  1. Anthropic   export ANTHROPIC_API_KEY=sk-ant-...   (uses anthropic/claude-sonnet-4-5)
+  2. OpenAI      export OPENAI_API_KEY=sk-...          (uses openai/gpt-4.1)
+  3. A local OpenAI-compatible server (Ollama, LM Studio, vLLM, llama.cpp) — no key needed.
+     Merge this into {config}:
+
+       agents:
+         defaults:
+           model: ollama/llama3.1
+       models:
+         providers:
+           ollama:
+             type: openai-compatible
+             base_url: http://127.0.0.1:11434/v1
+             models:
+               llama3.1: {{ context_window: 131072 }}
+
+Any other model: set agents.defaults.model to <provider>/<model> (e.g. anthropic/claude-opus-4-5).
+Memory already works offline without a model: try `hermit memory search "..."`.
+"""

@@ -1,0 +1,207 @@
+"""`hermit chat`: the terminal REPL — streaming replies, slash commands, history, Ctrl-C / Ctrl-D.
+
+Ctrl-C during a turn cancels that turn (the transcript records the cancellation) and returns to the
+prompt; Ctrl-C at the prompt clears the line; Ctrl-D exits. Line editing and history come from
+readline when the terminal has it, with history kept in `<state>/chat_history`. With no model
+configured the command prints one screen on how to configure a provider instead of failing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from hermit.agent.loop import AgentEvent, TextChunk, ToolFinished, ToolStarted
+from hermit.agent.runtime import AgentRuntime
+from hermit.cli.agent import short_args
+from hermit.cli.assistant import NoModelConfigured, build_runtime, close_runtime, no_model_help
+from hermit.cli.context import CliContext
+from hermit.errors import HermitError
+from hermit.sessions.keys import main_session_key
+
+HISTORY_FILE = "chat_history"
+HELP = """\
+/new [message]    start a new session (the message, if any, is its first prompt)
+/reset [message]  same as /new
+/status           agent, model, session and token counts
+/context          what a request contains, block by block, in tokens
+/verbose [on|off] show tool calls and results
+/exit             quit (or Ctrl-D); Ctrl-C cancels a reply in progress"""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("chat", help="chat with the agent in the terminal")
+    p.add_argument("--session", help="session key (default: agent:<agentId>:main)")
+    p.add_argument("--verbose", action="store_true", help="show tool calls and results")
+    p.set_defaults(func=run)
+
+
+def _setup_readline(history: Path) -> Callable[[], None]:
+    """Load line history; returns the function that saves it (a no-op without readline)."""
+    try:
+        import readline
+    except ImportError:
+        return lambda: None
+    with contextlib.suppress(OSError):
+        readline.read_history_file(history)
+    readline.set_history_length(1000)
+
+    def save() -> None:
+        with contextlib.suppress(OSError):
+            history.parent.mkdir(parents=True, exist_ok=True)
+            readline.write_history_file(history)
+            history.chmod(0o600)
+
+    return save
+
+
+class ChatRepl:
+    def __init__(self, runtime: AgentRuntime, session_key: str, *, out: TextIO, read_line: Callable[[str], str],
+                 interactive: bool, verbose: bool = False) -> None:
+        self.runtime = runtime
+        self.key = session_key
+        self.out = out
+        self.read_line = read_line
+        self.interactive = interactive
+        self.verbose = verbose
+        self._started_reply = False
+
+    def say(self, text: str = "") -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def banner(self) -> None:
+        r = self.runtime
+        sandbox = " · sandboxed" if r.sandboxed(self.key) else ""
+        self.say(f"Hermit · agent {r.agent.id} · {r.model.profile.ref} · session {self.key}{sandbox}")
+        self.say("/help for commands · Ctrl-D to exit")
+
+    def loop(self) -> int:
+        if self.interactive:
+            self.banner()
+        while True:
+            try:
+                line = self.read_line("\nyou> " if self.interactive else "")
+            except EOFError:
+                if self.interactive:
+                    self.say()
+                return 0
+            except KeyboardInterrupt:
+                self.say("^C")
+                continue
+            line = line.strip()
+            if not line:
+                continue
+            if line.startswith("/"):
+                if not self.command(line):
+                    return 0
+                continue
+            self.turn(line)
+
+    def command(self, line: str) -> bool:
+        """Run a slash command; False means exit."""
+        name, _, rest = line.partition(" ")
+        rest = rest.strip()
+        if name in ("/exit", "/quit"):
+            return False
+        if name in ("/new", "/reset"):
+            record = self.runtime.new_session(self.key)
+            self.say(f"new session {record.session_id}")
+            if rest:
+                self.turn(rest)
+        elif name == "/status":
+            self.status()
+        elif name == "/context":
+            report = self.runtime.context_report(self.key)
+            self.say(report.render(self.runtime.model.profile.context_window))
+        elif name == "/verbose":
+            self.verbose = {"on": True, "off": False}.get(rest.lower(), not self.verbose)
+            self.say(f"verbose {'on' if self.verbose else 'off'}")
+        elif name in ("/help", "/?"):
+            self.say(HELP)
+        else:
+            self.say(f"unknown command {name}\n{HELP}")
+        return True
+
+    def status(self) -> None:
+        r = self.runtime
+        rec = r.session(self.key)
+        profile = r.model.profile
+        self.say(f"agent      {r.agent.id}  (workspace {r.agent.workspace})")
+        self.say(f"model      {profile.ref}  (context window {profile.context_window:,} tokens)")
+        self.say(f"session    {self.key}  {rec.session_id if rec else '(not started)'}")
+        if rec is not None:
+            pct = 100 * rec.context_tokens / profile.context_window if profile.context_window else 0
+            self.say(f"tokens     in {rec.input_tokens:,} · out {rec.output_tokens:,} · "
+                     f"context {rec.context_tokens:,} ({pct:.1f}%) · compactions {rec.compaction_count}")
+        self.say(f"sandbox    {'on' if r.sandboxed(self.key) else 'off'} ({r.agent.settings.sandbox.mode})"
+                 f" · memory {'on' if r.memory is not None else 'off'} · verbose {'on' if self.verbose else 'off'}")
+
+    def on_event(self, event: AgentEvent) -> None:
+        if isinstance(event, TextChunk):
+            if not self._started_reply:
+                self.out.write("hermit> ")
+                self._started_reply = True
+            self.out.write(event.text)
+            self.out.flush()
+        elif isinstance(event, ToolStarted) and self.verbose:
+            self._end_line()
+            self.say(f"  · {event.name} {short_args(event.arguments)}")
+        elif isinstance(event, ToolFinished) and self.verbose:
+            res = event.run.result
+            first = res.content.strip().splitlines()[0][:160] if res.content.strip() else "(empty)"
+            self.say(f"    {'✗' if res.is_error else '✓'} {first} ({event.run.seconds:.1f}s)")
+
+    def _end_line(self) -> None:
+        if self._started_reply:
+            self.say()
+            self._started_reply = False
+
+    def turn(self, text: str) -> None:
+        self._started_reply = False
+        try:
+            result = self.runtime.run_turn(self.key, text, self.on_event, stream=True)
+        except KeyboardInterrupt:
+            self._end_line()
+            self.say("[cancelled]")
+            return
+        except HermitError as e:
+            self._end_line()
+            self.say(f"error: {e.message}" + (f"\nhint: {e.hint}" if e.hint else ""))
+            return
+        self._end_line()
+        if not result.delivered and self.verbose:
+            self.say("(silent reply: NO_REPLY — nothing delivered)")
+        if self.verbose:
+            u = result.usage
+            self.say(f"  [{u.context_tokens:,} in · {u.output_tokens:,} out · {len(result.tool_calls)} tool calls]")
+
+
+def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    try:
+        runtime = build_runtime(ctx)
+    except NoModelConfigured:
+        sys.stdout.write(no_model_help(ctx))
+        return 1
+    interactive = sys.stdin.isatty()
+    save_history = _setup_readline(ctx.home / HISTORY_FILE) if interactive else (lambda: None)
+
+    def read_line(prompt: str) -> str:
+        if interactive:
+            return input(prompt)
+        line = sys.stdin.readline()
+        if not line:
+            raise EOFError
+        return line
+
+    repl = ChatRepl(runtime, args.session or main_session_key(runtime.agent.id), out=sys.stdout,
+                    read_line=read_line, interactive=interactive, verbose=args.verbose)
+    try:
+        return repl.loop()
+    finally:
+        save_history()
+        close_runtime(runtime)

@@ -1,0 +1,70 @@
+"""Tools the agent can call: typed functions, their runner, the file/exec/memory tools and the sandbox.
+
+`build_toolset` assembles the standard tools for one session; the agent runtime calls it per turn,
+because the sandbox (and, later, the write policy) depends on the session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from hermit.memory.service import MemoryService
+from hermit.tools.base import (
+    Tool,
+    ToolOutput,
+    ToolRun,
+    ToolRunner,
+    clean_schema,
+    make_tool,
+)
+from hermit.tools.exec import ExecTool
+from hermit.tools.files import AllowAllWrites, AppendOnlyPolicy, FileTools, WritePolicy
+from hermit.tools.memory import MEMORY_GET_DESCRIPTION, MEMORY_SEARCH_DESCRIPTION, MemoryTools
+from hermit.tools.sandbox import PathResolver, ResolvedPath
+from hermit.workspace import MEMORY_FILE
+
+__all__ = [
+    "MEMORY_GET_DESCRIPTION",
+    "MEMORY_SEARCH_DESCRIPTION",
+    "AllowAllWrites",
+    "AppendOnlyPolicy",
+    "ExecTool",
+    "FileTools",
+    "MemoryTools",
+    "PathResolver",
+    "ResolvedPath",
+    "Tool",
+    "ToolOutput",
+    "ToolRun",
+    "ToolRunner",
+    "WritePolicy",
+    "build_toolset",
+    "clean_schema",
+    "make_tool",
+]
+
+
+def build_toolset(
+    workspace: Path,
+    *,
+    confined: bool,
+    memory: MemoryService | None = None,
+    write_policy: WritePolicy | None = None,
+    on_change: Callable[[Path], None] | None = None,
+    exec_env: Mapping[str, str] | None = None,
+    exec_enabled: bool = True,
+    home: Path | None = None,
+    private_memory: bool = True,
+) -> ToolRunner:
+    """read, write, edit, exec, memory_search, memory_get (memory tools only with a service).
+
+    `private_memory=False` (any session but the main private one) hides MEMORY.md from every tool."""
+    hidden = frozenset() if private_memory else frozenset({(workspace / MEMORY_FILE).resolve()})
+    paths = PathResolver(workspace, confined, home, hidden)
+    tools = FileTools(paths, policy=write_policy, on_change=on_change).tools()
+    if exec_enabled:
+        tools += ExecTool(paths, env=exec_env).tools()
+    if memory is not None:
+        tools += MemoryTools(memory, private=private_memory).tools()
+    return ToolRunner(tools)

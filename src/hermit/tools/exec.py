@@ -1,0 +1,144 @@
+"""The exec tool: run a shell command in the workspace with a timeout and a head+tail output cap.
+
+The command runs under `/bin/sh -c` in its own process group, so a timeout (or Ctrl-C on the turn)
+kills it and everything it started. Output (stdout and stderr interleaved) is read as it comes and
+only the first and last parts are kept in memory, so a command printing gigabytes cannot exhaust
+the process. A non-zero exit code is reported but is not a tool error (the model decides what it
+means); a timeout is. In a sandboxed session the command line is checked by PathResolver first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+
+from hermit.errors import ToolError
+from hermit.tools.base import Tool, ToolOutput, make_tool
+from hermit.tools.sandbox import PathResolver
+
+DEFAULT_TIMEOUT_SECONDS = 120.0
+MAX_TIMEOUT_SECONDS = 1800.0
+DEFAULT_MAX_OUTPUT_CHARS = 20_000
+
+
+class _CappedBuffer:
+    """Keeps the first `head` and last `tail` bytes of a stream plus the total length."""
+
+    def __init__(self, head: int, tail: int) -> None:
+        self.head_limit, self.tail_limit = head, tail
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > self.tail_limit:
+                del self.tail[: len(self.tail) - self.tail_limit]
+
+    def text(self) -> str:
+        head = self.head.decode("utf-8", errors="replace")
+        kept = len(self.head) + len(self.tail)
+        if self.total <= kept:
+            return head + self.tail.decode("utf-8", errors="replace")
+        tail = self.tail.decode("utf-8", errors="replace")
+        return f"{head}\n[… {self.total - kept:,} bytes of output omitted …]\n{tail}"
+
+
+class ExecTool:
+    def __init__(self, paths: PathResolver, *, env: Mapping[str, str] | None = None,
+                 default_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+                 max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS, shell: str = "/bin/sh") -> None:
+        self.paths = paths
+        self.env = dict(env) if env is not None else None
+        self.default_timeout = default_timeout
+        self.max_output_chars = max_output_chars
+        self.shell = shell
+
+    def tools(self) -> list[Tool]:
+        return [make_tool(self.exec, name="exec")]
+
+    def _program_dirs(self) -> list[Path]:
+        env_path = (self.env or {}).get("PATH") if self.env is not None else os.environ.get("PATH")
+        return [Path(p) for p in (env_path or os.defpath).split(os.pathsep) if p]
+
+    def exec(
+        self,
+        command: Annotated[str, Field(description="Shell command line (sh -c)")],
+        timeout: Annotated[float | None, Field(gt=0, description="Seconds before the command is killed")] = None,
+        cwd: Annotated[str | None, Field(description="Working directory, relative to the workspace")] = None,
+    ) -> ToolOutput:
+        """Run a shell command in the workspace; returns exit code and output (long output is cut)."""
+        if not command.strip():
+            raise ToolError("empty command", "pass a shell command line")
+        workdir = self.paths.resolve(cwd, what="cwd").real if cwd else self.paths.root
+        if not workdir.is_dir():
+            raise ToolError(f"cwd {cwd!r} is not a directory", "pass a folder inside the workspace")
+        self.paths.check_command(command, self._program_dirs(), workdir)
+        limit = min(timeout or self.default_timeout, MAX_TIMEOUT_SECONDS)
+        head = int(self.max_output_chars * 0.4)
+        buf = _CappedBuffer(head, self.max_output_chars - head)
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            [self.shell, "-c", command], cwd=workdir, env=self.env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        assert proc.stdout is not None
+        stdout = proc.stdout
+        reader = threading.Thread(target=_pump, args=(stdout, buf), daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            try:
+                proc.wait(timeout=limit)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(proc)
+                proc.wait()
+        except BaseException:
+            _kill_group(proc)  # Ctrl-C cancels the turn: nothing it started may linger
+            raise
+        finally:
+            reader.join(timeout=0.5)
+            if reader.is_alive():
+                # A background child still holds the output pipe open: it belongs to this command.
+                _kill_group(proc)
+                reader.join(timeout=2)
+            with contextlib.suppress(OSError):
+                stdout.close()
+        elapsed = time.monotonic() - started
+        output = buf.text().rstrip("\n") or "(no output)"
+        if timed_out:
+            return ToolOutput(f"timed out after {limit:g}s; the command was killed\n{output}", is_error=True)
+        code = proc.returncode
+        status = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
+        return ToolOutput(f"{status} ({elapsed:.1f}s)\n{output}")
+
+
+def _pump(stream: object, buf: _CappedBuffer) -> None:
+    read = getattr(stream, "read1", None) or stream.read  # type: ignore[attr-defined]
+    with contextlib.suppress(OSError, ValueError):
+        while True:
+            data = read(65536)
+            if not data:
+                return
+            buf.feed(data)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+        os.killpg(proc.pid, signal.SIGKILL)

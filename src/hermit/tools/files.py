@@ -1,0 +1,193 @@
+"""The file tools: read (line window), write (whole file) and edit (exact-string replace), under a write policy.
+
+Paths go through the session's PathResolver (workspace-relative, confined in a sandbox). Every
+write and edit is first shown to the WritePolicy with the file's content before and after, so a
+later restriction — the pre-compaction flush may only *append* to today's daily log — is enforced
+here in the tool layer and not by prompt text. Files are replaced atomically (temp file + fsync +
+rename, keeping the file's mode), so a crash never leaves half a memory file. `on_change` is called
+with each file written, which is how the memory index learns it is dirty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal, Protocol
+
+from pydantic import Field
+
+from hermit.errors import PathPolicyError, ToolError
+from hermit.tools.base import Tool, make_tool
+from hermit.tools.sandbox import PathResolver, ResolvedPath
+
+DEFAULT_READ_LINES = 2000
+MAX_READ_CHARS = 50_000
+MAX_FILE_BYTES = 20_000_000
+WriteKind = Literal["write", "edit"]
+
+
+class WritePolicy(Protocol):
+    """Decides whether a write/edit may happen; raises ToolError (or PathPolicyError) naming the rule.
+
+    `before` is the current content (None: the file does not exist), `after` the content the tool
+    would leave.
+    """
+
+    def check(self, target: ResolvedPath, kind: WriteKind, before: str | None, after: str) -> None: ...
+
+
+class AllowAllWrites:
+    def check(self, target: ResolvedPath, kind: WriteKind, before: str | None, after: str) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class AppendOnlyPolicy:
+    """Only appending to one file is allowed (the pre-compaction flush's rule, SPEC §9): the new content
+    must start with the whole old content, and no other file may be touched."""
+
+    path: Path  # absolute, resolved
+
+    def check(self, target: ResolvedPath, kind: WriteKind, before: str | None, after: str) -> None:
+        allowed = Path(os.path.realpath(self.path))
+        if target.real != allowed:
+            raise PathPolicyError(f"writing {target.shown} is not allowed now",
+                                  f"write policy: only appending to {allowed.name} is allowed in this turn")
+        if before is not None and not after.startswith(before):
+            raise PathPolicyError(f"this {kind} would change existing text of {target.shown}",
+                                  "write policy: append only — keep the existing content and add to the end")
+
+
+def _read_text(target: ResolvedPath) -> str:
+    p = target.real
+    if not p.exists():
+        raise ToolError(f"file not found: {target.shown}", "check the path (relative paths start at the workspace)")
+    if p.is_dir():
+        names = sorted(c.name + ("/" if c.is_dir() else "") for c in p.iterdir())
+        more = f" … and {len(names) - 50} more" if len(names) > 50 else ""
+        listing = ", ".join(names[:50]) or "(empty)"
+        raise ToolError(f"{target.shown} is a directory; it contains: {listing}{more}",
+                        "read a file inside it, or list it with exec")
+    size = p.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise ToolError(f"{target.shown} is too large to read ({size:,} bytes)",
+                        "use exec with head, tail or grep to look at parts of it")
+    data = p.read_bytes()
+    if b"\x00" in data[:8192]:
+        raise ToolError(f"{target.shown} looks like a binary file", "only text files can be read")
+    return data.decode("utf-8", errors="replace")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+class FileTools:
+    """read / write / edit bound to one session's paths, write policy and change callback."""
+
+    def __init__(self, paths: PathResolver, *, policy: WritePolicy | None = None,
+                 on_change: Callable[[Path], None] | None = None) -> None:
+        self.paths = paths
+        self.policy: WritePolicy = policy or AllowAllWrites()
+        self.on_change = on_change
+
+    def tools(self) -> list[Tool]:
+        return [make_tool(self.read, name="read"), make_tool(self.write, name="write"),
+                make_tool(self.edit, name="edit")]
+
+    def read(
+        self,
+        path: Annotated[str, Field(description="File path, relative to the workspace")],
+        offset: Annotated[int | None, Field(ge=1, description="First line to read (1-based)")] = None,
+        limit: Annotated[int | None, Field(ge=1, description="Maximum number of lines")] = None,
+    ) -> str:
+        """Read a text file. Long files come back in windows of lines; use offset/limit to page."""
+        target = self.paths.resolve(path)
+        text = _read_text(target)
+        lines = text.split("\n")
+        if text.endswith("\n"):
+            lines.pop()
+        total = len(lines)
+        start = (offset or 1) - 1
+        if total == 0:
+            return "(empty file)"
+        if start >= total:
+            raise ToolError(f"offset {offset} is past the end of {target.shown} ({total} lines)",
+                            f"use an offset between 1 and {total}")
+        end = min(total, start + (limit or DEFAULT_READ_LINES))
+        out: list[str] = []
+        size = 0
+        for i in range(start, end):
+            size += len(lines[i]) + 1
+            if size > MAX_READ_CHARS and out:
+                end = i
+                break
+            out.append(lines[i])
+        body = "\n".join(out)
+        if start > 0 or end < total:
+            body += f"\n\n[showing lines {start + 1}-{end} of {total}"
+            body += f"; use offset={end + 1} to continue]" if end < total else "]"
+        return body
+
+    def write(
+        self,
+        path: Annotated[str, Field(description="File path, relative to the workspace")],
+        content: Annotated[str, Field(description="The complete new content of the file")],
+    ) -> str:
+        """Create or overwrite a file with the given content (parent folders are created)."""
+        target = self.paths.resolve(path)
+        if target.real.is_dir():
+            raise ToolError(f"{target.shown} is a directory", "write to a file path inside it")
+        before = _read_text(target) if target.real.exists() else None
+        self.policy.check(target, "write", before, content)
+        _write_atomic(target.real, content)
+        self._changed(target.real)
+        verb = "overwrote" if before is not None else "created"
+        return f"{verb} {target.shown} ({len(content.encode('utf-8')):,} bytes)"
+
+    def edit(
+        self,
+        path: Annotated[str, Field(description="File path, relative to the workspace")],
+        old: Annotated[str, Field(description="Exact text to replace; must occur exactly once")],
+        new: Annotated[str, Field(description="Replacement text")],
+    ) -> str:
+        """Replace one exact occurrence of `old` with `new` in a file (whitespace must match)."""
+        target = self.paths.resolve(path)
+        before = _read_text(target)
+        if not old:
+            raise ToolError("`old` is empty", "pass the exact text to replace (use write to create a file)")
+        count = before.count(old)
+        if count == 0:
+            raise ToolError(f"`old` was not found in {target.shown} (0 matches)",
+                            "read the file and copy the exact text, including whitespace and line breaks")
+        if count > 1:
+            raise ToolError(f"`old` matches {count} times in {target.shown}; it must match exactly once",
+                            "include more surrounding text in `old` so it is unique")
+        after = before.replace(old, new, 1)
+        self.policy.check(target, "edit", before, after)
+        _write_atomic(target.real, after)
+        self._changed(target.real)
+        line = before[: before.index(old)].count("\n") + 1
+        return f"edited {target.shown}: replaced 1 occurrence at line {line}"
+
+    def _changed(self, path: Path) -> None:
+        if self.on_change is not None:
+            self.on_change(path)

@@ -1,0 +1,77 @@
+"""memory_search and memory_get: the agent's face over MemoryService, with SPEC §4's names and wording.
+
+The result objects are exactly MemoryService's (`{"results": [...], "provider", "model"}` and
+`{"path", "text"}`); this module only maps the wire parameter names (`maxResults`, `minScore`,
+`from`, `lines`) and turns a refused path into an error result naming the rule.
+
+Outside the main private session (`private=False`) MEMORY.md is withheld here too — its hits are
+dropped from search results and memory_get refuses it — so the "main session only" rule of SPEC §3
+cannot be bypassed by a tool call in a group chat (the failure of §14.8).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from hermit.errors import PathPolicyError
+from hermit.memory.paths import resolve_memory_path
+from hermit.memory.service import MemoryService
+from hermit.tools.base import Tool, make_tool
+from hermit.tools.sandbox import PRIVACY_RULE
+from hermit.workspace import MEMORY_FILE
+
+MEMORY_SEARCH_DESCRIPTION = (
+    "Mandatory recall step: search MEMORY.md + memory/*.md (and session transcripts when enabled) before "
+    "answering questions about prior work, decisions, dates, people, preferences, or todos."
+)
+MEMORY_GET_DESCRIPTION = (
+    "Read specific lines of a memory file (MEMORY.md or memory/*.md) after memory_search, keeping "
+    "context small; the whole file when neither from nor lines is given."
+)
+
+
+class MemoryTools:
+    def __init__(self, service: MemoryService, *, private: bool = True) -> None:
+        self.service = service
+        self.private = private
+
+    def tools(self) -> list[Tool]:
+        return [
+            make_tool(self.memory_search, name="memory_search", description=MEMORY_SEARCH_DESCRIPTION),
+            make_tool(self.memory_get, name="memory_get", description=MEMORY_GET_DESCRIPTION),
+        ]
+
+    def memory_search(
+        self,
+        query: Annotated[str, Field(description="What to look for, in natural words")],
+        max_results: Annotated[int | None, Field(alias="maxResults", ge=1, le=50,
+                                                 description="Default 6")] = None,
+        min_score: Annotated[float | None, Field(alias="minScore", ge=0, le=1,
+                                                 description="Default 0.35")] = None,
+    ) -> dict[str, Any]:
+        result = self.service.search(query, max_results, min_score)
+        if not self.private and result.get("results"):
+            kept = [r for r in result["results"] if r.get("path") != MEMORY_FILE]
+            if len(kept) != len(result["results"]):
+                result = {**result, "results": kept, "withheld": f"{MEMORY_FILE} hits ({PRIVACY_RULE})"}
+        return result
+
+    def memory_get(
+        self,
+        path: Annotated[str, Field(description="Workspace-relative path from memory_search")],
+        from_line: Annotated[int | None, Field(alias="from", ge=1, description="First line (1-based)")] = None,
+        lines: Annotated[int | None, Field(ge=1, description="Number of lines")] = None,
+    ) -> dict[str, Any]:
+        if not self.private and self._is_long_term(path):
+            raise PathPolicyError(f"{MEMORY_FILE} is not available in this session", PRIVACY_RULE)
+        return self.service.get(path, from_line, lines)
+
+    def _is_long_term(self, path: str) -> bool:
+        ws = self.service.workspace
+        try:
+            real, _ = resolve_memory_path(ws, path, self.service.cfg.extra_paths)
+        except PathPolicyError:
+            return False  # service.get will refuse it with the precise rule
+        return real == (ws / MEMORY_FILE).resolve()
