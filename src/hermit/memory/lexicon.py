@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hermit.memory.fts import CJK_LETTERS, STOPWORDS, ZH_STOP_CHARS
 
-LEXICON_VERSION = "1"
+LEXICON_VERSION = "3"
 _ENTRY = re.compile(r"^(\S+) (\S+) \[[^\]]*\] /(.*)/\s*$")
 _SKIP_SENSE = ("CL:", "variant of", "old variant", "see ", "surname ", "abbr. for", "used in", "erhua variant",
                "Japanese variant", "Taiwan pr.", "also pr.")
@@ -49,6 +49,24 @@ def _clean_gloss(sense: str) -> str:
     g = re.sub(r"\([^)]*\)", "", sense).strip().lower()
     g = re.sub(r"^(to|a|an|the|to be) ", "", g)
     return re.sub(r"\s+", " ", g).strip(" .,;")
+
+
+_CUT = re.compile(r"\s*[,;]\s*|\s+(?:on|in|at|of|for|with|from|during|abbr\.)\s+")
+
+
+def gloss_variants(sense: str) -> list[str]:
+    """Short English keys for one dictionary sense: the sense, its head before a comma or a
+    prepositional tail ("the Mid-Autumn Festival on 15th of 8th lunar month" → "mid-autumn festival"),
+    and a proper noun's first word ("Shanghai municipality, central east China" → "shanghai")."""
+    full = _clean_gloss(sense)
+    out = [full]
+    head = _CUT.split(full, maxsplit=1)[0].strip()
+    if head and head != full:
+        out.append(head)
+    bare = re.sub(r"\([^)]*\)", "", sense).strip()
+    if bare[:1].isupper() and " " in bare:
+        out.append(bare.split()[0].strip(",;.").lower())
+    return [g for g in dict.fromkeys(out) if g and len(g.split()) <= 3]
 
 
 def build_lexicon(dest: Path) -> None:
@@ -88,13 +106,13 @@ def build_lexicon(dest: Path) -> None:
             seen_zh.add(simp)
             commonness = common.get(simp, 2)
             for i, sense in enumerate(senses[:4]):
-                gloss = _clean_gloss(sense)
-                if not gloss or len(gloss.split()) > 3:
+                variants = gloss_variants(sense)
+                if not variants:
                     continue
                 if first_entry:
-                    zh_rows.append((simp, gloss, i))
+                    zh_rows.append((simp, variants[-1], i))  # the shortest key: "shanghai", not the sentence
                 if i < 3 and len(simp) >= 2:
-                    en_rows.append((gloss, simp, commonness * 10 + i))
+                    en_rows.extend((g, simp, commonness * 10 + i + (k > 0)) for k, g in enumerate(variants))
     conn.executemany("insert into zh2en values (?,?,?)", zh_rows)
     conn.executemany("insert into en2zh values (?,?,?)", en_rows)
     conn.execute("create index zh2en_zh on zh2en(zh, rank)")
@@ -135,17 +153,24 @@ class Lexicon:
 
     # -- expansion --------------------------------------------------------------------------------
     def segment(self, run: str) -> list[str]:
-        """Greedy longest-match segmentation of a CJK run with the dictionary's headwords."""
+        """Segment a CJK run into dictionary words with the fewest pieces (dynamic programming)."""
+        n = len(run)
+        best: list[tuple[int, int]] = [(0, 0)] + [(n + 1, 0)] * n  # (pieces, start of last piece)
+        for end in range(1, n + 1):
+            for start in range(max(0, end - MAX_WORD_CHARS), end):
+                word = run[start:end]
+                if end - start > 1 and not self.is_word(word):
+                    continue
+                cand = best[start][0] + 1
+                if cand < best[end][0]:
+                    best[end] = (cand, start)
         words: list[str] = []
-        i = 0
-        while i < len(run):
-            for n in range(min(MAX_WORD_CHARS, len(run) - i), 0, -1):
-                cand = run[i:i + n]
-                if n == 1 or self.is_word(cand):
-                    words.append(cand)
-                    i += n
-                    break
-        return words
+        end = n
+        while end > 0:
+            start = best[end][1]
+            words.append(run[start:end])
+            end = start
+        return words[::-1]
 
     def translate_query(self, query: str) -> list[str]:
         """Translated content terms for `query`: Chinese words for English ones and vice versa."""
@@ -156,8 +181,9 @@ class Lexicon:
                     continue
                 for gloss in self.en_for(word):
                     words = [w for w in _EN_WORD.findall(gloss) if w not in STOPWORDS and len(w) > 2]
-                    out.extend(words if len(words) <= 1 else [" ".join(words)])
-        words = [w for w in _EN_WORD.findall(_CJK_RUN.sub(" ", query).lower())]
+                    out.extend(words)
+        words = [re.sub(r"'s$|'re$|'ve$|'ll$|'d$|n't$", "", w)
+                 for w in _EN_WORD.findall(_CJK_RUN.sub(" ", query).lower())]
         used = [False] * len(words)
         for n in (3, 2, 1):
             for i in range(len(words) - n + 1):

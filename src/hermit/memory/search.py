@@ -8,6 +8,7 @@ threshold means the same thing whichever model is active.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 import time
@@ -18,10 +19,12 @@ import numpy as np
 
 from hermit.config.schema import QueryConfig
 from hermit.errors import EmbeddingError
+from hermit.memory.dates import query_day_ranges
 from hermit.memory.embedders.base import Embedder, EmbedderInfo
 from hermit.memory.fts import build_match, line_terms, quote_terms, quoted_terms
 from hermit.memory.lexicon import Lexicon
 from hermit.memory.store import ChunkRow, IndexStore
+from hermit.tokens import count_cjk
 
 SNIPPET_MAX_CHARS = 700
 # Above this many chunks the in-memory matrix (4 bytes × dims each) is not used; vec0 KNN is.
@@ -125,8 +128,6 @@ def file_date(path: str) -> float | None:
     if not m:
         return None
     try:
-        import datetime as dt
-
         d = dt.datetime(int(m.group(1)), int(m.group(2)), int(m.group(3)), tzinfo=dt.UTC)
     except ValueError:
         return None
@@ -189,6 +190,8 @@ class HybridSearcher:
         self.matrix = VectorMatrix()
         self.clock = clock
         self._translated: str | None = None
+        self._translation_hits = 0
+        self._langs: tuple[int, tuple[bool, bool]] | None = None
 
     def _vector_state(self) -> tuple[bool, str | None]:
         """Whether vectors can be searched, and why not."""
@@ -232,34 +235,49 @@ class HybridSearcher:
             timings["embed_ms"] = (time.perf_counter() - t0) * 1000
 
         t0 = time.perf_counter()
-        vec_hits: list[tuple[int, float]] = []
-        matrix_ok = False
-        if q is not None:
-            backend = self.store.vector_backend()
-            if self.use_matrix and self.store.counts()["chunks"] <= MATRIX_MAX_CHUNKS:
-                self.matrix.refresh(self.store)
-                matrix_ok = True
-                vec_hits = self.matrix.topk(q, pool)
-            elif backend == "vec0":
-                vec_hits = self.store.vec_knn(q, pool)
-            else:
-                vec_hits = _blockscan_topk(self.store, q, pool)
-        timings["vector_ms"] = (time.perf_counter() - t0) * 1000
-
-        t0 = time.perf_counter()
         kw_hits = self.store.fts_search(match, pool) if match else []
         kw_hits = self._merge_translated(query, kw_hits, pool)
         timings["keyword_ms"] = (time.perf_counter() - t0) * 1000
 
+        qvecs: list[np.ndarray] = [] if q is None else [q]
+        if q is not None and self.cfg.translate_vectors and self._other_language_present(query):
+            # Only when the memory holds the other language: an English-only memory never pays for
+            # the second query embedding.
+            qvecs.extend(self._translated_query_vector(query))
+        t0 = time.perf_counter()
+        vec_hits: list[tuple[int, float]] = []
+        matrix_ok = False
+        if qvecs:
+            backend = self.store.vector_backend()
+            matrix_ok = self.use_matrix and self.store.counts()["chunks"] <= MATRIX_MAX_CHUNKS
+            if matrix_ok:
+                self.matrix.refresh(self.store)
+            best: dict[int, float] = {}
+            for qv in qvecs:
+                if matrix_ok:
+                    found = self.matrix.topk(qv, pool)
+                elif backend == "vec0":
+                    found = self.store.vec_knn(qv, pool)
+                else:
+                    found = _blockscan_topk(self.store, qv, pool)
+                for i, c in found:
+                    best[i] = max(best.get(i, -1.0), c)
+            vec_hits = sorted(best.items(), key=lambda x: -x[1])
+        timings["vector_ms"] = (time.perf_counter() - t0) * 1000
+
         cos = dict(vec_hits)
         rel = dict(kw_hits)
-        ids = list(dict.fromkeys([i for i, _ in vec_hits] + [i for i, _ in kw_hits]))
+        dated = self._dated_chunks(query)
+        ids = list(dict.fromkeys([i for i, _ in vec_hits] + [i for i, _ in kw_hits] + sorted(dated)))
         rows = self.store.chunk_rows(ids)
         ids = [i for i in ids if i in rows]  # drop deleted chunks still in the matrix
-        if q is not None:
-            missing = [i for i in ids if i not in cos]
-            if missing:
-                cos.update(self.matrix.scores(q, missing) if matrix_ok else self.store.vec_scores(q, missing))
+        for qv in qvecs:
+            # Every candidate gets its best cosine over all query vectors.
+            need = [i for i in ids if i not in cos] if qv is qvecs[0] else ids
+            if need:
+                got = self.matrix.scores(qv, need) if matrix_ok else self.store.vec_scores(qv, need)
+                for i, c in got.items():
+                    cos[i] = max(cos.get(i, -1.0), c)
         if match:
             missing = [i for i in ids if i not in rel]
             if missing:
@@ -277,6 +295,9 @@ class HybridSearcher:
         if coverage:
             scored = [(i, max(s, self._tscore(rel.get(i, 0.0), rel)) if coverage.get(i, 0) >= 1.0 else s)
                       for i, s in scored]
+        if dated:
+            boost = cfg.date_boost
+            scored = [(i, s + (1 - s) * boost if i in dated else s) for i, s in scored]
         scored = self._decay(scored, rows)
         scored.sort(key=lambda s: -s[1])
         if cfg.mmr.enabled:
@@ -296,9 +317,44 @@ class HybridSearcher:
             reason = "no vector search"
         return SearchOutcome(hits, mode, reason if q is None else None, timings)
 
+    def _other_language_present(self, query: str) -> bool:
+        gen = self.store.generation()
+        if self._langs is None or self._langs[0] != gen:
+            self._langs = (gen, self.store.languages())
+        has_cjk, has_other = self._langs[1]
+        query_cjk = count_cjk(query) > 0
+        query_other = bool(re.search(r"[A-Za-z]", query))
+        return (query_other and has_cjk) or (query_cjk and has_other)
+
+    def _translated_query_vector(self, query: str) -> list[np.ndarray]:
+        """The embedding of the query's dictionary translation, for cross-language vector recall."""
+        if self.lexicon is None or self.embedder is None:
+            return []
+        terms = self.lexicon.translate_query(query)
+        if not terms:
+            return []
+        try:
+            return [self.embedder.embed_query(" ".join(terms[:16]))]
+        except EmbeddingError:
+            return []
+
+    def _dated_chunks(self, query: str) -> set[int]:
+        """Chunks of daily logs of the days the query names (see memory.dates)."""
+        if self.cfg.date_boost <= 0:
+            return set()
+        today = dt.datetime.fromtimestamp(self.clock()).date()
+        days: list[str] = []
+        for r in query_day_ranges(query, today):
+            n = min((r.end - r.start).days, 31)
+            days.extend((r.start + dt.timedelta(days=k)).isoformat() for k in range(n + 1))
+        if not days:
+            return set()
+        return {cid for cid in self.store.chunk_ids_for_days(days)}
+
     def _merge_translated(self, query: str, kw_hits: list[tuple[int, float]], pool: int) -> list[tuple[int, float]]:
         """Add keyword hits for the dictionary translation of the query, discounted (EN ↔ ZH)."""
         self._translated = None
+        self._translation_hits = 0
         w = self.cfg.translation_weight
         if self.lexicon is None or w <= 0:
             return kw_hits
@@ -309,7 +365,9 @@ class HybridSearcher:
         if self._translated is None:
             return kw_hits
         best = dict(kw_hits)
-        for cid, r in self.store.fts_search(self._translated, pool):
+        translated_hits = self.store.fts_search(self._translated, pool)
+        self._translation_hits = len(translated_hits)
+        for cid, r in translated_hits:
             best[cid] = max(best.get(cid, 0.0), w * r)
         return sorted(best.items(), key=lambda x: -x[1])[: max(pool, len(kw_hits))]
 

@@ -18,6 +18,7 @@ import numpy as np
 from hermit.db import Connection, VecStatus, connect, migrate, transaction
 from hermit.memory.chunking import Chunk
 from hermit.memory.fts import FTS_TOKENIZER, index_text
+from hermit.tokens import count_cjk
 
 
 def _script(conn: Connection, sql: str) -> None:
@@ -56,7 +57,13 @@ def _m2(conn: Connection) -> None:
     conn.execute("alter table files add column messages integer not null default 0")
 
 
-MIGRATIONS = [_m1, _m2]
+def _m3(conn: Connection) -> None:
+    # Whether a chunk holds CJK text: search only embeds a translated query when the other language exists.
+    conn.execute("alter table chunks add column cjk integer not null default 0")
+    conn.execute("update chunks set cjk = 1 where text glob '*[一-鿿]*' or text glob '*[぀-ヿ]*' or text glob '*[가-힯]*'")
+
+
+MIGRATIONS = [_m1, _m2, _m3]
 
 
 @dataclass(frozen=True)
@@ -163,10 +170,10 @@ class IndexStore:
                 self.ensure_vec_table(vectors.shape[1])
             for i, ch in enumerate(chunks):
                 cur = c.execute(
-                    "insert into chunks(path, source, start_line, end_line, hash, model, text, updated_at, gen)"
-                    " values (?,?,?,?,?,?,?,?,?)",
+                    "insert into chunks(path, source, start_line, end_line, hash, model, text, updated_at, gen, cjk)"
+                    " values (?,?,?,?,?,?,?,?,?,?)",
                     (path, source, ch.start_line, ch.end_line, ch.hash, model if vectors is not None else None,
-                     ch.text, now, gen),
+                     ch.text, now, gen, int(count_cjk(ch.text) > 0)),
                 )
                 cid = cur.lastrowid
                 c.execute("insert into chunks_fts(rowid, text) values (?, ?)", (cid, index_text(ch.text)))
@@ -218,6 +225,23 @@ class IndexStore:
             ):
                 out[r[0]] = ChunkRow(*r)
         return out
+
+    def chunk_ids_for_days(self, days: Sequence[str], limit: int = 200) -> list[int]:
+        """Chunks of files whose name carries one of `days` (YYYY-MM-DD), e.g. memory/2026-07-13.md."""
+        out: list[int] = []
+        for day in days:
+            out.extend(r[0] for r in self.conn.execute(
+                "select id from chunks where path glob ? order by id limit ?", (f"*{day}*.md", limit)))
+            if len(out) >= limit:
+                break
+        return out[:limit]
+
+    def languages(self) -> tuple[bool, bool]:
+        """(has chunks with CJK text, has chunks without) — which languages the memory holds."""
+        row = self.conn.execute("select max(cjk), min(cjk) from chunks").fetchone()
+        if row is None or row[0] is None:
+            return False, False
+        return bool(row[0]), not bool(row[1])
 
     def counts(self) -> dict[str, int]:
         files = self.conn.execute("select count(*) from files").fetchone()[0]
