@@ -118,6 +118,10 @@ def _blockscan_topk(store: IndexStore, q: np.ndarray, k: int) -> list[tuple[int,
     return [(int(best_ids[i]), float(best[i])) for i in order]
 
 
+def _mostly_cjk(text: str) -> bool:
+    return count_cjk(text) * 2 >= len("".join(text.split()))
+
+
 def calibrate(cos: float, info: EmbedderInfo) -> float:
     span = max(1e-6, info.score_ceiling - info.score_floor)
     return min(1.0, max(0.0, (cos - info.score_floor) / span))
@@ -191,6 +195,7 @@ class HybridSearcher:
         self.clock = clock
         self._translated: str | None = None
         self._translation_hits = 0
+        self._translated_terms: list[str] = []
         self._langs: tuple[int, tuple[bool, bool]] | None = None
 
     def _vector_state(self) -> tuple[bool, str | None]:
@@ -246,38 +251,37 @@ class HybridSearcher:
             qvecs.extend(self._translated_query_vector(query))
         t0 = time.perf_counter()
         vec_hits: list[tuple[int, float]] = []
+        extra_ids: list[int] = []
         matrix_ok = False
         if qvecs:
             backend = self.store.vector_backend()
             matrix_ok = self.use_matrix and self.store.counts()["chunks"] <= MATRIX_MAX_CHUNKS
             if matrix_ok:
                 self.matrix.refresh(self.store)
-            best: dict[int, float] = {}
-            for qv in qvecs:
-                if matrix_ok:
-                    found = self.matrix.topk(qv, pool)
-                elif backend == "vec0":
-                    found = self.store.vec_knn(qv, pool)
-                else:
-                    found = _blockscan_topk(self.store, qv, pool)
-                for i, c in found:
-                    best[i] = max(best.get(i, -1.0), c)
-            vec_hits = sorted(best.items(), key=lambda x: -x[1])
+            vec_hits = self._knn(qvecs[0], pool, matrix_ok, backend)
+            if len(qvecs) > 1:  # other-language candidates of the translated query, scored below
+                extra_ids = [i for i, _ in self._knn(qvecs[1], pool, matrix_ok, backend)]
         timings["vector_ms"] = (time.perf_counter() - t0) * 1000
 
         cos = dict(vec_hits)
         rel = dict(kw_hits)
         dated = self._dated_chunks(query)
-        ids = list(dict.fromkeys([i for i, _ in vec_hits] + [i for i, _ in kw_hits] + sorted(dated)))
+        ids = list(dict.fromkeys([i for i, _ in vec_hits] + extra_ids + [i for i, _ in kw_hits] + sorted(dated)))
         rows = self.store.chunk_rows(ids)
         ids = [i for i in ids if i in rows]  # drop deleted chunks still in the matrix
-        for qv in qvecs:
-            # Every candidate gets its best cosine over all query vectors.
-            need = [i for i in ids if i not in cos] if qv is qvecs[0] else ids
+        if qvecs:
+            need = [i for i in ids if i not in cos]
             if need:
-                got = self.matrix.scores(qv, need) if matrix_ok else self.store.vec_scores(qv, need)
-                for i, c in got.items():
-                    cos[i] = max(cos.get(i, -1.0), c)
+                cos.update(self.matrix.scores(qvecs[0], need) if matrix_ok else self.store.vec_scores(qvecs[0], need))
+        if len(qvecs) > 1:
+            # The translated query vector judges chunks in the other language only (a same-language
+            # comparison is what the original query is for); mixed chunks take the better of both.
+            tq = qvecs[1]
+            query_script = 2 if _mostly_cjk(query) else 0
+            other = [i for i in ids if rows[i].script != query_script]
+            got = self.matrix.scores(tq, other) if matrix_ok else self.store.vec_scores(tq, other)
+            for i, c in got.items():
+                cos[i] = c if rows[i].script != 1 else max(cos.get(i, -1.0), c)
         if match:
             missing = [i for i in ids if i not in rel]
             if missing:
@@ -302,7 +306,9 @@ class HybridSearcher:
         scored.sort(key=lambda s: -s[1])
         if cfg.mmr.enabled:
             scored = self._mmr(scored, rows, max_results)
-        terms = line_terms(query)
+        # Snippets centre on lines holding query words, or their translation (a Chinese question
+        # about an English note should show the English line that answers it).
+        terms = line_terms(query) + [t.lower() for term in self._translated_terms for t in term.split()]
         hits: list[Hit] = []
         for cid, score in scored:
             if score < min_score or len(hits) >= max_results:
@@ -316,6 +322,13 @@ class HybridSearcher:
         if q is None and reason is None:
             reason = "no vector search"
         return SearchOutcome(hits, mode, reason if q is None else None, timings)
+
+    def _knn(self, qv: np.ndarray, k: int, matrix_ok: bool, backend: str | None) -> list[tuple[int, float]]:
+        if matrix_ok:
+            return self.matrix.topk(qv, k)
+        if backend == "vec0":
+            return self.store.vec_knn(qv, k)
+        return _blockscan_topk(self.store, qv, k)
 
     def _other_language_present(self, query: str) -> bool:
         gen = self.store.generation()
@@ -354,6 +367,7 @@ class HybridSearcher:
     def _merge_translated(self, query: str, kw_hits: list[tuple[int, float]], pool: int) -> list[tuple[int, float]]:
         """Add keyword hits for the dictionary translation of the query, discounted (EN ↔ ZH)."""
         self._translated = None
+        self._translated_terms = []
         self._translation_hits = 0
         w = self.cfg.translation_weight
         if self.lexicon is None or w <= 0:
@@ -361,6 +375,7 @@ class HybridSearcher:
         terms = self.lexicon.translate_query(query)
         if not terms:
             return kw_hits
+        self._translated_terms = terms
         self._translated = quote_terms(terms)
         if self._translated is None:
             return kw_hits

@@ -63,7 +63,22 @@ def _m3(conn: Connection) -> None:
     conn.execute("update chunks set cjk = 1 where text glob '*[一-鿿]*' or text glob '*[぀-ヿ]*' or text glob '*[가-힯]*'")
 
 
-MIGRATIONS = [_m1, _m2, _m3]
+def _m4(conn: Connection) -> None:
+    # cjk becomes a language class (see script_class): 0 no CJK, 1 mixed, 2 mostly CJK.
+    rows = conn.execute("select id, text from chunks").fetchall()
+    conn.executemany("update chunks set cjk=? where id=?", [(script_class(t), i) for i, t in rows])
+
+
+MIGRATIONS = [_m1, _m2, _m3, _m4]
+
+
+def script_class(text: str) -> int:
+    """0: little or no CJK (< 20% of non-space characters); 1: mixed; 2: mostly CJK (≥ 50%)."""
+    cjk = count_cjk(text)
+    total = max(1, len("".join(text.split())))
+    if cjk * 5 < total:
+        return 0
+    return 2 if cjk * 2 >= total else 1
 
 
 @dataclass(frozen=True)
@@ -85,6 +100,7 @@ class ChunkRow:
     start_line: int
     end_line: int
     text: str
+    script: int = 0  # script_class of the text
 
 
 def to_blob(vec: np.ndarray) -> bytes:
@@ -173,7 +189,7 @@ class IndexStore:
                     "insert into chunks(path, source, start_line, end_line, hash, model, text, updated_at, gen, cjk)"
                     " values (?,?,?,?,?,?,?,?,?,?)",
                     (path, source, ch.start_line, ch.end_line, ch.hash, model if vectors is not None else None,
-                     ch.text, now, gen, int(count_cjk(ch.text) > 0)),
+                     ch.text, now, gen, script_class(ch.text)),
                 )
                 cid = cur.lastrowid
                 c.execute("insert into chunks_fts(rowid, text) values (?, ?)", (cid, index_text(ch.text)))
@@ -221,7 +237,7 @@ class IndexStore:
             part = ids[i:i + 500]
             marks = ",".join("?" * len(part))
             for r in self.conn.execute(
-                f"select id, path, source, start_line, end_line, text from chunks where id in ({marks})", part
+                f"select id, path, source, start_line, end_line, text, cjk from chunks where id in ({marks})", part
             ):
                 out[r[0]] = ChunkRow(*r)
         return out
@@ -237,11 +253,11 @@ class IndexStore:
         return out[:limit]
 
     def languages(self) -> tuple[bool, bool]:
-        """(has chunks with CJK text, has chunks without) — which languages the memory holds."""
+        """(has chunks with CJK text, has chunks that are not mostly CJK) — the languages memory holds."""
         row = self.conn.execute("select max(cjk), min(cjk) from chunks").fetchone()
         if row is None or row[0] is None:
             return False, False
-        return bool(row[0]), not bool(row[1])
+        return row[0] >= 1, row[1] < 2
 
     def counts(self) -> dict[str, int]:
         files = self.conn.execute("select count(*) from files").fetchone()[0]
