@@ -110,7 +110,8 @@ def test_hermit_chat_without_a_provider_prints_the_help_screen(tmp_path: Path) -
 
 def test_hermit_chat_piped_session(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    with FakeProvider(["first answer", "fresh start", "third"]) as fake:
+    slug = {"match": {"contains": "kebab-case slug"}, "text": "greeting-chat"}  # the session-memory hook
+    with FakeProvider([slug, "first answer", "fresh start", "third"]) as fake:
         write_config(home, fake, "openai")
         proc = hermit(home, "chat", stdin="hello\n/status\n/new hi again\n/context\n/bogus\nthird one\n/exit\nnever\n")
     assert proc.returncode == 0, proc.stderr
@@ -118,7 +119,8 @@ def test_hermit_chat_piped_session(tmp_path: Path) -> None:
     assert "hermit> first answer" in out and "hermit> fresh start" in out and "hermit> third" in out
     assert "model      fake/model-x" in out and "new session " in out
     assert "fixed prompt (system + tools)" in out and "unknown command /bogus" in out
-    assert len(fake.requests) == 3
+    assert len(fake.requests) == 4
+    assert [p.name.endswith("-greeting-chat.md") for p in (home / "workspace" / "memory").iterdir()] == [True]
     sessions = hermit(home, "sessions", "list", "--json")
     rows = json.loads(sessions.stdout)
     assert [r["key"] for r in rows] == ["agent:main:main"] and rows[0]["previousSessionId"]
@@ -165,12 +167,13 @@ def test_repl_ctrl_c_cancels_a_turn_and_ctrl_d_exits(tmp_path: Path) -> None:
 
 
 def test_repl_reset_passes_the_rest_as_first_prompt(tmp_path: Path) -> None:
-    model = ScriptedModel(["one", "two"])
+    model = ScriptedModel([{"match": {"contains": "kebab-case slug"}, "text": "greeting"}, "one", "two"])
     rt = AgentRuntime(load_offline(tmp_path / "home").agent(), model, clock=fixed_clock, fsync=False)
     out = io.StringIO()
     ChatRepl(rt, "agent:main:main", out=out, read_line=Lines("hi", "/reset  what now?", "/exit"),
              interactive=False).loop()
-    assert [m.text for m in model.requests[1].messages] == ["what now?"]  # fresh history
+    assert [m.text for m in model.requests[2].messages] == ["what now?"]  # fresh history
+    assert "saved to memory/2026-01-20-greeting.md" in out.getvalue()
     rec = rt.session("agent:main:main")
     assert rec is not None and rec.previous_session_id is not None
 

@@ -1,5 +1,7 @@
-"""The agent: context assembly, the model ↔ tools loop, the per-agent runtime and message routing."""
+"""The agent: context assembly, the model ↔ tools loop, compaction and memory flush, session lifecycle,
+the per-agent runtime and message routing."""
 
+from hermit.agent.compaction import CompactionOutcome, compaction_budget
 from hermit.agent.context import (
     SILENT_TOKEN,
     ContextBlock,
@@ -13,11 +15,13 @@ from hermit.agent.context import (
     load_history,
     repair_tool_pairs,
 )
+from hermit.agent.lifecycle import SessionStart
 from hermit.agent.loop import (
     AgentEvent,
     EventSink,
     LoopResult,
     ModelReplied,
+    Notice,
     TextChunk,
     ToolFinished,
     ToolStarted,
@@ -30,6 +34,7 @@ __all__ = [
     "SILENT_TOKEN",
     "AgentEvent",
     "AgentRuntime",
+    "CompactionOutcome",
     "ContextBlock",
     "ContextReport",
     "EventSink",
@@ -37,8 +42,10 @@ __all__ = [
     "Inbound",
     "LoopResult",
     "ModelReplied",
+    "Notice",
     "PromptInputs",
     "Router",
+    "SessionStart",
     "SystemPrompt",
     "TextChunk",
     "ToolCallRecord",
@@ -47,6 +54,7 @@ __all__ = [
     "TurnContext",
     "TurnResult",
     "build_system_prompt",
+    "compaction_budget",
     "includes_long_term_memory",
     "is_silent",
     "load_history",

@@ -6,7 +6,9 @@ MEMORY.md joins that block only when `is_main_session_key(session_key)` says so:
 here in code, fails closed for keys it cannot parse, and no prompt text can change it (§14.8).
 
 History comes from the transcript's context view (after the latest compaction, whose summary leads
-the history). Adapters do not repair the message sequence, so `repair_tool_pairs` makes sure every
+the history). A compacted session's system prompt also carries a short "Compacted History" note: the
+summary may lack details, and memory_search (with the sessions source, the transcripts too) can
+recover them (SPEC §14.10). Adapters do not repair the message sequence, so `repair_tool_pairs` makes sure every
 tool call has exactly one result — a call left dangling by a crash or Ctrl-C gets a synthetic error
 result, a result whose call is gone is dropped — before anything is sent.
 
@@ -24,6 +26,7 @@ from pathlib import Path
 from hermit.messages import AssistantMessage, Message, ToolResultMessage, UserMessage, message_from_dict
 from hermit.models.base import ToolSchema
 from hermit.sessions.keys import is_main_session_key
+from hermit.sessions.pruning import message_tokens
 from hermit.sessions.transcript import MessageEntry, Transcript
 from hermit.tokens import estimate_tokens
 from hermit.workspace import BootstrapFile, read_bootstrap
@@ -95,6 +98,8 @@ class PromptInputs:
     model_ref: str = ""
     bootstrap_max_chars: int = 20_000
     bootstrap_total_max_chars: int = 150_000
+    compacted: bool = False  # the history starts with a compaction summary
+    sessions_searchable: bool = False  # memory_search also covers session transcripts
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,8 @@ def _sections(p: PromptInputs) -> list[tuple[str, str]]:
             f"## Memory Recall\n{MEMORY_RECALL}\nWrite what should be remembered to files, as AGENTS.md "
             f"says (today's daily log is memory/{today}.md): notes in your head do not survive."
         )))
+    if p.compacted:
+        out.append(("compacted history", compacted_note(bool({"memory_search"} & names), p.sessions_searchable)))
     private = includes_long_term_memory(p.session_key)
     kind = "the main private session" if private else "not the main session: MEMORY.md is not available here"
     sandbox = ("\nThis session is sandboxed: tools may only use paths inside the workspace."
@@ -153,6 +160,18 @@ def _sections(p: PromptInputs) -> list[tuple[str, str]]:
         f"it is not delivered."
     )))
     return out
+
+
+def compacted_note(memory_tools: bool, sessions_searchable: bool) -> str:
+    """The post-compaction recall note: what was compacted and where the details still are."""
+    head = ("## Compacted History\nEarlier turns of this conversation were compacted: the first message of the "
+            "history is their summary, and the full transcript is kept on disk.")
+    if not memory_tools:
+        return head + " If you need a detail the summary lacks, ask the user."
+    where = ("memory_search (it also searches past session transcripts, including the compacted turns: "
+             "results with source \"sessions\")" if sessions_searchable else "memory_search over the memory files")
+    return (f"{head} When you need a detail the summary lacks (an exact value, a path, what was said), run "
+            f"{where}, then memory_get the lines you need.")
 
 
 PROJECT_HEADING = "# Project Context\nWorkspace files loaded for you (edit them to change how you work):"
@@ -187,6 +206,12 @@ def tools_block(tools: Iterable[ToolSchema]) -> ContextBlock:
     schemas = [{"name": t.name, "description": t.description, "parameters": dict(t.parameters)} for t in tools]
     text = json.dumps(schemas, ensure_ascii=False, separators=(",", ":")) if schemas else ""
     return _block(f"tool schemas ({len(schemas)})", text)
+
+
+def request_tokens(system: str, tools: Sequence[ToolSchema], messages: Sequence[Message]) -> int:
+    """Estimated tokens of a request as sent (CJK-aware): system prompt, tool schemas and messages.
+    This is what compaction and the memory flush compare to the context window."""
+    return estimate_tokens(system) + tools_block(tools).tokens + sum(message_tokens(m) for m in messages)
 
 
 def is_silent(text: str) -> bool:

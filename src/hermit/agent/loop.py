@@ -2,11 +2,12 @@
 
 Every message is handed to `record` the moment it exists (user message first, then each assistant
 reply and each tool result), so the transcript is complete even if the process dies mid-turn. Each
-request is made by the `build_request` callable from the messages so far — the one place where a
-later issue adds pruning or compaction. A failed or cancelled model call is recorded as an
-assistant message with `stopReason: "error"` (adapters leave such empty turns out of later
-requests); a cancelled tool batch gets "cancelled" results for the calls that did not run, so the
-history stays a valid call/result sequence.
+request is made by the `build_request` callable from the messages so far (the runtime prunes there).
+A context-overflow error is given once to `on_overflow`, which may make room (flush, compact) and
+return the messages to retry the same request with; it is then not recorded as a failed turn. A
+failed or cancelled model call is recorded as an assistant message with `stopReason: "error"`
+(adapters leave such empty turns out of later requests); a cancelled tool batch gets "cancelled"
+results for the calls that did not run, so the history stays a valid call/result sequence.
 
 Streaming: text deltas are forwarded as TextChunk events, except that text which could still turn
 out to be the silent token NO_REPLY is held back until it cannot (or is dropped if it is).
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hermit.agent.context import SILENT_TOKEN
-from hermit.errors import HermitError
+from hermit.errors import ContextOverflowError, HermitError
 from hermit.messages import AssistantMessage, Message, TextPart, ToolResultMessage, Usage, UserMessage
 from hermit.models.base import Model, ModelRequest, ModelResponse, ResponseDone, TextDelta, ToolCallDelta
 from hermit.tools.base import ToolRun, ToolRunner
@@ -51,9 +52,20 @@ class ModelReplied:
     message: AssistantMessage
 
 
-AgentEvent = TextChunk | ToolStarted | ToolFinished | ModelReplied
+@dataclass(frozen=True)
+class Notice:
+    """Session news for the user around a turn: "info" (auto-compaction done — shown in verbose mode)
+    or "warning" (a compaction failed — always shown)."""
+
+    text: str
+    level: Literal["info", "warning"] = "info"
+
+
+AgentEvent = TextChunk | ToolStarted | ToolFinished | ModelReplied | Notice
 EventSink = Callable[[AgentEvent], None]
 RequestBuilder = Callable[[Sequence[Message]], ModelRequest]
+# Given the messages of a request that overflowed the window: the messages to retry with, or None.
+OverflowHandler = Callable[[Sequence[Message]], Sequence[Message] | None]
 
 
 @dataclass
@@ -128,10 +140,12 @@ def run_loop(
     stream: bool = False,
     on_event: EventSink | None = None,
     on_usage: Callable[[AssistantMessage], None] | None = None,
+    on_overflow: OverflowHandler | None = None,
 ) -> LoopResult:
     """Run one turn. Model errors (HermitError) and KeyboardInterrupt propagate after being recorded."""
     messages: list[Message] = [*history, user]
     result = LoopResult(reply="", final=None)
+    overflow_handled = False
 
     def add(message: Message) -> None:
         record(message)
@@ -154,6 +168,14 @@ def run_loop(
         try:
             response = _call_model(model, build_request(messages), stream, on_event, partial)
         except (HermitError, KeyboardInterrupt) as e:
+            recoverable = isinstance(e, ContextOverflowError) and not partial and not overflow_handled
+            if recoverable and on_overflow is not None:
+                overflow_handled = True  # compact once and retry; a second overflow is an error
+                replacement = on_overflow(tuple(messages))
+                if replacement is not None:
+                    messages[:] = replacement
+                    result.iterations -= 1
+                    continue
             why = "cancelled by the user" if isinstance(e, KeyboardInterrupt) else e.message
             text = "".join(partial)
             add(AssistantMessage((TextPart(text),) if text else (), "error", Usage(),

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from hermit.agent.loop import AgentEvent, TextChunk, ToolFinished, ToolStarted
+from hermit.agent.loop import AgentEvent, Notice, TextChunk, ToolFinished, ToolStarted
 from hermit.cli.assistant import build_runtime, close_runtime
 from hermit.cli.context import CliContext
 from hermit.sessions.keys import main_session_key
@@ -44,6 +44,8 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
             res = event.run.result
             first = res.content.strip().splitlines()[0][:120] if res.content.strip() else ""
             print(f"  {'✗' if res.is_error else '✓'} {first}", file=sys.stderr, flush=True)
+        elif isinstance(event, Notice) and args.verbose:
+            print(event.text, file=sys.stderr, flush=True)
 
     try:
         result = runtime.run_turn(key, text, on_event, stream=not args.json)

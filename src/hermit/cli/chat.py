@@ -15,18 +15,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from hermit.agent.loop import AgentEvent, TextChunk, ToolFinished, ToolStarted
+from hermit.agent.lifecycle import parse_compact_command
+from hermit.agent.loop import AgentEvent, Notice, TextChunk, ToolFinished, ToolStarted
 from hermit.agent.runtime import AgentRuntime
 from hermit.cli.agent import short_args
 from hermit.cli.assistant import NoModelConfigured, build_runtime, close_runtime, no_model_help
 from hermit.cli.context import CliContext
 from hermit.errors import HermitError
 from hermit.sessions.keys import main_session_key
+from hermit.sessions.reset import parse_reset_command
 
 HISTORY_FILE = "chat_history"
 HELP = """\
-/new [message]    start a new session (the message, if any, is its first prompt)
+/new [message]    start a new session (the message, if any, is its first prompt);
+                  the end of the old one is saved to memory/YYYY-MM-DD-<slug>.md
 /reset [message]  same as /new
+/compact [focus]  summarise older turns now (e.g. /compact focus on decisions)
 /status           agent, model, session and token counts
 /context          what a request contains, block by block, in tokens
 /verbose [on|off] show tool calls and results
@@ -108,11 +112,19 @@ class ChatRepl:
         rest = rest.strip()
         if name in ("/exit", "/quit"):
             return False
-        if name in ("/new", "/reset"):
-            record = self.runtime.new_session(self.key)
-            self.say(f"new session {record.session_id}")
-            if rest:
-                self.turn(rest)
+        reset = parse_reset_command(line, self.runtime.agent.settings.session.reset_triggers)
+        focus = parse_compact_command(line)
+        if reset.is_reset:
+            try:
+                started = self.runtime.reset_session(self.key, reset.command or "/new")
+            except HermitError as e:
+                self.say(f"error: {e.message}" + (f"\nhint: {e.hint}" if e.hint else ""))
+                return True
+            self.say(started.describe(self.runtime.agent.workspace))
+            if reset.rest:
+                self.turn(reset.rest)
+        elif focus is not None:
+            self.say(self.runtime.compact(self.key, focus or None).describe())
         elif name == "/status":
             self.status()
         elif name == "/context":
@@ -155,6 +167,10 @@ class ChatRepl:
             res = event.run.result
             first = res.content.strip().splitlines()[0][:160] if res.content.strip() else "(empty)"
             self.say(f"    {'✗' if res.is_error else '✓'} {first} ({event.run.seconds:.1f}s)")
+        elif isinstance(event, Notice) and (event.level == "warning" or self.verbose
+                                            or self.runtime.agent.settings.compaction.verbose):
+            self._end_line()
+            self.say(event.text)
 
     def _end_line(self) -> None:
         if self._started_reply:
@@ -174,6 +190,8 @@ class ChatRepl:
             self.say(f"error: {e.message}" + (f"\nhint: {e.hint}" if e.hint else ""))
             return
         self._end_line()
+        if result.reset in ("daily", "idle"):
+            self.say(f"(the previous session expired — {result.reset} reset — so this is a new session)")
         if not result.delivered and self.verbose:
             self.say("(silent reply: NO_REPLY — nothing delivered)")
         if self.verbose:

@@ -103,8 +103,13 @@ def _render(entry: Entry, full: bool) -> list[str]:
             lines.append(f"[{stamp}] assistant failed: {m.get('errorMessage')}")
         return lines
     if isinstance(entry, CompactionEntry):
-        return [f"[{stamp}] — compaction ({entry.tokens_before:,} tokens before): {_short(entry.summary, full)}"]
+        after = f" → {entry.tokens_after:,}" if entry.tokens_after is not None else ""
+        return [f"[{stamp}] — compaction ({entry.tokens_before:,}{after} tokens): {_short(entry.summary, full)}"]
     if isinstance(entry, CustomEntry):
+        inner = entry.data.get("message") if isinstance(entry.data, dict) else None
+        if isinstance(inner, dict):  # e.g. the silent memory-flush turn, kept out of the conversation
+            nested = MessageEntry(entry.id, entry.parent_id, entry.timestamp, entry.line, inner)
+            return [line.replace("] ", f"] ({entry.custom_type}) ", 1) for line in _render(nested, full)]
         return [f"[{stamp}] — {entry.custom_type}"]
     return [f"[{stamp}] — {entry.type} entry"]
 
@@ -124,7 +129,7 @@ def cmd_show(ctx: CliContext, args: argparse.Namespace) -> int:
                 item["message"] = e.message
             elif isinstance(e, CompactionEntry):
                 item.update(summary=e.summary, firstKeptEntryId=e.first_kept_entry_id,
-                            tokensBefore=e.tokens_before)
+                            tokensBefore=e.tokens_before, tokensAfter=e.tokens_after, details=e.details)
             elif isinstance(e, CustomEntry):
                 item.update(customType=e.custom_type, data=e.data)
             out.append(item)

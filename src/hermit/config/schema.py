@@ -191,6 +191,47 @@ class ContextPruningConfig(Strict):
         return self
 
 
+# SPEC §9 defaults, verbatim; "YYYY-MM-DD" becomes today's date in the user's time zone at run time.
+DEFAULT_MEMORY_FLUSH_SYSTEM_PROMPT = (
+    "Pre-compaction memory flush turn. The session is near auto-compaction; capture durable memories to disk."
+)
+DEFAULT_MEMORY_FLUSH_PROMPT = (
+    "Pre-compaction memory flush. Store durable memories now (use memory/YYYY-MM-DD.md; create memory/ if "
+    "needed). If nothing to store, reply with NO_REPLY."
+)
+
+
+class MemoryFlushConfig(Strict):
+    """The silent turn before compaction (SPEC §9), at window − reserve_tokens_floor − soft_threshold_tokens.
+
+    A custom `prompt` without NO_REPLY gets the NO_REPLY hint appended when it is used.
+    """
+
+    enabled: bool = True
+    soft_threshold_tokens: int = Field(4000, ge=0)
+    system_prompt: str = Field(DEFAULT_MEMORY_FLUSH_SYSTEM_PROMPT, min_length=1)
+    prompt: str = Field(DEFAULT_MEMORY_FLUSH_PROMPT, min_length=1)
+
+
+class CompactionConfig(Strict):
+    """Summarising old turns when the context nears the window (SPEC §8).
+
+    Automatic when the context exceeds context_window − max(reserve_tokens, reserve_tokens_floor);
+    the last ~keep_recent_tokens of turns stay verbatim. For small windows the reserve is capped at half
+    the window and the kept tail at half of what remains, so compaction still makes room. `enabled:
+    false` turns off automatic and overflow-recovery compaction and the memory flush; `/compact` still
+    works. `verbose` adds "🧹 Auto-compaction complete (count N)" to the turn's notices.
+    """
+
+    enabled: bool = True
+    reserve_tokens: int = Field(16_384, ge=0)
+    reserve_tokens_floor: int = Field(20_000, ge=0)
+    keep_recent_tokens: int = Field(20_000, ge=0)
+    summary_max_tokens: int = Field(4096, ge=256)
+    verbose: bool = False
+    memory_flush: MemoryFlushConfig = MemoryFlushConfig()
+
+
 ResetModeName = Literal["daily", "idle", "both", "off"]
 
 
@@ -210,17 +251,32 @@ class ResetOverride(Strict):
     idle_minutes: int | None = Field(None, ge=1)
 
 
+class SessionMemoryHookConfig(Strict):
+    """On /new and /reset: the last `messages` user/assistant messages of the ending session are saved to
+    memory/YYYY-MM-DD-<slug>.md (slug from the model within slug_timeout_seconds, else from keywords)."""
+
+    enabled: bool = True
+    messages: int = Field(15, ge=1, le=500)
+    slug_from_model: bool = True
+    slug_timeout_seconds: float = Field(15.0, gt=0, le=300)
+
+
+class SessionHooksConfig(Strict):
+    session_memory: SessionMemoryHookConfig = SessionMemoryHookConfig()
+
+
 class SessionConfig(Strict):
     """Session lifecycle: reset policy with per-chat-type and per-channel overrides, reset commands.
 
-    Precedence: reset_by_channel over reset_by_type over reset. Session-memory hooks (on /new and
-    /reset) get their own sub-model here when they are built.
+    Precedence: reset_by_channel over reset_by_type over reset. `hooks.session_memory` saves the end of a
+    session to memory/ on /new and /reset.
     """
 
     reset: ResetConfig = ResetConfig()
     reset_by_type: dict[Literal["dm", "group", "thread"], ResetOverride] = Field(default_factory=dict)
     reset_by_channel: dict[str, ResetOverride] = Field(default_factory=dict)
     reset_triggers: tuple[str, ...] = ("/new", "/reset")
+    hooks: SessionHooksConfig = SessionHooksConfig()
 
     @field_validator("reset_triggers")
     @classmethod
@@ -246,6 +302,7 @@ class AgentSettings(Strict):
     sandbox: SandboxConfig = SandboxConfig()
     context_pruning: ContextPruningConfig = ContextPruningConfig()
     session: SessionConfig = SessionConfig()
+    compaction: CompactionConfig = CompactionConfig()
     max_tool_iterations: int = Field(25, ge=1, le=500)
     bootstrap_max_chars: int = Field(20_000, ge=1000)
     bootstrap_total_max_chars: int = Field(150_000, ge=1000)

@@ -76,7 +76,9 @@ class SessionRecord:
     """One sessions.json entry.
 
     input/output/total tokens are cumulative over the session; `context_tokens` is the size of the
-    context at the last model request (what compaction and the memory flush compare to the window).
+    context at the last model request as the provider reported it (after a compaction: the estimated
+    size of the compacted context). Compaction and the memory flush compare Hermit's own estimate of
+    the next request to the window, which also accounts for pruning and the new message.
     `memory_flush_compaction_count` is the compaction count at the last flush (None: never flushed),
     so the flush runs at most once per compaction cycle. `extra` keeps fields this version does not
     know, so a newer Hermit's data survives a round trip through an older one.

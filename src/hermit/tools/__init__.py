@@ -1,7 +1,8 @@
 """Tools the agent can call: typed functions, their runner, the file/exec/memory tools and the sandbox.
 
 `build_toolset` assembles the standard tools for one session; the agent runtime calls it per turn,
-because the sandbox (and, later, the write policy) depends on the session.
+because the sandbox, the write policy (append-only during the memory flush, none in a read-only
+session) and the transcript that tool_output reads depend on the session and the turn.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from hermit.tools.base import (
     make_tool,
 )
 from hermit.tools.exec import ExecTool
-from hermit.tools.files import AllowAllWrites, AppendOnlyPolicy, FileTools, WritePolicy
+from hermit.tools.files import AllowAllWrites, AppendOnlyPolicy, FileTools, ReadOnlyWrites, WritePolicy
 from hermit.tools.memory import MEMORY_GET_DESCRIPTION, MEMORY_SEARCH_DESCRIPTION, MemoryTools
 from hermit.tools.sandbox import PathResolver, ResolvedPath
+from hermit.tools.transcript_tools import TranscriptTools
 from hermit.workspace import MEMORY_FILE
 
 __all__ = [
@@ -33,11 +35,13 @@ __all__ = [
     "FileTools",
     "MemoryTools",
     "PathResolver",
+    "ReadOnlyWrites",
     "ResolvedPath",
     "Tool",
     "ToolOutput",
     "ToolRun",
     "ToolRunner",
+    "TranscriptTools",
     "WritePolicy",
     "build_toolset",
     "clean_schema",
@@ -56,8 +60,10 @@ def build_toolset(
     exec_enabled: bool = True,
     home: Path | None = None,
     private_memory: bool = True,
+    transcript: Callable[[], Path] | None = None,
 ) -> ToolRunner:
-    """read, write, edit, exec, memory_search, memory_get (memory tools only with a service).
+    """read, write, edit, exec, memory_search, memory_get (memory tools only with a service), and
+    tool_output when `transcript` gives the session's transcript file.
 
     `private_memory=False` (any session but the main private one) hides MEMORY.md from every tool."""
     hidden = frozenset() if private_memory else frozenset({(workspace / MEMORY_FILE).resolve()})
@@ -67,4 +73,6 @@ def build_toolset(
         tools += ExecTool(paths, env=exec_env).tools()
     if memory is not None:
         tools += MemoryTools(memory, private=private_memory).tools()
+    if transcript is not None:
+        tools += TranscriptTools(transcript).tools()
     return ToolRunner(tools)

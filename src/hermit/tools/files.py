@@ -45,6 +45,14 @@ class AllowAllWrites:
         return None
 
 
+class ReadOnlyWrites:
+    """No file may be written (a read-only session)."""
+
+    def check(self, target: ResolvedPath, kind: WriteKind, before: str | None, after: str) -> None:
+        raise PathPolicyError(f"writing {target.shown} is not allowed in this session",
+                              "write policy: this session is read-only")
+
+
 @dataclass(frozen=True)
 class AppendOnlyPolicy:
     """Only appending to one file is allowed (the pre-compaction flush's rule, SPEC §9): the new content

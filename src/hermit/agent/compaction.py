@@ -1,0 +1,280 @@
+"""Compaction (SPEC §8): when to compact, which turns to summarise, the summary request, the JSONL entry.
+
+Decisions:
+
+- Thresholds come from `compaction_budget`: compact when the estimated request exceeds window −
+  max(reserve_tokens, reserve_tokens_floor); flush at window − reserve_tokens_floor −
+  soft_threshold_tokens. For windows too small for the defaults (an 8k model) the reserve is capped at
+  half the window, the soft threshold at a quarter of what is left and the kept tail at half the
+  compaction threshold, so every setting still leaves room to work.
+- The cut: the kept tail is the longest suffix of the current context that fits `keep_tokens` and
+  starts at a user message (a whole turn), or at an assistant message when a single long turn of tool
+  calls must be split, so a tool call and its result are never separated. When even the last turn is
+  larger than the budget, only that last unit is kept. At least one message is always summarised and
+  one kept, or there is nothing to compact.
+- The summary is updated, not replaced: the previous compaction's summary goes into the request and
+  the model returns the whole updated summary. Inputs larger than the window are summarised in
+  chunks, each chunk updating the summary of the ones before. Tool outputs enter the summary request
+  trimmed (head and tail) — the full text stays in the JSONL.
+- Failure (provider error, empty summary) writes nothing: the transcript is append-only anyway, and
+  no compaction entry means the next request is built exactly as before.
+- tokensBefore/tokensAfter are estimates (CJK-aware) of the whole request: system prompt, tool schemas,
+  summary and messages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hermit.agent.context import SUMMARY_PREFIX
+from hermit.config.schema import CompactionConfig
+from hermit.errors import HermitError
+from hermit.messages import AssistantMessage, Message, ToolResultMessage, UserMessage, message_from_dict
+from hermit.models.base import Model, ModelRequest
+from hermit.sessions.pruning import message_tokens
+from hermit.sessions.transcript import CompactionEntry, MessageEntry, Transcript
+from hermit.tokens import estimate_tokens
+
+SUMMARY_MARKER = "You are compacting the history of a conversation"
+SUMMARY_SYSTEM_PROMPT = f"""{SUMMARY_MARKER} between a user and their personal AI \
+assistant, so that the assistant can continue it within a limited context window. Write a summary that \
+lets the assistant carry on as if it remembered everything that matters.
+
+Use these headings (leave one out only when there is nothing for it):
+## Goals — what the user wants, overall and right now
+## Constraints & preferences — rules, likes and dislikes the user stated
+## Progress — what has been done and what came of it
+## Key decisions — what was decided, and why
+## Open questions & next steps — what is pending, in order
+## Identifiers — exact file paths, ids, names, numbers, dates, URLs, commands and error messages, copied \
+verbatim
+
+Be concise and factual. Drop greetings, chit-chat and tool output that no longer matters. Never invent \
+anything. Write in the language the conversation mostly uses. Reply with the summary only."""
+
+TOOL_RESULT_HEAD = 1200
+TOOL_RESULT_TAIL = 400
+MAX_TEXT_CHARS = 8000
+MAX_ARGUMENT_CHARS = 400
+
+Trigger = Literal["auto", "manual", "overflow"]
+
+
+class CompactionFailed(HermitError):
+    """The summary could not be made; nothing was written."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    context_window: int
+    compact_at: int  # compact when the request is larger than this
+    flush_at: int  # flush memories when the request is at least this large
+    keep_tokens: int  # the verbatim tail kept by a compaction
+
+
+def compaction_budget(cfg: CompactionConfig, context_window: int) -> Budget:
+    half = context_window // 2
+    reserve = min(max(cfg.reserve_tokens, cfg.reserve_tokens_floor), half)
+    compact_at = context_window - reserve
+    floor = min(cfg.reserve_tokens_floor, half)
+    soft = min(cfg.memory_flush.soft_threshold_tokens, (context_window - floor) // 4)
+    return Budget(context_window, compact_at, context_window - floor - soft,
+                  min(cfg.keep_recent_tokens, compact_at // 2))
+
+
+# ---- choosing the cut -------------------------------------------------------------------------------
+
+
+def choose_cut(messages: Sequence[Message], keep_tokens: int) -> int:
+    """Index of the first kept message (0: nothing to summarise). See the module's rules."""
+    n = len(messages)
+    if n < 2:
+        return 0
+    sizes = [message_tokens(m) for m in messages]
+    suffix = [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + sizes[i]
+    starts = [i for i in range(1, n) if not isinstance(messages[i], ToolResultMessage)]
+    if not starts:
+        return 0
+    users = [i for i in starts if isinstance(messages[i], UserMessage)]
+    fit_user = next((i for i in users if suffix[i] <= keep_tokens), None)
+    fit_any = next((i for i in starts if suffix[i] <= keep_tokens), None)
+    if fit_user is not None and (fit_any is None or suffix[fit_user] * 2 >= keep_tokens or fit_user == fit_any):
+        return fit_user
+    if fit_any is not None:
+        return fit_any
+    return starts[-1]  # even the last turn is over budget: keep only its last unit
+
+
+def tail_within(messages: Sequence[Message], budget_tokens: int) -> list[Message]:
+    """The longest tail of `messages` within the budget that starts at a turn or assistant message."""
+    if sum(message_tokens(m) for m in messages) <= budget_tokens:
+        return list(messages)
+    return list(messages[choose_cut(messages, budget_tokens):])
+
+
+# ---- the summary request ----------------------------------------------------------------------------
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    head, tail = int(limit * 0.75), int(limit * 0.2)
+    return f"{text[:head]}\n[… {len(text) - head - tail:,} chars omitted …]\n{text[-tail:]}"
+
+
+def render_message(message: Message) -> str:
+    """One message as plain text for the summary request ("" for empty failed turns)."""
+    if isinstance(message, UserMessage):
+        return f"[user]\n{_clip(message.text, MAX_TEXT_CHARS)}"
+    if isinstance(message, ToolResultMessage):
+        status = " (error)" if message.is_error else ""
+        body = message.content
+        if len(body) > TOOL_RESULT_HEAD + TOOL_RESULT_TAIL:
+            cut = len(body) - TOOL_RESULT_HEAD - TOOL_RESULT_TAIL
+            body = f"{body[:TOOL_RESULT_HEAD]}\n[… {cut:,} chars omitted …]\n{body[-TOOL_RESULT_TAIL:]}"
+        return f"[tool result: {message.tool_name}{status}]\n{body}"
+    lines = []
+    if message.text.strip():
+        lines.append(f"[assistant]\n{_clip(message.text, MAX_TEXT_CHARS)}")
+    for call in message.tool_calls:
+        args = json.dumps(call.arguments, ensure_ascii=False)
+        lines.append(f"[assistant called {call.name}] {_clip(args, MAX_ARGUMENT_CHARS)}")
+    return "\n".join(lines)
+
+
+def summary_prompt(conversation: str, previous: str | None, focus: str | None) -> str:
+    parts: list[str] = []
+    if previous:
+        parts.append(
+            "Here is the summary written at an earlier compaction of this conversation:\n<previous-summary>\n"
+            f"{previous}\n</previous-summary>\n\nUpdate it with the newer turns below: keep everything in it that "
+            "still matters (identifiers above all), add what is new, correct what changed, and return the whole "
+            "updated summary."
+        )
+    else:
+        parts.append("Summarise the conversation turns below.")
+    if focus:
+        parts.append(f"The user asked this summary to focus on: {focus}")
+    parts.append(f"<conversation>\n{conversation}\n</conversation>")
+    return "\n\n".join(parts)
+
+
+def _ask(model: Model, prompt: str, max_tokens: int) -> str:
+    request = ModelRequest(system=SUMMARY_SYSTEM_PROMPT, messages=(UserMessage(prompt),), max_tokens=max_tokens)
+    text = model.complete(request).text.strip()
+    if not text:
+        raise CompactionFailed("the model returned an empty summary", "try /compact again, or another model")
+    return text
+
+
+def summarise(model: Model, messages: Sequence[Message], *, previous: str | None, focus: str | None,
+              max_tokens: int, context_window: int) -> str:
+    """The (updated) summary of `messages`; raises HermitError when the model fails."""
+    blocks = [b for b in (render_message(m) for m in messages) if b]
+    summary = previous
+    i = 0
+    overhead = estimate_tokens(SUMMARY_SYSTEM_PROMPT) + 200
+    while i < len(blocks) or summary is None:
+        room = int(context_window * 0.6) - max_tokens - overhead - estimate_tokens(summary or "")
+        room = max(room, 1000)
+        chunk: list[str] = []
+        used = 0
+        while i < len(blocks):
+            size = estimate_tokens(blocks[i])
+            if chunk and used + size > room:
+                break
+            chunk.append(_clip(blocks[i], room * 3) if size > room else blocks[i])
+            used += min(size, room)
+            i += 1
+        summary = _ask(model, summary_prompt("\n\n".join(chunk) or "(no new turns)", summary, focus), max_tokens)
+    return summary
+
+
+# ---- compacting a transcript ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompactionOutcome:
+    status: Literal["compacted", "nothing", "failed"]
+    trigger: Trigger
+    tokens_before: int
+    tokens_after: int
+    summarized: int = 0
+    kept: int = 0
+    error: str | None = None
+    entry: CompactionEntry | None = field(default=None, compare=False)
+    count: int = 0  # the session's compactionCount after this compaction
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "compacted"
+
+    def describe(self) -> str:
+        """The reply to /compact."""
+        if self.status == "compacted":
+            return (f"🧹 Compacted: {self.tokens_before:,} → {self.tokens_after:,} tokens (summarised "
+                    f"{self.summarized} messages, kept {self.kept}; compaction #{self.count}).")
+        if self.status == "nothing":
+            return f"Nothing to compact yet: the context is {self.tokens_before:,} tokens."
+        return (f"⚠️ Compaction failed: {self.error}. Nothing was deleted; the conversation continues "
+                f"as before.")
+
+
+def _context(transcript: Transcript) -> tuple[CompactionEntry | None, list[MessageEntry], list[Message]]:
+    view = transcript.context_view()
+    entries: list[MessageEntry] = []
+    messages: list[Message] = []
+    for entry in view.entries:
+        if not isinstance(entry, MessageEntry):
+            continue
+        try:
+            message = message_from_dict(entry.message)
+        except ValueError:
+            continue  # load_history reports it; it cannot be summarised either
+        if isinstance(message, AssistantMessage) and message.stop_reason == "error" and not message.content:
+            continue  # a failed request: nothing to keep or summarise
+        entries.append(entry)
+        messages.append(message)
+    return view.compaction, entries, messages
+
+
+def _summary_tokens(summary: str | None) -> int:
+    return message_tokens(UserMessage(SUMMARY_PREFIX + summary)) if summary else 0
+
+
+def compact_transcript(
+    transcript: Transcript,
+    model: Model,
+    *,
+    fixed_tokens: int,
+    keep_tokens: int,
+    summary_max_tokens: int,
+    context_window: int,
+    trigger: Trigger,
+    focus: str | None = None,
+) -> CompactionOutcome:
+    """Summarise all but the kept tail of the current context and append the compaction entry."""
+    previous, entries, messages = _context(transcript)
+    old_summary = previous.summary if previous is not None else None
+    before = fixed_tokens + _summary_tokens(old_summary) + sum(message_tokens(m) for m in messages)
+    cut = choose_cut(messages, keep_tokens)
+    if cut == 0:
+        return CompactionOutcome("nothing", trigger, before, before)
+    try:
+        summary = summarise(model, messages[:cut], previous=old_summary, focus=focus,
+                            max_tokens=summary_max_tokens, context_window=context_window)
+    except HermitError as e:
+        return CompactionOutcome("failed", trigger, before, before, error=e.message)
+    kept = messages[cut:]
+    after = fixed_tokens + _summary_tokens(summary) + sum(message_tokens(m) for m in kept)
+    details = {"trigger": trigger, "focus": focus, "summarizedMessages": cut, "keptMessages": len(kept),
+               "previousCompactionId": previous.id if previous is not None else None,
+               "model": model.profile.ref}
+    entry = transcript.append_compaction(summary=summary, first_kept_entry_id=entries[cut].id,
+                                         tokens_before=before, tokens_after=after, details=details)
+    return CompactionOutcome("compacted", trigger, before, after, cut, len(kept), entry=entry)

@@ -1,0 +1,94 @@
+"""The pre-compaction memory flush (SPEC §9): its prompts, its append-only rule and its silent turn.
+
+Decisions:
+
+- The flush is a real model ↔ tools turn on the session's current context plus the flush prompt, with
+  the flush system prompt and the rules of the turn appended to the normal system prompt.
+- Its write and edit tools carry an AppendOnlyPolicy for today's `memory/YYYY-MM-DD.md` (the user's
+  time zone) and exec is off, so overwriting a daily log, touching MEMORY.md / SOUL.md / AGENTS.md or
+  creating a timestamped variant fails in the tool layer whatever the prompt says (§14.9).
+- Nothing of it reaches the user: no events, no reply. Its messages are kept on disk as `custom`
+  entries of type "memory_flush" (the transcript stays complete) but are not part of the
+  conversation's context, so later requests do not carry the flush prompt around.
+- At most once per compaction cycle: done when memoryFlushCompactionCount == compactionCount. Skipped
+  when compaction or the flush is disabled, for heartbeats, read-only sessions and read-only workspaces.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from hermit.agent.context import SILENT_TOKEN
+from hermit.agent.loop import LoopResult, RequestBuilder, run_loop
+from hermit.config.schema import CompactionConfig, MemoryFlushConfig
+from hermit.messages import AssistantMessage, Message, UserMessage
+from hermit.models.base import Model
+from hermit.sessions.store import SessionRecord
+from hermit.sessions.transcript import Transcript
+from hermit.tools.base import ToolRunner
+from hermit.tools.files import AppendOnlyPolicy
+
+FLUSH_ENTRY = "memory_flush"
+DATE_PLACEHOLDER = "YYYY-MM-DD"
+NO_REPLY_HINT = f"If nothing to store, reply with {SILENT_TOKEN}."
+
+
+def daily_log(workspace: Path, today: str) -> Path:
+    return workspace / "memory" / f"{today}.md"
+
+
+def flush_policy(workspace: Path, today: str) -> AppendOnlyPolicy:
+    return AppendOnlyPolicy(daily_log(workspace, today).resolve())
+
+
+def flush_prompts(cfg: MemoryFlushConfig, today: str) -> tuple[str, str]:
+    """(system prompt addition, user prompt) with today's date filled in and the NO_REPLY hint ensured."""
+    system = cfg.system_prompt.replace(DATE_PLACEHOLDER, today).strip()
+    prompt = cfg.prompt.replace(DATE_PLACEHOLDER, today).strip()
+    if SILENT_TOKEN not in prompt:
+        prompt = f"{prompt} {NO_REPLY_HINT}"
+    return system, prompt
+
+
+def flush_rules(today: str) -> str:
+    return (f"Rules of this turn (enforced by the tools): write and edit may only append to memory/{today}.md — "
+            f"keep its existing text and add to the end; every other file is read-only and exec is unavailable. "
+            f"Nothing you reply is shown to the user.")
+
+
+def flush_system(base: str, cfg: MemoryFlushConfig, today: str) -> str:
+    system, _ = flush_prompts(cfg, today)
+    return f"{base}\n\n## Memory Flush\n{system}\n{flush_rules(today)}"
+
+
+def flush_done(record: SessionRecord) -> bool:
+    """This compaction cycle already had its flush."""
+    return record.memory_flush_compaction_count == record.compaction_count
+
+
+def flush_allowed(cfg: CompactionConfig, workspace: Path, *, heartbeat: bool, read_only: bool) -> bool:
+    if not (cfg.enabled and cfg.memory_flush.enabled) or heartbeat or read_only:
+        return False
+    return os.access(workspace, os.W_OK)
+
+
+def run_flush_turn(
+    model: Model,
+    tools: ToolRunner,
+    build_request: RequestBuilder,
+    history: Sequence[Message],
+    prompt: str,
+    transcript: Transcript,
+    *,
+    max_iterations: int,
+    on_usage: Callable[[AssistantMessage], None] | None = None,
+) -> LoopResult:
+    """The silent turn; its messages go to `custom` entries. Raises what the model raises."""
+
+    def record(message: Message) -> None:
+        transcript.append_custom(FLUSH_ENTRY, {"message": message.to_dict()})
+
+    return run_loop(model, tools, build_request, history, UserMessage(prompt), record=record,
+                    max_iterations=max_iterations, stream=False, on_event=None, on_usage=on_usage)
