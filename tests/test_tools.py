@@ -342,3 +342,26 @@ def test_layers_tools_and_agent_never_import_outer_layers() -> None:
                          else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
                 for name in names:
                     assert not name.startswith(banned), f"{path.name} imports {name}"
+
+
+def test_memory_tools_withhold_session_transcripts_outside_the_main_session(tmp_path: Path) -> None:
+    from hermit.config.schema import MemorySearchConfig
+    from hermit.memory.service import MemoryKey
+    from hermit.sessions.transcript import Transcript
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    sessions = tmp_path / "sessions"
+    t = Transcript.create(sessions / "s1.jsonl", cwd=str(ws), session_id="s1")
+    t.append_message({"role": "user", "content": [{"type": "text", "text": "my bank PIN hint is the dog's name"}]})
+    cfg = MemorySearchConfig.model_validate({"provider": "none", "sources": ["memory", "sessions"]})
+    svc = MemoryService(MemoryKey("main", ws), tmp_path / "idx.sqlite", cfg, None, sessions_dir=sessions)
+    private = json.loads(call(ToolRunner(MemoryTools(svc, private=True).tools()), "memory_search",
+                              query="bank PIN hint")[0])
+    assert private["results"] and private["results"][0]["source"] == "sessions"
+    group = ToolRunner(MemoryTools(svc, private=False).tools())
+    res = json.loads(call(group, "memory_search", query="bank PIN hint")[0])
+    assert res["results"] == [] and "session-transcript" in res["withheld"]
+    text, err = call(group, "memory_get", path="sessions/s1.jsonl")
+    assert err and "privacy rule" in text
+    svc.close()

@@ -6,7 +6,8 @@ The result objects are exactly MemoryService's (`{"results": [...], "provider", 
 
 Outside the main private session (`private=False`) MEMORY.md is withheld here too — its hits are
 dropped from search results and memory_get refuses it — so the "main session only" rule of SPEC §3
-cannot be bypassed by a tool call in a group chat (the failure of §14.8).
+cannot be bypassed by a tool call in a group chat (the failure of §14.8). Session transcripts (the
+`sessions` source) hold the same private conversations, so they are withheld the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pydantic import Field
 from hermit.errors import PathPolicyError
 from hermit.memory.paths import resolve_memory_path
 from hermit.memory.service import MemoryService
+from hermit.memory.session_source import SESSIONS_PREFIX
 from hermit.tools.base import Tool, make_tool
 from hermit.tools.sandbox import PRIVACY_RULE
 from hermit.workspace import MEMORY_FILE
@@ -53,9 +55,11 @@ class MemoryTools:
     ) -> dict[str, Any]:
         result = self.service.search(query, max_results, min_score)
         if not self.private and result.get("results"):
-            kept = [r for r in result["results"] if r.get("path") != MEMORY_FILE]
+            kept = [r for r in result["results"]
+                    if r.get("path") != MEMORY_FILE and r.get("source") != "sessions"]
             if len(kept) != len(result["results"]):
-                result = {**result, "results": kept, "withheld": f"{MEMORY_FILE} hits ({PRIVACY_RULE})"}
+                result = {**result, "results": kept,
+                          "withheld": f"{MEMORY_FILE} and session-transcript hits ({PRIVACY_RULE})"}
         return result
 
     def memory_get(
@@ -66,6 +70,8 @@ class MemoryTools:
     ) -> dict[str, Any]:
         if not self.private and self._is_long_term(path):
             raise PathPolicyError(f"{MEMORY_FILE} is not available in this session", PRIVACY_RULE)
+        if not self.private and path.startswith(SESSIONS_PREFIX):
+            raise PathPolicyError("session transcripts are not available in this session", PRIVACY_RULE)
         return self.service.get(path, from_line, lines)
 
     def _is_long_term(self, path: str) -> bool:
