@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ import yaml
 from hermit.cli.context import CliContext
 from hermit.config.load import build_config, parse_config_text
 from hermit.config.paths import DEFAULT_AGENT_ID
+from hermit.durable import write_atomic
 from hermit.errors import ConfigError
 from hermit.workspace import ensure_workspace
 
@@ -71,20 +70,6 @@ def _dump(data: dict[str, Any], path: Path) -> str:
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
 
-def _replace(path: Path, text: str) -> None:
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o600
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def cmd_add(ctx: CliContext, args: argparse.Namespace) -> int:
@@ -110,7 +95,7 @@ def cmd_add(ctx: CliContext, args: argparse.Namespace) -> int:
     agents["list"] = [*entries, entry]
     loaded = build_config(data, ctx.paths, path)  # validates; raises ConfigError naming the problem
     ctx.home.mkdir(parents=True, exist_ok=True)
-    _replace(path, _dump(data, path))
+    write_atomic(path, _dump(data, path))
     agent = loaded.agent(args.id)
     report = ensure_workspace(agent.workspace)
     print(f"added agent {agent.id} to {path}")

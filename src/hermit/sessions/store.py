@@ -18,7 +18,6 @@ import fcntl
 import json
 import logging
 import os
-import secrets
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from hermit.config.paths import StatePaths
+from hermit.durable import write_atomic
 from hermit.errors import SessionError
 from hermit.sessions.keys import chat_type_of, parse_session_key
 from hermit.sessions.transcript import (
@@ -146,37 +146,8 @@ class OpenedSession(NamedTuple):
     created: bool  # True when this call started a new session (new sessionId, new transcript)
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems cannot fsync a directory; the rename is still atomic
-    finally:
-        os.close(fd)
-
-
 def _write_atomic(path: Path, data: bytes, *, fsync: bool) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if fsync:
-        _fsync_dir(path.parent)
+    write_atomic(path, data, mode=0o600, fsync=fsync, keep_mode=False)
 
 
 class _Corrupt(Exception):

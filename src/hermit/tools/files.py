@@ -10,9 +10,7 @@ with each file written, which is how the memory index learns it is dirty.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Annotated, Literal, Protocol
 
 from pydantic import Field
 
+from hermit.durable import write_atomic
 from hermit.errors import PathPolicyError, ToolError
 from hermit.tools.base import Tool, make_tool
 from hermit.tools.sandbox import PathResolver, ResolvedPath
@@ -92,20 +91,7 @@ def _read_text(target: ResolvedPath) -> str:
 
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    write_atomic(path, text, mode=0o644)  # a user's file keeps its permissions; a new one is 0644
 
 
 class FileTools:

@@ -8,9 +8,9 @@ file changes.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from hermit.durable import write_atomic
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders.base import sha256_file
 
@@ -43,8 +43,6 @@ def verify_model_file(path: Path, expected_sha256: str, stamp_dir: Path | None, 
         known[key] = actual
         try:
             stamp.parent.mkdir(parents=True, exist_ok=True)
-            tmp = stamp.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(known))
-            os.replace(tmp, stamp)
+            write_atomic(stamp, json.dumps(known), fsync=False)
         except OSError:
             pass  # a read-only state dir only costs a re-hash next time

@@ -1,0 +1,55 @@
+"""Durable whole-file writes: temp file in the same directory, fsync, atomic rename (then the directory).
+
+Every rewrite of a file Hermit owns or edits for the user (config, sessions.json, workspace files via
+the write/edit tools, small caches) goes through here, so a crash leaves the old file or the new one,
+never a torn one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from pathlib import Path
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems cannot fsync a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None, fsync: bool = True,
+                 keep_mode: bool = True) -> None:
+    """Replace `path` with `data` atomically.
+
+    The new file gets `path`'s current permissions when it exists (`keep_mode`), else `mode`
+    (default 0o600: private until told otherwise). Text is written as UTF-8 with newlines untouched.
+    """
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    final_mode = mode if mode is not None else 0o600
+    if keep_mode and path.exists():
+        final_mode = path.stat().st_mode & 0o7777
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, final_mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    if fsync:
+        fsync_dir(path.parent)
