@@ -170,7 +170,8 @@ def test_empty_query_and_disabled(svc, workspace: Path, tmp_path: Path) -> None:
 
 
 def test_in_memory_matrix_matches_vec0(svc, workspace: Path, tmp_path: Path, e5: object) -> None:  # type: ignore[no-untyped-def]
-    long_lived = service(workspace, svc.index_path, e5, long_lived=True)  # type: ignore[arg-type]
+    cfg = MemorySearchConfig.model_validate({"sync": {"dirty_check_interval_ms": 0}})
+    long_lived = service(workspace, svc.index_path, e5, cfg, long_lived=True)  # type: ignore[arg-type]
     for q in ("database migration", "coffee order", "hiking trip"):
         a = [(r["path"], r["startLine"]) for r in svc.search(q)["results"]]
         b = [(r["path"], r["startLine"]) for r in long_lived.search(q)["results"]]

@@ -89,10 +89,6 @@ def query_terms(query: str) -> list[str]:
     return out[:64]
 
 
-def quoted_terms(query: str) -> list[str]:
-    return [_quote(t) for t in query_terms(query)]
-
-
 def quote_terms(terms: list[str]) -> str | None:
     """An OR query over already-chosen terms (CJK words become their bigrams)."""
     out: list[str] = []

@@ -21,7 +21,7 @@ from hermit.config.schema import QueryConfig
 from hermit.errors import EmbeddingError
 from hermit.memory.dates import query_day_ranges
 from hermit.memory.embedders.base import Embedder, EmbedderInfo
-from hermit.memory.fts import build_match, line_terms, quote_terms, quoted_terms
+from hermit.memory.fts import build_match, line_terms, query_terms, quote_terms
 from hermit.memory.lexicon import Lexicon
 from hermit.memory.store import ChunkRow, IndexStore
 from hermit.tokens import count_cjk
@@ -122,6 +122,35 @@ def _mostly_cjk(text: str) -> bool:
     return count_cjk(text) * 2 >= len("".join(text.split()))
 
 
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ies", "es", "ed", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def term_coverage(terms: list[str], texts: dict[int, str]) -> dict[int, float]:
+    """Fraction of the query's content terms each chunk contains (words by crude stem, CJK by substring).
+
+    Done in Python over the candidates' text rather than one FTS query per term: it only has to tell
+    "holds every term" apart from "does not", for the exact-match rescue.
+    """
+    if not terms:
+        return {}
+    out: dict[int, float] = {}
+    for cid, text in texts.items():
+        low = text.lower()
+        words = set(re.findall(r"\w+", low))
+        stems = {_stem(w) for w in words}
+        found = 0
+        for term in terms:
+            parts = term.lower().split()
+            if all((p in low) if count_cjk(p) else (p in words or _stem(p) in stems) for p in parts):
+                found += 1
+        out[cid] = found / len(terms)
+    return out
+
+
 def calibrate(cos: float, info: EmbedderInfo) -> float:
     span = max(1e-6, info.score_ceiling - info.score_floor)
     return min(1.0, max(0.0, (cos - info.score_floor) / span))
@@ -197,6 +226,7 @@ class HybridSearcher:
         self._translation_hits = 0
         self._translated_terms: list[str] = []
         self._langs: tuple[int, tuple[bool, bool]] | None = None
+        self._count: tuple[int, int] | None = None
 
     def _vector_state(self) -> tuple[bool, str | None]:
         """Whether vectors can be searched, and why not."""
@@ -255,7 +285,7 @@ class HybridSearcher:
         matrix_ok = False
         if qvecs:
             backend = self.store.vector_backend()
-            matrix_ok = self.use_matrix and self.store.counts()["chunks"] <= MATRIX_MAX_CHUNKS
+            matrix_ok = self.use_matrix and self._chunk_count() <= MATRIX_MAX_CHUNKS
             if matrix_ok:
                 self.matrix.refresh(self.store)
             vec_hits = self._knn(qvecs[0], pool, matrix_ok, backend)
@@ -294,7 +324,7 @@ class HybridSearcher:
 
         coverage: dict[int, float] = {}
         if match and q is not None and hy.exact_match_rescue:
-            coverage = self.store.term_coverage(quoted_terms(query), [i for i in ids if rel.get(i, 0) > 0])
+            coverage = term_coverage(query_terms(query), {i: rows[i].text for i in ids if rel.get(i, 0) > 0})
         scored = self._fuse(ids, cos, rel, vec_hits, kw_hits, q is not None)
         if coverage:
             scored = [(i, max(s, self._tscore(rel.get(i, 0.0), rel)) if coverage.get(i, 0) >= 1.0 else s)
@@ -322,6 +352,13 @@ class HybridSearcher:
         if q is None and reason is None:
             reason = "no vector search"
         return SearchOutcome(hits, mode, reason if q is None else None, timings)
+
+    def _chunk_count(self) -> int:
+        """Chunks in the index, counted once per index generation (not on every search)."""
+        gen = self.store.generation()
+        if self._count is None or self._count[0] != gen:
+            self._count = (gen, int(self.store.conn.execute("select count(*) from chunks").fetchone()[0]))
+        return self._count[1]
 
     def _knn(self, qv: np.ndarray, k: int, matrix_ok: bool, backend: str | None) -> list[tuple[int, float]]:
         if matrix_ok:

@@ -56,6 +56,7 @@ class MemoryService:
         self.searcher = HybridSearcher(self.store, embedder if cfg.store.vector_enabled else None, cfg.query,
                                        use_matrix=long_lived, clock=clock, lexicon=lexicon)
         self._dirty = True  # unknown until checked once
+        self._checked_at: float | None = None
         # One SQLite connection per service; the watcher thread and agent turns take turns on it.
         self._lock = threading.RLock()
 
@@ -81,8 +82,13 @@ class MemoryService:
         """Before a search: bring the index up to date unless another process is writing it."""
         if not self.cfg.sync.on_search:
             return None
-        if not self._dirty and not self.indexer.is_dirty():
-            return None
+        if not self._dirty:
+            now = time.monotonic()
+            if self._checked_at is not None and (now - self._checked_at) * 1000 < self.cfg.sync.dirty_check_interval_ms:
+                return None
+            self._checked_at = now
+            if not self.indexer.is_dirty():
+                return None
         return self.sync(blocking=False)
 
     # -- search -----------------------------------------------------------------------------------

@@ -334,19 +334,6 @@ class IndexStore:
         ).fetchall()
         return {int(i): max(0.0, -float(r)) for i, r in rows}
 
-    def term_coverage(self, terms: Sequence[str], ids: Sequence[int]) -> dict[int, float]:
-        """Fraction of `terms` (already quoted FTS5 strings) each chunk in `ids` contains."""
-        if not terms or not ids:
-            return {}
-        marks = ",".join("?" * len(ids))
-        found: dict[int, int] = dict.fromkeys(ids, 0)
-        for term in terms:
-            for (rid,) in self.conn.execute(
-                f"select rowid from chunks_fts where chunks_fts match ? and rowid in ({marks})", (term, *ids)
-            ):
-                found[int(rid)] += 1
-        return {i: n / len(terms) for i, n in found.items()}
-
     def vec_knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) best first, via sqlite-vec's vec0 index."""
         rows = self.conn.execute(

@@ -1,14 +1,16 @@
 """Watch memory files and re-index what changed, debounced (1.5 s by default), surviving churn.
 
 watchfiles (Rust notify) is imported lazily. Events are filtered to MEMORY.md, memory/**/*.md and the
-configured extra paths; a burst of writes within the debounce window becomes one sync, and sync itself
-re-lists files, so files appearing, vanishing or being renamed mid-sync are simply picked up next time.
+configured extra paths; a burst of writes becomes one sync once it has been quiet for the debounce
+window, and sync itself re-lists files, so files appearing, vanishing or being renamed mid-sync are
+simply picked up next time.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,11 +58,22 @@ def watch_memory(
         if p.exists() and not (p.resolve() == workspace.resolve() or workspace.resolve() in p.resolve().parents):
             roots.append(p)
     accept = _relevant(workspace, extra_roots)
-    # step = the quiet period that ends a burst (the debounce); debounce = the longest a burst can be held.
-    quiet = max(debounce_ms, 10)
-    for changes in watch(*roots, watch_filter=accept, debounce=max(quiet * 4, 6000), step=quiet,
-                         stop_event=stop, recursive=True, raise_interrupt=False):
-        log.debug("memory changes: %s", changes)
+    # Hermit debounces itself: watchfiles hands over events within ~50 ms and wakes the loop every
+    # 100 ms even when nothing happened, so a sync starts `debounce_ms` after the LAST change of a
+    # burst (±100 ms), not after watchfiles' own, coarser grouping.
+    quiet = max(debounce_ms, 0) / 1000
+    pending = False
+    last_change = 0.0
+    for changes in watch(*roots, watch_filter=accept, debounce=200, step=50, rust_timeout=100,
+                         yield_on_timeout=True, stop_event=stop, recursive=True, raise_interrupt=False):
+        now = time.monotonic()
+        if changes:
+            log.debug("memory changes: %s", changes)
+            pending, last_change = True, now
+            continue
+        if not pending or now - last_change < quiet:
+            continue
+        pending = False
         try:
             report = on_change()
         except Exception:  # noqa: BLE001 - supervision boundary: a failed sync must not kill the watcher
