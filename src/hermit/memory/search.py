@@ -13,6 +13,7 @@ import math
 import re
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,15 +74,25 @@ class VectorMatrix:
         index_id, gen = meta.get("index_id"), int(meta.get("generation", "0"))
         if index_id == self.index_id and gen == self.gen:
             return
-        live = store.counts()["chunks"]
+        live = int(store.conn.execute("select count(*) from chunks").fetchone()[0])
         if index_id != self.index_id or (len(self.ids) - live) > 0.2 * max(live, 1):
             self.ids, self.mat, self.gen = np.zeros(0, dtype=np.int64), np.zeros((0, 0), np.float32), -1
-        blocks = list(store.iter_vectors(since_gen=self.gen))
-        if blocks:
-            ids = np.concatenate([b[0] for b in blocks])
-            mat = np.concatenate([b[1] for b in blocks])
-            self.ids = np.concatenate([self.ids, ids]) if len(self.ids) else ids
-            self.mat = np.concatenate([self.mat, mat]) if self.mat.size else np.ascontiguousarray(mat)
+        if self.gen < 0:
+            # Full load: fill a preallocated matrix block by block (no second copy at peak).
+            dims = int(store.meta().get("dims", "0")) or 1
+            ids = np.empty(live, dtype=np.int64)
+            mat = np.empty((live, dims), dtype=np.float32)
+            n = 0
+            for block_ids, block in store.iter_vectors():
+                take = min(len(block_ids), live - n)
+                ids[n:n + take], mat[n:n + take] = block_ids[:take], block[:take]
+                n += take
+            self.ids, self.mat = ids[:n], mat[:n]
+        else:
+            blocks = list(store.iter_vectors(since_gen=self.gen))
+            if blocks:
+                self.ids = np.concatenate([self.ids, *[b[0] for b in blocks]])
+                self.mat = np.concatenate([self.mat, *[b[1] for b in blocks]])
         self.row_of = {int(i): r for r, i in enumerate(self.ids)}
         self.garbage = max(0, len(self.ids) - live)
         self.index_id, self.gen = index_id, gen
@@ -137,18 +148,20 @@ def term_coverage(terms: list[str], texts: dict[int, str]) -> dict[int, float]:
     """
     if not terms:
         return {}
+    wanted = [[(p, count_cjk(p) > 0, _variants(p)) for p in term.lower().split()] for term in terms]
     out: dict[int, float] = {}
     for cid, text in texts.items():
         low = text.lower()
         words = set(re.findall(r"\w+", low))
-        stems = {_stem(w) for w in words}
-        found = 0
-        for term in terms:
-            parts = term.lower().split()
-            if all((p in low) if count_cjk(p) else (p in words or _stem(p) in stems) for p in parts):
-                found += 1
+        found = sum(1 for parts in wanted
+                    if all((p in low) if cjk else not variants.isdisjoint(words) for p, cjk, variants in parts))
         out[cid] = found / len(terms)
     return out
+
+
+def _variants(word: str) -> set[str]:
+    stem = _stem(word)
+    return {word, stem, stem + "s", stem + "es", stem + "ed", stem + "ing", stem + "e", stem + "y"}
 
 
 def calibrate(cos: float, info: EmbedderInfo) -> float:
@@ -227,6 +240,7 @@ class HybridSearcher:
         self._translated_terms: list[str] = []
         self._langs: tuple[int, tuple[bool, bool]] | None = None
         self._count: tuple[int, int] | None = None
+        self._executor: ThreadPoolExecutor | None = None
 
     def _vector_state(self) -> tuple[bool, str | None]:
         """Whether vectors can be searched, and why not."""
@@ -259,6 +273,9 @@ class HybridSearcher:
         self._translated = None
 
         use_vec, reason = self._vector_state()
+        # The keyword leg runs in a worker thread while the model embeds the query: SQLite and the
+        # embedding runtimes release the GIL, so the two overlap on a 2-core machine.
+        keyword = self._worker().submit(self._keyword_leg, query, match, pool)
         q: np.ndarray | None = None
         if use_vec:
             assert self.embedder is not None
@@ -268,11 +285,7 @@ class HybridSearcher:
             except EmbeddingError as e:
                 use_vec, reason = False, f"query embedding failed: {e.message}"
             timings["embed_ms"] = (time.perf_counter() - t0) * 1000
-
-        t0 = time.perf_counter()
-        kw_hits = self.store.fts_search(match, pool) if match else []
-        kw_hits = self._merge_translated(query, kw_hits, pool)
-        timings["keyword_ms"] = (time.perf_counter() - t0) * 1000
+        kw_hits, timings["keyword_ms"] = keyword.result()
 
         qvecs: list[np.ndarray] = [] if q is None else [q]
         if q is not None and self.cfg.translate_vectors and self._other_language_present(query):
@@ -312,15 +325,16 @@ class HybridSearcher:
             got = self.matrix.scores(tq, other) if matrix_ok else self.store.vec_scores(tq, other)
             for i, c in got.items():
                 cos[i] = c if rows[i].script != 1 else max(cos.get(i, -1.0), c)
-        if match:
-            missing = [i for i in ids if i not in rel]
-            if missing:
-                rel.update(self.store.fts_scores(match, missing))
-        if self._translated is not None:
-            missing = [i for i in ids if i not in rel]
-            if missing:
-                w = self.cfg.translation_weight
-                rel.update({i: w * r for i, r in self.store.fts_scores(self._translated, missing).items()})
+        if match and kw_hits:
+            # A candidate outside the keyword pool scores below the pool's weakest hit. Re-running the
+            # OR query for it (FTS5 evaluates the whole MATCH before `rowid IN`) cost ~20 ms at 100k
+            # chunks, so its relevance is estimated: 0 when the pool held every match, else the
+            # weakest pooled relevance scaled by the share of query terms the chunk contains.
+            missing = {i: rows[i].text for i in ids if i not in rel}
+            if missing and len(kw_hits) >= pool:
+                floor = min(r for _, r in kw_hits)
+                for i, share in term_coverage(query_terms(query), missing).items():
+                    rel[i] = floor * share
 
         coverage: dict[int, float] = {}
         if match and q is not None and hy.exact_match_rescue:
@@ -353,6 +367,17 @@ class HybridSearcher:
             reason = "no vector search"
         return SearchOutcome(hits, mode, reason if q is None else None, timings)
 
+    def _worker(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hermit-keyword")
+        return self._executor
+
+    def _keyword_leg(self, query: str, match: str | None, pool: int) -> tuple[list[tuple[int, float]], float]:
+        t0 = time.perf_counter()
+        hits = self.store.fts_search(match, pool) if match else []
+        hits = self._merge_translated(query, hits, pool)
+        return hits, (time.perf_counter() - t0) * 1000
+
     def _chunk_count(self) -> int:
         """Chunks in the index, counted once per index generation (not on every search)."""
         gen = self.store.generation()
@@ -384,7 +409,7 @@ class HybridSearcher:
         if not terms:
             return []
         try:
-            return [self.embedder.embed_query(" ".join(terms[:16]))]
+            return [self.embedder.embed_query(" ".join(terms[:8]))]
         except EmbeddingError:
             return []
 
