@@ -144,3 +144,18 @@ def test_min_score_means_the_same_for_both_local_models(tmp_path: Path, e5: obje
             docs = emb.embed_documents([doc, unrelated])  # type: ignore[attr-defined]
             rel, unrel = (calibrate(float(d @ qv), emb.info) for d in docs)  # type: ignore[attr-defined]
             assert rel > 0.35 > unrel, (emb.info.model, q, rel, unrel)  # type: ignore[attr-defined]
+
+
+def test_small_memory_keeps_original_language_matches_above_translations(tmp_path: Path) -> None:
+    """FTS5 clamps idf to ~0 for a word in half the notes; a new user's tiny memory must still work."""
+    ws = tmp_path / "ws"
+    write(ws / "memory" / "a.md", "# a\n- Moved the production database to managed hosting.\n")
+    write(ws / "memory" / "b.md", "# b\n- The database password rotates monthly.\n")
+    write(ws / "memory" / "c.md", "# c\n- 讨论了数据库迁移的计划。\n")
+    write(ws / "memory" / "d.md", "# d\n- Piano lessons moved to Saturday.\n")
+    svc = _svc(ws, tmp_path / "idx.sqlite", {"provider": "none"}, cache=tmp_path / "cache")
+    svc.sync()
+    paths = [r["path"] for r in svc.search("database")["results"]]
+    assert paths[:2] in (["memory/a.md", "memory/b.md"], ["memory/b.md", "memory/a.md"])
+    assert "memory/c.md" in paths  # the translation still finds the Chinese note, ranked after
+    svc.close()

@@ -28,6 +28,7 @@ from hermit.memory.store import ChunkRow, IndexStore
 from hermit.tokens import count_cjk
 
 SNIPPET_MAX_CHARS = 700
+SMALL_MEMORY_CHUNKS = 100
 # Above this many chunks the in-memory matrix (4 bytes × dims each) is not used; vec0 KNN is.
 MATRIX_MAX_CHUNKS = 300_000
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
@@ -444,6 +445,14 @@ class HybridSearcher:
         best = dict(kw_hits)
         translated_hits = self.store.fts_search(self._translated, pool)
         self._translation_hits = len(translated_hits)
+        # FTS5 clamps the idf of a term found in over half the chunks to ~1e-6. In a large memory that
+        # rightly marks a word as uninformative; in a small one ("database" in 2 of a new user's 4
+        # notes) it would rank an exact original-language match below any translated match. There,
+        # the original matches are put back on the translated leg's scale.
+        top_orig = max((r for _, r in kw_hits), default=0.0)
+        top_tr = max((r for _, r in translated_hits), default=0.0)
+        if 0 < top_orig < 1e-3 and top_tr > 0 and self._chunk_count() < SMALL_MEMORY_CHUNKS:
+            best = {cid: r * top_tr / top_orig for cid, r in best.items()}
         for cid, r in translated_hits:
             best[cid] = max(best.get(cid, 0.0), w * r)
         return sorted(best.items(), key=lambda x: -x[1])[: max(pool, len(kw_hits))]
