@@ -50,6 +50,12 @@ def load_sqlite_vec(conn: Connection) -> VecStatus:
         return VecStatus(False, None, f"sqlite-vec could not be loaded: {e}")
 
 
+def connect_memory() -> Connection:
+    """A private in-memory database (same SQLite build as the index, so the same FTS5 tokenizers)."""
+    conn: Connection = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    return conn
+
+
 def connect(path: Path | str, *, readonly: bool = False, load_vec: bool = True) -> tuple[Connection, VecStatus]:
     """Open `path` in WAL mode with a busy timeout; returns the connection and sqlite-vec status."""
     try:

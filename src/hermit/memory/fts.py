@@ -89,8 +89,8 @@ def query_terms(query: str) -> list[str]:
     return out[:64]
 
 
-def quote_terms(terms: list[str]) -> str | None:
-    """An OR query over already-chosen terms (CJK words become their bigrams)."""
+def translated_phrases(terms: list[str]) -> list[str]:
+    """FTS5 phrases for already-chosen terms (a CJK word becomes the phrase of its bigrams)."""
     out: list[str] = []
     for term in terms:
         if _CJK_RUN.fullmatch(term):
@@ -98,16 +98,22 @@ def quote_terms(terms: list[str]) -> str | None:
             out.append(" ".join(_cjk_terms(term, False)))
         else:
             out.extend(query_terms(term))
-    uniq = list(dict.fromkeys(t for t in out if t.strip()))
-    return " OR ".join(_quote(t) for t in uniq) if uniq else None
+    return list(dict.fromkeys(t for t in out if t.strip()))
+
+
+def or_match(phrases: list[str]) -> str | None:
+    """An FTS5 MATCH expression: the phrases quoted (never syntax) and OR-joined."""
+    return " OR ".join(_quote(t) for t in phrases) if phrases else None
+
+
+def quote_terms(terms: list[str]) -> str | None:
+    """An OR query over already-chosen terms (CJK words become their bigrams)."""
+    return or_match(translated_phrases(terms))
 
 
 def build_match(query: str) -> str | None:
     """An FTS5 MATCH expression (OR of quoted terms), or None when the query has no content terms."""
-    terms = query_terms(query)
-    if not terms:
-        return None
-    return " OR ".join(_quote(t) for t in terms)
+    return or_match(query_terms(query))
 
 
 def line_terms(query: str) -> list[str]:

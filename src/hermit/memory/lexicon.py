@@ -174,14 +174,20 @@ class Lexicon:
 
     def translate_query(self, query: str) -> list[str]:
         """Translated content terms for `query`: Chinese words for English ones and vice versa."""
-        out: list[str] = []
+        return _dedupe([t for group in self.translate_groups(query) for t in group])
+
+    def translate_groups(self, query: str) -> list[list[str]]:
+        """The translations of each translatable word (or 2–3 word phrase) of `query`, best first."""
+        groups: list[list[str]] = []
         for run in _CJK_RUN.findall(query):
             for word in self.segment(run):
                 if len(word) < 2 or all(c in ZH_STOP_CHARS for c in word):
                     continue
+                group: list[str] = []
                 for gloss in self.en_for(word):
-                    words = [w for w in _EN_WORD.findall(gloss) if w not in STOPWORDS and len(w) > 2]
-                    out.extend(words)
+                    group.extend(w for w in _EN_WORD.findall(gloss) if w not in STOPWORDS and len(w) > 2)
+                if group:
+                    groups.append(_dedupe(group))
         words = [re.sub(r"'s$|'re$|'ve$|'ll$|'d$|n't$", "", w)
                  for w in _EN_WORD.findall(_CJK_RUN.sub(" ", query).lower())]
         used = [False] * len(words)
@@ -198,9 +204,9 @@ class Lexicon:
                     if found:
                         break
                 if found:
-                    out.extend(found)
+                    groups.append(found)
                     used[i:i + n] = [True] * n
-        return _dedupe(out)
+        return groups
 
 
 def _variants(phrase: str) -> Iterable[str]:

@@ -4,6 +4,11 @@ Both legs are scored for every candidate of the union (a keyword-only hit still 
 vector-only hit its BM25), so an exact identifier found only by keyword is not lost to minScore
 (SPEC §14.2). Cosines are calibrated per model onto [0, 1] and BM25 is sign-corrected (§14.1), so the
 threshold means the same thing whichever model is active.
+
+One search, in order (the order is measured, bench/memory_bench.py): the dictionary translation of the
+query; the query embedding, alone on every core; the translated query vector from cached word vectors;
+then the pass over the vector matrix in a worker thread while this thread runs the keyword leg
+(memory/keyword.py: BM25 with a bounded cost); then fusion, rescue, boosts and snippets.
 """
 
 from __future__ import annotations
@@ -11,18 +16,22 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from hermit.config.schema import QueryConfig
 from hermit.errors import EmbeddingError
 from hermit.memory.dates import query_day_ranges
 from hermit.memory.embedders.base import Embedder, EmbedderInfo
-from hermit.memory.fts import build_match, line_terms, query_terms, quote_terms
+from hermit.memory.fts import build_match, line_terms, query_terms, translated_phrases
+from hermit.memory.keyword import KeywordSearcher
 from hermit.memory.lexicon import Lexicon
 from hermit.memory.store import ChunkRow, IndexStore
 from hermit.tokens import count_cjk
@@ -55,6 +64,23 @@ class SearchOutcome:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Translation:
+    """A query's EN ↔ ZH dictionary translation: every term (keyword leg) and a short text to embed."""
+
+    terms: list[str]
+    vector_words: list[str]
+
+
+NO_TRANSLATION = Translation([], [])
+# The translated query vector is the normalised sum of the vectors of the best translation of each
+# query word, at most this many. Word vectors are cached, so a word costs one embedding the first
+# time only (a joint embedding of the translated words cost ~10 ms on every search). On
+# bench/retrieval: R@6 0.841 vs 0.855 embedding the same words jointly, 0.858 jointly with 8 words.
+TRANSLATED_VECTOR_WORDS = 4
+WORD_VECTOR_CACHE = 20_000
+
+
 class VectorMatrix:
     """All stored vectors in one float32 matrix for ~ms brute-force cosine in long-lived processes.
 
@@ -71,6 +97,7 @@ class VectorMatrix:
         self.row_of: dict[int, int] = {}
 
     def refresh(self, store: IndexStore) -> None:
+        hold_blas_to_one_thread()
         meta = store.meta()
         index_id, gen = meta.get("index_id"), int(meta.get("generation", "0"))
         if index_id == self.index_id and gen == self.gen:
@@ -115,6 +142,29 @@ class VectorMatrix:
         return {i: float(s) for (i, _), s in zip(rows, sims, strict=True)}
 
 
+_BLAS_LOCK = threading.Lock()
+_BLAS_HELD = False
+
+
+def hold_blas_to_one_thread() -> None:
+    """Once per process, before the first matrix pass: numpy's BLAS (OpenBLAS) keeps its worker
+    threads busy-waiting for a while after each call, and on a 2-core machine they then starve the
+    embedding model's OpenMP threads on the next query (12 → 75 ms per query embedding). One BLAS
+    thread reads the matrix at ~10 GB/s, and the pass overlaps the keyword leg instead."""
+    global _BLAS_HELD
+    with _BLAS_LOCK:
+        if not _BLAS_HELD:
+            threadpool_limits(1, user_api="blas")
+            _BLAS_HELD = True
+
+
+def _timed(fn: Callable[[np.ndarray, int], list[tuple[int, float]]], q: np.ndarray,
+           k: int) -> tuple[list[tuple[int, float]], float]:
+    t0 = time.perf_counter()
+    out = fn(q, k)
+    return out, (time.perf_counter() - t0) * 1000
+
+
 def _blockscan_topk(store: IndexStore, q: np.ndarray, k: int) -> list[tuple[int, float]]:
     """Top-k cosine over the BLOB vector table in bounded memory (no sqlite-vec)."""
     best_ids = np.zeros(0, dtype=np.int64)
@@ -149,15 +199,31 @@ def term_coverage(terms: list[str], texts: dict[int, str]) -> dict[int, float]:
     """
     if not terms:
         return {}
-    wanted = [[(p, count_cjk(p) > 0, _variants(p)) for p in term.lower().split()] for term in terms]
+    wanted = [[(_part_pattern(p), count_cjk(p) > 0) for p in term.lower().split()] for term in terms]
     out: dict[int, float] = {}
     for cid, text in texts.items():
         low = text.lower()
-        words = set(re.findall(r"\w+", low))
-        found = sum(1 for parts in wanted
-                    if all((p in low) if cjk else not variants.isdisjoint(words) for p, cjk, variants in parts))
-        out[cid] = found / len(terms)
+        out[cid] = sum(1 for parts in wanted if all(_found(pat, low, cjk) for pat, cjk in parts)) / len(terms)
     return out
+
+
+def _part_pattern(part: str) -> re.Pattern[str]:
+    """A CJK part as a substring; a word in any variant, as a whole word (checked by _found).
+
+    Every variant starts with the stem, so the pattern starts with a literal and `re` scans fast."""
+    if count_cjk(part):
+        return re.compile(re.escape(part))
+    stem = _stem(part)
+    tails = sorted({v[len(stem):] for v in _variants(part)}, key=len, reverse=True)
+    return re.compile(re.escape(stem) + "(?:" + "|".join(re.escape(t) for t in tails) + r")(?!\w)")
+
+
+def _found(pat: re.Pattern[str], text: str, cjk: bool) -> bool:
+    for m in pat.finditer(text):
+        i = m.start()
+        if cjk or i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_"):
+            return True
+    return False
 
 
 def _variants(word: str) -> set[str]:
@@ -236,12 +302,12 @@ class HybridSearcher:
         self.use_matrix = use_matrix
         self.matrix = VectorMatrix()
         self.clock = clock
-        self._translated: str | None = None
-        self._translation_hits = 0
-        self._translated_terms: list[str] = []
+        self.keyword = KeywordSearcher(store)
         self._langs: tuple[int, tuple[bool, bool]] | None = None
         self._count: tuple[int, int] | None = None
+        self._word_vecs: OrderedDict[str, np.ndarray] = OrderedDict()
         self._executor: ThreadPoolExecutor | None = None
+        self.word_vector_stats = {"hits": 0, "misses": 0}
 
     def _vector_state(self) -> tuple[bool, str | None]:
         """Whether vectors can be searched, and why not."""
@@ -271,12 +337,12 @@ class HybridSearcher:
         pool = min(hy.max_candidates, max_results * hy.candidate_multiplier)
         timings: dict[str, float] = {}
         match = build_match(query)
-        self._translated = None
 
         use_vec, reason = self._vector_state()
-        # The keyword leg runs in a worker thread while the model embeds the query: SQLite and the
-        # embedding runtimes release the GIL, so the two overlap on a 2-core machine.
-        keyword = self._worker().submit(self._keyword_leg, query, match, pool)
+        rows: dict[int, ChunkRow] = {}
+        tr = self._translate(query)
+        # The query embedding runs alone: the model uses every core with briefly spinning OpenMP
+        # workers, and a concurrent SQLite thread made both slower on 2 cores.
         q: np.ndarray | None = None
         if use_vec:
             assert self.embedder is not None
@@ -286,41 +352,45 @@ class HybridSearcher:
             except EmbeddingError as e:
                 use_vec, reason = False, f"query embedding failed: {e.message}"
             timings["embed_ms"] = (time.perf_counter() - t0) * 1000
-        kw_hits, timings["keyword_ms"] = keyword.result()
-
-        qvecs: list[np.ndarray] = [] if q is None else [q]
-        if q is not None and self.cfg.translate_vectors and self._other_language_present(query):
+        tq: np.ndarray | None = None
+        if q is not None and tr.vector_words and self.cfg.translate_vectors and self._other_language_present(query):
             # Only when the memory holds the other language: an English-only memory never pays for
-            # the second query embedding.
-            qvecs.extend(self._translated_query_vector(query))
-        t0 = time.perf_counter()
+            # it. It judges candidates; it does not search on its own (its own top-k added nothing on
+            # bench/retrieval and cost a second pass over the matrix).
+            tq = self._translation_vector(tr.vector_words)
+
         vec_hits: list[tuple[int, float]] = []
-        extra_ids: list[int] = []
+        vec_job: Future[tuple[list[tuple[int, float]], float]] | None = None
         matrix_ok = False
-        if qvecs:
+        if q is not None:
+            t0 = time.perf_counter()
             backend = self.store.vector_backend()
             matrix_ok = self.use_matrix and self._chunk_count() <= MATRIX_MAX_CHUNKS
             if matrix_ok:
+                # The pass over the matrix is memory-bound; it runs in a worker while this thread
+                # does the keyword leg (SQLite, regexes). Only numpy runs there, no SQL.
                 self.matrix.refresh(self.store)
-            vec_hits = self._knn(qvecs[0], pool, matrix_ok, backend)
-            if len(qvecs) > 1:  # other-language candidates of the translated query, scored below
-                extra_ids = [i for i, _ in self._knn(qvecs[1], pool, matrix_ok, backend)]
-        timings["vector_ms"] = (time.perf_counter() - t0) * 1000
+                vec_job = self._worker().submit(_timed, self.matrix.topk, q, pool)
+            else:
+                vec_hits = self._knn(q, pool, matrix_ok, backend)
+                timings["vector_ms"] = (time.perf_counter() - t0) * 1000
+        kw_hits, timings["keyword_ms"] = self._keyword_leg(query, tr, pool, rows)
+        if vec_job is not None:
+            vec_hits, timings["vector_ms"] = vec_job.result()
 
         cos = dict(vec_hits)
         rel = dict(kw_hits)
         dated = self._dated_chunks(query)
-        ids = list(dict.fromkeys([i for i, _ in vec_hits] + extra_ids + [i for i, _ in kw_hits] + sorted(dated)))
-        rows = self.store.chunk_rows(ids)
+        ids = list(dict.fromkeys([i for i, _ in vec_hits] + [i for i, _ in kw_hits] + sorted(dated)))
+        rows.update(self.store.chunk_rows([i for i in ids if i not in rows]))
         ids = [i for i in ids if i in rows]  # drop deleted chunks still in the matrix
-        if qvecs:
+        if q is not None:
             need = [i for i in ids if i not in cos]
             if need:
-                cos.update(self.matrix.scores(qvecs[0], need) if matrix_ok else self.store.vec_scores(qvecs[0], need))
-        if len(qvecs) > 1:
+                cos.update(self.matrix.scores(q, need) if matrix_ok else self.store.vec_scores(q, need))
+        if tq is not None:
             # The translated query vector judges chunks in the other language only (a same-language
             # comparison is what the original query is for); mixed chunks take the better of both.
-            tq = qvecs[1]
             query_script = 2 if _mostly_cjk(query) else 0
             other = [i for i in ids if rows[i].script != query_script]
             got = self.matrix.scores(tq, other) if matrix_ok else self.store.vec_scores(tq, other)
@@ -353,7 +423,7 @@ class HybridSearcher:
             scored = self._mmr(scored, rows, max_results)
         # Snippets centre on lines holding query words, or their translation (a Chinese question
         # about an English note should show the English line that answers it).
-        terms = line_terms(query) + [t.lower() for term in self._translated_terms for t in term.split()]
+        terms = line_terms(query) + [t.lower() for term in tr.terms for t in term.split()]
         hits: list[Hit] = []
         for cid, score in scored:
             if score < min_score or len(hits) >= max_results:
@@ -370,13 +440,22 @@ class HybridSearcher:
 
     def _worker(self) -> ThreadPoolExecutor:
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hermit-keyword")
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hermit-vector")
         return self._executor
 
-    def _keyword_leg(self, query: str, match: str | None, pool: int) -> tuple[list[tuple[int, float]], float]:
+    def _translate(self, query: str) -> Translation:
+        if self.lexicon is None or (self.cfg.translation_weight <= 0 and not self.cfg.translate_vectors):
+            return NO_TRANSLATION
+        groups = self.lexicon.translate_groups(query)
+        terms = list(dict.fromkeys(t for g in groups for t in g))
+        best = list(dict.fromkeys(g[0] for g in groups if g))[:TRANSLATED_VECTOR_WORDS]
+        return Translation(terms, best)
+
+    def _keyword_leg(self, query: str, tr: Translation, pool: int,
+                     rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], float]:
         t0 = time.perf_counter()
-        hits = self.store.fts_search(match, pool) if match else []
-        hits = self._merge_translated(query, hits, pool)
+        hits = self.keyword.search(query_terms(query), pool, rows)
+        hits = self._merge_translated(hits, tr, pool, rows)
         return hits, (time.perf_counter() - t0) * 1000
 
     def _chunk_count(self) -> int:
@@ -402,17 +481,30 @@ class HybridSearcher:
         query_other = bool(re.search(r"[A-Za-z]", query))
         return (query_other and has_cjk) or (query_cjk and has_other)
 
-    def _translated_query_vector(self, query: str) -> list[np.ndarray]:
-        """The embedding of the query's dictionary translation, for cross-language vector recall."""
-        if self.lexicon is None or self.embedder is None:
-            return []
-        terms = self.lexicon.translate_query(query)
-        if not terms:
-            return []
-        try:
-            return [self.embedder.embed_query(" ".join(terms[:8]))]
-        except EmbeddingError:
-            return []
+    def _translation_vector(self, words: list[str]) -> np.ndarray | None:
+        """The query's translation as one vector: the normalised sum of its (cached) word vectors."""
+        assert self.embedder is not None
+        vecs: list[np.ndarray] = []
+        for w in words:
+            v = self._word_vecs.get(w)
+            if v is None:
+                self.word_vector_stats["misses"] += 1
+                try:
+                    v = self.embedder.embed_query(w)
+                except EmbeddingError:
+                    continue
+                self._word_vecs[w] = v
+                if len(self._word_vecs) > WORD_VECTOR_CACHE:
+                    self._word_vecs.popitem(last=False)
+            else:
+                self.word_vector_stats["hits"] += 1
+                self._word_vecs.move_to_end(w)
+            vecs.append(v)
+        if not vecs:
+            return None
+        total = np.sum(vecs, axis=0)
+        norm = float(np.linalg.norm(total))
+        return total / norm if norm > 0 else None
 
     def _dated_chunks(self, query: str) -> set[int]:
         """Chunks of daily logs of the days the query names (see memory.dates)."""
@@ -427,24 +519,15 @@ class HybridSearcher:
             return set()
         return {cid for cid in self.store.chunk_ids_for_days(days)}
 
-    def _merge_translated(self, query: str, kw_hits: list[tuple[int, float]], pool: int) -> list[tuple[int, float]]:
+    def _merge_translated(self, kw_hits: list[tuple[int, float]], tr: Translation, pool: int,
+                          rows: dict[int, ChunkRow]) -> list[tuple[int, float]]:
         """Add keyword hits for the dictionary translation of the query, discounted (EN ↔ ZH)."""
-        self._translated = None
-        self._translated_terms = []
-        self._translation_hits = 0
         w = self.cfg.translation_weight
-        if self.lexicon is None or w <= 0:
-            return kw_hits
-        terms = self.lexicon.translate_query(query)
-        if not terms:
-            return kw_hits
-        self._translated_terms = terms
-        self._translated = quote_terms(terms)
-        if self._translated is None:
+        phrases = translated_phrases(tr.terms) if w > 0 else []
+        if not phrases:
             return kw_hits
         best = dict(kw_hits)
-        translated_hits = self.store.fts_search(self._translated, pool)
-        self._translation_hits = len(translated_hits)
+        translated_hits = self.keyword.search(phrases, pool, rows)
         # FTS5 clamps the idf of a term found in over half the chunks to ~1e-6. In a large memory that
         # rightly marks a word as uninformative; in a small one ("database" in 2 of a new user's 4
         # notes) it would rank an exact original-language match below any translated match. There,

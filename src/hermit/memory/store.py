@@ -103,6 +103,22 @@ class ChunkRow:
     script: int = 0  # script_class of the text
 
 
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """SQLite's big-endian varint (FTS5 stores its counts this way): (value, next position)."""
+    v = 0
+    for k in range(9):
+        if pos >= len(buf):
+            break
+        b = buf[pos]
+        pos += 1
+        if k == 8:
+            return (v << 8) | b, pos
+        v = (v << 7) | (b & 0x7F)
+        if not b & 0x80:
+            break
+    return v, pos
+
+
 def to_blob(vec: np.ndarray) -> bytes:
     return np.asarray(vec, dtype=np.float32).tobytes()
 
@@ -318,13 +334,46 @@ class IndexStore:
             self.conn.execute("detach database other")
 
     # -- lookups ------------------------------------------------------------------------------
-    def fts_search(self, match: str, limit: int) -> list[tuple[int, float]]:
-        """(chunk id, relevance ≥ 0) best first. FTS5 bm25() is negative, more negative = better."""
+    def fts_search(self, match: str, limit: int, min_rowid: int | None = None) -> list[tuple[int, float]]:
+        """(chunk id, relevance ≥ 0) best first. FTS5 bm25() is negative, more negative = better.
+
+        `min_rowid` limits the scan to newer chunks (FTS5 seeks its doclists to the range)."""
+        where = "" if min_rowid is None else f" and rowid >= {int(min_rowid)}"
         rows = self.conn.execute(
-            "select rowid, bm25(chunks_fts) as r from chunks_fts where chunks_fts match ? order by r limit ?",
+            f"select rowid, bm25(chunks_fts) as r from chunks_fts where chunks_fts match ?{where} order by r limit ?",
             (match, limit),
         ).fetchall()
         return [(int(i), max(0.0, -float(r))) for i, r in rows]
+
+    def fts_count(self, match: str) -> int:
+        """Chunks matching `match` (walks the doclists; no ranking, so ~20× cheaper than fts_search)."""
+        return int(self.conn.execute("select count(*) from chunks_fts where chunks_fts match ?",
+                                     (match,)).fetchone()[0])
+
+    def fts_stats(self) -> tuple[int, float]:
+        """(rows, average tokens per row) as FTS5's bm25() sees them, from its averages record."""
+        row = self.conn.execute("select block from chunks_fts_data where id = 1").fetchone()
+        if not row or not row[0]:
+            return 0, 0.0
+        n, pos = read_varint(row[0], 0)
+        total, _ = read_varint(row[0], pos)
+        return n, (total / n if n else 0.0)
+
+    def fts_doc_lengths(self, ids: Sequence[int]) -> dict[int, int]:
+        """Tokens per chunk as FTS5 counted them (its docsize table)."""
+        out: dict[int, int] = {}
+        for i in range(0, len(ids), 500):
+            part = list(ids[i:i + 500])
+            marks = ",".join("?" * len(part))
+            for cid, blob in self.conn.execute(f"select id, sz from chunks_fts_docsize where id in ({marks})", part):
+                out[int(cid)] = read_varint(blob, 0)[0] if blob else 0
+        return out
+
+    def max_chunk_id(self) -> tuple[int, int]:
+        # Two statements: SQLite answers a lone min() or max() from the b-tree edge, not both at once.
+        lo = self.conn.execute("select min(id) from chunks").fetchone()[0]
+        hi = self.conn.execute("select max(id) from chunks").fetchone()[0]
+        return int(lo or 0), int(hi or 0)
 
     def fts_scores(self, match: str, ids: Sequence[int]) -> dict[int, float]:
         if not ids:

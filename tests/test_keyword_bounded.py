@@ -1,0 +1,136 @@
+"""The bounded-cost keyword leg (memory/keyword.py) against FTS5's own bm25() on a real index."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import write
+from memhelpers import HashEmbedder, service
+
+from hermit.memory import keyword as kw_mod
+from hermit.memory.fts import or_match
+from hermit.memory.keyword import FtsTokens, KeywordSearcher
+from hermit.memory.search import term_coverage
+from hermit.memory.service import MemoryService
+from hermit.memory.store import read_varint
+
+
+def _memory(tmp_path: Path) -> MemoryService:
+    """60 daily logs: 'kumquat' in 6 (rare), 'project' in ~half, 'notes' in all, '钢琴' in a third."""
+    r = random.Random(7)
+    ws = tmp_path / "ws"
+    write(ws / "MEMORY.md", "# Memory\n")
+    for d in range(60):
+        lines = [f"# Day {d}", ""]
+        lines += ["Meeting notes: " + " ".join(r.choice(["notes", "note", "noted", "agenda", "coffee"])
+                                                for _ in range(r.randint(1, 6)))]
+        if d % 2 == 0:
+            lines.append("The project plan moved forward; projects overlap." if d % 4 == 0 else "Project status.")
+        if d % 10 == 3:
+            lines.append("Bought a kumquat tree for the balcony." + (" Kumquat jam next." if d > 30 else ""))
+        if d % 3 == 0:
+            lines.append("周末练习钢琴，钢琴老师很耐心。" if d % 2 else "钢琴课改到周三。")
+        lines += ["filler words " * r.randint(5, 40)]
+        write(ws / "memory" / f"2026-01-{d % 28 + 1:02d}-{d}.md", "\n".join(lines) + "\n")
+    svc = service(ws, tmp_path / "idx.sqlite", HashEmbedder())
+    svc.sync()
+    return svc
+
+
+def _exact(svc: MemoryService, phrases: list[str], ids: list[int]) -> dict[int, float]:
+    match = or_match(phrases)
+    assert match
+    return svc.store.fts_scores(match, ids)
+
+
+def test_fts_tokens_are_the_index_tokens() -> None:
+    t = FtsTokens()
+    got = t.tokens(["running", "notes", "Happily", "café", "钢琴", "TICKET-4821", ""])
+    assert got == [("run",), ("note",), ("happili",), ("cafe",), ("钢琴",), ("ticket", "4821"), ()]
+    assert t.tokens(["notes"]) == [("note",)]  # cached
+
+
+def test_unbounded_plan_is_plain_fts5(tmp_path: Path) -> None:
+    svc = _memory(tmp_path)
+    ks = KeywordSearcher(svc.store)  # default budget: everything fits, FTS5 ranks all phrases
+    phrases = ["kumquat", "project", "notes"]
+    hits = ks.search(phrases, 10)
+    assert ks.last_plan and not ks.last_plan.scored and not ks.last_plan.skipped
+    assert hits == svc.store.fts_search(or_match(phrases) or "", 10)
+
+
+@pytest.mark.parametrize("walk", [10_000, 0])  # common phrases scored by FTS5 on the candidates / in Python
+def test_bounded_scores_equal_fts5_bm25(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, walk: int) -> None:
+    svc = _memory(tmp_path)
+    monkeypatch.setattr(kw_mod, "SCORE_WALK_BUDGET", walk)
+    ks = KeywordSearcher(svc.store, budget=8)  # only 'kumquat' (6 chunks) fits
+    phrases = ["kumquat", "project", "notes", "钢琴"]
+    hits = ks.search(phrases, 10)
+    plan = ks.last_plan
+    assert plan is not None and plan.kept == ["kumquat"]
+    assert (plan.scored if walk else plan.skipped) == ["钢琴", "project", "notes"]
+    assert len(hits) == 6  # every kumquat chunk, nothing else
+    exact = _exact(svc, phrases, [i for i, _ in hits])
+    for cid, rel in hits:
+        assert rel == pytest.approx(exact[cid], rel=1e-4)
+    assert [i for i, _ in hits] == sorted(exact, key=lambda i: -exact[i])
+    assert any(exact[i] > exact[j] + 0.1 for i, _ in hits for j, _ in hits), "the common words must matter"
+
+
+def test_all_common_phrases_rank_the_newest_chunks(tmp_path: Path) -> None:
+    svc = _memory(tmp_path)
+    ks = KeywordSearcher(svc.store, budget=5)
+    hits = ks.search(["notes"], 10)
+    plan = ks.last_plan
+    assert plan is not None and plan.kept == ["notes"] and plan.min_rowid is not None
+    assert hits and all(cid >= plan.min_rowid for cid, _ in hits)
+    exact = _exact(svc, ["notes"], [i for i, _ in hits])
+    assert all(rel == pytest.approx(exact[cid], rel=1e-6) for cid, rel in hits)
+
+
+def test_hostile_and_empty_phrases(tmp_path: Path) -> None:
+    svc = _memory(tmp_path)
+    ks = KeywordSearcher(svc.store, budget=8)
+    assert ks.search([], 5) == []
+    assert ks.search(["zzzz-not-there"], 5) == []
+    assert ks.search(['he said "NEAR(', "AND", "a*b"], 5) == []
+
+
+def test_fts_stats_and_document_lengths(tmp_path: Path) -> None:
+    svc = _memory(tmp_path)
+    ids = [r[0] for r in svc.store.conn.execute("select id from chunks")]
+    n, avg = svc.store.fts_stats()
+    lengths = svc.store.fts_doc_lengths(ids)
+    assert n == len(ids) == len(lengths)
+    assert avg == pytest.approx(sum(lengths.values()) / n)
+
+
+def test_read_varint() -> None:
+    assert read_varint(bytes([0x05]), 0) == (5, 1)
+    assert read_varint(bytes([0x86, 0x8D, 0x29]), 0) == (100009, 3)
+    nine = bytes([0xFF] * 8 + [0x01])
+    assert read_varint(nine, 0) == (((1 << 56) - 1) << 8 | 1, 9)
+
+
+def test_term_coverage_words_variants_and_cjk() -> None:
+    got = term_coverage(["notes", "TICKET 4821", "钢琴"],
+                        {1: "My Notes on ticket-4821", 2: "钢琴课 note", 3: "footnotes, nothing", 4: "notes_x"})
+    assert got[1] == pytest.approx(2 / 3)
+    assert got[2] == pytest.approx(2 / 3)
+    assert got[3] == 0.0  # "footnotes" is not the word "notes"
+    assert got[4] == 0.0  # nor is "notes_x"
+
+
+def test_matrix_pass_holds_blas_and_matches(tmp_path: Path) -> None:
+    from hermit.memory.search import VectorMatrix
+
+    svc = _memory(tmp_path)
+    m = VectorMatrix()
+    m.refresh(svc.store)
+    q = HashEmbedder().embed_query("kumquat tree")
+    top = m.topk(q, 3)
+    full = m.mat @ q
+    assert [i for i, _ in top] == [int(m.ids[j]) for j in np.argsort(-full)[:3]]
