@@ -97,7 +97,7 @@ def render_transcript(raw: str) -> tuple[str, int]:
 def list_session_files(sessions_dir: Path | None) -> list[SourceFile]:
     if sessions_dir is None or not sessions_dir.is_dir():
         return []
-    return [SourceFile(SESSIONS_PREFIX + p.name, p, "sessions")
+    return [SourceFile(SESSIONS_PREFIX + p.name, str(p), "sessions")
             for p in sorted(sessions_dir.glob("*.jsonl")) if p.is_file() and not p.is_symlink()]
 
 

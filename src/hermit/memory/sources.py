@@ -17,8 +17,12 @@ MEMORY_DIR = "memory"
 @dataclass(frozen=True)
 class SourceFile:
     rel: str  # workspace-relative posix path, or an absolute path for extra paths outside the workspace
-    abs: Path
-    source: str  # "memory"
+    path: str  # absolute (a string: the dirty check lists thousands of files before each search)
+    source: str  # "memory" | "sessions"
+
+    @property
+    def abs(self) -> Path:
+        return Path(self.path)
 
 
 def _is_md(name: str) -> bool:
@@ -33,17 +37,39 @@ def rel_path(workspace: Path, p: Path) -> str:
 
 
 def _walk_md(root: Path, workspace: Path, warnings: list[str]) -> list[SourceFile]:
+    """Markdown files under `root`, each directory's files (sorted) before its subdirectories.
+
+    os.scandir's entries know whether they are symlinks or directories without another system call,
+    and paths stay strings until the end: listing 9k daily logs took 0.65 s with pathlib, ~0.05 s so."""
     out: list[SourceFile] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if not _is_md(name) or name.startswith("."):
+    prefix = str(workspace) + os.sep
+
+    def rel(path: str) -> str:
+        return path[len(prefix):].replace(os.sep, "/") if path.startswith(prefix) else Path(path).as_posix()
+
+    def visit(directory: str) -> None:
+        try:
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as err:
+            warnings.append(f"{rel(directory)}: cannot be listed ({err.strerror or err})")
+            return
+        subdirs: list[str] = []
+        for ent in entries:
+            if ent.name.startswith("."):
                 continue
-            p = Path(dirpath) / name
-            if p.is_symlink():
-                warnings.append(f"{rel_path(workspace, p)}: skipped, memory files may not be symlinks")
+            if ent.is_symlink():
+                if _is_md(ent.name):
+                    warnings.append(f"{rel(ent.path)}: skipped, memory files may not be symlinks")
                 continue
-            out.append(SourceFile(rel_path(workspace, p), p, "memory"))
+            if ent.is_dir():
+                subdirs.append(ent.path)
+            elif _is_md(ent.name):
+                out.append(SourceFile(rel(ent.path), ent.path, "memory"))
+        for d in subdirs:
+            visit(d)
+
+    visit(str(root))
     return out
 
 
@@ -52,7 +78,7 @@ def list_memory_files(workspace: Path, extra_paths: list[str]) -> tuple[list[Sou
     files: dict[str, SourceFile] = {}
     top = workspace / MEMORY_FILE
     if top.is_file() and not top.is_symlink():
-        files[MEMORY_FILE] = SourceFile(MEMORY_FILE, top, "memory")
+        files[MEMORY_FILE] = SourceFile(MEMORY_FILE, str(top), "memory")
     elif top.is_symlink():
         warnings.append(f"{MEMORY_FILE}: skipped, memory files may not be symlinks")
     mem = workspace / MEMORY_DIR
@@ -71,7 +97,7 @@ def list_memory_files(workspace: Path, extra_paths: list[str]) -> tuple[list[Sou
         elif p.is_file():
             if _is_md(p.name):
                 rel = rel_path(workspace, p)
-                files.setdefault(rel, SourceFile(rel, p, "memory"))
+                files.setdefault(rel, SourceFile(rel, str(p), "memory"))
             else:
                 warnings.append(f"extra path {raw}: skipped, only .md files are memory")
         else:

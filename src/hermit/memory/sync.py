@@ -124,6 +124,9 @@ class Indexer:
         self.embedder = embedder if cfg.store.vector_enabled else None
         self.clock = clock
         self.lock = WriterLock(store.path)
+        # The files table, as of (index id, generation); forgotten after every sync of ours, because
+        # touching a file's mtime does not bump the generation.
+        self._indexed: tuple[tuple[str | None, int], dict[str, FileState]] | None = None
 
     # -- dirty check (cheap: stat only) --------------------------------------------------------
     def identity_matches(self) -> bool:
@@ -138,13 +141,16 @@ class Indexer:
         if not self.identity_matches():
             return True
         files, _ = self.sources()
-        indexed = self.store.files()
-        if set(indexed) != {f.rel for f in files}:
+        stamp = (self.store.meta().get("index_id"), self.store.generation())
+        if self._indexed is None or self._indexed[0] != stamp:
+            self._indexed = (stamp, self.store.files())
+        indexed = self._indexed[1]
+        if len(indexed) != len(files) or any(f.rel not in indexed for f in files):
             return True
         for f in files:
             st = indexed[f.rel]
             try:
-                s = f.abs.stat()
+                s = os.stat(f.path)
             except FileNotFoundError:
                 return True
             if not st.embedded and self.embedder is not None:
@@ -194,6 +200,7 @@ class Indexer:
     def sync(self, *, force: bool = False, blocking: bool = True, progress: Progress | None = None) -> SyncReport:
         """Incremental sync; a full atomic rebuild when `force` or the index identity changed."""
         t0 = time.perf_counter()
+        self._indexed = None
         with self._locked(blocking) as got:
             if not got:
                 return SyncReport(skipped=True)
