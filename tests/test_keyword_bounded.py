@@ -7,15 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write
-from memhelpers import HashEmbedder, service
 
+from conftest import write
 from hermit.memory import keyword as kw_mod
 from hermit.memory.fts import or_match
 from hermit.memory.keyword import FtsTokens, KeywordSearcher
 from hermit.memory.search import term_coverage
 from hermit.memory.service import MemoryService
 from hermit.memory.store import read_varint
+from memhelpers import HashEmbedder, service
 
 
 def _memory(tmp_path: Path) -> MemoryService:

@@ -270,13 +270,6 @@ class IndexStore:
                 break
         return out[:limit]
 
-    def languages(self) -> tuple[bool, bool]:
-        """(has chunks with CJK text, has chunks that are not mostly CJK) — the languages memory holds."""
-        row = self.conn.execute("select max(cjk), min(cjk) from chunks").fetchone()
-        if row is None or row[0] is None:
-            return False, False
-        return row[0] >= 1, row[1] < 2
-
     def counts(self) -> dict[str, int]:
         files = self.conn.execute("select count(*) from files").fetchone()[0]
         chunks = self.conn.execute("select count(*) from chunks").fetchone()[0]
