@@ -5,13 +5,18 @@ once to count its documents. An OR query that contains a common word ("notes", "
 costs ~1 µs per matching row: 50–90 ms at 100k chunks, the largest part of a search.
 
 A common word adds little to BM25 (idf = ln((N − df + ½)/(df + ½)): 2.2 at 10 % of the chunks,
-~0 above 50 %), so the candidate set does not need it. Here the query's phrases are sorted by
-document frequency (counted once per index generation) and FTS5 ranks only the rarest ones whose
-documents fit a row budget. Each candidate's score is then completed with the skipped phrases'
-exact BM25 terms — the same formula, idf, document length and term frequency FTS5 would use — so a
-candidate that also holds the common words still ranks above one that does not. The one thing
-given up: a chunk holding only common query words and none of the rarer ones is not a candidate
-(its BM25 could not exceed the skipped words' small sum).
+~0 above 50 %), so it is not needed to find the candidates. The query's phrases are sorted by document
+frequency (counted once per index generation) into three tiers:
+
+- kept: the rarest, whose documents fit ROW_BUDGET — FTS5 ranks their documents (the candidates);
+- scored: the next ones, while their doclists fit SCORE_WALK_BUDGET — FTS5 scores them too, on the
+  candidates only (`kept AND (kept OR scored)`; the kept phrases count twice there, and their own
+  share, computed in Python, is subtracted);
+- skipped: the commonest — their BM25 terms are added in Python.
+
+The Python terms use FTS5's formula, idf, k1, b and document lengths, with term frequencies counted on
+the candidates' text against FTS5's own porter tokens, so scores equal bm25()'s (tested to 1e-4). The one
+thing given up: a chunk holding only non-kept query words is not a candidate.
 
 When even the rarest phrase is common (a query of only everyday words), FTS5 ranks it over the
 newest chunks that fit the budget (highest rowids; new and edited notes get new rowids).
