@@ -14,6 +14,7 @@ then the pass over the vector matrix in a worker thread while this thread runs t
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 import re
 import threading
@@ -128,7 +129,15 @@ class VectorMatrix:
     def topk(self, q: np.ndarray, k: int) -> list[tuple[int, float]]:
         if not len(self.ids):
             return []
-        sims = self.mat @ q
+        return self.top_of(self.mat @ q, k)
+
+    def start_pass(self, q: np.ndarray) -> MatrixPass:
+        return MatrixPass(self.mat, q)
+
+    def top_of(self, sims: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """The k best rows of `sims` (this matrix times a query), best first."""
+        if not len(sims):
+            return []
         k = min(k + self.garbage, len(sims))
         part = np.argpartition(-sims, k - 1)[:k]
         part = part[np.argsort(-sims[part])]
@@ -158,11 +167,26 @@ def hold_blas_to_one_thread() -> None:
             _BLAS_HELD = True
 
 
-def _timed(fn: Callable[[np.ndarray, int], list[tuple[int, float]]], q: np.ndarray,
-           k: int) -> tuple[list[tuple[int, float]], float]:
-    t0 = time.perf_counter()
-    out = fn(q, k)
-    return out, (time.perf_counter() - t0) * 1000
+class MatrixPass:
+    """`mat @ q` in blocks that any thread may take: a worker starts it while the search thread runs
+    the keyword leg, then the search thread helps with what is left (both cores on the tail)."""
+
+    BLOCK_ROWS = 8_192
+
+    def __init__(self, mat: np.ndarray, q: np.ndarray) -> None:
+        self.mat, self.q = mat, q
+        self.out = np.empty(len(mat), dtype=np.float32)
+        self.blocks = list(range(0, len(mat), self.BLOCK_ROWS))
+        self._next = itertools.count()  # next() on a count is atomic under the GIL
+        self.busy_ms = 0.0
+
+    def work(self) -> None:
+        t0 = time.perf_counter()
+        while (i := next(self._next)) < len(self.blocks):
+            a = self.blocks[i]
+            b = min(a + self.BLOCK_ROWS, len(self.mat))
+            np.matmul(self.mat[a:b], self.q, out=self.out[a:b])
+        self.busy_ms += (time.perf_counter() - t0) * 1000
 
 
 def _blockscan_topk(store: IndexStore, q: np.ndarray, k: int) -> list[tuple[int, float]]:
@@ -352,7 +376,8 @@ class HybridSearcher:
                 use_vec, reason = False, f"query embedding failed: {e.message}"
             timings["embed_ms"] = (time.perf_counter() - t0) * 1000
         vec_hits: list[tuple[int, float]] = []
-        vec_job: Future[tuple[list[tuple[int, float]], float]] | None = None
+        vec_job: Future[None] | None = None
+        matrix_pass: MatrixPass | None = None
         matrix_ok = False
         if q is not None:
             t0 = time.perf_counter()
@@ -362,13 +387,20 @@ class HybridSearcher:
                 # The pass over the matrix is memory-bound; it runs in a worker while this thread
                 # does the keyword leg (SQLite, regexes). Only numpy runs there, no SQL.
                 self.matrix.refresh(self.store)
-                vec_job = self._worker().submit(_timed, self.matrix.topk, q, pool)
+                matrix_pass = self.matrix.start_pass(q)
+                vec_job = self._worker().submit(matrix_pass.work)
             else:
                 vec_hits = self._knn(q, pool, matrix_ok, backend)
                 timings["vector_ms"] = (time.perf_counter() - t0) * 1000
         kw_hits, timings["keyword_ms"] = self._keyword_leg(query, tr, pool, rows)
-        if vec_job is not None:
-            vec_hits, timings["vector_ms"] = vec_job.result()
+        if vec_job is not None and matrix_pass is not None:
+            t0 = time.perf_counter()
+            matrix_pass.work()  # take the blocks the worker has not reached
+            vec_job.result()
+            vec_hits = self.matrix.top_of(matrix_pass.out, pool)
+            # Time the matrix pass kept this thread beyond the keyword leg (the rest overlapped).
+            timings["vector_ms"] = (time.perf_counter() - t0) * 1000
+            timings["matrix_busy_ms"] = matrix_pass.busy_ms
 
         cos = dict(vec_hits)
         rel = dict(kw_hits)
