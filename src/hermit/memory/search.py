@@ -6,9 +6,10 @@ vector-only hit its BM25), so an exact identifier found only by keyword is not l
 threshold means the same thing whichever model is active.
 
 One search, in order (the order is measured, bench/memory_bench.py): the dictionary translation of the
-query; the query embedding, alone on every core; the translated query vector from cached word vectors;
-then the pass over the vector matrix in a worker thread while this thread runs the keyword leg
-(memory/keyword.py: BM25 with a bounded cost); then fusion, rescue, boosts and snippets.
+query; the query embedding, alone on every core; the pass over the vector matrix, started by a worker
+thread while this thread runs the keyword leg (memory/keyword.py: BM25 with a bounded cost) and finished
+by both; the translated query vector (from cached word vectors) for candidates in the other language;
+then fusion, rescue, boosts and snippets.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ class SearchOutcome:
 
 @dataclass(frozen=True)
 class Translation:
-    """A query's EN ↔ ZH dictionary translation: every term (keyword leg) and a short text to embed."""
+    """A query's EN ↔ ZH dictionary translation: every term (keyword leg) and the words whose vectors
+    make the translated query vector."""
 
     terms: list[str]
     vector_words: list[str]
@@ -77,7 +79,8 @@ NO_TRANSLATION = Translation([], [])
 # The translated query vector is the normalised sum of the vectors of the best translation of each
 # query word, at most this many. Word vectors are cached, so a word costs one embedding the first
 # time only (a joint embedding of the translated words cost ~10 ms on every search). On
-# bench/retrieval: R@6 0.841 vs 0.855 embedding the same words jointly, 0.858 jointly with 8 words.
+# bench/retrieval: R@6 0.846, MRR 0.730; embedding 8 translated words jointly on every search, the
+# previous design: R@6 0.858, MRR 0.719.
 TRANSLATED_VECTOR_WORDS = 4
 WORD_VECTOR_CACHE = 20_000
 
