@@ -134,3 +134,20 @@ def test_matrix_pass_holds_blas_and_matches(tmp_path: Path) -> None:
     top = m.topk(q, 3)
     full = m.mat @ q
     assert [i for i, _ in top] == [int(m.ids[j]) for j in np.argsort(-full)[:3]]
+
+
+def test_matrix_pass_blocks_shared_by_two_threads() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hermit.memory.search import MatrixPass
+
+    rng = np.random.default_rng(3)
+    mat = rng.standard_normal((3 * MatrixPass.BLOCK_ROWS + 17, 32), dtype=np.float32)
+    q = rng.standard_normal(32, dtype=np.float32)
+    p = MatrixPass(mat, q)
+    with ThreadPoolExecutor(1) as ex:
+        job = ex.submit(p.work)
+        p.work()
+        job.result()
+    assert np.allclose(p.out, mat @ q, rtol=1e-5, atol=1e-5)
+    assert p.busy_ms > 0
