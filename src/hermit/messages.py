@@ -172,6 +172,16 @@ def message_to_dict(message: Message) -> dict[str, Any]:
     return message.to_dict()
 
 
+def stored_text(message: Mapping[str, Any]) -> str:
+    """The text of a message as stored in a transcript line: a string, or its text parts joined."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
 def message_from_dict(d: Mapping[str, Any]) -> Message:
     """Parse the JSON form of any message; raises ValueError naming what is wrong."""
     if not isinstance(d, Mapping):

@@ -9,6 +9,7 @@ from typing import Any
 
 from hermit.cli.context import CliContext
 from hermit.errors import SessionError
+from hermit.messages import stored_text
 from hermit.sessions.store import SessionRecord, SessionStore
 from hermit.sessions.transcript import (
     CompactionEntry,
@@ -74,15 +75,6 @@ def _short(text: str, full: bool, limit: int = 400) -> str:
     return text[:limit] + f"… [{len(text) - limit:,} more chars; --full shows all]"
 
 
-def _content_text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return ""
-
-
 def _render(entry: Entry, full: bool) -> list[str]:
     stamp = entry.timestamp[11:19] if len(entry.timestamp) >= 19 else entry.timestamp
     if isinstance(entry, MessageEntry):
@@ -90,9 +82,9 @@ def _render(entry: Entry, full: bool) -> list[str]:
         role = m.get("role")
         if role == "toolResult":
             mark = "error" if m.get("isError") else "result"
-            return [f"[{stamp}]   ← {m.get('toolName')} {mark}: {_short(_content_text(m), full)}"]
+            return [f"[{stamp}]   ← {m.get('toolName')} {mark}: {_short(stored_text(m), full)}"]
         lines = []
-        text = _content_text(m)
+        text = stored_text(m)
         if text or role == "user":
             lines.append(f"[{stamp}] {role}: {_short(text, full, 2000)}")
         for part in m.get("content") or []:

@@ -15,6 +15,7 @@ from typing import Annotated
 from pydantic import Field
 
 from hermit.errors import ToolError
+from hermit.messages import stored_text
 from hermit.sessions.pruning import TOOL_OUTPUT_TOOL
 from hermit.sessions.transcript import MessageEntry, read_transcript
 from hermit.tools.base import Tool, make_tool
@@ -25,15 +26,6 @@ TOOL_OUTPUT_DESCRIPTION = (
     "Read the full original output of an earlier tool call whose result was trimmed or cleared from the "
     "context; pass the toolCallId named in the note. Long outputs come in pages (offset, maxChars)."
 )
-
-
-def _result_text(message: dict[str, object]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return ""
 
 
 class TranscriptTools:
@@ -53,7 +45,7 @@ class TranscriptTools:
                 continue
             m = entry.message
             if m.get("role") == "toolResult" and m.get("toolCallId") == tool_call_id:
-                return str(m.get("toolName", "")), _result_text(m)
+                return str(m.get("toolName", "")), stored_text(m)
         raise ToolError(f"no tool result with toolCallId {tool_call_id!r} in this session's transcript",
                         "copy the id exactly from the note of the trimmed or cleared result")
 
