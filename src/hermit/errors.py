@@ -65,3 +65,11 @@ class ToolError(HermitError):
 
 class SessionError(HermitError):
     """A session transcript or store could not be read or written."""
+
+
+class ChannelError(HermitError):
+    """A chat channel could not deliver or receive (platform error, bad credentials, retries exhausted)."""
+
+
+class AccessDenied(HermitError):
+    """A sender or client is not allowed in (access policy, bad token, forged signature)."""

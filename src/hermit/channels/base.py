@@ -1,0 +1,163 @@
+"""The channel seam: the message types a channel exchanges with the gateway, and what a channel is.
+
+A channel (web chat, Telegram, Discord, Slack, WhatsApp) turns platform events into `InboundMessage`s
+that it publishes on the gateway's bus, and turns `Outbound` items it is given back into platform
+calls. It never sees the agent loop, models or memory (SPEC §15); access control, routing, session
+keys, queueing and reply shaping happen on the gateway's side of this seam, so every channel gets them
+the same way. Channels check platform signatures themselves, before publishing anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+PeerKind = Literal["dm", "group"]
+AttachmentKind = Literal["image", "document", "audio", "video", "other"]
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file that came with a message, already saved by the channel (under the workspace's `inbox/`)."""
+
+    kind: AttachmentKind
+    path: str  # where the channel saved it (absolute); "" when it could not be saved
+    name: str | None = None
+    mime: str | None = None
+    size: int | None = None
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    """One message from a platform, normalised. `peer_id` is the sender for a DM, the chat for a group."""
+
+    channel: str  # "webchat", "telegram", "discord", "slack", "whatsapp"
+    account_id: str  # the channel account from config (`channels.<name>.accounts.<id>`), "default" if one
+    peer_kind: PeerKind
+    peer_id: str
+    sender_id: str
+    text: str
+    message_id: str = ""
+    sender_name: str | None = None
+    thread_id: str | None = None  # Slack/Discord thread: a `:thread:<id>` session
+    topic_id: str | None = None  # Telegram forum topic: a `:topic:<id>` session
+    guild_id: str | None = None  # Discord guild (routing)
+    team_id: str | None = None  # Slack team (routing)
+    mentioned: bool = False  # the platform says the bot was mentioned
+    reply_to_bot: bool = False  # a reply to one of the bot's messages (counts as a mention)
+    reply_to: str | None = None  # platform id of the message this one answers
+    attachments: tuple[Attachment, ...] = ()
+    received_at: float = 0.0  # epoch seconds, from the gateway's clock when the channel does not know
+    meta: Mapping[str, str] = field(default_factory=dict)  # channel-private extras (never routed on)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where outbound items go: the same conversation the inbound message came from."""
+
+    channel: str
+    account_id: str
+    peer_kind: PeerKind
+    peer_id: str
+    thread_id: str | None = None
+    topic_id: str | None = None
+    reply_to: str | None = None
+
+    @classmethod
+    def of(cls, msg: InboundMessage) -> Target:
+        return cls(msg.channel, msg.account_id, msg.peer_kind, msg.peer_id, msg.thread_id, msg.topic_id,
+                   msg.message_id or None)
+
+
+@dataclass(frozen=True)
+class OutboundMessage:
+    """A whole message to deliver, already chunked to the channel's limits by the gateway."""
+
+    target: Target
+    text: str
+    kind: Literal["reply", "pairing", "notice", "error"] = "reply"
+
+
+@dataclass(frozen=True)
+class Typing:
+    """The typing/working indicator while a turn runs (channels without one ignore it)."""
+
+    target: Target
+    on: bool
+
+
+@dataclass(frozen=True)
+class StreamDelta:
+    """A piece of streamed reply text; only sent to channels whose capabilities say `streaming`."""
+
+    target: Target
+    turn_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolActivity:
+    target: Target
+    turn_id: str
+    call_id: str
+    name: str
+    status: Literal["running", "done", "failed"]
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    """End of a turn. Non-streaming channels get the reply as OutboundMessage(s) before this."""
+
+    target: Target
+    turn_id: str
+    status: Literal["done", "silent", "error", "interrupted"]
+
+
+Outbound = OutboundMessage | Typing | StreamDelta | ToolActivity | TurnEnd
+
+
+@dataclass(frozen=True)
+class ChannelCapabilities:
+    max_chars: int = 4000
+    max_lines: int | None = None
+    streaming: bool = False
+    typing: bool = True
+
+
+@dataclass
+class ChannelStatus:
+    """What `hermit channels status` and `hermit gateway status` show for one channel account."""
+
+    channel: str
+    account_id: str
+    connected: bool = False
+    last_error: str | None = None
+    messages_in: int = 0
+    messages_out: int = 0
+
+
+PublishOutcome = Literal["queued", "refused", "queue_full", "ignored"]
+
+
+class InboundSink(Protocol):
+    """The gateway's side of the seam. `publish` returns once the message is safely queued (or refused):
+    a channel that must not lose or repeat a message (Telegram's offset) commits only after it returns."""
+
+    async def publish(self, msg: InboundMessage) -> PublishOutcome: ...
+
+
+class Channel(Protocol):
+    name: str
+    account_id: str
+    capabilities: ChannelCapabilities
+
+    async def start(self, sink: InboundSink) -> None:
+        """Connect and begin receiving; returns once running (receiving continues in its own task)."""
+
+    async def send(self, item: Outbound) -> None:
+        """Deliver one outbound item; raises ChannelError after its own retries are exhausted."""
+
+    async def stop(self) -> None: ...
+
+    def status(self) -> ChannelStatus: ...
