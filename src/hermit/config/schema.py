@@ -365,7 +365,87 @@ class BindingConfig(Strict):
         return v.lower() if v is not None else None
 
 
+DmPolicy = Literal["pairing", "allowlist", "open", "disabled"]
+GroupPolicy = Literal["allowlist", "open", "disabled"]
+
+
+class ChannelAccessConfig(Strict):
+    """Who may reach the assistant through one channel account (SPEC §15). Fails closed: `*` only with open."""
+
+    enabled: bool = True
+    dm_policy: DmPolicy = "pairing"
+    allow_from: builtins.list[str] = Field(default_factory=builtins.list)  # sender ids allowed to DM
+    group_policy: GroupPolicy = "allowlist"
+    groups: builtins.list[str] = Field(default_factory=builtins.list)  # group/channel ids (allowlist)
+    group_allow_from: builtins.list[str] = Field(default_factory=builtins.list)  # senders inside groups; empty = all
+    require_mention: bool = True  # in groups; a reply to the bot counts as a mention
+
+    @model_validator(mode="after")
+    def _star_only_when_open(self) -> ChannelAccessConfig:
+        if "*" in self.allow_from and self.dm_policy != "open":
+            raise ValueError(f"allow_from contains '*' but dm_policy is {self.dm_policy!r}: '*' lets every "
+                             "stranger in, so it is only accepted with dm_policy: open")
+        if "*" in self.groups and self.group_policy != "open":
+            raise ValueError(f"groups contains '*' but group_policy is {self.group_policy!r}: use "
+                             "group_policy: open to accept every group")
+        return self
+
+
+# One class per platform so each adapter can declare its own settings (tokens by env var name, api_base…).
+class TelegramAccountConfig(ChannelAccessConfig):
+    pass
+
+
+class DiscordAccountConfig(ChannelAccessConfig):
+    pass
+
+
+class SlackAccountConfig(ChannelAccessConfig):
+    pass
+
+
+class WhatsAppAccountConfig(ChannelAccessConfig):
+    pass
+
+
+class TelegramChannelConfig(Strict):
+    accounts: dict[str, TelegramAccountConfig] = Field(default_factory=dict)
+
+
+class DiscordChannelConfig(Strict):
+    accounts: dict[str, DiscordAccountConfig] = Field(default_factory=dict)
+
+
+class SlackChannelConfig(Strict):
+    accounts: dict[str, SlackAccountConfig] = Field(default_factory=dict)
+
+
+class WhatsAppChannelConfig(Strict):
+    accounts: dict[str, WhatsAppAccountConfig] = Field(default_factory=dict)
+
+
+class WebchatConfig(Strict):
+    """The gateway's own web chat: whoever holds the gateway token is the owner (main session)."""
+
+    enabled: bool = True
+
+
+class ChannelsConfig(Strict):
+    webchat: WebchatConfig = WebchatConfig()
+    telegram: TelegramChannelConfig = TelegramChannelConfig()
+    discord: DiscordChannelConfig = DiscordChannelConfig()
+    slack: SlackChannelConfig = SlackChannelConfig()
+    whatsapp: WhatsAppChannelConfig = WhatsAppChannelConfig()
+
+
+class GatewayConfig(Strict):
+    host: str = "127.0.0.1"  # loopback by default; another address needs the token (always on)
+    port: int = Field(18789, ge=1, le=65535)
+
+
 class HermitConfig(Strict):
     agents: AgentsConfig = AgentsConfig()
     models: ModelsConfig = ModelsConfig()
     bindings: builtins.list[BindingConfig] = Field(default_factory=builtins.list)
+    gateway: GatewayConfig = GatewayConfig()
+    channels: ChannelsConfig = ChannelsConfig()
