@@ -1,5 +1,5 @@
 """The agent: context assembly, the model ↔ tools loop, compaction and memory flush, session lifecycle,
-the per-agent runtime and message routing."""
+the per-agent runtime (its turn types and session maintenance) and message routing."""
 
 from hermit.agent.compaction import CompactionOutcome, compaction_budget
 from hermit.agent.context import (
@@ -28,7 +28,8 @@ from hermit.agent.loop import (
     run_loop,
 )
 from hermit.agent.routing import Inbound, Router
-from hermit.agent.runtime import AgentRuntime, ToolCallRecord, TurnContext, TurnResult, resolve_timezone
+from hermit.agent.runtime import AgentRuntime
+from hermit.agent.turn import ToolCallRecord, TurnContext, TurnResult, resolve_timezone
 
 __all__ = [
     "SILENT_TOKEN",

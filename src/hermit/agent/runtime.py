@@ -2,11 +2,12 @@
 
 A turn: handle `/new`, `/reset` and `/compact`; start a new session when the reset policy says the
 old one expired; open the session, decide its sandbox and privacy from the key, build the tools and
-the system prompt, load the history; give the agent its silent memory flush and compact when the
-context nears the window; run the loop (recording every message in the transcript and usage in
-sessions.json), recovering once from a context overflow by flush → compact → retry; and return the
-reply with `delivered=False` for a silent NO_REPLY. Every request is built in `build_request`, which
-prunes old tool output (SPEC §10) in what is sent, never in the transcript.
+the system prompt, load the history; let session maintenance (maintenance.py) give the agent its silent
+memory flush and compact when the context nears the window; run the loop (recording every message in
+the transcript and usage in sessions.json), recovering once from a context overflow by flush → compact
+→ retry; and return the reply with `delivered=False` for a silent NO_REPLY. Every request is built in
+`build_request`, which prunes old tool output (SPEC §10) in what is sent, never in the transcript. The
+turn's value types live in turn.py.
 
 Composition roots (the CLI, later the gateway) build the model and the memory service from config
 and pass them in; nothing here reads the environment or config files.
@@ -14,29 +15,14 @@ and pass them in; nothing here reads the environment or config files.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
-from functools import cached_property
 from pathlib import Path
-from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from hermit.agent import flush as flushing
-from hermit.agent.compaction import (
-    CompactionOutcome,
-    Trigger,
-    compact_transcript,
-    compaction_budget,
-    tail_within,
-)
+from hermit.agent.compaction import CompactionOutcome
 from hermit.agent.context import (
     ContextReport,
-    History,
     PromptInputs,
     SystemPrompt,
     build_system_prompt,
@@ -50,123 +36,24 @@ from hermit.agent.context import (
     tools_block,
 )
 from hermit.agent.lifecycle import SessionStart, check_expiry, parse_compact_command
-from hermit.agent.loop import EventSink, LoopResult, Notice, run_loop
+from hermit.agent.loop import EventSink, LoopResult, run_loop
+from hermit.agent.maintenance import SessionMaintenance
 from hermit.agent.session_memory import save_session_memory
+from hermit.agent.turn import PruneMemo, ToolCallRecord, TurnContext, TurnNotes, TurnResult, resolve_timezone
 from hermit.config.load import AgentConfig
-from hermit.errors import ConfigError, ContextOverflowError, HermitError, SessionError
+from hermit.errors import ContextOverflowError, HermitError, SessionError
 from hermit.memory.service import MemoryService
 from hermit.messages import AssistantMessage, Message, Usage, UserMessage
-from hermit.models.base import Model, ModelRequest, ToolSchema
+from hermit.models.base import Model, ModelRequest
 from hermit.sessions.keys import agent_id_of, is_main_session_key
-from hermit.sessions.pruning import PruneResult, PruningMode, prune_for_request, resolve_pruning_mode
+from hermit.sessions.pruning import PruningMode, prune_for_request, resolve_pruning_mode
 from hermit.sessions.reset import parse_reset_command
 from hermit.sessions.store import SessionRecord, SessionStore
 from hermit.sessions.transcript import Clock, utc_now
 from hermit.tools import ReadOnlyWrites, ToolRunner, WritePolicy, build_toolset
-from hermit.tools.base import ToolRun
 from hermit.workspace import ensure_workspace
 
 log = logging.getLogger("hermit.agent")
-
-
-@dataclass(frozen=True)
-class ToolCallRecord:
-    name: str
-    arguments: dict[str, Any]
-    result: str
-    is_error: bool
-    seconds: float
-
-    @classmethod
-    def from_run(cls, run: ToolRun) -> ToolCallRecord:
-        return cls(run.call.name, dict(run.call.arguments), run.result.content, run.result.is_error, run.seconds)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "arguments": self.arguments, "isError": self.is_error,
-                "result": self.result, "seconds": round(self.seconds, 3)}
-
-
-@dataclass(frozen=True)
-class TurnResult:
-    reply: str
-    delivered: bool
-    tool_calls: tuple[ToolCallRecord, ...]
-    usage: Usage
-    session_key: str
-    session_id: str
-    iterations: int
-    stopped: str = "done"
-    warnings: tuple[str, ...] = ()
-    notices: tuple[str, ...] = ()  # e.g. "🧹 Auto-compaction complete (count 2)" with compaction.verbose
-    compactions: int = 0
-    flushes: int = 0
-    reset: str | None = None  # why a new session started before this turn: /new, /reset, daily, idle
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"reply": self.reply, "delivered": self.delivered, "sessionKey": self.session_key,
-                "sessionId": self.session_id, "toolCalls": [c.to_dict() for c in self.tool_calls],
-                "usage": self.usage.to_dict(), "iterations": self.iterations, "stopped": self.stopped,
-                "warnings": list(self.warnings), "notices": list(self.notices),
-                "compactions": self.compactions, "flushes": self.flushes, "reset": self.reset}
-
-
-@dataclass(frozen=True)
-class TurnContext:
-    """What stays fixed during one turn: the session, its tools and its system prompt."""
-
-    session_key: str
-    record: SessionRecord
-    tools: ToolRunner
-    system: SystemPrompt
-    history: History
-
-    @cached_property
-    def schemas(self) -> tuple[ToolSchema, ...]:
-        return self.tools.schemas()
-
-    @cached_property
-    def tools_text(self) -> str:
-        return json.dumps([{"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
-                           for t in self.schemas], ensure_ascii=False)
-
-
-@dataclass
-class TurnNotes:
-    """What happened around a turn besides the reply."""
-
-    warnings: list[str] = field(default_factory=list)
-    notices: list[str] = field(default_factory=list)
-    compactions: int = 0
-    flushes: int = 0
-    reset: str | None = None
-    overflow_failure: str | None = None
-
-
-@dataclass(frozen=True)
-class _PruneMemo:
-    """The previous request's pruning and when it touched the prompt cache, per session."""
-
-    session_id: str
-    previous: PruneResult | None = None
-    touched: datetime | None = None
-
-
-def resolve_timezone(name: str | None, now: datetime) -> tuple[tzinfo, str]:
-    """The configured IANA zone, else the machine's local zone."""
-    if name:
-        try:
-            return ZoneInfo(name), name
-        except (ZoneInfoNotFoundError, ValueError) as e:
-            raise ConfigError(f"unknown time zone {name!r}",
-                              "set agents.defaults.timezone to an IANA name like Europe/Paris") from e
-    local = now.astimezone().tzinfo
-    assert local is not None
-    return local, local.tzname(None) or "local time"
-
-
-def _emit(on_event: EventSink | None, notice: Notice) -> None:
-    if on_event is not None:
-        on_event(notice)
 
 
 class AgentRuntime:
@@ -193,7 +80,8 @@ class AgentRuntime:
         self.timezone, self.timezone_name = resolve_timezone(agent.settings.timezone, clock())
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        self._prune_memo: dict[str, _PruneMemo] = {}
+        self._prune_memo: dict[str, PruneMemo] = {}
+        self._maintenance = SessionMaintenance(self, forget_pruning=self._forget_pruning)
 
     # ---- policy -----------------------------------------------------------------------------------
 
@@ -276,15 +164,19 @@ class AgentRuntime:
             return messages
         memo = self._prune_memo.get(turn.session_key)
         if memo is None or memo.session_id != turn.record.session_id:
-            memo = _PruneMemo(turn.record.session_id)
+            memo = PruneMemo(turn.record.session_id)
         now = self.clock()
         result = prune_for_request(
             messages, cfg=self.agent.settings.context_pruning, context_window_tokens=self.model.profile.context_window,
             profile_cache_ttl=self.model.profile.cache_ttl_seconds, last_cache_touch=memo.touched, now=now,
             system_prompt=system + turn.tools_text, previous=memo.previous)
         if commit:
-            self._prune_memo[turn.session_key] = _PruneMemo(turn.record.session_id, result, now)
+            self._prune_memo[turn.session_key] = PruneMemo(turn.record.session_id, result, now)
         return result.messages
+
+    def _forget_pruning(self, session_key: str) -> None:
+        """Drop the session's pruning memo: a new session or a compaction changed the prefix."""
+        self._prune_memo.pop(session_key, None)
 
     def context_tokens(self, turn: TurnContext, messages: Sequence[Message]) -> int:
         """Estimated size of the request these messages would make now (pruning applied)."""
@@ -330,7 +222,7 @@ class AgentRuntime:
         """Start a fresh session (new sessionId and transcript) for the key; the old one stays on disk."""
         self._check_key(session_key)
         opened = self.store.new_session(session_key)
-        self._prune_memo.pop(session_key, None)
+        self._forget_pruning(session_key)
         self._sync_memory_on_start()
         return opened.record
 
@@ -374,116 +266,12 @@ class AgentRuntime:
         with self._locks_guard:
             return self._locks.setdefault(session_key, threading.Lock())
 
-    # ---- flush and compaction ---------------------------------------------------------------------
+    # ---- maintenance (maintenance.py) -------------------------------------------------------------
 
     def compact(self, session_key: str, focus: str | None = None) -> CompactionOutcome:
         """Manual compaction (/compact [focus])."""
         with self._lock(session_key):
-            return self._compact(session_key, "manual", focus or None, TurnNotes(), None)
-
-    def _compact(self, session_key: str, trigger: Trigger, focus: str | None, notes: TurnNotes,
-                 on_event: EventSink | None) -> CompactionOutcome:
-        cfg = self.agent.settings.compaction
-        turn = self.prepare(session_key)
-        budget = compaction_budget(cfg, self.model.profile.context_window)
-        outcome = compact_transcript(
-            self.store.open_transcript(turn.record), self.model,
-            fixed_tokens=request_tokens(turn.system.text, turn.schemas, ()), keep_tokens=budget.keep_tokens,
-            summary_max_tokens=cfg.summary_max_tokens, context_window=budget.context_window, trigger=trigger,
-            focus=focus)
-        if outcome.ok:
-            now = self.clock()
-            record = self.store.mutate(session_key, lambda r: dataclasses.replace(
-                r, compaction_count=r.compaction_count + 1, context_tokens=outcome.tokens_after, updated_at=now))
-            outcome = dataclasses.replace(outcome, count=record.compaction_count)
-            self._prune_memo.pop(session_key, None)  # the prefix changed: old pruning decisions are moot
-            if self.memory is not None:
-                self.memory.mark_dirty()  # the compacted turns stay findable through the sessions source
-            notes.compactions += 1
-            if trigger != "manual":
-                text = f"🧹 Auto-compaction complete (count {record.compaction_count})"
-                _emit(on_event, Notice(text))
-                if cfg.verbose:
-                    notes.notices.append(text)
-        elif outcome.status == "failed" and trigger != "manual":
-            text = f"⚠️ Auto-compaction failed: {outcome.error}. Nothing was deleted."
-            notes.warnings.append(text)
-            _emit(on_event, Notice(text, "warning"))
-        log.info("compaction of %s (%s): %s %d → %d tokens", session_key, trigger, outcome.status,
-                 outcome.tokens_before, outcome.tokens_after)
-        return outcome
-
-    def _flush_due(self, session_key: str, *, heartbeat: bool, read_only: bool) -> bool:
-        if not flushing.flush_allowed(self.agent.settings.compaction, self.agent.workspace,
-                                      heartbeat=heartbeat, read_only=read_only):
-            return False
-        record = self.store.get(session_key)
-        return record is not None and not flushing.flush_done(record)
-
-    def _flush(self, turn: TurnContext, notes: TurnNotes, *, limit_tokens: int | None = None) -> bool:
-        """The silent pre-compaction turn; True when it ran to the end. Failures are logged, not raised:
-        compaction must still be able to make room."""
-        cfg = self.agent.settings.compaction.memory_flush
-        today = self.today()
-        tools = self.tools_for(turn.session_key, write_policy=flushing.flush_policy(self.agent.workspace, today),
-                               exec_enabled=False)
-        system = flushing.flush_system(turn.system.text, cfg, today)
-        flush_turn = TurnContext(turn.session_key, turn.record, tools, turn.system, turn.history)
-        history = repair_tool_pairs(turn.history.messages)
-        if limit_tokens is not None:
-            history = tail_within(history, max(limit_tokens - request_tokens(system, flush_turn.schemas, ()), 0))
-        _, prompt = flushing.flush_prompts(cfg, today)
-
-        def usage(message: AssistantMessage) -> None:
-            self.store.add_usage(turn.session_key, input_tokens=message.usage.context_tokens,
-                                 output_tokens=message.usage.output_tokens)
-
-        try:
-            flushing.run_flush_turn(
-                self.model, tools, lambda ms: self.build_request(flush_turn, ms, system=system), history, prompt,
-                self.store.open_transcript(turn.record), max_iterations=self.agent.settings.max_tool_iterations,
-                on_usage=usage)
-        except HermitError as e:
-            log.warning("memory flush of %s failed: %s", turn.session_key, e)
-            return False
-        self.store.mutate(turn.session_key, lambda r: dataclasses.replace(
-            r, memory_flush_compaction_count=r.compaction_count))
-        notes.flushes += 1
-        return True
-
-    def _maintain(self, turn: TurnContext, text: str, *, heartbeat: bool, read_only: bool, notes: TurnNotes,
-                  on_event: EventSink | None) -> TurnContext:
-        """Before the turn: flush at the soft threshold, compact over the compaction threshold."""
-        cfg = self.agent.settings.compaction
-        if not cfg.enabled:
-            return turn
-        budget = compaction_budget(cfg, self.model.profile.context_window)
-        tokens = self.context_tokens(turn, [*turn.history.messages, UserMessage(text)])
-        # Compaction is lossy, so the flush also runs right before one when the soft threshold was skipped
-        # over (a big jump, or reserve_tokens above reserve_tokens_floor); at most one attempt per turn.
-        near = tokens >= budget.flush_at or tokens > budget.compact_at
-        if near and self._flush_due(turn.session_key, heartbeat=heartbeat, read_only=read_only):
-            self._flush(turn, notes)
-        if tokens > budget.compact_at and self._compact(turn.session_key, "auto", None, notes, on_event).ok:
-            return self.prepare(turn.session_key, read_only=read_only)
-        return turn
-
-    def _recover_overflow(self, turn: TurnContext, *, heartbeat: bool, read_only: bool, notes: TurnNotes,
-                          on_event: EventSink | None) -> TurnContext | None:
-        """The provider said the request is too large: flush (if due), compact once, rebuild the turn."""
-        if not self.agent.settings.compaction.enabled:
-            notes.overflow_failure = "compaction is disabled (agents.defaults.compaction.enabled)"
-            return None
-        if self._flush_due(turn.session_key, heartbeat=heartbeat, read_only=read_only):
-            # The full context just overflowed, so the flush sees only the recent half of the window
-            # (including this turn so far).
-            fresh = self.prepare(turn.session_key, read_only=read_only)
-            self._flush(fresh, notes, limit_tokens=self.model.profile.context_window // 2)
-        outcome = self._compact(turn.session_key, "overflow", None, notes, on_event)
-        if not outcome.ok:
-            notes.overflow_failure = outcome.error or "there was nothing old enough to summarise"
-            return None
-        return self.prepare(turn.session_key, read_only=read_only)
+            return self._maintenance.compact(session_key, "manual", focus or None, TurnNotes(), None)
 
     # ---- the turn ---------------------------------------------------------------------------------
 
@@ -512,13 +300,13 @@ class AgentRuntime:
             else:
                 focus = parse_compact_command(text)
                 if focus is not None:
-                    outcome = self._compact(session_key, "manual", focus or None, notes, on_event)
+                    outcome = self._maintenance.compact(session_key, "manual", focus or None, notes, on_event)
                     return self._reply_only(session_key, outcome.describe(), notes)
                 if not heartbeat:
                     self._expire(session_key, notes)
             turn = self.prepare(session_key, read_only=read_only)
-            turn = self._maintain(turn, text, heartbeat=heartbeat, read_only=read_only, notes=notes,
-                                  on_event=on_event)
+            turn = self._maintenance.before_turn(turn, text, heartbeat=heartbeat, read_only=read_only, notes=notes,
+                                                 on_event=on_event)
             result = self._run(turn, text, on_event, stream=stream, heartbeat=heartbeat, read_only=read_only,
                                notes=notes)
         reply = result.reply
@@ -552,8 +340,8 @@ class AgentRuntime:
                                  context_tokens=u.context_tokens + u.output_tokens)
 
         def recover(_: Sequence[Message]) -> Sequence[Message] | None:
-            rebuilt = self._recover_overflow(current[0], heartbeat=heartbeat, read_only=read_only, notes=notes,
-                                             on_event=on_event)
+            rebuilt = self._maintenance.recover_overflow(current[0], heartbeat=heartbeat, read_only=read_only,
+                                                         notes=notes, on_event=on_event)
             if rebuilt is None:
                 return None
             current[0] = rebuilt
