@@ -1,5 +1,5 @@
 """Context assembly: system prompt sections, project context rules, history repair, the /context report,
-the fixed-prompt budget, and binding-based routing."""
+and the fixed-prompt budget."""
 
 from __future__ import annotations
 
@@ -21,11 +21,7 @@ from hermit.agent.context import (
     load_history,
     repair_tool_pairs,
 )
-from hermit.agent.routing import Inbound, Router
 from hermit.agent.runtime import AgentRuntime
-from hermit.config.load import build_config
-from hermit.config.paths import StatePaths
-from hermit.config.schema import BindingConfig
 from hermit.errors import ConfigError
 from hermit.messages import AssistantMessage, ToolCallPart, ToolResultMessage, UserMessage
 from hermit.models.base import ToolSchema
@@ -197,33 +193,3 @@ def test_timezone_errors_are_config_errors(tmp_path: Path) -> None:
     loaded = load_offline(tmp_path / "home", defaults={"timezone": "Mars/Olympus"})
     with pytest.raises(ConfigError, match="unknown time zone"):
         AgentRuntime(loaded.agent(), ScriptedModel([]), fsync=False)
-
-
-# ---- routing ------------------------------------------------------------------------------------
-
-
-def test_bindings_most_specific_wins() -> None:
-    bindings = [
-        BindingConfig(agent="work", channel="slack"),
-        BindingConfig(agent="family", channel="telegram", group="-100777"),
-        BindingConfig(agent="ops", channel="slack", account="T01", peer="U42"),
-        BindingConfig(agent="personal", channel="telegram"),
-    ]
-    router = Router(bindings, ["main", "work", "family", "ops", "personal"], "main")
-    assert router.route(Inbound("Slack", account="T01", peer="U99")) == "work"
-    assert router.route(Inbound("slack", account="T01", peer="U42")) == "ops"
-    assert router.route(Inbound("telegram", group="-100777")) == "family"
-    assert router.route(Inbound("telegram", peer="5")) == "personal"
-    assert router.route(Inbound("discord")) == "main"
-
-
-def test_bindings_from_config(tmp_path: Path) -> None:
-    raw = {"agents": {"list": [{"id": "main"}, {"id": "work"}]},
-           "bindings": [{"agent": "work", "channel": "slack"}]}
-    loaded = build_config(raw, StatePaths(tmp_path))
-    assert Router.from_config(loaded).route(Inbound("slack")) == "work"
-    with pytest.raises(ConfigError, match="unknown key 'bindings\\[0\\].chanel'"):
-        build_config({"bindings": [{"agent": "work", "chanel": "slack"}]}, StatePaths(tmp_path))
-    bad = build_config({"bindings": [{"agent": "wrok", "channel": "slack"}]}, StatePaths(tmp_path))
-    with pytest.raises(ConfigError, match="unknown agent 'wrok'"):
-        Router.from_config(bad)

@@ -112,6 +112,12 @@ def test_key_builders_match_spec_shapes() -> None:
         "cron:job-1",
         "agent:main:cron:job-1",
         "agent:main:matrix:group:!room%3Aexample.org",
+        "agent:main:dm:42",
+        "agent:main:dm:U1:thread:17.5",
+        "agent:main:telegram:bot1:dm:42",
+        "agent:main:telegram:bot1:dm:42:topic:3",
+        "agent:main:telegram:group:-100123:topic:7",
+        "agent:main:slack:group:C9:thread:1700.1",
     ],
 )
 def test_keys_round_trip(key: str) -> None:
@@ -166,6 +172,11 @@ def test_main_session_detection(key: str) -> None:
         "agent:main:telegram:group:1",
         "agent:main:telegram:dm:1",
         "agent:main:telegram:group:1:thread:2",
+        "agent:main:telegram:group:1:topic:2",
+        "agent:main:dm:1",
+        "agent:main:telegram:acct:dm:1",
+        "agent:main:dm:main",
+        "agent:main:main:dm:1",
         "agent:main:subagent:x",
         "cron:main",
         "agent:main:cron:main",
@@ -187,7 +198,8 @@ def test_everything_else_is_not_main_fail_closed(key: str) -> None:
 
 @pytest.mark.parametrize(
     "key",
-    ["", "main", "agent:main", "agent:BAD:main", "agent:main:x", "agent:main:tg:group:1:topic:2", "cron:a:b"],
+    ["", "main", "agent:main", "agent:BAD:main", "agent:main:x", "agent:main:tg:group:1:chapter:2", "cron:a:b",
+     "agent:main:tg:acct:group:1", "agent:main:dm:1:x:2", "agent:main:group:dm:1", "agent:main:tg:group:1:topic:"],
 )
 def test_parse_rejects_malformed_keys_with_hint(key: str) -> None:
     with pytest.raises(SessionError) as info:
@@ -204,6 +216,14 @@ def test_format_validates_parts() -> None:
         group_session_key("main", "telegram", "")
     with pytest.raises(SessionError):
         format_session_key(SessionKey(SessionKind.UNKNOWN, agent_id="main"))
+    with pytest.raises(SessionError, match="cannot be a channel name"):
+        group_session_key("main", "dm", "1")
+    with pytest.raises(SessionError, match="not both"):
+        group_session_key("main", "telegram", "1", "2", topic_id="3")
+    with pytest.raises(SessionError, match="only DM keys carry an account"):
+        format_session_key(SessionKey(SessionKind.GROUP, agent_id="main", channel="tg", peer_id="1", account_id="a"))
+    with pytest.raises(SessionError, match="needs its channel"):
+        dm_session_key("main", None, "1", account_id="a")
 
 
 # ---- transcript -------------------------------------------------------------------------------

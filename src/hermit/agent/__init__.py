@@ -27,7 +27,7 @@ from hermit.agent.loop import (
     ToolStarted,
     run_loop,
 )
-from hermit.agent.routing import Inbound, Router
+from hermit.agent.routing import Route, RouteInput, Router
 from hermit.agent.runtime import AgentRuntime
 from hermit.agent.turn import ToolCallRecord, TurnContext, TurnResult, resolve_timezone
 
@@ -40,11 +40,12 @@ __all__ = [
     "ContextReport",
     "EventSink",
     "History",
-    "Inbound",
     "LoopResult",
     "ModelReplied",
     "Notice",
     "PromptInputs",
+    "Route",
+    "RouteInput",
     "Router",
     "SessionStart",
     "SystemPrompt",

@@ -1,64 +1,183 @@
-"""Bindings: which agent answers a message from (channel, account, peer or group); most specific wins.
+"""Routing: which agent and which session answer a message from (channel, account, peer, guild/team).
 
-A binding names an agent and any of channel / account / peer / group; it matches a message when
-every field it sets is equal. Among matching bindings the one setting the most fields wins (a
-binding for one Slack channel beats one for all of Slack); ties go to the first in the config. No
-match: the default agent. Bindings naming an unknown agent are rejected when the router is built,
-so a typo fails at startup instead of silently routing to the default.
+Bindings (SPEC §15) are `{match: {channel, account_id?, peer?: {kind, id}, guild_id?, team_id?},
+agent_id}`. A binding matches when every field it sets is equal; among matching bindings the tier
+decides — exact peer > guild/team > account > channel — then the number of fields set, then config
+order. No match: the default agent. A binding naming an unknown agent is refused when the router is
+built, so a typo fails at startup instead of silently routing strangers to the default agent.
+
+The session key follows the chosen agent's `session.dm_scope` for DMs; groups get a group key; a
+thread or topic appends its suffix. Only `agent:<id>:main` is the main session (MEMORY.md, no sandbox),
+so every DM outside dm_scope `main` and every group is non-main whatever channel it came from. The web
+chat is the owner's own console (it is authenticated by the gateway token), so its DMs always go to the
+agent's main session.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from hermit.config.load import LoadedConfig
-from hermit.config.schema import BindingConfig
+from hermit.config.schema import BindingConfig, ChannelsConfig, DmScope
 from hermit.errors import ConfigError
+from hermit.sessions.keys import dm_session_key, group_session_key, is_main_session_key, main_session_key
+
+MatchedBy = Literal["peer", "guild", "team", "account", "channel", "default"]
+
+WEBCHAT = "webchat"
+# Which platform has which routing field: a guild_id binding on Slack can never match.
+_GUILD_CHANNELS = frozenset({"discord"})
+_TEAM_CHANNELS = frozenset({"slack"})
+_TIER_RANK: dict[MatchedBy, int] = {"peer": 4, "guild": 3, "team": 3, "account": 2, "channel": 1, "default": 0}
 
 
 @dataclass(frozen=True)
-class Inbound:
-    """Where a message came from, as far as routing cares."""
+class RouteInput:
+    """Where a message came from, as far as routing cares (`peer_id` is the sender in a DM, the chat in a group)."""
 
     channel: str
-    account: str | None = None
-    peer: str | None = None
-    group: str | None = None
+    account_id: str
+    peer_kind: Literal["dm", "group"]
+    peer_id: str
+    thread_id: str | None = None
+    topic_id: str | None = None
+    guild_id: str | None = None
+    team_id: str | None = None
 
 
-def _specificity(b: BindingConfig) -> int:
-    return sum(v is not None for v in (b.channel, b.account, b.peer, b.group))
+@dataclass(frozen=True)
+class Route:
+    agent_id: str
+    session_key: str
+    main: bool
+    matched_by: MatchedBy
 
 
-def _matches(b: BindingConfig, msg: Inbound) -> bool:
-    return all(
-        want is None or want == got
-        for want, got in ((b.channel, msg.channel.lower()), (b.account, msg.account), (b.peer, msg.peer),
-                          (b.group, msg.group))
-    )
+def _tier(b: BindingConfig) -> MatchedBy:
+    m = b.match
+    if m.peer is not None:
+        return "peer"
+    if m.guild_id is not None:
+        return "guild"
+    if m.team_id is not None:
+        return "team"
+    if m.account_id is not None:
+        return "account"
+    return "channel"
+
+
+def _fields_set(b: BindingConfig) -> int:
+    m = b.match
+    return 1 + sum(v is not None for v in (m.account_id, m.peer, m.guild_id, m.team_id))
+
+
+def _matches(b: BindingConfig, inp: RouteInput) -> bool:
+    m = b.match
+    if m.channel != inp.channel.lower():
+        return False
+    if m.account_id is not None and m.account_id != inp.account_id:
+        return False
+    if m.peer is not None and (m.peer.kind != inp.peer_kind or m.peer.id != inp.peer_id):
+        return False
+    if m.guild_id is not None and m.guild_id != inp.guild_id:
+        return False
+    return m.team_id is None or m.team_id == inp.team_id
+
+
+def session_key_for(agent_id: str, dm_scope: DmScope, inp: RouteInput) -> str:
+    """The session key of a message routed to `agent_id` (SPEC §15 shapes)."""
+    channel = inp.channel.lower()
+    if inp.peer_kind == "group":
+        return group_session_key(agent_id, channel, inp.peer_id, inp.thread_id, topic_id=inp.topic_id)
+    # The owner's DMs are one conversation: a thread inside them stays in the main session rather than
+    # becoming a non-main session that would lose MEMORY.md and gain the sandbox.
+    if channel == WEBCHAT or dm_scope == "main":
+        return main_session_key(agent_id)
+    if dm_scope == "per-peer":
+        return dm_session_key(agent_id, None, inp.peer_id, inp.thread_id, topic_id=inp.topic_id)
+    if dm_scope == "per-channel-peer":
+        return dm_session_key(agent_id, channel, inp.peer_id, inp.thread_id, topic_id=inp.topic_id)
+    return dm_session_key(agent_id, channel, inp.peer_id, inp.thread_id, account_id=inp.account_id,
+                          topic_id=inp.topic_id)
 
 
 class Router:
-    def __init__(self, bindings: Sequence[BindingConfig], agent_ids: Iterable[str], default_agent: str) -> None:
-        ids = list(agent_ids)
+    def __init__(self, bindings: Sequence[BindingConfig], dm_scopes: Mapping[str, DmScope],
+                 default_agent: str) -> None:
+        ids = list(dm_scopes)
         for i, b in enumerate(bindings):
-            if b.agent not in ids:
-                close = difflib.get_close_matches(b.agent, ids, n=1)
+            if b.agent_id not in dm_scopes:
+                close = difflib.get_close_matches(b.agent_id, ids, n=1)
                 hint = f"did you mean '{close[0]}'? " if close else ""
-                raise ConfigError(f"bindings[{i}] routes to unknown agent {b.agent!r} (agents: {', '.join(ids)})",
-                                  f"{hint}add the agent under agents.list or fix the binding")
+                raise ConfigError(
+                    f"bindings[{i}] routes to unknown agent {b.agent_id!r} (agents: {', '.join(ids)})",
+                    f"{hint}add the agent under agents.list or fix the binding's agent_id")
+        if default_agent not in dm_scopes:
+            raise ConfigError(f"default agent {default_agent!r} is not configured", "check agents.list")
         self.bindings = tuple(bindings)
+        self.dm_scopes = dict(dm_scopes)
         self.default_agent = default_agent
 
     @classmethod
     def from_config(cls, loaded: LoadedConfig) -> Router:
-        return cls(loaded.config.bindings, [a.id for a in loaded.agents], loaded.agent().id)
+        return cls(loaded.config.bindings, {a.id: a.settings.session.dm_scope for a in loaded.agents},
+                   loaded.agent().id)
 
-    def route(self, msg: Inbound) -> str:
+    def binding_for(self, inp: RouteInput) -> BindingConfig | None:
+        """The winning binding, or None when the default agent answers."""
         best: BindingConfig | None = None
         for b in self.bindings:
-            if _matches(b, msg) and (best is None or _specificity(b) > _specificity(best)):
+            if not _matches(b, inp):
+                continue
+            if best is None or (_TIER_RANK[_tier(b)], _fields_set(b)) > (_TIER_RANK[_tier(best)], _fields_set(best)):
                 best = b
-        return best.agent if best is not None else self.default_agent
+        return best
+
+    def resolve(self, inp: RouteInput) -> Route:
+        best = self.binding_for(inp)
+        agent_id = best.agent_id if best is not None else self.default_agent
+        matched_by: MatchedBy = _tier(best) if best is not None else "default"
+        key = session_key_for(agent_id, self.dm_scopes[agent_id], inp)
+        return Route(agent_id=agent_id, session_key=key, main=is_main_session_key(key), matched_by=matched_by)
+
+
+def binding_problems(bindings: Sequence[BindingConfig], agent_ids: Sequence[str],
+                     channels: ChannelsConfig) -> list[str]:
+    """Bindings that can never take effect: unknown agent or channel, impossible or shadowed matches."""
+    known_channels = list(ChannelsConfig.model_fields)
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    for i, b in enumerate(bindings):
+        m = b.match
+        where = f"bindings[{i}]"
+        if b.agent_id not in agent_ids:
+            close = difflib.get_close_matches(b.agent_id, list(agent_ids), n=1)
+            problems.append(f"{where} routes to unknown agent {b.agent_id!r}"
+                            + (f" (did you mean {close[0]!r}?)" if close else ""))
+        if m.channel not in known_channels:
+            close = difflib.get_close_matches(m.channel, known_channels, n=1)
+            problems.append(f"{where} matches unknown channel {m.channel!r}"
+                            + (f" (did you mean {close[0]!r}?)" if close else "")
+                            + f"; channels: {', '.join(known_channels)}")
+            continue
+        if m.guild_id is not None and m.team_id is not None:
+            problems.append(f"{where} sets both guild_id (Discord) and team_id (Slack): it can never match")
+        elif m.guild_id is not None and m.channel not in _GUILD_CHANNELS:
+            problems.append(f"{where} sets guild_id on channel {m.channel!r}: only discord has guilds")
+        elif m.team_id is not None and m.channel not in _TEAM_CHANNELS:
+            problems.append(f"{where} sets team_id on channel {m.channel!r}: only slack has teams")
+        accounts = getattr(getattr(channels, m.channel), "accounts", None)
+        if m.account_id is not None and accounts is not None and m.account_id not in accounts:
+            problems.append(f"{where} matches account {m.account_id!r}, which channels.{m.channel}.accounts "
+                            f"does not define ({', '.join(accounts) or 'none defined'})")
+        if m.channel == WEBCHAT and m.peer is not None and m.peer.kind == "group":
+            problems.append(f"{where} matches a webchat group, but the web chat has no groups")
+        sig = m.model_dump_json()
+        if sig in seen:
+            problems.append(f"{where} has the same match as bindings[{seen[sig]}], which wins: it never applies")
+        else:
+            seen[sig] = i
+    return problems

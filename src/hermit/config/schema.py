@@ -268,13 +268,19 @@ class SessionHooksConfig(Strict):
     session_memory: SessionMemoryHookConfig = SessionMemoryHookConfig()
 
 
+DmScope = Literal["main", "per-peer", "per-channel-peer", "per-account-channel-peer"]
+
+
 class SessionConfig(Strict):
     """Session lifecycle: reset policy with per-chat-type and per-channel overrides, reset commands.
 
     Precedence: reset_by_channel over reset_by_type over reset. `hooks.session_memory` saves the end of a
-    session to memory/ on /new and /reset.
+    session to memory/ on /new and /reset. `dm_scope` says which DMs share a session (SPEC §15): `main`
+    puts every DM into the owner's main session, the others give each sender (per channel, per account)
+    a non-main session of their own.
     """
 
+    dm_scope: DmScope = "main"
     reset: ResetConfig = ResetConfig()
     reset_by_type: dict[Literal["dm", "group", "thread"], ResetOverride] = Field(default_factory=dict)
     reset_by_channel: dict[str, ResetOverride] = Field(default_factory=dict)
@@ -309,6 +315,21 @@ class AgentSettings(Strict):
     max_tool_iterations: int = Field(25, ge=1, le=500)
     bootstrap_max_chars: int = Field(20_000, ge=1000)
     bootstrap_total_max_chars: int = Field(150_000, ge=1000)
+    # In groups that require a mention, a message matching one of these (case-insensitive regexes, e.g.
+    # "\\bhermit\\b") counts as mentioning this agent, as does a platform @mention or a reply to the bot.
+    mention_patterns: tuple[str, ...] = ()
+
+    @field_validator("mention_patterns")
+    @classmethod
+    def _patterns_compile(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        import re
+
+        for pattern in v:
+            try:
+                re.compile(pattern, re.IGNORECASE)
+            except re.error as e:
+                raise ValueError(f"mention pattern {pattern!r} is not a valid regular expression: {e}") from e
+        return v
 
 
 class AgentEntry(AgentSettings):
@@ -350,19 +371,33 @@ class ModelsConfig(Strict):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
 
 
-class BindingConfig(Strict):
-    """Routes messages to an agent: every field given must match; the most specific binding wins."""
+class BindingPeer(Strict):
+    """One exact conversation: a DM with a sender or one group/channel."""
 
-    agent: str
-    channel: str | None = None
-    account: str | None = None
-    peer: str | None = None
-    group: str | None = None
+    kind: Literal["dm", "group"]
+    id: str = Field(min_length=1)
+
+
+class BindingMatch(Strict):
+    """What a binding matches; every field given must be equal (channel is required)."""
+
+    channel: str = Field(min_length=1)
+    account_id: str | None = None
+    peer: BindingPeer | None = None
+    guild_id: str | None = None  # Discord server
+    team_id: str | None = None  # Slack workspace
 
     @field_validator("channel")
     @classmethod
-    def _channel_lowercase(cls, v: str | None) -> str | None:
-        return v.lower() if v is not None else None
+    def _channel_lowercase(cls, v: str) -> str:
+        return v.lower()
+
+
+class BindingConfig(Strict):
+    """Routes messages to an agent (SPEC §15): exact peer > guild/team > account > channel > default agent."""
+
+    match: BindingMatch
+    agent_id: str
 
 
 DmPolicy = Literal["pairing", "allowlist", "open", "disabled"]
