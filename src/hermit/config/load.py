@@ -238,6 +238,12 @@ def load_config(paths: StatePaths, explicit: Path | None = None) -> LoadedConfig
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError as e:
         raise ConfigError(f"config file not found: {source}", "run `hermit init` to create one") from e
+    except IsADirectoryError as e:
+        raise ConfigError(f"the config path {source} is a directory, not a file",
+                          f"move that directory away; `hermit init` then writes a fresh {source.name}") from e
+    except PermissionError as e:
+        raise ConfigError(f"cannot read the config file {source}: permission denied",
+                          f"make it readable by you (chmod u+r {source})") from e
     except UnicodeDecodeError as e:
         raise ConfigError(f"{source}: not UTF-8 text", "save the config as UTF-8") from e
     is_yaml = source.suffix.lower() in (".yaml", ".yml")

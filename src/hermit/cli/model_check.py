@@ -1,0 +1,69 @@
+"""The doctor's chat-model check: is a model configured, is its key set, does a local server answer?
+
+Memory works without a model, so "nothing configured" is a warning; a model that is configured but
+cannot work (unknown provider, missing key, local server down) is a failure. Only servers on this
+machine or the local network are probed, with a short timeout; cloud APIs are not called (that would
+need the key and cost a request).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+import httpx
+
+from hermit.cli.assistant import NoModelConfigured, choose_model_ref
+from hermit.cli.checks import Check
+from hermit.cli.context import CliContext
+from hermit.errors import ConfigError
+from hermit.models.registry import parse_model_ref, provider_config, resolve_api_key
+
+NAME = "chat model"
+PROBE_TIMEOUT_SECONDS = 2.0
+
+
+def is_local_url(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost" or host.endswith(".local"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_private or ip.is_link_local
+
+
+def probe(base_url: str, timeout: float = PROBE_TIMEOUT_SECONDS) -> str | None:
+    """None when something answers HTTP at `base_url` (any status), else why not."""
+    try:
+        httpx.get(base_url.rstrip("/") + "/models", timeout=timeout)
+    except httpx.TimeoutException:
+        return f"no answer within {timeout:g}s"
+    except httpx.HTTPError as e:
+        return f"cannot connect ({type(e).__name__})"
+    return None
+
+
+def describe_chat_model(ctx: CliContext) -> str | Check:
+    loaded = ctx.config()
+    try:
+        ref = choose_model_ref(ctx.agent(), loaded, ctx.environ)
+    except NoModelConfigured:
+        return Check(NAME, "warn", "not configured: chat and agent need a model (memory works without one)",
+                     "set ANTHROPIC_API_KEY or OPENAI_API_KEY, or agents.defaults.model to <provider>/<model> "
+                     "(`hermit chat` shows a how-to)")
+    provider, _ = parse_model_ref(ref)
+    pc = provider_config(provider, loaded.config.models)
+    key, hint = resolve_api_key(provider, pc, ctx.environ)
+    if key is None and (pc.type != "openai-compatible" or pc.api_key_env):
+        raise ConfigError(f"{ref}: no API key for provider {provider!r}", hint)
+    where = pc.base_url or f"the {pc.type} API"
+    if pc.base_url and is_local_url(pc.base_url):
+        why = probe(pc.base_url)
+        if why is not None:
+            raise ConfigError(f"{ref}: the server at {pc.base_url} is not reachable: {why}",
+                              f"start it, or fix models.providers.{provider}.base_url")
+        return f"{ref} at {pc.base_url} (answering)"
+    key_note = "no key needed" if key is None else "key set"
+    return f"{ref} via {where} ({key_note}; not called)"

@@ -1,0 +1,77 @@
+"""Before a command touches state: is Hermit initialised, and is the state dir usable? One clear error each.
+
+Commands that read or write memory and sessions call `require_initialized` first, so that before
+`hermit init` they say "run `hermit init`" and create nothing (no state dir, no index, no cache), and a
+broken environment (HERMIT_HOME is a file, the config path is a directory, the state dir is read-only)
+gets its own message instead of a traceback or advice that would destroy a good index.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hermit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hermit.cli.context import CliContext
+
+INIT_HINT = "run `hermit init` first"
+
+
+def state_dir_problem(home: Path) -> ConfigError | None:
+    """Why `home` cannot be Hermit's state dir (a file there, or a file on its path), else None."""
+    for p in (home, *home.parents):
+        if p.is_dir():
+            return None
+        if p.exists() or p.is_symlink():
+            what = "is a file" if p == home else f"is inside {p}, which is a file"
+            return ConfigError(
+                f"the state dir {home} {what}, not a directory",
+                "set HERMIT_HOME (or --home) to a directory, e.g. ~/.hermit; Hermit never replaces a file",
+            )
+    return None
+
+
+def config_path_problem(ctx: CliContext) -> ConfigError | None:
+    for p in ctx.paths.config_candidates:
+        if p.is_dir():
+            return ConfigError(f"the config path {p} is a directory, not a file",
+                               f"move that directory away; `hermit init` then writes a fresh {p.name}")
+    return None
+
+
+def writable_problem(path: Path) -> ConfigError | None:
+    """A read-only state dir: say so, and say the index is fine (it must never be deleted for this)."""
+    if path.is_dir() and not os.access(path, os.W_OK):
+        return ConfigError(
+            f"{path} is read-only: Hermit cannot update the memory index, caches or sessions there",
+            f"make it writable (chmod u+w {path}) or set HERMIT_HOME to a writable copy; "
+            "nothing is wrong with the index itself, so do not delete it",
+        )
+    return None
+
+
+def check_environment(ctx: CliContext) -> None:
+    """Raise the clear error for a state dir or config path that cannot work, before anything is created."""
+    problem = state_dir_problem(ctx.home) or config_path_problem(ctx)
+    if problem is not None:
+        raise problem
+
+
+def require_initialized(ctx: CliContext, *, writes: bool = True) -> None:
+    """The agent's workspace must exist (what `hermit init` creates); with `writes`, its state dirs must
+    be writable. Nothing is created here."""
+    check_environment(ctx)
+    agent = ctx.agent()
+    if not agent.workspace.is_dir():
+        if agent.workspace.exists():
+            raise ConfigError(f"the workspace {agent.workspace} is not a directory",
+                              "point the agent's workspace at a directory")
+        raise ConfigError(f"workspace {agent.workspace} does not exist", INIT_HINT)
+    if writes:
+        for d in (ctx.home, agent.index_path.parent):
+            problem = writable_problem(d)
+            if problem is not None:
+                raise problem
