@@ -14,6 +14,7 @@ from typing import Any
 
 from hermit.cli.checks import Check, CheckFn, check, run_checks
 from hermit.cli.context import CliContext
+from hermit.cli.pairing import DOCTOR_CHECKS as ACCESS_CHECKS
 from hermit.cli.preflight import state_dir_problem
 
 
@@ -171,6 +172,7 @@ CHECKS: list[CheckFn] = [
     fts5,
     state_dir,
     config,
+    *ACCESS_CHECKS,  # bindings, channel access policies, credential file permissions
     workspace,
     embedder,
     translation,
