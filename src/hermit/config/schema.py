@@ -478,9 +478,22 @@ class GatewayConfig(Strict):
     port: int = Field(18789, ge=1, le=65535)
 
 
+class McpConfig(Strict):
+    """`hermit mcp serve`: what other agents (Claude Code, Cursor, Codex…) may see and do through MCP.
+
+    MEMORY.md and session transcripts are the owner's most private memory (SPEC §3 keeps MEMORY.md to
+    the main session) and an MCP client forwards what it reads to its own model provider, so they are
+    withheld unless `share_private_memory` is turned on; daily logs and extra paths are always shared.
+    """
+
+    share_private_memory: bool = False
+    allow_append: bool = True  # the memory_append tool (today's daily log, append only)
+
+
 class HermitConfig(Strict):
     agents: AgentsConfig = AgentsConfig()
     models: ModelsConfig = ModelsConfig()
     bindings: builtins.list[BindingConfig] = Field(default_factory=builtins.list)
     gateway: GatewayConfig = GatewayConfig()
     channels: ChannelsConfig = ChannelsConfig()
+    mcp: McpConfig = McpConfig()

@@ -1,0 +1,144 @@
+"""The MCP server (a composition root): one agent's memory as memory_search / memory_get / memory_append over stdio.
+
+Other agents (Claude Code, Cursor, Codex) share the user's memory through it (SPEC §17). The read tools
+are the agent's own MemoryTools — the same JSON as SPEC §4 — marked read-only; memory_append adds a note
+to today's daily log in the agent's time zone and never rewrites anything. What a client may read of
+MEMORY.md and session transcripts is the `mcp.share_private_memory` setting (default: withheld, as in
+every non-main session). stdout is the protocol: logs go to stderr, and the SDK points fd 1 at stderr
+while serving so a stray print cannot corrupt the stream.
+
+The `mcp` SDK (2.x, the `[mcp]` extra) is imported only when a server is built.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from hermit import __version__
+from hermit.agent.turn import resolve_timezone
+from hermit.config.load import AgentConfig
+from hermit.config.schema import McpConfig
+from hermit.errors import HermitError
+from hermit.memory.daily_log import append_daily_note
+from hermit.memory.service import MemoryService
+from hermit.tools.memory import MEMORY_GET_DESCRIPTION, MEMORY_SEARCH_DESCRIPTION, MemoryTools
+from hermit.tools.sandbox import PRIVACY_RULE
+
+log = logging.getLogger(__name__)
+
+MEMORY_APPEND_DESCRIPTION = (
+    "Remember something: append a note to today's daily log (memory/YYYY-MM-DD.md in the user's time "
+    "zone). Never overwrites; the note is searchable with memory_search right away."
+)
+INSTRUCTIONS = (
+    "Hermit is the user's personal memory: plain Markdown notes. Before answering about the user's prior "
+    "work, decisions, dates, people, preferences or todos, call memory_search, then memory_get only the "
+    "lines you need. Use memory_append for facts the user asks you to remember."
+)
+
+
+def _require_sdk() -> None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError as e:
+        raise HermitError("the MCP SDK is not installed", "pip install 'hermit[mcp]'") from e
+
+
+def _search_args(
+    query: Annotated[str, Field(description="What to look for, in natural words")],
+    max_results: Annotated[int | None, Field(alias="maxResults", ge=1, le=50, description="Default 6")] = None,
+    min_score: Annotated[float | None, Field(alias="minScore", ge=0, le=1, description="Default 0.35")] = None,
+) -> dict[str, Any]:
+    raise NotImplementedError  # a signature only: see _wire
+
+
+def _get_args(
+    path: Annotated[str, Field(description="Workspace-relative path from memory_search")],
+    from_line: Annotated[int | None, Field(alias="from", ge=1, description="First line (1-based)")] = None,
+    lines: Annotated[int | None, Field(ge=1, description="Number of lines")] = None,
+) -> dict[str, Any]:
+    raise NotImplementedError  # a signature only: see _wire
+
+
+def _append_args(
+    note: Annotated[str, Field(description="The note, in Markdown (one fact per note works best)")],
+) -> dict[str, Any]:
+    raise NotImplementedError  # a signature only: see _wire
+
+
+def _wire(shape: Callable[..., dict[str, Any]], impl: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+    """A tool function with `shape`'s signature (the SDK builds the schema from it) that hands `impl` the
+    arguments by their wire names: the SDK calls tools with aliases as keywords, and `from` is not a
+    Python parameter name."""
+
+    def call(**kwargs: Any) -> dict[str, Any]:
+        return impl(kwargs)
+
+    call.__signature__ = inspect.signature(shape, eval_str=True)  # type: ignore[attr-defined]
+    call.__name__ = shape.__name__.strip("_")  # names the arguments model in the schema
+    return call
+
+
+def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
+                 clock: Callable[[], float] = time.time) -> Any:
+    """An MCPServer for `agent`'s memory (typed Any: the SDK is imported lazily)."""
+    _require_sdk()
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.types import ToolAnnotations
+
+    tools = MemoryTools(service, private=cfg.share_private_memory)
+    server: Any = MCPServer(name="hermit", title=f"Hermit memory ({agent.id})", version=__version__,
+                            instructions=INSTRUCTIONS, log_level="WARNING")
+    read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                                open_world_hint=False)
+
+    def search(a: dict[str, Any]) -> dict[str, Any]:
+        return tools.memory_search(a["query"], a.get("maxResults"), a.get("minScore"))
+
+    def get(a: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return tools.memory_get(a["path"], a.get("from"), a.get("lines"))
+        except HermitError as e:
+            if e.hint == PRIVACY_RULE:
+                raise ToolError(f"{e.message}\n  hint: {e.hint}; MCP clients count as such a session unless the "
+                                "owner sets mcp.share_private_memory: true") from e
+            raise ToolError(str(e)) from e  # the message names the path rule that was broken
+
+    def append(a: dict[str, Any]) -> dict[str, Any]:
+        tz, _ = resolve_timezone(agent.settings.timezone, datetime.fromtimestamp(clock()).astimezone())
+        try:
+            result = append_daily_note(agent.workspace, a["note"], datetime.fromtimestamp(clock(), tz),
+                                       service.cfg.extra_paths)
+        except HermitError as e:
+            raise ToolError(str(e)) from e
+        service.mark_dirty()
+        log.info("memory_append: %s lines %s-%s", result["path"], result["startLine"], result["endLine"])
+        return result
+
+    server.add_tool(_wire(_search_args, search), name="memory_search", title="Search memory",
+                    description=MEMORY_SEARCH_DESCRIPTION, annotations=read_only)
+    server.add_tool(_wire(_get_args, get), name="memory_get", title="Read memory lines",
+                    description=MEMORY_GET_DESCRIPTION, annotations=read_only)
+    if cfg.allow_append:
+        server.add_tool(_wire(_append_args, append), name="memory_append", title="Append to today's daily log",
+                        description=MEMORY_APPEND_DESCRIPTION,
+                        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                                    idempotent_hint=False, open_world_hint=False))
+    return server
+
+
+def serve_stdio(agent: AgentConfig, service: MemoryService, cfg: McpConfig) -> None:
+    """Serve until the client closes stdin."""
+    import anyio
+
+    server = build_server(agent, service, cfg)
+    log.info("hermit mcp: serving agent %s (workspace %s) on stdio", agent.id, agent.workspace)
+    anyio.run(server.run_stdio_async)
