@@ -65,14 +65,16 @@ def test_doctor_reports_bad_bindings_and_loose_credentials(tmp_path: Path) -> No
     (tmp_path / "hermit.yaml").write_text(
         "agents:\n  defaults:\n    memory_search: {provider: none}\n  list: [{id: main}, {id: work}]\n"
         "bindings:\n  - {match: {channel: slak}, agent_id: work}\n  - {match: {channel: slack}, agent_id: wrk}\n"
-        "channels:\n  telegram:\n    accounts:\n      bot: {dm_policy: allowlist, allow_from: ['42']}\n")
+        "channels:\n  telegram:\n    accounts:\n      bot: {dm_policy: allowlist, allow_from: ['42']}\n"
+        "  discord:\n    accounts:\n      pub: {dm_policy: open, allow_from: ['*']}\n")
     issue(tmp_path, "100")  # creates credentials/
     (tmp_path / "credentials").chmod(0o755)
     checks = by_name(doctor(tmp_path))
     assert checks["bindings"]["ok"] is False
     assert "unknown channel 'slak'" in str(checks["bindings"]["detail"])
     assert "unknown agent 'wrk' (did you mean 'work'?)" in str(checks["bindings"]["detail"])
-    assert checks["access"]["ok"] is True and "telegram/bot: DMs allowlist" in str(checks["access"]["detail"])
+    assert checks["access"]["status"] == "warn" and "telegram/bot: DMs allowlist" in str(checks["access"]["detail"])
+    assert "open to anyone: discord/pub" in str(checks["access"]["detail"])
     assert checks["credentials"]["ok"] is False and "should be 700" in str(checks["credentials"]["detail"])
     assert "chmod 700" in str(checks["credentials"]["fix"])
 

@@ -14,7 +14,7 @@ from typing import Any
 from hermit.agent.routing import binding_problems
 from hermit.channels.access import PairingStore
 from hermit.channels.pairing import credential_permission_problems
-from hermit.cli.checks import CheckFn, check
+from hermit.cli.checks import Check, CheckFn, check
 from hermit.cli.context import CliContext
 from hermit.config.schema import ChannelAccessConfig
 from hermit.errors import ConfigError, HermitError
@@ -73,15 +73,23 @@ def bindings_check(ctx: CliContext) -> str:
 
 
 @check("access", fix="fix channels.<name>.accounts in the config", needs=("config",))
-def access_check(ctx: CliContext) -> str:
+def access_check(ctx: CliContext) -> str | Check:
     channels = ctx.config().config.channels
-    parts = []
+    parts: list[str] = []
+    wide_open: list[str] = []
     for name in ("telegram", "discord", "slack", "whatsapp"):
         accounts: dict[str, ChannelAccessConfig] = getattr(channels, name).accounts
         for account_id, acc in accounts.items():
             groups = f"groups {acc.group_policy}" + (f" ({len(acc.groups)})" if acc.group_policy == "allowlist" else "")
             parts.append(f"{name}/{account_id}: DMs {acc.dm_policy}, {groups}")
-    return "; ".join(parts) or "no chat accounts configured (web chat only)"
+            if acc.dm_policy == "open" or (acc.group_policy == "open" and not acc.require_mention):
+                wide_open.append(f"{name}/{account_id}")
+    detail = "; ".join(parts) or "no chat accounts configured (web chat only)"
+    if wide_open:
+        # Allowed on purpose, but worth a second look: anyone can make the agent work (non-main, sandboxed).
+        return Check("access", "warn", f"{detail} — open to anyone: {', '.join(wide_open)}",
+                     "use dm_policy: pairing (or allowlist) unless strangers should reach the assistant")
+    return detail
 
 
 @check("credentials", fix="chmod 700 the credentials dir and 600 its files")
