@@ -74,6 +74,13 @@ def test_emoji_and_clusters_are_never_split() -> None:
             assert set(regex.findall(r"\X", c)) <= {family, flag, thumbs, "é"}
 
 
+def test_limits_hold_in_utf16_code_units_too() -> None:
+    text = "🙂" * 3000  # 3000 code points, 6000 UTF-16 code units
+    chunks = chunk_for_channel("telegram", text)
+    assert "".join(chunks) == text
+    assert all(len(c.encode("utf-16-le")) // 2 <= 4000 for c in chunks) and len(chunks) == 2
+
+
 def test_a_fence_is_never_split_when_it_fits() -> None:
     intro = "Here is the code:"
     code = "```python\n" + "\n".join(f"x{i} = {i}" for i in range(8)) + "\n```"
@@ -135,6 +142,8 @@ def test_properties(text: str, max_chars: int, max_lines: int | None) -> None:
     for n, c in enumerate(chunks):
         assert c.strip()
         assert len(c) <= max_chars
+        # UTF-16 code units too, except under ~48 where a re-split would go below the minimum size
+        assert max_chars < 48 or len(c.encode("utf-16-le")) // 2 <= max_chars
         if max_lines is not None:
             assert c.count("\n") + 1 <= max_lines
         # only a reply that itself ends inside an open fence may leave its last chunk open

@@ -4,7 +4,8 @@ Where to break, best first: a paragraph boundary, a line break, the end of a sen
 only then anywhere (CJK text has no spaces) — but never inside a grapheme cluster (an emoji with skin
 tone or ZWJ, a flag, an accented letter) and never inside a ``` fence: when one fenced block is longer
 than a message, the chunk closes the fence at its end and the next chunk reopens it with the same info
-string, so every chunk renders as valid Markdown. Lengths are counted in code points.
+string, so every chunk renders as valid Markdown. A chunk's length is within the limit counted in code
+points and in UTF-16 code units (Telegram's count, where an emoji takes 2-4).
 """
 
 from __future__ import annotations
@@ -156,7 +157,9 @@ def _split_fence(candidate: str, max_chars: int, max_lines: int | None) -> tuple
     the rest, the opening line to put before the rest)."""
     first, _, body = candidate.partition("\n")
     _, fence = _fence_state(first)
-    assert fence is not None
+    if fence is None:  # not reached (a fence that starts later leaves a line break before it): cut safely
+        cut = _safe_cut(candidate, 0, _window(candidate, max_chars, max_lines))
+        return candidate[:cut], candidate[cut:], ""
     opener = fence.opener if len(fence.opener) + 1 <= max_chars // 2 else fence.marker
     head = opener + "\n"  # an absurd info string is dropped rather than eating the chunk
     closer = "\n" + fence.marker
@@ -182,6 +185,26 @@ def chunk_text(text: str, max_chars: int, max_lines: int | None = None) -> list[
         raise ValueError(f"max_chars must be at least {_MIN_CHARS}, got {max_chars}")
     if max_lines is not None and max_lines < _MIN_LINES:
         raise ValueError(f"max_lines must be at least {_MIN_LINES}, got {max_lines}")
+    return [piece for c in _chunk(text, max_chars, max_lines) for piece in _fit_utf16(c, max_chars, max_lines)]
+
+
+def _utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le", errors="surrogatepass")) // 2
+
+
+def _fit_utf16(chunk: str, max_chars: int, max_lines: int | None) -> list[str]:
+    """Telegram counts UTF-16 code units, in which an emoji is 2-4 long: a chunk over the limit there is
+    split again with a proportionally smaller limit, so every chunk fits whichever way a platform counts."""
+    units = _utf16_len(chunk)
+    if units <= max_chars:
+        return [chunk]
+    smaller = len(chunk) * max_chars // units
+    if smaller < _MIN_CHARS:
+        return [chunk]  # only for limits under ~48: no real channel has one
+    return [p for piece in _chunk(chunk, smaller, max_lines) for p in _fit_utf16(piece, max_chars, max_lines)]
+
+
+def _chunk(text: str, max_chars: int, max_lines: int | None) -> list[str]:
     chunks: list[str] = []
     rest = text.strip("\n")
     prefix = ""  # a fence reopened at the start of the next chunk
