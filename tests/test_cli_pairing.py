@@ -43,6 +43,12 @@ def test_list_and_approve(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert [r.sender_id for r in store.pending()] == ["200"]
 
 
+def test_listing_a_fresh_state_dir_creates_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--home", str(tmp_path / "fresh"), "pairing", "list"]) == 0
+    assert "no pending pairing requests" in capsys.readouterr().out
+    assert not (tmp_path / "fresh").exists()
+
+
 def test_approve_unknown_code_fails_with_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     issue(tmp_path, "100")
     assert main(["--home", str(tmp_path), "pairing", "approve", "telegram", "ZZZZZZZZ"]) == 1

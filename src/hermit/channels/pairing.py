@@ -133,8 +133,7 @@ class PairingStore:
     def pending(self, channel: str | None = None) -> list[PairingRequest]:
         """Unexpired requests, oldest first, optionally of one channel."""
         now = self.clock()
-        with self._locked():
-            requests = self._load_requests()
+        requests = self._load_requests()  # no lock: writes are atomic renames, and a read creates nothing
         return [r for r in requests
                 if not r.expired(now) and (channel is None or r.channel == channel.lower())]
 
