@@ -14,12 +14,14 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import anyio
+import pytest
 from mcp import Client, StdioServerParameters
 
 from conftest import write
 from hermit.config.load import LoadedConfig, build_config
 from hermit.config.paths import StatePaths
 from hermit.config.schema import McpConfig
+from hermit.errors import ConfigError
 from hermit.mcp_server import build_server
 from hermit.memory.embedders.base import Embedder
 from hermit.memory.service import MemoryKey, MemoryService
@@ -257,3 +259,13 @@ def test_serve_help_names_the_client_setup() -> None:
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "--agent ID" in r.stdout
     assert "claude mcp add hermit -- hermit mcp serve" in " ".join(r.stdout.split())
+
+
+def test_a_bad_time_zone_fails_at_start(tmp_path: Path) -> None:
+    home, loaded = home_with_memory(tmp_path, timezone="Mars/Olympus")
+    agent = loaded.agent()
+    svc = MemoryService(MemoryKey(agent.id, agent.workspace), home / "idx.sqlite", agent.settings.memory_search, None)
+    with pytest.raises(ConfigError, match="unknown time zone 'Mars/Olympus'"):
+        build_server(agent, svc, McpConfig())
+    assert build_server(agent, svc, McpConfig(allow_append=False)) is not None  # read-only needs no zone
+    svc.close()

@@ -94,6 +94,8 @@ def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.types import ToolAnnotations
 
+    if cfg.allow_append:  # a bad agents.*.timezone fails at start, not on the first note
+        resolve_timezone(agent.settings.timezone, datetime.fromtimestamp(clock()).astimezone())
     tools = MemoryTools(service, private=cfg.share_private_memory)
     server: Any = MCPServer(name="hermit", title=f"Hermit memory ({agent.id})", version=__version__,
                             instructions=INSTRUCTIONS, log_level="WARNING")
@@ -113,8 +115,8 @@ def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
             raise ToolError(str(e)) from e  # the message names the path rule that was broken
 
     def append(a: dict[str, Any]) -> dict[str, Any]:
-        tz, _ = resolve_timezone(agent.settings.timezone, datetime.fromtimestamp(clock()).astimezone())
         try:
+            tz, _ = resolve_timezone(agent.settings.timezone, datetime.fromtimestamp(clock()).astimezone())
             result = append_daily_note(agent.workspace, a["note"], datetime.fromtimestamp(clock(), tz),
                                        service.cfg.extra_paths)
         except HermitError as e:
