@@ -3,8 +3,15 @@ the gateway sends (a real Channel implementation, not a mock)."""
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -117,3 +124,81 @@ def need_chromium() -> str:
     path = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium") or ""
     need(bool(path), "Chromium (apt-get install -y --no-install-recommends chromium)")
     return path
+
+
+def write_config(home: Path, base_url: str, *, grace: float = 10.0, extra: str = "") -> None:
+    """hermit.yaml for a gateway subprocess talking to a FakeProvider (keyword-only memory: no model load)."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "hermit.yaml").write_text(
+        "agents:\n  defaults:\n    model: fake/test-model\n    timezone: Europe/Paris\n"
+        "    memory_search: {provider: none}\n"
+        f"models:\n  providers:\n    fake: {{type: openai-compatible, base_url: \"{base_url}\"}}\n"
+        f"gateway:\n  shutdown_grace_seconds: {grace}\n{extra}", encoding="utf-8")
+
+
+class GatewayProcess:
+    """`hermit gateway run --port 0` as a subprocess; `url` is the web chat URL with the token."""
+
+    def __init__(self, home: Path, *args: str) -> None:
+        self.home = home
+        self.stderr_path = home / "gateway.stderr"
+        self._stderr = self.stderr_path.open("w")
+        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hermit.cli.main", "--home", str(home), "gateway", "run", "--port", "0", *args],
+            stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env)
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.url = ""
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def wait_ready(self, timeout: float = 90) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            if line.startswith("web chat: "):
+                self.url = line.split(" ", 2)[2].strip()
+                return self.url
+        raise AssertionError(f"gateway did not start (exit {self.proc.poll()}): {self.stderr()}")
+
+    @property
+    def token(self) -> str:
+        return self.url.split("token=", 1)[1]
+
+    @property
+    def ws_url(self) -> str:
+        return self.url.replace("http://", "ws://").split("/?", 1)[0] + "/ws"
+
+    def stderr(self) -> str:
+        if not self._stderr.closed:
+            self._stderr.flush()
+        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._stderr.close()
+
+
+def transcript_lines(home: Path) -> list[dict[str, Any]]:
+    """Every line of every transcript of agent main, parsed (fails on a line that is not JSON)."""
+    out = []
+    for path in sorted((home / "agents" / "main" / "sessions").glob("*.jsonl")):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            assert line.strip(), f"{path}:{n} is empty"
+            out.append(json.loads(line))
+    return out
