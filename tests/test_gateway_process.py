@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gatewayhelpers import GatewayProcess, transcript_lines, write_config
 from websockets.sync.client import connect
 
+from gatewayhelpers import GatewayProcess, transcript_lines, write_config
 from hermit.testing import FakeProvider
 
 

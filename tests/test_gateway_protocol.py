@@ -83,8 +83,8 @@ def test_connect_send_stream_and_history(gateway: tuple[TestClient, str]) -> Non
         hist = json.loads(ws.receive_text())["payload"]
         assert [(m["role"], m["text"]) for m in hist["messages"]] == [
             ("user", "hello there"), ("assistant", "echo: hello there"), ("user", "use a tool"),
-            ("assistant", ""), ("assistant", "tool used")]
-        assert hist["messages"][3]["tools"][0]["status"] == "done"
+            ("assistant", "tool used")]
+        assert [(t["name"], t["status"]) for t in hist["messages"][3]["tools"]] == [("read", "done")]
 
         ws.send_text(req("l", "sessions.list"))
         sessions = json.loads(ws.receive_text())["payload"]["sessions"]

@@ -29,14 +29,15 @@ def list_sessions(stores: Mapping[str, SessionStore]) -> list[dict[str, Any]]:
 
 
 def chat_history(store: SessionStore, session_key: str, limit: int) -> dict[str, Any]:
-    """The session's user/assistant messages (tool calls folded into the assistant message that made
-    them, with done/failed from their results), newest `limit` items."""
+    """The session's user/assistant messages, newest `limit` items. Tool calls (with done/failed from
+    their results) are shown on the assistant reply that followed them, as the live page shows them."""
     record = store.get(session_key)
     if record is None:
         return {"sessionKey": session_key, "sessionId": None, "messages": []}
     read = read_transcript(store.transcript_path(record.session_id))
     items: list[dict[str, Any]] = []
     tools: dict[str, dict[str, Any]] = {}
+    carried: list[dict[str, Any]] = []  # calls of tool-only assistant messages, shown on the next reply
     for entry in read.entries:
         if isinstance(entry, CustomEntry):
             if entry.custom_type == "interrupted":
@@ -62,12 +63,18 @@ def chat_history(store: SessionStore, session_key: str, limit: int) -> dict[str,
                     tool = {"name": part.get("name"), "callId": part.get("id"), "status": "running"}
                     tools[str(part.get("id"))] = tool
                     calls.append(tool)
-            item["tools"] = calls
             if m.get("stopReason") == "error":
                 item["error"] = True
             if is_silent(item["text"]):
                 item["text"] = ""  # a silent NO_REPLY was never delivered
-            if not item["text"] and not calls:
-                continue  # an empty failed or silent turn: nothing to show
+            if not item["text"]:
+                carried += calls
+                continue
+            item["tools"], carried = carried + calls, []
+        elif carried:  # the tools ran but no reply followed (interrupted or failed)
+            items.append({"role": "assistant", "text": "", "tools": carried, "timestamp": entry.timestamp})
+            carried = []
         items.append(item)
+    if carried:
+        items.append({"role": "assistant", "text": "", "tools": carried, "timestamp": read.entries[-1].timestamp})
     return {"sessionKey": session_key, "sessionId": record.session_id, "messages": items[-limit:]}

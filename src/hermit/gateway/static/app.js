@@ -70,7 +70,7 @@
     line.dataset.status = status;
     line.dataset.name = name;
     const mark = status === "running" ? "⋯" : status === "done" ? "✓" : "✗";
-    line.textContent = "🔧 " + name + " " + mark + " " + status;
+    line.textContent = "▸ " + name + " " + mark + " " + status;
   }
 
   function notice(text, cls) {
