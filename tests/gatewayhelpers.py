@@ -88,12 +88,12 @@ def route_dm_main_group_own(msg: InboundMessage) -> Routed:
     return Routed("main", main_session_key("main"))
 
 
-def allow_all(msg: InboundMessage) -> Admission:
+def allow_all(msg: InboundMessage, agent_id: str) -> Admission:
     return Admission(True)
 
 
 def make_bus(rt: AgentRuntime, *channels: RecordingChannel, queue_limit: int = 8,
-             admit: Callable[[InboundMessage], Admission] = allow_all) -> Bus:
+             admit: Callable[[InboundMessage, str], Admission] = allow_all) -> Bus:
     return Bus(AgentHost({"main": rt}), route=route_dm_main_group_own, admit=admit,
                channels={(c.name, c.account_id): c for c in channels}, chunk=split_chunks, queue_limit=queue_limit)
 

@@ -10,14 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from agenthelpers import fixed_clock
 from gatewayhelpers import RecordingChannel, inbound, last_user_text, make_bus, runtime
+from hermit.agent.runtime import AgentRuntime
 from hermit.channels.base import StreamDelta, Target, ToolActivity, TurnEnd, Typing
+from hermit.config.load import build_config
+from hermit.config.paths import StatePaths
 from hermit.errors import ProviderError
 from hermit.gateway.bus import Admission
 from hermit.gateway.replies import APOLOGY, BUSY, NOT_PROCESSED
+from hermit.gateway.supervisor import Gateway
 from hermit.models.base import ModelRequest
 from hermit.sessions.transcript import CustomEntry, read_transcript
-from hermit.testing.scripted import Reply
+from hermit.testing.scripted import FunctionModel, Reply
 
 
 async def wait_for(cond: object, timeout: float = 10.0) -> None:
@@ -164,7 +169,7 @@ def test_refused_sender_gets_the_policy_answer_and_the_agent_is_never_called(tmp
         return "hi"
 
     ch = RecordingChannel()
-    bus = make_bus(runtime(tmp_path, model), ch, admit=lambda m: Admission(False, "Pairing code: ABCD2345", "pairing"))
+    bus = make_bus(runtime(tmp_path, model), ch, admit=lambda m, a: Admission(False, "Pairing code: ABCD2345", "pairing"))
 
     async def main() -> str:
         return await bus.publish(inbound("hello"))
@@ -261,3 +266,40 @@ def test_cancelled_turn_is_marked_interrupted_in_a_valid_transcript(tmp_path: Pa
     read = read_transcript(rt.store.transcript_path(record.session_id))
     assert read.problems == ()
     assert any(isinstance(e, CustomEntry) and e.custom_type == "interrupted" for e in read.entries)
+
+
+def test_the_gateway_routes_by_dm_scope_and_checks_access_before_the_agent(tmp_path: Path) -> None:
+    loaded = build_config({
+        "agents": {"defaults": {"timezone": "Europe/Paris", "session": {"dm_scope": "per-channel-peer"},
+                                "mention_patterns": ["\\bhermit\\b"]}},
+        "channels": {"telegram": {"accounts": {"default": {
+            "dm_policy": "pairing", "allow_from": ["friend"], "group_policy": "allowlist", "groups": ["g1"]}}}},
+    }, StatePaths(tmp_path))
+    asked: list[str] = []
+
+    def model(req: ModelRequest) -> Reply:
+        asked.append(last_user_text(req))
+        return "hello"
+
+    rt = AgentRuntime(loaded.agent(), FunctionModel(model), clock=fixed_clock, fsync=False, home=tmp_path)
+    ch = RecordingChannel()
+    gw = Gateway(loaded, tmp_path, {}, {"main": rt}, "t" * 40, host="127.0.0.1", port=0, channels=[ch],
+                 service_factories=[])
+
+    async def main() -> list[str]:
+        out = [await gw.bus.publish(inbound("hi", "stranger")),
+               await gw.bus.publish(inbound("hi again", "stranger")),
+               await gw.bus.publish(inbound("hi from a friend", "friend")),
+               await gw.bus.publish(inbound("chatter", "g1", kind="group")),
+               await gw.bus.publish(inbound("hey Hermit, lunch?", "g1", kind="group")),
+               await gw.bus.publish(inbound("hermit?", "g2", kind="group"))]
+        await gw.bus.drain(10)
+        return out
+
+    assert asyncio.run(main()) == ["refused", "refused", "queued", "refused", "queued", "refused"]
+    assert asked == ["hi from a friend", "hey Hermit, lunch?"]  # strangers never reach the agent
+    code_msgs = [m for m in ch.messages("stranger")]
+    assert len(code_msgs) == 1 and code_msgs[0].kind == "pairing" and "hermit pairing approve" in code_msgs[0].text
+    keys = {r.key for r in rt.store.list()}
+    assert keys == {"agent:main:telegram:dm:friend", "agent:main:telegram:group:g1"}
+    assert all(rt.sandboxed(k) for k in keys)  # neither is the main session

@@ -8,7 +8,9 @@ only while its queue has work. The bus is also the host the scheduler runs turns
 (`run_turn`, `deliver`, `busy`), so a heartbeat and a user message in one session never overlap.
 
 Routing and access are injected (`route`, `admit`), so this module knows only their results; the
-gateway's composition (supervisor.py) adapts the router and the access control to them.
+gateway's composition (supervisor.py) adapts agent.routing.Router and channels.access.AccessControl to
+them. A message is routed before it is checked, so a group's mention patterns are those of the agent
+that would answer; a refused sender is sent only what the policy says (a pairing code or nothing).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class Admission:
 
 
 RouteFn = Callable[[InboundMessage], Routed]
-AdmitFn = Callable[[InboundMessage], Admission]
+AdmitFn = Callable[[InboundMessage, str], Admission]  # (message, agent id it is routed to)
 
 
 @dataclass
@@ -96,19 +98,20 @@ class Bus:
         if not self._open:
             await send_safely(channel, OutboundMessage(Target.of(msg), NOT_PROCESSED, "notice"))
             return "refused"
-        if msg.channel not in self._trusted:
-            # Pairing codes are files in the state dir: keep that I/O off the loop.
-            admission = await asyncio.to_thread(self._admit, msg)
-            if not admission.allowed:
-                log.info("refused %s/%s sender %s: %s", msg.channel, msg.account_id, msg.sender_id, admission.reason)
-                if admission.reply:
-                    await deliver_text(channel, Target.of(msg), admission.reply, self._chunk, "pairing")
-                return "refused"
         try:
             routed = self._chosen(msg) if msg.session_key and msg.channel in self._trusted else self._route(msg)
         except HermitError as e:
             log.error("could not route %s/%s %s: %s", msg.channel, msg.account_id, msg.peer_id, e)
             return "ignored"
+        if msg.channel not in self._trusted:
+            # Routed first: a group's mention patterns are the answering agent's. Pairing codes are
+            # files in the state dir, so the check runs off the loop.
+            admission = await asyncio.to_thread(self._admit, msg, routed.agent_id)
+            if not admission.allowed:
+                log.info("refused %s/%s sender %s: %s", msg.channel, msg.account_id, msg.sender_id, admission.reason)
+                if admission.reply:
+                    await deliver_text(channel, Target.of(msg), admission.reply, self._chunk, "pairing")
+                return "refused"
         job = _Job(routed.agent_id, routed.session_key, msg.text, msg=msg)
         if not self._enqueue(job):
             await send_safely(channel, OutboundMessage(Target.of(msg), BUSY, "notice"))

@@ -24,8 +24,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hermit.agent.routing import Inbound, Router
+from hermit.agent.routing import RouteInput, Router
 from hermit.agent.runtime import AgentRuntime
+from hermit.channels.access import AccessControl, PairingStore
 from hermit.channels.base import Channel, ChannelDeps, InboundMessage
 from hermit.channels.webchat import WebchatChannel
 from hermit.config.load import LoadedConfig
@@ -38,7 +39,6 @@ from hermit.gateway.protocol import MAX_FRAME_BYTES
 from hermit.gateway.services import MemoryWatcher, Service, ServiceContext, build_services
 from hermit.gateway.state import GatewayLock
 from hermit.gateway.webchat_api import WebchatApi
-from hermit.sessions.keys import group_session_key, main_session_key
 
 log = logging.getLogger("hermit.gateway")
 
@@ -74,19 +74,25 @@ def split_chunks(text: str, max_chars: int, max_lines: int | None = None) -> lis
     return [text[i:i + max_chars] for i in range(0, len(text), max_chars)]
 
 
-def route_by_bindings(router: Router) -> Callable[[InboundMessage], Routed]:
+def route_with(router: Router) -> Callable[[InboundMessage], Routed]:
     def route(msg: InboundMessage) -> Routed:
-        group = msg.peer_id if msg.peer_kind == "group" else None
-        agent = router.route(Inbound(msg.channel, msg.account_id, msg.sender_id, group))
-        if group is not None:
-            return Routed(agent, group_session_key(agent, msg.channel, group, msg.thread_id))
-        return Routed(agent, main_session_key(agent))
+        r = router.resolve(RouteInput(msg.channel, msg.account_id, msg.peer_kind, msg.peer_id, msg.thread_id,
+                                      msg.topic_id, msg.guild_id, msg.team_id))
+        return Routed(r.agent_id, r.session_key)
 
     return route
 
 
-def refuse_all(msg: InboundMessage) -> Admission:
-    return Admission(False, None, "no access control configured for this channel")
+def admit_with(access: AccessControl, loaded: LoadedConfig) -> Callable[[InboundMessage, str], Admission]:
+    patterns = {a.id: a.settings.mention_patterns for a in loaded.agents}
+
+    def admit(msg: InboundMessage, agent_id: str) -> Admission:
+        d = access.check(msg.channel, msg.account_id, msg.peer_kind, msg.peer_id, msg.sender_id, text=msg.text,
+                         mentioned=msg.mentioned, reply_to_bot=msg.reply_to_bot,
+                         mention_patterns=patterns.get(agent_id, ()), sender_name=msg.sender_name)
+        return Admission(d.allowed, d.reply, d.reason)
+
+    return admit
 
 
 class Gateway:
@@ -106,7 +112,8 @@ class Gateway:
         deps = ChannelDeps(home, environ, clock)
         extra = build_channels(loaded, deps) if channels is None else channels
         self.channels: list[Channel] = ([self.webchat] if loaded.config.channels.webchat.enabled else []) + extra
-        self.bus = Bus(self.agents, route=route_by_bindings(Router.from_config(loaded)), admit=refuse_all,
+        access = AccessControl(loaded.config.channels, PairingStore(home, clock), clock)
+        self.bus = Bus(self.agents, route=route_with(Router.from_config(loaded)), admit=admit_with(access, loaded),
                        channels={(c.name, c.account_id): c for c in self.channels}, chunk=split_chunks,
                        queue_limit=self.cfg.queue_max_per_session)
         ctx = ServiceContext(self.bus, loaded, home, environ, clock)
