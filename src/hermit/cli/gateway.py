@@ -101,9 +101,9 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
     bus = st["bus"]
     print(f"gateway pid {st['pid']} on http://{st['host']}:{st['port']}/ · up {st['uptime_seconds']:.0f} s · "
           f"agents: {', '.join(st['agents'])}")
-    print(f"turns running {bus['turns_running']}, queued {bus['queued']}, sessions active {bus['sessions_active']}; "
-          f"messages queued {bus['queued_total'] if 'queued_total' in bus else bus['queued']} · web chat clients "
-          f"{st['webchat_clients']}")
+    print(f"turns running {bus['turns_running']}, waiting {bus['queued']}, sessions active {bus['sessions_active']}; "
+          f"since start: {bus['turns']} turns, {bus['refused']} refused, {bus['queue_full']} busy · web chat "
+          f"clients {st['webchat_clients']}")
     for ch in st["channels"]:
         state = "connected" if ch["connected"] else "disconnected"
         err = f" — {ch['last_error']}" if ch.get("last_error") else ""
