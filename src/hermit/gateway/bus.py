@@ -177,6 +177,8 @@ class Bus:
                 q.running = job
                 try:
                     await self._run(job)
+                except Exception:  # noqa: BLE001 - supervision boundary: the session's next messages still run
+                    log.exception("session %s: handling a message failed", key)
                 finally:
                     q.running = None
                     q.handled += 1
@@ -191,10 +193,13 @@ class Bus:
         if job.msg is None:
             assert job.result is not None
             try:
-                job.result.set_result(await self.host.run_turn(job.agent_id, job.session_key, job.text,
-                                                               heartbeat=job.heartbeat))
+                result = await self.host.run_turn(job.agent_id, job.session_key, job.text, heartbeat=job.heartbeat)
             except Exception as e:  # noqa: BLE001 - handed to the scheduler, which logs and backs off
-                job.result.set_exception(e)
+                if not job.result.done():  # the caller may have given up waiting
+                    job.result.set_exception(e)
+            else:
+                if not job.result.done():
+                    job.result.set_result(result)
             return
         msg = job.msg
         channel = self.channels[(msg.channel, msg.account_id)]
@@ -205,7 +210,7 @@ class Bus:
             self._chunk)
 
     async def _not_processed(self, job: _Job) -> None:
-        if job.result is not None:
+        if job.result is not None and not job.result.done():
             job.result.set_exception(ChannelError("the gateway stopped before this turn ran",
                                                   "it runs again at its next schedule"))
         elif job.msg is not None:

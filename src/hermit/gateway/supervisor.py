@@ -113,14 +113,16 @@ class Gateway:
         extra = build_channels(loaded, deps) if channels is None else channels
         self.channels: list[Channel] = ([self.webchat] if loaded.config.channels.webchat.enabled else []) + extra
         access = AccessControl(loaded.config.channels, PairingStore(home, clock), clock)
-        self.bus = Bus(self.agents, route=route_with(Router.from_config(loaded)), admit=admit_with(access, loaded),
+        router = Router.from_config(loaded)
+        self.bus = Bus(self.agents, route=route_with(router), admit=admit_with(access, loaded),
                        channels={(c.name, c.account_id): c for c in self.channels}, chunk=split_chunks,
                        queue_limit=self.cfg.queue_max_per_session)
         ctx = ServiceContext(self.bus, loaded, home, environ, clock)
         self.services: list[Service] = [MemoryWatcher(a, r.memory) for a, r in runtimes.items()
                                         if r.memory is not None and r.memory.cfg.sync.watch]
         self.services += build_services(ctx, service_factories)
-        api = WebchatApi(self.webchat, self.agents, token, loaded.agent().id, self.cfg.allowed_origins)
+        owner = router.resolve(RouteInput("webchat", "default", "dm", "owner")).session_key
+        api = WebchatApi(self.webchat, self.agents, token, owner, self.cfg.allowed_origins)
         self.app = build_app(api, token, self._status, webhook_routes(extra),
                              webchat=loaded.config.channels.webchat.enabled)
         self.started_at = clock()
@@ -162,10 +164,18 @@ class Gateway:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         await server.startup(sockets=[sock])
+        # One channel or service that cannot start (a revoked bot token) must not take the others down;
+        # its status says why.
         for ch in self.channels:
-            await ch.start(self.bus)
+            try:
+                await ch.start(self.bus)
+            except Exception:  # noqa: BLE001 - supervision boundary
+                log.exception("channel %s/%s did not start", ch.name, ch.account_id)
         for service in self.services:
-            await service.start()
+            try:
+                await service.start()
+            except Exception:  # noqa: BLE001 - supervision boundary
+                log.exception("service %s did not start", service.name)
         url = f"http://{self.host_name}:{self.port}/"
         if lock is not None:
             lock.publish({"pid": os.getpid(), "host": self.host_name, "port": self.port, "url": url,

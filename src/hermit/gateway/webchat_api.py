@@ -40,7 +40,7 @@ from hermit.gateway.protocol import (
     res_error,
     res_ok,
 )
-from hermit.sessions.keys import agent_id_of, main_session_key
+from hermit.sessions.keys import agent_id_of
 
 log = logging.getLogger("hermit.gateway.webchat")
 
@@ -75,12 +75,15 @@ def same_origin(origin: str, host: str | None, allowed: Iterable[str]) -> bool:
 
 
 class WebchatApi:
-    def __init__(self, channel: WebchatChannel, host: AgentHost, token: str, default_agent: str,
+    def __init__(self, channel: WebchatChannel, host: AgentHost, token: str, default_session: str,
                  allowed_origins: Iterable[str] = ()) -> None:
+        """`default_session`: where the web chat talks when the page names no session (the main session
+        of the agent the bindings give the web chat)."""
         self.channel = channel
         self.host = host
         self._token = token.encode()
-        self.default_agent = default_agent
+        self.default_session = default_session
+        self.default_agent = agent_id_of(default_session) or "main"
         self.allowed_origins = frozenset(allowed_origins)
 
     async def endpoint(self, ws: WebSocket) -> None:
@@ -117,6 +120,8 @@ class WebchatApi:
                         return
         except WebSocketDisconnect:
             return
+        except Exception:  # noqa: BLE001 - supervision boundary: one broken socket must not affect the others
+            log.exception("web chat connection of %s failed", client_id or "an unconnected client")
         finally:
             if client_id is not None:
                 self.channel.detach(client_id, sock)
@@ -136,12 +141,12 @@ class WebchatApi:
         await sock.send_raw(res_ok(req.id, {
             "type": "hello-ok", "protocol": PROTOCOL_VERSION, "clientId": client_id,
             "agents": sorted(self.host.runtimes), "defaultAgent": self.default_agent,
-            "mainSession": main_session_key(self.default_agent)}))
+            "mainSession": self.default_session}))
         return client_id
 
     def _session_key(self, key: str | None) -> str:
         if key is None:
-            return main_session_key(self.default_agent)
+            return self.default_session
         try:
             agent_id = agent_id_of(key)
         except HermitError:
