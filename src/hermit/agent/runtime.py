@@ -5,7 +5,9 @@ old one expired; open the session, decide its sandbox and privacy from the key, 
 the system prompt, load the history; let session maintenance (maintenance.py) give the agent its silent
 memory flush and compact when the context nears the window; run the loop (recording every message in
 the transcript and usage in sessions.json), recovering once from a context overflow by flush → compact
-→ retry; and return the reply with `delivered=False` for a silent NO_REPLY. Every request is built in
+→ retry; and return the reply with `delivered=False` for a silent NO_REPLY. A turn stopped through its
+`cancel` event (gateway shutdown) ends with an `interrupted` custom entry in the transcript and raises
+TurnCancelled. Every request is built in
 `build_request`, which prunes old tool output (SPEC §10) in what is sent, never in the transcript. The
 turn's value types live in turn.py.
 
@@ -36,7 +38,7 @@ from hermit.agent.context import (
     tools_block,
 )
 from hermit.agent.lifecycle import SessionStart, check_expiry, parse_compact_command
-from hermit.agent.loop import EventSink, LoopResult, run_loop
+from hermit.agent.loop import EventSink, LoopResult, TurnCancelled, run_loop
 from hermit.agent.maintenance import SessionMaintenance
 from hermit.agent.session_memory import save_session_memory
 from hermit.agent.turn import PruneMemo, ToolCallRecord, TurnContext, TurnNotes, TurnResult, resolve_timezone
@@ -283,11 +285,13 @@ class AgentRuntime:
                           compactions=notes.compactions, flushes=notes.flushes, reset=notes.reset)
 
     def run_turn(self, session_key: str, text: str, on_event: EventSink | None = None, *,
-                 stream: bool | None = None, heartbeat: bool = False, read_only: bool = False) -> TurnResult:
+                 stream: bool | None = None, heartbeat: bool = False, read_only: bool = False,
+                 cancel: threading.Event | None = None) -> TurnResult:
         """Answer one user message. Streams when `stream` (default: when `on_event` is given).
 
         `heartbeat` runs are never reset by the reset policy and get no memory flush; `read_only` turns
-        cannot write files or run commands (and get no flush either)."""
+        cannot write files or run commands (and get no flush either). Setting `cancel` stops the turn
+        between steps (see loop.py): the transcript gets an `interrupted` entry, TurnCancelled is raised."""
         with self._lock(session_key):
             self._check_key(session_key)
             notes = TurnNotes()
@@ -308,7 +312,7 @@ class AgentRuntime:
             turn = self._maintenance.before_turn(turn, text, heartbeat=heartbeat, read_only=read_only, notes=notes,
                                                  on_event=on_event)
             result = self._run(turn, text, on_event, stream=stream, heartbeat=heartbeat, read_only=read_only,
-                               notes=notes)
+                               notes=notes, cancel=cancel)
         reply = result.reply
         return TurnResult(
             reply=reply,
@@ -327,7 +331,8 @@ class AgentRuntime:
         )
 
     def _run(self, turn: TurnContext, text: str, on_event: EventSink | None, *, stream: bool | None,
-             heartbeat: bool, read_only: bool, notes: TurnNotes) -> LoopResult:
+             heartbeat: bool, read_only: bool, notes: TurnNotes,
+             cancel: threading.Event | None = None) -> LoopResult:
         transcript = self.store.open_transcript(turn.record)
         current = [turn]  # replaced when an overflow is recovered by compaction
 
@@ -360,7 +365,11 @@ class AgentRuntime:
                 on_event=on_event,
                 on_usage=usage,
                 on_overflow=recover,
+                cancel=cancel,
             )
+        except TurnCancelled as e:
+            transcript.append_custom("interrupted", {"reason": e.message})
+            raise
         except ContextOverflowError as e:
             if notes.overflow_failure is None:
                 raise

@@ -9,9 +9,10 @@ the same way. Channels check platform signatures themselves, before publishing a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from pathlib import Path
+from typing import Any, Literal, Protocol
 
 PeerKind = Literal["dm", "group"]
 AttachmentKind = Literal["image", "document", "audio", "video", "other"]
@@ -50,6 +51,9 @@ class InboundMessage:
     attachments: tuple[Attachment, ...] = ()
     received_at: float = 0.0  # epoch seconds, from the gateway's clock when the channel does not know
     meta: Mapping[str, str] = field(default_factory=dict)  # channel-private extras (never routed on)
+    # A session the sender chose (the web chat's session list). Honoured only for the gateway's own
+    # token-authenticated web chat; every other channel is routed by bindings and dm_scope.
+    session_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -161,3 +165,25 @@ class Channel(Protocol):
     async def stop(self) -> None: ...
 
     def status(self) -> ChannelStatus: ...
+
+
+@dataclass(frozen=True)
+class ChannelDeps:
+    """What the gateway gives a channel factory besides its account config: the state dir (for offsets,
+    inbox files), the environment (tokens are read by variable name here, never from config values),
+    and the clock."""
+
+    state_dir: Path
+    environ: Mapping[str, str]
+    clock: Callable[[], float]
+
+
+# How the gateway builds channels: `hermit.gateway.channels.CHANNEL_FACTORIES` maps a channel name to
+# "module:function" (imported only when that channel has an enabled account), and the function is
+#     create(deps: ChannelDeps, account_id: str, account_config: <Platform>AccountConfig) -> Channel
+# once per configured account. A channel that receives webhooks may also define
+#     def http_routes(self) -> Sequence[starlette.routing.BaseRoute]: ...
+# whose routes the gateway mounts under /hooks/<channel>/<account_id>/ on its HTTP server; those
+# requests carry no gateway token, so the channel checks the platform's signature before publishing.
+class WebhookChannel(Channel, Protocol):
+    def http_routes(self) -> Sequence[Any]: ...

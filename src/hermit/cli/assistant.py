@@ -51,11 +51,13 @@ def exec_environment(environ: Mapping[str, str], loaded: LoadedConfig) -> dict[s
     return {k: v for k, v in environ.items() if k not in secret}
 
 
-def build_runtime(ctx: CliContext) -> AgentRuntime:
+def build_runtime(ctx: CliContext, agent: AgentConfig | None = None, *, long_lived: bool = False) -> AgentRuntime:
+    """The runtime of `agent` (default: the CLI's agent); `long_lived` processes (the gateway) keep the
+    search matrix in memory."""
     loaded = ctx.config()
-    agent = ctx.agent()
+    agent = agent or ctx.agent()
     model = build_model(choose_model_ref(agent, loaded, ctx.environ), loaded.config.models, ctx.environ)
-    memory = ctx.memory_service(agent) if agent.settings.memory_search.enabled else None
+    memory = ctx.memory_service(agent, long_lived=long_lived) if agent.settings.memory_search.enabled else None
     return AgentRuntime(agent, model, memory=memory, exec_env=exec_environment(ctx.environ, loaded))
 
 

@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "hermit.cli.init", "hermit.cli.memory", "hermit.cli.doctor",
     "hermit.cli.agent", "hermit.cli.chat", "hermit.cli.sessions", "hermit.cli.agents",
     "hermit.cli.pairing", "hermit.cli.mcp",
+    "hermit.cli.gateway",
 )
 
 Handler = Callable[[CliContext, argparse.Namespace], int]

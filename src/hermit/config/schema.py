@@ -476,6 +476,11 @@ class ChannelsConfig(Strict):
 class GatewayConfig(Strict):
     host: str = "127.0.0.1"  # loopback by default; another address needs the token (always on)
     port: int = Field(18789, ge=1, le=65535)
+    shutdown_grace_seconds: float = Field(10.0, ge=0, le=600)  # in-flight turns may finish, then are cancelled
+    queue_max_per_session: int = Field(8, ge=1, le=1000)  # waiting messages per session; more get "busy"
+    allowed_origins: builtins.list[str] = Field(default_factory=builtins.list)  # extra web chat origins
+    log_max_bytes: int = Field(5_000_000, ge=10_000)  # <state>/logs/gateway.log rotates at this size
+    log_backups: int = Field(3, ge=0, le=100)
 
 
 class McpConfig(Strict):

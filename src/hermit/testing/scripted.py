@@ -153,3 +153,10 @@ class FunctionModel(_Base):
 
     def _next_reply(self, request: ModelRequest) -> Reply:
         return self.fn(request)
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        # `fn` runs outside the lock: it may block (a test holding a turn open) while other
+        # sessions' turns call the same model concurrently, as they do with a real provider.
+        with self._lock:
+            self.requests.append(request)
+        return self._to_response(self.fn(request), request)

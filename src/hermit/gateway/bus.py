@@ -1,0 +1,242 @@
+"""The bus: every inbound message is routed, access-checked and queued per session; turns run one at a
+time per session in arrival order, different sessions concurrently.
+
+`publish` (the InboundSink of channels/base.py) returns only once the message is queued or refused,
+so a channel that must not lose or repeat a message can commit its offset after it returns. Queues are
+bounded: a full queue answers the sender ("busy") instead of growing. A session's worker task exists
+only while its queue has work. The bus is also the host the scheduler runs turns through
+(`run_turn`, `deliver`, `busy`), so a heartbeat and a user message in one session never overlap.
+
+Routing and access are injected (`route`, `admit`), so this module knows only their results; the
+gateway's composition (supervisor.py) adapts agent.routing.Router and channels.access.AccessControl to
+them. A message is routed before it is checked, so a group's mention patterns are those of the agent
+that would answer; a refused sender is sent only what the policy says (a pairing code or nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hermit.agent.turn import TurnResult
+from hermit.channels.base import Channel, InboundMessage, OutboundMessage, PublishOutcome, Target
+from hermit.errors import ChannelError, HermitError, SessionError
+from hermit.gateway.agents import AgentHost
+from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
+from hermit.sessions.keys import agent_id_of
+
+log = logging.getLogger("hermit.gateway")
+
+
+@dataclass(frozen=True)
+class Routed:
+    agent_id: str
+    session_key: str
+
+
+@dataclass(frozen=True)
+class Admission:
+    allowed: bool
+    reply: str | None = None  # what the sender is told when refused (a pairing code, "not allowed"), if anything
+    reason: str = ""
+
+
+RouteFn = Callable[[InboundMessage], Routed]
+AdmitFn = Callable[[InboundMessage, str], Admission]  # (message, agent id it is routed to)
+
+
+@dataclass
+class _Job:
+    agent_id: str
+    session_key: str
+    text: str
+    msg: InboundMessage | None = None  # None: a scheduler turn, whose result goes back to the caller
+    heartbeat: bool = False
+    result: asyncio.Future[TurnResult] | None = None
+
+
+@dataclass
+class _SessionQueue:
+    jobs: asyncio.Queue[_Job]
+    worker: asyncio.Task[None] | None = None
+    running: _Job | None = None
+    handled: int = field(default=0)
+
+
+class Bus:
+    def __init__(self, host: AgentHost, *, route: RouteFn, admit: AdmitFn,
+                 channels: Mapping[tuple[str, str], Channel], chunk: Chunker, queue_limit: int = 8,
+                 trusted_channels: frozenset[str] = frozenset({"webchat"})) -> None:
+        self.host = host
+        self._route = route
+        self._admit = admit
+        self.channels = channels
+        self._chunk = chunk
+        self._limit = queue_limit
+        self._trusted = trusted_channels
+        self._queues: dict[str, _SessionQueue] = {}
+        self._open = True
+        self._turn_ids = itertools.count(1)
+        self.counts = {"queued": 0, "refused": 0, "queue_full": 0, "ignored": 0, "turns": 0}
+
+    # ---- intake -------------------------------------------------------------------------------------
+
+    async def publish(self, msg: InboundMessage) -> PublishOutcome:
+        outcome = await self._publish(msg)
+        self.counts[outcome] += 1
+        return outcome
+
+    async def _publish(self, msg: InboundMessage) -> PublishOutcome:
+        channel = self.channels.get((msg.channel, msg.account_id))
+        if channel is None:
+            log.error("message from unknown channel account %s/%s dropped", msg.channel, msg.account_id)
+            return "ignored"
+        if not self._open:
+            await send_safely(channel, OutboundMessage(Target.of(msg), NOT_PROCESSED, "notice"))
+            return "refused"
+        try:
+            routed = self._chosen(msg) if msg.session_key and msg.channel in self._trusted else self._route(msg)
+        except HermitError as e:
+            log.error("could not route %s/%s %s: %s", msg.channel, msg.account_id, msg.peer_id, e)
+            return "ignored"
+        if msg.channel not in self._trusted:
+            # Routed first: a group's mention patterns are the answering agent's. Pairing codes are
+            # files in the state dir, so the check runs off the loop.
+            admission = await asyncio.to_thread(self._admit, msg, routed.agent_id)
+            if not admission.allowed:
+                log.info("refused %s/%s sender %s: %s", msg.channel, msg.account_id, msg.sender_id, admission.reason)
+                if admission.reply:
+                    await deliver_text(channel, Target.of(msg), admission.reply, self._chunk, "pairing")
+                return "refused"
+        job = _Job(routed.agent_id, routed.session_key, msg.text, msg=msg)
+        if not self._enqueue(job):
+            await send_safely(channel, OutboundMessage(Target.of(msg), BUSY, "notice"))
+            return "queue_full"
+        return "queued"
+
+    def _chosen(self, msg: InboundMessage) -> Routed:
+        assert msg.session_key is not None
+        agent_id = agent_id_of(msg.session_key)
+        if agent_id is None or agent_id not in self.host.runtimes:
+            raise SessionError(f"session {msg.session_key!r} belongs to no agent of this gateway",
+                               "pick a session from sessions.list")
+        return Routed(agent_id, msg.session_key)
+
+    def _enqueue(self, job: _Job) -> bool:
+        q = self._queues.get(job.session_key)
+        if q is None:
+            q = self._queues[job.session_key] = _SessionQueue(asyncio.Queue(maxsize=self._limit))
+        try:
+            q.jobs.put_nowait(job)
+        except asyncio.QueueFull:
+            return False
+        if q.worker is None:
+            q.worker = asyncio.create_task(self._work(job.session_key, q), name=f"session {job.session_key}")
+        return True
+
+    # ---- the scheduler's host interface -------------------------------------------------------------
+
+    async def run_turn(self, agent_id: str, session_key: str, text: str, *, heartbeat: bool = False) -> TurnResult:
+        """Run a turn in a session through its queue (after what is already queued there); the result
+        comes back to the caller and nothing is sent to any channel. Raises ChannelError when the
+        gateway is stopping or the session's queue is full, and whatever the turn raised."""
+        if not self._open:
+            raise ChannelError("the gateway is stopping", "the job runs again at its next schedule")
+        fut: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
+        if not self._enqueue(_Job(agent_id, session_key, text, heartbeat=heartbeat, result=fut)):
+            raise ChannelError(f"session {session_key} is busy (its queue is full)", "try again later")
+        return await fut
+
+    async def deliver(self, target: Target, text: str) -> None:
+        """Send text to a channel conversation, chunked at the channel's limits."""
+        channel = self.channels.get((target.channel, target.account_id))
+        if channel is None:
+            raise ChannelError(f"no channel account {target.channel}/{target.account_id} in this gateway",
+                               "configure it under channels.<name>.accounts and restart the gateway")
+        if await deliver_text(channel, target, text, self._chunk) == 0 and text.strip():
+            raise ChannelError(f"{target.channel}/{target.account_id} could not deliver the message",
+                               "see the gateway log for the channel's error")
+
+    def busy(self, session_key: str) -> bool:
+        q = self._queues.get(session_key)
+        return q is not None and (q.running is not None or not q.jobs.empty())
+
+    # ---- workers ------------------------------------------------------------------------------------
+
+    async def _work(self, key: str, q: _SessionQueue) -> None:
+        try:
+            while not q.jobs.empty():
+                job = q.jobs.get_nowait()
+                if not self._open:
+                    await self._not_processed(job)
+                    continue
+                q.running = job
+                try:
+                    await self._run(job)
+                except Exception:  # noqa: BLE001 - supervision boundary: the session's next messages still run
+                    log.exception("session %s: handling a message failed", key)
+                finally:
+                    q.running = None
+                    q.handled += 1
+        finally:
+            # No await between the empty check and here: a publish cannot slip in unseen.
+            q.worker = None
+            if q.jobs.empty() and self._queues.get(key) is q:
+                del self._queues[key]
+
+    async def _run(self, job: _Job) -> None:
+        self.counts["turns"] += 1
+        if job.msg is None:
+            assert job.result is not None
+            try:
+                result = await self.host.run_turn(job.agent_id, job.session_key, job.text, heartbeat=job.heartbeat)
+            except Exception as e:  # noqa: BLE001 - handed to the scheduler, which logs and backs off
+                if not job.result.done():  # the caller may have given up waiting
+                    job.result.set_exception(e)
+            else:
+                if not job.result.done():
+                    job.result.set_result(result)
+            return
+        msg = job.msg
+        channel = self.channels[(msg.channel, msg.account_id)]
+        turn_id = f"t{next(self._turn_ids)}"
+        await run_and_reply(
+            channel, Target.of(msg), turn_id,
+            lambda on_event: self.host.run_turn(job.agent_id, job.session_key, job.text, on_event=on_event),
+            self._chunk)
+
+    async def _not_processed(self, job: _Job) -> None:
+        if job.result is not None and not job.result.done():
+            job.result.set_exception(ChannelError("the gateway stopped before this turn ran",
+                                                  "it runs again at its next schedule"))
+        elif job.msg is not None:
+            channel = self.channels.get((job.msg.channel, job.msg.account_id))
+            if channel is not None:
+                await send_safely(channel, OutboundMessage(Target.of(job.msg), NOT_PROCESSED, "notice"))
+
+    # ---- shutdown -----------------------------------------------------------------------------------
+
+    def close_intake(self) -> None:
+        """Stop taking messages: new ones are answered "not processed", queued ones are not started."""
+        self._open = False
+
+    def running(self) -> int:
+        return sum(1 for q in self._queues.values() if q.running is not None)
+
+    async def drain(self, timeout: float) -> bool:
+        """Wait for the session workers to finish (running turns complete, queued ones are answered);
+        True when all did within `timeout`."""
+        workers = [q.worker for q in self._queues.values() if q.worker is not None]
+        if not workers:
+            return True
+        _, pending = await asyncio.wait(workers, timeout=timeout)
+        return not pending
+
+    def status(self) -> dict[str, Any]:
+        return {"sessions_active": len(self._queues), "turns_running": self.running(),
+                "queued": sum(q.jobs.qsize() for q in self._queues.values()), "queue_limit": self._limit,
+                "accepting": self._open, **self.counts}

@@ -1,0 +1,73 @@
+"""The gateway's logging: stderr and a rotating file in the state dir, text or JSON, secrets masked.
+
+Every record passes a filter that replaces known secret values (the gateway token, provider API keys
+read from the environment) with `***` before any handler formats it, so neither the log file nor the
+terminal ever holds them, whichever library logged them. uvicorn's access log is off: page URLs
+carry the token.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+LOGGERS = ("hermit", "uvicorn", "uvicorn.error")
+
+
+class SecretMask(logging.Filter):
+    def __init__(self, secrets: Iterable[str]) -> None:
+        super().__init__()
+        self.secrets = sorted({s for s in secrets if s and len(s) >= 8}, key=len, reverse=True)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.secrets:
+            return True
+        text = record.getMessage()
+        masked = text
+        for s in self.secrets:
+            masked = masked.replace(s, "***")
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            for s in self.secrets:
+                record.exc_text = record.exc_text.replace(s, "***")
+        if masked != text:
+            record.msg, record.args = masked, None
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        obj = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+               "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage()}
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            obj["exc"] = record.exc_text
+        return json.dumps(obj, ensure_ascii=False)
+
+
+def setup_logging(log_dir: Path, fmt: str, secrets: Iterable[str], *, debug: bool = False,
+                  max_bytes: int = 5_000_000, backups: int = 3) -> Path:
+    """Attach the gateway's handlers to Hermit's and uvicorn's loggers; returns the log file path."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    path = log_dir / "gateway.log"
+    formatter: logging.Formatter = (JsonFormatter() if fmt == "json"
+                                    else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    mask = SecretMask(secrets)
+    handlers: list[logging.Handler] = [logging.StreamHandler(),
+                                       logging.handlers.RotatingFileHandler(path, maxBytes=max_bytes,
+                                                                            backupCount=backups, encoding="utf-8")]
+    for h in handlers:
+        h.setFormatter(formatter)
+        h.addFilter(mask)
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        logger.handlers = list(handlers)
+        logger.setLevel(logging.DEBUG if debug else logging.INFO)
+        logger.propagate = False
+    return path

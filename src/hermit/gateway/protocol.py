@@ -1,0 +1,127 @@
+"""The gateway's WebSocket frames (SPEC §15): parsing client requests and building responses and events.
+
+Client → gateway: `{"type": "req", "id": str, "method": str, "params": {...}}`; the first must be
+`connect` with the token. Gateway → client: `{"type": "res", "id", "ok": true, "payload"}` or
+`{"type": "res", "id", "ok": false, "error": {"code", "message", "hint"}}`, and
+`{"type": "event", "event", "payload", "seq"}` with `seq` counting up per connection.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+PROTOCOL_VERSION = 1
+MAX_FRAME_BYTES = 256 * 1024  # a chat message, generously; anything larger is refused and the socket closed
+
+# Close codes (RFC 6455 + the 4000-4999 private range).
+CLOSE_TOO_BIG = 1009
+CLOSE_POLICY = 1008
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_PROTOCOL = 4400
+
+METHODS = ("chat.send", "chat.history", "sessions.list", "sessions.new")
+
+
+class ProtocolError(Exception):
+    """A frame the gateway cannot act on: answered with an error response (and `close` to end the socket)."""
+
+    def __init__(self, code: str, message: str, hint: str = "", *, request_id: str | None = None,
+                 close: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.hint = hint
+        self.request_id = request_id
+        self.close = close
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ConnectParams(_Params):
+    token: str = Field(min_length=1, max_length=512)
+    client_id: str | None = Field(None, alias="clientId", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    client: str | None = Field(None, max_length=200)  # e.g. "hermit-webchat/1"
+
+
+class SendParams(_Params):
+    text: str = Field(min_length=1, max_length=100_000)
+    session_key: str | None = Field(None, alias="sessionKey", max_length=300)
+
+
+class HistoryParams(_Params):
+    session_key: str | None = Field(None, alias="sessionKey", max_length=300)
+    limit: int = Field(200, ge=1, le=2000)
+
+
+class ListParams(_Params):
+    pass
+
+
+class NewParams(_Params):
+    session_key: str | None = Field(None, alias="sessionKey", max_length=300)
+
+
+PARAMS: dict[str, type[_Params]] = {"connect": ConnectParams, "chat.send": SendParams,
+                                    "chat.history": HistoryParams, "sessions.list": ListParams,
+                                    "sessions.new": NewParams}
+
+
+@dataclass(frozen=True)
+class Request:
+    id: str
+    method: str
+    params: Any  # the method's params model
+
+
+def parse_request(raw: str | bytes) -> Request:
+    """One client frame → Request, or ProtocolError saying exactly what is wrong with it."""
+    if len(raw) > MAX_FRAME_BYTES:
+        raise ProtocolError("frame_too_large", f"frame of {len(raw):,} bytes is over the {MAX_FRAME_BYTES:,} limit",
+                            "send shorter messages", close=CLOSE_TOO_BIG)
+    try:
+        frame = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ProtocolError("bad_json", f"the frame is not valid JSON ({e})", "send one JSON object per frame") from e
+    if not isinstance(frame, dict):
+        raise ProtocolError("bad_frame", "the frame is not a JSON object", 'send {"type": "req", ...}')
+    rid = frame.get("id")
+    request_id = rid if isinstance(rid, str) and 0 < len(rid) <= 100 else None
+    if frame.get("type") != "req":
+        raise ProtocolError("bad_frame", f"frame type {frame.get('type')!r} is not 'req'",
+                            "clients send only req frames", request_id=request_id)
+    if request_id is None:
+        raise ProtocolError("bad_frame", "the request has no 'id' (a string of 1-100 characters)",
+                            "give every request an id; its response carries the same id")
+    method = frame.get("method")
+    model = PARAMS.get(method) if isinstance(method, str) else None
+    if model is None:
+        raise ProtocolError("unknown_method", f"unknown method {method!r}",
+                            f"methods: connect, {', '.join(METHODS)}", request_id=request_id)
+    params = frame.get("params", {})
+    try:
+        parsed = model.model_validate(params if params is not None else {})
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "params"
+        raise ProtocolError("bad_params", f"{method}: {where}: {first['msg']}",
+                            "see the protocol in the README", request_id=request_id) from e
+    return Request(request_id, method, parsed)  # type: ignore[arg-type]
+
+
+def res_ok(request_id: str, payload: Any) -> str:
+    return json.dumps({"type": "res", "id": request_id, "ok": True, "payload": payload}, ensure_ascii=False)
+
+
+def res_error(request_id: str | None, code: str, message: str, hint: str = "") -> str:
+    return json.dumps({"type": "res", "id": request_id, "ok": False,
+                       "error": {"code": code, "message": message, "hint": hint}}, ensure_ascii=False)
+
+
+def event_frame(event: str, payload: Any, seq: int) -> str:
+    return json.dumps({"type": "event", "event": event, "payload": payload, "seq": seq}, ensure_ascii=False)

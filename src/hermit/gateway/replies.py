@@ -1,0 +1,109 @@
+"""Reply shaping: one turn's events and result turned into what a channel is sent (SPEC §15).
+
+Streaming channels (web chat) get StreamDelta / ToolActivity as the turn runs; the others get the
+whole reply at the end, chunked at the channel's limit. A silent NO_REPLY turn sends nothing; a failed
+turn sends a short apology (the detail goes to the log, never to the chat); Typing is on while the
+turn runs; TurnEnd closes every turn. A channel that fails to deliver is logged, never fatal to the
+turn or the session queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from hermit.agent.loop import AgentEvent, TextChunk, ToolFinished, ToolStarted, TurnCancelled
+from hermit.agent.turn import TurnResult
+from hermit.channels.base import (
+    Channel,
+    Outbound,
+    OutboundMessage,
+    StreamDelta,
+    Target,
+    ToolActivity,
+    TurnEnd,
+    Typing,
+)
+
+log = logging.getLogger("hermit.gateway")
+
+APOLOGY = "Sorry — something went wrong while I was answering. Please try again in a moment."
+BUSY = "⏳ I'm still working through your earlier messages — please try again in a moment."
+NOT_PROCESSED = "Hermit is restarting and did not get to this message — please send it again."
+Chunker = Callable[[str, int, "int | None"], list[str]]
+RunTurn = Callable[[Callable[[AgentEvent], None]], Awaitable[TurnResult]]
+
+
+async def send_safely(channel: Channel, item: Outbound) -> bool:
+    """Deliver one item; a channel failure is logged with context and reported as False."""
+    try:
+        await channel.send(item)
+        return True
+    except Exception:  # noqa: BLE001 - supervision boundary: one channel's failure must not stop the bus
+        log.exception("channel %s/%s could not deliver %s", channel.name, channel.account_id, type(item).__name__)
+        return False
+
+
+async def deliver_text(channel: Channel, target: Target, text: str, chunk: Chunker,
+                       kind: str = "reply") -> int:
+    """Send `text` as one or more messages within the channel's limits; returns how many were sent."""
+    caps = channel.capabilities
+    sent = 0
+    for piece in chunk(text, caps.max_chars, caps.max_lines):
+        if await send_safely(channel, OutboundMessage(target, piece, kind)):  # type: ignore[arg-type]
+            sent += 1
+    return sent
+
+
+async def run_and_reply(channel: Channel, target: Target, turn_id: str, run: RunTurn,
+                        chunk: Chunker) -> TurnResult | None:
+    """Run one turn for a channel conversation and deliver what it produced."""
+    caps = channel.capabilities
+    outbox: asyncio.Queue[Outbound | None] = asyncio.Queue()
+
+    async def pump() -> None:  # one consumer keeps the channel's items in the order they were made
+        while (item := await outbox.get()) is not None:
+            await send_safely(channel, item)
+
+    streamed = [False]
+
+    def on_event(event: AgentEvent) -> None:
+        if not caps.streaming:
+            return
+        if isinstance(event, TextChunk) and event.text:
+            streamed[0] = True
+            outbox.put_nowait(StreamDelta(target, turn_id, event.text))
+        elif isinstance(event, ToolStarted):
+            outbox.put_nowait(ToolActivity(target, turn_id, event.call_id, event.name, "running"))
+        elif isinstance(event, ToolFinished):
+            outbox.put_nowait(ToolActivity(target, turn_id, event.run.call.id, event.run.call.name,
+                                           "failed" if event.run.result.is_error else "done"))
+
+    pumping = asyncio.create_task(pump())
+    if caps.typing:
+        outbox.put_nowait(Typing(target, True))
+    result: TurnResult | None = None
+    status = "done"
+    try:
+        result = await run(on_event)
+    except TurnCancelled:
+        status = "interrupted"
+    except Exception as e:  # noqa: BLE001 - supervision boundary: the user gets an apology, the log the detail
+        log.error("turn %s for %s/%s failed: %s", turn_id, target.channel, target.peer_id, e,
+                  exc_info=not hasattr(e, "hint"))
+        status = "error"
+    if status == "error":
+        for piece in chunk(APOLOGY, caps.max_chars, caps.max_lines):
+            outbox.put_nowait(OutboundMessage(target, piece, "error"))
+    elif result is not None and not result.delivered:
+        status = "silent"
+    elif result is not None and not streamed[0]:  # not streamed: a reply from /new, or a plain channel
+        for piece in chunk(result.reply, caps.max_chars, caps.max_lines):
+            outbox.put_nowait(OutboundMessage(target, piece, "reply"))
+    if caps.typing:
+        outbox.put_nowait(Typing(target, False))
+    outbox.put_nowait(TurnEnd(target, turn_id, status))  # type: ignore[arg-type]
+    outbox.put_nowait(None)
+    await pumping
+    return result

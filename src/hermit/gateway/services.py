@@ -1,0 +1,110 @@
+"""Long-lived services the gateway runs beside the channels, and the one list that composes them.
+
+A service is any object with `name`, `async start()`, `async stop()` and `status() -> dict`
+(`hermit gateway status` prints each status). `SERVICE_FACTORIES` is the registration point: each
+entry is "module:function", imported when the gateway starts, called as `factory(ctx)` with a
+`ServiceContext`, returning a service or None (nothing to run for this config). The scheduler
+registers here; through `ctx.host` (the bus) it runs turns in sessions and delivers replies:
+
+    result = await ctx.host.run_turn(agent_id, session_key, text, heartbeat=True)  # -> TurnResult
+    await ctx.host.deliver(Target(channel, account_id, "dm", peer_id), text)      # chunked, sent
+    ctx.host.busy(session_key)                                                     # a turn queued/running?
+
+`run_turn` goes through the session's FIFO queue, so it never overlaps a user's turn in that session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from hermit.config.load import LoadedConfig
+from hermit.gateway.bus import Bus
+from hermit.memory.service import MemoryService
+from hermit.memory.sync import SyncReport
+
+log = logging.getLogger("hermit.gateway")
+
+
+class Service(Protocol):
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class ServiceContext:
+    host: Bus
+    loaded: LoadedConfig
+    state_dir: Path
+    environ: Mapping[str, str]
+    clock: Callable[[], float]
+
+
+# "module:function" entries; the scheduler adds its own line here.
+SERVICE_FACTORIES: list[str] = []
+
+
+def build_services(ctx: ServiceContext, factories: list[str] | None = None) -> list[Service]:
+    services = []
+    for ref in SERVICE_FACTORIES if factories is None else factories:
+        module, _, func = ref.partition(":")
+        service = getattr(importlib.import_module(module), func)(ctx)
+        if service is not None:
+            services.append(service)
+    return services
+
+
+class MemoryWatcher:
+    """Re-indexes an agent's memory when its Markdown changes on disk (hermit.memory.watch), so notes
+    edited while the gateway runs are searchable without a restart. The watcher blocks, so it runs in
+    a thread that `stop` ends through its stop event."""
+
+    def __init__(self, agent_id: str, memory: MemoryService) -> None:
+        self.name = f"memory-watch:{agent_id}"
+        self.memory = memory
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last: SyncReport | None = None
+        self._error: str | None = None
+
+    async def start(self) -> None:
+        from hermit.memory.watch import watch_memory
+
+        cfg = self.memory.cfg
+
+        def run() -> None:
+            try:
+                self._last = self.memory.sync()
+                watch_memory(self.memory.workspace, cfg.extra_paths, self.memory.sync,
+                             debounce_ms=cfg.sync.debounce_ms, stop=self._stop, on_report=self._report)
+            except Exception as e:  # noqa: BLE001 - supervision boundary: search still works, just not live
+                self._error = str(e)
+                log.exception("%s stopped", self.name)
+
+        self._thread = threading.Thread(target=run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _report(self, report: SyncReport) -> None:
+        self._last = report
+        if report.files_indexed or report.files_deleted:
+            log.info("%s: %s", self.name, report.summary())
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 5.0)
+
+    def status(self) -> dict[str, Any]:
+        return {"running": self._thread is not None and self._thread.is_alive(), "error": self._error,
+                "last_sync": self._last.summary() if self._last else None}

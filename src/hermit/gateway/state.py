@@ -1,0 +1,133 @@
+"""The gateway's files in the state dir: the access token (owner-only) and the one-gateway lock.
+
+`<state>/gateway/token`: 32 random bytes, URL-safe, created on first start with mode 0600 in a 0700
+directory. A token file that other users can read is refused (fail closed) rather than trusted: the
+token is the only thing between a local process or, on a non-loopback bind, the network and the
+owner's assistant. `<state>/gateway/gateway.lock` is flock'd for the gateway's lifetime and holds its
+pid, host and port, so a second gateway on the same state dir is refused and `hermit gateway status`
+finds the running one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hermit.errors import ConfigError, HermitError
+
+
+class GatewayLocked(HermitError):
+    """Another gateway already runs on this state dir."""
+
+
+def gateway_dir(home: Path) -> Path:
+    return home / "gateway"
+
+
+def token_path(home: Path) -> Path:
+    return gateway_dir(home) / "token"
+
+
+def lock_path(home: Path) -> Path:
+    return gateway_dir(home) / "gateway.lock"
+
+
+def _private_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+
+
+def check_token_file(path: Path) -> str:
+    """The token in `path`, refused unless the file is a regular file owned by us and not readable by others."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise ConfigError(f"no gateway token at {path}", "start the gateway once (`hermit gateway run`) to "
+                          "create it") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{path} is not a regular file", f"remove it; the gateway creates a new token: rm {path}")
+    if st.st_uid != os.getuid():
+        raise ConfigError(f"{path} belongs to another user", f"remove it and restart the gateway: rm {path}")
+    if st.st_mode & 0o077:
+        raise ConfigError(f"gateway token {path} is readable by other users (mode {stat.S_IMODE(st.st_mode):o})",
+                          f"chmod 600 {path} (or delete it for a new token)")
+    token = path.read_text(encoding="utf-8").strip()
+    if len(token) < 32:
+        raise ConfigError(f"gateway token in {path} is too short", f"delete it for a new one: rm {path}")
+    return token
+
+
+def ensure_token(home: Path) -> str:
+    """The gateway token, created (0600) on first use."""
+    path = token_path(home)
+    _private_dir(path.parent)
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    return check_token_file(path)
+
+
+@dataclass
+class GatewayLock:
+    """The flock'd lock file of the running gateway; released when the process ends, whatever the cause."""
+
+    path: Path
+    fd: int
+
+    @classmethod
+    def acquire(cls, home: Path) -> GatewayLock:
+        path = lock_path(home)
+        _private_dir(path.parent)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            info = read_lock_info(home) or {}
+            where = f" (pid {info.get('pid')}, http://{info.get('host')}:{info.get('port')})" if info else ""
+            raise GatewayLocked(f"another gateway is already running on {home}{where}",
+                                "stop it first (Ctrl-C or kill its pid), or use another --home") from None
+        return cls(path, fd)
+
+    def publish(self, info: dict[str, Any]) -> None:
+        data = json.dumps(info).encode()
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, data, 0)
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            os.ftruncate(self.fd, 0)
+        os.close(self.fd)  # closing drops the flock
+
+
+def read_lock_info(home: Path) -> dict[str, Any] | None:
+    """What the running gateway published in its lock file, or None when no gateway holds it."""
+    path = lock_path(home)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            data = os.read(fd, 65536)
+            try:
+                info = json.loads(data or b"{}")
+            except ValueError:
+                return {}
+            return info if isinstance(info, dict) else {}
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None  # nobody holds it: no gateway is running
+    finally:
+        os.close(fd)

@@ -1,0 +1,229 @@
+"""The gateway process: composes agents, the bus, channels, services and the HTTP server, and runs
+them until SIGTERM/SIGINT, then shuts down in order.
+
+Shutdown: stop taking messages (new ones are answered "not processed"), let running turns finish for
+`gateway.shutdown_grace_seconds`, then set their cancel events and give them a few seconds to stop
+between steps (the runtime records an `interrupted` entry); a turn still blocked in a provider call
+after that is marked interrupted here and abandoned with its daemon thread. Then services and
+channels stop, the HTTP server closes, runtimes close and the lock is released; the exit code is 0.
+A second signal skips the grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from hermit.agent.routing import RouteInput, Router
+from hermit.agent.runtime import AgentRuntime
+from hermit.channels.access import AccessControl, PairingStore
+from hermit.channels.base import Channel, ChannelDeps, InboundMessage
+from hermit.channels.webchat import WebchatChannel
+from hermit.config.load import LoadedConfig
+from hermit.errors import ConfigError
+from hermit.gateway.agents import AgentHost
+from hermit.gateway.app import build_app
+from hermit.gateway.bus import Admission, Bus, Routed
+from hermit.gateway.channels import build_channels, webhook_routes
+from hermit.gateway.protocol import MAX_FRAME_BYTES
+from hermit.gateway.services import MemoryWatcher, Service, ServiceContext, build_services
+from hermit.gateway.state import GatewayLock
+from hermit.gateway.webchat_api import WebchatApi
+
+log = logging.getLogger("hermit.gateway")
+
+CANCEL_WAIT_SECONDS = 3.0  # after the grace period: how long cancelled turns get to stop between steps
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}",
+                          "pick another port with --port (or gateway.port), or stop what uses it") from e
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+def split_chunks(text: str, max_chars: int, max_lines: int | None = None) -> list[str]:
+    """Stand-in until channels.chunking lands: hard splits at the character limit."""
+    return [text[i:i + max_chars] for i in range(0, len(text), max_chars)]
+
+
+def route_with(router: Router) -> Callable[[InboundMessage], Routed]:
+    def route(msg: InboundMessage) -> Routed:
+        r = router.resolve(RouteInput(msg.channel, msg.account_id, msg.peer_kind, msg.peer_id, msg.thread_id,
+                                      msg.topic_id, msg.guild_id, msg.team_id))
+        return Routed(r.agent_id, r.session_key)
+
+    return route
+
+
+def admit_with(access: AccessControl, loaded: LoadedConfig) -> Callable[[InboundMessage, str], Admission]:
+    patterns = {a.id: a.settings.mention_patterns for a in loaded.agents}
+
+    def admit(msg: InboundMessage, agent_id: str) -> Admission:
+        d = access.check(msg.channel, msg.account_id, msg.peer_kind, msg.peer_id, msg.sender_id, text=msg.text,
+                         mentioned=msg.mentioned, reply_to_bot=msg.reply_to_bot,
+                         mention_patterns=patterns.get(agent_id, ()), sender_name=msg.sender_name)
+        return Admission(d.allowed, d.reply, d.reason)
+
+    return admit
+
+
+class Gateway:
+    def __init__(self, loaded: LoadedConfig, home: Path, environ: Mapping[str, str],
+                 runtimes: Mapping[str, AgentRuntime], token: str, *, host: str, port: int,
+                 clock: Callable[[], float] = time.time, channels: list[Channel] | None = None,
+                 service_factories: list[str] | None = None) -> None:
+        self.loaded = loaded
+        self.home = home
+        self.cfg = loaded.config.gateway
+        self.host_name = host
+        self.port = port
+        self.clock = clock
+        self.token = token
+        self.agents = AgentHost(runtimes)
+        self.webchat = WebchatChannel(clock)
+        deps = ChannelDeps(home, environ, clock)
+        extra = build_channels(loaded, deps) if channels is None else channels
+        self.channels: list[Channel] = ([self.webchat] if loaded.config.channels.webchat.enabled else []) + extra
+        access = AccessControl(loaded.config.channels, PairingStore(home, clock), clock)
+        router = Router.from_config(loaded)
+        self.bus = Bus(self.agents, route=route_with(router), admit=admit_with(access, loaded),
+                       channels={(c.name, c.account_id): c for c in self.channels}, chunk=split_chunks,
+                       queue_limit=self.cfg.queue_max_per_session)
+        ctx = ServiceContext(self.bus, loaded, home, environ, clock)
+        self.services: list[Service] = [MemoryWatcher(a, r.memory) for a, r in runtimes.items()
+                                        if r.memory is not None and r.memory.cfg.sync.watch]
+        self.services += build_services(ctx, service_factories)
+        owner = router.resolve(RouteInput("webchat", "default", "dm", "owner")).session_key
+        api = WebchatApi(self.webchat, self.agents, token, owner, self.cfg.allowed_origins)
+        self.app = build_app(api, token, self._status, webhook_routes(extra),
+                             webchat=loaded.config.channels.webchat.enabled)
+        self.started_at = clock()
+        self.stopping = asyncio.Event()
+        self.force = asyncio.Event()
+
+    async def _status(self) -> dict[str, Any]:
+        services: dict[str, Any] = {}
+        for s in self.services:
+            try:
+                services[s.name] = s.status()
+            except Exception as e:  # noqa: BLE001 - status must answer even when one service is broken
+                services[s.name] = {"error": str(e)}
+        return {"pid": os.getpid(), "host": self.host_name, "port": self.port,
+                "uptime_seconds": round(self.clock() - self.started_at, 1), "agents": sorted(self.agents.runtimes),
+                "bus": self.bus.status(), "channels": [asdict(c.status()) for c in self.channels],
+                "webchat_clients": self.webchat.clients(), "services": services}
+
+    def request_stop(self) -> None:
+        if self.stopping.is_set():
+            self.force.set()  # a second signal: skip the grace period
+        self.stopping.set()
+
+    async def serve(self, lock: GatewayLock | None = None, on_ready: Callable[[str], None] | None = None) -> int:
+        import uvicorn
+
+        sock = bind_socket(self.host_name, self.port)
+        self.port = sock.getsockname()[1]
+        if not is_loopback(self.host_name):
+            log.warning("listening on %s, reachable from other machines: every client needs the token, and the "
+                        "connection is not encrypted (put a TLS proxy in front of it)", self.host_name)
+        config = uvicorn.Config(self.app, log_config=None, access_log=False, lifespan="off",
+                                ws_max_size=4 * MAX_FRAME_BYTES, ws_ping_interval=20, ws_ping_timeout=20,
+                                timeout_graceful_shutdown=2)
+        config.load()
+        server = uvicorn.Server(config)
+        server.lifespan = config.lifespan_class(config)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        await server.startup(sockets=[sock])
+        # One channel or service that cannot start (a revoked bot token) must not take the others down;
+        # its status says why.
+        for ch in self.channels:
+            try:
+                await ch.start(self.bus)
+            except Exception:  # noqa: BLE001 - supervision boundary
+                log.exception("channel %s/%s did not start", ch.name, ch.account_id)
+        for service in self.services:
+            try:
+                await service.start()
+            except Exception:  # noqa: BLE001 - supervision boundary
+                log.exception("service %s did not start", service.name)
+        url = f"http://{self.host_name}:{self.port}/"
+        if lock is not None:
+            lock.publish({"pid": os.getpid(), "host": self.host_name, "port": self.port, "url": url,
+                          "started": self.started_at})
+        log.info("gateway listening on %s (agents: %s; channels: %s)", url, ", ".join(sorted(self.agents.runtimes)),
+                 ", ".join(f"{c.name}/{c.account_id}" for c in self.channels) or "none")
+        if on_ready is not None:
+            on_ready(url)
+        await self.stopping.wait()
+        await self.shutdown(server, sock)
+        return 0
+
+    async def shutdown(self, server: Any, sock: socket.socket) -> None:
+        grace = self.cfg.shutdown_grace_seconds
+        log.info("stopping: no new messages; %d turn(s) running get up to %.0f s to finish", self.bus.running(), grace)
+        self.bus.close_intake()
+        drained = await self._drain(grace)
+        if not drained:
+            n = self.agents.cancel_all()
+            log.warning("grace period over: cancelling %d turn(s)", n)
+            drained = await self.bus.drain(CANCEL_WAIT_SECONDS)
+        if not drained:
+            stuck = self.agents.mark_stuck_interrupted()
+            log.warning("abandoning %d turn(s) still waiting on the model; marked interrupted: %s", len(stuck),
+                        ", ".join(stuck))
+        for service in reversed(self.services):
+            try:
+                await asyncio.wait_for(service.stop(), 10)
+            except Exception:  # noqa: BLE001 - supervision boundary: stop the rest anyway
+                log.exception("service %s did not stop cleanly", service.name)
+        for ch in reversed(self.channels):
+            try:
+                await asyncio.wait_for(ch.stop(), 10)
+            except Exception:  # noqa: BLE001 - supervision boundary: stop the rest anyway
+                log.exception("channel %s/%s did not stop cleanly", ch.name, ch.account_id)
+        server.should_exit = True
+        with contextlib.suppress(Exception):  # connections already closed by the channels
+            await asyncio.wait_for(server.shutdown(sockets=[sock]), 5)
+        if drained:
+            self.agents.close()
+        log.info("gateway stopped")
+
+    async def _drain(self, grace: float) -> bool:
+        drain = asyncio.create_task(self.bus.drain(grace))
+        force = asyncio.create_task(self.force.wait())
+        await asyncio.wait({drain, force}, return_when=asyncio.FIRST_COMPLETED)
+        force.cancel()
+        if drain.done():
+            return drain.result()
+        drain.cancel()
+        return False

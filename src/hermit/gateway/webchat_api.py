@@ -1,0 +1,196 @@
+"""The web chat's WebSocket endpoint: Origin and token checks, the §15 request methods, event delivery.
+
+A connection must open with `connect` carrying the gateway token (compared in constant time); a bad
+token, a first frame that is not `connect`, or a frame over the size limit closes the socket with a
+clear error frame first. After `connect`, a malformed frame or an unknown method gets an error
+response and the socket stays open. The Origin header, when a browser sends one, must be the page's
+own origin (or one listed in `gateway.allowed_origins`), so another web site open in the same browser
+cannot drive the assistant even if it learned the port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import secrets
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from hermit.channels.webchat import WebchatChannel
+from hermit.errors import HermitError
+from hermit.gateway.agents import AgentHost
+from hermit.gateway.history import chat_history, list_sessions
+from hermit.gateway.protocol import (
+    CLOSE_POLICY,
+    CLOSE_PROTOCOL,
+    CLOSE_UNAUTHORIZED,
+    PROTOCOL_VERSION,
+    ConnectParams,
+    HistoryParams,
+    NewParams,
+    ProtocolError,
+    Request,
+    SendParams,
+    event_frame,
+    parse_request,
+    res_error,
+    res_ok,
+)
+from hermit.sessions.keys import agent_id_of
+
+log = logging.getLogger("hermit.gateway.webchat")
+
+
+class _Socket:
+    """One accepted WebSocket: numbered events, one writer at a time."""
+
+    def __init__(self, ws: WebSocket) -> None:
+        self.ws = ws
+        self.seq = 0
+        self._lock = asyncio.Lock()
+
+    async def send_raw(self, text: str) -> None:
+        async with self._lock:
+            await self.ws.send_text(text)
+
+    async def send_event(self, event: str, payload: dict[str, Any]) -> None:
+        async with self._lock:
+            self.seq += 1
+            await self.ws.send_text(event_frame(event, payload, self.seq))
+
+    async def close(self, code: int, reason: str) -> None:
+        async with self._lock:
+            await self.ws.close(code, reason)
+
+
+def same_origin(origin: str, host: str | None, allowed: Iterable[str]) -> bool:
+    if origin in allowed:
+        return True
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and host is not None and parts.netloc.lower() == host.lower()
+
+
+class WebchatApi:
+    def __init__(self, channel: WebchatChannel, host: AgentHost, token: str, default_session: str,
+                 allowed_origins: Iterable[str] = ()) -> None:
+        """`default_session`: where the web chat talks when the page names no session (the main session
+        of the agent the bindings give the web chat)."""
+        self.channel = channel
+        self.host = host
+        self._token = token.encode()
+        self.default_session = default_session
+        self.default_agent = agent_id_of(default_session) or "main"
+        self.allowed_origins = frozenset(allowed_origins)
+
+    async def endpoint(self, ws: WebSocket) -> None:
+        await ws.accept()
+        sock = _Socket(ws)
+        origin = ws.headers.get("origin")
+        if origin is not None and not same_origin(origin, ws.headers.get("host"), self.allowed_origins):
+            log.warning("web chat connection from origin %s refused", origin)
+            await sock.send_raw(res_error(None, "origin_refused", f"origin {origin} may not use this gateway",
+                                          "open the web chat from the gateway's own address, or add the origin "
+                                          "to gateway.allowed_origins"))
+            await sock.close(CLOSE_POLICY, "origin not allowed")
+            return
+        client_id: str | None = None
+        try:
+            while True:
+                raw = await ws.receive()
+                if raw["type"] == "websocket.disconnect":
+                    return
+                data = raw.get("text")
+                if data is None:
+                    data = raw.get("bytes") or b""
+                try:
+                    req = parse_request(data)
+                    if client_id is None:
+                        client_id = await self._connect(sock, req)
+                        continue
+                    await self._dispatch(sock, client_id, req)
+                except ProtocolError as e:
+                    await sock.send_raw(res_error(e.request_id, e.code, e.message, e.hint))
+                    close = e.close or (CLOSE_PROTOCOL if client_id is None else None)
+                    if close is not None:
+                        await sock.close(close, e.code)
+                        return
+        except WebSocketDisconnect:
+            return
+        except Exception:  # noqa: BLE001 - supervision boundary: one broken socket must not affect the others
+            log.exception("web chat connection of %s failed", client_id or "an unconnected client")
+        finally:
+            if client_id is not None:
+                self.channel.detach(client_id, sock)
+
+    async def _connect(self, sock: _Socket, req: Request) -> str:
+        if req.method != "connect":
+            raise ProtocolError("not_connected", f"the first request must be 'connect', not {req.method!r}",
+                                "send connect with the gateway token first", request_id=req.id)
+        params: ConnectParams = req.params
+        if not hmac.compare_digest(params.token.encode(), self._token):
+            log.warning("web chat connection with a wrong token refused")
+            raise ProtocolError("unauthorized", "wrong gateway token",
+                                "open the URL printed by `hermit dashboard` (it carries the token)",
+                                request_id=req.id, close=CLOSE_UNAUTHORIZED)
+        client_id = params.client_id or secrets.token_urlsafe(12)
+        self.channel.attach(client_id, sock)
+        await sock.send_raw(res_ok(req.id, {
+            "type": "hello-ok", "protocol": PROTOCOL_VERSION, "clientId": client_id,
+            "agents": sorted(self.host.runtimes), "defaultAgent": self.default_agent,
+            "mainSession": self.default_session}))
+        return client_id
+
+    def _session_key(self, key: str | None) -> str:
+        if key is None:
+            return self.default_session
+        try:
+            agent_id = agent_id_of(key)
+        except HermitError:
+            agent_id = None
+        if agent_id is None or agent_id not in self.host.runtimes:
+            raise ProtocolError("bad_params", f"unknown session {key!r}", "pick a session from sessions.list")
+        return key
+
+    async def _dispatch(self, sock: _Socket, client_id: str, req: Request) -> None:
+        try:
+            if req.method == "connect":
+                raise ProtocolError("already_connected", "this socket is already connected", "")
+            if req.method == "chat.send":
+                send: SendParams = req.params
+                await self._submit(sock, client_id, req.id, send.text, send.session_key)
+            elif req.method == "sessions.new":
+                new: NewParams = req.params
+                await self._submit(sock, client_id, req.id, "/new", new.session_key)
+            elif req.method == "chat.history":
+                hist: HistoryParams = req.params
+                key = self._session_key(hist.session_key)
+                runtime = self.host.runtime(agent_id_of(key) or self.default_agent)
+                payload = await asyncio.to_thread(chat_history, runtime.store, key, hist.limit)
+                await sock.send_raw(res_ok(req.id, payload))
+            elif req.method == "sessions.list":
+                stores = {a: r.store for a, r in self.host.runtimes.items()}
+                sessions = await asyncio.to_thread(list_sessions, stores)
+                await sock.send_raw(res_ok(req.id, {"sessions": sessions}))
+        except ProtocolError as e:
+            e.request_id = req.id
+            raise
+        except HermitError as e:
+            log.warning("web chat %s failed: %s", req.method, e.message)
+            await sock.send_raw(res_error(req.id, "failed", e.message, e.hint))
+
+    async def _submit(self, sock: _Socket, client_id: str, request_id: str, text: str, key: str | None) -> None:
+        session_key = self._session_key(key)
+        outcome = await self.channel.submit(client_id, text, request_id, session_key)
+        if outcome == "queued":
+            await sock.send_raw(res_ok(request_id, {"messageId": request_id, "sessionKey": session_key,
+                                                    "status": outcome}))
+        elif outcome == "queue_full":
+            await sock.send_raw(res_error(request_id, "busy", "this session already has a full queue of messages",
+                                          "wait for the current replies, then send again"))
+        else:
+            await sock.send_raw(res_error(request_id, "unavailable", "the gateway is not taking messages now",
+                                          "it is stopping; reconnect when it is back"))

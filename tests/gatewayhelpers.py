@@ -1,0 +1,204 @@
+"""Helpers for gateway tests: runtimes on FunctionModel/ScriptedModel, and a channel that records what
+the gateway sends (a real Channel implementation, not a mock)."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agenthelpers import fixed_clock, load_offline
+from hermit.agent.runtime import AgentRuntime
+from hermit.channels.base import (
+    ChannelCapabilities,
+    ChannelStatus,
+    InboundMessage,
+    InboundSink,
+    Outbound,
+    OutboundMessage,
+    PeerKind,
+    TurnEnd,
+)
+from hermit.gateway.agents import AgentHost
+from hermit.gateway.bus import Admission, Bus, Routed
+from hermit.gateway.supervisor import split_chunks
+from hermit.models.base import ModelRequest
+from hermit.sessions.keys import group_session_key, main_session_key
+from hermit.testing.scripted import FunctionModel, Reply
+
+
+class RecordingChannel:
+    """A channel that keeps every outbound item; `streaming` and limits are set per test."""
+
+    def __init__(self, name: str = "telegram", account_id: str = "default", *, streaming: bool = False,
+                 max_chars: int = 4000) -> None:
+        self.name = name
+        self.account_id = account_id
+        self.capabilities = ChannelCapabilities(max_chars=max_chars, streaming=streaming)
+        self.items: list[Outbound] = []
+        self.sink: InboundSink | None = None
+
+    async def start(self, sink: InboundSink) -> None:
+        self.sink = sink
+
+    async def send(self, item: Outbound) -> None:
+        self.items.append(item)
+
+    async def stop(self) -> None:
+        self.sink = None
+
+    def status(self) -> ChannelStatus:
+        return ChannelStatus(self.name, self.account_id, connected=self.sink is not None)
+
+    def messages(self, peer: str | None = None) -> list[OutboundMessage]:
+        return [i for i in self.items if isinstance(i, OutboundMessage) and (peer is None or i.target.peer_id == peer)]
+
+    def ends(self) -> list[TurnEnd]:
+        return [i for i in self.items if isinstance(i, TurnEnd)]
+
+
+def inbound(text: str, peer: str = "u1", *, kind: PeerKind = "dm", channel: str = "telegram",
+            message_id: str = "") -> InboundMessage:
+    return InboundMessage(channel=channel, account_id="default", peer_kind=kind, peer_id=peer, sender_id=peer,
+                          text=text, message_id=message_id)
+
+
+def runtime(home: Path, fn: Callable[[ModelRequest], Reply], **defaults: Any) -> AgentRuntime:
+    loaded = load_offline(home, defaults=defaults)
+    return AgentRuntime(loaded.agent(), FunctionModel(fn), clock=fixed_clock, fsync=False, home=home)
+
+
+def route_dm_main_group_own(msg: InboundMessage) -> Routed:
+    """Tests' routing: DMs go to the main session, groups to their own session (dm_scope main)."""
+    if msg.peer_kind == "group":
+        return Routed("main", group_session_key("main", msg.channel, msg.peer_id))
+    if msg.peer_id.startswith("own-"):  # a per-peer session, for tests of concurrency
+        return Routed("main", f"agent:main:{msg.channel}:dm:{msg.peer_id}")
+    return Routed("main", main_session_key("main"))
+
+
+def allow_all(msg: InboundMessage, agent_id: str) -> Admission:
+    return Admission(True)
+
+
+def make_bus(rt: AgentRuntime, *channels: RecordingChannel, queue_limit: int = 8,
+             admit: Callable[[InboundMessage, str], Admission] = allow_all) -> Bus:
+    return Bus(AgentHost({"main": rt}), route=route_dm_main_group_own, admit=admit,
+               channels={(c.name, c.account_id): c for c in channels}, chunk=split_chunks, queue_limit=queue_limit)
+
+
+def last_user_text(request: ModelRequest) -> str:
+    for m in reversed(request.messages):
+        d = m.to_dict()
+        if d.get("role") == "user":
+            content = d.get("content")
+            return content if isinstance(content, str) else "".join(
+                p.get("text", "") for p in content or [] if isinstance(p, dict))
+    return ""
+
+
+CHROMIUM = "/usr/lib/chromium/chromium"
+
+
+def need(ok: bool, what: str) -> None:
+    """Skip locally when a dependency is missing; under CI=true, fail instead (CI must run every test)."""
+    if ok:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{what} is missing; CI installs it (.ci/run)")
+    pytest.skip(f"{what} is not installed")
+
+
+def need_chromium() -> str:
+    path = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium") or ""
+    need(bool(path), "Chromium (apt-get install -y --no-install-recommends chromium)")
+    return path
+
+
+def write_config(home: Path, base_url: str, *, grace: float = 10.0, extra: str = "") -> None:
+    """hermit.yaml for a gateway subprocess talking to a FakeProvider (keyword-only memory: no model load)."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "hermit.yaml").write_text(
+        "agents:\n  defaults:\n    model: fake/test-model\n    timezone: Europe/Paris\n"
+        "    memory_search: {provider: none}\n"
+        f"models:\n  providers:\n    fake: {{type: openai-compatible, base_url: \"{base_url}\"}}\n"
+        f"gateway:\n  shutdown_grace_seconds: {grace}\n{extra}", encoding="utf-8")
+
+
+class GatewayProcess:
+    """`hermit gateway run --port 0` as a subprocess; `url` is the web chat URL with the token."""
+
+    def __init__(self, home: Path, *args: str) -> None:
+        self.home = home
+        self.stderr_path = home / "gateway.stderr"
+        self._stderr = self.stderr_path.open("w")
+        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hermit.cli.main", "--home", str(home), "gateway", "run", "--port", "0", *args],
+            stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env)
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.url = ""
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def wait_ready(self, timeout: float = 90) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            if line.startswith("web chat: "):
+                self.url = line.split(" ", 2)[2].strip()
+                return self.url
+        raise AssertionError(f"gateway did not start (exit {self.proc.poll()}): {self.stderr()}")
+
+    @property
+    def token(self) -> str:
+        return self.url.split("token=", 1)[1]
+
+    @property
+    def ws_url(self) -> str:
+        return self.url.replace("http://", "ws://").split("/?", 1)[0] + "/ws"
+
+    def stderr(self) -> str:
+        if not self._stderr.closed:
+            self._stderr.flush()
+        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._stderr.close()
+
+
+def transcript_lines(home: Path) -> list[dict[str, Any]]:
+    """Every line of every transcript of agent main, parsed (fails on a line that is not JSON)."""
+    out = []
+    for path in sorted((home / "agents" / "main" / "sessions").glob("*.jsonl")):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            assert line.strip(), f"{path}:{n} is empty"
+            out.append(json.loads(line))
+    return out
