@@ -16,6 +16,7 @@ from hermit.errors import HermitError
 COMMAND_MODULES = (
     "hermit.cli.init", "hermit.cli.memory", "hermit.cli.doctor",
     "hermit.cli.agent", "hermit.cli.chat", "hermit.cli.sessions", "hermit.cli.agents",
+    "hermit.cli.cron",
 )
 
 Handler = Callable[[CliContext, argparse.Namespace], int]

@@ -55,9 +55,12 @@ class RunHandle:
     timed_out: bool = False
 
 
-async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone) -> RunRecord:
-    """Run the job's turn and deliver its reply. Never raises for the job's failure (a supervision
-    boundary): the error is in the record. A cancellation after `timed_out` becomes status timeout."""
+async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, *,
+                  deliver: bool = True) -> RunRecord:
+    """Run the job's turn and deliver its reply (unless `deliver` is off: `hermit cron run` prints it).
+    Never raises for the job's failure (a supervision boundary): the error is in the record. A
+    cancellation after `timed_out` becomes status timeout. The record holds the whole reply; `finish`
+    logs its start."""
     key = job_session_key(job)
     status: RunStatus = "ok"
     error: str | None = None
@@ -72,9 +75,9 @@ async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone) 
         outcome = await host.run_turn(job.agent_id, key, job_turn_text(job, handle.started_at, zone, handle.trigger),
                                       heartbeat=job.session_target == "main")
         session_id = outcome.session_id
-        reply = outcome.reply[:REPLY_PREVIEW_CHARS]
+        reply = outcome.reply
         target = job.delivery.target()
-        if target is not None and outcome.delivered and outcome.reply.strip():
+        if deliver and target is not None and outcome.delivered and outcome.reply.strip():
             await host.deliver(target, outcome.reply)
             delivered = True
     except asyncio.CancelledError:
@@ -98,11 +101,20 @@ def new_handle(job: Job, started: datetime, trigger: Trigger) -> RunHandle:
 
 def finish(store: JobStore, job: Job, record: RunRecord, ended: datetime, zone: Zone,
            on_state: Callable[[Job | None], None] | None = None) -> RunRecord:
-    """Append the run to the job's log and store the job's new state (or delete a finished one-shot)."""
+    """Append the run to the job's log and store the job's new state (or delete a finished one-shot).
+
+    A manual run is out of band: it is logged and shown as the last run, but leaves the schedule, the
+    backoff and a pending one-shot alone."""
     record = dataclasses.replace(record, ended_at=ended.isoformat())
-    store.append_run(record)
+    preview = record.reply[:REPLY_PREVIEW_CHARS] if record.reply is not None else None
+    store.append_run(dataclasses.replace(record, reply=preview))
 
     def change(current: Job) -> Job | None:
+        if record.trigger == "manual":
+            state = current.state.model_copy(update={
+                "last_run_at": datetime.fromisoformat(record.started_at), "last_status": record.status,
+                "last_error": record.error, "run_requested": False})
+            return current.model_copy(update={"state": state})
         errors = 0 if record.status in ("ok", "skipped") else current.state.consecutive_errors + 1
         counted = current.model_copy(update={"state": current.state.model_copy(update={"consecutive_errors": errors})})
         if record.status == "ok" and current.deletes_after_success:
