@@ -205,21 +205,25 @@ def new_job_id() -> str:
     return "j-" + secrets.token_hex(4)
 
 
-def parse_job(raw: Any, where: str = "job") -> Job:
+FIX_STORED = "fix the job (`hermit cron edit`), or remove it (`hermit cron remove`)"
+FIX_INPUT = ("schedules look like {kind: cron, expr: '0 9 * * 1-5', tz?}, {kind: every, every_ms: 3600000} or "
+             "{kind: at, at: '2026-06-01T09:30'}; cron fields: [second] minute hour day month weekday")
+
+
+def parse_job(raw: Any, where: str = "job", hint: str = FIX_STORED) -> Job:
     try:
         return Job.model_validate(raw)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(job)'}: {err['msg']}"
-                             for err in e.errors())
-        raise JobError(f"invalid {where}: {problems}",
-                       "fix the job (`hermit cron edit`), or remove it (`hermit cron remove`)") from e
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(job)'}: "
+                             f"{err['msg'].removeprefix('Value error, ')}" for err in e.errors())
+        raise JobError(f"invalid {where}: {problems}", hint) from e
 
 
 def build_job(spec: dict[str, Any], *, now: datetime, job_id: str | None = None) -> Job:
     """A new job from user input (CLI, the cron tool): id and timestamps filled in, everything validated."""
     data = {k: v for k, v in spec.items() if k not in ("id", "created_at", "updated_at", "state")}
     data.update(id=job_id or spec.get("id") or new_job_id(), created_at=now.isoformat(), updated_at=now.isoformat())
-    return parse_job(data)
+    return parse_job(data, hint=FIX_INPUT)
 
 
 def patch_job(job: Job, patch: dict[str, Any], *, now: datetime) -> Job:
@@ -235,4 +239,4 @@ def patch_job(job: Job, patch: dict[str, Any], *, now: datetime) -> Job:
         else:
             data[key] = value
     data["updated_at"] = now.isoformat()
-    return parse_job(data, f"change to job {job.id}")
+    return parse_job(data, f"change to job {job.id}", FIX_INPUT)
