@@ -117,7 +117,7 @@ def test_doctor_flags_invalid_jobs_and_an_explicit_heartbeat_with_an_empty_check
     assert doctor.returncode == 1
     out = doctor.stdout
     assert "[FAIL] cron jobs" in out and "invalid job #2" in out and "no agent 'ghost'" in out
-    assert "[FAIL] heartbeat main" in out and "HEARTBEAT.md is empty" in out
+    assert "[FAIL] heartbeat" in out and "HEARTBEAT.md is empty" in out
     assert "heartbeat.every_minutes: 0" in out
     # The invalid entry survives any rewrite of the file (nothing is lost), and list still works.
     assert hermit(home, "cron", "edit", "ok1", "--disable").returncode == 0
@@ -127,4 +127,4 @@ def test_doctor_flags_invalid_jobs_and_an_explicit_heartbeat_with_an_empty_check
     assert listing.returncode == 0 and "warning: invalid job #2" in listing.stderr
     # With items in HEARTBEAT.md the heartbeat check passes.
     (home / "workspace" / "HEARTBEAT.md").write_text("- check the mail\n")
-    assert "[ok  ] heartbeat main" in hermit(home, "doctor").stdout
+    assert "[ok  ] heartbeat        main: every 20 min, alerts stay in the transcript" in hermit(home, "doctor").stdout

@@ -11,9 +11,11 @@ from datetime import datetime
 from typing import Any
 
 from hermit.cli.assistant import build_runtime, close_runtime
+from hermit.cli.checks import Check, check
 from hermit.cli.context import CliContext
 from hermit.errors import JobError
 from hermit.scheduler import CronJobs, Job, LocalHost
+from hermit.scheduler.health import heartbeat_health, jobs_health
 from hermit.scheduler.runner import execute, finish, local_time_text, new_handle
 from hermit.scheduler.schedule import parse_duration_ms
 
@@ -249,3 +251,18 @@ def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
     elif current.enabled and current.state.next_run_at is not None:
         print(f"next run: {local_time_text(current.state.next_run_at, zone)}", file=sys.stderr)
     return 0 if record.status == "ok" else 1
+
+
+@check("cron jobs", needs=("config",))
+def cron_jobs_check(ctx: CliContext) -> Check:
+    status, detail, fix = jobs_health(ctx.home, ctx.config())
+    return Check("cron jobs", status, detail, fix)
+
+
+@check("heartbeat", needs=("config",))
+def heartbeat_check(ctx: CliContext) -> Check:
+    status, detail, fix = heartbeat_health(ctx.config())
+    return Check("heartbeat", status, detail, fix)
+
+
+DOCTOR_CHECKS = (cron_jobs_check, heartbeat_check)
