@@ -91,7 +91,7 @@ async def test_skipped_while_the_main_session_is_busy(tmp_path: Path) -> None:
     user_turn = asyncio.create_task(r.host.run_turn("main", MAIN, "a long question"))
     while not requests:
         await asyncio.sleep(0.001)
-    assert r.host.session_busy("main", MAIN)
+    assert r.host.busy(MAIN)
     assert (await beat(r))["reason"] == "main session busy"
     release.set()
     await user_turn

@@ -194,7 +194,9 @@ async def test_jobs_added_by_another_process_and_queued_runs_are_picked_up(tmp_p
     other.add({"id": "j-new", "schedule": {"kind": "every", "every_ms": 3_600_000}, "message": "hi"})
     wake = await r.service.tick()
     assert wake == START.astimezone(UTC) + timedelta(hours=1)
-    other.request_run("j-new")  # the cron tool's `run`: queued for the scheduler
+    # The cron tool's `run`: queued for the scheduler, which runs in this process and is woken at once.
+    assert other.request_run("j-new")["note"] == "queued; it starts now"
+    assert "ticker" in other.status()["scheduler"]
     await r.service.tick()
     await settle(r.service)
     [run] = r.service.jobs.store.runs("j-new")

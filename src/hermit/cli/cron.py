@@ -16,7 +16,7 @@ from hermit.cli.context import CliContext
 from hermit.errors import JobError
 from hermit.scheduler import CronJobs, Job, LocalHost
 from hermit.scheduler.health import heartbeat_health, jobs_health
-from hermit.scheduler.runner import execute, finish, local_time_text, new_handle
+from hermit.scheduler.runner import execute, finish, local_time_text, new_handle, session_starter
 from hermit.scheduler.schedule import parse_duration_ms
 
 
@@ -226,7 +226,8 @@ def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
 
     host = LocalHost({job.agent_id: runtime}, no_delivery, threaded=False)
     try:
-        record = asyncio.run(execute(job, host, handle, zone, deliver=False))
+        record = asyncio.run(execute(job, host, handle, zone, session_starter(jobs.loaded, jobs.clock),
+                                     deliver=False))
     finally:
         close_runtime(runtime)
     record = finish(jobs.store, job, record, jobs.clock(), zone)

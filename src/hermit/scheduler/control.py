@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hermit.config.load import LoadedConfig
 from hermit.errors import ConfigError, JobError
@@ -20,14 +20,36 @@ from hermit.sessions.transcript import Clock, utc_now
 AT_PAST_TOLERANCE = timedelta(minutes=1)
 
 
+class RunningScheduler(Protocol):
+    def wake(self) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+# The scheduler running in this process (the gateway's), by job file: any CronJobs over the same file —
+# the cron tool of a gateway runtime — wakes it at once and reports its status. Other processes (the CLI)
+# find none; the scheduler then notices their changes at its next look at the file (≤ 30 s).
+_RUNNING: dict[Path, RunningScheduler] = {}
+
+
+def register_scheduler(job_file: Path, scheduler: RunningScheduler | None) -> None:
+    key = job_file.resolve()
+    if scheduler is None:
+        _RUNNING.pop(key, None)
+    else:
+        _RUNNING[key] = scheduler
+
+
 class CronJobs:
     def __init__(self, home: Path, loaded: LoadedConfig, *, clock: Clock = utc_now, fsync: bool = True,
                  wake: Callable[[], None] | None = None) -> None:
         self.loaded = loaded
         self.store = JobStore(home, fsync=fsync)
         self.clock = clock
-        self.wake = wake  # set by a scheduler running in this process: re-plan at once after a change
-        self.scheduler_status: Callable[[], dict[str, Any]] | None = None
+        self.wake = wake  # the scheduler that owns this CronJobs: re-plan at once after a change
+
+    def _scheduler(self) -> RunningScheduler | None:
+        return _RUNNING.get(self.store.path.resolve())
 
     # ---- zones and times -------------------------------------------------------------------------
 
@@ -90,7 +112,8 @@ class CronJobs:
                                "invalid": len(file.invalid),
                                "next": ({"id": nxt.id, "name": nxt.name, "at": self.describe(nxt)["next_run_at"]}
                                         if nxt else None)}
-        out["scheduler"] = self.scheduler_status() if self.scheduler_status else "not running in this process"
+        running = self._scheduler()
+        out["scheduler"] = running.status() if running is not None else "not running in this process"
         return out
 
     # ---- changing --------------------------------------------------------------------------------
@@ -108,8 +131,11 @@ class CronJobs:
             update={"next_run_at": first, "consecutive_errors": 0})})
 
     def _changed(self) -> None:
+        running = self._scheduler()
         if self.wake is not None:
             self.wake()
+        elif running is not None:
+            running.wake()
 
     def add(self, spec: dict[str, Any]) -> dict[str, Any]:
         job = self._planned(build_job(spec, now=self.clock()))
@@ -148,7 +174,7 @@ class CronJobs:
         self.store.update_job(job_id, lambda job: job.model_copy(
             update={"state": job.state.model_copy(update={"run_requested": True})}))
         self._changed()
-        note = ("queued; it starts now" if self.wake is not None else
+        note = ("queued; it starts now" if self.wake is not None or self._scheduler() is not None else
                 "queued; it runs when the gateway is running (`hermit gateway run`), or now with "
                 f"`hermit cron run {job_id}`")
         return {"queued": job_id, "note": note}

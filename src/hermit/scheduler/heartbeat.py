@@ -110,7 +110,7 @@ async def run_heartbeat(agent: AgentConfig, host: SchedulerHost, now: datetime, 
     if text is None or heartbeat_file_is_empty(text):
         return HeartbeatOutcome("skipped", f"{HEARTBEAT_FILE} is empty")
     key = main_session_key(agent.id)
-    if host.session_busy(agent.id, key):
+    if host.busy(key):
         return HeartbeatOutcome("skipped", "main session busy")
     result = await host.run_turn(agent.id, key, cfg.prompt, heartbeat=True)
     alert = strip_heartbeat_token(result.reply, cfg.ack_max_chars) if result.delivered else None

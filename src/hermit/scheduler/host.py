@@ -1,5 +1,5 @@
 """What the scheduler needs from its host (the gateway, or the CLI for `hermit cron run`): run a turn in a
-session, start a fresh session, tell whether a session is busy, deliver text to a channel peer.
+session, tell whether a session is busy, deliver text to a channel peer.
 
 `LocalHost` is the in-process host: it runs the agents' AgentRuntimes itself and hands deliveries to a
 callback (the CLI prints them; tests give a channel). The gateway provides its own host, which queues
@@ -36,11 +36,8 @@ class SchedulerHost(Protocol):
                        heartbeat: bool = False) -> TurnOutcome:
         """Run one turn; `heartbeat` marks a background turn (no reset, no flush, no activity refresh)."""
 
-    async def new_session(self, agent_id: str, session_key: str) -> None:
-        """Start a fresh session for the key (an isolated job's run); the old transcript stays on disk."""
-
-    def session_busy(self, agent_id: str, session_key: str) -> bool:
-        """A turn is running or queued in the session (the heartbeat then waits for its next slot)."""
+    def busy(self, session_key: str) -> bool:
+        """A turn is running or queued in the session (the heartbeat then skips its slot)."""
 
     async def deliver(self, target: Target, text: str) -> None:
         """Send text to a channel peer; raises ChannelError (or another HermitError) when it cannot."""
@@ -78,14 +75,10 @@ class LocalHost:
         finally:
             self._busy[key] -= 1
 
-    async def new_session(self, agent_id: str, session_key: str) -> None:
-        self.runtime(agent_id).new_session(session_key)
-
-    def session_busy(self, agent_id: str, session_key: str) -> bool:
-        if self._busy.get((agent_id, session_key), 0) > 0:
+    def busy(self, session_key: str) -> bool:
+        if any(n > 0 for (_, key), n in self._busy.items() if key == session_key):
             return True
-        runtime = self.runtimes.get(agent_id)
-        return runtime is not None and runtime.session_busy(session_key)
+        return any(runtime.session_busy(session_key) for runtime in self.runtimes.values())
 
     async def deliver(self, target: Target, text: str) -> None:
         await self._deliver(target, text)

@@ -16,12 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from hermit.config.load import LoadedConfig
 from hermit.errors import HermitError
 from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.jobs import Job, JobState, RunStatus
 from hermit.scheduler.schedule import Zone
 from hermit.scheduler.store import JobStore, RunRecord, Trigger
 from hermit.sessions.keys import cron_session_key, main_session_key
+from hermit.sessions.store import SessionStore
+from hermit.sessions.transcript import Clock
 
 log = logging.getLogger("hermit.scheduler")
 
@@ -55,7 +58,22 @@ class RunHandle:
     timed_out: bool = False
 
 
-async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, *,
+StartSession = Callable[[Job, str], None]
+
+
+def session_starter(loaded: LoadedConfig, clock: Clock, *, fsync: bool = True) -> StartSession:
+    """Starts a fresh session for an isolated run: a new session id (and transcript) under `cron:<jobId>`
+    in the agent's session store. The store is file-based and locked, so the runtime that then runs the
+    turn, in this process or the gateway's, simply finds it."""
+
+    def start(job: Job, session_key: str) -> None:
+        agent = loaded.agent(job.agent_id)
+        SessionStore(agent.sessions_dir, clock=clock, cwd=agent.workspace, fsync=fsync).new_session(session_key)
+
+    return start
+
+
+async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, start_session: StartSession, *,
                   deliver: bool = True) -> RunRecord:
     """Run the job's turn and deliver its reply (unless `deliver` is off: `hermit cron run` prints it).
     Never raises for the job's failure (a supervision boundary): the error is in the record. A
@@ -69,7 +87,7 @@ async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, 
     session_id: str | None = None
     try:
         if job.session_target == "isolated":
-            await host.new_session(job.agent_id, key)
+            start_session(job, key)
         # A system event in the main session is a background turn like the heartbeat: it must not count
         # as the user's activity, reset the session or start a memory flush.
         outcome = await host.run_turn(job.agent_id, key, job_turn_text(job, handle.started_at, zone, handle.trigger),

@@ -18,18 +18,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hermit.config.load import AgentConfig, LoadedConfig
 from hermit.errors import HermitError
-from hermit.scheduler.control import CronJobs
+from hermit.scheduler.control import CronJobs, register_scheduler
 from hermit.scheduler.heartbeat import HeartbeatOutcome, heartbeat_target, run_heartbeat
 from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.jobs import Job
-from hermit.scheduler.runner import RunHandle, execute, finish, new_handle
+from hermit.scheduler.runner import RunHandle, execute, finish, new_handle, session_starter
 from hermit.scheduler.schedule import resolve_zone
 from hermit.scheduler.store import JobFile, RunRecord, Trigger
 from hermit.sessions.transcript import Clock, utc_now
@@ -76,7 +77,7 @@ class SchedulerService:
         self.clock = clock
         self.max_sleep = max_sleep_seconds
         self.jobs = CronJobs(home, loaded, clock=clock, fsync=fsync, wake=self.wake)
-        self.jobs.scheduler_status = self.status
+        self._start_session = session_starter(loaded, clock, fsync=fsync)
         self._plan = _Plan()
         self._runs: dict[str, _Run] = {}
         self._heartbeats = {a.id: _Heartbeat(a, timedelta(minutes=a.settings.heartbeat.every_minutes)
@@ -99,6 +100,7 @@ class SchedulerService:
         for hb in self._heartbeats.values():
             hb.next = now + hb.every if hb.every else None
         self._reload(force=True)
+        register_scheduler(self.jobs.store.path, self)
         if run_loop:
             self._task = asyncio.create_task(self._run_forever(), name="hermit-scheduler")
 
@@ -111,6 +113,7 @@ class SchedulerService:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._task = None
+        register_scheduler(self.jobs.store.path, None)
 
     def wake(self) -> None:
         """Re-plan now (a job was added or changed); safe to call from any thread."""
@@ -189,7 +192,7 @@ class SchedulerService:
     async def _run_job(self, job: Job, handle: RunHandle) -> None:
         zone = self.jobs.zone(job)
         try:
-            record = await execute(job, self.host, handle, zone)
+            record = await execute(job, self.host, handle, zone, self._start_session)
         except asyncio.CancelledError:
             record = RunRecord(handle.run_id, job.id, handle.started_at.isoformat(), "", "error", handle.trigger,
                                error="interrupted: the scheduler stopped")
@@ -279,3 +282,30 @@ class SchedulerService:
                 "jobs": len(self._plan.file.jobs), "invalid_jobs": len(self._plan.file.invalid),
                 "job_file_error": self._plan.error,
                 "running": sorted(self._runs), "agents": agents}
+
+
+class GatewayContext(Protocol):
+    """What the gateway hands a service factory (its ServiceContext), as far as the scheduler reads it."""
+
+    @property
+    def host(self) -> SchedulerHost: ...
+
+    @property
+    def loaded(self) -> LoadedConfig: ...
+
+    @property
+    def state_dir(self) -> Path: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+
+def gateway_service(ctx: GatewayContext) -> SchedulerService:
+    """The gateway's service factory entry: the scheduler with the gateway's bus as its host (turns go
+    through each session's queue, so a job never interleaves with the user's messages there)."""
+    epoch = ctx.clock
+
+    def clock() -> datetime:
+        return datetime.fromtimestamp(epoch(), UTC)
+
+    return SchedulerService(ctx.state_dir, ctx.loaded, ctx.host, clock=clock)
