@@ -2,8 +2,8 @@
 
 Usage: python bench/fixed_prompt.py [--json]
 
-Builds a throwaway state dir with the default workspace templates, the standard six tools (read,
-write, edit, exec, memory_search, memory_get) and the main session — the largest case, since
+Builds a throwaway state dir with the default workspace templates, the standard tools (read, write,
+edit, exec, memory_search, memory_get, and cron, which the main session gets) and the main session — the largest case, since
 MEMORY.md is injected there — and prints the same block-by-block report as `/context` in
 `hermit chat`. The target is ≤ 4,000 tokens (CJK-aware estimate, hermit.tokens).
 """
@@ -21,6 +21,7 @@ from hermit.agent.runtime import AgentRuntime
 from hermit.config.load import build_config
 from hermit.config.paths import StatePaths
 from hermit.memory.service import MemoryKey, MemoryService
+from hermit.scheduler import CronJobs
 from hermit.testing import ScriptedModel
 
 QUESTION = "What did we decide about the database migration last week?"
@@ -35,7 +36,8 @@ def measure() -> tuple[str, int, int]:
         memory = MemoryService(MemoryKey(agent.id, agent.workspace), agent.index_path,
                                agent.settings.memory_search, None)
         runtime = AgentRuntime(agent, ScriptedModel([]), memory=memory, fsync=False,
-                               clock=lambda: datetime(2026, 1, 20, 13, 5, tzinfo=UTC))
+                               clock=lambda: datetime(2026, 1, 20, 13, 5, tzinfo=UTC),
+                               cron=CronJobs(Path(tmp), loaded))
         try:
             report = runtime.context_report("agent:main:main", QUESTION)
         finally:

@@ -73,3 +73,7 @@ class ChannelError(HermitError):
 
 class AccessDenied(HermitError):
     """A sender or client is not allowed in (access policy, bad token, forged signature)."""
+
+
+class JobError(HermitError):
+    """A scheduled job is invalid or unknown, or the job file could not be read or written."""

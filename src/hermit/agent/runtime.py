@@ -52,7 +52,7 @@ from hermit.sessions.pruning import PruningMode, prune_for_request, resolve_prun
 from hermit.sessions.reset import parse_reset_command
 from hermit.sessions.store import SessionRecord, SessionStore
 from hermit.sessions.transcript import Clock, utc_now
-from hermit.tools import ReadOnlyWrites, ToolRunner, WritePolicy, build_toolset
+from hermit.tools import CronBackend, ReadOnlyWrites, ToolRunner, WritePolicy, build_toolset
 from hermit.workspace import ensure_workspace
 
 log = logging.getLogger("hermit.agent")
@@ -70,8 +70,10 @@ class AgentRuntime:
         exec_env: Mapping[str, str] | None = None,
         home: Path | None = None,
         fsync: bool = True,
+        cron: CronBackend | None = None,
     ) -> None:
         self.agent = agent
+        self.cron = cron  # the scheduler's jobs, offered as the cron tool in the main session only
         self.model = model
         self.memory = memory
         self.clock = clock
@@ -111,6 +113,8 @@ class AgentRuntime:
             home=self.home,
             private_memory=includes_long_term_memory(session_key),
             transcript=transcript,
+            cron=(self.cron, self.agent.id) if self.cron is not None and write_policy is None
+            and is_main_session_key(session_key) else None,
         )
 
     def _transcript_path(self, session_key: str) -> Path:
@@ -264,6 +268,11 @@ class AgentRuntime:
             self.new_session(session_key)
             notes.reset = check.reason
 
+    def session_busy(self, session_key: str) -> bool:
+        """A turn is running in the session now (the heartbeat skips a busy main session)."""
+        lock = self._locks.get(session_key)
+        return lock is not None and lock.locked()
+
     def _lock(self, session_key: str) -> threading.Lock:
         with self._locks_guard:
             return self._locks.setdefault(session_key, threading.Lock())
@@ -341,8 +350,9 @@ class AgentRuntime:
 
         def usage(message: AssistantMessage) -> None:
             u = message.usage
+            # A heartbeat must not count as activity, or an idle reset would never come (SPEC §16).
             self.store.add_usage(turn.session_key, input_tokens=u.context_tokens, output_tokens=u.output_tokens,
-                                 context_tokens=u.context_tokens + u.output_tokens)
+                                 context_tokens=u.context_tokens + u.output_tokens, touch=not heartbeat)
 
         def recover(_: Sequence[Message]) -> Sequence[Message] | None:
             rebuilt = self._maintenance.recover_overflow(current[0], heartbeat=heartbeat, read_only=read_only,

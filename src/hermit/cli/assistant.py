@@ -15,6 +15,7 @@ from hermit.cli.context import CliContext
 from hermit.config.load import AgentConfig, LoadedConfig
 from hermit.errors import ConfigError
 from hermit.models.registry import build_model
+from hermit.scheduler import CronJobs
 
 PROVIDER_KEY_VARS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "GEMINI_API_KEY",
                      "GOOGLE_API_KEY")
@@ -58,7 +59,9 @@ def build_runtime(ctx: CliContext, agent: AgentConfig | None = None, *, long_liv
     agent = agent or ctx.agent()
     model = build_model(choose_model_ref(agent, loaded, ctx.environ), loaded.config.models, ctx.environ)
     memory = ctx.memory_service(agent, long_lived=long_lived) if agent.settings.memory_search.enabled else None
-    return AgentRuntime(agent, model, memory=memory, exec_env=exec_environment(ctx.environ, loaded))
+    # The cron tool (main session only) edits the job file; the gateway's scheduler runs the jobs.
+    return AgentRuntime(agent, model, memory=memory, exec_env=exec_environment(ctx.environ, loaded),
+                        cron=CronJobs(ctx.home, loaded))
 
 
 def close_runtime(runtime: AgentRuntime) -> None:

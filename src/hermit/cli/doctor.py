@@ -14,6 +14,7 @@ from typing import Any
 
 from hermit.cli.checks import Check, CheckFn, check, run_checks
 from hermit.cli.context import CliContext
+from hermit.cli.cron import DOCTOR_CHECKS as CRON_CHECKS
 from hermit.cli.gateway import gateway_token
 from hermit.cli.pairing import DOCTOR_CHECKS as ACCESS_CHECKS
 from hermit.cli.preflight import state_dir_problem
@@ -180,6 +181,7 @@ CHECKS: list[CheckFn] = [
     index,
     chat_model,
     gateway_token,
+    *CRON_CHECKS,
 ]
 
 _MARKS = {"ok": "ok  ", "warn": "warn", "fail": "FAIL", "skip": "skip"}

@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "hermit.cli.agent", "hermit.cli.chat", "hermit.cli.sessions", "hermit.cli.agents",
     "hermit.cli.pairing", "hermit.cli.mcp",
     "hermit.cli.gateway",
+    "hermit.cli.cron",
 )
 
 Handler = Callable[[CliContext, argparse.Namespace], int]

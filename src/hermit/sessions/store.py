@@ -326,8 +326,10 @@ class SessionStore:
         input_tokens: int = 0,
         output_tokens: int = 0,
         context_tokens: int | None = None,
+        touch: bool = True,
     ) -> SessionRecord:
-        """Add one request's token usage atomically (cumulative counters; context_tokens is replaced)."""
+        """Add one request's token usage atomically (cumulative counters; context_tokens is replaced).
+        `touch=False` keeps updated_at (the last activity), for background turns like the heartbeat."""
         now = self._clock()
 
         def change(record: SessionRecord) -> SessionRecord:
@@ -337,7 +339,7 @@ class SessionStore:
                 output_tokens=record.output_tokens + output_tokens,
                 total_tokens=record.total_tokens + input_tokens + output_tokens,
                 context_tokens=record.context_tokens if context_tokens is None else context_tokens,
-                updated_at=now,
+                updated_at=now if touch else record.updated_at,
             )
 
         return self.mutate(key, change)

@@ -19,6 +19,7 @@ from hermit.tools.base import (
     clean_schema,
     make_tool,
 )
+from hermit.tools.cron import CronBackend, CronTools
 from hermit.tools.exec import ExecTool
 from hermit.tools.files import AllowAllWrites, AppendOnlyPolicy, FileTools, ReadOnlyWrites, WritePolicy
 from hermit.tools.memory import MEMORY_GET_DESCRIPTION, MEMORY_SEARCH_DESCRIPTION, MemoryTools
@@ -31,6 +32,8 @@ __all__ = [
     "MEMORY_SEARCH_DESCRIPTION",
     "AllowAllWrites",
     "AppendOnlyPolicy",
+    "CronBackend",
+    "CronTools",
     "ExecTool",
     "FileTools",
     "MemoryTools",
@@ -61,11 +64,13 @@ def build_toolset(
     home: Path | None = None,
     private_memory: bool = True,
     transcript: Callable[[], Path] | None = None,
+    cron: tuple[CronBackend, str] | None = None,
 ) -> ToolRunner:
     """read, write, edit, exec, memory_search, memory_get (memory tools only with a service), and
     tool_output when `transcript` gives the session's transcript file.
 
-    `private_memory=False` (any session but the main private one) hides MEMORY.md from every tool."""
+    `private_memory=False` (any session but the main private one) hides MEMORY.md from every tool. `cron`
+    (backend, agent id) adds the cron tool; the runtime passes it for the main session only."""
     hidden = frozenset() if private_memory else frozenset({(workspace / MEMORY_FILE).resolve()})
     paths = PathResolver(workspace, confined, home, hidden)
     tools = FileTools(paths, policy=write_policy, on_change=on_change).tools()
@@ -75,4 +80,6 @@ def build_toolset(
         tools += MemoryTools(memory, private=private_memory).tools()
     if transcript is not None:
         tools += TranscriptTools(transcript).tools()
+    if cron is not None:
+        tools += CronTools(cron[0], agent_id=cron[1]).tools()
     return ToolRunner(tools)

@@ -1,0 +1,183 @@
+"""CronJobs: the one service over the job file that `hermit cron`, the agent's cron tool and the scheduler
+share — add, update, remove, list, queue a run, read run logs — with every time shown in the job's zone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+from hermit.config.load import LoadedConfig
+from hermit.errors import ConfigError, JobError
+from hermit.scheduler.jobs import AtSchedule, Job, JobState, build_job, patch_job
+from hermit.scheduler.schedule import Zone, resolve_zone
+from hermit.scheduler.store import JobFile, JobStore
+from hermit.sessions.transcript import Clock, utc_now
+
+# An `at` time further in the past than this when a job is added is almost surely a typo (date or zone).
+AT_PAST_TOLERANCE = timedelta(minutes=1)
+
+
+class RunningScheduler(Protocol):
+    def wake(self) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+# The scheduler running in this process (the gateway's), by job file: any CronJobs over the same file —
+# the cron tool of a gateway runtime — wakes it at once and reports its status. Other processes (the CLI)
+# find none; the scheduler then notices their changes at its next look at the file (≤ 30 s).
+_RUNNING: dict[Path, RunningScheduler] = {}
+
+
+def register_scheduler(job_file: Path, scheduler: RunningScheduler | None) -> None:
+    key = job_file.resolve()
+    if scheduler is None:
+        _RUNNING.pop(key, None)
+    else:
+        _RUNNING[key] = scheduler
+
+
+class CronJobs:
+    def __init__(self, home: Path, loaded: LoadedConfig, *, clock: Clock = utc_now, fsync: bool = True,
+                 wake: Callable[[], None] | None = None) -> None:
+        self.loaded = loaded
+        self.store = JobStore(home, fsync=fsync)
+        self.clock = clock
+        self.wake = wake  # the scheduler that owns this CronJobs: re-plan at once after a change
+
+    def _scheduler(self) -> RunningScheduler | None:
+        return _RUNNING.get(self.store.path.resolve())
+
+    # ---- zones and times -------------------------------------------------------------------------
+
+    def zone(self, job: Job) -> Zone:
+        try:
+            configured = self.loaded.agent(job.agent_id).settings.timezone
+        except ConfigError:  # an unknown agent is reported by add/doctor; times use the defaults' zone
+            configured = self.loaded.defaults.timezone
+        return resolve_zone(job.job_tz(), configured)
+
+    def next_times(self, job: Job, count: int = 3, *, after: datetime | None = None) -> list[datetime]:
+        zone = self.zone(job)
+        now = after or self.clock()
+        first = job.first_run(now, zone)
+        out: list[datetime] = []
+        while first is not None and len(out) < count:
+            out.append(first.astimezone(zone.tz))
+            first = job.next_after(first, zone)
+        return out
+
+    def describe(self, job: Job) -> dict[str, Any]:
+        zone = self.zone(job)
+
+        def local(at: datetime | None) -> str | None:
+            return at.astimezone(zone.tz).isoformat() if at is not None else None
+
+        s = job.state
+        return {"id": job.id, "name": job.name, "agent_id": job.agent_id, "enabled": job.enabled,
+                "schedule": job.schedule.model_dump(), "timezone": zone.describe(),
+                "session_target": job.session_target, "message": job.message,
+                "delivery": job.delivery.model_dump(exclude_defaults=True),
+                "next_run_at": local(s.next_run_at) if job.enabled else None, "last_run_at": local(s.last_run_at),
+                "last_status": s.last_status, "last_error": s.last_error,
+                "consecutive_errors": s.consecutive_errors, "run_requested": s.run_requested}
+
+    # ---- reading ---------------------------------------------------------------------------------
+
+    def load(self) -> JobFile:
+        return self.store.load()
+
+    def get(self, job_id: str) -> Job:
+        return self.store.load().get(job_id)
+
+    def list_jobs(self) -> dict[str, Any]:
+        file = self.store.load()
+        out: dict[str, Any] = {"jobs": [self.describe(j) for j in file.jobs]}
+        if file.invalid:
+            out["invalid"] = [{"index": b.index, "error": b.error} for b in file.invalid]
+        return out
+
+    def runs(self, job_id: str, limit: int = 20) -> dict[str, Any]:
+        self.get(job_id)
+        return {"id": job_id, "runs": self.store.runs(job_id, limit)}
+
+    def status(self) -> dict[str, Any]:
+        file = self.store.load()
+        enabled = [j for j in file.jobs if j.enabled and j.state.next_run_at is not None]
+        nxt = min(enabled, key=lambda j: j.state.next_run_at or datetime.max, default=None)
+        out: dict[str, Any] = {"jobs": len(file.jobs), "enabled": len([j for j in file.jobs if j.enabled]),
+                               "invalid": len(file.invalid),
+                               "next": ({"id": nxt.id, "name": nxt.name, "at": self.describe(nxt)["next_run_at"]}
+                                        if nxt else None)}
+        running = self._scheduler()
+        out["scheduler"] = running.status() if running is not None else "not running in this process"
+        return out
+
+    # ---- changing --------------------------------------------------------------------------------
+
+    def _planned(self, job: Job) -> Job:
+        """The job with its next run computed from now (a new job, or a changed schedule)."""
+        self.loaded.agent(job.agent_id)  # an unknown agent fails here, with the configured ids in the hint
+        zone = self.zone(job)
+        now = self.clock()
+        first = job.first_run(now, zone) if job.enabled else None
+        if isinstance(job.schedule, AtSchedule) and first is not None and first < now - AT_PAST_TOLERANCE:
+            raise JobError(f"{job.schedule.at} ({first.astimezone(zone.tz).isoformat()} in {zone.describe()}) "
+                           "has already passed", "give a future time, with a date, in the job's time zone")
+        return job.model_copy(update={"state": job.state.model_copy(
+            update={"next_run_at": first, "consecutive_errors": 0})})
+
+    def _changed(self) -> None:
+        running = self._scheduler()
+        if self.wake is not None:
+            self.wake()
+        elif running is not None:
+            running.wake()
+
+    def add(self, spec: dict[str, Any]) -> dict[str, Any]:
+        job = self._planned(build_job(spec, now=self.clock()))
+
+        def append(file: JobFile) -> JobFile:
+            if any(j.id == job.id for j in file.jobs):
+                raise JobError(f"a job with id {job.id!r} exists", "choose another id, or leave it out")
+            return JobFile((*file.jobs, job), file.invalid)
+
+        self.store.mutate(append)
+        self._changed()
+        return {"job": self.describe(job), "next_runs": [t.isoformat() for t in self.next_times(job)]}
+
+    def update(self, job_id: str, patch: dict[str, Any]) -> dict[str, Any]:
+        def change(job: Job) -> Job:
+            new = patch_job(job, patch, now=self.clock())
+            if new.schedule != job.schedule or new.enabled != job.enabled or new.agent_id != job.agent_id:
+                new = self._planned(new)
+            return new
+
+        self.get(job_id)
+        updated = self.store.update_job(job_id, change)
+        self._changed()
+        assert updated is not None
+        return {"job": self.describe(updated)}
+
+    def remove(self, job_id: str) -> dict[str, Any]:
+        self.get(job_id)
+        self.store.update_job(job_id, lambda _job: None)
+        self._changed()
+        return {"removed": job_id}
+
+    def request_run(self, job_id: str) -> dict[str, Any]:
+        """Queue a run for the scheduler (the gateway); it starts within seconds when one is running."""
+        self.get(job_id)
+        self.store.update_job(job_id, lambda job: job.model_copy(
+            update={"state": job.state.model_copy(update={"run_requested": True})}))
+        self._changed()
+        note = ("queued; it starts now" if self.wake is not None or self._scheduler() is not None else
+                "queued; it runs when the gateway is running (`hermit gateway run`), or now with "
+                f"`hermit cron run {job_id}`")
+        return {"queued": job_id, "note": note}
+
+    def set_state(self, job_id: str, state: JobState) -> None:
+        self.store.update_job(job_id, lambda job: job.model_copy(update={"state": state}))

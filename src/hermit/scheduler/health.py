@@ -1,0 +1,64 @@
+"""Health of scheduled work for `hermit doctor`: the job file and each job are valid, and every enabled
+heartbeat has something to check (HEARTBEAT.md is not just headings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from hermit.config.load import LoadedConfig
+from hermit.errors import HermitError
+from hermit.scheduler.control import CronJobs
+from hermit.scheduler.heartbeat import HEARTBEAT_FILE, heartbeat_file_is_empty, read_heartbeat_file
+
+# (status, detail, fix): one doctor line.
+Health = tuple[Literal["ok", "fail"], str, str]
+
+
+def jobs_health(home: Path, loaded: LoadedConfig) -> Health:
+    jobs = CronJobs(home, loaded)
+    try:
+        file = jobs.load()
+    except HermitError as e:
+        return ("fail", e.message, e.hint)
+    problems = [bad.error for bad in file.invalid]
+    for job in file.jobs:
+        try:
+            loaded.agent(job.agent_id)
+            jobs.zone(job)
+            if job.enabled:
+                jobs.next_times(job, 1)
+        except HermitError as e:
+            problems.append(f"job {job.label}: {e.message}")
+    if problems:
+        return ("fail", "; ".join(problems),
+                "fix them with `hermit cron edit <id> …` or remove them with `hermit cron remove <id>`")
+    enabled = sum(1 for j in file.jobs if j.enabled)
+    return ("ok", f"{len(file.jobs)} jobs ({enabled} enabled) in {jobs.store.path}", "")
+
+
+def heartbeat_health(loaded: LoadedConfig) -> Health:
+    """Fails when a heartbeat was configured on purpose but HEARTBEAT.md is empty, so every heartbeat is
+    skipped; the default heartbeat with the empty template is fine (it costs nothing until used)."""
+    lines: list[str] = []
+    failed: list[str] = []
+    for agent in loaded.agents:
+        cfg = agent.settings.heartbeat
+        if cfg.every_minutes == 0:
+            lines.append(f"{agent.id}: off")
+            continue
+        text = read_heartbeat_file(agent.workspace)
+        empty = text is None or heartbeat_file_is_empty(text)
+        if empty and "heartbeat" in agent.settings.model_fields_set:
+            failed.append(f"{agent.id}: every {cfg.every_minutes} min, but {agent.workspace / HEARTBEAT_FILE} is "
+                          "empty (only blank lines and headings), so every heartbeat is skipped")
+        elif empty:
+            lines.append(f"{agent.id}: every {cfg.every_minutes} min, idle until {HEARTBEAT_FILE} has items")
+        else:
+            t = cfg.target
+            dest = f"alerts to {t.channel}:{t.account}:{t.to}" if t else "alerts stay in the transcript (no target)"
+            lines.append(f"{agent.id}: every {cfg.every_minutes} min, {dest}")
+    if failed:
+        return ("fail", "; ".join(failed),
+                f"add checklist items to {HEARTBEAT_FILE}, or set heartbeat.every_minutes: 0")
+    return ("ok", "; ".join(lines), "")

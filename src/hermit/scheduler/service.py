@@ -1,0 +1,311 @@
+"""SchedulerService: the one timer that runs every agent's cron jobs and heartbeats inside the gateway.
+
+One asyncio task sleeps until the earliest due job, heartbeat or run deadline (at most
+`max_sleep_seconds`, so a job added by `hermit cron add` in another process, a clock jump or a resume
+from suspend is noticed), then `tick()` starts what is due, each run in its own task. No thread per job.
+Decisions are made on the injected clock, so tests drive `tick(now)` through a simulated week.
+
+- A job never overlaps its previous run: while a run is in flight its slot waits; when the run ends,
+  the next slot is computed from the end time. So after downtime a missed run fires once at start
+  (trigger `catch-up`), not once per missed slot.
+- A run past its job's `timeout_seconds` is cancelled and logged as `timeout`; the others keep firing.
+- Failures push the next run back 30 s, 1 m, 5 m, 15 m, 60 m (jobs.py); a success resets that.
+- `status()` lists each agent's next heartbeat and next job and the last tick, so a stopped ticker shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+from hermit.config.load import AgentConfig, LoadedConfig
+from hermit.errors import HermitError
+from hermit.scheduler.control import CronJobs, register_scheduler
+from hermit.scheduler.heartbeat import HeartbeatOutcome, heartbeat_target, run_heartbeat
+from hermit.scheduler.host import SchedulerHost
+from hermit.scheduler.jobs import Job
+from hermit.scheduler.runner import RunHandle, execute, finish, new_handle, session_starter
+from hermit.scheduler.schedule import resolve_zone
+from hermit.scheduler.store import JobFile, RunRecord, Trigger
+from hermit.sessions.transcript import Clock, utc_now
+
+log = logging.getLogger("hermit.scheduler")
+
+HEARTBEAT_TIMEOUT = timedelta(minutes=10)
+IDLE_WAKE = timedelta(days=1)
+
+
+@dataclass
+class _Heartbeat:
+    agent: AgentConfig
+    every: timedelta | None
+    next: datetime | None = None
+    started: datetime | None = None
+    task: asyncio.Task[None] | None = None
+    last: dict[str, object] | None = None
+
+
+@dataclass
+class _Run:
+    handle: RunHandle
+    task: asyncio.Task[None]
+    job: Job
+
+
+@dataclass
+class _Plan:
+    file: JobFile = field(default_factory=JobFile)
+    signature: object = None
+    error: str | None = None
+
+
+class SchedulerService:
+    """A gateway service: `start()`, `stop()`, `status()`; `jobs` is the CronJobs the cron tool uses."""
+
+    name = "scheduler"
+
+    def __init__(self, home: Path, loaded: LoadedConfig, host: SchedulerHost, *, clock: Clock = utc_now,
+                 fsync: bool = True, max_sleep_seconds: float = 30.0) -> None:
+        self.loaded = loaded
+        self.host = host
+        self.clock = clock
+        self.max_sleep = max_sleep_seconds
+        self.jobs = CronJobs(home, loaded, clock=clock, fsync=fsync, wake=self.wake)
+        self._start_session = session_starter(loaded, clock, fsync=fsync)
+        self._plan = _Plan()
+        self._runs: dict[str, _Run] = {}
+        self._heartbeats = {a.id: _Heartbeat(a, timedelta(minutes=a.settings.heartbeat.every_minutes)
+                                             if a.settings.heartbeat.every_minutes > 0 else None)
+                            for a in loaded.agents}
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake_event: asyncio.Event | None = None
+        self.started_at: datetime | None = None
+        self.last_tick: datetime | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self, *, run_loop: bool = True) -> None:
+        """Plan heartbeats and jobs from now; `run_loop=False` leaves ticking to the caller (tests)."""
+        self._loop = asyncio.get_running_loop()
+        self._wake_event = asyncio.Event()
+        now = self.clock()
+        self.started_at = now
+        for hb in self._heartbeats.values():
+            hb.next = now + hb.every if hb.every else None
+        self._reload(force=True)
+        register_scheduler(self.jobs.store.path, self)
+        if run_loop:
+            self._task = asyncio.create_task(self._run_forever(), name="hermit-scheduler")
+
+    async def stop(self) -> None:
+        tasks = [r.task for r in self._runs.values()]
+        tasks += [hb.task for hb in self._heartbeats.values() if hb.task is not None]
+        if self._task is not None:
+            tasks.append(self._task)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._task = None
+        register_scheduler(self.jobs.store.path, None)
+
+    def wake(self) -> None:
+        """Re-plan now (a job was added or changed); safe to call from any thread."""
+        loop, event = self._loop, self._wake_event
+        if loop is not None and event is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(event.set)
+
+    async def _run_forever(self) -> None:
+        assert self._wake_event is not None
+        while True:
+            self._wake_event.clear()
+            try:
+                wake_at = await self.tick()
+            except Exception:  # supervision boundary: the ticker must survive anything a tick hits
+                log.exception("scheduler tick failed; retrying in 5 s")
+                wake_at = self.clock() + timedelta(seconds=5)
+            delay = min(max((wake_at - self.clock()).total_seconds(), 0.0), self.max_sleep)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake_event.wait(), delay)
+
+    # ---- the tick --------------------------------------------------------------------------------
+
+    def _reload(self, *, force: bool = False) -> None:
+        signature = self.jobs.store.signature()
+        if not force and signature == self._plan.signature:
+            return
+        try:
+            file = self.jobs.store.load()
+        except HermitError as e:  # keep the last good plan; status() and doctor show the error
+            if self._plan.error != e.message:
+                log.error("cannot load jobs: %s", e)
+            self._plan = _Plan(self._plan.file, signature, e.message)
+            return
+        for bad in file.invalid:
+            log.warning("skipping invalid job: %s", bad.error)
+        self._plan = _Plan(file, signature)
+
+    async def tick(self, now: datetime | None = None) -> datetime:
+        """Start everything due at `now` and cancel runs past their deadline; returns when to tick next."""
+        now = now or self.clock()
+        self.last_tick = now
+        self._reload()
+        for run in list(self._runs.values()):
+            if not run.task.done() and now >= run.handle.deadline and not run.handle.timed_out:
+                log.warning("job %s timed out after %g s; cancelling it", run.job.id, run.job.timeout_seconds)
+                run.handle.timed_out = True
+                run.task.cancel()
+        for job in self._plan.file.jobs:
+            trigger = self._due(job, now)
+            if trigger is not None:
+                self._start(job, trigger, now)
+        for hb in self._heartbeats.values():
+            self._heartbeat_tick(hb, now)
+        await asyncio.sleep(0)  # let the new runs take their first step
+        return self._next_wake(now)
+
+    def _due(self, job: Job, now: datetime) -> Trigger | None:
+        if job.id in self._runs:
+            return None  # never overlap: the slot waits for the run in flight
+        if job.state.run_requested:
+            return "manual"
+        nxt = job.state.next_run_at
+        if not job.enabled or nxt is None or nxt > now:
+            return None
+        if self.started_at is not None and nxt < self.started_at:
+            return "catch-up"
+        return "retry" if job.state.consecutive_errors else "schedule"
+
+    def _start(self, job: Job, trigger: Trigger, now: datetime) -> None:
+        handle = new_handle(job, now, trigger)
+        log.info("job %s: %s run %s", job.label, trigger, handle.run_id)
+        task = asyncio.create_task(self._run_job(job, handle), name=f"cron-{job.id}")
+        self._runs[job.id] = _Run(handle, task, job)
+
+    async def _run_job(self, job: Job, handle: RunHandle) -> None:
+        zone = self.jobs.zone(job)
+        try:
+            record = await execute(job, self.host, handle, zone, self._start_session)
+        except asyncio.CancelledError:
+            record = RunRecord(handle.run_id, job.id, handle.started_at.isoformat(), "", "error", handle.trigger,
+                               error="interrupted: the scheduler stopped")
+            self._finish(job, record, zone)
+            raise
+        finally:
+            self._runs.pop(job.id, None)
+        self._finish(job, record, zone)
+        self.wake()
+
+    def _finish(self, job: Job, record: RunRecord, zone: Any) -> None:
+        try:
+            finish(self.jobs.store, job, record, self.clock(), zone)
+        except (HermitError, OSError) as e:
+            log.error("job %s: could not record run %s: %s", job.id, record.run_id, e)
+        self._reload()
+
+    def _heartbeat_tick(self, hb: _Heartbeat, now: datetime) -> None:
+        if hb.task is not None and not hb.task.done():
+            if hb.started is not None and now - hb.started >= HEARTBEAT_TIMEOUT:
+                hb.task.cancel()
+            return
+        if hb.every is None or hb.next is None or hb.next > now:
+            return
+        while hb.next <= now:  # after a long sleep, one heartbeat, not one per missed slot
+            hb.next += hb.every
+        hb.started = now
+        hb.task = asyncio.create_task(self._heartbeat(hb, now), name=f"heartbeat-{hb.agent.id}")
+
+    async def _heartbeat(self, hb: _Heartbeat, now: datetime) -> None:
+        zone = resolve_zone(None, hb.agent.settings.timezone)
+        try:
+            outcome = await run_heartbeat(hb.agent, self.host, now, zone)
+        except asyncio.CancelledError:
+            hb.last = HeartbeatOutcome("error", "cancelled (timed out or the scheduler stopped)").to_dict(now)
+            raise
+        except HermitError as e:
+            outcome = HeartbeatOutcome("error", e.message)
+        except Exception as e:  # supervision boundary: a failed heartbeat must not stop the next one
+            log.warning("heartbeat of %s failed", hb.agent.id, exc_info=True)
+            outcome = HeartbeatOutcome("error", f"{type(e).__name__}: {e}")
+        hb.last = outcome.to_dict(now)
+        log.info("heartbeat %s: %s %s", hb.agent.id, outcome.status, outcome.reason)
+
+    def _next_wake(self, now: datetime) -> datetime:
+        times = [now + IDLE_WAKE]
+        times += [j.state.next_run_at for j in self._plan.file.jobs
+                  if j.enabled and j.state.next_run_at is not None and j.id not in self._runs]
+        times += [r.handle.deadline for r in self._runs.values() if not r.handle.timed_out]
+        times += [hb.next for hb in self._heartbeats.values() if hb.next is not None]
+        return max(min(times), now)
+
+    # ---- introspection ---------------------------------------------------------------------------
+
+    def running_tasks(self) -> dict[str, asyncio.Task[None]]:
+        return {job_id: r.task for job_id, r in self._runs.items()}
+
+    def heartbeat_tasks(self) -> dict[str, asyncio.Task[None]]:
+        return {a: hb.task for a, hb in self._heartbeats.items() if hb.task is not None and not hb.task.done()}
+
+    def status(self) -> dict[str, Any]:
+        now = self.clock()
+        alive = self._task is not None and not self._task.done()
+        stale = self.last_tick is None or now - self.last_tick > timedelta(seconds=2 * self.max_sleep + 60)
+        ticker = ("ok" if alive and not stale else
+                  f"stopped (last tick {self.last_tick.isoformat() if self.last_tick else 'never'})")
+        agents: dict[str, Any] = {}
+        for agent_id, hb in self._heartbeats.items():
+            mine = [j for j in self._plan.file.jobs
+                    if j.agent_id == agent_id and j.enabled and j.state.next_run_at is not None]
+            nxt = min(mine, key=lambda j: j.state.next_run_at or now, default=None)
+            cfg = hb.agent.settings.heartbeat
+            target = heartbeat_target(cfg)
+            agents[agent_id] = {
+                "next_job": ({"id": nxt.id, "name": nxt.name, "at": self.jobs.describe(nxt)["next_run_at"]}
+                             if nxt else None),
+                "heartbeat": {
+                    "every_minutes": cfg.every_minutes,
+                    "next": hb.next.isoformat() if hb.next else None,
+                    "active_hours": f"{cfg.active_hours.start}-{cfg.active_hours.end}" if cfg.active_hours else None,
+                    "target": f"{target.channel}:{target.account_id}:{target.peer_id}" if target else None,
+                    "last": hb.last,
+                },
+            }
+        return {"ticker": ticker, "started_at": self.started_at.isoformat() if self.started_at else None,
+                "last_tick": self.last_tick.isoformat() if self.last_tick else None,
+                "jobs": len(self._plan.file.jobs), "invalid_jobs": len(self._plan.file.invalid),
+                "job_file_error": self._plan.error,
+                "running": sorted(self._runs), "agents": agents}
+
+
+class GatewayContext(Protocol):
+    """What the gateway hands a service factory (its ServiceContext), as far as the scheduler reads it."""
+
+    @property
+    def host(self) -> SchedulerHost: ...
+
+    @property
+    def loaded(self) -> LoadedConfig: ...
+
+    @property
+    def state_dir(self) -> Path: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+
+def gateway_service(ctx: GatewayContext) -> SchedulerService:
+    """The gateway's service factory entry: the scheduler with the gateway's bus as its host (turns go
+    through each session's queue, so a job never interleaves with the user's messages there)."""
+    epoch = ctx.clock
+
+    def clock() -> datetime:
+        return datetime.fromtimestamp(epoch(), UTC)
+
+    return SchedulerService(ctx.state_dir, ctx.loaded, ctx.host, clock=clock)

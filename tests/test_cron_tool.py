@@ -1,0 +1,79 @@
+"""The agent's cron tool: offered in the main session only, and every action through a real runtime turn."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from hermit.agent.runtime import AgentRuntime
+from hermit.scheduler import CronJobs
+from hermit.sessions.keys import cron_session_key, dm_session_key, group_session_key, main_session_key
+from hermit.testing import ScriptedModel
+from schedhelpers import SimClock, config
+
+NOW = datetime(2026, 6, 1, 7, 0, tzinfo=UTC)  # 09:00 in Berlin
+MAIN = main_session_key("main")
+
+
+def call(name: str = "cron", **arguments: object) -> dict[str, object]:
+    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+def setup(tmp_path: Path, replies: list[object]) -> tuple[AgentRuntime, ScriptedModel, CronJobs]:
+    home = tmp_path / "home"
+    loaded = config(home)
+    clock = SimClock(NOW)
+    woken: list[int] = []
+    jobs = CronJobs(home, loaded, clock=clock, fsync=False, wake=lambda: woken.append(1))
+    model = ScriptedModel(replies)  # type: ignore[arg-type]
+    rt = AgentRuntime(loaded.agent(), model, clock=clock, fsync=False, home=home, cron=jobs)
+    return rt, model, jobs
+
+
+def test_the_cron_tool_is_offered_in_the_main_session_only(tmp_path: Path) -> None:
+    rt, _, _ = setup(tmp_path, [])
+    assert "cron" in rt.prepare(MAIN).tools.names
+    for key in (group_session_key("main", "telegram", "-100"), dm_session_key("main", "slack", "U1"),
+                cron_session_key("j-1")):
+        assert "cron" not in rt.prepare(key).tools.names
+    schema = next(s for s in rt.prepare(MAIN).tools.schemas() if s.name == "cron")
+    assert set(schema.parameters["properties"]) == {"action", "id", "job"}
+    assert len(json.dumps(schema.parameters)) + len(schema.description) < 1000  # compact: it is in every request
+
+
+def test_add_list_update_run_runs_and_remove_through_a_turn(tmp_path: Path) -> None:
+    job = {"name": "standup", "message": "Remind me of the standup",
+           "schedule": {"kind": "cron", "expr": "45 9 * * 1-5"},
+           "delivery": {"mode": "announce", "channel": "telegram", "to": "42"}}
+    replies: list[object] = [
+        call(action="add", job=job),
+        call(action="add", job={"message": "x", "schedule": {"kind": "cron", "expr": "9am daily"}}),
+        call(action="list"),
+        "Added.",
+    ]
+    rt, model, jobs = setup(tmp_path, replies)
+    result = rt.run_turn(MAIN, "remind me of the standup on weekdays at 9:45")
+    assert result.reply == "Added."
+    [added, bad, listed] = [json.loads(r.result) if not r.is_error else r.result for r in result.tool_calls]
+    assert isinstance(added, dict)
+    job_id = added["job"]["id"]
+    # The job's zone is the user's (agents.defaults.timezone), and the next run is today 09:45 Berlin.
+    assert added["job"]["timezone"] == "Europe/Berlin, from agents.defaults.timezone"
+    assert added["next_runs"][0] == "2026-06-01T09:45:00+02:00" and added["job"]["agent_id"] == "main"
+    assert isinstance(bad, str) and "schedule.cron.expr: cron expression '9am daily' has 2 fields" in bad
+    assert "hint: schedules look like" in bad
+    assert [j["id"] for j in listed["jobs"]] == [job_id]  # the bad add wrote nothing
+
+    model.add(call(action="update", id=job_id, job={"schedule": {"kind": "cron", "expr": "0 10 * * 1-5"}}),
+              call(action="run", id=job_id), call(action="runs", id=job_id), call(action="status"),
+              call(action="remove"), call(action="remove", id=job_id), "Done.")
+    second = rt.run_turn(MAIN, "move it to 10, run it now, then delete it")
+    outs = [json.loads(r.result) if not r.is_error else r.result for r in second.tool_calls]
+    assert outs[0]["job"]["next_run_at"] == "2026-06-01T10:00:00+02:00"
+    assert outs[0]["job"]["delivery"] == {"mode": "announce", "channel": "telegram", "to": "42"}
+    assert outs[1] == {"queued": job_id, "note": "queued; it starts now"}
+    assert outs[2] == {"id": job_id, "runs": []}
+    assert outs[3]["jobs"] == 1 and outs[3]["next"]["at"] == "2026-06-01T10:00:00+02:00"
+    assert "remove needs the job's `id`" in outs[4]
+    assert outs[5] == {"removed": job_id} and jobs.load().jobs == ()
