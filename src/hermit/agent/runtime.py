@@ -43,7 +43,7 @@ from hermit.agent.turn import PruneMemo, ToolCallRecord, TurnContext, TurnNotes,
 from hermit.config.load import AgentConfig
 from hermit.errors import ContextOverflowError, HermitError, SessionError
 from hermit.memory.service import MemoryService
-from hermit.messages import AssistantMessage, Message, Usage, UserMessage
+from hermit.messages import AssistantMessage, Message, Usage, UserMessage, valid_text
 from hermit.models.base import Model, ModelRequest
 from hermit.sessions.keys import agent_id_of, is_main_session_key
 from hermit.sessions.pruning import PruningMode, prune_for_request, resolve_pruning_mode
@@ -288,6 +288,7 @@ class AgentRuntime:
 
         `heartbeat` runs are never reset by the reset policy and get no memory flush; `read_only` turns
         cannot write files or run commands (and get no flush either)."""
+        text = valid_text(text)  # from a terminal, a channel or a script: a lone surrogate breaks every store
         with self._lock(session_key):
             self._check_key(session_key)
             notes = TurnNotes()

@@ -22,6 +22,7 @@ from hermit.memory.search import HybridSearcher, SearchOutcome
 from hermit.memory.session_source import SESSIONS_PREFIX, render_transcript, resolve_session_path
 from hermit.memory.store import IndexStore
 from hermit.memory.sync import Indexer, Progress, SyncReport
+from hermit.messages import valid_text
 from hermit.textfile import NotRegularFile, decode_text, read_regular
 
 
@@ -100,6 +101,7 @@ class MemoryService:
                     "error": "memory search is disabled (agents.defaults.memory_search.enabled: false)"}
         if not query or not query.strip():
             return {"results": [], "disabled": False, "error": "empty query: pass the words to search for"}
+        query = valid_text(query)  # a lone surrogate would fail in SQLite and the embedding model
         try:
             with self._lock:
                 return self._search_locked(query, max_results, min_score)

@@ -29,6 +29,8 @@ from hermit.messages import (
     ToolResultMessage,
     Usage,
     UserMessage,
+    valid_json,
+    valid_text,
 )
 from hermit.models.base import (
     ModelProfile,
@@ -209,10 +211,10 @@ def _parse_args(raw: str) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        value = json.loads(raw)
+        value = valid_json(json.loads(raw))  # "\ud800" inside the arguments' own JSON
     except ValueError:
-        return {INVALID_ARGUMENTS_KEY: raw}
-    return value if isinstance(value, dict) else {INVALID_ARGUMENTS_KEY: raw}
+        return {INVALID_ARGUMENTS_KEY: valid_text(raw)}
+    return value if isinstance(value, dict) else {INVALID_ARGUMENTS_KEY: valid_text(raw)}
 
 
 def _usage(u: Mapping[str, Any]) -> Usage:

@@ -27,6 +27,8 @@ from hermit.messages import (
     ToolResultMessage,
     Usage,
     UserMessage,
+    valid_json,
+    valid_text,
 )
 from hermit.models.base import (
     ModelProfile,
@@ -220,10 +222,10 @@ def _args(raw: Any) -> dict[str, Any]:
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
     try:
-        value = json.loads(raw)
+        value = valid_json(json.loads(raw))  # "\ud800" inside the arguments' own JSON
     except (TypeError, ValueError):
-        return {INVALID_ARGUMENTS_KEY: str(raw)}
-    return value if isinstance(value, dict) else {INVALID_ARGUMENTS_KEY: str(raw)}
+        return {INVALID_ARGUMENTS_KEY: valid_text(str(raw))}
+    return value if isinstance(value, dict) else {INVALID_ARGUMENTS_KEY: valid_text(str(raw))}
 
 
 def _usage(u: Mapping[str, Any]) -> Usage:

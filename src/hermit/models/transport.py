@@ -29,6 +29,7 @@ from hermit.errors import (
     ProviderError,
     RateLimitError,
 )
+from hermit.messages import valid_json
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,7 @@ class ProviderHttp:
 
     def _parse_json(self, content: bytes, url: str) -> Any:
         try:
-            return json.loads(content)
+            return valid_json(json.loads(content))
         except ValueError as e:
             snippet = content[:120].decode("utf-8", "replace")
             raise ProviderError(
@@ -313,7 +314,7 @@ def iter_sse(lines: Iterator[str]) -> Iterator[SseEvent]:
 def parse_event_json(provider: str, data: str) -> Any:
     """Parse one SSE data payload; garbage raises ProviderError."""
     try:
-        return json.loads(data)
+        return valid_json(json.loads(data))  # a lone "\ud800" from the model must not reach a transcript
     except ValueError as e:
         raise ProviderError(
             f"{provider}: the reply stream carried invalid JSON: {data[:120]!r}",
