@@ -73,3 +73,7 @@ class ChannelError(HermitError):
 
 class AccessDenied(HermitError):
     """A sender or client is not allowed in (access policy, bad token, forged signature)."""
+
+
+class Cancelled(HermitError):
+    """A model call or turn was cancelled on purpose (the gateway shutting down, a client going away)."""

@@ -15,6 +15,7 @@ and pass them in; nothing here reads the environment or config files.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -45,6 +46,7 @@ from hermit.errors import ContextOverflowError, HermitError, SessionError
 from hermit.memory.service import MemoryService
 from hermit.messages import AssistantMessage, Message, Usage, UserMessage, valid_text
 from hermit.models.base import Model, ModelRequest
+from hermit.models.cancel import CancelToken
 from hermit.sessions.keys import agent_id_of, is_main_session_key
 from hermit.sessions.pruning import PruningMode, prune_for_request, resolve_pruning_mode
 from hermit.sessions.reset import parse_reset_command
@@ -283,11 +285,13 @@ class AgentRuntime:
                           compactions=notes.compactions, flushes=notes.flushes, reset=notes.reset)
 
     def run_turn(self, session_key: str, text: str, on_event: EventSink | None = None, *,
-                 stream: bool | None = None, heartbeat: bool = False, read_only: bool = False) -> TurnResult:
+                 stream: bool | None = None, heartbeat: bool = False, read_only: bool = False,
+                 cancel: CancelToken | None = None) -> TurnResult:
         """Answer one user message. Streams when `stream` (default: when `on_event` is given).
 
         `heartbeat` runs are never reset by the reset policy and get no memory flush; `read_only` turns
-        cannot write files or run commands (and get no flush either)."""
+        cannot write files or run commands (and get no flush either); cancelling `cancel` (the gateway's
+        shutdown, see models.cancel.run_cancellable) ends the model call in progress with Cancelled."""
         text = valid_text(text)  # from a terminal, a channel or a script: a lone surrogate breaks every store
         with self._lock(session_key):
             self._check_key(session_key)
@@ -309,7 +313,7 @@ class AgentRuntime:
             turn = self._maintenance.before_turn(turn, text, heartbeat=heartbeat, read_only=read_only, notes=notes,
                                                  on_event=on_event)
             result = self._run(turn, text, on_event, stream=stream, heartbeat=heartbeat, read_only=read_only,
-                               notes=notes)
+                               notes=notes, cancel=cancel)
         reply = result.reply
         return TurnResult(
             reply=reply,
@@ -328,7 +332,7 @@ class AgentRuntime:
         )
 
     def _run(self, turn: TurnContext, text: str, on_event: EventSink | None, *, stream: bool | None,
-             heartbeat: bool, read_only: bool, notes: TurnNotes) -> LoopResult:
+             heartbeat: bool, read_only: bool, notes: TurnNotes, cancel: CancelToken | None = None) -> LoopResult:
         transcript = self.store.open_transcript(turn.record)
         current = [turn]  # replaced when an overflow is recovered by compaction
 
@@ -352,7 +356,7 @@ class AgentRuntime:
             return run_loop(
                 self.model,
                 turn.tools,
-                lambda messages: self.build_request(current[0], messages),
+                lambda messages: dataclasses.replace(self.build_request(current[0], messages), cancel=cancel),
                 repair_tool_pairs(turn.history.messages),
                 UserMessage(text),
                 record=record,

@@ -8,6 +8,7 @@ OPENAI_API_KEY is set. Nothing matching raises NoModelConfigured, which chat tur
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 
 from hermit.agent.runtime import AgentRuntime
@@ -54,7 +55,8 @@ def exec_environment(environ: Mapping[str, str], loaded: LoadedConfig) -> dict[s
 def build_runtime(ctx: CliContext) -> AgentRuntime:
     loaded = ctx.config()
     agent = ctx.agent()
-    model = build_model(choose_model_ref(agent, loaded, ctx.environ), loaded.config.models, ctx.environ)
+    model = build_model(choose_model_ref(agent, loaded, ctx.environ), loaded.config.models, ctx.environ,
+                        notify=lambda text: print(text, file=sys.stderr, flush=True))
     memory = ctx.memory_service(agent) if agent.settings.memory_search.enabled else None
     return AgentRuntime(agent, model, memory=memory, exec_env=exec_environment(ctx.environ, loaded))
 
