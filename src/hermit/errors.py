@@ -77,3 +77,7 @@ class AccessDenied(HermitError):
 
 class Cancelled(HermitError):
     """A model call or turn was cancelled on purpose (the gateway shutting down, a client going away)."""
+
+
+class SessionBusy(SessionError):
+    """Another process is answering in the same session right now."""

@@ -15,10 +15,11 @@ and pass them in; nothing here reads the environment or config files.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from hermit.agent.compaction import CompactionOutcome
@@ -48,6 +49,7 @@ from hermit.messages import AssistantMessage, Message, Usage, UserMessage, valid
 from hermit.models.base import Model, ModelRequest
 from hermit.models.cancel import CancelToken
 from hermit.sessions.keys import agent_id_of, is_main_session_key
+from hermit.sessions.lock import DEFAULT_WAIT_SECONDS, session_lock
 from hermit.sessions.pruning import PruningMode, prune_for_request, resolve_pruning_mode
 from hermit.sessions.reset import parse_reset_command
 from hermit.sessions.store import SessionRecord, SessionStore
@@ -81,6 +83,7 @@ class AgentRuntime:
         self.store = store or SessionStore(agent.sessions_dir, clock=clock, cwd=agent.workspace, fsync=fsync)
         self.timezone, self.timezone_name = resolve_timezone(agent.settings.timezone, clock())
         self._locks: dict[str, threading.Lock] = {}
+        self.session_wait_seconds = DEFAULT_WAIT_SECONDS  # before "session busy" (another process's turn)
         self._locks_guard = threading.Lock()
         self._prune_memo: dict[str, PruneMemo] = {}
         self._maintenance = SessionMaintenance(self, forget_pruning=self._forget_pruning)
@@ -264,9 +267,13 @@ class AgentRuntime:
             self.new_session(session_key)
             notes.reset = check.reason
 
-    def _lock(self, session_key: str) -> threading.Lock:
+    @contextlib.contextmanager
+    def _lock(self, session_key: str) -> Iterator[None]:
+        """One turn at a time per session: a thread lock in this process, a file lock across processes."""
         with self._locks_guard:
-            return self._locks.setdefault(session_key, threading.Lock())
+            lock = self._locks.setdefault(session_key, threading.Lock())
+        with lock, session_lock(self.store.directory, session_key, wait_seconds=self.session_wait_seconds):
+            yield
 
     # ---- maintenance (maintenance.py) -------------------------------------------------------------
 
