@@ -80,7 +80,7 @@ def test_batch_queries_one_process(tmp_path: Path) -> None:
     assert lines[0]["results"][0]["path"] == "MEMORY.md"
     assert all("results" in x for x in lines)
     bad = run(home, "memory", "search", "--json", "--queries", "-", stdin="not json\n")
-    assert bad.returncode == 1 and "-:1" in bad.stderr
+    assert bad.returncode == 1 and json.loads(bad.stdout)["error"].startswith("line 1: expected a JSON object")
 
 
 def test_config_error_is_actionable(tmp_path: Path) -> None:

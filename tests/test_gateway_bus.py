@@ -297,7 +297,8 @@ def test_the_gateway_routes_by_dm_scope_and_checks_access_before_the_agent(tmp_p
         return out
 
     assert asyncio.run(main()) == ["refused", "refused", "queued", "refused", "queued", "refused"]
-    assert asked == ["hi from a friend", "hey Hermit, lunch?"]  # strangers never reach the agent
+    # Strangers never reach the agent (the two sessions run concurrently, so their order is free).
+    assert sorted(asked) == sorted(["hi from a friend", "hey Hermit, lunch?"])
     code_msgs = [m for m in ch.messages("stranger")]
     assert len(code_msgs) == 1 and code_msgs[0].kind == "pairing" and "hermit pairing approve" in code_msgs[0].text
     keys = {r.key for r in rt.store.list()}

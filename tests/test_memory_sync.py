@@ -107,12 +107,12 @@ def test_bad_files_warn_and_never_crash(workspace: Path, tmp_path: Path) -> None
     joined = "\n".join(r.warnings)
     assert "binary.md: skipped, looks binary" in joined
     assert "huge.md: skipped" in joined and "max_file_bytes" in joined
-    assert "latin1.md: not valid UTF-8 (first bad byte on line 1)" in joined
+    assert "latin1.md" not in joined  # Latin-1 is detected and decoded, not replaced
     paths = {p for p, _, _ in chunk_rows(svc)}
     assert paths == {"memory/good.md", "memory/latin1.md"}
-    # Replacement characters keep line numbers exact.
     hit = svc.search("zebra")["results"][0]
     assert hit["path"] == "memory/latin1.md" and hit["startLine"] <= 3 <= hit["endLine"]
+    assert "# café" in svc.get("memory/latin1.md")["text"]
     svc.close()
 
 

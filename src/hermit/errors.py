@@ -77,3 +77,11 @@ class AccessDenied(HermitError):
 
 class JobError(HermitError):
     """A scheduled job is invalid or unknown, or the job file could not be read or written."""
+
+
+class Cancelled(HermitError):
+    """A model call or turn was cancelled on purpose (the gateway shutting down, a client going away)."""
+
+
+class SessionBusy(SessionError):
+    """Another process is answering in the same session right now."""

@@ -9,6 +9,12 @@ produced it. `to_dict()` / `message_from_dict()` give the JSON form the session 
 Usage semantics (the same for every provider): `input_tokens` counts input tokens that were neither
 read from nor written to the prompt cache; `context_tokens` = input + cache_read + cache_write is the
 size of the prompt the model saw, which is what compaction compares to the context window.
+
+Text from outside (a CLI argument, a batch query line, a model's reply or tool-call arguments, a chat
+message) can hold lone UTF-16 surrogates ("\\ud800" in JSON, undecodable argv bytes); they cannot be
+encoded as UTF-8, so SQLite, the embedding model, JSON files and HTTP bodies all fail on them.
+`valid_text` / `valid_json` are the one place that makes such text valid (each lone surrogate becomes
+U+FFFD), called at every boundary where outside text comes in.
 """
 
 from __future__ import annotations
@@ -23,6 +29,26 @@ STOP_REASONS: tuple[str, ...] = get_args(StopReason)
 # When a model sends tool-call arguments that are not a JSON object, the adapter keeps the raw text under
 # this key so the tool runner can answer "your arguments were not valid JSON" instead of crashing.
 INVALID_ARGUMENTS_KEY = "_raw_arguments"
+
+
+def valid_text(text: str) -> str:
+    """`text` as valid Unicode: a lone surrogate becomes U+FFFD, a surrogate pair the character it encodes."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def valid_json(value: Any) -> Any:
+    """A JSON-like value with every string in it (keys too) made valid by `valid_text`."""
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, Mapping):
+        return {valid_text(k) if isinstance(k, str) else k: valid_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [valid_json(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from hermit.textfile import decode_text, read_regular
+
 BOOTSTRAP_ORDER = ("AGENTS.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "USER.md", "HEARTBEAT.md", "BOOTSTRAP.md")
 MEMORY_FILE = "MEMORY.md"
 TEMPLATE_FILES = (*BOOTSTRAP_ORDER, MEMORY_FILE)
@@ -83,8 +85,8 @@ def read_bootstrap(
     for name in names:
         p = workspace / name
         try:
-            raw = p.read_text(encoding="utf-8", errors="replace")
-        except (FileNotFoundError, IsADirectoryError):
+            raw = decode_text(read_regular(p)).text  # never open() a FIFO: it would block the turn
+        except OSError:  # missing, a directory, a FIFO, unreadable: the prompt says it is missing
             if name == "BOOTSTRAP.md":
                 continue  # only exists for a brand-new workspace; its absence is normal
             out.append(BootstrapFile(name, None, 0, False))

@@ -9,11 +9,11 @@ failed or cancelled model call is recorded as an assistant message with `stopRea
 (adapters leave such empty turns out of later requests); a cancelled tool batch gets "cancelled"
 results for the calls that did not run, so the history stays a valid call/result sequence.
 
-Cancellation: a `cancel` event (threading.Event, set by the gateway at shutdown) is checked before
-each model call, between streamed deltas and before each tool call; once set, the turn stops the same
-way a Ctrl-C does (partial text recorded as a failed assistant message, unrun calls get "cancelled"
-results) and `TurnCancelled` is raised. A model call that is blocked waiting for the provider is not
-interrupted by it; the check runs when the call returns or yields its next delta.
+Cancellation: a `cancel` token (models.cancel.CancelToken, cancelled by the gateway at shutdown) is
+checked before each model call, between streamed deltas and before each tool call; once cancelled, the
+turn stops the same way a Ctrl-C does (partial text recorded as a failed assistant message, unrun calls
+get "cancelled" results) and `TurnCancelled` is raised. A model call blocked waiting for the provider is
+ended by the transport (the token shuts its socket), and that too surfaces as `TurnCancelled`.
 
 Streaming: text deltas are forwarded as TextChunk events, except that text which could still turn
 out to be the silent token NO_REPLY is held back until it cannot (or is dropped if it is).
@@ -21,15 +21,15 @@ out to be the silent token NO_REPLY is held back until it cannot (or is dropped 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from hermit.agent.context import SILENT_TOKEN
-from hermit.errors import ContextOverflowError, HermitError
+from hermit.errors import Cancelled, ContextOverflowError, HermitError
 from hermit.messages import AssistantMessage, Message, TextPart, ToolResultMessage, Usage, UserMessage
 from hermit.models.base import Model, ModelRequest, ModelResponse, ResponseDone, TextDelta, ToolCallDelta
+from hermit.models.cancel import CancelToken
 from hermit.tools.base import ToolRun, ToolRunner
 
 CANCELLED_RESULT = "error: cancelled by the user before this tool ran to completion"
@@ -39,8 +39,8 @@ class TurnCancelled(HermitError):
     """The turn was stopped through its cancel event (gateway shutdown) before it finished."""
 
 
-def _check_cancel(cancel: threading.Event | None) -> None:
-    if cancel is not None and cancel.is_set():
+def _check_cancel(cancel: CancelToken | None) -> None:
+    if cancel is not None and cancel.cancelled:
         raise TurnCancelled("the turn was interrupted before it finished", "send the message again")
 
 
@@ -128,7 +128,7 @@ def _emit(on_event: EventSink | None, event: AgentEvent) -> None:
 
 
 def _call_model(model: Model, request: ModelRequest, stream: bool, on_event: EventSink | None,
-                partial: list[str], cancel: threading.Event | None = None) -> ModelResponse:
+                partial: list[str], cancel: CancelToken | None = None) -> ModelResponse:
     if not stream:
         return model.complete(request)  # a finished response is kept; the next step checks `cancel`
     filt = _SilenceFilter(lambda t: _emit(on_event, TextChunk(t)))
@@ -158,7 +158,7 @@ def run_loop(
     on_event: EventSink | None = None,
     on_usage: Callable[[AssistantMessage], None] | None = None,
     on_overflow: OverflowHandler | None = None,
-    cancel: threading.Event | None = None,
+    cancel: CancelToken | None = None,
 ) -> LoopResult:
     """Run one turn. Model errors (HermitError), TurnCancelled and KeyboardInterrupt propagate after
     being recorded."""
@@ -186,7 +186,10 @@ def run_loop(
         partial: list[str] = []
         try:
             _check_cancel(cancel)
-            response = _call_model(model, build_request(messages), stream, on_event, partial, cancel)
+            try:
+                response = _call_model(model, build_request(messages), stream, on_event, partial, cancel)
+            except Cancelled as e:  # the transport ended the call because `cancel` was cancelled
+                raise TurnCancelled("the turn was interrupted before it finished", "send the message again") from e
         except (HermitError, KeyboardInterrupt) as e:
             recoverable = isinstance(e, ContextOverflowError) and not partial and not overflow_handled
             if recoverable and on_overflow is not None:

@@ -17,9 +17,11 @@ and pass them in; nothing here reads the environment or config files.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from hermit.agent.compaction import CompactionOutcome
@@ -45,9 +47,11 @@ from hermit.agent.turn import PruneMemo, ToolCallRecord, TurnContext, TurnNotes,
 from hermit.config.load import AgentConfig
 from hermit.errors import ContextOverflowError, HermitError, SessionError
 from hermit.memory.service import MemoryService
-from hermit.messages import AssistantMessage, Message, Usage, UserMessage
+from hermit.messages import AssistantMessage, Message, Usage, UserMessage, valid_text
 from hermit.models.base import Model, ModelRequest
+from hermit.models.cancel import CancelToken
 from hermit.sessions.keys import agent_id_of, is_main_session_key
+from hermit.sessions.lock import DEFAULT_WAIT_SECONDS, session_lock
 from hermit.sessions.pruning import PruningMode, prune_for_request, resolve_pruning_mode
 from hermit.sessions.reset import parse_reset_command
 from hermit.sessions.store import SessionRecord, SessionStore
@@ -83,6 +87,7 @@ class AgentRuntime:
         self.store = store or SessionStore(agent.sessions_dir, clock=clock, cwd=agent.workspace, fsync=fsync)
         self.timezone, self.timezone_name = resolve_timezone(agent.settings.timezone, clock())
         self._locks: dict[str, threading.Lock] = {}
+        self.session_wait_seconds = DEFAULT_WAIT_SECONDS  # before "session busy" (another process's turn)
         self._locks_guard = threading.Lock()
         self._prune_memo: dict[str, PruneMemo] = {}
         self._maintenance = SessionMaintenance(self, forget_pruning=self._forget_pruning)
@@ -269,13 +274,17 @@ class AgentRuntime:
             notes.reset = check.reason
 
     def session_busy(self, session_key: str) -> bool:
-        """A turn is running in the session now (the heartbeat skips a busy main session)."""
+        """A turn is running in the session now in this process (the heartbeat skips a busy main session)."""
         lock = self._locks.get(session_key)
         return lock is not None and lock.locked()
 
-    def _lock(self, session_key: str) -> threading.Lock:
+    @contextlib.contextmanager
+    def _lock(self, session_key: str) -> Iterator[None]:
+        """One turn at a time per session: a thread lock in this process, a file lock across processes."""
         with self._locks_guard:
-            return self._locks.setdefault(session_key, threading.Lock())
+            lock = self._locks.setdefault(session_key, threading.Lock())
+        with lock, session_lock(self.store.directory, session_key, wait_seconds=self.session_wait_seconds):
+            yield
 
     # ---- maintenance (maintenance.py) -------------------------------------------------------------
 
@@ -295,12 +304,14 @@ class AgentRuntime:
 
     def run_turn(self, session_key: str, text: str, on_event: EventSink | None = None, *,
                  stream: bool | None = None, heartbeat: bool = False, read_only: bool = False,
-                 cancel: threading.Event | None = None) -> TurnResult:
+                 cancel: CancelToken | None = None) -> TurnResult:
         """Answer one user message. Streams when `stream` (default: when `on_event` is given).
 
         `heartbeat` runs are never reset by the reset policy and get no memory flush; `read_only` turns
-        cannot write files or run commands (and get no flush either). Setting `cancel` stops the turn
-        between steps (see loop.py): the transcript gets an `interrupted` entry, TurnCancelled is raised."""
+        cannot write files or run commands (and get no flush either). Cancelling `cancel` (the gateway's
+        shutdown) ends the model call in progress (models.cancel) and stops the turn between steps
+        (loop.py): the transcript gets an `interrupted` entry and TurnCancelled is raised."""
+        text = valid_text(text)  # from a terminal, a channel or a script: a lone surrogate breaks every store
         with self._lock(session_key):
             self._check_key(session_key)
             notes = TurnNotes()
@@ -340,8 +351,7 @@ class AgentRuntime:
         )
 
     def _run(self, turn: TurnContext, text: str, on_event: EventSink | None, *, stream: bool | None,
-             heartbeat: bool, read_only: bool, notes: TurnNotes,
-             cancel: threading.Event | None = None) -> LoopResult:
+             heartbeat: bool, read_only: bool, notes: TurnNotes, cancel: CancelToken | None = None) -> LoopResult:
         transcript = self.store.open_transcript(turn.record)
         current = [turn]  # replaced when an overflow is recovered by compaction
 
@@ -366,7 +376,7 @@ class AgentRuntime:
             return run_loop(
                 self.model,
                 turn.tools,
-                lambda messages: self.build_request(current[0], messages),
+                lambda messages: dataclasses.replace(self.build_request(current[0], messages), cancel=cancel),
                 repair_tool_pairs(turn.history.messages),
                 UserMessage(text),
                 record=record,

@@ -8,6 +8,7 @@ OPENAI_API_KEY is set. Nothing matching raises NoModelConfigured, which chat tur
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 
 from hermit.agent.runtime import AgentRuntime
@@ -57,7 +58,8 @@ def build_runtime(ctx: CliContext, agent: AgentConfig | None = None, *, long_liv
     search matrix in memory."""
     loaded = ctx.config()
     agent = agent or ctx.agent()
-    model = build_model(choose_model_ref(agent, loaded, ctx.environ), loaded.config.models, ctx.environ)
+    model = build_model(choose_model_ref(agent, loaded, ctx.environ), loaded.config.models, ctx.environ,
+                        notify=lambda text: print(text, file=sys.stderr, flush=True))
     memory = ctx.memory_service(agent, long_lived=long_lived) if agent.settings.memory_search.enabled else None
     # The cron tool (main session only) edits the job file; the gateway's scheduler runs the jobs.
     return AgentRuntime(agent, model, memory=memory, exec_env=exec_environment(ctx.environ, loaded),

@@ -13,6 +13,7 @@ from hermit.cli.context import CliContext, is_tty
 from hermit.errors import ConfigError
 from hermit.memory.service import MemoryService
 from hermit.memory.sync import SyncReport
+from hermit.messages import valid_json
 
 
 def register(sub: Any) -> None:
@@ -121,21 +122,41 @@ def cmd_index(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 def _search_batch(svc: MemoryService, args: argparse.Namespace) -> int:
-    src = sys.stdin if args.queries == "-" else open(args.queries, encoding="utf-8")  # noqa: SIM115
+    """One result line per query line; a bad line gets an error line and the batch goes on."""
+    # Bytes, decoded per line: one line that is not UTF-8 must not end the batch.
+    try:
+        src = sys.stdin.buffer if args.queries == "-" else open(args.queries, "rb")  # noqa: SIM115
+    except OSError as e:
+        raise ConfigError(f"cannot read --queries {args.queries}: {e.strerror or e}",
+                          "pass a JSONL file of {\"id\", \"query\"} lines, or - for stdin") from e
+    failed = 0
     with src:
-        for n, line in enumerate(src, start=1):
+        for n, raw in enumerate(src, start=1):
+            line = raw.decode("utf-8", errors="replace")
             if not line.strip():
                 continue
+            item: Any = None
             try:
                 item = json.loads(line)
                 qid, query = item["id"], item["query"]
+                if not isinstance(query, str):
+                    raise TypeError("'query' must be a string")
             except (ValueError, KeyError, TypeError) as e:
-                raise ConfigError(f"{args.queries}:{n}: expected a JSON object with 'id' and 'query' ({e})",
-                                  'each line must look like {"id": "q1", "query": "..."}') from e
-            res = svc.search(str(query), args.max_results, args.min_score)
-            out = {"id": qid, **res}
+                err = (f"line {n}: expected a JSON object with a string 'id' and 'query' ({e}); "
+                       'each line must look like {"id": "q1", "query": "..."}')
+                out: dict[str, Any] = {"id": valid_json(item.get("id") if isinstance(item, dict) else None),
+                                       "results": [], "error": err}
+            else:
+                try:
+                    out = {"id": valid_json(qid), **svc.search(query, args.max_results, args.min_score)}
+                except Exception as e:  # noqa: BLE001 - supervision boundary: one query must not end the batch
+                    out = {"id": valid_json(qid), "results": [], "error": f"line {n}: search failed: {e}"}
+            if "error" in out:
+                failed += 1
             print(json.dumps(out, ensure_ascii=False), flush=True)
-    return 0
+    if failed:
+        print(f"error: {failed} query line(s) failed; their output lines carry an \"error\"", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:

@@ -412,6 +412,9 @@ class ProviderConfig(Strict):
     timeout_seconds: float = Field(120.0, gt=0)
     max_retries: int = Field(3, ge=0, le=20)
     models: dict[str, ModelInfo] = Field(default_factory=dict)
+    # The whole of one model call, retries included, even if the server keeps the stream alive: the
+    # SDKs' own 10-minute request timeout. Raise it for a slow local model on CPU.
+    deadline_seconds: float = Field(600.0, gt=0)
 
 
 class ModelsConfig(Strict):

@@ -22,6 +22,7 @@ from hermit.agent.loop import AgentEvent
 from hermit.agent.runtime import AgentRuntime
 from hermit.agent.turn import TurnResult
 from hermit.errors import ConfigError, HermitError
+from hermit.models.cancel import CancelToken
 
 log = logging.getLogger("hermit.gateway")
 
@@ -62,7 +63,7 @@ async def in_daemon_thread(fn: Callable[[], T], name: str) -> T:
 class RunningTurn:
     agent_id: str
     session_key: str
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: CancelToken = field(default_factory=CancelToken)
     finished: threading.Event = field(default_factory=threading.Event)
 
 
@@ -110,7 +111,7 @@ class AgentHost:
 
     def cancel_all(self) -> int:
         for turn in self.running.values():
-            turn.cancel.set()
+            turn.cancel.cancel()
         return len(self.running)
 
     def mark_stuck_interrupted(self) -> list[str]:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from hermit.errors import PathPolicyError
+from hermit.messages import valid_text
 
 RULES = "memory_get reads MEMORY.md, files under memory/ and configured extra paths (.md only, no symlinks)"
 
@@ -24,6 +25,8 @@ def resolve_memory_path(workspace: Path, raw: str, extra_paths: list[str]) -> tu
         raise PathPolicyError("empty path", RULES)
     if "\x00" in raw:
         raise PathPolicyError("path contains a NUL byte", RULES)
+    if valid_text(raw) != raw:
+        raise PathPolicyError("path is not valid text (a lone surrogate)", RULES)
     ws = workspace.resolve()
     extras = []
     for e in extra_paths:

@@ -22,6 +22,8 @@ from hermit.memory.search import HybridSearcher, SearchOutcome
 from hermit.memory.session_source import SESSIONS_PREFIX, render_transcript, resolve_session_path
 from hermit.memory.store import IndexStore
 from hermit.memory.sync import Indexer, Progress, SyncReport
+from hermit.messages import valid_text
+from hermit.textfile import NotRegularFile, decode_text, read_regular
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class MemoryService:
                     "error": "memory search is disabled (agents.defaults.memory_search.enabled: false)"}
         if not query or not query.strip():
             return {"results": [], "disabled": False, "error": "empty query: pass the words to search for"}
+        query = valid_text(query)  # a lone surrogate would fail in SQLite and the embedding model
         try:
             with self._lock:
                 return self._search_locked(query, max_results, min_score)
@@ -145,16 +148,23 @@ class MemoryService:
         if path.startswith(SESSIONS_PREFIX):
             return self._get_session(path, from_line, lines)
         real, shown = resolve_memory_path(self.workspace, path, self.cfg.extra_paths)
-        if not real.exists():
-            raise PathPolicyError(f"no such memory file: {shown}", "use a path from memory_search results")
         if from_line is not None and from_line < 1:
             raise PathPolicyError("'from' is 1-based", "pass from ≥ 1")
         if lines is not None and lines < 1:
             raise PathPolicyError("'lines' must be ≥ 1", "omit it to read to the end of the file")
-        data = real.read_bytes()
+        try:
+            data = read_regular(real)
+        except FileNotFoundError:
+            raise PathPolicyError(f"no such memory file: {shown}", "use a path from memory_search results") from None
+        except NotRegularFile as e:
+            raise PathPolicyError(f"{shown} is {e.kind}, not a memory file",
+                                  "memory files are regular Markdown files; use a path from memory_search "
+                                  "results") from None
+        except OSError as e:
+            raise PathPolicyError(f"cannot read {shown}: {e.strerror or e}", "check the file's permissions") from e
         if b"\x00" in data[:8192]:
             raise PathPolicyError(f"{shown} looks binary", "memory files must be text")
-        text = data.decode("utf-8", errors="replace")
+        text = decode_text(data).text
         if from_line is None and lines is None:
             return {"path": shown, "text": text}
         all_lines = text.split("\n")
@@ -165,9 +175,12 @@ class MemoryService:
     def _get_session(self, path: str, from_line: int | None, lines: int | None) -> dict[str, Any]:
         """A transcript rendered as in the index (user/assistant text, redacted), by JSONL line numbers."""
         real = resolve_session_path(self.sessions_dir, path)
-        if not real.is_file():
-            raise PathPolicyError(f"no such session transcript: {path}", "use a path from memory_search results")
-        text, _ = render_transcript(real.read_text(encoding="utf-8", errors="replace"))
+        try:
+            data = read_regular(real)
+        except OSError:  # missing, a FIFO, a directory…: not a transcript Hermit wrote
+            raise PathPolicyError(f"no such session transcript: {path}",
+                                  "use a path from memory_search results") from None
+        text, _ = render_transcript(data.decode("utf-8", errors="replace"))
         all_lines = text.split("\n")
         start = (from_line or 1) - 1
         end = len(all_lines) if lines is None else start + lines

@@ -17,6 +17,7 @@ from typing import Any
 
 from hermit.errors import PathPolicyError
 from hermit.memory.sources import SourceFile
+from hermit.messages import valid_text
 
 SESSIONS_PREFIX = "sessions/"
 # Re-index a transcript once it grew by this much since it was last indexed...
@@ -87,7 +88,8 @@ def render_transcript(raw: str) -> tuple[str, int]:
                 got = _message_text(obj.get("message"))
                 if got:
                     who, text = got
-                    rendered = redact(f"{who}: {text}")[:MAX_LINE_CHARS]
+                    # valid_text: a "\ud800" escape in a transcript line must not break indexing
+                    rendered = valid_text(redact(f"{who}: {text}")[:MAX_LINE_CHARS])
         out.append(rendered)
     if out and out[-1] == "":
         out.pop()

@@ -1,7 +1,9 @@
 """Which files are memory: MEMORY.md, memory/**/*.md and configured extra paths — and how to read them.
 
-Reading is defensive: a binary file, a huge file or an unreadable file becomes a warning, never a crash;
-invalid UTF-8 is decoded with replacement characters so line numbers stay exact, and says so.
+Reading is defensive: a binary file, a huge file, an unreadable file or something that is not a regular
+file at all (a FIFO named x.md would block a plain open() forever) becomes a warning, never a crash or a
+hang; a note that is not UTF-8 is decoded in its detected encoding (hermit.textfile), and only when no
+encoding fits are bytes replaced, which the warning says.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, file_kind, read_regular
 
 MEMORY_FILE = "MEMORY.md"
 MEMORY_DIR = "memory"
@@ -65,7 +69,10 @@ def _walk_md(root: Path, workspace: Path, warnings: list[str]) -> list[SourceFil
             if ent.is_dir():
                 subdirs.append(ent.path)
             elif _is_md(ent.name):
-                out.append(SourceFile(rel(ent.path), ent.path, "memory"))
+                if ent.is_file():
+                    out.append(SourceFile(rel(ent.path), ent.path, "memory"))
+                else:
+                    warnings.append(_not_regular(rel(ent.path), ent.path))
         for d in subdirs:
             visit(d)
 
@@ -73,14 +80,24 @@ def _walk_md(root: Path, workspace: Path, warnings: list[str]) -> list[SourceFil
     return out
 
 
+def _not_regular(rel: str, path: str) -> str:
+    try:
+        kind = file_kind(os.lstat(path).st_mode)
+    except OSError:
+        kind = "not a regular file"
+    return f"{rel}: skipped, it is {kind}; memory files must be regular files"
+
+
 def list_memory_files(workspace: Path, extra_paths: list[str]) -> tuple[list[SourceFile], list[str]]:
     warnings: list[str] = []
     files: dict[str, SourceFile] = {}
     top = workspace / MEMORY_FILE
-    if top.is_file() and not top.is_symlink():
-        files[MEMORY_FILE] = SourceFile(MEMORY_FILE, str(top), "memory")
-    elif top.is_symlink():
+    if top.is_symlink():
         warnings.append(f"{MEMORY_FILE}: skipped, memory files may not be symlinks")
+    elif top.is_file():
+        files[MEMORY_FILE] = SourceFile(MEMORY_FILE, str(top), "memory")
+    elif top.exists():
+        warnings.append(_not_regular(MEMORY_FILE, str(top)))
     mem = workspace / MEMORY_DIR
     if mem.is_dir() and not mem.is_symlink():
         for f in _walk_md(mem, workspace, warnings):
@@ -94,6 +111,8 @@ def list_memory_files(workspace: Path, extra_paths: list[str]) -> tuple[list[Sou
         elif p.is_dir():
             for f in _walk_md(p, workspace, warnings):
                 files.setdefault(f.rel, f)
+        elif p.exists() and not p.is_file():
+            warnings.append(_not_regular(f"extra path {raw}", str(p)))
         elif p.is_file():
             if _is_md(p.name):
                 rel = rel_path(workspace, p)
@@ -113,21 +132,21 @@ class ReadResult:
 
 def read_memory_file(path: Path, rel: str, max_bytes: int) -> ReadResult:
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            return ReadResult(None, f"{rel}: skipped, {size:,} bytes is over the {max_bytes:,}-byte limit "
-                                    "(memory_search.max_file_bytes); split it or raise the limit")
-        data = path.read_bytes()
+        data = read_regular(path, max_bytes)
     except FileNotFoundError:
         return ReadResult(None, None)  # vanished mid-sync: the next sync removes it
+    except NotRegularFile as e:
+        return ReadResult(None, f"{rel}: skipped, it is {e.kind}; memory files must be regular files")
+    except FileTooLarge as e:
+        return ReadResult(None, f"{rel}: skipped, {e.size:,} bytes is over the {max_bytes:,}-byte limit "
+                                "(memory_search.max_file_bytes); split it or raise the limit")
     except OSError as e:
         return ReadResult(None, f"{rel}: skipped, cannot read ({e.strerror or e})")
     if b"\x00" in data[:8192]:
         return ReadResult(None, f"{rel}: skipped, looks binary (NUL bytes); memory files must be text")
-    try:
-        return ReadResult(data.decode("utf-8"), None)
-    except UnicodeDecodeError as e:
-        text = data.decode("utf-8", errors="replace")
-        line = data[: e.start].count(b"\n") + 1
-        return ReadResult(text, f"{rel}: not valid UTF-8 (first bad byte on line {line}); indexed with "
-                                "replacement characters — re-save the file as UTF-8")
+    decoded = decode_text(data)
+    if decoded.replaced:
+        return ReadResult(decoded.text, f"{rel}: not valid UTF-8 (first bad byte on line {decoded.first_bad_line})"
+                                        " and no other encoding fits; indexed with replacement characters — "
+                                        "re-save the file as UTF-8")
+    return ReadResult(decoded.text, None)

@@ -30,6 +30,7 @@ from hermit.memory.fts import FTS_VERSION
 from hermit.memory.session_source import list_session_files, render_transcript, session_needs_index
 from hermit.memory.sources import SourceFile, list_memory_files, read_memory_file
 from hermit.memory.store import FileState, IndexStore
+from hermit.textfile import read_regular
 
 TOKENIZER_ID = "cjk-estimate-1"
 Progress = Callable[[int, int, str], None]
@@ -159,7 +160,10 @@ class Indexer:
                 continue
             if f.source != "sessions":
                 return True
-            data = f.abs.read_bytes() if s.st_size != st.size else None
+            try:
+                data = read_regular(f.path) if s.st_size != st.size else None
+            except OSError:
+                return True  # let the sync look at it (and report why it cannot be read)
             if session_needs_index(indexed_size=st.size, indexed_messages=st.messages, size=s.st_size,
                                    mtime_ns=s.st_mtime_ns, data=data, now=self.clock()).should_index:
                 return True
@@ -170,7 +174,7 @@ class Indexer:
         """The text to index for `f` (None = nothing to index now) and its message count."""
         if f.source == "sessions":
             try:
-                data = f.abs.read_bytes()
+                data = read_regular(f.path)
             except OSError as e:
                 report.warnings.append(f"{f.rel}: skipped, cannot read ({e})")
                 return None, 0

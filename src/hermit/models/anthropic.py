@@ -29,6 +29,8 @@ from hermit.messages import (
     ToolResultMessage,
     Usage,
     UserMessage,
+    valid_json,
+    valid_text,
 )
 from hermit.models.base import (
     ModelProfile,
@@ -64,8 +66,10 @@ class AnthropicModel:
         base_url: str | None = None,
         key_hint: str = "set ANTHROPIC_API_KEY or models.providers.anthropic.api_key in hermit.yaml",
         timeout_seconds: float = 120.0,
+        deadline_seconds: float = 600.0,
         max_retries: int = 3,
         sleep: Callable[[float], None] | None = None,
+        notify: Callable[[str], None] | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._profile = profile
@@ -77,8 +81,10 @@ class AnthropicModel:
             headers,
             key_hint=key_hint,
             timeout_seconds=timeout_seconds,
+            deadline_seconds=deadline_seconds,
             retry=RetryPolicy(max_retries=max_retries),
             sleep=sleep,
+            notify=notify,
             transport=transport,
         )
 
@@ -113,7 +119,7 @@ class AnthropicModel:
         return body
 
     def complete(self, request: ModelRequest) -> ModelResponse:
-        data = self._http.post_json(self.url, self.build_body(request, stream=False))
+        data = self._http.post_json(self.url, self.build_body(request, stream=False), request.cancel)
         if not isinstance(data, dict) or not isinstance(data.get("content"), list):
             raise ProviderError(
                 f"{self._profile.provider}: unexpected reply shape: {json.dumps(data)[:200]}",
@@ -143,7 +149,7 @@ class AnthropicModel:
         stop_reason: Any = None
         tool_index: dict[int, int] = {}
         finished = False
-        for sse in self._http.post_sse(self.url, self.build_body(request, stream=True)):
+        for sse in self._http.post_sse(self.url, self.build_body(request, stream=True), request.cancel):
             if sse.event == "ping":
                 continue
             event = parse_event_json(provider, sse.data)
@@ -209,10 +215,10 @@ def _parse_args(raw: str) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        value = json.loads(raw)
+        value = valid_json(json.loads(raw))  # "\ud800" inside the arguments' own JSON
     except ValueError:
-        return {INVALID_ARGUMENTS_KEY: raw}
-    return value if isinstance(value, dict) else {INVALID_ARGUMENTS_KEY: raw}
+        return {INVALID_ARGUMENTS_KEY: valid_text(raw)}
+    return value if isinstance(value, dict) else {INVALID_ARGUMENTS_KEY: valid_text(raw)}
 
 
 def _usage(u: Mapping[str, Any]) -> Usage:

@@ -4,9 +4,10 @@ Every adapter (Anthropic, OpenAI-compatible, the scripted test model) implements
 the rest of Hermit needs (context window, prompt caching and its TTL, tool-call style) are data on the
 `ModelProfile`, so no code outside `models/` ever branches on a provider name.
 
-Calls are synchronous and every network call has a timeout; the async gateway runs them in a worker
-thread. `stream()` yields `TextDelta` / `ToolCallDelta` events as they arrive and always ends with one
-`ResponseDone` carrying the same `ModelResponse` that `complete()` would have returned.
+Calls are synchronous and every network call has an idle timeout and an overall deadline; the async
+gateway runs them in a worker thread and cancels them through `ModelRequest.cancel`. `stream()` yields
+`TextDelta` / `ToolCallDelta` events as they arrive and always ends with one `ResponseDone` carrying the
+same `ModelResponse` that `complete()` would have returned.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from hermit.errors import ProviderError
 from hermit.messages import AssistantMessage, Message, StopReason, ToolCallPart, Usage
+from hermit.models.cancel import CancelToken
 
 ToolCallStyle: TypeAlias = Literal["anthropic", "openai"]
 
@@ -61,6 +63,8 @@ class ModelRequest:
     # None: the profile's max_output_tokens.
     max_tokens: int | None = None
     temperature: float | None = None
+    # Cancels the call from another thread (the gateway's shutdown); adapters hand it to the transport.
+    cancel: CancelToken | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ from hermit.messages import (
     ToolResultMessage,
     Usage,
     UserMessage,
+    valid_json,
+    valid_text,
 )
 from hermit.models.base import (
     ModelProfile,
@@ -61,8 +63,10 @@ class OpenAIModel:
         max_tokens_param: str = "max_tokens",
         extra_headers: Mapping[str, str] | None = None,
         timeout_seconds: float = 120.0,
+        deadline_seconds: float = 600.0,
         max_retries: int = 3,
         sleep: Callable[[float], None] | None = None,
+        notify: Callable[[str], None] | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._profile = profile
@@ -76,8 +80,10 @@ class OpenAIModel:
             headers,
             key_hint=key_hint,
             timeout_seconds=timeout_seconds,
+            deadline_seconds=deadline_seconds,
             retry=RetryPolicy(max_retries=max_retries),
             sleep=sleep,
+            notify=notify,
             transport=transport,
         )
 
@@ -118,7 +124,7 @@ class OpenAIModel:
         return body
 
     def complete(self, request: ModelRequest) -> ModelResponse:
-        data = self._http.post_json(self.url, self.build_body(request, stream=False))
+        data = self._http.post_json(self.url, self.build_body(request, stream=False), request.cancel)
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             if isinstance(data, dict) and data.get("error"):
@@ -149,7 +155,7 @@ class OpenAIModel:
         usage: Mapping[str, Any] = {}
         finish: Any = None
         done = False
-        for sse in self._http.post_sse(self.url, self.build_body(request, stream=True)):
+        for sse in self._http.post_sse(self.url, self.build_body(request, stream=True), request.cancel):
             if sse.data.strip() == "[DONE]":
                 done = True
                 break
@@ -220,10 +226,10 @@ def _args(raw: Any) -> dict[str, Any]:
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
     try:
-        value = json.loads(raw)
+        value = valid_json(json.loads(raw))  # "\ud800" inside the arguments' own JSON
     except (TypeError, ValueError):
-        return {INVALID_ARGUMENTS_KEY: str(raw)}
-    return value if isinstance(value, dict) else {INVALID_ARGUMENTS_KEY: str(raw)}
+        return {INVALID_ARGUMENTS_KEY: valid_text(str(raw))}
+    return value if isinstance(value, dict) else {INVALID_ARGUMENTS_KEY: valid_text(str(raw))}
 
 
 def _usage(u: Mapping[str, Any]) -> Usage:

@@ -142,9 +142,10 @@ def build_model(
     *,
     sleep: Callable[[float], None] | None = None,
     transport: httpx.BaseTransport | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> Model:
     """The adapter for "<provider>/<model>". Raises ConfigError, or AuthError when a key is required
-    (anthropic, openai) and none is configured."""
+    (anthropic, openai) and none is configured. `notify` receives retry notices (default: logged)."""
     provider, model_id = parse_model_ref(ref)
     pc = provider_config(provider, config)
     profile = model_profile(provider, model_id, pc)
@@ -159,8 +160,10 @@ def build_model(
             base_url=pc.base_url,
             key_hint=hint,
             timeout_seconds=pc.timeout_seconds,
+            deadline_seconds=pc.deadline_seconds,
             max_retries=pc.max_retries,
             sleep=sleep,
+            notify=notify,
             transport=transport,
         )
     return OpenAIModel(
@@ -170,7 +173,9 @@ def build_model(
         key_hint=hint,
         max_tokens_param="max_completion_tokens" if pc.type == "openai" else "max_tokens",
         timeout_seconds=pc.timeout_seconds,
+        deadline_seconds=pc.deadline_seconds,
         max_retries=pc.max_retries,
         sleep=sleep,
+        notify=notify,
         transport=transport,
     )

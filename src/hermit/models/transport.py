@@ -6,15 +6,33 @@ that a failure raises, since half a reply cannot be taken back. A `Retry-After` 
 `max_retry_after` is not waited for: the RateLimitError carries it instead. Invalid JSON from a
 successful response is not retried (a misconfigured base_url answers the same every time).
 
+Two clocks bound every call. The idle timeout (`timeout_seconds`) ends a connection that sends
+nothing; the deadline (`deadline_seconds`, 600 s by default: the Anthropic and OpenAI SDKs' own request
+timeout, and longer than a full 32k-token reply takes at their output speeds) ends the whole call,
+retries and backoff included, even when the server keeps it alive with SSE comments. At the deadline,
+or when the request's CancelToken is cancelled, a watchdog shuts the socket down under the blocked
+read, which returns at once; the call raises ProviderError (deadline) or Cancelled. So that the
+watchdog always knows the socket, connections are not kept alive between calls (one TCP/TLS handshake
+per model call, small next to the call itself).
+
+A refused connection to a loopback host is not retried: nothing listens there, and waiting will not
+start the local model server (the error says so). Retry notices go to `notify` ("retrying in 2 s (1/3):
+…"); the CLI prints them on stderr, elsewhere they are logged.
+
 Both wire formats put a message in `{"error": {"message": ...}}`, Ollama in `{"error": "..."}`, some
 servers in `{"detail": ...}`; `error_message()` reads all of them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
+import errno
+import ipaddress
 import json
 import logging
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -24,11 +42,14 @@ import httpx
 
 from hermit.errors import (
     AuthError,
+    Cancelled,
     ContextOverflowError,
     HermitError,
     ProviderError,
     RateLimitError,
 )
+from hermit.messages import valid_json
+from hermit.models.cancel import CancelToken
 
 log = logging.getLogger(__name__)
 
@@ -95,11 +116,51 @@ class _Failure:
     retry_after: float | None = None
 
 
-class ProviderHttp:
-    """One provider endpoint's HTTP client: headers, timeout, retries and error mapping.
+class _Watchdog:
+    """Shuts the call's socket down at the deadline or on cancel, so a blocked read returns at once."""
 
-    `key_hint` is the hint an AuthError carries ("set ANTHROPIC_API_KEY or ..."); `sleep` is injectable
-    so tests of the backoff do not wait.
+    def __init__(self, seconds: float, cancel: CancelToken | None) -> None:
+        self.fired: str | None = None  # "deadline" | "cancel"
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._timer = threading.Timer(max(seconds, 0.0), self._fire, args=("deadline",))
+        self._timer.daemon = True
+        self._timer.start()
+        self._unregister = cancel.on_cancel(lambda: self._fire("cancel")) if cancel is not None else None
+
+    def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        """httpcore's trace hook: remember the socket of each new connection as soon as it exists."""
+        if event == "connection.connect_tcp.complete":
+            stream = info.get("return_value")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            with self._lock:
+                self._sock = sock
+                if self.fired and sock is not None:
+                    _shutdown(sock)
+
+    def _fire(self, why: str) -> None:
+        with self._lock:
+            if self.fired is None:
+                self.fired = why
+            if self._sock is not None:
+                _shutdown(self._sock)
+
+    def close(self) -> None:
+        self._timer.cancel()
+        if self._unregister is not None:
+            self._unregister()
+
+
+def _shutdown(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+class ProviderHttp:
+    """One provider endpoint's HTTP client: headers, timeouts, deadline, retries and error mapping.
+
+    `key_hint` is the hint an AuthError carries ("set ANTHROPIC_API_KEY or ..."); `sleep` and `clock`
+    are injectable so tests of the backoff do not wait; `notify` receives retry notices.
     """
 
     def __init__(
@@ -109,52 +170,75 @@ class ProviderHttp:
         *,
         key_hint: str,
         timeout_seconds: float = 120.0,
+        deadline_seconds: float = 600.0,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        notify: Callable[[str], None] | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.provider = provider
         self.key_hint = key_hint
         self.timeout_seconds = timeout_seconds
+        self.deadline_seconds = deadline_seconds
         self.retry = retry or RetryPolicy()
-        self._sleep = sleep or time.sleep
+        self._sleep = sleep
+        self._clock = clock
+        self._notify = notify or (lambda text: log.warning("%s", text))
         self._client = httpx.Client(
             headers=dict(headers),
             timeout=httpx.Timeout(timeout_seconds, connect=min(timeout_seconds, 15.0)),
             transport=transport,
             follow_redirects=False,
+            limits=httpx.Limits(max_keepalive_connections=0),  # the watchdog needs each call's socket
         )
 
     def close(self) -> None:
         self._client.close()
 
-    def post_json(self, url: str, body: Mapping[str, Any]) -> Any:
+    def post_json(self, url: str, body: Mapping[str, Any], cancel: CancelToken | None = None) -> Any:
+        """POST and parse the JSON reply, retrying what can be retried, within the deadline."""
+        content = _encode(body)
+        ends = self._clock() + self.deadline_seconds
         attempt = 0
         while True:
+            watch = self._watch(ends, cancel)
+            failure: _Failure
             try:
-                resp = self._client.post(url, json=body)
+                with self._client.stream("POST", url, content=content, headers=_JSON,
+                                         extensions={"trace": watch.trace}) as resp:
+                    data = resp.read()
+                    self._check(watch)
+                    if resp.status_code < 400:
+                        return self._parse_json(data, url)
+                    failure = self._status_failure(resp.status_code, resp.text, resp.headers)
             except httpx.TransportError as e:
+                self._check(watch)
                 failure = self._transport_failure(url, e)
-            else:
-                if resp.status_code < 400:
-                    return self._parse_json(resp.content, url)
-                failure = self._status_failure(resp.status_code, resp.text, resp.headers)
-            attempt = self._wait_or_raise(failure, attempt)
+            finally:
+                watch.close()
+            attempt = self._wait_or_raise(failure, attempt, ends, cancel)
 
-    def post_sse(self, url: str, body: Mapping[str, Any]) -> Iterator[SseEvent]:
+    def post_sse(self, url: str, body: Mapping[str, Any], cancel: CancelToken | None = None) -> Iterator[SseEvent]:
         """POST and yield the server-sent events of the reply (retrying until the first one)."""
+        content = _encode(body)
+        ends = self._clock() + self.deadline_seconds
         attempt = 0
         while True:
             started = False
             failure: _Failure | None = None
+            watch = self._watch(ends, cancel)
             try:
-                with self._client.stream("POST", url, json=body) as resp:
+                with self._client.stream("POST", url, content=content, headers=_JSON,
+                                         extensions={"trace": watch.trace}) as resp:
                     if resp.status_code >= 400:
                         resp.read()
+                        self._check(watch)
                         failure = self._status_failure(resp.status_code, resp.text, resp.headers)
                     elif "text/event-stream" not in resp.headers.get("content-type", ""):
                         # A server that ignored stream=true (or an error page with status 200).
                         resp.read()
+                        self._check(watch)
                         parsed = self._parse_json(resp.content, url)
                         if isinstance(parsed, dict) and parsed.get("error"):
                             raise self.map_error(0, parsed)
@@ -165,39 +249,70 @@ class ProviderHttp:
                         )
                     else:
                         for event in iter_sse(resp.iter_lines()):
+                            self._check(watch)
                             started = True
                             yield event
+                        self._check(watch)  # a shut-down socket can also look like a clean end
                         return
             except httpx.TransportError as e:
+                self._check(watch)
                 if started:
                     raise ProviderError(
                         f"{self.provider}: the reply stream broke off ({type(e).__name__}: {e})",
                         "retry the message; if it keeps happening, raise timeout_seconds for this provider",
                     ) from e
                 failure = self._transport_failure(url, e)
+            finally:
+                watch.close()
             assert failure is not None
-            attempt = self._wait_or_raise(failure, attempt)
+            attempt = self._wait_or_raise(failure, attempt, ends, cancel)
 
-    def _wait_or_raise(self, failure: _Failure, attempt: int) -> int:
+    def _watch(self, ends: float, cancel: CancelToken | None) -> _Watchdog:
+        if cancel is not None and cancel.cancelled:
+            raise self._cancelled()
+        remaining = ends - self._clock()
+        if remaining <= 0:
+            raise self._deadline_error()
+        return _Watchdog(remaining, cancel)
+
+    def _check(self, watch: _Watchdog) -> None:
+        if watch.fired == "cancel":
+            raise self._cancelled()
+        if watch.fired == "deadline":
+            raise self._deadline_error()
+
+    def _cancelled(self) -> Cancelled:
+        return Cancelled(f"{self.provider}: the model call was cancelled", "nothing to do; send the message again")
+
+    def _deadline_error(self) -> ProviderError:
+        return ProviderError(
+            f"{self.provider}: no complete answer within {self.deadline_seconds:g}s (the deadline for one "
+            "model call)",
+            f"try again; if the model is just slow (a local model on CPU), raise "
+            f"models.providers.{self.provider}.deadline_seconds",
+        )
+
+    def _wait_or_raise(self, failure: _Failure, attempt: int, ends: float, cancel: CancelToken | None) -> int:
         if not failure.retryable or attempt >= self.retry.max_retries:
             raise failure.error
         if failure.retry_after is not None and failure.retry_after > self.retry.max_retry_after:
             raise failure.error
         delay = self.retry.delay(attempt, failure.retry_after)
-        log.warning(
-            "%s: %s; retry %d/%d in %.1fs",
-            self.provider,
-            failure.error.message,
-            attempt + 1,
-            self.retry.max_retries,
-            delay,
-        )
-        self._sleep(delay)
+        if self._clock() + delay >= ends:
+            raise failure.error  # waiting would pass the deadline: the last failure says more
+        self._notify(f"retrying in {delay:g} s ({attempt + 1}/{self.retry.max_retries}): {failure.error.message}")
+        if self._sleep is not None:
+            self._sleep(delay)
+        elif cancel is not None:
+            if cancel.wait(delay):
+                raise self._cancelled()
+        else:
+            time.sleep(delay)
         return attempt + 1
 
     def _parse_json(self, content: bytes, url: str) -> Any:
         try:
-            return json.loads(content)
+            return valid_json(json.loads(content))
         except ValueError as e:
             snippet = content[:120].decode("utf-8", "replace")
             raise ProviderError(
@@ -212,11 +327,19 @@ class ProviderHttp:
                 f"{self.provider}: no answer from {url} within {self.timeout_seconds:g}s",
                 f"raise models.providers.{self.provider}.timeout_seconds or try again later",
             )
-        else:
-            err = ProviderError(
-                f"{self.provider}: cannot reach {url} ({type(e).__name__}: {e})",
-                "check the network and that base_url is right and the server is running",
-            )
+            return _Failure(err, retryable=True)
+        host, port = _host_port(url)
+        if isinstance(e, httpx.ConnectError) and _refused(e) and _is_loopback(host):
+            # Nothing listens on this machine's port; retrying for 11 s will not start the server.
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            return _Failure(ProviderError(
+                f"{self.provider}: nothing listens on {where} — is your local model server running?",
+                f"start it (e.g. `ollama serve`), or fix models.providers.{self.provider}.base_url",
+            ), retryable=False)
+        err = ProviderError(
+            f"{self.provider}: cannot reach {url} ({type(e).__name__}: {e})",
+            "check the network and that base_url is right and the server is running",
+        )
         return _Failure(err, retryable=True)
 
     def _status_failure(self, status: int, text: str, headers: httpx.Headers) -> _Failure:
@@ -267,6 +390,43 @@ class ProviderHttp:
         )
 
 
+_JSON = {"content-type": "application/json"}
+
+
+def _encode(body: Mapping[str, Any]) -> bytes:
+    """The JSON request body; a lone surrogate that reached a request is replaced, not fatal."""
+    try:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(valid_json(body), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    u = httpx.URL(url)
+    return u.host, u.port or (443 if u.scheme == "https" else 80)
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in ("localhost", "localhost.localdomain") or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _refused(e: BaseException) -> bool:
+    """Whether a connect error was ECONNREFUSED (httpx wraps the OSError twice)."""
+    seen: BaseException | None = e
+    for _ in range(6):
+        if seen is None:
+            break
+        if isinstance(seen, ConnectionRefusedError) or getattr(seen, "errno", None) == errno.ECONNREFUSED:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "connection refused" in str(e).lower()
+
+
 def retry_after_seconds(headers: httpx.Headers) -> float | None:
     ms = headers.get("retry-after-ms")
     if ms:
@@ -313,7 +473,7 @@ def iter_sse(lines: Iterator[str]) -> Iterator[SseEvent]:
 def parse_event_json(provider: str, data: str) -> Any:
     """Parse one SSE data payload; garbage raises ProviderError."""
     try:
-        return json.loads(data)
+        return valid_json(json.loads(data))  # a lone "\ud800" from the model must not reach a transcript
     except ValueError as e:
         raise ProviderError(
             f"{provider}: the reply stream carried invalid JSON: {data[:120]!r}",

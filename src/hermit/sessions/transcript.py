@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from hermit.errors import SessionError
+from hermit.messages import valid_json
 
 Clock = Callable[[], datetime]
 IdFactory = Callable[[], str]
@@ -598,6 +599,10 @@ class Transcript:
             obj.update((k, v) for k, v in body.items() if k != "type")
             try:
                 encoded = _dumps(obj)
+            except UnicodeEncodeError:
+                # A lone surrogate from outside that slipped past the boundaries: store U+FFFD rather
+                # than lose the entry (and with it the turn).
+                encoded = _dumps(valid_json(obj))
             except (TypeError, ValueError) as exc:
                 raise SessionError(
                     f"cannot write a {body['type']} entry to {self._path}: {exc}",

@@ -32,6 +32,10 @@ Optional keys on any step:
               "model": "model id"}   only requests matching every field get this step
     "repeat": true                   the step is never used up (e.g. always answer summary requests)
     "delay": 0.5                     seconds to wait before answering (timeout tests)
+    "keepalive": 0.2                 before answering, send a keep-alive every 0.2 s: an SSE comment
+                                     (`: keep-alive`) on a stream, a space before a JSON body — an idle
+                                     timeout never fires, only a deadline ends the call
+    "keepalive_for": 3               ...for 3 s, then answer (default: until the client goes away)
 
 When no step accepts a request the server answers 400 "fake provider: script exhausted". With
 `api_key` set, requests with another key get 401 without using a step. Requests that break the
@@ -258,7 +262,35 @@ class _Handler(BaseHTTPRequestHandler):
         step = taken[1]
         if step.delay:
             time.sleep(step.delay)
+        if step.keepalive and step.is_reply:
+            self._keepalive(api, body, raw, step, index)
+            return
         self._answer(api, body, raw, step, index)
+
+    def _keepalive(self, api: str, body: dict[str, Any], raw: str, step: Step, index: int) -> None:
+        """Headers at once, then keep-alives until `keepalive_for` has passed, then the reply."""
+        stream = bool(body.get("stream"))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream" if stream else "application/json")
+        self.send_header("connection", "close")
+        self.end_headers()
+        assert step.keepalive is not None
+        ends = time.monotonic() + (step.keepalive_for if step.keepalive_for is not None else 600.0)
+        try:
+            while time.monotonic() < ends:
+                self.wfile.write(b": keep-alive\n\n" if stream else b" ")
+                self.wfile.flush()
+                time.sleep(step.keepalive)
+            if stream:
+                for chunk in (anthropic_stream if api == "anthropic" else openai_stream)(body, raw, step, index):
+                    self.wfile.write(chunk)
+            else:
+                reply = (anthropic_reply if api == "anthropic" else openai_reply)(body, raw, step, index)
+                self.wfile.write(json.dumps(reply).encode())
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (its deadline, or a cancel): what the step is for
+        self.close_connection = True
 
     def _answer(self, api: str, body: dict[str, Any], raw: str, step: Step, index: int) -> None:
         stream = bool(body.get("stream"))
@@ -295,7 +327,8 @@ class _Handler(BaseHTTPRequestHandler):
         for k, v in (extra or {}).items():
             self.send_header(k, v)
         self.end_headers()
-        self.wfile.write(data)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up waiting
+            self.wfile.write(data)
 
     def _send_json(self, status: int, obj: Any, extra: Mapping[str, str] | None = None) -> None:
         self._send(status, json.dumps(obj).encode(), "application/json", extra)

@@ -72,7 +72,13 @@ def _stop(step: Step) -> str:
 def _sse(event: str | None, data: Any) -> bytes:
     payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
     head = f"event: {event}\n" if event else ""
-    return f"{head}data: {payload}\n\n".encode()
+    try:
+        return f"{head}data: {payload}\n\n".encode()
+    except UnicodeEncodeError:
+        # A lone surrogate (a script testing hostile model output): sent as a JSON escape, as real
+        # providers do, so the client sees exactly "\ud800".
+        payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=True)
+        return f"{head}data: {payload}\n\n".encode(errors="backslashreplace")
 
 
 # --- Anthropic Messages -------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from hermit.messages import STOP_REASONS, StopReason, ToolCallPart, Usage
 
 _STEP_KEYS = {
     "text", "tool_calls", "error", "retry_after", "message", "garbage",
-    "usage", "stop_reason", "match", "repeat", "delay",
+    "usage", "stop_reason", "match", "repeat", "delay", "keepalive", "keepalive_for",
 }  # fmt: skip
 _MATCH_KEYS = {"api", "contains", "model"}
 _USAGE_KEYS = {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"}
@@ -54,6 +54,10 @@ class Step:
     match: StepMatch | None = None
     repeat: bool = False
     delay: float = 0.0
+    # Before answering, send a keep-alive every `keepalive` seconds (an SSE comment, or a space before a
+    # JSON body) for `keepalive_for` seconds (None: until the client goes away, at most 10 minutes).
+    keepalive: float | None = None
+    keepalive_for: float | None = None
 
     @property
     def is_reply(self) -> bool:
@@ -113,6 +117,10 @@ def parse_step(raw: Mapping[str, Any] | str, where: str = "step") -> Step:
             raise ValueError(f"{where}: match takes only {sorted(_MATCH_KEYS)}")
         match = StepMatch(**match)
     retry_after = raw.get("retry_after")
+    keepalive = raw.get("keepalive")
+    keepalive_for = raw.get("keepalive_for")
+    if keepalive is not None and (not isinstance(keepalive, int | float) or keepalive <= 0):
+        raise ValueError(f"{where}: keepalive is the seconds between keep-alives (> 0)")
     return Step(
         text=str(raw.get("text", "")),
         tool_calls=tuple(calls),
@@ -125,6 +133,8 @@ def parse_step(raw: Mapping[str, Any] | str, where: str = "step") -> Step:
         match=match,
         repeat=bool(raw.get("repeat", False)),
         delay=float(raw.get("delay", 0.0)),
+        keepalive=None if keepalive is None else float(keepalive),
+        keepalive_for=None if keepalive_for is None else float(keepalive_for),
     )
 
 

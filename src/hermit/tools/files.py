@@ -20,6 +20,7 @@ from pydantic import Field
 
 from hermit.durable import write_atomic
 from hermit.errors import PathPolicyError, ToolError
+from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, read_regular
 from hermit.tools.base import Tool, make_tool
 from hermit.tools.sandbox import PathResolver, ResolvedPath
 
@@ -79,14 +80,19 @@ def _read_text(target: ResolvedPath) -> str:
         listing = ", ".join(names[:50]) or "(empty)"
         raise ToolError(f"{target.shown} is a directory; it contains: {listing}{more}",
                         "read a file inside it, or list it with exec")
-    size = p.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise ToolError(f"{target.shown} is too large to read ({size:,} bytes)",
-                        "use exec with head, tail or grep to look at parts of it")
-    data = p.read_bytes()
+    try:
+        data = read_regular(p, MAX_FILE_BYTES)
+    except NotRegularFile as e:  # a FIFO would block the turn forever
+        raise ToolError(f"{target.shown} is {e.kind}, not a regular file",
+                        "only regular text files can be read") from None
+    except FileTooLarge as e:
+        raise ToolError(f"{target.shown} is too large to read ({e.size:,} bytes)",
+                        "use exec with head, tail or grep to look at parts of it") from None
+    except OSError as e:
+        raise ToolError(f"cannot read {target.shown}: {e.strerror or e}", "check the file's permissions") from None
     if b"\x00" in data[:8192]:
         raise ToolError(f"{target.shown} looks like a binary file", "only text files can be read")
-    return data.decode("utf-8", errors="replace")
+    return decode_text(data).text
 
 
 def _write_atomic(path: Path, text: str) -> None:

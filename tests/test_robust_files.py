@@ -1,0 +1,225 @@
+"""Hostile files where notes are expected: FIFOs, sockets and directories named *.md never hang or crash
+Hermit (index, search, get, the watcher, the agent's read / memory_get, the bootstrap files), and notes
+saved in Latin-1, cp1252 or GBK are decoded by detecting their encoding."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from conftest import write
+from hermit.config.schema import MemorySearchConfig
+from hermit.errors import PathPolicyError
+from hermit.memory.sync import SyncReport
+from hermit.memory.watch import watch_memory
+from hermit.messages import ToolCallPart
+from hermit.textfile import NotRegularFile, decode_text, read_regular
+from hermit.tools import ToolRunner
+from hermit.tools.files import FileTools
+from hermit.tools.memory import MemoryTools
+from hermit.tools.sandbox import PathResolver
+from hermit.workspace import read_bootstrap
+from memhelpers import HashEmbedder, service
+
+T = TypeVar("T")
+
+
+def finishes(fn: Callable[[], T], fifo: Path | None = None, timeout: float = 20.0) -> T:
+    """fn()'s result, failing (instead of hanging the suite) when it does not return in time. A reader
+    stuck on `fifo` is released by opening its write end, so a failing run still ends."""
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread below
+            box["error"] = e
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        if fifo is not None:
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail(f"still blocked after {timeout:.0f}s")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]  # type: ignore[return-value]
+
+
+@pytest.fixture
+def fifo_ws(workspace: Path) -> Iterator[Path]:
+    write(workspace / "MEMORY.md", "# Memory\n- The database is Postgres 16.\n")
+    write(workspace / "memory" / "2026-12-01.md", "# 2026-12-01\n- Deployed the billing service.\n")
+    os.mkfifo(workspace / "memory" / "x.md")
+    yield workspace
+
+
+def test_read_regular_refuses_fifo_socket_and_directory_without_blocking(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe.md")
+    (tmp_path / "dir.md").mkdir()
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock.md"))
+    try:
+        for name, kind in (("pipe.md", "a FIFO"), ("dir.md", "a directory"), ("sock.md", "a socket")):
+            with pytest.raises(NotRegularFile) as err:
+                finishes(lambda n=name: read_regular(tmp_path / n), tmp_path / name)
+            assert err.value.kind == kind
+    finally:
+        sock.close()
+    write(tmp_path / "ok.md", "fine\n")
+    assert read_regular(tmp_path / "ok.md") == b"fine\n"
+
+
+def test_index_and_search_skip_a_fifo_with_a_warning(fifo_ws: Path, tmp_path: Path) -> None:
+    svc = service(fifo_ws, tmp_path / "index.sqlite", HashEmbedder())
+    try:
+        report = finishes(svc.sync, fifo_ws / "memory" / "x.md")
+        assert report.files_seen == 2 and report.files_indexed == 2
+        assert any("memory/x.md: skipped, it is a FIFO" in w for w in report.warnings)
+        res = finishes(lambda: svc.search("billing service"), fifo_ws / "memory" / "x.md")
+        assert res["results"][0]["path"] == "memory/2026-12-01.md"
+    finally:
+        svc.close()
+
+
+def test_memory_get_on_fifo_and_directory_is_a_clear_error(fifo_ws: Path, tmp_path: Path) -> None:
+    (fifo_ws / "memory" / "dir.md").mkdir()
+    svc = service(fifo_ws, tmp_path / "index.sqlite", HashEmbedder())
+    try:
+        with pytest.raises(PathPolicyError, match="memory/x.md is a FIFO, not a memory file"):
+            finishes(lambda: svc.get("memory/x.md"), fifo_ws / "memory" / "x.md")
+        with pytest.raises(PathPolicyError, match="memory/dir.md is a directory, not a memory file"):
+            svc.get("memory/dir.md")
+        # The agent's memory_get turns it into an error result for the model, not a crash.
+        runner = ToolRunner(MemoryTools(svc).tools())
+        run = finishes(lambda: runner.run(ToolCallPart("c1", "memory_get", {"path": "memory/x.md"})),
+                       fifo_ws / "memory" / "x.md")
+        assert run.result.is_error and "is a FIFO" in run.result.content
+        run = runner.run(ToolCallPart("c2", "memory_get", {"path": "memory/dir.md"}))
+        assert run.result.is_error and "is a directory" in run.result.content
+        assert "Traceback" not in run.result.content
+    finally:
+        svc.close()
+
+
+def test_agent_read_tool_refuses_a_fifo(fifo_ws: Path) -> None:
+    runner = ToolRunner(FileTools(PathResolver(fifo_ws, True)).tools())
+    run = finishes(lambda: runner.run(ToolCallPart("c1", "read", {"path": "memory/x.md"})),
+                   fifo_ws / "memory" / "x.md")
+    assert run.result.is_error and "memory/x.md is a FIFO, not a regular file" in run.result.content
+    run = finishes(lambda: runner.run(ToolCallPart("c2", "write", {"path": "memory/x.md", "content": "x"})),
+                   fifo_ws / "memory" / "x.md")
+    assert run.result.is_error and stat_is_fifo(fifo_ws / "memory" / "x.md")
+
+
+def stat_is_fifo(p: Path) -> bool:
+    import stat
+
+    return stat.S_ISFIFO(os.lstat(p).st_mode)
+
+
+def test_a_fifo_bootstrap_file_does_not_hang_the_next_turn(fifo_ws: Path) -> None:
+    (fifo_ws / "SOUL.md").unlink(missing_ok=True)
+    os.mkfifo(fifo_ws / "SOUL.md")
+    files = finishes(lambda: read_bootstrap(fifo_ws, include_memory=True), fifo_ws / "SOUL.md")
+    soul = next(f for f in files if f.name == "SOUL.md")
+    assert soul.text is None  # treated as missing
+    assert next(f for f in files if f.name == "MEMORY.md").text == "# Memory\n- The database is Postgres 16.\n"
+
+
+def test_watcher_syncs_past_a_fifo_created_while_watching(workspace: Path, tmp_path: Path) -> None:
+    write(workspace / "memory" / "a.md", "# a\n- alpha note\n")
+    svc = service(workspace, tmp_path / "index.sqlite", HashEmbedder())
+    reports: list[SyncReport] = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch_memory, args=(workspace, [], svc.sync),
+                               kwargs={"debounce_ms": 100, "stop": stop, "on_report": reports.append}, daemon=True)
+    try:
+        svc.sync()
+        watcher.start()
+        time.sleep(0.5)  # let watchfiles start watching
+        os.mkfifo(workspace / "memory" / "x.md")
+        write(workspace / "memory" / "b.md", "# b\n- beta note\n")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not any(r.files_indexed for r in reports):
+            time.sleep(0.05)
+        assert any(r.files_indexed == 1 for r in reports), reports
+        assert any("memory/x.md: skipped, it is a FIFO" in w for r in reports for w in r.warnings)
+    finally:
+        stop.set()
+        watcher.join(10)
+        if watcher.is_alive():  # a sync stuck on the FIFO: release it so the suite goes on
+            with contextlib.suppress(OSError):
+                os.close(os.open(workspace / "memory" / "x.md", os.O_WRONLY | os.O_NONBLOCK))
+        svc.close()
+    assert not watcher.is_alive()
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
+    return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], env=env, text=True,
+                          capture_output=True, timeout=120)
+
+
+def test_cli_index_search_get_with_a_fifo_and_a_directory_named_md(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    ws = home / "workspace"
+    write(home / "hermit.yaml", "agents:\n  defaults:\n    memory_search:\n      provider: none\n")
+    write(ws / "memory" / "2026-12-01.md", "# 2026-12-01\n- Deployed the billing service.\n")
+    os.mkfifo(ws / "memory" / "x.md")
+    (ws / "memory" / "dir.md").mkdir()
+    try:
+        r = _cli(home, "memory", "index")
+        assert r.returncode == 0, r.stderr
+        assert "warning: memory/x.md: skipped, it is a FIFO" in r.stderr
+        r = _cli(home, "memory", "search", "billing", "--json")
+        assert json.loads(r.stdout)["results"][0]["path"] == "memory/2026-12-01.md"
+        r = _cli(home, "memory", "get", "memory/x.md")
+        assert r.returncode == 1 and "error: memory/x.md is a FIFO, not a memory file" in r.stderr
+        r = _cli(home, "memory", "get", "memory/dir.md")
+        assert r.returncode == 1 and "error: memory/dir.md is a directory, not a memory file" in r.stderr
+        assert "Traceback" not in r.stderr
+    except subprocess.TimeoutExpired:
+        pytest.fail("the CLI blocked on the FIFO")
+
+
+@pytest.mark.parametrize("encoding, text, query", [
+    ("latin-1", "# Notes\nMy naïve résumé draft is in the café folder.\n", "naïve résumé"),
+    ("cp1252", "# Notes\nHe called it “naïve” – the résumé costs €5.\n", "résumé"),
+    ("gbk", "# 笔记\n数据库迁移计划：周五完成，负责人是张伟。\n", "张伟"),
+])
+def test_non_utf8_notes_are_decoded_and_found(workspace: Path, tmp_path: Path, encoding: str, text: str,
+                                              query: str) -> None:
+    (workspace / "memory" / "old.md").write_bytes(text.encode(encoding))
+    assert decode_text(text.encode(encoding)).text == text
+    svc = service(workspace, tmp_path / "index.sqlite", None,
+                  MemorySearchConfig.model_validate({"provider": "none"}))
+    try:
+        report = svc.sync()
+        assert not [w for w in report.warnings if "old.md" in w]  # decoded, nothing replaced
+        res = svc.search(query)
+        assert res["results"] and res["results"][0]["path"] == "memory/old.md"
+        assert query in res["results"][0]["snippet"] and "\ufffd" not in res["results"][0]["snippet"]
+        assert svc.get("memory/old.md")["text"] == text
+    finally:
+        svc.close()
+
+
+def test_decoding_never_fails_and_keeps_lines() -> None:
+    d = decode_text(b"ok line\n\xff\xfe\xfa\x00\x81 \x8d\x8f\x90\x9d\n")
+    assert d.text.startswith("ok line\n") and d.text.count("\n") == 2
+    assert decode_text("héllo".encode()).encoding == "utf-8"
+    assert decode_text(b"\xef\xbb\xbfbom\n").text == "bom\n"
