@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from hermit import __version__
 from hermit.cli.context import CliContext
+from hermit.cli.preflight import require_initialized
 from hermit.errors import HermitError
 
 # Each module exposes register(subparsers) and sets `func(ctx, args) -> int` on its parsers.
@@ -20,6 +21,11 @@ COMMAND_MODULES = (
     "hermit.cli.gateway",
     "hermit.cli.cron",
 )
+
+# Commands that read or write an agent's memory or sessions: before `hermit init` they say so and create
+# nothing. READ_ONLY ones do not need a writable state dir.
+REQUIRES_INIT = {"memory", "agent", "chat", "sessions"}
+READ_ONLY = {"sessions"}
 
 Handler = Callable[[CliContext, argparse.Namespace], int]
 
@@ -49,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ctx = CliContext.from_args(args.home, args.agent, args.workspace, args.debug)
     try:
+        if args.command in REQUIRES_INIT:
+            require_initialized(ctx, writes=args.command not in READ_ONLY)
         return func(ctx, args)
     except HermitError as e:
         if args.debug:

@@ -7,12 +7,14 @@ import contextlib
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermit.cli.context import CliContext, is_tty
 from hermit.errors import ConfigError
-from hermit.memory.service import MemoryService
-from hermit.memory.sync import SyncReport
+
+if TYPE_CHECKING:  # loaded by the commands themselves, so `hermit --help` stays quick
+    from hermit.memory.service import MemoryService
+    from hermit.memory.sync import SyncReport
 
 
 def register(sub: Any) -> None:
