@@ -51,25 +51,14 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_watch)
 
 
-def _progress() -> Any:
-    if not is_tty():
-        return None
-    state = {"last": 0.0}
+def _sync(svc: MemoryService, *, show_progress: bool, force: bool = False) -> SyncReport:
+    """Sync, drawing a progress bar on a terminal (never on a pipe or with --json)."""
+    from hermit.cli.progress import IndexProgress
 
-    def show(done: int, total: int, name: str) -> None:
-        now = time.monotonic()
-        if done != total and now - state["last"] < 0.1:
-            return
-        state["last"] = now
-        width = 28
-        filled = int(width * done / max(total, 1))
-        bar = "█" * filled + "·" * (width - filled)
-        sys.stderr.write(f"\r  indexing [{bar}] {done}/{total} {name[-40:]:<40}")
-        if done == total:
-            sys.stderr.write("\r" + " " * (width + 60) + "\r")
-        sys.stderr.flush()
-
-    return show
+    if not show_progress:
+        return svc.sync(force=force)
+    with IndexProgress(local_model=svc.cfg.provider == "local") as bar:
+        return svc.sync(force=force, progress=bar.files, chunk_progress=bar.chunks)
 
 
 def _print_warnings(report: SyncReport) -> None:
@@ -111,7 +100,7 @@ def cmd_index(ctx: CliContext, args: argparse.Namespace) -> int:
             svc.indexer.lock.release()
         else:
             print("another process is indexing; waiting for it…", file=sys.stderr)
-        report = svc.sync(force=args.force, progress=_progress())
+        report = _sync(svc, show_progress=is_tty() and not args.json, force=args.force)
     finally:
         svc.close()
     _print_warnings(report)
@@ -191,7 +180,7 @@ def cmd_watch(ctx: CliContext, args: argparse.Namespace) -> int:
     svc = ctx.memory_service(long_lived=True)
     cfg = svc.cfg
     try:
-        report = svc.sync()
+        report = _sync(svc, show_progress=is_tty())
         _print_warnings(report)
         print(report.summary(), flush=True)
         print(f"watching {svc.workspace} (MEMORY.md, memory/**/*.md"
