@@ -22,7 +22,7 @@ def register(sub: Any) -> None:
     a = sub.add_parser("agents", help="list or add agents (each with its own workspace and memory)")
     aa = a.add_subparsers(dest="agents_command", metavar="SUBCOMMAND", required=True)
     p = aa.add_parser("list", help="configured agents")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the agents as a JSON list")
     p.set_defaults(func=cmd_list)
     p = aa.add_parser("add", help="add an agent to the config and create its workspace")
     p.add_argument("id", help="agent id: lowercase letters, digits, '-' or '_'")

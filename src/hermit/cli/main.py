@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import sys
 from collections.abc import Callable
@@ -44,9 +45,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _dash_query(args: argparse.Namespace, extra: list[str]) -> bool:
+    """`memory search -x`: a single unknown '-word' with no query given is the query (a typo of a
+    long option, '--…', stays an error)."""
+    if (getattr(args, "memory_command", None) == "search" and args.query is None and len(extra) == 1
+            and extra[0].startswith("-") and not extra[0].startswith("--")):
+        args.query = extra[0]
+        return True
+    return False
+
+
+def _report(e: HermitError, as_json: bool) -> None:
+    if as_json:  # scripts reading --json output get the error as JSON too
+        print(json.dumps({"results": [], "error": e.message, "hint": e.hint}, ensure_ascii=False))
+    print(f"error: {e.message}", file=sys.stderr)
+    if e.hint:
+        print(f"hint: {e.hint}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not _dash_query(args, extra):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     func: Handler | None = getattr(args, "func", None)
@@ -61,9 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     except HermitError as e:
         if args.debug:
             raise
-        print(f"error: {e.message}", file=sys.stderr)
-        if e.hint:
-            print(f"hint: {e.hint}", file=sys.stderr)
+        _report(e, bool(getattr(args, "json", False)))
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

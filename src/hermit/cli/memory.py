@@ -22,7 +22,7 @@ def register(sub: Any) -> None:
     ms = mem.add_subparsers(dest="memory_command", metavar="SUBCOMMAND", required=True)
 
     p = ms.add_parser("status", help="provider, model, files, chunks, index health")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the status as a JSON object")
     p.set_defaults(func=cmd_status)
 
     p = ms.add_parser("index", help="bring the index up to date (incremental)")
@@ -30,10 +30,13 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the sync report as JSON")
     p.set_defaults(func=cmd_index)
 
-    p = ms.add_parser("search", help="hybrid search over memory")
-    p.add_argument("query", nargs="?", help="what to look for")
-    p.add_argument("--max-results", type=int, default=None)
-    p.add_argument("--min-score", type=float, default=None)
+    p = ms.add_parser("search", help="hybrid search over memory",
+                      epilog='a query that starts with "-" also works after --: hermit memory search -- "-x flag"')
+    p.add_argument("query", nargs="?", help="what to look for (words, a question, an id; quote it)")
+    p.add_argument("--max-results", type=int, default=None, metavar="N",
+                   help="return at most N results (default: memory_search.query.max_results)")
+    p.add_argument("--min-score", type=float, default=None, metavar="S",
+                   help="drop results scoring below S, 0..1 (default: memory_search.query.min_score)")
     p.add_argument("--json", action="store_true", help="print exactly the memory_search result object")
     p.add_argument("--queries", help="batch mode: JSONL file of {\"id\", \"query\"} ('-' = stdin); "
                                      "prints one {\"id\", \"results\"} line per query")
@@ -41,10 +44,10 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_search)
 
     p = ms.add_parser("get", help="read a memory file or a line range of it")
-    p.add_argument("path")
+    p.add_argument("path", help="path relative to the workspace, e.g. MEMORY.md or memory/2026-12-02.md")
     p.add_argument("--from", dest="from_line", type=int, default=None, help="1-based first line")
     p.add_argument("--lines", type=int, default=None, help="number of lines")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help='print {"path", "text"} as JSON')
     p.set_defaults(func=cmd_get)
 
     p = ms.add_parser("watch", help="watch memory files and re-index on change (Ctrl-C to stop)")
@@ -130,8 +133,10 @@ def _search_batch(svc: MemoryService, args: argparse.Namespace) -> int:
 
 
 def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
-    if args.queries is None and not args.query:
-        raise ConfigError("nothing to search for", "pass a QUERY, or --queries FILE for batch mode")
+    if args.queries is None and not (args.query or "").strip():
+        raise ConfigError("nothing to search for: the query is empty",
+                          'pass the words to look for, e.g. hermit memory search "database move" '
+                          "(or --queries FILE for batch mode)")
     svc = ctx.memory_service(long_lived=args.queries is not None)
     try:
         if args.no_sync:
