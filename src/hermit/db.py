@@ -8,6 +8,7 @@ index stores vectors in a plain BLOB table and vector search scans it in bounded
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,10 @@ def connect(path: Path | str, *, readonly: bool = False, load_vec: bool = True) 
             conn.execute("pragma synchronous = normal")
     except sqlite3.DatabaseError as e:
         conn.close()
+        if "readonly" in str(e).lower() or not os.access(Path(path).parent, os.W_OK):
+            # A read-only directory or filesystem: the index is fine, so never advise deleting it.
+            raise IndexError_(f"cannot write the memory index {path}: its directory is read-only ({e})",
+                              "make the state dir writable; the index itself is fine, do not delete it") from e
         raise IndexError_(f"{path} is not a usable SQLite database: {e}",
                           "it is derived data: delete it and run `hermit memory index --force`") from e
     vec = load_sqlite_vec(conn) if load_vec else VecStatus(False, None, "not requested")

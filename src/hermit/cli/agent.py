@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hermit.agent.loop import AgentEvent, Notice, TextChunk, ToolFinished, ToolStarted
-from hermit.cli.assistant import build_runtime, close_runtime
 from hermit.cli.context import CliContext
-from hermit.sessions.keys import main_session_key
+
+if TYPE_CHECKING:  # the agent runtime loads when the command runs, so `hermit --help` stays quick
+    from hermit.agent.loop import AgentEvent
 
 
 def register(sub: Any) -> None:
@@ -28,6 +28,10 @@ def short_args(arguments: dict[str, Any], limit: int = 120) -> str:
 
 
 def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    from hermit.agent.loop import Notice, TextChunk, ToolFinished, ToolStarted
+    from hermit.cli.assistant import build_runtime, close_runtime
+    from hermit.sessions.keys import main_session_key
+
     text = sys.stdin.read() if args.message == "-" else args.message
     runtime = build_runtime(ctx)
     key = args.session or main_session_key(runtime.agent.id)

@@ -1,9 +1,9 @@
 """`hermit agents list|add ID`: the configured agents, and adding one to the config file safely.
 
-`add` loads the config file as data, appends the agent to `agents.list`, validates the result with
-the same loader every command uses, and only then replaces the file (temp file + fsync + rename,
-mode kept). YAML comments are not preserved, every key is. When `agents.list` was empty the
-implicit `main` agent is written out first, so adding a second agent never drops the first.
+`add` inserts the agent into `agents.list` in the file's own text (hermit.config.edit keeps every
+comment and the layout), validates the result with the same loader every command uses, and only then
+replaces the file (temp file + fsync + rename, mode kept). When `agents.list` was empty the implicit
+`main` agent is written out first, so adding a second agent never drops the first.
 """
 
 from __future__ import annotations
@@ -13,21 +13,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hermit.cli.context import CliContext
-from hermit.config.load import build_config, parse_config_text
 from hermit.config.paths import DEFAULT_AGENT_ID
-from hermit.durable import write_atomic
 from hermit.errors import ConfigError
-from hermit.workspace import ensure_workspace
 
 
 def register(sub: Any) -> None:
     a = sub.add_parser("agents", help="list or add agents (each with its own workspace and memory)")
     aa = a.add_subparsers(dest="agents_command", metavar="SUBCOMMAND", required=True)
     p = aa.add_parser("list", help="configured agents")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the agents as a JSON list")
     p.set_defaults(func=cmd_list)
     p = aa.add_parser("add", help="add an agent to the config and create its workspace")
     p.add_argument("id", help="agent id: lowercase letters, digits, '-' or '_'")
@@ -59,43 +54,38 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_raw(path: Path) -> dict[str, Any]:
-    data, _ = parse_config_text(path.read_text(encoding="utf-8"), str(path), path.suffix.lower() != ".json")
-    return dict(data)
-
-
-def _dump(data: dict[str, Any], path: Path) -> str:
-    if path.suffix.lower() == ".json":
-        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
-
-
-
-
 def cmd_add(ctx: CliContext, args: argparse.Namespace) -> int:
+    from hermit.config.edit import append_agents
+    from hermit.config.load import build_config, parse_config_text
+    from hermit.durable import write_atomic
+    from hermit.workspace import ensure_workspace
+
     path = ctx.paths.config_file() or ctx.home / "hermit.yaml"
-    data = _load_raw(path) if path.exists() else {}
-    agents = data.setdefault("agents", {}) or {}
+    is_yaml = path.suffix.lower() != ".json"
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    data, _ = parse_config_text(text, str(path), is_yaml)
+    agents = data.get("agents") or {}
     if not isinstance(agents, dict):
         raise ConfigError(f"{path}: 'agents' must be a mapping", "fix the config by hand, then retry")
-    data["agents"] = agents
     entries = agents.get("list") or []
     if not isinstance(entries, list):
         raise ConfigError(f"{path}: agents.list must be a list", "fix the config by hand, then retry")
     ids = [e.get("id") for e in entries if isinstance(e, dict)]
     if args.id in ids or (not entries and args.id == DEFAULT_AGENT_ID):
         raise ConfigError(f"agent {args.id!r} already exists", "pick another id; `hermit agents list` shows them")
-    if not entries:
-        entries = [{"id": DEFAULT_AGENT_ID}]  # the implicit main agent becomes explicit
     entry: dict[str, Any] = {"id": args.id}
     if args.agent_workspace:
         entry["workspace"] = str(Path(args.agent_workspace).expanduser().resolve())
     if args.model:
         entry["model"] = args.model
-    agents["list"] = [*entries, entry]
-    loaded = build_config(data, ctx.paths, path)  # validates; raises ConfigError naming the problem
+    new_entries = [entry] if entries else [{"id": DEFAULT_AGENT_ID}, entry]  # the implicit main becomes explicit
+    # Validate the intended data first: a bad id or model is reported before the file is touched.
+    build_config({**data, "agents": {**agents, "list": [*entries, *new_entries]}}, ctx.paths, path)
+    new_text = append_agents(text, new_entries, is_yaml=is_yaml, source=str(path))
+    new_data, where = parse_config_text(new_text, str(path), is_yaml)
+    loaded = build_config(new_data, ctx.paths, path, where)
     ctx.home.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, _dump(data, path))
+    write_atomic(path, new_text)
     agent = loaded.agent(args.id)
     report = ensure_workspace(agent.workspace)
     print(f"added agent {agent.id} to {path}")

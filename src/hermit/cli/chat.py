@@ -13,17 +13,15 @@ import contextlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from hermit.agent.lifecycle import parse_compact_command
-from hermit.agent.loop import AgentEvent, Notice, TextChunk, ToolFinished, ToolStarted
-from hermit.agent.runtime import AgentRuntime
 from hermit.cli.agent import short_args
-from hermit.cli.assistant import NoModelConfigured, build_runtime, close_runtime, no_model_help
 from hermit.cli.context import CliContext
 from hermit.errors import HermitError
-from hermit.sessions.keys import main_session_key
-from hermit.sessions.reset import parse_reset_command
+
+if TYPE_CHECKING:  # the agent runtime loads when the command runs, so `hermit --help` stays quick
+    from hermit.agent.loop import AgentEvent
+    from hermit.agent.runtime import AgentRuntime
 
 HISTORY_FILE = "chat_history"
 HELP = """\
@@ -112,6 +110,9 @@ class ChatRepl:
         rest = rest.strip()
         if name in ("/exit", "/quit"):
             return False
+        from hermit.agent.lifecycle import parse_compact_command
+        from hermit.sessions.reset import parse_reset_command
+
         reset = parse_reset_command(line, self.runtime.agent.settings.session.reset_triggers)
         focus = parse_compact_command(line)
         if reset.is_reset:
@@ -154,6 +155,8 @@ class ChatRepl:
                  f" · memory {'on' if r.memory is not None else 'off'} · verbose {'on' if self.verbose else 'off'}")
 
     def on_event(self, event: AgentEvent) -> None:
+        from hermit.agent.loop import Notice, TextChunk, ToolFinished, ToolStarted
+
         if isinstance(event, TextChunk):
             if not self._started_reply:
                 self.out.write("hermit> ")
@@ -196,10 +199,17 @@ class ChatRepl:
             self.say("(silent reply: NO_REPLY — nothing delivered)")
         if self.verbose:
             u = result.usage
-            self.say(f"  [{u.context_tokens:,} in · {u.output_tokens:,} out · {len(result.tool_calls)} tool calls]")
+            self.say(f"  [{u.context_tokens:,} in · {u.output_tokens:,} out · {_count(len(result.tool_calls), 'tool call')}]")
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    from hermit.cli.assistant import NoModelConfigured, build_runtime, close_runtime, no_model_help
+    from hermit.sessions.keys import main_session_key
+
     try:
         runtime = build_runtime(ctx)
     except NoModelConfigured:

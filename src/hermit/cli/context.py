@@ -9,10 +9,13 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hermit.config import AgentConfig, LoadedConfig, StatePaths, default_home, load_config
-from hermit.memory.embedders import create_embedder
-from hermit.memory.service import MemoryKey, MemoryService
+from hermit.config.paths import StatePaths, default_home
+
+if TYPE_CHECKING:  # the config schema (pydantic) and memory (numpy) load only when a command needs them
+    from hermit.config.load import AgentConfig, LoadedConfig
+    from hermit.memory.service import MemoryService
 
 
 @dataclass
@@ -41,16 +44,23 @@ class CliContext:
 
     def config(self) -> LoadedConfig:
         if self._loaded is None:
+            from hermit.config.load import load_config
+
             self._loaded = load_config(self.paths)
         return self._loaded
 
     def agent(self) -> AgentConfig:
+        from hermit.config.load import AgentConfig
+
         a = self.config().agent(self.agent_id)
         if self.workspace is not None:
             a = AgentConfig(a.id, self.workspace, a.index_path, a.sessions_dir, a.settings, a.is_default)
         return a
 
     def memory_service(self, agent: AgentConfig | None = None, *, long_lived: bool = False) -> MemoryService:
+        from hermit.memory.embedders import create_embedder
+        from hermit.memory.service import MemoryKey, MemoryService
+
         agent = agent or self.agent()
         cfg = agent.settings.memory_search
         embedder = create_embedder(cfg, self.environ, stamp_dir=self.home / "cache")

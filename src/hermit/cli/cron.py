@@ -8,16 +8,14 @@ import dataclasses
 import json
 import sys
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hermit.cli.assistant import build_runtime, close_runtime
 from hermit.cli.checks import Check, check
 from hermit.cli.context import CliContext
 from hermit.errors import JobError
-from hermit.scheduler import CronJobs, Job, LocalHost
-from hermit.scheduler.health import heartbeat_health, jobs_health
-from hermit.scheduler.runner import execute, finish, local_time_text, new_handle, session_starter
-from hermit.scheduler.schedule import parse_duration_ms
+
+if TYPE_CHECKING:  # the commands load the scheduler themselves, so `hermit --help` stays quick
+    from hermit.scheduler import CronJobs, Job
 
 
 def register(sub: Any) -> None:
@@ -25,7 +23,7 @@ def register(sub: Any) -> None:
     cs = c.add_subparsers(dest="cron_command", metavar="SUBCOMMAND", required=True)
 
     p = cs.add_parser("list", help="all jobs with their next run in each job's time zone")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_list)
 
     p = cs.add_parser("add", help="add a job; prints its next three run times")
@@ -33,23 +31,23 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_add)
 
     p = cs.add_parser("edit", help="change a job (only the options given)")
-    p.add_argument("id")
+    p.add_argument("id", help="the job id (see `hermit cron list`)")
     _job_options(p, adding=False)
     p.set_defaults(func=cmd_edit)
 
     p = cs.add_parser("remove", help="delete a job (its run log stays)")
-    p.add_argument("id")
+    p.add_argument("id", help="the job id (see `hermit cron list`)")
     p.set_defaults(func=cmd_remove)
 
     p = cs.add_parser("run", help="run a job now in this process (no gateway needed); prints the reply")
-    p.add_argument("id")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("id", help="the job id (see `hermit cron list`)")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_run)
 
     p = cs.add_parser("runs", help="a job's recent runs")
-    p.add_argument("id")
-    p.add_argument("--limit", type=int, default=20)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("id", help="the job id (see `hermit cron list`)")
+    p.add_argument("--limit", type=int, default=20, help="how many recent runs (default 20)")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_runs)
 
 
@@ -64,7 +62,8 @@ def _job_options(p: argparse.ArgumentParser, *, adding: bool) -> None:
     p.add_argument("--tz", help="IANA time zone (default: agents.defaults.timezone, else the host's)")
     p.add_argument("--main", action="store_const", const="main", dest="target",
                    help="run as a system event in the main session (default: an isolated cron:<id> session)")
-    p.add_argument("--isolated", action="store_const", const="isolated", dest="target")
+    p.add_argument("--isolated", action="store_const", const="isolated", dest="target",
+                   help="run in a fresh cron:<jobId> session (the default)")
     p.add_argument("--announce", metavar="CHANNEL:TO", help="deliver the reply to this peer, e.g. telegram:12345 "
                    "(through the gateway)")
     p.add_argument("--account", help="the channel account for --announce (default: 'default')")
@@ -72,16 +71,18 @@ def _job_options(p: argparse.ArgumentParser, *, adding: bool) -> None:
     p.add_argument("--no-delivery", action="store_true", help="do not deliver the reply")
     p.add_argument("--keep", action="store_true", help="keep an --at job after it ran (default: delete it)")
     p.add_argument("--timeout", type=float, help="seconds before a run is cancelled (default 600)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON")
     if adding:
         p.add_argument("--id", help="job id (default: generated)")
         p.add_argument("--disabled", action="store_true", help="add it switched off")
     else:
-        p.add_argument("--enable", action="store_true")
-        p.add_argument("--disable", action="store_true")
+        p.add_argument("--enable", action="store_true", help="turn the job on")
+        p.add_argument("--disable", action="store_true", help="turn the job off (kept, not run)")
 
 
 def _spec(args: argparse.Namespace, *, adding: bool) -> dict[str, Any]:
+    from hermit.scheduler.schedule import parse_duration_ms
+
     spec: dict[str, Any] = {}
     if args.name is not None:
         spec["name"] = args.name
@@ -122,6 +123,8 @@ def _spec(args: argparse.Namespace, *, adding: bool) -> dict[str, Any]:
 
 
 def _jobs(ctx: CliContext) -> CronJobs:
+    from hermit.scheduler import CronJobs
+
     return CronJobs(ctx.home, ctx.config())
 
 
@@ -215,6 +218,10 @@ def cmd_runs(ctx: CliContext, args: argparse.Namespace) -> int:
 def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
     """Run the job here and now: the turn sees the time in the job's zone, the run is logged and the job's
     next run is kept in its zone. Nothing is delivered (the gateway owns the channels): the reply is printed."""
+    from hermit.cli.assistant import build_runtime, close_runtime
+    from hermit.scheduler import LocalHost
+    from hermit.scheduler.runner import execute, finish, local_time_text, new_handle, session_starter
+
     jobs = _jobs(ctx)
     job = jobs.get(args.id)
     zone = jobs.zone(job)
@@ -256,12 +263,16 @@ def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
 
 @check("cron jobs", needs=("config",))
 def cron_jobs_check(ctx: CliContext) -> Check:
+    from hermit.scheduler.health import jobs_health
+
     status, detail, fix = jobs_health(ctx.home, ctx.config())
     return Check("cron jobs", status, detail, fix)
 
 
 @check("heartbeat", needs=("config",))
 def heartbeat_check(ctx: CliContext) -> Check:
+    from hermit.scheduler.health import heartbeat_health
+
     status, detail, fix = heartbeat_health(ctx.config())
     return Check("heartbeat", status, detail, fix)
 

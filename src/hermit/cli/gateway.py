@@ -13,9 +13,6 @@ import json
 import sys
 from typing import Any
 
-import httpx
-
-from hermit.cli.assistant import PROVIDER_KEY_VARS, build_runtime
 from hermit.cli.checks import check
 from hermit.cli.context import CliContext
 from hermit.errors import HermitError
@@ -28,16 +25,19 @@ def register(sub: Any) -> None:
     p = gs.add_parser("run", help="run the gateway in the foreground until Ctrl-C / SIGTERM")
     p.add_argument("--host", help="address to listen on (default gateway.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default gateway.port, 18789; 0 = any free port)")
-    p.add_argument("--log-format", choices=("text", "json"), default="text")
+    p.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="log lines as text (default) or one JSON object per line")
     p.set_defaults(func=cmd_run)
     p = gs.add_parser("status", help="show the running gateway: channels, queues, services")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the status as a JSON object")
     p.set_defaults(func=cmd_status)
     d = sub.add_parser("dashboard", help="print the web chat URL (with its token)")
     d.set_defaults(func=cmd_dashboard)
 
 
 def _secrets(ctx: CliContext, token: str) -> list[str]:
+    from hermit.cli.assistant import PROVIDER_KEY_VARS
+
     loaded = ctx.config()
     names = set(PROVIDER_KEY_VARS)
     names.update(pc.api_key_env for pc in loaded.config.models.providers.values() if pc.api_key_env)
@@ -47,6 +47,7 @@ def _secrets(ctx: CliContext, token: str) -> list[str]:
 
 
 def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
+    from hermit.cli.assistant import build_runtime
     from hermit.gateway.logs import setup_logging
     from hermit.gateway.supervisor import Gateway
 
@@ -82,6 +83,8 @@ def _client_host(host: str) -> str:
 
 
 def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
+    import httpx
+
     info = _running(ctx)
     token = check_token_file(token_path(ctx.home))
     host = _client_host(str(info["host"]))

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from hermit.cli.context import CliContext
+from hermit.cli.preflight import check_environment
 from hermit.workspace import ensure_workspace, template_text, write_new
 
 
@@ -15,6 +16,7 @@ def register(sub: Any) -> None:
 
 
 def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    check_environment(ctx)  # a file where the state dir or config should be: say so, replace nothing
     ctx.home.mkdir(parents=True, exist_ok=True)
     ctx.home.chmod(0o700)
     if ctx.paths.config_file() is None:

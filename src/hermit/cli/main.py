@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import sys
 from collections.abc import Callable
 
 from hermit import __version__
 from hermit.cli.context import CliContext
+from hermit.cli.preflight import require_initialized
 from hermit.errors import HermitError
 
 # Each module exposes register(subparsers) and sets `func(ctx, args) -> int` on its parsers.
@@ -20,6 +22,11 @@ COMMAND_MODULES = (
     "hermit.cli.gateway",
     "hermit.cli.cron",
 )
+
+# Commands that read or write an agent's memory or sessions: before `hermit init` they say so and create
+# nothing. READ_ONLY ones do not need a writable state dir.
+REQUIRES_INIT = {"memory", "agent", "chat", "sessions"}
+READ_ONLY = {"sessions"}
 
 Handler = Callable[[CliContext, argparse.Namespace], int]
 
@@ -38,9 +45,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _dash_query(args: argparse.Namespace, extra: list[str]) -> bool:
+    """`memory search -x`: a single unknown '-word' with no query given is the query (a typo of a
+    long option, '--…', stays an error)."""
+    if (getattr(args, "memory_command", None) == "search" and args.query is None and len(extra) == 1
+            and extra[0].startswith("-") and not extra[0].startswith("--")):
+        args.query = extra[0]
+        return True
+    return False
+
+
+def _report(e: HermitError, as_json: bool) -> None:
+    if as_json:  # scripts reading --json output get the error as JSON too
+        print(json.dumps({"results": [], "error": e.message, "hint": e.hint}, ensure_ascii=False))
+    print(f"error: {e.message}", file=sys.stderr)
+    if e.hint:
+        print(f"hint: {e.hint}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not _dash_query(args, extra):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     func: Handler | None = getattr(args, "func", None)
@@ -49,13 +76,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ctx = CliContext.from_args(args.home, args.agent, args.workspace, args.debug)
     try:
+        if args.command in REQUIRES_INIT:
+            require_initialized(ctx, writes=args.command not in READ_ONLY)
         return func(ctx, args)
     except HermitError as e:
         if args.debug:
             raise
-        print(f"error: {e.message}", file=sys.stderr)
-        if e.hint:
-            print(f"hint: {e.hint}", file=sys.stderr)
+        _report(e, bool(getattr(args, "json", False)))
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

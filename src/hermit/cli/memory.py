@@ -7,13 +7,15 @@ import contextlib
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermit.cli.context import CliContext, is_tty
 from hermit.errors import ConfigError
-from hermit.memory.service import MemoryService
-from hermit.memory.sync import SyncReport
 from hermit.messages import valid_json
+
+if TYPE_CHECKING:  # loaded by the commands themselves, so `hermit --help` stays quick
+    from hermit.memory.service import MemoryService
+    from hermit.memory.sync import SyncReport
 
 
 def register(sub: Any) -> None:
@@ -21,7 +23,7 @@ def register(sub: Any) -> None:
     ms = mem.add_subparsers(dest="memory_command", metavar="SUBCOMMAND", required=True)
 
     p = ms.add_parser("status", help="provider, model, files, chunks, index health")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the status as a JSON object")
     p.set_defaults(func=cmd_status)
 
     p = ms.add_parser("index", help="bring the index up to date (incremental)")
@@ -29,10 +31,13 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the sync report as JSON")
     p.set_defaults(func=cmd_index)
 
-    p = ms.add_parser("search", help="hybrid search over memory")
-    p.add_argument("query", nargs="?", help="what to look for")
-    p.add_argument("--max-results", type=int, default=None)
-    p.add_argument("--min-score", type=float, default=None)
+    p = ms.add_parser("search", help="hybrid search over memory",
+                      epilog='a query that starts with "-" also works after --: hermit memory search -- "-x flag"')
+    p.add_argument("query", nargs="?", help="what to look for (words, a question, an id; quote it)")
+    p.add_argument("--max-results", type=int, default=None, metavar="N",
+                   help="return at most N results (default: memory_search.query.max_results)")
+    p.add_argument("--min-score", type=float, default=None, metavar="S",
+                   help="drop results scoring below S, 0..1 (default: memory_search.query.min_score)")
     p.add_argument("--json", action="store_true", help="print exactly the memory_search result object")
     p.add_argument("--queries", help="batch mode: JSONL file of {\"id\", \"query\"} ('-' = stdin); "
                                      "prints one {\"id\", \"results\"} line per query")
@@ -40,35 +45,24 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_search)
 
     p = ms.add_parser("get", help="read a memory file or a line range of it")
-    p.add_argument("path")
+    p.add_argument("path", help="path relative to the workspace, e.g. MEMORY.md or memory/2026-12-02.md")
     p.add_argument("--from", dest="from_line", type=int, default=None, help="1-based first line")
     p.add_argument("--lines", type=int, default=None, help="number of lines")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help='print {"path", "text"} as JSON')
     p.set_defaults(func=cmd_get)
 
     p = ms.add_parser("watch", help="watch memory files and re-index on change (Ctrl-C to stop)")
     p.set_defaults(func=cmd_watch)
 
 
-def _progress() -> Any:
-    if not is_tty():
-        return None
-    state = {"last": 0.0}
+def _sync(svc: MemoryService, *, show_progress: bool, force: bool = False) -> SyncReport:
+    """Sync, drawing a progress bar on a terminal (never on a pipe or with --json)."""
+    from hermit.cli.progress import IndexProgress
 
-    def show(done: int, total: int, name: str) -> None:
-        now = time.monotonic()
-        if done != total and now - state["last"] < 0.1:
-            return
-        state["last"] = now
-        width = 28
-        filled = int(width * done / max(total, 1))
-        bar = "█" * filled + "·" * (width - filled)
-        sys.stderr.write(f"\r  indexing [{bar}] {done}/{total} {name[-40:]:<40}")
-        if done == total:
-            sys.stderr.write("\r" + " " * (width + 60) + "\r")
-        sys.stderr.flush()
-
-    return show
+    if not show_progress:
+        return svc.sync(force=force)
+    with IndexProgress(local_model=svc.cfg.provider == "local") as bar:
+        return svc.sync(force=force, progress=bar.files, chunk_progress=bar.chunks)
 
 
 def _print_warnings(report: SyncReport) -> None:
@@ -110,7 +104,7 @@ def cmd_index(ctx: CliContext, args: argparse.Namespace) -> int:
             svc.indexer.lock.release()
         else:
             print("another process is indexing; waiting for it…", file=sys.stderr)
-        report = svc.sync(force=args.force, progress=_progress())
+        report = _sync(svc, show_progress=is_tty() and not args.json, force=args.force)
     finally:
         svc.close()
     _print_warnings(report)
@@ -160,8 +154,10 @@ def _search_batch(svc: MemoryService, args: argparse.Namespace) -> int:
 
 
 def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
-    if args.queries is None and not args.query:
-        raise ConfigError("nothing to search for", "pass a QUERY, or --queries FILE for batch mode")
+    if args.queries is None and not (args.query or "").strip():
+        raise ConfigError("nothing to search for: the query is empty",
+                          'pass the words to look for, e.g. hermit memory search "database move" '
+                          "(or --queries FILE for batch mode)")
     svc = ctx.memory_service(long_lived=args.queries is not None)
     try:
         if args.no_sync:
@@ -210,7 +206,7 @@ def cmd_watch(ctx: CliContext, args: argparse.Namespace) -> int:
     svc = ctx.memory_service(long_lived=True)
     cfg = svc.cfg
     try:
-        report = svc.sync()
+        report = _sync(svc, show_progress=is_tty())
         _print_warnings(report)
         print(report.summary(), flush=True)
         print(f"watching {svc.workspace} (MEMORY.md, memory/**/*.md"

@@ -9,15 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hermit.agent.routing import binding_problems
-from hermit.channels.access import PairingStore
-from hermit.channels.pairing import credential_permission_problems
 from hermit.cli.checks import Check, CheckFn, check
 from hermit.cli.context import CliContext
-from hermit.config.schema import ChannelAccessConfig
 from hermit.errors import ConfigError, HermitError
+
+if TYPE_CHECKING:  # the commands load these themselves, so `hermit --help` stays quick
+    from hermit.config.schema import ChannelAccessConfig
 
 
 def register(sub: Any) -> None:
@@ -25,7 +24,7 @@ def register(sub: Any) -> None:
     ss = s.add_subparsers(dest="pairing_command", metavar="SUBCOMMAND", required=True)
     p = ss.add_parser("list", help="pending pairing requests (codes expire after 1 hour)")
     p.add_argument("channel", nargs="?", help="only this channel (telegram, discord, slack, whatsapp)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the pending requests as JSON")
     p.set_defaults(func=cmd_list)
     p = ss.add_parser("approve", help="let the sender of a pairing code talk to the assistant")
     p.add_argument("channel", help="the channel the code was sent on")
@@ -34,6 +33,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
+    from hermit.channels.access import PairingStore
+
     store = PairingStore(ctx.home)
     requests = store.pending(args.channel)
     now = time.time()
@@ -57,6 +58,8 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 def cmd_approve(ctx: CliContext, args: argparse.Namespace) -> int:
+    from hermit.channels.access import PairingStore
+
     req = PairingStore(ctx.home).approve(args.channel, args.code)
     who = req.sender_id + (f" ({req.sender_name})" if req.sender_name else "")
     print(f"approved {who} on {req.channel}/{req.account_id}: their next message reaches the assistant")
@@ -65,6 +68,8 @@ def cmd_approve(ctx: CliContext, args: argparse.Namespace) -> int:
 
 @check("bindings", fix="fix or remove these bindings (see the README's routing section)", needs=("config",))
 def bindings_check(ctx: CliContext) -> str:
+    from hermit.agent.routing import binding_problems
+
     cfg = ctx.config()
     problems = binding_problems(cfg.config.bindings, [a.id for a in cfg.agents], cfg.config.channels)
     if problems:
@@ -94,6 +99,8 @@ def access_check(ctx: CliContext) -> str | Check:
 
 @check("credentials", fix="chmod 700 the credentials dir and 600 its files")
 def credentials_check(ctx: CliContext) -> str:
+    from hermit.channels.pairing import credential_permission_problems
+
     problems = credential_permission_problems(ctx.home)
     if problems:
         base = ctx.home / "credentials"

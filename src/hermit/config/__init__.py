@@ -1,8 +1,32 @@
-"""Config: schema, loading with actionable errors, and state paths."""
+"""Config: schema, loading with actionable errors, and state paths.
 
-from hermit.config.load import AgentConfig, LoadedConfig, load_config, parse_config_text
-from hermit.config.paths import DEFAULT_AGENT_ID, StatePaths, default_home
-from hermit.config.schema import HermitConfig, MemorySearchConfig
+Names are resolved on first use (PEP 562), so `hermit.config.paths` is cheap to import: the CLI parses
+its arguments without loading pydantic and the schema.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hermit.config.load import AgentConfig, LoadedConfig, load_config, parse_config_text
+    from hermit.config.paths import DEFAULT_AGENT_ID, StatePaths, default_home
+    from hermit.config.schema import HermitConfig, MemorySearchConfig
+
+_WHERE = {
+    "AgentConfig": "load", "LoadedConfig": "load", "load_config": "load", "parse_config_text": "load",
+    "DEFAULT_AGENT_ID": "paths", "StatePaths": "paths", "default_home": "paths",
+    "HermitConfig": "schema", "MemorySearchConfig": "schema",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hermit.config' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"hermit.config.{module}"), name)
+
 
 __all__ = [
     "DEFAULT_AGENT_ID",

@@ -165,11 +165,56 @@ def parse_config_text(text: str, source: str = "<config>", is_yaml: bool = True)
     return data, _Located(text, is_yaml)
 
 
+_MODELS_FORM = ("models:\n  providers:\n    ollama:\n      type: openai-compatible\n"
+                "      base_url: http://127.0.0.1:11434/v1\n      models:\n        llama3.1: { context_window: 131072 }")
+
+
+def _list_forms(data: dict[str, Any], where: _Located, src: str) -> dict[str, Any]:
+    """Accept the original's `models: [{id: …}, …]` under a provider (ids become keys); a list anywhere
+    else under `models` is refused with the file, the line and the right form."""
+    def at(*loc: Any) -> str:
+        line = where.line(loc)
+        return f"{src}:{line}" if line else src
+
+    models = data.get("models")
+    if isinstance(models, list):
+        raise ConfigError(f"{at('models')}: models must be a mapping, not a list: models are listed "
+                          "per provider, under models.providers.<name>.models",
+                          f"write it like this:\n{_MODELS_FORM}")
+    if not isinstance(models, dict) or not isinstance(models.get("providers"), list | dict):
+        return data
+    providers = models["providers"]
+    if isinstance(providers, list):
+        raise ConfigError(f"{at('models', 'providers')}: models.providers must map a provider name to its "
+                          "settings, not be a list", f"write it like this:\n{_MODELS_FORM}")
+    fixed: dict[str, Any] = {}
+    for name, pc in providers.items():
+        listed = pc.get("models") if isinstance(pc, dict) else None
+        if not isinstance(listed, list):
+            fixed[name] = pc
+            continue
+        where_ = at("models", "providers", name, "models")
+        by_id: dict[str, Any] = {}
+        for item in listed:
+            mid = item.get("id") if isinstance(item, dict) else None
+            if not isinstance(mid, str) or not mid:
+                raise ConfigError(f"{where_}: each entry of models.providers.{name}.models needs an id",
+                                  "write `- id: llama3.1` (optionally with context_window: …), or use the "
+                                  f"mapping form:\n{_MODELS_FORM}")
+            if mid in by_id:
+                raise ConfigError(f"{where_}: model {mid!r} is listed twice under models.providers.{name}.models",
+                                  "keep one entry per model id")
+            by_id[mid] = {k: v for k, v in item.items() if k != "id"}
+        fixed[name] = {**pc, "models": by_id}
+    return {**data, "models": {**models, "providers": fixed}}
+
+
 def build_config(
     data: dict[str, Any], paths: StatePaths, source: Path | None = None, where: _Located | None = None
 ) -> LoadedConfig:
     src = str(source) if source else "<config>"
     where = where or _Located("", False)
+    data = _list_forms(data, where, src)
     try:
         cfg = HermitConfig.model_validate(data)
     except ValidationError as e:

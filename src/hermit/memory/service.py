@@ -21,7 +21,7 @@ from hermit.memory.paths import resolve_memory_path
 from hermit.memory.search import HybridSearcher, SearchOutcome
 from hermit.memory.session_source import SESSIONS_PREFIX, render_transcript, resolve_session_path
 from hermit.memory.store import IndexStore
-from hermit.memory.sync import Indexer, Progress, SyncReport
+from hermit.memory.sync import ChunkProgress, Indexer, Progress, SyncReport
 from hermit.messages import valid_text
 from hermit.textfile import NotRegularFile, decode_text, read_regular
 
@@ -73,9 +73,11 @@ class MemoryService:
         self._dirty = True
 
     # -- sync -------------------------------------------------------------------------------------
-    def sync(self, *, force: bool = False, blocking: bool = True, progress: Progress | None = None) -> SyncReport:
+    def sync(self, *, force: bool = False, blocking: bool = True, progress: Progress | None = None,
+             chunk_progress: ChunkProgress | None = None) -> SyncReport:
         with self._lock:
-            report = self.indexer.sync(force=force, blocking=blocking, progress=progress)
+            report = self.indexer.sync(force=force, blocking=blocking, progress=progress,
+                                       chunk_progress=chunk_progress)
         if not report.skipped:
             self._dirty = False
         return report

@@ -33,7 +33,14 @@ from hermit.memory.store import FileState, IndexStore
 from hermit.textfile import read_regular
 
 TOKENIZER_ID = "cjk-estimate-1"
-Progress = Callable[[int, int, str], None]
+Progress = Callable[[int, int, str], None]  # (files scanned, files total, current file)
+# (chunks written, chunks to write): called with (0, total) once the changed files are chunked, before
+# the first embedding, then after every batch. Embedding dominates the time, so this is the one to watch.
+ChunkProgress = Callable[[int, int], None]
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"
 
 
 @dataclass
@@ -48,14 +55,16 @@ class SyncReport:
     embed_seconds: float = 0.0
     seconds: float = 0.0
     rebuilt: bool = False
+    first: bool = False  # the index held no files before this sync (a new workspace or index)
     skipped: bool = False  # another process holds the writer lock
     warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        what = "rebuilt" if self.rebuilt else "synced"
-        return (f"{what}: {self.files_seen} files ({self.files_indexed} indexed, {self.files_unchanged} "
-                f"unchanged, {self.files_deleted} removed), {self.chunks_indexed} chunks, {self.embedded} "
-                f"embedded, {self.cache_hits} cache hits, {self.seconds:.2f}s")
+        what = "indexed" if self.first else "rebuilt" if self.rebuilt else "synced"
+        return (f"{what}: {plural(self.files_seen, 'file')} ({self.files_indexed:,} indexed, "
+                f"{self.files_unchanged:,} unchanged, {self.files_deleted:,} removed), "
+                f"{plural(self.chunks_indexed, 'chunk')}, {self.embedded:,} embedded, "
+                f"{plural(self.cache_hits, 'cache hit')}, {self.seconds:.2f}s")
 
 
 class WriterLock:
@@ -201,21 +210,24 @@ class Indexer:
             if got:
                 self.lock.release()
 
-    def sync(self, *, force: bool = False, blocking: bool = True, progress: Progress | None = None) -> SyncReport:
+    def sync(self, *, force: bool = False, blocking: bool = True, progress: Progress | None = None,
+             chunk_progress: ChunkProgress | None = None) -> SyncReport:
         """Incremental sync; a full atomic rebuild when `force` or the index identity changed."""
         t0 = time.perf_counter()
         self._indexed = None
         with self._locked(blocking) as got:
             if not got:
                 return SyncReport(skipped=True)
+            first = not self.store.files()
             if force or not self.identity_matches():
-                report = self._rebuild(progress)
+                report = self._rebuild(progress, chunk_progress)
             else:
-                report = self._sync_into(self.store, progress)
+                report = self._sync_into(self.store, progress, chunk_progress)
+            report.first = first and report.files_indexed > 0
         report.seconds = time.perf_counter() - t0
         return report
 
-    def _rebuild(self, progress: Progress | None) -> SyncReport:
+    def _rebuild(self, progress: Progress | None, chunk_progress: ChunkProgress | None = None) -> SyncReport:
         live = self.store
         for stale in live.path.parent.glob(live.path.name + ".rebuild-*"):
             with contextlib.suppress(OSError):
@@ -227,7 +239,7 @@ class Indexer:
                 tmp.import_cache_from(live.path)
             tmp.set_meta({"identity": json.dumps(wanted_identity(self.cfg, self.embedder, tmp.vec.available)),
                           "index_id": uuid.uuid4().hex, "created_at": str(int(self.clock()))})
-            report = self._sync_into(tmp, progress)
+            report = self._sync_into(tmp, progress, chunk_progress)
             report.rebuilt = True
             tmp.conn.execute("pragma wal_checkpoint(truncate)")
             # One backup step = one write transaction on the live file: readers see old or new.
@@ -239,7 +251,8 @@ class Indexer:
                     Path(str(tmp_path) + suffix).unlink()
         return report
 
-    def _sync_into(self, store: IndexStore, progress: Progress | None) -> SyncReport:
+    def _sync_into(self, store: IndexStore, progress: Progress | None,
+                   chunk_progress: ChunkProgress | None = None) -> SyncReport:
         report = SyncReport()
         files, warnings = self.sources()
         report.warnings.extend(warnings)
@@ -250,8 +263,7 @@ class Indexer:
             store.delete_file(gone)
             report.files_deleted += 1
 
-        pending: list[Pending] = []
-        pending_chunks = 0
+        changed: list[Pending] = []
         batch = max(16, self.cfg.remote.batch_size if self.cfg.provider not in ("local", "none") else 32)
         for n, f in enumerate(files, start=1):
             if progress:
@@ -278,12 +290,26 @@ class Indexer:
                 report.files_unchanged += 1
                 continue
             chunks = chunk_markdown(text, self.cfg.chunking.tokens, self.cfg.chunking.overlap)
-            pending.append(Pending(f, file_hash, st.st_mtime_ns, st.st_size, chunks, messages))
-            pending_chunks += len(chunks)
+            changed.append(Pending(f, file_hash, st.st_mtime_ns, st.st_size, chunks, messages))
+        # Chunk every changed file first, so the total is known before the slow part (embedding) starts.
+        total = sum(len(p.chunks) for p in changed)
+        done = 0
+        if chunk_progress and total:
+            chunk_progress(0, total)
+        pending: list[Pending] = []
+        pending_chunks = 0
+        for p in changed:
+            pending.append(p)
+            pending_chunks += len(p.chunks)
             if pending_chunks >= batch:
                 self._flush(store, pending, report)
+                done += pending_chunks
+                if chunk_progress:
+                    chunk_progress(done, total)
                 pending, pending_chunks = [], 0
         self._flush(store, pending, report)
+        if chunk_progress and pending_chunks:
+            chunk_progress(total, total)
         if self.cfg.cache.max_entries:
             store.cache_prune(self.cfg.cache.max_entries)
         return report

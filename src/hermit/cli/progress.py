@@ -1,0 +1,79 @@
+"""Indexing progress on a terminal: files scanned, then chunks embedded with rate and time left (rich).
+
+Only for a terminal: with a pipe or --json nothing is drawn, so captured output stays clean. The bar is
+transient (it disappears when done) and goes to stderr, never stdout.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import TracebackType
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:  # rich loads only when a bar is drawn
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
+
+# Below this many chunks indexing is quick enough that no warning is needed.
+SLOW_NOTICE_CHUNKS = 100
+
+
+class IndexProgress:
+    """Context manager handing `files` and `chunks` callbacks to MemoryService.sync."""
+
+    def __init__(self, stream: TextIO | None = None, *, local_model: bool = True,
+                 slow_notice_chunks: int = SLOW_NOTICE_CHUNKS, force_terminal: bool | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.local_model = local_model
+        self.slow_notice_chunks = slow_notice_chunks
+        self.force_terminal = force_terminal
+        self._console: Console | None = None
+        self._progress: Progress | None = None
+        self._files: TaskID | None = None
+        self._chunks: TaskID | None = None
+
+    def __enter__(self) -> IndexProgress:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._console = Console(file=self.stream, force_terminal=self.force_terminal)
+        self._progress = Progress(
+            TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("·"), TimeRemainingColumn(),
+            TextColumn("left"),
+            console=self._console, transient=True,
+        )
+        self._progress.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def files(self, done: int, total: int, name: str) -> None:
+        assert self._progress is not None
+        if self._files is None:
+            self._files = self._progress.add_task("reading files", total=total, rate="")
+        self._progress.update(self._files, completed=done, total=total)
+
+    def chunks(self, done: int, total: int) -> None:
+        assert self._progress is not None
+        if self._chunks is None:
+            if self._files is not None:
+                self._progress.remove_task(self._files)
+            if total >= self.slow_notice_chunks and self.local_model:
+                self._progress.console.print(f"  embedding {total:,} chunks with the local model on CPU: a first index of "
+                                    "a large memory takes a while (later runs embed only what changed)", soft_wrap=True,
+                                             highlight=False)
+            self._chunks = self._progress.add_task("embedding chunks", total=total, rate="")
+        self._progress.update(self._chunks, completed=done, total=total)
+        task = self._progress.tasks[-1]
+        self._progress.update(self._chunks, rate=f"{task.speed:.1f} chunks/s" if task.speed else "")
+        self._progress.refresh()  # once per embedded batch: cheap, and every step is shown

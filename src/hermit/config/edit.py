@@ -1,0 +1,139 @@
+"""Editing a config file's text in place: append agents to `agents.list` without losing what the user wrote.
+
+YAML is edited textually where the layout is plain block style (the new lines are inserted, every
+existing line — comments, quoting, flow maps, indentation — stays byte for byte), and through a
+round-trip YAML library (ruamel.yaml, which keeps comments) otherwise. Either way the result is
+parsed back and must equal the intended data, or nothing is returned. JSON has no comments to keep.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from typing import Any
+
+import yaml
+
+from hermit.errors import ConfigError
+
+_RESERVED = {"null", "Null", "NULL", "~", "true", "True", "TRUE", "false", "False", "FALSE", "yes", "no", "on", "off"}
+
+
+def _scalar(v: Any) -> str:
+    plain = isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9_/~][A-Za-z0-9_./~-]*", v) and v not in _RESERVED
+    return str(v) if plain else json.dumps(v, ensure_ascii=False)
+
+
+def _entry_lines(entry: dict[str, Any], dash_col: int) -> list[str]:
+    lines = []
+    for n, (k, v) in enumerate(entry.items()):
+        lead = " " * dash_col + "- " if n == 0 else " " * (dash_col + 2)
+        lines.append(f"{lead}{k}: {_scalar(v)}\n")
+    return lines
+
+
+def _end_line(lines: list[str], mark: yaml.Mark) -> int:
+    """Exclusive end line of a block node: its end mark sits on the first token after it."""
+    if mark.line >= len(lines):
+        return len(lines)
+    text = lines[mark.line]
+    return mark.line + (1 if mark.column > len(text) - len(text.lstrip()) else 0)
+
+
+def _block_end(lines: list[str], start: int, end: int, min_col: int) -> int:
+    """Index just past the last line of a block spanning [start, end) whose content sits at column >=
+    min_col: trailing blank lines and comments outdented below the block belong to what follows."""
+    last = start
+    for i in range(start, min(end, len(lines))):
+        text = lines[i]
+        stripped = text.lstrip()
+        if not stripped.strip():
+            continue
+        if stripped.startswith("#") and len(text) - len(stripped) < min_col:
+            continue
+        last = i
+    return last + 1
+
+
+def _indent_step(root: yaml.MappingNode) -> int:
+    for _, v in root.value:
+        if isinstance(v, yaml.MappingNode) and v.value:
+            return max(1, v.value[0][0].start_mark.column)
+    return 2
+
+
+def _textual_append(text: str, entries: list[dict[str, Any]]) -> str | None:
+    """Insert `entries` as new lines; None when the layout is not plain block style."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader) if text.strip() else None
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    if root is None:
+        step = 2
+        block = ["agents:\n", " " * step + "list:\n"] + [ln for e in entries for ln in _entry_lines(e, step)]
+        return "".join(lines + block)
+    if not isinstance(root, yaml.MappingNode) or root.flow_style:
+        return None
+    step = _indent_step(root)
+    agents = next((v for k, v in root.value if isinstance(k, yaml.ScalarNode) and k.value == "agents"), None)
+    if agents is None:
+        block = ["agents:\n", " " * step + "list:\n"] + [ln for e in entries for ln in _entry_lines(e, step)]
+        sep = ["\n"] if lines and lines[-1].strip() else []
+        return "".join(lines + sep + block)
+    if not isinstance(agents, yaml.MappingNode) or agents.flow_style or not agents.value:
+        return None
+    key_col = agents.value[0][0].start_mark.column
+    seq = next((v for k, v in agents.value if isinstance(k, yaml.ScalarNode) and k.value == "list"), None)
+    if seq is None:
+        at = _block_end(lines, agents.start_mark.line, _end_line(lines, agents.end_mark), key_col)
+        block = [" " * key_col + "list:\n"] + [ln for e in entries for ln in _entry_lines(e, key_col + step)]
+        return "".join(lines[:at] + block + lines[at:])
+    if not isinstance(seq, yaml.SequenceNode) or seq.flow_style or not seq.value:
+        return None
+    first = seq.value[0].start_mark
+    dash_col = lines[first.line].rfind("-", 0, first.column)
+    if dash_col < 0:
+        return None
+    at = _block_end(lines, seq.start_mark.line, _end_line(lines, seq.end_mark), dash_col)
+    block = [ln for e in entries for ln in _entry_lines(e, dash_col)]
+    return "".join(lines[:at] + block + lines[at:])
+
+
+def _roundtrip_append(text: str, entries: list[dict[str, Any]]) -> str:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+    from ruamel.yaml.util import load_yaml_guess_indent
+
+    _, indent, seq_offset = load_yaml_guess_indent(text) if text.strip() else (None, 2, 0)
+    rt = YAML(typ="rt")
+    rt.preserve_quotes = True
+    rt.width = 4096
+    rt.indent(mapping=indent or 2, sequence=(indent or 2) + (seq_offset or 0), offset=seq_offset or 0)
+    data = rt.load(text) or CommentedMap()
+    agents = data.get("agents")
+    if agents is None:
+        agents = data["agents"] = CommentedMap()
+    if agents.get("list") is None:
+        agents["list"] = CommentedSeq()
+    agents["list"].extend(entries)
+    out = io.StringIO()
+    rt.dump(data, out)
+    return out.getvalue()
+
+
+def append_agents(text: str, entries: list[dict[str, Any]], *, is_yaml: bool, source: str) -> str:
+    """`text` with `entries` appended to agents.list, everything else kept; raises if that cannot be done."""
+    before = (yaml.safe_load(text) if is_yaml else json.loads(text)) if text.strip() else {}
+    before = before or {}
+    agents = dict(before.get("agents") or {})
+    agents["list"] = [*(agents.get("list") or []), *entries]
+    want = {**before, "agents": agents}
+    if not is_yaml:
+        return json.dumps(want, indent=2, ensure_ascii=False) + "\n"
+    for attempt in (_textual_append, _roundtrip_append):
+        new = attempt(text, entries)
+        if new is not None and yaml.safe_load(new) == want:
+            return new
+    raise ConfigError(f"{source}: could not add the agent without changing other settings",
+                      "add it by hand under agents.list (e.g. `- id: work`)")

@@ -1,0 +1,87 @@
+"""The `hermit` entry point: `python -m hermit`, a lean start (no schema or numpy for --help), help for every option."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+from hermit.cli.main import build_parser
+
+# Loaded by a command when it runs, never for parsing arguments or printing help.
+HEAVY = ("pydantic", "numpy", "httpx", "yaml", "rich", "ruamel", "sqlean", "hermit.config.schema",
+         "hermit.agent", "hermit.memory", "hermit.models")
+
+
+def test_python_dash_m_hermit_works() -> None:
+    r = subprocess.run([sys.executable, "-m", "hermit", "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("hermit ")
+    r = subprocess.run([sys.executable, "-m", "hermit", "memory", "--help"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "search" in r.stdout
+
+
+def test_help_loads_no_heavy_module() -> None:
+    code = ("import sys; from hermit.cli.main import build_parser; build_parser().format_help(); "
+            f"print(sorted({{m.split('.')[0] if not m.startswith('hermit') else m for m in sys.modules}} & "
+            f"set({HEAVY!r})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", f"imported at parse time: {out.strip()} — import it inside the command"
+
+
+def _parsers(p: argparse.ArgumentParser, path: str = "hermit") -> list[tuple[str, argparse.ArgumentParser]]:
+    out = [(path, p)]
+    for a in p._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sub in a.choices.items():
+                out.extend(_parsers(sub, f"{path} {name}"))
+    return out
+
+
+def test_every_option_and_argument_has_help() -> None:
+    missing = [f"{path}: {'/'.join(a.option_strings) or a.dest}"
+               for path, p in _parsers(build_parser()) for a in p._actions
+               if not isinstance(a, argparse._SubParsersAction) and not (a.help and a.help.strip())]
+    assert not missing, "options without help text:\n" + "\n".join(missing)
+
+
+def _hermit(home: object, *args: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
+    return subprocess.run([sys.executable, "-m", "hermit", *args], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_empty_query_with_json_prints_a_json_error(tmp_path: object) -> None:
+    import json
+    from pathlib import Path
+
+    home = Path(str(tmp_path)) / "home"
+    (home / "workspace").mkdir(parents=True)
+    (home / "hermit.yaml").write_text("agents:\n  defaults:\n    memory_search: {provider: none}\n")
+    for query in ("", "   "):
+        r = _hermit(home, "memory", "search", query, "--json")
+        assert r.returncode == 1
+        err = json.loads(r.stdout)
+        assert err["results"] == [] and "nothing to search for" in err["error"] and err["hint"]
+    r = _hermit(home, "memory", "search", "")
+    assert r.returncode == 1 and r.stdout == "" and "error: nothing to search for" in r.stderr
+
+
+def test_query_starting_with_a_dash(tmp_path: object) -> None:
+    import json
+    from pathlib import Path
+
+    home = Path(str(tmp_path)) / "home"
+    (home / "workspace").mkdir(parents=True)
+    (home / "workspace" / "MEMORY.md").write_text("# M\n- run the tests with -timeout 30 so slow ones fail\n")
+    (home / "hermit.yaml").write_text("agents:\n  defaults:\n    memory_search: {provider: none}\n")
+    for args in (["--", "-timeout"], ["-timeout"], ["-timeout", "--json"], ["--json", "--", "-timeout"]):
+        r = _hermit(home, "memory", "search", *args)
+        assert r.returncode == 0, (args, r.stderr)
+        assert "MEMORY.md" in r.stdout, (args, r.stdout)
+        if "--json" in args:
+            assert json.loads(r.stdout)["results"][0]["path"] == "MEMORY.md"
+    r = _hermit(home, "memory", "search", "kiwi", "--max-resluts", "3")
+    assert r.returncode == 2 and "unrecognized arguments: --max-resluts" in r.stderr
