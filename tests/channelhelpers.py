@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import TypeVar
 
 from hermit.channels.base import InboundMessage, PublishOutcome
 from hermit.channels.retry import RetryPolicy
+from hermit.channels.webhook import ASGIApp
 
 T = TypeVar("T")
 
@@ -35,3 +38,23 @@ def run(main: Callable[[], Awaitable[T]], timeout: float = 60.0) -> T:
     async def bounded() -> T:
         return await asyncio.wait_for(main(), timeout)
     return asyncio.run(bounded())
+
+
+@asynccontextmanager
+async def serve_asgi(app: ASGIApp) -> AsyncIterator[str]:
+    """Serve `app` with uvicorn on an ephemeral 127.0.0.1 port; yields its base URL."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
