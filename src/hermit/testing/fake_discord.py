@@ -15,12 +15,9 @@ import asyncio
 import contextlib
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hermit.testing.fake_platform import FakePlatform, json_body, serve_forever
-
-if TYPE_CHECKING:
-    from aiohttp import web
 
 BOT_ID = "900000000000000001"
 APP_ID = "900000000000000002"
@@ -42,7 +39,7 @@ class FakeDiscord(FakePlatform):
         super().__init__(retry_after=retry_after)
         self.token = token
         self.identified = 0
-        self._sockets: list[web.WebSocketResponse] = []
+        self._sockets: list[Any] = []
         self._seq = 1
         self._next_id = 700000000000000000
 
@@ -92,7 +89,7 @@ class FakeDiscord(FakePlatform):
 
     # -- server side ---------------------------------------------------------------------------------
 
-    def routes(self, app: web.Application) -> None:
+    def routes(self, app: Any) -> None:
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/api/v10/users/@me", self._me)
         app.router.add_get("/api/v10/oauth2/applications/@me", self._application)
@@ -102,21 +99,21 @@ class FakeDiscord(FakePlatform):
         app.router.add_post("/api/v10/channels/{channel_id}/typing", self._typing)
 
     @staticmethod
-    def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.StreamResponse:
+    def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Any:
         from aiohttp import web
 
         return web.Response(body=json.dumps(obj).encode(), status=status,
                             headers={"Content-Type": "application/json", **(headers or {})})
 
-    def rate_limited(self, request: web.Request) -> web.StreamResponse:
+    def rate_limited(self, request: Any) -> Any:
         # discord.py treats a 429 without `Via` as a Cloudflare ban, so the fake sends it like Discord does.
         return self._json({"message": "You are being rate limited.", "retry_after": self.retry_after,
                            "global": False}, 429, {"Via": "1.1 google", "X-RateLimit-Scope": "user"})
 
-    def _authorised(self, request: web.Request) -> bool:
+    def _authorised(self, request: Any) -> bool:
         return request.headers.get("Authorization") == f"Bot {self.token}"
 
-    async def _guarded(self, route: str, request: web.Request) -> tuple[web.StreamResponse | None, Any]:
+    async def _guarded(self, route: str, request: Any) -> tuple[Any | None, Any]:
         body = json_body(await request.read()) if request.can_read_body else {}
         fault = await self.fault_or_none(route, request, body)
         if fault is not None:
@@ -126,24 +123,24 @@ class FakeDiscord(FakePlatform):
             return self._json({"message": "401: Unauthorized", "code": 0}, 401), body
         return None, body
 
-    async def _me(self, request: web.Request) -> web.StreamResponse:
+    async def _me(self, request: Any) -> Any:
         stop, _ = await self._guarded("me", request)
         return stop or self._json({**user(BOT_ID, "hermit", bot=True), "verified": True, "mfa_enabled": False,
                                    "flags": 0})
 
-    async def _application(self, request: web.Request) -> web.StreamResponse:
+    async def _application(self, request: Any) -> Any:
         stop, _ = await self._guarded("application", request)
         return stop or self._json({"id": APP_ID, "name": "Hermit", "icon": None, "description": "",
                                    "bot_public": False, "bot_require_code_grant": False,
                                    "owner": user("600000000000000009", "owner"), "verify_key": "00", "flags": 0,
                                    "summary": "", "team": None})
 
-    async def _user(self, request: web.Request) -> web.StreamResponse:
+    async def _user(self, request: Any) -> Any:
         stop, _ = await self._guarded("user", request)
         uid = request.match_info["user_id"]
         return stop or self._json(user(uid, f"user{uid[-3:]}"))
 
-    async def _dm_channel(self, request: web.Request) -> web.StreamResponse:
+    async def _dm_channel(self, request: Any) -> Any:
         stop, body = await self._guarded("dm_channel", request)
         if stop:
             return stop
@@ -152,7 +149,7 @@ class FakeDiscord(FakePlatform):
         return self._json({"id": f"5{rid[1:]}", "type": 1, "recipients": [user(rid, "ann")],
                            "last_message_id": None})
 
-    async def _create_message(self, request: web.Request) -> web.StreamResponse:
+    async def _create_message(self, request: Any) -> Any:
         stop, body = await self._guarded("create_message", request)
         if stop:
             return stop
@@ -167,7 +164,7 @@ class FakeDiscord(FakePlatform):
                            "mention_everyone": False, "mentions": [], "mention_roles": [], "attachments": [],
                            "embeds": [], "pinned": False, "type": 0})
 
-    async def _typing(self, request: web.Request) -> web.StreamResponse:
+    async def _typing(self, request: Any) -> Any:
         from aiohttp import web
 
         stop, body = await self._guarded("typing", request)
@@ -197,7 +194,7 @@ class FakeDiscord(FakePlatform):
                 "mfa_level": 0, "premium_tier": 0, "preferred_locale": "en-US", "nsfw_level": 0,
                 "system_channel_flags": 0, "afk_timeout": 300, "voice_states": [], "presences": []}
 
-    async def _gateway(self, request: web.Request) -> web.StreamResponse:
+    async def _gateway(self, request: Any) -> Any:
         from aiohttp import WSMsgType, web
 
         ws = web.WebSocketResponse()

@@ -13,10 +13,7 @@ import contextlib
 import json
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
-
-if TYPE_CHECKING:
-    from aiohttp import web
+from typing import Any, Literal
 
 Fault = Literal["429", "500", "drop"]
 
@@ -36,7 +33,7 @@ class FakePlatform:
         self.calls: list[Call] = []
         self.retry_after = retry_after
         self._faults: dict[str, deque[Fault]] = defaultdict(deque)
-        self._runner: web.AppRunner | None = None
+        self._runner: Any | None = None
         self.port = 0
         self.changed = asyncio.Event()
 
@@ -47,17 +44,17 @@ class FakePlatform:
     def fail(self, route: str, *faults: Fault) -> None:
         self._faults[route].extend(faults)
 
-    def routes(self, app: web.Application) -> None:
+    def routes(self, app: Any) -> None:
         raise NotImplementedError
 
-    def rate_limited(self, request: web.Request) -> web.StreamResponse:
+    def rate_limited(self, request: Any) -> Any:
         """The platform's own 429 shape; the default carries Retry-After."""
         from aiohttp import web
 
         return web.json_response({"ok": False, "error": "ratelimited"}, status=429,
                                  headers={"Retry-After": str(self.retry_after)})
 
-    async def fault_or_none(self, route: str, request: web.Request, payload: Any = None) -> web.StreamResponse | None:
+    async def fault_or_none(self, route: str, request: Any, payload: Any = None) -> Any | None:
         from aiohttp import web
 
         q = self._faults.get(route)

@@ -14,12 +14,9 @@ import hashlib
 import hmac
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hermit.testing.fake_platform import FakePlatform, json_body, serve_forever
-
-if TYPE_CHECKING:
-    from aiohttp import web
 
 BOT_USER = "UBOT"
 TEAM = "T0001"
@@ -45,7 +42,7 @@ class FakeSlack(FakePlatform):
         self.unacked: dict[str, dict[str, Any]] = {}  # envelope_id -> envelope
         self.acks: list[str] = []
         self.connections = 0
-        self._sockets: list[web.WebSocketResponse] = []
+        self._sockets: list[Any] = []
         self._next = 0
 
     # -- test side ----------------------------------------------------------------------------------
@@ -82,11 +79,11 @@ class FakeSlack(FakePlatform):
 
     # -- server side ---------------------------------------------------------------------------------
 
-    def routes(self, app: web.Application) -> None:
+    def routes(self, app: Any) -> None:
         app.router.add_post("/api/{method}", self._method)
         app.router.add_get("/socket", self._socket)
 
-    async def _method(self, request: web.Request) -> web.StreamResponse:
+    async def _method(self, request: Any) -> Any:
         from aiohttp import web
 
         method = request.match_info["method"]
@@ -110,7 +107,7 @@ class FakeSlack(FakePlatform):
             return web.json_response({"ok": True, "channel": body.get("channel"), "ts": f"{time.time():.6f}"})
         return web.json_response({"ok": False, "error": "unknown_method"})
 
-    async def _socket(self, request: web.Request) -> web.StreamResponse:
+    async def _socket(self, request: Any) -> Any:
         from aiohttp import WSMsgType, web
 
         ws = web.WebSocketResponse()

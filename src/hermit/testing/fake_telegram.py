@@ -12,12 +12,9 @@ import asyncio
 import contextlib
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hermit.testing.fake_platform import FakePlatform, json_body, serve_forever
-
-if TYPE_CHECKING:
-    from aiohttp import web
 
 BOT_ID = 777000
 _CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
@@ -91,20 +88,20 @@ class FakeTelegram(FakePlatform):
 
     # -- server side --------------------------------------------------------------------------------
 
-    def routes(self, app: web.Application) -> None:
+    def routes(self, app: Any) -> None:
         app.router.add_post(r"/bot{token}/{method}", self._method)
         app.router.add_get(r"/file/bot{token}/{path:.+}", self._file)
         app.router.add_post("/_fake/push", self._push)
         app.router.add_get("/_fake/calls", self._calls)
 
-    def rate_limited(self, request: web.Request) -> web.StreamResponse:
+    def rate_limited(self, request: Any) -> Any:
         from aiohttp import web
 
         return web.json_response({"ok": False, "error_code": 429, "description": "Too Many Requests: retry "
                                   f"after {self.retry_after}", "parameters": {"retry_after": self.retry_after}},
                                  status=429)
 
-    async def _method(self, request: web.Request) -> web.StreamResponse:
+    async def _method(self, request: Any) -> Any:
         from aiohttp import web
 
         method = request.match_info["method"]
@@ -171,7 +168,7 @@ class FakeTelegram(FakePlatform):
             return 400, "Bad Request: invalid file_id"
         return 200, {"file_id": fid, "file_path": f"files/{fid}.bin", "file_size": len(self.files[fid])}
 
-    async def _file(self, request: web.Request) -> web.StreamResponse:
+    async def _file(self, request: Any) -> Any:
         from aiohttp import web
 
         fid = request.match_info["path"].removeprefix("files/").removesuffix(".bin")
@@ -179,13 +176,13 @@ class FakeTelegram(FakePlatform):
             return web.Response(status=404)
         return web.Response(body=self.files[fid], content_type="application/octet-stream")
 
-    async def _push(self, request: web.Request) -> web.StreamResponse:
+    async def _push(self, request: Any) -> Any:
         from aiohttp import web
 
         body = json_body(await request.read())
         return web.json_response({"message_id": self.push_message(**body)})
 
-    async def _calls(self, request: web.Request) -> web.StreamResponse:
+    async def _calls(self, request: Any) -> Any:
         from aiohttp import web
 
         return web.json_response([c.__dict__ for c in self.calls])

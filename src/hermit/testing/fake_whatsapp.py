@@ -12,12 +12,9 @@ import contextlib
 import hashlib
 import hmac
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hermit.testing.fake_platform import FakePlatform, json_body, serve_forever
-
-if TYPE_CHECKING:
-    from aiohttp import web
 
 PHONE_NUMBER_ID = "1065550100"
 
@@ -51,21 +48,21 @@ class FakeWhatsApp(FakePlatform):
     def sent(self) -> list[dict[str, Any]]:
         return self.done("messages")
 
-    def routes(self, app: web.Application) -> None:
+    def routes(self, app: Any) -> None:
         app.router.add_post("/{phone}/messages", self._messages)
         app.router.add_get("/media-bytes/{media_id}", self._media_bytes)
         app.router.add_get("/{media_id}", self._media_info)
 
-    def _authorised(self, request: web.Request) -> bool:
+    def _authorised(self, request: Any) -> bool:
         return request.headers.get("Authorization") == f"Bearer {self.access_token}"
 
-    def _error(self, status: int, message: str) -> web.StreamResponse:
+    def _error(self, status: int, message: str) -> Any:
         from aiohttp import web
 
         return web.json_response({"error": {"message": message, "type": "OAuthException", "code": status}},
                                  status=status)
 
-    async def _messages(self, request: web.Request) -> web.StreamResponse:
+    async def _messages(self, request: Any) -> Any:
         from aiohttp import web
 
         body = json_body(await request.read())
@@ -85,7 +82,7 @@ class FakeWhatsApp(FakePlatform):
         return web.json_response({"messaging_product": "whatsapp", "contacts": [{"wa_id": body.get("to")}],
                                   "messages": [{"id": f"wamid.OUT{len(self.calls)}"}]})
 
-    async def _media_info(self, request: web.Request) -> web.StreamResponse:
+    async def _media_info(self, request: Any) -> Any:
         from aiohttp import web
 
         mid = request.match_info["media_id"]
@@ -95,7 +92,7 @@ class FakeWhatsApp(FakePlatform):
         return web.json_response({"url": f"{self.base_url}/media-bytes/{mid}", "mime_type": mime,
                                   "file_size": len(data), "id": mid, "messaging_product": "whatsapp"})
 
-    async def _media_bytes(self, request: web.Request) -> web.StreamResponse:
+    async def _media_bytes(self, request: Any) -> Any:
         from aiohttp import web
 
         mid = request.match_info["media_id"]
