@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "hermit.cli.pairing", "hermit.cli.mcp",
     "hermit.cli.gateway",
     "hermit.cli.cron",
+    "hermit.cli.channels",
 )
 
 Handler = Callable[[CliContext, argparse.Namespace], int]
