@@ -32,6 +32,7 @@ from hermit.channels.base import (
 from hermit.channels.credentials import resolve
 from hermit.channels.retry import DEFAULT_POLICY, RetryPolicy
 from hermit.channels.status import StatusTracker
+from hermit.channels.tasks import TypingIndicators, cancel
 from hermit.config.schema import DiscordAccountConfig
 from hermit.errors import ChannelError
 
@@ -60,7 +61,7 @@ class DiscordChannel:
         self._sink: InboundSink | None = None
         self._task: asyncio.Task[None] | None = None
         self._dm_channels: dict[str, int] = {}  # user id -> DM channel id
-        self._typing: dict[Target, asyncio.Task[None]] = {}
+        self._typing = TypingIndicators(self._typing_once, TYPING_REFRESH_SECONDS)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -71,14 +72,9 @@ class DiscordChannel:
         self._task = asyncio.create_task(self._run(), name=f"discord:{self.account_id}")
 
     async def stop(self) -> None:
-        for t in list(self._typing.values()):
-            t.cancel()
-        self._typing.clear()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._typing.stop_all()
+        await cancel(self._task)
+        self._task = None
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -199,9 +195,9 @@ class DiscordChannel:
         if isinstance(item, OutboundMessage):
             await self._send_text(item)
         elif isinstance(item, Typing):
-            self._set_typing(item.target, item.on)
+            self._typing.set(item.target, item.on)
         elif isinstance(item, TurnEnd):
-            self._set_typing(item.target, False)
+            self._typing.set(item.target, False)
 
     async def _channel(self, t: Target) -> Any:
         client = self._client
@@ -244,20 +240,8 @@ class DiscordChannel:
         raise ChannelError(f"Discord send failed after {self._policy.attempts} attempts: {last}",
                            "Discord is unreachable or overloaded; see `hermit channels status`")
 
-    def _set_typing(self, target: Target, on: bool) -> None:
-        old = self._typing.pop(target, None)
-        if old is not None:
-            old.cancel()
-        if on:
-            self._typing[target] = asyncio.create_task(self._typing_loop(target))
-
-    async def _typing_loop(self, target: Target) -> None:
-        with contextlib.suppress(Exception):  # the indicator is best effort
-            ch = await self._channel(target)
-            for _ in range(75):  # at most ~10 minutes, in case the turn's end never arrives
-                await ch.typing()
-                await asyncio.sleep(TYPING_REFRESH_SECONDS)
-
+    async def _typing_once(self, target: Target) -> None:
+        await (await self._channel(target)).typing()
 
 def create(account_id: str, cfg: DiscordAccountConfig, *, environ: Mapping[str, str],
            inbox_dir: Path | None = None, state_dir: Path | None = None) -> DiscordChannel:

@@ -8,7 +8,6 @@ reconnect and retry loops, which would hide the failures `hermit channels status
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import json
@@ -33,6 +32,7 @@ from hermit.channels.base import (
 from hermit.channels.credentials import resolve
 from hermit.channels.dedupe import RecentIds
 from hermit.channels.status import StatusTracker
+from hermit.channels.tasks import cancel
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute
 from hermit.config.schema import SlackAccountConfig
 from hermit.errors import ChannelError
@@ -90,11 +90,8 @@ class SlackChannel:
             await self._identify_or_report()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
         if self._client is not None:
             await self._client.aclose()
             self._client = None

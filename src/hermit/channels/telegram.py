@@ -7,7 +7,6 @@ already a core dependency, and python-telegram-bot 22 pins `httpx<0.29` (Hermit 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import time
@@ -33,6 +32,7 @@ from hermit.channels.base import (
 )
 from hermit.channels.credentials import resolve
 from hermit.channels.status import StatusTracker
+from hermit.channels.tasks import TypingIndicators, cancel
 from hermit.channels.telegram_markdown import to_telegram_markdown
 from hermit.channels.telegram_state import PollerLock, PollState, token_dir
 from hermit.config.schema import TelegramAccountConfig
@@ -81,7 +81,7 @@ class TelegramChannel:
         self._sink: InboundSink | None = None
         self._bot_id = 0
         self._username = ""
-        self._typing: dict[Target, asyncio.Task[None]] = {}
+        self._typing = TypingIndicators(self._typing_once, TYPING_REFRESH_SECONDS)
         self._replied: set[tuple[str, str]] = set()
         self._unpublished: set[int] = set()  # journaled updates whose publish has not returned yet
 
@@ -102,14 +102,9 @@ class TelegramChannel:
         self._task = asyncio.create_task(self._run(), name=f"telegram:{self.account_id}")
 
     async def stop(self) -> None:
-        for t in list(self._typing.values()):
-            t.cancel()
-        self._typing.clear()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._typing.stop_all()
+        await cancel(self._task)
+        self._task = None
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -286,9 +281,9 @@ class TelegramChannel:
         if isinstance(item, OutboundMessage):
             await self._send_text(item)
         elif isinstance(item, Typing):
-            self._set_typing(item.target, item.on)
+            self._typing.set(item.target, item.on)
         elif isinstance(item, TurnEnd):
-            self._set_typing(item.target, False)
+            self._typing.set(item.target, False)
             if self._state is not None and item.target.reply_to:
                 chat = item.target.peer_id
                 self._state.done_through(chat, item.target.reply_to)
@@ -320,22 +315,11 @@ class TelegramChannel:
             raise
         self._tracker.outbound()
 
-    def _set_typing(self, target: Target, on: bool) -> None:
-        old = self._typing.pop(target, None)
-        if old is not None:
-            old.cancel()
-        if on:
-            self._typing[target] = asyncio.create_task(self._typing_loop(target))
-
-    async def _typing_loop(self, target: Target) -> None:
+    async def _typing_once(self, target: Target) -> None:
         params: dict[str, Any] = {"chat_id": target.peer_id, "action": "typing"}
         if target.topic_id:
             params["message_thread_id"] = int(target.topic_id)
-        with contextlib.suppress(ChannelError):  # the indicator is best effort
-            for _ in range(150):  # at most ~10 minutes, in case the turn's end never arrives
-                await self.call("sendChatAction", params)
-                await asyncio.sleep(TYPING_REFRESH_SECONDS)
-
+        await self.call("sendChatAction", params)
 
 def create(account_id: str, cfg: TelegramAccountConfig, *, environ: Mapping[str, str], state_dir: Path,
            inbox_dir: Path) -> TelegramChannel:
