@@ -45,7 +45,7 @@ def test_list_shows_accounts_and_where_secrets_come_from_never_their_values(
     assert [(r["channel"], r["account"]) for r in rows] == [("telegram", "personal"), ("slack", "work")]
     assert rows[0]["secrets"] == ["token: $TG_PERSONAL (set)"]
     assert rows[1]["secrets"] == ["bot_token: in the config (plaintext)", "signing_secret: $WORK_SIGNING (NOT SET)"]
-    assert rows[1]["webhook"] == "/webhooks/slack/work"
+    assert rows[1]["webhook"] == "/hooks/slack/work/"
     assert "SECRET-VALUE" not in out and "xoxb-plaintext-secret" not in out
 
 

@@ -13,18 +13,17 @@ from channelhelpers import FAST, QueueSink, run
 from hermit.channels.base import OutboundMessage, Target, TurnEnd, Typing
 from hermit.channels.discord import DiscordChannel
 from hermit.config.schema import DiscordAccountConfig
-from hermit.errors import ChannelError
 from hermit.testing.fake_discord import GUILD_ID, TEXT_CHANNEL, THREAD, FakeDiscord, patch_discord, unpatch
 
 TOKEN = "discord-test-token"
 
 
 @asynccontextmanager
-async def discord_channel(tmp: Path, token: str = TOKEN) -> AsyncIterator[tuple[FakeDiscord, DiscordChannel,
+async def discord_channel(tmp: Path) -> AsyncIterator[tuple[FakeDiscord, DiscordChannel,
                                                                               QueueSink]]:
     fake = await FakeDiscord(TOKEN).start()
     old = patch_discord(fake)
-    ch = DiscordChannel("default", DiscordAccountConfig(), token, state_dir=tmp, policy=FAST,
+    ch = DiscordChannel("default", DiscordAccountConfig(), TOKEN, state_dir=tmp, policy=FAST,
                         reconnect_max_delay=0.1)
     sink = QueueSink()
     try:
@@ -110,9 +109,19 @@ def test_a_dropped_gateway_reconnects_and_messages_keep_coming(tmp_path: Path) -
     run(main, timeout=60)
 
 
-def test_a_wrong_token_fails_start_with_a_clear_error(tmp_path: Path) -> None:
+def test_a_wrong_token_is_reported_in_status_without_retrying(tmp_path: Path) -> None:
     async def main() -> None:
-        with pytest.raises(ChannelError, match="refused the bot token"):
-            async with discord_channel(tmp_path, token="wrong"):
-                pass
+        fake = await FakeDiscord(TOKEN).start()
+        old = patch_discord(fake)
+        ch = DiscordChannel("default", DiscordAccountConfig(), "wrong", policy=FAST, reconnect_max_delay=0.05)
+        try:
+            await ch.start(QueueSink())
+            await fake.wait_for(lambda: bool(ch.status().last_error))
+            await asyncio.sleep(0.3)
+            assert "refused the bot token" in (ch.status().last_error or "") and not ch.status().connected
+            assert [c.faulted for c in fake.calls if c.route == "me"] == ["401"]  # tried once, not looped
+        finally:
+            await ch.stop()
+            unpatch(old)
+            await fake.stop()
     run(main)

@@ -61,7 +61,7 @@ def test_readme_routing_example_personal_on_telegram_and_whatsapp_work_on_slack(
                 tg.push_message(chat_id=42, text="remind me to call mum")
                 body = json.dumps(webhook_body(text_message("15551234567", "hi from whatsapp", "wamid.1"),
                                                text_message("15550000000", "stranger", "wamid.2"))).encode()
-                r = await c.post(base + "/webhooks/whatsapp/personal", content=body,
+                r = await c.post(base + "/hooks/whatsapp/personal/", content=body,
                                  headers=sign("app-secret", body))
                 assert r.status_code == 200
                 ev, eid = slack.message(f"<@{BOT_USER}> status of the release?", channel="C42",

@@ -128,7 +128,7 @@ async def http_mode(tmp: Path, clock: float | None = None) -> AsyncIterator[tupl
     await ch.start(sink)
     try:
         async with serve_asgi(asgi_app(ch.webhook_routes())) as base:
-            yield fake, ch, sink, base + "/webhooks/slack/work"
+            yield fake, ch, sink, base + "/hooks/slack/work/"
     finally:
         await ch.stop()
         await fake.stop()
@@ -195,4 +195,4 @@ def test_factory_needs_the_tokens_of_its_mode() -> None:
         create("work", sock, environ={"SLACK_BOT_TOKEN": "xoxb-1"})
     http = SlackAccountConfig(mode="http", signing_secret_env="MY_SECRET")
     ch = create("work", http, environ={"SLACK_BOT_TOKEN": "xoxb-1", "MY_SECRET": "x"})
-    assert [r.path for r in ch.webhook_routes()] == ["/webhooks/slack/work"]
+    assert [r.path for r in ch.webhook_routes()] == ["/hooks/slack/work/"]

@@ -18,17 +18,17 @@ def test_routes_get_the_exact_bytes_query_and_lowercased_headers(tmp_path: Path)
         return WebhookResponse(201, b"took it", "application/json")
 
     async def main() -> None:
-        app = asgi_app([WebhookRoute("/webhooks/x/a", ("POST",), handler)])
+        app = asgi_app([WebhookRoute("/hooks/x/a", ("POST",), handler)])
         async with serve_asgi(app) as base, httpx.AsyncClient() as c:
             body = b'{"a": 1,   "b": "\xc3\xa9"}'
-            r = await c.post(base + "/webhooks/x/a?hub.mode=subscribe&x=", content=body, headers={"X-Sig": "v0=1"})
+            r = await c.post(base + "/hooks/x/a?hub.mode=subscribe&x=", content=body, headers={"X-Sig": "v0=1"})
             assert (r.status_code, r.text, r.headers["content-type"]) == (201, "took it", "application/json")
-            assert (await c.get(base + "/webhooks/x/a")).status_code == 405
-            assert (await c.post(base + "/webhooks/x/b", content=b"{}")).status_code == 404
-            big = await c.post(base + "/webhooks/x/a", content=b"x" * (MAX_BODY + 1))
+            assert (await c.get(base + "/hooks/x/a")).status_code == 405
+            assert (await c.post(base + "/hooks/x/b", content=b"{}")).status_code == 404
+            big = await c.post(base + "/hooks/x/a", content=b"x" * (MAX_BODY + 1))
             assert big.status_code == 413
         [req] = seen
-        assert req.body == body and req.method == "POST" and req.path == "/webhooks/x/a"
+        assert req.body == body and req.method == "POST" and req.path == "/hooks/x/a"
         assert req.query == {"hub.mode": "subscribe", "x": ""} and req.headers["x-sig"] == "v0=1"
 
     run(main)

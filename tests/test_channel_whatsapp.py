@@ -33,7 +33,7 @@ async def whatsapp(tmp: Path) -> AsyncIterator[tuple[FakeWhatsApp, WhatsAppChann
     await ch.start(sink)
     try:
         async with serve_asgi(asgi_app(ch.webhook_routes())) as base:
-            yield fake, ch, sink, base + "/webhooks/whatsapp/personal"
+            yield fake, ch, sink, base + "/hooks/whatsapp/personal/"
     finally:
         await ch.stop()
         await fake.stop()

@@ -66,9 +66,9 @@ class DiscordChannel:
     # -- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self, sink: InboundSink) -> None:
-        """Log in (a bad token fails here, clearly), then keep the gateway connection in its own task."""
+        """Log in and keep the gateway connection in its own task; failures show in status(), the gateway
+        and its other channels keep running."""
         self._sink = sink
-        self._client = await self._login()
         self._task = asyncio.create_task(self._run(), name=f"discord:{self.account_id}")
 
     async def stop(self) -> None:
@@ -108,15 +108,15 @@ class DiscordChannel:
 
         try:
             await client.login(self._token)
-        except discord.LoginFailure as e:
+        except BaseException:
             await client.close()
-            self._tracker.error(f"login failed: {e}")
-            raise ChannelError(f"Discord refused the bot token for account {self.account_id!r}",
-                               "copy the token again from the developer portal (Bot → Reset Token)") from e
+            raise
         return client
 
     async def _run(self) -> None:
         """Supervise the gateway connection: discord.py reconnects by itself; what escapes it is retried here."""
+        import discord
+
         delay = 1.0
         while True:
             try:
@@ -127,6 +127,13 @@ class DiscordChannel:
                     return  # stop() closed it
             except asyncio.CancelledError:
                 raise
+            except discord.LoginFailure:
+                # Retrying a refused token only repeats the refusal: report it and stop this account.
+                msg = (f"Discord refused the bot token of account {self.account_id!r}: copy it again from the "
+                       "developer portal (Bot → Reset Token)")
+                log.error("discord %s: %s", self.account_id, msg)
+                self._tracker.error(msg)
+                return
             except Exception as e:  # noqa: BLE001 - the receive loop is a supervision boundary
                 text = e.message if isinstance(e, ChannelError) else f"{type(e).__name__}: {e}"
                 log.warning("discord %s: %s; reconnecting in %.0fs", self.account_id, text, delay)

@@ -72,5 +72,5 @@ def build(name: str, account_id: str, cfg: ChannelAccessConfig, env: ChannelEnv)
 def webhook_path(name: str, account_id: str, cfg: ChannelAccessConfig) -> str | None:
     """The gateway path a platform posts to for this account, if it receives over HTTP."""
     if isinstance(cfg, WhatsAppAccountConfig) or (isinstance(cfg, SlackAccountConfig) and cfg.mode == "http"):
-        return f"/webhooks/{name}/{account_id}"
+        return f"/hooks/{name}/{account_id}/"
     return None

@@ -176,7 +176,7 @@ class SlackChannel:
     def webhook_routes(self) -> list[WebhookRoute]:
         if self.cfg.mode != "http":
             return []
-        return [WebhookRoute(f"/webhooks/slack/{self.account_id}", ("POST",), self.handle_http)]
+        return [WebhookRoute(f"/hooks/slack/{self.account_id}/", ("POST",), self.handle_http)]
 
     async def handle_http(self, req: WebhookRequest) -> WebhookResponse:
         """Signature first (401 on any doubt), then url_verification, then the event."""

@@ -36,7 +36,7 @@ Handler = Callable[[WebhookRequest], Awaitable[WebhookResponse]]
 
 @dataclass(frozen=True)
 class WebhookRoute:
-    path: str  # absolute, e.g. /webhooks/slack/default
+    path: str  # absolute, as the gateway serves it: /hooks/<channel>/<account>/ (trailing slash optional)
     methods: tuple[str, ...]
     handler: Handler
 
@@ -49,7 +49,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 def asgi_app(routes: Sequence[WebhookRoute]) -> ASGIApp:
     """An ASGI app serving `routes` (404 elsewhere, 405 for other methods, 413 past MAX_BODY)."""
-    table = {r.path: r for r in routes}
+    table = {r.path.rstrip("/"): r for r in routes}
 
     async def respond(send: Send, r: WebhookResponse) -> None:
         await send({"type": "http.response.start", "status": r.status,
@@ -65,7 +65,7 @@ def asgi_app(routes: Sequence[WebhookRoute]) -> ASGIApp:
             return
         if scope["type"] != "http":
             return
-        route = table.get(scope["path"])
+        route = table.get(scope["path"].rstrip("/"))
         if route is None:
             await respond(send, WebhookResponse(404, b"not found"))
             return

@@ -90,7 +90,7 @@ class WhatsAppChannel:
         return self._tracker.status
 
     def webhook_routes(self) -> list[WebhookRoute]:
-        return [WebhookRoute(f"/webhooks/whatsapp/{self.account_id}", ("GET", "POST"), self.handle_http)]
+        return [WebhookRoute(f"/hooks/whatsapp/{self.account_id}/", ("GET", "POST"), self.handle_http)]
 
     # -- webhook --------------------------------------------------------------------------------------
 
