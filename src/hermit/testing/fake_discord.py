@@ -35,11 +35,14 @@ def user(uid: str, name: str, bot: bool = False) -> dict[str, Any]:
 
 
 class FakeDiscord(FakePlatform):
-    def __init__(self, token: str = "discord-test-token", *, retry_after: float = 0.0) -> None:
+    def __init__(self, token: str = "discord-test-token", *, more_tokens: tuple[str, ...] = (),
+                 retry_after: float = 0.0) -> None:
         super().__init__(retry_after=retry_after)
         self.token = token
+        self.tokens = {token, *more_tokens}  # several bots (accounts) on one fake
         self.identified = 0
         self._sockets: list[Any] = []
+        self._socket_token: dict[int, str] = {}  # id(socket) -> the token it identified with
         self._seq = 1
         self._next_id = 700000000000000000
 
@@ -51,9 +54,11 @@ class FakeDiscord(FakePlatform):
 
     async def say(self, text: str, *, author: str = "600000000000000001", channel_id: str | None = None,
                   guild: bool = False, thread: bool = False, mention_bot: bool = False,
-                  reply_to_bot: bool = False) -> str:
-        """Dispatch MESSAGE_CREATE from a user; a DM unless `guild`/`thread`. Returns the message id."""
-        await self.wait_for(lambda: bool(self._sockets) and self.identified > 0)
+                  reply_to_bot: bool = False, bot_token: str | None = None) -> str:
+        """Dispatch MESSAGE_CREATE from a user (to the bot with `bot_token`, default every bot); a DM unless
+        `guild`/`thread`. Returns the message id."""
+        want = bot_token
+        await self.wait_for(lambda: any(want is None or t == want for t in self._socket_token.values()))
         mid = self._snowflake()
         if thread:
             channel_id = THREAD
@@ -76,7 +81,7 @@ class FakeDiscord(FakePlatform):
                 "embeds": [], "pinned": False, "type": 0}
             msg["message_reference"] = {"message_id": ref["id"], "channel_id": channel_id}
             msg["referenced_message"] = ref
-        await self._dispatch("MESSAGE_CREATE", msg)
+        await self._dispatch("MESSAGE_CREATE", msg, bot_token)
         return mid
 
     async def drop_gateway(self) -> None:
@@ -84,8 +89,8 @@ class FakeDiscord(FakePlatform):
         for ws in list(self._sockets):
             await ws.close(code=4000, message=b"unknown error")
 
-    def sent(self) -> list[dict[str, Any]]:
-        return self.done("create_message")
+    def sent(self, bot_token: str | None = None) -> list[dict[str, Any]]:
+        return [m for m in self.done("create_message") if bot_token is None or m["bot_token"] == bot_token]
 
     # -- server side ---------------------------------------------------------------------------------
 
@@ -111,7 +116,7 @@ class FakeDiscord(FakePlatform):
                            "global": False}, 429, {"Via": "1.1 google", "X-RateLimit-Scope": "user"})
 
     def _authorised(self, request: Any) -> bool:
-        return request.headers.get("Authorization") == f"Bot {self.token}"
+        return request.headers.get("Authorization", "").removeprefix("Bot ") in self.tokens
 
     async def _guarded(self, route: str, request: Any) -> tuple[Any | None, Any]:
         body = json_body(await request.read()) if request.can_read_body else {}
@@ -158,7 +163,8 @@ class FakeDiscord(FakePlatform):
             self.record("create_message", body, faulted="400")
             return self._json({"message": "Invalid Form Body", "code": 50035}, 400)
         cid = request.match_info["channel_id"]
-        self.record("create_message", {**body, "channel_id": cid})
+        bot = request.headers.get("Authorization", "").removeprefix("Bot ")
+        self.record("create_message", {**body, "channel_id": cid, "bot_token": bot})
         return self._json({"id": self._snowflake(), "channel_id": cid, "author": user(BOT_ID, "hermit", bot=True),
                            "content": content, "timestamp": _now(), "edited_timestamp": None, "tts": False,
                            "mention_everyone": False, "mentions": [], "mention_roles": [], "attachments": [],
@@ -173,9 +179,11 @@ class FakeDiscord(FakePlatform):
         self.record("typing", {"channel_id": request.match_info["channel_id"]})
         return web.Response(status=204)
 
-    async def _dispatch(self, event: str, data: Any) -> None:
+    async def _dispatch(self, event: str, data: Any, bot_token: str | None = None) -> None:
         self._seq += 1
         for ws in list(self._sockets):
+            if bot_token is not None and self._socket_token.get(id(ws)) != bot_token:
+                continue
             await ws.send_str(json.dumps({"op": 0, "t": event, "s": self._seq, "d": data}))
 
     def _guild(self) -> dict[str, Any]:
@@ -210,9 +218,10 @@ class FakeDiscord(FakePlatform):
                 if op == 1:
                     await ws.send_str(json.dumps({"op": 11, "d": None, "s": None, "t": None}))
                 elif op in (2, 6):  # IDENTIFY, or RESUME answered with a fresh session
-                    if op == 2 and msg["d"].get("token") != self.token:
+                    if op == 2 and msg["d"].get("token") not in self.tokens:
                         await ws.close(code=4004, message=b"Authentication failed.")
                         break
+                    self._socket_token[id(ws)] = str(msg["d"].get("token", ""))
                     self.identified += 1
                     self.record("identify" if op == 2 else "resume", {"intents": msg["d"].get("intents")})
                     self._seq += 1
@@ -224,6 +233,7 @@ class FakeDiscord(FakePlatform):
         finally:
             with contextlib.suppress(ValueError):
                 self._sockets.remove(ws)
+            self._socket_token.pop(id(ws), None)
         return ws
 
 
