@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -46,7 +47,10 @@ async def telegram(tmp: Path, outcome: str = "queued") -> AsyncIterator[tuple[Fa
         await fake.stop()
 
 
-def test_dm_is_published_and_the_reply_goes_back_with_typing(tmp_path: Path) -> None:
+def test_dm_is_published_and_the_reply_goes_back_with_typing(tmp_path: Path,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="httpx")  # httpx logs each request URL, which holds the token
+
     async def main() -> None:
         async with telegram(tmp_path) as (fake, ch, sink):
             fake.push_message(chat_id=42, text="hello there", first_name="Ann")
@@ -66,6 +70,7 @@ def test_dm_is_published_and_the_reply_goes_back_with_typing(tmp_path: Path) -> 
             assert fake.done("sendChatAction")[0] == {"chat_id": "42", "action": "typing"}
             assert ch.status().messages_in == 1 and ch.status().messages_out == 1 and ch.status().connected
     run(main)
+    assert "/bot<token>/sendMessage" in caplog.text and TOKEN not in caplog.text
 
 
 def test_markdown_telegram_rejects_is_resent_as_plain_text(tmp_path: Path) -> None:

@@ -44,6 +44,24 @@ MAX_FILE_BYTES = 20 * 1024 * 1024  # the Bot API's getFile limit
 TYPING_REFRESH_SECONDS = 4.0  # Telegram shows "typing…" for 5 s per sendChatAction
 
 
+_TOKEN_IN_URL = re.compile(r"/bot\d+:[\w-]+")
+
+
+class _RedactTokenInUrls(logging.Filter):
+    """httpx logs every request URL at INFO, and Bot API URLs carry the token: never let one reach a log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any("/bot" in str(a) for a in record.args):
+            record.args = tuple(_TOKEN_IN_URL.sub("/bot<token>", str(a)) if "/bot" in str(a) else a
+                                for a in record.args)
+        if isinstance(record.msg, str) and "/bot" in record.msg:
+            record.msg = _TOKEN_IN_URL.sub("/bot<token>", record.msg)
+        return True
+
+
+_REDACT = _RedactTokenInUrls()
+
+
 class TelegramApiError(ChannelError):
     def __init__(self, method: str, code: int, description: str) -> None:
         hint = {401: "the bot token is wrong or revoked: get a new one from @BotFather",
@@ -89,6 +107,7 @@ class TelegramChannel:
 
     async def start(self, sink: InboundSink) -> None:
         """Take the token's poller lock (a second poller is refused here, clearly) and start polling."""
+        logging.getLogger("httpx").addFilter(_REDACT)  # idempotent: a filter is added once
         self._lock.acquire()
         try:
             self._state = PollState(self._state_path)
@@ -264,9 +283,13 @@ class TelegramChannel:
             url = f"{self._api}/file/bot{self._token}/{info['file_path']}"
             resp = await retry.request(self._client, "GET", url, what="Telegram file download",
                                        policy=self._policy)
-            resp.raise_for_status()
-        except (ChannelError, httpx.HTTPError, KeyError) as e:
+            if resp.status_code != 200:  # (raise_for_status would put the URL, and so the token, in the log)
+                raise ChannelError(f"Telegram file download: HTTP {resp.status_code}")
+        except (ChannelError, KeyError) as e:
             log.warning("telegram %s: could not download a file: %s", self.account_id, e)
+            return None
+        except httpx.HTTPError as e:  # its text may hold the URL, and so the token: name the kind only
+            log.warning("telegram %s: could not download a file: %s", self.account_id, type(e).__name__)
             return None
         base = name or Path(str(info["file_path"])).name or "file"
         safe = re.sub(r"[^\w.\-]+", "_", base).strip("._") or "file"
