@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 
-from hermit.channels.platforms import ChannelEnv, build
+from hermit.channels.base import ChannelDeps
 from hermit.channels.status import StatusTracker
 from hermit.cli.main import main
-from hermit.config.schema import TelegramAccountConfig
+from hermit.config import StatePaths, load_config
 from hermit.errors import ConfigError
+from hermit.gateway.channels import build_channels
 
 CONFIG = """\
 channels:
@@ -78,9 +80,11 @@ def test_status_reads_what_running_channels_wrote(home: Path, capsys: pytest.Cap
     assert "telegram/personal: connected; in 1, out 1" in text and "last error: Slack chat.postMessage" in text
 
 
-def test_build_resolves_secrets_by_name_and_refuses_a_missing_one(tmp_path: Path) -> None:
-    env = ChannelEnv({"TG": "123:x"}, tmp_path, tmp_path / "inbox")
-    ch = build("telegram", "personal", TelegramAccountConfig(token_env="TG"), env)
-    assert (ch.name, ch.account_id, ch.capabilities.max_chars) == ("telegram", "personal", 4000)
+def test_the_gateway_builds_every_configured_account_with_secrets_by_name(home: Path) -> None:
+    loaded = load_config(StatePaths(home))
+    env = {"TG_PERSONAL": "123:x", "SLACK_BOT_TOKEN": "xoxb-1", "WORK_SIGNING": "s"}
+    built = build_channels(loaded, ChannelDeps(home, env, time.time))
+    assert [(c.name, c.account_id, c.capabilities.max_chars) for c in built] == \
+        [("telegram", "personal", 4000), ("slack", "work", 4000)]
     with pytest.raises(ConfigError, match=r"channels\.telegram\.accounts\.personal: no token"):
-        build("telegram", "personal", TelegramAccountConfig(token_env="NOPE"), env)
+        build_channels(loaded, ChannelDeps(home, {}, time.time))

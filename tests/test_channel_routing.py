@@ -3,20 +3,24 @@ work agent, through the real adapters (against fake platforms), the real access 
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from channelhelpers import QueueSink, run, serve_asgi
 from hermit.agent.routing import RouteInput, Router
 from hermit.channels.access import AccessControl
-from hermit.channels.base import InboundMessage
+from hermit.channels.base import ChannelDeps, InboundMessage
 from hermit.channels.pairing import PairingStore
-from hermit.channels.platforms import ChannelEnv, accounts, build
+from hermit.channels.platforms import accounts
 from hermit.channels.webhook import asgi_app
 from hermit.config import StatePaths, load_config
+from hermit.gateway.channels import CHANNEL_FACTORIES
 from hermit.testing.fake_slack import BOT_USER, FakeSlack
 from hermit.testing.fake_telegram import FakeTelegram
 from hermit.testing.fake_whatsapp import FakeWhatsApp, sign, text_message, webhook_body
@@ -31,6 +35,12 @@ def readme_example() -> str:
     m = re.search(r"```yaml\n# README routing example[^\n]*\n(.*?)```", text, re.S)
     assert m, "the routing example is missing from README.md"
     return m.group(1)
+
+
+def create_channel(name: str, account_id: str, cfg: Any, deps: ChannelDeps) -> Any:
+    """The factory the gateway registers for `name` (CHANNEL_FACTORIES)."""
+    module, _, func = CHANNEL_FACTORIES[name].partition(":")
+    return getattr(importlib.import_module(module), func)(deps, account_id, cfg)
 
 
 def route(router: Router, msg: InboundMessage) -> tuple[str, str]:
@@ -49,15 +59,15 @@ def test_readme_routing_example_personal_on_telegram_and_whatsapp_work_on_slack(
         tg, slack, wa = await FakeTelegram().start(), await FakeSlack().start(), await FakeWhatsApp().start()
         bases = {"telegram": {"api_base": tg.base_url}, "slack": {"base_url": slack.base_url + "/api"},
                  "whatsapp": {"base_url": wa.base_url}}
-        env = ChannelEnv(ENV, tmp_path, tmp_path / "workspace" / "inbox")
+        deps = ChannelDeps(tmp_path, ENV, time.time, inbox_dir=tmp_path / "workspace" / "inbox")
         sink = QueueSink()
-        channels = [build(name, acc, cfg.model_copy(update=bases[name]), env)
+        channels = [create_channel(name, acc, cfg.model_copy(update=bases[name]), deps)
                     for name, acc, cfg in accounts(loaded.config.channels)]
         for ch in channels:
             await ch.start(sink)
         [whatsapp] = [c for c in channels if c.name == "whatsapp"]
         try:
-            async with serve_asgi(asgi_app(whatsapp.webhook_routes())) as base, httpx.AsyncClient() as c:  # type: ignore[attr-defined]
+            async with serve_asgi(asgi_app(whatsapp.webhook_routes())) as base, httpx.AsyncClient() as c:
                 tg.push_message(chat_id=42, text="remind me to call mum")
                 body = json.dumps(webhook_body(text_message("15551234567", "hi from whatsapp", "wamid.1"),
                                                text_message("15550000000", "stranger", "wamid.2"))).encode()

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from channelhelpers import FAST, QueueSink, run, serve_asgi
-from hermit.channels.base import OutboundMessage, Target
-from hermit.channels.slack import SlackChannel, create, to_mrkdwn, verify_signature
+from hermit.channels.base import ChannelDeps, OutboundMessage, Target
+from hermit.channels.slack import SlackChannel, create_channel, to_mrkdwn, verify_signature
 from hermit.channels.webhook import asgi_app
 from hermit.config.schema import SlackAccountConfig
 from hermit.errors import ConfigError
@@ -188,11 +188,14 @@ def test_mrkdwn_leaves_code_alone() -> None:
 
 
 def test_factory_needs_the_tokens_of_its_mode() -> None:
+    def deps(env: dict[str, str]) -> ChannelDeps:
+        return ChannelDeps(Path("/nonexistent"), env, time.time)
+
     sock = SlackAccountConfig(mode="socket")
-    ch = create("work", sock, environ={"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1"})
-    assert ch.webhook_routes() == []
+    ch = create_channel(deps({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1"}), "work", sock)
+    assert ch.webhook_routes() == [] and ch.http_routes() == []
     with pytest.raises(ConfigError, match="SLACK_APP_TOKEN"):
-        create("work", sock, environ={"SLACK_BOT_TOKEN": "xoxb-1"})
+        create_channel(deps({"SLACK_BOT_TOKEN": "xoxb-1"}), "work", sock)
     http = SlackAccountConfig(mode="http", signing_secret_env="MY_SECRET")
-    ch = create("work", http, environ={"SLACK_BOT_TOKEN": "xoxb-1", "MY_SECRET": "x"})
-    assert [r.path for r in ch.webhook_routes()] == ["/hooks/slack/work/"]
+    ch = create_channel(deps({"SLACK_BOT_TOKEN": "xoxb-1", "MY_SECRET": "x"}), "work", http)
+    assert [r.path for r in ch.webhook_routes()] == ["/hooks/slack/work/"] and len(ch.http_routes()) == 1

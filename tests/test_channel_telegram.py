@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from channelhelpers import FAST, QueueSink, run
-from hermit.channels.base import OutboundMessage, Target, TurnEnd, Typing
-from hermit.channels.telegram import TelegramChannel, create
+from hermit.channels.base import ChannelDeps, OutboundMessage, Target, TurnEnd, Typing
+from hermit.channels.telegram import TelegramChannel, create_channel
 from hermit.channels.telegram_markdown import to_telegram_markdown
 from hermit.channels.telegram_state import PollState, token_dir
 from hermit.config.schema import TelegramAccountConfig
@@ -229,11 +230,12 @@ def test_a_wrong_token_is_reported_in_status(tmp_path: Path) -> None:
 
 
 def test_factory_takes_the_token_from_the_named_variable(tmp_path: Path) -> None:
-    cfg = TelegramAccountConfig(token_env="MY_TG")
-    ch = create("default", cfg, environ={"MY_TG": TOKEN}, state_dir=tmp_path, inbox_dir=tmp_path / "inbox")
-    assert ch.account_id == "default" and TOKEN not in repr(cfg)
+    cfg = TelegramAccountConfig(token_env="MY_TG", token=None)
+    ch = create_channel(ChannelDeps(tmp_path, {"MY_TG": TOKEN}, time.time), "default", cfg)
+    assert ch.account_id == "default" and ch._inbox == tmp_path / "inbox"
+    assert "token_env='MY_TG'" in repr(cfg) and TOKEN not in repr(TelegramAccountConfig(token=TOKEN))
     with pytest.raises(ConfigError, match="MY_TG is not set"):
-        create("default", cfg, environ={}, state_dir=tmp_path, inbox_dir=tmp_path / "inbox")
+        create_channel(ChannelDeps(tmp_path, {}, time.time), "default", cfg)
 
 
 async def _runner(fake: FakeTelegram, state: Path, mode: str, log: Path) -> asyncio.subprocess.Process:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -12,9 +13,9 @@ import httpx
 import pytest
 
 from channelhelpers import FAST, QueueSink, run, serve_asgi
-from hermit.channels.base import OutboundMessage, Target
+from hermit.channels.base import ChannelDeps, OutboundMessage, Target
 from hermit.channels.webhook import asgi_app
-from hermit.channels.whatsapp import WhatsAppChannel, create, signature_ok
+from hermit.channels.whatsapp import WhatsAppChannel, create_channel, signature_ok
 from hermit.config.schema import WhatsAppAccountConfig
 from hermit.errors import ChannelError, ConfigError
 from hermit.testing.fake_whatsapp import PHONE_NUMBER_ID, FakeWhatsApp, sign, text_message, webhook_body
@@ -147,8 +148,9 @@ def test_signature_check_is_exact() -> None:
 def test_factory_reads_three_secrets_by_name(tmp_path: Path) -> None:
     cfg = WhatsAppAccountConfig(phone_number_id="1")
     env = {"WHATSAPP_ACCESS_TOKEN": "a", "WHATSAPP_APP_SECRET": "b", "WHATSAPP_VERIFY_TOKEN": "c"}
-    assert create("personal", cfg, environ=env, inbox_dir=tmp_path).account_id == "personal"
+    ch = create_channel(ChannelDeps(tmp_path, env, time.time), "personal", cfg)
+    assert ch.account_id == "personal" and len(ch.http_routes()) == 1
     with pytest.raises(ConfigError, match="WHATSAPP_APP_SECRET"):
-        create("personal", cfg, environ={**env, "WHATSAPP_APP_SECRET": ""}, inbox_dir=tmp_path)
+        create_channel(ChannelDeps(tmp_path, {**env, "WHATSAPP_APP_SECRET": ""}, time.time), "personal", cfg)
     with pytest.raises(ChannelError, match="phone_number_id"):
-        create("personal", WhatsAppAccountConfig(), environ=env, inbox_dir=tmp_path)
+        create_channel(ChannelDeps(tmp_path, env, time.time), "personal", WhatsAppAccountConfig())

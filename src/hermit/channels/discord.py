@@ -12,7 +12,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from hermit.channels.base import (
     Attachment,
     AttachmentKind,
     ChannelCapabilities,
+    ChannelDeps,
     ChannelStatus,
     InboundMessage,
     InboundSink,
@@ -250,8 +251,8 @@ class DiscordChannel:
     async def _typing_once(self, target: Target) -> None:
         await (await self._channel(target)).typing()
 
-def create(account_id: str, cfg: DiscordAccountConfig, *, environ: Mapping[str, str],
-           inbox_dir: Path | None = None, state_dir: Path | None = None) -> DiscordChannel:
-    token = resolve(cfg.token, cfg.token_env, environ, where=f"channels.discord.accounts.{account_id}",
+def create_channel(deps: ChannelDeps, account_id: str, cfg: DiscordAccountConfig) -> DiscordChannel:
+    """The gateway's factory (CHANNEL_FACTORIES)."""
+    token = resolve(cfg.token, cfg.token_env, deps.environ, where=f"channels.discord.accounts.{account_id}",
                     field="token")
-    return DiscordChannel(account_id, cfg, token, inbox_dir=inbox_dir, state_dir=state_dir)
+    return DiscordChannel(account_id, cfg, token, inbox_dir=deps.inbox, state_dir=deps.state_dir, clock=deps.clock)

@@ -1,33 +1,18 @@
-"""The chat platforms Hermit has adapters for: how to build one account's channel, and which secrets it needs.
-
-Composition roots (the gateway, `hermit channels`, `hermit doctor`) use this table; the adapters
-themselves (and their SDKs) are imported only when an account of that platform is built.
-"""
+"""The chat platforms Hermit has adapters for, as `hermit channels` and `hermit doctor` see them: accounts,
+the secrets each needs, the extra that installs its SDK, its webhook path. (The gateway builds the
+adapters through hermit.gateway.channels.CHANNEL_FACTORIES.)"""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from hermit.channels.base import Channel
 from hermit.config.schema import (
     ChannelAccessConfig,
     ChannelsConfig,
     SlackAccountConfig,
     WhatsAppAccountConfig,
 )
-
-
-@dataclass(frozen=True)
-class ChannelEnv:
-    """What a composition root hands a factory: environment (for secrets by name), state dir, inbox."""
-
-    environ: Mapping[str, str]
-    state_dir: Path
-    inbox_dir: Path  # the default agent's <workspace>/inbox: where received files are saved
 
 
 @dataclass(frozen=True)
@@ -57,16 +42,6 @@ def accounts(channels: ChannelsConfig) -> Iterator[tuple[str, str, ChannelAccess
     for name in PLATFORMS:
         for account_id, cfg in getattr(channels, name).accounts.items():
             yield name, account_id, cfg
-
-
-def build(name: str, account_id: str, cfg: ChannelAccessConfig, env: ChannelEnv) -> Channel:
-    """One account's channel adapter (ConfigError when a secret is missing)."""
-    module = importlib.import_module(f"hermit.channels.{name}")
-    create: Callable[..., Channel] = module.create
-    kwargs: dict[str, Any] = {"environ": env.environ, "state_dir": env.state_dir}
-    if name != "slack":
-        kwargs["inbox_dir"] = env.inbox_dir
-    return create(account_id, cfg, **kwargs)
 
 
 def webhook_path(name: str, account_id: str, cfg: ChannelAccessConfig) -> str | None:

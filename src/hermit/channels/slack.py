@@ -23,6 +23,7 @@ import httpx
 from hermit.channels import retry
 from hermit.channels.base import (
     ChannelCapabilities,
+    ChannelDeps,
     ChannelStatus,
     InboundMessage,
     InboundSink,
@@ -33,7 +34,7 @@ from hermit.channels.credentials import resolve
 from hermit.channels.dedupe import RecentIds
 from hermit.channels.status import StatusTracker
 from hermit.channels.tasks import cancel
-from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute
+from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes
 from hermit.config.schema import SlackAccountConfig
 from hermit.errors import ChannelError
 
@@ -178,6 +179,10 @@ class SlackChannel:
             return []
         return [WebhookRoute(f"/hooks/slack/{self.account_id}/", ("POST",), self.handle_http)]
 
+    def http_routes(self) -> list[Any]:
+        """What the gateway mounts under /hooks/slack/<account>/ (nothing in Socket Mode)."""
+        return http_routes(self.webhook_routes())
+
     async def handle_http(self, req: WebhookRequest) -> WebhookResponse:
         """Signature first (401 on any doubt), then url_verification, then the event."""
         ok = verify_signature(self._secret, req.headers.get("x-slack-request-timestamp", ""), req.body,
@@ -282,12 +287,13 @@ def to_mrkdwn(text: str) -> str:
     return "".join(out)
 
 
-def create(account_id: str, cfg: SlackAccountConfig, *, environ: Mapping[str, str],
-           state_dir: Path | None = None) -> SlackChannel:
+def create_channel(deps: ChannelDeps, account_id: str, cfg: SlackAccountConfig) -> SlackChannel:
+    """The gateway's factory (CHANNEL_FACTORIES): the tokens of the account's mode, by variable name."""
     where = f"channels.slack.accounts.{account_id}"
-    bot = resolve(cfg.bot_token, cfg.bot_token_env, environ, where=where, field="bot_token")
+    bot = resolve(cfg.bot_token, cfg.bot_token_env, deps.environ, where=where, field="bot_token")
     if cfg.mode == "socket":
-        app = resolve(cfg.app_token, cfg.app_token_env, environ, where=where, field="app_token")
-        return SlackChannel(account_id, cfg, bot_token=bot, app_token=app, state_dir=state_dir)
-    secret = resolve(cfg.signing_secret, cfg.signing_secret_env, environ, where=where, field="signing_secret")
-    return SlackChannel(account_id, cfg, bot_token=bot, signing_secret=secret, state_dir=state_dir)
+        app = resolve(cfg.app_token, cfg.app_token_env, deps.environ, where=where, field="app_token")
+        return SlackChannel(account_id, cfg, bot_token=bot, app_token=app, state_dir=deps.state_dir, clock=deps.clock)
+    secret = resolve(cfg.signing_secret, cfg.signing_secret_env, deps.environ, where=where, field="signing_secret")
+    return SlackChannel(account_id, cfg, bot_token=bot, signing_secret=secret, state_dir=deps.state_dir,
+                        clock=deps.clock)

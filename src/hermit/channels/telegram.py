@@ -21,6 +21,7 @@ from hermit.channels.base import (
     Attachment,
     AttachmentKind,
     ChannelCapabilities,
+    ChannelDeps,
     ChannelStatus,
     InboundMessage,
     InboundSink,
@@ -344,9 +345,8 @@ class TelegramChannel:
             params["message_thread_id"] = int(target.topic_id)
         await self.call("sendChatAction", params)
 
-def create(account_id: str, cfg: TelegramAccountConfig, *, environ: Mapping[str, str], state_dir: Path,
-           inbox_dir: Path) -> TelegramChannel:
-    """The gateway's factory: the token comes from the named environment variable (or the config)."""
-    token = resolve(cfg.token, cfg.token_env, environ, where=f"channels.telegram.accounts.{account_id}",
+def create_channel(deps: ChannelDeps, account_id: str, cfg: TelegramAccountConfig) -> TelegramChannel:
+    """The gateway's factory (CHANNEL_FACTORIES): the token comes from the named environment variable."""
+    token = resolve(cfg.token, cfg.token_env, deps.environ, where=f"channels.telegram.accounts.{account_id}",
                     field="token")
-    return TelegramChannel(account_id, cfg, token, state_dir=state_dir, inbox_dir=inbox_dir)
+    return TelegramChannel(account_id, cfg, token, state_dir=deps.state_dir, inbox_dir=deps.inbox, clock=deps.clock)

@@ -89,3 +89,23 @@ def asgi_app(routes: Sequence[WebhookRoute]) -> ASGIApp:
         await respond(send, await route.handler(req))
 
     return app
+
+
+class _Endpoint:
+    """An ASGI app as a Starlette endpoint (Starlette wraps plain functions as request handlers instead)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+def http_routes(routes: Sequence[WebhookRoute]) -> list[Any]:
+    """`routes` as the Starlette routes the gateway mounts under /hooks/<channel>/<account>: the mount
+    keeps the full path in the ASGI scope, so `asgi_app` still sees /hooks/<channel>/<account>/."""
+    if not routes:
+        return []
+    from starlette.routing import Route
+
+    return [Route("/", endpoint=_Endpoint(asgi_app(routes)))]

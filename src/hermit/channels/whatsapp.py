@@ -23,6 +23,7 @@ from hermit.channels.base import (
     Attachment,
     AttachmentKind,
     ChannelCapabilities,
+    ChannelDeps,
     ChannelStatus,
     InboundMessage,
     InboundSink,
@@ -32,7 +33,7 @@ from hermit.channels.base import (
 from hermit.channels.credentials import resolve
 from hermit.channels.dedupe import RecentIds
 from hermit.channels.status import StatusTracker
-from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute
+from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes
 from hermit.config.schema import WhatsAppAccountConfig
 from hermit.errors import ChannelError
 
@@ -91,6 +92,10 @@ class WhatsAppChannel:
 
     def webhook_routes(self) -> list[WebhookRoute]:
         return [WebhookRoute(f"/hooks/whatsapp/{self.account_id}/", ("GET", "POST"), self.handle_http)]
+
+    def http_routes(self) -> list[Any]:
+        """What the gateway mounts under /hooks/whatsapp/<account>/."""
+        return http_routes(self.webhook_routes())
 
     # -- webhook --------------------------------------------------------------------------------------
 
@@ -219,11 +224,12 @@ def _detail(resp: httpx.Response) -> str:
         return resp.text[:200]
 
 
-def create(account_id: str, cfg: WhatsAppAccountConfig, *, environ: Mapping[str, str], inbox_dir: Path,
-           state_dir: Path | None = None) -> WhatsAppChannel:
+def create_channel(deps: ChannelDeps, account_id: str, cfg: WhatsAppAccountConfig) -> WhatsAppChannel:
+    """The gateway's factory (CHANNEL_FACTORIES): three secrets, each by variable name."""
     where = f"channels.whatsapp.accounts.{account_id}"
+    env = deps.environ
     return WhatsAppChannel(
-        account_id, cfg, inbox_dir=inbox_dir, state_dir=state_dir,
-        access_token=resolve(cfg.access_token, cfg.access_token_env, environ, where=where, field="access_token"),
-        app_secret=resolve(cfg.app_secret, cfg.app_secret_env, environ, where=where, field="app_secret"),
-        verify_token=resolve(cfg.verify_token, cfg.verify_token_env, environ, where=where, field="verify_token"))
+        account_id, cfg, inbox_dir=deps.inbox, state_dir=deps.state_dir, clock=deps.clock,
+        access_token=resolve(cfg.access_token, cfg.access_token_env, env, where=where, field="access_token"),
+        app_secret=resolve(cfg.app_secret, cfg.app_secret_env, env, where=where, field="app_secret"),
+        verify_token=resolve(cfg.verify_token, cfg.verify_token_env, env, where=where, field="verify_token"))

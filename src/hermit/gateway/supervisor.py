@@ -109,7 +109,7 @@ class Gateway:
         self.token = token
         self.agents = AgentHost(runtimes)
         self.webchat = WebchatChannel(clock)
-        deps = ChannelDeps(home, environ, clock)
+        deps = ChannelDeps(home, environ, clock, inbox_dir=loaded.agent().workspace / "inbox")
         extra = build_channels(loaded, deps) if channels is None else channels
         self.channels: list[Channel] = ([self.webchat] if loaded.config.channels.webchat.enabled else []) + extra
         access = AccessControl(loaded.config.channels, PairingStore(home, clock), clock)
