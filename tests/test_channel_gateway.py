@@ -221,6 +221,10 @@ def test_telegram_gateway_killed_mid_turn_answers_exactly_once_after_restart(tmp
                 await asyncio.sleep(2.0)
                 await gw.stop()
                 assert driver.texts("pair", "1001") == ["the answer", "the answer"]
+                logs = gw.stderr.read_text() + "".join(p.read_text(errors="replace")
+                                                       for p in (tmp_path / "logs").glob("*") if p.is_file())
+                assert "getUpdates" in logs or "gateway" in logs
+                assert driver.fakes["pair"].token not in logs  # the bot token never reaches a log
             finally:
                 await driver.stop()
     run(main, timeout=150)
