@@ -19,7 +19,6 @@ import yaml
 
 from channeldrivers import DRIVERS, Driver, TelegramDriver, WhatsAppDriver
 from channelhelpers import run
-from hermit.channels.pairing import PairingStore
 from hermit.testing.fake_provider import FakeProvider
 from hermit.testing.fake_whatsapp import sign, text_message, webhook_body
 
@@ -138,7 +137,10 @@ def test_access_pairing_groups_and_long_replies_end_to_end(tmp_path: Path, platf
                 code = re.search(r"\b[A-HJ-NP-Z2-9]{8}\b", code_msg)
                 assert code, code_msg
                 assert provider.requests == []
-                PairingStore(tmp_path).approve(platform, code.group(0))
+                approve = [sys.executable, "-m", "hermit.cli.main", "--home", str(tmp_path), "pairing", "approve",
+                           platform, code.group(0)]
+                done = await asyncio.create_subprocess_exec(*approve, stdout=asyncio.subprocess.DEVNULL)
+                assert await done.wait() == 0  # `hermit pairing approve`, as the owner would run it
                 await d.dm("pair", stranger, "hello again")
                 await until(lambda: len(d.texts("pair", stranger)) == 2, "the agent's reply")
                 assert d.texts("pair", stranger)[1] == "agent says hi"
