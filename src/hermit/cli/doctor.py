@@ -12,6 +12,7 @@ import os
 import platform
 from typing import Any
 
+from hermit.cli.channels import channels_check
 from hermit.cli.checks import Check, CheckFn, check, run_checks
 from hermit.cli.context import CliContext
 from hermit.cli.cron import DOCTOR_CHECKS as CRON_CHECKS
@@ -182,6 +183,7 @@ CHECKS: list[CheckFn] = [
     chat_model,
     gateway_token,
     *CRON_CHECKS,
+    channels_check,
 ]
 
 _MARKS = {"ok": "ok  ", "warn": "warn", "fail": "FAIL", "skip": "skip"}

@@ -36,6 +36,8 @@ def register(sub: Any) -> None:
 
 
 def _secrets(ctx: CliContext, token: str) -> list[str]:
+    from hermit.channels.platforms import accounts as channel_accounts
+    from hermit.channels.platforms import secrets as channel_secrets
     from hermit.cli.assistant import PROVIDER_KEY_VARS
 
     loaded = ctx.config()
@@ -43,6 +45,8 @@ def _secrets(ctx: CliContext, token: str) -> list[str]:
     names.update(pc.api_key_env for pc in loaded.config.models.providers.values() if pc.api_key_env)
     values = [ctx.environ.get(n, "") for n in names]
     values += [pc.api_key for pc in loaded.config.models.providers.values() if pc.api_key]
+    for name, _, account in channel_accounts(loaded.config.channels):  # bot tokens, app secrets
+        values += [s.plaintext or ctx.environ.get(s.env_name, "") for s in channel_secrets(name, account)]
     return [token, *values]
 
 

@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "hermit.cli.pairing", "hermit.cli.mcp",
     "hermit.cli.gateway",
     "hermit.cli.cron",
+    "hermit.cli.channels",
 )
 
 # Commands that read or write an agent's memory or sessions: before `hermit init` they say so and create

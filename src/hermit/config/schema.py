@@ -477,20 +477,40 @@ class ChannelAccessConfig(Strict):
 
 
 # One class per platform so each adapter can declare its own settings (tokens by env var name, api_base…).
+# Secrets: `<name>_env` names the environment variable that holds it (the recommended way); a plaintext
+# `<name>` works too, wins over the variable, and makes `hermit doctor` warn. repr=False keeps them out of logs.
 class TelegramAccountConfig(ChannelAccessConfig):
-    pass
+    token_env: str = "TELEGRAM_BOT_TOKEN"
+    token: str | None = Field(None, repr=False)
+    api_base: str = "https://api.telegram.org"  # Bot API root; files come from <api_base>/file/bot<token>/
+    poll_timeout_seconds: int = Field(30, ge=0, le=50)  # getUpdates long-poll wait
 
 
 class DiscordAccountConfig(ChannelAccessConfig):
-    pass
+    token_env: str = "DISCORD_BOT_TOKEN"
+    token: str | None = Field(None, repr=False)
 
 
 class SlackAccountConfig(ChannelAccessConfig):
-    pass
+    mode: Literal["socket", "http"] = "socket"  # Socket Mode (no public URL needed) or the HTTP Events API
+    bot_token_env: str = "SLACK_BOT_TOKEN"  # xoxb-…: chat.postMessage
+    bot_token: str | None = Field(None, repr=False)
+    app_token_env: str = "SLACK_APP_TOKEN"  # xapp-…: Socket Mode only
+    app_token: str | None = Field(None, repr=False)
+    signing_secret_env: str = "SLACK_SIGNING_SECRET"  # HTTP Events API only
+    signing_secret: str | None = Field(None, repr=False)
+    base_url: str = "https://slack.com/api"
 
 
 class WhatsAppAccountConfig(ChannelAccessConfig):
-    pass
+    phone_number_id: str = ""  # the Cloud API's sender id (Meta app → WhatsApp → API setup)
+    access_token_env: str = "WHATSAPP_ACCESS_TOKEN"
+    access_token: str | None = Field(None, repr=False)
+    app_secret_env: str = "WHATSAPP_APP_SECRET"  # checks X-Hub-Signature-256 on every webhook POST
+    app_secret: str | None = Field(None, repr=False)
+    verify_token_env: str = "WHATSAPP_VERIFY_TOKEN"  # echoed back in the webhook's GET verification
+    verify_token: str | None = Field(None, repr=False)
+    base_url: str = "https://graph.facebook.com/v21.0"
 
 
 class TelegramChannelConfig(Strict):

@@ -20,7 +20,12 @@ from hermit.config.load import LoadedConfig
 log = logging.getLogger("hermit.gateway")
 
 # Channel adapters register here, e.g. "telegram": "hermit.channels.telegram:create_channel".
-CHANNEL_FACTORIES: dict[str, str] = {}
+CHANNEL_FACTORIES: dict[str, str] = {
+    "telegram": "hermit.channels.telegram:create_channel",
+    "discord": "hermit.channels.discord:create_channel",
+    "slack": "hermit.channels.slack:create_channel",
+    "whatsapp": "hermit.channels.whatsapp:create_channel",
+}
 
 
 def build_channels(loaded: LoadedConfig, deps: ChannelDeps,

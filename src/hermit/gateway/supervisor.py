@@ -28,6 +28,7 @@ from hermit.agent.routing import RouteInput, Router
 from hermit.agent.runtime import AgentRuntime
 from hermit.channels.access import AccessControl, PairingStore
 from hermit.channels.base import Channel, ChannelDeps, InboundMessage
+from hermit.channels.chunking import chunk_text
 from hermit.channels.webchat import WebchatChannel
 from hermit.config.load import LoadedConfig
 from hermit.errors import ConfigError
@@ -109,13 +110,13 @@ class Gateway:
         self.token = token
         self.agents = AgentHost(runtimes)
         self.webchat = WebchatChannel(clock)
-        deps = ChannelDeps(home, environ, clock)
+        deps = ChannelDeps(home, environ, clock, inbox_dir=loaded.agent().workspace / "inbox")
         extra = build_channels(loaded, deps) if channels is None else channels
         self.channels: list[Channel] = ([self.webchat] if loaded.config.channels.webchat.enabled else []) + extra
         access = AccessControl(loaded.config.channels, PairingStore(home, clock), clock)
         router = Router.from_config(loaded)
         self.bus = Bus(self.agents, route=route_with(router), admit=admit_with(access, loaded),
-                       channels={(c.name, c.account_id): c for c in self.channels}, chunk=split_chunks,
+                       channels={(c.name, c.account_id): c for c in self.channels}, chunk=chunk_text,
                        queue_limit=self.cfg.queue_max_per_session)
         ctx = ServiceContext(self.bus, loaded, home, environ, clock)
         self.services: list[Service] = [MemoryWatcher(a, r.memory) for a, r in runtimes.items()

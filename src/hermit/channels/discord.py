@@ -1,0 +1,258 @@
+"""Discord channel on discord.py (the `discord` extra): gateway websocket in, REST messages out.
+
+discord.py is imported only inside this adapter's methods, so Hermit runs without it when no Discord
+account is configured. discord.py already retries 429s (honouring retry_after) and some 5xx; a dropped
+connection or a 5xx that outlasts it is retried here once more with Hermit's policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hermit.channels.base import (
+    Attachment,
+    AttachmentKind,
+    ChannelCapabilities,
+    ChannelDeps,
+    ChannelStatus,
+    InboundMessage,
+    InboundSink,
+    Outbound,
+    OutboundMessage,
+    Target,
+    TurnEnd,
+    Typing,
+)
+from hermit.channels.credentials import resolve
+from hermit.channels.retry import DEFAULT_POLICY, RetryPolicy
+from hermit.channels.status import StatusTracker
+from hermit.channels.tasks import TypingIndicators, cancel
+from hermit.config.schema import DiscordAccountConfig
+from hermit.errors import ChannelError
+
+log = logging.getLogger(__name__)
+
+TYPING_REFRESH_SECONDS = 8.0  # Discord shows "typing…" for about 10 s per trigger
+MAX_FILE_BYTES = 25 * 1024 * 1024
+
+
+class DiscordChannel:
+    name = "discord"
+    capabilities = ChannelCapabilities(max_chars=2000, max_lines=17, typing=True)
+
+    def __init__(self, account_id: str, cfg: DiscordAccountConfig, token: str, *, inbox_dir: Path | None = None,
+                 state_dir: Path | None = None, clock: Callable[[], float] = time.time,
+                 policy: RetryPolicy = DEFAULT_POLICY, reconnect_max_delay: float = 60.0) -> None:
+        self.account_id = account_id
+        self.cfg = cfg
+        self._token = token
+        self._inbox = inbox_dir
+        self._clock = clock
+        self._policy = policy
+        self._reconnect_max = reconnect_max_delay
+        self._tracker = StatusTracker(self.name, account_id, state_dir, clock)
+        self._client: Any = None  # discord.Client, built per connection attempt
+        self._sink: InboundSink | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._dm_channels: dict[str, int] = {}  # user id -> DM channel id
+        self._typing = TypingIndicators(self._typing_once, TYPING_REFRESH_SECONDS)
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    async def start(self, sink: InboundSink) -> None:
+        """Log in and keep the gateway connection in its own task; failures show in status(), the gateway
+        and its other channels keep running."""
+        self._sink = sink
+        self._task = asyncio.create_task(self._run(), name=f"discord:{self.account_id}")
+
+    async def stop(self) -> None:
+        self._typing.stop_all()
+        await cancel(self._task)
+        self._task = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        self._tracker.connected(False)
+
+    def status(self) -> ChannelStatus:
+        return self._tracker.status
+
+    async def _login(self) -> Any:
+        import discord
+
+        intents = discord.Intents.default()
+        intents.message_content = True  # privileged: enable "Message Content Intent" in the developer portal
+        client = discord.Client(intents=intents, max_ratelimit_timeout=self._policy.max_delay)
+
+        @client.event
+        async def on_ready() -> None:
+            self._tracker.connected(True)
+
+        @client.event
+        async def on_resumed() -> None:
+            self._tracker.connected(True)
+
+        @client.event
+        async def on_disconnect() -> None:
+            self._tracker.connected(False)
+
+        @client.event
+        async def on_message(message: Any) -> None:
+            await self._on_message(client, message)
+
+        try:
+            await client.login(self._token)
+        except BaseException:
+            await client.close()
+            raise
+        return client
+
+    async def _run(self) -> None:
+        """Supervise the gateway connection: discord.py reconnects by itself; what escapes it is retried here."""
+        import discord
+
+        delay = 1.0
+        while True:
+            try:
+                if self._client is None:
+                    self._client = await self._login()
+                await self._client.connect(reconnect=True)
+                if self._client.is_closed():
+                    return  # stop() closed it
+            except asyncio.CancelledError:
+                raise
+            except discord.LoginFailure:
+                # Retrying a refused token only repeats the refusal: report it and stop this account.
+                msg = (f"Discord refused the bot token of account {self.account_id!r}: copy it again from the "
+                       "developer portal (Bot → Reset Token)")
+                log.error("discord %s: %s", self.account_id, msg)
+                self._tracker.error(msg)
+                return
+            except Exception as e:  # noqa: BLE001 - the receive loop is a supervision boundary
+                text = e.message if isinstance(e, ChannelError) else f"{type(e).__name__}: {e}"
+                log.warning("discord %s: %s; reconnecting in %.0fs", self.account_id, text, delay)
+                self._tracker.error(text)
+                client, self._client = self._client, None
+                if client is not None:
+                    with contextlib.suppress(Exception):
+                        await client.close()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._reconnect_max)
+
+    # -- receiving ------------------------------------------------------------------------------------
+
+    async def _on_message(self, client: Any, message: Any) -> None:
+        import discord
+
+        me = client.user
+        if me is None or message.author.bot or message.author.id == me.id or self._sink is None:
+            return
+        channel = message.channel
+        guild_id = str(message.guild.id) if message.guild else getattr(channel, "guild_id", None)
+        dm = guild_id is None
+        thread_id = None
+        peer = str(message.author.id) if dm else str(channel.id)
+        if isinstance(channel, discord.Thread):
+            thread_id, peer = str(channel.id), str(channel.parent_id)
+        if dm:
+            self._dm_channels[str(message.author.id)] = channel.id
+        ref = message.reference
+        resolved = ref.resolved if ref is not None else None
+        reply_to_bot = isinstance(resolved, discord.Message) and resolved.author.id == me.id
+        text = re.sub(rf"<@!?{me.id}>", "", message.content).strip()
+        msg = InboundMessage(
+            channel=self.name, account_id=self.account_id, peer_kind="dm" if dm else "group", peer_id=peer,
+            sender_id=str(message.author.id), text=text, message_id=str(message.id),
+            sender_name=getattr(message.author, "display_name", None) or message.author.name,
+            thread_id=thread_id, guild_id=str(guild_id) if guild_id else None,
+            mentioned=any(u.id == me.id for u in message.mentions), reply_to_bot=reply_to_bot,
+            reply_to=str(ref.message_id) if ref is not None and ref.message_id else None,
+            attachments=await self._attachments(message), received_at=message.created_at.timestamp(),
+            meta={"channel_id": str(channel.id)})
+        self._tracker.inbound()
+        await self._sink.publish(msg)
+
+    async def _attachments(self, message: Any) -> tuple[Attachment, ...]:
+        out = []
+        for a in message.attachments:
+            mime = a.content_type or ""
+            kind: AttachmentKind = "image" if mime.startswith("image/") else "document"
+            path = ""
+            if self._inbox is not None and a.size <= MAX_FILE_BYTES:
+                safe = re.sub(r"[^\w.\-]+", "_", a.filename).strip("._") or "file"
+                target = self._inbox / f"discord-{message.id}-{safe}"
+                try:
+                    self._inbox.mkdir(parents=True, exist_ok=True)
+                    await a.save(target)
+                    path = str(target.resolve())
+                except Exception as e:  # noqa: BLE001 - the message still goes through without the file
+                    log.warning("discord %s: could not save %s: %s", self.account_id, a.filename, e)
+            out.append(Attachment(kind, path, a.filename, a.content_type, a.size))
+        return tuple(out)
+
+    # -- sending ------------------------------------------------------------------------------------
+
+    async def send(self, item: Outbound) -> None:
+        if isinstance(item, OutboundMessage):
+            await self._send_text(item)
+        elif isinstance(item, Typing):
+            self._typing.set(item.target, item.on)
+        elif isinstance(item, TurnEnd):
+            self._typing.set(item.target, False)
+
+    async def _channel(self, t: Target) -> Any:
+        client = self._client
+        if client is None:
+            raise ChannelError("Discord is not connected", "see `hermit channels status` for the last error")
+        if t.thread_id:
+            cid = int(t.thread_id)
+        elif t.peer_kind == "dm":
+            known = self._dm_channels.get(t.peer_id)
+            if known is None:  # e.g. after a restart: open the DM channel again
+                dm = await (await client.fetch_user(int(t.peer_id))).create_dm()
+                known = self._dm_channels[t.peer_id] = dm.id
+            cid = known
+        else:
+            cid = int(t.peer_id)
+        return client.get_partial_messageable(cid)
+
+    async def _send_text(self, item: OutboundMessage) -> None:
+        import aiohttp
+        import discord
+
+        # The model's text may contain @everyone or role pings: never let a reply notify more than it names.
+        allowed = discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=False)
+        last = ""
+        for attempt in range(self._policy.attempts):
+            try:
+                ch = await self._channel(item.target)
+                await ch.send(item.text, allowed_mentions=allowed)
+                self._tracker.outbound()
+                return
+            except (TimeoutError, aiohttp.ClientError, OSError, discord.DiscordServerError, discord.RateLimited) as e:
+                last = f"{type(e).__name__}: {e}"
+            except discord.HTTPException as e:
+                self._tracker.error(f"send failed: {e}")
+                raise ChannelError(f"Discord refused the message: {e}",
+                                   "check the bot's permissions in that channel (Send Messages)") from e
+            if attempt + 1 < self._policy.attempts:
+                await asyncio.sleep(min(self._policy.base_delay * 2 ** attempt, self._policy.max_delay))
+        self._tracker.error(last)
+        raise ChannelError(f"Discord send failed after {self._policy.attempts} attempts: {last}",
+                           "Discord is unreachable or overloaded; see `hermit channels status`")
+
+    async def _typing_once(self, target: Target) -> None:
+        await (await self._channel(target)).typing()
+
+def create_channel(deps: ChannelDeps, account_id: str, cfg: DiscordAccountConfig) -> DiscordChannel:
+    """The gateway's factory (CHANNEL_FACTORIES)."""
+    token = resolve(cfg.token, cfg.token_env, deps.environ, where=f"channels.discord.accounts.{account_id}",
+                    field="token")
+    return DiscordChannel(account_id, cfg, token, inbox_dir=deps.inbox, state_dir=deps.state_dir, clock=deps.clock)

@@ -1,0 +1,299 @@
+"""Slack channel: Socket Mode (over `websockets`) or the signed HTTP Events API in, Web API chat.postMessage out.
+
+Why not slack-sdk: Hermit needs three Web API calls (auth.test, apps.connections.open, chat.postMessage)
+and a websocket with three frame types; slack-sdk's asyncio Socket Mode client brings aiohttp and its own
+reconnect and retry loops, which would hide the failures `hermit channels status` must show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hermit.channels import retry
+from hermit.channels.base import (
+    ChannelCapabilities,
+    ChannelDeps,
+    ChannelStatus,
+    InboundMessage,
+    InboundSink,
+    Outbound,
+    OutboundMessage,
+)
+from hermit.channels.credentials import resolve
+from hermit.channels.dedupe import RecentIds
+from hermit.channels.status import StatusTracker
+from hermit.channels.tasks import cancel
+from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes
+from hermit.config.schema import SlackAccountConfig
+from hermit.errors import ChannelError
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_WINDOW_SECONDS = 300
+
+
+def verify_signature(secret: str, timestamp: str, body: bytes, signature: str, now: float) -> bool:
+    """Slack's v0 scheme: HMAC-SHA256 over `v0:{ts}:{body}`, within 5 minutes, compared in constant time."""
+    try:
+        ts = int(timestamp)
+    except ValueError:
+        return False
+    if abs(now - ts) > SIGNATURE_WINDOW_SECONDS:
+        return False
+    mac = hmac.new(secret.encode(), f"v0:{ts}:".encode() + body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(f"v0={mac}", signature)
+
+
+class SlackChannel:
+    name = "slack"
+    capabilities = ChannelCapabilities(max_chars=4000, typing=False)
+
+    def __init__(self, account_id: str, cfg: SlackAccountConfig, *, bot_token: str, app_token: str = "",
+                 signing_secret: str = "", state_dir: Path | None = None, clock: Callable[[], float] = time.time,
+                 policy: retry.RetryPolicy = retry.DEFAULT_POLICY, reconnect_max_delay: float = 60.0) -> None:
+        self.account_id = account_id
+        self.cfg = cfg
+        self._bot_token = bot_token
+        self._app_token = app_token
+        self._secret = signing_secret
+        self._api = cfg.base_url.rstrip("/")
+        self._clock = clock
+        self._policy = policy
+        self._reconnect_max = reconnect_max_delay
+        self._tracker = StatusTracker(self.name, account_id, state_dir, clock)
+        self._seen = RecentIds()
+        self._client: httpx.AsyncClient | None = None
+        self._sink: InboundSink | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._bot_user = ""
+        self._team = ""
+        self._im_channels: dict[str, str] = {}  # user id -> the IM channel their DMs came from
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    async def start(self, sink: InboundSink) -> None:
+        self._sink = sink
+        self._client = httpx.AsyncClient(timeout=30.0)
+        if self.cfg.mode == "socket":
+            self._task = asyncio.create_task(self._socket_loop(), name=f"slack:{self.account_id}")
+        else:
+            await self._identify_or_report()
+
+    async def stop(self) -> None:
+        await cancel(self._task)
+        self._task = None
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        self._tracker.connected(False)
+
+    def status(self) -> ChannelStatus:
+        return self._tracker.status
+
+    # -- Web API ------------------------------------------------------------------------------------
+
+    async def call(self, method: str, payload: Mapping[str, Any] | None = None, *, token: str | None = None) -> Any:
+        assert self._client is not None, "start() first"
+        resp = await retry.request(self._client, "POST", f"{self._api}/{method}", what=f"Slack {method}",
+                                   policy=self._policy, json=dict(payload or {}),
+                                   headers={"Authorization": f"Bearer {token or self._bot_token}"})
+        try:
+            data = resp.json()
+        except ValueError:
+            raise ChannelError(f"Slack {method}: HTTP {resp.status_code}, not JSON",
+                               "check channels.slack base_url") from None
+        if not data.get("ok"):
+            err = str(data.get("error", f"HTTP {resp.status_code}"))
+            raise ChannelError(f"Slack {method} failed: {err}",
+                               "check the app's tokens and scopes (chat:write, app_mentions:read, im:history)")
+        return data
+
+    async def _identify(self) -> None:
+        me = await self.call("auth.test")
+        self._bot_user, self._team = str(me.get("user_id", "")), str(me.get("team_id", ""))
+
+    async def _identify_or_report(self) -> None:
+        try:
+            await self._identify()
+            self._tracker.connected(True)
+        except ChannelError as e:  # HTTP mode keeps serving its route; the next event retries
+            self._tracker.error(e.message)
+
+    # -- Socket Mode --------------------------------------------------------------------------------
+
+    async def _socket_loop(self) -> None:
+        import websockets
+
+        delay = 1.0
+        while True:
+            try:
+                if not self._bot_user:
+                    await self._identify()
+                opened = await self.call("apps.connections.open", token=self._app_token)
+                async with websockets.connect(opened["url"], open_timeout=30, close_timeout=5) as ws:
+                    async for raw in ws:
+                        if await self._frame(ws, raw):
+                            break  # Slack asked us to reconnect
+                        delay = 1.0
+                self._tracker.connected(False)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the receive loop is a supervision boundary
+                text = e.message if isinstance(e, ChannelError) else f"{type(e).__name__}: {e}"
+                log.warning("slack %s: %s; reconnecting in %.0fs", self.account_id, text, delay)
+                self._tracker.error(text)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._reconnect_max)
+
+    async def _frame(self, ws: Any, raw: str | bytes) -> bool:
+        """Handle one Socket Mode frame; True when Slack asks for a reconnect."""
+        frame = json.loads(raw)
+        kind = frame.get("type")
+        if kind == "hello":
+            self._tracker.connected(True)
+        elif kind == "disconnect":
+            return True
+        elif frame.get("envelope_id"):
+            if kind == "events_api":
+                # Acked only after publish returned: an unacked envelope is redelivered by Slack, and the
+                # event id dedupes that redelivery if the ack itself was lost.
+                await self._event_callback(frame.get("payload") or {})
+            await ws.send(json.dumps({"envelope_id": frame["envelope_id"]}))
+        return False
+
+    # -- HTTP Events API ---------------------------------------------------------------------------
+
+    def webhook_routes(self) -> list[WebhookRoute]:
+        if self.cfg.mode != "http":
+            return []
+        return [WebhookRoute(f"/hooks/slack/{self.account_id}/", ("POST",), self.handle_http)]
+
+    def http_routes(self) -> list[Any]:
+        """What the gateway mounts under /hooks/slack/<account>/ (nothing in Socket Mode)."""
+        return http_routes(self.webhook_routes())
+
+    async def handle_http(self, req: WebhookRequest) -> WebhookResponse:
+        """Signature first (401 on any doubt), then url_verification, then the event."""
+        ok = verify_signature(self._secret, req.headers.get("x-slack-request-timestamp", ""), req.body,
+                              req.headers.get("x-slack-signature", ""), self._clock())
+        if not ok:
+            log.warning("slack %s: refused a webhook with a bad or stale signature", self.account_id)
+            return WebhookResponse(401, b"invalid signature")
+        try:
+            body = json.loads(req.body)
+        except ValueError:
+            return WebhookResponse(400, b"not JSON")
+        if body.get("type") == "url_verification":
+            return WebhookResponse(200, str(body.get("challenge", "")).encode())
+        if body.get("type") == "event_callback":
+            if not self._bot_user:
+                await self._identify_or_report()
+            try:
+                await self._event_callback(body)
+            except Exception as e:  # noqa: BLE001 - answer 500 so Slack retries; the dedupe keeps it once
+                log.warning("slack %s: event failed: %s", self.account_id, e)
+                self._tracker.error(f"{type(e).__name__}: {e}")
+                return WebhookResponse(500, b"retry later")
+        return WebhookResponse(200, b"ok")
+
+    # -- events ------------------------------------------------------------------------------------
+
+    async def _event_callback(self, body: Mapping[str, Any]) -> None:
+        assert self._sink is not None
+        event_id = str(body.get("event_id", ""))
+        if self._seen.seen(event_id):
+            return  # a retry (X-Slack-Retry-Num) or a redelivered envelope
+        msg = self._inbound(body.get("event") or {}, str(body.get("team_id") or self._team))
+        if msg is None:
+            return
+        self._tracker.inbound()
+        try:
+            await self._sink.publish(msg)
+        except BaseException:
+            self._seen.forget(event_id)
+            raise
+
+    def _inbound(self, ev: Mapping[str, Any], team: str) -> InboundMessage | None:
+        kind = ev.get("type")
+        if ev.get("bot_id") or ev.get("subtype") or not ev.get("user") or ev.get("user") == self._bot_user:
+            return None  # our own and other bots' messages, edits, joins
+        text = str(ev.get("text", ""))
+        mention = f"<@{self._bot_user}>" if self._bot_user else None
+        if kind == "message" and ev.get("channel_type") == "im":
+            dm = True
+        elif kind == "app_mention":
+            dm = False
+        elif kind == "message" and ev.get("channel_type") in ("channel", "group", "mpim"):
+            if mention and mention in text:
+                return None  # Slack sends this one again as app_mention: handle it once, there
+            dm = False
+        else:
+            return None
+        user, chan = str(ev["user"]), str(ev.get("channel", ""))
+        if dm:
+            self._im_channels[user] = chan
+        if mention:
+            text = text.replace(mention, "").strip() if kind == "app_mention" else text
+        thread = ev.get("thread_ts")
+        return InboundMessage(
+            channel=self.name, account_id=self.account_id, peer_kind="dm" if dm else "group",
+            peer_id=user if dm else chan, sender_id=user, text=text, message_id=str(ev.get("ts", "")),
+            thread_id=str(thread) if thread else None, team_id=team or None,
+            mentioned=kind == "app_mention", received_at=float(ev.get("event_ts") or ev.get("ts") or self._clock()),
+            meta={"channel_id": chan})
+
+    # -- sending ------------------------------------------------------------------------------------
+
+    async def send(self, item: Outbound) -> None:
+        if not isinstance(item, OutboundMessage):
+            return  # no typing indicator for bots, no streaming: whole messages only
+        t = item.target
+        channel = self._im_channels.get(t.peer_id, t.peer_id) if t.peer_kind == "dm" else t.peer_id
+        payload: dict[str, Any] = {"channel": channel, "text": to_mrkdwn(item.text)}
+        if t.thread_id:
+            payload["thread_ts"] = t.thread_id
+        try:
+            await self.call("chat.postMessage", payload)
+        except ChannelError as e:
+            self._tracker.error(e.message)
+            raise
+        self._tracker.outbound()
+
+
+_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
+_LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^)\s]+)\)")
+_CODE = re.compile(r"```.*?```|`[^`\n]+`", re.S)
+
+
+def to_mrkdwn(text: str) -> str:
+    """The model's Markdown → Slack mrkdwn (bold, links); code passes through untouched."""
+    out, pos = [], 0
+    for m in _CODE.finditer(text):
+        out.append(_LINK.sub(r"<\2|\1>", _BOLD.sub(r"*\1*", text[pos:m.start()])))
+        out.append(m.group(0))
+        pos = m.end()
+    out.append(_LINK.sub(r"<\2|\1>", _BOLD.sub(r"*\1*", text[pos:])))
+    return "".join(out)
+
+
+def create_channel(deps: ChannelDeps, account_id: str, cfg: SlackAccountConfig) -> SlackChannel:
+    """The gateway's factory (CHANNEL_FACTORIES): the tokens of the account's mode, by variable name."""
+    where = f"channels.slack.accounts.{account_id}"
+    bot = resolve(cfg.bot_token, cfg.bot_token_env, deps.environ, where=where, field="bot_token")
+    if cfg.mode == "socket":
+        app = resolve(cfg.app_token, cfg.app_token_env, deps.environ, where=where, field="app_token")
+        return SlackChannel(account_id, cfg, bot_token=bot, app_token=app, state_dir=deps.state_dir, clock=deps.clock)
+    secret = resolve(cfg.signing_secret, cfg.signing_secret_env, deps.environ, where=where, field="signing_secret")
+    return SlackChannel(account_id, cfg, bot_token=bot, signing_secret=secret, state_dir=deps.state_dir,
+                        clock=deps.clock)

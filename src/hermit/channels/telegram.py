@@ -1,0 +1,352 @@
+"""Telegram channel over the Bot API with plain httpx: long polling, one poller per token, replies and files.
+
+Plain httpx rather than python-telegram-bot: the Bot API calls used here are six JSON POSTs, httpx is
+already a core dependency, and python-telegram-bot 22 pins `httpx<0.29` (Hermit runs 0.29).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hermit.channels import retry
+from hermit.channels.base import (
+    Attachment,
+    AttachmentKind,
+    ChannelCapabilities,
+    ChannelDeps,
+    ChannelStatus,
+    InboundMessage,
+    InboundSink,
+    Outbound,
+    OutboundMessage,
+    Target,
+    TurnEnd,
+    Typing,
+)
+from hermit.channels.credentials import resolve
+from hermit.channels.status import StatusTracker
+from hermit.channels.tasks import TypingIndicators, cancel
+from hermit.channels.telegram_markdown import to_telegram_markdown
+from hermit.channels.telegram_state import PollerLock, PollState, token_dir
+from hermit.config.schema import TelegramAccountConfig
+from hermit.errors import ChannelError
+
+log = logging.getLogger(__name__)
+
+MAX_FILE_BYTES = 20 * 1024 * 1024  # the Bot API's getFile limit
+TYPING_REFRESH_SECONDS = 4.0  # Telegram shows "typing…" for 5 s per sendChatAction
+
+
+_TOKEN_IN_URL = re.compile(r"/bot\d+:[\w-]+")
+
+
+class _RedactTokenInUrls(logging.Filter):
+    """httpx logs every request URL at INFO, and Bot API URLs carry the token: never let one reach a log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any("/bot" in str(a) for a in record.args):
+            record.args = tuple(_TOKEN_IN_URL.sub("/bot<token>", str(a)) if "/bot" in str(a) else a
+                                for a in record.args)
+        if isinstance(record.msg, str) and "/bot" in record.msg:
+            record.msg = _TOKEN_IN_URL.sub("/bot<token>", record.msg)
+        return True
+
+
+_REDACT = _RedactTokenInUrls()
+
+
+class TelegramApiError(ChannelError):
+    def __init__(self, method: str, code: int, description: str) -> None:
+        hint = {401: "the bot token is wrong or revoked: get a new one from @BotFather",
+                409: "stop the other program polling this bot (or remove its webhook), then restart the gateway"
+                }.get(code, "see the description from Telegram")
+        msg = ("another poller uses this token (Telegram answered 409 Conflict to getUpdates)" if code == 409
+               else f"Telegram {method} failed: {code} {description}")
+        super().__init__(msg, hint)
+        self.code = code
+        self.description = description
+
+
+class TelegramChannel:
+    name = "telegram"
+    capabilities = ChannelCapabilities(max_chars=4000, typing=True)
+
+    def __init__(self, account_id: str, cfg: TelegramAccountConfig, token: str, *, state_dir: Path,
+                 inbox_dir: Path, clock: Callable[[], float] = time.time,
+                 policy: retry.RetryPolicy = retry.DEFAULT_POLICY, reconnect_max_delay: float = 60.0) -> None:
+        self.account_id = account_id
+        self.cfg = cfg
+        self._token = token
+        self._api = cfg.api_base.rstrip("/")
+        self._inbox = inbox_dir
+        self._clock = clock
+        self._policy = policy
+        self._reconnect_max = reconnect_max_delay
+        home = token_dir(state_dir, token)
+        self._lock = PollerLock(home / "poller.lock")
+        self._state_path = home / "state.json"
+        self._state: PollState | None = None
+        self._tracker = StatusTracker(self.name, account_id, state_dir, clock)
+        self._client: httpx.AsyncClient | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._sink: InboundSink | None = None
+        self._bot_id = 0
+        self._username = ""
+        self._typing = TypingIndicators(self._typing_once, TYPING_REFRESH_SECONDS)
+        self._replied: set[tuple[str, str]] = set()
+        self._unpublished: set[int] = set()  # journaled updates whose publish has not returned yet
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self, sink: InboundSink) -> None:
+        """Take the token's poller lock (a second poller is refused here, clearly) and start polling."""
+        logging.getLogger("httpx").addFilter(_REDACT)  # idempotent: a filter is added once
+        self._lock.acquire()
+        try:
+            self._state = PollState(self._state_path)
+            self._unpublished = set(self._state.inflight)
+        except BaseException:
+            self._lock.release()
+            raise
+        self._sink = sink
+        timeout = httpx.Timeout(30.0, read=self.cfg.poll_timeout_seconds + 15.0)
+        self._client = httpx.AsyncClient(timeout=timeout)
+        self._task = asyncio.create_task(self._run(), name=f"telegram:{self.account_id}")
+
+    async def stop(self) -> None:
+        self._typing.stop_all()
+        await cancel(self._task)
+        self._task = None
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        self._tracker.connected(False)
+        self._lock.release()
+
+    def status(self) -> ChannelStatus:
+        return self._tracker.status
+
+    # -- Bot API -------------------------------------------------------------------------------------
+
+    async def call(self, method: str, params: Mapping[str, Any] | None = None,
+                   timeout: float | None = None) -> Any:
+        """One Bot API method; 429/5xx/drops retried; a Telegram error becomes TelegramApiError."""
+        assert self._client is not None, "start() first"
+        kwargs: dict[str, Any] = {"json": dict(params or {})}
+        if timeout is not None:
+            kwargs["timeout"] = httpx.Timeout(30.0, read=timeout)
+        resp = await retry.request(self._client, "POST", f"{self._api}/bot{self._token}/{method}",
+                                   what=f"Telegram {method}", policy=self._policy, **kwargs)
+        try:
+            data = resp.json()
+        except ValueError:
+            raise TelegramApiError(method, resp.status_code, "not JSON") from None
+        if not data.get("ok"):
+            raise TelegramApiError(method, int(data.get("error_code", resp.status_code)),
+                                   str(data.get("description", "")))
+        return data.get("result")
+
+    # -- receiving -----------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        delay = 1.0
+        while True:
+            try:
+                if not self._username:
+                    me = await self.call("getMe")
+                    self._bot_id, self._username = int(me["id"]), str(me.get("username", ""))
+                await self._replay()
+                await self._poll_once()
+                delay = 1.0
+            except asyncio.CancelledError:
+                raise
+            except TelegramApiError as e:
+                if e.code in (401, 404, 409):  # fatal for this poller: looping would only repeat it
+                    log.error("telegram %s stopped: %s", self.account_id, e.message)
+                    self._tracker.error(e.message)
+                    return
+                await self._failed(e, delay)
+                delay = min(delay * 2, self._reconnect_max)
+            except Exception as e:  # noqa: BLE001 - the receive loop is a supervision boundary
+                await self._failed(e, delay)
+                delay = min(delay * 2, self._reconnect_max)
+
+    async def _failed(self, e: Exception, delay: float) -> None:
+        text = e.message if isinstance(e, ChannelError) else f"{type(e).__name__}: {e}"
+        log.warning("telegram %s: %s; reconnecting in %.0fs", self.account_id, text, delay)
+        self._tracker.error(text)
+        await asyncio.sleep(delay)
+
+    async def _replay(self) -> None:
+        """Publish journaled updates whose publish never returned: left by a previous run that died before
+        their turn ended, or by a publish that failed in this run."""
+        assert self._state is not None
+        for update_id in sorted(self._unpublished):
+            msg = self._state.inflight.get(update_id)
+            if msg is None:
+                self._unpublished.discard(update_id)
+                continue
+            log.info("telegram %s: publishing update %d left in flight", self.account_id, update_id)
+            await self._publish(update_id, msg)
+
+    async def _poll_once(self) -> None:
+        assert self._state is not None
+        t = self.cfg.poll_timeout_seconds
+        updates = await self.call("getUpdates", {"offset": self._state.offset, "timeout": t,
+                                                 "allowed_updates": ["message"]}, timeout=t + 15.0)
+        self._tracker.connected(True)
+        for u in updates or []:
+            update_id = int(u["update_id"])
+            if update_id < self._state.offset:
+                continue  # already taken (Telegram resent it before our offset reached it)
+            msg = await self._inbound(u.get("message"))
+            self._state.receive(update_id, msg)
+            if msg is not None:
+                self._unpublished.add(update_id)
+                await self._publish(update_id, msg)
+
+    async def _publish(self, update_id: int, msg: InboundMessage) -> None:
+        assert self._sink is not None and self._state is not None
+        self._tracker.inbound()
+        outcome = await self._sink.publish(msg)
+        self._unpublished.discard(update_id)
+        if outcome != "queued":  # refused, ignored or answered "busy": nothing more will come for it
+            self._state.done(update_id)
+
+    async def _inbound(self, m: Mapping[str, Any] | None) -> InboundMessage | None:
+        if not m or "from" not in m:
+            return None
+        chat, sender = m["chat"], m["from"]
+        if chat.get("type") not in ("private", "group", "supergroup") or sender.get("is_bot"):
+            return None
+        text = str(m.get("text") or m.get("caption") or "")
+        entities = list(m.get("entities") or m.get("caption_entities") or [])
+        dm = chat["type"] == "private"
+        topic = str(m["message_thread_id"]) if m.get("is_topic_message") and m.get("message_thread_id") else None
+        reply = m.get("reply_to_message") or {}
+        # In a forum topic every message "replies" to the topic's opening message: that is not a reply.
+        real_reply = bool(reply) and not (topic and str(reply.get("message_id")) == topic)
+        name = " ".join(x for x in (sender.get("first_name"), sender.get("last_name")) if x) or sender.get("username")
+        return InboundMessage(
+            channel=self.name, account_id=self.account_id, peer_kind="dm" if dm else "group",
+            peer_id=str(sender["id"] if dm else chat["id"]), sender_id=str(sender["id"]), text=text,
+            message_id=str(m["message_id"]), sender_name=name, topic_id=topic,
+            mentioned=self._mentions_me(text, entities),
+            reply_to_bot=real_reply and int((reply.get("from") or {}).get("id", 0)) == self._bot_id,
+            reply_to=str(reply["message_id"]) if real_reply else None,
+            attachments=await self._attachments(m), received_at=float(m.get("date") or self._clock()),
+            meta={"chat_id": str(chat["id"])})
+
+    def _mentions_me(self, text: str, entities: list[Mapping[str, Any]]) -> bool:
+        if not self._username:
+            return False
+        handle = "@" + self._username.lower()
+        for e in entities:
+            if e.get("type") == "mention":
+                start, length = int(e.get("offset", 0)), int(e.get("length", 0))
+                # Entity offsets are in UTF-16 code units.
+                piece = text.encode("utf-16-le")[2 * start:2 * (start + length)].decode("utf-16-le", "replace")
+                if piece.lower() == handle:
+                    return True
+            elif e.get("type") == "text_mention" and int((e.get("user") or {}).get("id", 0)) == self._bot_id:
+                return True
+        return re.search(re.escape(handle) + r"\b", text.lower()) is not None
+
+    async def _attachments(self, m: Mapping[str, Any]) -> tuple[Attachment, ...]:
+        found: list[tuple[AttachmentKind, Mapping[str, Any], str | None, str | None]] = []
+        if m.get("photo"):
+            biggest = max(m["photo"], key=lambda p: int(p.get("file_size") or 0) or int(p.get("width", 0)))
+            found.append(("image", biggest, None, "image/jpeg"))
+        if m.get("document"):
+            d = m["document"]
+            found.append(("document", d, d.get("file_name"), d.get("mime_type")))
+        out = []
+        for kind, f, name, mime in found:
+            path = await self._download(f, name, str(m["message_id"]))
+            out.append(Attachment(kind, str(path) if path else "", name, mime, f.get("file_size")))
+        return tuple(out)
+
+    async def _download(self, f: Mapping[str, Any], name: str | None, message_id: str) -> Path | None:
+        """Save a file under inbox/; a file that cannot be fetched is passed on with an empty path."""
+        assert self._client is not None
+        if int(f.get("file_size") or 0) > MAX_FILE_BYTES:
+            return None
+        try:
+            info = await self.call("getFile", {"file_id": f["file_id"]})
+            url = f"{self._api}/file/bot{self._token}/{info['file_path']}"
+            resp = await retry.request(self._client, "GET", url, what="Telegram file download",
+                                       policy=self._policy)
+            if resp.status_code != 200:  # (raise_for_status would put the URL, and so the token, in the log)
+                raise ChannelError(f"Telegram file download: HTTP {resp.status_code}")
+        except (ChannelError, KeyError) as e:
+            log.warning("telegram %s: could not download a file: %s", self.account_id, e)
+            return None
+        except httpx.HTTPError as e:  # its text may hold the URL, and so the token: name the kind only
+            log.warning("telegram %s: could not download a file: %s", self.account_id, type(e).__name__)
+            return None
+        base = name or Path(str(info["file_path"])).name or "file"
+        safe = re.sub(r"[^\w.\-]+", "_", base).strip("._") or "file"
+        self._inbox.mkdir(parents=True, exist_ok=True)
+        path = self._inbox / f"telegram-{message_id}-{safe}"
+        path.write_bytes(resp.content)
+        return path.resolve()
+
+    # -- sending ------------------------------------------------------------------------------------
+
+    async def send(self, item: Outbound) -> None:
+        if isinstance(item, OutboundMessage):
+            await self._send_text(item)
+        elif isinstance(item, Typing):
+            self._typing.set(item.target, item.on)
+        elif isinstance(item, TurnEnd):
+            self._typing.set(item.target, False)
+            if self._state is not None and item.target.reply_to:
+                chat = item.target.peer_id
+                self._state.done_through(chat, item.target.reply_to)
+        # StreamDelta / ToolActivity: Telegram gets whole messages only (capabilities.streaming is False).
+
+    async def _send_text(self, item: OutboundMessage) -> None:
+        t = item.target
+        params: dict[str, Any] = {"chat_id": t.peer_id}
+        if t.topic_id:
+            params["message_thread_id"] = int(t.topic_id)
+        key = (t.peer_id, t.reply_to or "")
+        if t.peer_kind == "group" and t.reply_to and key not in self._replied:
+            # In a busy group, the first chunk quotes the message it answers; later chunks follow it.
+            params["reply_parameters"] = {"message_id": int(t.reply_to), "allow_sending_without_reply": True}
+            self._replied.add(key)
+            if len(self._replied) > 1000:
+                self._replied.clear()
+        try:
+            await self.call("sendMessage", {**params, "text": to_telegram_markdown(item.text),
+                                            "parse_mode": "Markdown"})
+        except TelegramApiError as e:
+            if e.code != 400 or "parse entities" not in e.description:
+                self._tracker.error(e.message)
+                raise
+            # Telegram rejected the formatting: the words matter more than the bold, send them plain.
+            await self.call("sendMessage", {**params, "text": item.text})
+        except ChannelError as e:
+            self._tracker.error(e.message)
+            raise
+        self._tracker.outbound()
+
+    async def _typing_once(self, target: Target) -> None:
+        params: dict[str, Any] = {"chat_id": target.peer_id, "action": "typing"}
+        if target.topic_id:
+            params["message_thread_id"] = int(target.topic_id)
+        await self.call("sendChatAction", params)
+
+def create_channel(deps: ChannelDeps, account_id: str, cfg: TelegramAccountConfig) -> TelegramChannel:
+    """The gateway's factory (CHANNEL_FACTORIES): the token comes from the named environment variable."""
+    token = resolve(cfg.token, cfg.token_env, deps.environ, where=f"channels.telegram.accounts.{account_id}",
+                    field="token")
+    return TelegramChannel(account_id, cfg, token, state_dir=deps.state_dir, inbox_dir=deps.inbox, clock=deps.clock)

@@ -1,0 +1,235 @@
+"""WhatsApp channel over the Cloud API: a signed webhook in (every POST checked), Graph API messages out.
+
+The original assistant spoke the unofficial WhatsApp Web protocol; the Cloud API is Meta's supported
+route for a business number, needs no phone left online, and is plain HTTP, so no SDK is involved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hermit.channels import retry
+from hermit.channels.base import (
+    Attachment,
+    AttachmentKind,
+    ChannelCapabilities,
+    ChannelDeps,
+    ChannelStatus,
+    InboundMessage,
+    InboundSink,
+    Outbound,
+    OutboundMessage,
+)
+from hermit.channels.credentials import resolve
+from hermit.channels.dedupe import RecentIds
+from hermit.channels.status import StatusTracker
+from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes
+from hermit.config.schema import WhatsAppAccountConfig
+from hermit.errors import ChannelError
+
+log = logging.getLogger(__name__)
+
+MEDIA_KINDS: dict[str, AttachmentKind] = {"image": "image", "document": "document", "audio": "audio",
+                                          "video": "video", "sticker": "image"}
+
+
+def signature_ok(app_secret: str, body: bytes, header: str) -> bool:
+    """`X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body>`, compared in constant time."""
+    if not app_secret or not header.startswith("sha256="):
+        return False
+    mac = hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(f"sha256={mac}", header)
+
+
+class WhatsAppChannel:
+    name = "whatsapp"
+    capabilities = ChannelCapabilities(max_chars=4000, typing=False)
+
+    def __init__(self, account_id: str, cfg: WhatsAppAccountConfig, *, access_token: str, app_secret: str,
+                 verify_token: str, inbox_dir: Path, state_dir: Path | None = None,
+                 clock: Callable[[], float] = time.time, policy: retry.RetryPolicy = retry.DEFAULT_POLICY) -> None:
+        if not cfg.phone_number_id:
+            raise ChannelError(f"channels.whatsapp.accounts.{account_id}: phone_number_id is not set",
+                               "copy it from the Meta app dashboard: WhatsApp → API setup")
+        self.account_id = account_id
+        self.cfg = cfg
+        self._token = access_token
+        self._secret = app_secret
+        self._verify = verify_token
+        self._api = cfg.base_url.rstrip("/")
+        self._inbox = inbox_dir
+        self._clock = clock
+        self._policy = policy
+        self._tracker = StatusTracker(self.name, account_id, state_dir, clock)
+        self._seen = RecentIds()
+        self._client: httpx.AsyncClient | None = None
+        self._sink: InboundSink | None = None
+
+    async def start(self, sink: InboundSink) -> None:
+        """Webhook-driven: nothing to connect; "connected" means the gateway serves the route."""
+        self._sink = sink
+        self._client = httpx.AsyncClient(timeout=30.0)
+        self._tracker.connected(True)
+
+    async def stop(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        self._tracker.connected(False)
+
+    def status(self) -> ChannelStatus:
+        return self._tracker.status
+
+    def webhook_routes(self) -> list[WebhookRoute]:
+        return [WebhookRoute(f"/hooks/whatsapp/{self.account_id}/", ("GET", "POST"), self.handle_http)]
+
+    def http_routes(self) -> list[Any]:
+        """What the gateway mounts under /hooks/whatsapp/<account>/."""
+        return http_routes(self.webhook_routes())
+
+    # -- webhook --------------------------------------------------------------------------------------
+
+    async def handle_http(self, req: WebhookRequest) -> WebhookResponse:
+        if req.method == "GET":
+            return self._verify_subscription(req.query)
+        # Signature before anything else: an unsigned body is never parsed.
+        if not signature_ok(self._secret, req.body, req.headers.get("x-hub-signature-256", "")):
+            log.warning("whatsapp %s: refused a webhook with a missing or wrong signature", self.account_id)
+            return WebhookResponse(401, b"invalid signature")
+        try:
+            body = json.loads(req.body)
+        except ValueError:
+            return WebhookResponse(400, b"not JSON")
+        try:
+            for value in self._values(body):
+                names = {str(c.get("wa_id")): str((c.get("profile") or {}).get("name", ""))
+                         for c in value.get("contacts") or []}
+                for m in value.get("messages") or []:
+                    await self._message(m, names)
+        except Exception as e:  # noqa: BLE001 - answer 500 so Meta redelivers; message ids dedupe it
+            log.warning("whatsapp %s: webhook failed: %s", self.account_id, e)
+            self._tracker.error(f"{type(e).__name__}: {e}")
+            return WebhookResponse(500, b"retry later")
+        return WebhookResponse(200, b"ok")
+
+    def _verify_subscription(self, q: Mapping[str, str]) -> WebhookResponse:
+        token = q.get("hub.verify_token", "")
+        if q.get("hub.mode") == "subscribe" and self._verify and hmac.compare_digest(token, self._verify):
+            return WebhookResponse(200, q.get("hub.challenge", "").encode())
+        return WebhookResponse(403, b"verification failed")
+
+    def _values(self, body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """The change values meant for this account's number (one app can serve several numbers)."""
+        out = []
+        for entry in body.get("entry") or []:
+            for change in entry.get("changes") or []:
+                value = change.get("value") or {}
+                if str((value.get("metadata") or {}).get("phone_number_id")) == self.cfg.phone_number_id:
+                    out.append(value)
+        return out
+
+    async def _message(self, m: Mapping[str, Any], names: Mapping[str, str]) -> None:
+        assert self._sink is not None
+        mid = str(m.get("id", ""))
+        if self._seen.seen(mid):
+            return
+        try:
+            kind = str(m.get("type", ""))
+            sender = str(m.get("from", ""))
+            text = ""
+            attachments: tuple[Attachment, ...] = ()
+            if kind == "text":
+                text = str((m.get("text") or {}).get("body", ""))
+            elif kind in MEDIA_KINDS:
+                media = m.get(kind) or {}
+                text = str(media.get("caption", ""))
+                attachments = (await self._download(MEDIA_KINDS[kind], media, mid),)
+            elif kind == "button":
+                text = str((m.get("button") or {}).get("text", ""))
+            else:
+                return  # reactions, locations, system notices: nothing for the agent
+            context = m.get("context") or {}
+            msg = InboundMessage(
+                channel=self.name, account_id=self.account_id, peer_kind="dm", peer_id=sender, sender_id=sender,
+                text=text, message_id=mid, sender_name=names.get(sender) or None, attachments=attachments,
+                reply_to=str(context["id"]) if context.get("id") else None,
+                received_at=float(m.get("timestamp") or self._clock()))
+            self._tracker.inbound()
+            await self._sink.publish(msg)
+        except BaseException:
+            self._seen.forget(mid)
+            raise
+
+    async def _download(self, kind: AttachmentKind, media: Mapping[str, Any], mid: str) -> Attachment:
+        """Media come in two steps: the id resolves to a short-lived URL, fetched with the token."""
+        assert self._client is not None
+        name = media.get("filename")
+        mime = media.get("mime_type")
+        auth = {"Authorization": f"Bearer {self._token}"}
+        try:
+            meta = await retry.request(self._client, "GET", f"{self._api}/{media['id']}", headers=auth,
+                                       what="WhatsApp media lookup", policy=self._policy)
+            meta.raise_for_status()
+            url = str(meta.json()["url"])
+            resp = await retry.request(self._client, "GET", url, headers=auth, what="WhatsApp media download",
+                                       policy=self._policy)
+            resp.raise_for_status()
+        except (ChannelError, httpx.HTTPError, KeyError, ValueError) as e:
+            log.warning("whatsapp %s: could not download media: %s", self.account_id, e)
+            return Attachment(kind, "", name, mime)
+        base = name or f"{kind}.{(mime or 'bin').split('/')[-1].split(';')[0]}"
+        safe = re.sub(r"[^\w.\-]+", "_", str(base)).strip("._") or "file"
+        self._inbox.mkdir(parents=True, exist_ok=True)
+        short_id = re.sub(r"[^\w-]+", "_", mid)[-40:]
+        path = self._inbox / f"whatsapp-{short_id}-{safe}"
+        path.write_bytes(resp.content)
+        return Attachment(kind, str(path.resolve()), name, mime, len(resp.content))
+
+    # -- sending ------------------------------------------------------------------------------------
+
+    async def send(self, item: Outbound) -> None:
+        if not isinstance(item, OutboundMessage):
+            return
+        assert self._client is not None, "start() first"
+        payload = {"messaging_product": "whatsapp", "recipient_type": "individual", "to": item.target.peer_id,
+                   "type": "text", "text": {"body": item.text, "preview_url": False}}
+        try:
+            resp = await retry.request(self._client, "POST", f"{self._api}/{self.cfg.phone_number_id}/messages",
+                                       json=payload, headers={"Authorization": f"Bearer {self._token}"},
+                                       what="WhatsApp send", policy=self._policy)
+            if resp.status_code >= 400:
+                raise ChannelError(f"WhatsApp send failed: HTTP {resp.status_code} {_detail(resp)}",
+                                   "check the access token, the phone_number_id and that the user wrote to "
+                                   "you in the last 24 hours (outside it only templates may be sent)")
+        except ChannelError as e:
+            self._tracker.error(e.message)
+            raise
+        self._tracker.outbound()
+
+
+def _detail(resp: httpx.Response) -> str:
+    try:
+        return str(resp.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return resp.text[:200]
+
+
+def create_channel(deps: ChannelDeps, account_id: str, cfg: WhatsAppAccountConfig) -> WhatsAppChannel:
+    """The gateway's factory (CHANNEL_FACTORIES): three secrets, each by variable name."""
+    where = f"channels.whatsapp.accounts.{account_id}"
+    env = deps.environ
+    return WhatsAppChannel(
+        account_id, cfg, inbox_dir=deps.inbox, state_dir=deps.state_dir, clock=deps.clock,
+        access_token=resolve(cfg.access_token, cfg.access_token_env, env, where=where, field="access_token"),
+        app_secret=resolve(cfg.app_secret, cfg.app_secret_env, env, where=where, field="app_secret"),
+        verify_token=resolve(cfg.verify_token, cfg.verify_token_env, env, where=where, field="verify_token"))

@@ -1,0 +1,60 @@
+"""Test helpers for channel adapters: a real asyncio-queue sink standing in for the gateway's bus."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+from hermit.channels.base import InboundMessage, PublishOutcome
+from hermit.channels.retry import RetryPolicy
+from hermit.channels.webhook import ASGIApp
+
+T = TypeVar("T")
+
+FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05)
+
+
+class QueueSink:
+    """Implements InboundSink: every published message goes on a real queue; the outcome is chosen per test."""
+
+    def __init__(self, outcome: PublishOutcome = "queued") -> None:
+        self.queue: asyncio.Queue[InboundMessage] = asyncio.Queue()
+        self.outcome: PublishOutcome = outcome
+        self.published: list[InboundMessage] = []
+
+    async def publish(self, msg: InboundMessage) -> PublishOutcome:
+        self.published.append(msg)
+        await self.queue.put(msg)
+        return self.outcome
+
+    async def next(self, timeout: float = 10.0) -> InboundMessage:
+        return await asyncio.wait_for(self.queue.get(), timeout)
+
+
+def run(main: Callable[[], Awaitable[T]], timeout: float = 60.0) -> T:
+    async def bounded() -> T:
+        return await asyncio.wait_for(main(), timeout)
+    return asyncio.run(bounded())
+
+
+@asynccontextmanager
+async def serve_asgi(app: ASGIApp) -> AsyncIterator[str]:
+    """Serve `app` with uvicorn on an ephemeral 127.0.0.1 port; yields its base URL."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()

@@ -1,0 +1,100 @@
+"""The README's routing example, loaded as written: Telegram and WhatsApp reach the personal agent, Slack the
+work agent, through the real adapters (against fake platforms), the real access control and the real router."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from channelhelpers import QueueSink, run, serve_asgi
+from hermit.agent.routing import RouteInput, Router
+from hermit.channels.access import AccessControl
+from hermit.channels.base import ChannelDeps, InboundMessage
+from hermit.channels.pairing import PairingStore
+from hermit.channels.platforms import accounts
+from hermit.channels.webhook import asgi_app
+from hermit.config import StatePaths, load_config
+from hermit.gateway.channels import CHANNEL_FACTORIES
+from hermit.testing.fake_slack import BOT_USER, FakeSlack
+from hermit.testing.fake_telegram import FakeTelegram
+from hermit.testing.fake_whatsapp import FakeWhatsApp, sign, text_message, webhook_body
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+ENV = {"TELEGRAM_BOT_TOKEN": "123:TEST", "WHATSAPP_ACCESS_TOKEN": "EAAG-test", "WHATSAPP_APP_SECRET": "app-secret",
+       "WHATSAPP_VERIFY_TOKEN": "v", "SLACK_BOT_TOKEN": "xoxb-test", "SLACK_APP_TOKEN": "xapp-test"}
+
+
+def readme_example() -> str:
+    text = README.read_text(encoding="utf-8")
+    m = re.search(r"```yaml\n# README routing example[^\n]*\n(.*?)```", text, re.S)
+    assert m, "the routing example is missing from README.md"
+    return m.group(1)
+
+
+def create_channel(name: str, account_id: str, cfg: Any, deps: ChannelDeps) -> Any:
+    """The factory the gateway registers for `name` (CHANNEL_FACTORIES)."""
+    module, _, func = CHANNEL_FACTORIES[name].partition(":")
+    return getattr(importlib.import_module(module), func)(deps, account_id, cfg)
+
+
+def route(router: Router, msg: InboundMessage) -> tuple[str, str]:
+    r = router.resolve(RouteInput(msg.channel, msg.account_id, msg.peer_kind, msg.peer_id, msg.thread_id,
+                                  msg.topic_id, msg.guild_id, msg.team_id))
+    return r.agent_id, r.session_key
+
+
+def test_readme_routing_example_personal_on_telegram_and_whatsapp_work_on_slack(tmp_path: Path) -> None:
+    (tmp_path / "hermit.yaml").write_text(readme_example(), encoding="utf-8")
+    loaded = load_config(StatePaths(tmp_path))
+    router = Router.from_config(loaded)
+    access = AccessControl(loaded.config.channels, PairingStore(tmp_path))
+
+    async def main() -> None:
+        tg, slack, wa = await FakeTelegram().start(), await FakeSlack().start(), await FakeWhatsApp().start()
+        bases = {"telegram": {"api_base": tg.base_url}, "slack": {"base_url": slack.base_url + "/api"},
+                 "whatsapp": {"base_url": wa.base_url}}
+        deps = ChannelDeps(tmp_path, ENV, time.time, inbox_dir=tmp_path / "workspace" / "inbox")
+        sink = QueueSink()
+        channels = [create_channel(name, acc, cfg.model_copy(update=bases[name]), deps)
+                    for name, acc, cfg in accounts(loaded.config.channels)]
+        for ch in channels:
+            await ch.start(sink)
+        [whatsapp] = [c for c in channels if c.name == "whatsapp"]
+        try:
+            async with serve_asgi(asgi_app(whatsapp.webhook_routes())) as base, httpx.AsyncClient() as c:
+                tg.push_message(chat_id=42, text="remind me to call mum")
+                body = json.dumps(webhook_body(text_message("15551234567", "hi from whatsapp", "wamid.1"),
+                                               text_message("15550000000", "stranger", "wamid.2"))).encode()
+                r = await c.post(base + "/hooks/whatsapp/personal/", content=body,
+                                 headers=sign("app-secret", body))
+                assert r.status_code == 200
+                ev, eid = slack.message(f"<@{BOT_USER}> status of the release?", channel="C42",
+                                        kind="app_mention")
+                await slack.push(ev, eid)
+                got = {(m.channel, m.sender_id): m for m in [await sink.next() for _ in range(4)]}
+        finally:
+            for ch in channels:
+                await ch.stop()
+            for fake in (tg, slack, wa):
+                await fake.stop()
+
+        telegram_dm = got[("telegram", "42")]
+        assert route(router, telegram_dm) == ("personal", "agent:personal:main")
+        assert access.check("telegram", "personal", "dm", "42", "42").reply is not None  # a pairing code
+        whatsapp_dm = got[("whatsapp", "15551234567")]
+        assert route(router, whatsapp_dm) == ("personal", "agent:personal:main")
+        assert access.check("whatsapp", "personal", "dm", "15551234567", "15551234567").allowed
+        stranger = access.check("whatsapp", "personal", "dm", "15550000000", "15550000000")
+        assert not stranger.allowed and stranger.reply is None  # allowlist: silence, never a code
+        mention = got[("slack", "U1")]
+        assert route(router, mention) == ("work", "agent:work:slack:group:C42")
+        assert access.check("slack", "work", "group", "C42", "U1", mentioned=mention.mentioned).allowed
+        assert loaded.agent("work").workspace != loaded.agent("personal").workspace
+
+    run(main)
