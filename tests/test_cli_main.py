@@ -9,8 +9,8 @@ import sys
 from hermit.cli.main import build_parser
 
 # Loaded by a command when it runs, never for parsing arguments or printing help.
-HEAVY = ("pydantic", "numpy", "httpx", "yaml", "rich", "ruamel", "sqlean", "hermit.config.schema",
-         "hermit.agent", "hermit.memory", "hermit.models")
+HEAVY = ("pydantic", "numpy", "httpx", "yaml", "rich", "ruamel", "sqlean", "starlette", "cronsim",
+         "hermit.agent", "hermit.memory", "hermit.models", "hermit.gateway", "hermit.scheduler")
 
 
 def test_python_dash_m_hermit_works() -> None:
@@ -22,11 +22,23 @@ def test_python_dash_m_hermit_works() -> None:
 
 
 def test_help_loads_no_heavy_module() -> None:
-    code = ("import sys; from hermit.cli.main import build_parser; build_parser().format_help(); "
-            f"print(sorted({{m.split('.')[0] if not m.startswith('hermit') else m for m in sys.modules}} & "
-            f"set({HEAVY!r})))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]", f"imported at parse time: {out.strip()} — import it inside the command"
+    for argv in (["--help"], ["memory", "--help"], ["sessions", "list", "--help"], ["init", "--help"]):
+        code = ("import sys\nfrom hermit.cli.main import main\ntry:\n    main(" + repr(argv) + ")\n"
+                "except SystemExit:\n    pass\n"
+                "print(sorted({m.split('.')[0] if not m.startswith('hermit') else '.'.join(m.split('.')[:2]) "
+                "for m in sys.modules} & set(" + repr(HEAVY) + ")), file=sys.stderr)")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        assert "usage: hermit" in r.stdout
+        assert r.stderr.strip() == "[]", f"hermit {' '.join(argv)} imported {r.stderr.strip()}"
+
+
+def test_top_level_help_lists_every_command_without_importing_it() -> None:
+    from hermit.cli.main import COMMAND_MODULES
+
+    lean = build_parser().format_help()
+    full = build_parser(full=True).format_help()
+    assert lean == full
+    assert len(COMMAND_MODULES) >= 7 and "memory" in lean and "sessions" in lean
 
 
 def _parsers(p: argparse.ArgumentParser, path: str = "hermit") -> list[tuple[str, argparse.ArgumentParser]]:
@@ -40,7 +52,7 @@ def _parsers(p: argparse.ArgumentParser, path: str = "hermit") -> list[tuple[str
 
 def test_every_option_and_argument_has_help() -> None:
     missing = [f"{path}: {'/'.join(a.option_strings) or a.dest}"
-               for path, p in _parsers(build_parser()) for a in p._actions
+               for path, p in _parsers(build_parser(full=True)) for a in p._actions
                if not isinstance(a, argparse._SubParsersAction) and not (a.help and a.help.strip())]
     assert not missing, "options without help text:\n" + "\n".join(missing)
 

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 
 from hermit import __version__
+from hermit.cli.commands import command_word, declared_commands
 from hermit.cli.context import CliContext
 from hermit.cli.preflight import require_initialized
 from hermit.errors import HermitError
@@ -32,7 +33,13 @@ READ_ONLY = {"sessions"}
 Handler = Callable[[CliContext, argparse.Namespace], int]
 
 
-def build_parser() -> argparse.ArgumentParser:
+GLOBAL_OPTIONS_WITH_VALUES = ("--home", "--agent", "--workspace")
+
+
+def build_parser(command: str | None = None, *, full: bool = False) -> argparse.ArgumentParser:
+    """The parser with `command`'s module imported and registered; the other commands are listed from
+    their modules' source (hermit.cli.commands) so that parsing and `--help` stay quick. `full`
+    imports every command module."""
     p = argparse.ArgumentParser(prog="hermit", description="Hermit — a local-first personal AI assistant "
                                 "whose memory is plain Markdown.")
     p.add_argument("--home", help="state dir (default: $HERMIT_HOME or ~/.hermit)")
@@ -42,7 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"hermit {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+        declared = None if full else declared_commands(name)
+        if declared is None or any(d.name == command for d in declared):
+            importlib.import_module(name).register(sub)
+        else:
+            for d in declared:
+                sub.add_parser(d.name, help=d.help, add_help=False)
     return p
 
 
@@ -65,7 +77,8 @@ def _report(e: HermitError, as_json: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(command_word(argv, GLOBAL_OPTIONS_WITH_VALUES))
     args, extra = parser.parse_known_args(argv)
     if extra and not _dash_query(args, extra):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
