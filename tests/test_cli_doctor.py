@@ -95,6 +95,7 @@ def test_hermit_home_is_a_file(
     # the dictionary package is installed: doctor must not blame it for the state dir
     assert c["translation"]["status"] == "skip"
     assert "not installed" not in json.dumps(checks)
+    assert "NotADirectoryError" not in json.dumps(checks) and "Errno" not in json.dumps(checks)
 
 
 def test_chat_model_local_server_reachable_or_not(

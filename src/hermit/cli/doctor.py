@@ -7,6 +7,7 @@ To add a check: write `@check("name", fix="…") def my_check(ctx) -> str | Chec
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -185,6 +186,12 @@ CHECKS: list[CheckFn] = [
     *CRON_CHECKS,
     channels_check,
 ]
+
+# Checks that read files under the state dir: before `hermit init`, or with HERMIT_HOME pointing at a file,
+# they are skipped with a reason instead of reporting "ok" for files that cannot exist, or a raw OSError.
+_READ_STATE_DIR = {"credentials", "gateway", "cron jobs", "heartbeat"}
+CHECKS = [dataclasses.replace(c, needs=(*c.needs, "state dir"))
+          if c.name in _READ_STATE_DIR and "state dir" not in c.needs else c for c in CHECKS]
 
 _MARKS = {"ok": "ok  ", "warn": "warn", "fail": "FAIL", "skip": "skip"}
 

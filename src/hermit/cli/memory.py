@@ -201,8 +201,12 @@ def cmd_get(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 def cmd_watch(ctx: CliContext, args: argparse.Namespace) -> int:
+    import logging
+
     from hermit.memory.watch import watch_memory
 
+    if not ctx.debug:  # watchfiles logs its own "KeyboardInterrupt caught" warning on Ctrl-C
+        logging.getLogger("watchfiles").setLevel(logging.ERROR)
     svc = ctx.memory_service(long_lived=True)
     cfg = svc.cfg
     try:
