@@ -10,6 +10,8 @@ On-disk shape (SPEC §7):
 
 `sessionKey` in the header is Hermit's addition: it lets a lost or corrupt sessions.json be rebuilt from
 the transcripts alone. `message` is opaque here; the agent layer stores `messages.Message.to_dict()`.
+A header line that got damaged is never rewritten: the session store appends a `session-header` custom
+entry carrying the header's fields (from its own record), and a reader takes the header from there.
 
 Durability: every append is one write() of whole lines on an O_APPEND descriptor, under an flock so
 two writers cannot interleave or fork the parentId chain, flushed and (by default) fsynced. Reading is
@@ -38,6 +40,7 @@ IdFactory = Callable[[], str]
 
 TRANSCRIPT_VERSION = 1
 _MAX_ID_ATTEMPTS = 100
+HEADER_REPAIR_TYPE = "session-header"  # custom entry standing in for a damaged line 1
 
 
 def utc_now() -> datetime:
@@ -321,7 +324,18 @@ def _parse(path: Path, data: bytes) -> _Parsed:
             continue
         seen[entry.id] = number
         entries.append(entry)
+    if header is None:
+        header = _repaired_header(entries)
+        if header is not None:  # line 1 is damaged, but the store already appended its replacement
+            problems = [p for p in problems if p.line != 1]
     return _Parsed(header or _inferred_header(path), entries, problems, len(lines), ends_clean)
+
+
+def _repaired_header(entries: list[Entry]) -> TranscriptHeader | None:
+    for entry in reversed(entries):
+        if isinstance(entry, CustomEntry) and entry.custom_type == HEADER_REPAIR_TYPE and isinstance(entry.data, dict):
+            return _header_from_json({**entry.data, "type": "session"})
+    return None
 
 
 def _read_bytes(path: Path) -> tuple[bytes, tuple[int, int, int]]:
@@ -547,6 +561,14 @@ class Transcript:
         entry = self._append(body)
         assert isinstance(entry, CompactionEntry)
         return entry
+
+    def repair_header(self, session_key: str, *, created: str = "", cwd: str = "") -> CustomEntry:
+        """Stand in for a damaged header line (which stays as it is): a `session-header` entry that
+        readers use as the header, so the session keeps its key in every later rebuild."""
+        return self.append_custom(HEADER_REPAIR_TYPE, {
+            "version": TRANSCRIPT_VERSION, "id": _check_session_id(self._path.stem), "timestamp": created,
+            "cwd": cwd, "sessionKey": session_key,
+        })
 
     def append_custom(self, custom_type: str, data: Any = None) -> CustomEntry:
         entry = self._append({"type": "custom", "customType": custom_type, "data": data})
