@@ -144,7 +144,7 @@ def test_unreachable_remote_hosts_are_still_retried_with_cli_style_notices() -> 
 
 
 def _write_config(home: Path, fake: FakeProvider) -> None:
-    home.mkdir(parents=True, exist_ok=True)
+    (home / "workspace").mkdir(parents=True, exist_ok=True)  # what `hermit init` creates
     cfg = {"agents": {"defaults": {"model": "fake/m", "memory_search": {"provider": "none"}}},
            "models": {"providers": {"fake": {"type": "openai-compatible", "base_url": fake.openai_base_url,
                                              "deadline_seconds": 1.5}}}}

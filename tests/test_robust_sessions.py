@@ -28,7 +28,7 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def _config(home: Path, fake: FakeProvider) -> None:
-    home.mkdir(parents=True, exist_ok=True)
+    (home / "workspace").mkdir(parents=True, exist_ok=True)  # what `hermit init` creates
     cfg = {"agents": {"defaults": {"model": "fake/m", "memory_search": {"provider": "none"}}},
            "models": {"providers": {"fake": {"type": "openai-compatible", "base_url": fake.openai_base_url}}}}
     (home / "hermit.yaml").write_text(yaml.safe_dump(cfg))
