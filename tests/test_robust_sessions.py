@@ -9,12 +9,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from agenthelpers import load, make_runtime
 from hermit.errors import SessionBusy
 from hermit.sessions.lock import lock_path, session_lock
+from hermit.sessions.store import SessionStore
+from hermit.sessions.transcript import read_transcript
 from hermit.testing import FakeProvider
 
 
@@ -80,3 +84,83 @@ def test_second_holder_waits_then_gets_session_busy(tmp_path: Path) -> None:
         pass  # the kernel released the dead holder's lock
     assert lock_path(sessions, "agent:main:main").parent == sessions
     assert lock_path(sessions, "a:b") != lock_path(sessions, "a_b")
+
+
+KEY = "agent:main:main"
+
+
+def _turns(tmp_path: Path, *texts: str) -> tuple[Any, FakeProvider]:
+    """A runtime (not closed) after one turn per text, each reply with known usage."""
+    fake = FakeProvider([{"text": f"reply {i}", "usage": {"input_tokens": 100 * (i + 1), "output_tokens": 7,
+                                                          "cache_read_tokens": 10}}
+                         for i in range(len(texts) + 3)]).start()
+    rt = make_runtime(load(tmp_path / "home", "openai", fake), None, memory=False)
+    for text in texts:
+        rt.run_turn(KEY, text)
+    return rt, fake
+
+
+def test_rebuilt_sessions_json_recomputes_token_counters(tmp_path: Path) -> None:
+    rt, fake = _turns(tmp_path, "one", "two")
+    try:
+        before = rt.store.get(KEY)
+        assert before is not None and before.total_tokens > 0
+        rt.store.path.unlink()
+        after = SessionStore(rt.store.directory).get(KEY)
+        assert after is not None and after.session_id == before.session_id
+        assert (after.input_tokens, after.output_tokens, after.total_tokens, after.context_tokens) == (
+            before.input_tokens, before.output_tokens, before.total_tokens, before.context_tokens)
+        assert (after.input_tokens, after.output_tokens) == (110 + 210, 14)
+    finally:
+        fake.stop()
+
+
+def _damage_header(path: Path, replacement: bytes) -> None:
+    lines = path.read_bytes().split(b"\n", 1)
+    path.write_bytes(replacement + b"\n" + lines[1])
+
+
+def test_damaged_header_keeps_the_session_key_and_the_conversation(tmp_path: Path) -> None:
+    rt, fake = _turns(tmp_path, "my name is Ada")
+    try:
+        record = rt.store.get(KEY)
+        assert record is not None
+        transcript = rt.store.transcript_path(record.session_id)
+        _damage_header(transcript, b"\x00\x00garbage that is not a header")
+        rt.run_turn(KEY, "second")  # the store notices and appends the header's stand-in
+        assert any("session-header" in w for w in rt.store.warnings)
+        assert read_transcript(transcript).header.session_key == KEY
+        assert not read_transcript(transcript).problems  # the stand-in answers for line 1
+        rt.store.path.unlink()  # sessions.json lost too: rebuilt from the transcripts
+        rebuilt = SessionStore(rt.store.directory).get(KEY)
+        assert rebuilt is not None and rebuilt.session_id == record.session_id
+        rt.run_turn(KEY, "third")
+        sent = json.dumps(fake.requests[-1].body)
+        assert "my name is Ada" in sent and "second" in sent  # the conversation went on
+        assert not [k for k in SessionStore(rt.store.directory)._read() if k.startswith("recovered:")]
+        assert transcript.read_bytes().startswith(b"\x00\x00garbage")  # never rewritten
+    finally:
+        fake.stop()
+
+
+def test_damaged_header_and_damaged_store_at_once(tmp_path: Path) -> None:
+    rt, fake = _turns(tmp_path, "hello")
+    try:
+        record = rt.store.get(KEY)
+        assert record is not None
+        transcript = rt.store.transcript_path(record.session_id)
+        # A torn header still shows its key; a truncated sessions.json still shows key → sessionId.
+        _damage_header(transcript, b'{"type":"session","version":1,"id":"' + record.session_id.encode()
+                       + b'","sessionKey":"agent:main:main","timest')
+        other = SessionStore(rt.store.directory)
+        other.path.write_bytes(rt.store.path.read_bytes()[:60])
+        assert other.get(KEY) is not None and other.get(KEY).session_id == record.session_id  # type: ignore[union-attr]
+        other.path.unlink()
+        assert SessionStore(rt.store.directory).get(KEY).session_id == record.session_id  # type: ignore[union-attr]
+        # With nothing legible anywhere, the transcript is still listed, under recovered:<id>.
+        _damage_header(transcript, b"###")
+        store = SessionStore(rt.store.directory)
+        store.path.unlink()
+        assert f"recovered:{record.session_id}" in store._read()
+    finally:
+        fake.stop()

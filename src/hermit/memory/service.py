@@ -54,6 +54,7 @@ class MemoryService:
         self.store = IndexStore(index_path, want_vec=cfg.store.vector_enabled)
         self.sessions_dir = sessions_dir if "sessions" in cfg.sources else None
         self.indexer = Indexer(self.store, key.workspace, cfg, embedder, clock=clock, sessions_dir=self.sessions_dir)
+        self.indexer.clean_stale_rebuilds()  # left by a killed `index --force`, possibly megabytes
         lexicon = load_lexicon(cache_dir) if cfg.query.translation_weight > 0 else None
         self.searcher = HybridSearcher(self.store, embedder if cfg.store.vector_enabled else None, cfg.query,
                                        use_matrix=long_lived, clock=clock, lexicon=lexicon)

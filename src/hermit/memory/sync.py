@@ -2,7 +2,9 @@
 
 Only one process writes an index at a time (an advisory lock file); readers never wait for it. Each
 file is written in its own transaction, so a killed indexer leaves every file either fully old or
-fully new. A change of embedding identity (provider, model, dims, chunking, keyword transform, vector
+fully new. Embeddings are committed to the cache batch by batch (also into the live index during a
+rebuild), so a killed first index or `--force` resumes from what it embedded; the temporary files a
+killed rebuild leaves are removed by the next process that takes the writer lock. A change of embedding identity (provider, model, dims, chunking, keyword transform, vector
 backend) rebuilds into a temporary database that then replaces the live one in a single SQLite backup
 step: searches see the old index or the new one, never a half-built one.
 """
@@ -218,6 +220,7 @@ class Indexer:
         with self._locked(blocking) as got:
             if not got:
                 return SyncReport(skipped=True)
+            self._clean_stale_locked()
             first = not self.store.files()
             if force or not self.identity_matches():
                 report = self._rebuild(progress, chunk_progress)
@@ -227,11 +230,25 @@ class Indexer:
         report.seconds = time.perf_counter() - t0
         return report
 
+    def clean_stale_rebuilds(self) -> int:
+        """Delete `*.rebuild-*` files left by a killed rebuild, when no rebuild can be running: only
+        under the writer lock, which every rebuild holds from start to end. Returns files removed."""
+        try:
+            with self._locked(blocking=False) as got:
+                return self._clean_stale_locked() if got else 0
+        except OSError:  # a read-only state dir: nothing to clean that we could clean
+            return 0
+
+    def _clean_stale_locked(self) -> int:
+        removed = 0
+        for stale in self.store.path.parent.glob(self.store.path.name + ".rebuild-*"):
+            with contextlib.suppress(OSError):
+                stale.unlink()  # the live index was never touched by the killed rebuild
+                removed += 1
+        return removed
+
     def _rebuild(self, progress: Progress | None, chunk_progress: ChunkProgress | None = None) -> SyncReport:
         live = self.store
-        for stale in live.path.parent.glob(live.path.name + ".rebuild-*"):
-            with contextlib.suppress(OSError):
-                stale.unlink()  # left by a killed rebuild; the live index was never touched
         tmp_path = live.path.with_name(f"{live.path.name}.rebuild-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         tmp = IndexStore(tmp_path, want_vec=live.vec.available)
         try:
@@ -340,6 +357,10 @@ class Indexer:
             info = self.embedder.info  # remote providers learn dims on the first call
             if self.cfg.cache.enabled:
                 store.cache_put(info.provider, info.model, info.provider_key, new)
+                if store is not self.store:
+                    # A rebuild fills a temporary database; the live one keeps each batch too (its own
+                    # committed transaction), so a rebuild killed midway is resumed from the cache.
+                    self.store.cache_put(info.provider, info.model, info.provider_key, new)
             found.update(new)
         return found
 

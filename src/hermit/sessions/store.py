@@ -2,7 +2,11 @@
 
 sessions.json is an index over the transcripts, not the truth: every transcript header carries its
 session key, so a corrupt or missing sessions.json is rebuilt from the `*.jsonl` files with nothing
-lost (the damaged file is kept aside as `sessions.json.corrupt-<timestamp>`).
+lost (the damaged file is kept aside as `sessions.json.corrupt-<timestamp>`). A rebuilt entry gets its
+token counters back from the usage recorded on the transcript's assistant messages. A transcript whose
+header line is damaged keeps its key: the store appends a `session-header` entry from its own record
+the first time it opens it, and a rebuild also looks for the key in what is left of the header line and
+of the damaged sessions.json, before falling back to `recovered:<id>`.
 
 Durability and concurrency: every change is a read-modify-write under an exclusive fcntl lock on
 `sessions.json.lock` (so the gateway and a CLI process never lose each other's updates), written to
@@ -30,6 +34,7 @@ from hermit.config.paths import StatePaths
 from hermit.durable import write_atomic
 from hermit.errors import SessionError
 from hermit.sessions.keys import chat_type_of, parse_session_key
+from hermit.sessions.recovery import counters, key_in_damaged_header, keys_in_damaged_store
 from hermit.sessions.transcript import (
     Clock,
     CompactionEntry,
@@ -151,10 +156,11 @@ def _write_atomic(path: Path, data: bytes, *, fsync: bool) -> None:
 
 
 class _Corrupt(Exception):
-    def __init__(self, reason: str, salvaged: dict[str, SessionRecord]) -> None:
+    def __init__(self, reason: str, salvaged: dict[str, SessionRecord], data: bytes = b"") -> None:
         super().__init__(reason)
         self.reason = reason
         self.salvaged = salvaged
+        self.data = data
 
 
 def _parse_store(data: bytes) -> dict[str, SessionRecord]:
@@ -162,9 +168,9 @@ def _parse_store(data: bytes) -> dict[str, SessionRecord]:
     try:
         obj = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise _Corrupt(f"not valid JSON ({exc})", {}) from None
+        raise _Corrupt(f"not valid JSON ({exc})", {}, data) from None
     if not isinstance(obj, dict):
-        raise _Corrupt("top level is not a JSON object", {})
+        raise _Corrupt("top level is not a JSON object", {}, data)
     records: dict[str, SessionRecord] = {}
     bad: list[str] = []
     for key, value in obj.items():
@@ -173,7 +179,7 @@ def _parse_store(data: bytes) -> dict[str, SessionRecord]:
         except ValueError as exc:
             bad.append(f"{key!r}: {exc}")
     if bad:
-        raise _Corrupt("invalid entries: " + "; ".join(bad), records)
+        raise _Corrupt("invalid entries: " + "; ".join(bad), records, data)
     return records
 
 
@@ -228,12 +234,19 @@ class SessionStore:
         return self._dir / f"{session_id}.jsonl"
 
     def open_transcript(self, record: SessionRecord, *, fsync: bool | None = None) -> Transcript:
-        """The transcript of a record (it must exist: get_or_create/new_session create it)."""
-        return Transcript.open(
+        """The transcript of a record (it must exist: get_or_create/new_session create it). A damaged
+        header line gets its stand-in appended from the record, so the key survives a rebuild."""
+        transcript = Transcript.open(
             self.transcript_path(record.session_id),
             clock=self._clock,
             fsync=self._fsync if fsync is None else fsync,
         )
+        if transcript.header.inferred:
+            transcript.repair_header(record.key, created=format_timestamp(record.created_at),
+                                     cwd=self._cwd_for(None))
+            self._warn(f"{transcript.path}: line 1 is not a usable session header; appended a "
+                       f"session-header entry for {record.key!r} (the damaged line is kept)")
+        return transcript
 
     # ---- reading ------------------------------------------------------------------------------
 
@@ -485,7 +498,7 @@ class SessionStore:
             os.link(self.path, aside)
         except OSError:
             _write_atomic(aside, self.path.read_bytes(), fsync=self._fsync)
-        records = self._records_from_transcripts(corrupt.salvaged)
+        records = self._records_from_transcripts(corrupt.salvaged, keys_in_damaged_store(corrupt.data))
         self._save_locked(records)
         self._warn(
             f"{self.path} was corrupt ({corrupt.reason}); moved it to {aside.name} and rebuilt "
@@ -503,8 +516,14 @@ class SessionStore:
             n += 1
         return candidate
 
-    def _records_from_transcripts(self, salvaged: dict[str, SessionRecord]) -> dict[str, SessionRecord]:
-        """Salvaged records win; every other key gets its newest transcript (by header timestamp)."""
+    def _records_from_transcripts(
+        self, salvaged: dict[str, SessionRecord], known_keys: Mapping[str, str] | None = None
+    ) -> dict[str, SessionRecord]:
+        """Salvaged records win; every other key gets its newest transcript (by header timestamp).
+
+        `known_keys` (session id → key, from a damaged sessions.json) names the key of a transcript
+        whose header line is unreadable."""
+        owned = {r.session_id for r in salvaged.values()}
         by_key: dict[str, builtins.list[SessionRecord]] = {}
         for path in sorted(self._dir.glob("*.jsonl")):
             try:
@@ -513,7 +532,10 @@ class SessionStore:
             except (SessionError, OSError) as exc:
                 self._warn(f"skipped {path} while rebuilding {STORE_FILE}: {exc}")
                 continue
-            key = read.header.session_key or f"{RECOVERED_KEY_PREFIX}{path.stem}"
+            if path.stem in owned:
+                continue  # the current session of a record that survived
+            key = (read.header.session_key or (known_keys or {}).get(path.stem) or key_in_damaged_header(path)
+                   or f"{RECOVERED_KEY_PREFIX}{path.stem}")
             if key in salvaged:
                 continue
             created = parse_timestamp(read.header.timestamp) or mtime
@@ -528,6 +550,7 @@ class SessionStore:
                     origin_channel=None,
                     chat_type=chat_type_of(key),
                     compaction_count=sum(isinstance(e, CompactionEntry) for e in read.entries),
+                    **counters(read.entries)._asdict(),
                 )
             )
         records = dict(salvaged)

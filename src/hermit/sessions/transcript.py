@@ -10,6 +10,8 @@ On-disk shape (SPEC §7):
 
 `sessionKey` in the header is Hermit's addition: it lets a lost or corrupt sessions.json be rebuilt from
 the transcripts alone. `message` is opaque here; the agent layer stores `messages.Message.to_dict()`.
+A header line that got damaged is never rewritten: the session store appends a `session-header` custom
+entry carrying the header's fields (from its own record), and a reader takes the header from there.
 
 Durability: every append is one write() of whole lines on an O_APPEND descriptor, under an flock so
 two writers cannot interleave or fork the parentId chain, flushed and (by default) fsynced. Reading is
@@ -25,18 +27,40 @@ import json
 import os
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from hermit.errors import SessionError
 from hermit.messages import valid_json
+from hermit.sessions.entries import (
+    HEADER_REPAIR_TYPE,
+    TRANSCRIPT_VERSION,
+    CompactionEntry,
+    ContextView,
+    CustomEntry,
+    Entry,
+    MessageEntry,
+    ParsedTranscript,
+    TranscriptHeader,
+    TranscriptProblem,
+    TranscriptRead,
+    UnknownEntry,
+    entry_from_json,
+    header_from_json,
+    parse_transcript,
+)
+
+__all__ = [  # the entry types are defined in entries.py; callers import them from here
+    "HEADER_REPAIR_TYPE", "TRANSCRIPT_VERSION", "Clock", "CompactionEntry", "ContextView", "CustomEntry",
+    "Entry", "IdFactory", "MessageEntry", "Transcript", "TranscriptHeader", "TranscriptProblem",
+    "TranscriptRead", "UnknownEntry", "ensure_private_dir", "format_timestamp", "parse_timestamp",
+    "read_transcript", "short_id", "utc_now",
+]
 
 Clock = Callable[[], datetime]
 IdFactory = Callable[[], str]
 
-TRANSCRIPT_VERSION = 1
 _MAX_ID_ATTEMPTS = 100
 
 
@@ -96,234 +120,6 @@ def _check_session_id(session_id: str) -> str:
     return session_id
 
 
-@dataclass(frozen=True)
-class TranscriptProblem:
-    """A line that could not be used; it was skipped, the rest of the transcript was loaded."""
-
-    path: Path
-    line: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.message}"
-
-
-@dataclass(frozen=True)
-class TranscriptHeader:
-    session_id: str
-    timestamp: str
-    cwd: str
-    version: int = TRANSCRIPT_VERSION
-    session_key: str | None = None
-    # True when line 1 was missing or unreadable and this header was inferred from the file name.
-    inferred: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        obj: dict[str, Any] = {
-            "type": "session",
-            "version": self.version,
-            "id": self.session_id,
-            "timestamp": self.timestamp,
-            "cwd": self.cwd,
-        }
-        if self.session_key is not None:
-            obj["sessionKey"] = self.session_key
-        return obj
-
-
-@dataclass(frozen=True)
-class MessageEntry:
-    type: ClassVar[str] = "message"
-    id: str
-    parent_id: str | None
-    timestamp: str
-    line: int  # 1-based line number in the JSONL file
-    message: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class CompactionEntry:
-    type: ClassVar[str] = "compaction"
-    id: str
-    parent_id: str | None
-    timestamp: str
-    line: int
-    summary: str
-    first_kept_entry_id: str | None
-    tokens_before: int
-    tokens_after: int | None = None
-    details: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class CustomEntry:
-    type: ClassVar[str] = "custom"
-    id: str
-    parent_id: str | None
-    timestamp: str
-    line: int
-    custom_type: str
-    data: Any = None
-
-
-@dataclass(frozen=True)
-class UnknownEntry:
-    """An entry of a type this version does not know (written by a newer Hermit); kept, not dropped."""
-
-    id: str
-    parent_id: str | None
-    timestamp: str
-    line: int
-    entry_type: str
-    raw: dict[str, Any]
-
-    @property
-    def type(self) -> str:
-        return self.entry_type
-
-
-Entry = MessageEntry | CompactionEntry | CustomEntry | UnknownEntry
-
-
-@dataclass(frozen=True)
-class ContextView:
-    """What to rebuild model context from: the latest compaction summary (if any) plus the entries kept
-    verbatim — from its firstKeptEntryId onward, compaction entries excluded."""
-
-    compaction: CompactionEntry | None
-    entries: tuple[Entry, ...]
-    warning: str | None = None
-
-
-@dataclass(frozen=True)
-class TranscriptRead:
-    path: Path
-    header: TranscriptHeader
-    entries: tuple[Entry, ...]
-    problems: tuple[TranscriptProblem, ...]
-
-
-def _int_or(value: Any, default: int | None) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def _entry_from_json(obj: dict[str, Any], line: int) -> Entry | str:
-    """The entry a parsed line describes, or a message saying why the line is unusable."""
-    entry_id = obj.get("id")
-    if not isinstance(entry_id, str) or not entry_id:
-        return "entry without a string 'id'"
-    parent = obj.get("parentId")
-    parent_id = parent if isinstance(parent, str) else None
-    stamp = obj.get("timestamp")
-    timestamp = stamp if isinstance(stamp, str) else ""
-    kind = obj.get("type")
-    if kind == "message":
-        message = obj.get("message")
-        if not isinstance(message, dict):
-            return f"message entry {entry_id!r} without a 'message' object"
-        return MessageEntry(entry_id, parent_id, timestamp, line, message)
-    if kind == "compaction":
-        summary = obj.get("summary")
-        if not isinstance(summary, str):
-            return f"compaction entry {entry_id!r} without a 'summary' string"
-        first_kept = obj.get("firstKeptEntryId")
-        details = obj.get("details")
-        return CompactionEntry(
-            entry_id,
-            parent_id,
-            timestamp,
-            line,
-            summary,
-            first_kept if isinstance(first_kept, str) else None,
-            _int_or(obj.get("tokensBefore"), 0) or 0,
-            _int_or(obj.get("tokensAfter"), None),
-            details if isinstance(details, dict) else None,
-        )
-    if kind == "custom":
-        custom_type = obj.get("customType")
-        if not isinstance(custom_type, str) or not custom_type:
-            return f"custom entry {entry_id!r} without a 'customType' string"
-        return CustomEntry(entry_id, parent_id, timestamp, line, custom_type, obj.get("data"))
-    if kind == "session":
-        return "a second session header (only line 1 may be one)"
-    if not isinstance(kind, str) or not kind:
-        return f"entry {entry_id!r} without a 'type'"
-    return UnknownEntry(entry_id, parent_id, timestamp, line, kind, obj)
-
-
-def _header_from_json(obj: dict[str, Any]) -> TranscriptHeader | None:
-    if obj.get("type") != "session" or not isinstance(obj.get("id"), str):
-        return None
-    key = obj.get("sessionKey")
-    return TranscriptHeader(
-        session_id=obj["id"],
-        timestamp=obj["timestamp"] if isinstance(obj.get("timestamp"), str) else "",
-        cwd=obj["cwd"] if isinstance(obj.get("cwd"), str) else "",
-        version=_int_or(obj.get("version"), TRANSCRIPT_VERSION) or TRANSCRIPT_VERSION,
-        session_key=key if isinstance(key, str) else None,
-    )
-
-
-def _inferred_header(path: Path) -> TranscriptHeader:
-    return TranscriptHeader(session_id=path.stem, timestamp="", cwd="", inferred=True)
-
-
-@dataclass
-class _Parsed:
-    header: TranscriptHeader
-    entries: list[Entry]
-    problems: list[TranscriptProblem]
-    line_count: int  # lines in the file, counting an unterminated last line
-    ends_clean: bool  # empty, or ends with a newline: the next append needs no leading newline
-
-
-def _parse(path: Path, data: bytes) -> _Parsed:
-    problems: list[TranscriptProblem] = []
-    entries: list[Entry] = []
-    seen: dict[str, int] = {}
-    header: TranscriptHeader | None = None
-    ends_clean = not data or data.endswith(b"\n")
-    lines = data.split(b"\n")
-    if ends_clean:
-        lines.pop()  # the empty string after the final newline (or of an empty file)
-    if not lines:
-        problems.append(TranscriptProblem(path, 1, "empty transcript: no session header"))
-    for number, raw in enumerate(lines, start=1):
-        torn = number == len(lines) and not ends_clean
-        if not raw.strip():
-            if number == 1:
-                problems.append(TranscriptProblem(path, 1, "blank first line: no session header"))
-            continue
-        try:
-            obj = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            why = "truncated last line (an interrupted write?)" if torn else "not valid JSON"
-            problems.append(TranscriptProblem(path, number, f"{why}: {exc}; line skipped"))
-            continue
-        if not isinstance(obj, dict):
-            problems.append(TranscriptProblem(path, number, "not a JSON object; line skipped"))
-            continue
-        if number == 1:
-            header = _header_from_json(obj)
-            if header is not None:
-                continue
-            problems.append(TranscriptProblem(path, 1, "line 1 is not a session header"))
-        entry = _entry_from_json(obj, number)
-        if isinstance(entry, str):
-            problems.append(TranscriptProblem(path, number, f"{entry}; line skipped"))
-            continue
-        if entry.id in seen:
-            problems.append(
-                TranscriptProblem(
-                    path, number, f"duplicate entry id {entry.id!r} (first on line {seen[entry.id]}); skipped"
-                )
-            )
-            continue
-        seen[entry.id] = number
-        entries.append(entry)
-    return _Parsed(header or _inferred_header(path), entries, problems, len(lines), ends_clean)
-
-
 def _read_bytes(path: Path) -> tuple[bytes, tuple[int, int, int]]:
     try:
         with open(path, "rb") as fh:
@@ -345,7 +141,7 @@ def _read_bytes(path: Path) -> tuple[bytes, tuple[int, int, int]]:
 def read_transcript(path: Path) -> TranscriptRead:
     """Read a whole transcript (e.g. for indexing); corrupt lines come back as problems, never None."""
     data, _ = _read_bytes(path)
-    parsed = _parse(path, data)
+    parsed = parse_transcript(path, data)
     return TranscriptRead(path, parsed.header, tuple(parsed.entries), tuple(parsed.problems))
 
 
@@ -376,7 +172,7 @@ class Transcript:
         self._clock = clock
         self._id_factory = id_factory
         self._fsync = fsync
-        self._parsed: _Parsed | None = None
+        self._parsed: ParsedTranscript | None = None
         self._by_id: dict[str, Entry] = {}
         self._signature: tuple[int, int, int] | None = None
 
@@ -434,14 +230,14 @@ class Transcript:
 
     # ---- reading ------------------------------------------------------------------------------
 
-    def _load(self, data: bytes, signature: tuple[int, int, int]) -> _Parsed:
-        parsed = _parse(self._path, data)
+    def _load(self, data: bytes, signature: tuple[int, int, int]) -> ParsedTranscript:
+        parsed = parse_transcript(self._path, data)
         self._parsed = parsed
         self._by_id = {e.id: e for e in parsed.entries}
         self._signature = signature
         return parsed
 
-    def _refresh(self) -> _Parsed:
+    def _refresh(self) -> ParsedTranscript:
         """Re-read when the file changed since we last saw it (another writer appended)."""
         if self._parsed is not None:
             try:
@@ -548,6 +344,14 @@ class Transcript:
         assert isinstance(entry, CompactionEntry)
         return entry
 
+    def repair_header(self, session_key: str, *, created: str = "", cwd: str = "") -> CustomEntry:
+        """Stand in for a damaged header line (which stays as it is): a `session-header` entry that
+        readers use as the header, so the session keeps its key in every later rebuild."""
+        return self.append_custom(HEADER_REPAIR_TYPE, {
+            "version": TRANSCRIPT_VERSION, "id": _check_session_id(self._path.stem), "timestamp": created,
+            "cwd": cwd, "sessionKey": session_key,
+        })
+
     def append_custom(self, custom_type: str, data: Any = None) -> CustomEntry:
         entry = self._append({"type": "custom", "customType": custom_type, "data": data})
         assert isinstance(entry, CustomEntry)
@@ -615,10 +419,10 @@ class Transcript:
         finally:
             os.close(fd)  # also releases the flock
         # Re-parse only the line we wrote, so the in-memory view matches what a fresh read would give.
-        entry = _entry_from_json(json.loads(encoded), line)
+        entry = entry_from_json(json.loads(encoded), line)
         assert not isinstance(entry, str)
         if st.st_size == 0:
-            parsed.header = _header_from_json(json.loads(prefix)) or parsed.header
+            parsed.header = header_from_json(json.loads(prefix)) or parsed.header
             parsed.problems = [p for p in parsed.problems if p.line != 1]
         parsed.entries.append(entry)
         parsed.line_count = line

@@ -1,0 +1,255 @@
+"""Transcript lines as values (the header, message / compaction / custom entries) and the forgiving parse.
+
+Parsing never fails on a bad line: it becomes a TranscriptProblem with path and 1-based line number and
+is skipped. A damaged header (line 1) is replaced by the latest `session-header` custom entry when the
+session store has appended one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+TRANSCRIPT_VERSION = 1
+HEADER_REPAIR_TYPE = "session-header"  # custom entry standing in for a damaged line 1
+
+
+@dataclass(frozen=True)
+class TranscriptProblem:
+    """A line that could not be used; it was skipped, the rest of the transcript was loaded."""
+
+    path: Path
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}"
+
+
+@dataclass(frozen=True)
+class TranscriptHeader:
+    session_id: str
+    timestamp: str
+    cwd: str
+    version: int = TRANSCRIPT_VERSION
+    session_key: str | None = None
+    # True when line 1 was missing or unreadable and this header was inferred from the file name.
+    inferred: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        obj: dict[str, Any] = {
+            "type": "session",
+            "version": self.version,
+            "id": self.session_id,
+            "timestamp": self.timestamp,
+            "cwd": self.cwd,
+        }
+        if self.session_key is not None:
+            obj["sessionKey"] = self.session_key
+        return obj
+
+
+@dataclass(frozen=True)
+class MessageEntry:
+    type: ClassVar[str] = "message"
+    id: str
+    parent_id: str | None
+    timestamp: str
+    line: int  # 1-based line number in the JSONL file
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CompactionEntry:
+    type: ClassVar[str] = "compaction"
+    id: str
+    parent_id: str | None
+    timestamp: str
+    line: int
+    summary: str
+    first_kept_entry_id: str | None
+    tokens_before: int
+    tokens_after: int | None = None
+    details: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class CustomEntry:
+    type: ClassVar[str] = "custom"
+    id: str
+    parent_id: str | None
+    timestamp: str
+    line: int
+    custom_type: str
+    data: Any = None
+
+
+@dataclass(frozen=True)
+class UnknownEntry:
+    """An entry of a type this version does not know (written by a newer Hermit); kept, not dropped."""
+
+    id: str
+    parent_id: str | None
+    timestamp: str
+    line: int
+    entry_type: str
+    raw: dict[str, Any]
+
+    @property
+    def type(self) -> str:
+        return self.entry_type
+
+
+Entry = MessageEntry | CompactionEntry | CustomEntry | UnknownEntry
+
+
+@dataclass(frozen=True)
+class ContextView:
+    """What to rebuild model context from: the latest compaction summary (if any) plus the entries kept
+    verbatim — from its firstKeptEntryId onward, compaction entries excluded."""
+
+    compaction: CompactionEntry | None
+    entries: tuple[Entry, ...]
+    warning: str | None = None
+
+
+@dataclass(frozen=True)
+class TranscriptRead:
+    path: Path
+    header: TranscriptHeader
+    entries: tuple[Entry, ...]
+    problems: tuple[TranscriptProblem, ...]
+
+
+def _int_or(value: Any, default: int | None) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def entry_from_json(obj: dict[str, Any], line: int) -> Entry | str:
+    """The entry a parsed line describes, or a message saying why the line is unusable."""
+    entry_id = obj.get("id")
+    if not isinstance(entry_id, str) or not entry_id:
+        return "entry without a string 'id'"
+    parent = obj.get("parentId")
+    parent_id = parent if isinstance(parent, str) else None
+    stamp = obj.get("timestamp")
+    timestamp = stamp if isinstance(stamp, str) else ""
+    kind = obj.get("type")
+    if kind == "message":
+        message = obj.get("message")
+        if not isinstance(message, dict):
+            return f"message entry {entry_id!r} without a 'message' object"
+        return MessageEntry(entry_id, parent_id, timestamp, line, message)
+    if kind == "compaction":
+        summary = obj.get("summary")
+        if not isinstance(summary, str):
+            return f"compaction entry {entry_id!r} without a 'summary' string"
+        first_kept = obj.get("firstKeptEntryId")
+        details = obj.get("details")
+        return CompactionEntry(
+            entry_id,
+            parent_id,
+            timestamp,
+            line,
+            summary,
+            first_kept if isinstance(first_kept, str) else None,
+            _int_or(obj.get("tokensBefore"), 0) or 0,
+            _int_or(obj.get("tokensAfter"), None),
+            details if isinstance(details, dict) else None,
+        )
+    if kind == "custom":
+        custom_type = obj.get("customType")
+        if not isinstance(custom_type, str) or not custom_type:
+            return f"custom entry {entry_id!r} without a 'customType' string"
+        return CustomEntry(entry_id, parent_id, timestamp, line, custom_type, obj.get("data"))
+    if kind == "session":
+        return "a second session header (only line 1 may be one)"
+    if not isinstance(kind, str) or not kind:
+        return f"entry {entry_id!r} without a 'type'"
+    return UnknownEntry(entry_id, parent_id, timestamp, line, kind, obj)
+
+
+def header_from_json(obj: dict[str, Any]) -> TranscriptHeader | None:
+    if obj.get("type") != "session" or not isinstance(obj.get("id"), str):
+        return None
+    key = obj.get("sessionKey")
+    return TranscriptHeader(
+        session_id=obj["id"],
+        timestamp=obj["timestamp"] if isinstance(obj.get("timestamp"), str) else "",
+        cwd=obj["cwd"] if isinstance(obj.get("cwd"), str) else "",
+        version=_int_or(obj.get("version"), TRANSCRIPT_VERSION) or TRANSCRIPT_VERSION,
+        session_key=key if isinstance(key, str) else None,
+    )
+
+
+def _inferred_header(path: Path) -> TranscriptHeader:
+    return TranscriptHeader(session_id=path.stem, timestamp="", cwd="", inferred=True)
+
+
+@dataclass
+class ParsedTranscript:
+    header: TranscriptHeader
+    entries: list[Entry]
+    problems: list[TranscriptProblem]
+    line_count: int  # lines in the file, counting an unterminated last line
+    ends_clean: bool  # empty, or ends with a newline: the next append needs no leading newline
+
+
+def parse_transcript(path: Path, data: bytes) -> ParsedTranscript:
+    problems: list[TranscriptProblem] = []
+    entries: list[Entry] = []
+    seen: dict[str, int] = {}
+    header: TranscriptHeader | None = None
+    ends_clean = not data or data.endswith(b"\n")
+    lines = data.split(b"\n")
+    if ends_clean:
+        lines.pop()  # the empty string after the final newline (or of an empty file)
+    if not lines:
+        problems.append(TranscriptProblem(path, 1, "empty transcript: no session header"))
+    for number, raw in enumerate(lines, start=1):
+        torn = number == len(lines) and not ends_clean
+        if not raw.strip():
+            if number == 1:
+                problems.append(TranscriptProblem(path, 1, "blank first line: no session header"))
+            continue
+        try:
+            obj = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            why = "truncated last line (an interrupted write?)" if torn else "not valid JSON"
+            problems.append(TranscriptProblem(path, number, f"{why}: {exc}; line skipped"))
+            continue
+        if not isinstance(obj, dict):
+            problems.append(TranscriptProblem(path, number, "not a JSON object; line skipped"))
+            continue
+        if number == 1:
+            header = header_from_json(obj)
+            if header is not None:
+                continue
+            problems.append(TranscriptProblem(path, 1, "line 1 is not a session header"))
+        entry = entry_from_json(obj, number)
+        if isinstance(entry, str):
+            problems.append(TranscriptProblem(path, number, f"{entry}; line skipped"))
+            continue
+        if entry.id in seen:
+            problems.append(
+                TranscriptProblem(
+                    path, number, f"duplicate entry id {entry.id!r} (first on line {seen[entry.id]}); skipped"
+                )
+            )
+            continue
+        seen[entry.id] = number
+        entries.append(entry)
+    if header is None:
+        header = _repaired_header(entries)
+        if header is not None:  # line 1 is damaged, but the store already appended its replacement
+            problems = [p for p in problems if p.line != 1]
+    return ParsedTranscript(header or _inferred_header(path), entries, problems, len(lines), ends_clean)
+
+
+def _repaired_header(entries: list[Entry]) -> TranscriptHeader | None:
+    for entry in reversed(entries):
+        if isinstance(entry, CustomEntry) and entry.custom_type == HEADER_REPAIR_TYPE and isinstance(entry.data, dict):
+            return header_from_json({**entry.data, "type": "session"})
+    return None
