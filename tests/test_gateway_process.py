@@ -34,6 +34,15 @@ def events_until(ws: Any, name: str, timeout: float = 30) -> list[dict[str, Any]
     raise AssertionError(f"no {name} event: {seen}")
 
 
+def sigterm_mid_turn(gw: GatewayProcess, ws: Any, text: str) -> float:
+    """Send a message, wait until its turn runs, SIGTERM the gateway; returns when the signal was sent."""
+    hello(ws, gw)
+    ws.send(json.dumps({"type": "req", "id": "m1", "method": "chat.send", "params": {"text": text}}))
+    events_until(ws, "chat.typing")  # the turn is running
+    gw.proc.send_signal(signal.SIGTERM)
+    return time.monotonic()
+
+
 def test_sigterm_during_a_turn_lets_it_finish_within_the_grace_period(tmp_path: Path) -> None:
     with FakeProvider([{"text": "A considered answer, streamed after some thought.", "delay": 1.5}]) as fake:
         write_config(tmp_path, fake.openai_base_url, grace=20)
@@ -41,11 +50,7 @@ def test_sigterm_during_a_turn_lets_it_finish_within_the_grace_period(tmp_path: 
         try:
             gw.wait_ready()
             with connect(gw.ws_url, open_timeout=10) as ws:
-                hello(ws, gw)
-                ws.send(json.dumps({"type": "req", "id": "m1", "method": "chat.send", "params": {"text": "think"}}))
-                events_until(ws, "chat.typing")  # the turn is running
-                t0 = time.monotonic()
-                gw.proc.send_signal(signal.SIGTERM)
+                t0 = sigterm_mid_turn(gw, ws, "think")
                 frames = events_until(ws, "chat.done")
             assert frames[-1]["payload"]["status"] == "done"
             assert "".join(f["payload"]["text"] for f in frames if f.get("event") == "chat.delta").startswith("A considered")
@@ -66,11 +71,7 @@ def test_sigterm_past_the_grace_period_marks_the_turn_interrupted_and_exits_0(tm
         try:
             gw.wait_ready()
             with connect(gw.ws_url, open_timeout=10) as ws:
-                hello(ws, gw)
-                ws.send(json.dumps({"type": "req", "id": "m1", "method": "chat.send", "params": {"text": "think hard"}}))
-                events_until(ws, "chat.typing")
-                t0 = time.monotonic()
-                gw.proc.send_signal(signal.SIGTERM)
+                t0 = sigterm_mid_turn(gw, ws, "think hard")
                 assert gw.proc.wait(15) == 0
             elapsed = time.monotonic() - t0
         finally:

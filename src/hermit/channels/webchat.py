@@ -84,7 +84,6 @@ class WebchatChannel:
         self._clients.clear()
 
     def status(self) -> ChannelStatus:
-        self._status.last_error = None
         return self._status
 
     def clients(self) -> int:

@@ -3,7 +3,7 @@ to the event loop in order.
 
 AgentRuntime is synchronous (SQLite, the embedding model, HTTP to the provider), so a turn runs in its
 own daemon thread and the loop only awaits its result. Daemon threads rather than the loop's default
-executor: at shutdown a turn blocked in a provider call that ignores its cancel event must not hold
+executor: at shutdown a turn blocked in a provider call that ignores its cancel token must not hold
 the process open; the gateway marks such a turn interrupted in its transcript itself and exits.
 """
 
@@ -115,7 +115,7 @@ class AgentHost:
         return len(self.running)
 
     def mark_stuck_interrupted(self) -> list[str]:
-        """For turns still blocked after their cancel event was set (a provider call that does not
+        """For turns still blocked after their cancel token was cancelled (a call that does not
         return): write the `interrupted` entry the runtime would have written, so the transcript says
         the turn did not finish. Returns the affected session keys."""
         keys = []

@@ -2,9 +2,10 @@
 them until SIGTERM/SIGINT, then shuts down in order.
 
 Shutdown: stop taking messages (new ones are answered "not processed"), let running turns finish for
-`gateway.shutdown_grace_seconds`, then set their cancel events and give them a few seconds to stop
-between steps (the runtime records an `interrupted` entry); a turn still blocked in a provider call
-after that is marked interrupted here and abandoned with its daemon thread. Then services and
+`gateway.shutdown_grace_seconds`, then cancel their tokens (checked between steps, and the transport
+ends a provider call in flight) and give them a few seconds to stop (the runtime records an
+`interrupted` entry); a turn still not done after that is marked interrupted here and abandoned with
+its daemon thread. Then services and
 channels stop, the HTTP server closes, runtimes close and the lock is released; the exit code is 0.
 A second signal skips the grace period.
 """
