@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+from pathlib import Path
 
 import pytest
 import regex
@@ -153,3 +155,22 @@ def test_properties(text: str, max_chars: int, max_lines: int | None) -> None:
     joined = no_space("".join(chunks))
     it = iter(joined)
     assert all(ch in it for ch in no_space(text))
+
+
+def test_the_gateway_delivers_a_long_fenced_reply_in_valid_chunks(tmp_path: Path) -> None:
+    from gatewayhelpers import RecordingChannel, inbound, make_bus, runtime
+
+    reply = "Here you go:\n\n```python\n" + "\n".join(f"print({i})" for i in range(30)) + "\n```\n\nDone."
+    ch = RecordingChannel(max_chars=120)
+    bus = make_bus(runtime(tmp_path, lambda req: reply), ch)
+
+    async def main() -> None:
+        await bus.publish(inbound("code please"))
+        await bus.drain(10)
+
+    asyncio.run(main())
+    parts = [m.text for m in ch.messages()]
+    assert parts[0] == "Here you go:" and parts[-1].endswith("```\n\nDone.")
+    assert all(len(p) <= 120 and fences_balanced(p) for p in parts)
+    code = [line for p in parts[1:] for line in p.split("\n") if line.startswith("print(")]
+    assert code == [f"print({i})" for i in range(30)]

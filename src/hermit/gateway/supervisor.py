@@ -72,8 +72,8 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def split_chunks(text: str, max_chars: int, max_lines: int | None = None) -> list[str]:
-    """Stand-in until channels.chunking lands: hard splits at the character limit."""
-    return [text[i:i + max_chars] for i in range(0, len(text), max_chars)]
+    """Replies at the channel's limits: paragraphs first, never inside a code fence or an emoji."""
+    return chunk_text(text, max_chars, max_lines)
 
 
 def route_with(router: Router) -> Callable[[InboundMessage], Routed]:
