@@ -35,7 +35,7 @@ def test_setup_runtime_mode_and_stamps(tmp_path: Path) -> None:
     repo, log = _fake_repo(tmp_path)
     assert _setup(repo, log, "--runtime")[-1] == "-m pip install --quiet -e ."
     assert _setup(repo, log, "--runtime") == []  # up to date
-    assert _setup(repo, log)[-1] == "-m pip install --quiet -e .[dev,minilm,mcp]"  # the full install adds extras
+    assert _setup(repo, log)[-1] == "-m pip install --quiet -e .[dev,minilm,mcp,channels]"  # the full install adds extras
     assert _setup(repo, log, "--runtime") == [] and _setup(repo, log) == []  # full satisfies runtime
     stamp = repo / ".venv" / ".hermit-installed"
     stamp.write_text(stamp.read_text().split()[0] + "\n")  # a stamp from before modes = a full install
