@@ -12,7 +12,8 @@ from typing import Any
 
 import httpx
 
-from hermit.testing.fake_discord import BOT_ID, FakeDiscord, patch_discord, unpatch
+from hermit.testing.fake_discord import BOT_ID, FakeDiscord
+from hermit.testing.fake_platform import FakePlatform
 from hermit.testing.fake_slack import BOT_USER, FakeSlack
 from hermit.testing.fake_telegram import FakeTelegram
 from hermit.testing.fake_whatsapp import FakeWhatsApp, sign, text_message, webhook_body
@@ -27,10 +28,15 @@ class Driver:
         self.accounts = accounts
         self.env: dict[str, str] = {}
         self.gateway_url = ""  # set once the gateway listens (webhook platforms post there)
+        self.servers: list[FakePlatform] = []  # one fake bot per account, or one fake for all
 
-    async def start(self) -> None: ...
+    async def start(self) -> None:
+        for f in self.servers:
+            await f.start()
 
-    async def stop(self) -> None: ...
+    async def stop(self) -> None:
+        for f in self.servers:
+            await f.stop()
 
     def account_config(self, account: str) -> dict[str, Any]:
         """Platform settings of `account` (secrets by env var name), merged with the test's access policy."""
@@ -56,15 +62,8 @@ class TelegramDriver(Driver):
     def __init__(self, accounts: list[str]) -> None:
         super().__init__(accounts)
         self.fakes = {a: FakeTelegram(f"{i + 1}:TOKEN{a.upper()}") for i, a in enumerate(accounts)}
+        self.servers = list(self.fakes.values())
         self.env = {f"TG_{a.upper()}": f.token for a, f in self.fakes.items()}
-
-    async def start(self) -> None:
-        for f in self.fakes.values():
-            await f.start()
-
-    async def stop(self) -> None:
-        for f in self.fakes.values():
-            await f.stop()
 
     def account_config(self, account: str) -> dict[str, Any]:
         return {"token_env": f"TG_{account.upper()}", "api_base": self.fakes[account].base_url,
@@ -88,18 +87,10 @@ class SlackDriver(Driver):
     def __init__(self, accounts: list[str]) -> None:
         super().__init__(accounts)
         self.fakes = {a: FakeSlack(f"xoxb-{a}", f"xapp-{a}") for a in accounts}
-        self.env = {}
+        self.servers = list(self.fakes.values())
         for a, f in self.fakes.items():
             self.env[f"SLACK_BOT_{a.upper()}"] = f.bot_token
             self.env[f"SLACK_APP_{a.upper()}"] = f.app_token
-
-    async def start(self) -> None:
-        for f in self.fakes.values():
-            await f.start()
-
-    async def stop(self) -> None:
-        for f in self.fakes.values():
-            await f.stop()
 
     def account_config(self, account: str) -> dict[str, Any]:
         return {"mode": "socket", "bot_token_env": f"SLACK_BOT_{account.upper()}",
@@ -134,17 +125,8 @@ class DiscordDriver(Driver):
         self.tokens = {a: f"discord-token-{a}" for a in accounts}
         first, *rest = self.tokens.values()
         self.fake = FakeDiscord(first, more_tokens=tuple(rest))
+        self.servers = [self.fake]
         self.env = {f"DISCORD_{a.upper()}": t for a, t in self.tokens.items()}
-        self._old: Any = None
-
-    async def start(self) -> None:
-        await self.fake.start()
-        self._old = patch_discord(self.fake)  # the gateway runs in this process for Discord
-
-    async def stop(self) -> None:
-        if self._old is not None:
-            unpatch(self._old)
-        await self.fake.stop()
 
     def account_config(self, account: str) -> dict[str, Any]:
         return {"token_env": f"DISCORD_{account.upper()}"}
@@ -172,20 +154,12 @@ class WhatsAppDriver(Driver):
     def __init__(self, accounts: list[str]) -> None:
         super().__init__(accounts)
         self.fakes = {a: FakeWhatsApp(f"EAAG-{a}") for a in accounts}
-        self.env = {}
+        self.servers = list(self.fakes.values())
         for a, f in self.fakes.items():
             self.env[f"WA_TOKEN_{a.upper()}"] = f.access_token
             self.env[f"WA_SECRET_{a.upper()}"] = f"secret-{a}"
             self.env[f"WA_VERIFY_{a.upper()}"] = f"verify-{a}"
         self._n = 0
-
-    async def start(self) -> None:
-        for f in self.fakes.values():
-            await f.start()
-
-    async def stop(self) -> None:
-        for f in self.fakes.values():
-            await f.stop()
 
     def account_config(self, account: str) -> dict[str, Any]:
         u = account.upper()
