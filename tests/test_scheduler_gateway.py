@@ -16,9 +16,11 @@ from hermit.agent.runtime import AgentRuntime
 from hermit.channels.base import OutboundMessage
 from hermit.config.load import build_config
 from hermit.config.paths import StatePaths
+from hermit.gateway.history import chat_history
 from hermit.gateway.supervisor import Gateway
 from hermit.models.base import ModelRequest
 from hermit.scheduler import CronJobs, SchedulerService
+from hermit.sessions.keys import main_session_key
 from hermit.testing.scripted import FunctionModel, Reply
 
 TOKEN = "t" * 40
@@ -106,6 +108,11 @@ def test_a_delivered_isolated_job_and_heartbeats_end_to_end_in_the_gateway(tmp_p
                                                                                      "cron:standup")
     assert "standup" not in {j.id for j in CronJobs(home, loaded).load().jobs}  # a one-shot, done
     assert heartbeats() == 2
+    # The web chat's history of the main session does not show the heartbeat prompts or HEARTBEAT_OK either.
+    shown = [(m["role"], m["text"]) for m in chat_history(rt.store, main_session_key("main"), 50)["messages"]]
+    assert shown == [("assistant", "The passport renewal is due tomorrow and nothing is booked.")]
+    record = rt.store.get(main_session_key("main"))
+    assert record is not None and "HEARTBEAT_OK" in rt.store.transcript_path(record.session_id).read_text()  # kept
     sched = status["services"]["scheduler"]  # type: ignore[index]
     main = sched["agents"]["main"]
     assert sched["ticker"] == "ok" and main["next_job"]["id"] == "weekly"
