@@ -31,7 +31,7 @@ from hermit.scheduler.heartbeat import HeartbeatOutcome, heartbeat_target, run_h
 from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.jobs import Job
 from hermit.scheduler.runner import RunHandle, execute, finish, new_handle, session_starter
-from hermit.scheduler.schedule import resolve_zone
+from hermit.scheduler.schedule import Zone, resolve_zone
 from hermit.scheduler.store import JobFile, RunRecord, Trigger
 from hermit.sessions.transcript import Clock, utc_now
 
@@ -209,7 +209,7 @@ class SchedulerService:
         self._finish(job, record, zone)
         self.wake()
 
-    def _finish(self, job: Job, record: RunRecord, zone: Any) -> None:
+    def _finish(self, job: Job, record: RunRecord, zone: Zone) -> None:
         try:
             finish(self.jobs.store, job, record, self.clock(), zone)
         except (HermitError, OSError) as e:
