@@ -77,3 +77,19 @@ def test_add_list_update_run_runs_and_remove_through_a_turn(tmp_path: Path) -> N
     assert outs[3]["jobs"] == 1 and outs[3]["next"]["at"] == "2026-06-01T10:00:00+02:00"
     assert "remove needs the job's `id`" in outs[4]
     assert outs[5] == {"removed": job_id} and jobs.load().jobs == ()
+
+
+def test_an_at_time_that_has_passed_is_refused_with_the_time_in_the_jobs_zone(tmp_path: Path) -> None:
+    from hermit.errors import JobError
+
+    _, _, jobs = setup(tmp_path, [])
+    try:
+        jobs.add({"schedule": {"kind": "at", "at": "2026-06-01T08:00"}, "message": "too late"})
+    except JobError as e:
+        assert "2026-06-01T08:00:00+02:00 in Europe/Berlin" in e.message and "has already passed" in e.message
+        assert "future time" in e.hint
+    else:
+        raise AssertionError("a past `at` time was accepted")
+    assert jobs.load().jobs == ()
+    added = jobs.add({"schedule": {"kind": "at", "at": "2026-06-01T09:30"}, "message": "soon"})
+    assert added["next_runs"] == ["2026-06-01T09:30:00+02:00"]  # a one-shot has one run

@@ -262,3 +262,18 @@ def test_the_service_has_the_gateway_service_shape(tmp_path: Path) -> None:
     r = rig(tmp_path / "home", START)
     assert isinstance(r.service, SchedulerService) and r.service.name == "scheduler"
     assert callable(r.service.start) and callable(r.service.stop) and isinstance(r.service.status(), dict)
+
+
+async def test_the_real_timer_loop_runs_a_queued_job_when_woken(tmp_path: Path) -> None:
+    r = rig(tmp_path / "home", START, echo, defaults={"heartbeat": {"every_minutes": 0}})
+    add(r, "j-now", {"kind": "cron", "expr": "0 9 * * *"})
+    await r.service.start()  # the loop task: it plans, then waits up to 30 s or until woken
+    r.service.jobs.request_run("j-now")
+    for _ in range(500):  # real progress of the loop task, not a schedule wait: a few loop turns
+        if r.service.jobs.store.runs("j-now"):
+            break
+        await asyncio.sleep(0.01)
+    [run] = r.service.jobs.store.runs("j-now")
+    assert run["trigger"] == "manual" and run["status"] == "ok"
+    await asyncio.wait_for(r.service.stop(), 10)  # stop() must not hang on a wake racing the cancellation
+    assert r.service.status()["ticker"].startswith("stopped")

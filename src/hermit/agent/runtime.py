@@ -353,6 +353,8 @@ class AgentRuntime:
     def _run(self, turn: TurnContext, text: str, on_event: EventSink | None, *, stream: bool | None,
              heartbeat: bool, read_only: bool, notes: TurnNotes, cancel: CancelToken | None = None) -> LoopResult:
         transcript = self.store.open_transcript(turn.record)
+        if heartbeat:  # marks the background exchange that follows, so a chat history can hide its prompt
+            transcript.append_custom("heartbeat")
         current = [turn]  # replaced when an overflow is recovered by compaction
 
         def record(message: Message) -> None:

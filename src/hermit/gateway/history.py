@@ -11,6 +11,7 @@ from typing import Any
 
 from hermit.agent.context import is_silent
 from hermit.messages import stored_text
+from hermit.scheduler.heartbeat import DEFAULT_ACK_MAX_CHARS, strip_heartbeat_token
 from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.store import SessionStore
 from hermit.sessions.transcript import CustomEntry, MessageEntry, format_timestamp, read_transcript
@@ -38,9 +39,12 @@ def chat_history(store: SessionStore, session_key: str, limit: int) -> dict[str,
     items: list[dict[str, Any]] = []
     tools: dict[str, dict[str, Any]] = {}
     carried: list[dict[str, Any]] = []  # calls of tool-only assistant messages, shown on the next reply
+    background = 0  # after a `heartbeat` marker: 1 hides its prompt, 2 hides acknowledgements (HEARTBEAT_OK)
     for entry in read.entries:
         if isinstance(entry, CustomEntry):
-            if entry.custom_type == "interrupted":
+            if entry.custom_type == "heartbeat":
+                background = 1
+            elif entry.custom_type == "interrupted":
                 items.append({"role": "notice", "text": "(this reply was interrupted when the gateway stopped)",
                               "timestamp": entry.timestamp})
             continue
@@ -55,7 +59,15 @@ def chat_history(store: SessionStore, session_key: str, limit: int) -> dict[str,
             continue
         if role not in ("user", "assistant"):
             continue
+        if role == "user":
+            background = 2 if background == 1 else 0
+            if background:
+                continue
         item: dict[str, Any] = {"role": role, "text": stored_text(m), "timestamp": entry.timestamp}
+        if background and role == "assistant":
+            item["text"] = strip_heartbeat_token(item["text"], DEFAULT_ACK_MAX_CHARS) or ""
+            if not item["text"]:
+                continue  # an acknowledgement or a tool step of a heartbeat: no channel ever saw it
         if role == "assistant":
             calls = []
             for part in m.get("content") or []:

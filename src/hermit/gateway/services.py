@@ -52,7 +52,9 @@ class ServiceContext:
 
 
 # "module:function" entries; the scheduler adds its own line here.
-SERVICE_FACTORIES: list[str] = []
+SERVICE_FACTORIES: list[str] = [
+    "hermit.scheduler.service:gateway_service",  # cron jobs and heartbeats (hermit.scheduler)
+]
 
 
 def build_services(ctx: ServiceContext, factories: list[str] | None = None) -> list[Service]:

@@ -26,6 +26,7 @@ from hermit.sessions.keys import main_session_key
 
 HEARTBEAT_FILE = "HEARTBEAT.md"
 HEARTBEAT_TOKEN = "HEARTBEAT_OK"
+DEFAULT_ACK_MAX_CHARS = 300
 
 _EMPTY_LINE = re.compile(r"^\s*(#.*|[-*+]\s*(\[[ xX]?\])?\s*|<!--.*-->\s*)?$")
 _TOKEN_EDGE = re.compile(rf"^\W*{HEARTBEAT_TOKEN}\W*|\W*{HEARTBEAT_TOKEN}\W*$")

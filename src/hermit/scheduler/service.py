@@ -31,7 +31,7 @@ from hermit.scheduler.heartbeat import HeartbeatOutcome, heartbeat_target, run_h
 from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.jobs import Job
 from hermit.scheduler.runner import RunHandle, execute, finish, new_handle, session_starter
-from hermit.scheduler.schedule import resolve_zone
+from hermit.scheduler.schedule import Zone, resolve_zone
 from hermit.scheduler.store import JobFile, RunRecord, Trigger
 from hermit.sessions.transcript import Clock, utc_now
 
@@ -84,6 +84,7 @@ class SchedulerService:
                                              if a.settings.heartbeat.every_minutes > 0 else None)
                             for a in loaded.agents}
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake_event: asyncio.Event | None = None
         self.started_at: datetime | None = None
@@ -95,6 +96,7 @@ class SchedulerService:
         """Plan heartbeats and jobs from now; `run_loop=False` leaves ticking to the caller (tests)."""
         self._loop = asyncio.get_running_loop()
         self._wake_event = asyncio.Event()
+        self._stopping = False
         now = self.clock()
         self.started_at = now
         for hb in self._heartbeats.values():
@@ -105,6 +107,7 @@ class SchedulerService:
             self._task = asyncio.create_task(self._run_forever(), name="hermit-scheduler")
 
     async def stop(self) -> None:
+        self._stopping = True
         tasks = [r.task for r in self._runs.values()]
         tasks += [hb.task for hb in self._heartbeats.values() if hb.task is not None]
         if self._task is not None:
@@ -124,7 +127,7 @@ class SchedulerService:
 
     async def _run_forever(self) -> None:
         assert self._wake_event is not None
-        while True:
+        while not self._stopping:
             self._wake_event.clear()
             try:
                 wake_at = await self.tick()
@@ -132,8 +135,11 @@ class SchedulerService:
                 log.exception("scheduler tick failed; retrying in 5 s")
                 wake_at = self.clock() + timedelta(seconds=5)
             delay = min(max((wake_at - self.clock()).total_seconds(), 0.0), self.max_sleep)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that arrives as
+            # the event is set, and stop() would wait forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake_event.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._wake_event.wait()
 
     # ---- the tick --------------------------------------------------------------------------------
 
@@ -203,7 +209,7 @@ class SchedulerService:
         self._finish(job, record, zone)
         self.wake()
 
-    def _finish(self, job: Job, record: RunRecord, zone: Any) -> None:
+    def _finish(self, job: Job, record: RunRecord, zone: Zone) -> None:
         try:
             finish(self.jobs.store, job, record, self.clock(), zone)
         except (HermitError, OSError) as e:
