@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermit.errors import PathPolicyError
+from hermit.memory.privacy import is_hard_linked, is_same_file
 
 SANDBOX_RULE = ("sandbox rule: in this session, tools may only use paths inside the workspace {ws} "
                 "(checked after resolving '..', '~' and symlinks)")
@@ -52,7 +53,8 @@ class PathResolver:
     workspace: Path
     confined: bool
     home: Path | None = None
-    # Files no tool may touch in this session (MEMORY.md outside the main session), resolved paths.
+    # Files no tool may touch in this session (MEMORY.md outside the main session), resolved paths;
+    # matched by identity, and when any are hidden, hard-linked files are refused too.
     hidden: frozenset[Path] = frozenset()
 
     @property
@@ -88,9 +90,16 @@ class PathResolver:
         return ResolvedPath(real, self.shown(real))
 
     def _check_hidden(self, raw: str, real: Path) -> None:
-        if real in self.hidden:
+        # By file identity, not name: a hard link is MEMORY.md under another name (memory/privacy.py).
+        if not self.hidden:
+            return
+        if real in self.hidden or is_same_file(real, self.hidden):
             raise PathPolicyError(f"{raw!r} is private long-term memory and is not available in this session",
                                   PRIVACY_RULE)
+        if is_hard_linked(real):
+            raise PathPolicyError(f"{raw!r} is a hard-linked file, which may be private long-term memory under "
+                                  "another name; it is not available in this session",
+                                  PRIVACY_RULE + "; the owner can remove the extra link")
 
     def shown(self, real: Path) -> str:
         root = self.root
