@@ -346,3 +346,31 @@ def test_doctor_says_whether_non_main_sessions_get_exec() -> None:
     assert isinstance(missing, Check) and missing.status == "warn"
     assert "exec is not offered to non-main sessions" in missing.detail and "apt-get install bubblewrap" in missing.fix
     assert "non-main sessions run exec sandboxed" in str(describe(need_sandbox()))
+
+
+def test_sandboxed_exec_limits_memory_file_size_and_time(tmp_path: Path) -> None:
+    import subprocess
+
+    from hermit.messages import ToolCallPart
+    from hermit.tools import ExecTool, OsSandbox, PathResolver, ToolRunner
+    from hermit.tools.os_sandbox import SandboxLimits
+
+    backend = need_sandbox()
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    jail = OsSandbox(backend, ws, limits=SandboxLimits(memory_mb=256, max_file_mb=1), scratch=tmp_path / "scratch")
+    runner = ToolRunner(ExecTool(PathResolver(ws, True, None, frozenset({ws / "MEMORY.md"})), sandbox=jail).tools())
+
+    def run(command: str, **kw: Any) -> tuple[str, bool]:
+        res = runner.run(ToolCallPart("c", "exec", {"command": command, **kw})).result
+        return res.content, res.is_error
+
+    text, _ = run("python3 -c 'x = bytearray(600 * 1024 * 1024); print(\"allocated\")'")
+    assert "MemoryError" in text and "allocated" not in text
+    text, _ = run("head -c 5000000 /dev/zero > big.bin; wc -c < big.bin")
+    assert text.rstrip().endswith("1048576")  # cut at the 1 MB file-size limit
+    text, err = run("(sleep 41.5 &); sleep 42.5", timeout=1)
+    assert err and "timed out after 1s" in text
+    left = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    assert "sleep 41.5" not in left and "sleep 42.5" not in left  # the whole sandbox died with it
+    assert (ws / "MEMORY.md").read_text() == ""  # the stand-in's mount point: an empty file, as init makes

@@ -6,9 +6,12 @@ workspace or something inside it (SPEC §12); anything else is a PathPolicyError
 
 exec is checked the same way on a best-effort basis: the command line is tokenised like a shell
 would, and every path-like word (absolute, `~`, or containing `..`) must resolve inside the
-workspace, except programs found on PATH in command position and a few /dev files. This stops the
-model from wandering into another agent's files by accident or by prompt injection; it is not an
-OS-level jail (a determined command can still compute a path at run time), and the README says so.
+workspace, except programs found on PATH in command position and a few /dev files. That check only
+gives a clear early message: a command can compute a path at run time, so a confined session's exec
+also runs inside the OS sandbox (os_sandbox.py), which is the guarantee.
+
+Hidden files (MEMORY.md outside the main session) are matched by file identity, and while any are
+hidden, hard-linked files are refused too: a hard link is the same file under another name.
 """
 
 from __future__ import annotations
