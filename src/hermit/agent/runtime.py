@@ -292,12 +292,16 @@ class AgentRuntime:
         old = self.store.get(session_key)
         saved: Path | None = None
         hook = self.agent.settings.session.hooks.session_memory
-        if old is not None and hook.enabled:
+        private = includes_long_term_memory(session_key)
+        # Another person's session writes memory like any of its tools would: marked, or not at all.
+        allowed = private or self.agent.settings.sandbox.memory_writes == "all"
+        if old is not None and hook.enabled and allowed:
             try:
                 saved = save_session_memory(
                     transcript=self.store.transcript_path(old.session_id), record=old,
                     workspace=self.agent.workspace, cfg=hook, model=self.model, now=self.clock(),
-                    tz=self.timezone, tz_name=self.timezone_name, reason=reason)
+                    tz=self.timezone, tz_name=self.timezone_name, reason=reason,
+                    origin=None if private else session_origin(session_key, self._senders.get(session_key)))
             except (HermitError, OSError) as e:  # the new session must start anyway
                 notes.warnings.append(f"could not save the last session to memory: {e}")
                 log.warning("session-memory hook failed for %s: %s", session_key, e)
