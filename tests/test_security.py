@@ -393,3 +393,33 @@ def test_session_memory_hook_of_a_group_is_marked_or_skipped(home: Path, memory_
     blocks = origin_blocks(text)
     assert len(blocks) == 1 and blocks[0].origin.sender == "mallory" and blocks[0].origin.group == "-100200"
     assert text.count("<!-- /origin -->") == 1 and "wifi password" in text.split("<!-- /origin -->")[0]
+
+
+def test_hard_linked_programs_outside_the_workspace_still_run(tmp_path: Path) -> None:
+    from hermit.tools import PathResolver
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    write(ws / "MEMORY.md", MEMORY)
+    outside = write(tmp_path / "tool.sh", "#!/bin/sh\n")
+    os.link(outside, tmp_path / "tool2.sh")  # like /usr/bin/perl and perl5.x on Debian
+    paths = PathResolver(ws, True, None, frozenset({ws / "MEMORY.md"}))
+    paths.check_command(f"{outside} --version", [tmp_path])
+    os.link(ws / "MEMORY.md", ws / "twin.md")
+    with pytest.raises(Exception, match="private long-term memory"):
+        paths.resolve("twin.md")
+
+
+def test_macos_profile_denies_network_memory_and_writes_to_memory_dir(tmp_path: Path) -> None:
+    from hermit.tools import OsSandbox
+
+    ws = tmp_path / "ws"
+    write(ws / "memory" / "a.md", "x\n")
+    write(ws / "AGENTS.md", "x\n")
+    profile = OsSandbox(Backend("sandbox-exec", "/usr/bin/sandbox-exec", "test"), ws).macos_profile()
+    root = str(ws.resolve())
+    assert profile.startswith("(version 1)\n(deny default)") and profile.rstrip().endswith("(deny network*)")
+    assert f'(deny file-read* file-write* (literal "{root}/MEMORY.md"))' in profile
+    assert f'(subpath "{root}/memory")' in profile and f'(literal "{root}/AGENTS.md")' in profile
+    argv = OsSandbox(Backend("sandbox-exec", "/usr/bin/sandbox-exec", "test"), ws).wrap(["/bin/sh", "-c", "ls"], ws)
+    assert argv[:2] == ["/usr/bin/sandbox-exec", "-p"] and argv[-3:] == ["/bin/sh", "-c", "ls"]

@@ -99,7 +99,7 @@ class PathResolver:
         if real in self.hidden or is_same_file(real, self.hidden):
             raise PathPolicyError(f"{raw!r} is private long-term memory and is not available in this session",
                                   PRIVACY_RULE)
-        if is_hard_linked(real):
+        if is_within(real, self.root) and is_hard_linked(real):  # system files (perl) may be hard-linked
             raise PathPolicyError(f"{raw!r} is a hard-linked file, which may be private long-term memory under "
                                   "another name; it is not available in this session",
                                   PRIVACY_RULE + "; the owner can remove the extra link")
