@@ -423,3 +423,16 @@ def test_macos_profile_denies_network_memory_and_writes_to_memory_dir(tmp_path: 
     assert f'(subpath "{root}/memory")' in profile and f'(literal "{root}/AGENTS.md")' in profile
     argv = OsSandbox(Backend("sandbox-exec", "/usr/bin/sandbox-exec", "test"), ws).wrap(["/bin/sh", "-c", "ls"], ws)
     assert argv[:2] == ["/usr/bin/sandbox-exec", "-p"] and argv[-3:] == ["/bin/sh", "-c", "ls"]
+
+
+def test_a_symlinked_memory_dir_is_read_only_in_the_sandbox_too(tmp_path: Path) -> None:
+    from hermit.messages import ToolCallPart
+    from hermit.tools import ExecTool, OsSandbox, PathResolver, ToolRunner
+
+    ws = tmp_path / "ws"
+    write(ws / "notes" / f"{TODAY}.md", DAILY)
+    os.symlink("notes", ws / "memory")
+    runner = ToolRunner(ExecTool(PathResolver(ws, True, None, frozenset({ws / "MEMORY.md"})),
+                                 sandbox=OsSandbox(need_sandbox(), ws, scratch=tmp_path / "s")).tools())
+    res = runner.run(ToolCallPart("c", "exec", {"command": f"bash -c 'echo x > notes/{TODAY}.md'"})).result
+    assert "Read-only file system" in res.content and (ws / "notes" / f"{TODAY}.md").read_text() == DAILY

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from hermit.errors import ToolError
 from hermit.memory.privacy import is_hard_linked
+from hermit.tools.sandbox import is_within
 from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -151,7 +152,10 @@ class OsSandbox:
         out = [root / "memory"] + [root / name for name in BOOTSTRAP_ORDER]
         if not self.hide_memory:
             out.append(root / MEMORY_FILE)
-        return [p for p in out if p.exists() and not p.is_symlink()]
+        # A symlinked memory/ (into the workspace) is protected where it really is; a link leading out of
+        # the workspace points at nothing inside the sandbox.
+        real = [p.resolve() if p.is_symlink() else p for p in out]
+        return sorted({p for p in real if p.exists() and is_within(p, root)})
 
     def absent_protected(self) -> list[Path]:
         """Instruction files that do not exist yet: a bind needs an existing file, so these are checked after."""
