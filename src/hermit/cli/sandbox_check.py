@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hermit.cli.checks import Check, check
 from hermit.cli.context import CliContext
-from hermit.tools.os_sandbox import Backend, detect
+
+if TYPE_CHECKING:
+    from hermit.tools.os_sandbox import Backend
 
 FIX = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) to give them a sandboxed exec"
 
@@ -18,4 +22,6 @@ def describe(backend: Backend) -> str | Check:
 
 @check("exec sandbox", fix=FIX)
 def exec_sandbox(ctx: CliContext) -> str | Check:
+    from hermit.tools.os_sandbox import detect  # the tools package is heavy: only when doctor runs
+
     return describe(detect())
