@@ -85,7 +85,9 @@ def test_exec_does_not_see_hermits_provider_keys(tmp_path: Path) -> None:
                       env={"OPENAI_API_KEY": "sk-secret-123", "ANTHROPIC_API_KEY": "sk-ant-456", "MY_VAR": "visible"})
     assert proc.returncode == 0, proc.stderr
     output = json.dumps(fake.requests[1].body)
-    assert "MY_VAR=visible" in output and "sk-secret-123" not in output and "sk-ant-456" not in output
+    # A whitelist, not a blacklist: other secrets in the environment stay out too.
+    assert "PATH=" in output and "sk-secret-123" not in output and "sk-ant-456" not in output
+    assert "MY_VAR" not in output
 
 
 def test_hermit_agent_reports_provider_errors_without_traceback(tmp_path: Path) -> None:

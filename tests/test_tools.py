@@ -22,11 +22,13 @@ from hermit.tools import (
     ExecTool,
     FileTools,
     MemoryTools,
+    OsSandbox,
     PathResolver,
     ToolRunner,
     build_toolset,
     make_tool,
 )
+from hermit.tools.os_sandbox import Backend
 
 
 def call(runner: ToolRunner, name: str, **arguments: Any) -> tuple[str, bool]:
@@ -177,9 +179,9 @@ def test_append_only_policy(ws: Path) -> None:
     assert not call(r, "write", path="memory/2026-01-20.md", content="- first\n- second\n")[1]
     assert not call(r, "edit", path="memory/2026-01-20.md", old="- second\n", new="- second\n- third\n")[1]
     text, err = call(r, "write", path="memory/2026-01-20.md", content="- replaced\n")
-    assert err and "append only" in text
+    assert err and "append" in text  # the daily-log rule or the flush policy
     text, err = call(r, "edit", path="memory/2026-01-20.md", old="first", new="1st")
-    assert err and "append only" in text
+    assert err and "append" in text  # the daily-log rule or the flush policy
     text, err = call(r, "write", path="MEMORY.md", content="# long term\nmore\n")
     assert err and "only appending to 2026-01-20.md" in text
     assert daily.read_text() == "- first\n- second\n- third\n" and (ws / "MEMORY.md").read_text() == "# long term\n"
@@ -324,9 +326,14 @@ def test_memory_tools_withhold_memory_md_outside_the_main_session(memory: Memory
 
 
 def test_build_toolset(ws: Path, memory: MemoryService) -> None:
-    assert build_toolset(ws, confined=True, memory=memory).names == (
+    assert build_toolset(ws, confined=False, memory=memory).names == (
         "read", "write", "edit", "exec", "memory_search", "memory_get")
-    assert build_toolset(ws, confined=True, exec_enabled=False).names == ("read", "write", "edit")
+    jail = OsSandbox(Backend("bwrap", "/usr/bin/bwrap", "test"), ws)
+    assert "exec" in build_toolset(ws, confined=True, os_sandbox=jail).names
+    # A confined session without an OS sandbox is not offered exec at all.
+    assert build_toolset(ws, confined=True, memory=memory).names == ("read", "write", "edit", "memory_search",
+                                                                      "memory_get")
+    assert build_toolset(ws, confined=True, exec_enabled=False, os_sandbox=jail).names == ("read", "write", "edit")
 
 
 def test_layers_tools_and_agent_never_import_outer_layers() -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlean as sqlite3
 
+from hermit.config.paths import ensure_private_dir, private_file, tighten_dir
 from hermit.errors import IndexError_
 
 if TYPE_CHECKING:  # sqlean ships no type stubs; it is API-identical to the stdlib module
@@ -61,7 +62,7 @@ def connect(path: Path | str, *, readonly: bool = False, load_vec: bool = True) 
     """Open `path` in WAL mode with a busy timeout; returns the connection and sqlite-vec status."""
     try:
         if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            _make_private(Path(path), readonly)
         uri = f"file:{path}?mode=ro" if readonly else str(path)
         conn = sqlite3.connect(uri, uri=readonly, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                check_same_thread=False)
@@ -86,6 +87,22 @@ def connect(path: Path | str, *, readonly: bool = False, load_vec: bool = True) 
                           "it is derived data: delete it and run `hermit memory index --force`") from e
     vec = load_sqlite_vec(conn) if load_vec else VecStatus(False, None, "not requested")
     return conn, vec
+
+
+def _make_private(path: Path, readonly: bool) -> None:
+    """The index holds MEMORY.md's text: its dir is 0700 and the files 0600, however they came to be.
+    SQLite gives its -wal/-shm files the database file's mode, so creating that file 0600 first covers them."""
+    ensure_private_dir(path.parent)
+    if readonly:
+        return
+    try:
+        tighten_dir(path.parent)
+        private_file(path)
+        for extra in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            if extra.exists():
+                private_file(extra)
+    except OSError:
+        pass  # not ours to change (or a read-only state dir): opening it below reports the real problem
 
 
 Migration = Callable[[Connection], None]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from hermit.config.paths import ensure_private_dir
 from hermit.textfile import decode_text, read_regular
 
 BOOTSTRAP_ORDER = ("AGENTS.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "USER.md", "HEARTBEAT.md", "BOOTSTRAP.md")
@@ -43,7 +44,8 @@ def ensure_workspace(workspace: Path) -> InitReport:
     BOOTSTRAP.md (the first-run ritual) is only written into a brand-new workspace.
     """
     brand_new = not workspace.exists() or not any(workspace.iterdir())
-    workspace.mkdir(parents=True, exist_ok=True)
+    ensure_private_dir(workspace.parent)  # the default workspace's parent is the state dir: owner-only
+    workspace.mkdir(exist_ok=True)
     (workspace / "memory").mkdir(exist_ok=True)
     created, kept = [], []
     for name in TEMPLATE_FILES:

@@ -56,7 +56,18 @@ from hermit.sessions.pruning import PruningMode, prune_for_request, resolve_prun
 from hermit.sessions.reset import parse_reset_command
 from hermit.sessions.store import SessionRecord, SessionStore
 from hermit.sessions.transcript import Clock, utc_now
-from hermit.tools import CronBackend, ReadOnlyWrites, ToolRunner, WritePolicy, build_toolset
+from hermit.tools import (
+    CronBackend,
+    MemoryWriteRules,
+    OsSandbox,
+    ReadOnlyWrites,
+    ToolRunner,
+    WritePolicy,
+    build_toolset,
+)
+from hermit.tools.memory_files import session_origin
+from hermit.tools.os_sandbox import Backend, SandboxLimits
+from hermit.tools.os_sandbox import detect as detect_sandbox
 from hermit.workspace import ensure_workspace
 
 log = logging.getLogger("hermit.agent")
@@ -75,6 +86,7 @@ class AgentRuntime:
         home: Path | None = None,
         fsync: bool = True,
         cron: CronBackend | None = None,
+        sandbox_backend: Backend | None = None,
     ) -> None:
         self.agent = agent
         self.cron = cron  # the scheduler's jobs, offered as the cron tool in the main session only
@@ -91,6 +103,8 @@ class AgentRuntime:
         self._locks_guard = threading.Lock()
         self._prune_memo: dict[str, PruneMemo] = {}
         self._maintenance = SessionMaintenance(self, forget_pruning=self._forget_pruning)
+        self._sandbox_backend = sandbox_backend  # None: detect the machine's OS sandbox on first use
+        self._senders: dict[str, str] = {}  # who sent the current turn's message, per session key
 
     # ---- policy -----------------------------------------------------------------------------------
 
@@ -107,6 +121,8 @@ class AgentRuntime:
         write policy and turns exec off, since a shell could write around the policy. tool_output is
         offered when pruning can trim results."""
         transcript = (lambda: self._transcript_path(session_key)) if self.pruning_mode() != "off" else None
+        sandbox = self.agent.settings.sandbox
+        private = includes_long_term_memory(session_key)
         return build_toolset(
             self.agent.workspace,
             confined=self.sandboxed(session_key),
@@ -116,11 +132,39 @@ class AgentRuntime:
             exec_env=self.exec_env,
             exec_enabled=exec_enabled,
             home=self.home,
-            private_memory=includes_long_term_memory(session_key),
+            private_memory=private,
             transcript=transcript,
             cron=(self.cron, self.agent.id) if self.cron is not None and write_policy is None
             and is_main_session_key(session_key) else None,
+            os_sandbox=self.os_sandbox(session_key),
+            rules=MemoryWriteRules(
+                self.agent.workspace, origin=None if private else session_origin(session_key, self._senders.get(
+                    session_key)), memory_writes=sandbox.memory_writes, history_dir=self._agent_dir / "memory-history",
+                extra_paths=self._extra_memory_paths(), clock=self.clock),
+            env_allow=frozenset(sandbox.env_allow),
         )
+
+    @property
+    def _agent_dir(self) -> Path:
+        return self.agent.sessions_dir.parent
+
+    def _extra_memory_paths(self) -> tuple[Path, ...]:
+        ws = self.agent.workspace
+        return tuple((ws / Path(e).expanduser()).resolve() for e in self.agent.settings.memory_search.extra_paths)
+
+    def os_sandbox(self, session_key: str) -> OsSandbox | None:
+        """The OS sandbox a confined session's exec runs in; None when not confined or none is available."""
+        if not self.sandboxed(session_key):
+            return None
+        if self._sandbox_backend is None:
+            self._sandbox_backend = detect_sandbox()
+        if not self._sandbox_backend.available:
+            return None
+        s = self.agent.settings.sandbox
+        return OsSandbox(self._sandbox_backend, self.agent.workspace,
+                         hide_memory=not includes_long_term_memory(session_key),
+                         limits=SandboxLimits(memory_mb=s.exec_memory_mb, max_file_mb=s.exec_max_file_mb),
+                         scratch=self._agent_dir / "sandbox")
 
     def _transcript_path(self, session_key: str) -> Path:
         record = self.store.get(session_key)
@@ -248,12 +292,16 @@ class AgentRuntime:
         old = self.store.get(session_key)
         saved: Path | None = None
         hook = self.agent.settings.session.hooks.session_memory
-        if old is not None and hook.enabled:
+        private = includes_long_term_memory(session_key)
+        # Another person's session writes memory like any of its tools would: marked, or not at all.
+        allowed = private or self.agent.settings.sandbox.memory_writes == "all"
+        if old is not None and hook.enabled and allowed:
             try:
                 saved = save_session_memory(
                     transcript=self.store.transcript_path(old.session_id), record=old,
                     workspace=self.agent.workspace, cfg=hook, model=self.model, now=self.clock(),
-                    tz=self.timezone, tz_name=self.timezone_name, reason=reason)
+                    tz=self.timezone, tz_name=self.timezone_name, reason=reason,
+                    origin=None if private else session_origin(session_key, self._senders.get(session_key)))
             except (HermitError, OSError) as e:  # the new session must start anyway
                 notes.warnings.append(f"could not save the last session to memory: {e}")
                 log.warning("session-memory hook failed for %s: %s", session_key, e)
@@ -304,16 +352,22 @@ class AgentRuntime:
 
     def run_turn(self, session_key: str, text: str, on_event: EventSink | None = None, *,
                  stream: bool | None = None, heartbeat: bool = False, read_only: bool = False,
-                 cancel: CancelToken | None = None) -> TurnResult:
+                 cancel: CancelToken | None = None, sender: str | None = None) -> TurnResult:
         """Answer one user message. Streams when `stream` (default: when `on_event` is given).
 
         `heartbeat` runs are never reset by the reset policy and get no memory flush; `read_only` turns
         cannot write files or run commands (and get no flush either). Cancelling `cancel` (the gateway's
         shutdown) ends the model call in progress (models.cancel) and stops the turn between steps
-        (loop.py): the transcript gets an `interrupted` entry and TurnCancelled is raised."""
+        (loop.py): the transcript gets an `interrupted` entry and TurnCancelled is raised. `sender` (a
+        channel's name or id of who wrote the message) goes into the origin of memory notes a non-main
+        session writes."""
         text = valid_text(text)  # from a terminal, a channel or a script: a lone surrogate breaks every store
         with self._lock(session_key):
             self._check_key(session_key)
+            if sender is None:
+                self._senders.pop(session_key, None)
+            else:
+                self._senders[session_key] = sender
             notes = TurnNotes()
             command = parse_reset_command(text, self.agent.settings.session.reset_triggers)
             if command.is_reset:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from hermit.config.schema import SessionMemoryHookConfig
 from hermit.errors import HermitError
+from hermit.memory.provenance import Origin, neutralize, wrap
 from hermit.memory.session_source import redact
 from hermit.messages import UserMessage
 from hermit.models.base import Model, ModelRequest
@@ -169,8 +170,10 @@ def save_session_memory(
     tz: tzinfo,
     tz_name: str,
     reason: str,
+    origin: Origin | None = None,
 ) -> Path | None:
-    """Write the hook's file for the ending session; None when it had no messages."""
+    """Write the hook's file for the ending session; None when it had no messages. A session that is not
+    the owner's (`origin`) gets its conversation wrapped in an origin block, like its own notes."""
     dialogue = recent_dialogue(transcript, cfg.messages)
     if not dialogue:
         return None
@@ -186,4 +189,7 @@ def save_session_memory(
         f"- Saved on {reason}: the last {len(dialogue)} user/assistant messages\n\n"
         "## Conversation\n\n"
     )
-    return write_memory_file(workspace / "memory", f"{local:%Y-%m-%d}-{slug}", header + render_dialogue(dialogue) + "\n")
+    body = render_dialogue(dialogue) + "\n"
+    if origin is not None:
+        body = wrap(neutralize(body), origin)
+    return write_memory_file(workspace / "memory", f"{local:%Y-%m-%d}-{slug}", header + body)

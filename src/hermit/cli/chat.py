@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from hermit.cli.agent import short_args
 from hermit.cli.context import CliContext
+from hermit.config.paths import ensure_private_dir
 from hermit.errors import HermitError
 
 if TYPE_CHECKING:  # the agent runtime loads when the command runs, so `hermit --help` stays quick
@@ -54,7 +55,7 @@ def _setup_readline(history: Path) -> Callable[[], None]:
 
     def save() -> None:
         with contextlib.suppress(OSError):
-            history.parent.mkdir(parents=True, exist_ok=True)
+            ensure_private_dir(history.parent)
             readline.write_history_file(history)
             history.chmod(0o600)
 

@@ -20,6 +20,7 @@ from hermit.cli.cron import DOCTOR_CHECKS as CRON_CHECKS
 from hermit.cli.gateway import gateway_token
 from hermit.cli.pairing import DOCTOR_CHECKS as ACCESS_CHECKS
 from hermit.cli.preflight import state_dir_problem
+from hermit.cli.sandbox_check import exec_sandbox
 
 
 def register(sub: Any) -> None:
@@ -174,6 +175,7 @@ CHECKS: list[CheckFn] = [
     extension_loading,
     sqlite_vec,
     fts5,
+    exec_sandbox,  # which OS sandbox non-main sessions' exec runs in, or that they get no exec
     state_dir,
     config,
     *ACCESS_CHECKS,  # bindings, channel access policies, credential file permissions

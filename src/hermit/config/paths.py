@@ -1,4 +1,10 @@
-"""Where Hermit keeps things: the state dir ($HERMIT_HOME), config, workspaces, indexes, sessions."""
+"""Where Hermit keeps things: the state dir ($HERMIT_HOME), config, workspaces, indexes, sessions — owner-only.
+
+The state dir holds the index (MEMORY.md's text), transcripts and config, so whatever creates it
+— `hermit init` or any command run before it — creates it 0700, and Hermit's own files in it 0600
+(`ensure_private_dir`, `private_file`). The index dir and index files are tightened if an older
+version left them readable to others.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,45 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_AGENT_ID = "main"
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create `path` and any missing parents with mode 0700; existing directories are left alone."""
+    missing: list[Path] = []
+    current = path
+    while not current.exists():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=PRIVATE_DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(directory, PRIVATE_DIR_MODE)  # mkdir's mode is filtered by the umask
+
+
+def private_file(path: Path) -> None:
+    """Make sure `path` exists as an owner-only file (created 0600; an existing one tightened to 0600).
+
+    An existing file is changed by path, never opened: closing a descriptor would drop the POSIX locks
+    SQLite holds on it in this process."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    except FileExistsError:
+        if os.stat(path).st_mode & 0o077:
+            os.chmod(path, PRIVATE_FILE_MODE)
+        return
+    os.close(fd)
+
+
+def tighten_dir(path: Path) -> None:
+    """An existing directory Hermit owns (the index dir) made owner-only."""
+    if path.is_dir() and path.stat().st_mode & 0o077:
+        os.chmod(path, PRIVATE_DIR_MODE)
 
 
 def default_home(environ: dict[str, str] | None = None) -> Path:

@@ -135,6 +135,14 @@ class MemorySearchConfig(Strict):
 
 class SandboxConfig(Strict):
     mode: Literal["off", "non-main", "all"] = "non-main"
+    # Sessions other than the owner's main one: "all" lets them add notes to memory (marked with
+    # their origin); "main-only" refuses every memory write from them.
+    memory_writes: Literal["all", "main-only"] = "all"
+    # Extra environment variable names exec may see (the default is a short whitelist, no secrets).
+    env_allow: tuple[str, ...] = ()
+    # Limits of a sandboxed exec (address space and the size of any file it writes).
+    exec_memory_mb: int = Field(1024, ge=64)
+    exec_max_file_mb: int = Field(64, ge=1)
 
 
 class SoftTrimConfig(Strict):

@@ -206,7 +206,8 @@ class Bus:
         turn_id = f"t{next(self._turn_ids)}"
         await run_and_reply(
             channel, Target.of(msg), turn_id,
-            lambda on_event: self.host.run_turn(job.agent_id, job.session_key, job.text, on_event=on_event),
+            lambda on_event: self.host.run_turn(job.agent_id, job.session_key, job.text, on_event=on_event,
+                                                sender=_sender(msg)),
             self._chunk)
 
     async def _not_processed(self, job: _Job) -> None:
@@ -240,3 +241,8 @@ class Bus:
         return {"sessions_active": len(self._queues), "turns_running": self.running(),
                 "queued": sum(q.jobs.qsize() for q in self._queues.values()), "queue_limit": self._limit,
                 "accepting": self._open, **self.counts}
+
+
+def _sender(msg: InboundMessage) -> str:
+    """Who wrote a message, as memory-note provenance records it: "name (id)", or the id."""
+    return f"{msg.sender_name} ({msg.sender_id})" if msg.sender_name else msg.sender_id

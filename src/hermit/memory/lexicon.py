@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
+from hermit.config.paths import ensure_private_dir
 from hermit.memory.fts import CJK_LETTERS, STOPWORDS, ZH_STOP_CHARS
 
 LEXICON_VERSION = "3"
@@ -82,7 +83,7 @@ def build_lexicon(dest: Path) -> None:
             if word and not word.startswith("//"):
                 common[word] = min(common.get(word, 99), 1)
     tmp = dest.with_name(f"{dest.name}.tmp{os.getpid()}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    ensure_private_dir(dest.parent)  # may be the first thing to create the state dir
     conn = sqlite3.connect(tmp)
     conn.execute("create table zh2en(zh text, gloss text, rank integer)")
     conn.execute("create table en2zh(gloss text, zh text, rank integer)")

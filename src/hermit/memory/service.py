@@ -18,6 +18,7 @@ from hermit.errors import HermitError, PathPolicyError
 from hermit.memory.embedders.base import Embedder
 from hermit.memory.lexicon import load_lexicon
 from hermit.memory.paths import resolve_memory_path
+from hermit.memory.provenance import annotate_origins
 from hermit.memory.search import HybridSearcher, SearchOutcome
 from hermit.memory.session_source import SESSIONS_PREFIX, render_transcript, resolve_session_path
 from hermit.memory.store import IndexStore
@@ -137,6 +138,7 @@ class MemoryService:
             "provider": info.provider if info else "none",
             "model": info.model if info else "none",
         }
+        out["results"] = annotate_origins(out["results"], self.workspace)  # notes others wrote say so
         if outcome.mode != "hybrid":
             out["mode"] = outcome.mode
             if outcome.reason:

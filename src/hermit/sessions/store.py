@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hermit.config.paths import StatePaths
+from hermit.config.paths import StatePaths, ensure_private_dir
 from hermit.durable import write_atomic
 from hermit.errors import SessionError
 from hermit.sessions.keys import chat_type_of, parse_session_key
@@ -40,7 +40,6 @@ from hermit.sessions.transcript import (
     CompactionEntry,
     IdFactory,
     Transcript,
-    ensure_private_dir,
     format_timestamp,
     parse_timestamp,
     read_transcript,

@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hermit.config.paths import ensure_private_dir
 from hermit.errors import SessionError
 from hermit.messages import valid_json
 from hermit.sessions.entries import (
@@ -87,23 +88,6 @@ def parse_timestamp(text: str) -> datetime | None:
     except (TypeError, ValueError):
         return None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def ensure_private_dir(path: Path) -> None:
-    """Create `path` and any missing parents with mode 0700; existing directories are left alone."""
-    missing: list[Path] = []
-    current = path
-    while not current.exists():
-        missing.append(current)
-        if current.parent == current:
-            break
-        current = current.parent
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(mode=0o700)
-        except FileExistsError:
-            continue
-        os.chmod(directory, 0o700)  # mkdir's mode is filtered by the umask
 
 
 def _check_session_id(session_id: str) -> str:

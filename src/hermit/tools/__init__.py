@@ -2,7 +2,9 @@
 
 `build_toolset` assembles the standard tools for one session; the agent runtime calls it per turn,
 because the sandbox, the write policy (append-only during the memory flush, none in a read-only
-session) and the transcript that tool_output reads depend on the session and the turn.
+session), the memory write rules (whose session wrote a note) and the transcript that tool_output
+reads depend on the session and the turn. A confined session gets exec only inside an OS sandbox
+(`os_sandbox`); with none available, it gets no exec at all.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from hermit.tools.cron import CronBackend, CronTools
 from hermit.tools.exec import ExecTool
 from hermit.tools.files import AllowAllWrites, AppendOnlyPolicy, FileTools, ReadOnlyWrites, WritePolicy
 from hermit.tools.memory import MEMORY_GET_DESCRIPTION, MEMORY_SEARCH_DESCRIPTION, MemoryTools
+from hermit.tools.memory_files import MemoryWriteRules
+from hermit.tools.os_sandbox import OsSandbox
 from hermit.tools.sandbox import PathResolver, ResolvedPath
 from hermit.tools.transcript_tools import TranscriptTools
 from hermit.workspace import MEMORY_FILE
@@ -37,6 +41,8 @@ __all__ = [
     "ExecTool",
     "FileTools",
     "MemoryTools",
+    "MemoryWriteRules",
+    "OsSandbox",
     "PathResolver",
     "ReadOnlyWrites",
     "ResolvedPath",
@@ -65,17 +71,21 @@ def build_toolset(
     private_memory: bool = True,
     transcript: Callable[[], Path] | None = None,
     cron: tuple[CronBackend, str] | None = None,
+    os_sandbox: OsSandbox | None = None,
+    rules: MemoryWriteRules | None = None,
+    env_allow: frozenset[str] = frozenset(),
 ) -> ToolRunner:
     """read, write, edit, exec, memory_search, memory_get (memory tools only with a service), and
     tool_output when `transcript` gives the session's transcript file.
 
     `private_memory=False` (any session but the main private one) hides MEMORY.md from every tool. `cron`
-    (backend, agent id) adds the cron tool; the runtime passes it for the main session only."""
+    (backend, agent id) adds the cron tool; the runtime passes it for the main session only.
+    A `confined` session's exec runs in `os_sandbox`; without one it is not offered."""
     hidden = frozenset() if private_memory else frozenset({(workspace / MEMORY_FILE).resolve()})
     paths = PathResolver(workspace, confined, home, hidden)
-    tools = FileTools(paths, policy=write_policy, on_change=on_change).tools()
-    if exec_enabled:
-        tools += ExecTool(paths, env=exec_env).tools()
+    tools = FileTools(paths, policy=write_policy, on_change=on_change, rules=rules).tools()
+    if exec_enabled and (os_sandbox is not None or not confined):
+        tools += ExecTool(paths, env=exec_env, env_allow=env_allow, sandbox=os_sandbox).tools()
     if memory is not None:
         tools += MemoryTools(memory, private=private_memory).tools()
     if transcript is not None:

@@ -4,7 +4,13 @@ The command runs under `/bin/sh -c` in its own process group, so a timeout (or C
 kills it and everything it started. Output (stdout and stderr interleaved) is read as it comes and
 only the first and last parts are kept in memory, so a command printing gigabytes cannot exhaust
 the process. A non-zero exit code is reported but is not a tool error (the model decides what it
-means); a timeout is. In a sandboxed session the command line is checked by PathResolver first.
+means); a timeout is.
+
+In a confined session the command line is checked by PathResolver first (a clear early message),
+then runs inside the OS sandbox (os_sandbox.py), which is the actual guarantee. The environment is
+built from a whitelist, never by removing known secrets: the main session gets the ordinary
+variables a shell needs (PATH, HOME, LANG, LC_*, TERM, …) plus the names the owner allows in
+`sandbox.env_allow`; a sandboxed command gets PATH, HOME, LANG and TERM only.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -23,11 +30,20 @@ from pydantic import Field
 
 from hermit.errors import ToolError
 from hermit.tools.base import Tool, ToolOutput, make_tool
+from hermit.tools.os_sandbox import OsSandbox
 from hermit.tools.sandbox import PathResolver
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
 MAX_TIMEOUT_SECONDS = 1800.0
 DEFAULT_MAX_OUTPUT_CHARS = 20_000
+# What a shell needs and nothing that is usually secret; everything else must be allowed by name.
+ENV_WHITELIST = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ",
+                           "TMPDIR", "COLUMNS", "LINES", "NO_COLOR"})
+
+
+def minimal_environment(source: Mapping[str, str], allow: frozenset[str] = frozenset()) -> dict[str, str]:
+    """The whitelisted part of `source`: the variables above, LC_* locale settings, and `allow`."""
+    return {k: v for k, v in source.items() if k in ENV_WHITELIST or k in allow or k.startswith("LC_")}
 
 
 class _CappedBuffer:
@@ -61,10 +77,13 @@ class _CappedBuffer:
 
 class ExecTool:
     def __init__(self, paths: PathResolver, *, env: Mapping[str, str] | None = None,
+                 env_allow: frozenset[str] = frozenset(), sandbox: OsSandbox | None = None,
                  default_timeout: float = DEFAULT_TIMEOUT_SECONDS,
                  max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS, shell: str = "/bin/sh") -> None:
         self.paths = paths
-        self.env = dict(env) if env is not None else None
+        source = os.environ if env is None else env
+        self.sandbox = sandbox
+        self.env = sandbox.environment(source) if sandbox is not None else minimal_environment(source, env_allow)
         self.default_timeout = default_timeout
         self.max_output_chars = max_output_chars
         self.shell = shell
@@ -73,7 +92,7 @@ class ExecTool:
         return [make_tool(self.exec, name="exec")]
 
     def _program_dirs(self) -> list[Path]:
-        env_path = (self.env or {}).get("PATH") if self.env is not None else os.environ.get("PATH")
+        env_path = self.env.get("PATH")
         return [Path(p) for p in (env_path or os.defpath).split(os.pathsep) if p]
 
     def exec(
@@ -92,10 +111,20 @@ class ExecTool:
         limit = min(timeout or self.default_timeout, MAX_TIMEOUT_SECONDS)
         head = int(self.max_output_chars * 0.4)
         buf = _CappedBuffer(head, self.max_output_chars - head)
+        argv = [self.shell, "-c", command]
+        preexec = None
+        jail: OsSandbox | None = None
+        absent: list[Path] = []
+        if self.sandbox is not None:
+            # CPU time can never exceed the wall-clock limit, so the CPU limit follows the timeout.
+            jail = replace(self.sandbox, limits=replace(self.sandbox.limits, cpu_seconds=int(limit) + 1))
+            absent = jail.absent_protected()
+            argv = jail.wrap(argv, workdir)
+            preexec = jail.preexec()
         started = time.monotonic()
         proc = subprocess.Popen(
-            [self.shell, "-c", command], cwd=workdir, env=self.env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            argv, cwd=workdir, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec,
         )
         assert proc.stdout is not None
         stdout = proc.stdout
@@ -120,8 +149,12 @@ class ExecTool:
                 reader.join(timeout=2)
             with contextlib.suppress(OSError):
                 stdout.close()
+            removed = jail.remove_created(absent) if jail is not None else []
         elapsed = time.monotonic() - started
         output = buf.text().rstrip("\n") or "(no output)"
+        if removed:
+            output += (f"\n[removed {', '.join(removed)}: only the owner's main session may create workspace "
+                       "instruction files]")
         if timed_out:
             return ToolOutput(f"timed out after {limit:g}s; the command was killed\n{output}", is_error=True)
         code = proc.returncode

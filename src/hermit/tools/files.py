@@ -6,6 +6,10 @@ later restriction — the pre-compaction flush may only *append* to today's dail
 here in the tool layer and not by prompt text. Files are replaced atomically (temp file + fsync +
 rename, keeping the file's mode), so a crash never leaves half a memory file. `on_change` is called
 with each file written, which is how the memory index learns it is dirty.
+
+Before the policy, the memory rules (memory_files.py) apply to every write in every session: daily
+logs keep every line (`write` has an `append` mode for adding), MEMORY.md's previous version is
+kept, and notes from other people's sessions are marked with their origin.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from hermit.durable import write_atomic
 from hermit.errors import PathPolicyError, ToolError
 from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, read_regular
 from hermit.tools.base import Tool, make_tool
+from hermit.tools.memory_files import MemoryWriteRules, join_append
 from hermit.tools.sandbox import PathResolver, ResolvedPath
 
 DEFAULT_READ_LINES = 2000
@@ -104,10 +109,11 @@ class FileTools:
     """read / write / edit bound to one session's paths, write policy and change callback."""
 
     def __init__(self, paths: PathResolver, *, policy: WritePolicy | None = None,
-                 on_change: Callable[[Path], None] | None = None) -> None:
+                 on_change: Callable[[Path], None] | None = None, rules: MemoryWriteRules | None = None) -> None:
         self.paths = paths
         self.policy: WritePolicy = policy or AllowAllWrites()
         self.on_change = on_change
+        self.rules = rules or MemoryWriteRules(paths.workspace)
 
     def tools(self) -> list[Tool]:
         return [make_tool(self.read, name="read"), make_tool(self.write, name="write"),
@@ -151,17 +157,19 @@ class FileTools:
         self,
         path: Annotated[str, Field(description="File path, relative to the workspace")],
         content: Annotated[str, Field(description="The complete new content of the file")],
+        append: Annotated[bool, Field(description="Add content to the end instead (daily logs)")] = False,
     ) -> str:
         """Create or overwrite a file with the given content (parent folders are created)."""
         target = self.paths.resolve(path)
         if target.real.is_dir():
             raise ToolError(f"{target.shown} is a directory", "write to a file path inside it")
         before = _read_text(target) if target.real.exists() else None
-        self.policy.check(target, "write", before, content)
-        _write_atomic(target.real, content)
-        self._changed(target.real)
-        verb = "overwrote" if before is not None else "created"
-        return f"{verb} {target.shown} ({len(content.encode('utf-8')):,} bytes)"
+        after = self.rules.prepare(target, "write", before, join_append(before, content) if append else content)
+        self.policy.check(target, "write", before, after)
+        self._commit(target, before, after)
+        verb = "created" if before is None else "appended to" if append else "overwrote"
+        size = len(after.encode("utf-8")) - len((before or "").encode("utf-8")) if append else len(after.encode())
+        return f"{verb} {target.shown} ({size:,} bytes)"
 
     def edit(
         self,
@@ -181,12 +189,16 @@ class FileTools:
         if count > 1:
             raise ToolError(f"`old` matches {count} times in {target.shown}; it must match exactly once",
                             "include more surrounding text in `old` so it is unique")
-        after = before.replace(old, new, 1)
+        after = self.rules.prepare(target, "edit", before, before.replace(old, new, 1))
         self.policy.check(target, "edit", before, after)
-        _write_atomic(target.real, after)
-        self._changed(target.real)
+        self._commit(target, before, after)
         line = before[: before.index(old)].count("\n") + 1
         return f"edited {target.shown}: replaced 1 occurrence at line {line}"
+
+    def _commit(self, target: ResolvedPath, before: str | None, after: str) -> None:
+        self.rules.keep_history(target, before, after)
+        _write_atomic(target.real, after)
+        self._changed(target.real)
 
     def _changed(self, path: Path) -> None:
         if self.on_change is not None:

@@ -6,8 +6,10 @@ The result objects are exactly MemoryService's (`{"results": [...], "provider", 
 
 Outside the main private session (`private=False`) MEMORY.md is withheld here too — its hits are
 dropped from search results and memory_get refuses it — so the "main session only" rule of SPEC §3
-cannot be bypassed by a tool call in a group chat (the failure of §14.8). Session transcripts (the
-`sessions` source) hold the same private conversations, so they are withheld the same way.
+cannot be bypassed by a tool call in a group chat (the failure of §14.8). MEMORY.md is recognised by
+file identity, so a hard link to it (and any hard-linked memory file) is withheld the same way
+(memory/privacy.py). Session transcripts (the `sessions` source) hold the same private
+conversations, so they are withheld too.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pydantic import Field
 
 from hermit.errors import PathPolicyError
 from hermit.memory.paths import resolve_memory_path
+from hermit.memory.privacy import is_hard_linked, is_long_term
 from hermit.memory.service import MemoryService
 from hermit.memory.session_source import SESSIONS_PREFIX
 from hermit.tools.base import Tool, make_tool
@@ -55,8 +58,7 @@ class MemoryTools:
     ) -> dict[str, Any]:
         result = self.service.search(query, max_results, min_score)
         if not self.private and result.get("results"):
-            kept = [r for r in result["results"]
-                    if r.get("path") != MEMORY_FILE and r.get("source") != "sessions"]
+            kept = [r for r in result["results"] if r.get("source") != "sessions" and not self._private_hit(r)]
             if len(kept) != len(result["results"]):
                 result = {**result, "results": kept,
                           "withheld": f"{MEMORY_FILE} and session-transcript hits ({PRIVACY_RULE})"}
@@ -69,10 +71,18 @@ class MemoryTools:
         lines: Annotated[int | None, Field(ge=1, description="Number of lines")] = None,
     ) -> dict[str, Any]:
         if not self.private and self._is_long_term(path):
-            raise PathPolicyError(f"{MEMORY_FILE} is not available in this session", PRIVACY_RULE)
+            what = MEMORY_FILE if path.strip() == MEMORY_FILE else f"{path} (the same file as {MEMORY_FILE}, or hard-linked)"
+            raise PathPolicyError(f"{what} is not available in this session", PRIVACY_RULE)
         if not self.private and path.startswith(SESSIONS_PREFIX):
             raise PathPolicyError("session transcripts are not available in this session", PRIVACY_RULE)
         return self.service.get(path, from_line, lines)
+
+    def _private_hit(self, hit: dict[str, Any]) -> bool:
+        path = str(hit.get("path", ""))
+        if path == MEMORY_FILE:
+            return True
+        real = self.service.workspace / path
+        return is_long_term(real, self.service.workspace) or is_hard_linked(real)
 
     def _is_long_term(self, path: str) -> bool:
         ws = self.service.workspace
@@ -80,4 +90,4 @@ class MemoryTools:
             real, _ = resolve_memory_path(ws, path, self.service.cfg.extra_paths)
         except PathPolicyError:
             return False  # service.get will refuse it with the precise rule
-        return real == (ws / MEMORY_FILE).resolve()
+        return is_long_term(real, ws) or is_hard_linked(real)

@@ -6,9 +6,12 @@ workspace or something inside it (SPEC §12); anything else is a PathPolicyError
 
 exec is checked the same way on a best-effort basis: the command line is tokenised like a shell
 would, and every path-like word (absolute, `~`, or containing `..`) must resolve inside the
-workspace, except programs found on PATH in command position and a few /dev files. This stops the
-model from wandering into another agent's files by accident or by prompt injection; it is not an
-OS-level jail (a determined command can still compute a path at run time), and the README says so.
+workspace, except programs found on PATH in command position and a few /dev files. That check only
+gives a clear early message: a command can compute a path at run time, so a confined session's exec
+also runs inside the OS sandbox (os_sandbox.py), which is the guarantee.
+
+Hidden files (MEMORY.md outside the main session) are matched by file identity, and while any are
+hidden, hard-linked files are refused too: a hard link is the same file under another name.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermit.errors import PathPolicyError
+from hermit.memory.privacy import is_hard_linked, is_same_file
 
 SANDBOX_RULE = ("sandbox rule: in this session, tools may only use paths inside the workspace {ws} "
                 "(checked after resolving '..', '~' and symlinks)")
@@ -52,7 +56,8 @@ class PathResolver:
     workspace: Path
     confined: bool
     home: Path | None = None
-    # Files no tool may touch in this session (MEMORY.md outside the main session), resolved paths.
+    # Files no tool may touch in this session (MEMORY.md outside the main session), resolved paths;
+    # matched by identity, and when any are hidden, hard-linked files are refused too.
     hidden: frozenset[Path] = frozenset()
 
     @property
@@ -88,9 +93,16 @@ class PathResolver:
         return ResolvedPath(real, self.shown(real))
 
     def _check_hidden(self, raw: str, real: Path) -> None:
-        if real in self.hidden:
+        # By file identity, not name: a hard link is MEMORY.md under another name (memory/privacy.py).
+        if not self.hidden:
+            return
+        if real in self.hidden or is_same_file(real, self.hidden):
             raise PathPolicyError(f"{raw!r} is private long-term memory and is not available in this session",
                                   PRIVACY_RULE)
+        if is_within(real, self.root) and is_hard_linked(real):  # system files (perl) may be hard-linked
+            raise PathPolicyError(f"{raw!r} is a hard-linked file, which may be private long-term memory under "
+                                  "another name; it is not available in this session",
+                                  PRIVACY_RULE + "; the owner can remove the extra link")
 
     def shown(self, real: Path) -> str:
         root = self.root

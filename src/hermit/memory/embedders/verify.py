@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hermit.config.paths import ensure_private_dir
 from hermit.durable import write_atomic
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders.base import sha256_file
@@ -42,7 +43,7 @@ def verify_model_file(path: Path, expected_sha256: str, stamp_dir: Path | None, 
     if stamp is not None:
         known[key] = actual
         try:
-            stamp.parent.mkdir(parents=True, exist_ok=True)
+            ensure_private_dir(stamp.parent)  # may be the first thing to create the state dir
             write_atomic(stamp, json.dumps(known), fsync=False)
         except OSError:
             pass  # a read-only state dir only costs a re-hash next time

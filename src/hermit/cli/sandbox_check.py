@@ -1,0 +1,27 @@
+"""The `hermit doctor` check for the exec sandbox: which OS sandbox non-main sessions get, or that they get no exec."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hermit.cli.checks import Check, check
+from hermit.cli.context import CliContext
+
+if TYPE_CHECKING:
+    from hermit.tools.os_sandbox import Backend
+
+FIX = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) to give them a sandboxed exec"
+
+
+def describe(backend: Backend) -> str | Check:
+    if backend.available:
+        return f"{backend.detail}: non-main sessions run exec sandboxed (no network, workspace only)"
+    return Check("exec sandbox", "warn", f"{backend.detail}: exec is not offered to non-main sessions (groups, "
+                                         "channels, other people's DMs); the main session is not affected", FIX)
+
+
+@check("exec sandbox", fix=FIX)
+def exec_sandbox(ctx: CliContext) -> str | Check:
+    from hermit.tools.os_sandbox import detect  # the tools package is heavy: only when doctor runs
+
+    return describe(detect())

@@ -1,0 +1,144 @@
+"""The rules every tool write to memory obeys: append-only daily logs, MEMORY.md history, and notes from others.
+
+1. Daily logs (`memory/YYYY-MM-DD*.md`) keep every line, in every session (SPEC §14.16): a write or
+   edit whose result drops or changes an existing line is refused with a hint to append
+   (`write` with `append: true`). Inserting new lines anywhere is allowed.
+2. A rewrite of MEMORY.md (write or edit, decided by file identity) first copies the previous version
+   to `<state>/agents/<agentId>/memory-history/MEMORY-<UTC time>.md`, outside the workspace, so it
+   is never indexed nor visible to a sandboxed command, and can be restored by hand.
+3. Writes from a session that is not the owner's (`origin` set) may only add to memory files
+   (MEMORY.md is hidden there anyway): no edits, no rewrites; the added text is escaped so it cannot
+   forge a marker, and wrapped in an origin block (memory/provenance.py) naming the channel, group,
+   sender and session. With `sandbox.memory_writes: main-only` they may not write memory at all.
+   The bootstrap files (AGENTS.md, SOUL.md …) are the owner's instructions: such a session cannot
+   change them either.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from hermit.errors import PathPolicyError, SessionError
+from hermit.memory.privacy import is_long_term
+from hermit.memory.provenance import Origin, neutralize, wrap
+from hermit.sessions.keys import SessionKind, parse_session_key
+from hermit.tools.sandbox import ResolvedPath, is_within
+from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
+
+DAILY_LOG_RE = re.compile(r"memory/\d{4}-\d{2}-\d{2}[^/]*\.md", re.IGNORECASE)
+APPEND_HINT = ("write policy: daily logs are append only — keep every existing line; to add a note call write "
+               "with append: true and only the new text")
+MemoryWrites = Literal["all", "main-only"]
+
+
+def keeps_every_line(before: str, after: str) -> bool:
+    """True when every line of `before` survives unchanged and in order in `after` (insertions allowed)."""
+    remaining = iter(after.splitlines())
+    return all(any(line == candidate for candidate in remaining) for line in before.splitlines())
+
+
+def join_append(before: str | None, addition: str) -> str:
+    """`before` followed by `addition`, starting the addition on a new line."""
+    if not before:
+        return addition
+    return before + ("" if before.endswith("\n") else "\n") + addition
+
+
+def session_origin(session_key: str, sender: str | None = None) -> Origin:
+    """The origin of notes written by a session: its key, channel and group (or DM peer) and the sender."""
+    try:
+        key = parse_session_key(session_key)
+    except SessionError:
+        return Origin(session_key, sender=sender)
+    group = key.peer_id if key.is_group else None
+    if sender is None and key.kind is SessionKind.DM:
+        sender = key.peer_id
+    return Origin(session_key, key.channel, group, sender)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class MemoryWriteRules:
+    workspace: Path
+    origin: Origin | None = None  # None: the owner's main session
+    memory_writes: MemoryWrites = "all"
+    history_dir: Path | None = None  # where MEMORY.md's previous versions go
+    extra_paths: tuple[Path, ...] = ()  # configured extra memory roots (absolute)
+    clock: Callable[[], datetime] = _utc_now
+
+    @property
+    def root(self) -> Path:
+        return self.workspace.resolve()
+
+    def is_memory_file(self, target: ResolvedPath) -> bool:
+        real = target.real
+        if is_long_term(real, self.root):
+            return True
+        in_memory = is_within(real, self.root / "memory") or any(is_within(real, r) for r in self.extra_paths)
+        return in_memory and real.suffix.lower() == ".md"
+
+    def is_daily_log(self, target: ResolvedPath) -> bool:
+        return DAILY_LOG_RE.fullmatch(target.shown) is not None
+
+    def prepare(self, target: ResolvedPath, kind: Literal["write", "edit"], before: str | None,
+                after: str) -> str:
+        """The content to write instead of `after` (an origin block added), or PathPolicyError."""
+        if self.origin is not None:
+            after = self._from_others(target, kind, before, after)
+        if before is not None and self.is_daily_log(target) and not keeps_every_line(before, after):
+            raise PathPolicyError(f"this {kind} would drop or change existing lines of the daily log {target.shown}",
+                                  APPEND_HINT)
+        return after
+
+    def _from_others(self, target: ResolvedPath, kind: str, before: str | None, after: str) -> str:
+        if target.real.parent == self.root and target.real.name in BOOTSTRAP_ORDER:
+            raise PathPolicyError(f"{target.shown} holds the owner's instructions and cannot be changed from this "
+                                  "session", "write policy: only the main session may change workspace "
+                                         "instruction files")
+        if not self.is_memory_file(target):
+            return after
+        rule = "write policy: sessions other than the owner's main session may only add notes to memory files"
+        if self.memory_writes == "main-only":
+            raise PathPolicyError(f"writing memory ({target.shown}) is not allowed from this session",
+                                  "write policy: sandbox.memory_writes is main-only")
+        if kind == "edit":
+            raise PathPolicyError(f"editing {target.shown} is not allowed from this session",
+                                  rule + "; use write with append: true")
+        old = before or ""
+        if not after.startswith(old):
+            raise PathPolicyError(f"this write would change existing text of {target.shown}",
+                                  rule + "; use write with append: true")
+        added = after[len(old):]
+        if not added.strip():
+            return after
+        return join_append(old, wrap(neutralize(added.lstrip("\n")), self.origin))  # type: ignore[arg-type]
+
+    def keep_history(self, target: ResolvedPath, before: str | None, after: str) -> Path | None:
+        """Before MEMORY.md is rewritten, copy its current text aside; returns where (None: nothing to keep)."""
+        if before is None or before == after or self.history_dir is None or not is_long_term(target.real, self.root):
+            return None
+        self.history_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.history_dir, 0o700)
+        stamp = self.clock().astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        for n in range(1000):
+            dest = self.history_dir / (f"MEMORY-{stamp}.md" if n == 0 else f"MEMORY-{stamp}-{n}.md")
+            try:
+                fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                continue
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+                f.write(before)
+                f.flush()
+                os.fsync(f.fileno())
+            return dest
+        raise PathPolicyError(f"cannot keep the previous version of {MEMORY_FILE} in {self.history_dir}",
+                              "clean up the memory-history folder")
