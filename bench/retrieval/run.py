@@ -2,6 +2,7 @@
 
     python bench/retrieval/run.py            # all variants (indexes are cached under bench/out/)
     python bench/retrieval/run.py --only default baseline-original
+    python bench/retrieval/run.py --conversations DATA_DIR   # also the conversational suite (conversations.py)
 
 Writes bench/retrieval/results.md and results.json. Variants differ only in configuration; each one
 runs through the real MemoryService / HybridSearcher over a real SQLite index with the real models.
@@ -154,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--only", nargs="*", help="variant names to run")
     ap.add_argument("--out", default=str(HERE), help="where results.md / results.json go")
+    ap.add_argument("--conversations", metavar="DATA_DIR", default=None,
+                    help="also run the conversational suite over this LoCoMo folder (see conversations.py)")
     args = ap.parse_args(argv)
     queries = read_jsonl(QUERIES)
     chosen = [v for v in variants() if not args.only or v.name in args.only]
@@ -174,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     (out / "results.json").write_text(json.dumps(rows, ensure_ascii=False, indent=1) + "\n")
     (out / "results.md").write_text(markdown(rows, len(queries)))
     print(markdown(rows, len(queries)))
+    if args.conversations:
+        import conversations
+
+        return conversations.main([args.conversations, "--out", args.out])
     return 0
 
 

@@ -30,18 +30,34 @@ from threadpoolctl import threadpool_limits
 
 from hermit.config.schema import QueryConfig
 from hermit.errors import EmbeddingError
+from hermit.memory import snippets
 from hermit.memory.dates import query_day_ranges
 from hermit.memory.embedders.base import Embedder, EmbedderInfo
-from hermit.memory.fts import build_match, line_terms, query_terms, translated_phrases
+from hermit.memory.fts import build_match, query_terms, translated_phrases
 from hermit.memory.keyword import KeywordSearcher
 from hermit.memory.lexicon import Lexicon
+from hermit.memory.snippets import (
+    Place,
+    Term,
+    choose_windows,
+    front_matter_lines,
+    line_scores,
+    render,
+    weigh_terms,
+)
 from hermit.memory.store import ChunkRow, IndexStore
 from hermit.tokens import count_cjk
 
-SNIPPET_MAX_CHARS = 700
 SMALL_MEMORY_CHUNKS = 100
 # Above this many chunks the in-memory matrix (4 bytes × dims each) is not used; vec0 KNN is.
 MATRIX_MAX_CHUNKS = 300_000
+# Overlapping chunks of one file become one result (bench/retrieval/conversations.md: `no-merge`).
+MERGE_OVERLAPS = True
+# The translated query vector judges an other-language chunk that holds no translated word only when
+# it is at least this close (calibrated); otherwise the original query vector does.
+UNHELD_TRANSLATION_MIN = 0.7
+# How much a line holding all of the query's weight lifts a candidate (score += boost · share · (1 − score)).
+LINE_MATCH_BOOST = 0.0
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
 
 
@@ -56,6 +72,10 @@ class Hit:
     vector_score: float | None
     text_score: float
     snippet: str
+    # The line spans of the returned text (one per window; see memory.snippets).
+    windows: tuple[tuple[int, int], ...] = ()
+    # The lines of the chunk(s) the text was chosen from (overlapping chunks of a file are one place).
+    place: tuple[int, int] = (0, 0)
 
 
 @dataclass
@@ -278,39 +298,6 @@ def _tokens(text: str) -> set[str]:
     return set(re.findall(r"\w+", text.lower()))
 
 
-def make_snippet(text: str, start_line: int, terms: list[str]) -> tuple[str, int, int]:
-    """The ≤700-char window of the chunk centred on its best-matching line, with its line span."""
-    lines = text.split("\n")
-    if len(text) <= SNIPPET_MAX_CHARS:
-        first = next((i for i, ln in enumerate(lines) if ln.strip()), 0)
-        last = max((i for i, ln in enumerate(lines) if ln.strip()), default=len(lines) - 1)
-        return "\n".join(lines[first:last + 1]), start_line + first, start_line + last
-    low = [ln.lower() for ln in lines]
-    scores = [sum(1 for t in terms if t and t in ln) for ln in low]
-    best = max(range(len(lines)), key=lambda i: (scores[i], -i)) if any(scores) else 0
-    if len(lines[best]) >= SNIPPET_MAX_CHARS:
-        line = lines[best]
-        pos = min((low[best].find(t) for t in terms if t and t in low[best]), default=0)
-        a = max(0, min(pos - SNIPPET_MAX_CHARS // 3, len(line) - SNIPPET_MAX_CHARS))
-        return line[a:a + SNIPPET_MAX_CHARS], start_line + best, start_line + best
-    lo = hi = best
-    size = len(lines[best])
-    while True:
-        grew = False
-        for cand in (hi + 1, lo - 1):
-            if 0 <= cand < len(lines) and size + len(lines[cand]) + 1 <= SNIPPET_MAX_CHARS:
-                size += len(lines[cand]) + 1
-                lo, hi = min(lo, cand), max(hi, cand)
-                grew = True
-        if not grew:
-            break
-    while lo < hi and not lines[lo].strip():
-        lo += 1
-    while hi > lo and not lines[hi].strip():
-        hi -= 1
-    return "\n".join(lines[lo:hi + 1]), start_line + lo, start_line + hi
-
-
 class HybridSearcher:
     def __init__(
         self,
@@ -421,12 +408,19 @@ class HybridSearcher:
         # 0.717 vs 0.730 on bench/retrieval). It does not search on its own: its own top-k added
         # nothing there and cost a second pass over the matrix. Computed only when such candidates
         # exist, so an English-only memory never pays for it.
+        # It judges only chunks holding a translated word: the vector of two dictionary words is
+        # close to much unrelated text in that language (`peanut allergy` → 花生 + 过敏 scored an
+        # unrelated Chinese note 0.40), so a translated match needs evidence in the words too.
         other_script = 0 if _mostly_cjk(query) else 2
         other = [i for i in ids if rows[i].script == other_script]
         if q is not None and other and tr.vector_words and self.cfg.translate_vectors:
             tq = self._translation_vector(tr.vector_words)
             if tq is not None:
-                cos.update(self.matrix.scores(tq, other) if matrix_ok else self.store.vec_scores(tq, other))
+                tcos = self.matrix.scores(tq, other) if matrix_ok else self.store.vec_scores(tq, other)
+                held = term_coverage(tr.terms, {i: rows[i].text for i in other}) if tr.terms else {}
+                for i, c in tcos.items():
+                    if held.get(i, 0.0) > 0 or self._vscore(c) >= UNHELD_TRANSLATION_MIN:
+                        cos[i] = c
         if match and kw_hits:
             # A candidate outside the keyword pool scores below the pool's weakest hit. Re-running the
             # OR query for it (FTS5 evaluates the whole MATCH before `rowid IN`) cost ~20 ms at 100k
@@ -443,8 +437,11 @@ class HybridSearcher:
             coverage = term_coverage(query_terms(query), {i: rows[i].text for i in ids if rel.get(i, 0) > 0})
         scored = self._fuse(ids, cos, rel, vec_hits, kw_hits, q is not None)
         if coverage:
-            scored = [(i, max(s, self._tscore(rel.get(i, 0.0), rel)) if coverage.get(i, 0) >= 1.0 else s)
-                      for i, s in scored]
+            # The rescue lifts a chunk holding every query term to its text score, less up to 0.1 by
+            # its vector score: exact hits stay above minScore, and several of them do not all pile
+            # up at 1.000 (their order stays visible to the agent).
+            scored = [(i, max(s, self._tscore(rel.get(i, 0.0), rel) - 0.1 * (1 - self._vscore(cos.get(i))))
+                       if coverage.get(i, 0) >= 1.0 else s) for i, s in scored]
         if dated:
             boost = cfg.date_boost
             scored = [(i, s + (1 - s) * boost if i in dated else s) for i, s in scored]
@@ -452,22 +449,85 @@ class HybridSearcher:
         scored.sort(key=lambda s: -s[1])
         if cfg.mmr.enabled:
             scored = self._mmr(scored, rows, max_results)
-        # Snippets centre on lines holding query words, or their translation (a Chinese question
-        # about an English note should show the English line that answers it).
-        terms = line_terms(query) + [t.lower() for term in tr.terms for t in term.split()]
+        # Windows are chosen on query words, and on their translation (a Chinese question about an
+        # English note should show the English line that answers it).
+        terms = self._line_terms(query, tr)
+        if LINE_MATCH_BOOST > 0 and terms:
+            scored = self._line_boost(scored, rows, terms, pool)
+        chosen = self._places(scored, rows, min_score, max_results)
+        places = [self._place(group, rows, terms) for group in chosen]
+        choose_windows(places, snippets.SNIPPET_CHARS_PER_RESULT * max_results)
         hits: list[Hit] = []
-        for cid, score in scored:
-            if score < min_score or len(hits) >= max_results:
-                continue
+        for group, place in zip(chosen, places, strict=True):
+            cid, score = group[0]
             row = rows[cid]
-            snippet, a, b = make_snippet(row.text, row.start_line, terms)
+            snippet, a, b = render(place, terms)
             hits.append(Hit(cid, row.path, row.source, a, b, round(score, 4),
                             None if q is None else round(self._vscore(cos.get(cid)), 4),
-                            round(self._tscore(rel.get(cid, 0.0), rel), 4), snippet))
+                            round(self._tscore(rel.get(cid, 0.0), rel), 4), snippet, ((a, b),),
+                            (place.start_line, place.start_line + len(place.lines) - 1)))
         mode = "hybrid" if q is not None and match else ("keyword-only" if q is None else "vector-only")
         if q is None and reason is None:
             reason = "no vector search"
         return SearchOutcome(hits, mode, reason if q is None else None, timings)
+
+    @staticmethod
+    def _line_boost(scored: list[tuple[int, float]], rows: dict[int, ChunkRow], terms: list[Term],
+                    pool: int) -> list[tuple[int, float]]:
+        """Lift the best candidates by the share of the query's weight that one of their lines holds:
+        the question's words together in one line (a turn, a bullet) beat the same words spread over
+        a 400-token chunk, which BM25 cannot tell apart."""
+        total = sum(t.weight for t in terms)
+        if total <= 0:
+            return scored
+        head = []
+        for cid, s in scored[:pool]:
+            best = max(line_scores(rows[cid].text.split("\n"), terms, neighbours=False), default=0.0)
+            head.append((cid, s + LINE_MATCH_BOOST * min(1.0, best / total) * (1 - s)))
+        return sorted(head, key=lambda x: -x[1]) + scored[pool:]
+
+    @staticmethod
+    def _places(scored: list[tuple[int, float]], rows: dict[int, ChunkRow], min_score: float,
+                max_results: int) -> list[list[tuple[int, float]]]:
+        """The best chunks above min_score as up to max_results places: a chunk overlapping or
+        touching one already taken (the same file) joins it, so six results are six places."""
+        groups: list[list[tuple[int, float]]] = []
+        spans: list[tuple[str, int, int]] = []
+        for cid, score in scored:
+            if score < min_score or len(groups) >= max_results:
+                break
+            row = rows[cid]
+            for k, (path, a, b) in enumerate(spans):
+                if MERGE_OVERLAPS and path == row.path and row.start_line <= b + 1 and row.end_line >= a - 1:
+                    groups[k].append((cid, score))
+                    spans[k] = (path, min(a, row.start_line), max(b, row.end_line))
+                    break
+            else:
+                groups.append([(cid, score)])
+                spans.append((row.path, row.start_line, row.end_line))
+        return groups
+
+    def _line_terms(self, query: str, tr: Translation) -> list[Term]:
+        n = self.keyword.doc_count()
+        own = weigh_terms(query_terms(query), self.keyword.doc_freq, n)
+        other = [t for t in tr.terms if t.lower() not in {o.lower() for o in query_terms(query)}]
+        return own + weigh_terms(other, lambda t: self.keyword.doc_freq(" ".join(translated_phrases([t]))), n,
+                                 discount=max(self.cfg.translation_weight, 0.0))
+
+    @staticmethod
+    def _place(group: list[tuple[int, float]], rows: dict[int, ChunkRow], terms: list[Term]) -> Place:
+        by_line: dict[int, str] = {}
+        for cid, _ in group:
+            row = rows[cid]
+            for k, text in enumerate(row.text.split("\n")):
+                n = row.start_line + k
+                if len(text) > len(by_line.get(n, "")) or n not in by_line:
+                    by_line[n] = text
+        start = min(by_line)
+        lines = [by_line.get(n, "") for n in range(start, max(by_line) + 1)]
+        muted = front_matter_lines(lines) if start == 1 else range(0)
+        scores = [0.0 if k in muted else v for k, v in enumerate(line_scores(lines, terms))]
+        return Place(start, lines, scores, muted=muted)
 
     def _worker(self) -> ThreadPoolExecutor:
         if self._executor is None:
