@@ -35,6 +35,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "out" / "conversations"
+sys.path.insert(0, str(HERE))
+
+from score import md_table  # noqa: E402
 
 from hermit.config.schema import MemorySearchConfig  # noqa: E402
 from hermit.memory.embedders import create_embedder  # noqa: E402
@@ -62,22 +65,22 @@ def variants() -> list[Variant]:
         Variant("min-score-0", "minScore 0 (always 6 places)", query={"min_score": 0.0}),
         Variant("no-merge", "overlapping chunks of a file stay separate results",
                 patch={"search.MERGE_OVERLAPS": False}),
+        Variant("cap-700", "each window at most 700 characters (the old snippet size)",
+                patch={"snippets.SNIPPET_MAX_CHARS": 700}),
+        Variant("cap-1400", "each window at most 1,400 characters", patch={"snippets.SNIPPET_MAX_CHARS": 1400}),
+        Variant("cap-2000", "each window at most 2,000 characters", patch={"snippets.SNIPPET_MAX_CHARS": 2000}),
+        Variant("budget-500", "500 characters per result asked for (3,000 for 6)",
+                patch={"snippets.SNIPPET_CHARS_PER_RESULT": 500}),
         Variant("no-neighbour", "a line gets no share of its neighbours' score",
                 patch={"snippets.NEIGHBOUR_SHARE": 0.0}),
-        Variant("no-context-value", "lines without query words are worth nothing (windows stop growing)",
+        Variant("no-context-value", "lines without query words add nothing to a window",
                 patch={"snippets.CONTEXT_VALUE": 0.0}),
         Variant("flat-rank", "every result's window grows at the same rank weight",
                 patch={"snippets.RANK_DECAY": 1.0}),
-        Variant("steep-rank", "rank weight 0.6^r", patch={"snippets.RANK_DECAY": 0.6}),
-        Variant("cap-700", "windows capped at 700 characters each (the old per-snippet size)",
-                patch={"snippets.SNIPPET_MAX_CHARS": 700}),
-        Variant("cap-2000", "windows capped at 2,000 characters", patch={"snippets.SNIPPET_MAX_CHARS": 2000}),
-        Variant("cap-2800", "windows capped at 2,800 characters", patch={"snippets.SNIPPET_MAX_CHARS": 2800}),
         Variant("line-boost-0.2", "candidates lifted by the share of the query one of their lines holds (0.2)",
                 patch={"search.LINE_MATCH_BOOST": 0.2}),
-        Variant("line-boost-0.4", "the same at 0.4", patch={"search.LINE_MATCH_BOOST": 0.4}),
-        Variant("budget-500", "500 characters per result asked for (3,000 for 6)",
-                patch={"snippets.SNIPPET_CHARS_PER_RESULT": 500}),
+        Variant("no-translation", "without EN↔ZH dictionary translation",
+                query={"translation_weight": 0.0, "translate_vectors": False}),
     ]
 
 
@@ -180,14 +183,11 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [f"Conversational suite: {n} LoCoMo dev questions (3 conversations), "
              "`python bench/retrieval/conversations.py DATA_DIR`, max 6 results at minScore 0.35. "
              "seen = recall@6 of gold lines inside the returned lines; chunk = the same with each result "
-             "widened to its chunk; chars/results = mean per search.", "",
-             "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    for r in rows:
-        cells = [r["variant"], f"{r['results']:.2f}", f"{r['chars']:,.0f}", f"{r['seen']:.3f}",
-                 f"{r['chunk']:.3f}", f"{r['MRR']:.3f}",
-                 *(f"{r['by_category'][c]['seen']:.3f}" for c in CATEGORIES),
-                 *(f"{r['by_category'][c]['chunk']:.3f}" for c in CATEGORIES)]
-        lines.append("| " + " | ".join(cells) + " |")
+             "widened to its chunk; chars/results = mean per search.", ""]
+    lines += md_table(head, [[r["variant"], f"{r['results']:.2f}", f"{r['chars']:,.0f}", f"{r['seen']:.3f}",
+                              f"{r['chunk']:.3f}", f"{r['MRR']:.3f}",
+                              *(f"{r['by_category'][c]['seen']:.3f}" for c in CATEGORIES),
+                              *(f"{r['by_category'][c]['chunk']:.3f}" for c in CATEGORIES)] for r in rows])
     lines += ["", "Variants:", ""] + [f"- `{r['variant']}`: {r['note']}" for r in rows]
     return "\n".join(lines) + "\n"
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
 from baseline import original_search  # noqa: E402
-from score import Report, evaluate, read_jsonl  # noqa: E402
+from score import Report, evaluate, md_table, read_jsonl  # noqa: E402
 
 from hermit.config.schema import MemorySearchConfig, QueryConfig  # noqa: E402
 from hermit.memory.embedders import create_embedder  # noqa: E402
@@ -190,13 +190,14 @@ def markdown(rows: list[dict[str, Any]], n: int) -> str:
     lines = [f"Retrieval benchmark: {n} queries over bench/retrieval/workspace "
              "(`python bench/retrieval/run.py`), top 10 results at each variant's minScore (0.35). "
              "R@k = recall@k; per-type columns are R@6. p50 ms = in-process search latency "
-             "(query vectors cached after a model's first variant, so later rows exclude embedding).", "",
-             "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+             "(query vectors cached after a model's first variant, so later rows exclude embedding).", ""]
+    cells_of = []
     for r in rows:
         cells = [r["variant"], *(f"{r[k]:.3f}" for k in ("R@1", "R@3", "R@6", "R@10", "MRR",
                                                           "nDCG@10")),
                  *(f"{r['by_type_r6'][t]:.2f}" for t in types), f"{r['latency_ms_p50']:.1f}"]
-        lines.append("| " + " | ".join(cells) + " |")
+        cells_of.append(cells)
+    lines += md_table(head, cells_of)
     lines += ["", "Variants:", ""] + [f"- `{r['variant']}`: {r['note']}" for r in rows]
     return "\n".join(lines) + "\n"
 

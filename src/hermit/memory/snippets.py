@@ -19,12 +19,13 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from hermit.tokens import count_cjk
 
 SNIPPET_CHARS_PER_RESULT = 700
 # No single window grows past this: six results keep room for six places.
-SNIPPET_MAX_CHARS = 1_400
+SNIPPET_MAX_CHARS = 2_800
 # A line without query words is still worth this share of the place's best line (context, answers).
 CONTEXT_VALUE = 0.15
 # A line next to a matching line gets this share of its neighbour's score (question → answer turns).
@@ -123,6 +124,13 @@ class Place:
         return sum(len(self.lines[i]) + 1 for i in range(lo, hi + 1)) - 1
 
 
+class _Move(NamedTuple):
+    rate: tuple[float, int]  # value per character (rank-weighted), then closeness to the seed
+    step: int  # +1 down, -1 up
+    n: int  # lines taken
+    extra: int  # characters added
+
+
 def choose_windows(places: list[Place], budget: int, cap: int | None = None) -> None:
     """Set each place's window: seed on its best line, then grow where score per character is highest."""
     cap = SNIPPET_MAX_CHARS if cap is None else cap
@@ -146,35 +154,51 @@ def choose_windows(places: list[Place], budget: int, cap: int | None = None) -> 
             length = share
         used += length
     seeds = [p.lo for p in places]
+    sizes = [p.size(p.lo, p.hi) for p in places]
+
+    def best_move(k: int) -> _Move | None:
+        """The best growth of place k within the cap and what is left of the budget."""
+        p, vals = places[k], values[k]
+        if p.cut is not None:
+            return None
+        found: _Move | None = None
+        for step in (1, -1):
+            gain_sum, extra = 0.0, 0
+            edge = p.hi if step > 0 else p.lo
+            for n in range(1, LOOKAHEAD_LINES + 1):
+                i = edge + step * n
+                if not 0 <= i < len(p.lines):
+                    break
+                extra += len(p.lines[i]) + 1
+                if sizes[k] + extra > cap or used + extra > budget:
+                    break
+                gain_sum += vals[i]
+                # Equal value per character: grow the shorter side (windows centre on their seed).
+                rate = (weights[k] * gain_sum / extra, -abs(edge - seeds[k]))
+                if rate[0] > 0 and (found is None or rate > found.rate):
+                    found = _Move(rate, step, n, extra)
+        return found
+
+    # A place's best move changes only when it grows or when the budget left no longer covers it.
+    moves = [best_move(k) for k in range(len(places))]
     while used < budget:
-        best_gain, move = (0.0, 0), None
-        for k, (p, vals) in enumerate(zip(places, values, strict=True)):
-            if p.cut is not None:
-                continue
-            size = p.size(p.lo, p.hi)
-            for step in (1, -1):
-                gain_sum, extra = 0.0, 0
-                edge = p.hi if step > 0 else p.lo
-                for n in range(1, LOOKAHEAD_LINES + 1):
-                    i = edge + step * n
-                    if not 0 <= i < len(p.lines):
-                        break
-                    extra += len(p.lines[i]) + 1
-                    if size + extra > cap or used + extra > budget:
-                        break
-                    gain_sum += vals[i]
-                    # Equal value per character: grow the shorter side (windows centre on their seed).
-                    rate = (weights[k] * gain_sum / extra, -abs(edge - seeds[k]))
-                    if rate > best_gain and rate[0] > 0:
-                        best_gain, move = rate, (p, step, n, extra)
-        if move is None:
+        k_best, chosen = -1, None
+        for k, m in enumerate(moves):
+            if m is not None and used + m.extra > budget:
+                moves[k] = m = best_move(k)
+            if m is not None and (chosen is None or m.rate > chosen.rate):
+                k_best, chosen = k, m
+        if chosen is None:
             break
-        p, step, n, extra = move
+        _, step, n, extra = chosen
+        p = places[k_best]
         if step > 0:
             p.hi += n
         else:
             p.lo -= n
         used += extra
+        sizes[k_best] += extra
+        moves[k_best] = best_move(k_best)
     for p in places:
         while p.lo < p.hi and not p.lines[p.lo].strip():
             p.lo += 1
