@@ -258,7 +258,7 @@ class HybridSearcher:
             else:
                 vec_hits = self._knn(q, pool, matrix_ok, backend)
                 timings["vector_ms"] = (time.perf_counter() - t0) * 1000
-        kw_hits, timings["keyword_ms"] = self._keyword_leg(query, tr, pool, rows)
+        kw_hits, held, timings["keyword_ms"] = self._keyword_leg(query, tr, pool, rows)
         if vec_job is not None and matrix_pass is not None:
             t0 = time.perf_counter()
             matrix_pass.work()  # take the blocks the worker has not reached
@@ -284,18 +284,18 @@ class HybridSearcher:
         # 0.717 vs 0.730 on bench/retrieval). It does not search on its own: its own top-k added
         # nothing there and cost a second pass over the matrix. Computed only when such candidates
         # exist, so an English-only memory never pays for it.
-        # It judges only chunks holding a translated word: the vector of two dictionary words is
-        # close to much unrelated text in that language (`peanut allergy` → 花生 + 过敏 scored an
-        # unrelated Chinese note 0.40), so a translated match needs evidence in the words too.
+        # It judges only chunks the translated keywords matched, or that are very close to it: the
+        # vector of two dictionary words is close to much unrelated text in that language (`peanut
+        # allergy` → 花生 + 过敏 scored an unrelated Chinese note 0.40), so a translated match needs
+        # evidence in the words too.
         other_script = 0 if _mostly_cjk(query) else 2
         other = [i for i in ids if rows[i].script == other_script]
         if q is not None and other and tr.vector_words and self.cfg.translate_vectors:
             tq = self._translation_vector(tr.vector_words)
             if tq is not None:
                 tcos = self.matrix.scores(tq, other) if matrix_ok else self.store.vec_scores(tq, other)
-                held = term_coverage(tr.terms, {i: rows[i].text for i in other}) if tr.terms else {}
                 for i, c in tcos.items():
-                    if held.get(i, 0.0) > 0 or self._vscore(c) >= UNHELD_TRANSLATION_MIN:
+                    if i in held or self._vscore(c) >= UNHELD_TRANSLATION_MIN:
                         cos[i] = c
         if match and kw_hits:
             # A candidate outside the keyword pool scores below the pool's weakest hit. Re-running the
@@ -387,7 +387,9 @@ class HybridSearcher:
         n = self.keyword.doc_count()
         own = weigh_terms(query_terms(query), self.keyword.doc_freq, n)
         other = [t for t in tr.terms if t.lower() not in {o.lower() for o in query_terms(query)}]
-        return own + weigh_terms(other, lambda t: self.keyword.doc_freq(" ".join(translated_phrases([t]))), n,
+        # A translated term's parts are the phrases the keyword leg counted (cached): no new FTS counts.
+        return own + weigh_terms(other, lambda t: min((self.keyword.doc_freq(p) for p in translated_phrases([t])),
+                                                      default=0), n,
                                  discount=max(self.cfg.translation_weight, 0.0))
 
     @staticmethod
@@ -419,11 +421,12 @@ class HybridSearcher:
         return Translation(terms, best)
 
     def _keyword_leg(self, query: str, tr: Translation, pool: int,
-                     rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], float]:
+                     rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], set[int], float]:
+        """Keyword hits of the query and its translation, and the chunks the translation matched."""
         t0 = time.perf_counter()
         hits = self.keyword.search(query_terms(query), pool, rows)
-        hits = self._merge_translated(hits, tr, pool, rows)
-        return hits, (time.perf_counter() - t0) * 1000
+        hits, held = self._merge_translated(hits, tr, pool, rows)
+        return hits, held, (time.perf_counter() - t0) * 1000
 
     def _chunk_count(self) -> int:
         """Chunks in the index, counted once per index generation (not on every search)."""
@@ -478,12 +481,12 @@ class HybridSearcher:
         return {cid for cid in self.store.chunk_ids_for_days(days)}
 
     def _merge_translated(self, kw_hits: list[tuple[int, float]], tr: Translation, pool: int,
-                          rows: dict[int, ChunkRow]) -> list[tuple[int, float]]:
+                          rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], set[int]]:
         """Add keyword hits for the dictionary translation of the query, discounted (EN ↔ ZH)."""
         w = self.cfg.translation_weight
         phrases = translated_phrases(tr.terms) if w > 0 else []
         if not phrases:
-            return kw_hits
+            return kw_hits, set()
         best = dict(kw_hits)
         translated_hits = self.keyword.search(phrases, pool, rows)
         # FTS5 clamps the idf of a term found in over half the chunks to ~1e-6. In a large memory that
@@ -496,7 +499,7 @@ class HybridSearcher:
             best = {cid: r * top_tr / top_orig for cid, r in best.items()}
         for cid, r in translated_hits:
             best[cid] = max(best.get(cid, 0.0), w * r)
-        return sorted(best.items(), key=lambda x: -x[1])[: max(pool, len(kw_hits))]
+        return sorted(best.items(), key=lambda x: -x[1])[: max(pool, len(kw_hits))], {c for c, _ in translated_hits}
 
     def _vscore(self, c: float | None) -> float:
         if c is None or self.embedder is None:
