@@ -47,7 +47,6 @@ from unittest import mock
 
 import numpy as np
 
-from hermit.cli import context as cli_context
 from hermit.cli.context import CliContext
 from hermit.config.schema import MemorySearchConfig, QueryConfig
 from hermit.memory import store as store_mod
@@ -582,7 +581,8 @@ def make_service(home: Path, embedder: Any, *, long_lived: bool) -> MemoryServic
     """The service exactly as the CLI composes it for `home` (config, lexicon, paths), with `embedder`."""
     home = home.resolve()
     ctx = CliContext.from_args(str(home), None, None, False)
-    with mock.patch.object(cli_context, "create_embedder", lambda *_a, **_k: embedder):
+    # The CLI imports create_embedder when it builds the service, so the package's name is patched.
+    with mock.patch("hermit.memory.embedders.create_embedder", lambda *_a, **_k: embedder):
         svc = ctx.memory_service(long_lived=long_lived)
     assert svc.index_path == index_path(home) and svc.workspace == home / "workspace", "unexpected state layout"
     return svc

@@ -2,6 +2,7 @@
 
     python bench/retrieval/run.py            # all variants (indexes are cached under bench/out/)
     python bench/retrieval/run.py --only default baseline-original
+    python bench/retrieval/run.py --conversations DATA_DIR   # also the conversational suite (conversations.py)
 
 Writes bench/retrieval/results.md and results.json. Variants differ only in configuration; each one
 runs through the real MemoryService / HybridSearcher over a real SQLite index with the real models.
@@ -26,7 +27,7 @@ sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
 from baseline import original_search  # noqa: E402
-from score import Report, evaluate, read_jsonl  # noqa: E402
+from score import Report, evaluate, md_table, read_jsonl  # noqa: E402
 
 from hermit.config.schema import MemorySearchConfig, QueryConfig  # noqa: E402
 from hermit.memory.embedders import create_embedder  # noqa: E402
@@ -154,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--only", nargs="*", help="variant names to run")
     ap.add_argument("--out", default=str(HERE), help="where results.md / results.json go")
+    ap.add_argument("--conversations", metavar="DATA_DIR", default=None,
+                    help="also run the conversational suite over this LoCoMo folder (see conversations.py)")
     args = ap.parse_args(argv)
     queries = read_jsonl(QUERIES)
     chosen = [v for v in variants() if not args.only or v.name in args.only]
@@ -174,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     (out / "results.json").write_text(json.dumps(rows, ensure_ascii=False, indent=1) + "\n")
     (out / "results.md").write_text(markdown(rows, len(queries)))
     print(markdown(rows, len(queries)))
+    if args.conversations:
+        import conversations
+
+        return conversations.main([args.conversations, "--out", args.out])
     return 0
 
 
@@ -183,13 +190,14 @@ def markdown(rows: list[dict[str, Any]], n: int) -> str:
     lines = [f"Retrieval benchmark: {n} queries over bench/retrieval/workspace "
              "(`python bench/retrieval/run.py`), top 10 results at each variant's minScore (0.35). "
              "R@k = recall@k; per-type columns are R@6. p50 ms = in-process search latency "
-             "(query vectors cached after a model's first variant, so later rows exclude embedding).", "",
-             "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+             "(query vectors cached after a model's first variant, so later rows exclude embedding).", ""]
+    cells_of = []
     for r in rows:
         cells = [r["variant"], *(f"{r[k]:.3f}" for k in ("R@1", "R@3", "R@6", "R@10", "MRR",
                                                           "nDCG@10")),
                  *(f"{r['by_type_r6'][t]:.2f}" for t in types), f"{r['latency_ms_p50']:.1f}"]
-        lines.append("| " + " | ".join(cells) + " |")
+        cells_of.append(cells)
+    lines += md_table(head, cells_of)
     lines += ["", "Variants:", ""] + [f"- `{r['variant']}`: {r['note']}" for r in rows]
     return "\n".join(lines) + "\n"
 

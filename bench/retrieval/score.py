@@ -186,6 +186,12 @@ def evaluate(queries: list[dict[str, object]], results: list[dict[str, object]])
     )
 
 
+def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table (first column left-aligned, the rest right-aligned) as lines."""
+    return ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1),
+            *("| " + " | ".join(cells) + " |" for cells in rows)]
+
+
 def markdown(report: Report, label: str) -> str:
     lines = [f"### {label}", "", "| type | n | " + " | ".join(METRICS) + " |",
              "|---|---:|" + "---:|" * len(METRICS)]

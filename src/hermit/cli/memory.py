@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from hermit.cli.context import CliContext, is_tty
-from hermit.errors import ConfigError
+from hermit.errors import ConfigError, HermitError
 from hermit.messages import valid_json
 
 if TYPE_CHECKING:  # loaded by the commands themselves, so `hermit --help` stays quick
@@ -154,6 +154,8 @@ def _search_batch(svc: MemoryService, args: argparse.Namespace) -> int:
 
 
 def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
+    from hermit.cli.search_view import render_results, wants_colour
+
     if args.queries is None and not (args.query or "").strip():
         raise ConfigError("nothing to search for: the query is empty",
                           'pass the words to look for, e.g. hermit memory search "database move" '
@@ -165,6 +167,8 @@ def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
         if args.queries is not None:
             return _search_batch(svc, args)
         res = svc.search(args.query, args.max_results, args.min_score)
+        shown = "" if args.json or not res.get("results") else render_results(
+            res["results"], args.query, lambda path: _file_lines(svc, path), wants_colour(sys.stdout))
     finally:
         svc.close()
     if args.json:
@@ -180,11 +184,16 @@ def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
     if not res["results"]:
         print("no results")
         return 0
-    for r in res["results"]:
-        print(f"{r['score']:.3f}  {r['path']}:{r['startLine']}-{r['endLine']}  [{r['source']}]")
-        for ln in r["snippet"].splitlines()[:8]:
-            print(f"    {ln}")
+    print(shown)
     return 0
+
+
+def _file_lines(svc: MemoryService, path: str) -> list[str] | None:
+    """A result's file as lines (to mark where a snippet was cut); None if it cannot be read now."""
+    try:
+        return str(svc.get(path)["text"]).split("\n")
+    except HermitError:
+        return None
 
 
 def cmd_get(ctx: CliContext, args: argparse.Namespace) -> int:

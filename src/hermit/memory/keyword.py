@@ -102,10 +102,19 @@ class KeywordSearcher:
             self._stamp, self._df, self._stats = stamp, {}, None
 
     def doc_freq(self, phrase: str) -> int:
+        """Chunks holding `phrase` (cached per index generation)."""
         if phrase not in self._df:
             match = or_match([phrase])
             self._df[phrase] = self.store.fts_count(match) if match else 0
         return self._df[phrase]
+
+    def doc_count(self) -> int:
+        """Chunks in the FTS index (as bm25() counts them), read once per index generation."""
+        with self._lock:
+            self._refresh()
+            if self._stats is None:
+                self._stats = self.store.fts_stats()
+            return self._stats[0]
 
     def plan(self, phrases: list[str]) -> KeywordPlan:
         df = {p: self.doc_freq(p) for p in dict.fromkeys(phrases)}

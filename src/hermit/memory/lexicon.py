@@ -29,6 +29,8 @@ _SKIP_SENSE = ("CL:", "variant of", "old variant", "see ", "surname ", "abbr. fo
                "Japanese variant", "Taiwan pr.", "also pr.")
 _CJK_RUN = re.compile(f"[{CJK_LETTERS}]+")
 _EN_WORD = re.compile(r"[a-z][a-z'\-]*[a-z]|[a-z]")
+# A token holding `_`, a digit, or a letter-to-letter `.`, `/`, `:`, `@`, `#` is an identifier.
+_IDENTIFIER = re.compile(r"[^\s,;!?()\"']*(?:[_\d]|[A-Za-z][./:@#][A-Za-z])[^\s,;!?()\"']*")
 MAX_ZH_PER_TERM = 4
 MAX_EN_PER_WORD = 4
 MAX_WORD_CHARS = 6
@@ -189,8 +191,10 @@ class Lexicon:
                     group.extend(w for w in _EN_WORD.findall(gloss) if w not in STOPWORDS and len(w) > 2)
                 if group:
                     groups.append(_dedupe(group))
-        words = [re.sub(r"'s$|'re$|'ve$|'ll$|'d$|n't$", "", w)
-                 for w in _EN_WORD.findall(_CJK_RUN.sub(" ", query).lower())]
+        # An identifier (UND_ERR_CONNECT_TIMEOUT, TICKET-4821, api.example.com) names one thing; its
+        # parts are not words to translate (err → 弄错 found unrelated Chinese notes).
+        plain = _IDENTIFIER.sub(" ", _CJK_RUN.sub(" ", query))
+        words = [re.sub(r"'s$|'re$|'ve$|'ll$|'d$|n't$", "", w) for w in _EN_WORD.findall(plain.lower())]
         used = [False] * len(words)
         for n in (3, 2, 1):
             for i in range(len(words) - n + 1):

@@ -15,10 +15,8 @@ then fusion, rescue, boosts and snippets.
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import math
 import re
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -26,22 +24,38 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from hermit.config.schema import QueryConfig
 from hermit.errors import EmbeddingError
+from hermit.memory import snippets
 from hermit.memory.dates import query_day_ranges
 from hermit.memory.embedders.base import Embedder, EmbedderInfo
-from hermit.memory.fts import build_match, line_terms, query_terms, translated_phrases
+from hermit.memory.fts import build_match, query_terms, translated_phrases
 from hermit.memory.keyword import KeywordSearcher
 from hermit.memory.lexicon import Lexicon
+from hermit.memory.snippets import (
+    Place,
+    Term,
+    choose_windows,
+    front_matter_lines,
+    line_scores,
+    render,
+    weigh_terms,
+)
 from hermit.memory.store import ChunkRow, IndexStore
+from hermit.memory.vectors import MatrixPass, VectorMatrix, blockscan_topk
 from hermit.tokens import count_cjk
 
-SNIPPET_MAX_CHARS = 700
 SMALL_MEMORY_CHUNKS = 100
 # Above this many chunks the in-memory matrix (4 bytes × dims each) is not used; vec0 KNN is.
 MATRIX_MAX_CHUNKS = 300_000
+# Overlapping chunks of one file become one result (bench/retrieval/conversations.md: `no-merge`).
+MERGE_OVERLAPS = True
+# The translated query vector judges an other-language chunk that holds no translated word only when
+# it is at least this close (calibrated); otherwise the original query vector does.
+UNHELD_TRANSLATION_MIN = 0.7
+# How much a line holding all of the query's weight lifts a candidate (score += boost · share · (1 − score)).
+LINE_MATCH_BOOST = 0.0
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
 
 
@@ -56,6 +70,10 @@ class Hit:
     vector_score: float | None
     text_score: float
     snippet: str
+    # The line spans of the returned text (one per window; see memory.snippets).
+    windows: tuple[tuple[int, int], ...] = ()
+    # The lines of the chunk(s) the text was chosen from (overlapping chunks of a file are one place).
+    place: tuple[int, int] = (0, 0)
 
 
 @dataclass
@@ -83,128 +101,6 @@ NO_TRANSLATION = Translation([], [])
 # previous design: R@6 0.858, MRR 0.719.
 TRANSLATED_VECTOR_WORDS = 4
 WORD_VECTOR_CACHE = 20_000
-
-
-class VectorMatrix:
-    """All stored vectors in one float32 matrix for ~ms brute-force cosine in long-lived processes.
-
-    Refreshed incrementally by index generation: rows of chunks written since the last load are
-    appended; rows of deleted chunks stay as garbage (filtered at lookup) until they pass 20%.
-    """
-
-    def __init__(self) -> None:
-        self.ids = np.zeros(0, dtype=np.int64)
-        self.mat = np.zeros((0, 0), dtype=np.float32)
-        self.gen = -1
-        self.index_id: str | None = None
-        self.garbage = 0
-        self.row_of: dict[int, int] = {}
-
-    def refresh(self, store: IndexStore) -> None:
-        hold_blas_to_one_thread()
-        meta = store.meta()
-        index_id, gen = meta.get("index_id"), int(meta.get("generation", "0"))
-        if index_id == self.index_id and gen == self.gen:
-            return
-        live = int(store.conn.execute("select count(*) from chunks").fetchone()[0])
-        if index_id != self.index_id or (len(self.ids) - live) > 0.2 * max(live, 1):
-            self.ids, self.mat, self.gen = np.zeros(0, dtype=np.int64), np.zeros((0, 0), np.float32), -1
-        if self.gen < 0:
-            # Full load: fill a preallocated matrix block by block (no second copy at peak).
-            dims = int(store.meta().get("dims", "0")) or 1
-            ids = np.empty(live, dtype=np.int64)
-            mat = np.empty((live, dims), dtype=np.float32)
-            n = 0
-            for block_ids, block in store.iter_vectors():
-                take = min(len(block_ids), live - n)
-                ids[n:n + take], mat[n:n + take] = block_ids[:take], block[:take]
-                n += take
-            self.ids, self.mat = ids[:n], mat[:n]
-        else:
-            blocks = list(store.iter_vectors(since_gen=self.gen))
-            if blocks:
-                self.ids = np.concatenate([self.ids, *[b[0] for b in blocks]])
-                self.mat = np.concatenate([self.mat, *[b[1] for b in blocks]])
-        self.row_of = {int(i): r for r, i in enumerate(self.ids)}
-        self.garbage = max(0, len(self.ids) - live)
-        self.index_id, self.gen = index_id, gen
-
-    def topk(self, q: np.ndarray, k: int) -> list[tuple[int, float]]:
-        if not len(self.ids):
-            return []
-        return self.top_of(self.mat @ q, k)
-
-    def start_pass(self, q: np.ndarray) -> MatrixPass:
-        return MatrixPass(self.mat, q)
-
-    def top_of(self, sims: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """The k best rows of `sims` (this matrix times a query), best first."""
-        if not len(sims):
-            return []
-        k = min(k + self.garbage, len(sims))
-        part = np.argpartition(-sims, k - 1)[:k]
-        part = part[np.argsort(-sims[part])]
-        return [(int(self.ids[r]), float(sims[r])) for r in part]
-
-    def scores(self, q: np.ndarray, ids: list[int]) -> dict[int, float]:
-        rows = [(i, self.row_of[i]) for i in ids if i in self.row_of]
-        if not rows:
-            return {}
-        sims = self.mat[[r for _, r in rows]] @ q
-        return {i: float(s) for (i, _), s in zip(rows, sims, strict=True)}
-
-
-_BLAS_LOCK = threading.Lock()
-_BLAS_HELD = False
-
-
-def hold_blas_to_one_thread() -> None:
-    """Once per process, before the first matrix pass: numpy's BLAS (OpenBLAS) keeps its worker
-    threads busy-waiting for a while after each call, and on a 2-core machine they then starve the
-    embedding model's OpenMP threads on the next query (12 → 75 ms per query embedding). One BLAS
-    thread reads the matrix at ~10 GB/s, and the pass overlaps the keyword leg instead."""
-    global _BLAS_HELD
-    with _BLAS_LOCK:
-        if not _BLAS_HELD:
-            threadpool_limits(1, user_api="blas")
-            _BLAS_HELD = True
-
-
-class MatrixPass:
-    """`mat @ q` in blocks that any thread may take: a worker starts it while the search thread runs
-    the keyword leg, then the search thread helps with what is left (both cores on the tail)."""
-
-    BLOCK_ROWS = 8_192
-
-    def __init__(self, mat: np.ndarray, q: np.ndarray) -> None:
-        self.mat, self.q = mat, q
-        self.out = np.empty(len(mat), dtype=np.float32)
-        self.blocks = list(range(0, len(mat), self.BLOCK_ROWS))
-        self._next = itertools.count()  # next() on a count is atomic under the GIL
-        self.busy_ms = 0.0
-
-    def work(self) -> None:
-        t0 = time.perf_counter()
-        while (i := next(self._next)) < len(self.blocks):
-            a = self.blocks[i]
-            b = min(a + self.BLOCK_ROWS, len(self.mat))
-            np.matmul(self.mat[a:b], self.q, out=self.out[a:b])
-        self.busy_ms += (time.perf_counter() - t0) * 1000
-
-
-def _blockscan_topk(store: IndexStore, q: np.ndarray, k: int) -> list[tuple[int, float]]:
-    """Top-k cosine over the BLOB vector table in bounded memory (no sqlite-vec)."""
-    best_ids = np.zeros(0, dtype=np.int64)
-    best = np.zeros(0, dtype=np.float32)
-    for ids, mat in store.iter_vectors():
-        sims = mat @ q
-        best_ids = np.concatenate([best_ids, ids])
-        best = np.concatenate([best, sims])
-        if len(best) > k:
-            keep = np.argpartition(-best, k - 1)[:k]
-            best_ids, best = best_ids[keep], best[keep]
-    order = np.argsort(-best)
-    return [(int(best_ids[i]), float(best[i])) for i in order]
 
 
 def _mostly_cjk(text: str) -> bool:
@@ -276,39 +172,6 @@ def file_date(path: str) -> float | None:
 
 def _tokens(text: str) -> set[str]:
     return set(re.findall(r"\w+", text.lower()))
-
-
-def make_snippet(text: str, start_line: int, terms: list[str]) -> tuple[str, int, int]:
-    """The ≤700-char window of the chunk centred on its best-matching line, with its line span."""
-    lines = text.split("\n")
-    if len(text) <= SNIPPET_MAX_CHARS:
-        first = next((i for i, ln in enumerate(lines) if ln.strip()), 0)
-        last = max((i for i, ln in enumerate(lines) if ln.strip()), default=len(lines) - 1)
-        return "\n".join(lines[first:last + 1]), start_line + first, start_line + last
-    low = [ln.lower() for ln in lines]
-    scores = [sum(1 for t in terms if t and t in ln) for ln in low]
-    best = max(range(len(lines)), key=lambda i: (scores[i], -i)) if any(scores) else 0
-    if len(lines[best]) >= SNIPPET_MAX_CHARS:
-        line = lines[best]
-        pos = min((low[best].find(t) for t in terms if t and t in low[best]), default=0)
-        a = max(0, min(pos - SNIPPET_MAX_CHARS // 3, len(line) - SNIPPET_MAX_CHARS))
-        return line[a:a + SNIPPET_MAX_CHARS], start_line + best, start_line + best
-    lo = hi = best
-    size = len(lines[best])
-    while True:
-        grew = False
-        for cand in (hi + 1, lo - 1):
-            if 0 <= cand < len(lines) and size + len(lines[cand]) + 1 <= SNIPPET_MAX_CHARS:
-                size += len(lines[cand]) + 1
-                lo, hi = min(lo, cand), max(hi, cand)
-                grew = True
-        if not grew:
-            break
-    while lo < hi and not lines[lo].strip():
-        lo += 1
-    while hi > lo and not lines[hi].strip():
-        hi -= 1
-    return "\n".join(lines[lo:hi + 1]), start_line + lo, start_line + hi
 
 
 class HybridSearcher:
@@ -395,7 +258,7 @@ class HybridSearcher:
             else:
                 vec_hits = self._knn(q, pool, matrix_ok, backend)
                 timings["vector_ms"] = (time.perf_counter() - t0) * 1000
-        kw_hits, timings["keyword_ms"] = self._keyword_leg(query, tr, pool, rows)
+        kw_hits, held, timings["keyword_ms"] = self._keyword_leg(query, tr, pool, rows)
         if vec_job is not None and matrix_pass is not None:
             t0 = time.perf_counter()
             matrix_pass.work()  # take the blocks the worker has not reached
@@ -421,12 +284,19 @@ class HybridSearcher:
         # 0.717 vs 0.730 on bench/retrieval). It does not search on its own: its own top-k added
         # nothing there and cost a second pass over the matrix. Computed only when such candidates
         # exist, so an English-only memory never pays for it.
+        # It judges only chunks the translated keywords matched, or that are very close to it: the
+        # vector of two dictionary words is close to much unrelated text in that language (`peanut
+        # allergy` → 花生 + 过敏 scored an unrelated Chinese note 0.40), so a translated match needs
+        # evidence in the words too.
         other_script = 0 if _mostly_cjk(query) else 2
         other = [i for i in ids if rows[i].script == other_script]
         if q is not None and other and tr.vector_words and self.cfg.translate_vectors:
             tq = self._translation_vector(tr.vector_words)
             if tq is not None:
-                cos.update(self.matrix.scores(tq, other) if matrix_ok else self.store.vec_scores(tq, other))
+                tcos = self.matrix.scores(tq, other) if matrix_ok else self.store.vec_scores(tq, other)
+                for i, c in tcos.items():
+                    if i in held or self._vscore(c) >= UNHELD_TRANSLATION_MIN:
+                        cos[i] = c
         if match and kw_hits:
             # A candidate outside the keyword pool scores below the pool's weakest hit. Re-running the
             # OR query for it (FTS5 evaluates the whole MATCH before `rowid IN`) cost ~20 ms at 100k
@@ -443,8 +313,11 @@ class HybridSearcher:
             coverage = term_coverage(query_terms(query), {i: rows[i].text for i in ids if rel.get(i, 0) > 0})
         scored = self._fuse(ids, cos, rel, vec_hits, kw_hits, q is not None)
         if coverage:
-            scored = [(i, max(s, self._tscore(rel.get(i, 0.0), rel)) if coverage.get(i, 0) >= 1.0 else s)
-                      for i, s in scored]
+            # The rescue lifts a chunk holding every query term to its text score, less up to 0.1 by
+            # its vector score: exact hits stay above minScore, and several of them do not all pile
+            # up at 1.000 (their order stays visible to the agent).
+            scored = [(i, max(s, self._tscore(rel.get(i, 0.0), rel) - 0.1 * (1 - self._vscore(cos.get(i))))
+                       if coverage.get(i, 0) >= 1.0 else s) for i, s in scored]
         if dated:
             boost = cfg.date_boost
             scored = [(i, s + (1 - s) * boost if i in dated else s) for i, s in scored]
@@ -452,22 +325,87 @@ class HybridSearcher:
         scored.sort(key=lambda s: -s[1])
         if cfg.mmr.enabled:
             scored = self._mmr(scored, rows, max_results)
-        # Snippets centre on lines holding query words, or their translation (a Chinese question
-        # about an English note should show the English line that answers it).
-        terms = line_terms(query) + [t.lower() for term in tr.terms for t in term.split()]
+        # Windows are chosen on query words, and on their translation (a Chinese question about an
+        # English note should show the English line that answers it).
+        terms = self._line_terms(query, tr)
+        if LINE_MATCH_BOOST > 0 and terms:
+            scored = self._line_boost(scored, rows, terms, pool)
+        chosen = self._places(scored, rows, min_score, max_results)
+        places = [self._place(group, rows, terms) for group in chosen]
+        choose_windows(places, snippets.SNIPPET_CHARS_PER_RESULT * max_results)
         hits: list[Hit] = []
-        for cid, score in scored:
-            if score < min_score or len(hits) >= max_results:
-                continue
+        for group, place in zip(chosen, places, strict=True):
+            cid, score = group[0]
             row = rows[cid]
-            snippet, a, b = make_snippet(row.text, row.start_line, terms)
+            snippet, a, b = render(place, terms)
             hits.append(Hit(cid, row.path, row.source, a, b, round(score, 4),
                             None if q is None else round(self._vscore(cos.get(cid)), 4),
-                            round(self._tscore(rel.get(cid, 0.0), rel), 4), snippet))
+                            round(self._tscore(rel.get(cid, 0.0), rel), 4), snippet, ((a, b),),
+                            (place.start_line, place.start_line + len(place.lines) - 1)))
         mode = "hybrid" if q is not None and match else ("keyword-only" if q is None else "vector-only")
         if q is None and reason is None:
             reason = "no vector search"
         return SearchOutcome(hits, mode, reason if q is None else None, timings)
+
+    @staticmethod
+    def _line_boost(scored: list[tuple[int, float]], rows: dict[int, ChunkRow], terms: list[Term],
+                    pool: int) -> list[tuple[int, float]]:
+        """Lift the best candidates by the share of the query's weight that one of their lines holds:
+        the question's words together in one line (a turn, a bullet) beat the same words spread over
+        a 400-token chunk, which BM25 cannot tell apart."""
+        total = sum(t.weight for t in terms)
+        if total <= 0:
+            return scored
+        head = []
+        for cid, s in scored[:pool]:
+            best = max(line_scores(rows[cid].text.split("\n"), terms, neighbours=False), default=0.0)
+            head.append((cid, s + LINE_MATCH_BOOST * min(1.0, best / total) * (1 - s)))
+        return sorted(head, key=lambda x: -x[1]) + scored[pool:]
+
+    @staticmethod
+    def _places(scored: list[tuple[int, float]], rows: dict[int, ChunkRow], min_score: float,
+                max_results: int) -> list[list[tuple[int, float]]]:
+        """The best chunks above min_score as up to max_results places: a chunk overlapping or
+        touching one already taken (the same file) joins it, so six results are six places."""
+        groups: list[list[tuple[int, float]]] = []
+        spans: list[tuple[str, int, int]] = []
+        for cid, score in scored:
+            if score < min_score or len(groups) >= max_results:
+                break
+            row = rows[cid]
+            for k, (path, a, b) in enumerate(spans):
+                if MERGE_OVERLAPS and path == row.path and row.start_line <= b + 1 and row.end_line >= a - 1:
+                    groups[k].append((cid, score))
+                    spans[k] = (path, min(a, row.start_line), max(b, row.end_line))
+                    break
+            else:
+                groups.append([(cid, score)])
+                spans.append((row.path, row.start_line, row.end_line))
+        return groups
+
+    def _line_terms(self, query: str, tr: Translation) -> list[Term]:
+        n = self.keyword.doc_count()
+        own = weigh_terms(query_terms(query), self.keyword.doc_freq, n)
+        other = [t for t in tr.terms if t.lower() not in {o.lower() for o in query_terms(query)}]
+        # A translated term's parts are the phrases the keyword leg counted (cached): no new FTS counts.
+        return own + weigh_terms(other, lambda t: min((self.keyword.doc_freq(p) for p in translated_phrases([t])),
+                                                      default=0), n,
+                                 discount=max(self.cfg.translation_weight, 0.0))
+
+    @staticmethod
+    def _place(group: list[tuple[int, float]], rows: dict[int, ChunkRow], terms: list[Term]) -> Place:
+        by_line: dict[int, str] = {}
+        for cid, _ in group:
+            row = rows[cid]
+            for k, text in enumerate(row.text.split("\n")):
+                n = row.start_line + k
+                if len(text) > len(by_line.get(n, "")) or n not in by_line:
+                    by_line[n] = text
+        start = min(by_line)
+        lines = [by_line.get(n, "") for n in range(start, max(by_line) + 1)]
+        muted = front_matter_lines(lines) if start == 1 else range(0)
+        scores = [0.0 if k in muted else v for k, v in enumerate(line_scores(lines, terms))]
+        return Place(start, lines, scores, muted=muted)
 
     def _worker(self) -> ThreadPoolExecutor:
         if self._executor is None:
@@ -483,11 +421,12 @@ class HybridSearcher:
         return Translation(terms, best)
 
     def _keyword_leg(self, query: str, tr: Translation, pool: int,
-                     rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], float]:
+                     rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], set[int], float]:
+        """Keyword hits of the query and its translation, and the chunks the translation matched."""
         t0 = time.perf_counter()
         hits = self.keyword.search(query_terms(query), pool, rows)
-        hits = self._merge_translated(hits, tr, pool, rows)
-        return hits, (time.perf_counter() - t0) * 1000
+        hits, held = self._merge_translated(hits, tr, pool, rows)
+        return hits, held, (time.perf_counter() - t0) * 1000
 
     def _chunk_count(self) -> int:
         """Chunks in the index, counted once per index generation (not on every search)."""
@@ -501,7 +440,7 @@ class HybridSearcher:
             return self.matrix.topk(qv, k)
         if backend == "vec0":
             return self.store.vec_knn(qv, k)
-        return _blockscan_topk(self.store, qv, k)
+        return blockscan_topk(self.store, qv, k)
 
     def _translation_vector(self, words: list[str]) -> np.ndarray | None:
         """The query's translation as one vector: the normalised sum of its (cached) word vectors."""
@@ -542,12 +481,12 @@ class HybridSearcher:
         return {cid for cid in self.store.chunk_ids_for_days(days)}
 
     def _merge_translated(self, kw_hits: list[tuple[int, float]], tr: Translation, pool: int,
-                          rows: dict[int, ChunkRow]) -> list[tuple[int, float]]:
+                          rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], set[int]]:
         """Add keyword hits for the dictionary translation of the query, discounted (EN ↔ ZH)."""
         w = self.cfg.translation_weight
         phrases = translated_phrases(tr.terms) if w > 0 else []
         if not phrases:
-            return kw_hits
+            return kw_hits, set()
         best = dict(kw_hits)
         translated_hits = self.keyword.search(phrases, pool, rows)
         # FTS5 clamps the idf of a term found in over half the chunks to ~1e-6. In a large memory that
@@ -560,7 +499,7 @@ class HybridSearcher:
             best = {cid: r * top_tr / top_orig for cid, r in best.items()}
         for cid, r in translated_hits:
             best[cid] = max(best.get(cid, 0.0), w * r)
-        return sorted(best.items(), key=lambda x: -x[1])[: max(pool, len(kw_hits))]
+        return sorted(best.items(), key=lambda x: -x[1])[: max(pool, len(kw_hits))], {c for c, _ in translated_hits}
 
     def _vscore(self, c: float | None) -> float:
         if c is None or self.embedder is None:
