@@ -85,7 +85,10 @@ def test_a_killed_force_rebuild_is_cleaned_up_by_the_next_process(tmp_path: Path
     write(home / "hermit.yaml", "agents:\n  defaults:\n    memory_search:\n"
                                 "      provider: local\n      model: all-MiniLM-L6-v2\n")
     for i in range(400):
-        write(home / "workspace" / "memory" / f"n{i:04d}.md", f"# {i}\nsome text about topic {i % 37} and {i}\n")
+        # Several lines a file, so the 40-token chunks below are new text that must be embedded again.
+        lines = "".join(f"- line {j} of note {i}: some text about topic {(i + j) % 37} and its details\n"
+                        for j in range(8))
+        write(home / "workspace" / "memory" / f"n{i:04d}.md", f"# {i}\n{lines}")
     db = home / "memory" / "main.sqlite"
     r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "memory", "index"], env=_env(home),
                        capture_output=True, text=True, timeout=300)
@@ -101,8 +104,7 @@ def test_a_killed_force_rebuild_is_cleaned_up_by_the_next_process(tmp_path: Path
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None and not list(db.parent.glob("*.rebuild-*")):
             time.sleep(0.01)
-        time.sleep(0.2)
-        proc.send_signal(signal.SIGKILL)
+        proc.send_signal(signal.SIGKILL)  # at once: on an idle machine the whole rebuild is quick
         proc.wait(30)
     finally:
         if proc.poll() is None:
