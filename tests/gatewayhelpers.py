@@ -16,9 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from agenthelpers import fixed_clock, load_offline
+from ciguard import need
 from hermit.agent.runtime import AgentRuntime
 from hermit.channels.base import (
     ChannelCapabilities,
@@ -111,13 +110,6 @@ def last_user_text(request: ModelRequest) -> str:
 CHROMIUM = "/usr/lib/chromium/chromium"
 
 
-def need(ok: bool, what: str) -> None:
-    """Skip locally when a dependency is missing; under CI=true, fail instead (CI must run every test)."""
-    if ok:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{what} is missing; CI installs it (.ci/run)")
-    pytest.skip(f"{what} is not installed")
 
 
 def need_chromium() -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ciguard import need
 from conftest import write
 
 _KEY_VARS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY")
@@ -74,10 +75,8 @@ def test_config_path_is_a_directory(tmp_path: Path, cmd: tuple[str, ...]) -> Non
 
 def _bwrap() -> str:
     path = shutil.which("bwrap")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("bubblewrap (bwrap) is required under CI")
-        pytest.skip("bubblewrap (bwrap) is not installed")
+    need(path is not None, "bubblewrap (bwrap)")
+    assert path is not None
     return path
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from agenthelpers import TODAY, fixed_clock, load, system_text, tool_results
+from ciguard import need
 from conftest import write
 from hermit.agent.runtime import AgentRuntime
 from hermit.config.load import LoadedConfig
@@ -44,10 +45,7 @@ PASSWD_LINE = "root:x:0:0"
 
 def need_sandbox() -> Backend:
     backend = detect()
-    if not backend.available:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the sandbox tests: {backend.detail} (.ci/run installs bubblewrap)")
-        pytest.skip(backend.detail)
+    need(backend.available, f"an OS sandbox ({backend.detail})")
     return backend
 
 
