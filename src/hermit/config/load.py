@@ -257,7 +257,7 @@ def build_config(
                 id=entry.id,
                 workspace=workspace,
                 index_path=index_path,
-                sessions_dir=paths.sessions_dir(entry.id),
+                sessions_dir=_sessions_dir(paths, entry),
                 settings=entry,
                 is_default=False,
             )
@@ -272,6 +272,15 @@ def build_config(
     agents = [AgentConfig(a.id, a.workspace, a.index_path, a.sessions_dir, a.settings, a.id == chosen)
               for a in agents]
     return LoadedConfig(paths=paths, source=source, config=cfg, defaults=defaults, agents=tuple(agents))
+
+
+def _sessions_dir(paths: StatePaths, entry: AgentEntry) -> Path:
+    """The agent's sessions directory: under session.store_dir when set (shared storage), else the state dir."""
+    raw = entry.session.store_dir
+    if not raw:
+        return paths.sessions_dir(entry.id)
+    base = Path(raw).expanduser()
+    return StatePaths(base if base.is_absolute() else paths.home / base).sessions_dir(entry.id)
 
 
 def load_config(paths: StatePaths, explicit: Path | None = None) -> LoadedConfig:

@@ -294,6 +294,11 @@ class SessionConfig(Strict):
     reset_by_channel: dict[str, ResetOverride] = Field(default_factory=dict)
     reset_triggers: tuple[str, ...] = ("/new", "/reset")
     hooks: SessionHooksConfig = SessionHooksConfig()
+    # Where sessions.json, transcripts and session locks live: `<store_dir>/agents/<agentId>/sessions`.
+    # Default: the state dir. Point two hosts' configs at one directory on shared storage (NFSv4, SMB with
+    # byte-range locks) and a gateway on either host lists and continues the same sessions (README
+    # "Sessions on several hosts"). Relative paths are relative to the state dir; `~` is expanded.
+    store_dir: str | None = None
 
     @field_validator("reset_triggers")
     @classmethod
