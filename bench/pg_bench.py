@@ -1,0 +1,77 @@
+#!/usr/bin/env python
+"""PostgreSQL benchmark (issue 15): search latency, HNSW recall, build time, size and throughput at 100k/1M.
+
+Usage:
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/pg_bench.py [--chunks 100000 1000000] [--queries 200]
+
+Builds are cached under bench/out/pg/ (data, SQLite index, the PostgreSQL data dir); see pg_bench_data.py
+for how the synthetic corpus is made and pg_bench_measure.py for what is timed. Results go to
+bench/out/pg/results.json and the table in bench/pg_bench.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from hermit.memory.embedders.local_e5 import E5Embedder  # noqa: E402
+from pg_bench_build import build_pg, build_sqlite, server, stop  # noqa: E402
+from pg_bench_data import OUT, generate, log  # noqa: E402
+from pg_bench_measure import measure  # noqa: E402
+from pg_bench_report import RESULTS_MD, write  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--chunks", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--m", type=int, default=16)
+    ap.add_argument("--ef-construction", type=int, default=64)
+    ap.add_argument("--ef-search", type=int, nargs="+", default=[40, 64, 100, 200])
+    ap.add_argument("--ef-default", type=int, default=100, help="ef_search of the latency/throughput runs")
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--exact-queries", type=int, default=50, help="exact scans are slow at 1M")
+    ap.add_argument("--sqlite-queries", type=int, default=100)
+    ap.add_argument("--throughput-queries", type=int, default=100, help="split over the 4 clients")
+    ap.add_argument("--build-only", action="store_true")
+    args = ap.parse_args(argv)
+    e5 = E5Embedder()
+    e5.embed_query("warm up")
+    srv = server()
+    results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+                               "m": args.m, "ef_construction": args.ef_construction, "runs": {}}
+    path = OUT / "results.json"
+    if path.exists():
+        results["runs"] = json.loads(path.read_text()).get("runs", {})
+    try:
+        with __import__("psycopg").connect(srv.dsn) as c:
+            results["server"] = c.execute("show server_version").fetchone()[0]
+            results["pgvector"] = c.execute(
+                "select default_version from pg_available_extensions where name='vector'").fetchone()[0]
+        for n in args.chunks:
+            run: dict[str, Any] = {"data": generate(n, e5)}
+            run["build_pg"] = build_pg(srv, n, args.m, args.ef_construction)
+            run["build_sqlite"] = build_sqlite(n, e5)
+            if not args.build_only:
+                run.update(measure(srv, n, e5, args.queries, args.ef_search, args.exact_queries,
+                                   args.sqlite_queries, args.throughput_queries, args.ef_default))
+                run["ef_default"] = args.ef_default
+            results["runs"][str(n)] = run
+            path.write_text(json.dumps(results, indent=2))
+            log(f"results for {n} written to {path}")
+        if Path(__file__).resolve().parent / "out" / "pg" == OUT:  # a scratch run never overwrites the table
+            RESULTS_MD.write_text(write(results))
+    finally:
+        stop(srv)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

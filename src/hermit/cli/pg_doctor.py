@@ -1,0 +1,152 @@
+"""`hermit doctor` checks of the PostgreSQL server behind the memory index (when the postgres backend is configured).
+
+The DSN comes from the environment variable the config names (`store.postgres.dsn_env`) and is never printed:
+reports name the variable and, at most, host, port and database. Each step needs the one before it, so an
+unset variable or an unreachable server is reported once instead of as five failures.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hermit.cli.checks import Check, CheckFn, check
+from hermit.errors import HermitError
+
+if TYPE_CHECKING:
+    from hermit.cli.context import CliContext
+
+MIN_SERVER = 150000  # PostgreSQL 15: the oldest a distribution's server may be (the SQL stays within it)
+MIN_PGVECTOR = (0, 8, 0)
+CONNECT_TIMEOUT_S = 5
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    version: str  # "18.6"
+    version_num: int
+    extensions: dict[str, str]  # installed in the database: name -> version
+    available: dict[str, str]  # installable on the server: name -> default version
+
+
+def where(dsn: str) -> str:
+    """host:port/database of a DSN — what a report may show (no user, no password, no options)."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        parts = conninfo_to_dict(dsn)
+    except Exception:  # noqa: BLE001 - a malformed DSN is reported by connect(); never echo it
+        return "(unparsable DSN)"
+    host = str(parts.get("host") or parts.get("hostaddr") or "localhost")
+    return f"{host}:{parts.get('port') or 5432}/{parts.get('dbname') or '(default database)'}"
+
+
+def scrub(message: str, dsn: str) -> str:
+    """An error message with the DSN and any password in it removed."""
+    out = message.replace(dsn, "<dsn>") if dsn else message
+    return re.sub(r"(password\s*=\s*)\S+", r"\1***", out, flags=re.IGNORECASE)
+
+
+def connect(dsn: str, timeout: float = CONNECT_TIMEOUT_S) -> Any:
+    """A psycopg connection, or a HermitError naming where it failed (never the DSN itself)."""
+    import psycopg
+
+    try:
+        return psycopg.connect(dsn, connect_timeout=max(1, int(timeout)), autocommit=True)
+    except psycopg.Error as e:
+        raise HermitError(f"cannot reach PostgreSQL at {where(dsn)}: {scrub(str(e).strip(), dsn)}",
+                          "start the server or fix host/port/credentials in the DSN; check that it accepts "
+                          "TCP connections from this host (listen_addresses, pg_hba.conf)") from None
+
+
+def server_facts(conn: Any) -> ServerFacts:
+    version = str(conn.execute("show server_version").fetchone()[0]).split()[0]
+    num = int(conn.execute("show server_version_num").fetchone()[0])
+    installed = {str(n): str(v) for n, v in conn.execute("select extname, extversion from pg_extension")}
+    available = {str(n): str(v or "") for n, v in conn.execute(
+        "select name, default_version from pg_available_extensions where name in ('vector', 'pg_trgm')")}
+    return ServerFacts(version, num, installed, available)
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+def extension_check(facts: ServerFacts, name: str, minimum: tuple[int, ...] = ()) -> Check:
+    label = {"vector": "pgvector", "pg_trgm": "pg_trgm"}[name]
+    need = f" ≥ {'.'.join(map(str, minimum))}" if minimum else ""
+    have = facts.extensions.get(name)
+    if have is None:
+        if name in facts.available:
+            return Check(label, "fail", f"{label} is available on the server (version {facts.available[name]}) but "
+                         "not created in this database",
+                         f"run `create extension {name};` in the database as its owner or a superuser")
+        return Check(label, "fail", f"{label} is not installed on the server",
+                     f"install {label}{need} on the PostgreSQL server (e.g. the postgresql-NN-pgvector package), "
+                     f"then `create extension {name};`")
+    if minimum and version_tuple(have) < minimum:
+        return Check(label, "fail", f"{label} {have} is too old (Hermit needs{need})",
+                     f"upgrade {label} on the server, then `alter extension {name} update;`")
+    return Check(label, "ok", f"{label} {have}")
+
+
+def version_check(facts: ServerFacts) -> Check:
+    if facts.version_num < MIN_SERVER:
+        return Check("postgres", "fail", f"PostgreSQL {facts.version} is too old (Hermit needs 15 or newer)",
+                     "upgrade the server to PostgreSQL 15+")
+    return Check("postgres", "ok", f"PostgreSQL {facts.version}")
+
+
+def probe(dsn_env: str, environ: Mapping[str, str],
+          schema_checks: Callable[[Any], Iterable[Check]] | None = None) -> list[Check]:
+    """Every server check for the DSN in `environ[dsn_env]`, in order; later ones skipped when an earlier fails."""
+    dsn = environ.get(dsn_env, "")
+    if not dsn.strip():
+        return [Check("postgres dsn", "fail", f"the environment variable {dsn_env} is not set",
+                      f"export {dsn_env}='postgresql://USER:PASSWORD@HOST:5432/DBNAME' in the environment that "
+                      "runs hermit (the config names the variable, never the DSN)")]
+    out = [Check("postgres dsn", "ok", f"{dsn_env} is set ({where(dsn)})")]
+    try:
+        conn = connect(dsn)
+    except HermitError as e:
+        return [*out, Check("postgres", "fail", e.message, e.hint)]
+    with conn:
+        facts = server_facts(conn)
+        out += [version_check(facts), extension_check(facts, "vector", MIN_PGVECTOR),
+                extension_check(facts, "pg_trgm")]
+        if schema_checks is not None and all(c.ok for c in out):
+            out += list(schema_checks(conn))
+    return out
+
+
+def _postgres_settings(ctx: CliContext) -> tuple[str, Any] | None:
+    """(dsn_env, the agent's memory config) when the postgres backend is configured, else None."""
+    ms = ctx.agent().settings.memory_search
+    store = ms.store
+    if getattr(store, "backend", "sqlite") != "postgres":
+        return None
+    return str(store.postgres.dsn_env), ms
+
+
+def _summary(checks: list[Check]) -> Check:
+    worst = next((c for c in checks if c.status == "fail"), None) or next(
+        (c for c in checks if c.status == "warn"), None)
+    detail = "; ".join(f"{c.name}: {c.detail}" for c in checks)
+    if worst is None:
+        return Check("postgres", "ok", detail)
+    return Check("postgres", worst.status, detail, worst.fix)
+
+
+@check("postgres", fix="see `hermit doctor --json` for each server check")
+def postgres_check(ctx: CliContext) -> str | Check:
+    settings = _postgres_settings(ctx)
+    if settings is None:
+        return Check("postgres", "skip", "not used (memory_search.store.backend: sqlite)")
+    dsn_env, _ms = settings
+    return _summary(probe(dsn_env, os.environ, schema_checks=None))
+
+
+DOCTOR_CHECKS: tuple[CheckFn, ...] = (postgres_check,)
