@@ -128,7 +128,7 @@ def _postgres_settings(ctx: CliContext) -> tuple[str, Any] | None:
     store = ms.store
     if getattr(store, "backend", "sqlite") != "postgres":
         return None
-    return str(store.postgres.dsn_env), ms
+    return str(getattr(getattr(store, "postgres", None), "dsn_env", "HERMIT_PG_DSN")), ms
 
 
 def _summary(checks: list[Check]) -> Check:
