@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from hermit.db import connect_memory
 from hermit.memory.fts import CJK_LETTERS, FTS_TOKENIZER, or_match
-from hermit.memory.store import ChunkRow, IndexStore
+from hermit.memory.store_api import ChunkRow, MemoryStore
 from hermit.tokens import count_cjk
 
 K1 = 1.2  # FTS5 bm25() constants
@@ -62,17 +62,23 @@ class FtsTokens:
     def tokens(self, texts: Sequence[str]) -> list[tuple[str, ...]]:
         missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
         if missing:
+            found = self.uncached(missing)
             with self._lock:
-                self._conn.execute("delete from t")
-                self._conn.executemany("insert into t(rowid, x) values (?, ?)", list(enumerate(missing)))
-                got: dict[int, list[str]] = {}
-                for doc, term in self._conn.execute("select doc, term from tv order by doc, offset"):
-                    got.setdefault(int(doc), []).append(str(term))
                 if len(self._cache) > _CACHE_MAX:
                     self._cache.clear()
-                for i, text in enumerate(missing):
-                    self._cache[text] = tuple(got.get(i, ()))
+                for text, toks in zip(missing, found, strict=True):
+                    self._cache[text] = toks
         return [self._cache[t] for t in texts]
+
+    def uncached(self, texts: Sequence[str]) -> list[tuple[str, ...]]:
+        """The tokens of `texts`, in order, not remembered (whole documents, e.g. at index time)."""
+        with self._lock:
+            self._conn.execute("delete from t")
+            self._conn.executemany("insert into t(rowid, x) values (?, ?)", list(enumerate(texts)))
+            got: dict[int, list[str]] = {}
+            for doc, term in self._conn.execute("select doc, term from tv order by doc, offset"):
+                got.setdefault(int(doc), []).append(str(term))
+        return [tuple(got.get(i, ())) for i in range(len(texts))]
 
 
 @dataclass
@@ -85,7 +91,7 @@ class KeywordPlan:
 
 
 class KeywordSearcher:
-    def __init__(self, store: IndexStore, budget: int = ROW_BUDGET) -> None:
+    def __init__(self, store: MemoryStore, budget: int = ROW_BUDGET) -> None:
         self.store = store
         self.budget = budget
         self.tokens = FtsTokens()
