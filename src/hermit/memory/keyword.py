@@ -71,14 +71,28 @@ class FtsTokens:
         return [self._cache[t] for t in texts]
 
     def uncached(self, texts: Sequence[str]) -> list[tuple[str, ...]]:
-        """The tokens of `texts`, in order, not remembered (whole documents, e.g. at index time)."""
+        """The tokens of `texts`, in order, not remembered."""
         with self._lock:
-            self._conn.execute("delete from t")
-            self._conn.executemany("insert into t(rowid, x) values (?, ?)", list(enumerate(texts)))
+            self._fill(texts)
             got: dict[int, list[str]] = {}
             for doc, term in self._conn.execute("select doc, term from tv order by doc, offset"):
                 got.setdefault(int(doc), []).append(str(term))
         return [tuple(got.get(i, ())) for i in range(len(texts))]
+
+    def positions(self, texts: Sequence[str]) -> list[tuple[dict[str, list[int]], int]]:
+        """Per text: each token's 0-based positions, and the token count (whole documents at index time)."""
+        out: list[tuple[dict[str, list[int]], int]] = [({}, 0) for _ in texts]
+        with self._lock:
+            self._fill(texts)
+            for doc, term, offset in self._conn.execute("select doc, term, offset from tv"):
+                out[doc][0].setdefault(term, []).append(offset)
+            for doc, n in self._conn.execute("select doc, count(*) from tv group by doc"):
+                out[doc] = (out[doc][0], int(n))
+        return out
+
+    def _fill(self, texts: Sequence[str]) -> None:
+        self._conn.execute("delete from t")
+        self._conn.executemany("insert into t(rowid, x) values (?, ?)", list(enumerate(texts)))
 
 
 @dataclass

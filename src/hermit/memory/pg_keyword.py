@@ -55,12 +55,12 @@ class Tokenizer:
     def documents(self, texts: Sequence[str]) -> list[tuple[str, int]]:
         """(tsvector literal, token count) of each chunk text, as FTS5 indexes `index_text(text)`."""
         out: list[tuple[str, int]] = []
-        for toks in self.fts.uncached([index_text(t) for t in texts]):
-            where: dict[str, list[int]] = {}
-            for pos, tok in enumerate(toks, start=1):
-                where.setdefault(tok, []).append(min(pos, MAX_POSITION))
-            literal = " ".join(f"{_quote(tok)}:{','.join(map(str, ps[:256]))}" for tok, ps in where.items())
-            out.append((literal, len(toks)))
+        for where, n in self.fts.positions([index_text(t) for t in texts]):
+            # tsvector positions are 1-based; PostgreSQL keeps 256 per token, clamped to 16383.
+            literal = " ".join(
+                f"{_quote(tok)}:{','.join(str(min(p + 1, MAX_POSITION)) for p in sorted(ps)[:256])}"
+                for tok, ps in where.items())
+            out.append((literal, n))
         return out
 
     def parse(self, match: str) -> Expr | None:

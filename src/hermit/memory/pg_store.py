@@ -18,6 +18,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,6 +34,19 @@ if TYPE_CHECKING:
     from hermit.memory.pg_schema import PgConn
 
 HNSW_INDEX = "chunks_vec_hnsw"
+
+
+@dataclass(frozen=True)
+class BulkChunk:
+    """One chunk for PgStore.bulk_add (a migration or a benchmark load; no per-file replace)."""
+
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    hash: str
+    text: str
+    model: str | None = None
 
 
 class AdvisoryLock:
@@ -170,6 +184,36 @@ class PgStore:
                 " indexed_at=excluded.indexed_at, messages=excluded.messages",
                 (path, source, file_hash, mtime, size, vectors is not None or not chunks, now, messages))
             self._bump(gen, d_docs + len(chunks), d_toks + sum(n for _, n in docs))
+
+    def bulk_add(self, files: Sequence[FileState], chunks: Sequence[BulkChunk], vectors: np.ndarray | None,
+                 *, updated_at: int | None = None) -> None:
+        """Append files and chunks (+ their vectors, row i of `vectors` for chunks[i]) with COPY in ONE
+        transaction: the fast path for migrations and benchmark loads (~10× executemany). The paths
+        must not be indexed yet (no replace); the caller holds the writer lock and batches (e.g. 10k
+        chunks per call)."""
+        now = int(time.time()) if updated_at is None else updated_at
+        docs = self.tok.documents([c.text for c in chunks])
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            if vectors is not None and len(chunks):
+                self._ensure_vec_table(int(vectors.shape[1]))
+            gen = self.generation() + 1
+            ids = [int(r[0]) for r in cur.execute(
+                f"select nextval(pg_get_serial_sequence('{self.s}.chunks', 'id')) from generate_series(1, %s)",
+                (len(chunks),))] if chunks else []
+            with cur.copy(f"copy {self.s}.chunks(id, path, source, start_line, end_line, hash, model, text,"
+                          " updated_at, gen, cjk, tsv, ntok) from stdin") as cp:
+                for cid, ch, (tsv, ntok) in zip(ids, chunks, docs, strict=True):
+                    cp.write_row((cid, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model, ch.text,
+                                  now, gen, script_class(ch.text), tsv, ntok))
+            if vectors is not None and ids:
+                with cur.copy(f"copy {self.s}.chunks_vec(id, embedding) from stdin") as cp:
+                    for i, cid in enumerate(ids):
+                        cp.write_row((cid, np.asarray(vectors[i], dtype=np.float32)))
+            with cur.copy(f"copy {self.s}.files(path, source, hash, mtime, size, embedded, indexed_at, messages)"
+                          " from stdin") as cp:
+                for f in files:
+                    cp.write_row((f.path, f.source, f.hash, f.mtime, f.size, f.embedded, now, f.messages))
+            self._bump(gen, len(chunks), sum(n for _, n in docs))
 
     def delete_file(self, path: str) -> None:
         with self.conn.transaction():
