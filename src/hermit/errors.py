@@ -85,3 +85,7 @@ class Cancelled(HermitError):
 
 class SessionBusy(SessionError):
     """Another process is answering in the same session right now."""
+
+
+class StoreError(IndexError_):
+    """The configured memory store (a PostgreSQL server) cannot be reached or used."""

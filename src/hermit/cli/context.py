@@ -65,7 +65,8 @@ class CliContext:
         cfg = agent.settings.memory_search
         embedder = create_embedder(cfg, self.environ, stamp_dir=self.home / "cache")
         return MemoryService(MemoryKey(agent.id, agent.workspace), agent.index_path, cfg, embedder,
-                             long_lived=long_lived, sessions_dir=agent.sessions_dir, cache_dir=self.home / "cache")
+                             long_lived=long_lived, sessions_dir=agent.sessions_dir, cache_dir=self.home / "cache",
+                             environ=self.environ)
 
 
 def is_tty(stream: object = None) -> bool:

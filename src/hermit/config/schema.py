@@ -106,10 +106,29 @@ class CacheConfig(Strict):
     max_entries: int | None = Field(None, ge=1)
 
 
+class PostgresStoreConfig(Strict):
+    # The NAME of the environment variable holding the DSN (postgresql://user:pw@host/db); the DSN
+    # itself never appears in config files, logs or errors.
+    dsn_env: str = Field("HERMIT_PG_DSN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # Each agent's index is one schema: <schema_prefix><agent id>.
+    schema_prefix: str = Field("hermit_", pattern=r"^[a-z_][a-z0-9_]{0,30}$")
+    # Past this many vectors an HNSW index is built (below it an exact scan is as fast; measured,
+    # see README "Running memory on PostgreSQL").
+    hnsw_threshold: int = Field(20_000, ge=0)
+    hnsw_m: int = Field(16, ge=2, le=100)
+    hnsw_ef_construction: int = Field(64, ge=4, le=1000)
+    # HNSW candidate list per query (recall vs time); raised to the number of results asked for.
+    ef_search: int = Field(100, ge=1, le=1000)
+    connect_timeout_s: int = Field(10, ge=1, le=300)
+
+
 class StoreConfig(Strict):
     # Default: <state>/memory/<agentId>.sqlite; "{agent_id}" is substituted.
     path: str | None = None
     vector_enabled: bool = True
+    # sqlite: one file per agent (the default). postgres: a shared server with pgvector (issue 15).
+    backend: Literal["sqlite", "postgres"] = "sqlite"
+    postgres: PostgresStoreConfig = PostgresStoreConfig()
 
 
 class MemorySearchConfig(Strict):

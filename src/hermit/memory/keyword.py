@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from hermit.db import connect_memory
 from hermit.memory.fts import CJK_LETTERS, FTS_TOKENIZER, or_match
-from hermit.memory.store import ChunkRow, IndexStore
+from hermit.memory.store_api import ChunkRow, MemoryStore
 from hermit.tokens import count_cjk
 
 K1 = 1.2  # FTS5 bm25() constants
@@ -62,17 +62,37 @@ class FtsTokens:
     def tokens(self, texts: Sequence[str]) -> list[tuple[str, ...]]:
         missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
         if missing:
+            found = self.uncached(missing)
             with self._lock:
-                self._conn.execute("delete from t")
-                self._conn.executemany("insert into t(rowid, x) values (?, ?)", list(enumerate(missing)))
-                got: dict[int, list[str]] = {}
-                for doc, term in self._conn.execute("select doc, term from tv order by doc, offset"):
-                    got.setdefault(int(doc), []).append(str(term))
                 if len(self._cache) > _CACHE_MAX:
                     self._cache.clear()
-                for i, text in enumerate(missing):
-                    self._cache[text] = tuple(got.get(i, ()))
+                for text, toks in zip(missing, found, strict=True):
+                    self._cache[text] = toks
         return [self._cache[t] for t in texts]
+
+    def uncached(self, texts: Sequence[str]) -> list[tuple[str, ...]]:
+        """The tokens of `texts`, in order, not remembered."""
+        with self._lock:
+            self._fill(texts)
+            got: dict[int, list[str]] = {}
+            for doc, term in self._conn.execute("select doc, term from tv order by doc, offset"):
+                got.setdefault(int(doc), []).append(str(term))
+        return [tuple(got.get(i, ())) for i in range(len(texts))]
+
+    def positions(self, texts: Sequence[str]) -> list[tuple[dict[str, list[int]], int]]:
+        """Per text: each token's 0-based positions, and the token count (whole documents at index time)."""
+        out: list[tuple[dict[str, list[int]], int]] = [({}, 0) for _ in texts]
+        with self._lock:
+            self._fill(texts)
+            for doc, term, offset in self._conn.execute("select doc, term, offset from tv"):
+                out[doc][0].setdefault(term, []).append(offset)
+            for doc, n in self._conn.execute("select doc, count(*) from tv group by doc"):
+                out[doc] = (out[doc][0], int(n))
+        return out
+
+    def _fill(self, texts: Sequence[str]) -> None:
+        self._conn.execute("delete from t")
+        self._conn.executemany("insert into t(rowid, x) values (?, ?)", list(enumerate(texts)))
 
 
 @dataclass
@@ -85,7 +105,7 @@ class KeywordPlan:
 
 
 class KeywordSearcher:
-    def __init__(self, store: IndexStore, budget: int = ROW_BUDGET) -> None:
+    def __init__(self, store: MemoryStore, budget: int = ROW_BUDGET) -> None:
         self.store = store
         self.budget = budget
         self.tokens = FtsTokens()

@@ -42,8 +42,8 @@ from hermit.memory.snippets import (
     render,
     weigh_terms,
 )
-from hermit.memory.store import ChunkRow, IndexStore
-from hermit.memory.vectors import MatrixPass, VectorMatrix, blockscan_topk
+from hermit.memory.store_api import ChunkRow, MemoryStore
+from hermit.memory.vectors import MatrixPass, VectorMatrix
 from hermit.tokens import count_cjk
 
 SMALL_MEMORY_CHUNKS = 100
@@ -177,7 +177,7 @@ def _tokens(text: str) -> set[str]:
 class HybridSearcher:
     def __init__(
         self,
-        store: IndexStore,
+        store: MemoryStore,
         embedder: Embedder | None,
         query_cfg: QueryConfig,
         *,
@@ -211,12 +211,10 @@ class HybridSearcher:
         ):
             return False, (f"the index holds vectors of {ident.get('provider')}/{ident.get('model')}, not "
                            f"{info.provider}/{info.model}; run `hermit memory index` to rebuild it")
-        backend = self.store.vector_backend()
-        if backend is None:
+        if self.store.vector_backend() is None:
             return False, "the index holds no vectors yet (embedding failed or nothing indexed)"
-        if backend == "vec0" and not self.store.vec.available:
-            return False, f"the index uses sqlite-vec, which cannot load here: {self.store.vec.error}"
-        return True, None
+        problem = self.store.vector_problem()
+        return (False, problem) if problem else (True, None)
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> SearchOutcome:
         cfg = self.cfg
@@ -247,8 +245,7 @@ class HybridSearcher:
         matrix_ok = False
         if q is not None:
             t0 = time.perf_counter()
-            backend = self.store.vector_backend()
-            matrix_ok = self.use_matrix and self._chunk_count() <= MATRIX_MAX_CHUNKS
+            matrix_ok = self.use_matrix and self.store.matrix_ok and self._chunk_count() <= MATRIX_MAX_CHUNKS
             if matrix_ok:
                 # The pass over the matrix is memory-bound; it runs in a worker while this thread
                 # does the keyword leg (SQLite, regexes). Only numpy runs there, no SQL.
@@ -256,7 +253,7 @@ class HybridSearcher:
                 matrix_pass = self.matrix.start_pass(q)
                 vec_job = self._worker().submit(matrix_pass.work)
             else:
-                vec_hits = self._knn(q, pool, matrix_ok, backend)
+                vec_hits = self._knn(q, pool, matrix_ok)
                 timings["vector_ms"] = (time.perf_counter() - t0) * 1000
         kw_hits, held, timings["keyword_ms"] = self._keyword_leg(query, tr, pool, rows)
         if vec_job is not None and matrix_pass is not None:
@@ -432,15 +429,11 @@ class HybridSearcher:
         """Chunks in the index, counted once per index generation (not on every search)."""
         gen = self.store.generation()
         if self._count is None or self._count[0] != gen:
-            self._count = (gen, int(self.store.conn.execute("select count(*) from chunks").fetchone()[0]))
+            self._count = (gen, self.store.chunk_count())
         return self._count[1]
 
-    def _knn(self, qv: np.ndarray, k: int, matrix_ok: bool, backend: str | None) -> list[tuple[int, float]]:
-        if matrix_ok:
-            return self.matrix.topk(qv, k)
-        if backend == "vec0":
-            return self.store.vec_knn(qv, k)
-        return blockscan_topk(self.store, qv, k)
+    def _knn(self, qv: np.ndarray, k: int, matrix_ok: bool) -> list[tuple[int, float]]:
+        return self.matrix.topk(qv, k) if matrix_ok else self.store.vec_knn(qv, k)
 
     def _translation_vector(self, words: list[str]) -> np.ndarray | None:
         """The query's translation as one vector: the normalised sum of its (cached) word vectors."""

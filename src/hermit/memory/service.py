@@ -6,9 +6,10 @@ memory_search / memory_get contract of SPEC §4 (camelCase keys as the original)
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ from hermit.memory.paths import resolve_memory_path
 from hermit.memory.provenance import annotate_origins
 from hermit.memory.search import HybridSearcher, SearchOutcome
 from hermit.memory.session_source import SESSIONS_PREFIX, render_transcript, resolve_session_path
-from hermit.memory.store import IndexStore
+from hermit.memory.store_api import MemoryStore
+from hermit.memory.store_factory import open_store
 from hermit.memory.sync import ChunkProgress, Indexer, Progress, SyncReport
 from hermit.messages import valid_text
 from hermit.textfile import NotRegularFile, decode_text, read_regular
@@ -47,12 +49,15 @@ class MemoryService:
         clock: Callable[[], float] = time.time,
         sessions_dir: Path | None = None,
         cache_dir: Path | None = None,
+        environ: Mapping[str, str] | None = None,
+        store: MemoryStore | None = None,
     ) -> None:
         self.key = key
         self.cfg = cfg
         self.embedder = embedder
         self.index_path = index_path
-        self.store = IndexStore(index_path, want_vec=cfg.store.vector_enabled)
+        # The configured backend (memory.store_factory); a postgres DSN is read from `environ` by name.
+        self.store = store or open_store(cfg, index_path, key.agent_id, os.environ if environ is None else environ)
         self.sessions_dir = sessions_dir if "sessions" in cfg.sources else None
         self.indexer = Indexer(self.store, key.workspace, cfg, embedder, clock=clock, sessions_dir=self.sessions_dir)
         self.indexer.clean_stale_rebuilds()  # left by a killed `index --force`, possibly megabytes
@@ -201,11 +206,11 @@ class MemoryService:
         meta = self.store.meta()
         ident = self.store.identity()
         info = self.embedder.info if self.embedder else None
-        vec = self.store.vec
-        return {
+        backend = self.store.describe()
+        out: dict[str, Any] = {
             "agent": self.key.agent_id,
             "workspace": str(self.workspace),
-            "db": str(self.index_path),
+            "db": self.store.location,
             "provider": info.provider if info else "none",
             "model": info.model if info else "none",
             "dims": int(meta["dims"]) if "dims" in meta else (info.dims if info else 0),
@@ -214,9 +219,11 @@ class MemoryService:
             "chunks": counts["chunks"],
             "files_without_vectors": counts["files_without_vectors"],
             "cache_entries": counts["cache_entries"],
-            "vector": {"available": vec.available, "sqlite_vec": vec.version, "error": vec.error,
-                       "backend": self.store.vector_backend()},
+            "vector": backend["vector"],
             "fts": {"available": True},
             "dirty": self.indexer.is_dirty(),
             "chunking": {"tokens": self.cfg.chunking.tokens, "overlap": self.cfg.chunking.overlap},
         }
+        if backend["backend"] != "sqlite":  # SQLite's status stays as it was
+            out["store"] = {k: v for k, v in backend.items() if k != "vector"}
+        return out

@@ -1,24 +1,32 @@
-"""The memory index's SQL: schema, per-file writes, embedding cache, vector and keyword lookups.
+"""The SQLite memory store (the default backend): schema, per-file writes, embedding cache, lookups.
 
-All SQL lives here behind a small interface so a server backend can be added later. Vectors live in a
-sqlite-vec `vec0` table when the extension loads; otherwise in a plain BLOB table with the same name
-and columns, scanned in bounded blocks.
+Implements memory.store_api.MemoryStore over one SQLite file per agent. Vectors live in a sqlite-vec
+`vec0` table when the extension loads; otherwise in a plain BLOB table with the same name and columns,
+scanned in bounded blocks. One writer at a time holds a lock file next to the index; a full rebuild
+fills a temporary file that replaces the live one in one SQLite backup step.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from hermit.db import Connection, VecStatus, connect, migrate, transaction
 from hermit.memory.chunking import Chunk
 from hermit.memory.fts import FTS_TOKENIZER, index_text
-from hermit.tokens import count_cjk
+from hermit.memory.store_api import ChunkRow, FileState, script_class
+from hermit.memory.vectors import blockscan_topk
+
+__all__ = ["ChunkRow", "FileState", "FileLock", "IndexStore", "script_class"]
 
 
 def _script(conn: Connection, sql: str) -> None:
@@ -72,37 +80,6 @@ def _m4(conn: Connection) -> None:
 MIGRATIONS = [_m1, _m2, _m3, _m4]
 
 
-def script_class(text: str) -> int:
-    """0: little or no CJK (< 20% of non-space characters); 1: mixed; 2: mostly CJK (≥ 50%)."""
-    cjk = count_cjk(text)
-    total = max(1, len("".join(text.split())))
-    if cjk * 5 < total:
-        return 0
-    return 2 if cjk * 2 >= total else 1
-
-
-@dataclass(frozen=True)
-class FileState:
-    path: str
-    source: str
-    hash: str
-    mtime: int
-    size: int
-    embedded: bool
-    messages: int = 0
-
-
-@dataclass(frozen=True)
-class ChunkRow:
-    id: int
-    path: str
-    source: str
-    start_line: int
-    end_line: int
-    text: str
-    script: int = 0  # script_class of the text
-
-
 def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     """SQLite's big-endian varint (FTS5 stores its counts this way): (value, next position)."""
     v = 0
@@ -127,11 +104,39 @@ def from_blob(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype=np.float32)
 
 
+class FileLock:
+    """An advisory exclusive lock file next to the index; held by the one process that writes."""
+
+    def __init__(self, index_path: Path) -> None:
+        self.path = index_path.with_name(index_path.name + ".lock")
+        self._fd: int | None = None
+
+    def acquire(self, blocking: bool) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
 class IndexStore:
     """One agent's index file. Writers hold the sync lock; any number of readers may search."""
 
+    matrix_ok = True
+
     def __init__(self, path: Path, *, want_vec: bool = True, readonly: bool = False) -> None:
         self.path = path
+        self.location = str(path)
         self.conn, self.vec = connect(path, load_vec=want_vec, readonly=readonly)
         if not readonly:
             migrate(self.conn, MIGRATIONS)
@@ -168,6 +173,14 @@ class IndexStore:
         if row is None:
             return None
         return "vec0" if "vec0" in str(row[0]).lower() else "blob"
+
+    def vector_kind(self) -> str:
+        return "vec0" if self.vec.available else "blob"
+
+    def vector_problem(self) -> str | None:
+        if self.vector_backend() == "vec0" and not self.vec.available:
+            return f"the index uses sqlite-vec, which cannot load here: {self.vec.error}"
+        return None
 
     def ensure_vec_table(self, dims: int) -> None:
         if self.has_vec_table():
@@ -221,6 +234,9 @@ class IndexStore:
             )
             self._bump(c, gen)
 
+    def optimize(self) -> None:
+        pass  # sqlite-vec's vec0 has no approximate index to build
+
     def delete_file(self, path: str) -> None:
         with transaction(self.conn) as c:
             self._delete_chunks(c, path)
@@ -269,6 +285,9 @@ class IndexStore:
             if len(out) >= limit:
                 break
         return out[:limit]
+
+    def chunk_count(self) -> int:
+        return int(self.conn.execute("select count(*) from chunks").fetchone()[0])
 
     def counts(self) -> dict[str, int]:
         files = self.conn.execute("select count(*) from files").fetchone()[0]
@@ -379,7 +398,9 @@ class IndexStore:
         return {int(i): max(0.0, -float(r)) for i, r in rows}
 
     def vec_knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """(chunk id, cosine similarity) best first, via sqlite-vec's vec0 index."""
+        """(chunk id, cosine similarity) best first: sqlite-vec's vec0 KNN, or a bounded BLOB scan."""
+        if self.vector_backend() != "vec0":
+            return blockscan_topk(self, query, k)
         rows = self.conn.execute(
             "select id, distance from chunks_vec where embedding match ? and k = ?", (to_blob(query), k)
         ).fetchall()
@@ -418,3 +439,47 @@ class IndexStore:
 
     def vec_status(self) -> VecStatus:
         return self.vec
+
+    def describe(self) -> dict[str, Any]:
+        vec = self.vec
+        return {"backend": "sqlite", "vector": {"available": vec.available, "sqlite_vec": vec.version,
+                                                "error": vec.error, "backend": self.vector_backend()}}
+
+    # -- writer lock and atomic rebuilds --------------------------------------------------------
+    def writer_lock(self) -> FileLock:
+        return FileLock(self.path)
+
+    def clean_stale_rebuilds(self) -> int:
+        removed = 0
+        for stale in self.path.parent.glob(self.path.name + ".rebuild-*"):
+            with contextlib.suppress(OSError):
+                stale.unlink()  # the live index was never touched by the killed rebuild
+                removed += 1
+        return removed
+
+    def open_rebuild(self) -> IndexStore:
+        tmp_path = self.path.with_name(f"{self.path.name}.rebuild-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        tmp = IndexStore(tmp_path, want_vec=self.vec.available)
+        try:
+            if self.path.exists():
+                tmp.import_cache_from(self.path)
+        except BaseException:
+            self.discard_rebuild(tmp)
+            raise
+        return tmp
+
+    def finish_rebuild(self, staging: object) -> None:
+        assert isinstance(staging, IndexStore)
+        try:
+            staging.conn.execute("pragma wal_checkpoint(truncate)")
+            # One backup step = one write transaction on the live file: readers see old or new.
+            staging.conn.backup(self.conn)
+        finally:
+            self.discard_rebuild(staging)
+
+    def discard_rebuild(self, staging: object) -> None:
+        assert isinstance(staging, IndexStore)
+        staging.close()
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(OSError):
+                Path(str(staging.path) + suffix).unlink()

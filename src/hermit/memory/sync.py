@@ -1,18 +1,19 @@
 """Sync Markdown memory into the index: incremental by content hash, atomic full rebuilds, one writer.
 
-Only one process writes an index at a time (an advisory lock file); readers never wait for it. Each
-file is written in its own transaction, so a killed indexer leaves every file either fully old or
-fully new. Embeddings are committed to the cache batch by batch (also into the live index during a
-rebuild), so a killed first index or `--force` resumes from what it embedded; the temporary files a
-killed rebuild leaves are removed by the next process that takes the writer lock. A change of embedding identity (provider, model, dims, chunking, keyword transform, vector
-backend) rebuilds into a temporary database that then replaces the live one in a single SQLite backup
-step: searches see the old index or the new one, never a half-built one.
+Only one process writes an index at a time (the store's writer lock: a lock file for SQLite, an
+advisory lock for PostgreSQL); readers never wait for it. Each file is written in its own
+transaction, so a killed indexer leaves every file either fully old or fully new. Embeddings are
+committed to the cache batch by batch (also into the live index during a rebuild), so a killed first
+index or `--force` resumes from what it embedded; the staging index a killed rebuild leaves is removed
+by the next process that takes the writer lock. A change of embedding identity (provider, model,
+dims, chunking, keyword transform, vector backend) rebuilds into a staging index that then replaces
+the live one in one step (the store's finish_rebuild): searches see the old index or the new one,
+never a half-built one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import time
@@ -31,7 +32,7 @@ from hermit.memory.embedders.base import Embedder
 from hermit.memory.fts import FTS_VERSION
 from hermit.memory.session_source import list_session_files, render_transcript, session_needs_index
 from hermit.memory.sources import SourceFile, list_memory_files, read_memory_file
-from hermit.memory.store import FileState, IndexStore
+from hermit.memory.store_api import FileState, MemoryStore
 from hermit.textfile import read_regular
 
 TOKENIZER_ID = "cjk-estimate-1"
@@ -69,32 +70,7 @@ class SyncReport:
                 f"{plural(self.cache_hits, 'cache hit')}, {self.seconds:.2f}s")
 
 
-class WriterLock:
-    """An advisory exclusive lock next to the index; held by the one process that writes."""
-
-    def __init__(self, index_path: Path) -> None:
-        self.path = index_path.with_name(index_path.name + ".lock")
-        self._fd: int | None = None
-
-    def acquire(self, blocking: bool) -> bool:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        self._fd = fd
-        return True
-
-    def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-
-
-def wanted_identity(cfg: MemorySearchConfig, embedder: Embedder | None, vec_available: bool) -> dict[str, object]:
+def wanted_identity(cfg: MemorySearchConfig, embedder: Embedder | None, vector_kind: str) -> dict[str, object]:
     info = embedder.info if embedder else None
     return {
         "provider": info.provider if info else "none",
@@ -104,7 +80,7 @@ def wanted_identity(cfg: MemorySearchConfig, embedder: Embedder | None, vec_avai
         "chunk_overlap": cfg.chunking.overlap,
         "tokenizer": TOKENIZER_ID,
         "fts": FTS_VERSION,
-        "vector_backend": ("vec0" if vec_available else "blob") if (info and cfg.store.vector_enabled) else "none",
+        "vector_backend": vector_kind if (info and cfg.store.vector_enabled) else "none",
     }
 
 
@@ -122,7 +98,7 @@ class Indexer:
 
     def __init__(
         self,
-        store: IndexStore,
+        store: MemoryStore,
         workspace: Path,
         cfg: MemorySearchConfig,
         embedder: Embedder | None,
@@ -135,7 +111,7 @@ class Indexer:
         self.cfg = cfg
         self.embedder = embedder if cfg.store.vector_enabled else None
         self.clock = clock
-        self.lock = WriterLock(store.path)
+        self.lock = store.writer_lock()
         # The files table, as of (index id, generation); forgotten after every sync of ours, because
         # touching a file's mtime does not bump the generation.
         self._indexed: tuple[tuple[str | None, int], dict[str, FileState]] | None = None
@@ -143,7 +119,7 @@ class Indexer:
     # -- dirty check (cheap: stat only) --------------------------------------------------------
     def identity_matches(self) -> bool:
         have = self.store.identity()
-        return have == wanted_identity(self.cfg, self.embedder, self.store.vec.available)
+        return have == wanted_identity(self.cfg, self.embedder, self.store.vector_kind())
 
     def sources(self) -> tuple[list[SourceFile], list[str]]:
         files, warnings = list_memory_files(self.workspace, self.cfg.extra_paths)
@@ -226,6 +202,7 @@ class Indexer:
                 report = self._rebuild(progress, chunk_progress)
             else:
                 report = self._sync_into(self.store, progress, chunk_progress)
+                self.store.optimize()
             report.first = first and report.files_indexed > 0
         report.seconds = time.perf_counter() - t0
         return report
@@ -240,35 +217,23 @@ class Indexer:
             return 0
 
     def _clean_stale_locked(self) -> int:
-        removed = 0
-        for stale in self.store.path.parent.glob(self.store.path.name + ".rebuild-*"):
-            with contextlib.suppress(OSError):
-                stale.unlink()  # the live index was never touched by the killed rebuild
-                removed += 1
-        return removed
+        return self.store.clean_stale_rebuilds()  # the live index was never touched by a killed rebuild
 
     def _rebuild(self, progress: Progress | None, chunk_progress: ChunkProgress | None = None) -> SyncReport:
         live = self.store
-        tmp_path = live.path.with_name(f"{live.path.name}.rebuild-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        tmp = IndexStore(tmp_path, want_vec=live.vec.available)
+        tmp = live.open_rebuild()
         try:
-            if live.path.exists():
-                tmp.import_cache_from(live.path)
-            tmp.set_meta({"identity": json.dumps(wanted_identity(self.cfg, self.embedder, tmp.vec.available)),
+            tmp.set_meta({"identity": json.dumps(wanted_identity(self.cfg, self.embedder, tmp.vector_kind())),
                           "index_id": uuid.uuid4().hex, "created_at": str(int(self.clock()))})
             report = self._sync_into(tmp, progress, chunk_progress)
             report.rebuilt = True
-            tmp.conn.execute("pragma wal_checkpoint(truncate)")
-            # One backup step = one write transaction on the live file: readers see old or new.
-            tmp.conn.backup(live.conn)
-        finally:
-            tmp.close()
-            for suffix in ("", "-wal", "-shm"):
-                with contextlib.suppress(OSError):
-                    Path(str(tmp_path) + suffix).unlink()
+        except BaseException:
+            live.discard_rebuild(tmp)
+            raise
+        live.finish_rebuild(tmp)  # one step: readers see the old index or the new one
         return report
 
-    def _sync_into(self, store: IndexStore, progress: Progress | None,
+    def _sync_into(self, store: MemoryStore, progress: Progress | None,
                    chunk_progress: ChunkProgress | None = None) -> SyncReport:
         report = SyncReport()
         files, warnings = self.sources()
@@ -331,7 +296,7 @@ class Indexer:
             store.cache_prune(self.cfg.cache.max_entries)
         return report
 
-    def _embed(self, store: IndexStore, chunks: list[Chunk], report: SyncReport) -> dict[str, np.ndarray] | None:
+    def _embed(self, store: MemoryStore, chunks: list[Chunk], report: SyncReport) -> dict[str, np.ndarray] | None:
         """Vectors by chunk hash (cache first), or None when embedding failed and keyword-only is allowed."""
         assert self.embedder is not None
         info = self.embedder.info
@@ -364,7 +329,7 @@ class Indexer:
             found.update(new)
         return found
 
-    def _flush(self, store: IndexStore, pending: list[Pending], report: SyncReport) -> None:
+    def _flush(self, store: MemoryStore, pending: list[Pending], report: SyncReport) -> None:
         if not pending:
             return
         vectors: dict[str, np.ndarray] | None = None

@@ -12,7 +12,7 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from hermit.memory.store import IndexStore
+from hermit.memory.store_api import MemoryStore
 
 
 class VectorMatrix:
@@ -30,13 +30,13 @@ class VectorMatrix:
         self.garbage = 0
         self.row_of: dict[int, int] = {}
 
-    def refresh(self, store: IndexStore) -> None:
+    def refresh(self, store: MemoryStore) -> None:
         hold_blas_to_one_thread()
         meta = store.meta()
         index_id, gen = meta.get("index_id"), int(meta.get("generation", "0"))
         if index_id == self.index_id and gen == self.gen:
             return
-        live = int(store.conn.execute("select count(*) from chunks").fetchone()[0])
+        live = store.chunk_count()
         if index_id != self.index_id or (len(self.ids) - live) > 0.2 * max(live, 1):
             self.ids, self.mat, self.gen = np.zeros(0, dtype=np.int64), np.zeros((0, 0), np.float32), -1
         if self.gen < 0:
@@ -122,7 +122,7 @@ class MatrixPass:
         self.busy_ms += (time.perf_counter() - t0) * 1000
 
 
-def blockscan_topk(store: IndexStore, q: np.ndarray, k: int) -> list[tuple[int, float]]:
+def blockscan_topk(store: MemoryStore, q: np.ndarray, k: int) -> list[tuple[int, float]]:
     """Top-k cosine over the BLOB vector table in bounded memory (no sqlite-vec)."""
     best_ids = np.zeros(0, dtype=np.int64)
     best = np.zeros(0, dtype=np.float32)
