@@ -54,6 +54,10 @@ def register(sub: Any) -> None:
     p = ms.add_parser("watch", help="watch memory files and re-index on change (Ctrl-C to stop)")
     p.set_defaults(func=cmd_watch)
 
+    from hermit.cli.memory_migrate import register_migrate
+
+    register_migrate(ms)  # `memory migrate` lives in its own module
+
 
 def _sync(svc: MemoryService, *, show_progress: bool, force: bool = False) -> SyncReport:
     """Sync, drawing a progress bar on a terminal (never on a pipe or with --json)."""
