@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import socket
+from pathlib import Path
 
 import psycopg
+import pytest
+import yaml
 
-from hermit.cli.pg_doctor import ServerFacts, extension_check, probe, scrub, version_check, where
+from hermit.cli.main import main
+from hermit.cli.pg_doctor import ServerFacts, extension_check, probe, scrub, version_check
+from hermit.memory.pg_schema import mask_dsn
 
 ENV = "HERMIT_TEST_PG_DSN"
 
@@ -28,7 +34,7 @@ def test_a_ready_database_passes_every_check(pg_dsn: str) -> None:
     assert all(x.status == "ok" for x in checks), checks
     assert c["postgres"].detail.startswith("PostgreSQL 1")
     assert c["pgvector"].detail.startswith("pgvector 0.8")
-    host_port_db = where(pg_dsn)
+    host_port_db = mask_dsn(pg_dsn)
     assert c["postgres dsn"].detail == f"{ENV} is set ({host_port_db})"
     assert host_port_db.startswith("127.0.0.1:") and "postgres@" not in repr(checks)
 
@@ -72,3 +78,53 @@ def test_scrub_removes_dsn_and_passwords() -> None:
     dsn = "host=db user=u password=hunter2"
     assert scrub(f"failed: {dsn}", dsn) == "failed: <dsn>"
     assert scrub("connection to db password=abc failed", "") == "connection to db password=*** failed"
+
+
+def _doctor(home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    monkeypatch.setenv("HERMIT_HOME", str(home))
+    main(["doctor", "--json"])
+    out, err = capsys.readouterr()
+    checks = {c["name"]: c for c in json.loads(out)}
+    return checks["postgres"]
+
+
+def test_doctor_reports_the_server_and_each_agents_schema(
+    tmp_path: Path, pg_dsn: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    (home / "workspace" / "memory").mkdir(parents=True)
+    (home / "workspace" / "MEMORY.md").write_text("# MEMORY\n\nThe doctor checks the Postgres schema.\n")
+    store = {"backend": "postgres", "postgres": {"dsn_env": ENV, "hnsw_threshold": 1}}
+    (home / "hermit.yaml").write_text(yaml.safe_dump(
+        {"agents": {"defaults": {"memory_search": {"provider": "none", "store": store}}}}))
+    monkeypatch.delenv(ENV, raising=False)
+    unset = _doctor(home, capsys, monkeypatch)
+    assert unset["status"] == "fail" and f"{ENV} is not set" in str(unset["detail"])
+
+    monkeypatch.setenv(ENV, pg_dsn)
+    before = _doctor(home, capsys, monkeypatch)
+    assert before["status"] == "warn" and "agent main has no index on this server yet" in str(before["detail"])
+    assert "PostgreSQL 1" in str(before["detail"]) and "pgvector 0.8" in str(before["detail"])
+
+    assert main(["memory", "index"]) == 0
+    capsys.readouterr()
+    after = _doctor(home, capsys, monkeypatch)
+    assert after["status"] == "ok", after
+    assert "schema hermit_main: agent main: schema v1, GIN keyword index" in str(after["detail"])
+    assert pg_dsn not in json.dumps(after)
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute('drop index "hermit_main".chunks_tsv')
+    broken = _doctor(home, capsys, monkeypatch)
+    assert broken["status"] == "fail" and "GIN on chunks.tsv) is missing" in str(broken["detail"])
+    assert "memory index --force" in str(broken["fix"])
+
+
+def test_doctor_skips_postgres_on_the_sqlite_backend(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    (home / "workspace").mkdir(parents=True)
+    (home / "hermit.yaml").write_text(yaml.safe_dump({"agents": {"defaults": {"memory_search": {"provider": "none"}}}}))
+    c = _doctor(home, capsys, monkeypatch)
+    assert c["status"] == "skip" and "backend: sqlite" in str(c["detail"])

@@ -19,6 +19,7 @@ from hermit.cli.context import CliContext
 from hermit.cli.cron import DOCTOR_CHECKS as CRON_CHECKS
 from hermit.cli.gateway import gateway_token
 from hermit.cli.pairing import DOCTOR_CHECKS as ACCESS_CHECKS
+from hermit.cli.pg_doctor import DOCTOR_CHECKS as POSTGRES_CHECKS
 from hermit.cli.preflight import state_dir_problem
 from hermit.cli.sandbox_check import exec_sandbox
 
@@ -183,6 +184,7 @@ CHECKS: list[CheckFn] = [
     embedder,
     translation,
     index,
+    *POSTGRES_CHECKS,  # the memory index's PostgreSQL server, when store.backend is postgres
     chat_model,
     gateway_token,
     *CRON_CHECKS,

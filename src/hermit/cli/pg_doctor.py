@@ -7,7 +7,6 @@ unset variable or an unreachable server is reported once instead of as five fail
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermit.cli.checks import Check, CheckFn, check
 from hermit.errors import HermitError
+from hermit.memory.pg_schema import mask_dsn
 
 if TYPE_CHECKING:
     from hermit.cli.context import CliContext
@@ -32,18 +32,6 @@ class ServerFacts:
     available: dict[str, str]  # installable on the server: name -> default version
 
 
-def where(dsn: str) -> str:
-    """host:port/database of a DSN — what a report may show (no user, no password, no options)."""
-    try:
-        from psycopg.conninfo import conninfo_to_dict
-
-        parts = conninfo_to_dict(dsn)
-    except Exception:  # noqa: BLE001 - a malformed DSN is reported by connect(); never echo it
-        return "(unparsable DSN)"
-    host = str(parts.get("host") or parts.get("hostaddr") or "localhost")
-    return f"{host}:{parts.get('port') or 5432}/{parts.get('dbname') or '(default database)'}"
-
-
 def scrub(message: str, dsn: str) -> str:
     """An error message with the DSN and any password in it removed."""
     out = message.replace(dsn, "<dsn>") if dsn else message
@@ -57,7 +45,7 @@ def connect(dsn: str, timeout: float = CONNECT_TIMEOUT_S) -> Any:
     try:
         return psycopg.connect(dsn, connect_timeout=max(1, int(timeout)), autocommit=True)
     except psycopg.Error as e:
-        raise HermitError(f"cannot reach PostgreSQL at {where(dsn)}: {scrub(str(e).strip(), dsn)}",
+        raise HermitError(f"cannot reach PostgreSQL at {mask_dsn(dsn)}: {scrub(str(e).strip(), dsn)}",
                           "start the server or fix host/port/credentials in the DSN; check that it accepts "
                           "TCP connections from this host (listen_addresses, pg_hba.conf)") from None
 
@@ -108,7 +96,7 @@ def probe(dsn_env: str, environ: Mapping[str, str],
         return [Check("postgres dsn", "fail", f"the environment variable {dsn_env} is not set",
                       f"export {dsn_env}='postgresql://USER:PASSWORD@HOST:5432/DBNAME' in the environment that "
                       "runs hermit (the config names the variable, never the DSN)")]
-    out = [Check("postgres dsn", "ok", f"{dsn_env} is set ({where(dsn)})")]
+    out = [Check("postgres dsn", "ok", f"{dsn_env} is set ({mask_dsn(dsn)})")]
     try:
         conn = connect(dsn)
     except HermitError as e:
@@ -122,13 +110,50 @@ def probe(dsn_env: str, environ: Mapping[str, str],
     return out
 
 
-def _postgres_settings(ctx: CliContext) -> tuple[str, Any] | None:
-    """(dsn_env, the agent's memory config) when the postgres backend is configured, else None."""
-    ms = ctx.agent().settings.memory_search
-    store = ms.store
-    if getattr(store, "backend", "sqlite") != "postgres":
-        return None
-    return str(getattr(getattr(store, "postgres", None), "dsn_env", "HERMIT_PG_DSN")), ms
+def schema_checks(agents: list[tuple[str, str, int]]) -> Callable[[Any], list[Check]]:
+    """Checks of each agent's schema — (agent id, schema, HNSW threshold) — on an open connection."""
+    from hermit.memory.pg_schema import MIGRATIONS
+    from hermit.memory.pg_store import HNSW_INDEX
+
+    def run(conn: Any) -> list[Check]:
+        out = []
+        for agent_id, schema, threshold in agents:
+            name = f"schema {schema}"
+            if conn.execute("select to_regclass(%s) is null", (f'"{schema}".migrations',)).fetchone()[0]:
+                out.append(Check(name, "warn", f"agent {agent_id} has no index on this server yet",
+                                 f"run `hermit --agent {agent_id} memory index` (or `hermit memory migrate --to "
+                                 "postgres` to copy the SQLite index)"))
+                continue
+            have = int(conn.execute(f'select coalesce(max(version), 0) from "{schema}".migrations').fetchone()[0])
+            if have != len(MIGRATIONS):
+                newer = have > len(MIGRATIONS)
+                out.append(Check(name, "fail", f"schema version {have}, this Hermit expects {len(MIGRATIONS)}",
+                                 "upgrade Hermit on this host" if newer else
+                                 f"run `hermit --agent {agent_id} memory index` (it migrates the schema)"))
+                continue
+            indexes = {str(r[0]) for r in conn.execute("select indexname from pg_indexes where schemaname=%s",
+                                                       (schema,))}
+            if "chunks_tsv" not in indexes:
+                out.append(Check(name, "fail", "the keyword index (GIN on chunks.tsv) is missing",
+                                 f"run `hermit --agent {agent_id} memory index --force` to rebuild the schema"))
+                continue
+            has_vec = conn.execute("select to_regclass(%s) is not null", (f'"{schema}".chunks_vec',)).fetchone()[0]
+            vectors = int(conn.execute(f'select count(*) from "{schema}".chunks_vec').fetchone()[0]) if has_vec else 0
+            if vectors >= threshold and HNSW_INDEX not in indexes:
+                out.append(Check(name, "warn", f"{vectors} vectors but no HNSW index (threshold {threshold}): "
+                                 "searches scan every vector", f"run `hermit --agent {agent_id} memory index`"))
+                continue
+            hnsw = "HNSW index" if HNSW_INDEX in indexes else f"exact scan below {threshold} vectors"
+            out.append(Check(name, "ok", f"agent {agent_id}: schema v{have}, GIN keyword index, {vectors} "
+                                         f"vectors ({hnsw})"))
+        return out
+
+    return run
+
+
+def _postgres_agents(ctx: CliContext) -> list[Any]:
+    """Agents whose memory is configured on PostgreSQL."""
+    return [a for a in ctx.config().agents if a.settings.memory_search.store.backend == "postgres"]
 
 
 def _summary(checks: list[Check]) -> Check:
@@ -140,13 +165,17 @@ def _summary(checks: list[Check]) -> Check:
     return Check("postgres", worst.status, detail, worst.fix)
 
 
-@check("postgres", fix="see `hermit doctor --json` for each server check")
+@check("postgres", fix="see `hermit doctor --json` for each server check", needs=("config",))
 def postgres_check(ctx: CliContext) -> str | Check:
-    settings = _postgres_settings(ctx)
-    if settings is None:
+    from hermit.memory.pg_schema import schema_name
+
+    agents = _postgres_agents(ctx)
+    if not agents:
         return Check("postgres", "skip", "not used (memory_search.store.backend: sqlite)")
-    dsn_env, _ms = settings
-    return _summary(probe(dsn_env, os.environ, schema_checks=None))
+    pg = agents[0].settings.memory_search.store.postgres
+    per_agent = [(a.id, schema_name(a.settings.memory_search.store.postgres.schema_prefix, a.id),
+                  a.settings.memory_search.store.postgres.hnsw_threshold) for a in agents]
+    return _summary(probe(pg.dsn_env, ctx.environ, schema_checks=schema_checks(per_agent)))
 
 
 DOCTOR_CHECKS: tuple[CheckFn, ...] = (postgres_check,)
