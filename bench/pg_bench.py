@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from hermit.memory.embedders.local_e5 import E5Embedder  # noqa: E402
-from pg_bench_build import build_pg, build_sqlite, server, stop  # noqa: E402
+from pg_bench_build import build_hermit_pg, build_pg, build_sqlite, server, stop  # noqa: E402
 from pg_bench_data import OUT, generate, log  # noqa: E402
-from pg_bench_measure import measure  # noqa: E402
+from pg_bench_measure import hermit_pg_latency, measure, queries  # noqa: E402
 from pg_bench_report import RESULTS_MD, write  # noqa: E402
 
 
@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sqlite-queries", type=int, default=100)
     ap.add_argument("--throughput-queries", type=int, default=100, help="split over the 4 clients")
     ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--skip-raw", action="store_true", help="keep the raw-SQL figures of an earlier run")
+    ap.add_argument("--no-hermit-path", action="store_true",
+                    help="skip loading the corpus through Hermit's PgStore and searching it with HybridSearcher")
     args = ap.parse_args(argv)
     e5 = E5Embedder()
     e5.embed_query("warm up")
@@ -56,13 +59,22 @@ def main(argv: list[str] | None = None) -> int:
             results["pgvector"] = c.execute(
                 "select default_version from pg_available_extensions where name='vector'").fetchone()[0]
         for n in args.chunks:
-            run: dict[str, Any] = {"data": generate(n, e5)}
+            run: dict[str, Any] = dict(results["runs"].get(str(n), {}))
+            run["data"] = generate(n, e5)
             run["build_pg"] = build_pg(srv, n, args.m, args.ef_construction)
             run["build_sqlite"] = build_sqlite(n, e5)
-            if not args.build_only:
+            if not args.build_only and not args.skip_raw:
                 run.update(measure(srv, n, e5, args.queries, args.ef_search, args.exact_queries,
                                    args.sqlite_queries, args.throughput_queries, args.ef_default))
                 run["ef_default"] = args.ef_default
+                results["runs"][str(n)] = run
+                path.write_text(json.dumps(results, indent=2))
+            if not args.no_hermit_path:
+                run["build_hermit_pg"] = build_hermit_pg(srv, n, e5, args.m, args.ef_construction)
+                if not args.build_only:
+                    run["hermit_pg_hnsw"] = hermit_pg_latency(srv, n, e5, queries(args.queries)[:args.sqlite_queries],
+                                                              args.ef_default)
+                    log(f"{n}: hermit pg {run['hermit_pg_hnsw']}")
             results["runs"][str(n)] = run
             path.write_text(json.dumps(results, indent=2))
             log(f"results for {n} written to {path}")

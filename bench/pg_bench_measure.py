@@ -199,3 +199,27 @@ def measure(srv: Any, n: int, e5: Any, n_queries: int, ef_list: list[int], exact
     res["throughput_pg_hnsw_hybrid"] = throughput("pg", n, dsn, ef_default, qs[:tp_queries])
     res["throughput_sqlite"] = throughput("sqlite", n, dsn, ef_default, qs[:tp_queries])
     return res
+
+
+def hermit_pg_latency(srv: Any, n: int, e5: Any, qs: list[str], ef_search: int) -> dict[str, Any]:
+    """Hermit's HybridSearcher on its PgStore: the end-to-end search path (embedding, HNSW KNN, BM25, fusion)."""
+    from hermit.config.schema import PostgresStoreConfig, QueryConfig
+    from hermit.memory.pg_store import PgStore
+    from hermit.memory.search import HybridSearcher
+    from pg_bench_build import hermit_db
+
+    dsn = f"postgresql://postgres@127.0.0.1:{srv.port}/{hermit_db(n)}"
+    store = PgStore(dsn, "hermit_main", PostgresStoreConfig(ef_search=ef_search), create=False)
+    searcher = HybridSearcher(store, e5, QueryConfig(), use_matrix=False)
+    for q in qs[:5]:
+        searcher.search(q)
+    totals, vec, kw = [], [], []
+    for q in qs:
+        t0 = time.perf_counter()
+        out = searcher.search(q)
+        totals.append((time.perf_counter() - t0) * 1000)
+        vec.append(out.timings.get("vector_ms", 0.0))
+        kw.append(out.timings.get("keyword_ms", 0.0))
+    hnsw = store.has_hnsw()
+    store.close()
+    return {"total_ms": stats(totals), "vector_ms": stats(vec), "keyword_ms": stats(kw), "hnsw": hnsw}
