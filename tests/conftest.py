@@ -81,3 +81,17 @@ _PG_DATABASES = iter(range(1, 1_000_000))
 def pg_dsn(pg_server):
     """A fresh database (pgvector + pg_trgm) on the session's server for one test."""
     return pg_server.create_database(f"hermit_test_{next(_PG_DATABASES)}")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_backend(request):
+    """Run a memory contract test on both stores: memhelpers.service opens the one named here."""
+    from memhelpers import Backend
+
+    if request.param == "postgres":
+        Backend.dsn = request.getfixturevalue("pg_dsn")
+    Backend.name = request.param
+    try:
+        yield request.param
+    finally:
+        Backend.name, Backend.dsn = "sqlite", ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -38,11 +39,39 @@ class HashEmbedder:
         return l2_normalise(self._vec(text))
 
 
+class Backend:
+    """The store the memory helpers open: SQLite files, or PostgreSQL when the `store_backend` fixture says so."""
+
+    name = "sqlite"
+    dsn = ""
+
+
+def on_backend(cfg: MemorySearchConfig, db: Path) -> MemorySearchConfig:
+    """`cfg` pointed at the current test backend. On PostgreSQL each index file name becomes its own schema
+    prefix, so two paths in one test stay two indexes, and one path opened twice is one index."""
+    if Backend.name == "sqlite":
+        return cfg
+    prefix = "t_" + re.sub(r"[^a-z0-9_]", "_", db.stem.lower())[:20] + "_"
+    store = cfg.store.model_copy(update={
+        "backend": "postgres",
+        "postgres": cfg.store.postgres.model_copy(update={"schema_prefix": prefix, "dsn_env": "HERMIT_TEST_PG_DSN"})})
+    return cfg.model_copy(update={"store": store})
+
+
 def service(ws: Path, db: Path, embedder: Embedder | None, cfg: MemorySearchConfig | None = None,
-            long_lived: bool = False) -> MemoryService:
-    return MemoryService(MemoryKey("main", ws), db, cfg or MemorySearchConfig(), embedder, long_lived=long_lived)
+            long_lived: bool = False, agent_id: str = "main") -> MemoryService:
+    return MemoryService(MemoryKey(agent_id, ws), db, on_backend(cfg or MemorySearchConfig(), db), embedder,
+                         long_lived=long_lived, environ={"HERMIT_TEST_PG_DSN": Backend.dsn})
+
+
+def sql(svc: MemoryService, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run `query` on the service's index whatever the backend: `{t}` stands for its table prefix."""
+    store: Any = svc.store
+    if Backend.name == "sqlite":
+        return [tuple(r) for r in store.conn.execute(query.replace("{t}", ""), params)]
+    return [tuple(r) for r in store.conn.execute(query.replace("{t}", store.s + ".").replace("?", "%s"), params)]
 
 
 def chunk_rows(svc: MemoryService) -> list[tuple[str, int, int]]:
-    return [tuple(r) for r in svc.store.conn.execute(  # type: ignore[misc]
-        "select path, start_line, end_line from chunks order by path, start_line")]
+    return [(str(p), int(a), int(b)) for p, a, b in
+            sql(svc, "select path, start_line, end_line from {t}chunks order by path, start_line")]

@@ -15,7 +15,7 @@ from hermit.memory.keyword import FtsTokens, KeywordSearcher
 from hermit.memory.search import term_coverage
 from hermit.memory.service import MemoryService
 from hermit.memory.store import read_varint
-from memhelpers import HashEmbedder, service
+from memhelpers import HashEmbedder, service, sql
 
 
 def _memory(tmp_path: Path) -> MemoryService:
@@ -53,7 +53,7 @@ def test_fts_tokens_are_the_index_tokens() -> None:
     assert t.tokens(["notes"]) == [("note",)]  # cached
 
 
-def test_unbounded_plan_is_plain_fts5(tmp_path: Path) -> None:
+def test_unbounded_plan_is_plain_fts5(tmp_path: Path, store_backend: str) -> None:
     svc = _memory(tmp_path)
     ks = KeywordSearcher(svc.store)  # default budget: everything fits, FTS5 ranks all phrases
     phrases = ["kumquat", "project", "notes"]
@@ -63,7 +63,7 @@ def test_unbounded_plan_is_plain_fts5(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("walk", [10_000, 0])  # common phrases scored by FTS5 on the candidates / in Python
-def test_bounded_scores_equal_fts5_bm25(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, walk: int) -> None:
+def test_bounded_scores_equal_fts5_bm25(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, walk: int, store_backend: str) -> None:
     svc = _memory(tmp_path)
     monkeypatch.setattr(kw_mod, "SCORE_WALK_BUDGET", walk)
     ks = KeywordSearcher(svc.store, budget=8)  # only 'kumquat' (6 chunks) fits
@@ -80,7 +80,7 @@ def test_bounded_scores_equal_fts5_bm25(tmp_path: Path, monkeypatch: pytest.Monk
     assert any(exact[i] > exact[j] + 0.1 for i, _ in hits for j, _ in hits), "the common words must matter"
 
 
-def test_all_common_phrases_rank_the_newest_chunks(tmp_path: Path) -> None:
+def test_all_common_phrases_rank_the_newest_chunks(tmp_path: Path, store_backend: str) -> None:
     svc = _memory(tmp_path)
     ks = KeywordSearcher(svc.store, budget=5)
     hits = ks.search(["notes"], 10)
@@ -91,7 +91,7 @@ def test_all_common_phrases_rank_the_newest_chunks(tmp_path: Path) -> None:
     assert all(rel == pytest.approx(exact[cid], rel=1e-6) for cid, rel in hits)
 
 
-def test_hostile_and_empty_phrases(tmp_path: Path) -> None:
+def test_hostile_and_empty_phrases(tmp_path: Path, store_backend: str) -> None:
     svc = _memory(tmp_path)
     ks = KeywordSearcher(svc.store, budget=8)
     assert ks.search([], 5) == []
@@ -99,9 +99,9 @@ def test_hostile_and_empty_phrases(tmp_path: Path) -> None:
     assert ks.search(['he said "NEAR(', "AND", "a*b"], 5) == []
 
 
-def test_fts_stats_and_document_lengths(tmp_path: Path) -> None:
+def test_fts_stats_and_document_lengths(tmp_path: Path, store_backend: str) -> None:
     svc = _memory(tmp_path)
-    ids = [r[0] for r in svc.store.conn.execute("select id from chunks")]
+    ids = [int(r[0]) for r in sql(svc, "select id from {t}chunks")]
     n, avg = svc.store.fts_stats()
     lengths = svc.store.fts_doc_lengths(ids)
     assert n == len(ids) == len(lengths)

@@ -23,7 +23,7 @@ NOTES = {
 
 
 @pytest.fixture
-def svc(workspace: Path, tmp_path: Path, e5: object):  # type: ignore[no-untyped-def]
+def svc(workspace: Path, tmp_path: Path, e5: object, store_backend: str):  # type: ignore[no-untyped-def]
     for rel, text in NOTES.items():
         write(workspace / rel, text)
     s = service(workspace, tmp_path / "idx.sqlite", e5)  # type: ignore[arg-type]
@@ -48,7 +48,7 @@ def test_result_shape_is_the_memory_search_contract(svc) -> None:  # type: ignor
     assert len(svc.search("x y z", max_results=2)["results"]) <= 2
 
 
-def test_bm25_scores_are_sign_correct_and_monotone(workspace: Path, tmp_path: Path) -> None:
+def test_bm25_scores_are_sign_correct_and_monotone(workspace: Path, tmp_path: Path, store_backend: str) -> None:
     # More occurrences of a rare term → more relevant → higher text score (FTS5 bm25() is negative).
     write(workspace / "memory" / "a.md", "# a\n- kumquat\n" + "- filler line about nothing\n" * 5)
     write(workspace / "memory" / "b.md", "# b\n- kumquat kumquat kumquat\n" + "- filler line about nothing\n" * 5)
@@ -75,7 +75,7 @@ def test_bm25_scores_are_sign_correct_and_monotone(workspace: Path, tmp_path: Pa
     s.close()
 
 
-def test_keyword_only_hit_survives_min_score(workspace: Path, tmp_path: Path, e5: object) -> None:
+def test_keyword_only_hit_survives_min_score(workspace: Path, tmp_path: Path, e5: object, store_backend: str) -> None:
     # An id buried in an unrelated note has ~no semantic signal: with 0.7/0.3 a keyword-only hit can
     # reach at most 0.30 < minScore 0.35, and the original design silently dropped it.
     cooking = "\n".join(f"- 第{i}步：把番茄切块，加盐和糖，小火慢炖二十分钟。" for i in range(1, 12))

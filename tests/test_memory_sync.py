@@ -7,10 +7,10 @@ from pathlib import Path
 
 from conftest import write
 from hermit.config.schema import MemorySearchConfig
-from memhelpers import HashEmbedder, chunk_rows, service
+from memhelpers import HashEmbedder, chunk_rows, service, sql
 
 
-def test_incremental_sync_edit_add_delete_rename(workspace: Path, tmp_path: Path) -> None:
+def test_incremental_sync_edit_add_delete_rename(workspace: Path, tmp_path: Path, store_backend: str) -> None:
     emb = HashEmbedder()
     write(workspace / "MEMORY.md", "# Memory\n- likes tea\n")
     write(workspace / "memory" / "2026-01-01.md", "# Jan 1\n- met Bob\n")
@@ -43,7 +43,7 @@ def test_incremental_sync_edit_add_delete_rename(workspace: Path, tmp_path: Path
     svc.close()
 
 
-def test_touch_without_change_is_not_reindexed(workspace: Path, tmp_path: Path) -> None:
+def test_touch_without_change_is_not_reindexed(workspace: Path, tmp_path: Path, store_backend: str) -> None:
     emb = HashEmbedder()
     f = write(workspace / "MEMORY.md", "# M\n- fact\n")
     svc = service(workspace, tmp_path / "idx.sqlite", emb)
@@ -55,7 +55,7 @@ def test_touch_without_change_is_not_reindexed(workspace: Path, tmp_path: Path) 
     svc.close()
 
 
-def test_model_change_rebuilds_without_mixing_vectors(workspace: Path, tmp_path: Path, e5: object) -> None:
+def test_model_change_rebuilds_without_mixing_vectors(workspace: Path, tmp_path: Path, e5: object, store_backend: str) -> None:
     write(workspace / "MEMORY.md", "# M\n- the deploy key rotates monthly\n")
     db = tmp_path / "idx.sqlite"
     a = service(workspace, db, HashEmbedder())
@@ -72,14 +72,14 @@ def test_model_change_rebuilds_without_mixing_vectors(workspace: Path, tmp_path:
     ident = b.store.identity()
     assert ident["model"] == "multilingual-e5-small"
     assert b.store.meta()["dims"] == "384"
-    (n,) = b.store.conn.execute("select count(*) from chunks where model != 'multilingual-e5-small'").fetchone()
+    [(n,)] = sql(b, "select count(*) from {t}chunks where model != 'multilingual-e5-small'")
     assert n == 0
     assert b.search("deploy key")["results"][0]["path"] == "MEMORY.md"
     assert "mode" not in b.search("deploy key")
     b.close()
 
 
-def test_chunk_setting_change_rebuilds(workspace: Path, tmp_path: Path) -> None:
+def test_chunk_setting_change_rebuilds(workspace: Path, tmp_path: Path, store_backend: str) -> None:
     write(workspace / "MEMORY.md", "\n".join(f"- fact number {i} about things" for i in range(200)))
     db = tmp_path / "idx.sqlite"
     a = service(workspace, db, HashEmbedder())
@@ -137,7 +137,7 @@ def test_extra_paths_are_indexed(workspace: Path, tmp_path: Path) -> None:
     svc.close()
 
 
-def test_provider_none_indexes_keyword_only(workspace: Path, tmp_path: Path) -> None:
+def test_provider_none_indexes_keyword_only(workspace: Path, tmp_path: Path, store_backend: str) -> None:
     write(workspace / "MEMORY.md", "# M\n- POSTGRES_URL lives in the vault\n")
     cfg = MemorySearchConfig.model_validate({"provider": "none"})
     svc = service(workspace, tmp_path / "idx.sqlite", None, cfg)

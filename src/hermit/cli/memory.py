@@ -74,6 +74,19 @@ def _print_warnings(report: SyncReport) -> None:
         print(f"warning: {w}", file=sys.stderr)
 
 
+def _print_server_store(store: dict[str, Any]) -> None:
+    """The PostgreSQL lines of `memory status` (server host:port/db only, never the DSN)."""
+    print(f"store      postgres {store['server_version']} at {store['server']}, schema {store['schema']}")
+    if store["hnsw_index"]:
+        recall = store["hnsw_recall_at_10"]
+        how = (f"HNSW index, recall@10 {recall:.3f} vs exact on {store['recall_sample']} stored vectors"
+               if recall is not None else "HNSW index")
+    else:
+        how = f"exact scan (HNSW index from {store['hnsw_threshold']:,} vectors)"
+    print(f"vector     pgvector {store['pgvector']}: {store['vectors']:,} vectors, {how}")
+    print("fts        FTS5 tokens + BM25 over a GIN-indexed tsvector (CJK bigrams)")
+
+
 def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
     svc = ctx.memory_service()
     try:
@@ -91,9 +104,12 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
     print(f"indexed    {st['files']} files, {st['chunks']} chunks"
           + (f" ({st['files_without_vectors']} files keyword-only)" if st["files_without_vectors"] else "")
           + (f" — built with {st['indexed_with']}" if st["indexed_with"] else " — never indexed"))
-    print(f"vector     {'sqlite-vec ' + vec['sqlite_vec'] if vec['available'] else 'unavailable: ' + str(vec['error'])}"
-          f" (backend: {vec['backend'] or 'none yet'})")
-    print("fts        FTS5 BM25 (CJK bigrams)")
+    if "store" in st:
+        _print_server_store(st["store"])
+    else:
+        print(f"vector     {'sqlite-vec ' + vec['sqlite_vec'] if vec['available'] else 'unavailable: ' + str(vec['error'])}"
+              f" (backend: {vec['backend'] or 'none yet'})")
+        print("fts        FTS5 BM25 (CJK bigrams)")
     print(f"cache      {st['cache_entries']} embeddings")
     print(f"dirty      {'yes — run `hermit memory index`' if st['dirty'] else 'no'}")
     return 0
