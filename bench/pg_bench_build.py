@@ -38,7 +38,9 @@ SERVER_SETTINGS = {
 
 
 def sqlite_path(n: int) -> Path:
-    return OUT / f"sqlite-{n}.sqlite"
+    # A directory of its own: Hermit makes an index's directory owner-only (0700), and the PostgreSQL
+    # server (another user) must still traverse OUT to reach its data dir.
+    return OUT / "sqlite" / f"sqlite-{n}.sqlite"
 
 
 def build_sqlite(n: int, e5: Any) -> dict[str, Any]:
@@ -46,6 +48,7 @@ def build_sqlite(n: int, e5: Any) -> dict[str, Any]:
     done = path.with_suffix(".json")
     if done.exists():
         return dict(json.loads(done.read_text()))
+    path.parent.mkdir(parents=True, exist_ok=True)
     for p in path.parent.glob(path.name + "*"):
         p.unlink()
     t0 = time.perf_counter()
