@@ -25,7 +25,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from hermit.memory.embedders.local_e5 import E5Embedder  # noqa: E402
 from pg_bench_build import build_hermit_pg, build_pg, build_sqlite, server, stop  # noqa: E402
 from pg_bench_data import OUT, generate, log  # noqa: E402
-from pg_bench_measure import hermit_pg_latency, measure, queries  # noqa: E402
+from pg_bench_measure import hermit_pg_latency, measure, measure_hnsw, queries  # noqa: E402
 from pg_bench_report import RESULTS_MD, write  # noqa: E402
 
 
@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--throughput-queries", type=int, default=100, help="split over the 4 clients")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--skip-raw", action="store_true", help="keep the raw-SQL figures of an earlier run")
+    ap.add_argument("--hnsw-only", action="store_true",
+                    help="re-measure only HNSW recall/latency/throughput (e.g. another --ef-search sweep)")
     ap.add_argument("--no-hermit-path", action="store_true",
                     help="skip loading the corpus through Hermit's PgStore and searching it with HybridSearcher")
     args = ap.parse_args(argv)
@@ -63,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
             run["data"] = generate(n, e5)
             run["build_pg"] = build_pg(srv, n, args.m, args.ef_construction)
             run["build_sqlite"] = build_sqlite(n, e5)
-            if not args.build_only and not args.skip_raw:
+            if args.hnsw_only:
+                run.update(measure_hnsw(srv, n, e5, args.queries, args.ef_search, args.ef_default,
+                                        args.throughput_queries))
+                run["ef_default"] = args.ef_default
+            elif not args.build_only and not args.skip_raw:
                 run.update(measure(srv, n, e5, args.queries, args.ef_search, args.exact_queries,
                                    args.sqlite_queries, args.throughput_queries, args.ef_default))
                 run["ef_default"] = args.ef_default

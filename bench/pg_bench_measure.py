@@ -124,8 +124,8 @@ def sqlite_searcher(n: int, e5: Any) -> Any:
     return HybridSearcher(store, e5, QueryConfig(), use_matrix=False)
 
 
-def sqlite_latency(n: int, e5: Any, qs: list[str]) -> dict[str, Any]:
-    searcher = sqlite_searcher(n, e5)
+def searcher_latency(searcher: Any, qs: list[str]) -> dict[str, Any]:
+    """Hermit's HybridSearcher.search per query (5 warm-ups first), with its own vector/keyword timings."""
     for q in qs[:5]:
         searcher.search(q)
     totals, vec, kw = [], [], []
@@ -135,8 +135,15 @@ def sqlite_latency(n: int, e5: Any, qs: list[str]) -> dict[str, Any]:
         totals.append((time.perf_counter() - t0) * 1000)
         vec.append(out.timings.get("vector_ms", 0.0))
         kw.append(out.timings.get("keyword_ms", 0.0))
-    searcher.store.close()
     return {"total_ms": stats(totals), "vector_ms": stats(vec), "keyword_ms": stats(kw)}
+
+
+def sqlite_latency(n: int, e5: Any, qs: list[str]) -> dict[str, Any]:
+    searcher = sqlite_searcher(n, e5)
+    try:
+        return searcher_latency(searcher, qs)
+    finally:
+        searcher.store.close()
 
 
 def _client(args: tuple[str, int, str, int, list[str], Any]) -> tuple[int, float]:
@@ -211,15 +218,23 @@ def hermit_pg_latency(srv: Any, n: int, e5: Any, qs: list[str], ef_search: int) 
     dsn = f"postgresql://postgres@127.0.0.1:{srv.port}/{hermit_db(n)}"
     store = PgStore(dsn, "hermit_main", PostgresStoreConfig(ef_search=ef_search), create=False)
     searcher = HybridSearcher(store, e5, QueryConfig(), use_matrix=False)
-    for q in qs[:5]:
-        searcher.search(q)
-    totals, vec, kw = [], [], []
-    for q in qs:
-        t0 = time.perf_counter()
-        out = searcher.search(q)
-        totals.append((time.perf_counter() - t0) * 1000)
-        vec.append(out.timings.get("vector_ms", 0.0))
-        kw.append(out.timings.get("keyword_ms", 0.0))
-    hnsw = store.has_hnsw()
-    store.close()
-    return {"total_ms": stats(totals), "vector_ms": stats(vec), "keyword_ms": stats(kw), "hnsw": hnsw}
+    try:
+        return {**searcher_latency(searcher, qs), "hnsw": store.has_hnsw()}
+    finally:
+        store.close()
+
+
+def measure_hnsw(srv: Any, n: int, e5: Any, n_queries: int, ef_list: list[int], ef_default: int,
+                 tp_queries: int) -> dict[str, Any]:
+    """Only the HNSW figures: recall at each ef_search, then latency and throughput at `ef_default`."""
+    qs = queries(n_queries)
+    qvecs = np.stack([e5.embed_query(q) for q in qs]).astype(np.float32)
+    gold = truth(n, qvecs)
+    dsn = pg_dsn(srv, n)
+    res: dict[str, Any] = {"recall": [recall_only(dsn, qvecs, gold, ef) for ef in ef_list]}
+    log(f"{n}: recall {res['recall']}")
+    res["pg_hnsw"] = pg_latency(dsn, e5, qs, exact=False, ef_search=ef_default, gold=gold)
+    res["pg_hnsw_hybrid"] = pg_latency(dsn, e5, qs, exact=False, ef_search=ef_default, keyword=True)
+    res["throughput_pg_hnsw_hybrid"] = throughput("pg", n, dsn, ef_default, qs[:tp_queries])
+    log(f"{n}: hnsw {res['pg_hnsw']}")
+    return res
