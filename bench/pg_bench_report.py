@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pg_bench_data import NEIGHBOURS, NOISE_SIGMA, OUT, POOL_SIZE
+from pg_bench_data import NEIGHBOURS, NOISE_NORM, NOISE_RANK, OUT, POOL_SIZE
 
 RESULTS_MD = Path(__file__).resolve().parent / "pg_bench.md"
 
@@ -74,7 +74,8 @@ def write(results: dict[str, Any]) -> str:
            f"Vectors are e5-shaped: {POOL_SIZE} template sentences embedded once by the real multilingual-e5-small; "
            "each chunk holds three of them (the 2nd and 3rd among the "
            f"{NEIGHBOURS} nearest pool neighbours of the 1st, so chunks cluster by topic) and its vector is a "
-           f"Dirichlet(1,1,1) mix of their real embeddings plus N(0, {NOISE_SIGMA}²) noise per dimension, "
+           f"Dirichlet(1,1,1) mix of their real embeddings plus Gaussian noise of norm ≈ {NOISE_NORM} confined to "
+           f"the pool's top {NOISE_RANK} principal directions (low-rank variation, ≈ cos 0.96 to the mix), "
            "L2-normalised. Queries are the memory bench's templated questions, embedded by the real model at "
            "search time (included in every latency); recall@10 is against numpy's exact cosine top-10.", ""]
     for n, r in sorted(results["runs"].items(), key=lambda kv: int(kv[0])):
