@@ -113,6 +113,12 @@ def test_doctor_reports_the_server_and_each_agents_schema(
     assert "schema hermit_main: agent main: schema v1, GIN keyword index" in str(after["detail"])
     assert pg_dsn not in json.dumps(after)
 
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # vectors past the threshold, no HNSW index yet
+        conn.execute('create table "hermit_main".chunks_vec(id bigint primary key, embedding vector(3))')
+        conn.execute('insert into "hermit_main".chunks_vec values (1, \'[1,0,0]\'), (2, \'[0,1,0]\')')
+    no_hnsw = _doctor(home, capsys, monkeypatch)
+    assert no_hnsw["status"] == "warn" and "2 vectors but no HNSW index (threshold 1)" in str(no_hnsw["detail"])
+
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute('drop index "hermit_main".chunks_tsv')
     broken = _doctor(home, capsys, monkeypatch)
