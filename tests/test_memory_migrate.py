@@ -90,7 +90,7 @@ def test_round_trip_keeps_search_results_and_embeds_nothing(tmp_path: Path, work
     src = IndexStore(db, readonly=True)
     schema = schema_name("hermit_", "main")
     dst = PgStore(pg_dsn, schema, _pg_cfg().store.postgres, dsn_env=ENV)
-    report = migrate_index(src, dst)
+    report = migrate_index(src, dst, batch=7)  # small batches: files straddle batch boundaries
     want = counts(src)
     src.close()
     dst.close()
@@ -111,7 +111,7 @@ def test_round_trip_keeps_search_results_and_embeds_nothing(tmp_path: Path, work
     back_db = tmp_path / "back.sqlite"
     src_pg = PgStore(pg_dsn, schema, _pg_cfg().store.postgres, dsn_env=ENV, create=False)
     back = IndexStore(back_db)
-    migrate_index(src_pg, back)
+    migrate_index(src_pg, back, batch=7)
     src_pg.close()
     back.close()
     assert _pg_counts(pg_dsn, schema) == rows

@@ -191,7 +191,7 @@ def is_empty(store: MemoryStore) -> bool:
     return c["files"] == 0 and c["chunks"] == 0 and c["cache_entries"] == 0
 
 
-def migrate_index(src: MemoryStore, dst: MemoryStore, *, replace: bool = False,
+def migrate_index(src: MemoryStore, dst: MemoryStore, *, replace: bool = False, batch: int = BATCH,
                   clock: Any = time.time) -> MigrationReport:
     """Copy `src` into `dst` (replacing it atomically); refuses a non-empty `dst` unless `replace`."""
     t0 = clock()
@@ -212,16 +212,28 @@ def migrate_index(src: MemoryStore, dst: MemoryStore, *, replace: bool = False,
             written: set[str] = set()
             vec_blocks = _vector_blocks(src) if src.vector_backend() else iter(())
             pending: dict[int, np.ndarray] = {}
-            for chunks in iter_chunks(src):
-                top = chunks[-1].id
+
+            def emit(ready: list[SourceChunk]) -> None:
+                if ready:
+                    vecs = {c.id: pending.pop(c.id) for c in ready if c.id in pending}
+                    _write_chunks(staging, files, ready, vecs, written)
+
+            carry: list[SourceChunk] = []
+            for batch_chunks in iter_chunks(src, batch):
+                top = batch_chunks[-1].id
                 # Vectors come in id order like the chunks: pull blocks until this batch is covered.
                 while not pending or max(pending) < top:
                     nxt = next(vec_blocks, None)
                     if nxt is None:
                         break
                     pending.update(nxt)
-                vecs = {c.id: pending.pop(c.id) for c in chunks if c.id in pending}
-                _write_chunks(staging, files, chunks, vecs, written)
+                # A file's chunks are one run of ids; the batch's last file may go on in the next batch, and
+                # a SQLite target replaces a file whole, so that file waits for the next batch.
+                chunks = carry + batch_chunks
+                last = chunks[-1].path
+                carry = [c for c in chunks if c.path == last]
+                emit([c for c in chunks if c.path != last])
+            emit(carry)
             _write_empty_files(staging, files, written)
             # The staging store started with the target's old cache; a replace keeps only the source's.
             _clear_cache(staging)
