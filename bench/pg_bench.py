@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--throughput-queries", type=int, default=100, help="split over the 4 clients")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--skip-raw", action="store_true", help="keep the raw-SQL figures of an earlier run")
+    ap.add_argument("--no-sqlite", action="store_true", help="skip the SQLite index (e.g. an HNSW tuning run)")
     ap.add_argument("--hnsw-only", action="store_true",
                     help="re-measure only HNSW recall/latency/throughput (e.g. another --ef-search sweep)")
     ap.add_argument("--no-hermit-path", action="store_true",
@@ -61,10 +62,13 @@ def main(argv: list[str] | None = None) -> int:
             results["pgvector"] = c.execute(
                 "select default_version from pg_available_extensions where name='vector'").fetchone()[0]
         for n in args.chunks:
-            run: dict[str, Any] = dict(results["runs"].get(str(n), {}))
+            # Runs with other HNSW parameters than the defaults are kept apart: "1000000-m24-ef96".
+            key = str(n) if (args.m, args.ef_construction) == (16, 64) else f"{n}-m{args.m}-ef{args.ef_construction}"
+            run: dict[str, Any] = dict(results["runs"].get(key, {}))
             run["data"] = generate(n, e5)
             run["build_pg"] = build_pg(srv, n, args.m, args.ef_construction)
-            run["build_sqlite"] = build_sqlite(n, e5)
+            if not args.no_sqlite:
+                run["build_sqlite"] = build_sqlite(n, e5)
             if args.hnsw_only:
                 run.update(measure_hnsw(srv, n, e5, args.queries, args.ef_search, args.ef_default,
                                         args.throughput_queries))
@@ -73,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                 run.update(measure(srv, n, e5, args.queries, args.ef_search, args.exact_queries,
                                    args.sqlite_queries, args.throughput_queries, args.ef_default))
                 run["ef_default"] = args.ef_default
-                results["runs"][str(n)] = run
+                results["runs"][key] = run
                 path.write_text(json.dumps(results, indent=2))
             if not args.no_hermit_path:
                 run["build_hermit_pg"] = build_hermit_pg(srv, n, e5, args.m, args.ef_construction)
@@ -81,9 +85,9 @@ def main(argv: list[str] | None = None) -> int:
                     run["hermit_pg_hnsw"] = hermit_pg_latency(srv, n, e5, queries(args.queries)[:args.sqlite_queries],
                                                               args.ef_default)
                     log(f"{n}: hermit pg {run['hermit_pg_hnsw']}")
-            results["runs"][str(n)] = run
+            results["runs"][key] = run
             path.write_text(json.dumps(results, indent=2))
-            log(f"results for {n} written to {path}")
+            log(f"results for {key} written to {path}")
         if Path(__file__).resolve().parent / "out" / "pg" == OUT:  # a scratch run never overwrites the table
             RESULTS_MD.write_text(write(results))
     finally:
