@@ -179,3 +179,24 @@ def test_a_killed_rebuild_keeps_the_live_index_and_resumes_from_the_cache(tmp_pa
     with psycopg.connect(pg_dsn) as conn:
         left = conn.execute("select nspname from pg_namespace where nspname like 'hermit_main_%'").fetchall()
     assert left == []
+
+
+def test_memory_status_on_postgres_names_the_server_never_the_dsn(tmp_path: Path, pg_dsn: str) -> None:
+    ws = tmp_path / "shared"
+    write(ws / "MEMORY.md", "# M\n- the boat is moored at pier 9\n")
+    home = _home(tmp_path, "host", ws)
+    dsn = pg_dsn.replace("postgres@", "postgres:pw-SECRET-123@")  # trust auth: the password is never checked
+    out, err = _hermit(home, dsn, "memory", "index").communicate(timeout=300)
+    text = out + err
+    out, err = _hermit(home, dsn, "memory", "status").communicate(timeout=300)
+    text += out + err
+    assert "store      postgres 18" in out and "schema hermit_main" in out
+    assert "pgvector 0.8" in out and "1 vectors, exact scan (HNSW index from 20,000 vectors)" in out
+    js, err = _hermit(home, dsn, "memory", "status", "--json").communicate(timeout=300)
+    text += js + err
+    st = json.loads(js)["store"]
+    assert st["vectors"] == 1 and st["hnsw_index"] is False and st["server"].startswith("127.0.0.1:")
+    logs = "".join(p.read_text(errors="replace") for p in home.rglob("*") if p.is_file() and p.suffix in
+                   (".log", ".jsonl", ".json", ".yaml"))
+    for secret in ("pw-SECRET-123", dsn, "postgresql://"):
+        assert secret not in text + logs
