@@ -33,6 +33,7 @@ import run  # noqa: E402
 from hermit.config.schema import MemorySearchConfig  # noqa: E402
 from hermit.memory.service import MemoryKey, MemoryService  # noqa: E402
 from hermit.memory.store import IndexStore  # noqa: E402
+from pg_database import database  # noqa: E402
 
 VARIANTS = ["default", "keyword-only", "vector-only"]
 RUN_METRICS = ["R@1", "R@3", "R@6", "R@10", "MRR"]
@@ -86,24 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--conversations", type=Path, help="the LoCoMo dev folder (queries.jsonl, workspaces/)")
     ap.add_argument("--out", type=Path, default=HERE / "results")
     args = ap.parse_args(argv)
-    server = None
-    if args.dsn_env:
-        dsn = os.environ[args.dsn_env]
-    else:
-        from hermit.testing.postgres import PostgresServer
-
-        server = PostgresServer().start()
-        dsn = server.create_database("hermit_bench")
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            sqlite = measure(args.conversations, Path(tmp))
-            make = pg_services(dsn)
-            run.MemoryService = make  # type: ignore[attr-defined, assignment]
-            conversations.MemoryService = make  # type: ignore[attr-defined, assignment]
-            postgres = measure(args.conversations, Path(tmp))
-    finally:
-        if server is not None:
-            server.stop()
+    with database(args.dsn_env, "hermit_bench") as dsn, tempfile.TemporaryDirectory() as tmp:
+        sqlite = measure(args.conversations, Path(tmp))
+        make = pg_services(dsn)
+        run.MemoryService = make  # type: ignore[attr-defined, assignment]
+        conversations.MemoryService = make  # type: ignore[attr-defined, assignment]
+        postgres = measure(args.conversations, Path(tmp))
     rows, worst = [], 0.0
     for suite, metrics in (("run", RUN_METRICS), ("conversations", CONV_METRICS)):
         for variant, vals in sqlite.get(suite, {}).items():

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 from hermit.config.schema import PostgresStoreConfig
 from hermit.memory.pg_store import BulkChunk, PgStore
 from hermit.memory.store_api import FileState
+from pg_database import database
 
 HERE = Path(__file__).resolve().parent
 DIMS = 384
@@ -47,31 +47,14 @@ def timed(fn: Any, queries: np.ndarray) -> tuple[list[float], list[list[int]]]:
     return lat, got
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dsn-env")
-    ap.add_argument("--sizes", type=int, nargs="*", default=[1000, 2000, 5000, 10_000, 20_000, 50_000])
-    ap.add_argument("--queries", type=int, default=60)
-    ap.add_argument("--out", type=Path, default=HERE / "results")
-    args = ap.parse_args(argv)
-    server = None
-    if args.dsn_env:
-        dsn = os.environ[args.dsn_env]
-    else:
-        from hermit.testing.postgres import PostgresServer
-
-        server = PostgresServer().start()
-        dsn = server.create_database("hermit_hnsw")
-    rng = np.random.default_rng(3)
-    centres = rng.normal(0, 1, (256, DIMS))
-    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-    queries = vectors(rng, centres, args.queries)
+def measure(dsn: str, centres: np.ndarray, queries: np.ndarray, sizes: list[int],
+            rng: np.random.Generator) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     cfg = PostgresStoreConfig(hnsw_threshold=0)
     store = PgStore(dsn, "bench_hnsw", cfg)
     try:
         have = 0
-        for size in sorted(args.sizes):
+        for size in sizes:
             store.conn.execute(f"drop index if exists {store.s}.chunks_vec_hnsw")
             while have < size:
                 n = min(5000, size - have)
@@ -97,8 +80,22 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         store.conn.execute(f"drop schema if exists {store.s} cascade")
         store.close()
-        if server is not None:
-            server.stop()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dsn-env")
+    ap.add_argument("--sizes", type=int, nargs="*", default=[1000, 2000, 5000, 10_000, 20_000, 50_000])
+    ap.add_argument("--queries", type=int, default=60)
+    ap.add_argument("--out", type=Path, default=HERE / "results")
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(3)
+    centres = rng.normal(0, 1, (256, DIMS))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    queries = vectors(rng, centres, args.queries)
+    with database(args.dsn_env, "hermit_hnsw") as dsn:
+        rows = measure(dsn, centres, queries, sorted(args.sizes), rng)
     lines = ["HNSW vs exact KNN on PostgreSQL 18.6 + pgvector 0.8.6 (`python bench/pg_hnsw.py`): synthetic "
              f"{DIMS}-d clustered unit vectors, k = {K}, {args.queries} fresh queries per size, one client, "
              "2 shared cores. Latency is the store's vec_knn round trip (psycopg, loopback TCP).", "",

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psycopg
@@ -16,6 +14,7 @@ import pytest
 
 from conftest import write
 from hermit.memory.chunking import chunk_markdown
+from prochelpers import kill_when
 
 
 def _home(tmp_path: Path, name: str, ws: Path) -> Path:
@@ -108,23 +107,6 @@ def test_two_hosts_index_and_search_one_database_at_once(tmp_path: Path, pg_dsn:
         assert json.loads(out)["results"][0]["path"] == "memory/r2b-014.md"
 
 
-def _kill_when(proc: subprocess.Popen[str], ready: object, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if ready():  # type: ignore[operator]
-                proc.send_signal(signal.SIGKILL)
-                break
-            time.sleep(0.02)
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    if proc.returncode != -signal.SIGKILL:
-        pytest.fail(f"the indexer finished before it could be killed (rc {proc.returncode}); add notes")
-
-
 @pytest.mark.slow
 def test_a_host_killed_mid_sync_leaves_a_consistent_index_that_the_next_sync_completes(
         tmp_path: Path, pg_dsn: str) -> None:
@@ -134,7 +116,7 @@ def test_a_host_killed_mid_sync_leaves_a_consistent_index_that_the_next_sync_com
     assert _hermit(a, pg_dsn, "memory", "index").wait(timeout=300) == 0
     _notes(ws, 80, "kill")
     proc = _hermit(a, pg_dsn, "memory", "index")
-    _kill_when(proc, lambda: _files(pg_dsn) >= 4)
+    kill_when(proc, lambda: _files(pg_dsn) >= 4, "the indexer")
     partial = _consistent(pg_dsn, ws)
     assert 0 < partial < _expected_chunks(ws)
     # The killed host's connection is gone, so its writer lock is too: the other host syncs at once.
@@ -167,7 +149,7 @@ def test_a_killed_rebuild_keeps_the_live_index_and_resumes_from_the_cache(tmp_pa
 
     cached_before = cache_rows()
     proc = _hermit(a, pg_dsn, "memory", "index", "--force")
-    _kill_when(proc, lambda: cache_rows() > cached_before)
+    kill_when(proc, lambda: cache_rows() > cached_before, "the rebuild")
     with psycopg.connect(pg_dsn) as conn:
         staging = [r[0] for r in conn.execute("select nspname from pg_namespace where nspname like 'hermit_main_rb%'")]
     assert staging, "the killed rebuild left its staging schema"

@@ -496,9 +496,23 @@ class PgStore:
         hnsw = self.has_hnsw()
         return {"backend": "postgres", "server": mask_dsn(self._dsn), "schema": self.schema, **facts,
                 "vectors": self.vector_count(), "hnsw_index": hnsw, "hnsw_threshold": self.cfg.hnsw_threshold,
-                "hnsw_recall_at_10": self.hnsw_recall(recall_sample) if hnsw else None,
+                "hnsw_recall_at_10": self._recall(recall_sample) if hnsw else None,
                 "recall_sample": recall_sample if hnsw else 0,
                 "vector": {"available": True, "backend": self.vector_backend(), "error": None}}
+
+    def _recall(self, sample: int) -> float | None:
+        """hnsw_recall, measured once per index generation (each query is an exact scan: seconds at 1M)."""
+        m = self.meta()
+        stamp = f"{m.get('index_id')}:{m.get('generation', '0')}:{sample}"
+        try:
+            kept = json.loads(m.get("hnsw_recall", "{}"))
+        except ValueError:
+            kept = {}
+        if kept.get("stamp") == stamp:
+            return kept.get("recall")
+        recall = self.hnsw_recall(sample)
+        self.set_meta({"hnsw_recall": json.dumps({"stamp": stamp, "recall": recall})})
+        return recall
 
 
 def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
