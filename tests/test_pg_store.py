@@ -198,3 +198,20 @@ def test_missing_pgvector_is_a_clear_error(tmp_path: Path, pg_server: object) ->
         MemoryService(MemoryKey("main", tmp_path), tmp_path / "x.sqlite", _pg(), None, environ={"TEST_DSN": dsn})
     assert "pgvector extension is not installed" in e.value.message and "CREATE EXTENSION vector" in e.value.hint
     assert "pw-not-shown" not in str(e.value)
+
+
+def test_a_dropped_connection_is_an_error_then_a_reconnect(tmp_path: Path, pg_dsn: str) -> None:
+    import psycopg
+
+    write(tmp_path / "ws" / "MEMORY.md", "# M\n- the spare key is under the mat\n")
+    svc = MemoryService(MemoryKey("main", tmp_path / "ws"), tmp_path / "x.sqlite", _pg(), HashEmbedder(),
+                        environ={"TEST_DSN": pg_dsn})
+    svc.sync()
+    pid = svc.store.conn.info.backend_pid  # type: ignore[attr-defined]
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:  # a server restart, as the store sees it
+        admin.execute("select pg_terminate_backend(%s)", (pid,))
+    first = svc.search("spare key")
+    assert first["disabled"] is True and "PostgreSQL at 127.0.0.1:" in first["error"]
+    assert "postgresql://" not in first["error"]
+    assert svc.search("spare key")["results"][0]["path"] == "MEMORY.md"  # reconnected
+    svc.close()

@@ -11,10 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import sqlean
 
 from conftest import write
+from prochelpers import kill_when
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -37,23 +37,14 @@ def _kill_once_cached(home: Path, db: Path, *args: str) -> int:
     """Start `hermit memory index ARGS`, SIGKILL it as soon as the live index holds cached embeddings."""
     proc = subprocess.Popen([sys.executable, "-m", "hermit.cli.main", "memory", "index", *args], env=_env(home),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        cached = 0
-        while time.monotonic() < deadline and proc.poll() is None:
-            cached = _cache_rows(db)
-            if cached:
-                proc.send_signal(signal.SIGKILL)
-                break
-            time.sleep(0.01)
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    if proc.returncode != -signal.SIGKILL:
-        pytest.fail(f"the index finished before it could be killed (rc {proc.returncode}); add notes")
-    return cached
+    cached = [0]
+
+    def ready() -> bool:
+        cached[0] = _cache_rows(db)
+        return cached[0] > 0
+
+    kill_when(proc, ready, "the index")
+    return cached[0]
 
 
 def test_a_killed_first_index_resumes_from_its_cache_and_cleans_up(tmp_path: Path) -> None:

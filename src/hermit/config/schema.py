@@ -114,7 +114,7 @@ class PostgresStoreConfig(Strict):
     schema_prefix: str = Field("hermit_", pattern=r"^[a-z_][a-z0-9_]{0,30}$")
     # Past this many vectors an HNSW index is built (below it an exact scan is as fast; measured,
     # see README "Running memory on PostgreSQL").
-    hnsw_threshold: int = Field(20_000, ge=0)
+    hnsw_threshold: int = Field(10_000, ge=0)
     hnsw_m: int = Field(16, ge=2, le=100)
     hnsw_ef_construction: int = Field(64, ge=4, le=1000)
     # HNSW candidate list per query (recall vs time); raised to the number of results asked for.

@@ -56,7 +56,7 @@ def mask_dsn(dsn: str) -> str:
     return f"{host}:{d.get('port') or 5432}/{d.get('dbname') or '?'}"
 
 
-def _scrub(text: str, dsn: str) -> str:
+def scrub(text: str, dsn: str) -> str:
     """An error message from libpq with any piece of the DSN removed (libpq may echo parts of it)."""
     out = text.replace(dsn, "***")
     try:
@@ -93,7 +93,7 @@ def connect(dsn: str, *, timeout_s: int = 10, dsn_env: str = "the DSN") -> PgCon
         conn = psycopg.connect(dsn, autocommit=True, connect_timeout=timeout_s, prepare_threshold=None,
                                application_name="hermit")
     except psycopg.Error as e:
-        raise StoreError(f"cannot connect to PostgreSQL at {where} (DSN from ${dsn_env}): {_scrub(str(e), dsn)}",
+        raise StoreError(f"cannot connect to PostgreSQL at {where} (DSN from ${dsn_env}): {scrub(str(e), dsn)}",
                          "check that the server runs and accepts this user; the DSN itself is never shown") from None
     try:
         ensure_vector_extension(conn, where)
