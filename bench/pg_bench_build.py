@@ -111,6 +111,16 @@ def stop(srv: Any) -> None:
         srv._run("pg_ctl", "-D", str(srv.pgdata), "-m", "fast", "-w", "stop", timeout=300)
 
 
+def fresh_database(srv: Any, name: str) -> str:
+    """Drop and create database `name` on the benchmark's server; its DSN."""
+    import psycopg
+
+    with psycopg.connect(srv.dsn, autocommit=True) as c:
+        c.execute(f"drop database if exists {name}")
+        c.execute(f"create database {name}")
+    return f"postgresql://postgres@127.0.0.1:{srv.port}/{name}"
+
+
 def db_name(n: int) -> str:
     return f"bench_{n}"
 
@@ -125,9 +135,7 @@ def build_pg(srv: Any, n: int, m: int, ef_construction: int) -> dict[str, Any]:
     done = OUT / f"pg-{n}-m{m}-ef{ef_construction}.json"
     if done.exists():
         return dict(json.loads(done.read_text()))
-    with psycopg.connect(srv.dsn, autocommit=True) as c:
-        c.execute(f"drop database if exists {db_name(n)}")
-        c.execute(f"create database {db_name(n)}")
+    fresh_database(srv, db_name(n))
     vecs = vectors(n)
     with psycopg.connect(pg_dsn(srv, n), autocommit=True) as c:
         c.execute("create extension if not exists vector")
@@ -181,7 +189,6 @@ def hermit_db(n: int) -> str:
 
 def build_hermit_pg(srv: Any, n: int, e5: Any, m: int, ef_construction: int) -> dict[str, Any]:
     """The same corpus loaded through Hermit's own PgStore (bulk_add: FTS5 tokens, BM25 counters, its layout)."""
-    import psycopg
 
     from hermit.config.schema import PostgresStoreConfig
     from hermit.memory.pg_store import BulkChunk, PgStore
@@ -190,10 +197,7 @@ def build_hermit_pg(srv: Any, n: int, e5: Any, m: int, ef_construction: int) -> 
     done = OUT / f"hermit-pg-{n}-m{m}-ef{ef_construction}.json"
     if done.exists():
         return dict(json.loads(done.read_text()))
-    with psycopg.connect(srv.dsn, autocommit=True) as c:
-        c.execute(f"drop database if exists {hermit_db(n)}")
-        c.execute(f"create database {hermit_db(n)}")
-    dsn = f"postgresql://postgres@127.0.0.1:{srv.port}/{hermit_db(n)}"
+    dsn = fresh_database(srv, hermit_db(n))
     cfg = PostgresStoreConfig(hnsw_m=m, hnsw_ef_construction=ef_construction, hnsw_threshold=20_000)
     store = PgStore(dsn, "hermit_main", cfg)
     vecs = vectors(n)
