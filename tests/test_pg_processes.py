@@ -173,7 +173,7 @@ def test_memory_status_on_postgres_names_the_server_never_the_dsn(tmp_path: Path
     out, err = _hermit(home, dsn, "memory", "status").communicate(timeout=300)
     text += out + err
     assert "store      postgres 18" in out and "schema hermit_main" in out
-    assert "pgvector 0.8" in out and "1 vectors, exact scan (HNSW index from 10,000 vectors)" in out
+    assert "pgvector 0.8" in out and "1 vector, exact scan (HNSW index from 10,000 vectors)" in out
     js, err = _hermit(home, dsn, "memory", "status", "--json").communicate(timeout=300)
     text += js + err
     st = json.loads(js)["store"]

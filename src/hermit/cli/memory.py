@@ -83,7 +83,7 @@ def _print_server_store(store: dict[str, Any]) -> None:
                if recall is not None else "HNSW index")
     else:
         how = f"exact scan (HNSW index from {store['hnsw_threshold']:,} vectors)"
-    print(f"vector     pgvector {store['pgvector']}: {store['vectors']:,} vectors, {how}")
+    print(f"vector     pgvector {store['pgvector']}: {store['vectors']:,} vector{'' if store['vectors'] == 1 else 's'}, {how}")
     print("fts        FTS5 tokens + BM25 over a GIN-indexed tsvector (CJK bigrams)")
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import math
 import re
 import time
 import uuid
@@ -27,6 +28,7 @@ import numpy as np
 
 from hermit.errors import StoreError
 from hermit.memory.chunking import Chunk
+from hermit.memory.keyword import K1, B
 from hermit.memory.pg_keyword import Expr, Phrase, Tokenizer, bm25, phrases, to_tsquery
 from hermit.memory.pg_schema import connect, lock_key, mask_dsn, migrate, qi, scrub, server_facts
 from hermit.memory.store_api import ChunkRow, FileState, script_class
@@ -325,11 +327,14 @@ class PgStore:
                                        (to_tsquery(ph),)))
         return df
 
-    def _ranked(self, match: str, where: str, params: Sequence[Any]) -> list[tuple[int, float]]:
+    def _ranked(self, match: str, where: str, params: Sequence[Any],
+                limit: int | None = None) -> list[tuple[int, float]]:
         expr = self._parse(match)
         if expr is None:
             return []
         instances = phrases(expr)
+        if all(len(ph.tokens) == 1 for ph in instances):
+            return self._ranked_in_sql(expr, instances, where, params, limit)
         lexemes = sorted({t for ph in instances for t in ph.tokens})
         docs: dict[int, tuple[int, dict[str, list[int]]]] = {}
         for cid, ntok, lexeme, pos in self.conn.execute(
@@ -348,10 +353,35 @@ class PgStore:
         out.sort(key=lambda x: (-x[1], x[0]))
         return out
 
+    def _ranked_in_sql(self, expr: Expr, instances: list[Phrase], where: str, params: Sequence[Any],
+                       limit: int | None) -> list[tuple[int, float]]:
+        """The same BM25, summed and sorted in the server, when every phrase is one token (most queries):
+        each row's term frequency is its position count, so only the best `limit` rows travel."""
+        n_docs, avgdl = self.fts_stats()
+        if n_docs <= 0 or avgdl <= 0:
+            return []
+        df = self._doc_freqs(instances)
+        weight: dict[str, float] = {}
+        for ph in instances:  # a phrase listed twice counts twice, as in FTS5
+            d = df.get(ph, 0)
+            idf = math.log((n_docs - d + 0.5) / (d + 0.5))
+            weight[ph.tokens[0]] = weight.get(ph.tokens[0], 0.0) + (idf if idf > 0 else 1e-6)
+        lexemes = list(weight)
+        rows = self.conn.execute(
+            f"select c.id, sum(w.idf * (cardinality(u.positions) * %s::float8)"
+            f" / (cardinality(u.positions) + %s::float8 * (1 - %s::float8 + %s::float8 * c.ntok / %s::float8))) as r"
+            f" from {self.s}.chunks c cross join lateral unnest(ts_filter(setweight(c.tsv, 'A', %s), '{{a}}')) u"
+            f" join unnest(%s::text[], %s::float8[]) w(lexeme, idf) on w.lexeme = u.lexeme"
+            f" where c.tsv @@ %s::tsquery {where} group by c.id order by r desc, c.id"
+            + (" limit %s" if limit is not None else ""),
+            (K1 + 1, K1, B, B, avgdl, lexemes, lexemes, [weight[x] for x in lexemes], to_tsquery(expr), *params,
+             *((int(limit),) if limit is not None else ())))
+        return [(int(i), float(r)) for i, r in rows]
+
     def fts_search(self, match: str, limit: int, min_rowid: int | None = None) -> list[tuple[int, float]]:
         if min_rowid is None:
-            return self._ranked(match, "", ())[:limit]
-        return self._ranked(match, "and c.id >= %s", (int(min_rowid),))[:limit]
+            return self._ranked(match, "", (), limit)[:limit]
+        return self._ranked(match, "and c.id >= %s", (int(min_rowid),), limit)[:limit]
 
     def fts_scores(self, match: str, ids: Sequence[int]) -> dict[int, float]:
         if not ids:
