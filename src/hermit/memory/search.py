@@ -19,7 +19,7 @@ import math
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -56,6 +56,10 @@ MERGE_OVERLAPS = True
 UNHELD_TRANSLATION_MIN = 0.7
 # How much a line holding all of the query's weight lifts a candidate (score += boost · share · (1 − score)).
 LINE_MATCH_BOOST = 0.0
+# A result's window may grow past its chunk into the neighbouring chunks of its file that search
+# already fetched as candidates (no extra query): the rest of the conversation around a hit, when the
+# budget allows (bench/retrieval/conversations.md: `no-extend`).
+EXTEND_PLACES = True
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
 
 
@@ -168,6 +172,36 @@ def file_date(path: str) -> float | None:
     except ValueError:
         return None
     return d.timestamp()
+
+
+def _neighbours(chosen: list[list[tuple[int, float]]], rows: dict[int, ChunkRow]) -> list[dict[int, str]]:
+    """For each place, the lines of the fetched chunks of its file that touch it (directly or through
+    another such chunk), less the lines of the file's other places: context its window may grow into
+    when the budget allows, never text another result already shows."""
+    used = {cid for group in chosen for cid, _ in group}
+    spans = [(rows[g[0][0]].path, min(rows[c].start_line for c, _ in g), max(rows[c].end_line for c, _ in g))
+             for g in chosen]
+    free: dict[str, list[ChunkRow]] = {}
+    for cid, row in rows.items():
+        if cid not in used:
+            free.setdefault(row.path, []).append(row)
+    out: list[dict[int, str]] = []
+    for k, (path, a, b) in enumerate(spans):
+        others = [(x, y) for j, (p, x, y) in enumerate(spans) if p == path and j != k]
+        lines: dict[int, str] = {}
+        pool = free.get(path, [])
+        grew = True
+        while grew:
+            grew = False
+            for row in list(pool):
+                if row.start_line <= b + 1 and row.end_line >= a - 1:
+                    pool.remove(row)
+                    a, b, grew = min(a, row.start_line), max(b, row.end_line), True
+                    for i, text in enumerate(row.text.split("\n"), row.start_line):
+                        if not any(x <= i <= y for x, y in others):
+                            lines[i] = text
+        out.append(lines)
+    return out
 
 
 def _tokens(text: str) -> set[str]:
@@ -331,7 +365,8 @@ class HybridSearcher:
         if LINE_MATCH_BOOST > 0 and terms:
             scored = self._line_boost(scored, rows, terms, pool)
         chosen = self._places(scored, rows, min_score, max_results)
-        places = [self._place(group, rows, terms) for group in chosen]
+        extra = _neighbours(chosen, rows) if EXTEND_PLACES else [{} for _ in chosen]
+        places = [self._place(group, rows, terms, more) for group, more in zip(chosen, extra, strict=True)]
         choose_windows(places, snippets.SNIPPET_CHARS_PER_RESULT * max_results)
         hits: list[Hit] = []
         for group, place in zip(chosen, places, strict=True):
@@ -341,7 +376,7 @@ class HybridSearcher:
             hits.append(Hit(cid, row.path, row.source, a, b, round(score, 4),
                             None if q is None else round(self._vscore(cos.get(cid)), 4),
                             round(self._tscore(rel.get(cid, 0.0), rel), 4), snippet, ((a, b),),
-                            (place.start_line, place.start_line + len(place.lines) - 1)))
+                            (min(rows[c].start_line for c, _ in group), max(rows[c].end_line for c, _ in group))))
         mode = "hybrid" if q is not None and match else ("keyword-only" if q is None else "vector-only")
         if q is None and reason is None:
             reason = "no vector search"
@@ -393,8 +428,18 @@ class HybridSearcher:
                                  discount=max(self.cfg.translation_weight, 0.0))
 
     @staticmethod
-    def _place(group: list[tuple[int, float]], rows: dict[int, ChunkRow], terms: list[Term]) -> Place:
+    def _place(group: list[tuple[int, float]], rows: dict[int, ChunkRow], terms: list[Term],
+               more: dict[int, str]) -> Place:
         by_line: dict[int, str] = {}
+        lo, hi = min(rows[c].start_line for c, _ in group), max(rows[c].end_line for c, _ in group)
+        # Neighbouring lines only as far as they run unbroken from the place (another place's lines
+        # are left out, and a window is contiguous).
+        n = lo - 1
+        while n in more:
+            by_line[n], n = more[n], n - 1
+        n = hi + 1
+        while n in more:
+            by_line[n], n = more[n], n + 1
         for cid, _ in group:
             row = rows[cid]
             for k, text in enumerate(row.text.split("\n")):
@@ -403,9 +448,10 @@ class HybridSearcher:
                     by_line[n] = text
         start = min(by_line)
         lines = [by_line.get(n, "") for n in range(start, max(by_line) + 1)]
-        muted = front_matter_lines(lines) if start == 1 else range(0)
+        muted: Collection[int] = front_matter_lines(lines) if start == 1 else range(0)
         scores = [0.0 if k in muted else v for k, v in enumerate(line_scores(lines, terms))]
-        return Place(start, lines, scores, muted=muted)
+        seedable = range(lo - start, hi - start + 1) if (start, len(lines)) != (lo, hi - lo + 1) else None
+        return Place(start, lines, scores, muted=muted, seedable=seedable)
 
     def _worker(self) -> ThreadPoolExecutor:
         if self._executor is None:
