@@ -174,6 +174,12 @@ def file_date(path: str) -> float | None:
     return d.timestamp()
 
 
+def _budget_left(places: list[Place], budget: int) -> bool:
+    """Whether a window filled its whole place with budget to spare (it could show more of its file)."""
+    used = sum(p.size(p.lo, p.hi) for p in places)
+    return used < budget and any(p.lo == 0 or p.hi == len(p.lines) - 1 for p in places)
+
+
 def _neighbours(chosen: list[list[tuple[int, float]]], rows: dict[int, ChunkRow]) -> list[dict[int, str]]:
     """For each place, the lines of the fetched chunks of its file that touch it (directly or through
     another such chunk), less the lines of the file's other places: context its window may grow into
@@ -365,9 +371,16 @@ class HybridSearcher:
         if LINE_MATCH_BOOST > 0 and terms:
             scored = self._line_boost(scored, rows, terms, pool)
         chosen = self._places(scored, rows, min_score, max_results)
-        extra = _neighbours(chosen, rows) if EXTEND_PLACES else [{} for _ in chosen]
-        places = [self._place(group, rows, terms, more) for group, more in zip(chosen, extra, strict=True)]
-        choose_windows(places, snippets.SNIPPET_CHARS_PER_RESULT * max_results)
+        budget = snippets.SNIPPET_CHARS_PER_RESULT * max_results
+        places = [self._place(group, rows, terms, {}) for group in chosen]
+        choose_windows(places, budget)
+        if EXTEND_PLACES and _budget_left(places, budget):
+            # Only then are the places widened (and all windows chosen again): when the budget binds,
+            # as it does for most searches, nothing changes and nothing more is scored.
+            extra = _neighbours(chosen, rows)
+            if any(extra):
+                places = [self._place(g, rows, terms, more) for g, more in zip(chosen, extra, strict=True)]
+                choose_windows(places, budget)
         hits: list[Hit] = []
         for group, place in zip(chosen, places, strict=True):
             cid, score = group[0]
