@@ -11,7 +11,7 @@ and is scored as `hermit memory search --json --max-results 6` would be:
 - seen recall@6: a gold line counts when a result has its path and startLine <= line <= endLine
   (the lines of the returned text); "shown" recall@6 counts only lines whose text is in a result's
   windows (equal to seen recall unless a result joins several windows);
-- chunk recall@6: the same with each result widened to the chunk it came from (ranking alone);
+- chunk recall@6: the same with each result widened to the chunk(s) it was ranked on (ranking alone);
 - MRR of the first result that shows a gold line; characters returned (sum of snippet lengths) and
   results returned per search; all overall and by category.
 """
