@@ -19,7 +19,7 @@ import math
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -33,15 +33,8 @@ from hermit.memory.embedders.base import Embedder, EmbedderInfo
 from hermit.memory.fts import build_match, query_terms, translated_phrases
 from hermit.memory.keyword import KeywordSearcher
 from hermit.memory.lexicon import Lexicon
-from hermit.memory.snippets import (
-    Place,
-    Term,
-    choose_windows,
-    front_matter_lines,
-    line_scores,
-    render,
-    weigh_terms,
-)
+from hermit.memory.places import group_places, show_places, span_of
+from hermit.memory.snippets import Term, line_scores, render, weigh_terms
 from hermit.memory.store import ChunkRow, IndexStore
 from hermit.memory.vectors import MatrixPass, VectorMatrix, blockscan_topk
 from hermit.tokens import count_cjk
@@ -49,17 +42,11 @@ from hermit.tokens import count_cjk
 SMALL_MEMORY_CHUNKS = 100
 # Above this many chunks the in-memory matrix (4 bytes × dims each) is not used; vec0 KNN is.
 MATRIX_MAX_CHUNKS = 300_000
-# Overlapping chunks of one file become one result (bench/retrieval/conversations.md: `no-merge`).
-MERGE_OVERLAPS = True
 # The translated query vector judges an other-language chunk that holds no translated word only when
 # it is at least this close (calibrated); otherwise the original query vector does.
 UNHELD_TRANSLATION_MIN = 0.7
 # How much a line holding all of the query's weight lifts a candidate (score += boost · share · (1 − score)).
 LINE_MATCH_BOOST = 0.0
-# A result's window may grow past its chunk into the neighbouring chunks of its file that search
-# already fetched as candidates (no extra query): the rest of the conversation around a hit, when the
-# budget allows (bench/retrieval/conversations.md: `no-extend`).
-EXTEND_PLACES = True
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
 
 
@@ -172,42 +159,6 @@ def file_date(path: str) -> float | None:
     except ValueError:
         return None
     return d.timestamp()
-
-
-def _budget_left(places: list[Place], budget: int) -> bool:
-    """Whether a window filled its whole place with budget to spare (it could show more of its file)."""
-    used = sum(p.size(p.lo, p.hi) for p in places)
-    return used < budget and any(p.lo == 0 or p.hi == len(p.lines) - 1 for p in places)
-
-
-def _neighbours(chosen: list[list[tuple[int, float]]], rows: dict[int, ChunkRow]) -> list[dict[int, str]]:
-    """For each place, the lines of the fetched chunks of its file that touch it (directly or through
-    another such chunk), less the lines of the file's other places: context its window may grow into
-    when the budget allows, never text another result already shows."""
-    used = {cid for group in chosen for cid, _ in group}
-    spans = [(rows[g[0][0]].path, min(rows[c].start_line for c, _ in g), max(rows[c].end_line for c, _ in g))
-             for g in chosen]
-    free: dict[str, list[ChunkRow]] = {}
-    for cid, row in rows.items():
-        if cid not in used:
-            free.setdefault(row.path, []).append(row)
-    out: list[dict[int, str]] = []
-    for k, (path, a, b) in enumerate(spans):
-        others = [(x, y) for j, (p, x, y) in enumerate(spans) if p == path and j != k]
-        lines: dict[int, str] = {}
-        pool = free.get(path, [])
-        grew = True
-        while grew:
-            grew = False
-            for row in list(pool):
-                if row.start_line <= b + 1 and row.end_line >= a - 1:
-                    pool.remove(row)
-                    a, b, grew = min(a, row.start_line), max(b, row.end_line), True
-                    for i, text in enumerate(row.text.split("\n"), row.start_line):
-                        if not any(x <= i <= y for x, y in others):
-                            lines[i] = text
-        out.append(lines)
-    return out
 
 
 def _tokens(text: str) -> set[str]:
@@ -370,17 +321,8 @@ class HybridSearcher:
         terms = self._line_terms(query, tr)
         if LINE_MATCH_BOOST > 0 and terms:
             scored = self._line_boost(scored, rows, terms, pool)
-        chosen = self._places(scored, rows, min_score, max_results)
-        budget = snippets.SNIPPET_CHARS_PER_RESULT * max_results
-        places = [self._place(group, rows, terms, {}) for group in chosen]
-        choose_windows(places, budget)
-        if EXTEND_PLACES and _budget_left(places, budget):
-            # Only then are the places widened (and all windows chosen again): when the budget binds,
-            # as it does for most searches, nothing changes and nothing more is scored.
-            extra = _neighbours(chosen, rows)
-            if any(extra):
-                places = [self._place(g, rows, terms, more) for g, more in zip(chosen, extra, strict=True)]
-                choose_windows(places, budget)
+        chosen = group_places(scored, rows, min_score, max_results)
+        places = show_places(chosen, rows, terms, snippets.SNIPPET_CHARS_PER_RESULT * max_results)
         hits: list[Hit] = []
         for group, place in zip(chosen, places, strict=True):
             cid, score = group[0]
@@ -389,7 +331,7 @@ class HybridSearcher:
             hits.append(Hit(cid, row.path, row.source, a, b, round(score, 4),
                             None if q is None else round(self._vscore(cos.get(cid)), 4),
                             round(self._tscore(rel.get(cid, 0.0), rel), 4), snippet, ((a, b),),
-                            (min(rows[c].start_line for c, _ in group), max(rows[c].end_line for c, _ in group))))
+                            span_of(group, rows)))
         mode = "hybrid" if q is not None and match else ("keyword-only" if q is None else "vector-only")
         if q is None and reason is None:
             reason = "no vector search"
@@ -410,27 +352,6 @@ class HybridSearcher:
             head.append((cid, s + LINE_MATCH_BOOST * min(1.0, best / total) * (1 - s)))
         return sorted(head, key=lambda x: -x[1]) + scored[pool:]
 
-    @staticmethod
-    def _places(scored: list[tuple[int, float]], rows: dict[int, ChunkRow], min_score: float,
-                max_results: int) -> list[list[tuple[int, float]]]:
-        """The best chunks above min_score as up to max_results places: a chunk overlapping or
-        touching one already taken (the same file) joins it, so six results are six places."""
-        groups: list[list[tuple[int, float]]] = []
-        spans: list[tuple[str, int, int]] = []
-        for cid, score in scored:
-            if score < min_score or len(groups) >= max_results:
-                break
-            row = rows[cid]
-            for k, (path, a, b) in enumerate(spans):
-                if MERGE_OVERLAPS and path == row.path and row.start_line <= b + 1 and row.end_line >= a - 1:
-                    groups[k].append((cid, score))
-                    spans[k] = (path, min(a, row.start_line), max(b, row.end_line))
-                    break
-            else:
-                groups.append([(cid, score)])
-                spans.append((row.path, row.start_line, row.end_line))
-        return groups
-
     def _line_terms(self, query: str, tr: Translation) -> list[Term]:
         n = self.keyword.doc_count()
         own = weigh_terms(query_terms(query), self.keyword.doc_freq, n)
@@ -439,32 +360,6 @@ class HybridSearcher:
         return own + weigh_terms(other, lambda t: min((self.keyword.doc_freq(p) for p in translated_phrases([t])),
                                                       default=0), n,
                                  discount=max(self.cfg.translation_weight, 0.0))
-
-    @staticmethod
-    def _place(group: list[tuple[int, float]], rows: dict[int, ChunkRow], terms: list[Term],
-               more: dict[int, str]) -> Place:
-        by_line: dict[int, str] = {}
-        lo, hi = min(rows[c].start_line for c, _ in group), max(rows[c].end_line for c, _ in group)
-        # Neighbouring lines only as far as they run unbroken from the place (another place's lines
-        # are left out, and a window is contiguous).
-        n = lo - 1
-        while n in more:
-            by_line[n], n = more[n], n - 1
-        n = hi + 1
-        while n in more:
-            by_line[n], n = more[n], n + 1
-        for cid, _ in group:
-            row = rows[cid]
-            for k, text in enumerate(row.text.split("\n")):
-                n = row.start_line + k
-                if len(text) > len(by_line.get(n, "")) or n not in by_line:
-                    by_line[n] = text
-        start = min(by_line)
-        lines = [by_line.get(n, "") for n in range(start, max(by_line) + 1)]
-        muted: Collection[int] = front_matter_lines(lines) if start == 1 else range(0)
-        scores = [0.0 if k in muted else v for k, v in enumerate(line_scores(lines, terms))]
-        seedable = range(lo - start, hi - start + 1) if (start, len(lines)) != (lo, hi - lo + 1) else None
-        return Place(start, lines, scores, muted=muted, seedable=seedable)
 
     def _worker(self) -> ThreadPoolExecutor:
         if self._executor is None:
