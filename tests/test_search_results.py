@@ -11,7 +11,14 @@ from hermit.cli.search_view import BOLD, ELLIPSIS, render_results
 from hermit.config.schema import MemorySearchConfig
 from hermit.memory.lexicon import load_lexicon
 from hermit.memory.service import MemoryKey, MemoryService
-from hermit.memory.snippets import SNIPPET_CHARS_PER_RESULT, SNIPPET_MAX_CHARS, Place, choose_windows
+from hermit.memory.snippets import (
+    SNIPPET_CHARS_PER_RESULT,
+    SNIPPET_MAX_CHARS,
+    Place,
+    choose_windows,
+    line_scores,
+    weigh_terms,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,3 +149,44 @@ def test_human_output_marks_cuts_labels_lines_and_highlights() -> None:
             "snippet": long_line[40:90]}]
     assert render_results(cut, "POSTGRES_URL", lambda _p: [long_line], colour=False).splitlines()[1] \
         == f"    {ELLIPSIS}{long_line[40:90]}{ELLIPSIS}"
+
+
+def test_a_lone_hit_shows_the_conversation_around_it_past_its_chunk(tmp_path: Path, e5: object) -> None:
+    """With budget to spare, a window grows into the neighbouring chunk of its file (already fetched as a
+    candidate), and startLine/endLine still name exactly the lines shown, which memory_get returns."""
+    ws = tmp_path / "ws"
+    rel = "memory/2026-03-01.md"
+    turns = [f"- [D1:{i:02d}] {'Ana' if i % 2 else 'Ben'}: the bus was late again, item {i:02d}" for i in range(90)]
+
+    def write_log() -> list[tuple[int, int]]:
+        write(ws / rel, "# 2026-03-01\n\n" + "\n".join(turns) + "\n")
+        svc.sync()
+        return [tuple(r) for r in svc.store.conn.execute(
+            "select start_line, end_line from chunks where path = ? order by start_line", (rel,))]
+
+    write(ws / rel, "# 2026-03-01\n")
+    svc = _svc(ws, tmp_path, {}, e5)
+    spans = write_log()
+    assert len(spans) >= 3, spans
+    # The turn just before the second chunk starts: in the first chunk only, a few lines from its end.
+    target = spans[1][0] - 1
+    turns[target - 3] = f"- [D1:{target - 3:02d}] Ana: my sister adopted a greyhound named Pepper!"
+    assert write_log() == spans, "the changed turn keeps the chunk boundaries"
+    out = svc.search_outcome("which dog did Ana's sister adopt", 1)
+    assert len(out.hits) == 1
+    hit = out.hits[0]
+    assert "greyhound" in hit.snippet
+    assert hit.end_line > hit.place[1], (hit.start_line, hit.end_line, hit.place)
+    lines = (ws / rel).read_text(encoding="utf-8").split("\n")
+    assert hit.snippet == "\n".join(lines[hit.start_line - 1:hit.end_line])
+    got = svc.get(rel, hit.start_line, hit.end_line - hit.start_line + 1)
+    assert got["text"].rstrip("\n") == hit.snippet
+    svc.close()
+
+
+def test_the_reply_to_a_matching_turn_shares_its_score_not_the_turn_before() -> None:
+    terms = weigh_terms(["greyhound"], lambda t: 1, 100)
+    scores = line_scores(["Ben: how was the weekend?", "Ana: we adopted a greyhound", "Ben: what is its name?"],
+                         terms)
+    assert scores[1] > scores[2] > 0.0
+    assert scores[0] == 0.0

@@ -11,7 +11,7 @@ and is scored as `hermit memory search --json --max-results 6` would be:
 - seen recall@6: a gold line counts when a result has its path and startLine <= line <= endLine
   (the lines of the returned text); "shown" recall@6 counts only lines whose text is in a result's
   windows (equal to seen recall unless a result joins several windows);
-- chunk recall@6: the same with each result widened to the chunk it came from (ranking alone);
+- chunk recall@6: the same with each result widened to the chunk(s) it was ranked on (ranking alone);
 - MRR of the first result that shows a gold line; characters returned (sum of snippet lengths) and
   results returned per search; all overall and by category.
 """
@@ -64,7 +64,7 @@ def variants() -> list[Variant]:
         Variant("default", "Hermit defaults"),
         Variant("min-score-0", "minScore 0 (always 6 places)", query={"min_score": 0.0}),
         Variant("no-merge", "overlapping chunks of a file stay separate results",
-                patch={"search.MERGE_OVERLAPS": False}),
+                patch={"places.MERGE_OVERLAPS": False}),
         Variant("cap-700", "each window at most 700 characters (the old snippet size)",
                 patch={"snippets.SNIPPET_MAX_CHARS": 700}),
         Variant("cap-1400", "each window at most 1,400 characters", patch={"snippets.SNIPPET_MAX_CHARS": 1400}),
@@ -79,6 +79,15 @@ def variants() -> list[Variant]:
                 patch={"snippets.RANK_DECAY": 1.0}),
         Variant("line-boost-0.2", "candidates lifted by the share of the query one of their lines holds (0.2)",
                 patch={"search.LINE_MATCH_BOOST": 0.2}),
+        Variant("no-extend", "windows stay inside their ranked chunks (no growth into fetched neighbours)",
+                patch={"places.EXTEND_PLACES": False}),
+        Variant("both-neighbours", "the line before a match gets a neighbour share too (as the line after)",
+                patch={"snippets.BEFORE_SHARE": 1.0}),
+        Variant("previous", "the previous default: no-extend + both-neighbours",
+                patch={"places.EXTEND_PLACES": False, "snippets.BEFORE_SHARE": 1.0}),
+        Variant("mmr", "MMR re-ranking on (λ 0.7, token Jaccard; off by default)", query={"mmr": {"enabled": True}}),
+        Variant("weights-0.6-0.4", "vector 0.6 / text 0.4 (default 0.5 / 0.5)",
+                query={"hybrid": {"vector_weight": 0.6, "text_weight": 0.4}}),
         Variant("no-translation", "without EN↔ZH dictionary translation",
                 query={"translation_weight": 0.0, "translate_vectors": False}),
     ]

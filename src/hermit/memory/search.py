@@ -33,15 +33,8 @@ from hermit.memory.embedders.base import Embedder, EmbedderInfo
 from hermit.memory.fts import build_match, query_terms, translated_phrases
 from hermit.memory.keyword import KeywordSearcher
 from hermit.memory.lexicon import Lexicon
-from hermit.memory.snippets import (
-    Place,
-    Term,
-    choose_windows,
-    front_matter_lines,
-    line_scores,
-    render,
-    weigh_terms,
-)
+from hermit.memory.places import group_places, show_places, span_of
+from hermit.memory.snippets import Term, line_scores, render, weigh_terms
 from hermit.memory.store_api import ChunkRow, MemoryStore
 from hermit.memory.vectors import MatrixPass, VectorMatrix
 from hermit.tokens import count_cjk
@@ -49,8 +42,6 @@ from hermit.tokens import count_cjk
 SMALL_MEMORY_CHUNKS = 100
 # Above this many chunks the in-memory matrix (4 bytes × dims each) is not used; vec0 KNN is.
 MATRIX_MAX_CHUNKS = 300_000
-# Overlapping chunks of one file become one result (bench/retrieval/conversations.md: `no-merge`).
-MERGE_OVERLAPS = True
 # The translated query vector judges an other-language chunk that holds no translated word only when
 # it is at least this close (calibrated); otherwise the original query vector does.
 UNHELD_TRANSLATION_MIN = 0.7
@@ -327,9 +318,8 @@ class HybridSearcher:
         terms = self._line_terms(query, tr)
         if LINE_MATCH_BOOST > 0 and terms:
             scored = self._line_boost(scored, rows, terms, pool)
-        chosen = self._places(scored, rows, min_score, max_results)
-        places = [self._place(group, rows, terms) for group in chosen]
-        choose_windows(places, snippets.SNIPPET_CHARS_PER_RESULT * max_results)
+        chosen = group_places(scored, rows, min_score, max_results)
+        places = show_places(chosen, rows, terms, snippets.SNIPPET_CHARS_PER_RESULT * max_results)
         hits: list[Hit] = []
         for group, place in zip(chosen, places, strict=True):
             cid, score = group[0]
@@ -338,7 +328,7 @@ class HybridSearcher:
             hits.append(Hit(cid, row.path, row.source, a, b, round(score, 4),
                             None if q is None else round(self._vscore(cos.get(cid)), 4),
                             round(self._tscore(rel.get(cid, 0.0), rel), 4), snippet, ((a, b),),
-                            (place.start_line, place.start_line + len(place.lines) - 1)))
+                            span_of(group, rows)))
         mode = "hybrid" if q is not None and match else ("keyword-only" if q is None else "vector-only")
         if q is None and reason is None:
             reason = "no vector search"
@@ -359,27 +349,6 @@ class HybridSearcher:
             head.append((cid, s + LINE_MATCH_BOOST * min(1.0, best / total) * (1 - s)))
         return sorted(head, key=lambda x: -x[1]) + scored[pool:]
 
-    @staticmethod
-    def _places(scored: list[tuple[int, float]], rows: dict[int, ChunkRow], min_score: float,
-                max_results: int) -> list[list[tuple[int, float]]]:
-        """The best chunks above min_score as up to max_results places: a chunk overlapping or
-        touching one already taken (the same file) joins it, so six results are six places."""
-        groups: list[list[tuple[int, float]]] = []
-        spans: list[tuple[str, int, int]] = []
-        for cid, score in scored:
-            if score < min_score or len(groups) >= max_results:
-                break
-            row = rows[cid]
-            for k, (path, a, b) in enumerate(spans):
-                if MERGE_OVERLAPS and path == row.path and row.start_line <= b + 1 and row.end_line >= a - 1:
-                    groups[k].append((cid, score))
-                    spans[k] = (path, min(a, row.start_line), max(b, row.end_line))
-                    break
-            else:
-                groups.append([(cid, score)])
-                spans.append((row.path, row.start_line, row.end_line))
-        return groups
-
     def _line_terms(self, query: str, tr: Translation) -> list[Term]:
         n = self.keyword.doc_count()
         own = weigh_terms(query_terms(query), self.keyword.doc_freq, n)
@@ -388,21 +357,6 @@ class HybridSearcher:
         return own + weigh_terms(other, lambda t: min((self.keyword.doc_freq(p) for p in translated_phrases([t])),
                                                       default=0), n,
                                  discount=max(self.cfg.translation_weight, 0.0))
-
-    @staticmethod
-    def _place(group: list[tuple[int, float]], rows: dict[int, ChunkRow], terms: list[Term]) -> Place:
-        by_line: dict[int, str] = {}
-        for cid, _ in group:
-            row = rows[cid]
-            for k, text in enumerate(row.text.split("\n")):
-                n = row.start_line + k
-                if len(text) > len(by_line.get(n, "")) or n not in by_line:
-                    by_line[n] = text
-        start = min(by_line)
-        lines = [by_line.get(n, "") for n in range(start, max(by_line) + 1)]
-        muted = front_matter_lines(lines) if start == 1 else range(0)
-        scores = [0.0 if k in muted else v for k, v in enumerate(line_scores(lines, terms))]
-        return Place(start, lines, scores, muted=muted)
 
     def _worker(self) -> ThreadPoolExecutor:
         if self._executor is None:

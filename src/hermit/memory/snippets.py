@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -28,8 +28,12 @@ SNIPPET_CHARS_PER_RESULT = 700
 SNIPPET_MAX_CHARS = 2_800
 # A line without query words is still worth this share of the place's best line (context, answers).
 CONTEXT_VALUE = 0.15
-# A line next to a matching line gets this share of its neighbour's score (question → answer turns).
+# The line after a matching line gets this share of its score: the reply to a turn, the bullet under a
+# heading (bench/retrieval/conversations.md: `no-neighbour`).
 NEIGHBOUR_SHARE = 0.35
+# The line before a matching line gets this share of NEIGHBOUR_SHARE. 0: a question's answer follows
+# it, and the line before a match is not evidence (`both-neighbours`: 1.0).
+BEFORE_SHARE = 0.0
 # Rank weight of the r-th result (0-based): the top results get their windows grown first.
 RANK_DECAY = 0.8
 # How many lines one growth step may take at once (reaching a matching line across a few others).
@@ -84,8 +88,8 @@ def weigh_terms(terms: Sequence[str], doc_freq: Callable[[str], int], n_docs: in
 
 
 def line_scores(lines: Sequence[str], terms: Sequence[Term], neighbours: bool = True) -> list[float]:
-    """Each line's score: the summed weights of the query terms it holds, plus a share of its
-    neighbours' (the turn after a question, the line under a heading)."""
+    """Each line's score: the summed weights of the query terms it holds, plus a share of the line
+    before it (the turn that answers a matching turn, the line under a matching heading)."""
     raw = [0.0] * len(lines)
     if terms:
         low = [ln.lower() for ln in lines]
@@ -95,7 +99,7 @@ def line_scores(lines: Sequence[str], terms: Sequence[Term], neighbours: bool = 
                     raw[i] += t.weight
     out = list(raw)
     for i in range(len(raw) if neighbours else 0):
-        near = max(raw[i - 1] if i > 0 else 0.0, raw[i + 1] if i + 1 < len(raw) else 0.0)
+        near = max(raw[i - 1] if i > 0 else 0.0, BEFORE_SHARE * raw[i + 1] if i + 1 < len(raw) else 0.0)
         out[i] += NEIGHBOUR_SHARE * near
     return out
 
@@ -118,7 +122,9 @@ class Place:
     lo: int = 0
     hi: int = -1  # the window, inclusive line indexes; hi < lo means not placed yet
     cut: tuple[int, int] | None = None  # (start, end) characters kept of a too-long single line
-    muted: range = range(0)  # lines never chosen for their own sake (front matter)
+    muted: Collection[int] = range(0)  # lines never chosen for their own sake (front matter)
+    # The lines a window may start from (the ranked chunks; the rest is neighbouring context).
+    seedable: range | None = None
 
     def size(self, lo: int, hi: int) -> int:
         return sum(len(self.lines[i]) + 1 for i in range(lo, hi + 1)) - 1
@@ -144,7 +150,8 @@ def choose_windows(places: list[Place], budget: int, cap: int | None = None) -> 
                        for i, (s, ln) in enumerate(zip(p.scores, p.lines, strict=True))])
     share = max(1, min(cap, budget // max(1, len(places))))
     for p in places:
-        content = [i for i, ln in enumerate(p.lines) if ln.strip() and i not in p.muted] or [0]
+        allowed = range(len(p.lines)) if p.seedable is None else p.seedable
+        content = [i for i in allowed if p.lines[i].strip() and i not in p.muted] or [allowed.start]
         best = max(content, key=lambda i: (p.scores[i], -i))
         p.lo = p.hi = best
         length = len(p.lines[best])
