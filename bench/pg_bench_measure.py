@@ -216,7 +216,7 @@ def hermit_pg_latency(srv: Any, n: int, e5: Any, qs: list[str], ef_search: int) 
     from pg_bench_build import hermit_db
 
     dsn = f"postgresql://postgres@127.0.0.1:{srv.port}/{hermit_db(n)}"
-    store = PgStore(dsn, "hermit_main", PostgresStoreConfig(ef_search=ef_search), create=False)
+    store = PgStore(dsn, "hermit_main", PostgresStoreConfig(ef_search=ef_search))  # upgrades an older cached schema
     searcher = HybridSearcher(store, e5, QueryConfig(), use_matrix=False)
     try:
         return {**searcher_latency(searcher, qs), "hnsw": store.has_hnsw()}

@@ -12,7 +12,7 @@ import yaml
 
 from hermit.cli.main import main
 from hermit.cli.pg_doctor import ServerFacts, extension_check, probe, scrub, version_check
-from hermit.memory.pg_schema import mask_dsn
+from hermit.memory.pg_schema import MIGRATIONS, mask_dsn
 
 ENV = "HERMIT_TEST_PG_DSN"
 
@@ -110,7 +110,7 @@ def test_doctor_reports_the_server_and_each_agents_schema(
     capsys.readouterr()
     after = _doctor(home, capsys, monkeypatch)
     assert after["status"] == "ok", after
-    assert "schema hermit_main: agent main: schema v1, GIN keyword index" in str(after["detail"])
+    assert f"schema hermit_main: agent main: schema v{len(MIGRATIONS)}, GIN keyword index" in str(after["detail"])
     assert pg_dsn not in json.dumps(after)
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:  # vectors past the threshold, no HNSW index yet

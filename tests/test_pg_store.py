@@ -7,6 +7,7 @@ import random
 import threading
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from conftest import write
@@ -89,6 +90,42 @@ def test_hybrid_search_gives_the_same_results(tmp_path: Path, pg_dsn: str) -> No
         assert "error" not in b and b.get("mode") == a.get("mode"), q
         # Equal scores may come in either order (the two KNN implementations break ties differently).
         assert _ranked(a) == _ranked(b), q
+    lite.close()
+    pg.close()
+
+
+def _token_df(svc: MemoryService) -> tuple[dict[str, int], dict[str, int]]:
+    """(the maintained token_df, the same counts recomputed from the chunks)."""
+    st = svc.store
+    kept = {str(t): int(n) for t, n in st.conn.execute(f"select lexeme, df from {st.s}.token_df")}  # type: ignore[attr-defined]
+    fresh = {str(t): int(n) for t, n in st.conn.execute(  # type: ignore[attr-defined]
+        f"select u.lexeme, count(*) from {st.s}.chunks c cross join lateral unnest(c.tsv) u group by u.lexeme")}  # type: ignore[attr-defined]
+    return kept, fresh
+
+
+def test_token_counts_stay_exact_through_edits_deletes_and_an_upgrade(tmp_path: Path, pg_dsn: str) -> None:
+    lite, pg = _pair(tmp_path, pg_dsn, None)
+    ws = tmp_path / "ws"
+    for step in range(3):
+        kept, fresh = _token_df(pg)
+        assert kept == fresh and kept["kumquat"] > 0, step
+        for word in ("kumquat", "notes", "钢琴", "琴", "project"):
+            assert pg.store.fts_count(build_match(word) or "") == lite.store.fts_count(build_match(word) or ""), word
+        if step == 0:  # edit some files, delete others, add one
+            for f in sorted((ws / "memory").glob("*.md"))[:6]:
+                f.write_text(f.read_text() + "\nkumquat jam, more notes\n")
+            for f in sorted((ws / "memory").glob("*.md"))[-5:]:
+                f.unlink()
+            write(ws / "memory" / "2026-03-01-new.md", "# New\n- 钢琴 kumquat\n")
+        elif step == 1:  # a schema written by the previous Hermit (no token_df) is upgraded on open
+            pg.close()
+            with psycopg.connect(pg_dsn, autocommit=True) as c:
+                c.execute("drop table hermit_main.token_df")
+                c.execute("delete from hermit_main.migrations where version = 2")
+            pg = MemoryService(MemoryKey("main", ws), tmp_path / "unused.sqlite", _pg({"provider": "none"}), None,
+                               environ={"TEST_DSN": pg_dsn})
+        lite.sync()
+        pg.sync()
     lite.close()
     pg.close()
 

@@ -157,7 +157,17 @@ def _m1(conn: PgConn, s: str) -> None:
         conn.execute(stmt)
 
 
-MIGRATIONS: list[Callable[[PgConn, str], None]] = [_m1]
+def _m2(conn: PgConn, s: str) -> None:
+    """token_df: how many chunks hold each token (FTS5's nHit of a one-token phrase), kept by every write.
+
+    The keyword planner asks it for each query word; a count(*) through the GIN index cost 100-500 ms
+    per common word at 1M chunks, this is one primary-key lookup."""
+    conn.execute(f"create table {s}.token_df(lexeme text primary key, df integer not null)")
+    conn.execute(f"insert into {s}.token_df select u.lexeme, count(*) from {s}.chunks c"
+                 " cross join lateral unnest(c.tsv) u group by u.lexeme")
+
+
+MIGRATIONS: list[Callable[[PgConn, str], None]] = [_m1, _m2]
 
 
 def migrate(conn: PgConn, schema: str) -> None:

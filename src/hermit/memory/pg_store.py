@@ -186,6 +186,7 @@ class PgStore:
                 [(cid, path, source, ch.start_line, ch.end_line, ch.hash, model if vectors is not None else None,
                   ch.text, now, gen, script_class(ch.text), tsv, ntok)
                  for cid, ch, (tsv, ntok) in zip(ids, chunks, docs, strict=True)])
+            self._count_tokens(ids)
             if vectors is not None and ids:
                 cur.executemany(f"insert into {self.s}.chunks_vec(id, embedding) values (%s, %s)",
                                 [(cid, np.asarray(vectors[i], dtype=np.float32)) for i, cid in enumerate(ids)])
@@ -217,6 +218,7 @@ class PgStore:
                 for cid, ch, (tsv, ntok) in zip(ids, chunks, docs, strict=True):
                     cp.write_row((cid, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model, ch.text,
                                   now, gen, script_class(ch.text), tsv, ntok))
+            self._count_tokens(ids)
             if vectors is not None and ids:
                 with cur.copy(f"copy {self.s}.chunks_vec(id, embedding) from stdin") as cp:
                     for i, cid in enumerate(ids):
@@ -233,8 +235,22 @@ class PgStore:
             self.conn.execute(f"delete from {self.s}.files where path=%s", (path,))
             self._bump(self.generation() + 1, d_docs, d_toks)
 
+    def _count_tokens(self, ids: Sequence[int]) -> None:
+        """Add the chunks `ids` to token_df (inside the caller's transaction, under the writer lock)."""
+        if ids:
+            self.conn.execute(
+                f"insert into {self.s}.token_df select u.lexeme, count(*) from {self.s}.chunks c"
+                " cross join lateral unnest(c.tsv) u where c.id = any(%s) group by u.lexeme"
+                f" on conflict (lexeme) do update set df = {self.s}.token_df.df + excluded.df", (list(ids),))
+
     def _delete_chunks(self, path: str) -> tuple[int, int]:
         """Delete `path`'s chunks (their vectors cascade); returns (−rows, −tokens) for the FTS totals."""
+        gone = [str(r[0]) for r in self.conn.execute(
+            f"update {self.s}.token_df t set df = t.df - d.n from (select u.lexeme, count(*) n from {self.s}.chunks c"
+            " cross join lateral unnest(c.tsv) u where c.path = %s group by u.lexeme) d where t.lexeme = d.lexeme"
+            " returning t.lexeme, t.df", (path,)) if int(r[1]) <= 0]
+        if gone:
+            self.conn.execute(f"delete from {self.s}.token_df where lexeme = any(%s)", (gone,))
         row = self.conn.execute(f"with d as (delete from {self.s}.chunks where path=%s returning ntok)"
                                 " select count(*), coalesce(sum(ntok), 0) from d", (path,)).fetchone()
         return (-int(row[0]), -int(row[1])) if row else (0, 0)
@@ -312,7 +328,16 @@ class PgStore:
         expr = self._parse(match)
         if expr is None:
             return 0
+        if isinstance(expr, Phrase):
+            return self._phrase_count(expr)
         return int(self._one(f"select count(*) from {self.s}.chunks where tsv @@ %s::tsquery", (to_tsquery(expr),)))
+
+    def _phrase_count(self, ph: Phrase) -> int:
+        """Chunks holding the phrase: token_df for one token (a key lookup), else a count through the GIN index."""
+        if len(ph.tokens) == 1:
+            return int(self._one(f"select coalesce((select df from {self.s}.token_df where lexeme = %s), 0)",
+                                 (ph.tokens[0],)))
+        return int(self._one(f"select count(*) from {self.s}.chunks where tsv @@ %s::tsquery", (to_tsquery(ph),)))
 
     def _doc_freqs(self, instances: list[Phrase]) -> dict[Phrase, int]:
         """Documents holding each phrase (FTS5's nHit), remembered per index generation."""
@@ -323,8 +348,7 @@ class PgStore:
         df = self._df[1]
         for ph in dict.fromkeys(instances):
             if ph not in df:
-                df[ph] = int(self._one(f"select count(*) from {self.s}.chunks where tsv @@ %s::tsquery",
-                                       (to_tsquery(ph),)))
+                df[ph] = self._phrase_count(ph)
         return df
 
     def _ranked(self, match: str, where: str, params: Sequence[Any],
