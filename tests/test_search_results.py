@@ -12,11 +12,13 @@ from hermit.config.schema import MemorySearchConfig
 from hermit.memory.lexicon import load_lexicon
 from hermit.memory.service import MemoryKey, MemoryService
 from hermit.memory.snippets import (
+    SNIPPET_CHARS_PER_PLACE,
     SNIPPET_CHARS_PER_RESULT,
     SNIPPET_MAX_CHARS,
     Place,
     choose_windows,
     line_scores,
+    search_budget,
     weigh_terms,
 )
 
@@ -58,13 +60,24 @@ def test_windows_share_one_budget_and_are_the_files_lines(tmp_path: Path) -> Non
     svc = _svc(ws, tmp_path, {"provider": "none"})
     res = svc.search("what dog did Ana's sister adopt greyhound", 6, 0.0)["results"]
     assert len(res) == 6
-    assert sum(len(r["snippet"]) for r in res) <= 6 * SNIPPET_CHARS_PER_RESULT
+    # Six places found: each may claim SNIPPET_CHARS_PER_PLACE, more than the 6 × 700 asked for.
+    total = sum(len(r["snippet"]) for r in res)
+    assert 6 * SNIPPET_CHARS_PER_RESULT < total <= 6 * SNIPPET_CHARS_PER_PLACE
     for r in res:
         lines = _lines(ws, r)
         assert len(r["snippet"]) <= SNIPPET_MAX_CHARS
         assert r["snippet"] == "\n".join(lines[r["startLine"] - 1:r["endLine"]])
         assert "greyhound" in r["snippet"]
     svc.close()
+
+
+def test_the_budget_follows_the_places_found() -> None:
+    """Per result asked for, or per place returned when that is more (a full list of six places gets
+    800 each; one place found keeps the 4,200 it cannot spend anyway)."""
+    assert search_budget(6, 1) == 6 * SNIPPET_CHARS_PER_RESULT
+    assert search_budget(6, 5) == 6 * SNIPPET_CHARS_PER_RESULT
+    assert search_budget(6, 6) == 6 * SNIPPET_CHARS_PER_PLACE > 6 * SNIPPET_CHARS_PER_RESULT
+    assert search_budget(10, 6) == 10 * SNIPPET_CHARS_PER_RESULT
 
 
 def test_budget_goes_where_the_matching_lines_are() -> None:

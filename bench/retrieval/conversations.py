@@ -57,6 +57,8 @@ class Variant:
     max_results: int = 6
     # Module constants set for this variant only ("module.NAME": value), to measure a design choice.
     patch: dict[str, Any] = field(default_factory=dict)
+    # Index settings (memory_search.chunking); a variant with its own gets its own index files.
+    chunking: dict[str, int] = field(default_factory=dict)
 
 
 def variants() -> list[Variant]:
@@ -70,7 +72,7 @@ def variants() -> list[Variant]:
         Variant("cap-1400", "each window at most 1,400 characters", patch={"snippets.SNIPPET_MAX_CHARS": 1400}),
         Variant("cap-2000", "each window at most 2,000 characters", patch={"snippets.SNIPPET_MAX_CHARS": 2000}),
         Variant("budget-500", "500 characters per result asked for (3,000 for 6)",
-                patch={"snippets.SNIPPET_CHARS_PER_RESULT": 500}),
+                patch={"snippets.SNIPPET_CHARS_PER_RESULT": 500, "snippets.SNIPPET_CHARS_PER_PLACE": 0}),
         Variant("no-neighbour", "a line gets no share of its neighbours' score",
                 patch={"snippets.NEIGHBOUR_SHARE": 0.0}),
         Variant("no-context-value", "lines without query words add nothing to a window",
@@ -83,11 +85,24 @@ def variants() -> list[Variant]:
                 patch={"places.EXTEND_PLACES": False}),
         Variant("both-neighbours", "the line before a match gets a neighbour share too (as the line after)",
                 patch={"snippets.BEFORE_SHARE": 1.0}),
-        Variant("previous", "the previous default: no-extend + both-neighbours",
-                patch={"places.EXTEND_PLACES": False, "snippets.BEFORE_SHARE": 1.0}),
+        Variant("round-1", "round 1's default: no-extend + both-neighbours + place-chars-0",
+                patch={"places.EXTEND_PLACES": False, "snippets.BEFORE_SHARE": 1.0,
+                       "snippets.SNIPPET_CHARS_PER_PLACE": 0}),
         Variant("mmr", "MMR re-ranking on (λ 0.7, token Jaccard; off by default)", query={"mmr": {"enabled": True}}),
         Variant("weights-0.6-0.4", "vector 0.6 / text 0.4 (default 0.5 / 0.5)",
                 query={"hybrid": {"vector_weight": 0.6, "text_weight": 0.4}}),
+        Variant("place-chars-0", "the budget before this round: 700 characters per result asked for only "
+                "(4,200 for 6, however many places come back)", patch={"snippets.SNIPPET_CHARS_PER_PLACE": 0}),
+        Variant("place-chars-900", "900 characters per place returned (5,400 when six come back)",
+                patch={"snippets.SNIPPET_CHARS_PER_PLACE": 900}),
+        Variant("budget-800", "800 characters per result asked for (4,800 for 6 whatever comes back)",
+                patch={"snippets.SNIPPET_CHARS_PER_RESULT": 800}),
+        Variant("per-file-1", "at most one place per file (diversity across sessions)",
+                patch={"places.MAX_PLACES_PER_FILE": 1}),
+        Variant("chunks-300-60", "chunks of 300 tokens, 60 overlapping (its own index)",
+                chunking={"tokens": 300, "overlap": 60}),
+        Variant("chunks-200-40", "chunks of 200 tokens, 40 overlapping (its own index)",
+                chunking={"tokens": 200, "overlap": 40}),
         Variant("no-translation", "without EN↔ZH dictionary translation",
                 query={"translation_weight": 0.0, "translate_vectors": False}),
     ]
@@ -125,12 +140,13 @@ _embedder: Embedder | None = None
 
 def service_for(data: Path, conv: str, v: Variant) -> MemoryService:
     global _embedder
-    cfg = MemorySearchConfig.model_validate({"query": v.query})
+    cfg = MemorySearchConfig.model_validate({"query": v.query, "chunking": v.chunking})
     if _embedder is None:
         _embedder = create_embedder(cfg, {}, stamp_dir=OUT / "stamp")
         assert _embedder is not None
     OUT.mkdir(parents=True, exist_ok=True)
-    svc = MemoryService(MemoryKey("bench", data / "workspaces" / conv), OUT / f"{conv}.sqlite", cfg, _embedder,
+    suffix = "".join(f"-{k}{n}" for k, n in sorted(v.chunking.items()))
+    svc = MemoryService(MemoryKey("bench", data / "workspaces" / conv), OUT / f"{conv}{suffix}.sqlite", cfg, _embedder,
                         long_lived=True, cache_dir=OUT / "cache")
     t0 = time.perf_counter()
     report = svc.sync()
@@ -168,7 +184,7 @@ def _run(data: Path, v: Variant, queries: list[dict[str, Any]]) -> dict[str, Any
                 t0 = time.perf_counter()
                 out = svc.search_outcome(str(q["query"]), v.max_results)
                 lat.append((time.perf_counter() - t0) * 1000)
-                per_q.append({"qid": q["qid"], "category": q["category_name"],
+                per_q.append({"qid": q["qid"], "conv": conv, "category": q["category_name"],
                               **score_question(q, out.hits)})
         finally:
             svc.close()
@@ -182,6 +198,9 @@ def summarise(v: Variant, per_q: list[dict[str, Any]], lat: list[float]) -> dict
     return {"variant": v.name, "note": v.note, "n": len(per_q), **mean(per_q),
             "by_category": {c: {"n": sum(1 for r in per_q if r["category"] == c),
                                 **mean([r for r in per_q if r["category"] == c])} for c in CATEGORIES},
+            "by_conv": {c: {"n": sum(1 for r in per_q if r["conv"] == c),
+                            **mean([r for r in per_q if r["conv"] == c])}
+                        for c in sorted({str(r["conv"]) for r in per_q})},
             "latency_ms_p50": round(statistics.median(lat), 2), "per_query": per_q}
 
 
@@ -197,6 +216,12 @@ def markdown(rows: list[dict[str, Any]]) -> str:
                               f"{r['chunk']:.3f}", f"{r['MRR']:.3f}",
                               *(f"{r['by_category'][c]['seen']:.3f}" for c in CATEGORIES),
                               *(f"{r['by_category'][c]['chunk']:.3f}" for c in CATEGORIES)] for r in rows])
+    convs = sorted({c for r in rows for c in r.get("by_conv", {})})
+    if convs:
+        lines += ["", "By conversation (seen R@6 / chunk R@6 / MRR, questions in brackets):", ""]
+        lines += md_table(["variant", *(f"{c} ({rows[0]['by_conv'][c]['n']})" for c in convs)],
+                          [[r["variant"], *(f"{m['seen']:.3f} / {m['chunk']:.3f} / {m['MRR']:.3f}"
+                                            for m in (r["by_conv"][c] for c in convs))] for r in rows])
     lines += ["", "Variants:", ""] + [f"- `{r['variant']}`: {r['note']}" for r in rows]
     return "\n".join(lines) + "\n"
 
@@ -222,7 +247,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  seen {row['seen']:.3f} chunk {row['chunk']:.3f} MRR {row['MRR']:.3f} chars {row['chars']:.0f} "
               f"results {row['results']:.2f} " + " ".join(
                   f"{c} {row['by_category'][c]['seen']:.3f}/{row['by_category'][c]['chunk']:.3f}"
-                  for c in CATEGORIES), file=sys.stderr)
+                  for c in CATEGORIES) + " | " + " ".join(
+                  f"{c} {m['seen']:.3f}/{m['chunk']:.3f}/{m['MRR']:.3f}" for c, m in row["by_conv"].items()),
+              file=sys.stderr)
         rows.append(row)
     md = markdown(rows)
     if not args.no_write:

@@ -14,6 +14,9 @@ MERGE_OVERLAPS = True
 # already fetched as candidates (no extra query): the rest of the conversation around a hit, when the
 # budget allows (bench/retrieval/conversations.md: `no-extend`).
 EXTEND_PLACES = True
+# At most this many places of one file (0: no limit). Off: one place per file lifted conversation 26
+# and lowered 41 (bench/retrieval/conversations.md: `per-file-1`).
+MAX_PLACES_PER_FILE = 0
 
 Group = list[tuple[int, float]]
 
@@ -34,6 +37,8 @@ def group_places(scored: list[tuple[int, float]], rows: dict[int, ChunkRow], min
                 spans[k] = (path, min(a, row.start_line), max(b, row.end_line))
                 break
         else:
+            if MAX_PLACES_PER_FILE and sum(p == row.path for p, _, _ in spans) >= MAX_PLACES_PER_FILE:
+                continue
             groups.append([(cid, score)])
             spans.append((row.path, row.start_line, row.end_line))
     return groups

@@ -319,7 +319,7 @@ class HybridSearcher:
         if LINE_MATCH_BOOST > 0 and terms:
             scored = self._line_boost(scored, rows, terms, pool)
         chosen = group_places(scored, rows, min_score, max_results)
-        places = show_places(chosen, rows, terms, snippets.SNIPPET_CHARS_PER_RESULT * max_results)
+        places = show_places(chosen, rows, terms, snippets.search_budget(max_results, len(chosen)))
         hits: list[Hit] = []
         for group, place in zip(chosen, places, strict=True):
             cid, score = group[0]

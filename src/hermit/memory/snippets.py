@@ -1,9 +1,10 @@
 """What text of the ranked chunks the agent sees: one line window per result, sized from a shared budget.
 
 Search ranks chunks (~400 tokens); the agent is handed a window of lines from each. The windows share
-one character budget (SNIPPET_CHARS_PER_RESULT × the results asked for: 4,200 for the default 6), so a
-result whose lines match the question well may show more than one whose lines do not, and a memory
-with fewer results does not pay for absent ones. Each line is scored by the query words it holds,
+one character budget (SNIPPET_CHARS_PER_RESULT × the results asked for: 4,200 for the default 6, or
+SNIPPET_CHARS_PER_PLACE × the places returned when that is more: 4,800 for six), so a result whose
+lines match the question well may show more than one whose lines do not, and a memory with fewer
+results does not pay for absent ones. Each line is scored by the query words it holds,
 weighted by how rare each word is in the index (BM25's idf) — a speaker's name on every line of a
 conversation weighs nothing, the one word that names the topic weighs a lot. The windows then grow
 greedily, one run of lines at a time, wherever the next lines add the most score per character,
@@ -24,6 +25,12 @@ from typing import NamedTuple
 from hermit.tokens import count_cjk
 
 SNIPPET_CHARS_PER_RESULT = 700
+# Each place returned may claim this much of the budget when that is more than the results asked for
+# give: six places shared 4,200 characters (~700 each, a few turns) and showed 0.706 of the gold turns
+# in their chunks' 0.764, while a search returning one place cannot spend its 4,200 (one window is
+# capped) — on LoCoMo a fifth of the searches. So the budget follows the places found
+# (bench/retrieval/conversations.md: `place-chars-0` is the old rule, `budget-800` the flat rise).
+SNIPPET_CHARS_PER_PLACE = 800
 # No single window grows past this: six results keep room for six places.
 SNIPPET_MAX_CHARS = 2_800
 # A line without query words is still worth this share of the place's best line (context, answers).
@@ -40,6 +47,11 @@ RANK_DECAY = 0.8
 LOOKAHEAD_LINES = 6
 
 _WORD = re.compile(r"[^\W_]+")
+
+
+def search_budget(max_results: int, places: int) -> int:
+    """Characters the windows of one search share: per result asked for, or per place found if more."""
+    return max(SNIPPET_CHARS_PER_RESULT * max_results, SNIPPET_CHARS_PER_PLACE * places)
 
 
 def stem(word: str) -> str:
