@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermit.cli.checks import Check, CheckFn, check
 from hermit.errors import HermitError
-from hermit.memory.pg_schema import mask_dsn
+from hermit.memory.pg_schema import mask_dsn, scrub
 
 if TYPE_CHECKING:
     from hermit.cli.context import CliContext
@@ -32,12 +32,6 @@ class ServerFacts:
     available: dict[str, str]  # installable on the server: name -> default version
 
 
-def scrub(message: str, dsn: str) -> str:
-    """An error message with the DSN and any password in it removed."""
-    out = message.replace(dsn, "<dsn>") if dsn else message
-    return re.sub(r"(password\s*=\s*)\S+", r"\1***", out, flags=re.IGNORECASE)
-
-
 def connect(dsn: str, timeout: float = CONNECT_TIMEOUT_S) -> Any:
     """A psycopg connection, or a HermitError naming where it failed (never the DSN itself)."""
     import psycopg
@@ -45,7 +39,7 @@ def connect(dsn: str, timeout: float = CONNECT_TIMEOUT_S) -> Any:
     try:
         return psycopg.connect(dsn, connect_timeout=max(1, int(timeout)), autocommit=True)
     except psycopg.Error as e:
-        raise HermitError(f"cannot reach PostgreSQL at {mask_dsn(dsn)}: {scrub(str(e).strip(), dsn)}",
+        raise HermitError(f"cannot reach PostgreSQL at {mask_dsn(dsn)}: {scrub(str(e), dsn)}",
                           "start the server or fix host/port/credentials in the DSN; check that it accepts "
                           "TCP connections from this host (listen_addresses, pg_hba.conf)") from None
 

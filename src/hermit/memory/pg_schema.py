@@ -57,16 +57,18 @@ def mask_dsn(dsn: str) -> str:
 
 
 def scrub(text: str, dsn: str) -> str:
-    """An error message from libpq with any piece of the DSN removed (libpq may echo parts of it)."""
-    out = text.replace(dsn, "***")
+    """The first line of an error message from libpq with the DSN, its password and any `password=…` removed
+    (libpq may echo parts of the connection string)."""
+    out = text.replace(dsn, "<dsn>") if dsn else text
     try:
         from psycopg.conninfo import conninfo_to_dict
 
-        pw = conninfo_to_dict(dsn).get("password")
+        pw = conninfo_to_dict(dsn).get("password") if dsn else None
     except Exception:  # noqa: BLE001
         pw = None
     if pw:
         out = out.replace(str(pw), "***")
+    out = re.sub(r"(password\s*=\s*)\S+", r"\1***", out, flags=re.IGNORECASE)
     return out.strip().splitlines()[0] if out.strip() else "unknown error"
 
 
