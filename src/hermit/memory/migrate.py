@@ -114,8 +114,11 @@ def _vector_blocks(store: MemoryStore) -> Iterator[dict[int, np.ndarray]]:
 
 def counts(store: MemoryStore) -> Counts:
     c = store.counts()
-    vectors = sum(len(ids) for ids, _ in store.iter_vectors(since_gen=-1, block=BATCH)) \
-        if store.vector_backend() else 0
+    vectors = 0
+    if store.vector_backend():
+        # Counted in the database (the same join iter_vectors reads), not by pulling every vector through Python.
+        conn, t, _ = _sql(store)
+        vectors = int(conn.execute(f"select count(*) from {t}chunks c join {t}chunks_vec v on v.id = c.id").fetchone()[0])
     return Counts(c["files"], c["chunks"], vectors, c["cache_entries"])
 
 
