@@ -87,16 +87,22 @@ def variants() -> list[Variant]:
                 patch={"snippets.BEFORE_SHARE": 1.0}),
         Variant("round-1", "round 1's default: no-extend + both-neighbours + place-chars-0",
                 patch={"places.EXTEND_PLACES": False, "snippets.BEFORE_SHARE": 1.0,
-                       "snippets.SNIPPET_CHARS_PER_PLACE": 0}),
+                       "snippets.SNIPPET_CHARS_PER_PLACE": 0, "snippets.LOOKAHEAD_LINES": 6}),
         Variant("mmr", "MMR re-ranking on (λ 0.7, token Jaccard; off by default)", query={"mmr": {"enabled": True}}),
         Variant("weights-0.6-0.4", "vector 0.6 / text 0.4 (default 0.5 / 0.5)",
                 query={"hybrid": {"vector_weight": 0.6, "text_weight": 0.4}}),
-        Variant("place-chars-0", "the budget before this round: 700 characters per result asked for only "
+        Variant("place-chars-0", "the budget before round 3: 700 characters per result asked for only "
                 "(4,200 for 6, however many places come back)", patch={"snippets.SNIPPET_CHARS_PER_PLACE": 0}),
+        Variant("place-chars-800", "800 characters per place returned (4,800 when six come back; round 3's "
+                "default)", patch={"snippets.SNIPPET_CHARS_PER_PLACE": 800}),
         Variant("place-chars-900", "900 characters per place returned (5,400 when six come back)",
                 patch={"snippets.SNIPPET_CHARS_PER_PLACE": 900}),
+        Variant("lookahead-6", "a window's growth step reaches at most 6 lines ahead (round 3's default; 10 now)",
+                patch={"snippets.LOOKAHEAD_LINES": 6}),
+        Variant("round-3", "round 3's default: lookahead-6 + place-chars-800",
+                patch={"snippets.LOOKAHEAD_LINES": 6, "snippets.SNIPPET_CHARS_PER_PLACE": 800}),
         Variant("budget-800", "800 characters per result asked for (4,800 for 6 whatever comes back)",
-                patch={"snippets.SNIPPET_CHARS_PER_RESULT": 800}),
+                patch={"snippets.SNIPPET_CHARS_PER_RESULT": 800, "snippets.SNIPPET_CHARS_PER_PLACE": 0}),
         Variant("per-file-1", "at most one place per file (diversity across sessions)",
                 patch={"places.MAX_PLACES_PER_FILE": 1}),
         Variant("chunks-300-60", "chunks of 300 tokens, 60 overlapping (its own index)",
@@ -254,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     md = markdown(rows)
     if not args.no_write:
         out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
         (out / "conversations.json").write_text(json.dumps(
             [{k: v for k, v in r.items() if k != "per_query"} for r in rows], indent=1) + "\n")
         (out / "conversations.md").write_text(md)
