@@ -73,11 +73,12 @@ def test_windows_share_one_budget_and_are_the_files_lines(tmp_path: Path) -> Non
 
 def test_the_budget_follows_the_places_found() -> None:
     """Per result asked for, or per place returned when that is more (a full list of six places gets
-    800 each; one place found keeps the 4,200 it cannot spend anyway)."""
-    assert search_budget(6, 1) == 6 * SNIPPET_CHARS_PER_RESULT
-    assert search_budget(6, 5) == 6 * SNIPPET_CHARS_PER_RESULT
-    assert search_budget(6, 6) == 6 * SNIPPET_CHARS_PER_PLACE > 6 * SNIPPET_CHARS_PER_RESULT
-    assert search_budget(10, 6) == 10 * SNIPPET_CHARS_PER_RESULT
+    850 each; one place found keeps the 4,200 it cannot spend anyway)."""
+    assert (SNIPPET_CHARS_PER_RESULT, SNIPPET_CHARS_PER_PLACE) == (700, 850)
+    assert search_budget(6, 1) == search_budget(6, 4) == 4_200
+    assert search_budget(6, 5) == 4_250
+    assert search_budget(6, 6) == 5_100
+    assert search_budget(10, 6) == 7_000
 
 
 def test_budget_goes_where_the_matching_lines_are() -> None:
@@ -91,6 +92,21 @@ def test_budget_goes_where_the_matching_lines_are() -> None:
     assert rich.lo <= 10 and rich.hi >= 14, "the matching run is shown whole"
     assert rich.hi - rich.lo > poor.hi - poor.lo
     assert poor.lo <= 12 <= poor.hi
+
+
+def test_a_window_reaches_a_matching_line_several_lines_on() -> None:
+    """A lower-ranked place whose second matching line lies nine lines past its first reaches it in
+    one step: a dialogue's answer is often several turns after the turn that matched. Without that
+    reach, the top place's plain context wins every step of the budget."""
+    def place(scores: list[float]) -> Place:
+        return Place(1, [f"- turn {i} " + "x" * 80 for i in range(len(scores))], scores)
+
+    top = place([2.0] + [0.0] * 30)
+    second = place([2.0] + [0.0] * 8 + [2.0] + [0.0] * 10)
+    seeds = len(top.lines[0]) + len(second.lines[0])
+    choose_windows([top, second], budget=seeds + second.size(1, 9) + 1)
+    assert (second.lo, second.hi) == (0, 9)
+    assert (top.lo, top.hi) == (0, 0)
 
 
 def test_front_matter_is_not_the_window(tmp_path: Path) -> None:

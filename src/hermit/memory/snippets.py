@@ -2,7 +2,7 @@
 
 Search ranks chunks (~400 tokens); the agent is handed a window of lines from each. The windows share
 one character budget (SNIPPET_CHARS_PER_RESULT × the results asked for: 4,200 for the default 6, or
-SNIPPET_CHARS_PER_PLACE × the places returned when that is more: 4,800 for six), so a result whose
+SNIPPET_CHARS_PER_PLACE × the places returned when that is more: 5,100 for six), so a result whose
 lines match the question well may show more than one whose lines do not, and a memory with fewer
 results does not pay for absent ones. Each line is scored by the query words it holds,
 weighted by how rare each word is in the index (BM25's idf) — a speaker's name on every line of a
@@ -29,8 +29,9 @@ SNIPPET_CHARS_PER_RESULT = 700
 # give: six places shared 4,200 characters (~700 each, a few turns) and showed 0.706 of the gold turns
 # in their chunks' 0.764, while a search returning one place cannot spend its 4,200 (one window is
 # capped) — on LoCoMo a fifth of the searches. So the budget follows the places found
-# (bench/retrieval/conversations.md: `place-chars-0` is the old rule, `budget-800` the flat rise).
-SNIPPET_CHARS_PER_PLACE = 800
+# (bench/retrieval/conversations.md: `place-chars-0` is the old rule, `budget-800` the flat rise,
+# `place-chars-800` and `place-chars-900` the neighbouring allowances).
+SNIPPET_CHARS_PER_PLACE = 850
 # No single window grows past this: six results keep room for six places.
 SNIPPET_MAX_CHARS = 2_800
 # A line without query words is still worth this share of the place's best line (context, answers).
@@ -43,8 +44,10 @@ NEIGHBOUR_SHARE = 0.35
 BEFORE_SHARE = 0.0
 # Rank weight of the r-th result (0-based): the top results get their windows grown first.
 RANK_DECAY = 0.8
-# How many lines one growth step may take at once (reaching a matching line across a few others).
-LOOKAHEAD_LINES = 6
+# How many lines one growth step may take at once, reaching a matching line across the others: a
+# dialogue's answer is often several turns past the line that matched (`lookahead-6`; 8 to 24 gave
+# identical results).
+LOOKAHEAD_LINES = 10
 
 _WORD = re.compile(r"[^\W_]+")
 
