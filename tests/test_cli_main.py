@@ -97,3 +97,37 @@ def test_query_starting_with_a_dash(tmp_path: object) -> None:
             assert json.loads(r.stdout)["results"][0]["path"] == "MEMORY.md"
     r = _hermit(home, "memory", "search", "kiwi", "--max-resluts", "3")
     assert r.returncode == 2 and "unrecognized arguments: --max-resluts" in r.stderr
+
+
+def test_global_options_may_follow_the_command() -> None:
+    """`hermit memory search --workspace DIR q` means `hermit --workspace DIR memory search q`; an option a
+    command defines itself (agents add --workspace, mcp serve --agent, memory migrate --agent) stays its own."""
+    from hermit.cli.main import hoist_global_options
+
+    p = build_parser(full=True)
+    assert hoist_global_options(p, ["memory", "search", "--workspace", "W", "--home", "H", "q", "--json"]) == [
+        "--workspace", "W", "--home", "H", "memory", "search", "q", "--json"]
+    assert hoist_global_options(p, ["memory", "search", "--agent=a", "--debug", "q"]) == [
+        "--agent=a", "--debug", "memory", "search", "q"]
+    for own in (["agents", "add", "x", "--workspace", "W"], ["mcp", "serve", "--agent", "a"],
+                ["memory", "migrate", "--to", "sqlite", "--agent", "a"],
+                ["--home", "memory", "memory", "search", "q"], ["memory", "search", "--", "--workspace"]):
+        assert hoist_global_options(p, own) == own
+    args = p.parse_args(hoist_global_options(p, ["agents", "add", "x", "--workspace", "W", "--home", "H"]))
+    assert (args.agent_workspace, args.home, args.workspace) == ("W", "H", None)
+
+
+def test_a_search_names_its_workspace_after_the_command(tmp_path: object) -> None:
+    import json
+    from pathlib import Path
+
+    home = Path(str(tmp_path)) / "home"
+    (home / "workspace").mkdir(parents=True)
+    (home / "workspace" / "MEMORY.md").write_text("# M\n- nothing about birds here\n")
+    (home / "hermit.yaml").write_text("agents:\n  defaults:\n    memory_search: {provider: none}\n")
+    other = Path(str(tmp_path)) / "conv"
+    (other / "memory").mkdir(parents=True)
+    (other / "memory" / "2026-05-01.md").write_text("# 2026-05-01\n- Ana: my heron sketch won the prize\n")
+    r = _hermit(home, "memory", "search", "--workspace", str(other), "--json", "--max-results", "6", "heron sketch")
+    assert r.returncode == 0, r.stderr
+    assert [h["path"] for h in json.loads(r.stdout)["results"]] == ["memory/2026-05-01.md"]

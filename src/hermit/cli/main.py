@@ -34,6 +34,7 @@ Handler = Callable[[CliContext, argparse.Namespace], int]
 
 
 GLOBAL_OPTIONS_WITH_VALUES = ("--home", "--agent", "--workspace")
+GLOBAL_FLAGS = ("--debug",)
 
 
 def build_parser(command: str | None = None, *, full: bool = False) -> argparse.ArgumentParser:
@@ -58,6 +59,49 @@ def build_parser(command: str | None = None, *, full: bool = False) -> argparse.
     return p
 
 
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def hoist_global_options(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """argv with the global options written after the command moved in front of it, so that
+    `hermit memory search --workspace DIR "q"` means what `hermit --workspace DIR memory search "q"`
+    does. An option the command itself defines (`agents add --workspace`, `mcp --agent`) stays its own."""
+    owned: set[str] = set()  # the options of the command (and subcommand) named so far
+    current, words = parser, 0
+    front: list[str] = []
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            out.extend(argv[i:])
+            break
+        name, has_value = token.split("=", 1)[0], "=" in token
+        is_global = name in GLOBAL_OPTIONS_WITH_VALUES or name in GLOBAL_FLAGS
+        if words and is_global and name not in owned:
+            takes = name in GLOBAL_OPTIONS_WITH_VALUES and not has_value
+            front.extend(argv[i:i + (2 if takes else 1)])
+            i += 2 if takes else 1
+            continue
+        if not token.startswith("-"):
+            choices = _subparsers(current)
+            if token in choices:
+                current = choices[token]
+                owned |= {o for a in current._actions for o in a.option_strings}
+                words += 1
+        elif name in GLOBAL_OPTIONS_WITH_VALUES and not has_value and not words:
+            out.extend(argv[i:i + 2])
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return front + out
+
+
 def _dash_query(args: argparse.Namespace, extra: list[str]) -> bool:
     """`memory search -x`: a single unknown '-word' with no query given is the query (a typo of a
     long option, '--…', stays an error)."""
@@ -79,6 +123,7 @@ def _report(e: HermitError, as_json: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(command_word(argv, GLOBAL_OPTIONS_WITH_VALUES))
+    argv = hoist_global_options(parser, argv)
     args, extra = parser.parse_known_args(argv)
     if extra and not _dash_query(args, extra):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
