@@ -51,10 +51,10 @@ def declared_commands(module: str) -> list[DeclaredCommand] | None:
     return found or None
 
 
-def command_word(argv: list[str], options_with_values: tuple[str, ...]) -> str | None:
-    """The first word of argv that is not a global option or its value: the command being run."""
+def command_index(argv: list[str], options_with_values: tuple[str, ...]) -> int | None:
+    """Where in argv the command is: the first word that is not a global option or its value."""
     skip = False
-    for token in argv:
+    for i, token in enumerate(argv):
         if skip:
             skip = False
             continue
@@ -65,5 +65,11 @@ def command_word(argv: list[str], options_with_values: tuple[str, ...]) -> str |
             return None
         if token.startswith("-"):
             continue
-        return token
+        return i
     return None
+
+
+def command_word(argv: list[str], options_with_values: tuple[str, ...]) -> str | None:
+    """The first word of argv that is not a global option or its value: the command being run."""
+    i = command_index(argv, options_with_values)
+    return None if i is None else argv[i]

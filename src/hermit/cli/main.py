@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 
 from hermit import __version__
-from hermit.cli.commands import command_word, declared_commands
+from hermit.cli.commands import command_index, command_word, declared_commands
 from hermit.cli.context import CliContext
 from hermit.cli.preflight import require_initialized
 from hermit.errors import HermitError
@@ -70,33 +70,28 @@ def hoist_global_options(parser: argparse.ArgumentParser, argv: list[str]) -> li
     """argv with the global options written after the command moved in front of it, so that
     `hermit memory search --workspace DIR "q"` means what `hermit --workspace DIR memory search "q"`
     does. An option the command itself defines (`agents add --workspace`, `mcp --agent`) stays its own."""
+    start = command_index(argv, GLOBAL_OPTIONS_WITH_VALUES)
+    if start is None:
+        return argv
+    front, out = argv[:start], []
     owned: set[str] = set()  # the options of the command (and subcommand) named so far
-    current, words = parser, 0
-    front: list[str] = []
-    out: list[str] = []
-    i = 0
+    current = parser
+    i = start
     while i < len(argv):
         token = argv[i]
         if token == "--":
             out.extend(argv[i:])
             break
-        name, has_value = token.split("=", 1)[0], "=" in token
-        is_global = name in GLOBAL_OPTIONS_WITH_VALUES or name in GLOBAL_FLAGS
-        if words and is_global and name not in owned:
-            takes = name in GLOBAL_OPTIONS_WITH_VALUES and not has_value
-            front.extend(argv[i:i + (2 if takes else 1)])
-            i += 2 if takes else 1
+        name = token.split("=", 1)[0]
+        if (name in GLOBAL_OPTIONS_WITH_VALUES or name in GLOBAL_FLAGS) and name not in owned:
+            n = 2 if name in GLOBAL_OPTIONS_WITH_VALUES and "=" not in token else 1
+            front.extend(argv[i:i + n])
+            i += n
             continue
-        if not token.startswith("-"):
-            choices = _subparsers(current)
-            if token in choices:
-                current = choices[token]
-                owned |= {o for a in current._actions for o in a.option_strings}
-                words += 1
-        elif name in GLOBAL_OPTIONS_WITH_VALUES and not has_value and not words:
-            out.extend(argv[i:i + 2])
-            i += 2
-            continue
+        sub = _subparsers(current).get(token)
+        if sub is not None:
+            current = sub
+            owned |= {o for a in sub._actions for o in a.option_strings}
         out.append(token)
         i += 1
     return front + out
