@@ -93,21 +93,21 @@ def probe(data: Path) -> dict[str, Any]:
         keys = list(lines)
         vecs = line_vectors(conv, lines)
         try:
-            for q in (q for q in queries if q["conv"] == conv):
-                assert conversations._embedder is not None
-                order = np.argsort(-(vecs @ conversations._embedder.embed_query(str(q["query"]))))
-                rank_of = {keys[i]: r for r, i in enumerate(order)}
-                golds = [(str(g["path"]), int(g["line"])) for g in q["gold"]]
-                gold_ranks = [rank_of.get(g, len(keys)) for g in golds]
-                for k in KS:
-                    recall[k].append(sum(r < k for r in gold_ranks) / len(golds))
-                by_cat[str(q["category_name"])].append(sum(r < 24 for r in gold_ranks) / len(golds))
-                with patched({"search.group_places": capture}):
+            with patched({"search.group_places": capture}):
+                for q in (q for q in queries if q["conv"] == conv):
+                    assert conversations._embedder is not None
+                    order = np.argsort(-(vecs @ conversations._embedder.embed_query(str(q["query"]))))
+                    rank_of = {keys[i]: r for r, i in enumerate(order)}
+                    golds = [(str(g["path"]), int(g["line"])) for g in q["gold"]]
+                    gold_ranks = [rank_of.get(g, len(keys)) for g in golds]
+                    for k in KS:
+                        recall[k].append(sum(r < k for r in gold_ranks) / len(golds))
+                    by_cat[str(q["category_name"])].append(sum(r < 24 for r in gold_ranks) / len(golds))
                     hits = svc.search_outcome(str(q["query"]), 6).hits
-                for (path, line), r in zip(golds, gold_ranks, strict=True):
-                    why = why_missed(path, line, hits, seen_args["scored"], seen_args["rows"],
-                                     seen_args["min_score"])
-                    ranks[why].append(r)
+                    for (path, line), r in zip(golds, gold_ranks, strict=True):
+                        why = why_missed(path, line, hits, seen_args["scored"], seen_args["rows"],
+                                         seen_args["min_score"])
+                        ranks[why].append(r)
         finally:
             svc.close()
     return {"recall": {k: statistics.fmean(v) for k, v in recall.items()},
