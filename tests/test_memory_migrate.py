@@ -66,7 +66,8 @@ def _sha(path: Path) -> str:
 
 
 def _pg_counts(dsn: str, schema: str,
-               tables: tuple[str, ...] = ("files", "chunks", "chunks_vec", "embedding_cache")) -> dict[str, int]:
+               tables: tuple[str, ...] = ("files", "chunks", "chunks_vec", "embedding_cache", "line_vectors"),
+               ) -> dict[str, int]:
     import psycopg
 
     with psycopg.connect(dsn) as c:
@@ -96,8 +97,9 @@ def test_round_trip_keeps_search_results_and_embeds_nothing(tmp_path: Path, work
     dst.close()
     assert _sha(db) == sha
     assert report.copied == want and want.chunks > 0 and want.vectors == want.chunks and want.cache_entries > 0
+    assert want.line_vectors > want.chunks  # several lines per chunk, copied in pages of 7 as well
     assert _pg_counts(pg_dsn, schema) == {"files": want.files, "chunks": want.chunks, "chunks_vec": want.vectors,
-                                          "embedding_cache": want.cache_entries}
+                                          "embedding_cache": want.cache_entries, "line_vectors": want.line_vectors}
 
     pg_svc = MemoryService(MemoryKey("main", workspace), db, _pg_cfg(), emb, environ=env)
     sync = pg_svc.sync()

@@ -101,7 +101,7 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
     print(f"workspace  {st['workspace']}")
     print(f"index      {st['db']}")
     print(f"provider   {st['provider']}  model {st['model']}  dims {st['dims']}")
-    print(f"indexed    {st['files']} files, {st['chunks']} chunks"
+    print(f"indexed    {st['files']} files, {st['chunks']} chunks, {st['line_vectors']} line vectors"
           + (f" ({st['files_without_vectors']} files keyword-only)" if st["files_without_vectors"] else "")
           + (f" — built with {st['indexed_with']}" if st["indexed_with"] else " — never indexed"))
     if "store" in st:

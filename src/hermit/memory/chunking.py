@@ -108,3 +108,14 @@ def chunk_markdown(text: str, max_tokens: int = 400, overlap_tokens: int = 80) -
     if cur and any(t.strip() for _, t, _ in cur) and (not chunks or cur[-1][0] > chunks[-1].end_line):
         chunks.append(_make([(n, t) for n, t, _ in cur]))
     return chunks
+
+
+def line_texts(text: str, max_tokens: int = 400) -> dict[int, str]:
+    """The lines that get a vector of their own (line number → text): every non-blank line short
+    enough to be one chunk's line. A longer line is split into several chunks, whose vectors it has."""
+    out: dict[int, str] = {}
+    for n, raw in enumerate(text.split("\n"), start=1):
+        line = raw.rstrip("\r")
+        if line.strip() and estimate_tokens(line) + 1 <= max_tokens:
+            out[n] = line
+    return out

@@ -1,9 +1,10 @@
 """Copying one agent's memory index between backends (SQLite ⇄ PostgreSQL) without re-embedding anything.
 
-Chunks (text, lines, hashes), their vectors, the files' sync state and the embedding cache are copied as
-they are, so the next sync on the target finds every file up to date and embeds nothing. The target is
-filled through the store's own atomic rebuild (a staging file or schema swapped in at the end) under its
-writer lock: a failed or killed migration leaves the target as it was. The source is only read.
+Chunks (text, lines, hashes), their vectors, the line vectors, the files' sync state and the embedding
+cache are copied as they are, so the next sync on the target finds every file up to date and embeds
+nothing. The target is filled through the store's own atomic rebuild (a staging file or schema swapped in
+at the end) under its writer lock: a failed or killed migration leaves the target as it was. The source
+is only read.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from hermit.db import transaction
 from hermit.errors import StoreError
 from hermit.memory.chunking import Chunk
 from hermit.memory.store_api import FileState, MemoryStore
@@ -42,6 +44,7 @@ class Counts:
     chunks: int
     vectors: int
     cache_entries: int
+    line_vectors: int = 0
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,28 @@ def counts(store: MemoryStore) -> Counts:
         # Counted in the database (the same join iter_vectors reads), not by pulling every vector through Python.
         conn, t, _ = _sql(store)
         vectors = int(conn.execute(f"select count(*) from {t}chunks c join {t}chunks_vec v on v.id = c.id").fetchone()[0])
-    return Counts(c["files"], c["chunks"], vectors, c["cache_entries"])
+    return Counts(c["files"], c["chunks"], vectors, c["cache_entries"], c.get("line_vectors", 0))
+
+
+def _copy_line_vectors(src: MemoryStore, staging: MemoryStore, block: int = BATCH) -> None:
+    """The line vectors as stored (the same float16 bytes in both backends), in (path, line) order."""
+    conn, t, p = _sql(src)
+    out, t2, p2 = _sql(staging)
+    last: tuple[str, int] = ("", -1)
+    while True:
+        rows = conn.execute(f"select path, line, embedding from {t}line_vectors where (path, line) > ({p}, {p})"
+                            f" order by path, line limit {p}", (*last, block)).fetchall()
+        if not rows:
+            return
+        sql = f"insert into {t2}line_vectors(path, line, embedding) values ({p2}, {p2}, {p2})"
+        items = [(r[0], int(r[1]), bytes(r[2])) for r in rows]
+        if p2 == "?":
+            with transaction(out) as c:
+                c.executemany(sql, items)
+        else:
+            with out.transaction(), out.cursor() as cur:
+                cur.executemany(sql, items)
+        last = (rows[-1][0], int(rows[-1][1]))
 
 
 # -- writing ---------------------------------------------------------------------------------------
@@ -238,6 +262,7 @@ def migrate_index(src: MemoryStore, dst: MemoryStore, *, replace: bool = False, 
                 emit([c for c in chunks if c.path != last])
             emit(carry)
             _write_empty_files(staging, files, written)
+            _copy_line_vectors(src, staging, batch)
             # The staging store started with the target's old cache; a replace keeps only the source's.
             _clear_cache(staging)
             for (prov, model, key), items in iter_cache(src):

@@ -169,7 +169,13 @@ def _m2(conn: PgConn, s: str) -> None:
                  " cross join lateral unnest(c.tsv) u group by u.lexeme")
 
 
-MIGRATIONS: list[Callable[[PgConn, str], None]] = [_m1, _m2]
+def _m3(conn: PgConn, s: str) -> None:
+    """line_vectors: a float16 vector per non-blank line (memory.line_vectors), kept with the chunks."""
+    conn.execute(f"create table {s}.line_vectors(path text not null, line integer not null,"
+                 " embedding bytea not null, primary key(path, line))")
+
+
+MIGRATIONS: list[Callable[[PgConn, str], None]] = [_m1, _m2, _m3]
 
 
 def migrate(conn: PgConn, schema: str) -> None:

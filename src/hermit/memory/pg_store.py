@@ -29,6 +29,7 @@ import numpy as np
 from hermit.errors import StoreError
 from hermit.memory.chunking import Chunk
 from hermit.memory.keyword import K1, B
+from hermit.memory.line_vectors import to_line_blob
 from hermit.memory.pg_keyword import Expr, Phrase, Tokenizer, bm25, phrases, to_tsquery
 from hermit.memory.pg_schema import connect, lock_key, mask_dsn, migrate, qi, scrub, server_facts
 from hermit.memory.store_api import ChunkRow, FileState, script_class
@@ -168,6 +169,7 @@ class PgStore:
     def replace_file(
         self, *, path: str, source: str, file_hash: str, mtime: int, size: int,
         chunks: Sequence[Chunk], vectors: np.ndarray | None, model: str, messages: int = 0,
+        line_vectors: Mapping[int, np.ndarray] | None = None,
     ) -> None:
         """Everything indexed for `path` replaced in ONE transaction: a killed host leaves old or new."""
         now = int(time.time())
@@ -190,6 +192,9 @@ class PgStore:
             if vectors is not None and ids:
                 cur.executemany(f"insert into {self.s}.chunks_vec(id, embedding) values (%s, %s)",
                                 [(cid, np.asarray(vectors[i], dtype=np.float32)) for i, cid in enumerate(ids)])
+            if line_vectors:
+                cur.executemany(f"insert into {self.s}.line_vectors(path, line, embedding) values (%s,%s,%s)",
+                                [(path, n, to_line_blob(v)) for n, v in sorted(line_vectors.items())])
             cur.execute(
                 f"insert into {self.s}.files(path, source, hash, mtime, size, embedded, indexed_at, messages)"
                 " values (%s,%s,%s,%s,%s,%s,%s,%s) on conflict(path) do update set source=excluded.source,"
@@ -245,6 +250,7 @@ class PgStore:
 
     def _delete_chunks(self, path: str) -> tuple[int, int]:
         """Delete `path`'s chunks (their vectors cascade); returns (−rows, −tokens) for the FTS totals."""
+        self.conn.execute(f"delete from {self.s}.line_vectors where path=%s", (path,))
         gone = [str(r[0]) for r in self.conn.execute(
             f"update {self.s}.token_df t set df = t.df - d.n from (select u.lexeme, count(*) n from {self.s}.chunks c"
             " cross join lateral unnest(c.tsv) u where c.path = %s group by u.lexeme) d where t.lexeme = d.lexeme"
@@ -285,10 +291,20 @@ class PgStore:
         row = self.conn.execute(
             f"select (select count(*) from {self.s}.files), (select count(*) from {self.s}.chunks),"
             f" (select count(*) from {self.s}.files where not embedded),"
-            f" (select count(*) from {self.s}.embedding_cache)").fetchone()
+            f" (select count(*) from {self.s}.embedding_cache), (select count(*) from {self.s}.line_vectors)").fetchone()
         assert row is not None
         return {"files": int(row[0]), "chunks": int(row[1]), "files_without_vectors": int(row[2]),
-                "cache_entries": int(row[3])}
+                "cache_entries": int(row[3]), "line_vectors": int(row[4])}
+
+    def line_vector_blobs(self, spans: Sequence[tuple[str, int, int]]) -> dict[int, list[bytes]]:
+        out: dict[int, list[bytes]] = {k: [] for k in range(len(spans))}
+        if spans:
+            for k, blob in self.conn.execute(
+                f"select s.k - 1, l.embedding from unnest(%s::text[], %s::int[], %s::int[]) with ordinality"
+                f" as s(path, a, b, k) join {self.s}.line_vectors l on l.path = s.path and l.line between s.a and s.b",
+                    ([p for p, _, _ in spans], [a for _, a, _ in spans], [b for _, _, b in spans])):
+                out[int(k)].append(bytes(blob))
+        return out
 
     # -- embedding cache ----------------------------------------------------------------------
     def cache_get(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:

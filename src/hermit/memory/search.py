@@ -33,6 +33,7 @@ from hermit.memory.embedders.base import Embedder, EmbedderInfo
 from hermit.memory.fts import build_match, query_terms, translated_phrases
 from hermit.memory.keyword import KeywordSearcher
 from hermit.memory.lexicon import Lexicon
+from hermit.memory.line_vectors import LINE_WEIGHT, best_cosines
 from hermit.memory.places import group_places, show_places, span_of
 from hermit.memory.snippets import Term, line_scores, render, weigh_terms
 from hermit.memory.store_api import ChunkRow, MemoryStore
@@ -47,6 +48,8 @@ MATRIX_MAX_CHUNKS = 300_000
 UNHELD_TRANSLATION_MIN = 0.7
 # How much a line holding all of the query's weight lifts a candidate (score += boost · share · (1 − score)).
 LINE_MATCH_BOOST = 0.0
+# How many places' worth of passed chunks (× max_results) line vectors re-order; the rest keep their place.
+LINE_ORDER_DEPTH = 4
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
 
 
@@ -188,6 +191,7 @@ class HybridSearcher:
         self._word_vecs: OrderedDict[str, np.ndarray] = OrderedDict()
         self._executor: ThreadPoolExecutor | None = None
         self.word_vector_stats = {"hits": 0, "misses": 0}
+        self._line_vectors = False  # whether the index holds line vectors (read with its identity)
 
     def _vector_state(self) -> tuple[bool, str | None]:
         """Whether vectors can be searched, and why not."""
@@ -195,6 +199,7 @@ class HybridSearcher:
             return False, "no embedding provider configured (memory_search.provider: none)"
         ident = self.store.identity()
         info = self.embedder.info
+        self._line_vectors = bool(ident.get("line_vectors"))
         if not ident:
             return False, "the index is empty; run `hermit memory index`"
         if (ident.get("provider"), ident.get("model"), ident.get("provider_key")) != (
@@ -318,6 +323,11 @@ class HybridSearcher:
         terms = self._line_terms(query, tr)
         if LINE_MATCH_BOOST > 0 and terms:
             scored = self._line_boost(scored, rows, terms, pool)
+        if q is not None and self._line_vectors and LINE_WEIGHT > 0:
+            t0 = time.perf_counter()
+            scored = self._order_by_lines(scored, rows, q, cos, min_score, max_results)
+            min_score = -math.inf  # only what passed is left, in its new order (some blended below)
+            timings["lines_ms"] = (time.perf_counter() - t0) * 1000
         chosen = group_places(scored, rows, min_score, max_results)
         places = show_places(chosen, rows, terms, snippets.search_budget(max_results, len(chosen)))
         hits: list[Hit] = []
@@ -333,6 +343,24 @@ class HybridSearcher:
         if q is None and reason is None:
             reason = "no vector search"
         return SearchOutcome(hits, mode, reason if q is None else None, timings)
+
+    def _order_by_lines(self, scored: list[tuple[int, float]], rows: dict[int, ChunkRow], q: np.ndarray,
+                        cos: dict[int, float], min_score: float, max_results: int) -> list[tuple[int, float]]:
+        """The chunks that passed min_score, the first LINE_ORDER_DEPTH × max_results of them put in
+        order of their score blended with their best line's calibrated cosine (memory.line_vectors).
+        A chunk without line vectors (one long line split into pieces) counts its own vector."""
+        passed = [(i, s) for i, s in scored if s >= min_score]
+        head, tail = passed[:LINE_ORDER_DEPTH * max_results], passed[LINE_ORDER_DEPTH * max_results:]
+        assert self.embedder is not None
+        info = self.embedder.info
+        spans = [(rows[i].path, rows[i].start_line, rows[i].end_line) for i, _ in head]
+        best = best_cosines(self.store.line_vector_blobs(spans), q, len(spans))
+        blended = []
+        for (i, s), b in zip(head, best, strict=True):
+            c = b if b is not None else cos.get(i)
+            blended.append((i, s if c is None else (1 - LINE_WEIGHT) * s + LINE_WEIGHT * calibrate(c, info)))
+        blended.sort(key=lambda x: -x[1])
+        return blended + tail
 
     @staticmethod
     def _line_boost(scored: list[tuple[int, float]], rows: dict[int, ChunkRow], terms: list[Term],

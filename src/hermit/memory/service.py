@@ -217,6 +217,7 @@ class MemoryService:
             "indexed_with": f"{ident.get('provider')}/{ident.get('model')}" if ident else None,
             "files": counts["files"],
             "chunks": counts["chunks"],
+            "line_vectors": counts["line_vectors"],
             "files_without_vectors": counts["files_without_vectors"],
             "cache_entries": counts["cache_entries"],
             "vector": backend["vector"],

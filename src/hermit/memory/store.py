@@ -14,7 +14,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import numpy as np
 from hermit.db import Connection, VecStatus, connect, migrate, transaction
 from hermit.memory.chunking import Chunk
 from hermit.memory.fts import FTS_TOKENIZER, index_text
+from hermit.memory.line_vectors import to_line_blob
 from hermit.memory.store_api import ChunkRow, FileState, script_class
 from hermit.memory.vectors import blockscan_topk
 
@@ -77,7 +78,13 @@ def _m4(conn: Connection) -> None:
     conn.executemany("update chunks set cjk=? where id=?", [(script_class(t), i) for i, t in rows])
 
 
-MIGRATIONS = [_m1, _m2, _m3, _m4]
+def _m5(conn: Connection) -> None:
+    # A vector per non-blank line (memory.line_vectors), float16, kept by replace_file with the chunks.
+    conn.execute("create table line_vectors(path text not null, line integer not null, embedding blob not null,"
+                 " primary key(path, line)) without rowid")
+
+
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5]
 
 
 def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -205,6 +212,7 @@ class IndexStore:
     def replace_file(
         self, *, path: str, source: str, file_hash: str, mtime: int, size: int,
         chunks: Sequence[Chunk], vectors: np.ndarray | None, model: str, messages: int = 0,
+        line_vectors: Mapping[int, np.ndarray] | None = None,
     ) -> None:
         """Replace everything indexed for `path` in ONE transaction: a kill leaves old or new, never half."""
         now = int(time.time())
@@ -224,6 +232,9 @@ class IndexStore:
                 c.execute("insert into chunks_fts(rowid, text) values (?, ?)", (cid, index_text(ch.text)))
                 if vectors is not None:
                     c.execute("insert into chunks_vec(id, embedding) values (?, ?)", (cid, to_blob(vectors[i])))
+            if line_vectors:
+                c.executemany("insert into line_vectors(path, line, embedding) values (?,?,?)",
+                              [(path, n, to_line_blob(v)) for n, v in sorted(line_vectors.items())])
             c.execute(
                 "insert into files(path, source, hash, mtime, size, embedded, indexed_at, messages)"
                 " values (?,?,?,?,?,?,?,?)"
@@ -250,6 +261,7 @@ class IndexStore:
         )
 
     def _delete_chunks(self, c: Connection, path: str) -> None:
+        c.execute("delete from line_vectors where path=?", (path,))
         ids = [r[0] for r in c.execute("select id from chunks where path=?", (path,))]
         if not ids:
             return
@@ -294,7 +306,15 @@ class IndexStore:
         chunks = self.conn.execute("select count(*) from chunks").fetchone()[0]
         no_vec = self.conn.execute("select count(*) from files where embedded=0").fetchone()[0]
         cache = self.conn.execute("select count(*) from embedding_cache").fetchone()[0]
-        return {"files": files, "chunks": chunks, "files_without_vectors": no_vec, "cache_entries": cache}
+        lines = self.conn.execute("select count(*) from line_vectors").fetchone()[0]
+        return {"files": files, "chunks": chunks, "files_without_vectors": no_vec, "cache_entries": cache,
+                "line_vectors": lines}
+
+    def line_vector_blobs(self, spans: Sequence[tuple[str, int, int]]) -> dict[int, list[bytes]]:
+        """The stored line vectors inside each (path, first line, last line) span, by span index."""
+        return {k: [r[0] for r in self.conn.execute(
+            "select embedding from line_vectors where path=? and line between ? and ?", span)]
+            for k, span in enumerate(spans)}
 
     # -- embedding cache ----------------------------------------------------------------------
     def cache_get(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:

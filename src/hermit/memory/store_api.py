@@ -7,7 +7,7 @@ touches a connection; everything goes through these methods.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -88,7 +88,9 @@ class MemoryStore(Protocol):
     def touch_file(self, path: str, mtime: int, size: int) -> None: ...
     def replace_file(self, *, path: str, source: str, file_hash: str, mtime: int, size: int,
                      chunks: Sequence[Chunk], vectors: np.ndarray | None, model: str,
-                     messages: int = 0) -> None: ...
+                     messages: int = 0, line_vectors: Mapping[int, np.ndarray] | None = None) -> None:
+        """`line_vectors`: line number → vector of the file's lines that have one (memory.line_vectors)."""
+        ...
     def delete_file(self, path: str) -> None: ...
     def optimize(self) -> None:
         """After a sync: build what pays off only past a size (PostgreSQL: the HNSW index)."""
@@ -129,6 +131,9 @@ class MemoryStore(Protocol):
     def vec_knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]: ...
     def vec_scores(self, query: np.ndarray, ids: Sequence[int]) -> dict[int, float]: ...
     def iter_vectors(self, since_gen: int = -1, block: int = 8192) -> Iterator[tuple[np.ndarray, np.ndarray]]: ...
+    def line_vector_blobs(self, spans: Sequence[tuple[str, int, int]]) -> dict[int, list[bytes]]:
+        """The stored line vectors (float16 bytes) inside each (path, first, last line) span, by span index."""
+        ...
 
     # -- status
     def describe(self) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import numpy as np
 
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import EmbeddingError, IndexError_
-from hermit.memory.chunking import Chunk, chunk_markdown, text_hash
+from hermit.memory.chunking import Chunk, chunk_markdown, line_texts, text_hash
 from hermit.memory.embedders.base import Embedder
 from hermit.memory.fts import FTS_VERSION
 from hermit.memory.session_source import list_session_files, render_transcript, session_needs_index
@@ -53,7 +53,8 @@ class SyncReport:
     files_unchanged: int = 0
     files_deleted: int = 0
     chunks_indexed: int = 0
-    embedded: int = 0
+    lines_indexed: int = 0  # lines given a vector of their own
+    embedded: int = 0  # texts (chunks and lines) the model embedded; the rest came from the cache
     cache_hits: int = 0
     embed_seconds: float = 0.0
     seconds: float = 0.0
@@ -66,7 +67,9 @@ class SyncReport:
         what = "indexed" if self.first else "rebuilt" if self.rebuilt else "synced"
         return (f"{what}: {plural(self.files_seen, 'file')} ({self.files_indexed:,} indexed, "
                 f"{self.files_unchanged:,} unchanged, {self.files_deleted:,} removed), "
-                f"{plural(self.chunks_indexed, 'chunk')}, {self.embedded:,} embedded, "
+                f"{plural(self.chunks_indexed, 'chunk')}, "
+                + (f"{plural(self.lines_indexed, 'line vector')}, " if self.lines_indexed else "")
+                + f"{self.embedded:,} embedded, "
                 f"{plural(self.cache_hits, 'cache hit')}, {self.seconds:.2f}s")
 
 
@@ -81,7 +84,14 @@ def wanted_identity(cfg: MemorySearchConfig, embedder: Embedder | None, vector_k
         "tokenizer": TOKENIZER_ID,
         "fts": FTS_VERSION,
         "vector_backend": vector_kind if (info and cfg.store.vector_enabled) else "none",
+        # Present only when on, so an index built without line vectors keeps its identity when they
+        # are turned off (and one built before they existed is rebuilt once when they are on).
+        **({"line_vectors": 1} if lines_wanted(cfg, embedder) else {}),
     }
+
+
+def lines_wanted(cfg: MemorySearchConfig, embedder: Embedder | None) -> bool:
+    return bool(cfg.line_vectors and embedder is not None and cfg.store.vector_enabled)
 
 
 class Pending(NamedTuple):
@@ -91,6 +101,7 @@ class Pending(NamedTuple):
     size: int
     chunks: list[Chunk]
     messages: int
+    lines: dict[int, str]  # line number → text of the lines that get a vector of their own
 
 
 class Indexer:
@@ -272,7 +283,8 @@ class Indexer:
                 report.files_unchanged += 1
                 continue
             chunks = chunk_markdown(text, self.cfg.chunking.tokens, self.cfg.chunking.overlap)
-            changed.append(Pending(f, file_hash, st.st_mtime_ns, st.st_size, chunks, messages))
+            lines = line_texts(text, self.cfg.chunking.tokens) if lines_wanted(self.cfg, self.embedder) else {}
+            changed.append(Pending(f, file_hash, st.st_mtime_ns, st.st_size, chunks, messages, lines))
         # Chunk every changed file first, so the total is known before the slow part (embedding) starts.
         total = sum(len(p.chunks) for p in changed)
         done = 0
@@ -296,17 +308,14 @@ class Indexer:
             store.cache_prune(self.cfg.cache.max_entries)
         return report
 
-    def _embed(self, store: MemoryStore, chunks: list[Chunk], report: SyncReport) -> dict[str, np.ndarray] | None:
-        """Vectors by chunk hash (cache first), or None when embedding failed and keyword-only is allowed."""
+    def _embed(self, store: MemoryStore, texts: dict[str, str], report: SyncReport) -> dict[str, np.ndarray] | None:
+        """Vectors by text hash (cache first), or None when embedding failed and keyword-only is allowed."""
         assert self.embedder is not None
         info = self.embedder.info
-        hashes = [c.hash for c in chunks]
+        hashes = list(texts)
         found = store.cache_get(info.provider, info.model, info.provider_key, hashes) if self.cfg.cache.enabled else {}
         report.cache_hits += sum(1 for h in hashes if h in found)
-        todo: dict[str, str] = {}
-        for c in chunks:
-            if c.hash not in found:
-                todo.setdefault(c.hash, c.text)
+        todo = {h: t for h, t in texts.items() if h not in found}
         if todo:
             t0 = time.perf_counter()
             try:
@@ -334,7 +343,12 @@ class Indexer:
             return
         vectors: dict[str, np.ndarray] | None = None
         if self.embedder is not None:
-            vectors = self._embed(store, [c for p in pending for c in p.chunks], report)
+            # Chunks and lines in one pass through the cache and the model: a line that is a whole
+            # chunk, or that an edit left unchanged, is not embedded again.
+            texts = {c.hash: c.text for p in pending for c in p.chunks}
+            for p in pending:
+                texts.update((text_hash(t), t) for t in p.lines.values())
+            vectors = self._embed(store, texts, report)
         model = self.embedder.info.model if self.embedder else "none"
         dims = None
         if vectors:
@@ -346,11 +360,15 @@ class Indexer:
                     "run `hermit memory index --force` to rebuild the index",
                 )
             store.set_meta({"dims": str(dims)})
-        for f, file_hash, mtime, size, chunks, messages in pending:
+        for f, file_hash, mtime, size, chunks, messages, lines in pending:
             mat = None
+            line_vecs: dict[int, np.ndarray] | None = None
             if vectors is not None:
                 mat = np.stack([vectors[c.hash] for c in chunks]) if chunks else np.zeros((0, dims or 0))
+                line_vecs = {n: vectors[text_hash(t)] for n, t in lines.items()}
             store.replace_file(path=f.rel, source=f.source, file_hash=file_hash, mtime=mtime, size=size,
-                               chunks=chunks, vectors=mat, model=model, messages=messages)
+                               chunks=chunks, vectors=mat, model=model, messages=messages,
+                               line_vectors=line_vecs)
             report.files_indexed += 1
             report.chunks_indexed += len(chunks)
+            report.lines_indexed += len(line_vecs or ())
