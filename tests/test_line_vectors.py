@@ -82,15 +82,15 @@ def test_line_vectors_follow_their_file(workspace: Path, tmp_path: Path, store_b
     edit = svc.sync()
     assert (edit.files_indexed, edit.embedded, edit.lines_indexed) == (1, 2, 4)
     blobs = svc.store.line_vector_blobs([("MEMORY.md", 1, 5), ("memory/2026-03-09.md", 6, 6)])
-    assert [len(b) for b in blobs.values()] == [4, 1]
-    got = from_line_blob(blobs[1][0])
+    assert [len(b) // (64 * 2) for b in blobs.values()] == [4, 1]  # float16, 64 dims
+    got = from_line_blob(blobs[1])
     want = emb.embed_documents(["- Priya: Ugh. By the way, I've been practising the cello every evening since January."])[0]
     assert float(got @ want) > 0.999  # float16 keeps the direction
 
     (workspace / "memory" / "2026-03-09.md").unlink()
     svc.sync()
     assert svc.store.counts()["line_vectors"] == 4
-    assert svc.store.line_vector_blobs([("memory/2026-03-09.md", 1, 99)]) == {0: []}
+    assert svc.store.line_vector_blobs([("memory/2026-03-09.md", 1, 99)]) == {0: b""}
     svc.close()
 
     # Turning them off rebuilds the index without them (the identity changes); on again, back they come.

@@ -59,6 +59,8 @@ class Variant:
     patch: dict[str, Any] = field(default_factory=dict)
     # Index settings (memory_search.chunking); a variant with its own gets its own index files.
     chunking: dict[str, int] = field(default_factory=dict)
+    # memory_search.line_vectors; off gets its own index files too.
+    line_vectors: bool = True
 
 
 def variants() -> list[Variant]:
@@ -111,6 +113,12 @@ def variants() -> list[Variant]:
                 chunking={"tokens": 200, "overlap": 40}),
         Variant("no-translation", "without EN↔ZH dictionary translation",
                 query={"translation_weight": 0.0, "translate_vectors": False}),
+        Variant("no-line-vectors", "memory_search.line_vectors off: the places that passed minScore stay in "
+                "their fused order (round 4's default; its own index)", line_vectors=False),
+        Variant("line-weight-0.1", "the best line is 0.1 of a place's order score (default 0.2)",
+                patch={"search.LINE_WEIGHT": 0.1}),
+        Variant("line-weight-0.4", "the best line is 0.4 of a place's order score (default 0.2)",
+                patch={"search.LINE_WEIGHT": 0.4}),
     ]
 
 
@@ -146,12 +154,13 @@ _embedder: Embedder | None = None
 
 def service_for(data: Path, conv: str, v: Variant) -> MemoryService:
     global _embedder
-    cfg = MemorySearchConfig.model_validate({"query": v.query, "chunking": v.chunking})
+    cfg = MemorySearchConfig.model_validate({"query": v.query, "chunking": v.chunking,
+                                             "line_vectors": v.line_vectors})
     if _embedder is None:
         _embedder = create_embedder(cfg, {}, stamp_dir=OUT / "stamp")
         assert _embedder is not None
     OUT.mkdir(parents=True, exist_ok=True)
-    suffix = "".join(f"-{k}{n}" for k, n in sorted(v.chunking.items()))
+    suffix = "".join(f"-{k}{n}" for k, n in sorted(v.chunking.items())) + ("" if v.line_vectors else "-nolines")
     svc = MemoryService(MemoryKey("bench", data / "workspaces" / conv), OUT / f"{conv}{suffix}.sqlite", cfg, _embedder,
                         long_lived=True, cache_dir=OUT / "cache")
     t0 = time.perf_counter()

@@ -51,6 +51,7 @@ class Variant:
     chunk: tuple[int, int] = (400, 80)
     query: dict[str, Any] = field(default_factory=dict)
     baseline: bool = False
+    line_vectors: bool = True  # memory_search.line_vectors (off: its own index)
 
 
 def variants() -> list[Variant]:
@@ -59,7 +60,9 @@ def variants() -> list[Variant]:
         Variant("baseline-original", "the original design: AND-joined ASCII keywords, BM25 flattened to 1.0, "
                 "raw cosine, 0.7/0.3, minScore 0.35", baseline=True),
         Variant("default", "Hermit defaults (0.5/0.5 weighted, max-normalised BM25, exact-match rescue, "
-                "EN↔ZH translation, date boost)"),
+                "EN↔ZH translation, date boost, line vectors)"),
+        Variant("no-line-vectors", "memory_search.line_vectors off: places stay in their fused order",
+                line_vectors=False),
         Variant("weights-0.7-0.3", "the original 0.7/0.3 weights, everything else default",
                 query={"hybrid": {"vector_weight": 0.7, "text_weight": 0.3}}),
         Variant("weights-0.3-0.7", "0.3/0.7 weights", query={"hybrid": {"vector_weight": 0.3, "text_weight": 0.7}}),
@@ -112,16 +115,16 @@ _embedders: dict[str, MemoEmbedder] = {}
 
 
 def service_for(v: Variant) -> MemoryService:
-    key = (v.model, *v.chunk)
+    key = (v.model, *v.chunk, v.line_vectors)
     if key not in _services:
         cfg = MemorySearchConfig.model_validate(
-            {"model": v.model, "chunking": {"tokens": v.chunk[0], "overlap": v.chunk[1]}})
+            {"model": v.model, "chunking": {"tokens": v.chunk[0], "overlap": v.chunk[1]}, "line_vectors": v.line_vectors})
         if v.model not in _embedders:
             emb = create_embedder(cfg, {}, stamp_dir=OUT / "stamp")
             assert emb is not None
             _embedders[v.model] = MemoEmbedder(emb)
         OUT.mkdir(parents=True, exist_ok=True)
-        db = OUT / f"{v.model}-{v.chunk[0]}-{v.chunk[1]}.sqlite"
+        db = OUT / f"{v.model}-{v.chunk[0]}-{v.chunk[1]}{'' if v.line_vectors else '-nolines'}.sqlite"
         svc = MemoryService(MemoryKey("bench", WORKSPACE), db, cfg, _embedders[v.model])
         t0 = time.perf_counter()
         report = svc.sync()

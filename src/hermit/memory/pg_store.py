@@ -296,7 +296,7 @@ class PgStore:
         return {"files": int(row[0]), "chunks": int(row[1]), "files_without_vectors": int(row[2]),
                 "cache_entries": int(row[3]), "line_vectors": int(row[4])}
 
-    def line_vector_blobs(self, spans: Sequence[tuple[str, int, int]]) -> dict[int, list[bytes]]:
+    def line_vector_blobs(self, spans: Sequence[tuple[str, int, int]]) -> dict[int, bytes]:
         out: dict[int, list[bytes]] = {k: [] for k in range(len(spans))}
         if spans:
             for k, blob in self.conn.execute(
@@ -304,7 +304,7 @@ class PgStore:
                 f" as s(path, a, b, k) join {self.s}.line_vectors l on l.path = s.path and l.line between s.a and s.b",
                     ([p for p, _, _ in spans], [a for _, a, _ in spans], [b for _, _, b in spans])):
                 out[int(k)].append(bytes(blob))
-        return out
+        return {k: b"".join(v) for k, v in out.items()}
 
     # -- embedding cache ----------------------------------------------------------------------
     def cache_get(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:

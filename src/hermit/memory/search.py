@@ -49,7 +49,7 @@ UNHELD_TRANSLATION_MIN = 0.7
 # How much a line holding all of the query's weight lifts a candidate (score += boost · share · (1 − score)).
 LINE_MATCH_BOOST = 0.0
 # How many places' worth of passed chunks (× max_results) line vectors re-order; the rest keep their place.
-LINE_ORDER_DEPTH = 4
+LINE_ORDER_DEPTH = 2
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
 
 

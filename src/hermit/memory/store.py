@@ -310,10 +310,10 @@ class IndexStore:
         return {"files": files, "chunks": chunks, "files_without_vectors": no_vec, "cache_entries": cache,
                 "line_vectors": lines}
 
-    def line_vector_blobs(self, spans: Sequence[tuple[str, int, int]]) -> dict[int, list[bytes]]:
+    def line_vector_blobs(self, spans: Sequence[tuple[str, int, int]]) -> dict[int, bytes]:
         """The stored line vectors inside each (path, first line, last line) span, by span index."""
-        return {k: [r[0] for r in self.conn.execute(
-            "select embedding from line_vectors where path=? and line between ? and ?", span)]
+        return {k: b"".join(r[0] for r in self.conn.execute(
+            "select embedding from line_vectors where path=? and line between ? and ?", span))
             for k, span in enumerate(spans)}
 
     # -- embedding cache ----------------------------------------------------------------------
