@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
 from conftest import write
 from hermit.config.schema import MemorySearchConfig
 from hermit.memory.chunking import line_texts
@@ -70,7 +73,8 @@ def test_line_vectors_follow_their_file(workspace: Path, tmp_path: Path, store_b
     emb = HashEmbedder()
     write(workspace / "MEMORY.md", "# Memory\n\n- Alice leads the data team.\n- Bob owns billing.\n")
     write(workspace / "memory" / "2026-03-09.md", CELLO)
-    svc = service(workspace, tmp_path / "i.sqlite", emb)
+    on = MemorySearchConfig.model_validate({"line_vectors": True})  # "auto" is off for a non-local model
+    svc = service(workspace, tmp_path / "i.sqlite", emb, on)
     first = svc.sync()
     n_cello = len(line_texts(CELLO))
     assert n_cello == 8 and first.lines_indexed == 3 + n_cello
@@ -80,12 +84,16 @@ def test_line_vectors_follow_their_file(workspace: Path, tmp_path: Path, store_b
     write(workspace / "MEMORY.md", "# Memory\n\n- Alice leads the data team.\n- Bob owns billing.\n"
                                    "- Carol runs the on-call rota.\n")
     edit = svc.sync()
-    assert (edit.files_indexed, edit.embedded, edit.lines_indexed) == (1, 2, 4)
+    assert (edit.files_indexed, edit.embedded, edit.lines_indexed, edit.lines_reused) == (1, 2, 4, 3)
     blobs = svc.store.line_vector_blobs([("MEMORY.md", 1, 5), ("memory/2026-03-09.md", 6, 6)])
     assert [len(b) // (64 * 2) for b in blobs.values()] == [4, 1]  # float16, 64 dims
     got = from_line_blob(blobs[1])
     want = emb.embed_documents(["- Priya: Ugh. By the way, I've been practising the cello every evening since January."])[0]
     assert float(got @ want) > 0.999  # float16 keeps the direction
+
+    # A forced rebuild takes the chunks from the cache and the lines from the index it replaces.
+    forced = svc.sync(force=True)
+    assert forced.rebuilt and forced.embedded == 0 and forced.lines_reused == 4 + n_cello
 
     (workspace / "memory" / "2026-03-09.md").unlink()
     svc.sync()
@@ -97,10 +105,25 @@ def test_line_vectors_follow_their_file(workspace: Path, tmp_path: Path, store_b
     off = service(workspace, tmp_path / "i.sqlite", emb, MemorySearchConfig.model_validate({"line_vectors": False}))
     assert off.sync().rebuilt and off.store.counts()["line_vectors"] == 0
     off.close()
-    again = service(workspace, tmp_path / "i.sqlite", emb)
+    again = service(workspace, tmp_path / "i.sqlite", emb, on)
     report = again.sync()
-    assert report.rebuilt and report.embedded == 0 and again.store.counts()["line_vectors"] == 4
+    # Lines are not in the embedding cache (the index keeps them itself, at half the bytes): turned back
+    # on, they are embedded again; the chunk comes from the cache.
+    assert report.rebuilt and (report.embedded, report.cache_hits) == (4, 1)
+    assert again.store.counts()["line_vectors"] == 4
     again.close()
+
+
+def test_auto_gives_line_vectors_to_local_models_only(workspace: Path, tmp_path: Path, e5: object) -> None:
+    write(workspace / "MEMORY.md", "# Memory\n\n- Alice leads the data team.\n")
+    remote = service(workspace, tmp_path / "remote.sqlite", HashEmbedder())  # provider "test": billed per token
+    assert remote.sync().lines_indexed == 0 and remote.store.counts()["line_vectors"] == 0
+    remote.close()
+    local = service(workspace, tmp_path / "local.sqlite", e5)  # type: ignore[arg-type]
+    assert local.sync().lines_indexed == 2 and local.store.counts()["line_vectors"] == 2
+    local.close()
+    with pytest.raises(ValidationError):
+        MemorySearchConfig.model_validate({"line_vectors": "sometimes"})
 
 
 def test_which_lines_get_a_vector() -> None:
@@ -109,3 +132,15 @@ def test_which_lines_get_a_vector() -> None:
     # Blank lines have none; a line too long for one chunk is split into chunks, whose vectors it has.
     assert lines == {1: "# Title", 4: "- a bullet", 6: "- last"}
     assert len(to_line_blob(HashEmbedder().embed_query("x"))) == 64 * 2  # float16
+
+
+def test_another_model_reuses_no_line_vector(workspace: Path, tmp_path: Path, store_backend: str) -> None:
+    on = MemorySearchConfig.model_validate({"line_vectors": True})
+    write(workspace / "MEMORY.md", "# Memory\n\n- Alice leads the data team.\n- Bob owns billing.\n")
+    first = service(workspace, tmp_path / "m.sqlite", HashEmbedder(model="one"), on)
+    assert first.sync().lines_indexed == 3
+    first.close()
+    second = service(workspace, tmp_path / "m.sqlite", HashEmbedder(model="two"), on)
+    report = second.sync()  # a new model: the index is rebuilt, every line embedded by it
+    assert report.rebuilt and (report.lines_reused, report.embedded) == (0, 4)
+    second.close()

@@ -43,7 +43,13 @@ def _workspace(ws: Path) -> None:
 
 
 def _pg_cfg(dsn_env: str = ENV) -> MemorySearchConfig:
-    return MemorySearchConfig.model_validate({"store": {"backend": "postgres", "postgres": {"dsn_env": dsn_env}}})
+    return MemorySearchConfig.model_validate({"store": {"backend": "postgres", "postgres": {"dsn_env": dsn_env}},
+                                              "line_vectors": True})
+
+
+def _lite_cfg() -> MemorySearchConfig:
+    # Line vectors on with the test embedder too ("auto" gives them to local models only), so they are copied.
+    return MemorySearchConfig.model_validate({"line_vectors": True})
 
 
 def _results(svc: MemoryService) -> list[list[tuple[str, int, int, float]]]:
@@ -79,7 +85,7 @@ def test_round_trip_keeps_search_results_and_embeds_nothing(tmp_path: Path, work
     env = {ENV: pg_dsn}
     emb = HashEmbedder()
     db = tmp_path / "main.sqlite"
-    svc = MemoryService(MemoryKey("main", workspace), db, MemorySearchConfig(), emb)
+    svc = MemoryService(MemoryKey("main", workspace), db, _lite_cfg(), emb)
     svc.sync()
     before = _results(svc)
     assert any(before) and sum(len(r) for r in before) >= 6
@@ -117,7 +123,7 @@ def test_round_trip_keeps_search_results_and_embeds_nothing(tmp_path: Path, work
     src_pg.close()
     back.close()
     assert _pg_counts(pg_dsn, schema) == rows
-    back_svc = MemoryService(MemoryKey("main", workspace), back_db, MemorySearchConfig(), emb)
+    back_svc = MemoryService(MemoryKey("main", workspace), back_db, _lite_cfg(), emb)
     assert back_svc.sync().files_indexed == 0
     _same(before, _results(back_svc))
     back_svc.close()
@@ -128,7 +134,7 @@ def test_non_empty_target_is_refused_without_replace(tmp_path: Path, workspace: 
     _workspace(workspace)
     emb = HashEmbedder()
     db = tmp_path / "main.sqlite"
-    svc = MemoryService(MemoryKey("main", workspace), db, MemorySearchConfig(), emb)
+    svc = MemoryService(MemoryKey("main", workspace), db, _lite_cfg(), emb)
     svc.sync()
     svc.close()
     schema = schema_name("hermit_", "main")
@@ -143,7 +149,7 @@ def test_non_empty_target_is_refused_without_replace(tmp_path: Path, workspace: 
     # One note removed from the source: --replace makes the target exactly the source again.
     (workspace / "memory" / "2026-06-07.md").unlink()
     src.close()
-    svc = MemoryService(MemoryKey("main", workspace), db, MemorySearchConfig(), emb)
+    svc = MemoryService(MemoryKey("main", workspace), db, _lite_cfg(), emb)
     svc.sync()
     svc.close()
     src = IndexStore(db, readonly=True)

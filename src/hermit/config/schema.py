@@ -149,8 +149,9 @@ class MemorySearchConfig(Strict):
     store: StoreConfig = StoreConfig()
     # A vector for every non-blank line too, used to re-order the places that passed min_score by
     # their best line (a turn of a conversation, a bullet of a note). About doubles the embedding work
-    # of indexing (and a remote provider's bill); changing it rebuilds the index.
-    line_vectors: bool = True
+    # of indexing; "auto" turns them on for the local model only (a remote provider would bill twice
+    # the tokens). Changing it rebuilds the index.
+    line_vectors: bool | Literal["auto"] = "auto"
     extra_paths: list[str] = Field(default_factory=list)
     sources: tuple[Literal["memory", "sessions"], ...] = ("memory",)
     # Files larger than this are skipped with a warning (a huge log pasted into memory/).

@@ -9,7 +9,11 @@ They are stored as float16 (half the bytes; the order they give is the same as f
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
+
+from hermit.memory.chunking import text_hash
 
 # The best line's share of a place's score when places are put in order (0.1-0.4 measured).
 LINE_WEIGHT = 0.2
@@ -37,3 +41,13 @@ def best_cosines(blobs: dict[int, bytes], query: np.ndarray, n: int) -> list[flo
     for k, best in zip(keys, np.maximum.reduceat(sims, np.cumsum([0, *sizes[:-1]])), strict=True):
         out[k] = float(best)
     return out
+
+
+def by_line_text(chunks: Iterable[tuple[int, str]], blobs: dict[int, bytes]) -> dict[str, np.ndarray]:
+    """A file's stored line vectors keyed by the text hash of their line, the lines read back from the
+    file's chunks ((first line, text) pairs): what a new version of the file can reuse."""
+    texts: dict[int, str] = {}
+    for start, text in chunks:
+        for k, line in enumerate(text.split("\n")):
+            texts.setdefault(start + k, line)
+    return {text_hash(texts[n]): from_line_blob(b) for n, b in blobs.items() if n in texts}

@@ -29,7 +29,7 @@ import numpy as np
 from hermit.errors import StoreError
 from hermit.memory.chunking import Chunk
 from hermit.memory.keyword import K1, B
-from hermit.memory.line_vectors import to_line_blob
+from hermit.memory.line_vectors import by_line_text, to_line_blob
 from hermit.memory.pg_keyword import Expr, Phrase, Tokenizer, bm25, phrases, to_tsquery
 from hermit.memory.pg_schema import connect, lock_key, mask_dsn, migrate, qi, scrub, server_facts
 from hermit.memory.store_api import ChunkRow, FileState, script_class
@@ -295,6 +295,12 @@ class PgStore:
         assert row is not None
         return {"files": int(row[0]), "chunks": int(row[1]), "files_without_vectors": int(row[2]),
                 "cache_entries": int(row[3]), "line_vectors": int(row[4])}
+
+    def line_vectors_of(self, path: str) -> dict[str, np.ndarray]:
+        blobs = {int(n): bytes(b) for n, b in self.conn.execute(
+            f"select line, embedding from {self.s}.line_vectors where path=%s", (path,))}
+        return by_line_text(self.conn.execute(f"select start_line, text from {self.s}.chunks where path=%s",
+                                              (path,)), blobs) if blobs else {}
 
     def line_vector_blobs(self, spans: Sequence[tuple[str, int, int]]) -> dict[int, bytes]:
         out: dict[int, list[bytes]] = {k: [] for k in range(len(spans))}

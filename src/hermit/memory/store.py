@@ -23,7 +23,7 @@ import numpy as np
 from hermit.db import Connection, VecStatus, connect, migrate, transaction
 from hermit.memory.chunking import Chunk
 from hermit.memory.fts import FTS_TOKENIZER, index_text
-from hermit.memory.line_vectors import to_line_blob
+from hermit.memory.line_vectors import by_line_text, to_line_blob
 from hermit.memory.store_api import ChunkRow, FileState, script_class
 from hermit.memory.vectors import blockscan_topk
 
@@ -309,6 +309,12 @@ class IndexStore:
         lines = self.conn.execute("select count(*) from line_vectors").fetchone()[0]
         return {"files": files, "chunks": chunks, "files_without_vectors": no_vec, "cache_entries": cache,
                 "line_vectors": lines}
+
+    def line_vectors_of(self, path: str) -> dict[str, np.ndarray]:
+        blobs = dict(self.conn.execute("select line, embedding from line_vectors where path=?", (path,)).fetchall())
+        if not blobs:
+            return {}
+        return by_line_text(self.conn.execute("select start_line, text from chunks where path=?", (path,)), blobs)
 
     def line_vector_blobs(self, spans: Sequence[tuple[str, int, int]]) -> dict[int, bytes]:
         """The stored line vectors inside each (path, first line, last line) span, by span index."""

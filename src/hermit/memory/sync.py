@@ -54,6 +54,7 @@ class SyncReport:
     files_deleted: int = 0
     chunks_indexed: int = 0
     lines_indexed: int = 0  # lines given a vector of their own
+    lines_reused: int = 0  # … of which the index already held the vector (unchanged lines of an edited file)
     embedded: int = 0  # texts (chunks and lines) the model embedded; the rest came from the cache
     cache_hits: int = 0
     embed_seconds: float = 0.0
@@ -91,7 +92,10 @@ def wanted_identity(cfg: MemorySearchConfig, embedder: Embedder | None, vector_k
 
 
 def lines_wanted(cfg: MemorySearchConfig, embedder: Embedder | None) -> bool:
-    return bool(cfg.line_vectors and embedder is not None and cfg.store.vector_enabled)
+    """Whether the index gets line vectors (memory.line_vectors): "auto" means with a local model."""
+    if embedder is None or not cfg.store.vector_enabled or cfg.line_vectors is False:
+        return False
+    return cfg.line_vectors is True or embedder.info.provider == "local"
 
 
 class Pending(NamedTuple):
@@ -308,47 +312,70 @@ class Indexer:
             store.cache_prune(self.cfg.cache.max_entries)
         return report
 
-    def _embed(self, store: MemoryStore, texts: dict[str, str], report: SyncReport) -> dict[str, np.ndarray] | None:
-        """Vectors by text hash (cache first), or None when embedding failed and keyword-only is allowed."""
+    def _embed(self, store: MemoryStore, texts: dict[str, str], report: SyncReport,
+               uncached: dict[str, str] | None = None) -> dict[str, np.ndarray] | None:
+        """Vectors by text hash, or None when embedding failed and keyword-only is allowed. `texts` go
+        through the embedding cache; `uncached` (lines) are embedded in the same calls but not cached:
+        the index keeps them itself (line_vectors), at half the bytes."""
         assert self.embedder is not None
         info = self.embedder.info
         hashes = list(texts)
         found = store.cache_get(info.provider, info.model, info.provider_key, hashes) if self.cfg.cache.enabled else {}
         report.cache_hits += sum(1 for h in hashes if h in found)
         todo = {h: t for h, t in texts.items() if h not in found}
-        if todo:
+        rest = {h: t for h, t in (uncached or {}).items() if h not in found and h not in todo}
+        if todo or rest:
             t0 = time.perf_counter()
             try:
-                vecs = self.embedder.embed_documents(list(todo.values()))
+                vecs = self.embedder.embed_documents([*todo.values(), *rest.values()])
             except EmbeddingError as e:
                 if self.cfg.on_embedding_failure == "error":
                     raise
                 report.warnings.append(f"embedding failed, indexed keyword-only for now: {e.message}")
                 return None
             report.embed_seconds += time.perf_counter() - t0
-            report.embedded += len(todo)
-            new = dict(zip(todo.keys(), vecs, strict=True))
+            report.embedded += len(todo) + len(rest)
+            everything = dict(zip([*todo, *rest], vecs, strict=True))
+            new = {h: everything[h] for h in todo}
+            found.update(everything)
             info = self.embedder.info  # remote providers learn dims on the first call
-            if self.cfg.cache.enabled:
+            if self.cfg.cache.enabled and new:
                 store.cache_put(info.provider, info.model, info.provider_key, new)
                 if store is not self.store:
                     # A rebuild fills a temporary database; the live one keeps each batch too (its own
                     # committed transaction), so a rebuild killed midway is resumed from the cache.
                     self.store.cache_put(info.provider, info.model, info.provider_key, new)
-            found.update(new)
         return found
+
+    def _known_lines(self, pending: list[Pending]) -> dict[str, np.ndarray]:
+        """Vectors the live index already holds for these files' lines, by the text hash of the line:
+        an edited note embeds only its new lines, and a rebuild (or one resumed after a kill) reuses
+        every line it has. Only vectors of the model in use."""
+        assert self.embedder is not None
+        ident, info = self.store.identity(), self.embedder.info
+        if not ident.get("line_vectors") or (ident.get("provider"), ident.get("model"), ident.get("provider_key")) != (
+                info.provider, info.model, info.provider_key):
+            return {}
+        known: dict[str, np.ndarray] = {}
+        for p in pending:
+            if p.lines:
+                known.update(self.store.line_vectors_of(p.file.rel))
+        return known
 
     def _flush(self, store: MemoryStore, pending: list[Pending], report: SyncReport) -> None:
         if not pending:
             return
         vectors: dict[str, np.ndarray] | None = None
         if self.embedder is not None:
-            # Chunks and lines in one pass through the cache and the model: a line that is a whole
-            # chunk, or that an edit left unchanged, is not embedded again.
+            # Chunks and lines in one pass through the model. A line the index already holds (an edit
+            # left it unchanged) or that is a whole cached chunk is not embedded again.
             texts = {c.hash: c.text for p in pending for c in p.chunks}
-            for p in pending:
-                texts.update((text_hash(t), t) for t in p.lines.values())
-            vectors = self._embed(store, texts, report)
+            by_hash = {text_hash(t): t for p in pending for t in p.lines.values()}
+            known = self._known_lines(pending) if by_hash else {}
+            report.lines_reused += sum(1 for h in by_hash if h in known)
+            vectors = self._embed(store, texts, report, {h: t for h, t in by_hash.items() if h not in known})
+            if vectors is not None:
+                vectors = {**known, **vectors}
         model = self.embedder.info.model if self.embedder else "none"
         dims = None
         if vectors:
