@@ -86,8 +86,9 @@ def cmd_migrate(ctx: CliContext, args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"agent": agent.id, **report.to_json()}))
         else:
-            print(f"{agent.id}: copied {c.files} files, {c.chunks} chunks, {c.vectors} vectors and {c.cache_entries} "
-                  f"cached embeddings from {report.source} to {report.target} in {report.seconds:.1f} s "
+            print(f"{agent.id}: copied {c.files} files, {c.chunks} chunks, {c.vectors} vectors, {c.line_vectors} line "
+                  f"vectors and {c.cache_entries} cached embeddings from {report.source} to {report.target} in "
+                  f"{report.seconds:.1f} s "
                   "(counts verified; nothing re-embedded)")
     if failed:
         return 1

@@ -79,9 +79,11 @@ def _m4(conn: Connection) -> None:
 
 
 def _m5(conn: Connection) -> None:
-    # A vector per non-blank line (memory.line_vectors), float16, kept by replace_file with the chunks.
-    conn.execute("create table line_vectors(path text not null, line integer not null, embedding blob not null,"
-                 " primary key(path, line)) without rowid")
+    # A vector per non-blank line (memory.line_vectors), float16, kept by replace_file with the chunks. A
+    # rowid table with an index rather than WITHOUT ROWID: count(*) reads the small index (36 → ~1 ms at
+    # 10k chunks), not every vector.
+    conn.execute("create table line_vectors(path text not null, line integer not null, embedding blob not null)")
+    conn.execute("create unique index line_vectors_at on line_vectors(path, line)")
 
 
 MIGRATIONS = [_m1, _m2, _m3, _m4, _m5]
