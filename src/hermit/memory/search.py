@@ -316,6 +316,13 @@ class HybridSearcher:
             scored = [(i, s + (1 - s) * boost if i in dated else s) for i, s in scored]
         scored = self._decay(scored, rows)
         scored.sort(key=lambda s: -s[1])
+        if q is not None and self._line_vectors and LINE_WEIGHT > 0:
+            t0 = time.perf_counter()
+            scored = self._order_by_lines(scored, rows, q, cos, min_score, max_results)
+            # Only what passed is left, in its new order (some blended below min_score); MMR, when on,
+            # then diversifies that order.
+            min_score = -math.inf
+            timings["lines_ms"] = (time.perf_counter() - t0) * 1000
         if cfg.mmr.enabled:
             scored = self._mmr(scored, rows, max_results)
         # Windows are chosen on query words, and on their translation (a Chinese question about an
@@ -323,11 +330,6 @@ class HybridSearcher:
         terms = self._line_terms(query, tr)
         if LINE_MATCH_BOOST > 0 and terms:
             scored = self._line_boost(scored, rows, terms, pool)
-        if q is not None and self._line_vectors and LINE_WEIGHT > 0:
-            t0 = time.perf_counter()
-            scored = self._order_by_lines(scored, rows, q, cos, min_score, max_results)
-            min_score = -math.inf  # only what passed is left, in its new order (some blended below)
-            timings["lines_ms"] = (time.perf_counter() - t0) * 1000
         chosen = group_places(scored, rows, min_score, max_results)
         places = show_places(chosen, rows, terms, snippets.search_budget(max_results, len(chosen)))
         hits: list[Hit] = []
