@@ -1325,7 +1325,7 @@ def write_results(res: dict[str, Any], results_dir: Path) -> str:
         f"| `sync()` after one edit, median / max ({len(res['incremental']['edits'])} edits) | "
         f"{res['incremental']['seconds']['p50']:.2f} / {res['incremental']['seconds']['max']:.2f} s |",
         f"| … of which embedding, median | {res['incremental']['embed_seconds']['p50']:.2f} s "
-        f"({statistics.median(e['embedded'] for e in res['incremental']['edits']):.0f} chunks embedded) |",
+        f"({statistics.median(e['embedded'] for e in res['incremental']['edits']):.0f} texts embedded: chunks and new lines) |",
         f"| … non-embedding, median | {res['incremental']['non_embed_seconds']['p50']:.3f} s |",
         f"| No-op `sync()` (nothing changed), median | {res['incremental']['noop_sync_s']['p50']:.3f} s |",
         f"| Edited fact found by the next search | {res['incremental']['all_found']} |",
