@@ -173,6 +173,10 @@ def test_cli_retry_notice_and_deadline(tmp_path: Path) -> None:
         assert time.monotonic() - t0 < 20
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_in_chat_cancels_the_reply_promptly(tmp_path: Path) -> None:
     home = tmp_path / "home"
     with FakeProvider([{"text": "never", "keepalive": 0.1}, "Second answer."]) as fake:
@@ -180,8 +184,11 @@ def test_ctrl_c_in_chat_cancels_the_reply_promptly(tmp_path: Path) -> None:
         cfg = yaml.safe_load((home / "hermit.yaml").read_text())
         cfg["models"]["providers"]["fake"]["deadline_seconds"] = 600
         (home / "hermit.yaml").write_text(yaml.safe_dump(cfg))
+        # As from a terminal: SIGINT at its default. A test run started in the background of a
+        # non-interactive shell inherits SIGINT ignored, and Python then never raises KeyboardInterrupt.
         proc = subprocess.Popen([sys.executable, "-m", "hermit.cli.main", "chat"], env=_env(home),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_sigint_default)
         try:
             assert proc.stdin is not None
             proc.stdin.write("first question\n")
