@@ -18,18 +18,20 @@ index of them (one vector per line: about twice the embedding time of the chunks
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import conversations
 import numpy as np
 from conversations import CATEGORIES, OUT, Variant, patched, read_jsonl, service_for
 from score import md_table
 
-from hermit.memory import places
+from hermit.memory import places, search
 from hermit.memory.store_api import ChunkRow
 
 KS = (6, 12, 24, 48, 100)
@@ -84,8 +86,18 @@ def probe(data: Path) -> dict[str, Any]:
 
     def capture(scored: list[tuple[int, float]], rows: dict[int, ChunkRow], min_score: float,
                 max_results: int) -> list[places.Group]:
-        seen_args.update(scored=list(scored), rows=rows, min_score=min_score)
+        if min_score != -math.inf:  # without line vectors every candidate arrives here
+            seen_args.update(scored=list(scored), rows=rows, min_score=min_score)
         return places.group_places(scored, rows, min_score, max_results)
+
+    order_by_lines = search.HybridSearcher._order_by_lines
+
+    def capture_order(self: search.HybridSearcher, scored: list[tuple[int, float]], rows: dict[int, ChunkRow],
+                      q: np.ndarray, cos: dict[int, float], min_score: float,
+                      max_results: int) -> list[tuple[int, float]]:
+        # With line vectors the candidates are seen here, before those below min_score are dropped.
+        seen_args.update(scored=list(scored), rows=rows, min_score=min_score)
+        return order_by_lines(self, scored, rows, q, cos, min_score, max_results)
 
     for conv in sorted({str(q["conv"]) for q in queries}):
         svc = service_for(data, conv, default)
@@ -93,7 +105,8 @@ def probe(data: Path) -> dict[str, Any]:
         keys = list(lines)
         vecs = line_vectors(conv, lines)
         try:
-            with patched({"search.group_places": capture}):
+            with patched({"search.group_places": capture}), \
+                    mock.patch.object(search.HybridSearcher, "_order_by_lines", capture_order):
                 for q in (q for q in queries if q["conv"] == conv):
                     assert conversations._embedder is not None
                     order = np.argsort(-(vecs @ conversations._embedder.embed_query(str(q["query"]))))
