@@ -18,7 +18,6 @@ index of them (one vector per line: about twice the embedding time of the chunks
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 from collections import defaultdict
@@ -28,10 +27,10 @@ from unittest import mock
 
 import conversations
 import numpy as np
-from conversations import CATEGORIES, OUT, Variant, patched, read_jsonl, service_for
+from conversations import CATEGORIES, OUT, Variant, read_jsonl, service_for
 from score import md_table
 
-from hermit.memory import places, search
+from hermit.memory import search
 from hermit.memory.store_api import ChunkRow
 
 KS = (6, 12, 24, 48, 100)
@@ -84,20 +83,14 @@ def probe(data: Path) -> dict[str, Any]:
     ranks: dict[str, list[int]] = defaultdict(list)
     seen_args: dict[str, Any] = {}
 
-    def capture(scored: list[tuple[int, float]], rows: dict[int, ChunkRow], min_score: float,
-                max_results: int) -> list[places.Group]:
-        if min_score != -math.inf:  # without line vectors every candidate arrives here
-            seen_args.update(scored=list(scored), rows=rows, min_score=min_score)
-        return places.group_places(scored, rows, min_score, max_results)
+    decay = search.HybridSearcher._decay
 
-    order_by_lines = search.HybridSearcher._order_by_lines
-
-    def capture_order(self: search.HybridSearcher, scored: list[tuple[int, float]], rows: dict[int, ChunkRow],
-                      q: np.ndarray, cos: dict[int, float], min_score: float,
-                      max_results: int) -> list[tuple[int, float]]:
-        # With line vectors the candidates are seen here, before those below min_score are dropped.
-        seen_args.update(scored=list(scored), rows=rows, min_score=min_score)
-        return order_by_lines(self, scored, rows, q, cos, min_score, max_results)
+    def capture(self: search.HybridSearcher, scored: list[tuple[int, float]],
+                rows: dict[int, ChunkRow]) -> list[tuple[int, float]]:
+        # Every candidate with its final score, before min_score drops some.
+        out = decay(self, scored, rows)
+        seen_args.update(scored=sorted(out, key=lambda s: -s[1]), rows=rows, min_score=self.cfg.min_score)
+        return out
 
     for conv in sorted({str(q["conv"]) for q in queries}):
         svc = service_for(data, conv, default)
@@ -105,8 +98,7 @@ def probe(data: Path) -> dict[str, Any]:
         keys = list(lines)
         vecs = line_vectors(conv, lines)
         try:
-            with patched({"search.group_places": capture}), \
-                    mock.patch.object(search.HybridSearcher, "_order_by_lines", capture_order):
+            with mock.patch.object(search.HybridSearcher, "_decay", capture):
                 for q in (q for q in queries if q["conv"] == conv):
                     assert conversations._embedder is not None
                     order = np.argsort(-(vecs @ conversations._embedder.embed_query(str(q["query"]))))

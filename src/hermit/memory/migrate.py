@@ -44,7 +44,7 @@ class Counts:
     chunks: int
     vectors: int
     cache_entries: int
-    line_vectors: int = 0
+    line_vectors: int
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def counts(store: MemoryStore) -> Counts:
         # Counted in the database (the same join iter_vectors reads), not by pulling every vector through Python.
         conn, t, _ = _sql(store)
         vectors = int(conn.execute(f"select count(*) from {t}chunks c join {t}chunks_vec v on v.id = c.id").fetchone()[0])
-    return Counts(c["files"], c["chunks"], vectors, c["cache_entries"], c.get("line_vectors", 0))
+    return Counts(c["files"], c["chunks"], vectors, c["cache_entries"], c["line_vectors"])
 
 
 def _copy_line_vectors(src: MemoryStore, staging: MemoryStore, block: int = BATCH) -> None:

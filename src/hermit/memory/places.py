@@ -21,14 +21,13 @@ MAX_PLACES_PER_FILE = 0
 Group = list[tuple[int, float]]
 
 
-def group_places(scored: list[tuple[int, float]], rows: dict[int, ChunkRow], min_score: float,
-                 max_results: int) -> list[Group]:
-    """The best chunks above min_score as up to max_results places: a chunk overlapping or
-    touching one already taken (the same file) joins it, so six results are six places."""
+def group_places(ranked: list[tuple[int, float]], rows: dict[int, ChunkRow], max_results: int) -> list[Group]:
+    """The ranked chunks (those that passed min_score, best first) as up to max_results places: a chunk
+    overlapping or touching one already taken (the same file) joins it, so six results are six places."""
     groups: list[Group] = []
     spans: list[tuple[str, int, int]] = []
-    for cid, score in scored:
-        if score < min_score or len(groups) >= max_results:
+    for cid, score in ranked:
+        if len(groups) >= max_results:
             break
         row = rows[cid]
         for k, (path, a, b) in enumerate(spans):

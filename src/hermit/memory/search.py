@@ -316,12 +316,11 @@ class HybridSearcher:
             scored = [(i, s + (1 - s) * boost if i in dated else s) for i, s in scored]
         scored = self._decay(scored, rows)
         scored.sort(key=lambda s: -s[1])
+        # min_score is applied here, once: what follows only orders the chunks that passed.
+        scored = [(i, s) for i, s in scored if s >= min_score]
         if q is not None and self._line_vectors and LINE_WEIGHT > 0:
             t0 = time.perf_counter()
-            scored = self._order_by_lines(scored, rows, q, cos, min_score, max_results)
-            # Only what passed is left, in its new order (some blended below min_score); MMR, when on,
-            # then diversifies that order.
-            min_score = -math.inf
+            scored = self._order_by_lines(scored, rows, q, cos, max_results)
             timings["lines_ms"] = (time.perf_counter() - t0) * 1000
         if cfg.mmr.enabled:
             scored = self._mmr(scored, rows, max_results)
@@ -330,7 +329,7 @@ class HybridSearcher:
         terms = self._line_terms(query, tr)
         if LINE_MATCH_BOOST > 0 and terms:
             scored = self._line_boost(scored, rows, terms, pool)
-        chosen = group_places(scored, rows, min_score, max_results)
+        chosen = group_places(scored, rows, max_results)
         places = show_places(chosen, rows, terms, snippets.search_budget(max_results, len(chosen)))
         hits: list[Hit] = []
         for group, place in zip(chosen, places, strict=True):
@@ -346,12 +345,12 @@ class HybridSearcher:
             reason = "no vector search"
         return SearchOutcome(hits, mode, reason if q is None else None, timings)
 
-    def _order_by_lines(self, scored: list[tuple[int, float]], rows: dict[int, ChunkRow], q: np.ndarray,
-                        cos: dict[int, float], min_score: float, max_results: int) -> list[tuple[int, float]]:
-        """The chunks that passed min_score, the first LINE_ORDER_DEPTH × max_results of them put in
-        order of their score blended with their best line's calibrated cosine (memory.line_vectors).
-        A chunk without line vectors (one long line split into pieces) counts its own vector."""
-        passed = [(i, s) for i, s in scored if s >= min_score]
+    def _order_by_lines(self, passed: list[tuple[int, float]], rows: dict[int, ChunkRow], q: np.ndarray,
+                        cos: dict[int, float], max_results: int) -> list[tuple[int, float]]:
+        """The first LINE_ORDER_DEPTH × max_results chunks that passed min_score put in order of their
+        score blended with their best line's calibrated cosine (memory.line_vectors); a blended score
+        may fall below min_score, the chunk stays. A chunk without line vectors (one long line split
+        into pieces) counts its own vector."""
         head, tail = passed[:LINE_ORDER_DEPTH * max_results], passed[LINE_ORDER_DEPTH * max_results:]
         assert self.embedder is not None
         info = self.embedder.info

@@ -105,7 +105,7 @@ class Pending(NamedTuple):
     size: int
     chunks: list[Chunk]
     messages: int
-    lines: dict[int, str]  # line number → text of the lines that get a vector of their own
+    lines: dict[int, tuple[str, str]]  # line number → (text hash, text) of the lines with a vector of their own
 
 
 class Indexer:
@@ -261,6 +261,7 @@ class Indexer:
             report.files_deleted += 1
 
         changed: list[Pending] = []
+        want_lines = lines_wanted(self.cfg, self.embedder)
         batch = max(16, self.cfg.remote.batch_size if self.cfg.provider not in ("local", "none") else 32)
         for n, f in enumerate(files, start=1):
             if progress:
@@ -287,7 +288,8 @@ class Indexer:
                 report.files_unchanged += 1
                 continue
             chunks = chunk_markdown(text, self.cfg.chunking.tokens, self.cfg.chunking.overlap)
-            lines = line_texts(text, self.cfg.chunking.tokens) if lines_wanted(self.cfg, self.embedder) else {}
+            lines = {n: (text_hash(t), t) for n, t in line_texts(text, self.cfg.chunking.tokens).items()} \
+                if want_lines else {}
             changed.append(Pending(f, file_hash, st.st_mtime_ns, st.st_size, chunks, messages, lines))
         # Chunk every changed file first, so the total is known before the slow part (embedding) starts.
         total = sum(len(p.chunks) for p in changed)
@@ -370,7 +372,7 @@ class Indexer:
             # Chunks and lines in one pass through the model. A line the index already holds (an edit
             # left it unchanged) or that is a whole cached chunk is not embedded again.
             texts = {c.hash: c.text for p in pending for c in p.chunks}
-            by_hash = {text_hash(t): t for p in pending for t in p.lines.values()}
+            by_hash = {h: t for p in pending for h, t in p.lines.values()}
             known = self._known_lines(pending) if by_hash else {}
             report.lines_reused += sum(1 for h in by_hash if h in known)
             vectors = self._embed(store, texts, report, {h: t for h, t in by_hash.items() if h not in known})
@@ -392,7 +394,7 @@ class Indexer:
             line_vecs: dict[int, np.ndarray] | None = None
             if vectors is not None:
                 mat = np.stack([vectors[c.hash] for c in chunks]) if chunks else np.zeros((0, dims or 0))
-                line_vecs = {n: vectors[text_hash(t)] for n, t in lines.items()}
+                line_vecs = {n: vectors[h] for n, (h, _) in lines.items()}
             store.replace_file(path=f.rel, source=f.source, file_hash=file_hash, mtime=mtime, size=size,
                                chunks=chunks, vectors=mat, model=model, messages=messages,
                                line_vectors=line_vecs)
