@@ -144,7 +144,8 @@ def test_access_pairing_groups_and_long_replies_end_to_end(tmp_path: Path, platf
                 await d.dm("pair", stranger, "hello again")
                 await until(lambda: len(d.texts("pair", stranger)) == 2, "the agent's reply")
                 assert d.texts("pair", stranger)[1] == "agent says hi"
-                assert SECRET in json.dumps(provider.requests[-1].body)  # a DM in dm_scope main: main session
+                # an approved sender is a contact, not the owner: their own session, never MEMORY.md
+                assert SECRET not in json.dumps(provider.requests[-1].body)
 
                 # allowlist: a stranger gets nothing at all; disabled: DMs are ignored
                 await d.dm("allow", nobody, "let me in")

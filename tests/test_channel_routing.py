@@ -43,9 +43,12 @@ def create_channel(name: str, account_id: str, cfg: Any, deps: ChannelDeps) -> A
     return getattr(importlib.import_module(module), func)(deps, account_id, cfg)
 
 
-def route(router: Router, msg: InboundMessage) -> tuple[str, str]:
+def route(router: Router, access: AccessControl, msg: InboundMessage) -> tuple[str, str]:
+    """As the gateway routes (gateway/supervisor.py route_with): owners are known before access is checked."""
+    owner = msg.peer_kind == "dm" and access.is_owner(msg.channel, msg.account_id, msg.sender_id,
+                                                      msg.sender_username)
     r = router.resolve(RouteInput(msg.channel, msg.account_id, msg.peer_kind, msg.peer_id, msg.thread_id,
-                                  msg.topic_id, msg.guild_id, msg.team_id))
+                                  msg.topic_id, msg.guild_id, msg.team_id, sender_is_owner=owner))
     return r.agent_id, r.session_key
 
 
@@ -84,16 +87,20 @@ def test_readme_routing_example_personal_on_telegram_and_whatsapp_work_on_slack(
             for fake in (tg, slack, wa):
                 await fake.stop()
 
-        telegram_dm = got[("telegram", "42")]
-        assert route(router, telegram_dm) == ("personal", "agent:personal:main")
-        assert access.check("telegram", "personal", "dm", "42", "42").reply is not None  # a pairing code
-        whatsapp_dm = got[("whatsapp", "15551234567")]
-        assert route(router, whatsapp_dm) == ("personal", "agent:personal:main")
+        telegram_dm = got[("telegram", "42")]  # the owner ("tg:42" in the example)
+        assert route(router, access, telegram_dm) == ("personal", "agent:personal:main")
+        assert access.check("telegram", "personal", "dm", "42", "42").allowed
+        friend = access.check("telegram", "personal", "dm", "99", "99")
+        assert not friend.allowed and friend.reply is not None  # a pairing code; once approved, a contact:
+        contact = InboundMessage("telegram", "personal", "dm", "99", "99", "hi")
+        assert route(router, access, contact) == ("personal", "agent:personal:telegram:personal:dm:99")
+        whatsapp_dm = got[("whatsapp", "15551234567")]  # the owner ("+1 555 123 4567" in the example)
+        assert route(router, access, whatsapp_dm) == ("personal", "agent:personal:main")
         assert access.check("whatsapp", "personal", "dm", "15551234567", "15551234567").allowed
         stranger = access.check("whatsapp", "personal", "dm", "15550000000", "15550000000")
         assert not stranger.allowed and stranger.reply is None  # allowlist: silence, never a code
         mention = got[("slack", "U1")]
-        assert route(router, mention) == ("work", "agent:work:slack:group:C42")
+        assert route(router, access, mention) == ("work", "agent:work:slack:group:C42")
         assert access.check("slack", "work", "group", "C42", "U1", mentioned=mention.mentioned).allowed
         assert loaded.agent("work").workspace != loaded.agent("personal").workspace
 

@@ -273,7 +273,7 @@ def test_the_gateway_routes_by_dm_scope_and_checks_access_before_the_agent(tmp_p
         "agents": {"defaults": {"timezone": "Europe/Paris", "session": {"dm_scope": "per-channel-peer"},
                                 "mention_patterns": ["\\bhermit\\b"]}},
         "channels": {"telegram": {"accounts": {"default": {
-            "dm_policy": "pairing", "allow_from": ["friend"], "group_policy": "allowlist", "groups": ["g1"]}}}},
+            "dm_policy": "pairing", "allow_from": ["4242"], "group_policy": "allowlist", "groups": ["g1"]}}}},
     }, StatePaths(tmp_path))
     asked: list[str] = []
 
@@ -289,7 +289,7 @@ def test_the_gateway_routes_by_dm_scope_and_checks_access_before_the_agent(tmp_p
     async def main() -> list[str]:
         out = [await gw.bus.publish(inbound("hi", "stranger")),
                await gw.bus.publish(inbound("hi again", "stranger")),
-               await gw.bus.publish(inbound("hi from a friend", "friend")),
+               await gw.bus.publish(inbound("hi from a friend", "4242")),
                await gw.bus.publish(inbound("chatter", "g1", kind="group")),
                await gw.bus.publish(inbound("hey Hermit, lunch?", "g1", kind="group")),
                await gw.bus.publish(inbound("hermit?", "g2", kind="group"))]
@@ -302,5 +302,5 @@ def test_the_gateway_routes_by_dm_scope_and_checks_access_before_the_agent(tmp_p
     code_msgs = [m for m in ch.messages("stranger")]
     assert len(code_msgs) == 1 and code_msgs[0].kind == "pairing" and "hermit pairing approve" in code_msgs[0].text
     keys = {r.key for r in rt.store.list()}
-    assert keys == {"agent:main:telegram:dm:friend", "agent:main:telegram:group:g1"}
+    assert keys == {"agent:main:telegram:dm:4242", "agent:main:telegram:group:g1"}
     assert all(rt.sandboxed(k) for k in keys)  # neither is the main session

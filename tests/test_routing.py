@@ -67,11 +67,27 @@ def test_ties_go_to_the_more_specific_then_the_first_binding(tmp_path: Path) -> 
     assert router.resolve(RouteInput("slack", "b", "dm", "U1")).agent_id == "work"
 
 
+OWNER = {"sender_is_owner": True}
+
+
 @pytest.mark.parametrize(
     ("scope", "inp", "key", "main"),
     [
-        ("main", RouteInput("telegram", "default", "dm", "42"), "agent:main:main", True),
-        ("main", RouteInput("slack", "default", "dm", "U1", thread_id="17.5"), "agent:main:main", True),
+        # an owner's DMs follow dm_scope; under main, threads inside them stay in the main session
+        ("main", RouteInput("telegram", "default", "dm", "42", **OWNER), "agent:main:main", True),
+        ("main", RouteInput("slack", "default", "dm", "U1", thread_id="17.5", **OWNER), "agent:main:main", True),
+        ("main", RouteInput("telegram", "default", "dm", "42", topic_id="3", **OWNER), "agent:main:main", True),
+        ("per-peer", RouteInput("telegram", "default", "dm", "42", **OWNER), "agent:main:dm:42", False),
+        ("per-channel-peer", RouteInput("telegram", "default", "dm", "42", **OWNER), "agent:main:telegram:dm:42",
+         False),
+        ("per-account-channel-peer", RouteInput("telegram", "bot1", "dm", "42", **OWNER),
+         "agent:main:telegram:bot1:dm:42", False),
+        # a contact (approved, allowlisted, open) never reaches main: under main, a key per account and sender
+        ("main", RouteInput("telegram", "bot1", "dm", "42"), "agent:main:telegram:bot1:dm:42", False),
+        ("main", RouteInput("slack", "corp", "dm", "U1", thread_id="17.5"), "agent:main:slack:corp:dm:U1:thread:17.5",
+         False),
+        ("main", RouteInput("telegram", "bot1", "dm", "42", topic_id="3"), "agent:main:telegram:bot1:dm:42:topic:3",
+         False),
         ("per-peer", RouteInput("telegram", "default", "dm", "42"), "agent:main:dm:42", False),
         ("per-channel-peer", RouteInput("telegram", "default", "dm", "42"), "agent:main:telegram:dm:42", False),
         ("per-account-channel-peer", RouteInput("telegram", "bot1", "dm", "42"),
@@ -87,6 +103,7 @@ def test_ties_go_to_the_more_specific_then_the_first_binding(tmp_path: Path) -> 
          "agent:main:discord:group:555:thread:666", False),
         # the web chat is the owner's console: its DMs are the main session whatever the scope
         ("per-channel-peer", RouteInput("webchat", "default", "dm", "browser-1"), "agent:main:main", True),
+        ("main", RouteInput("webchat", "default", "dm", "browser-1"), "agent:main:main", True),
     ],
 )
 def test_session_keys_by_dm_scope(tmp_path: Path, scope: str, inp: RouteInput, key: str, main: bool) -> None:
@@ -105,7 +122,41 @@ def test_dm_scope_is_per_agent(tmp_path: Path) -> None:
            "bindings": [{"match": {"channel": "slack"}, "agent_id": "work"}]}
     router = Router.from_config(build_config(raw, StatePaths(tmp_path)))
     assert router.resolve(RouteInput("slack", "default", "dm", "U1")).session_key == "agent:work:slack:dm:U1"
-    assert router.resolve(RouteInput("telegram", "default", "dm", "5")).session_key == "agent:main:main"
+    assert router.resolve(RouteInput("telegram", "default", "dm", "5", sender_is_owner=True)).session_key == \
+        "agent:main:main"
+    assert router.resolve(RouteInput("telegram", "default", "dm", "5")).session_key == \
+        "agent:main:telegram:default:dm:5"
+
+
+def test_sharing_the_main_session_with_contacts_takes_a_setting_that_says_so(tmp_path: Path) -> None:
+    raw = {"agents": {"list": [{"id": "main", "session": {"dangerously_share_main_session_with_contacts": True}},
+                               {"id": "work"}]},
+           "bindings": [{"match": {"channel": "slack"}, "agent_id": "work"}]}
+    router = Router.from_config(build_config(raw, StatePaths(tmp_path)))
+    shared = router.resolve(RouteInput("telegram", "bot", "dm", "5"))
+    assert (shared.session_key, shared.main) == ("agent:main:main", True)  # the original's behaviour
+    assert router.resolve(RouteInput("slack", "corp", "dm", "U1")).session_key == "agent:work:slack:corp:dm:U1"
+    assert router.resolve(RouteInput("telegram", "bot", "group", "-1")).session_key == "agent:main:telegram:group:-1"
+    default = build_config({}, StatePaths(tmp_path)).agent().settings.session
+    assert default.dangerously_share_main_session_with_contacts is False
+
+
+def test_any_account_binding_matches_every_account_and_ranks_as_channel_wide(tmp_path: Path) -> None:
+    bindings = [
+        {"match": {"channel": "telegram", "account_id": "*"}, "agent_id": "family"},
+        {"match": {"channel": "telegram", "account_id": "bot2"}, "agent_id": "work"},
+        {"match": {"channel": "slack", "account_id": "*"}, "agent_id": "ops"},
+        {"match": {"channel": "slack"}, "agent_id": "work"},
+    ]
+    cfg = loaded(tmp_path, bindings)
+    router = Router.from_config(cfg)
+    assert (router.resolve(RouteInput("telegram", "anything", "dm", "1")).agent_id,
+            router.resolve(RouteInput("telegram", "anything", "dm", "1")).matched_by) == ("family", "channel")
+    assert router.resolve(RouteInput("telegram", "bot2", "dm", "1")).agent_id == "work"  # a named account wins
+    assert router.resolve(RouteInput("whatsapp", "x", "dm", "1")).agent_id == "main"
+    problems = binding_problems(cfg.config.bindings, AGENTS, cfg.config.channels)
+    # '*' is not an undefined account; it matches what a channel-only binding matches
+    assert problems == ["bindings[3] has the same match as bindings[2], which wins: it never applies"]
 
 
 def test_parsed_route_keys_carry_their_parts() -> None:

@@ -1,22 +1,26 @@
-"""Routing: which agent and which session answer a message from (channel, account, peer, guild/team).
+"""Routing: which agent and which session answer a message from (channel, account, peer, guild/team, sender).
 
 Bindings (SPEC §15) are `{match: {channel, account_id?, peer?: {kind, id}, guild_id?, team_id?},
-agent_id}`. A binding matches when every field it sets is equal; among matching bindings the tier
-decides — exact peer > guild/team > account > channel — then the number of fields set, then config
-order. No match: the default agent. A binding naming an unknown agent is refused when the router is
-built, so a typo fails at startup instead of silently routing strangers to the default agent.
+agent_id}`. A binding matches when every field it sets is equal (`account_id: "*"` matches any account
+and ranks like a channel-wide binding); among matching bindings the tier decides — exact peer >
+guild/team > account > channel — then the number of fields set, then config order. No match: the
+default agent. A binding naming an unknown agent is refused when the router is built, so a typo fails
+at startup instead of silently routing strangers to the default agent.
 
-The session key follows the chosen agent's `session.dm_scope` for DMs; groups get a group key; a
-thread or topic appends its suffix. Only `agent:<id>:main` is the main session (MEMORY.md, no sandbox),
-so every DM outside dm_scope `main` and every group is non-main whatever channel it came from. The web
-chat is the owner's own console (it is authenticated by the gateway token), so its DMs always go to the
-agent's main session.
+Session keys (SPEC §15, §18). Only `agent:<id>:main` is the main session (MEMORY.md, no sandbox), and
+only the owner reaches it: the web chat (authenticated by the gateway token) and a DM whose sender the
+channel account lists under `owners` (`RouteInput.sender_is_owner`, decided by channels.access). The
+agent's `session.dm_scope` groups the owners' DMs; a thread or topic inside an owner's DM stays in the
+owner's session. Every other DM is a contact's and gets a non-main session whatever `dm_scope` says:
+under `main`, the per-account-channel-peer key, so two contacts (or one contact on two bot accounts)
+never share one. Groups get a group key. `session.dangerously_share_main_session_with_contacts`
+restores the original's behaviour (contacts in the main session) for a config that wants it.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,6 +32,7 @@ from hermit.sessions.keys import dm_session_key, group_session_key, is_main_sess
 MatchedBy = Literal["peer", "guild", "team", "account", "channel", "default"]
 
 WEBCHAT = "webchat"
+ANY_ACCOUNT = "*"
 # Which platform has which routing field: a guild_id binding on Slack can never match.
 _GUILD_CHANNELS = frozenset({"discord"})
 _TEAM_CHANNELS = frozenset({"slack"})
@@ -46,6 +51,9 @@ class RouteInput:
     topic_id: str | None = None
     guild_id: str | None = None
     team_id: str | None = None
+    # The sender is one of the account's owners (or this is the web chat). False fails closed: a caller
+    # that does not know gets a contact's session, never the main one.
+    sender_is_owner: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,21 +72,27 @@ def _tier(b: BindingConfig) -> MatchedBy:
         return "guild"
     if m.team_id is not None:
         return "team"
-    if m.account_id is not None:
+    if _account(b) is not None:
         return "account"
     return "channel"
 
 
+def _account(b: BindingConfig) -> str | None:
+    """The account a binding names; `*` (any account) names none."""
+    return None if b.match.account_id in (None, ANY_ACCOUNT) else b.match.account_id
+
+
 def _fields_set(b: BindingConfig) -> int:
     m = b.match
-    return 1 + sum(v is not None for v in (m.account_id, m.peer, m.guild_id, m.team_id))
+    return 1 + sum(v is not None for v in (_account(b), m.peer, m.guild_id, m.team_id))
 
 
 def _matches(b: BindingConfig, inp: RouteInput) -> bool:
     m = b.match
     if m.channel != inp.channel.lower():
         return False
-    if m.account_id is not None and m.account_id != inp.account_id:
+    account = _account(b)
+    if account is not None and account != inp.account_id:
         return False
     if m.peer is not None and (m.peer.kind != inp.peer_kind or m.peer.id != inp.peer_id):
         return False
@@ -87,15 +101,21 @@ def _matches(b: BindingConfig, inp: RouteInput) -> bool:
     return m.team_id is None or m.team_id == inp.team_id
 
 
-def session_key_for(agent_id: str, dm_scope: DmScope, inp: RouteInput) -> str:
-    """The session key of a message routed to `agent_id` (SPEC §15 shapes)."""
+def session_key_for(agent_id: str, dm_scope: DmScope, inp: RouteInput, *,
+                    share_main_with_contacts: bool = False) -> str:
+    """The session key of a message routed to `agent_id` (SPEC §15 shapes, §18 owners)."""
     channel = inp.channel.lower()
     if inp.peer_kind == "group":
         return group_session_key(agent_id, channel, inp.peer_id, inp.thread_id, topic_id=inp.topic_id)
-    # The owner's DMs are one conversation: a thread inside them stays in the main session rather than
-    # becoming a non-main session that would lose MEMORY.md and gain the sandbox.
-    if channel == WEBCHAT or dm_scope == "main":
+    if channel == WEBCHAT:
         return main_session_key(agent_id)
+    if dm_scope == "main":
+        # The owner's DMs are one conversation: a thread inside them stays in the main session rather than
+        # becoming a non-main session that would lose MEMORY.md and gain the sandbox.
+        if inp.sender_is_owner or share_main_with_contacts:
+            return main_session_key(agent_id)
+        # A contact: their own session, one per account and sender, whatever they are called elsewhere.
+        dm_scope = "per-account-channel-peer"
     if dm_scope == "per-peer":
         return dm_session_key(agent_id, None, inp.peer_id, inp.thread_id, topic_id=inp.topic_id)
     if dm_scope == "per-channel-peer":
@@ -106,7 +126,7 @@ def session_key_for(agent_id: str, dm_scope: DmScope, inp: RouteInput) -> str:
 
 class Router:
     def __init__(self, bindings: Sequence[BindingConfig], dm_scopes: Mapping[str, DmScope],
-                 default_agent: str) -> None:
+                 default_agent: str, shared_main: Collection[str] = ()) -> None:
         ids = list(dm_scopes)
         for i, b in enumerate(bindings):
             if b.agent_id not in dm_scopes:
@@ -120,11 +140,14 @@ class Router:
         self.bindings = tuple(bindings)
         self.dm_scopes = dict(dm_scopes)
         self.default_agent = default_agent
+        # Agents whose config keeps the original's "contacts share the main session" on purpose.
+        self.shared_main = frozenset(shared_main)
 
     @classmethod
     def from_config(cls, loaded: LoadedConfig) -> Router:
         return cls(loaded.config.bindings, {a.id: a.settings.session.dm_scope for a in loaded.agents},
-                   loaded.agent().id)
+                   loaded.agent().id,
+                   [a.id for a in loaded.agents if a.settings.session.dangerously_share_main_session_with_contacts])
 
     def binding_for(self, inp: RouteInput) -> BindingConfig | None:
         """The winning binding, or None when the default agent answers."""
@@ -140,7 +163,8 @@ class Router:
         best = self.binding_for(inp)
         agent_id = best.agent_id if best is not None else self.default_agent
         matched_by: MatchedBy = _tier(best) if best is not None else "default"
-        key = session_key_for(agent_id, self.dm_scopes[agent_id], inp)
+        key = session_key_for(agent_id, self.dm_scopes[agent_id], inp,
+                              share_main_with_contacts=agent_id in self.shared_main)
         return Route(agent_id=agent_id, session_key=key, main=is_main_session_key(key), matched_by=matched_by)
 
 
@@ -170,12 +194,13 @@ def binding_problems(bindings: Sequence[BindingConfig], agent_ids: Sequence[str]
         elif m.team_id is not None and m.channel not in _TEAM_CHANNELS:
             problems.append(f"{where} sets team_id on channel {m.channel!r}: only slack has teams")
         accounts = getattr(getattr(channels, m.channel), "accounts", None)
-        if m.account_id is not None and accounts is not None and m.account_id not in accounts:
+        if _account(b) is not None and accounts is not None and m.account_id not in accounts:
             problems.append(f"{where} matches account {m.account_id!r}, which channels.{m.channel}.accounts "
                             f"does not define ({', '.join(accounts) or 'none defined'})")
         if m.channel == WEBCHAT and m.peer is not None and m.peer.kind == "group":
             problems.append(f"{where} matches a webchat group, but the web chat has no groups")
-        sig = m.model_dump_json()
+        # `account_id: "*"` and no account_id match the same messages.
+        sig = m.model_copy(update={"account_id": _account(b)}).model_dump_json()
         if sig in seen:
             problems.append(f"{where} has the same match as bindings[{seen[sig]}], which wins: it never applies")
         else:

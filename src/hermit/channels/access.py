@@ -1,15 +1,20 @@
-"""Access control: may this sender in this DM or group reach the agent? Fails closed (SPEC §14.12, §15).
+"""Access control: may this sender in this DM or group reach the agent, and is the sender an owner? Fails
+closed (SPEC §14.12, §15, §18).
 
 DMs, by the channel account's `dm_policy`:
-  pairing (default)  allow_from + approved senders; a stranger gets one pairing code an hour (at most 3
-                     pending per account) and the agent is never called
-  allowlist          allow_from + approved senders; strangers get nothing, never a code
+  pairing (default)  owners + allow_from + approved senders; a stranger gets one pairing code an hour (at
+                     most 3 pending per account), which also names their platform id, and the agent is
+                     never called
+  allowlist          owners + allow_from + approved senders; strangers get nothing, never a code
   open               everyone
-  disabled           DMs are ignored
-Groups, by `group_policy` — allowlist (default; only `groups`; empty = none) | open | disabled — then
-`group_allow_from` (empty = every member) and `require_mention` (default true; a platform mention, a
-reply to the bot or one of the agent's mention patterns counts). A channel or account missing from the
-config is refused. The web chat is authenticated by the gateway token, so it is always allowed.
+  disabled           DMs are ignored, the owners' too
+An owner (`owners`) is the only kind of DM sender routed like the owner (agent.routing); everyone else let
+in is a contact with a session of their own. Groups, by `group_policy` — allowlist (default; only
+`groups`; empty = none) | open | disabled — then `group_allow_from` (empty = every member; the owners
+always count as members) and `require_mention` (default true; a platform mention, a reply to the bot or
+one of the agent's mention patterns counts). Entries are matched as config/allowlist.py normalised them:
+by id, or by @username where the platform has them. A channel or account missing from the config is
+refused. The web chat is authenticated by the gateway token: always allowed, always the owner.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hermit.channels.pairing import CODE_TTL_SECONDS, PairingRequest, PairingStore
+from hermit.config.allowlist import STAR, matches, sender_key
 from hermit.config.schema import ChannelAccessConfig, ChannelsConfig
 
 __all__ = ["AccessControl", "AccessDecision", "PairingRequest", "PairingStore", "pairing_message"]
@@ -37,9 +43,17 @@ class AccessDecision:
     reason: str
 
 
+# How each platform names the id an owner puts under `owners` or `allow_from`.
+_ID_NAMES = {"telegram": "Telegram user id", "discord": "Discord user id", "slack": "Slack member id",
+             "whatsapp": "WhatsApp number"}
+
+
 def pairing_message(req: PairingRequest) -> str:
     minutes = int(CODE_TTL_SECONDS // 60)
+    id_name = _ID_NAMES.get(req.channel, f"{req.channel} id")
+    shown_id = f"+{req.sender_id.lstrip('+')}" if req.channel == "whatsapp" else req.sender_id
     return (f"Hi! This assistant only talks to people its owner has approved.\n"
+            f"Your {id_name}: {shown_id}\n"
             f"Your pairing code: {req.code} (valid {minutes} minutes).\n"
             f"Ask the owner to run: hermit pairing approve {req.channel} {req.code}")
 
@@ -70,9 +84,20 @@ class AccessControl:
         cfg = accounts.get(account_id)
         return cfg if isinstance(cfg, ChannelAccessConfig) else None
 
+    def is_owner(self, channel: str, account_id: str, sender_id: str, sender_username: str | None = None) -> bool:
+        """Whether this DM sender is an owner of the channel account (the web chat always is)."""
+        channel = channel.lower()
+        if channel == WEBCHAT:
+            return True
+        cfg = self.account(channel, account_id)
+        if cfg is None or not cfg.enabled:
+            return False
+        return matches(channel, cfg.owners, sender_id, sender_username)
+
     def check(self, channel: str, account_id: str, peer_kind: str, peer_id: str, sender_id: str, *,
               text: str = "", mentioned: bool = False, reply_to_bot: bool = False,
-              mention_patterns: Sequence[str] = (), sender_name: str | None = None) -> AccessDecision:
+              mention_patterns: Sequence[str] = (), sender_name: str | None = None,
+              sender_username: str | None = None) -> AccessDecision:
         channel = channel.lower()
         if channel == WEBCHAT:
             return AccessDecision(True, None, "webchat: authenticated by the gateway token")
@@ -82,40 +107,49 @@ class AccessControl:
         if not cfg.enabled:
             return AccessDecision(False, None, f"channel account {channel}/{account_id} is disabled")
         if peer_kind == "dm":
-            return self._dm(cfg, channel, account_id, sender_id, sender_name)
+            return self._dm(cfg, channel, account_id, sender_id, sender_name, sender_username)
         if peer_kind == "group":
-            return self._group(cfg, peer_id, sender_id, text, mentioned, reply_to_bot, mention_patterns)
+            return self._group(cfg, channel, peer_id, sender_id, sender_username, text, mentioned, reply_to_bot,
+                               mention_patterns)
         return AccessDecision(False, None, f"unknown peer kind {peer_kind!r}")
 
+    def _approved(self, channel: str, account_id: str, sender_id: str) -> bool:
+        key = sender_key(channel, sender_id)
+        return any(sender_key(channel, s) == key for s in self.store.approved_senders(channel, account_id))
+
     def _dm(self, cfg: ChannelAccessConfig, channel: str, account_id: str, sender_id: str,
-            sender_name: str | None) -> AccessDecision:
+            sender_name: str | None, sender_username: str | None) -> AccessDecision:
         policy = cfg.dm_policy
         if policy == "disabled":
             return AccessDecision(False, None, "dm_policy disabled: DMs are ignored")
+        if matches(channel, cfg.owners, sender_id, sender_username):
+            return AccessDecision(True, None, f"dm_policy {policy}: sender is an owner")
         if policy == "open":
-            return AccessDecision(True, None, "dm_policy open")
-        if sender_id in cfg.allow_from:
-            return AccessDecision(True, None, f"dm_policy {policy}: sender in allow_from")
-        if sender_id in self.store.approved_senders(channel, account_id):
-            return AccessDecision(True, None, f"dm_policy {policy}: sender approved by pairing")
+            return AccessDecision(True, None, "dm_policy open: a contact")
+        if matches(channel, cfg.allow_from, sender_id, sender_username):
+            return AccessDecision(True, None, f"dm_policy {policy}: sender in allow_from (a contact)")
+        if self._approved(channel, account_id, sender_id):
+            return AccessDecision(True, None, f"dm_policy {policy}: sender approved by pairing (a contact)")
         if policy == "allowlist":
             # Silence: a stranger learns nothing, and in particular never gets a code (SPEC §14.12).
             return AccessDecision(False, None, "dm_policy allowlist: sender not allowed")
-        req = self.store.request(channel, account_id, sender_id, sender_name)
+        req = self.store.request(channel, account_id, sender_id, sender_name, sender_username)
         if req is None:
-            return AccessDecision(False, None, "dm_policy pairing: a code was already issued this hour "
-                                  "or 3 codes are pending for this account")
+            return AccessDecision(False, None, "dm_policy pairing: a code was already issued this hour, the "
+                                  "sender was denied, or 3 codes are pending for this account")
         return AccessDecision(False, pairing_message(req), f"dm_policy pairing: code {req.code} issued")
 
-    def _group(self, cfg: ChannelAccessConfig, group_id: str, sender_id: str, text: str, mentioned: bool,
-               reply_to_bot: bool, mention_patterns: Sequence[str]) -> AccessDecision:
+    def _group(self, cfg: ChannelAccessConfig, channel: str, group_id: str, sender_id: str,
+               sender_username: str | None, text: str, mentioned: bool, reply_to_bot: bool,
+               mention_patterns: Sequence[str]) -> AccessDecision:
         policy = cfg.group_policy
         if policy == "disabled":
             return AccessDecision(False, None, "group_policy disabled: groups are ignored")
         if policy == "allowlist" and group_id not in cfg.groups:
             return AccessDecision(False, None, "group_policy allowlist: group not in groups")
         members = cfg.group_allow_from  # empty or '*': every member of an allowed group
-        if members and "*" not in members and sender_id not in members:
+        if members and STAR not in members and not matches(channel, [*members, *cfg.owners], sender_id,
+                                                           sender_username):
             return AccessDecision(False, None, "group_allow_from: sender not allowed in groups")
         if cfg.require_mention:
             if mentioned:

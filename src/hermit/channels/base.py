@@ -41,6 +41,9 @@ class InboundMessage:
     text: str
     message_id: str = ""
     sender_name: str | None = None
+    # The sender's platform username without '@' (Telegram, Discord), for `@username` entries in
+    # owners/allow_from; None where the platform has none or it is not unique (an old Discord tag).
+    sender_username: str | None = None
     thread_id: str | None = None  # Slack/Discord thread: a `:thread:<id>` session
     topic_id: str | None = None  # Telegram forum topic: a `:topic:<id>` session
     guild_id: str | None = None  # Discord guild (routing)

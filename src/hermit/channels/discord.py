@@ -171,6 +171,7 @@ class DiscordChannel:
             channel=self.name, account_id=self.account_id, peer_kind="dm" if dm else "group", peer_id=peer,
             sender_id=str(message.author.id), text=text, message_id=str(message.id),
             sender_name=getattr(message.author, "display_name", None) or message.author.name,
+            sender_username=_username(message.author),
             thread_id=thread_id, guild_id=str(guild_id) if guild_id else None,
             mentioned=any(u.id == me.id for u in message.mentions), reply_to_bot=reply_to_bot,
             reply_to=str(ref.message_id) if ref is not None and ref.message_id else None,
@@ -256,3 +257,10 @@ def create_channel(deps: ChannelDeps, account_id: str, cfg: DiscordAccountConfig
     token = resolve(cfg.token, cfg.token_env, deps.environ, where=f"channels.discord.accounts.{account_id}",
                     field="token")
     return DiscordChannel(account_id, cfg, token, inbox_dir=deps.inbox, state_dir=deps.state_dir, clock=deps.clock)
+
+
+def _username(author: Any) -> str | None:
+    """The unique username of a migrated account; an old `name#1234` tag is not unique, so it is never used."""
+    if str(getattr(author, "discriminator", "0") or "0") not in ("0", "0000"):
+        return None
+    return str(author.name) or None

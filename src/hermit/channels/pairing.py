@@ -2,13 +2,18 @@
 
 Files (SPEC §15), in `<state>/credentials/` (0700, files 0600, atomic writes):
 
-    pairing.json                       pending (and recently expired) requests
-    allow-<channel>-<account>.json     senders the owner approved with `hermit pairing approve`
+    pairing.json                       pending (and recently expired or denied) requests
+    allow-<channel>-<account>.json     senders the owner approved with `hermit pairing approve`:
+                                       `allow_from` (the ids access control reads) and `senders`
+                                       (name, username, when approved: what `pairing list` shows)
 
 A code is 8 characters from an alphabet without 0 O 1 I, expires after one hour; a channel account has
-at most 3 pending codes; a sender gets a new code at most once an hour. The gateway issues codes while
-`hermit pairing approve` runs in another process, so every read-modify-write holds an exclusive
-`flock` on `credentials/.lock` — neither side can lose the other's update.
+at most 3 pending codes; a sender gets a new code at most once an hour, and a denied request keeps
+counting as that sender's code until it expires (denying must not hand out a fresh code at once).
+Approved senders are contacts, never owners: owners are named in the config. The gateway issues codes
+while `hermit pairing approve|deny|revoke` runs in another process, so every read-modify-write holds an
+exclusive `flock` on `credentials/.lock` — neither side can lose the other's update; readers need no
+lock, as every write is an atomic rename.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
+from hermit.config.allowlist import AllowlistEntryError, is_username, normalize_entry, sender_key
 from hermit.durable import write_atomic
 from hermit.errors import AccessDenied, HermitError
 
@@ -48,9 +54,28 @@ class PairingRequest:
     created_at: float
     expires_at: float
     sender_name: str | None = None
+    sender_username: str | None = None
+    denied: bool = False  # `hermit pairing deny`: kept until it expires so the sender gets no new code
 
     def expired(self, now: float) -> bool:
         return now >= self.expires_at
+
+
+@dataclass(frozen=True)
+class ApprovedSender:
+    """A contact the owner let in with `hermit pairing approve` (details are absent for older files)."""
+
+    channel: str
+    account_id: str
+    sender_id: str
+    sender_name: str | None = None
+    sender_username: str | None = None
+    approved_at: float | None = None
+
+    def label(self) -> str:
+        extra = ", ".join(x for x in (self.sender_name, f"@{self.sender_username}" if self.sender_username else None)
+                          if x)
+        return self.sender_id + (f" ({extra})" if extra else "")
 
 
 def normalize_code(code: str) -> str:
@@ -135,11 +160,12 @@ class PairingStore:
         now = self.clock()
         requests = self._load_requests()  # no lock: writes are atomic renames, and a read creates nothing
         return [r for r in requests
-                if not r.expired(now) and (channel is None or r.channel == channel.lower())]
+                if not r.expired(now) and not r.denied and (channel is None or r.channel == channel.lower())]
 
-    def request(self, channel: str, account_id: str, sender_id: str,
-                sender_name: str | None = None) -> PairingRequest | None:
-        """A new code for this sender, or None: they already have one this hour, or 3 are pending."""
+    def request(self, channel: str, account_id: str, sender_id: str, sender_name: str | None = None,
+                sender_username: str | None = None) -> PairingRequest | None:
+        """A new code for this sender, or None: they already have (or were denied) one this hour, or 3 are
+        pending."""
         channel = channel.lower()
         now = self.clock()
         with self._locked():
@@ -148,46 +174,142 @@ class PairingStore:
             if any(not r.expired(now) for r in mine):
                 return None
             live = [r for r in requests if r.channel == channel and r.account_id == account_id
-                    and not r.expired(now)]
+                    and not r.expired(now) and not r.denied]
             if len(live) >= MAX_PENDING_PER_ACCOUNT:
                 return None
             req = PairingRequest(channel, account_id, sender_id, self._new_code({r.code for r in requests}),
-                                 now, now + CODE_TTL_SECONDS, sender_name)
+                                 now, now + CODE_TTL_SECONDS, sender_name, sender_username)
             requests = [r for r in requests if r not in mine] + [req]
             self._save_requests(requests)
             return req
 
-    def approve(self, channel: str, code: str) -> PairingRequest:
-        """Let the sender of `code` in for good; AccessDenied (with a hint) for an unknown or expired code."""
-        channel = channel.lower()
+    def _find(self, requests: list[PairingRequest], channel: str, code: str, verb: str) -> PairingRequest:
+        """The live request with this code on this channel, or AccessDenied saying why not."""
         wanted = normalize_code(code)
         now = self.clock()
+        match = next((r for r in requests if r.channel == channel and r.code == wanted), None)
+        if match is None:
+            elsewhere = next((r for r in requests if r.code == wanted), None)
+            hint = (f"that code belongs to channel {elsewhere.channel!r}: run `hermit pairing {verb} "
+                    f"{elsewhere.channel} {wanted}`" if elsewhere else
+                    f"check `hermit pairing list {channel}`; codes are 8 letters/digits and expire after 1 h")
+            raise AccessDenied(f"no pending pairing request with code {wanted} on {channel}", hint)
+        if match.denied:
+            raise AccessDenied(f"pairing code {wanted} on {channel} was denied",
+                               "once it expires the sender gets a new code on their next message; approve that one")
+        if match.expired(now):
+            raise AccessDenied(
+                f"pairing code {wanted} on {channel} expired "
+                f"{int((now - match.expires_at) // 60)} minutes ago",
+                "ask the sender to message the assistant again: they get a new code")
+        return match
+
+    def approve(self, channel: str, code: str) -> PairingRequest:
+        """Let the sender of `code` in for good, as a contact; AccessDenied (with a hint) for an unknown,
+        denied or expired code."""
+        channel = channel.lower()
         with self._locked():
             requests = self._load_requests()
-            match = next((r for r in requests if r.channel == channel and r.code == wanted), None)
-            if match is None:
-                elsewhere = next((r for r in requests if r.code == wanted), None)
-                hint = (f"that code belongs to channel {elsewhere.channel!r}: run `hermit pairing approve "
-                        f"{elsewhere.channel} {wanted}`" if elsewhere else
-                        f"check `hermit pairing list {channel}`; codes are 8 letters/digits and expire after 1 h")
-                raise AccessDenied(f"no pending pairing request with code {wanted} on {channel}", hint)
-            if match.expired(now):
-                raise AccessDenied(
-                    f"pairing code {wanted} on {channel} expired "
-                    f"{int((now - match.expires_at) // 60)} minutes ago",
-                    "ask the sender to message the assistant again: they get a new code")
+            match = self._find(requests, channel, code, "approve")
             path = self.allow_file(channel, match.account_id)
             data = self._read_json(path)
             senders = [s for s in data.get("allow_from", []) if isinstance(s, str)]
             if match.sender_id not in senders:
                 senders.append(match.sender_id)
-            self._write_json(path, {"version": _VERSION, "allow_from": senders})
+            details = _details(data)
+            details[match.sender_id] = {"sender_name": match.sender_name, "sender_username": match.sender_username,
+                                        "approved_at": self.clock()}
+            self._write_json(path, {"version": _VERSION, "allow_from": senders, "senders": details})
             self._save_requests([r for r in requests if r != match])
             return match
+
+    def deny(self, channel: str, code: str) -> PairingRequest:
+        """Drop a pending request; the sender gets no new code until it would have expired."""
+        channel = channel.lower()
+        with self._locked():
+            requests = self._load_requests()
+            match = self._find(requests, channel, code, "deny")
+            denied = PairingRequest(**{**asdict(match), "denied": True})
+            self._save_requests([denied if r == match else r for r in requests])
+            return denied
 
     def approved_senders(self, channel: str, account_id: str) -> set[str]:
         data = self._read_json(self.allow_file(channel, account_id))
         return {s for s in data.get("allow_from", []) if isinstance(s, str)}
+
+    def _allow_files(self) -> list[tuple[str, str, Path]]:
+        """(channel, account, path) of every approved-senders file."""
+        if not self.dir.is_dir():
+            return []
+        out = []
+        for path in sorted(self.dir.glob("allow-*.json")):
+            channel, sep, account = path.stem.removeprefix("allow-").partition("-")
+            if sep and channel and account:  # channel names have no '-'; quote() keeps the rest unambiguous
+                out.append((unquote(channel), unquote(account), path))
+        return out
+
+    def approved(self, channel: str | None = None) -> list[ApprovedSender]:
+        """Approved senders of every channel account (or of one channel), in approval order per account."""
+        out: list[ApprovedSender] = []
+        for ch, account, path in self._allow_files():
+            if channel is not None and ch != channel.lower():
+                continue
+            data = self._read_json(path)
+            details = _details(data)
+            for sender in data.get("allow_from", []):
+                if not isinstance(sender, str):
+                    continue
+                d = details.get(sender, {})
+                approved_at = d.get("approved_at")
+                out.append(ApprovedSender(ch, account, sender, _str(d.get("sender_name")),
+                                          _str(d.get("sender_username")),
+                                          float(approved_at) if isinstance(approved_at, int | float) else None))
+        return out
+
+    def revoke(self, channel: str, sender: str, account_id: str | None = None) -> list[ApprovedSender]:
+        """Remove an approved sender (by id in any form an allowlist accepts, or @username) from one account
+        or every account of the channel; AccessDenied when nobody matched."""
+        channel = channel.lower()
+        try:
+            wanted = normalize_entry(channel, sender)
+        except AllowlistEntryError:
+            wanted = sender.strip()
+        removed: list[ApprovedSender] = []
+        with self._locked():
+            everyone = self.approved(channel)
+            for ch, account, path in self._allow_files():
+                if ch != channel or (account_id is not None and account != account_id):
+                    continue
+                gone = [a for a in everyone if a.account_id == account and _is(a, channel, wanted)]
+                if not gone:
+                    continue
+                data = self._read_json(path)
+                ids = {a.sender_id for a in gone}
+                details = {k: v for k, v in _details(data).items() if k not in ids}
+                keep = [s for s in data.get("allow_from", []) if isinstance(s, str) and s not in ids]
+                self._write_json(path, {"version": _VERSION, "allow_from": keep, "senders": details})
+                removed += gone
+        if not removed:
+            where = f"{channel}/{account_id}" if account_id else channel
+            raise AccessDenied(f"{sender.strip()} is not an approved sender on {where}",
+                               f"see `hermit pairing list {channel}`; senders listed under allow_from or owners in "
+                               "the config are removed there")
+        return removed
+
+
+def _details(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    raw = data.get("senders")
+    return {k: v for k, v in raw.items() if isinstance(v, dict)} if isinstance(raw, dict) else {}
+
+
+def _str(v: object) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def _is(a: ApprovedSender, channel: str, wanted: str) -> bool:
+    if is_username(wanted):
+        return a.sender_username is not None and "@" + a.sender_username.lstrip("@").lower() == wanted.lower()
+    return sender_key(channel, a.sender_id) == sender_key(channel, wanted)
 
 
 def credential_permission_problems(state_dir: Path) -> list[str]:

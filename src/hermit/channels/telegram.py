@@ -238,7 +238,8 @@ class TelegramChannel:
         return InboundMessage(
             channel=self.name, account_id=self.account_id, peer_kind="dm" if dm else "group",
             peer_id=str(sender["id"] if dm else chat["id"]), sender_id=str(sender["id"]), text=text,
-            message_id=str(m["message_id"]), sender_name=name, topic_id=topic,
+            message_id=str(m["message_id"]), sender_name=name, sender_username=sender.get("username") or None,
+            topic_id=topic,
             mentioned=self._mentions_me(text, entities),
             reply_to_bot=real_reply and int((reply.get("from") or {}).get("id", 0)) == self._bot_id,
             reply_to=str(reply["message_id"]) if real_reply else None,

@@ -13,12 +13,12 @@ import os
 import platform
 from typing import Any
 
+from hermit.cli.access_checks import DOCTOR_CHECKS as ACCESS_CHECKS
 from hermit.cli.channels import channels_check
 from hermit.cli.checks import Check, CheckFn, check, run_checks
 from hermit.cli.context import CliContext
 from hermit.cli.cron import DOCTOR_CHECKS as CRON_CHECKS
 from hermit.cli.gateway import gateway_token
-from hermit.cli.pairing import DOCTOR_CHECKS as ACCESS_CHECKS
 from hermit.cli.pg_doctor import DOCTOR_CHECKS as POSTGRES_CHECKS
 from hermit.cli.preflight import state_dir_problem
 from hermit.cli.sandbox_check import exec_sandbox
@@ -179,7 +179,7 @@ CHECKS: list[CheckFn] = [
     exec_sandbox,  # which OS sandbox non-main sessions' exec runs in, or that they get no exec
     state_dir,
     config,
-    *ACCESS_CHECKS,  # bindings, channel access policies, credential file permissions
+    *ACCESS_CHECKS,  # bindings; owners, access policies and every route a non-owner has to main; credentials
     workspace,
     embedder,
     translation,

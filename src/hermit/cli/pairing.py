@@ -1,7 +1,10 @@
-"""`hermit pairing list|approve`: who is waiting to talk to the assistant, and letting them in; doctor checks.
+"""`hermit pairing list|approve|deny|revoke`: who waits to talk to the assistant, letting them in as contacts, and
+sending them away again.
 
-Pairing codes are issued by the gateway to unknown DM senders (dm_policy: pairing); the owner approves
-one here. This works while the gateway runs: both sides lock the pairing files.
+Pairing codes are issued by the gateway to unknown DM senders (dm_policy: pairing). Approving one makes the
+sender a *contact*: they talk to the assistant in a sandboxed session of their own, never the owner's main
+session; `approve` says so, and how to make someone an owner instead (their id under `owners`). All of
+this works while the gateway runs: both sides lock the pairing files.
 """
 
 from __future__ import annotations
@@ -11,103 +14,184 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from hermit.cli.checks import Check, CheckFn, check
 from hermit.cli.context import CliContext
-from hermit.errors import ConfigError, HermitError
+from hermit.errors import HermitError
 
 if TYPE_CHECKING:  # the commands load these themselves, so `hermit --help` stays quick
-    from hermit.config.schema import ChannelAccessConfig
+    from hermit.channels.pairing import ApprovedSender, PairingRequest
+    from hermit.config.load import LoadedConfig
 
 
 def register(sub: Any) -> None:
-    s = sub.add_parser("pairing", help="list and approve pairing requests from chat senders")
+    s = sub.add_parser("pairing", help="list, approve, deny and revoke chat senders (contacts)")
     ss = s.add_subparsers(dest="pairing_command", metavar="SUBCOMMAND", required=True)
-    p = ss.add_parser("list", help="pending pairing requests (codes expire after 1 hour)")
+    p = ss.add_parser("list", help="pending pairing requests and approved senders, per channel account")
     p.add_argument("channel", nargs="?", help="only this channel (telegram, discord, slack, whatsapp)")
-    p.add_argument("--json", action="store_true", help="print the pending requests as JSON")
+    p.add_argument("--json", action="store_true", help="print {pending: [...], approved: [...]} as JSON")
     p.set_defaults(func=cmd_list)
-    p = ss.add_parser("approve", help="let the sender of a pairing code talk to the assistant")
+    p = ss.add_parser("approve", help="let the sender of a pairing code talk to the assistant, as a contact")
     p.add_argument("channel", help="the channel the code was sent on")
     p.add_argument("code", help="the 8-character code the sender received")
     p.set_defaults(func=cmd_approve)
+    p = ss.add_parser("deny", help="drop a pending pairing request (the sender gets no new code for an hour)")
+    p.add_argument("channel", help="the channel the code was sent on")
+    p.add_argument("code", help="the 8-character code the sender received")
+    p.set_defaults(func=cmd_deny)
+    p = ss.add_parser("revoke", help="remove an approved sender: their next DM is treated as a stranger's")
+    p.add_argument("channel", help="telegram, discord, slack or whatsapp")
+    p.add_argument("sender", help="the sender id as `pairing list` shows it (or @username)")
+    p.add_argument("--account", help="only this channel account (default: every account of the channel)")
+    p.set_defaults(func=cmd_revoke)
 
 
-def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
-    from hermit.channels.access import PairingStore
-
-    store = PairingStore(ctx.home)
-    requests = store.pending(args.channel)
-    now = time.time()
-    if args.json:
-        print(json.dumps([{"channel": r.channel, "account_id": r.account_id, "sender_id": r.sender_id,
-                           "sender_name": r.sender_name, "code": r.code, "created_at": r.created_at,
-                           "expires_at": r.expires_at} for r in requests], ensure_ascii=False, indent=2))
-        return 0
-    if not requests:
-        where = f" on {args.channel}" if args.channel else ""
-        print(f"no pending pairing requests{where}")
-        return 0
-    rows = [(r.channel, r.account_id, r.sender_id + (f" ({r.sender_name})" if r.sender_name else ""), r.code,
-             f"{max(0, int((r.expires_at - now) // 60))} min") for r in requests]
-    header = ("CHANNEL", "ACCOUNT", "SENDER", "CODE", "EXPIRES IN")
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
     for row in (header, *rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-    print(f"\napprove one with: hermit pairing approve {rows[0][0]} {rows[0][3]}")
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else "-"
+
+
+def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
+    from hermit.channels.pairing import PairingStore
+
+    store = PairingStore(ctx.home)
+    requests = sorted(store.pending(args.channel), key=lambda r: (r.channel, r.account_id, r.created_at))
+    approved = sorted(store.approved(args.channel), key=lambda a: (a.channel, a.account_id))
+    now = time.time()
+    if args.json:
+        print(json.dumps({
+            "pending": [{"channel": r.channel, "account_id": r.account_id, "sender_id": r.sender_id,
+                         "sender_name": r.sender_name, "sender_username": r.sender_username, "code": r.code,
+                         "created_at": r.created_at, "expires_at": r.expires_at} for r in requests],
+            "approved": [{"channel": a.channel, "account_id": a.account_id, "sender_id": a.sender_id,
+                          "sender_name": a.sender_name, "sender_username": a.sender_username,
+                          "approved_at": a.approved_at} for a in approved],
+        }, ensure_ascii=False, indent=2))
+        return 0
+    where = f" on {args.channel}" if args.channel else ""
+    if requests:
+        print("Pending pairing requests (codes expire after 1 hour):")
+        _table(("CHANNEL", "ACCOUNT", "SENDER", "CODE", "EXPIRES IN"),
+               [(r.channel, r.account_id, _label(r), r.code, f"{max(0, int((r.expires_at - now) // 60))} min")
+                for r in requests])
+        print(f"approve one with: hermit pairing approve {requests[0].channel} {requests[0].code}   "
+              f"(or deny it: hermit pairing deny {requests[0].channel} {requests[0].code})")
+    else:
+        print(f"no pending pairing requests{where}")
+    print()
+    if approved:
+        print("Approved senders (contacts: each talks to the assistant in a sandboxed session of their own):")
+        _table(("CHANNEL", "ACCOUNT", "SENDER", "APPROVED"),
+               [(a.channel, a.account_id, a.label(), _when(a.approved_at)) for a in approved])
+        print(f"revoke one with: hermit pairing revoke {approved[0].channel} {approved[0].sender_id} "
+              f"--account {approved[0].account_id}")
+    else:
+        print(f"no approved senders{where}")
+    print("Owners (the main session) are named in the config: channels.<channel>.accounts.<account>.owners")
     return 0
+
+
+def _label(r: PairingRequest) -> str:
+    extra = ", ".join(x for x in (r.sender_name, f"@{r.sender_username}" if r.sender_username else None) if x)
+    return r.sender_id + (f" ({extra})" if extra else "")
+
+
+def _config(ctx: CliContext) -> LoadedConfig | None:
+    """The config, or None when it does not load: the pairing files changed anyway, and the explanation
+    below falls back to what holds for every valid config."""
+    try:
+        return ctx.config()
+    except HermitError as e:
+        print(f"(could not read the config to say more: {e.message})")
+        return None
+
+
+def _contact_terms(ctx: CliContext, channel: str, account_id: str, sender_id: str) -> list[str]:
+    """What an approved contact can and cannot do under this config, in the words `approve` prints."""
+    from hermit.agent.routing import RouteInput, Router
+    from hermit.config.allowlist import matches
+
+    owners_key = f"channels.{channel}.accounts.{account_id}.owners"
+    loaded = _config(ctx)
+    session = "their own session"
+    notes: list[str] = []
+    sandboxed = True
+    try:
+        route = Router.from_config(loaded).resolve(RouteInput(channel, account_id, "dm", sender_id)) \
+            if loaded is not None else None
+    except HermitError as e:  # a binding to an unknown agent: the approval stands, `hermit doctor` says more
+        print(f"(could not route their messages to say more: {e.message})")
+        route = None
+    if loaded is not None and route is not None:
+        agent = loaded.agent(route.agent_id).settings
+        session = f"their own session ({route.session_key})"
+        if route.main:
+            notes.append(f"WARNING: agents {route.agent_id} has session.dangerously_share_main_session_with_"
+                         "contacts: true, so they reach your MAIN session (MEMORY.md, your notes, an unsandboxed "
+                         f"shell). Turn it off, or revoke them: hermit pairing revoke {channel} {sender_id} "
+                         f"--account {account_id}")
+        if agent.sandbox.mode == "off":
+            sandboxed = False
+            notes.append(f"WARNING: agents {route.agent_id} has sandbox.mode: off, so their session's tools (exec, "
+                         "files) run unsandboxed on this machine. Set sandbox.mode: non-main.")
+        acc = getattr(getattr(loaded.config.channels, channel, None), "accounts", {}).get(account_id)
+        if acc is not None and matches(channel, acc.owners, sender_id):
+            notes.append(f"They are also listed under {owners_key}, so they are an owner anyway.")
+    tools = "its tools run in the sandbox" if sandboxed else "its tools are NOT sandboxed (see below)"
+    cannot = "reach your main session, MEMORY.md or your owner-only notes"
+    return [f"  They can:    talk to the assistant in {session}; {tools}.",
+            f"  They cannot: {cannot}" + (", nor run commands outside the sandbox." if sandboxed else "."),
+            f"  To make someone an owner instead, add their id to {owners_key} in the config.",
+            f"  Undo with:   hermit pairing revoke {channel} {sender_id} --account {account_id}",
+            *notes]
 
 
 def cmd_approve(ctx: CliContext, args: argparse.Namespace) -> int:
-    from hermit.channels.access import PairingStore
+    from hermit.channels.pairing import PairingStore
 
     req = PairingStore(ctx.home).approve(args.channel, args.code)
-    who = req.sender_id + (f" ({req.sender_name})" if req.sender_name else "")
-    print(f"approved {who} on {req.channel}/{req.account_id}: their next message reaches the assistant")
+    print(f"approved {_label(req)} on {req.channel}/{req.account_id} as a contact (not an owner): their next "
+          "message reaches the assistant.")
+    for line in _contact_terms(ctx, req.channel, req.account_id, req.sender_id):
+        print(line)
     return 0
 
 
-@check("bindings", fix="fix or remove these bindings (see the README's routing section)", needs=("config",))
-def bindings_check(ctx: CliContext) -> str:
-    from hermit.agent.routing import binding_problems
+def cmd_deny(ctx: CliContext, args: argparse.Namespace) -> int:
+    from hermit.channels.pairing import PairingStore
 
-    cfg = ctx.config()
-    problems = binding_problems(cfg.config.bindings, [a.id for a in cfg.agents], cfg.config.channels)
-    if problems:
-        raise ConfigError("; ".join(problems), "fix or remove these bindings (see the README's routing section)")
-    return f"{len(cfg.config.bindings)} binding(s), default agent {cfg.agent().id}"
+    req = PairingStore(ctx.home).deny(args.channel, args.code)
+    print(f"denied {_label(req)} on {req.channel}/{req.account_id}: no reply, and no new code before "
+          f"{_when(req.expires_at)}")
+    return 0
 
 
-@check("access", fix="fix channels.<name>.accounts in the config", needs=("config",))
-def access_check(ctx: CliContext) -> str | Check:
-    channels = ctx.config().config.channels
-    parts: list[str] = []
-    wide_open: list[str] = []
-    for name in ("telegram", "discord", "slack", "whatsapp"):
-        accounts: dict[str, ChannelAccessConfig] = getattr(channels, name).accounts
-        for account_id, acc in accounts.items():
-            groups = f"groups {acc.group_policy}" + (f" ({len(acc.groups)})" if acc.group_policy == "allowlist" else "")
-            parts.append(f"{name}/{account_id}: DMs {acc.dm_policy}, {groups}")
-            if acc.dm_policy == "open" or (acc.group_policy == "open" and not acc.require_mention):
-                wide_open.append(f"{name}/{account_id}")
-    detail = "; ".join(parts) or "no chat accounts configured (web chat only)"
-    if wide_open:
-        # Allowed on purpose, but worth a second look: anyone can make the agent work (non-main, sandboxed).
-        return Check("access", "warn", f"{detail} — open to anyone: {', '.join(wide_open)}",
-                     "use dm_policy: pairing (or allowlist) unless strangers should reach the assistant")
-    return detail
+def _after_revoke(loaded: LoadedConfig | None, gone: ApprovedSender) -> str:
+    from hermit.config.allowlist import matches
+
+    acc = None if loaded is None else getattr(getattr(loaded.config.channels, gone.channel, None), "accounts",
+                                              {}).get(gone.account_id)
+    if acc is None:
+        return "their next message is treated as a stranger's"
+    where = f"channels.{gone.channel}.accounts.{gone.account_id}"
+    if matches(gone.channel, acc.owners, gone.sender_id, gone.sender_username):
+        return f"but they are listed under {where}.owners in the config: remove them there"
+    if matches(gone.channel, acc.allow_from, gone.sender_id, gone.sender_username):
+        return f"but they are listed under {where}.allow_from in the config: remove them there"
+    return {"pairing": "their next message gets a new pairing code, and nothing reaches the assistant",
+            "allowlist": "their next message is ignored",
+            "open": f"but {where} has dm_policy: open, so they still reach the assistant as a contact",
+            "disabled": "DMs are disabled on that account anyway"}[acc.dm_policy]
 
 
-@check("credentials", fix="chmod 700 the credentials dir and 600 its files")
-def credentials_check(ctx: CliContext) -> str:
-    from hermit.channels.pairing import credential_permission_problems
+def cmd_revoke(ctx: CliContext, args: argparse.Namespace) -> int:
+    from hermit.channels.pairing import PairingStore
 
-    problems = credential_permission_problems(ctx.home)
-    if problems:
-        base = ctx.home / "credentials"
-        raise HermitError("; ".join(problems),
-                          f"chmod 700 {base} && chmod 600 {base}/*  (pairing files decide who may talk to you)")
-    return f"{ctx.home / 'credentials'}: owner-only"
-
-
-# `hermit doctor` runs these after the config check ('*' outside open is a config error reported there).
-DOCTOR_CHECKS: tuple[CheckFn, ...] = (bindings_check, access_check, credentials_check)
+    removed = PairingStore(ctx.home).revoke(args.channel, args.sender, args.account)
+    loaded = _config(ctx)
+    for gone in removed:
+        print(f"revoked {gone.label()} on {gone.channel}/{gone.account_id}: {_after_revoke(loaded, gone)}")
+    return 0

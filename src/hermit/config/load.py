@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,9 @@ class _Located:
 def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
     cur: Any = model
     for part in loc:
+        if typing.get_origin(cur) is dict:  # a mapping's key (channels.telegram.accounts.<id>): its value type
+            cur = typing.get_args(cur)[1]
+            continue
         if not (isinstance(cur, type) and issubclass(cur, BaseModel)):
             return None
         field = cur.model_fields.get(str(part))
@@ -141,6 +145,10 @@ def _format_errors(
             got = err.get("input")
             shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
             lines.append(f"{at}: {key}: {err['msg']} (got {shown})")
+            # A validator that knows the fix says so in its error's context (allowlist entries, owners).
+            own_hint = (err.get("ctx") or {}).get("hint")
+            if isinstance(own_hint, str) and own_hint not in hints:
+                hints.append(own_hint)
     hint = "; ".join(hints) or "fix the value(s) above; `hermit doctor` re-checks the config"
     return ConfigError("invalid config:\n  " + "\n  ".join(lines), hint)
 

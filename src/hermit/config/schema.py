@@ -7,6 +7,21 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+# The `channels:` section lives in its own module; its names stay importable from here.
+from hermit.config.channels import ChannelAccessConfig as ChannelAccessConfig
+from hermit.config.channels import ChannelsConfig as ChannelsConfig
+from hermit.config.channels import DiscordAccountConfig as DiscordAccountConfig
+from hermit.config.channels import DiscordChannelConfig as DiscordChannelConfig
+from hermit.config.channels import DmPolicy as DmPolicy
+from hermit.config.channels import GroupPolicy as GroupPolicy
+from hermit.config.channels import SlackAccountConfig as SlackAccountConfig
+from hermit.config.channels import SlackChannelConfig as SlackChannelConfig
+from hermit.config.channels import TelegramAccountConfig as TelegramAccountConfig
+from hermit.config.channels import TelegramChannelConfig as TelegramChannelConfig
+from hermit.config.channels import WebchatConfig as WebchatConfig
+from hermit.config.channels import WhatsAppAccountConfig as WhatsAppAccountConfig
+from hermit.config.channels import WhatsAppChannelConfig as WhatsAppChannelConfig
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -308,12 +323,17 @@ class SessionConfig(Strict):
     """Session lifecycle: reset policy with per-chat-type and per-channel overrides, reset commands.
 
     Precedence: reset_by_channel over reset_by_type over reset. `hooks.session_memory` saves the end of a
-    session to memory/ on /new and /reset. `dm_scope` says which DMs share a session (SPEC §15): `main`
-    puts every DM into the owner's main session, the others give each sender (per channel, per account)
-    a non-main session of their own.
+    session to memory/ on /new and /reset. `dm_scope` groups the *owners'* DMs (SPEC §15, §18): `main`
+    puts them into the main session, the others give each owner (per channel, per account) a non-main
+    session of their own. A contact's DM (approved by pairing, in `allow_from`, or let in by
+    `dm_policy: open`) never reaches the main session: under `main` it gets the
+    per-account-channel-peer key, otherwise the configured scope's key. Only
+    `dangerously_share_main_session_with_contacts` brings back the original's behaviour (every DM in
+    the main session, with MEMORY.md and an unsandboxed exec), and `hermit doctor` warns about it.
     """
 
     dm_scope: DmScope = "main"
+    dangerously_share_main_session_with_contacts: bool = False
     reset: ResetConfig = ResetConfig()
     reset_by_type: dict[Literal["dm", "group", "thread"], ResetOverride] = Field(default_factory=dict)
     reset_by_channel: dict[str, ResetOverride] = Field(default_factory=dict)
@@ -467,7 +487,8 @@ class BindingPeer(Strict):
 
 
 class BindingMatch(Strict):
-    """What a binding matches; every field given must be equal (channel is required)."""
+    """What a binding matches; every field given must be equal (channel is required).
+    `account_id: "*"` matches every account of the channel (ranked like a channel-wide binding)."""
 
     channel: str = Field(min_length=1)
     account_id: str | None = None
@@ -486,99 +507,6 @@ class BindingConfig(Strict):
 
     match: BindingMatch
     agent_id: str
-
-
-DmPolicy = Literal["pairing", "allowlist", "open", "disabled"]
-GroupPolicy = Literal["allowlist", "open", "disabled"]
-
-
-class ChannelAccessConfig(Strict):
-    """Who may reach the assistant through one channel account (SPEC §15). Fails closed: `*` only with open."""
-
-    enabled: bool = True
-    dm_policy: DmPolicy = "pairing"
-    allow_from: builtins.list[str] = Field(default_factory=builtins.list)  # sender ids allowed to DM
-    group_policy: GroupPolicy = "allowlist"
-    groups: builtins.list[str] = Field(default_factory=builtins.list)  # group/channel ids (allowlist)
-    group_allow_from: builtins.list[str] = Field(default_factory=builtins.list)  # senders inside groups; empty = all
-    require_mention: bool = True  # in groups; a reply to the bot counts as a mention
-
-    @model_validator(mode="after")
-    def _star_only_when_open(self) -> ChannelAccessConfig:
-        if "*" in self.allow_from and self.dm_policy != "open":
-            raise ValueError(f"allow_from contains '*' but dm_policy is {self.dm_policy!r}: '*' lets every "
-                             "stranger in, so it is only accepted with dm_policy: open")
-        if "*" in self.groups and self.group_policy != "open":
-            raise ValueError(f"groups contains '*' but group_policy is {self.group_policy!r}: use "
-                             "group_policy: open to accept every group")
-        return self
-
-
-# One class per platform so each adapter can declare its own settings (tokens by env var name, api_base…).
-# Secrets: `<name>_env` names the environment variable that holds it (the recommended way); a plaintext
-# `<name>` works too, wins over the variable, and makes `hermit doctor` warn. repr=False keeps them out of logs.
-class TelegramAccountConfig(ChannelAccessConfig):
-    token_env: str = "TELEGRAM_BOT_TOKEN"
-    token: str | None = Field(None, repr=False)
-    api_base: str = "https://api.telegram.org"  # Bot API root; files come from <api_base>/file/bot<token>/
-    poll_timeout_seconds: int = Field(30, ge=0, le=50)  # getUpdates long-poll wait
-
-
-class DiscordAccountConfig(ChannelAccessConfig):
-    token_env: str = "DISCORD_BOT_TOKEN"
-    token: str | None = Field(None, repr=False)
-
-
-class SlackAccountConfig(ChannelAccessConfig):
-    mode: Literal["socket", "http"] = "socket"  # Socket Mode (no public URL needed) or the HTTP Events API
-    bot_token_env: str = "SLACK_BOT_TOKEN"  # xoxb-…: chat.postMessage
-    bot_token: str | None = Field(None, repr=False)
-    app_token_env: str = "SLACK_APP_TOKEN"  # xapp-…: Socket Mode only
-    app_token: str | None = Field(None, repr=False)
-    signing_secret_env: str = "SLACK_SIGNING_SECRET"  # HTTP Events API only
-    signing_secret: str | None = Field(None, repr=False)
-    base_url: str = "https://slack.com/api"
-
-
-class WhatsAppAccountConfig(ChannelAccessConfig):
-    phone_number_id: str = ""  # the Cloud API's sender id (Meta app → WhatsApp → API setup)
-    access_token_env: str = "WHATSAPP_ACCESS_TOKEN"
-    access_token: str | None = Field(None, repr=False)
-    app_secret_env: str = "WHATSAPP_APP_SECRET"  # checks X-Hub-Signature-256 on every webhook POST
-    app_secret: str | None = Field(None, repr=False)
-    verify_token_env: str = "WHATSAPP_VERIFY_TOKEN"  # echoed back in the webhook's GET verification
-    verify_token: str | None = Field(None, repr=False)
-    base_url: str = "https://graph.facebook.com/v21.0"
-
-
-class TelegramChannelConfig(Strict):
-    accounts: dict[str, TelegramAccountConfig] = Field(default_factory=dict)
-
-
-class DiscordChannelConfig(Strict):
-    accounts: dict[str, DiscordAccountConfig] = Field(default_factory=dict)
-
-
-class SlackChannelConfig(Strict):
-    accounts: dict[str, SlackAccountConfig] = Field(default_factory=dict)
-
-
-class WhatsAppChannelConfig(Strict):
-    accounts: dict[str, WhatsAppAccountConfig] = Field(default_factory=dict)
-
-
-class WebchatConfig(Strict):
-    """The gateway's own web chat: whoever holds the gateway token is the owner (main session)."""
-
-    enabled: bool = True
-
-
-class ChannelsConfig(Strict):
-    webchat: WebchatConfig = WebchatConfig()
-    telegram: TelegramChannelConfig = TelegramChannelConfig()
-    discord: DiscordChannelConfig = DiscordChannelConfig()
-    slack: SlackChannelConfig = SlackChannelConfig()
-    whatsapp: WhatsAppChannelConfig = WhatsAppChannelConfig()
 
 
 class GatewayConfig(Strict):

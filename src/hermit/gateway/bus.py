@@ -11,6 +11,8 @@ Routing and access are injected (`route`, `admit`), so this module knows only th
 gateway's composition (supervisor.py) adapts agent.routing.Router and channels.access.AccessControl to
 them. A message is routed before it is checked, so a group's mention patterns are those of the agent
 that would answer; a refused sender is sent only what the policy says (a pairing code or nothing).
+The route already knows whether a DM's sender is an owner (owners are config, no file to read): only an
+owner's DM can be routed to the main session, a contact's gets a session of its own (SPEC §18).
 """
 
 from __future__ import annotations

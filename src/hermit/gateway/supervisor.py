@@ -76,10 +76,14 @@ def split_chunks(text: str, max_chars: int, max_lines: int | None = None) -> lis
     return chunk_text(text, max_chars, max_lines)
 
 
-def route_with(router: Router) -> Callable[[InboundMessage], Routed]:
+def route_with(router: Router, access: AccessControl) -> Callable[[InboundMessage], Routed]:
+    """Routing needs to know whether a DM's sender is an owner (only owners reach the main session); the
+    owners are config, so this is a cheap check done before admission, which may read pairing files."""
     def route(msg: InboundMessage) -> Routed:
+        owner = msg.peer_kind == "dm" and access.is_owner(msg.channel, msg.account_id, msg.sender_id,
+                                                          msg.sender_username)
         r = router.resolve(RouteInput(msg.channel, msg.account_id, msg.peer_kind, msg.peer_id, msg.thread_id,
-                                      msg.topic_id, msg.guild_id, msg.team_id))
+                                      msg.topic_id, msg.guild_id, msg.team_id, sender_is_owner=owner))
         return Routed(r.agent_id, r.session_key)
 
     return route
@@ -91,7 +95,8 @@ def admit_with(access: AccessControl, loaded: LoadedConfig) -> Callable[[Inbound
     def admit(msg: InboundMessage, agent_id: str) -> Admission:
         d = access.check(msg.channel, msg.account_id, msg.peer_kind, msg.peer_id, msg.sender_id, text=msg.text,
                          mentioned=msg.mentioned, reply_to_bot=msg.reply_to_bot,
-                         mention_patterns=patterns.get(agent_id, ()), sender_name=msg.sender_name)
+                         mention_patterns=patterns.get(agent_id, ()), sender_name=msg.sender_name,
+                         sender_username=msg.sender_username)
         return Admission(d.allowed, d.reply, d.reason)
 
     return admit
@@ -116,14 +121,14 @@ class Gateway:
         self.channels: list[Channel] = ([self.webchat] if loaded.config.channels.webchat.enabled else []) + extra
         access = AccessControl(loaded.config.channels, PairingStore(home, clock), clock)
         router = Router.from_config(loaded)
-        self.bus = Bus(self.agents, route=route_with(router), admit=admit_with(access, loaded),
+        self.bus = Bus(self.agents, route=route_with(router, access), admit=admit_with(access, loaded),
                        channels={(c.name, c.account_id): c for c in self.channels}, chunk=chunk_text,
                        queue_limit=self.cfg.queue_max_per_session)
         ctx = ServiceContext(self.bus, loaded, home, environ, clock)
         self.services: list[Service] = [MemoryWatcher(a, r.memory) for a, r in runtimes.items()
                                         if r.memory is not None and r.memory.cfg.sync.watch]
         self.services += build_services(ctx, service_factories)
-        owner = router.resolve(RouteInput("webchat", "default", "dm", "owner")).session_key
+        owner = router.resolve(RouteInput("webchat", "default", "dm", "owner", sender_is_owner=True)).session_key
         api = WebchatApi(self.webchat, self.agents, token, owner, self.cfg.allowed_origins)
         self.app = build_app(api, token, self._status, webhook_routes(extra),
                              webchat=loaded.config.channels.webchat.enabled)

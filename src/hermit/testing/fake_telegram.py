@@ -48,11 +48,13 @@ class FakeTelegram(FakePlatform):
     def push_message(self, *, chat_id: int, text: str = "", from_id: int | None = None,
                      chat_type: str = "private", first_name: str = "Ann", reply_to_bot: bool = False,
                      topic_id: int | None = None, photo: bytes | None = None,
-                     document: tuple[str, bytes] | None = None) -> int:
+                     document: tuple[str, bytes] | None = None, username: str | None = None) -> int:
         """Queue a user's message as an update; returns its message_id."""
         self._next_message += 1
         mid = self._next_message
         sender = {"id": from_id if from_id is not None else chat_id, "is_bot": False, "first_name": first_name}
+        if username is not None:
+            sender["username"] = username
         msg: dict[str, Any] = {"message_id": mid, "date": int(time.time()), "from": sender,
                                "chat": {"id": chat_id, "type": chat_type}}
         key = "caption" if (photo or document) else "text"

@@ -1,0 +1,146 @@
+"""`hermit doctor` checks of who can reach the assistant: bindings, owners and access policies, credential files.
+
+The `access` check says, per channel account, how many owners it names and what its policies are, and
+warns wherever someone who is not the owner could reach the main session (MEMORY.md, owner-only notes,
+an unsandboxed shell) or run tools outside the sandbox (SPEC §18):
+- `session.dangerously_share_main_session_with_contacts` (contacts' DMs in the main session);
+- an owner named by @username (whoever holds that username later is the owner);
+- a heartbeat whose alerts (main-session output) go to a group or to a DM peer who is not an owner;
+- `sandbox.mode: off` while chat accounts exist (contacts' and groups' sessions run tools unsandboxed);
+- DMs or groups open to anyone.
+An account without owners under `dm_scope: main` is fine (only the web chat and the CLI reach the main
+session) and is said so, not warned about.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hermit.cli.checks import Check, CheckFn, check
+from hermit.cli.context import CliContext
+from hermit.errors import ConfigError, HermitError
+
+if TYPE_CHECKING:  # loaded inside the checks, so `hermit --help` stays quick
+    from hermit.agent.routing import Router
+    from hermit.config.load import LoadedConfig
+    from hermit.config.schema import ChannelAccessConfig
+
+CHAT_PLATFORMS = ("telegram", "discord", "slack", "whatsapp")
+
+
+@check("bindings", fix="fix or remove these bindings (see the README's routing section)", needs=("config",))
+def bindings_check(ctx: CliContext) -> str:
+    from hermit.agent.routing import binding_problems
+
+    cfg = ctx.config()
+    problems = binding_problems(cfg.config.bindings, [a.id for a in cfg.agents], cfg.config.channels)
+    if problems:
+        raise ConfigError("; ".join(problems), "fix or remove these bindings (see the README's routing section)")
+    return f"{len(cfg.config.bindings)} binding(s), default agent {cfg.agent().id}"
+
+
+def _approved_count(ctx: CliContext, channel: str, account_id: str) -> int | None:
+    from hermit.channels.pairing import PairingStore
+
+    try:
+        return len(PairingStore(ctx.home).approved_senders(channel, account_id))
+    except (OSError, HermitError):  # a state dir that is not there yet, or an unreadable file
+        return None
+
+
+def _account_line(ctx: CliContext, router: Router, loaded: LoadedConfig, name: str, account_id: str,
+                  acc: ChannelAccessConfig) -> str:
+    from hermit.agent.routing import RouteInput
+
+    approved = _approved_count(ctx, name, account_id)
+    dms = f"DMs {acc.dm_policy}"
+    if acc.dm_policy in ("pairing", "allowlist"):
+        contacts = len(acc.allow_from) + (approved or 0)
+        dms += f" ({contacts} contact{'s' if contacts != 1 else ''})"
+    groups = f"groups {acc.group_policy}" + (f" ({len(acc.groups)})" if acc.group_policy == "allowlist" else "")
+    line = f"{name}/{account_id}: owners {len(acc.owners)}, {dms}, {groups}"
+    if not acc.enabled:
+        return line + " [disabled]"
+    agent = router.resolve(RouteInput(name, account_id, "dm", "?")).agent_id
+    if not acc.owners and loaded.agent(agent).settings.session.dm_scope == "main":
+        line += " — no owners: only the web chat and the CLI reach the main session"
+    return line
+
+
+def _risks(loaded: LoadedConfig, accounts: list[tuple[str, str, ChannelAccessConfig]]) -> list[str]:
+    """Every way a non-owner could reach the main session or unsandboxed tools, one sentence each."""
+    from hermit.config.allowlist import is_username, matches
+
+    risks: list[str] = []
+    for a in loaded.agents:
+        session = a.settings.session
+        if session.dangerously_share_main_session_with_contacts:
+            effect = ("contacts' DMs (approved, allowlisted, or anyone under dm_policy open) land in its main "
+                      "session: MEMORY.md, owner-only notes, an unsandboxed shell"
+                      if session.dm_scope == "main" else
+                      f"no effect while dm_scope is {session.dm_scope}, but it would put contacts into the main "
+                      "session under dm_scope main")
+            risks.append(f"agents {a.id}: session.dangerously_share_main_session_with_contacts is true — {effect}")
+        if a.settings.sandbox.mode == "off" and accounts:
+            risks.append(f"agents {a.id}: sandbox.mode is off — contacts' and groups' sessions run exec and file "
+                         "tools unsandboxed on this machine")
+        hb = a.settings.heartbeat
+        if hb.target is not None and hb.every_minutes > 0:
+            t = hb.target
+            where = f"{t.channel}/{t.account} {t.peer_kind} {t.to}"
+            owned = {(n, i): c for n, i, c in accounts}
+            acc = owned.get((t.channel, t.account))
+            if t.peer_kind == "group":
+                risks.append(f"agents {a.id}: heartbeat alerts (main-session text) go to the group {where}")
+            elif acc is None or not matches(t.channel, acc.owners, t.to):
+                risks.append(f"agents {a.id}: heartbeat alerts (main-session text) go to {where}, who is not "
+                             f"listed under channels.{t.channel}.accounts.{t.account}.owners")
+    for name, account_id, acc in accounts:
+        for entry in acc.owners:
+            if is_username(entry):
+                risks.append(f"{name}/{account_id}: owner {entry} is matched by username — whoever holds that "
+                             "username later becomes the owner; prefer the numeric id")
+        if acc.enabled and (acc.dm_policy == "open" or (acc.group_policy == "open" and not acc.require_mention)):
+            risks.append(f"{name}/{account_id}: open to anyone (as contacts, in sandboxed sessions of their own)")
+    return risks
+
+
+@check("access", fix="fix channels.<name>.accounts in the config", needs=("config",))
+def access_check(ctx: CliContext) -> str | Check:
+    from hermit.agent.routing import Router
+
+    loaded = ctx.config()
+    channels = loaded.config.channels
+    # Bindings to unknown agents are the bindings check's failure; here they simply never match.
+    agents = {a.id: a.settings.session for a in loaded.agents}
+    router = Router([b for b in loaded.config.bindings if b.agent_id in agents],
+                    {a: s.dm_scope for a, s in agents.items()}, loaded.agent().id,
+                    [a for a, s in agents.items() if s.dangerously_share_main_session_with_contacts])
+    accounts: list[tuple[str, str, ChannelAccessConfig]] = [
+        (name, account_id, acc) for name in CHAT_PLATFORMS
+        for account_id, acc in getattr(channels, name).accounts.items()]
+    parts = [_account_line(ctx, router, loaded, name, account_id, acc) for name, account_id, acc in accounts]
+    detail = "; ".join(parts) or "no chat accounts configured (web chat only)"
+    risks = _risks(loaded, accounts)
+    if risks:
+        return Check("access", "warn", f"{detail} — {'; '.join(risks)}",
+                     "only owners should reach the main session: turn dangerous settings off, name owners by "
+                     "numeric id, point heartbeat.target at an owner, keep sandbox.mode non-main, and use "
+                     "dm_policy pairing or allowlist unless strangers should reach the assistant")
+    return detail
+
+
+@check("credentials", fix="chmod 700 the credentials dir and 600 its files")
+def credentials_check(ctx: CliContext) -> str:
+    from hermit.channels.pairing import credential_permission_problems
+
+    problems = credential_permission_problems(ctx.home)
+    if problems:
+        base = ctx.home / "credentials"
+        raise HermitError("; ".join(problems),
+                          f"chmod 700 {base} && chmod 600 {base}/*  (pairing files decide who may talk to you)")
+    return f"{ctx.home / 'credentials'}: owner-only"
+
+
+# `hermit doctor` runs these after the config check ('*' outside open is a config error reported there).
+DOCTOR_CHECKS: tuple[CheckFn, ...] = (bindings_check, access_check, credentials_check)
