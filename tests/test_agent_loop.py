@@ -244,12 +244,8 @@ def two_agents(tmp_path: Path) -> Path:
     return h
 
 
-@pytest.mark.parametrize("api", APIS)
-@pytest.mark.parametrize("mode, key", [("non-main", GROUP), ("all", MAIN)])
-def test_sandboxed_agent_cannot_read_another_agents_workspace(two_agents: Path, api: str, mode: str,
-                                                              key: str) -> None:
-    secret = two_agents / "workspace-work" / "secret.md"
-    script = [
+def another_agents_secret_script(secret: Path) -> list[dict[str, Any]]:
+    return [
         {"tool_calls": [
             {"name": "read", "arguments": {"path": str(secret)}},
             {"name": "read", "arguments": {"path": "../workspace-work/secret.md"}},
@@ -261,6 +257,34 @@ def test_sandboxed_agent_cannot_read_another_agents_workspace(two_agents: Path, 
         ]},
         {"text": "I cannot read that."},
     ]
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_group_works_in_its_room_and_sees_nothing_else(two_agents: Path, api: str) -> None:
+    """A non-owner session's paths are its room (plus memory and the instructions): the owner's files, the
+    other agent's workspace and the symlink to it are not there, and what it writes stays in the room."""
+    secret = two_agents / "workspace-work" / "secret.md"
+    with FakeProvider(another_agents_secret_script(secret)) as fake:
+        rt = make_runtime(load(two_agents, api, fake, agents=[{"id": "main"}, {"id": "work"}]), None, memory=False)
+        assert rt.sandboxed(GROUP)
+        result = rt.run_turn(GROUP, "show me the work plan")
+    results = tool_results(fake.requests[1])
+    assert [err for _, err in results[:4]] == [True, True, True, False] and results[6][1]
+    assert "outside the workspace" in results[0][0] and "outside the workspace" in results[1][0]
+    assert "not found" in results[2][0] and "not found" in results[6][0]  # not in its room
+    assert "No such file" in results[4][0] and "No such file" in results[5][0]
+    assert "TOP-SECRET" not in json.dumps(fake.requests[1].body), json.dumps(fake.requests[1].body)[-3000:]
+    room = rt.confinement.room(GROUP).path
+    assert (room / "link-to-work" / "new.md").read_text() == "x"
+    assert not (two_agents / "workspace-work" / "new.md").exists()
+    assert result.reply == "I cannot read that."
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_sandboxed_main_session_cannot_read_another_agents_workspace(two_agents: Path, api: str) -> None:
+    mode, key = "all", MAIN
+    secret = two_agents / "workspace-work" / "secret.md"
+    script = another_agents_secret_script(secret)
     agents = [{"id": "main", "sandbox": {"mode": mode}}, {"id": "work"}]
     with FakeProvider(script) as fake:
         rt = make_runtime(load(two_agents, api, fake, agents=agents), None, memory=False)

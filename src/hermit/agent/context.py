@@ -97,6 +97,7 @@ class PromptInputs:
     timezone_name: str
     tools: tuple[ToolSchema, ...]
     sandboxed: bool
+    roomed: bool = False  # a non-owner session working in its own room (tools/rooms.py)
     model_ref: str = ""
     bootstrap_max_chars: int = 20_000
     bootstrap_total_max_chars: int = 150_000
@@ -146,6 +147,10 @@ def _sections(p: PromptInputs) -> list[tuple[str, str]]:
     kind = "the main private session" if private else "not the main session: MEMORY.md is not available here"
     sandbox = ("\nThis session is sandboxed: tools may only use paths inside the workspace."
                if p.sandboxed else "")
+    if p.roomed:
+        sandbox = ("\nThis session is sandboxed in its own room: files you write are kept for this chat only; "
+                   "memory/ and the instruction files are read-only here (add a note to memory with write and "
+                   "append: true).")
     out.append(("workspace", (
         f"## Workspace\nYour working directory is {p.workspace}; your memory files live there.{sandbox}\n"
         f"Agent: {p.agent_id} · session: {p.session_key} ({kind})"

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from hermit.agent.compaction import CompactionOutcome
+from hermit.agent.confinement import Confinement
 from hermit.agent.context import (
     ContextReport,
     PromptInputs,
@@ -61,13 +62,13 @@ from hermit.tools import (
     MemoryWriteRules,
     OsSandbox,
     ReadOnlyWrites,
+    RoomSandbox,
     ToolRunner,
     WritePolicy,
     build_toolset,
 )
 from hermit.tools.memory_files import session_origin
-from hermit.tools.os_sandbox import Backend, SandboxLimits
-from hermit.tools.os_sandbox import detect as detect_sandbox
+from hermit.tools.os_sandbox import Backend
 from hermit.workspace import ensure_workspace
 
 log = logging.getLogger("hermit.agent")
@@ -103,14 +104,14 @@ class AgentRuntime:
         self._locks_guard = threading.Lock()
         self._prune_memo: dict[str, PruneMemo] = {}
         self._maintenance = SessionMaintenance(self, forget_pruning=self._forget_pruning)
-        self._sandbox_backend = sandbox_backend  # None: detect the machine's OS sandbox on first use
+        # Rooms and sandboxes of non-owner sessions; the backend is detected on first use when None.
+        self.confinement = Confinement(agent, self._agent_dir, sandbox_backend)
         self._senders: dict[str, str] = {}  # who sent the current turn's message, per session key
 
     # ---- policy -----------------------------------------------------------------------------------
 
     def sandboxed(self, session_key: str) -> bool:
-        mode = self.agent.settings.sandbox.mode
-        return mode == "all" or (mode == "non-main" and not is_main_session_key(session_key))
+        return self.confinement.sandboxed(session_key)
 
     def pruning_mode(self) -> PruningMode:
         return resolve_pruning_mode(self.agent.settings.context_pruning.mode, self.model.profile.cache_ttl_seconds)
@@ -123,6 +124,7 @@ class AgentRuntime:
         transcript = (lambda: self._transcript_path(session_key)) if self.pruning_mode() != "off" else None
         sandbox = self.agent.settings.sandbox
         private = includes_long_term_memory(session_key)
+        view = self.confinement.view(session_key)
         return build_toolset(
             self.agent.workspace,
             confined=self.sandboxed(session_key),
@@ -136,12 +138,13 @@ class AgentRuntime:
             transcript=transcript,
             cron=(self.cron, self.agent.id) if self.cron is not None and write_policy is None
             and is_main_session_key(session_key) else None,
-            os_sandbox=self.os_sandbox(session_key),
+            os_sandbox=self.confinement.os_sandbox(session_key, view),
             rules=MemoryWriteRules(
                 self.agent.workspace, origin=None if private else session_origin(session_key, self._senders.get(
                     session_key)), memory_writes=sandbox.memory_writes, history_dir=self._agent_dir / "memory-history",
                 extra_paths=self._extra_memory_paths(), clock=self.clock),
             env_allow=frozenset(sandbox.env_allow),
+            view=view,
         )
 
     @property
@@ -152,19 +155,9 @@ class AgentRuntime:
         ws = self.agent.workspace
         return tuple((ws / Path(e).expanduser()).resolve() for e in self.agent.settings.memory_search.extra_paths)
 
-    def os_sandbox(self, session_key: str) -> OsSandbox | None:
+    def os_sandbox(self, session_key: str) -> OsSandbox | RoomSandbox | None:
         """The OS sandbox a confined session's exec runs in; None when not confined or none is available."""
-        if not self.sandboxed(session_key):
-            return None
-        if self._sandbox_backend is None:
-            self._sandbox_backend = detect_sandbox()
-        if not self._sandbox_backend.available:
-            return None
-        s = self.agent.settings.sandbox
-        return OsSandbox(self._sandbox_backend, self.agent.workspace,
-                         hide_memory=not includes_long_term_memory(session_key),
-                         limits=SandboxLimits(memory_mb=s.exec_memory_mb, max_file_mb=s.exec_max_file_mb),
-                         scratch=self._agent_dir / "sandbox")
+        return self.confinement.os_sandbox(session_key, self.confinement.view(session_key))
 
     def _transcript_path(self, session_key: str) -> Path:
         record = self.store.get(session_key)
@@ -198,6 +191,7 @@ class AgentRuntime:
             timezone_name=self.timezone_name,
             tools=tools.schemas(),
             sandboxed=self.sandboxed(session_key),
+            roomed=self.confinement.roomed(session_key),
             model_ref=self.model.profile.ref,
             bootstrap_max_chars=s.bootstrap_max_chars,
             bootstrap_total_max_chars=s.bootstrap_total_max_chars,

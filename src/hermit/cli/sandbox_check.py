@@ -1,4 +1,5 @@
-"""The `hermit doctor` check for the exec sandbox: which OS sandbox non-main sessions get, or that they get no exec."""
+"""The `hermit doctor` check for the exec sandbox: which OS sandbox non-main sessions get and the proof that it
+confines them (probed inside it: the uid, no capabilities, mounts refused), or that they get no exec."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from hermit.cli.checks import Check, check
 from hermit.cli.context import CliContext
+from hermit.errors import HermitError
 
 if TYPE_CHECKING:
     from hermit.tools.os_sandbox import Backend
@@ -15,7 +17,9 @@ FIX = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) to give th
 
 def describe(backend: Backend) -> str | Check:
     if backend.available:
-        return f"{backend.detail}: non-main sessions run exec sandboxed (no network, workspace only)"
+        proof = f" ({'; '.join(backend.proof)})" if backend.proof else ""
+        return (f"{backend.detail}: non-main sessions run exec sandboxed in their own room (no network, "
+                f"no capabilities, limited processes and disk){proof}")
     return Check("exec sandbox", "warn", f"{backend.detail}: exec is not offered to non-main sessions (groups, "
                                          "channels, other people's DMs); the main session is not affected", FIX)
 
@@ -24,4 +28,8 @@ def describe(backend: Backend) -> str | Check:
 def exec_sandbox(ctx: CliContext) -> str | Check:
     from hermit.tools.os_sandbox import detect  # the tools package is heavy: only when doctor runs
 
-    return describe(detect())
+    try:
+        uid = ctx.config().agent().settings.sandbox.uid
+    except HermitError:  # a broken config is the config check's to report; probe with the default uid
+        uid = 65534
+    return describe(detect(sandbox_uid=uid))

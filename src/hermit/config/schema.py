@@ -183,6 +183,14 @@ class SandboxConfig(Strict):
     # Limits of a sandboxed exec (address space and the size of any file it writes).
     exec_memory_mb: int = Field(1024, ge=64)
     exec_max_file_mb: int = Field(64, ge=1)
+    # How many tasks (processes and threads) a sandboxed command may add, and the size of its /tmp.
+    exec_max_processes: int = Field(128, ge=8)
+    exec_tmp_mb: int = Field(64, ge=1)
+    # What a non-owner session's room (its own folder, <state>/agents/<id>/rooms/) may hold.
+    room_mb: int = Field(256, ge=1)
+    # The uid sandboxed commands run as when Hermit runs as root (root keeps its capabilities inside a
+    # user namespace, and the process limit is counted per uid). Not 0.
+    uid: int = Field(65534, ge=1)
 
 
 class SoftTrimConfig(Strict):

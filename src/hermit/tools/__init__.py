@@ -4,7 +4,8 @@
 because the sandbox, the write policy (append-only during the memory flush, none in a read-only
 session), the memory write rules (whose session wrote a note) and the transcript that tool_output
 reads depend on the session and the turn. A confined session gets exec only inside an OS sandbox
-(`os_sandbox`); with none available, it gets no exec at all.
+(`os_sandbox`); with none available, it gets no exec at all. A non-owner session works through a
+`view` (views.py): its room plus what it may see of the workspace, for its file tools and its exec.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from hermit.tools.files import AllowAllWrites, AppendOnlyPolicy, FileTools, Read
 from hermit.tools.memory import MEMORY_GET_DESCRIPTION, MEMORY_SEARCH_DESCRIPTION, MemoryTools
 from hermit.tools.memory_files import MemoryWriteRules
 from hermit.tools.os_sandbox import OsSandbox
+from hermit.tools.room_sandbox import RoomSandbox
 from hermit.tools.sandbox import PathResolver, ResolvedPath
 from hermit.tools.transcript_tools import TranscriptTools
+from hermit.tools.views import RoomView
 from hermit.workspace import MEMORY_FILE
 
 __all__ = [
@@ -46,6 +49,8 @@ __all__ = [
     "PathResolver",
     "ReadOnlyWrites",
     "ResolvedPath",
+    "RoomSandbox",
+    "RoomView",
     "Tool",
     "ToolOutput",
     "ToolRun",
@@ -71,19 +76,21 @@ def build_toolset(
     private_memory: bool = True,
     transcript: Callable[[], Path] | None = None,
     cron: tuple[CronBackend, str] | None = None,
-    os_sandbox: OsSandbox | None = None,
+    os_sandbox: OsSandbox | RoomSandbox | None = None,
     rules: MemoryWriteRules | None = None,
     env_allow: frozenset[str] = frozenset(),
+    view: RoomView | None = None,
 ) -> ToolRunner:
     """read, write, edit, exec, memory_search, memory_get (memory tools only with a service), and
     tool_output when `transcript` gives the session's transcript file.
 
     `private_memory=False` (any session but the main private one) hides MEMORY.md from every tool. `cron`
     (backend, agent id) adds the cron tool; the runtime passes it for the main session only.
-    A `confined` session's exec runs in `os_sandbox`; without one it is not offered."""
+    A `confined` session's exec runs in `os_sandbox`; without one it is not offered. With a `view` (a
+    non-owner session) the file tools work in its room and what it may see of the workspace."""
     hidden = frozenset() if private_memory else frozenset({(workspace / MEMORY_FILE).resolve()})
     paths = PathResolver(workspace, confined, home, hidden)
-    tools = FileTools(paths, policy=write_policy, on_change=on_change, rules=rules).tools()
+    tools = FileTools(paths, policy=write_policy, on_change=on_change, rules=rules, view=view).tools()
     if exec_enabled and (os_sandbox is not None or not confined):
         tools += ExecTool(paths, env=exec_env, env_allow=env_allow, sandbox=os_sandbox).tools()
     if memory is not None:

@@ -6,10 +6,12 @@ only the first and last parts are kept in memory, so a command printing gigabyte
 the process. A non-zero exit code is reported but is not a tool error (the model decides what it
 means); a timeout is.
 
-In a confined session the command line is checked by PathResolver first (a clear early message),
-then runs inside the OS sandbox (os_sandbox.py), which is the actual guarantee. The environment is
-built from a whitelist, never by removing known secrets: the main session gets the ordinary
-variables a shell needs (PATH, HOME, LANG, LC_*, TERM, …) plus the names the owner allows in
+A non-owner session's command runs in room mode (room_sandbox.py): an unprivileged uid, no
+capabilities, a size-limited copy of its room whose changes are merged back when it ends. The owner's
+main session, when `sandbox.mode: all` confines it, has its command line checked by PathResolver first
+(a clear early message), then runs in the bind-mode sandbox (os_sandbox.py), which is the guarantee.
+The environment is built from a whitelist, never by removing known secrets: the main session gets the
+ordinary variables a shell needs (PATH, HOME, LANG, LC_*, TERM, …) plus the names the owner allows in
 `sandbox.env_allow`; a sandboxed command gets PATH, HOME, LANG and TERM only.
 """
 
@@ -31,11 +33,14 @@ from pydantic import Field
 from hermit.errors import ToolError
 from hermit.tools.base import Tool, ToolOutput, make_tool
 from hermit.tools.os_sandbox import OsSandbox
+from hermit.tools.room_sandbox import SETUP_FAILED, RoomRun, RoomSandbox
 from hermit.tools.sandbox import PathResolver
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
 MAX_TIMEOUT_SECONDS = 1800.0
 DEFAULT_MAX_OUTPUT_CHARS = 20_000
+# Room mode: beyond the command's own time, packing the room in and out.
+ROOM_GRACE_SECONDS = 60.0
 # What a shell needs and nothing that is usually secret; everything else must be allowed by name.
 ENV_WHITELIST = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ",
                            "TMPDIR", "COLUMNS", "LINES", "NO_COLOR"})
@@ -77,7 +82,7 @@ class _CappedBuffer:
 
 class ExecTool:
     def __init__(self, paths: PathResolver, *, env: Mapping[str, str] | None = None,
-                 env_allow: frozenset[str] = frozenset(), sandbox: OsSandbox | None = None,
+                 env_allow: frozenset[str] = frozenset(), sandbox: OsSandbox | RoomSandbox | None = None,
                  default_timeout: float = DEFAULT_TIMEOUT_SECONDS,
                  max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS, shell: str = "/bin/sh") -> None:
         self.paths = paths
@@ -104,62 +109,103 @@ class ExecTool:
         """Run a shell command in the workspace; returns exit code and output (long output is cut)."""
         if not command.strip():
             raise ToolError("empty command", "pass a shell command line")
+        limit = min(timeout or self.default_timeout, MAX_TIMEOUT_SECONDS)
+        if isinstance(self.sandbox, RoomSandbox):
+            return self._in_room(self.sandbox, command, cwd, limit)
         workdir = self.paths.resolve(cwd, what="cwd").real if cwd else self.paths.root
         if not workdir.is_dir():
             raise ToolError(f"cwd {cwd!r} is not a directory", "pass a folder inside the workspace")
         self.paths.check_command(command, self._program_dirs(), workdir)
-        limit = min(timeout or self.default_timeout, MAX_TIMEOUT_SECONDS)
-        head = int(self.max_output_chars * 0.4)
-        buf = _CappedBuffer(head, self.max_output_chars - head)
         argv = [self.shell, "-c", command]
         preexec = None
-        jail: OsSandbox | None = None
-        absent: list[Path] = []
         if self.sandbox is not None:
             # CPU time can never exceed the wall-clock limit, so the CPU limit follows the timeout.
             jail = replace(self.sandbox, limits=replace(self.sandbox.limits, cpu_seconds=int(limit) + 1))
-            absent = jail.absent_protected()
             argv = jail.wrap(argv, workdir)
             preexec = jail.preexec()
+        buf = self._buffer()
         started = time.monotonic()
         proc = subprocess.Popen(
             argv, cwd=workdir, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec,
         )
-        assert proc.stdout is not None
-        stdout = proc.stdout
-        reader = threading.Thread(target=_pump, args=(stdout, buf), daemon=True)
-        reader.start()
-        timed_out = False
+        timed_out = _wait(proc, buf, limit)
+        return _result(proc, buf, time.monotonic() - started, timed_out, limit, [])
+
+    def _buffer(self) -> _CappedBuffer:
+        head = int(self.max_output_chars * 0.4)
+        return _CappedBuffer(head, self.max_output_chars - head)
+
+    def _in_room(self, jail: RoomSandbox, command: str, cwd: str | None, limit: float) -> ToolOutput:
+        """Room mode: the wrapper times the command itself and packs the room afterwards; the host waits a
+        little longer and keeps the room's changes only when the wrapper got to pack them."""
+        where = jail.view.locate(cwd, "cwd") if cwd else None
+        if where is not None and not jail.view.is_dir(where):
+            raise ToolError(f"cwd {cwd!r} is not a directory", "pass a folder inside the workspace")
+        limits = replace(jail.limits, cpu_seconds=int(limit) + 1)
+        run: RoomRun = replace(jail, limits=limits).launch(command, where, limit)
+        buf = self._buffer()
+        started = time.monotonic()
         try:
-            try:
-                proc.wait(timeout=limit)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(proc)
-                proc.wait()
+            proc = subprocess.Popen(run.argv, env=self.env, stdout=subprocess.PIPE, start_new_session=True,
+                                    **run.popen_kwargs())  # type: ignore[call-overload]
         except BaseException:
-            _kill_group(proc)  # Ctrl-C cancels the turn: nothing it started may linger
+            run.finish(apply=False)
             raise
+        finished = False
+        try:
+            run.started(proc)
+            stuck = _wait(proc, buf, limit + ROOM_GRACE_SECONDS)
+            elapsed = time.monotonic() - started
+            code = proc.returncode
+            timed_out = stuck or code == 124 or (code in (137, -9) and elapsed >= limit)
+            notes = run.finish(apply=not stuck and code != SETUP_FAILED)
+            finished = True
         finally:
-            reader.join(timeout=0.5)
-            if reader.is_alive():
-                # A background child still holds the output pipe open: it belongs to this command.
-                _kill_group(proc)
-                reader.join(timeout=2)
-            with contextlib.suppress(OSError):
-                stdout.close()
-            removed = jail.remove_created(absent) if jail is not None else []
-        elapsed = time.monotonic() - started
-        output = buf.text().rstrip("\n") or "(no output)"
-        if removed:
-            output += (f"\n[removed {', '.join(removed)}: only the owner's main session may create workspace "
-                       "instruction files]")
-        if timed_out:
-            return ToolOutput(f"timed out after {limit:g}s; the command was killed\n{output}", is_error=True)
-        code = proc.returncode
-        status = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
-        return ToolOutput(f"{status} ({elapsed:.1f}s)\n{output}")
+            if not finished:  # cancelled: the copy is dropped, the room stays as it was
+                run.finish(apply=False)
+        return _result(proc, buf, elapsed, timed_out, limit, notes)
+
+
+def _wait(proc: subprocess.Popen[bytes], buf: _CappedBuffer, limit: float) -> bool:
+    """Wait for `proc` while its output is read; kill its process group after `limit` seconds (True) or
+    when the turn is cancelled (re-raised)."""
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    reader = threading.Thread(target=_pump, args=(stdout, buf), daemon=True)
+    reader.start()
+    timed_out = False
+    try:
+        try:
+            proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            proc.wait()
+    except BaseException:
+        _kill_group(proc)  # Ctrl-C cancels the turn: nothing it started may linger
+        raise
+    finally:
+        reader.join(timeout=0.5)
+        if reader.is_alive():
+            # A background child still holds the output pipe open: it belongs to this command.
+            _kill_group(proc)
+            reader.join(timeout=2)
+        with contextlib.suppress(OSError):
+            stdout.close()
+    return timed_out
+
+
+def _result(proc: subprocess.Popen[bytes], buf: _CappedBuffer, elapsed: float, timed_out: bool, limit: float,
+            notes: list[str]) -> ToolOutput:
+    output = buf.text().rstrip("\n") or "(no output)"
+    if notes:
+        output += "\n" + "\n".join(notes)
+    if timed_out:
+        return ToolOutput(f"timed out after {limit:g}s; the command was killed\n{output}", is_error=True)
+    code = proc.returncode
+    status = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
+    return ToolOutput(f"{status} ({elapsed:.1f}s)\n{output}")
 
 
 def _pump(stream: object, buf: _CappedBuffer) -> None:

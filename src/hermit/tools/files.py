@@ -10,6 +10,10 @@ with each file written, which is how the memory index learns it is dirty.
 Before the policy, the memory rules (memory_files.py) apply to every write in every session: daily
 logs keep every line (`write` has an `append` mode for adding), MEMORY.md's previous version is
 kept, and notes from other people's sessions are marked with their origin.
+
+A session that is not the owner's works through a RoomView (views.py) instead of host paths: its files
+live in its room, memory and the instruction files are what it may see of the workspace, and every
+open is race-free (safe_fs.py).
 """
 
 from __future__ import annotations
@@ -27,7 +31,11 @@ from hermit.errors import PathPolicyError, ToolError
 from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, read_regular
 from hermit.tools.base import Tool, make_tool
 from hermit.tools.memory_files import MemoryWriteRules, join_append
+from hermit.tools.safe_fs import NotAFile
+from hermit.tools.safe_fs import read_beneath as safe_read
 from hermit.tools.sandbox import PathResolver, ResolvedPath
+from hermit.tools.views import Located, RoomView
+from hermit.tools.views import workspace_fd as _ws
 
 DEFAULT_READ_LINES = 2000
 MAX_READ_CHARS = 50_000
@@ -100,6 +108,18 @@ def _read_text(target: ResolvedPath) -> str:
     return decode_text(data).text
 
 
+def _one_match(text: str, old: str, shown: str) -> int:
+    """The line where `old` occurs in `text`; ToolError unless it occurs exactly once."""
+    count = text.count(old)
+    if count == 0:
+        raise ToolError(f"`old` was not found in {shown} (0 matches)",
+                        "read the file and copy the exact text, including whitespace and line breaks")
+    if count > 1:
+        raise ToolError(f"`old` matches {count} times in {shown}; it must match exactly once",
+                        "include more surrounding text in `old` so it is unique")
+    return text[: text.index(old)].count("\n") + 1
+
+
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, text, mode=0o644)  # a user's file keeps its permissions; a new one is 0644
@@ -109,11 +129,13 @@ class FileTools:
     """read / write / edit bound to one session's paths, write policy and change callback."""
 
     def __init__(self, paths: PathResolver, *, policy: WritePolicy | None = None,
-                 on_change: Callable[[Path], None] | None = None, rules: MemoryWriteRules | None = None) -> None:
+                 on_change: Callable[[Path], None] | None = None, rules: MemoryWriteRules | None = None,
+                 view: RoomView | None = None) -> None:
         self.paths = paths
         self.policy: WritePolicy = policy or AllowAllWrites()
         self.on_change = on_change
         self.rules = rules or MemoryWriteRules(paths.workspace)
+        self.view = view  # a non-owner session: its room and what it may see of the workspace
 
     def tools(self) -> list[Tool]:
         return [make_tool(self.read, name="read"), make_tool(self.write, name="write"),
@@ -126,8 +148,12 @@ class FileTools:
         limit: Annotated[int | None, Field(ge=1, description="Maximum number of lines")] = None,
     ) -> str:
         """Read a text file. Long files come back in windows of lines; use offset/limit to page."""
-        target = self.paths.resolve(path)
-        text = _read_text(target)
+        if self.view is not None:
+            loc = self.view.locate(path)
+            text, shown = self._view_text(loc), loc.shown
+        else:
+            target = self.paths.resolve(path)
+            text, shown = _read_text(target), target.shown
         lines = text.split("\n")
         if text.endswith("\n"):
             lines.pop()
@@ -136,7 +162,7 @@ class FileTools:
         if total == 0:
             return "(empty file)"
         if start >= total:
-            raise ToolError(f"offset {offset} is past the end of {target.shown} ({total} lines)",
+            raise ToolError(f"offset {offset} is past the end of {shown} ({total} lines)",
                             f"use an offset between 1 and {total}")
         end = min(total, start + (limit or DEFAULT_READ_LINES))
         out: list[str] = []
@@ -160,6 +186,8 @@ class FileTools:
         append: Annotated[bool, Field(description="Add content to the end instead (daily logs)")] = False,
     ) -> str:
         """Create or overwrite a file with the given content (parent folders are created)."""
+        if self.view is not None:
+            return self._view_write(self.view.locate(path), "write", content, append)
         target = self.paths.resolve(path)
         if target.real.is_dir():
             raise ToolError(f"{target.shown} is a directory", "write to a file path inside it")
@@ -178,22 +206,98 @@ class FileTools:
         new: Annotated[str, Field(description="Replacement text")],
     ) -> str:
         """Replace one exact occurrence of `old` with `new` in a file (whitespace must match)."""
-        target = self.paths.resolve(path)
-        before = _read_text(target)
         if not old:
             raise ToolError("`old` is empty", "pass the exact text to replace (use write to create a file)")
-        count = before.count(old)
-        if count == 0:
-            raise ToolError(f"`old` was not found in {target.shown} (0 matches)",
-                            "read the file and copy the exact text, including whitespace and line breaks")
-        if count > 1:
-            raise ToolError(f"`old` matches {count} times in {target.shown}; it must match exactly once",
-                            "include more surrounding text in `old` so it is unique")
+        if self.view is not None:
+            return self._view_edit(self.view.locate(path), old, new)
+        target = self.paths.resolve(path)
+        before = _read_text(target)
+        line = _one_match(before, old, target.shown)
         after = self.rules.prepare(target, "edit", before, before.replace(old, new, 1))
         self.policy.check(target, "edit", before, after)
         self._commit(target, before, after)
-        line = before[: before.index(old)].count("\n") + 1
         return f"edited {target.shown}: replaced 1 occurrence at line {line}"
+
+    # ---- a non-owner session: through its RoomView ----------------------------------------------------
+
+    def _view_text(self, loc: Located) -> str:
+        assert self.view is not None
+        if self.view.is_dir(loc):
+            names = self.view.listing(loc)
+            more = f" … and {len(names) - 50} more" if len(names) > 50 else ""
+            raise ToolError(f"{loc.shown} is a directory; it contains: {', '.join(names[:50]) or '(empty)'}{more}",
+                            "read a file inside it, or list it with exec")
+        try:
+            data = self.view.read(loc, MAX_FILE_BYTES)
+        except FileNotFoundError:
+            raise ToolError(f"file not found: {loc.shown}",
+                            "check the path (relative paths start at the workspace)") from None
+        except NotAFile as e:
+            raise ToolError(f"{loc.shown} is {e.kind}, not a regular file", "only regular text files can be read") \
+                from None
+        if b"\x00" in data[:8192]:
+            raise ToolError(f"{loc.shown} looks like a binary file", "only text files can be read")
+        return decode_text(data).text
+
+    def _view_before(self, loc: Located) -> str | None:
+        """The current text of a file the session is about to change (memory: the file as it really is,
+        since the memory rules only let this session add to it)."""
+        assert self.view is not None
+        if loc.area in ("root", "instruction"):
+            raise PathPolicyError(f"{loc.shown} holds the owner's instructions and cannot be changed from this "
+                                  "session", "write policy: only the main session may change workspace "
+                                         "instruction files")
+        if self.view.is_dir(loc):
+            raise ToolError(f"{loc.shown} is a directory", "write to a file path inside it")
+        if self.view.lstat(loc) is None:
+            return None
+        try:
+            if loc.area == "memory":
+                return self._memory_text(loc)
+            return self._view_text(loc)
+        except FileNotFoundError:
+            return None
+
+    def _memory_text(self, loc: Located) -> str:
+        assert self.view is not None
+        self.view.read(loc, MAX_FILE_BYTES)  # refuses what this session may not see (MEMORY.md, private)
+        with _ws(self.view.workspace) as ws:
+            data = safe_read(ws, loc.rel, MAX_FILE_BYTES).data
+        return decode_text(data).text
+
+    def _view_target(self, loc: Located) -> ResolvedPath:
+        assert self.view is not None
+        base = self.view.workspace.resolve() if loc.area == "memory" else self.view.room.path
+        return ResolvedPath(base / loc.rel, loc.shown)
+
+    def _view_write(self, loc: Located, kind: WriteKind, content: str, append: bool) -> str:
+        before = self._view_before(loc)
+        target = self._view_target(loc)
+        after = self.rules.prepare(target, kind, before, join_append(before, content) if append else content)
+        self.policy.check(target, kind, before, after)
+        self._view_commit(loc, target, after)
+        verb = "created" if before is None else "appended to" if append else "overwrote"
+        size = len(after.encode("utf-8")) - len((before or "").encode("utf-8")) if append else len(after.encode())
+        return f"{verb} {loc.shown} ({size:,} bytes)"
+
+    def _view_edit(self, loc: Located, old: str, new: str) -> str:
+        before = self._view_before(loc)
+        if before is None:
+            raise ToolError(f"file not found: {loc.shown}", "check the path (relative paths start at the workspace)")
+        line = _one_match(before, old, loc.shown)
+        target = self._view_target(loc)
+        after = self.rules.prepare(target, "edit", before, before.replace(old, new, 1))
+        self.policy.check(target, "edit", before, after)
+        self._view_commit(loc, target, after)
+        return f"edited {loc.shown}: replaced 1 occurrence at line {line}"
+
+    def _view_commit(self, loc: Located, target: ResolvedPath, after: str) -> None:
+        assert self.view is not None
+        if loc.area == "memory":
+            self.view.write_memory(loc, after.encode("utf-8"))
+        else:
+            self.view.write_room(loc, after.encode("utf-8"))
+        self._changed(target.real)
 
     def _commit(self, target: ResolvedPath, before: str | None, after: str) -> None:
         self.rules.keep_history(target, before, after)

@@ -1,45 +1,40 @@
-"""The OS sandbox exec runs in for non-main sessions: bubblewrap on Linux, sandbox-exec on macOS, else none.
+"""The OS sandbox: which one this machine offers (probed, with proof of what it holds), and the bind-mode jail.
 
 A command line check cannot confine a shell (`bash -c '…'`, `python3 -c open(…)`, globs all compute
-paths at run time), so a session that is not the owner's runs exec inside an operating-system jail:
+paths at run time), so sessions that are sandboxed run exec inside an operating-system jail:
 
-- Linux, bubblewrap (`bwrap`): new user, pid, network, ipc and uts namespaces (`--unshare-all`: no
-  network at all, not even the host's loopback); a read-only root with only the system program dirs
-  (/usr and the /bin, /lib* links or dirs) and a handful of /etc files programs need (not
-  /etc/passwd); a private /tmp, /proc and /dev; the workspace bound read-write at its own path,
-  except `memory/` and the bootstrap files (AGENTS.md, SOUL.md …), which are read-only, and
-  MEMORY.md (when hidden), over which an empty read-only file is bound. The state dir, $HOME and
-  everything else do not exist inside. `--die-with-parent` and a new session; the environment is
-  PATH, HOME (the workspace), LANG and TERM only.
-- macOS, `sandbox-exec` with a generated profile to the same effect (deny by default, read the
-  system, read/write the workspace except memory/ and the bootstrap files, MEMORY.md denied, network
-  denied). This path cannot be tested on the Linux CI; the README says so.
-- Limits for both, set in the child before it execs the jail (setrlimit): CPU seconds, address
-  space, size of any file written. The caller (exec.py) also kills the process group on timeout and
-  caps the output it keeps.
+- Linux, bubblewrap (`bwrap`). A non-owner session (group, contact, cron) runs in room mode
+  (room_sandbox.py): an unprivileged uid, no capabilities, a size-limited copy of its room. The owner's
+  own main session, when `sandbox.mode: all` confines it too, runs in bind mode (`OsSandbox` here): the
+  workspace bound read-write at its path except memory/ and the instruction files (read-only), with
+  every capability dropped (`--cap-drop ALL`, needed when Hermit runs as root: bubblewrap keeps root's
+  capabilities inside its user namespace otherwise).
+- macOS, `sandbox-exec` with a generated profile (deny by default, read the system, read/write only the
+  confined folder except its protected entries, network denied). A non-owner session's folder is its
+  room. This path cannot be tested on the Linux CI; the README says so.
+- Limits, set in the child before it execs the jail (setrlimit): CPU seconds, address space, size of any
+  file written, and (room mode) the number of tasks. The caller (exec.py) kills the process group on
+  timeout and caps the output it keeps.
 
-Where neither is usable, `detect()` says why and the runtime does not offer exec to non-main
-sessions at all; `hermit doctor` reports it (cli/sandbox_check.py).
+`detect()` probes the machine by running the room-mode sandbox once and reading, inside it, the uid,
+the effective capabilities and whether `umount`/`mount -o remount` are refused; `hermit doctor` shows
+that proof (cli/sandbox_check.py). Where no sandbox is usable, non-owner sessions get no exec at all.
 """
 
 from __future__ import annotations
 
-import atexit
 import functools
 import os
 import resource
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermit.errors import ToolError
-from hermit.memory.privacy import is_hard_linked
 from hermit.tools.sandbox import is_within
-from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Only what ordinary programs need from /etc: the dynamic linker's cache, the alternatives links
@@ -48,6 +43,12 @@ ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "local
              "locale.alias", "mime.types")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 PROBE_TIMEOUT_SECONDS = 10.0
+DEFAULT_SANDBOX_UID = 65534  # nobody
+# What the probe runs inside the sandbox: who it is, what it may do, and whether mounts can be undone.
+PROBE_SCRIPT = ("id -u; grep '^CapEff' /proc/self/status; "
+                "umount /usr >/dev/null 2>&1 && echo umount-allowed; "
+                "mount -o remount,rw /usr >/dev/null 2>&1 && echo remount-allowed; "
+                "command -v tar >/dev/null && command -v timeout >/dev/null && echo tools-ok")
 
 
 @dataclass(frozen=True)
@@ -55,22 +56,28 @@ class SandboxLimits:
     cpu_seconds: int = 120
     memory_mb: int = 1024
     max_file_mb: int = 64
+    max_processes: int = 128  # tasks a sandboxed command may add (room mode)
+    tmp_mb: int = 64  # its /tmp (a tmpfs)
 
 
 @dataclass(frozen=True)
 class Backend:
-    """A usable sandbox program, or why there is none (`name` None)."""
+    """A usable sandbox program, or why there is none (`name` None), and what the probe saw inside."""
 
     name: str | None  # "bwrap" | "sandbox-exec" | None
     program: str | None
     detail: str
+    uid_inside: int | None = None
+    cap_eff: str | None = None  # /proc/self/status CapEff inside ("0000000000000000" = none)
+    run_as: int | None = None  # the uid commands run as on the host (None: Hermit's own)
+    proof: tuple[str, ...] = field(default=())
 
     @property
     def available(self) -> bool:
         return self.name is not None
 
 
-def _bwrap_system_args() -> list[str]:
+def bwrap_system_args() -> list[str]:
     """Read-only system dirs; on merged-/usr systems /bin, /lib … are symlinks and stay symlinks."""
     args: list[str] = []
     for d in SYSTEM_DIRS:
@@ -84,36 +91,66 @@ def _bwrap_system_args() -> list[str]:
     return args
 
 
-def _probe(argv: Sequence[str]) -> str | None:
-    """None when the program ran and exited 0, else what went wrong."""
+def run_as_kwargs(uid: int | None) -> dict[str, object]:
+    """subprocess arguments that start the child as `uid` (its own group, no supplementary groups)."""
+    if uid is None:
+        return {}
+    return {"user": uid, "group": uid, "extra_groups": []}
+
+
+def _probe(argv: Sequence[str], uid: int | None) -> tuple[str | None, str]:
+    """(None, stdout) when the program ran and exited 0, else (what went wrong, stdout)."""
     try:
-        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=PROBE_TIMEOUT_SECONDS, check=False)
+        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True, cwd="/",
+                              timeout=PROBE_TIMEOUT_SECONDS, check=False, **run_as_kwargs(uid))  # type: ignore[call-overload]
     except (OSError, subprocess.SubprocessError) as e:
-        return str(e)
+        return str(e), ""
+    out = done.stdout.decode("utf-8", "replace")
     if done.returncode != 0:
-        return (done.stderr.decode("utf-8", "replace").strip() or f"exit code {done.returncode}")[:300]
-    return None
+        return (done.stderr.decode("utf-8", "replace").strip() or f"exit code {done.returncode}")[:300], out
+    return None, out
 
 
-@functools.lru_cache(maxsize=4)
-def detect(platform: str = sys.platform) -> Backend:
-    """The sandbox this machine offers; probed once per process by running `true` inside it."""
+def room_mode_args(program: str, tmp_bytes: int = 1 << 20) -> list[str]:
+    """The namespace and mount flags every room-mode sandbox starts with: every namespace (no network at
+    all), no nested user namespaces, the system read-only, and size-limited /tmp and /dev/shm."""
+    return [program, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+            *bwrap_system_args(), "--proc", "/proc", "--dev", "/dev", "--size", str(1 << 20), "--tmpfs",
+            "/dev/shm", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+
+
+@functools.lru_cache(maxsize=8)
+def detect(platform: str = sys.platform, sandbox_uid: int = DEFAULT_SANDBOX_UID) -> Backend:
+    """The sandbox this machine offers, probed once per process by running the room-mode jail (as
+    `sandbox_uid` when Hermit is root) and reading what it may do inside."""
     if platform.startswith("linux"):
         program = shutil.which("bwrap")
         if program is None:
             return Backend(None, None, "bubblewrap (bwrap) is not installed")
-        problem = _probe([program, "--unshare-all", "--die-with-parent", *_bwrap_system_args(),
-                          "--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/env", "true"])
+        uid = sandbox_uid if os.geteuid() == 0 else None
+        problem, out = _probe([*room_mode_args(program), "--", "/bin/sh", "-c", PROBE_SCRIPT], uid)
         if problem is not None:
             return Backend(None, program, f"bubblewrap cannot create a sandbox here: {problem} "
-                                          "(unprivileged user namespaces may be disabled)")
-        return Backend("bwrap", program, f"bubblewrap at {program}")
+                                          "(unprivileged user namespaces may be disabled)", run_as=uid)
+        lines = out.split()
+        inside = int(lines[0]) if lines and lines[0].isdigit() else None
+        cap = next((lines[i + 1] for i, w in enumerate(lines[:-1]) if w == "CapEff:"), None)
+        broken = [w for w in ("umount-allowed", "remount-allowed") if w in lines]
+        if cap is None or int(cap, 16) != 0 or broken or inside == 0:
+            return Backend(None, program, f"bubblewrap does not confine here (uid {inside}, CapEff {cap}"
+                                          f"{', ' + ', '.join(broken) if broken else ''}): refusing to use it",
+                           inside, cap, uid)
+        if "tools-ok" not in lines:
+            return Backend(None, program, "tar or timeout is missing from /usr/bin (coreutils, tar)", inside, cap, uid)
+        who = f"uid {uid}" if uid is not None else f"Hermit's uid {os.getuid()}"
+        proof = (f"runs as {who} (uid {inside} inside)", f"CapEff {cap}: no capabilities",
+                 "umount and remount refused")
+        return Backend("bwrap", program, f"bubblewrap at {program}", inside, cap, uid, proof)
     if platform == "darwin":
         program = "/usr/bin/sandbox-exec"
         if not Path(program).exists():
             return Backend(None, None, "sandbox-exec is not available")
-        problem = _probe([program, "-p", "(version 1)(allow default)", "/usr/bin/true"])
+        problem, _ = _probe([program, "-p", "(version 1)(allow default)", "/usr/bin/true"], None)
         if problem is not None:
             return Backend(None, program, f"sandbox-exec does not work here: {problem}")
         return Backend("sandbox-exec", program, f"sandbox-exec at {program}")
@@ -122,85 +159,30 @@ def detect(platform: str = sys.platform) -> Backend:
 
 @dataclass(frozen=True)
 class OsSandbox:
-    """How to run one command confined to `workspace`; `hide_memory` hides MEMORY.md inside."""
+    """Bind mode: run one command confined to `root` (the workspace, or on macOS a room); `protected`
+    entries inside it are read-only."""
 
     backend: Backend
-    workspace: Path
-    hide_memory: bool = True
+    root_dir: Path
+    protected: tuple[Path, ...] = ()
     limits: SandboxLimits = SandboxLimits()
-    scratch: Path | None = None  # a private dir for the empty stand-in of MEMORY.md (default: a temp file)
 
     @property
     def root(self) -> Path:
-        return self.workspace.resolve()
+        return self.root_dir.resolve()
 
     def environment(self, source: Mapping[str, str]) -> dict[str, str]:
         return {"PATH": SANDBOX_PATH, "HOME": str(self.root), "LANG": source.get("LANG") or "C.UTF-8",
                 "TERM": source.get("TERM") or "dumb"}
 
-    def check_ready(self) -> None:
-        """Refuse to run when a hard link could show MEMORY.md under another name inside the sandbox."""
-        memory = self.root / MEMORY_FILE
-        if self.hide_memory and is_hard_linked(memory):
-            raise ToolError("exec is refused in this session: MEMORY.md has another name (a hard link) in the "
-                            "workspace, which the sandbox could not hide",
-                            "the owner should remove the extra link (find the workspace -samefile MEMORY.md)")
-
     def _protected(self) -> list[Path]:
-        """Workspace entries the sandboxed command may read but not change."""
-        root = self.root
-        out = [root / "memory"] + [root / name for name in BOOTSTRAP_ORDER]
-        if not self.hide_memory:
-            out.append(root / MEMORY_FILE)
-        # A symlinked memory/ (into the workspace) is protected where it really is; a link leading out of
-        # the workspace points at nothing inside the sandbox.
-        real = [p.resolve() if p.is_symlink() else p for p in out]
-        return sorted({p for p in real if p.exists() and is_within(p, root)})
-
-    def absent_protected(self) -> list[Path]:
-        """Instruction files that do not exist yet: a bind needs an existing file, so these are checked after."""
-        return [self.root / name for name in BOOTSTRAP_ORDER if not os.path.lexists(self.root / name)]
-
-    def remove_created(self, absent: Sequence[Path]) -> list[str]:
-        """Remove instruction files the sandboxed command created (it has exited, with everything it started:
-        its pid namespace died with it), so a group cannot plant an AGENTS.md or BOOTSTRAP.md for the owner."""
-        removed = []
-        for p in absent:
-            if not os.path.lexists(p):
-                continue
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
-            removed.append(p.name)
-        return removed
-
-    def _ensure_mount_points(self) -> None:
-        # The stand-in must cover the name even when MEMORY.md does not exist yet, or the command
-        # could create the owner's long-term memory; an empty file is what `hermit init` would make.
-        root = self.root
-        (root / "memory").mkdir(exist_ok=True)
-        memory = root / MEMORY_FILE
-        if self.hide_memory and not os.path.lexists(memory):
-            fd = os.open(memory, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            os.close(fd)
-
-    def _blank(self) -> Path:
-        if self.scratch is None:
-            return _process_blank()
-        blank = self.scratch / ".sandbox-blank"
-        if not blank.is_file() or blank.stat().st_size != 0:
-            self.scratch.mkdir(parents=True, exist_ok=True)
-            tmp = self.scratch / f".sandbox-blank.{os.getpid()}"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400)
-            os.close(fd)
-            os.replace(tmp, blank)
-        return blank
+        # A symlinked entry (into the root) is protected where it really is; one leading out of the
+        # root points at nothing inside the sandbox.
+        real = [p.resolve() if p.is_symlink() else p for p in self.protected]
+        return sorted({p for p in real if p.exists() and is_within(p, self.root)})
 
     def wrap(self, argv: Sequence[str], cwd: Path) -> list[str]:
-        """The command line that runs `argv` in `cwd` (inside the workspace) inside the sandbox."""
-        self.check_ready()
-        self._ensure_mount_points()
+        """The command line that runs `argv` in `cwd` (inside the root) inside the sandbox."""
         if self.backend.name == "bwrap":
             return self._bwrap(argv, cwd)
         if self.backend.name == "sandbox-exec":
@@ -209,13 +191,13 @@ class OsSandbox:
 
     def _bwrap(self, argv: Sequence[str], cwd: Path) -> list[str]:
         root = str(self.root)
-        args = [str(self.backend.program), "--unshare-all", "--die-with-parent", "--new-session",
-                *_bwrap_system_args(), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-                "--bind", root, root]
+        args = [str(self.backend.program), "--unshare-all", "--die-with-parent", "--new-session"]
+        if os.geteuid() == 0:
+            args += ["--cap-drop", "ALL"]
+        args += [*bwrap_system_args(), "--proc", "/proc", "--dev", "/dev", "--size", str(1 << 20), "--tmpfs",
+                 "/dev/shm", "--size", str(self.limits.tmp_mb << 20), "--tmpfs", "/tmp", "--bind", root, root]
         for p in self._protected():
             args += ["--ro-bind", str(p), str(p)]
-        if self.hide_memory:
-            args += ["--ro-bind", str(self._blank()), str(self.root / MEMORY_FILE)]
         args += ["--remount-ro", "/", "--chdir", str(cwd), "--", *argv]
         return args
 
@@ -236,8 +218,6 @@ class OsSandbox:
         ]
         if read_only:
             rules.append(f"(deny file-write* {read_only})")
-        if self.hide_memory:
-            rules.append(f'(deny file-read* file-write* (literal "{root}/{MEMORY_FILE}"))')
         rules.append("(deny network*)")
         return "\n".join(rules)
 
@@ -254,16 +234,6 @@ class OsSandbox:
                 resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
         return apply
-
-
-@functools.lru_cache(maxsize=1)
-def _process_blank() -> Path:
-    """An empty read-only file of this process (a private temp name), removed at exit."""
-    fd, name = tempfile.mkstemp(prefix="hermit-blank-")
-    os.close(fd)
-    os.chmod(name, 0o400)
-    atexit.register(lambda: Path(name).unlink(missing_ok=True))
-    return Path(name)
 
 
 def _sb_quote(text: str) -> str:

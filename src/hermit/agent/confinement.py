@@ -1,0 +1,90 @@
+"""Confinement of one agent's sessions: which are sandboxed, which room and view a non-owner session gets,
+and which OS sandbox its exec runs in.
+
+- The owner's main session works in the workspace itself; with `sandbox.mode: all` its tools are
+  confined to the workspace and its exec runs in the bind-mode sandbox (memory/ and the instruction
+  files read-only).
+- Every other session (groups, contacts' DMs, cron jobs, sub-agents) is sandboxed unless
+  `sandbox.mode: off`: its files are its room (tools/rooms.py), it sees the instruction files and the
+  memory its audience may read, and its exec runs in room mode (tools/room_sandbox.py) — or, on macOS,
+  the bind-mode sandbox confined to the room. Without a usable OS sandbox it gets no exec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hermit.config.load import AgentConfig
+from hermit.sessions.keys import is_main_session_key
+from hermit.tools.os_sandbox import Backend, OsSandbox, SandboxLimits
+from hermit.tools.os_sandbox import detect as detect_sandbox
+from hermit.tools.room_sandbox import RoomSandbox, sandbox_uid
+from hermit.tools.rooms import Room, room_audience
+from hermit.tools.views import MemoryView, RoomView, SharedMemoryView
+from hermit.workspace import BOOTSTRAP_ORDER
+
+MemoryViewFactory = Callable[[str], MemoryView]  # session key -> what of memory it may read
+
+
+@dataclass
+class Confinement:
+    agent: AgentConfig
+    agent_dir: Path  # <state>/agents/<agentId>
+    backend: Backend | None = None  # None: detect the machine's OS sandbox on first use
+    memory_view: MemoryViewFactory | None = None
+    _rooms: dict[str, Room] = field(default_factory=dict)
+
+    def sandboxed(self, session_key: str) -> bool:
+        mode = self.agent.settings.sandbox.mode
+        return mode == "all" or (mode == "non-main" and not is_main_session_key(session_key))
+
+    def roomed(self, session_key: str) -> bool:
+        """A sandboxed session that is not the owner's: it works in a room."""
+        return self.sandboxed(session_key) and not is_main_session_key(session_key)
+
+    @property
+    def limits(self) -> SandboxLimits:
+        s = self.agent.settings.sandbox
+        return SandboxLimits(memory_mb=s.exec_memory_mb, max_file_mb=s.exec_max_file_mb,
+                             max_processes=s.exec_max_processes, tmp_mb=s.exec_tmp_mb)
+
+    def _backend(self) -> Backend:
+        if self.backend is None:
+            self.backend = detect_sandbox(sandbox_uid=self.agent.settings.sandbox.uid)
+        return self.backend
+
+    def room(self, session_key: str) -> Room:
+        audience = room_audience(session_key)
+        room = self._rooms.get(audience)
+        if room is None:
+            room = Room(self.agent_dir / "rooms", audience, self.agent.settings.sandbox.room_mb << 20)
+            self._rooms[audience] = room
+        return room
+
+    def view(self, session_key: str) -> RoomView | None:
+        """The view of a roomed session (None: the session works in the workspace itself)."""
+        if not self.roomed(session_key):
+            return None
+        memory = self.memory_view(session_key) if self.memory_view is not None else SharedMemoryView(
+            self.agent.workspace)
+        return RoomView(self.agent.workspace, self.room(session_key), memory)
+
+    def os_sandbox(self, session_key: str, view: RoomView | None) -> OsSandbox | RoomSandbox | None:
+        """Where a sandboxed session's exec runs; None when it is not sandboxed or no sandbox is usable."""
+        if not self.sandboxed(session_key):
+            return None
+        backend = self._backend()
+        if not backend.available:
+            return None
+        if view is None:  # the owner's main session under sandbox.mode: all
+            ws = self.agent.workspace
+            protected = (ws / "memory", *(ws / n for n in BOOTSTRAP_ORDER))
+            return OsSandbox(backend, ws, protected, self.limits)
+        if backend.name == "bwrap":
+            return RoomSandbox(backend, view, self.limits, self.agent_dir / "sandbox",
+                               sandbox_uid(self.agent.settings.sandbox.uid))
+        with view.room.fd():  # sandbox-exec confines to a real folder: the room itself (created here)
+            pass
+        return OsSandbox(backend, view.room.path, (), self.limits)

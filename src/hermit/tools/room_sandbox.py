@@ -1,0 +1,352 @@
+"""A non-owner session's exec: bubblewrap, an unprivileged uid, no capabilities, and a size-limited copy of its room.
+
+The command never touches the host's disk. Inside a fresh bubblewrap sandbox (new user, pid, network,
+ipc and uts namespaces; the system dirs read-only; no capabilities; nested user namespaces disabled)
+the workspace path is a size-limited tmpfs holding:
+
+- a copy of the session's room (rooms.py), which the command may change,
+- the instruction files (AGENTS.md, SOUL.md …) and `memory/` as this session may see them (its own
+  size-limited tmpfs), read-only copies.
+
+Hermit streams that content in as a tar on a pipe; a small shell wrapper unpacks it, runs the command
+under `timeout`, kills whatever the command left running, and streams the room's part back out as a
+tar on another pipe. Hermit then merges the changes into the room (rooms.apply_incoming), under the
+room's lock and only below the room's descriptor. So:
+
+- disk use is bounded by the tmpfs sizes (`sandbox.room_mb`, `sandbox.exec_tmp_mb`), not a check;
+- nothing the command creates can land outside the room or become an instruction file, during the
+  command or after a crash (a killed gateway loses the copy, never the owner's files);
+- a command racing another session's file tool has nothing to race: it only ever sees its copy.
+
+When Hermit runs as root, the sandbox runs as `sandbox.uid` (default 65534, nobody): root keeps its
+capabilities inside a user namespace (`CapEff 000001fffeffffff`), and a real unprivileged uid is also
+what makes the process limit (RLIMIT_NPROC, counted per uid) hold. The limit is set to the uid's
+current task count plus `sandbox.exec_max_processes`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import posixpath
+import resource
+import shutil
+import stat
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from hermit.errors import ToolError
+from hermit.textfile import read_regular
+from hermit.tools import safe_fs
+from hermit.tools.os_sandbox import SANDBOX_PATH, Backend, SandboxLimits, room_mode_args, run_as_kwargs
+from hermit.tools.rooms import Manifest, SeedEntry, apply_incoming, stamp_of
+from hermit.tools.views import MEMORY_DIR, Located, RoomView
+from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
+
+SETUP_FAILED = 125  # the wrapper's exit code when it could not unpack the room
+RESERVED_TOP = frozenset({MEMORY_DIR, MEMORY_FILE, *BOOTSTRAP_ORDER})
+# $1 workspace  $2 cwd  $3 seconds  $4 the command. The room comes in on stdin and goes back out on
+# stderr (kept as fd 3, which the command does not get); the command's stdout and stderr are the
+# wrapper's stdout. Everything the command leaves running is killed before the room is packed, so the
+# packed room is what it finally wrote.
+WRAPPER = r"""
+exec 3>&2 2>/dev/null
+cd "$1" && tar -xf - --no-same-owner || { echo "hermit: the sandbox could not be prepared"; exit 125; }
+exec 0</dev/null
+cd "$2" || cd "$1"
+timeout -k 2 "$3" /bin/sh -c "$4" 2>&1 3>&-
+rc=$?
+kill -KILL -1
+cd "$1" && tar -cf - --exclude=./memory --exclude=./MEMORY.md """ + " ".join(
+    f"--exclude=./{n}" for n in BOOTSTRAP_ORDER) + r""" . >&3
+exit $rc
+"""
+
+
+def tasks_of(uid: int) -> int:
+    """Tasks (threads count: RLIMIT_NPROC counts them) that `uid` runs now."""
+    total = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                status = f.read(4096)
+        except OSError:
+            continue
+        uid_line = next((ln for ln in status.split(b"\n") if ln.startswith(b"Uid:")), b"")
+        if uid_line.split()[1:2] != [str(uid).encode()]:
+            continue
+        threads = next((ln for ln in status.split(b"\n") if ln.startswith(b"Threads:")), b"Threads: 1")
+        total += int(threads.split()[1])
+    return total
+
+
+def sandbox_uid(configured: int) -> int | None:
+    """The uid a sandboxed command runs as: `configured` when Hermit is root, else Hermit's own (None)."""
+    return configured if os.geteuid() == 0 else None
+
+
+class _Hashing(io.RawIOBase):
+    """A file object that hashes what is read through it (the seed manifest's signature)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.sha = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = os.read(self.fd, len(b))
+        b[: len(data)] = data
+        self.sha.update(data)
+        return len(data)
+
+
+@dataclass
+class RoomRun:
+    """One sandboxed command: its command line, the pipes that carry the room in and out, and the merge."""
+
+    sandbox: RoomSandbox
+    argv: list[str]
+    seed: list[tuple[str, bytes, int]]  # (path in the view, content, mode) for the read-only parts
+    limit: float
+    preexec: Callable[[], None]
+    user: int | None
+    spool: IO[bytes]
+    manifest: Manifest = field(default_factory=dict)
+    out_bytes: int = 0
+    overflow: bool = False
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def popen_kwargs(self) -> dict[str, object]:
+        """How to start it: the room goes in on stdin and comes back on stderr (the wrapper's fd 3)."""
+        return {"stdin": subprocess.PIPE, "stderr": subprocess.PIPE, "preexec_fn": self.preexec, "cwd": "/",
+                **run_as_kwargs(self.user)}
+
+    def started(self, proc: subprocess.Popen[bytes]) -> None:
+        """Feed the room in and collect it back out while the command runs."""
+        assert proc.stdin is not None and proc.stderr is not None
+        self._threads = [threading.Thread(target=self._feed, args=(proc.stdin,), daemon=True, name="sandbox-feed"),
+                         threading.Thread(target=self._collect, args=(proc.stderr,), daemon=True,
+                                          name="sandbox-collect")]
+        for t in self._threads:
+            t.start()
+
+    def _feed(self, out: IO[bytes]) -> None:
+        with contextlib.suppress(OSError, ValueError, tarfile.TarError), out, \
+                tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+            with self.sandbox.view.room.fd() as room:
+                self._add_room(tar, room)
+            for path, data, mode in self.seed:
+                info = tarfile.TarInfo(path)
+                info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+                tar.addfile(info, io.BytesIO(data))
+            dirs = sorted({p.rsplit("/", 1)[0] for p, _, _ in self.seed if "/" in p} | {MEMORY_DIR})
+            for d in dirs:  # after their files: tar applies a directory's mode when it is done with it
+                info = tarfile.TarInfo(d)
+                info.type, info.mode = tarfile.DIRTYPE, 0o555
+                tar.addfile(info)
+
+    def _add_room(self, tar: tarfile.TarFile, room: int) -> None:
+        for rel, st in safe_fs.walk_beneath(room):
+            if rel.split("/", 1)[0] in RESERVED_TOP:
+                continue
+            info = tarfile.TarInfo(rel)
+            info.mode, info.mtime = stat.S_IMODE(st.st_mode), int(st.st_mtime)
+            if stat.S_ISDIR(st.st_mode):
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+                self.manifest[rel] = SeedEntry(("d", ""), stamp_of(st))
+            elif stat.S_ISLNK(st.st_mode):
+                parts = rel.rsplit("/", 1)
+                parent = safe_fs.open_dir(room, parts[0] if len(parts) == 2 else "")
+                try:
+                    target = os.readlink(parts[-1], dir_fd=parent)
+                finally:
+                    os.close(parent)
+                info.type, info.linkname = tarfile.SYMTYPE, target
+                tar.addfile(info)
+                self.manifest[rel] = SeedEntry(("l", target), stamp_of(st))
+            elif stat.S_ISREG(st.st_mode):
+                try:
+                    fd = safe_fs.open_beneath(room, rel, os.O_RDONLY | os.O_NONBLOCK)
+                except (OSError, ToolError):
+                    continue
+                try:
+                    fst = os.fstat(fd)
+                    if not stat.S_ISREG(fst.st_mode):
+                        continue
+                    info.size = fst.st_size
+                    reader = _Hashing(fd)
+                    tar.addfile(info, io.BufferedReader(reader))
+                    self.manifest[rel] = SeedEntry(("f", reader.sha.hexdigest()), stamp_of(fst))
+                finally:
+                    os.close(fd)
+
+    def _collect(self, src: IO[bytes]) -> None:
+        cap = self.sandbox.out_cap
+        with contextlib.suppress(OSError, ValueError), src:
+            while True:
+                block = src.read1(1 << 16)  # type: ignore[attr-defined]
+                if not block:
+                    return
+                self.out_bytes += len(block)
+                if self.out_bytes > cap:
+                    self.overflow = True  # more than the room can hold: not from the wrapper's tar
+                    return
+                self.spool.write(block)
+
+    def finish(self, apply: bool) -> list[str]:
+        """Wait for the pipes; when `apply`, merge the packed room into the room. Returns notes."""
+        for t in self._threads:
+            t.join(timeout=30)
+        notes: list[str] = []
+        try:
+            if not apply:
+                return notes
+            if self.overflow:
+                return [f"[the command's files were not kept: more than {self.sandbox.out_cap:,} bytes came back]"]
+            changed = self._apply()
+            if changed:
+                shown = ", ".join(c.lstrip("-") + (" (deleted)" if c.startswith("-") else "") for c in changed[:20])
+                more = f" and {len(changed) - 20} more" if len(changed) > 20 else ""
+                notes.append(f"[kept in this chat's room: {shown}{more}]")
+            return notes
+        finally:
+            self.spool.close()
+
+    def _apply(self) -> list[str]:
+        self.spool.seek(0)
+        if not self.out_bytes:
+            return []
+        room = self.sandbox.view.room
+        staging = Path(tempfile.mkdtemp(prefix=".incoming-", dir=room.base))
+        try:
+            fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                with tarfile.open(fileobj=self.spool, mode="r:") as tar:
+                    unpack(tar, fd)
+            finally:
+                os.close(fd)
+        except (tarfile.TarError, OSError, ValueError) as e:
+            shutil.rmtree(staging, ignore_errors=True)
+            return [f"[the command's files were not kept: the room could not be read back ({e})]"]
+        with room.locked() as room_fd:
+            return apply_incoming(room_fd, staging, self.manifest)
+
+
+def unpack(tar: tarfile.TarFile, dir_fd: int) -> None:
+    """Unpack what a sandboxed command handed back below `dir_fd`, trusting none of it: only folders,
+    regular files and symlinks that stay inside (by their text); no path with `..` or a leading `/`;
+    nothing written through a symlink (safe_fs); permissions without set-id bits or group/other write.
+    (Python's own tarfile filters need 3.11.4; Hermit supports any 3.11.)"""
+    for m in tar:
+        name = posixpath.normpath(m.name.lstrip("/")).lstrip("./") if m.name not in (".", "./") else ""
+        if not name or name.startswith("..") or "/../" in f"/{name}/" or name.split("/", 1)[0] in RESERVED_TOP:
+            continue
+        try:
+            if m.isdir():
+                os.close(safe_fs.open_dir(dir_fd, name, create=True))
+            elif m.isfile():
+                src = tar.extractfile(m)
+                if src is not None:
+                    safe_fs.write_beneath(dir_fd, name, src.read(), mode=(m.mode & 0o755) | 0o600, fsync=False)
+            elif m.issym() and _link_stays_inside(name, m.linkname):
+                parts = safe_fs.parts_of(name)
+                parent = safe_fs.open_dir(dir_fd, "/".join(parts[:-1]), create=True)
+                try:
+                    os.symlink(m.linkname, parts[-1], dir_fd=parent)
+                finally:
+                    os.close(parent)
+        except (OSError, ToolError):
+            continue  # a path through a symlink, a name taken twice …: that entry is not kept
+
+
+def _link_stays_inside(name: str, target: str) -> bool:
+    if not target or target.startswith("/") or "\x00" in target:
+        return False
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
+    return resolved != ".." and not resolved.startswith("../")
+
+
+@dataclass(frozen=True)
+class RoomSandbox:
+    """How a non-owner session's exec runs (Linux, bubblewrap)."""
+
+    backend: Backend
+    view: RoomView
+    limits: SandboxLimits
+    scratch: Path  # <agent dir>/sandbox: spool files for what comes back
+    run_as: int | None = None  # the uid to run as (Hermit is root); None: Hermit's own uid
+
+    @property
+    def workspace(self) -> Path:
+        return self.view.workspace.resolve()
+
+    @property
+    def out_cap(self) -> int:
+        """The most a command may hand back: its room's tmpfs, plus room for tar's headers."""
+        return self.view.room.quota_bytes + (32 << 20)
+
+    def environment(self, source: Mapping[str, str]) -> dict[str, str]:
+        return {"PATH": SANDBOX_PATH, "HOME": str(self.workspace), "LANG": source.get("LANG") or "C.UTF-8",
+                "TERM": source.get("TERM") or "dumb"}
+
+    def cwd_of(self, loc: Located | None) -> str:
+        """Where the command starts inside the sandbox (the view keeps the workspace's layout)."""
+        return str(self.workspace) if loc is None or not loc.rel else f"{self.workspace}/{loc.rel}"
+
+    def _seed(self) -> list[tuple[str, bytes, int]]:
+        seed: list[tuple[str, bytes, int]] = []
+        for name in BOOTSTRAP_ORDER:
+            with contextlib.suppress(OSError):
+                seed.append((name, read_regular(self.view.workspace / name), 0o444))
+        seed += [(rel, data, 0o444) for rel, data in self.view.memory.files()]
+        return seed
+
+    def launch(self, command: str, cwd: Located | None, timeout: float) -> RoomRun:
+        if self.backend.name != "bwrap" or self.backend.program is None:
+            raise ToolError(f"no OS sandbox: {self.backend.detail}", "install bubblewrap")
+        # A room over its quota (possible only by a little, see out_cap) still gets its own size, so the
+        # command can delete files; it cannot grow further.
+        room_bytes = max(self.view.room.quota_bytes, self.view.room.usage())
+        seed = self._seed()
+        instructions = sum(len(d) + 4096 for p, d, _ in seed if "/" not in p)
+        memory = sum(len(d) + 4096 for p, d, _ in seed if "/" in p)
+        ws = str(self.workspace)
+        args = room_mode_args(self.backend.program, self.limits.tmp_mb << 20)
+        args += ["--size", str(room_bytes + instructions + (1 << 20)), "--tmpfs", ws,
+                 "--size", str(memory + (1 << 20)), "--tmpfs", f"{ws}/{MEMORY_DIR}",
+                 "--chdir", ws, "--", "/bin/sh", "-c", WRAPPER, "hermit-sandbox", ws, self.cwd_of(cwd),
+                 str(max(1, int(timeout))), command]
+        self.scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
+        spool = tempfile.SpooledTemporaryFile(max_size=8 << 20, mode="w+b", dir=str(self.scratch))  # noqa: SIM115 - closed in finish
+        tasks = tasks_of(self.run_as if self.run_as is not None else os.getuid()) + self.limits.max_processes
+        return RoomRun(self, args, seed, timeout, _child_limits(self.limits, tasks), self.run_as, spool)
+
+
+def _child_limits(lim: SandboxLimits, tasks: int) -> Callable[[], None]:
+    """Set in the child after the uid switch, before bubblewrap starts; everything inside inherits them."""
+    cpu = max(1, int(lim.cpu_seconds))
+    memory = lim.memory_mb << 20
+    fsize = lim.max_file_mb << 20
+
+    def setup() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return setup

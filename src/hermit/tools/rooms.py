@@ -1,0 +1,225 @@
+"""Rooms: the folder a non-owner session's files live in, instead of the owner's workspace.
+
+A group chat, a contact's DM or a cron job (any session that is not the owner's main one) works in a
+room of its own: `<state>/agents/<agentId>/rooms/<slug>/`, one per audience (a group and its threads
+share one; a contact has one). What such a session writes with the file tools or leaves behind after an
+exec lands there and nowhere else, so nothing it creates can become one of the workspace's instruction
+files (AGENTS.md, BOOTSTRAP.md …) or sit among the owner's files. Its view (views.py) is the room, plus
+the instruction files and the memory it may see, read-only.
+
+A room has a disk quota (`sandbox.room_mb`). It is only ever written by Hermit itself — the file tools
+and the merge after an exec (`apply_incoming`), both under the room's lock — never by a sandboxed
+process directly (exec works on a size-limited copy, room_sandbox.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from hermit.config.paths import ensure_private_dir
+from hermit.errors import PathPolicyError, SessionError
+from hermit.sessions.keys import SessionKind, parse_session_key
+from hermit.tools import safe_fs
+
+ROOMS_DIR = "rooms"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def room_audience(session_key: str) -> str:
+    """Who shares a room: a group (and its threads), a channel, a contact, a cron job, a sub-agent run.
+    A key that does not parse gets a room of its own (it shares nothing)."""
+    try:
+        key = parse_session_key(session_key)
+    except SessionError:
+        return f"unknown:{session_key}"
+    if key.kind is SessionKind.MAIN:
+        return "owner"
+    if key.kind is SessionKind.CRON:
+        return f"cron:{key.job_id}"
+    if key.kind is SessionKind.SUBAGENT:
+        return f"subagent:{key.run_id}"
+    if key.kind is SessionKind.DM:
+        return f"{key.channel}:dm:{key.peer_id}" if key.channel else f"dm:{key.peer_id}"
+    return f"{key.channel}:{key.kind.value}:{key.peer_id}"
+
+
+def room_slug(audience: str) -> str:
+    """A folder name for an audience: readable, and unique (a hash of the exact audience ends it)."""
+    readable = _UNSAFE.sub("_", audience).strip("._-")[:60] or "room"
+    return f"{readable}-{hashlib.sha256(audience.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
+
+
+@dataclass(frozen=True)
+class Room:
+    """One audience's folder. `quota_bytes` bounds what it may hold (allocated blocks)."""
+
+    base: Path  # <agent dir>/rooms
+    audience: str
+    quota_bytes: int
+
+    @property
+    def path(self) -> Path:
+        return self.base / room_slug(self.audience)
+
+    def open(self) -> int:
+        """An O_PATH descriptor of the room, created (0700) on first use. The caller closes it."""
+        ensure_private_dir(self.base)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(self.path, 0o700)
+        fd = os.open(self.path, safe_fs._DIR_FLAGS)  # created by Hermit above: never a symlink
+        st = os.fstat(fd)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            os.close(fd)
+            raise PathPolicyError(f"the room folder {self.path} is not a folder owned by this user",
+                                  "move it away; Hermit creates a new one")
+        return fd
+
+    @contextlib.contextmanager
+    def fd(self) -> Iterator[int]:
+        fd = self.open()
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[int]:
+        """The room's descriptor, held with an exclusive lock: file tools and the merge after an exec take
+        turns, so neither loses the other's change."""
+        ensure_private_dir(self.base)
+        lock = os.open(self.base / f".{room_slug(self.audience)}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            with self.fd() as fd:
+                yield fd
+        finally:
+            os.close(lock)
+
+    def usage(self) -> int:
+        with self.fd() as fd:
+            return safe_fs.disk_usage(fd)
+
+    def check_room_for(self, added: int, fd: int) -> None:
+        """Refuse a write that would take the room past its quota."""
+        used = safe_fs.disk_usage(fd)
+        if used + max(added, 0) > self.quota_bytes:
+            raise PathPolicyError(
+                f"this chat's room would hold {_mb(used + max(added, 0))}, over its {_mb(self.quota_bytes)} quota",
+                "delete files this chat no longer needs (the owner can raise sandbox.room_mb)")
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MB"
+
+
+# ---- the merge after an exec ------------------------------------------------------------------------
+
+Signature = tuple[str, str]  # ("f", sha256) | ("l", link target) | ("d", "")
+
+
+@dataclass(frozen=True)
+class SeedEntry:
+    """What the sandbox was given for one path, and how the room's entry looked then (to see whether
+    a file tool changed it while the command ran)."""
+
+    sig: Signature
+    stamp: tuple[int, int, int]  # (st_ino, st_size, st_mtime_ns) of the room's entry
+
+
+Manifest = dict[str, SeedEntry]
+
+
+def stamp_of(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def file_signature(path: Path) -> Signature:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return "f", h.hexdigest()
+
+
+def _incoming(root: Path) -> dict[str, tuple[Signature, Path]]:
+    """Every entry of the extracted output (a private folder only Hermit writes), by relative path."""
+    out: dict[str, tuple[Signature, Path]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        base = Path(dirpath)
+        for name in [*dirnames, *filenames]:
+            p = base / name
+            rel = p.relative_to(root).as_posix()
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = (("l", os.readlink(p)), p)
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = (("d", ""), p)
+            elif stat.S_ISREG(st.st_mode):
+                out[rel] = (file_signature(p), p)
+        dirnames[:] = [d for d in dirnames if not (base / d).is_symlink()]
+    return out
+
+
+def apply_incoming(room_fd: int, extracted: Path, seed: Manifest) -> list[str]:
+    """Merge what a sandboxed command left (extracted into `extracted`) into the room: files it created
+    or changed are written, files it deleted are removed — unless a file tool changed that path while it
+    ran (then the tool's version stays). Returns what changed, for the tool result."""
+    incoming = _incoming(extracted)
+    changed: list[str] = []
+    for rel in sorted(incoming, key=lambda r: r.count("/")):
+        sig, src = incoming[rel]
+        before = seed.get(rel)
+        if before is not None and before.sig == sig:
+            continue
+        current = safe_fs.lstat_beneath(room_fd, rel)
+        if before is not None and current is not None and stamp_of(current) != before.stamp:
+            continue  # a file tool wrote it meanwhile: keep that
+        if sig[0] == "d":
+            if current is not None and not stat.S_ISDIR(current.st_mode):
+                safe_fs.remove_beneath(room_fd, rel)
+            os.close(safe_fs.open_dir(room_fd, rel, create=True))
+            continue
+        if current is not None and stat.S_ISDIR(current.st_mode):
+            safe_fs.remove_beneath(room_fd, rel)
+        if sig[0] == "l":
+            _symlink_beneath(room_fd, rel, sig[1])
+        else:
+            safe_fs.write_beneath(room_fd, rel, src.read_bytes(), mode=stat.S_IMODE(src.lstat().st_mode), fsync=False)
+        changed.append(rel)
+    for rel in sorted(set(seed) - set(incoming), key=lambda r: -r.count("/")):
+        current = safe_fs.lstat_beneath(room_fd, rel)
+        if current is None or stamp_of(current) != seed[rel].stamp:
+            continue
+        if stat.S_ISDIR(current.st_mode):
+            with contextlib.suppress(OSError):  # not empty: something new arrived in it meanwhile
+                parts = safe_fs.parts_of(rel)
+                parent = safe_fs.open_dir(room_fd, "/".join(parts[:-1]))
+                try:
+                    os.rmdir(parts[-1], dir_fd=parent)
+                finally:
+                    os.close(parent)
+        else:
+            safe_fs.remove_beneath(room_fd, rel)
+        changed.append(f"-{rel}")
+    shutil.rmtree(extracted, ignore_errors=True)
+    return changed
+
+
+def _symlink_beneath(room_fd: int, rel: str, target: str) -> None:
+    parts = safe_fs.parts_of(rel)
+    parent = safe_fs.open_dir(room_fd, "/".join(parts[:-1]), create=True)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(parts[-1], dir_fd=parent)
+        os.symlink(target, parts[-1], dir_fd=parent)
+    finally:
+        os.close(parent)

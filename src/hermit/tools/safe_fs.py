@@ -1,0 +1,353 @@
+"""Race-free file access beneath a directory descriptor: no symlink is followed at any component, ever.
+
+A path check followed by an open by name is a race: between the two, a hostile process sharing the
+directory (a sandboxed command of another chat) can swap a component for a symlink or exchange two
+directories (`renameat2(RENAME_EXCHANGE)`), and the open then reads or writes something else. So the
+tools of a confined session never open by name. Every open starts at a descriptor of the root the
+session may use and resolves the rest relative to it:
+
+- `openat2(2)` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS` where the kernel
+  has it (Linux 5.6+): the kernel refuses any symlink and any escape in one atomic lookup;
+- elsewhere a component-by-component walk, each step `O_NOFOLLOW` relative to the previous step's
+  descriptor, so a swapped component is refused instead of followed.
+
+What was opened is then judged on the descriptor (`fstat`: a regular file, its identity, its link
+count), never by looking the name up again. Writes create a uniquely named temporary file in the
+parent directory's descriptor and `rename` it inside that same descriptor, so the replacement lands
+in the directory that was checked even if the path to it changed meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from hermit.errors import PathPolicyError
+
+_SYS_OPENAT2 = 437  # the same number on every architecture that has it (x86_64, aarch64, …)
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
+RESOLVE_BENEATH = 0x08
+_RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
+_O_PATH = getattr(os, "O_PATH", 0)
+_DIR_FLAGS = (_O_PATH or os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+SYMLINK_RULE = "tools do not follow symlinks in this session; use the real path inside the workspace"
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def _load_openat2() -> Any:
+    """libc's syscall() (typed Any: a ctypes function pointer), or None where there is none."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.syscall
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_long
+    return fn
+
+
+_syscall = _load_openat2() if os.uname().sysname == "Linux" else None
+_openat2_works: bool | None = None  # learnt on first use: ENOSYS means an older kernel
+
+
+def parts_of(rel: str) -> list[str]:
+    """The components of a relative path; refuses absolute paths, `..`, NUL bytes and empty paths."""
+    if "\x00" in rel:
+        raise PathPolicyError("the path contains a NUL byte", "pass a plain file path")
+    if rel.startswith("/"):
+        raise PathPolicyError(f"{rel!r} is an absolute path here", "pass a path relative to the workspace")
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise PathPolicyError(f"{rel!r} goes up with '..'", "pass a path inside the workspace without '..'")
+    return parts
+
+
+def _refusal(rel: str, err: OSError) -> PathPolicyError:
+    if err.errno == errno.ENOTDIR:
+        return PathPolicyError(f"{rel!r}: a part of the path is not a folder", "check the path")
+    if err.errno in (errno.ELOOP, errno.EXDEV):
+        return PathPolicyError(f"{rel!r} passes through a symlink or leaves the allowed folder", SYMLINK_RULE)
+    return PathPolicyError(f"cannot open {rel!r}: {err.strerror or err}", "check the path")
+
+
+def _openat2(dir_fd: int, rel: str, flags: int, mode: int) -> int | None:
+    """openat2 beneath `dir_fd`, or None when the kernel lacks it (the caller walks instead)."""
+    global _openat2_works
+    if _syscall is None or _openat2_works is False:
+        return None
+    how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, _RESOLVE)
+    while True:
+        fd = _syscall(_SYS_OPENAT2, dir_fd, rel.encode("utf-8", "surrogateescape"), ctypes.byref(how),
+                      ctypes.sizeof(how))
+        if fd >= 0:
+            _openat2_works = True
+            return int(fd)
+        err = ctypes.get_errno()
+        if err == errno.EINTR or err == errno.EAGAIN:
+            continue
+        if err in (errno.ENOSYS, errno.EPERM) and _openat2_works is None:
+            _openat2_works = False  # EPERM: a seccomp filter refusing unknown syscalls
+            return None
+        raise OSError(err, os.strerror(err))
+
+
+def _walk(dir_fd: int, parts: list[str]) -> int:
+    """A new O_PATH descriptor of the directory `parts` names beneath `dir_fd`, no symlink followed."""
+    cur = os.dup(dir_fd)
+    try:
+        for name in parts:
+            nxt = os.open(name, _DIR_FLAGS, dir_fd=cur)
+            os.close(cur)
+            cur = nxt
+        return cur
+    except BaseException:
+        os.close(cur)
+        raise
+
+
+def open_beneath(dir_fd: int, rel: str, flags: int, mode: int = 0o644) -> int:
+    """A descriptor of `rel` beneath `dir_fd` opened with `flags`; PathPolicyError when a symlink or an
+    escape is on the way (FileNotFoundError when it simply does not exist)."""
+    parts = parts_of(rel)
+    if not parts:
+        return os.open(".", flags | os.O_CLOEXEC, dir_fd=dir_fd)
+    joined = "/".join(parts)
+    try:
+        fd = _openat2(dir_fd, joined, flags, mode)
+        if fd is not None:
+            return fd
+        parent = _walk(dir_fd, parts[:-1])
+        try:
+            return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent)
+        finally:
+            os.close(parent)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            raise FileNotFoundError(errno.ENOENT, "no such file", rel) from None
+        if e.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR):
+            raise _refusal(rel, e) from None
+        raise
+
+
+def open_dir(dir_fd: int, rel: str, *, create: bool = False, listing: bool = False) -> int:
+    """A descriptor of the directory `rel` beneath `dir_fd` (created, with parents, when `create`);
+    `listing` opens it readable (for scandir) instead of O_PATH."""
+    parts = parts_of(rel)
+    flags = (os.O_RDONLY if listing else (_O_PATH or os.O_RDONLY)) | os.O_DIRECTORY
+    if not create:
+        return open_beneath(dir_fd, rel, flags)
+    cur = os.dup(dir_fd)
+    try:
+        for name in parts:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=cur)
+            try:
+                nxt = os.open(name, _DIR_FLAGS, dir_fd=cur)
+            except OSError as e:
+                raise _refusal(rel, e) from None
+            os.close(cur)
+            cur = nxt
+        if listing:
+            out = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=cur)
+            os.close(cur)
+            return out
+        return cur
+    except BaseException:
+        os.close(cur)
+        raise
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A regular file read through a descriptor: its bytes and what fstat said about that descriptor."""
+
+    data: bytes
+    st: os.stat_result
+
+    @property
+    def identity(self) -> tuple[int, int]:
+        return self.st.st_dev, self.st.st_ino
+
+
+class NotAFile(PathPolicyError):
+    """The path names a directory, FIFO, socket or device: only regular files are read or written."""
+
+    def __init__(self, rel: str, kind: str) -> None:
+        super().__init__(f"{rel} is {kind}, not a regular file", "only regular text files can be read or written")
+        self.kind = kind
+
+
+def kind_of(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
+def read_beneath(dir_fd: int, rel: str, max_bytes: int) -> Opened:
+    """The bytes of the regular file `rel` (at most `max_bytes`, else FileTooLarge-like PathPolicyError).
+    O_NONBLOCK: a FIFO planted in the path cannot block the turn; it is refused on its fstat."""
+    fd = open_beneath(dir_fd, rel, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotAFile(rel, kind_of(st.st_mode))
+        if st.st_size > max_bytes:
+            raise PathPolicyError(f"{rel} is too large to read ({st.st_size:,} bytes)",
+                                  "use exec with head, tail or grep to look at parts of it")
+        chunks: list[bytes] = []
+        left = max_bytes + 1
+        while left > 0:
+            block = os.read(fd, min(left, 1 << 20))
+            if not block:
+                break
+            chunks.append(block)
+            left -= len(block)
+        data = b"".join(chunks)
+        if len(data) > max_bytes:
+            raise PathPolicyError(f"{rel} is too large to read (over {max_bytes:,} bytes)",
+                                  "use exec with head, tail or grep to look at parts of it")
+        return Opened(data, st)
+    finally:
+        os.close(fd)
+
+
+def lstat_beneath(dir_fd: int, rel: str) -> os.stat_result | None:
+    """lstat of `rel` (the entry itself, a symlink is not followed); None when it does not exist."""
+    parts = parts_of(rel)
+    if not parts:
+        return os.stat(".", dir_fd=dir_fd)
+    try:
+        parent = open_dir(dir_fd, "/".join(parts[:-1]))
+    except FileNotFoundError:
+        return None
+    try:
+        return os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(parent)
+
+
+def list_beneath(dir_fd: int, rel: str) -> list[tuple[str, bool]]:
+    """(name, is a directory) of the entries of the directory `rel`, sorted; symlinks are not followed."""
+    fd = open_dir(dir_fd, rel, listing=True)
+    try:
+        with os.scandir(fd) as it:
+            return sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it)
+    finally:
+        os.close(fd)
+
+
+def write_beneath(dir_fd: int, rel: str, data: bytes, *, mode: int = 0o644, fsync: bool = True) -> None:
+    """Replace (or create) the file `rel` atomically: a temporary file in the parent's descriptor, then a
+    rename inside that descriptor. An existing regular file keeps its permissions; a directory, FIFO or
+    other special file at `rel` is refused. Parent directories are created."""
+    parts = parts_of(rel)
+    if not parts:
+        raise PathPolicyError("cannot write the folder itself", "pass a file path")
+    parent = open_dir(dir_fd, "/".join(parts[:-1]), create=True)
+    name = parts[-1]
+    tmp = f".{name[:80]}.{secrets.token_hex(6)}.tmp"
+    try:
+        try:
+            old = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            old = None
+        if old is not None and not (stat.S_ISREG(old.st_mode) or stat.S_ISLNK(old.st_mode)):
+            raise NotAFile(rel, kind_of(old.st_mode))
+        keep = stat.S_IMODE(old.st_mode) if old is not None and stat.S_ISREG(old.st_mode) else mode
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, keep, dir_fd=parent)
+        try:
+            os.fchmod(fd, keep)  # the umask must not loosen or tighten what the file had
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=parent)
+            raise
+        if fsync:
+            with contextlib.suppress(OSError):
+                dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+    finally:
+        os.close(parent)
+
+
+def remove_beneath(dir_fd: int, rel: str) -> None:
+    """Remove the entry `rel` (a file, a symlink itself, or a directory tree), nothing followed."""
+    parts = parts_of(rel)
+    if not parts:
+        raise PathPolicyError("cannot remove the folder itself", "pass a path inside it")
+    parent = open_dir(dir_fd, "/".join(parts[:-1]))
+    try:
+        _remove_at(parent, parts[-1])
+    finally:
+        os.close(parent)
+
+
+def _remove_at(parent: int, name: str) -> None:
+    try:
+        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=parent)
+        return
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    try:
+        with os.scandir(fd) as it:
+            names = [e.name for e in it]
+        for child in names:
+            _remove_at(fd, child)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent)
+
+
+def walk_beneath(dir_fd: int, rel: str = "") -> Iterator[tuple[str, os.stat_result]]:
+    """Every entry below `rel` as (relative path, lstat), directories before their contents; symlinks
+    are reported, never followed."""
+    fd = open_dir(dir_fd, rel, listing=True)
+    try:
+        with os.scandir(fd) as it:
+            entries = sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
+        for name, st in entries:
+            path = f"{rel}/{name}" if rel else name
+            yield path, st
+            if stat.S_ISDIR(st.st_mode):
+                yield from walk_beneath(dir_fd, path)
+    finally:
+        os.close(fd)
+
+
+def disk_usage(dir_fd: int) -> int:
+    """Bytes the tree beneath `dir_fd` occupies (allocated blocks, so sparse files count as stored)."""
+    return sum(st.st_blocks * 512 for _, st in walk_beneath(dir_fd))

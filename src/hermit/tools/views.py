@@ -1,0 +1,246 @@
+"""What a non-owner session sees of the filesystem: its room, plus the owner's instructions and the
+memory it may read — the same layout for its file tools and for its sandboxed exec.
+
+Paths are given as the session knows them: relative to the workspace (`notes.txt`, `memory/…`), or
+absolute under the workspace's path. They map to:
+
+    memory/…            the workspace's memory files, as this session's audience may see them (read;
+                        writes go through the memory rules: append only, marked with the origin)
+    AGENTS.md, SOUL.md… the workspace's instruction files, read-only
+    MEMORY.md           refused (owner-only long-term memory)
+    anything else       the session's room (rooms.py), read-write within its quota
+
+Every open is race-free (safe_fs: descriptors, no symlink followed) so a sandboxed command of another
+chat cannot redirect a tool call, and refusals name the path the session gave, never a host path.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from hermit.errors import PathPolicyError
+from hermit.memory.privacy import is_long_term
+from hermit.textfile import decode_text
+from hermit.tools import safe_fs
+from hermit.tools.rooms import Room
+from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
+
+Area = Literal["room", "memory", "instruction", "root"]
+MEMORY_DIR = "memory"
+MAX_VIEW_FILE_BYTES = 20_000_000
+PRIVACY_HINT = ("privacy rule: MEMORY.md and owner-only notes are only used in the owner's main session, never "
+                "in group, channel or other people's chats")
+
+
+class MemoryView(Protocol):
+    """The memory a session may read: one file rendered for it, and every file it may see (for exec)."""
+
+    def render(self, rel: str, data: bytes, st: os.stat_result) -> bytes | None:
+        """`data` of the memory file `rel` (workspace-relative) as this reader may see it; None: withheld."""
+        ...
+
+    def files(self) -> Iterator[tuple[str, bytes]]:
+        """(workspace-relative path, rendered bytes) of every memory file under memory/ it may see."""
+        ...
+
+
+@dataclass(frozen=True)
+class SharedMemoryView:
+    """Memory as every non-owner session saw it before audiences: all of memory/ except MEMORY.md (by
+    identity), hard-linked files (possibly MEMORY.md under another name) and memory/private/."""
+
+    workspace: Path
+
+    def _withheld(self, rel: str, st: os.stat_result) -> bool:
+        memory = self.workspace / MEMORY_FILE
+        try:
+            m = os.stat(memory)
+            same = (m.st_dev, m.st_ino) == (st.st_dev, st.st_ino)
+        except OSError:
+            same = False
+        return same or st.st_nlink > 1 or rel.startswith(f"{MEMORY_DIR}/private/") or rel == MEMORY_FILE
+
+    def render(self, rel: str, data: bytes, st: os.stat_result) -> bytes | None:
+        return None if self._withheld(rel, st) else data
+
+    def files(self) -> Iterator[tuple[str, bytes]]:
+        yield from walk_memory(self.workspace, self.render)
+
+
+Render = Callable[[str, bytes, os.stat_result], "bytes | None"]
+# The workspace and room folders themselves are the owner's (a symlinked workspace is the owner's choice):
+# they are opened following links; nothing below them is.
+_ROOT_FLAGS = (safe_fs._O_PATH or os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def walk_memory(workspace: Path, render: Render) -> Iterator[tuple[str, bytes]]:
+    """Regular `.md` files under memory/ (no symlink followed), each passed through `render`."""
+    try:
+        ws = os.open(workspace, _ROOT_FLAGS)
+    except OSError:
+        return
+    try:
+        try:
+            entries = list(safe_fs.walk_beneath(ws, MEMORY_DIR))
+        except (OSError, PathPolicyError):
+            return
+        for rel, st in entries:
+            if not stat.S_ISREG(st.st_mode) or not rel.lower().endswith(".md") or st.st_size > MAX_VIEW_FILE_BYTES:
+                continue
+            try:
+                opened = safe_fs.read_beneath(ws, rel, MAX_VIEW_FILE_BYTES)
+            except (OSError, PathPolicyError):
+                continue
+            shown = render(rel, opened.data, opened.st)
+            if shown is not None:
+                yield rel, shown
+    finally:
+        os.close(ws)
+
+
+@dataclass(frozen=True)
+class Located:
+    area: Area
+    rel: str  # inside the room (area room) or the workspace (memory, instruction); "" for the root
+    shown: str  # the path as the session sees it (workspace-relative)
+
+
+@dataclass(frozen=True)
+class RoomView:
+    """One non-owner session's view: `workspace` is where it appears to be, `room` where its files are."""
+
+    workspace: Path
+    room: Room
+    memory: MemoryView
+
+    def locate(self, raw: str, what: str = "path") -> Located:
+        if not raw or not raw.strip():
+            raise PathPolicyError(f"empty {what}", "pass a file path relative to the workspace")
+        text = raw.strip()
+        if "\x00" in text:
+            raise PathPolicyError(f"{what} contains a NUL byte", "pass a plain file path")
+        rel = self._relative(text, raw)
+        parts = safe_fs.parts_of(rel)
+        shown = "/".join(parts) or "."
+        if not parts:
+            return Located("root", "", ".")
+        if parts[0] == MEMORY_DIR:
+            return Located("memory", "/".join(parts), shown)
+        if len(parts) == 1 and parts[0] == MEMORY_FILE:
+            raise PathPolicyError(f"{raw!r} is private long-term memory and is not available in this session",
+                                  PRIVACY_HINT)
+        if len(parts) == 1 and parts[0] in BOOTSTRAP_ORDER:
+            return Located("instruction", parts[0], shown)
+        return Located("room", "/".join(parts), shown)
+
+    def _relative(self, text: str, raw: str) -> str:
+        if text.startswith("~"):
+            text = "." + text[1:] if text == "~" or text.startswith("~/") else text
+        if text.startswith("/"):
+            norm = posixpath.normpath(text)
+            for base in {str(self.workspace), str(self.workspace.resolve())}:
+                if norm == base:
+                    return ""
+                if norm.startswith(base + "/"):
+                    return norm[len(base) + 1:]
+            raise PathPolicyError(f"{raw!r} is outside the workspace",
+                                  "this chat may only use paths inside the workspace")
+        norm = posixpath.normpath(text)
+        if norm == ".." or norm.startswith("../"):
+            raise PathPolicyError(f"{raw!r} is outside the workspace",
+                                  "this chat may only use paths inside the workspace")
+        return "" if norm == "." else norm
+
+    # ---- reading ----------------------------------------------------------------------------------
+
+    def read(self, loc: Located, max_bytes: int) -> bytes:
+        """The bytes of a file as this session may see them; PathPolicyError / FileNotFoundError."""
+        if loc.area == "room":
+            with self.room.fd() as fd:
+                return safe_fs.read_beneath(fd, loc.rel, max_bytes).data
+        with workspace_fd(self.workspace) as ws:
+            opened = safe_fs.read_beneath(ws, loc.rel, max_bytes)
+        if loc.area == "instruction":
+            return opened.data
+        if is_long_term(self.workspace / loc.rel, self.workspace) or opened.st.st_nlink > 1:
+            raise PathPolicyError(f"{loc.shown} may be private long-term memory (it is MEMORY.md or hard-linked)",
+                                  PRIVACY_HINT)
+        shown = self.memory.render(loc.rel, opened.data, opened.st)
+        if shown is None:
+            raise PathPolicyError(f"{loc.shown} is not available in this session", PRIVACY_HINT)
+        return shown
+
+    def read_text(self, loc: Located, max_bytes: int) -> str:
+        return decode_text(self.read(loc, max_bytes)).text
+
+    def lstat(self, loc: Located) -> os.stat_result | None:
+        if loc.area == "root":
+            return None
+        if loc.area == "room":
+            with self.room.fd() as fd:
+                return safe_fs.lstat_beneath(fd, loc.rel)
+        with workspace_fd(self.workspace) as ws:
+            return safe_fs.lstat_beneath(ws, loc.rel)
+
+    def is_dir(self, loc: Located) -> bool:
+        if loc.area == "root":
+            return True
+        st = self.lstat(loc)
+        return st is not None and stat.S_ISDIR(st.st_mode)
+
+    def listing(self, loc: Located) -> list[str]:
+        """Names in a folder of the view (folders end in '/'); memory/ lists only what this session may read."""
+        if loc.area == "root":
+            with self.room.fd() as fd:
+                names = {n + ("/" if d else "") for n, d in safe_fs.list_beneath(fd, "")}
+            names -= {MEMORY_DIR, MEMORY_DIR + "/", MEMORY_FILE, *BOOTSTRAP_ORDER}
+            names.add(MEMORY_DIR + "/")
+            names |= {n for n in BOOTSTRAP_ORDER if (self.workspace / n).is_file()}
+            return sorted(names)
+        if loc.area == "memory":
+            prefix = loc.rel + "/"
+            visible = {rel[len(prefix):].split("/")[0] + ("/" if "/" in rel[len(prefix):] else "")
+                       for rel, _ in self.memory.files() if rel.startswith(prefix)}
+            return sorted(visible)
+        with self.room.fd() as fd:
+            return [n + ("/" if d else "") for n, d in safe_fs.list_beneath(fd, loc.rel)]
+
+    # ---- writing (the room only; memory goes through the memory rules in files.py) ------------------
+
+    def write_room(self, loc: Located, data: bytes) -> None:
+        if loc.area != "room":
+            raise PathPolicyError(f"{loc.shown} cannot be written from this session",
+                                  "write policy: this chat writes files in its own room; memory only by appending")
+        with self.room.locked() as fd:
+            old = safe_fs.lstat_beneath(fd, loc.rel)
+            old_size = old.st_blocks * 512 if old is not None and stat.S_ISREG(old.st_mode) else 0
+            self.room.check_room_for(len(data) + 4096 - old_size, fd)
+            safe_fs.write_beneath(fd, loc.rel, data)
+
+    def write_memory(self, loc: Located, data: bytes) -> None:
+        """Replace a memory file (the memory rules have already decided the content: an addition)."""
+        with workspace_fd(self.workspace) as ws:
+            safe_fs.write_beneath(ws, loc.rel, data)
+
+
+class _WsFd:
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = workspace
+        self.fd = -1
+
+    def __enter__(self) -> int:
+        self.fd = os.open(self.workspace, _ROOT_FLAGS)
+        return self.fd
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
+def workspace_fd(workspace: Path) -> _WsFd:
+    return _WsFd(workspace)
