@@ -185,6 +185,8 @@ async def contact_runs_exec_in_a_sandboxed_session_of_their_own(s: Stack) -> Non
     assert CONFIG_CANARY not in text  # the state dir does not exist inside the sandbox
     assert "EXEC-DONE" in text and "uid=" in text and "Uid:" in text  # the command did run
     assert "MEMORY-BEGIN" in text and "MEMORY-END" in text
+    # Not the host's root with capabilities: an unprivileged uid with none at all (issue 22 §3).
+    assert "CapEff:\\t0000000000000000" in text and "uid=0(" not in text
     assert s.session_keys() == {CONTACT_KEY}
 
 
