@@ -304,3 +304,42 @@ def test_the_gateway_routes_by_dm_scope_and_checks_access_before_the_agent(tmp_p
     keys = {r.key for r in rt.store.list()}
     assert keys == {"agent:main:telegram:dm:4242", "agent:main:telegram:group:g1"}
     assert all(rt.sandboxed(k) for k in keys)  # neither is the main session
+
+
+def test_attachments_wait_in_the_state_dir_and_are_filed_where_the_session_works(tmp_path: Path) -> None:
+    """A stranger's file is deleted; the owner's goes to the workspace inbox, a group's to its room's inbox
+    (never among the owner's files), within the room's quota."""
+    import dataclasses
+
+    from hermit.channels.base import Attachment
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+
+    def attached(msg_text: str, peer: str, name: str, size: int = 10, kind: str = "dm") -> object:
+        f = inbox / name
+        f.write_bytes(b"x" * size)
+        msg = inbound(msg_text, peer, kind=kind)  # type: ignore[arg-type]
+        return dataclasses.replace(msg, attachments=(Attachment("document", str(f), name),))
+
+    def admit(msg: object, agent_id: str) -> Admission:
+        return Admission(getattr(msg, "sender_id", "") != "stranger", None, "test")
+
+    ch = RecordingChannel()
+    rt = runtime(tmp_path, lambda req: "ok", sandbox={"room_mb": 1})
+    bus = make_bus(rt, ch, admit=admit)
+
+    async def main() -> None:
+        assert await bus.publish(attached("hi", "stranger", "from-stranger.txt")) == "refused"  # type: ignore[arg-type]
+        assert await bus.publish(attached("mine", "owner", "from-owner.txt")) == "queued"  # type: ignore[arg-type]
+        assert await bus.publish(attached("ours", "g1", "from-group.txt", kind="group")) == "queued"  # type: ignore[arg-type]
+        assert await bus.publish(attached("big", "g1", "too-big.bin", 2 << 20, kind="group")) == "queued"  # type: ignore[arg-type]
+        await bus.drain(20)
+
+    asyncio.run(main())
+    ws = rt.agent.workspace
+    room = rt.confinement.room("agent:main:telegram:group:g1").path
+    assert list(inbox.iterdir()) == []  # nothing waits: filed or deleted
+    assert (ws / "inbox" / "from-owner.txt").exists() and not (ws / "inbox" / "from-stranger.txt").exists()
+    assert (room / "inbox" / "from-group.txt").read_bytes() == b"x" * 10
+    assert not (ws / "inbox" / "from-group.txt").exists() and not (room / "inbox" / "too-big.bin").exists()

@@ -20,7 +20,8 @@ AttachmentKind = Literal["image", "document", "audio", "video", "other"]
 
 @dataclass(frozen=True)
 class Attachment:
-    """A file that came with a message, already saved by the channel (under the workspace's `inbox/`)."""
+    """A file that came with a message, already saved by the channel (under `<state>/inbox/` until the gateway
+    files it into the answering session's inbox: the workspace's for the owner, the room's for others)."""
 
     kind: AttachmentKind
     path: str  # where the channel saved it (absolute); "" when it could not be saved
@@ -179,8 +180,8 @@ class ChannelDeps:
     state_dir: Path
     environ: Mapping[str, str]
     clock: Callable[[], float]
-    # Where received files (photos, documents) are saved: the default agent's <workspace>/inbox, so the
-    # agent can read them; a channel built without it saves under <state>/inbox.
+    # Where received files (photos, documents) are saved before access control has run: <state>/inbox by
+    # default; the gateway moves an admitted message's files to the answering session's inbox.
     inbox_dir: Path | None = None
 
     @property

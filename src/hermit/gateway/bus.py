@@ -12,7 +12,9 @@ gateway's composition (supervisor.py) adapts agent.routing.Router and channels.a
 them. A message is routed before it is checked, so a group's mention patterns are those of the agent
 that would answer; a refused sender is sent only what the policy says (a pairing code or nothing).
 The route already knows whether a DM's sender is an owner (owners are config, no file to read): only an
-owner's DM can be routed to the main session, a contact's gets a session of its own (SPEC §18).
+owner's DM can be routed to the main session, a contact's gets a session of its own (SPEC §18). Files a
+message brought are deleted when it is refused and filed into the answering session's inbox when it is
+let in (attachments.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 from hermit.agent.turn import TurnResult
 from hermit.channels.base import Channel, InboundMessage, OutboundMessage, PublishOutcome, Target
 from hermit.errors import ChannelError, HermitError, SessionError
+from hermit.gateway import attachments
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
 from hermit.sessions.keys import agent_id_of
@@ -110,10 +113,14 @@ class Bus:
             # files in the state dir, so the check runs off the loop.
             admission = await asyncio.to_thread(self._admit, msg, routed.agent_id)
             if not admission.allowed:
+                attachments.discard(msg)
                 log.info("refused %s/%s sender %s: %s", msg.channel, msg.account_id, msg.sender_id, admission.reason)
                 if admission.reply:
                     await deliver_text(channel, Target.of(msg), admission.reply, self._chunk, "pairing")
                 return "refused"
+        if msg.attachments:
+            msg = await asyncio.to_thread(attachments.file_for_session, msg, self.host.runtime(routed.agent_id),
+                                          routed.session_key)
         job = _Job(routed.agent_id, routed.session_key, msg.text, msg=msg)
         if not self._enqueue(job):
             await send_safely(channel, OutboundMessage(Target.of(msg), BUSY, "notice"))

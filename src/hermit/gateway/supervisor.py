@@ -116,7 +116,8 @@ class Gateway:
         self.token = token
         self.agents = AgentHost(runtimes)
         self.webchat = WebchatChannel(clock)
-        deps = ChannelDeps(home, environ, clock, inbox_dir=loaded.agent().workspace / "inbox")
+        # Received files wait in the state dir until their sender is let in (gateway/attachments.py).
+        deps = ChannelDeps(home, environ, clock, inbox_dir=home / "inbox")
         extra = build_channels(loaded, deps) if channels is None else channels
         self.channels: list[Channel] = ([self.webchat] if loaded.config.channels.webchat.enabled else []) + extra
         access = AccessControl(loaded.config.channels, PairingStore(home, clock), clock)
