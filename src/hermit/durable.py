@@ -1,13 +1,16 @@
-"""Durable whole-file writes: temp file in the same directory, fsync, atomic rename (then the directory).
+"""Durable writes: whole files (temp file in the same directory, fsync, atomic rename) and appends.
 
 Every rewrite of a file Hermit owns or edits for the user (config, sessions.json, workspace files via
 the write/edit tools, small caches) goes through here, so a crash leaves the old file or the new one,
-never a torn one.
+never a torn one. An addition to the end of a file goes through `append_fd` instead: a rewrite would
+drop a note another session appended between the read and the rename, an O_APPEND write under an
+exclusive lock keeps both.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 from pathlib import Path
@@ -53,3 +56,25 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None, fsyn
         raise
     if fsync:
         fsync_dir(path.parent)
+
+
+def append_fd(fd: int, data: bytes, *, fsync: bool = True) -> None:
+    """Append `data` to the file open (O_APPEND) as `fd`, under an exclusive lock, then fsync."""
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if fsync:
+            os.fsync(fd)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def append_file(path: Path, data: bytes, *, fsync: bool = True) -> None:
+    """Append to an existing regular file by name (the last component is not followed if a symlink)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        append_fd(fd, data, fsync=fsync)
+    finally:
+        os.close(fd)

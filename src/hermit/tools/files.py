@@ -26,7 +26,7 @@ from typing import Annotated, Literal, Protocol
 
 from pydantic import Field
 
-from hermit.durable import write_atomic
+from hermit.durable import append_file, write_atomic
 from hermit.errors import PathPolicyError, ToolError
 from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, read_regular
 from hermit.tools.base import Tool, make_tool
@@ -275,7 +275,7 @@ class FileTools:
         target = self._view_target(loc)
         after = self.rules.prepare(target, kind, before, join_append(before, content) if append else content)
         self.policy.check(target, kind, before, after)
-        self._view_commit(loc, target, after)
+        self._view_commit(loc, target, before, after)
         verb = "created" if before is None else "appended to" if append else "overwrote"
         size = len(after.encode("utf-8")) - len((before or "").encode("utf-8")) if append else len(after.encode())
         return f"{verb} {loc.shown} ({size:,} bytes)"
@@ -288,20 +288,25 @@ class FileTools:
         target = self._view_target(loc)
         after = self.rules.prepare(target, "edit", before, before.replace(old, new, 1))
         self.policy.check(target, "edit", before, after)
-        self._view_commit(loc, target, after)
+        self._view_commit(loc, target, before, after)
         return f"edited {loc.shown}: replaced 1 occurrence at line {line}"
 
-    def _view_commit(self, loc: Located, target: ResolvedPath, after: str) -> None:
+    def _view_commit(self, loc: Located, target: ResolvedPath, before: str | None, after: str) -> None:
         assert self.view is not None
         if loc.area == "memory":
-            self.view.write_memory(loc, after.encode("utf-8"))
+            self.view.write_memory(loc, before, after)
         else:
             self.view.write_room(loc, after.encode("utf-8"))
         self._changed(target.real)
 
     def _commit(self, target: ResolvedPath, before: str | None, after: str) -> None:
         self.rules.keep_history(target, before, after)
-        _write_atomic(target.real, after)
+        if before and after.startswith(before) and target.real.is_file():
+            # An addition (a note at the end of a daily log): appended, so a note another session added
+            # since `before` was read is kept rather than replaced.
+            append_file(target.real, after[len(before):].encode("utf-8"))
+        else:
+            _write_atomic(target.real, after)
         self._changed(target.real)
 
     def _changed(self, path: Path) -> None:

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from hermit.durable import append_fd
 from hermit.errors import PathPolicyError
 
 _SYS_OPENAT2 = 437  # the same number on every architecture that has it (x86_64, aarch64, …)
@@ -299,6 +300,19 @@ def write_beneath(dir_fd: int, rel: str, data: bytes, *, mode: int = 0o644, fsyn
                     os.close(dfd)
     finally:
         os.close(parent)
+
+
+def append_beneath(dir_fd: int, rel: str, data: bytes, *, fsync: bool = True) -> None:
+    """Append to the existing regular file `rel` (O_APPEND, exclusive lock): another writer's addition made
+    since the caller read the file is kept, not overwritten."""
+    fd = open_beneath(dir_fd, rel, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotAFile(rel, kind_of(st.st_mode))
+        append_fd(fd, data, fsync=fsync)
+    finally:
+        os.close(fd)
 
 
 def remove_beneath(dir_fd: int, rel: str) -> None:

@@ -223,10 +223,14 @@ class RoomView:
             self.room.check_room_for(len(data) + 4096 - old_size, fd)
             safe_fs.write_beneath(fd, loc.rel, data)
 
-    def write_memory(self, loc: Located, data: bytes) -> None:
-        """Replace a memory file (the memory rules have already decided the content: an addition)."""
+    def write_memory(self, loc: Located, before: str | None, after: str) -> None:
+        """Add to a memory file (the memory rules only let this session add: `after` starts with `before`).
+        An existing file gets just the addition, appended; a new one is created."""
         with workspace_fd(self.workspace) as ws:
-            safe_fs.write_beneath(ws, loc.rel, data)
+            if before is not None and after.startswith(before):
+                safe_fs.append_beneath(ws, loc.rel, after[len(before):].encode("utf-8"))
+            else:
+                safe_fs.write_beneath(ws, loc.rel, after.encode("utf-8"))
 
 
 class _WsFd:
