@@ -246,11 +246,14 @@ class AudienceMap:
     """Audiences of a workspace's memory files, read from the files when asked and cached by
     (path, mtime_ns, size): which indexed chunks a reader may see, and the labels of search results."""
 
-    def __init__(self, workspace: Path, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, cache_size: int = 512) -> None:
+    def __init__(self, workspace: Path, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, cache_size: int = 512,
+                 cache_bytes: int = 64_000_000) -> None:
         self.workspace = workspace
         self.max_file_bytes = max_file_bytes
         self.cache_size = cache_size
+        self.cache_bytes = cache_bytes  # files are kept as text: bound what the cache holds
         self._cache: dict[str, tuple[tuple[int, int], _File | None]] = {}
+        self._held = 0
 
     def _abs(self, rel: str) -> str:
         return rel if os.path.isabs(rel) else os.path.join(self.workspace, rel)
@@ -269,10 +272,17 @@ class AudienceMap:
         if hit is not None and hit[0] == stamp:
             return hit[1]
         loaded = self._read(rel, path, st)
-        if len(self._cache) >= self.cache_size:
-            self._cache.pop(next(iter(self._cache)))
+        self._forget(path)
+        while self._cache and (len(self._cache) >= self.cache_size or self._held + st.st_size > self.cache_bytes):
+            self._forget(next(iter(self._cache)))
         self._cache[path] = (stamp, loaded)
+        self._held += st.st_size if loaded is not None else 0
         return loaded
+
+    def _forget(self, path: str) -> None:
+        gone = self._cache.pop(path, None)
+        if gone is not None and gone[1] is not None:
+            self._held -= gone[0][1]
 
     def _read(self, rel: str, path: str, st: os.stat_result) -> _File | None:
         try:

@@ -19,6 +19,10 @@ from hermit.memory.provenance import CLOSE_LINE, origin_blocks
 from hermit.tokens import estimate_tokens
 
 MARKER = "<!-- origin"
+# Part of the index identity (memory.sync): an index chunked before audience runs existed is rebuilt once,
+# so no chunk straddles two audiences (search would withhold it whole). Unchanged chunks come from the
+# embedding cache, so the rebuild embeds only the files with origin blocks.
+CHUNKER_ID = "audience-runs-1"
 
 
 @dataclass(frozen=True)
