@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import write
+from hermit.cli.search_view import render_results
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import PathPolicyError
 from hermit.memory.audience import (
@@ -223,6 +224,7 @@ def indexed(workspace: Path, tmp_path: Path, e5: object):  # type: ignore[no-unt
           wrap("# Session: rent talk\n- User: the rent of 18,500 CZK is due on the 3rd (R3NT-CANARY)\n",
                owner_origin(MAIN)))
     write(workspace / "MEMORY.md", "# MEMORY\n- Rent: 18,500 CZK, due on the 3rd (R3NT-CANARY)\n")
+    write(workspace / "memory" / "private" / "bank.md", "- the rent goes from the CZ65 account (R3NT-CANARY)\n")
     svc = service(workspace, tmp_path / "idx.sqlite", e5)  # type: ignore[arg-type]
     svc.sync()
     yield svc
@@ -260,9 +262,22 @@ def test_snippet_windows_never_grow_into_withheld_lines(indexed) -> None:  # typ
     got = svc.get("memory/2026-01-20.md", 3, 5, reader=reader_for_session(GROUP))["text"].split("\n")
     assert got == ["- team lunch at the ramen place", "[3 lines withheld: not shared with this chat]", "", "",
                    "- 15:00 dentist"]
-    for path in ("memory/2026-01-20-rent-talk.md", "MEMORY.md"):
+    for path in ("memory/2026-01-20-rent-talk.md", "MEMORY.md", "memory/private/bank.md"):
         with pytest.raises(PathPolicyError, match="not shared with this chat"):
             svc.get(path, reader=reader_for_session(GROUP))
+        assert "R3NT-CANARY" in svc.get(path)["text"]  # the owner reads it
+    with pytest.raises(PathPolicyError, match="transcripts are not shared"):
+        svc.get("sessions/abc.jsonl", reader=reader_for_session(CRON))
+
+
+def test_the_cli_labels_each_result_with_its_audience() -> None:
+    results = [{"path": "memory/d.md", "startLine": 2, "endLine": 2, "score": 0.5, "source": "memory",
+                "snippet": "- rent", "audience": OWNER},
+               {"path": "memory/d.md", "startLine": 4, "endLine": 4, "score": 0.4, "source": "memory",
+                "snippet": "- projector", "audience": "telegram:group:-100200"}]
+    out = render_results(results, "rent", lambda _p: None, colour=False).split("\n\n")
+    assert out[0].splitlines()[0] == "0.500  memory/d.md:2  [memory · owner]"
+    assert out[1].splitlines()[0] == "0.400  memory/d.md:4  [memory · telegram:group:-100200]"
 
 
 def test_a_stale_index_fails_closed(workspace: Path, tmp_path: Path, e5: object) -> None:
