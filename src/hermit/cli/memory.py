@@ -209,9 +209,12 @@ def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 def _file_lines(svc: MemoryService, path: str) -> list[str] | None:
-    """A result's file as lines (to mark where a snippet was cut); None if it cannot be read now."""
+    """A result's file as lines (to mark where a snippet was cut); None if it cannot be read now. As the
+    index holds them: origin markers blank, as in snippets."""
+    from hermit.memory.chunking import index_lines
+
     try:
-        return str(svc.get(path)["text"]).split("\n")
+        return index_lines(str(svc.get(path)["text"]))
     except HermitError:
         return None
 

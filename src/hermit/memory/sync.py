@@ -27,7 +27,7 @@ import numpy as np
 
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import EmbeddingError, IndexError_
-from hermit.memory.chunking import Chunk, chunk_markdown, line_texts, text_hash
+from hermit.memory.chunking import CHUNKER_ID, Chunk, chunk_markdown, line_texts, text_hash
 from hermit.memory.embedders.base import Embedder
 from hermit.memory.fts import FTS_VERSION
 from hermit.memory.session_source import list_session_files, render_transcript, session_needs_index
@@ -83,6 +83,7 @@ def wanted_identity(cfg: MemorySearchConfig, embedder: Embedder | None, vector_k
         "chunk_tokens": cfg.chunking.tokens,
         "chunk_overlap": cfg.chunking.overlap,
         "tokenizer": TOKENIZER_ID,
+        "chunker": CHUNKER_ID,
         "fts": FTS_VERSION,
         "vector_backend": vector_kind if (info and cfg.store.vector_enabled) else "none",
         # Present only when on, so an index built without line vectors keeps its identity when they
