@@ -354,17 +354,19 @@ def test_doctor_says_whether_non_main_sessions_get_exec() -> None:
 def test_sandboxed_exec_limits_memory_file_size_and_time(tmp_path: Path) -> None:
     import subprocess
 
+    from hermit.memory.audience import Reader
     from hermit.messages import ToolCallPart
     from hermit.tools import ExecTool, PathResolver, RoomSandbox, RoomView, ToolRunner
     from hermit.tools.os_sandbox import SandboxLimits
     from hermit.tools.room_sandbox import sandbox_uid
     from hermit.tools.rooms import Room
-    from hermit.tools.views import SharedMemoryView
+    from hermit.tools.views import AudienceMemoryView
 
     backend = need_sandbox()
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
-    view = RoomView(ws, Room(tmp_path / "rooms", "telegram:group:1", 16 << 20), SharedMemoryView(ws))
+    view = RoomView(ws, Room(tmp_path / "rooms", "telegram:group:1", 16 << 20),
+                    AudienceMemoryView(ws, Reader("telegram:group:1")))
     jail = RoomSandbox(backend, view, SandboxLimits(memory_mb=256, max_file_mb=1), tmp_path / "scratch",
                        sandbox_uid(65534))
     runner = ToolRunner(ExecTool(PathResolver(ws, True), sandbox=jail).tools())
