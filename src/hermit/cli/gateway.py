@@ -106,11 +106,12 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
         print(json.dumps(st, ensure_ascii=False, indent=2))
         return 0
     bus = st["bus"]
+    life = bus["since_start"]
     print(f"gateway pid {st['pid']} on http://{st['host']}:{st['port']}/ · up {st['uptime_seconds']:.0f} s · "
           f"agents: {', '.join(st['agents'])}")
-    print(f"turns running {bus['turns_running']}, waiting {bus['queued']}, sessions active {bus['sessions_active']}; "
-          f"since start: {bus['turns']} turns, {bus['refused']} refused, {bus['queue_full']} busy · web chat "
-          f"clients {st['webchat_clients']}")
+    print(f"turns running {bus['turns_running']}, waiting {bus['waiting']}, sessions active {bus['sessions_active']}; "
+          f"since start: {life['accepted']} messages, {life['turns']} turns, {life['refused']} refused, "
+          f"{life['queue_full']} busy · web chat clients {st['webchat_clients']}")
     for ch in st["channels"]:
         state = "connected" if ch["connected"] else "disconnected"
         err = f" — {ch['last_error']}" if ch.get("last_error") else ""
