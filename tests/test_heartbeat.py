@@ -209,3 +209,16 @@ async def test_the_same_alert_is_not_resent_within_24_hours_even_after_a_restart
     assert [t for _, t in restarted.channel.sent][-1] == alert
     state = tmp_path / "home" / "cron" / "heartbeat-alerts.json"
     assert state.stat().st_mode & 0o777 == 0o600 and alert not in state.read_text()
+
+
+async def test_a_target_naming_no_account_fails_before_the_model_is_called(tmp_path: Path) -> None:
+    r = heartbeat_rig(tmp_path, "an alert", target={"channel": "Discord", "to": "42"})
+    await r.service.start(run_loop=False)
+    last = await beat(r)
+    assert last["status"] == "error" and "no discord account is configured" in str(last["reason"])
+    assert r.models["main"].requests == [] and r.channel.sent == []
+    # Channel names in any case reach the configured account.
+    ok = heartbeat_rig(tmp_path / "ok", "an alert that matters to the owner", target={"channel": "TELEGRAM", "to": "42"})
+    await ok.service.start(run_loop=False)
+    assert (await beat(ok))["delivered"] is True
+    assert [(t.channel, t.account_id) for t, _ in ok.channel.sent] == [("telegram", "default")]

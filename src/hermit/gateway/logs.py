@@ -9,6 +9,7 @@ rotated ones included, whatever the umask.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import logging.handlers
@@ -16,7 +17,6 @@ import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO
 
 from hermit.config.paths import ensure_private_dir, private_file, tighten_dir
 
@@ -61,7 +61,7 @@ class JsonFormatter(logging.Formatter):
 class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
     """A rotating log whose every file, the first and each one opened after a rotation, is 0600."""
 
-    def _open(self) -> IO[str]:
+    def _open(self) -> io.TextIOWrapper:
         private_file(Path(self.baseFilename))
         return super()._open()
 

@@ -26,10 +26,11 @@ from typing import Literal
 from hermit.agent.context import is_silent
 from hermit.channels.base import Target
 from hermit.config.load import AgentConfig
-from hermit.config.schema import ActiveHoursConfig, HeartbeatConfig
+from hermit.config.schema import ActiveHoursConfig, ChannelsConfig, HeartbeatConfig
 from hermit.durable import write_atomic
 from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.schedule import Zone
+from hermit.scheduler.targets import resolve_target
 from hermit.sessions.keys import main_session_key
 
 HEARTBEAT_FILE = "HEARTBEAT.md"
@@ -164,21 +165,31 @@ class AlertMemory:
             log.warning("cannot save %s (%s); the alert may be sent again after a restart", self.path, e)
 
 
-def heartbeat_target(cfg: HeartbeatConfig) -> Target | None:
+def heartbeat_target(cfg: HeartbeatConfig, channels: ChannelsConfig | None = None, agent_id: str = "") -> Target | None:
+    """Where alerts go. With `channels`, checked against them (JobError naming the accounts that exist);
+    an account left unset then means `default`, or the only account the channel has."""
     t = cfg.target
-    return Target(t.channel, t.account, t.peer_kind, t.to) if t is not None else None
+    if t is None:
+        return None
+    if channels is None:
+        return Target(t.channel.lower(), t.account, t.peer_kind, t.to)
+    named = t.account if "account" in t.model_fields_set else None
+    r = resolve_target(channels, t.channel, named, what=f"heartbeat target of {agent_id or 'the agent'}")
+    return Target(r.channel, r.account, t.peer_kind, t.to)
 
 
 async def run_heartbeat(agent: AgentConfig, host: SchedulerHost, now: datetime, zone: Zone,
-                        alerts: AlertMemory | None = None) -> HeartbeatOutcome:
+                        alerts: AlertMemory | None = None, channels: ChannelsConfig | None = None) -> HeartbeatOutcome:
     """One heartbeat for `agent`: the checks that avoid a model call, the turn, the alert delivery (not
-    repeated within a day when `alerts` remembers the same text sent to the same target)."""
+    repeated within a day when `alerts` remembers the same text sent to the same target). With
+    `channels`, a target naming no configured account fails before the model is called."""
     cfg = agent.settings.heartbeat
     if not within_active_hours(now.astimezone(zone.tz), cfg.active_hours):
         return HeartbeatOutcome("skipped", "outside active hours")
     text = read_heartbeat_file(agent.workspace)
     if text is None or heartbeat_file_is_empty(text):
         return HeartbeatOutcome("skipped", f"{HEARTBEAT_FILE} is empty")
+    target = heartbeat_target(cfg, channels, agent.id)  # raises before the model call when it names no account
     key = main_session_key(agent.id)
     if host.busy(key):
         return HeartbeatOutcome("skipped", "main session busy")
@@ -186,7 +197,6 @@ async def run_heartbeat(agent: AgentConfig, host: SchedulerHost, now: datetime, 
     alert = strip_heartbeat_token(result.reply, cfg.ack_max_chars) if result.delivered else None
     if alert is None:
         return HeartbeatOutcome("ok")
-    target = heartbeat_target(cfg)
     if target is None:
         return HeartbeatOutcome("alert", "no heartbeat.target configured: kept in the transcript", text=alert)
     alerts = alerts or AlertMemory(None)

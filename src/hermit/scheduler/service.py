@@ -102,6 +102,11 @@ class SchedulerService:
         self.started_at = now
         for hb in self._heartbeats.values():
             hb.next = now + hb.every if hb.every else None
+            if hb.every:
+                try:  # said once at start, not only at the first heartbeat half an hour later
+                    heartbeat_target(hb.agent.settings.heartbeat, self.loaded.config.channels, hb.agent.id)
+                except HermitError as e:
+                    log.error("%s (%s)", e.message, e.hint)
         self._reload(force=True)
         register_scheduler(self.jobs.store.path, self)
         if run_loop:
@@ -232,7 +237,7 @@ class SchedulerService:
     async def _heartbeat(self, hb: _Heartbeat, now: datetime) -> None:
         zone = resolve_zone(None, hb.agent.settings.timezone)
         try:
-            outcome = await run_heartbeat(hb.agent, self.host, now, zone, self._alerts)
+            outcome = await run_heartbeat(hb.agent, self.host, now, zone, self._alerts, self.loaded.config.channels)
         except asyncio.CancelledError:
             hb.last = HeartbeatOutcome("error", "cancelled (timed out or the scheduler stopped)").to_dict(now)
             raise
