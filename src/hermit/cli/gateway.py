@@ -31,6 +31,9 @@ def register(sub: Any) -> None:
     p = gs.add_parser("status", help="show the running gateway: channels, queues, services")
     p.add_argument("--json", action="store_true", help="print the status as a JSON object")
     p.set_defaults(func=cmd_status)
+    from hermit.cli.service import register_service
+
+    register_service(gs)  # `gateway install|uninstall` live in their own module
     d = sub.add_parser("dashboard", help="print the web chat URL (with its token)")
     d.set_defaults(func=cmd_dashboard)
 
