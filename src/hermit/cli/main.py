@@ -24,7 +24,8 @@ COMMAND_MODULES = (
     "hermit.cli.gateway",
     "hermit.cli.cron",
     "hermit.cli.channels",
-    "hermit.cli.setup", "hermit.cli.models", "hermit.cli.logs",
+    "hermit.cli.setup", "hermit.cli.models", "hermit.cli.logs", "hermit.cli.backup",
+    "hermit.cli.completion",
 )
 
 # Commands that read or write an agent's memory or sessions: before `hermit init` they say so and create
