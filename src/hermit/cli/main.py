@@ -6,6 +6,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 
@@ -23,6 +24,8 @@ COMMAND_MODULES = (
     "hermit.cli.gateway",
     "hermit.cli.cron",
     "hermit.cli.channels",
+    "hermit.cli.setup", "hermit.cli.models", "hermit.cli.logs", "hermit.cli.backup",
+    "hermit.cli.completion",
 )
 
 # Commands that read or write an agent's memory or sessions: before `hermit init` they say so and create
@@ -33,6 +36,7 @@ READ_ONLY = {"sessions"}
 Handler = Callable[[CliContext, argparse.Namespace], int]
 
 
+OWNER_ONLY_UMASK = 0o077
 GLOBAL_OPTIONS_WITH_VALUES = ("--home", "--agent", "--workspace")
 GLOBAL_FLAGS = ("--debug",)
 
@@ -129,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     ctx = CliContext.from_args(args.home, args.agent, args.workspace, args.debug)
+    # Everything Hermit creates — state dir, workspace notes, logs, transcripts, files its tools write —
+    # is owner-only, whichever module creates it and with whatever mode it asks for. Restored on return
+    # for callers that run commands in their own process (tests, scripts).
+    umask = os.umask(OWNER_ONLY_UMASK)
     try:
         if args.command in REQUIRES_INIT:
             require_initialized(ctx, writes=args.command not in READ_ONLY)
@@ -143,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    finally:
+        os.umask(umask)
 
 
 if __name__ == "__main__":

@@ -3,17 +3,24 @@
 Every record passes a filter that replaces known secret values (the gateway token, provider API keys
 read from the environment) with `***` before any handler formats it, so neither the log file nor the
 terminal ever holds them, whichever library logged them. uvicorn's access log is off: page URLs
-carry the token.
+carry the token. The log holds what people wrote, so `logs/` is 0700 and every log file 0600, the
+rotated ones included, whatever the umask.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import logging.handlers
+import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
+
+from hermit.config.paths import ensure_private_dir, private_file, tighten_dir
+
+LOG_FILE = "gateway.log"
 
 LOGGERS = ("hermit", "uvicorn", "uvicorn.error")
 
@@ -51,17 +58,34 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(obj, ensure_ascii=False)
 
 
+class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating log whose every file, the first and each one opened after a rotation, is 0600."""
+
+    def _open(self) -> io.TextIOWrapper:
+        private_file(Path(self.baseFilename))
+        return super()._open()
+
+
+def log_path(home: Path) -> Path:
+    """Where the gateway of state dir `home` writes its log (`hermit logs` reads it)."""
+    return home / "logs" / LOG_FILE
+
+
 def setup_logging(log_dir: Path, fmt: str, secrets: Iterable[str], *, debug: bool = False,
                   max_bytes: int = 5_000_000, backups: int = 3) -> Path:
     """Attach the gateway's handlers to Hermit's and uvicorn's loggers; returns the log file path."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    path = log_dir / "gateway.log"
+    ensure_private_dir(log_dir)
+    tighten_dir(log_dir)  # a logs/ an older version created 0755
+    path = log_dir / LOG_FILE
+    for old in [path, *(path.with_name(f"{LOG_FILE}.{n}") for n in range(1, backups + 1))]:
+        if old.exists():
+            os.chmod(old, 0o600)
     formatter: logging.Formatter = (JsonFormatter() if fmt == "json"
                                     else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     mask = SecretMask(secrets)
     handlers: list[logging.Handler] = [logging.StreamHandler(),
-                                       logging.handlers.RotatingFileHandler(path, maxBytes=max_bytes,
-                                                                            backupCount=backups, encoding="utf-8")]
+                                       PrivateRotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups,
+                                                                  encoding="utf-8")]
     for h in handlers:
         h.setFormatter(formatter)
         h.addFilter(mask)

@@ -26,6 +26,7 @@ from hermit.memory.audience import (
     is_private_path,
     visible_text,
 )
+from hermit.memory.coverage import indexed_sources
 from hermit.memory.embedders.base import Embedder
 from hermit.memory.lexicon import load_lexicon
 from hermit.memory.paths import resolve_memory_path
@@ -259,6 +260,10 @@ class MemoryService:
             "fts": {"available": True},
             "dirty": self.indexer.is_dirty(),
             "chunking": {"tokens": self.cfg.chunking.tokens, "overlap": self.cfg.chunking.overlap},
+            # Where the indexed files come from (MEMORY.md, memory/**, each extra path, sessions).
+            "sources": indexed_sources(((p, f.source) for p, f in self.store.files().items()), self.workspace,
+                                       self.cfg.extra_paths),
+            "sessions_indexed": "sessions" in self.cfg.sources,
         }
         if backend["backend"] != "sqlite":  # SQLite's status stays as it was
             out["store"] = {k: v for k, v in backend.items() if k != "vector"}

@@ -257,7 +257,7 @@ def list_beneath(dir_fd: int, rel: str) -> list[tuple[str, bool]]:
         os.close(fd)
 
 
-def write_beneath(dir_fd: int, rel: str, data: bytes, *, mode: int = 0o644, fsync: bool = True) -> None:
+def write_beneath(dir_fd: int, rel: str, data: bytes, *, mode: int = 0o600, fsync: bool = True) -> None:
     """Replace (or create) the file `rel` atomically: a temporary file in the parent's descriptor, then a
     rename inside that descriptor. An existing regular file keeps its permissions; a directory, FIFO or
     other special file at `rel` is refused. Parent directories are created."""
