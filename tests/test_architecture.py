@@ -20,7 +20,7 @@ LAYERS = {
     # edges
     "channels": 3, "scheduler": 3,
     # composition roots
-    "cli": 4, "gateway": 4, "mcp_server": 4,
+    "cli": 4, "gateway": 4, "mcp_server": 4, "mcp_stdio": 4,
     "__main__": 4,  # `python -m hermit`
 }
 # Runtimes that must be imported lazily, inside the adapter that needs them.
