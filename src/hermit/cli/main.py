@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import logging
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from hermit import __version__
 from hermit.cli.commands import command_index, command_word, declared_commands
 from hermit.cli.context import CliContext
 from hermit.cli.preflight import require_initialized
-from hermit.errors import HermitError
+from hermit.errors import HermitError, disk_full
 
 # Each module exposes register(subparsers) and sets `func(ctx, args) -> int` on its parsers.
 COMMAND_MODULES = (
@@ -115,6 +117,18 @@ def _report(e: HermitError, as_json: bool) -> None:
         print(f"hint: {e.hint}", file=sys.stderr)
 
 
+def _disk_full(e: BaseException, home: Path) -> HermitError | None:
+    """A full disk that reached the CLI without a message of its own (a session or log write): said
+    plainly, the traceback only with --debug."""
+    if isinstance(e, OSError):
+        return disk_full(e.filename or home, "a file") if e.errno in (errno.ENOSPC, errno.EDQUOT) else None
+    if type(e).__module__.startswith(("sqlean", "sqlite3")):
+        from hermit.db import is_disk_full
+
+        return disk_full(home, "a database") if is_disk_full(e, home) else None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(command_word(argv, GLOBAL_OPTIONS_WITH_VALUES))
@@ -143,6 +157,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as e:  # only a full disk is named here; anything else keeps its traceback
+        full = _disk_full(e, ctx.home)
+        if full is None or args.debug:
+            raise
+        _report(full, bool(getattr(args, "json", False)))
+        return 1
 
 
 if __name__ == "__main__":
