@@ -30,6 +30,7 @@ from hermit.errors import Cancelled, ContextOverflowError, HermitError
 from hermit.messages import AssistantMessage, Message, TextPart, ToolResultMessage, Usage, UserMessage
 from hermit.models.base import Model, ModelRequest, ModelResponse, ResponseDone, TextDelta, ToolCallDelta
 from hermit.models.cancel import CancelToken
+from hermit.redaction import mask
 from hermit.tools.base import ToolRun, ToolRunner
 
 CANCELLED_RESULT = "error: cancelled by the user before this tool ran to completion"
@@ -200,7 +201,7 @@ def run_loop(
                     result.iterations -= 1
                     continue
             why = ("cancelled by the user" if isinstance(e, KeyboardInterrupt)
-                   else "interrupted: the gateway stopped" if isinstance(e, TurnCancelled) else e.message)
+                   else "interrupted: the gateway stopped" if isinstance(e, TurnCancelled) else mask(e.message))
             text = "".join(partial)
             add(AssistantMessage((TextPart(text),) if text else (), "error", Usage(),
                                  model.profile.model_id, model.profile.provider, why))
