@@ -436,7 +436,7 @@ class IndexStore:
         rows = self.conn.execute(
             "select id, distance from chunks_vec where embedding match ? and k = ?", (to_blob(query), k)
         ).fetchall()
-        return [(int(i), 1.0 - float(d)) for i, d in rows]
+        return [(int(i), 1.0 - float(d)) for i, d in rows if d is not None]  # NULL: a vector with no direction
 
     def vec_scores(self, query: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
         if not ids:
