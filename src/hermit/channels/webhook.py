@@ -95,7 +95,8 @@ def asgi_app(routes: Sequence[WebhookRoute], *, body_deadline: float | None = No
     async def read_body(receive: Receive, declared: int | None) -> bytes | None:
         """The whole body, or None when it is (or says it will be) over MAX_BODY: then the rest is read and
         dropped, so the sender sees the 413 rather than a reset connection."""
-        chunks, size, too_big = [], 0, declared is not None and declared > MAX_BODY
+        chunks: list[bytes] = []
+        size, too_big = 0, declared is not None and declared > MAX_BODY
         while True:
             event = await receive()
             if event["type"] == "http.disconnect":
