@@ -149,4 +149,6 @@ def serve_stdio(agent: AgentConfig, service: MemoryService, cfg: McpConfig) -> N
 
     server = build_server(agent, service, cfg)
     log.info("hermit mcp: serving agent %s (workspace %s) on stdio", agent.id, agent.workspace)
-    anyio.run(server.run_stdio_async)
+    from hermit.mcp_stdio import run_stdio
+
+    anyio.run(run_stdio, server)  # every client line checked and answered (see mcp_stdio)

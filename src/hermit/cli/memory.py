@@ -206,8 +206,8 @@ def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
         svc.close()
     if args.json:
         print(json.dumps(res, ensure_ascii=False))
-        return 0 if not res.get("disabled") else 1
-    if res.get("disabled"):
+        return 0 if not res.get("error") else 1
+    if res.get("error"):  # disabled, or a query the service refused (over MAX_QUERY_CHARS)
         print(f"error: {res.get('error')}", file=sys.stderr)
         return 1
     if res.get("mode"):

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from hermit.config.paths import ensure_private_dir, private_file, tighten_dir
+from hermit.redaction import KNOWN, SecretMasker, register
 
 LOG_FILE = "gateway.log"
 
@@ -26,22 +27,25 @@ LOGGERS = ("hermit", "uvicorn", "uvicorn.error")
 
 
 class SecretMask(logging.Filter):
+    """Masks through hermit.redaction, the same masker as the CLI and stored errors; the secrets given are
+    registered for the whole process too (a turn's stored error masks a channel token as the log does)."""
+
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
-        self.secrets = sorted({s for s in secrets if s and len(s) >= 8}, key=len, reverse=True)
+        values = list(secrets)
+        register(*values)
+        self.masker = SecretMasker(values)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not self.secrets:
+        masker = KNOWN if KNOWN else self.masker  # KNOWN holds these and any key a model client added
+        if not masker:
             return True
         text = record.getMessage()
-        masked = text
-        for s in self.secrets:
-            masked = masked.replace(s, "***")
+        masked = masker.mask(text)
         if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            for s in self.secrets:
-                record.exc_text = record.exc_text.replace(s, "***")
+            record.exc_text = masker.mask(record.exc_text)
         if masked != text:
             record.msg, record.args = masked, None
         return True

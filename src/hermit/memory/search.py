@@ -177,6 +177,12 @@ def _tokens(text: str) -> set[str]:
     return set(re.findall(r"\w+", text.lower()))
 
 
+def _usable_vector(q: np.ndarray) -> bool:
+    """A query vector with a direction: finite, and not (almost) all zeros."""
+    norm = float(np.linalg.norm(q))
+    return bool(np.isfinite(norm)) and norm > 1e-6
+
+
 class HybridSearcher:
     def __init__(
         self,
@@ -252,6 +258,12 @@ class HybridSearcher:
                 q = self.embedder.embed_query(query)
             except EmbeddingError as e:
                 use_vec, reason = False, f"query embedding failed: {e.message}"
+            if q is not None and not _usable_vector(q):
+                # A broken or remote embedder's zero (or NaN) vector has no direction: sqlite-vec answers
+                # NULL distances (a TypeError here, losing the keyword hits) and every cosine is 0 or NaN.
+                q, use_vec = None, False
+                reason = ("the embedding model returned an all-zero (or invalid) query vector; check the "
+                          "embedder (`hermit memory status`)")
             timings["embed_ms"] = (time.perf_counter() - t0) * 1000
         vec_hits: list[tuple[int, float]] = []
         vec_job: Future[None] | None = None
@@ -471,7 +483,7 @@ class HybridSearcher:
             return None
         total = np.sum(vecs, axis=0)
         norm = float(np.linalg.norm(total))
-        return total / norm if norm > 0 else None
+        return total / norm if norm > 0 and np.isfinite(norm) else None
 
     def _dated_chunks(self, query: str) -> set[int]:
         """Chunks of daily logs of the days the query names (see memory.dates)."""

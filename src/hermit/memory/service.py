@@ -40,6 +40,10 @@ from hermit.memory.sync import ChunkProgress, Indexer, Progress, SyncReport
 from hermit.messages import valid_text
 from hermit.textfile import NotRegularFile, decode_text, read_regular
 
+# One cap for every face (agent tool, MCP, CLI): a question is a sentence or two, and a 200 KB query
+# held the index for minutes (every word a keyword term, the whole text through the embedding model).
+MAX_QUERY_CHARS = 2_000
+
 
 @dataclass(frozen=True)
 class MemoryKey:
@@ -126,6 +130,10 @@ class MemoryService:
                     "error": "memory search is disabled (agents.defaults.memory_search.enabled: false)"}
         if not query or not query.strip():
             return {"results": [], "disabled": False, "error": "empty query: pass the words to search for"}
+        if len(query) > MAX_QUERY_CHARS:
+            return {"results": [], "disabled": False,
+                    "error": f"the query is {len(query):,} characters; memory_search takes at most "
+                             f"{MAX_QUERY_CHARS:,} characters: search for the few words that matter"}
         query = valid_text(query)  # a lone surrogate would fail in SQLite and the embedding model
         try:
             with self._lock:
