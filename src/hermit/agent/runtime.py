@@ -48,6 +48,7 @@ from hermit.agent.turn import PruneMemo, ToolCallRecord, TurnContext, TurnNotes,
 from hermit.config.load import AgentConfig
 from hermit.errors import ContextOverflowError, HermitError, SessionError
 from hermit.memory.audience import owner_origin, reader_for_session
+from hermit.memory.paths import safe_extra_roots
 from hermit.memory.service import MemoryService
 from hermit.messages import AssistantMessage, Message, Usage, UserMessage, valid_text
 from hermit.models.base import Model, ModelRequest
@@ -155,8 +156,9 @@ class AgentRuntime:
         return self.agent.sessions_dir.parent
 
     def _extra_memory_paths(self) -> tuple[Path, ...]:
-        ws = self.agent.workspace
-        return tuple((ws / Path(e).expanduser()).resolve() for e in self.agent.settings.memory_search.extra_paths)
+        # Only the roots indexing accepts: an entry naming the workspace (or above) would make every file
+        # there a memory file the write rules treat as such.
+        return tuple(safe_extra_roots(self.agent.workspace, list(self.agent.settings.memory_search.extra_paths)))
 
     def os_sandbox(self, session_key: str) -> OsSandbox | RoomSandbox | None:
         """The OS sandbox a confined session's exec runs in; None when not confined or none is available."""
