@@ -37,6 +37,7 @@ from hermit.channels.tasks import cancel
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes
 from hermit.config.schema import SlackAccountConfig
 from hermit.errors import ChannelError
+from hermit.retry import RetryPolicy
 from hermit.wire import WireError, load_object
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class SlackChannel:
 
     def __init__(self, account_id: str, cfg: SlackAccountConfig, *, bot_token: str, app_token: str = "",
                  signing_secret: str = "", state_dir: Path | None = None, clock: Callable[[], float] = time.time,
-                 policy: retry.RetryPolicy = retry.DEFAULT_POLICY, reconnect_max_delay: float = 60.0) -> None:
+                 policy: RetryPolicy = retry.DEFAULT_POLICY, reconnect_max_delay: float = 60.0) -> None:
         self.account_id = account_id
         self.cfg = cfg
         self._bot_token = bot_token

@@ -39,6 +39,7 @@ from hermit.channels.telegram_state import PollerLock, PollState, token_dir
 from hermit.config.schema import TelegramAccountConfig
 from hermit.errors import ChannelError
 from hermit.messages import valid_json
+from hermit.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class TelegramChannel:
 
     def __init__(self, account_id: str, cfg: TelegramAccountConfig, token: str, *, state_dir: Path,
                  inbox_dir: Path, clock: Callable[[], float] = time.time,
-                 policy: retry.RetryPolicy = retry.DEFAULT_POLICY, reconnect_max_delay: float = 60.0) -> None:
+                 policy: RetryPolicy = retry.DEFAULT_POLICY, reconnect_max_delay: float = 60.0) -> None:
         self.account_id = account_id
         self.cfg = cfg
         self._token = token

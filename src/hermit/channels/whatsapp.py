@@ -35,6 +35,7 @@ from hermit.channels.status import StatusTracker
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes
 from hermit.config.schema import WhatsAppAccountConfig
 from hermit.errors import ChannelError
+from hermit.retry import RetryPolicy
 from hermit.wire import WireError, load_object
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class WhatsAppChannel:
 
     def __init__(self, account_id: str, cfg: WhatsAppAccountConfig, *, access_token: str, app_secret: str,
                  verify_token: str, inbox_dir: Path, state_dir: Path | None = None,
-                 clock: Callable[[], float] = time.time, policy: retry.RetryPolicy = retry.DEFAULT_POLICY) -> None:
+                 clock: Callable[[], float] = time.time, policy: RetryPolicy = retry.DEFAULT_POLICY) -> None:
         if not cfg.phone_number_id:
             raise ChannelError(f"channels.whatsapp.accounts.{account_id}: phone_number_id is not set",
                                "copy it from the Meta app dashboard: WhatsApp → API setup")
