@@ -12,8 +12,8 @@ from hermit.cli.checks import Check, check
 from hermit.cli.context import CliContext
 
 
-def register(sub: Any) -> None:
-    s = sub.add_parser("channels", help="chat channel accounts (Telegram, Discord, Slack, WhatsApp)")
+def configure(s: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit channels` (its name and help are in the table of cli/commands.py)."""
     ss = s.add_subparsers(dest="channels_command", metavar="SUBCOMMAND", required=True)
     p = ss.add_parser("list", help="configured accounts, their policies and where their secrets come from")
     p.add_argument("--json", action="store_true", help="print the accounts as JSON")

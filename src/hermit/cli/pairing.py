@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hermit.cli.context import CliContext
 from hermit.errors import HermitError
@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # the commands load these themselves, so `hermit --help` stay
     from hermit.config.load import LoadedConfig
 
 
-def register(sub: Any) -> None:
-    s = sub.add_parser("pairing", help="list, approve, deny and revoke chat senders (contacts)")
+def configure(s: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit pairing` (its name and help are in the table of cli/commands.py)."""
     ss = s.add_subparsers(dest="pairing_command", metavar="SUBCOMMAND", required=True)
     p = ss.add_parser("list", help="pending pairing requests and approved senders, per channel account")
     p.add_argument("channel", nargs="?", help="only this channel (telegram, discord, slack, whatsapp)")

@@ -36,8 +36,8 @@ KEY_VARS = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 PROBE_SECONDS = 1.5  # how long a local server may take to answer the probe
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("setup", help="choose a language model and add a chat channel (interactive, or by flags)")
+def configure(p: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit setup` (its name and help are in the table of cli/commands.py)."""
     p.add_argument("--provider", choices=KINDS, help="the model provider to use (skip to leave the model as it is)")
     p.add_argument("--model", help="model id, e.g. claude-sonnet-4-5, gpt-4.1, llama3.1")
     p.add_argument("--name", help="the provider's name in the config (default: the provider kind; 'custom' "
