@@ -63,7 +63,7 @@ def pg_server():
     from tests.ciguard import need
 
     try:
-        from hermit.testing.postgres import PostgresServer
+        from fakes.postgres import PostgresServer
 
         server = PostgresServer().start()
     except (ImportError, RuntimeError) as e:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from channelhelpers import FAST, QueueSink, run
+from fakes.fake_discord import GUILD_ID, TEXT_CHANNEL, THREAD, FakeDiscord, patch_discord, unpatch
 from hermit.channels.base import OutboundMessage, Target, TurnEnd, Typing
 from hermit.channels.discord import DiscordChannel
 from hermit.config.schema import DiscordAccountConfig
 from hermit.errors import ChannelError
-from hermit.testing.fake_discord import GUILD_ID, TEXT_CHANNEL, THREAD, FakeDiscord, patch_discord, unpatch
 
 TOKEN = "discord-test-token"
 

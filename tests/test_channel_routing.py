@@ -13,6 +13,9 @@ from typing import Any
 import httpx
 
 from channelhelpers import QueueSink, run, serve_asgi
+from fakes.fake_slack import BOT_USER, FakeSlack
+from fakes.fake_telegram import FakeTelegram
+from fakes.fake_whatsapp import FakeWhatsApp, sign, text_message, webhook_body
 from hermit.agent.routing import RouteInput, Router
 from hermit.channels.access import AccessControl
 from hermit.channels.base import ChannelDeps, InboundMessage
@@ -21,9 +24,6 @@ from hermit.channels.platforms import accounts
 from hermit.channels.webhook import asgi_app
 from hermit.config import StatePaths, load_config
 from hermit.gateway.channels import CHANNEL_FACTORIES
-from hermit.testing.fake_slack import BOT_USER, FakeSlack
-from hermit.testing.fake_telegram import FakeTelegram
-from hermit.testing.fake_whatsapp import FakeWhatsApp, sign, text_message, webhook_body
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 ENV = {"TELEGRAM_BOT_TOKEN": "123:TEST", "WHATSAPP_ACCESS_TOKEN": "EAAG-test", "WHATSAPP_APP_SECRET": "app-secret",
