@@ -3,7 +3,6 @@ work agent, through the real adapters (against fake platforms), the real access 
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 import time
@@ -20,10 +19,9 @@ from hermit.agent.routing import RouteInput, Router
 from hermit.channels.access import AccessControl
 from hermit.channels.base import ChannelDeps, InboundMessage
 from hermit.channels.pairing import PairingStore
-from hermit.channels.platforms import accounts
+from hermit.channels.platforms import accounts, platform
 from hermit.channels.webhook import asgi_app
 from hermit.config import StatePaths, load_config
-from hermit.gateway.channels import CHANNEL_FACTORIES
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 ENV = {"TELEGRAM_BOT_TOKEN": "123:TEST", "WHATSAPP_ACCESS_TOKEN": "EAAG-test", "WHATSAPP_APP_SECRET": "app-secret",
@@ -38,9 +36,8 @@ def readme_example() -> str:
 
 
 def create_channel(name: str, account_id: str, cfg: Any, deps: ChannelDeps) -> Any:
-    """The factory the gateway registers for `name` (CHANNEL_FACTORIES)."""
-    module, _, func = CHANNEL_FACTORIES[name].partition(":")
-    return getattr(importlib.import_module(module), func)(deps, account_id, cfg)
+    """The channel the gateway builds for `name` (the platform its adapter declares)."""
+    return platform(name).create(deps, account_id, cfg)
 
 
 def route(router: Router, access: AccessControl, msg: InboundMessage) -> tuple[str, str]:

@@ -33,6 +33,7 @@ from hermit.channels.base import (
     Typing,
 )
 from hermit.channels.credentials import resolve
+from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.retry import DEFAULT_POLICY
 from hermit.channels.status import StatusTracker
 from hermit.channels.tasks import TypingIndicators, cancel
@@ -267,10 +268,15 @@ class DiscordChannel:
         await (await self._channel(target)).typing()
 
 def create_channel(deps: ChannelDeps, account_id: str, cfg: DiscordAccountConfig) -> DiscordChannel:
-    """The gateway's factory (CHANNEL_FACTORIES)."""
+    """The gateway's factory (this module's PLATFORM)."""
     token = resolve(cfg.token, cfg.token_env, deps.environ, where=f"channels.discord.accounts.{account_id}",
                     field="token")
     return DiscordChannel(account_id, cfg, token, inbox_dir=deps.inbox, state_dir=deps.state_dir, clock=deps.clock)
+
+
+# The one declaration of this platform (hermit.channels.platforms lists this module).
+PLATFORM = ChannelPlatform("discord", create_channel, DiscordChannel.capabilities,
+                           sdk=("discord", "hermit-assistant[discord]"))
 
 
 def _username(author: Any) -> str | None:

@@ -32,6 +32,7 @@ from hermit.channels.base import (
 )
 from hermit.channels.credentials import resolve
 from hermit.channels.dedupe import RecentIds
+from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.status import StatusTracker
 from hermit.channels.tasks import cancel
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes
@@ -299,7 +300,7 @@ def to_mrkdwn(text: str) -> str:
 
 
 def create_channel(deps: ChannelDeps, account_id: str, cfg: SlackAccountConfig) -> SlackChannel:
-    """The gateway's factory (CHANNEL_FACTORIES): the tokens of the account's mode, by variable name."""
+    """The gateway's factory (this module's PLATFORM): the tokens of the account's mode, by variable name."""
     where = f"channels.slack.accounts.{account_id}"
     bot = resolve(cfg.bot_token, cfg.bot_token_env, deps.environ, where=where, field="bot_token")
     if cfg.mode == "socket":
@@ -308,3 +309,7 @@ def create_channel(deps: ChannelDeps, account_id: str, cfg: SlackAccountConfig) 
     secret = resolve(cfg.signing_secret, cfg.signing_secret_env, deps.environ, where=where, field="signing_secret")
     return SlackChannel(account_id, cfg, bot_token=bot, signing_secret=secret, state_dir=deps.state_dir,
                         clock=deps.clock)
+
+
+# The one declaration of this platform (hermit.channels.platforms lists this module).
+PLATFORM = ChannelPlatform("slack", create_channel, SlackChannel.capabilities)

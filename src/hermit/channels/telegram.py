@@ -32,6 +32,7 @@ from hermit.channels.base import (
     Typing,
 )
 from hermit.channels.credentials import resolve
+from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.status import StatusTracker
 from hermit.channels.tasks import TypingIndicators, cancel
 from hermit.channels.telegram_markdown import to_telegram_markdown
@@ -389,7 +390,11 @@ def _update_id(u: Any) -> int | None:
 
 
 def create_channel(deps: ChannelDeps, account_id: str, cfg: TelegramAccountConfig) -> TelegramChannel:
-    """The gateway's factory (CHANNEL_FACTORIES): the token comes from the named environment variable."""
+    """The gateway's factory (this module's PLATFORM): the token comes from the named environment variable."""
     token = resolve(cfg.token, cfg.token_env, deps.environ, where=f"channels.telegram.accounts.{account_id}",
                     field="token")
     return TelegramChannel(account_id, cfg, token, state_dir=deps.state_dir, inbox_dir=deps.inbox, clock=deps.clock)
+
+
+# The one declaration of this platform (hermit.channels.platforms lists this module).
+PLATFORM = ChannelPlatform("telegram", create_channel, TelegramChannel.capabilities)
