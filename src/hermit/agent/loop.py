@@ -95,7 +95,6 @@ OverflowHandler = Callable[[Sequence[Message]], Sequence[Message] | None]
 @dataclass
 class LoopResult:
     reply: str
-    final: AssistantMessage | None
     new_messages: list[Message] = field(default_factory=list)
     tool_runs: list[ToolRun] = field(default_factory=list)
     usage: Usage = Usage()
@@ -205,7 +204,7 @@ def run_loop(
 ) -> LoopResult:
     """Run one turn. Model errors (HermitError), TurnCancelled and KeyboardInterrupt propagate after
     being recorded."""
-    result = LoopResult(reply="", final=None)
+    result = LoopResult(reply="")
     overflow_handled = False
     resume = unfinished_turn(history, user)
     if resume is None:
@@ -267,7 +266,6 @@ def run_loop(
             on_usage(assistant)
         _emit(on_event, ModelReplied(assistant))
         if not assistant.tool_calls:
-            result.final = assistant
             result.reply = assistant.text
             return result
         calls = list(assistant.tool_calls)

@@ -261,11 +261,6 @@ class Transcript:
         entry = self.get(entry_id)
         return entry.line if entry is not None else None
 
-    @property
-    def last_entry_id(self) -> str | None:
-        entries = self._refresh().entries
-        return entries[-1].id if entries else None
-
     def latest_compaction(self) -> CompactionEntry | None:
         for entry in reversed(self._refresh().entries):
             if isinstance(entry, CompactionEntry):

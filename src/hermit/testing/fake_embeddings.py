@@ -187,12 +187,6 @@ class FakeEmbeddingServer:
             self._hold = None
             self._gate.notify_all()
 
-    @property
-    def waiting(self) -> int:
-        """How many requests are held right now."""
-        with self._gate:
-            return self._waiting
-
     def wait_held(self, arrivals: int, timeout: float) -> bool:
         """Wait until `arrivals` requests in all have been held (see `arrivals`) and one is waiting now;
         False after `timeout` seconds. Callers poll in short timeouts to also watch their client process."""

@@ -30,7 +30,6 @@ from hermit.locks import locked
 from hermit.memory.audience import UNKNOWN, audience_of_session
 from hermit.tools import safe_fs
 
-ROOMS_DIR = "rooms"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
