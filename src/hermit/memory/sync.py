@@ -27,8 +27,9 @@ import numpy as np
 
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import EmbeddingError, IndexError_
+from hermit.memory import line_vectors
 from hermit.memory.chunking import Chunk, chunk_markdown, line_texts, text_hash
-from hermit.memory.embedders.base import Embedder
+from hermit.memory.embedders.base import Embedder, LineEmbedder
 from hermit.memory.fts import FTS_VERSION
 from hermit.memory.session_source import list_session_files, render_transcript, session_needs_index
 from hermit.memory.sources import SourceFile, list_memory_files, read_memory_file
@@ -86,9 +87,15 @@ def wanted_identity(cfg: MemorySearchConfig, embedder: Embedder | None, vector_k
         "fts": FTS_VERSION,
         "vector_backend": vector_kind if (info and cfg.store.vector_enabled) else "none",
         # Present only when on, so an index built without line vectors keeps its identity when they
-        # are turned off (and one built before they existed is rebuilt once when they are on).
-        **({"line_vectors": 1} if lines_wanted(cfg, embedder) else {}),
+        # are turned off (and one built before they existed is rebuilt once when they are on). 1: each
+        # line embedded on its own; 2: taken from its chunk's token states (a different vector: an
+        # index of one kind is rebuilt once into the other, never mixed).
+        **({"line_vectors": line_kind(embedder)} if lines_wanted(cfg, embedder) else {}),
     }
+
+
+def line_kind(embedder: Embedder | None) -> int:
+    return 2 if isinstance(embedder, LineEmbedder) and embedder.line_vectors_from_tokens() else 1
 
 
 def lines_wanted(cfg: MemorySearchConfig, embedder: Embedder | None) -> bool:
@@ -355,7 +362,8 @@ class Indexer:
         every line it has. Only vectors of the model in use."""
         assert self.embedder is not None
         ident, info = self.store.identity(), self.embedder.info
-        if not ident.get("line_vectors") or (ident.get("provider"), ident.get("model"), ident.get("provider_key")) != (
+        if ident.get("line_vectors") != line_kind(self.embedder) or (
+                ident.get("provider"), ident.get("model"), ident.get("provider_key")) != (
                 info.provider, info.model, info.provider_key):
             return {}
         known: dict[str, np.ndarray] = {}
@@ -364,11 +372,71 @@ class Indexer:
                 known.update(self.store.line_vectors_of(p.file.rel))
         return known
 
+    def _embed_with_lines(self, store: MemoryStore, pending: list[Pending], report: SyncReport
+                          ) -> tuple[dict[str, np.ndarray], dict[str, dict[int, np.ndarray]]] | None:
+        """Chunk vectors by hash and each file's line vectors, the lines taken from their chunks' token
+        states in the same pass. A cached chunk is embedded again only when one of its lines has no
+        vector in the live index (the cache keeps chunk vectors, not token states). None: embedding
+        failed and keyword-only is allowed."""
+        embedder = self.embedder
+        assert isinstance(embedder, LineEmbedder)
+        info = embedder.info
+        texts = {c.hash: c.text for p in pending for c in p.chunks}
+        found = store.cache_get(info.provider, info.model, info.provider_key, list(texts)) \
+            if self.cfg.cache.enabled else {}
+        report.cache_hits += len(found)
+        known = self._known_lines(pending) if found else {}
+        run = {h: t for h, t in texts.items() if h not in found}
+        for p in pending:
+            for c in p.chunks:
+                if c.hash in found and c.hash not in run and any(
+                        p.lines[n][0] not in known for n in range(c.start_line, c.end_line + 1) if n in p.lines):
+                    run[c.hash] = c.text
+        per_chunk: dict[str, list[np.ndarray | None]] = {}
+        if run:
+            t0 = time.perf_counter()
+            try:
+                got = embedder.embed_with_lines(list(run.values()))
+            except EmbeddingError as e:
+                if self.cfg.on_embedding_failure == "error":
+                    raise
+                report.warnings.append(f"embedding failed, indexed keyword-only for now: {e.message}")
+                return None
+            if got is None:  # the runtime could not after all: embed lines on their own
+                return None
+            report.embed_seconds += time.perf_counter() - t0
+            report.embedded += len(run)
+            new = {h: v for h, v in zip(run, got[0], strict=True) if h not in found}
+            per_chunk = dict(zip(run, got[1], strict=True))
+            found.update(new)
+            if self.cfg.cache.enabled and new:
+                store.cache_put(info.provider, info.model, info.provider_key, new)
+                if store is not self.store:  # a rebuild: the live index keeps each batch too (resume)
+                    self.store.cache_put(info.provider, info.model, info.provider_key, new)
+        file_lines: dict[str, dict[int, np.ndarray]] = {}
+        for p in pending:
+            mine = line_vectors.lines_from_chunks(p.chunks, per_chunk, p.lines)
+            for n, (h, _) in p.lines.items():
+                if n not in mine and h in known:
+                    mine[n] = known[h]
+                    report.lines_reused += 1
+            file_lines[p.file.rel] = mine
+        return found, file_lines
+
     def _flush(self, store: MemoryStore, pending: list[Pending], report: SyncReport) -> None:
         if not pending:
             return
         vectors: dict[str, np.ndarray] | None = None
-        if self.embedder is not None:
+        file_lines: dict[str, dict[int, np.ndarray]] = {}
+        tokens = self.embedder is not None and any(p.lines for p in pending) and line_kind(self.embedder) == 2
+        if tokens:
+            got = self._embed_with_lines(store, pending, report)
+            if got is not None:
+                vectors, file_lines = got
+            # None and still kind 2: embedding failed (keyword-only); else the fast runtime could not
+            # load after all, and lines are embedded on their own below.
+            tokens = line_kind(self.embedder) == 2
+        if self.embedder is not None and not tokens:
             # Chunks and lines in one pass through the model. A line the index already holds (an edit
             # left it unchanged) or that is a whole cached chunk is not embedded again.
             texts = {c.hash: c.text for p in pending for c in p.chunks}
@@ -378,6 +446,7 @@ class Indexer:
             vectors = self._embed(store, texts, report, {h: t for h, t in by_hash.items() if h not in known})
             if vectors is not None:
                 vectors = {**known, **vectors}
+                file_lines = {p.file.rel: {n: vectors[h] for n, (h, _) in p.lines.items()} for p in pending}
         model = self.embedder.info.model if self.embedder else "none"
         dims = None
         if vectors:
@@ -389,12 +458,12 @@ class Indexer:
                     "run `hermit memory index --force` to rebuild the index",
                 )
             store.set_meta({"dims": str(dims)})
-        for f, file_hash, mtime, size, chunks, messages, lines in pending:
+        for f, file_hash, mtime, size, chunks, messages, _lines in pending:
             mat = None
             line_vecs: dict[int, np.ndarray] | None = None
             if vectors is not None:
                 mat = np.stack([vectors[c.hash] for c in chunks]) if chunks else np.zeros((0, dims or 0))
-                line_vecs = {n: vectors[h] for n, (h, _) in lines.items()}
+                line_vecs = file_lines.get(f.rel, {})
             store.replace_file(path=f.rel, source=f.source, file_hash=file_hash, mtime=mtime, size=size,
                                chunks=chunks, vectors=mat, model=model, messages=messages,
                                line_vectors=line_vecs)
