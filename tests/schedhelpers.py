@@ -49,7 +49,8 @@ def last_user_text(request: ModelRequest) -> str:
 def config(home: Path, *, defaults: dict[str, Any] | None = None,
            agents: list[dict[str, Any]] | None = None) -> LoadedConfig:
     raw = {"agents": {"defaults": {"timezone": "Europe/Berlin", "memory_search": {"provider": "none"},
-                                   **(defaults or {})}, "list": agents or []}}
+                                   **(defaults or {})}, "list": agents or []},
+           "channels": {"telegram": {"accounts": {"default": {}}}}}  # what the jobs' targets deliver to
     return build_config(raw, StatePaths(home))
 
 

@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "hermit"
 LAYERS = {
     # foundation
     "errors": 0, "messages": 0, "tokens": 0, "config": 0, "durable": 0,
-    "textfile": 0,
+    "textfile": 0, "wire": 0, "redaction": 0,
     # infrastructure
     "db": 1, "memory": 1, "models": 1, "sessions": 1, "workspace": 1, "testing": 1,
     # capabilities
@@ -20,7 +20,7 @@ LAYERS = {
     # edges
     "channels": 3, "scheduler": 3,
     # composition roots
-    "cli": 4, "gateway": 4, "mcp_server": 4,
+    "cli": 4, "gateway": 4, "mcp_server": 4, "mcp_stdio": 4,
     "__main__": 4,  # `python -m hermit`
 }
 # Runtimes that must be imported lazily, inside the adapter that needs them.

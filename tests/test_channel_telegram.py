@@ -275,3 +275,10 @@ def test_killed_between_receiving_and_answering_then_restarted_answers_exactly_o
         finally:
             await fake.stop()
     run(main, timeout=90)
+
+
+def test_markdown_conversion_keeps_the_blank_line_after_a_heading() -> None:
+    assert to_telegram_markdown("# Title\n\nText") == "*Title*\n\nText"
+    assert to_telegram_markdown("## A ##\n\nB\n# C\nD\n\n\n- e") == "*A*\n\nB\n*C*\nD\n\n\n• e"
+    # A heading with nothing after it, and a bullet marker alone on its line, are left as they were.
+    assert to_telegram_markdown("#\n\nx\n-\ny") == "#\n\nx\n-\ny"

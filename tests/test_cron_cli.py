@@ -26,10 +26,12 @@ def hermit(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           env=env, stdin=subprocess.DEVNULL, timeout=120)
 
 
-def write_config(home: Path, fake: FakeProvider | None = None, **defaults: Any) -> None:
+def write_config(home: Path, fake: FakeProvider | None = None, *, channels: dict[str, Any] | None = None,
+                 **defaults: Any) -> None:
     home.mkdir(parents=True, exist_ok=True)
     cfg: dict[str, Any] = {"agents": {"defaults": {"timezone": "Europe/Berlin", "memory_search": {"provider": "none"},
-                                                   **defaults}}}
+                                                   **defaults}},
+                           "channels": {"telegram": {"accounts": {"default": {}}}} if channels is None else channels}
     if fake is not None:
         cfg["agents"]["defaults"]["model"] = "fake/model-x"
         cfg["models"] = {"providers": {"fake": {"type": "openai-compatible", "base_url": fake.openai_base_url}}}
@@ -128,3 +130,45 @@ def test_doctor_flags_invalid_jobs_and_an_explicit_heartbeat_with_an_empty_check
     # With items in HEARTBEAT.md the heartbeat check passes.
     (home / "workspace" / "HEARTBEAT.md").write_text("- check the mail\n")
     assert "[ok  ] heartbeat        main: every 20 min, alerts stay in the transcript" in hermit(home, "doctor").stdout
+
+
+def test_announce_targets_are_checked_against_the_configured_accounts(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    write_config(home, channels={"telegram": {"accounts": {"personal": {}, "work": {}}},
+                                 "slack": {"accounts": {"only": {}}}})
+
+    def add(*args: str) -> subprocess.CompletedProcess[str]:
+        return hermit(home, "cron", "add", "--every", "1h", "-m", "check", *args)
+
+    nowhere = add("--announce", "discord:42")
+    assert nowhere.returncode == 1 and "no discord account is configured" in nowhere.stderr
+    assert "channels.discord.accounts" in nowhere.stderr
+    # Two telegram accounts and no 'default': the error names them and how to choose.
+    vague = add("--announce", "telegram:42")
+    assert vague.returncode == 1 and "telegram accounts in the config: personal, work" in vague.stderr
+    assert "telegram:personal:PEER" in vague.stderr
+    typo = add("--announce", "telegram:persnal:42")
+    assert typo.returncode == 1 and "no telegram account 'persnal'" in typo.stderr and "personal, work" in typo.stderr
+    unknown = add("--announce", "telegramm:42")
+    assert unknown.returncode == 1 and "unknown channel 'telegramm'" in unknown.stderr
+    assert not (home / "cron" / "jobs.json").exists()
+
+    # Channel names in any case; CHANNEL:ACCOUNT:PEER; the only account of a channel is taken and written in.
+    assert add("--id", "a", "--announce", "Telegram:work:42").returncode == 0
+    assert add("--id", "b", "--announce", "SLACK:C123").returncode == 0
+    assert add("--id", "c", "--announce", "telegram:42", "--account", "personal").returncode == 0
+    jobs = {j["id"]: j["delivery"] for j in json.loads(hermit(home, "cron", "list", "--json").stdout)["jobs"]}
+    assert jobs["a"] == {"mode": "announce", "channel": "telegram", "account": "work", "to": "42"}
+    assert jobs["b"] == {"mode": "announce", "channel": "slack", "account": "only", "to": "C123"}
+    assert jobs["c"]["account"] == "personal"
+    assert hermit(home, "cron", "edit", "a", "--announce", "telegram:nope:1").returncode == 1
+
+    # A job that went bad (the account was renamed in the config) and a bad heartbeat target fail doctor.
+    write_config(home, channels={"telegram": {"accounts": {"personal": {}}}, "slack": {"accounts": {"only": {}}}},
+                 heartbeat={"every_minutes": 30, "target": {"channel": "whatsapp", "to": "+4915"}})
+    doctor = hermit(home, "doctor", "--json")
+    [targets] = [c for c in json.loads(doctor.stdout) if c["name"] == "delivery targets"]
+    assert targets["status"] == "fail" and doctor.returncode == 1
+    assert "job a: there is no telegram account 'work'" in targets["detail"]
+    assert "heartbeat target of main: no whatsapp account is configured" in targets["detail"]
+    assert "job b" not in targets["detail"] and "job c" not in targets["detail"]

@@ -343,3 +343,30 @@ def test_attachments_wait_in_the_state_dir_and_are_filed_where_the_session_works
     assert (ws / "inbox" / "from-owner.txt").exists() and not (ws / "inbox" / "from-stranger.txt").exists()
     assert (room / "inbox" / "from-group.txt").read_bytes() == b"x" * 10
     assert not (ws / "inbox" / "from-group.txt").exists() and not (room / "inbox" / "too-big.bin").exists()
+
+
+def test_status_shows_the_live_queue_as_waiting_and_lifetime_counts_apart(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    def model(req: ModelRequest) -> Reply:
+        release.wait(10)
+        return "ok"
+
+    bus = make_bus(runtime(tmp_path, model), RecordingChannel(), queue_limit=4)
+
+    async def main() -> tuple[dict[str, object], dict[str, object]]:
+        await bus.publish(inbound("first"))
+        await wait_for(lambda: bus.running() == 1)
+        await bus.publish(inbound("second"))
+        await bus.publish(inbound("third"))
+        during = bus.status()
+        release.set()
+        await bus.drain(20)
+        return during, bus.status()
+
+    during, after = asyncio.run(main())
+    assert during["waiting"] == 2 and during["turns_running"] == 1
+    assert during["since_start"] == {"accepted": 3, "refused": 0, "queue_full": 0, "ignored": 0, "turns": 1}
+    # Once everything ran nothing waits, whatever the lifetime count says.
+    assert after["waiting"] == 0 and after["turns_running"] == 0
+    assert after["since_start"]["accepted"] == 3 and after["since_start"]["turns"] == 3  # type: ignore[index]

@@ -185,3 +185,23 @@ def test_status_needs_the_token_and_the_page_is_served_with_a_strict_policy(
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert page.headers["referrer-policy"] == "no-referrer"
     assert client.get("/static/markdown.js").status_code == 200
+
+
+def test_deeply_nested_and_invalid_unicode_frames_get_errors_and_the_socket_stays_open(
+        gateway: tuple[TestClient, str]) -> None:
+    client, token = gateway
+    deep = "[" * 100_000 + "]" * 100_000  # 200 KB, under the size cap: a RecursionError dropped the socket
+    with client.websocket_connect("/ws") as ws:
+        connect(ws, token)
+        inside = '{"type": "req", "id": "d", "method": "chat.send", "params": {"text": ' + "[" * 500 + "]" * 500 + "}}"
+        for frame in (deep, inside):
+            ws.send_text(frame)
+            err = json.loads(ws.receive_text())
+            assert err["ok"] is False and err["error"]["code"] == "bad_json", err
+        ws.send_text('{"type": "req", "id": "s\\ud800", "method": "chat.explode"}')
+        err = json.loads(ws.receive_text())
+        assert err["id"] == "s\ufffd" and err["error"]["code"] == "unknown_method"
+        ws.send_text(req("m", "chat.send", text="after the errors \ud800"))
+        frames = until_done(ws)
+        assert "".join(f["payload"]["text"] for f in frames if f.get("event") == "chat.delta") == \
+            "echo: after the errors \ufffd"

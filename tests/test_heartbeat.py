@@ -163,3 +163,62 @@ def test_the_rules_behind_the_checks() -> None:
     assert strip_heartbeat_token("Call the bank.", 300) == "Call the bank."
     assert strip_heartbeat_token("Reply HEARTBEAT_OK only if quiet; the bank called.", 300) == \
         "Reply HEARTBEAT_OK only if quiet; the bank called."
+
+
+async def test_acknowledgements_wrapped_in_html_or_markdown_are_not_alerts(tmp_path: Path) -> None:
+    for i, reply in enumerate(["<b>HEARTBEAT_OK</b>", "<code>HEARTBEAT_OK</code> all good", "__HEARTBEAT_OK__",
+                               "`HEARTBEAT_OK`", "All quiet.&nbsp;<strong>HEARTBEAT_OK</strong>"]):
+        r = heartbeat_rig(tmp_path / str(i), reply)
+        await r.service.start(run_loop=False)
+        assert (await beat(r))["status"] == "ok", reply
+        assert r.channel.sent == []
+    assert strip_heartbeat_token("<b>HEARTBEAT_OK</b>", 300) is None
+    assert strip_heartbeat_token("<code>HEARTBEAT_OK</code> all good", 300) is None
+    # An alert that merely uses HTML is still delivered as written.
+    assert strip_heartbeat_token("<b>Call the bank</b> today.", 300) == "<b>Call the bank</b> today."
+
+
+async def test_hash_tasks_are_not_headings_so_the_heartbeat_runs(tmp_path: Path) -> None:
+    assert not heartbeat_file_is_empty("#TODO call the bank\n#TODO renew the passport\n")
+    assert heartbeat_file_is_empty("#\n# Title\n##\tTabbed\n")
+    r = heartbeat_rig(tmp_path, checklist="#TODO call the bank\n#TODO renew the passport\n")
+    await r.service.start(run_loop=False)
+    assert (await beat(r))["status"] == "ok"
+    assert len(r.models["main"].requests) == 1
+
+
+async def test_the_same_alert_is_not_resent_within_24_hours_even_after_a_restart(tmp_path: Path) -> None:
+    alert = "The passport renewal is due June 3 and no appointment is booked: book one today."
+    r = heartbeat_rig(tmp_path, alert)
+    await r.service.start(run_loop=False)
+    assert (await beat(r))["delivered"] is True
+    again = await beat(r)
+    assert again["status"] == "alert" and again["delivered"] is False
+    assert "not sent again" in str(again["reason"])
+    assert len(r.channel.sent) == 1
+    await r.service.stop()
+    # A new scheduler on the same state dir (a gateway restart) remembers it.
+    restarted = heartbeat_rig(tmp_path, alert, start=r.clock.now)
+    await restarted.service.start(run_loop=False)
+    assert (await beat(restarted))["delivered"] is False and restarted.channel.sent == []
+    # Another alert goes out at once; the first one again only after 24 hours.
+    restarted.models["main"].fn = lambda req: "Something else needs you: the car's MOT expires tomorrow."
+    assert (await beat(restarted))["delivered"] is True
+    restarted.models["main"].fn = lambda req: alert
+    assert (await beat(restarted, 24 * 60))["delivered"] is True
+    assert [t for _, t in restarted.channel.sent][-1] == alert
+    state = tmp_path / "home" / "cron" / "heartbeat-alerts.json"
+    assert state.stat().st_mode & 0o777 == 0o600 and alert not in state.read_text()
+
+
+async def test_a_target_naming_no_account_fails_before_the_model_is_called(tmp_path: Path) -> None:
+    r = heartbeat_rig(tmp_path, "an alert", target={"channel": "Discord", "to": "42"})
+    await r.service.start(run_loop=False)
+    last = await beat(r)
+    assert last["status"] == "error" and "no discord account is configured" in str(last["reason"])
+    assert r.models["main"].requests == [] and r.channel.sent == []
+    # Channel names in any case reach the configured account.
+    ok = heartbeat_rig(tmp_path / "ok", "an alert that matters to the owner", target={"channel": "TELEGRAM", "to": "42"})
+    await ok.service.start(run_loop=False)
+    assert (await beat(ok))["delivered"] is True
+    assert [(t.channel, t.account_id) for t, _ in ok.channel.sent] == [("telegram", "default")]

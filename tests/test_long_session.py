@@ -34,6 +34,8 @@ FLUSH_MARK = "Pre-compaction memory flush. Store durable memories now"
 DAILY = f"memory/{TODAY}.md"
 EXISTING = f"# {TODAY}\n- Morning: reviewed the release checklist.\n"
 APPENDED = "- Decided: ship v2 on Friday after the load test (flush note).\n"
+# The flush writes as the main session: its note lands owner-only (memory/audience.py).
+FLUSHED = f'<!-- origin session="agent:main:main" audience="owner" -->\n{APPENDED}<!-- /origin -->\n'
 SUMMARY = ("## Goals\n- Finish the quarterly planning notes.\n## Progress\n- Turns 1-5 covered vendor contracts.\n"
            "## Identifiers\n- SUMMARY-TOKEN-93\n")
 
@@ -100,7 +102,7 @@ def test_flush_once_then_compaction_then_summary_plus_kept_turns(home: Path, api
     assert all("NO_REPLY" not in "".join(c) for c in streamed)
     # It appended to today's file; overwriting it or MEMORY.md was refused by the tool.
     ws = home / "workspace"
-    assert (ws / DAILY).read_text() == EXISTING + APPENDED
+    assert (ws / DAILY).read_text() == EXISTING + FLUSHED
     assert (ws / "MEMORY.md").read_text() == "# MEMORY.md\n- Prefers tea.\n"
     results_seen = fake.requests[flush_requests[1]].body["messages"]
     flush_results = json.dumps(results_seen[-3:] if api == "openai" else results_seen[-1])
@@ -156,7 +158,7 @@ def test_overflow_flushes_compacts_and_retries_the_request(home: Path) -> None:
     messages = [e["message"] for e in lines if e["type"] == "message"]
     assert not any(m.get("stopReason") == "error" for m in messages)  # the recovered overflow is not a failure
     assert [m["role"] for m in messages[-2:]] == ["user", "assistant"]
-    assert (home / "workspace" / DAILY).read_text() == EXISTING + APPENDED
+    assert (home / "workspace" / DAILY).read_text() == EXISTING + FLUSHED
 
 
 def test_overflow_with_a_failing_summariser_is_an_error_and_deletes_nothing(home: Path) -> None:

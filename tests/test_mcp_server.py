@@ -132,12 +132,14 @@ def test_memory_append_twice_in_a_day_keeps_both_notes(tmp_path: Path, e5: Embed
 
     async def body(client: Client) -> None:
         r = await client.call_tool("memory_append", {"note": "The deploy key rotates every 90 days."})
-        assert r.structured_content == {"path": "memory/2026-12-03.md", "startLine": 3, "endLine": 3}
+        assert r.structured_content == {"path": "memory/2026-12-03.md", "startLine": 4, "endLine": 4}
         clock.t += 3600
         r = await client.call_tool("memory_append", {"note": "Ordered a new laptop:\n- ThinkPad X1, arrives Monday"})
-        assert r.structured_content == {"path": "memory/2026-12-03.md", "startLine": 5, "endLine": 6}
-        assert log.read_text() == ("# 2026-12-03\n\nThe deploy key rotates every 90 days.\n\n"
-                                   "Ordered a new laptop:\n- ThinkPad X1, arrives Monday\n")
+        assert r.structured_content == {"path": "memory/2026-12-03.md", "startLine": 8, "endLine": 9}
+        # Each note in an origin block naming MCP as its writer and audience; the lines are the note's own.
+        mark = '<!-- origin session="mcp" channel="mcp" audience="mcp" -->'
+        assert log.read_text() == (f"# 2026-12-03\n\n{mark}\nThe deploy key rotates every 90 days.\n<!-- /origin -->\n\n"
+                                   f"{mark}\nOrdered a new laptop:\n- ThinkPad X1, arrives Monday\n<!-- /origin -->\n")
         r = await client.call_tool("memory_search", {"query": "when does the deploy key rotate?"})
         assert r.structured_content["results"][0]["path"] == "memory/2026-12-03.md"  # searchable at once
         r = await client.call_tool("memory_append", {"note": "  \n"})
@@ -232,7 +234,8 @@ def test_raw_json_rpc_over_the_pipes(tmp_path: Path) -> None:
         assert res["id"] == 3 and res["result"]["isError"] is False
         found = res["result"]["structuredContent"]
         assert found["results"][0]["path"] == "memory/2026-12-01.md" and found["results"][0]["startLine"] == 1
-        assert set(found["results"][0]) == {"path", "startLine", "endLine", "score", "snippet", "source"}
+        assert set(found["results"][0]) == {"path", "startLine", "endLine", "score", "snippet", "source", "audience"}
+        assert found["results"][0]["audience"] == "shared"  # a hand-written daily log
 
         send({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
               "params": {"name": "memory_get", "arguments": {"path": "../hermit.yaml"}}})

@@ -56,9 +56,15 @@ def test_flush_tools_only_append_to_todays_log(ws: Path) -> None:
     assert all(err and "write policy" in text for text, err in refused), refused
     assert "append only" in refused[1][0] and "only appending to" in refused[0][0]
     assert call("write", path=DAILY, content="# today\n- first note\n- second note\n") == (
-        f"overwrote {DAILY} (35 bytes)", False)
-    assert call("edit", path=DAILY, old="- second note\n", new="- second note\n- third note\n")[1] is False
-    assert (workspace / DAILY).read_text() == "# today\n- first note\n- second note\n- third note\n"
+        f"overwrote {DAILY} (111 bytes)", False)
+    # The flush's notes are the main session's: owner-only blocks (memory/audience.py). Growing its own
+    # block from inside is no longer an append, so the flush's rule refuses it; appending works.
+    text, err = call("edit", path=DAILY, old="- second note\n", new="- second note\n- third note\n")
+    assert err and "append only" in text
+    assert call("write", path=DAILY, content="- third note\n", append=True)[1] is False
+    owner = '<!-- origin session="agent:main:main" audience="owner" -->'
+    assert (workspace / DAILY).read_text() == (f"# today\n- first note\n{owner}\n- second note\n<!-- /origin -->\n"
+                                               f"{owner}\n- third note\n<!-- /origin -->\n")
     assert not (workspace / f"memory/{TODAY}-1430.md").exists()
     assert (workspace / "MEMORY.md").read_text().startswith("# MEMORY.md")
     # A missing daily log may be created (that is an append to an empty file).

@@ -38,7 +38,7 @@ def test_result_shape_is_the_memory_search_contract(svc) -> None:  # type: ignor
     assert res["provider"] == "local" and res["model"] == "multilingual-e5-small"
     assert "mode" not in res
     r = res["results"][0]
-    assert set(r) == {"path", "startLine", "endLine", "score", "snippet", "source"}
+    assert set(r) == {"path", "startLine", "endLine", "score", "snippet", "source", "audience"}
     assert r["path"] == "memory/2026-11-20.md" and r["source"] == "memory"
     assert 1 <= r["startLine"] <= r["endLine"]
     assert 0.35 <= r["score"] <= 1.0

@@ -92,7 +92,8 @@ def test_model_text_and_tool_arguments_with_surrogates_do_not_abort_the_turn(tmp
         assert result.reply == "Found it \ufffd there."
         runs = {c.name: c for c in result.tool_calls}
         assert not runs["memory_search"].is_error
-        assert (rt.agent.workspace / "memory" / "n\ufffd.md").read_text() == "x\ufffdy\n"
+        assert (rt.agent.workspace / "memory" / "n\ufffd.md").read_text() == (  # owner-only: the main session's
+            '<!-- origin session="agent:main:main" audience="owner" -->\nx\ufffdy\n<!-- /origin -->\n')
         read = read_transcript(rt.store.transcript_path(result.session_id))
         assert not read.problems
         texts = json.dumps([e.message for e in read.entries], ensure_ascii=False)  # type: ignore[union-attr]

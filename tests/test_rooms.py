@@ -12,11 +12,12 @@ import pytest
 
 from conftest import write
 from hermit.errors import PathPolicyError
+from hermit.memory.audience import Reader
 from hermit.messages import ToolCallPart
 from hermit.tools import FileTools, PathResolver, RoomView, ToolRunner, safe_fs
 from hermit.tools.memory_files import MemoryWriteRules, session_origin
 from hermit.tools.rooms import Room, SeedEntry, apply_incoming, file_signature, room_slug, stamp_of
-from hermit.tools.views import SharedMemoryView
+from hermit.tools.views import AudienceMemoryView
 
 GROUP = "agent:main:telegram:group:-100400"
 
@@ -61,7 +62,8 @@ def view_of(tmp_path: Path, quota: int = 1 << 20) -> tuple[RoomView, Path]:
     write(ws / "memory" / "2026-01-20.md", "# 2026-01-20\n- shared\n")
     write(ws / "memory" / "private" / "p.md", "- owner only\n")
     write(ws / "notes.txt", "the owner's file\n")
-    return RoomView(ws, Room(tmp_path / "state" / "rooms", "telegram:group:-100400", quota), SharedMemoryView(ws)), ws
+    group = "telegram:group:-100400"
+    return RoomView(ws, Room(tmp_path / "state" / "rooms", group, quota), AudienceMemoryView(ws, Reader(group))), ws
 
 
 def test_a_room_view_maps_paths_and_refuses_what_is_not_its_own(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from agenthelpers import load, system_text, tool_results
 from ciguard import need
 from conftest import write
 from hermit.agent.runtime import AgentRuntime
+from hermit.memory.audience import Reader
 from hermit.messages import ToolCallPart
 from hermit.models.registry import build_model
 from hermit.sessions.keys import group_session_key, main_session_key
@@ -35,7 +36,7 @@ from hermit.tools import ExecTool, FileTools, PathResolver, RoomSandbox, RoomVie
 from hermit.tools.os_sandbox import Backend, SandboxLimits, detect
 from hermit.tools.room_sandbox import sandbox_uid
 from hermit.tools.rooms import Room
-from hermit.tools.views import SharedMemoryView
+from hermit.tools.views import AudienceMemoryView
 
 GROUP = group_session_key("main", "telegram", "-100300")
 OTHER_GROUP = group_session_key("main", "telegram", "-100301")
@@ -176,13 +177,15 @@ from hermit.tools import ExecTool, PathResolver, RoomSandbox, RoomView
 from hermit.tools.os_sandbox import SandboxLimits, detect
 from hermit.tools.room_sandbox import sandbox_uid
 from hermit.tools.rooms import Room
-from hermit.tools.views import SharedMemoryView
+from hermit.memory.audience import Reader
+from hermit.tools.views import AudienceMemoryView
 BOMB = sys.argv[2]
 base = Path(sys.argv[1])
 ws = base / "state" / "workspace"
 (ws / "memory").mkdir(parents=True)
 backend = detect()
-view = RoomView(ws, Room(base / "state" / "rooms", "telegram:group:9", 4 << 20), SharedMemoryView(ws))
+view = RoomView(ws, Room(base / "state" / "rooms", "telegram:group:9", 4 << 20),
+                AudienceMemoryView(ws, Reader("telegram:group:9")))
 tool = ExecTool(PathResolver(ws, True), env={"PATH": "/usr/bin:/bin"},
                 sandbox=RoomSandbox(backend, view, SandboxLimits(max_processes=24), base / "scratch", sandbox_uid(65534)))
 ident = tool.exec("id -u; grep CapEff /proc/self/status; echo made by the command > kept.txt").text
@@ -197,7 +200,8 @@ print(json.dumps({"uid_outside": os.getuid(), "backend": backend.name, "ident": 
 def room_tools(tmp_path: Path, quota_mb: int = 8, processes: int = 32) -> tuple[ToolRunner, RoomView]:
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True, exist_ok=True)
-    view = RoomView(ws, Room(tmp_path / "rooms", "telegram:group:5", quota_mb << 20), SharedMemoryView(ws))
+    view = RoomView(ws, Room(tmp_path / "rooms", "telegram:group:5", quota_mb << 20),
+                    AudienceMemoryView(ws, Reader("telegram:group:5")))
     jail = RoomSandbox(need_sandbox(), view, SandboxLimits(max_processes=processes, tmp_mb=4), tmp_path / "scratch",
                        sandbox_uid(65534))
     paths = PathResolver(ws, True)
@@ -344,3 +348,35 @@ def test_two_groups_have_separate_rooms(home: Path) -> None:
     assert "group-one" not in text and "No such file" in text
     assert (rt.confinement.room(GROUP).path / "note.txt").read_text() == "group-one\n"
     assert not (home / "workspace" / "note.txt").exists()
+
+
+def test_a_groups_read_and_exec_see_memory_as_its_audience_may(home: Path) -> None:
+    """The owner's main session writes a note (an owner block) and saves a session file on /new; a group's
+    `read` of that daily log and its exec over memory/ see the shared lines, never the owner's."""
+    need_sandbox()
+    owner_canary = "OWNER-NOTE-CANARY-2281"
+    daily = "memory/2026-01-20.md"
+    script = [
+        {"tool_calls": [{"name": "write", "arguments": {"path": daily, "content": f"- {owner_canary}\n",
+                                                         "append": True}}]},
+        "noted",
+        {"text": f"Sure: {owner_canary}", "match": {"contains": "repeat it"}},
+        {"tool_calls": [{"name": "read", "arguments": {"path": daily}},
+                        {"name": "exec", "arguments": {"command": "cat memory/*.md; ls -R memory; "
+                                                                  "grep -rl CANARY memory || echo none"}}]},
+        "seen",
+    ]
+    hook = {"session": {"hooks": {"session_memory": {"slug_from_model": False}}}}
+    with FakeProvider(script) as fake:
+        rt = runtime(home, fake, defaults=hook)
+        rt.run_turn(MAIN, "remember this")
+        rt.run_turn(MAIN, "repeat it")
+        saved = rt.reset_session(MAIN).memory_file
+        rt.run_turn(GROUP, "what is in memory?")
+    ws = home / "workspace"
+    assert owner_canary in (ws / daily).read_text() and saved is not None and owner_canary in saved.read_text()
+    group_requests = [r for r in fake.requests if "what is in memory?" in json.dumps(r.body)]
+    assert len(group_requests) == 2 and all(owner_canary not in json.dumps(r.body) for r in group_requests)
+    read_text, cat_text = (t for t, _ in tool_results(group_requests[1]))
+    assert "shared note" in read_text and "withheld" in read_text
+    assert "shared note" in cat_text and saved.name not in cat_text and "none" in cat_text

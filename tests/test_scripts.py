@@ -63,3 +63,25 @@ def test_readme_stands_alone() -> None:
         if not re.match(r"[a-z]+://", target):
             assert (ROOT / target).exists(), f"README links to {target}, which is not in the repository"
     assert os.path.exists(ROOT / "scripts" / "demo")
+
+
+def test_setup_link_puts_hermit_on_the_path_and_never_replaces_a_file(tmp_path: Path) -> None:
+    repo, log = _fake_repo(tmp_path)
+    bin_dir = tmp_path / "bin"
+    env = {**os.environ, "XDG_BIN_HOME": str(bin_dir), "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([str(repo / "scripts" / "setup"), "--runtime", "--link"], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    link = bin_dir / "hermit"
+    assert link.is_symlink() and os.readlink(link) == str(repo / ".venv" / "bin" / "hermit")
+    assert f"{bin_dir} is not on your PATH yet" in r.stderr
+    # Again, with the directory on PATH: nothing to install, the link is kept, no PATH note.
+    again = subprocess.run([str(repo / "scripts" / "setup"), "--runtime", "--link"], capture_output=True,
+                           text=True, timeout=60, env={**env, "PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert again.returncode == 0 and "not on your PATH" not in again.stderr and link.is_symlink()
+    link.unlink()
+    link.write_text("someone else's hermit\n")
+    refused = subprocess.run([str(repo / "scripts" / "setup"), "--runtime", "--link"], capture_output=True,
+                             text=True, timeout=60, env=env)
+    assert refused.returncode == 1 and "left alone" in refused.stderr
+    assert link.read_text() == "someone else's hermit\n"

@@ -165,7 +165,7 @@ def test_human_output_marks_cuts_labels_lines_and_highlights() -> None:
                 "snippet": "- four"}]
     out = render_results(results, "wifi password", lambda _p: whole, colour=False)
     first, second = out.split("\n\n")
-    assert first.splitlines()[0] == "0.812  memory/d.md:3-4  [memory]"
+    assert first.splitlines()[0] == "0.812  memory/d.md:3-4  [memory]"  # no audience given: none shown
     assert first.splitlines()[1].strip() == ELLIPSIS, "text goes on above the window"
     assert first.splitlines()[-1].strip() == "- three", "a blank line follows: nothing cut below"
     assert second.splitlines()[0].startswith("0.400  memory/d.md:6  ")

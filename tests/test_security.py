@@ -290,7 +290,10 @@ def test_daily_logs_are_append_only_and_memory_md_keeps_history(home: Path) -> N
     assert "append: true" in results[0][0] and "appended to" in results[1][0]
     text = (ws / daily).read_text()
     assert keeps_every_line(DAILY, text) and "- 12:45 back at the desk\n" in text
-    assert text.endswith("- 15:00 dentist\n- second note of the day\n") and "<!-- origin" not in text
+    # The main session's own notes are owner-only blocks (memory/audience.py); MEMORY.md is never wrapped.
+    owner = '<!-- origin session="agent:main:main" audience="owner" -->'
+    assert text.endswith(f"- 15:00 dentist\n{owner}\n- second note of the day\n<!-- /origin -->\n")
+    assert f"- 11:30 lunch with Dana\n{owner}\n- 12:45 back at the desk\n<!-- /origin -->\n" in text
     history = list((home / "agents" / "main" / "memory-history").iterdir())
     assert sorted(h.read_text() for h in history) == sorted([MEMORY, "# MEMORY.md\n- rewritten\n"])
     assert (ws / "MEMORY.md").read_text() == "# MEMORY.md\n- rewritten twice\n"
@@ -351,17 +354,19 @@ def test_doctor_says_whether_non_main_sessions_get_exec() -> None:
 def test_sandboxed_exec_limits_memory_file_size_and_time(tmp_path: Path) -> None:
     import subprocess
 
+    from hermit.memory.audience import Reader
     from hermit.messages import ToolCallPart
     from hermit.tools import ExecTool, PathResolver, RoomSandbox, RoomView, ToolRunner
     from hermit.tools.os_sandbox import SandboxLimits
     from hermit.tools.room_sandbox import sandbox_uid
     from hermit.tools.rooms import Room
-    from hermit.tools.views import SharedMemoryView
+    from hermit.tools.views import AudienceMemoryView
 
     backend = need_sandbox()
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
-    view = RoomView(ws, Room(tmp_path / "rooms", "telegram:group:1", 16 << 20), SharedMemoryView(ws))
+    view = RoomView(ws, Room(tmp_path / "rooms", "telegram:group:1", 16 << 20),
+                    AudienceMemoryView(ws, Reader("telegram:group:1")))
     jail = RoomSandbox(backend, view, SandboxLimits(memory_mb=256, max_file_mb=1), tmp_path / "scratch",
                        sandbox_uid(65534))
     runner = ToolRunner(ExecTool(PathResolver(ws, True), sandbox=jail).tools())

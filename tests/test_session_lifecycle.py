@@ -105,7 +105,10 @@ def test_new_saves_a_slugged_memory_file_that_the_next_session_finds(tmp_path: P
     assert not path.exists()  # only the first line of the model's answer counts
     path = home / "workspace" / "memory" / "2026-01-20-k8s-ingress-cert-renewal.md"
     text = path.read_text()
-    assert text.startswith("# Session 2026-01-20 14:05 (Europe/Paris): k8s ingress cert renewal\n")
+    # The whole file, title included, is one owner-only block (memory/audience.py).
+    assert text.startswith(f'<!-- origin session="{MAIN}" audience="owner" -->\n'
+                           "# Session 2026-01-20 14:05 (Europe/Paris): k8s ingress cert renewal\n")
+    assert text.endswith("<!-- /origin -->\n") and text.count("<!-- /origin -->") == 1
     assert f"- Session key: {MAIN}\n" in text and f"- Session id: {old.session_id}\n" in text
     assert "- Source: direct\n" in text and "Saved on /new" in text
     assert "User: The TLS certificate of the staging ingress" in text and "hunter2" not in text
@@ -116,6 +119,7 @@ def test_new_saves_a_slugged_memory_file_that_the_next_session_finds(tmp_path: P
     # The next session searched memory and found the saved file.
     found = json.loads(result.tool_calls[0].result)["results"]
     assert found[0]["path"] == "memory/2026-01-20-k8s-ingress-cert-renewal.md" and found[0]["source"] == "memory"
+    assert found[0]["audience"] == "owner" and "origin" not in found[0]  # the owner's own notes carry no label
     assert result.reset == "/new" and result.session_id != old.session_id
 
 

@@ -8,6 +8,7 @@ index stores vectors in a plain BLOB table and vector search scans it in bounded
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import sqlean as sqlite3
 
 from hermit.config.paths import ensure_private_dir, private_file, tighten_dir
-from hermit.errors import IndexError_
+from hermit.errors import HermitError, IndexError_, disk_full
 
 if TYPE_CHECKING:  # sqlean ships no type stubs; it is API-identical to the stdlib module
     from sqlite3 import Connection
@@ -79,14 +80,72 @@ def connect(path: Path | str, *, readonly: bool = False, load_vec: bool = True) 
             conn.execute("pragma synchronous = normal")
     except sqlite3.DatabaseError as e:
         conn.close()
-        if "readonly" in str(e).lower() or not os.access(Path(path).parent, os.W_OK):
+        if not is_disk_full(e, path) and ("readonly" in str(e).lower() or not os.access(Path(path).parent, os.W_OK)):
             # A read-only directory or filesystem: the index is fine, so never advise deleting it.
             raise IndexError_(f"cannot write the memory index {path}: its directory is read-only ({e})",
                               "make the state dir writable; the index itself is fine, do not delete it") from e
-        raise IndexError_(f"{path} is not a usable SQLite database: {e}",
-                          "it is derived data: delete it and run `hermit memory index --force`") from e
+        raise index_error(e, path) from e
     vec = load_sqlite_vec(conn) if load_vec else VecStatus(False, None, "not requested")
     return conn, vec
+
+
+# SQLite's primary result codes that say what went wrong with the file (sqlite3.h).
+SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_FULL, SQLITE_NOTADB = 10, 11, 13, 26
+# An I/O error with less than this free is a full disk: SQLite reports a failed -shm or -wal extension as
+# SQLITE_IOERR ("disk I/O error"), not SQLITE_FULL, and a write that needs a few pages fails before zero.
+NEARLY_FULL_BYTES = 16 * 1024 * 1024
+
+
+def _free_bytes(path: Path | str) -> int | None:
+    for p in (Path(path), *Path(path).parents):
+        try:
+            st = os.statvfs(p)
+        except OSError:
+            continue
+        return st.f_bavail * st.f_frsize
+    return None
+
+
+def is_disk_full(e: BaseException, path: Path | str) -> bool:
+    """Whether `e`, raised reading or writing `path`, means the filesystem holding it is full."""
+    if isinstance(e, OSError):
+        return e.errno in (errno.ENOSPC, errno.EDQUOT)
+    if not isinstance(e, sqlite3.Error):
+        return False
+    code = getattr(e, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    text = str(e).lower()
+    if primary == SQLITE_FULL or "database or disk is full" in text:
+        return True
+    if primary == SQLITE_IOERR or "disk i/o error" in text:
+        free = _free_bytes(path)
+        return free is not None and free < NEARLY_FULL_BYTES
+    return False
+
+
+def is_corrupt(e: BaseException) -> bool:
+    """Whether SQLite says the file itself is damaged or is not a database (the one case to rebuild)."""
+    if not isinstance(e, sqlite3.DatabaseError):
+        return False
+    code = getattr(e, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in (SQLITE_CORRUPT, SQLITE_NOTADB):
+        return True
+    text = str(e).lower()
+    return "malformed" in text or "not a database" in text
+
+
+def index_error(e: BaseException, path: Path | str) -> HermitError:
+    """The clear error for a failed read or write of the index at `path`. Deleting the index is advised only
+    when SQLite says the file is damaged: on a full disk or a failing device it would lose the embeddings
+    for nothing (and rebuilding needs more space than keeping)."""
+    if is_disk_full(e, path):
+        return disk_full(path, "the memory index")
+    if is_corrupt(e):
+        return IndexError_(f"{path} is not a usable SQLite database: {e}",
+                           "it is derived data: delete it and run `hermit memory index --force`")
+    return IndexError_(f"cannot use the memory index {path}: {e}",
+                       "check the disk holding it (free space, `dmesg` for I/O errors) and try again; the "
+                       "index is probably fine, so do not delete it for this")
 
 
 def _make_private(path: Path, readonly: bool) -> None:

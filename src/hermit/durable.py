@@ -26,6 +26,15 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def write_all(fd: int, data: bytes, *, fsync: bool = True) -> None:
+    """Write all of `data` to `fd` (os.write may write less than asked), then fsync it."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    if fsync:
+        os.fsync(fd)
+
+
 def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None, fsync: bool = True,
                  keep_mode: bool = True) -> None:
     """Replace `path` with `data` atomically.
@@ -41,11 +50,7 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None, fsyn
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         try:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view):]
-            if fsync:
-                os.fsync(fd)
+            write_all(fd, payload, fsync=fsync)
         finally:
             os.close(fd)
         os.chmod(tmp, final_mode)
@@ -62,11 +67,7 @@ def append_fd(fd: int, data: bytes, *, fsync: bool = True) -> None:
     """Append `data` to the file open (O_APPEND) as `fd`, under an exclusive lock, then fsync."""
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if fsync:
-            os.fsync(fd)
+        write_all(fd, data, fsync=fsync)
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
 

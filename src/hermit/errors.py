@@ -31,6 +31,17 @@ class IndexError_(HermitError):
     """The memory index could not be opened, read or written."""
 
 
+class DiskFullError(HermitError):
+    """A write failed because the filesystem is full (ENOSPC, SQLITE_FULL): what was already saved is intact."""
+
+
+def disk_full(path: object, what: str) -> DiskFullError:
+    """The one wording for a full disk, wherever Hermit was writing: never advice to delete anything."""
+    return DiskFullError(f"the disk is full: could not write {what} ({path})",
+                         "free some space on that disk (`df -h` shows which is full), then run the command "
+                         "again; nothing was lost: your notes, sessions and the existing index are as they were")
+
+
 class EmbeddingError(HermitError):
     """An embedding provider failed (missing key, HTTP error, bad response, model file)."""
 

@@ -2,10 +2,13 @@
 
 Other agents (Claude Code, Cursor, Codex) share the user's memory through it (SPEC §17). The read tools
 are the agent's own MemoryTools — the same JSON as SPEC §4 — marked read-only; memory_append adds a note
-to today's daily log in the agent's time zone and never rewrites anything. What a client may read of
-MEMORY.md and session transcripts is the `mcp.share_private_memory` setting (default: withheld, as in
-every non-main session). stdout is the protocol: logs go to stderr, and the SDK points fd 1 at stderr
-while serving so a stray print cannot corrupt the stream.
+to today's daily log in the agent's time zone and never rewrites anything. A client reads memory as
+the reader `Reader("mcp", owner=mcp.share_private_memory)` (memory/audience.py): by default it sees
+shared notes and its own, never owner-only notes, MEMORY.md nor session transcripts, like a non-main
+session; with the setting on, everything, as the owner. Its notes are written like any non-owner
+writer's: escaped, in an origin block (`session="mcp"`, `channel="mcp"`, audience `mcp`), so a client
+cannot forge an origin or an owner block. stdout is the protocol: logs go to stderr, and the SDK points
+fd 1 at stderr while serving so a stray print cannot corrupt the stream.
 
 The `mcp` SDK (2.x, the `[mcp]` extra) is imported only when a server is built.
 """
@@ -26,7 +29,9 @@ from hermit.agent.turn import resolve_timezone
 from hermit.config.load import AgentConfig
 from hermit.config.schema import McpConfig
 from hermit.errors import HermitError
+from hermit.memory.audience import AUDIENCE_RULE, MCP, Reader
 from hermit.memory.daily_log import append_daily_note
+from hermit.memory.provenance import Origin
 from hermit.memory.service import MemoryService
 from hermit.tools.memory import MEMORY_GET_DESCRIPTION, MEMORY_SEARCH_DESCRIPTION, MemoryTools
 from hermit.tools.sandbox import PRIVACY_RULE
@@ -96,7 +101,8 @@ def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
 
     if cfg.allow_append:  # a bad agents.*.timezone fails at start, not on the first note
         resolve_timezone(agent.settings.timezone, datetime.fromtimestamp(clock()).astimezone())
-    tools = MemoryTools(service, private=cfg.share_private_memory)
+    tools = MemoryTools(service, reader=Reader(MCP, owner=cfg.share_private_memory))
+    note_origin = Origin(session=MCP, channel=MCP, audience=MCP)
     server: Any = MCPServer(name="hermit", title=f"Hermit memory ({agent.id})", version=__version__,
                             instructions=INSTRUCTIONS, log_level="WARNING")
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
@@ -109,7 +115,7 @@ def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
         try:
             return tools.memory_get(a["path"], a.get("from"), a.get("lines"))
         except HermitError as e:
-            if e.hint == PRIVACY_RULE:
+            if e.hint in (PRIVACY_RULE, AUDIENCE_RULE):
                 raise ToolError(f"{e.message}\n  hint: {e.hint}; MCP clients count as such a session unless the "
                                 "owner sets mcp.share_private_memory: true") from e
             raise ToolError(str(e)) from e  # the message names the path rule that was broken
@@ -118,7 +124,7 @@ def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
         try:
             tz, _ = resolve_timezone(agent.settings.timezone, datetime.fromtimestamp(clock()).astimezone())
             result = append_daily_note(agent.workspace, a["note"], datetime.fromtimestamp(clock(), tz),
-                                       service.cfg.extra_paths)
+                                       service.cfg.extra_paths, origin=note_origin)
         except HermitError as e:
             raise ToolError(str(e)) from e
         service.mark_dirty()
@@ -143,4 +149,6 @@ def serve_stdio(agent: AgentConfig, service: MemoryService, cfg: McpConfig) -> N
 
     server = build_server(agent, service, cfg)
     log.info("hermit mcp: serving agent %s (workspace %s) on stdio", agent.id, agent.workspace)
-    anyio.run(server.run_stdio_async)
+    from hermit.mcp_stdio import run_stdio
+
+    anyio.run(run_stdio, server)  # every client line checked and answered (see mcp_stdio)

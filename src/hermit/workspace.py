@@ -1,4 +1,8 @@
-"""Workspace files: creating them from templates (never overwriting) and reading bootstrap files with caps."""
+"""Workspace files: creating them from templates (never overwriting) and reading bootstrap files with caps.
+
+The workspace holds the owner's notes, so what Hermit creates there is owner-only (directories 0700,
+files 0600) whatever the umask; files and folders the owner made by hand keep their own modes.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from hermit.config.paths import ensure_private_dir
+from hermit.config.paths import PRIVATE_FILE_MODE, ensure_private_dir
 from hermit.textfile import decode_text, read_regular
 
 BOOTSTRAP_ORDER = ("AGENTS.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "USER.md", "HEARTBEAT.md", "BOOTSTRAP.md")
@@ -19,7 +23,7 @@ def template_text(name: str) -> str:
     return resources.files("hermit").joinpath("templates", name).read_text(encoding="utf-8")
 
 
-def write_new(path: Path, text: str, mode: int = 0o644) -> bool:
+def write_new(path: Path, text: str, mode: int = PRIVATE_FILE_MODE) -> bool:
     """Create `path` with `text` unless it exists (O_EXCL: never overwrite, even in a race)."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -45,8 +49,8 @@ def ensure_workspace(workspace: Path) -> InitReport:
     """
     brand_new = not workspace.exists() or not any(workspace.iterdir())
     ensure_private_dir(workspace.parent)  # the default workspace's parent is the state dir: owner-only
-    workspace.mkdir(exist_ok=True)
-    (workspace / "memory").mkdir(exist_ok=True)
+    ensure_private_dir(workspace)  # only what is created is made 0700: an existing folder keeps its mode
+    ensure_private_dir(workspace / "memory")
     created, kept = [], []
     for name in TEMPLATE_FILES:
         if name == "BOOTSTRAP.md" and not brand_new:

@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermit.config.load import AgentConfig
+from hermit.memory.audience import reader_for_session
 from hermit.sessions.keys import is_main_session_key
 from hermit.tools.os_sandbox import Backend, OsSandbox, SandboxLimits
 from hermit.tools.os_sandbox import detect as detect_sandbox
 from hermit.tools.room_sandbox import RoomSandbox, sandbox_uid
 from hermit.tools.rooms import Room, room_audience
-from hermit.tools.views import MemoryView, RoomView, SharedMemoryView
+from hermit.tools.views import AudienceMemoryView, MemoryView, RoomView
 from hermit.workspace import BOOTSTRAP_ORDER
 
 MemoryViewFactory = Callable[[str], MemoryView]  # session key -> what of memory it may read
@@ -67,8 +68,9 @@ class Confinement:
         """The view of a roomed session (None: the session works in the workspace itself)."""
         if not self.roomed(session_key):
             return None
-        memory = self.memory_view(session_key) if self.memory_view is not None else SharedMemoryView(
-            self.agent.workspace)
+        memory = self.memory_view(session_key) if self.memory_view is not None else AudienceMemoryView(
+            self.agent.workspace, reader_for_session(session_key),
+            tuple(self.agent.settings.memory_search.extra_paths))
         return RoomView(self.agent.workspace, self.room(session_key), memory)
 
     def os_sandbox(self, session_key: str, view: RoomView | None) -> OsSandbox | RoomSandbox | None:

@@ -40,8 +40,13 @@ MEMORY_RECALL = (
     "memory_search; then memory_get only the lines you need; if confidence is low after searching, say "
     "you checked."
 )
-# Main session only: notes that group chats and other people's sessions added carry their origin.
-OTHERS_NOTES = "Notes marked with an origin came from other people's chats, not your user: weigh them accordingly."
+# Main session only: notes that group chats and other people's sessions added carry their origin; what
+# this session writes to memory is kept owner-only by the tools (memory/audience.py).
+OTHERS_NOTES = ("Notes marked with an origin came from other people's chats, not your user: weigh them accordingly. "
+                "What you write to memory stays private to your user; other chats never see it.")
+# Every other session: memory shows it only what is shared with it (memory/audience.py).
+SHARED_NOTES = ("Memory here holds only notes shared with this chat: your user's private notes are withheld "
+                "(memory_get shows them as withheld lines); do not guess at them.")
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,7 @@ def _sections(p: PromptInputs) -> list[tuple[str, str]]:
         )))
     if {"memory_search", "memory_get"} & names:
         today = p.now.astimezone(p.timezone).date().isoformat()
-        others = f"\n{OTHERS_NOTES}" if includes_long_term_memory(p.session_key) else ""
+        others = f"\n{OTHERS_NOTES}" if includes_long_term_memory(p.session_key) else f"\n{SHARED_NOTES}"
         out.append(("memory recall", (
             f"## Memory Recall\n{MEMORY_RECALL}\nWrite what should be remembered to files, as AGENTS.md "
             f"says (today's daily log is memory/{today}.md): notes in your head do not survive.{others}"

@@ -25,14 +25,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hermit.agent.context import SILENT_TOKEN
+from hermit.agent.context import INTERRUPTED_RESULT, SILENT_TOKEN
 from hermit.errors import Cancelled, ContextOverflowError, HermitError
 from hermit.messages import AssistantMessage, Message, TextPart, ToolResultMessage, Usage, UserMessage
 from hermit.models.base import Model, ModelRequest, ModelResponse, ResponseDone, TextDelta, ToolCallDelta
 from hermit.models.cancel import CancelToken
+from hermit.redaction import mask
 from hermit.tools.base import ToolRun, ToolRunner
 
 CANCELLED_RESULT = "error: cancelled by the user before this tool ran to completion"
+# A turn continued after a crash (see `unfinished_turn`): what the model is told about the calls whose
+# results never reached the transcript. Hermit never re-runs them itself.
+UNKNOWN_RESULT = ("error: Hermit stopped (the process died) while this tool call was running, so its outcome is "
+                  "unknown: it may have completed fully, partly or not at all. Check its effects before running it "
+                  "again.")
+NOT_STARTED_RESULT = ("error: not run: Hermit stopped before this tool call started. Run it again if it is still "
+                      "needed.")
 
 
 class TurnCancelled(HermitError):
@@ -145,6 +153,41 @@ def _call_model(model: Model, request: ModelRequest, stream: bool, on_event: Eve
     raise HermitError("the model stream ended without a final response", "retry the message")
 
 
+def unfinished_turn(history: Sequence[Message], user: UserMessage) -> int | None:
+    """Where `user` starts the last turn of `history` when that turn is the same message, cut off before it
+    was answered (the process died): only tool calls and their results follow it, no reply and no error.
+    None otherwise (a new message, or an answered, failed or cancelled-by-model-error turn).
+
+    The message is recognised by its content: a message the user re-sends because the crash left it
+    unanswered continues the turn too, which is what they want. A turn that ended in any way, even with
+    an error, is never continued."""
+    for start in range(len(history) - 1, -1, -1):
+        if isinstance(history[start], UserMessage):
+            break
+    else:
+        return None
+    if history[start].to_dict() != user.to_dict():
+        return None
+    for m in history[start + 1:]:
+        if isinstance(m, AssistantMessage) and (not m.tool_calls or m.stop_reason == "error"):
+            return None
+    return start
+
+
+def _settle_unrecorded(messages: Sequence[Message], start: int) -> list[tuple[int, ToolResultMessage]]:
+    """The results to record for tool calls of a cut-off turn that have none: the history gives them the
+    generic "interrupted" stand-in (context.repair_tool_pairs). Calls run in order and each result is
+    recorded as it exists, so the first call without one was running when the process died (outcome
+    unknown) and the calls after it never started."""
+    out: list[tuple[int, ToolResultMessage]] = []
+    for i in range(start + 1, len(messages)):
+        m = messages[i]
+        if isinstance(m, ToolResultMessage) and m.content == INTERRUPTED_RESULT and m.is_error:
+            text = UNKNOWN_RESULT if not out else NOT_STARTED_RESULT
+            out.append((i, ToolResultMessage(m.tool_call_id, m.tool_name, text, is_error=True)))
+    return out
+
+
 def run_loop(
     model: Model,
     runner: ToolRunner,
@@ -162,17 +205,29 @@ def run_loop(
 ) -> LoopResult:
     """Run one turn. Model errors (HermitError), TurnCancelled and KeyboardInterrupt propagate after
     being recorded."""
-    messages: list[Message] = [*history, user]
     result = LoopResult(reply="", final=None)
     overflow_handled = False
+    resume = unfinished_turn(history, user)
+    if resume is None:
+        messages: list[Message] = [*history, user]
+        record(user)
+        result.new_messages.append(user)
+    else:
+        # The same message again, its turn cut off by a crash (a channel's journal replays what was not
+        # answered): continue it instead of starting over, so the tools it already ran run only once.
+        messages = list(history)
+        for i, settled in _settle_unrecorded(messages, resume):
+            messages[i] = settled
+            record(settled)
+            result.new_messages.append(settled)
+        _emit(on_event, Notice("continuing the turn a restart interrupted (tools that already ran are not run "
+                               "again)"))
 
     def add(message: Message) -> None:
         record(message)
         messages.append(message)
         result.new_messages.append(message)
 
-    record(user)
-    result.new_messages.append(user)
     while True:
         if result.iterations >= max_iterations:
             note = (f"I stopped after {max_iterations} rounds of tool calls without finishing "
@@ -200,7 +255,7 @@ def run_loop(
                     result.iterations -= 1
                     continue
             why = ("cancelled by the user" if isinstance(e, KeyboardInterrupt)
-                   else "interrupted: the gateway stopped" if isinstance(e, TurnCancelled) else e.message)
+                   else "interrupted: the gateway stopped" if isinstance(e, TurnCancelled) else mask(e.message))
             text = "".join(partial)
             add(AssistantMessage((TextPart(text),) if text else (), "error", Usage(),
                                  model.profile.model_id, model.profile.provider, why))

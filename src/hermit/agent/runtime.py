@@ -47,6 +47,8 @@ from hermit.agent.session_memory import save_session_memory
 from hermit.agent.turn import PruneMemo, ToolCallRecord, TurnContext, TurnNotes, TurnResult, resolve_timezone
 from hermit.config.load import AgentConfig
 from hermit.errors import ContextOverflowError, HermitError, SessionError
+from hermit.memory.audience import owner_origin, reader_for_session
+from hermit.memory.paths import safe_extra_roots
 from hermit.memory.service import MemoryService
 from hermit.messages import AssistantMessage, Message, Usage, UserMessage, valid_text
 from hermit.models.base import Model, ModelRequest
@@ -135,13 +137,15 @@ class AgentRuntime:
             exec_enabled=exec_enabled,
             home=self.home,
             private_memory=private,
+            reader=reader_for_session(session_key),
             transcript=transcript,
             cron=(self.cron, self.agent.id) if self.cron is not None and write_policy is None
             and is_main_session_key(session_key) else None,
             os_sandbox=self.confinement.os_sandbox(session_key, view),
             rules=MemoryWriteRules(
                 self.agent.workspace, origin=None if private else session_origin(session_key, self._senders.get(
-                    session_key)), memory_writes=sandbox.memory_writes, history_dir=self._agent_dir / "memory-history",
+                    session_key)), owner=owner_origin(session_key) if private else None,
+                memory_writes=sandbox.memory_writes, history_dir=self._agent_dir / "memory-history",
                 extra_paths=self._extra_memory_paths(), clock=self.clock),
             env_allow=frozenset(sandbox.env_allow),
             view=view,
@@ -152,8 +156,9 @@ class AgentRuntime:
         return self.agent.sessions_dir.parent
 
     def _extra_memory_paths(self) -> tuple[Path, ...]:
-        ws = self.agent.workspace
-        return tuple((ws / Path(e).expanduser()).resolve() for e in self.agent.settings.memory_search.extra_paths)
+        # Only the roots indexing accepts: an entry naming the workspace (or above) would make every file
+        # there a memory file the write rules treat as such.
+        return tuple(safe_extra_roots(self.agent.workspace, list(self.agent.settings.memory_search.extra_paths)))
 
     def os_sandbox(self, session_key: str) -> OsSandbox | RoomSandbox | None:
         """The OS sandbox a confined session's exec runs in; None when not confined or none is available."""
@@ -295,7 +300,8 @@ class AgentRuntime:
                     transcript=self.store.transcript_path(old.session_id), record=old,
                     workspace=self.agent.workspace, cfg=hook, model=self.model, now=self.clock(),
                     tz=self.timezone, tz_name=self.timezone_name, reason=reason,
-                    origin=None if private else session_origin(session_key, self._senders.get(session_key)))
+                    origin=owner_origin(session_key) if private else session_origin(session_key,
+                                                                                   self._senders.get(session_key)))
             except (HermitError, OSError) as e:  # the new session must start anyway
                 notes.warnings.append(f"could not save the last session to memory: {e}")
                 log.warning("session-memory hook failed for %s: %s", session_key, e)

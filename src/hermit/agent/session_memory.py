@@ -13,6 +13,9 @@ Decisions:
   appearance), else `session-<first 8 chars of the id>`.
 - The file is created with O_EXCL and never overwritten: a taken name gets `-2`, `-3`, … The date is
   today in the user's time zone.
+- The whole file — its title too, since the slug names the topic — is one origin block with the
+  session's audience (memory/audience.py): the main session's conversation is owner-only, another
+  session's is seen by its own chat and the owner. Its text is escaped so it cannot close the block.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 
 from hermit.config.schema import SessionMemoryHookConfig
 from hermit.errors import HermitError
+from hermit.memory.audience import owner_origin
 from hermit.memory.provenance import Origin, neutralize, wrap
 from hermit.memory.session_source import redact
 from hermit.messages import UserMessage
@@ -172,8 +176,9 @@ def save_session_memory(
     reason: str,
     origin: Origin | None = None,
 ) -> Path | None:
-    """Write the hook's file for the ending session; None when it had no messages. A session that is not
-    the owner's (`origin`) gets its conversation wrapped in an origin block, like its own notes."""
+    """Write the hook's file for the ending session; None when it had no messages. The file is wrapped
+    whole in an origin block: `origin` for a session that is not the owner's (seen by its own chat and
+    the owner), else an owner-only block (None: the main session)."""
     dialogue = recent_dialogue(transcript, cfg.messages)
     if not dialogue:
         return None
@@ -190,6 +195,5 @@ def save_session_memory(
         "## Conversation\n\n"
     )
     body = render_dialogue(dialogue) + "\n"
-    if origin is not None:
-        body = wrap(neutralize(body), origin)
-    return write_memory_file(workspace / "memory", f"{local:%Y-%m-%d}-{slug}", header + body)
+    text = wrap(neutralize(header + body), origin if origin is not None else owner_origin(record.key))
+    return write_memory_file(workspace / "memory", f"{local:%Y-%m-%d}-{slug}", text)

@@ -36,6 +36,7 @@ from hermit.channels.status import StatusTracker
 from hermit.channels.tasks import TypingIndicators, cancel
 from hermit.config.schema import DiscordAccountConfig
 from hermit.errors import ChannelError
+from hermit.messages import valid_text
 
 log = logging.getLogger(__name__)
 
@@ -166,11 +167,12 @@ class DiscordChannel:
         ref = message.reference
         resolved = ref.resolved if ref is not None else None
         reply_to_bot = isinstance(resolved, discord.Message) and resolved.author.id == me.id
-        text = re.sub(rf"<@!?{me.id}>", "", message.content).strip()
+        # valid_text: a lone surrogate in a message or a name would fail the pairing and session writes.
+        text = valid_text(re.sub(rf"<@!?{me.id}>", "", message.content).strip())
         msg = InboundMessage(
             channel=self.name, account_id=self.account_id, peer_kind="dm" if dm else "group", peer_id=peer,
             sender_id=str(message.author.id), text=text, message_id=str(message.id),
-            sender_name=getattr(message.author, "display_name", None) or message.author.name,
+            sender_name=valid_text(getattr(message.author, "display_name", None) or message.author.name or "") or None,
             sender_username=_username(message.author),
             thread_id=thread_id, guild_id=str(guild_id) if guild_id else None,
             mentioned=any(u.id == me.id for u in message.mentions), reply_to_bot=reply_to_bot,

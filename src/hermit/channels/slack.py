@@ -37,6 +37,7 @@ from hermit.channels.tasks import cancel
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes
 from hermit.config.schema import SlackAccountConfig
 from hermit.errors import ChannelError
+from hermit.wire import WireError, load_object
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,11 @@ class SlackChannel:
 
     async def _frame(self, ws: Any, raw: str | bytes) -> bool:
         """Handle one Socket Mode frame; True when Slack asks for a reconnect."""
-        frame = json.loads(raw)
+        try:
+            frame = load_object(raw)
+        except WireError as e:  # a frame we cannot read is dropped, not a reason to reconnect
+            log.warning("slack %s: ignored a Socket Mode frame: %s", self.account_id, e.reason)
+            return False
         kind = frame.get("type")
         if kind == "hello":
             self._tracker.connected(True)
@@ -168,7 +173,8 @@ class SlackChannel:
             if kind == "events_api":
                 # Acked only after publish returned: an unacked envelope is redelivered by Slack, and the
                 # event id dedupes that redelivery if the ack itself was lost.
-                await self._event_callback(frame.get("payload") or {})
+                payload = frame.get("payload")
+                await self._event_callback(payload if isinstance(payload, dict) else {})
             await ws.send(json.dumps({"envelope_id": frame["envelope_id"]}))
         return False
 
@@ -191,9 +197,10 @@ class SlackChannel:
             log.warning("slack %s: refused a webhook with a bad or stale signature", self.account_id)
             return WebhookResponse(401, b"invalid signature")
         try:
-            body = json.loads(req.body)
-        except ValueError:
-            return WebhookResponse(400, b"not JSON")
+            body = load_object(req.body)
+        except WireError as e:  # signed, so Slack's own (or a leaked secret's): refuse it, say why
+            log.warning("slack %s: refused a signed webhook: %s", self.account_id, e.reason)
+            return WebhookResponse(400, e.reason.encode())
         if body.get("type") == "url_verification":
             return WebhookResponse(200, str(body.get("challenge", "")).encode())
         if body.get("type") == "event_callback":
@@ -214,7 +221,10 @@ class SlackChannel:
         event_id = str(body.get("event_id", ""))
         if self._seen.seen(event_id):
             return  # a retry (X-Slack-Retry-Num) or a redelivered envelope
-        msg = self._inbound(body.get("event") or {}, str(body.get("team_id") or self._team))
+        event = body.get("event")
+        if not isinstance(event, dict):
+            return  # nothing Hermit can answer (and a retry would bring the same)
+        msg = self._inbound(event, str(body.get("team_id") or self._team))
         if msg is None:
             return
         self._tracker.inbound()

@@ -38,6 +38,7 @@ from hermit.channels.telegram_markdown import to_telegram_markdown
 from hermit.channels.telegram_state import PollerLock, PollState, token_dir
 from hermit.config.schema import TelegramAccountConfig
 from hermit.errors import ChannelError
+from hermit.messages import valid_json
 
 log = logging.getLogger(__name__)
 
@@ -204,14 +205,47 @@ class TelegramChannel:
                                                  "allowed_updates": ["message"]}, timeout=t + 15.0)
         self._tracker.connected(True)
         for u in updates or []:
-            update_id = int(u["update_id"])
+            update_id = _update_id(u)
+            if update_id is None:
+                log.warning("telegram %s: skipped an update without a numeric update_id", self.account_id)
+                continue
             if update_id < self._state.offset:
                 continue  # already taken (Telegram resent it before our offset reached it)
-            msg = await self._inbound(u.get("message"))
-            self._state.receive(update_id, msg)
+            msg = await self._read_update(update_id, u)
+            self._journal(update_id, msg)
             if msg is not None:
                 self._unpublished.add(update_id)
                 await self._publish(update_id, msg)
+
+    async def _read_update(self, update_id: int, u: Mapping[str, Any]) -> InboundMessage | None:
+        """The update's message with every string made valid (a lone surrogate from the platform would fail
+        the journal write and, before this, stalled the whole account); an update that cannot be read at
+        all is skipped and reported, so the offset still moves past it."""
+        try:
+            return await self._inbound(valid_json(u).get("message"))
+        except Exception as e:  # noqa: BLE001 - one malformed update must not stop every chat of the account
+            self._skipped(update_id, e)
+            return None
+
+    def _journal(self, update_id: int, msg: InboundMessage | None) -> None:
+        """Take the update (offset past it, message in flight). A write that fails because of the message
+        itself skips the message; a failing disk (OSError) propagates, and the poll is retried later."""
+        assert self._state is not None
+        try:
+            self._state.receive(update_id, msg)
+        except OSError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the message could not be stored: skip it, keep the account
+            if msg is None:
+                raise
+            self._skipped(update_id, e)
+            self._state.inflight.pop(update_id, None)
+            self._state.receive(update_id, None)
+
+    def _skipped(self, update_id: int, e: Exception) -> None:
+        log.warning("telegram %s: skipped update %d that could not be read: %s: %s", self.account_id, update_id,
+                    type(e).__name__, e)
+        self._tracker.error(f"skipped update {update_id}: {type(e).__name__}")
 
     async def _publish(self, update_id: int, msg: InboundMessage) -> None:
         assert self._sink is not None and self._state is not None
@@ -345,6 +379,13 @@ class TelegramChannel:
         if target.topic_id:
             params["message_thread_id"] = int(target.topic_id)
         await self.call("sendChatAction", params)
+
+def _update_id(u: Any) -> int | None:
+    try:
+        return int(u["update_id"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
 
 def create_channel(deps: ChannelDeps, account_id: str, cfg: TelegramAccountConfig) -> TelegramChannel:
     """The gateway's factory (CHANNEL_FACTORIES): the token comes from the named environment variable."""

@@ -9,8 +9,10 @@ from __future__ import annotations
 import re
 
 _CODE = re.compile(r"```.*?```|`[^`\n]+`", re.S)
-_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.M)
-_BULLET = re.compile(r"^(\s*)[-*+]\s+", re.M)
+# Blanks only, never \s: a \s after the heading's text also matched the newlines that follow it, so
+# "# Title\n\nText" lost its blank line ("*Title*\nText").
+_HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$", re.M)
+_BULLET = re.compile(r"^([ \t]*)[-*+][ \t]+", re.M)
 _BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__", re.S)
 _ITALIC = re.compile(r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![\w*])")
 _BOLD_MARK = "\x00"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import re
 import time
@@ -36,6 +35,7 @@ from hermit.channels.status import StatusTracker
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes
 from hermit.config.schema import WhatsAppAccountConfig
 from hermit.errors import ChannelError
+from hermit.wire import WireError, load_object
 
 log = logging.getLogger(__name__)
 
@@ -107,14 +107,15 @@ class WhatsAppChannel:
             log.warning("whatsapp %s: refused a webhook with a missing or wrong signature", self.account_id)
             return WebhookResponse(401, b"invalid signature")
         try:
-            body = json.loads(req.body)
-        except ValueError:
-            return WebhookResponse(400, b"not JSON")
+            body = load_object(req.body)
+        except WireError as e:  # signed, so Meta's own (or a leaked secret's): refuse it, say why
+            log.warning("whatsapp %s: refused a signed webhook: %s", self.account_id, e.reason)
+            return WebhookResponse(400, e.reason.encode())
         try:
             for value in self._values(body):
-                names = {str(c.get("wa_id")): str((c.get("profile") or {}).get("name", ""))
-                         for c in value.get("contacts") or []}
-                for m in value.get("messages") or []:
+                names = {str(c.get("wa_id")): str(_obj(c.get("profile")).get("name", ""))
+                         for c in _objects(value.get("contacts"))}
+                for m in _objects(value.get("messages")):
                     await self._message(m, names)
         except Exception as e:  # noqa: BLE001 - answer 500 so Meta redelivers; message ids dedupe it
             log.warning("whatsapp %s: webhook failed: %s", self.account_id, e)
@@ -131,10 +132,10 @@ class WhatsAppChannel:
     def _values(self, body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         """The change values meant for this account's number (one app can serve several numbers)."""
         out = []
-        for entry in body.get("entry") or []:
-            for change in entry.get("changes") or []:
-                value = change.get("value") or {}
-                if str((value.get("metadata") or {}).get("phone_number_id")) == self.cfg.phone_number_id:
+        for entry in _objects(body.get("entry")):
+            for change in _objects(entry.get("changes")):
+                value = _obj(change.get("value"))
+                if str(_obj(value.get("metadata")).get("phone_number_id")) == self.cfg.phone_number_id:
                     out.append(value)
         return out
 
@@ -149,21 +150,21 @@ class WhatsAppChannel:
             text = ""
             attachments: tuple[Attachment, ...] = ()
             if kind == "text":
-                text = str((m.get("text") or {}).get("body", ""))
+                text = str(_obj(m.get("text")).get("body", ""))
             elif kind in MEDIA_KINDS:
-                media = m.get(kind) or {}
+                media = _obj(m.get(kind))
                 text = str(media.get("caption", ""))
                 attachments = (await self._download(MEDIA_KINDS[kind], media, mid),)
             elif kind == "button":
-                text = str((m.get("button") or {}).get("text", ""))
+                text = str(_obj(m.get("button")).get("text", ""))
             else:
                 return  # reactions, locations, system notices: nothing for the agent
-            context = m.get("context") or {}
+            context = _obj(m.get("context"))
             msg = InboundMessage(
                 channel=self.name, account_id=self.account_id, peer_kind="dm", peer_id=sender, sender_id=sender,
                 text=text, message_id=mid, sender_name=names.get(sender) or None, attachments=attachments,
                 reply_to=str(context["id"]) if context.get("id") else None,
-                received_at=float(m.get("timestamp") or self._clock()))
+                received_at=_seconds(m.get("timestamp")) or self._clock())
             self._tracker.inbound()
             await self._sink.publish(msg)
         except BaseException:
@@ -215,6 +216,23 @@ class WhatsAppChannel:
             self._tracker.error(e.message)
             raise
         self._tracker.outbound()
+
+
+def _obj(value: Any) -> Mapping[str, Any]:
+    """A JSON object from the webhook, or an empty one when a field holds something else."""
+    return value if isinstance(value, dict) else {}
+
+
+def _objects(value: Any) -> list[Mapping[str, Any]]:
+    """The objects of a JSON array field; anything else in it (or a field that is not an array) is skipped."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _seconds(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _detail(resp: httpx.Response) -> str:

@@ -1,12 +1,15 @@
 """What every CLI command needs: global options, the loaded config, and services built from them.
 
-The CLI is a composition root: it alone reads the environment and config files.
+The CLI is a composition root: it alone reads the environment and config files. Its environment is the
+process's over the state dir's owner-only env file (`hermit.env`, written by `hermit setup`): a variable
+already set in the environment wins, so `ANTHROPIC_API_KEY=… hermit chat` still overrides the stored key.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,9 +32,10 @@ class CliContext:
 
     @classmethod
     def from_args(cls, home: str | None, agent: str | None, workspace: str | None, debug: bool) -> CliContext:
-        env = dict(os.environ)
+        state = Path(home).expanduser().resolve() if home else default_home(dict(os.environ))
+        env = environment_with_env_file(state, os.environ)
         return cls(
-            home=Path(home).expanduser().resolve() if home else default_home(env),
+            home=state,
             agent_id=agent,
             workspace=Path(workspace).expanduser().resolve() if workspace else None,
             debug=debug,
@@ -67,6 +71,17 @@ class CliContext:
         return MemoryService(MemoryKey(agent.id, agent.workspace), agent.index_path, cfg, embedder,
                              long_lived=long_lived, sessions_dir=agent.sessions_dir, cache_dir=self.home / "cache",
                              environ=self.environ)
+
+
+def environment_with_env_file(home: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` over the variables of `<home>/hermit.env`; lines it cannot use are reported on stderr."""
+    from hermit.config.envfile import env_file_path, read_env_file
+
+    path = env_file_path(home)
+    stored = read_env_file(path)
+    for problem in stored.problems:
+        print(f"warning: {path}: {problem}", file=sys.stderr)
+    return {**stored.values, **environ}
 
 
 def is_tty(stream: object = None) -> bool:

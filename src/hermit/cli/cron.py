@@ -64,9 +64,9 @@ def _job_options(p: argparse.ArgumentParser, *, adding: bool) -> None:
                    help="run as a system event in the main session (default: an isolated cron:<id> session)")
     p.add_argument("--isolated", action="store_const", const="isolated", dest="target",
                    help="run in a fresh cron:<jobId> session (the default)")
-    p.add_argument("--announce", metavar="CHANNEL:TO", help="deliver the reply to this peer, e.g. telegram:12345 "
-                   "(through the gateway)")
-    p.add_argument("--account", help="the channel account for --announce (default: 'default')")
+    p.add_argument("--announce", metavar="CHANNEL:[ACCOUNT:]TO", help="deliver the reply to this peer, e.g. "
+                   "telegram:12345 or telegram:work:12345 (through the gateway)")
+    p.add_argument("--account", help="the channel account for --announce (default: 'default', or the only one)")
     p.add_argument("--group", action="store_true", help="--announce's peer is a group or channel, not a DM")
     p.add_argument("--no-delivery", action="store_true", help="do not deliver the reply")
     p.add_argument("--keep", action="store_true", help="keep an --at job after it ran (default: delete it)")
@@ -101,12 +101,12 @@ def _spec(args: argparse.Namespace, *, adding: bool) -> dict[str, Any]:
     if args.target:
         spec["session_target"] = args.target
     if args.announce:
-        channel, sep, to = args.announce.partition(":")
-        if not sep or not channel or not to:
-            raise JobError(f"--announce {args.announce!r} is not CHANNEL:TO", "e.g. --announce telegram:12345")
+        from hermit.scheduler.targets import parse_announce
+
+        channel, account, to = parse_announce(args.announce, args.account)
         spec["delivery"] = {"mode": "announce", "channel": channel, "to": to,
                             "peer_kind": "group" if args.group else "dm",
-                            **({"account": args.account} if args.account else {})}
+                            **({"account": account} if account else {})}
     elif args.no_delivery:
         spec["delivery"] = {"mode": "none"}
     if args.keep:
@@ -277,4 +277,12 @@ def heartbeat_check(ctx: CliContext) -> Check:
     return Check("heartbeat", status, detail, fix)
 
 
-DOCTOR_CHECKS = (cron_jobs_check, heartbeat_check)
+@check("delivery targets", needs=("config",))
+def delivery_targets_check(ctx: CliContext) -> Check:
+    from hermit.scheduler.health import targets_health
+
+    status, detail, fix = targets_health(ctx.home, ctx.config())
+    return Check("delivery targets", status, detail, fix)
+
+
+DOCTOR_CHECKS = (cron_jobs_check, heartbeat_check, delivery_targets_check)

@@ -31,6 +31,9 @@ def register(sub: Any) -> None:
     p = gs.add_parser("status", help="show the running gateway: channels, queues, services")
     p.add_argument("--json", action="store_true", help="print the status as a JSON object")
     p.set_defaults(func=cmd_status)
+    from hermit.cli.service import register_service
+
+    register_service(gs)  # `gateway install|uninstall` live in their own module
     d = sub.add_parser("dashboard", help="print the web chat URL (with its token)")
     d.set_defaults(func=cmd_dashboard)
 
@@ -106,11 +109,12 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
         print(json.dumps(st, ensure_ascii=False, indent=2))
         return 0
     bus = st["bus"]
+    life = bus["since_start"]
     print(f"gateway pid {st['pid']} on http://{st['host']}:{st['port']}/ · up {st['uptime_seconds']:.0f} s · "
           f"agents: {', '.join(st['agents'])}")
-    print(f"turns running {bus['turns_running']}, waiting {bus['queued']}, sessions active {bus['sessions_active']}; "
-          f"since start: {bus['turns']} turns, {bus['refused']} refused, {bus['queue_full']} busy · web chat "
-          f"clients {st['webchat_clients']}")
+    print(f"turns running {bus['turns_running']}, waiting {bus['waiting']}, sessions active {bus['sessions_active']}; "
+          f"since start: {life['accepted']} messages, {life['turns']} turns, {life['refused']} refused, "
+          f"{life['queue_full']} busy · web chat clients {st['webchat_clients']}")
     for ch in st["channels"]:
         state = "connected" if ch["connected"] else "disconnected"
         err = f" — {ch['last_error']}" if ch.get("last_error") else ""

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from hermit import __version__
 from hermit.cli.commands import command_index, command_word, declared_commands
 from hermit.cli.context import CliContext
 from hermit.cli.preflight import require_initialized
-from hermit.errors import HermitError
+from hermit.errors import HermitError, disk_full
 
 # Each module exposes register(subparsers) and sets `func(ctx, args) -> int` on its parsers.
 COMMAND_MODULES = (
@@ -23,6 +26,8 @@ COMMAND_MODULES = (
     "hermit.cli.gateway",
     "hermit.cli.cron",
     "hermit.cli.channels",
+    "hermit.cli.setup", "hermit.cli.models", "hermit.cli.logs", "hermit.cli.backup",
+    "hermit.cli.completion",
 )
 
 # Commands that read or write an agent's memory or sessions: before `hermit init` they say so and create
@@ -33,6 +38,7 @@ READ_ONLY = {"sessions"}
 Handler = Callable[[CliContext, argparse.Namespace], int]
 
 
+OWNER_ONLY_UMASK = 0o077
 GLOBAL_OPTIONS_WITH_VALUES = ("--home", "--agent", "--workspace")
 GLOBAL_FLAGS = ("--debug",)
 
@@ -107,12 +113,49 @@ def _dash_query(args: argparse.Namespace, extra: list[str]) -> bool:
     return False
 
 
-def _report(e: HermitError, as_json: bool) -> None:
+def configured_secrets(ctx: CliContext) -> list[str]:
+    """Every secret value the config names (provider API keys, channel tokens, by value or by variable),
+    for masking; nothing when the config cannot be read (the error being shown may say why)."""
+    from hermit.channels.platforms import accounts as channel_accounts
+    from hermit.channels.platforms import secrets as channel_secrets
+    from hermit.cli.assistant import PROVIDER_KEY_VARS
+
+    try:
+        loaded = ctx.config()
+    except HermitError:
+        return [ctx.environ.get(n, "") for n in PROVIDER_KEY_VARS]
+    names = set(PROVIDER_KEY_VARS)
+    names.update(pc.api_key_env for pc in loaded.config.models.providers.values() if pc.api_key_env)
+    values = [ctx.environ.get(n, "") for n in names]
+    values += [pc.api_key for pc in loaded.config.models.providers.values() if pc.api_key]
+    for name, _, account in channel_accounts(loaded.config.channels):  # bot tokens, app secrets
+        values += [s.plaintext or ctx.environ.get(s.env_name, "") for s in channel_secrets(name, account)]
+    return [v for v in values if v]
+
+
+def _report(e: HermitError, as_json: bool, ctx: CliContext | None = None) -> None:
+    from hermit.redaction import KNOWN, register
+
+    if ctx is not None:
+        register(*configured_secrets(ctx))  # a provider or platform may echo a key into its error
+    message, hint = KNOWN.mask(e.message), KNOWN.mask(e.hint)
     if as_json:  # scripts reading --json output get the error as JSON too
-        print(json.dumps({"results": [], "error": e.message, "hint": e.hint}, ensure_ascii=False))
-    print(f"error: {e.message}", file=sys.stderr)
-    if e.hint:
-        print(f"hint: {e.hint}", file=sys.stderr)
+        print(json.dumps({"results": [], "error": message, "hint": hint}, ensure_ascii=False))
+    print(f"error: {message}", file=sys.stderr)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
+
+
+def _disk_full(e: BaseException, home: Path) -> HermitError | None:
+    """A full disk that reached the CLI without a message of its own (a session or log write): said
+    plainly, the traceback only with --debug."""
+    if isinstance(e, OSError):
+        return disk_full(e.filename or home, "a file") if e.errno in (errno.ENOSPC, errno.EDQUOT) else None
+    if type(e).__module__.startswith(("sqlean", "sqlite3")):
+        from hermit.db import is_disk_full
+
+        return disk_full(home, "a database") if is_disk_full(e, home) else None
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     ctx = CliContext.from_args(args.home, args.agent, args.workspace, args.debug)
+    # Everything Hermit creates — state dir, workspace notes, logs, transcripts, files its tools write —
+    # is owner-only, whichever module creates it and with whatever mode it asks for. Restored on return
+    # for callers that run commands in their own process (tests, scripts).
+    umask = os.umask(OWNER_ONLY_UMASK)
     try:
         if args.command in REQUIRES_INIT:
             require_initialized(ctx, writes=args.command not in READ_ONLY)
@@ -136,13 +183,21 @@ def main(argv: list[str] | None = None) -> int:
     except HermitError as e:
         if args.debug:
             raise
-        _report(e, bool(getattr(args, "json", False)))
+        _report(e, bool(getattr(args, "json", False)), ctx)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as e:  # only a full disk is named here; anything else keeps its traceback
+        full = _disk_full(e, ctx.home)
+        if full is None or args.debug:
+            raise
+        _report(full, bool(getattr(args, "json", False)), ctx)
+        return 1
+    finally:
+        os.umask(umask)
 
 
 if __name__ == "__main__":

@@ -112,7 +112,18 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
         print("fts        FTS5 BM25 (CJK bigrams)")
     print(f"cache      {st['cache_entries']} embeddings")
     print(f"dirty      {'yes — run `hermit memory index`' if st['dirty'] else 'no'}")
+    _print_coverage(svc, st["sources"], st["sessions_indexed"], label="sources   ")
     return 0
+
+
+def _print_coverage(svc: MemoryService, sources: dict[str, Any], sessions: bool, *, label: str) -> None:
+    """Where the indexed files come from, and a note when Markdown files elsewhere are not indexed."""
+    from hermit.memory.coverage import describe_sources, uncovered_markdown
+
+    print(f"{label} {describe_sources(sources, sessions)}")
+    missed = uncovered_markdown(svc.workspace, svc.cfg.extra_paths)
+    if missed.count:
+        print(f"note: {missed.hint()}", file=sys.stderr)
 
 
 def cmd_index(ctx: CliContext, args: argparse.Namespace) -> int:
@@ -125,13 +136,15 @@ def cmd_index(ctx: CliContext, args: argparse.Namespace) -> int:
         else:
             print("another process is indexing; waiting for it…", file=sys.stderr)
         report = _sync(svc, show_progress=is_tty() and not args.json, force=args.force)
+        sources = svc.status()["sources"]
     finally:
         svc.close()
     _print_warnings(report)
     if args.json:
-        print(json.dumps(report.__dict__, ensure_ascii=False))
+        print(json.dumps({**report.__dict__, "sources": sources}, ensure_ascii=False))
     else:
         print(report.summary())
+        _print_coverage(svc, sources, "sessions" in svc.cfg.sources, label="from:")
     return 0
 
 
@@ -193,8 +206,8 @@ def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
         svc.close()
     if args.json:
         print(json.dumps(res, ensure_ascii=False))
-        return 0 if not res.get("disabled") else 1
-    if res.get("disabled"):
+        return 0 if not res.get("error") else 1
+    if res.get("error"):  # disabled, or a query the service refused (over MAX_QUERY_CHARS)
         print(f"error: {res.get('error')}", file=sys.stderr)
         return 1
     if res.get("mode"):
@@ -203,15 +216,28 @@ def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
         print(f"warning: {w}", file=sys.stderr)
     if not res["results"]:
         print("no results")
+        _hint_uncovered(svc)
         return 0
     print(shown)
     return 0
 
 
+def _hint_uncovered(svc: MemoryService) -> None:
+    """After an empty search: Markdown files lying outside what is indexed may be where the answer is."""
+    from hermit.memory.coverage import uncovered_markdown
+
+    missed = uncovered_markdown(svc.workspace, svc.cfg.extra_paths)
+    if missed.count:
+        print(f"hint: {missed.hint()}", file=sys.stderr)
+
+
 def _file_lines(svc: MemoryService, path: str) -> list[str] | None:
-    """A result's file as lines (to mark where a snippet was cut); None if it cannot be read now."""
+    """A result's file as lines (to mark where a snippet was cut); None if it cannot be read now. As the
+    index holds them: origin markers blank, as in snippets."""
+    from hermit.memory.chunking import index_lines
+
     try:
-        return str(svc.get(path)["text"]).split("\n")
+        return index_lines(str(svc.get(path)["text"]))
     except HermitError:
         return None
 

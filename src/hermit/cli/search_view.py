@@ -1,4 +1,8 @@
-"""The human face of `hermit memory search`: labelled, separated results with cut marks and highlights."""
+"""The human face of `hermit memory search`: labelled, separated results with cut marks and highlights.
+
+A result's label names its source and, when the result carries one, its audience (who may see it:
+owner, shared or a chat's key; memory/audience.py).
+"""
 
 from __future__ import annotations
 
@@ -45,14 +49,15 @@ def highlighter(query: str) -> Callable[[str], str]:
 
 def render_results(results: list[dict[str, Any]], query: str, file_lines: Callable[[str], list[str] | None],
                    colour: bool) -> str:
-    """Each result: a label with the snippet's own lines, its text indented, "…" where the file's text
+    """Each result: a label with the snippet's own lines (and its audience), its text indented, "…" where the file's text
     goes on beyond what is shown, a blank line between results."""
     mark = highlighter(query) if colour else (lambda s: s)
     blocks: list[str] = []
     for r in results:
         a, b = int(r["startLine"]), int(r["endLine"])
         where = f"{r['path']}:{a}" if a == b else f"{r['path']}:{a}-{b}"
-        out = [f"{r['score']:.3f}  {where}  [{r['source']}]"]
+        label = f"{r['source']} · {r['audience']}" if r.get("audience") else str(r["source"])
+        out = [f"{r['score']:.3f}  {where}  [{label}]"]
         lines = str(r["snippet"]).split("\n")
         whole = file_lines(str(r["path"]))
         before = after = False

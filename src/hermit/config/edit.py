@@ -1,16 +1,20 @@
-"""Editing a config file's text in place: append agents to `agents.list` without losing what the user wrote.
+"""Editing a config file's text in place without losing what the user wrote: append agents to
+`agents.list` (`hermit agents add`), set or remove single keys (`hermit setup`).
 
-YAML is edited textually where the layout is plain block style (the new lines are inserted, every
+Agents are appended textually where the layout is plain block style (the new lines are inserted, every
 existing line — comments, quoting, flow maps, indentation — stays byte for byte), and through a
-round-trip YAML library (ruamel.yaml, which keeps comments) otherwise. Either way the result is
-parsed back and must equal the intended data, or nothing is returned. JSON has no comments to keep.
+round-trip YAML library (ruamel.yaml, which keeps comments) otherwise; keys are set through ruamel.
+Either way the result is parsed back and must equal the intended data, or nothing is returned. JSON has
+no comments to keep.
 """
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -137,3 +141,99 @@ def append_agents(text: str, entries: list[dict[str, Any]], *, is_yaml: bool, so
             return new
     raise ConfigError(f"{source}: could not add the agent without changing other settings",
                       "add it by hand under agents.list (e.g. `- id: work`)")
+
+
+class _Delete:
+    """The value that removes a key (`set_values`)."""
+
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE: Any = _Delete()
+Update = tuple[Sequence[str], Any]  # (key path, value or DELETE)
+
+
+def _put(node: Any, key: str, value: Any, at_front: bool) -> None:
+    """Set node[key]; a new key of an existing nested ruamel mapping goes first in it (at its end it
+    would land after comment lines that follow the mapping's last key)."""
+    if at_front and key not in node and hasattr(node, "insert"):
+        node.insert(0, key, value)
+    else:
+        node[key] = value
+
+
+def _apply(data: dict[str, Any], updates: Sequence[Update], new_map: Any) -> None:
+    fresh: set[int] = set()  # mappings created here keep the order the keys are given in
+    for path, value in updates:
+        node = data
+        for depth, key in enumerate(path[:-1]):
+            child = node.get(key)
+            if not isinstance(child, dict):
+                if value is DELETE:
+                    break
+                child = new_map()
+                fresh.add(id(child))
+                _put(node, key, child, depth > 0 and id(node) not in fresh)
+            node = child
+        else:
+            if value is DELETE:
+                node.pop(path[-1], None)
+            else:
+                _put(node, path[-1], value, len(path) > 1 and id(node) not in fresh)
+
+
+def _yaml_rt() -> Any:
+    from ruamel.yaml import YAML
+
+    rt = YAML(typ="rt")
+    rt.preserve_quotes = True
+    rt.width = 4096
+    return rt
+
+
+def set_values(text: str, updates: Sequence[Update], *, is_yaml: bool, source: str) -> str:
+    """`text` with each key path set to its value (mappings created on the way) or removed (DELETE);
+    every other key, comment and the layout kept. Raises ConfigError if that cannot be done exactly."""
+    before = (yaml.safe_load(text) if is_yaml else json.loads(text)) if text.strip() else {}
+    if not isinstance(before or {}, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys", "start with `agents:`")
+    want = copy.deepcopy(before or {})
+    _apply(want, updates, dict)
+    if not is_yaml:
+        return json.dumps(want, indent=2, ensure_ascii=False) + "\n"
+    from ruamel.yaml.comments import CommentedMap
+    from ruamel.yaml.util import load_yaml_guess_indent
+
+    _, indent, seq_offset = load_yaml_guess_indent(text) if text.strip() else (None, 2, 0)
+    rt = _yaml_rt()
+    rt.indent(mapping=indent or 2, sequence=(indent or 2) + (seq_offset or 0), offset=seq_offset or 0)
+    data = rt.load(text) if text.strip() else None
+    if data is None:
+        data = CommentedMap()
+    _apply(data, [(p, _plain_to_rt(v)) for p, v in updates], CommentedMap)  # the file's closing comments stay last
+    out = io.StringIO()
+    rt.dump(data, out)
+    new = out.getvalue()
+    if (yaml.safe_load(new) or {}) != want:
+        raise ConfigError(f"{source}: could not change {', '.join('.'.join(p) for p, _ in updates)} without "
+                          "changing other settings", "make the change by hand (see README 'Configuration')")
+    return new
+
+
+def _plain_to_rt(value: Any) -> Any:
+    """Plain dicts and lists as ruamel's commented types, so they are written in block style."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if value is DELETE:
+        return value
+    if isinstance(value, dict):
+        m = CommentedMap()
+        for k, v in value.items():
+            m[k] = _plain_to_rt(v)
+        return m
+    if isinstance(value, list):
+        seq = CommentedSeq(_plain_to_rt(v) for v in value)
+        seq.fa.set_flow_style()  # a short list of ids reads best on one line: [123, 456]
+        return seq
+    return value

@@ -172,6 +172,25 @@ class MemorySearchConfig(Strict):
     # Files larger than this are skipped with a warning (a huge log pasted into memory/).
     max_file_bytes: int = Field(5_000_000, ge=1024)
 
+    @field_validator("extra_paths")
+    @classmethod
+    def _extra_paths_inside(cls, v: list[str]) -> list[str]:
+        """An entry that is empty, `.` or a folder holding the workspace (`..`) would make every workspace
+        file memory: AGENTS.md, SOUL.md… indexed and readable through memory_get. An absolute path equal
+        to the workspace is refused where it is used (memory.paths), since the workspace is not known here."""
+        import posixpath
+
+        for raw in v:
+            if not raw.strip():
+                raise ValueError("an empty entry would index the whole workspace (AGENTS.md, SOUL.md… would "
+                                 "become memory): remove it, or name a folder or file such as notes/")
+            norm = posixpath.normpath(raw.strip().replace("\\", "/"))
+            if norm == "." or all(part == ".." for part in norm.split("/")):
+                raise ValueError(f"{raw!r} names the workspace itself (or a folder holding it), so every "
+                                 "workspace file would become memory: name a folder or file inside it, such as "
+                                 "notes/ (MEMORY.md and memory/ are always memory)")
+        return v
+
 
 class SandboxConfig(Strict):
     mode: Literal["off", "non-main", "all"] = "non-main"

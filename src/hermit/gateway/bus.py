@@ -247,9 +247,14 @@ class Bus:
         return not pending
 
     def status(self) -> dict[str, Any]:
+        """Live numbers (`waiting`: messages queued behind a running turn now) and, under `since_start`,
+        lifetime counters: `accepted` is every message ever queued. They are kept apart because a
+        lifetime count under the live key's name once showed as "waiting"."""
         return {"sessions_active": len(self._queues), "turns_running": self.running(),
-                "queued": sum(q.jobs.qsize() for q in self._queues.values()), "queue_limit": self._limit,
-                "accepting": self._open, **self.counts}
+                "waiting": sum(q.jobs.qsize() for q in self._queues.values()), "queue_limit": self._limit,
+                "accepting": self._open,
+                "since_start": {"accepted": self.counts["queued"],
+                                **{k: v for k, v in self.counts.items() if k != "queued"}}}
 
 
 def _sender(msg: InboundMessage) -> str:

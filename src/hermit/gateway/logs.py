@@ -3,38 +3,49 @@
 Every record passes a filter that replaces known secret values (the gateway token, provider API keys
 read from the environment) with `***` before any handler formats it, so neither the log file nor the
 terminal ever holds them, whichever library logged them. uvicorn's access log is off: page URLs
-carry the token.
+carry the token. The log holds what people wrote, so `logs/` is 0700 and every log file 0600, the
+rotated ones included, whatever the umask.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import logging.handlers
+import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
+
+from hermit.config.paths import ensure_private_dir, private_file, tighten_dir
+from hermit.redaction import KNOWN, SecretMasker, register
+
+LOG_FILE = "gateway.log"
 
 LOGGERS = ("hermit", "uvicorn", "uvicorn.error")
 
 
 class SecretMask(logging.Filter):
+    """Masks through hermit.redaction, the same masker as the CLI and stored errors; the secrets given are
+    registered for the whole process too (a turn's stored error masks a channel token as the log does)."""
+
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
-        self.secrets = sorted({s for s in secrets if s and len(s) >= 8}, key=len, reverse=True)
+        values = list(secrets)
+        register(*values)
+        self.masker = SecretMasker(values)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not self.secrets:
+        masker = KNOWN if KNOWN else self.masker  # KNOWN holds these and any key a model client added
+        if not masker:
             return True
         text = record.getMessage()
-        masked = text
-        for s in self.secrets:
-            masked = masked.replace(s, "***")
+        masked = masker.mask(text)
         if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            for s in self.secrets:
-                record.exc_text = record.exc_text.replace(s, "***")
+            record.exc_text = masker.mask(record.exc_text)
         if masked != text:
             record.msg, record.args = masked, None
         return True
@@ -51,17 +62,34 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(obj, ensure_ascii=False)
 
 
+class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating log whose every file, the first and each one opened after a rotation, is 0600."""
+
+    def _open(self) -> io.TextIOWrapper:
+        private_file(Path(self.baseFilename))
+        return super()._open()
+
+
+def log_path(home: Path) -> Path:
+    """Where the gateway of state dir `home` writes its log (`hermit logs` reads it)."""
+    return home / "logs" / LOG_FILE
+
+
 def setup_logging(log_dir: Path, fmt: str, secrets: Iterable[str], *, debug: bool = False,
                   max_bytes: int = 5_000_000, backups: int = 3) -> Path:
     """Attach the gateway's handlers to Hermit's and uvicorn's loggers; returns the log file path."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    path = log_dir / "gateway.log"
+    ensure_private_dir(log_dir)
+    tighten_dir(log_dir)  # a logs/ an older version created 0755
+    path = log_dir / LOG_FILE
+    for old in [path, *(path.with_name(f"{LOG_FILE}.{n}") for n in range(1, backups + 1))]:
+        if old.exists():
+            os.chmod(old, 0o600)
     formatter: logging.Formatter = (JsonFormatter() if fmt == "json"
                                     else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     mask = SecretMask(secrets)
     handlers: list[logging.Handler] = [logging.StreamHandler(),
-                                       logging.handlers.RotatingFileHandler(path, maxBytes=max_bytes,
-                                                                            backupCount=backups, encoding="utf-8")]
+                                       PrivateRotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups,
+                                                                  encoding="utf-8")]
     for h in handlers:
         h.setFormatter(formatter)
         h.addFilter(mask)

@@ -14,8 +14,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hermit.wire import WireError, load_json
+
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 256 * 1024  # a chat message, generously; anything larger is refused and the socket closed
+MAX_FRAME_DEPTH = 16  # a request nests three levels; deeper is refused before it is walked
 
 # Close codes (RFC 6455 + the 4000-4999 private range).
 CLOSE_TOO_BIG = 1009
@@ -85,9 +88,12 @@ def parse_request(raw: str | bytes) -> Request:
         raise ProtocolError("frame_too_large", f"frame of {len(raw):,} bytes is over the {MAX_FRAME_BYTES:,} limit",
                             "send shorter messages", close=CLOSE_TOO_BIG)
     try:
-        frame = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ProtocolError("bad_json", f"the frame is not valid JSON ({e})", "send one JSON object per frame") from e
+        # Depth-capped (200 KB of `[[[[` raised RecursionError and dropped the socket) and made valid
+        # Unicode (a lone surrogate in an id would fail the response frame that echoes it).
+        frame = load_json(raw, max_depth=MAX_FRAME_DEPTH)
+    except WireError as e:
+        raise ProtocolError("bad_json", f"the frame is not usable JSON: {e.reason}",
+                            "send one JSON object per frame") from None
     if not isinstance(frame, dict):
         raise ProtocolError("bad_frame", "the frame is not a JSON object", 'send {"type": "req", ...}')
     rid = frame.get("id")

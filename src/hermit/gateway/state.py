@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hermit.config.paths import ensure_private_dir, tighten_dir
 from hermit.errors import ConfigError, HermitError
 
 
@@ -40,8 +41,8 @@ def lock_path(home: Path) -> Path:
 
 
 def _private_dir(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
+    ensure_private_dir(path)  # the state dir too, when the gateway is what creates it
+    tighten_dir(path)
 
 
 def check_token_file(path: Path) -> str:

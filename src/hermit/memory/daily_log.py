@@ -2,7 +2,9 @@
 
 Used by tools that add to memory from outside an agent turn (the MCP server's memory_append). The file
 goes through memory_get's path rules (no symlinks, nothing outside the workspace), is opened with
-O_APPEND under an exclusive lock so two writers at once keep both notes, and is fsync'd.
+O_APPEND under an exclusive lock so two writers at once keep both notes, and is fsync'd. A note with an
+`origin` (every writer but the owner) is escaped and wrapped in an origin block (memory/provenance.py),
+so its writer cannot forge a marker; a log that ends inside an unclosed block is closed first.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from hermit.errors import HermitError, PathPolicyError
 from hermit.memory.paths import RULES, resolve_memory_path
+from hermit.memory.provenance import Origin, neutralize, seal, wrap
 
 MAX_NOTE_CHARS = 20_000
 
@@ -24,8 +27,10 @@ def daily_log_path(day: datetime) -> str:
     return f"memory/{day:%Y-%m-%d}.md"
 
 
-def append_daily_note(workspace: Path, note: str, now: datetime, extra_paths: Sequence[str] = ()) -> dict[str, Any]:
-    """Append `note` to the daily log of `now`'s date; returns {"path", "startLine", "endLine"} of the note."""
+def append_daily_note(workspace: Path, note: str, now: datetime, extra_paths: Sequence[str] = (),
+                      origin: Origin | None = None) -> dict[str, Any]:
+    """Append `note` to the daily log of `now`'s date; returns {"path", "startLine", "endLine"} of the note
+    (its own lines, inside its origin block when `origin` is given)."""
     text = note.strip("\n").rstrip()
     if not text.strip():
         raise HermitError("empty note", "pass the text to remember")
@@ -48,6 +53,9 @@ def append_daily_note(workspace: Path, note: str, now: datetime, extra_paths: Se
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
         existing = os.pread(fd, size, 0).decode("utf-8", errors="replace") if size else ""
+        # A log ending inside an unclosed block (cut short by hand) would take the note into that block.
+        closing = seal(existing)[len(existing):]
+        existing += closing
         if not existing:
             lead = f"# {now:%Y-%m-%d}\n\n"
         elif existing.endswith("\n\n"):
@@ -56,8 +64,9 @@ def append_daily_note(workspace: Path, note: str, now: datetime, extra_paths: Se
             lead = "\n"
         else:
             lead = "\n\n"
-        start = (existing + lead).count("\n") + 1
-        payload = (lead + text + "\n").encode("utf-8")
+        body = text + "\n" if origin is None else wrap(neutralize(text), origin)
+        start = (existing + lead).count("\n") + 1 + (1 if origin is not None else 0)
+        payload = (closing + lead + body).encode("utf-8")
         view = memoryview(payload)
         while view:
             view = view[os.write(fd, view):]

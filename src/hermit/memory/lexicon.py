@@ -86,7 +86,26 @@ def build_lexicon(dest: Path) -> None:
                 common[word] = min(common.get(word, 99), 1)
     tmp = dest.with_name(f"{dest.name}.tmp{os.getpid()}")
     ensure_private_dir(dest.parent)  # may be the first thing to create the state dir
+    try:
+        _fill(tmp, dict_file, common)
+        os.replace(tmp, dest)
+    except BaseException:
+        # A full disk (or a kill signal turned exception) mid-build must not leave ~2 MB behind per try.
+        for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+        raise
+
+
+def _fill(tmp: Path, dict_file: Path, common: dict[str, int]) -> None:
     conn = sqlite3.connect(tmp)
+    try:
+        _fill_tables(conn, dict_file, common)
+    finally:
+        conn.close()
+
+
+def _fill_tables(conn: sqlite3.Connection, dict_file: Path, common: dict[str, int]) -> None:
     conn.execute("create table zh2en(zh text, gloss text, rank integer)")
     conn.execute("create table en2zh(gloss text, zh text, rank integer)")
     zh_rows: list[tuple[str, str, int]] = []
@@ -123,8 +142,26 @@ def build_lexicon(dest: Path) -> None:
     conn.execute("create table meta(key text primary key, value text)")
     conn.execute("insert into meta values ('version', ?)", (LEXICON_VERSION,))
     conn.commit()
-    conn.close()
-    os.replace(tmp, dest)
+
+
+def clean_stale_builds(cache_dir: Path) -> None:
+    """Remove the temp files of lexicon builds whose process is gone (killed mid-build, before this fix
+    a failed one too): each is a ~2 MB file nobody will finish."""
+    for stale in cache_dir.glob("lexicon-*.sqlite.tmp*"):
+        pid = stale.name.rsplit(".tmp", 1)[-1].split("-")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Lexicon:
@@ -249,6 +286,7 @@ def load_lexicon(cache_dir: Path | None) -> Lexicon | None:
         lex: Lexicon | None = None
         with contextlib.suppress(OSError, sqlite3.Error, FileNotFoundError):
             if not path.exists():
+                clean_stale_builds(cache_dir)
                 build_lexicon(path)
             lex = Lexicon(path)
         _cache[path] = lex

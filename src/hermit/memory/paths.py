@@ -19,6 +19,31 @@ def _within(p: Path, root: Path) -> bool:
         return False
 
 
+def unsafe_extra_path(workspace: Path, raw: str) -> str | None:
+    """Why `raw` may not be an extra memory path, or None. An empty entry, `.`, the workspace itself or
+    a folder holding it would make every workspace file memory (AGENTS.md, SOUL.md… readable through
+    memory_get and indexed): config validation refuses the ones it can see, this refuses them at use."""
+    if not raw or not raw.strip():
+        return "an empty entry would index the whole workspace"
+    p = Path(raw).expanduser()
+    root = (p if p.is_absolute() else workspace / p).resolve()
+    ws = workspace.resolve()
+    if root == ws or _within(ws, root):
+        return "it names the workspace itself (or a folder holding it), so every workspace file would be memory"
+    return None
+
+
+def safe_extra_roots(workspace: Path, extra_paths: list[str]) -> list[Path]:
+    """The resolved roots of the configured extra paths that may be memory (see `unsafe_extra_path`)."""
+    ws = workspace.resolve()
+    out = []
+    for e in extra_paths:
+        if unsafe_extra_path(workspace, e) is None:
+            ep = Path(e).expanduser()
+            out.append((ep if ep.is_absolute() else ws / ep).resolve())
+    return out
+
+
 def resolve_memory_path(workspace: Path, raw: str, extra_paths: list[str]) -> tuple[Path, str]:
     """(absolute path, display path) for `raw`, or PathPolicyError naming the rule it breaks."""
     if not raw or not raw.strip():
@@ -28,10 +53,7 @@ def resolve_memory_path(workspace: Path, raw: str, extra_paths: list[str]) -> tu
     if valid_text(raw) != raw:
         raise PathPolicyError("path is not valid text (a lone surrogate)", RULES)
     ws = workspace.resolve()
-    extras = []
-    for e in extra_paths:
-        ep = Path(e).expanduser()
-        extras.append((ep if ep.is_absolute() else ws / ep).resolve())
+    extras = safe_extra_roots(workspace, extra_paths)
     given = Path(raw).expanduser()
     if given.is_absolute():
         cand = given

@@ -1,40 +1,40 @@
-"""Where a memory note came from: origin markers written around notes from non-main sessions, and reading them back.
+"""Where a memory note came from: origin markers written around notes, and reading them back.
 
-A note a group chat (or anyone but the owner's main session) adds to a memory file is wrapped in two
-HTML comment lines — invisible when the Markdown is rendered, kept by every editor and indexed with
-the note:
+A note a session adds to a memory file is wrapped in two HTML comment lines — invisible when the
+Markdown is rendered, kept by every editor — naming who wrote it and who may read it (its audience,
+memory/audience.py):
 
-    <!-- origin channel="telegram" group="-100123" sender="bob" session="agent:main:telegram:group:-100123" -->
+    <!-- origin session="agent:main:telegram:group:-100123" channel="telegram" group="-100123" sender="bob" audience="telegram:group:-100123" -->
     - the note
     <!-- /origin -->
 
-memory_search reports the origin of a hit whose lines overlap such a block, so the main session can
-weigh the note as someone else's. Text from a non-main session cannot forge or close a marker: every
-`<!--` in it is escaped before it is written (`neutralize`).
+The main session's own notes get such a block too, with `audience="owner"`. memory_search reports
+the origin of a hit whose lines overlap another writer's block, so the main session can weigh the note
+as someone else's. Written text cannot forge or close a marker: every `<!--` in it is escaped before it
+is written (`neutralize`), whoever wrote it.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
-from pathlib import Path
-from typing import Any
 
 OPEN_RE = re.compile(r"^<!-- origin((?: \w+=\"[^\"]*\")*) -->$")
 CLOSE_LINE = "<!-- /origin -->"
 _ATTR_RE = re.compile(r"(\w+)=\"([^\"]*)\"")
 _UNSAFE = re.compile(r"[\"<>\x00-\x1f\x7f]|--")
-MAX_SCAN_BYTES = 20_000_000
 
 
 @dataclass(frozen=True)
 class Origin:
-    """Who wrote a note: the session key, and when known the channel, group and sender."""
+    """Who wrote a note: the session key, and when known the channel, group and sender; and who may read
+    it (`audience`; None in blocks written before audiences existed: then derived from `session`)."""
 
     session: str
     channel: str | None = None
     group: str | None = None
     sender: str | None = None
+    audience: str | None = None
 
     def to_dict(self) -> dict[str, str]:
         return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
@@ -45,18 +45,35 @@ class Origin:
         return f"written from {where}" + (f" by {self.sender}" if self.sender else "")
 
 
-def _clean(value: str) -> str:
-    return _UNSAFE.sub(" ", value).strip()[:200]
+def _clean(value: str, limit: int = 200) -> str:
+    return _UNSAFE.sub(" ", value).strip()[:limit]
 
 
 def open_line(origin: Origin) -> str:
-    attrs = "".join(f' {k}="{_clean(v)}"' for k, v in origin.to_dict().items())
+    # An audience is never cut short: a shortened key would name nobody (and so fail closed, but lose
+    # the note for its own chat). Audience keys are marker-safe by construction (memory/audience.py).
+    attrs = "".join(f' {k}="{_clean(v, 1000 if k == "audience" else 200)}"' for k, v in origin.to_dict().items())
     return f"<!-- origin{attrs} -->"
 
 
 def neutralize(text: str) -> str:
-    """Text from a non-main session, made unable to open or close an origin block."""
+    """Text made unable to open or close an origin block (from any writer, the owner's agent included)."""
     return text.replace("<!--", "&lt;!--")
+
+
+def seal(text: str) -> str:
+    """`text` with a close marker added when it ends inside an unclosed block, so that what is appended
+    after it is not taken for part of someone else's note."""
+    if "<!-- origin" not in text:
+        return text
+    blocks = origin_blocks(text)
+    if not blocks:
+        return text
+    lines = text.split("\n")
+    last = blocks[-1]
+    if lines[last.end - 1].strip() == CLOSE_LINE:
+        return text
+    return text + ("" if text.endswith("\n") or not text else "\n") + CLOSE_LINE + "\n"
 
 
 def wrap(text: str, origin: Origin) -> str:
@@ -90,45 +107,5 @@ def origin_blocks(text: str) -> list[OriginBlock]:
 
 
 def _origin(attrs: dict[str, str]) -> Origin:
-    return Origin(attrs.get("session", "unknown"), attrs.get("channel"), attrs.get("group"), attrs.get("sender"))
-
-
-def origin_of_lines(blocks: list[OriginBlock], start: int, end: int) -> Origin | None:
-    """The origin of lines start..end (1-based, inclusive): the first block they overlap, else None."""
-    for b in blocks:
-        if b.start <= end and start <= b.end:
-            return b.origin
-    return None
-
-
-SNIPPET_MAX_CHARS = 700
-
-
-def annotate_origins(results: list[dict[str, Any]], workspace: Path) -> list[dict[str, Any]]:
-    """memory_search results with `origin` (and a snippet prefix saying it) on hits from others' notes."""
-    blocks: dict[str, list[OriginBlock]] = {}
-    out = []
-    for r in results:
-        if r.get("source") != "memory":
-            out.append(r)
-            continue
-        path = str(r.get("path", ""))
-        if path not in blocks:
-            blocks[path] = _file_blocks(workspace / path)
-        origin = origin_of_lines(blocks[path], int(r.get("startLine", 0)), int(r.get("endLine", 0)))
-        if origin is None:
-            out.append(r)
-            continue
-        snippet = f"[{origin.describe()}] {r.get('snippet', '')}"
-        out.append({**r, "origin": origin.to_dict(), "snippet": snippet[:SNIPPET_MAX_CHARS]})
-    return out
-
-
-def _file_blocks(path: Path) -> list[OriginBlock]:
-    try:
-        if not path.is_file():  # regular files only: never block on a FIFO
-            return []
-        text = path.read_bytes()[:MAX_SCAN_BYTES].decode("utf-8", errors="replace")
-    except OSError:
-        return []
-    return origin_blocks(text) if "<!-- origin" in text else []
+    return Origin(attrs.get("session", "unknown"), attrs.get("channel"), attrs.get("group"), attrs.get("sender"),
+                  attrs.get("audience"))

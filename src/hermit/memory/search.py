@@ -10,6 +10,10 @@ query; the query embedding, alone on every core; the pass over the vector matrix
 thread while this thread runs the keyword leg (memory/keyword.py: BM25 with a bounded cost) and finished
 by both; the translated query vector (from cached word vectors) for candidates in the other language;
 then fusion, rescue, boosts and snippets.
+
+A reader other than the owner (memory/audience.py) searches a larger candidate pool, and the candidates
+it may not see are dropped before fusion, so neither their scores nor their lines reach its results
+(snippet windows grow only into the chunks that are left). The owner's search skips all of that.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import math
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -28,6 +32,7 @@ import numpy as np
 from hermit.config.schema import QueryConfig
 from hermit.errors import EmbeddingError
 from hermit.memory import snippets
+from hermit.memory.audience import Reader
 from hermit.memory.dates import query_day_ranges
 from hermit.memory.embedders.base import Embedder, EmbedderInfo
 from hermit.memory.fts import build_match, query_terms, translated_phrases
@@ -50,6 +55,9 @@ UNHELD_TRANSLATION_MIN = 0.7
 LINE_MATCH_BOOST = 0.0
 # How many places' worth of passed chunks (× max_results) line vectors re-order; the rest keep their place.
 LINE_ORDER_DEPTH = 2
+# A reader who may not see every chunk searches this many times the usual candidates, so that dropping
+# the others' chunks does not leave it with too few to rank.
+RESTRICTED_POOL_FACTOR = 4
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
 
 
@@ -76,6 +84,7 @@ class SearchOutcome:
     mode: str  # "hybrid" | "keyword-only" | "vector-only"
     reason: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    withheld: int = 0  # candidates dropped because the reader may not see them
 
 
 @dataclass(frozen=True)
@@ -168,6 +177,12 @@ def _tokens(text: str) -> set[str]:
     return set(re.findall(r"\w+", text.lower()))
 
 
+def _usable_vector(q: np.ndarray) -> bool:
+    """A query vector with a direction: finite, and not (almost) all zeros."""
+    norm = float(np.linalg.norm(q))
+    return bool(np.isfinite(norm)) and norm > 1e-6
+
+
 class HybridSearcher:
     def __init__(
         self,
@@ -178,8 +193,12 @@ class HybridSearcher:
         use_matrix: bool = False,
         clock: Callable[[], float] = time.time,
         lexicon: Lexicon | None = None,
+        visible: Callable[[Mapping[int, ChunkRow], Reader], set[int]] | None = None,
     ) -> None:
         self.lexicon = lexicon
+        # Which of the fetched chunks a reader may see (memory.audience.AudienceMap.visible_ids); without
+        # it a restricted reader sees nothing.
+        self.visible = visible
         self.store = store
         self.embedder = embedder
         self.cfg = query_cfg
@@ -212,12 +231,17 @@ class HybridSearcher:
         problem = self.store.vector_problem()
         return (False, problem) if problem else (True, None)
 
-    def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> SearchOutcome:
+    def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
+               reader: Reader | None = None) -> SearchOutcome:
+        """The best places for `query`; `reader` (None: the owner) limits them to what it may see."""
         cfg = self.cfg
         hy = cfg.hybrid
         max_results = max_results or cfg.max_results
         min_score = cfg.min_score if min_score is None else min_score
         pool = min(hy.max_candidates, max_results * hy.candidate_multiplier)
+        restricted = reader is not None and not reader.owner
+        if restricted:
+            pool *= RESTRICTED_POOL_FACTOR
         timings: dict[str, float] = {}
         match = build_match(query)
 
@@ -234,6 +258,12 @@ class HybridSearcher:
                 q = self.embedder.embed_query(query)
             except EmbeddingError as e:
                 use_vec, reason = False, f"query embedding failed: {e.message}"
+            if q is not None and not _usable_vector(q):
+                # A broken or remote embedder's zero (or NaN) vector has no direction: sqlite-vec answers
+                # NULL distances (a TypeError here, losing the keyword hits) and every cosine is 0 or NaN.
+                q, use_vec = None, False
+                reason = ("the embedding model returned an all-zero (or invalid) query vector; check the "
+                          "embedder (`hermit memory status`)")
             timings["embed_ms"] = (time.perf_counter() - t0) * 1000
         vec_hits: list[tuple[int, float]] = []
         vec_job: Future[None] | None = None
@@ -301,6 +331,18 @@ class HybridSearcher:
                 for i, share in term_coverage(query_terms(query), missing).items():
                     rel[i] = floor * share
 
+        withheld = 0
+        if restricted:
+            assert reader is not None
+            keep = self.visible(rows, reader) if self.visible is not None else set()
+            withheld = sum(1 for i in ids if i not in keep)
+            ids = [i for i in ids if i in keep]
+            rows = {i: r for i, r in rows.items() if i in keep}
+            cos = {i: c for i, c in cos.items() if i in keep}
+            rel = {i: r for i, r in rel.items() if i in keep}
+            vec_hits = [(i, c) for i, c in vec_hits if i in keep]
+            kw_hits = [(i, r) for i, r in kw_hits if i in keep]
+
         coverage: dict[int, float] = {}
         if match and q is not None and hy.exact_match_rescue:
             coverage = term_coverage(query_terms(query), {i: rows[i].text for i in ids if rel.get(i, 0) > 0})
@@ -343,7 +385,7 @@ class HybridSearcher:
         mode = "hybrid" if q is not None and match else ("keyword-only" if q is None else "vector-only")
         if q is None and reason is None:
             reason = "no vector search"
-        return SearchOutcome(hits, mode, reason if q is None else None, timings)
+        return SearchOutcome(hits, mode, reason if q is None else None, timings, withheld)
 
     def _order_by_lines(self, passed: list[tuple[int, float]], rows: dict[int, ChunkRow], q: np.ndarray,
                         cos: dict[int, float], max_results: int) -> list[tuple[int, float]]:
@@ -441,7 +483,7 @@ class HybridSearcher:
             return None
         total = np.sum(vecs, axis=0)
         norm = float(np.linalg.norm(total))
-        return total / norm if norm > 0 else None
+        return total / norm if norm > 0 and np.isfinite(norm) else None
 
     def _dated_chunks(self, query: str) -> set[int]:
         """Chunks of daily logs of the days the query names (see memory.dates)."""

@@ -1,7 +1,9 @@
 """The memory service: the one place that answers memory_search / memory_get / status / sync.
 
 The agent tool, the MCP tool and the CLI are thin faces over this class; the JSON it returns is the
-memory_search / memory_get contract of SPEC §4 (camelCase keys as the original).
+memory_search / memory_get contract of SPEC §4 (camelCase keys as the original), each search result
+labelled with its `audience`. Both take a reader (memory/audience.py; default the owner): anyone else
+gets only the chunks and lines it may see.
 """
 
 from __future__ import annotations
@@ -16,17 +18,31 @@ from typing import Any
 
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import HermitError, PathPolicyError
+from hermit.memory.audience import (
+    AUDIENCE_RULE,
+    OWNER_READER,
+    AudienceMap,
+    Reader,
+    is_private_path,
+    visible_text,
+)
+from hermit.memory.coverage import indexed_sources
 from hermit.memory.embedders.base import Embedder
 from hermit.memory.lexicon import load_lexicon
 from hermit.memory.paths import resolve_memory_path
-from hermit.memory.provenance import annotate_origins
+from hermit.memory.privacy import is_hard_linked, is_long_term
 from hermit.memory.search import HybridSearcher, SearchOutcome
 from hermit.memory.session_source import SESSIONS_PREFIX, render_transcript, resolve_session_path
+from hermit.memory.snippets import SNIPPET_MAX_CHARS
 from hermit.memory.store_api import MemoryStore
 from hermit.memory.store_factory import open_store
 from hermit.memory.sync import ChunkProgress, Indexer, Progress, SyncReport
 from hermit.messages import valid_text
 from hermit.textfile import NotRegularFile, decode_text, read_regular
+
+# One cap for every face (agent tool, MCP, CLI): a question is a sentence or two, and a 200 KB query
+# held the index for minutes (every word a keyword term, the whole text through the embedding model).
+MAX_QUERY_CHARS = 2_000
 
 
 @dataclass(frozen=True)
@@ -62,8 +78,10 @@ class MemoryService:
         self.indexer = Indexer(self.store, key.workspace, cfg, embedder, clock=clock, sessions_dir=self.sessions_dir)
         self.indexer.clean_stale_rebuilds()  # left by a killed `index --force`, possibly megabytes
         lexicon = load_lexicon(cache_dir) if cfg.query.translation_weight > 0 else None
+        self.audiences = AudienceMap(key.workspace, cfg.max_file_bytes)
         self.searcher = HybridSearcher(self.store, embedder if cfg.store.vector_enabled else None, cfg.query,
-                                       use_matrix=long_lived, clock=clock, lexicon=lexicon)
+                                       use_matrix=long_lived, clock=clock, lexicon=lexicon,
+                                       visible=self.audiences.visible_ids)
         self._dirty = True  # unknown until checked once
         self._checked_at: float | None = None
         # One SQLite connection per service; the watcher thread and agent turns take turns on it.
@@ -103,28 +121,35 @@ class MemoryService:
         return self.sync(blocking=False)
 
     # -- search -----------------------------------------------------------------------------------
-    def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> dict[str, Any]:
-        """The memory_search result object (SPEC §4); failures become {"disabled": true, "error"}."""
+    def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
+               reader: Reader = OWNER_READER) -> dict[str, Any]:
+        """The memory_search result object (SPEC §4) of what `reader` may see; failures become
+        {"disabled": true, "error"}."""
         if not self.cfg.enabled:
             return {"results": [], "disabled": True,
                     "error": "memory search is disabled (agents.defaults.memory_search.enabled: false)"}
         if not query or not query.strip():
             return {"results": [], "disabled": False, "error": "empty query: pass the words to search for"}
+        if len(query) > MAX_QUERY_CHARS:
+            return {"results": [], "disabled": False,
+                    "error": f"the query is {len(query):,} characters; memory_search takes at most "
+                             f"{MAX_QUERY_CHARS:,} characters: search for the few words that matter"}
         query = valid_text(query)  # a lone surrogate would fail in SQLite and the embedding model
         try:
             with self._lock:
-                return self._search_locked(query, max_results, min_score)
+                return self._search_locked(query, max_results, min_score, reader)
         except HermitError as e:
             return {"results": [], "disabled": True, "error": str(e)}
 
-    def _search_locked(self, query: str, max_results: int | None, min_score: float | None) -> dict[str, Any]:
+    def _search_locked(self, query: str, max_results: int | None, min_score: float | None,
+                       reader: Reader) -> dict[str, Any]:
         notes: list[str] = []
         report = self.sync_if_dirty()
         if report is not None and report.skipped:
             notes.append("another process is updating the index; results may miss the newest edits")
         if report is not None:
             notes.extend(report.warnings[:5])
-        outcome = self.searcher.search(query, max_results, min_score)
+        outcome = self.searcher.search(query, max_results, min_score, reader=reader)
         return self._result(outcome, notes)
 
     def search_outcome(self, query: str, max_results: int | None = None,
@@ -143,7 +168,11 @@ class MemoryService:
             "provider": info.provider if info else "none",
             "model": info.model if info else "none",
         }
-        out["results"] = annotate_origins(out["results"], self.workspace)  # notes others wrote say so
+        # Who may see each result, and which came from others' notes (a snippet prefix says so).
+        out["results"] = self.audiences.annotate(out["results"], SNIPPET_MAX_CHARS)
+        if outcome.withheld:
+            out["withheld"] = ("notes not shared with this chat were left out (owner-only notes, "
+                               "MEMORY.md and session-transcript hits, other chats' notes)")
         if outcome.mode != "hybrid":
             out["mode"] = outcome.mode
             if outcome.reason:
@@ -153,9 +182,15 @@ class MemoryService:
         return out
 
     # -- get --------------------------------------------------------------------------------------
-    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
-        """The memory_get result {"path", "text"}; raises PathPolicyError with the rule broken."""
+    def get(self, path: str, from_line: int | None = None, lines: int | None = None,
+            reader: Reader = OWNER_READER) -> dict[str, Any]:
+        """The memory_get result {"path", "text"}; raises PathPolicyError with the rule broken.
+
+        A reader other than the owner gets the lines it may not see replaced (memory.audience.visible_text),
+        so line numbers are the file's; a file it may see nothing of is refused."""
         if path.startswith(SESSIONS_PREFIX):
+            if not reader.owner:
+                raise PathPolicyError("session transcripts are not shared with this chat", AUDIENCE_RULE)
             return self._get_session(path, from_line, lines)
         real, shown = resolve_memory_path(self.workspace, path, self.cfg.extra_paths)
         if from_line is not None and from_line < 1:
@@ -175,12 +210,21 @@ class MemoryService:
         if b"\x00" in data[:8192]:
             raise PathPolicyError(f"{shown} looks binary", "memory files must be text")
         text = decode_text(data).text
+        if not reader.owner:
+            shown_text = None if self._owner_only(real, shown) else visible_text(text, shown, reader)
+            if shown_text is None:
+                raise PathPolicyError(f"nothing in {shown} is shared with this chat", AUDIENCE_RULE)
+            text = shown_text
         if from_line is None and lines is None:
             return {"path": shown, "text": text}
         all_lines = text.split("\n")
         start = (from_line or 1) - 1
         end = len(all_lines) if lines is None else start + lines
         return {"path": shown, "text": "\n".join(all_lines[start:end])}
+
+    def _owner_only(self, real: Path, shown: str) -> bool:
+        """MEMORY.md (by identity), memory/private/, or a hard-linked file (maybe MEMORY.md by another name)."""
+        return is_private_path(shown) or is_long_term(real, self.workspace) or is_hard_linked(real)
 
     def _get_session(self, path: str, from_line: int | None, lines: int | None) -> dict[str, Any]:
         """A transcript rendered as in the index (user/assistant text, redacted), by JSONL line numbers."""
@@ -224,6 +268,10 @@ class MemoryService:
             "fts": {"available": True},
             "dirty": self.indexer.is_dirty(),
             "chunking": {"tokens": self.cfg.chunking.tokens, "overlap": self.cfg.chunking.overlap},
+            # Where the indexed files come from (MEMORY.md, memory/**, each extra path, sessions).
+            "sources": indexed_sources(((p, f.source) for p, f in self.store.files().items()), self.workspace,
+                                       self.cfg.extra_paths),
+            "sessions_indexed": "sessions" in self.cfg.sources,
         }
         if backend["backend"] != "sqlite":  # SQLite's status stays as it was
             out["store"] = {k: v for k, v in backend.items() if k != "vector"}

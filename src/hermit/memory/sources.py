@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from hermit.memory.paths import unsafe_extra_path
 from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, file_kind, read_regular
 
 MEMORY_FILE = "MEMORY.md"
@@ -103,6 +104,11 @@ def list_memory_files(workspace: Path, extra_paths: list[str]) -> tuple[list[Sou
         for f in _walk_md(mem, workspace, warnings):
             files[f.rel] = f
     for raw in extra_paths:
+        unsafe = unsafe_extra_path(workspace, raw)
+        if unsafe is not None:
+            warnings.append(f"extra path {raw!r}: skipped, {unsafe}; list a folder or file inside it instead "
+                            "(e.g. notes/)")
+            continue
         p = Path(raw).expanduser()
         if not p.is_absolute():
             p = workspace / p

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from hermit.db import Connection, VecStatus, connect, migrate, transaction
+from hermit.db import Connection, DatabaseError, VecStatus, connect, index_error, migrate, transaction
 from hermit.memory.chunking import Chunk
 from hermit.memory.fts import FTS_TOKENIZER, index_text
 from hermit.memory.line_vectors import by_line_text, to_line_blob
@@ -148,7 +148,11 @@ class IndexStore:
         self.location = str(path)
         self.conn, self.vec = connect(path, load_vec=want_vec, readonly=readonly)
         if not readonly:
-            migrate(self.conn, MIGRATIONS)
+            try:
+                migrate(self.conn, MIGRATIONS)
+            except DatabaseError as e:  # a full disk while creating the tables, or a damaged file
+                self.conn.close()
+                raise index_error(e, path) from e
 
     def close(self) -> None:
         self.conn.close()
@@ -432,7 +436,7 @@ class IndexStore:
         rows = self.conn.execute(
             "select id, distance from chunks_vec where embedding match ? and k = ?", (to_blob(query), k)
         ).fetchall()
-        return [(int(i), 1.0 - float(d)) for i, d in rows]
+        return [(int(i), 1.0 - float(d)) for i, d in rows if d is not None]  # NULL: a vector with no direction
 
     def vec_scores(self, query: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
         if not ids:

@@ -26,9 +26,10 @@ from typing import NamedTuple
 import numpy as np
 
 from hermit.config.schema import MemorySearchConfig
+from hermit.db import DatabaseError, index_error, is_corrupt, is_disk_full
 from hermit.errors import EmbeddingError, IndexError_
 from hermit.memory import line_vectors
-from hermit.memory.chunking import Chunk, chunk_markdown, line_texts, text_hash
+from hermit.memory.chunking import CHUNKER_ID, Chunk, chunk_markdown, line_texts, text_hash
 from hermit.memory.embedders.base import Embedder, LineEmbedder
 from hermit.memory.fts import FTS_VERSION
 from hermit.memory.session_source import list_session_files, render_transcript, session_needs_index
@@ -84,6 +85,7 @@ def wanted_identity(cfg: MemorySearchConfig, embedder: Embedder | None, vector_k
         "chunk_tokens": cfg.chunking.tokens,
         "chunk_overlap": cfg.chunking.overlap,
         "tokenizer": TOKENIZER_ID,
+        "chunker": CHUNKER_ID,
         "fts": FTS_VERSION,
         "vector_backend": vector_kind if (info and cfg.store.vector_enabled) else "none",
         # Present only when on, so an index built without line vectors keeps its identity when they
@@ -215,17 +217,24 @@ class Indexer:
         """Incremental sync; a full atomic rebuild when `force` or the index identity changed."""
         t0 = time.perf_counter()
         self._indexed = None
-        with self._locked(blocking) as got:
-            if not got:
-                return SyncReport(skipped=True)
-            self._clean_stale_locked()
-            first = not self.store.files()
-            if force or not self.identity_matches():
-                report = self._rebuild(progress, chunk_progress)
-            else:
-                report = self._sync_into(self.store, progress, chunk_progress)
-                self.store.optimize()
-            report.first = first and report.files_indexed > 0
+        try:
+            with self._locked(blocking) as got:
+                if not got:
+                    return SyncReport(skipped=True)
+                self._clean_stale_locked()
+                first = not self.store.files()
+                if force or not self.identity_matches():
+                    report = self._rebuild(progress, chunk_progress)
+                else:
+                    report = self._sync_into(self.store, progress, chunk_progress)
+                    self.store.optimize()
+                report.first = first and report.files_indexed > 0
+        except (DatabaseError, OSError) as e:
+            # A full disk mid-sync is said as such (each file's transaction rolled back: the index is
+            # consistent); a damaged file gets the rebuild advice; anything else is not ours to name.
+            if is_disk_full(e, self.store.location) or is_corrupt(e):
+                raise index_error(e, self.store.location) from e
+            raise
         report.seconds = time.perf_counter() - t0
         return report
 

@@ -50,6 +50,7 @@ from hermit.errors import (
 )
 from hermit.messages import valid_json
 from hermit.models.cancel import CancelToken
+from hermit.redaction import KNOWN, SecretMasker, register
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +186,11 @@ class ProviderHttp:
         self._sleep = sleep
         self._clock = clock
         self._notify = notify or (lambda text: log.warning("%s", text))
+        # The key this client sends, masked out of every error it raises (a provider may echo it back),
+        # and registered for the process so the CLI, the logs and stored errors mask it too.
+        keys = [_secret_of(name, value) for name, value in headers.items()]
+        self._masker = SecretMasker(k for k in keys if k)
+        register(*keys)
         self._client = httpx.Client(
             headers=dict(headers),
             timeout=httpx.Timeout(timeout_seconds, connect=min(timeout_seconds, 15.0)),
@@ -198,6 +204,23 @@ class ProviderHttp:
 
     def post_json(self, url: str, body: Mapping[str, Any], cancel: CancelToken | None = None) -> Any:
         """POST and parse the JSON reply, retrying what can be retried, within the deadline."""
+        try:
+            return self._post_json(url, body, cancel)
+        except HermitError as e:
+            raise self._mask(e)  # noqa: B904 - the same exception, its text masked
+
+    def post_sse(self, url: str, body: Mapping[str, Any], cancel: CancelToken | None = None) -> Iterator[SseEvent]:
+        """POST and yield the server-sent events of the reply (retrying until the first one)."""
+        try:
+            yield from self._post_sse(url, body, cancel)
+        except HermitError as e:
+            raise self._mask(e)  # noqa: B904 - the same exception, its text masked
+
+    def _mask(self, e: HermitError) -> HermitError:
+        """This client's key and every secret the process registered (a channel token quoted back)."""
+        return KNOWN.mask_error(self._masker.mask_error(e))
+
+    def _post_json(self, url: str, body: Mapping[str, Any], cancel: CancelToken | None) -> Any:
         content = _encode(body)
         ends = self._clock() + self.deadline_seconds
         attempt = 0
@@ -219,8 +242,7 @@ class ProviderHttp:
                 watch.close()
             attempt = self._wait_or_raise(failure, attempt, ends, cancel)
 
-    def post_sse(self, url: str, body: Mapping[str, Any], cancel: CancelToken | None = None) -> Iterator[SseEvent]:
-        """POST and yield the server-sent events of the reply (retrying until the first one)."""
+    def _post_sse(self, url: str, body: Mapping[str, Any], cancel: CancelToken | None) -> Iterator[SseEvent]:
         content = _encode(body)
         ends = self._clock() + self.deadline_seconds
         attempt = 0
@@ -300,7 +322,8 @@ class ProviderHttp:
         delay = self.retry.delay(attempt, failure.retry_after)
         if self._clock() + delay >= ends:
             raise failure.error  # waiting would pass the deadline: the last failure says more
-        self._notify(f"retrying in {delay:g} s ({attempt + 1}/{self.retry.max_retries}): {failure.error.message}")
+        self._notify(KNOWN.mask(self._masker.mask(
+            f"retrying in {delay:g} s ({attempt + 1}/{self.retry.max_retries}): {failure.error.message}")))
         if self._sleep is not None:
             self._sleep(delay)
         elif cancel is not None:
@@ -358,7 +381,11 @@ class ProviderHttp:
         return _Failure(err, retryable, retry_after)
 
     def map_error(self, status: int, body: Any, retry_after: float | None = None) -> HermitError:
-        """The Hermit error for an HTTP status and error body; status 0 means an in-stream error event."""
+        """The Hermit error for an HTTP status and error body; status 0 means an in-stream error event.
+        The provider's message is masked: some echo the key they were sent."""
+        return self._mask(self._map_error(status, body, retry_after))
+
+    def _map_error(self, status: int, body: Any, retry_after: float | None) -> HermitError:
         msg = error_message(body)
         where = f"{self.provider} (HTTP {status})" if status else self.provider
         raw = body if isinstance(body, str) else json.dumps(body)
@@ -391,6 +418,15 @@ class ProviderHttp:
 
 
 _JSON = {"content-type": "application/json"}
+_KEY_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
+
+
+def _secret_of(name: str, value: str) -> str | None:
+    """The secret a request header carries (`Bearer <key>` → the key), or None for an ordinary header."""
+    if name.lower() not in _KEY_HEADERS or not value:
+        return None
+    scheme, _, rest = value.partition(" ")
+    return rest.strip() if rest and scheme.lower() in ("bearer", "basic", "token") else value.strip()
 
 
 def _encode(body: Mapping[str, Any]) -> bytes:

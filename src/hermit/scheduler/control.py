@@ -14,6 +14,7 @@ from hermit.errors import ConfigError, JobError
 from hermit.scheduler.jobs import AtSchedule, Job, JobState, build_job, patch_job
 from hermit.scheduler.schedule import Zone, resolve_zone
 from hermit.scheduler.store import JobFile, JobStore
+from hermit.scheduler.targets import resolve_target
 from hermit.sessions.transcript import Clock, utc_now
 
 # An `at` time further in the past than this when a job is added is almost surely a typo (date or zone).
@@ -130,6 +131,18 @@ class CronJobs:
         return job.model_copy(update={"state": job.state.model_copy(
             update={"next_run_at": first, "consecutive_errors": 0})})
 
+    def _with_target(self, job: Job) -> Job:
+        """The job with its delivery checked against the configured channels: the channel in lower case,
+        the account written in when it was inferred (the only one there is); raises JobError otherwise."""
+        d = job.delivery
+        if d.mode != "announce" or not d.channel:
+            return job
+        t = resolve_target(self.loaded.config.channels, d.channel, d.account, what=f"delivery of job {job.id}")
+        account = t.account if (d.account or t.explicit) else None
+        if (t.channel, account) == (d.channel, d.account):
+            return job
+        return job.model_copy(update={"delivery": d.model_copy(update={"channel": t.channel, "account": account})})
+
     def _changed(self) -> None:
         running = self._scheduler()
         if self.wake is not None:
@@ -138,7 +151,7 @@ class CronJobs:
             running.wake()
 
     def add(self, spec: dict[str, Any]) -> dict[str, Any]:
-        job = self._planned(build_job(spec, now=self.clock()))
+        job = self._planned(self._with_target(build_job(spec, now=self.clock())))
 
         def append(file: JobFile) -> JobFile:
             if any(j.id == job.id for j in file.jobs):
@@ -152,6 +165,8 @@ class CronJobs:
     def update(self, job_id: str, patch: dict[str, Any]) -> dict[str, Any]:
         def change(job: Job) -> Job:
             new = patch_job(job, patch, now=self.clock())
+            if new.delivery != job.delivery:
+                new = self._with_target(new)
             if new.schedule != job.schedule or new.enabled != job.enabled or new.agent_id != job.agent_id:
                 new = self._planned(new)
             return new

@@ -1,5 +1,6 @@
-"""Health of scheduled work for `hermit doctor`: the job file and each job are valid, and every enabled
-heartbeat has something to check (HEARTBEAT.md is not just headings)."""
+"""Health of scheduled work for `hermit doctor`: the job file and each job are valid, every enabled
+heartbeat has something to check (HEARTBEAT.md is not just headings), and every delivery target names a
+channel account that exists."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hermit.config.load import LoadedConfig
 from hermit.errors import HermitError
 from hermit.scheduler.control import CronJobs
 from hermit.scheduler.heartbeat import HEARTBEAT_FILE, heartbeat_file_is_empty, read_heartbeat_file
+from hermit.scheduler.targets import resolve_target
 
 # (status, detail, fix): one doctor line.
 Health = tuple[Literal["ok", "fail"], str, str]
@@ -62,3 +64,41 @@ def heartbeat_health(loaded: LoadedConfig) -> Health:
         return ("fail", "; ".join(failed),
                 f"add checklist items to {HEARTBEAT_FILE}, or set heartbeat.every_minutes: 0")
     return ("ok", "; ".join(lines), "")
+
+
+def target_problems(home: Path, loaded: LoadedConfig) -> tuple[list[str], int]:
+    """(what is wrong with each delivery target, how many targets there are): announcing jobs and
+    heartbeat targets. An unreadable job file is jobs_health's to report."""
+    problems: list[str] = []
+    count = 0
+    for agent in loaded.agents:
+        t = agent.settings.heartbeat.target
+        if t is not None and agent.settings.heartbeat.every_minutes > 0:
+            count += 1
+            try:
+                resolve_target(loaded.config.channels, t.channel, t.account, what=f"heartbeat target of {agent.id}")
+            except HermitError as e:
+                problems.append(f"{e.message} — {e.hint}")
+    try:
+        jobs = CronJobs(home, loaded).load().jobs
+    except HermitError:
+        jobs = ()
+    for job in jobs:
+        d = job.delivery
+        if d.mode == "announce" and d.channel and job.enabled:
+            count += 1
+            try:
+                resolve_target(loaded.config.channels, d.channel, d.account, what=f"job {job.label}")
+            except HermitError as e:
+                problems.append(f"{e.message} — {e.hint}")
+    return problems, count
+
+
+def targets_health(home: Path, loaded: LoadedConfig) -> Health:
+    problems, count = target_problems(home, loaded)
+    if problems:
+        return ("fail", "; ".join(problems),
+                "fix the job with `hermit cron edit <id> --announce CHANNEL:ACCOUNT:PEER`, the heartbeat under "
+                "agents.*.heartbeat.target, or add the account under channels.<name>.accounts")
+    return ("ok", f"{count} target{'' if count == 1 else 's'}, each naming a configured channel account"
+            if count else "no job or heartbeat delivers to a channel", "")

@@ -4,32 +4,49 @@ A heartbeat turn runs in the agent's main session with the heartbeat prompt, fla
 never resets the session, never triggers the memory flush and leaves the session's last activity alone.
 It is skipped without any model call outside `active_hours` (the agent's timezone), when HEARTBEAT.md is
 missing or holds only blank lines, headings, empty list items and HTML comments, and while the main
-session is busy. `HEARTBEAT_OK` at the start or end of the reply is stripped; what remains is dropped
-when it is at most `ack_max_chars` long (an acknowledgement), and otherwise delivered as an alert.
+session is busy. A heading is `#` followed by a blank (`#TODO call the bank` is a task, as in Markdown).
+`HEARTBEAT_OK` at the start or end of the reply is stripped, with simple HTML or Markdown wrapped around
+it (`<b>HEARTBEAT_OK</b>`, `**HEARTBEAT_OK**`); what remains is dropped when it is at most
+`ack_max_chars` long (an acknowledgement), and otherwise delivered as an alert — unless the very same
+alert was delivered to that target within the last 24 hours (`AlertMemory`, kept in the state dir so a
+restart does not re-send it).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import re
 from dataclasses import dataclass
-from datetime import datetime, time
+from datetime import datetime, time, timedelta
 from pathlib import Path
 from typing import Literal
 
 from hermit.agent.context import is_silent
 from hermit.channels.base import Target
 from hermit.config.load import AgentConfig
-from hermit.config.schema import ActiveHoursConfig, HeartbeatConfig
+from hermit.config.schema import ActiveHoursConfig, ChannelsConfig, HeartbeatConfig
+from hermit.durable import write_atomic
 from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.schedule import Zone
+from hermit.scheduler.targets import resolve_target
 from hermit.sessions.keys import main_session_key
 
 HEARTBEAT_FILE = "HEARTBEAT.md"
 HEARTBEAT_TOKEN = "HEARTBEAT_OK"
 DEFAULT_ACK_MAX_CHARS = 300
+# The original's rule: the same alert text is not sent to the same place again within a day.
+DUPLICATE_WINDOW = timedelta(hours=24)
 
-_EMPTY_LINE = re.compile(r"^\s*(#.*|[-*+]\s*(\[[ xX]?\])?\s*|<!--.*-->\s*)?$")
-_TOKEN_EDGE = re.compile(rf"^\W*{HEARTBEAT_TOKEN}\W*|\W*{HEARTBEAT_TOKEN}\W*$")
+log = logging.getLogger("hermit.scheduler")
+
+# A heading needs a blank after its #s (CommonMark), so "#TODO …" or "#hashtag" is content.
+_EMPTY_LINE = re.compile(r"^\s*(#+(\s.*)?|[-*+]\s*(\[[ xX]?\])?\s*|<!--.*-->\s*)?$")
+# What may wrap the token at an edge: punctuation, Markdown marks (`**`, `__`, backticks), simple HTML
+# tags (<b>, </code>) and non-breaking spaces. Underscore counts, since \W does not cover it.
+_WRAP = r"(?:</?[A-Za-z][A-Za-z0-9]*(?:\s[^<>]*)?/?>|&nbsp;|[\W_])*"
+_TOKEN_EDGE = re.compile(rf"^{_WRAP}{HEARTBEAT_TOKEN}{_WRAP}|{_WRAP}{HEARTBEAT_TOKEN}{_WRAP}$")
 
 
 @dataclass(frozen=True)
@@ -97,19 +114,82 @@ def strip_heartbeat_token(reply: str, ack_max_chars: int) -> str | None:
     return stripped if len(stripped) > ack_max_chars else None
 
 
-def heartbeat_target(cfg: HeartbeatConfig) -> Target | None:
+class AlertMemory:
+    """The last alert delivered per agent and target (a hash of its text and when), in one small JSON file
+    (`<state>/cron/heartbeat-alerts.json`, 0600) so that a restart does not re-send yesterday's alert.
+    A file that cannot be read is treated as empty (at worst one alert is sent twice) and logged."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._data: dict[str, dict[str, str]] | None = None
+
+    def _load(self) -> dict[str, dict[str, str]]:
+        if self._data is None:
+            self._data = {}
+            if self.path is not None and self.path.exists():
+                try:
+                    raw = json.loads(self.path.read_text(encoding="utf-8"))
+                    self._data = {k: v for k, v in raw.items() if isinstance(v, dict)} if isinstance(raw, dict) else {}
+                except (OSError, ValueError) as e:
+                    log.warning("cannot read %s (%s); duplicate alerts may be sent once", self.path, e)
+        return self._data
+
+    @staticmethod
+    def _key(agent_id: str, target: Target) -> str:
+        return f"{agent_id}|{target.channel}:{target.account_id}:{target.peer_id}"
+
+    @staticmethod
+    def _digest(text: str) -> str:
+        return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()
+
+    def sent_recently(self, agent_id: str, target: Target, text: str, now: datetime) -> datetime | None:
+        """When this very alert was last delivered to `target`, if within DUPLICATE_WINDOW of `now`."""
+        last = self._load().get(self._key(agent_id, target))
+        if not last or last.get("sha256") != self._digest(text):
+            return None
+        try:
+            at = datetime.fromisoformat(last["at"])
+        except (KeyError, ValueError):
+            return None
+        return at if timedelta(0) <= now - at < DUPLICATE_WINDOW else None
+
+    def remember(self, agent_id: str, target: Target, text: str, now: datetime) -> None:
+        data = self._load()
+        data[self._key(agent_id, target)] = {"sha256": self._digest(text), "at": now.isoformat()}
+        if self.path is None:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_atomic(self.path, json.dumps(data, indent=1) + "\n", mode=0o600, keep_mode=False)
+        except OSError as e:
+            log.warning("cannot save %s (%s); the alert may be sent again after a restart", self.path, e)
+
+
+def heartbeat_target(cfg: HeartbeatConfig, channels: ChannelsConfig | None = None, agent_id: str = "") -> Target | None:
+    """Where alerts go. With `channels`, checked against them (JobError naming the accounts that exist);
+    an account left unset then means `default`, or the only account the channel has."""
     t = cfg.target
-    return Target(t.channel, t.account, t.peer_kind, t.to) if t is not None else None
+    if t is None:
+        return None
+    if channels is None:
+        return Target(t.channel.lower(), t.account, t.peer_kind, t.to)
+    named = t.account if "account" in t.model_fields_set else None
+    r = resolve_target(channels, t.channel, named, what=f"heartbeat target of {agent_id or 'the agent'}")
+    return Target(r.channel, r.account, t.peer_kind, t.to)
 
 
-async def run_heartbeat(agent: AgentConfig, host: SchedulerHost, now: datetime, zone: Zone) -> HeartbeatOutcome:
-    """One heartbeat for `agent`: the checks that avoid a model call, the turn, the alert delivery."""
+async def run_heartbeat(agent: AgentConfig, host: SchedulerHost, now: datetime, zone: Zone,
+                        alerts: AlertMemory | None = None, channels: ChannelsConfig | None = None) -> HeartbeatOutcome:
+    """One heartbeat for `agent`: the checks that avoid a model call, the turn, the alert delivery (not
+    repeated within a day when `alerts` remembers the same text sent to the same target). With
+    `channels`, a target naming no configured account fails before the model is called."""
     cfg = agent.settings.heartbeat
     if not within_active_hours(now.astimezone(zone.tz), cfg.active_hours):
         return HeartbeatOutcome("skipped", "outside active hours")
     text = read_heartbeat_file(agent.workspace)
     if text is None or heartbeat_file_is_empty(text):
         return HeartbeatOutcome("skipped", f"{HEARTBEAT_FILE} is empty")
+    target = heartbeat_target(cfg, channels, agent.id)  # raises before the model call when it names no account
     key = main_session_key(agent.id)
     if host.busy(key):
         return HeartbeatOutcome("skipped", "main session busy")
@@ -117,8 +197,13 @@ async def run_heartbeat(agent: AgentConfig, host: SchedulerHost, now: datetime, 
     alert = strip_heartbeat_token(result.reply, cfg.ack_max_chars) if result.delivered else None
     if alert is None:
         return HeartbeatOutcome("ok")
-    target = heartbeat_target(cfg)
     if target is None:
         return HeartbeatOutcome("alert", "no heartbeat.target configured: kept in the transcript", text=alert)
+    alerts = alerts or AlertMemory(None)
+    earlier = alerts.sent_recently(agent.id, target, alert, now)
+    if earlier is not None:
+        return HeartbeatOutcome("alert", f"the same alert was sent at {earlier.isoformat()}: not sent again "
+                                         "within 24 h", text=alert)
     await host.deliver(target, alert)
+    alerts.remember(agent.id, target, alert, now)
     return HeartbeatOutcome("alert", delivered=True, text=alert)

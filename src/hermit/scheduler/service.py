@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from hermit.config.load import AgentConfig, LoadedConfig
 from hermit.errors import HermitError
 from hermit.scheduler.control import CronJobs, register_scheduler
-from hermit.scheduler.heartbeat import HeartbeatOutcome, heartbeat_target, run_heartbeat
+from hermit.scheduler.heartbeat import AlertMemory, HeartbeatOutcome, heartbeat_target, run_heartbeat
 from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.jobs import Job
 from hermit.scheduler.runner import RunHandle, execute, finish, new_handle, session_starter
@@ -78,6 +78,7 @@ class SchedulerService:
         self.max_sleep = max_sleep_seconds
         self.jobs = CronJobs(home, loaded, clock=clock, fsync=fsync, wake=self.wake)
         self._start_session = session_starter(loaded, clock, fsync=fsync)
+        self._alerts = AlertMemory(self.jobs.store.dir / "heartbeat-alerts.json")
         self._plan = _Plan()
         self._runs: dict[str, _Run] = {}
         self._heartbeats = {a.id: _Heartbeat(a, timedelta(minutes=a.settings.heartbeat.every_minutes)
@@ -101,6 +102,11 @@ class SchedulerService:
         self.started_at = now
         for hb in self._heartbeats.values():
             hb.next = now + hb.every if hb.every else None
+            if hb.every:
+                try:  # said once at start, not only at the first heartbeat half an hour later
+                    heartbeat_target(hb.agent.settings.heartbeat, self.loaded.config.channels, hb.agent.id)
+                except HermitError as e:
+                    log.error("%s (%s)", e.message, e.hint)
         self._reload(force=True)
         register_scheduler(self.jobs.store.path, self)
         if run_loop:
@@ -231,7 +237,7 @@ class SchedulerService:
     async def _heartbeat(self, hb: _Heartbeat, now: datetime) -> None:
         zone = resolve_zone(None, hb.agent.settings.timezone)
         try:
-            outcome = await run_heartbeat(hb.agent, self.host, now, zone)
+            outcome = await run_heartbeat(hb.agent, self.host, now, zone, self._alerts, self.loaded.config.channels)
         except asyncio.CancelledError:
             hb.last = HeartbeatOutcome("error", "cancelled (timed out or the scheduler stopped)").to_dict(now)
             raise

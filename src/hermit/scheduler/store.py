@@ -10,6 +10,7 @@ session), flushed per line; a log over 1 MB keeps its last 1,000 runs.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hermit.durable import write_atomic
-from hermit.errors import JobError
+from hermit.errors import JobError, disk_full
 from hermit.scheduler.jobs import Job, RunStatus, parse_job
 
 FORMAT_VERSION = 1
@@ -142,10 +143,16 @@ class JobStore:
 
     def mutate(self, change: Callable[[JobFile], JobFile]) -> JobFile:
         """Read, change and write the job file under the lock (the CLI and the gateway may both write)."""
-        with self._locked():
-            file = change(self.load())
-            self._save(file)
-            return file
+        try:
+            with self._locked():
+                file = change(self.load())
+                self._save(file)
+                return file
+        except OSError as e:  # the job file is untouched (write_atomic removes its temp file on failure)
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise disk_full(self.path, "the cron job file") from e
+            raise JobError(f"cannot write {self.path}: {e.strerror or e}",
+                           "check the permissions of the state dir's cron/ folder; nothing was changed") from e
 
     def update_job(self, job_id: str, change: Callable[[Job], Job | None]) -> Job | None:
         """Replace one job by `change(job)` (None deletes it); a job removed meanwhile is left alone."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from hermit.memory.audience import Reader
 from hermit.memory.service import MemoryService
 from hermit.tools.base import (
     Tool,
@@ -74,6 +75,7 @@ def build_toolset(
     exec_enabled: bool = True,
     home: Path | None = None,
     private_memory: bool = True,
+    reader: Reader | None = None,
     transcript: Callable[[], Path] | None = None,
     cron: tuple[CronBackend, str] | None = None,
     os_sandbox: OsSandbox | RoomSandbox | None = None,
@@ -84,7 +86,9 @@ def build_toolset(
     """read, write, edit, exec, memory_search, memory_get (memory tools only with a service), and
     tool_output when `transcript` gives the session's transcript file.
 
-    `private_memory=False` (any session but the main private one) hides MEMORY.md from every tool. `cron`
+    `private_memory=False` (any session but the main private one) hides MEMORY.md from every tool; the
+    memory tools act for `reader` (default: the owner, or a reader of shared notes only when
+    `private_memory` is False). `cron`
     (backend, agent id) adds the cron tool; the runtime passes it for the main session only.
     A `confined` session's exec runs in `os_sandbox`; without one it is not offered. With a `view` (a
     non-owner session) the file tools work in its room and what it may see of the workspace."""
@@ -94,7 +98,7 @@ def build_toolset(
     if exec_enabled and (os_sandbox is not None or not confined):
         tools += ExecTool(paths, env=exec_env, env_allow=env_allow, sandbox=os_sandbox).tools()
     if memory is not None:
-        tools += MemoryTools(memory, private=private_memory).tools()
+        tools += MemoryTools(memory, private=private_memory, reader=reader).tools()
     if transcript is not None:
         tools += TranscriptTools(transcript).tools()
     if cron is not None:

@@ -122,7 +122,7 @@ def _one_match(text: str, old: str, shown: str) -> int:
 
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, text, mode=0o644)  # a user's file keeps its permissions; a new one is 0644
+    write_atomic(path, text, mode=0o600)  # a user's file keeps its permissions; a new one is owner-only
 
 
 class FileTools:

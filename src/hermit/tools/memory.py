@@ -4,12 +4,14 @@ The result objects are exactly MemoryService's (`{"results": [...], "provider", 
 `{"path", "text"}`); this module only maps the wire parameter names (`maxResults`, `minScore`,
 `from`, `lines`) and turns a refused path into an error result naming the rule.
 
-Outside the main private session (`private=False`) MEMORY.md is withheld here too — its hits are
-dropped from search results and memory_get refuses it — so the "main session only" rule of SPEC §3
-cannot be bypassed by a tool call in a group chat (the failure of §14.8). MEMORY.md is recognised by
-file identity, so a hard link to it (and any hard-linked memory file) is withheld the same way
-(memory/privacy.py). Session transcripts (the `sessions` source) hold the same private
-conversations, so they are withheld too.
+The tools act for a reader (memory/audience.py): the owner in the main private session, the
+session's audience anywhere else. A reader other than the owner gets only what it may see — shared
+notes and its own chat's — and never MEMORY.md: its hits are dropped from search results and memory_get
+refuses it, so the "main session only" rule of SPEC §3 cannot be bypassed by a tool call in a group
+chat (the failure of §14.8). MEMORY.md is recognised by file identity, so a hard link to it (and any
+hard-linked memory file) is withheld the same way (memory/privacy.py). Session transcripts (the
+`sessions` source) hold the same private conversations, so they are withheld too. The search itself
+drops what the reader may not see before ranking (memory/search.py); the check here is a second one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from hermit.errors import PathPolicyError
+from hermit.memory.audience import OWNER_READER, UNKNOWN, Reader, is_private_path
 from hermit.memory.paths import resolve_memory_path
 from hermit.memory.privacy import is_hard_linked, is_long_term
 from hermit.memory.service import MemoryService
@@ -38,9 +41,13 @@ MEMORY_GET_DESCRIPTION = (
 
 
 class MemoryTools:
-    def __init__(self, service: MemoryService, *, private: bool = True) -> None:
+    """memory_search and memory_get for one reader. `private` is the older switch: True is the owner,
+    False a reader of shared notes only; a `reader` given wins."""
+
+    def __init__(self, service: MemoryService, *, private: bool = True, reader: Reader | None = None) -> None:
         self.service = service
-        self.private = private
+        self.reader = reader if reader is not None else OWNER_READER if private else Reader(UNKNOWN)
+        self.private = self.reader.owner
 
     def tools(self) -> list[Tool]:
         return [
@@ -56,12 +63,14 @@ class MemoryTools:
         min_score: Annotated[float | None, Field(alias="minScore", ge=0, le=1,
                                                  description="Default 0.35")] = None,
     ) -> dict[str, Any]:
-        result = self.service.search(query, max_results, min_score)
+        result = self.service.search(query, max_results, min_score, reader=self.reader)
         if not self.private and result.get("results"):
             kept = [r for r in result["results"] if r.get("source") != "sessions" and not self._private_hit(r)]
             if len(kept) != len(result["results"]):
                 result = {**result, "results": kept,
                           "withheld": f"{MEMORY_FILE} and session-transcript hits ({PRIVACY_RULE})"}
+        if not self.private and "withheld" in result:
+            result["withheld"] = f"{result['withheld']} ({PRIVACY_RULE})"
         return result
 
     def memory_get(
@@ -75,11 +84,11 @@ class MemoryTools:
             raise PathPolicyError(f"{what} is not available in this session", PRIVACY_RULE)
         if not self.private and path.startswith(SESSIONS_PREFIX):
             raise PathPolicyError("session transcripts are not available in this session", PRIVACY_RULE)
-        return self.service.get(path, from_line, lines)
+        return self.service.get(path, from_line, lines, reader=self.reader)
 
     def _private_hit(self, hit: dict[str, Any]) -> bool:
         path = str(hit.get("path", ""))
-        if path == MEMORY_FILE:
+        if is_private_path(path):
             return True
         real = self.service.workspace / path
         return is_long_term(real, self.service.workspace) or is_hard_linked(real)

@@ -9,13 +9,20 @@
 3. Writes from a session that is not the owner's (`origin` set) may only add to memory files
    (MEMORY.md is hidden there anyway): no edits, no rewrites; the added text is escaped so it cannot
    forge a marker, and wrapped in an origin block (memory/provenance.py) naming the channel, group,
-   sender and session. With `sandbox.memory_writes: main-only` they may not write memory at all.
-   The bootstrap files (AGENTS.md, SOUL.md …) are the owner's instructions: such a session cannot
-   change them either.
+   sender, session and audience (memory/audience.py: that chat and the owner may read it). With
+   `sandbox.memory_writes: main-only` they may not write memory at all. The bootstrap files
+   (AGENTS.md, SOUL.md …) are the owner's instructions: such a session cannot change them either.
+4. What the main session writes to memory (`owner` set) is owner-only: a new file is wrapped whole in an
+   owner block, an append is wrapped, and in a rewrite or edit of an existing file each run of added or
+   changed lines is wrapped (lines added inside one of its own blocks already are owner-only). Its text
+   is escaped too, so it cannot close its own block. An edit inside another audience's block is refused
+   (append instead), and so is any change that would alter who may read a line it keeps (removing a
+   marker). MEMORY.md and files under memory/private/ are owner-only whole and are not wrapped.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Callable
@@ -25,8 +32,9 @@ from pathlib import Path
 from typing import Literal
 
 from hermit.errors import PathPolicyError, SessionError
+from hermit.memory.audience import OWNER, audience_of_session, block_audience, is_private_path, line_audiences
 from hermit.memory.privacy import is_long_term
-from hermit.memory.provenance import Origin, neutralize, wrap
+from hermit.memory.provenance import CLOSE_LINE, Origin, neutralize, open_line, origin_blocks, seal, wrap
 from hermit.sessions.keys import SessionKind, parse_session_key
 from hermit.tools.sandbox import ResolvedPath, is_within
 from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
@@ -51,15 +59,17 @@ def join_append(before: str | None, addition: str) -> str:
 
 
 def session_origin(session_key: str, sender: str | None = None) -> Origin:
-    """The origin of notes written by a session: its key, channel and group (or DM peer) and the sender."""
+    """The origin of notes written by a session: its key, channel and group (or DM peer), the sender, and
+    its audience (who besides the owner may read them)."""
+    audience = audience_of_session(session_key)
     try:
         key = parse_session_key(session_key)
     except SessionError:
-        return Origin(session_key, sender=sender)
+        return Origin(session_key, sender=sender, audience=audience)
     group = key.peer_id if key.is_group else None
     if sender is None and key.kind is SessionKind.DM:
         sender = key.peer_id
-    return Origin(session_key, key.channel, group, sender)
+    return Origin(session_key, key.channel, group, sender, audience)
 
 
 def _utc_now() -> datetime:
@@ -70,6 +80,9 @@ def _utc_now() -> datetime:
 class MemoryWriteRules:
     workspace: Path
     origin: Origin | None = None  # None: the owner's main session
+    # The main session's origin (audience "owner"): its memory writes go into owner-only blocks. None
+    # leaves them unmarked (a caller that is not a session, e.g. a test of the file tools).
+    owner: Origin | None = None
     memory_writes: MemoryWrites = "all"
     history_dir: Path | None = None  # where MEMORY.md's previous versions go
     extra_paths: tuple[Path, ...] = ()  # configured extra memory roots (absolute)
@@ -94,6 +107,8 @@ class MemoryWriteRules:
         """The content to write instead of `after` (an origin block added), or PathPolicyError."""
         if self.origin is not None:
             after = self._from_others(target, kind, before, after)
+        elif self.owner is not None and self.is_memory_file(target) and not self._owner_only_file(target):
+            after = self._from_owner(target, kind, before, after, self.owner)
         if before is not None and self.is_daily_log(target) and not keeps_every_line(before, after):
             raise PathPolicyError(f"this {kind} would drop or change existing lines of the daily log {target.shown}",
                                   APPEND_HINT)
@@ -120,7 +135,24 @@ class MemoryWriteRules:
         added = after[len(old):]
         if not added.strip():
             return after
-        return join_append(old, wrap(neutralize(added.lstrip("\n")), self.origin))  # type: ignore[arg-type]
+        return join_append(seal(old), wrap(neutralize(added.lstrip("\n")), self.origin))  # type: ignore[arg-type]
+
+    def _owner_only_file(self, target: ResolvedPath) -> bool:
+        return is_long_term(target.real, self.root) or is_private_path(target.shown)
+
+    def _from_owner(self, target: ResolvedPath, kind: str, before: str | None, after: str, owner: Origin) -> str:
+        if not after.strip():
+            return after
+        if not before:
+            return wrap(neutralize(after), owner)
+        if after.startswith(before):
+            added = after[len(before):]
+            if not added.strip():
+                return after
+            return join_append(seal(before), wrap(neutralize(added.lstrip("\n")), owner))
+        result, kept, added_at = _wrap_changes(target.shown, kind, before, after, owner)
+        _check_audiences(target.shown, kind, before, result, kept, added_at)
+        return result
 
     def keep_history(self, target: ResolvedPath, before: str | None, after: str) -> Path | None:
         """Before MEMORY.md is rewritten, copy its current text aside; returns where (None: nothing to keep)."""
@@ -142,3 +174,60 @@ class MemoryWriteRules:
             return dest
         raise PathPolicyError(f"cannot keep the previous version of {MEMORY_FILE} in {self.history_dir}",
                               "clean up the memory-history folder")
+
+
+def _wrap_changes(shown: str, kind: str, before: str, after: str,
+                  owner: Origin) -> tuple[str, list[tuple[int, int]], list[int]]:
+    """`after` with each run of lines added or changed relative to `before` escaped and wrapped in an owner
+    block, unless it lies inside one of the owner's blocks already. Returns the text, the (old, new) line
+    indexes of the lines kept, and the new indexes of the added lines. A change touching another
+    audience's block is refused."""
+    old, new = before.split("\n"), after.split("\n")
+    blocks = [(b, block_audience(b.origin)) for b in origin_blocks(before)]
+    out: list[str] = []
+    kept: list[tuple[int, int]] = []
+    added_at: list[int] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            for k in range(i2 - i1):
+                kept.append((i1 + k, len(out)))
+                out.append(old[i1 + k])
+            continue
+        # Old lines i1+1..i2 (1-based; none for an insert) go, and new lines come between old lines i1
+        # and i2+1. For an insert (i1 == i2) "overlapping" a block means landing inside it.
+        if any(aud != OWNER and b.start <= i2 and i1 + 1 <= b.end for b, aud in blocks):
+            raise PathPolicyError(f"this {kind} would change a note another chat wrote in {shown}",
+                                  "write policy: notes of other chats are theirs; add yours with write and "
+                                  "append: true")
+        if tag == "delete":
+            continue
+        lines = [neutralize(line) for line in new[j1:j2]]
+        tail: list[str] = []
+        if j2 == len(new) and lines and lines[-1] == "":  # the final newline stays after the block
+            lines, tail = lines[:-1], [""]
+        inside = any(aud == OWNER and b.start <= i1 and i2 + 1 <= b.end for b, aud in blocks)
+        wrap_run = not inside and any(line.strip() for line in lines)
+        if wrap_run:
+            out.append(open_line(owner))
+        for line in lines:
+            if line.strip():
+                added_at.append(len(out))
+            out.append(line)
+        if wrap_run:
+            out.append(CLOSE_LINE)
+        out.extend(tail)
+    return "\n".join(out), kept, added_at
+
+
+def _check_audiences(shown: str, kind: str, before: str, after: str, kept: list[tuple[int, int]],
+                     added_at: list[int]) -> None:
+    """Every kept line keeps its audience and every added line is owner-only, or PathPolicyError."""
+    old, new = line_audiences(before, shown), line_audiences(after, shown)
+    if any(old[i] != new[j] for i, j in kept):
+        raise PathPolicyError(f"this {kind} would change who may read existing lines of {shown} (it removes or "
+                              "moves an origin marker)",
+                              "write policy: keep the <!-- origin … --> and <!-- /origin --> lines as they are; "
+                              "to add a note, write with append: true")
+    if any(new[j] != OWNER for j in added_at):
+        raise PathPolicyError(f"this {kind} would put the main session's text where others may read it in {shown}",
+                              "write policy: add notes with write and append: true")

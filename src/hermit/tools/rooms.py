@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermit.config.paths import ensure_private_dir
-from hermit.errors import PathPolicyError, SessionError
-from hermit.sessions.keys import SessionKind, parse_session_key
+from hermit.errors import PathPolicyError
+from hermit.memory.audience import UNKNOWN, audience_of_session
 from hermit.tools import safe_fs
 
 ROOMS_DIR = "rooms"
@@ -35,21 +35,10 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def room_audience(session_key: str) -> str:
-    """Who shares a room: a group (and its threads), a channel, a contact, a cron job, a sub-agent run.
-    A key that does not parse gets a room of its own (it shares nothing)."""
-    try:
-        key = parse_session_key(session_key)
-    except SessionError:
-        return f"unknown:{session_key}"
-    if key.kind is SessionKind.MAIN:
-        return "owner"
-    if key.kind is SessionKind.CRON:
-        return f"cron:{key.job_id}"
-    if key.kind is SessionKind.SUBAGENT:
-        return f"subagent:{key.run_id}"
-    if key.kind is SessionKind.DM:
-        return f"{key.channel}:dm:{key.peer_id}" if key.channel else f"dm:{key.peer_id}"
-    return f"{key.channel}:{key.kind.value}:{key.peer_id}"
+    """Who shares a room: the session's audience (memory/audience.py) — a group and its threads, a
+    channel, a contact, a cron job, a sub-agent run. A key that does not parse shares nothing."""
+    audience = audience_of_session(session_key)
+    return f"{UNKNOWN}:{session_key}" if audience == UNKNOWN else audience
 
 
 def room_slug(audience: str) -> str:

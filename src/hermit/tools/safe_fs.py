@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from hermit.durable import append_fd
+from hermit.durable import append_fd, write_all
 from hermit.errors import PathPolicyError
 
 _SYS_OPENAT2 = 437  # the same number on every architecture that has it (x86_64, aarch64, …)
@@ -257,7 +257,7 @@ def list_beneath(dir_fd: int, rel: str) -> list[tuple[str, bool]]:
         os.close(fd)
 
 
-def write_beneath(dir_fd: int, rel: str, data: bytes, *, mode: int = 0o644, fsync: bool = True) -> None:
+def write_beneath(dir_fd: int, rel: str, data: bytes, *, mode: int = 0o600, fsync: bool = True) -> None:
     """Replace (or create) the file `rel` atomically: a temporary file in the parent's descriptor, then a
     rename inside that descriptor. An existing regular file keeps its permissions; a directory, FIFO or
     other special file at `rel` is refused. Parent directories are created."""
@@ -278,11 +278,7 @@ def write_beneath(dir_fd: int, rel: str, data: bytes, *, mode: int = 0o644, fsyn
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, keep, dir_fd=parent)
         try:
             os.fchmod(fd, keep)  # the umask must not loosen or tighten what the file had
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if fsync:
-                os.fsync(fd)
+            write_all(fd, data, fsync=fsync)
         finally:
             os.close(fd)
         try:

@@ -19,12 +19,13 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
 from hermit.errors import PathPolicyError
+from hermit.memory.audience import Reader, memory_view, visible_text
 from hermit.memory.privacy import is_long_term
 from hermit.textfile import decode_text
 from hermit.tools import safe_fs
@@ -33,7 +34,6 @@ from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
 Area = Literal["room", "memory", "instruction", "root"]
 MEMORY_DIR = "memory"
-MAX_VIEW_FILE_BYTES = 20_000_000
 PRIVACY_HINT = ("privacy rule: MEMORY.md and owner-only notes are only used in the owner's main session, never "
                 "in group, channel or other people's chats")
 
@@ -51,57 +51,30 @@ class MemoryView(Protocol):
 
 
 @dataclass(frozen=True)
-class SharedMemoryView:
-    """Memory as every non-owner session saw it before audiences: all of memory/ except MEMORY.md (by
-    identity), hard-linked files (possibly MEMORY.md under another name) and memory/private/."""
+class AudienceMemoryView:
+    """Memory as one reader may see it (memory/audience.py): shared text and its own audience's notes, with
+    withheld lines replaced so line numbers stay the file's; never MEMORY.md, memory/private/, a hard-linked
+    file or one with nothing visible."""
 
     workspace: Path
-
-    def _withheld(self, rel: str, st: os.stat_result) -> bool:
-        memory = self.workspace / MEMORY_FILE
-        try:
-            m = os.stat(memory)
-            same = (m.st_dev, m.st_ino) == (st.st_dev, st.st_ino)
-        except OSError:
-            same = False
-        return same or st.st_nlink > 1 or rel.startswith(f"{MEMORY_DIR}/private/") or rel == MEMORY_FILE
+    reader: Reader
+    extra_paths: tuple[str, ...] = ()
 
     def render(self, rel: str, data: bytes, st: os.stat_result) -> bytes | None:
-        return None if self._withheld(rel, st) else data
+        if b"\x00" in data[:8192]:
+            return data  # binary: the read tool refuses it as such
+        shown = visible_text(decode_text(data).text, rel, self.reader)
+        return None if shown is None else shown.encode("utf-8")
 
     def files(self) -> Iterator[tuple[str, bytes]]:
-        yield from walk_memory(self.workspace, self.render)
+        for rel, data in memory_view(self.workspace, self.extra_paths, self.reader):
+            if rel.startswith(f"{MEMORY_DIR}/"):  # what lies elsewhere has no place in a room's view
+                yield rel, data
 
 
-Render = Callable[[str, bytes, os.stat_result], "bytes | None"]
 # The workspace and room folders themselves are the owner's (a symlinked workspace is the owner's choice):
 # they are opened following links; nothing below them is.
 _ROOT_FLAGS = (safe_fs._O_PATH or os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
-
-
-def walk_memory(workspace: Path, render: Render) -> Iterator[tuple[str, bytes]]:
-    """Regular `.md` files under memory/ (no symlink followed), each passed through `render`."""
-    try:
-        ws = os.open(workspace, _ROOT_FLAGS)
-    except OSError:
-        return
-    try:
-        try:
-            entries = list(safe_fs.walk_beneath(ws, MEMORY_DIR))
-        except (OSError, PathPolicyError):
-            return
-        for rel, st in entries:
-            if not stat.S_ISREG(st.st_mode) or not rel.lower().endswith(".md") or st.st_size > MAX_VIEW_FILE_BYTES:
-                continue
-            try:
-                opened = safe_fs.read_beneath(ws, rel, MAX_VIEW_FILE_BYTES)
-            except (OSError, PathPolicyError):
-                continue
-            shown = render(rel, opened.data, opened.st)
-            if shown is not None:
-                yield rel, shown
-    finally:
-        os.close(ws)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,188 @@
+"""`hermit gateway install|uninstall`: run the gateway as a per-user service that starts at login and is
+restarted when it fails — a systemd user unit on Linux, a launchd agent on macOS.
+
+The service runs exactly `hermit gateway run` of this install: this Python (the venv's, pipx's or uv's)
+with `-m hermit`, and `--home` of this state dir, so a service never picks up another installation or
+state dir. The unit reads the owner-only env file (`EnvironmentFile=`, for systemd; the gateway loads it
+itself too, which is what a launchd agent relies on) and runs with umask 077. `systemctl --user` is
+only called when a user manager answers; otherwise, and with `--no-start`, the commands are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import plistlib
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from hermit.cli.context import CliContext
+from hermit.config.envfile import env_file_path
+from hermit.errors import ConfigError
+
+DEFAULT_NAME = "hermit-gateway"
+LAUNCHD_LABEL = "com.hermit.gateway"
+
+
+def register_service(gs: Any) -> None:
+    """Adds `install` and `uninstall` to `hermit gateway`'s subcommands."""
+    p = gs.add_parser("install", help="run the gateway as a user service (systemd on Linux, launchd on macOS)")
+    p.add_argument("--no-start", action="store_true", help="write the unit file only; print how to start it")
+    p.add_argument("--name", default=DEFAULT_NAME, help=f"the service's name (default {DEFAULT_NAME})")
+    p.add_argument("--kind", choices=("auto", "systemd", "launchd"), default="auto",
+                   help="systemd user unit or launchd agent (default: this system's)")
+    p.set_defaults(func=cmd_install)
+    p = gs.add_parser("uninstall", help="stop the gateway service and remove its unit file")
+    p.add_argument("--name", default=DEFAULT_NAME, help=f"the service's name (default {DEFAULT_NAME})")
+    p.add_argument("--kind", choices=("auto", "systemd", "launchd"), default="auto",
+                   help="systemd user unit or launchd agent (default: this system's)")
+    p.set_defaults(func=cmd_uninstall)
+
+
+def gateway_command(home: Path) -> list[str]:
+    """The command line of `hermit gateway run` for this install and state dir."""
+    return [sys.executable, "-m", "hermit", "--home", str(home), "gateway", "run"]
+
+
+def _systemd_quote(arg: str) -> str:
+    """One ExecStart word: quoted when it has blanks or quotes; % doubled (systemd's specifier sign)."""
+    arg = arg.replace("%", "%%")
+    if re.fullmatch(r"[A-Za-z0-9_@%+=:,./-]+", arg):
+        return arg
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def systemd_unit(home: Path) -> str:
+    exec_start = " ".join(_systemd_quote(a) for a in gateway_command(home))
+    return f"""\
+# Written by `hermit gateway install`; `hermit gateway uninstall` removes it.
+[Unit]
+Description=Hermit gateway (web chat, chat channels, scheduler) for {home}
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+Type=simple
+ExecStart={exec_start}
+EnvironmentFile=-{_systemd_quote(str(env_file_path(home)))}
+Environment=PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
+UMask=0077
+Restart=on-failure
+RestartSec=5
+TimeoutStopSec=60
+
+[Install]
+WantedBy=default.target
+"""
+
+
+def launchd_plist(home: Path, name: str) -> bytes:
+    logs = home / "logs"
+    return plistlib.dumps({
+        "Label": LAUNCHD_LABEL if name == DEFAULT_NAME else f"com.hermit.{name}",
+        "ProgramArguments": gateway_command(home),
+        "EnvironmentVariables": {"PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE"},
+        "RunAtLoad": True,
+        "KeepAlive": {"SuccessfulExit": False},  # restarted when it fails, not after a clean stop
+        "Umask": 0o077,
+        "StandardOutPath": str(logs / "gateway.stdout.log"),
+        "StandardErrorPath": str(logs / "gateway.stdout.log"),
+    })
+
+
+def _kind(args: argparse.Namespace) -> str:
+    if args.kind != "auto":
+        return str(args.kind)
+    return "launchd" if sys.platform == "darwin" else "systemd"
+
+
+def _user_home(ctx: CliContext) -> Path:
+    raw = ctx.environ.get("HOME")
+    return Path(raw) if raw else Path.home()
+
+
+def unit_path(ctx: CliContext, kind: str, name: str) -> Path:
+    if kind == "launchd":
+        label = LAUNCHD_LABEL if name == DEFAULT_NAME else f"com.hermit.{name}"
+        return _user_home(ctx) / "Library" / "LaunchAgents" / f"{label}.plist"
+    xdg = ctx.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg) if xdg else _user_home(ctx) / ".config"
+    return base / "systemd" / "user" / f"{name}.service"
+
+
+def systemd_usable(environ: dict[str, str]) -> bool:
+    """A user manager answers `systemctl --user` (not so in most containers or over plain ssh)."""
+    if shutil.which("systemctl", path=environ.get("PATH")) is None:
+        return False
+    try:
+        r = subprocess.run(["systemctl", "--user", "show-environment"], capture_output=True, timeout=10,
+                           env=environ)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+def _run(cmd: list[str], environ: dict[str, str]) -> None:
+    print("$ " + " ".join(cmd), flush=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=environ, timeout=60)
+    if r.returncode != 0:
+        raise ConfigError(f"`{' '.join(cmd)}` failed: {(r.stderr or r.stdout).strip()}",
+                          "see `journalctl --user -u hermit-gateway` or run the command yourself")
+
+
+def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
+    from hermit.config.paths import ensure_private_dir
+    from hermit.durable import write_atomic
+
+    if ctx.paths.config_file() is None:
+        raise ConfigError(f"no config in {ctx.home}", "run `hermit setup` (or `hermit init`) first")
+    ctx.config()  # a config the gateway could not load is reported now, not in a restart loop
+    kind = _kind(args)
+    path = unit_path(ctx, kind, args.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_private_dir(ctx.home / "logs")
+    if kind == "launchd":
+        write_atomic(path, launchd_plist(ctx.home, args.name), mode=0o644, keep_mode=False)
+        steps = [["launchctl", "bootstrap", f"gui/{os.getuid()}", str(path)]]
+    else:
+        write_atomic(path, systemd_unit(ctx.home), mode=0o644, keep_mode=False)
+        steps = [["systemctl", "--user", "daemon-reload"],
+                 ["systemctl", "--user", "enable", "--now", f"{args.name}.service"]]
+    print(f"wrote {path}")
+    print(f"it runs: {' '.join(gateway_command(ctx.home))}")
+    usable = kind == "systemd" and not args.no_start and systemd_usable(ctx.environ)
+    if usable:
+        for step in steps:
+            _run(step, ctx.environ)
+        print("started; `hermit gateway status` shows it, `hermit logs -f` follows its log")
+        return 0
+    why = "as asked (--no-start)" if args.no_start else (
+        "systemd's user manager does not answer here" if kind == "systemd" else "launchd is started by you")
+    print(f"not started ({why}); to start it now and at every login run:")
+    for step in steps:
+        print("    " + " ".join(step))
+    if kind == "systemd":
+        print("  (to keep it running after you log out: loginctl enable-linger $USER)")
+    return 0
+
+
+def cmd_uninstall(ctx: CliContext, args: argparse.Namespace) -> int:
+    kind = _kind(args)
+    path = unit_path(ctx, kind, args.name)
+    if not path.exists():
+        raise ConfigError(f"no service file at {path}", "nothing to uninstall (see `hermit gateway install`)")
+    if kind == "systemd" and systemd_usable(ctx.environ):
+        _run(["systemctl", "--user", "disable", "--now", f"{args.name}.service"], ctx.environ)
+        path.unlink()
+        _run(["systemctl", "--user", "daemon-reload"], ctx.environ)
+    else:
+        path.unlink()
+        stop = (["launchctl", "bootout", f"gui/{os.getuid()}", str(path)] if kind == "launchd" else
+                ["systemctl", "--user", "disable", "--now", f"{args.name}.service"])
+        print(f"if it is running, stop it with: {' '.join(stop)}")
+    print(f"removed {path}")
+    return 0

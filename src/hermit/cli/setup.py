@@ -1,0 +1,395 @@
+"""`hermit setup`: choose a language model and add a chat channel account without editing YAML.
+
+Interactive on a terminal (it asks only what its flags did not say), fully scriptable with flags
+otherwise. The model choices: a local Ollama (offered when one answers at --ollama-url), Anthropic,
+OpenAI, any OpenAI-compatible server, or the built-in fake provider (canned replies, for trying Hermit
+without a model). The choice is checked with one tiny request before anything is written. Keys and
+bot tokens go into the owner-only env file `<state>/hermit.env` (config/envfile.py), never into
+hermit.yaml, which names the variables. The config is edited in place keeping comments
+(config/edit.py), validated before it is replaced, and only the parts chosen change: re-running setup
+for a channel leaves the model alone and the other way round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hermit.cli.context import CliContext
+from hermit.errors import ConfigError
+
+KINDS = ("ollama", "anthropic", "openai", "openai-compatible", "fake")
+CHANNELS = ("telegram", "discord", "slack", "whatsapp")
+DM_POLICIES = ("pairing", "allowlist", "open", "disabled")
+OLLAMA_URL = "http://127.0.0.1:11434"
+FAKE_URL = "http://127.0.0.1:8765/v1"
+FAKE_SCRIPT = "fake-provider.json"
+DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4.1", "ollama": "llama3.1", "fake": "test-model"}
+KEY_VARS = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+PROBE_SECONDS = 1.5  # how long a local server may take to answer the probe
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("setup", help="choose a language model and add a chat channel (interactive, or by flags)")
+    p.add_argument("--provider", choices=KINDS, help="the model provider to use (skip to leave the model as it is)")
+    p.add_argument("--model", help="model id, e.g. claude-sonnet-4-5, gpt-4.1, llama3.1")
+    p.add_argument("--name", help="the provider's name in the config (default: the provider kind; 'custom' "
+                                  "for openai-compatible)")
+    p.add_argument("--base-url", help="the server's API base URL (openai-compatible, fake; or a proxy for "
+                                      "anthropic/openai)")
+    p.add_argument("--ollama-url", default=OLLAMA_URL, help=f"where a local Ollama answers (default {OLLAMA_URL})")
+    p.add_argument("--api-key", help="the provider's API key (stored in <state>/hermit.env; prefer "
+                                     "--api-key-stdin, which keeps it out of the shell history)")
+    p.add_argument("--api-key-stdin", action="store_true", help="read the API key from the first line of stdin")
+    p.add_argument("--key-var", help="the variable that holds the key (default: ANTHROPIC_API_KEY, "
+                                     "OPENAI_API_KEY or <NAME>_API_KEY)")
+    p.add_argument("--no-check", action="store_true", help="do not send the test request before saving")
+    p.add_argument("--channel", choices=CHANNELS, help="add or change a chat channel account")
+    p.add_argument("--account", default=None, help="the channel account id (default: 'default')")
+    p.add_argument("--token", help="the bot token (stored in <state>/hermit.env); Slack: the bot token")
+    p.add_argument("--token-stdin", action="store_true", help="read the bot token from the first line of stdin")
+    p.add_argument("--token-var", help="the variable that holds the token (default: the platform's, e.g. "
+                                       "TELEGRAM_BOT_TOKEN)")
+    p.add_argument("--secret", action="append", default=[], metavar="FIELD=VALUE",
+                   help="another secret of the account, e.g. app_token=xapp-… (Slack) or app_secret=… (WhatsApp)")
+    p.add_argument("--phone-number-id", help="WhatsApp: the Cloud API phone number id")
+    p.add_argument("--owner", action="append", default=[], metavar="ID",
+                   help="your own sender id on the channel (repeatable): your DMs reach your main session")
+    p.add_argument("--dm-policy", choices=DM_POLICIES, help="what strangers' DMs get (default: pairing)")
+    p.add_argument("--non-interactive", action="store_true", help="never prompt, even on a terminal")
+    p.set_defaults(func=run)
+
+
+class Prompter:
+    """Questions on a terminal; without one, a missing answer is an error naming the flag to pass."""
+
+    def __init__(self, interactive: bool, ask: Callable[[str], str] = input,
+                 secret: Callable[[str], str] = getpass.getpass) -> None:
+        self.interactive = interactive
+        self._ask = ask
+        self._secret = secret
+
+    def need(self, flag: str, what: str) -> ConfigError:
+        return ConfigError(f"hermit setup needs {what}", f"pass {flag} (or run `hermit setup` on a terminal)")
+
+    def text(self, question: str, default: str | None, flag: str, what: str) -> str:
+        if not self.interactive:
+            if default is None:
+                raise self.need(flag, what)
+            return default
+        shown = f" [{default}]" if default else ""
+        while True:
+            answer = self._ask(f"{question}{shown}: ").strip()
+            if answer or default is not None:
+                return answer or (default or "")
+            print("  (an answer is needed)")
+
+    def secret(self, question: str) -> str:
+        return self._secret(f"{question}: ").strip()
+
+    def choose(self, question: str, options: list[tuple[str, str]], default: int = 1) -> str:
+        print(question)
+        for i, (_, label) in enumerate(options, start=1):
+            print(f"  {i}) {label}")
+        while True:
+            raw = self._ask(f"choice [{default}]: ").strip() or str(default)
+            if raw.isdigit() and 1 <= int(raw) <= len(options):
+                return options[int(raw) - 1][0]
+            keys = [k for k, _ in options]
+            if raw in keys:
+                return raw
+            print(f"  type a number from 1 to {len(options)}")
+
+    def yes(self, question: str, default: bool = False) -> bool:
+        if not self.interactive:
+            return default
+        answer = self._ask(f"{question} [{'Y/n' if default else 'y/N'}]: ").strip().lower()
+        return default if not answer else answer.startswith("y")
+
+
+@dataclass
+class Plan:
+    """What this run of setup changes: config keys, env file values, and what to print afterwards."""
+
+    updates: list[tuple[tuple[str, ...], Any]] = field(default_factory=list)
+    secrets: dict[str, str] = field(default_factory=dict)
+    model_ref: str | None = None
+    kind: str | None = None
+    notes: list[str] = field(default_factory=list)
+    channel: str | None = None
+
+
+def _get_json(url: str) -> Any:
+    import httpx
+
+    try:
+        r = httpx.get(url, timeout=PROBE_SECONDS)
+    except httpx.HTTPError:
+        return None
+    try:
+        return r.json()
+    except ValueError:
+        return {}
+
+
+def ollama_models(url: str) -> list[str] | None:
+    """The models of an Ollama (or any server) answering at `url`, [] when it answers without a list,
+    None when nothing answers."""
+    tags = _get_json(url.rstrip("/") + "/api/tags")
+    if tags is None:
+        return None
+    names = [m.get("name", "") for m in tags.get("models", [])] if isinstance(tags, dict) else []
+    if not names:
+        listed = _get_json(url.rstrip("/") + "/v1/models")
+        data = listed.get("data", []) if isinstance(listed, dict) else []
+        names = [m.get("id", "") for m in data if isinstance(m, dict)]
+    return [n.removesuffix(":latest") for n in names if n]
+
+
+def _env_var_name(name: str) -> str:
+    return re.sub(r"[^A-Z0-9_]", "_", name.upper()) + "_API_KEY"
+
+
+def _read_stdin_line(what: str) -> str:
+    line = sys.stdin.readline().strip()
+    if not line:
+        raise ConfigError(f"no {what} on stdin", f"pipe it in: printf '%s\\n' \"$KEY\" | hermit setup … "
+                          f"--{'api-key' if what == 'API key' else 'token'}-stdin")
+    return line
+
+
+def _current_model(ctx: CliContext) -> str | None:
+    from hermit.cli.assistant import NoModelConfigured, choose_model_ref
+
+    try:
+        return choose_model_ref(ctx.agent(), ctx.config(), ctx.environ)
+    except NoModelConfigured:
+        return None
+
+
+def plan_model(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Plan) -> None:
+    kind = args.provider
+    if kind is None:
+        if not ui.interactive:
+            return
+        found = ollama_models(args.ollama_url)
+        options: list[tuple[str, str]] = []
+        if found is not None:
+            listing = f": {', '.join(found[:4])}" if found else ""
+            options.append(("ollama", f"Ollama on this machine (answering at {args.ollama_url}{listing})"))
+        options += [("anthropic", "Anthropic (Claude) — needs an API key"),
+                    ("openai", "OpenAI — needs an API key"),
+                    ("openai-compatible", "another OpenAI-compatible server (LM Studio, vLLM, llama.cpp, OpenRouter…)"),
+                    ("fake", "the built-in fake provider: canned replies, to try Hermit without a model")]
+        current = _current_model(ctx)
+        options.append(("keep", f"keep the current model ({current})" if current else "no model for now"))
+        kind = ui.choose("Which language model should Hermit talk to?", options)
+        if kind == "keep":
+            return
+    name = args.name or {"openai-compatible": "custom"}.get(kind, kind)
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        raise ConfigError(f"provider name {name!r} may only have letters, digits, '-' and '_'", "e.g. --name local")
+    base_url = args.base_url
+    listed: list[str] = []
+    if kind == "ollama":
+        base_url = base_url or args.ollama_url.rstrip("/") + "/v1"
+        listed = ollama_models(base_url.removesuffix("/v1")) or []
+    elif kind == "openai-compatible" and not base_url:
+        base_url = ui.text("The server's API base URL (ending in /v1 for most servers)", None, "--base-url",
+                           "the server's base URL")
+    elif kind == "fake":
+        base_url = base_url or FAKE_URL
+    model = args.model or ui.text("Model", listed[0] if listed else DEFAULT_MODELS.get(kind), "--model", "a model id")
+    ptype = kind if kind in ("anthropic", "openai") else "openai-compatible"
+    prefix = ("models", "providers", name)
+    plan.updates += [((*prefix, "type"), ptype)]
+    from hermit.config.edit import DELETE
+
+    plan.updates.append(((*prefix, "base_url"), base_url or DELETE))
+    _plan_key(ctx, args, ui, plan, kind, name, prefix)
+    plan.model_ref, plan.kind = f"{name}/{model}", kind
+    plan.updates.append((("agents", "defaults", "model"), plan.model_ref))
+    if kind == "fake":
+        script = ctx.home / FAKE_SCRIPT
+        plan.notes.append(f"the fake provider answers with canned replies; start it in another terminal with:\n"
+                          f"    {sys.executable} -m hermit.testing.fake_provider --port "
+                          f"{_port(base_url or FAKE_URL)} --script {script}\n"
+                          f"  (edit {script.name} to script other replies; README: 'Without a real model')")
+
+
+def _port(url: str) -> int:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).port or 80
+
+
+def _plan_key(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Plan, kind: str, name: str,
+              prefix: tuple[str, ...]) -> None:
+    from hermit.config.edit import DELETE
+
+    if kind in ("ollama", "fake") and not (args.api_key or args.api_key_stdin or args.key_var):
+        plan.updates.append(((*prefix, "api_key_env"), DELETE))
+        plan.updates.append(((*prefix, "api_key"), DELETE))
+        return
+    var = args.key_var or KEY_VARS.get(kind) or _env_var_name(name)
+    key = args.api_key or (_read_stdin_line("API key") if args.api_key_stdin else None)
+    have = ctx.environ.get(var)
+    if key is None and ui.interactive:
+        if have:
+            key = ui.secret(f"{var} is already set; press Enter to keep it, or paste a new key") or None
+        else:
+            optional = kind == "openai-compatible"
+            key = ui.secret(f"API key for {name}{' (Enter if the server needs none)' if optional else ''}") or None
+    if key is None and not have and kind in ("anthropic", "openai"):
+        raise ui.need("--api-key-stdin (or --api-key)", f"an API key for {name} (or {var} in the environment)")
+    plan.updates.append(((*prefix, "api_key"), DELETE))  # a plaintext key would win over the variable
+    if key is None and not have:
+        plan.updates.append(((*prefix, "api_key_env"), DELETE))  # a server that needs no key
+        return
+    plan.updates.append(((*prefix, "api_key_env"), var))
+    if key is not None:
+        plan.secrets[var] = key
+
+
+def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Plan) -> None:
+    from hermit.channels.platforms import secrets as channel_secrets
+    from hermit.config.edit import DELETE
+    from hermit.config.schema import ChannelsConfig
+
+    channel = args.channel
+    if channel is None:
+        if not ui.interactive or not ui.yes("Add a chat channel account (Telegram, Discord, Slack, WhatsApp)?"):
+            return
+        channel = ui.choose("Which chat platform?", [(c, c.capitalize()) for c in CHANNELS])
+    account = args.account or ui.text("Account id (a name for this bot)", "default", "--account", "an account id")
+    existing = getattr(ctx.config().config.channels, channel).accounts.get(account)
+    cfg = existing or getattr(ChannelsConfig.model_validate({channel: {"accounts": {account: {}}}}),
+                              channel).accounts[account]
+    prefix = ("channels", channel, "accounts", account)
+    given = dict(s.split("=", 1) for s in args.secret if "=" in s)
+    bad = [s for s in args.secret if "=" not in s]
+    if bad:
+        raise ConfigError(f"--secret {bad[0]!r} is not FIELD=VALUE", "e.g. --secret app_token=xapp-…")
+    wanted = channel_secrets(channel, cfg)
+    unknown = set(given) - {s.field for s in wanted}
+    if unknown:
+        raise ConfigError(f"{channel} accounts have no secret {sorted(unknown)[0]!r}",
+                          f"{channel} needs: {', '.join(s.field for s in wanted)}")
+    for i, s in enumerate(wanted):
+        var = (args.token_var if i == 0 and args.token_var else s.env_name)
+        value = given.get(s.field)
+        if i == 0 and value is None:
+            value = args.token or (_read_stdin_line("token") if args.token_stdin else None)
+        if value is None and ui.interactive:
+            keep = " (Enter keeps it)" if ctx.environ.get(var) else ""
+            value = ui.secret(f"{channel} {s.field.replace('_', ' ')}, stored as {var}{keep}") or None
+        if value is None and not ctx.environ.get(var):
+            plan.notes.append(f"{var} is not set yet: add it with `hermit setup --channel {channel} --account "
+                              f"{account} --token-stdin`, or export it before starting the gateway")
+        if value is not None:
+            plan.secrets[var] = value
+        plan.updates.append(((*prefix, f"{s.field}_env"), var))
+        plan.updates.append(((*prefix, s.field), DELETE))  # a plaintext secret would win over the variable
+    if channel == "whatsapp":
+        pid = args.phone_number_id or (cfg.phone_number_id if existing else None) or \
+            ui.text("WhatsApp phone number id (Meta app → WhatsApp → API setup)", None, "--phone-number-id",
+                    "the WhatsApp phone number id")
+        plan.updates.append(((*prefix, "phone_number_id"), pid))
+    owners = list(args.owner)
+    if not owners and ui.interactive:
+        hint = {"telegram": "your numeric user id (ask @userinfobot)", "discord": "your user id (Developer Mode → "
+                "Copy User ID)", "slack": "your member id (U…)", "whatsapp": "your phone number"}[channel]
+        now = ", ".join(existing.owners) if existing and existing.owners else ""
+        answer = ui.text(f"Your own sender id on {channel}: {hint}; Enter to skip", now, "--owner", "an owner id")
+        owners = [o.strip() for o in answer.split(",") if o.strip()]
+    if owners:
+        plan.updates.append(((*prefix, "owners"), owners))
+    policy = args.dm_policy
+    if policy is None and ui.interactive:
+        policy = ui.choose("What do strangers who DM the bot get?", [
+            ("pairing", "a pairing code you approve with `hermit pairing approve` (recommended)"),
+            ("allowlist", "nothing, unless listed under allow_from"),
+            ("open", "a session of their own (sandboxed, no access to your notes)"),
+            ("disabled", "nothing: DMs are off")])
+    if policy is not None or existing is None:
+        plan.updates.append(((*prefix, "dm_policy"), policy or "pairing"))
+    plan.channel = f"{channel}/{account}"
+
+
+def _write_fake_script(home: Path) -> Path:
+    from hermit.workspace import write_new
+
+    path = home / FAKE_SCRIPT
+    write_new(path, json.dumps([{"text": "Hello from Hermit's fake provider: this reply is canned, not from a "
+                                         "model. Edit fake-provider.json to script replies and tool calls.",
+                                 "repeat": True}], indent=2) + "\n")
+    return path
+
+
+def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    from hermit.cli.init import run as init_run
+    from hermit.cli.models import describe_probe, probe_model
+    from hermit.cli.preflight import check_environment
+    from hermit.config.edit import set_values
+    from hermit.config.envfile import env_file_path, set_env_values
+    from hermit.config.load import build_config, parse_config_text
+    from hermit.durable import write_atomic
+
+    interactive = not args.non_interactive and sys.stdin.isatty() and sys.stdout.isatty()
+    if not interactive and not args.provider and not args.channel:
+        raise ConfigError("nothing to set up: no terminal to ask on and no --provider or --channel given",
+                          "e.g. hermit setup --provider anthropic --api-key-stdin, or --provider ollama")
+    check_environment(ctx)
+    if ctx.paths.config_file() is None:
+        init_run(ctx, args)  # a fresh state dir: config template and workspace first, as `hermit init`
+    ui = Prompter(interactive)
+    if interactive:
+        print(f"Hermit setup — state dir {ctx.home}. Enter keeps what [brackets] show; Ctrl-C stops "
+              "without saving anything.")
+    plan = Plan()
+    plan_model(ctx, args, ui, plan)
+    plan_channel(ctx, args, ui, plan)
+    if not plan.updates:
+        print("nothing changed")
+        return 0
+    path = ctx.paths.config_file() or ctx.home / "hermit.yaml"
+    is_yaml = path.suffix.lower() != ".json"
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    new_text = set_values(text, plan.updates, is_yaml=is_yaml, source=str(path))
+    data, where = parse_config_text(new_text, str(path), is_yaml)
+    loaded = build_config(data, ctx.paths, path, where)  # a bad owner id or URL is reported before saving
+    env = {**ctx.environ, **plan.secrets}
+    if plan.kind == "fake":
+        _write_fake_script(ctx.home)  # before the check: the fake server is started with it
+    if plan.model_ref and not args.no_check:
+        print(f"checking {plan.model_ref} with a tiny request…", flush=True)
+        result = probe_model(plan.model_ref, loaded.config.models, env)
+        if result.ok:
+            print(f"ok: {describe_probe(result)}")
+        else:
+            print(f"error: {describe_probe(result)}", file=sys.stderr)
+            if result.hint:
+                print(f"hint: {result.hint}", file=sys.stderr)
+            if not ui.yes("Save this choice anyway?"):
+                print("nothing was saved (use --no-check to save without the test request)", file=sys.stderr)
+                return 1
+    if plan.secrets:
+        set_env_values(env_file_path(ctx.home), plan.secrets)
+        print(f"stored {', '.join(sorted(plan.secrets))} in {env_file_path(ctx.home)} (owner-only)")
+    write_atomic(path, new_text)
+    print(f"updated {path}" + (f": model {plan.model_ref}" if plan.model_ref else "")
+          + (f"{';' if plan.model_ref else ':'} channel account {plan.channel}" if plan.channel else ""))
+    for note in plan.notes:
+        print(f"note: {note}")
+    nxt = ["hermit chat" if plan.model_ref else None,
+           "hermit gateway run   (or `hermit gateway install` to keep it running)" if plan.channel else None,
+           "hermit doctor"]
+    print("next: " + " · ".join(n for n in nxt if n))
+    return 0
