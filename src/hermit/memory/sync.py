@@ -14,8 +14,10 @@ never a half-built one.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -42,6 +44,10 @@ Progress = Callable[[int, int, str], None]  # (files scanned, files total, curre
 # (chunks written, chunks to write): called with (0, total) once the changed files are chunked, before
 # the first embedding, then after every batch. Embedding dominates the time, so this is the one to watch.
 ChunkProgress = Callable[[int, int], None]
+# (files, chunks): a large sync stored these keyword-only first; keyword search answers for them now,
+# and their vectors follow, newest notes first.
+Ready = Callable[[int, int], None]
+_DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
 
 
 def plural(n: int, word: str, words: str | None = None) -> str:
@@ -64,6 +70,7 @@ class SyncReport:
     rebuilt: bool = False
     first: bool = False  # the index held no files before this sync (a new workspace or index)
     skipped: bool = False  # another process holds the writer lock
+    keyword_first: int = 0  # files stored keyword-only before their vectors (a large sync; see Ready)
     warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -105,6 +112,21 @@ def lines_wanted(cfg: MemorySearchConfig, embedder: Embedder | None) -> bool:
     if embedder is None or not cfg.store.vector_enabled or cfg.line_vectors is False:
         return False
     return cfg.line_vectors is True or embedder.info.provider == "local"
+
+
+def recency(p: Pending) -> float:
+    """How new a changed file is, for indexing newest first: MEMORY.md (curated, read every session)
+    before everything; a dated note (memory/2026-06-30.md, …-meeting.md) by the end of its day; any
+    other file by its modification time."""
+    if p.file.rel.lower() == "memory.md":
+        return float("inf")
+    m = _DATED.search(p.file.rel)
+    if m:
+        try:
+            return dt.datetime(int(m[1]), int(m[2]), int(m[3]), 23, 59, tzinfo=dt.UTC).timestamp()
+        except ValueError:
+            pass
+    return p.mtime_ns / 1e9
 
 
 class Pending(NamedTuple):
@@ -213,8 +235,12 @@ class Indexer:
                 self.lock.release()
 
     def sync(self, *, force: bool = False, blocking: bool = True, progress: Progress | None = None,
-             chunk_progress: ChunkProgress | None = None) -> SyncReport:
-        """Incremental sync; a full atomic rebuild when `force` or the index identity changed."""
+             chunk_progress: ChunkProgress | None = None, ready: Ready | None = None) -> SyncReport:
+        """Incremental sync; a full atomic rebuild when `force` or the index identity changed.
+
+        A first index (an index that never held a file or a vector) is built in place rather than
+        into a staging copy: there is no old index to protect, and searches can use each file as soon
+        as it is stored (keyword first, vectors newest first; see `_sync_into`)."""
         t0 = time.perf_counter()
         self._indexed = None
         try:
@@ -223,10 +249,14 @@ class Indexer:
                     return SyncReport(skipped=True)
                 self._clean_stale_locked()
                 first = not self.store.files()
-                if force or not self.identity_matches():
+                if (force or not self.identity_matches()) and not (first and not self.store.meta().get("dims")):
                     report = self._rebuild(progress, chunk_progress)
                 else:
-                    report = self._sync_into(self.store, progress, chunk_progress)
+                    fresh = force or not self.identity_matches()
+                    if fresh:
+                        self._set_identity(self.store)
+                    report = self._sync_into(self.store, progress, chunk_progress, ready)
+                    report.rebuilt = fresh  # built whole, for a new identity, only in place
                     self.store.optimize()
                 report.first = first and report.files_indexed > 0
         except (DatabaseError, OSError) as e:
@@ -250,12 +280,15 @@ class Indexer:
     def _clean_stale_locked(self) -> int:
         return self.store.clean_stale_rebuilds()  # the live index was never touched by a killed rebuild
 
+    def _set_identity(self, store: MemoryStore) -> None:
+        store.set_meta({"identity": json.dumps(wanted_identity(self.cfg, self.embedder, store.vector_kind())),
+                        "index_id": uuid.uuid4().hex, "created_at": str(int(self.clock()))})
+
     def _rebuild(self, progress: Progress | None, chunk_progress: ChunkProgress | None = None) -> SyncReport:
         live = self.store
         tmp = live.open_rebuild()
         try:
-            tmp.set_meta({"identity": json.dumps(wanted_identity(self.cfg, self.embedder, tmp.vector_kind())),
-                          "index_id": uuid.uuid4().hex, "created_at": str(int(self.clock()))})
+            self._set_identity(tmp)
             report = self._sync_into(tmp, progress, chunk_progress)
             report.rebuilt = True
         except BaseException:
@@ -265,7 +298,7 @@ class Indexer:
         return report
 
     def _sync_into(self, store: MemoryStore, progress: Progress | None,
-                   chunk_progress: ChunkProgress | None = None) -> SyncReport:
+                   chunk_progress: ChunkProgress | None = None, ready: Ready | None = None) -> SyncReport:
         report = SyncReport()
         files, warnings = self.sources()
         report.warnings.extend(warnings)
@@ -309,6 +342,19 @@ class Indexer:
             changed.append(Pending(f, file_hash, st.st_mtime_ns, st.st_size, chunks, messages, lines))
         # Chunk every changed file first, so the total is known before the slow part (embedding) starts.
         total = sum(len(p.chunks) for p in changed)
+        # Newest notes first: after years of daily logs, today's and this week's are what is asked about.
+        changed.sort(key=recency, reverse=True)
+        if self.embedder is not None and store is self.store and total > batch:
+            # A large sync into the live index stores every file keyword-only first (seconds, no model),
+            # so keyword search answers for all of it at once; vectors follow batch by batch. A kill
+            # leaves files marked as needing vectors, and the next sync embeds only those.
+            model = self.embedder.info.model
+            for p in changed:
+                store.replace_file(path=p.file.rel, source=p.file.source, file_hash=p.hash, mtime=p.mtime_ns,
+                                   size=p.size, chunks=p.chunks, vectors=None, model=model, messages=p.messages)
+            report.keyword_first = len(changed)
+            if ready:
+                ready(len(changed), total)
         done = 0
         if chunk_progress and total:
             chunk_progress(0, total)
