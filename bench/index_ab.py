@@ -104,6 +104,22 @@ def newest_phrase(ws: Path) -> tuple[str, str]:
     raise SystemExit(f"no line of {newest} is unique to it")
 
 
+def _locked(path: Path) -> bool:
+    """Whether another process holds the index's writer lock (an advisory lock on the .lock file)."""
+    import fcntl
+
+    try:
+        with open(path, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return False
+    except OSError:
+        return False
+
+
 def probe(src: Path, ws: Path, home: Path, seconds: float) -> dict[str, Any]:
     if home.exists():
         shutil.rmtree(home)
@@ -117,6 +133,11 @@ def probe(src: Path, ws: Path, home: Path, seconds: float) -> dict[str, Any]:
     t0 = time.perf_counter()
     searches: list[dict[str, Any]] = []
     try:
+        # The indexer must hold the writer lock before the first search, or that search's own sync
+        # (a cold CLI search syncs a dirty index when nobody else is) would do the whole first index.
+        lock = home / "memory" / "main.sqlite.lock"
+        while not _locked(lock) and index.poll() is None and time.perf_counter() - t0 < 30:
+            time.sleep(0.1)
         while time.perf_counter() - t0 < seconds:
             started = time.perf_counter() - t0
             out = subprocess.run([sys.executable, "-m", "hermit.cli.main", "--home", str(home), "memory", "search",

