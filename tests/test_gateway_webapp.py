@@ -131,8 +131,9 @@ def test_every_listed_session_opens_with_its_kind_and_only_safe_ones_can_be_cont
         assert hist["mode"] == listed[key]["mode"]
     assert "group" in web.ok("chat.history", sessionKey=GROUP)["why"]  # found without the agent id too
 
-    # A CLI session and the owner's own DM are continued from the page; the others are refused.
-    for key in ("test2", OWNER_DM):
+    # A CLI session, the owner's own DM and a web chat DM (a new one too) are continued from the page; the
+    # others are refused.
+    for key in ("test2", OWNER_DM, "agent:main:webchat:dm:tab9"):
         events = [f["payload"] for f in web.turn(f"more for {key}", sessionKey=key, agentId="main")
                   if f.get("type") == "event"]
         assert "".join(e["text"] for e in events if "text" in e and "turnId" in e) == f"echo: more for {key}"

@@ -53,9 +53,9 @@ class Console:
 
     def owner_dm(self, channel: str | None, account_id: str | None, peer_id: str) -> bool:
         """Whether a DM session's peer is one of the owners the config names (any account of the channel
-        when the key does not say which; any channel for a per-peer key)."""
-        for name, acc, _ in accounts(self.loaded.config.channels):
-            if (channel is None or name == channel) and (account_id is None or acc == account_id) \
-                    and self.access.is_owner(name, acc, peer_id):
-                return True
-        return False
+        when the key does not say which; any channel for a per-peer key). A web chat DM is the owner's."""
+        configured = list(accounts(self.loaded.config.channels))
+        if channel is None:
+            return any(self.access.is_owner(name, acc, peer_id) for name, acc, _ in configured)
+        accs = [account_id] if account_id else [acc for name, acc, _ in configured if name == channel] or ["default"]
+        return any(self.access.is_owner(channel, acc, peer_id) for acc in accs)

@@ -15,6 +15,7 @@
   const scrollDown = () => { messages.scrollTop = messages.scrollHeight; };
 
   function bubble(role, text, opts) {
+    for (const n of messages.querySelectorAll(".notice.placeholder")) n.remove();
     const body = el("div", { class: "body" });
     if (role === "assistant") body.appendChild(window.HermitMarkdown.render(text || ""));
     else body.textContent = text || "";
@@ -156,7 +157,7 @@
       for (const t of m.tools || []) toolLine(b, t.callId, t.name, t.status);
       if (failed) failure(b, "The reply failed: " + m.error);
     }
-    if (!res.messages.length) notice(readOnly ? "No messages yet." : "No messages yet — say hello.");
+    if (!res.messages.length) notice(readOnly ? "No messages yet." : "No messages yet — say hello.", "placeholder");
     highlightSession();
   }
 

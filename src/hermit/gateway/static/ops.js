@@ -132,7 +132,9 @@
 
   async function refresh() {
     if (!H.isConnected()) return;
-    await Promise.all([loadScheduler(), loadJobs(), loadChannels(), loadPairing(), loadLog()]);
+    // A job's run may have opened its session: the sidebar's list follows.
+    await Promise.all([loadScheduler(), loadJobs(), loadChannels(), loadPairing(), loadLog(),
+                       window.HermitChat.refreshSessions()]);
   }
 
   $("job-add").addEventListener("submit", addJob);
