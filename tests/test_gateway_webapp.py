@@ -173,6 +173,8 @@ def test_memory_search_get_and_browse_are_the_owners_view(gateway: tuple[Web, Ga
     assert window["text"] == "- Booked flights to Lisbon (seat 14C)." and "sha256" not in window
     private = web.ok("memory.search", query="oat milk")["results"][0]
     assert (private["path"], private["audience"]) == ("MEMORY.md", "owner")  # the owner sees MEMORY.md
+    ghost = web.call("memory.search", query="x", agentId="ghost")["error"]
+    assert "no agent 'ghost'" in ghost["message"] and ghost["hint"]
     refused = web.call("memory.get", path="../hermit.yaml")
     assert refused["error"]["code"] == "failed" and refused["error"]["hint"]
 

@@ -132,6 +132,12 @@
       messages.replaceChildren();
       notice("Could not open " + session.key + ": " + e.message, "error");
       H.banner(e.message, e.hint);
+      const hello = H.hello();
+      if (e.code === "bad_params" && hello && session.key !== hello.mainSession) {
+        session = { key: hello.mainSession, agentId: hello.defaultAgent };  // gone (an agent removed): back home
+        remember();
+        return loadHistory();
+      }
       return;
     }
     session = { key: res.sessionKey, agentId: res.agentId, mode: res.mode, why: res.why || "", kind: res.kind, label: res.label };

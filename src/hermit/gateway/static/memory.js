@@ -12,13 +12,23 @@
   let index = null;     // memory.files' answer
 
   const audienceLabel = (a) => AUDIENCE[a] || "chat " + a;
+  // Memory is per agent (no search crosses agents); with several, a picker says whose.
+  const picker = $("memory-agent");
+  const agent = () => picker.value || null;
+  H.onConnected((hello) => {
+    const current = picker.value || hello.defaultAgent;
+    picker.replaceChildren(...hello.agents.map((a) => el("option", { value: a, text: "agent " + a })));
+    picker.value = hello.agents.includes(current) ? current : hello.defaultAgent;
+    picker.hidden = hello.agents.length < 2;
+  });
+  picker.addEventListener("change", () => { results.replaceChildren(); viewer.replaceChildren(); file = null; loadFiles(); });
   function say(where, text, cls) { const n = $(where); n.textContent = text || ""; n.className = "say " + (cls || ""); }
 
   // ---- search ---------------------------------------------------------------------------------------
   async function search(query) {
     say("memory-search-note", "searching…");
     let res;
-    try { res = await H.call("memory.search", { query }); }
+    try { res = await H.call("memory.search", { query, agentId: agent() }); }
     catch (e) { say("memory-search-note", e.message, "bad"); return; }
     const notes = [];
     if (res.error) notes.push(res.error);
@@ -44,7 +54,7 @@
 
   // ---- files ------------------------------------------------------------------------------------------
   async function loadFiles() {
-    try { index = await H.call("memory.files", {}); } catch (e) { return; }
+    try { index = await H.call("memory.files", { agentId: agent() }); } catch (e) { return; }
     $("memory-date").max = index.today;
     const byKind = (k) => index.files.filter((f) => f.kind === k);
     const item = (f, label) => el("li", {
@@ -59,7 +69,7 @@
       ...(daily.length ? daily.map((f) => item(f, f.date + (f.date === index.today ? " (today)" : "") + (f.path !== "memory/" + f.date + ".md" ? " · " + f.path.slice(7) : ""))) : [el("li", { class: "empty", text: "no daily logs yet" })]),
       ...(other.length ? [el("li", { class: "group", text: "Other memory files" }), ...other.map((f) => item(f))] : []));
     try {
-      const st = await H.request("memory.status", {});
+      const st = await H.request("memory.status", { agentId: agent() });
       say("memory-index", "index: " + st.files + " files, " + st.chunks + " chunks · " + (st.provider === "none" ? "keyword search (no embeddings)" : st.provider + "/" + st.model) + (st.dirty ? " · updating" : ""));
     } catch (e) { say("memory-index", ""); }
   }
@@ -71,7 +81,7 @@
     $("memory-path").textContent = path;
     say("memory-file-note", "loading…");
     let res;
-    try { res = await H.call("memory.get", { path }); }
+    try { res = await H.call("memory.get", { path, agentId: agent() }); }
     catch (e) { say("memory-file-note", e.message + (e.hint ? " — " + e.hint : ""), "bad"); viewer.replaceChildren(); return; }
     file = { path: res.path, text: res.text, sha256: res.sha256, editable: res.editable };
     stopEditing();
@@ -105,7 +115,7 @@
     if (new Blob([content]).size > 200000) { say("memory-file-note", "MEMORY.md is over 200 KB: edit it on disk", "bad"); return; }
     say("memory-file-note", "saving…");
     let res;
-    try { res = await H.call("memory.write", { path: file.path, content, baseSha256: file.sha256 || null }); }
+    try { res = await H.call("memory.write", { path: file.path, content, baseSha256: file.sha256 || null, agentId: agent() }); }
     catch (e) { say("memory-file-note", e.message + (e.hint ? " — " + e.hint : ""), "bad"); return; }
     await openFile(file.path);
     say("memory-file-note", "Saved. " + (res.history ? "The previous version is kept in " + res.history : res.message), "ok");
@@ -119,7 +129,7 @@
     const priv = $("memory-append-private").checked;
     say("memory-append-note", "appending…");
     let res;
-    try { res = await H.call("memory.append", { text, private: priv }); }
+    try { res = await H.call("memory.append", { text, private: priv, agentId: agent() }); }
     catch (err) { say("memory-append-note", err.message, "bad"); return; }
     $("memory-append-text").value = "";
     const done = "Added to " + res.path + " (lines " + res.startLine + "–" + res.endLine + ", " + audienceLabel(res.audience) + ")";

@@ -85,7 +85,8 @@
     const kind = $("job-kind").value, value = $("job-when").value.trim();
     const schedule = kind === "cron" ? { kind, expr: value }
       : kind === "every" ? { kind, every_ms: Math.round(parseFloat(value) * 60000) } : { kind, at: value };
-    const job = { name: $("job-name").value.trim(), message: $("job-message").value.trim(), schedule };
+    const job = { name: $("job-name").value.trim(), message: $("job-message").value.trim(), schedule,
+                  agent_id: (H.hello() || {}).defaultAgent || "main" };
     const res = await act("cron.add", { job }, "job-add-note", (r) => "added " + r.job.id + (r.next_runs.length ? " · first run " + stamp(r.next_runs[0]) : ""));
     if (res) $("job-add").reset();
   }
