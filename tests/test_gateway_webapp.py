@@ -257,7 +257,10 @@ def test_cron_channels_pairing_logs_and_status_over_the_socket(gateway: tuple[We
     assert [c["channel"] for c in web.ok("channels.status")["channels"]] == ["webchat"]
     assert web.ok("gateway.status")["agents"] == ["main"]
     assert web.ok("logs.tail")["entries"] == []
-    (home / "logs").mkdir()
+    (home / "logs" / "gateway.log").mkdir(parents=True)  # not a file: an error for this request only
+    broken = web.call("logs.tail")["error"]
+    assert broken["code"] == "failed" and "gateway.log" in broken["message"]
+    (home / "logs" / "gateway.log").rmdir()
     (home / "logs" / "gateway.log").write_text(
         "2026-01-20 14:00:00,001 INFO hermit.gateway: gateway listening\n"
         "2026-01-20 14:00:01,002 ERROR hermit.gateway: turn t1 failed\nTraceback (most recent call last):\n"

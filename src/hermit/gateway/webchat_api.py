@@ -213,6 +213,14 @@ class WebchatApi:
         except HermitError as e:
             log.warning("web chat %s failed: %s", req.method, e.message)
             await sock.send_raw(res_error(req.id, "failed", e.message, e.hint))
+        except OSError as e:  # a file the console reads or writes (a log, a job file) is not what it should be
+            log.warning("web chat %s failed: %s", req.method, e)
+            await sock.send_raw(res_error(req.id, "failed", f"{req.method}: {e.strerror or e}: {e.filename or ''}",
+                                          "check that file and the disk; the gateway log has the details"))
+        except Exception:  # noqa: BLE001 - supervision boundary: one request's failure must not end the owner's socket
+            log.exception("web chat %s failed", req.method)
+            await sock.send_raw(res_error(req.id, "internal", f"{req.method} failed unexpectedly",
+                                          "see the gateway log (`hermit logs`)"))
 
     async def _submit(self, sock: _Socket, client_id: str, request_id: str, text: str, session_key: str) -> None:
         outcome = await self.channel.submit(client_id, text, request_id, session_key)

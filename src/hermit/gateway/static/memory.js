@@ -77,6 +77,9 @@
   const size = (n) => n < 1024 ? n + " B" : n < 1048576 ? (n / 1024).toFixed(1) + " KB" : (n / 1048576).toFixed(1) + " MB";
 
   async function openFile(path, start, end) {
+    const unsaved = document.body.classList.contains("editing") && file && $("memory-editor").value !== file.text;
+    if (unsaved && !confirm("Discard your changes to " + file.path + "?")) return;
+    stopEditing();
     document.body.classList.add("file-open");
     $("memory-path").textContent = path;
     say("memory-file-note", "loading…");
@@ -84,7 +87,6 @@
     try { res = await H.call("memory.get", { path, agentId: agent() }); }
     catch (e) { say("memory-file-note", e.message + (e.hint ? " — " + e.hint : ""), "bad"); viewer.replaceChildren(); return; }
     file = { path: res.path, text: res.text, sha256: res.sha256, editable: res.editable };
-    stopEditing();
     $("memory-edit").hidden = !res.editable;
     $("memory-file-audience").hidden = !res.audience;
     $("memory-file-audience").textContent = res.audience ? audienceLabel(res.audience) : "";
@@ -117,6 +119,7 @@
     let res;
     try { res = await H.call("memory.write", { path: file.path, content, baseSha256: file.sha256 || null, agentId: agent() }); }
     catch (e) { say("memory-file-note", e.message + (e.hint ? " — " + e.hint : ""), "bad"); return; }
+    stopEditing();
     await openFile(file.path);
     say("memory-file-note", "Saved. " + (res.history ? "The previous version is kept in " + res.history : res.message), "ok");
     loadFiles();
@@ -151,7 +154,12 @@
   $("memory-edit").addEventListener("click", startEditing);
   $("memory-cancel").addEventListener("click", stopEditing);
   $("memory-save").addEventListener("click", save);
-  $("memory-back").addEventListener("click", () => { document.body.classList.remove("file-open"); stopEditing(); });
+  $("memory-back").addEventListener("click", () => {
+    if (document.body.classList.contains("editing") && $("memory-editor").value !== file.text
+        && !confirm("Discard your changes to " + file.path + "?")) return;
+    document.body.classList.remove("file-open");
+    stopEditing();
+  });
   $("memory-append").addEventListener("submit", append);
   $("memory-date").addEventListener("change", openDate);
   $("memory-editor").addEventListener("keydown", (e) => { if (e.key === "s" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); save(); } });
