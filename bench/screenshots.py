@@ -40,7 +40,9 @@ STEPS = [
 
 def shoot(browser: Any, url: str, out: Path, width: int, height: int) -> None:
     narrow = width < 700
-    context = browser.new_context(viewport={"width": width, "height": height}, is_mobile=narrow, has_touch=narrow)
+    # Reduced motion: the phone drawer snaps shut instead of being caught halfway by a screenshot.
+    context = browser.new_context(viewport={"width": width, "height": height}, is_mobile=narrow, has_touch=narrow,
+                                  reduced_motion="reduce")
     page = context.new_page()
     page.goto(url)
     page.wait_for_selector("#status.ok", timeout=30_000)
