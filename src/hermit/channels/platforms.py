@@ -24,7 +24,7 @@ class Secret:
 
 PLATFORMS = ("telegram", "discord", "slack", "whatsapp")
 # Platform -> (module its adapter needs, the extra that installs it).
-EXTRAS = {"discord": ("discord", "hermit[discord]")}
+EXTRAS = {"discord": ("discord", "hermit-assistant[discord]")}
 _SECRETS = {"telegram": ("token",), "discord": ("token",), "whatsapp": ("access_token", "app_secret", "verify_token")}
 
 

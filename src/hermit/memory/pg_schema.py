@@ -87,7 +87,7 @@ def connect(dsn: str, *, timeout_s: int = 10, dsn_env: str = "the DSN") -> PgCon
         import psycopg
     except ImportError:
         raise StoreError("the postgres memory store needs psycopg",
-                         "pip install 'hermit[postgres]' (psycopg 3 and pgvector)") from None
+                         "pip install 'hermit-assistant[postgres]' (psycopg 3 and pgvector)") from None
     where = mask_dsn(dsn)
     try:
         # prepare_threshold=None: no server-side prepared statements, so a rebuild that swaps the
@@ -105,7 +105,7 @@ def connect(dsn: str, *, timeout_s: int = 10, dsn_env: str = "the DSN") -> PgCon
     except ImportError:
         conn.close()
         raise StoreError("the postgres memory store needs the pgvector package",
-                         "pip install 'hermit[postgres]'") from None
+                         "pip install 'hermit-assistant[postgres]'") from None
     except BaseException:
         conn.close()
         raise

