@@ -108,7 +108,9 @@ def last_user_text(request: ModelRequest) -> str:
 
 
 CHROMIUM = "/usr/lib/chromium/chromium"
-
+# Flags that work headless as root on a shared machine (MACHINE.md); no network the tests did not ask for.
+CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 

@@ -1,4 +1,4 @@
-"""The README's routing example, loaded as written: Telegram and WhatsApp reach the personal agent, Slack the
+"""The routing example of docs/channels.md, loaded as written: Telegram and WhatsApp reach the personal agent, Slack the
 work agent, through the real adapters (against fake platforms), the real access control and the real router."""
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from hermit.channels.platforms import accounts, platform
 from hermit.channels.webhook import asgi_app
 from hermit.config import StatePaths, load_config
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "channels.md"
 ENV = {"TELEGRAM_BOT_TOKEN": "123:TEST", "WHATSAPP_ACCESS_TOKEN": "EAAG-test", "WHATSAPP_APP_SECRET": "app-secret",
        "WHATSAPP_VERIFY_TOKEN": "v", "SLACK_BOT_TOKEN": "xoxb-test", "SLACK_APP_TOKEN": "xapp-test"}
 
 
 def readme_example() -> str:
     text = README.read_text(encoding="utf-8")
-    m = re.search(r"```yaml\n# README routing example[^\n]*\n(.*?)```", text, re.S)
-    assert m, "the routing example is missing from README.md"
+    m = re.search(r"```yaml\n# routing example[^\n]*\n(.*?)```", text, re.S)
+    assert m, "the routing example is missing from docs/channels.md"
     return m.group(1)
 
 

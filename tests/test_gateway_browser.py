@@ -1,29 +1,39 @@
-"""The web chat in a real browser: headless Chromium (Debian's) driven by Playwright against
-`hermit gateway run` with the fake provider. Saves docs/webchat.png for the README."""
+"""The web app in a real browser: Debian's headless Chromium driven by Playwright against `hermit gateway run`
+with the fake provider, at a phone's size (390×844) and a desktop's (1280×800).
+
+One gateway and one browser serve the whole module (each test gets a fresh browser context). Each size
+walks the flows of issue 23: a streamed reply, a second session from the list, a read-only group session,
+a failed turn (shown live and after a reload), a memory search opened at the lines found (the CJK demo
+note rendered with a CJK font), MEMORY.md edited and checked on disk, a note appended to today's log, a
+cron job run now with its run in the log, a pairing request approved. The last test restarts the
+gateway under the page (reconnect) and checks that markup in replies and notes stays text. Nothing here
+writes to the work tree: the README's screenshots come from `python bench/screenshots.py`.
+"""
 
 from __future__ import annotations
 
+import json
+import shutil
 import socket
+import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
-from gatewayhelpers import GatewayProcess, need_chromium, write_config
+from ciguard import need
+from gatewayhelpers import CHROMIUM_FLAGS, GatewayProcess, need_chromium
+from hermit.channels.pairing import PairingStore
 from hermit.testing import FakeProvider
+from webapphelpers import CLI_KEY, GROUP_KEY, JOB_ID, JOB_STEP, build_demo_home, chat_steps
 
-FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "webchat.png"
+SIZES = [(390, 844), (1280, 800)]
 XSS = 'Try this: <img src=x onerror="window.__pwned=1"> and <script>window.__pwned=2</script>'
-
-SCRIPT = [
-    {"tool_calls": [{"name": "memory_search", "arguments": {"query": "coffee order"}}]},
-    {"text": "You take an **oat milk flat white**, no sugar — it's in `MEMORY.md`.\n\n"
-             "- size: medium\n- shop: the corner café"},
-    {"text": XSS},
-]
+T = 30_000  # ms: generous for a busy 2-core machine
 
 
 def free_port() -> int:
@@ -32,82 +42,266 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
+@dataclass
+class Demo:
+    home: Path
+    gw: GatewayProcess
+    port: int
+    url: str
+
+
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     chromium = need_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        # Playwright gives every launch a fresh temporary profile (user-data-dir).
-        b = p.chromium.launch(executable_path=chromium, args=FLAGS, headless=True)
+        b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS, headless=True)
         try:
             yield b
         finally:
             b.close()
 
 
-def test_web_chat_in_a_real_browser(tmp_path: Path, browser: Any) -> None:
-    home = tmp_path / "home"
-    (home / "workspace" / "memory").mkdir(parents=True)
-    (home / "workspace" / "MEMORY.md").write_text("# Preferences\n- Coffee: oat milk flat white, medium, no sugar.\n",
-                                                  encoding="utf-8")
-    with FakeProvider(SCRIPT) as fake:
-        write_config(home, fake.openai_base_url)
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    home = tmp_path_factory.mktemp("webapp") / "home"
+    steps = [s for w, _ in SIZES for s in chat_steps(str(w))]
+    steps += [{"match": {"contains": "show-html"}, "text": XSS}, JOB_STEP]
+    with FakeProvider(steps) as fake:
+        build_demo_home(home, fake.openai_base_url)
+        (home / "workspace" / "memory" / "2026-11-25.md").write_text(
+            '# 2026-11-25\n\n- pasted snippet: <img src=x onerror="window.__pwned=3"> <b>bold?</b>\n', encoding="utf-8")
         port = free_port()
         gw = GatewayProcess(home, "--port", str(port))
+        demo = Demo(home, gw, port, gw.wait_ready())
         try:
-            url = gw.wait_ready()
-            context = browser.new_context(viewport={"width": 1100, "height": 720})
-            page = context.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(url)
-            page.wait_for_selector("#status.ok", timeout=20_000)
-            assert "token=" not in page.url  # taken out of the address bar once read
-
-            page.fill("#input", "How do I take my coffee?")
-            page.press("#input", "Enter")
-            reply = page.locator(".msg.assistant[data-done='done']").first
-            reply.wait_for(timeout=30_000)
-            assert "oat milk flat white" in reply.inner_text()
-            assert reply.locator("strong").inner_text() == "oat milk flat white"  # Markdown rendered
-            tool = page.locator(".tool[data-name='memory_search']")
-            assert tool.get_attribute("data-status") == "done" and "memory_search" in tool.inner_text()
-            page.wait_for_selector("#sessions li.active", timeout=10_000)
-
-            page.reload()  # history comes back from the transcript
-            page.wait_for_selector("#status.ok", timeout=20_000)
-            page.wait_for_selector(".msg.assistant >> text=oat milk flat white", timeout=20_000)
-            assert page.locator(".msg.user").first.inner_text() == "How do I take my coffee?"
-            assert page.locator(".tool[data-name='memory_search'][data-status='done']").count() == 1
-
-            page.fill("#input", "Show me some HTML")
-            page.press("#input", "Enter")
-            last = page.locator(".msg.assistant[data-done='done']")  # after the reload, only this live turn
-            last.wait_for(timeout=30_000)
-            text = last.inner_text()
-            assert '<img src=x onerror="window.__pwned=1">' in text and "<script>" in text  # shown as text
-            assert page.locator("#messages img, #messages script").count() == 0
-            assert page.evaluate("window.__pwned") is None
-            assert errors == []
-            page.screenshot(path=str(SCREENSHOT))
-
-            # A dropped connection: the page reconnects by itself and reloads the history.
-            gw.stop()
-            page.wait_for_selector("#status.warn", timeout=20_000)
-            gw = GatewayProcess(home, "--port", str(port))
-            gw.wait_ready()
-            page.wait_for_selector("#status.ok", timeout=30_000)
-            page.wait_for_selector(".msg.assistant >> text=window.__pwned=1", timeout=20_000)
-            assert page.locator(".msg.user").count() == 2
-
-            wrong = context.new_page()
-            wrong.goto(url.split("?", 1)[0] + "?token=wrong-token")
-            wrong.wait_for_selector("#status.bad", timeout=20_000)
-            status = wrong.inner_text("#status")
-            assert "wrong" in status and "token" in status, status
-            assert wrong.locator(".msg").count() == 0
-            context.close()
+            yield demo
         finally:
-            gw.stop()
-    assert gw.proc.returncode == 0
+            demo.gw.stop()
+
+
+def open_page(browser: Any, demo: Demo, width: int, height: int) -> tuple[Any, Any, list[str], list[dict[str, Any]]]:
+    narrow = width < 700
+    context = browser.new_context(viewport={"width": width, "height": height}, is_mobile=narrow, has_touch=narrow)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+    frames: list[dict[str, Any]] = []
+
+    def on_socket(ws: Any) -> None:
+        ws.on("framereceived", lambda payload: frames.append(json.loads(payload)))
+
+    page.on("websocket", on_socket)
+    page.goto(demo.url)
+    page.wait_for_selector("#status.ok", timeout=T)
+    return context, page, errors, frames
+
+
+def nav(page: Any, narrow: bool, selector: str) -> None:
+    """Click something in the sidebar (behind the ☰ drawer on a phone)."""
+    if narrow:
+        page.click("#menu")
+        page.wait_for_selector("#sidebar", state="visible", timeout=T)
+    page.click(selector)
+    if narrow:
+        page.wait_for_selector("#sidebar", state="hidden", timeout=T)
+
+
+def check_layout(page: Any, width: int, narrow: bool) -> None:
+    assert page.evaluate("document.documentElement.scrollWidth") <= width  # no horizontal scrolling
+    assert page.evaluate("document.body.scrollWidth") <= width
+    box = page.locator("#input").bounding_box()
+    assert box["width"] >= 0.6 * width, box  # the message box takes the width
+    assert page.is_visible("#menu") == narrow and page.is_visible("#sidebar") == (not narrow)
+    small = page.evaluate("""() => [...document.querySelectorAll('button, [role=button], .tab, #sessions li')]
+        .filter((e) => e.offsetParent !== null).map((e) => [e.id || e.className || e.textContent, e.getBoundingClientRect().height])
+        .filter(([, h]) => h < 40)""")
+    assert small == [], small  # touch targets
+
+
+def has_cjk_font() -> bool:
+    fc = shutil.which("fc-list")
+    return fc is not None and "CJK" in subprocess.run([fc], capture_output=True, text=True, check=False).stdout
+
+
+def platform_fonts(page: Any, selector: str) -> list[dict[str, Any]]:
+    """The fonts Chromium really drew a node's text with (DevTools protocol)."""
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("DOM.enable")
+    cdp.send("CSS.enable")
+    root = cdp.send("DOM.getDocument", {"depth": -1})["root"]["nodeId"]
+    node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
+    assert node, selector
+    return list(cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"])
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+def test_the_web_app_at_phone_and_desktop_sizes(browser: Any, demo: Demo, width: int, height: int) -> None:
+    narrow = width < 700
+    tag = str(width)
+    context, page, errors, frames = open_page(browser, demo, width, height)
+    assert "token=" not in page.url  # taken out of the address bar once read
+    check_layout(page, width, narrow)
+
+    # A streamed reply with its memory_search line.
+    page.fill("#input", f"How do I take my coffee? coffee-{tag}")
+    page.press("#input", "Enter")
+    reply = page.locator(".msg.assistant[data-done='done']").last
+    reply.wait_for(timeout=T)
+    assert reply.locator("strong").inner_text() == "oat-milk flat white"
+    assert reply.locator(".tool[data-name='memory_search']").get_attribute("data-status") == "done"
+    assert sum(1 for f in frames if f.get("event") == "chat.delta") >= 3  # streamed, not one block
+    check_layout(page, width, narrow)
+
+    # The session list: a CLI session opens with its history and can be continued; a group is read-only.
+    page.wait_for_selector(f"#sessions li[data-key='{CLI_KEY}']", state="attached", timeout=T)
+    nav(page, narrow, f"#sessions li[data-key='{CLI_KEY}']")
+    page.wait_for_selector(".msg.user >> text=Draft the release notes outline", timeout=T)
+    assert page.inner_text("#session-title") == CLI_KEY and page.inner_text("#session-kind") == "CLI"
+    assert page.is_enabled("#input") and page.is_hidden("#readonly-note")
+    nav(page, narrow, f"#sessions li[data-key='{GROUP_KEY}']")
+    page.wait_for_selector("#readonly-note", state="visible", timeout=T)
+    assert "group" in page.inner_text("#readonly-note") and page.is_disabled("#input")
+    assert "Every second Thursday" in page.inner_text("#messages")
+    nav(page, narrow, "#sessions li[data-key='agent:main:main']")
+    page.wait_for_selector(f".msg.user >> text=coffee-{tag}", timeout=T)
+
+    # A failed turn (the provider answers 503) says so, and still does after a reload.
+    page.fill("#input", f"please fail {tag}")
+    page.press("#input", "Enter")
+    detail = page.locator(".msg.assistant.error .error-detail").last
+    detail.wait_for(timeout=T)
+    page.wait_for_function("() => /503/.test([...document.querySelectorAll('.error-detail')].pop().textContent)",
+                           timeout=T)
+    page.reload()
+    page.wait_for_selector("#status.ok", timeout=T)
+    page.wait_for_selector(f".msg.user >> text=please fail {tag}", timeout=T)
+    assert "upstream overloaded" in page.locator(".msg.assistant.error .error-detail").last.inner_text()
+
+    # Memory: search as the agent does, open the file at the lines found (the CJK note in a CJK font).
+    nav(page, narrow, ".tab[data-view='memory']")
+    page.fill("#memory-query", "钢琴课")
+    page.press("#memory-query", "Enter")
+    hit = page.locator(".result").first
+    hit.wait_for(timeout=T)
+    path, start, end = hit.get_attribute("data-path"), int(hit.get_attribute("data-start")), int(hit.get_attribute("data-end"))
+    assert path == "memory/2026-11-21.md" and hit.get_attribute("data-audience") == "shared"
+    assert f"{path}:{start}–{end}" in hit.inner_text() and float(hit.locator(".score").inner_text()) > 0
+    hit.click()
+    page.wait_for_selector("#memory-lines .line.hit", timeout=T)
+    assert page.inner_text("#memory-path") == path
+    assert page.locator("#memory-lines .line.hit").count() == end - start + 1
+    assert any("钢琴课" in t for t in page.locator("#memory-lines .line.hit .tx").all_inner_texts())
+    cjk = platform_fonts(page, "#memory-lines .line[data-line='8'] .tx")  # checked at the end
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+    # Edit MEMORY.md: the change is on disk and its previous version kept.
+    if narrow:
+        page.click("#memory-back")
+    page.click("#memory-files li[data-path='MEMORY.md']")
+    page.wait_for_selector("#memory-edit", state="visible", timeout=T)
+    page.click("#memory-edit")
+    editor = page.locator("#memory-editor")
+    editor.fill(editor.input_value() + f"- Favourite tea: sencha ({tag})\n")
+    page.click("#memory-save")
+    page.wait_for_selector("#memory-file-note.ok", timeout=T)
+    assert f"- Favourite tea: sencha ({tag})" in (demo.home / "workspace" / "MEMORY.md").read_text(encoding="utf-8")
+    assert list((demo.home / "agents" / "main" / "memory-history").glob("MEMORY-*.md"))
+    assert page.locator(f"#memory-lines .tx >> text=sencha ({tag})").count() == 1
+
+    # Append to today's log (the agent's timezone), then see it at its lines.
+    if narrow:
+        page.click("#memory-back")
+    page.fill("#memory-append-text", f"Water the plants ({tag})")
+    page.click("#memory-append button[type='submit']")
+    page.wait_for_selector(f"#memory-lines .line.hit >> text=Water the plants ({tag})", timeout=T)
+    assert "Added to memory/" in page.inner_text("#memory-file-note")
+    today = datetime.now(ZoneInfo("Europe/Paris")).date().isoformat()
+    log = demo.home / "workspace" / "memory" / f"{today}.md"
+    assert f"Water the plants ({tag})" in log.read_text(encoding="utf-8")
+
+    # An error from the gateway is shown in the page.
+    page.evaluate("window.HermitMemory.openFile('../hermit.yaml')")
+    page.wait_for_selector("#banner", state="visible", timeout=T)
+    assert "memory" in page.inner_text("#banner").lower()
+    page.click(".banner-close")
+
+    # Operations: run a cron job now and see its run; the heartbeat's next beat; approve a pairing request.
+    sender = f"555{tag}"
+    req = PairingStore(demo.home).request("telegram", "default", sender, f"Dana {tag}")
+    assert req is not None
+    nav(page, narrow, ".tab[data-view='ops']")
+    job = page.locator(f".job[data-job='{JOB_ID}']")
+    job.wait_for(timeout=T)
+    assert "next" in page.inner_text("#heartbeat [data-agent='main']")
+    runs_before = _runs(demo, JOB_ID)
+    job.locator(".run-now").click()
+    page.wait_for_function(f"() => document.querySelectorAll(\".job[data-job='{JOB_ID}'] .run[data-trigger='manual']\")"
+                           f".length > {runs_before}", timeout=T * 2)
+    assert job.locator(".run[data-trigger='manual']").first.get_attribute("data-status") == "ok"
+    assert "Morning brief" in job.locator(".run-reply").first.inner_text()
+    pair = page.locator(f".pair[data-code='{req.code}']")
+    pair.wait_for(timeout=T)
+    assert f"Dana {tag}" in pair.inner_text()
+    pair.locator(".approve").click()
+    page.wait_for_selector("#pairing-note.ok", timeout=T)
+    assert "contact" in page.inner_text("#pairing-note")
+    assert sender in {a.sender_id for a in PairingStore(demo.home).approved("telegram")}
+    page.wait_for_selector(f".contact[data-sender='{sender}']", timeout=T)
+    assert page.locator(".channel[data-channel='webchat'] .dot.on").count() == 1
+    page.wait_for_selector("#log .log-line", timeout=T)
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    assert errors == []
+    context.close()
+    # The demo's Chinese note was drawn with a CJK font (the page's font stack falls back to the system's).
+    need(has_cjk_font(), "a CJK font (apt-get install fonts-noto-cjk)")
+    assert any("CJK" in f["familyName"] and f["glyphCount"] > 0 for f in cjk), cjk
+
+
+def _runs(demo: Demo, job_id: str) -> int:
+    path = demo.home / "cron" / "runs" / f"{job_id}.jsonl"
+    if not path.exists():
+        return 0
+    return sum(1 for line in path.read_text(encoding="utf-8").splitlines()
+               if line.strip() and json.loads(line).get("trigger") == "manual")
+
+
+def test_html_stays_text_reconnect_and_a_wrong_token(browser: Any, demo: Demo) -> None:
+    context, page, errors, _ = open_page(browser, demo, 1100, 720)
+    page.fill("#input", "Show me some HTML, show-html")
+    page.press("#input", "Enter")
+    last = page.locator(".msg.assistant[data-done='done']").last
+    last.wait_for(timeout=T)
+    text = last.inner_text()
+    assert '<img src=x onerror="window.__pwned=1">' in text and "<script>" in text  # shown as text
+    page.click(".tab[data-view='memory']")
+    page.fill("#memory-query", "pasted snippet")
+    page.press("#memory-query", "Enter")
+    page.locator(".result").first.wait_for(timeout=T)
+    page.locator(".result").first.click()
+    page.wait_for_selector("#memory-lines .line.hit", timeout=T)
+    assert "<img src=x" in page.inner_text("#memory-lines") and "<b>bold?</b>" in page.inner_text("#memory-results")
+    assert page.locator("#messages img, #messages script, #memory-results img, #memory-lines img, b").count() == 0
+    assert page.evaluate("window.__pwned") is None
+    page.click(".tab[data-view='chat']")
+
+    # A dropped connection: the page reconnects by itself and reloads the history.
+    demo.gw.stop()
+    page.wait_for_selector("#status.warn", timeout=T)
+    demo.gw = GatewayProcess(demo.home, "--port", str(demo.port))
+    demo.gw.wait_ready()
+    page.wait_for_selector("#status.ok", timeout=T)
+    page.wait_for_selector(".msg.assistant >> text=window.__pwned=1", timeout=T)
+    assert [e for e in errors if "ERR_CONNECTION_REFUSED" not in e] == []  # the browser's own note while down
+
+    wrong = context.new_page()
+    wrong.goto(demo.url.split("?", 1)[0] + "?token=wrong-token")
+    wrong.wait_for_selector("#status.bad", timeout=T)
+    status = wrong.inner_text("#status")
+    assert "wrong" in status and "token" in status, status
+    assert wrong.locator(".msg").count() == 0
+    fav = wrong.request.get(demo.url.split("?", 1)[0] + "favicon.ico")
+    assert fav.status == 200 and fav.headers["content-type"] == "image/x-icon"
+    context.close()

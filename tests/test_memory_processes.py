@@ -7,6 +7,7 @@ the test acts at a chosen point of the index (after N files, during a rebuild) i
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -125,22 +126,31 @@ def test_killed_indexer_leaves_consistent_index_and_rerun_completes(tmp_path: Pa
     proc = _hermit(home, "memory", "index")
     conn, _ = connect(db)
 
-    def some_files_committed() -> bool:
-        (n,) = conn.execute("select count(*) from files").fetchone()
-        return bool(n >= 3)
+    def embedded_files() -> int:
+        (n,) = conn.execute("select count(*) from files where embedded").fetchone()
+        return int(n)
 
     try:
-        kill_stepped(srv, proc, some_files_committed)  # killed with some (not all) files committed
+        # Killed with some (not all) notes embedded: a large sync stores every note keyword-only first,
+        # then their vectors batch by batch.
+        kill_stepped(srv, proc, lambda: embedded_files() >= 3)
+        done = embedded_files()
     finally:
         conn.close()
+    assert 3 <= done < 11
     partial = _consistent(db, ws)
     assert partial > 0
-    rerun = _hermit(home, "memory", "index")
+    rerun = _hermit(home, "memory", "index", "--json")
     out, err = rerun.communicate(timeout=PROC_TIMEOUT)
     assert rerun.returncode == 0, err
-    assert "11 files" in out
-    full = _consistent(db, ws)
-    assert full > partial
+    report = json.loads(out)
+    assert report["files_indexed"] == 11 - done  # the notes still waiting for their vectors, and no others
+    conn, _ = connect(db)
+    try:
+        assert embedded_files() == 11
+    finally:
+        conn.close()
+    assert _consistent(db, ws) >= partial
 
 
 def test_killed_rebuild_keeps_the_live_index(tmp_path: Path, srv: FakeEmbeddingServer) -> None:

@@ -50,7 +50,7 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
         from hermit.channels.platforms import names
 
         print(f"no chat channel accounts configured (add one under channels.<{'|'.join(names())}>"
-              ".accounts.<id> in hermit.yaml; see the README)")
+              ".accounts.<id> in hermit.yaml; see docs/channels.md)")
         return 0
     for r in rows:
         flags = "" if r["enabled"] else " (disabled)"

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from hermit.cli.checks import check
@@ -38,6 +39,8 @@ def configure_gateway(g: argparse.ArgumentParser) -> None:
 
 def configure_dashboard(d: argparse.ArgumentParser) -> None:
     """The arguments and handler of `hermit dashboard` (its name and help are in the table of cli/commands.py)."""
+    d.add_argument("--no-open", action="store_true",
+                   help="only print the URL (a headless box, SSH: forward the port and open it elsewhere)")
     d.set_defaults(func=cmd_dashboard)
 
 
@@ -128,15 +131,42 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
     return 0
 
 
+def _can_open_browser(environ: Mapping[str, str]) -> bool:
+    """A browser can be shown here: not a Linux box without a display (where `webbrowser` would start a text
+    browser in this terminal), unless $BROWSER names one on purpose."""
+    if environ.get("BROWSER"):
+        return True
+    return not sys.platform.startswith("linux") or bool(environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"))
+
+
 def cmd_dashboard(ctx: CliContext, args: argparse.Namespace) -> int:
+    """The web app's URL with the token (the page takes the token out of the address bar once read), opened in
+    the default browser when the gateway runs and a browser can be shown here."""
+    import webbrowser
+
     token = check_token_file(token_path(ctx.home))
     info = read_lock_info(ctx.home)
-    if info and "port" in info:
-        print(f"http://{info['host']}:{info['port']}/?token={token}")
+    running = bool(info and "port" in info)
+    port = info["port"] if info and running else None
+    if info and running:
+        host = _client_host(str(info["host"]))
+        url = f"http://{f'[{host}]' if ':' in host else host}:{port}/?token={token}"
+    else:
+        cfg = ctx.config().config.gateway
+        url = f"http://{cfg.host}:{cfg.port}/?token={token}"
+    print(url, flush=True)
+    if not running:
+        print("(the gateway is not running: start it with `hermit gateway run`, then run `hermit dashboard` again)",
+              file=sys.stderr)
         return 0
-    cfg = ctx.config().config.gateway
-    print(f"http://{cfg.host}:{cfg.port}/?token={token}")
-    print("(the gateway is not running: start it with `hermit gateway run`)", file=sys.stderr)
+    if args.no_open:
+        return 0
+    if not _can_open_browser(ctx.environ):
+        print("(no display here: open the URL in a browser on this machine, or from another one through "
+              f"`ssh -L {port}:127.0.0.1:{port} <this host>`)", file=sys.stderr)
+        return 0
+    if not webbrowser.open(url):
+        print("(could not start a browser: open the URL above yourself)", file=sys.stderr)
     return 0
 
 

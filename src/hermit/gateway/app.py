@@ -1,5 +1,8 @@
-"""The gateway's ASGI app (Starlette): the web chat page and its WebSocket, the token-protected status,
-and the webhook routes channels contribute under /hooks/<channel>/<account>/."""
+"""The gateway's ASGI app (Starlette): the web app's page, its static files and favicon, its WebSocket, the
+token-protected status, and the webhook routes channels contribute under /hooks/<channel>/<account>/.
+
+Nothing else is served without the token: every piece of data the page shows travels over the
+WebSocket after `connect`."""
 
 from __future__ import annotations
 
@@ -40,6 +43,11 @@ def build_app(api: WebchatApi, token: str, status: Callable[[], Awaitable[dict[s
     async def index(_: Request) -> Response:
         return FileResponse(STATIC_DIR / "index.html", headers=SECURITY_HEADERS)
 
+    async def favicon(_: Request) -> Response:
+        # Browsers ask for /favicon.ico whatever the page names; a 404 there filled the console.
+        return FileResponse(STATIC_DIR / "favicon.ico", media_type="image/x-icon",
+                            headers={"Cache-Control": "max-age=86400"})
+
     async def status_route(request: Request) -> Response:
         if not bearer_ok(request, token):
             return JSONResponse({"error": "unauthorized", "hint": "send Authorization: Bearer <gateway token>"},
@@ -48,7 +56,7 @@ def build_app(api: WebchatApi, token: str, status: Callable[[], Awaitable[dict[s
 
     routes: list[BaseRoute] = [Route("/status", status_route)]
     if webchat:
-        routes += [Route("/", index), WebSocketRoute("/ws", api.endpoint),
+        routes += [Route("/", index), Route("/favicon.ico", favicon), WebSocketRoute("/ws", api.endpoint),
                    Mount("/static", StaticFiles(directory=STATIC_DIR), name="static")]
     for channel, account, channel_routes in hooks:
         routes.append(Mount(f"/hooks/{channel}/{account}", routes=list(channel_routes)))

@@ -129,6 +129,8 @@ class Bus:
     def _chosen(self, msg: InboundMessage) -> Routed:
         assert msg.session_key is not None
         agent_id = agent_id_of(msg.session_key)
+        if agent_id is None:  # a key naming no agent (a CLI session `test2`): the agent whose store holds it
+            agent_id = next((a for a, r in self.host.runtimes.items() if r.store.get(msg.session_key)), None)
         if agent_id is None or agent_id not in self.host.runtimes:
             raise SessionError(f"session {msg.session_key!r} belongs to no agent of this gateway",
                                "pick a session from sessions.list")

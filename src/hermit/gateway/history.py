@@ -1,30 +1,77 @@
-"""What the web chat shows of stored sessions: the session list and one session's conversation.
+"""What the web app shows of stored sessions: the session list (kind, last activity, whether the page may
+continue it) and one session's conversation.
 
 Read from sessions.json and the JSONL transcript (the truth), so a reloaded page, a reconnect or
-another tab sees exactly what was recorded, including a turn the gateway marked interrupted.
+another tab sees exactly what was recorded, including a turn the gateway marked interrupted and a turn
+that failed (its error is kept in the transcript and shown).
+
+Which sessions the owner may continue from the page: the main session, the owner's own DMs (a DM
+whose peer the config names as an owner) and sessions started at the CLI under a name of one's own
+(`hermit chat --session test2`: only the owner has the CLI). Everything else is read-only there:
+writing into a group's, a contact's, a cron job's or a sub-agent's session would put the owner's words
+into that chat's transcript, answered in its sandbox, and seen by nobody in that chat.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hermit.agent.context import is_silent
+from hermit.errors import SessionError
 from hermit.messages import stored_text
 from hermit.scheduler.heartbeat import DEFAULT_ACK_MAX_CHARS, strip_heartbeat_token
-from hermit.sessions.keys import is_main_session_key
+from hermit.sessions.keys import SessionKind, is_main_session_key, parse_session_key
 from hermit.sessions.store import SessionStore
 from hermit.sessions.transcript import CustomEntry, MessageEntry, format_timestamp, read_transcript
 
+# (channel or None, account or None, peer id) -> whether that DM peer is one of the owners.
+OwnerCheck = Callable[[str | None, str | None, str], bool]
 
-def list_sessions(stores: Mapping[str, SessionStore]) -> list[dict[str, Any]]:
+READ_ONLY = {
+    "group": "a group chat: what you typed here would enter the group's conversation and be answered in its "
+             "sandbox, yet nobody in the group would see it. Read it here; answer in the group.",
+    "dm": "a contact's DM: your words would become part of their conversation with the assistant. Read it "
+          "here; to make them an owner, list them under the channel account's owners.",
+    "cron": "a scheduled job's session: its next run would take your words as part of the job. Run the job "
+            "from Operations instead.",
+    "subagent": "a sub-agent's run: it belongs to the task that started it.",
+}
+
+
+def describe_session(key: str, owner_dm: OwnerCheck) -> dict[str, Any]:
+    """The kind of a session, a short label, and `mode`: "chat" (the page may continue it) or "read-only"
+    (with `why`)."""
+    try:
+        k = parse_session_key(key)
+    except SessionError:  # only the CLI names sessions freely, and only the owner has the CLI
+        return {"kind": "cli", "label": key, "mode": "chat"}
+    where = f" · thread {k.thread_id}" if k.thread_id else f" · topic {k.topic_id}" if k.topic_id else ""
+    if k.kind is SessionKind.MAIN:
+        return {"kind": "main", "label": "Main session" + (f" ({k.agent_id})" if k.agent_id != "main" else ""),
+                "mode": "chat"}
+    if k.kind is SessionKind.DM and k.peer_id is not None:
+        label = f"DM {k.channel + ' ' if k.channel else ''}{k.peer_id}{where}"
+        if owner_dm(k.channel, k.account_id, k.peer_id):
+            return {"kind": "dm", "label": label, "mode": "chat", "owner": True}
+        return {"kind": "dm", "label": label, "mode": "read-only", "why": READ_ONLY["dm"]}
+    if k.kind in (SessionKind.GROUP, SessionKind.CHANNEL):
+        noun = "group" if k.kind is SessionKind.GROUP else "channel"
+        return {"kind": "group", "label": f"{k.channel} {noun} {k.peer_id}{where}", "mode": "read-only",
+                "why": READ_ONLY["group"]}
+    if k.kind is SessionKind.CRON:
+        return {"kind": "cron", "label": f"cron job {k.job_id}", "mode": "read-only", "why": READ_ONLY["cron"]}
+    return {"kind": "subagent", "label": f"sub-agent {k.run_id}", "mode": "read-only", "why": READ_ONLY["subagent"]}
+
+
+def list_sessions(stores: Mapping[str, SessionStore], owner_dm: OwnerCheck) -> list[dict[str, Any]]:
     """Every agent's sessions, most recently updated first."""
     out: list[dict[str, Any]] = []
     for agent_id, store in stores.items():
         for r in store.list():
             out.append({"key": r.key, "agentId": agent_id, "sessionId": r.session_id,
                         "updatedAt": format_timestamp(r.updated_at), "main": is_main_session_key(r.key),
-                        "channel": r.origin_channel})
+                        "channel": r.origin_channel, **describe_session(r.key, owner_dm)})
     out.sort(key=lambda s: str(s["updatedAt"]), reverse=True)
     return out
 
@@ -69,17 +116,21 @@ def chat_history(store: SessionStore, session_key: str, limit: int) -> dict[str,
             if not item["text"]:
                 continue  # an acknowledgement or a tool step of a heartbeat: no channel ever saw it
         if role == "assistant":
+            failed = m.get("stopReason") == "error"
+            why = str(m.get("errorMessage") or "the model call failed")
             calls = []
             for part in m.get("content") or []:
                 if isinstance(part, dict) and part.get("type") == "toolCall":
                     tool = {"name": part.get("name"), "callId": part.get("id"), "status": "running"}
                     tools[str(part.get("id"))] = tool
                     calls.append(tool)
-            if m.get("stopReason") == "error":
-                item["error"] = True
             if is_silent(item["text"]):
                 item["text"] = ""  # a silent NO_REPLY was never delivered
-            if not item["text"]:
+            # A failed turn stays visible with its reason, after a reload too; one cut short by a stopping
+            # gateway is said by the `interrupted` notice that follows it.
+            if failed and (item["text"] or not why.startswith("interrupted")):
+                item["error"] = why
+            if not item["text"] and not item.get("error"):
                 carried += calls
                 continue
             item["tools"], carried = carried + calls, []

@@ -26,7 +26,13 @@ CLOSE_POLICY = 1008
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_PROTOCOL = 4400
 
-METHODS = ("chat.send", "chat.history", "sessions.list", "sessions.new")
+# The web app's methods: the chat, and the owner's console (memory, cron, channels, pairing, logs). Every one
+# needs the token holder's `connect` first; none has an HTTP route of its own.
+METHODS = ("chat.send", "chat.history", "sessions.list", "sessions.new",
+           "memory.search", "memory.get", "memory.files", "memory.write", "memory.append", "memory.status",
+           "cron.list", "cron.status", "cron.runs", "cron.run", "cron.update", "cron.add", "cron.remove",
+           "channels.status", "pairing.list", "pairing.approve", "pairing.deny", "pairing.revoke",
+           "logs.tail", "gateway.status")
 
 
 class ProtocolError(Exception):
@@ -52,13 +58,19 @@ class ConnectParams(_Params):
     client: str | None = Field(None, max_length=200)  # e.g. "hermit-webchat/1"
 
 
+def _agent_id() -> Any:
+    return Field(None, alias="agentId", pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
 class SendParams(_Params):
     text: str = Field(min_length=1, max_length=100_000)
     session_key: str | None = Field(None, alias="sessionKey", max_length=300)
+    agent_id: str | None = _agent_id()  # the agent whose session it is (from sessions.list), for keys naming none
 
 
 class HistoryParams(_Params):
     session_key: str | None = Field(None, alias="sessionKey", max_length=300)
+    agent_id: str | None = _agent_id()
     limit: int = Field(200, ge=1, le=2000)
 
 
@@ -68,11 +80,83 @@ class ListParams(_Params):
 
 class NewParams(_Params):
     session_key: str | None = Field(None, alias="sessionKey", max_length=300)
+    agent_id: str | None = _agent_id()
 
 
-PARAMS: dict[str, type[_Params]] = {"connect": ConnectParams, "chat.send": SendParams,
-                                    "chat.history": HistoryParams, "sessions.list": ListParams,
-                                    "sessions.new": NewParams}
+class AgentParams(_Params):
+    agent_id: str | None = _agent_id()
+
+
+class MemorySearchParams(AgentParams):
+    query: str = Field(min_length=1, max_length=2_000)
+    max_results: int | None = Field(None, alias="maxResults", ge=1, le=50)
+    min_score: float | None = Field(None, alias="minScore", ge=0.0, le=1.0)
+
+
+class MemoryGetParams(AgentParams):
+    path: str = Field(min_length=1, max_length=1_000)
+    from_line: int | None = Field(None, alias="from", ge=1)
+    lines: int | None = Field(None, ge=1)
+
+
+class MemoryWriteParams(AgentParams):
+    path: str = Field(min_length=1, max_length=1_000)
+    content: str = Field(max_length=200_000)
+    # The sha256 of the text the edit started from (memory.get gives it): a file changed since is refused.
+    base_sha256: str | None = Field(None, alias="baseSha256", pattern=r"^[0-9a-f]{64}$")
+
+
+class MemoryAppendParams(AgentParams):
+    text: str = Field(min_length=1, max_length=20_000)
+    private: bool = False  # owner-only (an owner origin block) instead of a shared hand-written note
+
+
+class CronJobParams(_Params):
+    id: str = Field(min_length=1, max_length=64)
+
+
+class CronRunsParams(CronJobParams):
+    limit: int = Field(20, ge=1, le=200)
+
+
+class CronUpdateParams(CronJobParams):
+    enabled: bool
+
+
+class CronAddParams(_Params):
+    job: dict[str, Any]  # a job spec as `hermit cron add` and the cron tool take it (validated there)
+
+
+class PairingListParams(_Params):
+    channel: str | None = Field(None, max_length=40)
+
+
+class PairingDecideParams(_Params):
+    channel: str = Field(min_length=1, max_length=40)
+    code: str = Field(min_length=1, max_length=20)
+
+
+class PairingRevokeParams(_Params):
+    channel: str = Field(min_length=1, max_length=40)
+    sender: str = Field(min_length=1, max_length=200)
+    account_id: str | None = Field(None, alias="accountId", max_length=100)
+
+
+class LogsTailParams(_Params):
+    lines: int = Field(200, ge=1, le=2_000)
+
+
+PARAMS: dict[str, type[_Params]] = {
+    "connect": ConnectParams, "chat.send": SendParams, "chat.history": HistoryParams, "sessions.list": ListParams,
+    "sessions.new": NewParams,
+    "memory.search": MemorySearchParams, "memory.get": MemoryGetParams, "memory.files": AgentParams,
+    "memory.write": MemoryWriteParams, "memory.append": MemoryAppendParams, "memory.status": AgentParams,
+    "cron.list": ListParams, "cron.status": ListParams, "cron.runs": CronRunsParams, "cron.run": CronJobParams,
+    "cron.update": CronUpdateParams, "cron.add": CronAddParams, "cron.remove": CronJobParams,
+    "channels.status": ListParams, "pairing.list": PairingListParams, "pairing.approve": PairingDecideParams,
+    "pairing.deny": PairingDecideParams, "pairing.revoke": PairingRevokeParams, "logs.tail": LogsTailParams,
+    "gateway.status": ListParams,
+}
 
 
 @dataclass(frozen=True)
@@ -116,7 +200,7 @@ def parse_request(raw: str | bytes) -> Request:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "params"
         raise ProtocolError("bad_params", f"{method}: {where}: {first['msg']}",
-                            "see the protocol in the README", request_id=request_id) from e
+                            "see the protocol in docs/gateway.md", request_id=request_id) from e
     return Request(request_id, method, parsed)  # type: ignore[arg-type]
 
 

@@ -37,10 +37,12 @@ from hermit.gateway.agents import AgentHost
 from hermit.gateway.app import build_app
 from hermit.gateway.bus import Admission, Bus, Routed
 from hermit.gateway.channels import build_channels, webhook_routes
+from hermit.gateway.console import Console
 from hermit.gateway.protocol import MAX_FRAME_BYTES
 from hermit.gateway.services import MemoryWatcher, Service, ServiceContext, build_services
 from hermit.gateway.state import GatewayLock
 from hermit.gateway.webchat_api import WebchatApi
+from hermit.sessions.keys import agent_id_of
 
 log = logging.getLogger("hermit.gateway")
 
@@ -130,7 +132,9 @@ class Gateway:
                                         if r.memory is not None and r.memory.cfg.sync.watch]
         self.services += build_services(ctx, service_factories)
         owner = router.resolve(RouteInput("webchat", "default", "dm", "owner", sender_is_owner=True)).session_key
-        api = WebchatApi(self.webchat, self.agents, token, owner, self.cfg.allowed_origins)
+        console = Console(self.agents, loaded, home, agent_id_of(owner) or router.default_agent, status=self._status,
+                          channels=self.channels, services=self.services, clock=clock)
+        api = WebchatApi(self.webchat, self.agents, token, owner, self.cfg.allowed_origins, console)
         self.app = build_app(api, token, self._status, webhook_routes(extra),
                              webchat=loaded.config.channels.webchat.enabled)
         self.started_at = clock()

@@ -1,4 +1,4 @@
-"""The web chat's WebSocket endpoint: Origin and token checks, the §15 request methods, event delivery.
+"""The web app's WebSocket endpoint: Origin and token checks, the §15 request methods, event delivery.
 
 A connection must open with `connect` carrying the gateway token (compared in constant time); a bad
 token, a first frame that is not `connect`, or a frame over the size limit closes the socket with a
@@ -6,6 +6,11 @@ clear error frame first. After `connect`, a malformed frame or an unknown method
 response and the socket stays open. The Origin header, when a browser sends one, must be the page's
 own origin (or one listed in `gateway.allowed_origins`), so another web site open in the same browser
 cannot drive the assistant even if it learned the port.
+
+The chat methods are here; the owner's console (memory, cron, channels, pairing, logs) is console.py,
+behind the same `connect`. Any listed session can be opened, including keys that name no agent
+(`cron:<job>`, a CLI session `test2`: found in the agent store that holds them); only those
+history.describe_session marks "chat" can be written to, the others answer `read_only`.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from hermit.channels.webchat import WebchatChannel
 from hermit.errors import HermitError
 from hermit.gateway.agents import AgentHost
-from hermit.gateway.history import chat_history, list_sessions
+from hermit.gateway.console import Console
+from hermit.gateway.history import chat_history, describe_session, list_sessions
 from hermit.gateway.protocol import (
     CLOSE_POLICY,
     CLOSE_PROTOCOL,
@@ -76,9 +82,11 @@ def same_origin(origin: str, host: str | None, allowed: Iterable[str]) -> bool:
 
 class WebchatApi:
     def __init__(self, channel: WebchatChannel, host: AgentHost, token: str, default_session: str,
-                 allowed_origins: Iterable[str] = ()) -> None:
+                 allowed_origins: Iterable[str] = (), console: Console | None = None) -> None:
         """`default_session`: where the web chat talks when the page names no session (the main session
-        of the agent the bindings give the web chat)."""
+        of the agent the bindings give the web chat). `console`: the owner's console methods (None: the
+        page offers only the chat)."""
+        self.console = console
         self.channel = channel
         self.host = host
         self._token = token.encode()
@@ -144,16 +152,31 @@ class WebchatApi:
             "mainSession": self.default_session}))
         return client_id
 
-    def _session_key(self, key: str | None) -> str:
+    def _owner_dm(self, channel: str | None, account_id: str | None, peer_id: str) -> bool:
+        return self.console is not None and self.console.owner_dm(channel, account_id, peer_id)
+
+    def _locate(self, key: str | None, agent_id: str | None) -> tuple[str, str]:
+        """(agent id, session key) of a session the page names; ProtocolError for one no agent here has."""
         if key is None:
-            return self.default_session
-        try:
-            agent_id = agent_id_of(key)
-        except HermitError:
-            agent_id = None
-        if agent_id is None or agent_id not in self.host.runtimes:
-            raise ProtocolError("bad_params", f"unknown session {key!r}", "pick a session from sessions.list")
-        return key
+            return self.default_agent, self.default_session
+        named = agent_id_of(key)
+        if named is not None:
+            if named in self.host.runtimes and agent_id in (None, named):
+                return named, key
+        else:  # `cron:<job>` or a CLI name: the agent whose store holds it
+            for a in [agent_id] if agent_id else sorted(self.host.runtimes):
+                runtime = self.host.runtimes.get(a or "")
+                if runtime is not None and runtime.store.get(key) is not None:
+                    return runtime.agent.id, key
+        raise ProtocolError("bad_params", f"unknown session {key!r}", "pick a session from sessions.list")
+
+    def _writable(self, key: str, agent_id: str | None) -> tuple[str, str]:
+        found = self._locate(key, agent_id)
+        view = describe_session(found[1], self._owner_dm)
+        if view["mode"] != "chat":
+            raise ProtocolError("read_only", f"{found[1]} is read-only in the web app: {view['why']}",
+                                "open the main session (or one of your own) to talk to the assistant")
+        return found
 
     async def _dispatch(self, sock: _Socket, client_id: str, req: Request) -> None:
         try:
@@ -161,29 +184,45 @@ class WebchatApi:
                 raise ProtocolError("already_connected", "this socket is already connected", "")
             if req.method == "chat.send":
                 send: SendParams = req.params
-                await self._submit(sock, client_id, req.id, send.text, send.session_key)
+                _, key = await asyncio.to_thread(self._writable, send.session_key or self.default_session,
+                                                 send.agent_id)
+                await self._submit(sock, client_id, req.id, send.text, key)
             elif req.method == "sessions.new":
                 new: NewParams = req.params
-                await self._submit(sock, client_id, req.id, "/new", new.session_key)
+                _, key = await asyncio.to_thread(self._writable, new.session_key or self.default_session,
+                                                 new.agent_id)
+                await self._submit(sock, client_id, req.id, "/new", key)
             elif req.method == "chat.history":
                 hist: HistoryParams = req.params
-                key = self._session_key(hist.session_key)
-                runtime = self.host.runtime(agent_id_of(key) or self.default_agent)
-                payload = await asyncio.to_thread(chat_history, runtime.store, key, hist.limit)
+                agent, key = await asyncio.to_thread(self._locate, hist.session_key, hist.agent_id)
+                payload = await asyncio.to_thread(chat_history, self.host.runtime(agent).store, key, hist.limit)
+                payload.update(agentId=agent, **describe_session(key, self._owner_dm))
                 await sock.send_raw(res_ok(req.id, payload))
             elif req.method == "sessions.list":
                 stores = {a: r.store for a, r in self.host.runtimes.items()}
-                sessions = await asyncio.to_thread(list_sessions, stores)
+                sessions = await asyncio.to_thread(list_sessions, stores, self._owner_dm)
                 await sock.send_raw(res_ok(req.id, {"sessions": sessions}))
+            elif self.console is not None and self.console.handles(req.method):
+                await sock.send_raw(res_ok(req.id, await self.console.call(req.method, req.params)))
+            else:
+                raise ProtocolError("unavailable", f"{req.method} is not available in this gateway",
+                                    "this gateway runs the chat only")
         except ProtocolError as e:
             e.request_id = req.id
             raise
         except HermitError as e:
             log.warning("web chat %s failed: %s", req.method, e.message)
             await sock.send_raw(res_error(req.id, "failed", e.message, e.hint))
+        except OSError as e:  # a file the console reads or writes (a log, a job file) is not what it should be
+            log.warning("web chat %s failed: %s", req.method, e)
+            await sock.send_raw(res_error(req.id, "failed", f"{req.method}: {e.strerror or e}: {e.filename or ''}",
+                                          "check that file and the disk; the gateway log has the details"))
+        except Exception:  # noqa: BLE001 - supervision boundary: one request's failure must not end the owner's socket
+            log.exception("web chat %s failed", req.method)
+            await sock.send_raw(res_error(req.id, "internal", f"{req.method} failed unexpectedly",
+                                          "see the gateway log (`hermit logs`)"))
 
-    async def _submit(self, sock: _Socket, client_id: str, request_id: str, text: str, key: str | None) -> None:
-        session_key = self._session_key(key)
+    async def _submit(self, sock: _Socket, client_id: str, request_id: str, text: str, session_key: str) -> None:
         outcome = await self.channel.submit(client_id, text, request_id, session_key)
         if outcome == "queued":
             await sock.send_raw(res_ok(request_id, {"messageId": request_id, "sessionKey": session_key,

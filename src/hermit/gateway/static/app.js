@@ -1,15 +1,17 @@
-// The Hermit web chat: one WebSocket to the gateway (§15 frames), streamed replies, tool activity,
-// sessions, /new, reconnect with history reload. No framework, no build step, no network beyond the gateway.
+// The Hermit web app's core: one WebSocket to the gateway (§15 frames, token first), requests and events,
+// the three views (chat, memory, operations), the sidebar drawer on narrow screens, and the error banner.
+// No framework, no build step, nothing loaded from anywhere but the gateway.
 "use strict";
 (function () {
+  const { el } = window.HermitDom;
   const $ = (id) => document.getElementById(id);
-  const messages = $("messages"), input = $("input"), statusEl = $("status"), sessionsEl = $("sessions");
+  const statusEl = $("status"), bannerEl = $("banner");
 
   // The token arrives once in the URL; keep it for this tab and take it out of the address bar.
   const params = new URLSearchParams(location.search);
   if (params.has("token")) {
     sessionStorage.setItem("hermit.token", params.get("token"));
-    history.replaceState(null, "", location.pathname);
+    history.replaceState(null, "", location.pathname + location.hash);
   }
   const token = sessionStorage.getItem("hermit.token") || "";
   let clientId = localStorage.getItem("hermit.clientId");
@@ -18,169 +20,98 @@
     localStorage.setItem("hermit.clientId", clientId);
   }
 
-  let ws = null, connected = false, nextId = 1, retry = 0, stopped = false;
-  let session = sessionStorage.getItem("hermit.session") || null;
-  const pending = new Map();   // request id -> {resolve, reject}
-  const turns = new Map();     // message id (replyTo) -> {bubble, body, text, tools}
+  let ws = null, connected = false, nextId = 1, retry = 0, stopped = false, hello = null;
+  const pending = new Map();     // request id -> {resolve, reject}
+  const listeners = new Map();   // event name -> [fn]
+  const connectHooks = [];
 
   function setStatus(text, cls) { statusEl.textContent = text; statusEl.className = "status " + (cls || ""); }
-
   const newId = () => "r" + (nextId++) + "-" + Date.now().toString(36);
 
-  // The request id of chat.send is also the message id its reply events carry (replyTo).
+  class GatewayError extends Error {
+    constructor(error) { super(error.message || "request failed"); this.code = error.code; this.hint = error.hint || ""; }
+  }
+
+  // One request; the promise rejects with a GatewayError (code, message, hint) or "not connected".
   function request(method, params, id) {
     return new Promise((resolve, reject) => {
-      if (!ws || ws.readyState !== WebSocket.OPEN) { reject(new Error("not connected")); return; }
+      if (!ws || ws.readyState !== WebSocket.OPEN || !connected) {
+        reject(new GatewayError({ code: "offline", message: "not connected to the gateway", hint: "wait for it to reconnect" }));
+        return;
+      }
       id = id || newId();
-      pending.set(id, { resolve, reject, method });
+      pending.set(id, { resolve, reject });
       ws.send(JSON.stringify({ type: "req", id, method, params: params || {} }));
     });
   }
 
-  function bubble(role, text, opts) {
-    const div = document.createElement("div");
-    div.className = "msg " + role + (opts && opts.error ? " error" : "");
-    const body = document.createElement("div");
-    body.className = "body";
-    if (role === "assistant") body.appendChild(window.HermitMarkdown.render(text || ""));
-    else body.textContent = text || "";
-    const tools = document.createElement("div");
-    tools.className = "tools";
-    div.appendChild(tools);
-    div.appendChild(body);
-    messages.appendChild(div);
-    messages.scrollTop = messages.scrollHeight;
-    return { bubble: div, body, tools, text: text || "", toolLines: new Map() };
+  // A request whose failure is also shown in the banner (the caller may still show it in place).
+  async function call(method, params) {
+    try { return await request(method, params); }
+    catch (e) { banner(e.message, e.hint); throw e; }
   }
 
-  function setText(turn, text) {
-    turn.text = text;
-    turn.body.replaceChildren(window.HermitMarkdown.render(text));
-    messages.scrollTop = messages.scrollHeight;
+  function banner(message, hint) {
+    bannerEl.replaceChildren(
+      el("span", { class: "banner-text" }, el("strong", { text: "Error: " }), message, hint ? el("span", { class: "hint", text: " — " + hint }) : null),
+      el("button", { type: "button", class: "banner-close", "aria-label": "dismiss", text: "×", onclick: () => { bannerEl.hidden = true; } }));
+    bannerEl.hidden = false;
   }
 
-  function toolLine(turn, callId, name, status) {
-    let line = turn.toolLines.get(callId);
-    if (!line) {
-      line = document.createElement("div");
-      line.className = "tool";
-      turn.tools.appendChild(line);
-      turn.toolLines.set(callId, line);
+  function on(event, fn) {
+    if (!listeners.has(event)) listeners.set(event, []);
+    listeners.get(event).push(fn);
+  }
+
+  // ---- views and the drawer --------------------------------------------------------------------------
+  const VIEWS = { chat: "Chat", memory: "Memory", ops: "Operations" };
+  const viewHooks = {};
+  let current = null;
+
+  function show(view) {
+    if (!VIEWS[view]) view = "chat";
+    for (const name of Object.keys(VIEWS)) {
+      $("view-" + name).hidden = name !== view;
+      const tab = document.querySelector(".tab[data-view='" + name + "']");
+      tab.classList.toggle("active", name === view);
+      tab.setAttribute("aria-current", name === view ? "page" : "false");
     }
-    line.dataset.status = status;
-    line.dataset.name = name;
-    const mark = status === "running" ? "⋯" : status === "done" ? "✓" : "✗";
-    line.textContent = "▸ " + name + " " + mark + " " + status;
+    document.body.dataset.view = view;
+    $("view-title").textContent = VIEWS[view];
+    if (location.hash !== "#" + view) history.replaceState(null, "", "#" + view);
+    const changed = current !== view;
+    current = view;
+    closeDrawer();
+    if (connected && viewHooks[view]) viewHooks[view](changed);
   }
 
-  function notice(text, cls) {
-    const div = document.createElement("div");
-    div.className = "notice " + (cls || "");
-    div.textContent = text;
-    messages.appendChild(div);
-    messages.scrollTop = messages.scrollHeight;
-  }
+  function openDrawer() { document.body.classList.add("nav-open"); $("menu").setAttribute("aria-expanded", "true"); }
+  function closeDrawer() { document.body.classList.remove("nav-open"); $("menu").setAttribute("aria-expanded", "false"); }
 
-  function onEvent(ev, p) {
-    const turn = p && p.replyTo ? turns.get(p.replyTo) : null;
-    if (ev === "chat.delta" && turn) setText(turn, turn.text + p.text);
-    else if (ev === "chat.tool" && turn) toolLine(turn, p.callId, p.name, p.status);
-    else if (ev === "chat.typing" && turn) turn.bubble.classList.toggle("typing", !!p.on);
-    else if (ev === "chat.message") {
-      if (turn && !turn.text) setText(turn, p.text); else notice(p.text);
-    } else if (ev === "chat.error") {
-      if (turn) { turn.bubble.classList.add("error"); setText(turn, p.text); } else notice(p.text, "error");
-    } else if (ev === "chat.done" && turn) {
-      turn.bubble.classList.remove("typing");
-      turn.bubble.dataset.done = p.status;
-      if (p.status === "silent" && !turn.text) turn.bubble.remove();
-      if (p.status === "interrupted") notice("(the reply was interrupted: the gateway stopped)");
-      turns.delete(p.replyTo);
-      if (turn.after) turn.after();
-      refreshSessions();
-    }
-  }
+  $("menu").addEventListener("click", () => document.body.classList.contains("nav-open") ? closeDrawer() : openDrawer());
+  $("scrim").addEventListener("click", closeDrawer);
+  document.addEventListener("keydown", (e) => { if (e.key === "Escape") closeDrawer(); });
+  for (const tab of document.querySelectorAll(".tab")) tab.addEventListener("click", () => show(tab.dataset.view));
+  window.addEventListener("hashchange", () => show(location.hash.slice(1)));
 
-  async function send(text) {
-    text = text.trim();
-    if (!text) return;
-    if (text === "/new" || text.startsWith("/new ") || text === "/reset") return newSession(text);
-    bubble("user", text);
-    const reply = bubble("assistant", "");
-    reply.bubble.classList.add("typing");
-    const id = newId();
-    turns.set(id, reply);
-    try {
-      await request("chat.send", { text, sessionKey: session }, id);
-    } catch (e) {
-      turns.delete(id);
-      reply.bubble.classList.add("error");
-      setText(reply, "Not sent: " + e.message);
-    }
-  }
-
-  async function newSession(text) {
-    const id = newId();
-    const turn = { bubble: document.createElement("div"), body: document.createElement("div"),
-                   tools: document.createElement("div"), text: "", toolLines: new Map() };
-    turn.after = () => loadHistory().then(() => { const rest = text.replace(/^\/(new|reset)\s*/, ""); if (rest) send(rest); });
-    turns.set(id, turn);
-    try {
-      await request("sessions.new", { sessionKey: session }, id);
-    } catch (e) { turns.delete(id); notice("Could not start a new session: " + e.message, "error"); }
-  }
-
-  async function loadHistory() {
-    const res = await request("chat.history", { sessionKey: session });
-    session = res.sessionKey;
-    sessionStorage.setItem("hermit.session", session);
-    $("session-title").textContent = session;
-    messages.replaceChildren();
-    for (const m of res.messages) {
-      if (m.role === "notice") { notice(m.text); continue; }
-      const b = bubble(m.role, m.text, { error: m.error });
-      b.bubble.dataset.done = "history";
-      for (const t of m.tools || []) toolLine(b, t.callId, t.name, t.status);
-    }
-    highlightSession();
-  }
-
-  function highlightSession() {
-    for (const li of sessionsEl.children) li.classList.toggle("active", li.dataset.key === session);
-  }
-
-  async function refreshSessions() {
-    let res;
-    try { res = await request("sessions.list"); } catch (e) { return; }
-    sessionsEl.replaceChildren();
-    for (const s of res.sessions) {
-      const li = document.createElement("li");
-      li.dataset.key = s.key;
-      li.textContent = (s.main ? "★ " : "") + s.key;
-      li.title = "session " + s.sessionId + ", updated " + s.updatedAt;
-      li.addEventListener("click", () => { session = s.key; loadHistory(); });
-      sessionsEl.appendChild(li);
-    }
-    highlightSession();
-  }
-
+  // ---- the connection ---------------------------------------------------------------------------------
   function connect() {
     if (!token) { setStatus("no token: open the URL printed by `hermit dashboard`", "bad"); return; }
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     ws = new WebSocket(proto + "//" + location.host + "/ws");
     ws.onopen = () => {
       ws.send(JSON.stringify({ type: "req", id: "connect", method: "connect",
-                               params: { token, clientId, client: "hermit-webchat/1" } }));
+                               params: { token, clientId, client: "hermit-webapp/2" } }));
     };
     ws.onmessage = (msg) => {
       let f;
       try { f = JSON.parse(msg.data); } catch (e) { return; }
       if (f.type === "res" && f.id === "connect") {
         if (f.ok) {
-          connected = true; retry = 0;
+          connected = true; retry = 0; hello = f.payload;
           setStatus("connected", "ok");
-          if (!session) session = f.payload.mainSession;
-          loadHistory().then(refreshSessions).catch((e) => notice("Could not load history: " + e.message, "error"));
+          for (const hook of connectHooks) hook(hello);
+          if (viewHooks[current]) viewHooks[current](true);
         } else {
           setStatus(f.error.message + " — " + f.error.hint, "bad");
         }
@@ -188,17 +119,17 @@
         const p = pending.get(f.id);
         if (p) {
           pending.delete(f.id);
-          if (f.ok) p.resolve(f.payload); else p.reject(new Error(f.error.message));
+          if (f.ok) p.resolve(f.payload); else p.reject(new GatewayError(f.error));
         } else if (!f.ok) {
-          notice(f.error.message, "error");
+          banner(f.error.message, f.error.hint);
         }
       } else if (f.type === "event") {
-        onEvent(f.event, f.payload);
+        for (const fn of listeners.get(f.event) || []) fn(f.payload);
       }
     };
     ws.onclose = (ev) => {
       connected = false;
-      for (const p of pending.values()) p.reject(new Error("connection lost"));
+      for (const p of pending.values()) p.reject(new GatewayError({ code: "offline", message: "connection lost" }));
       pending.clear();
       if (ev.code === 4401 || ev.code === 1008) {
         stopped = true;
@@ -213,11 +144,15 @@
     };
   }
 
-  $("composer").addEventListener("submit", (e) => { e.preventDefault(); const t = input.value; input.value = ""; send(t); });
-  input.addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("composer").requestSubmit(); }
-  });
-  $("new-session").addEventListener("click", () => newSession("/new"));
+  window.Hermit = {
+    request, call, banner, on, show, el,
+    onConnected: (fn) => connectHooks.push(fn),
+    onView: (name, fn) => { viewHooks[name] = fn; },
+    isConnected: () => connected,
+    hello: () => hello,
+    view: () => current,
+    closeDrawer,
+    start: () => { show(location.hash.slice(1) || "chat"); connect(); },
+  };
   window.hermitChat = { isConnected: () => connected };
-  connect();
 })();

@@ -1,0 +1,149 @@
+"""The web app's memory methods: search, read, browse, edit MEMORY.md and append to today's log, as the owner.
+
+Every answer comes from the same MemoryService the agent's tools use, with the owner reader (the
+token holder is the owner, SPEC §18): the results, scores, audiences and origins are the ones
+memory_search gives the main session. Writes go through the main session's own `write` tool, so the
+memory rules are the agent's (MEMORY.md's previous version is copied to
+`<state>/agents/<id>/memory-history/` first); an edit names the text it started from (its sha256), and
+a MEMORY.md changed on disk since (by the agent, an editor) is refused rather than overwritten. An
+append to today's log is a note the owner wrote by hand: shared, as hand-written daily notes are in the
+original design, unless the page asks for owner-only, which wraps it in an owner origin block. Both
+mark the index dirty, so the next search sees the change (the watcher re-indexes it too).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hermit.agent.runtime import AgentRuntime
+from hermit.errors import HermitError, PathPolicyError
+from hermit.gateway.agents import AgentHost
+from hermit.gateway.protocol import (
+    AgentParams,
+    MemoryAppendParams,
+    MemoryGetParams,
+    MemorySearchParams,
+    MemoryWriteParams,
+)
+from hermit.memory.audience import OWNER, SHARED, owner_origin
+from hermit.memory.daily_log import append_daily_note, daily_log_path
+from hermit.memory.service import MemoryService
+from hermit.memory.sources import list_memory_files
+from hermit.sessions.keys import main_session_key
+from hermit.tools.memory_files import DAILY_LOG_RE
+from hermit.workspace import MEMORY_FILE
+
+MAX_FILES = 2_000  # the browse list; a memory folder with more is listed newest first up to this
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class MemoryConsole:
+    def __init__(self, host: AgentHost, default_agent: str) -> None:
+        self.host = host
+        self.default_agent = default_agent
+
+    def _runtime(self, agent_id: str | None) -> AgentRuntime:
+        return self.host.runtime(agent_id or self.default_agent)
+
+    def _service(self, runtime: AgentRuntime) -> MemoryService:
+        if runtime.memory is None:
+            raise HermitError(f"memory is off for agent {runtime.agent.id}",
+                              "turn memory_search on for this agent (agents.defaults.memory_search.enabled)")
+        return runtime.memory
+
+    def search(self, p: MemorySearchParams) -> dict[str, Any]:
+        rt = self._runtime(p.agent_id)
+        return {"agentId": rt.agent.id, **self._service(rt).search(p.query, p.max_results, p.min_score)}
+
+    def get(self, p: MemoryGetParams) -> dict[str, Any]:
+        """The file's text (all of it unless `from`/`lines` ask for a window) and, for the whole file, its
+        sha256, which memory.write wants back."""
+        rt = self._runtime(p.agent_id)
+        got = self._service(rt).get(p.path, p.from_line, p.lines)
+        out: dict[str, Any] = {"agentId": rt.agent.id, **got, "editable": got["path"] == MEMORY_FILE,
+                               "audience": OWNER if got["path"] == MEMORY_FILE else None}
+        if p.from_line is None and p.lines is None:
+            out["sha256"] = sha256(got["text"])
+        return out
+
+    def files(self, p: AgentParams) -> dict[str, Any]:
+        """MEMORY.md, the daily logs by date (newest first) and the other memory files, with sizes."""
+        rt = self._runtime(p.agent_id)
+        svc = self._service(rt)
+        found, warnings = list_memory_files(rt.agent.workspace, svc.cfg.extra_paths)
+        entries: list[dict[str, Any]] = []
+        for f in found:
+            if f.source != "memory":
+                continue
+            try:
+                st = os.stat(f.path)
+            except OSError:
+                continue
+            daily = DAILY_LOG_RE.fullmatch(f.rel) is not None
+            entries.append({"path": f.rel, "kind": "long-term" if f.rel == MEMORY_FILE else "daily" if daily else "other",
+                            "date": f.rel[7:17] if daily else None, "bytes": st.st_size,
+                            "modified": datetime.fromtimestamp(st.st_mtime).astimezone().isoformat(timespec="seconds")})
+        order = {"long-term": 0, "daily": 1, "other": 2}
+        entries.sort(key=lambda e: (order[e["kind"]], "" if e["date"] is None else _inverted(e["date"]), e["path"]))
+        today = rt.today()
+        return {"agentId": rt.agent.id, "files": entries[:MAX_FILES], "today": today,
+                "todayPath": f"memory/{today}.md", "warnings": warnings[:20]}
+
+    def write(self, p: MemoryWriteParams) -> dict[str, Any]:
+        """MEMORY.md rewritten through the main session's `write` tool (history kept, index marked dirty)."""
+        rt = self._runtime(p.agent_id)
+        svc = self._service(rt)
+        if p.path != MEMORY_FILE:
+            raise PathPolicyError(f"{p.path} cannot be rewritten from the web app",
+                                  "MEMORY.md is edited here; daily logs are append-only: use \"Append to today's "
+                                  "log\"; other files: edit them on disk")
+        try:
+            current: str | None = svc.get(MEMORY_FILE)["text"]
+        except PathPolicyError:
+            current = None  # no MEMORY.md yet: this edit creates it
+        if current is not None and p.base_sha256 != sha256(current):
+            raise HermitError("MEMORY.md changed on disk since you opened it (the assistant or an editor wrote it)",
+                              "copy your text, reload the file, and apply your change again")
+        write = rt.tools_for(main_session_key(rt.agent.id)).get("write")
+        assert write is not None  # every session's toolset has the file tools
+        message = str(write.function(path=MEMORY_FILE, content=p.content))
+        after = svc.get(MEMORY_FILE)["text"]
+        return {"agentId": rt.agent.id, "path": MEMORY_FILE, "message": message, "sha256": sha256(after),
+                "history": _newest(rt.confinement.agent_dir / "memory-history") if current is not None else None}
+
+    def append(self, p: MemoryAppendParams) -> dict[str, Any]:
+        """A note at the end of today's daily log (the agent's timezone), never a rewrite."""
+        rt = self._runtime(p.agent_id)
+        svc = self._service(rt)
+        now = rt.clock().astimezone(rt.timezone)
+        origin = owner_origin(main_session_key(rt.agent.id)) if p.private else None
+        done = append_daily_note(rt.agent.workspace, p.text, now, svc.cfg.extra_paths, origin)
+        svc.mark_dirty()
+        return {"agentId": rt.agent.id, **done, "audience": OWNER if p.private else SHARED,
+                "expected": daily_log_path(now)}
+
+    def status(self, p: AgentParams) -> dict[str, Any]:
+        rt = self._runtime(p.agent_id)
+        st = self._service(rt).status()
+        keep = ("agent", "provider", "model", "files", "chunks", "dirty", "sessions_indexed", "vector")
+        return {"agentId": rt.agent.id, **{k: st[k] for k in keep if k in st}}
+
+
+def _inverted(date: str) -> str:
+    """A sort key that puts later dates first."""
+    return "".join(chr(ord("9") - ord(c) + ord("0")) if c.isdigit() else c for c in date)
+
+
+def _newest(folder: Path) -> str | None:
+    try:
+        kept = [(e.stat().st_mtime_ns, e.name) for e in os.scandir(folder) if e.name.startswith("MEMORY-")]
+    except OSError:
+        return None
+    return str(folder / max(kept)[1]) if kept else None

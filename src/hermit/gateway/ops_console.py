@@ -1,0 +1,175 @@
+"""The web app's operations methods: cron jobs, the heartbeat, channels, pairing requests and the gateway log.
+
+Thin faces over the services the CLI uses, so the page and `hermit cron|pairing|logs` can never
+disagree: CronJobs (the running scheduler's own, so a change or a "run now" wakes it at once),
+PairingStore (file-locked, safe beside `hermit pairing` in another process), the channels' live
+status objects and the gateway's log file. Approving a pairing request makes the sender a *contact*
+(their own sandboxed session), never an owner; the answer says so, as `hermit pairing approve` does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from hermit.channels.base import Channel
+from hermit.channels.pairing import PairingRequest, PairingStore
+from hermit.config.load import LoadedConfig
+from hermit.gateway.logs import log_path
+from hermit.gateway.protocol import (
+    CronAddParams,
+    CronJobParams,
+    CronRunsParams,
+    CronUpdateParams,
+    LogsTailParams,
+    PairingDecideParams,
+    PairingListParams,
+    PairingRevokeParams,
+)
+from hermit.scheduler.control import CronJobs
+
+TAIL_MAX_BYTES = 1_000_000  # the log tail reads at most this much from the end of the file
+_TEXT_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) ([\w.\-]+): (.*)$")
+CONTACT_TERMS = ("approved as a contact, not an owner: they talk to the assistant in a sandboxed session of "
+                 "their own and never reach your main session, MEMORY.md or your owner-only notes. To make "
+                 "someone an owner, list their id under the channel account's owners in the config.")
+
+
+class OpsConsole:
+    def __init__(self, loaded: LoadedConfig, home: Path, channels: Sequence[Channel], services: Sequence[object],
+                 clock: Callable[[], float]) -> None:
+        self.home = home
+        self.channels = channels
+        self.pairing = PairingStore(home, clock)
+        scheduler = next((s for s in services if isinstance(getattr(s, "jobs", None), CronJobs)), None)
+        jobs: CronJobs | None = getattr(scheduler, "jobs", None)
+        # The scheduler's own CronJobs wakes it on a change. Without a scheduler in this gateway (a test,
+        # a config without one) the jobs are still listed and changed; a "run now" then says it waits.
+        self.jobs = jobs or CronJobs(home, loaded, clock=lambda: datetime.fromtimestamp(clock(), UTC))
+        self._running_tasks: Callable[[], dict[str, Any]] | None = getattr(scheduler, "running_tasks", None)
+
+    def running(self) -> set[str]:
+        return set(self._running_tasks()) if self._running_tasks is not None else set()
+
+    # ---- cron ---------------------------------------------------------------------------------------
+
+    def cron_list(self, _: object) -> dict[str, Any]:
+        """Every job as `hermit cron list` shows it, with its next three runs and whether it runs now."""
+        file = self.jobs.load()
+        running = self.running()
+        out = []
+        for job in file.jobs:
+            d = self.jobs.describe(job)
+            d["schedule_text"] = job.schedule.describe()
+            d["delivery_text"] = job.delivery.describe()
+            d["next_runs"] = [t.isoformat() for t in self.jobs.next_times(job)] if job.enabled else []
+            d["running"] = job.id in running
+            out.append(d)
+        return {"jobs": out, "invalid": [{"index": b.index, "error": b.error} for b in file.invalid]}
+
+    def cron_status(self, _: object) -> dict[str, Any]:
+        """The job counts, the next job and the scheduler (its ticker and each agent's next heartbeat)."""
+        return self.jobs.status()
+
+    def cron_runs(self, p: CronRunsParams) -> dict[str, Any]:
+        res = self.jobs.runs(p.id, p.limit)
+        res["runs"] = list(reversed(res["runs"]))  # newest first, as a log is read
+        return res
+
+    def cron_run(self, p: CronJobParams) -> dict[str, Any]:
+        return self.jobs.request_run(p.id)
+
+    def cron_update(self, p: CronUpdateParams) -> dict[str, Any]:
+        return self.jobs.update(p.id, {"enabled": p.enabled})
+
+    def cron_add(self, p: CronAddParams) -> dict[str, Any]:
+        return self.jobs.add(p.job)
+
+    def cron_remove(self, p: CronJobParams) -> dict[str, Any]:
+        return self.jobs.remove(p.id)
+
+    # ---- channels and pairing -----------------------------------------------------------------------
+
+    def channels_status(self, _: object) -> dict[str, Any]:
+        return {"channels": [asdict(c.status()) for c in self.channels]}
+
+    def pairing_list(self, p: PairingListParams) -> dict[str, Any]:
+        now = self.pairing.clock()
+        pending = sorted(self.pairing.pending(p.channel), key=lambda r: (r.channel, r.account_id, r.created_at))
+        approved = sorted(self.pairing.approved(p.channel), key=lambda a: (a.channel, a.account_id, a.sender_id))
+        return {"pending": [_request(r, now) for r in pending],
+                "approved": [{"channel": a.channel, "accountId": a.account_id, "senderId": a.sender_id,
+                              "label": a.label(), "approvedAt": a.approved_at} for a in approved]}
+
+    def pairing_approve(self, p: PairingDecideParams) -> dict[str, Any]:
+        r = self.pairing.approve(p.channel, p.code)
+        return {"approved": _request(r, self.pairing.clock()), "message": CONTACT_TERMS}
+
+    def pairing_deny(self, p: PairingDecideParams) -> dict[str, Any]:
+        r = self.pairing.deny(p.channel, p.code)
+        return {"denied": _request(r, self.pairing.clock()),
+                "message": "denied: no reply, and no new code for this sender until the request expires"}
+
+    def pairing_revoke(self, p: PairingRevokeParams) -> dict[str, Any]:
+        gone = self.pairing.revoke(p.channel, p.sender, p.account_id)
+        return {"revoked": [{"channel": a.channel, "accountId": a.account_id, "senderId": a.sender_id,
+                             "label": a.label()} for a in gone]}
+
+    # ---- the log ------------------------------------------------------------------------------------
+
+    def logs_tail(self, p: LogsTailParams) -> dict[str, Any]:
+        """The last entries of the gateway log (text or JSON lines), a traceback kept with its entry."""
+        path = log_path(self.home)
+        try:
+            lines = _last_lines(path, p.lines * 4)  # room for traceback lines, which join their entry
+        except FileNotFoundError:
+            return {"path": str(path), "entries": [], "note": "no log yet"}
+        entries: list[dict[str, Any]] = []
+        for line in lines:
+            entry = _entry(line)
+            if entry is not None:
+                entries.append(entry)
+            elif entries:
+                entries[-1]["exc"] = f"{entries[-1]['exc']}\n{line}" if "exc" in entries[-1] else line
+        return {"path": str(path), "entries": entries[-p.lines:]}
+
+
+def _request(r: PairingRequest, now: float) -> dict[str, Any]:
+    return {"channel": r.channel, "accountId": r.account_id, "senderId": r.sender_id, "senderName": r.sender_name,
+            "senderUsername": r.sender_username, "code": r.code, "createdAt": r.created_at,
+            "expiresAt": r.expires_at, "expiresInMinutes": max(0, int((r.expires_at - now) // 60)),
+            "denied": r.denied}
+
+
+def _last_lines(path: Path, n: int) -> list[str]:
+    """The last `n` lines, reading only the end of a large file."""
+    with path.open("rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        start = max(0, size - TAIL_MAX_BYTES)
+        f.seek(start)
+        data = f.read()
+    lines = data.decode("utf-8", "replace").splitlines()
+    if start and lines:
+        lines = lines[1:]  # the first line read is probably cut
+    return lines[-n:]
+
+
+def _entry(line: str) -> dict[str, Any] | None:
+    """A log line as {ts, level, logger, msg}; None for a continuation line (a traceback's)."""
+    if line.startswith("{"):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict):
+            return {k: obj[k] for k in ("ts", "level", "logger", "msg", "exc") if k in obj}
+    m = _TEXT_LINE.match(line)
+    if m is None:
+        return None
+    return {"ts": m.group(1), "level": m.group(2).lower(), "logger": m.group(3), "msg": m.group(4)}

@@ -1,0 +1,213 @@
+// The chat view: streamed replies with tool lines, /new, the session list (kind, last activity), read-only
+// sessions, and failed turns shown with their reason (live and after a reload).
+"use strict";
+(function () {
+  const H = window.Hermit, { el, when } = window.HermitDom;
+  const $ = (id) => document.getElementById(id);
+  const messages = $("messages"), input = $("input"), sessionsEl = $("sessions");
+  const KIND = { main: "main", dm: "DM", group: "group", cron: "cron", subagent: "sub-agent", cli: "CLI" };
+
+  // The open session: {key, agentId, mode, why, kind, label}; kept per tab across reloads.
+  let session = JSON.parse(sessionStorage.getItem("hermit.session2") || "null");
+  const turns = new Map();     // message id (replyTo) -> {bubble, body, tools, text, toolLines}
+
+  function remember() { sessionStorage.setItem("hermit.session2", JSON.stringify(session)); }
+  const scrollDown = () => { messages.scrollTop = messages.scrollHeight; };
+
+  function bubble(role, text, opts) {
+    for (const n of messages.querySelectorAll(".notice.placeholder")) n.remove();
+    const body = el("div", { class: "body" });
+    if (role === "assistant") body.appendChild(window.HermitMarkdown.render(text || ""));
+    else body.textContent = text || "";
+    const tools = el("div", { class: "tools" });
+    const div = el("div", { class: "msg " + role + (opts && opts.error ? " error" : "") }, tools, body);
+    messages.appendChild(div);
+    scrollDown();
+    return { bubble: div, body, tools, text: text || "", toolLines: new Map() };
+  }
+
+  function setText(turn, text) {
+    turn.text = text;
+    turn.body.replaceChildren(window.HermitMarkdown.render(text));
+    scrollDown();
+  }
+
+  function failure(turn, why) {
+    turn.bubble.classList.add("error");
+    let line = turn.bubble.querySelector(".error-detail");
+    if (!line) { line = el("div", { class: "error-detail" }); turn.bubble.appendChild(line); }
+    line.textContent = "⚠ " + why;
+    scrollDown();
+  }
+
+  function toolLine(turn, callId, name, status) {
+    let line = turn.toolLines.get(callId);
+    if (!line) {
+      line = el("div", { class: "tool" });
+      turn.tools.appendChild(line);
+      turn.toolLines.set(callId, line);
+    }
+    line.dataset.status = status;
+    line.dataset.name = name;
+    const mark = status === "running" ? "⋯" : status === "done" ? "✓" : "✗";
+    line.textContent = "▸ " + name + " " + mark + " " + status;
+  }
+
+  function notice(text, cls) {
+    messages.appendChild(el("div", { class: "notice " + (cls || ""), text }));
+    scrollDown();
+  }
+
+  // ---- live events ------------------------------------------------------------------------------------
+  const turnOf = (p) => (p && p.replyTo ? turns.get(p.replyTo) : null);
+  H.on("chat.delta", (p) => { const t = turnOf(p); if (t) setText(t, t.text + p.text); });
+  H.on("chat.tool", (p) => { const t = turnOf(p); if (t) toolLine(t, p.callId, p.name, p.status); });
+  H.on("chat.typing", (p) => { const t = turnOf(p); if (t) t.bubble.classList.toggle("typing", !!p.on); });
+  H.on("chat.message", (p) => { const t = turnOf(p); if (t && !t.text) setText(t, p.text); else notice(p.text); });
+  H.on("chat.error", (p) => {
+    const t = turnOf(p);
+    if (t) { t.bubble.classList.add("error"); setText(t, p.text); } else notice(p.text, "error");
+  });
+  H.on("chat.done", (p) => {
+    const turn = turnOf(p);
+    if (!turn) return;
+    turn.bubble.classList.remove("typing");
+    turn.bubble.dataset.done = p.status;
+    if (p.status === "silent" && !turn.text) turn.bubble.remove();
+    if (p.status === "interrupted") notice("(the reply was interrupted: the gateway stopped)");
+    if (p.status === "error") explainFailure(turn);
+    turns.delete(p.replyTo);
+    if (turn.after) turn.after();
+    refreshSessions();
+  });
+
+  // The apology a channel gets says nothing useful to the owner; the transcript keeps the reason.
+  async function explainFailure(turn) {
+    try {
+      const res = await H.request("chat.history", { sessionKey: session.key, agentId: session.agentId, limit: 3 });
+      const last = res.messages.filter((m) => m.role === "assistant" && m.error).pop();
+      failure(turn, "The reply failed: " + (last ? last.error : "see the gateway log (Operations → Log)"));
+    } catch (e) {
+      failure(turn, "The reply failed (" + e.message + ")");
+    }
+  }
+
+  // ---- sending ---------------------------------------------------------------------------------------
+  async function send(text) {
+    text = text.trim();
+    if (!text) return;
+    if (text === "/new" || text.startsWith("/new ") || text === "/reset") return newSession(text);
+    bubble("user", text);
+    const reply = bubble("assistant", "");
+    reply.bubble.classList.add("typing");
+    const id = "m" + Date.now().toString(36) + Math.random().toString(36).slice(2, 6);
+    turns.set(id, reply);
+    try {
+      await H.request("chat.send", { text, sessionKey: session.key, agentId: session.agentId }, id);
+    } catch (e) {
+      turns.delete(id);
+      reply.bubble.classList.remove("typing");
+      reply.bubble.dataset.done = "error";
+      setText(reply, "Not sent: " + e.message);
+      failure(reply, e.hint || e.message);
+    }
+  }
+
+  async function newSession(text) {
+    const id = "n" + Date.now().toString(36);
+    const turn = { bubble: el("div"), body: el("div"), tools: el("div"), text: "", toolLines: new Map() };
+    turn.after = () => loadHistory().then(() => { const rest = text.replace(/^\/(new|reset)\s*/, ""); if (rest) send(rest); });
+    turns.set(id, turn);
+    try {
+      await H.request("sessions.new", { sessionKey: session.key, agentId: session.agentId }, id);
+    } catch (e) { turns.delete(id); notice("Could not start a new session: " + e.message, "error"); H.banner(e.message, e.hint); }
+  }
+
+  // ---- history and sessions ----------------------------------------------------------------------------
+  async function loadHistory() {
+    let res;
+    try {
+      res = await H.request("chat.history", { sessionKey: session.key, agentId: session.agentId });
+    } catch (e) {
+      messages.replaceChildren();
+      notice("Could not open " + session.key + ": " + e.message, "error");
+      H.banner(e.message, e.hint);
+      const hello = H.hello();
+      if (e.code === "bad_params" && hello && session.key !== hello.mainSession) {
+        session = { key: hello.mainSession, agentId: hello.defaultAgent };  // gone (an agent removed): back home
+        remember();
+        return loadHistory();
+      }
+      return;
+    }
+    session = { key: res.sessionKey, agentId: res.agentId, mode: res.mode, why: res.why || "", kind: res.kind, label: res.label };
+    remember();
+    $("session-title").textContent = res.label;
+    $("session-title").title = res.sessionKey;
+    $("session-kind").textContent = KIND[res.kind] || res.kind;
+    $("session-kind").dataset.kind = res.kind;
+    const readOnly = res.mode !== "chat";
+    document.body.classList.toggle("read-only", readOnly);
+    $("readonly-note").hidden = !readOnly;
+    $("readonly-note").textContent = readOnly ? "Read-only here — " + res.why : "";
+    input.disabled = readOnly;
+    $("send").disabled = readOnly;
+    $("new-session").disabled = readOnly;
+    input.placeholder = readOnly ? "Read-only in the web app" : "Message Hermit";
+    messages.replaceChildren();
+    for (const m of res.messages) {
+      if (m.role === "notice") { notice(m.text); continue; }
+      const failed = m.role === "assistant" && m.error;
+      const b = bubble(m.role, m.text || (failed ? "Sorry — this reply failed." : ""), { error: failed });
+      b.bubble.dataset.done = "history";
+      for (const t of m.tools || []) toolLine(b, t.callId, t.name, t.status);
+      if (failed) failure(b, "The reply failed: " + m.error);
+    }
+    if (!res.messages.length) notice(readOnly ? "No messages yet." : "No messages yet — say hello.", "placeholder");
+    highlightSession();
+  }
+
+  function highlightSession() {
+    for (const li of sessionsEl.children) {
+      const on = li.dataset.key === session.key && li.dataset.agent === session.agentId;
+      li.classList.toggle("active", on);
+      li.setAttribute("aria-current", on ? "true" : "false");
+    }
+  }
+
+  function open(s) {
+    session = { key: s.key, agentId: s.agentId };
+    H.show("chat");
+    loadHistory();
+  }
+
+  async function refreshSessions() {
+    let res;
+    try { res = await H.request("sessions.list"); } catch (e) { return; }
+    sessionsEl.replaceChildren(...res.sessions.map((s) => el("li", {
+      dataset: { key: s.key, agent: s.agentId, kind: s.kind, mode: s.mode },
+      title: s.key + " · session " + s.sessionId + (s.mode !== "chat" ? " · read-only" : ""),
+      tabindex: "0", role: "button",
+      onclick: () => open(s),
+      onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(s); } },
+    }, el("span", { class: "s-label", text: s.label }),
+       el("span", { class: "s-meta" },
+          el("span", { class: "badge", dataset: { kind: s.kind }, text: KIND[s.kind] || s.kind }),
+          s.mode !== "chat" ? el("span", { class: "badge ro", text: "read-only" }) : null,
+          el("span", { class: "s-when", text: when(s.updatedAt) })))));
+    highlightSession();
+  }
+
+  $("composer").addEventListener("submit", (e) => { e.preventDefault(); const t = input.value; input.value = ""; send(t); });
+  input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("composer").requestSubmit(); }
+  });
+  $("new-session").addEventListener("click", () => { H.show("chat"); newSession("/new"); });
+
+  H.onConnected((hello) => {
+    if (!session) session = { key: hello.mainSession, agentId: hello.defaultAgent };
+    loadHistory().then(refreshSessions);
+  });
+  H.onView("chat", () => {});
+  window.HermitChat = { refreshSessions, loadHistory, current: () => session };
+})();

@@ -1,0 +1,169 @@
+// The memory view: search as the agent does (path, lines, score, audience, origin), open a file at the lines
+// found, browse MEMORY.md and the daily logs by date, edit MEMORY.md (its previous version is kept) and
+// append to today's log. Every file line is set as text.
+"use strict";
+(function () {
+  const H = window.Hermit, { el, when } = window.HermitDom;
+  const $ = (id) => document.getElementById(id);
+  const results = $("memory-results"), filesEl = $("memory-files"), viewer = $("memory-lines");
+  const AUDIENCE = { owner: "owner-only", shared: "shared" };
+
+  let file = null;      // the open file: {path, text, sha256, editable}
+  let index = null;     // memory.files' answer
+
+  const audienceLabel = (a) => AUDIENCE[a] || "chat " + a;
+  // Memory is per agent (no search crosses agents); with several, a picker says whose.
+  const picker = $("memory-agent");
+  const agent = () => picker.value || null;
+  H.onConnected((hello) => {
+    const current = picker.value || hello.defaultAgent;
+    picker.replaceChildren(...hello.agents.map((a) => el("option", { value: a, text: "agent " + a })));
+    picker.value = hello.agents.includes(current) ? current : hello.defaultAgent;
+    picker.hidden = hello.agents.length < 2;
+  });
+  picker.addEventListener("change", () => { results.replaceChildren(); viewer.replaceChildren(); file = null; loadFiles(); });
+  function say(where, text, cls) { const n = $(where); n.textContent = text || ""; n.className = "say " + (cls || ""); }
+
+  // ---- search ---------------------------------------------------------------------------------------
+  async function search(query) {
+    say("memory-search-note", "searching…");
+    let res;
+    try { res = await H.call("memory.search", { query, agentId: agent() }); }
+    catch (e) { say("memory-search-note", e.message, "bad"); return; }
+    const notes = [];
+    if (res.error) notes.push(res.error);
+    if (res.mode) notes.push("mode: " + res.mode + (res.reason ? " (" + res.reason + ")" : ""));
+    for (const w of res.warnings || []) notes.push(w);
+    say("memory-search-note", (res.results.length ? res.results.length + " result" + (res.results.length === 1 ? "" : "s") : "no results")
+        + (notes.length ? " · " + notes.join(" · ") : ""), res.error ? "bad" : "");
+    results.replaceChildren(...res.results.map((r) => el("li", {
+      class: "result", tabindex: "0", role: "button",
+      dataset: { path: r.path, start: r.startLine, end: r.endLine, audience: r.audience },
+      onclick: () => openFile(r.path, r.startLine, r.endLine),
+      onkeydown: (e) => { if (e.key === "Enter") openFile(r.path, r.startLine, r.endLine); },
+    },
+      el("div", { class: "r-head" },
+        el("span", { class: "r-path", text: r.path + ":" + r.startLine + "–" + r.endLine }),
+        el("span", { class: "badge score", title: "score", text: r.score.toFixed(2) }),
+        el("span", { class: "badge", dataset: { audience: r.audience }, title: "who may see this passage", text: audienceLabel(r.audience) }),
+        r.source !== "memory" ? el("span", { class: "badge", text: r.source }) : null),
+      r.origin ? el("div", { class: "r-origin", text: "from " + (r.origin.channel ? r.origin.channel + " " : "")
+        + (r.origin.group ? "group " + r.origin.group : "session " + r.origin.session) + (r.origin.sender ? " · by " + r.origin.sender : "") }) : null,
+      el("div", { class: "snippet", text: r.snippet }))));
+  }
+
+  // ---- files ------------------------------------------------------------------------------------------
+  async function loadFiles() {
+    try { index = await H.call("memory.files", { agentId: agent() }); } catch (e) { return; }
+    $("memory-date").max = index.today;
+    const byKind = (k) => index.files.filter((f) => f.kind === k);
+    const item = (f, label) => el("li", {
+      tabindex: "0", role: "button", dataset: { path: f.path },
+      onclick: () => openFile(f.path), onkeydown: (e) => { if (e.key === "Enter") openFile(f.path); },
+    }, el("span", { class: "f-name", text: label || f.path }), el("span", { class: "f-meta", text: size(f.bytes) + " · " + when(f.modified) }));
+    const daily = byKind("daily"), other = byKind("other"), long = byKind("long-term");
+    filesEl.replaceChildren(
+      el("li", { class: "group", text: "Long-term" }),
+      ...(long.length ? long.map((f) => item(f, "MEMORY.md")) : [el("li", { class: "empty", text: "no MEMORY.md yet" })]),
+      el("li", { class: "group", text: "Daily logs" }),
+      ...(daily.length ? daily.map((f) => item(f, f.date + (f.date === index.today ? " (today)" : "") + (f.path !== "memory/" + f.date + ".md" ? " · " + f.path.slice(7) : ""))) : [el("li", { class: "empty", text: "no daily logs yet" })]),
+      ...(other.length ? [el("li", { class: "group", text: "Other memory files" }), ...other.map((f) => item(f))] : []));
+    try {
+      const st = await H.request("memory.status", { agentId: agent() });
+      say("memory-index", "index: " + st.files + " files, " + st.chunks + " chunks · " + (st.provider === "none" ? "keyword search (no embeddings)" : st.provider + "/" + st.model) + (st.dirty ? " · updating" : ""));
+    } catch (e) { say("memory-index", ""); }
+  }
+
+  const size = (n) => n < 1024 ? n + " B" : n < 1048576 ? (n / 1024).toFixed(1) + " KB" : (n / 1048576).toFixed(1) + " MB";
+
+  async function openFile(path, start, end) {
+    const unsaved = document.body.classList.contains("editing") && file && $("memory-editor").value !== file.text;
+    if (unsaved && !confirm("Discard your changes to " + file.path + "?")) return;
+    stopEditing();
+    document.body.classList.add("file-open");
+    $("memory-path").textContent = path;
+    say("memory-file-note", "loading…");
+    let res;
+    try { res = await H.call("memory.get", { path, agentId: agent() }); }
+    catch (e) { say("memory-file-note", e.message + (e.hint ? " — " + e.hint : ""), "bad"); viewer.replaceChildren(); return; }
+    file = { path: res.path, text: res.text, sha256: res.sha256, editable: res.editable };
+    $("memory-edit").hidden = !res.editable;
+    $("memory-file-audience").hidden = !res.audience;
+    $("memory-file-audience").textContent = res.audience ? audienceLabel(res.audience) : "";
+    const lines = res.text.split("\n");
+    if (lines.length > 1 && lines[lines.length - 1] === "") lines.pop();
+    say("memory-file-note", lines.length + " lines" + (start ? " · lines " + start + "–" + end + " found" : ""));
+    viewer.replaceChildren(...lines.map((text, i) => el("div", {
+      class: "line" + (start && i + 1 >= start && i + 1 <= end ? " hit" : ""), dataset: { line: i + 1 },
+    }, el("span", { class: "ln", text: String(i + 1) }), el("span", { class: "tx", text: text || " " }))));
+    const first = viewer.querySelector(".line.hit");
+    if (first) first.scrollIntoView({ block: "center" });
+    else viewer.scrollTop = 0;
+    for (const li of filesEl.querySelectorAll("li[data-path]")) li.classList.toggle("active", li.dataset.path === res.path);
+    if (window.matchMedia("(max-width: 760px)").matches) $("memory-file").scrollIntoView({ block: "start" });
+  }
+
+  // ---- editing MEMORY.md and appending to today's log -----------------------------------------------------
+  function startEditing() {
+    if (!file || !file.editable) return;
+    $("memory-editor").value = file.text;
+    document.body.classList.add("editing");
+    $("memory-editor").focus();
+  }
+  function stopEditing() { document.body.classList.remove("editing"); }
+
+  async function save() {
+    const content = $("memory-editor").value;
+    if (new Blob([content]).size > 200000) { say("memory-file-note", "MEMORY.md is over 200 KB: edit it on disk", "bad"); return; }
+    say("memory-file-note", "saving…");
+    let res;
+    try { res = await H.call("memory.write", { path: file.path, content, baseSha256: file.sha256 || null, agentId: agent() }); }
+    catch (e) { say("memory-file-note", e.message + (e.hint ? " — " + e.hint : ""), "bad"); return; }
+    stopEditing();
+    await openFile(file.path);
+    say("memory-file-note", "Saved. " + (res.history ? "The previous version is kept in " + res.history : res.message), "ok");
+    loadFiles();
+  }
+
+  async function append(e) {
+    e.preventDefault();
+    const text = $("memory-append-text").value;
+    if (!text.trim()) return;
+    const priv = $("memory-append-private").checked;
+    say("memory-append-note", "appending…");
+    let res;
+    try { res = await H.call("memory.append", { text, private: priv, agentId: agent() }); }
+    catch (err) { say("memory-append-note", err.message, "bad"); return; }
+    $("memory-append-text").value = "";
+    const done = "Added to " + res.path + " (lines " + res.startLine + "–" + res.endLine + ", " + audienceLabel(res.audience) + ")";
+    say("memory-append-note", done, "ok");
+    await loadFiles();
+    await openFile(res.path, res.startLine, res.endLine);
+    say("memory-file-note", done, "ok");
+  }
+
+  function openDate() {
+    const day = $("memory-date").value;
+    if (!day || !index) return;
+    const f = index.files.find((x) => x.date === day);
+    if (f) openFile(f.path);
+    else say("memory-file-note", "no daily log for " + day, "bad");
+  }
+
+  $("memory-search").addEventListener("submit", (e) => { e.preventDefault(); const q = $("memory-query").value.trim(); if (q) search(q); });
+  $("memory-edit").addEventListener("click", startEditing);
+  $("memory-cancel").addEventListener("click", stopEditing);
+  $("memory-save").addEventListener("click", save);
+  $("memory-back").addEventListener("click", () => {
+    if (document.body.classList.contains("editing") && $("memory-editor").value !== file.text
+        && !confirm("Discard your changes to " + file.path + "?")) return;
+    document.body.classList.remove("file-open");
+    stopEditing();
+  });
+  $("memory-append").addEventListener("submit", append);
+  $("memory-date").addEventListener("change", openDate);
+  $("memory-editor").addEventListener("keydown", (e) => { if (e.key === "s" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); save(); } });
+
+  H.onView("memory", (changed) => { if (changed || !index) loadFiles(); });
+  window.HermitMemory = { search, openFile };
+})();
