@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from hermit.cli.main import build_parser
+from prochelpers import PROC_TIMEOUT
 
 # Loaded by a command when it runs, never for parsing arguments or printing help.
 HEAVY = ("pydantic", "numpy", "httpx", "yaml", "rich", "ruamel", "sqlean", "starlette", "cronsim",
@@ -14,10 +15,10 @@ HEAVY = ("pydantic", "numpy", "httpx", "yaml", "rich", "ruamel", "sqlean", "star
 
 
 def test_python_dash_m_hermit_works() -> None:
-    r = subprocess.run([sys.executable, "-m", "hermit", "--version"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-m", "hermit", "--version"], capture_output=True, text=True, timeout=PROC_TIMEOUT)
     assert r.returncode == 0 and r.stdout.startswith("hermit ")
     r = subprocess.run([sys.executable, "-m", "hermit", "memory", "--help"], capture_output=True, text=True,
-                       timeout=60)
+                       timeout=PROC_TIMEOUT)
     assert r.returncode == 0 and "search" in r.stdout
 
 
@@ -62,7 +63,7 @@ def _hermit(home: object, *args: str) -> subprocess.CompletedProcess[str]:
 
     env = {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
     return subprocess.run([sys.executable, "-m", "hermit", *args], env=env, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=PROC_TIMEOUT)
 
 
 def test_empty_query_with_json_prints_a_json_error(tmp_path: object) -> None:

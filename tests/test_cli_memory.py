@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 
 from conftest import write
+from prochelpers import PROC_TIMEOUT
 
 
 def run(home: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], env=env, text=True,
-                          capture_output=True, input=stdin, timeout=300)
+                          capture_output=True, input=stdin, timeout=PROC_TIMEOUT)
 
 
 def test_init_index_search_get_status(tmp_path: Path) -> None:

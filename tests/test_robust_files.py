@@ -31,6 +31,7 @@ from hermit.tools.memory import MemoryTools
 from hermit.tools.sandbox import PathResolver
 from hermit.workspace import read_bootstrap
 from memhelpers import HashEmbedder, service
+from prochelpers import PROC_TIMEOUT
 
 T = TypeVar("T")
 
@@ -171,7 +172,7 @@ def test_watcher_syncs_past_a_fifo_created_while_watching(workspace: Path, tmp_p
 def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], env=env, text=True,
-                          capture_output=True, timeout=120)
+                          capture_output=True, timeout=PROC_TIMEOUT)
 
 
 def test_cli_index_search_get_with_a_fifo_and_a_directory_named_md(tmp_path: Path) -> None:

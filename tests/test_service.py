@@ -19,6 +19,7 @@ import httpx
 import yaml
 
 from hermit.config.envfile import parse_env_text
+from prochelpers import PROC_TIMEOUT
 
 
 def env_for(home: Path, user: Path, **extra: str) -> dict[str, str]:
@@ -29,7 +30,7 @@ def env_for(home: Path, user: Path, **extra: str) -> dict[str, str]:
 
 def hermit(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], capture_output=True, text=True,
-                          env=env, timeout=120, stdin=subprocess.DEVNULL)
+                          env=env, timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
 
 
 def unit_values(text: str) -> dict[str, str]:
@@ -88,7 +89,7 @@ def test_install_writes_a_unit_whose_command_line_runs_this_gateway(tmp_path: Pa
         assert entries and all({"ts", "level", "logger", "msg"} <= set(e) for e in entries)
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
+        assert proc.wait(PROC_TIMEOUT) == 0
 
     gone = hermit(env, "gateway", "uninstall")
     assert gone.returncode == 0 and not unit.exists() and "disable --now hermit-gateway.service" in gone.stdout
@@ -143,4 +144,4 @@ def test_logs_prints_the_last_lines_as_text_or_json_and_follows_across_a_rotatio
         assert after["msg"] == "after the rotation" and after["level"] == "warning"
     finally:
         follow.send_signal(signal.SIGINT)
-        assert follow.wait(20) == 0
+        assert follow.wait(PROC_TIMEOUT) == 0
