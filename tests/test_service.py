@@ -134,13 +134,26 @@ def test_logs_prints_the_last_lines_as_text_or_json_and_follows_across_a_rotatio
     got: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [got.put(x) for x in follow.stdout or []], daemon=True).start()
     try:
-        time.sleep(0.5)  # let it open the file and reach its end
+        # Append until the follower shows a line: it starts at the end of the file whenever it gets there
+        # (-n 0), so the first line it prints is one appended after it opened the file, however slow the
+        # machine is. Then a marker line, so that every appended line is read before the rotation.
+        deadline = time.monotonic() + PROC_TIMEOUT
+        first = None
+        while first is None:
+            with log.open("a") as f:
+                f.write("2026-12-01 10:01:00,000 INFO hermit.gateway: appended\n")
+            try:
+                first = got.get(timeout=0.2)
+            except queue.Empty:
+                assert follow.poll() is None and time.monotonic() < deadline, "logs -f showed nothing"
+        assert json.loads(first)["msg"] == "appended"
         with log.open("a") as f:
-            f.write("2026-12-01 10:01:00,000 INFO hermit.gateway: appended\n")
-        assert json.loads(got.get(timeout=20))["msg"] == "appended"
+            f.write("2026-12-01 10:01:30,000 INFO hermit.gateway: marker\n")
+        while json.loads(got.get(timeout=PROC_TIMEOUT))["msg"] != "marker":
+            pass
         log.rename(log.with_name("gateway.log.1"))  # what the rotating handler does
         log.write_text("2026-12-01 10:02:00,000 WARNING hermit.scheduler: after the rotation\n")
-        after = json.loads(got.get(timeout=20))
+        after = json.loads(got.get(timeout=PROC_TIMEOUT))
         assert after["msg"] == "after the rotation" and after["level"] == "warning"
     finally:
         follow.send_signal(signal.SIGINT)
