@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hermit.db import Connection, DatabaseError, VecStatus, connect, index_error, migrate, transaction
+from hermit.db import Connection, DatabaseError, connect, index_error, migrate, transaction
 from hermit.locks import LockFile
 from hermit.memory.chunking import Chunk
 from hermit.memory.fts import FTS_TOKENIZER, index_text
@@ -469,9 +469,6 @@ class IndexStore:
     def identity(self) -> dict[str, object]:
         raw = self.meta().get("identity")
         return json.loads(raw) if raw else {}
-
-    def vec_status(self) -> VecStatus:
-        return self.vec
 
     def describe(self) -> dict[str, Any]:
         vec = self.vec
