@@ -1,5 +1,5 @@
-"""Helpers for tests that run Hermit in subprocesses: one timeout for them, SIGKILL at a chosen moment (a crash
-in the middle of its work), and stepping an indexer request by request against the fake embeddings server.
+"""Helpers for tests that run Hermit in subprocesses: one timeout for them, and stepping an indexer request by
+request against the fake embeddings server to act (search, SIGKILL) at a chosen moment of its work.
 
 A test that must act while another process is half-way through its work waits on *events* (the process
 is blocked on its next embedding request, the index holds N files), never on wall-clock budgets: on a
@@ -49,25 +49,6 @@ def fake_embeddings_config(srv: FakeEmbeddingServer, extra: str = "", batch_size
     return ("agents:\n  defaults:\n    memory_search:\n      provider: openai-compatible\n      model: fake-embed\n"
             f"      remote: {{base_url: {srv.openai_base_url}, batch_size: {batch_size}, "
             f"timeout_seconds: {PROC_TIMEOUT:g}}}\n{extra}")
-
-
-def kill_when(proc: Proc, ready: Callable[[], bool], what: str = "the process", timeout: float = PROC_TIMEOUT
-              ) -> None:
-    """SIGKILL `proc` as soon as `ready()` holds; fail the test when it finished before that."""
-    try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and proc.poll() is None:
-            if ready():
-                proc.send_signal(signal.SIGKILL)
-                break
-            time.sleep(0.01)
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    if proc.returncode != -signal.SIGKILL:
-        pytest.fail(f"{what} finished before it could be killed (rc {proc.returncode}); add notes")
 
 
 def _blocked_moments(srv: FakeEmbeddingServer, proc: Proc, what: str, timeout: float) -> Iterator[None]:
