@@ -106,18 +106,16 @@ def newest_phrase(ws: Path) -> tuple[str, str]:
 
 def _locked(path: Path) -> bool:
     """Whether another process holds the index's writer lock (an advisory lock on the .lock file)."""
-    import fcntl
+    from hermit.locks import LockFile
 
     try:
-        with open(path, "a") as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                return True
-            fcntl.flock(f, fcntl.LOCK_UN)
-            return False
+        lock = LockFile.try_acquire(path)
     except OSError:
         return False
+    if lock is None:
+        return True
+    lock.release()
+    return False
 
 
 def probe(src: Path, ws: Path, home: Path, seconds: float) -> dict[str, Any]:

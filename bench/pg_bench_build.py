@@ -85,9 +85,9 @@ def build_sqlite(n: int, e5: Any) -> dict[str, Any]:
 
 def server() -> Any:
     """The benchmark's PostgreSQL, its data dir kept under bench/out/pg/server across runs."""
-    from hermit.testing.postgres import PostgresServer
+    from pg_database import embedded_server_class
 
-    srv = PostgresServer(base_dir=OUT / "server")
+    srv = embedded_server_class()(base_dir=OUT / "server")
     srv.start()
     import psycopg
 

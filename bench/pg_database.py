@@ -5,7 +5,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+
+
+def embedded_server_class() -> Any:
+    """The test suite's throwaway PostgreSQL launcher (tests/fakes/postgres.py: dev dependencies only)."""
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
+    from fakes.postgres import PostgresServer
+
+    return PostgresServer
 
 
 @contextlib.contextmanager
@@ -14,8 +28,7 @@ def database(dsn_env: str | None, name: str) -> Iterator[str]:
     if dsn_env:
         yield os.environ[dsn_env]
         return
-    from hermit.testing.postgres import PostgresServer
-
+    PostgresServer = embedded_server_class()
     server = PostgresServer().start()
     try:
         yield server.create_database(name)

@@ -12,11 +12,11 @@ from typing import Any
 
 import httpx
 
-from hermit.testing.fake_discord import BOT_ID, FakeDiscord
-from hermit.testing.fake_platform import FakePlatform
-from hermit.testing.fake_slack import BOT_USER, FakeSlack
-from hermit.testing.fake_telegram import FakeTelegram
-from hermit.testing.fake_whatsapp import FakeWhatsApp, sign, text_message, webhook_body
+from fakes.fake_discord import BOT_ID, FakeDiscord
+from fakes.fake_platform import FakePlatform
+from fakes.fake_slack import BOT_USER, FakeSlack
+from fakes.fake_telegram import FakeTelegram
+from fakes.fake_whatsapp import FakeWhatsApp, sign, text_message, webhook_body
 
 
 class Driver:

@@ -1,4 +1,4 @@
-"""Shared fixtures: a no-network guard, the real local embedder, and workspace builders."""
+"""Shared fixtures: a no-network guard, the real local embedder and a fake one, and workspace builders."""
 
 from __future__ import annotations
 
@@ -44,6 +44,24 @@ def e5(tmp_path_factory: pytest.TempPathFactory) -> object:
     return E5Embedder(stamp_dir=tmp_path_factory.mktemp("stamp"))
 
 
+@pytest.fixture
+def fake_embedder() -> Iterator[object]:
+    """An embedder on the fake embeddings server (bag of words over loopback HTTP): for tests of what is
+    around the model (sessions as a source, compaction, tools), where the real model only costs minutes."""
+    from hermit.config.schema import MemorySearchConfig
+    from hermit.memory.embedders.remote import create_remote_embedder
+    from hermit.testing.fake_embeddings import FakeEmbeddingServer
+
+    with FakeEmbeddingServer() as srv:
+        cfg = MemorySearchConfig.model_validate({"provider": "openai-compatible", "model": "fake-embed",
+                                                 "remote": {"base_url": srv.openai_base_url}})
+        emb = create_remote_embedder(cfg, {})
+        try:
+            yield emb
+        finally:
+            emb.close()  # type: ignore[attr-defined]
+
+
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
@@ -63,7 +81,7 @@ def pg_server():
     from tests.ciguard import need
 
     try:
-        from hermit.testing.postgres import PostgresServer
+        from fakes.postgres import PostgresServer
 
         server = PostgresServer().start()
     except (ImportError, RuntimeError) as e:

@@ -35,6 +35,7 @@ from hermit.gateway.supervisor import split_chunks
 from hermit.models.base import ModelRequest
 from hermit.sessions.keys import group_session_key, main_session_key
 from hermit.testing.scripted import FunctionModel, Reply
+from prochelpers import PROC_TIMEOUT
 
 
 class RecordingChannel:
@@ -181,7 +182,7 @@ class GatewayProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(30)
+                self.proc.wait(PROC_TIMEOUT)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)

@@ -1,29 +1,105 @@
-"""Helpers for tests that SIGKILL a process at a chosen moment (a crash in the middle of its work)."""
+"""Helpers for tests that run Hermit in subprocesses: one timeout for them, and stepping an indexer request by
+request against the fake embeddings server to act (search, SIGKILL) at a chosen moment of its work.
+
+A test that must act while another process is half-way through its work waits on *events* (the process
+is blocked on its next embedding request, the index holds N files), never on wall-clock budgets: on a
+loaded 2-core machine a process can take ten times longer than on an idle one, and a fast one can finish
+before a sleeping test looks.
+"""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+from hermit.testing.fake_embeddings import FakeEmbeddingServer
 
-def kill_when(proc: subprocess.Popen[bytes] | subprocess.Popen[str], ready: Callable[[], bool],
-              what: str = "the process", timeout: float = 120) -> None:
-    """SIGKILL `proc` as soon as `ready()` holds; fail the test when it finished before that."""
+# How long a test waits for one Hermit subprocess before calling it hung. Generous on purpose: a healthy
+# child takes seconds, but a 2-core machine running several suites and benchmarks can make it take minutes,
+# and a timeout that fires there is a false failure. (CI's whole run is bounded at 90 minutes.)
+PROC_TIMEOUT = 600.0
+
+Proc = subprocess.Popen[bytes] | subprocess.Popen[str]
+
+
+def hermit_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of a `hermit` subprocess on state dir `home`."""
+    return {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE", **extra}
+
+
+def start_hermit(home: Path, *args: str, **extra_env: str) -> subprocess.Popen[str]:
+    """`hermit ARGS` on state dir `home`, running, with its output piped."""
+    return subprocess.Popen([sys.executable, "-m", "hermit.cli.main", *args], env=hermit_env(home, **extra_env),
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def fake_embeddings_config(srv: FakeEmbeddingServer, extra: str = "", batch_size: int = 16) -> str:
+    """hermit.yaml text pointing every agent's memory at the fake embeddings server (a deterministic
+    bag-of-words model answered over loopback HTTP): for tests where the model is not what is tested, it
+    embeds thousands of chunks in the time the real model takes for a few. Small batches (16 chunks, the
+    sync's smallest), so an index is many requests a test can step through. `extra`: more memory_search
+    lines, indented by six spaces."""
+    return ("agents:\n  defaults:\n    memory_search:\n      provider: openai-compatible\n      model: fake-embed\n"
+            f"      remote: {{base_url: {srv.openai_base_url}, batch_size: {batch_size}, "
+            f"timeout_seconds: {PROC_TIMEOUT:g}}}\n{extra}")
+
+
+def _blocked_moments(srv: FakeEmbeddingServer, proc: Proc, what: str, timeout: float) -> Iterator[None]:
+    """Yield each time `proc` is blocked on a held request, letting that request through when resumed; end
+    when `proc` exits. The server must be holding (`srv.hold(...)`) before `proc` starts."""
+    seen = 0
+    ends = time.monotonic() + timeout
+    while True:
+        while not srv.wait_held(seen + 1, 0.05):  # short waits, to notice a process that ended
+            if proc.poll() is not None:
+                return
+            if time.monotonic() > ends:
+                pytest.fail(f"{what} sent no embedding request for {timeout:g}s")
+        seen = srv.arrivals
+        yield
+        srv.release(1)
+
+
+def step_until(srv: FakeEmbeddingServer, proc: Proc, ready: Callable[[], bool], what: str = "the indexer",
+               timeout: float = PROC_TIMEOUT) -> None:
+    """Let `proc`'s held embedding requests through one at a time until `ready()` holds while `proc` is
+    blocked on its next request. Fails when `proc` ends first."""
+    for _ in _blocked_moments(srv, proc, what, timeout):
+        if ready():
+            return
+    _, err = proc.communicate()
+    pytest.fail(f"{what} ended (rc {proc.returncode}) before the moment the test waits for: {err}")
+
+
+def step_through(srv: FakeEmbeddingServer, proc: Proc, at_each: Callable[[], None], what: str = "the indexer",
+                 timeout: float = PROC_TIMEOUT) -> int:
+    """Let `proc`'s held embedding requests through one at a time until it exits, calling `at_each()` while
+    it is blocked on each; returns how many times it was called."""
+    calls = 0
+    for _ in _blocked_moments(srv, proc, what, timeout):
+        at_each()
+        calls += 1
+    return calls
+
+
+def kill_stepped(srv: FakeEmbeddingServer, proc: Proc, ready: Callable[[], bool], what: str = "the indexer"
+                 ) -> None:
+    """SIGKILL `proc` at the first request it is blocked on after `ready()` holds (see `step_until`), then
+    stop holding requests, so the processes a test starts next run freely."""
     try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and proc.poll() is None:
-            if ready():
-                proc.send_signal(signal.SIGKILL)
-                break
-            time.sleep(0.01)
-        proc.wait(30)
+        step_until(srv, proc, ready, what)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(PROC_TIMEOUT)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    if proc.returncode != -signal.SIGKILL:
-        pytest.fail(f"{what} finished before it could be killed (rc {proc.returncode}); add notes")
+        srv.release_all()
+    assert proc.returncode == -signal.SIGKILL

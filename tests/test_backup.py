@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 
 from conftest import write
+from prochelpers import PROC_TIMEOUT
 
 
 def hermit(home: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.update(HERMIT_HOME=str(home), OMP_WAIT_POLICY="PASSIVE")
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], capture_output=True, text=True,
-                          env=env, timeout=300, input=stdin)
+                          env=env, timeout=PROC_TIMEOUT, input=stdin)
 
 
 def search(home: Path, query: str) -> list[tuple[str, int, int, str]]:
@@ -139,7 +140,7 @@ def test_completion_scripts_complete_the_real_commands(tmp_path: Path) -> None:
     script.write_text(bash.stdout)
     probe = (f"source {script}; COMP_WORDS=(hermit gateway ''); COMP_CWORD=2; COMP_LINE='hermit gateway '; "
              "COMP_POINT=15; _shtab_hermit; echo \"${COMPREPLY[@]}\"")
-    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=PROC_TIMEOUT)
     assert set(out.stdout.split()) >= {"run", "status", "install", "uninstall"}, out.stderr
     zsh = hermit(tmp_path, "completion", "zsh")
     assert zsh.returncode == 0 and zsh.stdout.startswith("#compdef hermit") and "setup" in zsh.stdout

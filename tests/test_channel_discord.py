@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from channelhelpers import FAST, QueueSink, run
+from fakes.fake_discord import GUILD_ID, TEXT_CHANNEL, THREAD, FakeDiscord, patch_discord, unpatch
 from hermit.channels.base import OutboundMessage, Target, TurnEnd, Typing
 from hermit.channels.discord import DiscordChannel
 from hermit.config.schema import DiscordAccountConfig
-from hermit.testing.fake_discord import GUILD_ID, TEXT_CHANNEL, THREAD, FakeDiscord, patch_discord, unpatch
+from hermit.errors import ChannelError
 
 TOKEN = "discord-test-token"
 
@@ -94,6 +95,19 @@ def test_send_is_retried_and_delivered_once(tmp_path: Path, fault: str) -> None:
             await ch.send(OutboundMessage(Target("discord", "default", "group", TEXT_CHANNEL), "once"))
             assert [s["content"] for s in fake.sent()] == ["once"]
             assert [c.faulted for c in fake.calls if c.route == "create_message"] == [fault, None]
+    run(main)
+
+
+def test_a_rate_limit_discord_py_gives_up_on_is_reported_not_retried_again(tmp_path: Path) -> None:
+    """discord.py retries 429s and 5xx itself; Hermit adds no second loop around it (issue 26 §1)."""
+    async def main() -> None:
+        async with discord_channel(tmp_path) as (fake, ch, _sink):
+            fake.retry_after = 31.0  # past discord.py's smallest max_ratelimit_timeout (30 s): RateLimited
+            fake.fail("create_message", "429")
+            with pytest.raises(ChannelError, match="RateLimited"):
+                await ch.send(OutboundMessage(Target("discord", "default", "group", TEXT_CHANNEL), "once"))
+            assert [c.faulted for c in fake.calls if c.route == "create_message"] == ["429"]
+            assert fake.sent() == [] and "send failed" in (ch.status().last_error or "")
     run(main)
 
 

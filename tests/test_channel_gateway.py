@@ -19,8 +19,8 @@ import yaml
 
 from channeldrivers import DRIVERS, Driver, TelegramDriver, WhatsAppDriver
 from channelhelpers import run
+from fakes.fake_whatsapp import sign, text_message, webhook_body
 from hermit.testing.fake_provider import FakeProvider
-from hermit.testing.fake_whatsapp import sign, text_message, webhook_body
 
 RUNNER = Path(__file__).with_name("gateway_runner.py")
 SECRET = "MEMSECRET-7f3a"  # in MEMORY.md: only the main session may see it

@@ -3,7 +3,6 @@ work agent, through the real adapters (against fake platforms), the real access 
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 import time
@@ -13,17 +12,16 @@ from typing import Any
 import httpx
 
 from channelhelpers import QueueSink, run, serve_asgi
+from fakes.fake_slack import BOT_USER, FakeSlack
+from fakes.fake_telegram import FakeTelegram
+from fakes.fake_whatsapp import FakeWhatsApp, sign, text_message, webhook_body
 from hermit.agent.routing import RouteInput, Router
 from hermit.channels.access import AccessControl
 from hermit.channels.base import ChannelDeps, InboundMessage
 from hermit.channels.pairing import PairingStore
-from hermit.channels.platforms import accounts
+from hermit.channels.platforms import accounts, platform
 from hermit.channels.webhook import asgi_app
 from hermit.config import StatePaths, load_config
-from hermit.gateway.channels import CHANNEL_FACTORIES
-from hermit.testing.fake_slack import BOT_USER, FakeSlack
-from hermit.testing.fake_telegram import FakeTelegram
-from hermit.testing.fake_whatsapp import FakeWhatsApp, sign, text_message, webhook_body
 
 README = Path(__file__).resolve().parents[1] / "docs" / "channels.md"
 ENV = {"TELEGRAM_BOT_TOKEN": "123:TEST", "WHATSAPP_ACCESS_TOKEN": "EAAG-test", "WHATSAPP_APP_SECRET": "app-secret",
@@ -38,9 +36,8 @@ def readme_example() -> str:
 
 
 def create_channel(name: str, account_id: str, cfg: Any, deps: ChannelDeps) -> Any:
-    """The factory the gateway registers for `name` (CHANNEL_FACTORIES)."""
-    module, _, func = CHANNEL_FACTORIES[name].partition(":")
-    return getattr(importlib.import_module(module), func)(deps, account_id, cfg)
+    """The channel the gateway builds for `name` (the platform its adapter declares)."""
+    return platform(name).create(deps, account_id, cfg)
 
 
 def route(router: Router, access: AccessControl, msg: InboundMessage) -> tuple[str, str]:

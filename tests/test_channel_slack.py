@@ -13,12 +13,12 @@ import httpx
 import pytest
 
 from channelhelpers import FAST, QueueSink, run, serve_asgi
+from fakes.fake_slack import BOT_USER, TEAM, FakeSlack, event_body, sign
 from hermit.channels.base import ChannelDeps, OutboundMessage, Target
 from hermit.channels.slack import SlackChannel, create_channel, to_mrkdwn, verify_signature
 from hermit.channels.webhook import asgi_app
 from hermit.config.schema import SlackAccountConfig
 from hermit.errors import ConfigError
-from hermit.testing.fake_slack import BOT_USER, TEAM, FakeSlack, event_body, sign
 
 SECRET = "s3cret-signing"
 

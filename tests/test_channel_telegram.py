@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from channelhelpers import FAST, QueueSink, run
+from fakes.fake_telegram import FakeTelegram, markdown_ok
 from hermit.channels.base import ChannelDeps, OutboundMessage, Target, TurnEnd, Typing
 from hermit.channels.telegram import TelegramChannel, create_channel
 from hermit.channels.telegram_markdown import to_telegram_markdown
 from hermit.channels.telegram_state import PollState, token_dir
 from hermit.config.schema import TelegramAccountConfig
 from hermit.errors import ChannelError, ConfigError
-from hermit.testing.fake_telegram import FakeTelegram, markdown_ok
 
 TOKEN = "123:TEST"
 RUNNER = Path(__file__).with_name("telegram_runner.py")

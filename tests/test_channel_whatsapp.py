@@ -13,12 +13,12 @@ import httpx
 import pytest
 
 from channelhelpers import FAST, QueueSink, run, serve_asgi
+from fakes.fake_whatsapp import PHONE_NUMBER_ID, FakeWhatsApp, sign, text_message, webhook_body
 from hermit.channels.base import ChannelDeps, OutboundMessage, Target
 from hermit.channels.webhook import asgi_app
 from hermit.channels.whatsapp import WhatsAppChannel, create_channel, signature_ok
 from hermit.config.schema import WhatsAppAccountConfig
 from hermit.errors import ChannelError, ConfigError
-from hermit.testing.fake_whatsapp import PHONE_NUMBER_ID, FakeWhatsApp, sign, text_message, webhook_body
 
 SECRET = "app-secret"
 VERIFY = "verify-me"

@@ -11,7 +11,8 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermit.channels.chunking import CHANNEL_LIMITS, ChunkLimit, chunk_for_channel, chunk_text
+from hermit.channels.chunking import chunk_text
+from hermit.channels.platforms import names, platform
 
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 
@@ -76,6 +77,12 @@ def test_emoji_and_clusters_are_never_split() -> None:
             assert set(regex.findall(r"\X", c)) <= {family, flag, thumbs, "é"}
 
 
+def chunk_for_channel(name: str, text: str) -> list[str]:
+    """Chunks for a platform's limits, as the gateway cuts a reply (gateway/replies.py)."""
+    caps = platform(name).capabilities
+    return chunk_text(text, caps.max_chars, caps.max_lines)
+
+
 def test_limits_hold_in_utf16_code_units_too() -> None:
     text = "🙂" * 3000  # 3000 code points, 6000 UTF-16 code units
     chunks = chunk_for_channel("telegram", text)
@@ -120,11 +127,14 @@ def test_discord_line_limit() -> None:
 
 
 def test_channel_limits() -> None:
-    assert CHANNEL_LIMITS["telegram"] == ChunkLimit(4000)
-    assert CHANNEL_LIMITS["discord"] == ChunkLimit(2000, 17)
-    assert CHANNEL_LIMITS["slack"].max_chars == CHANNEL_LIMITS["whatsapp"].max_chars == 4000
+    """SPEC §15: Telegram 4000 of 4096, Discord 2000 and 17 lines, Slack and WhatsApp 4000."""
+    limits = {n: (platform(n).capabilities.max_chars, platform(n).capabilities.max_lines) for n in names()}
+    assert limits == {"telegram": (4000, None), "discord": (2000, 17), "slack": (4000, None),
+                      "whatsapp": (4000, None)}
     long = "word " * 3000
-    assert chunk_for_channel("webchat", long) == [long]
+    from hermit.channels.webchat import WebchatChannel
+
+    assert chunk_text(long, WebchatChannel.capabilities.max_chars) == [long.rstrip()]  # one message in the web chat
     assert all(len(c) <= 4000 for c in chunk_for_channel("telegram", long))
     with pytest.raises(ValueError, match="at least"):
         chunk_text("x", 10)

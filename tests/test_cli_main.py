@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from hermit.cli.main import build_parser
+from prochelpers import PROC_TIMEOUT
 
 # Loaded by a command when it runs, never for parsing arguments or printing help.
 HEAVY = ("pydantic", "numpy", "httpx", "yaml", "rich", "ruamel", "sqlean", "starlette", "cronsim",
@@ -14,10 +15,10 @@ HEAVY = ("pydantic", "numpy", "httpx", "yaml", "rich", "ruamel", "sqlean", "star
 
 
 def test_python_dash_m_hermit_works() -> None:
-    r = subprocess.run([sys.executable, "-m", "hermit", "--version"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-m", "hermit", "--version"], capture_output=True, text=True, timeout=PROC_TIMEOUT)
     assert r.returncode == 0 and r.stdout.startswith("hermit ")
     r = subprocess.run([sys.executable, "-m", "hermit", "memory", "--help"], capture_output=True, text=True,
-                       timeout=60)
+                       timeout=PROC_TIMEOUT)
     assert r.returncode == 0 and "search" in r.stdout
 
 
@@ -33,12 +34,12 @@ def test_help_loads_no_heavy_module() -> None:
 
 
 def test_top_level_help_lists_every_command_without_importing_it() -> None:
-    from hermit.cli.main import COMMAND_MODULES
+    from hermit.cli.commands import COMMANDS
 
     lean = build_parser().format_help()
     full = build_parser(full=True).format_help()
     assert lean == full
-    assert len(COMMAND_MODULES) >= 7 and "memory" in lean and "sessions" in lean
+    assert len(COMMANDS) >= 7 and "memory" in lean and "sessions" in lean
 
 
 def _parsers(p: argparse.ArgumentParser, path: str = "hermit") -> list[tuple[str, argparse.ArgumentParser]]:
@@ -62,7 +63,7 @@ def _hermit(home: object, *args: str) -> subprocess.CompletedProcess[str]:
 
     env = {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
     return subprocess.run([sys.executable, "-m", "hermit", *args], env=env, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=PROC_TIMEOUT)
 
 
 def test_empty_query_with_json_prints_a_json_error(tmp_path: object) -> None:
@@ -105,16 +106,38 @@ def test_global_options_may_follow_the_command() -> None:
     from hermit.cli.main import hoist_global_options
 
     p = build_parser(full=True)
-    assert hoist_global_options(p, ["memory", "search", "--workspace", "W", "--home", "H", "q", "--json"]) == [
+    assert hoist_global_options(["memory", "search", "--workspace", "W", "--home", "H", "q", "--json"]) == [
         "--workspace", "W", "--home", "H", "memory", "search", "q", "--json"]
-    assert hoist_global_options(p, ["memory", "search", "--agent=a", "--debug", "q"]) == [
+    assert hoist_global_options(["memory", "search", "--agent=a", "--debug", "q"]) == [
         "--agent=a", "--debug", "memory", "search", "q"]
     for own in (["agents", "add", "x", "--workspace", "W"], ["mcp", "serve", "--agent", "a"],
                 ["memory", "migrate", "--to", "sqlite", "--agent", "a"],
                 ["--home", "memory", "memory", "search", "q"], ["memory", "search", "--", "--workspace"]):
-        assert hoist_global_options(p, own) == own
-    args = p.parse_args(hoist_global_options(p, ["agents", "add", "x", "--workspace", "W", "--home", "H"]))
+        assert hoist_global_options(own) == own
+    assert hoist_global_options(["memory", "search", "migrate", "--agent", "a"]) == [
+        "--agent", "a", "memory", "search", "migrate"]  # a query that looks like a subcommand is a query
+    args = p.parse_args(hoist_global_options(["agents", "add", "x", "--workspace", "W", "--home", "H"]))
     assert (args.agent_workspace, args.home, args.workspace) == ("W", "H", None)
+
+
+def test_the_command_table_says_which_global_options_each_subcommand_defines_itself() -> None:
+    """own_options in hermit.cli.commands is what the parsers define: a subcommand that starts defining
+    --agent, --workspace, --home or --debug must say so there, or its option would be taken as the global one."""
+    from hermit.cli.commands import COMMANDS
+    from hermit.cli.main import GLOBAL_FLAGS, GLOBAL_OPTIONS_WITH_VALUES
+
+    globals_ = set(GLOBAL_OPTIONS_WITH_VALUES) | set(GLOBAL_FLAGS)
+    defined = {}
+    for path, parser in _parsers(build_parser(full=True)):
+        words = path.split()[1:]
+        if len(words) == 2:
+            own = sorted(o for a in parser._actions for o in a.option_strings if o in globals_)
+            if own:
+                defined[(words[0], words[1])] = tuple(own)
+        elif len(words) == 1:
+            assert not [o for a in parser._actions for o in a.option_strings if o in globals_], path
+    declared = {(c.name, sub): tuple(sorted(opts)) for c in COMMANDS for sub, opts in c.own_options.items()}
+    assert defined == declared
 
 
 def test_a_search_names_its_workspace_after_the_command(tmp_path: object) -> None:

@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 
 from conftest import write
+from prochelpers import PROC_TIMEOUT
 
 
 def run(home: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], env=env, text=True,
-                          capture_output=True, input=stdin, timeout=300)
+                          capture_output=True, input=stdin, timeout=PROC_TIMEOUT)
 
 
 def test_init_index_search_get_status(tmp_path: Path) -> None:
@@ -112,16 +113,18 @@ def test_watcher_reindexes_after_debounce(tmp_path: Path, e5: object) -> None:
         with lock:
             return svc.sync()
 
+    watching = threading.Event()
     t = threading.Thread(target=watch_memory, args=(ws, [], sync),
-                         kwargs={"debounce_ms": 300, "stop": stop, "on_report": reports.append}, daemon=True)
+                         kwargs={"debounce_ms": 300, "stop": stop, "on_report": reports.append,
+                                 "on_ready": watching.set}, daemon=True)
     t.start()
-    time.sleep(0.5)
+    assert watching.wait(PROC_TIMEOUT)
     try:
         write(ws / "memory" / "2026-12-01.md", "# d\n- The locksmith code is 7731.\n")
         (ws / "memory" / "tmp.md").write_text("# temp\n")
         (ws / "memory" / "tmp.md").rename(ws / "memory" / "renamed.md")
         write(ws / "notes.txt", "ignored\n")
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + PROC_TIMEOUT
         found = False
         while time.monotonic() < deadline and not found:
             time.sleep(0.1)
@@ -129,10 +132,13 @@ def test_watcher_reindexes_after_debounce(tmp_path: Path, e5: object) -> None:
                 conn = svc.store.conn
                 found = bool(conn.execute("select 1 from files where path='memory/2026-12-01.md'").fetchone())
         assert found, "the watcher re-indexed the new file"
-        time.sleep(0.5)
-        with lock:
-            paths = {r[0] for r in svc.store.conn.execute("select path from files")}
-        assert paths == {"MEMORY.md", "memory/2026-12-01.md", "memory/renamed.md"}
+        want = {"MEMORY.md", "memory/2026-12-01.md", "memory/renamed.md"}  # the rename too, never notes.txt
+        paths: set[str] = set()
+        while time.monotonic() < deadline and paths != want:
+            with lock:
+                paths = {r[0] for r in svc.store.conn.execute("select path from files")}
+            time.sleep(0.05)
+        assert paths == want
         with lock:
             assert svc.search("locksmith code")["results"][0]["path"] == "memory/2026-12-01.md"
     finally:

@@ -14,6 +14,7 @@ import pytest
 from hermit.channels.access import AccessControl, PairingStore
 from hermit.cli.main import main
 from hermit.config.schema import ChannelsConfig
+from prochelpers import PROC_TIMEOUT
 
 
 def issue(home: Path, *senders: str) -> PairingStore:
@@ -118,7 +119,7 @@ def test_approve_unknown_code_fails_with_hint(tmp_path: Path, capsys: pytest.Cap
 def doctor(home: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", "doctor", "--json"], env=env, text=True,
-                          capture_output=True, timeout=300)
+                          capture_output=True, timeout=PROC_TIMEOUT)
 
 
 def by_name(r: subprocess.CompletedProcess[str]) -> dict[str, dict[str, object]]:

@@ -12,6 +12,7 @@ import pytest
 
 from ciguard import need
 from conftest import write
+from prochelpers import PROC_TIMEOUT
 
 _KEY_VARS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY")
 
@@ -33,7 +34,7 @@ def run(home: Path, *args: str, prefix: tuple[str, ...] = ()) -> subprocess.Comp
     env = {k: v for k, v in os.environ.items() if k not in _KEY_VARS}
     env.update(HERMIT_HOME=str(home), OMP_WAIT_POLICY="PASSIVE")
     return subprocess.run([*prefix, sys.executable, "-m", "hermit", *args], env=env, text=True,
-                          capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
+                          capture_output=True, stdin=subprocess.DEVNULL, timeout=PROC_TIMEOUT)
 
 
 def _ids(cmd: tuple[str, ...]) -> str:
@@ -105,10 +106,10 @@ def test_index_on_a_read_only_filesystem_is_not_called_corrupt(tmp_path: Path) -
     d.mkdir()
     db = str(d / "i.sqlite")
     code = f"from hermit.db import connect; c, _ = connect({db!r}); c.execute('create table t(x)'); c.close()"
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=PROC_TIMEOUT)
     probe = ("from hermit.db import connect\nfrom hermit.errors import HermitError\n"
              f"try:\n    connect({db!r})\nexcept HermitError as e:\n    print(e.message); print(e.hint)\n")
     r = subprocess.run([_bwrap(), "--bind", "/", "/", "--dev", "/dev", "--ro-bind", str(d), str(d),
-                        sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+                        sys.executable, "-c", probe], capture_output=True, text=True, timeout=PROC_TIMEOUT)
     assert "read-only" in r.stdout and "do not delete it" in r.stdout, r.stdout + r.stderr
     assert "derived data" not in r.stdout

@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 import yaml
 
 from hermit.testing import FakeProvider
+from prochelpers import PROC_TIMEOUT
 
 LA = ZoneInfo("America/Los_Angeles")
 
@@ -23,7 +24,7 @@ def hermit(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")}
     env.update(HERMIT_HOME=str(home), OMP_WAIT_POLICY="PASSIVE")
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], capture_output=True, text=True,
-                          env=env, stdin=subprocess.DEVNULL, timeout=120)
+                          env=env, stdin=subprocess.DEVNULL, timeout=PROC_TIMEOUT)
 
 
 def write_config(home: Path, fake: FakeProvider | None = None, *, channels: dict[str, Any] | None = None,

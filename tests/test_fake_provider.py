@@ -25,6 +25,7 @@ from hermit.models import (
     final_response,
 )
 from hermit.testing import FakeProvider, FunctionModel, ScriptedModel, ScriptExhaustedError, load_script
+from prochelpers import PROC_TIMEOUT
 
 ANTHROPIC_BODY = {"model": "claude-x", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
 OPENAI_BODY = {"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}]}
@@ -189,7 +190,7 @@ def test_cli_rejects_a_bad_script(tmp_path: Path) -> None:
         [sys.executable, "-m", "hermit.testing.fake_provider", "--script", str(bad)],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=PROC_TIMEOUT,
     )
     assert r.returncode == 2 and "unknown keys" in r.stderr
 

@@ -15,6 +15,7 @@ from conftest import write
 from hermit.memory.embedders.base import EmbedderInfo
 from hermit.memory.sync import SyncReport
 from memhelpers import HashEmbedder, service
+from prochelpers import PROC_TIMEOUT
 
 NEWEST = dt.date(2026, 6, 30)
 PHRASE = "the lighthouse key is under the blue heron mug"
@@ -36,7 +37,7 @@ class GatedEmbedder:
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         self.batches.append(texts)
         self.started.set()
-        assert self.release.wait(60), "the test never released the embedder"
+        assert self.release.wait(PROC_TIMEOUT), "the test never released the embedder"
         return self.inner.embed_documents(texts)
 
     def embed_query(self, text: str) -> np.ndarray:
@@ -63,7 +64,7 @@ def test_a_search_during_the_first_index_finds_keyword_hits(workspace: Path, tmp
     t = threading.Thread(target=lambda: out.append(svc.sync(ready=lambda f, c: ready.append((f, c)))))
     t.start()
     try:
-        assert emb.started.wait(30)
+        assert emb.started.wait(PROC_TIMEOUT)
         # Mid-index: every file is stored, none has vectors yet; this thread's search does not wait.
         assert ready and ready[0][0] == 91
         assert svc.syncing

@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from hermit.gateway.state import GatewayLock, ensure_token
+from prochelpers import PROC_TIMEOUT
 
 
 def dashboard(home: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER")}
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", "--home", str(home), "dashboard", *args],
-                          env={**base, **env}, capture_output=True, text=True, timeout=60)
+                          env={**base, **env}, capture_output=True, text=True, timeout=PROC_TIMEOUT)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from websockets.sync.client import connect
 
 from gatewayhelpers import GatewayProcess, transcript_lines, write_config
 from hermit.testing import FakeProvider
+from prochelpers import PROC_TIMEOUT
 
 
 def hello(ws: Any, gw: GatewayProcess) -> None:
@@ -54,7 +55,7 @@ def test_sigterm_during_a_turn_lets_it_finish_within_the_grace_period(tmp_path: 
                 frames = events_until(ws, "chat.done")
             assert frames[-1]["payload"]["status"] == "done"
             assert "".join(f["payload"]["text"] for f in frames if f.get("event") == "chat.delta").startswith("A considered")
-            assert gw.proc.wait(20) == 0
+            assert gw.proc.wait(PROC_TIMEOUT) == 0
             assert time.monotonic() - t0 < 20
         finally:
             gw.stop()
@@ -90,12 +91,12 @@ def test_a_second_gateway_on_the_same_state_dir_is_refused(tmp_path: Path) -> No
         try:
             gw.wait_ready()
             second = subprocess.run([sys.executable, "-m", "hermit.cli.main", "--home", str(tmp_path), "gateway",
-                                     "run", "--port", "0"], capture_output=True, text=True, timeout=60)
+                                     "run", "--port", "0"], capture_output=True, text=True, timeout=PROC_TIMEOUT)
             assert second.returncode == 1
             assert "another gateway is already running" in second.stderr
             assert f"pid {gw.proc.pid}" in second.stderr and "hint:" in second.stderr
             status = subprocess.run([sys.executable, "-m", "hermit.cli.main", "--home", str(tmp_path), "gateway",
-                                     "status", "--json"], capture_output=True, text=True, timeout=60)
+                                     "status", "--json"], capture_output=True, text=True, timeout=PROC_TIMEOUT)
             assert status.returncode == 0, status.stderr
             st = json.loads(status.stdout)
             assert st["pid"] == gw.proc.pid and st["channels"][0]["channel"] == "webchat"
@@ -117,9 +118,9 @@ def test_a_token_file_readable_by_others_is_refused(tmp_path: Path) -> None:
         assert oct(token.stat().st_mode & 0o777) == "0o600"
         os.chmod(token, 0o644)
         run = subprocess.run([sys.executable, "-m", "hermit.cli.main", "--home", str(tmp_path), "gateway", "run",
-                              "--port", "0"], capture_output=True, text=True, timeout=60)
+                              "--port", "0"], capture_output=True, text=True, timeout=PROC_TIMEOUT)
         assert run.returncode == 1
         assert "readable by other users" in run.stderr and "chmod 600" in run.stderr
         doctor = subprocess.run([sys.executable, "-m", "hermit.cli.main", "--home", str(tmp_path), "doctor"],
-                                capture_output=True, text=True, timeout=120)
+                                capture_output=True, text=True, timeout=PROC_TIMEOUT)
         assert "[FAIL] gateway" in doctor.stdout and "chmod 600" in doctor.stdout

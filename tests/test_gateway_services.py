@@ -9,6 +9,7 @@ from pathlib import Path
 from agenthelpers import load_offline
 from hermit.gateway.services import MemoryWatcher, ServiceContext, build_services
 from hermit.memory.service import MemoryKey, MemoryService
+from prochelpers import PROC_TIMEOUT
 
 
 def test_memory_watcher_indexes_a_note_written_while_the_gateway_runs(tmp_path: Path) -> None:
@@ -22,10 +23,8 @@ def test_memory_watcher_indexes_a_note_written_while_the_gateway_runs(tmp_path: 
 
     async def main() -> dict[str, object]:
         await watcher.start()
-        deadline = time.monotonic() + 20
-        while watcher.status()["last_sync"] is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)  # let watchfiles start watching
+        deadline = time.monotonic() + PROC_TIMEOUT
+        assert await asyncio.to_thread(watcher.watching.wait, PROC_TIMEOUT)  # watching: a write is seen
         (agent.workspace / "memory" / "2026-01-20.md").write_text("Booked the dentist for Thursday 9am.\n",
                                                                   encoding="utf-8")
         while time.monotonic() < deadline:

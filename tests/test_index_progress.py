@@ -12,6 +12,7 @@ from conftest import write
 from hermit.cli.progress import IndexProgress
 from hermit.config.schema import MemorySearchConfig
 from memhelpers import HashEmbedder, service
+from prochelpers import PROC_TIMEOUT
 
 SMALL_CHUNKS = MemorySearchConfig.model_validate({"chunking": {"tokens": 40, "overlap": 0}})
 
@@ -68,13 +69,13 @@ def test_piped_index_output_has_no_progress_noise(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
     hermit = [sys.executable, "-m", "hermit"]
-    assert subprocess.run([*hermit, "init"], env=env, capture_output=True, timeout=120).returncode == 0
+    assert subprocess.run([*hermit, "init"], env=env, capture_output=True, timeout=PROC_TIMEOUT).returncode == 0
     cfg = home / "hermit.yaml"
     cfg.write_text(cfg.read_text().replace("provider: local", "provider: none"))
     notes(home / "workspace", files=2, lines=5)
     for args in (["memory", "index"], ["memory", "index", "--json"]):
-        r = subprocess.run([*hermit, *args], env=env, capture_output=True, text=True, timeout=300)
+        r = subprocess.run([*hermit, *args], env=env, capture_output=True, text=True, timeout=PROC_TIMEOUT)
         assert r.returncode == 0, r.stderr
         assert r.stderr == "" and "\r" not in r.stdout and "\x1b" not in r.stdout
-    r = subprocess.run([*hermit, "memory", "index", "--force"], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([*hermit, "memory", "index", "--force"], env=env, capture_output=True, text=True, timeout=PROC_TIMEOUT)
     assert r.stdout.startswith("rebuilt: 3 files")

@@ -182,7 +182,7 @@ def test_overflow_with_a_failing_summariser_is_an_error_and_deletes_nothing(home
     assert len(requests_containing(fake, SUMMARY_MARKER)) >= 1
 
 
-def test_fact_from_compacted_turns_is_found_through_the_sessions_source(home: Path, e5: object) -> None:
+def test_fact_from_compacted_turns_is_found_through_the_sessions_source(home: Path, fake_embedder: object) -> None:
     fact = "By the way, my gym locker code at the Riverside club is 4471-B."
     summary = "## Goals\n- Quarterly planning notes.\n## Identifiers\n- none\n"
     question = "What's my locker code at the gym?"
@@ -197,7 +197,7 @@ def test_fact_from_compacted_turns_is_found_through_the_sessions_source(home: Pa
         defaults = {"compaction": {**SMALL_COMPACTION, "memory_flush": {"enabled": False}},
                     "memory_search": {"sources": ["memory", "sessions"]}}
         loaded = small_config(home, fake, "openai", window=12_000, defaults=defaults)
-        memory = memory_service(loaded, e5, sessions=True, clock_offset=3600)
+        memory = memory_service(loaded, fake_embedder, sessions=True, clock_offset=3600)  # type: ignore[arg-type]
         rt = runtime(loaded, fake_model(loaded), memory=memory)
         rt.run_turn(MAIN, fact)
         n = 2

@@ -26,6 +26,7 @@ from hermit.mcp_server import build_server
 from hermit.memory.embedders.base import Embedder
 from hermit.memory.service import MemoryKey, MemoryService
 from hermit.tools.memory import MemoryTools
+from prochelpers import PROC_TIMEOUT
 
 DAY_LOG = "# 2026-12-01\n\n- The staging database moved to db-stage.internal:5433.\n- Lunch with Priya on Friday.\n"
 LONG_TERM = "# Memory\n\n- Favourite colour: teal.\n- Prefers tea over coffee.\n"
@@ -243,7 +244,7 @@ def test_raw_json_rpc_over_the_pipes(tmp_path: Path) -> None:
         assert res["result"]["isError"] is True
         assert "path escapes the workspace" in res["result"]["content"][0]["text"]
     finally:
-        out, err = proc.communicate(timeout=60)  # closes stdin: the client is done, the server exits
+        out, err = proc.communicate(timeout=PROC_TIMEOUT)  # closes stdin: the client is done, the server exits
     assert proc.returncode == 0, err
     assert out.strip() == ""  # nothing after the last reply; every byte on stdout was protocol
     assert "serving agent main" in err  # logs went to stderr
@@ -252,14 +253,14 @@ def test_raw_json_rpc_over_the_pipes(tmp_path: Path) -> None:
 def test_serve_without_a_config_for_the_agent_fails_clearly(tmp_path: Path) -> None:
     home, _ = home_with_memory(tmp_path)
     r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "mcp", "serve", "--agent", "wrok"],
-                       env=subprocess_env(home), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+                       env=subprocess_env(home), capture_output=True, text=True, timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
     assert r.returncode == 1 and r.stdout == ""
     assert "no agent 'wrok'" in r.stderr
 
 
 def test_serve_help_names_the_client_setup() -> None:
     r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "mcp", "serve", "--help"],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=PROC_TIMEOUT)
     assert r.returncode == 0 and "--agent ID" in r.stdout
     assert "claude mcp add hermit -- hermit mcp serve" in " ".join(r.stdout.split())
 

@@ -13,12 +13,13 @@ import yaml
 
 from conftest import write
 from hermit.memory.coverage import indexed_sources, uncovered_markdown
+from prochelpers import PROC_TIMEOUT
 
 
 def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], env=env, text=True,
-                          capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
+                          capture_output=True, timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
 
 
 def test_notes_outside_memory_are_reported_and_indexed_once_extra_paths_names_them(tmp_path: Path) -> None:

@@ -1,28 +1,49 @@
-"""Across processes: searching while another process indexes, and a killed indexer leaving a sound index."""
+"""Across processes: searching while another process indexes, and a killed indexer leaving a sound index.
+
+What is tested is SQLite under two processes (WAL readers beside a writer, a kill at any moment), not the
+embedding model: the other process embeds with the fake embeddings server, which holds its requests so
+the test acts at a chosen point of the index (after N files, during a rebuild) instead of racing a clock.
+"""
 
 from __future__ import annotations
 
-import os
-import signal
+import json
 import subprocess
-import sys
-import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import write
 from hermit.config.schema import MemorySearchConfig
 from hermit.db import connect
 from hermit.memory.chunking import chunk_markdown
-from hermit.memory.embedders.local_e5 import E5Embedder
+from hermit.memory.embedders import create_embedder
 from hermit.memory.service import MemoryKey, MemoryService
+from hermit.testing.fake_embeddings import FakeEmbeddingServer
+from prochelpers import PROC_TIMEOUT, fake_embeddings_config, kill_stepped, start_hermit, step_through
 
 
-def _hermit(home: Path, *args: str, **kw: object) -> subprocess.Popen[str]:
-    env = {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
-    return subprocess.Popen([sys.executable, "-m", "hermit.cli.main", *args], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)  # type: ignore[call-overload]
+@pytest.fixture
+def srv() -> Iterator[FakeEmbeddingServer]:
+    with FakeEmbeddingServer() as server:
+        yield server
+
+
+def _home(tmp_path: Path, srv: FakeEmbeddingServer) -> Path:
+    home = tmp_path / "home"
+    write(home / "hermit.yaml", fake_embeddings_config(srv))
+    return home
+
+
+def _hermit(home: Path, *args: str) -> subprocess.Popen[str]:
+    return start_hermit(home, *args)
+
+
+def _indexing(tag: str) -> Callable[[list[str]], bool]:
+    """Which requests the test holds: the indexer's (its texts are the notes tagged `tag`), not a search's."""
+    return lambda texts: any(tag in t for t in texts)
 
 
 def _many_notes(ws: Path, n: int, tag: str) -> None:
@@ -56,92 +77,99 @@ def _consistent(db: Path, ws: Path) -> int:
         conn.close()
 
 
-@pytest.mark.slow
-def test_search_in_one_process_while_another_indexes(tmp_path: Path, e5: E5Embedder) -> None:
-    home = tmp_path / "home"
+def test_search_in_one_process_while_another_indexes(tmp_path: Path, srv: FakeEmbeddingServer) -> None:
+    home = _home(tmp_path, srv)
     ws = home / "workspace"
     write(ws / "MEMORY.md", "# M\n- The wifi password is in the blue notebook.\n")
     # This process only reads: it must not pick up the new files itself before the other process does.
-    cfg = MemorySearchConfig.model_validate({"sync": {"on_search": False}})
-    svc = MemoryService(MemoryKey("main", ws), home / "memory" / "main.sqlite", cfg, e5)
+    raw = yaml.safe_load((home / "hermit.yaml").read_text())["agents"]["defaults"]["memory_search"]
+    cfg = MemorySearchConfig.model_validate({**raw, "sync": {"on_search": False}})
+    svc = MemoryService(MemoryKey("main", ws), home / "memory" / "main.sqlite", cfg, create_embedder(cfg, {}))
     svc.sync()
-    _many_notes(ws, 12, "bulk")  # ~12 files × 60 lines: several seconds of embedding in the other process
+    _many_notes(ws, 24, "bulk")  # ~100 chunks: several batches, each committed before the next request
+    srv.hold(_indexing("bulk note"))
     proc = _hermit(home, "memory", "index")
+    files_seen: list[int] = []
+
+    def search_while_it_waits() -> None:
+        """At each request the indexer is blocked on: a search answers, from the index as committed so far."""
+        res = svc.search("wifi password")
+        assert "error" not in res, res
+        assert res["results"] and res["results"][0]["path"] == "MEMORY.md"
+        (n,) = svc.store.conn.execute("select count(*) from files").fetchone()
+        files_seen.append(n)
+
     try:
-        searches = 0
-        seen_progress = False
-        deadline = time.monotonic() + 120
-        while proc.poll() is None and time.monotonic() < deadline:
-            res = svc.search("wifi password")
-            assert "error" not in res, res
-            assert res["results"] and res["results"][0]["path"] == "MEMORY.md"
-            searches += 1
-            (n,) = svc.store.conn.execute("select count(*) from files").fetchone()
-            seen_progress = seen_progress or n > 1
-            time.sleep(0.05)
-        out, err = proc.communicate(timeout=120)
+        searches = step_through(srv, proc, search_while_it_waits)
+        _, err = proc.communicate(timeout=PROC_TIMEOUT)
         assert proc.returncode == 0, err
-        assert searches >= 5, "the indexer finished too fast to overlap with searches"
-        assert seen_progress, "searches saw the other process's committed files while it was indexing"
     finally:
+        srv.release_all()
         if proc.poll() is None:
             proc.kill()
-    assert svc.search("bulk note 11.59")["results"]
+            proc.wait()
+    assert searches >= 5, "the indexer made too few requests to overlap with searches"
+    assert max(files_seen) > 1, "searches saw the other process's committed files while it was indexing"
+    assert svc.search("bulk note 23.59")["results"]
     svc.close()
 
 
-@pytest.mark.slow
-def test_killed_indexer_leaves_consistent_index_and_rerun_completes(tmp_path: Path) -> None:
-    home = tmp_path / "home"
+def test_killed_indexer_leaves_consistent_index_and_rerun_completes(tmp_path: Path,
+                                                                    srv: FakeEmbeddingServer) -> None:
+    home = _home(tmp_path, srv)
     ws = home / "workspace"
     write(ws / "MEMORY.md", "# M\n- seed\n")
-    first = _hermit(home, "memory", "index")
-    assert first.wait(timeout=120) == 0
+    assert _hermit(home, "memory", "index").wait(timeout=PROC_TIMEOUT) == 0
     _many_notes(ws, 10, "kill")
     db = home / "memory" / "main.sqlite"
+    srv.hold()
     proc = _hermit(home, "memory", "index")
-    # Kill once some (not all) files are committed.
     conn, _ = connect(db)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        (n,) = conn.execute("select count(*) from files").fetchone()
-        if n >= 3:
-            break
-        time.sleep(0.02)
-    conn.close()
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+
+    def embedded_files() -> int:
+        (n,) = conn.execute("select count(*) from files where embedded").fetchone()
+        return int(n)
+
+    try:
+        # Killed with some (not all) notes embedded: a large sync stores every note keyword-only first,
+        # then their vectors batch by batch.
+        kill_stepped(srv, proc, lambda: embedded_files() >= 3)
+        done = embedded_files()
+    finally:
+        conn.close()
+    assert 3 <= done < 11
     partial = _consistent(db, ws)
     assert partial > 0
-    rerun = _hermit(home, "memory", "index")
-    out, err = rerun.communicate(timeout=300)
+    rerun = _hermit(home, "memory", "index", "--json")
+    out, err = rerun.communicate(timeout=PROC_TIMEOUT)
     assert rerun.returncode == 0, err
-    assert "11 files" in out
-    full = _consistent(db, ws)
-    assert full > partial
+    report = json.loads(out)
+    assert report["files_indexed"] == 11 - done  # the notes still waiting for their vectors, and no others
+    conn, _ = connect(db)
+    try:
+        assert embedded_files() == 11
+    finally:
+        conn.close()
+    assert _consistent(db, ws) >= partial
 
 
-@pytest.mark.slow
-def test_killed_rebuild_keeps_the_live_index(tmp_path: Path) -> None:
-    home = tmp_path / "home"
+def test_killed_rebuild_keeps_the_live_index(tmp_path: Path, srv: FakeEmbeddingServer) -> None:
+    home = _home(tmp_path, srv)
     ws = home / "workspace"
     _many_notes(ws, 6, "live")
-    assert _hermit(home, "memory", "index").wait(timeout=300) == 0
+    assert _hermit(home, "memory", "index").wait(timeout=PROC_TIMEOUT) == 0
     db = home / "memory" / "main.sqlite"
     before = _consistent(db, ws)
+    # Another chunking: the --force rebuild must embed everything again, into a temporary database.
+    write(home / "hermit.yaml", fake_embeddings_config(srv, "      chunking: {tokens: 200, overlap: 40}\n"))
+    srv.hold()
     proc = _hermit(home, "memory", "index", "--force")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list(db.parent.glob("main.sqlite.rebuild-*")):
-        time.sleep(0.02)
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    kill_stepped(srv, proc, lambda: bool(list(db.parent.glob("main.sqlite.rebuild-*"))), "the rebuild")
     assert _consistent(db, ws) == before
     again = _hermit(home, "memory", "search", "live note 3.7", "--json")
-    out, err = again.communicate(timeout=60)
+    out, err = again.communicate(timeout=PROC_TIMEOUT)
     assert again.returncode == 0, err
     assert '"memory/2026-03-04-live.md"' in out
-    assert not list(db.parent.glob("main.sqlite.rebuild-*")) or True  # cleaned by the next writer
     rerun = _hermit(home, "memory", "index", "--force")
-    assert rerun.wait(timeout=300) == 0
+    assert rerun.wait(timeout=PROC_TIMEOUT) == 0
     assert not list(db.parent.glob("main.sqlite.rebuild-*"))

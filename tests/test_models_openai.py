@@ -330,7 +330,7 @@ def test_retry_after_header_forms() -> None:
     from datetime import UTC, datetime, timedelta
     from email.utils import format_datetime
 
-    from hermit.models.transport import retry_after_seconds
+    from hermit.retry import retry_after_seconds
 
     assert retry_after_seconds(httpx.Headers({"retry-after": "7"})) == 7.0
     assert retry_after_seconds(httpx.Headers({"retry-after-ms": "250", "retry-after": "9"})) == 0.25

@@ -28,6 +28,7 @@ import yaml
 
 from channeldrivers import TelegramDriver
 from channelhelpers import FAST, QueueSink, run
+from fakes.fake_telegram import FakeTelegram
 from hermit.agent.routing import Router
 from hermit.channels.access import AccessControl
 from hermit.channels.discord import _username as discord_username
@@ -38,7 +39,6 @@ from hermit.config.paths import StatePaths
 from hermit.gateway.supervisor import route_with
 from hermit.sessions.store import SessionStore
 from hermit.testing.fake_provider import FakeProvider, RecordedRequest
-from hermit.testing.fake_telegram import FakeTelegram
 
 RUNNER = Path(__file__).with_name("gateway_runner.py")
 MEMORY_CANARY = "MEMCANARY-owner-rent-18500"  # only in MEMORY.md: only the owner's main session may see it

@@ -15,6 +15,7 @@ import yaml
 from hermit.gateway.logs import setup_logging
 from hermit.testing import FakeProvider
 from hermit.workspace import ensure_workspace
+from prochelpers import PROC_TIMEOUT
 
 
 def mode(p: Path) -> int:
@@ -27,7 +28,7 @@ def hermit(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     # A permissive umask, as many desktops have: Hermit must not depend on the user's.
     return subprocess.run([sys.executable, "-c", "import os, sys; os.umask(0o002); from hermit.cli.main import main; "
                            "sys.exit(main(sys.argv[1:]))", *args],
-                          capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+                          capture_output=True, text=True, env=env, timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
 
 
 def test_init_creates_an_owner_only_state_dir_and_workspace(tmp_path: Path) -> None:

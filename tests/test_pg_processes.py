@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -14,15 +15,22 @@ import pytest
 
 from conftest import write
 from hermit.memory.chunking import chunk_markdown
-from prochelpers import kill_when
+from hermit.testing.fake_embeddings import FakeEmbeddingServer
+from prochelpers import PROC_TIMEOUT, fake_embeddings_config, kill_stepped
 
 
-def _home(tmp_path: Path, name: str, ws: Path) -> Path:
+@pytest.fixture
+def srv() -> Iterator[FakeEmbeddingServer]:
+    # What is tested is PostgreSQL under several processes, not the model: the fake embeds in milliseconds
+    # and holds requests, so a kill lands where the test says.
+    with FakeEmbeddingServer() as server:
+        yield server
+
+
+def _home(tmp_path: Path, name: str, ws: Path, srv: FakeEmbeddingServer) -> Path:
     home = tmp_path / name
-    write(home / "hermit.yaml", "agents:\n  defaults:\n"
-                                f"    workspace: {ws}\n"
-                                "    memory_search:\n      provider: local\n      model: all-MiniLM-L6-v2\n"
-                                "      store: {backend: postgres}\n")
+    config = fake_embeddings_config(srv, "      store: {backend: postgres}\n")
+    write(home / "hermit.yaml", config.replace("  defaults:\n", f"  defaults:\n    workspace: {ws}\n", 1))
     return home
 
 
@@ -78,11 +86,12 @@ def _files(dsn: str, schema: str = "hermit_main") -> int:
 
 
 @pytest.mark.slow
-def test_two_hosts_index_and_search_one_database_at_once(tmp_path: Path, pg_dsn: str) -> None:
+def test_two_hosts_index_and_search_one_database_at_once(tmp_path: Path, pg_dsn: str,
+                                                         srv: FakeEmbeddingServer) -> None:
     ws = tmp_path / "shared"
     write(ws / "MEMORY.md", "# M\n- The wifi password is in the blue notebook.\n")
-    a, b = _home(tmp_path, "host-a", ws), _home(tmp_path, "host-b", ws)
-    assert _hermit(a, pg_dsn, "memory", "index").wait(timeout=300) == 0  # the note searched for below
+    a, b = _home(tmp_path, "host-a", ws, srv), _home(tmp_path, "host-b", ws, srv)
+    assert _hermit(a, pg_dsn, "memory", "index").wait(timeout=PROC_TIMEOUT) == 0  # the note searched for below
     for rnd in range(3):
         _notes(ws, 15, f"r{rnd}a")
         _notes(ws, 15, f"r{rnd}b")
@@ -93,7 +102,7 @@ def test_two_hosts_index_and_search_one_database_at_once(tmp_path: Path, pg_dsn:
         procs = [_hermit(a, pg_dsn, "memory", "index", "--json"), _hermit(b, pg_dsn, "memory", "index", "--json"),
                  _hermit(a, pg_dsn, "memory", "search", "wifi password", "--json"),
                  _hermit(b, pg_dsn, "memory", "search", f"r{rnd}a note 3.7", "--json")]
-        outs = [p.communicate(timeout=300) for p in procs]
+        outs = [p.communicate(timeout=PROC_TIMEOUT) for p in procs]
         for p, (out, err) in zip(procs, outs, strict=True):
             assert p.returncode == 0, err
             assert "postgresql://" not in out + err
@@ -104,28 +113,29 @@ def test_two_hosts_index_and_search_one_database_at_once(tmp_path: Path, pg_dsn:
         assert _consistent(pg_dsn, ws) == _expected_chunks(ws)
     # Both hosts now see everything, and nothing is left to do on either.
     for home in (a, b):
-        out, err = _hermit(home, pg_dsn, "memory", "index", "--json").communicate(timeout=300)
+        out, err = _hermit(home, pg_dsn, "memory", "index", "--json").communicate(timeout=PROC_TIMEOUT)
         assert json.loads(out)["files_indexed"] == 0, err
-        out, _ = _hermit(home, pg_dsn, "memory", "search", "r2b note 14.3", "--json").communicate(timeout=300)
+        out, _ = _hermit(home, pg_dsn, "memory", "search", "r2b note 14.3", "--json").communicate(timeout=PROC_TIMEOUT)
         assert json.loads(out)["results"][0]["path"] == "memory/r2b-014.md"
 
 
 @pytest.mark.slow
 def test_a_host_killed_mid_sync_leaves_a_consistent_index_that_the_next_sync_completes(
-        tmp_path: Path, pg_dsn: str) -> None:
+        tmp_path: Path, pg_dsn: str, srv: FakeEmbeddingServer) -> None:
     ws = tmp_path / "shared"
     write(ws / "MEMORY.md", "# M\n- seed\n")
-    a, b = _home(tmp_path, "host-a", ws), _home(tmp_path, "host-b", ws)
-    assert _hermit(a, pg_dsn, "memory", "index").wait(timeout=300) == 0
+    a, b = _home(tmp_path, "host-a", ws, srv), _home(tmp_path, "host-b", ws, srv)
+    assert _hermit(a, pg_dsn, "memory", "index").wait(timeout=PROC_TIMEOUT) == 0
     _notes(ws, 80, "kill")
+    srv.hold()
     proc = _hermit(a, pg_dsn, "memory", "index")
-    kill_when(proc, lambda: _files(pg_dsn) >= 4, "the indexer")
+    kill_stepped(srv, proc, lambda: _files(pg_dsn) >= 4, "the indexer")
     partial = _consistent(pg_dsn, ws)
     assert 0 < partial <= _expected_chunks(ws)
     done = _embedded_files(pg_dsn)
     assert done < 81  # killed before every new note had its vectors
     # The killed host's connection is gone, so its writer lock is too: the other host syncs at once.
-    out, err = _hermit(b, pg_dsn, "memory", "index", "--json").communicate(timeout=300)
+    out, err = _hermit(b, pg_dsn, "memory", "index", "--json").communicate(timeout=PROC_TIMEOUT)
     report = json.loads(out)
     assert not report["skipped"], err
     assert _consistent(pg_dsn, ws) == _expected_chunks(ws)
@@ -140,11 +150,12 @@ def _embedded_files(dsn: str, schema: str = "hermit_main") -> int:
 
 
 @pytest.mark.slow
-def test_a_killed_rebuild_keeps_the_live_index_and_resumes_from_the_cache(tmp_path: Path, pg_dsn: str) -> None:
+def test_a_killed_rebuild_keeps_the_live_index_and_resumes_from_the_cache(tmp_path: Path, pg_dsn: str,
+                                                                         srv: FakeEmbeddingServer) -> None:
     ws = tmp_path / "shared"
     _notes(ws, 60, "live")
-    a = _home(tmp_path, "host-a", ws)
-    assert _hermit(a, pg_dsn, "memory", "index").wait(timeout=300) == 0
+    a = _home(tmp_path, "host-a", ws, srv)
+    assert _hermit(a, pg_dsn, "memory", "index").wait(timeout=PROC_TIMEOUT) == 0
     before = _consistent(pg_dsn, ws)
     # Another chunking: a --force that must embed everything again; killed once it has cached some.
     write(a / "hermit.yaml", (a / "hermit.yaml").read_text() + "      chunking: {tokens: 60, overlap: 0}\n")
@@ -154,14 +165,15 @@ def test_a_killed_rebuild_keeps_the_live_index_and_resumes_from_the_cache(tmp_pa
             return int(conn.execute("select count(*) from hermit_main.embedding_cache").fetchone()[0])  # type: ignore[index]
 
     cached_before = cache_rows()
+    srv.hold()
     proc = _hermit(a, pg_dsn, "memory", "index", "--force")
-    kill_when(proc, lambda: cache_rows() > cached_before, "the rebuild")
+    kill_stepped(srv, proc, lambda: cache_rows() > cached_before, "the rebuild")
     with psycopg.connect(pg_dsn) as conn:
         staging = [r[0] for r in conn.execute("select nspname from pg_namespace where nspname like 'hermit_main_rb%'")]
     assert staging, "the killed rebuild left its staging schema"
     assert _consistent(pg_dsn, ws) == before  # the live index never changed
     cached = cache_rows() - cached_before
-    out, err = _hermit(a, pg_dsn, "memory", "index", "--json").communicate(timeout=300)
+    out, err = _hermit(a, pg_dsn, "memory", "index", "--json").communicate(timeout=PROC_TIMEOUT)
     report = json.loads(out)
     assert report["rebuilt"] and report["cache_hits"] >= cached, err
     with psycopg.connect(pg_dsn) as conn:
@@ -169,18 +181,19 @@ def test_a_killed_rebuild_keeps_the_live_index_and_resumes_from_the_cache(tmp_pa
     assert left == []
 
 
-def test_memory_status_on_postgres_names_the_server_never_the_dsn(tmp_path: Path, pg_dsn: str) -> None:
+def test_memory_status_on_postgres_names_the_server_never_the_dsn(tmp_path: Path, pg_dsn: str,
+                                                                  srv: FakeEmbeddingServer) -> None:
     ws = tmp_path / "shared"
     write(ws / "MEMORY.md", "# M\n- the boat is moored at pier 9\n")
-    home = _home(tmp_path, "host", ws)
+    home = _home(tmp_path, "host", ws, srv)
     dsn = pg_dsn.replace("postgres@", "postgres:pw-SECRET-123@")  # trust auth: the password is never checked
-    out, err = _hermit(home, dsn, "memory", "index").communicate(timeout=300)
+    out, err = _hermit(home, dsn, "memory", "index").communicate(timeout=PROC_TIMEOUT)
     text = out + err
-    out, err = _hermit(home, dsn, "memory", "status").communicate(timeout=300)
+    out, err = _hermit(home, dsn, "memory", "status").communicate(timeout=PROC_TIMEOUT)
     text += out + err
     assert "store      postgres 18" in out and "schema hermit_main" in out
     assert "pgvector 0.8" in out and "1 vector, exact scan (HNSW index from 10,000 vectors)" in out
-    js, err = _hermit(home, dsn, "memory", "status", "--json").communicate(timeout=300)
+    js, err = _hermit(home, dsn, "memory", "status", "--json").communicate(timeout=PROC_TIMEOUT)
     text += js + err
     st = json.loads(js)["store"]
     assert st["vectors"] == 1 and st["hnsw_index"] is False and st["server"].startswith("127.0.0.1:")

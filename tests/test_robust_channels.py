@@ -13,17 +13,17 @@ import httpx
 import pytest
 
 from channelhelpers import FAST, QueueSink, run, serve_asgi
+from fakes.fake_slack import FakeSlack, event_body
+from fakes.fake_slack import sign as slack_sign
+from fakes.fake_telegram import FakeTelegram
+from fakes.fake_whatsapp import PHONE_NUMBER_ID, FakeWhatsApp, text_message, webhook_body
+from fakes.fake_whatsapp import sign as wa_sign
 from hermit.channels.slack import SlackChannel
 from hermit.channels.telegram import TelegramChannel
 from hermit.channels.telegram_state import PollState, token_dir
 from hermit.channels.webhook import asgi_app
 from hermit.channels.whatsapp import WhatsAppChannel
 from hermit.config.schema import SlackAccountConfig, TelegramAccountConfig, WhatsAppAccountConfig
-from hermit.testing.fake_slack import FakeSlack, event_body
-from hermit.testing.fake_slack import sign as slack_sign
-from hermit.testing.fake_telegram import FakeTelegram
-from hermit.testing.fake_whatsapp import PHONE_NUMBER_ID, FakeWhatsApp, text_message, webhook_body
-from hermit.testing.fake_whatsapp import sign as wa_sign
 
 TOKEN = "123:TEST"
 

@@ -20,6 +20,7 @@ from diskhelpers import RUNNER, FullDiskRun, hermit_on_full_disk, unshare_prefix
 from hermit.db import index_error
 from hermit.errors import DiskFullError, IndexError_
 from hermit.testing import FakeProvider
+from prochelpers import PROC_TIMEOUT
 
 FAST_MEMORY = {"model": "all-MiniLM-L6-v2"}
 
@@ -39,7 +40,7 @@ def _home(tmp: Path, models: dict[str, object] | None = None) -> Path:
 def _hermit(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], env=env, capture_output=True, text=True,
-                          timeout=300, stdin=subprocess.DEVNULL)
+                          timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
 
 
 def _says_disk_full(r: FullDiskRun) -> None:
@@ -88,7 +89,7 @@ def test_a_failed_dictionary_build_leaves_no_temp_file(tmp_path: Path) -> None:
             "print(load_lexicon(Path(sys.argv[1])))")
     mount = tmp_path / "mnt"
     r = subprocess.run([*unshare_prefix(), sys.executable, str(RUNNER), str(src), str(mount), "1024k", "--",
-                        sys.executable, "-c", code, str(mount / "cache")], capture_output=True, text=True, timeout=300)
+                        sys.executable, "-c", code, str(mount / "cache")], capture_output=True, text=True, timeout=PROC_TIMEOUT)
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["rc"] == 0 and out["stdout"].strip() == "None", out  # no dictionary: search goes on without it
     assert out["files"] == [], out["files"]
@@ -130,7 +131,7 @@ def test_full_disk_runner_works_for_an_unprivileged_user() -> None:
         code = "import sys; open(sys.argv[1] + '/b.txt', 'w').write('y' * 100000)"
         r = subprocess.run([*as_user, "unshare", "-r", "-m", python, str(RUNNER), str(src), str(top / "mnt"),
                             "1024k", "--", python, "-c", code, str(top / "mnt")],
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=PROC_TIMEOUT)
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout.strip().splitlines()[-1])
         assert out["rc"] == 1 and "No space left on device" in out["stderr"]

@@ -31,6 +31,7 @@ from hermit.tools.memory import MemoryTools
 from hermit.tools.sandbox import PathResolver
 from hermit.workspace import read_bootstrap
 from memhelpers import HashEmbedder, service
+from prochelpers import PROC_TIMEOUT
 
 T = TypeVar("T")
 
@@ -145,15 +146,17 @@ def test_watcher_syncs_past_a_fifo_created_while_watching(workspace: Path, tmp_p
     svc = service(workspace, tmp_path / "index.sqlite", HashEmbedder())
     reports: list[SyncReport] = []
     stop = threading.Event()
+    watching = threading.Event()
     watcher = threading.Thread(target=watch_memory, args=(workspace, [], svc.sync),
-                               kwargs={"debounce_ms": 100, "stop": stop, "on_report": reports.append}, daemon=True)
+                               kwargs={"debounce_ms": 100, "stop": stop, "on_report": reports.append,
+                                       "on_ready": watching.set}, daemon=True)
     try:
         svc.sync()
         watcher.start()
-        time.sleep(0.5)  # let watchfiles start watching
+        assert watching.wait(PROC_TIMEOUT)  # watching: the FIFO and the note made now are seen
         os.mkfifo(workspace / "memory" / "x.md")
         write(workspace / "memory" / "b.md", "# b\n- beta note\n")
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + PROC_TIMEOUT
         while time.monotonic() < deadline and not any(r.files_indexed for r in reports):
             time.sleep(0.05)
         assert any(r.files_indexed == 1 for r in reports), reports
@@ -171,7 +174,7 @@ def test_watcher_syncs_past_a_fifo_created_while_watching(workspace: Path, tmp_p
 def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], env=env, text=True,
-                          capture_output=True, timeout=120)
+                          capture_output=True, timeout=PROC_TIMEOUT)
 
 
 def test_cli_index_search_get_with_a_fifo_and_a_directory_named_md(tmp_path: Path) -> None:

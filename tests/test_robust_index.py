@@ -5,21 +5,34 @@ files a killed `--force` left are removed by the next process."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import sqlean
 
 from conftest import write
-from prochelpers import kill_when
+from hermit.testing.fake_embeddings import FakeEmbeddingServer
+from prochelpers import PROC_TIMEOUT, fake_embeddings_config, hermit_env, kill_stepped
 
 
 def _env(home: Path) -> dict[str, str]:
-    return {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
+    return hermit_env(home)
+
+
+@pytest.fixture
+def srv() -> Iterator[FakeEmbeddingServer]:
+    # The model is not what is tested (the cache and the rebuild files are): the fake embeds in milliseconds
+    # and holds requests, so a kill lands where the test says. Lines get vectors of their own, as with a
+    # local model.
+    with FakeEmbeddingServer() as server:
+        yield server
+
+
+def _config(srv: FakeEmbeddingServer, extra: str = "") -> str:
+    return fake_embeddings_config(srv, "      line_vectors: true\n" + extra)
 
 
 def _cache_rows(db: Path) -> int:
@@ -34,8 +47,9 @@ def _cache_rows(db: Path) -> int:
         conn.close()
 
 
-def _kill_once_cached(home: Path, db: Path, *args: str) -> int:
+def _kill_once_cached(srv: FakeEmbeddingServer, home: Path, db: Path, *args: str) -> int:
     """Start `hermit memory index ARGS`, SIGKILL it as soon as the live index holds cached embeddings."""
+    srv.hold()
     proc = subprocess.Popen([sys.executable, "-m", "hermit.cli.main", "memory", "index", *args], env=_env(home),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     cached = [0]
@@ -44,20 +58,20 @@ def _kill_once_cached(home: Path, db: Path, *args: str) -> int:
         cached[0] = _cache_rows(db)
         return cached[0] > 0
 
-    kill_when(proc, ready, "the index")
+    kill_stepped(srv, proc, ready, "the index")
     return cached[0]
 
 
-def test_a_killed_first_index_resumes_from_its_cache_and_cleans_up(tmp_path: Path) -> None:
+def test_a_killed_first_index_resumes_from_its_cache_and_cleans_up(tmp_path: Path,
+                                                                   srv: FakeEmbeddingServer) -> None:
     home = tmp_path / "home"
-    write(home / "hermit.yaml", "agents:\n  defaults:\n    memory_search:\n"
-                                "      provider: local\n      model: all-MiniLM-L6-v2\n")
+    write(home / "hermit.yaml", _config(srv))
     words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda"]
     for i in range(400):
         body = " ".join(words[(i + k) % len(words)] for k in range(60))
         write(home / "workspace" / "memory" / f"2026-01-{i:04d}.md", f"# Note {i}\n\n{body} number {i}\n")
     db = home / "memory" / "main.sqlite"
-    cached = _kill_once_cached(home, db)
+    cached = _kill_once_cached(srv, home, db)
     assert cached >= 1
     # A first index is built in place (issue 25): every note was stored keyword-only before the model
     # ran, so the killed index already answers keyword searches, and no staging copy is left.
@@ -70,7 +84,7 @@ def test_a_killed_first_index_resumes_from_its_cache_and_cleans_up(tmp_path: Pat
     assert files == 400 and waiting >= 1
 
     r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "memory", "index", "--json"], env=_env(home),
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=PROC_TIMEOUT)
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     # Each note is one chunk and two lines with vectors of their own: 1,200 texts. Notes finished before
@@ -81,10 +95,10 @@ def test_a_killed_first_index_resumes_from_its_cache_and_cleans_up(tmp_path: Pat
     assert not list(db.parent.glob(db.name + ".rebuild-*"))
 
 
-def test_a_killed_force_rebuild_is_cleaned_up_by_the_next_process(tmp_path: Path) -> None:
+def test_a_killed_force_rebuild_is_cleaned_up_by_the_next_process(tmp_path: Path,
+                                                                   srv: FakeEmbeddingServer) -> None:
     home = tmp_path / "home"
-    write(home / "hermit.yaml", "agents:\n  defaults:\n    memory_search:\n"
-                                "      provider: local\n      model: all-MiniLM-L6-v2\n")
+    write(home / "hermit.yaml", _config(srv))
     for i in range(400):
         # Several lines a file, so the 40-token chunks below are new text that must be embedded again.
         lines = "".join(f"- line {j} of note {i}: some text about topic {(i + j) % 37} and its details\n"
@@ -92,29 +106,19 @@ def test_a_killed_force_rebuild_is_cleaned_up_by_the_next_process(tmp_path: Path
         write(home / "workspace" / "memory" / f"n{i:04d}.md", f"# {i}\n{lines}")
     db = home / "memory" / "main.sqlite"
     r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "memory", "index"], env=_env(home),
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=PROC_TIMEOUT)
     assert r.returncode == 0, r.stderr
     # A --force with another chunking re-embeds everything; kill it once the new model output is cached.
-    write(home / "hermit.yaml", "agents:\n  defaults:\n    memory_search:\n"
-                                "      provider: local\n      model: all-MiniLM-L6-v2\n"
-                                "      chunking: {tokens: 40, overlap: 0}\n")
+    write(home / "hermit.yaml", _config(srv, "      chunking: {tokens: 40, overlap: 0}\n"))
     before = _cache_rows(db)
+    srv.hold()
     proc = subprocess.Popen([sys.executable, "-m", "hermit.cli.main", "memory", "index", "--force"],
                             env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None and not list(db.parent.glob("*.rebuild-*")):
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGKILL)  # at once: on an idle machine the whole rebuild is quick
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    kill_stepped(srv, proc, lambda: bool(list(db.parent.glob("*.rebuild-*"))), "the rebuild")
     assert list(db.parent.glob(db.name + ".rebuild-*")), "the killed --force left its temporary files"
     assert _cache_rows(db) >= before
     r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "memory", "search", "topic 5", "--json"],
-                       env=_env(home), capture_output=True, text=True, timeout=300)
+                       env=_env(home), capture_output=True, text=True, timeout=PROC_TIMEOUT)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["results"], "the live index was intact all along"
     assert not list(db.parent.glob(db.name + ".rebuild-*"))  # removed when the search process started

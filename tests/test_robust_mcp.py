@@ -18,6 +18,7 @@ from hermit.config.schema import McpConfig
 from hermit.mcp_server import build_server
 from hermit.memory.embedders.base import Embedder
 from hermit.memory.service import MAX_QUERY_CHARS, MemoryKey, MemoryService
+from prochelpers import PROC_TIMEOUT
 from test_mcp_server import FAST, home_with_memory, subprocess_env
 
 
@@ -85,7 +86,7 @@ def test_every_line_over_stdio_gets_an_answer(tmp_path: Path) -> None:
         res = c.call(7, "memory_search", {"query": "staging database host"})
         assert res["result"]["structuredContent"]["results"][0]["path"] == "memory/2026-12-01.md"
     finally:
-        out, err_text = c.proc.communicate(timeout=60)
+        out, err_text = c.proc.communicate(timeout=PROC_TIMEOUT)
     assert c.proc.returncode == 0, err_text
     assert out.strip() == b""
     assert b"Traceback" not in err_text
@@ -117,6 +118,6 @@ def test_query_cap_on_the_cli(tmp_path: Path) -> None:
     for extra in ([], ["--json"]):
         started = time.monotonic()
         r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "memory", "search", *extra, "where " * 500],
-                           env=subprocess_env(home), capture_output=True, text=True, timeout=120)
+                           env=subprocess_env(home), capture_output=True, text=True, timeout=PROC_TIMEOUT)
         assert r.returncode == 1 and f"{MAX_QUERY_CHARS:,} characters" in (r.stderr + r.stdout), r.stderr
         assert time.monotonic() - started < 60 and "Traceback" not in r.stderr

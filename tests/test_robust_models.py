@@ -26,6 +26,7 @@ from hermit.models import AnthropicModel, ModelProfile, ModelRequest, OpenAIMode
 from hermit.models.cancel import CancelToken, run_cancellable
 from hermit.sessions.transcript import CustomEntry, MessageEntry, read_transcript
 from hermit.testing import FakeProvider
+from prochelpers import PROC_TIMEOUT
 
 REQUEST = ModelRequest("You are Hermit.", (UserMessage("hello"),))
 
@@ -162,13 +163,13 @@ def test_cli_retry_notice_and_deadline(tmp_path: Path) -> None:
                        {"text": "never", "keepalive": 0.1}]) as fake:
         _write_config(home, fake)
         r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "agent", "-m", "hi"], env=_env(home),
-                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+                           capture_output=True, text=True, timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
         assert r.returncode == 0 and "Fine now." in r.stdout, r.stderr
         assert "retrying in 1 s (1/3): fake (HTTP 500): provider error: try later" in r.stderr
         assert "WARNING" not in r.stderr and "hermit.models" not in r.stderr
         t0 = time.monotonic()
         r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "agent", "-m", "again", "--json"],
-                           env=_env(home), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+                           env=_env(home), capture_output=True, text=True, timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
         assert r.returncode == 1 and "no complete answer within 1.5s" in r.stderr
         assert time.monotonic() - t0 < 20
 
@@ -200,7 +201,7 @@ def test_ctrl_c_in_chat_cancels_the_reply_promptly(tmp_path: Path) -> None:
             time.sleep(0.3)
             t0 = time.monotonic()
             proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate("second question\n", timeout=30)
+            out, err = proc.communicate("second question\n", timeout=PROC_TIMEOUT)
             assert time.monotonic() - t0 < 10
         finally:
             if proc.poll() is None:

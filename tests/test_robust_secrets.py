@@ -19,6 +19,7 @@ from hermit.gateway.logs import SecretMask
 from hermit.redaction import MASK, SecretMasker
 from hermit.sessions.transcript import read_transcript
 from hermit.testing import FakeProvider
+from prochelpers import PROC_TIMEOUT
 
 KEY = "sk-live-THISISTHEAPIKEY-0123456789abcdef"
 
@@ -46,7 +47,7 @@ def test_hermit_agent_never_shows_or_stores_an_echoed_key(tmp_path: Path, api: s
         (home / "workspace").mkdir()
         env = {**os.environ, "HERMIT_HOME": str(home), "MY_KEY": KEY, "OMP_WAIT_POLICY": "PASSIVE"}
         r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "agent", "-m", "hello", "--verbose"], env=env,
-                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+                           capture_output=True, text=True, timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
     assert r.returncode == 1
     assert KEY not in r.stdout + r.stderr
     assert f"invalid api key: {MASK}" in r.stderr and "retrying" in r.stderr  # the notice is masked too

@@ -20,6 +20,7 @@ from hermit.sessions.lock import lock_path, session_lock
 from hermit.sessions.store import SessionStore
 from hermit.sessions.transcript import read_transcript
 from hermit.testing import FakeProvider
+from prochelpers import PROC_TIMEOUT
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -45,11 +46,11 @@ def test_concurrent_agent_processes_take_turns_in_one_session(tmp_path: Path) ->
     with FakeProvider([{"text": "answer", "delay": 0.4, "repeat": True}]) as fake:
         _config(home, fake)
         subprocess.run([sys.executable, "-m", "hermit.cli.main", "agent", "-m", "start"], env=_env(home),
-                       check=True, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+                       check=True, capture_output=True, timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
         procs = [subprocess.Popen([sys.executable, "-m", "hermit.cli.main", "agent", "-m", f"message {i}"],
                                   env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   stdin=subprocess.DEVNULL) for i in range(4)]
-        results = [p.communicate(timeout=120) for p in procs]
+        results = [p.communicate(timeout=PROC_TIMEOUT) for p in procs]
     codes = [p.returncode for p in procs]
     for code, (out, err) in zip(codes, results, strict=True):
         assert (code == 0 and "answer" in out) or "session busy: another hermit process is answering in session agent:main:main" in err

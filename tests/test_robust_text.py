@@ -19,6 +19,7 @@ from hermit.messages import valid_json, valid_text
 from hermit.sessions.transcript import Transcript, read_transcript
 from hermit.testing import FakeProvider
 from memhelpers import HashEmbedder, service
+from prochelpers import PROC_TIMEOUT
 
 
 def test_valid_text_replaces_lone_surrogates_only() -> None:
@@ -33,7 +34,7 @@ def test_valid_text_replaces_lone_surrogates_only() -> None:
 def _cli(home: Path, *args: str | bytes, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], env=env, input=stdin,
-                          capture_output=True, timeout=120)
+                          capture_output=True, timeout=PROC_TIMEOUT)
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ import pytest
 
 from agenthelpers import load_offline
 from channelhelpers import FAST, run, serve_asgi
+from fakes.fake_whatsapp import PHONE_NUMBER_ID, sign, text_message, webhook_body
 from hermit.channels import webhook
 from hermit.channels.whatsapp import WhatsAppChannel
 from hermit.config.schema import WhatsAppAccountConfig
 from hermit.gateway.state import ensure_token
 from hermit.gateway.supervisor import Gateway
-from hermit.testing.fake_whatsapp import PHONE_NUMBER_ID, sign, text_message, webhook_body
 
 SECRET = "app-secret"
 PATH = "/hooks/whatsapp/personal/"

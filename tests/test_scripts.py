@@ -8,6 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from prochelpers import PROC_TIMEOUT
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -28,7 +30,7 @@ def _fake_repo(tmp_path: Path) -> tuple[Path, Path]:
 
 def _setup(repo: Path, log: Path, *args: str) -> list[str]:
     log.unlink(missing_ok=True)
-    subprocess.run([str(repo / "scripts" / "setup"), *args], check=True, capture_output=True, timeout=60)
+    subprocess.run([str(repo / "scripts" / "setup"), *args], check=True, capture_output=True, timeout=PROC_TIMEOUT)
     return [ln for ln in log.read_text().splitlines() if "install" in ln] if log.exists() else []
 
 
@@ -47,7 +49,7 @@ def test_setup_runtime_mode_and_stamps(tmp_path: Path) -> None:
     with (repo / "requirements.lock").open("a") as f:
         f.write("# a new lock\n")
     assert _setup(repo, log)  # a changed lock file reinstalls
-    r = subprocess.run([str(repo / "scripts" / "setup"), "--bogus"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([str(repo / "scripts" / "setup"), "--bogus"], capture_output=True, text=True, timeout=PROC_TIMEOUT)
     assert r.returncode == 2 and "usage" in r.stderr
 
 
@@ -75,18 +77,18 @@ def test_setup_link_puts_hermit_on_the_path_and_never_replaces_a_file(tmp_path: 
     bin_dir = tmp_path / "bin"
     env = {**os.environ, "XDG_BIN_HOME": str(bin_dir), "PATH": "/usr/bin:/bin"}
     r = subprocess.run([str(repo / "scripts" / "setup"), "--runtime", "--link"], capture_output=True, text=True,
-                       timeout=60, env=env)
+                       timeout=PROC_TIMEOUT, env=env)
     assert r.returncode == 0, r.stderr
     link = bin_dir / "hermit"
     assert link.is_symlink() and os.readlink(link) == str(repo / ".venv" / "bin" / "hermit")
     assert f"{bin_dir} is not on your PATH yet" in r.stderr
     # Again, with the directory on PATH: nothing to install, the link is kept, no PATH note.
     again = subprocess.run([str(repo / "scripts" / "setup"), "--runtime", "--link"], capture_output=True,
-                           text=True, timeout=60, env={**env, "PATH": f"{bin_dir}:/usr/bin:/bin"})
+                           text=True, timeout=PROC_TIMEOUT, env={**env, "PATH": f"{bin_dir}:/usr/bin:/bin"})
     assert again.returncode == 0 and "not on your PATH" not in again.stderr and link.is_symlink()
     link.unlink()
     link.write_text("someone else's hermit\n")
     refused = subprocess.run([str(repo / "scripts" / "setup"), "--runtime", "--link"], capture_output=True,
-                             text=True, timeout=60, env=env)
+                             text=True, timeout=PROC_TIMEOUT, env=env)
     assert refused.returncode == 1 and "left alone" in refused.stderr
     assert link.read_text() == "someone else's hermit\n"

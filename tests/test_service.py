@@ -19,6 +19,7 @@ import httpx
 import yaml
 
 from hermit.config.envfile import parse_env_text
+from prochelpers import PROC_TIMEOUT
 
 
 def env_for(home: Path, user: Path, **extra: str) -> dict[str, str]:
@@ -29,7 +30,7 @@ def env_for(home: Path, user: Path, **extra: str) -> dict[str, str]:
 
 def hermit(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], capture_output=True, text=True,
-                          env=env, timeout=120, stdin=subprocess.DEVNULL)
+                          env=env, timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
 
 
 def unit_values(text: str) -> dict[str, str]:
@@ -88,7 +89,7 @@ def test_install_writes_a_unit_whose_command_line_runs_this_gateway(tmp_path: Pa
         assert entries and all({"ts", "level", "logger", "msg"} <= set(e) for e in entries)
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
+        assert proc.wait(PROC_TIMEOUT) == 0
 
     gone = hermit(env, "gateway", "uninstall")
     assert gone.returncode == 0 and not unit.exists() and "disable --now hermit-gateway.service" in gone.stdout
@@ -133,14 +134,27 @@ def test_logs_prints_the_last_lines_as_text_or_json_and_follows_across_a_rotatio
     got: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [got.put(x) for x in follow.stdout or []], daemon=True).start()
     try:
-        time.sleep(0.5)  # let it open the file and reach its end
+        # Append until the follower shows a line: it starts at the end of the file whenever it gets there
+        # (-n 0), so the first line it prints is one appended after it opened the file, however slow the
+        # machine is. Then a marker line, so that every appended line is read before the rotation.
+        deadline = time.monotonic() + PROC_TIMEOUT
+        first = None
+        while first is None:
+            with log.open("a") as f:
+                f.write("2026-12-01 10:01:00,000 INFO hermit.gateway: appended\n")
+            try:
+                first = got.get(timeout=0.2)
+            except queue.Empty:
+                assert follow.poll() is None and time.monotonic() < deadline, "logs -f showed nothing"
+        assert json.loads(first)["msg"] == "appended"
         with log.open("a") as f:
-            f.write("2026-12-01 10:01:00,000 INFO hermit.gateway: appended\n")
-        assert json.loads(got.get(timeout=20))["msg"] == "appended"
+            f.write("2026-12-01 10:01:30,000 INFO hermit.gateway: marker\n")
+        while json.loads(got.get(timeout=PROC_TIMEOUT))["msg"] != "marker":
+            pass
         log.rename(log.with_name("gateway.log.1"))  # what the rotating handler does
         log.write_text("2026-12-01 10:02:00,000 WARNING hermit.scheduler: after the rotation\n")
-        after = json.loads(got.get(timeout=20))
+        after = json.loads(got.get(timeout=PROC_TIMEOUT))
         assert after["msg"] == "after the rotation" and after["level"] == "warning"
     finally:
         follow.send_signal(signal.SIGINT)
-        assert follow.wait(20) == 0
+        assert follow.wait(PROC_TIMEOUT) == 0

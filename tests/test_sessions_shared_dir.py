@@ -21,6 +21,7 @@ from hermit.config.paths import StatePaths
 from hermit.errors import SessionBusy
 from hermit.models.registry import build_model
 from hermit.testing import FakeProvider
+from prochelpers import PROC_TIMEOUT
 
 KEY = "agent:main:main"
 
@@ -40,7 +41,7 @@ def _hermit(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.update(HERMIT_HOME=str(home), OMP_WAIT_POLICY="PASSIVE")
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], env=env, capture_output=True,
-                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+                          text=True, timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
 
 
 def _popen(home: Path, *args: str) -> subprocess.Popen[str]:
@@ -99,7 +100,7 @@ def test_two_hosts_list_and_continue_one_session_and_take_turns(tmp_path: Path) 
 
         # Both hosts answer in the same session at once: one turn at a time, the loser is told "busy".
         procs = [_popen(h, "agent", "-m", f"at once from {h.name}") for h in (host_a, host_b)]
-        results = [p.communicate(timeout=120) for p in procs]
+        results = [p.communicate(timeout=PROC_TIMEOUT) for p in procs]
 
     codes = [p.returncode for p in procs]
     assert 0 in codes
@@ -154,7 +155,7 @@ def test_a_turn_on_one_host_makes_the_other_host_busy_then_it_continues(tmp_path
                 assert slow.returncode is None, slow.stderr.read() if slow.stderr else ""
             with pytest.raises(SessionBusy, match=f"session busy: another hermit process is answering in session {KEY}"):
                 runtime.run_turn(KEY, "interrupting from B")
-            out, err = slow.communicate(timeout=60)
+            out, err = slow.communicate(timeout=PROC_TIMEOUT)
             assert slow.returncode == 0, err
             assert "slow from A" in out
             result = runtime.run_turn(KEY, "after A from B")

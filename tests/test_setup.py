@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from hermit.testing import FakeProvider
+from prochelpers import PROC_TIMEOUT
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -32,7 +33,7 @@ def env_for(home: Path, **extra: str) -> dict[str, str]:
 
 def hermit(home: Path, *args: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], input=stdin, capture_output=True,
-                          text=True, env=env_for(home, **env), timeout=120)
+                          text=True, env=env_for(home, **env), timeout=PROC_TIMEOUT)
 
 
 def config(home: Path) -> dict[str, object]:
@@ -190,7 +191,7 @@ class Terminal:
 
     def close(self) -> int:
         try:
-            return self.proc.wait(60)
+            return self.proc.wait(PROC_TIMEOUT)
         finally:
             if self.proc.poll() is None:
                 os.killpg(self.proc.pid, signal.SIGKILL)

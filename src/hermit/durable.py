@@ -10,10 +10,11 @@ exclusive lock keeps both.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import secrets
 from pathlib import Path
+
+from hermit.locks import held
 
 
 def fsync_dir(directory: Path) -> None:
@@ -65,11 +66,8 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None, fsyn
 
 def append_fd(fd: int, data: bytes, *, fsync: bool = True) -> None:
     """Append `data` to the file open (O_APPEND) as `fd`, under an exclusive lock, then fsync."""
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    try:
+    with held(fd):
         write_all(fd, data, fsync=fsync)
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def append_file(path: Path, data: bytes, *, fsync: bool = True) -> None:

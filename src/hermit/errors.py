@@ -46,10 +46,6 @@ class EmbeddingError(HermitError):
     """An embedding provider failed (missing key, HTTP error, bad response, model file)."""
 
 
-class ExtensionError(HermitError):
-    """A SQLite extension (sqlite-vec) could not be loaded."""
-
-
 class ProviderError(HermitError):
     """A model provider failed."""
 

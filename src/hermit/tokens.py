@@ -29,6 +29,3 @@ def estimate_tokens(text: str) -> int:
     other = len(text) - cjk
     return max(1, cjk + (other + 3) // 4)
 
-
-def is_cjk_char(ch: str) -> bool:
-    return bool(_CJK_RE.match(ch))

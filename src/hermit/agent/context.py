@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
 
@@ -114,7 +114,6 @@ class PromptInputs:
 class SystemPrompt:
     text: str
     blocks: tuple[ContextBlock, ...]
-    bootstrap: tuple[BootstrapFile, ...] = field(default=())
 
 
 def includes_long_term_memory(session_key: str) -> bool:
@@ -212,7 +211,7 @@ def build_system_prompt(p: PromptInputs) -> SystemPrompt:
         note = ("missing" if f.text is None
                 else f"truncated from {f.original_chars:,} chars" if f.truncated else "")
         blocks.append(_block(f"project: {f.name}", section, note))
-    return SystemPrompt("\n\n".join(parts), tuple(blocks), tuple(files))
+    return SystemPrompt("\n\n".join(parts), tuple(blocks))
 
 
 def tools_block(tools: Iterable[ToolSchema]) -> ContextBlock:

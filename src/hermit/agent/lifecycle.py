@@ -23,7 +23,6 @@ from hermit.sessions.keys import ChatType, chat_type_of
 from hermit.sessions.reset import ResetCheck, ResetPolicy, is_expired, resolve_reset_policy
 from hermit.sessions.store import SessionRecord
 
-COMPACT_COMMAND = "/compact"
 _COMPACT_RE = re.compile(r"/compact(?:@[A-Za-z0-9_]+)?(?=\s|$)", re.IGNORECASE)
 
 

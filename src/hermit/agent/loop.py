@@ -27,7 +27,15 @@ from typing import Literal
 
 from hermit.agent.context import INTERRUPTED_RESULT, SILENT_TOKEN
 from hermit.errors import Cancelled, ContextOverflowError, HermitError
-from hermit.messages import AssistantMessage, Message, TextPart, ToolResultMessage, Usage, UserMessage
+from hermit.messages import (
+    AssistantMessage,
+    Message,
+    TextPart,
+    ToolCallPart,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
 from hermit.models.base import Model, ModelRequest, ModelResponse, ResponseDone, TextDelta, ToolCallDelta
 from hermit.models.cancel import CancelToken
 from hermit.redaction import mask
@@ -95,7 +103,6 @@ OverflowHandler = Callable[[Sequence[Message]], Sequence[Message] | None]
 @dataclass
 class LoopResult:
     reply: str
-    final: AssistantMessage | None
     new_messages: list[Message] = field(default_factory=list)
     tool_runs: list[ToolRun] = field(default_factory=list)
     usage: Usage = Usage()
@@ -205,7 +212,7 @@ def run_loop(
 ) -> LoopResult:
     """Run one turn. Model errors (HermitError), TurnCancelled and KeyboardInterrupt propagate after
     being recorded."""
-    result = LoopResult(reply="", final=None)
+    result = LoopResult(reply="")
     overflow_handled = False
     resume = unfinished_turn(history, user)
     if resume is None:
@@ -267,19 +274,26 @@ def run_loop(
             on_usage(assistant)
         _emit(on_event, ModelReplied(assistant))
         if not assistant.tool_calls:
-            result.final = assistant
             result.reply = assistant.text
             return result
-        calls = list(assistant.tool_calls)
-        for index, call in enumerate(calls):
-            try:
-                _check_cancel(cancel)
-                _emit(on_event, ToolStarted(call.name, dict(call.arguments), call.id))
-                run = runner.run(call)
-            except (KeyboardInterrupt, TurnCancelled):
-                for rest in calls[index:]:
-                    add(ToolResultMessage(rest.id, rest.name, CANCELLED_RESULT, is_error=True))
-                raise
-            add(run.result)
-            result.tool_runs.append(run)
-            _emit(on_event, ToolFinished(run))
+        result.tool_runs += _run_tools(runner, list(assistant.tool_calls), add, on_event, cancel)
+
+
+def _run_tools(runner: ToolRunner, calls: list[ToolCallPart], add: Callable[[Message], None],
+               on_event: EventSink | None, cancel: CancelToken | None) -> list[ToolRun]:
+    """Run one reply's tool calls in order, recording each result; on a cancel, the calls not run yet get a
+    cancelled result (every call must have one) before the cancel propagates."""
+    runs: list[ToolRun] = []
+    for index, call in enumerate(calls):
+        try:
+            _check_cancel(cancel)
+            _emit(on_event, ToolStarted(call.name, dict(call.arguments), call.id))
+            run = runner.run(call)
+        except (KeyboardInterrupt, TurnCancelled):
+            for rest in calls[index:]:
+                add(ToolResultMessage(rest.id, rest.name, CANCELLED_RESULT, is_error=True))
+            raise
+        add(run.result)
+        runs.append(run)
+        _emit(on_event, ToolFinished(run))
+    return runs

@@ -24,6 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from hermit.config.channels import platforms
 from hermit.config.load import LoadedConfig
 from hermit.config.schema import BindingConfig, ChannelsConfig, DmScope
 from hermit.errors import ConfigError
@@ -33,9 +34,6 @@ MatchedBy = Literal["peer", "guild", "team", "account", "channel", "default"]
 
 WEBCHAT = "webchat"
 ANY_ACCOUNT = "*"
-# Which platform has which routing field: a guild_id binding on Slack can never match.
-_GUILD_CHANNELS = frozenset({"discord"})
-_TEAM_CHANNELS = frozenset({"slack"})
 _TIER_RANK: dict[MatchedBy, int] = {"peer": 4, "guild": 3, "team": 3, "account": 2, "channel": 1, "default": 0}
 
 
@@ -168,6 +166,12 @@ class Router:
         return Route(agent_id=agent_id, session_key=key, main=is_main_session_key(key), matched_by=matched_by)
 
 
+def _with_scope(scope: str) -> list[str]:
+    """The platforms whose groups belong to a guild (Discord) or a team (Slack): where a binding's
+    guild_id or team_id can ever match."""
+    return [name for name, settings in platforms().items() if settings.group_scope == scope]
+
+
 def binding_problems(bindings: Sequence[BindingConfig], agent_ids: Sequence[str],
                      channels: ChannelsConfig) -> list[str]:
     """Bindings that can never take effect: unknown agent or channel, impossible or shadowed matches."""
@@ -189,11 +193,13 @@ def binding_problems(bindings: Sequence[BindingConfig], agent_ids: Sequence[str]
             continue
         if m.guild_id is not None and m.team_id is not None:
             problems.append(f"{where} sets both guild_id (Discord) and team_id (Slack): it can never match")
-        elif m.guild_id is not None and m.channel not in _GUILD_CHANNELS:
-            problems.append(f"{where} sets guild_id on channel {m.channel!r}: only discord has guilds")
-        elif m.team_id is not None and m.channel not in _TEAM_CHANNELS:
-            problems.append(f"{where} sets team_id on channel {m.channel!r}: only slack has teams")
-        accounts = getattr(getattr(channels, m.channel), "accounts", None)
+        elif m.guild_id is not None and m.channel not in _with_scope("guild"):
+            problems.append(f"{where} sets guild_id on channel {m.channel!r}: only "
+                            f"{' and '.join(_with_scope('guild'))} has guilds")
+        elif m.team_id is not None and m.channel not in _with_scope("team"):
+            problems.append(f"{where} sets team_id on channel {m.channel!r}: only "
+                            f"{' and '.join(_with_scope('team'))} has teams")
+        accounts = channels.accounts_of(m.channel) if m.channel in platforms() else None
         if _account(b) is not None and accounts is not None and m.account_id not in accounts:
             problems.append(f"{where} matches account {m.account_id!r}, which channels.{m.channel}.accounts "
                             f"does not define ({', '.join(accounts) or 'none defined'})")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from hermit.channels.pairing import CODE_TTL_SECONDS, PairingRequest, PairingStore
 from hermit.config.allowlist import STAR, matches, sender_key
+from hermit.config.channels import platforms
 from hermit.config.schema import ChannelAccessConfig, ChannelsConfig
 
 __all__ = ["AccessControl", "AccessDecision", "PairingRequest", "PairingStore", "pairing_message"]
@@ -43,14 +44,10 @@ class AccessDecision:
     reason: str
 
 
-# How each platform names the id an owner puts under `owners` or `allow_from`.
-_ID_NAMES = {"telegram": "Telegram user id", "discord": "Discord user id", "slack": "Slack member id",
-             "whatsapp": "WhatsApp number"}
-
-
 def pairing_message(req: PairingRequest) -> str:
     minutes = int(CODE_TTL_SECONDS // 60)
-    id_name = _ID_NAMES.get(req.channel, f"{req.channel} id")
+    settings = platforms().get(req.channel)
+    id_name = settings.id_name if settings else f"{req.channel} id"  # how the platform names a sender's id
     shown_id = f"+{req.sender_id.lstrip('+')}" if req.channel == "whatsapp" else req.sender_id
     return (f"Hi! This assistant only talks to people its owner has approved.\n"
             f"Your {id_name}: {shown_id}\n"
@@ -77,12 +74,7 @@ class AccessControl:
         self.clock = clock
 
     def account(self, channel: str, account_id: str) -> ChannelAccessConfig | None:
-        platform = getattr(self.channels, channel.lower(), None)
-        accounts = getattr(platform, "accounts", None)
-        if not isinstance(accounts, dict):
-            return None
-        cfg = accounts.get(account_id)
-        return cfg if isinstance(cfg, ChannelAccessConfig) else None
+        return self.channels.accounts_of(channel.lower()).get(account_id)
 
     def is_owner(self, channel: str, account_id: str, sender_id: str, sender_username: str | None = None) -> bool:
         """Whether this DM sender is an owner of the channel account (the web chat always is)."""

@@ -189,8 +189,8 @@ class ChannelDeps:
         return self.inbox_dir or self.state_dir / "inbox"
 
 
-# How the gateway builds channels: `hermit.gateway.channels.CHANNEL_FACTORIES` maps a channel name to
-# "module:function" (imported only when that channel has an enabled account), and the function is
+# How the gateway builds channels: each platform's adapter module declares a `PLATFORM` (listed in
+# hermit.channels.platforms.ADAPTERS, imported only when that platform has an enabled account), whose
 #     create(deps: ChannelDeps, account_id: str, account_config: <Platform>AccountConfig) -> Channel
 # once per configured account. A channel that receives webhooks may also define
 #     def http_routes(self) -> Sequence[starlette.routing.BaseRoute]: ...

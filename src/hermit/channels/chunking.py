@@ -15,23 +15,8 @@ from dataclasses import dataclass
 
 import regex
 
-__all__ = ["CHANNEL_LIMITS", "ChunkLimit", "chunk_for_channel", "chunk_text"]
+__all__ = ["chunk_text"]
 
-
-@dataclass(frozen=True)
-class ChunkLimit:
-    max_chars: int | None  # None: no limit (the web chat)
-    max_lines: int | None = None
-
-
-# Telegram allows 4096 and Discord 2000: the margins leave room for a client's own additions.
-CHANNEL_LIMITS: dict[str, ChunkLimit] = {
-    "telegram": ChunkLimit(4000),
-    "discord": ChunkLimit(2000, 17),
-    "slack": ChunkLimit(4000),
-    "whatsapp": ChunkLimit(4000),
-    "webchat": ChunkLimit(None),
-}
 
 _FENCE_RE = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
 _SENTENCE_END_RE = re.compile(r"[.!?…][\"')\]]*\s+|[。！？；]")
@@ -222,11 +207,3 @@ def _chunk(text: str, max_chars: int, max_lines: int | None) -> list[str]:
             chunk, rest, prefix = candidate[:cut[0]], candidate[cut[1]:].lstrip("\n"), ""
         chunks.append(chunk.rstrip())
     return [c for c in chunks if c.strip()]
-
-
-def chunk_for_channel(channel: str, text: str) -> list[str]:
-    """Chunks for one channel's limits (CHANNEL_LIMITS); unknown channels get 4000 characters."""
-    limit = CHANNEL_LIMITS.get(channel.lower(), ChunkLimit(4000))
-    if limit.max_chars is None:
-        return [text] if text.strip() else []
-    return chunk_text(text, limit.max_chars, limit.max_lines)

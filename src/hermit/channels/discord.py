@@ -1,8 +1,10 @@
 """Discord channel on discord.py (the `discord` extra): gateway websocket in, REST messages out.
 
 discord.py is imported only inside this adapter's methods, so Hermit runs without it when no Discord
-account is configured. discord.py already retries 429s (honouring retry_after) and some 5xx; a dropped
-connection or a 5xx that outlasts it is retried here once more with Hermit's policy.
+account is configured. discord.py already retries 429s (honouring retry_after up to the policy's
+`max_retry_after`) and 500/502/504/524, five tries each: those are not retried again here, or a send
+could take 25 attempts before the user hears anything. What discord.py does not retry on Linux — a
+dropped or refused connection, a timeout — is retried with Hermit's policy (hermit.retry).
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ from hermit.channels.base import (
     Typing,
 )
 from hermit.channels.credentials import resolve
-from hermit.channels.retry import DEFAULT_POLICY, RetryPolicy
+from hermit.channels.platforms import ChannelPlatform
+from hermit.channels.retry import DEFAULT_POLICY
 from hermit.channels.status import StatusTracker
 from hermit.channels.tasks import TypingIndicators, cancel
 from hermit.config.schema import DiscordAccountConfig
 from hermit.errors import ChannelError
 from hermit.messages import valid_text
+from hermit.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +94,7 @@ class DiscordChannel:
 
         intents = discord.Intents.default()
         intents.message_content = True  # privileged: enable "Message Content Intent" in the developer portal
-        client = discord.Client(intents=intents, max_ratelimit_timeout=self._policy.max_delay)
+        client = discord.Client(intents=intents, max_ratelimit_timeout=self._policy.max_retry_after)
 
         @client.event
         async def on_ready() -> None:
@@ -232,33 +236,47 @@ class DiscordChannel:
 
         # The model's text may contain @everyone or role pings: never let a reply notify more than it names.
         allowed = discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=False)
-        last = ""
-        for attempt in range(self._policy.attempts):
+        attempt = 0
+        while True:
             try:
                 ch = await self._channel(item.target)
                 await ch.send(item.text, allowed_mentions=allowed)
                 self._tracker.outbound()
                 return
-            except (TimeoutError, aiohttp.ClientError, OSError, discord.DiscordServerError, discord.RateLimited) as e:
-                last = f"{type(e).__name__}: {e}"
+            except (discord.DiscordServerError, discord.RateLimited) as e:
+                # discord.py has retried these itself (or judged the platform's wait too long): report.
+                self._tracker.error(f"send failed: {e}")
+                raise ChannelError(f"Discord send failed: {type(e).__name__}: {e}",
+                                   "Discord is overloaded or rate limiting the bot; see `hermit channels status`"
+                                   ) from e
             except discord.HTTPException as e:
                 self._tracker.error(f"send failed: {e}")
                 raise ChannelError(f"Discord refused the message: {e}",
                                    "check the bot's permissions in that channel (Send Messages)") from e
-            if attempt + 1 < self._policy.attempts:
-                await asyncio.sleep(min(self._policy.base_delay * 2 ** attempt, self._policy.max_delay))
+            except (TimeoutError, aiohttp.ClientError, OSError) as e:
+                last = f"{type(e).__name__}: {e}"
+            delay = self._policy.delay(attempt)
+            if delay is None:
+                break
+            attempt += 1
+            await asyncio.sleep(delay)
         self._tracker.error(last)
-        raise ChannelError(f"Discord send failed after {self._policy.attempts} attempts: {last}",
-                           "Discord is unreachable or overloaded; see `hermit channels status`")
+        raise ChannelError(f"Discord send failed after {attempt + 1} attempts: {last}",
+                           "Discord is unreachable; see `hermit channels status`")
 
     async def _typing_once(self, target: Target) -> None:
         await (await self._channel(target)).typing()
 
 def create_channel(deps: ChannelDeps, account_id: str, cfg: DiscordAccountConfig) -> DiscordChannel:
-    """The gateway's factory (CHANNEL_FACTORIES)."""
+    """The gateway's factory (this module's PLATFORM)."""
     token = resolve(cfg.token, cfg.token_env, deps.environ, where=f"channels.discord.accounts.{account_id}",
                     field="token")
     return DiscordChannel(account_id, cfg, token, inbox_dir=deps.inbox, state_dir=deps.state_dir, clock=deps.clock)
+
+
+# The one declaration of this platform (hermit.channels.platforms lists this module).
+PLATFORM = ChannelPlatform("discord", create_channel, DiscordChannel.capabilities,
+                           sdk=("discord", "hermit-assistant[discord]"))
 
 
 def _username(author: Any) -> str | None:

@@ -19,7 +19,6 @@ lock, as every write is an atomic rename.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import random
@@ -35,6 +34,7 @@ from urllib.parse import quote, unquote
 from hermit.config.allowlist import AllowlistEntryError, is_username, normalize_entry, sender_key
 from hermit.durable import write_atomic
 from hermit.errors import AccessDenied, HermitError
+from hermit.locks import locked
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0 O 1 I: codes are read aloud and retyped
 CODE_LENGTH = 8
@@ -102,12 +102,8 @@ class PairingStore:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         self._ensure_dir()
-        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with locked(self.dir / ".lock"):
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
     @property
     def pairing_file(self) -> Path:

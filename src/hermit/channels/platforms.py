@@ -1,18 +1,44 @@
-"""The chat platforms Hermit has adapters for, as `hermit channels` and `hermit doctor` see them: accounts,
-the secrets each needs, the extra that installs its SDK, its webhook path. (The gateway builds the
-adapters through hermit.gateway.channels.CHANNEL_FACTORIES.)"""
+"""The registry of chat platforms: one line per adapter module, each of which declares its platform once
+(`PLATFORM`, next to the adapter's code). The gateway builds channels from it; `hermit channels`,
+`hermit doctor`, `hermit setup`, pairing and cron delivery read it.
+
+A new platform is: an adapter module defining `PLATFORM = ChannelPlatform(...)` and its
+`create_channel(deps, account_id, cfg)`; its account settings class in config/channels.py (one field of
+`ChannelsConfig`, plus its sender-id rules in config/allowlist.py: config is validated at load, before any
+adapter is imported, so those live on the config side); and one line in ADAPTERS below. Adapter modules
+import their SDK inside their methods, so reading a PLATFORM never loads an unused platform's SDK.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import importlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from hermit.config.schema import (
-    ChannelAccessConfig,
-    ChannelsConfig,
-    SlackAccountConfig,
-    WhatsAppAccountConfig,
-)
+from hermit.config.channels import ChannelAccessConfig, ChannelsConfig, platforms
+
+if TYPE_CHECKING:
+    from hermit.channels.base import Channel, ChannelCapabilities, ChannelDeps
+
+# Platform name (its section under `channels:` in the config) -> the module that declares it.
+ADAPTERS: dict[str, str] = {
+    "telegram": "hermit.channels.telegram",
+    "discord": "hermit.channels.discord",
+    "slack": "hermit.channels.slack",
+    "whatsapp": "hermit.channels.whatsapp",
+}
+
+
+@dataclass(frozen=True)
+class ChannelPlatform:
+    """What Hermit knows about one chat platform beyond its config: how to build its channel, what it can show
+    (its capabilities give reply chunking its limits), and the SDK an extra installs for it."""
+
+    name: str
+    create: Callable[[ChannelDeps, str, Any], Channel]  # (deps, account id, account config) -> channel
+    capabilities: ChannelCapabilities
+    sdk: tuple[str, str] | None = None  # (module the adapter imports, the pip extra that installs it)
 
 
 @dataclass(frozen=True)
@@ -22,30 +48,29 @@ class Secret:
     env_name: str
 
 
-PLATFORMS = ("telegram", "discord", "slack", "whatsapp")
-# Platform -> (module its adapter needs, the extra that installs it).
-EXTRAS = {"discord": ("discord", "hermit-assistant[discord]")}
-_SECRETS = {"telegram": ("token",), "discord": ("token",), "whatsapp": ("access_token", "app_secret", "verify_token")}
+def names() -> tuple[str, ...]:
+    """Every chat platform, in the config's order."""
+    return tuple(platforms())
+
+
+def platform(name: str) -> ChannelPlatform:
+    """The platform declared by `name`'s adapter module (imported on first use); KeyError for an unknown name."""
+    declared: ChannelPlatform = importlib.import_module(ADAPTERS[name]).PLATFORM
+    return declared
 
 
 def secrets(name: str, cfg: ChannelAccessConfig) -> list[Secret]:
     """The secrets this account needs (Slack's depend on its mode)."""
-    if isinstance(cfg, SlackAccountConfig):
-        wanted: tuple[str, ...] = ("bot_token", "app_token" if cfg.mode == "socket" else "signing_secret")
-    else:
-        wanted = _SECRETS[name]
-    return [Secret(f, getattr(cfg, f), getattr(cfg, f"{f}_env")) for f in wanted]
+    return [Secret(f, getattr(cfg, f), getattr(cfg, f"{f}_env")) for f in cfg.secrets_wanted()]
 
 
 def accounts(channels: ChannelsConfig) -> Iterator[tuple[str, str, ChannelAccessConfig]]:
     """(platform, account id, account config) for every configured account, enabled or not."""
-    for name in PLATFORMS:
-        for account_id, cfg in getattr(channels, name).accounts.items():
+    for name in names():
+        for account_id, cfg in channels.accounts_of(name).items():
             yield name, account_id, cfg
 
 
 def webhook_path(name: str, account_id: str, cfg: ChannelAccessConfig) -> str | None:
     """The gateway path a platform posts to for this account, if it receives over HTTP."""
-    if isinstance(cfg, WhatsAppAccountConfig) or (isinstance(cfg, SlackAccountConfig) and cfg.mode == "http"):
-        return f"/hooks/{name}/{account_id}/"
-    return None
+    return f"/hooks/{name}/{account_id}/" if cfg.receives_webhooks() else None

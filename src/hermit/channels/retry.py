@@ -1,4 +1,9 @@
-"""Platform HTTP calls with bounded retries: 429 (Retry-After / retry_after), 5xx and dropped connections."""
+"""Platform HTTP calls with bounded retries: 429 (Retry-After / retry_after), 5xx and dropped connections.
+
+The policy and the Retry-After header parser are hermit.retry's; a channel's send is background work,
+so a platform's long wait is shortened to the policy's `max_retry_after` and tried again rather than
+given up (`long_wait="cap"`).
+"""
 
 from __future__ import annotations
 
@@ -6,36 +11,26 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from hermit.errors import ChannelError
+from hermit.retry import RetryPolicy, retry_after_seconds
 
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
 
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How hard a channel tries one platform call before it gives up and reports the failure."""
-
-    attempts: int = 5
-    base_delay: float = 0.5  # doubles per attempt
-    max_delay: float = 60.0  # also caps a platform's Retry-After
-
-
-DEFAULT_POLICY = RetryPolicy()
+# Five attempts, 0.5 s doubling; a platform's Retry-After is honoured up to a minute.
+DEFAULT_POLICY = RetryPolicy(max_retries=4, base_delay=0.5, max_delay=60.0, max_retry_after=60.0, long_wait="cap")
 
 
 def retry_after(resp: httpx.Response) -> float | None:
     """The platform's own wait: the Retry-After header (Slack, WhatsApp) or Telegram's parameters.retry_after."""
-    header = resp.headers.get("retry-after")
-    if header:
-        with contextlib.suppress(ValueError):
-            return max(0.0, float(header))
+    header = retry_after_seconds(resp.headers)
+    if header is not None:
+        return header
     with contextlib.suppress(ValueError, AttributeError, TypeError):
         value = resp.json().get("parameters", {}).get("retry_after")
         if value is not None:
@@ -52,9 +47,10 @@ async def request(client: httpx.AsyncClient, method: str, url: str, *, what: str
     not process with a reset, so a retry delivers the message once. (A reset *after* the platform acted
     cannot be told apart over plain HTTP; no platform here offers an idempotency key for sends.)
     """
-    last = ""
-    for attempt in range(policy.attempts):
-        delay = min(policy.base_delay * (2 ** attempt), policy.max_delay)
+    attempts = policy.max_retries + 1
+    attempt = 0
+    while True:
+        wait: float | None = None
         try:
             resp = await client.request(method, url, **kwargs)
         except httpx.TransportError as e:
@@ -64,11 +60,12 @@ async def request(client: httpx.AsyncClient, method: str, url: str, *, what: str
                 return resp
             last = f"HTTP {resp.status_code}"
             wait = retry_after(resp)
-            if wait is not None:
-                delay = min(wait, policy.max_delay)
-        if attempt + 1 < policy.attempts:
-            log.info("%s failed (%s); retry %d/%d in %.1fs", what, last, attempt + 1, policy.attempts - 1, delay)
-            await sleep(delay)
-    raise ChannelError(f"{what} failed after {policy.attempts} attempts: {last}",
+        delay = policy.delay(attempt, wait)
+        if delay is None:
+            break
+        attempt += 1
+        log.info("%s failed (%s); retry %d/%d in %.1fs", what, last, attempt, attempts - 1, delay)
+        await sleep(delay)
+    raise ChannelError(f"{what} failed after {attempts} attempts: {last}",
                        "the platform is unreachable or overloaded; the gateway keeps the channel running and "
                        "retries the next message — check `hermit channels status` and your network")

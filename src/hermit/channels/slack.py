@@ -32,11 +32,13 @@ from hermit.channels.base import (
 )
 from hermit.channels.credentials import resolve
 from hermit.channels.dedupe import RecentIds
+from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.status import StatusTracker
 from hermit.channels.tasks import cancel
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes
 from hermit.config.schema import SlackAccountConfig
 from hermit.errors import ChannelError
+from hermit.retry import RetryPolicy
 from hermit.wire import WireError, load_object
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,7 @@ class SlackChannel:
 
     def __init__(self, account_id: str, cfg: SlackAccountConfig, *, bot_token: str, app_token: str = "",
                  signing_secret: str = "", state_dir: Path | None = None, clock: Callable[[], float] = time.time,
-                 policy: retry.RetryPolicy = retry.DEFAULT_POLICY, reconnect_max_delay: float = 60.0) -> None:
+                 policy: RetryPolicy = retry.DEFAULT_POLICY, reconnect_max_delay: float = 60.0) -> None:
         self.account_id = account_id
         self.cfg = cfg
         self._bot_token = bot_token
@@ -298,7 +300,7 @@ def to_mrkdwn(text: str) -> str:
 
 
 def create_channel(deps: ChannelDeps, account_id: str, cfg: SlackAccountConfig) -> SlackChannel:
-    """The gateway's factory (CHANNEL_FACTORIES): the tokens of the account's mode, by variable name."""
+    """The gateway's factory (this module's PLATFORM): the tokens of the account's mode, by variable name."""
     where = f"channels.slack.accounts.{account_id}"
     bot = resolve(cfg.bot_token, cfg.bot_token_env, deps.environ, where=where, field="bot_token")
     if cfg.mode == "socket":
@@ -307,3 +309,7 @@ def create_channel(deps: ChannelDeps, account_id: str, cfg: SlackAccountConfig) 
     secret = resolve(cfg.signing_secret, cfg.signing_secret_env, deps.environ, where=where, field="signing_secret")
     return SlackChannel(account_id, cfg, bot_token=bot, signing_secret=secret, state_dir=deps.state_dir,
                         clock=deps.clock)
+
+
+# The one declaration of this platform (hermit.channels.platforms lists this module).
+PLATFORM = ChannelPlatform("slack", create_channel, SlackChannel.capabilities)

@@ -32,6 +32,7 @@ from hermit.channels.base import (
     Typing,
 )
 from hermit.channels.credentials import resolve
+from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.status import StatusTracker
 from hermit.channels.tasks import TypingIndicators, cancel
 from hermit.channels.telegram_markdown import to_telegram_markdown
@@ -39,6 +40,7 @@ from hermit.channels.telegram_state import PollerLock, PollState, token_dir
 from hermit.config.schema import TelegramAccountConfig
 from hermit.errors import ChannelError
 from hermit.messages import valid_json
+from hermit.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,7 @@ class TelegramChannel:
 
     def __init__(self, account_id: str, cfg: TelegramAccountConfig, token: str, *, state_dir: Path,
                  inbox_dir: Path, clock: Callable[[], float] = time.time,
-                 policy: retry.RetryPolicy = retry.DEFAULT_POLICY, reconnect_max_delay: float = 60.0) -> None:
+                 policy: RetryPolicy = retry.DEFAULT_POLICY, reconnect_max_delay: float = 60.0) -> None:
         self.account_id = account_id
         self.cfg = cfg
         self._token = token
@@ -388,7 +390,11 @@ def _update_id(u: Any) -> int | None:
 
 
 def create_channel(deps: ChannelDeps, account_id: str, cfg: TelegramAccountConfig) -> TelegramChannel:
-    """The gateway's factory (CHANNEL_FACTORIES): the token comes from the named environment variable."""
+    """The gateway's factory (this module's PLATFORM): the token comes from the named environment variable."""
     token = resolve(cfg.token, cfg.token_env, deps.environ, where=f"channels.telegram.accounts.{account_id}",
                     field="token")
     return TelegramChannel(account_id, cfg, token, state_dir=deps.state_dir, inbox_dir=deps.inbox, clock=deps.clock)
+
+
+# The one declaration of this platform (hermit.channels.platforms lists this module).
+PLATFORM = ChannelPlatform("telegram", create_channel, TelegramChannel.capabilities)

@@ -9,8 +9,6 @@ no update is lost, and none that was answered is answered again.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -21,6 +19,7 @@ from typing import Any
 from hermit.channels.base import Attachment, InboundMessage
 from hermit.durable import write_atomic
 from hermit.errors import ChannelError
+from hermit.locks import LockFile
 
 
 def token_dir(state_dir: Path, token: str) -> Path:
@@ -29,34 +28,36 @@ def token_dir(state_dir: Path, token: str) -> Path:
 
 
 class PollerLock:
-    """An flock'd file: held while a poller runs, released by the kernel when the process dies."""
+    """A lock file (hermit.locks) held while a poller runs, released by the kernel when the process dies."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fd: int | None = None
+        self._lock: LockFile | None = None
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
+        lock = LockFile.try_acquire(self.path)
+        if lock is None:
+            holder = _holder(self.path)
             raise ChannelError(
                 f"another poller already uses this Telegram bot token (process {holder} holds {self.path})",
                 "Telegram allows one getUpdates poller per token: stop the other gateway, or give this "
-                "account its own bot token") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self._fd = fd
+                "account its own bot token")
+        lock.publish(str(os.getpid()).encode())
+        self._lock = lock
 
     def release(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+
+def _holder(path: Path) -> str:
+    """The pid the holding poller wrote into its lock file, or "?"."""
+    try:
+        return path.read_bytes()[:64].decode(errors="replace").strip() or "?"
+    except OSError:
+        return "?"
 
 
 def _to_json(msg: InboundMessage) -> dict[str, Any]:

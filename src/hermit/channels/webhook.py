@@ -77,6 +77,31 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+async def _respond(send: Send, r: WebhookResponse, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send({"type": "http.response.start", "status": r.status,
+                "headers": [(b"content-type", r.content_type.encode()),
+                            (b"content-length", str(len(r.body)).encode()), *(extra or [])]})
+    await send({"type": "http.response.body", "body": r.body})
+
+
+async def _read_body(receive: Receive, declared: int | None) -> bytes | None:
+    """The whole body, or None when it is (or says it will be) over MAX_BODY: then the rest is read and
+    dropped, so the sender sees the 413 rather than a reset connection."""
+    chunks: list[bytes] = []
+    size, too_big = 0, declared is not None and declared > MAX_BODY
+    while True:
+        event = await receive()
+        if event["type"] == "http.disconnect":
+            return None if too_big else b"".join(chunks)
+        piece = event.get("body", b"")
+        size += len(piece)
+        too_big = too_big or size > MAX_BODY
+        if not too_big:
+            chunks.append(piece)
+        if not event.get("more_body"):
+            return None if too_big else b"".join(chunks)
+
+
 def asgi_app(routes: Sequence[WebhookRoute], *, body_deadline: float | None = None,
              in_flight: InFlight | None = None) -> ASGIApp:
     """An ASGI app serving `routes`: 404 elsewhere, 405 for other methods, 413 past MAX_BODY (at once when
@@ -86,29 +111,6 @@ def asgi_app(routes: Sequence[WebhookRoute], *, body_deadline: float | None = No
     limiter = IN_FLIGHT if in_flight is None else in_flight
     deadline = BODY_DEADLINE_SECONDS if body_deadline is None else body_deadline
 
-    async def respond(send: Send, r: WebhookResponse, extra: list[tuple[bytes, bytes]] | None = None) -> None:
-        await send({"type": "http.response.start", "status": r.status,
-                    "headers": [(b"content-type", r.content_type.encode()),
-                                (b"content-length", str(len(r.body)).encode()), *(extra or [])]})
-        await send({"type": "http.response.body", "body": r.body})
-
-    async def read_body(receive: Receive, declared: int | None) -> bytes | None:
-        """The whole body, or None when it is (or says it will be) over MAX_BODY: then the rest is read and
-        dropped, so the sender sees the 413 rather than a reset connection."""
-        chunks: list[bytes] = []
-        size, too_big = 0, declared is not None and declared > MAX_BODY
-        while True:
-            event = await receive()
-            if event["type"] == "http.disconnect":
-                return None if too_big else b"".join(chunks)
-            piece = event.get("body", b"")
-            size += len(piece)
-            too_big = too_big or size > MAX_BODY
-            if not too_big:
-                chunks.append(piece)
-            if not event.get("more_body"):
-                return None if too_big else b"".join(chunks)
-
     async def handle(scope: Scope, receive: Receive, send: Send, route: WebhookRoute) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         length = headers.get("content-length", "")
@@ -117,19 +119,19 @@ def asgi_app(routes: Sequence[WebhookRoute], *, body_deadline: float | None = No
         # connection left open after an answer could be kept forever by a trickling sender.
         close = [(b"connection", b"close")]
         try:
-            body = await asyncio.wait_for(read_body(receive, declared), deadline)
+            body = await asyncio.wait_for(_read_body(receive, declared), deadline)
         except TimeoutError:
             too_big = declared is not None and declared > MAX_BODY
             log.warning("webhook %s: refused a body that took over %.0f s", scope["path"], deadline)
-            await respond(send, WebhookResponse(413, b"body too large") if too_big
+            await _respond(send, WebhookResponse(413, b"body too large") if too_big
                           else WebhookResponse(408, b"request body not received in time"), close)
             return
         if body is None:
-            await respond(send, WebhookResponse(413, b"body too large"), close)
+            await _respond(send, WebhookResponse(413, b"body too large"), close)
             return
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
         req = WebhookRequest(scope["method"], scope["path"], body, query, headers)
-        await respond(send, await route.handler(req))
+        await _respond(send, await route.handler(req))
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -141,14 +143,14 @@ def asgi_app(routes: Sequence[WebhookRoute], *, body_deadline: float | None = No
             return
         route = table.get(scope["path"].rstrip("/"))
         if route is None:
-            await respond(send, WebhookResponse(404, b"not found"))
+            await _respond(send, WebhookResponse(404, b"not found"))
             return
         if scope["method"] not in route.methods:
-            await respond(send, WebhookResponse(405, b"method not allowed"))
+            await _respond(send, WebhookResponse(405, b"method not allowed"))
             return
         if not limiter.take():
             log.warning("webhook %s: %d requests in progress, answered 503", scope["path"], limiter.now)
-            await respond(send, WebhookResponse(503, b"busy, retry later"),
+            await _respond(send, WebhookResponse(503, b"busy, retry later"),
                           [(b"retry-after", b"5"), (b"connection", b"close")])
             return
         try:

@@ -31,10 +31,12 @@ from hermit.channels.base import (
 )
 from hermit.channels.credentials import resolve
 from hermit.channels.dedupe import RecentIds
+from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.status import StatusTracker
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes
 from hermit.config.schema import WhatsAppAccountConfig
 from hermit.errors import ChannelError
+from hermit.retry import RetryPolicy
 from hermit.wire import WireError, load_object
 
 log = logging.getLogger(__name__)
@@ -57,7 +59,7 @@ class WhatsAppChannel:
 
     def __init__(self, account_id: str, cfg: WhatsAppAccountConfig, *, access_token: str, app_secret: str,
                  verify_token: str, inbox_dir: Path, state_dir: Path | None = None,
-                 clock: Callable[[], float] = time.time, policy: retry.RetryPolicy = retry.DEFAULT_POLICY) -> None:
+                 clock: Callable[[], float] = time.time, policy: RetryPolicy = retry.DEFAULT_POLICY) -> None:
         if not cfg.phone_number_id:
             raise ChannelError(f"channels.whatsapp.accounts.{account_id}: phone_number_id is not set",
                                "copy it from the Meta app dashboard: WhatsApp → API setup")
@@ -243,7 +245,7 @@ def _detail(resp: httpx.Response) -> str:
 
 
 def create_channel(deps: ChannelDeps, account_id: str, cfg: WhatsAppAccountConfig) -> WhatsAppChannel:
-    """The gateway's factory (CHANNEL_FACTORIES): three secrets, each by variable name."""
+    """The gateway's factory (this module's PLATFORM): three secrets, each by variable name."""
     where = f"channels.whatsapp.accounts.{account_id}"
     env = deps.environ
     return WhatsAppChannel(
@@ -251,3 +253,7 @@ def create_channel(deps: ChannelDeps, account_id: str, cfg: WhatsAppAccountConfi
         access_token=resolve(cfg.access_token, cfg.access_token_env, env, where=where, field="access_token"),
         app_secret=resolve(cfg.app_secret, cfg.app_secret_env, env, where=where, field="app_secret"),
         verify_token=resolve(cfg.verify_token, cfg.verify_token_env, env, where=where, field="verify_token"))
+
+
+# The one declaration of this platform (hermit.channels.platforms lists this module).
+PLATFORM = ChannelPlatform("whatsapp", create_channel, WhatsAppChannel.capabilities)

@@ -25,9 +25,6 @@ if TYPE_CHECKING:  # loaded inside the checks, so `hermit --help` stays quick
     from hermit.config.load import LoadedConfig
     from hermit.config.schema import ChannelAccessConfig
 
-CHAT_PLATFORMS = ("telegram", "discord", "slack", "whatsapp")
-
-
 @check("bindings", fix="fix or remove these bindings (see docs/channels.md, 'Routing')", needs=("config",))
 def bindings_check(ctx: CliContext) -> str:
     from hermit.agent.routing import binding_problems
@@ -108,6 +105,7 @@ def _risks(loaded: LoadedConfig, accounts: list[tuple[str, str, ChannelAccessCon
 @check("access", fix="fix channels.<name>.accounts in the config", needs=("config",))
 def access_check(ctx: CliContext) -> str | Check:
     from hermit.agent.routing import Router
+    from hermit.channels.platforms import accounts as channel_accounts
 
     loaded = ctx.config()
     channels = loaded.config.channels
@@ -116,9 +114,7 @@ def access_check(ctx: CliContext) -> str | Check:
     router = Router([b for b in loaded.config.bindings if b.agent_id in agents],
                     {a: s.dm_scope for a, s in agents.items()}, loaded.agent().id,
                     [a for a, s in agents.items() if s.dangerously_share_main_session_with_contacts])
-    accounts: list[tuple[str, str, ChannelAccessConfig]] = [
-        (name, account_id, acc) for name in CHAT_PLATFORMS
-        for account_id, acc in getattr(channels, name).accounts.items()]
+    accounts: list[tuple[str, str, ChannelAccessConfig]] = list(channel_accounts(channels))
     parts = [_account_line(ctx, router, loaded, name, account_id, acc) for name, account_id, acc in accounts]
     detail = "; ".join(parts) or "no chat accounts configured (web chat only)"
     risks = _risks(loaded, accounts)

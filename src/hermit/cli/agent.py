@@ -13,8 +13,8 @@ if TYPE_CHECKING:  # the agent runtime loads when the command runs, so `hermit -
     from hermit.agent.loop import AgentEvent
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("agent", help="send one message to the agent and print the reply")
+def configure(p: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit agent` (its name and help are in the table of cli/commands.py)."""
     p.add_argument("-m", "--message", required=True, help="the message ('-' reads it from stdin)")
     p.add_argument("--session", help="session key (default: agent:<agentId>:main)")
     p.add_argument("--json", action="store_true", help="print reply, tool calls and usage as JSON")

@@ -18,8 +18,8 @@ from hermit.config.paths import DEFAULT_AGENT_ID
 from hermit.errors import ConfigError
 
 
-def register(sub: Any) -> None:
-    a = sub.add_parser("agents", help="list or add agents (each with its own workspace and memory)")
+def configure(a: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit agents` (its name and help are in the table of cli/commands.py)."""
     aa = a.add_subparsers(dest="agents_command", metavar="SUBCOMMAND", required=True)
     p = aa.add_parser("list", help="configured agents")
     p.add_argument("--json", action="store_true", help="print the agents as a JSON list")

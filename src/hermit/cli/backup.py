@@ -25,7 +25,6 @@ import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from hermit.cli.context import CliContext
 from hermit.errors import ConfigError, HermitError
@@ -38,11 +37,14 @@ SKIP_SUFFIXES = (".sqlite", ".sqlite-wal", ".sqlite-shm", ".sqlite-journal", ".l
 MAX_MEMBER_BYTES = 4 << 30
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("backup", help="write config, keys, workspaces, sessions and jobs to one archive")
+def configure_backup(p: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit backup` (its name and help are in the table of cli/commands.py)."""
     p.add_argument("file", nargs="?", help="the archive to write (default: ./hermit-backup-<date>.tar.gz)")
     p.set_defaults(func=cmd_backup)
-    p = sub.add_parser("restore", help="restore a `hermit backup` archive into an empty state dir")
+
+
+def configure_restore(p: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit restore` (its name and help are in the table of cli/commands.py)."""
     p.add_argument("file", help="the archive written by `hermit backup`")
     p.add_argument("--force", action="store_true", help="restore into a state dir that is not empty (files in "
                    "the archive replace the ones there)")

@@ -12,8 +12,8 @@ from hermit.cli.checks import Check, check
 from hermit.cli.context import CliContext
 
 
-def register(sub: Any) -> None:
-    s = sub.add_parser("channels", help="chat channel accounts (Telegram, Discord, Slack, WhatsApp)")
+def configure(s: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit channels` (its name and help are in the table of cli/commands.py)."""
     ss = s.add_subparsers(dest="channels_command", metavar="SUBCOMMAND", required=True)
     p = ss.add_parser("list", help="configured accounts, their policies and where their secrets come from")
     p.add_argument("--json", action="store_true", help="print the accounts as JSON")
@@ -47,7 +47,9 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
-        print("no chat channel accounts configured (add one under channels.<telegram|discord|slack|whatsapp>"
+        from hermit.channels.platforms import names
+
+        print(f"no chat channel accounts configured (add one under channels.<{'|'.join(names())}>"
               ".accounts.<id> in hermit.yaml; see docs/channels.md)")
         return 0
     for r in rows:
@@ -91,7 +93,7 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
 @check("channels", fix="see `hermit channels list`", needs=("config",))
 def channels_check(ctx: CliContext) -> str | Check:
     """Plaintext secrets warn, missing variables and missing extras warn (the gateway would refuse them)."""
-    from hermit.channels.platforms import EXTRAS, accounts, secrets
+    from hermit.channels.platforms import accounts, platform, secrets
 
     rows = [(n, a, c) for n, a, c in accounts(ctx.config().config.channels) if c.enabled]
     if not rows:
@@ -106,7 +108,7 @@ def channels_check(ctx: CliContext) -> str | Check:
             elif not ctx.environ.get(s.env_name):
                 problems.append(f"{where}: ${s.env_name} is not set")
                 fixes.append(f"export {s.env_name}=… before `hermit gateway run`")
-        module, extra = EXTRAS.get(name, ("", ""))
+        module, extra = platform(name).sdk or ("", "")
         if module and importlib.util.find_spec(module) is None:
             problems.append(f"{where} needs {module}, which is not installed")
             fixes.append(f"pip install '{extra}'")

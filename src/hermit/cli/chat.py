@@ -13,7 +13,7 @@ import contextlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from hermit.cli.agent import short_args
 from hermit.cli.context import CliContext
@@ -36,8 +36,8 @@ HELP = """\
 /exit             quit (or Ctrl-D); Ctrl-C cancels a reply in progress"""
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("chat", help="chat with the agent in the terminal")
+def configure(p: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit chat` (its name and help are in the table of cli/commands.py)."""
     p.add_argument("--session", help="session key (default: agent:<agentId>:main)")
     p.add_argument("--verbose", action="store_true", help="show tool calls and results")
     p.set_defaults(func=run)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from hermit.cli.context import CliContext
 
@@ -14,8 +13,8 @@ INSTALL = {
 }
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("completion", help="print a bash or zsh completion script")
+def configure(p: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit completion` (its name and help are in the table of cli/commands.py)."""
     p.add_argument("shell", choices=sorted(INSTALL), help=f"the shell: {INSTALL['bash']}; or {INSTALL['zsh']}")
     p.set_defaults(func=run)
 

@@ -18,8 +18,8 @@ if TYPE_CHECKING:  # the commands load the scheduler themselves, so `hermit --he
     from hermit.scheduler import CronJobs, Job
 
 
-def register(sub: Any) -> None:
-    c = sub.add_parser("cron", help="scheduled jobs: list, add, edit, remove, run now, show runs")
+def configure(c: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit cron` (its name and help are in the table of cli/commands.py)."""
     cs = c.add_subparsers(dest="cron_command", metavar="SUBCOMMAND", required=True)
 
     p = cs.add_parser("list", help="all jobs with their next run in each job's time zone")

@@ -11,7 +11,6 @@ import dataclasses
 import json
 import os
 import platform
-from typing import Any
 
 from hermit.cli.access_checks import DOCTOR_CHECKS as ACCESS_CHECKS
 from hermit.cli.channels import channels_check
@@ -24,8 +23,8 @@ from hermit.cli.preflight import state_dir_problem
 from hermit.cli.sandbox_check import exec_sandbox
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("doctor", help="check the installation and config, and say how to fix problems")
+def configure(p: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit doctor` (its name and help are in the table of cli/commands.py)."""
     p.add_argument("--json", action="store_true", help="print the checks as a JSON list")
     p.set_defaults(func=run)
 

@@ -20,8 +20,8 @@ from hermit.errors import HermitError
 from hermit.gateway.state import GatewayLock, check_token_file, ensure_token, read_lock_info, token_path
 
 
-def register(sub: Any) -> None:
-    g = sub.add_parser("gateway", help="run Hermit as a local service (web chat, channels, scheduler)")
+def configure_gateway(g: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit gateway` (its name and help are in the table of cli/commands.py)."""
     gs = g.add_subparsers(dest="gateway_command", metavar="SUBCOMMAND", required=True)
     p = gs.add_parser("run", help="run the gateway in the foreground until Ctrl-C / SIGTERM")
     p.add_argument("--host", help="address to listen on (default gateway.host, 127.0.0.1)")
@@ -35,7 +35,10 @@ def register(sub: Any) -> None:
     from hermit.cli.service import register_service
 
     register_service(gs)  # `gateway install|uninstall` live in their own module
-    d = sub.add_parser("dashboard", help="open the web app in a browser (and print its URL with the token)")
+
+
+def configure_dashboard(d: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit dashboard` (its name and help are in the table of cli/commands.py)."""
     d.add_argument("--no-open", action="store_true",
                    help="only print the URL (a headless box, SSH: forward the port and open it elsewhere)")
     d.set_defaults(func=cmd_dashboard)

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from hermit.cli.context import CliContext
 from hermit.cli.preflight import check_environment
 from hermit.workspace import ensure_workspace, template_text, write_new
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("init", help="create the state dir, config and workspace (never overwrites)")
+def configure(p: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit init` (its name and help are in the table of cli/commands.py)."""
     p.set_defaults(func=run)
 
 

@@ -25,8 +25,8 @@ _TEXT = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) ([\w.\-]+): (
 POLL_SECONDS = 0.3
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("logs", help="show the gateway's log (-f to follow it)")
+def configure(p: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit logs` (its name and help are in the table of cli/commands.py)."""
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
     p.add_argument("-n", "--lines", type=int, default=50, metavar="N", help="how many of the last lines (default 50)")
     p.add_argument("--json", action="store_true", help="one JSON object per entry, whatever the log's format")

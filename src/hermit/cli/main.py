@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib
 import json
 import logging
 import os
@@ -13,27 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hermit import __version__
-from hermit.cli.commands import command_index, command_word, declared_commands
+from hermit.cli.commands import BY_NAME, COMMANDS, command_index, command_word
 from hermit.cli.context import CliContext
 from hermit.cli.preflight import require_initialized
 from hermit.errors import HermitError, disk_full
-
-# Each module exposes register(subparsers) and sets `func(ctx, args) -> int` on its parsers.
-COMMAND_MODULES = (
-    "hermit.cli.init", "hermit.cli.memory", "hermit.cli.doctor",
-    "hermit.cli.agent", "hermit.cli.chat", "hermit.cli.sessions", "hermit.cli.agents",
-    "hermit.cli.pairing", "hermit.cli.mcp",
-    "hermit.cli.gateway",
-    "hermit.cli.cron",
-    "hermit.cli.channels",
-    "hermit.cli.setup", "hermit.cli.models", "hermit.cli.logs", "hermit.cli.backup",
-    "hermit.cli.completion",
-)
-
-# Commands that read or write an agent's memory or sessions: before `hermit init` they say so and create
-# nothing. READ_ONLY ones do not need a writable state dir.
-REQUIRES_INIT = {"memory", "agent", "chat", "sessions"}
-READ_ONLY = {"sessions"}
 
 Handler = Callable[[CliContext, argparse.Namespace], int]
 
@@ -44,9 +26,9 @@ GLOBAL_FLAGS = ("--debug",)
 
 
 def build_parser(command: str | None = None, *, full: bool = False) -> argparse.ArgumentParser:
-    """The parser with `command`'s module imported and registered; the other commands are listed from
-    their modules' source (hermit.cli.commands) so that parsing and `--help` stay quick. `full`
-    imports every command module."""
+    """The parser with `command`'s arguments added from its module (hermit.cli.commands); the other commands
+    are listed by name and help only, so that parsing and `--help` stay quick. `full` adds every command's
+    arguments (shell completion needs them all)."""
     p = argparse.ArgumentParser(prog="hermit", description="Hermit — a local-first personal AI assistant "
                                 "whose memory is plain Markdown.")
     p.add_argument("--home", help="state dir (default: $HERMIT_HOME or ~/.hermit)")
@@ -55,34 +37,26 @@ def build_parser(command: str | None = None, *, full: bool = False) -> argparse.
     p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     p.add_argument("--version", action="version", version=f"hermit {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        declared = None if full else declared_commands(name)
-        if declared is None or any(d.name == command for d in declared):
-            importlib.import_module(name).register(sub)
-        else:
-            for d in declared:
-                sub.add_parser(d.name, help=d.help, add_help=False)
+    for c in COMMANDS:
+        parser = sub.add_parser(c.name, help=c.help)
+        if full or c.name == command:
+            c.load()(parser)
     return p
 
 
-def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
-
-
-def hoist_global_options(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+def hoist_global_options(argv: list[str]) -> list[str]:
     """argv with the global options written after the command moved in front of it, so that
     `hermit memory search --workspace DIR "q"` means what `hermit --workspace DIR memory search "q"`
-    does. An option the command itself defines (`agents add --workspace`, `mcp --agent`) stays its own."""
+    does. An option a subcommand defines itself (`agents add --workspace`, `mcp serve --agent`; the
+    command table's `own_options`) stays its own."""
     start = command_index(argv, GLOBAL_OPTIONS_WITH_VALUES)
     if start is None:
         return argv
-    front, out = argv[:start], []
-    owned: set[str] = set()  # the options of the command (and subcommand) named so far
-    current = parser
-    i = start
+    command = BY_NAME.get(argv[start])
+    front, out = argv[:start], [argv[start]]
+    owned: tuple[str, ...] = ()
+    subcommand = None
+    i = start + 1
     while i < len(argv):
         token = argv[i]
         if token == "--":
@@ -94,10 +68,9 @@ def hoist_global_options(parser: argparse.ArgumentParser, argv: list[str]) -> li
             front.extend(argv[i:i + n])
             i += n
             continue
-        sub = _subparsers(current).get(token)
-        if sub is not None:
-            current = sub
-            owned |= {o for a in sub._actions for o in a.option_strings}
+        if subcommand is None and not token.startswith("-"):
+            subcommand = token
+            owned = command.own_options.get(token, ()) if command is not None else ()
         out.append(token)
         i += 1
     return front + out
@@ -161,7 +134,7 @@ def _disk_full(e: BaseException, home: Path) -> HermitError | None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(command_word(argv, GLOBAL_OPTIONS_WITH_VALUES))
-    argv = hoist_global_options(parser, argv)
+    argv = hoist_global_options(argv)
     args, extra = parser.parse_known_args(argv)
     if extra and not _dash_query(args, extra):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -177,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     # for callers that run commands in their own process (tests, scripts).
     umask = os.umask(OWNER_ONLY_UMASK)
     try:
-        if args.command in REQUIRES_INIT:
-            require_initialized(ctx, writes=args.command not in READ_ONLY)
+        command = BY_NAME[args.command]
+        if command.requires_init:
+            require_initialized(ctx, writes=command.writes)
         return func(ctx, args)
     except HermitError as e:
         if args.debug:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Any
 
 from hermit.cli.context import CliContext
 
 
-def register(sub: Any) -> None:
-    s = sub.add_parser("mcp", help="memory tools for other agents (Claude Code, Cursor…) over MCP")
+def configure(s: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit mcp` (its name and help are in the table of cli/commands.py)."""
     ss = s.add_subparsers(dest="mcp_command", metavar="SUBCOMMAND", required=True)
     p = ss.add_parser("serve", help="serve memory_search, memory_get and memory_append on stdio",
                       description="Speak MCP on stdin/stdout (logs go to stderr). Add it to a client with "

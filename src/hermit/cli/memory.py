@@ -18,8 +18,8 @@ if TYPE_CHECKING:  # loaded by the commands themselves, so `hermit --help` stays
     from hermit.memory.sync import SyncReport
 
 
-def register(sub: Any) -> None:
-    mem = sub.add_parser("memory", help="index, search and read Markdown memory")
+def configure(mem: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit memory` (its name and help are in the table of cli/commands.py)."""
     ms = mem.add_subparsers(dest="memory_command", metavar="SUBCOMMAND", required=True)
 
     p = ms.add_parser("status", help="provider, model, files, chunks, index health")

@@ -26,8 +26,8 @@ PROBE_MAX_TOKENS = 32
 PROBE_DEADLINE_SECONDS = 60.0
 
 
-def register(sub: Any) -> None:
-    m = sub.add_parser("models", help="configured model providers and models; test that one answers")
+def configure(m: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit models` (its name and help are in the table of cli/commands.py)."""
     ms = m.add_subparsers(dest="models_command", metavar="SUBCOMMAND", required=True)
     p = ms.add_parser("list", help="providers, models and which one each agent uses (* = the default)")
     p.add_argument("--json", action="store_true", help="print the providers and models as JSON")

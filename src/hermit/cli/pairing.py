@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hermit.cli.context import CliContext
 from hermit.errors import HermitError
@@ -22,11 +22,11 @@ if TYPE_CHECKING:  # the commands load these themselves, so `hermit --help` stay
     from hermit.config.load import LoadedConfig
 
 
-def register(sub: Any) -> None:
-    s = sub.add_parser("pairing", help="list, approve, deny and revoke chat senders (contacts)")
+def configure(s: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit pairing` (its name and help are in the table of cli/commands.py)."""
     ss = s.add_subparsers(dest="pairing_command", metavar="SUBCOMMAND", required=True)
     p = ss.add_parser("list", help="pending pairing requests and approved senders, per channel account")
-    p.add_argument("channel", nargs="?", help="only this channel (telegram, discord, slack, whatsapp)")
+    p.add_argument("channel", nargs="?", help="only this channel (a platform under channels: in the config, e.g. telegram)")
     p.add_argument("--json", action="store_true", help="print {pending: [...], approved: [...]} as JSON")
     p.set_defaults(func=cmd_list)
     p = ss.add_parser("approve", help="let the sender of a pairing code talk to the assistant, as a contact")
@@ -38,7 +38,7 @@ def register(sub: Any) -> None:
     p.add_argument("code", help="the 8-character code the sender received")
     p.set_defaults(func=cmd_deny)
     p = ss.add_parser("revoke", help="remove an approved sender: their next DM is treated as a stranger's")
-    p.add_argument("channel", help="telegram, discord, slack or whatsapp")
+    p.add_argument("channel", help="the channel (a platform under channels: in the config, e.g. telegram)")
     p.add_argument("sender", help="the sender id as `pairing list` shows it (or @username)")
     p.add_argument("--account", help="only this channel account (default: every account of the channel)")
     p.set_defaults(func=cmd_revoke)
@@ -137,7 +137,7 @@ def _contact_terms(ctx: CliContext, channel: str, account_id: str, sender_id: st
             sandboxed = False
             notes.append(f"WARNING: agents {route.agent_id} has sandbox.mode: off, so their session's tools (exec, "
                          "files) run unsandboxed on this machine. Set sandbox.mode: non-main.")
-        acc = getattr(getattr(loaded.config.channels, channel, None), "accounts", {}).get(account_id)
+        acc = loaded.config.channels.accounts_of(channel).get(account_id)
         if acc is not None and matches(channel, acc.owners, sender_id):
             notes.append(f"They are also listed under {owners_key}, so they are an owner anyway.")
     tools = "its tools run in the sandbox" if sandboxed else "its tools are NOT sandboxed (see below)"
@@ -172,8 +172,7 @@ def cmd_deny(ctx: CliContext, args: argparse.Namespace) -> int:
 def _after_revoke(loaded: LoadedConfig | None, gone: ApprovedSender) -> str:
     from hermit.config.allowlist import matches
 
-    acc = None if loaded is None else getattr(getattr(loaded.config.channels, gone.channel, None), "accounts",
-                                              {}).get(gone.account_id)
+    acc = None if loaded is None else loaded.config.channels.accounts_of(gone.channel).get(gone.account_id)
     if acc is None:
         return "their next message is treated as a stranger's"
     where = f"channels.{gone.channel}.accounts.{gone.account_id}"

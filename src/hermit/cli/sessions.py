@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # loaded by the commands, so `hermit --help` stays quick
     from hermit.sessions.transcript import Entry
 
 
-def register(sub: Any) -> None:
-    s = sub.add_parser("sessions", help="list sessions and show transcripts")
+def configure(s: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `hermit sessions` (its name and help are in the table of cli/commands.py)."""
     ss = s.add_subparsers(dest="sessions_command", metavar="SUBCOMMAND", required=True)
     p = ss.add_parser("list", help="sessions of the agent, most recent first")
     p.add_argument("--all", action="store_true", help="include past sessions (before /new or a reset)")

@@ -26,7 +26,6 @@ from hermit.cli.context import CliContext
 from hermit.errors import ConfigError
 
 KINDS = ("ollama", "anthropic", "openai", "openai-compatible", "fake")
-CHANNELS = ("telegram", "discord", "slack", "whatsapp")
 DM_POLICIES = ("pairing", "allowlist", "open", "disabled")
 OLLAMA_URL = "http://127.0.0.1:11434"
 FAKE_URL = "http://127.0.0.1:8765/v1"
@@ -36,8 +35,10 @@ KEY_VARS = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 PROBE_SECONDS = 1.5  # how long a local server may take to answer the probe
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("setup", help="choose a language model and add a chat channel (interactive, or by flags)")
+def configure(p: argparse.ArgumentParser) -> None:
+    from hermit.config.channels import platforms
+
+    """The arguments and handler of `hermit setup` (its name and help are in the table of cli/commands.py)."""
     p.add_argument("--provider", choices=KINDS, help="the model provider to use (skip to leave the model as it is)")
     p.add_argument("--model", help="model id, e.g. claude-sonnet-4-5, gpt-4.1, llama3.1")
     p.add_argument("--name", help="the provider's name in the config (default: the provider kind; 'custom' "
@@ -51,7 +52,7 @@ def register(sub: Any) -> None:
     p.add_argument("--key-var", help="the variable that holds the key (default: ANTHROPIC_API_KEY, "
                                      "OPENAI_API_KEY or <NAME>_API_KEY)")
     p.add_argument("--no-check", action="store_true", help="do not send the test request before saving")
-    p.add_argument("--channel", choices=CHANNELS, help="add or change a chat channel account")
+    p.add_argument("--channel", choices=tuple(platforms()), help="add or change a chat channel account")
     p.add_argument("--account", default=None, help="the channel account id (default: 'default')")
     p.add_argument("--token", help="the bot token (stored in <state>/hermit.env); Slack: the bot token")
     p.add_argument("--token-stdin", action="store_true", help="read the bot token from the first line of stdin")
@@ -260,18 +261,18 @@ def _plan_key(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pla
 
 def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Plan) -> None:
     from hermit.channels.platforms import secrets as channel_secrets
+    from hermit.config.channels import WhatsAppAccountConfig, platforms
     from hermit.config.edit import DELETE
-    from hermit.config.schema import ChannelsConfig
 
     channel = args.channel
     if channel is None:
-        if not ui.interactive or not ui.yes("Add a chat channel account (Telegram, Discord, Slack, WhatsApp)?"):
+        titles = ", ".join(s.title for s in platforms().values())
+        if not ui.interactive or not ui.yes(f"Add a chat channel account ({titles})?"):
             return
-        channel = ui.choose("Which chat platform?", [(c, c.capitalize()) for c in CHANNELS])
+        channel = ui.choose("Which chat platform?", [(name, s.title) for name, s in platforms().items()])
     account = args.account or ui.text("Account id (a name for this bot)", "default", "--account", "an account id")
-    existing = getattr(ctx.config().config.channels, channel).accounts.get(account)
-    cfg = existing or getattr(ChannelsConfig.model_validate({channel: {"accounts": {account: {}}}}),
-                              channel).accounts[account]
+    existing = ctx.config().config.channels.accounts_of(channel).get(account)
+    cfg = existing or platforms()[channel]()
     prefix = ("channels", channel, "accounts", account)
     given = dict(s.split("=", 1) for s in args.secret if "=" in s)
     bad = [s for s in args.secret if "=" not in s]
@@ -297,15 +298,14 @@ def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: 
             plan.secrets[var] = value
         plan.updates.append(((*prefix, f"{s.field}_env"), var))
         plan.updates.append(((*prefix, s.field), DELETE))  # a plaintext secret would win over the variable
-    if channel == "whatsapp":
+    if isinstance(cfg, WhatsAppAccountConfig):  # the one platform with a non-secret id to ask for
         pid = args.phone_number_id or (cfg.phone_number_id if existing else None) or \
             ui.text("WhatsApp phone number id (Meta app → WhatsApp → API setup)", None, "--phone-number-id",
                     "the WhatsApp phone number id")
         plan.updates.append(((*prefix, "phone_number_id"), pid))
     owners = list(args.owner)
     if not owners and ui.interactive:
-        hint = {"telegram": "your numeric user id (ask @userinfobot)", "discord": "your user id (Developer Mode → "
-                "Copy User ID)", "slack": "your member id (U…)", "whatsapp": "your phone number"}[channel]
+        hint = platforms()[channel].owner_hint
         now = ", ".join(existing.owners) if existing and existing.owners else ""
         answer = ui.text(f"Your own sender id on {channel}: {hint}; Enter to skip", now, "--owner", "an owner id")
         owners = [o.strip() for o in answer.split(",") if o.strip()]

@@ -14,17 +14,10 @@ it is allowed is decided by the list's own rule (schema.py).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 STAR = "*"
-# Which prefixes name which platform; any of them on another platform's account is a mistake.
-_PREFIXES: dict[str, tuple[str, ...]] = {
-    "telegram": ("telegram", "tg"),
-    "discord": ("discord",),
-    "slack": ("slack",),
-    "whatsapp": ("whatsapp", "wa"),
-}
-_PREFIX_OWNER = {p: platform for platform, ps in _PREFIXES.items() for p in ps}
 _PREFIX_RE = re.compile(r"^([A-Za-z]+)\s*:\s*(.*)$", re.S)
 # Telegram usernames: 5-32 letters, digits or '_', starting with a letter (a few old ones are 4 long).
 _TG_USERNAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{3,31}")
@@ -32,12 +25,6 @@ _TG_USERNAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{3,31}")
 _DISCORD_USERNAME = re.compile(r"[A-Za-z0-9_.]{2,32}")
 _MENTION = re.compile(r"^<@!?([A-Za-z0-9]+)(?:\|[^>]*)?>$")
 _PHONE_NOISE = re.compile(r"[\s\-.()]")
-_ID_HINTS = {
-    "telegram": "use the numeric user id (the pairing reply tells a sender theirs) or @username",
-    "discord": "use the numeric user id (Developer Mode → right-click the user → Copy User ID) or @username",
-    "slack": "use the member id, like U012AB3CD (profile → ⋮ → Copy member ID)",
-    "whatsapp": "use the phone number with its country code, like +15551234567",
-}
 
 
 class AllowlistEntryError(ValueError):
@@ -49,10 +36,6 @@ class AllowlistEntryError(ValueError):
         self.hint = hint
 
 
-def platforms() -> tuple[str, ...]:
-    return tuple(_PREFIXES)
-
-
 def normalize_entry(platform: str, raw: str) -> str:
     """The canonical form of one entry for `platform`, or AllowlistEntryError."""
     text = raw.strip()
@@ -60,25 +43,25 @@ def normalize_entry(platform: str, raw: str) -> str:
         raise AllowlistEntryError("an empty entry matches nobody", "remove it, or put a sender id there")
     if text == STAR:
         return STAR
+    rules = SENDER_IDS.get(platform)
     m = _PREFIX_RE.match(text)
-    if m and m.group(1).lower() in _PREFIX_OWNER:
-        owner = _PREFIX_OWNER[m.group(1).lower()]
+    owner = _PREFIX_OWNER.get(m.group(1).lower()) if m else None
+    if m and owner is not None:
+        hint = rules.hint if rules else "drop the prefix"
         if owner != platform:
             raise AllowlistEntryError(
                 f"{raw!r} has a {m.group(1)}: prefix, which names {owner}, on a {platform} account",
-                f"put it under channels.{owner}.accounts, or drop the prefix and {_ID_HINTS[platform]}")
+                f"put it under channels.{owner}.accounts, or drop the prefix and {hint}")
         text = m.group(2).strip()
         if not text:
-            raise AllowlistEntryError(f"{raw!r} is a prefix without an id", _ID_HINTS[platform])
-    if platform == "telegram":
-        return _telegram(raw, text)
-    if platform == "discord":
-        return _discord(raw, text)
-    if platform == "slack":
-        return _slack(raw, text)
-    if platform == "whatsapp":
-        return _whatsapp(raw, text)
-    return text  # a platform without rules of its own: compared as written
+            raise AllowlistEntryError(f"{raw!r} is a prefix without an id", hint)
+    return rules.normalize(raw, text) if rules else text  # a platform without rules: compared as written
+
+
+_TELEGRAM_HINT = "use the numeric user id (the pairing reply tells a sender theirs) or @username"
+_DISCORD_HINT = "use the numeric user id (Developer Mode → right-click the user → Copy User ID) or @username"
+_SLACK_HINT = "use the member id, like U012AB3CD (profile → ⋮ → Copy member ID)"
+_WHATSAPP_HINT = "use the phone number with its country code, like +15551234567"
 
 
 def _telegram(raw: str, text: str) -> str:
@@ -86,17 +69,17 @@ def _telegram(raw: str, text: str) -> str:
         return text
     if re.fullmatch(r"-\d+", text):
         raise AllowlistEntryError(f"{raw!r} is a group or channel id, not a user: no sender has it",
-                                  "list group ids under `groups`; senders here are users: " + _ID_HINTS["telegram"])
+                                  "list group ids under `groups`; senders here are users: " + _TELEGRAM_HINT)
     if text.startswith("@"):
         if _TG_USERNAME.fullmatch(text[1:]):
             return text.lower()
         raise AllowlistEntryError(f"{raw!r} is not a Telegram username (5-32 letters, digits or _)",
-                                  _ID_HINTS["telegram"])
+                                  _TELEGRAM_HINT)
     if _TG_USERNAME.fullmatch(text):
         raise AllowlistEntryError(f"{raw!r} is neither a numeric Telegram user id nor an @username",
                                   f"write '@{text}' for the username, or the numeric user id")
     raise AllowlistEntryError(f"{raw!r} is neither a numeric Telegram user id nor an @username",
-                              _ID_HINTS["telegram"])
+                              _TELEGRAM_HINT)
 
 
 def _discord(raw: str, text: str) -> str:
@@ -109,9 +92,9 @@ def _discord(raw: str, text: str) -> str:
         return text.lower()
     if re.fullmatch(r".+#\d{4}", text):
         raise AllowlistEntryError(f"{raw!r} is an old Discord tag, which is not unique and is never matched",
-                                  _ID_HINTS["discord"])
+                                  _DISCORD_HINT)
     hint = f"write '@{text.lower()}' for the username, or the numeric user id" \
-        if _DISCORD_USERNAME.fullmatch(text) else _ID_HINTS["discord"]
+        if _DISCORD_USERNAME.fullmatch(text) else _DISCORD_HINT
     raise AllowlistEntryError(f"{raw!r} is neither a numeric Discord user id nor an @username", hint)
 
 
@@ -121,10 +104,10 @@ def _slack(raw: str, text: str) -> str:
         text = m.group(1)
     if text.startswith(("@", "#")):
         raise AllowlistEntryError(f"{raw!r}: Slack messages carry member ids, never names or handles",
-                                  _ID_HINTS["slack"])
+                                  _SLACK_HINT)
     if re.fullmatch(r"[A-Za-z0-9]+", text):
         return text.upper()  # Slack ids are upper case; a lower-cased paste still means the same member
-    raise AllowlistEntryError(f"{raw!r} is not a Slack member id", _ID_HINTS["slack"])
+    raise AllowlistEntryError(f"{raw!r} is not a Slack member id", _SLACK_HINT)
 
 
 def _whatsapp(raw: str, text: str) -> str:
@@ -134,9 +117,35 @@ def _whatsapp(raw: str, text: str) -> str:
         return digits
     if re.search(r"[A-Za-z]", text):
         raise AllowlistEntryError(f"{raw!r} has letters: WhatsApp senders are phone numbers",
-                                  _ID_HINTS["whatsapp"])
+                                  _WHATSAPP_HINT)
     raise AllowlistEntryError(f"{raw!r} is not a phone number (digits, at most 15, with an optional +)",
-                              _ID_HINTS["whatsapp"])
+                              _WHATSAPP_HINT)
+
+
+def _whatsapp_key(sender_id: str) -> str:
+    return _PHONE_NOISE.sub("", sender_id).removeprefix("+")
+
+
+@dataclass(frozen=True)
+class SenderIds:
+    """How one platform's sender ids are written: the prefixes that name it, how to write an id (the hint of
+    every refusal), the entry normaliser, and how a sender id from a message compares to entries."""
+
+    prefixes: tuple[str, ...]
+    hint: str
+    normalize: Callable[[str, str], str]  # (entry as written, entry without prefix) -> canonical entry
+    key: Callable[[str], str] = str  # a message's sender id as entries are written
+
+
+# One line per chat platform (its settings class is in config/channels.py, its adapter in hermit.channels).
+SENDER_IDS: dict[str, SenderIds] = {
+    "telegram": SenderIds(("telegram", "tg"), _TELEGRAM_HINT, _telegram),
+    "discord": SenderIds(("discord",), _DISCORD_HINT, _discord),
+    "slack": SenderIds(("slack",), _SLACK_HINT, _slack),
+    "whatsapp": SenderIds(("whatsapp", "wa"), _WHATSAPP_HINT, _whatsapp, _whatsapp_key),
+}
+# Which prefixes name which platform; any of them on another platform's account is a mistake.
+_PREFIX_OWNER = {p: platform for platform, ids in SENDER_IDS.items() for p in ids.prefixes}
 
 
 def normalize_entries(platform: str, entries: Iterable[str]) -> list[str]:
@@ -155,9 +164,8 @@ def normalize_entries(platform: str, entries: Iterable[str]) -> list[str]:
 def sender_key(platform: str, sender_id: str) -> str:
     """A sender id as entries are written after normalisation (WhatsApp: digits only)."""
     sender_id = sender_id.strip()
-    if platform == "whatsapp":
-        return _PHONE_NOISE.sub("", sender_id).removeprefix("+")
-    return sender_id
+    rules = SENDER_IDS.get(platform)
+    return rules.key(sender_id) if rules else sender_id
 
 
 def is_username(entry: str) -> bool:

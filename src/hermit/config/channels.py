@@ -1,12 +1,17 @@
 """The `channels:` section of the config: who may reach the assistant through each chat account (owners,
 DM and group policies, allowlists; SPEC §15, §18) and each platform's own settings (tokens by env var name,
 API bases). Allowlist entries are normalised here, at load, by config/allowlist.py.
+
+Each platform is declared once on the config side: its account settings class carries the facts config,
+routing, pairing and `hermit setup` need (the secrets it takes, how its sender ids are named, whether it
+has guilds or teams), and one field of `ChannelsConfig` names it. Its adapter, next to the code, declares
+the rest (hermit.channels.platforms).
 """
 
 from __future__ import annotations
 
 import builtins
-from typing import ClassVar, Literal
+from typing import ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -38,6 +43,11 @@ class ChannelAccessConfig(_Strict):
     """
 
     platform: ClassVar[str] = ""
+    title: ClassVar[str] = ""  # the platform's name in sentences: "Telegram"
+    id_name: ClassVar[str] = ""  # what a sender id is called there, told to a stranger with their pairing code
+    owner_hint: ClassVar[str] = ""  # how the owner finds their own id (`hermit setup`)
+    secret_fields: ClassVar[tuple[str, ...]] = ()  # fields holding secrets; `<field>_env` names the variable
+    group_scope: ClassVar[Literal["guild", "team"] | None] = None  # what groups belong to (bindings' guild_id/team_id)
 
     enabled: bool = True
     owners: builtins.list[str] = Field(default_factory=builtins.list)  # sender ids (or @usernames) of the owner
@@ -72,12 +82,24 @@ class ChannelAccessConfig(_Strict):
                              "group_policy: open to accept every group")
         return self
 
+    def secrets_wanted(self) -> tuple[str, ...]:
+        """The secret fields this account needs (they may depend on its mode)."""
+        return self.secret_fields
+
+    def receives_webhooks(self) -> bool:
+        """Whether the platform posts this account's events to the gateway over HTTP."""
+        return False
+
 
 # One class per platform so each adapter can declare its own settings (tokens by env var name, api_base…).
 # Secrets: `<name>_env` names the environment variable that holds it (the recommended way); a plaintext
 # `<name>` works too, wins over the variable, and makes `hermit doctor` warn. repr=False keeps them out of logs.
 class TelegramAccountConfig(ChannelAccessConfig):
     platform: ClassVar[str] = "telegram"
+    title: ClassVar[str] = "Telegram"
+    id_name: ClassVar[str] = "Telegram user id"
+    owner_hint: ClassVar[str] = "your numeric user id (ask @userinfobot)"
+    secret_fields: ClassVar[tuple[str, ...]] = ("token",)
 
     token_env: str = "TELEGRAM_BOT_TOKEN"
     token: str | None = Field(None, repr=False)
@@ -87,6 +109,11 @@ class TelegramAccountConfig(ChannelAccessConfig):
 
 class DiscordAccountConfig(ChannelAccessConfig):
     platform: ClassVar[str] = "discord"
+    title: ClassVar[str] = "Discord"
+    id_name: ClassVar[str] = "Discord user id"
+    owner_hint: ClassVar[str] = "your user id (Developer Mode → Copy User ID)"
+    secret_fields: ClassVar[tuple[str, ...]] = ("token",)
+    group_scope: ClassVar[Literal["guild", "team"] | None] = "guild"
 
     token_env: str = "DISCORD_BOT_TOKEN"
     token: str | None = Field(None, repr=False)
@@ -94,6 +121,11 @@ class DiscordAccountConfig(ChannelAccessConfig):
 
 class SlackAccountConfig(ChannelAccessConfig):
     platform: ClassVar[str] = "slack"
+    title: ClassVar[str] = "Slack"
+    id_name: ClassVar[str] = "Slack member id"
+    owner_hint: ClassVar[str] = "your member id (U…)"
+    secret_fields: ClassVar[tuple[str, ...]] = ("bot_token", "app_token", "signing_secret")
+    group_scope: ClassVar[Literal["guild", "team"] | None] = "team"
 
     mode: Literal["socket", "http"] = "socket"  # Socket Mode (no public URL needed) or the HTTP Events API
     bot_token_env: str = "SLACK_BOT_TOKEN"  # xoxb-…: chat.postMessage
@@ -104,9 +136,19 @@ class SlackAccountConfig(ChannelAccessConfig):
     signing_secret: str | None = Field(None, repr=False)
     base_url: str = "https://slack.com/api"
 
+    def secrets_wanted(self) -> tuple[str, ...]:
+        return ("bot_token", "app_token" if self.mode == "socket" else "signing_secret")
+
+    def receives_webhooks(self) -> bool:
+        return self.mode == "http"
+
 
 class WhatsAppAccountConfig(ChannelAccessConfig):
     platform: ClassVar[str] = "whatsapp"
+    title: ClassVar[str] = "WhatsApp"
+    id_name: ClassVar[str] = "WhatsApp number"
+    owner_hint: ClassVar[str] = "your phone number"
+    secret_fields: ClassVar[tuple[str, ...]] = ("access_token", "app_secret", "verify_token")
 
     phone_number_id: str = ""  # the Cloud API's sender id (Meta app → WhatsApp → API setup)
     access_token_env: str = "WHATSAPP_ACCESS_TOKEN"
@@ -117,21 +159,18 @@ class WhatsAppAccountConfig(ChannelAccessConfig):
     verify_token: str | None = Field(None, repr=False)
     base_url: str = "https://graph.facebook.com/v21.0"
 
-
-class TelegramChannelConfig(_Strict):
-    accounts: dict[str, TelegramAccountConfig] = Field(default_factory=dict)
-
-
-class DiscordChannelConfig(_Strict):
-    accounts: dict[str, DiscordAccountConfig] = Field(default_factory=dict)
+    def receives_webhooks(self) -> bool:
+        return True
 
 
-class SlackChannelConfig(_Strict):
-    accounts: dict[str, SlackAccountConfig] = Field(default_factory=dict)
+Account = TypeVar("Account", bound=ChannelAccessConfig)
 
 
-class WhatsAppChannelConfig(_Strict):
-    accounts: dict[str, WhatsAppAccountConfig] = Field(default_factory=dict)
+class PlatformConfig(_Strict, Generic[Account]):
+    """One platform's section: its accounts by id."""
+
+    accounts: dict[str, Account] = Field(default_factory=dict)
+
 
 
 class WebchatConfig(_Strict):
@@ -141,8 +180,26 @@ class WebchatConfig(_Strict):
 
 
 class ChannelsConfig(_Strict):
+    """The web chat, then one line per chat platform: the config's list of platforms (see platforms())."""
+
     webchat: WebchatConfig = WebchatConfig()
-    telegram: TelegramChannelConfig = TelegramChannelConfig()
-    discord: DiscordChannelConfig = DiscordChannelConfig()
-    slack: SlackChannelConfig = SlackChannelConfig()
-    whatsapp: WhatsAppChannelConfig = WhatsAppChannelConfig()
+    telegram: PlatformConfig[TelegramAccountConfig] = PlatformConfig[TelegramAccountConfig]()
+    discord: PlatformConfig[DiscordAccountConfig] = PlatformConfig[DiscordAccountConfig]()
+    slack: PlatformConfig[SlackAccountConfig] = PlatformConfig[SlackAccountConfig]()
+    whatsapp: PlatformConfig[WhatsAppAccountConfig] = PlatformConfig[WhatsAppAccountConfig]()
+
+    def accounts_of(self, platform: str) -> dict[str, ChannelAccessConfig]:
+        """The accounts configured for a chat platform (none for an unknown name)."""
+        section = getattr(self, platform, None)
+        return dict(section.accounts) if isinstance(section, PlatformConfig) else {}
+
+
+def platforms() -> dict[str, type[ChannelAccessConfig]]:
+    """Every chat platform the config knows, in config order, with its account settings class."""
+    out: dict[str, type[ChannelAccessConfig]] = {}
+    for name, field in ChannelsConfig.model_fields.items():
+        meta = getattr(field.annotation, "__pydantic_generic_metadata__", None)
+        if meta and meta["origin"] is PlatformConfig:
+            (account,) = meta["args"]
+            out[name] = account
+    return out

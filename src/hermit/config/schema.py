@@ -11,16 +11,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from hermit.config.channels import ChannelAccessConfig as ChannelAccessConfig
 from hermit.config.channels import ChannelsConfig as ChannelsConfig
 from hermit.config.channels import DiscordAccountConfig as DiscordAccountConfig
-from hermit.config.channels import DiscordChannelConfig as DiscordChannelConfig
 from hermit.config.channels import DmPolicy as DmPolicy
 from hermit.config.channels import GroupPolicy as GroupPolicy
 from hermit.config.channels import SlackAccountConfig as SlackAccountConfig
-from hermit.config.channels import SlackChannelConfig as SlackChannelConfig
 from hermit.config.channels import TelegramAccountConfig as TelegramAccountConfig
-from hermit.config.channels import TelegramChannelConfig as TelegramChannelConfig
 from hermit.config.channels import WebchatConfig as WebchatConfig
 from hermit.config.channels import WhatsAppAccountConfig as WhatsAppAccountConfig
-from hermit.config.channels import WhatsAppChannelConfig as WhatsAppChannelConfig
 
 
 class Strict(BaseModel):

@@ -23,7 +23,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hermit.agent.turn import TurnResult
@@ -69,7 +69,6 @@ class _SessionQueue:
     jobs: asyncio.Queue[_Job]
     worker: asyncio.Task[None] | None = None
     running: _Job | None = None
-    handled: int = field(default=0)
 
 
 class Bus:
@@ -192,7 +191,6 @@ class Bus:
                     log.exception("session %s: handling a message failed", key)
                 finally:
                     q.running = None
-                    q.handled += 1
         finally:
             # No await between the empty check and here: a publish cannot slip in unseen.
             q.worker = None

@@ -76,7 +76,7 @@ def list_sessions(stores: Mapping[str, SessionStore], owner_dm: OwnerCheck) -> l
     return out
 
 
-def chat_history(store: SessionStore, session_key: str, limit: int) -> dict[str, Any]:
+def chat_history(store: SessionStore, session_key: str, limit: int) -> dict[str, Any]:  # noqa: C901 - one pass over a transcript's entry kinds; split with the web app's history work
     """The session's user/assistant messages, newest `limit` items. Tool calls (with done/failed from
     their results) are shown on the assistant reply that followed them, as the live page shows them."""
     record = store.get(session_key)

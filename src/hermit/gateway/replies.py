@@ -56,6 +56,24 @@ async def deliver_text(channel: Channel, target: Target, text: str, chunk: Chunk
     return sent
 
 
+def _forward_events(streaming: bool, target: Target, turn_id: str, outbox: asyncio.Queue[Outbound | None],
+                    streamed: list[bool]) -> Callable[[AgentEvent], None]:
+    """The turn's event sink: reply text and tool activity go to a streaming channel as they happen
+    (`streamed[0]` says whether any text went), nothing to the others."""
+    def on_event(event: AgentEvent) -> None:
+        if not streaming:
+            return
+        if isinstance(event, TextChunk) and event.text:
+            streamed[0] = True
+            outbox.put_nowait(StreamDelta(target, turn_id, event.text))
+        elif isinstance(event, ToolStarted):
+            outbox.put_nowait(ToolActivity(target, turn_id, event.call_id, event.name, "running"))
+        elif isinstance(event, ToolFinished):
+            outbox.put_nowait(ToolActivity(target, turn_id, event.run.call.id, event.run.call.name,
+                                           "failed" if event.run.result.is_error else "done"))
+    return on_event
+
+
 async def run_and_reply(channel: Channel, target: Target, turn_id: str, run: RunTurn,
                         chunk: Chunker) -> TurnResult | None:
     """Run one turn for a channel conversation and deliver what it produced."""
@@ -67,19 +85,7 @@ async def run_and_reply(channel: Channel, target: Target, turn_id: str, run: Run
             await send_safely(channel, item)
 
     streamed = [False]
-
-    def on_event(event: AgentEvent) -> None:
-        if not caps.streaming:
-            return
-        if isinstance(event, TextChunk) and event.text:
-            streamed[0] = True
-            outbox.put_nowait(StreamDelta(target, turn_id, event.text))
-        elif isinstance(event, ToolStarted):
-            outbox.put_nowait(ToolActivity(target, turn_id, event.call_id, event.name, "running"))
-        elif isinstance(event, ToolFinished):
-            outbox.put_nowait(ToolActivity(target, turn_id, event.run.call.id, event.run.call.name,
-                                           "failed" if event.run.result.is_error else "done"))
-
+    on_event = _forward_events(caps.streaming, target, turn_id, outbox, streamed)
     pumping = asyncio.create_task(pump())
     if caps.typing:
         outbox.put_nowait(Typing(target, True))

@@ -79,6 +79,7 @@ class MemoryWatcher:
         self._thread: threading.Thread | None = None
         self._last: SyncReport | None = None
         self._error: str | None = None
+        self.watching = threading.Event()  # set once file changes are seen (tests wait on it, not on time)
 
     async def start(self) -> None:
         from hermit.memory.watch import watch_memory
@@ -89,7 +90,8 @@ class MemoryWatcher:
             try:
                 self._last = self.memory.sync()
                 watch_memory(self.memory.workspace, cfg.extra_paths, self.memory.sync,
-                             debounce_ms=cfg.sync.debounce_ms, stop=self._stop, on_report=self._report)
+                             debounce_ms=cfg.sync.debounce_ms, stop=self._stop, on_report=self._report,
+                             on_ready=self.watching.set)
             except Exception as e:  # noqa: BLE001 - supervision boundary: search still works, just not live
                 self._error = str(e)
                 log.exception("%s stopped", self.name)

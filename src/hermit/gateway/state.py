@@ -11,7 +11,6 @@ finds the running one.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import secrets
@@ -22,6 +21,7 @@ from typing import Any
 
 from hermit.config.paths import ensure_private_dir, tighten_dir
 from hermit.errors import ConfigError, HermitError
+from hermit.locks import LockFile, lock_fd
 
 
 class GatewayLocked(HermitError):
@@ -80,35 +80,33 @@ def ensure_token(home: Path) -> str:
 
 @dataclass
 class GatewayLock:
-    """The flock'd lock file of the running gateway; released when the process ends, whatever the cause."""
+    """The lock file of the running gateway (hermit.locks); released when the process ends, whatever the cause."""
 
-    path: Path
-    fd: int
+    lock: LockFile
+
+    @property
+    def path(self) -> Path:
+        return self.lock.path
 
     @classmethod
     def acquire(cls, home: Path) -> GatewayLock:
         path = lock_path(home)
         _private_dir(path.parent)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        lock = LockFile.try_acquire(path)
+        if lock is None:
             info = read_lock_info(home) or {}
             where = f" (pid {info.get('pid')}, http://{info.get('host')}:{info.get('port')})" if info else ""
             raise GatewayLocked(f"another gateway is already running on {home}{where}",
-                                "stop it first (Ctrl-C or kill its pid), or use another --home") from None
-        return cls(path, fd)
+                                "stop it first (Ctrl-C or kill its pid), or use another --home")
+        return cls(lock)
 
     def publish(self, info: dict[str, Any]) -> None:
-        data = json.dumps(info).encode()
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, data, 0)
+        self.lock.publish(json.dumps(info).encode())
 
     def release(self) -> None:
         with contextlib.suppress(OSError):
-            os.ftruncate(self.fd, 0)
-        os.close(self.fd)  # closing drops the flock
+            self.lock.publish(b"")
+        self.lock.release()
 
 
 def read_lock_info(home: Path) -> dict[str, Any] | None:
@@ -119,16 +117,13 @@ def read_lock_info(home: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     try:
+        if lock_fd(fd, shared=True, wait=False):
+            return None  # nobody holds it: no gateway is running (closing the descriptor unlocks it)
+        data = os.read(fd, 65536)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            data = os.read(fd, 65536)
-            try:
-                info = json.loads(data or b"{}")
-            except ValueError:
-                return {}
-            return info if isinstance(info, dict) else {}
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None  # nobody holds it: no gateway is running
+            info = json.loads(data or b"{}")
+        except ValueError:
+            return {}
+        return info if isinstance(info, dict) else {}
     finally:
         os.close(fd)

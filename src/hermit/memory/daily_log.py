@@ -9,7 +9,6 @@ so its writer cannot forge a marker; a log that ends inside an unclosed block is
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Sequence
 from datetime import datetime
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hermit.errors import HermitError, PathPolicyError
+from hermit.locks import lock_fd
 from hermit.memory.paths import RULES, resolve_memory_path
 from hermit.memory.provenance import Origin, neutralize, seal, wrap
 
@@ -50,7 +50,7 @@ def append_daily_note(workspace: Path, note: str, now: datetime, extra_paths: Se
     except OSError as e:
         raise PathPolicyError(f"cannot open {shown} for appending: {e}", RULES) from e
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock_fd(fd)
         size = os.fstat(fd).st_size
         existing = os.pread(fd, size, 0).decode("utf-8", errors="replace") if size else ""
         # A log ending inside an unclosed block (cut short by hand) would take the note into that block.

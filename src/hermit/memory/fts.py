@@ -106,19 +106,7 @@ def or_match(phrases: list[str]) -> str | None:
     return " OR ".join(_quote(t) for t in phrases) if phrases else None
 
 
-def quote_terms(terms: list[str]) -> str | None:
-    """An OR query over already-chosen terms (CJK words become their bigrams)."""
-    return or_match(translated_phrases(terms))
-
-
 def build_match(query: str) -> str | None:
     """An FTS5 MATCH expression (OR of quoted terms), or None when the query has no content terms."""
     return or_match(query_terms(query))
 
-
-def line_terms(query: str) -> list[str]:
-    """Lower-cased terms used to find the best-matching lines inside a chunk (for snippets)."""
-    terms: list[str] = []
-    for t in query_terms(query):
-        terms.extend(t.lower().split(" "))
-    return terms

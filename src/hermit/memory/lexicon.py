@@ -212,10 +212,6 @@ class Lexicon:
             end = start
         return words[::-1]
 
-    def translate_query(self, query: str) -> list[str]:
-        """Translated content terms for `query`: Chinese words for English ones and vice versa."""
-        return _dedupe([t for group in self.translate_groups(query) for t in group])
-
     def translate_groups(self, query: str) -> list[list[str]]:
         """The translations of each translatable word (or 2–3 word phrase) of `query`, best first."""
         groups: list[list[str]] = []

@@ -55,7 +55,3 @@ def is_long_term(path: Path, workspace: Path) -> bool:
         return True
     return is_same_file(path, [memory])
 
-
-def withheld_outside_main(path: Path, private_files: Iterable[Path]) -> bool:
-    """Outside the main session: is `path` one of the private files, or a hard-linked file that may be one?"""
-    return is_same_file(path, private_files) or is_hard_linked(path)

@@ -231,7 +231,7 @@ class HybridSearcher:
         problem = self.store.vector_problem()
         return (False, problem) if problem else (True, None)
 
-    def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
+    def search(self, query: str, max_results: int | None = None, min_score: float | None = None,  # noqa: C901 - the hybrid search's stages; split into them in issue 26 §3 (memory/ into packages)
                reader: Reader | None = None) -> SearchOutcome:
         """The best places for `query`; `reader` (None: the owner) limits them to what it may see."""
         cfg = self.cfg

@@ -152,7 +152,7 @@ class _Move(NamedTuple):
     extra: int  # characters added
 
 
-def choose_windows(places: list[Place], budget: int, cap: int | None = None) -> None:
+def choose_windows(places: list[Place], budget: int, cap: int | None = None) -> None:  # noqa: C901 - window choice in one pass; splits with issue 26 §3's search settings
     """Set each place's window: seed on its best line, then grow where score per character is highest."""
     cap = SNIPPET_MAX_CHARS if cap is None else cap
     used = 0

@@ -9,7 +9,6 @@ fills a temporary file that replaces the live one in one SQLite backup step.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import time
@@ -20,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from hermit.db import Connection, DatabaseError, VecStatus, connect, index_error, migrate, transaction
+from hermit.db import Connection, DatabaseError, connect, index_error, migrate, transaction
+from hermit.locks import LockFile
 from hermit.memory.chunking import Chunk
 from hermit.memory.fts import FTS_TOKENIZER, index_text
 from hermit.memory.line_vectors import by_line_text, to_line_blob
@@ -118,24 +118,17 @@ class FileLock:
 
     def __init__(self, index_path: Path) -> None:
         self.path = index_path.with_name(index_path.name + ".lock")
-        self._fd: int | None = None
+        self._lock: LockFile | None = None
 
     def acquire(self, blocking: bool) -> bool:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        self._fd = fd
-        return True
+        self._lock = LockFile.acquire(self.path) if blocking else LockFile.try_acquire(self.path)
+        return self._lock is not None
 
     def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
 
 class IndexStore:
@@ -476,9 +469,6 @@ class IndexStore:
     def identity(self) -> dict[str, object]:
         raw = self.meta().get("identity")
         return json.loads(raw) if raw else {}
-
-    def vec_status(self) -> VecStatus:
-        return self.vec
 
     def describe(self) -> dict[str, Any]:
         vec = self.vec

@@ -297,7 +297,7 @@ class Indexer:
         live.finish_rebuild(tmp)  # one step: readers see the old index or the new one
         return report
 
-    def _sync_into(self, store: MemoryStore, progress: Progress | None,
+    def _sync_into(self, store: MemoryStore, progress: Progress | None,  # noqa: C901 - the per-file sync decisions in one loop; splits with issue 26 §2 (memory/index/)
                    chunk_progress: ChunkProgress | None = None, ready: Ready | None = None) -> SyncReport:
         report = SyncReport()
         files, warnings = self.sources()

@@ -45,8 +45,10 @@ def watch_memory(
     debounce_ms: int = 1500,
     stop: threading.Event | None = None,
     on_report: Callable[[SyncReport], None] | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
-    """Block, calling `on_change` (a sync) after each debounced batch of relevant file events."""
+    """Block, calling `on_change` (a sync) after each debounced batch of relevant file events.
+    `on_ready` is called once the files are being watched: a change made after it is seen."""
     from watchfiles import watch
 
     roots = [workspace]
@@ -64,9 +66,13 @@ def watch_memory(
     quiet = max(debounce_ms, 0) / 1000
     pending = False
     last_change = 0.0
+    ready = on_ready
     for changes in watch(*roots, watch_filter=accept, debounce=200, step=50, rust_timeout=100,
                          yield_on_timeout=True, stop_event=stop, recursive=True, raise_interrupt=False):
         now = time.monotonic()
+        if ready is not None:  # the first yield comes after the watcher is set up (or its first events)
+            ready()
+            ready = None
         if changes:
             log.debug("memory changes: %s", changes)
             pending, last_change = True, now

@@ -41,7 +41,8 @@ from hermit.models.base import (
     TextDelta,
     ToolCallDelta,
 )
-from hermit.models.transport import ProviderHttp, RetryPolicy, parse_event_json
+from hermit.models.transport import ProviderHttp, parse_event_json
+from hermit.retry import RetryPolicy
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -142,7 +143,7 @@ class AnthropicModel:
                 )
         return self._response(parts, data.get("stop_reason"), _usage(data.get("usage") or {}))
 
-    def stream(self, request: ModelRequest) -> Iterator[StreamEvent]:
+    def stream(self, request: ModelRequest) -> Iterator[StreamEvent]:  # noqa: C901 - one state machine over the SSE event types, clearer whole than split
         provider = self._profile.provider
         blocks: dict[int, dict[str, Any]] = {}
         usage: dict[str, Any] = {}

@@ -38,7 +38,6 @@ class ModelProfile:
     supports_prompt_caching: bool = False
     cache_ttl_seconds: float | None = None
     tool_call_style: ToolCallStyle = "openai"
-    supports_images: bool = True
 
     @property
     def ref(self) -> str:

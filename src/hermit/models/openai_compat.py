@@ -39,7 +39,8 @@ from hermit.models.base import (
     TextDelta,
     ToolCallDelta,
 )
-from hermit.models.transport import ProviderHttp, RetryPolicy, parse_event_json
+from hermit.models.transport import ProviderHttp, parse_event_json
+from hermit.retry import RetryPolicy
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 

@@ -1,6 +1,6 @@
 """HTTP for model adapters: POST with timeout and retries, SSE reading, and mapping failures to errors.
 
-Retried (exponential backoff, `Retry-After`/`retry-after-ms` honoured): 408, 409, 425, 429, 5xx, 529
+Retried (hermit.retry's policy: exponential backoff, `Retry-After`/`retry-after-ms` honoured): 408, 409, 425, 429, 5xx, 529
 and connection errors/timeouts. A stream is retried only until its first event has been yielded; after
 that a failure raises, since half a reply cannot be taken back. A `Retry-After` longer than
 `max_retry_after` is not waited for: the RateLimitError carries it instead. Invalid JSON from a
@@ -26,7 +26,6 @@ servers in `{"detail": ...}`; `error_message()` reads all of them.
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import errno
 import ipaddress
 import json
@@ -51,6 +50,7 @@ from hermit.errors import (
 from hermit.messages import valid_json
 from hermit.models.cancel import CancelToken
 from hermit.redaction import KNOWN, SecretMasker, register
+from hermit.retry import RetryPolicy, retry_after_seconds
 
 log = logging.getLogger(__name__)
 
@@ -95,19 +95,6 @@ def error_message(body: Any) -> str:
 class SseEvent:
     event: str
     data: str
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    max_retries: int = 3
-    backoff_base: float = 1.0
-    backoff_max: float = 30.0
-    max_retry_after: float = 60.0
-
-    def delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return max(0.0, retry_after)
-        return float(min(self.backoff_max, self.backoff_base * (2**attempt)))
 
 
 @dataclass
@@ -315,11 +302,11 @@ class ProviderHttp:
         )
 
     def _wait_or_raise(self, failure: _Failure, attempt: int, ends: float, cancel: CancelToken | None) -> int:
-        if not failure.retryable or attempt >= self.retry.max_retries:
+        # A Retry-After past the policy's max_retry_after gives up (long_wait "give_up"): the RateLimitError
+        # carries the wait, and the user decides rather than a model call hanging for minutes.
+        delay = self.retry.delay(attempt, failure.retry_after) if failure.retryable else None
+        if delay is None:
             raise failure.error
-        if failure.retry_after is not None and failure.retry_after > self.retry.max_retry_after:
-            raise failure.error
-        delay = self.retry.delay(attempt, failure.retry_after)
         if self._clock() + delay >= ends:
             raise failure.error  # waiting would pass the deadline: the last failure says more
         self._notify(KNOWN.mask(self._masker.mask(
@@ -461,27 +448,6 @@ def _refused(e: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return "connection refused" in str(e).lower()
-
-
-def retry_after_seconds(headers: httpx.Headers) -> float | None:
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def iter_sse(lines: Iterator[str]) -> Iterator[SseEvent]:

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from hermit.config.load import LoadedConfig
 from hermit.errors import ConfigError, JobError
-from hermit.scheduler.jobs import AtSchedule, Job, JobState, build_job, patch_job
+from hermit.scheduler.jobs import AtSchedule, Job, build_job, patch_job
 from hermit.scheduler.schedule import Zone, resolve_zone
 from hermit.scheduler.store import JobFile, JobStore
 from hermit.scheduler.targets import resolve_target
@@ -193,6 +193,3 @@ class CronJobs:
                 "queued; it runs when the gateway is running (`hermit gateway run`), or now with "
                 f"`hermit cron run {job_id}`")
         return {"queued": job_id, "note": note}
-
-    def set_state(self, job_id: str, state: JobState) -> None:
-        self.store.update_job(job_id, lambda job: job.model_copy(update={"state": state}))

@@ -30,8 +30,6 @@ from cronsim import CronSim, CronSimError
 
 from hermit.errors import JobError
 
-ScheduleKind = Literal["at", "every", "cron"]
-
 MIN_EVERY_MS = 1000
 # Looking further than this for a cron match means the expression can never fire (e.g. 30 Feb).
 _MAX_SKIPPED = 100_000

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ from typing import Any, Literal
 
 from hermit.durable import write_atomic
 from hermit.errors import JobError, disk_full
+from hermit.locks import locked
 from hermit.scheduler.jobs import Job, RunStatus, parse_job
 
 FORMAT_VERSION = 1
@@ -134,12 +134,8 @@ class JobStore:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with locked(self._lock_path):
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
     def mutate(self, change: Callable[[JobFile], JobFile]) -> JobFile:
         """Read, change and write the job file under the lock (the CLI and the gateway may both write)."""

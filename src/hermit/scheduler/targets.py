@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hermit.channels.platforms import PLATFORMS
+from hermit.channels.platforms import names
 from hermit.config.schema import ChannelsConfig
 from hermit.errors import JobError
 
@@ -27,14 +27,14 @@ class ResolvedTarget:
 
 
 def known_channels() -> tuple[str, ...]:
-    return (*PLATFORMS, WEBCHAT)
+    return (*names(), WEBCHAT)
 
 
 def configured_accounts(channels: ChannelsConfig, channel: str) -> list[str]:
     """The account ids configured for `channel` (web chat has the one built-in account when enabled)."""
     if channel == WEBCHAT:
         return [DEFAULT_ACCOUNT] if channels.webchat.enabled else []
-    return sorted(getattr(channels, channel).accounts)
+    return sorted(channels.accounts_of(channel))
 
 
 def _accounts_text(channel: str, accounts: list[str]) -> str:
@@ -68,7 +68,7 @@ def resolve_target(channels: ChannelsConfig, channel: str, account: str | None, 
         raise JobError(f"{what}: {name} has several accounts and none is named 'default' "
                        f"({_accounts_text(name, accounts)})",
                        f"say which: {name}:{accounts[0]}:PEER or --account {accounts[0]}")
-    if name != WEBCHAT and not getattr(channels, name).accounts[chosen].enabled:
+    if name != WEBCHAT and not channels.accounts_of(name)[chosen].enabled:
         raise JobError(f"{what}: the {name} account {chosen!r} is disabled (enabled: false)",
                        f"enable it under channels.{name}.accounts.{chosen}, or deliver elsewhere")
     return ResolvedTarget(name, chosen, explicit)

@@ -228,7 +228,7 @@ def _decoded(key: str, value: str, what: str) -> str:
     return unquote(value)
 
 
-def parse_session_key(key: str) -> SessionKey:
+def parse_session_key(key: str) -> SessionKey:  # noqa: C901 - one branch per key grammar form (SPEC §15), read top to bottom
     """Parse a key string; raises SessionError naming what is wrong with it."""
     parts = key.split(":")
     if parts[0] == "cron":

@@ -10,9 +10,7 @@ holder dies, so a killed process never leaves a session locked.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -20,10 +18,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hermit.errors import SessionBusy
+from hermit.locks import LockFile
 from hermit.sessions.transcript import ensure_private_dir
 
 DEFAULT_WAIT_SECONDS = 10.0
-_POLL_SECONDS = 0.05
 
 
 def lock_path(sessions_dir: Path, session_key: str) -> Path:
@@ -44,21 +42,11 @@ def session_lock(
 ) -> Iterator[None]:
     """Hold the session's lock for the block; SessionBusy when another process holds it past the wait."""
     ensure_private_dir(sessions_dir)
-    fd = os.open(lock_path(sessions_dir, session_key), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        ends = clock() + max(wait_seconds, 0.0)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if clock() >= ends:
-                    raise SessionBusy(
-                        f"session busy: another hermit process is answering in session {session_key}",
-                        "wait for that reply to finish and send your message again (or use another "
-                        "session with --session)",
-                    ) from None
-                sleep(_POLL_SECONDS)
+    lock = LockFile.acquire_within(lock_path(sessions_dir, session_key), wait_seconds, clock=clock, sleep=sleep)
+    if lock is None:
+        raise SessionBusy(
+            f"session busy: another hermit process is answering in session {session_key}",
+            "wait for that reply to finish and send your message again (or use another session with --session)",
+        )
+    with lock:
         yield
-    finally:
-        os.close(fd)  # releases the lock

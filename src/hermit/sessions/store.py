@@ -8,7 +8,7 @@ header line is damaged keeps its key: the store appends a `session-header` entry
 the first time it opens it, and a rebuild also looks for the key in what is left of the header line and
 of the damaged sessions.json, before falling back to `recovered:<id>`.
 
-Durability and concurrency: every change is a read-modify-write under an exclusive fcntl lock on
+Durability and concurrency: every change is a read-modify-write under an exclusive flock (hermit.locks) on
 `sessions.json.lock` (so the gateway and a CLI process never lose each other's updates), written to
 a temp file, fsynced and swapped in with os.replace. Readers need no lock: they always see either the
 old or the new file.
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import fcntl
 import json
 import logging
 import os
@@ -33,6 +32,7 @@ from typing import Any, NamedTuple
 from hermit.config.paths import StatePaths, ensure_private_dir
 from hermit.durable import write_atomic
 from hermit.errors import SessionError
+from hermit.locks import LockFile
 from hermit.sessions.keys import chat_type_of, parse_session_key
 from hermit.sessions.recovery import counters, key_in_damaged_header, keys_in_damaged_store
 from hermit.sessions.transcript import (
@@ -441,17 +441,14 @@ class SessionStore:
         # process would wait on itself. Public methods take it once and call *_locked helpers.
         ensure_private_dir(self._dir)
         try:
-            fd = os.open(self._dir / f"{STORE_FILE}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            lock = LockFile.acquire(self._dir / f"{STORE_FILE}.lock")
         except OSError as exc:
             raise SessionError(
                 f"cannot open the lock file in {self._dir}: {exc.strerror or exc}",
                 hint="check that the sessions directory is writable by you",
             ) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with lock:
             yield
-        finally:
-            os.close(fd)
 
     def _load_locked(self) -> dict[str, SessionRecord]:
         try:

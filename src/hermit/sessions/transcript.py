@@ -22,7 +22,6 @@ tail never swallows a new entry.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import secrets
@@ -33,6 +32,7 @@ from typing import Any
 
 from hermit.config.paths import ensure_private_dir
 from hermit.errors import SessionError
+from hermit.locks import lock_fd
 from hermit.messages import valid_json
 from hermit.sessions.entries import (
     HEADER_REPAIR_TYPE,
@@ -261,11 +261,6 @@ class Transcript:
         entry = self.get(entry_id)
         return entry.line if entry is not None else None
 
-    @property
-    def last_entry_id(self) -> str | None:
-        entries = self._refresh().entries
-        return entries[-1].id if entries else None
-
     def latest_compaction(self) -> CompactionEntry | None:
         for entry in reversed(self._refresh().entries):
             if isinstance(entry, CompactionEntry):
@@ -361,7 +356,7 @@ class Transcript:
                 hint="check that the sessions directory is writable by you",
             ) from exc
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            lock_fd(fd)
             st = os.fstat(fd)
             parsed = self._parsed
             if parsed is None or (st.st_ino, st.st_size, st.st_mtime_ns) != self._signature:

@@ -4,6 +4,10 @@ Vectors are deterministic: a hashed bag of words (CJK characters count as words)
 texts sharing words score higher than texts that do not. Faults can be queued (429 with Retry-After,
 500, 401, garbage, a dropped connection, a wrong vector count, a stall) and every request is recorded.
 
+Requests can also be held until the test lets them through one by one (`hold`, `wait_held`, `release`):
+a test that must act while a client is in the middle of its work (search during an index, kill an
+indexer half-way) steps it request by request instead of racing a clock.
+
     with FakeEmbeddingServer(dims=64) as srv:
         cfg = MemorySearchConfig(provider="openai", remote={"base_url": srv.openai_base_url, ...})
         srv.fail(429, times=2, retry_after=0)
@@ -16,9 +20,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -79,6 +84,12 @@ class FakeEmbeddingServer:
         self._host = host
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
+        # Holding: requests whose texts match wait for a permit; `arrivals` counts every request held.
+        self._gate = threading.Condition(self._lock)
+        self._hold: Callable[[list[str]], bool] | None = None
+        self._permits = 0
+        self._waiting = 0
+        self.arrivals = 0
         self.requests: list[RecordedRequest] = []
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -95,6 +106,7 @@ class FakeEmbeddingServer:
         return self
 
     def stop(self) -> None:
+        self.release_all()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -155,6 +167,45 @@ class FakeEmbeddingServer:
         """The next `times` requests are answered normally after `seconds` (to trip client timeouts)."""
         self._queue(Fault("stall", seconds=min(seconds, 30.0)), times)
 
+    # -- holding requests ---------------------------------------------------------------------------------
+
+    def hold(self, match: Callable[[list[str]], bool] | None = None) -> None:
+        """From now on, requests whose texts `match` (all when None) wait until `release` lets them through."""
+        with self._gate:
+            self._hold = match or (lambda texts: True)
+            self._permits = 0
+
+    def release(self, n: int = 1) -> None:
+        """Let `n` held (or future held) requests through."""
+        with self._gate:
+            self._permits += n
+            self._gate.notify_all()
+
+    def release_all(self) -> None:
+        """Stop holding: every waiting request and every later one goes through."""
+        with self._gate:
+            self._hold = None
+            self._gate.notify_all()
+
+    def wait_held(self, arrivals: int, timeout: float) -> bool:
+        """Wait until `arrivals` requests in all have been held (see `arrivals`) and one is waiting now;
+        False after `timeout` seconds. Callers poll in short timeouts to also watch their client process."""
+        with self._gate:
+            return self._gate.wait_for(lambda: self.arrivals >= arrivals and self._waiting > 0, timeout)
+
+    def _pass_gate(self, texts: list[str] | None) -> None:
+        with self._gate:
+            if self._hold is None or not texts or not self._hold(texts):
+                return
+            self._waiting += 1
+            self.arrivals += 1
+            self._gate.notify_all()
+            self._gate.wait_for(lambda: self._hold is None or self._permits > 0)
+            if self._hold is not None:
+                self._permits -= 1
+            self._waiting -= 1
+            self._gate.notify_all()
+
     def _next_fault(self) -> Fault | None:
         with self._lock:
             return self._faults.pop(0) if self._faults else None
@@ -174,6 +225,7 @@ class FakeEmbeddingServer:
             body = None
         api = "gemini" if _GEMINI_PATH.fullmatch(path) else "openai" if _OPENAI_PATH.fullmatch(path) else ""
         texts = _texts(api, body)
+        self._pass_gate(texts)
         fault = self._next_fault()
         result = self._answer(method, api, path, headers, body, texts, fault)
         self._record(RecordedRequest(method, path, headers, body, len(texts or []),
@@ -246,6 +298,12 @@ def _make_handler(server: FakeEmbeddingServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         timeout = 10  # idle keep-alive connections end by themselves
+
+        def setup(self) -> None:
+            super().setup()
+            # Headers and body are two writes: with Nagle on, the body waits for the client's delayed ACK
+            # of the headers, 40 ms per request on a kept-alive connection.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)

@@ -15,7 +15,6 @@ process directly (exec works on a size-limited copy, room_sandbox.py).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -27,10 +26,10 @@ from pathlib import Path
 
 from hermit.config.paths import ensure_private_dir
 from hermit.errors import PathPolicyError
+from hermit.locks import locked
 from hermit.memory.audience import UNKNOWN, audience_of_session
 from hermit.tools import safe_fs
 
-ROOMS_DIR = "rooms"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -85,13 +84,8 @@ class Room:
         """The room's descriptor, held with an exclusive lock: file tools and the merge after an exec take
         turns, so neither loses the other's change."""
         ensure_private_dir(self.base)
-        lock = os.open(self.base / f".{room_slug(self.audience)}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            with self.fd() as fd:
-                yield fd
-        finally:
-            os.close(lock)
+        with locked(self.base / f".{room_slug(self.audience)}.lock"), self.fd() as fd:
+            yield fd
 
     def usage(self) -> int:
         with self.fd() as fd:

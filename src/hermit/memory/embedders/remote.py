@@ -1,7 +1,8 @@
 """Remote embedding providers over HTTP: OpenAI, Gemini and any OpenAI-compatible endpoint (Ollama, vLLM…).
 
 Texts are sent in batches of `memory_search.remote.batch_size`; 429, 5xx and connection failures are
-retried with exponential backoff (a `Retry-After` header wins) up to `max_retries`. Every other failure
+retried with hermit.retry's exponential backoff (a `Retry-After` header wins, shortened to a minute:
+indexing is background work that should go on rather than fail) up to `max_retries`. Every other failure
 is an EmbeddingError whose hint says what to change. The vector size is discovered from the first
 response and must stay the same afterwards. The API key never leaves the request headers: it is not part
 of `provider_key`, of an error message, or of `repr`.
@@ -9,8 +10,6 @@ of `provider_key`, of an error message, or of `repr`.
 
 from __future__ import annotations
 
-import email.utils
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -23,6 +22,7 @@ import numpy as np
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders.base import Embedder, EmbedderInfo, l2_normalise, provider_key
+from hermit.retry import RetryPolicy, retry_after_seconds
 
 Wire = Literal["openai", "gemini"]
 Kind = Literal["document", "query"]
@@ -49,8 +49,6 @@ KNOWN_SCORE_RANGE = {
     "text-embedding-3-small": (0.15, 0.65),
 }
 GEMINI_MAX_BATCH = 100  # batchEmbedContents rejects more requests than this
-MAX_BACKOFF_S = 30.0
-MAX_RETRY_AFTER_S = 60.0
 _ERROR_BODY_CHARS = 300
 
 
@@ -91,7 +89,8 @@ class RemoteEmbedder:
     ) -> None:
         self._s = settings
         self._sleep = sleep
-        self._backoff = backoff_base_s
+        self._retry = RetryPolicy(max_retries=settings.max_retries, base_delay=backoff_base_s, max_delay=30.0,
+                                  max_retry_after=60.0, long_wait="cap")
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
         floor, ceiling = KNOWN_SCORE_RANGE.get(settings.model, (0.0, 1.0))
@@ -189,17 +188,14 @@ class RemoteEmbedder:
             return self._client
 
     def _post(self, url: str, body: dict[str, Any]) -> Any:
-        s = self._s
         attempt = 0
         while True:
             try:
                 return self._post_once(url, body)
             except _Retryable as r:
-                if attempt >= s.max_retries:
+                delay = self._retry.delay(attempt, r.retry_after)
+                if delay is None:
                     raise self._exhausted(r) from None
-                delay = min(self._backoff * (2 ** attempt), MAX_BACKOFF_S)
-                if r.retry_after is not None:
-                    delay = min(max(r.retry_after, 0.0), MAX_RETRY_AFTER_S)
                 attempt += 1
                 self._sleep(delay)
 
@@ -215,7 +211,7 @@ class RemoteEmbedder:
             raise self._garbage(f"unreadable response ({type(e).__name__}: {e})") from e
         code = resp.status_code
         if code == 429 or code >= 500:
-            raise _Retryable(f"HTTP {code}: {_error_text(resp)}", _retry_after(resp.headers))
+            raise _Retryable(f"HTTP {code}: {_error_text(resp)}", retry_after_seconds(resp.headers))
         if code in (401, 403):
             raise EmbeddingError(
                 f"{s.provider} embeddings at {s.base_url} refused the API key (HTTP {code}): {_error_text(resp)}",
@@ -335,30 +331,6 @@ def _error_text(resp: httpx.Response) -> str:
         text = resp.text
     text = " ".join(text.split())
     return text[:_ERROR_BODY_CHARS] + ("…" if len(text) > _ERROR_BODY_CHARS else "") or resp.reason_phrase
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            v = float(ms) / 1000
-            if math.isfinite(v):
-                return v
-        except ValueError:
-            pass
-    raw = headers.get("retry-after")
-    if not raw:
-        return None
-    try:
-        v = float(raw)
-        return v if math.isfinite(v) else None
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def _resolve_key(provider: str, cfg: MemorySearchConfig, environ: Mapping[str, str]) -> tuple[str | None, str]:

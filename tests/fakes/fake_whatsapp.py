@@ -1,7 +1,7 @@
 """A fake WhatsApp Cloud (Graph) API on 127.0.0.1: `/{phone_number_id}/messages`, media lookup and download;
 plus `webhook_body()` / `sign()` to build the signed webhook POSTs Meta sends.
 
-By hand: `python -m hermit.testing.fake_whatsapp --port 18812`.
+By hand: `cd tests && python -m fakes.fake_whatsapp --port 18812`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import hmac
 import time
 from typing import Any
 
-from hermit.testing.fake_platform import FakePlatform, json_body, serve_forever
+from fakes.fake_platform import FakePlatform, json_body, serve_forever
 
 PHONE_NUMBER_ID = "1065550100"
 

@@ -2,7 +2,7 @@
 websocket that sends `hello`, delivers events as envelopes and redelivers the unacked ones on reconnect.
 
 `sign()` and `event_body()` build signed HTTP Events API requests. By hand:
-`python -m hermit.testing.fake_slack --port 18811`.
+`cd tests && python -m fakes.fake_slack --port 18811`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import time
 from typing import Any
 
-from hermit.testing.fake_platform import FakePlatform, json_body, serve_forever
+from fakes.fake_platform import FakePlatform, json_body, serve_forever
 
 BOT_USER = "UBOT"
 TEAM = "T0001"

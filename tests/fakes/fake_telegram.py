@@ -1,7 +1,7 @@
 """A fake Telegram Bot API on 127.0.0.1: getMe, getUpdates (long poll, 409 for a second poller),
 sendMessage (rejects unbalanced Markdown like Telegram), sendChatAction, getFile and file download.
 
-Drive it from a test (`push_message`, `sent`) or by hand: `python -m hermit.testing.fake_telegram --port 18810`
+Drive it from a test (`push_message`, `sent`) or by hand: `cd tests && python -m fakes.fake_telegram --port 18810`
 then `curl -XPOST localhost:18810/_fake/push -d '{"chat_id": 1, "text": "hi"}'`.
 """
 
@@ -14,7 +14,7 @@ import re
 import time
 from typing import Any
 
-from hermit.testing.fake_platform import FakePlatform, json_body, serve_forever
+from fakes.fake_platform import FakePlatform, json_body, serve_forever
 
 BOT_ID = 777000
 _CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)

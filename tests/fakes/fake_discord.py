@@ -5,7 +5,7 @@ holding a text channel and a thread, then MESSAGE_CREATE dispatches on demand).
 discord.py has no base-URL option, so `patch_discord(fake)` points `discord.http.Route.BASE` and
 `discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY` here (and `unpatch` restores them). JSON answers carry
 `Content-Type: application/json` exactly: discord.py does not parse it with a charset suffix.
-By hand: `python -m hermit.testing.fake_discord --port 18813`.
+By hand: `cd tests && python -m fakes.fake_discord --port 18813`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from hermit.testing.fake_platform import FakePlatform, json_body, serve_forever
+from fakes.fake_platform import FakePlatform, json_body, serve_forever
 
 BOT_ID = "900000000000000001"
 APP_ID = "900000000000000002"
