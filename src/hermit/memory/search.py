@@ -58,6 +58,19 @@ LINE_ORDER_DEPTH = 2
 # A reader who may not see every chunk searches this many times the usual candidates, so that dropping
 # the others' chunks does not leave it with too few to rank.
 RESTRICTED_POOL_FACTOR = 4
+# text_normalization "query": a chunk holding this share of the query's own BM25 scores as a full
+# keyword match. 0.2-0.3 keep every dev conversation's recall while halving the absent-answer searches
+# that return anything; 0.35 and more lose answers (bench/retrieval/conversations.md: `query-scale-*`).
+QUERY_SCALE_SHARE = 0.3
+# A session transcript or session dump ranks at this share of its score (see _notes_first).
+COPY_WEIGHT = 0.8
+# A session dump (agent/session_memory.py): memory/YYYY-MM-DD-<slug>.md whose header says so.
+_SESSION_DUMP_NAME = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})-[^/]+\.md$")
+_SESSION_DUMP_HEADER = re.compile(r"^# Session \d{4}-\d{2}-\d{2} \d{2}:\d{2}\b[^\n]*\n(?:[^\n]*\n){0,8}?- Saved on ",
+                                  re.MULTILINE)
+# Words of a query that may name a speaker of a conversation (memory.places matches them to the "Name:"
+# opening a line).
+_NAME_WORD = re.compile(r"[^\W\d_]+")
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
 
 
@@ -94,6 +107,9 @@ class Translation:
 
     terms: list[str]
     vector_words: list[str]
+    # The translations of each query word (alternatives for one word; the query's BM25 scale counts
+    # one of them per word).
+    groups: tuple[tuple[str, ...], ...] = ()
 
 
 NO_TRANSLATION = Translation([], [])
@@ -211,6 +227,7 @@ class HybridSearcher:
         self._executor: ThreadPoolExecutor | None = None
         self.word_vector_stats = {"hits": 0, "misses": 0}
         self._line_vectors = False  # whether the index holds line vectors (read with its identity)
+        self._dumps: dict[str, tuple[int, bool]] = {}  # path → (index generation, is a session dump)
 
     def _vector_state(self) -> tuple[bool, str | None]:
         """Whether vectors can be searched, and why not."""
@@ -366,13 +383,15 @@ class HybridSearcher:
             timings["lines_ms"] = (time.perf_counter() - t0) * 1000
         if cfg.mmr.enabled:
             scored = self._mmr(scored, rows, max_results)
+        scored = self._notes_first(scored, rows)
         # Windows are chosen on query words, and on their translation (a Chinese question about an
         # English note should show the English line that answers it).
         terms = self._line_terms(query, tr)
         if LINE_MATCH_BOOST > 0 and terms:
             scored = self._line_boost(scored, rows, terms, pool)
         chosen = group_places(scored, rows, max_results)
-        places = show_places(chosen, rows, terms, snippets.search_budget(max_results, len(chosen)))
+        places = show_places(chosen, rows, terms, snippets.search_budget(max_results, len(chosen)),
+                             frozenset(w.lower() for w in _NAME_WORD.findall(query)))
         hits: list[Hit] = []
         for group, place in zip(chosen, places, strict=True):
             cid, score = group[0]
@@ -404,6 +423,35 @@ class HybridSearcher:
             blended.append((i, s if c is None else (1 - LINE_WEIGHT) * s + LINE_WEIGHT * calibrate(c, info)))
         blended.sort(key=lambda x: -x[1])
         return blended + tail
+
+    def _notes_first(self, passed: list[tuple[int, float]], rows: dict[int, ChunkRow]) -> list[tuple[int, float]]:
+        """Copies of conversations (session transcripts, and the session dumps written on /new) count
+        COPY_WEIGHT of their score, and the passed chunks are put in order again: a note is what was
+        kept of a conversation on purpose, while the copy repeats the words the talk was about, so it
+        outscored the note written from it (a dump of the talk about a passport 0.57, the note holding
+        the number 0.49). A copy that matches far better than any note still comes first."""
+        if not passed or not any(self._is_conversation_copy(rows[i]) for i, _ in passed):
+            return passed
+        out = [(i, s * COPY_WEIGHT if self._is_conversation_copy(rows[i]) else s) for i, s in passed]
+        return sorted(out, key=lambda x: -x[1])
+
+    def _is_conversation_copy(self, row: ChunkRow) -> bool:
+        if row.source == "sessions":
+            return True
+        m = _SESSION_DUMP_NAME.search(row.path)
+        if m is None:
+            return False
+        gen = self.store.generation()
+        known = self._dumps.get(row.path)
+        if known is None or known[0] != gen:
+            # The header is in the file's first chunk: fetch it among that day's chunks (a files-table
+            # lookup; only for dated notes with a slug that passed min_score), once per index generation.
+            same = [r for r in self.store.chunk_rows(self.store.chunk_ids_for_days([m.group(1)])).values()
+                    if r.path == row.path]
+            head = min(same, key=lambda r: r.start_line).text if same else ""
+            known = (gen, bool(_SESSION_DUMP_HEADER.search(head)))
+            self._dumps[row.path] = known
+        return known[1]
 
     @staticmethod
     def _line_boost(scored: list[tuple[int, float]], rows: dict[int, ChunkRow], terms: list[Term],
@@ -440,15 +488,41 @@ class HybridSearcher:
         groups = self.lexicon.translate_groups(query)
         terms = list(dict.fromkeys(t for g in groups for t in g))
         best = list(dict.fromkeys(g[0] for g in groups if g))[:TRANSLATED_VECTOR_WORDS]
-        return Translation(terms, best)
+        return Translation(terms, best, tuple(tuple(g) for g in groups if g))
 
     def _keyword_leg(self, query: str, tr: Translation, pool: int,
                      rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], set[int], float]:
         """Keyword hits of the query and its translation, and the chunks the translation matched."""
         t0 = time.perf_counter()
-        hits = self.keyword.search(query_terms(query), pool, rows)
+        terms = query_terms(query)
+        hits = self._on_query_scale(self.keyword.search(terms, pool, rows), lambda: self.keyword.ideal(terms))
         hits, held = self._merge_translated(hits, tr, pool, rows)
         return hits, held, (time.perf_counter() - t0) * 1000
+
+    def _on_query_scale(self, hits: list[tuple[int, float]], ideal: Callable[[], float]) -> list[tuple[int, float]]:
+        """With text_normalization "query": relevance divided by the larger of the best hit's and a share
+        of the query's own BM25 (`ideal`: a chunk of average length holding each query word once), so a
+        leg whose best hit holds only the query's everyday words scores low, and one whose best hit
+        holds most of the query scores as under "max"."""
+        if self.cfg.hybrid.text_normalization != "query" or not hits:
+            return hits
+        scale = max(max(r for _, r in hits), QUERY_SCALE_SHARE * ideal())
+        return [(i, r / scale) for i, r in hits] if scale > 0 else hits
+
+    def _translation_ideal(self, groups: tuple[tuple[str, ...], ...]) -> float:
+        """The translated query's own BM25: per query word, the idf of its commonest translation that the
+        index holds (the alternatives are one word's), or of its first when none is held."""
+        total = 0.0
+        for group in groups:
+            held, every = [], []
+            for term in group:
+                phrases = translated_phrases([term])
+                value = self.keyword.ideal(phrases)
+                every.append(value)
+                if phrases and all(self.keyword.doc_freq(p) > 0 for p in phrases):
+                    held.append(value)
+            total += min(held) if held else (every[0] if every else 0.0)
+        return total
 
     def _chunk_count(self) -> int:
         """Chunks in the index, counted once per index generation (not on every search)."""
@@ -506,14 +580,16 @@ class HybridSearcher:
         if not phrases:
             return kw_hits, set()
         best = dict(kw_hits)
-        translated_hits = self.keyword.search(phrases, pool, rows)
+        translated_hits = self._on_query_scale(self.keyword.search(phrases, pool, rows),
+                                               lambda: self._translation_ideal(tr.groups))
         # FTS5 clamps the idf of a term found in over half the chunks to ~1e-6. In a large memory that
         # rightly marks a word as uninformative; in a small one ("database" in 2 of a new user's 4
         # notes) it would rank an exact original-language match below any translated match. There,
         # the original matches are put back on the translated leg's scale.
         top_orig = max((r for _, r in kw_hits), default=0.0)
         top_tr = max((r for _, r in translated_hits), default=0.0)
-        if 0 < top_orig < 1e-3 and top_tr > 0 and self._chunk_count() < SMALL_MEMORY_CHUNKS:
+        if (0 < top_orig < 1e-3 and top_tr > 0 and self._chunk_count() < SMALL_MEMORY_CHUNKS
+                and self.cfg.hybrid.text_normalization != "query"):
             best = {cid: r * top_tr / top_orig for cid, r in best.items()}
         for cid, r in translated_hits:
             best[cid] = max(best.get(cid, 0.0), w * r)
@@ -528,6 +604,8 @@ class HybridSearcher:
         hy = self.cfg.hybrid
         if r <= 0:
             return 0.0
+        if hy.text_normalization == "query":
+            return min(1.0, r)  # already on the query's scale (_on_query_scale)
         if hy.text_normalization == "max":
             top = max(all_rel.values(), default=0.0)
             return r / top if top > 0 else 0.0
