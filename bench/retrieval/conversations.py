@@ -79,8 +79,8 @@ def variants() -> list[Variant]:
                 patch={"snippets.SNIPPET_CHARS_PER_PLACE": 850}),
         Variant("text-max", "BM25 max-normalised per query (the best keyword hit always scores 1; round 5)",
                 query={"hybrid": {"text_normalization": "max"}}, family="query-scale"),
-        Variant("query-scale-0.2", "BM25 over the larger of the best hit and 0.2 of the query's own BM25 "
-                "(default 0.3)", patch={"search.QUERY_SCALE_SHARE": 0.2}, family="query-scale"),
+        Variant("query-scale-0.3", "BM25 over the larger of the best hit and 0.3 of the query's own BM25 "
+                "(default 0.2)", patch={"search.QUERY_SCALE_SHARE": 0.3}, family="query-scale"),
         Variant("query-scale-0.4", "the same with 0.4", patch={"search.QUERY_SCALE_SHARE": 0.4},
                 family="query-scale"),
         Variant("query-scale-0.5", "the same with 0.5", patch={"search.QUERY_SCALE_SHARE": 0.5},
@@ -109,8 +109,6 @@ def variants() -> list[Variant]:
                 query={"hybrid": {"vector_weight": 0.6, "text_weight": 0.4}}),
         Variant("per-file-1", "at most one place per file (diversity across sessions)",
                 patch={"places.MAX_PLACES_PER_FILE": 1}),
-        Variant("no-line-vectors", "memory_search.line_vectors off: the places that passed minScore stay in "
-                "their fused order (round 4's default; its own index)", line_vectors=False),
         Variant("line-weight-0.1", "the best line is 0.1 of a place's order score (default 0.2)",
                 patch={"search.LINE_WEIGHT": 0.1}, family="line-weight"),
         Variant("line-weight-0.4", "the best line is 0.4 of a place's order score (default 0.2)",

@@ -59,9 +59,10 @@ LINE_ORDER_DEPTH = 2
 # the others' chunks does not leave it with too few to rank.
 RESTRICTED_POOL_FACTOR = 4
 # text_normalization "query": a chunk holding this share of the query's own BM25 scores as a full
-# keyword match. 0.2-0.3 keep every dev conversation's recall while halving the absent-answer searches
-# that return anything; 0.35 and more lose answers (bench/retrieval/conversations.md: `query-scale-*`).
-QUERY_SCALE_SHARE = 0.3
+# keyword match. 0.2 loses no answer on either suite and halves the absent-answer searches of the
+# LoCoMo dev split that return anything (0.88 → 0.51); 0.3 loses one generated paraphrase question
+# (every word of it in no note), 0.4 and more lose LoCoMo answers (bench/retrieval: `query-scale-*`).
+QUERY_SCALE_SHARE = 0.2
 # A session transcript or session dump ranks at this share of its score (see _notes_first).
 COPY_WEIGHT = 0.8
 # A session dump (agent/session_memory.py): memory/YYYY-MM-DD-<slug>.md whose header says so.
@@ -495,24 +496,30 @@ class HybridSearcher:
         """Keyword hits of the query and its translation, and the chunks the translation matched."""
         t0 = time.perf_counter()
         terms = query_terms(query)
-        hits = self._on_query_scale(self.keyword.search(terms, pool, rows), lambda: self.keyword.ideal(terms))
+        hits = self.keyword.search(terms, pool, rows)
         hits, held = self._merge_translated(hits, tr, pool, rows)
-        return hits, held, (time.perf_counter() - t0) * 1000
+        return self._on_query_scale(hits, terms, tr), held, (time.perf_counter() - t0) * 1000
 
-    def _on_query_scale(self, hits: list[tuple[int, float]], ideal: Callable[[], float]) -> list[tuple[int, float]]:
+    def _on_query_scale(self, hits: list[tuple[int, float]], terms: list[str],
+                        tr: Translation) -> list[tuple[int, float]]:
         """With text_normalization "query": relevance divided by the larger of the best hit's and a share
-        of the query's own BM25 (`ideal`: a chunk of average length holding each query word once), so a
-        leg whose best hit holds only the query's everyday words scores low, and one whose best hit
-        holds most of the query scores as under "max"."""
+        of the query's own BM25 (a chunk of average length holding each query word once; in the
+        language it is matched more easily when it has a translation), so a question whose best hit
+        holds only its everyday words scores low, and one whose best hit holds most of the query scores
+        as under "max"."""
         if self.cfg.hybrid.text_normalization != "query" or not hits:
             return hits
-        scale = max(max(r for _, r in hits), QUERY_SCALE_SHARE * ideal())
+        ideal = self.keyword.ideal(terms)
+        if tr.groups and self.cfg.translation_weight > 0:
+            ideal = min(ideal, self._translation_ideal(tr.groups) or ideal)
+        scale = max(max(r for _, r in hits), QUERY_SCALE_SHARE * ideal)
         return [(i, r / scale) for i, r in hits] if scale > 0 else hits
 
-    def _translation_ideal(self, groups: tuple[tuple[str, ...], ...]) -> float:
+    def _translation_ideal(self, groups: tuple[tuple[str, ...], ...]) -> float | None:
         """The translated query's own BM25: per query word, the idf of its commonest translation that the
-        index holds (the alternatives are one word's), or of its first when none is held."""
-        total = 0.0
+        index holds (the alternatives are one word's), or of its first when none is held; None when the
+        index holds none of them (a memory without that language)."""
+        total, any_held = 0.0, False
         for group in groups:
             held, every = [], []
             for term in group:
@@ -522,7 +529,8 @@ class HybridSearcher:
                 if phrases and all(self.keyword.doc_freq(p) > 0 for p in phrases):
                     held.append(value)
             total += min(held) if held else (every[0] if every else 0.0)
-        return total
+            any_held = any_held or bool(held)
+        return total if any_held else None
 
     def _chunk_count(self) -> int:
         """Chunks in the index, counted once per index generation (not on every search)."""
@@ -580,16 +588,14 @@ class HybridSearcher:
         if not phrases:
             return kw_hits, set()
         best = dict(kw_hits)
-        translated_hits = self._on_query_scale(self.keyword.search(phrases, pool, rows),
-                                               lambda: self._translation_ideal(tr.groups))
+        translated_hits = self.keyword.search(phrases, pool, rows)
         # FTS5 clamps the idf of a term found in over half the chunks to ~1e-6. In a large memory that
         # rightly marks a word as uninformative; in a small one ("database" in 2 of a new user's 4
         # notes) it would rank an exact original-language match below any translated match. There,
         # the original matches are put back on the translated leg's scale.
         top_orig = max((r for _, r in kw_hits), default=0.0)
         top_tr = max((r for _, r in translated_hits), default=0.0)
-        if (0 < top_orig < 1e-3 and top_tr > 0 and self._chunk_count() < SMALL_MEMORY_CHUNKS
-                and self.cfg.hybrid.text_normalization != "query"):
+        if 0 < top_orig < 1e-3 and top_tr > 0 and self._chunk_count() < SMALL_MEMORY_CHUNKS:
             best = {cid: r * top_tr / top_orig for cid, r in best.items()}
         for cid, r in translated_hits:
             best[cid] = max(best.get(cid, 0.0), w * r)
