@@ -8,7 +8,7 @@ in: a question any of whose answer words occurs in that workspace is dropped (it
 
 - `owner`: what a user asks their assistant ("what is my passport number"), asked in every workspace;
 - `speaker`: LoCoMo-style questions about the two people of a conversation ("When did Caroline go
-  skydiving?"), the names filled in from the workspace's MEMORY.md ("… between A and B."), so no
+  skydiving?"), the names filled in from the workspace's MEMORY.md ("… the conversations between A and B."), so no
   question is written for a particular conversation, and none is tuned on one.
 
 Nothing here reads a held-out conversation; the templates were written before measuring.
@@ -72,7 +72,7 @@ SPEAKER: list[tuple[str, tuple[str, ...]]] = [
     ("What did {x} think of the jazz festival in New Orleans?", ("jazz", "new orleans")),
 ]
 
-_PAIR = re.compile(r"between (\w+) and (\w+)", re.IGNORECASE)
+_PAIR = re.compile(r"conversations between (\w+) and (\w+)")
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def _present(words: str, answers: tuple[str, ...]) -> bool:
 
 
 def speakers(workspace: Path) -> list[str]:
-    """The two people of a converted conversation, from its MEMORY.md ("… between A and B.")."""
+    """The two people of a converted conversation, from its MEMORY.md ("… the conversations between A and B.")."""
     head = (workspace / "MEMORY.md").read_text(encoding="utf-8") if (workspace / "MEMORY.md").is_file() else ""
     m = _PAIR.search(head)
     return [m.group(1), m.group(2)] if m else []
