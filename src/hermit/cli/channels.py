@@ -48,7 +48,7 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
         return 0
     if not rows:
         print("no chat channel accounts configured (add one under channels.<telegram|discord|slack|whatsapp>"
-              ".accounts.<id> in hermit.yaml; see the README)")
+              ".accounts.<id> in hermit.yaml; see docs/channels.md)")
         return 0
     for r in rows:
         flags = "" if r["enabled"] else " (disabled)"

@@ -66,7 +66,7 @@ def _sync(svc: MemoryService, *, show_progress: bool, force: bool = False) -> Sy
     if not show_progress:
         return svc.sync(force=force)
     with IndexProgress(local_model=svc.cfg.provider == "local") as bar:
-        return svc.sync(force=force, progress=bar.files, chunk_progress=bar.chunks)
+        return svc.sync(force=force, progress=bar.files, chunk_progress=bar.chunks, ready=bar.ready)
 
 
 def _print_warnings(report: SyncReport) -> None:
@@ -110,6 +110,9 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
         print(f"vector     {'sqlite-vec ' + vec['sqlite_vec'] if vec['available'] else 'unavailable: ' + str(vec['error'])}"
               f" (backend: {vec['backend'] or 'none yet'})")
         print("fts        FTS5 BM25 (CJK bigrams)")
+    if st["chunks_without_vectors"] and st["provider"] != "none":
+        print(f"embedding  {st['chunks_without_vectors']:,} chunks of {st['files_without_vectors']:,} files still to embed"
+              " (found by keyword only until then)")
     print(f"cache      {st['cache_entries']} embeddings")
     print(f"dirty      {'yes — run `hermit memory index`' if st['dirty'] else 'no'}")
     _print_coverage(svc, st["sources"], st["sessions_indexed"], label="sources   ")

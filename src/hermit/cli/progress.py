@@ -1,4 +1,5 @@
-"""Indexing progress on a terminal: files scanned, then chunks embedded with rate and time left (rich).
+"""Indexing progress on a terminal: files scanned, keyword search ready, then chunks embedded with rate and
+time left (rich).
 
 Only for a terminal: with a pipe or --json nothing is drawn, so captured output stays clean. The bar is
 transient (it disappears when done) and goes to stderr, never stdout.
@@ -19,7 +20,7 @@ SLOW_NOTICE_CHUNKS = 100
 
 
 class IndexProgress:
-    """Context manager handing `files` and `chunks` callbacks to MemoryService.sync."""
+    """Context manager handing `files`, `ready` and `chunks` callbacks to MemoryService.sync."""
 
     def __init__(self, stream: TextIO | None = None, *, local_model: bool = True,
                  slow_notice_chunks: int = SLOW_NOTICE_CHUNKS, force_terminal: bool | None = None) -> None:
@@ -62,6 +63,13 @@ class IndexProgress:
         if self._files is None:
             self._files = self._progress.add_task("reading files", total=total, rate="")
         self._progress.update(self._files, completed=done, total=total)
+
+    def ready(self, files: int, chunks: int) -> None:
+        """A large index stored every file keyword-only first: say that search already works."""
+        assert self._progress is not None
+        self._progress.console.print(
+            f"  keyword search is ready for {files:,} files; embedding {chunks:,} chunks, newest notes first "
+            "(`hermit memory search` works meanwhile)", soft_wrap=True, highlight=False)
 
     def chunks(self, done: int, total: int) -> None:
         assert self._progress is not None

@@ -221,7 +221,7 @@ def plan_model(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pl
         plan.notes.append(f"the fake provider answers with canned replies; start it in another terminal with:\n"
                           f"    {sys.executable} -m hermit.testing.fake_provider --port "
                           f"{_port(base_url or FAKE_URL)} --script {script}\n"
-                          f"  (edit {script.name} to script other replies; README: 'Without a real model')")
+                          f"  (edit {script.name} to script other replies; docs/guide.md: 'Without a real model')")
 
 
 def _port(url: str) -> int:

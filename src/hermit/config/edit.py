@@ -217,7 +217,7 @@ def set_values(text: str, updates: Sequence[Update], *, is_yaml: bool, source: s
     new = out.getvalue()
     if (yaml.safe_load(new) or {}) != want:
         raise ConfigError(f"{source}: could not change {', '.join('.'.join(p) for p, _ in updates)} without "
-                          "changing other settings", "make the change by hand (see README 'Configuration')")
+                          "changing other settings", "make the change by hand (see docs/guide.md, 'Configuration')")
     return new
 
 

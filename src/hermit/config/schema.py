@@ -132,7 +132,7 @@ class PostgresStoreConfig(Strict):
     # Each agent's index is one schema: <schema_prefix><agent id>.
     schema_prefix: str = Field("hermit_", pattern=r"^[a-z_][a-z0-9_]{0,30}$")
     # Past this many vectors an HNSW index is built (below it an exact scan is as fast; measured,
-    # see README "Running memory on PostgreSQL").
+    # see docs/postgres.md).
     hnsw_threshold: int = Field(10_000, ge=0)
     hnsw_m: int = Field(16, ge=2, le=100)
     hnsw_ef_construction: int = Field(64, ge=4, le=1000)
@@ -372,7 +372,7 @@ class SessionConfig(Strict):
     hooks: SessionHooksConfig = SessionHooksConfig()
     # Where sessions.json, transcripts and session locks live: `<store_dir>/agents/<agentId>/sessions`.
     # Default: the state dir. Point two hosts' configs at one directory on shared storage (NFSv4, SMB with
-    # byte-range locks) and a gateway on either host lists and continues the same sessions (README
+    # byte-range locks) and a gateway on either host lists and continues the same sessions (docs/guide.md
     # "Sessions on several hosts"). Relative paths are relative to the state dir; `~` is expanded.
     store_dir: str | None = None
 

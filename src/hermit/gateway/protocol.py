@@ -200,7 +200,7 @@ def parse_request(raw: str | bytes) -> Request:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "params"
         raise ProtocolError("bad_params", f"{method}: {where}: {first['msg']}",
-                            "see the protocol in the README", request_id=request_id) from e
+                            "see the protocol in docs/gateway.md", request_id=request_id) from e
     return Request(request_id, method, parsed)  # type: ignore[arg-type]
 
 

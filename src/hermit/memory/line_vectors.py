@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from hermit.memory.chunking import text_hash
+from hermit.memory.chunking import Chunk, text_hash
 
 # The best line's share of a place's score when places are put in order (0.1-0.4 measured).
 LINE_WEIGHT = 0.2
@@ -51,3 +51,23 @@ def by_line_text(chunks: Iterable[tuple[int, str]], blobs: dict[int, bytes]) -> 
         for k, line in enumerate(text.split("\n")):
             texts.setdefault(start + k, line)
     return {text_hash(texts[n]): from_line_blob(b) for n, b in blobs.items() if n in texts}
+
+
+def lines_from_chunks(chunks: Iterable[Chunk], per_chunk: dict[str, list[np.ndarray | None]],
+                      wanted: Iterable[int]) -> dict[int, np.ndarray]:
+    """A file's line vectors from its chunks' token states: line `start_line + k` of a chunk is line k
+    of its text. A line in two chunks (the overlap) gets the mean of both, seen in either context."""
+    want = set(wanted)
+    sums: dict[int, np.ndarray] = {}
+    for c in chunks:
+        vecs = per_chunk.get(c.hash)
+        if vecs is None:
+            continue
+        for k, v in enumerate(vecs):
+            n = c.start_line + k
+            if v is not None and n in want:
+                sums[n] = sums[n] + v if n in sums else v.astype(np.float32, copy=True)
+    out: dict[int, np.ndarray] = {}
+    for n, v in sums.items():
+        out[n] = (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
+    return out

@@ -287,6 +287,13 @@ class PgStore:
     def chunk_count(self) -> int:
         return int(self._one(f"select count(*) from {self.s}.chunks"))
 
+    def pending_vectors(self) -> tuple[int, int]:
+        files = int(self._one(f"select count(*) from {self.s}.files where not embedded"))
+        if not files:
+            return 0, 0
+        return files, int(self._one(f"select count(*) from {self.s}.chunks where path in"
+                                    f" (select path from {self.s}.files where not embedded)"))
+
     def counts(self) -> dict[str, int]:
         row = self.conn.execute(
             f"select (select count(*) from {self.s}.files), (select count(*) from {self.s}.chunks),"

@@ -6,7 +6,7 @@ MEMORY.md — same (st_dev, st_ino) — and, outside the main session, any hard-
 (st_nlink > 1) is treated as possibly MEMORY.md too, since a second name of it might be anywhere.
 
 What identity cannot catch: a *copy* of MEMORY.md's text (`cp`), or a link whose twin MEMORY.md has
-since been replaced by an atomic rewrite (the old inode then has one name only). The README says so.
+since been replaced by an atomic rewrite (the old inode then has one name only). docs/security.md says so.
 """
 
 from __future__ import annotations

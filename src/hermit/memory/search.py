@@ -637,7 +637,10 @@ class HybridSearcher:
                 # Rescale so that rank 1 on both legs is 1.0 and minScore keeps a [0, 1] meaning.
                 out.append((i, s / best))
             return out
-        return [(i, wv * self._vscore(cos.get(i)) + wt * self._tscore(rel.get(i, 0.0), rel)) for i in ids]
+        # A chunk with no vector yet (a first index stores files keyword-only, then embeds them) is
+        # scored as keyword-only search scores it, not as a chunk the vector leg found unrelated.
+        return [(i, wv * self._vscore(cos[i]) + wt * self._tscore(rel.get(i, 0.0), rel) if i in cos
+                 else self._tscore(rel.get(i, 0.0), rel)) for i in ids]
 
     def _decay(self, scored: list[tuple[int, float]], rows: dict[int, ChunkRow]) -> list[tuple[int, float]]:
         td = self.cfg.temporal_decay

@@ -36,7 +36,7 @@ from hermit.memory.session_source import SESSIONS_PREFIX, render_transcript, res
 from hermit.memory.snippets import SNIPPET_MAX_CHARS
 from hermit.memory.store_api import MemoryStore
 from hermit.memory.store_factory import open_store
-from hermit.memory.sync import ChunkProgress, Indexer, Progress, SyncReport
+from hermit.memory.sync import ChunkProgress, Indexer, Progress, Ready, SyncReport
 from hermit.messages import valid_text
 from hermit.textfile import NotRegularFile, decode_text, read_regular
 
@@ -73,9 +73,15 @@ class MemoryService:
         self.embedder = embedder
         self.index_path = index_path
         # The configured backend (memory.store_factory); a postgres DSN is read from `environ` by name.
-        self.store = store or open_store(cfg, index_path, key.agent_id, os.environ if environ is None else environ)
+        env = os.environ if environ is None else environ
+        self.store = store or open_store(cfg, index_path, key.agent_id, env)
+        # The indexer writes through a connection of its own, so a search in this process (another
+        # thread: an agent turn while the watcher indexes) reads what each file's transaction committed
+        # and never waits for a sync, nor sees one half done. An injected store is shared (tests).
+        self._writer = None if store is not None else open_store(cfg, index_path, key.agent_id, env)
         self.sessions_dir = sessions_dir if "sessions" in cfg.sources else None
-        self.indexer = Indexer(self.store, key.workspace, cfg, embedder, clock=clock, sessions_dir=self.sessions_dir)
+        self.indexer = Indexer(self._writer or self.store, key.workspace, cfg, embedder, clock=clock,
+                               sessions_dir=self.sessions_dir)
         self.indexer.clean_stale_rebuilds()  # left by a killed `index --force`, possibly megabytes
         lexicon = load_lexicon(cache_dir) if cfg.query.translation_weight > 0 else None
         self.audiences = AudienceMap(key.workspace, cfg.max_file_bytes)
@@ -84,8 +90,10 @@ class MemoryService:
                                        visible=self.audiences.visible_ids)
         self._dirty = True  # unknown until checked once
         self._checked_at: float | None = None
-        # One SQLite connection per service; the watcher thread and agent turns take turns on it.
+        # The reading connection: agent turns, status and the watcher's callers take turns on it.
         self._lock = threading.RLock()
+        # One sync at a time in this process (the store's writer lock orders processes).
+        self._sync_lock = threading.Lock()
 
     @property
     def workspace(self) -> Path:
@@ -93,24 +101,39 @@ class MemoryService:
 
     def close(self) -> None:
         self.store.close()
+        if self._writer is not None:
+            self._writer.close()
 
     def mark_dirty(self) -> None:
         self._dirty = True
 
     # -- sync -------------------------------------------------------------------------------------
     def sync(self, *, force: bool = False, blocking: bool = True, progress: Progress | None = None,
-             chunk_progress: ChunkProgress | None = None) -> SyncReport:
-        with self._lock:
+             chunk_progress: ChunkProgress | None = None, ready: Ready | None = None) -> SyncReport:
+        """Bring the index up to date; with `blocking=False`, skip when another sync (this process's
+        or another's) is running. Searches do not wait for a sync: they read what it has committed."""
+        if not self._sync_lock.acquire(blocking):
+            return SyncReport(skipped=True)
+        try:
             report = self.indexer.sync(force=force, blocking=blocking, progress=progress,
-                                       chunk_progress=chunk_progress)
+                                       chunk_progress=chunk_progress, ready=ready)
+        finally:
+            self._sync_lock.release()
         if not report.skipped:
             self._dirty = False
         return report
+
+    @property
+    def syncing(self) -> bool:
+        """A sync is running in this process (the watcher's, or another thread's)."""
+        return self._sync_lock.locked()
 
     def sync_if_dirty(self) -> SyncReport | None:
         """Before a search: bring the index up to date unless another process is writing it."""
         if not self.cfg.sync.on_search:
             return None
+        if self.syncing:  # that sync will pick up the change; the search reads what it has stored
+            return SyncReport(skipped=True)
         if not self._dirty:
             now = time.monotonic()
             if self._checked_at is not None and (now - self._checked_at) * 1000 < self.cfg.sync.dirty_check_interval_ms:
@@ -146,11 +169,25 @@ class MemoryService:
         notes: list[str] = []
         report = self.sync_if_dirty()
         if report is not None and report.skipped:
-            notes.append("another process is updating the index; results may miss the newest edits")
+            notes.append("the index is being updated; results may miss the newest edits")
         if report is not None:
             notes.extend(report.warnings[:5])
         outcome = self.searcher.search(query, max_results, min_score, reader=reader)
-        return self._result(outcome, notes)
+        out = self._result(outcome, notes)
+        self._say_pending(out)
+        return out
+
+    def _say_pending(self, out: dict[str, Any]) -> None:
+        """While a (first) index is still embedding, say how much: those notes are found by keyword
+        only until their vectors are stored."""
+        if self.embedder is None or not self.cfg.store.vector_enabled:
+            return
+        files, chunks = self.store.pending_vectors()
+        if not chunks:
+            return
+        out["indexing"] = {"filesPending": files, "chunksPending": chunks}
+        out.setdefault("warnings", []).append(
+            f"still embedding {chunks:,} chunks of {files:,} files: until then they are found by keyword only")
 
     def search_outcome(self, query: str, max_results: int | None = None,
                        min_score: float | None = None) -> SearchOutcome:
@@ -263,10 +300,12 @@ class MemoryService:
             "chunks": counts["chunks"],
             "line_vectors": counts["line_vectors"],
             "files_without_vectors": counts["files_without_vectors"],
+            "chunks_without_vectors": self.store.pending_vectors()[1],
+            "syncing": self.syncing,
             "cache_entries": counts["cache_entries"],
             "vector": backend["vector"],
             "fts": {"available": True},
-            "dirty": self.indexer.is_dirty(),
+            "dirty": True if self.syncing else self.indexer.is_dirty(),
             "chunking": {"tokens": self.cfg.chunking.tokens, "overlap": self.cfg.chunking.overlap},
             # Where the indexed files come from (MEMORY.md, memory/**, each extra path, sessions).
             "sources": indexed_sources(((p, f.source) for p, f in self.store.files().items()), self.workspace,

@@ -307,6 +307,14 @@ class IndexStore:
     def chunk_count(self) -> int:
         return int(self.conn.execute("select count(*) from chunks").fetchone()[0])
 
+    def pending_vectors(self) -> tuple[int, int]:
+        files = int(self.conn.execute("select count(*) from files where embedded=0").fetchone()[0])
+        if not files:
+            return 0, 0
+        chunks = self.conn.execute("select count(*) from chunks where path in"
+                                   " (select path from files where embedded=0)").fetchone()[0]
+        return files, int(chunks)
+
     def counts(self) -> dict[str, int]:
         files = self.conn.execute("select count(*) from files").fetchone()[0]
         chunks = self.conn.execute("select count(*) from chunks").fetchone()[0]

@@ -14,8 +14,10 @@ never a half-built one.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,8 +30,9 @@ import numpy as np
 from hermit.config.schema import MemorySearchConfig
 from hermit.db import DatabaseError, index_error, is_corrupt, is_disk_full
 from hermit.errors import EmbeddingError, IndexError_
+from hermit.memory import line_vectors
 from hermit.memory.chunking import CHUNKER_ID, Chunk, chunk_markdown, line_texts, text_hash
-from hermit.memory.embedders.base import Embedder
+from hermit.memory.embedders.base import Embedder, LineEmbedder
 from hermit.memory.fts import FTS_VERSION
 from hermit.memory.session_source import list_session_files, render_transcript, session_needs_index
 from hermit.memory.sources import SourceFile, list_memory_files, read_memory_file
@@ -41,6 +44,10 @@ Progress = Callable[[int, int, str], None]  # (files scanned, files total, curre
 # (chunks written, chunks to write): called with (0, total) once the changed files are chunked, before
 # the first embedding, then after every batch. Embedding dominates the time, so this is the one to watch.
 ChunkProgress = Callable[[int, int], None]
+# (files, chunks): a large sync stored these keyword-only first; keyword search answers for them now,
+# and their vectors follow, newest notes first.
+Ready = Callable[[int, int], None]
+_DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
 
 
 def plural(n: int, word: str, words: str | None = None) -> str:
@@ -63,6 +70,7 @@ class SyncReport:
     rebuilt: bool = False
     first: bool = False  # the index held no files before this sync (a new workspace or index)
     skipped: bool = False  # another process holds the writer lock
+    keyword_first: int = 0  # files stored keyword-only before their vectors (a large sync; see Ready)
     warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -88,9 +96,15 @@ def wanted_identity(cfg: MemorySearchConfig, embedder: Embedder | None, vector_k
         "fts": FTS_VERSION,
         "vector_backend": vector_kind if (info and cfg.store.vector_enabled) else "none",
         # Present only when on, so an index built without line vectors keeps its identity when they
-        # are turned off (and one built before they existed is rebuilt once when they are on).
-        **({"line_vectors": 1} if lines_wanted(cfg, embedder) else {}),
+        # are turned off (and one built before they existed is rebuilt once when they are on). 1: each
+        # line embedded on its own; 2: taken from its chunk's token states (a different vector: an
+        # index of one kind is rebuilt once into the other, never mixed).
+        **({"line_vectors": line_kind(embedder)} if lines_wanted(cfg, embedder) else {}),
     }
+
+
+def line_kind(embedder: Embedder | None) -> int:
+    return 2 if isinstance(embedder, LineEmbedder) and embedder.line_vectors_from_tokens() else 1
 
 
 def lines_wanted(cfg: MemorySearchConfig, embedder: Embedder | None) -> bool:
@@ -98,6 +112,21 @@ def lines_wanted(cfg: MemorySearchConfig, embedder: Embedder | None) -> bool:
     if embedder is None or not cfg.store.vector_enabled or cfg.line_vectors is False:
         return False
     return cfg.line_vectors is True or embedder.info.provider == "local"
+
+
+def recency(p: Pending) -> float:
+    """How new a changed file is, for indexing newest first: MEMORY.md (curated, read every session)
+    before everything; a dated note (memory/2026-06-30.md, …-meeting.md) by the end of its day; any
+    other file by its modification time."""
+    if p.file.rel.lower() == "memory.md":
+        return float("inf")
+    m = _DATED.search(p.file.rel)
+    if m:
+        try:
+            return dt.datetime(int(m[1]), int(m[2]), int(m[3]), 23, 59, tzinfo=dt.UTC).timestamp()
+        except ValueError:
+            pass
+    return p.mtime_ns / 1e9
 
 
 class Pending(NamedTuple):
@@ -206,8 +235,12 @@ class Indexer:
                 self.lock.release()
 
     def sync(self, *, force: bool = False, blocking: bool = True, progress: Progress | None = None,
-             chunk_progress: ChunkProgress | None = None) -> SyncReport:
-        """Incremental sync; a full atomic rebuild when `force` or the index identity changed."""
+             chunk_progress: ChunkProgress | None = None, ready: Ready | None = None) -> SyncReport:
+        """Incremental sync; a full atomic rebuild when `force` or the index identity changed.
+
+        A first index (an index that never held a file or a vector) is built in place rather than
+        into a staging copy: there is no old index to protect, and searches can use each file as soon
+        as it is stored (keyword first, vectors newest first; see `_sync_into`)."""
         t0 = time.perf_counter()
         self._indexed = None
         try:
@@ -216,10 +249,14 @@ class Indexer:
                     return SyncReport(skipped=True)
                 self._clean_stale_locked()
                 first = not self.store.files()
-                if force or not self.identity_matches():
+                if (force or not self.identity_matches()) and not (first and not self.store.meta().get("dims")):
                     report = self._rebuild(progress, chunk_progress)
                 else:
-                    report = self._sync_into(self.store, progress, chunk_progress)
+                    fresh = force or not self.identity_matches()
+                    if fresh:
+                        self._set_identity(self.store)
+                    report = self._sync_into(self.store, progress, chunk_progress, ready)
+                    report.rebuilt = fresh  # built whole, for a new identity, only in place
                     self.store.optimize()
                 report.first = first and report.files_indexed > 0
         except (DatabaseError, OSError) as e:
@@ -243,12 +280,15 @@ class Indexer:
     def _clean_stale_locked(self) -> int:
         return self.store.clean_stale_rebuilds()  # the live index was never touched by a killed rebuild
 
+    def _set_identity(self, store: MemoryStore) -> None:
+        store.set_meta({"identity": json.dumps(wanted_identity(self.cfg, self.embedder, store.vector_kind())),
+                        "index_id": uuid.uuid4().hex, "created_at": str(int(self.clock()))})
+
     def _rebuild(self, progress: Progress | None, chunk_progress: ChunkProgress | None = None) -> SyncReport:
         live = self.store
         tmp = live.open_rebuild()
         try:
-            tmp.set_meta({"identity": json.dumps(wanted_identity(self.cfg, self.embedder, tmp.vector_kind())),
-                          "index_id": uuid.uuid4().hex, "created_at": str(int(self.clock()))})
+            self._set_identity(tmp)
             report = self._sync_into(tmp, progress, chunk_progress)
             report.rebuilt = True
         except BaseException:
@@ -258,7 +298,7 @@ class Indexer:
         return report
 
     def _sync_into(self, store: MemoryStore, progress: Progress | None,
-                   chunk_progress: ChunkProgress | None = None) -> SyncReport:
+                   chunk_progress: ChunkProgress | None = None, ready: Ready | None = None) -> SyncReport:
         report = SyncReport()
         files, warnings = self.sources()
         report.warnings.extend(warnings)
@@ -302,6 +342,19 @@ class Indexer:
             changed.append(Pending(f, file_hash, st.st_mtime_ns, st.st_size, chunks, messages, lines))
         # Chunk every changed file first, so the total is known before the slow part (embedding) starts.
         total = sum(len(p.chunks) for p in changed)
+        # Newest notes first: after years of daily logs, today's and this week's are what is asked about.
+        changed.sort(key=recency, reverse=True)
+        if self.embedder is not None and store is self.store and total > batch:
+            # A large sync into the live index stores every file keyword-only first (seconds, no model),
+            # so keyword search answers for all of it at once; vectors follow batch by batch. A kill
+            # leaves files marked as needing vectors, and the next sync embeds only those.
+            model = self.embedder.info.model
+            for p in changed:
+                store.replace_file(path=p.file.rel, source=p.file.source, file_hash=p.hash, mtime=p.mtime_ns,
+                                   size=p.size, chunks=p.chunks, vectors=None, model=model, messages=p.messages)
+            report.keyword_first = len(changed)
+            if ready:
+                ready(len(changed), total)
         done = 0
         if chunk_progress and total:
             chunk_progress(0, total)
@@ -364,7 +417,8 @@ class Indexer:
         every line it has. Only vectors of the model in use."""
         assert self.embedder is not None
         ident, info = self.store.identity(), self.embedder.info
-        if not ident.get("line_vectors") or (ident.get("provider"), ident.get("model"), ident.get("provider_key")) != (
+        if ident.get("line_vectors") != line_kind(self.embedder) or (
+                ident.get("provider"), ident.get("model"), ident.get("provider_key")) != (
                 info.provider, info.model, info.provider_key):
             return {}
         known: dict[str, np.ndarray] = {}
@@ -373,11 +427,71 @@ class Indexer:
                 known.update(self.store.line_vectors_of(p.file.rel))
         return known
 
+    def _embed_with_lines(self, store: MemoryStore, pending: list[Pending], report: SyncReport
+                          ) -> tuple[dict[str, np.ndarray], dict[str, dict[int, np.ndarray]]] | None:
+        """Chunk vectors by hash and each file's line vectors, the lines taken from their chunks' token
+        states in the same pass. A cached chunk is embedded again only when one of its lines has no
+        vector in the live index (the cache keeps chunk vectors, not token states). None: embedding
+        failed and keyword-only is allowed."""
+        embedder = self.embedder
+        assert isinstance(embedder, LineEmbedder)
+        info = embedder.info
+        texts = {c.hash: c.text for p in pending for c in p.chunks}
+        found = store.cache_get(info.provider, info.model, info.provider_key, list(texts)) \
+            if self.cfg.cache.enabled else {}
+        report.cache_hits += len(found)
+        known = self._known_lines(pending) if found else {}
+        run = {h: t for h, t in texts.items() if h not in found}
+        for p in pending:
+            for c in p.chunks:
+                if c.hash in found and c.hash not in run and any(
+                        p.lines[n][0] not in known for n in range(c.start_line, c.end_line + 1) if n in p.lines):
+                    run[c.hash] = c.text
+        per_chunk: dict[str, list[np.ndarray | None]] = {}
+        if run:
+            t0 = time.perf_counter()
+            try:
+                got = embedder.embed_with_lines(list(run.values()))
+            except EmbeddingError as e:
+                if self.cfg.on_embedding_failure == "error":
+                    raise
+                report.warnings.append(f"embedding failed, indexed keyword-only for now: {e.message}")
+                return None
+            if got is None:  # the runtime could not after all: embed lines on their own
+                return None
+            report.embed_seconds += time.perf_counter() - t0
+            report.embedded += len(run)
+            new = {h: v for h, v in zip(run, got[0], strict=True) if h not in found}
+            per_chunk = dict(zip(run, got[1], strict=True))
+            found.update(new)
+            if self.cfg.cache.enabled and new:
+                store.cache_put(info.provider, info.model, info.provider_key, new)
+                if store is not self.store:  # a rebuild: the live index keeps each batch too (resume)
+                    self.store.cache_put(info.provider, info.model, info.provider_key, new)
+        file_lines: dict[str, dict[int, np.ndarray]] = {}
+        for p in pending:
+            mine = line_vectors.lines_from_chunks(p.chunks, per_chunk, p.lines)
+            for n, (h, _) in p.lines.items():
+                if n not in mine and h in known:
+                    mine[n] = known[h]
+                    report.lines_reused += 1
+            file_lines[p.file.rel] = mine
+        return found, file_lines
+
     def _flush(self, store: MemoryStore, pending: list[Pending], report: SyncReport) -> None:
         if not pending:
             return
         vectors: dict[str, np.ndarray] | None = None
-        if self.embedder is not None:
+        file_lines: dict[str, dict[int, np.ndarray]] = {}
+        tokens = self.embedder is not None and any(p.lines for p in pending) and line_kind(self.embedder) == 2
+        if tokens:
+            got = self._embed_with_lines(store, pending, report)
+            if got is not None:
+                vectors, file_lines = got
+            # None and still kind 2: embedding failed (keyword-only); else the fast runtime could not
+            # load after all, and lines are embedded on their own below.
+            tokens = line_kind(self.embedder) == 2
+        if self.embedder is not None and not tokens:
             # Chunks and lines in one pass through the model. A line the index already holds (an edit
             # left it unchanged) or that is a whole cached chunk is not embedded again.
             texts = {c.hash: c.text for p in pending for c in p.chunks}
@@ -387,6 +501,7 @@ class Indexer:
             vectors = self._embed(store, texts, report, {h: t for h, t in by_hash.items() if h not in known})
             if vectors is not None:
                 vectors = {**known, **vectors}
+                file_lines = {p.file.rel: {n: vectors[h] for n, (h, _) in p.lines.items()} for p in pending}
         model = self.embedder.info.model if self.embedder else "none"
         dims = None
         if vectors:
@@ -398,12 +513,12 @@ class Indexer:
                     "run `hermit memory index --force` to rebuild the index",
                 )
             store.set_meta({"dims": str(dims)})
-        for f, file_hash, mtime, size, chunks, messages, lines in pending:
+        for f, file_hash, mtime, size, chunks, messages, _lines in pending:
             mat = None
             line_vecs: dict[int, np.ndarray] | None = None
             if vectors is not None:
                 mat = np.stack([vectors[c.hash] for c in chunks]) if chunks else np.zeros((0, dims or 0))
-                line_vecs = {n: vectors[h] for n, (h, _) in lines.items()}
+                line_vecs = file_lines.get(f.rel, {})
             store.replace_file(path=f.rel, source=f.source, file_hash=file_hash, mtime=mtime, size=size,
                                chunks=chunks, vectors=mat, model=model, messages=messages,
                                line_vectors=line_vecs)

@@ -1,6 +1,6 @@
 """The job model: what a scheduled job is (schedule, target, delivery, state) and how its next run is found.
 
-A job file entry (README "Scheduled jobs and the heartbeat" shows a full example):
+A job file entry (docs/guide.md, "Scheduled jobs and the heartbeat", shows a full example):
 
     {"id": "j-3f9a1c", "name": "morning brief", "agent_id": "main", "enabled": true,
      "schedule": {"kind": "cron", "expr": "0 8 * * 1-5", "tz": "Europe/Berlin"},

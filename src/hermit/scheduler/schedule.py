@@ -1,6 +1,6 @@
 """Schedule math: when an `at`, `every` or `cron` schedule fires next, in its IANA time zone, across DST.
 
-Rules (the README documents them for users):
+Rules (docs/guide.md documents them for users):
 
 - `at`: one instant. An ISO time without an offset is read in the job's zone.
 - `every`: a fixed interval of real elapsed time (`every_ms`) from an anchor (default: the job's

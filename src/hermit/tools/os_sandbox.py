@@ -11,7 +11,7 @@ paths at run time), so sessions that are sandboxed run exec inside an operating-
   capabilities inside its user namespace otherwise).
 - macOS, `sandbox-exec` with a generated profile (deny by default, read the system, read/write only the
   confined folder except its protected entries, network denied). A non-owner session's folder is its
-  room. This path cannot be tested on the Linux CI; the README says so.
+  room. This path cannot be tested on the Linux CI; docs/security.md says so.
 - Limits, set in the child before it execs the jail (setrlimit): CPU seconds, address space, size of any
   file written, and (room mode) the number of tasks. The caller (exec.py) kills the process group on
   timeout and caps the output it keeps.

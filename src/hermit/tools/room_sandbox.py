@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from hermit.errors import ToolError
+from hermit.errors import HermitError, ToolError
 from hermit.textfile import read_regular
 from hermit.tools import safe_fs
 from hermit.tools.os_sandbox import SANDBOX_PATH, Backend, SandboxLimits, room_mode_args, run_as_kwargs
@@ -144,7 +144,7 @@ class RoomRun:
             t.start()
 
     def _feed(self, out: IO[bytes]) -> None:
-        with contextlib.suppress(OSError, ValueError, tarfile.TarError), out, \
+        with contextlib.suppress(OSError, ValueError, tarfile.TarError, HermitError), out, \
                 tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
             with self.sandbox.view.room.fd() as room:
                 self._add_room(tar, room)
@@ -181,7 +181,7 @@ class RoomRun:
             elif stat.S_ISREG(st.st_mode):
                 try:
                     fd = safe_fs.open_beneath(room, rel, os.O_RDONLY | os.O_NONBLOCK)
-                except (OSError, ToolError):
+                except (OSError, HermitError):  # gone or swapped since the walk: not part of the copy
                     continue
                 try:
                     fst = os.fstat(fd)
@@ -269,7 +269,7 @@ def unpack(tar: tarfile.TarFile, dir_fd: int) -> None:
                     os.symlink(m.linkname, parts[-1], dir_fd=parent)
                 finally:
                     os.close(parent)
-        except (OSError, ToolError):
+        except (OSError, HermitError):
             continue  # a path through a symlink, a name taken twice …: that entry is not kept
 
 

@@ -62,3 +62,18 @@ def sha256_file(path: str, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+@runtime_checkable
+class LineEmbedder(Protocol):
+    """An embedder that can also give each line of a document a vector from the document's own token
+    states (one pass through the model for chunks and their lines)."""
+
+    def line_vectors_from_tokens(self) -> bool:
+        """Whether `embed_with_lines` will give line vectors (cheap: loads nothing)."""
+        ...
+
+    def embed_with_lines(self, texts: list[str]) -> tuple[np.ndarray, list[list[np.ndarray | None]]] | None:
+        """(n, dims) document vectors and per document a vector per line (None: the line has no
+        tokens), or None when the runtime in use cannot."""
+        ...

