@@ -60,9 +60,9 @@ def test_windows_share_one_budget_and_are_the_files_lines(tmp_path: Path) -> Non
     svc = _svc(ws, tmp_path, {"provider": "none"})
     res = svc.search("what dog did Ana's sister adopt greyhound", 6, 0.0)["results"]
     assert len(res) == 6
-    # Six places found: each may claim SNIPPET_CHARS_PER_PLACE, more than the 6 × 700 asked for.
+    # Six places found: together they show at most the 6 × 700 asked for, and spend most of it.
     total = sum(len(r["snippet"]) for r in res)
-    assert 6 * SNIPPET_CHARS_PER_RESULT < total <= 6 * SNIPPET_CHARS_PER_PLACE
+    assert 5 * SNIPPET_CHARS_PER_RESULT < total <= 6 * SNIPPET_CHARS_PER_RESULT
     for r in res:
         lines = _lines(ws, r)
         assert len(r["snippet"]) <= SNIPPET_MAX_CHARS
@@ -71,13 +71,11 @@ def test_windows_share_one_budget_and_are_the_files_lines(tmp_path: Path) -> Non
     svc.close()
 
 
-def test_the_budget_follows_the_places_found() -> None:
-    """Per result asked for, or per place returned when that is more (a full list of six places gets
-    850 each; one place found keeps the 4,200 it cannot spend anyway)."""
-    assert (SNIPPET_CHARS_PER_RESULT, SNIPPET_CHARS_PER_PLACE) == (700, 850)
-    assert search_budget(6, 1) == search_budget(6, 4) == 4_200
-    assert search_budget(6, 5) == 4_250
-    assert search_budget(6, 6) == 5_100
+def test_the_budget_is_a_cap_per_search() -> None:
+    """700 characters per result asked for, however many places come back: no search returns more
+    than 4,200 characters at the default six results, whatever the memory."""
+    assert (SNIPPET_CHARS_PER_RESULT, SNIPPET_CHARS_PER_PLACE) == (700, 0)
+    assert search_budget(6, 1) == search_budget(6, 4) == search_budget(6, 6) == 4_200
     assert search_budget(10, 6) == 7_000
 
 
@@ -201,7 +199,9 @@ def test_a_lone_hit_shows_the_conversation_around_it_past_its_chunk(tmp_path: Pa
     target = spans[1][0] - 1
     turns[target - 3] = f"- [D1:{target - 3:02d}] Ana: my sister adopted a greyhound named Pepper!"
     assert write_log() == spans, "the changed turn keeps the chunk boundaries"
-    out = svc.search_outcome("which dog did Ana's sister adopt", 1)
+    # Two results asked for, one place found: 1,400 characters for its window, more than its chunk
+    # holds around the match.
+    out = svc.search_outcome("which dog did Ana's sister adopt", 2)
     assert len(out.hits) == 1
     hit = out.hits[0]
     assert "greyhound" in hit.snippet

@@ -7,7 +7,8 @@ OLD_SRC is a `src/` directory of the code to compare against (e.g. `git archive 
 pseudo-random document vectors, the real e5 model for queries), built once under bench/out/memory/ and
 reused. Each round runs memory_bench's search worker (matrix mode, as long-lived processes search)
 once with OLD_SRC and once with this tree, alternating which goes first; the report gives per-run p50s,
-their medians and new/old ratios.
+their medians and new/old ratios, and the median of each round's own new/old ratio (robust to the load
+changing between rounds), with the load average.
 """
 
 from __future__ import annotations
@@ -73,9 +74,14 @@ def main(argv: list[str] | None = None) -> int:
                 runs[name].append(float(res["engine_total_ms"]["p50"]))
                 print(f"  {n:>7} round {r + 1} {name}: p50 {runs[name][-1]:.1f} ms", file=sys.stderr)
         old, new = statistics.median(runs["old"]), statistics.median(runs["new"])
+        # Each round's two runs are back to back, so their ratio survives a change of load between
+        # rounds (another process starting on a shared machine) that moves both medians.
+        paired = statistics.median(b / a for a, b in zip(runs["old"], runs["new"], strict=True))
         report[str(n)] = {"old_p50_ms": runs["old"], "new_p50_ms": runs["new"], "old_median": old,
-                          "new_median": new, "ratio": round(new / old, 3)}
-        print(f"{n:>7} chunks: old {old:.1f} ms, new {new:.1f} ms, new/old {new / old:.3f}")
+                          "new_median": new, "ratio": round(new / old, 3), "paired_ratio": round(paired, 3),
+                          "load_avg_1m": os.getloadavg()[0]}
+        print(f"{n:>7} chunks: old {old:.1f} ms, new {new:.1f} ms, new/old {new / old:.3f}, "
+              f"median of the rounds' new/old {paired:.3f} (load {os.getloadavg()[0]:.2f})")
     print(json.dumps(report, indent=1))
     return 0
 

@@ -37,6 +37,7 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "out" / "conversations"
 sys.path.insert(0, str(HERE))
 
+import absent  # noqa: E402
 from score import md_table  # noqa: E402
 
 from hermit.config.schema import MemorySearchConfig  # noqa: E402
@@ -61,64 +62,57 @@ class Variant:
     chunking: dict[str, int] = field(default_factory=dict)
     # memory_search.line_vectors; off gets its own index files too.
     line_vectors: bool = True
+    # Variants of one knob (with the default): the rotations pick one on two conversations and report
+    # it on the third.
+    family: str = ""
 
 
 def variants() -> list[Variant]:
+    round5 = {"query": {"hybrid": {"text_normalization": "max"}},
+              "patch": {"snippets.SNIPPET_CHARS_PER_PLACE": 850, "places.OTHER_SPEAKER_SHARE": 1.0}}
     return [
         Variant("default", "Hermit defaults"),
+        Variant("round-5", "round 5's default: BM25 max-normalised per query, and 850 characters per place "
+                "returned when that is more than 700 per result asked for (5,100 for six places), and every speaker's "
+                "lines weighed alike", **round5),
+        Variant("place-chars-850", "round 5's budget: 850 characters per place returned (5,100 for six places)",
+                patch={"snippets.SNIPPET_CHARS_PER_PLACE": 850}),
+        Variant("text-max", "BM25 max-normalised per query (the best keyword hit always scores 1; round 5)",
+                query={"hybrid": {"text_normalization": "max"}}, family="query-scale"),
+        Variant("query-scale-0.3", "BM25 over the larger of the best hit and 0.3 of the query's own BM25 "
+                "(default 0.2)", patch={"search.QUERY_SCALE_SHARE": 0.3}, family="query-scale"),
+        Variant("query-scale-0.4", "the same with 0.4", patch={"search.QUERY_SCALE_SHARE": 0.4},
+                family="query-scale"),
+        Variant("query-scale-0.5", "the same with 0.5", patch={"search.QUERY_SCALE_SHARE": 0.5},
+                family="query-scale"),
+        Variant("query-scale-1", "the same with all of it", patch={"search.QUERY_SCALE_SHARE": 1.0},
+                family="query-scale"),
+        Variant("speaker-1", "a question naming a speaker weighs every speaker's lines alike (round 5)",
+                patch={"places.OTHER_SPEAKER_SHARE": 1.0}, family="speaker"),
+        Variant("speaker-0.3", "other speakers' lines count 0.3 of their query words (default 0)",
+                patch={"places.OTHER_SPEAKER_SHARE": 0.3}, family="speaker"),
+        Variant("speaker-0.6", "the same with 0.6", patch={"places.OTHER_SPEAKER_SHARE": 0.6}, family="speaker"),
         Variant("min-score-0", "minScore 0 (always 6 places)", query={"min_score": 0.0}),
         Variant("no-merge", "overlapping chunks of a file stay separate results",
                 patch={"places.MERGE_OVERLAPS": False}),
-        Variant("cap-700", "each window at most 700 characters (the old snippet size)",
-                patch={"snippets.SNIPPET_MAX_CHARS": 700}),
-        Variant("cap-1400", "each window at most 1,400 characters", patch={"snippets.SNIPPET_MAX_CHARS": 1400}),
         Variant("cap-2000", "each window at most 2,000 characters", patch={"snippets.SNIPPET_MAX_CHARS": 2000}),
         Variant("budget-500", "500 characters per result asked for (3,000 for 6)",
-                patch={"snippets.SNIPPET_CHARS_PER_RESULT": 500, "snippets.SNIPPET_CHARS_PER_PLACE": 0}),
+                patch={"snippets.SNIPPET_CHARS_PER_RESULT": 500}),
         Variant("no-neighbour", "a line gets no share of its neighbours' score",
                 patch={"snippets.NEIGHBOUR_SHARE": 0.0}),
         Variant("no-context-value", "lines without query words add nothing to a window",
                 patch={"snippets.CONTEXT_VALUE": 0.0}),
-        Variant("flat-rank", "every result's window grows at the same rank weight",
-                patch={"snippets.RANK_DECAY": 1.0}),
-        Variant("line-boost-0.2", "candidates lifted by the share of the query one of their lines holds (0.2)",
-                patch={"search.LINE_MATCH_BOOST": 0.2}),
         Variant("no-extend", "windows stay inside their ranked chunks (no growth into fetched neighbours)",
                 patch={"places.EXTEND_PLACES": False}),
-        Variant("both-neighbours", "the line before a match gets a neighbour share too (as the line after)",
-                patch={"snippets.BEFORE_SHARE": 1.0}),
-        Variant("round-1", "round 1's default: no-extend + both-neighbours + place-chars-0",
-                patch={"places.EXTEND_PLACES": False, "snippets.BEFORE_SHARE": 1.0,
-                       "snippets.SNIPPET_CHARS_PER_PLACE": 0, "snippets.LOOKAHEAD_LINES": 6}),
         Variant("mmr", "MMR re-ranking on (λ 0.7, token Jaccard; off by default)", query={"mmr": {"enabled": True}}),
         Variant("weights-0.6-0.4", "vector 0.6 / text 0.4 (default 0.5 / 0.5)",
                 query={"hybrid": {"vector_weight": 0.6, "text_weight": 0.4}}),
-        Variant("place-chars-0", "the budget before round 3: 700 characters per result asked for only "
-                "(4,200 for 6, however many places come back)", patch={"snippets.SNIPPET_CHARS_PER_PLACE": 0}),
-        Variant("place-chars-800", "800 characters per place returned (4,800 when six come back; round 3's "
-                "default)", patch={"snippets.SNIPPET_CHARS_PER_PLACE": 800}),
-        Variant("place-chars-900", "900 characters per place returned (5,400 when six come back)",
-                patch={"snippets.SNIPPET_CHARS_PER_PLACE": 900}),
-        Variant("lookahead-6", "a window's growth step reaches at most 6 lines ahead (round 3's default; 10 now)",
-                patch={"snippets.LOOKAHEAD_LINES": 6}),
-        Variant("round-3", "round 3's default: lookahead-6 + place-chars-800",
-                patch={"snippets.LOOKAHEAD_LINES": 6, "snippets.SNIPPET_CHARS_PER_PLACE": 800}),
-        Variant("budget-800", "800 characters per result asked for (4,800 for 6 whatever comes back)",
-                patch={"snippets.SNIPPET_CHARS_PER_RESULT": 800, "snippets.SNIPPET_CHARS_PER_PLACE": 0}),
         Variant("per-file-1", "at most one place per file (diversity across sessions)",
                 patch={"places.MAX_PLACES_PER_FILE": 1}),
-        Variant("chunks-300-60", "chunks of 300 tokens, 60 overlapping (its own index)",
-                chunking={"tokens": 300, "overlap": 60}),
-        Variant("chunks-200-40", "chunks of 200 tokens, 40 overlapping (its own index)",
-                chunking={"tokens": 200, "overlap": 40}),
-        Variant("no-translation", "without EN↔ZH dictionary translation",
-                query={"translation_weight": 0.0, "translate_vectors": False}),
-        Variant("no-line-vectors", "memory_search.line_vectors off: the places that passed minScore stay in "
-                "their fused order (round 4's default; its own index)", line_vectors=False),
         Variant("line-weight-0.1", "the best line is 0.1 of a place's order score (default 0.2)",
-                patch={"search.LINE_WEIGHT": 0.1}),
+                patch={"search.LINE_WEIGHT": 0.1}, family="line-weight"),
         Variant("line-weight-0.4", "the best line is 0.4 of a place's order score (default 0.2)",
-                patch={"search.LINE_WEIGHT": 0.4}),
+                patch={"search.LINE_WEIGHT": 0.4}, family="line-weight"),
     ]
 
 
@@ -202,6 +196,7 @@ def run_variant(data: Path, v: Variant, queries: list[dict[str, Any]]) -> dict[s
 
 def _run(data: Path, v: Variant, queries: list[dict[str, Any]]) -> dict[str, Any]:
     per_q: list[dict[str, Any]] = []
+    per_absent: list[dict[str, Any]] = []
     lat: list[float] = []
     for conv in sorted({str(q["conv"]) for q in queries}):
         svc = service_for(data, conv, v)
@@ -211,43 +206,149 @@ def _run(data: Path, v: Variant, queries: list[dict[str, Any]]) -> dict[str, Any
                 out = svc.search_outcome(str(q["query"]), v.max_results)
                 lat.append((time.perf_counter() - t0) * 1000)
                 per_q.append({"qid": q["qid"], "conv": conv, "category": q["category_name"],
-                              **score_question(q, out.hits)})
+                              "top": out.hits[0].score if out.hits else 0.0, **score_question(q, out.hits)})
+            for a in absent.questions(data / "workspaces" / conv, conv):
+                out = svc.search_outcome(a.query, v.max_results)
+                per_absent.append({"qid": a.qid, "conv": conv, "kind": a.kind, "results": len(out.hits),
+                                   "top": out.hits[0].score if out.hits else 0.0,
+                                   "chars": sum(len(h.snippet) for h in out.hits)})
         finally:
             svc.close()
-    return summarise(v, per_q, lat)
+    return summarise(v, per_q, lat, per_absent)
 
 
-def summarise(v: Variant, per_q: list[dict[str, Any]], lat: list[float]) -> dict[str, Any]:
+def _absent_summary(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Share of absent-answer questions that got any result (at minScore), mean results, mean top score."""
+    if not rows:
+        return {}
+    return {"n": len(rows), "any": round(statistics.fmean(r["results"] > 0 for r in rows), 4),
+            "results": round(statistics.fmean(r["results"] for r in rows), 3),
+            "top": round(statistics.fmean(r["top"] for r in rows), 4),
+            "chars": round(statistics.fmean(r["chars"] for r in rows), 1)}
+
+
+def summarise(v: Variant, per_q: list[dict[str, Any]], lat: list[float],
+              per_absent: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    per_absent = per_absent or []
+
     def mean(rows: list[dict[str, Any]]) -> dict[str, float]:
-        return {m: round(statistics.fmean(r[m] for r in rows), 4) for m in METRICS} if rows else {}
+        if not rows:
+            return {}
+        chars = sorted(r["chars"] for r in rows)
+        return {**{m: round(statistics.fmean(r[m] for r in rows), 4) for m in METRICS},
+                "chars_max": chars[-1], "chars_p95": chars[min(len(chars) - 1, int(0.95 * len(chars)))],
+                "answered": round(statistics.fmean(r["results"] > 0 for r in rows), 4)}
 
-    return {"variant": v.name, "note": v.note, "n": len(per_q), **mean(per_q),
+    convs = sorted({str(r["conv"]) for r in per_q})
+    return {"variant": v.name, "note": v.note, "family": v.family, "n": len(per_q), **mean(per_q),
             "by_category": {c: {"n": sum(1 for r in per_q if r["category"] == c),
                                 **mean([r for r in per_q if r["category"] == c])} for c in CATEGORIES},
             "by_conv": {c: {"n": sum(1 for r in per_q if r["conv"] == c),
-                            **mean([r for r in per_q if r["conv"] == c])}
-                        for c in sorted({str(r["conv"]) for r in per_q})},
-            "latency_ms_p50": round(statistics.median(lat), 2), "per_query": per_q}
+                            **mean([r for r in per_q if r["conv"] == c]),
+                            "multi-hop": mean([r for r in per_q if r["conv"] == c
+                                               and r["category"] == "multi-hop"]).get("seen", 0.0),
+                            "absent": _absent_summary([r for r in per_absent if r["conv"] == c])}
+                        for c in convs},
+            "absent": {**_absent_summary(per_absent),
+                       "by_kind": {k: _absent_summary([r for r in per_absent if r["kind"] == k])
+                                   for k in ("owner", "speaker")}},
+            "latency_ms_p50": round(statistics.median(lat), 2), "per_query": per_q, "per_absent": per_absent}
+
+
+def _pooled(r: dict[str, Any], convs: list[str], metric: str) -> float:
+    """A metric over several conversations, weighted by their questions (what a run on them gives)."""
+    if metric == "absent":
+        rows = [r["by_conv"][c]["absent"] for c in convs]
+        n = sum(x.get("n", 0) for x in rows)
+        return sum(x.get("any", 0.0) * x.get("n", 0) for x in rows) / n if n else 0.0
+    if metric == "multi-hop":
+        rows = [q for q in r["per_query"] if q["conv"] in convs and q["category"] == "multi-hop"]
+        return statistics.fmean(q["seen"] for q in rows) if rows else 0.0
+    n = sum(r["by_conv"][c]["n"] for c in convs)
+    return sum(r["by_conv"][c][metric] * r["by_conv"][c]["n"] for c in convs) / n
+
+
+def rotations(rows: list[dict[str, Any]]) -> list[str]:
+    """Each conversation held out in turn: every variant's change from the default on the two others
+    (where it would be tuned) and on the one held out, and for each family of one knob the member the
+    two would pick (the best seen R@6 on them, the default on a tie; for `query-scale` the fewest
+    absent-answer results among those within 0.002 of the best recall) and what it gives held out."""
+    base = next((r for r in rows if r["variant"] == "default"), None)
+    if base is None:
+        return []
+    convs = sorted(base["by_conv"])
+    out = ["", "## Rotations: tune on two conversations, hold out the third", "",
+           "Change from `default` (seen R@6 / MRR / multi-hop seen), on the two tuning conversations → on "
+           "the held-out one:", ""]
+    head = ["variant"] + [f"tune {'+'.join(c[5:] for c in convs if c != h)} → hold out {h[5:]}" for h in convs]
+
+    def delta(r: dict[str, Any], cs: list[str]) -> str:
+        return "/".join(f"{_pooled(r, cs, m) - _pooled(base, cs, m):+.3f}" for m in ("seen", "MRR", "multi-hop"))
+
+    cells = [[r["variant"], *(f"{delta(r, [c for c in convs if c != h])} → {delta(r, [h])}" for h in convs)]
+             for r in rows if r is not base]
+    out += md_table(head, cells)
+    families = sorted({r["family"] for r in rows if r.get("family")})
+    if families:
+        out += ["", "Each family's pick on the two tuning conversations, and its figures on the held-out one "
+                "(seen R@6 / MRR / absent-answer searches with a result):", ""]
+        fam_cells = []
+        for fam in families:
+            members = [base, *(r for r in rows if r.get("family") == fam)]
+            row = [fam]
+            for h in convs:
+                tune = [c for c in convs if c != h]
+                best = max(_pooled(m, tune, "seen") for m in members)
+                if fam == "query-scale":
+                    ok = [m for m in members if _pooled(m, tune, "seen") >= best - 0.002]
+                    pick = min(ok, key=lambda m: (_pooled(m, tune, "absent"), m is not base))
+                else:
+                    pick = max(members, key=lambda m: (round(_pooled(m, tune, "seen"), 4), m is base))
+                row.append(f"`{pick['variant']}`: {_pooled(pick, [h], 'seen'):.3f} / {_pooled(pick, [h], 'MRR'):.3f}"
+                           f" / {_pooled(pick, [h], 'absent'):.3f} (default {_pooled(base, [h], 'seen'):.3f} / "
+                           f"{_pooled(base, [h], 'MRR'):.3f} / {_pooled(base, [h], 'absent'):.3f})")
+            fam_cells.append(row)
+        out += md_table(["family", *(f"hold out {h[5:]}" for h in convs)], fam_cells)
+    return out
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     n = rows[0]["n"] if rows else 0
-    head = ["variant", "results", "chars", "seen R@6", "chunk R@6", "MRR",
+    head = ["variant", "results", "chars", "chars max", "seen R@6", "chunk R@6", "MRR",
             *[f"seen {c}" for c in CATEGORIES], *[f"chunk {c}" for c in CATEGORIES]]
     lines = [f"Conversational suite: {n} LoCoMo dev questions (3 conversations), "
              "`python bench/retrieval/conversations.py DATA_DIR`, max 6 results at minScore 0.35. "
              "seen = recall@6 of gold lines inside the returned lines; chunk = the same with each result "
-             "widened to its chunk; chars/results = mean per search.", ""]
-    lines += md_table(head, [[r["variant"], f"{r['results']:.2f}", f"{r['chars']:,.0f}", f"{r['seen']:.3f}",
-                              f"{r['chunk']:.3f}", f"{r['MRR']:.3f}",
+             "widened to its chunk; chars = mean per search, chars max = the largest search; results = "
+             "mean per search.", ""]
+    lines += md_table(head, [[r["variant"], f"{r['results']:.2f}", f"{r['chars']:,.0f}", f"{r['chars_max']:,.0f}",
+                              f"{r['seen']:.3f}", f"{r['chunk']:.3f}", f"{r['MRR']:.3f}",
                               *(f"{r['by_category'][c]['seen']:.3f}" for c in CATEGORIES),
                               *(f"{r['by_category'][c]['chunk']:.3f}" for c in CATEGORIES)] for r in rows])
     convs = sorted({c for r in rows for c in r.get("by_conv", {})})
     if convs:
-        lines += ["", "By conversation (seen R@6 / chunk R@6 / MRR, questions in brackets):", ""]
+        lines += ["", "By conversation (seen R@6 / chunk R@6 / MRR / multi-hop seen, questions in brackets):", ""]
         lines += md_table(["variant", *(f"{c} ({rows[0]['by_conv'][c]['n']})" for c in convs)],
-                          [[r["variant"], *(f"{m['seen']:.3f} / {m['chunk']:.3f} / {m['MRR']:.3f}"
+                          [[r["variant"], *(f"{m['seen']:.3f} / {m['chunk']:.3f} / {m['MRR']:.3f} / {m['multi-hop']:.3f}"
                                             for m in (r["by_conv"][c] for c in convs))] for r in rows])
+    if rows and rows[0].get("absent"):
+        a0 = rows[0]["absent"]
+        lines += ["", f"## Questions whose answer is in no note ({a0['n']}: bench/retrieval/absent.py, "
+                  f"{a0['by_kind']['owner']['n']} an owner would ask, {a0['by_kind']['speaker']['n']} about the "
+                  "people of the conversation)", "",
+                  "any = share of these searches that returned a result (at minScore 0.35); results and top = "
+                  "mean results and best score per search; answered = the same share for the dev questions, "
+                  "whose answers are in the notes.", ""]
+        lines += md_table(["variant", "any", "results", "top score", "chars", "owner any", "speaker any",
+                           *(f"{c} any" for c in convs), "dev answered", "dev top"],
+                          [[r["variant"], f"{r['absent']['any']:.3f}", f"{r['absent']['results']:.2f}",
+                            f"{r['absent']['top']:.3f}", f"{r['absent']['chars']:,.0f}",
+                            f"{r['absent']['by_kind']['owner']['any']:.3f}",
+                            f"{r['absent']['by_kind']['speaker']['any']:.3f}",
+                            *(f"{r['by_conv'][c]['absent'].get('any', 0):.3f}" for c in convs),
+                            f"{r['answered']:.3f}", f"{statistics.fmean(q['top'] for q in r['per_query']):.3f}"]
+                           for r in rows])
+    lines += rotations(rows)
     lines += ["", "Variants:", ""] + [f"- `{r['variant']}`: {r['note']}" for r in rows]
     return "\n".join(lines) + "\n"
 
@@ -294,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "conversations.json").write_text(json.dumps(
-            [{k: v for k, v in r.items() if k != "per_query"} for r in rows], indent=1) + "\n")
+            [{k: v for k, v in r.items() if k not in ("per_query", "per_absent")} for r in rows], indent=1) + "\n")
         (out / "conversations.md").write_text(md)
     print(md)
     return 0

@@ -25,6 +25,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import absent  # noqa: E402
+import conversations  # noqa: E402
 import numpy as np  # noqa: E402
 from baseline import original_search  # noqa: E402
 from score import Report, evaluate, md_table, read_jsonl  # noqa: E402
@@ -52,6 +54,8 @@ class Variant:
     query: dict[str, Any] = field(default_factory=dict)
     baseline: bool = False
     line_vectors: bool = True  # memory_search.line_vectors (off: its own index)
+    # Module constants set for this variant only ("module.NAME": value; see conversations.patched).
+    patch: dict[str, Any] = field(default_factory=dict)
 
 
 def variants() -> list[Variant]:
@@ -63,6 +67,10 @@ def variants() -> list[Variant]:
                 "EN↔ZH translation, date boost, line vectors)"),
         Variant("no-line-vectors", "memory_search.line_vectors off: places stay in their fused order",
                 line_vectors=False),
+        Variant("text-max", "BM25 max-normalised per query (round 5: the best keyword hit always scores 1)",
+                query={"hybrid": {"text_normalization": "max"}}),
+        Variant("query-scale-0.3", "BM25 over the larger of the best hit and 0.3 of the query's own BM25 "
+                "(default 0.2)", patch={"search.QUERY_SCALE_SHARE": 0.3}),
         Variant("weights-0.7-0.3", "the original 0.7/0.3 weights, everything else default",
                 query={"hybrid": {"vector_weight": 0.7, "text_weight": 0.3}}),
         Variant("weights-0.3-0.7", "0.3/0.7 weights", query={"hybrid": {"vector_weight": 0.3, "text_weight": 0.7}}),
@@ -133,7 +141,12 @@ def service_for(v: Variant) -> MemoryService:
     return _services[key]
 
 
-def run_variant(v: Variant, queries: list[dict[str, Any]]) -> tuple[Report, list[float]]:
+def run_variant(v: Variant, queries: list[dict[str, Any]]) -> tuple[Report, list[float], dict[str, float]]:
+    with conversations.patched(v.patch):
+        return _run_variant(v, queries)
+
+
+def _run_variant(v: Variant, queries: list[dict[str, Any]]) -> tuple[Report, list[float], dict[str, float]]:
     svc = service_for(v)
     emb = _embedders[v.model]
     results: list[dict[str, Any]] = []
@@ -151,7 +164,16 @@ def run_variant(v: Variant, queries: list[dict[str, Any]]) -> tuple[Report, list
                     for h in out.hits]
         latencies.append((time.perf_counter() - t0) * 1000)
         results.append({"id": q["id"], "results": hits})
-    return evaluate(queries, results), latencies
+    # Questions whose answer is in no note of this world (bench/retrieval/absent.py), at default settings.
+    found = []
+    for a in absent.questions(WORKSPACE, "generated"):
+        if v.baseline:
+            found.append(len(original_search(svc.store, emb, a.query, 6, 0.35)))
+        else:
+            found.append(len(searcher.search(a.query, 6, qcfg.min_score).hits))
+    gone = {"n": len(found), "any": round(statistics.fmean(n > 0 for n in found), 4) if found else 0.0,
+            "results": round(statistics.fmean(found), 3) if found else 0.0}
+    return evaluate(queries, results), latencies, gone
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,9 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     for v in chosen:
         print(f"variant {v.name}", file=sys.stderr)
         # Warm the query cache so latency excludes the first-call model load.
-        report, lat = run_variant(v, queries)
+        report, lat, gone = run_variant(v, queries)
         o = report.overall
-        row = {"variant": v.name, "note": v.note, **{k: round(val, 4) for k, val in o.items()},
+        row = {"variant": v.name, "note": v.note, **{k: round(val, 4) for k, val in o.items()}, "absent": gone,
                "by_type_r6": {t: round(m["R@6"], 4) for t, m in report.by_type.items()},
                "by_type": {t: {k: round(x, 4) for k, x in m.items()} for t, m in report.by_type.items()},
                "latency_ms_p50": round(statistics.median(lat), 2)}
@@ -181,24 +203,26 @@ def main(argv: list[str] | None = None) -> int:
     (out / "results.md").write_text(markdown(rows, len(queries)))
     print(markdown(rows, len(queries)))
     if args.conversations:
-        import conversations
-
         return conversations.main([args.conversations, "--out", args.out])
     return 0
 
 
 def markdown(rows: list[dict[str, Any]], n: int) -> str:
     types = list(rows[0]["by_type_r6"]) if rows else []
-    head = ["variant", "R@1", "R@3", "R@6", "R@10", "MRR", "nDCG@10", *[f"R@6 {t}" for t in types], "p50 ms"]
+    head = ["variant", "R@1", "R@3", "R@6", "R@10", "MRR", "nDCG@10", *[f"R@6 {t}" for t in types], "absent any",
+            "p50 ms"]
     lines = [f"Retrieval benchmark: {n} queries over bench/retrieval/workspace "
              "(`python bench/retrieval/run.py`), top 10 results at each variant's minScore (0.35). "
              "R@k = recall@k; per-type columns are R@6. p50 ms = in-process search latency "
-             "(query vectors cached after a model's first variant, so later rows exclude embedding).", ""]
+             "(query vectors cached after a model's first variant, so later rows exclude embedding). absent any = "
+             "share of the questions whose answer is in no note (bench/retrieval/absent.py, asked at 6 results) "
+             "that still got a result.", ""]
     cells_of = []
     for r in rows:
         cells = [r["variant"], *(f"{r[k]:.3f}" for k in ("R@1", "R@3", "R@6", "R@10", "MRR",
                                                           "nDCG@10")),
-                 *(f"{r['by_type_r6'][t]:.2f}" for t in types), f"{r['latency_ms_p50']:.1f}"]
+                 *(f"{r['by_type_r6'][t]:.2f}" for t in types), f"{r['absent']['any']:.2f}",
+                 f"{r['latency_ms_p50']:.1f}"]
         cells_of.append(cells)
     lines += md_table(head, cells_of)
     lines += ["", "Variants:", ""] + [f"- `{r['variant']}`: {r['note']}" for r in rows]

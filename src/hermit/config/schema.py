@@ -60,8 +60,12 @@ class HybridConfig(Strict):
     rrf_k: int = Field(60, ge=1)
     # How BM25 relevance (the negated, hence positive, FTS5 bm25()) becomes a [0, 1] text score:
     # "saturation": rel / (rel + bm25_saturation) — absolute, comparable across queries;
-    # "max": rel / best rel of this query — the best keyword hit always scores 1.
-    text_normalization: Literal["saturation", "max"] = "max"
+    # "max": rel / best rel of this query — the best keyword hit always scores 1;
+    # "query": rel / the larger of the best rel and the query's own BM25 (a chunk of average length
+    # holding each query term once) — as "max" when a chunk holds the whole query, lower when no chunk
+    # holds its rare words, so a question whose answer is in no note is not lifted to 1 by a chunk that
+    # shares only its everyday words.
+    text_normalization: Literal["saturation", "max", "query"] = "query"
     bm25_saturation: float = Field(2.0, gt=0)
     # A chunk that contains every content term of the query (an exact id, a name) scores at least its
     # text score, so keyword-only hits are not lost under minScore (with 0.7/0.3 they could reach 0.3).

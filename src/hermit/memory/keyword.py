@@ -136,6 +136,14 @@ class KeywordSearcher:
                 self._stats = self.store.fts_stats()
             return self._stats[0]
 
+    def ideal(self, phrases: list[str]) -> float:
+        """BM25 of a chunk of average length holding each of `phrases` once: the sum of their FTS5 idfs.
+
+        A phrase found nowhere counts at its largest idf: the question asks for it, and no note has it."""
+        n = self.doc_count()
+        return sum(max(math.log((n - d + 0.5) / (d + 0.5)), 1e-6)
+                   for d in (self.doc_freq(p) for p in dict.fromkeys(phrases)))
+
     def plan(self, phrases: list[str]) -> KeywordPlan:
         df = {p: self.doc_freq(p) for p in dict.fromkeys(phrases)}
         live = sorted((p for p in df if df[p] > 0), key=lambda p: df[p])

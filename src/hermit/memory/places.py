@@ -3,6 +3,7 @@ into neighbouring fetched chunks when the text budget would otherwise go unspent
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 
 from hermit.memory.snippets import Place, Term, choose_windows, front_matter_lines, line_scores
@@ -17,6 +18,20 @@ EXTEND_PLACES = True
 # At most this many places of one file (0: no limit). Off: one place per file lifted conversation 26
 # and lowered 41 (bench/retrieval/conversations.md: `per-file-1`).
 MAX_PLACES_PER_FILE = 0
+
+# When the question names a speaker of a conversation (a line `- [D1:3] Caroline: …`, `- Tom: …`), the
+# lines of the other speakers in a place count this share of their query words: "What has Melanie
+# painted?" is answered by Melanie's turns; Caroline's "did you paint that?" only leads to one (and
+# still lends the reply after it its neighbour share). 0-0.15 give the same results; 0.3-0.85 less
+# (bench/retrieval/conversations.md: `speaker-*`).
+OTHER_SPEAKER_SHARE = 0.0
+_SPEAKER = re.compile(r"^\s*(?:[-*]\s+)?(?:\[[^\]]{1,20}\]\s*)?([^\W\d_][\w'-]{0,30}):\s")
+
+
+def _speaker(line: str) -> str | None:
+    m = _SPEAKER.match(line)
+    return m.group(1).lower() if m else None
+
 
 Group = list[tuple[int, float]]
 
@@ -48,16 +63,17 @@ def span_of(group: Group, rows: dict[int, ChunkRow]) -> tuple[int, int]:
     return min(rows[c].start_line for c, _ in group), max(rows[c].end_line for c, _ in group)
 
 
-def show_places(chosen: list[Group], rows: dict[int, ChunkRow], terms: list[Term], budget: int) -> list[Place]:
+def show_places(chosen: list[Group], rows: dict[int, ChunkRow], terms: list[Term], budget: int,
+                names: frozenset[str] = frozenset()) -> list[Place]:
     """Each place with its window chosen (memory.snippets), the windows sharing `budget` characters."""
-    places = [_place(group, rows, terms, {}) for group in chosen]
+    places = [_place(group, rows, terms, {}, names) for group in chosen]
     choose_windows(places, budget)
     if EXTEND_PLACES and _budget_left(places, budget):
         # Only then are the places widened (and all windows chosen again): when the budget binds,
         # as it does for most searches, nothing changes and nothing more is scored.
         extra = _neighbours(chosen, rows)
         if any(extra):
-            places = [_place(g, rows, terms, more) for g, more in zip(chosen, extra, strict=True)]
+            places = [_place(g, rows, terms, more, names) for g, more in zip(chosen, extra, strict=True)]
             choose_windows(places, budget)
     return places
 
@@ -99,7 +115,7 @@ def _neighbours(chosen: list[Group], rows: dict[int, ChunkRow]) -> list[dict[int
 
 
 def _place(group: Group, rows: dict[int, ChunkRow], terms: list[Term],
-           more: dict[int, str]) -> Place:
+           more: dict[int, str], names: frozenset[str] = frozenset()) -> Place:
     by_line: dict[int, str] = {}
     lo, hi = span_of(group, rows)
     # Neighbouring lines only as far as they run unbroken from the place (another place's lines
@@ -120,5 +136,9 @@ def _place(group: Group, rows: dict[int, ChunkRow], terms: list[Term],
     lines = [by_line.get(n, "") for n in range(start, max(by_line) + 1)]
     muted: Collection[int] = front_matter_lines(lines) if start == 1 else range(0)
     scores = [0.0 if k in muted else v for k, v in enumerate(line_scores(lines, terms))]
+    if names and OTHER_SPEAKER_SHARE < 1:
+        who = [_speaker(ln) for ln in lines]
+        if any(w in names for w in who if w):
+            scores = [v * OTHER_SPEAKER_SHARE if w and w not in names else v for v, w in zip(scores, who, strict=True)]
     seedable = range(lo - start, hi - start + 1) if (start, len(lines)) != (lo, hi - lo + 1) else None
     return Place(start, lines, scores, muted=muted, seedable=seedable)

@@ -58,6 +58,20 @@ LINE_ORDER_DEPTH = 2
 # A reader who may not see every chunk searches this many times the usual candidates, so that dropping
 # the others' chunks does not leave it with too few to rank.
 RESTRICTED_POOL_FACTOR = 4
+# text_normalization "query": a chunk holding this share of the query's own BM25 scores as a full
+# keyword match. 0.2 loses no answer on either suite and halves the absent-answer searches of the
+# LoCoMo dev split that return anything (0.88 → 0.51); 0.3 loses one generated paraphrase question
+# (every word of it in no note), 0.4 and more lose LoCoMo answers (bench/retrieval: `query-scale-*`).
+QUERY_SCALE_SHARE = 0.2
+# A session transcript or session dump ranks at this share of its score (see _notes_first).
+COPY_WEIGHT = 0.8
+# A session dump (agent/session_memory.py): memory/YYYY-MM-DD-<slug>.md whose header says so.
+_SESSION_DUMP_NAME = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})-[^/]+\.md$")
+_SESSION_DUMP_HEADER = re.compile(r"^# Session \d{4}-\d{2}-\d{2} \d{2}:\d{2}\b[^\n]*\n(?:[^\n]*\n){0,8}?- Saved on ",
+                                  re.MULTILINE)
+# Words of a query that may name a speaker of a conversation (memory.places matches them to the "Name:"
+# opening a line).
+_NAME_WORD = re.compile(r"[^\W\d_]+")
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
 
 
@@ -94,6 +108,9 @@ class Translation:
 
     terms: list[str]
     vector_words: list[str]
+    # The translations of each query word (alternatives for one word; the query's BM25 scale counts
+    # one of them per word).
+    groups: tuple[tuple[str, ...], ...] = ()
 
 
 NO_TRANSLATION = Translation([], [])
@@ -211,6 +228,7 @@ class HybridSearcher:
         self._executor: ThreadPoolExecutor | None = None
         self.word_vector_stats = {"hits": 0, "misses": 0}
         self._line_vectors = False  # whether the index holds line vectors (read with its identity)
+        self._dumps: dict[str, tuple[int, bool]] = {}  # path → (index generation, is a session dump)
 
     def _vector_state(self) -> tuple[bool, str | None]:
         """Whether vectors can be searched, and why not."""
@@ -366,13 +384,15 @@ class HybridSearcher:
             timings["lines_ms"] = (time.perf_counter() - t0) * 1000
         if cfg.mmr.enabled:
             scored = self._mmr(scored, rows, max_results)
+        scored = self._notes_first(scored, rows)
         # Windows are chosen on query words, and on their translation (a Chinese question about an
         # English note should show the English line that answers it).
         terms = self._line_terms(query, tr)
         if LINE_MATCH_BOOST > 0 and terms:
             scored = self._line_boost(scored, rows, terms, pool)
         chosen = group_places(scored, rows, max_results)
-        places = show_places(chosen, rows, terms, snippets.search_budget(max_results, len(chosen)))
+        places = show_places(chosen, rows, terms, snippets.search_budget(max_results, len(chosen)),
+                             frozenset(w.lower() for w in _NAME_WORD.findall(query)))
         hits: list[Hit] = []
         for group, place in zip(chosen, places, strict=True):
             cid, score = group[0]
@@ -404,6 +424,35 @@ class HybridSearcher:
             blended.append((i, s if c is None else (1 - LINE_WEIGHT) * s + LINE_WEIGHT * calibrate(c, info)))
         blended.sort(key=lambda x: -x[1])
         return blended + tail
+
+    def _notes_first(self, passed: list[tuple[int, float]], rows: dict[int, ChunkRow]) -> list[tuple[int, float]]:
+        """Copies of conversations (session transcripts, and the session dumps written on /new) count
+        COPY_WEIGHT of their score, and the passed chunks are put in order again: a note is what was
+        kept of a conversation on purpose, while the copy repeats the words the talk was about, so it
+        outscored the note written from it (a dump of the talk about a passport 0.57, the note holding
+        the number 0.49). A copy that matches far better than any note still comes first."""
+        if not passed or not any(self._is_conversation_copy(rows[i]) for i, _ in passed):
+            return passed
+        out = [(i, s * COPY_WEIGHT if self._is_conversation_copy(rows[i]) else s) for i, s in passed]
+        return sorted(out, key=lambda x: -x[1])
+
+    def _is_conversation_copy(self, row: ChunkRow) -> bool:
+        if row.source == "sessions":
+            return True
+        m = _SESSION_DUMP_NAME.search(row.path)
+        if m is None:
+            return False
+        gen = self.store.generation()
+        known = self._dumps.get(row.path)
+        if known is None or known[0] != gen:
+            # The header is in the file's first chunk: fetch it among that day's chunks (a files-table
+            # lookup; only for dated notes with a slug that passed min_score), once per index generation.
+            same = [r for r in self.store.chunk_rows(self.store.chunk_ids_for_days([m.group(1)])).values()
+                    if r.path == row.path]
+            head = min(same, key=lambda r: r.start_line).text if same else ""
+            known = (gen, bool(_SESSION_DUMP_HEADER.search(head)))
+            self._dumps[row.path] = known
+        return known[1]
 
     @staticmethod
     def _line_boost(scored: list[tuple[int, float]], rows: dict[int, ChunkRow], terms: list[Term],
@@ -440,15 +489,48 @@ class HybridSearcher:
         groups = self.lexicon.translate_groups(query)
         terms = list(dict.fromkeys(t for g in groups for t in g))
         best = list(dict.fromkeys(g[0] for g in groups if g))[:TRANSLATED_VECTOR_WORDS]
-        return Translation(terms, best)
+        return Translation(terms, best, tuple(tuple(g) for g in groups if g))
 
     def _keyword_leg(self, query: str, tr: Translation, pool: int,
                      rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], set[int], float]:
         """Keyword hits of the query and its translation, and the chunks the translation matched."""
         t0 = time.perf_counter()
-        hits = self.keyword.search(query_terms(query), pool, rows)
+        terms = query_terms(query)
+        hits = self.keyword.search(terms, pool, rows)
         hits, held = self._merge_translated(hits, tr, pool, rows)
-        return hits, held, (time.perf_counter() - t0) * 1000
+        return self._on_query_scale(hits, terms, tr), held, (time.perf_counter() - t0) * 1000
+
+    def _on_query_scale(self, hits: list[tuple[int, float]], terms: list[str],
+                        tr: Translation) -> list[tuple[int, float]]:
+        """With text_normalization "query": relevance divided by the larger of the best hit's and a share
+        of the query's own BM25 (a chunk of average length holding each query word once; in the
+        language it is matched more easily when it has a translation), so a question whose best hit
+        holds only its everyday words scores low, and one whose best hit holds most of the query scores
+        as under "max"."""
+        if self.cfg.hybrid.text_normalization != "query" or not hits:
+            return hits
+        ideal = self.keyword.ideal(terms)
+        if tr.groups and self.cfg.translation_weight > 0:
+            ideal = min(ideal, self._translation_ideal(tr.groups) or ideal)
+        scale = max(max(r for _, r in hits), QUERY_SCALE_SHARE * ideal)
+        return [(i, r / scale) for i, r in hits] if scale > 0 else hits
+
+    def _translation_ideal(self, groups: tuple[tuple[str, ...], ...]) -> float | None:
+        """The translated query's own BM25: per query word, the idf of its commonest translation that the
+        index holds (the alternatives are one word's), or of its first when none is held; None when the
+        index holds none of them (a memory without that language)."""
+        total, any_held = 0.0, False
+        for group in groups:
+            held, every = [], []
+            for term in group:
+                phrases = translated_phrases([term])
+                value = self.keyword.ideal(phrases)
+                every.append(value)
+                if phrases and all(self.keyword.doc_freq(p) > 0 for p in phrases):
+                    held.append(value)
+            total += min(held) if held else (every[0] if every else 0.0)
+            any_held = any_held or bool(held)
+        return total if any_held else None
 
     def _chunk_count(self) -> int:
         """Chunks in the index, counted once per index generation (not on every search)."""
@@ -528,6 +610,8 @@ class HybridSearcher:
         hy = self.cfg.hybrid
         if r <= 0:
             return 0.0
+        if hy.text_normalization == "query":
+            return min(1.0, r)  # already on the query's scale (_on_query_scale)
         if hy.text_normalization == "max":
             top = max(all_rel.values(), default=0.0)
             return r / top if top > 0 else 0.0

@@ -1,9 +1,10 @@
 """What text of the ranked chunks the agent sees: one line window per result, sized from a shared budget.
 
 Search ranks chunks (~400 tokens); the agent is handed a window of lines from each. The windows share
-one character budget (SNIPPET_CHARS_PER_RESULT × the results asked for: 4,200 for the default 6, or
-SNIPPET_CHARS_PER_PLACE × the places returned when that is more: 5,100 for six), so a result whose
-lines match the question well may show more than one whose lines do not, and a memory with fewer
+one character budget, SNIPPET_CHARS_PER_RESULT × the results asked for (4,200 for the default 6): a
+cap per search, so no search, whatever the memory, returns more (SPEC §4's 700 per snippet, pooled).
+A result whose lines match the question well may show more than one whose lines do not, and a
+memory with fewer
 results does not pay for absent ones. Each line is scored by the query words it holds,
 weighted by how rare each word is in the index (BM25's idf) — a speaker's name on every line of a
 conversation weighs nothing, the one word that names the topic weighs a lot. The windows then grow
@@ -25,13 +26,11 @@ from typing import NamedTuple
 from hermit.tokens import count_cjk
 
 SNIPPET_CHARS_PER_RESULT = 700
-# Each place returned may claim this much of the budget when that is more than the results asked for
-# give: six places shared 4,200 characters (~700 each, a few turns) and showed 0.706 of the gold turns
-# in their chunks' 0.764, while a search returning one place cannot spend its 4,200 (one window is
-# capped) — on LoCoMo a fifth of the searches. So the budget follows the places found
-# (bench/retrieval/conversations.md: `place-chars-0` is the old rule, `budget-800` the flat rise,
-# `place-chars-800` and `place-chars-900` the neighbouring allowances).
-SNIPPET_CHARS_PER_PLACE = 850
+# Round 5 let each place returned claim 850 when that was more (5,100 for six places): dev recall
+# 0.855 instead of 0.839, but a mean (4,032 on the dev split) that only happened to fit 4,200, and
+# 4,213 on the held-out conversations. 0: the budget is a cap per search
+# (bench/retrieval/conversations.md: `place-chars-850` is round 5's rule).
+SNIPPET_CHARS_PER_PLACE = 0
 # No single window grows past this: six results keep room for six places.
 SNIPPET_MAX_CHARS = 2_800
 # A line without query words is still worth this share of the place's best line (context, answers).
@@ -53,7 +52,8 @@ _WORD = re.compile(r"[^\W_]+")
 
 
 def search_budget(max_results: int, places: int) -> int:
-    """Characters the windows of one search share: per result asked for, or per place found if more."""
+    """Characters the windows of one search share: per result asked for (or per place found, when a
+    bench variant sets SNIPPET_CHARS_PER_PLACE and that is more)."""
     return max(SNIPPET_CHARS_PER_RESULT * max_results, SNIPPET_CHARS_PER_PLACE * places)
 
 
