@@ -13,6 +13,7 @@ two renames in one transaction, so readers see the old index or the new one.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
@@ -128,6 +129,19 @@ class PgStore:
         with self.conn.cursor() as cur:
             cur.executemany(f"insert into {self.s}.meta(key, value) values (%s, %s)"
                             " on conflict(key) do update set value=excluded.value", list(values.items()))
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """A transaction that takes the meta table first and holds it to the end. finish_rebuild takes it
+        exclusively before its renames, so a search runs wholly on the old schema or the new one."""
+        import psycopg
+
+        try:
+            with self.conn.transaction():
+                self.conn.execute(f"lock table {self.s}.meta in access share mode")
+                yield
+        except psycopg.Error as e:
+            raise _failure(self, e) from None
 
     def generation(self) -> int:
         v = self._one(f"select value from {self.s}.meta where key='generation'")
@@ -562,6 +576,9 @@ class PgStore:
         old = f"{self.schema}_old{uuid.uuid4().hex[:8]}"
         staging.close()
         with self.conn.transaction():
+            # Searches in flight finish first (each holds meta from its start, see reading()); the
+            # ones that start meanwhile wait here and then resolve the names to the new schema.
+            self.conn.execute(f"lock table {self.s}.meta in access exclusive mode")
             self.conn.execute(f"alter schema {self.s} rename to {qi(old)}")
             self.conn.execute(f"alter schema {staging.s} rename to {self.s}")
             # Waits for readers of the old tables to finish; later statements see the new schema.
@@ -608,15 +625,20 @@ def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(self, *args, **kw)
         except psycopg.Error as e:
-            first = (str(e).strip().splitlines() or ["unknown error"])[0]
-            raise StoreError(f"PostgreSQL at {mask_dsn(self._dsn)} failed: {scrub(first, self._dsn)}",
-                             "check that the server is up and reachable; the next call reconnects") from None
+            raise _failure(self, e) from None
 
     return call
 
 
+def _failure(store: PgStore, e: Exception) -> StoreError:
+    first = (str(e).strip().splitlines() or ["unknown error"])[0]
+    return StoreError(f"PostgreSQL at {mask_dsn(store._dsn)} failed: {scrub(first, store._dsn)}",
+                      "check that the server is up and reachable; the next call reconnects")
+
+
 for _name, _fn in list(vars(PgStore).items()):
-    if callable(_fn) and not _name.startswith("_") and not inspect.isgeneratorfunction(_fn):
+    if callable(_fn) and not _name.startswith("_") and not inspect.isgeneratorfunction(_fn) \
+            and _name != "reading":  # a context manager: it converts its own failures
         setattr(PgStore, _name, _guarded(_fn))
 
 

@@ -172,7 +172,8 @@ class MemoryService:
             notes.append("the index is being updated; results may miss the newest edits")
         if report is not None:
             notes.extend(report.warnings[:5])
-        outcome = self.searcher.search(query, max_results, min_score, reader=reader)
+        with self.store.reading():
+            outcome = self.searcher.search(query, max_results, min_score, reader=reader)
         out = self._result(outcome, notes)
         self._say_pending(out)
         return out
@@ -191,7 +192,7 @@ class MemoryService:
 
     def search_outcome(self, query: str, max_results: int | None = None,
                        min_score: float | None = None) -> SearchOutcome:
-        with self._lock:
+        with self._lock, self.store.reading():
             return self.searcher.search(query, max_results, min_score)
 
     def _result(self, outcome: SearchOutcome, notes: list[str]) -> dict[str, Any]:

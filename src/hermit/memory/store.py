@@ -151,6 +151,19 @@ class IndexStore:
         self.conn.close()
 
     # -- meta ---------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """One read transaction: WAL keeps its snapshot while a rebuild's backup writes the live file."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("begin")
+        try:
+            yield
+        finally:
+            if self.conn.in_transaction:
+                self.conn.execute("commit")
+
     def meta(self) -> dict[str, str]:
         try:
             return dict(self.conn.execute("select key, value from meta").fetchall())

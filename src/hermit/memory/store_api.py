@@ -8,6 +8,7 @@ touches a connection; everything goes through these methods.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -113,6 +114,11 @@ class MemoryStore(Protocol):
     def chunk_ids_for_days(self, days: Sequence[str], limit: int = 200) -> list[int]: ...
     def chunk_count(self) -> int: ...
     def counts(self) -> dict[str, int]: ...
+    def reading(self) -> AbstractContextManager[None]:
+        """One view of the index for the several statements of one search. A rebuild swapped in
+        meanwhile is seen before or after, never halfway: chunk ids found in one index and looked up in
+        the other would name other chunks."""
+        ...
     def pending_vectors(self) -> tuple[int, int]:
         """(files, chunks) stored without vectors: still being embedded, or keyword-only after a failure.
         Cheap when none are (a first index stores files keyword-only, then embeds them)."""
