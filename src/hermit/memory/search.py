@@ -42,6 +42,7 @@ from hermit.memory.line_vectors import LINE_WEIGHT, best_cosines
 from hermit.memory.places import group_places, show_places, span_of
 from hermit.memory.snippets import Term, line_scores, render, weigh_terms
 from hermit.memory.store_api import ChunkRow, MemoryStore
+from hermit.memory.vector_int8 import Int8Pass
 from hermit.memory.vectors import MatrixPass, VectorMatrix
 from hermit.tokens import count_cjk
 
@@ -285,7 +286,7 @@ class HybridSearcher:
             timings["embed_ms"] = (time.perf_counter() - t0) * 1000
         vec_hits: list[tuple[int, float]] = []
         vec_job: Future[None] | None = None
-        matrix_pass: MatrixPass | None = None
+        matrix_pass: MatrixPass | Int8Pass | None = None
         matrix_ok = False
         if q is not None:
             t0 = time.perf_counter()
@@ -304,7 +305,7 @@ class HybridSearcher:
             t0 = time.perf_counter()
             matrix_pass.work()  # take the blocks the worker has not reached
             vec_job.result()
-            vec_hits = self.matrix.top_of(matrix_pass.out, pool)
+            vec_hits = self.matrix.finish(matrix_pass, pool)
             # Time the matrix pass kept this thread beyond the keyword leg (the rest overlapped).
             timings["vector_ms"] = (time.perf_counter() - t0) * 1000
             timings["matrix_busy_ms"] = matrix_pass.busy_ms
