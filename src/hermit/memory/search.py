@@ -195,6 +195,12 @@ def _tokens(text: str) -> set[str]:
     return set(re.findall(r"\w+", text.lower()))
 
 
+def _one_core_query(embedder: Embedder | None) -> bool:
+    """Whether the embedder's query embedding now runs on one core (E5Embedder.query_uses_one_core)."""
+    check = getattr(embedder, "query_uses_one_core", None)
+    return bool(callable(check) and check())
+
+
 def _usable_vector(q: np.ndarray) -> bool:
     """A query vector with a direction: finite, and not (almost) all zeros."""
     norm = float(np.linalg.norm(q))
@@ -270,27 +276,21 @@ class HybridSearcher:
         # The query embedding runs alone: the model uses every core with briefly spinning OpenMP
         # workers, and a concurrent SQLite thread made both slower on 2 cores.
         q: np.ndarray | None = None
-        if use_vec:
-            assert self.embedder is not None
-            t0 = time.perf_counter()
-            try:
-                q = self.embedder.embed_query(query)
-            except EmbeddingError as e:
-                use_vec, reason = False, f"query embedding failed: {e.message}"
-            if q is not None and not _usable_vector(q):
-                # A broken or remote embedder's zero (or NaN) vector has no direction: sqlite-vec answers
-                # NULL distances (a TypeError here, losing the keyword hits) and every cosine is 0 or NaN.
-                q, use_vec = None, False
-                reason = ("the embedding model returned an all-zero (or invalid) query vector; check the "
-                          "embedder (`hermit memory status`)")
-            timings["embed_ms"] = (time.perf_counter() - t0) * 1000
+        matrix_ok = use_vec and self.use_matrix and self.store.matrix_ok and self._chunk_count() <= MATRIX_MAX_CHUNKS
+        embed_job: Future[tuple[np.ndarray | None, str | None, MatrixPass | Int8Pass | None]] | None = None
+        if matrix_ok and _one_core_query(self.embedder):
+            # A query embedding on one core (E5Embedder's onnxruntime query runner) runs in the worker
+            # beside the keyword leg, then the matrix pass there: the search's two longest stages overlap.
+            self.matrix.refresh(self.store)
+            embed_job = self._worker().submit(self._embed_then_pass, query, timings)
+        elif use_vec:
+            q, reason = self._embed(query, timings)
+            use_vec = q is not None
         vec_hits: list[tuple[int, float]] = []
         vec_job: Future[None] | None = None
         matrix_pass: MatrixPass | Int8Pass | None = None
-        matrix_ok = False
         if q is not None:
             t0 = time.perf_counter()
-            matrix_ok = self.use_matrix and self.store.matrix_ok and self._chunk_count() <= MATRIX_MAX_CHUNKS
             if matrix_ok:
                 # The pass over the matrix is memory-bound; it runs in a worker while this thread
                 # does the keyword leg (SQLite, regexes). Only numpy runs there, no SQL.
@@ -301,7 +301,16 @@ class HybridSearcher:
                 vec_hits = self._knn(q, pool, matrix_ok)
                 timings["vector_ms"] = (time.perf_counter() - t0) * 1000
         kw_hits, held, timings["keyword_ms"] = self._keyword_leg(query, tr, pool, rows)
-        if vec_job is not None and matrix_pass is not None:
+        if embed_job is not None:
+            t0 = time.perf_counter()
+            q, reason, matrix_pass = embed_job.result()
+            use_vec = matrix_ok = q is not None
+            if matrix_pass is not None:
+                vec_hits = self.matrix.finish(matrix_pass, pool)
+                timings["matrix_busy_ms"] = matrix_pass.busy_ms
+            # What this thread waited for after the keyword leg: the embedding's and the pass's tails.
+            timings["vector_ms"] = (time.perf_counter() - t0) * 1000
+        elif vec_job is not None and matrix_pass is not None:
             t0 = time.perf_counter()
             matrix_pass.work()  # take the blocks the worker has not reached
             vec_job.result()
@@ -407,6 +416,36 @@ class HybridSearcher:
         if q is None and reason is None:
             reason = "no vector search"
         return SearchOutcome(hits, mode, reason if q is None else None, timings, withheld)
+
+    def _embed(self, query: str, timings: dict[str, float]) -> tuple[np.ndarray | None, str | None]:
+        """The query vector, or None and why not."""
+        assert self.embedder is not None
+        t0 = time.perf_counter()
+        q: np.ndarray | None = None
+        reason: str | None = None
+        try:
+            q = self.embedder.embed_query(query)
+        except EmbeddingError as e:
+            reason = f"query embedding failed: {e.message}"
+        if q is not None and not _usable_vector(q):
+            # A broken or remote embedder's zero (or NaN) vector has no direction: sqlite-vec answers
+            # NULL distances (a TypeError here, losing the keyword hits) and every cosine is 0 or NaN.
+            q = None
+            reason = ("the embedding model returned an all-zero (or invalid) query vector; check the "
+                      "embedder (`hermit memory status`)")
+        timings["embed_ms"] = (time.perf_counter() - t0) * 1000
+        return q, reason
+
+    def _embed_then_pass(self, query: str, timings: dict[str, float]
+                         ) -> tuple[np.ndarray | None, str | None, MatrixPass | Int8Pass | None]:
+        """In the worker: the query vector, then the whole matrix pass (numpy and onnxruntime, no SQL)."""
+        q, reason = self._embed(query, timings)
+        timings["embed_beside"] = 1.0
+        if q is None:
+            return None, reason, None
+        p = self.matrix.start_pass(q)
+        p.work()
+        return q, None, p
 
     def _order_by_lines(self, passed: list[tuple[int, float]], rows: dict[int, ChunkRow], q: np.ndarray,
                         cos: dict[int, float], max_results: int) -> list[tuple[int, float]]:

@@ -139,6 +139,10 @@ class E5Embedder:
             self._onnx_error = e.message
             self._query_onnx = False
 
+    def query_uses_one_core(self) -> bool:
+        """Whether a query now embeds on one core (the search then runs it beside its keyword leg)."""
+        return bool(self._query_onnx) and QUERY_THREADS == 1 and self.query_runtime == "auto"
+
     @property
     def query_runtime_loaded(self) -> str:
         """Which runtime embeds a query now (benchmarks, status)."""
