@@ -128,7 +128,9 @@ class E5Embedder:
         with self._warm_lock:
             if self.warming is not None:
                 return None
-            self.warming = threading.Thread(target=self._warm, name="hermit-e5-warm", daemon=True)
+            # Not a daemon: a process that exits while onnxruntime is setting up a session (a short
+            # `memory search --queries` batch) aborted in its C++ teardown; exit waits for it instead.
+            self.warming = threading.Thread(target=self._warm, name="hermit-e5-warm")
         self.warming.start()
         return self.warming
 
