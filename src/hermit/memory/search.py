@@ -9,7 +9,9 @@ One search, in order (the order is measured, bench/memory_bench.py): the diction
 query; the query embedding, alone on every core; the pass over the vector matrix, started by a worker
 thread while this thread runs the keyword leg (memory/keyword.py: BM25 with a bounded cost) and finished
 by both; the translated query vector (from cached word vectors) for candidates in the other language;
-then fusion, rescue, boosts and snippets.
+then fusion, rescue, boosts and snippets. When the query embeds on one core (a long-lived process's
+onnxruntime query runner), the worker embeds it and runs the matrix pass while this thread runs the
+keyword leg.
 
 A reader other than the owner (memory/audience.py) searches a larger candidate pool, and the candidates
 it may not see are dropped before fusion, so neither their scores nor their lines reach its results
