@@ -82,9 +82,26 @@ def test_the_bound_holds_for_every_row() -> None:
     copy.update(mat, 1)
     q = _e5_like(rng, 1)[0]
     p = Int8Pass(copy, mat, q)
-    p.work()
-    assert p._approx is not None and p._error is not None
-    assert np.all(np.abs(mat @ q - p._approx) <= p._error)
+    approx, error = p.bounds()
+    assert np.all(np.abs(mat @ q - approx) <= error)
+
+
+def test_two_threads_share_the_blocks() -> None:
+    """A worker starts the pass and the search thread helps: every block is taken once, and the result
+    is that of one thread doing them all."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(5)
+    mat = _e5_like(rng, 70_000)
+    vm = _matrix(mat)
+    q = _e5_like(rng, 1)[0]
+    alone = vm.finish(vm.start_pass(q), 24)
+    p = vm.start_pass(q)
+    with ThreadPoolExecutor(1) as pool:
+        job = pool.submit(p.work)
+        p.work()
+        job.result()
+    assert vm.finish(p, 24) == alone
 
 
 def test_the_copy_follows_appended_rows_and_restarts_on_a_reload() -> None:

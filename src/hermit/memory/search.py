@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -76,6 +77,14 @@ _SESSION_DUMP_HEADER = re.compile(r"^# Session \d{4}-\d{2}-\d{2} \d{2}:\d{2}\b[^
 # opening a line).
 _NAME_WORD = re.compile(r"[^\W\d_]+")
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
+
+
+@dataclass
+class _StartedPass:
+    """The matrix pass the worker started after embedding the query, for the search thread to join."""
+
+    ready: threading.Event = field(default_factory=threading.Event)
+    matrix_pass: MatrixPass | Int8Pass | None = None
 
 
 @dataclass(frozen=True)
@@ -284,7 +293,8 @@ class HybridSearcher:
             # A query embedding on one core (E5Embedder's onnxruntime query runner) runs in the worker
             # beside the keyword leg, then the matrix pass there: the search's two longest stages overlap.
             self.matrix.refresh(self.store)
-            embed_job = self._worker().submit(self._embed_then_pass, query, timings)
+            started = _StartedPass()
+            embed_job = self._worker().submit(self._embed_then_pass, query, timings, started)
         elif use_vec:
             q, reason = self._embed(query, timings)
             use_vec = q is not None
@@ -305,6 +315,9 @@ class HybridSearcher:
         kw_hits, held, timings["keyword_ms"] = self._keyword_leg(query, tr, pool, rows)
         if embed_job is not None:
             t0 = time.perf_counter()
+            started.ready.wait()
+            if started.matrix_pass is not None:
+                started.matrix_pass.work()  # take the blocks the worker has not reached
             q, reason, matrix_pass = embed_job.result()
             use_vec = matrix_ok = q is not None
             if matrix_pass is not None:
@@ -438,14 +451,19 @@ class HybridSearcher:
         timings["embed_ms"] = (time.perf_counter() - t0) * 1000
         return q, reason
 
-    def _embed_then_pass(self, query: str, timings: dict[str, float]
+    def _embed_then_pass(self, query: str, timings: dict[str, float], started: _StartedPass
                          ) -> tuple[np.ndarray | None, str | None, MatrixPass | Int8Pass | None]:
-        """In the worker: the query vector, then the whole matrix pass (numpy and onnxruntime, no SQL)."""
-        q, reason = self._embed(query, timings)
-        timings["embed_beside"] = 1.0
-        if q is None:
-            return None, reason, None
-        p = self.matrix.start_pass(q)
+        """In the worker: the query vector, then the matrix pass (numpy and onnxruntime, no SQL), which
+        the search thread joins once its keyword leg is done."""
+        try:
+            q, reason = self._embed(query, timings)
+            timings["embed_beside"] = 1.0
+            if q is None:
+                return None, reason, None
+            p = self.matrix.start_pass(q)
+            started.matrix_pass = p
+        finally:
+            started.ready.set()
         p.work()
         return q, None, p
 

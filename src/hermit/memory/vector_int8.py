@@ -18,6 +18,7 @@ Without onnxruntime, or for a small matrix, the float32 pass stays (memory/vecto
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from typing import Any
@@ -118,45 +119,62 @@ class Int8Copy:
 
 
 class Int8Pass:
-    """The pass for one query, as memory/vectors.MatrixPass: `work` (by a worker, then by the search
-    thread: whoever comes second waits), then `final(k)` the scores whose k best are exact."""
+    """The pass for one query, as memory/vectors.MatrixPass: `work` takes blocks of rows (a worker
+    starts, the search thread helps with what is left), then `final(k)` gives the scores whose k best
+    are exact."""
+
+    BLOCK_ROWS = 16_384
 
     def __init__(self, copy: Int8Copy, mat: np.ndarray, q: np.ndarray) -> None:
         self.copy, self.mat, self.q = copy, mat, np.asarray(q, dtype=np.float32)
         self.busy_ms = 0.0
         self.rescored = 0
+        qs = max(float(np.abs(self.q).max(initial=0.0)), 1e-12) / 127.0
+        qi = np.clip(np.rint(self.q / qs), -127, 127)
+        self._qs, self._qi = qs, qi.astype(np.int8).reshape(-1, 1)
+        self._q_residual = float(np.linalg.norm(self.q - qi * qs))
+        self._dots = np.empty(len(copy), np.int32)
+        self._blocks = list(range(0, len(copy), self.BLOCK_ROWS))
+        self._next = itertools.count()  # next() on a count is atomic under the GIL
+        self._done = 0
         self._lock = threading.Lock()
-        self._approx: np.ndarray | None = None
-        self._error: np.ndarray | None = None
+        self._all_done = threading.Event()
+        if not self._blocks:
+            self._all_done.set()
 
     def work(self) -> None:
+        t0 = time.perf_counter()
+        session, zero = _session(), np.array(128, np.uint8)
+        while (i := next(self._next)) < len(self._blocks):
+            a = self._blocks[i]
+            b = min(a + self.BLOCK_ROWS, len(self._dots))
+            self._dots[a:b] = session.run(None, {"rows": self.copy.rows[a:b], "query": self._qi,
+                                                 "zero": zero})[0][:, 0]
+            with self._lock:
+                self._done += 1
+                if self._done == len(self._blocks):
+                    self._all_done.set()
         with self._lock:
-            if self._approx is not None:
-                return
-            t0 = time.perf_counter()
-            q = self.q
-            qs = max(float(np.abs(q).max(initial=0.0)), 1e-12) / 127.0
-            qi = np.clip(np.rint(q / qs), -127, 127)
-            dots = _session().run(None, {"rows": self.copy.rows, "query": qi.astype(np.int8).reshape(-1, 1),
-                                         "zero": np.array(128, np.uint8)})[0][:, 0]
-            c = self.copy
-            self._approx = dots.astype(np.float32) * (c.scale * np.float32(qs)) + np.float32(c.centre @ q)
-            q_residual = float(np.linalg.norm(q - qi * qs))
-            self._error = c.residual * np.float32(np.linalg.norm(q)) + c.norm * np.float32(q_residual) + _MARGIN
             self.busy_ms += (time.perf_counter() - t0) * 1000
 
     def final(self, k: int) -> np.ndarray:
         """Every row's approximate cosine, exact for every row that may be among the k best."""
-        self.work()
-        assert self._approx is not None and self._error is not None
-        out, err = self._approx, self._error
+        out, err = self.bounds()
         n = len(out)
         if n == 0 or k <= 0:
             return out
         k = min(k, n)
-        lower = out - err
-        floor = np.partition(lower, n - k)[n - k]  # k rows score at least this
+        floor = np.partition(out - err, n - k)[n - k]  # k rows score at least this
         maybe = np.flatnonzero(out + err >= floor)
         out[maybe] = self.mat[maybe] @ self.q
         self.rescored = len(maybe)
         return out
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """(approximate cosines, error bounds) of every row, once every block is done."""
+        self.work()
+        self._all_done.wait()
+        c = self.copy
+        out = self._dots.astype(np.float32) * (c.scale * np.float32(self._qs)) + np.float32(c.centre @ self.q)
+        err = c.residual * np.float32(np.linalg.norm(self.q)) + c.norm * np.float32(self._q_residual) + _MARGIN
+        return out, err
