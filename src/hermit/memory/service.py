@@ -33,10 +33,10 @@ from hermit.memory.paths import resolve_memory_path
 from hermit.memory.privacy import is_hard_linked, is_long_term
 from hermit.memory.search import HybridSearcher, SearchOutcome
 from hermit.memory.session_source import SESSIONS_PREFIX, render_transcript, resolve_session_path
-from hermit.memory.snippets import SNIPPET_MAX_CHARS
 from hermit.memory.store_api import MemoryStore
 from hermit.memory.store_factory import open_store
 from hermit.memory.sync import ChunkProgress, Indexer, Progress, Ready, SyncReport
+from hermit.memory.tuning import DEFAULT_TUNING, SearchTuning
 from hermit.messages import valid_text
 from hermit.textfile import NotRegularFile, decode_text, read_regular
 
@@ -67,6 +67,7 @@ class MemoryService:
         cache_dir: Path | None = None,
         environ: Mapping[str, str] | None = None,
         store: MemoryStore | None = None,
+        tuning: SearchTuning = DEFAULT_TUNING,
     ) -> None:
         self.key = key
         self.cfg = cfg
@@ -87,7 +88,7 @@ class MemoryService:
         self.audiences = AudienceMap(key.workspace, cfg.max_file_bytes)
         self.searcher = HybridSearcher(self.store, embedder if cfg.store.vector_enabled else None, cfg.query,
                                        use_matrix=long_lived, clock=clock, lexicon=lexicon,
-                                       visible=self.audiences.visible_ids)
+                                       visible=self.audiences.visible_ids, tuning=tuning)
         self._dirty = True  # unknown until checked once
         self._checked_at: float | None = None
         # The reading connection: agent turns, status and the watcher's callers take turns on it.
@@ -207,7 +208,7 @@ class MemoryService:
             "model": info.model if info else "none",
         }
         # Who may see each result, and which came from others' notes (a snippet prefix says so).
-        out["results"] = self.audiences.annotate(out["results"], SNIPPET_MAX_CHARS)
+        out["results"] = self.audiences.annotate(out["results"], self.searcher.tuning.max_window_chars)
         if outcome.withheld:
             out["withheld"] = ("notes not shared with this chat were left out (owner-only notes, "
                                "MEMORY.md and session-transcript hits, other chats' notes)")
