@@ -8,8 +8,8 @@ import pytest
 
 from conftest import write
 from hermit.config.schema import MemorySearchConfig
-from hermit.memory.fts import build_match, query_terms
-from hermit.memory.tuning import DEFAULT_TUNING
+from hermit.memory.search.fts import build_match, query_terms
+from hermit.memory.search.tuning import DEFAULT_TUNING
 from memhelpers import service
 
 NOTES = {

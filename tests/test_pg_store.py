@@ -13,9 +13,9 @@ import pytest
 from conftest import write
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import StoreError
-from hermit.memory.fts import build_match, or_match
-from hermit.memory.pg_schema import schema_name
+from hermit.memory.search.fts import build_match, or_match
 from hermit.memory.service import MemoryKey, MemoryService
+from hermit.memory.store.postgres.schema import schema_name
 from memhelpers import HashEmbedder
 
 

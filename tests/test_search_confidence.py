@@ -9,10 +9,10 @@ from pathlib import Path
 
 from conftest import write
 from hermit.config.schema import MemorySearchConfig
-from hermit.memory.places import show_places
+from hermit.memory.search.places import show_places
+from hermit.memory.search.snippets import render, weigh_terms
 from hermit.memory.service import MemoryKey, MemoryService
-from hermit.memory.snippets import render, weigh_terms
-from hermit.memory.store_api import ChunkRow
+from hermit.memory.store.api import ChunkRow
 from memhelpers import HashEmbedder
 
 TOPICS = ["garden compost tomatoes", "bus schedule weather", "piano lesson Tuesday", "tax return receipts",

@@ -9,10 +9,10 @@ from pathlib import Path
 from conftest import write
 from hermit.cli.search_view import BOLD, ELLIPSIS, render_results
 from hermit.config.schema import MemorySearchConfig
-from hermit.memory.lexicon import load_lexicon
+from hermit.memory.search.lexicon import load_lexicon
+from hermit.memory.search.snippets import Place, choose_windows, line_scores, weigh_terms
+from hermit.memory.search.tuning import DEFAULT_TUNING
 from hermit.memory.service import MemoryKey, MemoryService
-from hermit.memory.snippets import Place, choose_windows, line_scores, weigh_terms
-from hermit.memory.tuning import DEFAULT_TUNING
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -41,9 +41,9 @@ from score import md_table  # noqa: E402
 from hermit.config.schema import MemorySearchConfig  # noqa: E402
 from hermit.memory.embedders import create_embedder  # noqa: E402
 from hermit.memory.embedders.base import Embedder  # noqa: E402
-from hermit.memory.search import Hit  # noqa: E402
+from hermit.memory.search.hybrid import Hit  # noqa: E402
+from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning  # noqa: E402
 from hermit.memory.service import MemoryKey, MemoryService  # noqa: E402
-from hermit.memory.tuning import DEFAULT_TUNING, SearchTuning  # noqa: E402
 
 CATEGORIES = ("single-hop", "multi-hop", "temporal", "open-domain")
 METRICS = ("seen", "shown", "chunk", "MRR", "chars", "results")
@@ -55,7 +55,7 @@ class Variant:
     note: str
     query: dict[str, Any] = field(default_factory=dict)
     max_results: int = 6
-    # The search's measured settings for this variant (memory.tuning), to measure a design choice.
+    # The search's measured settings for this variant (memory.search.tuning), to measure a design choice.
     tuning: SearchTuning = DEFAULT_TUNING
     # Index settings (memory_search.chunking); a variant with its own gets its own index files.
     chunking: dict[str, int] = field(default_factory=dict)

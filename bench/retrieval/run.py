@@ -34,10 +34,10 @@ from score import Report, evaluate, md_table, read_jsonl  # noqa: E402
 from hermit.config.schema import MemorySearchConfig, QueryConfig  # noqa: E402
 from hermit.memory.embedders import create_embedder  # noqa: E402
 from hermit.memory.embedders.base import Embedder, EmbedderInfo  # noqa: E402
-from hermit.memory.lexicon import load_lexicon  # noqa: E402
-from hermit.memory.search import HybridSearcher  # noqa: E402
+from hermit.memory.search.hybrid import HybridSearcher  # noqa: E402
+from hermit.memory.search.lexicon import load_lexicon  # noqa: E402
+from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning  # noqa: E402
 from hermit.memory.service import MemoryKey, MemoryService  # noqa: E402
-from hermit.memory.tuning import DEFAULT_TUNING, SearchTuning  # noqa: E402
 
 WORKSPACE = HERE / "workspace"
 QUERIES = HERE / "queries.jsonl"
@@ -55,7 +55,7 @@ class Variant:
     query: dict[str, Any] = field(default_factory=dict)
     baseline: bool = False
     line_vectors: bool = True  # memory_search.line_vectors (off: its own index)
-    # The search's measured settings for this variant (memory.tuning).
+    # The search's measured settings for this variant (memory.search.tuning).
     tuning: SearchTuning = DEFAULT_TUNING
 
 

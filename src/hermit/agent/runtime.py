@@ -47,8 +47,8 @@ from hermit.agent.session_memory import save_session_memory
 from hermit.agent.turn import PruneMemo, ToolCallRecord, TurnContext, TurnNotes, TurnResult, resolve_timezone
 from hermit.config.load import AgentConfig
 from hermit.errors import ContextOverflowError, HermitError, SessionError
-from hermit.memory.audience import owner_origin, reader_for_session
-from hermit.memory.paths import safe_extra_roots
+from hermit.memory.policy.audience import owner_origin, reader_for_session
+from hermit.memory.policy.paths import safe_extra_roots
 from hermit.memory.service import MemoryService
 from hermit.messages import AssistantMessage, Message, Usage, UserMessage, valid_text
 from hermit.models.base import Model, ModelRequest

@@ -4,7 +4,7 @@ A tsvector built by a PostgreSQL text-search configuration would not match FTS5 
 and with the C locale its parser drops CJK). So each chunk is tokenised at index time by FTS5 itself
 (`porter unicode61 remove_diacritics 2` over fts.index_text, via an in-memory SQLite) and stored as a
 tsvector literal of exactly those tokens with their positions, plus the token count. A MATCH
-expression (quoted phrases joined by OR / AND, parentheses; what memory.fts builds) becomes a tsquery
+expression (quoted phrases joined by OR / AND, parentheses; what memory.search.fts builds) becomes a tsquery
 of the same tokens (`<->` for a phrase), answered by a GIN index. BM25 is FTS5's formula — its idf
 (document counts per phrase over the whole index), k1 = 1.2, b = 0.75, document lengths in tokens —
 with term frequencies counted from the stored positions of the matching rows only.
@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hermit.errors import IndexError_
-from hermit.memory.fts import index_text
-from hermit.memory.keyword import K1, B, FtsTokens
+from hermit.memory.search.fts import index_text
+from hermit.memory.search.keyword import K1, B, FtsTokens
 
 MAX_POSITION = 16383  # tsvector positions stop here
 
@@ -47,7 +47,7 @@ def _quote(lexeme: str) -> str:
 
 
 class Tokenizer:
-    """FTS5's own tokens for documents and query phrases (shares memory.keyword's tokenizer)."""
+    """FTS5's own tokens for documents and query phrases (shares memory.search.keyword's tokenizer)."""
 
     def __init__(self) -> None:
         self.fts = FtsTokens()
@@ -64,7 +64,7 @@ class Tokenizer:
         return out
 
     def parse(self, match: str) -> Expr | None:
-        """Parse the MATCH subset memory.fts emits; None when no phrase has a token (matches nothing)."""
+        """Parse the MATCH subset memory.search.fts emits; None when no phrase has a token (matches nothing)."""
         items: list[str | tuple[str]] = []  # operators and parentheses as str, phrases as 1-tuples
         pos = 0
         while pos < len(match):

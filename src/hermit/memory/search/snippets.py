@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from hermit.memory.tuning import DEFAULT_TUNING, SearchTuning
+from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning
 from hermit.tokens import count_cjk
 
 _WORD = re.compile(r"[^\W_]+")

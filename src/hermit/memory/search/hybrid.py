@@ -7,11 +7,11 @@ threshold means the same thing whichever model is active.
 
 One search, in order (the order is measured, bench/memory_bench.py): the dictionary translation of the
 query; the query embedding, alone on every core; the pass over the vector matrix, started by a worker
-thread while this thread runs the keyword leg (memory/keyword.py: BM25 with a bounded cost) and finished
+thread while this thread runs the keyword leg (memory/search/keyword.py: BM25 with a bounded cost) and finished
 by both; the translated query vector (from cached word vectors) for candidates in the other language;
 then fusion, rescue, boosts and snippets.
 
-A reader other than the owner (memory/audience.py) searches a larger candidate pool, and the candidates
+A reader other than the owner (memory/policy/audience.py) searches a larger candidate pool, and the candidates
 it may not see are dropped before fusion, so neither their scores nor their lines reach its results
 (snippet windows grow only into the chunks that are left). The owner's search skips all of that.
 """
@@ -22,7 +22,6 @@ import datetime as dt
 import math
 import re
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,18 +30,20 @@ import numpy as np
 
 from hermit.config.schema import QueryConfig
 from hermit.errors import EmbeddingError
-from hermit.memory.audience import Reader
-from hermit.memory.dates import query_day_ranges
 from hermit.memory.embedders.base import Embedder, EmbedderInfo
-from hermit.memory.fts import build_match, query_terms, translated_phrases
-from hermit.memory.keyword import KeywordSearcher
-from hermit.memory.lexicon import Lexicon
-from hermit.memory.line_vectors import best_cosines
-from hermit.memory.places import group_places, show_places, span_of
-from hermit.memory.snippets import Term, render, weigh_terms
-from hermit.memory.store_api import ChunkRow, MemoryStore
-from hermit.memory.tuning import DEFAULT_TUNING, SearchTuning
-from hermit.memory.vectors import MatrixPass, VectorMatrix
+from hermit.memory.index.line_vectors import best_cosines
+from hermit.memory.policy.audience import Reader
+from hermit.memory.search.dates import query_day_ranges
+from hermit.memory.search.fts import build_match, query_terms, translated_phrases
+from hermit.memory.search.keyword import KeywordSearcher
+from hermit.memory.search.lexicon import Lexicon
+from hermit.memory.search.places import group_places, show_places, span_of
+from hermit.memory.search.snippets import Term, render, weigh_terms
+from hermit.memory.search.terms import term_coverage
+from hermit.memory.search.translation import NO_TRANSLATION, Translation, WordVectors, translate
+from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning
+from hermit.memory.search.vectors import MatrixPass, VectorMatrix
+from hermit.memory.store.api import ChunkRow, MemoryStore
 from hermit.tokens import count_cjk
 
 SMALL_MEMORY_CHUNKS = 100
@@ -52,7 +53,7 @@ MATRIX_MAX_CHUNKS = 300_000
 _SESSION_DUMP_NAME = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})-[^/]+\.md$")
 _SESSION_DUMP_HEADER = re.compile(r"^# Session \d{4}-\d{2}-\d{2} \d{2}:\d{2}\b[^\n]*\n(?:[^\n]*\n){0,8}?- Saved on ",
                                   re.MULTILINE)
-# Words of a query that may name a speaker of a conversation (memory.places matches them to the "Name:"
+# Words of a query that may name a speaker of a conversation (memory.search.places matches them to the "Name:"
 # opening a line).
 _NAME_WORD = re.compile(r"[^\W\d_]+")
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
@@ -69,7 +70,7 @@ class Hit:
     vector_score: float | None
     text_score: float
     snippet: str
-    # The line spans of the returned text (one per window; see memory.snippets).
+    # The line spans of the returned text (one per window; see memory.search.snippets).
     windows: tuple[tuple[int, int], ...] = ()
     # The lines of the chunk(s) the text was chosen from (overlapping chunks of a file are one place).
     place: tuple[int, int] = (0, 0)
@@ -82,22 +83,6 @@ class SearchOutcome:
     reason: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     withheld: int = 0  # candidates dropped because the reader may not see them
-
-
-@dataclass(frozen=True)
-class Translation:
-    """A query's EN ↔ ZH dictionary translation: every term (keyword leg) and the words whose vectors
-    make the translated query vector."""
-
-    terms: list[str]
-    vector_words: list[str]
-    # The translations of each query word (alternatives for one word; the query's BM25 scale counts
-    # one of them per word).
-    groups: tuple[tuple[str, ...], ...] = ()
-
-
-NO_TRANSLATION = Translation([], [])
-WORD_VECTOR_CACHE = 20_000
 
 
 @dataclass
@@ -126,53 +111,6 @@ class _Candidates:
 
 def _mostly_cjk(text: str) -> bool:
     return count_cjk(text) * 2 >= len("".join(text.split()))
-
-
-def _stem(word: str) -> str:
-    for suffix in ("ing", "ies", "es", "ed", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
-
-
-def term_coverage(terms: list[str], texts: dict[int, str]) -> dict[int, float]:
-    """Fraction of the query's content terms each chunk contains (words by crude stem, CJK by substring).
-
-    Done in Python over the candidates' text rather than one FTS query per term: it only has to tell
-    "holds every term" apart from "does not", for the exact-match rescue.
-    """
-    if not terms:
-        return {}
-    wanted = [[(_part_pattern(p), count_cjk(p) > 0) for p in term.lower().split()] for term in terms]
-    out: dict[int, float] = {}
-    for cid, text in texts.items():
-        low = text.lower()
-        out[cid] = sum(1 for parts in wanted if all(_found(pat, low, cjk) for pat, cjk in parts)) / len(terms)
-    return out
-
-
-def _part_pattern(part: str) -> re.Pattern[str]:
-    """A CJK part as a substring; a word in any variant, as a whole word (checked by _found).
-
-    Every variant starts with the stem, so the pattern starts with a literal and `re` scans fast."""
-    if count_cjk(part):
-        return re.compile(re.escape(part))
-    stem = _stem(part)
-    tails = sorted({v[len(stem):] for v in _variants(part)}, key=len, reverse=True)
-    return re.compile(re.escape(stem) + "(?:" + "|".join(re.escape(t) for t in tails) + r")(?!\w)")
-
-
-def _found(pat: re.Pattern[str], text: str, cjk: bool) -> bool:
-    for m in pat.finditer(text):
-        i = m.start()
-        if cjk or i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_"):
-            return True
-    return False
-
-
-def _variants(word: str) -> set[str]:
-    stem = _stem(word)
-    return {word, stem, stem + "s", stem + "es", stem + "ed", stem + "ing", stem + "e", stem + "y"}
 
 
 def calibrate(cos: float, info: EmbedderInfo) -> float:
@@ -216,7 +154,7 @@ class HybridSearcher:
     ) -> None:
         self.lexicon = lexicon
         self.tuning = tuning
-        # Which of the fetched chunks a reader may see (memory.audience.AudienceMap.visible_ids); without
+        # Which of the fetched chunks a reader may see (memory.policy.audience.AudienceMap.visible_ids); without
         # it a restricted reader sees nothing.
         self.visible = visible
         self.store = store
@@ -227,9 +165,9 @@ class HybridSearcher:
         self.clock = clock
         self.keyword = KeywordSearcher(store)
         self._count: tuple[int, int] | None = None
-        self._word_vecs: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.word_vectors = WordVectors()
         self._executor: ThreadPoolExecutor | None = None
-        self.word_vector_stats = {"hits": 0, "misses": 0}
+        self.word_vector_stats = self.word_vectors.stats
         self._line_vectors = False  # whether the index holds line vectors (read with its identity)
         self._dumps: dict[str, tuple[int, bool]] = {}  # path → (index generation, is a session dump)
 
@@ -371,7 +309,8 @@ class HybridSearcher:
         other_script = 0 if _mostly_cjk(query) else 2
         other = [i for i in ids if rows[i].script == other_script]
         if q is not None and other and tr.vector_words and self.cfg.translate_vectors:
-            tq = self._translation_vector(tr.vector_words)
+            assert self.embedder is not None
+            tq = self.word_vectors.query_vector(self.embedder, tr.vector_words)
             if tq is not None:
                 tcos = self.matrix.scores(tq, other) if matrix_ok else self.store.vec_scores(tq, other)
                 for i, c in tcos.items():
@@ -438,7 +377,7 @@ class HybridSearcher:
 
     def _show(self, query: str, tr: Translation, scored: list[tuple[int, float]], c: _Candidates,
               q: np.ndarray | None, max_results: int) -> list[Hit]:
-        """The ordered chunks as up to max_results places (memory.places), each with its window of lines.
+        """The ordered chunks as up to max_results places (memory.search.places), each with its window of lines.
 
         Windows are chosen on query words, and on their translation (a Chinese question about an English
         note should show the English line that answers it)."""
@@ -460,7 +399,7 @@ class HybridSearcher:
     def _order_by_lines(self, passed: list[tuple[int, float]], rows: dict[int, ChunkRow], q: np.ndarray,
                         cos: dict[int, float], max_results: int) -> list[tuple[int, float]]:
         """The first line_order_depth × max_results chunks that passed min_score put in order of their
-        score blended with their best line's calibrated cosine (memory.line_vectors); a blended score
+        score blended with their best line's calibrated cosine (memory.index.line_vectors); a blended score
         may fall below min_score, the chunk stays. A chunk without line vectors (one long line split
         into pieces) counts its own vector."""
         depth, weight = self.tuning.line_order_depth * max_results, self.tuning.line_weight
@@ -523,10 +462,7 @@ class HybridSearcher:
     def _translate(self, query: str) -> Translation:
         if self.lexicon is None or (self.cfg.translation_weight <= 0 and not self.cfg.translate_vectors):
             return NO_TRANSLATION
-        groups = self.lexicon.translate_groups(query)
-        terms = list(dict.fromkeys(t for g in groups for t in g))
-        best = list(dict.fromkeys(g[0] for g in groups if g))[:self.tuning.translated_vector_words]
-        return Translation(terms, best, tuple(tuple(g) for g in groups if g))
+        return translate(self.lexicon, query, self.tuning.translated_vector_words)
 
     def _keyword_leg(self, query: str, tr: Translation, pool: int,
                      rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], set[int], float]:
@@ -576,33 +512,8 @@ class HybridSearcher:
             self._count = (gen, self.store.chunk_count())
         return self._count[1]
 
-    def _translation_vector(self, words: list[str]) -> np.ndarray | None:
-        """The query's translation as one vector: the normalised sum of its (cached) word vectors."""
-        assert self.embedder is not None
-        vecs: list[np.ndarray] = []
-        for w in words:
-            v = self._word_vecs.get(w)
-            if v is None:
-                self.word_vector_stats["misses"] += 1
-                try:
-                    v = self.embedder.embed_query(w)
-                except EmbeddingError:
-                    continue
-                self._word_vecs[w] = v
-                if len(self._word_vecs) > WORD_VECTOR_CACHE:
-                    self._word_vecs.popitem(last=False)
-            else:
-                self.word_vector_stats["hits"] += 1
-                self._word_vecs.move_to_end(w)
-            vecs.append(v)
-        if not vecs:
-            return None
-        total = np.sum(vecs, axis=0)
-        norm = float(np.linalg.norm(total))
-        return total / norm if norm > 0 and np.isfinite(norm) else None
-
     def _dated_chunks(self, query: str) -> set[int]:
-        """Chunks of daily logs of the days the query names (see memory.dates)."""
+        """Chunks of daily logs of the days the query names (see memory.search.dates)."""
         if self.cfg.date_boost <= 0:
             return set()
         today = dt.datetime.fromtimestamp(self.clock()).date()

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from hermit.memory.chunking import Chunk, text_hash
+from hermit.memory.index.chunking import Chunk, text_hash
 
 
 def to_line_blob(vec: np.ndarray) -> bytes:

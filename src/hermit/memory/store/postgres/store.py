@@ -1,8 +1,8 @@
 """The PostgreSQL memory store: one schema per agent on a shared server, vectors in pgvector.
 
-Implements memory.store_api.MemoryStore with the SQLite store's semantics: chunks, files, the
+Implements memory.store.api.MemoryStore with the SQLite store's semantics: chunks, files, the
 embedding cache and a generation counter per agent; keyword search with FTS5's tokens and BM25
-(memory.pg_keyword); vector KNN in the server (exact scan while small, an HNSW index past
+(memory.store.postgres.keyword); vector KNN in the server (exact scan while small, an HNSW index past
 `hnsw_threshold` vectors), so no process holds every vector in RAM.
 
 Several hosts, one memory: the writer lock is a session-level advisory lock per agent schema (a host
@@ -28,16 +28,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hermit.errors import StoreError
-from hermit.memory.chunking import Chunk
-from hermit.memory.keyword import K1, B
-from hermit.memory.line_vectors import by_line_text, to_line_blob
-from hermit.memory.pg_keyword import Expr, Phrase, Tokenizer, bm25, phrases, to_tsquery
-from hermit.memory.pg_schema import connect, lock_key, mask_dsn, migrate, qi, scrub, server_facts
-from hermit.memory.store_api import ChunkRow, FileState, script_class
+from hermit.memory.index.chunking import Chunk
+from hermit.memory.index.line_vectors import by_line_text, to_line_blob
+from hermit.memory.search.keyword import K1, B
+from hermit.memory.store.api import ChunkRow, FileState, script_class
+from hermit.memory.store.postgres.keyword import Expr, Phrase, Tokenizer, bm25, phrases, to_tsquery
+from hermit.memory.store.postgres.schema import connect, lock_key, mask_dsn, migrate, qi, scrub, server_facts
 
 if TYPE_CHECKING:
     from hermit.config.schema import PostgresStoreConfig
-    from hermit.memory.pg_schema import PgConn
+    from hermit.memory.store.postgres.schema import PgConn
 
 HNSW_INDEX = "chunks_vec_hnsw"
 
@@ -363,7 +363,7 @@ class PgStore:
                           f" {self.s}.embedding_cache order by updated_at asc limit %s)", (n - max_entries,))
         return n - max_entries
 
-    # -- keyword leg (FTS5 semantics; see memory.pg_keyword) -----------------------------------
+    # -- keyword leg (FTS5 semantics; see memory.store.postgres.keyword) -----------------------------------
     def _parse(self, match: str) -> Expr | None:
         return self.tok.parse(match)
 
@@ -644,7 +644,7 @@ for _name, _fn in list(vars(PgStore).items()):
 
 def open_pg_store(dsn_env: str, environ: Mapping[str, str], schema: str,
                   cfg: PostgresStoreConfig) -> PgStore:
-    from hermit.memory.pg_schema import dsn_from_env
+    from hermit.memory.store.postgres.schema import dsn_from_env
 
     dsn = dsn_from_env(dsn_env, environ)
     try:

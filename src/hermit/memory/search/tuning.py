@@ -13,18 +13,18 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class SearchTuning:
-    # -- ranking (memory.search) ----------------------------------------------------------------------
+    # -- ranking (memory.search.hybrid) ----------------------------------------------------------------------
     # text_normalization "query": a chunk holding this share of the query's own BM25 scores as a full
     # keyword match. 0.2 loses no answer on either suite and halves the absent-answer searches of the
     # LoCoMo dev split that return anything (0.88 → 0.51); 0.3 loses one generated paraphrase question
     # (every word of it in no note), 0.4 and more lose LoCoMo answers (bench/retrieval: `query-scale-*`).
     query_scale_share: float = 0.2
     # The best line's share of a place's score when the passed places are put in order by their line
-    # vectors (memory.line_vectors; 0.1-0.4 measured: `line-weight-*`). 0: line vectors are not used.
+    # vectors (memory.index.line_vectors; 0.1-0.4 measured: `line-weight-*`). 0: line vectors are not used.
     line_weight: float = 0.2
     # How many places' worth of passed chunks (× max_results) line vectors re-order; the rest keep their place.
     line_order_depth: int = 2
-    # A session transcript or session dump ranks at this share of its score (memory.search._notes_first).
+    # A session transcript or session dump ranks at this share of its score (memory.search.hybrid._notes_first).
     copy_weight: float = 0.8
     # The translated query vector judges an other-language chunk that holds no translated word only when
     # it is at least this close (calibrated); otherwise the original query vector does.
@@ -39,7 +39,7 @@ class SearchTuning:
     # dropping the others' chunks does not leave it with too few to rank.
     restricted_pool_factor: int = 4
 
-    # -- places (memory.places) -------------------------------------------------------------------
+    # -- places (memory.search.places) -------------------------------------------------------------------
     # When the question names a speaker of a conversation (a line `- [D1:3] Caroline: …`, `- Tom: …`),
     # the lines of the other speakers in a place count this share of their query words: "What has
     # Melanie painted?" is answered by Melanie's turns; Caroline's "did you paint that?" only leads to
@@ -47,7 +47,7 @@ class SearchTuning:
     # 0.3-0.85 less (`speaker-*`). 1: every speaker's lines weigh alike.
     other_speaker_share: float = 0.0
 
-    # -- windows (memory.snippets) ----------------------------------------------------------------
+    # -- windows (memory.search.snippets) ----------------------------------------------------------------
     # The windows of one search share this many characters per result asked for (4,200 for the default
     # 6): a cap per search, SPEC §4's 700 per snippet pooled. Round 5 let each place returned claim 850
     # when that was more (5,100 for six places; dev recall 0.855 instead of 0.839) but its mean only

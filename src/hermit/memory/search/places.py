@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
-from hermit.memory.snippets import Place, Term, choose_windows, front_matter_lines, line_scores
-from hermit.memory.store_api import ChunkRow
-from hermit.memory.tuning import DEFAULT_TUNING, SearchTuning
+from hermit.memory.search.snippets import Place, Term, choose_windows, front_matter_lines, line_scores
+from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning
+from hermit.memory.store.api import ChunkRow
 
 _SPEAKER = re.compile(r"^\s*(?:[-*]\s+)?(?:\[[^\]]{1,20}\]\s*)?([^\W\d_][\w'-]{0,30}):\s")
 
@@ -49,7 +49,7 @@ def span_of(group: Group, rows: dict[int, ChunkRow]) -> tuple[int, int]:
 
 def show_places(chosen: list[Group], rows: dict[int, ChunkRow], terms: list[Term], budget: int,
                 names: frozenset[str] = frozenset(), tuning: SearchTuning = DEFAULT_TUNING) -> list[Place]:
-    """Each place with its window chosen (memory.snippets), the windows sharing `budget` characters.
+    """Each place with its window chosen (memory.search.snippets), the windows sharing `budget` characters.
 
     A window may grow past its chunk into the neighbouring chunks of its file that search already
     fetched as candidates (no extra query): the rest of the conversation around a hit, when the budget
