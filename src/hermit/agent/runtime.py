@@ -56,8 +56,9 @@ from hermit.models.cancel import CancelToken
 from hermit.sessions.keys import agent_id_of, is_main_session_key
 from hermit.sessions.lock import DEFAULT_WAIT_SECONDS, session_lock
 from hermit.sessions.pruning import PruningMode, prune_for_request, resolve_pruning_mode
+from hermit.sessions.record import SessionRecord
 from hermit.sessions.reset import parse_reset_command
-from hermit.sessions.store import SessionRecord, SessionStore
+from hermit.sessions.store import SessionStore
 from hermit.sessions.transcript import Clock, utc_now
 from hermit.tools import (
     CronBackend,

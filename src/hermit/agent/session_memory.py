@@ -36,7 +36,7 @@ from hermit.memory.policy.audience import owner_origin
 from hermit.memory.policy.provenance import Origin, neutralize, wrap
 from hermit.messages import UserMessage
 from hermit.models.base import Model, ModelRequest
-from hermit.sessions.store import SessionRecord
+from hermit.sessions.record import SessionRecord
 from hermit.sessions.transcript import MessageEntry, read_transcript
 from hermit.workspace import write_new
 

@@ -106,8 +106,8 @@ def probe(dsn_env: str, environ: Mapping[str, str],
 
 def schema_checks(agents: list[tuple[str, str, int]]) -> Callable[[Any], list[Check]]:
     """Checks of each agent's schema — (agent id, schema, HNSW threshold) — on an open connection."""
+    from hermit.memory.store.postgres.hnsw import HNSW_INDEX
     from hermit.memory.store.postgres.schema import MIGRATIONS
-    from hermit.memory.store.postgres.store import HNSW_INDEX
 
     def run(conn: Any) -> list[Check]:
         out = []
