@@ -1,4 +1,4 @@
-"""The bounded-cost keyword leg (memory/keyword.py) against FTS5's own bm25() on a real index."""
+"""The bounded-cost keyword leg (memory/search/keyword.py) against FTS5's own bm25() on a real index."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from conftest import write
-from hermit.memory import keyword as kw_mod
-from hermit.memory.fts import or_match
-from hermit.memory.keyword import FtsTokens, KeywordSearcher
-from hermit.memory.search import term_coverage
+from hermit.memory.search import keyword as kw_mod
+from hermit.memory.search.fts import or_match
+from hermit.memory.search.keyword import FtsTokens, KeywordSearcher
+from hermit.memory.search.terms import term_coverage
 from hermit.memory.service import MemoryService
-from hermit.memory.store import read_varint
+from hermit.memory.store.sqlite import read_varint
 from memhelpers import HashEmbedder, service, sql
 
 
@@ -125,7 +125,7 @@ def test_term_coverage_words_variants_and_cjk() -> None:
 
 
 def test_matrix_pass_holds_blas_and_matches(tmp_path: Path) -> None:
-    from hermit.memory.search import VectorMatrix
+    from hermit.memory.search.hybrid import VectorMatrix
 
     svc = _memory(tmp_path)
     m = VectorMatrix()
@@ -139,7 +139,7 @@ def test_matrix_pass_holds_blas_and_matches(tmp_path: Path) -> None:
 def test_matrix_pass_blocks_shared_by_two_threads() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from hermit.memory.search import MatrixPass
+    from hermit.memory.search.hybrid import MatrixPass
 
     rng = np.random.default_rng(3)
     mat = rng.standard_normal((3 * MatrixPass.BLOCK_ROWS + 17, 32), dtype=np.float32)

@@ -10,8 +10,8 @@ from pydantic import ValidationError
 
 from conftest import write
 from hermit.config.schema import MemorySearchConfig
-from hermit.memory.chunking import line_texts
-from hermit.memory.line_vectors import from_line_blob, to_line_blob
+from hermit.memory.index.chunking import line_texts
+from hermit.memory.index.line_vectors import from_line_blob, to_line_blob
 from memhelpers import HashEmbedder, service
 
 # Two days of chat. The first is all about playing (tennis, games): its chunk is the closer one to a

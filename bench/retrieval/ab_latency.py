@@ -2,8 +2,8 @@
 
     python bench/retrieval/ab_latency.py OLD_SRC [--rounds 5] [--n-queries 120] [--sizes 10000 100000]
 
-OLD_SRC is a `src/` directory of the code to compare against (e.g. `git archive main src | tar -x -C
-/tmp/old`). The 10k/100k-chunk homes are those of bench/memory_bench.py (synthetic EN/ZH daily logs,
+OLD_SRC is a `src/` directory of the code to compare against (e.g. `git archive main src bench | tar -x -C
+/tmp/old`; with the tree's `bench/` next to it, its own memory_bench.py runs its worker). The 10k/100k-chunk homes are those of bench/memory_bench.py (synthetic EN/ZH daily logs,
 pseudo-random document vectors, the real e5 model for queries), built once under bench/out/memory/ and
 reused. Each round runs memory_bench's search worker (matrix mode, as long-lived processes search)
 once with OLD_SRC and once with this tree, alternating which goes first; the report gives per-run p50s,
@@ -39,12 +39,20 @@ def ensure_home(n: int) -> Path:
     return home
 
 
+def bench_script(src: Path | None) -> Path:
+    """The memory_bench.py of the tree `src` belongs to, when it has one: it imports that tree's module
+    paths (they moved in issue 26), so another tree's src runs its own worker."""
+    if src is not None and (src.resolve().parent / "bench" / "memory_bench.py").is_file():
+        return src.resolve().parent / "bench" / "memory_bench.py"
+    return BENCH / "memory_bench.py"
+
+
 def worker(home: Path, src: Path | None, n_queries: int) -> dict[str, Any]:
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
     env.pop("HERMIT_HOME", None)
     if src is not None:
         env["PYTHONPATH"] = str(src)
-    cmd = [sys.executable, str(BENCH / "memory_bench.py"), "--worker", "search", "--home", str(home),
+    cmd = [sys.executable, str(bench_script(src)), "--worker", "search", "--home", str(home),
            "--long-lived", "1", "--n-queries", str(n_queries)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if p.returncode != 0:

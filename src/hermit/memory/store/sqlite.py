@@ -1,6 +1,6 @@
 """The SQLite memory store (the default backend): schema, per-file writes, embedding cache, lookups.
 
-Implements memory.store_api.MemoryStore over one SQLite file per agent. Vectors live in a sqlite-vec
+Implements memory.store.api.MemoryStore over one SQLite file per agent. Vectors live in a sqlite-vec
 `vec0` table when the extension loads; otherwise in a plain BLOB table with the same name and columns,
 scanned in bounded blocks. One writer at a time holds a lock file next to the index; a full rebuild
 fills a temporary file that replaces the live one in one SQLite backup step.
@@ -21,11 +21,11 @@ import numpy as np
 
 from hermit.db import Connection, DatabaseError, connect, index_error, migrate, transaction
 from hermit.locks import LockFile
-from hermit.memory.chunking import Chunk
-from hermit.memory.fts import FTS_TOKENIZER, index_text
-from hermit.memory.line_vectors import by_line_text, to_line_blob
-from hermit.memory.store_api import ChunkRow, FileState, script_class
-from hermit.memory.vectors import blockscan_topk
+from hermit.memory.index.chunking import Chunk
+from hermit.memory.index.line_vectors import by_line_text, to_line_blob
+from hermit.memory.search.fts import FTS_TOKENIZER, index_text
+from hermit.memory.search.vectors import blockscan_topk
+from hermit.memory.store.api import ChunkRow, FileState, script_class
 
 __all__ = ["ChunkRow", "FileState", "FileLock", "IndexStore", "script_class"]
 
@@ -79,7 +79,7 @@ def _m4(conn: Connection) -> None:
 
 
 def _m5(conn: Connection) -> None:
-    # A vector per non-blank line (memory.line_vectors), float16, kept by replace_file with the chunks. A
+    # A vector per non-blank line (memory.index.line_vectors), float16, kept by replace_file with the chunks. A
     # rowid table with an index rather than WITHOUT ROWID: count(*) reads the small index (36 → ~1 ms at
     # 10k chunks), not every vector.
     conn.execute("create table line_vectors(path text not null, line integer not null, embedding blob not null)")

@@ -1,7 +1,7 @@
 """What text of the ranked chunks the agent sees: one line window per result, sized from a shared budget.
 
 Search ranks chunks (~400 tokens); the agent is handed a window of lines from each. The windows share
-one character budget, SNIPPET_CHARS_PER_RESULT × the results asked for (4,200 for the default 6): a
+one character budget, `SearchTuning.chars_per_result` × the results asked for (4,200 for the default 6): a
 cap per search, so no search, whatever the memory, returns more (SPEC §4's 700 per snippet, pooled).
 A result whose lines match the question well may show more than one whose lines do not, and a
 memory with fewer
@@ -23,38 +23,10 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning
 from hermit.tokens import count_cjk
 
-SNIPPET_CHARS_PER_RESULT = 700
-# Round 5 let each place returned claim 850 when that was more (5,100 for six places): dev recall
-# 0.855 instead of 0.839, but a mean (4,032 on the dev split) that only happened to fit 4,200, and
-# 4,213 on the held-out conversations. 0: the budget is a cap per search
-# (bench/retrieval/conversations.md: `place-chars-850` is round 5's rule).
-SNIPPET_CHARS_PER_PLACE = 0
-# No single window grows past this: six results keep room for six places.
-SNIPPET_MAX_CHARS = 2_800
-# A line without query words is still worth this share of the place's best line (context, answers).
-CONTEXT_VALUE = 0.15
-# The line after a matching line gets this share of its score: the reply to a turn, the bullet under a
-# heading (bench/retrieval/conversations.md: `no-neighbour`).
-NEIGHBOUR_SHARE = 0.35
-# The line before a matching line gets this share of NEIGHBOUR_SHARE. 0: a question's answer follows
-# it, and the line before a match is not evidence (`both-neighbours`: 1.0).
-BEFORE_SHARE = 0.0
-# Rank weight of the r-th result (0-based): the top results get their windows grown first.
-RANK_DECAY = 0.8
-# How many lines one growth step may take at once, reaching a matching line across the others: a
-# dialogue's answer is often several turns past the line that matched (`lookahead-6`; 8 to 24 gave
-# identical results).
-LOOKAHEAD_LINES = 10
-
 _WORD = re.compile(r"[^\W_]+")
-
-
-def search_budget(max_results: int, places: int) -> int:
-    """Characters the windows of one search share: per result asked for (or per place found, when a
-    bench variant sets SNIPPET_CHARS_PER_PLACE and that is more)."""
-    return max(SNIPPET_CHARS_PER_RESULT * max_results, SNIPPET_CHARS_PER_PLACE * places)
 
 
 def stem(word: str) -> str:
@@ -102,7 +74,7 @@ def weigh_terms(terms: Sequence[str], doc_freq: Callable[[str], int], n_docs: in
     return out
 
 
-def line_scores(lines: Sequence[str], terms: Sequence[Term], neighbours: bool = True) -> list[float]:
+def line_scores(lines: Sequence[str], terms: Sequence[Term], tuning: SearchTuning = DEFAULT_TUNING) -> list[float]:
     """Each line's score: the summed weights of the query terms it holds, plus a share of the line
     before it (the turn that answers a matching turn, the line under a matching heading)."""
     raw = [0.0] * len(lines)
@@ -113,9 +85,8 @@ def line_scores(lines: Sequence[str], terms: Sequence[Term], neighbours: bool = 
                 if t.pattern.search(ln):
                     raw[i] += t.weight
     out = list(raw)
-    for i in range(len(raw) if neighbours else 0):
-        near = max(raw[i - 1] if i > 0 else 0.0, BEFORE_SHARE * raw[i + 1] if i + 1 < len(raw) else 0.0)
-        out[i] += NEIGHBOUR_SHARE * near
+    for i in range(1, len(raw)):
+        out[i] += tuning.neighbour_share * raw[i - 1]
     return out
 
 
@@ -152,15 +123,15 @@ class _Move(NamedTuple):
     extra: int  # characters added
 
 
-def choose_windows(places: list[Place], budget: int, cap: int | None = None) -> None:  # noqa: C901 - window choice in one pass; splits with issue 26 §3's search settings
+def choose_windows(places: list[Place], budget: int, tuning: SearchTuning = DEFAULT_TUNING) -> None:  # noqa: C901 - one greedy pass whose closures share its state
     """Set each place's window: seed on its best line, then grow where score per character is highest."""
-    cap = SNIPPET_MAX_CHARS if cap is None else cap
+    cap = tuning.max_window_chars
     used = 0
-    weights = [RANK_DECAY ** r for r in range(len(places))]
+    weights = [tuning.rank_decay ** r for r in range(len(places))]
     values: list[list[float]] = []
     for p in places:
         top = max(p.scores, default=0.0)
-        base = CONTEXT_VALUE * top if top > 0 else 1.0
+        base = tuning.context_value * top if top > 0 else 1.0
         values.append([s + base if ln.strip() and i not in p.muted else 0.0
                        for i, (s, ln) in enumerate(zip(p.scores, p.lines, strict=True))])
     share = max(1, min(cap, budget // max(1, len(places))))
@@ -187,7 +158,7 @@ def choose_windows(places: list[Place], budget: int, cap: int | None = None) -> 
         for step in (1, -1):
             gain_sum, extra = 0.0, 0
             edge = p.hi if step > 0 else p.lo
-            for n in range(1, LOOKAHEAD_LINES + 1):
+            for n in range(1, tuning.lookahead_lines + 1):
                 i = edge + step * n
                 if not 0 <= i < len(p.lines):
                     break

@@ -3,7 +3,7 @@
 Used by tools that add to memory from outside an agent turn (the MCP server's memory_append). The file
 goes through memory_get's path rules (no symlinks, nothing outside the workspace), is opened with
 O_APPEND under an exclusive lock so two writers at once keep both notes, and is fsync'd. A note with an
-`origin` (every writer but the owner) is escaped and wrapped in an origin block (memory/provenance.py),
+`origin` (every writer but the owner) is escaped and wrapped in an origin block (memory/policy/provenance.py),
 so its writer cannot forge a marker; a log that ends inside an unclosed block is closed first.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 from hermit.errors import HermitError, PathPolicyError
 from hermit.locks import lock_fd
-from hermit.memory.paths import RULES, resolve_memory_path
-from hermit.memory.provenance import Origin, neutralize, seal, wrap
+from hermit.memory.policy.paths import RULES, resolve_memory_path
+from hermit.memory.policy.provenance import Origin, neutralize, seal, wrap
 
 MAX_NOTE_CHARS = 20_000
 

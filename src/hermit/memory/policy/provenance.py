@@ -2,7 +2,7 @@
 
 A note a session adds to a memory file is wrapped in two HTML comment lines — invisible when the
 Markdown is rendered, kept by every editor — naming who wrote it and who may read it (its audience,
-memory/audience.py):
+memory/policy/audience.py):
 
     <!-- origin session="agent:main:telegram:group:-100123" channel="telegram" group="-100123" sender="bob" audience="telegram:group:-100123" -->
     - the note
@@ -51,7 +51,7 @@ def _clean(value: str, limit: int = 200) -> str:
 
 def open_line(origin: Origin) -> str:
     # An audience is never cut short: a shortened key would name nobody (and so fail closed, but lose
-    # the note for its own chat). Audience keys are marker-safe by construction (memory/audience.py).
+    # the note for its own chat). Audience keys are marker-safe by construction (memory/policy/audience.py).
     attrs = "".join(f' {k}="{_clean(v, 1000 if k == "audience" else 200)}"' for k, v in origin.to_dict().items())
     return f"<!-- origin{attrs} -->"
 

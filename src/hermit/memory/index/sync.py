@@ -30,13 +30,13 @@ import numpy as np
 from hermit.config.schema import MemorySearchConfig
 from hermit.db import DatabaseError, index_error, is_corrupt, is_disk_full
 from hermit.errors import EmbeddingError, IndexError_
-from hermit.memory import line_vectors
-from hermit.memory.chunking import CHUNKER_ID, Chunk, chunk_markdown, line_texts, text_hash
 from hermit.memory.embedders.base import Embedder, LineEmbedder
-from hermit.memory.fts import FTS_VERSION
-from hermit.memory.session_source import list_session_files, render_transcript, session_needs_index
-from hermit.memory.sources import SourceFile, list_memory_files, read_memory_file
-from hermit.memory.store_api import FileState, MemoryStore
+from hermit.memory.index import line_vectors
+from hermit.memory.index.chunking import CHUNKER_ID, Chunk, chunk_markdown, line_texts, text_hash
+from hermit.memory.index.session_source import list_session_files, render_transcript, session_needs_index
+from hermit.memory.index.sources import SourceFile, list_memory_files, read_memory_file
+from hermit.memory.search.fts import FTS_VERSION
+from hermit.memory.store.api import FileState, MemoryStore
 from hermit.textfile import read_regular
 
 TOKENIZER_ID = "cjk-estimate-1"
@@ -108,7 +108,7 @@ def line_kind(embedder: Embedder | None) -> int:
 
 
 def lines_wanted(cfg: MemorySearchConfig, embedder: Embedder | None) -> bool:
-    """Whether the index gets line vectors (memory.line_vectors): "auto" means with a local model."""
+    """Whether the index gets line vectors (memory.index.line_vectors): "auto" means with a local model."""
     if embedder is None or not cfg.store.vector_enabled or cfg.line_vectors is False:
         return False
     return cfg.line_vectors is True or embedder.info.provider == "local"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hermit.errors import PathPolicyError
-from hermit.memory.sources import SourceFile
+from hermit.memory.index.sources import SourceFile
 from hermit.messages import valid_text
 
 SESSIONS_PREFIX = "sessions/"

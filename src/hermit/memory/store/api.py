@@ -1,7 +1,7 @@
 """The memory index's store interface: what sync, search, keyword and the service may ask of a backend.
 
-Two backends implement it: SQLite (memory/store.py, the default: one file per agent) and PostgreSQL with
-pgvector (memory/pg_store.py: one schema per agent on a shared server). Nothing outside the backends
+Two backends implement it: SQLite (memory/store/sqlite.py, the default: one file per agent) and PostgreSQL with
+pgvector (memory/store/postgres/store.py: one schema per agent on a shared server). Nothing outside the backends
 touches a connection; everything goes through these methods.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from hermit.memory.chunking import Chunk
+from hermit.memory.index.chunking import Chunk
 from hermit.tokens import count_cjk
 
 
@@ -90,7 +90,7 @@ class MemoryStore(Protocol):
     def replace_file(self, *, path: str, source: str, file_hash: str, mtime: int, size: int,
                      chunks: Sequence[Chunk], vectors: np.ndarray | None, model: str,
                      messages: int = 0, line_vectors: Mapping[int, np.ndarray] | None = None) -> None:
-        """`line_vectors`: line number → vector of the file's lines that have one (memory.line_vectors)."""
+        """`line_vectors`: line number → vector of the file's lines that have one (memory.index.line_vectors)."""
         ...
     def delete_file(self, path: str) -> None: ...
     def optimize(self) -> None:
@@ -129,7 +129,7 @@ class MemoryStore(Protocol):
     def cache_put(self, provider: str, model: str, key: str, items: dict[str, np.ndarray]) -> None: ...
     def cache_prune(self, max_entries: int) -> int: ...
 
-    # -- keyword leg: FTS5 MATCH expressions (quoted phrases, OR, AND, parentheses; see memory.fts)
+    # -- keyword leg: FTS5 MATCH expressions (quoted phrases, OR, AND, parentheses; see memory.search.fts)
     def fts_search(self, match: str, limit: int, min_rowid: int | None = None) -> list[tuple[int, float]]: ...
     def fts_count(self, match: str) -> int: ...
     def fts_stats(self) -> tuple[int, float]: ...

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from hermit.config.paths import ensure_private_dir
-from hermit.memory.fts import CJK_LETTERS, STOPWORDS, ZH_STOP_CHARS
+from hermit.memory.search.fts import CJK_LETTERS, STOPWORDS, ZH_STOP_CHARS
 
 LEXICON_VERSION = "3"
 _ENTRY = re.compile(r"^(\S+) (\S+) \[[^\]]*\] /(.*)/\s*$")

@@ -1,6 +1,6 @@
 """The vector leg's scans: an in-memory float32 matrix for long-lived processes, and a bounded block scan.
 
-Used by memory/search.py; split from it by responsibility (brute-force cosine over stored vectors).
+Used by memory/search/hybrid.py; split from it by responsibility (brute-force cosine over stored vectors).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from hermit.memory.store_api import MemoryStore
+from hermit.memory.store.api import MemoryStore
 
 
 class VectorMatrix:

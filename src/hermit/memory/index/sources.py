@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermit.memory.paths import unsafe_extra_path
+from hermit.memory.policy.paths import unsafe_extra_path
 from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, file_kind, read_regular
 
 MEMORY_FILE = "MEMORY.md"

@@ -11,12 +11,12 @@ Every line of a memory file has one audience:
   too), `slack:channel:C1`, `telegram:dm:42` (`dm:42` for dm_scope per-peer), `cron:<jobId>`,
   `subagent:<runId>`, `mcp`. Text in such a block is seen by that audience and the owner.
 
-Inside a file the audience is carried by origin blocks (memory/provenance.py); a block written before
+Inside a file the audience is carried by origin blocks (memory/policy/provenance.py); a block written before
 audiences existed takes it from its `session` attribute. Anything that does not parse fails closed:
 it gets `"unknown"`, an audience that no reader but the owner matches.
 
 A non-owner reader sees shared text and text of its own audience, never MEMORY.md, `memory/private/`,
-a hard-linked file (it may be MEMORY.md under another name, memory/privacy.py) nor session transcripts.
+a hard-linked file (it may be MEMORY.md under another name, memory/policy/privacy.py) nor session transcripts.
 `visible_text` renders a file for a reader with withheld lines replaced (line numbers stay put);
 `AudienceMap` decides which indexed chunks a reader may see and labels search results;
 `memory_view` is the whole of memory a reader may see, for the OS sandbox to show.
@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from hermit.errors import SessionError
-from hermit.memory.chunking import MARKER, index_lines
-from hermit.memory.privacy import file_identity
-from hermit.memory.provenance import Origin, OriginBlock, origin_blocks
-from hermit.memory.sources import list_memory_files
-from hermit.memory.store_api import ChunkRow
+from hermit.memory.index.chunking import MARKER, index_lines
+from hermit.memory.index.sources import list_memory_files
+from hermit.memory.policy.privacy import file_identity
+from hermit.memory.policy.provenance import Origin, OriginBlock, origin_blocks
+from hermit.memory.store.api import ChunkRow
 from hermit.sessions.keys import SessionKind, is_main_session_key, parse_session_key
 from hermit.textfile import decode_text, read_regular
 from hermit.workspace import MEMORY_FILE
@@ -347,7 +347,7 @@ def memory_view(workspace: Path, extra_paths: Sequence[str], reader: Reader, *,
     MEMORY.md. Content is the file's bytes for the owner; for anyone else the file rendered by
     `visible_text` (UTF-8): withheld lines replaced so line numbers stay put. Never yielded to a
     non-owner: MEMORY.md, anything under `memory/private/`, a hard-linked file or the same file as
-    MEMORY.md (memory/privacy.py), a file with nothing visible. Files over `max_file_bytes` (the
+    MEMORY.md (memory/policy/privacy.py), a file with nothing visible. Files over `max_file_bytes` (the
     indexing cap), binary files (NUL bytes), unreadable files and files that change into something
     other than a regular file while being read are skipped. The only thing the sandbox shows a
     non-owner of memory.

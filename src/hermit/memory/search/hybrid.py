@@ -7,11 +7,11 @@ threshold means the same thing whichever model is active.
 
 One search, in order (the order is measured, bench/memory_bench.py): the dictionary translation of the
 query; the query embedding, alone on every core; the pass over the vector matrix, started by a worker
-thread while this thread runs the keyword leg (memory/keyword.py: BM25 with a bounded cost) and finished
+thread while this thread runs the keyword leg (memory/search/keyword.py: BM25 with a bounded cost) and finished
 by both; the translated query vector (from cached word vectors) for candidates in the other language;
 then fusion, rescue, boosts and snippets.
 
-A reader other than the owner (memory/audience.py) searches a larger candidate pool, and the candidates
+A reader other than the owner (memory/policy/audience.py) searches a larger candidate pool, and the candidates
 it may not see are dropped before fusion, so neither their scores nor their lines reach its results
 (snippet windows grow only into the chunks that are left). The owner's search skips all of that.
 """
@@ -22,7 +22,6 @@ import datetime as dt
 import math
 import re
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,45 +30,30 @@ import numpy as np
 
 from hermit.config.schema import QueryConfig
 from hermit.errors import EmbeddingError
-from hermit.memory import snippets
-from hermit.memory.audience import Reader
-from hermit.memory.dates import query_day_ranges
 from hermit.memory.embedders.base import Embedder, EmbedderInfo
-from hermit.memory.fts import build_match, query_terms, translated_phrases
-from hermit.memory.keyword import KeywordSearcher
-from hermit.memory.lexicon import Lexicon
-from hermit.memory.line_vectors import LINE_WEIGHT, best_cosines
-from hermit.memory.places import group_places, show_places, span_of
-from hermit.memory.snippets import Term, line_scores, render, weigh_terms
-from hermit.memory.store_api import ChunkRow, MemoryStore
-from hermit.memory.vectors import MatrixPass, VectorMatrix
+from hermit.memory.index.line_vectors import best_cosines
+from hermit.memory.policy.audience import Reader
+from hermit.memory.search.dates import query_day_ranges
+from hermit.memory.search.fts import build_match, query_terms, translated_phrases
+from hermit.memory.search.keyword import KeywordSearcher
+from hermit.memory.search.lexicon import Lexicon
+from hermit.memory.search.places import group_places, show_places, span_of
+from hermit.memory.search.snippets import Term, render, weigh_terms
+from hermit.memory.search.terms import term_coverage
+from hermit.memory.search.translation import NO_TRANSLATION, Translation, WordVectors, translate
+from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning
+from hermit.memory.search.vectors import MatrixPass, VectorMatrix
+from hermit.memory.store.api import ChunkRow, MemoryStore
 from hermit.tokens import count_cjk
 
 SMALL_MEMORY_CHUNKS = 100
 # Above this many chunks the in-memory matrix (4 bytes × dims each) is not used; vec0 KNN is.
 MATRIX_MAX_CHUNKS = 300_000
-# The translated query vector judges an other-language chunk that holds no translated word only when
-# it is at least this close (calibrated); otherwise the original query vector does.
-UNHELD_TRANSLATION_MIN = 0.7
-# How much a line holding all of the query's weight lifts a candidate (score += boost · share · (1 − score)).
-LINE_MATCH_BOOST = 0.0
-# How many places' worth of passed chunks (× max_results) line vectors re-order; the rest keep their place.
-LINE_ORDER_DEPTH = 2
-# A reader who may not see every chunk searches this many times the usual candidates, so that dropping
-# the others' chunks does not leave it with too few to rank.
-RESTRICTED_POOL_FACTOR = 4
-# text_normalization "query": a chunk holding this share of the query's own BM25 scores as a full
-# keyword match. 0.2 loses no answer on either suite and halves the absent-answer searches of the
-# LoCoMo dev split that return anything (0.88 → 0.51); 0.3 loses one generated paraphrase question
-# (every word of it in no note), 0.4 and more lose LoCoMo answers (bench/retrieval: `query-scale-*`).
-QUERY_SCALE_SHARE = 0.2
-# A session transcript or session dump ranks at this share of its score (see _notes_first).
-COPY_WEIGHT = 0.8
 # A session dump (agent/session_memory.py): memory/YYYY-MM-DD-<slug>.md whose header says so.
 _SESSION_DUMP_NAME = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})-[^/]+\.md$")
 _SESSION_DUMP_HEADER = re.compile(r"^# Session \d{4}-\d{2}-\d{2} \d{2}:\d{2}\b[^\n]*\n(?:[^\n]*\n){0,8}?- Saved on ",
                                   re.MULTILINE)
-# Words of a query that may name a speaker of a conversation (memory.places matches them to the "Name:"
+# Words of a query that may name a speaker of a conversation (memory.search.places matches them to the "Name:"
 # opening a line).
 _NAME_WORD = re.compile(r"[^\W\d_]+")
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
@@ -86,7 +70,7 @@ class Hit:
     vector_score: float | None
     text_score: float
     snippet: str
-    # The line spans of the returned text (one per window; see memory.snippets).
+    # The line spans of the returned text (one per window; see memory.search.snippets).
     windows: tuple[tuple[int, int], ...] = ()
     # The lines of the chunk(s) the text was chosen from (overlapping chunks of a file are one place).
     place: tuple[int, int] = (0, 0)
@@ -101,77 +85,32 @@ class SearchOutcome:
     withheld: int = 0  # candidates dropped because the reader may not see them
 
 
-@dataclass(frozen=True)
-class Translation:
-    """A query's EN ↔ ZH dictionary translation: every term (keyword leg) and the words whose vectors
-    make the translated query vector."""
+@dataclass
+class _VectorLeg:
+    """The vector leg of one search: its hits, or the matrix pass a worker runs meanwhile."""
 
-    terms: list[str]
-    vector_words: list[str]
-    # The translations of each query word (alternatives for one word; the query's BM25 scale counts
-    # one of them per word).
-    groups: tuple[tuple[str, ...], ...] = ()
+    hits: list[tuple[int, float]] = field(default_factory=list)
+    matrix_pass: MatrixPass | None = None
+    job: Future[None] | None = None
+    matrix_ok: bool = False  # scores of further chunks come from the matrix (else from the store)
 
 
-NO_TRANSLATION = Translation([], [])
-# The translated query vector is the normalised sum of the vectors of the best translation of each
-# query word, at most this many. Word vectors are cached, so a word costs one embedding the first
-# time only (a joint embedding of the translated words cost ~10 ms on every search). On
-# bench/retrieval: R@6 0.846, MRR 0.730; embedding 8 translated words jointly on every search, the
-# previous design: R@6 0.858, MRR 0.719.
-TRANSLATED_VECTOR_WORDS = 4
-WORD_VECTOR_CACHE = 20_000
+@dataclass
+class _Candidates:
+    """The candidates of one search between its stages: their rows and each leg's raw scores."""
+
+    rows: dict[int, ChunkRow]
+    ids: list[int]
+    cos: dict[int, float]  # raw cosine (the vector leg's, filled in for the other candidates)
+    rel: dict[int, float]  # BM25 relevance (the keyword leg's, estimated for the other candidates)
+    vec_hits: list[tuple[int, float]]
+    kw_hits: list[tuple[int, float]]
+    dated: set[int]  # chunks of the days the query names
+    withheld: int = 0  # candidates dropped because the reader may not see them
 
 
 def _mostly_cjk(text: str) -> bool:
     return count_cjk(text) * 2 >= len("".join(text.split()))
-
-
-def _stem(word: str) -> str:
-    for suffix in ("ing", "ies", "es", "ed", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
-
-
-def term_coverage(terms: list[str], texts: dict[int, str]) -> dict[int, float]:
-    """Fraction of the query's content terms each chunk contains (words by crude stem, CJK by substring).
-
-    Done in Python over the candidates' text rather than one FTS query per term: it only has to tell
-    "holds every term" apart from "does not", for the exact-match rescue.
-    """
-    if not terms:
-        return {}
-    wanted = [[(_part_pattern(p), count_cjk(p) > 0) for p in term.lower().split()] for term in terms]
-    out: dict[int, float] = {}
-    for cid, text in texts.items():
-        low = text.lower()
-        out[cid] = sum(1 for parts in wanted if all(_found(pat, low, cjk) for pat, cjk in parts)) / len(terms)
-    return out
-
-
-def _part_pattern(part: str) -> re.Pattern[str]:
-    """A CJK part as a substring; a word in any variant, as a whole word (checked by _found).
-
-    Every variant starts with the stem, so the pattern starts with a literal and `re` scans fast."""
-    if count_cjk(part):
-        return re.compile(re.escape(part))
-    stem = _stem(part)
-    tails = sorted({v[len(stem):] for v in _variants(part)}, key=len, reverse=True)
-    return re.compile(re.escape(stem) + "(?:" + "|".join(re.escape(t) for t in tails) + r")(?!\w)")
-
-
-def _found(pat: re.Pattern[str], text: str, cjk: bool) -> bool:
-    for m in pat.finditer(text):
-        i = m.start()
-        if cjk or i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_"):
-            return True
-    return False
-
-
-def _variants(word: str) -> set[str]:
-    stem = _stem(word)
-    return {word, stem, stem + "s", stem + "es", stem + "ed", stem + "ing", stem + "e", stem + "y"}
 
 
 def calibrate(cos: float, info: EmbedderInfo) -> float:
@@ -211,9 +150,11 @@ class HybridSearcher:
         clock: Callable[[], float] = time.time,
         lexicon: Lexicon | None = None,
         visible: Callable[[Mapping[int, ChunkRow], Reader], set[int]] | None = None,
+        tuning: SearchTuning = DEFAULT_TUNING,
     ) -> None:
         self.lexicon = lexicon
-        # Which of the fetched chunks a reader may see (memory.audience.AudienceMap.visible_ids); without
+        self.tuning = tuning
+        # Which of the fetched chunks a reader may see (memory.policy.audience.AudienceMap.visible_ids); without
         # it a restricted reader sees nothing.
         self.visible = visible
         self.store = store
@@ -224,9 +165,9 @@ class HybridSearcher:
         self.clock = clock
         self.keyword = KeywordSearcher(store)
         self._count: tuple[int, int] | None = None
-        self._word_vecs: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.word_vectors = WordVectors()
         self._executor: ThreadPoolExecutor | None = None
-        self.word_vector_stats = {"hits": 0, "misses": 0}
+        self.word_vector_stats = self.word_vectors.stats
         self._line_vectors = False  # whether the index holds line vectors (read with its identity)
         self._dumps: dict[str, tuple[int, bool]] = {}  # path → (index generation, is a session dump)
 
@@ -249,66 +190,102 @@ class HybridSearcher:
         problem = self.store.vector_problem()
         return (False, problem) if problem else (True, None)
 
-    def search(self, query: str, max_results: int | None = None, min_score: float | None = None,  # noqa: C901 - the hybrid search's stages; split into them in issue 26 §3 (memory/ into packages)
+    def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
                reader: Reader | None = None) -> SearchOutcome:
-        """The best places for `query`; `reader` (None: the owner) limits them to what it may see."""
-        cfg = self.cfg
-        hy = cfg.hybrid
-        max_results = max_results or cfg.max_results
-        min_score = cfg.min_score if min_score is None else min_score
+        """The best places for `query`; `reader` (None: the owner) limits them to what it may see.
+
+        The stages, in order: the query embedding, the vector leg started, the keyword leg, the vector
+        leg finished (the two overlap), the candidates gathered and their missing scores filled, the
+        chunks the reader may not see dropped, fusion and boosts, the order of those that passed
+        min_score, and each place's window."""
+        hy = self.cfg.hybrid
+        max_results = max_results or self.cfg.max_results
+        min_score = self.cfg.min_score if min_score is None else min_score
         pool = min(hy.max_candidates, max_results * hy.candidate_multiplier)
         restricted = reader is not None and not reader.owner
         if restricted:
-            pool *= RESTRICTED_POOL_FACTOR
+            pool *= self.tuning.restricted_pool_factor
         timings: dict[str, float] = {}
         match = build_match(query)
-
         use_vec, reason = self._vector_state()
-        rows: dict[int, ChunkRow] = {}
         tr = self._translate(query)
-        # The query embedding runs alone: the model uses every core with briefly spinning OpenMP
-        # workers, and a concurrent SQLite thread made both slower on 2 cores.
         q: np.ndarray | None = None
         if use_vec:
-            assert self.embedder is not None
-            t0 = time.perf_counter()
-            try:
-                q = self.embedder.embed_query(query)
-            except EmbeddingError as e:
-                use_vec, reason = False, f"query embedding failed: {e.message}"
-            if q is not None and not _usable_vector(q):
-                # A broken or remote embedder's zero (or NaN) vector has no direction: sqlite-vec answers
-                # NULL distances (a TypeError here, losing the keyword hits) and every cosine is 0 or NaN.
-                q, use_vec = None, False
-                reason = ("the embedding model returned an all-zero (or invalid) query vector; check the "
-                          "embedder (`hermit memory status`)")
-            timings["embed_ms"] = (time.perf_counter() - t0) * 1000
-        vec_hits: list[tuple[int, float]] = []
-        vec_job: Future[None] | None = None
-        matrix_pass: MatrixPass | None = None
-        matrix_ok = False
-        if q is not None:
-            t0 = time.perf_counter()
-            matrix_ok = self.use_matrix and self.store.matrix_ok and self._chunk_count() <= MATRIX_MAX_CHUNKS
-            if matrix_ok:
-                # The pass over the matrix is memory-bound; it runs in a worker while this thread
-                # does the keyword leg (SQLite, regexes). Only numpy runs there, no SQL.
-                self.matrix.refresh(self.store)
-                matrix_pass = self.matrix.start_pass(q)
-                vec_job = self._worker().submit(matrix_pass.work)
-            else:
-                vec_hits = self._knn(q, pool, matrix_ok)
-                timings["vector_ms"] = (time.perf_counter() - t0) * 1000
+            q, reason = self._embed_query(query, timings)
+        rows: dict[int, ChunkRow] = {}
+        leg = self._start_vector_leg(q, pool, timings)
         kw_hits, held, timings["keyword_ms"] = self._keyword_leg(query, tr, pool, rows)
-        if vec_job is not None and matrix_pass is not None:
-            t0 = time.perf_counter()
-            matrix_pass.work()  # take the blocks the worker has not reached
-            vec_job.result()
-            vec_hits = self.matrix.top_of(matrix_pass.out, pool)
-            # Time the matrix pass kept this thread beyond the keyword leg (the rest overlapped).
-            timings["vector_ms"] = (time.perf_counter() - t0) * 1000
-            timings["matrix_busy_ms"] = matrix_pass.busy_ms
+        vec_hits = self._finish_vector_leg(leg, pool, timings)
+        c = self._gather(query, tr, q, leg.matrix_ok, vec_hits, kw_hits, held, rows, pool, match)
+        if restricted:
+            assert reader is not None
+            self._restrict(c, reader)
+        scored = self._score(query, c, q, match)
+        scored = self._order(scored, c, q, max_results, min_score, timings)
+        hits = self._show(query, tr, scored, c, q, max_results)
+        mode = "hybrid" if q is not None and match else ("keyword-only" if q is None else "vector-only")
+        if q is None and reason is None:
+            reason = "no vector search"
+        return SearchOutcome(hits, mode, reason if q is None else None, timings, c.withheld)
 
+    def _embed_query(self, query: str, timings: dict[str, float]) -> tuple[np.ndarray | None, str | None]:
+        """The query vector, or None and why not.
+
+        The query embedding runs alone: the model uses every core with briefly spinning OpenMP
+        workers, and a concurrent SQLite thread made both slower on 2 cores."""
+        assert self.embedder is not None
+        t0 = time.perf_counter()
+        q: np.ndarray | None = None
+        reason: str | None = None
+        try:
+            q = self.embedder.embed_query(query)
+        except EmbeddingError as e:
+            reason = f"query embedding failed: {e.message}"
+        if q is not None and not _usable_vector(q):
+            # A broken or remote embedder's zero (or NaN) vector has no direction: sqlite-vec answers
+            # NULL distances (a TypeError here, losing the keyword hits) and every cosine is 0 or NaN.
+            q = None
+            reason = ("the embedding model returned an all-zero (or invalid) query vector; check the "
+                      "embedder (`hermit memory status`)")
+        timings["embed_ms"] = (time.perf_counter() - t0) * 1000
+        return q, reason
+
+    def _start_vector_leg(self, q: np.ndarray | None, pool: int, timings: dict[str, float]) -> _VectorLeg:
+        """The vector leg's nearest chunks: over the in-memory matrix, started in a worker so that it
+        overlaps the keyword leg (finished by _finish_vector_leg); otherwise the store's KNN, done here."""
+        if q is None:
+            return _VectorLeg()
+        t0 = time.perf_counter()
+        matrix_ok = self.use_matrix and self.store.matrix_ok and self._chunk_count() <= MATRIX_MAX_CHUNKS
+        if not matrix_ok:
+            hits = self.store.vec_knn(q, pool)
+            timings["vector_ms"] = (time.perf_counter() - t0) * 1000
+            return _VectorLeg(hits)
+        # The pass over the matrix is memory-bound; it runs in a worker while this thread does the
+        # keyword leg (SQLite, regexes). Only numpy runs there, no SQL.
+        self.matrix.refresh(self.store)
+        matrix_pass = self.matrix.start_pass(q)
+        return _VectorLeg([], matrix_pass, self._worker().submit(matrix_pass.work), matrix_ok=True)
+
+    def _finish_vector_leg(self, leg: _VectorLeg, pool: int, timings: dict[str, float]) -> list[tuple[int, float]]:
+        """The vector leg's hits, once the matrix pass (when there is one) is done."""
+        if leg.job is None or leg.matrix_pass is None:
+            return leg.hits
+        t0 = time.perf_counter()
+        leg.matrix_pass.work()  # take the blocks the worker has not reached
+        leg.job.result()
+        hits = self.matrix.top_of(leg.matrix_pass.out, pool)
+        # Time the matrix pass kept this thread beyond the keyword leg (the rest overlapped).
+        timings["vector_ms"] = (time.perf_counter() - t0) * 1000
+        timings["matrix_busy_ms"] = leg.matrix_pass.busy_ms
+        return hits
+
+    def _gather(self, query: str, tr: Translation, q: np.ndarray | None, matrix_ok: bool,
+                vec_hits: list[tuple[int, float]], kw_hits: list[tuple[int, float]], held: set[int],
+                rows: dict[int, ChunkRow], pool: int, match: str | None) -> _Candidates:
+        """The union of both legs' hits and the chunks of the days the query names, with their rows, and
+        each leg's score for every candidate (a keyword-only hit gets its cosine, a vector-only hit an
+        estimate of its BM25)."""
         cos = dict(vec_hits)
         rel = dict(kw_hits)
         dated = self._dated_chunks(query)
@@ -332,11 +309,12 @@ class HybridSearcher:
         other_script = 0 if _mostly_cjk(query) else 2
         other = [i for i in ids if rows[i].script == other_script]
         if q is not None and other and tr.vector_words and self.cfg.translate_vectors:
-            tq = self._translation_vector(tr.vector_words)
+            assert self.embedder is not None
+            tq = self.word_vectors.query_vector(self.embedder, tr.vector_words)
             if tq is not None:
                 tcos = self.matrix.scores(tq, other) if matrix_ok else self.store.vec_scores(tq, other)
                 for i, c in tcos.items():
-                    if i in held or self._vscore(c) >= UNHELD_TRANSLATION_MIN:
+                    if i in held or self._vscore(c) >= self.tuning.unheld_translation_min:
                         cos[i] = c
         if match and kw_hits:
             # A candidate outside the keyword pool scores below the pool's weakest hit. Re-running the
@@ -348,72 +326,84 @@ class HybridSearcher:
                 floor = min(r for _, r in kw_hits)
                 for i, share in term_coverage(query_terms(query), missing).items():
                     rel[i] = floor * share
+        return _Candidates(rows, ids, cos, rel, vec_hits, kw_hits, dated)
 
-        withheld = 0
-        if restricted:
-            assert reader is not None
-            keep = self.visible(rows, reader) if self.visible is not None else set()
-            withheld = sum(1 for i in ids if i not in keep)
-            ids = [i for i in ids if i in keep]
-            rows = {i: r for i, r in rows.items() if i in keep}
-            cos = {i: c for i, c in cos.items() if i in keep}
-            rel = {i: r for i, r in rel.items() if i in keep}
-            vec_hits = [(i, c) for i, c in vec_hits if i in keep]
-            kw_hits = [(i, r) for i, r in kw_hits if i in keep]
+    def _restrict(self, c: _Candidates, reader: Reader) -> None:
+        """Drop the candidates `reader` may not see, before fusion: neither their scores nor their lines
+        reach its results."""
+        keep = self.visible(c.rows, reader) if self.visible is not None else set()
+        c.withheld = sum(1 for i in c.ids if i not in keep)
+        c.ids = [i for i in c.ids if i in keep]
+        c.rows = {i: r for i, r in c.rows.items() if i in keep}
+        c.cos = {i: s for i, s in c.cos.items() if i in keep}
+        c.rel = {i: r for i, r in c.rel.items() if i in keep}
+        c.vec_hits = [(i, s) for i, s in c.vec_hits if i in keep]
+        c.kw_hits = [(i, r) for i, r in c.kw_hits if i in keep]
 
+    def _score(self, query: str, c: _Candidates, q: np.ndarray | None, match: str | None) -> list[tuple[int, float]]:
+        """Each candidate's score on [0, 1]: both legs fused, then the exact-match rescue, the date boost
+        and temporal decay."""
+        hy = self.cfg.hybrid
+        rel, cos = c.rel, c.cos
         coverage: dict[int, float] = {}
         if match and q is not None and hy.exact_match_rescue:
-            coverage = term_coverage(query_terms(query), {i: rows[i].text for i in ids if rel.get(i, 0) > 0})
-        scored = self._fuse(ids, cos, rel, vec_hits, kw_hits, q is not None)
+            coverage = term_coverage(query_terms(query), {i: c.rows[i].text for i in c.ids if rel.get(i, 0) > 0})
+        scored = self._fuse(c.ids, cos, rel, c.vec_hits, c.kw_hits, q is not None)
         if coverage:
             # The rescue lifts a chunk holding every query term to its text score, less up to 0.1 by
             # its vector score: exact hits stay above minScore, and several of them do not all pile
             # up at 1.000 (their order stays visible to the agent).
             scored = [(i, max(s, self._tscore(rel.get(i, 0.0), rel) - 0.1 * (1 - self._vscore(cos.get(i))))
                        if coverage.get(i, 0) >= 1.0 else s) for i, s in scored]
-        if dated:
-            boost = cfg.date_boost
-            scored = [(i, s + (1 - s) * boost if i in dated else s) for i, s in scored]
-        scored = self._decay(scored, rows)
-        scored.sort(key=lambda s: -s[1])
+        if c.dated:
+            boost = self.cfg.date_boost
+            scored = [(i, s + (1 - s) * boost if i in c.dated else s) for i, s in scored]
+        return self._decay(scored, c.rows)
+
+    def _order(self, scored: list[tuple[int, float]], c: _Candidates, q: np.ndarray | None, max_results: int,
+               min_score: float, timings: dict[str, float]) -> list[tuple[int, float]]:
+        """The candidates that pass min_score, best first: by score, then by their best line's vector,
+        MMR when configured, and notes before copies of conversations."""
+        scored = sorted(scored, key=lambda s: -s[1])
         # min_score is applied here, once: what follows only orders the chunks that passed.
         scored = [(i, s) for i, s in scored if s >= min_score]
-        if q is not None and self._line_vectors and LINE_WEIGHT > 0:
+        if q is not None and self._line_vectors and self.tuning.line_weight > 0:
             t0 = time.perf_counter()
-            scored = self._order_by_lines(scored, rows, q, cos, max_results)
+            scored = self._order_by_lines(scored, c.rows, q, c.cos, max_results)
             timings["lines_ms"] = (time.perf_counter() - t0) * 1000
-        if cfg.mmr.enabled:
-            scored = self._mmr(scored, rows, max_results)
-        scored = self._notes_first(scored, rows)
-        # Windows are chosen on query words, and on their translation (a Chinese question about an
-        # English note should show the English line that answers it).
+        if self.cfg.mmr.enabled:
+            scored = self._mmr(scored, c.rows, max_results)
+        return self._notes_first(scored, c.rows)
+
+    def _show(self, query: str, tr: Translation, scored: list[tuple[int, float]], c: _Candidates,
+              q: np.ndarray | None, max_results: int) -> list[Hit]:
+        """The ordered chunks as up to max_results places (memory.search.places), each with its window of lines.
+
+        Windows are chosen on query words, and on their translation (a Chinese question about an English
+        note should show the English line that answers it)."""
         terms = self._line_terms(query, tr)
-        if LINE_MATCH_BOOST > 0 and terms:
-            scored = self._line_boost(scored, rows, terms, pool)
-        chosen = group_places(scored, rows, max_results)
-        places = show_places(chosen, rows, terms, snippets.search_budget(max_results, len(chosen)),
-                             frozenset(w.lower() for w in _NAME_WORD.findall(query)))
+        chosen = group_places(scored, c.rows, max_results)
+        places = show_places(chosen, c.rows, terms, self.tuning.search_budget(max_results),
+                             frozenset(w.lower() for w in _NAME_WORD.findall(query)), self.tuning)
         hits: list[Hit] = []
         for group, place in zip(chosen, places, strict=True):
             cid, score = group[0]
-            row = rows[cid]
+            row = c.rows[cid]
             snippet, a, b = render(place, terms)
             hits.append(Hit(cid, row.path, row.source, a, b, round(score, 4),
-                            None if q is None else round(self._vscore(cos.get(cid)), 4),
-                            round(self._tscore(rel.get(cid, 0.0), rel), 4), snippet, ((a, b),),
-                            span_of(group, rows)))
-        mode = "hybrid" if q is not None and match else ("keyword-only" if q is None else "vector-only")
-        if q is None and reason is None:
-            reason = "no vector search"
-        return SearchOutcome(hits, mode, reason if q is None else None, timings, withheld)
+                            None if q is None else round(self._vscore(c.cos.get(cid)), 4),
+                            round(self._tscore(c.rel.get(cid, 0.0), c.rel), 4), snippet, ((a, b),),
+                            span_of(group, c.rows)))
+        return hits
 
     def _order_by_lines(self, passed: list[tuple[int, float]], rows: dict[int, ChunkRow], q: np.ndarray,
                         cos: dict[int, float], max_results: int) -> list[tuple[int, float]]:
-        """The first LINE_ORDER_DEPTH × max_results chunks that passed min_score put in order of their
-        score blended with their best line's calibrated cosine (memory.line_vectors); a blended score
+        """The first line_order_depth × max_results chunks that passed min_score put in order of their
+        score blended with their best line's calibrated cosine (memory.index.line_vectors); a blended score
         may fall below min_score, the chunk stays. A chunk without line vectors (one long line split
         into pieces) counts its own vector."""
-        head, tail = passed[:LINE_ORDER_DEPTH * max_results], passed[LINE_ORDER_DEPTH * max_results:]
+        depth, weight = self.tuning.line_order_depth * max_results, self.tuning.line_weight
+        head, tail = passed[:depth], passed[depth:]
         assert self.embedder is not None
         info = self.embedder.info
         spans = [(rows[i].path, rows[i].start_line, rows[i].end_line) for i, _ in head]
@@ -421,19 +411,20 @@ class HybridSearcher:
         blended = []
         for (i, s), b in zip(head, best, strict=True):
             c = b if b is not None else cos.get(i)
-            blended.append((i, s if c is None else (1 - LINE_WEIGHT) * s + LINE_WEIGHT * calibrate(c, info)))
+            blended.append((i, s if c is None else (1 - weight) * s + weight * calibrate(c, info)))
         blended.sort(key=lambda x: -x[1])
         return blended + tail
 
     def _notes_first(self, passed: list[tuple[int, float]], rows: dict[int, ChunkRow]) -> list[tuple[int, float]]:
         """Copies of conversations (session transcripts, and the session dumps written on /new) count
-        COPY_WEIGHT of their score, and the passed chunks are put in order again: a note is what was
+        copy_weight of their score, and the passed chunks are put in order again: a note is what was
         kept of a conversation on purpose, while the copy repeats the words the talk was about, so it
         outscored the note written from it (a dump of the talk about a passport 0.57, the note holding
         the number 0.49). A copy that matches far better than any note still comes first."""
         if not passed or not any(self._is_conversation_copy(rows[i]) for i, _ in passed):
             return passed
-        out = [(i, s * COPY_WEIGHT if self._is_conversation_copy(rows[i]) else s) for i, s in passed]
+        w = self.tuning.copy_weight
+        out = [(i, s * w if self._is_conversation_copy(rows[i]) else s) for i, s in passed]
         return sorted(out, key=lambda x: -x[1])
 
     def _is_conversation_copy(self, row: ChunkRow) -> bool:
@@ -454,21 +445,6 @@ class HybridSearcher:
             self._dumps[row.path] = known
         return known[1]
 
-    @staticmethod
-    def _line_boost(scored: list[tuple[int, float]], rows: dict[int, ChunkRow], terms: list[Term],
-                    pool: int) -> list[tuple[int, float]]:
-        """Lift the best candidates by the share of the query's weight that one of their lines holds:
-        the question's words together in one line (a turn, a bullet) beat the same words spread over
-        a 400-token chunk, which BM25 cannot tell apart."""
-        total = sum(t.weight for t in terms)
-        if total <= 0:
-            return scored
-        head = []
-        for cid, s in scored[:pool]:
-            best = max(line_scores(rows[cid].text.split("\n"), terms, neighbours=False), default=0.0)
-            head.append((cid, s + LINE_MATCH_BOOST * min(1.0, best / total) * (1 - s)))
-        return sorted(head, key=lambda x: -x[1]) + scored[pool:]
-
     def _line_terms(self, query: str, tr: Translation) -> list[Term]:
         n = self.keyword.doc_count()
         own = weigh_terms(query_terms(query), self.keyword.doc_freq, n)
@@ -486,10 +462,7 @@ class HybridSearcher:
     def _translate(self, query: str) -> Translation:
         if self.lexicon is None or (self.cfg.translation_weight <= 0 and not self.cfg.translate_vectors):
             return NO_TRANSLATION
-        groups = self.lexicon.translate_groups(query)
-        terms = list(dict.fromkeys(t for g in groups for t in g))
-        best = list(dict.fromkeys(g[0] for g in groups if g))[:TRANSLATED_VECTOR_WORDS]
-        return Translation(terms, best, tuple(tuple(g) for g in groups if g))
+        return translate(self.lexicon, query, self.tuning.translated_vector_words)
 
     def _keyword_leg(self, query: str, tr: Translation, pool: int,
                      rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], set[int], float]:
@@ -512,7 +485,7 @@ class HybridSearcher:
         ideal = self.keyword.ideal(terms)
         if tr.groups and self.cfg.translation_weight > 0:
             ideal = min(ideal, self._translation_ideal(tr.groups) or ideal)
-        scale = max(max(r for _, r in hits), QUERY_SCALE_SHARE * ideal)
+        scale = max(max(r for _, r in hits), self.tuning.query_scale_share * ideal)
         return [(i, r / scale) for i, r in hits] if scale > 0 else hits
 
     def _translation_ideal(self, groups: tuple[tuple[str, ...], ...]) -> float | None:
@@ -539,36 +512,8 @@ class HybridSearcher:
             self._count = (gen, self.store.chunk_count())
         return self._count[1]
 
-    def _knn(self, qv: np.ndarray, k: int, matrix_ok: bool) -> list[tuple[int, float]]:
-        return self.matrix.topk(qv, k) if matrix_ok else self.store.vec_knn(qv, k)
-
-    def _translation_vector(self, words: list[str]) -> np.ndarray | None:
-        """The query's translation as one vector: the normalised sum of its (cached) word vectors."""
-        assert self.embedder is not None
-        vecs: list[np.ndarray] = []
-        for w in words:
-            v = self._word_vecs.get(w)
-            if v is None:
-                self.word_vector_stats["misses"] += 1
-                try:
-                    v = self.embedder.embed_query(w)
-                except EmbeddingError:
-                    continue
-                self._word_vecs[w] = v
-                if len(self._word_vecs) > WORD_VECTOR_CACHE:
-                    self._word_vecs.popitem(last=False)
-            else:
-                self.word_vector_stats["hits"] += 1
-                self._word_vecs.move_to_end(w)
-            vecs.append(v)
-        if not vecs:
-            return None
-        total = np.sum(vecs, axis=0)
-        norm = float(np.linalg.norm(total))
-        return total / norm if norm > 0 and np.isfinite(norm) else None
-
     def _dated_chunks(self, query: str) -> set[int]:
-        """Chunks of daily logs of the days the query names (see memory.dates)."""
+        """Chunks of daily logs of the days the query names (see memory.search.dates)."""
         if self.cfg.date_boost <= 0:
             return set()
         today = dt.datetime.fromtimestamp(self.clock()).date()

@@ -13,10 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from hermit.memory.chunking import Chunk, text_hash
-
-# The best line's share of a place's score when places are put in order (0.1-0.4 measured).
-LINE_WEIGHT = 0.2
+from hermit.memory.index.chunking import Chunk, text_hash
 
 
 def to_line_blob(vec: np.ndarray) -> bytes:

@@ -20,8 +20,8 @@ import numpy as np
 
 from hermit.db import transaction
 from hermit.errors import StoreError
-from hermit.memory.chunking import Chunk
-from hermit.memory.store_api import FileState, MemoryStore
+from hermit.memory.index.chunking import Chunk
+from hermit.memory.store.api import FileState, MemoryStore
 
 BATCH = 5000  # chunks per bulk write: bounded memory at a million chunks
 
@@ -61,11 +61,11 @@ class MigrationReport:
 # -- backend-specific reads (the store interface has no "read everything" calls; only this module needs them)
 def _sql(store: MemoryStore) -> tuple[Any, str, str]:
     """(connection, table prefix, placeholder) of a SQLite or PostgreSQL store."""
-    from hermit.memory.store import IndexStore
+    from hermit.memory.store.sqlite import IndexStore
 
     if isinstance(store, IndexStore):
         return store.conn, "", "?"
-    from hermit.memory.pg_store import PgStore
+    from hermit.memory.store.postgres.store import PgStore
 
     if isinstance(store, PgStore):
         return store.conn, f"{store.s}.", "%s"
@@ -149,7 +149,7 @@ def _copy_line_vectors(src: MemoryStore, staging: MemoryStore, block: int = BATC
 # -- writing ---------------------------------------------------------------------------------------
 def _write_chunks(staging: MemoryStore, files: dict[str, FileState], chunks: list[SourceChunk],
                   vecs: dict[int, np.ndarray], written: set[str]) -> None:
-    from hermit.memory.pg_store import BulkChunk, PgStore
+    from hermit.memory.store.postgres.store import BulkChunk, PgStore
 
     with_vec = [c for c in chunks if c.id in vecs]
     without = [c for c in chunks if c.id not in vecs]
@@ -187,7 +187,7 @@ def _new_files(files: dict[str, FileState], part: list[SourceChunk], written: se
 
 def _write_empty_files(staging: MemoryStore, files: dict[str, FileState], written: set[str]) -> None:
     """Files with no chunks (empty notes) keep their sync state too, or the next sync would revisit them."""
-    from hermit.memory.pg_store import PgStore
+    from hermit.memory.store.postgres.store import PgStore
 
     rest = [f for p, f in files.items() if p not in written]
     if not rest:

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hermit.db import connect_memory
-from hermit.memory.fts import CJK_LETTERS, FTS_TOKENIZER, or_match
-from hermit.memory.store_api import ChunkRow, MemoryStore
+from hermit.memory.search.fts import CJK_LETTERS, FTS_TOKENIZER, or_match
+from hermit.memory.store.api import ChunkRow, MemoryStore
 from hermit.tokens import count_cjk
 
 K1 = 1.2  # FTS5 bm25() constants

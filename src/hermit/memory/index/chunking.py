@@ -3,10 +3,10 @@
 A fact on a chunk boundary lands in both neighbouring chunks because the overlap is made of whole
 trailing lines. A single line longer than a chunk is split into pieces that all carry that line number.
 
-A file with origin blocks (memory/provenance.py) is chunked run by run: a run is a stretch of lines of
+A file with origin blocks (memory/policy/provenance.py) is chunked run by run: a run is a stretch of lines of
 one audience (blocks of the same audience next to each other, blank lines between them included), so
 no chunk and no overlap holds lines of two audiences and search can withhold a chunk whole
-(memory/audience.py). The marker lines themselves are indexed as blank lines: they would otherwise put
+(memory/policy/audience.py). The marker lines themselves are indexed as blank lines: they would otherwise put
 "origin session agent main audience owner" into every note's words and vector.
 """
 
@@ -15,11 +15,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from hermit.memory.provenance import CLOSE_LINE, origin_blocks
+from hermit.memory.policy.provenance import CLOSE_LINE, origin_blocks
 from hermit.tokens import estimate_tokens
 
 MARKER = "<!-- origin"
-# Part of the index identity (memory.sync): an index chunked before audience runs existed is rebuilt once,
+# Part of the index identity (memory.index.sync): an index chunked before audience runs existed is rebuilt once,
 # so no chunk straddles two audiences (search would withhold it whole). Unchanged chunks come from the
 # embedding cache, so the rebuild embeds only the files with origin blocks.
 CHUNKER_ID = "audience-runs-1"

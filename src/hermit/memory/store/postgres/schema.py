@@ -170,7 +170,7 @@ def _m2(conn: PgConn, s: str) -> None:
 
 
 def _m3(conn: PgConn, s: str) -> None:
-    """line_vectors: a float16 vector per non-blank line (memory.line_vectors), kept with the chunks."""
+    """line_vectors: a float16 vector per non-blank line (memory.index.line_vectors), kept with the chunks."""
     conn.execute(f"create table {s}.line_vectors(path text not null, line integer not null,"
                  " embedding bytea not null, primary key(path, line))")
 

@@ -1,9 +1,11 @@
 """The PostgreSQL memory store: one schema per agent on a shared server, vectors in pgvector.
 
-Implements memory.store_api.MemoryStore with the SQLite store's semantics: chunks, files, the
+Implements memory.store.api.MemoryStore with the SQLite store's semantics: chunks, files, the
 embedding cache and a generation counter per agent; keyword search with FTS5's tokens and BM25
-(memory.pg_keyword); vector KNN in the server (exact scan while small, an HNSW index past
-`hnsw_threshold` vectors), so no process holds every vector in RAM.
+(memory.store.postgres.keyword); vector KNN in the server (exact scan while small, an HNSW index past
+`hnsw_threshold` vectors: memory.store.postgres.hnsw), so no process holds every vector in RAM. Every
+public method carries `guarded` (memory.store.postgres.errors): a server failure becomes a StoreError
+that names host and database, never the DSN.
 
 Several hosts, one memory: the writer lock is a session-level advisory lock per agent schema (a host
 killed mid-sync drops its connection, which releases the lock and rolls back its open transaction);
@@ -14,32 +16,28 @@ two renames in one transaction, so readers see the old index or the new one.
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import json
-import math
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hermit.errors import StoreError
-from hermit.memory.chunking import Chunk
-from hermit.memory.keyword import K1, B
-from hermit.memory.line_vectors import by_line_text, to_line_blob
-from hermit.memory.pg_keyword import Expr, Phrase, Tokenizer, bm25, phrases, to_tsquery
-from hermit.memory.pg_schema import connect, lock_key, mask_dsn, migrate, qi, scrub, server_facts
-from hermit.memory.store_api import ChunkRow, FileState, script_class
+from hermit.memory.index.chunking import Chunk
+from hermit.memory.index.line_vectors import by_line_text, to_line_blob
+from hermit.memory.store.api import ChunkRow, FileState, script_class
+from hermit.memory.store.postgres.errors import failure, guarded
+from hermit.memory.store.postgres.hnsw import Hnsw
+from hermit.memory.store.postgres.keyword import PgKeyword, Tokenizer
+from hermit.memory.store.postgres.schema import connect, lock_key, mask_dsn, migrate, qi, server_facts
 
 if TYPE_CHECKING:
     from hermit.config.schema import PostgresStoreConfig
-    from hermit.memory.pg_schema import PgConn
-
-HNSW_INDEX = "chunks_vec_hnsw"
+    from hermit.memory.store.postgres.schema import PgConn
 
 
 @dataclass(frozen=True)
@@ -95,21 +93,22 @@ class PgStore:
         self._dsn, self.schema, self.cfg, self._env = dsn, schema, cfg, dsn_env
         self.s = qi(schema)
         self.location = f"postgresql {mask_dsn(dsn)} schema {schema}"
+        self.hnsw = Hnsw(self)
+        self.keyword = PgKeyword(self)
         self._conn = connect(dsn, timeout_s=cfg.connect_timeout_s, dsn_env=dsn_env)
         if create:
             migrate(self.conn, schema)
         self.tok = Tokenizer()
-        self._ef: int | None = None
-        self._df: tuple[tuple[str | None, int], dict[Phrase, int]] = ((None, -1), {})
 
     @property
     def conn(self) -> PgConn:
         """The connection; a new one when the server dropped the old (restart, failover, idle timeout)."""
         if self._conn.closed or self._conn.broken:
             self._conn = connect(self._dsn, timeout_s=self.cfg.connect_timeout_s, dsn_env=self._env)
-            self._ef = None
+            self.hnsw.reset()
         return self._conn
 
+    @guarded
     def close(self) -> None:
         self._conn.close()
 
@@ -118,9 +117,11 @@ class PgStore:
         return row[0] if row else None
 
     # -- meta ---------------------------------------------------------------------------------
+    @guarded
     def meta(self) -> dict[str, str]:
         return {str(k): str(v) for k, v in self.conn.execute(f"select key, value from {self.s}.meta")}
 
+    @guarded
     def set_meta(self, values: dict[str, str]) -> None:
         with self.conn.transaction():
             self._set_meta(values)
@@ -141,22 +142,27 @@ class PgStore:
                 self.conn.execute(f"lock table {self.s}.meta in access share mode")
                 yield
         except psycopg.Error as e:
-            raise _failure(self, e) from None
+            raise failure(self._dsn, e) from None
 
+    @guarded
     def generation(self) -> int:
         v = self._one(f"select value from {self.s}.meta where key='generation'")
         return int(v) if v is not None else 0
 
+    @guarded
     def identity(self) -> dict[str, object]:
         raw = self._one(f"select value from {self.s}.meta where key='identity'")
         return json.loads(raw) if raw else {}
 
+    @guarded
     def vector_kind(self) -> str:
         return "pgvector"
 
+    @guarded
     def vector_backend(self) -> str | None:
         return "pgvector" if self._has_vec_table() else None
 
+    @guarded
     def vector_problem(self) -> str | None:
         return None
 
@@ -169,17 +175,21 @@ class PgStore:
                               f" {self.s}.chunks(id) on delete cascade, embedding vector({int(dims)}) not null)")
 
     # -- files & chunks -----------------------------------------------------------------------
+    @guarded
     def writer_lock(self) -> AdvisoryLock:
         return AdvisoryLock(self._dsn, lock_key(self.schema), self.cfg.connect_timeout_s, self._env)
 
+    @guarded
     def files(self, source: str | None = None) -> dict[str, FileState]:
         sql = f"select path, source, hash, mtime, size, embedded, messages from {self.s}.files"
         rows = self.conn.execute(sql + (" where source=%s" if source else ""), (source,) if source else ())
         return {r[0]: FileState(r[0], r[1], r[2], int(r[3]), int(r[4]), bool(r[5]), int(r[6])) for r in rows}
 
+    @guarded
     def touch_file(self, path: str, mtime: int, size: int) -> None:
         self.conn.execute(f"update {self.s}.files set mtime=%s, size=%s where path=%s", (mtime, size, path))
 
+    @guarded
     def replace_file(
         self, *, path: str, source: str, file_hash: str, mtime: int, size: int,
         chunks: Sequence[Chunk], vectors: np.ndarray | None, model: str, messages: int = 0,
@@ -217,6 +227,7 @@ class PgStore:
                 (path, source, file_hash, mtime, size, vectors is not None or not chunks, now, messages))
             self._bump(gen, d_docs + len(chunks), d_toks + sum(n for _, n in docs))
 
+    @guarded
     def bulk_add(self, files: Sequence[FileState], chunks: Sequence[BulkChunk], vectors: np.ndarray | None,
                  *, updated_at: int | None = None) -> None:
         """Append files and chunks (+ their vectors, row i of `vectors` for chunks[i]) with COPY in ONE
@@ -248,6 +259,7 @@ class PgStore:
                     cp.write_row((f.path, f.source, f.hash, f.mtime, f.size, f.embedded, now, f.messages))
             self._bump(gen, len(chunks), sum(n for _, n in docs))
 
+    @guarded
     def delete_file(self, path: str) -> None:
         with self.conn.transaction():
             d_docs, d_toks = self._delete_chunks(path)
@@ -280,6 +292,7 @@ class PgStore:
         self._set_meta({"generation": str(gen), "fts_docs": str(int(m.get("fts_docs", "0")) + d_docs),
                         "fts_tokens": str(int(m.get("fts_tokens", "0")) + d_toks)})
 
+    @guarded
     def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
         ids = [int(i) for i in ids]
         if not ids:
@@ -288,6 +301,7 @@ class PgStore:
                                  " where id = any(%s)", (ids,))
         return {int(r[0]): ChunkRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], int(r[6])) for r in rows}
 
+    @guarded
     def chunk_ids_for_days(self, days: Sequence[str], limit: int = 200) -> list[int]:
         out: list[int] = []
         for day in days:
@@ -298,9 +312,11 @@ class PgStore:
                 break
         return out[:limit]
 
+    @guarded
     def chunk_count(self) -> int:
         return int(self._one(f"select count(*) from {self.s}.chunks"))
 
+    @guarded
     def pending_vectors(self) -> tuple[int, int]:
         files = int(self._one(f"select count(*) from {self.s}.files where not embedded"))
         if not files:
@@ -308,6 +324,7 @@ class PgStore:
         return files, int(self._one(f"select count(*) from {self.s}.chunks where path in"
                                     f" (select path from {self.s}.files where not embedded)"))
 
+    @guarded
     def counts(self) -> dict[str, int]:
         row = self.conn.execute(
             f"select (select count(*) from {self.s}.files), (select count(*) from {self.s}.chunks),"
@@ -317,12 +334,14 @@ class PgStore:
         return {"files": int(row[0]), "chunks": int(row[1]), "files_without_vectors": int(row[2]),
                 "cache_entries": int(row[3]), "line_vectors": int(row[4])}
 
+    @guarded
     def line_vectors_of(self, path: str) -> dict[str, np.ndarray]:
         blobs = {int(n): bytes(b) for n, b in self.conn.execute(
             f"select line, embedding from {self.s}.line_vectors where path=%s", (path,))}
         return by_line_text(self.conn.execute(f"select start_line, text from {self.s}.chunks where path=%s",
                                               (path,)), blobs) if blobs else {}
 
+    @guarded
     def line_vector_blobs(self, spans: Sequence[tuple[str, int, int]]) -> dict[int, bytes]:
         out: dict[int, list[bytes]] = {k: [] for k in range(len(spans))}
         if spans:
@@ -334,6 +353,7 @@ class PgStore:
         return {k: b"".join(v) for k, v in out.items()}
 
     # -- embedding cache ----------------------------------------------------------------------
+    @guarded
     def cache_get(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
         uniq = list(dict.fromkeys(hashes))
         if not uniq:
@@ -343,6 +363,7 @@ class PgStore:
             " and provider_key=%s and hash = any(%s)", (provider, model, key, uniq))
         return {str(h): np.frombuffer(bytes(b), dtype=np.float32) for h, b in rows}
 
+    @guarded
     def cache_put(self, provider: str, model: str, key: str, items: dict[str, np.ndarray]) -> None:
         if not items:
             return
@@ -355,6 +376,7 @@ class PgStore:
                 [(provider, model, key, h, np.asarray(v, dtype=np.float32).tobytes(), int(v.shape[0]), now)
                  for h, v in items.items()])
 
+    @guarded
     def cache_prune(self, max_entries: int) -> int:
         n = int(self._one(f"select count(*) from {self.s}.embedding_cache"))
         if n <= max_entries:
@@ -363,136 +385,59 @@ class PgStore:
                           f" {self.s}.embedding_cache order by updated_at asc limit %s)", (n - max_entries,))
         return n - max_entries
 
-    # -- keyword leg (FTS5 semantics; see memory.pg_keyword) -----------------------------------
-    def _parse(self, match: str) -> Expr | None:
-        return self.tok.parse(match)
-
+    # -- keyword leg (FTS5 semantics; memory.store.postgres.keyword.PgKeyword) -----------------
+    @guarded
     def fts_count(self, match: str) -> int:
-        expr = self._parse(match)
-        if expr is None:
-            return 0
-        if isinstance(expr, Phrase):
-            return self._phrase_count(expr)
-        return int(self._one(f"select count(*) from {self.s}.chunks where tsv @@ %s::tsquery", (to_tsquery(expr),)))
+        return self.keyword.count(match)
 
-    def _phrase_count(self, ph: Phrase) -> int:
-        """Chunks holding the phrase: token_df for one token (a key lookup), else a count through the GIN index."""
-        if len(ph.tokens) == 1:
-            return int(self._one(f"select coalesce((select df from {self.s}.token_df where lexeme = %s), 0)",
-                                 (ph.tokens[0],)))
-        return int(self._one(f"select count(*) from {self.s}.chunks where tsv @@ %s::tsquery", (to_tsquery(ph),)))
-
-    def _doc_freqs(self, instances: list[Phrase]) -> dict[Phrase, int]:
-        """Documents holding each phrase (FTS5's nHit), remembered per index generation."""
-        m = self.meta()
-        stamp = (m.get("index_id"), int(m.get("generation", "0")))
-        if self._df[0] != stamp:
-            self._df = (stamp, {})
-        df = self._df[1]
-        for ph in dict.fromkeys(instances):
-            if ph not in df:
-                df[ph] = self._phrase_count(ph)
-        return df
-
-    def _ranked(self, match: str, where: str, params: Sequence[Any],
-                limit: int | None = None) -> list[tuple[int, float]]:
-        expr = self._parse(match)
-        if expr is None:
-            return []
-        instances = phrases(expr)
-        if all(len(ph.tokens) == 1 for ph in instances):
-            return self._ranked_in_sql(expr, instances, where, params, limit)
-        lexemes = sorted({t for ph in instances for t in ph.tokens})
-        docs: dict[int, tuple[int, dict[str, list[int]]]] = {}
-        for cid, ntok, lexeme, pos in self.conn.execute(
-            # setweight + ts_filter keep only the query's lexemes in C, so unnest yields a few rows per
-            # document rather than every token it holds (3× faster at 2,500 matching chunks).
-            f"select c.id, c.ntok, u.lexeme, u.positions from {self.s}.chunks c cross join lateral"
-            f" unnest(ts_filter(setweight(c.tsv, 'A', %s), '{{a}}')) u where c.tsv @@ %s::tsquery {where}",
-            (lexemes, to_tsquery(expr), *params),
-        ):
-            docs.setdefault(int(cid), (int(ntok), {}))[1][str(lexeme)] = list(pos)
-        if not docs:
-            return []
-        n_docs, avgdl = self.fts_stats()
-        df = self._doc_freqs(instances)
-        out = [(cid, bm25(instances, df, n_docs, avgdl, ntok, pos)) for cid, (ntok, pos) in docs.items()]
-        out.sort(key=lambda x: (-x[1], x[0]))
-        return out
-
-    def _ranked_in_sql(self, expr: Expr, instances: list[Phrase], where: str, params: Sequence[Any],
-                       limit: int | None) -> list[tuple[int, float]]:
-        """The same BM25, summed and sorted in the server, when every phrase is one token (most queries):
-        each row's term frequency is its position count, so only the best `limit` rows travel."""
-        n_docs, avgdl = self.fts_stats()
-        if n_docs <= 0 or avgdl <= 0:
-            return []
-        df = self._doc_freqs(instances)
-        weight: dict[str, float] = {}
-        for ph in instances:  # a phrase listed twice counts twice, as in FTS5
-            d = df.get(ph, 0)
-            idf = math.log((n_docs - d + 0.5) / (d + 0.5))
-            weight[ph.tokens[0]] = weight.get(ph.tokens[0], 0.0) + (idf if idf > 0 else 1e-6)
-        lexemes = list(weight)
-        rows = self.conn.execute(
-            f"select c.id, sum(w.idf * (cardinality(u.positions) * %s::float8)"
-            f" / (cardinality(u.positions) + %s::float8 * (1 - %s::float8 + %s::float8 * c.ntok / %s::float8))) as r"
-            f" from {self.s}.chunks c cross join lateral unnest(ts_filter(setweight(c.tsv, 'A', %s), '{{a}}')) u"
-            f" join unnest(%s::text[], %s::float8[]) w(lexeme, idf) on w.lexeme = u.lexeme"
-            f" where c.tsv @@ %s::tsquery {where} group by c.id order by r desc, c.id"
-            + (" limit %s" if limit is not None else ""),
-            (K1 + 1, K1, B, B, avgdl, lexemes, lexemes, [weight[x] for x in lexemes], to_tsquery(expr), *params,
-             *((int(limit),) if limit is not None else ())))
-        return [(int(i), float(r)) for i, r in rows]
-
+    @guarded
     def fts_search(self, match: str, limit: int, min_rowid: int | None = None) -> list[tuple[int, float]]:
         if min_rowid is None:
-            return self._ranked(match, "", (), limit)[:limit]
-        return self._ranked(match, "and c.id >= %s", (int(min_rowid),), limit)[:limit]
+            return self.keyword.ranked(match, "", (), limit)[:limit]
+        return self.keyword.ranked(match, "and c.id >= %s", (int(min_rowid),), limit)[:limit]
 
+    @guarded
     def fts_scores(self, match: str, ids: Sequence[int]) -> dict[int, float]:
         if not ids:
             return {}
-        return dict(self._ranked(match, "and c.id = any(%s)", ([int(i) for i in ids],)))
+        return dict(self.keyword.ranked(match, "and c.id = any(%s)", ([int(i) for i in ids],)))
 
+    @guarded
     def fts_stats(self) -> tuple[int, float]:
-        m = self.meta()
-        n, total = int(m.get("fts_docs", "0")), int(m.get("fts_tokens", "0"))
-        return n, (total / n if n else 0.0)
+        return self.keyword.stats()
 
+    @guarded
     def fts_doc_lengths(self, ids: Sequence[int]) -> dict[int, int]:
         if not ids:
             return {}
         rows = self.conn.execute(f"select id, ntok from {self.s}.chunks where id = any(%s)", ([int(i) for i in ids],))
         return {int(i): int(n) for i, n in rows}
 
+    @guarded
     def max_chunk_id(self) -> tuple[int, int]:
         row = self.conn.execute(f"select min(id), max(id) from {self.s}.chunks").fetchone()
         return (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
 
-    # -- vector leg (in the server) -------------------------------------------------------------
-    def _set_ef(self, k: int) -> None:
-        ef = max(self.cfg.ef_search, k)
-        if ef != self._ef:
-            self.conn.execute("select set_config('hnsw.ef_search', %s, false)", (str(ef),))
-            self._ef = ef
-
+    # -- vector leg (in the server; the HNSW index: memory.store.postgres.hnsw) ----------------
+    @guarded
     def vec_knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) best first: HNSW when built (ef_search ≥ k), else an exact scan."""
         if not self._has_vec_table():
             return []
-        self._set_ef(k)
+        self.hnsw.set_ef(k)
         q = np.asarray(query, dtype=np.float32)
         rows = self.conn.execute(f"select id, embedding <=> %s as d from {self.s}.chunks_vec order by d limit %s",
                                  (q, int(k)))
         return [(int(i), 1.0 - float(d)) for i, d in rows]
 
+    @guarded
     def vec_knn_exact(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The exact top-k whatever indexes exist (the reference for the HNSW recall)."""
         with self.conn.transaction():
             self.conn.execute("set local enable_indexscan = off")
             return self.vec_knn(query, k)
 
+    @guarded
     def vec_scores(self, query: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
         if not ids or not self._has_vec_table():
             return {}
@@ -516,42 +461,29 @@ class PgStore:
             yield ids, mat
             last = int(ids[-1])
 
+    @guarded
     def vector_count(self) -> int:
         return int(self._one(f"select count(*) from {self.s}.chunks_vec")) if self._has_vec_table() else 0
 
+    @guarded
     def has_hnsw(self) -> bool:
-        return self._one("select to_regclass(%s) is not null", (f"{self.s}.{HNSW_INDEX}",)) is True
+        return self.hnsw.exists()
 
+    @guarded
     def optimize(self) -> None:
         """Build the HNSW index once the vectors pass the threshold (below it an exact scan is as fast)."""
-        if self.has_hnsw() or self.vector_count() < self.cfg.hnsw_threshold:
-            return
-        self.conn.execute(f"create index if not exists {HNSW_INDEX} on {self.s}.chunks_vec using hnsw"
-                          f" (embedding vector_cosine_ops) with (m = {int(self.cfg.hnsw_m)},"
-                          f" ef_construction = {int(self.cfg.hnsw_ef_construction)})")
+        self.hnsw.build()
 
+    @guarded
     def hnsw_recall(self, sample: int = 50, k: int = 10) -> float | None:
         """recall@k of the HNSW path against the exact scan, the queries `sample` stored vectors."""
-        if not self.has_hnsw():
-            return None
-        with self.conn.cursor(binary=True) as cur:
-            qs = [r[0].to_numpy() for r in cur.execute(
-                f"select embedding from {self.s}.chunks_vec tablesample system (10) limit %s", (sample,))]
-            if len(qs) < sample:
-                qs += [r[0].to_numpy() for r in cur.execute(
-                    f"select embedding from {self.s}.chunks_vec order by random() limit %s", (sample - len(qs),))]
-        found = total = 0
-        for q in qs:
-            exact = {i for i, _ in self.vec_knn_exact(q, k)}
-            approx = {i for i, _ in self.vec_knn(q, k)}
-            found += len(exact & approx)
-            total += len(exact)
-        return found / total if total else None
+        return self.hnsw.recall(sample, k)
 
     # -- atomic rebuilds -------------------------------------------------------------------------
     def _stale_pattern(self) -> re.Pattern[str]:
         return re.compile(re.escape(self.schema) + r"_(rb|old)[0-9a-f]{8}")
 
+    @guarded
     def clean_stale_rebuilds(self) -> int:
         pat = self._stale_pattern()
         names = [str(r[0]) for r in self.conn.execute(
@@ -561,6 +493,7 @@ class PgStore:
             self.conn.execute(f"drop schema if exists {qi(n)} cascade")
         return len(stale)
 
+    @guarded
     def open_rebuild(self) -> PgStore:
         staging = PgStore(self._dsn, f"{self.schema}_rb{uuid.uuid4().hex[:8]}", self.cfg, dsn_env=self._env)
         try:
@@ -570,6 +503,7 @@ class PgStore:
             raise
         return staging
 
+    @guarded
     def finish_rebuild(self, staging: object) -> None:
         assert isinstance(staging, PgStore)
         staging.optimize()
@@ -583,68 +517,29 @@ class PgStore:
             self.conn.execute(f"alter schema {staging.s} rename to {self.s}")
             # Waits for readers of the old tables to finish; later statements see the new schema.
             self.conn.execute(f"drop schema {qi(old)} cascade")
-        self._df = ((None, -1), {})
+        self.keyword.reset()
 
+    @guarded
     def discard_rebuild(self, staging: object) -> None:
         assert isinstance(staging, PgStore)
         staging.close()
         self.conn.execute(f"drop schema if exists {staging.s} cascade")
 
     # -- status ----------------------------------------------------------------------------------
+    @guarded
     def describe(self, recall_sample: int = 50) -> dict[str, Any]:
         facts = server_facts(self.conn)
         hnsw = self.has_hnsw()
         return {"backend": "postgres", "server": mask_dsn(self._dsn), "schema": self.schema, **facts,
                 "vectors": self.vector_count(), "hnsw_index": hnsw, "hnsw_threshold": self.cfg.hnsw_threshold,
-                "hnsw_recall_at_10": self._recall(recall_sample) if hnsw else None,
+                "hnsw_recall_at_10": self.hnsw.recall_once(recall_sample) if hnsw else None,
                 "recall_sample": recall_sample if hnsw else 0,
                 "vector": {"available": True, "backend": self.vector_backend(), "error": None}}
-
-    def _recall(self, sample: int) -> float | None:
-        """hnsw_recall, measured once per index generation (each query is an exact scan: seconds at 1M)."""
-        m = self.meta()
-        stamp = f"{m.get('index_id')}:{m.get('generation', '0')}:{sample}"
-        try:
-            kept = json.loads(m.get("hnsw_recall", "{}"))
-        except ValueError:
-            kept = {}
-        if kept.get("stamp") == stamp:
-            return kept.get("recall")
-        recall = self.hnsw_recall(sample)
-        self.set_meta({"hnsw_recall": json.dumps({"stamp": stamp, "recall": recall})})
-        return recall
-
-
-def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A server failure inside a store call becomes a StoreError (host/db only, never the DSN)."""
-
-    @functools.wraps(fn)
-    def call(self: PgStore, *args: Any, **kw: Any) -> Any:
-        import psycopg
-
-        try:
-            return fn(self, *args, **kw)
-        except psycopg.Error as e:
-            raise _failure(self, e) from None
-
-    return call
-
-
-def _failure(store: PgStore, e: Exception) -> StoreError:
-    first = (str(e).strip().splitlines() or ["unknown error"])[0]
-    return StoreError(f"PostgreSQL at {mask_dsn(store._dsn)} failed: {scrub(first, store._dsn)}",
-                      "check that the server is up and reachable; the next call reconnects")
-
-
-for _name, _fn in list(vars(PgStore).items()):
-    if callable(_fn) and not _name.startswith("_") and not inspect.isgeneratorfunction(_fn) \
-            and _name != "reading":  # a context manager: it converts its own failures
-        setattr(PgStore, _name, _guarded(_fn))
 
 
 def open_pg_store(dsn_env: str, environ: Mapping[str, str], schema: str,
                   cfg: PostgresStoreConfig) -> PgStore:
-    from hermit.memory.pg_schema import dsn_from_env
+    from hermit.memory.store.postgres.schema import dsn_from_env
 
     dsn = dsn_from_env(dsn_env, environ)
     try:

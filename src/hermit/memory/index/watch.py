@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from hermit.memory.sync import SyncReport
+from hermit.memory.index.sync import SyncReport
 
 log = logging.getLogger(__name__)
 

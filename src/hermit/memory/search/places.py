@@ -6,25 +6,10 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
-from hermit.memory.snippets import Place, Term, choose_windows, front_matter_lines, line_scores
-from hermit.memory.store_api import ChunkRow
+from hermit.memory.search.snippets import Place, Term, choose_windows, front_matter_lines, line_scores
+from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning
+from hermit.memory.store.api import ChunkRow
 
-# Overlapping chunks of one file become one result (bench/retrieval/conversations.md: `no-merge`).
-MERGE_OVERLAPS = True
-# A result's window may grow past its chunk into the neighbouring chunks of its file that search
-# already fetched as candidates (no extra query): the rest of the conversation around a hit, when the
-# budget allows (bench/retrieval/conversations.md: `no-extend`).
-EXTEND_PLACES = True
-# At most this many places of one file (0: no limit). Off: one place per file lifted conversation 26
-# and lowered 41 (bench/retrieval/conversations.md: `per-file-1`).
-MAX_PLACES_PER_FILE = 0
-
-# When the question names a speaker of a conversation (a line `- [D1:3] Caroline: …`, `- Tom: …`), the
-# lines of the other speakers in a place count this share of their query words: "What has Melanie
-# painted?" is answered by Melanie's turns; Caroline's "did you paint that?" only leads to one (and
-# still lends the reply after it its neighbour share). 0-0.15 give the same results; 0.3-0.85 less
-# (bench/retrieval/conversations.md: `speaker-*`).
-OTHER_SPEAKER_SHARE = 0.0
 _SPEAKER = re.compile(r"^\s*(?:[-*]\s+)?(?:\[[^\]]{1,20}\]\s*)?([^\W\d_][\w'-]{0,30}):\s")
 
 
@@ -38,7 +23,8 @@ Group = list[tuple[int, float]]
 
 def group_places(ranked: list[tuple[int, float]], rows: dict[int, ChunkRow], max_results: int) -> list[Group]:
     """The ranked chunks (those that passed min_score, best first) as up to max_results places: a chunk
-    overlapping or touching one already taken (the same file) joins it, so six results are six places."""
+    overlapping or touching one already taken (the same file) joins it, so six results are six places
+    (kept apart, they were 0.843 vs 0.855 on LoCoMo dev, round 5's `no-merge`)."""
     groups: list[Group] = []
     spans: list[tuple[str, int, int]] = []
     for cid, score in ranked:
@@ -46,13 +32,11 @@ def group_places(ranked: list[tuple[int, float]], rows: dict[int, ChunkRow], max
             break
         row = rows[cid]
         for k, (path, a, b) in enumerate(spans):
-            if MERGE_OVERLAPS and path == row.path and row.start_line <= b + 1 and row.end_line >= a - 1:
+            if path == row.path and row.start_line <= b + 1 and row.end_line >= a - 1:
                 groups[k].append((cid, score))
                 spans[k] = (path, min(a, row.start_line), max(b, row.end_line))
                 break
         else:
-            if MAX_PLACES_PER_FILE and sum(p == row.path for p, _, _ in spans) >= MAX_PLACES_PER_FILE:
-                continue
             groups.append([(cid, score)])
             spans.append((row.path, row.start_line, row.end_line))
     return groups
@@ -64,17 +48,21 @@ def span_of(group: Group, rows: dict[int, ChunkRow]) -> tuple[int, int]:
 
 
 def show_places(chosen: list[Group], rows: dict[int, ChunkRow], terms: list[Term], budget: int,
-                names: frozenset[str] = frozenset()) -> list[Place]:
-    """Each place with its window chosen (memory.snippets), the windows sharing `budget` characters."""
-    places = [_place(group, rows, terms, {}, names) for group in chosen]
-    choose_windows(places, budget)
-    if EXTEND_PLACES and _budget_left(places, budget):
+                names: frozenset[str] = frozenset(), tuning: SearchTuning = DEFAULT_TUNING) -> list[Place]:
+    """Each place with its window chosen (memory.search.snippets), the windows sharing `budget` characters.
+
+    A window may grow past its chunk into the neighbouring chunks of its file that search already
+    fetched as candidates (no extra query): the rest of the conversation around a hit, when the budget
+    allows (without it 0.844 vs 0.855 on LoCoMo dev, round 5's `no-extend`)."""
+    places = [_place(group, rows, terms, {}, names, tuning) for group in chosen]
+    choose_windows(places, budget, tuning)
+    if _budget_left(places, budget):
         # Only then are the places widened (and all windows chosen again): when the budget binds,
         # as it does for most searches, nothing changes and nothing more is scored.
         extra = _neighbours(chosen, rows)
         if any(extra):
-            places = [_place(g, rows, terms, more, names) for g, more in zip(chosen, extra, strict=True)]
-            choose_windows(places, budget)
+            places = [_place(g, rows, terms, more, names, tuning) for g, more in zip(chosen, extra, strict=True)]
+            choose_windows(places, budget, tuning)
     return places
 
 
@@ -115,7 +103,7 @@ def _neighbours(chosen: list[Group], rows: dict[int, ChunkRow]) -> list[dict[int
 
 
 def _place(group: Group, rows: dict[int, ChunkRow], terms: list[Term],
-           more: dict[int, str], names: frozenset[str] = frozenset()) -> Place:
+           more: dict[int, str], names: frozenset[str], tuning: SearchTuning) -> Place:
     by_line: dict[int, str] = {}
     lo, hi = span_of(group, rows)
     # Neighbouring lines only as far as they run unbroken from the place (another place's lines
@@ -135,10 +123,13 @@ def _place(group: Group, rows: dict[int, ChunkRow], terms: list[Term],
     start = min(by_line)
     lines = [by_line.get(n, "") for n in range(start, max(by_line) + 1)]
     muted: Collection[int] = front_matter_lines(lines) if start == 1 else range(0)
-    scores = [0.0 if k in muted else v for k, v in enumerate(line_scores(lines, terms))]
-    if names and OTHER_SPEAKER_SHARE < 1:
+    scores = [0.0 if k in muted else v for k, v in enumerate(line_scores(lines, terms, tuning))]
+    share = tuning.other_speaker_share
+    if names and share < 1:
+        # The question names a speaker of some lines here: the other speakers' lines count only as
+        # context (SearchTuning.other_speaker_share).
         who = [_speaker(ln) for ln in lines]
         if any(w in names for w in who if w):
-            scores = [v * OTHER_SPEAKER_SHARE if w and w not in names else v for v, w in zip(scores, who, strict=True)]
+            scores = [v * share if w and w not in names else v for v, w in zip(scores, who, strict=True)]
     seedable = range(lo - start, hi - start + 1) if (start, len(lines)) != (lo, hi - lo + 1) else None
     return Place(start, lines, scores, muted=muted, seedable=seedable)
