@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -151,3 +152,13 @@ def test_matrix_pass_blocks_shared_by_two_threads() -> None:
         job.result()
     assert np.allclose(p.out, mat @ q, rtol=1e-5, atol=1e-5)
     assert p.busy_ms > 0
+
+
+def test_idf_of_a_phrase_counted_in_more_chunks_than_the_index_holds() -> None:
+    """Counts read while another process indexes can disagree (PostgreSQL reads them in two statements):
+    the phrase scores as an everyday word instead of failing the search with a math domain error."""
+    from hermit.memory.search.fts import bm25_idf
+
+    assert bm25_idf(3, 5) == 1e-6 and bm25_idf(0, 1) == 1e-6
+    assert bm25_idf(100, 1) == pytest.approx(math.log(99.5 / 1.5))
+    assert bm25_idf(100, 60) == 1e-6  # FTS5's floor for a word in most chunks

@@ -10,6 +10,7 @@ plain characters, never syntax.
 
 from __future__ import annotations
 
+import math
 import re
 
 CJK_LETTERS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
@@ -21,6 +22,14 @@ _WORD = re.compile(f"[^\\W_{CJK_LETTERS}]+")
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 # Bumped when the index text transform changes, so an old index is rebuilt.
 FTS_VERSION = "cjk-bigram-1"
+
+
+def bm25_idf(n_docs: int, df: int) -> float:
+    """FTS5's idf: log((N - n + 0.5) / (n + 0.5)), at least 1e-6. The count of chunks holding a phrase can
+    exceed the count of chunks when the two are read while another process indexes: that is an everyday
+    word (1e-6), not a math domain error."""
+    ratio = (n_docs - df + 0.5) / (df + 0.5)
+    return math.log(ratio) if ratio > 1.0 else 1e-6
 
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being below

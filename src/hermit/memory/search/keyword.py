@@ -25,14 +25,13 @@ newest chunks that fit the budget (highest rowids; new and edited notes get new 
 from __future__ import annotations
 
 import bisect
-import math
 import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hermit.db import connect_memory
-from hermit.memory.search.fts import CJK_LETTERS, FTS_TOKENIZER, or_match
+from hermit.memory.search.fts import CJK_LETTERS, FTS_TOKENIZER, bm25_idf, or_match
 from hermit.memory.store.api import ChunkRow, MemoryStore
 from hermit.tokens import count_cjk
 
@@ -141,8 +140,7 @@ class KeywordSearcher:
 
         A phrase found nowhere counts at its largest idf: the question asks for it, and no note has it."""
         n = self.doc_count()
-        return sum(max(math.log((n - d + 0.5) / (d + 0.5)), 1e-6)
-                   for d in (self.doc_freq(p) for p in dict.fromkeys(phrases)))
+        return sum(bm25_idf(n, d) for d in (self.doc_freq(p) for p in dict.fromkeys(phrases)))
 
     def plan(self, phrases: list[str]) -> KeywordPlan:
         df = {p: self.doc_freq(p) for p in dict.fromkeys(phrases)}
@@ -253,7 +251,7 @@ class KeywordSearcher:
             norm = K1 * (1 - B + B * lengths.get(cid, avgdl) / avgdl)
             for phrase, f in counts.items():
                 d = df[phrase]
-                idf = max(math.log((n - d + 0.5) / (d + 0.5)), 1e-6)
+                idf = bm25_idf(n, d)
                 out.setdefault(cid, {})[phrase] = idf * f * (K1 + 1) / (f + norm)
         return out
 

@@ -15,14 +15,13 @@ token repeated more than 256 times in one chunk counts as 256 (FTS5 counts them 
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hermit.errors import IndexError_
-from hermit.memory.search.fts import index_text
+from hermit.memory.search.fts import bm25_idf, index_text
 from hermit.memory.search.keyword import K1, B, FtsTokens
 
 if TYPE_CHECKING:
@@ -172,10 +171,7 @@ def bm25(instances: list[Phrase], df: dict[Phrase, int], n_docs: int, avgdl: flo
         if not f:
             continue
         d = df.get(ph, 0)
-        idf = math.log((n_docs - d + 0.5) / (d + 0.5))
-        if idf <= 0:
-            idf = 1e-6
-        score += idf * f * (K1 + 1) / (f + norm)
+        score += bm25_idf(n_docs, d) * f * (K1 + 1) / (f + norm)
     return score
 
 
@@ -263,8 +259,7 @@ class PgKeyword:
         weight: dict[str, float] = {}
         for ph in instances:  # a phrase listed twice counts twice, as in FTS5
             d = df.get(ph, 0)
-            idf = math.log((n_docs - d + 0.5) / (d + 0.5))
-            weight[ph.tokens[0]] = weight.get(ph.tokens[0], 0.0) + (idf if idf > 0 else 1e-6)
+            weight[ph.tokens[0]] = weight.get(ph.tokens[0], 0.0) + bm25_idf(n_docs, d)
         lexemes = list(weight)
         rows = self.store.conn.execute(
             f"select c.id, sum(w.idf * (cardinality(u.positions) * %s::float8)"
