@@ -50,6 +50,20 @@ def test_a_question_whose_rare_word_is_in_no_note_is_not_lifted_to_full_relevanc
     new.close()
 
 
+def test_a_memory_of_two_notes_keeps_its_keyword_matches(tmp_path: Path) -> None:
+    """In two chunks FTS5 gives every word the floor idf (one chunk of two is half of them), so the query's
+    own scale would make any keyword hit worthless: "staging database host" lost the note holding two of
+    its three words (a new user's memory). Such a memory stays on the per-query maximum."""
+    ws = tmp_path / "ws"
+    write(ws / "MEMORY.md", "# Memory\n\n- Favourite colour: teal.\n")
+    write(ws / "memory" / "2026-12-01.md", "# 2026-12-01\n\n- The staging database moved to db-stage.internal.\n")
+    svc = _svc(ws, tmp_path / "two.sqlite")
+    assert svc.searcher.keyword.doc_count() == 2
+    hits = svc.search("staging database host")["results"]
+    assert [h["path"] for h in hits] == ["memory/2026-12-01.md"] and hits[0]["score"] >= 0.5
+    svc.close()
+
+
 def test_the_query_scale_is_the_sum_of_fts5_idfs(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     _workspace(ws)

@@ -479,13 +479,17 @@ class HybridSearcher:
         of the query's own BM25 (a chunk of average length holding each query word once; in the
         language it is matched more easily when it has a translation), so a question whose best hit
         holds only its everyday words scores low, and one whose best hit holds most of the query scores
-        as under "max"."""
+        as under "max". A memory of fewer than three chunks is on the "max" scale: there FTS5 gives every
+        word it holds the floor idf (one chunk of two is half of them), so no hit can show how much of the
+        query it holds."""
         if self.cfg.hybrid.text_normalization != "query" or not hits:
             return hits
-        ideal = self.keyword.ideal(terms)
-        if tr.groups and self.cfg.translation_weight > 0:
-            ideal = min(ideal, self._translation_ideal(tr.groups) or ideal)
-        scale = max(max(r for _, r in hits), self.tuning.query_scale_share * ideal)
+        scale = max(r for _, r in hits)
+        if self.keyword.doc_count() >= 3:
+            ideal = self.keyword.ideal(terms)
+            if tr.groups and self.cfg.translation_weight > 0:
+                ideal = min(ideal, self._translation_ideal(tr.groups) or ideal)
+            scale = max(scale, self.tuning.query_scale_share * ideal)
         return [(i, r / scale) for i, r in hits] if scale > 0 else hits
 
     def _translation_ideal(self, groups: tuple[tuple[str, ...], ...]) -> float | None:
