@@ -49,16 +49,16 @@ import numpy as np
 
 from hermit.cli.context import CliContext
 from hermit.config.schema import MemorySearchConfig, QueryConfig
-from hermit.memory import store as store_mod
-from hermit.memory import sync as sync_mod
-from hermit.memory.chunking import chunk_markdown
 from hermit.memory.embedders.base import EmbedderInfo, l2_normalise
 from hermit.memory.embedders.local_e5 import E5Embedder
-from hermit.memory.fts import build_match, or_match, query_terms
-from hermit.memory.search import HybridSearcher, SearchOutcome
+from hermit.memory.index import sync as sync_mod
+from hermit.memory.index.chunking import chunk_markdown
+from hermit.memory.index.sync import Indexer, SyncReport
+from hermit.memory.search.fts import build_match, or_match, query_terms
+from hermit.memory.search.hybrid import HybridSearcher, SearchOutcome
 from hermit.memory.service import MemoryService
-from hermit.memory.store import IndexStore
-from hermit.memory.sync import Indexer, SyncReport
+from hermit.memory.store import sqlite as store_mod
+from hermit.memory.store.sqlite import IndexStore
 
 BENCH_DIR = Path(__file__).resolve().parent
 OUT_DIR = BENCH_DIR / "out" / "memory"
@@ -1100,7 +1100,7 @@ def bench_incremental(home: Path, e5: E5Embedder, edits: int) -> dict[str, Any]:
 
 
 def bench_watch(home: Path, e5: E5Embedder, runs: int) -> dict[str, Any]:
-    from hermit.memory.watch import watch_memory
+    from hermit.memory.index.watch import watch_memory
 
     svc = make_service(home, e5, long_lived=True)
     svc.sync()

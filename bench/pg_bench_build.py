@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from hermit.config.schema import MemorySearchConfig
-from hermit.memory.fts import index_text
-from hermit.memory.store import IndexStore, script_class, to_blob
-from hermit.memory.sync import wanted_identity
+from hermit.memory.index.sync import wanted_identity
+from hermit.memory.search.fts import index_text
+from hermit.memory.store.sqlite import IndexStore, script_class, to_blob
 from pg_bench_data import OUT, copy_binary_header, copy_binary_row, iter_rows, log, vectors
 
 SCHEMA = "agent_main"
@@ -191,8 +191,8 @@ def build_hermit_pg(srv: Any, n: int, e5: Any, m: int, ef_construction: int) -> 
     """The same corpus loaded through Hermit's own PgStore (bulk_add: FTS5 tokens, BM25 counters, its layout)."""
 
     from hermit.config.schema import PostgresStoreConfig
-    from hermit.memory.pg_store import BulkChunk, PgStore
-    from hermit.memory.store_api import FileState
+    from hermit.memory.store.api import FileState
+    from hermit.memory.store.postgres.store import BulkChunk, PgStore
 
     done = OUT / f"hermit-pg-{n}-m{m}-ef{ef_construction}.json"
     if done.exists():

@@ -32,7 +32,7 @@ import run  # noqa: E402
 
 from hermit.config.schema import MemorySearchConfig  # noqa: E402
 from hermit.memory.service import MemoryKey, MemoryService  # noqa: E402
-from hermit.memory.store import IndexStore  # noqa: E402
+from hermit.memory.store.sqlite import IndexStore  # noqa: E402
 from pg_database import database  # noqa: E402
 
 VARIANTS = ["default", "keyword-only", "vector-only"]

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from hermit.config.schema import PostgresStoreConfig
-from hermit.memory.pg_store import BulkChunk, PgStore
-from hermit.memory.store_api import FileState
+from hermit.memory.store.api import FileState
+from hermit.memory.store.postgres.store import BulkChunk, PgStore
 from pg_database import database
 
 HERE = Path(__file__).resolve().parent

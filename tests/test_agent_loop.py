@@ -93,7 +93,7 @@ def test_write_to_daily_log_is_searchable_next_turn(home: Path, e5: object, api:
         rt = make_runtime(load(home, api, fake), e5)  # type: ignore[arg-type]
         first = rt.run_turn(MAIN, "Remember: the spare key is under the blue flower pot.")
         assert first.reply == "Noted in today's log."
-        # The main session's note is owner-only (memory/audience.py): one block around what it wrote.
+        # The main session's note is owner-only (memory/policy/audience.py): one block around what it wrote.
         assert (home / "workspace" / "memory" / f"{TODAY}.md").read_text() == (
             f'<!-- origin session="{MAIN}" audience="owner" -->\n# {TODAY}\n{fact}<!-- /origin -->\n')
         second = rt.run_turn(MAIN, "Where's the spare key?")

@@ -1,4 +1,4 @@
-"""The audience model (memory/audience.py): keys, readers, line audiences, the chunker's runs, the writers'
+"""The audience model (memory/policy/audience.py): keys, readers, line audiences, the chunker's runs, the writers'
 blocks, what search and memory_get show a reader who is not the owner, and memory_view for the sandbox."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from conftest import write
 from hermit.cli.search_view import render_results
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import PathPolicyError
-from hermit.memory.audience import (
+from hermit.memory.index.chunking import chunk_markdown, index_lines
+from hermit.memory.policy.audience import (
     OWNER,
     OWNER_READER,
     SHARED,
@@ -26,8 +27,7 @@ from hermit.memory.audience import (
     reader_for_session,
     visible_text,
 )
-from hermit.memory.chunking import chunk_markdown, index_lines
-from hermit.memory.provenance import Origin, open_line, origin_blocks, wrap
+from hermit.memory.policy.provenance import Origin, open_line, origin_blocks, wrap
 from hermit.tools.memory_files import MemoryWriteRules, session_origin
 from hermit.tools.sandbox import ResolvedPath
 from memhelpers import service

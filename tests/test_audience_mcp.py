@@ -16,8 +16,15 @@ from hermit.config.load import build_config
 from hermit.config.paths import StatePaths
 from hermit.config.schema import McpConfig
 from hermit.mcp_server import build_server
-from hermit.memory.audience import MCP, OWNER, block_audience, owner_origin, reader_for_session, visible_text
-from hermit.memory.provenance import origin_blocks, wrap
+from hermit.memory.policy.audience import (
+    MCP,
+    OWNER,
+    block_audience,
+    owner_origin,
+    reader_for_session,
+    visible_text,
+)
+from hermit.memory.policy.provenance import origin_blocks, wrap
 from hermit.memory.service import MemoryKey, MemoryService
 from hermit.tools.memory_files import session_origin
 from test_mcp_server import FAST, run_with_client, subprocess_env

@@ -24,8 +24,8 @@ from agenthelpers import TODAY
 from conftest import write
 from hermit.agent.compaction import SUMMARY_MARKER
 from hermit.agent.runtime import AgentRuntime
-from hermit.memory.audience import OWNER
-from hermit.memory.provenance import origin_blocks
+from hermit.memory.policy.audience import OWNER
+from hermit.memory.policy.provenance import origin_blocks
 from hermit.messages import ToolResultMessage, UserMessage
 from hermit.models.base import ModelProfile, ModelRequest
 from hermit.testing import FunctionModel

@@ -71,7 +71,7 @@ def test_hermit_agent_one_turn_as_subprocess(tmp_path: Path, api: str) -> None:
     assert out["toolCalls"][0]["name"] == "write" and out["toolCalls"][0]["isError"] is False
     assert out["toolCalls"][0]["arguments"] == {"path": "memory/note.md", "content": "- kiwi\n"}
     assert out["usage"]["output"] >= 7 and out["usage"]["input"] >= 120
-    # What the main session writes to memory is owner-only (memory/audience.py).
+    # What the main session writes to memory is owner-only (memory/policy/audience.py).
     assert (home / "workspace" / "memory" / "note.md").read_text() == (
         '<!-- origin session="agent:main:main" audience="owner" -->\n- kiwi\n<!-- /origin -->\n')
     assert plain.returncode == 0 and plain.stdout == "Plain reply.\n", plain.stderr

@@ -97,7 +97,7 @@ def test_config_error_is_actionable(tmp_path: Path) -> None:
 
 def test_watcher_reindexes_after_debounce(tmp_path: Path, e5: object) -> None:
     from hermit.config.schema import MemorySearchConfig
-    from hermit.memory.watch import watch_memory
+    from hermit.memory.index.watch import watch_memory
     from memhelpers import service
 
     ws = tmp_path / "ws"

@@ -12,12 +12,12 @@ import pytest
 
 from conftest import write
 from hermit.config.schema import MemorySearchConfig
-from hermit.memory.chunking import Chunk, text_hash
 from hermit.memory.embedders.e5_onnx import OnnxE5, graph_key
 from hermit.memory.embedders.e5_weights import E5Tokenizer, E5Weights
 from hermit.memory.embedders.local_e5 import E5_SHA256, E5Embedder
-from hermit.memory.line_vectors import lines_from_chunks
-from hermit.memory.sync import Indexer, wanted_identity
+from hermit.memory.index.chunking import Chunk, text_hash
+from hermit.memory.index.line_vectors import lines_from_chunks
+from hermit.memory.index.sync import Indexer, wanted_identity
 
 TEXTS = [
     "Hello world",
@@ -125,7 +125,7 @@ def test_lines_from_chunks_means_the_overlap() -> None:
 
 
 def test_sync_takes_line_vectors_from_the_chunk_pass(tmp_path: Path) -> None:
-    from hermit.memory.store import IndexStore
+    from hermit.memory.store.sqlite import IndexStore
 
     e5 = E5Embedder(stamp_dir=tmp_path / "stamp")
     e5.lines_from_tokens = True  # measured, not the default (local_e5.py)

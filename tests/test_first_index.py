@@ -13,7 +13,7 @@ import pytest
 
 from conftest import write
 from hermit.memory.embedders.base import EmbedderInfo
-from hermit.memory.sync import SyncReport
+from hermit.memory.index.sync import SyncReport
 from memhelpers import HashEmbedder, service
 from prochelpers import PROC_TIMEOUT
 

@@ -1,7 +1,8 @@
-"""The bounded-cost keyword leg (memory/keyword.py) against FTS5's own bm25() on a real index."""
+"""The bounded-cost keyword leg (memory/search/keyword.py) against FTS5's own bm25() on a real index."""
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -9,12 +10,12 @@ import numpy as np
 import pytest
 
 from conftest import write
-from hermit.memory import keyword as kw_mod
-from hermit.memory.fts import or_match
-from hermit.memory.keyword import FtsTokens, KeywordSearcher
-from hermit.memory.search import term_coverage
+from hermit.memory.search import keyword as kw_mod
+from hermit.memory.search.fts import or_match
+from hermit.memory.search.keyword import FtsTokens, KeywordSearcher
+from hermit.memory.search.terms import term_coverage
 from hermit.memory.service import MemoryService
-from hermit.memory.store import read_varint
+from hermit.memory.store.sqlite import read_varint
 from memhelpers import HashEmbedder, service, sql
 
 
@@ -125,7 +126,7 @@ def test_term_coverage_words_variants_and_cjk() -> None:
 
 
 def test_matrix_pass_holds_blas_and_matches(tmp_path: Path) -> None:
-    from hermit.memory.search import VectorMatrix
+    from hermit.memory.search.vectors import VectorMatrix
 
     svc = _memory(tmp_path)
     m = VectorMatrix()
@@ -139,7 +140,7 @@ def test_matrix_pass_holds_blas_and_matches(tmp_path: Path) -> None:
 def test_matrix_pass_blocks_shared_by_two_threads() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from hermit.memory.search import MatrixPass
+    from hermit.memory.search.vectors import MatrixPass
 
     rng = np.random.default_rng(3)
     mat = rng.standard_normal((3 * MatrixPass.BLOCK_ROWS + 17, 32), dtype=np.float32)
@@ -151,3 +152,13 @@ def test_matrix_pass_blocks_shared_by_two_threads() -> None:
         job.result()
     assert np.allclose(p.out, mat @ q, rtol=1e-5, atol=1e-5)
     assert p.busy_ms > 0
+
+
+def test_idf_of_a_phrase_counted_in_more_chunks_than_the_index_holds() -> None:
+    """Counts read while another process indexes can disagree (PostgreSQL reads them in two statements):
+    the phrase scores as an everyday word instead of failing the search with a math domain error."""
+    from hermit.memory.search.fts import bm25_idf
+
+    assert bm25_idf(3, 5) == 1e-6 and bm25_idf(0, 1) == 1e-6
+    assert bm25_idf(100, 1) == pytest.approx(math.log(99.5 / 1.5))
+    assert bm25_idf(100, 60) == 1e-6  # FTS5's floor for a word in most chunks

@@ -10,8 +10,8 @@ from pydantic import ValidationError
 
 from conftest import write
 from hermit.config.schema import MemorySearchConfig
-from hermit.memory.chunking import line_texts
-from hermit.memory.line_vectors import from_line_blob, to_line_blob
+from hermit.memory.index.chunking import line_texts
+from hermit.memory.index.line_vectors import from_line_blob, to_line_blob
 from memhelpers import HashEmbedder, service
 
 # Two days of chat. The first is all about playing (tennis, games): its chunk is the closer one to a
@@ -37,6 +37,7 @@ CELLO = """# 2026-03-09
 - Sam: Good idea, I'll book a table for Friday.
 """
 QUESTION = "Which instrument has Priya been learning?"
+MAX_SCALE = MemorySearchConfig.model_validate({"query": {"hybrid": {"text_normalization": "max"}}})
 
 
 def _chat(workspace: Path) -> None:
@@ -51,7 +52,10 @@ def _chat(workspace: Path) -> None:
 def test_the_place_whose_line_answers_comes_first(workspace: Path, tmp_path: Path, e5: object,
                                                  store_backend: str) -> None:
     _chat(workspace)
-    on = service(workspace, tmp_path / "on.sqlite", e5)  # type: ignore[arg-type]
+    # On the per-query maximum BM25 scale: the question's only indexed word is a name in every note, so on
+    # the default (the query's own scale) it has no keyword evidence, both days rank by their vectors
+    # and fall under minScore (tests/test_search_confidence.py). What this test checks is the order.
+    on = service(workspace, tmp_path / "on.sqlite", e5, MAX_SCALE)  # type: ignore[arg-type]
     on.sync()
     hits = on.search(QUESTION)["results"]
     assert [h["path"] for h in hits[:2]] == ["memory/2026-03-09.md", "memory/2026-03-02.md"]
@@ -61,7 +65,8 @@ def test_the_place_whose_line_answers_comes_first(workspace: Path, tmp_path: Pat
 
     # Without line vectors the chunk that talks about playing wins (the order this feature changes).
     off = service(workspace, tmp_path / "off.sqlite", e5,  # type: ignore[arg-type]
-                  MemorySearchConfig.model_validate({"line_vectors": False}))
+                  MemorySearchConfig.model_validate({"line_vectors": False,
+                                                               "query": {"hybrid": {"text_normalization": "max"}}}))
     off.sync()
     assert off.store.counts()["line_vectors"] == 0
     assert [h["path"] for h in off.search(QUESTION)["results"][:2]] == ["memory/2026-03-02.md",

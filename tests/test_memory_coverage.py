@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from conftest import write
-from hermit.memory.coverage import indexed_sources, uncovered_markdown
+from hermit.memory.index.coverage import indexed_sources, uncovered_markdown
 from prochelpers import PROC_TIMEOUT
 
 

@@ -57,7 +57,7 @@ def test_flush_tools_only_append_to_todays_log(ws: Path) -> None:
     assert "append only" in refused[1][0] and "only appending to" in refused[0][0]
     assert call("write", path=DAILY, content="# today\n- first note\n- second note\n") == (
         f"overwrote {DAILY} (111 bytes)", False)
-    # The flush's notes are the main session's: owner-only blocks (memory/audience.py). Growing its own
+    # The flush's notes are the main session's: owner-only blocks (memory/policy/audience.py). Growing its own
     # block from inside is no longer an append, so the flush's rule refuses it; appending works.
     text, err = call("edit", path=DAILY, old="- second note\n", new="- second note\n- third note\n")
     assert err and "append only" in text

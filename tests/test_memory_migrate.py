@@ -14,11 +14,11 @@ from conftest import write
 from hermit.cli.main import main
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import StoreError
-from hermit.memory.migrate import counts, migrate_index
-from hermit.memory.pg_schema import schema_name
-from hermit.memory.pg_store import PgStore
 from hermit.memory.service import MemoryKey, MemoryService
-from hermit.memory.store import IndexStore
+from hermit.memory.store.migrate import counts, migrate_index
+from hermit.memory.store.postgres.schema import schema_name
+from hermit.memory.store.postgres.store import PgStore
+from hermit.memory.store.sqlite import IndexStore
 from memhelpers import HashEmbedder
 
 QUERIES = ["postgres migration plan", "what did Alice decide about the billing service", "Kenji ramen Tokyo",

@@ -18,8 +18,8 @@ import yaml
 from conftest import write
 from hermit.config.schema import MemorySearchConfig
 from hermit.db import connect
-from hermit.memory.chunking import chunk_markdown
 from hermit.memory.embedders import create_embedder
+from hermit.memory.index.chunking import chunk_markdown
 from hermit.memory.service import MemoryKey, MemoryService
 from hermit.testing.fake_embeddings import FakeEmbeddingServer
 from prochelpers import PROC_TIMEOUT, fake_embeddings_config, kill_stepped, start_hermit, step_through

@@ -8,8 +8,8 @@ import pytest
 
 from conftest import write
 from hermit.config.schema import MemorySearchConfig
-from hermit.memory.fts import build_match, query_terms
-from hermit.memory.snippets import SNIPPET_MAX_CHARS
+from hermit.memory.search.fts import build_match, query_terms
+from hermit.memory.search.tuning import DEFAULT_TUNING
 from memhelpers import service
 
 NOTES = {
@@ -42,7 +42,7 @@ def test_result_shape_is_the_memory_search_contract(svc) -> None:  # type: ignor
     assert r["path"] == "memory/2026-11-20.md" and r["source"] == "memory"
     assert 1 <= r["startLine"] <= r["endLine"]
     assert 0.35 <= r["score"] <= 1.0
-    assert len(r["snippet"]) <= SNIPPET_MAX_CHARS
+    assert len(r["snippet"]) <= DEFAULT_TUNING.max_window_chars
     lines = (svc.workspace / r["path"]).read_text().split("\n")
     assert r["snippet"] == "\n".join(lines[r["startLine"] - 1:r["endLine"]])
     assert len(svc.search("x y z", max_results=2)["results"]) <= 2
@@ -153,7 +153,7 @@ def test_snippet_centres_on_best_lines(workspace: Path, tmp_path: Path) -> None:
     s = service(workspace, tmp_path / "idx.sqlite", None, cfg)
     s.sync()
     r = s.search("wifi password notebook")["results"][0]
-    assert "wifi password" in r["snippet"] and len(r["snippet"]) <= SNIPPET_MAX_CHARS
+    assert "wifi password" in r["snippet"] and len(r["snippet"]) <= DEFAULT_TUNING.max_window_chars
     lines = (workspace / "memory" / "long.md").read_text().split("\n")
     target = lines.index("- the wifi password is in the blue notebook") + 1
     assert r["startLine"] <= target <= r["endLine"]

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from hermit.config.schema import MemorySearchConfig
+from hermit.memory.index.session_source import redact, render_transcript
 from hermit.memory.service import MemoryKey, MemoryService
-from hermit.memory.session_source import redact, render_transcript
 from hermit.sessions.transcript import Transcript
 from memhelpers import HashEmbedder
 

@@ -12,7 +12,7 @@ import yaml
 
 from hermit.cli.main import main
 from hermit.cli.pg_doctor import ServerFacts, extension_check, probe, scrub, version_check
-from hermit.memory.pg_schema import MIGRATIONS, mask_dsn
+from hermit.memory.store.postgres.schema import MIGRATIONS, mask_dsn
 
 ENV = "HERMIT_TEST_PG_DSN"
 

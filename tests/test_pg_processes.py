@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from conftest import write
-from hermit.memory.chunking import chunk_markdown
+from hermit.memory.index.chunking import chunk_markdown
 from hermit.testing.fake_embeddings import FakeEmbeddingServer
 from prochelpers import PROC_TIMEOUT, fake_embeddings_config, kill_stepped
 

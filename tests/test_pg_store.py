@@ -13,9 +13,9 @@ import pytest
 from conftest import write
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import StoreError
-from hermit.memory.fts import build_match, or_match
-from hermit.memory.pg_schema import schema_name
+from hermit.memory.search.fts import build_match, or_match
 from hermit.memory.service import MemoryKey, MemoryService
+from hermit.memory.store.postgres.schema import schema_name
 from memhelpers import HashEmbedder
 
 
@@ -253,3 +253,17 @@ def test_a_dropped_connection_is_an_error_then_a_reconnect(tmp_path: Path, pg_ds
     assert "postgresql://" not in first["error"]
     assert svc.search("spare key")["results"][0]["path"] == "MEMORY.md"  # reconnected
     svc.close()
+
+
+def test_every_public_store_method_maps_server_errors() -> None:
+    """Each public PgStore method carries `guarded` (a psycopg error becomes a StoreError that names no
+    DSN); reading() maps its own, iter_vectors is a generator and conn a property."""
+    import inspect
+
+    from hermit.memory.store.postgres.errors import guarded
+    from hermit.memory.store.postgres.store import PgStore
+
+    wrapper = guarded(lambda self: None).__code__  # every guarded method runs this one wrapper
+    public = {n: f for n, f in vars(PgStore).items() if not n.startswith("_") and inspect.isfunction(f)}
+    assert len(public) > 40
+    assert {n for n, f in public.items() if f.__code__ is not wrapper} == {"reading", "iter_vectors"}

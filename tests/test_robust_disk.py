@@ -85,7 +85,7 @@ def test_a_failed_dictionary_build_leaves_no_temp_file(tmp_path: Path) -> None:
     (src / "cache").mkdir(parents=True)
     stale = src / "cache" / "lexicon-cedict-v3.sqlite.tmp999999999"  # a build killed long ago
     stale.write_bytes(b"x" * 1000)
-    code = ("import sys; from pathlib import Path; from hermit.memory.lexicon import load_lexicon; "
+    code = ("import sys; from pathlib import Path; from hermit.memory.search.lexicon import load_lexicon; "
             "print(load_lexicon(Path(sys.argv[1])))")
     mount = tmp_path / "mnt"
     r = subprocess.run([*unshare_prefix(), sys.executable, str(RUNNER), str(src), str(mount), "1024k", "--",

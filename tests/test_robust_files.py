@@ -21,8 +21,8 @@ import pytest
 from conftest import write
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import PathPolicyError
-from hermit.memory.sync import SyncReport
-from hermit.memory.watch import watch_memory
+from hermit.memory.index.sync import SyncReport
+from hermit.memory.index.watch import watch_memory
 from hermit.messages import ToolCallPart
 from hermit.textfile import NotRegularFile, decode_text, read_regular
 from hermit.tools import ToolRunner

@@ -14,7 +14,7 @@ import pytest
 
 from agenthelpers import load, make_runtime
 from conftest import write
-from hermit.memory.session_source import render_transcript
+from hermit.memory.index.session_source import render_transcript
 from hermit.messages import valid_json, valid_text
 from hermit.sessions.transcript import Transcript, read_transcript
 from hermit.testing import FakeProvider

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import write
 from hermit.errors import PathPolicyError
-from hermit.memory.audience import Reader
+from hermit.memory.policy.audience import Reader
 from hermit.messages import ToolCallPart
 from hermit.tools import FileTools, PathResolver, RoomView, ToolRunner, safe_fs
 from hermit.tools.memory_files import MemoryWriteRules, session_origin

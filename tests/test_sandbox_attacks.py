@@ -27,7 +27,7 @@ from agenthelpers import load, system_text, tool_results
 from ciguard import need
 from conftest import write
 from hermit.agent.runtime import AgentRuntime
-from hermit.memory.audience import Reader
+from hermit.memory.policy.audience import Reader
 from hermit.messages import ToolCallPart
 from hermit.models.registry import build_model
 from hermit.sessions.keys import group_session_key, main_session_key
@@ -178,7 +178,7 @@ from hermit.tools import ExecTool, PathResolver, RoomSandbox, RoomView
 from hermit.tools.os_sandbox import SandboxLimits, detect
 from hermit.tools.room_sandbox import sandbox_uid
 from hermit.tools.rooms import Room
-from hermit.memory.audience import Reader
+from hermit.memory.policy.audience import Reader
 from hermit.tools.views import AudienceMemoryView
 BOMB = sys.argv[2]
 base = Path(sys.argv[1])

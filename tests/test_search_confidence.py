@@ -3,18 +3,16 @@ the turns of the speaker a question names."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
-import pytest
-
 from conftest import write
 from hermit.config.schema import MemorySearchConfig
-from hermit.memory import search
-from hermit.memory.places import show_places
+from hermit.memory.search.places import show_places
+from hermit.memory.search.snippets import render, weigh_terms
 from hermit.memory.service import MemoryKey, MemoryService
-from hermit.memory.snippets import render, weigh_terms
-from hermit.memory.store_api import ChunkRow
+from hermit.memory.store.api import ChunkRow
 from memhelpers import HashEmbedder
 
 TOPICS = ["garden compost tomatoes", "bus schedule weather", "piano lesson Tuesday", "tax return receipts",
@@ -52,6 +50,20 @@ def test_a_question_whose_rare_word_is_in_no_note_is_not_lifted_to_full_relevanc
     new.close()
 
 
+def test_a_memory_of_two_notes_keeps_its_keyword_matches(tmp_path: Path) -> None:
+    """In two chunks FTS5 gives every word the floor idf (one chunk of two is half of them), so the query's
+    own scale would make any keyword hit worthless: "staging database host" lost the note holding two of
+    its three words (a new user's memory). Such a memory stays on the per-query maximum."""
+    ws = tmp_path / "ws"
+    write(ws / "MEMORY.md", "# Memory\n\n- Favourite colour: teal.\n")
+    write(ws / "memory" / "2026-12-01.md", "# 2026-12-01\n\n- The staging database moved to db-stage.internal.\n")
+    svc = _svc(ws, tmp_path / "two.sqlite")
+    assert svc.searcher.keyword.doc_count() == 2
+    hits = svc.search("staging database host")["results"]
+    assert [h["path"] for h in hits] == ["memory/2026-12-01.md"] and hits[0]["score"] >= 0.5
+    svc.close()
+
+
 def test_the_query_scale_is_the_sum_of_fts5_idfs(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     _workspace(ws)
@@ -73,7 +85,7 @@ def _dump(day: str, slug: str, lines: list[str]) -> str:
             "## Conversation\n\n" + "\n".join(lines) + "\n")
 
 
-def test_a_session_dump_ranks_below_the_note_it_summarises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_session_dump_ranks_below_the_note_it_summarises(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     _workspace(ws)
     write(ws / "memory" / "2026-05-02.md", "# 2026-05-02\n\n- Passport: number X1234567, expires 2031-03.\n")
@@ -91,7 +103,7 @@ def test_a_session_dump_ranks_below_the_note_it_summarises(tmp_path: Path, monke
     assert paths.index("memory/2026-05-03-trip-plan.md") < dump
     assert all(p.startswith("memory/2026-04-") for p in paths[dump + 1:]), "it still ranks above unrelated notes"
     # Without the rule the dump, repeating the word, came first.
-    monkeypatch.setattr(search, "COPY_WEIGHT", 1.0)
+    svc.searcher.tuning = dataclasses.replace(svc.searcher.tuning, copy_weight=1.0)
     before = [r["path"] for r in svc.search("passport", 6, 0.0)["results"]]
     assert before.index("memory/2026-05-02-passport-renewal.md") < before.index("memory/2026-05-02.md")
     # Alone, a dump is found as before.

@@ -9,9 +9,9 @@ import pytest
 
 from conftest import write
 from hermit.config.schema import MemorySearchConfig
-from hermit.memory.dates import DayRange, query_day_ranges
 from hermit.memory.embedders import create_embedder
-from hermit.memory.lexicon import load_lexicon
+from hermit.memory.search.dates import DayRange, query_day_ranges
+from hermit.memory.search.lexicon import load_lexicon
 from hermit.memory.service import MemoryKey, MemoryService
 from hermit.testing.fake_embeddings import FakeEmbeddingServer
 from memhelpers import HashEmbedder
@@ -134,7 +134,7 @@ def test_min_score_means_the_same_for_both_local_models(tmp_path: Path, e5: obje
     """Calibrated scores: a paraphrase clears minScore and unrelated text does not, for either model."""
     pytest.importorskip("onnxruntime")
     from hermit.memory.embedders.local_minilm import MiniLMEmbedder
-    from hermit.memory.search import calibrate
+    from hermit.memory.search.hybrid import calibrate
 
     pairs = [("how do I reset my router", "Steps to restart the home wifi router: unplug it for 30 seconds."),
              ("what medicine did the doctor prescribe", "The GP prescribed amoxicillin, 500 mg three times a day.")]

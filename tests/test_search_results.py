@@ -9,18 +9,10 @@ from pathlib import Path
 from conftest import write
 from hermit.cli.search_view import BOLD, ELLIPSIS, render_results
 from hermit.config.schema import MemorySearchConfig
-from hermit.memory.lexicon import load_lexicon
+from hermit.memory.search.lexicon import load_lexicon
+from hermit.memory.search.snippets import Place, choose_windows, line_scores, weigh_terms
+from hermit.memory.search.tuning import DEFAULT_TUNING
 from hermit.memory.service import MemoryKey, MemoryService
-from hermit.memory.snippets import (
-    SNIPPET_CHARS_PER_PLACE,
-    SNIPPET_CHARS_PER_RESULT,
-    SNIPPET_MAX_CHARS,
-    Place,
-    choose_windows,
-    line_scores,
-    search_budget,
-    weigh_terms,
-)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,10 +54,10 @@ def test_windows_share_one_budget_and_are_the_files_lines(tmp_path: Path) -> Non
     assert len(res) == 6
     # Six places found: together they show at most the 6 × 700 asked for, and spend most of it.
     total = sum(len(r["snippet"]) for r in res)
-    assert 5 * SNIPPET_CHARS_PER_RESULT < total <= 6 * SNIPPET_CHARS_PER_RESULT
+    assert 5 * DEFAULT_TUNING.chars_per_result < total <= 6 * DEFAULT_TUNING.chars_per_result
     for r in res:
         lines = _lines(ws, r)
-        assert len(r["snippet"]) <= SNIPPET_MAX_CHARS
+        assert len(r["snippet"]) <= DEFAULT_TUNING.max_window_chars
         assert r["snippet"] == "\n".join(lines[r["startLine"] - 1:r["endLine"]])
         assert "greyhound" in r["snippet"]
     svc.close()
@@ -74,9 +66,9 @@ def test_windows_share_one_budget_and_are_the_files_lines(tmp_path: Path) -> Non
 def test_the_budget_is_a_cap_per_search() -> None:
     """700 characters per result asked for, however many places come back: no search returns more
     than 4,200 characters at the default six results, whatever the memory."""
-    assert (SNIPPET_CHARS_PER_RESULT, SNIPPET_CHARS_PER_PLACE) == (700, 0)
-    assert search_budget(6, 1) == search_budget(6, 4) == search_budget(6, 6) == 4_200
-    assert search_budget(10, 6) == 7_000
+    assert DEFAULT_TUNING.chars_per_result == 700
+    assert DEFAULT_TUNING.search_budget(6) == 4_200
+    assert DEFAULT_TUNING.search_budget(10) == 7_000
 
 
 def test_budget_goes_where_the_matching_lines_are() -> None:

@@ -24,7 +24,7 @@ from conftest import write
 from hermit.agent.runtime import AgentRuntime
 from hermit.config.load import LoadedConfig
 from hermit.config.paths import StatePaths
-from hermit.memory.provenance import origin_blocks
+from hermit.memory.policy.provenance import origin_blocks
 from hermit.memory.service import MemoryKey, MemoryService
 from hermit.models.registry import build_model
 from hermit.sessions.keys import group_session_key, main_session_key
@@ -290,7 +290,7 @@ def test_daily_logs_are_append_only_and_memory_md_keeps_history(home: Path) -> N
     assert "append: true" in results[0][0] and "appended to" in results[1][0]
     text = (ws / daily).read_text()
     assert keeps_every_line(DAILY, text) and "- 12:45 back at the desk\n" in text
-    # The main session's own notes are owner-only blocks (memory/audience.py); MEMORY.md is never wrapped.
+    # The main session's own notes are owner-only blocks (memory/policy/audience.py); MEMORY.md is never wrapped.
     owner = '<!-- origin session="agent:main:main" audience="owner" -->'
     assert text.endswith(f"- 15:00 dentist\n{owner}\n- second note of the day\n<!-- /origin -->\n")
     assert f"- 11:30 lunch with Dana\n{owner}\n- 12:45 back at the desk\n<!-- /origin -->\n" in text
@@ -354,7 +354,7 @@ def test_doctor_says_whether_non_main_sessions_get_exec() -> None:
 def test_sandboxed_exec_limits_memory_file_size_and_time(tmp_path: Path) -> None:
     import subprocess
 
-    from hermit.memory.audience import Reader
+    from hermit.memory.policy.audience import Reader
     from hermit.messages import ToolCallPart
     from hermit.tools import ExecTool, PathResolver, RoomSandbox, RoomView, ToolRunner
     from hermit.tools.os_sandbox import SandboxLimits

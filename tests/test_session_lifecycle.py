@@ -105,7 +105,7 @@ def test_new_saves_a_slugged_memory_file_that_the_next_session_finds(tmp_path: P
     assert not path.exists()  # only the first line of the model's answer counts
     path = home / "workspace" / "memory" / "2026-01-20-k8s-ingress-cert-renewal.md"
     text = path.read_text()
-    # The whole file, title included, is one owner-only block (memory/audience.py).
+    # The whole file, title included, is one owner-only block (memory/policy/audience.py).
     assert text.startswith(f'<!-- origin session="{MAIN}" audience="owner" -->\n'
                            "# Session 2026-01-20 14:05 (Europe/Paris): k8s ingress cert renewal\n")
     assert text.endswith("<!-- /origin -->\n") and text.count("<!-- /origin -->") == 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hermit.memory.chunking import chunk_markdown
+from hermit.memory.index.chunking import chunk_markdown
 from hermit.tokens import estimate_tokens
 
 

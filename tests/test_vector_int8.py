@@ -9,9 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from hermit.memory import vector_int8
-from hermit.memory.vector_int8 import Int8Copy, Int8Pass, quantise
-from hermit.memory.vectors import MatrixPass, VectorMatrix
+from hermit.memory.search import vector_int8
+from hermit.memory.search.tuning import DEFAULT_TUNING
+from hermit.memory.search.vector_int8 import Int8Copy, Int8Pass, quantise
+from hermit.memory.search.vectors import MatrixPass, VectorMatrix
 
 D = 384
 
@@ -122,14 +123,14 @@ def test_the_copy_follows_appended_rows_and_restarts_on_a_reload() -> None:
 
 
 def test_a_small_matrix_keeps_the_float32_pass() -> None:
-    vm = _matrix(_unit(np.random.default_rng(0).standard_normal((vector_int8.INT8_MIN_ROWS - 1, D))))
+    vm = _matrix(_unit(np.random.default_rng(0).standard_normal((DEFAULT_TUNING.int8_min_rows - 1, D))))
     assert isinstance(vm.start_pass(vm.mat[0]), MatrixPass)
 
 
 def test_without_onnxruntime_the_float32_pass_stays(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` raise ImportError
     monkeypatch.setattr(vector_int8, "_SESSION", None)  # as in a process that never loaded it
-    vm = _matrix(_unit(np.random.default_rng(0).standard_normal((vector_int8.INT8_MIN_ROWS, D))))
+    vm = _matrix(_unit(np.random.default_rng(0).standard_normal((DEFAULT_TUNING.int8_min_rows, D))))
     q = vm.mat[5]
     p = vm.start_pass(q)
     assert isinstance(p, MatrixPass)

@@ -14,7 +14,7 @@ import re
 import numpy as np
 
 from hermit.memory.embedders.base import Embedder
-from hermit.memory.store import IndexStore
+from hermit.memory.store.sqlite import IndexStore
 
 
 def original_match(query: str) -> str | None:

@@ -19,14 +19,12 @@ and is scored as `hermit memory search --json --max-results 6` would be:
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
+import dataclasses
 import json
 import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +41,8 @@ from score import md_table  # noqa: E402
 from hermit.config.schema import MemorySearchConfig  # noqa: E402
 from hermit.memory.embedders import create_embedder  # noqa: E402
 from hermit.memory.embedders.base import Embedder  # noqa: E402
-from hermit.memory.search import Hit  # noqa: E402
+from hermit.memory.search.hybrid import Hit  # noqa: E402
+from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning  # noqa: E402
 from hermit.memory.service import MemoryKey, MemoryService  # noqa: E402
 
 CATEGORIES = ("single-hop", "multi-hop", "temporal", "open-domain")
@@ -56,8 +55,8 @@ class Variant:
     note: str
     query: dict[str, Any] = field(default_factory=dict)
     max_results: int = 6
-    # Module constants set for this variant only ("module.NAME": value), to measure a design choice.
-    patch: dict[str, Any] = field(default_factory=dict)
+    # The search's measured settings for this variant (memory.search.tuning), to measure a design choice.
+    tuning: SearchTuning = DEFAULT_TUNING
     # Index settings (memory_search.chunking); a variant with its own gets its own index files.
     chunking: dict[str, int] = field(default_factory=dict)
     # memory_search.line_vectors; off gets its own index files too.
@@ -67,52 +66,39 @@ class Variant:
     family: str = ""
 
 
+def T(**changes: Any) -> SearchTuning:
+    """The default search settings with `changes`."""
+    return dataclasses.replace(DEFAULT_TUNING, **changes)
+
+
 def variants() -> list[Variant]:
-    round5 = {"query": {"hybrid": {"text_normalization": "max"}},
-              "patch": {"snippets.SNIPPET_CHARS_PER_PLACE": 850, "places.OTHER_SPEAKER_SHARE": 1.0}}
     return [
         Variant("default", "Hermit defaults"),
-        Variant("round-5", "round 5's default: BM25 max-normalised per query, and 850 characters per place "
-                "returned when that is more than 700 per result asked for (5,100 for six places), and every speaker's "
-                "lines weighed alike", **round5),
-        Variant("place-chars-850", "round 5's budget: 850 characters per place returned (5,100 for six places)",
-                patch={"snippets.SNIPPET_CHARS_PER_PLACE": 850}),
         Variant("text-max", "BM25 max-normalised per query (the best keyword hit always scores 1; round 5)",
                 query={"hybrid": {"text_normalization": "max"}}, family="query-scale"),
         Variant("query-scale-0.3", "BM25 over the larger of the best hit and 0.3 of the query's own BM25 "
-                "(default 0.2)", patch={"search.QUERY_SCALE_SHARE": 0.3}, family="query-scale"),
-        Variant("query-scale-0.4", "the same with 0.4", patch={"search.QUERY_SCALE_SHARE": 0.4},
-                family="query-scale"),
-        Variant("query-scale-0.5", "the same with 0.5", patch={"search.QUERY_SCALE_SHARE": 0.5},
-                family="query-scale"),
-        Variant("query-scale-1", "the same with all of it", patch={"search.QUERY_SCALE_SHARE": 1.0},
-                family="query-scale"),
+                "(default 0.2)", tuning=T(query_scale_share=0.3), family="query-scale"),
+        Variant("query-scale-0.4", "the same with 0.4", tuning=T(query_scale_share=0.4), family="query-scale"),
+        Variant("query-scale-0.5", "the same with 0.5", tuning=T(query_scale_share=0.5), family="query-scale"),
+        Variant("query-scale-1", "the same with all of it", tuning=T(query_scale_share=1.0), family="query-scale"),
         Variant("speaker-1", "a question naming a speaker weighs every speaker's lines alike (round 5)",
-                patch={"places.OTHER_SPEAKER_SHARE": 1.0}, family="speaker"),
+                tuning=T(other_speaker_share=1.0), family="speaker"),
         Variant("speaker-0.3", "other speakers' lines count 0.3 of their query words (default 0)",
-                patch={"places.OTHER_SPEAKER_SHARE": 0.3}, family="speaker"),
-        Variant("speaker-0.6", "the same with 0.6", patch={"places.OTHER_SPEAKER_SHARE": 0.6}, family="speaker"),
+                tuning=T(other_speaker_share=0.3), family="speaker"),
+        Variant("speaker-0.6", "the same with 0.6", tuning=T(other_speaker_share=0.6), family="speaker"),
         Variant("min-score-0", "minScore 0 (always 6 places)", query={"min_score": 0.0}),
-        Variant("no-merge", "overlapping chunks of a file stay separate results",
-                patch={"places.MERGE_OVERLAPS": False}),
-        Variant("cap-2000", "each window at most 2,000 characters", patch={"snippets.SNIPPET_MAX_CHARS": 2000}),
-        Variant("budget-500", "500 characters per result asked for (3,000 for 6)",
-                patch={"snippets.SNIPPET_CHARS_PER_RESULT": 500}),
-        Variant("no-neighbour", "a line gets no share of its neighbours' score",
-                patch={"snippets.NEIGHBOUR_SHARE": 0.0}),
+        Variant("cap-2000", "each window at most 2,000 characters", tuning=T(max_window_chars=2000)),
+        Variant("budget-500", "500 characters per result asked for (3,000 for 6)", tuning=T(chars_per_result=500)),
+        Variant("no-neighbour", "a line gets no share of its neighbours' score", tuning=T(neighbour_share=0.0)),
         Variant("no-context-value", "lines without query words add nothing to a window",
-                patch={"snippets.CONTEXT_VALUE": 0.0}),
-        Variant("no-extend", "windows stay inside their ranked chunks (no growth into fetched neighbours)",
-                patch={"places.EXTEND_PLACES": False}),
+                tuning=T(context_value=0.0)),
         Variant("mmr", "MMR re-ranking on (λ 0.7, token Jaccard; off by default)", query={"mmr": {"enabled": True}}),
         Variant("weights-0.6-0.4", "vector 0.6 / text 0.4 (default 0.5 / 0.5)",
                 query={"hybrid": {"vector_weight": 0.6, "text_weight": 0.4}}),
-        Variant("per-file-1", "at most one place per file (diversity across sessions)",
-                patch={"places.MAX_PLACES_PER_FILE": 1}),
         Variant("line-weight-0.1", "the best line is 0.1 of a place's order score (default 0.2)",
-                patch={"search.LINE_WEIGHT": 0.1}, family="line-weight"),
+                tuning=T(line_weight=0.1), family="line-weight"),
         Variant("line-weight-0.4", "the best line is 0.4 of a place's order score (default 0.2)",
-                patch={"search.LINE_WEIGHT": 0.4}, family="line-weight"),
+                tuning=T(line_weight=0.4), family="line-weight"),
     ]
 
 
@@ -167,7 +153,7 @@ def service_for(data: Path, conv: str, v: Variant) -> MemoryService:
     OUT.mkdir(parents=True, exist_ok=True)
     suffix = "".join(f"-{k}{n}" for k, n in sorted(v.chunking.items())) + ("" if v.line_vectors else "-nolines")
     svc = MemoryService(MemoryKey("bench", data / "workspaces" / conv), OUT / f"{conv}{suffix}.sqlite", cfg, _embedder,
-                        long_lived=True, cache_dir=OUT / "cache")
+                        long_lived=True, cache_dir=OUT / "cache", tuning=v.tuning)
     # A long-lived service loads the query runner in the background (E5Embedder.warm_queries); every
     # question runs on what it settles on, not some on the runtime that was there before.
     warming = getattr(_embedder, "warming", None)
@@ -179,27 +165,7 @@ def service_for(data: Path, conv: str, v: Variant) -> MemoryService:
     return svc
 
 
-@contextlib.contextmanager
-def patched(changes: dict[str, Any]) -> Iterator[None]:
-    old: list[tuple[Any, str, Any]] = []
-    for dotted, value in changes.items():
-        mod_name, attr = dotted.rsplit(".", 1)
-        mod = importlib.import_module(f"hermit.memory.{mod_name}")
-        old.append((mod, attr, getattr(mod, attr)))
-        setattr(mod, attr, value)
-    try:
-        yield
-    finally:
-        for mod, attr, value in reversed(old):
-            setattr(mod, attr, value)
-
-
 def run_variant(data: Path, v: Variant, queries: list[dict[str, Any]]) -> dict[str, Any]:
-    with patched(v.patch):
-        return _run(data, v, queries)
-
-
-def _run(data: Path, v: Variant, queries: list[dict[str, Any]]) -> dict[str, Any]:
     per_q: list[dict[str, Any]] = []
     per_absent: list[dict[str, Any]] = []
     lat: list[float] = []

@@ -30,8 +30,8 @@ import numpy as np
 from conversations import CATEGORIES, OUT, Variant, read_jsonl, service_for
 from score import md_table
 
-from hermit.memory import search
-from hermit.memory.store_api import ChunkRow
+from hermit.memory.search import hybrid as search
+from hermit.memory.store.api import ChunkRow
 
 KS = (6, 12, 24, 48, 100)
 WHY = ("seen", "outside the window", "below minScore", "past the sixth place", "not a candidate")

@@ -16,7 +16,7 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +34,9 @@ from score import Report, evaluate, md_table, read_jsonl  # noqa: E402
 from hermit.config.schema import MemorySearchConfig, QueryConfig  # noqa: E402
 from hermit.memory.embedders import create_embedder  # noqa: E402
 from hermit.memory.embedders.base import Embedder, EmbedderInfo  # noqa: E402
-from hermit.memory.lexicon import load_lexicon  # noqa: E402
-from hermit.memory.search import HybridSearcher  # noqa: E402
+from hermit.memory.search.hybrid import HybridSearcher  # noqa: E402
+from hermit.memory.search.lexicon import load_lexicon  # noqa: E402
+from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning  # noqa: E402
 from hermit.memory.service import MemoryKey, MemoryService  # noqa: E402
 
 WORKSPACE = HERE / "workspace"
@@ -54,8 +55,8 @@ class Variant:
     query: dict[str, Any] = field(default_factory=dict)
     baseline: bool = False
     line_vectors: bool = True  # memory_search.line_vectors (off: its own index)
-    # Module constants set for this variant only ("module.NAME": value; see conversations.patched).
-    patch: dict[str, Any] = field(default_factory=dict)
+    # The search's measured settings for this variant (memory.search.tuning).
+    tuning: SearchTuning = DEFAULT_TUNING
 
 
 def variants() -> list[Variant]:
@@ -70,7 +71,7 @@ def variants() -> list[Variant]:
         Variant("text-max", "BM25 max-normalised per query (round 5: the best keyword hit always scores 1)",
                 query={"hybrid": {"text_normalization": "max"}}),
         Variant("query-scale-0.3", "BM25 over the larger of the best hit and 0.3 of the query's own BM25 "
-                "(default 0.2)", patch={"search.QUERY_SCALE_SHARE": 0.3}),
+                "(default 0.2)", tuning=replace(DEFAULT_TUNING, query_scale_share=0.3)),
         Variant("weights-0.7-0.3", "the original 0.7/0.3 weights, everything else default",
                 query={"hybrid": {"vector_weight": 0.7, "text_weight": 0.3}}),
         Variant("weights-0.3-0.7", "0.3/0.7 weights", query={"hybrid": {"vector_weight": 0.3, "text_weight": 0.7}}),
@@ -148,18 +149,14 @@ def service_for(v: Variant) -> MemoryService:
 
 
 def run_variant(v: Variant, queries: list[dict[str, Any]]) -> tuple[Report, list[float], dict[str, float]]:
-    with conversations.patched(v.patch):
-        return _run_variant(v, queries)
-
-
-def _run_variant(v: Variant, queries: list[dict[str, Any]]) -> tuple[Report, list[float], dict[str, float]]:
     svc = service_for(v)
     emb = _embedders[v.model]
     results: list[dict[str, Any]] = []
     latencies: list[float] = []
     qcfg = QueryConfig.model_validate(v.query)
     lexicon = load_lexicon(OUT / "cache") if qcfg.translation_weight > 0 else None
-    searcher = HybridSearcher(svc.store, emb, qcfg, use_matrix=True, clock=lambda: NOW, lexicon=lexicon)
+    searcher = HybridSearcher(svc.store, emb, qcfg, use_matrix=True, clock=lambda: NOW, lexicon=lexicon,
+                              tuning=v.tuning)
     for q in queries:
         t0 = time.perf_counter()
         if v.baseline:

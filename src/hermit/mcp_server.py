@@ -3,7 +3,7 @@
 Other agents (Claude Code, Cursor, Codex) share the user's memory through it (SPEC §17). The read tools
 are the agent's own MemoryTools — the same JSON as SPEC §4 — marked read-only; memory_append adds a note
 to today's daily log in the agent's time zone and never rewrites anything. A client reads memory as
-the reader `Reader("mcp", owner=mcp.share_private_memory)` (memory/audience.py): by default it sees
+the reader `Reader("mcp", owner=mcp.share_private_memory)` (memory/policy/audience.py): by default it sees
 shared notes and its own, never owner-only notes, MEMORY.md nor session transcripts, like a non-main
 session; with the setting on, everything, as the owner. Its notes are written like any non-owner
 writer's: escaped, in an origin block (`session="mcp"`, `channel="mcp"`, audience `mcp`), so a client
@@ -29,9 +29,9 @@ from hermit.agent.turn import resolve_timezone
 from hermit.config.load import AgentConfig
 from hermit.config.schema import McpConfig
 from hermit.errors import HermitError
-from hermit.memory.audience import AUDIENCE_RULE, MCP, Reader
-from hermit.memory.daily_log import append_daily_note
-from hermit.memory.provenance import Origin
+from hermit.memory.policy.audience import AUDIENCE_RULE, MCP, Reader
+from hermit.memory.policy.daily_log import append_daily_note
+from hermit.memory.policy.provenance import Origin
 from hermit.memory.service import MemoryService
 from hermit.tools.memory import MEMORY_GET_DESCRIPTION, MEMORY_SEARCH_DESCRIPTION, MemoryTools
 from hermit.tools.sandbox import PRIVACY_RULE

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermit.config.load import AgentConfig
-from hermit.memory.audience import reader_for_session
+from hermit.memory.policy.audience import reader_for_session
 from hermit.sessions.keys import is_main_session_key
 from hermit.tools.os_sandbox import Backend, OsSandbox, SandboxLimits
 from hermit.tools.os_sandbox import detect as detect_sandbox

@@ -25,7 +25,7 @@ from hermit.agent.loop import LoopResult, RequestBuilder, run_loop
 from hermit.config.schema import CompactionConfig, MemoryFlushConfig
 from hermit.messages import AssistantMessage, Message, UserMessage
 from hermit.models.base import Model
-from hermit.sessions.store import SessionRecord
+from hermit.sessions.record import SessionRecord
 from hermit.sessions.transcript import Transcript
 from hermit.tools.base import ToolRunner
 from hermit.tools.files import AppendOnlyPolicy

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from hermit.config.schema import SessionConfig
 from hermit.sessions.keys import ChatType, chat_type_of
+from hermit.sessions.record import SessionRecord
 from hermit.sessions.reset import ResetCheck, ResetPolicy, is_expired, resolve_reset_policy
-from hermit.sessions.store import SessionRecord
 
 _COMPACT_RE = re.compile(r"/compact(?:@[A-Za-z0-9_]+)?(?=\s|$)", re.IGNORECASE)
 

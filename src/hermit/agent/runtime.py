@@ -47,8 +47,8 @@ from hermit.agent.session_memory import save_session_memory
 from hermit.agent.turn import PruneMemo, ToolCallRecord, TurnContext, TurnNotes, TurnResult, resolve_timezone
 from hermit.config.load import AgentConfig
 from hermit.errors import ContextOverflowError, HermitError, SessionError
-from hermit.memory.audience import owner_origin, reader_for_session
-from hermit.memory.paths import safe_extra_roots
+from hermit.memory.policy.audience import owner_origin, reader_for_session
+from hermit.memory.policy.paths import safe_extra_roots
 from hermit.memory.service import MemoryService
 from hermit.messages import AssistantMessage, Message, Usage, UserMessage, valid_text
 from hermit.models.base import Model, ModelRequest
@@ -56,8 +56,9 @@ from hermit.models.cancel import CancelToken
 from hermit.sessions.keys import agent_id_of, is_main_session_key
 from hermit.sessions.lock import DEFAULT_WAIT_SECONDS, session_lock
 from hermit.sessions.pruning import PruningMode, prune_for_request, resolve_pruning_mode
+from hermit.sessions.record import SessionRecord
 from hermit.sessions.reset import parse_reset_command
-from hermit.sessions.store import SessionRecord, SessionStore
+from hermit.sessions.store import SessionStore
 from hermit.sessions.transcript import Clock, utc_now
 from hermit.tools import (
     CronBackend,

@@ -14,7 +14,7 @@ Decisions:
 - The file is created with O_EXCL and never overwritten: a taken name gets `-2`, `-3`, … The date is
   today in the user's time zone.
 - The whole file — its title too, since the slug names the topic — is one origin block with the
-  session's audience (memory/audience.py): the main session's conversation is owner-only, another
+  session's audience (memory/policy/audience.py): the main session's conversation is owner-only, another
   session's is seen by its own chat and the owner. Its text is escaped so it cannot close the block.
 """
 
@@ -31,12 +31,12 @@ from pathlib import Path
 
 from hermit.config.schema import SessionMemoryHookConfig
 from hermit.errors import HermitError
-from hermit.memory.audience import owner_origin
-from hermit.memory.provenance import Origin, neutralize, wrap
-from hermit.memory.session_source import redact
+from hermit.memory.index.session_source import redact
+from hermit.memory.policy.audience import owner_origin
+from hermit.memory.policy.provenance import Origin, neutralize, wrap
 from hermit.messages import UserMessage
 from hermit.models.base import Model, ModelRequest
-from hermit.sessions.store import SessionRecord
+from hermit.sessions.record import SessionRecord
 from hermit.sessions.transcript import MessageEntry, read_transcript
 from hermit.workspace import write_new
 

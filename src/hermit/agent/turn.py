@@ -14,7 +14,7 @@ from hermit.errors import ConfigError
 from hermit.messages import Usage
 from hermit.models.base import ToolSchema
 from hermit.sessions.pruning import PruneResult
-from hermit.sessions.store import SessionRecord
+from hermit.sessions.record import SessionRecord
 from hermit.tools import ToolRunner
 from hermit.tools.base import ToolRun
 

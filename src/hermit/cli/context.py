@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hermit.config.paths import StatePaths, default_home
+from hermit.errors import HermitError
 
 if TYPE_CHECKING:  # the config schema (pydantic) and memory (numpy) load only when a command needs them
     from hermit.config.load import AgentConfig, LoadedConfig
@@ -87,3 +88,23 @@ def environment_with_env_file(home: Path, environ: Mapping[str, str]) -> dict[st
 def is_tty(stream: object = None) -> bool:
     s = stream or sys.stderr
     return bool(getattr(s, "isatty", lambda: False)())
+
+
+def configured_secrets(ctx: CliContext) -> list[str]:
+    """Every secret value the config names (provider API keys, channel tokens, by value or by variable),
+    for masking; nothing when the config cannot be read (the error being shown may say why)."""
+    from hermit.channels.platforms import accounts as channel_accounts
+    from hermit.channels.platforms import secrets as channel_secrets
+    from hermit.cli.assistant import PROVIDER_KEY_VARS
+
+    try:
+        loaded = ctx.config()
+    except HermitError:
+        return [ctx.environ.get(n, "") for n in PROVIDER_KEY_VARS]
+    names = set(PROVIDER_KEY_VARS)
+    names.update(pc.api_key_env for pc in loaded.config.models.providers.values() if pc.api_key_env)
+    values = [ctx.environ.get(n, "") for n in names]
+    values += [pc.api_key for pc in loaded.config.models.providers.values() if pc.api_key]
+    for name, _, account in channel_accounts(loaded.config.channels):  # bot tokens, app secrets
+        values += [s.plaintext or ctx.environ.get(s.env_name, "") for s in channel_secrets(name, account)]
+    return [v for v in values if v]

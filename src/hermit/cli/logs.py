@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from collections import deque
@@ -20,8 +19,8 @@ from typing import Any
 
 from hermit.cli.context import CliContext
 from hermit.errors import HermitError
+from hermit.gateway.logs import log_entry, log_path
 
-_TEXT = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) ([\w.\-]+): (.*)$")
 POLL_SECONDS = 0.3
 
 
@@ -31,21 +30,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--lines", type=int, default=50, metavar="N", help="how many of the last lines (default 50)")
     p.add_argument("--json", action="store_true", help="one JSON object per entry, whatever the log's format")
     p.set_defaults(func=run)
-
-
-def to_entry(line: str) -> dict[str, Any] | None:
-    """A log line as an object; None for a continuation line (a traceback's)."""
-    if line.startswith("{"):
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            obj = None
-        if isinstance(obj, dict):
-            return obj
-    m = _TEXT.match(line)
-    if m is None:
-        return None
-    return {"ts": m.group(1), "level": m.group(2).lower(), "logger": m.group(3), "msg": m.group(4)}
 
 
 class Printer:
@@ -59,7 +43,7 @@ class Printer:
         if not self.as_json:
             print(text, flush=True)
             return
-        entry = to_entry(text)
+        entry = log_entry(text)
         if entry is None:  # a traceback's line: it belongs to the entry above
             if self.pending is None:
                 self.pending = {"msg": text}
@@ -115,8 +99,6 @@ def _follow(path: Path, offset: int) -> Iterator[str]:
 
 
 def run(ctx: CliContext, args: argparse.Namespace) -> int:
-    from hermit.gateway.logs import log_path
-
     path = log_path(ctx.home)
     if not path.exists():
         raise HermitError(f"no gateway log at {path} yet", "start the gateway (`hermit gateway run`, or "

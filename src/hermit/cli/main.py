@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hermit import __version__
 from hermit.cli.commands import BY_NAME, COMMANDS, command_index, command_word
-from hermit.cli.context import CliContext
+from hermit.cli.context import CliContext, configured_secrets
 from hermit.cli.preflight import require_initialized
 from hermit.errors import HermitError, disk_full
 
@@ -84,26 +84,6 @@ def _dash_query(args: argparse.Namespace, extra: list[str]) -> bool:
         args.query = extra[0]
         return True
     return False
-
-
-def configured_secrets(ctx: CliContext) -> list[str]:
-    """Every secret value the config names (provider API keys, channel tokens, by value or by variable),
-    for masking; nothing when the config cannot be read (the error being shown may say why)."""
-    from hermit.channels.platforms import accounts as channel_accounts
-    from hermit.channels.platforms import secrets as channel_secrets
-    from hermit.cli.assistant import PROVIDER_KEY_VARS
-
-    try:
-        loaded = ctx.config()
-    except HermitError:
-        return [ctx.environ.get(n, "") for n in PROVIDER_KEY_VARS]
-    names = set(PROVIDER_KEY_VARS)
-    names.update(pc.api_key_env for pc in loaded.config.models.providers.values() if pc.api_key_env)
-    values = [ctx.environ.get(n, "") for n in names]
-    values += [pc.api_key for pc in loaded.config.models.providers.values() if pc.api_key]
-    for name, _, account in channel_accounts(loaded.config.channels):  # bot tokens, app secrets
-        values += [s.plaintext or ctx.environ.get(s.env_name, "") for s in channel_secrets(name, account)]
-    return [v for v in values if v]
 
 
 def _report(e: HermitError, as_json: bool, ctx: CliContext | None = None) -> None:

@@ -14,8 +14,8 @@ from hermit.errors import ConfigError, HermitError
 from hermit.messages import valid_json
 
 if TYPE_CHECKING:  # loaded by the commands themselves, so `hermit --help` stays quick
+    from hermit.memory.index.sync import SyncReport
     from hermit.memory.service import MemoryService
-    from hermit.memory.sync import SyncReport
 
 
 def configure(mem: argparse.ArgumentParser) -> None:
@@ -121,7 +121,7 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
 
 def _print_coverage(svc: MemoryService, sources: dict[str, Any], sessions: bool, *, label: str) -> None:
     """Where the indexed files come from, and a note when Markdown files elsewhere are not indexed."""
-    from hermit.memory.coverage import describe_sources, uncovered_markdown
+    from hermit.memory.index.coverage import describe_sources, uncovered_markdown
 
     print(f"{label} {describe_sources(sources, sessions)}")
     missed = uncovered_markdown(svc.workspace, svc.cfg.extra_paths)
@@ -227,7 +227,7 @@ def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
 
 def _hint_uncovered(svc: MemoryService) -> None:
     """After an empty search: Markdown files lying outside what is indexed may be where the answer is."""
-    from hermit.memory.coverage import uncovered_markdown
+    from hermit.memory.index.coverage import uncovered_markdown
 
     missed = uncovered_markdown(svc.workspace, svc.cfg.extra_paths)
     if missed.count:
@@ -237,7 +237,7 @@ def _hint_uncovered(svc: MemoryService) -> None:
 def _file_lines(svc: MemoryService, path: str) -> list[str] | None:
     """A result's file as lines (to mark where a snippet was cut); None if it cannot be read now. As the
     index holds them: origin markers blank, as in snippets."""
-    from hermit.memory.chunking import index_lines
+    from hermit.memory.index.chunking import index_lines
 
     try:
         return index_lines(str(svc.get(path)["text"]))
@@ -261,7 +261,7 @@ def cmd_get(ctx: CliContext, args: argparse.Namespace) -> int:
 def cmd_watch(ctx: CliContext, args: argparse.Namespace) -> int:
     import logging
 
-    from hermit.memory.watch import watch_memory
+    from hermit.memory.index.watch import watch_memory
 
     if not ctx.debug:  # watchfiles logs its own "KeyboardInterrupt caught" warning on Ctrl-C
         logging.getLogger("watchfiles").setLevel(logging.ERROR)

@@ -12,7 +12,7 @@ from hermit.errors import HermitError, StoreError
 if TYPE_CHECKING:
     from hermit.cli.context import CliContext
     from hermit.config.load import AgentConfig
-    from hermit.memory.store_api import MemoryStore
+    from hermit.memory.store.api import MemoryStore
 
 
 def register_migrate(ms: Any) -> None:
@@ -26,7 +26,7 @@ def register_migrate(ms: Any) -> None:
 
 
 def _sqlite(agent: AgentConfig, *, source: bool) -> MemoryStore:
-    from hermit.memory.store import IndexStore
+    from hermit.memory.store.sqlite import IndexStore
 
     if source and not agent.index_path.exists():
         raise StoreError(f"agent {agent.id} has no SQLite index at {agent.index_path}",
@@ -36,9 +36,9 @@ def _sqlite(agent: AgentConfig, *, source: bool) -> MemoryStore:
 
 
 def _postgres(ctx: CliContext, agent: AgentConfig, *, source: bool) -> MemoryStore:
-    from hermit.memory.migrate import has_index
-    from hermit.memory.pg_schema import dsn_from_env, schema_name
-    from hermit.memory.pg_store import PgStore
+    from hermit.memory.store.migrate import has_index
+    from hermit.memory.store.postgres.schema import dsn_from_env, schema_name
+    from hermit.memory.store.postgres.store import PgStore
 
     pg = agent.settings.memory_search.store.postgres
     dsn = dsn_from_env(pg.dsn_env, ctx.environ)
@@ -59,7 +59,7 @@ def _config_hint(to: str, dsn_env: str) -> str:
 
 
 def cmd_migrate(ctx: CliContext, args: argparse.Namespace) -> int:
-    from hermit.memory.migrate import migrate_index
+    from hermit.memory.store.migrate import migrate_index
 
     wanted = args.migrate_agent or ctx.agent_id
     agents = [ctx.config().agent(wanted)] if wanted else list(ctx.config().agents)

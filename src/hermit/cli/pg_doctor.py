@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermit.cli.checks import Check, CheckFn, check
 from hermit.errors import HermitError
-from hermit.memory.pg_schema import mask_dsn, scrub
+from hermit.memory.store.postgres.schema import mask_dsn, scrub
 
 if TYPE_CHECKING:
     from hermit.cli.context import CliContext
@@ -106,8 +106,8 @@ def probe(dsn_env: str, environ: Mapping[str, str],
 
 def schema_checks(agents: list[tuple[str, str, int]]) -> Callable[[Any], list[Check]]:
     """Checks of each agent's schema — (agent id, schema, HNSW threshold) — on an open connection."""
-    from hermit.memory.pg_schema import MIGRATIONS
-    from hermit.memory.pg_store import HNSW_INDEX
+    from hermit.memory.store.postgres.hnsw import HNSW_INDEX
+    from hermit.memory.store.postgres.schema import MIGRATIONS
 
     def run(conn: Any) -> list[Check]:
         out = []
@@ -161,7 +161,7 @@ def _summary(checks: list[Check]) -> Check:
 
 @check("postgres", fix="see `hermit doctor --json` for each server check", needs=("config",))
 def postgres_check(ctx: CliContext) -> str | Check:
-    from hermit.memory.pg_schema import schema_name
+    from hermit.memory.store.postgres.schema import schema_name
 
     agents = _postgres_agents(ctx)
     if not agents:

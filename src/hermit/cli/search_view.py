@@ -1,7 +1,7 @@
 """The human face of `hermit memory search`: labelled, separated results with cut marks and highlights.
 
 A result's label names its source and, when the result carries one, its audience (who may see it:
-owner, shared or a chat's key; memory/audience.py).
+owner, shared or a chat's key; memory/policy/audience.py).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from hermit.memory.fts import CJK_LETTERS, query_terms
-from hermit.memory.snippets import stem
+from hermit.memory.search.fts import CJK_LETTERS, query_terms
+from hermit.memory.search.snippets import stem
 
 BOLD, RESET = "\x1b[1m", "\x1b[0m"
 ELLIPSIS = "…"

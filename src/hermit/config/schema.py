@@ -177,7 +177,7 @@ class MemorySearchConfig(Strict):
     def _extra_paths_inside(cls, v: list[str]) -> list[str]:
         """An entry that is empty, `.` or a folder holding the workspace (`..`) would make every workspace
         file memory: AGENTS.md, SOUL.md… indexed and readable through memory_get. An absolute path equal
-        to the workspace is refused where it is used (memory.paths), since the workspace is not known here."""
+        to the workspace is refused where it is used (memory.policy.paths), since the workspace is not known here."""
         import posixpath
 
         for raw in v:

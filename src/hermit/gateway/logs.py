@@ -14,14 +14,18 @@ import json
 import logging
 import logging.handlers
 import os
+import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from hermit.config.paths import ensure_private_dir, private_file, tighten_dir
 from hermit.redaction import KNOWN, SecretMasker, register
 
 LOG_FILE = "gateway.log"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_TEXT_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) ([\w.\-]+): (.*)$")  # TEXT_FORMAT's lines
 
 LOGGERS = ("hermit", "uvicorn", "uvicorn.error")
 
@@ -75,6 +79,22 @@ def log_path(home: Path) -> Path:
     return home / "logs" / LOG_FILE
 
 
+def log_entry(line: str) -> dict[str, Any] | None:
+    """A line of the log, text or JSON, as {ts, level, logger, msg[, exc]}; None for a continuation line
+    (a traceback's), which belongs to the entry above it."""
+    if line.startswith("{"):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict):
+            return {k: obj[k] for k in ("ts", "level", "logger", "msg", "exc") if k in obj}
+    m = _TEXT_LINE.match(line)
+    if m is None:
+        return None
+    return {"ts": m.group(1), "level": m.group(2).lower(), "logger": m.group(3), "msg": m.group(4)}
+
+
 def setup_logging(log_dir: Path, fmt: str, secrets: Iterable[str], *, debug: bool = False,
                   max_bytes: int = 5_000_000, backups: int = 3) -> Path:
     """Attach the gateway's handlers to Hermit's and uvicorn's loggers; returns the log file path."""
@@ -85,7 +105,7 @@ def setup_logging(log_dir: Path, fmt: str, secrets: Iterable[str], *, debug: boo
         if old.exists():
             os.chmod(old, 0o600)
     formatter: logging.Formatter = (JsonFormatter() if fmt == "json"
-                                    else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+                                    else logging.Formatter(TEXT_FORMAT))
     mask = SecretMask(secrets)
     handlers: list[logging.Handler] = [logging.StreamHandler(),
                                        PrivateRotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups,

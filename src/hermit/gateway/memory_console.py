@@ -29,10 +29,10 @@ from hermit.gateway.protocol import (
     MemorySearchParams,
     MemoryWriteParams,
 )
-from hermit.memory.audience import OWNER, SHARED, owner_origin
-from hermit.memory.daily_log import append_daily_note, daily_log_path
+from hermit.memory.index.sources import list_memory_files
+from hermit.memory.policy.audience import OWNER, SHARED, owner_origin
+from hermit.memory.policy.daily_log import append_daily_note, daily_log_path
 from hermit.memory.service import MemoryService
-from hermit.memory.sources import list_memory_files
 from hermit.sessions.keys import main_session_key
 from hermit.tools.memory_files import DAILY_LOG_RE
 from hermit.workspace import MEMORY_FILE

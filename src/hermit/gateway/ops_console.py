@@ -9,9 +9,7 @@ status objects and the gateway's log file. Approving a pairing request makes the
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -21,7 +19,7 @@ from typing import Any
 from hermit.channels.base import Channel
 from hermit.channels.pairing import PairingRequest, PairingStore
 from hermit.config.load import LoadedConfig
-from hermit.gateway.logs import log_path
+from hermit.gateway.logs import log_entry, log_path
 from hermit.gateway.protocol import (
     CronAddParams,
     CronJobParams,
@@ -35,7 +33,6 @@ from hermit.gateway.protocol import (
 from hermit.scheduler.control import CronJobs
 
 TAIL_MAX_BYTES = 1_000_000  # the log tail reads at most this much from the end of the file
-_TEXT_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) ([\w.\-]+): (.*)$")
 CONTACT_TERMS = ("approved as a contact, not an owner: they talk to the assistant in a sandboxed session of "
                  "their own and never reach your main session, MEMORY.md or your owner-only notes. To make "
                  "someone an owner, list their id under the channel account's owners in the config.")
@@ -132,7 +129,7 @@ class OpsConsole:
             return {"path": str(path), "entries": [], "note": "no log yet"}
         entries: list[dict[str, Any]] = []
         for line in lines:
-            entry = _entry(line)
+            entry = log_entry(line)
             if entry is not None:
                 entries.append(entry)
             elif entries:
@@ -159,17 +156,3 @@ def _last_lines(path: Path, n: int) -> list[str]:
         lines = lines[1:]  # the first line read is probably cut
     return lines[-n:]
 
-
-def _entry(line: str) -> dict[str, Any] | None:
-    """A log line as {ts, level, logger, msg}; None for a continuation line (a traceback's)."""
-    if line.startswith("{"):
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            obj = None
-        if isinstance(obj, dict):
-            return {k: obj[k] for k in ("ts", "level", "logger", "msg", "exc") if k in obj}
-    m = _TEXT_LINE.match(line)
-    if m is None:
-        return None
-    return {"ts": m.group(1), "level": m.group(2).lower(), "logger": m.group(3), "msg": m.group(4)}

@@ -26,8 +26,8 @@ from typing import Any, Protocol
 
 from hermit.config.load import LoadedConfig
 from hermit.gateway.bus import Bus
+from hermit.memory.index.sync import SyncReport
 from hermit.memory.service import MemoryService
-from hermit.memory.sync import SyncReport
 
 log = logging.getLogger("hermit.gateway")
 
@@ -68,7 +68,7 @@ def build_services(ctx: ServiceContext, factories: list[str] | None = None) -> l
 
 
 class MemoryWatcher:
-    """Re-indexes an agent's memory when its Markdown changes on disk (hermit.memory.watch), so notes
+    """Re-indexes an agent's memory when its Markdown changes on disk (hermit.memory.index.watch), so notes
     edited while the gateway runs are searchable without a restart. The watcher blocks, so it runs in
     a thread that `stop` ends through its stop event."""
 
@@ -82,7 +82,7 @@ class MemoryWatcher:
         self.watching = threading.Event()  # set once file changes are seen (tests wait on it, not on time)
 
     async def start(self) -> None:
-        from hermit.memory.watch import watch_memory
+        from hermit.memory.index.watch import watch_memory
 
         cfg = self.memory.cfg
 

@@ -2,7 +2,7 @@
 
 The agent tool, the MCP tool and the CLI are thin faces over this class; the JSON it returns is the
 memory_search / memory_get contract of SPEC §4 (camelCase keys as the original), each search result
-labelled with its `audience`. Both take a reader (memory/audience.py; default the owner): anyone else
+labelled with its `audience`. Both take a reader (memory/policy/audience.py; default the owner): anyone else
 gets only the chunks and lines it may see.
 """
 
@@ -18,7 +18,11 @@ from typing import Any
 
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import HermitError, PathPolicyError
-from hermit.memory.audience import (
+from hermit.memory.embedders.base import Embedder
+from hermit.memory.index.coverage import indexed_sources
+from hermit.memory.index.session_source import SESSIONS_PREFIX, render_transcript, resolve_session_path
+from hermit.memory.index.sync import ChunkProgress, Indexer, Progress, Ready, SyncReport
+from hermit.memory.policy.audience import (
     AUDIENCE_RULE,
     OWNER_READER,
     AudienceMap,
@@ -26,17 +30,13 @@ from hermit.memory.audience import (
     is_private_path,
     visible_text,
 )
-from hermit.memory.coverage import indexed_sources
-from hermit.memory.embedders.base import Embedder
-from hermit.memory.lexicon import load_lexicon
-from hermit.memory.paths import resolve_memory_path
-from hermit.memory.privacy import is_hard_linked, is_long_term
-from hermit.memory.search import HybridSearcher, SearchOutcome
-from hermit.memory.session_source import SESSIONS_PREFIX, render_transcript, resolve_session_path
-from hermit.memory.snippets import SNIPPET_MAX_CHARS
-from hermit.memory.store_api import MemoryStore
-from hermit.memory.store_factory import open_store
-from hermit.memory.sync import ChunkProgress, Indexer, Progress, Ready, SyncReport
+from hermit.memory.policy.paths import resolve_memory_path
+from hermit.memory.policy.privacy import is_hard_linked, is_long_term
+from hermit.memory.search.hybrid import HybridSearcher, SearchOutcome
+from hermit.memory.search.lexicon import load_lexicon
+from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning
+from hermit.memory.store.api import MemoryStore
+from hermit.memory.store.factory import open_store
 from hermit.messages import valid_text
 from hermit.textfile import NotRegularFile, decode_text, read_regular
 
@@ -67,12 +67,13 @@ class MemoryService:
         cache_dir: Path | None = None,
         environ: Mapping[str, str] | None = None,
         store: MemoryStore | None = None,
+        tuning: SearchTuning = DEFAULT_TUNING,
     ) -> None:
         self.key = key
         self.cfg = cfg
         self.embedder = embedder
         self.index_path = index_path
-        # The configured backend (memory.store_factory); a postgres DSN is read from `environ` by name.
+        # The configured backend (memory.store.factory); a postgres DSN is read from `environ` by name.
         env = os.environ if environ is None else environ
         self.store = store or open_store(cfg, index_path, key.agent_id, env)
         # The indexer writes through a connection of its own, so a search in this process (another
@@ -87,7 +88,7 @@ class MemoryService:
         self.audiences = AudienceMap(key.workspace, cfg.max_file_bytes)
         self.searcher = HybridSearcher(self.store, embedder if cfg.store.vector_enabled else None, cfg.query,
                                        use_matrix=long_lived, clock=clock, lexicon=lexicon,
-                                       visible=self.audiences.visible_ids)
+                                       visible=self.audiences.visible_ids, tuning=tuning)
         warm = getattr(embedder, "warm_queries", None) if long_lived and cfg.store.vector_enabled else None
         if callable(warm):
             warm()  # a long-lived process's queries move onto the faster runtime once it has loaded
@@ -210,7 +211,7 @@ class MemoryService:
             "model": info.model if info else "none",
         }
         # Who may see each result, and which came from others' notes (a snippet prefix says so).
-        out["results"] = self.audiences.annotate(out["results"], SNIPPET_MAX_CHARS)
+        out["results"] = self.audiences.annotate(out["results"], self.searcher.tuning.max_window_chars)
         if outcome.withheld:
             out["withheld"] = ("notes not shared with this chat were left out (owner-only notes, "
                                "MEMORY.md and session-transcript hits, other chats' notes)")
@@ -227,7 +228,7 @@ class MemoryService:
             reader: Reader = OWNER_READER) -> dict[str, Any]:
         """The memory_get result {"path", "text"}; raises PathPolicyError with the rule broken.
 
-        A reader other than the owner gets the lines it may not see replaced (memory.audience.visible_text),
+        A reader other than the owner gets the lines it may not see replaced (memory.policy.audience.visible_text),
         so line numbers are the file's; a file it may see nothing of is refused."""
         if path.startswith(SESSIONS_PREFIX):
             if not reader.owner:

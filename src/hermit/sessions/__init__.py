@@ -17,7 +17,8 @@ from hermit.sessions.keys import (
     parse_session_key,
     subagent_session_key,
 )
-from hermit.sessions.store import OpenedSession, SessionRecord, SessionStore, new_session_id
+from hermit.sessions.record import SessionRecord
+from hermit.sessions.store import OpenedSession, SessionStore, new_session_id
 from hermit.sessions.transcript import (
     CompactionEntry,
     ContextView,

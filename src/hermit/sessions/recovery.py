@@ -1,16 +1,25 @@
-"""Recovering sessions.json entries from transcripts: token counters from recorded usage, and session keys
-from what is still legible in a damaged header line or a damaged sessions.json."""
+"""Crash recovery for sessions.json: parsing it with what is still valid kept, keeping a damaged file aside,
+and rebuilding its entries from the transcripts — token counters from recorded usage, session keys from
+the header, or from what is still legible in a damaged header line or a damaged sessions.json."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
+from hermit.errors import SessionError
 from hermit.messages import Usage
-from hermit.sessions.transcript import CompactionEntry, Entry, MessageEntry
+from hermit.sessions.keys import chat_type_of, parse_session_key
+from hermit.sessions.record import SessionRecord
+from hermit.sessions.transcript import CompactionEntry, Entry, MessageEntry, parse_timestamp, read_transcript
+
+RECOVERED_KEY_PREFIX = "recovered:"  # the key of a transcript whose key is legible nowhere
 
 
 class Counters(NamedTuple):
@@ -71,3 +80,95 @@ def _json_string(raw: bytes) -> str | None:
     except ValueError:
         return None
     return value if isinstance(value, str) and value and value == value.strip() else None
+
+
+class Corrupt(Exception):
+    """sessions.json could not be used as it is: why, the entries that were still valid, and its bytes."""
+
+    def __init__(self, reason: str, salvaged: dict[str, SessionRecord], data: bytes = b"") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.salvaged = salvaged
+        self.data = data
+
+
+def parse_store(data: bytes) -> dict[str, SessionRecord]:
+    """Parse sessions.json; raises Corrupt with whatever entries were still valid."""
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Corrupt(f"not valid JSON ({exc})", {}, data) from None
+    if not isinstance(obj, dict):
+        raise Corrupt("top level is not a JSON object", {}, data)
+    records: dict[str, SessionRecord] = {}
+    bad: list[str] = []
+    for key, value in obj.items():
+        try:
+            records[key] = SessionRecord.from_json(key, value)
+        except ValueError as exc:
+            bad.append(f"{key!r}: {exc}")
+    if bad:
+        raise Corrupt("invalid entries: " + "; ".join(bad), records, data)
+    return records
+
+
+def aside_path(store_path: Path, now: datetime) -> Path:
+    """Where a damaged sessions.json is kept: `sessions.json.corrupt-<timestamp>[-n]`, a name not taken."""
+    stamp = now.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    candidate = store_path.with_name(f"{store_path.name}.corrupt-{stamp}")
+    n = 1
+    while candidate.exists():
+        candidate = store_path.with_name(f"{store_path.name}.corrupt-{stamp}-{n}")
+        n += 1
+    return candidate
+
+
+def records_from_transcripts(
+    directory: Path, salvaged: dict[str, SessionRecord], known_keys: Mapping[str, str] | None,
+    warn: Callable[[str], None], store_file: str,
+) -> dict[str, SessionRecord]:
+    """The sessions.json entries the transcripts in `directory` give back. Salvaged records win; every
+    other key gets its newest transcript (by header timestamp).
+
+    `known_keys` (session id → key, from a damaged sessions.json) names the key of a transcript
+    whose header line is unreadable."""
+    owned = {r.session_id for r in salvaged.values()}
+    by_key: dict[str, list[SessionRecord]] = {}
+    for path in sorted(directory.glob("*.jsonl")):
+        try:
+            read = read_transcript(path)
+            mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+        except (SessionError, OSError) as exc:
+            warn(f"skipped {path} while rebuilding {store_file}: {exc}")
+            continue
+        if path.stem in owned:
+            continue  # the current session of a record that survived
+        key = (read.header.session_key or (known_keys or {}).get(path.stem) or key_in_damaged_header(path)
+               or f"{RECOVERED_KEY_PREFIX}{path.stem}")
+        if key in salvaged:
+            continue
+        created = parse_timestamp(read.header.timestamp) or mtime
+        stamps = [parse_timestamp(e.timestamp) for e in read.entries]
+        updated = max([s for s in stamps if s is not None], default=created)
+        by_key.setdefault(key, []).append(
+            SessionRecord(
+                key=key,
+                session_id=path.stem,
+                created_at=created,
+                updated_at=max(updated, created),
+                origin_channel=None,
+                chat_type=chat_type_of(key),
+                compaction_count=sum(isinstance(e, CompactionEntry) for e in read.entries),
+                **counters(read.entries)._asdict(),
+            )
+        )
+    records = dict(salvaged)
+    for key, candidates in by_key.items():
+        candidates.sort(key=lambda r: (r.created_at, r.updated_at, r.session_id))
+        current = candidates[-1]
+        if len(candidates) > 1:
+            current = dataclasses.replace(current, previous_session_id=candidates[-2].session_id)
+        with suppress(SessionError):
+            current = dataclasses.replace(current, origin_channel=parse_session_key(key).channel)
+        records[key] = current
+    return records

@@ -6,7 +6,8 @@ lost (the damaged file is kept aside as `sessions.json.corrupt-<timestamp>`). A 
 token counters back from the usage recorded on the transcript's assistant messages. A transcript whose
 header line is damaged keeps its key: the store appends a `session-header` entry from its own record
 the first time it opens it, and a rebuild also looks for the key in what is left of the header line and
-of the damaged sessions.json, before falling back to `recovered:<id>`.
+of the damaged sessions.json, before falling back to `recovered:<id>` (the rebuild itself:
+sessions/recovery.py; this store holds the lock while it runs and saves what it returns).
 
 Durability and concurrency: every change is a read-modify-write under an exclusive flock (hermit.locks) on
 `sessions.json.lock` (so the gateway and a CLI process never lose each other's updates), written to
@@ -23,9 +24,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -34,114 +33,32 @@ from hermit.durable import write_atomic
 from hermit.errors import SessionError
 from hermit.locks import LockFile
 from hermit.sessions.keys import chat_type_of, parse_session_key
-from hermit.sessions.recovery import counters, key_in_damaged_header, keys_in_damaged_store
+from hermit.sessions.record import SessionRecord
+from hermit.sessions.recovery import (
+    Corrupt,
+    aside_path,
+    keys_in_damaged_store,
+    parse_store,
+    records_from_transcripts,
+)
 from hermit.sessions.transcript import (
     Clock,
-    CompactionEntry,
     IdFactory,
     Transcript,
     format_timestamp,
-    parse_timestamp,
-    read_transcript,
     utc_now,
 )
 
 log = logging.getLogger("hermit.sessions")
 
 STORE_FILE = "sessions.json"
-RECOVERED_KEY_PREFIX = "recovered:"
 
 
 def new_session_id() -> str:
     return str(uuid.uuid4())
 
 
-# Python field name -> sessions.json (camelCase, as in the original) name.
-_JSON_NAMES: dict[str, str] = {
-    "session_id": "sessionId",
-    "created_at": "createdAt",
-    "updated_at": "updatedAt",
-    "origin_channel": "originChannel",
-    "chat_type": "chatType",
-    "input_tokens": "inputTokens",
-    "output_tokens": "outputTokens",
-    "total_tokens": "totalTokens",
-    "context_tokens": "contextTokens",
-    "compaction_count": "compactionCount",
-    "memory_flush_compaction_count": "memoryFlushCompactionCount",
-    "previous_session_id": "previousSessionId",
-}
-_COUNTERS = ("input_tokens", "output_tokens", "total_tokens", "context_tokens", "compaction_count")
 _IMMUTABLE = ("key", "session_id")
-
-
-@dataclass(frozen=True)
-class SessionRecord:
-    """One sessions.json entry.
-
-    input/output/total tokens are cumulative over the session; `context_tokens` is the size of the
-    context at the last model request as the provider reported it (after a compaction: the estimated
-    size of the compacted context). Compaction and the memory flush compare Hermit's own estimate of
-    the next request to the window, which also accounts for pruning and the new message.
-    `memory_flush_compaction_count` is the compaction count at the last flush (None: never flushed),
-    so the flush runs at most once per compaction cycle. `extra` keeps fields this version does not
-    know, so a newer Hermit's data survives a round trip through an older one.
-    """
-
-    key: str
-    session_id: str
-    created_at: datetime
-    updated_at: datetime
-    origin_channel: str | None = None
-    chat_type: str | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    total_tokens: int = 0
-    context_tokens: int = 0
-    compaction_count: int = 0
-    memory_flush_compaction_count: int | None = None
-    previous_session_id: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        obj: dict[str, Any] = {}
-        for name, json_name in _JSON_NAMES.items():
-            value = getattr(self, name)
-            obj[json_name] = format_timestamp(value) if isinstance(value, datetime) else value
-        for name, value in self.extra.items():
-            obj.setdefault(name, value)
-        return obj
-
-    @classmethod
-    def from_json(cls, key: str, obj: Any) -> SessionRecord:
-        """Parse one entry; raises ValueError saying what is wrong."""
-        if not isinstance(obj, dict):
-            raise ValueError("entry is not a JSON object")
-        session_id = obj.get("sessionId")
-        if not isinstance(session_id, str) or not session_id:
-            raise ValueError("missing 'sessionId'")
-        created = parse_timestamp(obj.get("createdAt", ""))
-        updated = parse_timestamp(obj.get("updatedAt", ""))
-        if created is None or updated is None:
-            raise ValueError("missing or malformed 'createdAt'/'updatedAt'")
-        values: dict[str, Any] = {}
-        for name in _COUNTERS:
-            value = obj.get(_JSON_NAMES[name], 0)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"'{_JSON_NAMES[name]}' is not a non-negative integer")
-            values[name] = value
-        for name in ("origin_channel", "chat_type", "previous_session_id"):
-            value = obj.get(_JSON_NAMES[name])
-            values[name] = value if isinstance(value, str) else None
-        flush = obj.get("memoryFlushCompactionCount")
-        values["memory_flush_compaction_count"] = (
-            flush if isinstance(flush, int) and not isinstance(flush, bool) else None
-        )
-        known = set(_JSON_NAMES.values())
-        extra = {k: v for k, v in obj.items() if k not in known}
-        return cls(
-            key=key, session_id=session_id, created_at=created, updated_at=updated, extra=extra, **values
-        )
 
 
 class OpenedSession(NamedTuple):
@@ -152,34 +69,6 @@ class OpenedSession(NamedTuple):
 
 def _write_atomic(path: Path, data: bytes, *, fsync: bool) -> None:
     write_atomic(path, data, mode=0o600, fsync=fsync, keep_mode=False)
-
-
-class _Corrupt(Exception):
-    def __init__(self, reason: str, salvaged: dict[str, SessionRecord], data: bytes = b"") -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.salvaged = salvaged
-        self.data = data
-
-
-def _parse_store(data: bytes) -> dict[str, SessionRecord]:
-    """Parse sessions.json; raises _Corrupt with whatever entries were still valid."""
-    try:
-        obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _Corrupt(f"not valid JSON ({exc})", {}, data) from None
-    if not isinstance(obj, dict):
-        raise _Corrupt("top level is not a JSON object", {}, data)
-    records: dict[str, SessionRecord] = {}
-    bad: list[str] = []
-    for key, value in obj.items():
-        try:
-            records[key] = SessionRecord.from_json(key, value)
-        except ValueError as exc:
-            bad.append(f"{key!r}: {exc}")
-    if bad:
-        raise _Corrupt("invalid entries: " + "; ".join(bad), records, data)
-    return records
 
 
 class SessionStore:
@@ -268,8 +157,8 @@ class SessionStore:
         except OSError as exc:
             raise self._unreadable(exc) from exc
         try:
-            return _parse_store(data)
-        except _Corrupt:
+            return parse_store(data)
+        except Corrupt:
             with self._locked():
                 return self._load_locked()
 
@@ -458,8 +347,8 @@ class SessionStore:
         except OSError as exc:
             raise self._unreadable(exc) from exc
         try:
-            return _parse_store(data)
-        except _Corrupt as corrupt:
+            return parse_store(data)
+        except Corrupt as corrupt:
             return self._recover_locked(corrupt)
 
     def _save_locked(self, records: Mapping[str, SessionRecord]) -> None:
@@ -477,6 +366,13 @@ class SessionStore:
         self.warnings.append(message)
         log.warning("%s", message)
 
+    # ---- recovery (sessions/recovery.py does the work; these hold the lock and save) ---------------
+
+    def _records_from_transcripts(
+        self, salvaged: dict[str, SessionRecord], known_keys: Mapping[str, str] | None = None
+    ) -> dict[str, SessionRecord]:
+        return records_from_transcripts(self._dir, salvaged, known_keys, self._warn, STORE_FILE)
+
     def _rebuild_missing_locked(self) -> dict[str, SessionRecord]:
         records = self._records_from_transcripts({})
         if records:
@@ -486,8 +382,8 @@ class SessionStore:
             )
         return records
 
-    def _recover_locked(self, corrupt: _Corrupt) -> dict[str, SessionRecord]:
-        aside = self._corrupt_path()
+    def _recover_locked(self, corrupt: Corrupt) -> dict[str, SessionRecord]:
+        aside = aside_path(self.path, self._clock())
         # A hard link keeps the damaged bytes under the new name while os.replace below swaps in the
         # rebuilt file: at every instant sessions.json is either the old or the new file.
         try:
@@ -502,64 +398,6 @@ class SessionStore:
             f"{len(records) - len(corrupt.salvaged)} recovered from transcript headers"
         )
         return records
-
-    def _corrupt_path(self) -> Path:
-        stamp = self._clock().astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
-        candidate = self._dir / f"{STORE_FILE}.corrupt-{stamp}"
-        n = 1
-        while candidate.exists():
-            candidate = self._dir / f"{STORE_FILE}.corrupt-{stamp}-{n}"
-            n += 1
-        return candidate
-
-    def _records_from_transcripts(
-        self, salvaged: dict[str, SessionRecord], known_keys: Mapping[str, str] | None = None
-    ) -> dict[str, SessionRecord]:
-        """Salvaged records win; every other key gets its newest transcript (by header timestamp).
-
-        `known_keys` (session id → key, from a damaged sessions.json) names the key of a transcript
-        whose header line is unreadable."""
-        owned = {r.session_id for r in salvaged.values()}
-        by_key: dict[str, builtins.list[SessionRecord]] = {}
-        for path in sorted(self._dir.glob("*.jsonl")):
-            try:
-                read = read_transcript(path)
-                mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC)
-            except (SessionError, OSError) as exc:
-                self._warn(f"skipped {path} while rebuilding {STORE_FILE}: {exc}")
-                continue
-            if path.stem in owned:
-                continue  # the current session of a record that survived
-            key = (read.header.session_key or (known_keys or {}).get(path.stem) or key_in_damaged_header(path)
-                   or f"{RECOVERED_KEY_PREFIX}{path.stem}")
-            if key in salvaged:
-                continue
-            created = parse_timestamp(read.header.timestamp) or mtime
-            stamps = [parse_timestamp(e.timestamp) for e in read.entries]
-            updated = max([s for s in stamps if s is not None], default=created)
-            by_key.setdefault(key, []).append(
-                SessionRecord(
-                    key=key,
-                    session_id=path.stem,
-                    created_at=created,
-                    updated_at=max(updated, created),
-                    origin_channel=None,
-                    chat_type=chat_type_of(key),
-                    compaction_count=sum(isinstance(e, CompactionEntry) for e in read.entries),
-                    **counters(read.entries)._asdict(),
-                )
-            )
-        records = dict(salvaged)
-        for key, candidates in by_key.items():
-            candidates.sort(key=lambda r: (r.created_at, r.updated_at, r.session_id))
-            current = candidates[-1]
-            if len(candidates) > 1:
-                current = dataclasses.replace(current, previous_session_id=candidates[-2].session_id)
-            with suppress(SessionError):
-                current = dataclasses.replace(current, origin_channel=parse_session_key(key).channel)
-            records[key] = current
-        return records
-
 
 def _check_key(key: str) -> None:
     if not key or key != key.strip() or any(ord(c) < 0x20 for c in key):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from hermit.memory.audience import Reader
+from hermit.memory.policy.audience import Reader
 from hermit.memory.service import MemoryService
 from hermit.tools.base import (
     Tool,

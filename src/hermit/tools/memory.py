@@ -4,14 +4,14 @@ The result objects are exactly MemoryService's (`{"results": [...], "provider", 
 `{"path", "text"}`); this module only maps the wire parameter names (`maxResults`, `minScore`,
 `from`, `lines`) and turns a refused path into an error result naming the rule.
 
-The tools act for a reader (memory/audience.py): the owner in the main private session, the
+The tools act for a reader (memory/policy/audience.py): the owner in the main private session, the
 session's audience anywhere else. A reader other than the owner gets only what it may see — shared
 notes and its own chat's — and never MEMORY.md: its hits are dropped from search results and memory_get
 refuses it, so the "main session only" rule of SPEC §3 cannot be bypassed by a tool call in a group
 chat (the failure of §14.8). MEMORY.md is recognised by file identity, so a hard link to it (and any
-hard-linked memory file) is withheld the same way (memory/privacy.py). Session transcripts (the
+hard-linked memory file) is withheld the same way (memory/policy/privacy.py). Session transcripts (the
 `sessions` source) hold the same private conversations, so they are withheld too. The search itself
-drops what the reader may not see before ranking (memory/search.py); the check here is a second one.
+drops what the reader may not see before ranking (memory/search/hybrid.py); the check here is a second one.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from hermit.errors import PathPolicyError
-from hermit.memory.audience import OWNER_READER, UNKNOWN, Reader, is_private_path
-from hermit.memory.paths import resolve_memory_path
-from hermit.memory.privacy import is_hard_linked, is_long_term
+from hermit.memory.index.session_source import SESSIONS_PREFIX
+from hermit.memory.policy.audience import OWNER_READER, UNKNOWN, Reader, is_private_path
+from hermit.memory.policy.paths import resolve_memory_path
+from hermit.memory.policy.privacy import is_hard_linked, is_long_term
 from hermit.memory.service import MemoryService
-from hermit.memory.session_source import SESSIONS_PREFIX
 from hermit.tools.base import Tool, make_tool
 from hermit.tools.sandbox import PRIVACY_RULE
 from hermit.workspace import MEMORY_FILE

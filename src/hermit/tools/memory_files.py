@@ -8,8 +8,8 @@
    is never indexed nor visible to a sandboxed command, and can be restored by hand.
 3. Writes from a session that is not the owner's (`origin` set) may only add to memory files
    (MEMORY.md is hidden there anyway): no edits, no rewrites; the added text is escaped so it cannot
-   forge a marker, and wrapped in an origin block (memory/provenance.py) naming the channel, group,
-   sender, session and audience (memory/audience.py: that chat and the owner may read it). With
+   forge a marker, and wrapped in an origin block (memory/policy/provenance.py) naming the channel, group,
+   sender, session and audience (memory/policy/audience.py: that chat and the owner may read it). With
    `sandbox.memory_writes: main-only` they may not write memory at all. The bootstrap files
    (AGENTS.md, SOUL.md …) are the owner's instructions: such a session cannot change them either.
 4. What the main session writes to memory (`owner` set) is owner-only: a new file is wrapped whole in an
@@ -32,9 +32,23 @@ from pathlib import Path
 from typing import Literal
 
 from hermit.errors import PathPolicyError, SessionError
-from hermit.memory.audience import OWNER, audience_of_session, block_audience, is_private_path, line_audiences
-from hermit.memory.privacy import is_long_term
-from hermit.memory.provenance import CLOSE_LINE, Origin, neutralize, open_line, origin_blocks, seal, wrap
+from hermit.memory.policy.audience import (
+    OWNER,
+    audience_of_session,
+    block_audience,
+    is_private_path,
+    line_audiences,
+)
+from hermit.memory.policy.privacy import is_long_term
+from hermit.memory.policy.provenance import (
+    CLOSE_LINE,
+    Origin,
+    neutralize,
+    open_line,
+    origin_blocks,
+    seal,
+    wrap,
+)
 from hermit.sessions.keys import SessionKind, parse_session_key
 from hermit.tools.sandbox import ResolvedPath, is_within
 from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE

@@ -27,14 +27,14 @@ from pathlib import Path
 from hermit.config.paths import ensure_private_dir
 from hermit.errors import PathPolicyError
 from hermit.locks import locked
-from hermit.memory.audience import UNKNOWN, audience_of_session
+from hermit.memory.policy.audience import UNKNOWN, audience_of_session
 from hermit.tools import safe_fs
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def room_audience(session_key: str) -> str:
-    """Who shares a room: the session's audience (memory/audience.py) — a group and its threads, a
+    """Who shares a room: the session's audience (memory/policy/audience.py) — a group and its threads, a
     channel, a contact, a cron job, a sub-agent run. A key that does not parse shares nothing."""
     audience = audience_of_session(session_key)
     return f"{UNKNOWN}:{session_key}" if audience == UNKNOWN else audience

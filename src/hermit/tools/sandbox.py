@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermit.errors import PathPolicyError
-from hermit.memory.privacy import is_hard_linked, is_same_file
+from hermit.memory.policy.privacy import is_hard_linked, is_same_file
 
 SANDBOX_RULE = ("sandbox rule: in this session, tools may only use paths inside the workspace {ws} "
                 "(checked after resolving '..', '~' and symlinks)")
@@ -93,7 +93,7 @@ class PathResolver:
         return ResolvedPath(real, self.shown(real))
 
     def _check_hidden(self, raw: str, real: Path) -> None:
-        # By file identity, not name: a hard link is MEMORY.md under another name (memory/privacy.py).
+        # By file identity, not name: a hard link is MEMORY.md under another name (memory/policy/privacy.py).
         if not self.hidden:
             return
         if real in self.hidden or is_same_file(real, self.hidden):

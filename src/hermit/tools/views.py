@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from hermit.errors import PathPolicyError
-from hermit.memory.audience import Reader, memory_view, visible_text
-from hermit.memory.privacy import is_long_term
+from hermit.memory.policy.audience import Reader, memory_view, visible_text
+from hermit.memory.policy.privacy import is_long_term
 from hermit.textfile import decode_text
 from hermit.tools import safe_fs
 from hermit.tools.rooms import Room
@@ -52,7 +52,7 @@ class MemoryView(Protocol):
 
 @dataclass(frozen=True)
 class AudienceMemoryView:
-    """Memory as one reader may see it (memory/audience.py): shared text and its own audience's notes, with
+    """Memory as one reader may see it (memory/policy/audience.py): shared text and its own audience's notes, with
     withheld lines replaced so line numbers stay the file's; never MEMORY.md, memory/private/, a hard-linked
     file or one with nothing visible."""
 

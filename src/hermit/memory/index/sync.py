@@ -1,0 +1,527 @@
+"""Sync Markdown memory into the index: incremental by content hash, atomic full rebuilds, one writer.
+
+Only one process writes an index at a time (the store's writer lock: a lock file for SQLite, an
+advisory lock for PostgreSQL); readers never wait for it. Each file is written in its own
+transaction, so a killed indexer leaves every file either fully old or fully new. Embeddings are
+committed to the cache batch by batch (also into the live index during a rebuild), so a killed first
+index or `--force` resumes from what it embedded; the staging index a killed rebuild leaves is removed
+by the next process that takes the writer lock. A change of embedding identity (provider, model,
+dims, chunking, keyword transform, vector backend) rebuilds into a staging index that then replaces
+the live one in one step (the store's finish_rebuild): searches see the old index or the new one,
+never a half-built one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from hermit.config.schema import MemorySearchConfig
+from hermit.db import DatabaseError, index_error, is_corrupt, is_disk_full
+from hermit.errors import EmbeddingError, IndexError_
+from hermit.memory.embedders.base import Embedder, LineEmbedder
+from hermit.memory.index import line_vectors
+from hermit.memory.index.chunking import CHUNKER_ID, Chunk, chunk_markdown, line_texts, text_hash
+from hermit.memory.index.session_source import list_session_files, render_transcript, session_needs_index
+from hermit.memory.index.sources import SourceFile, list_memory_files, read_memory_file
+from hermit.memory.search.fts import FTS_VERSION
+from hermit.memory.store.api import FileState, MemoryStore
+from hermit.textfile import read_regular
+
+TOKENIZER_ID = "cjk-estimate-1"
+Progress = Callable[[int, int, str], None]  # (files scanned, files total, current file)
+# (chunks written, chunks to write): called with (0, total) once the changed files are chunked, before
+# the first embedding, then after every batch. Embedding dominates the time, so this is the one to watch.
+ChunkProgress = Callable[[int, int], None]
+# (files, chunks): a large sync stored these keyword-only first; keyword search answers for them now,
+# and their vectors follow, newest notes first.
+Ready = Callable[[int, int], None]
+_DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"
+
+
+@dataclass
+class SyncReport:
+    files_seen: int = 0
+    files_indexed: int = 0
+    files_unchanged: int = 0
+    files_deleted: int = 0
+    chunks_indexed: int = 0
+    lines_indexed: int = 0  # lines given a vector of their own
+    lines_reused: int = 0  # … of which the index already held the vector (unchanged lines of an edited file)
+    embedded: int = 0  # texts (chunks and lines) the model embedded; the rest came from the cache
+    cache_hits: int = 0
+    embed_seconds: float = 0.0
+    seconds: float = 0.0
+    rebuilt: bool = False
+    first: bool = False  # the index held no files before this sync (a new workspace or index)
+    skipped: bool = False  # another process holds the writer lock
+    keyword_first: int = 0  # files stored keyword-only before their vectors (a large sync; see Ready)
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        what = "indexed" if self.first else "rebuilt" if self.rebuilt else "synced"
+        return (f"{what}: {plural(self.files_seen, 'file')} ({self.files_indexed:,} indexed, "
+                f"{self.files_unchanged:,} unchanged, {self.files_deleted:,} removed), "
+                f"{plural(self.chunks_indexed, 'chunk')}, "
+                + (f"{plural(self.lines_indexed, 'line vector')}, " if self.lines_indexed else "")
+                + f"{self.embedded:,} embedded, "
+                f"{plural(self.cache_hits, 'cache hit')}, {self.seconds:.2f}s")
+
+
+def wanted_identity(cfg: MemorySearchConfig, embedder: Embedder | None, vector_kind: str) -> dict[str, object]:
+    info = embedder.info if embedder else None
+    return {
+        "provider": info.provider if info else "none",
+        "model": info.model if info else "none",
+        "provider_key": info.provider_key if info else "",
+        "chunk_tokens": cfg.chunking.tokens,
+        "chunk_overlap": cfg.chunking.overlap,
+        "tokenizer": TOKENIZER_ID,
+        "chunker": CHUNKER_ID,
+        "fts": FTS_VERSION,
+        "vector_backend": vector_kind if (info and cfg.store.vector_enabled) else "none",
+        # Present only when on, so an index built without line vectors keeps its identity when they
+        # are turned off (and one built before they existed is rebuilt once when they are on). 1: each
+        # line embedded on its own; 2: taken from its chunk's token states (a different vector: an
+        # index of one kind is rebuilt once into the other, never mixed).
+        **({"line_vectors": line_kind(embedder)} if lines_wanted(cfg, embedder) else {}),
+    }
+
+
+def line_kind(embedder: Embedder | None) -> int:
+    return 2 if isinstance(embedder, LineEmbedder) and embedder.line_vectors_from_tokens() else 1
+
+
+def lines_wanted(cfg: MemorySearchConfig, embedder: Embedder | None) -> bool:
+    """Whether the index gets line vectors (memory.index.line_vectors): "auto" means with a local model."""
+    if embedder is None or not cfg.store.vector_enabled or cfg.line_vectors is False:
+        return False
+    return cfg.line_vectors is True or embedder.info.provider == "local"
+
+
+def recency(p: Pending) -> float:
+    """How new a changed file is, for indexing newest first: MEMORY.md (curated, read every session)
+    before everything; a dated note (memory/2026-06-30.md, …-meeting.md) by the end of its day; any
+    other file by its modification time."""
+    if p.file.rel.lower() == "memory.md":
+        return float("inf")
+    m = _DATED.search(p.file.rel)
+    if m:
+        try:
+            return dt.datetime(int(m[1]), int(m[2]), int(m[3]), 23, 59, tzinfo=dt.UTC).timestamp()
+        except ValueError:
+            pass
+    return p.mtime_ns / 1e9
+
+
+class Pending(NamedTuple):
+    file: SourceFile
+    hash: str
+    mtime_ns: int
+    size: int
+    chunks: list[Chunk]
+    messages: int
+    lines: dict[int, tuple[str, str]]  # line number → (text hash, text) of the lines with a vector of their own
+
+
+class Indexer:
+    """Brings one index up to date with one workspace's memory files."""
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        workspace: Path,
+        cfg: MemorySearchConfig,
+        embedder: Embedder | None,
+        clock: Callable[[], float] = time.time,
+        sessions_dir: Path | None = None,
+    ) -> None:
+        self.store = store
+        self.workspace = workspace
+        self.sessions_dir = sessions_dir if "sessions" in cfg.sources else None
+        self.cfg = cfg
+        self.embedder = embedder if cfg.store.vector_enabled else None
+        self.clock = clock
+        self.lock = store.writer_lock()
+        # The files table, as of (index id, generation); forgotten after every sync of ours, because
+        # touching a file's mtime does not bump the generation.
+        self._indexed: tuple[tuple[str | None, int], dict[str, FileState]] | None = None
+
+    # -- dirty check (cheap: stat only) --------------------------------------------------------
+    def identity_matches(self) -> bool:
+        have = self.store.identity()
+        return have == wanted_identity(self.cfg, self.embedder, self.store.vector_kind())
+
+    def sources(self) -> tuple[list[SourceFile], list[str]]:
+        files, warnings = list_memory_files(self.workspace, self.cfg.extra_paths)
+        return files + list_session_files(self.sessions_dir), warnings
+
+    def is_dirty(self) -> bool:
+        if not self.identity_matches():
+            return True
+        files, _ = self.sources()
+        stamp = (self.store.meta().get("index_id"), self.store.generation())
+        if self._indexed is None or self._indexed[0] != stamp:
+            self._indexed = (stamp, self.store.files())
+        indexed = self._indexed[1]
+        if len(indexed) != len(files) or any(f.rel not in indexed for f in files):
+            return True
+        for f in files:
+            st = indexed[f.rel]
+            try:
+                s = os.stat(f.path)
+            except FileNotFoundError:
+                return True
+            if not st.embedded and self.embedder is not None:
+                return True
+            if st.mtime == s.st_mtime_ns and st.size == s.st_size:
+                continue
+            if f.source != "sessions":
+                return True
+            try:
+                data = read_regular(f.path) if s.st_size != st.size else None
+            except OSError:
+                return True  # let the sync look at it (and report why it cannot be read)
+            if session_needs_index(indexed_size=st.size, indexed_messages=st.messages, size=s.st_size,
+                                   mtime_ns=s.st_mtime_ns, data=data, now=self.clock()).should_index:
+                return True
+        return False
+
+    def _load(self, f: SourceFile, old: FileState | None, mtime_ns: int, size: int,
+              report: SyncReport) -> tuple[str | None, int]:
+        """The text to index for `f` (None = nothing to index now) and its message count."""
+        if f.source == "sessions":
+            try:
+                data = read_regular(f.path)
+            except OSError as e:
+                report.warnings.append(f"{f.rel}: skipped, cannot read ({e})")
+                return None, 0
+            needs_vectors = self.embedder is not None and old is not None and not old.embedded
+            delta = session_needs_index(indexed_size=old.size if old else None,
+                                        indexed_messages=old.messages if old else None,
+                                        size=size, mtime_ns=mtime_ns, data=data, now=self.clock())
+            if not (delta.should_index or needs_vectors):
+                return None, delta.messages
+            text, messages = render_transcript(data.decode("utf-8", errors="replace"))
+            return text, messages
+        read = read_memory_file(f.abs, f.rel, self.cfg.max_file_bytes)
+        if read.warning:
+            report.warnings.append(read.warning)
+        return read.text, 0
+
+    # -- sync -----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(self, blocking: bool) -> Iterator[bool]:
+        got = self.lock.acquire(blocking)
+        try:
+            yield got
+        finally:
+            if got:
+                self.lock.release()
+
+    def sync(self, *, force: bool = False, blocking: bool = True, progress: Progress | None = None,
+             chunk_progress: ChunkProgress | None = None, ready: Ready | None = None) -> SyncReport:
+        """Incremental sync; a full atomic rebuild when `force` or the index identity changed.
+
+        A first index (an index that never held a file or a vector) is built in place rather than
+        into a staging copy: there is no old index to protect, and searches can use each file as soon
+        as it is stored (keyword first, vectors newest first; see `_sync_into`)."""
+        t0 = time.perf_counter()
+        self._indexed = None
+        try:
+            with self._locked(blocking) as got:
+                if not got:
+                    return SyncReport(skipped=True)
+                self._clean_stale_locked()
+                first = not self.store.files()
+                if (force or not self.identity_matches()) and not (first and not self.store.meta().get("dims")):
+                    report = self._rebuild(progress, chunk_progress)
+                else:
+                    fresh = force or not self.identity_matches()
+                    if fresh:
+                        self._set_identity(self.store)
+                    report = self._sync_into(self.store, progress, chunk_progress, ready)
+                    report.rebuilt = fresh  # built whole, for a new identity, only in place
+                    self.store.optimize()
+                report.first = first and report.files_indexed > 0
+        except (DatabaseError, OSError) as e:
+            # A full disk mid-sync is said as such (each file's transaction rolled back: the index is
+            # consistent); a damaged file gets the rebuild advice; anything else is not ours to name.
+            if is_disk_full(e, self.store.location) or is_corrupt(e):
+                raise index_error(e, self.store.location) from e
+            raise
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    def clean_stale_rebuilds(self) -> int:
+        """Delete `*.rebuild-*` files left by a killed rebuild, when no rebuild can be running: only
+        under the writer lock, which every rebuild holds from start to end. Returns files removed."""
+        try:
+            with self._locked(blocking=False) as got:
+                return self._clean_stale_locked() if got else 0
+        except OSError:  # a read-only state dir: nothing to clean that we could clean
+            return 0
+
+    def _clean_stale_locked(self) -> int:
+        return self.store.clean_stale_rebuilds()  # the live index was never touched by a killed rebuild
+
+    def _set_identity(self, store: MemoryStore) -> None:
+        store.set_meta({"identity": json.dumps(wanted_identity(self.cfg, self.embedder, store.vector_kind())),
+                        "index_id": uuid.uuid4().hex, "created_at": str(int(self.clock()))})
+
+    def _rebuild(self, progress: Progress | None, chunk_progress: ChunkProgress | None = None) -> SyncReport:
+        live = self.store
+        tmp = live.open_rebuild()
+        try:
+            self._set_identity(tmp)
+            report = self._sync_into(tmp, progress, chunk_progress)
+            report.rebuilt = True
+        except BaseException:
+            live.discard_rebuild(tmp)
+            raise
+        live.finish_rebuild(tmp)  # one step: readers see the old index or the new one
+        return report
+
+    def _sync_into(self, store: MemoryStore, progress: Progress | None,  # noqa: C901 - the per-file sync decisions in one loop; splits with issue 26 §2 (memory/index/)
+                   chunk_progress: ChunkProgress | None = None, ready: Ready | None = None) -> SyncReport:
+        report = SyncReport()
+        files, warnings = self.sources()
+        report.warnings.extend(warnings)
+        report.files_seen = len(files)
+        indexed = store.files()
+        present = {f.rel for f in files}
+        for gone in sorted(set(indexed) - present):
+            store.delete_file(gone)
+            report.files_deleted += 1
+
+        changed: list[Pending] = []
+        want_lines = lines_wanted(self.cfg, self.embedder)
+        batch = max(16, self.cfg.remote.batch_size if self.cfg.provider not in ("local", "none") else 32)
+        for n, f in enumerate(files, start=1):
+            if progress:
+                progress(n, len(files), f.rel)
+            try:
+                st = f.abs.stat()
+            except FileNotFoundError:
+                continue  # vanished since listing: the next sync deletes it
+            old = indexed.get(f.rel)
+            needs_vectors = self.embedder is not None and old is not None and not old.embedded
+            if old and old.mtime == st.st_mtime_ns and old.size == st.st_size and not needs_vectors:
+                report.files_unchanged += 1
+                continue
+            text, messages = self._load(f, old, st.st_mtime_ns, st.st_size, report)
+            if text is None:
+                if f.source == "sessions":  # below the re-index threshold: keep what is indexed
+                    report.files_unchanged += 1
+                elif old is not None:  # indexed before but unreadable now: drop the stale chunks
+                    store.delete_file(f.rel)
+                continue
+            file_hash = text_hash(text)
+            if old and old.hash == file_hash and not needs_vectors:
+                store.touch_file(f.rel, st.st_mtime_ns, st.st_size)
+                report.files_unchanged += 1
+                continue
+            chunks = chunk_markdown(text, self.cfg.chunking.tokens, self.cfg.chunking.overlap)
+            lines = {n: (text_hash(t), t) for n, t in line_texts(text, self.cfg.chunking.tokens).items()} \
+                if want_lines else {}
+            changed.append(Pending(f, file_hash, st.st_mtime_ns, st.st_size, chunks, messages, lines))
+        # Chunk every changed file first, so the total is known before the slow part (embedding) starts.
+        total = sum(len(p.chunks) for p in changed)
+        # Newest notes first: after years of daily logs, today's and this week's are what is asked about.
+        changed.sort(key=recency, reverse=True)
+        if self.embedder is not None and store is self.store and total > batch:
+            # A large sync into the live index stores every file keyword-only first (seconds, no model),
+            # so keyword search answers for all of it at once; vectors follow batch by batch. A kill
+            # leaves files marked as needing vectors, and the next sync embeds only those.
+            model = self.embedder.info.model
+            for p in changed:
+                store.replace_file(path=p.file.rel, source=p.file.source, file_hash=p.hash, mtime=p.mtime_ns,
+                                   size=p.size, chunks=p.chunks, vectors=None, model=model, messages=p.messages)
+            report.keyword_first = len(changed)
+            if ready:
+                ready(len(changed), total)
+        done = 0
+        if chunk_progress and total:
+            chunk_progress(0, total)
+        pending: list[Pending] = []
+        pending_chunks = 0
+        for p in changed:
+            pending.append(p)
+            pending_chunks += len(p.chunks)
+            if pending_chunks >= batch:
+                self._flush(store, pending, report)
+                done += pending_chunks
+                if chunk_progress:
+                    chunk_progress(done, total)
+                pending, pending_chunks = [], 0
+        self._flush(store, pending, report)
+        if chunk_progress and pending_chunks:
+            chunk_progress(total, total)
+        if self.cfg.cache.max_entries:
+            store.cache_prune(self.cfg.cache.max_entries)
+        return report
+
+    def _embed(self, store: MemoryStore, texts: dict[str, str], report: SyncReport,
+               uncached: dict[str, str] | None = None) -> dict[str, np.ndarray] | None:
+        """Vectors by text hash, or None when embedding failed and keyword-only is allowed. `texts` go
+        through the embedding cache; `uncached` (lines) are embedded in the same calls but not cached:
+        the index keeps them itself (line_vectors), at half the bytes."""
+        assert self.embedder is not None
+        info = self.embedder.info
+        hashes = list(texts)
+        found = store.cache_get(info.provider, info.model, info.provider_key, hashes) if self.cfg.cache.enabled else {}
+        report.cache_hits += sum(1 for h in hashes if h in found)
+        todo = {h: t for h, t in texts.items() if h not in found}
+        rest = {h: t for h, t in (uncached or {}).items() if h not in found and h not in todo}
+        if todo or rest:
+            t0 = time.perf_counter()
+            try:
+                vecs = self.embedder.embed_documents([*todo.values(), *rest.values()])
+            except EmbeddingError as e:
+                if self.cfg.on_embedding_failure == "error":
+                    raise
+                report.warnings.append(f"embedding failed, indexed keyword-only for now: {e.message}")
+                return None
+            report.embed_seconds += time.perf_counter() - t0
+            report.embedded += len(todo) + len(rest)
+            everything = dict(zip([*todo, *rest], vecs, strict=True))
+            new = {h: everything[h] for h in todo}
+            found.update(everything)
+            info = self.embedder.info  # remote providers learn dims on the first call
+            if self.cfg.cache.enabled and new:
+                store.cache_put(info.provider, info.model, info.provider_key, new)
+                if store is not self.store:
+                    # A rebuild fills a temporary database; the live one keeps each batch too (its own
+                    # committed transaction), so a rebuild killed midway is resumed from the cache.
+                    self.store.cache_put(info.provider, info.model, info.provider_key, new)
+        return found
+
+    def _known_lines(self, pending: list[Pending]) -> dict[str, np.ndarray]:
+        """Vectors the live index already holds for these files' lines, by the text hash of the line:
+        an edited note embeds only its new lines, and a rebuild (or one resumed after a kill) reuses
+        every line it has. Only vectors of the model in use."""
+        assert self.embedder is not None
+        ident, info = self.store.identity(), self.embedder.info
+        if ident.get("line_vectors") != line_kind(self.embedder) or (
+                ident.get("provider"), ident.get("model"), ident.get("provider_key")) != (
+                info.provider, info.model, info.provider_key):
+            return {}
+        known: dict[str, np.ndarray] = {}
+        for p in pending:
+            if p.lines:
+                known.update(self.store.line_vectors_of(p.file.rel))
+        return known
+
+    def _embed_with_lines(self, store: MemoryStore, pending: list[Pending], report: SyncReport
+                          ) -> tuple[dict[str, np.ndarray], dict[str, dict[int, np.ndarray]]] | None:
+        """Chunk vectors by hash and each file's line vectors, the lines taken from their chunks' token
+        states in the same pass. A cached chunk is embedded again only when one of its lines has no
+        vector in the live index (the cache keeps chunk vectors, not token states). None: embedding
+        failed and keyword-only is allowed."""
+        embedder = self.embedder
+        assert isinstance(embedder, LineEmbedder)
+        info = embedder.info
+        texts = {c.hash: c.text for p in pending for c in p.chunks}
+        found = store.cache_get(info.provider, info.model, info.provider_key, list(texts)) \
+            if self.cfg.cache.enabled else {}
+        report.cache_hits += len(found)
+        known = self._known_lines(pending) if found else {}
+        run = {h: t for h, t in texts.items() if h not in found}
+        for p in pending:
+            for c in p.chunks:
+                if c.hash in found and c.hash not in run and any(
+                        p.lines[n][0] not in known for n in range(c.start_line, c.end_line + 1) if n in p.lines):
+                    run[c.hash] = c.text
+        per_chunk: dict[str, list[np.ndarray | None]] = {}
+        if run:
+            t0 = time.perf_counter()
+            try:
+                got = embedder.embed_with_lines(list(run.values()))
+            except EmbeddingError as e:
+                if self.cfg.on_embedding_failure == "error":
+                    raise
+                report.warnings.append(f"embedding failed, indexed keyword-only for now: {e.message}")
+                return None
+            if got is None:  # the runtime could not after all: embed lines on their own
+                return None
+            report.embed_seconds += time.perf_counter() - t0
+            report.embedded += len(run)
+            new = {h: v for h, v in zip(run, got[0], strict=True) if h not in found}
+            per_chunk = dict(zip(run, got[1], strict=True))
+            found.update(new)
+            if self.cfg.cache.enabled and new:
+                store.cache_put(info.provider, info.model, info.provider_key, new)
+                if store is not self.store:  # a rebuild: the live index keeps each batch too (resume)
+                    self.store.cache_put(info.provider, info.model, info.provider_key, new)
+        file_lines: dict[str, dict[int, np.ndarray]] = {}
+        for p in pending:
+            mine = line_vectors.lines_from_chunks(p.chunks, per_chunk, p.lines)
+            for n, (h, _) in p.lines.items():
+                if n not in mine and h in known:
+                    mine[n] = known[h]
+                    report.lines_reused += 1
+            file_lines[p.file.rel] = mine
+        return found, file_lines
+
+    def _flush(self, store: MemoryStore, pending: list[Pending], report: SyncReport) -> None:
+        if not pending:
+            return
+        vectors: dict[str, np.ndarray] | None = None
+        file_lines: dict[str, dict[int, np.ndarray]] = {}
+        tokens = self.embedder is not None and any(p.lines for p in pending) and line_kind(self.embedder) == 2
+        if tokens:
+            got = self._embed_with_lines(store, pending, report)
+            if got is not None:
+                vectors, file_lines = got
+            # None and still kind 2: embedding failed (keyword-only); else the fast runtime could not
+            # load after all, and lines are embedded on their own below.
+            tokens = line_kind(self.embedder) == 2
+        if self.embedder is not None and not tokens:
+            # Chunks and lines in one pass through the model. A line the index already holds (an edit
+            # left it unchanged) or that is a whole cached chunk is not embedded again.
+            texts = {c.hash: c.text for p in pending for c in p.chunks}
+            by_hash = {h: t for p in pending for h, t in p.lines.values()}
+            known = self._known_lines(pending) if by_hash else {}
+            report.lines_reused += sum(1 for h in by_hash if h in known)
+            vectors = self._embed(store, texts, report, {h: t for h, t in by_hash.items() if h not in known})
+            if vectors is not None:
+                vectors = {**known, **vectors}
+                file_lines = {p.file.rel: {n: vectors[h] for n, (h, _) in p.lines.items()} for p in pending}
+        model = self.embedder.info.model if self.embedder else "none"
+        dims = None
+        if vectors:
+            dims = next(iter(vectors.values())).shape[0]
+            have = store.meta().get("dims")
+            if have and int(have) != dims:
+                raise IndexError_(
+                    f"embedding dims changed ({have} → {dims}) for model {model}",
+                    "run `hermit memory index --force` to rebuild the index",
+                )
+            store.set_meta({"dims": str(dims)})
+        for f, file_hash, mtime, size, chunks, messages, _lines in pending:
+            mat = None
+            line_vecs: dict[int, np.ndarray] | None = None
+            if vectors is not None:
+                mat = np.stack([vectors[c.hash] for c in chunks]) if chunks else np.zeros((0, dims or 0))
+                line_vecs = file_lines.get(f.rel, {})
+            store.replace_file(path=f.rel, source=f.source, file_hash=file_hash, mtime=mtime, size=size,
+                               chunks=chunks, vectors=mat, model=model, messages=messages,
+                               line_vectors=line_vecs)
+            report.files_indexed += 1
+            report.chunks_indexed += len(chunks)
+            report.lines_indexed += len(line_vecs or ())

@@ -1,0 +1,1 @@
+"""What memory may hold and who may read it: path rules, privacy, provenance, audiences, the daily log."""

@@ -1,0 +1,410 @@
+"""Who may read a memory note (its audience), who is reading (a Reader), and what of memory a reader may see.
+
+Every line of a memory file has one audience:
+
+- `"owner"`: only the owner (the main session, the local CLI, the web chat, MCP with
+  `mcp.share_private_memory: true`). MEMORY.md and everything under `memory/private/` are owner-only
+  whole, and so is any origin block with `audience="owner"`: what the main session writes.
+- `"shared"`: every reader of this agent's memory. Hand-written text outside blocks elsewhere is shared,
+  as in the original design (daily logs are shared).
+- a non-main session's key (`audience_of_session`): `telegram:group:-100123` (its threads and topics
+  too), `slack:channel:C1`, `telegram:dm:42` (`dm:42` for dm_scope per-peer), `cron:<jobId>`,
+  `subagent:<runId>`, `mcp`. Text in such a block is seen by that audience and the owner.
+
+Inside a file the audience is carried by origin blocks (memory/policy/provenance.py); a block written before
+audiences existed takes it from its `session` attribute. Anything that does not parse fails closed:
+it gets `"unknown"`, an audience that no reader but the owner matches.
+
+A non-owner reader sees shared text and text of its own audience, never MEMORY.md, `memory/private/`,
+a hard-linked file (it may be MEMORY.md under another name, memory/policy/privacy.py) nor session transcripts.
+`visible_text` renders a file for a reader with withheld lines replaced (line numbers stay put);
+`AudienceMap` decides which indexed chunks a reader may see and labels search results;
+`memory_view` is the whole of memory a reader may see, for the OS sandbox to show.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from hermit.errors import SessionError
+from hermit.memory.index.chunking import MARKER, index_lines
+from hermit.memory.index.sources import list_memory_files
+from hermit.memory.policy.privacy import file_identity
+from hermit.memory.policy.provenance import Origin, OriginBlock, origin_blocks
+from hermit.memory.store.api import ChunkRow
+from hermit.sessions.keys import SessionKind, is_main_session_key, parse_session_key
+from hermit.textfile import decode_text, read_regular
+from hermit.workspace import MEMORY_FILE
+
+OWNER = "owner"
+SHARED = "shared"
+MCP = "mcp"
+UNKNOWN = "unknown"  # what does not parse: no reader but the owner matches it
+PRIVATE_DIR = "memory/private/"
+MAX_AUDIENCE_CHARS = 600
+DEFAULT_MAX_FILE_BYTES = 5_000_000  # memory_search.max_file_bytes' default: the indexing cap
+AUDIENCE_RULE = ("audience rule: owner-only notes (the main session's notes, memory/private/, MEMORY.md) and "
+                 "notes of other chats are not shared with this chat")
+WITHHELD_LINES = "[{n} line{s} withheld: not shared with this chat]"
+
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.@+=-")
+_ID = r"[A-Za-z0-9_.@+=%-]+"
+_AUDIENCE_RE = re.compile(rf"(?:{OWNER}|{SHARED}|{MCP}|dm:{_ID}|cron:{_ID}|subagent:{_ID}"
+                          rf"|[a-z0-9][a-z0-9_-]{{0,63}}:(?:group|channel|dm):{_ID})")
+
+
+def _enc(value: str) -> str:
+    """A platform id made safe inside a marker attribute and unambiguous after ':' (percent-encoded
+    outside [A-Za-z0-9_.@+=-]; a '-' right after another too, since '--' may not appear in a comment)."""
+    out: list[str] = []
+    for ch in value:
+        if ch in _SAFE and not (ch == "-" and out and out[-1] == "-"):
+            out.append(ch)
+        else:
+            out.append("".join(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass")))
+    return "".join(out)
+
+
+def is_audience(value: str) -> bool:
+    """A well-formed audience value (what a block's `audience` attribute may hold)."""
+    return len(value) <= MAX_AUDIENCE_CHARS and "--" not in value and _AUDIENCE_RE.fullmatch(value) is not None
+
+
+def audience_of_session(session_key: str) -> str:
+    """The audience of what a session writes and may read: `"owner"` for the main session, the chat's
+    key for the others (threads and topics share their group's), `"unknown"` for an unparseable key."""
+    if session_key == MCP:
+        return MCP
+    try:
+        key = parse_session_key(session_key)
+    except SessionError:
+        return UNKNOWN
+    if key.kind is SessionKind.MAIN:
+        return OWNER
+    if key.kind in (SessionKind.GROUP, SessionKind.CHANNEL) and key.channel and key.peer_id:
+        return f"{key.channel}:{key.kind.value}:{_enc(key.peer_id)}"
+    if key.kind is SessionKind.DM and key.peer_id:
+        # The account a DM came in on does not change who the person is: one audience per person.
+        return f"{key.channel}:dm:{_enc(key.peer_id)}" if key.channel else f"dm:{_enc(key.peer_id)}"
+    if key.kind is SessionKind.CRON and key.job_id:
+        return f"cron:{_enc(key.job_id)}"
+    if key.kind is SessionKind.SUBAGENT and key.run_id:
+        return f"subagent:{_enc(key.run_id)}"
+    return UNKNOWN
+
+
+def block_audience(origin: Origin) -> str:
+    """A block's audience: its attribute when well-formed, else derived from its session (fail closed)."""
+    if origin.audience is not None:
+        return origin.audience if is_audience(origin.audience) else UNKNOWN
+    return audience_of_session(origin.session)
+
+
+def owner_origin(session_key: str) -> Origin:
+    """The origin of the main session's own notes: owner-only."""
+    return Origin(session_key, audience=OWNER)
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Who is reading memory: the owner sees everything; anyone else shared text and its own audience's."""
+
+    audience: str
+    owner: bool = False
+
+    def can_see(self, audience: str) -> bool:
+        if self.owner:
+            return True
+        if audience == SHARED:
+            return True
+        return audience == self.audience and audience not in (OWNER, UNKNOWN) and is_audience(audience)
+
+
+OWNER_READER = Reader(OWNER, owner=True)
+
+
+def reader_for_session(session_key: str) -> Reader:
+    """The reader a session's memory tools act for: the owner in the main session only (fails closed)."""
+    return Reader(audience_of_session(session_key), owner=is_main_session_key(session_key))
+
+
+def is_private_path(rel_path: str) -> bool:
+    """MEMORY.md (by name; callers check identity too) or under memory/private/ (in any case: fail closed)."""
+    p = rel_path.replace("\\", "/")
+    return p == MEMORY_FILE or p.lower().startswith(PRIVATE_DIR)
+
+
+def default_audience(rel_path: str) -> str:
+    """The audience of a file's text outside blocks, by where the file is."""
+    return OWNER if is_private_path(rel_path) else SHARED
+
+
+def line_audiences(text: str, rel_path: str, blocks: Sequence[OriginBlock] | None = None) -> list[str]:
+    """The audience of every line of `text` (index 0 is line 1; `text.split("\\n")` lines)."""
+    lines = text.count("\n") + 1
+    default = default_audience(rel_path)
+    out = [default] * lines
+    if default == OWNER or MARKER not in text:  # an owner-only file stays owner-only whatever it says
+        return out
+    for b in origin_blocks(text) if blocks is None else blocks:
+        aud = block_audience(b.origin)
+        for i in range(b.start - 1, min(b.end, lines)):
+            out[i] = aud
+    return out
+
+
+def narrowest(audiences: set[str]) -> str:
+    """Who may see all of a passage: its one audience, shared text aside; the owner when several."""
+    rest = audiences - {SHARED}
+    if not rest:
+        return SHARED
+    if len(rest) == 1:
+        only = next(iter(rest))
+        return OWNER if only == UNKNOWN else only
+    return OWNER
+
+
+def _withheld(n: int) -> str:
+    return WITHHELD_LINES.format(n=n, s="" if n == 1 else "s")
+
+
+def visible_text(text: str, rel_path: str, reader: Reader) -> str | None:
+    """`text` (the file at `rel_path`) as `reader` may see it: each run of lines it may not see becomes
+    one "[N lines withheld: …]" line and N−1 blank ones, so line numbers stay those of the file. None
+    when the reader may see nothing of it (owner-only files, or every non-blank line withheld)."""
+    if reader.owner:
+        return text
+    if is_private_path(rel_path):
+        return None
+    auds = line_audiences(text, rel_path)
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        auds[-1] = SHARED  # the empty "line" after the final newline
+    out: list[str] = []
+    seen = withheld = False
+    i = 0
+    while i < len(lines):
+        if reader.can_see(auds[i]):
+            out.append(lines[i])
+            seen = seen or bool(lines[i].strip())
+            i += 1
+            continue
+        j = i
+        while j < len(lines) and not reader.can_see(auds[j]):
+            j += 1
+        out.append(_withheld(j - i))
+        out.extend([""] * (j - i - 1))
+        withheld, i = True, j
+    if withheld and not seen:
+        return None
+    return "\n".join(out)
+
+
+@dataclass
+class _File:
+    """One memory file as read for audience decisions (cached by path, mtime and size)."""
+
+    rel: str
+    text: str
+    withheld: bool  # MEMORY.md by identity, or hard-linked: never for a non-owner
+    blocks: list[OriginBlock] = field(default_factory=list)
+
+    @cached_property
+    def audiences(self) -> list[str]:
+        return line_audiences(self.text, self.rel, self.blocks)
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return index_lines(self.text)
+
+    def span_audience(self, start: int, end: int) -> str:
+        if default_audience(self.rel) == OWNER:
+            return OWNER
+        if not self.blocks:
+            return SHARED
+        return narrowest(set(self.audiences[max(0, start - 1):max(start, end)]))
+
+    def others_block(self, start: int, end: int) -> Origin | None:
+        """The origin of the first block of another writer than the owner's main session that lines
+        start..end overlap (the owner's own notes need no label)."""
+        for b in self.blocks:
+            if b.start <= end and start <= b.end:
+                if block_audience(b.origin) == OWNER and is_main_session_key(b.origin.session):
+                    continue
+                return b.origin
+        return None
+
+
+class AudienceMap:
+    """Audiences of a workspace's memory files, read from the files when asked and cached by
+    (path, mtime_ns, size): which indexed chunks a reader may see, and the labels of search results."""
+
+    def __init__(self, workspace: Path, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, cache_size: int = 512,
+                 cache_bytes: int = 64_000_000) -> None:
+        self.workspace = workspace
+        self.max_file_bytes = max_file_bytes
+        self.cache_size = cache_size
+        self.cache_bytes = cache_bytes  # files are kept as text: bound what the cache holds
+        self._cache: dict[str, tuple[tuple[int, int], _File | None]] = {}
+        self._held = 0
+
+    def _abs(self, rel: str) -> str:
+        return rel if os.path.isabs(rel) else os.path.join(self.workspace, rel)
+
+    def file(self, rel: str) -> _File | None:
+        """The file behind an indexed path; None when it is gone, not a regular file or unreadable."""
+        path = self._abs(rel)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None  # a symlink or something worse: never memory
+        stamp = (st.st_mtime_ns, st.st_size)
+        hit = self._cache.get(path)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        loaded = self._read(rel, path, st)
+        self._forget(path)
+        while self._cache and (len(self._cache) >= self.cache_size or self._held + st.st_size > self.cache_bytes):
+            self._forget(next(iter(self._cache)))
+        self._cache[path] = (stamp, loaded)
+        self._held += st.st_size if loaded is not None else 0
+        return loaded
+
+    def _forget(self, path: str) -> None:
+        gone = self._cache.pop(path, None)
+        if gone is not None and gone[1] is not None:
+            self._held -= gone[0][1]
+
+    def _read(self, rel: str, path: str, st: os.stat_result) -> _File | None:
+        try:
+            data = read_regular(path, self.max_file_bytes)
+        except OSError:
+            return None
+        text = decode_text(data).text
+        memory = file_identity(self.workspace / MEMORY_FILE)
+        withheld = st.st_nlink > 1 or (memory is not None and memory == (st.st_dev, st.st_ino))
+        return _File(rel, text, withheld, origin_blocks(text) if MARKER in text else [])
+
+    def visible_ids(self, rows: Mapping[int, ChunkRow], reader: Reader) -> set[int]:
+        """The chunks `reader` may see: memory (not transcripts), not an owner-only or withheld file,
+        the chunk still the file's text at its lines (a stale index fails closed), every line visible."""
+        if reader.owner:
+            return set(rows)
+        keep: set[int] = set()
+        for cid, row in rows.items():
+            if row.source != "memory" or is_private_path(row.path):
+                continue
+            f = self.file(row.path)
+            if f is None or f.withheld or not 1 <= row.start_line <= row.end_line <= len(f.lines):
+                continue
+            if row.start_line == row.end_line:
+                current = row.text in f.lines[row.start_line - 1]  # a piece of one long line, or the line
+            else:
+                current = row.text == "\n".join(f.lines[row.start_line - 1:row.end_line])
+            if current and all(reader.can_see(a) for a in f.audiences[row.start_line - 1:row.end_line]):
+                keep.add(cid)
+        return keep
+
+    def annotate(self, results: list[dict[str, Any]], snippet_cap: int) -> list[dict[str, Any]]:
+        """Search results with their `audience` (owner | shared | a chat's key: who may see the whole
+        snippet), and with `origin` and a snippet prefix saying so on hits from others' notes."""
+        out = []
+        for r in results:
+            if r.get("source") != "memory":
+                out.append({**r, "audience": OWNER})  # transcripts are the owner's
+                continue
+            path = str(r.get("path", ""))
+            a, b = int(r.get("startLine", 0)), int(r.get("endLine", 0))
+            f = self.file(path)
+            if f is None:
+                out.append({**r, "audience": default_audience(path)})
+                continue
+            labelled = {**r, "audience": OWNER if f.withheld else f.span_audience(a, b)}
+            origin = f.others_block(a, b)
+            if origin is not None:
+                labelled["origin"] = origin.to_dict()
+                labelled["snippet"] = f"[{origin.describe()}] {r.get('snippet', '')}"[:snippet_cap]
+            out.append(labelled)
+        return out
+
+
+def memory_view(workspace: Path, extra_paths: Sequence[str], reader: Reader, *,
+                max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Iterator[tuple[str, bytes]]:
+    """Every memory file `reader` may see anything of, as (workspace-relative path, content).
+
+    Yields, sorted by path: each regular `.md` file under `memory/` (symlinked files and directories are
+    skipped, never followed) and each file of a configured extra path that lies inside the workspace
+    (an extra path outside it has no workspace-relative path and is not yielded); for the owner also
+    MEMORY.md. Content is the file's bytes for the owner; for anyone else the file rendered by
+    `visible_text` (UTF-8): withheld lines replaced so line numbers stay put. Never yielded to a
+    non-owner: MEMORY.md, anything under `memory/private/`, a hard-linked file or the same file as
+    MEMORY.md (memory/policy/privacy.py), a file with nothing visible. Files over `max_file_bytes` (the
+    indexing cap), binary files (NUL bytes), unreadable files and files that change into something
+    other than a regular file while being read are skipped. The only thing the sandbox shows a
+    non-owner of memory.
+    """
+    files, _ = list_memory_files(workspace, list(extra_paths))
+    memory = file_identity(workspace / MEMORY_FILE)
+    for f in files:
+        rel = f.rel
+        if os.path.isabs(rel) or f.source != "memory":
+            continue
+        if rel == MEMORY_FILE and not reader.owner:
+            continue
+        if not reader.owner and is_private_path(rel):
+            continue
+        if not _no_symlink_below(workspace, rel):
+            continue
+        data = _read_nofollow(os.path.join(workspace, rel), max_file_bytes)
+        if data is None:
+            continue
+        raw, st = data
+        if b"\x00" in raw[:8192]:
+            continue
+        if reader.owner:
+            yield rel, raw
+            continue
+        if st.st_nlink > 1 or (memory is not None and memory == (st.st_dev, st.st_ino)):
+            continue
+        shown = visible_text(decode_text(raw).text, rel, reader)
+        if shown is not None:
+            yield rel, shown.encode("utf-8")
+
+
+def _no_symlink_below(workspace: Path, rel: str) -> bool:
+    """No component of `rel` under the workspace is a symlink (extra paths may name any folder)."""
+    probe = workspace
+    for part in Path(rel).parts[:-1]:
+        probe = probe / part
+        if probe.is_symlink() or not probe.is_dir():
+            return False
+    return True
+
+
+def _read_nofollow(path: str, max_bytes: int) -> tuple[bytes, os.stat_result] | None:
+    """A regular file's bytes and stat, opened without following a final symlink; None otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+            return None
+        chunks: list[bytes] = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks), st
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

@@ -1,0 +1,76 @@
+"""Appending a note to today's daily log (memory/YYYY-MM-DD.md): append only, never a rewrite (SPEC §2, §14.16).
+
+Used by tools that add to memory from outside an agent turn (the MCP server's memory_append). The file
+goes through memory_get's path rules (no symlinks, nothing outside the workspace), is opened with
+O_APPEND under an exclusive lock so two writers at once keep both notes, and is fsync'd. A note with an
+`origin` (every writer but the owner) is escaped and wrapped in an origin block (memory/policy/provenance.py),
+so its writer cannot forge a marker; a log that ends inside an unclosed block is closed first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hermit.errors import HermitError, PathPolicyError
+from hermit.locks import lock_fd
+from hermit.memory.policy.paths import RULES, resolve_memory_path
+from hermit.memory.policy.provenance import Origin, neutralize, seal, wrap
+
+MAX_NOTE_CHARS = 20_000
+
+
+def daily_log_path(day: datetime) -> str:
+    return f"memory/{day:%Y-%m-%d}.md"
+
+
+def append_daily_note(workspace: Path, note: str, now: datetime, extra_paths: Sequence[str] = (),
+                      origin: Origin | None = None) -> dict[str, Any]:
+    """Append `note` to the daily log of `now`'s date; returns {"path", "startLine", "endLine"} of the note
+    (its own lines, inside its origin block when `origin` is given)."""
+    text = note.strip("\n").rstrip()
+    if not text.strip():
+        raise HermitError("empty note", "pass the text to remember")
+    if len(text) > MAX_NOTE_CHARS:
+        raise HermitError(f"note is {len(text):,} characters (limit {MAX_NOTE_CHARS:,})",
+                          "store a summary; put long documents in a file and note where it is")
+    if "\x00" in text:
+        raise HermitError("note contains a NUL byte", "send plain text")
+    rel = daily_log_path(now)
+    try:
+        (workspace / "memory").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PathPolicyError(f"cannot create memory/ in {workspace}: {e}", RULES) from e
+    real, shown = resolve_memory_path(workspace, rel, list(extra_paths))
+    try:
+        fd = os.open(real, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        raise PathPolicyError(f"cannot open {shown} for appending: {e}", RULES) from e
+    try:
+        lock_fd(fd)
+        size = os.fstat(fd).st_size
+        existing = os.pread(fd, size, 0).decode("utf-8", errors="replace") if size else ""
+        # A log ending inside an unclosed block (cut short by hand) would take the note into that block.
+        closing = seal(existing)[len(existing):]
+        existing += closing
+        if not existing:
+            lead = f"# {now:%Y-%m-%d}\n\n"
+        elif existing.endswith("\n\n"):
+            lead = ""
+        elif existing.endswith("\n"):
+            lead = "\n"
+        else:
+            lead = "\n\n"
+        body = text + "\n" if origin is None else wrap(neutralize(text), origin)
+        start = (existing + lead).count("\n") + 1 + (1 if origin is not None else 0)
+        payload = (closing + lead + body).encode("utf-8")
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # releases the lock
+    return {"path": shown, "startLine": start, "endLine": start + text.count("\n")}

@@ -1,0 +1,652 @@
+"""Hybrid search: vector (cosine) + keyword (BM25) candidates, merged on [0, 1] scores.
+
+Both legs are scored for every candidate of the union (a keyword-only hit still gets its cosine, a
+vector-only hit its BM25), so an exact identifier found only by keyword is not lost to minScore
+(SPEC §14.2). Cosines are calibrated per model onto [0, 1] and BM25 is sign-corrected (§14.1), so the
+threshold means the same thing whichever model is active.
+
+One search, in order (the order is measured, bench/memory_bench.py): the dictionary translation of the
+query; the query embedding, alone on every core; the pass over the vector matrix, started by a worker
+thread while this thread runs the keyword leg (memory/search/keyword.py: BM25 with a bounded cost) and finished
+by both; the translated query vector (from cached word vectors) for candidates in the other language;
+then fusion, rescue, boosts and snippets. When the query embeds on one core (a long-lived process's
+onnxruntime query runner), the worker embeds it and runs the matrix pass while this thread runs the
+keyword leg (memory/search/query_runner.py).
+
+A reader other than the owner (memory/policy/audience.py) searches a larger candidate pool, and the candidates
+it may not see are dropped before fusion, so neither their scores nor their lines reach its results
+(snippet windows grow only into the chunks that are left). The owner's search skips all of that.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hermit.config.schema import QueryConfig
+from hermit.errors import EmbeddingError
+from hermit.memory.embedders.base import Embedder, EmbedderInfo
+from hermit.memory.index.line_vectors import best_cosines
+from hermit.memory.policy.audience import Reader
+from hermit.memory.search.dates import query_day_ranges
+from hermit.memory.search.fts import build_match, query_terms, translated_phrases
+from hermit.memory.search.keyword import KeywordSearcher
+from hermit.memory.search.lexicon import Lexicon
+from hermit.memory.search.places import group_places, show_places, span_of
+from hermit.memory.search.query_runner import EmbedBeside, query_uses_one_core
+from hermit.memory.search.snippets import Term, render, weigh_terms
+from hermit.memory.search.terms import term_coverage
+from hermit.memory.search.translation import NO_TRANSLATION, Translation, WordVectors, translate
+from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning
+from hermit.memory.search.vectors import AnyPass, VectorMatrix
+from hermit.memory.store.api import ChunkRow, MemoryStore
+from hermit.tokens import count_cjk
+
+SMALL_MEMORY_CHUNKS = 100
+# Above this many chunks the in-memory matrix (4 bytes × dims each) is not used; vec0 KNN is.
+MATRIX_MAX_CHUNKS = 300_000
+# A session dump (agent/session_memory.py): memory/YYYY-MM-DD-<slug>.md whose header says so.
+_SESSION_DUMP_NAME = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})-[^/]+\.md$")
+_SESSION_DUMP_HEADER = re.compile(r"^# Session \d{4}-\d{2}-\d{2} \d{2}:\d{2}\b[^\n]*\n(?:[^\n]*\n){0,8}?- Saved on ",
+                                  re.MULTILINE)
+# Words of a query that may name a speaker of a conversation (memory.search.places matches them to the "Name:"
+# opening a line).
+_NAME_WORD = re.compile(r"[^\W\d_]+")
+_DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: int
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    score: float
+    vector_score: float | None
+    text_score: float
+    snippet: str
+    # The line spans of the returned text (one per window; see memory.search.snippets).
+    windows: tuple[tuple[int, int], ...] = ()
+    # The lines of the chunk(s) the text was chosen from (overlapping chunks of a file are one place).
+    place: tuple[int, int] = (0, 0)
+
+
+@dataclass
+class SearchOutcome:
+    hits: list[Hit]
+    mode: str  # "hybrid" | "keyword-only" | "vector-only"
+    reason: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    withheld: int = 0  # candidates dropped because the reader may not see them
+
+
+@dataclass
+class _VectorLeg:
+    """The vector leg of one search: its hits, or the matrix pass a worker runs meanwhile (or the query
+    embedding and then that pass, `beside`: the query vector is known once the leg is finished)."""
+
+    hits: list[tuple[int, float]] = field(default_factory=list)
+    matrix_pass: AnyPass | None = None
+    job: Future[None] | None = None
+    matrix_ok: bool = False  # scores of further chunks come from the matrix (else from the store)
+    beside: EmbedBeside | None = None
+    q: np.ndarray | None = None  # with `beside`: the query vector, once finished (None: why not in `reason`)
+    reason: str | None = None
+
+
+@dataclass
+class _Candidates:
+    """The candidates of one search between its stages: their rows and each leg's raw scores."""
+
+    rows: dict[int, ChunkRow]
+    ids: list[int]
+    cos: dict[int, float]  # raw cosine (the vector leg's, filled in for the other candidates)
+    rel: dict[int, float]  # BM25 relevance (the keyword leg's, estimated for the other candidates)
+    vec_hits: list[tuple[int, float]]
+    kw_hits: list[tuple[int, float]]
+    dated: set[int]  # chunks of the days the query names
+    withheld: int = 0  # candidates dropped because the reader may not see them
+
+
+def _mostly_cjk(text: str) -> bool:
+    return count_cjk(text) * 2 >= len("".join(text.split()))
+
+
+def calibrate(cos: float, info: EmbedderInfo) -> float:
+    span = max(1e-6, info.score_ceiling - info.score_floor)
+    return min(1.0, max(0.0, (cos - info.score_floor) / span))
+
+
+def file_date(path: str) -> float | None:
+    m = _DATED.search(path)
+    if not m:
+        return None
+    try:
+        d = dt.datetime(int(m.group(1)), int(m.group(2)), int(m.group(3)), tzinfo=dt.UTC)
+    except ValueError:
+        return None
+    return d.timestamp()
+
+
+def _tokens(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.lower()))
+
+
+def _usable_vector(q: np.ndarray) -> bool:
+    """A query vector with a direction: finite, and not (almost) all zeros."""
+    norm = float(np.linalg.norm(q))
+    return bool(np.isfinite(norm)) and norm > 1e-6
+
+
+class HybridSearcher:
+    def __init__(
+        self,
+        store: MemoryStore,
+        embedder: Embedder | None,
+        query_cfg: QueryConfig,
+        *,
+        use_matrix: bool = False,
+        clock: Callable[[], float] = time.time,
+        lexicon: Lexicon | None = None,
+        visible: Callable[[Mapping[int, ChunkRow], Reader], set[int]] | None = None,
+        tuning: SearchTuning = DEFAULT_TUNING,
+    ) -> None:
+        self.lexicon = lexicon
+        self.tuning = tuning
+        # Which of the fetched chunks a reader may see (memory.policy.audience.AudienceMap.visible_ids); without
+        # it a restricted reader sees nothing.
+        self.visible = visible
+        self.store = store
+        self.embedder = embedder
+        self.cfg = query_cfg
+        self.use_matrix = use_matrix
+        self.matrix = VectorMatrix(tuning.int8_min_rows)
+        self.clock = clock
+        self.keyword = KeywordSearcher(store)
+        self._count: tuple[int, int] | None = None
+        self.word_vectors = WordVectors()
+        self._executor: ThreadPoolExecutor | None = None
+        self.word_vector_stats = self.word_vectors.stats
+        self._line_vectors = False  # whether the index holds line vectors (read with its identity)
+        self._dumps: dict[str, tuple[int, bool]] = {}  # path → (index generation, is a session dump)
+
+    def _vector_state(self) -> tuple[bool, str | None]:
+        """Whether vectors can be searched, and why not."""
+        if self.embedder is None:
+            return False, "no embedding provider configured (memory_search.provider: none)"
+        ident = self.store.identity()
+        info = self.embedder.info
+        self._line_vectors = bool(ident.get("line_vectors"))
+        if not ident:
+            return False, "the index is empty; run `hermit memory index`"
+        if (ident.get("provider"), ident.get("model"), ident.get("provider_key")) != (
+            info.provider, info.model, info.provider_key
+        ):
+            return False, (f"the index holds vectors of {ident.get('provider')}/{ident.get('model')}, not "
+                           f"{info.provider}/{info.model}; run `hermit memory index` to rebuild it")
+        if self.store.vector_backend() is None:
+            return False, "the index holds no vectors yet (embedding failed or nothing indexed)"
+        problem = self.store.vector_problem()
+        return (False, problem) if problem else (True, None)
+
+    def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
+               reader: Reader | None = None) -> SearchOutcome:
+        """The best places for `query`; `reader` (None: the owner) limits them to what it may see.
+
+        The stages, in order: the query embedding, the vector leg started, the keyword leg, the vector
+        leg finished (the two overlap), the candidates gathered and their missing scores filled, the
+        chunks the reader may not see dropped, fusion and boosts, the order of those that passed
+        min_score, and each place's window."""
+        hy = self.cfg.hybrid
+        max_results = max_results or self.cfg.max_results
+        min_score = self.cfg.min_score if min_score is None else min_score
+        pool = min(hy.max_candidates, max_results * hy.candidate_multiplier)
+        restricted = reader is not None and not reader.owner
+        if restricted:
+            pool *= self.tuning.restricted_pool_factor
+        timings: dict[str, float] = {}
+        match = build_match(query)
+        use_vec, reason = self._vector_state()
+        tr = self._translate(query)
+        q: np.ndarray | None = None
+        # A query embedding on one core (E5Embedder's onnxruntime query runner) runs in the worker
+        # beside the keyword leg, then the matrix pass there: the search's two longest stages overlap.
+        beside = use_vec and self._matrix_ok() and query_uses_one_core(self.embedder)
+        if use_vec and not beside:
+            q, reason = self._embed_query(query, timings)
+        rows: dict[int, ChunkRow] = {}
+        leg = self._start_vector_leg(q, pool, timings, query if beside else None)
+        kw_hits, held, timings["keyword_ms"] = self._keyword_leg(query, tr, pool, rows)
+        vec_hits = self._finish_vector_leg(leg, pool, timings)
+        if beside:
+            q, reason = leg.q, leg.reason
+        c = self._gather(query, tr, q, leg.matrix_ok, vec_hits, kw_hits, held, rows, pool, match)
+        if restricted:
+            assert reader is not None
+            self._restrict(c, reader)
+        scored = self._score(query, c, q, match)
+        scored = self._order(scored, c, q, max_results, min_score, timings)
+        hits = self._show(query, tr, scored, c, q, max_results)
+        mode = "hybrid" if q is not None and match else ("keyword-only" if q is None else "vector-only")
+        if q is None and reason is None:
+            reason = "no vector search"
+        return SearchOutcome(hits, mode, reason if q is None else None, timings, c.withheld)
+
+    def _embed_query(self, query: str, timings: dict[str, float]) -> tuple[np.ndarray | None, str | None]:
+        """The query vector, or None and why not.
+
+        The query embedding runs alone: the model uses every core with briefly spinning OpenMP
+        workers, and a concurrent SQLite thread made both slower on 2 cores."""
+        assert self.embedder is not None
+        t0 = time.perf_counter()
+        q: np.ndarray | None = None
+        reason: str | None = None
+        try:
+            q = self.embedder.embed_query(query)
+        except EmbeddingError as e:
+            reason = f"query embedding failed: {e.message}"
+        if q is not None and not _usable_vector(q):
+            # A broken or remote embedder's zero (or NaN) vector has no direction: sqlite-vec answers
+            # NULL distances (a TypeError here, losing the keyword hits) and every cosine is 0 or NaN.
+            q = None
+            reason = ("the embedding model returned an all-zero (or invalid) query vector; check the "
+                      "embedder (`hermit memory status`)")
+        timings["embed_ms"] = (time.perf_counter() - t0) * 1000
+        return q, reason
+
+    def _start_vector_leg(self, q: np.ndarray | None, pool: int, timings: dict[str, float],
+                          beside_query: str | None = None) -> _VectorLeg:
+        """The vector leg's nearest chunks: over the in-memory matrix, started in a worker so that it
+        overlaps the keyword leg (finished by _finish_vector_leg); otherwise the store's KNN, done here.
+        With `beside_query` (the matrix is usable), the worker embeds that query first."""
+        if beside_query is not None:
+            self.matrix.refresh(self.store)
+            beside = EmbedBeside(self._embed_query, self.matrix, self._worker(), beside_query, timings)
+            return _VectorLeg(matrix_ok=True, beside=beside)
+        if q is None:
+            return _VectorLeg()
+        t0 = time.perf_counter()
+        if not self._matrix_ok():
+            hits = self.store.vec_knn(q, pool)
+            timings["vector_ms"] = (time.perf_counter() - t0) * 1000
+            return _VectorLeg(hits)
+        # The pass over the matrix is memory-bound; it runs in a worker while this thread does the
+        # keyword leg (SQLite, regexes). Only numpy runs there, no SQL.
+        self.matrix.refresh(self.store)
+        matrix_pass = self.matrix.start_pass(q)
+        return _VectorLeg([], matrix_pass, self._worker().submit(matrix_pass.work), matrix_ok=True)
+
+    def _finish_vector_leg(self, leg: _VectorLeg, pool: int, timings: dict[str, float]) -> list[tuple[int, float]]:
+        """The vector leg's hits, once the matrix pass (when there is one) is done."""
+        if leg.beside is not None:
+            leg.q, leg.reason, leg.hits = leg.beside.finish(pool, timings)
+            leg.matrix_ok = leg.q is not None
+            return leg.hits
+        if leg.job is None or leg.matrix_pass is None:
+            return leg.hits
+        t0 = time.perf_counter()
+        leg.matrix_pass.work()  # take the blocks the worker has not reached
+        leg.job.result()
+        hits = self.matrix.finish(leg.matrix_pass, pool)
+        # Time the matrix pass kept this thread beyond the keyword leg (the rest overlapped).
+        timings["vector_ms"] = (time.perf_counter() - t0) * 1000
+        timings["matrix_busy_ms"] = leg.matrix_pass.busy_ms
+        return hits
+
+    def _gather(self, query: str, tr: Translation, q: np.ndarray | None, matrix_ok: bool,
+                vec_hits: list[tuple[int, float]], kw_hits: list[tuple[int, float]], held: set[int],
+                rows: dict[int, ChunkRow], pool: int, match: str | None) -> _Candidates:
+        """The union of both legs' hits and the chunks of the days the query names, with their rows, and
+        each leg's score for every candidate (a keyword-only hit gets its cosine, a vector-only hit an
+        estimate of its BM25)."""
+        cos = dict(vec_hits)
+        rel = dict(kw_hits)
+        dated = self._dated_chunks(query)
+        ids = list(dict.fromkeys([i for i, _ in vec_hits] + [i for i, _ in kw_hits] + sorted(dated)))
+        rows.update(self.store.chunk_rows([i for i in ids if i not in rows]))
+        ids = [i for i in ids if i in rows]  # drop deleted chunks still in the matrix
+        if q is not None:
+            need = [i for i in ids if i not in cos]
+            if need:
+                cos.update(self.matrix.scores(q, need) if matrix_ok else self.store.vec_scores(q, need))
+        # The translated query vector judges the candidates written wholly in the other language
+        # (the original query vector judges the rest: a mixed chunk holds the query's language too;
+        # taking the better of both there lifted unrelated mixed chunks, R@6 0.841 vs 0.846 and MRR
+        # 0.717 vs 0.730 on bench/retrieval). It does not search on its own: its own top-k added
+        # nothing there and cost a second pass over the matrix. Computed only when such candidates
+        # exist, so an English-only memory never pays for it.
+        # It judges only chunks the translated keywords matched, or that are very close to it: the
+        # vector of two dictionary words is close to much unrelated text in that language (`peanut
+        # allergy` → 花生 + 过敏 scored an unrelated Chinese note 0.40), so a translated match needs
+        # evidence in the words too.
+        other_script = 0 if _mostly_cjk(query) else 2
+        other = [i for i in ids if rows[i].script == other_script]
+        if q is not None and other and tr.vector_words and self.cfg.translate_vectors:
+            assert self.embedder is not None
+            tq = self.word_vectors.query_vector(self.embedder, tr.vector_words)
+            if tq is not None:
+                tcos = self.matrix.scores(tq, other) if matrix_ok else self.store.vec_scores(tq, other)
+                for i, c in tcos.items():
+                    if i in held or self._vscore(c) >= self.tuning.unheld_translation_min:
+                        cos[i] = c
+        if match and kw_hits:
+            # A candidate outside the keyword pool scores below the pool's weakest hit. Re-running the
+            # OR query for it (FTS5 evaluates the whole MATCH before `rowid IN`) cost ~20 ms at 100k
+            # chunks, so its relevance is estimated: 0 when the pool held every match, else the
+            # weakest pooled relevance scaled by the share of query terms the chunk contains.
+            missing = {i: rows[i].text for i in ids if i not in rel}
+            if missing and len(kw_hits) >= pool:
+                floor = min(r for _, r in kw_hits)
+                for i, share in term_coverage(query_terms(query), missing).items():
+                    rel[i] = floor * share
+        return _Candidates(rows, ids, cos, rel, vec_hits, kw_hits, dated)
+
+    def _restrict(self, c: _Candidates, reader: Reader) -> None:
+        """Drop the candidates `reader` may not see, before fusion: neither their scores nor their lines
+        reach its results."""
+        keep = self.visible(c.rows, reader) if self.visible is not None else set()
+        c.withheld = sum(1 for i in c.ids if i not in keep)
+        c.ids = [i for i in c.ids if i in keep]
+        c.rows = {i: r for i, r in c.rows.items() if i in keep}
+        c.cos = {i: s for i, s in c.cos.items() if i in keep}
+        c.rel = {i: r for i, r in c.rel.items() if i in keep}
+        c.vec_hits = [(i, s) for i, s in c.vec_hits if i in keep]
+        c.kw_hits = [(i, r) for i, r in c.kw_hits if i in keep]
+
+    def _score(self, query: str, c: _Candidates, q: np.ndarray | None, match: str | None) -> list[tuple[int, float]]:
+        """Each candidate's score on [0, 1]: both legs fused, then the exact-match rescue, the date boost
+        and temporal decay."""
+        hy = self.cfg.hybrid
+        rel, cos = c.rel, c.cos
+        coverage: dict[int, float] = {}
+        if match and q is not None and hy.exact_match_rescue:
+            coverage = term_coverage(query_terms(query), {i: c.rows[i].text for i in c.ids if rel.get(i, 0) > 0})
+        scored = self._fuse(c.ids, cos, rel, c.vec_hits, c.kw_hits, q is not None)
+        if coverage:
+            # The rescue lifts a chunk holding every query term to its text score, less up to 0.1 by
+            # its vector score: exact hits stay above minScore, and several of them do not all pile
+            # up at 1.000 (their order stays visible to the agent).
+            scored = [(i, max(s, self._tscore(rel.get(i, 0.0), rel) - 0.1 * (1 - self._vscore(cos.get(i))))
+                       if coverage.get(i, 0) >= 1.0 else s) for i, s in scored]
+        if c.dated:
+            boost = self.cfg.date_boost
+            scored = [(i, s + (1 - s) * boost if i in c.dated else s) for i, s in scored]
+        return self._decay(scored, c.rows)
+
+    def _order(self, scored: list[tuple[int, float]], c: _Candidates, q: np.ndarray | None, max_results: int,
+               min_score: float, timings: dict[str, float]) -> list[tuple[int, float]]:
+        """The candidates that pass min_score, best first: by score, then by their best line's vector,
+        MMR when configured, and notes before copies of conversations."""
+        scored = sorted(scored, key=lambda s: -s[1])
+        # min_score is applied here, once: what follows only orders the chunks that passed.
+        scored = [(i, s) for i, s in scored if s >= min_score]
+        if q is not None and self._line_vectors and self.tuning.line_weight > 0:
+            t0 = time.perf_counter()
+            scored = self._order_by_lines(scored, c.rows, q, c.cos, max_results)
+            timings["lines_ms"] = (time.perf_counter() - t0) * 1000
+        if self.cfg.mmr.enabled:
+            scored = self._mmr(scored, c.rows, max_results)
+        return self._notes_first(scored, c.rows)
+
+    def _show(self, query: str, tr: Translation, scored: list[tuple[int, float]], c: _Candidates,
+              q: np.ndarray | None, max_results: int) -> list[Hit]:
+        """The ordered chunks as up to max_results places (memory.search.places), each with its window of lines.
+
+        Windows are chosen on query words, and on their translation (a Chinese question about an English
+        note should show the English line that answers it)."""
+        terms = self._line_terms(query, tr)
+        chosen = group_places(scored, c.rows, max_results)
+        places = show_places(chosen, c.rows, terms, self.tuning.search_budget(max_results),
+                             frozenset(w.lower() for w in _NAME_WORD.findall(query)), self.tuning)
+        hits: list[Hit] = []
+        for group, place in zip(chosen, places, strict=True):
+            cid, score = group[0]
+            row = c.rows[cid]
+            snippet, a, b = render(place, terms)
+            hits.append(Hit(cid, row.path, row.source, a, b, round(score, 4),
+                            None if q is None else round(self._vscore(c.cos.get(cid)), 4),
+                            round(self._tscore(c.rel.get(cid, 0.0), c.rel), 4), snippet, ((a, b),),
+                            span_of(group, c.rows)))
+        return hits
+
+    def _order_by_lines(self, passed: list[tuple[int, float]], rows: dict[int, ChunkRow], q: np.ndarray,
+                        cos: dict[int, float], max_results: int) -> list[tuple[int, float]]:
+        """The first line_order_depth × max_results chunks that passed min_score put in order of their
+        score blended with their best line's calibrated cosine (memory.index.line_vectors); a blended score
+        may fall below min_score, the chunk stays. A chunk without line vectors (one long line split
+        into pieces) counts its own vector."""
+        depth, weight = self.tuning.line_order_depth * max_results, self.tuning.line_weight
+        head, tail = passed[:depth], passed[depth:]
+        assert self.embedder is not None
+        info = self.embedder.info
+        spans = [(rows[i].path, rows[i].start_line, rows[i].end_line) for i, _ in head]
+        best = best_cosines(self.store.line_vector_blobs(spans), q, len(spans))
+        blended = []
+        for (i, s), b in zip(head, best, strict=True):
+            c = b if b is not None else cos.get(i)
+            blended.append((i, s if c is None else (1 - weight) * s + weight * calibrate(c, info)))
+        blended.sort(key=lambda x: -x[1])
+        return blended + tail
+
+    def _notes_first(self, passed: list[tuple[int, float]], rows: dict[int, ChunkRow]) -> list[tuple[int, float]]:
+        """Copies of conversations (session transcripts, and the session dumps written on /new) count
+        copy_weight of their score, and the passed chunks are put in order again: a note is what was
+        kept of a conversation on purpose, while the copy repeats the words the talk was about, so it
+        outscored the note written from it (a dump of the talk about a passport 0.57, the note holding
+        the number 0.49). A copy that matches far better than any note still comes first."""
+        if not passed or not any(self._is_conversation_copy(rows[i]) for i, _ in passed):
+            return passed
+        w = self.tuning.copy_weight
+        out = [(i, s * w if self._is_conversation_copy(rows[i]) else s) for i, s in passed]
+        return sorted(out, key=lambda x: -x[1])
+
+    def _is_conversation_copy(self, row: ChunkRow) -> bool:
+        if row.source == "sessions":
+            return True
+        m = _SESSION_DUMP_NAME.search(row.path)
+        if m is None:
+            return False
+        gen = self.store.generation()
+        known = self._dumps.get(row.path)
+        if known is None or known[0] != gen:
+            # The header is in the file's first chunk: fetch it among that day's chunks (a files-table
+            # lookup; only for dated notes with a slug that passed min_score), once per index generation.
+            same = [r for r in self.store.chunk_rows(self.store.chunk_ids_for_days([m.group(1)])).values()
+                    if r.path == row.path]
+            head = min(same, key=lambda r: r.start_line).text if same else ""
+            known = (gen, bool(_SESSION_DUMP_HEADER.search(head)))
+            self._dumps[row.path] = known
+        return known[1]
+
+    def _line_terms(self, query: str, tr: Translation) -> list[Term]:
+        n = self.keyword.doc_count()
+        own = weigh_terms(query_terms(query), self.keyword.doc_freq, n)
+        other = [t for t in tr.terms if t.lower() not in {o.lower() for o in query_terms(query)}]
+        # A translated term's parts are the phrases the keyword leg counted (cached): no new FTS counts.
+        return own + weigh_terms(other, lambda t: min((self.keyword.doc_freq(p) for p in translated_phrases([t])),
+                                                      default=0), n,
+                                 discount=max(self.cfg.translation_weight, 0.0))
+
+    def _worker(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hermit-vector")
+        return self._executor
+
+    def _translate(self, query: str) -> Translation:
+        if self.lexicon is None or (self.cfg.translation_weight <= 0 and not self.cfg.translate_vectors):
+            return NO_TRANSLATION
+        return translate(self.lexicon, query, self.tuning.translated_vector_words)
+
+    def _keyword_leg(self, query: str, tr: Translation, pool: int,
+                     rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], set[int], float]:
+        """Keyword hits of the query and its translation, and the chunks the translation matched."""
+        t0 = time.perf_counter()
+        terms = query_terms(query)
+        hits = self.keyword.search(terms, pool, rows)
+        hits, held = self._merge_translated(hits, tr, pool, rows)
+        return self._on_query_scale(hits, terms, tr), held, (time.perf_counter() - t0) * 1000
+
+    def _on_query_scale(self, hits: list[tuple[int, float]], terms: list[str],
+                        tr: Translation) -> list[tuple[int, float]]:
+        """With text_normalization "query": relevance divided by the larger of the best hit's and a share
+        of the query's own BM25 (a chunk of average length holding each query word once; in the
+        language it is matched more easily when it has a translation), so a question whose best hit
+        holds only its everyday words scores low, and one whose best hit holds most of the query scores
+        as under "max". A memory of fewer than three chunks is on the "max" scale: there FTS5 gives every
+        word it holds the floor idf (one chunk of two is half of them), so no hit can show how much of the
+        query it holds."""
+        if self.cfg.hybrid.text_normalization != "query" or not hits:
+            return hits
+        scale = max(r for _, r in hits)
+        if self.keyword.doc_count() >= 3:
+            ideal = self.keyword.ideal(terms)
+            if tr.groups and self.cfg.translation_weight > 0:
+                ideal = min(ideal, self._translation_ideal(tr.groups) or ideal)
+            scale = max(scale, self.tuning.query_scale_share * ideal)
+        return [(i, r / scale) for i, r in hits] if scale > 0 else hits
+
+    def _translation_ideal(self, groups: tuple[tuple[str, ...], ...]) -> float | None:
+        """The translated query's own BM25: per query word, the idf of its commonest translation that the
+        index holds (the alternatives are one word's), or of its first when none is held; None when the
+        index holds none of them (a memory without that language)."""
+        total, any_held = 0.0, False
+        for group in groups:
+            held, every = [], []
+            for term in group:
+                phrases = translated_phrases([term])
+                value = self.keyword.ideal(phrases)
+                every.append(value)
+                if phrases and all(self.keyword.doc_freq(p) > 0 for p in phrases):
+                    held.append(value)
+            total += min(held) if held else (every[0] if every else 0.0)
+            any_held = any_held or bool(held)
+        return total if any_held else None
+
+    def _matrix_ok(self) -> bool:
+        """Whether the vector leg runs on the in-memory matrix (a long-lived process, a memory not too large)."""
+        return self.use_matrix and self.store.matrix_ok and self._chunk_count() <= MATRIX_MAX_CHUNKS
+
+    def _chunk_count(self) -> int:
+        """Chunks in the index, counted once per index generation (not on every search)."""
+        gen = self.store.generation()
+        if self._count is None or self._count[0] != gen:
+            self._count = (gen, self.store.chunk_count())
+        return self._count[1]
+
+    def _dated_chunks(self, query: str) -> set[int]:
+        """Chunks of daily logs of the days the query names (see memory.search.dates)."""
+        if self.cfg.date_boost <= 0:
+            return set()
+        today = dt.datetime.fromtimestamp(self.clock()).date()
+        days: list[str] = []
+        for r in query_day_ranges(query, today):
+            n = min((r.end - r.start).days, 31)
+            days.extend((r.start + dt.timedelta(days=k)).isoformat() for k in range(n + 1))
+        if not days:
+            return set()
+        return {cid for cid in self.store.chunk_ids_for_days(days)}
+
+    def _merge_translated(self, kw_hits: list[tuple[int, float]], tr: Translation, pool: int,
+                          rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], set[int]]:
+        """Add keyword hits for the dictionary translation of the query, discounted (EN ↔ ZH)."""
+        w = self.cfg.translation_weight
+        phrases = translated_phrases(tr.terms) if w > 0 else []
+        if not phrases:
+            return kw_hits, set()
+        best = dict(kw_hits)
+        translated_hits = self.keyword.search(phrases, pool, rows)
+        # FTS5 clamps the idf of a term found in over half the chunks to ~1e-6. In a large memory that
+        # rightly marks a word as uninformative; in a small one ("database" in 2 of a new user's 4
+        # notes) it would rank an exact original-language match below any translated match. There,
+        # the original matches are put back on the translated leg's scale.
+        top_orig = max((r for _, r in kw_hits), default=0.0)
+        top_tr = max((r for _, r in translated_hits), default=0.0)
+        if 0 < top_orig < 1e-3 and top_tr > 0 and self._chunk_count() < SMALL_MEMORY_CHUNKS:
+            best = {cid: r * top_tr / top_orig for cid, r in best.items()}
+        for cid, r in translated_hits:
+            best[cid] = max(best.get(cid, 0.0), w * r)
+        return sorted(best.items(), key=lambda x: -x[1])[: max(pool, len(kw_hits))], {c for c, _ in translated_hits}
+
+    def _vscore(self, c: float | None) -> float:
+        if c is None or self.embedder is None:
+            return 0.0
+        return calibrate(c, self.embedder.info)
+
+    def _tscore(self, r: float, all_rel: dict[int, float]) -> float:
+        hy = self.cfg.hybrid
+        if r <= 0:
+            return 0.0
+        if hy.text_normalization == "query":
+            return min(1.0, r)  # already on the query's scale (_on_query_scale)
+        if hy.text_normalization == "max":
+            top = max(all_rel.values(), default=0.0)
+            return r / top if top > 0 else 0.0
+        return r / (r + hy.bm25_saturation)
+
+    def _fuse(
+        self, ids: list[int], cos: dict[int, float], rel: dict[int, float],
+        vec_hits: list[tuple[int, float]], kw_hits: list[tuple[int, float]], have_vec: bool,
+    ) -> list[tuple[int, float]]:
+        hy = self.cfg.hybrid
+        if not have_vec:
+            return [(i, self._tscore(rel.get(i, 0.0), rel)) for i in ids]
+        total = hy.vector_weight + hy.text_weight
+        wv, wt = hy.vector_weight / total, hy.text_weight / total
+        if hy.fusion == "rrf":
+            vrank = {i: r for r, (i, _) in enumerate(sorted(cos.items(), key=lambda x: -x[1]))}
+            krank = {i: r for r, (i, _) in enumerate(kw_hits)}
+            best = wv / (hy.rrf_k + 1) + wt / (hy.rrf_k + 1)
+            out = []
+            for i in ids:
+                s = wv / (hy.rrf_k + 1 + vrank[i]) if i in vrank else 0.0
+                s += wt / (hy.rrf_k + 1 + krank[i]) if i in krank else 0.0
+                # Rescale so that rank 1 on both legs is 1.0 and minScore keeps a [0, 1] meaning.
+                out.append((i, s / best))
+            return out
+        # A chunk with no vector yet (a first index stores files keyword-only, then embeds them) is
+        # scored as keyword-only search scores it, not as a chunk the vector leg found unrelated.
+        return [(i, wv * self._vscore(cos[i]) + wt * self._tscore(rel.get(i, 0.0), rel) if i in cos
+                 else self._tscore(rel.get(i, 0.0), rel)) for i in ids]
+
+    def _decay(self, scored: list[tuple[int, float]], rows: dict[int, ChunkRow]) -> list[tuple[int, float]]:
+        td = self.cfg.temporal_decay
+        if not td.enabled:
+            return scored
+        now = self.clock()
+        out = []
+        for cid, s in scored:
+            when = file_date(rows[cid].path)
+            if when is not None:  # MEMORY.md and undated files are evergreen
+                age_days = max(0.0, (now - when) / 86400)
+                s *= math.pow(0.5, age_days / td.half_life_days)
+            out.append((cid, s))
+        return out
+
+    def _mmr(self, scored: list[tuple[int, float]], rows: dict[int, ChunkRow], k: int) -> list[tuple[int, float]]:
+        """Maximal marginal relevance: trade relevance for novelty (token Jaccard between chunks)."""
+        lam = self.cfg.mmr.lambda_
+        toks = {cid: _tokens(rows[cid].text) for cid, _ in scored}
+        chosen: list[tuple[int, float]] = []
+        rest = list(scored)
+        while rest and len(chosen) < max(k * 2, k):
+            def value(item: tuple[int, float]) -> float:
+                cid, s = item
+                if not chosen:
+                    return s
+                sim = max(
+                    len(toks[cid] & toks[c]) / max(1, len(toks[cid] | toks[c])) for c, _ in chosen
+                )
+                return lam * s - (1 - lam) * sim
+
+            best = max(rest, key=value)
+            rest.remove(best)
+            chosen.append(best)
+        return chosen + rest

@@ -1,0 +1,82 @@
+"""The search's measured settings in one frozen object: how places are ranked and how much text they show.
+
+Each default was chosen on the benchmarks (bench/retrieval: `results.md` for the generated suite,
+`conversations.md` for LoCoMo); a benchmark variant is `dataclasses.replace(SearchTuning(), …)` passed
+to the searcher, never a module constant patched for the run. What a user configures is in
+`config.schema.QueryConfig`; this holds what is measured, not chosen per install.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SearchTuning:
+    # -- ranking (memory.search.hybrid) ----------------------------------------------------------------------
+    # text_normalization "query": a chunk holding this share of the query's own BM25 scores as a full
+    # keyword match. 0.2 loses no answer on either suite and halves the absent-answer searches of the
+    # LoCoMo dev split that return anything (0.88 → 0.51); 0.3 loses one generated paraphrase question
+    # (every word of it in no note), 0.4 and more lose LoCoMo answers (bench/retrieval: `query-scale-*`).
+    query_scale_share: float = 0.2
+    # The best line's share of a place's score when the passed places are put in order by their line
+    # vectors (memory.index.line_vectors; 0.1-0.4 measured: `line-weight-*`). 0: line vectors are not used.
+    line_weight: float = 0.2
+    # How many places' worth of passed chunks (× max_results) line vectors re-order; the rest keep their place.
+    line_order_depth: int = 2
+    # A session transcript or session dump ranks at this share of its score (memory.search.hybrid._notes_first).
+    copy_weight: float = 0.8
+    # The translated query vector judges an other-language chunk that holds no translated word only when
+    # it is at least this close (calibrated); otherwise the original query vector does.
+    unheld_translation_min: float = 0.7
+    # The translated query vector is the normalised sum of the vectors of the best translation of each
+    # query word, at most this many. Word vectors are cached, so a word costs one embedding the first
+    # time only (a joint embedding of the translated words cost ~10 ms on every search). On
+    # bench/retrieval: R@6 0.846, MRR 0.730; embedding 8 translated words jointly on every search, the
+    # previous design: R@6 0.858, MRR 0.719.
+    translated_vector_words: int = 4
+    # A reader who may not see every chunk searches this many times the usual candidates, so that
+    # dropping the others' chunks does not leave it with too few to rank.
+    restricted_pool_factor: int = 4
+
+    # -- the matrix pass (memory.search.vectors) -----------------------------------------------------------
+    # From this many rows the pass runs on the int8 copy (memory.search.vector_int8: the same top-k, a
+    # quarter of the memory traffic); below it the float32 pass costs ~2 ms or less, not worth a second copy.
+    int8_min_rows: int = 20_000
+
+    # -- places (memory.search.places) -------------------------------------------------------------------
+    # When the question names a speaker of a conversation (a line `- [D1:3] Caroline: …`, `- Tom: …`),
+    # the lines of the other speakers in a place count this share of their query words: "What has
+    # Melanie painted?" is answered by Melanie's turns; Caroline's "did you paint that?" only leads to
+    # one (and still lends the reply after it its neighbour share). 0-0.15 give the same results;
+    # 0.3-0.85 less (`speaker-*`). 1: every speaker's lines weigh alike.
+    other_speaker_share: float = 0.0
+
+    # -- windows (memory.search.snippets) ----------------------------------------------------------------
+    # The windows of one search share this many characters per result asked for (4,200 for the default
+    # 6): a cap per search, SPEC §4's 700 per snippet pooled. Round 5 let each place returned claim 850
+    # when that was more (5,100 for six places; dev recall 0.855 instead of 0.839) but its mean only
+    # happened to fit 4,200 (bench/retrieval/README.md, round 6).
+    chars_per_result: int = 700
+    # No single window grows past this: six results keep room for six places (`cap-2000`).
+    max_window_chars: int = 2_800
+    # A line without query words is still worth this share of the place's best line (context, answers;
+    # `no-context-value`).
+    context_value: float = 0.15
+    # The line after a matching line gets this share of its score: the reply to a turn, the bullet
+    # under a heading (`no-neighbour`). The line before a match gets nothing: a question's answer
+    # follows it (round 5's `both-neighbours` gave it the same share: 0.850 vs 0.855).
+    neighbour_share: float = 0.35
+    # Rank weight of the r-th result (0-based): the top results get their windows grown first.
+    rank_decay: float = 0.8
+    # How many lines one growth step may take at once, reaching a matching line across the others: a
+    # dialogue's answer is often several turns past the line that matched (`lookahead-6`; 8 to 24 gave
+    # identical results).
+    lookahead_lines: int = 10
+
+    def search_budget(self, max_results: int) -> int:
+        """Characters the windows of one search share."""
+        return self.chars_per_result * max_results
+
+
+DEFAULT_TUNING = SearchTuning()

@@ -1,0 +1,159 @@
+"""The vector leg's scans: an in-memory float32 matrix for long-lived processes, and a bounded block scan.
+
+Used by memory/search/hybrid.py; split from it by responsibility (brute-force cosine over stored vectors).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from hermit.memory.search import vector_int8
+from hermit.memory.search.tuning import DEFAULT_TUNING
+from hermit.memory.search.vector_int8 import Int8Copy, Int8Pass
+from hermit.memory.store.api import MemoryStore
+
+
+class VectorMatrix:
+    """All stored vectors in one float32 matrix for ~ms brute-force cosine in long-lived processes.
+
+    Refreshed incrementally by index generation: rows of chunks written since the last load are
+    appended; rows of deleted chunks stay as garbage (filtered at lookup) until they pass 20%.
+    """
+
+    def __init__(self, int8_min_rows: int = DEFAULT_TUNING.int8_min_rows) -> None:
+        self.int8_min_rows = int8_min_rows  # SearchTuning.int8_min_rows
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.mat = np.zeros((0, 0), dtype=np.float32)
+        self.gen = -1
+        self.index_id: str | None = None
+        self.garbage = 0
+        self.row_of: dict[int, int] = {}
+        self.loads = 0  # full loads so far: the int8 copy starts again after one
+        self.int8 = Int8Copy()
+
+    def refresh(self, store: MemoryStore) -> None:
+        hold_blas_to_one_thread()
+        meta = store.meta()
+        index_id, gen = meta.get("index_id"), int(meta.get("generation", "0"))
+        if index_id == self.index_id and gen == self.gen:
+            return
+        live = store.chunk_count()
+        if index_id != self.index_id or (len(self.ids) - live) > 0.2 * max(live, 1):
+            self.ids, self.mat, self.gen = np.zeros(0, dtype=np.int64), np.zeros((0, 0), np.float32), -1
+        if self.gen < 0:
+            # Full load: fill a preallocated matrix block by block (no second copy at peak).
+            dims = int(store.meta().get("dims", "0")) or 1
+            ids = np.empty(live, dtype=np.int64)
+            mat = np.empty((live, dims), dtype=np.float32)
+            n = 0
+            for block_ids, block in store.iter_vectors():
+                take = min(len(block_ids), live - n)
+                ids[n:n + take], mat[n:n + take] = block_ids[:take], block[:take]
+                n += take
+            self.ids, self.mat = ids[:n], mat[:n]
+            self.loads += 1
+        else:
+            blocks = list(store.iter_vectors(since_gen=self.gen))
+            if blocks:
+                self.ids = np.concatenate([self.ids, *[b[0] for b in blocks]])
+                self.mat = np.concatenate([self.mat, *[b[1] for b in blocks]])
+        self.row_of = {int(i): r for r, i in enumerate(self.ids)}
+        self.garbage = max(0, len(self.ids) - live)
+        self.index_id, self.gen = index_id, gen
+
+    def topk(self, q: np.ndarray, k: int) -> list[tuple[int, float]]:
+        if not len(self.ids):
+            return []
+        return self.top_of(self.mat @ q, k)
+
+    def start_pass(self, q: np.ndarray) -> AnyPass:
+        """The pass for `q`: on the int8 copy for a large matrix (memory/search/vector_int8.py, same top-k)."""
+        if len(self.mat) >= self.int8_min_rows and vector_int8.available():
+            self.int8.update(self.mat, self.loads)
+            return Int8Pass(self.int8, self.mat, q)
+        return MatrixPass(self.mat, q)
+
+    def finish(self, p: AnyPass, k: int) -> list[tuple[int, float]]:
+        """The k best rows of a finished pass, best first."""
+        return self.top_of(p.final(min(k + self.garbage, len(self.mat))), k)
+
+    def top_of(self, sims: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """The k best rows of `sims` (this matrix times a query), best first."""
+        if not len(sims):
+            return []
+        k = min(k + self.garbage, len(sims))
+        part = np.argpartition(-sims, k - 1)[:k]
+        part = part[np.argsort(-sims[part])]
+        return [(int(self.ids[r]), float(sims[r])) for r in part]
+
+    def scores(self, q: np.ndarray, ids: list[int]) -> dict[int, float]:
+        rows = [(i, self.row_of[i]) for i in ids if i in self.row_of]
+        if not rows:
+            return {}
+        sims = self.mat[[r for _, r in rows]] @ q
+        return {i: float(s) for (i, _), s in zip(rows, sims, strict=True)}
+
+
+_BLAS_LOCK = threading.Lock()
+_BLAS_HELD = False
+
+
+def hold_blas_to_one_thread() -> None:
+    """Once per process, before the first matrix pass: numpy's BLAS (OpenBLAS) keeps its worker
+    threads busy-waiting for a while after each call, and on a 2-core machine they then starve the
+    embedding model's OpenMP threads on the next query (12 → 75 ms per query embedding). One BLAS
+    thread reads the matrix at ~10 GB/s, and the pass overlaps the keyword leg instead."""
+    global _BLAS_HELD
+    with _BLAS_LOCK:
+        if not _BLAS_HELD:
+            threadpool_limits(1, user_api="blas")
+            _BLAS_HELD = True
+
+
+class MatrixPass:
+    """`mat @ q` in blocks that any thread may take: a worker starts it while the search thread runs
+    the keyword leg, then the search thread helps with what is left (both cores on the tail)."""
+
+    BLOCK_ROWS = 8_192
+
+    def __init__(self, mat: np.ndarray, q: np.ndarray) -> None:
+        self.mat, self.q = mat, q
+        self.out = np.empty(len(mat), dtype=np.float32)
+        self.blocks = list(range(0, len(mat), self.BLOCK_ROWS))
+        self._next = itertools.count()  # next() on a count is atomic under the GIL
+        self.busy_ms = 0.0
+
+    def work(self) -> None:
+        t0 = time.perf_counter()
+        while (i := next(self._next)) < len(self.blocks):
+            a = self.blocks[i]
+            b = min(a + self.BLOCK_ROWS, len(self.mat))
+            np.matmul(self.mat[a:b], self.q, out=self.out[a:b])
+        self.busy_ms += (time.perf_counter() - t0) * 1000
+
+    def final(self, k: int) -> np.ndarray:
+        return self.out
+
+
+# Either pass over the matrix (VectorMatrix.start_pass): the same `work`, `final` and `busy_ms`.
+AnyPass = MatrixPass | Int8Pass
+
+
+def blockscan_topk(store: MemoryStore, q: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """Top-k cosine over the BLOB vector table in bounded memory (no sqlite-vec)."""
+    best_ids = np.zeros(0, dtype=np.int64)
+    best = np.zeros(0, dtype=np.float32)
+    for ids, mat in store.iter_vectors():
+        sims = mat @ q
+        best_ids = np.concatenate([best_ids, ids])
+        best = np.concatenate([best, sims])
+        if len(best) > k:
+            keep = np.argpartition(-best, k - 1)[:k]
+            best_ids, best = best_ids[keep], best[keep]
+    order = np.argsort(-best)
+    return [(int(best_ids[i]), float(best[i])) for i in order]

@@ -1,0 +1,1 @@
+"""Storage backends of the memory index behind one interface: SQLite (the default) and PostgreSQL."""

@@ -1,0 +1,1 @@
+"""The PostgreSQL + pgvector memory store (memory_search.store.backend: postgres)."""

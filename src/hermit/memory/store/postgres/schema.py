@@ -1,0 +1,197 @@
+"""PostgreSQL for the memory store: opening a connection from a DSN held in an environment variable,
+naming each agent's schema, and the schema's numbered migrations.
+
+The DSN carries a password, so it never reaches a log, an error or a status line: every failure is
+reported with the variable's NAME and the server's host/port/database only (`mask_dsn`). psycopg and
+pgvector's adapters are imported here lazily: only a postgres store needs them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from hermit.errors import StoreError
+
+# psycopg's Connection; typed loosely so that nothing imports psycopg before a postgres store opens.
+PgConn = Any
+
+SCHEMA_MAX = 48  # PostgreSQL names stop at 63 bytes; staging schemas add a suffix
+_SAFE = re.compile(r"[^a-z0-9_]")
+
+
+def schema_name(prefix: str, agent_id: str) -> str:
+    """`hermit_main` for agent `main`; other characters become `_`, plus a short hash when anything changed."""
+    raw = agent_id.lower()
+    safe = _SAFE.sub("_", raw)
+    name = prefix + safe
+    if safe != agent_id or len(name) > SCHEMA_MAX:
+        tag = hashlib.blake2b(agent_id.encode(), digest_size=4).hexdigest()
+        name = name[: SCHEMA_MAX - 9] + "_" + tag
+    return name
+
+
+def lock_key(schema: str) -> int:
+    """The advisory-lock key (a signed 64-bit int) of one agent's schema: its writer lock."""
+    return int.from_bytes(hashlib.blake2b(b"hermit-writer:" + schema.encode(), digest_size=8).digest(), "big",
+                          signed=True)
+
+
+def qi(name: str) -> str:
+    """A quoted identifier (schema names are sanitised already; quoting keeps them exact)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def mask_dsn(dsn: str) -> str:
+    """host:port/dbname of a DSN, nothing else (no user, no password): safe for humans and logs."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        d = conninfo_to_dict(dsn)
+    except Exception:  # noqa: BLE001 - an unparsable DSN is reported without any of its text
+        return "(unparsable DSN)"
+    host = str(d.get("host") or d.get("hostaddr") or "localhost")
+    return f"{host}:{d.get('port') or 5432}/{d.get('dbname') or '?'}"
+
+
+def scrub(text: str, dsn: str) -> str:
+    """The first line of an error message from libpq with the DSN, its password and any `password=…` removed
+    (libpq may echo parts of the connection string)."""
+    out = text.replace(dsn, "<dsn>") if dsn else text
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        pw = conninfo_to_dict(dsn).get("password") if dsn else None
+    except Exception:  # noqa: BLE001
+        pw = None
+    if pw:
+        out = out.replace(str(pw), "***")
+    out = re.sub(r"(password\s*=\s*)\S+", r"\1***", out, flags=re.IGNORECASE)
+    return out.strip().splitlines()[0] if out.strip() else "unknown error"
+
+
+def dsn_from_env(dsn_env: str, environ: Mapping[str, str]) -> str:
+    dsn = environ.get(dsn_env, "").strip()
+    if not dsn:
+        raise StoreError(f"the memory store is postgres but ${dsn_env} is not set",
+                         f"export {dsn_env}=postgresql://USER:PASSWORD@HOST:5432/DBNAME (the variable's name is "
+                         "agents.defaults.memory_search.store.postgres.dsn_env), or set store.backend: sqlite")
+    return dsn
+
+
+def connect(dsn: str, *, timeout_s: int = 10, dsn_env: str = "the DSN") -> PgConn:
+    """An autocommit connection with pgvector's numpy adapters; a clear StoreError when it cannot be had."""
+    try:
+        import psycopg
+    except ImportError:
+        raise StoreError("the postgres memory store needs psycopg",
+                         "pip install 'hermit-assistant[postgres]' (psycopg 3 and pgvector)") from None
+    where = mask_dsn(dsn)
+    try:
+        # prepare_threshold=None: no server-side prepared statements, so a rebuild that swaps the
+        # agent's schema is seen by the next statement of every open connection.
+        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=timeout_s, prepare_threshold=None,
+                               application_name="hermit")
+    except psycopg.Error as e:
+        raise StoreError(f"cannot connect to PostgreSQL at {where} (DSN from ${dsn_env}): {scrub(str(e), dsn)}",
+                         "check that the server runs and accepts this user; the DSN itself is never shown") from None
+    try:
+        ensure_vector_extension(conn, where)
+        from pgvector.psycopg import register_vector
+
+        register_vector(conn)
+    except ImportError:
+        conn.close()
+        raise StoreError("the postgres memory store needs the pgvector package",
+                         "pip install 'hermit-assistant[postgres]'") from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def ensure_vector_extension(conn: PgConn, where: str) -> None:
+    import psycopg
+
+    if conn.execute("select 1 from pg_extension where extname='vector'").fetchone():
+        return
+    try:
+        conn.execute("create extension if not exists vector")
+    except psycopg.Error as e:
+        raise StoreError(f"the pgvector extension is not installed in the database at {where}: "
+                         f"{str(e).strip().splitlines()[0]}",
+                         "as a superuser run `CREATE EXTENSION vector;` in that database "
+                         "(PostgreSQL ≥ 15 with pgvector ≥ 0.8)") from None
+
+
+def server_facts(conn: PgConn) -> dict[str, str]:
+    version = conn.execute("show server_version").fetchone()
+    vec = conn.execute("select extversion from pg_extension where extname='vector'").fetchone()
+    return {"server_version": str(version[0]) if version else "?", "pgvector": str(vec[0]) if vec else "missing"}
+
+
+# -- migrations (numbered like SQLite's; each runs in one transaction under an advisory lock) ------
+def _m1(conn: PgConn, s: str) -> None:
+    for stmt in (
+        f"create table {s}.meta(key text primary key, value text not null)",
+        f"""create table {s}.files(
+            path text primary key, source text not null, hash text not null, mtime bigint not null,
+            size bigint not null, embedded boolean not null default true, indexed_at bigint not null,
+            messages integer not null default 0)""",
+        # tsv: the exact FTS5 tokens of the chunk (porter unicode61 over fts.index_text) with their
+        # positions; ntok: how many tokens FTS5 would count (BM25's document length).
+        f"""create table {s}.chunks(
+            id bigserial primary key, path text not null, source text not null, start_line integer not null,
+            end_line integer not null, hash text not null, model text, text text not null,
+            updated_at bigint not null, gen bigint not null default 0, cjk smallint not null default 0,
+            tsv tsvector not null, ntok integer not null)""",
+        f"create index chunks_path on {s}.chunks(path)",
+        f"create index chunks_gen on {s}.chunks(gen)",
+        f"create index chunks_tsv on {s}.chunks using gin(tsv)",
+        f"""create table {s}.embedding_cache(
+            provider text not null, model text not null, provider_key text not null, hash text not null,
+            embedding bytea not null, dims integer not null, updated_at bigint not null,
+            primary key(provider, model, provider_key, hash))""",
+        f"create index embedding_cache_age on {s}.embedding_cache(updated_at)",
+    ):
+        conn.execute(stmt)
+
+
+def _m2(conn: PgConn, s: str) -> None:
+    """token_df: how many chunks hold each token (FTS5's nHit of a one-token phrase), kept by every write.
+
+    The keyword planner asks it for each query word; a count(*) through the GIN index cost 100-500 ms
+    per common word at 1M chunks, this is one primary-key lookup."""
+    conn.execute(f"create table {s}.token_df(lexeme text primary key, df integer not null)")
+    conn.execute(f"insert into {s}.token_df select u.lexeme, count(*) from {s}.chunks c"
+                 " cross join lateral unnest(c.tsv) u group by u.lexeme")
+
+
+def _m3(conn: PgConn, s: str) -> None:
+    """line_vectors: a float16 vector per non-blank line (memory.index.line_vectors), kept with the chunks."""
+    conn.execute(f"create table {s}.line_vectors(path text not null, line integer not null,"
+                 " embedding bytea not null, primary key(path, line))")
+
+
+MIGRATIONS: list[Callable[[PgConn, str], None]] = [_m1, _m2, _m3]
+
+
+def migrate(conn: PgConn, schema: str) -> None:
+    """Create the schema and apply pending migrations; concurrent openers wait for each other."""
+    s = qi(schema)
+    with conn.transaction():
+        conn.execute("select pg_advisory_xact_lock(%s)", (lock_key("migrate:" + schema),))
+        conn.execute(f"create schema if not exists {s}")
+        conn.execute(f"create table if not exists {s}.migrations(version integer primary key, applied_at "
+                     "timestamptz not null default now())")
+        row = conn.execute(f"select coalesce(max(version), 0) from {s}.migrations").fetchone()
+        have = int(row[0]) if row else 0
+        if have > len(MIGRATIONS):
+            raise StoreError(f"the memory schema {schema} was written by a newer Hermit "
+                             f"(schema {have} > {len(MIGRATIONS)})", "upgrade Hermit on this host")
+        for n, step in enumerate(MIGRATIONS, start=1):
+            if n > have:
+                step(conn, s)
+                conn.execute(f"insert into {s}.migrations(version) values (%s)", (n,))

@@ -1,0 +1,552 @@
+"""The PostgreSQL memory store: one schema per agent on a shared server, vectors in pgvector.
+
+Implements memory.store.api.MemoryStore with the SQLite store's semantics: chunks, files, the
+embedding cache and a generation counter per agent; keyword search with FTS5's tokens and BM25
+(memory.store.postgres.keyword); vector KNN in the server (exact scan while small, an HNSW index past
+`hnsw_threshold` vectors: memory.store.postgres.hnsw), so no process holds every vector in RAM. Every
+public method carries `guarded` (memory.store.postgres.errors): a server failure becomes a StoreError
+that names host and database, never the DSN.
+
+Several hosts, one memory: the writer lock is a session-level advisory lock per agent schema (a host
+killed mid-sync drops its connection, which releases the lock and rolls back its open transaction);
+each file is replaced in one transaction; a full rebuild fills a staging schema and swaps it in with
+two renames in one transaction, so readers see the old index or the new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hermit.errors import StoreError
+from hermit.memory.index.chunking import Chunk
+from hermit.memory.index.line_vectors import by_line_text, to_line_blob
+from hermit.memory.store.api import ChunkRow, FileState, script_class
+from hermit.memory.store.postgres.errors import failure, guarded
+from hermit.memory.store.postgres.hnsw import Hnsw
+from hermit.memory.store.postgres.keyword import PgKeyword, Tokenizer
+from hermit.memory.store.postgres.schema import connect, lock_key, mask_dsn, migrate, qi, server_facts
+
+if TYPE_CHECKING:
+    from hermit.config.schema import PostgresStoreConfig
+    from hermit.memory.store.postgres.schema import PgConn
+
+
+@dataclass(frozen=True)
+class BulkChunk:
+    """One chunk for PgStore.bulk_add (a migration or a benchmark load; no per-file replace)."""
+
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    hash: str
+    text: str
+    model: str | None = None
+
+
+class AdvisoryLock:
+    """The writer lock: `pg_advisory_lock` on a connection of its own, held from acquire to release."""
+
+    def __init__(self, dsn: str, key: int, timeout_s: int, dsn_env: str) -> None:
+        self._dsn, self._key, self._timeout, self._env = dsn, key, timeout_s, dsn_env
+        self._conn: PgConn | None = None
+
+    def acquire(self, blocking: bool) -> bool:
+        conn = connect(self._dsn, timeout_s=self._timeout, dsn_env=self._env)
+        if blocking:
+            conn.execute("select pg_advisory_lock(%s)", (self._key,))
+            got = True
+        else:
+            row = conn.execute("select pg_try_advisory_lock(%s)", (self._key,)).fetchone()
+            got = bool(row and row[0])
+        if not got:
+            conn.close()
+            return False
+        self._conn = conn
+        return True
+
+    def release(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.execute("select pg_advisory_unlock(%s)", (self._key,))
+            finally:
+                self._conn.close()  # closing alone releases it too
+                self._conn = None
+
+
+class PgStore:
+    """One agent's index in schema `schema` of the database at `dsn`."""
+
+    matrix_ok = False
+
+    def __init__(self, dsn: str, schema: str, cfg: PostgresStoreConfig, *, dsn_env: str = "HERMIT_PG_DSN",
+                 create: bool = True) -> None:
+        self._dsn, self.schema, self.cfg, self._env = dsn, schema, cfg, dsn_env
+        self.s = qi(schema)
+        self.location = f"postgresql {mask_dsn(dsn)} schema {schema}"
+        self.hnsw = Hnsw(self)
+        self.keyword = PgKeyword(self)
+        self._conn = connect(dsn, timeout_s=cfg.connect_timeout_s, dsn_env=dsn_env)
+        if create:
+            migrate(self.conn, schema)
+        self.tok = Tokenizer()
+
+    @property
+    def conn(self) -> PgConn:
+        """The connection; a new one when the server dropped the old (restart, failover, idle timeout)."""
+        if self._conn.closed or self._conn.broken:
+            self._conn = connect(self._dsn, timeout_s=self.cfg.connect_timeout_s, dsn_env=self._env)
+            self.hnsw.reset()
+        return self._conn
+
+    @guarded
+    def close(self) -> None:
+        self._conn.close()
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        row = self.conn.execute(sql, params).fetchone()
+        return row[0] if row else None
+
+    # -- meta ---------------------------------------------------------------------------------
+    @guarded
+    def meta(self) -> dict[str, str]:
+        return {str(k): str(v) for k, v in self.conn.execute(f"select key, value from {self.s}.meta")}
+
+    @guarded
+    def set_meta(self, values: dict[str, str]) -> None:
+        with self.conn.transaction():
+            self._set_meta(values)
+
+    def _set_meta(self, values: dict[str, str]) -> None:
+        with self.conn.cursor() as cur:
+            cur.executemany(f"insert into {self.s}.meta(key, value) values (%s, %s)"
+                            " on conflict(key) do update set value=excluded.value", list(values.items()))
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """A transaction that takes the meta table first and holds it to the end. finish_rebuild takes it
+        exclusively before its renames, so a search runs wholly on the old schema or the new one."""
+        import psycopg
+
+        try:
+            with self.conn.transaction():
+                self.conn.execute(f"lock table {self.s}.meta in access share mode")
+                yield
+        except psycopg.Error as e:
+            raise failure(self._dsn, e) from None
+
+    @guarded
+    def generation(self) -> int:
+        v = self._one(f"select value from {self.s}.meta where key='generation'")
+        return int(v) if v is not None else 0
+
+    @guarded
+    def identity(self) -> dict[str, object]:
+        raw = self._one(f"select value from {self.s}.meta where key='identity'")
+        return json.loads(raw) if raw else {}
+
+    @guarded
+    def vector_kind(self) -> str:
+        return "pgvector"
+
+    @guarded
+    def vector_backend(self) -> str | None:
+        return "pgvector" if self._has_vec_table() else None
+
+    @guarded
+    def vector_problem(self) -> str | None:
+        return None
+
+    def _has_vec_table(self) -> bool:
+        return self._one("select to_regclass(%s) is not null", (f"{self.s}.chunks_vec",)) is True
+
+    def _ensure_vec_table(self, dims: int) -> None:
+        if not self._has_vec_table():
+            self.conn.execute(f"create table if not exists {self.s}.chunks_vec(id bigint primary key references"
+                              f" {self.s}.chunks(id) on delete cascade, embedding vector({int(dims)}) not null)")
+
+    # -- files & chunks -----------------------------------------------------------------------
+    @guarded
+    def writer_lock(self) -> AdvisoryLock:
+        return AdvisoryLock(self._dsn, lock_key(self.schema), self.cfg.connect_timeout_s, self._env)
+
+    @guarded
+    def files(self, source: str | None = None) -> dict[str, FileState]:
+        sql = f"select path, source, hash, mtime, size, embedded, messages from {self.s}.files"
+        rows = self.conn.execute(sql + (" where source=%s" if source else ""), (source,) if source else ())
+        return {r[0]: FileState(r[0], r[1], r[2], int(r[3]), int(r[4]), bool(r[5]), int(r[6])) for r in rows}
+
+    @guarded
+    def touch_file(self, path: str, mtime: int, size: int) -> None:
+        self.conn.execute(f"update {self.s}.files set mtime=%s, size=%s where path=%s", (mtime, size, path))
+
+    @guarded
+    def replace_file(
+        self, *, path: str, source: str, file_hash: str, mtime: int, size: int,
+        chunks: Sequence[Chunk], vectors: np.ndarray | None, model: str, messages: int = 0,
+        line_vectors: Mapping[int, np.ndarray] | None = None,
+    ) -> None:
+        """Everything indexed for `path` replaced in ONE transaction: a killed host leaves old or new."""
+        now = int(time.time())
+        docs = self.tok.documents([c.text for c in chunks])
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            if vectors is not None and len(chunks):
+                self._ensure_vec_table(int(vectors.shape[1]))
+            gen = self.generation() + 1
+            d_docs, d_toks = self._delete_chunks(path)
+            ids = [int(r[0]) for r in cur.execute(
+                f"select nextval(pg_get_serial_sequence('{self.s}.chunks', 'id')) from generate_series(1, %s)",
+                (len(chunks),))] if chunks else []
+            cur.executemany(
+                f"insert into {self.s}.chunks(id, path, source, start_line, end_line, hash, model, text, updated_at,"
+                " gen, cjk, tsv, ntok) values (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::tsvector,%s)",
+                [(cid, path, source, ch.start_line, ch.end_line, ch.hash, model if vectors is not None else None,
+                  ch.text, now, gen, script_class(ch.text), tsv, ntok)
+                 for cid, ch, (tsv, ntok) in zip(ids, chunks, docs, strict=True)])
+            self._count_tokens(ids)
+            if vectors is not None and ids:
+                cur.executemany(f"insert into {self.s}.chunks_vec(id, embedding) values (%s, %s)",
+                                [(cid, np.asarray(vectors[i], dtype=np.float32)) for i, cid in enumerate(ids)])
+            if line_vectors:
+                cur.executemany(f"insert into {self.s}.line_vectors(path, line, embedding) values (%s,%s,%s)",
+                                [(path, n, to_line_blob(v)) for n, v in sorted(line_vectors.items())])
+            cur.execute(
+                f"insert into {self.s}.files(path, source, hash, mtime, size, embedded, indexed_at, messages)"
+                " values (%s,%s,%s,%s,%s,%s,%s,%s) on conflict(path) do update set source=excluded.source,"
+                " hash=excluded.hash, mtime=excluded.mtime, size=excluded.size, embedded=excluded.embedded,"
+                " indexed_at=excluded.indexed_at, messages=excluded.messages",
+                (path, source, file_hash, mtime, size, vectors is not None or not chunks, now, messages))
+            self._bump(gen, d_docs + len(chunks), d_toks + sum(n for _, n in docs))
+
+    @guarded
+    def bulk_add(self, files: Sequence[FileState], chunks: Sequence[BulkChunk], vectors: np.ndarray | None,
+                 *, updated_at: int | None = None) -> None:
+        """Append files and chunks (+ their vectors, row i of `vectors` for chunks[i]) with COPY in ONE
+        transaction: the fast path for migrations and benchmark loads (~10× executemany). The paths
+        must not be indexed yet (no replace); the caller holds the writer lock and batches (e.g. 10k
+        chunks per call)."""
+        now = int(time.time()) if updated_at is None else updated_at
+        docs = self.tok.documents([c.text for c in chunks])
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            if vectors is not None and len(chunks):
+                self._ensure_vec_table(int(vectors.shape[1]))
+            gen = self.generation() + 1
+            ids = [int(r[0]) for r in cur.execute(
+                f"select nextval(pg_get_serial_sequence('{self.s}.chunks', 'id')) from generate_series(1, %s)",
+                (len(chunks),))] if chunks else []
+            with cur.copy(f"copy {self.s}.chunks(id, path, source, start_line, end_line, hash, model, text,"
+                          " updated_at, gen, cjk, tsv, ntok) from stdin") as cp:
+                for cid, ch, (tsv, ntok) in zip(ids, chunks, docs, strict=True):
+                    cp.write_row((cid, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model, ch.text,
+                                  now, gen, script_class(ch.text), tsv, ntok))
+            self._count_tokens(ids)
+            if vectors is not None and ids:
+                with cur.copy(f"copy {self.s}.chunks_vec(id, embedding) from stdin") as cp:
+                    for i, cid in enumerate(ids):
+                        cp.write_row((cid, np.asarray(vectors[i], dtype=np.float32)))
+            with cur.copy(f"copy {self.s}.files(path, source, hash, mtime, size, embedded, indexed_at, messages)"
+                          " from stdin") as cp:
+                for f in files:
+                    cp.write_row((f.path, f.source, f.hash, f.mtime, f.size, f.embedded, now, f.messages))
+            self._bump(gen, len(chunks), sum(n for _, n in docs))
+
+    @guarded
+    def delete_file(self, path: str) -> None:
+        with self.conn.transaction():
+            d_docs, d_toks = self._delete_chunks(path)
+            self.conn.execute(f"delete from {self.s}.files where path=%s", (path,))
+            self._bump(self.generation() + 1, d_docs, d_toks)
+
+    def _count_tokens(self, ids: Sequence[int]) -> None:
+        """Add the chunks `ids` to token_df (inside the caller's transaction, under the writer lock)."""
+        if ids:
+            self.conn.execute(
+                f"insert into {self.s}.token_df select u.lexeme, count(*) from {self.s}.chunks c"
+                " cross join lateral unnest(c.tsv) u where c.id = any(%s) group by u.lexeme"
+                f" on conflict (lexeme) do update set df = {self.s}.token_df.df + excluded.df", (list(ids),))
+
+    def _delete_chunks(self, path: str) -> tuple[int, int]:
+        """Delete `path`'s chunks (their vectors cascade); returns (−rows, −tokens) for the FTS totals."""
+        self.conn.execute(f"delete from {self.s}.line_vectors where path=%s", (path,))
+        gone = [str(r[0]) for r in self.conn.execute(
+            f"update {self.s}.token_df t set df = t.df - d.n from (select u.lexeme, count(*) n from {self.s}.chunks c"
+            " cross join lateral unnest(c.tsv) u where c.path = %s group by u.lexeme) d where t.lexeme = d.lexeme"
+            " returning t.lexeme, t.df", (path,)) if int(r[1]) <= 0]
+        if gone:
+            self.conn.execute(f"delete from {self.s}.token_df where lexeme = any(%s)", (gone,))
+        row = self.conn.execute(f"with d as (delete from {self.s}.chunks where path=%s returning ntok)"
+                                " select count(*), coalesce(sum(ntok), 0) from d", (path,)).fetchone()
+        return (-int(row[0]), -int(row[1])) if row else (0, 0)
+
+    def _bump(self, gen: int, d_docs: int, d_toks: int) -> None:
+        m = self.meta()
+        self._set_meta({"generation": str(gen), "fts_docs": str(int(m.get("fts_docs", "0")) + d_docs),
+                        "fts_tokens": str(int(m.get("fts_tokens", "0")) + d_toks)})
+
+    @guarded
+    def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
+        ids = [int(i) for i in ids]
+        if not ids:
+            return {}
+        rows = self.conn.execute(f"select id, path, source, start_line, end_line, text, cjk from {self.s}.chunks"
+                                 " where id = any(%s)", (ids,))
+        return {int(r[0]): ChunkRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], int(r[6])) for r in rows}
+
+    @guarded
+    def chunk_ids_for_days(self, days: Sequence[str], limit: int = 200) -> list[int]:
+        out: list[int] = []
+        for day in days:
+            out.extend(int(r[0]) for r in self.conn.execute(
+                f"select c.id from {self.s}.files f join {self.s}.chunks c on c.path = f.path"
+                " where f.path like %s limit %s", (f"%{day}%.md", limit)))
+            if len(out) >= limit:
+                break
+        return out[:limit]
+
+    @guarded
+    def chunk_count(self) -> int:
+        return int(self._one(f"select count(*) from {self.s}.chunks"))
+
+    @guarded
+    def pending_vectors(self) -> tuple[int, int]:
+        files = int(self._one(f"select count(*) from {self.s}.files where not embedded"))
+        if not files:
+            return 0, 0
+        return files, int(self._one(f"select count(*) from {self.s}.chunks where path in"
+                                    f" (select path from {self.s}.files where not embedded)"))
+
+    @guarded
+    def counts(self) -> dict[str, int]:
+        row = self.conn.execute(
+            f"select (select count(*) from {self.s}.files), (select count(*) from {self.s}.chunks),"
+            f" (select count(*) from {self.s}.files where not embedded),"
+            f" (select count(*) from {self.s}.embedding_cache), (select count(*) from {self.s}.line_vectors)").fetchone()
+        assert row is not None
+        return {"files": int(row[0]), "chunks": int(row[1]), "files_without_vectors": int(row[2]),
+                "cache_entries": int(row[3]), "line_vectors": int(row[4])}
+
+    @guarded
+    def line_vectors_of(self, path: str) -> dict[str, np.ndarray]:
+        blobs = {int(n): bytes(b) for n, b in self.conn.execute(
+            f"select line, embedding from {self.s}.line_vectors where path=%s", (path,))}
+        return by_line_text(self.conn.execute(f"select start_line, text from {self.s}.chunks where path=%s",
+                                              (path,)), blobs) if blobs else {}
+
+    @guarded
+    def line_vector_blobs(self, spans: Sequence[tuple[str, int, int]]) -> dict[int, bytes]:
+        out: dict[int, list[bytes]] = {k: [] for k in range(len(spans))}
+        if spans:
+            for k, blob in self.conn.execute(
+                f"select s.k - 1, l.embedding from unnest(%s::text[], %s::int[], %s::int[]) with ordinality"
+                f" as s(path, a, b, k) join {self.s}.line_vectors l on l.path = s.path and l.line between s.a and s.b",
+                    ([p for p, _, _ in spans], [a for _, a, _ in spans], [b for _, _, b in spans])):
+                out[int(k)].append(bytes(blob))
+        return {k: b"".join(v) for k, v in out.items()}
+
+    # -- embedding cache ----------------------------------------------------------------------
+    @guarded
+    def cache_get(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        uniq = list(dict.fromkeys(hashes))
+        if not uniq:
+            return {}
+        rows = self.conn.execute(
+            f"select hash, embedding from {self.s}.embedding_cache where provider=%s and model=%s"
+            " and provider_key=%s and hash = any(%s)", (provider, model, key, uniq))
+        return {str(h): np.frombuffer(bytes(b), dtype=np.float32) for h, b in rows}
+
+    @guarded
+    def cache_put(self, provider: str, model: str, key: str, items: dict[str, np.ndarray]) -> None:
+        if not items:
+            return
+        now = int(time.time())
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.executemany(
+                f"insert into {self.s}.embedding_cache(provider, model, provider_key, hash, embedding, dims,"
+                " updated_at) values (%s,%s,%s,%s,%s,%s,%s) on conflict(provider, model, provider_key, hash)"
+                " do update set embedding=excluded.embedding, dims=excluded.dims, updated_at=excluded.updated_at",
+                [(provider, model, key, h, np.asarray(v, dtype=np.float32).tobytes(), int(v.shape[0]), now)
+                 for h, v in items.items()])
+
+    @guarded
+    def cache_prune(self, max_entries: int) -> int:
+        n = int(self._one(f"select count(*) from {self.s}.embedding_cache"))
+        if n <= max_entries:
+            return 0
+        self.conn.execute(f"delete from {self.s}.embedding_cache where ctid in (select ctid from"
+                          f" {self.s}.embedding_cache order by updated_at asc limit %s)", (n - max_entries,))
+        return n - max_entries
+
+    # -- keyword leg (FTS5 semantics; memory.store.postgres.keyword.PgKeyword) -----------------
+    @guarded
+    def fts_count(self, match: str) -> int:
+        return self.keyword.count(match)
+
+    @guarded
+    def fts_search(self, match: str, limit: int, min_rowid: int | None = None) -> list[tuple[int, float]]:
+        if min_rowid is None:
+            return self.keyword.ranked(match, "", (), limit)[:limit]
+        return self.keyword.ranked(match, "and c.id >= %s", (int(min_rowid),), limit)[:limit]
+
+    @guarded
+    def fts_scores(self, match: str, ids: Sequence[int]) -> dict[int, float]:
+        if not ids:
+            return {}
+        return dict(self.keyword.ranked(match, "and c.id = any(%s)", ([int(i) for i in ids],)))
+
+    @guarded
+    def fts_stats(self) -> tuple[int, float]:
+        return self.keyword.stats()
+
+    @guarded
+    def fts_doc_lengths(self, ids: Sequence[int]) -> dict[int, int]:
+        if not ids:
+            return {}
+        rows = self.conn.execute(f"select id, ntok from {self.s}.chunks where id = any(%s)", ([int(i) for i in ids],))
+        return {int(i): int(n) for i, n in rows}
+
+    @guarded
+    def max_chunk_id(self) -> tuple[int, int]:
+        row = self.conn.execute(f"select min(id), max(id) from {self.s}.chunks").fetchone()
+        return (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
+
+    # -- vector leg (in the server; the HNSW index: memory.store.postgres.hnsw) ----------------
+    @guarded
+    def vec_knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """(chunk id, cosine similarity) best first: HNSW when built (ef_search ≥ k), else an exact scan."""
+        if not self._has_vec_table():
+            return []
+        self.hnsw.set_ef(k)
+        q = np.asarray(query, dtype=np.float32)
+        rows = self.conn.execute(f"select id, embedding <=> %s as d from {self.s}.chunks_vec order by d limit %s",
+                                 (q, int(k)))
+        return [(int(i), 1.0 - float(d)) for i, d in rows]
+
+    @guarded
+    def vec_knn_exact(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """The exact top-k whatever indexes exist (the reference for the HNSW recall)."""
+        with self.conn.transaction():
+            self.conn.execute("set local enable_indexscan = off")
+            return self.vec_knn(query, k)
+
+    @guarded
+    def vec_scores(self, query: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
+        if not ids or not self._has_vec_table():
+            return {}
+        rows = self.conn.execute(f"select id, 1 - (embedding <=> %s) from {self.s}.chunks_vec where id = any(%s)",
+                                 (np.asarray(query, dtype=np.float32), [int(i) for i in ids]))
+        return {int(i): float(s) for i, s in rows}
+
+    def iter_vectors(self, since_gen: int = -1, block: int = 8192) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        if not self._has_vec_table():
+            return
+        last = -1
+        while True:
+            with self.conn.cursor(binary=True) as cur:
+                rows = cur.execute(
+                    f"select c.id, v.embedding from {self.s}.chunks c join {self.s}.chunks_vec v on v.id = c.id"
+                    " where c.gen > %s and c.id > %s order by c.id limit %s", (since_gen, last, block)).fetchall()
+            if not rows:
+                return
+            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            mat = np.stack([r[1].to_numpy() for r in rows]).astype(np.float32)
+            yield ids, mat
+            last = int(ids[-1])
+
+    @guarded
+    def vector_count(self) -> int:
+        return int(self._one(f"select count(*) from {self.s}.chunks_vec")) if self._has_vec_table() else 0
+
+    @guarded
+    def has_hnsw(self) -> bool:
+        return self.hnsw.exists()
+
+    @guarded
+    def optimize(self) -> None:
+        """Build the HNSW index once the vectors pass the threshold (below it an exact scan is as fast)."""
+        self.hnsw.build()
+
+    @guarded
+    def hnsw_recall(self, sample: int = 50, k: int = 10) -> float | None:
+        """recall@k of the HNSW path against the exact scan, the queries `sample` stored vectors."""
+        return self.hnsw.recall(sample, k)
+
+    # -- atomic rebuilds -------------------------------------------------------------------------
+    def _stale_pattern(self) -> re.Pattern[str]:
+        return re.compile(re.escape(self.schema) + r"_(rb|old)[0-9a-f]{8}")
+
+    @guarded
+    def clean_stale_rebuilds(self) -> int:
+        pat = self._stale_pattern()
+        names = [str(r[0]) for r in self.conn.execute(
+            "select nspname from pg_namespace where nspname like %s", (self.schema.replace("_", r"\_") + r"\_%",))]
+        stale = [n for n in names if pat.fullmatch(n)]
+        for n in stale:
+            self.conn.execute(f"drop schema if exists {qi(n)} cascade")
+        return len(stale)
+
+    @guarded
+    def open_rebuild(self) -> PgStore:
+        staging = PgStore(self._dsn, f"{self.schema}_rb{uuid.uuid4().hex[:8]}", self.cfg, dsn_env=self._env)
+        try:
+            staging.conn.execute(f"insert into {staging.s}.embedding_cache select * from {self.s}.embedding_cache")
+        except BaseException:
+            self.discard_rebuild(staging)
+            raise
+        return staging
+
+    @guarded
+    def finish_rebuild(self, staging: object) -> None:
+        assert isinstance(staging, PgStore)
+        staging.optimize()
+        old = f"{self.schema}_old{uuid.uuid4().hex[:8]}"
+        staging.close()
+        with self.conn.transaction():
+            # Searches in flight finish first (each holds meta from its start, see reading()); the
+            # ones that start meanwhile wait here and then resolve the names to the new schema.
+            self.conn.execute(f"lock table {self.s}.meta in access exclusive mode")
+            self.conn.execute(f"alter schema {self.s} rename to {qi(old)}")
+            self.conn.execute(f"alter schema {staging.s} rename to {self.s}")
+            # Waits for readers of the old tables to finish; later statements see the new schema.
+            self.conn.execute(f"drop schema {qi(old)} cascade")
+        self.keyword.reset()
+
+    @guarded
+    def discard_rebuild(self, staging: object) -> None:
+        assert isinstance(staging, PgStore)
+        staging.close()
+        self.conn.execute(f"drop schema if exists {staging.s} cascade")
+
+    # -- status ----------------------------------------------------------------------------------
+    @guarded
+    def describe(self, recall_sample: int = 50) -> dict[str, Any]:
+        facts = server_facts(self.conn)
+        hnsw = self.has_hnsw()
+        return {"backend": "postgres", "server": mask_dsn(self._dsn), "schema": self.schema, **facts,
+                "vectors": self.vector_count(), "hnsw_index": hnsw, "hnsw_threshold": self.cfg.hnsw_threshold,
+                "hnsw_recall_at_10": self.hnsw.recall_once(recall_sample) if hnsw else None,
+                "recall_sample": recall_sample if hnsw else 0,
+                "vector": {"available": True, "backend": self.vector_backend(), "error": None}}
+
+
+def open_pg_store(dsn_env: str, environ: Mapping[str, str], schema: str,
+                  cfg: PostgresStoreConfig) -> PgStore:
+    from hermit.memory.store.postgres.schema import dsn_from_env
+
+    dsn = dsn_from_env(dsn_env, environ)
+    try:
+        return PgStore(dsn, schema, cfg, dsn_env=dsn_env)
+    except StoreError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a server-side failure while creating the schema
+        raise StoreError(f"cannot prepare the memory schema {schema} on {mask_dsn(dsn)}: "
+                         f"{type(e).__name__}", "check the user's CREATE privilege on the database") from None
+
