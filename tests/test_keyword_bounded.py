@@ -126,7 +126,7 @@ def test_term_coverage_words_variants_and_cjk() -> None:
 
 
 def test_matrix_pass_holds_blas_and_matches(tmp_path: Path) -> None:
-    from hermit.memory.search.hybrid import VectorMatrix
+    from hermit.memory.search.vectors import VectorMatrix
 
     svc = _memory(tmp_path)
     m = VectorMatrix()
@@ -140,7 +140,7 @@ def test_matrix_pass_holds_blas_and_matches(tmp_path: Path) -> None:
 def test_matrix_pass_blocks_shared_by_two_threads() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from hermit.memory.search.hybrid import MatrixPass
+    from hermit.memory.search.vectors import MatrixPass
 
     rng = np.random.default_rng(3)
     mat = rng.standard_normal((3 * MatrixPass.BLOCK_ROWS + 17, 32), dtype=np.float32)

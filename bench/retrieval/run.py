@@ -131,6 +131,12 @@ def service_for(v: Variant) -> MemoryService:
         if v.model not in _embedders:
             emb = create_embedder(cfg, {}, stamp_dir=OUT / "stamp")
             assert emb is not None
+            # Questions embedded as a long-lived process embeds them (the query runner that
+            # E5Embedder.warm_queries loads), whatever embedded the documents.
+            warm = getattr(emb, "warm_queries", None)
+            thread = warm() if callable(warm) else None
+            if thread is not None:
+                thread.join()
             _embedders[v.model] = MemoEmbedder(emb)
         OUT.mkdir(parents=True, exist_ok=True)
         db = OUT / f"{v.model}-{v.chunk[0]}-{v.chunk[1]}{'' if v.line_vectors else '-nolines'}.sqlite"

@@ -89,6 +89,9 @@ class MemoryService:
         self.searcher = HybridSearcher(self.store, embedder if cfg.store.vector_enabled else None, cfg.query,
                                        use_matrix=long_lived, clock=clock, lexicon=lexicon,
                                        visible=self.audiences.visible_ids, tuning=tuning)
+        warm = getattr(embedder, "warm_queries", None) if long_lived and cfg.store.vector_enabled else None
+        if callable(warm):
+            warm()  # a long-lived process's queries move onto the faster runtime once it has loaded
         self._dirty = True  # unknown until checked once
         self._checked_at: float | None = None
         # The reading connection: agent turns, status and the watcher's callers take turns on it.

