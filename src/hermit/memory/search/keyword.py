@@ -43,10 +43,6 @@ ROW_BUDGET = 4_000
 SCORE_WALK_BUDGET = 15_000
 _CACHE_MAX = 50_000
 _CJK_CHAR = re.compile(f"[{CJK_LETTERS}]")
-# Latin words as the index splits them: a CJK character ends a word as a space would (the text is
-# matched as it is, not a copy with every CJK character replaced: that copy cost ~0.5 ms a search).
-_LETTER = f"[^\\W_{CJK_LETTERS}]"
-_SEPARATOR = f"[\\W_{CJK_LETTERS}]+"
 
 
 class FtsTokens:
@@ -228,6 +224,9 @@ class KeywordSearcher:
             starts.append(pos)
             pos += len(rows[cid].text) + 1
         joined = "\n".join(rows[cid].text for cid in order).lower()
+        # Latin words as the index splits them: a CJK run never glues onto a neighbouring word
+        # (each CJK character becomes a space, so offsets stay those of `joined`).
+        latin = _CJK_CHAR.sub(" ", joined)
         tf: dict[int, dict[str, int]] = {}
 
         def add(phrase: str, at: int) -> None:
@@ -241,11 +240,11 @@ class KeywordSearcher:
                 for m in re.finditer(re.escape(run), joined):
                     add(phrase, m.start())
                 continue
-            pattern = self._phrase_pattern(toks, joined)
+            pattern = self._phrase_pattern(toks, latin)
             if pattern is None:
                 continue
-            for m in pattern.finditer(joined):
-                if _starts_word(joined, m.start()):
+            for m in pattern.finditer(latin):
+                if _starts_word(latin, m.start()):
                     add(phrase, m.start())
         out: dict[int, dict[str, float]] = {}
         for cid, counts in tf.items():
@@ -260,12 +259,9 @@ class KeywordSearcher:
         """A regex for the surface forms of the token sequence `toks` in `text` (lower-cased).
 
         Each part starts with a literal (so `re` scans fast); callers check the word boundary before
-        a match with _starts_word. A CJK character separates words (the index splits there); a token
-        holding one never matches a Latin phrase's surface form."""
+        a match with _starts_word."""
         parts: list[str] = []
         for tok in toks:
-            if _CJK_CHAR.search(tok):
-                return None
             if not tok.isalpha() or not tok.isascii():
                 parts.append(re.escape(tok))
                 continue
@@ -273,16 +269,15 @@ class KeywordSearcher:
             # (happy → happi, hoping → hope): only words that start with the stem's head can stem
             # to it; FTS5 itself decides which of them do.
             head = tok[: max(2, len(tok) - 2)]
-            words = sorted({m.group(0) for m in re.finditer(re.escape(head) + _LETTER + "*", text)
+            words = sorted({m.group(0) for m in re.finditer(re.escape(head) + r"[^\W_]*", text)
                             if _starts_word(text, m.start())})
             forms = [w for w, got in zip(words, self.tokens.tokens(words), strict=True) if got == (tok,)]
             if not forms:
                 return None
             tails = sorted((re.escape(f[len(head):]) for f in forms), key=len, reverse=True)
             parts.append(re.escape(head) + "(?:" + "|".join(tails) + ")")
-        return re.compile(_SEPARATOR.join(parts) + f"(?!{_LETTER})")
+        return re.compile(r"[\W_]+".join(parts) + r"(?![^\W_])")
 
 
 def _starts_word(text: str, i: int) -> bool:
-    """Whether a Latin word starts at `i`: the character before is no letter or digit, or is CJK."""
-    return i == 0 or not text[i - 1].isalnum() or _CJK_CHAR.match(text, i - 1) is not None
+    return i == 0 or not text[i - 1].isalnum()
