@@ -121,17 +121,10 @@ class KeywordSearcher:
             self._stamp, self._df, self._stats = stamp, {}, None
 
     def doc_freq(self, phrase: str) -> int:
-        """Chunks holding `phrase` (cached per index generation).
-
-        A phrase of one index token (most query words) is counted from the index's vocabulary, where the
-        store has one; the count is the same as the MATCH count's."""
+        """Chunks holding `phrase` (cached per index generation)."""
         if phrase not in self._df:
-            toks = self.tokens.tokens([phrase])[0]
-            n = self.store.fts_token_count(toks[0]) if len(toks) == 1 else None
-            if n is None:
-                match = or_match([phrase])
-                n = self.store.fts_count(match) if match else 0
-            self._df[phrase] = n
+            match = or_match([phrase])
+            self._df[phrase] = self.store.fts_count(match) if match else 0
         return self._df[phrase]
 
     def doc_count(self) -> int:

@@ -391,10 +391,6 @@ class PgStore:
         return self.keyword.count(match)
 
     @guarded
-    def fts_token_count(self, token: str) -> int | None:
-        return None  # no vocabulary table: the keyword leg counts with fts_count
-
-    @guarded
     def fts_search(self, match: str, limit: int, min_rowid: int | None = None) -> list[tuple[int, float]]:
         if min_rowid is None:
             return self.keyword.ranked(match, "", (), limit)[:limit]
