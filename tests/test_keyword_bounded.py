@@ -81,6 +81,52 @@ def test_bounded_scores_equal_fts5_bm25(tmp_path: Path, monkeypatch: pytest.Monk
     assert any(exact[i] > exact[j] + 0.1 for i, _ in hits for j, _ in hits), "the common words must matter"
 
 
+def test_python_scores_split_latin_words_at_cjk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                store_backend: str) -> None:
+    """Words glued to Chinese characters ("买了kumquat树", "notes笔记") are words of their own, as the index
+    splits them: the terms added in Python still equal FTS5's bm25()."""
+    ws = tmp_path / "ws"
+    write(ws / "MEMORY.md", "# Memory\n")
+    r = random.Random(11)
+    for d in range(30):
+        # 'notes' and 'project' in about a third of the chunks each, so their idf counts.
+        lines = [f"# Day {d}", "", "会议notes笔记" + " notes" * r.randint(0, 3) if d % 3 == 0 else "会议笔记",
+                 "notesy笔记 and 记notes_x and xnotes" if d % 3 else "Project计划, projects and 项目project进展。",
+                 "filler words " * r.randint(5, 30)]
+        if d % 5 == 0:
+            lines.append("买了kumquat树。Kumquat果酱" if d % 2 else "The kumquat tree.")
+        write(ws / "memory" / f"2026-02-{d % 28 + 1:02d}-{d}.md", "\n".join(lines) + "\n")
+    svc = service(ws, tmp_path / "idx.sqlite", HashEmbedder())
+    svc.sync()
+    monkeypatch.setattr(kw_mod, "SCORE_WALK_BUDGET", 0)  # every common phrase scored in Python
+    ks = KeywordSearcher(svc.store, budget=8)
+    phrases = ["kumquat", "notes", "project"]
+    hits = ks.search(phrases, 10)
+    assert ks.last_plan is not None and ks.last_plan.kept == ["kumquat"]
+    assert sorted(ks.last_plan.skipped) == ["notes", "project"]
+    assert len(hits) == 6
+    exact = _exact(svc, phrases, [i for i, _ in hits])
+    for cid, rel in hits:
+        assert rel == pytest.approx(exact[cid], rel=1e-4)
+
+
+def test_doc_freq_is_cached_per_index_generation_and_sees_other_writers(tmp_path: Path, store_backend: str) -> None:
+    """The per-phrase chunk counts are the MATCH counts, cached per index generation: a file indexed by
+    another connection is counted on the next search."""
+    svc = _memory(tmp_path)
+    ks = KeywordSearcher(svc.store)
+    for p in ["kumquat", "Kumquats", "notes", "钢琴", "钢琴老师", "project plan", "Day 3", "zzzz"]:
+        match = or_match([p])
+        assert match and ks.doc_freq(p) == svc.store.fts_count(match), p
+    assert ks.search(["kumquat"], 20) and ks.doc_freq("kumquat") == 6
+    other = service(tmp_path / "ws", tmp_path / "idx.sqlite", HashEmbedder())  # another connection
+    write(tmp_path / "ws" / "memory" / "2026-03-01.md", "# March\n\nA kumquat by the door.\n")
+    other.sync()
+    hits = ks.search(["kumquat"], 20)
+    assert ks.doc_freq("kumquat") == 7 and len(hits) == 7
+    assert ks.last_plan is not None and ks.last_plan.df["kumquat"] == 7
+
+
 def test_all_common_phrases_rank_the_newest_chunks(tmp_path: Path, store_backend: str) -> None:
     svc = _memory(tmp_path)
     ks = KeywordSearcher(svc.store, budget=5)
