@@ -128,3 +128,16 @@ class LockFile:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists (another uid's counts: it exists, we may not signal it)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

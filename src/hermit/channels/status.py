@@ -17,6 +17,7 @@ from typing import Any
 
 from hermit.channels.base import ChannelStatus
 from hermit.durable import write_atomic
+from hermit.locks import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -75,18 +76,6 @@ def read_statuses(state_dir: Path) -> list[dict[str, Any]]:
         except (OSError, ValueError) as e:
             out.append({"file": str(p), "last_error": f"unreadable status file: {e}"})
             continue
-        data["running"] = _alive(int(data.get("pid") or 0))
+        data["running"] = pid_alive(int(data.get("pid") or 0))
         out.append(data)
     return out
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from hermit.config.paths import ensure_private_dir
+from hermit.locks import pid_alive
 from hermit.memory.search.fts import CJK_LETTERS, STOPWORDS, ZH_STOP_CHARS
 
 LEXICON_VERSION = "3"
@@ -149,19 +150,9 @@ def clean_stale_builds(cache_dir: Path) -> None:
     a failed one too): each is a ~2 MB file nobody will finish."""
     for stale in cache_dir.glob("lexicon-*.sqlite.tmp*"):
         pid = stale.name.rsplit(".tmp", 1)[-1].split("-")[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             with contextlib.suppress(OSError):
                 stale.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Lexicon:
