@@ -39,6 +39,7 @@ from hermit.memory.search.dates import query_day_ranges
 from hermit.memory.search.fts import build_match, query_terms, translated_phrases
 from hermit.memory.search.keyword import KeywordSearcher
 from hermit.memory.search.lexicon import Lexicon
+from hermit.memory.search.ordering import ConversationCopies, mmr, notes_first
 from hermit.memory.search.places import group_places, show_places, span_of
 from hermit.memory.search.query_runner import EmbedBeside, query_uses_one_core
 from hermit.memory.search.snippets import Term, render, weigh_terms
@@ -52,10 +53,6 @@ from hermit.tokens import count_cjk
 SMALL_MEMORY_CHUNKS = 100
 # Above this many chunks the in-memory matrix (4 bytes × dims each) is not used; vec0 KNN is.
 MATRIX_MAX_CHUNKS = 300_000
-# A session dump (agent/session_memory.py): memory/YYYY-MM-DD-<slug>.md whose header says so.
-_SESSION_DUMP_NAME = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})-[^/]+\.md$")
-_SESSION_DUMP_HEADER = re.compile(r"^# Session \d{4}-\d{2}-\d{2} \d{2}:\d{2}\b[^\n]*\n(?:[^\n]*\n){0,8}?- Saved on ",
-                                  re.MULTILINE)
 # Words of a query that may name a speaker of a conversation (memory.search.places matches them to the "Name:"
 # opening a line).
 _NAME_WORD = re.compile(r"[^\W\d_]+")
@@ -136,10 +133,6 @@ def file_date(path: str) -> float | None:
     return d.timestamp()
 
 
-def _tokens(text: str) -> set[str]:
-    return set(re.findall(r"\w+", text.lower()))
-
-
 def _usable_vector(q: np.ndarray) -> bool:
     """A query vector with a direction: finite, and not (almost) all zeros."""
     norm = float(np.linalg.norm(q))
@@ -176,7 +169,7 @@ class HybridSearcher:
         self._executor: ThreadPoolExecutor | None = None
         self.word_vector_stats = self.word_vectors.stats
         self._line_vectors = False  # whether the index holds line vectors (read with its identity)
-        self._dumps: dict[str, tuple[int, bool]] = {}  # path → (index generation, is a session dump)
+        self.copies = ConversationCopies(store)
 
     def _vector_state(self) -> tuple[bool, str | None]:
         """Whether vectors can be searched, and why not."""
@@ -393,8 +386,8 @@ class HybridSearcher:
             scored = self._order_by_lines(scored, c.rows, q, c.cos, max_results)
             timings["lines_ms"] = (time.perf_counter() - t0) * 1000
         if self.cfg.mmr.enabled:
-            scored = self._mmr(scored, c.rows, max_results)
-        return self._notes_first(scored, c.rows)
+            scored = mmr(scored, c.rows, max_results, self.cfg.mmr.lambda_)
+        return notes_first(scored, c.rows, self.copies, self.tuning.copy_weight)
 
     def _show(self, query: str, tr: Translation, scored: list[tuple[int, float]], c: _Candidates,
               q: np.ndarray | None, max_results: int) -> list[Hit]:
@@ -435,36 +428,6 @@ class HybridSearcher:
             blended.append((i, s if c is None else (1 - weight) * s + weight * calibrate(c, info)))
         blended.sort(key=lambda x: -x[1])
         return blended + tail
-
-    def _notes_first(self, passed: list[tuple[int, float]], rows: dict[int, ChunkRow]) -> list[tuple[int, float]]:
-        """Copies of conversations (session transcripts, and the session dumps written on /new) count
-        copy_weight of their score, and the passed chunks are put in order again: a note is what was
-        kept of a conversation on purpose, while the copy repeats the words the talk was about, so it
-        outscored the note written from it (a dump of the talk about a passport 0.57, the note holding
-        the number 0.49). A copy that matches far better than any note still comes first."""
-        if not passed or not any(self._is_conversation_copy(rows[i]) for i, _ in passed):
-            return passed
-        w = self.tuning.copy_weight
-        out = [(i, s * w if self._is_conversation_copy(rows[i]) else s) for i, s in passed]
-        return sorted(out, key=lambda x: -x[1])
-
-    def _is_conversation_copy(self, row: ChunkRow) -> bool:
-        if row.source == "sessions":
-            return True
-        m = _SESSION_DUMP_NAME.search(row.path)
-        if m is None:
-            return False
-        gen = self.store.generation()
-        known = self._dumps.get(row.path)
-        if known is None or known[0] != gen:
-            # The header is in the file's first chunk: fetch it among that day's chunks (a files-table
-            # lookup; only for dated notes with a slug that passed min_score), once per index generation.
-            same = [r for r in self.store.chunk_rows(self.store.chunk_ids_for_days([m.group(1)])).values()
-                    if r.path == row.path]
-            head = min(same, key=lambda r: r.start_line).text if same else ""
-            known = (gen, bool(_SESSION_DUMP_HEADER.search(head)))
-            self._dumps[row.path] = known
-        return known[1]
 
     def _line_terms(self, query: str, tr: Translation) -> list[Term]:
         n = self.keyword.doc_count()
@@ -629,24 +592,3 @@ class HybridSearcher:
                 s *= math.pow(0.5, age_days / td.half_life_days)
             out.append((cid, s))
         return out
-
-    def _mmr(self, scored: list[tuple[int, float]], rows: dict[int, ChunkRow], k: int) -> list[tuple[int, float]]:
-        """Maximal marginal relevance: trade relevance for novelty (token Jaccard between chunks)."""
-        lam = self.cfg.mmr.lambda_
-        toks = {cid: _tokens(rows[cid].text) for cid, _ in scored}
-        chosen: list[tuple[int, float]] = []
-        rest = list(scored)
-        while rest and len(chosen) < max(k * 2, k):
-            def value(item: tuple[int, float]) -> float:
-                cid, s = item
-                if not chosen:
-                    return s
-                sim = max(
-                    len(toks[cid] & toks[c]) / max(1, len(toks[cid] | toks[c])) for c, _ in chosen
-                )
-                return lam * s - (1 - lam) * sim
-
-            best = max(rest, key=value)
-            rest.remove(best)
-            chosen.append(best)
-        return chosen + rest

@@ -24,7 +24,7 @@ class SearchTuning:
     line_weight: float = 0.2
     # How many places' worth of passed chunks (× max_results) line vectors re-order; the rest keep their place.
     line_order_depth: int = 2
-    # A session transcript or session dump ranks at this share of its score (memory.search.hybrid._notes_first).
+    # A session transcript or session dump ranks at this share of its score (memory.search.ordering.notes_first).
     copy_weight: float = 0.8
     # The translated query vector judges an other-language chunk that holds no translated word only when
     # it is at least this close (calibrated); otherwise the original query vector does.

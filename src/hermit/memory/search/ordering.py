@@ -1,0 +1,78 @@
+"""The order of the chunks that passed min_score, after scoring: notes before the copies of conversations
+they repeat, and maximal marginal relevance when configured."""
+
+from __future__ import annotations
+
+import re
+
+from hermit.memory.store.api import ChunkRow, MemoryStore
+
+# A session dump (agent/session_memory.py): memory/YYYY-MM-DD-<slug>.md whose header says so.
+_SESSION_DUMP_NAME = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})-[^/]+\.md$")
+_SESSION_DUMP_HEADER = re.compile(r"^# Session \d{4}-\d{2}-\d{2} \d{2}:\d{2}\b[^\n]*\n(?:[^\n]*\n){0,8}?- Saved on ",
+                                  re.MULTILINE)
+
+
+class ConversationCopies:
+    """Which chunks are copies of a conversation: session transcripts, and session dumps (known by their
+    header, looked up once per file and index generation)."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self._dumps: dict[str, tuple[int, bool]] = {}  # path → (index generation, is a session dump)
+
+    def is_copy(self, row: ChunkRow) -> bool:
+        if row.source == "sessions":
+            return True
+        m = _SESSION_DUMP_NAME.search(row.path)
+        if m is None:
+            return False
+        gen = self.store.generation()
+        known = self._dumps.get(row.path)
+        if known is None or known[0] != gen:
+            # The header is in the file's first chunk: fetch it among that day's chunks (a files-table
+            # lookup; only for dated notes with a slug that passed min_score), once per index generation.
+            same = [r for r in self.store.chunk_rows(self.store.chunk_ids_for_days([m.group(1)])).values()
+                    if r.path == row.path]
+            head = min(same, key=lambda r: r.start_line).text if same else ""
+            known = (gen, bool(_SESSION_DUMP_HEADER.search(head)))
+            self._dumps[row.path] = known
+        return known[1]
+
+
+def notes_first(passed: list[tuple[int, float]], rows: dict[int, ChunkRow], copies: ConversationCopies,
+                weight: float) -> list[tuple[int, float]]:
+    """Copies of conversations (session transcripts, and the session dumps written on /new) count
+    `weight` of their score, and the passed chunks are put in order again: a note is what was kept of a
+    conversation on purpose, while the copy repeats the words the talk was about, so it outscored the
+    note written from it (a dump of the talk about a passport 0.57, the note holding the number 0.49). A
+    copy that matches far better than any note still comes first."""
+    if not passed or not any(copies.is_copy(rows[i]) for i, _ in passed):
+        return passed
+    out = [(i, s * weight if copies.is_copy(rows[i]) else s) for i, s in passed]
+    return sorted(out, key=lambda x: -x[1])
+
+
+def _tokens(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.lower()))
+
+
+def mmr(scored: list[tuple[int, float]], rows: dict[int, ChunkRow], k: int, lam: float) -> list[tuple[int, float]]:
+    """Maximal marginal relevance: trade relevance for novelty (token Jaccard between chunks)."""
+    toks = {cid: _tokens(rows[cid].text) for cid, _ in scored}
+    chosen: list[tuple[int, float]] = []
+    rest = list(scored)
+    while rest and len(chosen) < max(k * 2, k):
+        def value(item: tuple[int, float]) -> float:
+            cid, s = item
+            if not chosen:
+                return s
+            sim = max(
+                len(toks[cid] & toks[c]) / max(1, len(toks[cid] | toks[c])) for c, _ in chosen
+            )
+            return lam * s - (1 - lam) * sim
+
+        best = max(rest, key=value)
+        rest.remove(best)
+        chosen.append(best)
+    return chosen + rest
