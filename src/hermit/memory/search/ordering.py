@@ -1,5 +1,5 @@
-"""The order of the chunks that passed min_score, after scoring: notes before the copies of conversations
-they repeat, and maximal marginal relevance when configured."""
+"""The order of the chunks after scoring: notes before the copies of conversations they repeat, maximal
+marginal relevance when configured, and the candidates under min_score that may fill unused results."""
 
 from __future__ import annotations
 
@@ -51,6 +51,16 @@ def notes_first(passed: list[tuple[int, float]], rows: dict[int, ChunkRow], copi
         return passed
     out = [(i, s * weight if copies.is_copy(rows[i]) else s) for i, s in passed]
     return sorted(out, key=lambda x: -x[1])
+
+
+def spare_candidates(scored: list[tuple[int, float]], passed: list[tuple[int, float]],
+                     min_score: float, floor: float = 0.0) -> list[tuple[int, float]]:
+    """The candidates under min_score, best first, that may fill the results and characters the passed
+    places leave (QueryConfig.fill_results); none when nothing passed, so a search that finds nothing
+    still says so."""
+    if not passed:
+        return []
+    return sorted(((i, s) for i, s in scored if floor < s < min_score), key=lambda x: -x[1])
 
 
 def _tokens(text: str) -> set[str]:
