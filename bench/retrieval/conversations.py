@@ -103,12 +103,10 @@ def variants() -> list[Variant]:
                 query={"fill_results": False}),
         Variant("spare-floor-0", "any candidate under minScore may fill (default: above 0.05)",
                 tuning=T(spare_floor=0.0), family="spare-floor"),
+        Variant("spare-floor-0.1", "only candidates above 0.1 may fill", tuning=T(spare_floor=0.1),
+                family="spare-floor"),
         Variant("spare-floor-0.15", "only candidates above 0.15 may fill", tuning=T(spare_floor=0.15),
                 family="spare-floor"),
-        Variant("spare-line-0", "places under minScore show their lines by query words only (default: and by "
-                "their line vectors, 1× the rarest word)", tuning=T(spare_line_weight=0.0), family="spare-line"),
-        Variant("spare-line-0.5", "the same at 0.5", tuning=T(spare_line_weight=0.5), family="spare-line"),
-        Variant("spare-line-2", "the same at 2", tuning=T(spare_line_weight=2.0), family="spare-line"),
     ]
 
 

@@ -40,7 +40,7 @@ from hermit.memory.search.fts import build_match, query_terms, translated_phrase
 from hermit.memory.search.keyword import KeywordSearcher
 from hermit.memory.search.lexicon import Lexicon
 from hermit.memory.search.ordering import ConversationCopies, mmr, notes_first, spare_candidates
-from hermit.memory.search.places import group_places, line_nearness, show_places, span_of, spare_places
+from hermit.memory.search.places import group_places, show_places, span_of, spare_places
 from hermit.memory.search.query_runner import EmbedBeside, query_uses_one_core
 from hermit.memory.search.snippets import Term, render, weigh_terms
 from hermit.memory.search.terms import term_coverage
@@ -408,10 +408,7 @@ class HybridSearcher:
         budget = self.tuning.search_budget(max_results)
         places = show_places(chosen, c.rows, terms, budget, names, self.tuning)
         if spare:
-            near = (line_nearness(self.store, q, self._vscore)
-                    if q is not None and self._line_vectors else None)
-            more, shown = spare_places(chosen, places, spare, c.rows, terms, budget, max_results, names,
-                                       self.tuning, near)
+            more, shown = spare_places(chosen, places, spare, c.rows, terms, budget, max_results, names, self.tuning)
             chosen, places = chosen + more, places + shown
         hits: list[Hit] = []
         for group, place in zip(chosen, places, strict=True):

@@ -53,10 +53,6 @@ class SearchTuning:
     other_speaker_share: float = 0.0
 
     # -- places under min_score (QueryConfig.fill_results; memory.search.places.spare_places) ---------------
-    # A line's calibrated line-vector closeness to the question counts this many of the query's rarest
-    # word in the windows of those places: they are there because their words matched weakly, so what
-    # their window shows is chosen by meaning too (0.5-2 give the same results: `spare-line-*`).
-    spare_line_weight: float = 1.0
     # Only candidates scoring above this may fill: a score of 0 or nearly (no query word, a cosine at the
     # calibration floor) is no evidence at all. 0 and 0.05 give the same recall on LoCoMo dev (0.05 with
     # fewer results), 0.1 loses one multi-hop question, 0.15 two (`spare-floor-*`).
