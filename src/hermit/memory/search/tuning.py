@@ -54,8 +54,8 @@ class SearchTuning:
 
     # -- places under min_score (QueryConfig.fill_results; memory.search.places.spare_places) ---------------
     # Only candidates scoring above this may fill: a score of 0 or nearly (no query word, a cosine at the
-    # calibration floor) is no evidence at all. 0 and 0.05 give the same recall on LoCoMo dev (0.05 with
-    # fewer results), 0.1 loses one multi-hop question, 0.15 two (`spare-floor-*`).
+    # calibration floor) is no evidence at all. 0 gives the same recall on LoCoMo dev with more results,
+    # 0.1 and 0.15 lose multi-hop turns (seen 0.858 and 0.857 vs 0.861; `spare-floor-*`).
     spare_floor: float = 0.05
 
     # -- windows (memory.search.snippets) ----------------------------------------------------------------
