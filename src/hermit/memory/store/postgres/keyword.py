@@ -28,6 +28,26 @@ if TYPE_CHECKING:
     from hermit.memory.store.postgres.store import PgStore
 
 MAX_POSITION = 16383  # tsvector positions stop here
+MAX_POSITIONS = 256  # positions a tsvector keeps per token
+
+
+def _tf_bounds() -> list[float]:
+    """Thresholds that turn ts_rank's value for one token (all weights 1) back into its count f.
+
+    That value is Σ_{j=1..f} 1/j² / 1.64493406685 (tsrank.c, calc_rank_or, one query item): strictly
+    increasing in f, consecutive values ≥ 9e-6 apart up to f = 256 where float4 rounding is ~1e-7, so
+    width_bucket over the midpoints between them (below the first: half of it, for f = 0) is exact."""
+    values, acc = [], 0.0
+    for j in range(1, MAX_POSITIONS + 1):
+        acc += 1.0 / (j * j)
+        values.append(acc / 1.64493406685)
+    return [values[0] / 2] + [(a + b) / 2 for a, b in zip(values, values[1:], strict=False)]
+
+
+TF_BOUNDS = _tf_bounds()
+# A row's count of one token (its positions in c.tsv, as FTS5 counts the term), 0 when absent: a scalar in
+# C per token, where unnest(ts_filter(...)) plus a join and a group cost ~3× as much per matching row.
+TF_SQL = "width_bucket(ts_rank('{1,1,1,1}', c.tsv, %s::tsquery)::float8, %s::float8[])"
 
 
 @dataclass(frozen=True)
@@ -197,7 +217,8 @@ class PgKeyword:
         if expr is None:
             return 0
         if isinstance(expr, Phrase):
-            return self._phrase_count(expr)
+            # Through the per-generation cache: ranked() needs the same counts for its idfs.
+            return self._doc_freqs([expr])[expr]
         return int(self._one(f"select count(*) from {self.store.s}.chunks where tsv @@ %s::tsquery",
                              (to_tsquery(expr),)))
 
@@ -251,7 +272,8 @@ class PgKeyword:
     def _ranked_in_sql(self, expr: Expr, instances: list[Phrase], where: str, params: Sequence[Any],
                        limit: int | None) -> list[tuple[int, float]]:
         """The same BM25, summed and sorted in the server, when every phrase is one token (most queries):
-        each row's term frequency is its position count, so only the best `limit` rows travel."""
+        each row's term frequency of each query token comes from term_frequency_sql (a scalar per token,
+        no set-returning unnest per row), so only the best `limit` rows travel."""
         n_docs, avgdl = self.stats()
         if n_docs <= 0 or avgdl <= 0:
             return []
@@ -261,14 +283,16 @@ class PgKeyword:
             d = df.get(ph, 0)
             weight[ph.tokens[0]] = weight.get(ph.tokens[0], 0.0) + bm25_idf(n_docs, d)
         lexemes = list(weight)
+        # idf · f · (k1 + 1) / (f + norm), f this row's count of the token (0 when absent); the inner
+        # query (kept apart by offset 0) counts each token once per row.
+        score = " + ".join(f"%s::float8 * f{k} * %s::float8 / (f{k} + norm)" for k in range(len(lexemes)))
+        counts = ", ".join(f"{TF_SQL} as f{k}" for k in range(len(lexemes)))
         rows = self.store.conn.execute(
-            f"select c.id, sum(w.idf * (cardinality(u.positions) * %s::float8)"
-            f" / (cardinality(u.positions) + %s::float8 * (1 - %s::float8 + %s::float8 * c.ntok / %s::float8))) as r"
-            f" from {self.store.s}.chunks c cross join lateral unnest(ts_filter(setweight(c.tsv, 'A', %s), '{{a}}')) u"
-            f" join unnest(%s::text[], %s::float8[]) w(lexeme, idf) on w.lexeme = u.lexeme"
-            f" where c.tsv @@ %s::tsquery {where} group by c.id order by r desc, c.id"
-            + (" limit %s" if limit is not None else ""),
-            (K1 + 1, K1, B, B, avgdl, lexemes, lexemes, [weight[x] for x in lexemes], to_tsquery(expr), *params,
+            f"select id, {score} as r from (select c.id, %s::float8 * (1 - %s::float8 + %s::float8 * c.ntok"
+            f" / %s::float8) as norm, {counts} from {self.store.s}.chunks c where c.tsv @@ %s::tsquery {where}"
+            " offset 0) s order by r desc, id" + (" limit %s" if limit is not None else ""),
+            (*[a for x in lexemes for a in (weight[x], K1 + 1)], K1, B, B, avgdl,
+             *[a for x in lexemes for a in (_quote(x), TF_BOUNDS)], to_tsquery(expr), *params,
              *((int(limit),) if limit is not None else ())))
         return [(int(i), float(r)) for i, r in rows]
 

@@ -87,6 +87,8 @@ class PgStore:
     """One agent's index in schema `schema` of the database at `dsn`."""
 
     matrix_ok = False
+    # vec_knn may run in another thread while this one runs other statements (its own connection).
+    knn_beside = True
 
     def __init__(self, dsn: str, schema: str, cfg: PostgresStoreConfig, *, dsn_env: str = "HERMIT_PG_DSN",
                  create: bool = True) -> None:
@@ -96,6 +98,11 @@ class PgStore:
         self.hnsw = Hnsw(self)
         self.keyword = PgKeyword(self)
         self._conn = connect(dsn, timeout_s=cfg.connect_timeout_s, dsn_env=dsn_env)
+        # The vector leg's own connection (opened by the first KNN): a search runs its KNN in a worker
+        # thread while its keyword leg's SQL runs on `conn` (memory.search.hybrid), the two in parallel
+        # in the server instead of one after the other on one socket.
+        self._knn: PgConn | None = None
+        self._view: dict[str, Any] | None = None  # what reading() has read once (meta, "vec")
         if create:
             migrate(self.conn, schema)
         self.tok = Tokenizer()
@@ -105,12 +112,21 @@ class PgStore:
         """The connection; a new one when the server dropped the old (restart, failover, idle timeout)."""
         if self._conn.closed or self._conn.broken:
             self._conn = connect(self._dsn, timeout_s=self.cfg.connect_timeout_s, dsn_env=self._env)
-            self.hnsw.reset()
         return self._conn
+
+    @property
+    def knn_conn(self) -> PgConn:
+        """The vector leg's connection (vec_knn, the HNSW recall); opened on first use, renewed like `conn`."""
+        if self._knn is None or self._knn.closed or self._knn.broken:
+            self._knn = connect(self._dsn, timeout_s=self.cfg.connect_timeout_s, dsn_env=self._env)
+            self.hnsw.reset()
+        return self._knn
 
     @guarded
     def close(self) -> None:
         self._conn.close()
+        if self._knn is not None:
+            self._knn.close()
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         row = self.conn.execute(sql, params).fetchone()
@@ -119,6 +135,14 @@ class PgStore:
     # -- meta ---------------------------------------------------------------------------------
     @guarded
     def meta(self) -> dict[str, str]:
+        view = self._view
+        if view is None:
+            return self._read_meta()
+        if "meta" not in view:
+            view["meta"] = self._read_meta()
+        return dict(view["meta"])
+
+    def _read_meta(self) -> dict[str, str]:
         return {str(k): str(v) for k, v in self.conn.execute(f"select key, value from {self.s}.meta")}
 
     @guarded
@@ -127,6 +151,8 @@ class PgStore:
             self._set_meta(values)
 
     def _set_meta(self, values: dict[str, str]) -> None:
+        if self._view is not None:
+            self._view.pop("meta", None)
         with self.conn.cursor() as cur:
             cur.executemany(f"insert into {self.s}.meta(key, value) values (%s, %s)"
                             " on conflict(key) do update set value=excluded.value", list(values.items()))
@@ -137,21 +163,34 @@ class PgStore:
         exclusively before its renames, so a search runs wholly on the old schema or the new one."""
         import psycopg
 
+        if self._view is not None:  # nested: the outer transaction holds the lock already
+            yield
+            return
         try:
             with self.conn.transaction():
                 self.conn.execute(f"lock table {self.s}.meta in access share mode")
-                yield
+                # Meanwhile the meta table and the vector table's existence are read once: one view of
+                # them for the whole search, as SQLite's read transaction gives (a search asked for
+                # them ~8 times, a round trip each).
+                self._view = {}
+                try:
+                    yield
+                finally:
+                    self._view = None
         except psycopg.Error as e:
             raise failure(self._dsn, e) from None
 
     @guarded
     def generation(self) -> int:
+        if self._view is not None:
+            return int(self.meta().get("generation", "0"))
         v = self._one(f"select value from {self.s}.meta where key='generation'")
         return int(v) if v is not None else 0
 
     @guarded
     def identity(self) -> dict[str, object]:
-        raw = self._one(f"select value from {self.s}.meta where key='identity'")
+        raw = (self.meta().get("identity") if self._view is not None
+               else self._one(f"select value from {self.s}.meta where key='identity'"))
         return json.loads(raw) if raw else {}
 
     @guarded
@@ -166,13 +205,22 @@ class PgStore:
     def vector_problem(self) -> str | None:
         return None
 
-    def _has_vec_table(self) -> bool:
-        return self._one("select to_regclass(%s) is not null", (f"{self.s}.chunks_vec",)) is True
+    def _has_vec_table(self, conn: PgConn | None = None) -> bool:
+        view = self._view
+        if view is not None and "vec" in view:
+            return bool(view["vec"])
+        row = (conn or self.conn).execute("select to_regclass(%s) is not null", (f"{self.s}.chunks_vec",)).fetchone()
+        found = bool(row) and row[0] is True
+        if view is not None:
+            view["vec"] = found
+        return found
 
     def _ensure_vec_table(self, dims: int) -> None:
         if not self._has_vec_table():
             self.conn.execute(f"create table if not exists {self.s}.chunks_vec(id bigint primary key references"
                               f" {self.s}.chunks(id) on delete cascade, embedding vector({int(dims)}) not null)")
+            if self._view is not None:
+                self._view.pop("vec", None)
 
     # -- files & chunks -----------------------------------------------------------------------
     @guarded
@@ -422,20 +470,26 @@ class PgStore:
     @guarded
     def vec_knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) best first: HNSW when built (ef_search ≥ k), else an exact scan."""
-        if not self._has_vec_table():
+        if not self._has_vec_table(self.knn_conn):
             return []
-        self.hnsw.set_ef(k)
+        return self._knn_rows(query, k)
+
+    def _knn_rows(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        conn = self.knn_conn
+        self.hnsw.set_ef(conn, k)
         q = np.asarray(query, dtype=np.float32)
-        rows = self.conn.execute(f"select id, embedding <=> %s as d from {self.s}.chunks_vec order by d limit %s",
-                                 (q, int(k)))
+        rows = conn.execute(f"select id, embedding <=> %s as d from {self.s}.chunks_vec order by d limit %s",
+                            (q, int(k)))
         return [(int(i), 1.0 - float(d)) for i, d in rows]
 
     @guarded
     def vec_knn_exact(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The exact top-k whatever indexes exist (the reference for the HNSW recall)."""
-        with self.conn.transaction():
-            self.conn.execute("set local enable_indexscan = off")
-            return self.vec_knn(query, k)
+        if not self._has_vec_table(self.knn_conn):
+            return []
+        with self.knn_conn.transaction():
+            self.knn_conn.execute("set local enable_indexscan = off")
+            return self._knn_rows(query, k)
 
     @guarded
     def vec_scores(self, query: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
