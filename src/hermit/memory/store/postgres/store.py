@@ -40,6 +40,14 @@ if TYPE_CHECKING:
     from hermit.memory.store.postgres.schema import PgConn
 
 
+ROW_COLUMNS = "path, source, start_line, end_line, text, cjk"  # a ChunkRow after its id
+
+
+def _chunk_row(r: Sequence[Any]) -> ChunkRow:
+    """A ChunkRow from (id, *ROW_COLUMNS)."""
+    return ChunkRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], int(r[6]))
+
+
 @dataclass(frozen=True)
 class BulkChunk:
     """One chunk for PgStore.bulk_add (a migration or a benchmark load; no per-file replace)."""
@@ -102,7 +110,7 @@ class PgStore:
         # thread while its keyword leg's SQL runs on `conn` (memory.search.hybrid), the two in parallel
         # in the server instead of one after the other on one socket.
         self._knn: PgConn | None = None
-        self._view: dict[str, Any] | None = None  # what reading() has read once (meta, "vec")
+        self._view: dict[str, Any] | None = None  # what reading() has read once (meta, "vec", "rows")
         if create:
             migrate(self.conn, schema)
         self.tok = Tokenizer()
@@ -343,11 +351,15 @@ class PgStore:
     @guarded
     def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
         ids = [int(i) for i in ids]
-        if not ids:
-            return {}
-        rows = self.conn.execute(f"select id, path, source, start_line, end_line, text, cjk from {self.s}.chunks"
-                                 " where id = any(%s)", (ids,))
-        return {int(r[0]): ChunkRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], int(r[6])) for r in rows}
+        # Rows the vector leg read beside the keyword leg, in this search's view (vec_knn).
+        known: dict[int, ChunkRow] = self._view.get("rows", {}) if self._view is not None else {}
+        out = {i: known[i] for i in ids if i in known}
+        need = [i for i in ids if i not in known]
+        if not need:
+            return out
+        rows = self.conn.execute(f"select id, {ROW_COLUMNS} from {self.s}.chunks where id = any(%s)", (need,))
+        out.update((int(r[0]), _chunk_row(r)) for r in rows)
+        return out
 
     @guarded
     def chunk_ids_for_days(self, days: Sequence[str], limit: int = 200) -> list[int]:
@@ -480,7 +492,15 @@ class PgStore:
         q = np.asarray(query, dtype=np.float32)
         rows = conn.execute(f"select id, embedding <=> %s as d from {self.s}.chunks_vec order by d limit %s",
                             (q, int(k)))
-        return [(int(i), 1.0 - float(d)) for i, d in rows]
+        hits = [(int(i), 1.0 - float(d)) for i, d in rows]
+        view = self._view
+        if view is not None and hits:
+            # Inside a search's view the hits' rows are read here too (beside the keyword leg, kept for
+            # chunk_rows until the view ends): one round trip less after both legs.
+            got = conn.execute(f"select id, {ROW_COLUMNS} from {self.s}.chunks where id = any(%s)",
+                               ([i for i, _ in hits],))
+            view.setdefault("rows", {}).update((int(r[0]), _chunk_row(r)) for r in got)
+        return hits
 
     @guarded
     def vec_knn_exact(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
