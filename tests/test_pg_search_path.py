@@ -72,6 +72,26 @@ def test_a_search_reads_one_view_of_meta_while_another_process_writes(pg_dsn: st
     writer.close()
 
 
+def test_the_chunk_id_span_is_read_again_after_another_process_writes(pg_dsn: str) -> None:
+    reader, writer = _store(pg_dsn), _store(pg_dsn)
+
+    def add(name: str, n: int) -> None:
+        chunks = [BulkChunk(f"memory/{name}.md", "memory", k, k, f"{name}{k}", f"line {k} of {name}") for k in range(n)]
+        writer.bulk_add([FileState(f"memory/{name}.md", "memory", name, 0, 0, True)], chunks, None, updated_at=0)
+
+    add("a", 3)
+    assert reader.max_chunk_id() == (1, 3)
+    add("b", 2)  # another process's write bumps the generation: the span is read again
+    assert reader.max_chunk_id() == (1, 5)
+    writer.delete_file("memory/a.md")
+    with reader.reading():
+        assert reader.max_chunk_id() == (4, 5)
+        rows = reader.chunk_rows([4, 5])  # read once in the view, with their token counts
+        assert reader.fts_doc_lengths([4, 5]) == {4: 4, 5: 4} and rows[5].text == "line 1 of b"
+    reader.close()
+    writer.close()
+
+
 def _indexed(dsn: str, tmp_path: Path) -> MemoryService:
     ws = tmp_path / "ws"
     write(ws / "MEMORY.md", "# M\n- the spare key is under the mat\n")

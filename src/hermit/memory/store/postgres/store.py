@@ -21,7 +21,6 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,62 +32,12 @@ from hermit.memory.store.api import ChunkRow, FileState, script_class
 from hermit.memory.store.postgres.errors import failure, guarded
 from hermit.memory.store.postgres.hnsw import Hnsw
 from hermit.memory.store.postgres.keyword import PgKeyword, Tokenizer
+from hermit.memory.store.postgres.rows import ROW_COLUMNS, AdvisoryLock, BulkChunk, chunk_row, keep_rows
 from hermit.memory.store.postgres.schema import connect, lock_key, mask_dsn, migrate, qi, server_facts
 
 if TYPE_CHECKING:
     from hermit.config.schema import PostgresStoreConfig
     from hermit.memory.store.postgres.schema import PgConn
-
-
-ROW_COLUMNS = "path, source, start_line, end_line, text, cjk"  # a ChunkRow after its id
-
-
-def _chunk_row(r: Sequence[Any]) -> ChunkRow:
-    """A ChunkRow from (id, *ROW_COLUMNS)."""
-    return ChunkRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], int(r[6]))
-
-
-@dataclass(frozen=True)
-class BulkChunk:
-    """One chunk for PgStore.bulk_add (a migration or a benchmark load; no per-file replace)."""
-
-    path: str
-    source: str
-    start_line: int
-    end_line: int
-    hash: str
-    text: str
-    model: str | None = None
-
-
-class AdvisoryLock:
-    """The writer lock: `pg_advisory_lock` on a connection of its own, held from acquire to release."""
-
-    def __init__(self, dsn: str, key: int, timeout_s: int, dsn_env: str) -> None:
-        self._dsn, self._key, self._timeout, self._env = dsn, key, timeout_s, dsn_env
-        self._conn: PgConn | None = None
-
-    def acquire(self, blocking: bool) -> bool:
-        conn = connect(self._dsn, timeout_s=self._timeout, dsn_env=self._env)
-        if blocking:
-            conn.execute("select pg_advisory_lock(%s)", (self._key,))
-            got = True
-        else:
-            row = conn.execute("select pg_try_advisory_lock(%s)", (self._key,)).fetchone()
-            got = bool(row and row[0])
-        if not got:
-            conn.close()
-            return False
-        self._conn = conn
-        return True
-
-    def release(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.execute("select pg_advisory_unlock(%s)", (self._key,))
-            finally:
-                self._conn.close()  # closing alone releases it too
-                self._conn = None
 
 
 class PgStore:
@@ -110,7 +59,8 @@ class PgStore:
         # thread while its keyword leg's SQL runs on `conn` (memory.search.hybrid), the two in parallel
         # in the server instead of one after the other on one socket.
         self._knn: PgConn | None = None
-        self._view: dict[str, Any] | None = None  # what reading() has read once (meta, "vec", "rows")
+        self._view: dict[str, Any] | None = None  # what reading() has read once (meta, "vec", "rows", "ntok")
+        self._id_span: tuple[object, tuple[int, int]] = (object(), (0, 0))  # (meta stamp, min/max chunk id)
         if create:
             migrate(self.conn, schema)
         self.tok = Tokenizer()
@@ -357,8 +307,9 @@ class PgStore:
         need = [i for i in ids if i not in known]
         if not need:
             return out
-        rows = self.conn.execute(f"select id, {ROW_COLUMNS} from {self.s}.chunks where id = any(%s)", (need,))
-        out.update((int(r[0]), _chunk_row(r)) for r in rows)
+        rows = self.conn.execute(f"select id, {ROW_COLUMNS} from {self.s}.chunks where id = any(%s)",
+                                 (need,)).fetchall()
+        out.update(keep_rows(self._view, rows) if self._view is not None else ((int(r[0]), chunk_row(r)) for r in rows))
         return out
 
     @guarded
@@ -468,15 +419,24 @@ class PgStore:
 
     @guarded
     def fts_doc_lengths(self, ids: Sequence[int]) -> dict[int, int]:
-        if not ids:
-            return {}
-        rows = self.conn.execute(f"select id, ntok from {self.s}.chunks where id = any(%s)", ([int(i) for i in ids],))
-        return {int(i): int(n) for i, n in rows}
+        known: dict[int, int] = self._view.get("ntok", {}) if self._view is not None else {}
+        out = {int(i): known[int(i)] for i in ids if int(i) in known}
+        need = [int(i) for i in ids if int(i) not in known]
+        if need:
+            out.update((int(i), int(n)) for i, n in self.conn.execute(
+                f"select id, ntok from {self.s}.chunks where id = any(%s)", (need,)))
+        return out
 
     @guarded
     def max_chunk_id(self) -> tuple[int, int]:
-        row = self.conn.execute(f"select min(id), max(id) from {self.s}.chunks").fetchone()
-        return (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
+        # Read once per index generation (every write, from any process, bumps it; a rebuild brings a
+        # new index_id): the keyword planner asks on most searches of a large memory.
+        m = self.meta()
+        stamp = (m.get("index_id"), m.get("generation"))
+        if self._id_span[0] != stamp:
+            row = self.conn.execute(f"select min(id), max(id) from {self.s}.chunks").fetchone()
+            self._id_span = (stamp, (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0))
+        return self._id_span[1]
 
     # -- vector leg (in the server; the HNSW index: memory.store.postgres.hnsw) ----------------
     @guarded
@@ -497,9 +457,8 @@ class PgStore:
         if view is not None and hits:
             # Inside a search's view the hits' rows are read here too (beside the keyword leg, kept for
             # chunk_rows until the view ends): one round trip less after both legs.
-            got = conn.execute(f"select id, {ROW_COLUMNS} from {self.s}.chunks where id = any(%s)",
-                               ([i for i, _ in hits],))
-            view.setdefault("rows", {}).update((int(r[0]), _chunk_row(r)) for r in got)
+            keep_rows(view, conn.execute(f"select id, {ROW_COLUMNS} from {self.s}.chunks where id = any(%s)",
+                                          ([i for i, _ in hits],)).fetchall())
         return hits
 
     @guarded
