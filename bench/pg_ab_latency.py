@@ -124,6 +124,35 @@ def compare(old_src: Path, dsn: str, rounds: int, n_queries: int, ef: int) -> di
             "rounds": rounds, "ef_search": ef, "loadavg": loads}
 
 
+def recall(dsn: str, chunks: int, n_queries: int, efs: list[int]) -> list[dict[str, Any]]:
+    """recall@10 of this tree's vector leg (PgStore.vec_knn, k = the search's pool of 60) against numpy's
+    exact top 10 (pg_bench_measure.truth: the ids are the benchmark's row numbers), and its KNN time."""
+    import numpy as np
+
+    from hermit.config.schema import PostgresStoreConfig
+    from hermit.memory.embedders.local_e5 import E5Embedder
+    from hermit.memory.store.postgres.store import PgStore
+    from pg_bench_measure import queries, truth
+
+    e5 = E5Embedder()
+    qv = np.stack([e5.embed_query(q) for q in queries(n_queries)]).astype(np.float32)
+    gold = truth(chunks, qv)
+    out = []
+    for ef in efs:
+        store = PgStore(dsn, "hermit_main", PostgresStoreConfig(ef_search=ef))
+        found, ms = [], []
+        for i, v in enumerate(qv):
+            t0 = time.perf_counter()
+            ids = [j for j, _ in store.vec_knn(v, 60)][:10]
+            ms.append((time.perf_counter() - t0) * 1000)
+            found.append(len(set(ids) & set(gold[i].tolist())) / 10)
+        store.close()
+        out.append({"ef_search": ef, "recall_at_10": round(statistics.fmean(found), 4), "knn_p50_ms": pct(ms, 50),
+                    "knn_p95_ms": pct(ms, 95), "queries": len(qv), "load": loadavg()})
+        print(f"recall {out[-1]}", file=sys.stderr, flush=True)
+    return out
+
+
 def markdown(res: dict[str, Any], chunks: int) -> str:
     o, n = res["old"], res["new"]
     lines = [f"# Hermit's hybrid search on PostgreSQL at {chunks:,} chunks: main vs this tree (interleaved A/B)", "",
@@ -145,6 +174,12 @@ def markdown(res: dict[str, Any], chunks: int) -> str:
               f"Same places for every query in every round: {res['same_places_every_query']} "
               f"(queries differing in round 1: {res['queries_differing_round1']}).",
               f"Load average before each run: {', '.join(res['loadavg'])}.", ""]
+    if res.get("recall"):
+        lines += ["| this tree's vector leg (PgStore.vec_knn, k 60): ef_search | recall@10 vs exact | KNN p50 / p95 ms "
+                  "| load |", "|---|---|---|---|"]
+        lines += [f"| {r['ef_search']} | {r['recall_at_10']} | {r['knn_p50_ms']} / {r['knn_p95_ms']} | {r['load']} |"
+                  for r in res["recall"]]
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -157,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ef", type=int, default=0, help="HNSW ef_search for both trees (default: each tree's own)")
     ap.add_argument("--dsn", help="a running server's database (else the benchmark's server is started)")
     ap.add_argument("--out", type=Path, help="write PREFIX.md and PREFIX.json")
+    ap.add_argument("--recall", type=int, nargs="*", default=[], metavar="EF",
+                    help="also measure this tree's vector-leg recall@10 at these ef_search values (200 queries)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -172,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         srv = server()
         dsn = f"postgresql://postgres@127.0.0.1:{srv.port}/{hermit_db(args.chunks)}"
     try:
-        res = compare(args.old_src.resolve(), dsn, args.rounds, args.n_queries, args.ef)
+        res = compare(args.old_src.resolve(), dsn, args.rounds, args.n_queries, args.ef) if args.rounds else {}
+        if args.recall:
+            res["recall"] = recall(dsn, args.chunks, 200, args.recall)
     finally:
         if srv is not None:
             from pg_bench_build import stop
