@@ -46,9 +46,11 @@ def _tf_bounds() -> list[float]:
 
 
 TF_BOUNDS = _tf_bounds()
+TF_BOUNDS_TEXT = "{" + ",".join(repr(x) for x in TF_BOUNDS) + "}"  # sent as text: no per-query list adaptation
 # A row's count of one token (its positions in c.tsv, as FTS5 counts the term), 0 when absent: a scalar in
 # C per token, where unnest(ts_filter(...)) plus a join and a group cost ~3× as much per matching row.
-TF_SQL = "width_bucket(ts_rank('{1,1,1,1}', c.tsv, %s::tsquery)::float8, %s::float8[])"
+# `tf.b`: TF_BOUNDS, joined once per statement.
+TF_SQL = "width_bucket(ts_rank('{1,1,1,1}', c.tsv, %s::tsquery)::float8, tf.b)"
 
 
 @dataclass(frozen=True)
@@ -214,14 +216,16 @@ class PgKeyword:
         return row[0] if row else None
 
     def count(self, match: str) -> int:
-        expr = self.store.tok.parse(match)
-        if expr is None:
-            return 0
-        if isinstance(expr, Phrase):
-            # Through the per-generation cache: ranked() needs the same counts for its idfs.
-            return self._doc_freqs([expr])[expr]
-        return int(self._one(f"select count(*) from {self.store.s}.chunks where tsv @@ %s::tsquery",
-                             (to_tsquery(expr),)))
+        return self.counts([match])[0]
+
+    def counts(self, matches: Sequence[str]) -> list[int]:
+        """Chunks matching each expression; the one-phrase ones through the per-generation cache (ranked()
+        needs the same counts for its idfs), their one-token lookups in one statement."""
+        exprs = [self.store.tok.parse(m) for m in matches]
+        phrases_ = [e for e in exprs if isinstance(e, Phrase)]
+        df = self._doc_freqs(phrases_) if phrases_ else {}
+        return [0 if e is None else df[e] if isinstance(e, Phrase) else int(self._one(
+            f"select count(*) from {self.store.s}.chunks where tsv @@ %s::tsquery", (to_tsquery(e),))) for e in exprs]
 
     def _phrase_count(self, ph: Phrase) -> int:
         """Chunks holding the phrase: token_df for one token (a key lookup), else a count through the GIN index."""
@@ -238,7 +242,14 @@ class PgKeyword:
         if self._df[0] != stamp:
             self._df = (stamp, {})
         df = self._df[1]
-        for ph in dict.fromkeys(instances):
+        missing = [ph for ph in dict.fromkeys(instances) if ph not in df]
+        words = [ph for ph in missing if len(ph.tokens) == 1]
+        if len(words) > 1:  # one key lookup for all the one-token phrases
+            got = {str(t): int(n) for t, n in self.store.conn.execute(
+                f"select lexeme, df from {self.store.s}.token_df where lexeme = any(%s)",
+                ([ph.tokens[0] for ph in words],))}
+            df.update((ph, got.get(ph.tokens[0], 0)) for ph in words)
+        for ph in missing:
             if ph not in df:
                 df[ph] = self._phrase_count(ph)
         return df
@@ -290,10 +301,11 @@ class PgKeyword:
         counts = ", ".join(f"{TF_SQL} as f{k}" for k in range(len(lexemes)))
         rows = self.store.conn.execute(
             f"select id, {score} as r from (select c.id, %s::float8 * (1 - %s::float8 + %s::float8 * c.ntok"
-            f" / %s::float8) as norm, {counts} from {self.store.s}.chunks c where c.tsv @@ %s::tsquery {where}"
-            " offset 0) s order by r desc, id" + (" limit %s" if limit is not None else ""),
+            f" / %s::float8) as norm, {counts} from {self.store.s}.chunks c, (select %s::float8[] as b) tf"
+            f" where c.tsv @@ %s::tsquery {where} offset 0) s order by r desc, id"
+            + (" limit %s" if limit is not None else ""),
             (*[a for x in lexemes for a in (weight[x], K1 + 1)], K1, B, B, avgdl,
-             *[a for x in lexemes for a in (_quote(x), TF_BOUNDS)], to_tsquery(expr), *params,
+             *[_quote(x) for x in lexemes], TF_BOUNDS_TEXT, to_tsquery(expr), *params,
              *((int(limit),) if limit is not None else ())))
         return [(int(i), float(r)) for i, r in rows]
 

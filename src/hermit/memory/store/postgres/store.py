@@ -402,6 +402,12 @@ class PgStore:
         return self.keyword.count(match)
 
     @guarded
+    def fts_counts(self, matches: Sequence[str]) -> list[int]:
+        """fts_count of each expression, the one-token ones in one statement (the keyword planner's
+        document counts for a new query's words: a round trip each before)."""
+        return self.keyword.counts(matches)
+
+    @guarded
     def fts_search(self, match: str, limit: int, min_rowid: int | None = None) -> list[tuple[int, float]]:
         if min_rowid is None:
             return self.keyword.ranked(match, "", (), limit)[:limit]
