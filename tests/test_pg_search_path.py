@@ -116,10 +116,13 @@ def test_the_vector_leg_runs_on_its_own_connection_beside_a_reader(pg_dsn: str, 
         t.join(30)
     assert out and out[0] and kw and out[0][0][0] == kw[0][0]
     ids = [i for i, _ in out[0]] + [i for i, _ in kw]
-    with store.reading():  # the hits' rows read beside the keyword leg are the rows chunk_rows reads
+    with store.reading():  # the rows both legs read along with their hits are the rows chunk_rows reads
         store.vec_knn(q, 5)
+        assert store.fts_search(or_match(["spare"]) or "", 5) == kw  # the same hits, with their rows
         kept = store.chunk_rows(ids)
+        lengths = store.fts_doc_lengths(ids)
     assert kept == store.chunk_rows(ids) and set(kept) == set(ids)
+    assert lengths == store.fts_doc_lengths(ids)
     assert store.knn_conn.info.backend_pid != store.conn.info.backend_pid
     with psycopg.connect(pg_dsn, autocommit=True) as admin:  # a server restart, as the KNN connection sees it
         admin.execute("select pg_terminate_backend(%s)", (store.knn_conn.info.backend_pid,))

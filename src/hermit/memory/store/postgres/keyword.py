@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from hermit.errors import IndexError_
 from hermit.memory.search.fts import bm25_idf, index_text
 from hermit.memory.search.keyword import K1, B, FtsTokens
+from hermit.memory.store.postgres.rows import ROW_COLUMNS
 
 if TYPE_CHECKING:
     from hermit.memory.store.postgres.store import PgStore
@@ -299,15 +300,22 @@ class PgKeyword:
         # query (kept apart by offset 0) counts each token once per row.
         score = " + ".join(f"%s::float8 * f{k} * %s::float8 / (f{k} + norm)" for k in range(len(lexemes)))
         counts = ", ".join(f"{TF_SQL} as f{k}" for k in range(len(lexemes)))
-        rows = self.store.conn.execute(
-            f"select id, {score} as r from (select c.id, %s::float8 * (1 - %s::float8 + %s::float8 * c.ntok"
-            f" / %s::float8) as norm, {counts} from {self.store.s}.chunks c, (select %s::float8[] as b) tf"
-            f" where c.tsv @@ %s::tsquery {where} offset 0) s order by r desc, id"
-            + (" limit %s" if limit is not None else ""),
-            (*[a for x in lexemes for a in (weight[x], K1 + 1)], K1, B, B, avgdl,
-             *[_quote(x) for x in lexemes], TF_BOUNDS_TEXT, to_tsquery(expr), *params,
-             *((int(limit),) if limit is not None else ())))
-        return [(int(i), float(r)) for i, r in rows]
+        sql = (f"select id, {score} as r from (select c.id, %s::float8 * (1 - %s::float8 + %s::float8 * c.ntok"
+               f" / %s::float8) as norm, {counts} from {self.store.s}.chunks c, (select %s::float8[] as b) tf"
+               f" where c.tsv @@ %s::tsquery {where} offset 0) s order by r desc, id"
+               + (" limit %s" if limit is not None else ""))
+        args = (*[a for x in lexemes for a in (weight[x], K1 + 1)], K1, B, B, avgdl,
+                *[_quote(x) for x in lexemes], TF_BOUNDS_TEXT, to_tsquery(expr), *params,
+                *((int(limit),) if limit is not None else ()))
+        if limit is None or not self.store.in_view:
+            return [(int(i), float(r)) for i, r in self.store.conn.execute(sql, args)]
+        # Inside a search the best rows come with their text (the search reads them next: BM25 terms
+        # of the words not ranked here, then the candidates' rows), kept in its view.
+        got = self.store.conn.execute(
+            f"select k.r, c.id, {', '.join('c.' + x for x in ROW_COLUMNS.split(', '))} from ({sql}) k join"
+            f" {self.store.s}.chunks c on c.id = k.id order by k.r desc, k.id", args).fetchall()
+        self.store.keep_in_view([r[1:] for r in got])
+        return [(int(r[1]), float(r[0])) for r in got]
 
     def stats(self) -> tuple[int, float]:
         """(documents, mean document length in tokens), as FTS5 keeps them."""

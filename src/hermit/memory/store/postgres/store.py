@@ -73,6 +73,17 @@ class PgStore:
         return self._conn
 
     @property
+    def in_view(self) -> bool:
+        """Whether a search's reading() is open (its view keeps what it read once)."""
+        return self._view is not None
+
+    @guarded
+    def keep_in_view(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Keep rows of (id, *ROW_COLUMNS) read by a search for its later chunk_rows / fts_doc_lengths."""
+        if self._view is not None:
+            keep_rows(self._view, rows)
+
+    @property
     def knn_conn(self) -> PgConn:
         """The vector leg's connection (vec_knn, the HNSW recall); opened on first use, renewed like `conn`."""
         if self._knn is None or self._knn.closed or self._knn.broken:
@@ -463,8 +474,8 @@ class PgStore:
         if view is not None and hits:
             # Inside a search's view the hits' rows are read here too (beside the keyword leg, kept for
             # chunk_rows until the view ends): one round trip less after both legs.
-            keep_rows(view, conn.execute(f"select id, {ROW_COLUMNS} from {self.s}.chunks where id = any(%s)",
-                                          ([i for i, _ in hits],)).fetchall())
+            self.keep_in_view(conn.execute(f"select id, {ROW_COLUMNS} from {self.s}.chunks where id = any(%s)",
+                                           ([i for i, _ in hits],)).fetchall())
         return hits
 
     @guarded
