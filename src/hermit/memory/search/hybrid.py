@@ -200,7 +200,12 @@ class HybridSearcher:
         The stages, in order: the query embedding, the vector leg started, the keyword leg, the vector
         leg finished (the two overlap), the candidates gathered and their missing scores filled, the
         chunks the reader may not see dropped, fusion and boosts, the order of those that passed
-        min_score, and each place's window."""
+        min_score, and each place's window. All of it reads one snapshot of the index."""
+        with self.store.reading():
+            return self._search(query, max_results, min_score, reader)
+
+    def _search(self, query: str, max_results: int | None, min_score: float | None,
+                reader: Reader | None) -> SearchOutcome:
         hy = self.cfg.hybrid
         max_results = max_results or self.cfg.max_results
         min_score = self.cfg.min_score if min_score is None else min_score
