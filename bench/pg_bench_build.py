@@ -9,6 +9,7 @@ PostgreSQL: one schema per agent (`agent_main`), a chunks table with a `vector(3
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from pathlib import Path
@@ -87,7 +88,8 @@ def server() -> Any:
     """The benchmark's PostgreSQL, its data dir kept under bench/out/pg/server across runs."""
     from pg_database import embedded_server_class
 
-    srv = embedded_server_class()(base_dir=OUT / "server")
+    port = int(os.environ["HERMIT_PG_BENCH_PORT"]) if os.environ.get("HERMIT_PG_BENCH_PORT") else None
+    srv = embedded_server_class()(base_dir=OUT / "server", port=port)
     srv.start()
     import psycopg
 

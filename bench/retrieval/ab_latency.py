@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -120,12 +121,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-queries", type=int, default=120)
     ap.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000])
     ap.add_argument("--out", type=Path, default=None, help="write OUT.md and OUT.json (e.g. bench/results/search_ab)")
+    ap.add_argument("--separate-homes", action="store_true",
+                    help="OLD_SRC searches its own copy of each home (home-ab-N-old, copied once before this "
+                         "tree opens the home): for a tree that migrates the index to a schema OLD_SRC refuses")
     args = ap.parse_args(argv)
     if not (args.old_src / "hermit").is_dir():
         print(f"error: {args.old_src} holds no hermit package; pass a src/ directory", file=sys.stderr)
         return 2
     report: dict[str, Any] = {}
     for n in args.sizes:
+        home = old_home = mb.OUT_DIR / f"home-ab-{n}"
+        if args.separate_homes:
+            old_home = home.with_name(home.name + "-old")
+            if not old_home.exists() and home.exists():
+                print(f"copying {home} to {old_home} for {args.old_src}", file=sys.stderr)
+                shutil.copytree(home, old_home)
         home = ensure_home(n)
         runs: dict[str, list[float]] = {"old": [], "new": []}
         full: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
@@ -134,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             order = [("old", args.old_src), ("new", args.new_src)]
             loads.append(os.getloadavg()[0])
             for name, src in order if r % 2 == 0 else order[::-1]:
-                res = worker(home, src, args.n_queries)
+                res = worker(old_home if name == "old" and args.separate_homes else home, src, args.n_queries)
                 full[name].append(res)
                 runs[name].append(float(res["engine_total_ms"]["p50"]))
                 print(f"  {n:>7} round {r + 1} {name}: p50 {runs[name][-1]:.1f} ms (embed "

@@ -47,7 +47,7 @@ from hermit.memory.search.ordering import (
     spare_candidates,
 )
 from hermit.memory.search.places import group_places, show_places, span_of, spare_places
-from hermit.memory.search.query_runner import EmbedBeside, query_uses_one_core
+from hermit.memory.search.query_runner import EmbedBeside, query_uses_one_core, store_knn
 from hermit.memory.search.snippets import Term, render, weigh_terms
 from hermit.memory.search.terms import term_coverage
 from hermit.memory.search.translation import NO_TRANSLATION, Translation, WordVectors, translate
@@ -103,6 +103,9 @@ class _VectorLeg:
     beside: EmbedBeside | None = None
     q: np.ndarray | None = None  # with `beside`: the query vector, once finished (None: why not in `reason`)
     reason: str | None = None
+    # The store's KNN (and the query embedding before it, when that runs on one core) in the worker,
+    # on the store's own KNN connection (a server store: `knn_beside`): (vector, why not, hits).
+    knn: Future[tuple[np.ndarray | None, str | None, list[tuple[int, float]]]] | None = None
 
 
 @dataclass
@@ -203,7 +206,12 @@ class HybridSearcher:
         The stages, in order: the query embedding, the vector leg started, the keyword leg, the vector
         leg finished (the two overlap), the candidates gathered and their missing scores filled, the
         chunks the reader may not see dropped, fusion and boosts, the order of those that passed
-        min_score, and each place's window."""
+        min_score, and each place's window. All of it reads one snapshot of the index."""
+        with self.store.reading():
+            return self._search(query, max_results, min_score, reader)
+
+    def _search(self, query: str, max_results: int | None, min_score: float | None,
+                reader: Reader | None) -> SearchOutcome:
         hy = self.cfg.hybrid
         max_results = max_results or self.cfg.max_results
         # A min_score given with the search is a hard threshold; at the configured one, weaker places may
@@ -221,14 +229,19 @@ class HybridSearcher:
         q: np.ndarray | None = None
         # A query embedding on one core (E5Embedder's onnxruntime query runner) runs in the worker
         # beside the keyword leg, then the matrix pass there: the search's two longest stages overlap.
-        beside = use_vec and self._matrix_ok() and query_uses_one_core(self.embedder)
-        if use_vec and not beside:
+        one_core = use_vec and query_uses_one_core(self.embedder)
+        beside = one_core and self._matrix_ok()
+        # A server store's KNN runs in the worker on a connection of its own beside the keyword leg's
+        # SQL (after the query embedding there too when that takes one core).
+        knn_beside = use_vec and not beside and bool(getattr(self.store, "knn_beside", False))
+        if use_vec and not beside and not (knn_beside and one_core):
             q, reason = self._embed_query(query, timings)
         rows: dict[int, ChunkRow] = {}
-        leg = self._start_vector_leg(q, pool, timings, query if beside else None)
+        leg = self._start_vector_leg(q, pool, timings, query if beside else None,
+                                     query if knn_beside and (q is not None or one_core) else None)
         kw_hits, held, timings["keyword_ms"] = self._keyword_leg(query, tr, pool, rows)
         vec_hits = self._finish_vector_leg(leg, pool, timings)
-        if beside:
+        if beside or leg.knn is not None:
             q, reason = leg.q, leg.reason
         c = self._gather(query, tr, q, leg.matrix_ok, vec_hits, kw_hits, held, rows, pool, match)
         if restricted:
@@ -265,10 +278,14 @@ class HybridSearcher:
         return q, reason
 
     def _start_vector_leg(self, q: np.ndarray | None, pool: int, timings: dict[str, float],
-                          beside_query: str | None = None) -> _VectorLeg:
+                          beside_query: str | None = None, knn_query: str | None = None) -> _VectorLeg:
         """The vector leg's nearest chunks: over the in-memory matrix, started in a worker so that it
-        overlaps the keyword leg (finished by _finish_vector_leg); otherwise the store's KNN, done here.
+        overlaps the keyword leg (finished by _finish_vector_leg); otherwise the store's KNN, done here,
+        or with `knn_query` in the worker (embedding `knn_query` first when `q` is None).
         With `beside_query` (the matrix is usable), the worker embeds that query first."""
+        if knn_query is not None:
+            job = self._worker().submit(store_knn, self._embed_query, self.store, q, knn_query, pool, timings)
+            return _VectorLeg(q=q, knn=job)
         if beside_query is not None:
             self.matrix.refresh(self.store)
             beside = EmbedBeside(self._embed_query, self.matrix, self._worker(), beside_query, timings)
@@ -288,6 +305,12 @@ class HybridSearcher:
 
     def _finish_vector_leg(self, leg: _VectorLeg, pool: int, timings: dict[str, float]) -> list[tuple[int, float]]:
         """The vector leg's hits, once the matrix pass (when there is one) is done."""
+        if leg.knn is not None:
+            t0 = time.perf_counter()
+            leg.q, leg.reason, leg.hits = leg.knn.result()
+            # What the search thread waited for after its keyword leg (the rest overlapped).
+            timings["vector_ms"] = (time.perf_counter() - t0) * 1000
+            return leg.hits
         if leg.beside is not None:
             leg.q, leg.reason, leg.hits = leg.beside.finish(pool, timings)
             leg.matrix_ok = leg.q is not None

@@ -4,7 +4,9 @@ When the query embeds on one core (a long-lived process's onnxruntime query runn
 E5Embedder.query_uses_one_core), the search's two longest stages overlap: the worker embeds the query
 and starts the pass over the vector matrix while the search thread runs the keyword leg
 (memory/search/keyword.py); the search thread then takes the blocks of the pass the worker has not
-reached. Only onnxruntime and numpy run in the worker, no SQL (memory/search/hybrid.py).
+reached. Only onnxruntime and numpy run in the worker, no SQL (memory/search/hybrid.py), except on a
+server store (PostgreSQL): its KNN runs in the worker on a connection of its own (`knn_beside`),
+beside the keyword leg's SQL on the store's main connection (store_knn).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 
 from hermit.memory.embedders.base import Embedder
 from hermit.memory.search.vectors import AnyPass, VectorMatrix
+from hermit.memory.store.api import MemoryStore
 
 # The query embedding stage of memory.search.hybrid: (query, timings) → (vector or None, why not).
 EmbedQuery = Callable[[str, dict[str, float]], tuple[np.ndarray | None, str | None]]
@@ -70,3 +73,16 @@ class EmbedBeside:
         # What the search thread waited for after the keyword leg: the embedding's and the pass's tails.
         timings["vector_ms"] = (time.perf_counter() - t0) * 1000
         return q, reason, hits
+
+
+def store_knn(embed: EmbedQuery, store: MemoryStore, q: np.ndarray | None, query: str, k: int,
+              timings: dict[str, float]) -> tuple[np.ndarray | None, str | None, list[tuple[int, float]]]:
+    """In the worker: the query vector (embedded first when `q` is None) and the store's k nearest chunks."""
+    if q is None:
+        q, reason = embed(query, timings)
+        if q is None:
+            return None, reason, []
+    t0 = time.perf_counter()
+    hits = store.vec_knn(q, k)
+    timings["knn_ms"] = (time.perf_counter() - t0) * 1000
+    return q, None, hits

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -24,7 +25,9 @@ from hermit.locks import LockFile
 from hermit.memory.index.chunking import Chunk
 from hermit.memory.index.line_vectors import by_line_text, to_line_blob
 from hermit.memory.search.fts import FTS_TOKENIZER, index_text
+from hermit.memory.search.keyword import FtsTokens
 from hermit.memory.search.vectors import blockscan_topk
+from hermit.memory.store import token_counts
 from hermit.memory.store.api import ChunkRow, FileState, script_class
 
 __all__ = ["ChunkRow", "FileState", "FileLock", "IndexStore", "script_class"]
@@ -86,7 +89,13 @@ def _m5(conn: Connection) -> None:
     conn.execute("create unique index line_vectors_at on line_vectors(path, line)")
 
 
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5]
+def _m6(conn: Connection) -> None:
+    # Chunks per FTS5 token (memory.store.token_counts), so a search's word counts are key lookups.
+    token_counts.create(conn)
+
+
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6]
+_ONE_PHRASE = re.compile(r'"((?:[^"]|"")*)"')
 
 
 def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -140,6 +149,7 @@ class IndexStore:
         self.path = path
         self.location = str(path)
         self.conn, self.vec = connect(path, load_vec=want_vec, readonly=readonly)
+        self._tokens: FtsTokens | None = None  # made on the first one-word count
         if not readonly:
             try:
                 migrate(self.conn, MIGRATIONS)
@@ -233,6 +243,7 @@ class IndexStore:
             self._delete_chunks(c, path)
             if vectors is not None and len(chunks):
                 self.ensure_vec_table(vectors.shape[1])
+            indexed: list[str] = []
             for i, ch in enumerate(chunks):
                 cur = c.execute(
                     "insert into chunks(path, source, start_line, end_line, hash, model, text, updated_at, gen, cjk)"
@@ -241,9 +252,11 @@ class IndexStore:
                      ch.text, now, gen, script_class(ch.text)),
                 )
                 cid = cur.lastrowid
-                c.execute("insert into chunks_fts(rowid, text) values (?, ?)", (cid, index_text(ch.text)))
+                indexed.append(index_text(ch.text))
+                c.execute("insert into chunks_fts(rowid, text) values (?, ?)", (cid, indexed[-1]))
                 if vectors is not None:
                     c.execute("insert into chunks_vec(id, embedding) values (?, ?)", (cid, to_blob(vectors[i])))
+            token_counts.count_added(c, indexed)
             if line_vectors:
                 c.executemany("insert into line_vectors(path, line, embedding) values (?,?,?)",
                               [(path, n, to_line_blob(v)) for n, v in sorted(line_vectors.items())])
@@ -278,6 +291,7 @@ class IndexStore:
         if not ids:
             return
         has_vec = self.has_vec_table()
+        token_counts.count_removed(c, ids)
         for i in range(0, len(ids), 500):
             part = ids[i:i + 500]
             marks = ",".join("?" * len(part))
@@ -404,7 +418,16 @@ class IndexStore:
         return [(int(i), max(0.0, -float(r))) for i, r in rows]
 
     def fts_count(self, match: str) -> int:
-        """Chunks matching `match` (walks the doclists; no ranking, so ~20× cheaper than fts_search)."""
+        """Chunks matching `match`: a key lookup for one quoted word of one token (memory.store.token_counts),
+        else FTS5 walks the doclists (no ranking, so ~20× cheaper than fts_search)."""
+        one = _ONE_PHRASE.fullmatch(match)
+        if one is not None:
+            if self._tokens is None:
+                self._tokens = FtsTokens()
+            toks = self._tokens.tokens([one.group(1).replace('""', '"')])[0]
+            docs = token_counts.lookup(self.conn, toks[0]) if len(toks) == 1 else None
+            if docs is not None:
+                return docs
         return int(self.conn.execute("select count(*) from chunks_fts where chunks_fts match ?",
                                      (match,)).fetchone()[0])
 

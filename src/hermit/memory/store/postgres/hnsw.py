@@ -12,6 +12,7 @@ import json
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from hermit.memory.store.postgres.schema import PgConn
     from hermit.memory.store.postgres.store import PgStore
 
 HNSW_INDEX = "chunks_vec_hnsw"
@@ -22,16 +23,17 @@ class Hnsw:
 
     def __init__(self, store: PgStore) -> None:
         self.store = store
-        self._ef: int | None = None  # hnsw.ef_search as set on the current connection
+        self._ef: int | None = None  # hnsw.ef_search as set on the store's KNN connection
 
     def reset(self) -> None:
-        """A new connection starts at the server's ef_search."""
+        """A new KNN connection starts at the server's ef_search."""
         self._ef = None
 
-    def set_ef(self, k: int) -> None:
+    def set_ef(self, conn: PgConn, k: int) -> None:
+        """ef_search on `conn` (the store's KNN connection) for a top-k search."""
         ef = max(self.store.cfg.ef_search, k)
         if ef != self._ef:
-            self.store.conn.execute("select set_config('hnsw.ef_search', %s, false)", (str(ef),))
+            conn.execute("select set_config('hnsw.ef_search', %s, false)", (str(ef),))
             self._ef = ef
 
     def exists(self) -> bool:

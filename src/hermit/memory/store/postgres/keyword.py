@@ -7,7 +7,8 @@ tsvector literal of exactly those tokens with their positions, plus the token co
 expression (quoted phrases joined by OR / AND, parentheses; what memory.search.fts builds) becomes a tsquery
 of the same tokens (`<->` for a phrase), answered by a GIN index. BM25 is FTS5's formula — its idf
 (document counts per phrase over the whole index), k1 = 1.2, b = 0.75, document lengths in tokens —
-with term frequencies counted from the stored positions of the matching rows only.
+with term frequencies counted from the stored positions of the matching rows only (in the server, from
+ts_rank's value for each token when every phrase is one token: TF_SQL).
 
 Known difference: a tsvector keeps at most 256 positions per token and positions up to 16383, so a
 token repeated more than 256 times in one chunk counts as 256 (FTS5 counts them all).
@@ -23,11 +24,34 @@ from typing import TYPE_CHECKING, Any
 from hermit.errors import IndexError_
 from hermit.memory.search.fts import bm25_idf, index_text
 from hermit.memory.search.keyword import K1, B, FtsTokens
+from hermit.memory.store.postgres.rows import ROW_COLUMNS
 
 if TYPE_CHECKING:
     from hermit.memory.store.postgres.store import PgStore
 
 MAX_POSITION = 16383  # tsvector positions stop here
+MAX_POSITIONS = 256  # positions a tsvector keeps per token
+
+
+def _tf_bounds() -> list[float]:
+    """Thresholds that turn ts_rank's value for one token (all weights 1) back into its count f.
+
+    That value is Σ_{j=1..f} 1/j² / 1.64493406685 (tsrank.c, calc_rank_or, one query item): strictly
+    increasing in f, consecutive values ≥ 9e-6 apart up to f = 256 where float4 rounding is ~1e-7, so
+    width_bucket over the midpoints between them (below the first: half of it, for f = 0) is exact."""
+    values, acc = [], 0.0
+    for j in range(1, MAX_POSITIONS + 1):
+        acc += 1.0 / (j * j)
+        values.append(acc / 1.64493406685)
+    return [values[0] / 2] + [(a + b) / 2 for a, b in zip(values, values[1:], strict=False)]
+
+
+TF_BOUNDS = _tf_bounds()
+TF_BOUNDS_TEXT = "{" + ",".join(repr(x) for x in TF_BOUNDS) + "}"  # sent as text: no per-query list adaptation
+# A row's count of one token (its positions in c.tsv, as FTS5 counts the term), 0 when absent: a scalar in
+# C per token, where unnest(ts_filter(...)) plus a join and a group cost ~3× as much per matching row.
+# `tf.b`: TF_BOUNDS, joined once per statement.
+TF_SQL = "width_bucket(ts_rank('{1,1,1,1}', c.tsv, %s::tsquery)::float8, tf.b)"
 
 
 @dataclass(frozen=True)
@@ -193,13 +217,16 @@ class PgKeyword:
         return row[0] if row else None
 
     def count(self, match: str) -> int:
-        expr = self.store.tok.parse(match)
-        if expr is None:
-            return 0
-        if isinstance(expr, Phrase):
-            return self._phrase_count(expr)
-        return int(self._one(f"select count(*) from {self.store.s}.chunks where tsv @@ %s::tsquery",
-                             (to_tsquery(expr),)))
+        return self.counts([match])[0]
+
+    def counts(self, matches: Sequence[str]) -> list[int]:
+        """Chunks matching each expression; the one-phrase ones through the per-generation cache (ranked()
+        needs the same counts for its idfs), their one-token lookups in one statement."""
+        exprs = [self.store.tok.parse(m) for m in matches]
+        phrases_ = [e for e in exprs if isinstance(e, Phrase)]
+        df = self._doc_freqs(phrases_) if phrases_ else {}
+        return [0 if e is None else df[e] if isinstance(e, Phrase) else int(self._one(
+            f"select count(*) from {self.store.s}.chunks where tsv @@ %s::tsquery", (to_tsquery(e),))) for e in exprs]
 
     def _phrase_count(self, ph: Phrase) -> int:
         """Chunks holding the phrase: token_df for one token (a key lookup), else a count through the GIN index."""
@@ -216,7 +243,14 @@ class PgKeyword:
         if self._df[0] != stamp:
             self._df = (stamp, {})
         df = self._df[1]
-        for ph in dict.fromkeys(instances):
+        missing = [ph for ph in dict.fromkeys(instances) if ph not in df]
+        words = [ph for ph in missing if len(ph.tokens) == 1]
+        if len(words) > 1:  # one key lookup for all the one-token phrases
+            got = {str(t): int(n) for t, n in self.store.conn.execute(
+                f"select lexeme, df from {self.store.s}.token_df where lexeme = any(%s)",
+                ([ph.tokens[0] for ph in words],))}
+            df.update((ph, got.get(ph.tokens[0], 0)) for ph in words)
+        for ph in missing:
             if ph not in df:
                 df[ph] = self._phrase_count(ph)
         return df
@@ -251,7 +285,8 @@ class PgKeyword:
     def _ranked_in_sql(self, expr: Expr, instances: list[Phrase], where: str, params: Sequence[Any],
                        limit: int | None) -> list[tuple[int, float]]:
         """The same BM25, summed and sorted in the server, when every phrase is one token (most queries):
-        each row's term frequency is its position count, so only the best `limit` rows travel."""
+        each row's count of each query token comes from TF_SQL (a scalar per token, no set-returning
+        unnest per row), so only the best `limit` rows travel."""
         n_docs, avgdl = self.stats()
         if n_docs <= 0 or avgdl <= 0:
             return []
@@ -261,16 +296,26 @@ class PgKeyword:
             d = df.get(ph, 0)
             weight[ph.tokens[0]] = weight.get(ph.tokens[0], 0.0) + bm25_idf(n_docs, d)
         lexemes = list(weight)
-        rows = self.store.conn.execute(
-            f"select c.id, sum(w.idf * (cardinality(u.positions) * %s::float8)"
-            f" / (cardinality(u.positions) + %s::float8 * (1 - %s::float8 + %s::float8 * c.ntok / %s::float8))) as r"
-            f" from {self.store.s}.chunks c cross join lateral unnest(ts_filter(setweight(c.tsv, 'A', %s), '{{a}}')) u"
-            f" join unnest(%s::text[], %s::float8[]) w(lexeme, idf) on w.lexeme = u.lexeme"
-            f" where c.tsv @@ %s::tsquery {where} group by c.id order by r desc, c.id"
-            + (" limit %s" if limit is not None else ""),
-            (K1 + 1, K1, B, B, avgdl, lexemes, lexemes, [weight[x] for x in lexemes], to_tsquery(expr), *params,
-             *((int(limit),) if limit is not None else ())))
-        return [(int(i), float(r)) for i, r in rows]
+        # idf · f · (k1 + 1) / (f + norm), f this row's count of the token (0 when absent); the inner
+        # query (kept apart by offset 0) counts each token once per row.
+        score = " + ".join(f"%s::float8 * f{k} * %s::float8 / (f{k} + norm)" for k in range(len(lexemes)))
+        counts = ", ".join(f"{TF_SQL} as f{k}" for k in range(len(lexemes)))
+        sql = (f"select id, {score} as r from (select c.id, %s::float8 * (1 - %s::float8 + %s::float8 * c.ntok"
+               f" / %s::float8) as norm, {counts} from {self.store.s}.chunks c, (select %s::float8[] as b) tf"
+               f" where c.tsv @@ %s::tsquery {where} offset 0) s order by r desc, id"
+               + (" limit %s" if limit is not None else ""))
+        args = (*[a for x in lexemes for a in (weight[x], K1 + 1)], K1, B, B, avgdl,
+                *[_quote(x) for x in lexemes], TF_BOUNDS_TEXT, to_tsquery(expr), *params,
+                *((int(limit),) if limit is not None else ()))
+        if limit is None or not self.store.in_view:
+            return [(int(i), float(r)) for i, r in self.store.conn.execute(sql, args)]
+        # Inside a search the best rows come with their text (the search reads them next: BM25 terms
+        # of the words not ranked here, then the candidates' rows), kept in its view.
+        got = self.store.conn.execute(
+            f"select k.r, c.id, {', '.join('c.' + x for x in ROW_COLUMNS.split(', '))} from ({sql}) k join"
+            f" {self.store.s}.chunks c on c.id = k.id order by k.r desc, k.id", args).fetchall()
+        self.store.keep_in_view([r[1:] for r in got])
+        return [(int(r[1]), float(r[0])) for r in got]
 
     def stats(self) -> tuple[int, float]:
         """(documents, mean document length in tokens), as FTS5 keeps them."""

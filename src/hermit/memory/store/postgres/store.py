@@ -21,7 +21,6 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,6 +32,7 @@ from hermit.memory.store.api import ChunkRow, FileState, script_class
 from hermit.memory.store.postgres.errors import failure, guarded
 from hermit.memory.store.postgres.hnsw import Hnsw
 from hermit.memory.store.postgres.keyword import PgKeyword, Tokenizer
+from hermit.memory.store.postgres.rows import ROW_COLUMNS, AdvisoryLock, BulkChunk, chunk_row, keep_rows
 from hermit.memory.store.postgres.schema import connect, lock_key, mask_dsn, migrate, qi, server_facts
 
 if TYPE_CHECKING:
@@ -40,53 +40,12 @@ if TYPE_CHECKING:
     from hermit.memory.store.postgres.schema import PgConn
 
 
-@dataclass(frozen=True)
-class BulkChunk:
-    """One chunk for PgStore.bulk_add (a migration or a benchmark load; no per-file replace)."""
-
-    path: str
-    source: str
-    start_line: int
-    end_line: int
-    hash: str
-    text: str
-    model: str | None = None
-
-
-class AdvisoryLock:
-    """The writer lock: `pg_advisory_lock` on a connection of its own, held from acquire to release."""
-
-    def __init__(self, dsn: str, key: int, timeout_s: int, dsn_env: str) -> None:
-        self._dsn, self._key, self._timeout, self._env = dsn, key, timeout_s, dsn_env
-        self._conn: PgConn | None = None
-
-    def acquire(self, blocking: bool) -> bool:
-        conn = connect(self._dsn, timeout_s=self._timeout, dsn_env=self._env)
-        if blocking:
-            conn.execute("select pg_advisory_lock(%s)", (self._key,))
-            got = True
-        else:
-            row = conn.execute("select pg_try_advisory_lock(%s)", (self._key,)).fetchone()
-            got = bool(row and row[0])
-        if not got:
-            conn.close()
-            return False
-        self._conn = conn
-        return True
-
-    def release(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.execute("select pg_advisory_unlock(%s)", (self._key,))
-            finally:
-                self._conn.close()  # closing alone releases it too
-                self._conn = None
-
-
 class PgStore:
     """One agent's index in schema `schema` of the database at `dsn`."""
 
     matrix_ok = False
+    # vec_knn may run in another thread while this one runs other statements (its own connection).
+    knn_beside = True
 
     def __init__(self, dsn: str, schema: str, cfg: PostgresStoreConfig, *, dsn_env: str = "HERMIT_PG_DSN",
                  create: bool = True) -> None:
@@ -96,6 +55,12 @@ class PgStore:
         self.hnsw = Hnsw(self)
         self.keyword = PgKeyword(self)
         self._conn = connect(dsn, timeout_s=cfg.connect_timeout_s, dsn_env=dsn_env)
+        # The vector leg's own connection (opened by the first KNN): a search runs its KNN in a worker
+        # thread while its keyword leg's SQL runs on `conn` (memory.search.hybrid), the two in parallel
+        # in the server instead of one after the other on one socket.
+        self._knn: PgConn | None = None
+        self._view: dict[str, Any] | None = None  # what reading() has read once (meta, "vec", "rows", "ntok")
+        self._id_span: tuple[object, tuple[int, int]] = (object(), (0, 0))  # (meta stamp, min/max chunk id)
         if create:
             migrate(self.conn, schema)
         self.tok = Tokenizer()
@@ -105,12 +70,32 @@ class PgStore:
         """The connection; a new one when the server dropped the old (restart, failover, idle timeout)."""
         if self._conn.closed or self._conn.broken:
             self._conn = connect(self._dsn, timeout_s=self.cfg.connect_timeout_s, dsn_env=self._env)
-            self.hnsw.reset()
         return self._conn
+
+    @property
+    def in_view(self) -> bool:
+        """Whether a search's reading() is open (its view keeps what it read once)."""
+        return self._view is not None
+
+    @guarded
+    def keep_in_view(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Keep rows of (id, *ROW_COLUMNS) read by a search for its later chunk_rows / fts_doc_lengths."""
+        if self._view is not None:
+            keep_rows(self._view, rows)
+
+    @property
+    def knn_conn(self) -> PgConn:
+        """The vector leg's connection (vec_knn, the HNSW recall); opened on first use, renewed like `conn`."""
+        if self._knn is None or self._knn.closed or self._knn.broken:
+            self._knn = connect(self._dsn, timeout_s=self.cfg.connect_timeout_s, dsn_env=self._env)
+            self.hnsw.reset()
+        return self._knn
 
     @guarded
     def close(self) -> None:
         self._conn.close()
+        if self._knn is not None:
+            self._knn.close()
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         row = self.conn.execute(sql, params).fetchone()
@@ -119,6 +104,14 @@ class PgStore:
     # -- meta ---------------------------------------------------------------------------------
     @guarded
     def meta(self) -> dict[str, str]:
+        view = self._view
+        if view is None:
+            return self._read_meta()
+        if "meta" not in view:
+            view["meta"] = self._read_meta()
+        return dict(view["meta"])
+
+    def _read_meta(self) -> dict[str, str]:
         return {str(k): str(v) for k, v in self.conn.execute(f"select key, value from {self.s}.meta")}
 
     @guarded
@@ -127,6 +120,8 @@ class PgStore:
             self._set_meta(values)
 
     def _set_meta(self, values: dict[str, str]) -> None:
+        if self._view is not None:
+            self._view.pop("meta", None)
         with self.conn.cursor() as cur:
             cur.executemany(f"insert into {self.s}.meta(key, value) values (%s, %s)"
                             " on conflict(key) do update set value=excluded.value", list(values.items()))
@@ -137,21 +132,34 @@ class PgStore:
         exclusively before its renames, so a search runs wholly on the old schema or the new one."""
         import psycopg
 
+        if self._view is not None:  # nested: the outer transaction holds the lock already
+            yield
+            return
         try:
             with self.conn.transaction():
                 self.conn.execute(f"lock table {self.s}.meta in access share mode")
-                yield
+                # Meanwhile the meta table and the vector table's existence are read once: one view of
+                # them for the whole search, as SQLite's read transaction gives (a search asked for
+                # them ~8 times, a round trip each).
+                self._view = {}
+                try:
+                    yield
+                finally:
+                    self._view = None
         except psycopg.Error as e:
             raise failure(self._dsn, e) from None
 
     @guarded
     def generation(self) -> int:
+        if self._view is not None:
+            return int(self.meta().get("generation", "0"))
         v = self._one(f"select value from {self.s}.meta where key='generation'")
         return int(v) if v is not None else 0
 
     @guarded
     def identity(self) -> dict[str, object]:
-        raw = self._one(f"select value from {self.s}.meta where key='identity'")
+        raw = (self.meta().get("identity") if self._view is not None
+               else self._one(f"select value from {self.s}.meta where key='identity'"))
         return json.loads(raw) if raw else {}
 
     @guarded
@@ -166,13 +174,22 @@ class PgStore:
     def vector_problem(self) -> str | None:
         return None
 
-    def _has_vec_table(self) -> bool:
-        return self._one("select to_regclass(%s) is not null", (f"{self.s}.chunks_vec",)) is True
+    def _has_vec_table(self, conn: PgConn | None = None) -> bool:
+        view = self._view
+        if view is not None and "vec" in view:
+            return bool(view["vec"])
+        row = (conn or self.conn).execute("select to_regclass(%s) is not null", (f"{self.s}.chunks_vec",)).fetchone()
+        found = bool(row) and row[0] is True
+        if view is not None:
+            view["vec"] = found
+        return found
 
     def _ensure_vec_table(self, dims: int) -> None:
         if not self._has_vec_table():
             self.conn.execute(f"create table if not exists {self.s}.chunks_vec(id bigint primary key references"
                               f" {self.s}.chunks(id) on delete cascade, embedding vector({int(dims)}) not null)")
+            if self._view is not None:
+                self._view.pop("vec", None)
 
     # -- files & chunks -----------------------------------------------------------------------
     @guarded
@@ -295,11 +312,16 @@ class PgStore:
     @guarded
     def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
         ids = [int(i) for i in ids]
-        if not ids:
-            return {}
-        rows = self.conn.execute(f"select id, path, source, start_line, end_line, text, cjk from {self.s}.chunks"
-                                 " where id = any(%s)", (ids,))
-        return {int(r[0]): ChunkRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], int(r[6])) for r in rows}
+        # Rows the vector leg read beside the keyword leg, in this search's view (vec_knn).
+        known: dict[int, ChunkRow] = self._view.get("rows", {}) if self._view is not None else {}
+        out = {i: known[i] for i in ids if i in known}
+        need = [i for i in ids if i not in known]
+        if not need:
+            return out
+        rows = self.conn.execute(f"select id, {ROW_COLUMNS} from {self.s}.chunks where id = any(%s)",
+                                 (need,)).fetchall()
+        out.update(keep_rows(self._view, rows) if self._view is not None else ((int(r[0]), chunk_row(r)) for r in rows))
+        return out
 
     @guarded
     def chunk_ids_for_days(self, days: Sequence[str], limit: int = 200) -> list[int]:
@@ -391,6 +413,12 @@ class PgStore:
         return self.keyword.count(match)
 
     @guarded
+    def fts_counts(self, matches: Sequence[str]) -> list[int]:
+        """fts_count of each expression, the one-token ones in one statement (the keyword planner's
+        document counts for a new query's words: a round trip each before)."""
+        return self.keyword.counts(matches)
+
+    @guarded
     def fts_search(self, match: str, limit: int, min_rowid: int | None = None) -> list[tuple[int, float]]:
         if min_rowid is None:
             return self.keyword.ranked(match, "", (), limit)[:limit]
@@ -408,34 +436,56 @@ class PgStore:
 
     @guarded
     def fts_doc_lengths(self, ids: Sequence[int]) -> dict[int, int]:
-        if not ids:
-            return {}
-        rows = self.conn.execute(f"select id, ntok from {self.s}.chunks where id = any(%s)", ([int(i) for i in ids],))
-        return {int(i): int(n) for i, n in rows}
+        known: dict[int, int] = self._view.get("ntok", {}) if self._view is not None else {}
+        out = {int(i): known[int(i)] for i in ids if int(i) in known}
+        need = [int(i) for i in ids if int(i) not in known]
+        if need:
+            out.update((int(i), int(n)) for i, n in self.conn.execute(
+                f"select id, ntok from {self.s}.chunks where id = any(%s)", (need,)))
+        return out
 
     @guarded
     def max_chunk_id(self) -> tuple[int, int]:
-        row = self.conn.execute(f"select min(id), max(id) from {self.s}.chunks").fetchone()
-        return (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
+        # Read once per index generation (every write, from any process, bumps it; a rebuild brings a
+        # new index_id): the keyword planner asks on most searches of a large memory.
+        m = self.meta()
+        stamp = (m.get("index_id"), m.get("generation"))
+        if self._id_span[0] != stamp:
+            row = self.conn.execute(f"select min(id), max(id) from {self.s}.chunks").fetchone()
+            self._id_span = (stamp, (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0))
+        return self._id_span[1]
 
     # -- vector leg (in the server; the HNSW index: memory.store.postgres.hnsw) ----------------
     @guarded
     def vec_knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) best first: HNSW when built (ef_search ≥ k), else an exact scan."""
-        if not self._has_vec_table():
+        if not self._has_vec_table(self.knn_conn):
             return []
-        self.hnsw.set_ef(k)
+        return self._knn_rows(query, k)
+
+    def _knn_rows(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        conn = self.knn_conn
+        self.hnsw.set_ef(conn, k)
         q = np.asarray(query, dtype=np.float32)
-        rows = self.conn.execute(f"select id, embedding <=> %s as d from {self.s}.chunks_vec order by d limit %s",
-                                 (q, int(k)))
-        return [(int(i), 1.0 - float(d)) for i, d in rows]
+        rows = conn.execute(f"select id, embedding <=> %s as d from {self.s}.chunks_vec order by d limit %s",
+                            (q, int(k)))
+        hits = [(int(i), 1.0 - float(d)) for i, d in rows]
+        view = self._view
+        if view is not None and hits:
+            # Inside a search's view the hits' rows are read here too (beside the keyword leg, kept for
+            # chunk_rows until the view ends): one round trip less after both legs.
+            self.keep_in_view(conn.execute(f"select id, {ROW_COLUMNS} from {self.s}.chunks where id = any(%s)",
+                                           ([i for i, _ in hits],)).fetchall())
+        return hits
 
     @guarded
     def vec_knn_exact(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The exact top-k whatever indexes exist (the reference for the HNSW recall)."""
-        with self.conn.transaction():
-            self.conn.execute("set local enable_indexscan = off")
-            return self.vec_knn(query, k)
+        if not self._has_vec_table(self.knn_conn):
+            return []
+        with self.knn_conn.transaction():
+            self.knn_conn.execute("set local enable_indexscan = off")
+            return self._knn_rows(query, k)
 
     @guarded
     def vec_scores(self, query: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
