@@ -33,7 +33,6 @@ import numpy as np
 from hermit.config.schema import QueryConfig
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders.base import Embedder, EmbedderInfo
-from hermit.memory.index.line_vectors import best_cosines
 from hermit.memory.policy.audience import Reader
 from hermit.memory.search.dates import query_day_ranges
 from hermit.memory.search.fts import build_match, query_terms, translated_phrases
@@ -41,6 +40,7 @@ from hermit.memory.search.keyword import KeywordSearcher
 from hermit.memory.search.lexicon import Lexicon
 from hermit.memory.search.ordering import (
     ConversationCopies,
+    by_best_line,
     mmr,
     nearest_first,
     notes_first,
@@ -462,17 +462,7 @@ class HybridSearcher:
 
     def _order_by_lines(self, passed: list[tuple[int, float]], rows: dict[int, ChunkRow], q: np.ndarray,
                         cos: dict[int, float], depth: int, weight: float) -> list[tuple[int, float]]:
-        """The first `depth` chunks put in order of their score blended with their best line's calibrated
-        cosine (`weight` of it; memory.index.line_vectors); a blended score may fall below min_score, the
-        chunk stays. A chunk without line vectors (one long line split into pieces) counts its own vector."""
-        assert self.embedder is not None
-        info = self.embedder.info
-        head, tail = passed[:depth], passed[depth:]
-        spans = [(rows[i].path, rows[i].start_line, rows[i].end_line) for i, _ in head]
-        best = best_cosines(self.store.line_vector_blobs(spans), q, len(spans))
-        blended = [(i, s if (v := b if b is not None else cos.get(i)) is None
-                    else (1 - weight) * s + weight * calibrate(v, info)) for (i, s), b in zip(head, best, strict=True)]
-        return sorted(blended, key=lambda x: -x[1]) + tail
+        return by_best_line(passed, rows, self.store, q, cos, self._vscore, depth, weight)
 
     def _line_terms(self, query: str, tr: Translation) -> list[Term]:
         n = self.keyword.doc_count()

@@ -4,7 +4,11 @@ marginal relevance when configured, and the candidates under min_score that may 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
+import numpy as np
+
+from hermit.memory.index.line_vectors import best_cosines
 from hermit.memory.store.api import ChunkRow, MemoryStore
 
 # A session dump (agent/session_memory.py): memory/YYYY-MM-DD-<slug>.md whose header says so.
@@ -61,6 +65,20 @@ def spare_candidates(scored: list[tuple[int, float]], passed: list[tuple[int, fl
     if not passed:
         return []
     return sorted(((i, s) for i, s in scored if floor < s < min_score), key=lambda x: -x[1])
+
+
+def by_best_line(passed: list[tuple[int, float]], rows: dict[int, ChunkRow], store: MemoryStore, q: np.ndarray,
+                 cos: dict[int, float], calibrate: Callable[[float], float], depth: int,
+                 weight: float) -> list[tuple[int, float]]:
+    """The first `depth` chunks put in order of their score blended with their best line's calibrated
+    cosine (`weight` of it; memory.index.line_vectors); a blended score may fall below min_score, the
+    chunk stays. A chunk without line vectors (one long line split into pieces) counts its own vector."""
+    head, tail = passed[:depth], passed[depth:]
+    spans = [(rows[i].path, rows[i].start_line, rows[i].end_line) for i, _ in head]
+    best = best_cosines(store.line_vector_blobs(spans), q, len(spans))
+    blended = [(i, s if (v := b if b is not None else cos.get(i)) is None
+                else (1 - weight) * s + weight * calibrate(v)) for (i, s), b in zip(head, best, strict=True)]
+    return sorted(blended, key=lambda x: -x[1]) + tail
 
 
 def nearest_first(spare: list[tuple[int, float]], near: list[tuple[int, float]]) -> list[tuple[int, float]]:
