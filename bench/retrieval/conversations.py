@@ -99,6 +99,14 @@ def variants() -> list[Variant]:
                 tuning=T(line_weight=0.1), family="line-weight"),
         Variant("line-weight-0.4", "the best line is 0.4 of a place's order score (default 0.2)",
                 tuning=T(line_weight=0.4), family="line-weight"),
+        Variant("no-fill", "results under minScore never fill the unused results (round 6)",
+                query={"fill_results": False}),
+        Variant("spare-floor-0", "any candidate under minScore may fill (default: above 0.05)",
+                tuning=T(spare_floor=0.0), family="spare-floor"),
+        Variant("spare-floor-0.1", "only candidates above 0.1 may fill", tuning=T(spare_floor=0.1),
+                family="spare-floor"),
+        Variant("spare-floor-0.15", "only candidates above 0.15 may fill", tuning=T(spare_floor=0.15),
+                family="spare-floor"),
     ]
 
 

@@ -66,6 +66,8 @@ def variants() -> list[Variant]:
                 "raw cosine, 0.7/0.3, minScore 0.35", baseline=True),
         Variant("default", "Hermit defaults (0.5/0.5 weighted, max-normalised BM25, exact-match rescue, "
                 "EN↔ZH translation, date boost, line vectors)"),
+        Variant("no-fill", "results under minScore never fill the unused results (round 6; default: they fill "
+                "them once something passed)", query={"fill_results": False}),
         Variant("no-line-vectors", "memory_search.line_vectors off: places stay in their fused order",
                 line_vectors=False),
         Variant("text-max", "BM25 max-normalised per query (round 5: the best keyword hit always scores 1)",
@@ -162,7 +164,8 @@ def run_variant(v: Variant, queries: list[dict[str, Any]]) -> tuple[Report, list
         if v.baseline:
             hits = original_search(svc.store, emb, str(q["query"]), 10, 0.35)
         else:
-            out = searcher.search(str(q["query"]), 10, qcfg.min_score)
+            # min_score left to the config, as the agent's tool and the CLI leave it by default.
+            out = searcher.search(str(q["query"]), 10)
             hits = [{"path": h.path, "startLine": h.start_line, "endLine": h.end_line, "score": h.score}
                     for h in out.hits]
         latencies.append((time.perf_counter() - t0) * 1000)
@@ -173,7 +176,7 @@ def run_variant(v: Variant, queries: list[dict[str, Any]]) -> tuple[Report, list
         if v.baseline:
             found.append(len(original_search(svc.store, emb, a.query, 6, 0.35)))
         else:
-            found.append(len(searcher.search(a.query, 6, qcfg.min_score).hits))
+            found.append(len(searcher.search(a.query, 6).hits))
     gone = {"n": len(found), "any": round(statistics.fmean(n > 0 for n in found), 4) if found else 0.0,
             "results": round(statistics.fmean(found), 3) if found else 0.0}
     return evaluate(queries, results), latencies, gone

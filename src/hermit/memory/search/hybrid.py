@@ -33,14 +33,20 @@ import numpy as np
 from hermit.config.schema import QueryConfig
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders.base import Embedder, EmbedderInfo
-from hermit.memory.index.line_vectors import best_cosines
 from hermit.memory.policy.audience import Reader
 from hermit.memory.search.dates import query_day_ranges
 from hermit.memory.search.fts import build_match, query_terms, translated_phrases
 from hermit.memory.search.keyword import KeywordSearcher
 from hermit.memory.search.lexicon import Lexicon
-from hermit.memory.search.ordering import ConversationCopies, mmr, notes_first
-from hermit.memory.search.places import group_places, show_places, span_of
+from hermit.memory.search.ordering import (
+    ConversationCopies,
+    by_best_line,
+    mmr,
+    nearest_first,
+    notes_first,
+    spare_candidates,
+)
+from hermit.memory.search.places import group_places, show_places, span_of, spare_places
 from hermit.memory.search.query_runner import EmbedBeside, query_uses_one_core, store_knn
 from hermit.memory.search.snippets import Term, render, weigh_terms
 from hermit.memory.search.terms import term_coverage
@@ -208,6 +214,9 @@ class HybridSearcher:
                 reader: Reader | None) -> SearchOutcome:
         hy = self.cfg.hybrid
         max_results = max_results or self.cfg.max_results
+        # A min_score given with the search is a hard threshold; at the configured one, weaker places may
+        # fill the results left unused (QueryConfig.fill_results).
+        fill = self.cfg.fill_results and min_score is None
         min_score = self.cfg.min_score if min_score is None else min_score
         pool = min(hy.max_candidates, max_results * hy.candidate_multiplier)
         restricted = reader is not None and not reader.owner
@@ -239,8 +248,8 @@ class HybridSearcher:
             assert reader is not None
             self._restrict(c, reader)
         scored = self._score(query, c, q, match)
-        scored = self._order(scored, c, q, max_results, min_score, timings)
-        hits = self._show(query, tr, scored, c, q, max_results)
+        passed = self._order(scored, c, q, max_results, min_score, timings)
+        hits = self._show(query, tr, passed, scored if fill and q is not None else [], c, q, max_results, min_score)
         mode = "hybrid" if q is not None and match else ("keyword-only" if q is None else "vector-only")
         if q is None and reason is None:
             reason = "no vector search"
@@ -406,22 +415,31 @@ class HybridSearcher:
         scored = [(i, s) for i, s in scored if s >= min_score]
         if q is not None and self._line_vectors and self.tuning.line_weight > 0:
             t0 = time.perf_counter()
-            scored = self._order_by_lines(scored, c.rows, q, c.cos, max_results)
+            scored = self._order_by_lines(scored, c.rows, q, c.cos, self.tuning.line_order_depth * max_results,
+                                          self.tuning.line_weight)
             timings["lines_ms"] = (time.perf_counter() - t0) * 1000
         if self.cfg.mmr.enabled:
             scored = mmr(scored, c.rows, max_results, self.cfg.mmr.lambda_)
         return notes_first(scored, c.rows, self.copies, self.tuning.copy_weight)
 
-    def _show(self, query: str, tr: Translation, scored: list[tuple[int, float]], c: _Candidates,
-              q: np.ndarray | None, max_results: int) -> list[Hit]:
-        """The ordered chunks as up to max_results places (memory.search.places), each with its window of lines.
+    def _show(self, query: str, tr: Translation, scored: list[tuple[int, float]], pool: list[tuple[int, float]],
+              c: _Candidates, q: np.ndarray | None, max_results: int, min_score: float) -> list[Hit]:
+        """The ordered chunks as up to max_results places (memory.search.places), each with its window of
+        lines, then places under min_score (of `pool`, every candidate scored) in what those left.
 
         Windows are chosen on query words, and on their translation (a Chinese question about an English
         note should show the English line that answers it)."""
         terms = self._line_terms(query, tr)
         chosen = group_places(scored, c.rows, max_results)
-        places = show_places(chosen, c.rows, terms, self.tuning.search_budget(max_results),
-                             frozenset(w.lower() for w in _NAME_WORD.findall(query)), self.tuning)
+        names = frozenset(w.lower() for w in _NAME_WORD.findall(query))
+        budget = self.tuning.search_budget(max_results)
+        places = show_places(chosen, c.rows, terms, budget, names, self.tuning)
+        if pool and scored and len(chosen) < max_results and sum(p.size(p.lo, p.hi) for p in places) < budget:
+            # Only now are they sorted and their lines read: most searches fill every slot or the budget.
+            spare = self._spare_by_lines(spare_candidates(pool, scored, min_score, self.tuning.spare_floor), c, q,
+                                         max_results)
+            more, shown = spare_places(chosen, places, spare, c.rows, terms, budget, max_results, names, self.tuning)
+            chosen, places = chosen + more, places + shown
         hits: list[Hit] = []
         for group, place in zip(chosen, places, strict=True):
             cid, score = group[0]
@@ -433,24 +451,18 @@ class HybridSearcher:
                             span_of(group, c.rows)))
         return hits
 
+    def _spare_by_lines(self, spare: list[tuple[int, float]], c: _Candidates, q: np.ndarray | None,
+                        max_results: int) -> list[tuple[int, float]]:
+        """The first line_order_depth × max_results candidates under min_score in the order they may fill
+        the results left (memory.search.ordering.nearest_first; as deep as the slots left only: 0.858)."""
+        assert q is not None
+        head = spare[:self.tuning.line_order_depth * max_results]
+        return nearest_first(spare, self._order_by_lines(head, c.rows, q, c.cos, len(head), weight=1.0)
+                             if self._line_vectors else [(i, self._vscore(c.cos.get(i))) for i, _ in head])
+
     def _order_by_lines(self, passed: list[tuple[int, float]], rows: dict[int, ChunkRow], q: np.ndarray,
-                        cos: dict[int, float], max_results: int) -> list[tuple[int, float]]:
-        """The first line_order_depth × max_results chunks that passed min_score put in order of their
-        score blended with their best line's calibrated cosine (memory.index.line_vectors); a blended score
-        may fall below min_score, the chunk stays. A chunk without line vectors (one long line split
-        into pieces) counts its own vector."""
-        depth, weight = self.tuning.line_order_depth * max_results, self.tuning.line_weight
-        head, tail = passed[:depth], passed[depth:]
-        assert self.embedder is not None
-        info = self.embedder.info
-        spans = [(rows[i].path, rows[i].start_line, rows[i].end_line) for i, _ in head]
-        best = best_cosines(self.store.line_vector_blobs(spans), q, len(spans))
-        blended = []
-        for (i, s), b in zip(head, best, strict=True):
-            c = b if b is not None else cos.get(i)
-            blended.append((i, s if c is None else (1 - weight) * s + weight * calibrate(c, info)))
-        blended.sort(key=lambda x: -x[1])
-        return blended + tail
+                        cos: dict[int, float], depth: int, weight: float) -> list[tuple[int, float]]:
+        return by_best_line(passed, rows, self.store, q, cos, self._vscore, depth, weight)
 
     def _line_terms(self, query: str, tr: Translation) -> list[Term]:
         n = self.keyword.doc_count()

@@ -52,6 +52,12 @@ class SearchTuning:
     # 0.3-0.85 less (`speaker-*`). 1: every speaker's lines weigh alike.
     other_speaker_share: float = 0.0
 
+    # -- places under min_score (QueryConfig.fill_results; memory.search.places.spare_places) ---------------
+    # Only candidates scoring above this may fill: a score of 0 or nearly (no query word, a cosine at the
+    # calibration floor) is no evidence at all. 0 gives the same recall on LoCoMo dev with more results,
+    # 0.1 and 0.15 lose multi-hop turns (seen 0.858 and 0.857 vs 0.861; `spare-floor-*`).
+    spare_floor: float = 0.05
+
     # -- windows (memory.search.snippets) ----------------------------------------------------------------
     # The windows of one search share this many characters per result asked for (4,200 for the default
     # 6): a cap per search, SPEC §4's 700 per snippet pooled. Round 5 let each place returned claim 850
