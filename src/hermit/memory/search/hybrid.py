@@ -7,7 +7,7 @@ threshold means the same thing whichever model is active.
 
 One search, in order (the order is measured, bench/memory_bench.py): the dictionary translation of the
 query; the query embedding, alone on every core; the pass over the vector matrix, started by a worker
-thread while this thread runs the keyword leg (memory/search/keyword.py: BM25 with a bounded cost) and finished
+thread while this thread runs the keyword leg (memory/search/keyword_leg.py over keyword.py: BM25 with a bounded cost) and finished
 by both; the translated query vector (from cached word vectors) for candidates in the other language;
 then fusion, rescue, boosts and snippets. When the query embeds on one core (a long-lived process's
 onnxruntime query runner), the worker embeds it and runs the matrix pass while this thread runs the
@@ -37,6 +37,7 @@ from hermit.memory.policy.audience import Reader
 from hermit.memory.search.dates import query_day_ranges
 from hermit.memory.search.fts import build_match, query_terms, translated_phrases
 from hermit.memory.search.keyword import KeywordSearcher
+from hermit.memory.search.keyword_leg import KeywordLeg
 from hermit.memory.search.lexicon import Lexicon
 from hermit.memory.search.ordering import (
     ConversationCopies,
@@ -56,7 +57,6 @@ from hermit.memory.search.vectors import AnyPass, VectorMatrix
 from hermit.memory.store.api import ChunkRow, MemoryStore
 from hermit.tokens import count_cjk
 
-SMALL_MEMORY_CHUNKS = 100
 # Above this many chunks the in-memory matrix (4 bytes × dims each) is not used; vec0 KNN is.
 MATRIX_MAX_CHUNKS = 300_000
 # Words of a query that may name a speaker of a conversation (memory.search.places matches them to the "Name:"
@@ -173,6 +173,7 @@ class HybridSearcher:
         self.matrix = VectorMatrix(tuning.int8_min_rows)
         self.clock = clock
         self.keyword = KeywordSearcher(store)
+        self.keyword_leg = KeywordLeg(self.keyword, query_cfg, tuning, self._chunk_count)
         self._count: tuple[int, int] | None = None
         self.word_vectors = WordVectors()
         self._executor: ThreadPoolExecutor | None = None
@@ -239,7 +240,7 @@ class HybridSearcher:
         rows: dict[int, ChunkRow] = {}
         leg = self._start_vector_leg(q, pool, timings, query if beside else None,
                                      query if knn_beside and (q is not None or one_core) else None)
-        kw_hits, held, timings["keyword_ms"] = self._keyword_leg(query, tr, pool, rows)
+        kw_hits, held, timings["keyword_ms"] = self.keyword_leg.run(query, tr, pool, rows)
         vec_hits = self._finish_vector_leg(leg, pool, timings)
         if beside or leg.knn is not None:
             q, reason = leg.q, leg.reason
@@ -483,51 +484,6 @@ class HybridSearcher:
             return NO_TRANSLATION
         return translate(self.lexicon, query, self.tuning.translated_vector_words)
 
-    def _keyword_leg(self, query: str, tr: Translation, pool: int,
-                     rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], set[int], float]:
-        """Keyword hits of the query and its translation, and the chunks the translation matched."""
-        t0 = time.perf_counter()
-        terms = query_terms(query)
-        hits = self.keyword.search(terms, pool, rows)
-        hits, held = self._merge_translated(hits, tr, pool, rows)
-        return self._on_query_scale(hits, terms, tr), held, (time.perf_counter() - t0) * 1000
-
-    def _on_query_scale(self, hits: list[tuple[int, float]], terms: list[str],
-                        tr: Translation) -> list[tuple[int, float]]:
-        """With text_normalization "query": relevance divided by the larger of the best hit's and a share
-        of the query's own BM25 (a chunk of average length holding each query word once; in the
-        language it is matched more easily when it has a translation), so a question whose best hit
-        holds only its everyday words scores low, and one whose best hit holds most of the query scores
-        as under "max". A memory of fewer than three chunks is on the "max" scale: there FTS5 gives every
-        word it holds the floor idf (one chunk of two is half of them), so no hit can show how much of the
-        query it holds."""
-        if self.cfg.hybrid.text_normalization != "query" or not hits:
-            return hits
-        scale = max(r for _, r in hits)
-        if self.keyword.doc_count() >= 3:
-            ideal = self.keyword.ideal(terms)
-            if tr.groups and self.cfg.translation_weight > 0:
-                ideal = min(ideal, self._translation_ideal(tr.groups) or ideal)
-            scale = max(scale, self.tuning.query_scale_share * ideal)
-        return [(i, r / scale) for i, r in hits] if scale > 0 else hits
-
-    def _translation_ideal(self, groups: tuple[tuple[str, ...], ...]) -> float | None:
-        """The translated query's own BM25: per query word, the idf of its commonest translation that the
-        index holds (the alternatives are one word's), or of its first when none is held; None when the
-        index holds none of them (a memory without that language)."""
-        total, any_held = 0.0, False
-        for group in groups:
-            held, every = [], []
-            for term in group:
-                phrases = translated_phrases([term])
-                value = self.keyword.ideal(phrases)
-                every.append(value)
-                if phrases and all(self.keyword.doc_freq(p) > 0 for p in phrases):
-                    held.append(value)
-            total += min(held) if held else (every[0] if every else 0.0)
-            any_held = any_held or bool(held)
-        return total if any_held else None
-
     def _matrix_ok(self) -> bool:
         """Whether the vector leg runs on the in-memory matrix (a long-lived process, a memory not too large)."""
         return self.use_matrix and self.store.matrix_ok and self._chunk_count() <= MATRIX_MAX_CHUNKS
@@ -551,27 +507,6 @@ class HybridSearcher:
         if not days:
             return set()
         return {cid for cid in self.store.chunk_ids_for_days(days)}
-
-    def _merge_translated(self, kw_hits: list[tuple[int, float]], tr: Translation, pool: int,
-                          rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], set[int]]:
-        """Add keyword hits for the dictionary translation of the query, discounted (EN ↔ ZH)."""
-        w = self.cfg.translation_weight
-        phrases = translated_phrases(tr.terms) if w > 0 else []
-        if not phrases:
-            return kw_hits, set()
-        best = dict(kw_hits)
-        translated_hits = self.keyword.search(phrases, pool, rows)
-        # FTS5 clamps the idf of a term found in over half the chunks to ~1e-6. In a large memory that
-        # rightly marks a word as uninformative; in a small one ("database" in 2 of a new user's 4
-        # notes) it would rank an exact original-language match below any translated match. There,
-        # the original matches are put back on the translated leg's scale.
-        top_orig = max((r for _, r in kw_hits), default=0.0)
-        top_tr = max((r for _, r in translated_hits), default=0.0)
-        if 0 < top_orig < 1e-3 and top_tr > 0 and self._chunk_count() < SMALL_MEMORY_CHUNKS:
-            best = {cid: r * top_tr / top_orig for cid, r in best.items()}
-        for cid, r in translated_hits:
-            best[cid] = max(best.get(cid, 0.0), w * r)
-        return sorted(best.items(), key=lambda x: -x[1])[: max(pool, len(kw_hits))], {c for c, _ in translated_hits}
 
     def _vscore(self, c: float | None) -> float:
         if c is None or self.embedder is None:
