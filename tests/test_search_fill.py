@@ -3,6 +3,7 @@ places, in the characters their windows left, and showing the line nearest the q
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from conftest import write
@@ -66,6 +67,30 @@ def test_a_search_where_nothing_passes_still_returns_nothing(tmp_path: Path, e5:
     assert _search(ws, tmp_path / "a.sqlite", "what did Tom tell me about the passport renewal", True, e5) == []
     assert spare_candidates([(1, 0.3), (2, 0.2)], [], 0.35) == []
     assert spare_candidates([(1, 0.3), (3, 0.9), (2, 0.2), (4, 0.0)], [(3, 0.9)], 0.35, 0.05) == [(1, 0.3), (2, 0.2)]
+    # A best place only just over min_score has probably not found the topic: nothing fills after it.
+    assert spare_candidates([(1, 0.3), (3, 0.42)], [(3, 0.42)], 0.35, 0.05, 0.5) == []
+    assert spare_candidates([(1, 0.3), (3, 0.5)], [(3, 0.5)], 0.35, 0.05, 0.5) == [(1, 0.3)]
+
+
+def test_a_search_whose_best_is_under_the_gate_is_not_filled(tmp_path: Path, e5: object) -> None:
+    """The first test's memory and question: its best place (0.86) passes the default gate (0.5) and the
+    violin session fills a slot; with the gate just over that best score, only what passed is returned."""
+    ws = tmp_path / "ws"
+    _workspace(ws)
+    question = "what does Mel play in the band"
+    cfg = MemorySearchConfig.model_validate({"query": {"fill_results": True}})
+    svc = MemoryService(MemoryKey("main", ws), tmp_path / "a.sqlite", cfg, e5,  # type: ignore[arg-type]
+                        cache_dir=tmp_path / "cache")
+    try:
+        svc.sync()
+        filled = svc.search(question)["results"]
+        best = float(filled[0]["score"])
+        assert best >= svc.searcher.tuning.fill_min_top == 0.5 and len(filled) == 2
+        svc.searcher.tuning = dataclasses.replace(svc.searcher.tuning, fill_min_top=best + 0.01)
+        gated = svc.search(question)["results"]
+    finally:
+        svc.close()
+    assert gated == filled[:1] and float(filled[1]["score"]) < 0.35
 
 
 def _rows(n_lines: int) -> dict[int, ChunkRow]:

@@ -101,7 +101,8 @@ class QueryConfig(Strict):
     # A question naming a day ("July 13", "the week of Aug 10", "last week") lifts chunks of daily logs
     # of those days: score += (1 - score) * date_boost. 0 turns it off.
     date_boost: float = Field(0.5, ge=0, le=1)
-    # When a search finds something at or above min_score but leaves result slots and characters unused,
+    # When a search finds something at or above min_score (its best place at 0.5 or more:
+    # SearchTuning.fill_min_top) but leaves result slots and characters unused,
     # the candidates under min_score fill them, nearest line first, within the characters left (their
     # scores show they are weaker): an answer spread over sessions often has one part above min_score and the rest
     # just under it. A search that finds nothing still returns nothing, and a min_score given with the

@@ -437,7 +437,8 @@ class HybridSearcher:
         places = show_places(chosen, c.rows, terms, budget, names, self.tuning)
         if pool and scored and len(chosen) < max_results and sum(p.size(p.lo, p.hi) for p in places) < budget:
             # Only now are they sorted and their lines read: most searches fill every slot or the budget.
-            spare = self._spare_by_lines(spare_candidates(pool, scored, min_score, self.tuning.spare_floor), c, q,
+            spare = self._spare_by_lines(spare_candidates(pool, scored, min_score, self.tuning.spare_floor,
+                                                            self.tuning.fill_min_top), c, q,
                                          max_results)
             more, shown = spare_places(chosen, places, spare, c.rows, terms, budget, max_results, names, self.tuning)
             chosen, places = chosen + more, places + shown

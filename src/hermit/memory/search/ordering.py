@@ -58,11 +58,11 @@ def notes_first(passed: list[tuple[int, float]], rows: dict[int, ChunkRow], copi
 
 
 def spare_candidates(scored: list[tuple[int, float]], passed: list[tuple[int, float]],
-                     min_score: float, floor: float = 0.0) -> list[tuple[int, float]]:
+                     min_score: float, floor: float = 0.0, min_top: float = 0.0) -> list[tuple[int, float]]:
     """The candidates under min_score, best first, that may fill the results and characters the passed
     places leave (QueryConfig.fill_results); none when nothing passed, so a search that finds nothing
-    still says so."""
-    if not passed:
+    still says so, and none when the best that passed scores under `min_top`."""
+    if not passed or max(s for _, s in passed) < min_top:
         return []
     return sorted(((i, s) for i, s in scored if floor < s < min_score), key=lambda x: -x[1])
 
