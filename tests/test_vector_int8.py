@@ -5,6 +5,7 @@ rows; without onnxruntime the float32 pass stays."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -136,3 +137,55 @@ def test_without_onnxruntime_the_float32_pass_stays(monkeypatch: pytest.MonkeyPa
     assert isinstance(p, MatrixPass)
     p.work()
     assert vm.finish(p, 3) == _exact(vm, q, 3)
+
+
+def test_a_write_appends_into_spare_room_and_matches_a_full_load(tmp_path: Path) -> None:
+    """The watcher re-indexing one note must not copy the whole matrix: appended rows go into spare room
+    of the same buffers (float32 and int8), and the result equals a full load of the same index."""
+    from hermit.memory.index.chunking import Chunk
+    from hermit.memory.store.sqlite import IndexStore
+
+    rng = np.random.default_rng(3)
+    store = IndexStore(tmp_path / "index.sqlite")
+    store.set_meta({"dims": str(D), "index_id": "test"})  # what the indexer records
+
+    def write(path: str, n: int) -> None:
+        chunks = [Chunk(start_line=i, end_line=i, hash=f"{path}{i}", text=f"{path} line {i}") for i in range(n)]
+        store.replace_file(path=path, source="memory", file_hash=path, mtime=0, size=0, chunks=chunks,
+                           vectors=_unit(rng.standard_normal((n, D))), model="m")
+
+    for k in range(12):
+        write(f"memory/d{k}.md", 1_000)
+    vm = VectorMatrix(int8_min_rows=1_000)
+    vm.refresh(store)
+    vm.start_pass(vm.mat[0])  # quantises the int8 copy
+    write("memory/new-0.md", 40)  # grows the buffers once (a quarter more than needed)
+    vm.refresh(store)
+    vm.start_pass(vm.mat[0])
+    buffers = (vm._mat_buf, vm._ids_buf, vm.int8._bufs[0])
+    for k in range(1, 4):
+        write(f"memory/new-{k}.md", 40)
+        vm.refresh(store)
+        vm.start_pass(vm.mat[0])
+        assert (vm._mat_buf, vm._ids_buf, vm.int8._bufs[0]) == buffers  # no copy of the whole matrix
+    write("memory/d3.md", 10)  # a rewrite: its old rows stay as garbage until a reload
+    vm.refresh(store)
+    fresh = VectorMatrix(int8_min_rows=1_000)
+    fresh.refresh(store)
+    assert vm.garbage == 1_000 and fresh.garbage == 0  # the 1,000 rows d3.md had
+    live = np.isin(vm.ids, fresh.ids)
+    assert np.array_equal(vm.ids[live], fresh.ids) and np.array_equal(vm.mat[live], fresh.mat)
+    assert {i: r for i, r in vm.row_of.items() if i in set(fresh.ids.tolist())} == {
+        i: int(np.flatnonzero(vm.ids == i)[-1]) for i in fresh.ids.tolist()}
+    q = fresh.mat[17]
+    p, pf = vm.start_pass(q), fresh.start_pass(q)
+    p.work()
+    pf.work()
+    alive = set(fresh.ids.tolist())
+    got = [(i, s) for i, s in vm.finish(p, 10) if i in alive][:10]  # a search drops the garbage rows' ids
+    want = fresh.finish(pf, 10)[:10]
+    assert [i for i, _ in got] == [i for i, _ in want]
+    assert np.allclose([s for _, s in got], [s for _, s in want], atol=1e-6)
+    # The int8 copy equals quantising every row at once around the same centre.
+    whole = quantise(vm.mat - vm.int8.centre)
+    assert np.array_equal(vm.int8.rows, whole[0]) and np.allclose(vm.int8.norm, whole[3])

@@ -79,6 +79,19 @@ def quantise(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return (q + 128).astype(np.uint8), scale.astype(np.float32), residual, norm
 
 
+def with_room(buf: np.ndarray, n: int, need: int) -> np.ndarray:
+    """`buf` when it has at least `need` rows, else a new array of a quarter more holding its first `n` rows.
+
+    Appending into the rows past `n` of the same buffer leaves every view handed out before (at most its
+    first `n` rows) as it was. (A search refreshes the matrix only between passes: the memory service
+    runs one search at a time.)"""
+    if len(buf) >= need:
+        return buf
+    out = np.empty((need + need // 4, *buf.shape[1:]), dtype=buf.dtype)
+    out[:n] = buf[:n]
+    return out
+
+
 class Int8Copy:
     """The int8 mirror of a VectorMatrix's rows, extended as rows are appended (the matrix only grows
     between full reloads; `epoch` names a full reload)."""
@@ -92,6 +105,7 @@ class Int8Copy:
         self.scale = np.zeros(0, np.float32)
         self.residual = np.zeros(0, np.float32)
         self.norm = np.zeros(0, np.float32)
+        self._bufs: tuple[np.ndarray, ...] = (self.rows, self.scale, self.residual, self.norm)
 
     def __len__(self) -> int:
         return len(self.scale)
@@ -105,16 +119,14 @@ class Int8Copy:
             return
         if not done:
             self.centre = mat.mean(axis=0, dtype=np.float64).astype(np.float32)
-        rows = np.empty((n, mat.shape[1]), np.uint8)
-        parts = [np.empty(n, np.float32) for _ in range(3)]
-        if done:
-            rows[:done] = self.rows
-            for part, old in zip(parts, (self.scale, self.residual, self.norm), strict=True):
-                part[:done] = old
+            self._bufs = (np.empty((n, mat.shape[1]), np.uint8), *[np.empty(n, np.float32) for _ in range(3)])
+        # Appended rows go into the buffers' spare room (vectors.with_room): no copy of the whole copy.
+        rows, *parts = (with_room(buf, done, n) for buf in self._bufs)
+        self._bufs = (rows, *parts)
         for a in range(done, n, self.BLOCK_ROWS):
             b = min(a + self.BLOCK_ROWS, n)
             rows[a:b], parts[0][a:b], parts[1][a:b], parts[2][a:b] = quantise(mat[a:b] - self.centre)
-        self.rows, (self.scale, self.residual, self.norm) = rows, parts
+        self.rows, self.scale, self.residual, self.norm = (buf[:n] for buf in self._bufs)
 
 
 class Int8Pass:

@@ -14,7 +14,7 @@ from threadpoolctl import threadpool_limits
 
 from hermit.memory.search import vector_int8
 from hermit.memory.search.tuning import DEFAULT_TUNING
-from hermit.memory.search.vector_int8 import Int8Copy, Int8Pass
+from hermit.memory.search.vector_int8 import Int8Copy, Int8Pass, with_room
 from hermit.memory.store.api import MemoryStore
 
 
@@ -29,6 +29,7 @@ class VectorMatrix:
         self.int8_min_rows = int8_min_rows  # SearchTuning.int8_min_rows
         self.ids = np.zeros(0, dtype=np.int64)
         self.mat = np.zeros((0, 0), dtype=np.float32)
+        self._ids_buf, self._mat_buf = self.ids, self.mat  # ids and mat are their first rows
         self.gen = -1
         self.index_id: str | None = None
         self.garbage = 0
@@ -55,16 +56,31 @@ class VectorMatrix:
                 take = min(len(block_ids), live - n)
                 ids[n:n + take], mat[n:n + take] = block_ids[:take], block[:take]
                 n += take
+            self._ids_buf, self._mat_buf = ids, mat
             self.ids, self.mat = ids[:n], mat[:n]
             self.loads += 1
+            self.row_of = {int(i): r for r, i in enumerate(self.ids)}
         else:
-            blocks = list(store.iter_vectors(since_gen=self.gen))
-            if blocks:
-                self.ids = np.concatenate([self.ids, *[b[0] for b in blocks]])
-                self.mat = np.concatenate([self.mat, *[b[1] for b in blocks]])
-        self.row_of = {int(i): r for r, i in enumerate(self.ids)}
+            self._append(list(store.iter_vectors(since_gen=self.gen)))
         self.garbage = max(0, len(self.ids) - live)
         self.index_id, self.gen = index_id, gen
+
+    def _append(self, blocks: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Rows written since the last refresh, appended in place: the buffers keep spare capacity, so a
+        write (the watcher re-indexing one note) does not copy the whole matrix (150 MB at 100k chunks)."""
+        k = sum(len(b[0]) for b in blocks)
+        if not k:
+            return
+        n = len(self.ids)
+        if self._mat_buf.shape[1:] != blocks[0][1].shape[1:]:
+            self._mat_buf = np.empty((0, blocks[0][1].shape[1]), np.float32)  # the first rows of an empty index
+        self._ids_buf, self._mat_buf = with_room(self._ids_buf, n, n + k), with_room(self._mat_buf, n, n + k)
+        at = n
+        for block_ids, block in blocks:
+            self._ids_buf[at:at + len(block_ids)], self._mat_buf[at:at + len(block_ids)] = block_ids, block
+            self.row_of.update((int(i), r) for r, i in enumerate(block_ids, at))
+            at += len(block_ids)
+        self.ids, self.mat = self._ids_buf[:n + k], self._mat_buf[:n + k]
 
     def topk(self, q: np.ndarray, k: int) -> list[tuple[int, float]]:
         if not len(self.ids):
