@@ -75,3 +75,17 @@ def sql(svc: MemoryService, query: str, params: tuple[Any, ...] = ()) -> list[tu
 def chunk_rows(svc: MemoryService) -> list[tuple[str, int, int]]:
     return [(str(p), int(a), int(b)) for p, a, b in
             sql(svc, "select path, start_line, end_line from {t}chunks order by path, start_line")]
+
+
+# Twelve daily logs of everyday errands, each naming Tom (a name in every note, as a speaker's would be).
+ERRAND_TOPICS = ["garden compost tomatoes", "bus schedule weather", "piano lesson Tuesday", "tax return receipts",
+                 "dentist cleaning", "bike repair chain", "school trip aquarium", "birthday dinner Thai",
+                 "library books due", "car service brakes", "rent landlord transfer", "gym classes yoga"]
+
+
+def errand_logs(ws: Path) -> None:
+    for k, topic in enumerate(ERRAND_TOPICS):
+        note = ws / "memory" / f"2026-04-{k + 1:02d}.md"
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.write_text(f"# 2026-04-{k + 1:02d}\n\n- Talked with Tom about the {topic}.\n- Tom will call back later.\n",
+                        encoding="utf-8")

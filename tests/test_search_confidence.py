@@ -13,17 +13,11 @@ from hermit.memory.search.places import show_places
 from hermit.memory.search.snippets import render, weigh_terms
 from hermit.memory.service import MemoryKey, MemoryService
 from hermit.memory.store.api import ChunkRow
-from memhelpers import HashEmbedder
-
-TOPICS = ["garden compost tomatoes", "bus schedule weather", "piano lesson Tuesday", "tax return receipts",
-          "dentist cleaning", "bike repair chain", "school trip aquarium", "birthday dinner Thai",
-          "library books due", "car service brakes", "rent landlord transfer", "gym classes yoga"]
+from memhelpers import ERRAND_TOPICS, HashEmbedder, errand_logs
 
 
 def _workspace(ws: Path) -> None:
-    for k, topic in enumerate(TOPICS):
-        write(ws / "memory" / f"2026-04-{k + 1:02d}.md",
-              f"# 2026-04-{k + 1:02d}\n\n- Talked with Tom about the {topic}.\n- Tom will call back later.\n")
+    errand_logs(ws)
 
 
 def _svc(ws: Path, db: Path, query: dict[str, object] | None = None, emb: object = None) -> MemoryService:
@@ -70,7 +64,7 @@ def test_the_query_scale_is_the_sum_of_fts5_idfs(tmp_path: Path) -> None:
     svc = _svc(ws, tmp_path / "i.sqlite")
     kw = svc.searcher.keyword
     n = kw.doc_count()
-    assert n == len(TOPICS)
+    assert n == len(ERRAND_TOPICS)
     # A phrase found nowhere counts at its largest idf; one in every chunk at FTS5's floor.
     assert math.isclose(kw.ideal(["skydiving"]), math.log((n + 0.5) / 0.5))
     assert math.isclose(kw.ideal(["tom"]), 1e-6)

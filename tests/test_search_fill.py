@@ -13,16 +13,11 @@ from hermit.memory.search.places import show_places, spare_places
 from hermit.memory.search.snippets import render, weigh_terms
 from hermit.memory.service import MemoryKey, MemoryService
 from hermit.memory.store.api import ChunkRow
-
-TOPICS = ["garden compost tomatoes", "bus schedule weather", "piano lesson Tuesday", "tax return receipts",
-          "dentist cleaning", "bike repair chain", "school trip aquarium", "birthday dinner Thai",
-          "library books due", "car service brakes", "rent landlord transfer", "gym classes yoga"]
+from memhelpers import errand_logs
 
 
 def _workspace(ws: Path) -> None:
-    for k, topic in enumerate(TOPICS):
-        write(ws / "memory" / f"2026-04-{k + 1:02d}.md",
-              f"# 2026-04-{k + 1:02d}\n\n- Talked with Tom about the {topic}.\n- Tom will call back later.\n")
+    errand_logs(ws)
     # One answer in two sessions: the first shares the question's words, the second only the name.
     write(ws / "memory" / "2026-05-01.md", "# 2026-05-01\n\n- Mel: I play the clarinet in the town band on Fridays.\n"
           "- Tom: Nice!\n")
