@@ -143,10 +143,10 @@ class KeywordSearcher:
         return sum(bm25_idf(n, d) for d in (self.doc_freq(p) for p in dict.fromkeys(phrases)))
 
     def plan(self, phrases: list[str]) -> KeywordPlan:
-        batch = getattr(self.store, "fts_counts", None)  # a server store counts a query's new words at once
+        # A query's new words counted at once (one statement for their one-token lookups).
         missing = [(p, m) for p in dict.fromkeys(phrases) if p not in self._df for m in [or_match([p])] if m]
-        if batch is not None and len(missing) > 1:
-            self._df.update(zip([p for p, _ in missing], batch([m for _, m in missing]), strict=True))
+        if missing:
+            self._df.update(zip([p for p, _ in missing], self.store.fts_counts([m for _, m in missing]), strict=True))
         df = {p: self.doc_freq(p) for p in dict.fromkeys(phrases)}
         live = sorted((p for p in df if df[p] > 0), key=lambda p: df[p])
         kept: list[str] = []

@@ -418,18 +418,24 @@ class IndexStore:
         return [(int(i), max(0.0, -float(r))) for i, r in rows]
 
     def fts_count(self, match: str) -> int:
-        """Chunks matching `match`: a key lookup for one quoted word of one token (memory.store.token_counts),
-        else FTS5 walks the doclists (no ranking, so ~20× cheaper than fts_search)."""
-        one = _ONE_PHRASE.fullmatch(match)
-        if one is not None:
-            if self._tokens is None:
-                self._tokens = FtsTokens()
-            toks = self._tokens.tokens([one.group(1).replace('""', '"')])[0]
-            docs = token_counts.lookup(self.conn, toks[0]) if len(toks) == 1 else None
-            if docs is not None:
-                return docs
-        return int(self.conn.execute("select count(*) from chunks_fts where chunks_fts match ?",
-                                     (match,)).fetchone()[0])
+        return self.fts_counts([match])[0]
+
+    def fts_counts(self, matches: Sequence[str]) -> list[int]:
+        """Chunks matching each expression: one quoted word of one token is looked up in token_docs
+        (memory.store.token_counts; the words of a query in one statement), anything else FTS5 counts by
+        walking the doclists (no ranking, so ~20× cheaper than fts_search)."""
+        if self._tokens is None:
+            self._tokens = FtsTokens()
+        words: dict[int, str] = {}
+        for k, match in enumerate(matches):
+            one = _ONE_PHRASE.fullmatch(match)
+            toks = self._tokens.tokens([one.group(1).replace('""', '"')])[0] if one else ()
+            if len(toks) == 1:
+                words[k] = toks[0]
+        docs = token_counts.lookup(self.conn, set(words.values())) if words else None
+        return [docs.get(words[k], 0) if docs is not None and k in words else
+                int(self.conn.execute("select count(*) from chunks_fts where chunks_fts match ?", (m,)).fetchone()[0])
+                for k, m in enumerate(matches)]
 
     def fts_stats(self) -> tuple[int, float]:
         """(rows, average tokens per row) as FTS5's bm25() sees them, from its averages record."""

@@ -12,7 +12,7 @@ PostgreSQL keeps the same table (memory.store.postgres.schema token_df).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from hermit.db import Connection, DatabaseError
 from hermit.memory.search.fts import FTS_TOKENIZER
@@ -62,11 +62,13 @@ def _apply(conn: Connection, sign: int) -> None:
     conn.execute("insert into temp.token_scratch(token_scratch) values ('delete-all')")
 
 
-def lookup(conn: Connection, token: str) -> int | None:
-    """Chunks holding `token` (an FTS5 token: lower-cased, porter-stemmed); None when this index has no
-    table yet (opened read-only before a writer migrated it: the caller counts through FTS5)."""
+def lookup(conn: Connection, tokens: Iterable[str]) -> dict[str, int] | None:
+    """Chunks holding each of `tokens` (FTS5 tokens: lower-cased, porter-stemmed; a token in none is
+    absent); None when this index has no table yet (opened read-only before a writer migrated it: the
+    caller counts through FTS5)."""
+    want = list(tokens)
     try:
-        row = conn.execute("select docs from token_docs where token = ?", (token,)).fetchone()
+        return {str(t): int(d) for t, d in conn.execute(
+            f"select token, docs from token_docs where token in ({','.join('?' * len(want))})", want)}
     except DatabaseError:
         return None
-    return int(row[0]) if row else 0
