@@ -112,6 +112,29 @@ def connect(dsn: str, *, timeout_s: int = 10, dsn_env: str = "the DSN") -> PgCon
     return conn
 
 
+def drop_stale_rebuilds(conn: PgConn, schema: str) -> int:
+    """Drop what killed rebuilds of `schema` left (`<schema>_rb…` staging, `<schema>_old…`); how many."""
+    pat = re.compile(re.escape(schema) + r"_(rb|old)[0-9a-f]{8}")
+    names = [str(r[0]) for r in conn.execute(
+        "select nspname from pg_namespace where nspname like %s", (schema.replace("_", r"\_") + r"\_%",))]
+    stale = [n for n in names if pat.fullmatch(n)]
+    for n in stale:
+        conn.execute(f"drop schema if exists {qi(n)} cascade")
+    return len(stale)
+
+
+def swap_schema(conn: PgConn, live: str, staging: str, old: str) -> None:
+    """A rebuild's staging schema takes the live one's name in one transaction (names already quoted)."""
+    with conn.transaction():
+        # Searches in flight finish first (each holds meta from its start, see PgStore.reading()); the
+        # ones that start meanwhile wait here and then resolve the names to the new schema.
+        conn.execute(f"lock table {live}.meta in access exclusive mode")
+        conn.execute(f"alter schema {live} rename to {old}")
+        conn.execute(f"alter schema {staging} rename to {live}")
+        # Waits for readers of the old tables to finish; later statements see the new schema.
+        conn.execute(f"drop schema {old} cascade")
+
+
 def ensure_vector_extension(conn: PgConn, where: str) -> None:
     import psycopg
 

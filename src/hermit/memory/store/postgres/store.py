@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -33,7 +32,16 @@ from hermit.memory.store.postgres.errors import failure, guarded
 from hermit.memory.store.postgres.hnsw import Hnsw
 from hermit.memory.store.postgres.keyword import PgKeyword, Tokenizer
 from hermit.memory.store.postgres.rows import ROW_COLUMNS, AdvisoryLock, BulkChunk, chunk_row, keep_rows
-from hermit.memory.store.postgres.schema import connect, lock_key, mask_dsn, migrate, qi, server_facts
+from hermit.memory.store.postgres.schema import (
+    connect,
+    drop_stale_rebuilds,
+    lock_key,
+    mask_dsn,
+    migrate,
+    qi,
+    server_facts,
+    swap_schema,
+)
 
 if TYPE_CHECKING:
     from hermit.config.schema import PostgresStoreConfig
@@ -529,19 +537,10 @@ class PgStore:
         """recall@k of the HNSW path against the exact scan, the queries `sample` stored vectors."""
         return self.hnsw.recall(sample, k)
 
-    # -- atomic rebuilds -------------------------------------------------------------------------
-    def _stale_pattern(self) -> re.Pattern[str]:
-        return re.compile(re.escape(self.schema) + r"_(rb|old)[0-9a-f]{8}")
-
+    # -- atomic rebuilds (the schema operations: memory.store.postgres.schema) ----------------------
     @guarded
     def clean_stale_rebuilds(self) -> int:
-        pat = self._stale_pattern()
-        names = [str(r[0]) for r in self.conn.execute(
-            "select nspname from pg_namespace where nspname like %s", (self.schema.replace("_", r"\_") + r"\_%",))]
-        stale = [n for n in names if pat.fullmatch(n)]
-        for n in stale:
-            self.conn.execute(f"drop schema if exists {qi(n)} cascade")
-        return len(stale)
+        return drop_stale_rebuilds(self.conn, self.schema)
 
     @guarded
     def open_rebuild(self) -> PgStore:
@@ -559,14 +558,7 @@ class PgStore:
         staging.optimize()
         old = f"{self.schema}_old{uuid.uuid4().hex[:8]}"
         staging.close()
-        with self.conn.transaction():
-            # Searches in flight finish first (each holds meta from its start, see reading()); the
-            # ones that start meanwhile wait here and then resolve the names to the new schema.
-            self.conn.execute(f"lock table {self.s}.meta in access exclusive mode")
-            self.conn.execute(f"alter schema {self.s} rename to {qi(old)}")
-            self.conn.execute(f"alter schema {staging.s} rename to {self.s}")
-            # Waits for readers of the old tables to finish; later statements see the new schema.
-            self.conn.execute(f"drop schema {qi(old)} cascade")
+        swap_schema(self.conn, self.s, staging.s, qi(old))
         self.keyword.reset()
 
     @guarded
