@@ -101,8 +101,10 @@ def variants() -> list[Variant]:
                 tuning=T(line_weight=0.4), family="line-weight"),
         Variant("line-weight-0.3", "the best line is 0.3 of a place's order score (default 0.2)",
                 tuning=T(line_weight=0.3), family="line-weight"),
-        Variant("line-weight-0.5", "the best line is 0.5 of a place's order score (default 0.2)",
-                tuning=T(line_weight=0.5), family="line-weight"),
+        Variant("context-0.05", "a line without query words is worth 0.05 of its place's best line (default 0.15)",
+                tuning=T(context_value=0.05), family="context"),
+        Variant("context-0.07", "the same at 0.07", tuning=T(context_value=0.07), family="context"),
+        Variant("context-0.1", "the same at 0.1", tuning=T(context_value=0.1), family="context"),
         Variant("no-fill", "results under minScore never fill the unused results (round 6)",
                 query={"fill_results": False}),
         Variant("fill-top-0", "places under minScore fill whatever the best place scores (default: from 0.5)",
@@ -116,33 +118,6 @@ def variants() -> list[Variant]:
                 family="spare-floor"),
         Variant("spare-floor-0.15", "only candidates above 0.15 may fill", tuning=T(spare_floor=0.15),
                 family="spare-floor"),
-        *(Variant(f"reserve-{n}", f"the passed windows leave {n} characters a free result slot to the places "
-                  "under minScore (default 0)", tuning=T(fill_reserve_chars=n), family="reserve")
-          for n in (100, 150, 200, 300)),
-        *(Variant(f"gate-fused-lw-{w}", f"the fill gate on the fused score; line weight {w}",
-                  tuning=T(fill_gate_fused=True, line_weight=w), family="gate-fused") for w in (0.2, 0.3, 0.4, 0.5, 0.6)),
-        *(Variant(f"context-{v}", f"context value {v} (default 0.15)", tuning=T(context_value=v), family="context")
-          for v in (0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.1, 0.2)),
-        *(Variant(f"choose-{w}", f"places chosen by {w} of the best line, windows by the fused order, shown by 0.4",
-                  tuning=T(line_weight=w, window_order_fused=True, display_line_weight=0.4), family="choose")
-          for w in (0.2, 0.3, 0.4, 0.5, 0.7)),
-        Variant("fill-first", "places under minScore take their lines before the passed windows' context",
-                tuning=T(fill_before_context=True)),
-        *(Variant(f"fill-first-ctx-{v}", f"fill-first with context value {v}",
-                  tuning=T(fill_before_context=True, context_value=v)) for v in (0.05, 0.1)),
-        Variant("fill-first-top-0.55", "fill-first, the fill gate at 0.55",
-                tuning=T(fill_before_context=True, fill_min_top=0.55)),
-        Variant("pool-x8", "candidate multiplier 8 (default 4)", query={"hybrid": {"candidate_multiplier": 8}}),
-        *(Variant(f"display-{w}", f"the passed places shown in order of fused score blended with {w} of the best line "
-                  "(after their windows are chosen)", tuning=T(display_line_weight=w), family="display")
-          for w in (0.2, 0.3, 0.4, 0.5, 0.6, 0.8)),
-        *(Variant(f"line-feedback-{b}", f"the line order's query moved {b} toward the best lines of the first two "
-                  "passed places (default 0)", tuning=T(line_feedback=b), family="line-feedback")
-          for b in (0.2, 0.3, 0.5, 0.8)),
-        Variant("line-feedback-0.3-1", "the same from the first place only", tuning=T(line_feedback=0.3,
-                line_feedback_places=1)),
-        Variant("line-feedback-0.3-w0.3", "line feedback 0.3 and line weight 0.3", tuning=T(line_feedback=0.3,
-                line_weight=0.3)),
     ]
 
 

@@ -93,12 +93,6 @@ def variants() -> list[Variant]:
         Variant("decay-180d", "temporal decay, half-life 180 days",
                 query={"temporal_decay": {"enabled": True, "half_life_days": 180}}),
         Variant("mmr", "MMR diversity, lambda 0.7", query={"mmr": {"enabled": True}}),
-        Variant("display-0", "the passed places shown in their ranked order (round 7; default: by 0.6 score + 0.4 "
-                "best line once their windows are chosen)", tuning=replace(DEFAULT_TUNING, display_line_weight=0.0)),
-        *(Variant(f"display-{w}", f"shown by {1 - w:.1f} score + {w} best line",
-                  tuning=replace(DEFAULT_TUNING, display_line_weight=w)) for w in (0.25, 0.3, 0.35, 0.4, 0.5)),
-        Variant("fill-first", "fill first", tuning=replace(DEFAULT_TUNING, fill_before_context=True)),
-        Variant("context-0.05", "context value 0.05", tuning=replace(DEFAULT_TUNING, context_value=0.05)),
         Variant("chunks-200", "chunks of 200/40 tokens", chunk=(200, 40)),
         Variant("chunks-800", "chunks of 800/160 tokens", chunk=(800, 160)),
         Variant("minilm", "all-MiniLM-L6-v2 (English-only local model), defaults", model="all-MiniLM-L6-v2"),

@@ -20,7 +20,6 @@ it may not see are dropped before fusion, so neither their scores nor their line
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import math
 import re
@@ -121,9 +120,6 @@ class _Candidates:
     kw_hits: list[tuple[int, float]]
     dated: set[int]  # chunks of the days the query names
     withheld: int = 0  # candidates dropped because the reader may not see them
-    # The calibrated cosine of the best line of the passed chunks put in order by it (memory.search.ordering).
-    lines: dict[int, float] = field(default_factory=dict)
-    fused: dict[int, float] = field(default_factory=dict)  # every candidate's score before the order by lines
 
 
 def _mostly_cjk(text: str) -> bool:
@@ -254,7 +250,6 @@ class HybridSearcher:
             self._restrict(c, reader)
         scored = self._score(query, c, q, match)
         passed = self._order(scored, c, q, max_results, min_score, timings)
-        c.fused = dict(scored)
         hits = self._show(query, tr, passed, scored if fill and q is not None else [], c, q, max_results, min_score)
         mode = "hybrid" if q is not None and match else ("keyword-only" if q is None else "vector-only")
         if q is None and reason is None:
@@ -421,9 +416,8 @@ class HybridSearcher:
         scored = [(i, s) for i, s in scored if s >= min_score]
         if q is not None and self._line_vectors and self.tuning.line_weight > 0:
             t0 = time.perf_counter()
-            scored = by_best_line(scored, c.rows, self.store, q, c.cos, self._vscore,
-                                  self.tuning.line_order_depth * max_results, self.tuning.line_weight,
-                                  self.tuning.line_feedback, self.tuning.line_feedback_places, c.lines)
+            scored = self._order_by_lines(scored, c.rows, q, c.cos, self.tuning.line_order_depth * max_results,
+                                          self.tuning.line_weight)
             timings["lines_ms"] = (time.perf_counter() - t0) * 1000
         if self.cfg.mmr.enabled:
             scored = mmr(scored, c.rows, max_results, self.cfg.mmr.lambda_)
@@ -438,34 +432,12 @@ class HybridSearcher:
         note should show the English line that answers it)."""
         terms = self._line_terms(query, tr)
         chosen = group_places(scored, c.rows, max_results)
-        if self.tuning.window_order_fused:
-            chosen = sorted(chosen, key=lambda g: -c.fused.get(g[0][0], g[0][1]))
         names = frozenset(w.lower() for w in _NAME_WORD.findall(query))
         budget = self.tuning.search_budget(max_results)
-        places = show_places(chosen, c.rows, terms, budget - self._fill_reserve(pool, scored, len(chosen), max_results,
-                                                                                min_score), names, self.tuning)
-        if self.tuning.display_line_weight > 0 and len(chosen) > 1:
-            fused, w = c.fused, self.tuning.display_line_weight
-            key = [(1 - w) * fused.get(g[0][0], g[0][1]) + w * c.lines.get(g[0][0], self._vscore(c.cos.get(g[0][0])))
-                   for g in chosen]
-            order = sorted(range(len(chosen)), key=lambda k: -key[k])
-            chosen, places = [chosen[k] for k in order], [places[k] for k in order]
-        if self.tuning.fill_before_context and pool and scored and len(chosen) < max_results:
-            bare = dataclasses.replace(self.tuning, context_value=0.0)
-            first = show_places(chosen, c.rows, terms, budget, names, bare)
-            if sum(p.size(p.lo, p.hi) for p in first) < budget:
-                spare = self._spare_by_lines(spare_candidates(pool, scored, min_score, self.tuning.spare_floor,
-                                                                self.tuning.fill_min_top), c, q, max_results)
-                more, shown = spare_places(chosen, first, spare, c.rows, terms, budget, max_results, names, bare)
-                if more:
-                    taken = sum(p.size(p.lo, p.hi) for p in shown)
-                    places = show_places(chosen, c.rows, terms, budget - taken, names, self.tuning)
-                    chosen, places = chosen + more, places + shown
+        places = show_places(chosen, c.rows, terms, budget, names, self.tuning)
         if pool and scored and len(chosen) < max_results and sum(p.size(p.lo, p.hi) for p in places) < budget:
             # Only now are they sorted and their lines read: most searches fill every slot or the budget.
-            fused = dict(pool)
-            gate = [(i, fused.get(i, s)) for i, s in scored] if self.tuning.fill_gate_fused else scored
-            spare = self._spare_by_lines(spare_candidates(pool, gate, min_score, self.tuning.spare_floor,
+            spare = self._spare_by_lines(spare_candidates(pool, scored, min_score, self.tuning.spare_floor,
                                                             self.tuning.fill_min_top), c, q,
                                          max_results)
             more, shown = spare_places(chosen, places, spare, c.rows, terms, budget, max_results, names, self.tuning)
@@ -480,17 +452,6 @@ class HybridSearcher:
                             round(self._tscore(c.rel.get(cid, 0.0), c.rel), 4), snippet, ((a, b),),
                             span_of(group, c.rows)))
         return hits
-
-    def _fill_reserve(self, pool: list[tuple[int, float]], passed: list[tuple[int, float]], n_places: int,
-                      max_results: int, min_score: float) -> int:
-        """Characters the passed places' windows leave for the places under min_score that may fill the
-        result slots they leave (SearchTuning.fill_reserve_chars a slot): 0 when none may."""
-        t = self.tuning
-        free = max_results - n_places
-        if not t.fill_reserve_chars or not pool or not passed or free <= 0 or max(s for _, s in passed) < t.fill_min_top:
-            return 0
-        n = sum(1 for _, s in pool if t.spare_floor < s < min_score)
-        return t.fill_reserve_chars * min(free, n)
 
     def _spare_by_lines(self, spare: list[tuple[int, float]], c: _Candidates, q: np.ndarray | None,
                         max_results: int) -> list[tuple[int, float]]:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from hermit.memory.index.line_vectors import best_cosines, from_line_blob
+from hermit.memory.index.line_vectors import best_cosines
 from hermit.memory.store.api import ChunkRow, MemoryStore
 
 # A session dump (agent/session_memory.py): memory/YYYY-MM-DD-<slug>.md whose header says so.
@@ -69,39 +69,16 @@ def spare_candidates(scored: list[tuple[int, float]], passed: list[tuple[int, fl
 
 def by_best_line(passed: list[tuple[int, float]], rows: dict[int, ChunkRow], store: MemoryStore, q: np.ndarray,
                  cos: dict[int, float], calibrate: Callable[[float], float], depth: int,
-                 weight: float, feedback: float = 0.0, feedback_places: int = 2,
-                 lines_out: dict[int, float] | None = None) -> list[tuple[int, float]]:
+                 weight: float) -> list[tuple[int, float]]:
     """The first `depth` chunks put in order of their score blended with their best line's calibrated
     cosine (`weight` of it; memory.index.line_vectors); a blended score may fall below min_score, the
     chunk stays. A chunk without line vectors (one long line split into pieces) counts its own vector."""
     head, tail = passed[:depth], passed[depth:]
     spans = [(rows[i].path, rows[i].start_line, rows[i].end_line) for i, _ in head]
-    blobs = store.line_vector_blobs(spans)
-    if feedback > 0:
-        q = feedback_query(blobs, q, min(feedback_places, len(spans)), feedback)
-    best = best_cosines(blobs, q, len(spans))
+    best = best_cosines(store.line_vector_blobs(spans), q, len(spans))
     blended = [(i, s if (v := b if b is not None else cos.get(i)) is None
                 else (1 - weight) * s + weight * calibrate(v)) for (i, s), b in zip(head, best, strict=True)]
-    if lines_out is not None:
-        for (i, _), b in zip(head, best, strict=True):
-            if (v := b if b is not None else cos.get(i)) is not None:
-                lines_out[i] = calibrate(v)
     return sorted(blended, key=lambda x: -x[1]) + tail
-
-
-def feedback_query(blobs: dict[int, bytes], q: np.ndarray, n: int, beta: float) -> np.ndarray:
-    """The query moved toward the best lines of the first `n` spans (Rocchio feedback at line level):
-    `q + beta · mean(best line)`, normalised; `q` itself when those spans have no line vectors."""
-    picked = []
-    for k in range(n):
-        if blobs.get(k):
-            lines = from_line_blob(blobs[k]).reshape(-1, q.shape[0])
-            picked.append(lines[int(np.argmax(lines @ q))])
-    if not picked:
-        return q
-    f = np.mean(picked, axis=0)
-    moved = q + beta * f / max(float(np.linalg.norm(f)), 1e-9)
-    return (moved / max(float(np.linalg.norm(moved)), 1e-9)).astype(np.float32)
 
 
 def nearest_first(spare: list[tuple[int, float]], near: list[tuple[int, float]]) -> list[tuple[int, float]]:

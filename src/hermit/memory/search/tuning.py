@@ -24,10 +24,6 @@ class SearchTuning:
     line_weight: float = 0.2
     # How many places' worth of passed chunks (× max_results) line vectors re-order; the rest keep their place.
     line_order_depth: int = 2
-    # Line-level pseudo-relevance feedback for that order: the query vector moved by this much toward the
-    # best lines of the first `line_feedback_places` passed places (memory.search.ordering.feedback_query).
-    line_feedback: float = 0.0
-    line_feedback_places: int = 2
     # A session transcript or session dump ranks at this share of its score (memory.search.ordering.notes_first).
     copy_weight: float = 0.8
     # The translated query vector judges an other-language chunk that holds no translated word only when
@@ -67,16 +63,6 @@ class SearchTuning:
     # same recall as 0 in every conversation and category, with 2.31 → 2.06 / 1.85 results on the
     # no-answer questions; 0.55 and 0.6 lose multi-hop turns in two of three conversations (`fill-top-*`).
     fill_min_top: float = 0.5
-    # Characters per result slot left that the passed places' windows leave to the places that fill it
-    # (each shows its chosen line whole or not at all). 0: they fill only what the windows left.
-    fill_reserve_chars: int = 0
-    # Round 8's experiments, all off (bench/retrieval/README.md, "Round 8"): the fill gate on the fused score
-    # rather than the line-ordered one; the passed places shown in order of 1 − w fused + w best line once
-    # their windows are chosen; windows grown in fused order; weaker places' lines taken before context.
-    fill_gate_fused: bool = False
-    display_line_weight: float = 0.0
-    window_order_fused: bool = False
-    fill_before_context: bool = False
 
     # -- windows (memory.search.snippets) ----------------------------------------------------------------
     # The windows of one search share this many characters per result asked for (4,200 for the default
