@@ -430,7 +430,7 @@ class PgStore:
     def fts_search(self, match: str, limit: int, min_rowid: int | None = None) -> list[tuple[int, float]]:
         if min_rowid is None:
             return self.keyword.ranked(match, "", (), limit)[:limit]
-        return self.keyword.ranked(match, "and c.id >= %s", (int(min_rowid),), limit)[:limit]
+        return self.keyword.ranked(match, "", (), limit, min_rowid=int(min_rowid))[:limit]
 
     @guarded
     def fts_scores(self, match: str, ids: Sequence[int]) -> dict[int, float]:
