@@ -145,11 +145,17 @@ class PgStore:
             return
         try:
             with self.conn.transaction():
-                self.conn.execute(f"lock table {self.s}.meta in access share mode")
                 # Meanwhile the meta table and the vector table's existence are read once: one view of
                 # them for the whole search, as SQLite's read transaction gives (a search asked for
-                # them ~8 times, a round trip each).
-                self._view = {}
+                # them ~8 times, a round trip each). Every search needs both: read with the lock, in one
+                # round trip.
+                with self.conn.pipeline():
+                    self.conn.execute(f"lock table {self.s}.meta in access share mode")
+                    meta = self.conn.execute(f"select key, value from {self.s}.meta")
+                    vec = self.conn.execute("select to_regclass(%s) is not null", (f"{self.s}.chunks_vec",))
+                row = vec.fetchone()
+                self._view = {"meta": {str(k): str(v) for k, v in meta.fetchall()},
+                              "vec": bool(row) and row[0] is True}
                 try:
                     yield
                 finally:
