@@ -28,6 +28,7 @@ from hermit.errors import StoreError
 from hermit.memory.index.chunking import Chunk
 from hermit.memory.index.line_vectors import by_line_text, to_line_blob
 from hermit.memory.store.api import ChunkRow, FileState, script_class
+from hermit.memory.store.postgres import rows as pg_rows
 from hermit.memory.store.postgres.errors import failure, guarded
 from hermit.memory.store.postgres.hnsw import Hnsw
 from hermit.memory.store.postgres.keyword import PgKeyword, Tokenizer
@@ -147,15 +148,8 @@ class PgStore:
             with self.conn.transaction():
                 # Meanwhile the meta table and the vector table's existence are read once: one view of
                 # them for the whole search, as SQLite's read transaction gives (a search asked for
-                # them ~8 times, a round trip each). Every search needs both: read with the lock, in one
-                # round trip.
-                with self.conn.pipeline():
-                    self.conn.execute(f"lock table {self.s}.meta in access share mode")
-                    meta = self.conn.execute(f"select key, value from {self.s}.meta")
-                    vec = self.conn.execute("select to_regclass(%s) is not null", (f"{self.s}.chunks_vec",))
-                row = vec.fetchone()
-                self._view = {"meta": {str(k): str(v) for k, v in meta.fetchall()},
-                              "vec": bool(row) and row[0] is True}
+                # them ~8 times, a round trip each).
+                self._view = pg_rows.open_view(self.conn, self.s)
                 try:
                     yield
                 finally:
