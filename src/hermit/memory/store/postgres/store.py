@@ -475,16 +475,17 @@ class PgStore:
         conn = self.knn_conn
         self.hnsw.set_ef(conn, k)
         q = np.asarray(query, dtype=np.float32)
-        rows = conn.execute(f"select id, embedding <=> %s as d from {self.s}.chunks_vec order by d limit %s",
-                            (q, int(k)))
-        hits = [(int(i), 1.0 - float(d)) for i, d in rows]
-        view = self._view
-        if view is not None and hits:
-            # Inside a search's view the hits' rows are read here too (beside the keyword leg, kept for
-            # chunk_rows until the view ends): one round trip less after both legs.
-            self.keep_in_view(conn.execute(f"select id, {ROW_COLUMNS} from {self.s}.chunks where id = any(%s)",
-                                           ([i for i, _ in hits],)).fetchall())
-        return hits
+        knn = f"select id, embedding <=> %s as d from {self.s}.chunks_vec order by d limit %s"
+        if self._view is None:
+            return [(int(i), 1.0 - float(d)) for i, d in conn.execute(knn, (q, int(k)))]
+        # Inside a search's view the hits' rows come with them (beside the keyword leg, kept for
+        # chunk_rows until the view ends): no round trip for them after both legs.
+        # (row_number keeps the index's order, ties included, as the statement alone returns it)
+        got = conn.execute(f"select v.d, c.id, {', '.join('c.' + x for x in ROW_COLUMNS.split(', '))} from"
+                           f" (select id, d, row_number() over () as n from ({knn}) k) v join {self.s}.chunks c"
+                           " on c.id = v.id order by v.n", (q, int(k))).fetchall()
+        self.keep_in_view([r[1:] for r in got])
+        return [(int(r[1]), 1.0 - float(r[0])) for r in got]
 
     @guarded
     def vec_knn_exact(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
