@@ -289,7 +289,7 @@ class HybridSearcher:
             return _VectorLeg(q=q, knn=job)
         if beside_query is not None:
             self.matrix.refresh(self.store)
-            beside = EmbedBeside(self._embed_query, self.matrix, self._worker(), beside_query, timings)
+            beside = EmbedBeside(self._embed_query, self.matrix, self._worker(), beside_query, timings, pool)
             return _VectorLeg(matrix_ok=True, beside=beside)
         if q is None:
             return _VectorLeg()
@@ -313,7 +313,7 @@ class HybridSearcher:
             timings["vector_ms"] = (time.perf_counter() - t0) * 1000
             return leg.hits
         if leg.beside is not None:
-            leg.q, leg.reason, leg.hits = leg.beside.finish(pool, timings)
+            leg.q, leg.reason, leg.hits = leg.beside.finish(timings)
             leg.matrix_ok = leg.q is not None
             return leg.hits
         if leg.job is None or leg.matrix_pass is None:
