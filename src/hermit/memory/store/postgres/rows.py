@@ -1,5 +1,5 @@
-"""Pieces of the PostgreSQL store kept apart from PgStore: the writer lock, bulk-load rows, and chunk rows as
-a search reads them (with their token counts, kept in the search's view: memory.store.postgres.store)."""
+"""Pieces of the PostgreSQL store kept apart from PgStore: the writer lock, bulk-load rows, a search's view
+and the chunk rows it reads (with their token counts, kept in the view: memory.store.postgres.store)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,18 @@ ROW_COLUMNS = "path, source, start_line, end_line, text, cjk, ntok"  # a ChunkRo
 def chunk_row(r: Sequence[Any]) -> ChunkRow:
     """A ChunkRow from (id, *ROW_COLUMNS)."""
     return ChunkRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], int(r[6]))
+
+
+def open_view(conn: PgConn, s: str) -> dict[str, Any]:
+    """A search's view, inside its transaction: the meta table locked (a rebuild's swap waits for the
+    search) and read, and whether the vector table exists — every search needs all three, so they go in
+    one pipelined round trip. `s` is the quoted schema."""
+    with conn.pipeline():
+        conn.execute(f"lock table {s}.meta in access share mode")
+        meta = conn.execute(f"select key, value from {s}.meta")
+        vec = conn.execute("select to_regclass(%s) is not null", (f"{s}.chunks_vec",))
+    row = vec.fetchone()
+    return {"meta": {str(k): str(v) for k, v in meta.fetchall()}, "vec": bool(row) and row[0] is True}
 
 
 def keep_rows(view: dict[str, Any], rows: Sequence[Sequence[Any]]) -> dict[int, ChunkRow]:

@@ -28,6 +28,7 @@ from hermit.errors import StoreError
 from hermit.memory.index.chunking import Chunk
 from hermit.memory.index.line_vectors import by_line_text, to_line_blob
 from hermit.memory.store.api import ChunkRow, FileState, script_class
+from hermit.memory.store.postgres import rows as pg_rows
 from hermit.memory.store.postgres.errors import failure, guarded
 from hermit.memory.store.postgres.hnsw import Hnsw
 from hermit.memory.store.postgres.keyword import PgKeyword, Tokenizer
@@ -145,11 +146,10 @@ class PgStore:
             return
         try:
             with self.conn.transaction():
-                self.conn.execute(f"lock table {self.s}.meta in access share mode")
                 # Meanwhile the meta table and the vector table's existence are read once: one view of
                 # them for the whole search, as SQLite's read transaction gives (a search asked for
                 # them ~8 times, a round trip each).
-                self._view = {}
+                self._view = pg_rows.open_view(self.conn, self.s)
                 try:
                     yield
                 finally:
@@ -430,7 +430,7 @@ class PgStore:
     def fts_search(self, match: str, limit: int, min_rowid: int | None = None) -> list[tuple[int, float]]:
         if min_rowid is None:
             return self.keyword.ranked(match, "", (), limit)[:limit]
-        return self.keyword.ranked(match, "and c.id >= %s", (int(min_rowid),), limit)[:limit]
+        return self.keyword.ranked(match, "", (), limit, min_rowid=int(min_rowid))[:limit]
 
     @guarded
     def fts_scores(self, match: str, ids: Sequence[int]) -> dict[int, float]:
@@ -475,16 +475,17 @@ class PgStore:
         conn = self.knn_conn
         self.hnsw.set_ef(conn, k)
         q = np.asarray(query, dtype=np.float32)
-        rows = conn.execute(f"select id, embedding <=> %s as d from {self.s}.chunks_vec order by d limit %s",
-                            (q, int(k)))
-        hits = [(int(i), 1.0 - float(d)) for i, d in rows]
-        view = self._view
-        if view is not None and hits:
-            # Inside a search's view the hits' rows are read here too (beside the keyword leg, kept for
-            # chunk_rows until the view ends): one round trip less after both legs.
-            self.keep_in_view(conn.execute(f"select id, {ROW_COLUMNS} from {self.s}.chunks where id = any(%s)",
-                                           ([i for i, _ in hits],)).fetchall())
-        return hits
+        knn = f"select id, embedding <=> %s as d from {self.s}.chunks_vec order by d limit %s"
+        if self._view is None:
+            return [(int(i), 1.0 - float(d)) for i, d in conn.execute(knn, (q, int(k)))]
+        # Inside a search's view the hits' rows come with them (beside the keyword leg, kept for
+        # chunk_rows until the view ends): no round trip for them after both legs.
+        # (row_number keeps the index's order, ties included, as the statement alone returns it)
+        got = conn.execute(f"select v.d, c.id, {', '.join('c.' + x for x in ROW_COLUMNS.split(', '))} from"
+                           f" (select id, d, row_number() over () as n from ({knn}) k) v join {self.s}.chunks c"
+                           " on c.id = v.id order by v.n", (q, int(k))).fetchall()
+        self.keep_in_view([r[1:] for r in got])
+        return [(int(r[1]), 1.0 - float(r[0])) for r in got]
 
     @guarded
     def vec_knn_exact(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
