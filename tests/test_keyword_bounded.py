@@ -54,6 +54,17 @@ def test_fts_tokens_are_the_index_tokens() -> None:
     assert t.tokens(["notes"]) == [("note",)]  # cached
 
 
+def test_fts_tokens_leave_nothing_behind_between_batches() -> None:
+    """Each batch is read from its own rows only (they are rolled back after): a long word list, a
+    shorter one, and positions, each as from a fresh table."""
+    t = FtsTokens()
+    long = [f"word{i} notes running" for i in range(40)]
+    assert t.uncached(long) == [(f"word{i}", "note", "run") for i in range(40)]
+    assert t.uncached(["kumquats", ""]) == [("kumquat",), ()]
+    assert t.positions(["notes notes run", "钢琴"]) == [({"note": [0, 1], "run": [2]}, 3), ({"钢琴": [0]}, 1)]
+    assert t._conn.execute("select count(*) from t").fetchone()[0] == 0
+
+
 def test_unbounded_plan_is_plain_fts5(tmp_path: Path, store_backend: str) -> None:
     svc = _memory(tmp_path)
     ks = KeywordSearcher(svc.store)  # default budget: everything fits, FTS5 ranks all phrases

@@ -189,3 +189,20 @@ def test_a_write_appends_into_spare_room_and_matches_a_full_load(tmp_path: Path)
     # The int8 copy equals quantising every row at once around the same centre.
     whole = quantise(vm.mat - vm.int8.centre)
     assert np.array_equal(vm.int8.rows, whole[0]) and np.allclose(vm.int8.norm, whole[3])
+
+
+def test_the_int8_pass_takes_every_row_when_k_is_larger() -> None:
+    """k (plus the rows of deleted chunks) at or above the rows: every row, best first, both passes."""
+    rng = np.random.default_rng(11)
+    mat = _e5_like(rng, 50)
+    for rows in (10, 10_000):  # the int8 pass from 10 rows, and the float32 pass
+        vm = VectorMatrix(int8_min_rows=rows)
+        vm.mat, vm.ids, vm.loads = mat, np.arange(1000, 1050, dtype=np.int64), 1
+        vm.garbage = 3
+        q = _e5_like(rng, 1)[0]
+        for k in (47, 50, 80):
+            p = vm.start_pass(q)
+            assert isinstance(p, Int8Pass if rows == 10 else MatrixPass)
+            p.work()
+            got = vm.finish(p, k)
+            assert [i for i, _ in got] == [i for i, _ in _exact(vm, q, k)] and len(got) == 50

@@ -241,6 +241,9 @@ class HybridSearcher:
         leg = self._start_vector_leg(q, pool, timings, query if beside else None,
                                      query if knn_beside and (q is not None or one_core) else None)
         kw_hits, held, timings["keyword_ms"] = self.keyword_leg.run(query, tr, pool, rows)
+        # The snippets' weighed terms need only the query: here, while the worker may still be on the
+        # vector leg (the keyword leg was the shorter one), not after it.
+        terms = self._line_terms(query, tr)
         vec_hits = self._finish_vector_leg(leg, pool, timings)
         if beside or leg.knn is not None:
             q, reason = leg.q, leg.reason
@@ -250,7 +253,7 @@ class HybridSearcher:
             self._restrict(c, reader)
         scored = self._score(query, c, q, match)
         passed = self._order(scored, c, q, max_results, min_score, timings)
-        hits = self._show(query, tr, passed, scored if fill and q is not None else [], c, q, max_results, min_score)
+        hits = self._show(query, terms, passed, scored if fill and q is not None else [], c, q, max_results, min_score)
         mode = "hybrid" if q is not None and match else ("keyword-only" if q is None else "vector-only")
         if q is None and reason is None:
             reason = "no vector search"
@@ -289,7 +292,7 @@ class HybridSearcher:
             return _VectorLeg(q=q, knn=job)
         if beside_query is not None:
             self.matrix.refresh(self.store)
-            beside = EmbedBeside(self._embed_query, self.matrix, self._worker(), beside_query, timings)
+            beside = EmbedBeside(self._embed_query, self.matrix, self._worker(), beside_query, timings, pool)
             return _VectorLeg(matrix_ok=True, beside=beside)
         if q is None:
             return _VectorLeg()
@@ -313,7 +316,7 @@ class HybridSearcher:
             timings["vector_ms"] = (time.perf_counter() - t0) * 1000
             return leg.hits
         if leg.beside is not None:
-            leg.q, leg.reason, leg.hits = leg.beside.finish(pool, timings)
+            leg.q, leg.reason, leg.hits = leg.beside.finish(timings)
             leg.matrix_ok = leg.q is not None
             return leg.hits
         if leg.job is None or leg.matrix_pass is None:
@@ -423,14 +426,13 @@ class HybridSearcher:
             scored = mmr(scored, c.rows, max_results, self.cfg.mmr.lambda_)
         return notes_first(scored, c.rows, self.copies, self.tuning.copy_weight)
 
-    def _show(self, query: str, tr: Translation, scored: list[tuple[int, float]], pool: list[tuple[int, float]],
+    def _show(self, query: str, terms: list[Term], scored: list[tuple[int, float]], pool: list[tuple[int, float]],
               c: _Candidates, q: np.ndarray | None, max_results: int, min_score: float) -> list[Hit]:
         """The ordered chunks as up to max_results places (memory.search.places), each with its window of
         lines, then places under min_score (of `pool`, every candidate scored) in what those left.
 
         Windows are chosen on query words, and on their translation (a Chinese question about an English
         note should show the English line that answers it)."""
-        terms = self._line_terms(query, tr)
         chosen = group_places(scored, c.rows, max_results)
         names = frozenset(w.lower() for w in _NAME_WORD.findall(query))
         budget = self.tuning.search_budget(max_results)

@@ -131,8 +131,8 @@ class Int8Copy:
 
 class Int8Pass:
     """The pass for one query, as memory/search/vectors.MatrixPass: `work` takes blocks of rows (a worker
-    starts, the search thread helps with what is left), then `final(k)` gives the scores whose k best
-    are exact."""
+    starts, the search thread helps with what is left), then `best(k)` gives the k best rows and their exact
+    scores."""
 
     BLOCK_ROWS = 16_384
 
@@ -168,24 +168,37 @@ class Int8Pass:
         with self._lock:
             self.busy_ms += (time.perf_counter() - t0) * 1000
 
-    def final(self, k: int) -> np.ndarray:
-        """Every row's approximate cosine, exact for every row that may be among the k best."""
+    def best(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k best rows, best first, and their float32 scores (exactly the float32 pass's).
+
+        Every row whose upper bound reaches the k-th best lower bound is scored again in float32; the k
+        best are then chosen among those few hundred rows (the others cannot be among them), not by a
+        second selection over every row."""
         out, err = self.bounds()
         n = len(out)
-        if n == 0 or k <= 0:
-            return out
         k = min(k, n)
+        if k <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
         floor = np.partition(out - err, n - k)[n - k]  # k rows score at least this
-        maybe = np.flatnonzero(out + err >= floor)
-        out[maybe] = self.mat[maybe] @ self.q
+        out += err  # the upper bounds, in place
+        maybe = np.flatnonzero(out >= floor)
+        exact = self.mat[maybe] @ self.q
         self.rescored = len(maybe)
-        return out
+        top = np.argpartition(-exact, k - 1)[:k] if len(maybe) > k else np.arange(len(maybe))
+        top = top[np.argsort(-exact[top])]
+        return maybe[top], exact[top]
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """(approximate cosines, error bounds) of every row, once every block is done."""
         self.work()
         self._all_done.wait()
         c = self.copy
-        out = self._dots.astype(np.float32) * (c.scale * np.float32(self._qs)) + np.float32(c.centre @ self.q)
-        err = c.residual * np.float32(np.linalg.norm(self.q)) + c.norm * np.float32(self._q_residual) + _MARGIN
+        # In place: each full-length temporary is ~0.03 ms at 100k rows.
+        out = self._dots.astype(np.float32)
+        out *= c.scale
+        out *= np.float32(self._qs)
+        out += np.float32(c.centre @ self.q)
+        err = c.residual * np.float32(np.linalg.norm(self.q))
+        err += c.norm * np.float32(self._q_residual)
+        err += np.float32(_MARGIN)
         return out, err

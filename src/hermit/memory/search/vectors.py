@@ -95,17 +95,14 @@ class VectorMatrix:
         return MatrixPass(self.mat, q)
 
     def finish(self, p: AnyPass, k: int) -> list[tuple[int, float]]:
-        """The k best rows of a finished pass, best first."""
-        return self.top_of(p.final(min(k + self.garbage, len(self.mat))), k)
+        """The k best rows of a finished pass, best first (and as many more as rows of deleted chunks)."""
+        rows, sims = p.best(min(k + self.garbage, len(self.mat)))
+        return [(int(self.ids[r]), float(s)) for r, s in zip(rows, sims, strict=True)]
 
     def top_of(self, sims: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The k best rows of `sims` (this matrix times a query), best first."""
-        if not len(sims):
-            return []
-        k = min(k + self.garbage, len(sims))
-        part = np.argpartition(-sims, k - 1)[:k]
-        part = part[np.argsort(-sims[part])]
-        return [(int(self.ids[r]), float(sims[r])) for r in part]
+        rows = best_rows(sims, min(k + self.garbage, len(sims)))
+        return [(int(self.ids[r]), float(sims[r])) for r in rows]
 
     def scores(self, q: np.ndarray, ids: list[int]) -> dict[int, float]:
         rows = [(i, self.row_of[i]) for i in ids if i in self.row_of]
@@ -152,11 +149,21 @@ class MatrixPass:
             np.matmul(self.mat[a:b], self.q, out=self.out[a:b])
         self.busy_ms += (time.perf_counter() - t0) * 1000
 
-    def final(self, k: int) -> np.ndarray:
-        return self.out
+    def best(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k best rows, best first, and their scores."""
+        rows = best_rows(self.out, k)
+        return rows, self.out[rows]
 
 
-# Either pass over the matrix (VectorMatrix.start_pass): the same `work`, `final` and `busy_ms`.
+def best_rows(sims: np.ndarray, k: int) -> np.ndarray:
+    """The indices of the k largest of `sims`, largest first."""
+    if not len(sims) or k <= 0:
+        return np.zeros(0, np.int64)
+    part = np.argpartition(-sims, k - 1)[:k]
+    return part[np.argsort(-sims[part])]
+
+
+# Either pass over the matrix (VectorMatrix.start_pass): the same `work`, `best` and `busy_ms`.
 AnyPass = MatrixPass | Int8Pass
 
 

@@ -14,7 +14,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +150,10 @@ class IndexStore:
         self.location = str(path)
         self.conn, self.vec = connect(path, load_vec=want_vec, readonly=readonly)
         self._tokens: FtsTokens | None = None  # made on the first one-word count
+        # Reads that cannot change inside a read transaction begun by reading() (meta, the vector
+        # table's kind), held for its length: a search asked for the meta table ~12 times, and each
+        # statement hands the GIL to the search's worker. None outside such a transaction.
+        self._held: dict[str, Any] | None = None
         if not readonly:
             try:
                 migrate(self.conn, MIGRATIONS)
@@ -168,25 +172,52 @@ class IndexStore:
             yield
             return
         self.conn.execute("begin")
+        self._held = {}
         try:
             yield
         finally:
+            self._held = None
             if self.conn.in_transaction:
                 self.conn.execute("commit")
 
+    def _once(self, key: str, read: Callable[[], Any]) -> Any:
+        """`read()`, read once per read transaction of reading(): its snapshot of the file does not
+        change, and a write on this connection (which does change it) drops what was held."""
+        held = self._held
+        if held is None:
+            return read()
+        changes = self.conn.total_changes
+        if held.get("#changes") != changes:
+            held.clear()
+            held["#changes"] = changes
+        if key not in held:
+            held[key] = read()
+        return held[key]
+
+    def _drop_held(self) -> None:
+        if self._held is not None:
+            self._held.clear()
+
     def meta(self) -> dict[str, str]:
+        return dict(self._once("meta", self._read_meta))
+
+    def _read_meta(self) -> dict[str, str]:
         try:
             return dict(self.conn.execute("select key, value from meta").fetchall())
         except Exception:  # noqa: BLE001 - an index without a meta table has no identity yet
             return {}
 
     def set_meta(self, values: dict[str, str]) -> None:
+        self._drop_held()
         self.conn.executemany(
             "insert into meta(key, value) values (?, ?) on conflict(key) do update set value=excluded.value",
             list(values.items()),
         )
 
     def generation(self) -> int:
+        return int(self._once("generation", self._read_generation))
+
+    def _read_generation(self) -> int:
         row = self.conn.execute("select value from meta where key='generation'").fetchone()
         return int(row[0]) if row else 0
 
@@ -198,6 +229,9 @@ class IndexStore:
         return row is not None
 
     def vector_backend(self) -> str | None:
+        return self._once("backend", self._read_backend)
+
+    def _read_backend(self) -> str | None:
         row = self.conn.execute("select sql from sqlite_master where name='chunks_vec'").fetchone()
         if row is None:
             return None
@@ -214,6 +248,7 @@ class IndexStore:
     def ensure_vec_table(self, dims: int) -> None:
         if self.has_vec_table():
             return
+        self._drop_held()  # a schema change is not in total_changes
         if self.vec.available:
             self.conn.execute(
                 f"create virtual table chunks_vec using vec0("
@@ -546,6 +581,7 @@ class IndexStore:
 
     def finish_rebuild(self, staging: object) -> None:
         assert isinstance(staging, IndexStore)
+        self._drop_held()
         try:
             staging.conn.execute("pragma wal_checkpoint(truncate)")
             # One backup step = one write transaction on the live file: readers see old or new.
