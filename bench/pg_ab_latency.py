@@ -154,6 +154,8 @@ def recall(dsn: str, chunks: int, n_queries: int, efs: list[int]) -> list[dict[s
 
 
 def markdown(res: dict[str, Any], chunks: int) -> str:
+    if "old" not in res:  # --rounds 0: the recall table alone
+        return "\n".join(recall_lines(res.get("recall", [])))
     o, n = res["old"], res["new"]
     lines = [f"# Hermit's hybrid search on PostgreSQL at {chunks:,} chunks: main vs this tree (interleaved A/B)", "",
              "Command: `python bench/pg_ab_latency.py OLD_SRC --chunks {chunks} --rounds {rounds} --n-queries "
@@ -174,13 +176,16 @@ def markdown(res: dict[str, Any], chunks: int) -> str:
               f"Same places for every query in every round: {res['same_places_every_query']} "
               f"(queries differing in round 1: {res['queries_differing_round1']}).",
               f"Load average before each run: {', '.join(res['loadavg'])}.", ""]
-    if res.get("recall"):
-        lines += ["| this tree's vector leg (PgStore.vec_knn, k 60): ef_search | recall@10 vs exact | KNN p50 / p95 ms "
-                  "| load |", "|---|---|---|---|"]
-        lines += [f"| {r['ef_search']} | {r['recall_at_10']} | {r['knn_p50_ms']} / {r['knn_p95_ms']} | {r['load']} |"
-                  for r in res["recall"]]
-        lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + recall_lines(res.get("recall", [])))
+
+
+def recall_lines(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    return ["| this tree's vector leg (PgStore.vec_knn, k 60): ef_search | recall@10 vs exact | KNN p50 / p95 ms "
+            "| load |", "|---|---|---|---|",
+            *[f"| {r['ef_search']} | {r['recall_at_10']} | {r['knn_p50_ms']} / {r['knn_p95_ms']} | {r['load']} |"
+              for r in rows], ""]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.with_suffix(".md").write_text(md)
         for r in ("old", "new"):
-            res[r].pop("places", None)
+            res.get(r, {}).pop("places", None)
         args.out.with_suffix(".json").write_text(json.dumps(res, indent=2))
     return 0
 
