@@ -5,6 +5,7 @@ rows; without onnxruntime the float32 pass stays."""
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -206,3 +207,39 @@ def test_the_int8_pass_takes_every_row_when_k_is_larger() -> None:
             p.work()
             got = vm.finish(p, k)
             assert [i for i, _ in got] == [i for i, _ in _exact(vm, q, k)] and len(got) == 50
+
+
+class _HeldRows(np.ndarray):
+    """A matrix whose first block waits for `go` when read: the block another thread is still writing."""
+
+    go: threading.Event
+    taken: threading.Event
+
+    def __getitem__(self, key: object) -> np.ndarray:
+        if isinstance(key, slice) and key.start == 0 and hasattr(self, "go"):
+            self.taken.set()
+            self.go.wait()
+        return np.asarray(super().__getitem__(key))
+
+
+def test_the_best_rows_wait_for_a_block_another_thread_is_still_on() -> None:
+    """The worker picks the k best as soon as its own share of the blocks is done (query_runner.EmbedBeside):
+    a block the search thread took and has not written yet must be waited for, not read half-done (the
+    int8 pass already waited; the float32 pass, used under 20k rows, did not)."""
+    rng = np.random.default_rng(3)
+    mat = rng.standard_normal((3 * MatrixPass.BLOCK_ROWS, 32)).astype(np.float32)
+    mat /= np.linalg.norm(mat, axis=1, keepdims=True)
+    q = mat[5].copy()  # the best row is in the first block
+    held = mat.view(_HeldRows)
+    held.go, held.taken = threading.Event(), threading.Event()
+    p = MatrixPass(held, q)
+    helper = threading.Thread(target=p.work)
+    helper.start()
+    assert held.taken.wait(10)  # the helper holds block 0
+    got: list[np.ndarray] = []
+    picker = threading.Thread(target=lambda: got.append(p.best(3)[0]))
+    picker.start()  # takes the other blocks, then must wait for block 0
+    held.go.set()
+    picker.join(10)
+    helper.join(10)
+    assert got and list(got[0]) == list(np.argsort(-(mat @ q))[:3])

@@ -140,6 +140,13 @@ class MatrixPass:
         self.blocks = list(range(0, len(mat), self.BLOCK_ROWS))
         self._next = itertools.count()  # next() on a count is atomic under the GIL
         self.busy_ms = 0.0
+        # Blocks finished, not only taken: the worker picks the k best once its own `work` returns,
+        # while the search thread may still be writing a block it took.
+        self._done = 0
+        self._lock = threading.Lock()
+        self._all_done = threading.Event()
+        if not self.blocks:
+            self._all_done.set()
 
     def work(self) -> None:
         t0 = time.perf_counter()
@@ -147,10 +154,17 @@ class MatrixPass:
             a = self.blocks[i]
             b = min(a + self.BLOCK_ROWS, len(self.mat))
             np.matmul(self.mat[a:b], self.q, out=self.out[a:b])
-        self.busy_ms += (time.perf_counter() - t0) * 1000
+            with self._lock:
+                self._done += 1
+                if self._done == len(self.blocks):
+                    self._all_done.set()
+        with self._lock:
+            self.busy_ms += (time.perf_counter() - t0) * 1000
 
     def best(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The k best rows, best first, and their scores."""
+        """The k best rows, best first, and their scores, once every block is done (by any thread)."""
+        self.work()
+        self._all_done.wait()
         rows = best_rows(self.out, k)
         return rows, self.out[rows]
 
