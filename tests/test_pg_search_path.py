@@ -13,7 +13,7 @@ import pytest
 
 from conftest import write
 from hermit.config.schema import MemorySearchConfig, PostgresStoreConfig
-from hermit.db import connect_memory
+from hermit.db import Connection, connect_memory
 from hermit.errors import StoreError
 from hermit.memory.search.fts import FTS_TOKENIZER, index_text, or_match
 from hermit.memory.service import MemoryKey, MemoryService
@@ -27,12 +27,9 @@ def _store(dsn: str, schema: str = "hermit_t") -> PgStore:
     return PgStore(dsn, schema, PostgresStoreConfig())
 
 
-def test_term_counts_up_to_the_tsvector_limit_score_as_fts5(pg_dsn: str) -> None:
-    """Each row's count of a query token comes from ts_rank's value turned back into a count; every
-    count from 1 to the 256 positions a tsvector keeps gives FTS5's bm25() to 1e-9."""
-    counts = [*range(1, 41), 63, 64, 65, 100, 127, 128, 200, 255, MAX_POSITIONS]
-    texts = [" ".join(["kumquat"] * k + ["filler"] * (k % 7) + ["tree"] * (k % 3)) for k in counts]
-    texts += ["plain words only", "tree tree tree"]
+def _with_fts5_beside(pg_dsn: str, texts: list[str]) -> tuple[PgStore, Connection]:
+    """A PostgreSQL store holding `texts` as one chunk each, and an FTS5 table of the same texts (rowid =
+    position + 1), the reference for its BM25."""
     store = _store(pg_dsn)
     files = [FileState(f"memory/{i}.md", "memory", f"h{i}", 0, 0, True) for i in range(len(texts))]
     store.bulk_add(files, [BulkChunk(f"memory/{i}.md", "memory", 1, 1, f"c{i}", t) for i, t in enumerate(texts)],
@@ -40,6 +37,16 @@ def test_term_counts_up_to_the_tsvector_limit_score_as_fts5(pg_dsn: str) -> None
     lite = connect_memory()
     lite.execute(f"create virtual table t using fts5(x, tokenize='{FTS_TOKENIZER}')")
     lite.executemany("insert into t(rowid, x) values (?, ?)", [(i + 1, index_text(t)) for i, t in enumerate(texts)])
+    return store, lite
+
+
+def test_term_counts_up_to_the_tsvector_limit_score_as_fts5(pg_dsn: str) -> None:
+    """Each row's count of a query token comes from ts_rank's value turned back into a count; every
+    count from 1 to the 256 positions a tsvector keeps gives FTS5's bm25() to 1e-9."""
+    counts = [*range(1, 41), 63, 64, 65, 100, 127, 128, 200, 255, MAX_POSITIONS]
+    texts = [" ".join(["kumquat"] * k + ["filler"] * (k % 7) + ["tree"] * (k % 3)) for k in counts]
+    texts += ["plain words only", "tree tree tree"]
+    store, lite = _with_fts5_beside(pg_dsn, texts)
     ids = {int(r[0]): n for n, r in enumerate(store.conn.execute(f"select id from {store.s}.chunks order by id"))}
     for words in (["kumquat"], ["kumquat", "tree"], ["tree", "filler", "kumquat"], ["kumquat", "kumquat"]):
         match = or_match(words)
@@ -167,13 +174,7 @@ def test_an_id_bounded_keyword_query_keeps_its_results_and_its_setting_to_itself
     either way, and `enable_indexscan` is back to its default after the statement, inside a search's
     transaction (the pipelined set/reset) and outside one."""
     texts = [("common " + ("rare " if i % 20 == 0 else "") + f"word{i % 7} filler") for i in range(400)]
-    store = _store(pg_dsn)
-    files = [FileState(f"memory/{i}.md", "memory", f"h{i}", 0, 0, True) for i in range(len(texts))]
-    store.bulk_add(files, [BulkChunk(f"memory/{i}.md", "memory", 1, 1, f"c{i}", t) for i, t in enumerate(texts)],
-                   None, updated_at=0)
-    lite = connect_memory()
-    lite.execute(f"create virtual table t using fts5(x, tokenize='{FTS_TOKENIZER}')")
-    lite.executemany("insert into t(rowid, x) values (?, ?)", [(i + 1, index_text(t)) for i, t in enumerate(texts)])
+    store, lite = _with_fts5_beside(pg_dsn, texts)
     ids = [int(r[0]) for r in store.conn.execute(f"select id from {store.s}.chunks order by id")]
     lo, hi = ids[0], ids[-1]
     kw = store.keyword

@@ -35,12 +35,13 @@ KINDS = ("seen", "window", "past-6", "below", "absent")
 
 
 def _record(searcher: HybridSearcher, log: dict[str, Any]) -> None:
-    """Keep each search's scored candidates and its passed order (instance wrappers, no behaviour change)."""
+    """Keep each search's candidates (`c`, their `rows`), scores, passed order and query vector `q`
+    (instance wrappers, no behaviour change; signals.py uses it too)."""
     score, order = searcher._score, searcher._order
 
     def _score(query, c, q, match):  # type: ignore[no-untyped-def]
         out = score(query, c, q, match)
-        log["rows"], log["scored"] = c.rows, out
+        log["c"], log["rows"], log["scored"], log["q"] = c, c.rows, out, q
         return out
 
     def _order(scored, c, q, max_results, min_score, timings):  # type: ignore[no-untyped-def]

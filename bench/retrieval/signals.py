@@ -45,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import conversations as conv_bench  # noqa: E402
+from diagnose import _record  # noqa: E402
 
 from hermit.memory.index.line_vectors import from_line_blob  # noqa: E402
 from hermit.memory.search.hybrid import HybridSearcher  # noqa: E402
@@ -68,24 +69,6 @@ class _Vectors:
     def get(self, i: int) -> np.ndarray | None:
         k = self.row_of.get(i)
         return None if k is None else self.mat[k]
-
-
-def _record(searcher: HybridSearcher, log: dict[str, Any]) -> None:
-    """Keep each search's candidates, scores, passed order and query vector (instance wrappers only)."""
-    score, order = searcher._score, searcher._order
-
-    def _score(query, c, q, match):  # type: ignore[no-untyped-def]
-        out = score(query, c, q, match)
-        log["c"], log["scored"], log["q"] = c, out, q
-        return out
-
-    def _order(scored, c, q, max_results, min_score, timings):  # type: ignore[no-untyped-def]
-        out = order(scored, c, q, max_results, min_score, timings)
-        log["passed"] = out
-        return out
-
-    searcher._score = _score  # type: ignore[method-assign]
-    searcher._order = _order  # type: ignore[method-assign]
 
 
 def _auc(pos: list[float], neg: list[float]) -> float:
