@@ -234,7 +234,7 @@ class HybridSearcher:
         beside = one_core and self._matrix_ok()
         # A server store's KNN runs in the worker on a connection of its own beside the keyword leg's
         # SQL (after the query embedding there too when that takes one core).
-        knn_beside = use_vec and not beside and bool(getattr(self.store, "knn_beside", False))
+        knn_beside = use_vec and not beside and self.store.knn_beside
         if use_vec and not beside and not (knn_beside and one_core):
             q, reason = self._embed_query(query, timings)
         rows: dict[int, ChunkRow] = {}

@@ -65,6 +65,9 @@ class MemoryStore(Protocol):
     # Whether a long-lived process may hold every vector in RAM (VectorMatrix). False on a server
     # backend: its KNN runs in the server.
     matrix_ok: bool
+    # Whether the store's KNN may run in the search's worker beside the keyword leg (a connection of its
+    # own: PostgreSQL). False where both would share one connection and run one after the other.
+    knn_beside: bool
 
     def close(self) -> None: ...
 

@@ -144,6 +144,7 @@ class IndexStore:
     """One agent's index file. Writers hold the sync lock; any number of readers may search."""
 
     matrix_ok = True
+    knn_beside = False  # its KNN (sqlite-vec) shares the search's connection
 
     def __init__(self, path: Path, *, want_vec: bool = True, readonly: bool = False) -> None:
         self.path = path
