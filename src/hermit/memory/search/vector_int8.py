@@ -19,12 +19,13 @@ the threshold is SearchTuning.int8_min_rows).
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from typing import Any
 
 import numpy as np
+
+from hermit.memory.search.blocks import Blocks
 
 # Float32 rounding in the bounds and in the two products (a few ulps of a cosine): a margin on top.
 _MARGIN = 1e-4
@@ -145,26 +146,15 @@ class Int8Pass:
         self._qs, self._qi = qs, qi.astype(np.int8).reshape(-1, 1)
         self._q_residual = float(np.linalg.norm(self.q - qi * qs))
         self._dots = np.empty(len(copy), np.int32)
-        self._blocks = list(range(0, len(copy), self.BLOCK_ROWS))
-        self._next = itertools.count()  # next() on a count is atomic under the GIL
-        self._done = 0
+        self._blocks = Blocks(len(copy), self.BLOCK_ROWS)
         self._lock = threading.Lock()
-        self._all_done = threading.Event()
-        if not self._blocks:
-            self._all_done.set()
 
     def work(self) -> None:
         t0 = time.perf_counter()
         session, zero = _session(), np.array(128, np.uint8)
-        while (i := next(self._next)) < len(self._blocks):
-            a = self._blocks[i]
-            b = min(a + self.BLOCK_ROWS, len(self._dots))
+        for a, b in self._blocks.take():
             self._dots[a:b] = session.run(None, {"rows": self.copy.rows[a:b], "query": self._qi,
                                                  "zero": zero})[0][:, 0]
-            with self._lock:
-                self._done += 1
-                if self._done == len(self._blocks):
-                    self._all_done.set()
         with self._lock:
             self.busy_ms += (time.perf_counter() - t0) * 1000
 
@@ -191,7 +181,7 @@ class Int8Pass:
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """(approximate cosines, error bounds) of every row, once every block is done."""
         self.work()
-        self._all_done.wait()
+        self._blocks.wait()
         c = self.copy
         # In place: each full-length temporary is ~0.03 ms at 100k rows.
         out = self._dots.astype(np.float32)

@@ -5,7 +5,6 @@ Used by memory/search/hybrid.py; split from it by responsibility (brute-force co
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 
@@ -13,6 +12,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from hermit.memory.search import vector_int8
+from hermit.memory.search.blocks import Blocks
 from hermit.memory.search.tuning import DEFAULT_TUNING
 from hermit.memory.search.vector_int8 import Int8Copy, Int8Pass, with_room
 from hermit.memory.store.api import MemoryStore
@@ -137,34 +137,23 @@ class MatrixPass:
     def __init__(self, mat: np.ndarray, q: np.ndarray) -> None:
         self.mat, self.q = mat, q
         self.out = np.empty(len(mat), dtype=np.float32)
-        self.blocks = list(range(0, len(mat), self.BLOCK_ROWS))
-        self._next = itertools.count()  # next() on a count is atomic under the GIL
+        # Finished, not only taken: the worker picks the k best once its own `work` returns, while the
+        # search thread may still be writing a block it took.
+        self.blocks = Blocks(len(mat), self.BLOCK_ROWS)
         self.busy_ms = 0.0
-        # Blocks finished, not only taken: the worker picks the k best once its own `work` returns,
-        # while the search thread may still be writing a block it took.
-        self._done = 0
         self._lock = threading.Lock()
-        self._all_done = threading.Event()
-        if not self.blocks:
-            self._all_done.set()
 
     def work(self) -> None:
         t0 = time.perf_counter()
-        while (i := next(self._next)) < len(self.blocks):
-            a = self.blocks[i]
-            b = min(a + self.BLOCK_ROWS, len(self.mat))
+        for a, b in self.blocks.take():
             np.matmul(self.mat[a:b], self.q, out=self.out[a:b])
-            with self._lock:
-                self._done += 1
-                if self._done == len(self.blocks):
-                    self._all_done.set()
         with self._lock:
             self.busy_ms += (time.perf_counter() - t0) * 1000
 
     def best(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k best rows, best first, and their scores, once every block is done (by any thread)."""
         self.work()
-        self._all_done.wait()
+        self.blocks.wait()
         rows = best_rows(self.out, k)
         return rows, self.out[rows]
 
