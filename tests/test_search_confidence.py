@@ -1,5 +1,5 @@
-"""Knowing when nothing matches (BM25 on the query's own scale), copies of conversations after the notes, and
-the turns of the speaker a question names."""
+"""Knowing when nothing matches (BM25 on the query's own scale, searches that matched only everyday words),
+copies of conversations after the notes, and the turns of the speaker a question names."""
 
 from __future__ import annotations
 
@@ -122,3 +122,65 @@ def test_a_question_naming_a_speaker_shows_that_speakers_turns() -> None:
     # A name that speaks no line of the place changes nothing.
     [other] = show_places([[(1, 0.9)]], rows, terms, 60, frozenset({"jon"}))
     assert render(other, terms)[0] == render(anyone, terms)[0]
+
+
+_TALK = {  # a conversation logged one turn a line, as channels and LoCoMo-style logs are
+    "2026-03-02": ["Nadia: Hey Felix! I finally signed up for the pottery class at the community centre.",
+                   "Felix: That's great! What are you going to make first?",
+                   "Nadia: A set of mugs for my sister, she just moved into a new flat.",
+                   "Felix: I spent the weekend repairing the old bicycle my grandfather left me.",
+                   "Nadia: Did you manage to fix the brakes?", "Felix: Yes, new pads and a cable, it rides like new now."],
+    "2026-03-09": ["Felix: I went hiking in the hills with my dog on Saturday, we saw a fox.",
+                   "Nadia: Lovely! My mugs came out of the kiln, two of them cracked though.",
+                   "Felix: Oh no. Will you try again?", "Nadia: Yes, the teacher says I pulled the walls too thin.",
+                   "Felix: I'm thinking about volunteering at the animal shelter on Sundays."],
+    "2026-03-16": ["Nadia: My sister loved the mugs, she uses the blue one every morning.",
+                   "Felix: I started volunteering at the shelter, I walk three dogs every Sunday.",
+                   "Nadia: You must come home exhausted.", "Felix: A bit, but it's the best part of my week."],
+    "2026-03-23": ["Felix: My cousin's wedding is next month, I have to write a speech.",
+                   "Nadia: Keep it short and tell one funny story.",
+                   "Felix: Good idea, I'll tell the one about the canoe trip."],
+    "2026-03-30": ["Nadia: I started reading a novel about a lighthouse keeper, it's beautiful.", "Felix: Who wrote it?",
+                   "Nadia: A Norwegian author, I forget the name, my book club picked it."],
+    "2026-04-06": ["Felix: The shelter let me take one of the dogs home for the weekend, his name is Biscuit.",
+                   "Nadia: Are you going to adopt him?", "Felix: I'm seriously thinking about it, he's so calm."],
+    "2026-04-13": ["Nadia: I baked sourdough for the first time, the crust was perfect.",
+                   "Felix: You should sell it at the farmers market!",
+                   "Nadia: Ha, maybe one day. The starter is called Gerald."],
+    "2026-04-20": ["Felix: I adopted Biscuit! He sleeps on my feet every night.", "Nadia: That's wonderful, send me photos.",
+                   "Felix: [shares a photo of a brown dog on a sofa]"],
+    "2026-04-27": ["Nadia: My pottery teacher asked me to help with the beginners' class.",
+                   "Felix: You've come a long way since the cracked mugs.", "Nadia: I know, I'm making a teapot now."],
+    "2026-05-04": ["Felix: I ran my first 10k race on Sunday, 54 minutes.", "Nadia: Amazing! Were you training for long?",
+                   "Felix: Two months, three runs a week with Biscuit."],
+    "2026-05-11": ["Nadia: We're planning a trip to Lisbon in June with my sister.",
+                   "Felix: Try the custard tarts in Belem.", "Nadia: Already on the list!"],
+}
+
+
+def test_a_search_that_matched_only_everyday_words_returns_nothing(tmp_path: Path, e5: object) -> None:
+    """"When did Nadia go skydiving?" over a conversation that never mentions it: the name and "go" are
+    everywhere, so two sessions pass min_score on those words (0.42, 0.37) while nothing said in them comes
+    near the question. Such a search returns nothing (SearchTuning.unmatched_line); questions the talk
+    answers keep every result."""
+    ws = tmp_path / "ws"
+    write(ws / "MEMORY.md", "# Memory\n\n- Conversation between Nadia and Felix.\n")
+    for n, (day, turns) in enumerate(_TALK.items(), 1):
+        write(ws / "memory" / f"{day}.md", f"# {day}\n\n" + "".join(f"- [D{n}:{k}] {t}\n" for k, t in enumerate(turns, 1)))
+    cfg = MemorySearchConfig()
+    svc = MemoryService(MemoryKey("main", ws), tmp_path / "u.sqlite", cfg, e5, cache_dir=tmp_path / "cache")  # type: ignore[arg-type]
+    svc.sync()
+    absent = ["When did Nadia go skydiving?", "When did Felix go to the concert?"]
+    answered = {"What did Felix name his dog?": "2026-04-06", "Where is Nadia travelling in June?": "2026-05-11"}
+    try:
+        assert all(svc.search(q)["results"] == [] for q in absent)
+        # A min_score given with the search is a hard threshold: what passes it is returned.
+        assert all(len(svc.search(q, None, 0.35)["results"]) >= 2 for q in absent)
+        found = {q: svc.search(q)["results"] for q in answered}
+        assert all(found[q][0]["path"] == f"memory/{day}.md" for q, day in answered.items())
+        # Without the rule the everyday words bring back sessions that do not answer; the answers are the same.
+        svc.searcher.tuning = dataclasses.replace(svc.searcher.tuning, unmatched_line=0.0)
+        assert all(len(svc.search(q)["results"]) >= 2 for q in absent)
+        assert {q: svc.search(q)["results"] for q in answered} == found
+    finally:
+        svc.close()

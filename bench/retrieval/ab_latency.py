@@ -130,13 +130,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     report: dict[str, Any] = {}
     for n in args.sizes:
-        home = old_home = mb.OUT_DIR / f"home-ab-{n}"
+        # The home is built first: on a fresh machine the old tree's copy must be of a built home.
+        home = old_home = ensure_home(n)
         if args.separate_homes:
             old_home = home.with_name(home.name + "-old")
-            if not old_home.exists() and home.exists():
+            if not old_home.exists():
                 print(f"copying {home} to {old_home} for {args.old_src}", file=sys.stderr)
                 shutil.copytree(home, old_home)
-        home = ensure_home(n)
         runs: dict[str, list[float]] = {"old": [], "new": []}
         full: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
         loads: list[float] = []

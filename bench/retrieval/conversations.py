@@ -112,6 +112,19 @@ def variants() -> list[Variant]:
         Variant("fill-top-0.45", "the same from 0.45", tuning=T(fill_min_top=0.45), family="fill-top"),
         Variant("fill-top-0.55", "the same from 0.55", tuning=T(fill_min_top=0.55), family="fill-top"),
         Variant("fill-top-0.6", "the same from 0.6", tuning=T(fill_min_top=0.6), family="fill-top"),
+        Variant("unmatched-line-0", "a search whose places match words only still returns them (round 8)",
+                tuning=T(unmatched_line=0.0), family="unmatched-line"),
+        Variant("unmatched-line-0.2", "a search returns nothing when its best place scores under 0.6 and neither "
+                "its first places nor their lines are 0.2 near the question (default 0.25)",
+                tuning=T(unmatched_line=0.2), family="unmatched-line"),
+        Variant("unmatched-line-0.3", "the same with 0.3", tuning=T(unmatched_line=0.3), family="unmatched-line"),
+        Variant("unmatched-line-0.35", "the same with 0.35", tuning=T(unmatched_line=0.35), family="unmatched-line"),
+        Variant("unmatched-top-0.45", "the same with the best place under 0.45 (default 0.6)",
+                tuning=T(unmatched_top=0.45), family="unmatched-top"),
+        Variant("unmatched-top-0.5", "the same under 0.5", tuning=T(unmatched_top=0.5), family="unmatched-top"),
+        Variant("unmatched-top-0.55", "the same under 0.55", tuning=T(unmatched_top=0.55), family="unmatched-top"),
+        Variant("unmatched-top-0.7", "the same under 0.7", tuning=T(unmatched_top=0.7), family="unmatched-top"),
+        Variant("unmatched-top-1", "whatever the best place scores", tuning=T(unmatched_top=1.01), family="unmatched-top"),
         Variant("spare-floor-0", "any candidate under minScore may fill (default: above 0.05)",
                 tuning=T(spare_floor=0.0), family="spare-floor"),
         Variant("spare-floor-0.1", "only candidates above 0.1 may fill", tuning=T(spare_floor=0.1),
@@ -258,11 +271,16 @@ def _pooled(r: dict[str, Any], convs: list[str], metric: str) -> float:
     return sum(r["by_conv"][c][metric] * r["by_conv"][c]["n"] for c in convs) / n
 
 
+# Families whose knob trades results for questions with no answer against recall: picked by the first.
+_ABSENT_FAMILIES = frozenset({"query-scale", "unmatched-line", "unmatched-top"})
+
+
 def rotations(rows: list[dict[str, Any]]) -> list[str]:
     """Each conversation held out in turn: every variant's change from the default on the two others
     (where it would be tuned) and on the one held out, and for each family of one knob the member the
-    two would pick (the best seen R@6 on them, the default on a tie; for `query-scale` the fewest
-    absent-answer results among those within 0.002 of the best recall) and what it gives held out."""
+    two would pick (the best seen R@6 on them, the default on a tie; for the knobs of knowing when
+    nothing matches, `_ABSENT_FAMILIES`, the fewest absent-answer results among those within 0.002 of
+    the best recall) and what it gives held out."""
     base = next((r for r in rows if r["variant"] == "default"), None)
     if base is None:
         return []
@@ -289,7 +307,7 @@ def rotations(rows: list[dict[str, Any]]) -> list[str]:
             for h in convs:
                 tune = [c for c in convs if c != h]
                 best = max(_pooled(m, tune, "seen") for m in members)
-                if fam == "query-scale":
+                if fam in _ABSENT_FAMILIES:
                     ok = [m for m in members if _pooled(m, tune, "seen") >= best - 0.002]
                     pick = min(ok, key=lambda m: (_pooled(m, tune, "absent"), m is not base))
                 else:

@@ -44,8 +44,8 @@ def _record(searcher: HybridSearcher, log: dict[str, Any]) -> None:
         log["c"], log["rows"], log["scored"], log["q"] = c, c.rows, out, q
         return out
 
-    def _order(scored, c, q, max_results, min_score, timings):  # type: ignore[no-untyped-def]
-        out = order(scored, c, q, max_results, min_score, timings)
+    def _order(scored, c, q, max_results, min_score, timings, *judged):  # type: ignore[no-untyped-def]
+        out = order(scored, c, q, max_results, min_score, timings, *judged)
         log["passed"] = out
         return out
 

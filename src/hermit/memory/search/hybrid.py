@@ -46,6 +46,7 @@ from hermit.memory.search.ordering import (
     nearest_first,
     notes_first,
     spare_candidates,
+    unmatched,
 )
 from hermit.memory.search.places import group_places, show_places, span_of, spare_places
 from hermit.memory.search.query_runner import EmbedBeside, query_uses_one_core, store_knn
@@ -216,8 +217,10 @@ class HybridSearcher:
         hy = self.cfg.hybrid
         max_results = max_results or self.cfg.max_results
         # A min_score given with the search is a hard threshold; at the configured one, weaker places may
-        # fill the results left unused (QueryConfig.fill_results).
-        fill = self.cfg.fill_results and min_score is None
+        # fill the results left unused (QueryConfig.fill_results), and places that matched only the
+        # question's everyday words are dropped (memory.search.ordering.unmatched).
+        judged = min_score is None
+        fill = self.cfg.fill_results and judged
         min_score = self.cfg.min_score if min_score is None else min_score
         pool = min(hy.max_candidates, max_results * hy.candidate_multiplier)
         restricted = reader is not None and not reader.owner
@@ -252,7 +255,7 @@ class HybridSearcher:
             assert reader is not None
             self._restrict(c, reader)
         scored = self._score(query, c, q, match)
-        passed = self._order(scored, c, q, max_results, min_score, timings)
+        passed = self._order(scored, c, q, max_results, min_score, timings, judged)
         hits = self._show(query, terms, passed, scored if fill and q is not None else [], c, q, max_results, min_score)
         mode = "hybrid" if q is not None and match else ("keyword-only" if q is None else "vector-only")
         if q is None and reason is None:
@@ -411,17 +414,20 @@ class HybridSearcher:
         return self._decay(scored, c.rows)
 
     def _order(self, scored: list[tuple[int, float]], c: _Candidates, q: np.ndarray | None, max_results: int,
-               min_score: float, timings: dict[str, float]) -> list[tuple[int, float]]:
+               min_score: float, timings: dict[str, float], judged: bool = True) -> list[tuple[int, float]]:
         """The candidates that pass min_score, best first: by score, then by their best line's vector,
-        MMR when configured, and notes before copies of conversations."""
+        MMR when configured, and notes before copies of conversations. None when `judged` (min_score is
+        the configured one) and they matched only the question's everyday words."""
         scored = sorted(scored, key=lambda s: -s[1])
         # min_score is applied here, once: what follows only orders the chunks that passed.
         scored = [(i, s) for i, s in scored if s >= min_score]
         if q is not None and self._line_vectors and self.tuning.line_weight > 0:
             t0 = time.perf_counter()
-            scored = self._order_by_lines(scored, c.rows, q, c.cos, self.tuning.line_order_depth * max_results,
-                                          self.tuning.line_weight)
+            scored, nearest = self._order_by_lines(scored, c.rows, q, c.cos,
+                                                   self.tuning.line_order_depth * max_results, self.tuning.line_weight)
             timings["lines_ms"] = (time.perf_counter() - t0) * 1000
+            if judged and unmatched(scored, nearest, self.tuning):
+                return []
         if self.cfg.mmr.enabled:
             scored = mmr(scored, c.rows, max_results, self.cfg.mmr.lambda_)
         return notes_first(scored, c.rows, self.copies, self.tuning.copy_weight)
@@ -461,11 +467,11 @@ class HybridSearcher:
         the results left (memory.search.ordering.nearest_first; as deep as the slots left only: 0.858)."""
         assert q is not None
         head = spare[:self.tuning.line_order_depth * max_results]
-        return nearest_first(spare, self._order_by_lines(head, c.rows, q, c.cos, len(head), weight=1.0)
+        return nearest_first(spare, self._order_by_lines(head, c.rows, q, c.cos, len(head), weight=1.0)[0]
                              if self._line_vectors else [(i, self._vscore(c.cos.get(i))) for i, _ in head])
 
     def _order_by_lines(self, passed: list[tuple[int, float]], rows: dict[int, ChunkRow], q: np.ndarray,
-                        cos: dict[int, float], depth: int, weight: float) -> list[tuple[int, float]]:
+                        cos: dict[int, float], depth: int, weight: float) -> tuple[list[tuple[int, float]], float]:
         return by_best_line(passed, rows, self.store, q, cos, self._vscore, depth, weight)
 
     def _line_terms(self, query: str, tr: Translation) -> list[Term]:

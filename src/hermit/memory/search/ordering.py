@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from hermit.memory.index.line_vectors import best_cosines
+from hermit.memory.search.tuning import SearchTuning
 from hermit.memory.store.api import ChunkRow, MemoryStore
 
 # A session dump (agent/session_memory.py): memory/YYYY-MM-DD-<slug>.md whose header says so.
@@ -69,16 +70,30 @@ def spare_candidates(scored: list[tuple[int, float]], passed: list[tuple[int, fl
 
 def by_best_line(passed: list[tuple[int, float]], rows: dict[int, ChunkRow], store: MemoryStore, q: np.ndarray,
                  cos: dict[int, float], calibrate: Callable[[float], float], depth: int,
-                 weight: float) -> list[tuple[int, float]]:
+                 weight: float) -> tuple[list[tuple[int, float]], float]:
     """The first `depth` chunks put in order of their score blended with their best line's calibrated
     cosine (`weight` of it; memory.index.line_vectors); a blended score may fall below min_score, the
-    chunk stays. A chunk without line vectors (one long line split into pieces) counts its own vector."""
+    chunk stays. A chunk without line vectors (one long line split into pieces) counts its own vector.
+    Also how near the question the nearest of those chunks or their lines comes (calibrated cosine, 0
+    when none has a vector; a chunk's whole vector counts too: a short line of another language is
+    further from the question than the passage it is in)."""
     head, tail = passed[:depth], passed[depth:]
     spans = [(rows[i].path, rows[i].start_line, rows[i].end_line) for i, _ in head]
     best = best_cosines(store.line_vector_blobs(spans), q, len(spans))
-    blended = [(i, s if (v := b if b is not None else cos.get(i)) is None
-                else (1 - weight) * s + weight * calibrate(v)) for (i, s), b in zip(head, best, strict=True)]
-    return sorted(blended, key=lambda x: -x[1]) + tail
+    lines = [None if (v := b if b is not None else cos.get(i)) is None else calibrate(v)
+             for (i, _), b in zip(head, best, strict=True)]
+    blended = [(i, s if v is None else (1 - weight) * s + weight * v) for (i, s), v in zip(head, lines, strict=True)]
+    near = [v for v in lines if v is not None] + [calibrate(cos[i]) for i, _ in head if cos.get(i) is not None]
+    return sorted(blended, key=lambda x: -x[1]) + tail, max(near, default=0.0)
+
+
+def unmatched(ordered: list[tuple[int, float]], nearest: float, tuning: SearchTuning) -> bool:
+    """Whether the places that passed min_score are a match of words only, nothing said in them close to
+    the question: the best scores under `unmatched_top` (no place holds most of the question) and
+    neither the first places nor any of their lines is `unmatched_line` near it (`nearest`, the
+    calibrated cosine by_best_line gives). Such a search found the question's everyday words, not its
+    answer, and returns nothing (SearchTuning.unmatched_line)."""
+    return bool(ordered) and nearest < tuning.unmatched_line and max(s for _, s in ordered) < tuning.unmatched_top
 
 
 def nearest_first(spare: list[tuple[int, float]], near: list[tuple[int, float]]) -> list[tuple[int, float]]:

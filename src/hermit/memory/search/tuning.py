@@ -63,6 +63,18 @@ class SearchTuning:
     # same recall as 0 in every conversation and category, with 2.31 → 2.06 / 1.85 results on the
     # no-answer questions; 0.55 and 0.6 lose multi-hop turns in two of three conversations (`fill-top-*`).
     fill_min_top: float = 0.5
+    # A search whose best place scores under unmatched_top and none of whose first places
+    # (line_order_depth × max_results), nor any of their lines, is unmatched_line close to the question
+    # (calibrated cosine, memory.index.line_vectors) returns nothing: it matched the question's everyday
+    # words (a name on every turn, "go", "number"), not its answer (memory.search.ordering.unmatched; 0:
+    # never; a min_score given with the search turns it off). LoCoMo dev: no-answer searches with a result
+    # 0.511 → 0.321 with the same recall in every conversation; the generated suite unchanged. A line at
+    # 0.3 loses four answers in two conversations, 0.2 gives 0.402; the best place under 0.55, 0.6 or 0.7
+    # gives the same results (0.6: the middle), 0.5 only 0.364, and with no bound at all (places holding
+    # most of the question but nothing near it) three answers are lost in two conversations
+    # (bench/retrieval/README.md, round 9: `unmatched-*`).
+    unmatched_line: float = 0.25
+    unmatched_top: float = 0.6
 
     # -- windows (memory.search.snippets) ----------------------------------------------------------------
     # The windows of one search share this many characters per result asked for (4,200 for the default
