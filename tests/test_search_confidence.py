@@ -4,7 +4,12 @@ copies of conversations after the notes, and the turns of the speaker a question
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import write
@@ -14,6 +19,7 @@ from hermit.memory.search.snippets import render, weigh_terms
 from hermit.memory.service import MemoryKey, MemoryService
 from hermit.memory.store.api import ChunkRow
 from memhelpers import ERRAND_TOPICS, HashEmbedder, errand_logs
+from prochelpers import PROC_TIMEOUT
 
 
 def _workspace(ws: Path) -> None:
@@ -173,10 +179,15 @@ def test_a_search_that_matched_only_everyday_words_returns_nothing(tmp_path: Pat
     absent = ["When did Nadia go skydiving?", "When did Felix go to the concert?"]
     answered = {"What did Felix name his dog?": "2026-04-06", "Where is Nadia travelling in June?": "2026-05-11"}
     try:
-        assert all(svc.search(q)["results"] == [] for q in absent)
+        for q in absent:
+            out = svc.search(q)
+            assert out["results"] == []
+            # The result says why nothing came back though notes shared its words.
+            assert re.fullmatch(r"[2-9] passage\(s\) shared only the question's common words.*", out["unmatched"])
         # A min_score given with the search is a hard threshold: what passes it is returned.
         assert all(len(svc.search(q, None, 0.35)["results"]) >= 2 for q in absent)
         found = {q: svc.search(q)["results"] for q in answered}
+        assert not any("unmatched" in svc.search(q) for q in answered)
         assert all(found[q][0]["path"] == f"memory/{day}.md" for q, day in answered.items())
         # Without the rule the everyday words bring back sessions that do not answer; the answers are the same.
         svc.searcher.tuning = dataclasses.replace(svc.searcher.tuning, unmatched_line=0.0)
@@ -184,3 +195,26 @@ def test_a_search_that_matched_only_everyday_words_returns_nothing(tmp_path: Pat
         assert {q: svc.search(q)["results"] for q in answered} == found
     finally:
         svc.close()
+
+
+def test_the_cli_says_why_such_a_search_is_empty_and_how_to_see_what_was_left_out(tmp_path: Path) -> None:
+    """`hermit memory search` prints "no results" and, on stderr, that passages sharing only common words
+    were left out and that an explicit --min-score shows them; with it, they are shown."""
+    home = tmp_path / "home"
+    env = {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], env=env, text=True,
+                              capture_output=True, timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
+
+    assert cli("init").returncode == 0
+    ws = home / "workspace"
+    for n, (day, turns) in enumerate(_TALK.items(), 1):
+        write(ws / "memory" / f"{day}.md", f"# {day}\n\n" + "".join(f"- [D{n}:{k}] {t}\n" for k, t in enumerate(turns, 1)))
+    empty = cli("memory", "search", "When did Nadia go skydiving?")
+    assert empty.returncode == 0, empty.stderr
+    assert empty.stdout == "no results\n"
+    assert re.search(r"hint: [2-9] passage\(s\) shared only the question's common words.* \(--min-score 0\.35 shows them\)",
+                     empty.stderr), empty.stderr
+    shown = json.loads(cli("memory", "search", "--json", "--min-score", "0.35", "When did Nadia go skydiving?").stdout)
+    assert len(shown["results"]) >= 2 and "unmatched" not in shown

@@ -219,6 +219,8 @@ def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
         print(f"warning: {w}", file=sys.stderr)
     if not res["results"]:
         print("no results")
+        if res.get("unmatched"):
+            print(f"hint: {res['unmatched']} (--min-score {svc.cfg.query.min_score} shows them)", file=sys.stderr)
         _hint_uncovered(svc)
         return 0
     print(shown)

@@ -215,6 +215,11 @@ class MemoryService:
         if outcome.withheld:
             out["withheld"] = ("notes not shared with this chat were left out (owner-only notes, "
                                "MEMORY.md and session-transcript hits, other chats' notes)")
+        if outcome.unmatched:
+            # Why nothing came back though some notes shared words with the question (an explicit
+            # minScore is a hard threshold and shows them).
+            out["unmatched"] = (f"{outcome.unmatched} passage(s) shared only the question's common words, nothing "
+                                "in them near what it asks, and were left out")
         if outcome.mode != "hybrid":
             out["mode"] = outcome.mode
             if outcome.reason:

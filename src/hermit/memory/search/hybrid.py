@@ -90,6 +90,7 @@ class SearchOutcome:
     reason: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     withheld: int = 0  # candidates dropped because the reader may not see them
+    unmatched: int = 0  # chunks that passed min_score on the question's everyday words only, left out
 
 
 @dataclass
@@ -121,6 +122,7 @@ class _Candidates:
     kw_hits: list[tuple[int, float]]
     dated: set[int]  # chunks of the days the query names
     withheld: int = 0  # candidates dropped because the reader may not see them
+    unmatched: int = 0  # passed min_score but matched only everyday words (ordering.unmatched)
 
 
 def _mostly_cjk(text: str) -> bool:
@@ -260,7 +262,7 @@ class HybridSearcher:
         mode = "hybrid" if q is not None and match else ("keyword-only" if q is None else "vector-only")
         if q is None and reason is None:
             reason = "no vector search"
-        return SearchOutcome(hits, mode, reason if q is None else None, timings, c.withheld)
+        return SearchOutcome(hits, mode, reason if q is None else None, timings, c.withheld, c.unmatched)
 
     def _embed_query(self, query: str, timings: dict[str, float]) -> tuple[np.ndarray | None, str | None]:
         """The query vector, or None and why not.
@@ -427,6 +429,7 @@ class HybridSearcher:
                                                    self.tuning.line_order_depth * max_results, self.tuning.line_weight)
             timings["lines_ms"] = (time.perf_counter() - t0) * 1000
             if judged and unmatched(scored, nearest, self.tuning):
+                c.unmatched = len(scored)
                 return []
         if self.cfg.mmr.enabled:
             scored = mmr(scored, c.rows, max_results, self.cfg.mmr.lambda_)
