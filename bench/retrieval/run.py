@@ -33,7 +33,7 @@ from score import Report, evaluate, md_table, read_jsonl  # noqa: E402
 
 from hermit.config.schema import MemorySearchConfig, QueryConfig  # noqa: E402
 from hermit.memory.embedders import create_embedder  # noqa: E402
-from hermit.memory.embedders.base import Embedder, EmbedderInfo  # noqa: E402
+from hermit.memory.embedders.base import Embedder, EmbedderInfo, QueryRunner  # noqa: E402
 from hermit.memory.search.hybrid import HybridSearcher  # noqa: E402
 from hermit.memory.search.lexicon import load_lexicon  # noqa: E402
 from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning  # noqa: E402
@@ -135,8 +135,7 @@ def service_for(v: Variant) -> MemoryService:
             assert emb is not None
             # Questions embedded as a long-lived process embeds them (the query runner that
             # E5Embedder.warm_queries loads), whatever embedded the documents.
-            warm = getattr(emb, "warm_queries", None)
-            thread = warm() if callable(warm) else None
+            thread = emb.warm_queries() if isinstance(emb, QueryRunner) else None
             if thread is not None:
                 thread.join()
             _embedders[v.model] = MemoEmbedder(emb)

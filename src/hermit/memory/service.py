@@ -18,7 +18,7 @@ from typing import Any
 
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import HermitError, PathPolicyError
-from hermit.memory.embedders.base import Embedder
+from hermit.memory.embedders.base import Embedder, QueryRunner
 from hermit.memory.index.coverage import indexed_sources
 from hermit.memory.index.session_source import SESSIONS_PREFIX, render_transcript, resolve_session_path
 from hermit.memory.index.sync import ChunkProgress, Indexer, Progress, Ready, SyncReport
@@ -89,9 +89,8 @@ class MemoryService:
         self.searcher = HybridSearcher(self.store, embedder if cfg.store.vector_enabled else None, cfg.query,
                                        use_matrix=long_lived, clock=clock, lexicon=lexicon,
                                        visible=self.audiences.visible_ids, tuning=tuning)
-        warm = getattr(embedder, "warm_queries", None) if long_lived and cfg.store.vector_enabled else None
-        if callable(warm):
-            warm()  # a long-lived process's queries move onto the faster runtime once it has loaded
+        if long_lived and cfg.store.vector_enabled and isinstance(embedder, QueryRunner):
+            embedder.warm_queries()  # a long-lived process's queries move onto the faster runtime once loaded
         self._dirty = True  # unknown until checked once
         self._checked_at: float | None = None
         # The reading connection: agent turns, status and the watcher's callers take turns on it.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -76,4 +77,18 @@ class LineEmbedder(Protocol):
     def embed_with_lines(self, texts: list[str]) -> tuple[np.ndarray, list[list[np.ndarray | None]]] | None:
         """(n, dims) document vectors and per document a vector per line (None: the line has no
         tokens), or None when the runtime in use cannot."""
+        ...
+
+
+@runtime_checkable
+class QueryRunner(Protocol):
+    """An embedder with a faster runtime for queries that a long-lived process loads in the background
+    (E5Embedder): `warm_queries` starts the load, `query_uses_one_core` says when queries run on it."""
+
+    def warm_queries(self) -> threading.Thread | None:
+        """Start loading the query runtime (None: nothing to load, or started already)."""
+        ...
+
+    def query_uses_one_core(self) -> bool:
+        """Whether a query now embeds on one core (the search then runs it beside its keyword leg)."""
         ...

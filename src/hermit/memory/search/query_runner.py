@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from hermit.memory.embedders.base import Embedder
+from hermit.memory.embedders.base import Embedder, QueryRunner
 from hermit.memory.search.vectors import AnyPass, VectorMatrix
 from hermit.memory.store.api import MemoryStore
 
@@ -28,8 +28,7 @@ EmbedQuery = Callable[[str, dict[str, float]], tuple[np.ndarray | None, str | No
 
 def query_uses_one_core(embedder: Embedder | None) -> bool:
     """Whether the embedder's query embedding now runs on one core (E5Embedder.query_uses_one_core)."""
-    check = getattr(embedder, "query_uses_one_core", None)
-    return bool(callable(check) and check())
+    return isinstance(embedder, QueryRunner) and embedder.query_uses_one_core()
 
 
 class EmbedBeside:
