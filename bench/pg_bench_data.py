@@ -29,7 +29,7 @@ import numpy as np
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from memory_bench import SEED, _line  # noqa: E402 - the memory bench's seeded template generator
+from memory_world import SEED, _line  # noqa: E402 - the memory bench's seeded template generator
 
 OUT = Path(os.environ.get("HERMIT_PG_BENCH_OUT") or BENCH_DIR / "out" / "pg")  # another dir: a scratch run
 POOL_SIZE = 1536

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from memory_bench import SEED, make_queries
+from memory_world import SEED, make_queries
 from pg_bench_build import SCHEMA, pg_dsn, sqlite_path
 from pg_bench_data import OUT, log, vectors
 
