@@ -21,7 +21,9 @@ from collections import Counter
 from pathlib import Path
 
 import filler
-from world import DAYS, MEMORY, QUERIES, SESSIONS, Day, Fact, Item, Section
+from world import MEMORY, QUERIES, SESSIONS
+from world_days import DAYS
+from world_model import Day, Fact, Item, Section
 
 SEED = 42
 START = dt.date(2026, 6, 1)
