@@ -147,6 +147,9 @@ class OneCoreEmbedder(HashEmbedder):
         super().__init__()
         self.threads: set[str] = set()
 
+    def warm_queries(self) -> None:  # loaded already
+        return None
+
     def query_uses_one_core(self) -> bool:
         return True
 
