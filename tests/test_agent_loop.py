@@ -25,6 +25,7 @@ from hermit.agent.loop import AgentEvent, TextChunk, ToolFinished, ToolStarted
 from hermit.agent.runtime import AgentRuntime
 from hermit.errors import RateLimitError
 from hermit.messages import AssistantMessage, TextPart, ToolCallPart
+from hermit.models.base import ClosableModel, ModelRequest
 from hermit.sessions.keys import group_session_key, main_session_key
 from hermit.testing import FakeProvider, FunctionModel, ScriptedModel
 
@@ -430,3 +431,23 @@ def test_assistant_text_before_tool_calls_is_kept(home: Path) -> None:
     rt = AgentRuntime(loaded.agent(), model, fsync=False)
     assert rt.run_turn(MAIN, "check").reply == "Done."
     assert turns(rt, MAIN)[2]["message"]["content"][0] == {"type": "text", "text": "Checking."}
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_closing_a_runtime_closes_its_memory_index_and_its_models_connections(home: Path, api: str) -> None:
+    """AgentRuntime.close (the CLI after a command, the gateway at shutdown): the HTTP provider's client and the
+    memory index's connection are closed; a model without connections (scripted) closes with nothing to do."""
+    with FakeProvider([{"text": "hello"}, {"text": "again"}]) as fake:
+        rt = make_runtime(load(home, api, fake), None)
+        assert rt.run_turn(MAIN, "hi", lambda e: None).reply == "hello"
+        assert isinstance(rt.model, ClosableModel) and rt.memory is not None
+        store = rt.memory.store
+        rt.close()
+        with pytest.raises(Exception, match="closed"):
+            rt.model.complete(ModelRequest(system="", messages=()))
+        with pytest.raises(Exception, match="closed database"):
+            store.conn.execute("select 1")  # the SQLite store's connection
+        assert len(fake.requests) == 1
+    scripted = AgentRuntime(rt.agent, ScriptedModel([]), clock=fixed_clock, fsync=False)
+    assert not isinstance(scripted.model, ClosableModel)
+    scripted.close()

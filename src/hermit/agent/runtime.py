@@ -51,7 +51,7 @@ from hermit.memory.policy.audience import owner_origin, reader_for_session
 from hermit.memory.policy.paths import safe_extra_roots
 from hermit.memory.service import MemoryService
 from hermit.messages import AssistantMessage, Message, Usage, UserMessage, valid_text
-from hermit.models.base import Model, ModelRequest
+from hermit.models.base import ClosableModel, Model, ModelRequest
 from hermit.models.cancel import CancelToken
 from hermit.sessions.keys import agent_id_of, is_main_session_key
 from hermit.sessions.lock import DEFAULT_WAIT_SECONDS, session_lock
@@ -110,6 +110,13 @@ class AgentRuntime:
         # Rooms and sandboxes of non-owner sessions; the backend is detected on first use when None.
         self.confinement = Confinement(agent, self._agent_dir, sandbox_backend)
         self._senders: dict[str, str] = {}  # who sent the current turn's message, per session key
+
+    def close(self) -> None:
+        """Release what the runtime holds: its memory index and its model's connections."""
+        if self.memory is not None:
+            self.memory.close()
+        if isinstance(self.model, ClosableModel):
+            self.model.close()
 
     # ---- policy -----------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ def short_args(arguments: dict[str, Any], limit: int = 120) -> str:
 
 def run(ctx: CliContext, args: argparse.Namespace) -> int:
     from hermit.agent.loop import Notice, TextChunk, ToolFinished, ToolStarted
-    from hermit.cli.assistant import build_runtime, close_runtime
+    from hermit.cli.assistant import build_runtime
     from hermit.sessions.keys import main_session_key
 
     text = sys.stdin.read() if args.message == "-" else args.message
@@ -54,7 +54,7 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     try:
         result = runtime.run_turn(key, text, on_event, stream=not args.json)
     finally:
-        close_runtime(runtime)
+        runtime.close()
     if args.json:
         print(json.dumps({**result.to_dict(), "model": runtime.model.profile.ref}, ensure_ascii=False))
         return 0

@@ -66,14 +66,6 @@ def build_runtime(ctx: CliContext, agent: AgentConfig | None = None, *, long_liv
                         cron=CronJobs(ctx.home, loaded))
 
 
-def close_runtime(runtime: AgentRuntime) -> None:
-    if runtime.memory is not None:
-        runtime.memory.close()
-    close = getattr(runtime.model, "close", None)
-    if callable(close):
-        close()
-
-
 def no_model_help(ctx: CliContext) -> str:
     config = ctx.paths.config_file() or ctx.home / "hermit.yaml"
     return f"""\

@@ -208,7 +208,7 @@ def _count(n: int, word: str) -> str:
 
 
 def run(ctx: CliContext, args: argparse.Namespace) -> int:
-    from hermit.cli.assistant import NoModelConfigured, build_runtime, close_runtime, no_model_help
+    from hermit.cli.assistant import NoModelConfigured, build_runtime, no_model_help
     from hermit.sessions.keys import main_session_key
 
     try:
@@ -233,4 +233,4 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
         return repl.loop()
     finally:
         save_history()
-        close_runtime(runtime)
+        runtime.close()

@@ -218,7 +218,7 @@ def cmd_runs(ctx: CliContext, args: argparse.Namespace) -> int:
 def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
     """Run the job here and now: the turn sees the time in the job's zone, the run is logged and the job's
     next run is kept in its zone. Nothing is delivered (the gateway owns the channels): the reply is printed."""
-    from hermit.cli.assistant import build_runtime, close_runtime
+    from hermit.cli.assistant import build_runtime
     from hermit.scheduler import LocalHost
     from hermit.scheduler.runner import execute, finish, local_time_text, new_handle, session_starter
 
@@ -236,7 +236,7 @@ def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
         record = asyncio.run(execute(job, host, handle, zone, session_starter(jobs.loaded, jobs.clock),
                                      deliver=False))
     finally:
-        close_runtime(runtime)
+        runtime.close()
     record = finish(jobs.store, job, record, jobs.clock(), zone)
     after = jobs.load().jobs
     current = next((j for j in after if j.id == job.id), None)

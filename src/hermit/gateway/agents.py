@@ -136,8 +136,4 @@ class AgentHost:
 
     def close(self) -> None:
         for runtime in self.runtimes.values():
-            if runtime.memory is not None:
-                runtime.memory.close()
-            close = getattr(runtime.model, "close", None)
-            if callable(close):
-                close()
+            runtime.close()

@@ -124,6 +124,13 @@ class Model(Protocol):
         ...
 
 
+@runtime_checkable
+class ClosableModel(Protocol):
+    """A model that holds connections (the HTTP providers' pool): whoever built it closes it when done."""
+
+    def close(self) -> None: ...
+
+
 def final_response(events: Iterator[StreamEvent]) -> ModelResponse:
     """Drain a stream and return its final response (for callers that do not render deltas)."""
     for event in events:
