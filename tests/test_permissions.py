@@ -108,3 +108,47 @@ def test_gateway_logs_are_owner_only_including_rotated_files(tmp_path: Path) -> 
     files = sorted(logs.iterdir())
     assert [p.name for p in files] == ["gateway.log", "gateway.log.1", "gateway.log.2"]
     assert all(mode(p) == 0o600 for p in files)
+
+
+def test_an_index_in_a_shared_or_a_named_directory_leaves_that_directorys_mode_alone(tmp_path: Path) -> None:
+    """Opening an index tightens Hermit's own index dir only. A sticky world-writable directory (what /tmp
+    is: as root, making it 0700 broke apt and every other user's temporary files), the directory the user
+    named in memory_search.store.path, and (as root) another user's directory keep their modes; the index
+    files themselves are 0600 everywhere."""
+    from hermit.config.schema import MemorySearchConfig
+    from hermit.memory.service import MemoryKey, MemoryService
+    from hermit.memory.store.sqlite import IndexStore
+
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    IndexStore(shared / "probe.sqlite").close()
+    assert mode(shared) == 0o1777 and mode(shared / "probe.sqlite") == 0o600
+
+    ws = tmp_path / "ws"
+    ensure_workspace(ws)
+    (ws / "MEMORY.md").write_text("# Memory\n- the spare key is under the mat\n")
+    named = tmp_path / "notes"
+    named.mkdir()
+    named.chmod(0o755)
+    cfg = MemorySearchConfig.model_validate({"provider": "none", "store": {"path": str(named / "{agent_id}.sqlite")}})
+    svc = MemoryService(MemoryKey("main", ws), named / "main.sqlite", cfg, None)
+    svc.sync()
+    assert svc.search("spare key")["results"]
+    svc.close()
+    assert mode(named) == 0o755
+    assert [p.name for p in named.iterdir() if p.is_file() and mode(p) != 0o600] == []
+
+    own = tmp_path / "state" / "memory"  # the state layout's index dir, left 0755 by an older version
+    own.mkdir(parents=True)
+    own.chmod(0o755)
+    IndexStore(own / "main.sqlite").close()
+    assert mode(own) == 0o700
+
+    if os.geteuid() == 0:  # root running Hermit on a user's files: the user's directory stays theirs
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        theirs.chmod(0o755)
+        os.chown(theirs, 65534, 65534)
+        IndexStore(theirs / "main.sqlite").close()
+        assert mode(theirs) == 0o755

@@ -59,11 +59,14 @@ def connect_memory() -> Connection:
     return conn
 
 
-def connect(path: Path | str, *, readonly: bool = False, load_vec: bool = True) -> tuple[Connection, VecStatus]:
-    """Open `path` in WAL mode with a busy timeout; returns the connection and sqlite-vec status."""
+def connect(path: Path | str, *, readonly: bool = False, load_vec: bool = True,
+            own_dir: bool = True) -> tuple[Connection, VecStatus]:
+    """Open `path` in WAL mode with a busy timeout; returns the connection and sqlite-vec status.
+    `own_dir`: the directory is Hermit's (the state layout's index dir), so its mode is tightened too; a
+    directory the user named (memory_search.store.path) keeps its mode, the files are still 0600."""
     try:
         if path != ":memory:":
-            _make_private(Path(path), readonly)
+            _make_private(Path(path), readonly, own_dir)
         uri = f"file:{path}?mode=ro" if readonly else str(path)
         conn = sqlite3.connect(uri, uri=readonly, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                check_same_thread=False)
@@ -148,14 +151,16 @@ def index_error(e: BaseException, path: Path | str) -> HermitError:
                        "index is probably fine, so do not delete it for this")
 
 
-def _make_private(path: Path, readonly: bool) -> None:
+def _make_private(path: Path, readonly: bool, own_dir: bool) -> None:
     """The index holds MEMORY.md's text: its dir is 0700 and the files 0600, however they came to be.
-    SQLite gives its -wal/-shm files the database file's mode, so creating that file 0600 first covers them."""
+    SQLite gives its -wal/-shm files the database file's mode, so creating that file 0600 first covers them.
+    Only a directory Hermit owns is tightened (`own_dir`, and never a shared one: config.paths.tighten_dir)."""
     ensure_private_dir(path.parent)
     if readonly:
         return
     try:
-        tighten_dir(path.parent)
+        if own_dir:
+            tighten_dir(path.parent)
         private_file(path)
         for extra in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
             if extra.exists():

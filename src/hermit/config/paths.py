@@ -9,6 +9,7 @@ version left them readable to others.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,9 +50,27 @@ def private_file(path: Path) -> None:
 
 
 def tighten_dir(path: Path) -> None:
-    """An existing directory Hermit owns (the index dir) made owner-only."""
-    if path.is_dir() and path.stat().st_mode & 0o077:
-        os.chmod(path, PRIVATE_DIR_MODE)
+    """An existing directory Hermit owns (the index dir, logs/) made owner-only.
+
+    Never a directory shared on purpose or someone else's: one with the sticky bit (/tmp, /var/tmp: as
+    root, 0700 there breaks every other user's temporary files), one owned by another uid (root running
+    Hermit on a user's files), the home directory or /. Those keep their mode; Hermit's files in them
+    are still 0600."""
+    try:
+        st = path.stat()
+    except OSError:
+        return
+    if not stat.S_ISDIR(st.st_mode) or not st.st_mode & 0o077 or not may_tighten(path, st):
+        return
+    os.chmod(path, PRIVATE_DIR_MODE)
+
+
+def may_tighten(path: Path, st: os.stat_result) -> bool:
+    """Whether Hermit may change this existing directory's mode (see tighten_dir)."""
+    if st.st_mode & stat.S_ISVTX or st.st_uid != os.geteuid():
+        return False
+    real = path.resolve()
+    return real != real.parent and real != Path.home().resolve()
 
 
 def default_home(environ: dict[str, str] | None = None) -> Path:

@@ -146,10 +146,11 @@ class IndexStore:
     matrix_ok = True
     knn_beside = False  # its KNN (sqlite-vec) shares the search's connection
 
-    def __init__(self, path: Path, *, want_vec: bool = True, readonly: bool = False) -> None:
+    def __init__(self, path: Path, *, want_vec: bool = True, readonly: bool = False, own_dir: bool = True) -> None:
         self.path = path
         self.location = str(path)
-        self.conn, self.vec = connect(path, load_vec=want_vec, readonly=readonly)
+        self.conn, self.vec = connect(path, load_vec=want_vec, readonly=readonly, own_dir=own_dir)
+        self._own_dir = own_dir  # a rebuild beside it opens its file the same way
         self._tokens: FtsTokens | None = None  # made on the first one-word count
         # Reads that cannot change inside a read transaction begun by reading() (meta, the vector
         # table's kind), held for its length: a search asked for the meta table ~12 times, and each
@@ -571,7 +572,7 @@ class IndexStore:
 
     def open_rebuild(self) -> IndexStore:
         tmp_path = self.path.with_name(f"{self.path.name}.rebuild-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        tmp = IndexStore(tmp_path, want_vec=self.vec.available)
+        tmp = IndexStore(tmp_path, want_vec=self.vec.available, own_dir=self._own_dir)
         try:
             if self.path.exists():
                 tmp.import_cache_from(self.path)
