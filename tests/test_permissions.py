@@ -152,3 +152,20 @@ def test_an_index_in_a_shared_or_a_named_directory_leaves_that_directorys_mode_a
         os.chown(theirs, 65534, 65534)
         IndexStore(theirs / "main.sqlite").close()
         assert mode(theirs) == 0o755
+
+
+def test_init_in_a_shared_directory_keeps_its_mode_and_tightens_a_state_dir_of_the_users(tmp_path: Path) -> None:
+    """`hermit --home DIR init` makes the state dir owner-only, except where DIR is shared on purpose (a
+    sticky, world-writable directory like /tmp: as root, 0700 there breaks every other user)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    r = hermit(shared, "init")
+    assert r.returncode == 0, r.stderr
+    assert mode(shared) == 0o1777 and mode(shared / "hermit.yaml") == 0o600 and mode(shared / "workspace") == 0o700
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    mine.chmod(0o755)
+    r = hermit(mine, "init")
+    assert r.returncode == 0, r.stderr
+    assert mode(mine) == 0o700

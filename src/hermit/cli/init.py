@@ -6,6 +6,7 @@ import argparse
 
 from hermit.cli.context import CliContext
 from hermit.cli.preflight import check_environment
+from hermit.config.paths import ensure_private_dir, tighten_dir
 from hermit.workspace import ensure_workspace, template_text, write_new
 
 
@@ -16,8 +17,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(ctx: CliContext, args: argparse.Namespace) -> int:
     check_environment(ctx)  # a file where the state dir or config should be: say so, replace nothing
-    ctx.home.mkdir(parents=True, exist_ok=True)
-    ctx.home.chmod(0o700)
+    # Owner-only: created 0700, an existing one tightened, unless it is shared or not the user's (a
+    # `--home /tmp` or `--home ~` keeps its mode: config.paths.tighten_dir).
+    ensure_private_dir(ctx.home)
+    tighten_dir(ctx.home)
     if ctx.paths.config_file() is None:
         write_new(ctx.home / "hermit.yaml", template_text("hermit.yaml"), 0o600)
         print(f"created config {ctx.home / 'hermit.yaml'}")
