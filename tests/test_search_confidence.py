@@ -164,6 +164,12 @@ _TALK = {  # a conversation logged one turn a line, as channels and LoCoMo-style
 }
 
 
+def _write_talk(ws: Path) -> None:
+    """_TALK as daily notes, one turn a line (`- [D<session>:<turn>] Speaker: text`)."""
+    for n, (day, turns) in enumerate(_TALK.items(), 1):
+        write(ws / "memory" / f"{day}.md", f"# {day}\n\n" + "".join(f"- [D{n}:{k}] {t}\n" for k, t in enumerate(turns, 1)))
+
+
 def test_a_search_that_matched_only_everyday_words_returns_nothing(tmp_path: Path, e5: object) -> None:
     """"When did Nadia go skydiving?" over a conversation that never mentions it: the name and "go" are
     everywhere, so two sessions pass min_score on those words (0.42, 0.37) while nothing said in them comes
@@ -171,8 +177,7 @@ def test_a_search_that_matched_only_everyday_words_returns_nothing(tmp_path: Pat
     answers keep every result."""
     ws = tmp_path / "ws"
     write(ws / "MEMORY.md", "# Memory\n\n- Conversation between Nadia and Felix.\n")
-    for n, (day, turns) in enumerate(_TALK.items(), 1):
-        write(ws / "memory" / f"{day}.md", f"# {day}\n\n" + "".join(f"- [D{n}:{k}] {t}\n" for k, t in enumerate(turns, 1)))
+    _write_talk(ws)
     cfg = MemorySearchConfig()
     svc = MemoryService(MemoryKey("main", ws), tmp_path / "u.sqlite", cfg, e5, cache_dir=tmp_path / "cache")  # type: ignore[arg-type]
     svc.sync()
@@ -209,8 +214,7 @@ def test_the_cli_says_why_such_a_search_is_empty_and_how_to_see_what_was_left_ou
 
     assert cli("init").returncode == 0
     ws = home / "workspace"
-    for n, (day, turns) in enumerate(_TALK.items(), 1):
-        write(ws / "memory" / f"{day}.md", f"# {day}\n\n" + "".join(f"- [D{n}:{k}] {t}\n" for k, t in enumerate(turns, 1)))
+    _write_talk(ws)
     empty = cli("memory", "search", "When did Nadia go skydiving?")
     assert empty.returncode == 0, empty.stderr
     assert empty.stdout == "no results\n"

@@ -32,7 +32,7 @@ def _sqlite(agent: AgentConfig, *, source: bool) -> MemoryStore:
         raise StoreError(f"agent {agent.id} has no SQLite index at {agent.index_path}",
                          "run `hermit memory index` with store.backend: sqlite first, or leave this agent out "
                          "with --agent")
-    return IndexStore(agent.index_path, readonly=source, own_dir=agent.settings.memory_search.store.path is None)
+    return IndexStore(agent.index_path, readonly=source, own_dir=agent.settings.memory_search.store.owns_dir)
 
 
 def _postgres(ctx: CliContext, agent: AgentConfig, *, source: bool) -> MemoryStore:

@@ -155,6 +155,12 @@ class StoreConfig(Strict):
     backend: Literal["sqlite", "postgres"] = "sqlite"
     postgres: PostgresStoreConfig = PostgresStoreConfig()
 
+    @property
+    def owns_dir(self) -> bool:
+        """Whether the SQLite index's directory is Hermit's (the state layout's), so its mode may be
+        tightened; a `path` names a directory of the user's, which keeps its mode (the files are 0600)."""
+        return self.path is None
+
 
 class MemorySearchConfig(Strict):
     enabled: bool = True

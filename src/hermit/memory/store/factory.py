@@ -19,5 +19,4 @@ def open_store(cfg: MemorySearchConfig, index_path: Path, agent_id: str, environ
         return open_pg_store(pg.dsn_env, environ, schema_name(pg.schema_prefix, agent_id), pg)
     from hermit.memory.store.sqlite import IndexStore
 
-    # A memory_search.store.path names a directory of the user's: its files are made 0600, its mode is kept.
-    return IndexStore(index_path, want_vec=cfg.store.vector_enabled, own_dir=cfg.store.path is None)
+    return IndexStore(index_path, want_vec=cfg.store.vector_enabled, own_dir=cfg.store.owns_dir)
