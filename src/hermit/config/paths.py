@@ -56,21 +56,30 @@ def tighten_dir(path: Path) -> None:
     root, 0700 there breaks every other user's temporary files), one owned by another uid (root running
     Hermit on a user's files), the home directory or /. Those keep their mode; Hermit's files in them
     are still 0600."""
+    # Judged and changed through one descriptor: a directory swapped for another (or for a link) between
+    # the check and the chmod is not the one changed.
     try:
-        st = path.stat()
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return
-    if not stat.S_ISDIR(st.st_mode) or not st.st_mode & 0o077 or not may_tighten(path, st):
-        return
-    os.chmod(path, PRIVATE_DIR_MODE)
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & 0o077 and _may_tighten(path, st):
+            os.fchmod(fd, PRIVATE_DIR_MODE)
+    finally:
+        os.close(fd)
 
 
-def may_tighten(path: Path, st: os.stat_result) -> bool:
+def _may_tighten(path: Path, st: os.stat_result) -> bool:
     """Whether Hermit may change this existing directory's mode (see tighten_dir)."""
     if st.st_mode & stat.S_ISVTX or st.st_uid != os.geteuid():
         return False
     real = path.resolve()
-    return real != real.parent and real != Path.home().resolve()
+    try:
+        home = Path.home().resolve()
+    except (RuntimeError, KeyError):  # no $HOME and no passwd entry (a bare container's uid)
+        home = None
+    return real != real.parent and real != home
 
 
 def default_home(environ: dict[str, str] | None = None) -> Path:
