@@ -169,3 +169,22 @@ def test_init_in_a_shared_directory_keeps_its_mode_and_tightens_a_state_dir_of_t
     r = hermit(mine, "init")
     assert r.returncode == 0, r.stderr
     assert mode(mine) == 0o700
+
+
+def test_tighten_dir_changes_the_directory_it_judged_never_a_link_put_in_its_place(tmp_path: Path) -> None:
+    """A directory replaced by a link (to somewhere else of the user's) is not followed: what the link
+    points at keeps its mode. The directory itself is tightened as before."""
+    from hermit.config.paths import tighten_dir
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    elsewhere.chmod(0o755)
+    link = tmp_path / "index-dir"
+    link.symlink_to(elsewhere)
+    tighten_dir(link)
+    assert mode(elsewhere) == 0o755
+    real = tmp_path / "real"
+    real.mkdir()
+    real.chmod(0o755)
+    tighten_dir(real)
+    assert mode(real) == 0o700
