@@ -154,7 +154,7 @@ def test_http_events_url_verification_signed_event_and_retry_dedupe(tmp_path: Pa
     run(main)
 
 
-@pytest.mark.parametrize("forgery", ["wrong-secret", "stale", "missing", "tampered"])
+@pytest.mark.parametrize("forgery", ["wrong-secret", "stale", "missing", "tampered", "not-ascii"])
 def test_http_events_with_a_bad_signature_get_401_and_nothing_is_dispatched(tmp_path: Path, forgery: str) -> None:
     async def main() -> None:
         async with http_mode(tmp_path) as (fake, _ch, sink, url), httpx.AsyncClient() as c:
@@ -166,6 +166,8 @@ def test_http_events_with_a_bad_signature_get_401_and_nothing_is_dispatched(tmp_
                 "stale": sign(SECRET, now - 301, body),
                 "missing": {"Content-Type": "application/json"},
                 "tampered": sign(SECRET, now, body.replace(b"forged", b"FORGED")),
+                # a header is whatever the sender wrote: compared as bytes, it is a 401, not a 500
+                "not-ascii": {**sign(SECRET, now, body), "X-Slack-Signature": "v0=é…".encode()},
             }[forgery]
             r = await c.post(url, content=body, headers=headers)
             assert r.status_code == 401

@@ -49,6 +49,9 @@ def test_webhook_verification_echoes_the_challenge_only_for_the_right_token(tmp_
             bad = await c.get(url, params={"hub.mode": "subscribe", "hub.verify_token": "guess",
                                            "hub.challenge": "1158201444"})
             assert bad.status_code == 403 and "1158201444" not in bad.text
+            odd = await c.get(url, params={"hub.mode": "subscribe", "hub.verify_token": "véri",
+                                           "hub.challenge": "1158201444"})
+            assert odd.status_code == 403 and "1158201444" not in odd.text
     run(main)
 
 
@@ -82,7 +85,7 @@ def test_messages_for_another_number_are_ignored(tmp_path: Path) -> None:
     run(main)
 
 
-@pytest.mark.parametrize("forgery", ["wrong-secret", "missing", "tampered", "not-sha256"])
+@pytest.mark.parametrize("forgery", ["wrong-secret", "missing", "tampered", "not-sha256", "not-ascii"])
 def test_a_forged_signature_gets_401_and_nothing_is_dispatched(tmp_path: Path, forgery: str) -> None:
     async def main() -> None:
         async with whatsapp(tmp_path) as (_fake, _ch, sink, url), httpx.AsyncClient() as c:
@@ -92,6 +95,7 @@ def test_a_forged_signature_gets_401_and_nothing_is_dispatched(tmp_path: Path, f
                 "missing": {"Content-Type": "application/json"},
                 "tampered": sign(SECRET, body.replace(b"pay me", b"PAY ME")),
                 "not-sha256": {"X-Hub-Signature-256": "sha1=" + "0" * 40},
+                "not-ascii": {"X-Hub-Signature-256": "sha256=é…".encode()},
             }[forgery]
             r = await c.post(url, content=body, headers=headers)
             assert r.status_code == 401

@@ -35,7 +35,7 @@ from hermit.channels.dedupe import RecentIds
 from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.status import StatusTracker
 from hermit.channels.tasks import cancel
-from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes
+from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes, same_secret
 from hermit.config.schema import SlackAccountConfig
 from hermit.errors import ChannelError
 from hermit.retry import RetryPolicy
@@ -55,7 +55,7 @@ def verify_signature(secret: str, timestamp: str, body: bytes, signature: str, n
     if abs(now - ts) > SIGNATURE_WINDOW_SECONDS:
         return False
     mac = hmac.new(secret.encode(), f"v0:{ts}:".encode() + body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(f"v0={mac}", signature)
+    return same_secret(signature, f"v0={mac}")
 
 
 class SlackChannel:

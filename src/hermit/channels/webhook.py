@@ -8,6 +8,7 @@ raw body: signatures are computed over the exact bytes, before anything is parse
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,12 @@ BODY_DEADLINE_SECONDS = 10.0
 # Webhook requests being read or handled at once, across every channel account of the process; past it
 # the answer is 503 at once, so slow senders cannot hold the gateway's connections (or memory) hostage.
 MAX_IN_FLIGHT = 64
+
+
+def same_secret(given: str, expected: str) -> bool:
+    """A signature or token from a request against the expected one, in constant time. Compared as bytes:
+    `hmac.compare_digest` raises on non-ASCII `str`, and a header is whatever the sender put there."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), expected.encode("utf-8", "surrogateescape"))
 
 
 class InFlight:

@@ -33,7 +33,7 @@ from hermit.channels.credentials import resolve
 from hermit.channels.dedupe import RecentIds
 from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.status import StatusTracker
-from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes
+from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes, same_secret
 from hermit.config.schema import WhatsAppAccountConfig
 from hermit.errors import ChannelError
 from hermit.retry import RetryPolicy
@@ -50,7 +50,7 @@ def signature_ok(app_secret: str, body: bytes, header: str) -> bool:
     if not app_secret or not header.startswith("sha256="):
         return False
     mac = hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(f"sha256={mac}", header)
+    return same_secret(header, f"sha256={mac}")
 
 
 class WhatsAppChannel:
@@ -127,7 +127,7 @@ class WhatsAppChannel:
 
     def _verify_subscription(self, q: Mapping[str, str]) -> WebhookResponse:
         token = q.get("hub.verify_token", "")
-        if q.get("hub.mode") == "subscribe" and self._verify and hmac.compare_digest(token, self._verify):
+        if q.get("hub.mode") == "subscribe" and self._verify and same_secret(token, self._verify):
             return WebhookResponse(200, q.get("hub.challenge", "").encode())
         return WebhookResponse(403, b"verification failed")
 
