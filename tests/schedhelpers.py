@@ -47,10 +47,11 @@ def last_user_text(request: ModelRequest) -> str:
 
 
 def config(home: Path, *, defaults: dict[str, Any] | None = None,
-           agents: list[dict[str, Any]] | None = None) -> LoadedConfig:
+           agents: list[dict[str, Any]] | None = None, owners: tuple[str, ...] = ()) -> LoadedConfig:
     raw = {"agents": {"defaults": {"timezone": "Europe/Berlin", "memory_search": {"provider": "none"},
                                    **(defaults or {})}, "list": agents or []},
-           "channels": {"telegram": {"accounts": {"default": {}}}}}  # what the jobs' targets deliver to
+           # what the jobs' targets deliver to
+           "channels": {"telegram": {"accounts": {"default": {"owners": list(owners)}}}}}
     return build_config(raw, StatePaths(home))
 
 

@@ -181,6 +181,28 @@ def test_doctor_warns_about_every_route_a_non_owner_has_to_main(tmp_path: Path) 
     assert "only owners should reach the main session" in str(access["fix"])
 
 
+def test_doctor_warns_of_a_main_session_cron_job_whose_replies_go_to_a_non_owner(tmp_path: Path) -> None:
+    """The owner may aim a main-session job anywhere with `hermit cron add`; like a heartbeat target, doctor
+    then says who gets main-session text. A job aimed at the owner is quiet."""
+    (tmp_path / "hermit.yaml").write_text(
+        "agents:\n  defaults:\n    memory_search: {provider: none}\n"
+        "channels:\n  telegram:\n    accounts:\n      bot: {owners: ['1']}\n")
+    env = {**os.environ, "HERMIT_HOME": str(tmp_path), "OMP_WAIT_POLICY": "PASSIVE"}
+    for args in (["--name", "mine", "--announce", "telegram:bot:1"], ["--name", "theirs", "--announce",
+                 "telegram:bot:2001"], ["--name", "room", "--announce", "telegram:bot:-100", "--group"]):
+        r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "cron", "add", "--every", "1h", "--main",
+                            "--message", "what is new?", *args], env=env, text=True, capture_output=True,
+                           timeout=PROC_TIMEOUT)
+        assert r.returncode == 0, r.stderr
+    access = by_name(doctor(tmp_path))["access"]
+    detail = str(access["detail"])
+    assert access["status"] == "warn"
+    assert "its replies (main-session text) go to telegram/bot dm 2001, who is not listed under " \
+           "channels.telegram.accounts.bot.owners" in detail
+    assert "its replies (main-session text) go to the group telegram/bot group -100" in detail
+    assert "(mine)" not in detail and detail.count("cron job") == 2
+
+
 def test_doctor_access_is_quiet_for_a_safe_config(tmp_path: Path) -> None:
     (tmp_path / "hermit.yaml").write_text(
         "agents:\n  defaults:\n    memory_search: {provider: none}\n"

@@ -20,12 +20,14 @@ def call(name: str = "cron", **arguments: object) -> dict[str, object]:
     return {"tool_calls": [{"name": name, "arguments": arguments}]}
 
 
-def setup(tmp_path: Path, replies: list[object]) -> tuple[AgentRuntime, ScriptedModel, CronJobs]:
+def setup(tmp_path: Path, replies: list[object], *, owners: tuple[str, ...] = ()
+          ) -> tuple[AgentRuntime, ScriptedModel, CronJobs]:
     home = tmp_path / "home"
-    loaded = config(home)
+    loaded = config(home, owners=owners)
     clock = SimClock(NOW)
     woken: list[int] = []
-    jobs = CronJobs(home, loaded, clock=clock, fsync=False, wake=lambda: woken.append(1))
+    # As the CLI and the gateway build the runtime's cron tool: the model is the one choosing.
+    jobs = CronJobs(home, loaded, clock=clock, fsync=False, wake=lambda: woken.append(1), for_model=True)
     model = ScriptedModel(replies)  # type: ignore[arg-type]
     rt = AgentRuntime(loaded.agent(), model, clock=clock, fsync=False, home=home, cron=jobs)
     return rt, model, jobs
@@ -93,3 +95,39 @@ def test_an_at_time_that_has_passed_is_refused_with_the_time_in_the_jobs_zone(tm
     assert jobs.load().jobs == ()
     added = jobs.add({"schedule": {"kind": "at", "at": "2026-06-01T09:30"}, "message": "soon"})
     assert added["next_runs"] == ["2026-06-01T09:30:00+02:00"]  # a one-shot has one run
+
+
+def test_the_model_cannot_send_main_session_replies_to_anyone_but_an_owner(tmp_path: Path) -> None:
+    """A main-session job answers from MEMORY.md and owner-only notes: the cron tool refuses to aim its
+    replies at a contact, a stranger or a group (a prompt could ask for that), on add and on update."""
+    main_job = {"message": "What is my passport number?", "schedule": {"kind": "every", "every_ms": 3_600_000},
+                "session_target": "main"}
+    to = {"mode": "announce", "channel": "telegram"}
+    replies: list[object] = [
+        call(action="add", job={**main_job, "delivery": {**to, "to": "2001"}}),
+        call(action="add", job={**main_job, "delivery": {**to, "to": "-100", "peer_kind": "group"}}),
+        call(action="add", job={**main_job, "delivery": {**to, "to": "1000"}}),
+        call(action="add", job={**main_job, "delivery": {"mode": "announce", "channel": "webchat", "to": "owner"}}),
+        call(action="add", job={**main_job, "session_target": "isolated", "delivery": {**to, "to": "2001"}}),
+        "Done.",
+    ]
+    rt, model, jobs = setup(tmp_path, replies, owners=("1000",))
+    turn = rt.run_turn(MAIN, "set those up")
+    outs = [r.result for r in turn.tool_calls]
+    for refused in outs[:2]:
+        assert "a main-session job's replies can quote MEMORY.md and owner-only notes" in refused
+        assert "hermit cron add --main --announce" in refused
+    assert "telegram:default:2001 (dm) is not one of that account's owners" in outs[0]
+    assert "(group)" in outs[1]
+    owner_job, web_job, isolated = (json.loads(o)["job"] for o in outs[2:])
+    assert [j.id for j in jobs.load().jobs] == [owner_job["id"], web_job["id"], isolated["id"]]
+    # Turning the isolated job (it sees only shared notes) into a main-session one is the same move.
+    model.add(call(action="update", id=isolated["id"], job={"session_target": "main"}),
+              call(action="update", id=owner_job["id"], job={"delivery": {**to, "to": "2001"}}), "No.")
+    outs = [r.result for r in rt.run_turn(MAIN, "now switch them").tool_calls]
+    assert all("only to an owner" in o for o in outs)
+    by_id = {j.id: j for j in jobs.load().jobs}
+    assert by_id[isolated["id"]].session_target == "isolated" and by_id[owner_job["id"]].delivery.to == "1000"
+    # The owner, at the CLI (not the model), may still choose; doctor then warns (test_cli_pairing).
+    mine = CronJobs(tmp_path / "home", jobs.loaded, clock=jobs.clock, fsync=False)
+    assert mine.add({**main_job, "delivery": {**to, "to": "2001"}})["job"]["delivery"]["to"] == "2001"

@@ -5,7 +5,8 @@ warns wherever someone who is not the owner could reach the main session (MEMORY
 an unsandboxed shell) or run tools outside the sandbox (SPEC §18):
 - `session.dangerously_share_main_session_with_contacts` (contacts' DMs in the main session);
 - an owner named by @username (whoever holds that username later is the owner);
-- a heartbeat whose alerts (main-session output) go to a group or to a DM peer who is not an owner;
+- a heartbeat whose alerts, or a main-session cron job whose replies (main-session output), go to a group
+  or to a DM peer who is not an owner;
 - `sandbox.mode: off` while chat accounts exist (contacts' and groups' sessions run tools unsandboxed);
 - DMs or groups open to anyone.
 An account without owners under `dm_scope: main` is fine (only the web chat and the CLI reach the main
@@ -14,6 +15,7 @@ session) and is said so, not warned about.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from hermit.cli.checks import Check, CheckFn, check
@@ -24,6 +26,7 @@ if TYPE_CHECKING:  # loaded inside the checks, so `hermit --help` stays quick
     from hermit.agent.routing import Router
     from hermit.config.load import LoadedConfig
     from hermit.config.schema import ChannelAccessConfig
+    from hermit.scheduler.jobs import Job
 
 @check("bindings", fix="fix or remove these bindings (see docs/channels.md, 'Routing')", needs=("config",))
 def bindings_check(ctx: CliContext) -> str:
@@ -64,9 +67,24 @@ def _account_line(ctx: CliContext, router: Router, loaded: LoadedConfig, name: s
     return line
 
 
-def _risks(loaded: LoadedConfig, accounts: list[tuple[str, str, ChannelAccessConfig]]) -> list[str]:
-    """Every way a non-owner could reach the main session or unsandboxed tools, one sentence each."""
-    from hermit.config.allowlist import is_username, matches
+def _not_the_owner(loaded: LoadedConfig, channel: str, account: str | None, peer_kind: str, to: str) -> str | None:
+    """Who a delivery of main-session text reaches when that is not only an owner, in words; else None."""
+    from hermit.scheduler.targets import DEFAULT_ACCOUNT, reaches_only_an_owner
+
+    if reaches_only_an_owner(loaded.config.channels, channel, account, peer_kind, to):
+        return None
+    account = account or DEFAULT_ACCOUNT
+    where = f"{channel}/{account} {peer_kind} {to}"
+    if peer_kind == "group":
+        return f"the group {where}"
+    return f"{where}, who is not listed under channels.{channel}.accounts.{account}.owners"
+
+
+def _risks(loaded: LoadedConfig, accounts: list[tuple[str, str, ChannelAccessConfig]],
+           jobs: Sequence[Job] = ()) -> list[str]:
+    """Every way a non-owner could reach the main session, main-session text or unsandboxed tools, one
+    sentence each."""
+    from hermit.config.allowlist import is_username
 
     risks: list[str] = []
     for a in loaded.agents:
@@ -84,14 +102,15 @@ def _risks(loaded: LoadedConfig, accounts: list[tuple[str, str, ChannelAccessCon
         hb = a.settings.heartbeat
         if hb.target is not None and hb.every_minutes > 0:
             t = hb.target
-            where = f"{t.channel}/{t.account} {t.peer_kind} {t.to}"
-            owned = {(n, i): c for n, i, c in accounts}
-            acc = owned.get((t.channel, t.account))
-            if t.peer_kind == "group":
-                risks.append(f"agents {a.id}: heartbeat alerts (main-session text) go to the group {where}")
-            elif acc is None or not matches(t.channel, acc.owners, t.to):
-                risks.append(f"agents {a.id}: heartbeat alerts (main-session text) go to {where}, who is not "
-                             f"listed under channels.{t.channel}.accounts.{t.account}.owners")
+            risk = _not_the_owner(loaded, t.channel, t.account, t.peer_kind, t.to)
+            if risk:
+                risks.append(f"agents {a.id}: heartbeat alerts (main-session text) go to {risk}")
+    for job in jobs:
+        d = job.delivery
+        if job.enabled and job.session_target == "main" and d.target() is not None:
+            risk = _not_the_owner(loaded, d.channel or "", d.account, d.peer_kind, d.to or "")
+            if risk:
+                risks.append(f"cron job {job.label}: its replies (main-session text) go to {risk}")
     for name, account_id, acc in accounts:
         for entry in acc.owners:
             if is_username(entry):
@@ -100,6 +119,16 @@ def _risks(loaded: LoadedConfig, accounts: list[tuple[str, str, ChannelAccessCon
         if acc.enabled and (acc.dm_policy == "open" or (acc.group_policy == "open" and not acc.require_mention)):
             risks.append(f"{name}/{account_id}: open to anyone (as contacts, in sandboxed sessions of their own)")
     return risks
+
+
+def _jobs(ctx: CliContext, loaded: LoadedConfig) -> Sequence[Job]:
+    """The scheduled jobs, when the job file can be read (an unreadable one is the jobs check's failure)."""
+    from hermit.scheduler.control import CronJobs
+
+    try:
+        return CronJobs(ctx.home, loaded).load().jobs
+    except HermitError:
+        return ()
 
 
 @check("access", fix="fix channels.<name>.accounts in the config", needs=("config",))
@@ -117,11 +146,11 @@ def access_check(ctx: CliContext) -> str | Check:
     accounts: list[tuple[str, str, ChannelAccessConfig]] = list(channel_accounts(channels))
     parts = [_account_line(ctx, router, loaded, name, account_id, acc) for name, account_id, acc in accounts]
     detail = "; ".join(parts) or "no chat accounts configured (web chat only)"
-    risks = _risks(loaded, accounts)
+    risks = _risks(loaded, accounts, _jobs(ctx, loaded))
     if risks:
         return Check("access", "warn", f"{detail} — {'; '.join(risks)}",
                      "only owners should reach the main session: turn dangerous settings off, name owners by "
-                     "numeric id, point heartbeat.target at an owner, keep sandbox.mode non-main, and use "
+                     "numeric id, point heartbeat.target and main-session cron jobs at an owner, keep sandbox.mode non-main, and use "
                      "dm_policy pairing or allowlist unless strangers should reach the assistant")
     return detail
 

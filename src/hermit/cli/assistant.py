@@ -63,7 +63,7 @@ def build_runtime(ctx: CliContext, agent: AgentConfig | None = None, *, long_liv
     memory = ctx.memory_service(agent, long_lived=long_lived) if agent.settings.memory_search.enabled else None
     # The cron tool (main session only) edits the job file; the gateway's scheduler runs the jobs.
     return AgentRuntime(agent, model, memory=memory, exec_env=exec_environment(ctx.environ, loaded),
-                        cron=CronJobs(ctx.home, loaded))
+                        cron=CronJobs(ctx.home, loaded, for_model=True))
 
 
 def no_model_help(ctx: CliContext) -> str:

@@ -14,7 +14,7 @@ from hermit.errors import ConfigError, JobError
 from hermit.scheduler.jobs import AtSchedule, Job, build_job, patch_job
 from hermit.scheduler.schedule import Zone, resolve_zone
 from hermit.scheduler.store import JobFile, JobStore
-from hermit.scheduler.targets import resolve_target
+from hermit.scheduler.targets import reaches_only_an_owner, resolve_target
 from hermit.sessions.transcript import Clock, utc_now
 
 # An `at` time further in the past than this when a job is added is almost surely a typo (date or zone).
@@ -43,8 +43,10 @@ def register_scheduler(job_file: Path, scheduler: RunningScheduler | None) -> No
 
 class CronJobs:
     def __init__(self, home: Path, loaded: LoadedConfig, *, clock: Clock = utc_now, fsync: bool = True,
-                 wake: Callable[[], None] | None = None) -> None:
+                 wake: Callable[[], None] | None = None, for_model: bool = False) -> None:
         self.loaded = loaded
+        # The agent's cron tool: the model, not the owner, is choosing where a job's replies go.
+        self.for_model = for_model
         self.store = JobStore(home, fsync=fsync)
         self.clock = clock
         self.wake = wake  # the scheduler that owns this CronJobs: re-plan at once after a change
@@ -143,6 +145,21 @@ class CronJobs:
             return job
         return job.model_copy(update={"delivery": d.model_copy(update={"channel": t.channel, "account": account})})
 
+    def _main_text_stays_with_the_owner(self, job: Job) -> Job:
+        """A job in the main session answers with what the main session knows (MEMORY.md, owner-only notes).
+        The model may send those replies to the owner only; whatever else it was led to ask is refused. The
+        owner can still choose another target with `hermit cron` or the web app, and `doctor` warns of it."""
+        d = job.delivery
+        if not self.for_model or job.session_target != "main" or d.target() is None:
+            return job
+        if reaches_only_an_owner(self.loaded.config.channels, d.channel or "", d.account, d.peer_kind, d.to or ""):
+            return job
+        raise JobError(f"job {job.label}: a main-session job's replies can quote MEMORY.md and owner-only notes, "
+                       f"so the cron tool delivers them only to an owner, and {d.describe()} ({d.peer_kind}) is "
+                       "not one of that account's owners",
+                       "deliver to an owner's DM or the web chat, or use session_target isolated (it sees only "
+                       "shared notes); the owner can set any target with `hermit cron add --main --announce …`")
+
     def _changed(self) -> None:
         running = self._scheduler()
         if self.wake is not None:
@@ -151,7 +168,7 @@ class CronJobs:
             running.wake()
 
     def add(self, spec: dict[str, Any]) -> dict[str, Any]:
-        job = self._planned(self._with_target(build_job(spec, now=self.clock())))
+        job = self._planned(self._main_text_stays_with_the_owner(self._with_target(build_job(spec, now=self.clock()))))
 
         def append(file: JobFile) -> JobFile:
             if any(j.id == job.id for j in file.jobs):
@@ -167,6 +184,8 @@ class CronJobs:
             new = patch_job(job, patch, now=self.clock())
             if new.delivery != job.delivery:
                 new = self._with_target(new)
+            if new.delivery != job.delivery or new.session_target != job.session_target:
+                new = self._main_text_stays_with_the_owner(new)
             if new.schedule != job.schedule or new.enabled != job.enabled or new.agent_id != job.agent_id:
                 new = self._planned(new)
             return new

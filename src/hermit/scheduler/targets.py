@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hermit.channels.platforms import names
+from hermit.config.allowlist import matches
 from hermit.config.schema import ChannelsConfig
 from hermit.errors import JobError
 
@@ -72,6 +73,18 @@ def resolve_target(channels: ChannelsConfig, channel: str, account: str | None, 
         raise JobError(f"{what}: the {name} account {chosen!r} is disabled (enabled: false)",
                        f"enable it under channels.{name}.accounts.{chosen}, or deliver elsewhere")
     return ResolvedTarget(name, chosen, explicit)
+
+
+def reaches_only_an_owner(channels: ChannelsConfig, channel: str, account: str | None, peer_kind: str,
+                          to: str) -> bool:
+    """Whether a delivery reaches the owner and nobody else: the web chat (its token holder is the owner)
+    or a DM to an id listed under that account's `owners` (by id: a username can change hands). A group,
+    a contact or an unknown account is not: main-session text quoted there reaches other people."""
+    name = (channel or "").strip().lower()
+    if name == WEBCHAT:
+        return True
+    acc = channels.accounts_of(name).get(account or DEFAULT_ACCOUNT) if name in names() else None
+    return acc is not None and peer_kind == "dm" and matches(name, acc.owners, to)
 
 
 def parse_announce(value: str, account: str | None = None) -> tuple[str, str | None, str]:
