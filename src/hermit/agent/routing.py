@@ -114,6 +114,11 @@ def session_key_for(agent_id: str, dm_scope: DmScope, inp: RouteInput, *,
             return main_session_key(agent_id)
         # A contact: their own session, one per account and sender, whatever they are called elsewhere.
         dm_scope = "per-account-channel-peer"
+    if dm_scope == "per-peer" and not inp.sender_is_owner:
+        # One session per person across channels is for the owner, whose ids the config names. A contact's
+        # id means nothing outside its platform (a Telegram user id can be someone's WhatsApp number), so
+        # theirs is kept per channel: a shared key would hand them the owner's DM session and notes.
+        dm_scope = "per-channel-peer"
     if dm_scope == "per-peer":
         return dm_session_key(agent_id, None, inp.peer_id, inp.thread_id, topic_id=inp.topic_id)
     if dm_scope == "per-channel-peer":
