@@ -51,6 +51,18 @@ def held(fd: int) -> Iterator[None]:
         unlock_fd(fd)
 
 
+@contextlib.contextmanager
+def locked_dir(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the directory `path` itself for the block (flock on its descriptor: no lock
+    file to leave behind, and a sandboxed command, which never sees the host directory, cannot hold it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        lock_fd(fd)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def open_lock_file(path: Path, mode: int = 0o600) -> int:
     """The lock file's descriptor, created owner-only when missing (not inherited by child processes)."""
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)

@@ -18,6 +18,7 @@ open is race-free (safe_fs.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from pydantic import Field
 
 from hermit.durable import append_file, write_atomic
 from hermit.errors import PathPolicyError, ToolError
+from hermit.memory.policy.daily_log import memory_writes_locked
 from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, read_regular
 from hermit.tools.base import Tool, make_tool
 from hermit.tools.memory_files import MemoryWriteRules, join_append
@@ -187,8 +189,14 @@ class FileTools:
     ) -> str:
         """Create or overwrite a file with the given content (parent folders are created)."""
         if self.view is not None:
-            return self._view_write(self.view.locate(path), "write", content, append)
+            loc = self.view.locate(path)
+            with self._memory_lock(loc.area == "memory"):
+                return self._view_write(loc, "write", content, append)
         target = self.paths.resolve(path)
+        with self._memory_lock(self.rules.is_memory_file(target)):
+            return self._write(target, content, append)
+
+    def _write(self, target: ResolvedPath, content: str, append: bool) -> str:
         if target.real.is_dir():
             raise ToolError(f"{target.shown} is a directory", "write to a file path inside it")
         before = _read_text(target) if target.real.exists() else None
@@ -209,14 +217,25 @@ class FileTools:
         if not old:
             raise ToolError("`old` is empty", "pass the exact text to replace (use write to create a file)")
         if self.view is not None:
-            return self._view_edit(self.view.locate(path), old, new)
+            loc = self.view.locate(path)
+            with self._memory_lock(loc.area == "memory"):
+                return self._view_edit(loc, old, new)
         target = self.paths.resolve(path)
+        with self._memory_lock(self.rules.is_memory_file(target)):
+            return self._edit(target, old, new)
+
+    def _edit(self, target: ResolvedPath, old: str, new: str) -> str:
         before = _read_text(target)
         line = _one_match(before, old, target.shown)
         after = self.rules.prepare(target, "edit", before, before.replace(old, new, 1))
         self.policy.check(target, "edit", before, after)
         self._commit(target, before, after)
         return f"edited {target.shown}: replaced 1 occurrence at line {line}"
+
+    def _memory_lock(self, memory: bool) -> contextlib.AbstractContextManager[None]:
+        """Around a memory file's read-modify-write: the workspace's one memory-write lock, so a note another
+        session, process or the MCP server adds meanwhile is not replaced by this write."""
+        return memory_writes_locked(self.rules.workspace) if memory else contextlib.nullcontext()
 
     # ---- a non-owner session: through its RoomView ----------------------------------------------------
 
@@ -271,8 +290,11 @@ class FileTools:
         return ResolvedPath(base / loc.rel, loc.shown)
 
     def _view_write(self, loc: Located, kind: WriteKind, content: str, append: bool) -> str:
-        before = self._view_before(loc)
         target = self._view_target(loc)
+        if loc.area == "memory":
+            assert self.view is not None
+            self.rules.refuse_unless_addable(target, exists=self.view.lstat(loc) is not None)
+        before = self._view_before(loc)
         after = self.rules.prepare(target, kind, before, join_append(before, content) if append else content)
         self.policy.check(target, kind, before, after)
         self._view_commit(loc, target, before, after)
@@ -281,11 +303,13 @@ class FileTools:
         return f"{verb} {loc.shown} ({size:,} bytes)"
 
     def _view_edit(self, loc: Located, old: str, new: str) -> str:
+        target = self._view_target(loc)
+        if loc.area == "memory":  # refused before `old` is matched against lines this session cannot see
+            self.rules.refuse_edit(target)
         before = self._view_before(loc)
         if before is None:
             raise ToolError(f"file not found: {loc.shown}", "check the path (relative paths start at the workspace)")
         line = _one_match(before, old, loc.shown)
-        target = self._view_target(loc)
         after = self.rules.prepare(target, "edit", before, before.replace(old, new, 1))
         self.policy.check(target, "edit", before, after)
         self._view_commit(loc, target, before, after)

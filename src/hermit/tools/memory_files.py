@@ -39,6 +39,7 @@ from hermit.memory.policy.audience import (
     is_private_path,
     line_audiences,
 )
+from hermit.memory.policy.daily_log import MAX_NOTE_CHARS
 from hermit.memory.policy.privacy import is_long_term
 from hermit.memory.policy.provenance import (
     CLOSE_LINE,
@@ -90,6 +91,11 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+# How large a memory file a session other than the owner's may make by adding notes (the owner's own
+# notes are not bounded here): with MAX_NOTE_CHARS per note, what a chat can put into memory is bounded.
+MAX_FILE_CHARS_FROM_OTHERS = 1_000_000
+_ADD_ONLY = "write policy: sessions other than the owner's main session may only add notes to memory files"
+
 @dataclass(frozen=True)
 class MemoryWriteRules:
     workspace: Path
@@ -128,6 +134,41 @@ class MemoryWriteRules:
                                   APPEND_HINT)
         return after
 
+    def refuse_unless_addable(self, target: ResolvedPath, *, exists: bool) -> None:
+        """Raise unless a session other than the owner's may add a note to `target`: a Markdown file under
+        memory/ with no hidden part, not the owner's private place (MEMORY.md, memory/private/ in any case:
+        text there is owner-only whole, so a note written there would become one), and a new file only as a
+        daily log. The view asks this before it reads the file (`exists` from lstat alone), so the answer for
+        a private path is the same whether or not the file is there."""
+        if self.origin is None:
+            return
+        if self.memory_writes == "main-only":
+            raise PathPolicyError(f"writing memory ({target.shown}) is not allowed from this session",
+                                  "write policy: sandbox.memory_writes is main-only")
+        if is_private_path(target.shown) or is_long_term(target.real, self.root):
+            raise PathPolicyError(f"{target.shown} is the owner's private memory and cannot be written from this "
+                                  "session", f"{_ADD_ONLY}; this chat's notes go to today's daily log")
+        if not self.is_memory_file(target) or any(p.startswith(".") for p in target.shown.split("/")):
+            raise PathPolicyError(f"{target.shown} is not a note: from this session only Markdown notes "
+                                  "(memory/*.md) can be added to memory", "keep other files in this chat's folder "
+                                  "(paths outside memory/)")
+        if not exists and not self.is_daily_log(target):
+            raise PathPolicyError(f"{target.shown} does not exist, and this session may start only a daily log",
+                                  f"{_ADD_ONLY}; write to memory/YYYY-MM-DD.md (today's) with append: true")
+
+    def refuse_edit(self, target: ResolvedPath) -> None:
+        """Raise when this session may not edit `target` whatever the file holds: a session other than the
+        owner's only adds to memory files. The file tools ask this before reading the file or matching the
+        edit's `old` against it, so that neither the answer nor its error can tell the session what the
+        file's withheld lines say (a "0 matches" / "not allowed" pair is an oracle, one guess at a time)."""
+        if self.origin is None or not self.is_memory_file(target):
+            return
+        if self.memory_writes == "main-only":
+            raise PathPolicyError(f"writing memory ({target.shown}) is not allowed from this session",
+                                  "write policy: sandbox.memory_writes is main-only")
+        raise PathPolicyError(f"editing {target.shown} is not allowed from this session",
+                              f"{_ADD_ONLY}; use write with append: true")
+
     def _from_others(self, target: ResolvedPath, kind: str, before: str | None, after: str) -> str:
         if target.real.parent == self.root and target.real.name in BOOTSTRAP_ORDER:
             raise PathPolicyError(f"{target.shown} holds the owner's instructions and cannot be changed from this "
@@ -135,20 +176,21 @@ class MemoryWriteRules:
                                          "instruction files")
         if not self.is_memory_file(target):
             return after
-        rule = "write policy: sessions other than the owner's main session may only add notes to memory files"
-        if self.memory_writes == "main-only":
-            raise PathPolicyError(f"writing memory ({target.shown}) is not allowed from this session",
-                                  "write policy: sandbox.memory_writes is main-only")
         if kind == "edit":
-            raise PathPolicyError(f"editing {target.shown} is not allowed from this session",
-                                  rule + "; use write with append: true")
+            self.refuse_edit(target)
+        self.refuse_unless_addable(target, exists=before is not None)
         old = before or ""
         if not after.startswith(old):
             raise PathPolicyError(f"this write would change existing text of {target.shown}",
-                                  rule + "; use write with append: true")
+                                  f"{_ADD_ONLY}; use write with append: true")
         added = after[len(old):]
         if not added.strip():
             return after
+        if len(added) > MAX_NOTE_CHARS or len(old) + len(added) > MAX_FILE_CHARS_FROM_OTHERS:
+            raise PathPolicyError(f"this note would make {target.shown} too large ({len(added):,} characters added; "
+                                  f"a note from this session may have {MAX_NOTE_CHARS:,}, and a memory file may "
+                                  f"grow to {MAX_FILE_CHARS_FROM_OTHERS:,} through it)",
+                                  "store a short summary; keep long documents in this chat's folder")
         return join_append(seal(old), wrap(neutralize(added.lstrip("\n")), self.origin))  # type: ignore[arg-type]
 
     def _owner_only_file(self, target: ResolvedPath) -> bool:

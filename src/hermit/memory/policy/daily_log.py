@@ -2,13 +2,17 @@
 
 Used by tools that add to memory from outside an agent turn (the MCP server's memory_append). The file
 goes through memory_get's path rules (no symlinks, nothing outside the workspace), is opened with
-O_APPEND under an exclusive lock so two writers at once keep both notes, and is fsync'd. A note with an
+O_APPEND under an exclusive lock so two writers at once keep both notes, and is fsync'd. Every writer of
+memory files in Hermit (this, and the file tools in every session) holds `memory_writes_locked` around its
+read-modify-write, so a note added while another writer creates or rewrites the same file is never
+replaced (a new file is written by a rename, which would drop an append made to the file it replaces). A note with an
 `origin` (every writer but the owner) is escaped and wrapped in an origin block (memory/policy/provenance.py),
 so its writer cannot forge a marker; a log that ends inside an unclosed block is closed first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from datetime import datetime
@@ -16,11 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from hermit.errors import HermitError, PathPolicyError
-from hermit.locks import lock_fd
+from hermit.locks import lock_fd, locked_dir
 from hermit.memory.policy.paths import RULES, resolve_memory_path
 from hermit.memory.policy.provenance import Origin, neutralize, seal, wrap
 
 MAX_NOTE_CHARS = 20_000
+
+
+def memory_writes_locked(workspace: Path) -> contextlib.AbstractContextManager[None]:
+    """The lock every writer of a workspace's memory files holds while it reads, decides and writes: one
+    per workspace (its directory), across threads and processes (the gateway, the CLI, the MCP server)."""
+    return locked_dir(workspace)
 
 
 def daily_log_path(day: datetime) -> str:
@@ -45,6 +55,11 @@ def append_daily_note(workspace: Path, note: str, now: datetime, extra_paths: Se
     except OSError as e:
         raise PathPolicyError(f"cannot create memory/ in {workspace}: {e}", RULES) from e
     real, shown = resolve_memory_path(workspace, rel, list(extra_paths))
+    with memory_writes_locked(workspace):
+        return _append(real, shown, text, now, origin)
+
+
+def _append(real: Path, shown: str, text: str, now: datetime, origin: Origin | None) -> dict[str, Any]:
     try:
         fd = os.open(real, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as e:
