@@ -111,3 +111,31 @@ def test_two_sessions_starting_the_same_daily_log_at_once_both_keep_their_note(r
         text = (rt.agent.workspace / log).read_text()
         lost += [f"{log}: {note}" for note in ("owner: dentist at 3", "group: picnic moved") if note not in text]
     assert lost == []
+
+
+def test_what_the_owners_chat_writes_into_user_md_is_withheld_from_other_chats(rt: AgentRuntime) -> None:
+    """USER.md is shown to every chat (SPEC §3) and its template asks the model to keep it current, so the
+    owner's chat writes what it learns there. Those lines are owner-only: a group's prompt, its `read` and
+    its sandbox seed see the file without them; what the owner typed in by hand stays visible to all."""
+    ws = rt.agent.workspace
+    (ws / "USER.md").write_text("# USER.md\n\n- Name: Alice\n- Notes:\n")
+    text, is_error = call(rt, MAIN, "edit", path="USER.md", old="- Notes:",
+                          new="- Notes: going through a divorce, hearing 3 Feb (CANARY-USER-51)")
+    assert not is_error, text
+    assert "CANARY-USER-51" in rt.prepare(MAIN).system.text
+    group_prompt = rt.prepare(GROUP).system.text
+    assert "CANARY-USER-51" not in group_prompt and "- Name: Alice" in group_prompt
+    assert "lines withheld: not shared with this chat]" in group_prompt
+    shown, is_error = call(rt, GROUP, "read", path="USER.md")
+    assert not is_error and "CANARY-USER-51" not in shown and "- Name: Alice" in shown
+
+
+def test_a_chat_adds_to_a_log_it_cannot_see_a_line_of_without_learning_anything(rt: AgentRuntime) -> None:
+    """Today's log may hold only the owner's notes (their chat wrote first). The group's note still goes in,
+    after them; it used to be refused as "not available", which also told the group what the log held."""
+    assert not call(rt, MAIN, "write", path=LOG, content="- owner: the biopsy result is on Friday", append=True)[1]
+    text, is_error = call(rt, GROUP, "write", path=LOG, content="- group: picnic moved to Sunday", append=True)
+    assert not is_error and text.startswith(f"appended to {LOG}")
+    shown, _ = call(rt, GROUP, "read", path=LOG)
+    assert "picnic moved" in shown and "biopsy" not in shown
+    assert "biopsy" in (rt.agent.workspace / LOG).read_text()

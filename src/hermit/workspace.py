@@ -7,6 +7,7 @@ files 0600) whatever the umask; files and folders the owner made by hand keep th
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -16,6 +17,7 @@ from hermit.textfile import decode_text, read_regular
 
 BOOTSTRAP_ORDER = ("AGENTS.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "USER.md", "HEARTBEAT.md", "BOOTSTRAP.md")
 MEMORY_FILE = "MEMORY.md"
+USER_FILE = "USER.md"  # who the owner is: shown to every chat, its owner-only blocks withheld from others
 TEMPLATE_FILES = (*BOOTSTRAP_ORDER, MEMORY_FILE)
 
 
@@ -82,9 +84,11 @@ def cap_text(name: str, text: str, max_chars: int) -> tuple[str, bool]:
 
 
 def read_bootstrap(
-    workspace: Path, *, include_memory: bool, max_chars: int = 20_000, total_max_chars: int = 150_000
+    workspace: Path, *, include_memory: bool, max_chars: int = 20_000, total_max_chars: int = 150_000,
+    render: Callable[[str, str], str | None] | None = None,
 ) -> list[BootstrapFile]:
-    """Bootstrap files in prompt order; MEMORY.md only when `include_memory` (main private session)."""
+    """Bootstrap files in prompt order; MEMORY.md only when `include_memory` (main private session).
+    `render(name, text)` is the file as the session may see it (None: nothing), applied before the caps."""
     names = list(BOOTSTRAP_ORDER) + ([MEMORY_FILE] if include_memory else [])
     out: list[BootstrapFile] = []
     budget = total_max_chars
@@ -97,6 +101,9 @@ def read_bootstrap(
                 continue  # only exists for a brand-new workspace; its absence is normal
             out.append(BootstrapFile(name, None, 0, False))
             continue
+        if render is not None:
+            shown = render(name, raw)
+            raw = shown if shown is not None else f"[{name}: nothing in it is shared with this chat]"
         text, cut = cap_text(name, raw, min(max_chars, max(budget, 0)))
         if budget <= 0:
             text, cut = f"[{name} omitted: the {total_max_chars:,}-char bootstrap budget is used up]", True

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
 
+from hermit.memory.policy.audience import reader_for_session, visible_text
 from hermit.messages import AssistantMessage, Message, ToolResultMessage, UserMessage, message_from_dict
 from hermit.models.base import ToolSchema
 from hermit.sessions.keys import is_main_session_key
@@ -196,11 +197,15 @@ def _file_section(f: BootstrapFile) -> str:
 
 def build_system_prompt(p: PromptInputs) -> SystemPrompt:
     sections = _sections(p)
+    reader = reader_for_session(p.session_key)
     files = read_bootstrap(
         p.workspace,
         include_memory=includes_long_term_memory(p.session_key),
         max_chars=p.bootstrap_max_chars,
         total_max_chars=p.bootstrap_total_max_chars,
+        # What the owner's chat wrote into an instruction file (USER.md) is owner-only: other chats get the
+        # file with those lines withheld, as they get memory files.
+        render=None if reader.owner else lambda name, text: visible_text(text, name, reader),
     )
     blocks = [_block(f"system: {name}", text) for name, text in sections]
     blocks.append(_block("project: heading", PROJECT_HEADING))

@@ -34,10 +34,8 @@ from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, read_regu
 from hermit.tools.base import Tool, make_tool
 from hermit.tools.memory_files import MemoryWriteRules, join_append
 from hermit.tools.safe_fs import NotAFile
-from hermit.tools.safe_fs import read_beneath as safe_read
 from hermit.tools.sandbox import PathResolver, ResolvedPath
 from hermit.tools.views import Located, RoomView
-from hermit.tools.views import workspace_fd as _ws
 
 DEFAULT_READ_LINES = 2000
 MAX_READ_CHARS = 50_000
@@ -279,10 +277,7 @@ class FileTools:
 
     def _memory_text(self, loc: Located) -> str:
         assert self.view is not None
-        self.view.read(loc, MAX_FILE_BYTES)  # refuses what this session may not see (MEMORY.md, private)
-        with _ws(self.view.workspace) as ws:
-            data = safe_read(ws, loc.rel, MAX_FILE_BYTES).data
-        return decode_text(data).text
+        return decode_text(self.view.read_to_add(loc, MAX_FILE_BYTES)).text
 
     def _view_target(self, loc: Located) -> ResolvedPath:
         assert self.view is not None

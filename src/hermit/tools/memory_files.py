@@ -12,7 +12,8 @@
    sender, session and audience (memory/policy/audience.py: that chat and the owner may read it). With
    `sandbox.memory_writes: main-only` they may not write memory at all. The bootstrap files
    (AGENTS.md, SOUL.md …) are the owner's instructions: such a session cannot change them either.
-4. What the main session writes to memory (`owner` set) is owner-only: a new file is wrapped whole in an
+4. What the main session writes to memory (`owner` set), and to USER.md (shown to every chat, and where
+   it keeps what it learns about the owner), is owner-only: a new file is wrapped whole in an
    owner block, an append is wrapped, and in a rewrite or edit of an existing file each run of added or
    changed lines is wrapped (lines added inside one of its own blocks already are owner-only). Its text
    is escaped too, so it cannot close its own block. An edit inside another audience's block is refused
@@ -52,7 +53,7 @@ from hermit.memory.policy.provenance import (
 )
 from hermit.sessions.keys import SessionKind, parse_session_key
 from hermit.tools.sandbox import ResolvedPath, is_within
-from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
+from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE, USER_FILE
 
 DAILY_LOG_RE = re.compile(r"memory/\d{4}-\d{2}-\d{2}[^/]*\.md", re.IGNORECASE)
 APPEND_HINT = ("write policy: daily logs are append only — keep every existing line; to add a note call write "
@@ -127,7 +128,8 @@ class MemoryWriteRules:
         """The content to write instead of `after` (an origin block added), or PathPolicyError."""
         if self.origin is not None:
             after = self._from_others(target, kind, before, after)
-        elif self.owner is not None and self.is_memory_file(target) and not self._owner_only_file(target):
+        elif self.owner is not None and (self.is_memory_file(target) and not self._owner_only_file(target)
+                                         or self._is_user_file(target)):
             after = self._from_owner(target, kind, before, after, self.owner)
         if before is not None and self.is_daily_log(target) and not keeps_every_line(before, after):
             raise PathPolicyError(f"this {kind} would drop or change existing lines of the daily log {target.shown}",
@@ -192,6 +194,11 @@ class MemoryWriteRules:
                                   f"grow to {MAX_FILE_CHARS_FROM_OTHERS:,} through it)",
                                   "store a short summary; keep long documents in this chat's folder")
         return join_append(seal(old), wrap(neutralize(added.lstrip("\n")), self.origin))  # type: ignore[arg-type]
+
+    def _is_user_file(self, target: ResolvedPath) -> bool:
+        """USER.md: an instruction file every chat is shown, where the owner's chat writes what it learns
+        about the owner. Those writes are owner-only blocks, withheld from other chats like memory notes."""
+        return target.real.parent == self.root and target.real.name == USER_FILE
 
     def _owner_only_file(self, target: ResolvedPath) -> bool:
         return is_long_term(target.real, self.root) or is_private_path(target.shown)

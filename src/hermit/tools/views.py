@@ -42,7 +42,8 @@ class MemoryView(Protocol):
     """The memory a session may read: one file rendered for it, and every file it may see (for exec)."""
 
     def render(self, rel: str, data: bytes, st: os.stat_result) -> bytes | None:
-        """`data` of the memory file `rel` (workspace-relative) as this reader may see it; None: withheld."""
+        """`data` of the memory or instruction file `rel` (workspace-relative) as this reader may see it; None:
+        nothing of it."""
         ...
 
     def files(self) -> Iterator[tuple[str, bytes]]:
@@ -139,15 +140,28 @@ class RoomView:
                 return safe_fs.read_beneath(fd, loc.rel, max_bytes).data
         with workspace_fd(self.workspace) as ws:
             opened = safe_fs.read_beneath(ws, loc.rel, max_bytes)
-        if loc.area == "instruction":
-            return opened.data
-        if is_long_term(self.workspace / loc.rel, self.workspace) or opened.st.st_nlink > 1:
-            raise PathPolicyError(f"{loc.shown} may be private long-term memory (it is MEMORY.md or hard-linked)",
-                                  PRIVACY_HINT)
+        if loc.area == "instruction":  # the owner's chat's lines in USER.md are withheld like its notes
+            return self.memory.render(loc.rel, opened.data, opened.st) or \
+                f"[{loc.shown}: nothing in it is shared with this chat]\n".encode()
+        self._refuse_long_term(loc, opened.st)
         shown = self.memory.render(loc.rel, opened.data, opened.st)
         if shown is None:
             raise PathPolicyError(f"{loc.shown} is not available in this session", PRIVACY_HINT)
         return shown
+
+    def read_to_add(self, loc: Located, max_bytes: int) -> bytes:
+        """A memory file's whole text, for adding a note at its end (the memory rules let this session only
+        add): any file but MEMORY.md or a hard link to it, even one none of whose lines it may see — those
+        stay unseen, and its note goes after them."""
+        with workspace_fd(self.workspace) as ws:
+            opened = safe_fs.read_beneath(ws, loc.rel, max_bytes)
+        self._refuse_long_term(loc, opened.st)
+        return opened.data
+
+    def _refuse_long_term(self, loc: Located, st: os.stat_result) -> None:
+        if is_long_term(self.workspace / loc.rel, self.workspace) or st.st_nlink > 1:
+            raise PathPolicyError(f"{loc.shown} may be private long-term memory (it is MEMORY.md or hard-linked)",
+                                  PRIVACY_HINT)
 
     def read_text(self, loc: Located, max_bytes: int) -> str:
         return decode_text(self.read(loc, max_bytes)).text
