@@ -368,7 +368,35 @@ def test_memory_tools_withhold_session_transcripts_outside_the_main_session(tmp_
     assert private["results"] and private["results"][0]["source"] == "sessions"
     group = ToolRunner(MemoryTools(svc, private=False).tools())
     res = json.loads(call(group, "memory_search", query="bank PIN hint")[0])
-    assert res["results"] == [] and "session-transcript" in res["withheld"]
+    assert res["results"] == [] and "session transcripts" in res["withheld"]
     text, err = call(group, "memory_get", path="sessions/s1.jsonl")
     assert err and "privacy rule" in text
+    svc.close()
+
+
+def test_a_chat_cannot_tell_from_the_withheld_notice_which_words_the_owners_notes_hold(tmp_path: Path) -> None:
+    """Keyword-only search (no embedder): the notice that notes were left out used to appear only when
+    a query matched an owner-only note, so "biopsy" against "xylophone" said what the private notes say."""
+    from hermit.config.schema import MemorySearchConfig
+    from hermit.memory.policy.audience import reader_for_session
+    from hermit.memory.service import MemoryKey
+    from hermit.sessions.keys import group_session_key
+
+    ws = tmp_path / "ws"
+    (ws / "memory" / "private").mkdir(parents=True)
+    (ws / "memory" / "private" / "health.md").write_text("# Health\n- biopsy result due on Friday\n")
+    (ws / "MEMORY.md").write_text("# Memory\n- prefers window seats\n")
+    (ws / "memory" / "2026-01-19.md").write_text("# 2026-01-19\n- the team lunch is at noon\n")
+    cfg = MemorySearchConfig.model_validate({"provider": "none"})
+    svc = MemoryService(MemoryKey("main", ws), tmp_path / "idx.sqlite", cfg, None)
+    reader = reader_for_session(group_session_key("main", "telegram", "-100"))
+    group = ToolRunner(MemoryTools(svc, private=False, reader=reader).tools())
+    answers = [json.loads(call(group, "memory_search", query=q)[0])
+               for q in ("biopsy", "window seats", "xylophone", "zeppelin")]
+    assert all(a["results"] == [] for a in answers)
+    assert len({a["withheld"] for a in answers}) == 1  # one notice, whatever the query matched
+    lunch = json.loads(call(group, "memory_search", query="team lunch")[0])
+    assert lunch["results"] and lunch["withheld"] == answers[0]["withheld"]
+    owner = json.loads(call(ToolRunner(MemoryTools(svc, private=True).tools()), "memory_search", query="biopsy")[0])
+    assert owner["results"] and "withheld" not in owner
     svc.close()

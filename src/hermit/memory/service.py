@@ -53,6 +53,9 @@ class MemoryKey:
     workspace: Path
 
 
+WITHHELD_NOTICE = ("notes not shared with this chat are never searched or shown here (owner-only notes, MEMORY.md, "
+                   "session transcripts, other chats' notes)")
+
 class MemoryService:
     def __init__(
         self,
@@ -177,7 +180,7 @@ class MemoryService:
             notes.extend(report.warnings[:5])
         with self.store.reading():
             outcome = self.searcher.search(query, max_results, min_score, reader=reader)
-        out = self._result(outcome, notes)
+        out = self._result(outcome, notes, reader)
         self._say_pending(out)
         return out
 
@@ -198,7 +201,7 @@ class MemoryService:
         with self._lock, self.store.reading():
             return self.searcher.search(query, max_results, min_score)
 
-    def _result(self, outcome: SearchOutcome, notes: list[str]) -> dict[str, Any]:
+    def _result(self, outcome: SearchOutcome, notes: list[str], reader: Reader = OWNER_READER) -> dict[str, Any]:
         info = self.embedder.info if self.embedder else None
         out: dict[str, Any] = {
             "results": [
@@ -211,9 +214,10 @@ class MemoryService:
         }
         # Who may see each result, and which came from others' notes (a snippet prefix says so).
         out["results"] = self.audiences.annotate(out["results"], self.searcher.tuning.max_window_chars)
-        if outcome.withheld:
-            out["withheld"] = ("notes not shared with this chat were left out (owner-only notes, "
-                               "MEMORY.md and session-transcript hits, other chats' notes)")
+        if outcome.withheld or not reader.owner:
+            # Said to every reader who is not the owner, whatever this search dropped: a notice only when
+            # something was dropped would tell a chat which words the owner's notes hold, one query at a time.
+            out["withheld"] = WITHHELD_NOTICE
         if outcome.unmatched:
             # Why nothing came back though some notes shared words with the question (an explicit
             # minScore is a hard threshold and shows them).

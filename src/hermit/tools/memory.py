@@ -25,7 +25,7 @@ from hermit.memory.index.session_source import SESSIONS_PREFIX
 from hermit.memory.policy.audience import OWNER_READER, UNKNOWN, Reader, is_private_path
 from hermit.memory.policy.paths import resolve_memory_path
 from hermit.memory.policy.privacy import is_hard_linked, is_long_term
-from hermit.memory.service import MemoryService
+from hermit.memory.service import WITHHELD_NOTICE, MemoryService
 from hermit.tools.base import Tool, make_tool
 from hermit.tools.sandbox import PRIVACY_RULE
 from hermit.workspace import MEMORY_FILE
@@ -64,13 +64,10 @@ class MemoryTools:
                                                  description="Default 0.35")] = None,
     ) -> dict[str, Any]:
         result = self.service.search(query, max_results, min_score, reader=self.reader)
-        if not self.private and result.get("results"):
-            kept = [r for r in result["results"] if r.get("source") != "sessions" and not self._private_hit(r)]
-            if len(kept) != len(result["results"]):
-                result = {**result, "results": kept,
-                          "withheld": f"{MEMORY_FILE} and session-transcript hits ({PRIVACY_RULE})"}
-        if not self.private and "withheld" in result:
-            result["withheld"] = f"{result['withheld']} ({PRIVACY_RULE})"
+        if not self.private:
+            # The same notice whatever was dropped (see WITHHELD_NOTICE): never a per-query signal.
+            kept = [r for r in result.get("results", []) if r.get("source") != "sessions" and not self._private_hit(r)]
+            result = {**result, "results": kept, "withheld": f"{WITHHELD_NOTICE} ({PRIVACY_RULE})"}
         return result
 
     def memory_get(
