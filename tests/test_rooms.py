@@ -115,7 +115,7 @@ def test_the_merge_after_an_exec_keeps_a_file_a_tool_changed_meanwhile(tmp_path:
     write(out / "b.txt", "command's b")
     write(out / "new" / "c.txt", "command's c")
     with view.room.locked() as fd:
-        changed = apply_incoming(fd, out, seed)
+        changed = apply_incoming(fd, out, seed).changed
     room = view.room.path
     assert (room / "a.txt").read_text() == "command's a" and (room / "b.txt").read_text() == "the tool's b"
     assert (room / "new" / "c.txt").read_text() == "command's c" and not (room / "gone.txt").exists()

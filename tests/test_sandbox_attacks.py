@@ -119,9 +119,12 @@ def test_room_sandbox_as_an_unprivileged_user(tmp_path: Path) -> None:
     """The same probe with Hermit itself running as an ordinary uid (when the tests run as root, uid 65534
     runs it). Where that uid cannot import this checkout (it lives under root's 0700 home), the sandbox's
     own command line is run as that uid instead: the same flags and wrapper, without Hermit around it."""
+    from test_sandbox_limits import DROP, HOGS, KEYRING_NR
+
     need_sandbox()
     uid = 65534 if os.geteuid() == 0 else None
     base = Path(tempfile.mkdtemp(prefix="hermit-unpriv-", dir="/tmp" if uid is not None else tmp_path))
+    drop = DROP.format(add_key=KEYRING_NR.get(__import__("platform").machine(), (248, 250))[0])
     if uid is not None:
         os.chmod(base, 0o700)
         os.chown(base, uid, uid)
@@ -131,13 +134,18 @@ def test_room_sandbox_as_an_unprivileged_user(tmp_path: Path) -> None:
     try:
         python = _python_for(as_user)
         if python is not None:
-            done = subprocess.run([python, str(probe), str(base), BOMB], capture_output=True, text=True, timeout=PROC_TIMEOUT,
+            done = subprocess.run([python, str(probe), str(base), BOMB, drop, HOGS], capture_output=True, text=True,
+                                  timeout=PROC_TIMEOUT,
                                   env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(sys.path)}, **as_user)
             assert done.returncode == 0, done.stderr[-2000:]
             out = json.loads(done.stdout.strip().splitlines()[-1])
             assert out["uid_outside"] != 0 and out["backend"] == "bwrap"
             assert out["room_file"] == "made by the command\n" and out["room_bytes"] <= (6 << 20)
             ident, tasks = out["ident"], int(out["tasks"])
+            # Hermit as an ordinary uid makes no cgroup: the fallback still bounds the command's memory, and
+            # the keyring is refused the same way.
+            assert int(out["hogs"].split("rss_kb=")[-1].split()[0]) < (256 + 64) << 10, out["hogs"]
+            assert "add_key -1 errno 1" in out["keys"] and "proc-keys refused" in out["keys"], out["keys"]
         else:
             ident, tasks = _bare_probe(base, as_user)
         assert "CapEff:\t0000000000000000" in ident and tasks <= 40
@@ -160,12 +168,17 @@ def _python_for(as_user: dict[str, Any]) -> str | None:
 
 def _bare_probe(base: Path, as_user: dict[str, Any]) -> tuple[str, int]:
     from hermit.tools.os_sandbox import room_mode_args
+    from hermit.tools.seccomp import filter_fd, filter_program
 
-    argv = [*room_mode_args(str(need_sandbox().program), 1 << 20), "--", "/bin/sh", "-c",
+    fd = filter_fd(filter_program() or b"")
+    argv = [*room_mode_args(str(need_sandbox().program), 1 << 20, fd), "--", "/bin/sh", "-c",
             f"grep CapEff /proc/self/status; {BOMB}"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=PROC_TIMEOUT, cwd="/", **as_user,
-                          preexec_fn=lambda: __import__("resource").setrlimit(
-                              __import__("resource").RLIMIT_NPROC, (32, 32)))
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=PROC_TIMEOUT, cwd="/", **as_user,
+                              pass_fds=(fd,), preexec_fn=lambda: __import__("resource").setrlimit(
+                                  __import__("resource").RLIMIT_NPROC, (32, 32)))
+    finally:
+        os.close(fd)
     return done.stdout, int(done.stdout.split("tasks=")[-1].split()[0])
 
 
@@ -190,13 +203,16 @@ backend = detect()
 view = RoomView(ws, Room(base / "state" / "rooms", "telegram:group:9", 4 << 20),
                 AudienceMemoryView(ws, Reader("telegram:group:9")))
 tool = ExecTool(PathResolver(ws, True), env={"PATH": "/usr/bin:/bin"},
-                sandbox=RoomSandbox(backend, view, SandboxLimits(max_processes=24), base / "scratch", sandbox_uid(65534)))
+                sandbox=RoomSandbox(backend, view, SandboxLimits(max_processes=24, memory_mb=256), base / "scratch",
+                                    sandbox_uid(65534)))
 ident = tool.exec("id -u; grep CapEff /proc/self/status; echo made by the command > kept.txt").text
 tool.exec("head -c 50000000 /dev/zero > big; head -c 50000000 /dev/zero > big2")
 bomb = tool.exec(BOMB, timeout=20).text
+keys = tool.exec(sys.argv[3]).text
+hogs = tool.exec(sys.argv[4], timeout=30).text
 print(json.dumps({"uid_outside": os.getuid(), "backend": backend.name, "ident": ident,
                   "room_file": (view.room.path / "kept.txt").read_text(), "room_bytes": view.room.usage(),
-                  "tasks": bomb.split("tasks=")[-1].split()[0]}))
+                  "tasks": bomb.split("tasks=")[-1].split()[0], "keys": keys, "hogs": hogs}))
 '''
 
 

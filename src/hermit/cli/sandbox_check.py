@@ -15,11 +15,24 @@ if TYPE_CHECKING:
 FIX = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) to give them a sandboxed exec"
 
 
-def describe(backend: Backend) -> str | Check:
+def memory_bound(memory_mb: int, max_processes: int) -> str:
+    """What one sandboxed command's processes may hold together, on this machine (exec_cgroup.py)."""
+    from hermit.tools.exec_cgroup import fallback_limits, find_site
+
+    site, why = find_site()
+    if site is not None:
+        return (f"memory: {memory_mb} MB for the whole command plus its tmpfs copies, {max_processes} tasks "
+                f"({why})")
+    tasks, each = fallback_limits(memory_mb, max_processes)
+    return (f"memory: no cgroup ({why}), so at most {tasks} tasks of {each} MB address space each, "
+            f"{tasks * each} MB together plus its tmpfs copies")
+
+
+def describe(backend: Backend, memory: str = "") -> str | Check:
     if backend.available:
         proof = f" ({'; '.join(backend.proof)})" if backend.proof else ""
         return (f"{backend.detail}: non-main sessions run exec sandboxed in their own room (no network, "
-                f"no capabilities, limited processes and disk){proof}")
+                f"no capabilities, limited processes and disk){proof}{'; ' + memory if memory else ''}")
     return Check("exec sandbox", "warn", f"{backend.detail}: exec is not offered to non-main sessions (groups, "
                                          "channels, other people's DMs); the main session is not affected", FIX)
 
@@ -29,7 +42,9 @@ def exec_sandbox(ctx: CliContext) -> str | Check:
     from hermit.tools.os_sandbox import detect  # the tools package is heavy: only when doctor runs
 
     try:
-        uid = ctx.config().agent().settings.sandbox.uid
-    except HermitError:  # a broken config is the config check's to report; probe with the default uid
-        uid = 65534
-    return describe(detect(sandbox_uid=uid))
+        settings = ctx.config().agent().settings.sandbox
+        uid, memory_mb, tasks = settings.uid, settings.exec_memory_mb, settings.exec_max_processes
+    except HermitError:  # a broken config is the config check's to report; probe with the defaults
+        uid, memory_mb, tasks = 65534, 1024, 128
+    backend = detect(sandbox_uid=uid)
+    return describe(backend, memory_bound(memory_mb, tasks) if backend.name == "bwrap" else "")

@@ -214,7 +214,8 @@ class SandboxConfig(Strict):
     memory_writes: Literal["all", "main-only"] = "all"
     # Extra environment variable names exec may see (the default is a short whitelist, no secrets).
     env_allow: tuple[str, ...] = ()
-    # Limits of a sandboxed exec (address space and the size of any file it writes).
+    # Limits of a sandboxed exec: the memory of all its processes together (a cgroup where the machine
+    # allows one, else fewer tasks with a quarter of it each; docs/security.md), the size of any file it writes.
     exec_memory_mb: int = Field(1024, ge=64)
     exec_max_file_mb: int = Field(64, ge=1)
     # How many tasks (processes and threads) a sandboxed command may add, and the size of its /tmp.

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from hermit.errors import ToolError
 from hermit.tools.sandbox import is_within
+from hermit.tools.seccomp import filter_fd, filter_program
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Only what ordinary programs need from /etc: the dynamic linker's cache, the alternatives links
@@ -48,7 +49,8 @@ DEFAULT_SANDBOX_UID = 65534  # nobody
 PROBE_SCRIPT = ("id -u; grep '^CapEff' /proc/self/status; "
                 "umount /usr >/dev/null 2>&1 && echo umount-allowed; "
                 "mount -o remount,rw /usr >/dev/null 2>&1 && echo remount-allowed; "
-                "command -v tar >/dev/null && command -v timeout >/dev/null && echo tools-ok")
+                "command -v tar >/dev/null && command -v timeout >/dev/null && echo tools-ok; "
+                "grep '^Seccomp:' /proc/self/status; if cat /proc/keys >/dev/null 2>&1; then echo keys-visible; fi")
 
 
 @dataclass(frozen=True)
@@ -98,10 +100,10 @@ def run_as_kwargs(uid: int | None) -> dict[str, object]:
     return {"user": uid, "group": uid, "extra_groups": []}
 
 
-def _probe(argv: Sequence[str], uid: int | None) -> tuple[str | None, str]:
+def _probe(argv: Sequence[str], uid: int | None, pass_fds: tuple[int, ...] = ()) -> tuple[str | None, str]:
     """(None, stdout) when the program ran and exited 0, else (what went wrong, stdout)."""
     try:
-        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True, cwd="/",
+        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True, cwd="/", pass_fds=pass_fds,
                               timeout=PROBE_TIMEOUT_SECONDS, check=False, **run_as_kwargs(uid))  # type: ignore[call-overload]
     except (OSError, subprocess.SubprocessError) as e:
         return str(e), ""
@@ -111,11 +113,15 @@ def _probe(argv: Sequence[str], uid: int | None) -> tuple[str | None, str]:
     return None, out
 
 
-def room_mode_args(program: str, tmp_bytes: int = 1 << 20) -> list[str]:
+def room_mode_args(program: str, tmp_bytes: int, seccomp_fd: int) -> list[str]:
     """The namespace and mount flags every room-mode sandbox starts with: every namespace (no network at
-    all), no nested user namespaces, the system read-only, and size-limited /tmp and /dev/shm."""
+    all), no nested user namespaces, the system read-only, size-limited /tmp and /dev/shm, the keyring
+    syscalls refused (`seccomp_fd`: a pipe holding seccomp.filter_program(), passed to the child) and
+    /proc/keys, /proc/key-users hidden (the kernel keyring is not namespaced)."""
     return [program, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-            *bwrap_system_args(), "--proc", "/proc", "--dev", "/dev", "--size", str(1 << 20), "--tmpfs",
+            "--seccomp", str(seccomp_fd), *bwrap_system_args(), "--proc", "/proc",
+            "--ro-bind", "/dev/null", "/proc/keys", "--ro-bind", "/dev/null", "/proc/key-users",
+            "--dev", "/dev", "--size", str(1 << 20), "--tmpfs",
             "/dev/shm", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
 
 
@@ -128,14 +134,26 @@ def detect(platform: str = sys.platform, sandbox_uid: int = DEFAULT_SANDBOX_UID)
         if program is None:
             return Backend(None, None, "bubblewrap (bwrap) is not installed")
         uid = sandbox_uid if os.geteuid() == 0 else None
-        problem, out = _probe([*room_mode_args(program), "--", "/bin/sh", "-c", PROBE_SCRIPT], uid)
+        bpf = filter_program()
+        if bpf is None:
+            return Backend(None, program, f"no seccomp filter for this machine ({os.uname().machine}) to keep "
+                                          "commands off the kernel keyring: refusing to sandbox without it", run_as=uid)
+        fd = filter_fd(bpf)
+        try:
+            problem, out = _probe([*room_mode_args(program, 1 << 20, fd), "--", "/bin/sh", "-c", PROBE_SCRIPT],
+                                  uid, (fd,))
+        finally:
+            os.close(fd)
         if problem is not None:
             return Backend(None, program, f"bubblewrap cannot create a sandbox here: {problem} "
                                           "(unprivileged user namespaces may be disabled)", run_as=uid)
         lines = out.split()
         inside = int(lines[0]) if lines and lines[0].isdigit() else None
         cap = next((lines[i + 1] for i, w in enumerate(lines[:-1]) if w == "CapEff:"), None)
-        broken = [w for w in ("umount-allowed", "remount-allowed") if w in lines]
+        seccomp = next((lines[i + 1] for i, w in enumerate(lines[:-1]) if w == "Seccomp:"), None)
+        broken: list[str] = [w for w in ("umount-allowed", "remount-allowed", "keys-visible") if w in lines]
+        if seccomp != "2":
+            broken.append(f"seccomp mode {seccomp}, not a filter")
         if cap is None or int(cap, 16) != 0 or broken or inside == 0:
             return Backend(None, program, f"bubblewrap does not confine here (uid {inside}, CapEff {cap}"
                                           f"{', ' + ', '.join(broken) if broken else ''}): refusing to use it",
@@ -144,7 +162,7 @@ def detect(platform: str = sys.platform, sandbox_uid: int = DEFAULT_SANDBOX_UID)
             return Backend(None, program, "tar or timeout is missing from /usr/bin (coreutils, tar)", inside, cap, uid)
         who = f"uid {uid}" if uid is not None else f"Hermit's uid {os.getuid()}"
         proof = (f"runs as {who} (uid {inside} inside)", f"CapEff {cap}: no capabilities",
-                 "umount and remount refused")
+                 "umount and remount refused", "keyring syscalls refused (seccomp), /proc/keys hidden")
         return Backend("bwrap", program, f"bubblewrap at {program}", inside, cap, uid, proof)
     if platform == "darwin":
         program = "/usr/bin/sandbox-exec"

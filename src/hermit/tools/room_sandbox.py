@@ -21,7 +21,10 @@ room's lock and only below the room's descriptor. So:
 When Hermit runs as root, the sandbox runs as `sandbox.uid` (default 65534, nobody): root keeps its
 capabilities inside a user namespace (`CapEff 000001fffeffffff`), and a real unprivileged uid is also
 what makes the process limit (RLIMIT_NPROC, counted per uid) hold. The limit is set to the uid's
-current task count plus `sandbox.exec_max_processes`.
+current task count plus `sandbox.exec_max_processes`. The memory of all the command's processes together
+is bounded by a cgroup of its own where the machine allows one, else by fewer tasks with less address
+space each (exec_cgroup.py); the kernel keyring is refused by a seccomp filter (seccomp.py); what comes
+back is merged only as far as the room's quota, which charges every entry (rooms.py).
 """
 
 from __future__ import annotations
@@ -47,8 +50,10 @@ from typing import IO
 from hermit.errors import HermitError, ToolError
 from hermit.textfile import read_regular
 from hermit.tools import safe_fs
-from hermit.tools.os_sandbox import SANDBOX_PATH, Backend, SandboxLimits, room_mode_args, run_as_kwargs
-from hermit.tools.rooms import Manifest, SeedEntry, apply_incoming, stamp_of
+from hermit.tools.exec_cgroup import CommandCgroup, fallback_limits, find_site, join
+from hermit.tools.os_sandbox import SANDBOX_PATH, Backend, SandboxLimits, room_mode_args
+from hermit.tools.rooms import ENTRY_BYTES, Manifest, Merge, SeedEntry, apply_incoming, stamp_of
+from hermit.tools.seccomp import filter_fd, filter_program
 from hermit.tools.views import MEMORY_DIR, Located, RoomView
 from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
@@ -124,6 +129,8 @@ class RoomRun:
     preexec: Callable[[], None]
     user: int | None
     spool: IO[bytes]
+    seccomp_fd: int = -1  # the filter's pipe (seccomp.py), closed once the sandbox started
+    group: CommandCgroup | None = None  # the command's cgroup (exec_cgroup.py), removed in finish
     manifest: Manifest = field(default_factory=dict)
     out_bytes: int = 0
     overflow: bool = False
@@ -132,11 +139,17 @@ class RoomRun:
     def popen_kwargs(self) -> dict[str, object]:
         """How to start it: the room goes in on stdin and comes back on stderr (the wrapper's fd 3)."""
         return {"stdin": subprocess.PIPE, "stderr": subprocess.PIPE, "preexec_fn": self.preexec, "cwd": "/",
-                **run_as_kwargs(self.user)}
+                "pass_fds": (self.seccomp_fd,)}  # the child drops to `user` itself, after joining its cgroup
+
+    def _close_filter(self) -> None:
+        if self.seccomp_fd >= 0:
+            os.close(self.seccomp_fd)
+            self.seccomp_fd = -1
 
     def started(self, proc: subprocess.Popen[bytes]) -> None:
         """Feed the room in and collect it back out while the command runs."""
         assert proc.stdin is not None and proc.stderr is not None
+        self._close_filter()
         self._threads = [threading.Thread(target=self._feed, args=(proc.stdin,), daemon=True, name="sandbox-feed"),
                          threading.Thread(target=self._collect, args=(proc.stderr,), daemon=True,
                                           name="sandbox-collect")]
@@ -209,6 +222,7 @@ class RoomRun:
 
     def finish(self, apply: bool) -> list[str]:
         """Wait for the pipes; when `apply`, merge the packed room into the room. Returns notes."""
+        self._close_filter()
         for t in self._threads:
             t.join(timeout=30)
         notes: list[str] = []
@@ -217,43 +231,73 @@ class RoomRun:
                 return notes
             if self.overflow:
                 return [f"[the command's files were not kept: more than {self.sandbox.out_cap:,} bytes came back]"]
-            changed = self._apply()
+            if self.group is not None and self.group.oom_killed():
+                notes.append(f"[a process was killed: the command's processes together may hold "
+                             f"{self.sandbox.limits.memory_mb} MB (sandbox.exec_memory_mb)]")
+            merge = self._apply()
+            if isinstance(merge, str):
+                return [*notes, merge]
+            changed = merge.changed
             if changed:
                 shown = ", ".join(c.lstrip("-") + (" (deleted)" if c.startswith("-") else "") for c in changed[:20])
                 more = f" and {len(changed) - 20} more" if len(changed) > 20 else ""
                 notes.append(f"[kept in this chat's room: {shown}{more}]")
+            if merge.skipped:
+                room = self.sandbox.view.room
+                shown = ", ".join(merge.skipped[:5]) + (f" and {len(merge.skipped) - 5:,} more"
+                                                       if len(merge.skipped) > 5 else "")
+                notes.append(f"[not kept, this chat's room is full: {shown} — its quota of "
+                             f"{room.quota_bytes >> 20} MB counts every file and folder as at least "
+                             f"{ENTRY_BYTES // 1024} KiB (at most {room.max_entries:,} entries); what the room "
+                             "held before is unchanged]")
             return notes
         finally:
             self.spool.close()
+            if self.group is not None:
+                self.group.remove()
 
-    def _apply(self) -> list[str]:
+    def _apply(self) -> Merge | str:
         self.spool.seek(0)
         if not self.out_bytes:
-            return []
+            return Merge([], [])
         room = self.sandbox.view.room
         staging = Path(tempfile.mkdtemp(prefix=".incoming-", dir=room.base))
         try:
             fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
                 with tarfile.open(fileobj=self.spool, mode="r:") as tar:
-                    unpack(tar, fd)
+                    # The room's copy may hold any number of empty files (a tmpfs counts bytes, not
+                    # inodes): no more than the quota's entries are unpacked on the host's disk.
+                    over = unpack(tar, fd, room.max_entries, keep=self.manifest)
             finally:
                 os.close(fd)
         except (tarfile.TarError, OSError, ValueError) as e:
             shutil.rmtree(staging, ignore_errors=True)
-            return [f"[the command's files were not kept: the room could not be read back ({e})]"]
+            return f"[the command's files were not kept: the room could not be read back ({e})]"
         with room.locked() as room_fd:
-            return apply_incoming(room_fd, staging, self.manifest)
+            merge = apply_incoming(room_fd, staging, self.manifest, room.quota_bytes)
+        merge.skipped += over
+        return merge
 
 
-def unpack(tar: tarfile.TarFile, dir_fd: int) -> None:
+def unpack(tar: tarfile.TarFile, dir_fd: int, max_entries: int | None = None,
+           keep: Mapping[str, object] | None = None) -> list[str]:
     """Unpack what a sandboxed command handed back below `dir_fd`, trusting none of it: only folders,
     regular files and symlinks that stay inside (by their text); no path with `..` or a leading `/`;
-    nothing written through a symlink (safe_fs); permissions without set-id bits or group/other write.
-    (Python's own tarfile filters need 3.11.4; Hermit supports any 3.11.)"""
+    nothing written through a symlink (safe_fs); permissions without set-id bits or group/other write;
+    at most `max_entries` entries besides those named in `keep` (the room's own: one left out would look
+    deleted). Returns the names left out because of that limit."""
+    # (Python's own tarfile filters need 3.11.4; Hermit supports any 3.11.)
+    count = 0
+    over: list[str] = []
     for m in tar:
         name = posixpath.normpath(m.name.lstrip("/")).lstrip("./") if m.name not in (".", "./") else ""
         if not name or name.startswith("..") or "/../" in f"/{name}/" or name.split("/", 1)[0] in RESERVED_TOP:
+            continue
+        if keep is None or name not in keep:
+            count += 1
+        if max_entries is not None and count > max_entries and (keep is None or name not in keep):
+            over.append(name)
             continue
         try:
             if m.isdir():
@@ -271,6 +315,7 @@ def unpack(tar: tarfile.TarFile, dir_fd: int) -> None:
                     os.close(parent)
         except (OSError, HermitError):
             continue  # a path through a symlink, a name taken twice …: that entry is not kept
+    return over
 
 
 def _link_stays_inside(name: str, target: str) -> bool:
@@ -300,8 +345,10 @@ class RoomSandbox:
         return self.view.room.quota_bytes + (32 << 20)
 
     def environment(self, source: Mapping[str, str]) -> dict[str, str]:
+        # MALLOC_ARENA_MAX: glibc reserves 64 MB of address space per thread arena, which a per-process
+        # address-space limit (exec_cgroup.fallback_limits) would refuse to a program with a few threads.
         return {"PATH": SANDBOX_PATH, "HOME": str(self.workspace), "LANG": source.get("LANG") or "C.UTF-8",
-                "TERM": source.get("TERM") or "dumb"}
+                "TERM": source.get("TERM") or "dumb", "MALLOC_ARENA_MAX": "2"}
 
     def cwd_of(self, loc: Located | None) -> str:
         """Where the command starts inside the sandbox (the view keeps the workspace's layout)."""
@@ -324,29 +371,60 @@ class RoomSandbox:
         seed = self._seed()
         instructions = sum(len(d) + 4096 for p, d, _ in seed if "/" not in p)
         memory = sum(len(d) + 4096 for p, d, _ in seed if "/" in p)
+        bpf = filter_program()
+        if bpf is None:
+            raise ToolError("no OS sandbox: no seccomp filter for this machine", "see hermit doctor")
         ws = str(self.workspace)
-        args = room_mode_args(self.backend.program, self.limits.tmp_mb << 20)
+        fd = filter_fd(bpf)
+        args = room_mode_args(self.backend.program, self.limits.tmp_mb << 20, fd)
         args += ["--size", str(room_bytes + instructions + (1 << 20)), "--tmpfs", ws,
                  "--size", str(memory + (1 << 20)), "--tmpfs", f"{ws}/{MEMORY_DIR}",
                  "--chdir", ws, "--", "/bin/sh", "-c", WRAPPER, "hermit-sandbox", ws, self.cwd_of(cwd),
                  str(max(1, int(timeout))), command]
-        self.scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
-        spool = tempfile.SpooledTemporaryFile(max_size=8 << 20, mode="w+b", dir=str(self.scratch))  # noqa: SIM115 - closed in finish
-        tasks = tasks_of(self.run_as if self.run_as is not None else os.getuid()) + self.limits.max_processes
-        return RoomRun(self, args, seed, timeout, _child_limits(self.limits, tasks), self.run_as, spool)
+        try:
+            self.scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
+            spool = tempfile.SpooledTemporaryFile(max_size=8 << 20, mode="w+b", dir=str(self.scratch))  # noqa: SIM115 - closed in finish
+            tmpfs = room_bytes + instructions + memory + (self.limits.tmp_mb << 20) + (4 << 20)
+            group, tasks, per_process = self._memory_bound(tmpfs)
+        except BaseException:
+            os.close(fd)
+            raise
+        count = tasks_of(self.run_as if self.run_as is not None else os.getuid())
+        setup = _child_limits(self.limits, count + tasks, per_process, group, self.run_as)
+        return RoomRun(self, args, seed, timeout, setup, self.run_as, spool, fd, group)
+
+    def _memory_bound(self, tmpfs: int) -> tuple[CommandCgroup | None, int, int]:
+        """(the command's cgroup or None, the tasks it may add, address space per process in bytes).
+        With a cgroup its processes together hold at most exec_memory_mb, plus what its tmpfs copies may
+        hold (`tmpfs`: their pages are charged to it too); without one, see exec_cgroup.fallback_limits."""
+        lim = self.limits
+        site, _ = find_site()
+        if site is not None:
+            with contextlib.suppress(OSError):  # could not make one now: the fallback still bounds it
+                group = CommandCgroup.create(site, (lim.memory_mb << 20) + tmpfs, lim.max_processes)
+                return group, lim.max_processes, lim.memory_mb << 20
+        tasks, per_process_mb = fallback_limits(lim.memory_mb, lim.max_processes)
+        return None, tasks, per_process_mb << 20
 
 
-def _child_limits(lim: SandboxLimits, tasks: int) -> Callable[[], None]:
-    """Set in the child after the uid switch, before bubblewrap starts; everything inside inherits them."""
+def _child_limits(lim: SandboxLimits, tasks: int, address_space: int, group: CommandCgroup | None,
+                  uid: int | None) -> Callable[[], None]:
+    """Run in the child before bubblewrap starts; everything inside inherits it: join the command's
+    cgroup (as root: moving into it needs that), set the limits, then drop to `uid`."""
     cpu = max(1, int(lim.cpu_seconds))
-    memory = lim.memory_mb << 20
     fsize = lim.max_file_mb << 20
+    procs = group.procs_files() if group is not None else ()
 
     def setup() -> None:
+        join(procs)
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
         resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if uid is not None:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
 
     return setup

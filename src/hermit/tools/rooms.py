@@ -7,9 +7,11 @@ exec lands there and nowhere else, so nothing it creates can become one of the w
 files (AGENTS.md, BOOTSTRAP.md …) or sit among the owner's files. Its view (views.py) is the room, plus
 the instruction files and the memory it may see, read-only.
 
-A room has a disk quota (`sandbox.room_mb`). It is only ever written by Hermit itself — the file tools
-and the merge after an exec (`apply_incoming`), both under the room's lock — never by a sandboxed
-process directly (exec works on a size-limited copy, room_sandbox.py).
+A room has a quota (`sandbox.room_mb`) that bounds its inodes as well as its bytes: every entry (file,
+folder, link) is charged at least ENTRY_BYTES (4 KiB: an inode and a block), so a room of 256 MB holds at
+most 65,536 entries however small. It is only ever written by Hermit itself — the file tools and the
+merge after an exec (`apply_incoming`, which skips what would pass the quota), both under the room's lock —
+never by a sandboxed process directly (exec works on a size-limited copy, room_sandbox.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,18 @@ from hermit.memory.policy.audience import UNKNOWN, audience_of_session
 from hermit.tools import safe_fs
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+ENTRY_BYTES = 4096  # the least any entry of a room is charged: an inode and a block
+
+
+def charge(st: os.stat_result) -> int:
+    """What one entry counts against a room's quota: its allocated blocks, and never less than ENTRY_BYTES
+    (so an empty file, a folder or a link still costs an inode's worth)."""
+    return max(st.st_blocks * 512, ENTRY_BYTES)
+
+
+def charged_usage(dir_fd: int) -> int:
+    """What the tree beneath `dir_fd` counts against a quota (every entry charged, see `charge`)."""
+    return sum(charge(st) for _, st in safe_fs.walk_beneath(dir_fd))
 
 
 def room_audience(session_key: str) -> str:
@@ -48,7 +62,8 @@ def room_slug(audience: str) -> str:
 
 @dataclass(frozen=True)
 class Room:
-    """One audience's folder. `quota_bytes` bounds what it may hold (allocated blocks)."""
+    """One audience's folder. `quota_bytes` bounds what it may hold (allocated blocks, every entry counted
+    as at least ENTRY_BYTES: the quota bounds inodes too)."""
 
     base: Path  # <agent dir>/rooms
     audience: str
@@ -87,16 +102,23 @@ class Room:
         with locked(self.base / f".{room_slug(self.audience)}.lock"), self.fd() as fd:
             yield fd
 
+    @property
+    def max_entries(self) -> int:
+        """The most entries the quota allows (each is charged at least ENTRY_BYTES)."""
+        return self.quota_bytes // ENTRY_BYTES
+
     def usage(self) -> int:
+        """What the room counts against its quota (see `charge`)."""
         with self.fd() as fd:
-            return safe_fs.disk_usage(fd)
+            return charged_usage(fd)
 
     def check_room_for(self, added: int, fd: int) -> None:
-        """Refuse a write that would take the room past its quota."""
-        used = safe_fs.disk_usage(fd)
+        """Refuse a write that would take the room past its quota (a new entry costs at least ENTRY_BYTES)."""
+        used = charged_usage(fd)
         if used + max(added, 0) > self.quota_bytes:
             raise PathPolicyError(
-                f"this chat's room would hold {_mb(used + max(added, 0))}, over its {_mb(self.quota_bytes)} quota",
+                f"this chat's room would hold {_mb(used + max(added, 0))}, over its {_mb(self.quota_bytes)} quota "
+                f"(every file and folder counts as at least {ENTRY_BYTES // 1024} KiB)",
                 "delete files this chat no longer needs (the owner can raise sandbox.room_mb)")
 
 
@@ -152,12 +174,24 @@ def _incoming(root: Path) -> dict[str, tuple[Signature, Path]]:
     return out
 
 
-def apply_incoming(room_fd: int, extracted: Path, seed: Manifest) -> list[str]:
-    """Merge what a sandboxed command left (extracted into `extracted`) into the room: files it created
-    or changed are written, files it deleted are removed — unless a file tool changed that path while it
-    ran (then the tool's version stays). Returns what changed, for the tool result."""
+@dataclass
+class Merge:
+    """What a merge did: `changed` (a deleted path starts with "-") and `skipped` (created or changed
+    entries not kept because the room would have passed its quota)."""
+
+    changed: list[str]
+    skipped: list[str]
+
+
+def apply_incoming(room_fd: int, extracted: Path, seed: Manifest, quota_bytes: int | None = None) -> Merge:
+    """Merge what a sandboxed command left (extracted into `extracted`) into the room: files it deleted are
+    removed, then files and folders it created or changed are written — unless a file tool changed that
+    path while it ran (then the tool's version stays), or the entry would take the room past
+    `quota_bytes` (then it is skipped and the room's own version, if any, stays)."""
     incoming = _incoming(extracted)
-    changed: list[str] = []
+    changed = _remove_deleted(room_fd, seed, incoming)
+    used = charged_usage(room_fd) if quota_bytes is not None else 0
+    skipped: list[str] = []
     for rel in sorted(incoming, key=lambda r: r.count("/")):
         sig, src = incoming[rel]
         before = seed.get(rel)
@@ -166,6 +200,14 @@ def apply_incoming(room_fd: int, extracted: Path, seed: Manifest) -> list[str]:
         current = safe_fs.lstat_beneath(room_fd, rel)
         if before is not None and current is not None and stamp_of(current) != before.stamp:
             continue  # a file tool wrote it meanwhile: keep that
+        if quota_bytes is not None:
+            # A folder replacing a file (or the reverse) is charged in full: the entries below it are
+            # charged as they come.
+            cost = charge(src.lstat()) - (charge(current) if current is not None else 0)
+            if used + cost > quota_bytes or (current is None and _parent_missing(room_fd, rel)):
+                skipped.append(rel)
+                continue
+            used += cost
         if sig[0] == "d":
             if current is not None and not stat.S_ISDIR(current.st_mode):
                 safe_fs.remove_beneath(room_fd, rel)
@@ -178,6 +220,22 @@ def apply_incoming(room_fd: int, extracted: Path, seed: Manifest) -> list[str]:
         else:
             safe_fs.write_beneath(room_fd, rel, src.read_bytes(), mode=stat.S_IMODE(src.lstat().st_mode), fsync=False)
         changed.append(rel)
+    shutil.rmtree(extracted, ignore_errors=True)
+    return Merge(changed, skipped)
+
+
+def _parent_missing(room_fd: int, rel: str) -> bool:
+    """True when `rel`'s folder is not in the room (it was skipped): nothing is created below it."""
+    parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
+    if not parent:
+        return False
+    st = safe_fs.lstat_beneath(room_fd, parent)
+    return st is None or not stat.S_ISDIR(st.st_mode)
+
+
+def _remove_deleted(room_fd: int, seed: Manifest, incoming: dict[str, tuple[Signature, Path]]) -> list[str]:
+    """Remove what the command deleted (in the seed, not in its output) unless a file tool changed it."""
+    changed: list[str] = []
     for rel in sorted(set(seed) - set(incoming), key=lambda r: -r.count("/")):
         current = safe_fs.lstat_beneath(room_fd, rel)
         if current is None or stamp_of(current) != seed[rel].stamp:
@@ -193,7 +251,6 @@ def apply_incoming(room_fd: int, extracted: Path, seed: Manifest) -> list[str]:
         else:
             safe_fs.remove_beneath(room_fd, rel)
         changed.append(f"-{rel}")
-    shutil.rmtree(extracted, ignore_errors=True)
     return changed
 
 

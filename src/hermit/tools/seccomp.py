@@ -1,0 +1,101 @@
+"""The seccomp filter a room-mode sandbox runs under: the kernel keyring refused.
+
+bubblewrap separates namespaces but not the kernel keyring: every process of a uid reaches that uid's
+user keyring (`_uid.65534`), so without this a sandboxed command could leave keys there that another
+room's later command reads, and read what the host put there. This filter makes `add_key`,
+`request_key` and `keyctl` fail with EPERM, as Docker's default profile does (`/proc/keys` and
+`/proc/key-users` are hidden by the sandbox's mounts, os_sandbox.room_mode_args).
+
+It is a classic BPF program, assembled here (no library, no system package), and handed to bubblewrap
+on a pipe (`--seccomp FD`), which installs it with no_new_privs before the command runs. It checks the
+architecture first: the host's native one and its 32-bit compat one (x86_64 + i386 + x32, or
+aarch64 + arm) have their keyring syscall numbers refused; any other architecture is killed, so a
+compat entry point cannot go around it. On a machine whose architecture is not listed there is no
+filter (`filter_program()` is None) and the sandbox is not used (fail closed, os_sandbox.detect).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import struct
+
+# Classic BPF opcodes (linux/filter.h) and seccomp return values (linux/seccomp.h).
+_LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
+_JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
+_JGE_K = 0x35  # BPF_JMP | BPF_JGE | BPF_K
+_RET_K = 0x06  # BPF_RET | BPF_K
+RET_ALLOW = 0x7FFF0000
+RET_KILL_PROCESS = 0x80000000
+RET_EPERM = 0x00050000 | 1  # SECCOMP_RET_ERRNO | EPERM
+_NR, _ARCH = 0, 4  # offsets of nr and arch in struct seccomp_data
+
+X32_BIT = 0x40000000
+# audit arch -> the [first, last] syscall numbers refused (add_key, request_key, keyctl are consecutive).
+FILTERS: dict[str, dict[int, tuple[tuple[int, int], ...]]] = {
+    "x86_64": {0xC000003E: ((248, 250), (X32_BIT | 248, X32_BIT | 250)),  # x86_64, x32
+               0x40000003: ((286, 288),)},  # i386
+    "aarch64": {0xC00000B7: ((217, 219),),  # aarch64
+                0x40000028: ((309, 311),)},  # arm (compat)
+}
+_MACHINES = {"amd64": "x86_64", "x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> tuple[int, int, int, int]:
+    return code, jt, jf, k
+
+
+def assemble(table: dict[int, tuple[tuple[int, int], ...]]) -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k) instructions: load the arch, jump to its block (unknown: kill);
+    in a block, load the syscall number and refuse it when it falls in one of the (sorted) ranges."""
+    arches = list(table)
+    blocks: list[list[tuple[int, int, int, int]]] = []
+    for arch in arches:
+        ranges = sorted(table[arch])
+        n = len(ranges)
+        block = [_insn(_LD_W_ABS, _NR)]
+        for i, (lo, hi) in enumerate(ranges):
+            left = 2 * (n - i)  # instructions after this one before ALLOW (this range's second test included)
+            block.append(_insn(_JGE_K, lo, 0, left - 1))  # nr < lo: allowed (earlier ranges lie below)
+            block.append(_insn(_JGE_K, hi + 1, 0, left - 1))  # nr <= hi: refused (jf lands on EPERM)
+        block += [_insn(_RET_K, RET_ALLOW), _insn(_RET_K, RET_EPERM)]
+        blocks.append(block)
+    head = [_insn(_LD_W_ABS, _ARCH)]
+    dispatch_len = len(arches) + 1  # one jeq per arch, then kill
+    program = head
+    offset = dispatch_len - 1  # from after the first jeq to the first block
+    for i, arch in enumerate(arches):
+        program.append(_insn(_JEQ_K, arch, offset - i + sum(len(b) for b in blocks[:i]), 0))
+    program.append(_insn(_RET_K, RET_KILL_PROCESS))
+    for block in blocks:
+        program += block
+    return program
+
+
+def encode(program: list[tuple[int, int, int, int]]) -> bytes:
+    """struct sock_filter[] in the machine's byte order, as bubblewrap's --seccomp reads it."""
+    return b"".join(struct.pack("=HBBI", code, jt, jf, k) for code, jt, jf, k in program)
+
+
+def host_arch(machine: str | None = None) -> str | None:
+    return _MACHINES.get((machine or platform.machine()).lower())
+
+
+def filter_program(machine: str | None = None) -> bytes | None:
+    """The encoded filter for this machine, or None when its architecture is not supported."""
+    arch = host_arch(machine)
+    return encode(assemble(FILTERS[arch])) if arch is not None else None
+
+
+def filter_fd(program: bytes) -> int:
+    """A pipe's read end holding `program`, for `--seccomp FD` (inherited by the child: pass_fds). The
+    caller closes it after starting the sandbox; a pipe is read once, so every sandbox gets its own."""
+    r, w = os.pipe()
+    try:
+        os.write(w, program)  # a few hundred bytes: far below a pipe's buffer
+    except BaseException:
+        os.close(r)
+        raise
+    finally:
+        os.close(w)
+    return r
