@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 
 from agenthelpers import load_offline
+from ciguard import need
 from hermit.agent.runtime import AgentRuntime
 from hermit.memory.policy.audience import line_audiences
 from hermit.messages import ToolCallPart
 from hermit.sessions.keys import group_session_key, main_session_key
 from hermit.testing import ScriptedModel
 from hermit.tools import ToolRunner
+from hermit.tools.os_sandbox import detect
 
 GROUP = group_session_key("main", "telegram", "-100300")
 MAIN = main_session_key("main")
@@ -128,6 +130,10 @@ def test_what_the_owners_chat_writes_into_user_md_is_withheld_from_other_chats(r
     assert "lines withheld: not shared with this chat]" in group_prompt
     shown, is_error = call(rt, GROUP, "read", path="USER.md")
     assert not is_error and "CANARY-USER-51" not in shown and "- Name: Alice" in shown
+    backend = detect()
+    need(backend.available, f"an OS sandbox ({backend.detail})")
+    out, is_error = call(rt, GROUP, "exec", command="cat USER.md")
+    assert not is_error and "- Name: Alice" in out and "CANARY-USER-51" not in out
 
 
 def test_a_chat_adds_to_a_log_it_cannot_see_a_line_of_without_learning_anything(rt: AgentRuntime) -> None:

@@ -47,8 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from hermit.errors import HermitError, ToolError
-from hermit.textfile import read_regular
+from hermit.errors import HermitError, PathPolicyError, ToolError
 from hermit.tools import safe_fs
 from hermit.tools.exec_cgroup import CommandCgroup, fallback_limits, find_site, join
 from hermit.tools.os_sandbox import SANDBOX_PATH, Backend, SandboxLimits, room_mode_args
@@ -59,6 +58,7 @@ from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
 SETUP_FAILED = 125  # the wrapper's exit code when it could not unpack the room
 RESERVED_TOP = frozenset({MEMORY_DIR, MEMORY_FILE, *BOOTSTRAP_ORDER})
+MAX_INSTRUCTION_BYTES = 20_000_000  # as the read tool's limit: a larger instruction file is left out
 # $1 workspace  $2 cwd  $3 seconds  $4 the command. The room comes in on stdin and goes back out on
 # stderr (kept as fd 3, which the command does not get); the command's stdout and stderr are the
 # wrapper's stdout. Everything the command leaves running is killed before the room is packed, so the
@@ -357,8 +357,9 @@ class RoomSandbox:
     def _seed(self) -> list[tuple[str, bytes, int]]:
         seed: list[tuple[str, bytes, int]] = []
         for name in BOOTSTRAP_ORDER:
-            with contextlib.suppress(OSError):
-                seed.append((name, read_regular(self.view.workspace / name), 0o444))
+            with contextlib.suppress(OSError, PathPolicyError):  # missing, not a regular file, a link: left out
+                # as this session may see it: the owner's chat's lines in USER.md are withheld (views.py)
+                seed.append((name, self.view.read(Located("instruction", name, name), MAX_INSTRUCTION_BYTES), 0o444))
         seed += [(rel, data, 0o444) for rel, data in self.view.memory.files()]
         return seed
 
