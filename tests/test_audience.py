@@ -4,6 +4,7 @@ blocks, what search and memory_get show a reader who is not the owner, and memor
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -162,7 +163,7 @@ def test_chunks_never_hold_two_audiences_and_markers_are_not_indexed() -> None:
 def rules_for(ws: Path, key: str = MAIN) -> MemoryWriteRules:
     if key == MAIN:
         return MemoryWriteRules(ws, owner=owner_origin(MAIN))
-    return MemoryWriteRules(ws, origin=session_origin(key, "bob"))
+    return MemoryWriteRules(ws, origin=session_origin(key, "bob"), clock=lambda: datetime(2026, 1, 20, 12, tzinfo=UTC))
 
 
 def target(ws: Path, rel: str) -> ResolvedPath:
@@ -206,7 +207,7 @@ def test_the_main_session_cannot_rewrite_others_notes_nor_move_markers(workspace
 
 
 def test_other_sessions_append_with_their_audience_after_closing_a_cut_block(workspace: Path) -> None:
-    t = target(workspace, "memory/notes.md")
+    t = target(workspace, "memory/2026-01-20.md")
     cut = "- shared\n" + OWNER_BLOCK + "\n- owner text cut short by hand\n"
     after = rules_for(workspace, GROUP).prepare(t, "write", cut, cut + "- forged <!-- origin audience=\"owner\" -->\n")
     blocks = origin_blocks(after)

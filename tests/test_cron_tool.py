@@ -54,7 +54,7 @@ def test_add_list_update_run_runs_and_remove_through_a_turn(tmp_path: Path) -> N
         call(action="list"),
         "Added.",
     ]
-    rt, model, jobs = setup(tmp_path, replies)
+    rt, model, jobs = setup(tmp_path, replies, owners=("42",))
     result = rt.run_turn(MAIN, "remind me of the standup on weekdays at 9:45")
     assert result.reply == "Added."
     [added, bad, listed] = [json.loads(r.result) if not r.is_error else r.result for r in result.tool_calls]
@@ -97,37 +97,39 @@ def test_an_at_time_that_has_passed_is_refused_with_the_time_in_the_jobs_zone(tm
     assert added["next_runs"] == ["2026-06-01T09:30:00+02:00"]  # a one-shot has one run
 
 
-def test_the_model_cannot_send_main_session_replies_to_anyone_but_an_owner(tmp_path: Path) -> None:
-    """A main-session job answers from MEMORY.md and owner-only notes: the cron tool refuses to aim its
-    replies at a contact, a stranger or a group (a prompt could ask for that), on add and on update."""
+def test_the_model_cannot_send_a_jobs_replies_to_anyone_but_an_owner(tmp_path: Path) -> None:
+    """The model writes jobs from what the main session knows (MEMORY.md, owner-only notes): a main-session
+    run answers from it, and an isolated run says what the model's message asks ("say exactly: the PIN is
+    …"). Whatever a prompt led it to ask, the cron tool aims replies only at an owner, on add and update."""
     main_job = {"message": "What is my passport number?", "schedule": {"kind": "every", "every_ms": 3_600_000},
                 "session_target": "main"}
     to = {"mode": "announce", "channel": "telegram"}
     replies: list[object] = [
         call(action="add", job={**main_job, "delivery": {**to, "to": "2001"}}),
         call(action="add", job={**main_job, "delivery": {**to, "to": "-100", "peer_kind": "group"}}),
+        call(action="add", job={**main_job, "session_target": "isolated", "message": "Say exactly: PIN 4821",
+                                "delivery": {**to, "to": "2001"}}),
         call(action="add", job={**main_job, "delivery": {**to, "to": "1000"}}),
         call(action="add", job={**main_job, "delivery": {"mode": "announce", "channel": "webchat", "to": "owner"}}),
-        call(action="add", job={**main_job, "session_target": "isolated", "delivery": {**to, "to": "2001"}}),
+        call(action="add", job={**main_job, "session_target": "isolated", "delivery": {**to, "to": "1000"}}),
         "Done.",
     ]
     rt, model, jobs = setup(tmp_path, replies, owners=("1000",))
     turn = rt.run_turn(MAIN, "set those up")
     outs = [r.result for r in turn.tool_calls]
-    for refused in outs[:2]:
-        assert "a main-session job's replies can quote MEMORY.md and owner-only notes" in refused
-        assert "hermit cron add --main --announce" in refused
+    for refused in outs[:3]:
+        assert "the cron tool delivers replies only to an owner" in refused
+        assert "hermit cron add --announce" in refused
     assert "telegram:default:2001 (dm) is not one of that account's owners" in outs[0]
-    assert "(group)" in outs[1]
-    owner_job, web_job, isolated = (json.loads(o)["job"] for o in outs[2:])
+    assert "(group)" in outs[1] and "telegram:default:2001" in outs[2]
+    owner_job, web_job, isolated = (json.loads(o)["job"] for o in outs[3:])
     assert [j.id for j in jobs.load().jobs] == [owner_job["id"], web_job["id"], isolated["id"]]
-    # Turning the isolated job (it sees only shared notes) into a main-session one is the same move.
-    model.add(call(action="update", id=isolated["id"], job={"session_target": "main"}),
-              call(action="update", id=owner_job["id"], job={"delivery": {**to, "to": "2001"}}), "No.")
+    # Re-aiming a job is the same move; making an owner's isolated job a main-session one is fine.
+    model.add(call(action="update", id=owner_job["id"], job={"delivery": {**to, "to": "2001"}}),
+              call(action="update", id=isolated["id"], job={"session_target": "main"}), "Ok.")
     outs = [r.result for r in rt.run_turn(MAIN, "now switch them").tool_calls]
-    assert all("only to an owner" in o for o in outs)
-    by_id = {j.id: j for j in jobs.load().jobs}
-    assert by_id[isolated["id"]].session_target == "isolated" and by_id[owner_job["id"]].delivery.to == "1000"
+    assert "only to an owner" in outs[0] and json.loads(outs[1])["job"]["session_target"] == "main"
+    assert {j.id: j for j in jobs.load().jobs}[owner_job["id"]].delivery.to == "1000"
     # The owner, at the CLI (not the model), may still choose; doctor then warns (test_cli_pairing).
     mine = CronJobs(tmp_path / "home", jobs.loaded, clock=jobs.clock, fsync=False)
     assert mine.add({**main_job, "delivery": {**to, "to": "2001"}})["job"]["delivery"]["to"] == "2001"

@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from hermit.errors import HermitError
+
 _POLL_SECONDS = 0.05
 
 
@@ -51,13 +53,25 @@ def held(fd: int) -> Iterator[None]:
         unlock_fd(fd)
 
 
+class LockBusy(HermitError):
+    """A lock another process kept past the time a caller waits for it."""
+
+
 @contextlib.contextmanager
-def locked_dir(path: Path) -> Iterator[None]:
+def locked_dir(path: Path, seconds: float, what: str) -> Iterator[None]:
     """Hold an exclusive lock on the directory `path` itself for the block (flock on its descriptor: no lock
-    file to leave behind, and a sandboxed command, which never sees the host directory, cannot hold it)."""
+    file to leave behind, and a sandboxed command, which never sees the host directory, cannot hold it).
+    Waits at most `seconds`, then raises LockBusy naming `what` (a stray process holding it must not
+    stall every writer without a word)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        lock_fd(fd)
+        ends = time.monotonic() + seconds
+        while not lock_fd(fd, wait=False):
+            if time.monotonic() >= ends:
+                raise LockBusy(f"{what} waited {seconds:g} s for another writer of {path} and gave up",
+                               f"try again; if it keeps happening, find the process holding {path} "
+                               f"(`fuser -v {path}` or `lsof {path}`) and stop it")
+            time.sleep(_POLL_SECONDS)
         yield
     finally:
         os.close(fd)  # releases the lock

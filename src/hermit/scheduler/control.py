@@ -145,20 +145,22 @@ class CronJobs:
             return job
         return job.model_copy(update={"delivery": d.model_copy(update={"channel": t.channel, "account": account})})
 
-    def _main_text_stays_with_the_owner(self, job: Job) -> Job:
-        """A job in the main session answers with what the main session knows (MEMORY.md, owner-only notes).
-        The model may send those replies to the owner only; whatever else it was led to ask is refused. The
-        owner can still choose another target with `hermit cron` or the web app, and `doctor` warns of it."""
+    def _model_delivers_to_owners(self, job: Job) -> Job:
+        """The model may aim a job's replies at the owner only. A main-session run answers with what the
+        main session knows (MEMORY.md, owner-only notes), and an isolated run says what its message asks —
+        a message the model writes from that same knowledge ("say exactly: the PIN is …"). So whatever else
+        the model was led to ask for is refused; the owner can still choose any target with `hermit cron`
+        or the web app, and `doctor` warns of a main-session job that reaches someone else."""
         d = job.delivery
-        if not self.for_model or job.session_target != "main" or d.target() is None:
+        if not self.for_model or d.target() is None:
             return job
         if reaches_only_an_owner(self.loaded.config.channels, d.channel or "", d.account, d.peer_kind, d.to or ""):
             return job
-        raise JobError(f"job {job.label}: a main-session job's replies can quote MEMORY.md and owner-only notes, "
-                       f"so the cron tool delivers them only to an owner, and {d.describe()} ({d.peer_kind}) is "
+        raise JobError(f"job {job.label}: the cron tool delivers replies only to an owner (they can quote what "
+                       f"this chat knows: MEMORY.md, owner-only notes), and {d.describe()} ({d.peer_kind}) is "
                        "not one of that account's owners",
-                       "deliver to an owner's DM or the web chat, or use session_target isolated (it sees only "
-                       "shared notes); the owner can set any target with `hermit cron add --main --announce …`")
+                       "deliver to an owner's DM or the web chat; the owner can set any other target with "
+                       "`hermit cron add --announce …` or in the web app")
 
     def _changed(self) -> None:
         running = self._scheduler()
@@ -168,7 +170,7 @@ class CronJobs:
             running.wake()
 
     def add(self, spec: dict[str, Any]) -> dict[str, Any]:
-        job = self._planned(self._main_text_stays_with_the_owner(self._with_target(build_job(spec, now=self.clock()))))
+        job = self._planned(self._model_delivers_to_owners(self._with_target(build_job(spec, now=self.clock()))))
 
         def append(file: JobFile) -> JobFile:
             if any(j.id == job.id for j in file.jobs):
@@ -185,7 +187,7 @@ class CronJobs:
             if new.delivery != job.delivery:
                 new = self._with_target(new)
             if new.delivery != job.delivery or new.session_target != job.session_target:
-                new = self._main_text_stays_with_the_owner(new)
+                new = self._model_delivers_to_owners(new)
             if new.schedule != job.schedule or new.enabled != job.enabled or new.agent_id != job.agent_id:
                 new = self._planned(new)
             return new

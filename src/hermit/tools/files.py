@@ -247,7 +247,9 @@ class FileTools:
         try:
             data = self.view.read(loc, MAX_FILE_BYTES)
         except FileNotFoundError:
-            raise ToolError(f"file not found: {loc.shown}",
+            # A memory file this chat may see nothing of is answered as a missing one: no way to probe names.
+            shown = f"{loc.shown} (or nothing in it is shared with this chat)" if loc.area == "memory" else loc.shown
+            raise ToolError(f"file not found: {shown}",
                             "check the path (relative paths start at the workspace)") from None
         except NotAFile as e:
             raise ToolError(f"{loc.shown} is {e.kind}, not a regular file", "only regular text files can be read") \
@@ -286,13 +288,14 @@ class FileTools:
 
     def _view_write(self, loc: Located, kind: WriteKind, content: str, append: bool) -> str:
         target = self._view_target(loc)
-        if loc.area == "memory":
-            assert self.view is not None
-            self.rules.refuse_unless_addable(target, exists=self.view.lstat(loc) is not None)
+        if loc.area == "memory":  # decided on the path alone, before anything of the file is looked at
+            self.rules.refuse_unless_addable(target)
         before = self._view_before(loc)
         after = self.rules.prepare(target, kind, before, join_append(before, content) if append else content)
         self.policy.check(target, kind, before, after)
         self._view_commit(loc, target, before, after)
+        if loc.area == "memory":  # one answer whether the log was there or not, and whatever it held
+            return f"added a note to {loc.shown} ({len(content.encode('utf-8')):,} bytes)"
         verb = "created" if before is None else "appended to" if append else "overwrote"
         size = len(after.encode("utf-8")) - len((before or "").encode("utf-8")) if append else len(after.encode())
         return f"{verb} {loc.shown} ({size:,} bytes)"
@@ -300,7 +303,7 @@ class FileTools:
     def _view_edit(self, loc: Located, old: str, new: str) -> str:
         target = self._view_target(loc)
         if loc.area == "memory":  # refused before `old` is matched against lines this session cannot see
-            self.rules.refuse_edit(target)
+            self.rules.refuse_edit(target, in_memory_dir=True)
         before = self._view_before(loc)
         if before is None:
             raise ToolError(f"file not found: {loc.shown}", "check the path (relative paths start at the workspace)")

@@ -6,14 +6,14 @@
 2. A rewrite of MEMORY.md (write or edit, decided by file identity) first copies the previous version
    to `<state>/agents/<agentId>/memory-history/MEMORY-<UTC time>.md`, outside the workspace, so it
    is never indexed nor visible to a sandboxed command, and can be restored by hand.
-3. Writes from a session that is not the owner's (`origin` set) may only add to memory files
-   (MEMORY.md is hidden there anyway): no edits, no rewrites; the added text is escaped so it cannot
+3. Writes from a session that is not the owner's (`origin` set) may only add notes to a recent daily log
+   (`refuse_unless_addable`): no edits, no rewrites, no other file under memory/; the added text is escaped so it cannot
    forge a marker, and wrapped in an origin block (memory/policy/provenance.py) naming the channel, group,
    sender, session and audience (memory/policy/audience.py: that chat and the owner may read it). With
    `sandbox.memory_writes: main-only` they may not write memory at all. The bootstrap files
    (AGENTS.md, SOUL.md …) are the owner's instructions: such a session cannot change them either.
-4. What the main session writes to memory (`owner` set), and to USER.md (shown to every chat, and where
-   it keeps what it learns about the owner), is owner-only: a new file is wrapped whole in an
+4. What the main session writes to memory (`owner` set), and to the instruction files (shown to every
+   chat; the templates ask it to keep USER.md, TOOLS.md … current), is owner-only: a new file is wrapped whole in an
    owner block, an append is wrapped, and in a rewrite or edit of an existing file each run of added or
    changed lines is wrapped (lines added inside one of its own blocks already are owner-only). Its text
    is escaped too, so it cannot close its own block. An edit inside another audience's block is refused
@@ -28,7 +28,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -53,9 +53,12 @@ from hermit.memory.policy.provenance import (
 )
 from hermit.sessions.keys import SessionKind, parse_session_key
 from hermit.tools.sandbox import ResolvedPath, is_within
-from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE, USER_FILE
+from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
 DAILY_LOG_RE = re.compile(r"memory/\d{4}-\d{2}-\d{2}[^/]*\.md", re.IGNORECASE)
+# The daily logs a session other than the owner's may add to (see MemoryWriteRules.refuse_unless_addable).
+CHAT_LOG_RE = re.compile(r"memory/([0-9]{4})-([0-9]{2})-([0-9]{2})\.md")
+CHAT_LOG_DAYS = 2
 APPEND_HINT = ("write policy: daily logs are append only — keep every existing line; to add a note call write "
                "with append: true and only the new text")
 MemoryWrites = Literal["all", "main-only"]
@@ -129,41 +132,49 @@ class MemoryWriteRules:
         if self.origin is not None:
             after = self._from_others(target, kind, before, after)
         elif self.owner is not None and (self.is_memory_file(target) and not self._owner_only_file(target)
-                                         or self._is_user_file(target)):
+                                         or self._is_instruction_file(target)):
             after = self._from_owner(target, kind, before, after, self.owner)
         if before is not None and self.is_daily_log(target) and not keeps_every_line(before, after):
             raise PathPolicyError(f"this {kind} would drop or change existing lines of the daily log {target.shown}",
                                   APPEND_HINT)
         return after
 
-    def refuse_unless_addable(self, target: ResolvedPath, *, exists: bool) -> None:
-        """Raise unless a session other than the owner's may add a note to `target`: a Markdown file under
-        memory/ with no hidden part, not the owner's private place (MEMORY.md, memory/private/ in any case:
-        text there is owner-only whole, so a note written there would become one), and a new file only as a
-        daily log. The view asks this before it reads the file (`exists` from lstat alone), so the answer for
-        a private path is the same whether or not the file is there."""
+    def refuse_unless_addable(self, target: ResolvedPath) -> None:
+        """Raise unless a session other than the owner's may add a note to `target`: only a recent daily log,
+        `memory/YYYY-MM-DD.md` (ASCII digits, dated within CHAT_LOG_DAYS of today: whatever the time zones,
+        today's is one of them), new or not. So a chat never adds to the owner's other notes, never places
+        text in MEMORY.md or memory/private/ (where it would become owner-only), never leaves other files
+        outside its room, and everything it can put into memory is bounded: a few logs of at most
+        MAX_FILE_CHARS_FROM_OTHERS. The view asks this before it reads or even looks for the file, so the
+        answer does not depend on what is there."""
         if self.origin is None:
             return
         if self.memory_writes == "main-only":
             raise PathPolicyError(f"writing memory ({target.shown}) is not allowed from this session",
                                   "write policy: sandbox.memory_writes is main-only")
-        if is_private_path(target.shown) or is_long_term(target.real, self.root):
-            raise PathPolicyError(f"{target.shown} is the owner's private memory and cannot be written from this "
-                                  "session", f"{_ADD_ONLY}; this chat's notes go to today's daily log")
-        if not self.is_memory_file(target) or any(p.startswith(".") for p in target.shown.split("/")):
-            raise PathPolicyError(f"{target.shown} is not a note: from this session only Markdown notes "
-                                  "(memory/*.md) can be added to memory", "keep other files in this chat's folder "
-                                  "(paths outside memory/)")
-        if not exists and not self.is_daily_log(target):
-            raise PathPolicyError(f"{target.shown} does not exist, and this session may start only a daily log",
-                                  f"{_ADD_ONLY}; write to memory/YYYY-MM-DD.md (today's) with append: true")
+        if not self._recent_log(target):
+            today = self.clock().astimezone(UTC).date()
+            raise PathPolicyError(f"{target.shown}: this session adds notes only to a recent daily log",
+                                  f"{_ADD_ONLY}: write to memory/{today:%Y-%m-%d}.md (today's) with append: true; "
+                                  "keep other files in this chat's own folder (paths outside memory/)")
 
-    def refuse_edit(self, target: ResolvedPath) -> None:
+    def _recent_log(self, target: ResolvedPath) -> bool:
+        m = CHAT_LOG_RE.fullmatch(target.shown)
+        if m is None:
+            return False
+        try:
+            day = date(int(m[1]), int(m[2]), int(m[3]))
+        except ValueError:
+            return False
+        return abs((day - self.clock().astimezone(UTC).date()).days) <= CHAT_LOG_DAYS
+
+    def refuse_edit(self, target: ResolvedPath, *, in_memory_dir: bool = False) -> None:
         """Raise when this session may not edit `target` whatever the file holds: a session other than the
-        owner's only adds to memory files. The file tools ask this before reading the file or matching the
+        owner's only adds notes, and changes no other file under memory/ (`in_memory_dir`: the view's memory
+        area, whatever the file's kind). The file tools ask this before reading the file or matching the
         edit's `old` against it, so that neither the answer nor its error can tell the session what the
         file's withheld lines say (a "0 matches" / "not allowed" pair is an oracle, one guess at a time)."""
-        if self.origin is None or not self.is_memory_file(target):
+        if self.origin is None or not (in_memory_dir or self.is_memory_file(target)):
             return
         if self.memory_writes == "main-only":
             raise PathPolicyError(f"writing memory ({target.shown}) is not allowed from this session",
@@ -180,7 +191,7 @@ class MemoryWriteRules:
             return after
         if kind == "edit":
             self.refuse_edit(target)
-        self.refuse_unless_addable(target, exists=before is not None)
+        self.refuse_unless_addable(target)
         old = before or ""
         if not after.startswith(old):
             raise PathPolicyError(f"this write would change existing text of {target.shown}",
@@ -188,17 +199,20 @@ class MemoryWriteRules:
         added = after[len(old):]
         if not added.strip():
             return after
-        if len(added) > MAX_NOTE_CHARS or len(old) + len(added) > MAX_FILE_CHARS_FROM_OTHERS:
+        result = join_append(seal(old), wrap(neutralize(added.lstrip("\n")), self.origin))  # type: ignore[arg-type]
+        if len(added) > MAX_NOTE_CHARS or len(result) > MAX_FILE_CHARS_FROM_OTHERS:  # the size as written
             raise PathPolicyError(f"this note would make {target.shown} too large ({len(added):,} characters added; "
                                   f"a note from this session may have {MAX_NOTE_CHARS:,}, and a memory file may "
                                   f"grow to {MAX_FILE_CHARS_FROM_OTHERS:,} through it)",
                                   "store a short summary; keep long documents in this chat's folder")
-        return join_append(seal(old), wrap(neutralize(added.lstrip("\n")), self.origin))  # type: ignore[arg-type]
+        return result
 
-    def _is_user_file(self, target: ResolvedPath) -> bool:
-        """USER.md: an instruction file every chat is shown, where the owner's chat writes what it learns
-        about the owner. Those writes are owner-only blocks, withheld from other chats like memory notes."""
-        return target.real.parent == self.root and target.real.name == USER_FILE
+    def _is_instruction_file(self, target: ResolvedPath) -> bool:
+        """AGENTS.md, SOUL.md, TOOLS.md, USER.md …: shown to every chat, and written by the owner's chat as
+        its templates ask (what it learns about the owner, hosts and devices, lessons). Like everything the
+        main session writes, those writes are owner-only blocks, withheld from other chats (SPEC §18); what
+        the owner types in by hand stays shared."""
+        return target.real.parent == self.root and target.real.name in BOOTSTRAP_ORDER
 
     def _owner_only_file(self, target: ResolvedPath) -> bool:
         return is_long_term(target.real, self.root) or is_private_path(target.shown)

@@ -145,8 +145,8 @@ class RoomView:
                 f"[{loc.shown}: nothing in it is shared with this chat]\n".encode()
         self._refuse_long_term(loc, opened.st)
         shown = self.memory.render(loc.rel, opened.data, opened.st)
-        if shown is None:
-            raise PathPolicyError(f"{loc.shown} is not available in this session", PRIVACY_HINT)
+        if shown is None:  # the same answer as for a file that is not there (the read tool says both)
+            raise FileNotFoundError(f"{loc.shown} is not there, or nothing in it is shared with this session")
         return shown
 
     def read_to_add(self, loc: Located, max_bytes: int) -> bytes:

@@ -27,10 +27,14 @@ from hermit.memory.policy.provenance import Origin, neutralize, seal, wrap
 MAX_NOTE_CHARS = 20_000
 
 
+# A memory write holds the lock for milliseconds; a writer still waiting after this gives up with an error.
+MEMORY_LOCK_SECONDS = 30.0
+
+
 def memory_writes_locked(workspace: Path) -> contextlib.AbstractContextManager[None]:
     """The lock every writer of a workspace's memory files holds while it reads, decides and writes: one
     per workspace (its directory), across threads and processes (the gateway, the CLI, the MCP server)."""
-    return locked_dir(workspace)
+    return locked_dir(workspace, MEMORY_LOCK_SECONDS, "a memory write")
 
 
 def daily_log_path(day: datetime) -> str:
