@@ -206,6 +206,45 @@ def test_editing_memory_md_keeps_its_history_and_refuses_a_stale_edit(gateway: t
     assert "Lisbon" in (ws / "memory" / "2026-01-19.md").read_text(encoding="utf-8")
 
 
+def test_a_save_in_the_web_app_never_replaces_a_note_added_while_it_was_being_saved(
+        gateway: tuple[Web, Gateway], home: Path) -> None:
+    """The edit's base-text check and its write are one step under the memory lock: another process (the
+    assistant in `hermit agent`) that adds to MEMORY.md between them makes the save fail, the note stays.
+    The other process here holds the lock, the save starts, then the note is added and the lock freed."""
+    import subprocess
+    import sys
+    import threading
+
+    web, _ = gateway
+    ws = home / "workspace"
+    opened = web.ok("memory.get", path="MEMORY.md")
+    writer = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         "ws = sys.argv[1]\nfd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)\nfcntl.flock(fd, fcntl.LOCK_EX)\n"
+         "print('locked', flush=True)\nsys.stdin.readline()\n"
+         "with open(os.path.join(ws, 'MEMORY.md'), 'a') as f:\n    f.write('- passport expires 2027-03\\n')\n",
+         str(ws)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdin is not None
+        assert writer.stdout.readline().strip() == "locked"
+        answer: dict[str, Any] = {}
+        save = threading.Thread(target=lambda: answer.update(web.call(
+            "memory.write", path="MEMORY.md", content=opened["text"] + "- typed in the web app\n",
+            baseSha256=opened["sha256"])))
+        save.start()
+        save.join(0.5)
+        assert save.is_alive()  # waiting for the lock, not yet written
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+        assert writer.wait(30) == 0
+        save.join(30)
+    finally:
+        writer.kill()
+    assert answer["ok"] is False and "changed on disk" in answer["error"]["message"]
+    text = (ws / "MEMORY.md").read_text(encoding="utf-8")
+    assert "passport expires 2027-03" in text and "typed in the web app" not in text
+
+
 def test_appending_to_todays_log_shared_or_owner_only(gateway: tuple[Web, Gateway], home: Path) -> None:
     web, _ = gateway
     log = home / "workspace" / "memory" / "2026-01-20.md"

@@ -64,10 +64,23 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None, fsyn
         fsync_dir(path.parent)
 
 
-def append_fd(fd: int, data: bytes, *, fsync: bool = True) -> None:
-    """Append `data` to the file open (O_APPEND) as `fd`, under an exclusive lock, then fsync."""
-    with held(fd):
+def append_whole(fd: int, data: bytes, *, fsync: bool = True) -> None:
+    """Append `data` to the file open (O_APPEND) as `fd` — whose lock the caller holds — all of it or none:
+    a write cut short (a full disk, a file-size limit) is undone, so no torn note or half a UTF-8 character
+    is left at the end (one stray byte would make the whole file decode as another encoding)."""
+    size = os.fstat(fd).st_size
+    try:
         write_all(fd, data, fsync=fsync)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise
+
+
+def append_fd(fd: int, data: bytes, *, fsync: bool = True) -> None:
+    """Append `data` to the file open (O_APPEND) as `fd`, under an exclusive lock, all or none, then fsync."""
+    with held(fd):
+        append_whole(fd, data, fsync=fsync)
 
 
 def append_file(path: Path, data: bytes, *, fsync: bool = True) -> None:

@@ -95,6 +95,11 @@ def decode_text(data: bytes) -> Decoded:
         return Decoded(data.decode("utf-8-sig"), "utf-8")
     except UnicodeDecodeError as e:
         bad_line = data[: e.start].count(b"\n") + 1
+        if e.end == len(data) and e.reason == "unexpected end of data":
+            # UTF-8 but for a character cut off at the very end (a write torn by a crash or a full disk):
+            # guessing another encoding for the whole file would turn every accent into mojibake.
+            return Decoded(data.decode("utf-8-sig", errors="replace"), "utf-8", replaced=True,
+                           first_bad_line=bad_line)
     encoding = _detect(data)
     if encoding is not None:
         try:

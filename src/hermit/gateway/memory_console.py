@@ -31,7 +31,7 @@ from hermit.gateway.protocol import (
 )
 from hermit.memory.index.sources import list_memory_files
 from hermit.memory.policy.audience import OWNER, SHARED, owner_origin
-from hermit.memory.policy.daily_log import append_daily_note, daily_log_path
+from hermit.memory.policy.daily_log import append_daily_note, daily_log_path, memory_writes_locked
 from hermit.memory.service import MemoryService
 from hermit.sessions.keys import main_session_key
 from hermit.tools.memory_files import DAILY_LOG_RE
@@ -104,16 +104,19 @@ class MemoryConsole:
             raise PathPolicyError(f"{p.path} cannot be rewritten from the web app",
                                   "MEMORY.md is edited here; daily logs are append-only: use \"Append to today's "
                                   "log\"; other files: edit them on disk")
-        try:
-            current: str | None = svc.get(MEMORY_FILE)["text"]
-        except PathPolicyError:
-            current = None  # no MEMORY.md yet: this edit creates it
-        if current is not None and p.base_sha256 != sha256(current):
-            raise HermitError("MEMORY.md changed on disk since you opened it (the assistant or an editor wrote it)",
-                              "copy your text, reload the file, and apply your change again")
         write = rt.tools_for(main_session_key(rt.agent.id)).get("write")
         assert write is not None  # every session's toolset has the file tools
-        message = str(write.function(path=MEMORY_FILE, content=p.content))
+        # The check and the write under one hold of the memory lock: a note the assistant adds in between
+        # would otherwise be replaced by the text the owner opened before it.
+        with memory_writes_locked(rt.agent.workspace):
+            try:
+                current: str | None = svc.get(MEMORY_FILE)["text"]
+            except PathPolicyError:
+                current = None  # no MEMORY.md yet: this edit creates it
+            if current is not None and p.base_sha256 != sha256(current):
+                raise HermitError("MEMORY.md changed on disk since you opened it (the assistant or an editor wrote "
+                                  "it)", "copy your text, reload the file, and apply your change again")
+            message = str(write.function(path=MEMORY_FILE, content=p.content))
         after = svc.get(MEMORY_FILE)["text"]
         return {"agentId": rt.agent.id, "path": MEMORY_FILE, "message": message, "sha256": sha256(after),
                 "history": _newest(rt.confinement.agent_dir / "memory-history") if current is not None else None}

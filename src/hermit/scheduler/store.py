@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from hermit.durable import write_atomic
+from hermit.durable import append_whole, write_atomic
 from hermit.errors import JobError, disk_full
 from hermit.locks import locked
 from hermit.scheduler.jobs import Job, RunStatus, parse_job
@@ -177,16 +177,20 @@ class JobStore:
     def append_run(self, record: RunRecord) -> None:
         self.runs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = self.run_log_path(record.job_id)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, (record.to_json() + "\n").encode("utf-8"))
-            if self._fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        if path.stat().st_size > RUN_LOG_MAX_BYTES:
-            lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-            write_atomic(path, "".join(lines[-RUN_LOG_KEEP:]), mode=0o600, fsync=self._fsync)
+        # Under the job file's lock: the gateway's scheduler and `hermit cron run` may log at once, and the
+        # trim below rewrites the log (a run appended meanwhile would be dropped).
+        with self._locked():
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                size = os.fstat(fd).st_size
+                # a line torn by a crash must not swallow this record: start it on a line of its own
+                lead = b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b""
+                append_whole(fd, lead + (record.to_json() + "\n").encode("utf-8"), fsync=self._fsync)
+            finally:
+                os.close(fd)
+            if path.stat().st_size > RUN_LOG_MAX_BYTES:
+                lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+                write_atomic(path, "".join(lines[-RUN_LOG_KEEP:]), mode=0o600, fsync=self._fsync)
 
     def runs(self, job_id: str, limit: int = 20) -> list[dict[str, Any]]:
         """The last `limit` runs, newest last; a torn last line (a crash mid-write) is skipped and said."""

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hermit.config.paths import ensure_private_dir
+from hermit.durable import append_whole
 from hermit.errors import SessionError
 from hermit.locks import lock_fd
 from hermit.messages import valid_json
@@ -391,9 +392,7 @@ class Transcript:
                     f"cannot write a {body['type']} entry to {self._path}: {exc}",
                     hint="transcript entries must be JSON-serializable (use Message.to_dict())",
                 ) from exc
-            _write_all(fd, prefix + encoded + b"\n")
-            if self._fsync:
-                os.fsync(fd)
+            append_whole(fd, prefix + encoded + b"\n", fsync=self._fsync)  # all of the line or none of it
             after = os.fstat(fd)
         finally:
             os.close(fd)  # also releases the flock

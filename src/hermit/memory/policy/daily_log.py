@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hermit.durable import append_whole
 from hermit.errors import HermitError, PathPolicyError
 from hermit.locks import lock_fd, locked_dir
 from hermit.memory.policy.paths import RULES, resolve_memory_path
@@ -31,10 +33,26 @@ MAX_NOTE_CHARS = 20_000
 MEMORY_LOCK_SECONDS = 30.0
 
 
-def memory_writes_locked(workspace: Path) -> contextlib.AbstractContextManager[None]:
+_held = threading.local()  # the workspaces whose lock this thread holds
+
+
+@contextlib.contextmanager
+def memory_writes_locked(workspace: Path) -> Iterator[None]:
     """The lock every writer of a workspace's memory files holds while it reads, decides and writes: one
-    per workspace (its directory), across threads and processes (the gateway, the CLI, the MCP server)."""
-    return locked_dir(workspace, MEMORY_LOCK_SECONDS, "a memory write")
+    per workspace (its directory), across threads and processes (the gateway, the CLI, the MCP server).
+    A thread that holds it may take it again (the web app checks what the owner edited and writes it
+    through the file tool inside one hold): flock would wait on itself."""
+    key = os.path.realpath(workspace)
+    held: set[str] = _held.__dict__.setdefault("paths", set())
+    if key in held:
+        yield
+        return
+    with locked_dir(workspace, MEMORY_LOCK_SECONDS, "a memory write"):
+        held.add(key)
+        try:
+            yield
+        finally:
+            held.discard(key)
 
 
 def daily_log_path(day: datetime) -> str:
@@ -85,11 +103,7 @@ def _append(real: Path, shown: str, text: str, now: datetime, origin: Origin | N
             lead = "\n\n"
         body = text + "\n" if origin is None else wrap(neutralize(text), origin)
         start = (existing + lead).count("\n") + 1 + (1 if origin is not None else 0)
-        payload = (closing + lead + body).encode("utf-8")
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
+        append_whole(fd, (closing + lead + body).encode("utf-8"))
     finally:
         os.close(fd)  # releases the lock
     return {"path": shown, "startLine": start, "endLine": start + text.count("\n")}
