@@ -14,7 +14,7 @@ import os
 import secrets
 from pathlib import Path
 
-from hermit.locks import held
+from hermit.locks import held, pid_alive
 
 
 def fsync_dir(directory: Path) -> None:
@@ -44,6 +44,7 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None, fsyn
     (default 0o600: private until told otherwise). Text is written as UTF-8 with newlines untouched.
     """
     payload = data.encode("utf-8") if isinstance(data, str) else data
+    _remove_stale_temps(path)
     final_mode = mode if mode is not None else 0o600
     if keep_mode and path.exists():
         final_mode = path.stat().st_mode & 0o7777
@@ -62,6 +63,24 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None, fsyn
         raise
     if fsync:
         fsync_dir(path.parent)
+
+
+_swept: set[Path] = set()  # files whose leftover temps this process has looked for
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """Delete the temp files of `path` (`.NAME.tmp-<pid>-<hex>`) that a killed process left: once per file
+    and process (a leftover is a crash's, so one look is enough), only those whose process is gone."""
+    if path in _swept:
+        return
+    _swept.add(path)
+    prefix = f".{path.name}.tmp-"
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path.parent):
+            pid = entry.name[len(prefix):].split("-", 1)[0] if entry.name.startswith(prefix) else ""
+            if pid.isdigit() and not pid_alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
 
 
 def append_whole(fd: int, data: bytes, *, fsync: bool = True) -> None:
