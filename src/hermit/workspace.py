@@ -17,7 +17,6 @@ from hermit.textfile import decode_text, read_regular
 
 BOOTSTRAP_ORDER = ("AGENTS.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "USER.md", "HEARTBEAT.md", "BOOTSTRAP.md")
 MEMORY_FILE = "MEMORY.md"
-USER_FILE = "USER.md"  # who the owner is: shown to every chat, its owner-only blocks withheld from others
 TEMPLATE_FILES = (*BOOTSTRAP_ORDER, MEMORY_FILE)
 
 

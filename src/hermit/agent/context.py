@@ -203,8 +203,8 @@ def build_system_prompt(p: PromptInputs) -> SystemPrompt:
         include_memory=includes_long_term_memory(p.session_key),
         max_chars=p.bootstrap_max_chars,
         total_max_chars=p.bootstrap_total_max_chars,
-        # What the owner's chat wrote into an instruction file (USER.md) is owner-only: other chats get the
-        # file with those lines withheld, as they get memory files.
+        # What the owner's chat wrote into an instruction file (USER.md, TOOLS.md …) is owner-only: other
+        # chats get the file with those lines withheld, as they get memory files.
         render=None if reader.owner else lambda name, text: visible_text(text, name, reader),
     )
     blocks = [_block(f"system: {name}", text) for name, text in sections]

@@ -7,14 +7,14 @@
    to `<state>/agents/<agentId>/memory-history/MEMORY-<UTC time>.md`, outside the workspace, so it
    is never indexed nor visible to a sandboxed command, and can be restored by hand.
 3. Writes from a session that is not the owner's (`origin` set) may only add notes to a recent daily log
-   (`refuse_unless_addable`): no edits, no rewrites, no other file under memory/; the added text is escaped so it cannot
-   forge a marker, and wrapped in an origin block (memory/policy/provenance.py) naming the channel, group,
+   (`refuse_unless_addable`): no edits, no rewrites, no other file under memory/; the added text is
+   escaped so it cannot forge a marker, and wrapped in an origin block (memory/policy/provenance.py) naming the channel, group,
    sender, session and audience (memory/policy/audience.py: that chat and the owner may read it). With
    `sandbox.memory_writes: main-only` they may not write memory at all. The bootstrap files
    (AGENTS.md, SOUL.md …) are the owner's instructions: such a session cannot change them either.
 4. What the main session writes to memory (`owner` set), and to the instruction files (shown to every
-   chat; the templates ask it to keep USER.md, TOOLS.md … current), is owner-only: a new file is wrapped whole in an
-   owner block, an append is wrapped, and in a rewrite or edit of an existing file each run of added or
+   chat; the templates ask it to keep USER.md, TOOLS.md … current), is owner-only: a new file is wrapped
+   whole in an owner block, an append is wrapped, and in a rewrite or edit of an existing file each run of added or
    changed lines is wrapped (lines added inside one of its own blocks already are owner-only). Its text
    is escaped too, so it cannot close its own block. An edit inside another audience's block is refused
    (append instead), and so is any change that would alter who may read a line it keeps (removing a
@@ -99,6 +99,7 @@ def _utc_now() -> datetime:
 # notes are not bounded here): with MAX_NOTE_CHARS per note, what a chat can put into memory is bounded.
 MAX_FILE_CHARS_FROM_OTHERS = 1_000_000
 _ADD_ONLY = "write policy: sessions other than the owner's main session may only add notes to memory files"
+
 
 @dataclass(frozen=True)
 class MemoryWriteRules:

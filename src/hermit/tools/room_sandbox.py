@@ -358,7 +358,7 @@ class RoomSandbox:
         seed: list[tuple[str, bytes, int]] = []
         for name in BOOTSTRAP_ORDER:
             with contextlib.suppress(OSError, PathPolicyError):  # missing, not a regular file, a link: left out
-                # as this session may see it: the owner's chat's lines in USER.md are withheld (views.py)
+                # as this session may see it: what the owner's chat wrote in it is withheld (views.py)
                 seed.append((name, self.view.read(Located("instruction", name, name), MAX_INSTRUCTION_BYTES), 0o444))
         seed += [(rel, data, 0o444) for rel, data in self.view.memory.files()]
         return seed

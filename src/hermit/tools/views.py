@@ -140,7 +140,7 @@ class RoomView:
                 return safe_fs.read_beneath(fd, loc.rel, max_bytes).data
         with workspace_fd(self.workspace) as ws:
             opened = safe_fs.read_beneath(ws, loc.rel, max_bytes)
-        if loc.area == "instruction":  # the owner's chat's lines in USER.md are withheld like its notes
+        if loc.area == "instruction":  # what the owner's chat wrote in them is withheld like its notes
             return self.memory.render(loc.rel, opened.data, opened.st) or \
                 f"[{loc.shown}: nothing in it is shared with this chat]\n".encode()
         self._refuse_long_term(loc, opened.st)

@@ -5,8 +5,8 @@ goes through memory_get's path rules (no symlinks, nothing outside the workspace
 O_APPEND under an exclusive lock so two writers at once keep both notes, and is fsync'd. Every writer of
 memory files in Hermit (this, and the file tools in every session) holds `memory_writes_locked` around its
 read-modify-write, so a note added while another writer creates or rewrites the same file is never
-replaced (a new file is written by a rename, which would drop an append made to the file it replaces). A note with an
-`origin` (every writer but the owner) is escaped and wrapped in an origin block (memory/policy/provenance.py),
+replaced (a new file is written by a rename, which would drop an append made to the file it replaces).
+A note with an `origin` (every writer but the owner) is escaped and wrapped in an origin block (memory/policy/provenance.py),
 so its writer cannot forge a marker; a log that ends inside an unclosed block is closed first.
 """
 
@@ -27,7 +27,6 @@ from hermit.memory.policy.paths import RULES, resolve_memory_path
 from hermit.memory.policy.provenance import Origin, neutralize, seal, wrap
 
 MAX_NOTE_CHARS = 20_000
-
 
 # A memory write holds the lock for milliseconds; a writer still waiting after this gives up with an error.
 MEMORY_LOCK_SECONDS = 30.0
