@@ -121,6 +121,7 @@ def test_the_model_cannot_send_a_jobs_replies_to_anyone_but_an_owner(tmp_path: P
         assert "the cron tool delivers replies only to an owner" in refused
         assert "hermit cron add --announce" in refused
     assert "telegram:default:2001 (dm) is not one of that account's owners" in outs[0]
+    assert "that account's owners: 1000" in outs[0]  # so the model can offer the right target
     assert "(group)" in outs[1] and "telegram:default:2001" in outs[2]
     owner_job, web_job, isolated = (json.loads(o)["job"] for o in outs[3:])
     assert [j.id for j in jobs.load().jobs] == [owner_job["id"], web_job["id"], isolated["id"]]

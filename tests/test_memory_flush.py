@@ -85,6 +85,8 @@ def test_prompts_default_custom_and_no_reply_hint() -> None:
     full = flush_system("BASE", MemoryFlushConfig(), "2026-03-04")
     assert full.startswith("BASE\n\n## Memory Flush\nPre-compaction memory flush turn.")
     assert "may only append to memory/2026-03-04.md" in full
+    chat = flush_system("BASE", MemoryFlushConfig(), "2026-03-04", owner=False)  # a chat's edits are refused
+    assert "only write with append: true adds to memory/2026-03-04.md" in chat and "edit is unavailable" in chat
 
 
 def _model(log: list[str]) -> FunctionModel:

@@ -154,8 +154,9 @@ def _sections(p: PromptInputs) -> list[tuple[str, str]]:
                if p.sandboxed else "")
     if p.roomed:
         sandbox = ("\nThis session is sandboxed in its own room: files you write are kept for this chat only; "
-                   "memory/ and the instruction files are read-only here (add a note to memory with write and "
-                   "append: true).")
+                   "memory/ and the instruction files are read-only here (add a note to today's daily log, "
+                   "memory/YYYY-MM-DD.md, with write and append: true). Commands run with no network and "
+                   "bounded memory, file size, disk and time.")
     out.append(("workspace", (
         f"## Workspace\nYour working directory is {p.workspace}; your memory files live there.{sandbox}\n"
         f"Agent: {p.agent_id} · session: {p.session_key} ({kind})"

@@ -52,15 +52,19 @@ def flush_prompts(cfg: MemoryFlushConfig, today: str) -> tuple[str, str]:
     return system, prompt
 
 
-def flush_rules(today: str) -> str:
-    return (f"Rules of this turn (enforced by the tools): write and edit may only append to memory/{today}.md — "
-            f"keep its existing text and add to the end; every other file is read-only and exec is unavailable. "
-            f"Nothing you reply is shown to the user.")
+def flush_rules(today: str, *, owner: bool = True) -> str:
+    """The tools' rules for the flush turn, as they are in this session: the owner's may also edit (keeping
+    the log's lines); any other chat only adds (its edits are refused, memory_files.py)."""
+    how = ("write and edit may only append to memory/{today}.md — keep its existing text and add to the end"
+           if owner else "only write with append: true adds to memory/{today}.md, with just the new text (edit "
+           "is unavailable here)").format(today=today)
+    return (f"Rules of this turn (enforced by the tools): {how}; every other file is read-only and exec is "
+            f"unavailable. Nothing you reply is shown to the user.")
 
 
-def flush_system(base: str, cfg: MemoryFlushConfig, today: str) -> str:
+def flush_system(base: str, cfg: MemoryFlushConfig, today: str, *, owner: bool = True) -> str:
     system, _ = flush_prompts(cfg, today)
-    return f"{base}\n\n## Memory Flush\n{system}\n{flush_rules(today)}"
+    return f"{base}\n\n## Memory Flush\n{system}\n{flush_rules(today, owner=owner)}"
 
 
 def flush_done(record: SessionRecord) -> bool:

@@ -20,6 +20,7 @@ from hermit.agent.loop import EventSink, Notice
 from hermit.agent.turn import TurnContext, TurnNotes
 from hermit.errors import HermitError
 from hermit.messages import AssistantMessage, UserMessage
+from hermit.sessions.keys import is_main_session_key
 
 if TYPE_CHECKING:
     from hermit.agent.runtime import AgentRuntime
@@ -88,7 +89,7 @@ class SessionMaintenance:
         today = rt.today()
         tools = rt.tools_for(turn.session_key, write_policy=flushing.flush_policy(rt.agent.workspace, today),
                              exec_enabled=False)
-        system = flushing.flush_system(turn.system.text, cfg, today)
+        system = flushing.flush_system(turn.system.text, cfg, today, owner=is_main_session_key(turn.session_key))
         flush_turn = TurnContext(turn.session_key, turn.record, tools, turn.system, turn.history)
         history = repair_tool_pairs(turn.history.messages)
         if limit_tokens is not None:

@@ -154,7 +154,7 @@ class AgentRuntime:
                 self.agent.workspace, origin=None if private else session_origin(session_key, self._senders.get(
                     session_key)), owner=owner_origin(session_key) if private else None,
                 memory_writes=sandbox.memory_writes, history_dir=self._agent_dir / "memory-history",
-                extra_paths=self._extra_memory_paths(), clock=self.clock),
+                extra_paths=self._extra_memory_paths(), clock=lambda: self.clock().astimezone(self.timezone)),
             env_allow=frozenset(sandbox.env_allow),
             view=view,
         )

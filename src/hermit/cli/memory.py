@@ -214,7 +214,7 @@ def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
         print(f"error: {res.get('error')}", file=sys.stderr)
         return 1
     if res.get("mode"):
-        print(f"({res['mode']}: {res.get('reason', '')})", file=sys.stderr)
+        print(f"({res['mode']}: {res['reason']})" if res.get("reason") else f"({res['mode']})", file=sys.stderr)
     for w in res.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
     if not res["results"]:

@@ -156,11 +156,15 @@ class CronJobs:
             return job
         if reaches_only_an_owner(self.loaded.config.channels, d.channel or "", d.account, d.peer_kind, d.to or ""):
             return job
+        channel, account = (d.channel or "").lower(), d.account or "default"
+        acc = self.loaded.config.channels.accounts_of(channel).get(account) if channel != "webchat" else None
+        owners = (f"that account's owners: {', '.join(acc.owners)}" if acc is not None and acc.owners else
+                  f"no owners are listed under channels.{channel}.accounts.{account}.owners")
         raise JobError(f"job {job.label}: the cron tool delivers replies only to an owner (they can quote what "
                        f"this chat knows: MEMORY.md, owner-only notes), and {d.describe()} ({d.peer_kind}) is "
                        "not one of that account's owners",
-                       "deliver to an owner's DM or the web chat; the owner can set any other target with "
-                       "`hermit cron add --announce …` or in the web app")
+                       f"deliver to an owner's DM ({owners}) or to the web chat (channel webchat, to owner); "
+                       "the owner can set any other target with `hermit cron add --announce …` or in the web app")
 
     def _changed(self) -> None:
         running = self._scheduler()

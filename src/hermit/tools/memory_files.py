@@ -111,7 +111,7 @@ class MemoryWriteRules:
     memory_writes: MemoryWrites = "all"
     history_dir: Path | None = None  # where MEMORY.md's previous versions go
     extra_paths: tuple[Path, ...] = ()  # configured extra memory roots (absolute)
-    clock: Callable[[], datetime] = _utc_now
+    clock: Callable[[], datetime] = _utc_now  # aware; the runtime gives the agent's local time (its today)
 
     @property
     def root(self) -> Path:
@@ -154,7 +154,7 @@ class MemoryWriteRules:
             raise PathPolicyError(f"writing memory ({target.shown}) is not allowed from this session",
                                   "write policy: sandbox.memory_writes is main-only")
         if not self._recent_log(target):
-            today = self.clock().astimezone(UTC).date()
+            today = self.clock().date()  # the agent's date (the runtime's clock is in its zone)
             raise PathPolicyError(f"{target.shown}: this session adds notes only to a recent daily log",
                                   f"{_ADD_ONLY}: write to memory/{today:%Y-%m-%d}.md (today's) with append: true; "
                                   "keep other files in this chat's own folder (paths outside memory/)")
@@ -167,7 +167,7 @@ class MemoryWriteRules:
             day = date(int(m[1]), int(m[2]), int(m[3]))
         except ValueError:
             return False
-        return abs((day - self.clock().astimezone(UTC).date()).days) <= CHAT_LOG_DAYS
+        return abs((day - self.clock().date()).days) <= CHAT_LOG_DAYS
 
     def refuse_edit(self, target: ResolvedPath, *, in_memory_dir: bool = False) -> None:
         """Raise when this session may not edit `target` whatever the file holds: a session other than the
