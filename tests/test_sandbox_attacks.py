@@ -33,6 +33,7 @@ from hermit.models.registry import build_model
 from hermit.sessions.keys import group_session_key, main_session_key
 from hermit.testing import FakeProvider
 from hermit.tools import ExecTool, FileTools, PathResolver, RoomSandbox, RoomView, ToolRunner
+from hermit.tools.exec_cgroup import remove_stale_groups
 from hermit.tools.os_sandbox import Backend, SandboxLimits, detect
 from hermit.tools.room_sandbox import sandbox_uid
 from hermit.tools.rooms import Room
@@ -322,6 +323,10 @@ def test_planted_instruction_files_never_reach_the_owner_during_or_after_a_kille
             group.send_signal(signal.SIGKILL)  # the gateway dies in the middle of the exec
             group.wait(PROC_TIMEOUT)
             assert _wait_for_process("sleep 61.25", gone=True, timeout=30), "the sandbox outlived its parent"
+            # The killed process could not remove its command's cgroup; the next Hermit process does (and so
+            # a test run leaves none on the machine).
+            remove_stale_groups()
+            assert not list(Path("/sys/fs/cgroup").glob(f"**/hermit-exec-{group.pid}-*"))
             after = subprocess.run([*agent, "-m", "OWNER-HELLO again"], env=env, capture_output=True, text=True, timeout=PROC_TIMEOUT)
             assert after.returncode == 0
         finally:

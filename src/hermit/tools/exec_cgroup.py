@@ -125,6 +125,14 @@ def find_site() -> tuple[Site | None, str]:
     return None, "; ".join(reasons) or "no cgroup with the memory and pids controllers is writable here"
 
 
+def remove_stale_groups() -> None:
+    """Remove the empty groups killed Hermit processes left where this one makes its own (done once when a
+    process first looks for its site; call it again after killing one)."""
+    site, _ = find_site()
+    if site is not None:
+        _remove_stale(site)
+
+
 def _remove_stale(site: Site) -> None:
     """Groups a killed Hermit left behind (empty ones only: rmdir refuses the others)."""
     for parent in {site.memory_parent, site.pids_parent}:
