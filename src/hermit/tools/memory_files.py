@@ -304,8 +304,8 @@ def _check_audiences(shown: str, kind: str, before: str, after: str, kept: list[
     if any(old[i] != new[j] for i, j in kept):
         raise PathPolicyError(f"this {kind} would change who may read existing lines of {shown} (it removes or "
                               "moves an origin marker)",
-                              "write policy: keep the <!-- origin … --> and <!-- /origin --> lines as they are; "
-                              "to add a note, write with append: true")
+                              "write policy: keep the <!-- origin … --> and <!-- /origin --> lines as they are: "
+                              "change the lines you mean with edit, or add with write and append: true")
     if any(new[j] != OWNER for j in added_at):
         raise PathPolicyError(f"this {kind} would put the main session's text where others may read it in {shown}",
                               "write policy: add notes with write and append: true")
