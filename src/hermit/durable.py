@@ -14,7 +14,7 @@ import os
 import secrets
 from pathlib import Path
 
-from hermit.locks import held, pid_alive
+from hermit.locks import held, left_by_dead_processes
 
 
 def fsync_dir(directory: Path) -> None:
@@ -74,13 +74,9 @@ def _remove_stale_temps(path: Path) -> None:
     if path in _swept:
         return
     _swept.add(path)
-    prefix = f".{path.name}.tmp-"
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(path.parent):
-            pid = entry.name[len(prefix):].split("-", 1)[0] if entry.name.startswith(prefix) else ""
-            if pid.isdigit() and not pid_alive(int(pid)):
-                with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
+    for stale in left_by_dead_processes(path.parent, f".{path.name}.tmp-"):
+        with contextlib.suppress(OSError):
+            os.unlink(stale)
 
 
 def append_whole(fd: int, data: bytes, *, fsync: bool = True) -> None:

@@ -156,6 +156,19 @@ class LockFile:
         self.release()
 
 
+def left_by_dead_processes(directory: Path, prefix: str) -> list[str]:
+    """The paths in `directory` named `<prefix><pid>-…` whose process is gone (never this one's): what a
+    killed process left behind (a temp file, a cgroup)."""
+    out: list[str] = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(directory):
+            if entry.name.startswith(prefix):
+                pid = entry.name[len(prefix):].split("-", 1)[0]
+                if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+                    out.append(entry.path)
+    return out
+
+
 def pid_alive(pid: int) -> bool:
     """Whether process `pid` exists (another uid's counts: it exists, we may not signal it)."""
     if pid <= 0:

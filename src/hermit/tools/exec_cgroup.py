@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hermit.locks import left_by_dead_processes
+
 PREFIX = "hermit-exec-"
 _counter = itertools.count()
 # Without a cgroup: at most this many tasks, each with a quarter of exec_memory_mb of address space, so
@@ -136,12 +138,9 @@ def remove_stale_groups() -> None:
 def _remove_stale(site: Site) -> None:
     """Groups a killed Hermit left behind (empty ones only: rmdir refuses the others)."""
     for parent in {site.memory_parent, site.pids_parent}:
-        with contextlib.suppress(OSError):
-            for entry in os.scandir(parent):
-                pid = entry.name[len(PREFIX):].split("-", 1)[0]
-                if entry.name.startswith(PREFIX) and pid.isdigit() and not Path(f"/proc/{pid}").exists():
-                    with contextlib.suppress(OSError):
-                        os.rmdir(entry.path)
+        for stale in left_by_dead_processes(parent, PREFIX):
+            with contextlib.suppress(OSError):
+                os.rmdir(stale)
 
 
 @dataclass
