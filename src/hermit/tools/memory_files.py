@@ -150,14 +150,17 @@ class MemoryWriteRules:
         answer does not depend on what is there."""
         if self.origin is None:
             return
-        if self.memory_writes == "main-only":
-            raise PathPolicyError(f"writing memory ({target.shown}) is not allowed from this session",
-                                  "write policy: sandbox.memory_writes is main-only")
+        self._refuse_if_main_only(target)
         if not self._recent_log(target):
             today = self.clock().date()  # the agent's date (the runtime's clock is in its zone)
             raise PathPolicyError(f"{target.shown}: this session adds notes only to a recent daily log",
                                   f"{_ADD_ONLY}: write to memory/{today:%Y-%m-%d}.md (today's) with append: true; "
                                   "keep other files in this chat's own folder (paths outside memory/)")
+
+    def _refuse_if_main_only(self, target: ResolvedPath) -> None:
+        if self.memory_writes == "main-only":
+            raise PathPolicyError(f"writing memory ({target.shown}) is not allowed from this session",
+                                  "write policy: sandbox.memory_writes is main-only")
 
     def _recent_log(self, target: ResolvedPath) -> bool:
         m = CHAT_LOG_RE.fullmatch(target.shown)
@@ -177,9 +180,7 @@ class MemoryWriteRules:
         file's withheld lines say (a "0 matches" / "not allowed" pair is an oracle, one guess at a time)."""
         if self.origin is None or not (in_memory_dir or self.is_memory_file(target)):
             return
-        if self.memory_writes == "main-only":
-            raise PathPolicyError(f"writing memory ({target.shown}) is not allowed from this session",
-                                  "write policy: sandbox.memory_writes is main-only")
+        self._refuse_if_main_only(target)
         raise PathPolicyError(f"editing {target.shown} is not allowed from this session",
                               f"{_ADD_ONLY}; use write with append: true")
 
