@@ -50,6 +50,7 @@ from hermit.memory.search.ordering import (
 )
 from hermit.memory.search.places import group_places, show_places, span_of, spare_places
 from hermit.memory.search.query_runner import EmbedBeside, query_uses_one_core, store_knn
+from hermit.memory.search.reader_counts import ReaderCounts
 from hermit.memory.search.snippets import Term, render, weigh_terms
 from hermit.memory.search.terms import term_coverage
 from hermit.memory.search.translation import NO_TRANSLATION, Translation, WordVectors, translate
@@ -245,14 +246,20 @@ class HybridSearcher:
         rows: dict[int, ChunkRow] = {}
         leg = self._start_vector_leg(q, pool, timings, query if beside else None,
                                      query if knn_beside and (q is not None or one_core) else None)
-        kw_hits, held, timings["keyword_ms"] = self.keyword_leg.run(query, tr, pool, rows)
+        # A restricted reader's keyword scores count only the notes it may see (memory.search.reader_counts).
+        counts = None
+        if restricted and self.visible is not None:
+            see, who = self.visible, reader
+            assert who is not None
+            counts = ReaderCounts(self.keyword, lambda r: see(r, who), rows)
+        kw_hits, held, timings["keyword_ms"] = self.keyword_leg.run(query, tr, pool, rows, counts)
         # The snippets' weighed terms need only the query: here, while the worker may still be on the
         # vector leg (the keyword leg was the shorter one), not after it.
-        terms = self._line_terms(query, tr)
+        terms = self._line_terms(query, tr, self.keyword.doc_freq if counts is None else counts.doc_freq)
         vec_hits = self._finish_vector_leg(leg, pool, timings)
         if beside or leg.knn is not None:
             q, reason = leg.q, leg.reason
-        c = self._gather(query, tr, q, leg.matrix_ok, vec_hits, kw_hits, held, rows, pool, match)
+        c = self._gather(query, tr, q, leg.matrix_ok, vec_hits, kw_hits, held, rows, pool, match, counts is not None)
         if restricted:
             assert reader is not None
             self._restrict(c, reader)
@@ -337,10 +344,11 @@ class HybridSearcher:
 
     def _gather(self, query: str, tr: Translation, q: np.ndarray | None, matrix_ok: bool,
                 vec_hits: list[tuple[int, float]], kw_hits: list[tuple[int, float]], held: set[int],
-                rows: dict[int, ChunkRow], pool: int, match: str | None) -> _Candidates:
+                rows: dict[int, ChunkRow], pool: int, match: str | None, restricted: bool = False) -> _Candidates:
         """The union of both legs' hits and the chunks of the days the query names, with their rows, and
         each leg's score for every candidate (a keyword-only hit gets its cosine, a vector-only hit an
-        estimate of its BM25)."""
+        estimate of its BM25). A restricted reader's keyword hits are only those it may see, so whether
+        the pool was full says nothing to it: its vector-only hits are always estimated."""
         cos = dict(vec_hits)
         rel = dict(kw_hits)
         dated = self._dated_chunks(query)
@@ -377,7 +385,7 @@ class HybridSearcher:
             # chunks, so its relevance is estimated: 0 when the pool held every match, else the
             # weakest pooled relevance scaled by the share of query terms the chunk contains.
             missing = {i: rows[i].text for i in ids if i not in rel}
-            if missing and len(kw_hits) >= pool:
+            if missing and (restricted or len(kw_hits) >= pool):
                 floor = min(r for _, r in kw_hits)
                 for i, share in term_coverage(query_terms(query), missing).items():
                     rel[i] = floor * share
@@ -477,12 +485,12 @@ class HybridSearcher:
                         cos: dict[int, float], depth: int, weight: float) -> tuple[list[tuple[int, float]], float]:
         return by_best_line(passed, rows, self.store, q, cos, self._vscore, depth, weight)
 
-    def _line_terms(self, query: str, tr: Translation) -> list[Term]:
+    def _line_terms(self, query: str, tr: Translation, doc_freq: Callable[[str], int]) -> list[Term]:
         n = self.keyword.doc_count()
-        own = weigh_terms(query_terms(query), self.keyword.doc_freq, n)
+        own = weigh_terms(query_terms(query), doc_freq, n)
         other = [t for t in tr.terms if t.lower() not in {o.lower() for o in query_terms(query)}]
         # A translated term's parts are the phrases the keyword leg counted (cached): no new FTS counts.
-        return own + weigh_terms(other, lambda t: min((self.keyword.doc_freq(p) for p in translated_phrases([t])),
+        return own + weigh_terms(other, lambda t: min((doc_freq(p) for p in translated_phrases([t])),
                                                       default=0), n,
                                  discount=max(self.cfg.translation_weight, 0.0))
 

@@ -28,7 +28,7 @@ import bisect
 import contextlib
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from hermit.db import connect_memory
@@ -143,12 +143,14 @@ class KeywordSearcher:
                 self._stats = self.store.fts_stats()
             return self._stats[0]
 
-    def ideal(self, phrases: list[str]) -> float:
-        """BM25 of a chunk of average length holding each of `phrases` once: the sum of their FTS5 idfs.
+    def ideal(self, phrases: list[str], doc_freq: Callable[[str], int] | None = None) -> float:
+        """BM25 of a chunk of average length holding each of `phrases` once: the sum of their FTS5 idfs
+        (counted by `doc_freq`, default this index's own counts).
 
         A phrase found nowhere counts at its largest idf: the question asks for it, and no note has it."""
         n = self.doc_count()
-        return sum(bm25_idf(n, d) for d in (self.doc_freq(p) for p in dict.fromkeys(phrases)))
+        count = doc_freq or self.doc_freq
+        return sum(bm25_idf(n, d) for d in (count(p) for p in dict.fromkeys(phrases)))
 
     def plan(self, phrases: list[str]) -> KeywordPlan:
         # A query's new words counted at once (one statement for their one-token lookups).
@@ -214,6 +216,16 @@ class KeywordSearcher:
                 scored.append((i, max(0.0, r) + sum(v for p, v in terms.items() if p not in twice)))
             scored.sort(key=lambda x: -x[1])
             return scored[:limit]
+
+    def phrase_scores(self, phrases: list[str], df: dict[str, int], ids: list[int],
+                      known: dict[int, ChunkRow]) -> dict[int, dict[str, float]]:
+        """Each chunk's BM25 term for each of `phrases`, computed as bm25() would with the counts `df`
+        (memory.search.reader_counts gives a reader's own)."""
+        with self._lock:
+            self._refresh()
+            if self._stats is None:
+                self._stats = self.store.fts_stats()
+            return self._python_scores(phrases, df, ids, known)
 
     def _python_scores(self, phrases: list[str], df: dict[str, int], ids: list[int],
                        known: dict[int, ChunkRow]) -> dict[int, dict[str, float]]:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from hermit.config.schema import QueryConfig
 from hermit.memory.search.fts import query_terms, translated_phrases
 from hermit.memory.search.keyword import KeywordSearcher
+from hermit.memory.search.reader_counts import ReaderCounts
 from hermit.memory.search.translation import Translation
 from hermit.memory.search.tuning import SearchTuning
 from hermit.memory.store.api import ChunkRow
@@ -30,17 +31,25 @@ class KeywordLeg:
         self.tuning = tuning
         self.chunk_count = chunk_count  # chunks in the index, read once per generation by the searcher
 
-    def run(self, query: str, tr: Translation, pool: int,
-            rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], set[int], float]:
-        """Keyword hits of the query and its translation, and the chunks the translation matched."""
+    def run(self, query: str, tr: Translation, pool: int, rows: dict[int, ChunkRow],
+            counts: ReaderCounts | None = None) -> tuple[list[tuple[int, float]], set[int], float]:
+        """Keyword hits of the query and its translation, and the chunks the translation matched.
+
+        With `counts` (a reader who may not see every note), only the hits it may see, scored with its
+        own word counts (memory.search.reader_counts): nothing it may not see shapes its scores."""
         t0 = time.perf_counter()
         terms = query_terms(query)
-        hits = self.keyword.search(terms, pool, rows)
-        hits, held = self._merge_translated(hits, tr, pool, rows)
-        return self._on_query_scale(hits, terms, tr), held, (time.perf_counter() - t0) * 1000
+        hits = self._search(terms, pool, rows, counts)
+        hits, held = self._merge_translated(hits, tr, pool, rows, counts)
+        return self._on_query_scale(hits, terms, tr, counts), held, (time.perf_counter() - t0) * 1000
+
+    def _search(self, phrases: list[str], pool: int, rows: dict[int, ChunkRow],
+                counts: ReaderCounts | None) -> list[tuple[int, float]]:
+        hits = self.keyword.search(phrases, pool, rows)
+        return hits if counts is None else counts.rescore(phrases, hits)
 
     def _on_query_scale(self, hits: list[tuple[int, float]], terms: list[str],
-                        tr: Translation) -> list[tuple[int, float]]:
+                        tr: Translation, counts: ReaderCounts | None = None) -> list[tuple[int, float]]:
         """With text_normalization "query": relevance divided by the larger of the best hit's and a share
         of the query's own BM25 (a chunk of average length holding each query word once; in the
         language it is matched more easily when it has a translation), so a question whose best hit
@@ -52,13 +61,15 @@ class KeywordLeg:
             return hits
         scale = max(r for _, r in hits)
         if self.keyword.doc_count() >= 3:
-            ideal = self.keyword.ideal(terms)
+            doc_freq = self.keyword.doc_freq if counts is None else counts.doc_freq
+            ideal = self.keyword.ideal(terms, doc_freq)
             if tr.groups and self.cfg.translation_weight > 0:
-                ideal = min(ideal, self._translation_ideal(tr.groups) or ideal)
+                ideal = min(ideal, self._translation_ideal(tr.groups, doc_freq) or ideal)
             scale = max(scale, self.tuning.query_scale_share * ideal)
         return [(i, r / scale) for i, r in hits] if scale > 0 else hits
 
-    def _translation_ideal(self, groups: tuple[tuple[str, ...], ...]) -> float | None:
+    def _translation_ideal(self, groups: tuple[tuple[str, ...], ...],
+                           doc_freq: Callable[[str], int]) -> float | None:
         """The translated query's own BM25: per query word, the idf of its commonest translation that the
         index holds (the alternatives are one word's), or of its first when none is held; None when the
         index holds none of them (a memory without that language)."""
@@ -67,23 +78,24 @@ class KeywordLeg:
             held, every = [], []
             for term in group:
                 phrases = translated_phrases([term])
-                value = self.keyword.ideal(phrases)
+                value = self.keyword.ideal(phrases, doc_freq)
                 every.append(value)
-                if phrases and all(self.keyword.doc_freq(p) > 0 for p in phrases):
+                if phrases and all(doc_freq(p) > 0 for p in phrases):
                     held.append(value)
             total += min(held) if held else (every[0] if every else 0.0)
             any_held = any_held or bool(held)
         return total if any_held else None
 
     def _merge_translated(self, kw_hits: list[tuple[int, float]], tr: Translation, pool: int,
-                          rows: dict[int, ChunkRow]) -> tuple[list[tuple[int, float]], set[int]]:
+                          rows: dict[int, ChunkRow],
+                          counts: ReaderCounts | None = None) -> tuple[list[tuple[int, float]], set[int]]:
         """Add keyword hits for the dictionary translation of the query, discounted (EN ↔ ZH)."""
         w = self.cfg.translation_weight
         phrases = translated_phrases(tr.terms) if w > 0 else []
         if not phrases:
             return kw_hits, set()
         best = dict(kw_hits)
-        translated_hits = self.keyword.search(phrases, pool, rows)
+        translated_hits = self._search(phrases, pool, rows, counts)
         # FTS5 clamps the idf of a term found in over half the chunks to ~1e-6. In a large memory that
         # rightly marks a word as uninformative; in a small one ("database" in 2 of a new user's 4
         # notes) it would rank an exact original-language match below any translated match. There,

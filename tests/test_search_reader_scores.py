@@ -1,0 +1,66 @@
+"""A chat's search scores say nothing about the notes it may not see.
+
+The keyword leg's scale (the best hit) and BM25's word counts were the whole index's, so a chat that
+wrote a guess into a note of its own and searched for it watched its note's score drop when the owner's
+MEMORY.md held the same word: one search per guess (an audit read a PIN out of MEMORY.md in 200
+searches). Every test builds two memories that differ only in one word of an owner-only note, of the
+same length, and asks as a chat: its answers must be identical.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermit.config.schema import MemorySearchConfig
+from hermit.memory.policy.audience import reader_for_session
+from hermit.memory.service import MemoryKey, MemoryService
+from hermit.sessions.keys import dm_session_key
+from memhelpers import HashEmbedder
+
+CHAT = reader_for_session(dm_session_key("main", "telegram", "777"))
+SHARED_LOG = ("# 2026-01-20\n"
+              "- reminder about Varga and the fence and the garden shed\n"
+              "- numbers 4820 4821 4822 zebra\n"
+              "- zebra crossing near the garden\n")
+
+
+def _memory(tmp_path: Path, name: str, secret: str, provider: str) -> MemoryService:
+    ws = tmp_path / name
+    (ws / "memory" / "private").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text(f"# Memory\n- the safe PIN is {secret}, ask {secret} {secret}\n")
+    (ws / "memory" / "private" / "health.md").write_text(f"# Health\n- {secret} biopsy with Dr {secret}\n")
+    for day in range(1, 8):  # enough notes that BM25's idf tells rare words from common ones
+        (ws / "memory" / f"2026-01-0{day}.md").write_text(f"# 2026-01-0{day}\n- walked the dog on day {day}\n")
+    (ws / "memory" / "2026-01-20.md").write_text(SHARED_LOG)
+    cfg = MemorySearchConfig.model_validate({"provider": "local" if provider == "hash" else "none"})
+    embedder = HashEmbedder() if provider == "hash" else None
+    return MemoryService(MemoryKey("main", ws), tmp_path / f"{name}.sqlite", cfg, embedder)
+
+
+def _answers(svc: MemoryService, queries: list[str], reader: Any) -> list[list[tuple[str, int, float, str]]]:
+    out = []
+    for q in queries:
+        hits = svc.search(q, reader=reader)["results"]
+        out.append([(h["path"], h["startLine"], h["score"], h["snippet"]) for h in hits])
+    return out
+
+
+@pytest.mark.parametrize("provider", ["hash", "none"])
+def test_a_chats_scores_are_the_same_whatever_word_the_owners_notes_hold(tmp_path: Path, provider: str) -> None:
+    with_pin = _memory(tmp_path, "pin", "4821", provider)
+    without = _memory(tmp_path, "other", "9375", provider)
+    queries = ["4821", "Varga", "4821 zebra", "zebra 4821 garden", "biopsy 4821"]
+    try:
+        seen = _answers(with_pin, queries, CHAT)
+        assert seen == _answers(without, queries, CHAT)
+        assert all(paths for paths in seen[:4])  # the chat finds its own notes
+        assert all(path == "memory/2026-01-20.md" for answer in seen for path, *_ in answer)
+        # The owner's own search does see the difference (the note is there).
+        owner = with_pin.search("4821 biopsy")["results"]
+        assert {h["path"] for h in owner} >= {"MEMORY.md", "memory/private/health.md"}
+    finally:
+        with_pin.close()
+        without.close()
