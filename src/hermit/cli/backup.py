@@ -12,19 +12,28 @@ Restore trusts nothing in the archive: every member must be a regular file or a 
 archive's top folder, with no absolute path and no `..`; links, devices and FIFOs are refused; nothing is
 written through a symlink. These checks are our own, since tarfile's extraction filters exist only from
 Python 3.11.4. A non-empty state dir is refused unless --force.
+
+The archive is written into a file only this process made (unnamed, or a random name created exclusively)
+and linked to its name, which must not exist — not even as a symlink: writing one into /tmp cannot be
+taken over by another local user who plants the name first.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import io
 import json
 import os
 import stat
 import tarfile
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from hermit.cli.context import CliContext
 from hermit.errors import ConfigError, HermitError
@@ -102,12 +111,72 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+def _check_ours(fd: int, where: Path) -> os.stat_result:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink > 1:
+        raise BackupError(f"the temporary file for {where} is not a new file of ours", "write the backup into a "
+                          "directory only you can write to")
+    return st
+
+
+def write_new_file(out: Path, write: Callable[[BinaryIO], None]) -> None:
+    """`write` into a file this process created (0600 from the first byte), then give it the name `out`, never
+    replacing anything there. A predictable temp name in a directory others can write (/tmp) could be planted:
+    the planter's own file would make them the archive's owner, a symlink would make us overwrite its target.
+    So: an unnamed O_TMPFILE linked into place (Linux), or else a random name made O_CREAT|O_EXCL|O_NOFOLLOW;
+    the final name is made with link(), which fails if anything — a file, a symlink — is there."""
+    fd, tmp = _new_file(out.parent, out.name)
+    try:
+        _check_ours(fd, out)
+        with os.fdopen(fd, "wb", closefd=False) as raw:
+            write(raw)
+            raw.flush()
+            os.fsync(fd)
+        st = _check_ours(fd, out)
+        try:
+            if tmp is None:  # linkat(AT_SYMLINK_FOLLOW) of the descriptor (plain link() would not follow it)
+                folder = os.open(out.parent, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    os.link(f"/proc/self/fd/{fd}", out.name, src_dir_fd=folder, dst_dir_fd=folder,
+                            follow_symlinks=True)
+                finally:
+                    os.close(folder)
+            else:
+                if (os.lstat(tmp).st_dev, os.lstat(tmp).st_ino) != (st.st_dev, st.st_ino):
+                    raise BackupError(f"the temporary file {tmp} was replaced while the backup was written",
+                                      "write the backup into a directory only you can write to")
+                os.link(tmp, out, follow_symlinks=False)
+        except FileExistsError:
+            raise BackupError(f"{out} appeared while the backup was written", "give another file name; a backup "
+                              "never overwrites one (nor a link)") from None
+    finally:
+        os.close(fd)
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+
+def _new_file(folder: Path, name: str) -> tuple[int, Path | None]:
+    """A new, owner-only file in `folder`: unnamed (O_TMPFILE) where the file system allows it, else under a
+    random name created exclusively, never through a link (tempfile.mkstemp: O_CREAT|O_EXCL|O_NOFOLLOW, 0600)."""
+    tmpfile = getattr(os, "O_TMPFILE", 0)
+    if tmpfile and os.path.isdir("/proc/self/fd"):
+        try:
+            return os.open(folder, tmpfile | os.O_WRONLY, 0o600), None
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=folder)
+    return fd, Path(tmp)
+
+
 def cmd_backup(ctx: CliContext, args: argparse.Namespace) -> int:
     loaded = ctx.config()
     home = ctx.home.resolve()
-    out = Path(args.file or f"hermit-backup-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz").expanduser().resolve()
-    if out.exists():
-        raise BackupError(f"{out} exists", "give another file name; a backup never overwrites one")
+    given = Path(args.file or f"hermit-backup-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz").expanduser()
+    out = given.parent.resolve() / given.name  # the name itself is never followed: a planted link is refused
+    if os.path.lexists(out):
+        raise BackupError(f"{out} exists", "give another file name; a backup never overwrites one (nor a link)")
     if _inside(out, home):
         raise BackupError(f"{out} is inside the state dir being backed up", "write the archive somewhere else")
     skip = {p.relative_to(home).as_posix() for a in loaded.agents
@@ -118,10 +187,9 @@ def cmd_backup(ctx: CliContext, args: argparse.Namespace) -> int:
             if not _inside(path, home) and path.is_dir():
                 external.setdefault(a.id, {})[kind] = str(path)
     report = Report()
-    tmp = out.with_name(f".{out.name}.partial")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # owner-only from the first byte
-    try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+
+    def write(raw: BinaryIO) -> None:
+        with tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
             manifest = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "home": str(home),
                         "agents": [a.id for a in loaded.agents], "external": external}
             data = json.dumps(manifest, indent=2).encode()
@@ -132,10 +200,8 @@ def cmd_backup(ctx: CliContext, args: argparse.Namespace) -> int:
             for agent_id, paths in external.items():
                 for kind, where in paths.items():
                     _add_tree(tar, Path(where), f"{TOP}/external/{agent_id}/{kind}", report, set())
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+
+    write_new_file(out, write)
     print(f"wrote {out} (owner-only): {report.files} files, {report.bytes / 1e6:.1f} MB — config, keys, "
           "workspaces, sessions, cron jobs, credentials; indexes and caches rebuild after a restore")
     for s in report.skipped:
