@@ -108,7 +108,7 @@ def test_media_is_downloaded_into_inbox(tmp_path: Path) -> None:
     async def main() -> None:
         async with whatsapp(tmp_path) as (fake, _ch, sink, url), httpx.AsyncClient() as c:
             fake.media["MEDIA1"] = (b"%PDF-1.7 bytes", "application/pdf")
-            m = {"from": "1555", "id": "wamid.D1", "timestamp": "1", "type": "document",
+            m = {"from": "1555", "id": "wamid.D1", "timestamp": str(int(time.time())), "type": "document",
                  "document": {"id": "MEDIA1", "filename": "invoice.pdf", "mime_type": "application/pdf",
                               "caption": "my invoice"}}
             body = json.dumps(webhook_body(m)).encode()

@@ -1,8 +1,24 @@
-"""Recently seen platform event ids, bounded: platforms redeliver (Slack retries, WhatsApp webhooks)."""
+"""Recently seen platform event ids, bounded: platforms redeliver (Slack retries, WhatsApp webhooks).
+
+`RecentIds` lives in memory: enough where a redelivery can only come while the process runs (Slack's
+retries within minutes, a Socket Mode envelope redelivered on reconnect, both also bounded by Slack's
+5-minute signature window). `SeenIds` also keeps the ids in a file, so a webhook Meta redelivers (or
+someone replays) after a restart is still recognised: WhatsApp's signature has no timestamp, so the id
+and the message's own timestamp are all that tell an old delivery from a new one.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import time
 from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+from hermit.durable import write_atomic
+
+log = logging.getLogger(__name__)
 
 
 class RecentIds:
@@ -25,3 +41,84 @@ class RecentIds:
     def forget(self, event_id: str) -> None:
         """Undo `seen` when handling failed, so the platform's redelivery is handled."""
         self._ids.pop(event_id, None)
+
+
+class SeenIds:
+    """Message ids with the time each message was sent, kept in `path` (JSON `{"ids": {id: epoch}}`;
+    `path=None` keeps them in memory only, for a channel built without a state dir).
+
+    `seen` claims an id in memory (a redelivery racing the first delivery is dropped); `commit` writes
+    it to the file once the message was handed on, so a crash in between means a redelivery is handled
+    again rather than lost. Ids older than `max_age` are dropped from the file (the channel refuses
+    such messages by their timestamp anyway) and at most `limit` ids are kept: a flood of more than
+    `limit` messages within `max_age` lets the oldest ids go, the timestamp check still holds. A file
+    that cannot be read is reported and replaced, never fatal: losing it only weakens replay protection
+    back to the timestamp check.
+    """
+
+    def __init__(self, path: Path | None, *, max_age: float, limit: int = 5_000,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self._max_age = max_age
+        self._limit = limit
+        self._clock = clock
+        self._ids: OrderedDict[str, float] = OrderedDict()
+        self._claimed: set[str] = set()
+        self._load()
+
+    def _load(self) -> None:
+        if self.path is None:
+            return
+        try:
+            raw = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return
+        except (OSError, UnicodeDecodeError) as e:
+            log.warning("could not read the seen message ids in %s (%s): starting without them; messages "
+                        "older than the freshness bound are still refused", self.path, e)
+            return
+        try:
+            data = json.loads(raw)
+            entries = sorted(((float(at), str(mid)) for mid, at in data["ids"].items()))
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            log.warning("the seen message ids in %s are corrupt (%s): ignoring the file, it is rewritten with "
+                        "the next message; messages older than the freshness bound are still refused", self.path, e)
+            return
+        for at, mid in entries:
+            self._ids[mid] = at
+        self._prune()
+
+    def seen(self, message_id: str) -> bool:
+        """True if the id was handled before (in this run or, from the file, an earlier one) or is being
+        handled now; otherwise claims it and returns False."""
+        if not message_id:
+            return False
+        if message_id in self._ids or message_id in self._claimed:
+            return True
+        self._claimed.add(message_id)
+        return False
+
+    def forget(self, message_id: str) -> None:
+        """Release a claim whose handling failed, so the platform's redelivery is handled."""
+        self._claimed.discard(message_id)
+
+    def commit(self, message_id: str, sent_at: float) -> None:
+        """Record a handled id durably; raises OSError when the file cannot be written (the id stays
+        known in memory)."""
+        self._claimed.discard(message_id)
+        if not message_id:
+            return
+        self._ids[message_id] = sent_at
+        self._ids.move_to_end(message_id)
+        self._prune()
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, json.dumps({"ids": dict(self._ids)}, ensure_ascii=False))
+
+    def _prune(self) -> None:
+        oldest = self._clock() - self._max_age
+        for mid in [m for m, at in self._ids.items() if at < oldest]:
+            del self._ids[mid]
+        while len(self._ids) > self._limit:
+            self._ids.popitem(last=False)

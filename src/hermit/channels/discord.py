@@ -33,6 +33,7 @@ from hermit.channels.base import (
     Typing,
 )
 from hermit.channels.credentials import resolve
+from hermit.channels.forwarded import frame
 from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.retry import DEFAULT_POLICY
 from hermit.channels.status import StatusTracker
@@ -169,10 +170,17 @@ class DiscordChannel:
         if dm:
             self._dm_channels[str(message.author.id)] = channel.id
         ref = message.reference
+        forward = _is_forward(message)
+        if forward:
+            ref = None  # a forward's reference points at the original message elsewhere: it is no reply
         resolved = ref.resolved if ref is not None else None
         reply_to_bot = isinstance(resolved, discord.Message) and resolved.author.id == me.id
         # valid_text: a lone surrogate in a message or a name would fail the pairing and session writes.
         text = valid_text(re.sub(rf"<@!?{me.id}>", "", message.content).strip())
+        if forward:
+            # Discord's snapshot carries the text but not its author; whatever the forwarder typed is theirs.
+            quoted = "\n".join(valid_text(s.content) for s in message.message_snapshots if s.content)
+            text = "\n\n".join(x for x in (text, frame(quoted, None)) if x)
         msg = InboundMessage(
             channel=self.name, account_id=self.account_id, peer_kind="dm" if dm else "group", peer_id=peer,
             sender_id=str(message.author.id), text=text, message_id=str(message.id),
@@ -188,7 +196,8 @@ class DiscordChannel:
 
     async def _attachments(self, message: Any) -> tuple[Attachment, ...]:
         out = []
-        for a in message.attachments:
+        forwarded = [a for s in getattr(message, "message_snapshots", None) or () for a in s.attachments]
+        for a in [*message.attachments, *forwarded]:
             mime = a.content_type or ""
             kind: AttachmentKind = "image" if mime.startswith("image/") else "document"
             path = ""
@@ -277,6 +286,15 @@ def create_channel(deps: ChannelDeps, account_id: str, cfg: DiscordAccountConfig
 # The one declaration of this platform (hermit.channels.platforms lists this module).
 PLATFORM = ChannelPlatform("discord", create_channel, DiscordChannel.capabilities,
                            sdk=("discord", "hermit-assistant[discord]"))
+
+
+def _is_forward(message: Any) -> bool:
+    """A forward (Discord's message_reference type 1, with the original as a message snapshot)."""
+    import discord
+
+    ref = message.reference
+    by_ref = ref is not None and getattr(ref, "type", None) == discord.MessageReferenceType.forward
+    return by_ref or bool(getattr(message, "message_snapshots", None)) or bool(message.flags.forwarded)
 
 
 def _username(author: Any) -> str | None:

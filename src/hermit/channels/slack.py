@@ -81,6 +81,10 @@ class SlackChannel:
         self._task: asyncio.Task[None] | None = None
         self._bot_user = ""
         self._team = ""
+        self._app = ""  # from auth.test when Slack includes it
+        self._enterprise = ""
+        self._org_install = False  # installed org-wide on an Enterprise Grid: events come from many teams
+        self._foreign_logged: set[tuple[str, str, str]] = set()
         self._im_channels: dict[str, str] = {}  # user id -> the IM channel their DMs came from
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -125,6 +129,8 @@ class SlackChannel:
     async def _identify(self) -> None:
         me = await self.call("auth.test")
         self._bot_user, self._team = str(me.get("user_id", "")), str(me.get("team_id", ""))
+        self._app, self._enterprise = str(me.get("app_id") or ""), str(me.get("enterprise_id") or "")
+        self._org_install = bool(me.get("is_enterprise_install"))
 
     async def _identify_or_report(self) -> None:
         try:
@@ -220,6 +226,8 @@ class SlackChannel:
 
     async def _event_callback(self, body: Mapping[str, Any]) -> None:
         assert self._sink is not None
+        if not self._ours(body):  # first: a refusal for want of auth.test must not mark the event as seen
+            return
         event_id = str(body.get("event_id", ""))
         if self._seen.seen(event_id):
             return  # a retry (X-Slack-Retry-Num) or a redelivered envelope
@@ -235,6 +243,34 @@ class SlackChannel:
         except BaseException:
             self._seen.forget(event_id)
             raise
+
+    def _ours(self, body: Mapping[str, Any]) -> bool:
+        """Whether an event comes from the workspace (or Grid org) and app this account's token belongs to.
+
+        Why: one signing secret signs the app's events from every workspace it is installed in, and owners
+        are matched by user id alone, so an event from another workspace must never reach the gateway.
+        Until auth.test has answered nothing can be compared: the event is refused with an error, so HTTP
+        mode answers 500 and Slack retries it (Socket Mode identifies before it connects)."""
+        if not self._team and not (self._org_install and self._enterprise):
+            raise ChannelError("Slack auth.test has not answered yet: cannot tell whether the event comes from "
+                               "this account's workspace", "see `hermit channels status` for the error")
+        team, app = str(body.get("team_id") or ""), str(body.get("api_app_id") or "")
+        enterprise = str(body.get("enterprise_id") or "")
+        if self._org_install:
+            ok = enterprise == self._enterprise
+        else:
+            ok = team == self._team and (not self._enterprise or not enterprise or enterprise == self._enterprise)
+        if ok and self._app:
+            ok = app == self._app
+        if not ok:
+            key = (team, app, enterprise)
+            if key not in self._foreign_logged and len(self._foreign_logged) < 100:
+                self._foreign_logged.add(key)
+                log.warning("slack %s: dropped an event from another workspace or app (team %r, app %r, "
+                            "enterprise %r; this account is team %r, app %r, enterprise %r); further ones from "
+                            "there are dropped silently", self.account_id, team[:40], app[:40], enterprise[:40],
+                            self._team, self._app or "?", self._enterprise or "-")
+        return ok
 
     def _inbound(self, ev: Mapping[str, Any], team: str) -> InboundMessage | None:
         kind = ev.get("type")

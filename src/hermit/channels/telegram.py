@@ -32,6 +32,7 @@ from hermit.channels.base import (
     Typing,
 )
 from hermit.channels.credentials import resolve
+from hermit.channels.forwarded import frame
 from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.status import StatusTracker
 from hermit.channels.tasks import TypingIndicators, cancel
@@ -270,13 +271,16 @@ class TelegramChannel:
         reply = m.get("reply_to_message") or {}
         # In a forum topic every message "replies" to the topic's opening message: that is not a reply.
         real_reply = bool(reply) and not (topic and str(reply.get("message_id")) == topic)
-        name = " ".join(x for x in (sender.get("first_name"), sender.get("last_name")) if x) or sender.get("username")
+        name = _person(sender)
+        mentioned = self._mentions_me(text, entities)
+        if _is_forward(m):
+            text = frame(text, _forward_author(m))
         return InboundMessage(
             channel=self.name, account_id=self.account_id, peer_kind="dm" if dm else "group",
             peer_id=str(sender["id"] if dm else chat["id"]), sender_id=str(sender["id"]), text=text,
             message_id=str(m["message_id"]), sender_name=name, sender_username=sender.get("username") or None,
             topic_id=topic,
-            mentioned=self._mentions_me(text, entities),
+            mentioned=mentioned,
             reply_to_bot=real_reply and int((reply.get("from") or {}).get("id", 0)) == self._bot_id,
             reply_to=str(reply["message_id"]) if real_reply else None,
             attachments=await self._attachments(m), received_at=float(m.get("date") or self._clock()),
@@ -381,6 +385,39 @@ class TelegramChannel:
         if target.topic_id:
             params["message_thread_id"] = int(target.topic_id)
         await self.call("sendChatAction", params)
+
+def _person(user: Mapping[str, Any]) -> str | None:
+    name = " ".join(str(x) for x in (user.get("first_name"), user.get("last_name")) if x)
+    return name or (str(user["username"]) if user.get("username") else None)
+
+
+def _is_forward(m: Mapping[str, Any]) -> bool:
+    """Bot API 7.0+ sends `forward_origin`; older servers (and a self-hosted Bot API) the `forward_*` fields."""
+    return any(m.get(k) for k in ("forward_origin", "forward_from", "forward_from_chat", "forward_sender_name",
+                                  "forward_date"))
+
+
+def _forward_author(m: Mapping[str, Any]) -> str | None:
+    """Who wrote a forwarded message, as far as Telegram says (a hidden user gives only a chosen name)."""
+    origin = m.get("forward_origin")
+    if isinstance(origin, dict):
+        kind = origin.get("type")
+        if kind == "user" and isinstance(origin.get("sender_user"), dict):
+            return _person(origin["sender_user"])
+        if kind == "hidden_user":
+            return str(origin.get("sender_user_name") or "") or None
+        chat = origin.get("sender_chat") if kind == "chat" else origin.get("chat") if kind == "channel" else None
+        if isinstance(chat, dict):
+            title = str(chat.get("title") or chat.get("username") or "")
+            signature = str(origin.get("author_signature") or "")
+            return f"{signature} in {title}" if signature and title else (title or signature or None)
+        return None
+    if isinstance(m.get("forward_from"), dict):
+        return _person(m["forward_from"])
+    if isinstance(m.get("forward_from_chat"), dict):
+        return str(m["forward_from_chat"].get("title") or "") or None
+    return str(m.get("forward_sender_name") or "") or None
+
 
 def _update_id(u: Any) -> int | None:
     try:

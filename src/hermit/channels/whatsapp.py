@@ -30,7 +30,8 @@ from hermit.channels.base import (
     OutboundMessage,
 )
 from hermit.channels.credentials import resolve
-from hermit.channels.dedupe import RecentIds
+from hermit.channels.dedupe import SeenIds
+from hermit.channels.forwarded import frame
 from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.status import StatusTracker
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes, same_secret
@@ -43,6 +44,14 @@ log = logging.getLogger(__name__)
 
 MEDIA_KINDS: dict[str, AttachmentKind] = {"image": "image", "document": "document", "audio": "audio",
                                           "video": "video", "sticker": "image"}
+
+# A message sent longer ago than this is dropped. Why 24 hours: Meta redelivers a webhook that was not
+# answered 200 for hours (with growing gaps), and a missed message is worse than a late one, so the bound
+# must be generous; and a message older than 24 hours cannot be answered anyway (the Cloud API allows
+# free-form replies only within 24 hours of the user's last message). The seen ids are kept on disk for
+# the same span, so inside it a replayed or redelivered message id is recognised, after a restart too.
+MAX_MESSAGE_AGE_SECONDS = 24 * 3600
+SEEN_IDS_LIMIT = 5_000
 
 
 def signature_ok(app_secret: str, body: bytes, header: str) -> bool:
@@ -73,7 +82,9 @@ class WhatsAppChannel:
         self._clock = clock
         self._policy = policy
         self._tracker = StatusTracker(self.name, account_id, state_dir, clock)
-        self._seen = RecentIds()
+        seen_path = None if state_dir is None else seen_ids_path(state_dir, cfg.phone_number_id)
+        self._seen = SeenIds(seen_path, max_age=MAX_MESSAGE_AGE_SECONDS, limit=SEEN_IDS_LIMIT, clock=clock)
+        self._stale_logged = False
         self._client: httpx.AsyncClient | None = None
         self._sink: InboundSink | None = None
 
@@ -144,10 +155,16 @@ class WhatsAppChannel:
     async def _message(self, m: Mapping[str, Any], names: Mapping[str, str]) -> None:
         assert self._sink is not None
         mid = str(m.get("id", ""))
+        sent_at = _seconds(m.get("timestamp"))
+        if sent_at is not None and self._clock() - sent_at > MAX_MESSAGE_AGE_SECONDS:
+            self._stale(sent_at)
+            return
+        kind = str(m.get("type", ""))
+        if kind not in ("text", "button", *MEDIA_KINDS):
+            return  # reactions, locations, system notices: nothing for the agent
         if self._seen.seen(mid):
             return
         try:
-            kind = str(m.get("type", ""))
             sender = str(m.get("from", ""))
             text = ""
             attachments: tuple[Attachment, ...] = ()
@@ -157,21 +174,39 @@ class WhatsAppChannel:
                 media = _obj(m.get(kind))
                 text = str(media.get("caption", ""))
                 attachments = (await self._download(MEDIA_KINDS[kind], media, mid),)
-            elif kind == "button":
+            else:  # a button
                 text = str(_obj(m.get("button")).get("text", ""))
-            else:
-                return  # reactions, locations, system notices: nothing for the agent
             context = _obj(m.get("context"))
+            if context.get("forwarded") or context.get("frequently_forwarded"):
+                text = frame(text, None)  # the Cloud API does not say who wrote a forwarded message
             msg = InboundMessage(
                 channel=self.name, account_id=self.account_id, peer_kind="dm", peer_id=sender, sender_id=sender,
                 text=text, message_id=mid, sender_name=names.get(sender) or None, attachments=attachments,
                 reply_to=str(context["id"]) if context.get("id") else None,
-                received_at=_seconds(m.get("timestamp")) or self._clock())
+                received_at=sent_at or self._clock())
             self._tracker.inbound()
             await self._sink.publish(msg)
         except BaseException:
             self._seen.forget(mid)
             raise
+        self._commit_seen(mid, sent_at or self._clock())
+
+    def _commit_seen(self, mid: str, sent_at: float) -> None:
+        """The message was handed on: a failing disk must not make Meta redeliver it (it would be answered
+        twice), so the failure is reported and the id stays known in memory until a restart."""
+        try:
+            self._seen.commit(mid, sent_at)
+        except OSError as e:
+            log.warning("whatsapp %s: could not save the seen message ids: %s", self.account_id, e)
+            self._tracker.error(f"could not save the seen message ids: {type(e).__name__}")
+
+    def _stale(self, sent_at: float) -> None:
+        """Reported once per run (a replay could be a flood), without the message's text or sender."""
+        if not self._stale_logged:
+            self._stale_logged = True
+            log.warning("whatsapp %s: ignored a message sent %.0f hours ago (older than %d hours: a late "
+                        "redelivery or a replay); further ones are ignored silently", self.account_id,
+                        (self._clock() - sent_at) / 3600, MAX_MESSAGE_AGE_SECONDS // 3600)
 
     async def _download(self, kind: AttachmentKind, media: Mapping[str, Any], mid: str) -> Attachment:
         """Media come in two steps: the id resolves to a short-lived URL, fetched with the token."""
@@ -218,6 +253,12 @@ class WhatsAppChannel:
             self._tracker.error(e.message)
             raise
         self._tracker.outbound()
+
+
+def seen_ids_path(state_dir: Path, phone_number_id: str) -> Path:
+    """Per business number (message ids belong to it), next to the other channel state."""
+    safe = re.sub(r"[^\w-]+", "_", phone_number_id) or "_"
+    return state_dir / "channels" / "whatsapp" / safe / "seen-messages.json"
 
 
 def _obj(value: Any) -> Mapping[str, Any]:
