@@ -1,8 +1,8 @@
 """What one sandboxed command may take from the host, played through the real sandbox: the memory of all its
 processes together, the inodes it leaves in its room, and the kernel keyring it shares with the uid.
 
-CI runs as root (the command as uid 65534); `test_room_sandbox_as_an_unprivileged_user` in
-test_sandbox_attacks.py runs the keyring and memory probes with Hermit itself as an ordinary uid.
+CI runs as root (the command as a uid no account uses, os_sandbox.unused_uid);
+`test_room_sandbox_as_an_unprivileged_user` in test_sandbox_attacks.py runs the keyring and memory probes with Hermit itself as an ordinary uid.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ A command line check cannot confine a shell (`bash -c 'â€¦'`, `python3 -c open(â
 paths at run time), so sessions that are sandboxed run exec inside an operating-system jail:
 
 - Linux, bubblewrap (`bwrap`). A non-owner session (group, contact, cron) runs in room mode
-  (room_sandbox.py): an unprivileged uid, no capabilities, a size-limited copy of its room. The owner's
+  (room_sandbox.py): an unprivileged uid (as root: one no account uses, `unused_uid`), no capabilities,
+  a size-limited copy of its room. The owner's
   own main session, when `sandbox.mode: all` confines it too, runs in bind mode (`OsSandbox` here): the
   workspace bound read-write at its path except memory/ and the instruction files (read-only), with
   every capability dropped (`--cap-drop ALL`, needed when Hermit runs as root: bubblewrap keeps root's
@@ -24,7 +25,9 @@ that proof (cli/sandbox_check.py). Where no sandbox is usable, non-owner session
 from __future__ import annotations
 
 import functools
+import grp
 import os
+import pwd
 import resource
 import shutil
 import subprocess
@@ -44,7 +47,12 @@ ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "local
              "locale.alias", "mime.types")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 PROBE_TIMEOUT_SECONDS = 10.0
-DEFAULT_SANDBOX_UID = 65534  # nobody
+# When Hermit runs as root, sandboxed commands run as a uid (and gid) no account or group uses: a host
+# process of that uid could otherwise read or change a room through /proc/<pid>/root (65534, `nobody`, is
+# what many daemons run as). Above the ranges systemd gives users, dynamic users and containers
+# (systemd's UIDS-GIDS.md: up to 1879048191), below 2^31 (some tools read uids as signed).
+DEFAULT_SANDBOX_UID = 2_000_000_000
+UID_SEARCH = 256  # how many uids from DEFAULT_SANDBOX_UID up are tried for one no account uses
 # What the probe runs inside the sandbox: who it is, what it may do, and whether mounts can be undone.
 PROBE_SCRIPT = ("id -u; grep '^CapEff' /proc/self/status; "
                 "umount /usr >/dev/null 2>&1 && echo umount-allowed; "
@@ -93,6 +101,39 @@ def bwrap_system_args() -> list[str]:
     return args
 
 
+def account_uses(uid: int) -> bool:
+    """Whether a user or group account has the id `uid` (passwd/group through NSS)."""
+    try:
+        pwd.getpwuid(uid)
+        return True
+    except KeyError:
+        pass
+    try:
+        grp.getgrgid(uid)
+        return True
+    except KeyError:
+        return False
+
+
+@functools.lru_cache(maxsize=8)
+def unused_uid(configured: int) -> int:
+    """The uid commands run as when Hermit is root: `configured` (`sandbox.uid`) unless an account uses it
+    (65534 is `nobody` everywhere), else the first of DEFAULT_SANDBOX_UID and up that none uses."""
+    if configured != 0 and not account_uses(configured):
+        return configured
+    for uid in range(DEFAULT_SANDBOX_UID, DEFAULT_SANDBOX_UID + UID_SEARCH):
+        if not account_uses(uid):
+            return uid
+    raise ToolError(f"no free uid for the sandbox: accounts use {DEFAULT_SANDBOX_UID}..."
+                    f"{DEFAULT_SANDBOX_UID + UID_SEARCH - 1}", "set sandbox.uid to a uid no account uses")
+
+
+def host_uid(configured: int) -> int | None:
+    """The uid a sandboxed command runs as on the host: one no account uses when Hermit is root
+    (`unused_uid`), else Hermit's own (None: in a user namespace the host sees Hermit's uid anyway)."""
+    return unused_uid(configured) if os.geteuid() == 0 else None
+
+
 def run_as_kwargs(uid: int | None) -> dict[str, object]:
     """subprocess arguments that start the child as `uid` (its own group, no supplementary groups)."""
     if uid is None:
@@ -133,7 +174,10 @@ def detect(platform: str = sys.platform, sandbox_uid: int = DEFAULT_SANDBOX_UID)
         program = shutil.which("bwrap")
         if program is None:
             return Backend(None, None, "bubblewrap (bwrap) is not installed")
-        uid = sandbox_uid if os.geteuid() == 0 else None
+        try:
+            uid = host_uid(sandbox_uid)
+        except ToolError as e:
+            return Backend(None, program, f"{e.message} ({e.hint})")
         bpf = filter_program()
         if bpf is None:
             return Backend(None, program, f"no seccomp filter for this machine ({os.uname().machine}) to keep "
@@ -160,7 +204,7 @@ def detect(platform: str = sys.platform, sandbox_uid: int = DEFAULT_SANDBOX_UID)
                            inside, cap, uid)
         if "tools-ok" not in lines:
             return Backend(None, program, "tar or timeout is missing from /usr/bin (coreutils, tar)", inside, cap, uid)
-        who = f"uid {uid}" if uid is not None else f"Hermit's uid {os.getuid()}"
+        who = f"uid {uid}, which no account uses" if uid is not None else f"Hermit's uid {os.getuid()}"
         proof = (f"runs as {who} (uid {inside} inside)", f"CapEff {cap}: no capabilities",
                  "umount and remount refused", "keyring syscalls refused (seccomp), /proc/keys hidden")
         return Backend("bwrap", program, f"bubblewrap at {program}", inside, cap, uid, proof)

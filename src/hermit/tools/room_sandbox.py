@@ -8,19 +8,25 @@ the workspace path is a size-limited tmpfs holding:
 - the instruction files (AGENTS.md, SOUL.md …) and `memory/` as this session may see them (its own
   size-limited tmpfs), read-only copies.
 
-Hermit streams that content in as a tar on a pipe; a small shell wrapper unpacks it, runs the command
+Hermit streams that content in as a tar on a socket; a small shell wrapper unpacks it, runs the command
 under `timeout`, kills whatever the command left running, and streams the room's part back out as a
-tar on another pipe. Hermit then merges the changes into the room (rooms.apply_incoming), under the
-room's lock and only below the room's descriptor. So:
+tar on another socket (a socket, not a pipe: a pipe the wrapper holds could be reopened through
+/proc/<pid>/fd by the command, which runs as the same uid, and fed a tar of its own). Hermit unpacks
+that tar trusting none of it (`unpack`: folders, regular files and links only, within a byte budget) into
+a staging folder named after its pid (`.incoming-<pid>-…`; one a killed Hermit left is removed by the next
+run), then merges the changes into the room (rooms.apply_incoming), under the room's lock and only below
+the room's descriptor. So:
 
 - disk use is bounded by the tmpfs sizes (`sandbox.room_mb`, `sandbox.exec_tmp_mb`), not a check;
 - nothing the command creates can land outside the room or become an instruction file, during the
   command or after a crash (a killed gateway loses the copy, never the owner's files);
 - a command racing another session's file tool has nothing to race: it only ever sees its copy.
 
-When Hermit runs as root, the sandbox runs as `sandbox.uid` (default 65534, nobody): root keeps its
-capabilities inside a user namespace (`CapEff 000001fffeffffff`), and a real unprivileged uid is also
-what makes the process limit (RLIMIT_NPROC, counted per uid) hold. The limit is set to the uid's
+When Hermit runs as root, the sandbox runs as a uid no account uses (os_sandbox.unused_uid: `sandbox.uid`
+unless an account has it, else one from 2,000,000,000 up; never `nobody`, whose other processes could read
+a room through /proc/<pid>/root): root keeps its capabilities inside a user namespace (`CapEff
+000001fffeffffff`), and a real unprivileged uid is also what makes the process limit (RLIMIT_NPROC, counted
+per uid) hold. The limit is set to the uid's
 current task count plus `sandbox.exec_max_processes`. The memory of all the command's processes together
 is bounded by a cgroup of its own where the machine allows one, else by fewer tasks with less address
 space each (exec_cgroup.py); the kernel keyring is refused by a seccomp filter (seccomp.py); what comes
@@ -36,6 +42,7 @@ import os
 import posixpath
 import resource
 import shutil
+import socket
 import stat
 import subprocess
 import tarfile
@@ -47,10 +54,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from hermit.durable import write_all
 from hermit.errors import HermitError, PathPolicyError, ToolError
+from hermit.locks import left_by_dead_processes
 from hermit.tools import safe_fs
 from hermit.tools.exec_cgroup import CommandCgroup, fallback_limits, find_site, join
-from hermit.tools.os_sandbox import SANDBOX_PATH, Backend, SandboxLimits, room_mode_args
+from hermit.tools.os_sandbox import SANDBOX_PATH, Backend, SandboxLimits, host_uid, room_mode_args
 from hermit.tools.rooms import ENTRY_BYTES, Manifest, Merge, SeedEntry, apply_incoming, stamp_of
 from hermit.tools.seccomp import filter_fd, filter_program
 from hermit.tools.views import MEMORY_DIR, Located, RoomView
@@ -59,6 +68,8 @@ from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 SETUP_FAILED = 125  # the wrapper's exit code when it could not unpack the room
 RESERVED_TOP = frozenset({MEMORY_DIR, MEMORY_FILE, *BOOTSTRAP_ORDER})
 MAX_INSTRUCTION_BYTES = 20_000_000  # as the read tool's limit: a larger instruction file is left out
+STAGING_PREFIX = ".incoming-"  # + "<pid>-…": where a merge unpacks what came back, in the rooms folder
+COPY_CHUNK = 1 << 20
 # $1 workspace  $2 cwd  $3 seconds  $4 the command. The room comes in on stdin and goes back out on
 # stderr (kept as fd 3, which the command does not get); the command's stdout and stderr are the
 # wrapper's stdout. Everything the command leaves running is killed before the room is packed, so the
@@ -97,8 +108,13 @@ def tasks_of(uid: int) -> int:
 
 
 def sandbox_uid(configured: int) -> int | None:
-    """The uid a sandboxed command runs as: `configured` when Hermit is root, else Hermit's own (None)."""
-    return configured if os.geteuid() == 0 else None
+    """The uid a sandboxed command runs as: when Hermit is root one no account uses (`configured` unless
+    an account has it, os_sandbox.unused_uid), else Hermit's own (None)."""
+    return host_uid(configured)
+
+
+class OverBudget(ValueError):
+    """What came back holds more bytes than the room could (`unpack`'s budget): none of it is kept."""
 
 
 class _Hashing(io.RawIOBase):
@@ -118,9 +134,31 @@ class _Hashing(io.RawIOBase):
         return len(data)
 
 
+class Channels:
+    """The two sockets that carry the room in (the wrapper's stdin) and back out (its stderr, kept as fd 3).
+    Sockets, not pipes: /proc/<pid>/fd/N reopens a pipe (so the command, the wrapper's uid, could write
+    its own tar into the way back) but not a socket (ENXIO)."""
+
+    def __init__(self) -> None:
+        self.feed, self.feed_child = socket.socketpair()
+        self.back, self.back_child = socket.socketpair()
+
+    def started(self) -> None:
+        """The child holds its ends now: close Hermit's copies, and each direction not used."""
+        for s in (self.feed_child, self.back_child):
+            s.close()
+        with contextlib.suppress(OSError):
+            self.feed.shutdown(socket.SHUT_RD)
+            self.back.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        for s in (self.feed, self.feed_child, self.back, self.back_child):
+            s.close()
+
+
 @dataclass
 class RoomRun:
-    """One sandboxed command: its command line, the pipes that carry the room in and out, and the merge."""
+    """One sandboxed command: its command line, the sockets that carry the room in and out, and the merge."""
 
     sandbox: RoomSandbox
     argv: list[str]
@@ -131,14 +169,16 @@ class RoomRun:
     spool: IO[bytes]
     seccomp_fd: int = -1  # the filter's pipe (seccomp.py), closed once the sandbox started
     group: CommandCgroup | None = None  # the command's cgroup (exec_cgroup.py), removed in finish
+    channels: Channels = field(default_factory=Channels)
     manifest: Manifest = field(default_factory=dict)
     out_bytes: int = 0
     overflow: bool = False
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def popen_kwargs(self) -> dict[str, object]:
-        """How to start it: the room goes in on stdin and comes back on stderr (the wrapper's fd 3)."""
-        return {"stdin": subprocess.PIPE, "stderr": subprocess.PIPE, "preexec_fn": self.preexec, "cwd": "/",
+        """How to start it: the room goes in on stdin and comes back on stderr (the wrapper's fd 3), sockets both."""
+        return {"stdin": self.channels.feed_child.fileno(), "stderr": self.channels.back_child.fileno(),
+                "preexec_fn": self.preexec, "cwd": "/",
                 "pass_fds": (self.seccomp_fd,)}  # the child drops to `user` itself, after joining its cgroup
 
     def _close_filter(self) -> None:
@@ -148,16 +188,16 @@ class RoomRun:
 
     def started(self, proc: subprocess.Popen[bytes]) -> None:
         """Feed the room in and collect it back out while the command runs."""
-        assert proc.stdin is not None and proc.stderr is not None
         self._close_filter()
-        self._threads = [threading.Thread(target=self._feed, args=(proc.stdin,), daemon=True, name="sandbox-feed"),
-                         threading.Thread(target=self._collect, args=(proc.stderr,), daemon=True,
-                                          name="sandbox-collect")]
+        self.channels.started()
+        self._threads = [threading.Thread(target=self._feed, daemon=True, name="sandbox-feed"),
+                         threading.Thread(target=self._collect, daemon=True, name="sandbox-collect")]
         for t in self._threads:
             t.start()
 
-    def _feed(self, out: IO[bytes]) -> None:
-        with contextlib.suppress(OSError, ValueError, tarfile.TarError, HermitError), out, \
+    def _feed(self) -> None:
+        with contextlib.suppress(OSError, ValueError, tarfile.TarError, HermitError), \
+                self.channels.feed.makefile("wb") as out, \
                 tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
             with self.sandbox.view.room.fd() as room:
                 self._add_room(tar, room)
@@ -170,6 +210,8 @@ class RoomRun:
                 info = tarfile.TarInfo(d)
                 info.type, info.mode = tarfile.DIRTYPE, 0o555
                 tar.addfile(info)
+        with contextlib.suppress(OSError):  # the wrapper's tar reads to the end: tell it where that is
+            self.channels.feed.shutdown(socket.SHUT_WR)
 
     def _add_room(self, tar: tarfile.TarFile, room: int) -> None:
         for rel, st in safe_fs.walk_beneath(room):
@@ -207,16 +249,17 @@ class RoomRun:
                 finally:
                     os.close(fd)
 
-    def _collect(self, src: IO[bytes]) -> None:
+    def _collect(self) -> None:
         cap = self.sandbox.out_cap
-        with contextlib.suppress(OSError, ValueError), src:
+        with contextlib.suppress(OSError, ValueError):
             while True:
-                block = src.read1(1 << 16)  # type: ignore[attr-defined]
+                block = self.channels.back.recv(1 << 16)
                 if not block:
                     return
                 self.out_bytes += len(block)
                 if self.out_bytes > cap:
                     self.overflow = True  # more than the room can hold: not from the wrapper's tar
+                    self.channels.back.shutdown(socket.SHUT_RD)  # its writes fail now (EPIPE)
                     return
                 self.spool.write(block)
 
@@ -225,6 +268,7 @@ class RoomRun:
         self._close_filter()
         for t in self._threads:
             t.join(timeout=30)
+        self.channels.close()
         notes: list[str] = []
         try:
             if not apply:
@@ -261,36 +305,52 @@ class RoomRun:
         if not self.out_bytes:
             return Merge([], [])
         room = self.sandbox.view.room
-        staging = Path(tempfile.mkdtemp(prefix=".incoming-", dir=room.base))
+        # Named after this process: what a killed one left is removed by the next run (sweep_staging).
+        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=room.base))
         try:
-            fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
-                with tarfile.open(fileobj=self.spool, mode="r:") as tar:
-                    # The room's copy may hold any number of empty files (a tmpfs counts bytes, not
-                    # inodes): no more than the quota's entries are unpacked on the host's disk.
-                    over = unpack(tar, fd, room.max_entries, keep=self.manifest)
-            finally:
-                os.close(fd)
-        except (tarfile.TarError, OSError, ValueError) as e:
+                fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    with tarfile.open(fileobj=self.spool, mode="r:") as tar:
+                        # The room's copy may hold any number of empty files (a tmpfs counts bytes, not
+                        # inodes): no more than the quota's entries, and no more bytes than came back
+                        # (out_cap), are unpacked on the host's disk.
+                        over = unpack(tar, fd, room.max_entries, keep=self.manifest, max_bytes=self.sandbox.out_cap)
+                finally:
+                    os.close(fd)
+            except (tarfile.TarError, OSError, ValueError) as e:
+                return f"[the command's files were not kept: the room could not be read back ({e})]"
+            with room.locked() as room_fd:
+                merge = apply_incoming(room_fd, staging, self.manifest, room.quota_bytes)
+        finally:
             shutil.rmtree(staging, ignore_errors=True)
-            return f"[the command's files were not kept: the room could not be read back ({e})]"
-        with room.locked() as room_fd:
-            merge = apply_incoming(room_fd, staging, self.manifest, room.quota_bytes)
         merge.skipped += over
         return merge
 
 
+def sweep_staging(rooms: Path) -> None:
+    """Remove the staging folders (`.incoming-<pid>-…`) of Hermit processes that were killed mid-merge."""
+    for path in left_by_dead_processes(rooms, STAGING_PREFIX):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def unpack(tar: tarfile.TarFile, dir_fd: int, max_entries: int | None = None,
-           keep: Mapping[str, object] | None = None) -> list[str]:
+           keep: Mapping[str, object] | None = None, max_bytes: int | None = None) -> list[str]:
     """Unpack what a sandboxed command handed back below `dir_fd`, trusting none of it: only folders,
-    regular files and symlinks that stay inside (by their text); no path with `..` or a leading `/`;
-    nothing written through a symlink (safe_fs); permissions without set-id bits or group/other write;
+    plain regular files and symlinks that stay inside (by their text) — no sparse member (a few bytes of
+    tar declaring gigabytes), hard link, device, FIFO or contiguous file; no path with `..` or a leading
+    `/`; nothing written through a symlink (safe_fs); permissions without set-id bits or group/other write;
     at most `max_entries` entries besides those named in `keep` (the room's own: one left out would look
-    deleted). Returns the names left out because of that limit."""
+    deleted). Files are copied in chunks against `max_bytes` for all of them together: past it, the member
+    being copied is removed and OverBudget raised (the caller keeps none of it). Returns the names left out
+    because of the entry limit."""
     # (Python's own tarfile filters need 3.11.4; Hermit supports any 3.11.)
     count = 0
+    budget = [max_bytes if max_bytes is not None else -1]
     over: list[str] = []
     for m in tar:
+        if not _plain(m):
+            continue
         name = posixpath.normpath(m.name.lstrip("/")).lstrip("./") if m.name not in (".", "./") else ""
         if not name or name.startswith("..") or "/../" in f"/{name}/" or name.split("/", 1)[0] in RESERVED_TOP:
             continue
@@ -305,7 +365,7 @@ def unpack(tar: tarfile.TarFile, dir_fd: int, max_entries: int | None = None,
             elif m.isfile():
                 src = tar.extractfile(m)
                 if src is not None:
-                    safe_fs.write_beneath(dir_fd, name, src.read(), mode=(m.mode & 0o755) | 0o600, fsync=False)
+                    _copy_member(src, dir_fd, name, (m.mode & 0o755) | 0o600, budget)
             elif m.issym() and _link_stays_inside(name, m.linkname):
                 parts = safe_fs.parts_of(name)
                 parent = safe_fs.open_dir(dir_fd, "/".join(parts[:-1]), create=True)
@@ -316,6 +376,41 @@ def unpack(tar: tarfile.TarFile, dir_fd: int, max_entries: int | None = None,
         except (OSError, HermitError):
             continue  # a path through a symlink, a name taken twice …: that entry is not kept
     return over
+
+
+def _plain(m: tarfile.TarInfo) -> bool:
+    """A folder, a plain regular file or a symlink; not sparse in any of tar's spellings (GNU type 'S',
+    the PAX GNU.sparse.* records, which tarfile expands to `m.sparse`)."""
+    if m.type not in (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE):
+        return False
+    return m.sparse is None and not any(k.startswith("GNU.sparse.") for k in m.pax_headers)
+
+
+def _copy_member(src: IO[bytes], dir_fd: int, name: str, mode: int, budget: list[int]) -> None:
+    """Write one member's content to `name` below `dir_fd` (a folder only Hermit writes) in chunks,
+    charging each to `budget[0]` (negative: no budget); past it the partial file is removed."""
+    parts = safe_fs.parts_of(name)
+    parent = safe_fs.open_dir(dir_fd, "/".join(parts[:-1]), create=True)
+    tmp = f".{parts[-1][:80]}.{os.getpid()}.part"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent)
+        try:
+            os.fchmod(fd, mode)
+            while block := src.read(COPY_CHUNK):
+                if budget[0] >= 0:
+                    budget[0] -= len(block)
+                    if budget[0] < 0:
+                        raise OverBudget(f"{name}: more bytes than the room can hold came back")
+                write_all(fd, block, fsync=False)
+        finally:
+            os.close(fd)
+        os.rename(tmp, parts[-1], src_dir_fd=parent, dst_dir_fd=parent)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=parent)
+        raise
+    finally:
+        os.close(parent)
 
 
 def _link_stays_inside(name: str, target: str) -> bool:
@@ -369,6 +464,7 @@ class RoomSandbox:
         # A room over its quota (possible only by a little, see out_cap) still gets its own size, so the
         # command can delete files; it cannot grow further.
         room_bytes = max(self.view.room.quota_bytes, self.view.room.usage())
+        sweep_staging(self.view.room.base)
         seed = self._seed()
         instructions = sum(len(d) + 4096 for p, d, _ in seed if "/" not in p)
         memory = sum(len(d) + 4096 for p, d, _ in seed if "/" in p)
