@@ -160,8 +160,9 @@ class GatewayProcess:
                 if self.proc.poll() is not None:
                     break
                 continue
-            if line.startswith("web chat: "):
-                self.url = line.split(" ", 2)[2].strip()
+            if line.startswith("web chat: "):  # the page's URL, without the token (stdout may be a journal)
+                token = (self.home / "gateway" / "token").read_text(encoding="utf-8").strip()
+                self.url = f"{line.split()[2]}?token={token}"
                 return self.url
         raise AssertionError(f"gateway did not start (exit {self.proc.poll()}): {self.stderr()}")
 

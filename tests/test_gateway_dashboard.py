@@ -1,17 +1,24 @@
 """`hermit dashboard`: prints the web app's URL with the token, and opens it in the browser ($BROWSER here, a
-script that records what it was given) when a gateway runs — unless --no-open, or a Linux box without a
-display, where `webbrowser` would start a text browser in the terminal."""
+script that records its argv) when a gateway runs — unless --no-open, or a Linux box without a display, where
+`webbrowser` would start a text browser in the terminal. The browser is given an owner-only launcher file,
+never the token: a browser's argv is readable by every local user for as long as it runs. `hermit gateway
+run` prints the page's URL without the token (its stdout is the journal under systemd)."""
 
 from __future__ import annotations
 
+import json
 import os
+import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from gatewayhelpers import CHROMIUM_FLAGS, need_chromium, write_config
 from hermit.gateway.state import GatewayLock, ensure_token
+from hermit.testing import FakeProvider
 from prochelpers import PROC_TIMEOUT
 
 
@@ -23,14 +30,20 @@ def dashboard(home: Path, *args: str, env: dict[str, str]) -> subprocess.Complet
 
 @pytest.fixture
 def recorder(tmp_path: Path) -> tuple[str, Path]:
-    """A $BROWSER command that writes the URL it is given to a file."""
+    """A $BROWSER command that writes its whole argv (one JSON list a line) to a file."""
     out = tmp_path / "opened.txt"
     script = tmp_path / "browser.py"
-    script.write_text(f"import sys\nopen({str(out)!r}, 'a').write(sys.argv[1] + '\\n')\n", encoding="utf-8")
+    script.write_text(f"import json, sys\nopen({str(out)!r}, 'a').write(json.dumps(sys.argv) + '\\n')\n",
+                      encoding="utf-8")
     return f"{sys.executable} {script} %s", out
 
 
-def test_dashboard_opens_the_running_gateways_page_with_the_token(tmp_path: Path, recorder: tuple[str, Path]) -> None:
+def opened_argvs(opened: Path) -> list[list[str]]:
+    return [json.loads(line) for line in opened.read_text(encoding="utf-8").splitlines()]
+
+
+def test_dashboard_opens_the_running_gateways_page_without_the_token_in_any_argv(
+        tmp_path: Path, recorder: tuple[str, Path]) -> None:
     home = tmp_path / "home"
     token = ensure_token(home)
     browser, opened = recorder
@@ -41,7 +54,22 @@ def test_dashboard_opens_the_running_gateways_page_with_the_token(tmp_path: Path
 
         r = dashboard(home, env={"BROWSER": browser})
         assert r.returncode == 0, r.stderr
-        assert r.stdout.strip() == url and opened.read_text(encoding="utf-8") == url + "\n"
+        assert r.stdout.strip() == url  # the owner's own terminal may show it
+        [argv] = opened_argvs(opened)
+        assert not any(token in a for a in argv)  # what `ps` shows every local user
+        assert argv[1].startswith("file://")
+        launcher = Path(argv[1].removeprefix("file://"))
+        assert launcher.parent == home / "gateway"
+        st = os.lstat(launcher)
+        assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.getuid()
+        page = launcher.read_text(encoding="utf-8")
+        assert f'location.replace("http://127.0.0.1:18555/#token={token}")' in page and "?token" not in page
+
+        r = dashboard(home, env={"BROWSER": browser})  # the next run removes the launcher the last one left
+        assert r.returncode == 0, r.stderr
+        second = Path(opened_argvs(opened)[1][1].removeprefix("file://"))
+        assert second != launcher and second.exists() and not launcher.exists()
+        assert sorted(p.name for p in (home / "gateway").glob("dashboard-*")) == [second.name]
 
         opened.unlink()
         r = dashboard(home, "--no-open", env={"BROWSER": browser})
@@ -57,3 +85,43 @@ def test_dashboard_opens_the_running_gateways_page_with_the_token(tmp_path: Path
     r = dashboard(home, env={"BROWSER": browser})  # no gateway: the configured address, and how to start it
     assert r.returncode == 0 and r.stdout.strip() == f"http://127.0.0.1:18789/?token={token}"
     assert "hermit gateway run" in r.stderr and not opened.exists()
+
+
+def test_the_launcher_signs_the_browser_in_and_gateway_run_prints_no_token(
+        tmp_path: Path, recorder: tuple[str, Path]) -> None:
+    """Through the real gateway and Debian's Chromium: the file `hermit dashboard` gives the browser lands on
+    the web app, connected, with the token out of the address bar; the gateway's stdout holds no token."""
+    chromium = need_chromium()
+    from playwright.sync_api import sync_playwright
+
+    home = tmp_path / "home"
+    with FakeProvider(["hi"]) as fake:
+        write_config(home, fake.openai_base_url)
+        out = tmp_path / "gateway.out"
+        with out.open("w") as stdout:
+            proc = subprocess.Popen([sys.executable, "-m", "hermit.cli.main", "--home", str(home), "gateway", "run",
+                                     "--port", "0"], stdout=stdout, stderr=subprocess.DEVNULL,
+                                    env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+        try:
+            deadline = time.monotonic() + PROC_TIMEOUT
+            while "web chat: " not in out.read_text() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            printed = out.read_text()
+            token = (home / "gateway" / "token").read_text(encoding="utf-8").strip()
+            assert "web chat: http://127.0.0.1:" in printed and token not in printed and "hermit dashboard" in printed
+            browser, opened = recorder
+            r = dashboard(home, env={"BROWSER": browser})
+            assert r.returncode == 0, r.stderr
+            [argv] = opened_argvs(opened)
+            with sync_playwright() as p:
+                b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS, headless=True)
+                try:
+                    page = b.new_page()
+                    page.goto(argv[1])
+                    page.wait_for_selector("#status.ok", timeout=30_000)  # connected with the token
+                    assert page.url.startswith("http://127.0.0.1:") and "token" not in page.url
+                finally:
+                    b.close()
+        finally:
+            proc.terminate()
+            proc.wait(PROC_TIMEOUT)

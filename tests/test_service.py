@@ -76,9 +76,10 @@ def test_install_writes_a_unit_whose_command_line_runs_this_gateway(tmp_path: Pa
             except queue.Empty:
                 continue
             if line.startswith("web chat: "):
-                url = line.split(" ", 2)[2].strip()
+                url = line.split()[2]
         assert url, f"the gateway did not start (exit {proc.poll()})"
-        base, token = url.split("/?token=")
+        assert url.endswith("/") and "token" not in url  # stdout goes to the journal: no token there
+        base, token = url.rstrip("/"), (home / "gateway" / "token").read_text(encoding="utf-8").strip()
         status = httpx.get(f"{base}/status", headers={"Authorization": f"Bearer {token}"}, timeout=10).json()
         assert status["pid"] == proc.pid and status["bus"]["waiting"] == 0
         shown = hermit(env, "gateway", "status")

@@ -2,22 +2,45 @@
 
 `run` is a composition root: it takes the one-gateway lock before anything slow, reads the token
 (created 0600 on first start), sets up logging, builds a runtime per agent and serves until
-SIGTERM/SIGINT. The page URL with the token goes to stdout only, never to the log.
+SIGTERM/SIGINT. It prints the page's URL without the token (stdout goes to the journal under systemd);
+`hermit dashboard` is how the owner gets in.
+
+`dashboard` never puts the token on a command line: a browser's argv is readable by every local user
+(`ps`, /proc/<pid>/cmdline) for as long as it runs. As Jupyter does, it writes a small owner-only launcher
+page into the private `<state>/gateway/` and opens `file://` that page, which forwards the browser to the
+web app with the token in the URL's fragment (never sent to the server; the page takes it out of the
+address bar). The launcher is removed by the next `hermit dashboard`: until then it is exactly as private
+as the token file beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import html
 import json
+import os
+import secrets
+import stat
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from hermit.cli.checks import check
 from hermit.cli.context import CliContext, configured_secrets
 from hermit.errors import HermitError
-from hermit.gateway.state import GatewayLock, check_token_file, ensure_token, read_lock_info, token_path
+from hermit.gateway.state import (
+    GatewayLock,
+    check_token_file,
+    ensure_token,
+    gateway_dir,
+    read_lock_info,
+    token_path,
+)
+
+LAUNCHER_PREFIX = "dashboard-"
 
 
 def configure_gateway(g: argparse.ArgumentParser) -> None:
@@ -62,7 +85,9 @@ def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
         gateway = Gateway(loaded, ctx.home, ctx.environ, runtimes, token, host=host, port=port)
 
         def ready(url: str) -> None:
-            print(f"Hermit gateway on {url}\nweb chat: {url}?token={token}", flush=True)
+            # No token here: under systemd stdout is the journal, readable by more than the owner.
+            print(f"Hermit gateway on {url}\nweb chat: {url} (sign in: run `hermit dashboard`; the token is in "
+                  f"{token_path(ctx.home)})", flush=True)
 
         return asyncio.run(gateway.serve(lock, ready))
     finally:
@@ -124,9 +149,37 @@ def _can_open_browser(environ: Mapping[str, str]) -> bool:
     return not sys.platform.startswith("linux") or bool(environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"))
 
 
+def _remove_old_launchers(folder: Path) -> None:
+    for old in folder.glob(f"{LAUNCHER_PREFIX}*.html"):
+        with contextlib.suppress(OSError):
+            old.unlink()
+
+
+def write_launcher(home: Path, url: str, token: str) -> Path:
+    """An owner-only page in `<state>/gateway/` that forwards the browser to `url#token=…`: the browser is
+    started with this file's path, never with the token. Created O_EXCL|O_NOFOLLOW (0600) under a random
+    name in the 0700 gateway dir, after removing the ones earlier runs left."""
+    folder = gateway_dir(home)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise HermitError(f"{folder} is not a private directory of yours",
+                          f"chmod 700 {folder} (it holds the gateway token)")
+    _remove_old_launchers(folder)
+    target = f"{url}#token={token}"
+    page = ("<!doctype html>\n<html><head><meta charset=\"utf-8\"><meta name=\"referrer\" content=\"no-referrer\">\n"
+            f"<meta http-equiv=\"refresh\" content=\"0;url={html.escape(target)}\">\n<title>Hermit</title></head>\n"
+            f"<body><script>location.replace({json.dumps(target)});</script>\n"
+            f"<p>Opening Hermit… <a href=\"{html.escape(target)}\">continue</a></p></body></html>\n")
+    path = folder / f"{LAUNCHER_PREFIX}{secrets.token_hex(8)}.html"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(page)
+    return path
+
+
 def cmd_dashboard(ctx: CliContext, args: argparse.Namespace) -> int:
-    """The web app's URL with the token (the page takes the token out of the address bar once read), opened in
-    the default browser when the gateway runs and a browser can be shown here."""
+    """Prints the web app's URL with the token to the owner's terminal, and when the gateway runs and a browser
+    can be shown here, opens it through an owner-only launcher file (the token is never in the browser's argv)."""
     import webbrowser
 
     token = check_token_file(token_path(ctx.home))
@@ -135,11 +188,11 @@ def cmd_dashboard(ctx: CliContext, args: argparse.Namespace) -> int:
     port = info["port"] if info and running else None
     if info and running:
         host = _client_host(str(info["host"]))
-        url = f"http://{f'[{host}]' if ':' in host else host}:{port}/?token={token}"
+        base = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
     else:
         cfg = ctx.config().config.gateway
-        url = f"http://{cfg.host}:{cfg.port}/?token={token}"
-    print(url, flush=True)
+        base = f"http://{cfg.host}:{cfg.port}/"
+    print(f"{base}?token={token}", flush=True)
     if not running:
         print("(the gateway is not running: start it with `hermit gateway run`, then run `hermit dashboard` again)",
               file=sys.stderr)
@@ -150,7 +203,8 @@ def cmd_dashboard(ctx: CliContext, args: argparse.Namespace) -> int:
         print("(no display here: open the URL in a browser on this machine, or from another one through "
               f"`ssh -L {port}:127.0.0.1:{port} <this host>`)", file=sys.stderr)
         return 0
-    if not webbrowser.open(url):
+    launcher = write_launcher(ctx.home, base, token)
+    if not webbrowser.open(launcher.as_uri()):
         print("(could not start a browser: open the URL above yourself)", file=sys.stderr)
     return 0
 

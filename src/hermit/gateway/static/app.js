@@ -7,11 +7,18 @@
   const $ = (id) => document.getElementById(id);
   const statusEl = $("status"), bannerEl = $("banner");
 
-  // The token arrives once in the URL; keep it for this tab and take it out of the address bar.
+  // The token arrives once in the URL — `#token=…` from `hermit dashboard`'s launcher page (a fragment never
+  // reaches the server), or `?token=…` from a URL copied by hand; keep it for this tab and take it out of
+  // the address bar.
   const params = new URLSearchParams(location.search);
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  if (fragment.has("token")) {
+    sessionStorage.setItem("hermit.token", fragment.get("token"));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
   if (params.has("token")) {
-    sessionStorage.setItem("hermit.token", params.get("token"));
-    history.replaceState(null, "", location.pathname + location.hash);
+    if (!fragment.has("token")) sessionStorage.setItem("hermit.token", params.get("token"));
+    history.replaceState(null, "", location.pathname + (fragment.has("token") ? "" : location.hash));
   }
   const token = sessionStorage.getItem("hermit.token") || "";
   let clientId = localStorage.getItem("hermit.clientId");
