@@ -5,11 +5,19 @@ error output and in the session transcript, while only the gateway's log masked 
 or keeps error text masks through one `SecretMasker`: the model transport (each provider error, at the
 source, so the transcript and every face get the masked text), the CLI's error printing, the agent loop's
 error record, and the gateway's log filter. `KNOWN` holds the process's secrets: the model transport adds
-the keys it sends, composition roots add what the config names (channel tokens, the gateway token).
+the keys it sends, composition roots add what the config names (channel tokens, the gateway token). Every
+tool result passes `mask` too (tools/base.py), so a key a command prints never reaches a transcript or a
+provider.
+
+`keep_environment_private` is the other half: the keys sit in the process's environment, and a command the
+owner's unsandboxed exec runs (same uid) could read them from /proc/<hermit pid>/environ whatever the exec
+whitelist holds. A non-dumpable process's /proc files are root's: same-uid processes (its children) cannot
+read them. Root's children can (CAP_SYS_PTRACE), so running Hermit as root keeps that hole open.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterable
 from typing import TypeVar
@@ -68,3 +76,23 @@ def register(*values: str | None) -> None:
 def mask(text: str) -> str:
     """`text` with every registered secret replaced by `***`."""
     return KNOWN.mask(text)
+
+
+PR_SET_DUMPABLE = 4
+
+
+def keep_environment_private() -> bool:
+    """Make this process non-dumpable (prctl PR_SET_DUMPABLE 0; Linux only, best effort): its
+    /proc/<pid>/environ, mem, fd… become unreadable to other processes of the same (non-root) uid, the
+    commands its exec runs included; it also means no core dumps. Children get their own dumpable flag back at
+    exec. True when it took effect."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes  # here, not at the top: every module that masks imports this one
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return int(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False

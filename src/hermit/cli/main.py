@@ -112,6 +112,7 @@ def _disk_full(e: BaseException, home: Path) -> HermitError | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    real_process = argv is None
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(command_word(argv, GLOBAL_OPTIONS_WITH_VALUES))
     argv = hoist_global_options(argv)
@@ -125,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     ctx = CliContext.from_args(args.home, args.agent, args.workspace, args.debug)
+    if real_process:
+        # The `hermit` process itself (not a test or script calling main(argv)): its environment holds the keys,
+        # and the commands its exec runs have its uid. Non-dumpable, they cannot read /proc/<its pid>/environ.
+        from hermit.redaction import keep_environment_private
+
+        keep_environment_private()
     # Everything Hermit creates — state dir, workspace notes, logs, transcripts, files its tools write —
     # is owner-only, whichever module creates it and with whatever mode it asks for. Restored on return
     # for callers that run commands in their own process (tests, scripts).

@@ -9,7 +9,8 @@ for the model: no pydantic titles, and `X | None = None` becomes an optional `X`
 
 The runner is a supervision boundary (ARCHITECTURE convention 6): it catches every `Exception` a
 tool raises, logs it, and answers the model with the error text; only KeyboardInterrupt / SystemExit
-pass through, so Ctrl-C still cancels a turn.
+pass through, so Ctrl-C still cancels a turn. Every result's text is masked (hermit.redaction: API keys,
+channel tokens, the gateway token become `***`) before the transcript or the provider sees it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from hermit.errors import HermitError
 from hermit.messages import INVALID_ARGUMENTS_KEY, ToolCallPart, ToolResultMessage
 from hermit.models.base import ToolSchema
+from hermit.redaction import mask
 
 log = logging.getLogger("hermit.tools")
 
@@ -189,7 +191,9 @@ class ToolRunner:
     def run(self, call: ToolCallPart) -> ToolRun:
         start = self._clock()
         text, is_error = self._execute(call)
-        result = ToolResultMessage(call.id, call.name, cap_result(text, self.max_result_chars), is_error)
+        # A key a command printed or a file held would otherwise be stored in the transcript and sent to the
+        # provider: every result passes the process's secret masker (the logs' and errors' one) before the cap.
+        result = ToolResultMessage(call.id, call.name, cap_result(mask(text), self.max_result_chars), is_error)
         return ToolRun(call, result, self._clock() - start)
 
     def _execute(self, call: ToolCallPart) -> tuple[str, bool]:

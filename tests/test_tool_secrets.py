@@ -1,0 +1,103 @@
+"""Keys stay out of what a tool gives back: a tool result is masked (a key a command prints or a file holds
+never reaches the transcript or the provider), and the `hermit` process is non-dumpable, so the owner's
+unsandboxed exec — same uid, whitelisted environment — cannot read the keys from /proc/$PPID/environ either.
+Real `hermit agent` subprocesses against the fake provider; as root the command runs as uid 65534, since a
+root process reads any /proc/<pid>/environ (non-dumpable or not), which is also checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agenthelpers import tool_results
+from hermit.testing import FakeProvider
+from prochelpers import PROC_TIMEOUT
+
+KEY = "sk-provider-key-0123456789abcdef"
+CANARY = "not-a-secret-canary-4c1e7b"  # not registered anywhere: masking cannot hide it, only /proc can
+NOBODY = 65534
+
+
+def python_for_others() -> tuple[str, str]:
+    """An interpreter uid 65534 may run (this one may sit under /root) and the PYTHONPATH giving it this
+    environment's packages and Hermit; skips when the system has no Python of the same version."""
+    system = shutil.which("python3", path="/usr/bin:/bin") or ""
+    ok = system and subprocess.run([system, "-c", f"import sys; sys.exit(sys.version_info[:2] != {sys.version_info[:2]})"],
+                                   capture_output=True).returncode == 0
+    if not ok:
+        pytest.skip(f"no /usr/bin/python3 {sys.version_info[0]}.{sys.version_info[1]} to run Hermit as uid {NOBODY}")
+    import hermit
+
+    return system, os.pathsep.join([sysconfig.get_paths()["purelib"], str(Path(hermit.__file__).parents[1])])
+
+
+def agent_turn(home: Path, command: str, *, uid: int | None = None) -> tuple[str, str]:
+    """One `hermit agent` turn whose model runs `command` through exec: (the tool result the provider got,
+    every transcript line)."""
+    script = [{"tool_calls": [{"name": "exec", "arguments": {"command": command}}]}, "done"]
+    with FakeProvider(script) as fake:
+        cfg = {"agents": {"defaults": {"model": "fake/m", "memory_search": {"provider": "none"}}},
+               "models": {"providers": {"fake": {"type": "openai-compatible", "base_url": fake.openai_base_url,
+                                                  "api_key_env": "HERMIT_TEST_PROVIDER_KEY"}}}}
+        (home / "hermit.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
+        env = {**{k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))},
+               "HERMIT_HOME": str(home), "HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE",
+               "HERMIT_TEST_PROVIDER_KEY": KEY, "HERMIT_TEST_CANARY": CANARY}
+        if not (home / "workspace").exists():
+            init = subprocess.run([sys.executable, "-m", "hermit.cli.main", "init"], capture_output=True, text=True,
+                                  env=env, stdin=subprocess.DEVNULL, timeout=PROC_TIMEOUT)
+            assert init.returncode == 0, init.stderr
+        kw: dict[str, object] = {}
+        python = sys.executable
+        if uid is not None:
+            python, env["PYTHONPATH"] = python_for_others()
+            kw = {"user": uid, "group": uid, "extra_groups": []}
+            for p in [home, *home.rglob("*")]:
+                os.lchown(p, uid, uid)
+        r = subprocess.run([python, "-m", "hermit.cli.main", "agent", "-m", "go"], capture_output=True,
+                           text=True, env=env, stdin=subprocess.DEVNULL, timeout=PROC_TIMEOUT, **kw)  # type: ignore[call-overload]
+        assert r.returncode == 0, r.stderr
+        result = tool_results(fake.requests[-1])[-1][0]  # this turn's (a session may hold earlier ones)
+    stored = "".join(p.read_text(encoding="utf-8") for p in (home / "agents").rglob("*.jsonl"))
+    return result, stored
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """A state dir that uid 65534 can reach too (pytest's tmp dirs are 0700 root's)."""
+    base = Path(tempfile.mkdtemp(prefix="hermit-tool-secrets-"))
+    os.chmod(base, 0o755)
+    (base / "home").mkdir(mode=0o700)
+    try:
+        yield base / "home"
+    finally:
+        shutil.rmtree(base)
+
+
+def test_a_key_in_a_tool_result_is_masked_before_the_transcript_and_the_provider(home: Path) -> None:
+    result, stored = agent_turn(home, f"echo key=$(printf %s {KEY[:10]}){KEY[10:]}; echo done")
+    assert KEY not in result and "key=***" in result and "done" in result
+    assert KEY not in stored and "key=***" in stored
+    assert json.dumps(KEY)[1:-1] not in stored
+
+
+def test_the_owners_exec_cannot_read_the_hermit_process_environment(home: Path) -> None:
+    command = "tr '\\0' '\\n' < /proc/$PPID/environ | grep HERMIT_TEST_ || echo unreadable"
+    as_user = NOBODY if os.geteuid() == 0 else None
+    result, _ = agent_turn(home, command, uid=as_user)
+    assert CANARY not in result and "unreadable" in result and "Permission denied" in result
+    if os.geteuid() == 0:  # what docs/security.md says: root's own commands still read it (CAP_SYS_PTRACE)
+        for p in [home, *home.rglob("*")]:
+            os.lchown(p, 0, 0)
+        result, _ = agent_turn(home, command)
+        assert CANARY in result
