@@ -76,7 +76,7 @@ def check(seen: list[str], share: bool) -> None:
     else:
         assert not any(c in text for c in CANARIES), [c for c in CANARIES if c in text]
         assert "lines withheld: not shared with this chat" in text and "Brno" not in text  # nor the group's
-        assert "not shared with this chat" in seen[len(QUERIES) + 1]  # the session-memory file: refused
+        assert "(or nothing in it is shared with this chat)" in seen[len(QUERIES) + 1]  # the session-memory file: as if missing
 
 
 @pytest.mark.parametrize("share", [False, True])

@@ -29,7 +29,7 @@ def test_redaction_patterns() -> None:
 
 def test_render_keeps_jsonl_line_numbers() -> None:
     lines = [
-        json.dumps({"type": "session", "id": "s1"}),
+        json.dumps({"type": "session", "id": "s1", "sessionKey": "agent:main:main"}),
         json.dumps({"type": "message", "message": _msg("user", "hello\nthere")}),
         json.dumps({"type": "message", "message": {"role": "toolResult", "toolCallId": "c", "content": "big output"}}),
         "{corrupt",

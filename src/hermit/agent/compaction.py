@@ -52,6 +52,9 @@ Use these headings (leave one out only when there is nothing for it):
 ## Identifiers — exact file paths, ids, names, numbers, dates, URLs, commands and error messages, copied \
 verbatim
 
+Keep who said what: text labelled "[written from …]" or "User (<chat>)" (other chats' notes and words, \
+found by memory_search) stays attributed to that chat, never restated as the user's instructions or facts.
+
 Be concise and factual. Drop greetings, chit-chat and tool output that no longer matters. Never invent \
 anything. Write in the language the conversation mostly uses. Reply with the summary only."""
 

@@ -12,7 +12,10 @@ Decisions:
   deterministic keyword slug (the most frequent content words of the user's messages, ties by first
   appearance), else `session-<first 8 chars of the id>`.
 - The file is created with O_EXCL and never overwritten: a taken name gets `-2`, `-3`, … The date is
-  today in the user's time zone.
+  today in the user's time zone. A session that is not the owner's names its file
+  `YYYY-MM-DD-<slug>-<6 hex>.md`, the hex stable for its session key (`chat_suffix`): a chat chooses its
+  slug (it steers the conversation), so a plain name would collide with the owner's or another chat's
+  file of that topic and the `-2` would tell it that file exists. Its names collide only with its own.
 - The whole file — its title too, since the slug names the topic — is one origin block with the
   session's audience (memory/policy/audience.py): the main session's conversation is owner-only, another
   session's is seen by its own chat and the owner. Its text is escaped so it cannot close the block.
@@ -20,6 +23,7 @@ Decisions:
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import threading
@@ -36,6 +40,7 @@ from hermit.memory.policy.audience import owner_origin
 from hermit.memory.policy.provenance import Origin, neutralize, wrap
 from hermit.messages import UserMessage
 from hermit.models.base import Model, ModelRequest
+from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.record import SessionRecord
 from hermit.sessions.transcript import MessageEntry, read_transcript
 from hermit.workspace import write_new
@@ -152,6 +157,11 @@ def model_slug(model: Model, dialogue: Sequence[Line], timeout: float) -> str | 
     return sanitize_slug(box["text"]) if "text" in box else None
 
 
+def chat_suffix(session_key: str) -> str:
+    """6 hex digits stable for a session key: what keeps a chat's session files apart from everyone else's."""
+    return hashlib.sha256(session_key.encode("utf-8", "surrogatepass")).hexdigest()[:6]
+
+
 def write_memory_file(directory: Path, stem: str, text: str) -> Path:
     """Create `<stem>.md` (else `<stem>-2.md`, …) in `directory`; never overwrites."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -196,4 +206,7 @@ def save_session_memory(
     )
     body = render_dialogue(dialogue) + "\n"
     text = wrap(neutralize(header + body), origin if origin is not None else owner_origin(record.key))
-    return write_memory_file(workspace / "memory", f"{local:%Y-%m-%d}-{slug}", text)
+    stem = f"{local:%Y-%m-%d}-{slug}"
+    if not is_main_session_key(record.key):  # fails closed: anything but the main session
+        stem = f"{stem}-{chat_suffix(record.key)}"
+    return write_memory_file(workspace / "memory", stem, text)

@@ -20,7 +20,13 @@ from hermit.config.schema import MemorySearchConfig
 from hermit.errors import HermitError, PathPolicyError
 from hermit.memory.embedders.base import Embedder, QueryRunner
 from hermit.memory.index.coverage import indexed_sources
-from hermit.memory.index.session_source import SESSIONS_PREFIX, render_transcript, resolve_session_path
+from hermit.memory.index.session_source import (
+    SESSIONS_PREFIX,
+    render_transcript,
+    resolve_session_path,
+    transcript_origin,
+    transcript_session_key,
+)
 from hermit.memory.index.sync import ChunkProgress, Indexer, Progress, Ready, SyncReport
 from hermit.memory.policy.audience import (
     AUDIENCE_RULE,
@@ -30,8 +36,10 @@ from hermit.memory.policy.audience import (
     is_private_path,
     visible_text,
 )
-from hermit.memory.policy.paths import resolve_memory_path
+from hermit.memory.policy.paths import RULES as PATH_RULES
+from hermit.memory.policy.paths import resolve_memory_path, safe_extra_roots
 from hermit.memory.policy.privacy import is_hard_linked, is_long_term
+from hermit.memory.policy.provenance import Origin
 from hermit.memory.search.hybrid import HybridSearcher, SearchOutcome
 from hermit.memory.search.lexicon import load_lexicon
 from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning
@@ -39,6 +47,7 @@ from hermit.memory.store.api import MemoryStore
 from hermit.memory.store.factory import open_store
 from hermit.messages import valid_text
 from hermit.textfile import NotRegularFile, decode_text, read_regular
+from hermit.workspace import MEMORY_FILE
 
 # One cap for every face (agent tool, MCP, CLI): a question is a sentence or two, and a 200 KB query
 # held the index for minutes (every word a keyword term, the whole text through the embedding model).
@@ -55,6 +64,17 @@ class MemoryKey:
 
 WITHHELD_NOTICE = ("notes not shared with this chat are never searched or shown here (owner-only notes, MEMORY.md, "
                    "session transcripts, other chats' notes)")
+
+# memory_get's one answer to a reader other than the owner for a file it may see nothing of: the read
+# tool's wording (tools/files.py), so the two tools cannot be played against each other.
+NOT_FOUND_OR_NOT_SHARED = "file not found: {path} (or nothing in it is shared with this chat)"
+NOT_FOUND_HINT = "check the path: use a path from memory_search results"
+SYMLINK_REFUSAL = "symlinks are not followed"  # memory.policy.paths' refusal that depends on the disk
+
+
+def not_found_or_not_shared(shown: str) -> PathPolicyError:
+    return PathPolicyError(NOT_FOUND_OR_NOT_SHARED.format(path=shown), NOT_FOUND_HINT)
+
 
 class MemoryService:
     def __init__(
@@ -213,7 +233,8 @@ class MemoryService:
             "model": info.model if info else "none",
         }
         # Who may see each result, and which came from others' notes (a snippet prefix says so).
-        out["results"] = self.audiences.annotate(out["results"], self.searcher.tuning.max_window_chars)
+        out["results"] = self.audiences.annotate(out["results"], self.searcher.tuning.max_window_chars,
+                                                 transcripts=self._transcript_origin)
         if outcome.withheld or not reader.owner:
             # Said to every reader who is not the owner, whatever this search dropped: a notice only when
             # something was dropped would tell a chat which words the owner's notes hold, one query at a time.
@@ -237,16 +258,50 @@ class MemoryService:
         """The memory_get result {"path", "text"}; raises PathPolicyError with the rule broken.
 
         A reader other than the owner gets the lines it may not see replaced (memory.policy.audience.visible_text),
-        so line numbers are the file's; a file it may see nothing of is refused."""
+        so line numbers are the file's. Whatever it may see nothing of — a missing file, an owner-only one,
+        something not a regular file, binary or unreadable — gets one answer (`not_found_or_not_shared`):
+        a precise one would tell a chat which of the owner's files exist (their names hold topics)."""
         if path.startswith(SESSIONS_PREFIX):
             if not reader.owner:
                 raise PathPolicyError("session transcripts are not shared with this chat", AUDIENCE_RULE)
             return self._get_session(path, from_line, lines)
-        real, shown = resolve_memory_path(self.workspace, path, self.cfg.extra_paths)
+        try:
+            real, shown = resolve_memory_path(self.workspace, path, self.cfg.extra_paths)
+        except PathPolicyError as e:
+            # Of the path rules only the symlink one looks at the disk: for anyone but the owner it is
+            # answered as a missing file, so it tells nothing of what the owner keeps there.
+            if not reader.owner and e.message.startswith(SYMLINK_REFUSAL):
+                raise self._as_without_symlinks(path) from None
+            raise
         if from_line is not None and from_line < 1:
             raise PathPolicyError("'from' is 1-based", "pass from ≥ 1")
         if lines is not None and lines < 1:
             raise PathPolicyError("'lines' must be ≥ 1", "omit it to read to the end of the file")
+        text = self._owner_text(real, shown) if reader.owner else self._reader_text(real, shown, reader)
+        if from_line is None and lines is None:
+            return {"path": shown, "text": text}
+        all_lines = text.split("\n")
+        start = (from_line or 1) - 1
+        end = len(all_lines) if lines is None else start + lines
+        return {"path": shown, "text": "\n".join(all_lines[start:end])}
+
+    def _as_without_symlinks(self, raw: str) -> PathPolicyError:
+        """For a reader other than the owner, the answer to a path refused for a symlink on its way: the one
+        the same path without the symlink gets ("not a memory file", or as a missing file), worked out
+        from the path alone so that neither its wording nor its display path says a symlink is there."""
+        ws = self.workspace.resolve()
+        given = Path(raw).expanduser()
+        cand = Path(os.path.normpath(given if given.is_absolute() else ws / given))
+        if not cand.is_relative_to(ws):
+            return not_found_or_not_shared(cand.as_posix())  # under an extra path outside the workspace
+        rel = cand.relative_to(ws).as_posix()
+        extras = safe_extra_roots(self.workspace, self.cfg.extra_paths)
+        if rel == MEMORY_FILE or rel.startswith("memory/") or any(cand.is_relative_to(r) for r in extras):
+            return not_found_or_not_shared(rel)
+        return PathPolicyError(f"not a memory file: {raw}", PATH_RULES)
+
+    def _owner_text(self, real: Path, shown: str) -> str:
+        """The file's text for the owner, or the precise reason it cannot be read."""
         try:
             data = read_regular(real)
         except FileNotFoundError:
@@ -259,18 +314,22 @@ class MemoryService:
             raise PathPolicyError(f"cannot read {shown}: {e.strerror or e}", "check the file's permissions") from e
         if b"\x00" in data[:8192]:
             raise PathPolicyError(f"{shown} looks binary", "memory files must be text")
-        text = decode_text(data).text
-        if not reader.owner:
-            shown_text = None if self._owner_only(real, shown) else visible_text(text, shown, reader)
-            if shown_text is None:
-                raise PathPolicyError(f"nothing in {shown} is shared with this chat", AUDIENCE_RULE)
-            text = shown_text
-        if from_line is None and lines is None:
-            return {"path": shown, "text": text}
-        all_lines = text.split("\n")
-        start = (from_line or 1) - 1
-        end = len(all_lines) if lines is None else start + lines
-        return {"path": shown, "text": "\n".join(all_lines[start:end])}
+        return decode_text(data).text
+
+    def _reader_text(self, real: Path, shown: str, reader: Reader) -> str:
+        """What `reader` (not the owner) may see of the file; the one answer when that is nothing."""
+        if is_private_path(shown):  # decided on the name, before the file is looked at
+            raise not_found_or_not_shared(shown)
+        try:
+            data = read_regular(real)
+        except OSError:  # missing, a FIFO, a directory, unreadable: as a file it may not see
+            raise not_found_or_not_shared(shown) from None
+        if b"\x00" in data[:8192] or self._owner_only(real, shown):
+            raise not_found_or_not_shared(shown)
+        text = visible_text(decode_text(data).text, shown, reader)
+        if text is None:
+            raise not_found_or_not_shared(shown)
+        return text
 
     def _owner_only(self, real: Path, shown: str) -> bool:
         """MEMORY.md (by identity), memory/private/, or a hard-linked file (maybe MEMORY.md by another name)."""
@@ -289,6 +348,14 @@ class MemoryService:
         start = (from_line or 1) - 1
         end = len(all_lines) if lines is None else start + lines
         return {"path": path, "text": "\n".join(all_lines[start:end])}
+
+    def _transcript_origin(self, path: str) -> Origin | None:
+        """Whose chat a transcript hit came from (None: the main session's); an unreadable one fails closed."""
+        try:
+            raw = read_regular(resolve_session_path(self.sessions_dir, path)).decode("utf-8", errors="replace")
+        except (OSError, PathPolicyError):
+            raw = ""
+        return transcript_origin(transcript_session_key(raw))
 
     # -- status -----------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

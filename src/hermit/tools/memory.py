@@ -12,10 +12,13 @@ chat (the failure of §14.8). MEMORY.md is recognised by file identity, so a har
 hard-linked memory file) is withheld the same way (memory/policy/privacy.py). Session transcripts (the
 `sessions` source) hold the same private conversations, so they are withheld too. The search itself
 drops what the reader may not see before ranking (memory/search/hybrid.py); the check here is a second one.
+memory_get answers such a reader alike for a missing file and one it may see nothing of
+(MemoryService.get): a chat cannot test which of the owner's notes exist.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -76,9 +79,8 @@ class MemoryTools:
         from_line: Annotated[int | None, Field(alias="from", ge=1, description="First line (1-based)")] = None,
         lines: Annotated[int | None, Field(ge=1, description="Number of lines")] = None,
     ) -> dict[str, Any]:
-        if not self.private and self._is_long_term(path):
-            what = MEMORY_FILE if path.strip() == MEMORY_FILE else f"{path} (the same file as {MEMORY_FILE}, or hard-linked)"
-            raise PathPolicyError(f"{what} is not available in this session", PRIVACY_RULE)
+        if not self.private and self._names_long_term(path):
+            raise PathPolicyError(f"{MEMORY_FILE} is not available in this session", PRIVACY_RULE)
         if not self.private and path.startswith(SESSIONS_PREFIX):
             raise PathPolicyError("session transcripts are not available in this session", PRIVACY_RULE)
         return self.service.get(path, from_line, lines, reader=self.reader)
@@ -90,10 +92,14 @@ class MemoryTools:
         real = self.service.workspace / path
         return is_long_term(real, self.service.workspace) or is_hard_linked(real)
 
-    def _is_long_term(self, path: str) -> bool:
+    def _names_long_term(self, path: str) -> bool:
+        """The path names MEMORY.md (decided on the name alone). A memory file that is MEMORY.md by identity
+        or hard-linked is refused by the service with the answer a missing file gets: saying why here
+        would tell a chat that the file exists."""
         ws = self.service.workspace
         try:
             real, _ = resolve_memory_path(ws, path, self.service.cfg.extra_paths)
         except PathPolicyError:
             return False  # service.get will refuse it with the precise rule
-        return is_long_term(real, ws) or is_hard_linked(real)
+        # No symlink on the way (resolve_memory_path refuses them), so this compares names only.
+        return os.path.normpath(real) == os.path.normpath(ws.resolve() / MEMORY_FILE)

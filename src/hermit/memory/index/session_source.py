@@ -4,6 +4,13 @@ A transcript is rendered as a virtual document whose line N is JSONL line N: a u
 message becomes `User: …` / `Assistant: …` (newlines flattened), every other line (header, tool calls
 and results, compactions) becomes an empty line. Chunk and snippet line numbers therefore point
 straight into the JSONL, and `memory_get` on `sessions/<id>.jsonl` renders the same lines.
+
+Only the main session's user turns are the owner's words. Any other transcript's user turns say whose
+chat they came from, taken from the transcript's session key (its header, or the header repair entry):
+`User (telegram DM 2001): …`, `User (telegram group -100200): …`; a transcript without a readable key
+fails closed (`User (a session of unknown origin): …`). Search results from such a transcript carry its
+origin too (`transcript_origin`, memory/policy/audience.py `annotate`), so the owner's model never
+takes a contact's words for the owner's.
 """
 
 from __future__ import annotations
@@ -11,13 +18,17 @@ from __future__ import annotations
 import json
 import re
 import time
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hermit.errors import PathPolicyError
+from hermit.errors import PathPolicyError, SessionError
 from hermit.memory.index.sources import SourceFile
+from hermit.memory.policy.provenance import Origin
 from hermit.messages import valid_text
+from hermit.sessions.entries import HEADER_REPAIR_TYPE
+from hermit.sessions.keys import SessionKind, is_main_session_key, parse_session_key
 
 SESSIONS_PREFIX = "sessions/"
 # Re-index a transcript once it grew by this much since it was last indexed...
@@ -53,6 +64,87 @@ def redact(text: str) -> str:
     return _ASSIGNED_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
 
 
+UNKNOWN_CHAT = "a session of unknown origin"
+MAX_LABEL_CHARS = 80
+_LABEL_DROP = frozenset("()[]{}<>")
+
+
+def _label_part(value: str) -> str:
+    """An id or name made fit for a speaker label: no brackets, control, format or line-breaking
+    characters (it cannot close the label or start a line of its own), whitespace collapsed, bounded."""
+    kept = "".join(" " if ch.isspace() else ch for ch in value
+                   if ch not in _LABEL_DROP and unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co", "Cn"))
+    return " ".join(kept.split())[:MAX_LABEL_CHARS] or "?"
+
+
+def chat_of(session_key: str | None) -> str | None:
+    """Whose chat a transcript is, for its labels: None for the main session (the owner's own words),
+    else e.g. "telegram DM 2001", "slack channel C1", "cron job nightly"; fails closed."""
+    if session_key is not None and is_main_session_key(session_key):
+        return None
+    try:
+        key = parse_session_key(session_key) if session_key is not None else None
+    except SessionError:
+        key = None
+    if key is None:
+        return UNKNOWN_CHAT
+    channel = f"{_label_part(key.channel)} " if key.channel else ""
+    if key.kind is SessionKind.DM and key.peer_id:
+        return f"{channel}DM {_label_part(key.peer_id)}"
+    if key.kind in (SessionKind.GROUP, SessionKind.CHANNEL) and key.peer_id:
+        return f"{channel}{key.kind.value} {_label_part(key.peer_id)}"
+    if key.kind is SessionKind.CRON and key.job_id:
+        return f"cron job {_label_part(key.job_id)}"
+    if key.kind is SessionKind.SUBAGENT and key.run_id:
+        return f"subagent run {_label_part(key.run_id)}"
+    return f"session {_label_part(session_key or '')}"
+
+
+def _header_key(objs: list[Any]) -> str | None:
+    """The session key a transcript names: its header line's, else its last header repair entry's."""
+    first = objs[0] if objs else None
+    if isinstance(first, dict) and first.get("type") == "session" and isinstance(first.get("sessionKey"), str):
+        return str(first["sessionKey"])
+    for obj in reversed(objs):
+        if (isinstance(obj, dict) and obj.get("type") == "custom" and obj.get("customType") == HEADER_REPAIR_TYPE
+                and isinstance(obj.get("data"), dict) and isinstance(obj["data"].get("sessionKey"), str)):
+            return str(obj["data"]["sessionKey"])
+    return None
+
+
+def _parse_lines(raw: str) -> list[Any]:
+    objs: list[Any] = []
+    for line in raw.split("\n"):
+        try:
+            objs.append(json.loads(line) if line.strip() else None)
+        except ValueError:
+            objs.append(None)  # a corrupt line stays an empty line: numbering is kept
+    return objs
+
+
+def transcript_session_key(raw: str) -> str | None:
+    """The session key a transcript names (None: none readable), parsing only the lines that may hold it."""
+    first, _, rest = raw.partition("\n")
+    repairs = "\n".join(line for line in rest.split("\n") if HEADER_REPAIR_TYPE in line)
+    return _header_key(_parse_lines(first) + (_parse_lines(repairs) if repairs else []))
+
+
+def transcript_origin(session_key: str | None) -> Origin | None:
+    """The origin search results from a transcript are labelled with; None for the main session's."""
+    chat = chat_of(session_key)
+    if chat is None:
+        return None
+    try:
+        key = parse_session_key(session_key) if session_key is not None else None
+    except SessionError:
+        key = None
+    if key is None:
+        return Origin("unknown")
+    group = _label_part(key.peer_id) if key.is_group and key.peer_id else None
+    sender = _label_part(key.peer_id) if key.kind is SessionKind.DM and key.peer_id else None
+    return Origin(_label_part(session_key or ""), _label_part(key.channel) if key.channel else None, group, sender)
+
+
 def _message_text(message: Any) -> tuple[str, str] | None:
     if not isinstance(message, dict):
         return None
@@ -74,22 +166,21 @@ def _message_text(message: Any) -> tuple[str, str] | None:
 
 def render_transcript(raw: str) -> tuple[str, int]:
     """(virtual document with JSONL line numbers, number of message entries)."""
+    objs = _parse_lines(raw)
+    chat = chat_of(_header_key(objs))
+    user = "User" if chat is None else f"User ({chat})"
     out: list[str] = []
     messages = 0
-    for line in raw.split("\n"):
+    for obj in objs:
         rendered = ""
-        if line.strip():
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                obj = None  # a corrupt line stays an empty line: numbering is kept
-            if isinstance(obj, dict) and obj.get("type") == "message":
-                messages += 1
-                got = _message_text(obj.get("message"))
-                if got:
-                    who, text = got
-                    # valid_text: a "\ud800" escape in a transcript line must not break indexing
-                    rendered = valid_text(redact(f"{who}: {text}")[:MAX_LINE_CHARS])
+        if isinstance(obj, dict) and obj.get("type") == "message":
+            messages += 1
+            got = _message_text(obj.get("message"))
+            if got:
+                who, text = got
+                who = user if who == "User" else who
+                # valid_text: a "\ud800" escape in a transcript line must not break indexing
+                rendered = valid_text(redact(f"{who}: {text}")[:MAX_LINE_CHARS])
         out.append(rendered)
     if out and out[-1] == "":
         out.pop()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -314,13 +314,22 @@ class AudienceMap:
                 keep.add(cid)
         return keep
 
-    def annotate(self, results: list[dict[str, Any]], snippet_cap: int) -> list[dict[str, Any]]:
+    def annotate(self, results: list[dict[str, Any]], snippet_cap: int,
+                 transcripts: Callable[[str], Origin | None] | None = None) -> list[dict[str, Any]]:
         """Search results with their `audience` (owner | shared | a chat's key: who may see the whole
-        snippet), and with `origin` and a snippet prefix saying so on hits from others' notes."""
+        snippet), and with `origin` and a snippet prefix saying so on hits from others' notes, and on
+        hits from transcripts of other chats than the main session (`transcripts`: a transcript's path
+        → its origin, None for the main session's)."""
         out = []
         for r in results:
             if r.get("source") != "memory":
-                out.append({**r, "audience": OWNER})  # transcripts are the owner's
+                labelled = {**r, "audience": OWNER}  # transcripts are owner-only
+                # …but only the main session's user turns are the owner's words: label the others'.
+                origin = transcripts(str(r.get("path", ""))) if transcripts is not None else None
+                if origin is not None:
+                    labelled["origin"] = origin.to_dict()
+                    labelled["snippet"] = f"[{origin.describe()}] {r.get('snippet', '')}"[:snippet_cap]
+                out.append(labelled)
                 continue
             path = str(r.get("path", ""))
             a, b = int(r.get("startLine", 0)), int(r.get("endLine", 0))
