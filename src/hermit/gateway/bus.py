@@ -32,6 +32,7 @@ from hermit.errors import ChannelError, HermitError, SessionError
 from hermit.gateway import attachments
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
+from hermit.memory.policy.provenance import sender_text
 from hermit.sessions.keys import agent_id_of
 
 log = logging.getLogger("hermit.gateway")
@@ -258,5 +259,6 @@ class Bus:
 
 
 def _sender(msg: InboundMessage) -> str:
-    """Who wrote a message, as memory-note provenance records it: "name (id)", or the id."""
-    return f"{msg.sender_name} ({msg.sender_id})" if msg.sender_name else msg.sender_id
+    """Who wrote a message, as memory-note provenance records it: "name (id)", or the id. The name is the
+    member's own choice, so it is cleaned here, where it comes in, to text that cannot imitate a label."""
+    return sender_text(msg.sender_name, msg.sender_id)
