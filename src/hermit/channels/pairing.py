@@ -10,7 +10,13 @@ Files (SPEC §15), in `<state>/credentials/` (0700, files 0600, atomic writes):
 A code is 8 characters from an alphabet without 0 O 1 I, expires after one hour; a channel account has
 at most 3 pending codes; a sender gets a new code at most once an hour, and a denied request keeps
 counting as that sender's code until it expires (denying must not hand out a fresh code at once).
-Approved senders are contacts, never owners: owners are named in the config. The gateway issues codes
+Approved senders are contacts, never owners: owners are named in the config.
+
+A sender's name and username are whatever the stranger typed into their profile, and `hermit pairing
+list` prints them on the owner's terminal: a name holding ESC sequences, a carriage return or a bidi
+override could redraw the screen and fake rows. So they are stored as one line of visible text (`plain`,
+at most NAME_MAX characters), and every label is printed with whatever is left escaped (`printable`),
+which also covers files written before names were cleaned. The gateway issues codes
 while `hermit pairing approve|deny|revoke` runs in another process, so every read-modify-write holds an
 exclusive `flock` on `credentials/.lock` — neither side can lose the other's update; readers need no
 lock, as every write is an atomic rename.
@@ -25,6 +31,7 @@ import random
 import secrets
 import stat
 import time
+import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,6 +50,38 @@ MAX_PENDING_PER_ACCOUNT = 3
 # Expired requests are kept this long so `approve` can say "expired" instead of "unknown code".
 _KEEP_EXPIRED_SECONDS = 24 * 3600.0
 _VERSION = 1
+NAME_MAX = 64  # a display name or username as stored and shown: any real one fits
+_ID_MAX = 128
+# Controls (C0, DEL, C1: ESC, CR…), format characters (bidi overrides and isolates, zero-width ones),
+# line/paragraph separators, surrogates, private-use and unassigned code points.
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def plain(text: str | None, limit: int = NAME_MAX) -> str | None:
+    """A name from a platform as it is stored: one line of visible characters (every hidden one becomes
+    a space, runs of spaces one), at most `limit` long; None when nothing visible is left."""
+    if text is None:
+        return None
+    out = " ".join("".join(" " if unicodedata.category(c) in _HIDDEN else c for c in text).split())[:limit].rstrip()
+    return out or None
+
+
+def printable(text: str, limit: int) -> str:
+    """`text` safe to print on a terminal: each hidden character as a visible escape (\\x1b, \\u202e),
+    whitespace as single spaces, and at most `limit` characters (then "…")."""
+    out = " ".join("".join(_escape(c) if unicodedata.category(c) in _HIDDEN else c for c in text).split())
+    return out if len(out) <= limit else out[:limit - 1] + "…"
+
+
+def _escape(c: str) -> str:
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
+
+
+def sender_label(sender_id: str, name: str | None, username: str | None) -> str:
+    """How the CLI names a sender: "id (name, @username)", printable whatever the files hold."""
+    extra = ", ".join(printable(x, NAME_MAX + 1) for x in (name, f"@{username}" if username else None) if x)
+    return printable(sender_id, _ID_MAX) + (f" ({extra})" if extra else "")
 
 
 @dataclass(frozen=True)
@@ -73,9 +112,7 @@ class ApprovedSender:
     approved_at: float | None = None
 
     def label(self) -> str:
-        extra = ", ".join(x for x in (self.sender_name, f"@{self.sender_username}" if self.sender_username else None)
-                          if x)
-        return self.sender_id + (f" ({extra})" if extra else "")
+        return sender_label(self.sender_id, self.sender_name, self.sender_username)
 
 
 def normalize_code(code: str) -> str:
@@ -164,6 +201,8 @@ class PairingStore:
         pending."""
         channel = channel.lower()
         now = self.clock()
+        # Cleaned where a stranger's words enter the owner's files (the id is kept exact: access matches it).
+        sender_name, sender_username = plain(sender_name), plain(sender_username)
         with self._locked():
             requests = [r for r in self._load_requests() if now - r.expires_at < _KEEP_EXPIRED_SECONDS]
             mine = [r for r in requests if (r.channel, r.account_id, r.sender_id) == (channel, account_id, sender_id)]

@@ -5,6 +5,9 @@ Pairing codes are issued by the gateway to unknown DM senders (dm_policy: pairin
 sender a *contact*: they talk to the assistant in a sandboxed session of their own, never the owner's main
 session; `approve` says so, and how to make someone an owner instead (their id under `owners`). All of
 this works while the gateway runs: both sides lock the pairing files.
+
+Names, usernames and ids come from strangers: every one is printed through channels.pairing.printable
+(hidden characters escaped, length capped), so a name cannot move the cursor or fake a row.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ def configure(s: argparse.ArgumentParser) -> None:
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    from hermit.channels.pairing import printable
+
+    rows = [tuple(printable(cell, 200) for cell in row) for row in rows]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
     for row in (header, *rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
@@ -55,7 +61,7 @@ def _when(ts: float | None) -> str:
 
 
 def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
-    from hermit.channels.pairing import PairingStore
+    from hermit.channels.pairing import PairingStore, printable
 
     store = PairingStore(ctx.home)
     requests = sorted(store.pending(args.channel), key=lambda r: (r.channel, r.account_id, r.created_at))
@@ -86,7 +92,7 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
         print("Approved senders (contacts: each talks to the assistant in a sandboxed session of their own):")
         _table(("CHANNEL", "ACCOUNT", "SENDER", "APPROVED"),
                [(a.channel, a.account_id, a.label(), _when(a.approved_at)) for a in approved])
-        print(f"revoke one with: hermit pairing revoke {approved[0].channel} {approved[0].sender_id} "
+        print(f"revoke one with: hermit pairing revoke {approved[0].channel} {printable(approved[0].sender_id, 128)} "
               f"--account {approved[0].account_id}")
     else:
         print(f"no approved senders{where}")
@@ -95,8 +101,9 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 def _label(r: PairingRequest) -> str:
-    extra = ", ".join(x for x in (r.sender_name, f"@{r.sender_username}" if r.sender_username else None) if x)
-    return r.sender_id + (f" ({extra})" if extra else "")
+    from hermit.channels.pairing import sender_label
+
+    return sender_label(r.sender_id, r.sender_name, r.sender_username)
 
 
 def _config(ctx: CliContext) -> LoadedConfig | None:
@@ -112,9 +119,11 @@ def _config(ctx: CliContext) -> LoadedConfig | None:
 def _contact_terms(ctx: CliContext, channel: str, account_id: str, sender_id: str) -> list[str]:
     """What an approved contact can and cannot do under this config, in the words `approve` prints."""
     from hermit.agent.routing import RouteInput, Router
+    from hermit.channels.pairing import printable
     from hermit.config.allowlist import matches
 
     owners_key = f"channels.{channel}.accounts.{account_id}.owners"
+    shown = printable(sender_id, 128)  # the real id routes; this one is printed
     loaded = _config(ctx)
     session = "their own session"
     notes: list[str] = []
@@ -131,7 +140,7 @@ def _contact_terms(ctx: CliContext, channel: str, account_id: str, sender_id: st
         if route.main:
             notes.append(f"WARNING: agents {route.agent_id} has session.dangerously_share_main_session_with_"
                          "contacts: true, so they reach your MAIN session (MEMORY.md, your notes, an unsandboxed "
-                         f"shell). Turn it off, or revoke them: hermit pairing revoke {channel} {sender_id} "
+                         f"shell). Turn it off, or revoke them: hermit pairing revoke {channel} {shown} "
                          f"--account {account_id}")
         if agent.sandbox.mode == "off":
             sandboxed = False
@@ -145,7 +154,7 @@ def _contact_terms(ctx: CliContext, channel: str, account_id: str, sender_id: st
     return [f"  They can:    talk to the assistant in {session}; {tools}.",
             f"  They cannot: {cannot}" + (", nor run commands outside the sandbox." if sandboxed else "."),
             f"  To make someone an owner instead, add their id to {owners_key} in the config.",
-            f"  Undo with:   hermit pairing revoke {channel} {sender_id} --account {account_id}",
+            f"  Undo with:   hermit pairing revoke {channel} {shown} --account {account_id}",
             *notes]
 
 
