@@ -20,7 +20,7 @@ from hermit.gateway.supervisor import Gateway
 from hermit.models.base import ModelRequest
 from hermit.testing.scripted import Reply
 
-HOST = {"host": "testserver"}
+WS = "ws://localhost/ws"  # a loopback Host: the gateway answers no other name (app.HostCheck)
 
 
 def echo(req: ModelRequest) -> Reply:
@@ -39,7 +39,7 @@ def gateway(tmp_path: Path) -> Iterator[tuple[TestClient, str]]:
     gw = Gateway(load_offline(tmp_path), tmp_path, {}, {"main": rt}, token, host="127.0.0.1", port=0,
                  channels=[], service_factories=[])
     asyncio.run(gw.webchat.start(gw.bus))
-    with TestClient(gw.app) as client:
+    with TestClient(gw.app, base_url="http://localhost") as client:
         yield client, token
 
 
@@ -63,7 +63,7 @@ def until_done(ws: Any) -> list[dict[str, Any]]:
 
 def test_connect_send_stream_and_history(gateway: tuple[TestClient, str]) -> None:
     client, token = gateway
-    with client.websocket_connect("/ws") as ws:
+    with client.websocket_connect(WS) as ws:
         hello = connect(ws, token)
         assert hello["ok"] and hello["payload"]["type"] == "hello-ok" and hello["payload"]["clientId"] == "tab1"
         ws.send_text(req("m1", "chat.send", text="hello there"))
@@ -100,9 +100,9 @@ def test_connect_send_stream_and_history(gateway: tuple[TestClient, str]) -> Non
 
 def test_wrong_token_is_refused_and_others_keep_being_served(gateway: tuple[TestClient, str]) -> None:
     client, token = gateway
-    with client.websocket_connect("/ws") as good:
+    with client.websocket_connect(WS) as good:
         assert connect(good, token)["ok"]
-        with client.websocket_connect("/ws") as bad:
+        with client.websocket_connect(WS) as bad:
             bad.send_text(req("c", "connect", token="not-the-token"))
             err = json.loads(bad.receive_text())
             assert err["ok"] is False and err["error"]["code"] == "unauthorized" and err["error"]["hint"]
@@ -115,7 +115,7 @@ def test_wrong_token_is_refused_and_others_keep_being_served(gateway: tuple[Test
 
 def test_first_frame_must_be_connect(gateway: tuple[TestClient, str]) -> None:
     client, _ = gateway
-    with client.websocket_connect("/ws") as ws:
+    with client.websocket_connect(WS) as ws:
         ws.send_text(req("x", "chat.send", text="hi"))
         err = json.loads(ws.receive_text())
         assert err["id"] == "x" and err["error"]["code"] == "not_connected"
@@ -127,7 +127,7 @@ def test_first_frame_must_be_connect(gateway: tuple[TestClient, str]) -> None:
 def test_malformed_frames_and_unknown_methods_get_errors_and_the_socket_stays_open(
         gateway: tuple[TestClient, str]) -> None:
     client, token = gateway
-    with client.websocket_connect("/ws") as ws:
+    with client.websocket_connect(WS) as ws:
         connect(ws, token)
         cases = [("{not json", "bad_json"), ("[1, 2]", "bad_frame"),
                  (json.dumps({"type": "req", "method": "chat.send"}), "bad_frame"),
@@ -147,9 +147,9 @@ def test_malformed_frames_and_unknown_methods_get_errors_and_the_socket_stays_op
 
 def test_a_one_megabyte_frame_closes_that_socket_only(gateway: tuple[TestClient, str]) -> None:
     client, token = gateway
-    with client.websocket_connect("/ws") as other:
+    with client.websocket_connect(WS) as other:
         connect(other, token)
-        with client.websocket_connect("/ws") as ws:
+        with client.websocket_connect(WS) as ws:
             connect(ws, token)
             ws.send_text(req("big", "chat.send", text="x" * 1_000_000))
             err = json.loads(ws.receive_text())
@@ -163,13 +163,13 @@ def test_a_one_megabyte_frame_closes_that_socket_only(gateway: tuple[TestClient,
 
 def test_a_foreign_origin_is_refused_and_the_same_origin_accepted(gateway: tuple[TestClient, str]) -> None:
     client, token = gateway
-    with client.websocket_connect("/ws", headers={"origin": "http://evil.example"}) as ws:
+    with client.websocket_connect(WS, headers={"origin": "http://evil.example"}) as ws:
         err = json.loads(ws.receive_text())
         assert err["error"]["code"] == "origin_refused"
         with pytest.raises(WebSocketDisconnect) as closed:
             ws.receive_text()
         assert closed.value.code == 1008
-    with client.websocket_connect("/ws", headers={"origin": "http://testserver"}) as ws:
+    with client.websocket_connect(WS, headers={"origin": "http://localhost"}) as ws:
         assert connect(ws, token)["ok"]
 
 
@@ -191,7 +191,7 @@ def test_deeply_nested_and_invalid_unicode_frames_get_errors_and_the_socket_stay
         gateway: tuple[TestClient, str]) -> None:
     client, token = gateway
     deep = "[" * 100_000 + "]" * 100_000  # 200 KB, under the size cap: a RecursionError dropped the socket
-    with client.websocket_connect("/ws") as ws:
+    with client.websocket_connect(WS) as ws:
         connect(ws, token)
         inside = '{"type": "req", "id": "d", "method": "chat.send", "params": {"text": ' + "[" * 500 + "]" * 500 + "}}"
         for frame in (deep, inside):

@@ -110,7 +110,7 @@ def gateway(home: Path) -> Iterator[tuple[Web, Gateway]]:
     token = ensure_token(home)
     gw = Gateway(loaded, home, {}, {"main": rt}, token, host="127.0.0.1", port=0, channels=[], service_factories=[])
     asyncio.run(gw.webchat.start(gw.bus))
-    with TestClient(gw.app) as client, client.websocket_connect("/ws", headers={"host": "testserver"}) as ws:
+    with TestClient(gw.app, base_url="http://localhost") as client, client.websocket_connect("ws://localhost/ws") as ws:
         web = Web(ws)
         assert web.ok("connect", token=token, clientId="tab1")["type"] == "hello-ok"
         yield web, gw
@@ -317,11 +317,11 @@ def test_console_methods_need_the_token_first(tmp_path: Path) -> None:
     rt = AgentRuntime(loaded.agent(), FunctionModel(model), clock=fixed_clock, fsync=False, home=tmp_path)
     gw = Gateway(loaded, tmp_path, {}, {"main": rt}, token, host="127.0.0.1", port=0, channels=[],
                  service_factories=[])
-    with TestClient(gw.app) as client:
+    with TestClient(gw.app, base_url="http://localhost") as client:
         for method, params in (("memory.get", {"path": "MEMORY.md"}), ("pairing.approve", {"channel": "t", "code": "A"}),
                                ("logs.tail", {}), ("cron.run", {"id": "x"}), ("memory.write", {"path": "MEMORY.md",
                                                                                               "content": ""})):
-            with client.websocket_connect("/ws") as ws:
+            with client.websocket_connect("ws://localhost/ws") as ws:
                 ws.send_text(json.dumps({"type": "req", "id": "x", "method": method, "params": params}))
                 assert json.loads(ws.receive_text())["error"]["code"] == "not_connected"
         # Besides the page, its static files and the favicon, nothing answers without the token.
@@ -331,7 +331,7 @@ def test_console_methods_need_the_token_first(tmp_path: Path) -> None:
         assert client.get("/status").status_code == 401
         paths = sorted(getattr(r, "path", "") for r in gw.app.routes)
         assert paths == ["/", "/favicon.ico", "/static", "/status", "/ws"]
-        with client.websocket_connect("/ws") as ws:
+        with client.websocket_connect("ws://localhost/ws") as ws:
             web = Web(ws)
             web.ok("connect", token=token)
             assert web.call("memory.search", query="x")["error"]["message"].startswith("memory is off")

@@ -2,21 +2,37 @@
 token-protected status, and the webhook routes channels contribute under /hooks/<channel>/<account>/.
 
 Nothing else is served without the token: every piece of data the page shows travels over the
-WebSocket after `connect`."""
+WebSocket after `connect`.
+
+The Host header is checked too (`HostCheck`), against DNS rebinding: a page on a name the attacker
+controls, re-pointed at this machine, is same-origin with the gateway in the browser's eyes, so its
+Origin matches its Host and the WebSocket's Origin check lets it through (it still needs the token). The
+page, its files, `/status` and the WebSocket answer only a Host that is an IP address (a browser sends one
+only for a page loaded from that very address and port: the gateway itself), `localhost`, or the host of
+an origin listed in `gateway.allowed_origins` (a name or a reverse proxy's public name); anything else
+gets 421. Webhook routes are exempt: platforms reach them through a tunnel or proxy under its public
+name, and each checks the platform's signature before anything else."""
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable, Sequence
+import ipaddress
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from hermit.gateway.webchat_api import WebchatApi
 
@@ -30,6 +46,71 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
 }
+
+
+log = logging.getLogger("hermit.gateway")
+HOOKS_PREFIX = "/hooks/"
+MISDIRECTED = 421
+
+
+def _host_name(value: str) -> str | None:
+    """The host of a Host header or an origin's netloc, without port, lower case, without a final dot."""
+    try:
+        name = urlsplit("//" + value.strip()).hostname
+    except ValueError:  # "[::1" and the like
+        return None
+    return name.rstrip(".") if name else None
+
+
+def allowed_host_names(allowed_origins: Iterable[str]) -> frozenset[str]:
+    """The names a Host header may carry besides IP addresses: localhost and the allowed origins' hosts."""
+    return frozenset({"localhost"} | {n for o in allowed_origins if (n := _host_name(urlsplit(o).netloc))})
+
+
+def host_allowed(host: str | None, names: frozenset[str]) -> bool:
+    name = _host_name(host) if host else None
+    if name is None:
+        return False
+    if name in names:
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True  # an address: rebinding needs a name the attacker controls
+
+
+class HostCheck:
+    """ASGI middleware: HTTP requests and WebSocket handshakes with a Host not in `names` (nor an IP
+    address) get 421 and a JSON body saying what to do; webhook routes pass untouched."""
+
+    def __init__(self, app: ASGIApp, names: frozenset[str]) -> None:
+        self.app = app
+        self.names = names
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or scope["path"].startswith(HOOKS_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        host = Headers(scope=scope).get("host")
+        if host_allowed(host, self.names):
+            await self.app(scope, receive, send)
+            return
+        log.warning("%s request for %s with Host %r refused (not this gateway's name)", scope["type"],
+                    scope["path"], host)
+        refusal = JSONResponse(
+            {"error": "host_refused", "message": f"this gateway does not answer to the host {host!r}",
+             "hint": "open it as http://127.0.0.1:<port>/ or http://localhost:<port>/, or add the origin you "
+                     "use (https://name[:port]) to gateway.allowed_origins"},
+            status_code=MISDIRECTED, headers={"Cache-Control": "no-store"})
+        if scope["type"] == "http":
+            await refusal(scope, receive, send)
+            return
+        ws = WebSocket(scope, receive, send)
+        if "websocket.http.response" in scope.get("extensions", {}):
+            await ws.send_denial_response(refusal)
+        else:  # a server without the denial extension answers 403 to a handshake closed before accept
+            await ws.close(1008, "host not allowed")
 
 
 def bearer_ok(request: Request, token: str) -> bool:
@@ -60,4 +141,4 @@ def build_app(api: WebchatApi, token: str, status: Callable[[], Awaitable[dict[s
                    Mount("/static", StaticFiles(directory=STATIC_DIR), name="static")]
     for channel, account, channel_routes in hooks:
         routes.append(Mount(f"/hooks/{channel}/{account}", routes=list(channel_routes)))
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, middleware=[Middleware(HostCheck, names=allowed_host_names(api.allowed_origins))])

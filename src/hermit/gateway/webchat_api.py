@@ -5,7 +5,8 @@ token, a first frame that is not `connect`, or a frame over the size limit close
 clear error frame first. After `connect`, a malformed frame or an unknown method gets an error
 response and the socket stays open. The Origin header, when a browser sends one, must be the page's
 own origin (or one listed in `gateway.allowed_origins`), so another web site open in the same browser
-cannot drive the assistant even if it learned the port.
+cannot drive the assistant even if it learned the port; a page on a rebinding name, whose Origin equals
+its Host, is refused before it gets here by the Host check (app.py).
 
 The chat methods are here; the owner's console (memory, cron, channels, pairing, logs) is console.py,
 behind the same `connect`. Any listed session can be opened, including keys that name no agent

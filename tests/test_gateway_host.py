@@ -1,0 +1,105 @@
+"""The gateway's Host check (gateway/app.py HostCheck), against a real `hermit gateway run`: a DNS-rebinding
+page (its name re-pointed at this machine, so Origin and Host are both the attacker's name) gets 421 on the
+page, the static files, /status and the WebSocket handshake; loopback names and addresses, other IP
+addresses and the hosts of `gateway.allowed_origins` are served; webhook routes are left to their
+signature checks, since platforms reach them through a tunnel under its public name."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+from websockets.typing import Origin
+
+from fakes.fake_whatsapp import sign, text_message, webhook_body
+from gatewayhelpers import GatewayProcess, write_config
+
+EVIL = "rebind.evil.test"
+WA = ("channels:\n  whatsapp:\n    accounts:\n      biz:\n        phone_number_id: '1065550100'\n"
+      "        base_url: http://127.0.0.1:9\n        dm_policy: allowlist\n        allow_from: ['15550001001']\n")
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    home = tmp_path_factory.mktemp("host")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("WHATSAPP_ACCESS_TOKEN", "EAAG-host-test")
+    mp.setenv("WHATSAPP_APP_SECRET", "app-secret-host")
+    mp.setenv("WHATSAPP_VERIFY_TOKEN", "verify-host")
+    # The provider is never called here: no message reaches an agent.
+    write_config(home, "http://127.0.0.1:9/v1",
+                 extra="  allowed_origins: ['https://hermit.example']\n" + WA)
+    gw = GatewayProcess(home)
+    try:
+        gw.wait_ready()
+        yield gw
+    finally:
+        gw.stop()
+        mp.undo()
+
+
+def port(gw: GatewayProcess) -> int:
+    p = urlsplit(gw.url).port
+    assert p is not None
+    return p
+
+
+def get(gw: GatewayProcess, path: str, host: str, **headers: str) -> httpx.Response:
+    return httpx.get(f"http://127.0.0.1:{port(gw)}{path}", headers={"Host": host, **headers}, timeout=10)
+
+
+def ws_open(gw: GatewayProcess, host: str, origin: str) -> dict[str, Any]:
+    """Open /ws on the gateway's loopback socket with `host` in the handshake; connect with the token."""
+    sock = socket.create_connection(("127.0.0.1", port(gw)), timeout=10)
+    with connect(f"ws://{host}/ws", sock=sock, origin=Origin(origin), open_timeout=10) as ws:
+        ws.send(json.dumps({"type": "req", "id": "c", "method": "connect", "params": {"token": gw.token}}))
+        hello: dict[str, Any] = json.loads(ws.recv(10))
+        return hello
+
+
+def test_a_rebinding_host_gets_421_on_the_page_files_status_and_websocket(gateway: GatewayProcess) -> None:
+    evil = f"{EVIL}:{port(gateway)}"
+    for path, headers in (("/", {}), ("/static/app.js", {}), ("/favicon.ico", {}),
+                          ("/status", {"Authorization": f"Bearer {gateway.token}"})):
+        r = get(gateway, path, evil, **headers)
+        print(path, "with Host", evil, "->", r.status_code, r.text[:60])
+        assert r.status_code == 421, (path, r.status_code)
+        assert r.json()["error"] == "host_refused" and "allowed_origins" in r.json()["hint"]
+    # Origin and Host both the attacker's name: the Origin check alone let this through (token aside).
+    with pytest.raises(InvalidStatus) as refused:
+        ws_open(gateway, evil, f"http://{evil}")
+    print("WebSocket with Host and Origin", evil, "->", refused.value.response.status_code)
+    assert refused.value.response.status_code == 421
+    assert b"host_refused" in refused.value.response.body
+    assert "refused (not this gateway's name)" in gateway.stderr()
+
+
+def test_loopback_addresses_and_configured_names_are_served(gateway: GatewayProcess) -> None:
+    p = port(gateway)
+    for host in (f"127.0.0.1:{p}", f"localhost:{p}", "LOCALHOST", f"[::1]:{p}", f"127.5.6.7:{p}",
+                 f"192.168.1.20:{p}", "hermit.example"):  # an address (a LAN bind), an allowed origin's host
+        assert get(gateway, "/", host).status_code == 200, host
+    assert get(gateway, "/status", f"localhost:{p}",
+               Authorization=f"Bearer {gateway.token}").json()["port"] == p
+    hello = ws_open(gateway, f"localhost:{p}", f"http://localhost:{p}")
+    assert hello["ok"] and hello["payload"]["type"] == "hello-ok"
+    hello = ws_open(gateway, "hermit.example", "https://hermit.example")
+    assert hello["ok"]
+
+
+def test_webhooks_arrive_under_a_tunnels_name_and_keep_their_signature_check(gateway: GatewayProcess) -> None:
+    tunnel = "abc123.tunnel.example"
+    r = get(gateway, "/hooks/whatsapp/biz/?hub.mode=subscribe&hub.verify_token=verify-host&hub.challenge=4242",
+            tunnel)
+    assert (r.status_code, r.text) == (200, "4242")
+    body = json.dumps(webhook_body(text_message("15550001001", "hi", "wamid.host.1"))).encode()
+    forged = httpx.post(f"http://127.0.0.1:{port(gateway)}/hooks/whatsapp/biz/", content=body, timeout=10,
+                        headers={"Host": tunnel, **sign("not-the-secret", body)})
+    assert forged.status_code == 401  # the signature check answers, not the Host check
