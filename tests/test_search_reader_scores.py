@@ -16,9 +16,9 @@ import pytest
 
 from hermit.config.schema import MemorySearchConfig
 from hermit.memory.policy.audience import reader_for_session
-from hermit.memory.service import MemoryKey, MemoryService
+from hermit.memory.service import MemoryService
 from hermit.sessions.keys import dm_session_key
-from memhelpers import HashEmbedder
+from memhelpers import HashEmbedder, service
 
 CHAT = reader_for_session(dm_session_key("main", "telegram", "777"))
 SHARED_LOG = ("# 2026-01-20\n"
@@ -37,7 +37,7 @@ def _memory(tmp_path: Path, name: str, secret: str, provider: str) -> MemoryServ
     (ws / "memory" / "2026-01-20.md").write_text(SHARED_LOG)
     cfg = MemorySearchConfig.model_validate({"provider": "local" if provider == "hash" else "none"})
     embedder = HashEmbedder() if provider == "hash" else None
-    return MemoryService(MemoryKey("main", ws), tmp_path / f"{name}.sqlite", cfg, embedder)
+    return service(ws, tmp_path / f"{name}.sqlite", embedder, cfg)
 
 
 def _answers(svc: MemoryService, queries: list[str], reader: Any) -> list[list[tuple[str, int, float, str]]]:
@@ -49,7 +49,8 @@ def _answers(svc: MemoryService, queries: list[str], reader: Any) -> list[list[t
 
 
 @pytest.mark.parametrize("provider", ["hash", "none"])
-def test_a_chats_scores_are_the_same_whatever_word_the_owners_notes_hold(tmp_path: Path, provider: str) -> None:
+def test_a_chats_scores_are_the_same_whatever_word_the_owners_notes_hold(tmp_path: Path, provider: str,
+                                                                         store_backend: str) -> None:
     with_pin = _memory(tmp_path, "pin", "4821", provider)
     without = _memory(tmp_path, "other", "9375", provider)
     queries = ["4821", "Varga", "4821 zebra", "zebra 4821 garden", "biopsy 4821"]
