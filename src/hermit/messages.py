@@ -14,11 +14,14 @@ Text from outside (a CLI argument, a batch query line, a model's reply or tool-c
 message) can hold lone UTF-16 surrogates ("\\ud800" in JSON, undecodable argv bytes); they cannot be
 encoded as UTF-8, so SQLite, the embedding model, JSON files and HTTP bodies all fail on them.
 `valid_text` / `valid_json` are the one place that makes such text valid (each lone surrogate becomes
-U+FFFD), called at every boundary where outside text comes in.
+U+FFFD), called at every boundary where outside text comes in. `one_line` is the one rule for a name
+or id someone else chose (a display name, a forwarded message's author, a peer id) shown inside text
+Hermit frames: one line of visible characters, bounded.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias, get_args
@@ -29,6 +32,26 @@ STOP_REASONS: tuple[str, ...] = get_args(StopReason)
 # When a model sends tool-call arguments that are not a JSON object, the adapter keeps the raw text under
 # this key so the tool runner can answer "your arguments were not valid JSON" instead of crashing.
 INVALID_ARGUMENTS_KEY = "_raw_arguments"
+
+
+# Shown as a space: controls (C0, DEL, C1: ESC, CR…) and line/paragraph separators. Dropped: format
+# characters (bidi overrides and isolates, zero-width space/joiners, soft hyphen), surrogates, private use
+# and unassigned code points.
+_AS_SPACE = frozenset({"Cc", "Zl", "Zp"})
+_DROPPED = frozenset({"Cf", "Cs", "Co", "Cn"})
+
+
+def one_line(value: str, limit: int) -> str:
+    """`value` as plain visible text on one line: controls and separators become spaces, invisible
+    (format) characters go, runs of whitespace become one space; at most `limit` characters."""
+    out = []
+    for ch in value:
+        cat = unicodedata.category(ch)
+        if cat in _AS_SPACE:
+            out.append(" ")
+        elif cat not in _DROPPED:
+            out.append(ch)
+    return " ".join("".join(out).split())[:limit].rstrip()
 
 
 def valid_text(text: str) -> str:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from hermit.messages import one_line
+
 MAX_AUTHOR_CHARS = 64
 UNKNOWN_AUTHOR = "someone"
 
 # Dropped from names: anything that could close the header's bracket, open a fake one, or reorder text.
 _BRACKETS = re.compile(r"[\[\]{}()<>«»‹›〈〉《》【】〔〕〖〗〘〙〚〛⟦⟧⟨⟩\"`|]")
-_DROPPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})  # control, format/bidi, …
 
 
 def author_label(name: str | None) -> str:
@@ -28,9 +29,7 @@ def author_label(name: str | None) -> str:
         return UNKNOWN_AUTHOR
     # NFKC first: full-width brackets and other look-alikes become the ASCII ones removed below.
     text = unicodedata.normalize("NFKC", str(name))
-    kept = "".join(" " if c.isspace() else c for c in text
-                   if c.isspace() or unicodedata.category(c) not in _DROPPED_CATEGORIES)
-    kept = " ".join(_BRACKETS.sub(" ", kept).split())
+    kept = " ".join(_BRACKETS.sub(" ", one_line(text, 4 * MAX_AUTHOR_CHARS)).split())
     if len(kept) > MAX_AUTHOR_CHARS:
         kept = kept[:MAX_AUTHOR_CHARS - 1].rstrip() + "…"
     return kept or UNKNOWN_AUTHOR

@@ -42,6 +42,7 @@ from hermit.config.allowlist import AllowlistEntryError, is_username, normalize_
 from hermit.durable import write_atomic
 from hermit.errors import AccessDenied, HermitError
 from hermit.locks import locked
+from hermit.messages import one_line
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0 O 1 I: codes are read aloud and retyped
 CODE_LENGTH = 8
@@ -58,12 +59,9 @@ _HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
 def plain(text: str | None, limit: int = NAME_MAX) -> str | None:
-    """A name from a platform as it is stored: one line of visible characters (every hidden one becomes
-    a space, runs of spaces one), at most `limit` long; None when nothing visible is left."""
-    if text is None:
-        return None
-    out = " ".join("".join(" " if unicodedata.category(c) in _HIDDEN else c for c in text).split())[:limit].rstrip()
-    return out or None
+    """A name from a platform as it is stored: one line of visible characters (messages.one_line), at
+    most `limit` long; None when nothing visible is left."""
+    return (one_line(text, limit) or None) if text is not None else None
 
 
 def printable(text: str, limit: int) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import re
 import time
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 from hermit.errors import PathPolicyError, SessionError
 from hermit.memory.index.sources import SourceFile
 from hermit.memory.policy.provenance import Origin
-from hermit.messages import valid_text
+from hermit.messages import one_line, valid_text
 from hermit.sessions.entries import HEADER_REPAIR_TYPE
 from hermit.sessions.keys import SessionKind, is_main_session_key, parse_session_key
 
@@ -72,9 +71,7 @@ _LABEL_DROP = frozenset("()[]{}<>")
 def _label_part(value: str) -> str:
     """An id or name made fit for a speaker label: no brackets, control, format or line-breaking
     characters (it cannot close the label or start a line of its own), whitespace collapsed, bounded."""
-    kept = "".join(" " if ch.isspace() else ch for ch in value
-                   if ch not in _LABEL_DROP and unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co", "Cn"))
-    return " ".join(kept.split())[:MAX_LABEL_CHARS] or "?"
+    return one_line("".join(" " if ch in _LABEL_DROP else ch for ch in value), MAX_LABEL_CHARS) or "?"
 
 
 def chat_of(session_key: str | None) -> str | None:

@@ -25,8 +25,9 @@ so notes written before this rule render safely too.
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass, fields
+
+from hermit.messages import one_line
 
 OPEN_RE = re.compile(r"^<!-- origin((?: \w+=\"[^\"]*\")*) -->$")
 CLOSE_LINE = "<!-- /origin -->"
@@ -36,25 +37,6 @@ SENDER_NAME_MAX = 64  # enough for any real display name, too short to tell a st
 _SENDER_ID_MAX = 128
 _LABEL_SYNTAX = re.compile(r"[\[\](){}<>\"'`]")
 _NAME_AND_ID = re.compile(r"(?P<name>.*\S)\s*\((?P<id>[^()\s]+)\)")
-# Categories shown as a space (controls, line and paragraph separators) or dropped (format characters:
-# bidi overrides and isolates, zero-width space/joiners, soft hyphen; surrogates, private use, unassigned).
-_AS_SPACE = frozenset({"Cc", "Zl", "Zp"})
-_DROPPED = frozenset({"Cf", "Cs", "Co", "Cn"})
-
-
-def one_line(value: str, limit: int) -> str:
-    """`value` as plain visible text on one line: controls and separators become spaces, invisible
-    (format) characters go, runs of whitespace become one space; at most `limit` characters."""
-    out = []
-    for ch in value:
-        cat = unicodedata.category(ch)
-        if cat in _AS_SPACE:
-            out.append(" ")
-        elif cat not in _DROPPED:
-            out.append(ch)
-    return " ".join("".join(out).split())[:limit].rstrip()
-
-
 def display_name(name: str) -> str:
     """A chat member's display name made unable to pass for label syntax: one line, no brackets,
     parentheses or quotes, at most SENDER_NAME_MAX characters ("" when nothing visible is left)."""
