@@ -30,6 +30,7 @@ from hermit.memory.index.session_source import (
 from hermit.memory.index.sync import ChunkProgress, Indexer, Progress, Ready, SyncReport
 from hermit.memory.policy.audience import (
     AUDIENCE_RULE,
+    NOT_FOUND_OR_NOT_SHARED,
     OWNER_READER,
     AudienceMap,
     Reader,
@@ -65,9 +66,6 @@ class MemoryKey:
 WITHHELD_NOTICE = ("notes not shared with this chat are never searched or shown here (owner-only notes, MEMORY.md, "
                    "session transcripts, other chats' notes)")
 
-# memory_get's one answer to a reader other than the owner for a file it may see nothing of: the read
-# tool's wording (tools/files.py), so the two tools cannot be played against each other.
-NOT_FOUND_OR_NOT_SHARED = "file not found: {path} (or nothing in it is shared with this chat)"
 NOT_FOUND_HINT = "check the path: use a path from memory_search results"
 SYMLINK_REFUSAL = "symlinks are not followed"  # memory.policy.paths' refusal that depends on the disk
 

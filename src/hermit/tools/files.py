@@ -29,6 +29,7 @@ from pydantic import Field
 
 from hermit.durable import append_file, write_atomic
 from hermit.errors import PathPolicyError, ToolError
+from hermit.memory.policy.audience import NOT_FOUND_OR_NOT_SHARED
 from hermit.memory.policy.daily_log import memory_writes_locked
 from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, read_regular
 from hermit.tools.base import Tool, make_tool
@@ -248,9 +249,9 @@ class FileTools:
             data = self.view.read(loc, MAX_FILE_BYTES)
         except FileNotFoundError:
             # A memory file this chat may see nothing of is answered as a missing one: no way to probe names.
-            shown = f"{loc.shown} (or nothing in it is shared with this chat)" if loc.area == "memory" else loc.shown
-            raise ToolError(f"file not found: {shown}",
-                            "check the path (relative paths start at the workspace)") from None
+            # (memory_get answers the same words: the two tools cannot be played against each other)
+            text = NOT_FOUND_OR_NOT_SHARED.format(path=loc.shown) if loc.area == "memory" else f"file not found: {loc.shown}"
+            raise ToolError(text, "check the path (relative paths start at the workspace)") from None
         except NotAFile as e:
             raise ToolError(f"{loc.shown} is {e.kind}, not a regular file", "only regular text files can be read") \
                 from None

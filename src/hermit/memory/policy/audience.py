@@ -53,6 +53,9 @@ DEFAULT_MAX_FILE_BYTES = 5_000_000  # memory_search.max_file_bytes' default: the
 AUDIENCE_RULE = ("audience rule: owner-only notes (the main session's notes, memory/private/, MEMORY.md) and "
                  "notes of other chats are not shared with this chat")
 WITHHELD_LINES = "[{n} line{s} withheld: not shared with this chat]"
+# The one answer a reader other than the owner gets for a memory file it may see nothing of, missing or
+# not (memory_get and the read tool alike, so neither can be played against the other to probe names).
+NOT_FOUND_OR_NOT_SHARED = "file not found: {path} (or nothing in it is shared with this chat)"
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.@+=-")
 _ID = r"[A-Za-z0-9_.@+=%-]+"
