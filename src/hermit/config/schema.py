@@ -224,7 +224,9 @@ class SandboxConfig(Strict):
     # What a non-owner session's room (its own folder, <state>/agents/<id>/rooms/) may hold.
     room_mb: int = Field(256, ge=1)
     # The uid sandboxed commands run as when Hermit runs as root (root keeps its capabilities inside a
-    # user namespace, and the process limit is counted per uid). Not 0.
+    # user namespace, and the process limit is counted per uid). Not 0. A uid an account has (65534 is
+    # nobody, whose daemons could reach a room through /proc) is replaced at run time by the first free
+    # one from 2,000,000,000 (tools.os_sandbox.unused_uid).
     uid: int = Field(65534, ge=1)
 
 
