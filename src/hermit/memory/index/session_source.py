@@ -27,7 +27,7 @@ from hermit.memory.index.sources import SourceFile
 from hermit.memory.policy.provenance import Origin
 from hermit.messages import one_line, valid_text
 from hermit.sessions.entries import HEADER_REPAIR_TYPE
-from hermit.sessions.keys import SessionKind, is_main_session_key, parse_session_key
+from hermit.sessions.keys import SessionKey, SessionKind, is_main_session_key, parse_session_key
 
 SESSIONS_PREFIX = "sessions/"
 # Re-index a transcript once it grew by this much since it was last indexed...
@@ -74,15 +74,19 @@ def _label_part(value: str) -> str:
     return one_line("".join(" " if ch in _LABEL_DROP else ch for ch in value), MAX_LABEL_CHARS) or "?"
 
 
+def _parsed(session_key: str | None) -> SessionKey | None:
+    try:
+        return parse_session_key(session_key) if session_key is not None else None
+    except SessionError:
+        return None
+
+
 def chat_of(session_key: str | None) -> str | None:
     """Whose chat a transcript is, for its labels: None for the main session (the owner's own words),
     else e.g. "telegram DM 2001", "slack channel C1", "cron job nightly"; fails closed."""
     if session_key is not None and is_main_session_key(session_key):
         return None
-    try:
-        key = parse_session_key(session_key) if session_key is not None else None
-    except SessionError:
-        key = None
+    key = _parsed(session_key)
     if key is None:
         return UNKNOWN_CHAT
     channel = f"{_label_part(key.channel)} " if key.channel else ""
@@ -128,13 +132,9 @@ def transcript_session_key(raw: str) -> str | None:
 
 def transcript_origin(session_key: str | None) -> Origin | None:
     """The origin search results from a transcript are labelled with; None for the main session's."""
-    chat = chat_of(session_key)
-    if chat is None:
+    if chat_of(session_key) is None:
         return None
-    try:
-        key = parse_session_key(session_key) if session_key is not None else None
-    except SessionError:
-        key = None
+    key = _parsed(session_key)
     if key is None:
         return Origin("unknown")
     group = _label_part(key.peer_id) if key.is_group and key.peer_id else None
