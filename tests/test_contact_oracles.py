@@ -265,3 +265,22 @@ def test_summary_and_flush_prompts_keep_other_chats_attributed(tmp_path: Path) -
     assert set(systems) == {"summary", "flush"}
     for system in systems.values():
         assert '"[written from …]"' in system and "never" in system and "the user's instructions or facts" in system
+
+
+def test_a_chats_search_never_names_files_the_index_skipped(tmp_path: Path) -> None:
+    """memory_search passed the index's warnings to every reader, and they name files memory_get answers a
+    chat as missing ("memory/private/affair-with-anna.md: skipped, memory files may not be symlinks"); a
+    chat's own note marks the index dirty, so its next search carried them. The owner still sees them."""
+    home = tmp_path / "home"
+    rt = make(home, ScriptedModel([]))
+    private = rt.agent.workspace / "memory" / "private"
+    private.mkdir(parents=True)
+    (private / "hiv-test-results.md").write_bytes(b"# results\x00\x00 positive\n")
+    os.mkfifo(private / "bankruptcy-filing.md")
+    (private / "affair-with-anna.md").symlink_to(rt.agent.workspace / "USER.md")
+    assert not call(rt, CONTACT, "write", path=f"memory/{TODAY}.md", content="- lunch at noon", append=True)[1]
+    chat = json.loads(call(rt, CONTACT, "memory_search", query="lunch")[0])
+    assert chat["results"] and "memory/private" not in json.dumps(chat)
+    owner = json.loads(call(rt, MAIN, "memory_search", query="lunch")[0])
+    assert {"hiv-test-results", "bankruptcy-filing", "affair-with-anna"} <= {
+        m.group(1) for w in owner.get("warnings", []) for m in [re.search(r"private/([a-z-]+)\.md", w)] if m}

@@ -65,3 +65,28 @@ def test_a_chats_scores_are_the_same_whatever_word_the_owners_notes_hold(tmp_pat
     finally:
         with_pin.close()
         without.close()
+
+
+@pytest.mark.parametrize("provider", ["hash", "none"])
+def test_a_chats_own_note_is_not_crowded_out_by_notes_it_may_not_see(tmp_path: Path, provider: str) -> None:
+    """The keyword pool was taken from everyone's notes and filtered after: with enough owner-only notes
+    naming Keller, the chat's own note about Keller vanished from its results (at one result, 16 sufficed),
+    which said the owner writes about Keller. A chat's pool is filled from what it may see."""
+    answers = []
+    for name, word in (("keller", "keller"), ("other", "zander")):
+        ws = tmp_path / name
+        (ws / "memory" / "private").mkdir(parents=True)
+        for i in range(40):
+            (ws / "memory" / "private" / f"n{i:02d}.md").write_text(f"# Note {i}\n- {word} {word} {word} call\n")
+        (ws / "memory" / "2026-01-20.md").write_text("# 2026-01-20\n- met keller about the fence and the shed\n")
+        cfg = MemorySearchConfig.model_validate({"provider": "local" if provider == "hash" else "none"})
+        svc = service(ws, tmp_path / f"{name}.sqlite", HashEmbedder() if provider == "hash" else None, cfg)
+        try:
+            answers.append([[(h["path"], h["score"]) for h in svc.search("keller", max_results=n, reader=CHAT)["results"]]
+                            for n in (1, 3, 6)])
+            if word == "keller":  # the owner's own search is crowded by them, as it should be
+                assert all(h["path"].startswith("memory/private/") for h in svc.search("keller", max_results=1)["results"])
+        finally:
+            svc.close()
+    assert answers[0] == answers[1]
+    assert all(a and a[0][0] == "memory/2026-01-20.md" for a in answers[0])

@@ -194,21 +194,29 @@ class MemoryService:
         report = self.sync_if_dirty()
         if report is not None and report.skipped:
             notes.append("the index is being updated; results may miss the newest edits")
-        if report is not None:
+        if report is not None and reader.owner:
+            # The index's warnings name files ("memory/private/x.md: skipped, it is a FIFO"): the owner's
+            # to read. A chat may trigger a sync (its own note marks the index dirty) and would otherwise
+            # learn the names of files memory_get answers it as missing.
             notes.extend(report.warnings[:5])
         with self.store.reading():
             outcome = self.searcher.search(query, max_results, min_score, reader=reader)
         out = self._result(outcome, notes, reader)
-        self._say_pending(out)
+        self._say_pending(out, reader)
         return out
 
-    def _say_pending(self, out: dict[str, Any]) -> None:
+    def _say_pending(self, out: dict[str, Any], reader: Reader = OWNER_READER) -> None:
         """While a (first) index is still embedding, say how much: those notes are found by keyword
-        only until their vectors are stored."""
+        only until their vectors are stored. A chat is told only that some are (the counts would say
+        how much the owner just wrote)."""
         if self.embedder is None or not self.cfg.store.vector_enabled:
             return
         files, chunks = self.store.pending_vectors()
         if not chunks:
+            return
+        if not reader.owner:
+            out.setdefault("warnings", []).append(
+                "some notes are still being embedded: until then they are found by keyword only")
             return
         out["indexing"] = {"filesPending": files, "chunksPending": chunks}
         out.setdefault("warnings", []).append(

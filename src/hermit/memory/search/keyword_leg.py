@@ -19,6 +19,8 @@ from hermit.memory.search.tuning import SearchTuning
 from hermit.memory.store.api import ChunkRow
 
 SMALL_MEMORY_CHUNKS = 100
+# How deep a restricted reader's keyword hits are searched for `pool` it may see (KeywordLeg._search).
+DEEPEST_POOL = 4_000
 
 
 class KeywordLeg:
@@ -45,8 +47,21 @@ class KeywordLeg:
 
     def _search(self, phrases: list[str], pool: int, rows: dict[int, ChunkRow],
                 counts: ReaderCounts | None) -> list[tuple[int, float]]:
-        hits = self.keyword.search(phrases, pool, rows)
-        return hits if counts is None else counts.rescore(phrases, hits)
+        """The best `pool` hits of `phrases`; for a restricted reader, the best `pool` of those it may see.
+
+        Those are searched deeper until `pool` of them are found or the matches end (at most
+        DEEPEST_POOL): a pool taken from everyone's notes and filtered after would lose the reader's own
+        note whenever enough hidden ones outrank it, and its disappearing would say that the owner's
+        notes hold the word many times."""
+        if counts is None:
+            return self.keyword.search(phrases, pool, rows)
+        limit = pool
+        while True:
+            hits = self.keyword.search(phrases, limit, rows)
+            seen = counts.rescore(phrases, hits)
+            if len(seen) >= pool or len(hits) < limit or limit >= DEEPEST_POOL:
+                return seen[:pool]
+            limit = min(limit * 4, DEEPEST_POOL)
 
     def _on_query_scale(self, hits: list[tuple[int, float]], terms: list[str],
                         tr: Translation, counts: ReaderCounts | None = None) -> list[tuple[int, float]]:
