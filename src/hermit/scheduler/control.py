@@ -41,6 +41,10 @@ def register_scheduler(job_file: Path, scheduler: RunningScheduler | None) -> No
         _RUNNING[key] = scheduler
 
 
+# What the cron tool may change of a job whose replies go to someone other than an owner.
+WHEN_ONLY = frozenset({"enabled", "schedule", "timeout_seconds"})
+
+
 class CronJobs:
     def __init__(self, home: Path, loaded: LoadedConfig, *, clock: Clock = utc_now, fsync: bool = True,
                  wake: Callable[[], None] | None = None, for_model: bool = False) -> None:
@@ -190,7 +194,10 @@ class CronJobs:
             new = patch_job(job, patch, now=self.clock())
             if new.delivery != job.delivery:
                 new = self._with_target(new)
-            if new.delivery != job.delivery or new.session_target != job.session_target:
+            # The model may retime, pause or resume any job; any other change (its message above all:
+            # "say exactly: the PIN is …" in the owner's job that posts to a group) leaves a job it may
+            # change only if its replies reach an owner alone.
+            if not set(patch) <= WHEN_ONLY or new.delivery != job.delivery:
                 new = self._model_delivers_to_owners(new)
             if new.schedule != job.schedule or new.enabled != job.enabled or new.agent_id != job.agent_id:
                 new = self._planned(new)
