@@ -245,6 +245,21 @@ def test_a_save_in_the_web_app_never_replaces_a_note_added_while_it_was_being_sa
     assert "passport expires 2027-03" in text and "typed in the web app" not in text
 
 
+def test_a_save_never_writes_through_a_memory_md_it_cannot_read(gateway: tuple[Web, Gateway], home: Path,
+                                                                 tmp_path: Path) -> None:
+    """A MEMORY.md that is a symlink (or a FIFO, or binary) was taken for a missing one: the save skipped the
+    base check and the history copy and wrote through the link, outside the workspace."""
+    web, _ = gateway
+    ws = home / "workspace"
+    outside = tmp_path / "dotfiles-memory.md"
+    outside.write_text("outside original\n", encoding="utf-8")
+    (ws / "MEMORY.md").unlink()
+    (ws / "MEMORY.md").symlink_to(outside)
+    answer = web.call("memory.write", path="MEMORY.md", content="# replaced\n", baseSha256="0" * 64)
+    assert answer["ok"] is False and "symlink" in answer["error"]["message"]
+    assert outside.read_text(encoding="utf-8") == "outside original\n" and (ws / "MEMORY.md").is_symlink()
+
+
 def test_appending_to_todays_log_shared_or_owner_only(gateway: tuple[Web, Gateway], home: Path) -> None:
     web, _ = gateway
     log = home / "workspace" / "memory" / "2026-01-20.md"

@@ -109,10 +109,12 @@ class MemoryConsole:
         # The check and the write under one hold of the memory lock: a note the assistant adds in between
         # would otherwise be replaced by the text the owner opened before it.
         with memory_writes_locked(rt.agent.workspace):
-            try:
-                current: str | None = svc.get(MEMORY_FILE)["text"]
-            except PathPolicyError:
-                current = None  # no MEMORY.md yet: this edit creates it
+            # Only a missing MEMORY.md makes this edit its first: one that cannot be read (a symlink, a
+            # FIFO, binary) is refused with svc.get's reason, never replaced (through the link, outside the
+            # workspace) without the base check and the history copy.
+            current: str | None = None
+            if os.path.lexists(rt.agent.workspace / MEMORY_FILE):
+                current = svc.get(MEMORY_FILE)["text"]
             if current is not None and p.base_sha256 != sha256(current):
                 raise HermitError("MEMORY.md changed on disk since you opened it (the assistant or an editor wrote "
                                   "it)", "copy your text, reload the file, and apply your change again")
