@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from hermit.config.schema import MemorySearchConfig
@@ -68,7 +69,8 @@ def test_a_chats_scores_are_the_same_whatever_word_the_owners_notes_hold(tmp_pat
 
 
 @pytest.mark.parametrize("provider", ["hash", "none"])
-def test_a_chats_own_note_is_not_crowded_out_by_notes_it_may_not_see(tmp_path: Path, provider: str) -> None:
+def test_a_chats_own_note_is_not_crowded_out_by_notes_it_may_not_see(tmp_path: Path, provider: str,
+                                                                  store_backend: str) -> None:
     """The keyword pool was taken from everyone's notes and filtered after: with enough owner-only notes
     naming Keller, the chat's own note about Keller vanished from its results (at one result, 16 sufficed),
     which said the owner writes about Keller. A chat's pool is filled from what it may see."""
@@ -90,3 +92,38 @@ def test_a_chats_own_note_is_not_crowded_out_by_notes_it_may_not_see(tmp_path: P
             svc.close()
     assert answers[0] == answers[1]
     assert all(a and a[0][0] == "memory/2026-01-20.md" for a in answers[0])
+
+
+class TopicEmbedder(HashEmbedder):
+    """Meaning without shared words: "garden" questions, rose and tulip notes and the hedge note point the
+    same way (the hedge a little off), everything else elsewhere."""
+
+    def _vec(self, text: str) -> np.ndarray:
+        v = np.zeros(self.info.dims, dtype=np.float32)
+        low = text.lower()
+        if "garden" in low or "tulips" in low:
+            v[0] = 1.0
+        elif "hedge" in low:
+            v[0], v[1] = 0.9, 0.44
+        else:
+            v[2 + len(low) % 7] = 1.0
+        return v
+
+
+def test_a_chats_own_note_is_not_crowded_out_of_the_vector_leg_either(tmp_path: Path, store_backend: str) -> None:
+    """The nearest chunks were taken from everyone's notes and filtered after: forty owner-only notes nearer
+    to the question than the chat's own note (which shares no word with it) pushed that note out."""
+    answers = []
+    for name, owner_note in (("near", "- rose bed and tulips {i}"), ("far", "- invoice number {i} paid")):
+        ws = tmp_path / name
+        (ws / "memory" / "private").mkdir(parents=True)
+        for i in range(40):
+            (ws / "memory" / "private" / f"n{i:02d}.md").write_text(f"# Note\n{owner_note.format(i=i)}\n")
+        (ws / "memory" / "2026-01-20.md").write_text("# 2026-01-20\n- trimmed the hedge by the shed\n")
+        svc = service(ws, tmp_path / f"{name}.sqlite", TopicEmbedder(), MemorySearchConfig())
+        try:
+            answers.append([[h["path"] for h in svc.search("garden", max_results=n, reader=CHAT)["results"]]
+                            for n in (1, 6)])
+        finally:
+            svc.close()
+    assert answers[0] == answers[1] == [["memory/2026-01-20.md"]] * 2

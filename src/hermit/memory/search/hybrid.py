@@ -50,7 +50,7 @@ from hermit.memory.search.ordering import (
 )
 from hermit.memory.search.places import group_places, show_places, span_of, spare_places
 from hermit.memory.search.query_runner import EmbedBeside, query_uses_one_core, store_knn
-from hermit.memory.search.reader_counts import ReaderCounts
+from hermit.memory.search.reader_counts import DEEPEST_POOL, ReaderCounts
 from hermit.memory.search.snippets import Term, render, weigh_terms
 from hermit.memory.search.terms import term_coverage
 from hermit.memory.search.translation import NO_TRANSLATION, Translation, WordVectors, translate
@@ -259,6 +259,8 @@ class HybridSearcher:
         vec_hits = self._finish_vector_leg(leg, pool, timings)
         if beside or leg.knn is not None:
             q, reason = leg.q, leg.reason
+        if counts is not None and q is not None:
+            vec_hits = self._visible_vector_hits(q, vec_hits, pool, counts, leg.matrix_ok)
         c = self._gather(query, tr, q, leg.matrix_ok, vec_hits, kw_hits, held, rows, pool, match, counts is not None)
         if restricted:
             assert reader is not None
@@ -341,6 +343,17 @@ class HybridSearcher:
         timings["vector_ms"] = (time.perf_counter() - t0) * 1000
         timings["matrix_busy_ms"] = leg.matrix_pass.busy_ms
         return hits
+
+    def _visible_vector_hits(self, q: np.ndarray, hits: list[tuple[int, float]], pool: int, counts: ReaderCounts,
+                             matrix_ok: bool) -> list[tuple[int, float]]:
+        """A restricted reader's nearest `pool` chunks among those it may see: searched deeper (at most
+        DEEPEST_POOL) while hidden chunks hold places, so none of them can crowd its own out."""
+        seen, limit = counts.keep(hits), pool
+        while len(seen) < pool and len(hits) >= limit and limit < DEEPEST_POOL:
+            limit = min(limit * 4, DEEPEST_POOL)
+            hits = self.matrix.topk(q, limit) if matrix_ok else self.store.vec_knn(q, limit)
+            seen = counts.keep(hits)
+        return seen[:pool]
 
     def _gather(self, query: str, tr: Translation, q: np.ndarray | None, matrix_ok: bool,
                 vec_hits: list[tuple[int, float]], kw_hits: list[tuple[int, float]], held: set[int],

@@ -13,14 +13,12 @@ from collections.abc import Callable
 from hermit.config.schema import QueryConfig
 from hermit.memory.search.fts import query_terms, translated_phrases
 from hermit.memory.search.keyword import KeywordSearcher
-from hermit.memory.search.reader_counts import ReaderCounts
+from hermit.memory.search.reader_counts import DEEPEST_POOL, ReaderCounts
 from hermit.memory.search.translation import Translation
 from hermit.memory.search.tuning import SearchTuning
 from hermit.memory.store.api import ChunkRow
 
 SMALL_MEMORY_CHUNKS = 100
-# How deep a restricted reader's keyword hits are searched for `pool` it may see (KeywordLeg._search).
-DEEPEST_POOL = 4_000
 
 
 class KeywordLeg:
@@ -50,9 +48,8 @@ class KeywordLeg:
         """The best `pool` hits of `phrases`; for a restricted reader, the best `pool` of those it may see.
 
         Those are searched deeper until `pool` of them are found or the matches end (at most
-        DEEPEST_POOL): a pool taken from everyone's notes and filtered after would lose the reader's own
-        note whenever enough hidden ones outrank it, and its disappearing would say that the owner's
-        notes hold the word many times."""
+        DEEPEST_POOL): otherwise enough owner-only notes holding a word would crowd the reader's own note
+        with that word out of its results, which would say that the owner writes about it."""
         if counts is None:
             return self.keyword.search(phrases, pool, rows)
         limit = pool

@@ -5,7 +5,8 @@ a scale set by its best hits. Both were the whole index's: a chat that wrote "48
 own and searched for it saw its note's score fall (or the note vanish under minScore) when the
 owner's MEMORY.md also said 4821 — one search per guess told it what the owner's notes held. A
 restricted reader's keyword scores are therefore computed as if only the chunks it may see existed:
-its hits are those it may see, and each phrase's document count is the count of those chunks.
+its hits are those it may see, and each phrase's document count is the count of those chunks. Both
+legs' candidate pools are searched deeper until they hold enough chunks it may see (DEEPEST_POOL).
 
 The chunk total N and the mean chunk length stay the index's (they say how much memory there is, not
 what it says). A phrase held by more than PRECISE_DF chunks keeps the index's count: reading that many
@@ -22,6 +23,10 @@ from hermit.memory.search.keyword import KeywordSearcher
 from hermit.memory.store.api import ChunkRow
 
 PRECISE_DF = 2_000
+# How deep a restricted reader's candidates are searched for a pool of those it may see: a pool taken
+# from everyone's notes and filtered after would lose the reader's own note whenever enough hidden ones
+# outrank it, and its disappearing would say what the owner's notes are about.
+DEEPEST_POOL = 4_000
 
 
 class ReaderCounts:
@@ -55,10 +60,14 @@ class ReaderCounts:
                 self._df[phrase] = len(self._seen(ids))
         return self._df[phrase]
 
+    def keep(self, hits: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        """The `hits` the reader may see, in their order."""
+        seen = self._seen([i for i, _ in hits])
+        return [(i, s) for i, s in hits if i in seen]
+
     def rescore(self, phrases: list[str], hits: list[tuple[int, float]]) -> list[tuple[int, float]]:
         """The `hits` the reader may see, best first, each scored by BM25 over `phrases` with its counts."""
-        keep = self._seen([i for i, _ in hits])
-        ids = [i for i, _ in hits if i in keep]
+        ids = [i for i, _ in self.keep(hits)]
         df = {p: self.doc_freq(p) for p in dict.fromkeys(phrases)}
         terms = self.keyword.phrase_scores(list(df), df, ids, self.rows)
         scored = [(i, sum(terms.get(i, {}).values())) for i in ids]
