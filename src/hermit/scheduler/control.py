@@ -100,10 +100,11 @@ class CronJobs:
     def get(self, job_id: str) -> Job:
         return self.store.load().get(job_id)
 
-    def list_jobs(self) -> dict[str, Any]:
+    def list_jobs(self, agent_id: str | None = None) -> dict[str, Any]:
+        """Every job, or only `agent_id`'s (what that agent's cron tool may see: agents are isolated)."""
         file = self.store.load()
-        out: dict[str, Any] = {"jobs": [self.describe(j) for j in file.jobs]}
-        if file.invalid:
+        out: dict[str, Any] = {"jobs": [self.describe(j) for j in file.jobs if agent_id in (None, j.agent_id)]}
+        if file.invalid and agent_id is None:
             out["invalid"] = [{"index": b.index, "error": b.error} for b in file.invalid]
         return out
 
@@ -111,12 +112,13 @@ class CronJobs:
         self.get(job_id)
         return {"id": job_id, "runs": self.store.runs(job_id, limit)}
 
-    def status(self) -> dict[str, Any]:
+    def status(self, agent_id: str | None = None) -> dict[str, Any]:
         file = self.store.load()
-        enabled = [j for j in file.jobs if j.enabled and j.state.next_run_at is not None]
+        jobs = [j for j in file.jobs if agent_id in (None, j.agent_id)]
+        enabled = [j for j in jobs if j.enabled and j.state.next_run_at is not None]
         nxt = min(enabled, key=lambda j: j.state.next_run_at or datetime.max, default=None)
-        out: dict[str, Any] = {"jobs": len(file.jobs), "enabled": len([j for j in file.jobs if j.enabled]),
-                               "invalid": len(file.invalid),
+        out: dict[str, Any] = {"jobs": len(jobs), "enabled": len([j for j in jobs if j.enabled]),
+                               "invalid": len(file.invalid) if agent_id is None else 0,
                                "next": ({"id": nxt.id, "name": nxt.name, "at": self.describe(nxt)["next_run_at"]}
                                         if nxt else None)}
         running = self._scheduler()

@@ -27,9 +27,9 @@ Action = Literal["status", "list", "add", "update", "remove", "run", "runs"]
 
 
 class CronBackend(Protocol):
-    def status(self) -> dict[str, Any]: ...
+    def status(self, agent_id: str | None = None) -> dict[str, Any]: ...
 
-    def list_jobs(self) -> dict[str, Any]: ...
+    def list_jobs(self, agent_id: str | None = None) -> dict[str, Any]: ...
 
     def add(self, spec: dict[str, Any]) -> dict[str, Any]: ...
 
@@ -56,16 +56,24 @@ class CronTools:
         id: Annotated[str | None, Field(description="Job id (update, remove, run, runs)")] = None,
         job: Annotated[dict[str, Any] | None, Field(description="Job fields (add, update)")] = None,
     ) -> dict[str, Any]:
+        # Agents are isolated: an agent's tool sees and changes its own jobs only (another agent's main-session
+        # job would run with that agent's MEMORY.md).
         if action == "status":
-            return self.backend.status()
+            return self.backend.status(self.agent_id)
         if action == "list":
-            return self.backend.list_jobs()
+            return self.backend.list_jobs(self.agent_id)
+        if job and job.get("agent_id", self.agent_id) != self.agent_id:
+            raise ToolError(f"jobs of agent {job['agent_id']!r} are not this agent's to {action}",
+                            "leave agent_id out: this agent's jobs run as this agent; the owner can set up "
+                            "another agent's job with `hermit --agent ID cron add`")
         if action == "add":
             if not job:
                 raise ToolError("add needs `job`", "give at least message and schedule")
-            return self.backend.add({"agent_id": self.agent_id, **job})
+            return self.backend.add({**job, "agent_id": self.agent_id})
         if not id:
             raise ToolError(f"{action} needs the job's `id`", "find it with action=list")
+        if not any(j.get("id") == id for j in self.backend.list_jobs(self.agent_id)["jobs"]):
+            raise ToolError(f"no job with id {id!r}", "find this agent's jobs with action=list")
         if action == "update":
             if not job:
                 raise ToolError("update needs `job` with the fields to change", "e.g. {\"enabled\": false}")
