@@ -101,12 +101,16 @@ def test_messages_older_than_a_day_are_ignored_and_reported_once_without_their_t
     run(main)
 
 
-def test_a_corrupt_seen_ids_file_is_reported_and_replaced_not_fatal(tmp_path: Path,
+@pytest.mark.parametrize("corrupt", ['{"ids": {"wamid.X": "not a time"', '{"ids": {"wamid.X": 1' + "0" * 400 + "}}",
+                                     "[" * 100_000 + "]" * 100_000], ids=["torn", "huge-time", "deep"])
+def test_a_corrupt_seen_ids_file_is_reported_and_replaced_not_fatal(tmp_path: Path, corrupt: str,
                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Torn JSON, a time too large for a float (OverflowError) and JSON nested too deep (RecursionError):
+    the last two stopped the gateway from starting with a traceback."""
     caplog.set_level(logging.WARNING, logger="hermit.channels.dedupe")
     path = seen_ids_path(tmp_path, PHONE_NUMBER_ID)
     path.parent.mkdir(parents=True)
-    path.write_text('{"ids": {"wamid.X": "not a time"', encoding="utf-8")
+    path.write_text(corrupt, encoding="utf-8")
 
     async def main() -> None:
         async with gateway_run(tmp_path) as (_ch, sink, url):

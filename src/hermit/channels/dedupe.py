@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -80,7 +81,10 @@ class SeenIds:
         try:
             data = json.loads(raw)
             entries = sorted(((float(at), str(mid)) for mid, at in data["ids"].items()))
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            # A time that is not a finite number (NaN, 1e999) would never be pruned, nor compare sanely.
+            entries = [(at, mid) for at, mid in entries if math.isfinite(at)]
+        # ArithmeticError: an integer too large for a float; RecursionError: JSON nested too deep.
+        except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, RecursionError) as e:
             log.warning("the seen message ids in %s are corrupt (%s): ignoring the file, it is rewritten with "
                         "the next message; messages older than the freshness bound are still refused", self.path, e)
             return
