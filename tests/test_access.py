@@ -206,6 +206,19 @@ def test_files_are_owner_only_and_atomic(tmp_path: Path) -> None:
     assert credential_permission_problems(tmp_path) == [f"{cred / 'pairing.json'} is 644, should be 600"]
 
 
+def test_an_allow_file_whose_list_is_not_a_list_approves_nobody(tmp_path: Path) -> None:
+    """A hand-edited `"allow_from": "12345"` was read character by character: senders 1 to 5 got in."""
+    ac, store, _ = make(tmp_path)
+    path = store.allow_file("telegram", "bot")
+    path.parent.mkdir(parents=True)
+    for broken in ('"12345"', '{"1": true}', '[1, 2, null, ""]'):
+        path.write_text(f'{{"version": 1, "allow_from": {broken}}}', encoding="utf-8")
+        assert store.approved_senders("telegram", "bot") == set() and store.approved("telegram") == []
+        assert not dm(ac, "1").allowed
+    path.write_text('{"version": 1, "allow_from": ["100", 7]}', encoding="utf-8")
+    assert dm(ac, "100").allowed and not dm(ac, "7").allowed
+
+
 def test_account_ids_cannot_escape_the_credentials_dir(tmp_path: Path) -> None:
     store = PairingStore(tmp_path)
     assert store.allow_file("telegram", "../../x").parent == tmp_path / "credentials"

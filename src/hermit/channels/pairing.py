@@ -76,6 +76,13 @@ def _escape(c: str) -> str:
     return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
 
 
+def _allow_from(data: dict[str, Any]) -> list[str]:
+    """The approved sender ids of an allow file: the strings of its `allow_from` list. Anything else there
+    (a hand-edited "allow_from": "12345" would have read as the senders 1, 2, 3, 4 and 5) approves nobody."""
+    ids = data.get("allow_from", [])
+    return [s for s in ids if isinstance(s, str) and s] if isinstance(ids, list) else []
+
+
 def sender_label(sender_id: str, name: str | None, username: str | None) -> str:
     """How the CLI names a sender: "id (name, @username)", printable whatever the files hold."""
     extra = ", ".join(printable(x, NAME_MAX + 1) for x in (name, f"@{username}" if username else None) if x)
@@ -246,7 +253,7 @@ class PairingStore:
             match = self._find(requests, channel, code, "approve")
             path = self.allow_file(channel, match.account_id)
             data = self._read_json(path)
-            senders = [s for s in data.get("allow_from", []) if isinstance(s, str)]
+            senders = _allow_from(data)
             if match.sender_id not in senders:
                 senders.append(match.sender_id)
             details = _details(data)
@@ -268,7 +275,7 @@ class PairingStore:
 
     def approved_senders(self, channel: str, account_id: str) -> set[str]:
         data = self._read_json(self.allow_file(channel, account_id))
-        return {s for s in data.get("allow_from", []) if isinstance(s, str)}
+        return set(_allow_from(data))
 
     def _allow_files(self) -> list[tuple[str, str, Path]]:
         """(channel, account, path) of every approved-senders file."""
@@ -289,9 +296,7 @@ class PairingStore:
                 continue
             data = self._read_json(path)
             details = _details(data)
-            for sender in data.get("allow_from", []):
-                if not isinstance(sender, str):
-                    continue
+            for sender in _allow_from(data):
                 d = details.get(sender, {})
                 approved_at = d.get("approved_at")
                 out.append(ApprovedSender(ch, account, sender, _str(d.get("sender_name")),
@@ -319,7 +324,7 @@ class PairingStore:
                 data = self._read_json(path)
                 ids = {a.sender_id for a in gone}
                 details = {k: v for k, v in _details(data).items() if k not in ids}
-                keep = [s for s in data.get("allow_from", []) if isinstance(s, str) and s not in ids]
+                keep = [s for s in _allow_from(data) if s not in ids]
                 self._write_json(path, {"version": _VERSION, "allow_from": keep, "senders": details})
                 removed += gone
         if not removed:
