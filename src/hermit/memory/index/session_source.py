@@ -24,8 +24,8 @@ from typing import Any
 
 from hermit.errors import PathPolicyError, SessionError
 from hermit.memory.index.sources import SourceFile
-from hermit.memory.policy.provenance import Origin
-from hermit.messages import one_line, valid_text
+from hermit.memory.policy.provenance import Origin, label_text
+from hermit.messages import valid_text
 from hermit.sessions.entries import HEADER_REPAIR_TYPE
 from hermit.sessions.keys import SessionKey, SessionKind, is_main_session_key, parse_session_key
 
@@ -65,13 +65,12 @@ def redact(text: str) -> str:
 
 UNKNOWN_CHAT = "a session of unknown origin"
 MAX_LABEL_CHARS = 80
-_LABEL_DROP = frozenset("()[]{}<>")
 
 
 def _label_part(value: str) -> str:
-    """An id or name made fit for a speaker label: no brackets, control, format or line-breaking
-    characters (it cannot close the label or start a line of its own), whitespace collapsed, bounded."""
-    return one_line("".join(" " if ch in _LABEL_DROP else ch for ch in value), MAX_LABEL_CHARS) or "?"
+    """An id or name made fit for a speaker label (provenance.label_text: no bracket or quote of any
+    script, no control, format or line-breaking character), bounded."""
+    return label_text(value, MAX_LABEL_CHARS) or "?"
 
 
 def _parsed(session_key: str | None) -> SessionKey | None:

@@ -25,6 +25,7 @@ so notes written before this rule render safely too.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, fields
 
 from hermit.messages import one_line
@@ -37,10 +38,24 @@ SENDER_NAME_MAX = 64  # enough for any real display name, too short to tell a st
 _SENDER_ID_MAX = 128
 _LABEL_SYNTAX = re.compile(r"[\[\](){}<>\"'`]")
 _NAME_AND_ID = re.compile(r"(?P<name>.*\S)\s*\((?P<id>[^()\s]+)\)")
+# Opening, closing and quoting punctuation of every script (［ ］ ﹝ ﹞ ⟦ ⟧ « » “ ” …) and modifier symbols
+# (˂ ˃ ˋ): what could pass for a label's brackets or quotes to a reader, after NFKC folded look-alikes.
+_LABEL_LIKE = frozenset({"Ps", "Pe", "Pi", "Pf", "Sk"})
+
+
+def label_text(value: str, limit: int) -> str:
+    """Text someone else chose (a display name, a peer id) made unable to pass for label syntax: NFKC
+    (full-width and other compatibility forms become plain ones), then no bracket, parenthesis or quote
+    of any script, one line (messages.one_line), at most `limit` characters."""
+    folded = unicodedata.normalize("NFKC", one_line(value, 4 * limit))
+    plain = "".join(" " if unicodedata.category(c) in _LABEL_LIKE else c for c in folded)
+    return one_line(_LABEL_SYNTAX.sub(" ", plain), limit)
+
+
 def display_name(name: str) -> str:
-    """A chat member's display name made unable to pass for label syntax: one line, no brackets,
-    parentheses or quotes, at most SENDER_NAME_MAX characters ("" when nothing visible is left)."""
-    return one_line(_LABEL_SYNTAX.sub(" ", one_line(name, 4 * SENDER_NAME_MAX)), SENDER_NAME_MAX)
+    """A chat member's display name made unable to pass for label syntax (label_text), at most
+    SENDER_NAME_MAX characters ("" when nothing visible is left)."""
+    return label_text(name, SENDER_NAME_MAX)
 
 
 def sender_text(name: str | None, sender_id: str) -> str:
@@ -79,7 +94,7 @@ class Origin:
         where = f"{self.channel} " if self.channel else ""
         where += f"group {self.group}" if self.group else f"session {self.session}"
         by = sender_label(self.sender) if self.sender else ""
-        return f"written from {one_line(_LABEL_SYNTAX.sub(' ', where), 300)}" + (f" by {by}" if by else "")
+        return f"written from {label_text(where, 300)}" + (f" by {by}" if by else "")
 
 
 def _clean(value: str, limit: int = 200) -> str:
