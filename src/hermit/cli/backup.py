@@ -102,9 +102,30 @@ def _add_tree(tar: tarfile.TarFile, root: Path, arc: str, report: Report, skip: 
             if not stat.S_ISREG(st.st_mode):
                 report.skipped.append(f"{arc}/{rel} ({'a symlink' if stat.S_ISLNK(st.st_mode) else 'not a file'})")
                 continue
-            tar.add(path, f"{arc}/{rel}", recursive=False)
+            try:
+                size = _add_file(tar, path, f"{arc}/{rel}")
+            except OSError as e:  # gone, or swapped for something else, since it was listed
+                report.skipped.append(f"{arc}/{rel} ({e.strerror or e})")
+                continue
             report.files += 1
-            report.bytes += st.st_size
+            report.bytes += size
+
+
+def _add_file(tar: tarfile.TarFile, path: Path, arcname: str) -> int:
+    """One regular file as a plain file member, never a hard-link member (restore refuses links, and a
+    `git clone` in a workspace makes hard links): opened without following a link, described by fstat.
+    Returns the bytes stored."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a file")
+        info = tar.gettarinfo(arcname=arcname, fileobj=f)
+        info.type = tarfile.REGTYPE  # gettarinfo makes a second name of a file a LNKTYPE member
+        info.linkname = ""
+        info.size = st.st_size
+        tar.addfile(info, f)
+        return st.st_size
 
 
 def _inside(path: Path, root: Path) -> bool:
