@@ -102,3 +102,20 @@ def test_unknown_agent_suggests_close_id(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as e:
         cfg.agent("wrok")  # type: ignore[attr-defined]
     assert "did you mean 'work'" in str(e.value)
+
+
+@pytest.mark.parametrize(("text", "shared"), [
+    ("agents:\n  defaults:\n    memory_search:\n      store:\n        path: ~/one.sqlite\n"
+     "  list:\n    - id: main\n    - id: work\n", "memory index"),
+    ("agents:\n  list:\n    - id: main\n      workspace: ~/notes\n    - id: work\n      workspace: ~/notes/\n",
+     "workspace"),
+])
+def test_two_agents_cannot_share_an_index_or_a_workspace(tmp_path: Path, text: str, shared: str) -> None:
+    """A store path without {agent_id} gave every agent the same SQLite index: the work agent's search found
+    the personal agent's notes (audit K). Refused at load, with the fix in the hint."""
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, text)
+    assert f"agents 'main' and 'work' share one {shared}" in e.value.message
+    assert "{agent_id}" in (e.value.hint or "") if shared == "memory index" else "workspace" in (e.value.hint or "")
+    ok = text.replace("~/one.sqlite", "~/idx/{agent_id}.sqlite").replace("~/notes/\n", "~/work-notes\n")
+    assert _load(tmp_path, ok) is not None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -270,6 +271,7 @@ def build_config(
                 is_default=False,
             )
         )
+    _one_each(agents, src)
     default_ids = [a.id for a in agents if a.settings.default]
     if len(default_ids) > 1:
         raise ConfigError(f"{src}: more than one agent has default: true ({', '.join(default_ids)})",
@@ -280,6 +282,23 @@ def build_config(
     agents = [AgentConfig(a.id, a.workspace, a.index_path, a.sessions_dir, a.settings, a.id == chosen)
               for a in agents]
     return LoadedConfig(paths=paths, source=source, config=cfg, defaults=defaults, agents=tuple(agents))
+
+
+def _one_each(agents: list[AgentConfig], src: object) -> None:
+    """Agents are isolated: two that share a workspace or a SQLite index would see each other's notes."""
+    places: dict[tuple[str, str], str] = {}
+    for a in agents:
+        mine = [("workspace", os.path.normpath(a.workspace))]
+        if a.settings.memory_search.store.backend != "postgres":  # PostgreSQL: one schema per agent id
+            mine.append(("memory index", os.path.normpath(a.index_path)))
+        for what, where in mine:
+            other = places.setdefault((what, where), a.id)
+            if other != a.id:
+                hint = ('put "{agent_id}" in agents.defaults.memory_search.store.path (e.g. '
+                        '~/indexes/{agent_id}.sqlite)' if what == "memory index" else
+                        "give each agent a workspace of its own (agents.list[].workspace)")
+                raise ConfigError(f"{src}: agents '{other}' and '{a.id}' share one {what} ({where}): each agent's "
+                                  "memory is its own", hint)
 
 
 def _sessions_dir(paths: StatePaths, entry: AgentEntry) -> Path:
