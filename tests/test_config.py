@@ -119,3 +119,18 @@ def test_two_agents_cannot_share_an_index_or_a_workspace(tmp_path: Path, text: s
     assert "{agent_id}" in (e.value.hint or "") if shared == "memory index" else "workspace" in (e.value.hint or "")
     ok = text.replace("~/one.sqlite", "~/idx/{agent_id}.sqlite").replace("~/notes/\n", "~/work-notes\n")
     assert _load(tmp_path, ok) is not None
+
+
+@pytest.mark.parametrize("origin", ["hermit.example", "null", "*", "", "https://hermit.example/app",
+                                    "ftp://hermit.example", "https://user@hermit.example"])
+def test_an_allowed_origin_must_be_an_origin(tmp_path: Path, origin: str) -> None:
+    """A bare name was dropped from the Host check in silence; "null" let sandboxed frames and file: pages
+    through the Origin check (audit K)."""
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, f'gateway:\n  allowed_origins: ["{origin}"]\n')
+    assert "is not an origin" in e.value.message and "https://hermit.example" in e.value.message
+
+
+def test_an_allowed_origin_is_kept_as_a_browser_sends_it(tmp_path: Path) -> None:
+    loaded = _load(tmp_path, 'gateway:\n  allowed_origins: ["https://Hermit.Example/", "http://mybox.local:18789"]\n')
+    assert loaded.config.gateway.allowed_origins == ["https://hermit.example", "http://mybox.local:18789"]  # type: ignore[attr-defined]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -562,6 +563,23 @@ class GatewayConfig(Strict):
     allowed_origins: builtins.list[str] = Field(default_factory=builtins.list)  # extra web chat origins
     log_max_bytes: int = Field(5_000_000, ge=10_000)  # <state>/logs/gateway.log rotates at this size
     log_backups: int = Field(3, ge=0, le=100)
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, value: builtins.list[str]) -> builtins.list[str]:
+        """Each an origin as a browser sends it: http(s)://host[:port], nothing after. A bare name would be
+        dropped from the Host check in silence; "null" (what sandboxed frames and file: pages send) and
+        "*" would let any page through the Origin check."""
+        out = []
+        for raw in value:
+            o = raw.strip().rstrip("/").lower()
+            parts = urlsplit(o)
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query \
+                    or parts.fragment or parts.username or parts.password:
+                raise ValueError(f"{raw!r} is not an origin: write scheme and host (and port), e.g. "
+                                 "https://hermit.example or http://mybox.local:18789")
+            out.append(o)
+        return out
 
 
 class McpConfig(Strict):
