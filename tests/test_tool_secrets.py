@@ -20,10 +20,13 @@ import pytest
 import yaml
 
 from agenthelpers import tool_results
+from hermit.redaction import MASK, SecretMasker
 from hermit.testing import FakeProvider
 from prochelpers import PROC_TIMEOUT
 
 KEY = "sk-provider-key-0123456789abcdef"
+BOT_TOKEN = "7712345678:AAHfakeTelegramBotToken_abcdefghijk12"
+GATEWAY_TOKEN = "gw-token-Zq8vR3kLm2Xp9sT4uW7yB1cD5eF6gH0j"
 CANARY = "not-a-secret-canary-4c1e7b"  # not registered anywhere: masking cannot hide it, only /proc can
 NOBODY = 65534
 
@@ -41,14 +44,18 @@ def python_for_others() -> tuple[str, str]:
     return system, os.pathsep.join([sysconfig.get_paths()["purelib"], str(Path(hermit.__file__).parents[1])])
 
 
-def agent_turn(home: Path, command: str, *, uid: int | None = None) -> tuple[str, str]:
+def agent_turn(home: Path, command: str, *, uid: int | None = None,
+               channels: dict[str, object] | None = None) -> tuple[str, str]:
     """One `hermit agent` turn whose model runs `command` through exec: (the tool result the provider got,
     every transcript line)."""
     script = [{"tool_calls": [{"name": "exec", "arguments": {"command": command}}]}, "done"]
     with FakeProvider(script) as fake:
-        cfg = {"agents": {"defaults": {"model": "fake/m", "memory_search": {"provider": "none"}}},
-               "models": {"providers": {"fake": {"type": "openai-compatible", "base_url": fake.openai_base_url,
-                                                  "api_key_env": "HERMIT_TEST_PROVIDER_KEY"}}}}
+        cfg: dict[str, object] = {
+            "agents": {"defaults": {"model": "fake/m", "memory_search": {"provider": "none"}}},
+            "models": {"providers": {"fake": {"type": "openai-compatible", "base_url": fake.openai_base_url,
+                                              "api_key_env": "HERMIT_TEST_PROVIDER_KEY"}}}}
+        if channels is not None:
+            cfg["channels"] = channels
         (home / "hermit.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
         env = {**{k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))},
                "HERMIT_HOME": str(home), "HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE",
@@ -101,3 +108,56 @@ def test_the_owners_exec_cannot_read_the_hermit_process_environment(home: Path) 
             os.lchown(p, 0, 0)
         result, _ = agent_turn(home, command)
         assert CANARY in result
+
+
+def test_channel_tokens_and_the_gateway_token_are_masked_in_a_cli_run(home: Path) -> None:
+    """`hermit agent` registers what the config names and the gateway token before the command runs, not only
+    when it reports an error: a command printing the bot token or the token file shows `***`."""
+    (home / "gateway").mkdir(mode=0o700)
+    token = home / "gateway" / "token"
+    token.write_text(GATEWAY_TOKEN + "\n", encoding="utf-8")
+    token.chmod(0o600)
+    channels = {"telegram": {"accounts": {"personal": {"token": BOT_TOKEN}}}}
+    result, stored = agent_turn(home, f"grep -o 'token: .*' {home / 'hermit.yaml'}; echo gw=$(cat {token})",
+                                channels=channels)
+    assert BOT_TOKEN not in result and "token: ***" in result
+    assert GATEWAY_TOKEN not in result and "gw=***" in result
+    assert BOT_TOKEN not in stored and GATEWAY_TOKEN not in stored
+
+
+def test_a_key_split_by_the_output_cut_is_masked_at_both_edges(home: Path) -> None:
+    """exec keeps the first 8,000 and the last 12,000 bytes: a key straddling either edge would leave two halves
+    the masker no longer recognises; whole keys in the kept parts are still masked."""
+    first, last = f"full={KEY}\n", f"\nfull2={KEY}\n"
+    body = (first + "x" * (7984 - len(first)) + KEY + "z" * 1000 + KEY + "y" * (11984 - len(last)) + last)
+    script = home.parent / "print.py"
+    script.write_text(f"import sys\nsys.stdout.write({body!r})\n", encoding="utf-8")
+    result, stored = agent_turn(home, f"python3 {script}")
+    assert "bytes of output omitted" in result
+    assert "full=***" in result and "full2=***" in result
+    for piece in (KEY[:16], KEY[16:], KEY[:6], KEY[-6:]):
+        assert piece not in result and piece not in stored
+    assert f"x{MASK}\n[… " in result and f" omitted …]\n{MASK}y" in result
+
+
+def test_mask_cut_masks_only_pieces_of_secrets_at_the_edges() -> None:
+    masker = SecretMasker([KEY, BOT_TOKEN])
+    assert masker.mask_cut("abc sk-provider", "cdef tail") == ("abc ***", "*** tail")
+    assert masker.mask_cut("ends sk-", "f and") == ("ends sk-", "f and")  # under 4 characters: kept
+    assert masker.mask_cut("nothing here", "nor here") == ("nothing here", "nor here")
+    assert masker.mask_cut(f"whole {KEY}", f"{KEY} whole") == (f"whole {KEY}", f"{KEY} whole")  # left to mask
+    assert masker.mask_cut("bot 7712345678:AAH", "") == ("bot ***", "")
+
+
+def test_secrets_registered_for_later_are_read_when_first_masking() -> None:
+    reads: list[int] = []
+    masker = SecretMasker()
+
+    def source() -> list[str]:
+        reads.append(1)
+        assert masker.mask("reentrant") == "reentrant"  # a log line written while reading must not wait
+        return [KEY]
+
+    masker.add_later(source)
+    assert reads == []
+    assert masker.mask(f"k={KEY}") == "k=***" and masker.mask(KEY) == MASK and reads == [1]

@@ -9,6 +9,13 @@ the keys it sends, composition roots add what the config names (channel tokens, 
 tool result passes `mask` too (tools/base.py), so a key a command prints never reaches a transcript or a
 provider.
 
+The CLI registers the config's secrets for every command (`register_later`): reading them loads the config
+and the provider table, which `hermit --help` and `hermit completion` should not pay for, so they are read
+the first time anything is masked. Output cut for length (exec keeps a head and a tail) passes `mask_cut`
+first: a key straddling a cut edge would leave two halves that no longer match the whole key.
+Masking is exact-string matching and so best effort: a key a command encodes (base64, reversed, one
+character per line) is not recognised.
+
 `keep_environment_private` is the other half: the keys sit in the process's environment, and a command the
 owner's unsandboxed exec runs (same uid) could read them from /proc/<hermit pid>/environ whatever the exec
 whitelist holds. A non-dumpable process's /proc files are root's: same-uid processes (its children) cannot
@@ -17,15 +24,24 @@ read them. Root's children can (CAP_SYS_PTRACE), so running Hermit as root keeps
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 MASK = "***"
 MIN_SECRET_CHARS = 8  # shorter values ("x", "true", a port) would mask ordinary words, not secrets
+# A piece of a secret left at a cut edge is masked from this length on: shorter pieces ("sk-") say little, and
+# masking them would eat ordinary text at nearly every cut.
+MIN_PARTIAL_CHARS = 4
+
+log = logging.getLogger(__name__)
 
 E = TypeVar("E", bound=BaseException)
+
+
+Source = Callable[[], Iterable[str | None]]
 
 
 class SecretMasker:
@@ -34,6 +50,11 @@ class SecretMasker:
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self._lock = threading.Lock()
         self._secrets: tuple[str, ...] = ()
+        self._pending: list[Source] = []
+        # Reading a pending source may log, and the gateway's log filter masks: that thread must not wait
+        # for itself. Other threads wait until the values are in.
+        self._reading = threading.RLock()
+        self._reader: int | None = None
         self.add(*secrets)
 
     def add(self, *values: str | None) -> None:
@@ -43,19 +64,65 @@ class SecretMasker:
         with self._lock:
             self._secrets = tuple(sorted(set(self._secrets) | new, key=len, reverse=True))
 
+    def add_later(self, source: Source) -> None:
+        """Add the values `source()` returns the first time this masker is used (see the module docstring)."""
+        with self._lock:
+            self._pending.append(source)
+
+    def _read_pending(self) -> None:
+        if not self._pending or self._reader == threading.get_ident():
+            return
+        with self._reading:
+            self._reader = threading.get_ident()
+            try:
+                while self._pending:
+                    source = self._pending[0]
+                    try:
+                        self.add(*source())
+                    except Exception:  # masking must not fail; the secrets it could not read stay unmasked
+                        log.warning("could not read the secrets to mask", exc_info=True)
+                    finally:
+                        with self._lock:
+                            self._pending.remove(source)
+            finally:
+                self._reader = None
+
     def __bool__(self) -> bool:
+        self._read_pending()
         return bool(self._secrets)
 
     def mask(self, text: str) -> str:
+        self._read_pending()
         for s in self._secrets:
             if s in text:
                 text = text.replace(s, MASK)
         return text
 
+    def mask_cut(self, head: str, tail: str) -> tuple[str, str]:
+        """`head` and `tail`, the two ends of a text whose middle was cut out, with a piece of a secret at
+        the cut (the end of `head` is the start of a secret, or the start of `tail` is its end; at least
+        MIN_PARTIAL_CHARS long) replaced by `***`. Whole secrets are left to `mask`."""
+        self._read_pending()
+        cut_head = cut_tail = 0
+        for s in self._secrets:
+            for n in range(min(len(s) - 1, len(head)), MIN_PARTIAL_CHARS - 1, -1):
+                if head.endswith(s[:n]):
+                    cut_head = max(cut_head, n)
+                    break
+            for n in range(min(len(s) - 1, len(tail)), MIN_PARTIAL_CHARS - 1, -1):
+                if tail.startswith(s[-n:]):
+                    cut_tail = max(cut_tail, n)
+                    break
+        if cut_head:
+            head = head[:-cut_head] + MASK
+        if cut_tail:
+            tail = MASK + tail[cut_tail:]
+        return head, tail
+
     def mask_error(self, e: E) -> E:
         """`e` with its message, hint and args masked in place (HermitError's fields and any exception's
         args), returned so a caller can `raise masker.mask_error(e)`."""
-        if not self._secrets:
+        if not self:
             return e
         for attr in ("message", "hint"):
             value = getattr(e, attr, None)
@@ -73,9 +140,19 @@ def register(*values: str | None) -> None:
     KNOWN.add(*values)
 
 
+def register_later(source: Source) -> None:
+    """Register the values `source()` returns, read the first time anything is masked."""
+    KNOWN.add_later(source)
+
+
 def mask(text: str) -> str:
     """`text` with every registered secret replaced by `***`."""
     return KNOWN.mask(text)
+
+
+def mask_cut(head: str, tail: str) -> tuple[str, str]:
+    """The two ends of a cut text with any piece of a registered secret at the cut replaced by `***`."""
+    return KNOWN.mask_cut(head, tail)
 
 
 PR_SET_DUMPABLE = 4

@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from hermit.cli.commands import BY_NAME, COMMANDS, command_index, command_word
 from hermit.cli.context import CliContext, configured_secrets
 from hermit.cli.preflight import require_initialized
 from hermit.errors import HermitError, disk_full
+from hermit.redaction import register_later
 
 Handler = Callable[[CliContext, argparse.Namespace], int]
 
@@ -23,6 +25,7 @@ Handler = Callable[[CliContext, argparse.Namespace], int]
 OWNER_ONLY_UMASK = 0o077
 GLOBAL_OPTIONS_WITH_VALUES = ("--home", "--agent", "--workspace")
 GLOBAL_FLAGS = ("--debug",)
+MAX_TOKEN_FILE_BYTES = 4096
 
 
 def build_parser(command: str | None = None, *, full: bool = False) -> argparse.ArgumentParser:
@@ -99,6 +102,23 @@ def _report(e: HermitError, as_json: bool, ctx: CliContext | None = None) -> Non
         print(f"hint: {hint}", file=sys.stderr)
 
 
+def _process_secrets(ctx: CliContext) -> list[str]:
+    """What the config names (provider keys, channel tokens) and the gateway token, when its file exists: any
+    command may run a tool or show an error, and none of these may reach a transcript, a provider or the
+    screen. A token file that is not a small regular file is not read."""
+    from hermit.gateway.state import token_path
+
+    values = configured_secrets(ctx)
+    path = token_path(ctx.home)
+    try:
+        st = path.lstat()
+        if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_TOKEN_FILE_BYTES:
+            values.append(path.read_text(encoding="utf-8").strip())
+    except (OSError, UnicodeDecodeError):
+        pass  # none yet, or unreadable: nothing of it can be shown either
+    return values
+
+
 def _disk_full(e: BaseException, home: Path) -> HermitError | None:
     """A full disk that reached the CLI without a message of its own (a session or log write): said
     plainly, the traceback only with --debug."""
@@ -126,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     ctx = CliContext.from_args(args.home, args.agent, args.workspace, args.debug)
+    # Before the command runs; read (config, provider table, token file) only when something is first masked.
+    register_later(lambda: _process_secrets(ctx))
     if real_process:
         # The `hermit` process itself (not a test or script calling main(argv)): its environment holds the keys,
         # and the commands its exec runs have its uid. Non-dumpable, they cannot read /proc/<its pid>/environ.

@@ -31,6 +31,7 @@ from typing import Annotated
 from pydantic import Field
 
 from hermit.errors import ToolError
+from hermit.redaction import mask_cut
 from hermit.tools.base import Tool, ToolOutput, make_tool
 from hermit.tools.os_sandbox import OsSandbox
 from hermit.tools.room_sandbox import SETUP_FAILED, RoomRun, RoomSandbox
@@ -77,6 +78,8 @@ class _CappedBuffer:
         if self.total <= kept:
             return head + self.tail.decode("utf-8", errors="replace")
         tail = self.tail.decode("utf-8", errors="replace")
+        # The tool runner masks whole secrets; a secret the cut split in two is masked here, at each edge.
+        head, tail = mask_cut(head, tail)
         return f"{head}\n[… {self.total - kept:,} bytes of output omitted …]\n{tail}"
 
 
