@@ -125,3 +125,18 @@ def test_the_launcher_signs_the_browser_in_and_gateway_run_prints_no_token(
         finally:
             proc.terminate()
             proc.wait(PROC_TIMEOUT)
+
+
+def test_a_gateway_on_localhost_is_opened_at_its_literal_address(tmp_path: Path) -> None:
+    """The gateway binds "localhost" as 127.0.0.1 only; a URL naming localhost could be tried on ::1 first,
+    where another local user may listen and read the token from the address."""
+    home = tmp_path / "home"
+    token = ensure_token(home)
+    lock = GatewayLock.acquire(home)
+    try:
+        lock.publish({"pid": os.getpid(), "host": "localhost", "port": 18556})
+        r = dashboard(home, "--no-open", env={})
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == f"http://127.0.0.1:18556/?token={token}"
+    finally:
+        lock.release()

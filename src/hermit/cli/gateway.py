@@ -102,7 +102,10 @@ def _running(ctx: CliContext) -> dict[str, Any]:
 
 
 def _client_host(host: str) -> str:
-    return "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+    """The literal address a local client reaches the gateway at. Never "localhost": the gateway binds one
+    address (IPv4 for "localhost"), and a browser trying ::1 first would reach whatever another local user
+    listens on there, with the token in the address."""
+    return "127.0.0.1" if host in ("0.0.0.0", "", "localhost") else "::1" if host == "::" else host
 
 
 def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
@@ -191,7 +194,8 @@ def cmd_dashboard(ctx: CliContext, args: argparse.Namespace) -> int:
         base = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
     else:
         cfg = ctx.config().config.gateway
-        base = f"http://{cfg.host}:{cfg.port}/"
+        host = _client_host(cfg.host)
+        base = f"http://{f'[{host}]' if ':' in host else host}:{cfg.port}/"
     print(f"{base}?token={token}", flush=True)
     if not running:
         print("(the gateway is not running: start it with `hermit gateway run`, then run `hermit dashboard` again)",
