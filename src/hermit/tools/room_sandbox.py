@@ -70,6 +70,11 @@ RESERVED_TOP = frozenset({MEMORY_DIR, MEMORY_FILE, *BOOTSTRAP_ORDER})
 MAX_INSTRUCTION_BYTES = 20_000_000  # as the read tool's limit: a larger instruction file is left out
 STAGING_PREFIX = ".incoming-"  # + "<pid>-…": where a merge unpacks what came back, in the rooms folder
 COPY_CHUNK = 1 << 20
+# What comes back is kept only this deep and this long (the room's own entries excepted): the room's host
+# path plus this stays below PATH_MAX, so the owner's own tools can reach every entry, and walking the room
+# (its quota, the merge) needs few descriptors.
+MAX_DEPTH = 100
+MAX_PATH_BYTES = 3000
 # $1 workspace  $2 cwd  $3 seconds  $4 the command. The room comes in on stdin and goes back out on
 # stderr (kept as fd 3, which the command does not get); the command's stdout and stderr are the
 # wrapper's stdout. Everything the command leaves running is killed before the room is packed, so the
@@ -286,6 +291,16 @@ class RoomRun:
                 shown = ", ".join(c.lstrip("-") + (" (deleted)" if c.startswith("-") else "") for c in changed[:20])
                 more = f" and {len(changed) - 20} more" if len(changed) > 20 else ""
                 notes.append(f"[kept in this chat's room: {shown}{more}]")
+            if merge.too_deep:
+                shown = ", ".join(_short(n) for n in merge.too_deep[:3]) + (
+                    f" and {len(merge.too_deep) - 3:,} more" if len(merge.too_deep) > 3 else "")
+                notes.append(f"[not kept, nested too deep: {shown} — a path in this chat's room may have at most "
+                             f"{MAX_DEPTH} parts and {MAX_PATH_BYTES:,} bytes]")
+            if merge.refused:
+                shown = ", ".join(_short(n) for n in merge.refused[:5]) + (
+                    f" and {len(merge.refused) - 5:,} more" if len(merge.refused) > 5 else "")
+                notes.append(f"[links removed: {shown} — followed through this chat's other links they lead out of "
+                             "its room (or loop)]")
             if merge.skipped:
                 room = self.sandbox.view.room
                 shown = ", ".join(merge.skipped[:5]) + (f" and {len(merge.skipped) - 5:,} more"
@@ -307,6 +322,7 @@ class RoomRun:
         room = self.sandbox.view.room
         # Named after this process: what a killed one left is removed by the next run (sweep_staging).
         staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=room.base))
+        too_deep: list[str] = []
         try:
             try:
                 fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -315,17 +331,38 @@ class RoomRun:
                         # The room's copy may hold any number of empty files (a tmpfs counts bytes, not
                         # inodes): no more than the quota's entries, and no more bytes than came back
                         # (out_cap), are unpacked on the host's disk.
-                        over = unpack(tar, fd, room.max_entries, keep=self.manifest, max_bytes=self.sandbox.out_cap)
+                        over = unpack(tar, fd, room.max_entries, keep=self.manifest, max_bytes=self.sandbox.out_cap,
+                                      too_deep=too_deep)
                 finally:
                     os.close(fd)
             except (tarfile.TarError, OSError, ValueError) as e:
-                return f"[the command's files were not kept: the room could not be read back ({e})]"
-            with room.locked() as room_fd:
-                merge = apply_incoming(room_fd, staging, self.manifest, room.quota_bytes)
+                return f"[the command's files were not kept: the room could not be read back ({_reason(e)})]"
+            try:
+                with room.locked() as room_fd:
+                    merge = apply_incoming(room_fd, staging, self.manifest, room.quota_bytes)
+            except (OSError, HermitError, RecursionError) as e:
+                # What came back is read in full before the room is touched (rooms.apply_incoming): the
+                # room is as it was, unless the error came while writing it.
+                return f"[the command's files were not kept: they could not be merged into the room ({_reason(e)})]"
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         merge.skipped += over
+        merge.too_deep = too_deep
         return merge
+
+
+def _reason(e: BaseException) -> str:
+    """An error as the session may see it: what went wrong, never a host path."""
+    if isinstance(e, OSError) and e.errno is not None:
+        return os.strerror(e.errno)
+    if isinstance(e, OSError | RecursionError):
+        return type(e).__name__
+    text = str(e)
+    return "an entry could not be read" if "/" in text else text
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= 80 else f"{name[:60]}…({len(name):,} characters)"
 
 
 def sweep_staging(rooms: Path) -> None:
@@ -335,15 +372,17 @@ def sweep_staging(rooms: Path) -> None:
 
 
 def unpack(tar: tarfile.TarFile, dir_fd: int, max_entries: int | None = None,
-           keep: Mapping[str, object] | None = None, max_bytes: int | None = None) -> list[str]:
+           keep: Mapping[str, object] | None = None, max_bytes: int | None = None,
+           too_deep: list[str] | None = None) -> list[str]:
     """Unpack what a sandboxed command handed back below `dir_fd`, trusting none of it: only folders,
     plain regular files and symlinks that stay inside (by their text) — no sparse member (a few bytes of
     tar declaring gigabytes), hard link, device, FIFO or contiguous file; no path with `..` or a leading
     `/`; nothing written through a symlink (safe_fs); permissions without set-id bits or group/other write;
     at most `max_entries` entries besides those named in `keep` (the room's own: one left out would look
     deleted). Files are copied in chunks against `max_bytes` for all of them together: past it, the member
-    being copied is removed and OverBudget raised (the caller keeps none of it). Returns the names left out
-    because of the entry limit."""
+    being copied is removed and OverBudget raised (the caller keeps none of it); no path deeper than
+    MAX_DEPTH parts or longer than MAX_PATH_BYTES besides those in `keep` (added to `too_deep`). Returns the
+    names left out because of the entry limit."""
     # (Python's own tarfile filters need 3.11.4; Hermit supports any 3.11.)
     count = 0
     budget = [max_bytes if max_bytes is not None else -1]
@@ -353,6 +392,11 @@ def unpack(tar: tarfile.TarFile, dir_fd: int, max_entries: int | None = None,
             continue
         name = posixpath.normpath(m.name.lstrip("/")).lstrip("./") if m.name not in (".", "./") else ""
         if not name or name.startswith("..") or "/../" in f"/{name}/" or name.split("/", 1)[0] in RESERVED_TOP:
+            continue
+        if (keep is None or name not in keep) and (
+                name.count("/") >= MAX_DEPTH or len(name.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES):
+            if too_deep is not None and len(too_deep) < 100:
+                too_deep.append(name)
             continue
         if keep is None or name not in keep:
             count += 1

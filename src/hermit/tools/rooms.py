@@ -23,7 +23,7 @@ import re
 import shutil
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermit.config.paths import ensure_private_dir
@@ -155,45 +155,136 @@ def file_signature(path: Path) -> Signature:
     return "f", h.hexdigest()
 
 
-def _incoming(root: Path) -> dict[str, tuple[Signature, Path]]:
-    """Every entry of the extracted output (a private folder only Hermit writes), by relative path."""
-    out: dict[str, tuple[Signature, Path]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        base = Path(dirpath)
-        for name in [*dirnames, *filenames]:
-            p = base / name
-            rel = p.relative_to(root).as_posix()
-            st = p.lstat()
-            if stat.S_ISLNK(st.st_mode):
-                out[rel] = (("l", os.readlink(p)), p)
-            elif stat.S_ISDIR(st.st_mode):
-                out[rel] = (("d", ""), p)
-            elif stat.S_ISREG(st.st_mode):
-                out[rel] = (file_signature(p), p)
-        dirnames[:] = [d for d in dirnames if not (base / d).is_symlink()]
+def _incoming(root_fd: int) -> dict[str, tuple[Signature, os.stat_result]]:
+    """Every entry of the extracted output (a private folder only Hermit writes), by relative path, read
+    through descriptors (safe_fs.walk_beneath): nothing here depends on the host path's length."""
+    out: dict[str, tuple[Signature, os.stat_result]] = {}
+    for rel, st in safe_fs.walk_beneath(root_fd):
+        if stat.S_ISLNK(st.st_mode):
+            parts = safe_fs.parts_of(rel)
+            parent = safe_fs.open_dir(root_fd, "/".join(parts[:-1]))
+            try:
+                out[rel] = (("l", os.readlink(parts[-1], dir_fd=parent)), st)
+            finally:
+                os.close(parent)
+        elif stat.S_ISDIR(st.st_mode):
+            out[rel] = (("d", ""), st)
+        elif stat.S_ISREG(st.st_mode):
+            fd = safe_fs.open_beneath(root_fd, rel, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+            try:
+                h = hashlib.sha256()
+                while block := os.read(fd, 1 << 20):
+                    h.update(block)
+            finally:
+                os.close(fd)
+            out[rel] = (("f", h.hexdigest()), st)
     return out
+
+
+MAX_LINK_HOPS = 40  # as the kernel's limit on symlinks followed in one lookup
+
+
+def _resolve(links: dict[str, str], start: list[str], target: str, hops: list[int]) -> list[str] | None:
+    """Where `target` (a link's text) leads from the room folder `start` (its components), following the
+    room's own links (`links`: relative path -> text) as the kernel would; a name that is not a link is
+    taken as a folder (what it may become later). None when it leaves the room (an absolute target, a
+    `..` above the room's top) or follows more than MAX_LINK_HOPS links."""
+    if target.startswith("/"):
+        return None
+    out = list(start)
+    for comp in target.split("/"):
+        if comp in ("", "."):
+            continue
+        if comp == "..":
+            if not out:
+                return None
+            out.pop()
+            continue
+        path = "/".join([*out, comp])
+        if path in links:
+            hops[0] += 1
+            if hops[0] > MAX_LINK_HOPS:
+                return None
+            resolved = _resolve(links, out, links[path], hops)
+            if resolved is None:
+                return None
+            out = resolved
+        else:
+            out.append(comp)
+    return out
+
+
+def links_leaving(links: dict[str, str]) -> list[str]:
+    """The links (relative path -> text) that lead out of the room, or loop, when followed together with
+    the room's other links (`ln -s . b; ln -s b/.. esc`: each stays inside by its own text, `esc` is the
+    room's parent). What stays is checked again without them, until none is left that leaves."""
+    links = dict(links)
+    leaving: list[str] = []
+    while True:
+        now = sorted(rel for rel, target in links.items()
+                     if _resolve(links, safe_fs.parts_of(rel)[:-1], target, [0]) is None)
+        if not now:
+            return leaving
+        for rel in now:
+            del links[rel]
+        leaving += now
+
+
+def _drop_links_leaving(room_fd: int) -> list[str]:
+    """Remove the room's links that lead out of it through its other links (see `links_leaving`)."""
+    links: dict[str, str] = {}
+    for rel, st in safe_fs.walk_beneath(room_fd):
+        if stat.S_ISLNK(st.st_mode):
+            parts = safe_fs.parts_of(rel)
+            parent = safe_fs.open_dir(room_fd, "/".join(parts[:-1]))
+            try:
+                links[rel] = os.readlink(parts[-1], dir_fd=parent)
+            finally:
+                os.close(parent)
+    leaving = links_leaving(links)
+    for rel in leaving:
+        with contextlib.suppress(FileNotFoundError):
+            safe_fs.remove_beneath(room_fd, rel)
+    return leaving
 
 
 @dataclass
 class Merge:
     """What a merge did: `changed` (a deleted path starts with "-") and `skipped` (created or changed
-    entries not kept because the room would have passed its quota)."""
+    entries not kept because the room would have passed its quota), `refused` (links removed because,
+    followed through the room's other links, they led out of it)."""
 
     changed: list[str]
     skipped: list[str]
+    refused: list[str] = field(default_factory=list)  # links removed: they led out of the room (see links_leaving)
+    too_deep: list[str] = field(default_factory=list)  # left out when unpacked: nested too deep (room_sandbox)
 
 
 def apply_incoming(room_fd: int, extracted: Path, seed: Manifest, quota_bytes: int | None = None) -> Merge:
     """Merge what a sandboxed command left (extracted into `extracted`) into the room: files it deleted are
     removed, then files and folders it created or changed are written — unless a file tool changed that
     path while it ran (then the tool's version stays), or the entry would take the room past
-    `quota_bytes` (then it is skipped and the room's own version, if any, stays)."""
-    incoming = _incoming(extracted)
+    `quota_bytes` (then it is skipped and the room's own version, if any, stays). Last, every link of the
+    room that leads out of it through its other links is removed (`refused`).
+
+    What came back is read in full before the room is touched: an error there (OSError) leaves the room
+    as it was."""
+    src_fd = os.open(extracted, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        merge = _apply(room_fd, src_fd, seed, quota_bytes)
+    finally:
+        os.close(src_fd)
+    shutil.rmtree(extracted, ignore_errors=True)
+    return merge
+
+
+def _apply(room_fd: int, src_fd: int, seed: Manifest, quota_bytes: int | None) -> Merge:
+    incoming = _incoming(src_fd)
     changed = _remove_deleted(room_fd, seed, incoming)
     used = charged_usage(room_fd) if quota_bytes is not None else 0
     skipped: list[str] = []
     for rel in sorted(incoming, key=lambda r: r.count("/")):
-        sig, src = incoming[rel]
+        sig, src_st = incoming[rel]
         before = seed.get(rel)
         if before is not None and before.sig == sig:
             continue
@@ -203,7 +294,7 @@ def apply_incoming(room_fd: int, extracted: Path, seed: Manifest, quota_bytes: i
         if quota_bytes is not None:
             # A folder replacing a file (or the reverse) is charged in full: the entries below it are
             # charged as they come.
-            cost = charge(src.lstat()) - (charge(current) if current is not None else 0)
+            cost = charge(src_st) - (charge(current) if current is not None else 0)
             if used + cost > quota_bytes or (current is None and _parent_missing(room_fd, rel)):
                 skipped.append(rel)
                 continue
@@ -218,10 +309,11 @@ def apply_incoming(room_fd: int, extracted: Path, seed: Manifest, quota_bytes: i
         if sig[0] == "l":
             _symlink_beneath(room_fd, rel, sig[1])
         else:
-            safe_fs.write_beneath(room_fd, rel, src.read_bytes(), mode=stat.S_IMODE(src.lstat().st_mode), fsync=False)
+            data = safe_fs.read_beneath(src_fd, rel, max(src_st.st_size, 0) + (1 << 20)).data
+            safe_fs.write_beneath(room_fd, rel, data, mode=stat.S_IMODE(src_st.st_mode), fsync=False)
         changed.append(rel)
-    shutil.rmtree(extracted, ignore_errors=True)
-    return Merge(changed, skipped)
+    refused = _drop_links_leaving(room_fd)
+    return Merge([c for c in changed if c not in refused], skipped, refused)
 
 
 def _parent_missing(room_fd: int, rel: str) -> bool:
@@ -233,7 +325,7 @@ def _parent_missing(room_fd: int, rel: str) -> bool:
     return st is None or not stat.S_ISDIR(st.st_mode)
 
 
-def _remove_deleted(room_fd: int, seed: Manifest, incoming: dict[str, tuple[Signature, Path]]) -> list[str]:
+def _remove_deleted(room_fd: int, seed: Manifest, incoming: dict[str, tuple[Signature, os.stat_result]]) -> list[str]:
     """Remove what the command deleted (in the seed, not in its output) unless a file tool changed it."""
     changed: list[str] = []
     for rel in sorted(set(seed) - set(incoming), key=lambda r: -r.count("/")):

@@ -1,10 +1,16 @@
-"""The seccomp filter a room-mode sandbox runs under: the kernel keyring refused.
+"""The seccomp filter a room-mode sandbox runs under: the kernel keyring and other processes' memory refused.
 
 bubblewrap separates namespaces but not the kernel keyring: every process of a uid reaches that uid's
 user keyring (`_uid.65534`), so without this a sandboxed command could leave keys there that another
 room's later command reads, and read what the host put there. This filter makes `add_key`,
 `request_key` and `keyctl` fail with EPERM, as Docker's default profile does (`/proc/keys` and
 `/proc/key-users` are hidden by the sandbox's mounts, os_sandbox.room_mode_args).
+
+It also refuses `ptrace`, `process_vm_readv`, `process_vm_writev` and `pidfd_getfd`: the command runs as
+the same uid as the sandbox's wrapper shell, which holds the socket the room goes back out on; without this
+the command could attach to the wrapper, or copy that socket out of it, and hand back a tar of its own
+(what comes back is trusted in no case, room_sandbox.unpack). Debuggers (gdb, strace) do not work in a
+room. `pidfd_open` stays allowed (alone it only signals, which `kill` does anyway).
 
 It is a classic BPF program, assembled here (no library, no system package), and handed to bubblewrap
 on a pipe (`--seccomp FD`), which installs it with no_new_privs before the command runs. It checks the
@@ -31,13 +37,17 @@ RET_EPERM = 0x00050000 | 1  # SECCOMP_RET_ERRNO | EPERM
 _NR, _ARCH = 0, 4  # offsets of nr and arch in struct seccomp_data
 
 X32_BIT = 0x40000000
-# audit arch -> the [first, last] syscall numbers refused (add_key, request_key, keyctl are consecutive).
+# audit arch -> the [first, last] syscall numbers refused: ptrace; add_key, request_key, keyctl (consecutive);
+# process_vm_readv, process_vm_writev (consecutive); pidfd_getfd (438 on every architecture). x32 has its own
+# numbers for ptrace (521) and process_vm_* (539, 540); the 64-bit ones with the x32 bit are refused too.
 FILTERS: dict[str, dict[int, tuple[tuple[int, int], ...]]] = {
-    "x86_64": {0xC000003E: ((248, 250), (X32_BIT | 248, X32_BIT | 250)),  # x86_64, x32
-               0x40000003: ((286, 288),)},  # i386
-    "aarch64": {0xC00000B7: ((217, 219),),  # aarch64
-                0x40000028: ((309, 311),)},  # arm (compat)
+    "x86_64": {0xC000003E: ((101, 101), (248, 250), (310, 311), (438, 438)),  # x86_64
+               0x40000003: ((26, 26), (286, 288), (347, 348), (438, 438))},  # i386
+    "aarch64": {0xC00000B7: ((117, 117), (217, 219), (270, 271), (438, 438)),  # aarch64
+                0x40000028: ((26, 26), (309, 311), (376, 377), (438, 438))},  # arm (compat)
 }
+FILTERS["x86_64"][0xC000003E] += tuple((X32_BIT | lo, X32_BIT | hi) for lo, hi in (
+    (101, 101), (248, 250), (310, 311), (438, 438), (521, 521), (539, 540)))  # x32: same arch, nr | X32_BIT
 _MACHINES = {"amd64": "x86_64", "x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 
