@@ -127,3 +127,20 @@ def test_a_chats_own_note_is_not_crowded_out_of_the_vector_leg_either(tmp_path: 
         finally:
             svc.close()
     assert answers[0] == answers[1] == [["memory/2026-01-20.md"]] * 2
+
+
+def test_a_chats_deepest_search_stays_within_the_stores_limits(tmp_path: Path, store_backend: str) -> None:
+    """Five hundred owner-only notes nearer to the question than the chat's own: the search went 96 → 384
+    → 1,536 deep, and PostgreSQL refused hnsw.ef_search 1,536 (pgvector allows 1..1000) — the chat got the
+    error, DSN included, and whether it got it said what the owner writes about."""
+    ws = tmp_path / "ws"
+    (ws / "memory" / "private").mkdir(parents=True)
+    for i in range(500):
+        (ws / "memory" / "private" / f"n{i:03d}.md").write_text(f"# Note\n- rose bed and tulips {i}\n")
+    (ws / "memory" / "2026-01-20.md").write_text("# 2026-01-20\n- trimmed the hedge by the shed\n")
+    svc = service(ws, tmp_path / "idx.sqlite", TopicEmbedder(), MemorySearchConfig())
+    try:
+        out = svc.search("garden", reader=CHAT)
+        assert "error" not in out and [h["path"] for h in out["results"]] == ["memory/2026-01-20.md"]
+    finally:
+        svc.close()

@@ -8,6 +8,7 @@ gets only the chunks and lines it may see.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -49,6 +50,8 @@ from hermit.memory.store.factory import open_store
 from hermit.messages import valid_text
 from hermit.textfile import NotRegularFile, decode_text, read_regular
 from hermit.workspace import MEMORY_FILE
+
+log = logging.getLogger(__name__)
 
 # One cap for every face (agent tool, MCP, CLI): a question is a sentence or two, and a 200 KB query
 # held the index for minutes (every word a keyword term, the whole text through the embedding model).
@@ -186,6 +189,11 @@ class MemoryService:
             with self._lock:
                 return self._search_locked(query, max_results, min_score, reader)
         except HermitError as e:
+            if not reader.owner:
+                # The reason may name the store (a DSN) or depend on what the owner's notes hold: the owner's.
+                log.warning("a search for a chat failed: %s", e)
+                return {"results": [], "disabled": True,
+                        "error": "memory search failed; the owner can see why in `hermit memory status` or the log"}
             return {"results": [], "disabled": True, "error": str(e)}
 
     def _search_locked(self, query: str, max_results: int | None, min_score: float | None,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+EF_SEARCH_MAX = 1_000  # pgvector refuses a larger hnsw.ef_search
+
 if TYPE_CHECKING:
     from hermit.memory.store.postgres.schema import PgConn
     from hermit.memory.store.postgres.store import PgStore
@@ -30,8 +32,9 @@ class Hnsw:
         self._ef = None
 
     def set_ef(self, conn: PgConn, k: int) -> None:
-        """ef_search on `conn` (the store's KNN connection) for a top-k search."""
-        ef = max(self.store.cfg.ef_search, k)
+        """ef_search on `conn` (the store's KNN connection) for a top-k search; at most pgvector's 1,000 (a
+        deeper search, such as a restricted reader's, gets the 1,000 nearest)."""
+        ef = min(max(self.store.cfg.ef_search, k), EF_SEARCH_MAX)
         if ef != self._ef:
             conn.execute("select set_config('hnsw.ef_search', %s, false)", (str(ef),))
             self._ef = ef
