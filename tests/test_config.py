@@ -134,3 +134,19 @@ def test_an_allowed_origin_must_be_an_origin(tmp_path: Path, origin: str) -> Non
 def test_an_allowed_origin_is_kept_as_a_browser_sends_it(tmp_path: Path) -> None:
     loaded = _load(tmp_path, 'gateway:\n  allowed_origins: ["https://Hermit.Example/", "http://mybox.local:18789"]\n')
     assert loaded.config.gateway.allowed_origins == ["https://hermit.example", "http://mybox.local:18789"]  # type: ignore[attr-defined]
+
+
+def test_agents_sharing_a_workspace_through_a_link_or_nesting_one_are_refused(tmp_path: Path) -> None:
+    """Names compared as written let a symlinked path or `//` through, and a workspace inside another one
+    made the inner agent's MEMORY.md a shared note of the outer agent (audit O)."""
+    (tmp_path / "real" / "ws").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    for main, work, how in ((f"{tmp_path}/real/ws", f"{tmp_path}/link/ws", "share one"),
+                            (f"{tmp_path}/real/ws", f"/{tmp_path}/real/ws", "share one"),
+                            (f"{tmp_path}/real/ws/memory/main", f"{tmp_path}/real/ws", "have nested")):
+        with pytest.raises(ConfigError) as e:
+            _load(tmp_path, f"agents:\n  list:\n    - id: main\n      workspace: {main}\n"
+                            f"    - id: work\n      workspace: {work}\n")
+        assert f"agents 'main' and 'work' {how} workspace" in e.value.message
+    assert _load(tmp_path, f"agents:\n  list:\n    - id: main\n      workspace: {tmp_path}/real/ws\n"
+                           f"    - id: work\n      workspace: {tmp_path}/real/ws-work\n") is not None

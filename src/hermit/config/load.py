@@ -285,20 +285,27 @@ def build_config(
 
 
 def _one_each(agents: list[AgentConfig], src: object) -> None:
-    """Agents are isolated: two that share a workspace or a SQLite index would see each other's notes."""
-    places: dict[tuple[str, str], str] = {}
+    """Agents are isolated: two that share a workspace or a SQLite index would see each other's notes, and a
+    workspace inside another's would be that agent's memory files (its MEMORY.md read as a shared note).
+    Paths are compared as they resolve (symlinks, `//`), not as written."""
+    seen: list[tuple[str, Path, str]] = []  # (what, resolved path, agent id)
     for a in agents:
-        mine = [("workspace", os.path.normpath(a.workspace))]
+        mine = [("workspace", Path(os.path.realpath(a.workspace)))]
         if a.settings.memory_search.store.backend != "postgres":  # PostgreSQL: one schema per agent id
-            mine.append(("memory index", os.path.normpath(a.index_path)))
+            mine.append(("memory index", Path(os.path.realpath(a.index_path))))
         for what, where in mine:
-            other = places.setdefault((what, where), a.id)
-            if other != a.id:
-                hint = ('put "{agent_id}" in agents.defaults.memory_search.store.path (e.g. '
-                        '~/indexes/{agent_id}.sqlite)' if what == "memory index" else
-                        "give each agent a workspace of its own (agents.list[].workspace)")
-                raise ConfigError(f"{src}: agents '{other}' and '{a.id}' share one {what} ({where}): each agent's "
-                                  "memory is its own", hint)
+            for other_what, other, other_id in seen:
+                if other_id == a.id or what != other_what:
+                    continue
+                nested = what == "workspace" and (where.is_relative_to(other) or other.is_relative_to(where))
+                if where == other or nested:
+                    hint = ('put "{agent_id}" in agents.defaults.memory_search.store.path (e.g. '
+                            '~/indexes/{agent_id}.sqlite)' if what == "memory index" else
+                            "give each agent a workspace of its own, side by side (agents.list[].workspace)")
+                    how = "share one" if where == other else "have nested"
+                    raise ConfigError(f"{src}: agents '{other_id}' and '{a.id}' {how} {what} ({other}, {where}): "
+                                      "each agent's memory is its own", hint)
+        seen += [(what, where, a.id) for what, where in mine]
 
 
 def _sessions_dir(paths: StatePaths, entry: AgentEntry) -> Path:
