@@ -38,18 +38,27 @@ SENDER_NAME_MAX = 64  # enough for any real display name, too short to tell a st
 _SENDER_ID_MAX = 128
 _LABEL_SYNTAX = re.compile(r"[\[\](){}<>\"'`]")
 _NAME_AND_ID = re.compile(r"(?P<name>.*\S)\s*\((?P<id>[^()\s]+)\)")
-# Opening, closing and quoting punctuation of every script (［ ］ ﹝ ﹞ ⟦ ⟧ « » “ ” …) and modifier symbols
-# (˂ ˃ ˋ): what could pass for a label's brackets or quotes to a reader, after NFKC folded look-alikes.
-_LABEL_LIKE = frozenset({"Ps", "Pe", "Pi", "Pf", "Sk"})
+# What a name keeps in a label: letters, digits, their combining accents, spaces and a few marks names use.
+# Everything else goes — brackets, quotes and look-alikes of any script (［ ］ ⎡ ⎤ ״ ″), symbols, enclosing
+# marks — since a list of banned characters is always one look-alike short. Letters that are quote marks
+# in use (modifier letters ʹ ʺ ʻ ʼ ʽ ˮ) go too.
+_NAME_CATEGORIES = ("L", "N", "Mn", "Mc", "Zs")
+_NAME_MARKS = frozenset("-_.@,&+#:")
+_QUOTE_LETTERS = frozenset("\u02b9\u02ba\u02bb\u02bc\u02bd\u02ee\u02dd")
+
+
+def _name_char(c: str) -> bool:
+    cat = unicodedata.category(c)
+    return (cat.startswith(_NAME_CATEGORIES[:2]) or cat in _NAME_CATEGORIES[2:] or c in _NAME_MARKS) \
+        and c not in _QUOTE_LETTERS
 
 
 def label_text(value: str, limit: int) -> str:
     """Text someone else chose (a display name, a peer id) made unable to pass for label syntax: NFKC
-    (full-width and other compatibility forms become plain ones), then no bracket, parenthesis or quote
-    of any script, one line (messages.one_line), at most `limit` characters."""
+    (full-width and other compatibility forms become plain ones), then only letters, digits, combining
+    accents, spaces and `-_.@,&+#:` (everything else becomes a space), one line, at most `limit` characters."""
     folded = unicodedata.normalize("NFKC", one_line(value, 4 * limit))
-    plain = "".join(" " if unicodedata.category(c) in _LABEL_LIKE else c for c in folded)
-    return one_line(_LABEL_SYNTAX.sub(" ", plain), limit)
+    return one_line("".join(c if _name_char(c) else " " for c in folded), limit)
 
 
 def display_name(name: str) -> str:
