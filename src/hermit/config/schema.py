@@ -567,18 +567,14 @@ class GatewayConfig(Strict):
     @field_validator("allowed_origins")
     @classmethod
     def _origins(cls, value: builtins.list[str]) -> builtins.list[str]:
-        """Each an origin as a browser sends it: http(s)://host[:port], nothing after. A bare name would be
-        dropped from the Host check in silence; "null" (what sandboxed frames and file: pages send) and
-        "*" would let any page through the Origin check."""
-        out = []
-        for raw in value:
-            o = raw.strip().rstrip("/").lower()
-            parts = urlsplit(o)
-            if parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query \
-                    or parts.fragment or parts.username or parts.password:
+        """Origins as browsers send them, http(s)://host[:port] (a bare name was dropped from the Host check in
+        silence; "null" or "*" would let file: pages and sandboxed frames through the Origin check)."""
+        out = [raw.strip().rstrip("/").lower() for raw in value]
+        for raw, o in zip(value, out, strict=True):
+            u = urlsplit(o)
+            if u.scheme not in ("http", "https") or not u.hostname or u.path or u.query or u.fragment or "@" in o:
                 raise ValueError(f"{raw!r} is not an origin: write scheme and host (and port), e.g. "
                                  "https://hermit.example or http://mybox.local:18789")
-            out.append(o)
         return out
 
 
