@@ -9,6 +9,7 @@ same length, and asks as a chat: its answers must be identical.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -142,5 +143,31 @@ def test_a_chats_deepest_search_stays_within_the_stores_limits(tmp_path: Path, s
     try:
         out = svc.search("garden", reader=CHAT)
         assert "error" not in out and [h["path"] for h in out["results"]] == ["memory/2026-01-20.md"]
+    finally:
+        svc.close()
+
+
+class RefusingEmbedder(HashEmbedder):
+    """Indexes, then the provider starts refusing queries (a revoked key): its error names the endpoint."""
+
+    def embed_query(self, text: str) -> np.ndarray:
+        from hermit.errors import EmbeddingError
+
+        raise EmbeddingError("openai embeddings at http://10.0.0.5:8080/v1 refused the API key (HTTP 401): "
+                             "Incorrect API key provided: sk-proj-AbCd****wxyz")
+
+
+def test_a_chat_is_not_told_why_vector_search_failed(tmp_path: Path) -> None:
+    """The keyword-only fallback's reason went to every reader: the owner's embedding endpoint and the
+    provider's error text, part of the key included (audit P). A chat learns only that it is keyword-only."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "2026-01-20.md").write_text("# 2026-01-20\n- trimmed the hedge by the shed\n")
+    svc = service(ws, tmp_path / "idx.sqlite", RefusingEmbedder(), MemorySearchConfig())
+    try:
+        chat, owner = svc.search("hedge", reader=CHAT), svc.search("hedge")
+        assert chat["results"] and chat["mode"] == "keyword-only"
+        assert "10.0.0.5" not in json.dumps(chat) and "sk-proj" not in json.dumps(chat)
+        assert "keyword search" in chat["reason"] and "10.0.0.5" in owner["reason"]
     finally:
         svc.close()

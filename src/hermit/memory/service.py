@@ -52,6 +52,7 @@ from hermit.textfile import NotRegularFile, decode_text, read_regular
 from hermit.workspace import MEMORY_FILE
 
 log = logging.getLogger(__name__)
+CHAT_SEARCH_FAILED = "memory search failed; the owner can see why in `hermit memory status` or the log"
 
 # One cap for every face (agent tool, MCP, CLI): a question is a sentence or two, and a 200 KB query
 # held the index for minutes (every word a keyword term, the whole text through the embedding model).
@@ -188,13 +189,15 @@ class MemoryService:
         try:
             with self._lock:
                 return self._search_locked(query, max_results, min_score, reader)
-        except HermitError as e:
+        except Exception as e:
             if not reader.owner:
-                # The reason may name the store (a DSN) or depend on what the owner's notes hold: the owner's.
+                # The reason may name the store (a DSN, a path) or depend on what the owner's notes hold: the
+                # owner's, in the log. Any error: a raw database error would carry the same.
                 log.warning("a search for a chat failed: %s", e)
-                return {"results": [], "disabled": True,
-                        "error": "memory search failed; the owner can see why in `hermit memory status` or the log"}
-            return {"results": [], "disabled": True, "error": str(e)}
+                return {"results": [], "disabled": True, "error": CHAT_SEARCH_FAILED}
+            if isinstance(e, HermitError):
+                return {"results": [], "disabled": True, "error": str(e)}
+            raise
 
     def _search_locked(self, query: str, max_results: int | None, min_score: float | None,
                        reader: Reader) -> dict[str, Any]:
@@ -260,8 +263,11 @@ class MemoryService:
                                 "in them near what it asks, and were left out")
         if outcome.mode != "hybrid":
             out["mode"] = outcome.mode
-            if outcome.reason:
+            if outcome.reason and reader.owner:
                 out["reason"] = outcome.reason
+            elif outcome.reason:  # the owner's endpoint, a provider's error text, a host path: not a chat's
+                log.warning("vector search unavailable for a chat's search: %s", outcome.reason)
+                out["reason"] = "vector search is unavailable right now; these results come from keyword search"
         if notes:
             out["warnings"] = notes
         return out
