@@ -54,6 +54,34 @@ def one_line(value: str, limit: int) -> str:
     return " ".join("".join(out).split())[:limit].rstrip()
 
 
+# What a name keeps in a label: letters, digits, their combining accents, spaces and a few marks names use.
+# Everything else goes — brackets, quotes and look-alikes of any script (［ ］ ⎡ ⎤ ״ ″), symbols, enclosing
+# marks — since a list of banned characters is always one look-alike short. Letters that are quote marks
+# in use (modifier letters ʹ ʺ ʻ ʼ ʽ ˮ) go too.
+_NAME_CATEGORIES = ("L", "N", "Mn", "Mc", "Zs")
+_NAME_MARKS = frozenset("-_.@,&+#:")
+_QUOTE_LETTERS = frozenset(
+    "\u02b9\u02ba\u02bb\u02bc\u02bd\u02c8\u02ee\u02dd"  # ʹ ʺ ʻ ʼ ʽ ˈ ˮ ˝
+    "\u01c0\u01c1\u01c2\u01c3\ua78c\u07f4\u07f5"  # ǀ ǁ ǂ ǃ ꞌ ߴ ߵ: bars and quotes that are letters
+    "\u1433\u1438\u1455\u1450"  # ᐳ ᐸ ᑕ ᑐ: brackets that are letters
+    "\u115f\u1160\u3164\uffa0"  # Hangul fillers: invisible letters
+)
+
+
+def _name_char(c: str) -> bool:
+    cat = unicodedata.category(c)
+    return (cat.startswith(_NAME_CATEGORIES[:2]) or cat in _NAME_CATEGORIES[2:] or c in _NAME_MARKS) \
+        and c not in _QUOTE_LETTERS
+
+
+def label_text(value: str, limit: int) -> str:
+    """Text someone else chose (a display name, a peer id) made unable to pass for label syntax: NFKC
+    (full-width and other compatibility forms become plain ones), then only letters, digits, combining
+    accents, spaces and `-_.@,&+#:` (everything else becomes a space), one line, at most `limit` characters."""
+    folded = unicodedata.normalize("NFKC", one_line(value, 4 * limit))
+    return one_line("".join(c if _name_char(c) else " " for c in folded), limit)
+
+
 def valid_text(text: str) -> str:
     """`text` as valid Unicode: a lone surrogate becomes U+FFFD, a surrogate pair the character it encodes."""
     try:

@@ -11,28 +11,18 @@ control, format or bidi characters.
 
 from __future__ import annotations
 
-import re
-import unicodedata
-
-from hermit.messages import one_line
+from hermit.messages import label_text
 
 MAX_AUTHOR_CHARS = 64
 UNKNOWN_AUTHOR = "someone"
 
-# Dropped from names: anything that could close the header's bracket, open a fake one, or reorder text.
-_BRACKETS = re.compile(r"[\[\]{}()<>«»‹›〈〉《》【】〔〕〖〗〘〙〚〛⟦⟧⟨⟩\"`|]")
-
-
 def author_label(name: str | None) -> str:
-    """A platform display name made safe to print inside the header; "someone" when nothing is left."""
-    if not name:
-        return UNKNOWN_AUTHOR
-    # NFKC first: full-width brackets and other look-alikes become the ASCII ones removed below.
-    text = unicodedata.normalize("NFKC", str(name))
-    kept = " ".join(_BRACKETS.sub(" ", one_line(text, 4 * MAX_AUTHOR_CHARS)).split())
-    if len(kept) > MAX_AUTHOR_CHARS:
-        kept = kept[:MAX_AUTHOR_CHARS - 1].rstrip() + "…"
-    return kept or UNKNOWN_AUTHOR
+    """A platform display name made safe to print inside the header (messages.label_text: letters, digits,
+    accents, spaces and a few marks; no bracket or quote of any script); "someone" when nothing is left."""
+    text = label_text(name, 4 * MAX_AUTHOR_CHARS) if name else ""
+    if len(text) > MAX_AUTHOR_CHARS:
+        text = text[:MAX_AUTHOR_CHARS - 1].rstrip() + "…"
+    return text or UNKNOWN_AUTHOR
 
 
 def header(author: str | None) -> str:

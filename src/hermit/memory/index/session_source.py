@@ -24,8 +24,8 @@ from typing import Any
 
 from hermit.errors import PathPolicyError, SessionError
 from hermit.memory.index.sources import SourceFile
-from hermit.memory.policy.provenance import Origin, label_text
-from hermit.messages import valid_text
+from hermit.memory.policy.provenance import Origin
+from hermit.messages import label_text, valid_text
 from hermit.sessions.entries import HEADER_REPAIR_TYPE
 from hermit.sessions.keys import SessionKey, SessionKind, is_main_session_key, parse_session_key
 

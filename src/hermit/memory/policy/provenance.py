@@ -25,10 +25,9 @@ so notes written before this rule render safely too.
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass, fields
 
-from hermit.messages import one_line
+from hermit.messages import label_text, one_line
 
 OPEN_RE = re.compile(r"^<!-- origin((?: \w+=\"[^\"]*\")*) -->$")
 CLOSE_LINE = "<!-- /origin -->"
@@ -38,29 +37,6 @@ SENDER_NAME_MAX = 64  # enough for any real display name, too short to tell a st
 _SENDER_ID_MAX = 128
 _LABEL_SYNTAX = re.compile(r"[\[\](){}<>\"'`]")
 _NAME_AND_ID = re.compile(r"(?P<name>.*\S)\s*\((?P<id>[^()\s]+)\)")
-# What a name keeps in a label: letters, digits, their combining accents, spaces and a few marks names use.
-# Everything else goes — brackets, quotes and look-alikes of any script (［ ］ ⎡ ⎤ ״ ″), symbols, enclosing
-# marks — since a list of banned characters is always one look-alike short. Letters that are quote marks
-# in use (modifier letters ʹ ʺ ʻ ʼ ʽ ˮ) go too.
-_NAME_CATEGORIES = ("L", "N", "Mn", "Mc", "Zs")
-_NAME_MARKS = frozenset("-_.@,&+#:")
-_QUOTE_LETTERS = frozenset("\u02b9\u02ba\u02bb\u02bc\u02bd\u02ee\u02dd")
-
-
-def _name_char(c: str) -> bool:
-    cat = unicodedata.category(c)
-    return (cat.startswith(_NAME_CATEGORIES[:2]) or cat in _NAME_CATEGORIES[2:] or c in _NAME_MARKS) \
-        and c not in _QUOTE_LETTERS
-
-
-def label_text(value: str, limit: int) -> str:
-    """Text someone else chose (a display name, a peer id) made unable to pass for label syntax: NFKC
-    (full-width and other compatibility forms become plain ones), then only letters, digits, combining
-    accents, spaces and `-_.@,&+#:` (everything else becomes a space), one line, at most `limit` characters."""
-    folded = unicodedata.normalize("NFKC", one_line(value, 4 * limit))
-    return one_line("".join(c if _name_char(c) else " " for c in folded), limit)
-
-
 def display_name(name: str) -> str:
     """A chat member's display name made unable to pass for label syntax (label_text), at most
     SENDER_NAME_MAX characters ("" when nothing visible is left)."""
