@@ -150,3 +150,21 @@ def test_agents_sharing_a_workspace_through_a_link_or_nesting_one_are_refused(tm
         assert f"agents 'main' and 'work' {how} workspace" in e.value.message
     assert _load(tmp_path, f"agents:\n  list:\n    - id: main\n      workspace: {tmp_path}/real/ws\n"
                            f"    - id: work\n      workspace: {tmp_path}/real/ws-work\n") is not None
+
+
+def test_extra_paths_cannot_reach_another_agents_workspace_or_the_state_dir(tmp_path: Path) -> None:
+    """The work agent's extra_paths pointing at the main agent's workspace made main's MEMORY.md and
+    memory/private/ shared notes of work, found and read by work's contacts (audit P)."""
+    main_ws = tmp_path / "ws-main"
+    for extra, problem in ((str(main_ws), "reaches agent 'main''s workspace"),
+                           (f"{main_ws}/memory", "reaches agent 'main''s workspace"),
+                           (f"{main_ws}/MEMORY.md", "reaches agent 'main''s workspace"),
+                           (str(tmp_path), "reaches agent 'main''s workspace"),
+                           (f"{tmp_path}/agents", "reaches Hermit's state dir")):
+        with pytest.raises(ConfigError) as e:
+            _load(tmp_path, f"agents:\n  list:\n    - id: main\n      workspace: {main_ws}\n    - id: work\n"
+                            f"      workspace: {tmp_path}/ws-work\n      memory_search:\n        extra_paths: ['{extra}']\n")
+        assert f"agent 'work': memory_search.extra_paths entry '{extra}' {problem}" in e.value.message
+    notes = tmp_path.parent / f"{tmp_path.name}-notes"
+    assert _load(tmp_path, f"agents:\n  list:\n    - id: main\n      workspace: {main_ws}\n    - id: work\n"
+                           f"      memory_search:\n        extra_paths: ['{notes}', 'memory/more']\n") is not None

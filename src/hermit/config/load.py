@@ -271,7 +271,7 @@ def build_config(
                 is_default=False,
             )
         )
-    _one_each(agents, src)
+    _one_each(agents, paths.home, src)
     default_ids = [a.id for a in agents if a.settings.default]
     if len(default_ids) > 1:
         raise ConfigError(f"{src}: more than one agent has default: true ({', '.join(default_ids)})",
@@ -284,7 +284,7 @@ def build_config(
     return LoadedConfig(paths=paths, source=source, config=cfg, defaults=defaults, agents=tuple(agents))
 
 
-def _one_each(agents: list[AgentConfig], src: object) -> None:
+def _one_each(agents: list[AgentConfig], home: Path, src: object) -> None:
     """Agents are isolated: two that share a workspace or a SQLite index would see each other's notes, and a
     workspace inside another's would be that agent's memory files (its MEMORY.md read as a shared note).
     Paths are compared as they resolve (symlinks, `//`), not as written."""
@@ -306,6 +306,33 @@ def _one_each(agents: list[AgentConfig], src: object) -> None:
                     raise ConfigError(f"{src}: agents '{other_id}' and '{a.id}' {how} {what} ({other}, {where}): "
                                       "each agent's memory is its own", hint)
         seen += [(what, where, a.id) for what, where in mine]
+    for a in agents:
+        _extra_paths_are_its_own(a, agents, home, src)
+
+
+def _extra_paths_are_its_own(a: AgentConfig, agents: list[AgentConfig], home: Path, src: object) -> None:
+    """An agent's memory_search.extra_paths may not reach another agent's workspace (its MEMORY.md and
+    memory/private/ would be this agent's shared notes, found by its contacts) nor Hermit's state dir
+    outside the agent's own workspace (contacts' rooms hold their files)."""
+    own = Path(os.path.realpath(a.workspace))
+    state = Path(os.path.realpath(home))
+    for raw in a.settings.memory_search.extra_paths:
+        given = Path(raw).expanduser()
+        root = Path(os.path.realpath(given if given.is_absolute() else a.workspace / given))
+        others = [b.id for b in agents if b.id != a.id and _overlap(root, Path(os.path.realpath(b.workspace)))]
+        if others:
+            problem = f"reaches agent '{others[0]}''s workspace"
+        elif _overlap(root, state) and not root.is_relative_to(own):
+            problem = f"reaches Hermit's state dir ({state})"
+        else:
+            continue
+        raise ConfigError(f"{src}: agent '{a.id}': memory_search.extra_paths entry {raw!r} {problem}: each "
+                          "agent's memory is its own", "point extra_paths at folders of notes outside every "
+                          "agent's workspace and the state dir")
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    return a.is_relative_to(b) or b.is_relative_to(a)
 
 
 def _sessions_dir(paths: StatePaths, entry: AgentEntry) -> Path:
