@@ -11,8 +11,9 @@ provider.
 
 The CLI registers the config's secrets for every command (`register_later`): reading them loads the config
 and the provider table, which `hermit --help` and `hermit completion` should not pay for, so they are read
-the first time anything is masked. Output cut for length (exec keeps a head and a tail) passes `mask_cut`
-first: a key straddling a cut edge would leave two halves that no longer match the whole key.
+the first time anything is masked. Output cut for length (exec keeps a head and a tail) loses CUT_MARGIN
+characters next to the cut (`mask_cut`): a key straddling a cut edge would leave two halves that no longer
+match the whole key, and masking only pieces that match would answer a guess.
 Masking is exact-string matching and so best effort: a key a command encodes (base64, reversed, one
 character per line) is not recognised.
 
@@ -32,9 +33,8 @@ from typing import TypeVar
 
 MASK = "***"
 MIN_SECRET_CHARS = 8  # shorter values ("x", "true", a port) would mask ordinary words, not secrets
-# A piece of a secret left at a cut edge is masked from this length on: shorter pieces ("sk-") say little, and
-# masking them would eat ordinary text at nearly every cut.
-MIN_PARTIAL_CHARS = 4
+# What a cut text loses next to the cut (mask_cut): longer than any key or token Hermit holds.
+CUT_MARGIN = 256
 
 log = logging.getLogger(__name__)
 
@@ -98,27 +98,6 @@ class SecretMasker:
                 text = text.replace(s, MASK)
         return text
 
-    def mask_cut(self, head: str, tail: str) -> tuple[str, str]:
-        """`head` and `tail`, the two ends of a text whose middle was cut out, with a piece of a secret at
-        the cut (the end of `head` is the start of a secret, or the start of `tail` is its end; at least
-        MIN_PARTIAL_CHARS long) replaced by `***`. Whole secrets are left to `mask`."""
-        self._read_pending()
-        cut_head = cut_tail = 0
-        for s in self._secrets:
-            for n in range(min(len(s) - 1, len(head)), MIN_PARTIAL_CHARS - 1, -1):
-                if head.endswith(s[:n]):
-                    cut_head = max(cut_head, n)
-                    break
-            for n in range(min(len(s) - 1, len(tail)), MIN_PARTIAL_CHARS - 1, -1):
-                if tail.startswith(s[-n:]):
-                    cut_tail = max(cut_tail, n)
-                    break
-        if cut_head:
-            head = head[:-cut_head] + MASK
-        if cut_tail:
-            tail = MASK + tail[cut_tail:]
-        return head, tail
-
     def mask_error(self, e: E) -> E:
         """`e` with its message, hint and args masked in place (HermitError's fields and any exception's
         args), returned so a caller can `raise masker.mask_error(e)`."""
@@ -151,8 +130,11 @@ def mask(text: str) -> str:
 
 
 def mask_cut(head: str, tail: str) -> tuple[str, str]:
-    """The two ends of a cut text with any piece of a registered secret at the cut replaced by `***`."""
-    return KNOWN.mask_cut(head, tail)
+    """The two ends of a text whose middle was cut out, each without the CUT_MARGIN characters next to the
+    cut: a key the cut split in two leaves no half there. The same for every text, whatever it holds —
+    masking only the pieces that match a secret told a chat's command, which chooses what ends at the cut,
+    whether its guess was the start of a key (an audit read a key prefix in ~32 calls a character)."""
+    return head[:max(0, len(head) - CUT_MARGIN)], tail[CUT_MARGIN:]
 
 
 PR_SET_DUMPABLE = 4

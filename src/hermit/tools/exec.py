@@ -78,9 +78,10 @@ class _CappedBuffer:
         if self.total <= kept:
             return head + self.tail.decode("utf-8", errors="replace")
         tail = self.tail.decode("utf-8", errors="replace")
-        # The tool runner masks whole secrets; a secret the cut split in two is masked here, at each edge.
+        # The tool runner masks whole secrets; next to the cut a fixed margin goes, so no half of a key stays.
         head, tail = mask_cut(head, tail)
-        return f"{head}\n[… {self.total - kept:,} bytes of output omitted …]\n{tail}"
+        omitted = self.total - len(head.encode()) - len(tail.encode())
+        return f"{head}\n[… {omitted:,} bytes of output omitted …]\n{tail}"
 
 
 class ExecTool:
