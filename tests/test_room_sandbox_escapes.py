@@ -138,3 +138,14 @@ def test_common_tools_still_work_in_a_room(tmp_path: Path) -> None:
     print(out)
     lines = out.splitlines()
     assert not err and "42" in lines and "1oo" in lines and lines.count("2") >= 1 and "1" in lines
+
+
+def test_the_rooms_copies_of_notes_and_instructions_say_nothing_of_when_they_were_written(tmp_path: Path) -> None:
+    """The copies of memory files and instruction files in the sandbox carried a time: a fixed one now, so a
+    chat cannot watch for when the owner writes (audit Q)."""
+    runner, _ = room_tools(tmp_path)
+    ws = tmp_path / "ws"
+    (ws / "AGENTS.md").write_text("# Agents\n- be brief\n", encoding="utf-8")
+    (ws / "memory" / "2026-01-20.md").write_text("# 2026-01-20\n- lunch at noon\n", encoding="utf-8")
+    out, err = run(runner, "exec", command="stat -c '%Y %n' AGENTS.md memory/2026-01-20.md", timeout=30)
+    assert not err and out.splitlines()[-2:] == ["0 AGENTS.md", "0 memory/2026-01-20.md"], out

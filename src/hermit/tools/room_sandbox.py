@@ -48,7 +48,6 @@ import subprocess
 import tarfile
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,7 +207,8 @@ class RoomRun:
                 self._add_room(tar, room)
             for path, data, mode in self.seed:
                 info = tarfile.TarInfo(path)
-                info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+                # A fixed time: the copy's says nothing of when the owner last wrote (its memory/ folder alike).
+                info.size, info.mode, info.mtime = len(data), mode, 0
                 tar.addfile(info, io.BytesIO(data))
             dirs = sorted({p.rsplit("/", 1)[0] for p, _, _ in self.seed if "/" in p} | {MEMORY_DIR})
             for d in dirs:  # after their files: tar applies a directory's mode when it is done with it
