@@ -132,7 +132,7 @@ def test_an_allowed_origin_must_be_an_origin(tmp_path: Path, origin: str) -> Non
 
 
 def test_an_allowed_origin_is_kept_as_a_browser_sends_it(tmp_path: Path) -> None:
-    loaded = _load(tmp_path, 'gateway:\n  allowed_origins: ["https://Hermit.Example/", "http://mybox.local:18789"]\n')
+    loaded = _load(tmp_path, 'gateway:\n  allowed_origins: ["https://Hermit.Example:443/", "http://mybox.local:18789"]\n')
     assert loaded.config.gateway.allowed_origins == ["https://hermit.example", "http://mybox.local:18789"]  # type: ignore[attr-defined]
 
 

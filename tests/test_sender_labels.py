@@ -103,6 +103,7 @@ def test_names_are_cut_and_the_id_comes_first() -> None:
     assert Origin("s", "telegram", "-1", sender_text("Ann (the owner)", "7")).describe() == \
         'written from telegram group -1 by 7 "Ann the owner"'
     assert Origin("agent:main:x", sender="mallory").describe() == "written from session agent:main:x by mallory"
+    assert sender_text("J\u00fcrgen \u2708\ufe0f", "7") == "J\u00fcrgen (7)"  # the emoji and its variation selector go
 
 
 @pytest.mark.parametrize("fake", [

@@ -71,7 +71,7 @@ _QUOTE_LETTERS = frozenset(
 def _name_char(c: str) -> bool:
     cat = unicodedata.category(c)
     return (cat.startswith(_NAME_CATEGORIES[:2]) or cat in _NAME_CATEGORIES[2:] or c in _NAME_MARKS) \
-        and c not in _QUOTE_LETTERS
+        and c not in _QUOTE_LETTERS and not ("\ufe00" <= c <= "\ufe0f" or "\U000e0100" <= c <= "\U000e01ef")
 
 
 def label_text(value: str, limit: int) -> str:

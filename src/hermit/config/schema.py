@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import re
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -567,9 +568,9 @@ class GatewayConfig(Strict):
     @field_validator("allowed_origins")
     @classmethod
     def _origins(cls, value: builtins.list[str]) -> builtins.list[str]:
-        """Origins as browsers send them, http(s)://host[:port] (a bare name was dropped from the Host check in
-        silence; "null" or "*" would let file: pages and sandboxed frames through the Origin check)."""
-        out = [raw.strip().rstrip("/").lower() for raw in value]
+        """Origins as browsers send them, http(s)://host[:port], default port left out ("null", "*" or a bare
+        name would let file: pages and sandboxed frames in, or be dropped from the Host check in silence)."""
+        out = [re.sub(r"^(https://.*?):443$|^(http://.*?):80$", r"\1\2", r.strip().rstrip("/").lower()) for r in value]
         for raw, o in zip(value, out, strict=True):
             u = urlsplit(o)
             if u.scheme not in ("http", "https") or not u.hostname or u.path or u.query or u.fragment or "@" in o:
