@@ -113,6 +113,18 @@ def test_an_org_wide_install_takes_every_team_of_its_org_only(tmp_path: Path) ->
     run(main)
 
 
+def test_an_org_wide_install_without_an_org_id_accepts_no_workspace(tmp_path: Path) -> None:
+    """auth.test saying org-wide but naming no org compared "" with "": every workspace without an
+    enterprise id got in (audit P, read from the code)."""
+    async def main() -> None:
+        fake = IdentitySlack({"team_id": "T1", "enterprise_id": "", "is_enterprise_install": True})
+        async with http_mode(tmp_path, fake) as (_ch, sink, url), httpx.AsyncClient() as c:
+            assert await post(c, url, body_from(fake, "from anywhere", team_id="TOTHER")) == 200
+            await asyncio.sleep(0.3)
+            assert sink.published == []
+    run(main)
+
+
 def test_without_auth_test_an_event_is_refused_with_500_and_handled_on_slacks_retry(tmp_path: Path) -> None:
     async def main() -> None:
         fake = IdentitySlack(bot_token="xoxb-rotated")  # auth.test fails until the token matches

@@ -256,8 +256,8 @@ class SlackChannel:
                                "this account's workspace", "see `hermit channels status` for the error")
         team, app = str(body.get("team_id") or ""), str(body.get("api_app_id") or "")
         enterprise = str(body.get("enterprise_id") or "")
-        if self._org_install:
-            ok = enterprise == self._enterprise
+        if self._org_install:  # an org-wide install without an org id to compare accepts nothing
+            ok = bool(self._enterprise) and enterprise == self._enterprise
         else:
             ok = team == self._team and (not self._enterprise or not enterprise or enterprise == self._enterprise)
         if ok and self._app:
