@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -138,6 +139,21 @@ def test_a_key_split_by_the_output_cut_is_masked_at_both_edges(home: Path) -> No
     for piece in (KEY[:16], KEY[16:], KEY[:6], KEY[-6:]):
         assert piece not in result and piece not in stored
     assert "x\n[… " in result and " omitted …]\ny" in result
+
+
+def test_a_key_across_the_margins_inner_edge_is_masked_whole_and_the_count_stays_sane(home: Path) -> None:
+    """The margin went before whole keys were masked: a key ending 10 characters into it kept its first
+    part, unmasked (audit R). And the omitted count was taken from re-encoded text: invalid UTF-8 made it
+    negative."""
+    edge = 8000 - CUT_MARGIN
+    body = "x" * (edge + 10 - len(KEY)) + KEY + "y" * 30000
+    script = home.parent / "edge.py"
+    script.write_text(f"import sys\nsys.stdout.write({body!r})\n", encoding="utf-8")
+    result, stored = agent_turn(home, f"python3 {script}; printf '\\377%.0s' $(seq 20001) >&2")
+    for piece in (KEY[:16], KEY[:-10], KEY[-10:]):
+        assert piece not in result and piece not in stored
+    counts = [int(n.replace(",", "")) for n in re.findall(r"\[… (-?[\d,]+) bytes of output omitted", result)]
+    assert counts and all(n > 0 for n in counts), result[-400:]
 
 
 def test_the_cut_drops_the_same_margin_whatever_ends_there() -> None:

@@ -203,7 +203,8 @@ class MemoryService:
                        reader: Reader) -> dict[str, Any]:
         notes: list[str] = []
         report = self.sync_if_dirty()
-        if report is not None and report.skipped:
+        if report is not None and report.skipped and reader.owner:
+            # (not a chat's: polled, it would say when the owner writes)
             notes.append("the index is being updated; results may miss the newest edits")
         if report is not None and reader.owner:
             # The index's warnings name files ("memory/private/x.md: skipped, it is a FIFO"): the owner's
@@ -218,16 +219,12 @@ class MemoryService:
 
     def _say_pending(self, out: dict[str, Any], reader: Reader = OWNER_READER) -> None:
         """While a (first) index is still embedding, say how much: those notes are found by keyword
-        only until their vectors are stored. A chat is told only that some are (the counts would say
-        how much the owner just wrote)."""
-        if self.embedder is None or not self.cfg.store.vector_enabled:
+        only until their vectors are stored. Not a chat's: the backlog counts the owner's notes, so even
+        "some are" would say, polled, when the owner writes."""
+        if self.embedder is None or not self.cfg.store.vector_enabled or not reader.owner:
             return
         files, chunks = self.store.pending_vectors()
         if not chunks:
-            return
-        if not reader.owner:
-            out.setdefault("warnings", []).append(
-                "some notes are still being embedded: until then they are found by keyword only")
             return
         out["indexing"] = {"filesPending": files, "chunksPending": chunks}
         out.setdefault("warnings", []).append(

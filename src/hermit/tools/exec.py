@@ -31,7 +31,7 @@ from typing import Annotated
 from pydantic import Field
 
 from hermit.errors import ToolError
-from hermit.redaction import mask_cut
+from hermit.redaction import mask, mask_cut
 from hermit.tools.base import Tool, ToolOutput, make_tool
 from hermit.tools.os_sandbox import OsSandbox
 from hermit.tools.room_sandbox import SETUP_FAILED, RoomRun, RoomSandbox
@@ -78,10 +78,12 @@ class _CappedBuffer:
         if self.total <= kept:
             return head + self.tail.decode("utf-8", errors="replace")
         tail = self.tail.decode("utf-8", errors="replace")
-        # The tool runner masks whole secrets; next to the cut a fixed margin goes, so no half of a key stays.
-        head, tail = mask_cut(head, tail)
-        omitted = self.total - len(head.encode()) - len(tail.encode())
-        return f"{head}\n[… {omitted:,} bytes of output omitted …]\n{tail}"
+        # Whole secrets are masked in each part first (a key across the margin's inner edge would otherwise
+        # keep its outer part), then a fixed margin next to the cut goes, so no half of a key stays there.
+        head, tail = mask(head), mask(tail)
+        short_head, short_tail = mask_cut(head, tail)
+        omitted = self.total - kept + len(head) - len(short_head) + len(tail) - len(short_tail)
+        return f"{short_head}\n[… {omitted:,} bytes of output omitted …]\n{short_tail}"
 
 
 class ExecTool:
