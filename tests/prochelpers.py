@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,3 +104,24 @@ def kill_stepped(srv: FakeEmbeddingServer, proc: Proc, ready: Callable[[], bool]
             proc.wait()
         srv.release_all()
     assert proc.returncode == -signal.SIGKILL
+
+
+def python_as(as_user: dict[str, Any]) -> str | None:
+    """An interpreter that can import this checkout as another uid (`as_user`: subprocess's user/group
+    arguments, {} for this one), with PYTHONPATH `pythonpath()`; None when there is none (this one may sit
+    under /root, where another uid cannot reach it, and the system's may be another version)."""
+    for python in (sys.executable, "/usr/bin/python3"):
+        try:
+            done = subprocess.run([python, "-c", "import hermit.tools.room_sandbox"], capture_output=True,
+                                  timeout=PROC_TIMEOUT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath()},
+                                  **as_user)
+        except OSError:
+            continue
+        if done.returncode == 0:
+            return python
+    return None
+
+
+def pythonpath() -> str:
+    """This process's import path, for a subprocess that must import the same packages and checkout."""
+    return os.pathsep.join(sys.path)

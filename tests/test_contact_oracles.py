@@ -131,7 +131,6 @@ def test_the_owner_keeps_the_precise_reasons(owner_files: AgentRuntime) -> None:
 
 
 def test_the_mcp_server_answers_alike_for_missing_and_owner_only_files(owner_files: AgentRuntime) -> None:
-    pytest.importorskip("mcp")
     import anyio
     from mcp import Client
 

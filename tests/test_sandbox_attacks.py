@@ -38,7 +38,7 @@ from hermit.tools.os_sandbox import Backend, SandboxLimits, detect
 from hermit.tools.room_sandbox import sandbox_uid
 from hermit.tools.rooms import Room
 from hermit.tools.views import AudienceMemoryView
-from prochelpers import PROC_TIMEOUT
+from prochelpers import PROC_TIMEOUT, python_as
 
 GROUP = group_session_key("main", "telegram", "-100300")
 OTHER_GROUP = group_session_key("main", "telegram", "-100301")
@@ -133,7 +133,7 @@ def test_room_sandbox_as_an_unprivileged_user(tmp_path: Path) -> None:
     probe.write_text(UNPRIVILEGED_PROBE)
     as_user: dict[str, Any] = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
     try:
-        python = _python_for(as_user)
+        python = python_as(as_user)
         if python is not None:
             done = subprocess.run([python, str(probe), str(base), BOMB, drop, HOGS], capture_output=True, text=True,
                                   timeout=PROC_TIMEOUT,
@@ -152,19 +152,6 @@ def test_room_sandbox_as_an_unprivileged_user(tmp_path: Path) -> None:
         assert "CapEff:\t0000000000000000" in ident and tasks <= 40
     finally:
         subprocess.run(["rm", "-rf", str(base)], check=False)
-
-
-def _python_for(as_user: dict[str, Any]) -> str | None:
-    """An interpreter that can import this checkout as the other uid, or None."""
-    for python in (sys.executable, "/usr/bin/python3"):
-        try:
-            done = subprocess.run([python, "-c", "import hermit.tools.room_sandbox"], capture_output=True, timeout=PROC_TIMEOUT,
-                                  env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(sys.path)}, **as_user)
-        except OSError:
-            continue
-        if done.returncode == 0:
-            return python
-    return None
 
 
 def _bare_probe(base: Path, as_user: dict[str, Any]) -> tuple[str, int]:

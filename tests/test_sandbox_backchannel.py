@@ -21,11 +21,12 @@ from typing import Any
 
 import pytest
 
+from ciguard import need
 from hermit.errors import ToolError
 from hermit.tools import os_sandbox
 from hermit.tools.room_sandbox import STAGING_PREFIX, OverBudget, unpack
-from prochelpers import PROC_TIMEOUT
-from test_sandbox_attacks import _python_for, need_sandbox, room_tools, run
+from prochelpers import PROC_TIMEOUT, python_as
+from test_sandbox_attacks import need_sandbox, room_tools, run
 
 SPARSE_BYTES = 256 << 20
 # Run inside the sandbox: reopen, through /proc/<pid>/fd, every pipe or socket any process there holds
@@ -101,9 +102,9 @@ def test_the_way_back_cannot_be_reopened_by_the_command(tmp_path: Path) -> None:
     script.write_text(AS_USER_SCRIPT)
     as_user: dict[str, Any] = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
     try:
-        python = _python_for(as_user)
-        if python is None:
-            pytest.skip("no interpreter that can import this checkout as the other uid")
+        python = python_as(as_user)
+        need(python is not None, "a Python that can import this checkout as another uid")
+        assert python is not None
         done = subprocess.run([python, str(script), str(base), REOPEN_ATTACK], capture_output=True, text=True,
                               timeout=PROC_TIMEOUT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(sys.path)},
                               **as_user)

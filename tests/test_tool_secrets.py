@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,28 +20,16 @@ import pytest
 import yaml
 
 from agenthelpers import tool_results
+from ciguard import need
 from hermit.redaction import CUT_MARGIN, MASK, SecretMasker, mask_cut
 from hermit.testing import FakeProvider
-from prochelpers import PROC_TIMEOUT
+from prochelpers import PROC_TIMEOUT, python_as, pythonpath
 
 KEY = "sk-provider-key-0123456789abcdef"
 BOT_TOKEN = "7712345678:AAHfakeTelegramBotToken_abcdefghijk12"
 GATEWAY_TOKEN = "gw-token-Zq8vR3kLm2Xp9sT4uW7yB1cD5eF6gH0j"
 CANARY = "not-a-secret-canary-4c1e7b"  # not registered anywhere: masking cannot hide it, only /proc can
 NOBODY = 65534
-
-
-def python_for_others() -> tuple[str, str]:
-    """An interpreter uid 65534 may run (this one may sit under /root) and the PYTHONPATH giving it this
-    environment's packages and Hermit; skips when the system has no Python of the same version."""
-    system = shutil.which("python3", path="/usr/bin:/bin") or ""
-    ok = system and subprocess.run([system, "-c", f"import sys; sys.exit(sys.version_info[:2] != {sys.version_info[:2]})"],
-                                   capture_output=True).returncode == 0
-    if not ok:
-        pytest.skip(f"no /usr/bin/python3 {sys.version_info[0]}.{sys.version_info[1]} to run Hermit as uid {NOBODY}")
-    import hermit
-
-    return system, os.pathsep.join([sysconfig.get_paths()["purelib"], str(Path(hermit.__file__).parents[1])])
 
 
 def agent_turn(home: Path, command: str, *, uid: int | None = None,
@@ -68,8 +55,10 @@ def agent_turn(home: Path, command: str, *, uid: int | None = None,
         kw: dict[str, object] = {}
         python = sys.executable
         if uid is not None:
-            python, env["PYTHONPATH"] = python_for_others()
             kw = {"user": uid, "group": uid, "extra_groups": []}
+            found = python_as(kw)
+            need(found is not None, f"a Python that can import this checkout as uid {uid}")
+            python, env["PYTHONPATH"] = str(found), pythonpath()
             for p in [home, *home.rglob("*")]:
                 os.lchown(p, uid, uid)
         r = subprocess.run([python, "-m", "hermit.cli.main", "agent", "-m", "go"], capture_output=True,
