@@ -69,6 +69,15 @@ def test_a_chats_scores_are_the_same_whatever_word_the_owners_notes_hold(tmp_pat
         without.close()
 
 
+def _crowd(ws: Path, owner_notes: list[str], shared_note: str) -> None:
+    """`ws` with one owner-only note per line of `owner_notes` (memory/private/) and the chat-visible daily
+    log holding `shared_note`."""
+    (ws / "memory" / "private").mkdir(parents=True)
+    for i, note in enumerate(owner_notes):
+        (ws / "memory" / "private" / f"n{i:03d}.md").write_text(f"# Note {i}\n- {note}\n")
+    (ws / "memory" / "2026-01-20.md").write_text(f"# 2026-01-20\n- {shared_note}\n")
+
+
 @pytest.mark.parametrize("provider", ["hash", "none"])
 def test_a_chats_own_note_is_not_crowded_out_by_notes_it_may_not_see(tmp_path: Path, provider: str,
                                                                   store_backend: str) -> None:
@@ -78,10 +87,7 @@ def test_a_chats_own_note_is_not_crowded_out_by_notes_it_may_not_see(tmp_path: P
     answers = []
     for name, word in (("keller", "keller"), ("other", "zander")):
         ws = tmp_path / name
-        (ws / "memory" / "private").mkdir(parents=True)
-        for i in range(40):
-            (ws / "memory" / "private" / f"n{i:02d}.md").write_text(f"# Note {i}\n- {word} {word} {word} call\n")
-        (ws / "memory" / "2026-01-20.md").write_text("# 2026-01-20\n- met keller about the fence and the shed\n")
+        _crowd(ws, [f"{word} {word} {word} call"] * 40, "met keller about the fence and the shed")
         cfg = MemorySearchConfig.model_validate({"provider": "local" if provider == "hash" else "none"})
         svc = service(ws, tmp_path / f"{name}.sqlite", HashEmbedder() if provider == "hash" else None, cfg)
         try:
@@ -115,12 +121,9 @@ def test_a_chats_own_note_is_not_crowded_out_of_the_vector_leg_either(tmp_path: 
     """The nearest chunks were taken from everyone's notes and filtered after: forty owner-only notes nearer
     to the question than the chat's own note (which shares no word with it) pushed that note out."""
     answers = []
-    for name, owner_note in (("near", "- rose bed and tulips {i}"), ("far", "- invoice number {i} paid")):
+    for name, owner_note in (("near", "rose bed and tulips {i}"), ("far", "invoice number {i} paid")):
         ws = tmp_path / name
-        (ws / "memory" / "private").mkdir(parents=True)
-        for i in range(40):
-            (ws / "memory" / "private" / f"n{i:02d}.md").write_text(f"# Note\n{owner_note.format(i=i)}\n")
-        (ws / "memory" / "2026-01-20.md").write_text("# 2026-01-20\n- trimmed the hedge by the shed\n")
+        _crowd(ws, [owner_note.format(i=i) for i in range(40)], "trimmed the hedge by the shed")
         svc = service(ws, tmp_path / f"{name}.sqlite", TopicEmbedder(), MemorySearchConfig())
         try:
             answers.append([[h["path"] for h in svc.search("garden", max_results=n, reader=CHAT)["results"]]
@@ -135,10 +138,7 @@ def test_a_chats_deepest_search_stays_within_the_stores_limits(tmp_path: Path, s
     → 1,536 deep, and PostgreSQL refused hnsw.ef_search 1,536 (pgvector allows 1..1000) — the chat got the
     error, DSN included, and whether it got it said what the owner writes about."""
     ws = tmp_path / "ws"
-    (ws / "memory" / "private").mkdir(parents=True)
-    for i in range(500):
-        (ws / "memory" / "private" / f"n{i:03d}.md").write_text(f"# Note\n- rose bed and tulips {i}\n")
-    (ws / "memory" / "2026-01-20.md").write_text("# 2026-01-20\n- trimmed the hedge by the shed\n")
+    _crowd(ws, [f"rose bed and tulips {i}" for i in range(500)], "trimmed the hedge by the shed")
     svc = service(ws, tmp_path / "idx.sqlite", TopicEmbedder(), MemorySearchConfig())
     try:
         out = svc.search("garden", reader=CHAT)
