@@ -102,13 +102,21 @@ def test_room_writes_respect_the_quota_and_never_touch_the_workspace(tmp_path: P
     assert (view.room.path / "notes.txt").read_text() == "the group's file\n"
 
 
+def _signature(path: Path) -> tuple[str, str]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return file_signature(fd)
+    finally:
+        os.close(fd)
+
+
 def test_the_merge_after_an_exec_keeps_a_file_a_tool_changed_meanwhile(tmp_path: Path) -> None:
     view, _ = view_of(tmp_path)
     with view.room.locked() as fd:
         safe_fs.write_beneath(fd, "a.txt", b"seed a")
         safe_fs.write_beneath(fd, "b.txt", b"seed b")
         safe_fs.write_beneath(fd, "gone.txt", b"seed gone")
-        seed = {rel: SeedEntry(file_signature(view.room.path / rel), stamp_of(os.lstat(view.room.path / rel)))
+        seed = {rel: SeedEntry(_signature(view.room.path / rel), stamp_of(os.lstat(view.room.path / rel)))
                 for rel in ("a.txt", "b.txt", "gone.txt")}
         safe_fs.write_beneath(fd, "b.txt", b"the tool's b")  # a file tool wrote while the command ran
     out = tmp_path / "extracted"

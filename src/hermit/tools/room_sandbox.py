@@ -229,12 +229,7 @@ class RoomRun:
                 tar.addfile(info)
                 self.manifest[rel] = SeedEntry(("d", ""), stamp_of(st))
             elif stat.S_ISLNK(st.st_mode):
-                parts = rel.rsplit("/", 1)
-                parent = safe_fs.open_dir(room, parts[0] if len(parts) == 2 else "")
-                try:
-                    target = os.readlink(parts[-1], dir_fd=parent)
-                finally:
-                    os.close(parent)
+                target = safe_fs.readlink_beneath(room, rel)
                 info.type, info.linkname = tarfile.SYMTYPE, target
                 tar.addfile(info)
                 self.manifest[rel] = SeedEntry(("l", target), stamp_of(st))

@@ -147,11 +147,11 @@ def stamp_of(st: os.stat_result) -> tuple[int, int, int]:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def file_signature(path: Path) -> Signature:
+def file_signature(fd: int) -> Signature:
+    """A regular file's signature, read from its open descriptor."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+    while block := os.read(fd, 1 << 20):
+        h.update(block)
     return "f", h.hexdigest()
 
 
@@ -161,23 +161,15 @@ def _incoming(root_fd: int) -> dict[str, tuple[Signature, os.stat_result]]:
     out: dict[str, tuple[Signature, os.stat_result]] = {}
     for rel, st in safe_fs.walk_beneath(root_fd):
         if stat.S_ISLNK(st.st_mode):
-            parts = safe_fs.parts_of(rel)
-            parent = safe_fs.open_dir(root_fd, "/".join(parts[:-1]))
-            try:
-                out[rel] = (("l", os.readlink(parts[-1], dir_fd=parent)), st)
-            finally:
-                os.close(parent)
+            out[rel] = (("l", safe_fs.readlink_beneath(root_fd, rel)), st)
         elif stat.S_ISDIR(st.st_mode):
             out[rel] = (("d", ""), st)
         elif stat.S_ISREG(st.st_mode):
             fd = safe_fs.open_beneath(root_fd, rel, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
             try:
-                h = hashlib.sha256()
-                while block := os.read(fd, 1 << 20):
-                    h.update(block)
+                out[rel] = (file_signature(fd), st)
             finally:
                 os.close(fd)
-            out[rel] = (("f", h.hexdigest()), st)
     return out
 
 
@@ -235,12 +227,7 @@ def _drop_links_leaving(room_fd: int) -> list[str]:
     links: dict[str, str] = {}
     for rel, st in safe_fs.walk_beneath(room_fd):
         if stat.S_ISLNK(st.st_mode):
-            parts = safe_fs.parts_of(rel)
-            parent = safe_fs.open_dir(room_fd, "/".join(parts[:-1]))
-            try:
-                links[rel] = os.readlink(parts[-1], dir_fd=parent)
-            finally:
-                os.close(parent)
+            links[rel] = safe_fs.readlink_beneath(room_fd, rel)
     leaving = links_leaving(links)
     for rel in leaving:
         with contextlib.suppress(FileNotFoundError):

@@ -230,6 +230,16 @@ def read_beneath(dir_fd: int, rel: str, max_bytes: int) -> Opened:
         os.close(fd)
 
 
+def readlink_beneath(dir_fd: int, rel: str) -> str:
+    """The text of the link `rel` beneath `dir_fd`, its folders opened without following links."""
+    parts = parts_of(rel)
+    parent = open_dir(dir_fd, "/".join(parts[:-1]))
+    try:
+        return os.readlink(parts[-1], dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
 def lstat_beneath(dir_fd: int, rel: str) -> os.stat_result | None:
     """lstat of `rel` (the entry itself, a symlink is not followed); None when it does not exist."""
     parts = parts_of(rel)
