@@ -297,7 +297,7 @@ def _one_each(agents: list[AgentConfig], home: Path, src: object) -> None:
             for other_what, other, other_id in seen:
                 if other_id == a.id or what != other_what:
                     continue
-                nested = what == "workspace" and (where.is_relative_to(other) or other.is_relative_to(where))
+                nested = what == "workspace" and _overlap(where, other)
                 if where == other or nested:
                     hint = ('put "{agent_id}" in agents.defaults.memory_search.store.path (e.g. '
                             '~/indexes/{agent_id}.sqlite)' if what == "memory index" else
