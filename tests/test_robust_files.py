@@ -303,3 +303,58 @@ def test_the_temp_files_a_killed_rewrite_left_are_removed_by_the_next_one(tmp_pa
     write_atomic(store, "{\"sessions\": {}}")
     assert store.read_text() == "{\"sessions\": {}}"
     assert not left.exists() and alive.exists() and other.exists()
+
+
+SLUG_CUT_SHORT = """
+import resource, signal, sys
+from pathlib import Path
+from hermit.agent.session_memory import write_memory_file
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (200, resource.RLIM_INFINITY))
+try:
+    write_memory_file(Path(sys.argv[1]), "2026-01-20-trip-plans", "<!-- origin -->\\n" + "- a line\\n" * 100)
+except OSError as e:
+    print("write_memory_file:", e.errno)
+"""
+
+
+def test_a_session_file_cut_short_leaves_no_partial_file_under_its_name(tmp_path: Path) -> None:
+    """`/new` writes the end of a session to `memory/<date>-<slug>.md`, created exclusively. A write cut
+    short (a full disk, a kill) used to leave the first part of the file under that name: a torn origin
+    block the indexer read, and the name taken. Now the name appears only with the whole file."""
+    from hermit.agent.session_memory import write_memory_file
+
+    mem = tmp_path / "memory"
+    mem.mkdir()
+    r = subprocess.run([sys.executable, "-c", SLUG_CUT_SHORT, str(mem)], capture_output=True, text=True, timeout=120)
+    assert "write_memory_file: 27" in r.stdout, r.stdout + r.stderr
+    assert os.listdir(mem) == []
+    done = write_memory_file(mem, "2026-01-20-trip-plans", "whole\n")
+    assert done.name == "2026-01-20-trip-plans.md" and done.read_text() == "whole\n"
+    assert done.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("unnamed", [True, False], ids=["O_TMPFILE", "temp-name"])
+def test_racing_creators_of_one_name_never_overwrite_each_other(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                unnamed: bool) -> None:
+    from hermit.durable import create_new
+
+    if not unnamed:  # a file system or OS without O_TMPFILE: a temp name linked into place
+        monkeypatch.delattr(os, "O_TMPFILE", raising=False)
+    target = tmp_path / "note.md"
+    won: list[int] = []
+    gate = threading.Barrier(8)
+
+    def create(i: int) -> None:
+        gate.wait()
+        if create_new(target, f"writer {i}\n" * 1000):
+            won.append(i)
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and target.read_text() == f"writer {won[0]}\n" * 1000
+    assert os.listdir(tmp_path) == ["note.md"]

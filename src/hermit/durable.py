@@ -10,6 +10,7 @@ exclusive lock keeps both.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 from pathlib import Path
@@ -64,6 +65,52 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None, fsyn
     if fsync:
         fsync_dir(path.parent)
 
+
+
+def create_new(path: Path, data: bytes | str, mode: int = 0o600) -> bool:
+    """Create `path` holding all of `data` and return True, or return False when the name is taken (never
+    overwrites, even in a race). The name appears only once the whole file is on disk: it is written unnamed
+    (O_TMPFILE) or under a temp name and then linked into place, so a crash leaves no part of a file there."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    _remove_stale_temps(path)
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd, tmp = _unnamed(folder, path.name)
+        try:
+            os.fchmod(fd, mode)
+            write_all(fd, payload)
+            try:
+                if tmp is None:  # linkat(AT_SYMLINK_FOLLOW) of the descriptor names the unnamed file
+                    os.link(f"/proc/self/fd/{fd}", path.name, dst_dir_fd=folder, follow_symlinks=True)
+                else:
+                    os.link(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
+            except FileExistsError:
+                return False
+        finally:
+            os.close(fd)
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=folder)
+        with contextlib.suppress(OSError):
+            os.fsync(folder)
+        return True
+    finally:
+        os.close(folder)
+
+
+def _unnamed(folder: int, name: str) -> tuple[int, str | None]:
+    """A new file in the directory `folder`: unnamed where the file system allows it, else `.NAME.tmp-<pid>-<hex>`
+    (created exclusively; one a killed process left is swept like `write_atomic`'s)."""
+    tmpfile = getattr(os, "O_TMPFILE", 0)
+    if tmpfile and os.path.isdir("/proc/self/fd"):
+        try:
+            return os.open(".", tmpfile | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=folder), None
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+    tmp = f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(tmp, flags, 0o600, dir_fd=folder), tmp
 
 _swept: set[Path] = set()  # files whose leftover temps this process has looked for
 

@@ -6,13 +6,13 @@ files 0600) whatever the umask; files and folders the owner made by hand keep th
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from hermit.config.paths import PRIVATE_FILE_MODE, ensure_private_dir
+from hermit.durable import create_new
 from hermit.textfile import decode_text, read_regular
 
 BOOTSTRAP_ORDER = ("AGENTS.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "USER.md", "HEARTBEAT.md", "BOOTSTRAP.md")
@@ -25,16 +25,9 @@ def template_text(name: str) -> str:
 
 
 def write_new(path: Path, text: str, mode: int = PRIVATE_FILE_MODE) -> bool:
-    """Create `path` with `text` unless it exists (O_EXCL: never overwrite, even in a race)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    return True
+    """Create `path` with `text` unless it exists (never overwrites, even in a race); a crash while writing
+    leaves no partial file under the name."""
+    return create_new(path, text, mode)
 
 
 @dataclass(frozen=True)
