@@ -16,6 +16,7 @@ from hermit import __version__
 from hermit.cli.commands import BY_NAME, COMMANDS, command_index, command_word
 from hermit.cli.context import CliContext, configured_secrets
 from hermit.cli.preflight import require_initialized
+from hermit.cli.terminal import safe_output
 from hermit.errors import HermitError, disk_full
 from hermit.redaction import register_later
 
@@ -132,6 +133,11 @@ def _disk_full(e: BaseException, home: Path) -> HermitError | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with safe_output():  # nothing a contact wrote may drive the owner's terminal (cli/terminal.py)
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     real_process = argv is None
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(command_word(argv, GLOBAL_OPTIONS_WITH_VALUES))

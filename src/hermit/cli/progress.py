@@ -11,6 +11,8 @@ import sys
 from types import TracebackType
 from typing import TYPE_CHECKING, TextIO
 
+from hermit.cli.terminal import unfiltered
+
 if TYPE_CHECKING:  # rich loads only when a bar is drawn
     from rich.console import Console
     from rich.progress import Progress, TaskID
@@ -44,7 +46,7 @@ class IndexProgress:
             TimeRemainingColumn,
         )
 
-        self._console = Console(file=self.stream, force_terminal=self.force_terminal)
+        self._console = Console(file=unfiltered(self.stream), force_terminal=self.force_terminal)
         self._progress = Progress(
             TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("·"), TimeRemainingColumn(),

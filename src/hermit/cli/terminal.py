@@ -1,0 +1,70 @@
+"""What the CLI prints goes through one filter: text other people wrote cannot drive the owner's terminal.
+
+A contact's note, a transcript line, a log line or a model's reply quoting them may hold control characters:
+`ESC ] 52` writes the clipboard, `ESC [ 2K` / `\\r` erase the provenance label above a note, `ESC ] 8` shows a
+link whose target differs from its text, a bidi override reorders what is read. `hermit memory get` and
+`hermit sessions show` used to print them raw. Every write to stdout and stderr during a command is now
+filtered: C0 controls but tab and newline (and `\\r` before `\\n`), DEL, C1 controls and the bidi controls
+become visible escapes (`\\u001b`), which are also valid inside JSON strings, so `--json` output parses to the
+same values. Two sequences pass: bold on and off, which `search_view` uses to mark matched words and which
+can do no more than that. A progress bar draws on the stream it was given before the filter (`unfiltered`).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+_UNSAFE = re.compile(
+    "(\x1b\\[[01]m|\r\n)"  # kept: bold on/off, a Windows line end
+    "|[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def _visible(m: re.Match[str]) -> str:
+    return m.group(1) or f"\\u{ord(m.group(0)):04x}"
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with every character that could move the cursor, change the terminal or reorder text escaped."""
+    return _UNSAFE.sub(_visible, text)
+
+
+class SafeStream:
+    """A text stream that writes through `terminal_safe`; everything else is the wrapped stream's."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.unfiltered = stream
+
+    def write(self, text: str) -> int:
+        self.unfiltered.write(terminal_safe(text))
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.unfiltered, name)
+
+
+def unfiltered(stream: TextIO) -> TextIO:
+    """The stream under a `SafeStream` (for a progress bar's own drawing), or `stream` itself."""
+    inner = getattr(stream, "unfiltered", None)
+    return inner if inner is not None else stream
+
+
+@contextmanager
+def safe_output() -> Iterator[None]:
+    """Filter sys.stdout and sys.stderr for the duration (restored after, for callers running commands in
+    their own process)."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout = SafeStream(out) if not isinstance(out, SafeStream) else out
+    sys.stderr = SafeStream(err) if not isinstance(err, SafeStream) else err
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
