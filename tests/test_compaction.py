@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from hermit.agent.compaction import (
     SUMMARY_MARKER,
@@ -139,6 +142,30 @@ def test_manual_compact_reports_before_after_and_rebuilds_from_the_transcript(tm
     rebuilt = json.dumps([m.to_dict() for m in load_history(transcript).messages])
     assert "summary number 2" in rebuilt and "turn-01" not in rebuilt and "turn-08" in rebuilt
 
+
+
+def test_a_chats_failed_compact_does_not_quote_the_providers_error(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Audit U: a contact or group member's /compact replied with the provider's error text — its URL with
+    credentials, the owner's organisation and billing state from a 429. A chat now hears only that it failed;
+    the why goes to the log (the owner's own session is still told)."""
+    leak = "fake (HTTP 429): quota exhausted for organization org-Owner4242 at http://hermit:Pr0xyPass@127.0.0.1/v1"
+
+    def reply(request: ModelRequest) -> Any:
+        if SUMMARY_MARKER in request.system:
+            raise ProviderError(leak, "try again later")
+        return "ack"
+
+    defaults = {"compaction": {**SMALL_COMPACTION, "memory_flush": {"enabled": False}}}
+    rt = runtime(small_config(tmp_path / "home", defaults=defaults), FunctionModel(reply, profile=PROFILE))
+    contact = "agent:main:telegram:dm:555"
+    for n in range(1, 4):
+        rt.run_turn(contact, user_text(n))
+    with caplog.at_level(logging.WARNING, logger="hermit.agent.runtime"):
+        manual = rt.run_turn(contact, "/compact")
+    assert manual.reply == ("⚠️ Compaction failed. Nothing was deleted; the conversation continues as before.")
+    assert "org-Owner4242" in caplog.text
+    assert "Pr0xyPass" not in json.dumps(entries(rt, contact))
 
 def test_failed_summary_deletes_nothing_and_says_so(tmp_path: Path) -> None:
     def reply(request: ModelRequest) -> Any:

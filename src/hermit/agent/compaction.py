@@ -217,14 +217,16 @@ class CompactionOutcome:
     def ok(self) -> bool:
         return self.status == "compacted"
 
-    def describe(self) -> str:
-        """The reply to /compact."""
+    def describe(self, *, detail: bool = True) -> str:
+        """The reply to /compact; without `detail` (a chat that is not the owner's) a failure does not say why:
+        the provider's error text can name its URL with credentials, the account, organisation or billing."""
         if self.status == "compacted":
             return (f"🧹 Compacted: {self.tokens_before:,} → {self.tokens_after:,} tokens (summarised "
                     f"{self.summarized} messages, kept {self.kept}; compaction #{self.count}).")
         if self.status == "nothing":
             return f"Nothing to compact yet: the context is {self.tokens_before:,} tokens."
-        return (f"⚠️ Compaction failed: {self.error}. Nothing was deleted; the conversation continues "
+        why = f": {self.error}" if detail else ""
+        return (f"⚠️ Compaction failed{why}. Nothing was deleted; the conversation continues "
                 f"as before.")
 
 

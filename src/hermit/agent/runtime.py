@@ -387,7 +387,11 @@ class AgentRuntime:
                 focus = parse_compact_command(text)
                 if focus is not None:
                     outcome = self._maintenance.compact(session_key, "manual", focus or None, notes, on_event)
-                    return self._reply_only(session_key, outcome.describe(), notes)
+                    if outcome.status == "failed":
+                        log.warning("/compact in %s failed: %s", session_key, outcome.error)
+                    # the why goes to the log; only the owner's own session is told it
+                    return self._reply_only(session_key, outcome.describe(detail=is_main_session_key(session_key)),
+                                            notes)
                 if not heartbeat:
                     self._expire(session_key, notes)
             turn = self.prepare(session_key, read_only=read_only)
