@@ -5,7 +5,10 @@ agent_id}`. A binding matches when every field it sets is equal (`account_id: "*
 and ranks like a channel-wide binding); among matching bindings the tier decides — exact peer >
 guild/team > account > channel — then the number of fields set, then config order. No match: the
 default agent. A binding naming an unknown agent is refused when the router is built, so a typo fails
-at startup instead of silently routing strangers to the default agent.
+at startup instead of silently routing strangers to the default agent. A peer id is compared in the
+form config/allowlist.py gives `owners` entries (`+1 555…` is WhatsApp's `1555…`, a Slack id is upper
+case), on the binding's side and the message's: a contact matched by a binding written the way Hermit's
+own pairing reply shows their id must never fall through to the default agent and its notes.
 
 Session keys (SPEC §15, §18). Only `agent:<id>:main` is the main session (MEMORY.md, no sandbox), and
 only the owner reaches it: the web chat (authenticated by the gateway token) and a DM whose sender the
@@ -24,6 +27,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from hermit.config.allowlist import AllowlistEntryError, normalize_peer
 from hermit.config.channels import platforms
 from hermit.config.load import LoadedConfig
 from hermit.config.schema import BindingConfig, ChannelsConfig, DmScope
@@ -85,14 +89,33 @@ def _fields_set(b: BindingConfig) -> int:
     return 1 + sum(v is not None for v in (_account(b), m.peer, m.guild_id, m.team_id))
 
 
-def _matches(b: BindingConfig, inp: RouteInput) -> bool:
+def _peer_id(channel: str, kind: str, peer_id: str) -> str:
+    """A peer id in the one form bindings and messages are compared in; one that no message of the
+    platform can carry stays as written (it never matches, and binding_problems names it)."""
+    try:
+        return normalize_peer(channel, kind, peer_id)
+    except AllowlistEntryError:
+        return peer_id
+
+
+def _canonical(b: BindingConfig) -> BindingConfig:
+    """The binding with its peer id normalised for its channel."""
+    m = b.match
+    if m.peer is None:
+        return b
+    peer = m.peer.model_copy(update={"id": _peer_id(m.channel, m.peer.kind, m.peer.id)})
+    return b.model_copy(update={"match": m.model_copy(update={"peer": peer})})
+
+
+def _matches(b: BindingConfig, inp: RouteInput, peer_id: str) -> bool:
+    """`b` (canonical) matches `inp`, whose peer id is `peer_id` normalised the same way."""
     m = b.match
     if m.channel != inp.channel.lower():
         return False
     account = _account(b)
     if account is not None and account != inp.account_id:
         return False
-    if m.peer is not None and (m.peer.kind != inp.peer_kind or m.peer.id != inp.peer_id):
+    if m.peer is not None and (m.peer.kind != inp.peer_kind or m.peer.id != peer_id):
         return False
     if m.guild_id is not None and m.guild_id != inp.guild_id:
         return False
@@ -140,7 +163,7 @@ class Router:
                     f"{hint}add the agent under agents.list or fix the binding's agent_id")
         if default_agent not in dm_scopes:
             raise ConfigError(f"default agent {default_agent!r} is not configured", "check agents.list")
-        self.bindings = tuple(bindings)
+        self.bindings = tuple(_canonical(b) for b in bindings)
         self.dm_scopes = dict(dm_scopes)
         self.default_agent = default_agent
         # Agents whose config keeps the original's "contacts share the main session" on purpose.
@@ -155,8 +178,9 @@ class Router:
     def binding_for(self, inp: RouteInput) -> BindingConfig | None:
         """The winning binding, or None when the default agent answers."""
         best: BindingConfig | None = None
+        peer_id = _peer_id(inp.channel.lower(), inp.peer_kind, inp.peer_id)
         for b in self.bindings:
-            if not _matches(b, inp):
+            if not _matches(b, inp, peer_id):
                 continue
             if best is None or (_TIER_RANK[_tier(b)], _fields_set(b)) > (_TIER_RANK[_tier(best)], _fields_set(best)):
                 best = b
@@ -179,7 +203,8 @@ def _with_scope(scope: str) -> list[str]:
 
 def binding_problems(bindings: Sequence[BindingConfig], agent_ids: Sequence[str],
                      channels: ChannelsConfig) -> list[str]:
-    """Bindings that can never take effect: unknown agent or channel, impossible or shadowed matches."""
+    """Bindings that can never take effect: unknown agent or channel, impossible or shadowed matches, a
+    peer id no message of the channel can carry."""
     known_channels = list(ChannelsConfig.model_fields)
     problems: list[str] = []
     seen: dict[str, int] = {}
@@ -210,8 +235,14 @@ def binding_problems(bindings: Sequence[BindingConfig], agent_ids: Sequence[str]
                             f"does not define ({', '.join(accounts) or 'none defined'})")
         if m.channel == WEBCHAT and m.peer is not None and m.peer.kind == "group":
             problems.append(f"{where} matches a webchat group, but the web chat has no groups")
-        # `account_id: "*"` and no account_id match the same messages.
-        sig = m.model_copy(update={"account_id": _account(b)}).model_dump_json()
+        if m.peer is not None and m.channel in platforms():
+            try:
+                normalize_peer(m.channel, m.peer.kind, m.peer.id)
+            except AllowlistEntryError as e:
+                problems.append(f"{where} matches {m.channel} {m.peer.kind} {m.peer.id!r}, which no message "
+                                f"carries: {e.message}; {e.hint}")
+        # `account_id: "*"` and no account_id match the same messages; so do two ways of writing one peer id.
+        sig = _canonical(b).match.model_copy(update={"account_id": _account(b)}).model_dump_json()
         if sig in seen:
             problems.append(f"{where} has the same match as bindings[{seen[sig]}], which wins: it never applies")
         else:

@@ -8,7 +8,8 @@ numbers lose `+`, spaces, dashes, dots and parentheses, as the platform's sender
 entry that can never match a sender (another platform's prefix, a Telegram name without `@`, letters in
 a phone number, a group id among users) is an `AllowlistEntryError` with a hint: a silent lock-out of
 the owner, or a silent let-in of nobody, is worse than a refused config. `*` is kept as it is; whether
-it is allowed is decided by the list's own rule (schema.py).
+it is allowed is decided by the list's own rule (schema.py). A binding's `peer.id` is written by the same
+rules (a group's id by its platform's own), so routing compares ids in one form whatever was pasted.
 """
 
 from __future__ import annotations
@@ -44,6 +45,13 @@ def normalize_entry(platform: str, raw: str) -> str:
     if text == STAR:
         return STAR
     rules = SENDER_IDS.get(platform)
+    text = _unprefixed(platform, raw, text)
+    return rules.normalize(raw, text) if rules else text  # a platform without rules: compared as written
+
+
+def _unprefixed(platform: str, raw: str, text: str) -> str:
+    """`text` without a prefix naming `platform` (`tg:42` → `42`); another platform's prefix is an error."""
+    rules = SENDER_IDS.get(platform)
     m = _PREFIX_RE.match(text)
     owner = _PREFIX_OWNER.get(m.group(1).lower()) if m else None
     if m and owner is not None:
@@ -55,7 +63,7 @@ def normalize_entry(platform: str, raw: str) -> str:
         text = m.group(2).strip()
         if not text:
             raise AllowlistEntryError(f"{raw!r} is a prefix without an id", hint)
-    return rules.normalize(raw, text) if rules else text  # a platform without rules: compared as written
+    return text
 
 
 _TELEGRAM_HINT = "use the numeric user id (the pairing reply tells a sender theirs) or @username"
@@ -126,23 +134,56 @@ def _whatsapp_key(sender_id: str) -> str:
     return _PHONE_NOISE.sub("", sender_id).removeprefix("+")
 
 
+# A group's id in a binding's `peer` (the chat a group message names): (as written, without prefix) -> id.
+def _telegram_group(raw: str, text: str) -> str:
+    if re.fullmatch(r"-\d+", text):
+        return text
+    raise AllowlistEntryError(f"{raw!r} is not a Telegram group id (groups have negative ids)",
+                              "use the group's chat id, like -1001234567890")
+
+
+def _discord_group(raw: str, text: str) -> str:
+    m = re.fullmatch(r"<#(\d+)>", text)
+    if m or text.isdigit():
+        return m.group(1) if m else text
+    raise AllowlistEntryError(f"{raw!r} is not a Discord channel id",
+                              "use the channel id (Developer Mode → right-click the channel → Copy Channel ID)")
+
+
+def _slack_group(raw: str, text: str) -> str:
+    m = re.fullmatch(r"<#([A-Za-z0-9]+)(?:\|[^>]*)?>", text)
+    if m:
+        text = m.group(1)
+    if re.fullmatch(r"[A-Za-z0-9]+", text):
+        return text.upper()  # like member ids: upper case, whatever was pasted
+    raise AllowlistEntryError(f"{raw!r} is not a Slack channel id: messages carry ids, never #names",
+                              "use the channel id, like C0123456789 (channel details → About, at the bottom)")
+
+
+def _whatsapp_group(raw: str, text: str) -> str:
+    raise AllowlistEntryError(f"{raw!r}: WhatsApp messages reach Hermit as DMs only, never from a group",
+                              "match the sender as {kind: dm, id: <phone number>}")
+
+
 @dataclass(frozen=True)
 class SenderIds:
     """How one platform's sender ids are written: the prefixes that name it, how to write an id (the hint of
-    every refusal), the entry normaliser, and how a sender id from a message compares to entries."""
+    every refusal), the entry normaliser, how a sender id from a message compares to entries, and how a
+    group's id is written in a binding."""
 
     prefixes: tuple[str, ...]
     hint: str
     normalize: Callable[[str, str], str]  # (entry as written, entry without prefix) -> canonical entry
+    group: Callable[[str, str], str]  # the same for a binding's group peer id
     key: Callable[[str], str] = str  # a message's sender id as entries are written
 
 
 # One line per chat platform (its settings class is in config/channels.py, its adapter in hermit.channels).
 SENDER_IDS: dict[str, SenderIds] = {
-    "telegram": SenderIds(("telegram", "tg"), _TELEGRAM_HINT, _telegram),
-    "discord": SenderIds(("discord",), _DISCORD_HINT, _discord),
-    "slack": SenderIds(("slack",), _SLACK_HINT, _slack),
-    "whatsapp": SenderIds(("whatsapp", "wa"), _WHATSAPP_HINT, _whatsapp, _whatsapp_key),
+    "telegram": SenderIds(("telegram", "tg"), _TELEGRAM_HINT, _telegram, _telegram_group),
+    "discord": SenderIds(("discord",), _DISCORD_HINT, _discord, _discord_group),
+    "slack": SenderIds(("slack",), _SLACK_HINT, _slack, _slack_group),
+    "whatsapp": SenderIds(("whatsapp", "wa"), _WHATSAPP_HINT, _whatsapp, _whatsapp_group, _whatsapp_key),
 }
 # Which prefixes name which platform; any of them on another platform's account is a mistake.
 _PREFIX_OWNER = {p: platform for platform, ids in SENDER_IDS.items() for p in ids.prefixes}
@@ -159,6 +200,23 @@ def normalize_entries(platform: str, entries: Iterable[str]) -> list[str]:
         if entry not in out:
             out.append(entry)
     return out
+
+
+def normalize_peer(platform: str, kind: str, raw: str) -> str:
+    """A binding's `peer.id` as the platform's messages carry it — a DM's sender id, a group's chat id —
+    by the rules of `owners` for a DM; AllowlistEntryError when no message can ever carry it. Routing
+    compares it with the message's id normalised the same way."""
+    rules = SENDER_IDS.get(platform)
+    if kind == "dm":
+        entry = normalize_entry(platform, raw)
+        if entry == STAR or is_username(entry):
+            raise AllowlistEntryError(f"{raw!r}: a binding matches the sender's id, never a username or '*'",
+                                      "use the sender's id (`hermit pairing list` and the pairing reply show it)")
+        return entry
+    text = raw.strip()
+    if not text:
+        raise AllowlistEntryError("an empty id matches no group", "put the group's id there")
+    return rules.group(raw, _unprefixed(platform, raw, text)) if rules else text
 
 
 def sender_key(platform: str, sender_id: str) -> str:
