@@ -30,9 +30,16 @@ from hermit.config.allowlist import STAR, matches, sender_key
 from hermit.config.channels import platforms
 from hermit.config.schema import ChannelAccessConfig, ChannelsConfig
 
-__all__ = ["AccessControl", "AccessDecision", "PairingRequest", "PairingStore", "pairing_message"]
+__all__ = ["PARENT_GROUP", "AccessControl", "AccessDecision", "PairingRequest", "PairingStore", "pairing_message"]
 
 WEBCHAT = "webchat"
+
+# The one key of `InboundMessage.meta` the gateway reads: set on a group message from a group that is its
+# own conversation but whose access and bindings are another group's (a Discord private thread: its own
+# session, audience and room, since fewer people see it, while `groups` names its parent channel). The
+# gateway checks `groups` against this id, never against the sub-group's own; a channel that cannot name
+# the parent leaves it out, and the sub-group's own id, which no `groups` entry is meant to name, is checked.
+PARENT_GROUP = "parent_group_id"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hermit.channels.access import PARENT_GROUP
 from hermit.channels.base import (
     Attachment,
     AttachmentKind,
@@ -165,8 +166,18 @@ class DiscordChannel:
         dm = guild_id is None
         thread_id = None
         peer = str(message.author.id) if dm else str(channel.id)
+        meta = {"channel_id": str(channel.id)}
         if isinstance(channel, discord.Thread):
-            thread_id, peer = str(channel.id), str(channel.parent_id)
+            if channel.type == discord.ChannelType.private_thread:
+                # Only the people invited see a private thread, fewer than its channel's members: it is a
+                # group of its own (its own session, memory audience and room), while the channel's config
+                # (`groups`, bindings) still decides who may use it. Without a parent id the thread's own
+                # id is checked, which `groups` does not list: refused unless groups are open (fail closed).
+                if channel.parent_id is not None:
+                    meta[PARENT_GROUP] = str(channel.parent_id)
+            else:
+                # A public thread is seen by whoever sees its channel: it shares the channel's audience.
+                thread_id, peer = str(channel.id), str(channel.parent_id)
         if dm:
             self._dm_channels[str(message.author.id)] = channel.id
         ref = message.reference
@@ -190,7 +201,7 @@ class DiscordChannel:
             mentioned=any(u.id == me.id for u in message.mentions), reply_to_bot=reply_to_bot,
             reply_to=str(ref.message_id) if ref is not None and ref.message_id else None,
             attachments=await self._attachments(message), received_at=message.created_at.timestamp(),
-            meta={"channel_id": str(channel.id)})
+            meta=meta)
         self._tracker.inbound()
         await self._sink.publish(msg)
 

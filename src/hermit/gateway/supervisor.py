@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import logging
 import os
@@ -25,9 +26,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hermit.agent.routing import RouteInput, Router
+from hermit.agent.routing import RouteInput, Router, session_key_for
 from hermit.agent.runtime import AgentRuntime
-from hermit.channels.access import AccessControl, PairingStore
+from hermit.channels.access import PARENT_GROUP, AccessControl, PairingStore
 from hermit.channels.base import Channel, ChannelDeps, InboundMessage
 from hermit.channels.chunking import chunk_text
 from hermit.channels.webchat import WebchatChannel
@@ -84,9 +85,16 @@ def route_with(router: Router, access: AccessControl) -> Callable[[InboundMessag
     def route(msg: InboundMessage) -> Routed:
         owner = msg.peer_kind == "dm" and access.is_owner(msg.channel, msg.account_id, msg.sender_id,
                                                           msg.sender_username)
-        r = router.resolve(RouteInput(msg.channel, msg.account_id, msg.peer_kind, msg.peer_id, msg.thread_id,
-                                      msg.topic_id, msg.guild_id, msg.team_id, sender_is_owner=owner))
-        return Routed(r.agent_id, r.session_key)
+        inp = RouteInput(msg.channel, msg.account_id, msg.peer_kind, msg.peer_id, msg.thread_id, msg.topic_id,
+                         msg.guild_id, msg.team_id, sender_is_owner=owner)
+        parent = msg.meta.get(PARENT_GROUP) if msg.peer_kind == "group" else None
+        if not parent:
+            r = router.resolve(inp)
+            return Routed(r.agent_id, r.session_key)
+        # A sub-group (a Discord private thread) is answered by the agent its parent's bindings name, as a
+        # public thread is, but in a session of its own: its members are not the parent's.
+        agent_id = router.resolve(dataclasses.replace(inp, peer_id=parent)).agent_id
+        return Routed(agent_id, session_key_for(agent_id, router.dm_scopes[agent_id], inp))
 
     return route
 
@@ -95,7 +103,9 @@ def admit_with(access: AccessControl, loaded: LoadedConfig) -> Callable[[Inbound
     patterns = {a.id: a.settings.mention_patterns for a in loaded.agents}
 
     def admit(msg: InboundMessage, agent_id: str) -> Admission:
-        d = access.check(msg.channel, msg.account_id, msg.peer_kind, msg.peer_id, msg.sender_id, text=msg.text,
+        # A sub-group is let in by its parent's `groups` entry (access.PARENT_GROUP).
+        group = (msg.meta.get(PARENT_GROUP) or msg.peer_id) if msg.peer_kind == "group" else msg.peer_id
+        d = access.check(msg.channel, msg.account_id, msg.peer_kind, group, msg.sender_id, text=msg.text,
                          mentioned=msg.mentioned, reply_to_bot=msg.reply_to_bot,
                          mention_patterns=patterns.get(agent_id, ()), sender_name=msg.sender_name,
                          sender_username=msg.sender_username)
