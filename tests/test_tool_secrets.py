@@ -23,6 +23,7 @@ from agenthelpers import tool_results
 from ciguard import need
 from hermit.redaction import CUT_MARGIN, MASK, SecretMasker, mask_cut
 from hermit.testing import FakeProvider
+from hermit.testing.fake_embeddings import FakeEmbeddingServer
 from prochelpers import PROC_TIMEOUT, python_as, pythonpath
 
 KEY = "sk-provider-key-0123456789abcdef"
@@ -32,14 +33,14 @@ CANARY = "not-a-secret-canary-4c1e7b"  # not registered anywhere: masking cannot
 NOBODY = 65534
 
 
-def agent_turn(home: Path, command: str, *, uid: int | None = None,
-               channels: dict[str, object] | None = None) -> tuple[str, str]:
+def agent_turn(home: Path, command: str, *, uid: int | None = None, channels: dict[str, object] | None = None,
+               memory_search: dict[str, object] | None = None) -> tuple[str, str]:
     """One `hermit agent` turn whose model runs `command` through exec: (the tool result the provider got,
     every transcript line)."""
     script = [{"tool_calls": [{"name": "exec", "arguments": {"command": command}}]}, "done"]
     with FakeProvider(script) as fake:
         cfg: dict[str, object] = {
-            "agents": {"defaults": {"model": "fake/m", "memory_search": {"provider": "none"}}},
+            "agents": {"defaults": {"model": "fake/m", "memory_search": memory_search or {"provider": "none"}}},
             "models": {"providers": {"fake": {"type": "openai-compatible", "base_url": fake.openai_base_url,
                                               "api_key_env": "HERMIT_TEST_PROVIDER_KEY"}}}}
         if channels is not None:
@@ -114,6 +115,45 @@ def test_channel_tokens_and_the_gateway_token_are_masked_in_a_cli_run(home: Path
     assert GATEWAY_TOKEN not in result and "gw=***" in result
     assert BOT_TOKEN not in stored and GATEWAY_TOKEN not in stored
 
+
+
+EMBED_KEY = "emb-compat-key-ABCDEFGH12345678"
+
+
+def test_the_embeddings_key_is_masked_like_the_models(home: Path) -> None:
+    """Audit U: memory_search.remote's key (by variable or in the config), its headers and a password in its
+    URL were never registered: the owner's exec printing hermit.env showed the embeddings key in the tool
+    result, the transcript and the request to the model provider, while the model's key beside it was ***."""
+    (home / "hermit.env").write_text(f"HERMIT_TEST_EMBED_KEY={EMBED_KEY}\n", encoding="utf-8")
+    (home / "hermit.env").chmod(0o600)
+    with FakeEmbeddingServer(dims=32, api_key=EMBED_KEY) as emb:
+        memory = {"provider": "openai-compatible", "model": "fake-embed",
+                  "remote": {"base_url": emb.openai_base_url, "api_key_env": "HERMIT_TEST_EMBED_KEY",
+                             "headers": {"X-Team-Secret": "team-header-secret-8d2f1c"}}}
+        result, stored = agent_turn(home, f"cat {home / 'hermit.env'}; grep -o 'X-Team-Secret: .*' "
+                                          f"{home / 'hermit.yaml'}", memory_search=memory)
+    assert EMBED_KEY not in result and "HERMIT_TEST_EMBED_KEY=***" in result
+    assert "team-header-secret-8d2f1c" not in result and "X-Team-Secret: ***" in result
+    assert EMBED_KEY not in stored and "team-header-secret-8d2f1c" not in stored
+
+
+def test_passwords_in_endpoint_urls_and_the_postgres_dsn_are_secrets(tmp_path: Path) -> None:
+    from hermit.cli.context import CliContext, configured_secrets
+    from hermit.redaction import url_password
+
+    (tmp_path / "hermit.yaml").write_text(yaml.safe_dump({
+        "agents": {"defaults": {"memory_search": {
+            "provider": "openai-compatible", "model": "m",
+            "remote": {"base_url": "http://emb:emb-url-pass-5521@127.0.0.1:9/v1", "api_key": "emb-plain-key-77120"},
+            "store": {"backend": "postgres", "postgres": {"dsn_env": "HERMIT_TEST_DSN"}}}}},
+        "models": {"providers": {"proxy": {"type": "openai-compatible",
+                                           "base_url": "https://u:proxy-pass-99812@proxy.example/v1"}}}}))
+    ctx = CliContext(tmp_path, environ={"HERMIT_TEST_DSN": "postgresql://hermit:pg-pass-30817@db/hermit"})
+    found = configured_secrets(ctx)
+    for secret in ("emb-url-pass-5521", "emb-plain-key-77120", "proxy-pass-99812", "pg-pass-30817"):
+        assert secret in found, secret
+    assert url_password("host=db user=h password='kw-pass 1' dbname=x") == "kw-pass 1"
+    assert url_password("https://api.example/v1") is None and url_password("http://user@host/") is None
 
 def test_a_key_split_by_the_output_cut_is_masked_at_both_edges(home: Path) -> None:
     """exec keeps the first 8,000 and the last 12,000 bytes: a key straddling either edge would leave two halves

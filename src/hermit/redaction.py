@@ -26,8 +26,10 @@ read them. Root's children can (CAP_SYS_PTRACE), so running Hermit as root keeps
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -155,3 +157,20 @@ def keep_environment_private() -> bool:
         return int(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+def url_password(url: str | None) -> str | None:
+    """The password in a URL's `user:password@` (a proxy's, a database's) or a libpq `password=…`, or None."""
+    if not url:
+        return None
+    if m := _KEYWORD_PASSWORD.search(url):
+        return m.group(1).strip("'")
+    if "@" not in url:
+        return None
+    try:
+        return urllib.parse.urlsplit(url.strip()).password or None  # as written: errors quote the URL so
+    except ValueError:
+        return None
+
+
+_KEYWORD_PASSWORD = re.compile(r"(?:^|\s)password\s*=\s*('[^']*'|\S+)")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from hermit.config.paths import StatePaths, default_home
 from hermit.errors import HermitError
+from hermit.redaction import url_password
 
 if TYPE_CHECKING:  # the config schema (pydantic) and memory (numpy) load only when a command needs them
     from hermit.config.load import AgentConfig, LoadedConfig
@@ -103,8 +104,15 @@ def configured_secrets(ctx: CliContext) -> list[str]:
         return [ctx.environ.get(n, "") for n in PROVIDER_KEY_VARS]
     names = set(PROVIDER_KEY_VARS)
     names.update(pc.api_key_env for pc in loaded.config.models.providers.values() if pc.api_key_env)
-    values = [ctx.environ.get(n, "") for n in names]
+    values: list[str | None] = [ctx.environ.get(n, "") for n in names]
     values += [pc.api_key for pc in loaded.config.models.providers.values() if pc.api_key]
+    values += [url_password(pc.base_url) for pc in loaded.config.models.providers.values()]
     for name, _, account in channel_accounts(loaded.config.channels):  # bot tokens, app secrets
         values += [s.plaintext or ctx.environ.get(s.env_name, "") for s in channel_secrets(name, account)]
+    for agent in loaded.agents:  # the embeddings endpoint's key, headers and URL; the PostgreSQL password
+        ms = agent.settings.memory_search
+        r = ms.remote
+        values += [r.api_key, ctx.environ.get(r.api_key_env or "", ""), *r.headers.values(), url_password(r.base_url)]
+        values.append(url_password(ctx.environ.get(ms.store.postgres.dsn_env, "")))
     return [v for v in values if v]
+

@@ -22,6 +22,7 @@ import numpy as np
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders.base import Embedder, EmbedderInfo, l2_normalise, provider_key
+from hermit.redaction import register, url_password
 from hermit.retry import RetryPolicy, retry_after_seconds
 
 Wire = Literal["openai", "gemini"]
@@ -389,6 +390,8 @@ def create_remote_embedder(
             f"export {env_names}=…, or set memory_search.remote.api_key (or api_key_env) in the config; "
             "or use memory_search.provider 'local', which needs no key",
         )
+    # Masked wherever text is shown or stored (an endpoint may echo its key into an error), as a model's key is.
+    register(key, *r.headers.values(), url_password(base_url))
     settings = RemoteSettings(
         provider=provider,
         wire="gemini" if provider == "gemini" else "openai",
