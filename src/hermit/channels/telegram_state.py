@@ -3,7 +3,8 @@
 Why a journal and not only the offset: the gateway's queue lives in memory, so committing the offset when
 `publish` returns would lose a message if the process died before the turn ran. Instead an update is
 written here (with the offset past it) *before* it is published, in one atomic write, and leaves the
-journal when its turn ends (or the gateway refused it). A restart republishes what is still in flight:
+journal when its turn ends (or the gateway refused it), with the earlier messages of its chat and forum
+topic; another topic's stay until their own turns end. A restart republishes what is still in flight:
 no update is lost, and none that was answered is answered again.
 """
 
@@ -106,14 +107,23 @@ class PollState:
             self.save()
 
     def done_through(self, chat_id: str, message_id: str) -> None:
-        """A turn ended for `message_id` in `chat_id`: it and that chat's earlier messages are answered
-        (the gateway handles one chat's messages in order, and may fold queued ones into one turn)."""
+        """A turn ended for `message_id` in `chat_id`: it and the earlier messages of its own conversation
+        are answered (the gateway handles one session's messages in order, and may fold queued ones into one
+        turn). A conversation is the chat and, in a forum supergroup, the topic: topics are sessions of
+        their own that run concurrently, so another topic's earlier message may still be running or queued
+        and must stay journaled, to be replayed after a crash. A message the journal does not hold clears
+        nothing (its topic is unknown)."""
         try:
             upto = int(message_id)
         except ValueError:
             return
+        finished = next((m for m in self.inflight.values()
+                         if m.meta.get("chat_id") == chat_id and m.message_id == message_id), None)
+        if finished is None:
+            return
         gone = [u for u, m in self.inflight.items()
-                if m.meta.get("chat_id") == chat_id and m.message_id.isdigit() and int(m.message_id) <= upto]
+                if m.meta.get("chat_id") == chat_id and m.topic_id == finished.topic_id
+                and m.message_id.isdigit() and int(m.message_id) <= upto]
         for u in gone:
             del self.inflight[u]
         if gone:
