@@ -320,7 +320,9 @@ def test_attachments_wait_in_the_state_dir_and_are_filed_where_the_session_works
         f = inbox / name
         f.write_bytes(b"x" * size)
         msg = inbound(msg_text, peer, kind=kind)  # type: ignore[arg-type]
-        return dataclasses.replace(msg, attachments=(Attachment("document", str(f), name),))
+        st = f.stat()  # the identity a channel records when it stages a file (channels/inbox.py)
+        return dataclasses.replace(msg, attachments=(Attachment("document", str(f), name,
+                                                                staged=(st.st_dev, st.st_ino)),))
 
     def admit(msg: object, agent_id: str) -> Admission:
         return Admission(getattr(msg, "sender_id", "") != "stranger", None, "test")

@@ -28,6 +28,9 @@ class Attachment:
     name: str | None = None
     mime: str | None = None
     size: int | None = None
+    # (st_dev, st_ino) of the file the channel created at `path` (channels/inbox.py): the gateway files or
+    # deletes that file only, never whatever else the name may hold by then; None: nothing is filed.
+    staged: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from hermit.channels.base import (
 )
 from hermit.channels.credentials import resolve
 from hermit.channels.forwarded import frame
+from hermit.channels.inbox import StagedFile
 from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.retry import DEFAULT_POLICY
 from hermit.channels.status import StatusTracker
@@ -200,28 +201,30 @@ class DiscordChannel:
             thread_id=thread_id, guild_id=str(guild_id) if guild_id else None,
             mentioned=any(u.id == me.id for u in message.mentions), reply_to_bot=reply_to_bot,
             reply_to=str(ref.message_id) if ref is not None and ref.message_id else None,
-            attachments=await self._attachments(message), received_at=message.created_at.timestamp(),
+            attachments=await self._attachments(message, str(channel.id)), received_at=message.created_at.timestamp(),
             meta=meta)
         self._tracker.inbound()
         await self._sink.publish(msg)
 
-    async def _attachments(self, message: Any) -> tuple[Attachment, ...]:
+    async def _attachments(self, message: Any, channel_id: str) -> tuple[Attachment, ...]:
+        """Each file into a new file of its own under inbox/: two bots in one channel see the same message
+        id, and one message can carry two files of the same name (channels/inbox.py)."""
         out = []
         forwarded = [a for s in getattr(message, "message_snapshots", None) or () for a in s.attachments]
         for a in [*message.attachments, *forwarded]:
             mime = a.content_type or ""
             kind: AttachmentKind = "image" if mime.startswith("image/") else "document"
-            path = ""
+            att = Attachment(kind, "", a.filename, a.content_type, a.size)
             if self._inbox is not None and a.size <= MAX_FILE_BYTES:
-                safe = re.sub(r"[^\w.\-]+", "_", a.filename).strip("._") or "file"
-                target = self._inbox / f"discord-{message.id}-{safe}"
                 try:
-                    self._inbox.mkdir(parents=True, exist_ok=True)
-                    await a.save(target)
-                    path = str(target.resolve())
+                    data = await a.read()
+                    with StagedFile(self._inbox, (self.name, self.account_id, channel_id, str(message.id)),
+                                    a.filename) as staged:
+                        staged.write(data)
+                    att = staged.attachment(kind, a.filename, a.content_type, a.size)
                 except Exception as e:  # noqa: BLE001 - the message still goes through without the file
                     log.warning("discord %s: could not save %s: %s", self.account_id, a.filename, e)
-            out.append(Attachment(kind, path, a.filename, a.content_type, a.size))
+            out.append(att)
         return tuple(out)
 
     # -- sending ------------------------------------------------------------------------------------

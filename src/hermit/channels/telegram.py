@@ -33,6 +33,7 @@ from hermit.channels.base import (
 )
 from hermit.channels.credentials import resolve
 from hermit.channels.forwarded import frame
+from hermit.channels.inbox import StagedFile
 from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.status import StatusTracker
 from hermit.channels.tasks import TypingIndicators, cancel
@@ -311,12 +312,15 @@ class TelegramChannel:
             found.append(("document", d, d.get("file_name"), d.get("mime_type")))
         out = []
         for kind, f, name, mime in found:
-            path = await self._download(f, name, str(m["message_id"]))
-            out.append(Attachment(kind, str(path) if path else "", name, mime, f.get("file_size")))
+            staged = await self._download(f, name, str(m["chat"]["id"]), str(m["message_id"]))
+            out.append(staged.attachment(kind, name, mime, f.get("file_size")) if staged is not None
+                       else Attachment(kind, "", name, mime, f.get("file_size")))
         return tuple(out)
 
-    async def _download(self, f: Mapping[str, Any], name: str | None, message_id: str) -> Path | None:
-        """Save a file under inbox/; a file that cannot be fetched is passed on with an empty path."""
+    async def _download(self, f: Mapping[str, Any], name: str | None, chat_id: str,
+                        message_id: str) -> StagedFile | None:
+        """Save a file under inbox/ (a new file of its own: message ids repeat across chats and accounts);
+        a file that cannot be fetched is passed on with an empty path."""
         assert self._client is not None
         if int(f.get("file_size") or 0) > MAX_FILE_BYTES:
             return None
@@ -334,11 +338,9 @@ class TelegramChannel:
             log.warning("telegram %s: could not download a file: %s", self.account_id, type(e).__name__)
             return None
         base = name or Path(str(info["file_path"])).name or "file"
-        safe = re.sub(r"[^\w.\-]+", "_", base).strip("._") or "file"
-        self._inbox.mkdir(parents=True, exist_ok=True)
-        path = self._inbox / f"telegram-{message_id}-{safe}"
-        path.write_bytes(resp.content)
-        return path.resolve()
+        with StagedFile(self._inbox, (self.name, self.account_id, chat_id, message_id), base) as staged:
+            staged.write(resp.content)
+        return staged
 
     # -- sending ------------------------------------------------------------------------------------
 

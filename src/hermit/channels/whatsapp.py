@@ -32,6 +32,7 @@ from hermit.channels.base import (
 from hermit.channels.credentials import resolve
 from hermit.channels.dedupe import SeenIds
 from hermit.channels.forwarded import frame
+from hermit.channels.inbox import StagedFile
 from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.status import StatusTracker
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes, same_secret
@@ -173,7 +174,7 @@ class WhatsAppChannel:
             elif kind in MEDIA_KINDS:
                 media = _obj(m.get(kind))
                 text = str(media.get("caption", ""))
-                attachments = (await self._download(MEDIA_KINDS[kind], media, mid),)
+                attachments = (await self._download(MEDIA_KINDS[kind], media, sender, mid),)
             else:  # a button
                 text = str(_obj(m.get("button")).get("text", ""))
             context = _obj(m.get("context"))
@@ -208,7 +209,7 @@ class WhatsAppChannel:
                         "redelivery or a replay); further ones are ignored silently", self.account_id,
                         (self._clock() - sent_at) / 3600, MAX_MESSAGE_AGE_SECONDS // 3600)
 
-    async def _download(self, kind: AttachmentKind, media: Mapping[str, Any], mid: str) -> Attachment:
+    async def _download(self, kind: AttachmentKind, media: Mapping[str, Any], sender: str, mid: str) -> Attachment:
         """Media come in two steps: the id resolves to a short-lived URL, fetched with the token."""
         assert self._client is not None
         name = media.get("filename")
@@ -226,12 +227,9 @@ class WhatsAppChannel:
             log.warning("whatsapp %s: could not download media: %s", self.account_id, e)
             return Attachment(kind, "", name, mime)
         base = name or f"{kind}.{(mime or 'bin').split('/')[-1].split(';')[0]}"
-        safe = re.sub(r"[^\w.\-]+", "_", str(base)).strip("._") or "file"
-        self._inbox.mkdir(parents=True, exist_ok=True)
-        short_id = re.sub(r"[^\w-]+", "_", mid)[-40:]
-        path = self._inbox / f"whatsapp-{short_id}-{safe}"
-        path.write_bytes(resp.content)
-        return Attachment(kind, str(path.resolve()), name, mime, len(resp.content))
+        with StagedFile(self._inbox, (self.name, self.account_id, sender, mid), str(base)) as staged:
+            staged.write(resp.content)
+        return staged.attachment(kind, name, mime)
 
     # -- sending ------------------------------------------------------------------------------------
 
