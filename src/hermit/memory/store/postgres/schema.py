@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -112,27 +113,66 @@ def connect(dsn: str, *, timeout_s: int = 10, dsn_env: str = "the DSN") -> PgCon
     return conn
 
 
+# A rebuild's staging schema is marked in its meta table when it is created (`staging_of`), and the live
+# schema it replaces inside the swap, before its rename (`retired_of`); both name the live schema. Only a
+# schema so marked is ever dropped as a leftover: a name like `<schema>_old20240101` may be another agent's
+# live index (agent `work_old20240101` next to `work`).
+STAGING_OF, RETIRED_OF = "staging_of", "retired_of"
+
+
+def staging_names(schema: str) -> tuple[str, str]:
+    """Fresh names for a rebuild of `schema`: its staging schema and the old live one's name at the swap."""
+    tag = uuid.uuid4().hex
+    return f"{schema}_rb{tag[:8]}", f"{schema}_old{tag[8:16]}"
+
+
 def drop_stale_rebuilds(conn: PgConn, schema: str) -> int:
-    """Drop what killed rebuilds of `schema` left (`<schema>_rb…` staging, `<schema>_old…`); how many."""
+    """Drop what killed rebuilds of `schema` left (`<schema>_rb…` staging, `<schema>_old…`), only schemas
+    Hermit marked as such (module note above); how many. The caller holds `schema`'s writer lock, which a
+    rebuild holds from its start to its swap, so none of them is in use."""
     pat = re.compile(re.escape(schema) + r"_(rb|old)[0-9a-f]{8}")
     names = [str(r[0]) for r in conn.execute(
         "select nspname from pg_namespace where nspname like %s", (schema.replace("_", r"\_") + r"\_%",))]
-    stale = [n for n in names if pat.fullmatch(n)]
+    stale = [n for n in names if pat.fullmatch(n) and _marked_copy_of(conn, n, schema)]
     for n in stale:
         conn.execute(f"drop schema if exists {qi(n)} cascade")
     return len(stale)
 
 
+def _marked_copy_of(conn: PgConn, name: str, schema: str) -> bool:
+    """Whether schema `name` says it is a staging or retired copy of `schema` (no meta table, a meta table
+    without the mark, or one this user may not read: it is not)."""
+    import psycopg
+
+    try:
+        with conn.transaction():  # a savepoint when the caller's transaction is open: a refusal stays here
+            row = conn.execute(f"select 1 from {qi(name)}.meta where key in (%s, %s) and value = %s limit 1",
+                               (STAGING_OF, RETIRED_OF, schema)).fetchone()
+    except psycopg.Error:
+        return False
+    return row is not None
+
+
 def swap_schema(conn: PgConn, live: str, staging: str, old: str) -> None:
-    """A rebuild's staging schema takes the live one's name in one transaction (names already quoted)."""
+    """A rebuild's staging schema takes the live one's name in one transaction (names unquoted)."""
+    lq, sq, oq = qi(live), qi(staging), qi(old)
     with conn.transaction():
         # Searches in flight finish first (each holds meta from its start, see PgStore.reading()); the
         # ones that start meanwhile wait here and then resolve the names to the new schema.
-        conn.execute(f"lock table {live}.meta in access exclusive mode")
-        conn.execute(f"alter schema {live} rename to {old}")
-        conn.execute(f"alter schema {staging} rename to {live}")
+        conn.execute(f"lock table {lq}.meta in access exclusive mode")
+        # The old index is marked before it takes its `_old…` name, so that it is only ever taken for a
+        # leftover of this schema; the staging schema becomes the live index, nobody's staging copy.
+        _put_mark(conn, lq, RETIRED_OF, live)
+        conn.execute(f"delete from {sq}.meta where key = %s", (STAGING_OF,))
+        conn.execute(f"alter schema {lq} rename to {oq}")
+        conn.execute(f"alter schema {sq} rename to {lq}")
         # Waits for readers of the old tables to finish; later statements see the new schema.
-        conn.execute(f"drop schema {old} cascade")
+        conn.execute(f"drop schema {oq} cascade")
+
+
+def _put_mark(conn: PgConn, s: str, key: str, value: str) -> None:
+    conn.execute(f"insert into {s}.meta(key, value) values (%s, %s) on conflict(key) do update set value=excluded.value",
+                 (key, value))
 
 
 def ensure_vector_extension(conn: PgConn, where: str) -> None:
@@ -201,8 +241,10 @@ def _m3(conn: PgConn, s: str) -> None:
 MIGRATIONS: list[Callable[[PgConn, str], None]] = [_m1, _m2, _m3]
 
 
-def migrate(conn: PgConn, schema: str) -> None:
-    """Create the schema and apply pending migrations; concurrent openers wait for each other."""
+def migrate(conn: PgConn, schema: str, *, staging_of: str | None = None) -> None:
+    """Create the schema and apply pending migrations; concurrent openers wait for each other. A rebuild's
+    staging schema is created with its mark (`staging_of` = the live schema) in the same transaction, so a
+    rebuild killed at any point leaves nothing unmarked."""
     s = qi(schema)
     with conn.transaction():
         conn.execute("select pg_advisory_xact_lock(%s)", (lock_key("migrate:" + schema),))
@@ -218,3 +260,5 @@ def migrate(conn: PgConn, schema: str) -> None:
             if n > have:
                 step(conn, s)
                 conn.execute(f"insert into {s}.migrations(version) values (%s)", (n,))
+        if staging_of is not None:
+            _put_mark(conn, s, STAGING_OF, staging_of)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +40,7 @@ from hermit.memory.store.postgres.schema import (
     migrate,
     qi,
     server_facts,
+    staging_names,
     swap_schema,
 )
 
@@ -57,7 +57,7 @@ class PgStore:
     knn_beside = True
 
     def __init__(self, dsn: str, schema: str, cfg: PostgresStoreConfig, *, dsn_env: str = "HERMIT_PG_DSN",
-                 create: bool = True) -> None:
+                 create: bool = True, staging_of: str | None = None) -> None:
         self._dsn, self.schema, self.cfg, self._env = dsn, schema, cfg, dsn_env
         self.s = qi(schema)
         self.location = f"postgresql {mask_dsn(dsn)} schema {schema}"
@@ -71,7 +71,7 @@ class PgStore:
         self._view: dict[str, Any] | None = None  # what reading() has read once (meta, "vec", "rows", "ntok")
         self._id_span: tuple[object, tuple[int, int]] = (object(), (0, 0))  # (meta stamp, min/max chunk id)
         if create:
-            migrate(self.conn, schema)
+            migrate(self.conn, schema, staging_of=staging_of)
         self.tok = Tokenizer()
 
     @property
@@ -545,7 +545,7 @@ class PgStore:
 
     @guarded
     def open_rebuild(self) -> PgStore:
-        staging = PgStore(self._dsn, f"{self.schema}_rb{uuid.uuid4().hex[:8]}", self.cfg, dsn_env=self._env)
+        staging = PgStore(self._dsn, staging_names(self.schema)[0], self.cfg, dsn_env=self._env, staging_of=self.schema)
         try:
             staging.conn.execute(f"insert into {staging.s}.embedding_cache select * from {self.s}.embedding_cache")
         except BaseException:
@@ -557,9 +557,8 @@ class PgStore:
     def finish_rebuild(self, staging: object) -> None:
         assert isinstance(staging, PgStore)
         staging.optimize()
-        old = f"{self.schema}_old{uuid.uuid4().hex[:8]}"
         staging.close()
-        swap_schema(self.conn, self.s, staging.s, qi(old))
+        swap_schema(self.conn, self.schema, staging.schema, staging_names(self.schema)[1])
         self.keyword.reset()
 
     @guarded
