@@ -3,10 +3,11 @@
 Every line of a memory file has one audience:
 
 - `"owner"`: only the owner (the main session, the local CLI, the web chat, MCP with
-  `mcp.share_private_memory: true`). MEMORY.md and everything under `memory/private/` are owner-only
-  whole, and so is any origin block with `audience="owner"`: what the main session writes.
-- `"shared"`: every reader of this agent's memory. Hand-written text outside blocks elsewhere is shared,
-  as in the original design (daily logs are shared).
+  `mcp.share_private_memory: true`). MEMORY.md, everything under `memory/private/` and the files of
+  `extra_paths` outside `memory/` are owner-only whole, and so is any origin block with `audience="owner"`:
+  what the main session writes.
+- `"shared"`: every reader of this agent's memory. Hand-written text outside blocks elsewhere under
+  `memory/` is shared, as in the original design (daily logs are shared).
 - a non-main session's key (`audience_of_session`): `telegram:group:-100123` (its threads and topics
   too), `slack:channel:C1`, `telegram:dm:42` (`dm:42` for dm_scope per-peer), `cron:<jobId>`,
   `subagent:<runId>`, `mcp`. Text in such a block is seen by that audience and the owner.
@@ -16,7 +17,7 @@ audiences existed takes it from its `session` attribute. Anything that does not 
 it gets `"unknown"`, an audience that no reader but the owner matches.
 
 A non-owner reader sees shared text and text of its own audience, never MEMORY.md, `memory/private/`,
-a hard-linked file (it may be MEMORY.md under another name, memory/policy/privacy.py) nor session transcripts.
+an extra path's file, a hard-linked file (it may be MEMORY.md under another name, memory/policy/privacy.py) nor session transcripts.
 `visible_text` renders a file for a reader with withheld lines replaced (line numbers stay put);
 `AudienceMap` decides which indexed chunks a reader may see and labels search results;
 `memory_view` is the whole of memory a reader may see, for the OS sandbox to show.
@@ -25,6 +26,7 @@ a hard-linked file (it may be MEMORY.md under another name, memory/policy/privac
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -41,16 +43,18 @@ from hermit.memory.policy.provenance import Origin, OriginBlock, origin_blocks
 from hermit.memory.store.api import ChunkRow
 from hermit.sessions.keys import SessionKind, is_main_session_key, parse_session_key
 from hermit.textfile import decode_text, read_regular
-from hermit.workspace import MEMORY_FILE
+from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
 OWNER = "owner"
 SHARED = "shared"
 MCP = "mcp"
 UNKNOWN = "unknown"  # what does not parse: no reader but the owner matches it
+MEMORY_DIR = "memory/"
 PRIVATE_DIR = "memory/private/"
 MAX_AUDIENCE_CHARS = 600
 DEFAULT_MAX_FILE_BYTES = 5_000_000  # memory_search.max_file_bytes' default: the indexing cap
-AUDIENCE_RULE = ("audience rule: owner-only notes (the main session's notes, memory/private/, MEMORY.md) and "
+AUDIENCE_RULE = ("audience rule: owner-only notes (the main session's notes, memory/private/, MEMORY.md, "
+                 "extra paths) and "
                  "notes of other chats are not shared with this chat")
 WITHHELD_LINES = "[{n} line{s} withheld: not shared with this chat]"
 # The one answer a reader other than the owner gets for a memory file it may see nothing of, missing or
@@ -139,9 +143,19 @@ def reader_for_session(session_key: str) -> Reader:
 
 
 def is_private_path(rel_path: str) -> bool:
-    """MEMORY.md (by name; callers check identity too) or under memory/private/ (in any case: fail closed)."""
-    p = rel_path.replace("\\", "/")
-    return p == MEMORY_FILE or p.lower().startswith(PRIVATE_DIR)
+    """Owner-only whole, by where the file is: MEMORY.md (by name; callers check identity too), anything under
+    memory/private/, and anything that is neither under memory/ nor an instruction file (AGENTS.md, USER.md…,
+    whose lines go by their blocks) — the files of `extra_paths` (a notes folder, a vault: the owner's own,
+    whoever else talks to the assistant). Decided on the normalised path, in any
+    case, so no second spelling (`notes/../memory/private/x.md`, an absolute path through a symlinked
+    workspace) makes a private file shared: fail closed."""
+    p = posixpath.normpath(rel_path.replace("\\", "/")).lower()
+    if p == MEMORY_FILE.lower() or p.startswith(PRIVATE_DIR):
+        return True
+    return not p.startswith(MEMORY_DIR) and p not in _INSTRUCTION_FILES  # instruction files: by their blocks
+
+
+_INSTRUCTION_FILES = frozenset(name.lower() for name in BOOTSTRAP_ORDER)
 
 
 def default_audience(rel_path: str) -> str:
@@ -354,11 +368,10 @@ def memory_view(workspace: Path, extra_paths: Sequence[str], reader: Reader, *,
     """Every memory file `reader` may see anything of, as (workspace-relative path, content).
 
     Yields, sorted by path: each regular `.md` file under `memory/` (symlinked files and directories are
-    skipped, never followed) and each file of a configured extra path that lies inside the workspace
-    (an extra path outside it has no workspace-relative path and is not yielded); for the owner also
-    MEMORY.md. Content is the file's bytes for the owner; for anyone else the file rendered by
+    skipped, never followed); for the owner also MEMORY.md and each file of a configured extra path that
+    lies inside the workspace (an extra path outside it has no workspace-relative path and is not yielded). Content is the file's bytes for the owner; for anyone else the file rendered by
     `visible_text` (UTF-8): withheld lines replaced so line numbers stay put. Never yielded to a
-    non-owner: MEMORY.md, anything under `memory/private/`, a hard-linked file or the same file as
+    non-owner: MEMORY.md, anything under `memory/private/`, an extra path's file, a hard-linked file or the same file as
     MEMORY.md (memory/policy/privacy.py), a file with nothing visible. Files over `max_file_bytes` (the
     indexing cap), binary files (NUL bytes), unreadable files and files that change into something
     other than a regular file while being read are skipped. The only thing the sandbox shows a
