@@ -75,6 +75,12 @@ class StagedFile:
         self.file.write(data)
         self.size += len(data)
 
+    def rewind(self) -> None:
+        """Start the file over (a download retried from its start)."""
+        self.file.seek(0)
+        self.file.truncate()
+        self.size = 0
+
     def attachment(self, kind: AttachmentKind, name: str | None, mime: str | None,
                    size: int | None = None) -> Attachment:
         return Attachment(kind, str(self.path), name, mime, self.size if size is None else size,

@@ -6,6 +6,7 @@ route for a business number, needs no phone left online, and is plain HTTP, so n
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -38,7 +39,7 @@ from hermit.channels.status import StatusTracker
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes, same_secret
 from hermit.config.schema import WhatsAppAccountConfig
 from hermit.errors import ChannelError
-from hermit.retry import RetryPolicy
+from hermit.retry import RetryPolicy, retry_after_seconds
 from hermit.wire import WireError, load_object
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,10 @@ MEDIA_KINDS: dict[str, AttachmentKind] = {"image": "image", "document": "documen
 # the same span, so inside it a replayed or redelivered message id is recognised, after a restart too.
 MAX_MESSAGE_AGE_SECONDS = 24 * 3600
 SEEN_IDS_LIMIT = 5_000
+
+# Received media are fetched before access control runs (a stranger's too), so they are capped like
+# Discord's (25 MB; Telegram's Bot API stops at 20 MB): bigger ones are passed on without their bytes.
+MAX_FILE_BYTES = 25 * 1024 * 1024
 
 
 def signature_ok(app_secret: str, body: bytes, header: str) -> bool:
@@ -210,7 +215,10 @@ class WhatsAppChannel:
                         (self._clock() - sent_at) / 3600, MAX_MESSAGE_AGE_SECONDS // 3600)
 
     async def _download(self, kind: AttachmentKind, media: Mapping[str, Any], sender: str, mid: str) -> Attachment:
-        """Media come in two steps: the id resolves to a short-lived URL, fetched with the token."""
+        """Media come in two steps: the id resolves to a short-lived URL, fetched with the token. This runs
+        before access control (the sender may be a stranger), so a file over MAX_FILE_BYTES is passed on
+        without its bytes, like Telegram's and Discord's: refused when the lookup says so, cut off (and
+        nothing kept) when the download runs past it whatever the lookup said."""
         assert self._client is not None
         name = media.get("filename")
         mime = media.get("mime_type")
@@ -219,17 +227,61 @@ class WhatsAppChannel:
             meta = await retry.request(self._client, "GET", f"{self._api}/{media['id']}", headers=auth,
                                        what="WhatsApp media lookup", policy=self._policy)
             meta.raise_for_status()
-            url = str(meta.json()["url"])
-            resp = await retry.request(self._client, "GET", url, headers=auth, what="WhatsApp media download",
-                                       policy=self._policy)
-            resp.raise_for_status()
+            info = _obj(meta.json())
+            url = str(info["url"])
         except (ChannelError, httpx.HTTPError, KeyError, ValueError) as e:
             log.warning("whatsapp %s: could not download media: %s", self.account_id, e)
             return Attachment(kind, "", name, mime)
+        declared = _size(info.get("file_size"))
+        if declared is not None and declared > MAX_FILE_BYTES:
+            self._too_large(declared)
+            return Attachment(kind, "", name, mime, declared)
         base = name or f"{kind}.{(mime or 'bin').split('/')[-1].split(';')[0]}"
-        with StagedFile(self._inbox, (self.name, self.account_id, sender, mid), str(base)) as staged:
-            staged.write(resp.content)
+        try:
+            with StagedFile(self._inbox, (self.name, self.account_id, sender, mid), str(base)) as staged:
+                await self._fetch(url, auth, staged)
+        except _TooLarge as e:
+            self._too_large(e.size)
+            return Attachment(kind, "", name, mime, e.size)
+        except (ChannelError, httpx.HTTPError) as e:
+            log.warning("whatsapp %s: could not download media: %s", self.account_id, e)
+            return Attachment(kind, "", name, mime, declared)
         return staged.attachment(kind, name, mime)
+
+    async def _fetch(self, url: str, auth: Mapping[str, str], staged: StagedFile) -> None:
+        """Stream the media into `staged` within MAX_FILE_BYTES (raises _TooLarge past it), retrying 429,
+        5xx and dropped connections as retry.request does, each attempt from the start."""
+        assert self._client is not None
+        attempt = 0
+        while True:
+            wait: float | None = None
+            try:
+                async with self._client.stream("GET", url, headers=auth) as resp:
+                    if resp.status_code == 200:
+                        length = _size(resp.headers.get("content-length"))
+                        if length is not None and length > MAX_FILE_BYTES:
+                            raise _TooLarge(length)
+                        staged.rewind()
+                        async for chunk in resp.aiter_bytes():
+                            if staged.size + len(chunk) > MAX_FILE_BYTES:
+                                raise _TooLarge(staged.size + len(chunk))
+                            staged.write(chunk)
+                        return
+                    if resp.status_code != 429 and resp.status_code < 500:
+                        raise ChannelError(f"WhatsApp media download: HTTP {resp.status_code}")
+                    last = f"HTTP {resp.status_code}"
+                    wait = retry_after_seconds(resp.headers)
+            except httpx.TransportError as e:
+                last = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            delay = self._policy.delay(attempt, wait)
+            if delay is None:
+                raise ChannelError(f"WhatsApp media download failed after {attempt + 1} attempts: {last}")
+            attempt += 1
+            await asyncio.sleep(delay)
+
+    def _too_large(self, size: int) -> None:
+        log.warning("whatsapp %s: a file of %.1f MB was not downloaded (the limit is %d MB); the message is "
+                    "passed on without it", self.account_id, size / 2**20, MAX_FILE_BYTES // 2**20)
 
     # -- sending ------------------------------------------------------------------------------------
 
@@ -267,6 +319,20 @@ def _obj(value: Any) -> Mapping[str, Any]:
 def _objects(value: Any) -> list[Mapping[str, Any]]:
     """The objects of a JSON array field; anything else in it (or a field that is not an array) is skipped."""
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _size(value: Any) -> int | None:
+    """A byte count from the platform (a JSON number or a header), or None when it gives none."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite JSON number
+        return None
+
+
+class _TooLarge(Exception):
+    def __init__(self, size: int) -> None:
+        super().__init__(f"{size} bytes")
+        self.size = size
 
 
 def _seconds(value: Any) -> float | None:
