@@ -12,9 +12,14 @@ gateway's composition (supervisor.py) adapts agent.routing.Router and channels.a
 them. A message is routed before it is checked, so a group's mention patterns are those of the agent
 that would answer; a refused sender is sent only what the policy says (a pairing code or nothing).
 The route already knows whether a DM's sender is an owner (owners are config, no file to read): only an
-owner's DM can be routed to the main session, a contact's gets a session of its own (SPEC §18). Files a
-message brought are deleted when it is refused and filed into the answering session's inbox when it is
-let in (attachments.py).
+owner's DM can be routed to the main session, a contact's gets a session of its own (SPEC §18).
+Access is checked again when a queued message's turn is about to start: a contact revoked while their
+messages waited (`hermit pairing revoke` says nothing reaches the assistant any more) gets none of them
+run; such a message is dropped and logged, and the sender is sent only what the policy says now. Files a
+message brought wait in the state dir until then: deleted when it is refused (at either check) or its
+queue is full, filed into the answering session's inbox when its turn starts (attachments.py). A message
+the gateway stopped before running keeps its files staged: Telegram's journal hands it over again after
+the restart.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermit.agent.turn import TurnResult
-from hermit.channels.base import Channel, InboundMessage, OutboundMessage, PublishOutcome, Target
+from hermit.channels.base import Channel, InboundMessage, OutboundMessage, PublishOutcome, Target, TurnEnd
 from hermit.errors import ChannelError, HermitError, SessionError
 from hermit.gateway import attachments
 from hermit.gateway.agents import AgentHost
@@ -108,24 +113,30 @@ class Bus:
         except HermitError as e:
             log.error("could not route %s/%s %s: %s", msg.channel, msg.account_id, msg.peer_id, e)
             return "ignored"
-        if msg.channel not in self._trusted:
-            # Routed first: a group's mention patterns are the answering agent's. Pairing codes are
-            # files in the state dir, so the check runs off the loop.
-            admission = await asyncio.to_thread(self._admit, msg, routed.agent_id)
-            if not admission.allowed:
-                attachments.discard(msg)
-                log.info("refused %s/%s sender %s: %s", msg.channel, msg.account_id, msg.sender_id, admission.reason)
-                if admission.reply:
-                    await deliver_text(channel, Target.of(msg), admission.reply, self._chunk, "pairing")
-                return "refused"
-        if msg.attachments:
-            msg = await asyncio.to_thread(attachments.file_for_session, msg, self.host.runtime(routed.agent_id),
-                                          routed.session_key)
+        # Routed first: a group's mention patterns are the answering agent's.
+        if not await self._admitted(msg, routed.agent_id, channel):
+            return "refused"
         job = _Job(routed.agent_id, routed.session_key, msg.text, msg=msg)
         if not self._enqueue(job):
+            attachments.discard(msg)
             await send_safely(channel, OutboundMessage(Target.of(msg), BUSY, "notice"))
             return "queue_full"
         return "queued"
+
+    async def _admitted(self, msg: InboundMessage, agent_id: str, channel: Channel) -> bool:
+        """Whether the sender may reach `agent_id` now; a refused message's files are deleted and the sender
+        is sent what the policy says (a pairing code, or nothing). Pairing codes are files in the state
+        dir, so the check runs off the loop. The web chat's senders are trusted by construction."""
+        if msg.channel in self._trusted:
+            return True
+        admission = await asyncio.to_thread(self._admit, msg, agent_id)
+        if admission.allowed:
+            return True
+        attachments.discard(msg)
+        log.info("refused %s/%s sender %s: %s", msg.channel, msg.account_id, msg.sender_id, admission.reason)
+        if admission.reply:
+            await deliver_text(channel, Target.of(msg), admission.reply, self._chunk, "pairing")
+        return False
 
     def _chosen(self, msg: InboundMessage) -> Routed:
         assert msg.session_key is not None
@@ -199,8 +210,8 @@ class Bus:
                 del self._queues[key]
 
     async def _run(self, job: _Job) -> None:
-        self.counts["turns"] += 1
         if job.msg is None:
+            self.counts["turns"] += 1
             assert job.result is not None
             try:
                 result = await self.host.run_turn(job.agent_id, job.session_key, job.text, heartbeat=job.heartbeat)
@@ -214,6 +225,16 @@ class Bus:
         msg = job.msg
         channel = self.channels[(msg.channel, msg.account_id)]
         turn_id = f"t{next(self._turn_ids)}"
+        if not await self._admitted(msg, job.agent_id, channel):
+            # Revoked (or no longer allowed) while the message waited: no turn runs. The channel still
+            # hears that the message is finished, so a journal (Telegram's) lets it go.
+            log.info("dropped a message queued in %s before its sender lost access", job.session_key)
+            await send_safely(channel, TurnEnd(Target.of(msg), turn_id, "silent"))
+            return
+        self.counts["turns"] += 1
+        if msg.attachments:
+            msg = await asyncio.to_thread(attachments.file_for_session, msg, self.host.runtime(job.agent_id),
+                                          job.session_key)
         await run_and_reply(
             channel, Target.of(msg), turn_id,
             lambda on_event: self.host.run_turn(job.agent_id, job.session_key, job.text, on_event=on_event,
