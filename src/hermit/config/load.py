@@ -6,8 +6,10 @@ Errors name the key path and, for YAML, the file and line; an unknown key gets a
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
+import re
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -272,6 +274,7 @@ def build_config(
             )
         )
     _one_each(agents, paths.home, src)
+    _one_schema_each(agents, src)
     default_ids = [a.id for a in agents if a.settings.default]
     if len(default_ids) > 1:
         raise ConfigError(f"{src}: more than one agent has default: true ({', '.join(default_ids)})",
@@ -308,6 +311,41 @@ def _one_each(agents: list[AgentConfig], home: Path, src: object) -> None:
         seen += [(what, where, a.id) for what, where in mine]
     for a in agents:
         _extra_paths_are_its_own(a, agents, home, src)
+
+
+def _one_schema_each(agents: list[AgentConfig], src: object) -> None:
+    """Agents on PostgreSQL each own the schema `schema_prefix` + id names: prefix `hermit_` with agent `x_y`
+    and prefix `hermit_x_` with agent `y` are both `hermit_x_y`, one index for two agents. Compared per
+    DSN variable (two variables may name two servers; one server under two names is not seen here)."""
+    seen: dict[tuple[str, str], tuple[str, str]] = {}  # (dsn_env, schema) -> (agent id, prefix)
+    for a in agents:
+        store = a.settings.memory_search.store
+        if store.backend != "postgres":
+            continue
+        prefix = store.postgres.schema_prefix
+        name = pg_schema_name(prefix, a.id)
+        other = seen.setdefault((store.postgres.dsn_env, name), (a.id, prefix))
+        if other[0] != a.id:
+            raise ConfigError(f"{src}: agents '{other[0]}' and '{a.id}' share one PostgreSQL memory schema, {name} "
+                              f"(schema_prefix {other[1]!r} + '{other[0]}', {prefix!r} + '{a.id}'): each agent's "
+                              "memory is its own", f"give agent '{a.id}' another memory_search.store.postgres."
+                              "schema_prefix (agents.list[]), one that no other agent's prefix + id spells")
+
+
+def pg_schema_name(prefix: str, agent_id: str) -> str:
+    """An agent's PostgreSQL schema: `hermit_main` for agent `main`; other characters become `_`, plus a short
+    hash when anything changed (memory.store.postgres.schema names its schemas with this)."""
+    raw = agent_id.lower()
+    safe = _PG_UNSAFE.sub("_", raw)
+    name = prefix + safe
+    if safe != agent_id or len(name) > PG_SCHEMA_MAX:
+        tag = hashlib.blake2b(agent_id.encode(), digest_size=4).hexdigest()
+        name = name[: PG_SCHEMA_MAX - 9] + "_" + tag
+    return name
+
+
+PG_SCHEMA_MAX = 48  # PostgreSQL names stop at 63 bytes; a rebuild's staging schemas add a suffix
+_PG_UNSAFE = re.compile(r"[^a-z0-9_]")
 
 
 def _extra_paths_are_its_own(a: AgentConfig, agents: list[AgentConfig], home: Path, src: object) -> None:

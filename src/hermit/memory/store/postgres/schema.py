@@ -14,24 +14,15 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from hermit.config.load import pg_schema_name
 from hermit.errors import StoreError
 
 # psycopg's Connection; typed loosely so that nothing imports psycopg before a postgres store opens.
 PgConn = Any
 
-SCHEMA_MAX = 48  # PostgreSQL names stop at 63 bytes; staging schemas add a suffix
-_SAFE = re.compile(r"[^a-z0-9_]")
-
-
-def schema_name(prefix: str, agent_id: str) -> str:
-    """`hermit_main` for agent `main`; other characters become `_`, plus a short hash when anything changed."""
-    raw = agent_id.lower()
-    safe = _SAFE.sub("_", raw)
-    name = prefix + safe
-    if safe != agent_id or len(name) > SCHEMA_MAX:
-        tag = hashlib.blake2b(agent_id.encode(), digest_size=4).hexdigest()
-        name = name[: SCHEMA_MAX - 9] + "_" + tag
-    return name
+# An agent's schema name (`hermit_main`): the rule lives with the config, which refuses two agents whose
+# schemas would be one.
+schema_name = pg_schema_name
 
 
 def lock_key(schema: str) -> int:
