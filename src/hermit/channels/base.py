@@ -57,7 +57,9 @@ class InboundMessage:
     reply_to: str | None = None  # platform id of the message this one answers
     attachments: tuple[Attachment, ...] = ()
     received_at: float = 0.0  # epoch seconds, from the gateway's clock when the channel does not know
-    meta: Mapping[str, str] = field(default_factory=dict)  # channel-private extras (never routed on)
+    # Channel-private extras; the gateway reads one key only, access.PARENT_GROUP (a Discord private
+    # thread's parent channel, whose `groups` entry and bindings apply to the thread).
+    meta: Mapping[str, str] = field(default_factory=dict)
     # A session the sender chose (the web chat's session list). Honoured only for the gateway's own
     # token-authenticated web chat; every other channel is routed by bindings and dm_scope.
     session_key: str | None = None
