@@ -192,6 +192,44 @@ def test_a_write_appends_into_spare_room_and_matches_a_full_load(tmp_path: Path)
     assert np.array_equal(vm.int8.rows, whole[0]) and np.allclose(vm.int8.norm, whole[3])
 
 
+
+@pytest.mark.parametrize("int8_min_rows", [1_000, 100_000], ids=["int8", "float32"])
+def test_a_reused_chunk_id_is_never_scored_by_the_deleted_chunks_vector(tmp_path: Path, int8_min_rows: int) -> None:
+    """SQLite gives a new chunk the id after the largest: that of a chunk deleted since (the newest note
+    removed, then another indexed). The long-lived matrix kept the deleted chunk's row under that id, so a
+    query near the deleted text found the new, unrelated chunk at the old text's cosine (audit Z)."""
+    from hermit.memory.index.chunking import Chunk
+    from hermit.memory.store.sqlite import IndexStore
+
+    rng = np.random.default_rng(5)
+    store = IndexStore(tmp_path / "index.sqlite")
+    store.set_meta({"dims": str(D), "index_id": "test"})
+
+    def write(path: str, vectors: np.ndarray) -> None:
+        chunks = [Chunk(start_line=i, end_line=i, hash=f"{path}{i}", text=f"{path} line {i}")
+                  for i in range(len(vectors))]
+        store.replace_file(path=path, source="memory", file_hash=path, mtime=0, size=0, chunks=chunks,
+                           vectors=vectors, model="m")
+
+    write("memory/old.md", _e5_like(rng, 2_000))
+    vm = VectorMatrix(int8_min_rows=int8_min_rows)
+    vm.refresh(store)
+    gone = _e5_like(rng, 5)
+    write("memory/2026-01-20.md", gone)  # the largest ids
+    vm.refresh(store)
+    ids_before = set(vm.ids.tolist())
+    store.delete_file("memory/2026-01-20.md")
+    vm.refresh(store)
+    write("memory/2026-01-21.md", _e5_like(rng, 5))  # takes the same ids
+    vm.refresh(store)
+    assert set(vm.ids.tolist()) & ids_before - set(range(2_001))  # the ids were reused
+    for q in gone:
+        p = vm.start_pass(q)
+        p.work()
+        hits = vm.finish(p, 10)
+        exact = vm.scores(q, [i for i, _ in hits if i > 0])
+        assert all(abs(s - exact[i]) < 0.02 for i, s in hits if i > 0), hits  # each id's own vector
+
 def test_the_int8_pass_takes_every_row_when_k_is_larger() -> None:
     """k (plus the rows of deleted chunks) at or above the rows: every row, best first, both passes."""
     rng = np.random.default_rng(11)

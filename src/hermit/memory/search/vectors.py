@@ -77,6 +77,13 @@ class VectorMatrix:
         self._ids_buf, self._mat_buf = with_room(self._ids_buf, n, n + k), with_room(self._mat_buf, n, n + k)
         at = n
         for block_ids, block in blocks:
+            # SQLite gives a new chunk the id after the largest one: the id of a chunk deleted since (the newest
+            # note removed, then another indexed). Its old row must not answer for the new chunk with the old
+            # text's cosine: it gets id -1, which no chunk has (dropped at lookup with the other garbage).
+            for i in block_ids:
+                old = self.row_of.get(int(i))
+                if old is not None:
+                    self._ids_buf[old] = -1
             self._ids_buf[at:at + len(block_ids)], self._mat_buf[at:at + len(block_ids)] = block_ids, block
             self.row_of.update((int(i), r) for r, i in enumerate(block_ids, at))
             at += len(block_ids)
