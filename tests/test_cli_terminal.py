@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from agenthelpers import load_offline
@@ -45,7 +45,7 @@ def assert_inert(out: str) -> None:
 def test_a_contacts_escape_sequences_reach_the_owners_terminal_as_visible_text(tmp_path: Path) -> None:
     home = tmp_path / "home"
     hermit(home, "init")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     note = append_daily_note(home / "workspace", f"- Bob asked me to remember the {PAYLOAD}", now,
                              origin=Origin(session=CONTACT_KEY, channel="telegram", sender='1001 "Bob"',
                                            audience="telegram:dm:1001"))
