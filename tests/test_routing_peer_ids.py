@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -94,8 +94,8 @@ def router(tmp_path: Path, bindings: list[dict[str, Any]]) -> Router:
     ("slack", "group", "<#c024be91l|general>", "C024BE91L"),
     ("slack", "group", "Slack:C024BE91L", "C024BE91L"),
 ])
-def test_a_peer_id_matches_in_every_form_owners_accept(tmp_path: Path, channel: str, kind: str, written: str,
-                                                       delivered: str) -> None:
+def test_a_peer_id_matches_in_every_form_owners_accept(tmp_path: Path, channel: str, kind: Literal["dm", "group"],
+                                                       written: str, delivered: str) -> None:
     r = router(tmp_path, [{"match": {"channel": channel, "peer": {"kind": kind, "id": written}}, "agent_id": "bound"}])
     route = r.resolve(RouteInput(channel, "default", kind, delivered))
     assert (route.agent_id, route.matched_by) == ("bound", "peer")
