@@ -13,7 +13,7 @@ import pytest
 from agenthelpers import fixed_clock
 from gatewayhelpers import RecordingChannel, inbound, last_user_text, make_bus, runtime
 from hermit.agent.runtime import AgentRuntime
-from hermit.channels.base import StreamDelta, Target, ToolActivity, TurnEnd, Typing
+from hermit.channels.base import InboundMessage, StreamDelta, Target, ToolActivity, TurnEnd, Typing
 from hermit.config.load import build_config
 from hermit.config.paths import StatePaths
 from hermit.errors import ProviderError
@@ -234,6 +234,28 @@ def test_scheduler_turns_queue_behind_user_messages_and_return_their_result(tmp_
     assert order == ["user", "heartbeat"]
     assert [m.text for m in ch.messages()] == ["re user", "delivered by cron"]
 
+
+
+def test_while_shutting_down_only_senders_let_in_hear_that_hermit_is_restarting(tmp_path: Path) -> None:
+    """Audit U: during the drain every message got "Hermit is restarting…" before routing and access control,
+    so a stranger under an allowlist, a group not allowed and group chatter without a mention were all
+    answered (telling outsiders what the bot is). Admission first; the notice only to those let in."""
+    rt = runtime(tmp_path, lambda req: "never runs")
+    ch = RecordingChannel()
+
+    def admit(msg: InboundMessage, agent_id: str) -> Admission:
+        return Admission(msg.peer_id == "owner", reason="allowlist: sender not allowed")
+
+    bus = make_bus(rt, ch, admit=admit)
+
+    async def main() -> None:
+        bus.close_intake()
+        assert await bus.publish(inbound("hi", peer="stranger")) == "refused"
+        assert await bus.publish(inbound("chatter", peer="-100999", kind="group")) == "refused"
+        assert await bus.publish(inbound("hello", peer="owner")) == "refused"
+
+    asyncio.run(main())
+    assert [(m.target.peer_id, m.text) for m in ch.messages()] == [("owner", NOT_PROCESSED)]
 
 def test_cancelled_turn_is_marked_interrupted_in_a_valid_transcript(tmp_path: Path) -> None:
     started = threading.Event()

@@ -105,9 +105,6 @@ class Bus:
         if channel is None:
             log.error("message from unknown channel account %s/%s dropped", msg.channel, msg.account_id)
             return "ignored"
-        if not self._open:
-            await send_safely(channel, OutboundMessage(Target.of(msg), NOT_PROCESSED, "notice"))
-            return "refused"
         try:
             routed = self._chosen(msg) if msg.session_key and msg.channel in self._trusted else self._route(msg)
         except HermitError as e:
@@ -115,6 +112,10 @@ class Bus:
             return "ignored"
         # Routed first: a group's mention patterns are the answering agent's.
         if not await self._admitted(msg, routed.agent_id, channel):
+            return "refused"
+        if not self._open:  # shutting down: only a sender let in hears it (a stranger or a group hears nothing)
+            attachments.discard(msg)
+            await send_safely(channel, OutboundMessage(Target.of(msg), NOT_PROCESSED, "notice"))
             return "refused"
         job = _Job(routed.agent_id, routed.session_key, msg.text, msg=msg)
         if not self._enqueue(job):
