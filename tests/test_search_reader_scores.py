@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from hermit.config.schema import MemorySearchConfig
-from hermit.memory.policy.audience import reader_for_session
+from hermit.memory.policy.audience import owner_origin, reader_for_session
+from hermit.memory.policy.provenance import wrap
 from hermit.memory.service import MemoryService
 from hermit.sessions.keys import dm_session_key
 from memhelpers import HashEmbedder, service
@@ -132,6 +133,33 @@ def test_a_chats_own_note_is_not_crowded_out_of_the_vector_leg_either(tmp_path: 
             svc.close()
     assert answers[0] == answers[1] == [["memory/2026-01-20.md"]] * 2
 
+
+
+def test_a_chats_dated_notes_are_not_crowded_out_by_the_owners_of_that_day(tmp_path: Path,
+                                                                          store_backend: str) -> None:
+    """The chunks of the day a question names join the candidates (at most 200): they were taken from
+    everyone's daily files first and filtered after, so the owner's many owner-only notes of that day (the
+    /new files `memory/<day>-<slug>.md` sort before the log) pushed the chat's own note of that day out, which
+    said how much the owner wrote that day (audit Z). A chat's 200 are the first it may see."""
+    answers = []
+    for name, owner_chunks in (("busy", 260), ("quiet", 0)):
+        ws = tmp_path / name
+        (ws / "memory").mkdir(parents=True)
+        (ws / "memory" / "2026-01-20.md").write_text("- walked to the lake with Bob\n")  # only its name has the day
+        if owner_chunks:
+            lines = "".join(f"- {i} owner errand {i}: " + "groceries pharmacy post office " * 3 + "\n"
+                            for i in range(owner_chunks))  # ~25 tokens: one line a chunk
+            (ws / "memory" / "2026-01-20-errands.md").write_text(wrap(lines, owner_origin("agent:main:main")))
+        cfg = MemorySearchConfig.model_validate({"provider": "none", "chunking": {"tokens": 32, "overlap": 0}})
+        svc = service(ws, tmp_path / f"{name}.sqlite", None, cfg)
+        try:
+            svc.sync()
+            assert (svc.store.chunk_count() > 200) == bool(owner_chunks)
+            answers.append([(h["path"], h["startLine"], h["score"])
+                            for h in svc.search("what did we do on 2026-01-20", 6, 0.0, reader=CHAT)["results"]])
+        finally:
+            svc.close()
+    assert answers[0] == answers[1] and answers[0] and answers[0][0][0] == "memory/2026-01-20.md"
 
 def test_a_chats_deepest_search_stays_within_the_stores_limits(tmp_path: Path, store_backend: str) -> None:
     """Five hundred owner-only notes nearer to the question than the chat's own: the search went 96 → 384

@@ -261,7 +261,7 @@ class HybridSearcher:
             q, reason = leg.q, leg.reason
         if counts is not None and q is not None:
             vec_hits = self._visible_vector_hits(q, vec_hits, pool, counts, leg.matrix_ok)
-        c = self._gather(query, tr, q, leg.matrix_ok, vec_hits, kw_hits, held, rows, pool, match, counts is not None)
+        c = self._gather(query, tr, q, leg.matrix_ok, vec_hits, kw_hits, held, rows, pool, match, counts)
         if restricted:
             assert reader is not None
             self._restrict(c, reader)
@@ -357,14 +357,14 @@ class HybridSearcher:
 
     def _gather(self, query: str, tr: Translation, q: np.ndarray | None, matrix_ok: bool,
                 vec_hits: list[tuple[int, float]], kw_hits: list[tuple[int, float]], held: set[int],
-                rows: dict[int, ChunkRow], pool: int, match: str | None, restricted: bool = False) -> _Candidates:
+                rows: dict[int, ChunkRow], pool: int, match: str | None, counts: ReaderCounts | None = None) -> _Candidates:
         """The union of both legs' hits and the chunks of the days the query names, with their rows, and
         each leg's score for every candidate (a keyword-only hit gets its cosine, a vector-only hit an
         estimate of its BM25). A restricted reader's keyword hits are only those it may see, so whether
         the pool was full says nothing to it: its vector-only hits are always estimated."""
         cos = dict(vec_hits)
         rel = dict(kw_hits)
-        dated = self._dated_chunks(query)
+        dated, restricted = self._dated_chunks(query, counts), counts is not None
         ids = list(dict.fromkeys([i for i, _ in vec_hits] + [i for i, _ in kw_hits] + sorted(dated)))
         rows.update(self.store.chunk_rows([i for i in ids if i not in rows]))
         ids = [i for i in ids if i in rows]  # drop deleted chunks still in the matrix
@@ -528,8 +528,8 @@ class HybridSearcher:
             self._count = (gen, self.store.chunk_count())
         return self._count[1]
 
-    def _dated_chunks(self, query: str) -> set[int]:
-        """Chunks of daily logs of the days the query names (see memory.search.dates)."""
+    def _dated_chunks(self, query: str, counts: ReaderCounts | None = None) -> set[int]:
+        """Chunks of daily logs of the days the query names (memory.search.dates); a restricted reader's: 200 it sees."""
         if self.cfg.date_boost <= 0:
             return set()
         today = dt.datetime.fromtimestamp(self.clock()).date()
@@ -539,7 +539,10 @@ class HybridSearcher:
             days.extend((r.start + dt.timedelta(days=k)).isoformat() for k in range(n + 1))
         if not days:
             return set()
-        return {cid for cid in self.store.chunk_ids_for_days(days)}
+        if counts is None:
+            return set(self.store.chunk_ids_for_days(days))
+        ids = self.store.chunk_ids_for_days(days, limit=DEEPEST_POOL)
+        return {i for i, _ in counts.keep([(i, 0.0) for i in ids])[:200]}
 
     def _vscore(self, c: float | None) -> float:
         if c is None or self.embedder is None:
