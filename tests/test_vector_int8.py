@@ -230,6 +230,40 @@ def test_a_reused_chunk_id_is_never_scored_by_the_deleted_chunks_vector(tmp_path
         exact = vm.scores(q, [i for i, _ in hits if i > 0])
         assert all(abs(s - exact[i]) < 0.02 for i, s in hits if i > 0), hits  # each id's own vector
 
+
+def test_a_reused_id_of_a_chunk_stored_without_a_vector_is_not_scored_by_the_old_one(tmp_path: Path) -> None:
+    """The same with a chunk stored keyword-only (a first index stores files so before embedding them, or the
+    embedder failed): it brought no row, so the deleted chunk's row kept answering for its id (audit R2)."""
+    from hermit.memory.index.chunking import Chunk
+    from hermit.memory.store.sqlite import IndexStore
+
+    rng = np.random.default_rng(7)
+    store = IndexStore(tmp_path / "index.sqlite")
+    store.set_meta({"dims": str(D), "index_id": "test"})
+
+    def write(path: str, n: int, vectors: np.ndarray | None) -> None:
+        chunks = [Chunk(start_line=i, end_line=i, hash=f"{path}{i}", text=f"{path} line {i}") for i in range(n)]
+        store.replace_file(path=path, source="memory", file_hash=path, mtime=0, size=0, chunks=chunks,
+                           vectors=vectors, model="m")
+
+    write("memory/old.md", 50, _e5_like(rng, 50))
+    vm = VectorMatrix(int8_min_rows=100_000)
+    vm.refresh(store)
+    gone = _e5_like(rng, 5)
+    write("memory/private/diagnosis.md", 5, gone)  # the largest ids
+    vm.refresh(store)
+    gone_ids = sorted(set(vm.ids.tolist()) - set(range(1, 51)))
+    store.delete_file("memory/private/diagnosis.md")
+    vm.refresh(store)
+    write("memory/2026-01-21.md", 5, None)  # keyword-only: the same ids, no vector
+    vm.refresh(store)
+    assert {r.path for r in store.chunk_rows(gone_ids).values()} == {"memory/2026-01-21.md"}
+    assert vm.scores(gone[0], gone_ids) == {} and len(vm.ids) == 55  # retired, and no zero rows kept
+    assert not {i for i, _ in vm.topk(gone[0], 10)} & set(gone_ids)
+    write("memory/2026-01-21.md", 5, _e5_like(rng, 5))  # embedded later: real rows again
+    vm.refresh(store)
+    assert set(vm.scores(gone[0], list(store.chunk_rows(list(range(51, 70))))))
+
 def test_the_int8_pass_takes_every_row_when_k_is_larger() -> None:
     """k (plus the rows of deleted chunks) at or above the rows: every row, best first, both passes."""
     rng = np.random.default_rng(11)

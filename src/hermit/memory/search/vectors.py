@@ -67,7 +67,18 @@ class VectorMatrix:
 
     def _append(self, blocks: list[tuple[np.ndarray, np.ndarray]]) -> None:
         """Rows written since the last refresh, appended in place: the buffers keep spare capacity, so a
-        write (the watcher re-indexing one note) does not copy the whole matrix (150 MB at 100k chunks)."""
+        write (the watcher re-indexing one note) does not copy the whole matrix (150 MB at 100k chunks).
+
+        SQLite gives a new chunk the id after the largest one: the id of a chunk deleted since (the newest note
+        removed, then another indexed). That chunk's old row must not answer for the new one with the old
+        text's cosine: it gets id -1, which no chunk has (dropped at lookup with the other garbage). A chunk
+        stored without a vector comes as a zero row (the store's iter_vectors): it only retires an old row."""
+        for block_ids, _ in blocks:
+            for i in block_ids:
+                old = self.row_of.pop(int(i), None)
+                if old is not None:
+                    self._ids_buf[old] = -1
+        blocks = [(ids[keep], block[keep]) for ids, block in blocks if (keep := block.any(axis=1)).any()]
         k = sum(len(b[0]) for b in blocks)
         if not k:
             return
@@ -77,13 +88,6 @@ class VectorMatrix:
         self._ids_buf, self._mat_buf = with_room(self._ids_buf, n, n + k), with_room(self._mat_buf, n, n + k)
         at = n
         for block_ids, block in blocks:
-            # SQLite gives a new chunk the id after the largest one: the id of a chunk deleted since (the newest
-            # note removed, then another indexed). Its old row must not answer for the new chunk with the old
-            # text's cosine: it gets id -1, which no chunk has (dropped at lookup with the other garbage).
-            for i in block_ids:
-                old = self.row_of.get(int(i))
-                if old is not None:
-                    self._ids_buf[old] = -1
             self._ids_buf[at:at + len(block_ids)], self._mat_buf[at:at + len(block_ids)] = block_ids, block
             self.row_of.update((int(i), r) for r, i in enumerate(block_ids, at))
             at += len(block_ids)

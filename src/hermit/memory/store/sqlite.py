@@ -531,21 +531,22 @@ class IndexStore:
         return out
 
     def iter_vectors(self, since_gen: int = -1, block: int = 8192) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Yield (ids, matrix) blocks of stored vectors for chunks newer than `since_gen`."""
+        """Yield (ids, matrix) blocks of vectors of chunks newer than `since_gen`; after a write, its chunks stored
+        without one as zero rows too (SQLite reuses a deleted chunk's id: search/vectors.py drops its row)."""
         last = -1
-        # After a write only its few new chunks are wanted: through the gen index (the planner, without
-        # statistics, walks every chunk in id order instead: 50 ms at 100k chunks, on the search after
-        # each write); a full load walks them all in id order.
-        by_gen = " indexed by chunks_gen" if since_gen >= 0 else ""
+        # After a write only its few new chunks, through the gen index (the planner, without statistics, walks
+        # every chunk in id order: 50 ms at 100k chunks, on the search after each write); a full load walks all.
+        by_gen, how = (" indexed by chunks_gen", "left join") if since_gen >= 0 else ("", "join")
+        blank = bytes(4 * int(self.meta().get("dims", "0") or 0))
         while True:
             rows = self.conn.execute(
-                f"select c.id, v.embedding from chunks c{by_gen} join chunks_vec v on v.id = c.id"
+                f"select c.id, v.embedding from chunks c{by_gen} {how} chunks_vec v on v.id = c.id"
                 " where c.gen > ? and c.id > ? order by c.id limit ?", (since_gen, last, block)
             ).fetchall()
-            if not rows:
+            if not rows or not blank and any(r[1] is None for r in rows):  # no dims yet: nothing embedded
                 return
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-            mat = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+            mat = np.frombuffer(b"".join(r[1] or blank for r in rows), dtype=np.float32).reshape(len(rows), -1)
             yield ids, mat
             last = int(ids[-1])
 
