@@ -146,16 +146,14 @@ def is_private_path(rel_path: str) -> bool:
     """Owner-only whole, by where the file is: MEMORY.md (by name; callers check identity too), anything under
     memory/private/, and anything that is neither under memory/ nor an instruction file (AGENTS.md, USER.md…,
     whose lines go by their blocks) — the files of `extra_paths` (a notes folder, a vault: the owner's own,
-    whoever else talks to the assistant). Decided on the normalised path, in any
-    case, so no second spelling (`notes/../memory/private/x.md`, an absolute path through a symlinked
-    workspace) makes a private file shared: fail closed."""
-    p = posixpath.normpath(rel_path.replace("\\", "/")).lower()
-    if p == MEMORY_FILE.lower() or p.startswith(PRIVATE_DIR):
+    whoever else talks to the assistant). Decided on the normalised path, so no second spelling
+    (`notes/../memory/private/x.md`, an absolute path through a symlinked workspace, `Memory/`) makes a private
+    file shared: fail closed."""
+    p = posixpath.normpath(rel_path.replace("\\", "/"))
+    if p.lower() == MEMORY_FILE.lower() or p.lower().startswith(PRIVATE_DIR):  # in any case: fail closed
         return True
-    return not p.startswith(MEMORY_DIR) and p not in _INSTRUCTION_FILES  # instruction files: by their blocks
-
-
-_INSTRUCTION_FILES = frozenset(name.lower() for name in BOOTSTRAP_ORDER)
+    # Shared only as spelled: `Memory/` is another folder (an extra path) where names are case-sensitive.
+    return not p.startswith(MEMORY_DIR) and p not in BOOTSTRAP_ORDER  # instruction files: by their blocks
 
 
 def default_audience(rel_path: str) -> str:
