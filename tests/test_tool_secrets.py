@@ -129,17 +129,20 @@ def test_the_embeddings_key_is_masked_like_the_models(home: Path) -> None:
     with FakeEmbeddingServer(dims=32, api_key=EMBED_KEY) as emb:
         memory = {"provider": "openai-compatible", "model": "fake-embed",
                   "remote": {"base_url": emb.openai_base_url, "api_key_env": "HERMIT_TEST_EMBED_KEY",
-                             "headers": {"X-Team-Secret": "team-header-secret-8d2f1c"}}}
+                             "headers": {"X-Team-Secret": "team-header-secret-8d2f1c",
+                                         "HTTP-Referer": "https://myapp.example/hermit"}}}
         result, stored = agent_turn(home, f"cat {home / 'hermit.env'}; grep -o 'X-Team-Secret: .*' "
-                                          f"{home / 'hermit.yaml'}", memory_search=memory)
+                                          f"{home / 'hermit.yaml'}; echo see https://myapp.example/hermit",
+                                    memory_search=memory)
     assert EMBED_KEY not in result and "HERMIT_TEST_EMBED_KEY=***" in result
     assert "team-header-secret-8d2f1c" not in result and "X-Team-Secret: ***" in result
+    assert "see https://myapp.example/hermit" in result  # an ordinary header's value is not a secret
     assert EMBED_KEY not in stored and "team-header-secret-8d2f1c" not in stored
 
 
 def test_passwords_in_endpoint_urls_and_the_postgres_dsn_are_secrets(tmp_path: Path) -> None:
     from hermit.cli.context import CliContext, configured_secrets
-    from hermit.redaction import url_password
+    from hermit.redaction import header_secret, url_password
 
     (tmp_path / "hermit.yaml").write_text(yaml.safe_dump({
         "agents": {"defaults": {"memory_search": {
@@ -153,6 +156,11 @@ def test_passwords_in_endpoint_urls_and_the_postgres_dsn_are_secrets(tmp_path: P
     for secret in ("emb-url-pass-5521", "emb-plain-key-77120", "proxy-pass-99812", "pg-pass-30817"):
         assert secret in found, secret
     assert url_password("host=db user=h password='kw-pass 1' dbname=x") == "kw-pass 1"
+    assert url_password("postgresql://hermit@db/hermit?sslmode=require&password=q-pass-1234") == "q-pass-1234"
+    assert url_password("https://api.example/v1?password_reset=1") is None
+    assert header_secret("Authorization", "Bearer k-123456789") == "k-123456789"
+    assert header_secret("X-Goog-Api-Key", "g-123456789") == "g-123456789"
+    assert header_secret("Content-Type", "application/json") is None
     assert url_password("https://api.example/v1") is None and url_password("http://user@host/") is None
 
 def test_a_key_split_by_the_output_cut_is_masked_at_both_edges(home: Path) -> None:

@@ -173,4 +173,17 @@ def url_password(url: str | None) -> str | None:
         return None
 
 
-_KEYWORD_PASSWORD = re.compile(r"(?:^|\s)password\s*=\s*('[^']*'|\S+)")
+_KEYWORD_PASSWORD = re.compile(r"(?:^|[\s?&])(?:ssl)?password\s*=\s*('[^']*'|[^\s&]+)")
+
+
+def header_secret(name: str, value: str) -> str | None:
+    """The secret an HTTP header carries, by its name (Authorization, X-API-Key, a `…-Token`, a cookie):
+    `Bearer <key>` → the key; None for an ordinary header (Content-Type, HTTP-Referer), which must not be
+    masked wherever its value appears."""
+    if not value or not _CREDENTIAL_HEADER.search(name):
+        return None
+    scheme, _, rest = value.strip().partition(" ")
+    return rest.strip() if rest and scheme.lower() in ("bearer", "basic", "token") else value.strip()
+
+
+_CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|passw|cookie|signature", re.IGNORECASE)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from hermit.config.paths import StatePaths, default_home
 from hermit.errors import HermitError
-from hermit.redaction import url_password
+from hermit.redaction import header_secret, url_password
 
 if TYPE_CHECKING:  # the config schema (pydantic) and memory (numpy) load only when a command needs them
     from hermit.config.load import AgentConfig, LoadedConfig
@@ -112,7 +112,8 @@ def configured_secrets(ctx: CliContext) -> list[str]:
     for agent in loaded.agents:  # the embeddings endpoint's key, headers and URL; the PostgreSQL password
         ms = agent.settings.memory_search
         r = ms.remote
-        values += [r.api_key, ctx.environ.get(r.api_key_env or "", ""), *r.headers.values(), url_password(r.base_url)]
+        values += [r.api_key, ctx.environ.get(r.api_key_env or "", ""), url_password(r.base_url),
+                   *(header_secret(n, v) for n, v in r.headers.items())]
         values.append(url_password(ctx.environ.get(ms.store.postgres.dsn_env, "")))
     return [v for v in values if v]
 

@@ -49,7 +49,7 @@ from hermit.errors import (
 )
 from hermit.messages import valid_json
 from hermit.models.cancel import CancelToken
-from hermit.redaction import KNOWN, SecretMasker, register
+from hermit.redaction import KNOWN, SecretMasker, header_secret, register
 from hermit.retry import RetryPolicy, retry_after_seconds
 
 log = logging.getLogger(__name__)
@@ -175,7 +175,7 @@ class ProviderHttp:
         self._notify = notify or (lambda text: log.warning("%s", text))
         # The key this client sends, masked out of every error it raises (a provider may echo it back),
         # and registered for the process so the CLI, the logs and stored errors mask it too.
-        keys = [_secret_of(name, value) for name, value in headers.items()]
+        keys = [header_secret(name, value) for name, value in headers.items()]
         self._masker = SecretMasker(k for k in keys if k)
         register(*keys)
         self._client = httpx.Client(
@@ -405,17 +405,6 @@ class ProviderHttp:
 
 
 _JSON = {"content-type": "application/json"}
-_KEY_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
-
-
-def _secret_of(name: str, value: str) -> str | None:
-    """The secret a request header carries (`Bearer <key>` → the key), or None for an ordinary header."""
-    if name.lower() not in _KEY_HEADERS or not value:
-        return None
-    scheme, _, rest = value.partition(" ")
-    return rest.strip() if rest and scheme.lower() in ("bearer", "basic", "token") else value.strip()
-
-
 def _encode(body: Mapping[str, Any]) -> bytes:
     """The JSON request body; a lone surrogate that reached a request is replaced, not fatal."""
     try:
