@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -14,6 +15,7 @@ from agenthelpers import fixed_clock
 from gatewayhelpers import RecordingChannel, inbound, last_user_text, make_bus, runtime
 from hermit.agent.runtime import AgentRuntime
 from hermit.channels.base import InboundMessage, StreamDelta, Target, ToolActivity, TurnEnd, Typing
+from hermit.channels.inbox import StagedFile
 from hermit.config.load import build_config
 from hermit.config.paths import StatePaths
 from hermit.errors import ProviderError
@@ -256,6 +258,42 @@ def test_while_shutting_down_only_senders_let_in_hear_that_hermit_is_restarting(
 
     asyncio.run(main())
     assert [(m.target.peer_id, m.text) for m in ch.messages()] == [("owner", NOT_PROCESSED)]
+
+
+@pytest.mark.parametrize("replays", [False, True], ids=["discord", "telegram-journal"])
+def test_files_of_messages_queued_at_shutdown_are_deleted_unless_the_channel_replays(tmp_path: Path,
+                                                                                   replays: bool) -> None:
+    """A queued message's files are filed when its turn starts; one the gateway stopped before running kept
+    them staged for Telegram's journal to replay, but Discord, Slack and WhatsApp replay nothing: their files
+    stayed in <state>/inbox for good (audit R2). They are deleted now unless the channel replays."""
+    inbox = tmp_path / "state-inbox"
+    started, go_on = threading.Event(), threading.Event()
+
+    def model(req: ModelRequest) -> Reply:
+        started.set()
+        go_on.wait(10)
+        return "ok"
+
+    rt = runtime(tmp_path, model)
+    ch = RecordingChannel("discord")
+    ch.capabilities = dataclasses.replace(ch.capabilities, replays=replays)
+    bus = make_bus(rt, ch)
+    with StagedFile(inbox, ("discord", "default", "c1", "m2"), "contract.pdf") as f:
+        f.write(b"contract draft")
+    queued = dataclasses.replace(inbound("queued behind", "owner", channel="discord"),
+                                 attachments=(f.attachment("document", "contract.pdf", "application/pdf"),))
+
+    async def main() -> None:
+        await bus.publish(inbound("work", "owner", channel="discord"))
+        await wait_for(started.is_set)
+        assert await bus.publish(queued) == "queued"
+        bus.close_intake()
+        go_on.set()
+        assert await bus.drain(10)
+
+    asyncio.run(main())
+    assert [m.text for m in ch.messages()] == ["ok", NOT_PROCESSED]
+    assert len(list(inbox.iterdir())) == (1 if replays else 0)
 
 def test_cancelled_turn_is_marked_interrupted_in_a_valid_transcript(tmp_path: Path) -> None:
     started = threading.Event()

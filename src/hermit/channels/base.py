@@ -136,6 +136,7 @@ class ChannelCapabilities:
     max_lines: int | None = None
     streaming: bool = False
     typing: bool = True
+    replays: bool = False  # unanswered messages come again after a restart (a journal): their files stay staged
 
 
 @dataclass

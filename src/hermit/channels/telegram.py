@@ -82,7 +82,7 @@ class TelegramApiError(ChannelError):
 
 class TelegramChannel:
     name = "telegram"
-    capabilities = ChannelCapabilities(max_chars=4000, typing=True)
+    capabilities = ChannelCapabilities(max_chars=4000, typing=True, replays=True)  # the update journal
 
     def __init__(self, account_id: str, cfg: TelegramAccountConfig, token: str, *, state_dir: Path,
                  inbox_dir: Path, clock: Callable[[], float] = time.time,

@@ -584,7 +584,7 @@ class McpConfig(Strict):
 
     MEMORY.md and session transcripts are the owner's most private memory (SPEC §3 keeps MEMORY.md to
     the main session) and an MCP client forwards what it reads to its own model provider, so they are
-    withheld unless `share_private_memory` is turned on; daily logs and extra paths are always shared.
+    withheld unless `share_private_memory` is on, as are memory/private/ and extra paths (memory/'s other notes are not).
     """
 
     share_private_memory: bool = False

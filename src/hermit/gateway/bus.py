@@ -248,6 +248,8 @@ class Bus:
                                                   "it runs again at its next schedule"))
         elif job.msg is not None:
             channel = self.channels.get((job.msg.channel, job.msg.account_id))
+            if channel is None or not channel.capabilities.replays:  # nothing will ask for its files again
+                attachments.discard(job.msg)
             if channel is not None:
                 await send_safely(channel, OutboundMessage(Target.of(job.msg), NOT_PROCESSED, "notice"))
 
