@@ -68,6 +68,7 @@ def test_the_filter_keeps_text_and_the_search_views_bold() -> None:
     text = "Zoë 决定 — tabs\tand\nlines, a Windows end\r\n\x1b[1mhit\x1b[0m"
     assert terminal_safe(text) == text
     assert terminal_safe("a\rb\x1b[31mc") == "a\\u000db\\u001b[31mc"
+    assert terminal_safe("scan\udc9b.pdf") == "scan\\udc9b.pdf"  # an undecodable byte of a file name
 
     class Sink:
         def __init__(self) -> None:

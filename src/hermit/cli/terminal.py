@@ -4,10 +4,11 @@ A contact's note, a transcript line, a log line or a model's reply quoting them 
 `ESC ] 52` writes the clipboard, `ESC [ 2K` / `\\r` erase the provenance label above a note, `ESC ] 8` shows a
 link whose target differs from its text, a bidi override reorders what is read. `hermit memory get` and
 `hermit sessions show` used to print them raw. Every write to stdout and stderr during a command is now
-filtered: C0 controls but tab and newline (and `\\r` before `\\n`), DEL, C1 controls and the bidi controls
-become visible escapes (`\\u001b`), which are also valid inside JSON strings, so `--json` output parses to the
-same values. Two sequences pass: bold on and off, which `search_view` uses to mark matched words and which
-can do no more than that. A progress bar draws on the stream it was given before the filter (`unfiltered`).
+filtered: C0 controls but tab and newline (and `\\r` before `\\n`), DEL, C1 controls, the bidi controls and
+lone surrogates (a file name's undecodable byte, which a C locale would print raw) become visible escapes
+(`\\u001b`), which are also valid inside JSON strings, so `--json` output parses to the same values. Two
+sequences pass: bold on and off, which `search_view` uses to mark matched words and which can do no more.
+A progress bar draws on the stream it was given before the filter (`unfiltered`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, TextIO
 
 _UNSAFE = re.compile(
     "(\x1b\\[[01]m|\r\n)"  # kept: bold on/off, a Windows line end
-    "|[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+    "|[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
 
 
