@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+
+# First, before the imports below and the command's own modules (a gateway's take a few hundred ms): the `hermit`
+# process itself — the console script, `python -m hermit`, `python -m hermit.cli.main`; not a test or a script that
+# imports this module — makes itself non-dumpable (PR_SET_DUMPABLE 0), so no other process of its uid reads the keys
+# from /proc/<pid>/environ while it starts. main() makes sure again (redaction.keep_environment_private). What is
+# left is Python's own start-up, before this line runs.
+if sys.platform.startswith("linux") and (
+        __name__ == "__main__" or os.path.basename(sys.argv[0]) == "hermit"
+        or getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None) == "hermit.__main__"):
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0; libc's own symbol (no find_library: no ldconfig)
+
 import argparse
 import errno
 import json
 import logging
-import os
 import stat
-import sys
 from collections.abc import Callable
 from pathlib import Path
 

@@ -47,6 +47,7 @@ ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "local
              "locale.alias", "mime.types")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 PROBE_TIMEOUT_SECONDS = 10.0
+PROBE_ENVIRONMENT = {"PATH": SANDBOX_PATH}  # all a probe gets of Hermit's environment (_probe)
 # When Hermit runs as root, sandboxed commands run as a uid (and gid) no account or group uses: a host
 # process of that uid could otherwise read or change a room through /proc/<pid>/root (65534, `nobody`, is
 # what many daemons run as). Above the ranges systemd gives users, dynamic users and containers
@@ -142,10 +143,13 @@ def run_as_kwargs(uid: int | None) -> dict[str, object]:
 
 
 def _probe(argv: Sequence[str], uid: int | None, pass_fds: tuple[int, ...] = ()) -> tuple[str | None, str]:
-    """(None, stdout) when the program ran and exited 0, else (what went wrong, stdout)."""
+    """(None, stdout) when the program ran and exited 0, else (what went wrong, stdout). With PATH alone for an
+    environment: Hermit's holds the keys, and bubblewrap and the probe's shell are dumpable, so any process of
+    the uid could read them from their /proc/<pid>/environ while they run."""
     try:
         done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True, cwd="/", pass_fds=pass_fds,
-                              timeout=PROBE_TIMEOUT_SECONDS, check=False, **run_as_kwargs(uid))  # type: ignore[call-overload]
+                              env=PROBE_ENVIRONMENT, timeout=PROBE_TIMEOUT_SECONDS, check=False,
+                              **run_as_kwargs(uid))  # type: ignore[call-overload]
     except (OSError, subprocess.SubprocessError) as e:
         return str(e), ""
     out = done.stdout.decode("utf-8", "replace")
