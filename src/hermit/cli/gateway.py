@@ -187,20 +187,16 @@ def cmd_dashboard(ctx: CliContext, args: argparse.Namespace) -> int:
 
     token = check_token_file(token_path(ctx.home))
     info = read_lock_info(ctx.home)
-    running = bool(info and "port" in info)
-    port = info["port"] if info and running else None
-    if info and running:
-        host = _client_host(str(info["host"]))
-        base = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
-    else:
-        cfg = ctx.config().config.gateway
-        host = _client_host(cfg.host)
-        base = f"http://{f'[{host}]' if ':' in host else host}:{cfg.port}/"
+    if not info or "port" not in info:
+        # No URL with the token then: whatever holds the configured port now (another local user's program,
+        # while the gateway is down) would read the token from a page opened there.
+        print("the gateway is not running: start it with `hermit gateway run` (or `hermit gateway install`), "
+              "then run `hermit dashboard` again", file=sys.stderr)
+        return 1
+    port = info["port"]
+    host = _client_host(str(info["host"]))
+    base = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
     print(f"{base}?token={token}", flush=True)
-    if not running:
-        print("(the gateway is not running: start it with `hermit gateway run`, then run `hermit dashboard` again)",
-              file=sys.stderr)
-        return 0
     if args.no_open:
         return 0
     if not _can_open_browser(ctx.environ):

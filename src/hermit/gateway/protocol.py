@@ -1,13 +1,17 @@
 """The gateway's WebSocket frames (SPEC §15): parsing client requests and building responses and events.
 
 Client → gateway: `{"type": "req", "id": str, "method": str, "params": {...}}`; the first must be
-`connect` with the token. Gateway → client: `{"type": "res", "id", "ok": true, "payload"}` or
+`connect` with the token, or `connect.challenge` and then `connect` with a proof (`handshake_proof`): the
+gateway proves it holds the token before the client shows anything, so a program squatting the gateway's
+port while it restarts never sees the token (the web app connects so). Gateway → client: `{"type": "res", "id", "ok": true, "payload"}` or
 `{"type": "res", "id", "ok": false, "error": {"code", "message", "hint"}}`, and
 `{"type": "event", "event", "payload", "seq"}` with `seq` counting up per connection.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -53,9 +57,23 @@ class _Params(BaseModel):
 
 
 class ConnectParams(_Params):
-    token: str = Field(min_length=1, max_length=512)
+    token: str | None = Field(None, min_length=1, max_length=512)
+    proof: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")  # after connect.challenge, instead of the token
     client_id: str | None = Field(None, alias="clientId", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     client: str | None = Field(None, max_length=200)  # e.g. "hermit-webchat/1"
+
+
+class ChallengeParams(_Params):
+    nonce: str = Field(pattern=r"^[A-Za-z0-9_-]{16,128}$")  # the client's, fresh for this connection
+    host: str = Field(min_length=1, max_length=300)  # the host[:port] the client believes it talks to
+
+
+def handshake_proof(token: bytes, side: str, host: str, first: str, second: str) -> str:
+    """HMAC-SHA256(token, "hermit-<side>|<host>|<first>|<second>") in hex. The gateway's proof is over (client
+    nonce, gateway nonce), the client's over (gateway nonce, client nonce), so neither passes for the other;
+    both name the address the page was loaded from, which the gateway accepts only if it is its own: a
+    program holding the old port cannot relay a page's handshake to a gateway started on another one."""
+    return hmac.new(token, f"hermit-{side}|{host}|{first}|{second}".encode(), hashlib.sha256).hexdigest()
 
 
 def _agent_id() -> Any:
@@ -147,7 +165,7 @@ class LogsTailParams(_Params):
 
 
 PARAMS: dict[str, type[_Params]] = {
-    "connect": ConnectParams, "chat.send": SendParams, "chat.history": HistoryParams, "sessions.list": ListParams,
+    "connect": ConnectParams, "connect.challenge": ChallengeParams, "chat.send": SendParams, "chat.history": HistoryParams, "sessions.list": ListParams,
     "sessions.new": NewParams,
     "memory.search": MemorySearchParams, "memory.get": MemoryGetParams, "memory.files": AgentParams,
     "memory.write": MemoryWriteParams, "memory.append": MemoryAppendParams, "memory.status": AgentParams,

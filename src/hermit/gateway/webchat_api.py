@@ -36,6 +36,7 @@ from hermit.gateway.protocol import (
     CLOSE_PROTOCOL,
     CLOSE_UNAUTHORIZED,
     PROTOCOL_VERSION,
+    ChallengeParams,
     ConnectParams,
     HistoryParams,
     NewParams,
@@ -43,6 +44,7 @@ from hermit.gateway.protocol import (
     Request,
     SendParams,
     event_frame,
+    handshake_proof,
     parse_request,
     res_error,
     res_ok,
@@ -107,6 +109,7 @@ class WebchatApi:
             await sock.close(CLOSE_POLICY, "origin not allowed")
             return
         client_id: str | None = None
+        challenge: tuple[str, str, str] | None = None  # (client nonce, gateway nonce, host) of connect.challenge
         try:
             while True:
                 raw = await ws.receive()
@@ -117,8 +120,11 @@ class WebchatApi:
                     data = raw.get("bytes") or b""
                 try:
                     req = parse_request(data)
+                    if client_id is None and req.method == "connect.challenge" and challenge is None:
+                        challenge = await self._challenge(sock, req, ws)
+                        continue
                     if client_id is None:
-                        client_id = await self._connect(sock, req)
+                        client_id = await self._connect(sock, req, challenge)
                         continue
                     await self._dispatch(sock, client_id, req)
                 except ProtocolError as e:
@@ -135,12 +141,46 @@ class WebchatApi:
             if client_id is not None:
                 self.channel.detach(client_id, sock)
 
-    async def _connect(self, sock: _Socket, req: Request) -> str:
+    async def _challenge(self, sock: _Socket, req: Request, ws: WebSocket) -> tuple[str, str, str]:
+        """The gateway's half of the handshake: it proves it holds the token (over the client's nonce and its
+        own) for the address the page names, refused unless that address is this gateway's own."""
+        params: ChallengeParams = req.params
+        if not self._own_address(params.host, ws):
+            log.warning("web chat handshake for another address (%s) refused", params.host)
+            raise ProtocolError("wrong_address", f"this gateway does not serve {params.host}",
+                                "open the URL printed by `hermit dashboard`", request_id=req.id,
+                                close=CLOSE_UNAUTHORIZED)
+        ours = secrets.token_urlsafe(32)
+        await sock.send_raw(res_ok(req.id, {
+            "nonce": ours, "proof": handshake_proof(self._token, "gateway", params.host, params.nonce, ours)}))
+        return params.nonce, ours, params.host
+
+    def _own_address(self, host: str, ws: WebSocket) -> bool:
+        """`host` (host[:port]) names this gateway: its port is the one it listens on, or it is the address of
+        an origin listed in gateway.allowed_origins (a proxy's)."""
+        if any(urlsplit(o).netloc.lower() == host.lower() for o in self.allowed_origins):
+            return True
+        server = ws.scope.get("server")
+        try:
+            port = urlsplit(f"//{host}").port
+        except ValueError:
+            return False
+        if server is None:
+            return False
+        return port == server[1] or (port is None and server[1] in (80, 443))  # a default port is not written
+
+    async def _connect(self, sock: _Socket, req: Request, challenge: tuple[str, str, str] | None = None) -> str:
         if req.method != "connect":
             raise ProtocolError("not_connected", f"the first request must be 'connect', not {req.method!r}",
                                 "send connect with the gateway token first", request_id=req.id)
         params: ConnectParams = req.params
-        if not hmac.compare_digest(params.token.encode(), self._token):
+        if params.proof is not None:
+            expected = handshake_proof(self._token, "client", challenge[2], challenge[1], challenge[0]) \
+                if challenge is not None else ""
+            ok = bool(expected) and hmac.compare_digest(params.proof, expected)
+        else:
+            ok = params.token is not None and hmac.compare_digest(params.token.encode(), self._token)
+        if not ok:
             log.warning("web chat connection with a wrong token refused")
             raise ProtocolError("unauthorized", "wrong gateway token",
                                 "open the URL printed by `hermit dashboard` (it carries the token)",

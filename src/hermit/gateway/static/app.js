@@ -1,4 +1,4 @@
-// The Hermit web app's core: one WebSocket to the gateway (§15 frames, token first), requests and events,
+// The Hermit web app's core: one WebSocket to the gateway (§15 frames, a handshake first), requests and events,
 // the three views (chat, memory, operations), the sidebar drawer on narrow screens, and the error banner.
 // No framework, no build step, nothing loaded from anywhere but the gateway.
 "use strict";
@@ -102,17 +102,50 @@
   window.addEventListener("hashchange", () => show(location.hash.slice(1)));
 
   // ---- the connection ---------------------------------------------------------------------------------
+  // The gateway proves it holds the token before the page shows anything (connect.challenge: an HMAC over a
+  // nonce of ours and one of its own, for this page's address), and the page answers with an HMAC, never the
+  // token: while the gateway restarts, another local user's program may hold its port, and this tab keeps
+  // reconnecting. Outside a secure context (plain http on a LAN address: no WebCrypto) the token is sent as
+  // before — that connection is unencrypted anyway (docs/gateway.md: put TLS in front of it).
+  const enc = new TextEncoder();
+  const hex = (buf) => Array.from(new Uint8Array(buf), (b) => b.toString(16).padStart(2, "0")).join("");
+  let hmacKey = null;
+  async function hmacHex(text) {
+    if (!hmacKey) hmacKey = await crypto.subtle.importKey("raw", enc.encode(token), { name: "HMAC", hash: "SHA-256" },
+                                                          false, ["sign"]);
+    return hex(await crypto.subtle.sign("HMAC", hmacKey, enc.encode(text)));
+  }
+  const sameText = (a, b) => typeof a === "string" && a.length === b.length &&
+    Array.from(a).reduce((d, c, i) => d | (c.charCodeAt(0) ^ b.charCodeAt(i)), 0) === 0;
+
   function connect() {
     if (!token) { setStatus("no token: open the URL printed by `hermit dashboard`", "bad"); return; }
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
-    ws = new WebSocket(proto + "//" + location.host + "/ws");
-    ws.onopen = () => {
-      ws.send(JSON.stringify({ type: "req", id: "connect", method: "connect",
-                               params: { token, clientId, client: "hermit-webapp/2" } }));
+    const sock = ws = new WebSocket(proto + "//" + location.host + "/ws");
+    const ours = hex(crypto.getRandomValues(new Uint8Array(24)));
+    const mutual = !!(window.isSecureContext && crypto.subtle);
+    let proven = !mutual, impostor = false;  // the gateway showed it holds the token; something else did not
+    const send = (method, id, params) => sock.send(JSON.stringify({ type: "req", id, method, params }));
+    sock.onopen = () => {
+      if (mutual) send("connect.challenge", "challenge", { nonce: ours, host: location.host });
+      else send("connect", "connect", { token, clientId, client: "hermit-webapp/3" });
     };
-    ws.onmessage = (msg) => {
+    sock.onmessage = async (msg) => {
       let f;
       try { f = JSON.parse(msg.data); } catch (e) { return; }
+      if (!connected && !(f.type === "res" && (f.id === "challenge" || (f.id === "connect" && proven)))) return;
+      if (f.id === "challenge" && !connected) {
+        const p = f.ok && f.payload || {};
+        if (!f.ok || !sameText(p.proof, await hmacHex("hermit-gateway|" + location.host + "|" + ours + "|" + p.nonce))) {
+          impostor = true;
+          sock.close();
+          return;
+        }
+        proven = true;
+        const proof = await hmacHex("hermit-client|" + location.host + "|" + p.nonce + "|" + ours);
+        send("connect", "connect", { proof, clientId, client: "hermit-webapp/3" });
+        return;
+      }
       if (f.type === "res" && f.id === "connect") {
         if (f.ok) {
           connected = true; retry = 0; hello = f.payload;
@@ -134,7 +167,7 @@
         for (const fn of listeners.get(f.event) || []) fn(f.payload);
       }
     };
-    ws.onclose = (ev) => {
+    sock.onclose = (ev) => {
       connected = false;
       for (const p of pending.values()) p.reject(new GatewayError({ code: "offline", message: "connection lost" }));
       pending.clear();
@@ -146,7 +179,10 @@
       }
       if (stopped) return;
       const wait = Math.min(10000, 500 * Math.pow(2, retry++));
-      setStatus("disconnected — reconnecting in " + Math.round(wait / 1000) + " s", "warn");
+      if (impostor) setStatus("wrong token, or not your gateway: what answers here could not prove it holds this " +
+                              "page's token, so nothing was sent to it — open the URL printed by `hermit dashboard` " +
+                              "(trying again in " + Math.round(wait / 1000) + " s)", "bad");
+      else setStatus("disconnected — reconnecting in " + Math.round(wait / 1000) + " s", "warn");
       setTimeout(connect, wait);
     };
   }

@@ -1,0 +1,121 @@
+"""While the gateway restarts, another local user's program may bind its port; the web app's open tab keeps
+reconnecting to whatever answers there. It used to send the token as its first frame, so the squatter took
+the token and then drove the restarted gateway as the owner (audit Y, F1). Now the gateway proves it holds
+the token first (connect.challenge), for the page's own address, and the page answers with an HMAC: real
+`hermit gateway run`, Debian's Chromium, and a squatting WebSocket server on the same port."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from gatewayhelpers import CHROMIUM_FLAGS, GatewayProcess, need_chromium, write_config
+from hermit.gateway.protocol import handshake_proof
+from hermit.testing import FakeProvider
+from test_gateway_browser import free_port
+
+T = 30_000  # ms
+
+
+@contextmanager
+def squatter(port: int) -> Iterator[tuple[list[str], threading.Event]]:
+    """A WebSocket server on the gateway's port that records every frame and plays along as well as it can
+    without the token: a made-up proof, then a made-up `connect` success and an event."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.server import serve
+
+    frames: list[str] = []
+    heard = threading.Event()
+
+    def handler(ws: Any) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            serve_one(ws)
+
+    def serve_one(ws: Any) -> None:
+        for raw in ws:
+            frames.append(raw if isinstance(raw, str) else raw.decode("utf-8", "replace"))
+            heard.set()
+            frame = json.loads(frames[-1])
+            ws.send(json.dumps({"type": "res", "id": frame.get("id"), "ok": True,
+                                "payload": {"nonce": "n" * 43, "proof": "0" * 64}}))
+            ws.send(json.dumps({"type": "res", "id": "connect", "ok": True, "payload": {"type": "hello-ok"}}))
+            ws.send(json.dumps({"type": "event", "event": "chat", "payload": {"state": "final", "text": "phish"}}))
+
+    with serve(handler, "127.0.0.1", port) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield frames, heard
+        finally:
+            server.shutdown()
+            thread.join(10)
+
+
+def test_a_program_on_the_gateways_port_never_gets_the_token(tmp_path: Path) -> None:
+    chromium = need_chromium()
+    from playwright.sync_api import sync_playwright
+
+    home, port = tmp_path / "home", free_port()
+    with FakeProvider(["hi"]) as fake, sync_playwright() as p:
+        write_config(home, fake.openai_base_url)
+        gw = GatewayProcess(home, "--port", str(port))
+        url, token = gw.wait_ready(), gw.token
+        b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS, headless=True)
+        try:
+            page = b.new_page()
+            page.goto(url)
+            page.wait_for_selector("#status.ok", timeout=T)
+            gw.stop()
+            with squatter(port) as (frames, heard):
+                assert heard.wait(T / 1000)  # the tab reconnected to it
+                assert not any(token in f for f in frames)
+                page.wait_for_selector("#status.bad", timeout=T)
+                assert "could not prove" in page.inner_text("#status")
+                assert all(json.loads(f)["method"] == "connect.challenge" for f in frames), frames
+                assert not any(token in f for f in frames)
+                assert page.locator(".msg >> text=phish").count() == 0  # nothing it sent was taken in
+            gw = GatewayProcess(home, "--port", str(port))  # the real one is back on its port: the tab reconnects
+            gw.wait_ready()
+            page.wait_for_selector("#status.ok", timeout=T)
+        finally:
+            b.close()
+            gw.stop()
+
+
+def test_the_handshake_is_for_the_gateways_own_address(tmp_path: Path) -> None:
+    """A squatter that relays a page's handshake to the gateway started on another port gets nothing: the
+    gateway refuses a challenge for an address that is not its own, and the page's proof names its address."""
+    from websockets.sync.client import connect
+
+    home, port = tmp_path / "home", free_port()
+    with FakeProvider(["hi"]) as fake:
+        write_config(home, fake.openai_base_url)
+        gw = GatewayProcess(home, "--port", str(port))
+        gw.wait_ready()
+        token = gw.token.encode()
+        try:
+            def challenge(host: str) -> dict[str, Any]:
+                with connect(gw.ws_url, origin=None) as ws:  # type: ignore[arg-type]
+                    ws.send(json.dumps({"type": "req", "id": "c", "method": "connect.challenge",
+                                        "params": {"nonce": "a" * 32, "host": host}}))
+                    reply = json.loads(ws.recv(10))
+                    if reply["ok"]:
+                        proof = handshake_proof(token, "client", host, reply["payload"]["nonce"], "a" * 32)
+                        ws.send(json.dumps({"type": "req", "id": "connect", "method": "connect",
+                                            "params": {"proof": proof}}))
+                        reply["connect"] = json.loads(ws.recv(10))
+                    return reply
+
+            other = challenge(f"127.0.0.1:{free_port()}")
+            assert not other["ok"] and other["error"]["code"] == "wrong_address"
+            own = challenge(f"127.0.0.1:{port}")
+            assert own["ok"] and own["payload"]["proof"] == handshake_proof(
+                token, "gateway", f"127.0.0.1:{port}", "a" * 32, own["payload"]["nonce"])
+            assert own["connect"]["ok"] and own["connect"]["payload"]["type"] == "hello-ok"
+        finally:
+            gw.stop()
