@@ -65,6 +65,7 @@ from hermit.tools.views import MEMORY_DIR, Located, RoomView
 from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
 SETUP_FAILED = 125  # the wrapper's exit code when it could not unpack the room
+QUEUED_SIGNALS = 64  # RLIMIT_SIGPENDING: real-time and sigqueue()d signals a command may have pending
 RESERVED_TOP = frozenset({MEMORY_DIR, MEMORY_FILE, *BOOTSTRAP_ORDER})
 MAX_INSTRUCTION_BYTES = 20_000_000  # as the read tool's limit: a larger instruction file is left out
 STAGING_PREFIX = ".incoming-"  # + "<pid>-…": where a merge unpacks what came back, in the rooms folder
@@ -558,6 +559,10 @@ def _child_limits(lim: SandboxLimits, tasks: int, address_space: int, group: Com
         resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
         resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        # Counted per user (up through the user namespaces): kept small, so that a command of the owner's uid
+        # cannot take the owner's queued signals or POSIX message queues (seccomp.py refuses inotify).
+        resource.setrlimit(resource.RLIMIT_SIGPENDING, (QUEUED_SIGNALS, QUEUED_SIGNALS))
+        resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
         if uid is not None:
             os.setgroups([])
             os.setresgid(uid, uid, uid)

@@ -1,4 +1,4 @@
-"""The seccomp filter a room-mode sandbox runs under: the kernel keyring and other processes' memory refused.
+"""The seccomp filter a room-mode sandbox runs under: the kernel keyring, other processes' memory, inotify refused.
 
 bubblewrap separates namespaces but not the kernel keyring: every process of a uid reaches that uid's
 user keyring (`_uid.65534`), so without this a sandboxed command could leave keys there that another
@@ -11,6 +11,12 @@ the same uid as the sandbox's wrapper shell, which holds the socket the room goe
 the command could attach to the wrapper, or copy that socket out of it, and hand back a tar of its own
 (what comes back is trusted in no case, room_sandbox.unpack). Debuggers (gdb, strace) do not work in a
 room. `pidfd_open` stays allowed (alone it only signals, which `kill` does anyway).
+
+And it refuses `inotify_init`, `inotify_init1` and `fanotify_init`: the kernel counts inotify instances (128)
+and fanotify groups per user, up through the user namespaces, so a command of Hermit's own uid (Hermit run as an
+ordinary user) that holds them leaves every other program of the owner without (`inotify_init: Too many open
+files` for editors, file managers, `tail -f`); as root it would take them from the other rooms. Programs that
+watch files fall back to polling (`tail -f`) or say they cannot watch.
 
 It is a classic BPF program, assembled here (no library, no system package), and handed to bubblewrap
 on a pipe (`--seccomp FD`), which installs it with no_new_privs before the command runs. It checks the
@@ -38,16 +44,22 @@ _NR, _ARCH = 0, 4  # offsets of nr and arch in struct seccomp_data
 
 X32_BIT = 0x40000000
 # audit arch -> the [first, last] syscall numbers refused: ptrace; add_key, request_key, keyctl (consecutive);
-# process_vm_readv, process_vm_writev (consecutive); pidfd_getfd (438 on every architecture). x32 has its own
-# numbers for ptrace (521) and process_vm_* (539, 540); the 64-bit ones with the x32 bit are refused too.
+# process_vm_readv, process_vm_writev (consecutive); pidfd_getfd (438 on every architecture); then inotify_init
+# (aarch64 has none), inotify_init1, fanotify_init. x32 has its own numbers for ptrace (521) and process_vm_*
+# (539, 540); the 64-bit ones with the x32 bit are refused too.
 FILTERS: dict[str, dict[int, tuple[tuple[int, int], ...]]] = {
-    "x86_64": {0xC000003E: ((101, 101), (248, 250), (310, 311), (438, 438)),  # x86_64
-               0x40000003: ((26, 26), (286, 288), (347, 348), (438, 438))},  # i386
-    "aarch64": {0xC00000B7: ((117, 117), (217, 219), (270, 271), (438, 438)),  # aarch64
-                0x40000028: ((26, 26), (309, 311), (376, 377), (438, 438))},  # arm (compat)
+    "x86_64": {0xC000003E: ((101, 101), (248, 250), (310, 311), (438, 438),  # x86_64
+                            (253, 253), (294, 294), (300, 300)),
+               0x40000003: ((26, 26), (286, 288), (347, 348), (438, 438),  # i386
+                            (291, 291), (332, 332), (338, 338))},
+    "aarch64": {0xC00000B7: ((117, 117), (217, 219), (270, 271), (438, 438),  # aarch64
+                             (26, 26), (262, 262)),
+                0x40000028: ((26, 26), (309, 311), (376, 377), (438, 438),  # arm (compat)
+                             (316, 316), (360, 360), (367, 367))},
 }
 FILTERS["x86_64"][0xC000003E] += tuple((X32_BIT | lo, X32_BIT | hi) for lo, hi in (
-    (101, 101), (248, 250), (310, 311), (438, 438), (521, 521), (539, 540)))  # x32: same arch, nr | X32_BIT
+    (101, 101), (248, 250), (310, 311), (438, 438), (521, 521), (539, 540),
+    (253, 253), (294, 294), (300, 300)))  # x32: same arch, nr | X32_BIT
 _MACHINES = {"amd64": "x86_64", "x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 

@@ -1,0 +1,129 @@
+"""What a contact's command may take of the kernel's per-user quotas. Hermit as an ordinary user runs the sandbox
+as its own uid (in a user namespace), so whatever the kernel counts per user is shared with every program of
+the owner; as root the sandbox's uid is shared by the rooms. Each test runs Hermit both ways through the real
+sandbox: as this process (root in CI: the command as a uid no account uses) and, when the tests run as root, as
+uid 65534 (the command as 65534 too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ciguard import need
+from prochelpers import PROC_TIMEOUT, python_as
+from test_sandbox_attacks import need_sandbox
+
+UIDS = [None, 65534] if os.geteuid() == 0 else [None]
+
+# Hermit's side: a room, one exec of argv[2]. argv[3] threads of the owner's uid (a browser, an IDE) run until the
+# command has started, then end; argv[4] "fallback": no cgroup, as for an ordinary user without delegation.
+AS_OWNER = r'''
+import json, os, sys, threading
+from pathlib import Path
+import hermit.tools.room_sandbox as room_sandbox
+from hermit.memory.policy.audience import Reader
+from hermit.tools import ExecTool, PathResolver, RoomSandbox, RoomView
+from hermit.tools.os_sandbox import SandboxLimits, detect
+from hermit.tools.rooms import Room
+from hermit.tools.views import AudienceMemoryView
+base, command, threads, bound = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+if bound == "fallback":
+    room_sandbox.find_site = lambda: (None, "test")
+ws = base / "state" / "workspace"
+(ws / "memory").mkdir(parents=True)
+view = RoomView(ws, Room(base / "state" / "rooms", "telegram:dm:42", 8 << 20),
+                AudienceMemoryView(ws, Reader("telegram:dm:42")))
+stop = threading.Event()
+busy = [threading.Thread(target=stop.wait) for _ in range(threads)]
+for t in busy:
+    t.start()
+started = room_sandbox.RoomRun.started
+def started_then_quiet(self, proc):
+    started(self, proc)
+    stop.set()
+room_sandbox.RoomRun.started = started_then_quiet
+tool = ExecTool(PathResolver(ws, True), env={"PATH": "/usr/bin:/bin"},
+                sandbox=RoomSandbox(detect(), view, SandboxLimits(tmp_mb=4), base / "scratch",
+                                    room_sandbox.sandbox_uid(65534)))
+out = tool.exec(command, timeout=60).text
+stop.set()
+print(json.dumps({"uid": os.getuid(), "out": out}))
+'''
+
+
+def as_owner(tmp_path: Path, uid: int | None, command: str, threads: int = 0, bound: str = "machine") -> str:
+    """The tool result of `command` run in a contact's room by Hermit as `uid` (None: this process's uid)."""
+    need_sandbox()
+    base = Path(tempfile.mkdtemp(prefix="hermit-quota-", dir="/tmp" if uid is not None else tmp_path))
+    as_user: dict[str, Any] = {}
+    if uid is not None:
+        os.chmod(base, 0o700)
+        os.chown(base, uid, uid)
+        as_user = {"user": uid, "group": uid, "extra_groups": []}
+    try:
+        python = python_as(as_user) if uid is not None else sys.executable
+        need(python is not None, f"a Python that can import this checkout as uid {uid}")
+        assert python is not None
+        done = subprocess.run([python, "-c", AS_OWNER, str(base), command, str(threads), bound], capture_output=True,
+                              text=True, timeout=PROC_TIMEOUT, cwd="/",
+                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(sys.path)}, **as_user)
+        assert done.returncode == 0, done.stderr[-2000:]
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+        assert out["uid"] == (uid if uid is not None else os.getuid())
+        print(f"\nHermit as uid {out['uid']}:\n{out['out']}")
+        return str(out["out"])
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+# 200 inotify instances (the per-user default is 128), then one of each other kind, with the errno of each.
+INOTIFY = r'''python3 - <<'PY'
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+fds = [libc.inotify_init() for _ in range(200)]
+print("inotify_init held", sum(f >= 0 for f in fds), "errno", ctypes.get_errno())
+print("inotify_init1", libc.inotify_init1(0), "errno", ctypes.get_errno())
+print("fanotify_init", libc.fanotify_init(0x200, 0), "errno", ctypes.get_errno())  # FAN_REPORT_FID: unprivileged
+PY
+grep -E 'pending signals|msgqueue' /proc/self/limits'''
+
+
+@pytest.mark.parametrize("uid", UIDS)
+def test_a_command_cannot_take_the_owners_inotify_instances(tmp_path: Path, uid: int | None) -> None:
+    """A contact's command opened 127 inotify instances; the kernel counts them per user (through the user
+    namespace), so every program of the owner got EMFILE from inotify_init until it ended (editors, file
+    managers, `tail -f`). Now inotify_init, inotify_init1 and fanotify_init fail with EPERM in a room, and the
+    real-time signals and POSIX message queues it may hold (also counted per user) are kept small."""
+    text = as_owner(tmp_path, uid, INOTIFY)
+    assert "inotify_init held 0 errno 1" in text, text
+    assert "inotify_init1 -1 errno 1" in text and "fanotify_init -1 errno 1" in text, text
+    limits = {line.split()[1]: line.split()[3:5] for line in text.splitlines()
+              if line.startswith(("Max pending", "Max msgqueue"))}
+    assert limits == {"pending": ["64", "64"], "msgqueue": ["0", "0"]}, text
+
+
+# inotify_init, inotify_init1, fanotify_init per audit arch, from the kernel's syscall tables (aarch64 has no
+# inotify_init; x32 calls the x86_64 numbers with bit 30 set).
+WATCHERS = {"x86_64": {0xC000003E: (253, 294, 300, 0x40000000 | 253, 0x40000000 | 294, 0x40000000 | 300),
+                       0x40000003: (291, 332, 338)},
+            "aarch64": {0xC00000B7: (26, 262), 0x40000028: (316, 360, 367)}}
+
+
+def test_the_filter_refuses_inotify_and_fanotify_on_every_architecture() -> None:
+    """The numbers differ by architecture; the filter is checked instruction by instruction on each."""
+    from hermit.tools.seccomp import FILTERS, RET_ALLOW, RET_EPERM, assemble
+    from test_sandbox_limits import _run_bpf
+
+    for machine, arches in WATCHERS.items():
+        program = assemble(FILTERS[machine])
+        for arch, numbers in arches.items():
+            assert all(_run_bpf(program, arch, nr) == RET_EPERM for nr in numbers), (machine, hex(arch))
+            assert _run_bpf(program, arch, 0 if arch != 0x40000003 else 3) == RET_ALLOW  # read / i386 read
