@@ -9,6 +9,8 @@ need the key and cost a request).
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -17,6 +19,7 @@ from hermit.cli.assistant import NoModelConfigured, choose_model_ref
 from hermit.cli.checks import Check
 from hermit.cli.context import CliContext
 from hermit.errors import ConfigError
+from hermit.models.loopback import HINT, guard_stream
 from hermit.models.registry import parse_model_ref, provider_config, resolve_api_key
 
 NAME = "chat model"
@@ -35,9 +38,15 @@ def is_local_url(url: str) -> bool:
 
 
 def probe(base_url: str, timeout: float = PROBE_TIMEOUT_SECONDS) -> str | None:
-    """None when something answers HTTP at `base_url` (any status), else why not."""
+    """None when something answers HTTP at `base_url` (any status), else why not. A server another login
+    user runs there is a ConfigError: the chat would refuse it (hermit.models.loopback)."""
+    def trace(event: str, info: Mapping[str, Any]) -> None:
+        if event == "connection.connect_tcp.complete":
+            guard_stream(info.get("return_value"), lambda holder: ConfigError(holder.describe(), HINT))
+
     try:
-        httpx.get(base_url.rstrip("/") + "/models", timeout=timeout)
+        with httpx.Client(timeout=timeout) as client:
+            client.get(base_url.rstrip("/") + "/models", extensions={"trace": trace})
     except httpx.TimeoutException:
         return f"no answer within {timeout:g}s"
     except httpx.HTTPError as e:

@@ -16,8 +16,10 @@ watchdog always knows the socket, connections are not kept alive between calls (
 per model call, small next to the call itself).
 
 A refused connection to a loopback host is not retried: nothing listens there, and waiting will not
-start the local model server (the error says so). Retry notices go to `notify` ("retrying in 2 s (1/3):
-…"); the CLI prints them on stderr, elsewhere they are logged.
+start the local model server (the error says so). Nor is a connection whose other end is a socket on
+this machine held by another login user: it is refused before the request is sent (models.loopback).
+Retry notices go to `notify` ("retrying in 2 s (1/3): …"); the CLI prints them on stderr, elsewhere they
+are logged.
 
 Both wire formats put a message in `{"error": {"message": ...}}`, Ollama in `{"error": "..."}`, some
 servers in `{"detail": ...}`; `error_message()` reads all of them.
@@ -49,6 +51,7 @@ from hermit.errors import (
 )
 from hermit.messages import valid_json
 from hermit.models.cancel import CancelToken
+from hermit.models.loopback import HINT, Holder, guard_stream
 from hermit.redaction import KNOWN, SecretMasker, header_secret, register
 from hermit.retry import RetryPolicy, retry_after_seconds
 
@@ -107,8 +110,9 @@ class _Failure:
 class _Watchdog:
     """Shuts the call's socket down at the deadline or on cancel, so a blocked read returns at once."""
 
-    def __init__(self, seconds: float, cancel: CancelToken | None) -> None:
+    def __init__(self, seconds: float, cancel: CancelToken | None, refuse: Callable[[Holder], Exception]) -> None:
         self.fired: str | None = None  # "deadline" | "cancel"
+        self._refuse = refuse
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._timer = threading.Timer(max(seconds, 0.0), self._fire, args=("deadline",))
@@ -117,7 +121,8 @@ class _Watchdog:
         self._unregister = cancel.on_cancel(lambda: self._fire("cancel")) if cancel is not None else None
 
     def trace(self, event: str, info: Mapping[str, Any]) -> None:
-        """httpcore's trace hook: remember the socket of each new connection as soon as it exists."""
+        """httpcore's trace hook: remember the socket of each new connection as soon as it exists, and
+        refuse it, before a byte is sent, when another login user's program holds its other end."""
         if event == "connection.connect_tcp.complete":
             stream = info.get("return_value")
             sock = stream.get_extra_info("socket") if stream is not None else None
@@ -125,6 +130,7 @@ class _Watchdog:
                 self._sock = sock
                 if self.fired and sock is not None:
                     _shutdown(sock)
+            guard_stream(stream, self._refuse)
 
     def _fire(self, why: str) -> None:
         with self._lock:
@@ -282,13 +288,17 @@ class ProviderHttp:
         remaining = ends - self._clock()
         if remaining <= 0:
             raise self._deadline_error()
-        return _Watchdog(remaining, cancel)
+        return _Watchdog(remaining, cancel, self._foreign)
 
     def _check(self, watch: _Watchdog) -> None:
         if watch.fired == "cancel":
             raise self._cancelled()
         if watch.fired == "deadline":
             raise self._deadline_error()
+
+    def _foreign(self, holder: Holder) -> ProviderError:
+        return ProviderError(f"{self.provider}: {holder.describe()}",
+                             f"{HINT}; or change models.providers.{self.provider}.base_url")
 
     def _cancelled(self) -> Cancelled:
         return Cancelled(f"{self.provider}: the model call was cancelled", "nothing to do; send the message again")

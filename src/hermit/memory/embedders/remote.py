@@ -5,7 +5,8 @@ retried with hermit.retry's exponential backoff (a `Retry-After` header wins, sh
 indexing is background work that should go on rather than fail) up to `max_retries`. Every other failure
 is an EmbeddingError whose hint says what to change. The vector size is discovered from the first
 response and must stay the same afterwards. The API key never leaves the request headers: it is not part
-of `provider_key`, of an error message, or of `repr`.
+of `provider_key`, of an error message, or of `repr`. An endpoint on this machine whose port another login
+user's program holds is refused before a text is sent (hermit.models.loopback): it would read the notes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders.base import Embedder, EmbedderInfo, l2_normalise, provider_key
+from hermit.models.loopback import HINT, Holder, guard_stream
 from hermit.redaction import header_secret, register, url_password
 from hermit.retry import RetryPolicy, retry_after_seconds
 
@@ -200,10 +202,20 @@ class RemoteEmbedder:
                 attempt += 1
                 self._sleep(delay)
 
+    def _trace(self, event: str, info: Mapping[str, Any]) -> None:
+        """httpcore's trace hook: each new connection (a kept-alive one was checked when made) is refused
+        before a byte is sent when another login user's program holds its other end (models.loopback)."""
+        if event == "connection.connect_tcp.complete":
+            guard_stream(info.get("return_value"), self._foreign)
+
+    def _foreign(self, holder: Holder) -> EmbeddingError:
+        return EmbeddingError(f"{self._s.provider} embeddings: {holder.describe()}",
+                              f"{HINT}; or change memory_search.remote.base_url")
+
     def _post_once(self, url: str, body: dict[str, Any]) -> Any:
         s = self._s
         try:
-            resp = self._http().post(url, json=body)
+            resp = self._http().post(url, json=body, extensions={"trace": self._trace})
         except httpx.TimeoutException as e:
             raise _Retryable(f"timed out after {s.timeout_s:g}s ({type(e).__name__})") from e
         except httpx.TransportError as e:
