@@ -105,3 +105,61 @@ def test_the_documented_entry_points_exist() -> None:
     """The entry points the spy above plays: pip's `hermit` script calls hermit.cli.main:main."""
     text = (Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8")
     assert 'hermit = "hermit.cli.main:main"' in text
+
+
+NOTE = "note-text-7c2e91 divorce lawyer Tuesday"
+RUNNING = "4.0417"  # sleep's argument, which `ps` shows as any program's: how the test knows the command runs
+COMMAND = f": '{NOTE}'\nsleep {RUNNING}; env; printf 'quoted: %s|\\n' \"a  b\" 'c'"
+
+
+def _exec_in(mode: str, tmp_path: Path) -> str:
+    from hermit.tools import ExecTool, PathResolver
+    from hermit.tools.os_sandbox import OsSandbox
+
+    if mode.startswith("room"):
+        from test_sandbox_quotas import as_owner
+
+        return as_owner(tmp_path, 65534 if mode == "room as 65534" else None, COMMAND)
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    sandbox = OsSandbox(need_sandbox(), ws) if mode == "bind" else None
+    return ExecTool(PathResolver(ws, sandbox is not None), env={"PATH": "/usr/bin:/bin"},
+                    sandbox=sandbox).exec(COMMAND, timeout=60).text
+
+
+def _command_lines() -> list[bytes]:
+    lines = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                lines.append(Path(f"/proc/{pid}/cmdline").read_bytes())
+            except OSError:
+                continue
+    return lines
+
+
+@pytest.mark.parametrize("mode", ["main", "bind", "room", *(["room as 65534"] if os.geteuid() == 0 else [])])
+def test_a_commands_text_is_in_no_command_line(tmp_path: Path, mode: str) -> None:
+    """The command was an argument of bubblewrap, of the wrapper's `sh -c` and of the main session's shell, and
+    every local user reads arguments (`ps`, /proc/<pid>/cmdline): a command holding a note's text showed it
+    to all of them while it ran. Now the shell takes it from its environment (owner-only), and unsets it before
+    the command runs: no process on the machine has it in its command line, and the command's own environment
+    is what it was."""
+    import threading
+    import time
+
+    done: dict[str, str] = {}
+    worker = threading.Thread(target=lambda: done.update(text=_exec_in(mode, tmp_path)), daemon=True)
+    worker.start()
+    running, leaks = 0, []
+    ends = time.monotonic() + PROC_TIMEOUT
+    while worker.is_alive() and time.monotonic() < ends:
+        lines = _command_lines()
+        running += any(line == f"sleep\0{RUNNING}\0".encode() for line in lines)
+        leaks += [line[:200] for line in lines if NOTE.encode() in line]
+        time.sleep(0.02)
+    worker.join(timeout=1)
+    text = done.get("text", "")
+    print(f"{mode}: {running} looks while the command ran; {text.splitlines()[:1]}")
+    assert running and not leaks, leaks
+    assert "quoted: a  b|\nquoted: c|" in text and "HERMIT_" not in text, text

@@ -23,8 +23,9 @@ from test_sandbox_attacks import need_sandbox
 
 UIDS = [None, 65534] if os.geteuid() == 0 else [None]
 
-# Hermit's side: a room, one exec of argv[2]. argv[3] threads of the owner's uid (a browser, an IDE) run until the
-# command has started, then end; argv[4] "fallback": no cgroup, as for an ordinary user without delegation.
+# Hermit's side: a room, one exec of the command in the file `command` (never an argument: test_sandbox_exposure
+# looks for its text in every command line). argv[2] threads of the owner's uid (a browser, an IDE) run until the
+# command has started, then end; argv[3] "fallback": no cgroup, as for an ordinary user without delegation.
 AS_OWNER = r'''
 import json, os, sys, threading
 from pathlib import Path
@@ -34,7 +35,8 @@ from hermit.tools import ExecTool, PathResolver, RoomSandbox, RoomView
 from hermit.tools.os_sandbox import SandboxLimits, detect
 from hermit.tools.rooms import Room
 from hermit.tools.views import AudienceMemoryView
-base, command, threads, bound = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+base, threads, bound = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+command = (base / "command").read_text()
 if bound == "fallback":
     room_sandbox.find_site = lambda: (None, "test")
 ws = base / "state" / "workspace"
@@ -68,11 +70,14 @@ def as_owner(tmp_path: Path, uid: int | None, command: str, threads: int = 0, bo
         os.chmod(base, 0o700)
         os.chown(base, uid, uid)
         as_user = {"user": uid, "group": uid, "extra_groups": []}
+    (base / "command").write_text(command)
+    if uid is not None:
+        os.chown(base / "command", uid, uid)
     try:
         python = python_as(as_user) if uid is not None else sys.executable
         need(python is not None, f"a Python that can import this checkout as uid {uid}")
         assert python is not None
-        done = subprocess.run([python, "-c", AS_OWNER, str(base), command, str(threads), bound], capture_output=True,
+        done = subprocess.run([python, "-c", AS_OWNER, str(base), str(threads), bound], capture_output=True,
                               text=True, timeout=PROC_TIMEOUT, cwd="/",
                               env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(sys.path)}, **as_user)
         assert done.returncode == 0, done.stderr[-2000:]

@@ -1,7 +1,8 @@
 """The exec tool: run a shell command in the workspace with a timeout and a head+tail output cap.
 
-The command runs under `/bin/sh -c` in its own process group, so a timeout (or Ctrl-C on the turn)
-kills it and everything it started. Output (stdout and stderr interleaved) is read as it comes and
+The command runs under `/bin/sh` in its own process group, so a timeout (or Ctrl-C on the turn)
+kills it and everything it started. The shell gets it in its environment, never as an argument, which every
+local user can read (os_sandbox.RUN_COMMAND). Output (stdout and stderr interleaved) is read as it comes and
 only the first and last parts are kept in memory, so a command printing gigabytes cannot exhaust
 the process. A non-zero exit code is reported but is not a tool error (the model decides what it
 means); a timeout is.
@@ -33,7 +34,7 @@ from pydantic import Field
 from hermit.errors import ToolError
 from hermit.redaction import mask, mask_cut
 from hermit.tools.base import Tool, ToolOutput, make_tool
-from hermit.tools.os_sandbox import OsSandbox
+from hermit.tools.os_sandbox import COMMAND_VARIABLE, RUN_COMMAND, OsSandbox
 from hermit.tools.room_sandbox import SETUP_FAILED, RoomRun, RoomSandbox
 from hermit.tools.sandbox import PathResolver
 
@@ -122,7 +123,7 @@ class ExecTool:
         if not workdir.is_dir():
             raise ToolError(f"cwd {cwd!r} is not a directory", "pass a folder inside the workspace")
         self.paths.check_command(command, self._program_dirs(), workdir)
-        argv = [self.shell, "-c", command]
+        argv = [self.shell, "-c", RUN_COMMAND]  # the command in its environment: `ps` shows arguments to all
         preexec = None
         if self.sandbox is not None:
             # CPU time can never exceed the wall-clock limit, so the CPU limit follows the timeout.
@@ -132,8 +133,8 @@ class ExecTool:
         buf = self._buffer()
         started = time.monotonic()
         proc = subprocess.Popen(
-            argv, cwd=workdir, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec,
+            argv, cwd=workdir, env={**self.env, COMMAND_VARIABLE: command}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec,
         )
         timed_out = _wait(proc, buf, limit)
         return _result(proc, buf, time.monotonic() - started, timed_out, limit, [])
@@ -153,8 +154,8 @@ class ExecTool:
         buf = self._buffer()
         started = time.monotonic()
         try:
-            proc = subprocess.Popen(run.argv, env=self.env, stdout=subprocess.PIPE, start_new_session=True,
-                                    **run.popen_kwargs())  # type: ignore[call-overload]
+            proc = subprocess.Popen(run.argv, stdout=subprocess.PIPE, start_new_session=True,
+                                    **run.popen_kwargs(self.env))  # type: ignore[call-overload]
         except BaseException:
             run.finish(apply=False)
             raise

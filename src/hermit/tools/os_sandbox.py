@@ -41,6 +41,11 @@ from hermit.tools.sandbox import is_within
 from hermit.tools.seccomp import filter_fd, filter_program
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+# How exec hands a command to the shell: in an environment variable the shell takes it out of before running it,
+# never as an argument. Every local user reads any process's arguments (`ps`, /proc/<pid>/cmdline), and a
+# command often holds the text of a note; /proc/<pid>/environ is its owner's alone (and root's).
+COMMAND_VARIABLE = "HERMIT_COMMAND"
+RUN_COMMAND = f'eval "unset {COMMAND_VARIABLE}; ${COMMAND_VARIABLE}"'  # sh -c RUN_COMMAND
 # Only what ordinary programs need from /etc: the dynamic linker's cache, the alternatives links
 # (awk, editors), time zone and locale data. Not passwd/group/hosts/ssl: nothing to learn there.
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "timezone",

@@ -58,7 +58,15 @@ from hermit.errors import HermitError, PathPolicyError, ToolError
 from hermit.locks import left_by_dead_processes
 from hermit.tools import safe_fs
 from hermit.tools.exec_cgroup import CommandCgroup, fallback_limits, find_site, join
-from hermit.tools.os_sandbox import SANDBOX_PATH, Backend, SandboxLimits, host_uid, room_mode_args
+from hermit.tools.os_sandbox import (
+    COMMAND_VARIABLE,
+    RUN_COMMAND,
+    SANDBOX_PATH,
+    Backend,
+    SandboxLimits,
+    host_uid,
+    room_mode_args,
+)
 from hermit.tools.rooms import ENTRY_BYTES, Manifest, Merge, SeedEntry, apply_incoming, stamp_of
 from hermit.tools.seccomp import filter_fd, filter_program
 from hermit.tools.views import MEMORY_DIR, Located, RoomView
@@ -75,16 +83,18 @@ COPY_CHUNK = 1 << 20
 # (its quota, the merge) needs few descriptors.
 MAX_DEPTH = 100
 MAX_PATH_BYTES = 3000
-# $1 workspace  $2 cwd  $3 seconds  $4 the command. The room comes in on stdin and goes back out on
-# stderr (kept as fd 3, which the command does not get); the command's stdout and stderr are the
+# $1 workspace  $2 seconds; in the environment (not arguments: `ps` shows those to every user), HERMIT_CWD and
+# the command (os_sandbox.RUN_COMMAND), both unset before it runs. The room comes in on stdin and goes back out
+# on stderr (kept as fd 3, which the command does not get); the command's stdout and stderr are the
 # wrapper's stdout. Everything the command leaves running is killed before the room is packed, so the
 # packed room is what it finally wrote.
 WRAPPER = r"""
 exec 3>&2 2>/dev/null
 cd "$1" && tar -xf - --no-same-owner || { echo "hermit: the sandbox could not be prepared"; exit 125; }
 exec 0</dev/null
-cd "$2" || cd "$1"
-timeout -k 2 "$3" /bin/sh -c "$4" 2>&1 3>&-
+cd "$HERMIT_CWD" || cd "$1"
+unset HERMIT_CWD
+timeout -k 2 "$2" /bin/sh -c '""" + RUN_COMMAND + r"""' 2>&1 3>&-
 rc=$?
 kill -KILL -1
 cd "$1" && tar -cf - --exclude=./memory --exclude=./MEMORY.md """ + " ".join(
@@ -174,16 +184,18 @@ class RoomRun:
     spool: IO[bytes]
     seccomp_fd: int = -1  # the filter's pipe (seccomp.py), closed once the sandbox started
     group: CommandCgroup | None = None  # the command's cgroup (exec_cgroup.py), removed in finish
+    passed: dict[str, str] = field(default_factory=dict)  # the command and its cwd, for the environment
     channels: Channels = field(default_factory=Channels)
     manifest: Manifest = field(default_factory=dict)
     out_bytes: int = 0
     overflow: bool = False
     _threads: list[threading.Thread] = field(default_factory=list)
 
-    def popen_kwargs(self) -> dict[str, object]:
-        """How to start it: the room goes in on stdin and comes back on stderr (the wrapper's fd 3), sockets both."""
+    def popen_kwargs(self, env: Mapping[str, str]) -> dict[str, object]:
+        """How to start it: the room goes in on stdin and comes back on stderr (the wrapper's fd 3), sockets both;
+        `env` and the command's text and cwd, which the wrapper takes out of it (WRAPPER)."""
         return {"stdin": self.channels.feed_child.fileno(), "stderr": self.channels.back_child.fileno(),
-                "preexec_fn": self.preexec, "cwd": "/",
+                "preexec_fn": self.preexec, "cwd": "/", "env": {**env, **self.passed},
                 "pass_fds": (self.seccomp_fd,)}  # the child drops to `user` itself, after joining its cgroup
 
     def _close_filter(self) -> None:
@@ -516,8 +528,7 @@ class RoomSandbox:
         args = room_mode_args(self.backend.program, self.limits.tmp_mb << 20, fd)
         args += ["--size", str(room_bytes + instructions + (1 << 20)), "--tmpfs", ws,
                  "--size", str(memory + (1 << 20)), "--tmpfs", f"{ws}/{MEMORY_DIR}",
-                 "--chdir", ws, "--", "/bin/sh", "-c", WRAPPER, "hermit-sandbox", ws, self.cwd_of(cwd),
-                 str(max(1, int(timeout))), command]
+                 "--chdir", ws, "--", "/bin/sh", "-c", WRAPPER, "hermit-sandbox", ws, str(max(1, int(timeout)))]
         try:
             self.scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
             spool = tempfile.SpooledTemporaryFile(max_size=8 << 20, mode="w+b", dir=str(self.scratch))  # noqa: SIM115 - closed in finish
@@ -528,7 +539,8 @@ class RoomSandbox:
             raise
         count = tasks_of(self.run_as if self.run_as is not None else os.getuid())
         setup = _child_limits(self.limits, count + tasks, per_process, group, self.run_as)
-        return RoomRun(self, args, seed, timeout, setup, self.run_as, spool, fd, group)
+        return RoomRun(self, args, seed, timeout, setup, self.run_as, spool, fd, group,
+                       passed={COMMAND_VARIABLE: command, "HERMIT_CWD": self.cwd_of(cwd)})
 
     def _memory_bound(self, tmpfs: int) -> tuple[CommandCgroup | None, int, int]:
         """(the command's cgroup or None, the tasks it may add, address space per process in bytes).
