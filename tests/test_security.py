@@ -351,6 +351,46 @@ def test_doctor_says_whether_non_main_sessions_get_exec() -> None:
     assert "non-main sessions run exec sandboxed" in str(describe(need_sandbox()))
 
 
+# Run `hermit ARGS` in a user namespace of its own whose user.max_user_namespaces is 0: bubblewrap is installed, but
+# may not make the user namespace every sandbox starts with, as where a distribution or a container forbids them.
+WITHOUT_USERNS = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+    sys.exit(f"unshare: errno {ctypes.get_errno()}")
+with open("/proc/sys/user/max_user_namespaces", "w") as f:
+    f.write("0")
+os.execv(sys.executable, [sys.executable, "-m", "hermit.cli.main", *sys.argv[1:]])
+"""
+
+
+@pytest.mark.parametrize("uid", [None, 65534] if os.geteuid() == 0 else [None])
+def test_doctor_names_user_namespaces_when_bubblewrap_cannot_make_one(uid: int | None) -> None:
+    """With bubblewrap installed but no user namespace allowed, `hermit doctor` still said "install bubblewrap".
+    Now its fix names the cause and the settings that allow them; as root too (the sandbox runs as an unprivileged
+    uid either way)."""
+    import subprocess
+    import sys
+
+    from prochelpers import PROC_TIMEOUT, python_as, pythonpath
+
+    need_sandbox()
+    as_user: dict[str, Any] = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
+    python = python_as(as_user) if uid is not None else sys.executable
+    need(python is not None, f"a Python that can import this checkout as uid {uid}")
+    assert python is not None
+    done = subprocess.run([python, "-c", WITHOUT_USERNS, "doctor", "--json"], capture_output=True, text=True,
+                          timeout=PROC_TIMEOUT, cwd="/", env={"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath(),
+                                                              "HERMIT_HOME": f"/tmp/hermit-none-{os.getpid()}", "HOME": "/tmp"},
+                          **as_user)
+    assert done.stdout, done.stderr[-2000:]
+    sandbox = next(c for c in json.loads(done.stdout) if c["name"] == "exec sandbox")
+    print(sandbox)
+    assert sandbox["status"] == "warn" and "user namespaces are not available" in sandbox["detail"]
+    assert "install bubblewrap" not in sandbox["fix"] and "may not create user namespaces" in sandbox["fix"]
+    assert "user.max_user_namespaces" in sandbox["fix"] and "kernel.unprivileged_userns_clone" in sandbox["fix"]
+
+
 def test_sandboxed_exec_limits_memory_file_size_and_time(tmp_path: Path) -> None:
     import subprocess
 

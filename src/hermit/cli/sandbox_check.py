@@ -34,7 +34,8 @@ def describe(backend: Backend, memory: str = "") -> str | Check:
         return (f"{backend.detail}: non-main sessions run exec sandboxed in their own room (no network, "
                 f"no capabilities, limited processes and disk){proof}{'; ' + memory if memory else ''}")
     return Check("exec sandbox", "warn", f"{backend.detail}: exec is not offered to non-main sessions (groups, "
-                                         "channels, other people's DMs); the main session is not affected", FIX)
+                                         "channels, other people's DMs); the main session is not affected",
+                 backend.fix or FIX)
 
 
 @check("exec sandbox", fix=FIX)

@@ -52,6 +52,15 @@ ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "local
              "locale.alias", "mime.types")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 PROBE_TIMEOUT_SECONDS = 10.0
+# bubblewrap is there but may not make the user namespace every sandbox starts with. Hermit as root runs it as
+# an unprivileged uid too, so that does not help.
+USERNS_FIX = ("bubblewrap is installed, but this user may not create user namespaces: allow them — "
+              "`sysctl -w user.max_user_namespaces=15000` where it is 0; `sysctl -w kernel.unprivileged_userns_clone=1` "
+              "(Debian and older Ubuntu kernels); on Ubuntu 23.10 and later `sysctl -w "
+              "kernel.apparmor_restrict_unprivileged_userns=0` or an AppArmor profile that allows `userns` for bwrap; "
+              "in a container, a seccomp profile that allows unshare (Docker's default refuses it); "
+              "put the setting in /etc/sysctl.d/ to keep it")
+USERNS_WORDS = ("namespace", "uid map", "uid_map", "unshare")  # in bubblewrap's message when that is the cause
 PROBE_ENVIRONMENT = {"PATH": SANDBOX_PATH}  # all a probe gets of Hermit's environment (_probe)
 # When Hermit runs as root, sandboxed commands run as a uid (and gid) no account or group uses: a host
 # process of that uid could otherwise read or change a room through /proc/<pid>/root (65534, `nobody`, is
@@ -87,6 +96,7 @@ class Backend:
     cap_eff: str | None = None  # /proc/self/status CapEff inside ("0000000000000000" = none)
     run_as: int | None = None  # the uid commands run as on the host (None: Hermit's own)
     proof: tuple[str, ...] = field(default=())
+    fix: str = ""  # what to do about it, when not available ("": install bubblewrap, cli/sandbox_check.FIX)
 
     @property
     def available(self) -> bool:
@@ -186,11 +196,12 @@ def detect(platform: str = sys.platform, sandbox_uid: int = DEFAULT_SANDBOX_UID)
         try:
             uid = host_uid(sandbox_uid)
         except ToolError as e:
-            return Backend(None, program, f"{e.message} ({e.hint})")
+            return Backend(None, program, f"{e.message} ({e.hint})", fix=e.hint)
         bpf = filter_program()
         if bpf is None:
             return Backend(None, program, f"no seccomp filter for this machine ({os.uname().machine}) to keep "
-                                          "commands off the kernel keyring: refusing to sandbox without it", run_as=uid)
+                                          "commands off the kernel keyring: refusing to sandbox without it", run_as=uid,
+                           fix="none: the sandbox has a seccomp filter for x86_64 and aarch64 only")
         fd = filter_fd(bpf)
         try:
             problem, out = _probe([*room_mode_args(program, 1 << 20, fd), "--", "/bin/sh", "-c", PROBE_SCRIPT],
@@ -198,8 +209,10 @@ def detect(platform: str = sys.platform, sandbox_uid: int = DEFAULT_SANDBOX_UID)
         finally:
             os.close(fd)
         if problem is not None:
-            return Backend(None, program, f"bubblewrap cannot create a sandbox here: {problem} "
-                                          "(unprivileged user namespaces may be disabled)", run_as=uid)
+            userns = any(w in problem.lower() for w in USERNS_WORDS)
+            return Backend(None, program, f"bubblewrap cannot create a sandbox here: {problem}"
+                                          f"{' (user namespaces are not available)' if userns else ''}", run_as=uid,
+                           fix=USERNS_FIX if userns else "see bubblewrap's message; until it starts, there is no exec")
         lines = out.split()
         inside = int(lines[0]) if lines and lines[0].isdigit() else None
         cap = next((lines[i + 1] for i, w in enumerate(lines[:-1]) if w == "CapEff:"), None)
@@ -210,9 +223,11 @@ def detect(platform: str = sys.platform, sandbox_uid: int = DEFAULT_SANDBOX_UID)
         if cap is None or int(cap, 16) != 0 or broken or inside == 0:
             return Backend(None, program, f"bubblewrap does not confine here (uid {inside}, CapEff {cap}"
                                           f"{', ' + ', '.join(broken) if broken else ''}): refusing to use it",
-                           inside, cap, uid)
+                           inside, cap, uid, fix="update bubblewrap (your distribution's package): a sandbox that "
+                                                 "keeps a capability, a mount or the keyring is never used")
         if "tools-ok" not in lines:
-            return Backend(None, program, "tar or timeout is missing from /usr/bin (coreutils, tar)", inside, cap, uid)
+            return Backend(None, program, "tar or timeout is missing from /usr/bin (coreutils, tar)", inside, cap, uid,
+                           fix="install coreutils and tar")
         who = f"uid {uid}, which no account uses" if uid is not None else f"Hermit's uid {os.getuid()}"
         proof = (f"runs as {who} (uid {inside} inside)", f"CapEff {cap}: no capabilities",
                  "umount and remount refused", "keyring syscalls refused (seccomp), /proc/keys hidden")
