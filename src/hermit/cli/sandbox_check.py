@@ -17,13 +17,20 @@ FIX = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) to give th
 
 def memory_bound(memory_mb: int, max_processes: int) -> str:
     """What one sandboxed command's processes may hold together, on this machine (exec_cgroup.py)."""
-    from hermit.tools.exec_cgroup import fallback_limits, find_site
+    import os
+
+    from hermit.tools.exec_cgroup import fallback_limits, find_site, nproc_per_namespace
 
     site, why = find_site()
     if site is not None:
         return (f"memory: {memory_mb} MB for the whole command plus its tmpfs copies, {max_processes} tasks "
                 f"({why})")
     tasks, each = fallback_limits(memory_mb, max_processes)
+    if not nproc_per_namespace():  # the limit is the uid's count at the start plus `tasks` (room_sandbox.py)
+        return (f"memory: no cgroup ({why}), and this kernel ({os.uname().release}; before 5.14) counts tasks per "
+                f"uid, not per sandbox: a command may run {tasks} tasks more than the uid runs when it starts, plus "
+                f"as many as the uid's other programs end meanwhile, each of {each} MB address space; no bound on "
+                "their total")
     return (f"memory: no cgroup ({why}), so at most {tasks} tasks of {each} MB address space each, "
             f"{tasks * each} MB together plus its tmpfs copies")
 

@@ -21,6 +21,7 @@ import contextlib
 import functools
 import itertools
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass
@@ -40,6 +41,16 @@ MIN_PROCESS_MB = 64  # python3 -m pip --version needs about 48 MB of address spa
 def fallback_limits(memory_mb: int, max_processes: int) -> tuple[int, int]:
     """(tasks, address space per process in MB) when no cgroup bounds the command."""
     return min(max_processes, FALLBACK_TASKS), max(MIN_PROCESS_MB, memory_mb // FALLBACK_SHARE)
+
+
+@functools.lru_cache(maxsize=1)
+def nproc_per_namespace(release: str | None = None) -> bool:
+    """Whether RLIMIT_NPROC counts the tasks of a uid in each user namespace apart (Linux 5.14 and later:
+    ucounts): then a limit set inside the sandbox's fresh namespace is a number of tasks of the command alone.
+    Before, it counted every task of the uid, so the sandbox's limit had to be the uid's count plus the
+    command's share, and tasks the owner's programs ended meanwhile were the command's to take."""
+    found = re.match(r"(\d+)\.(\d+)", release if release is not None else os.uname().release)
+    return found is not None and (int(found.group(1)), int(found.group(2))) >= (5, 14)
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,11 @@ the room's descriptor. So:
 When Hermit runs as root, the sandbox runs as a uid no account uses (os_sandbox.unused_uid: `sandbox.uid`
 unless an account has it, else one from 2,000,000,000 up; never `nobody`, whose other processes could read
 a room through /proc/<pid>/root): root keeps its capabilities inside a user namespace (`CapEff
-000001fffeffffff`), and a real unprivileged uid is also what makes the process limit (RLIMIT_NPROC, counted
-per uid) hold. The limit is set to the uid's
-current task count plus `sandbox.exec_max_processes`. The memory of all the command's processes together
+000001fffeffffff`), and root is exempt from the task limit (RLIMIT_NPROC). The wrapper sets that limit inside the
+sandbox's own user namespace, where Linux 5.14 and later count the command's tasks apart from the uid's other
+ones: the whole sandbox holds at most `sandbox.exec_max_processes` tasks (bubblewrap's own included), however
+many the owner's programs start or end meanwhile. An older kernel counts every task of the uid, so there the
+limit is the uid's task count at the start plus that number. The memory of all the command's processes together
 is bounded by a cgroup of its own where the machine allows one, else by fewer tasks with less address
 space each (exec_cgroup.py); the kernel keyring is refused by a seccomp filter (seccomp.py); what comes
 back is merged only as far as the room's quota, which charges every entry (rooms.py).
@@ -57,7 +59,7 @@ from hermit.durable import write_all
 from hermit.errors import HermitError, PathPolicyError, ToolError
 from hermit.locks import left_by_dead_processes
 from hermit.tools import safe_fs
-from hermit.tools.exec_cgroup import CommandCgroup, fallback_limits, find_site, join
+from hermit.tools.exec_cgroup import CommandCgroup, fallback_limits, find_site, join, nproc_per_namespace
 from hermit.tools.os_sandbox import (
     COMMAND_VARIABLE,
     RUN_COMMAND,
@@ -83,15 +85,18 @@ COPY_CHUNK = 1 << 20
 # (its quota, the merge) needs few descriptors.
 MAX_DEPTH = 100
 MAX_PATH_BYTES = 3000
-# $1 workspace  $2 seconds; in the environment (not arguments: `ps` shows those to every user), HERMIT_CWD and
-# the command (os_sandbox.RUN_COMMAND), both unset before it runs. The room comes in on stdin and goes back out
-# on stderr (kept as fd 3, which the command does not get); the command's stdout and stderr are the
-# wrapper's stdout. Everything the command leaves running is killed before the room is packed, so the
-# packed room is what it finally wrote.
+# $1 workspace  $2 seconds  $3 the tasks its user namespace may hold ("": not set here); in the environment
+# (not arguments: `ps` shows those to every user), HERMIT_CWD and the command (os_sandbox.RUN_COMMAND), both
+# unset before it runs. The room comes in on stdin and goes back out on stderr (kept as fd 3, which the command
+# does not get); the command's stdout and stderr are the wrapper's stdout. Everything the command leaves running
+# is killed before the room is packed, so the packed room is what it finally wrote.
 WRAPPER = r"""
 exec 3>&2 2>/dev/null
 cd "$1" && tar -xf - --no-same-owner || { echo "hermit: the sandbox could not be prepared"; exit 125; }
 exec 0</dev/null
+if [ -n "$3" ]; then
+  ulimit -u "$3" || ulimit -p "$3" || { echo "hermit: the sandbox could not limit its tasks"; exit 125; }
+fi
 cd "$HERMIT_CWD" || cd "$1"
 unset HERMIT_CWD
 timeout -k 2 "$2" /bin/sh -c '""" + RUN_COMMAND + r"""' 2>&1 3>&-
@@ -525,10 +530,6 @@ class RoomSandbox:
             raise ToolError("no OS sandbox: no seccomp filter for this machine", "see hermit doctor")
         ws = str(self.workspace)
         fd = filter_fd(bpf)
-        args = room_mode_args(self.backend.program, self.limits.tmp_mb << 20, fd)
-        args += ["--size", str(room_bytes + instructions + (1 << 20)), "--tmpfs", ws,
-                 "--size", str(memory + (1 << 20)), "--tmpfs", f"{ws}/{MEMORY_DIR}",
-                 "--chdir", ws, "--", "/bin/sh", "-c", WRAPPER, "hermit-sandbox", ws, str(max(1, int(timeout)))]
         try:
             self.scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
             spool = tempfile.SpooledTemporaryFile(max_size=8 << 20, mode="w+b", dir=str(self.scratch))  # noqa: SIM115 - closed in finish
@@ -537,8 +538,16 @@ class RoomSandbox:
         except BaseException:
             os.close(fd)
             raise
-        count = tasks_of(self.run_as if self.run_as is not None else os.getuid())
-        setup = _child_limits(self.limits, count + tasks, per_process, group, self.run_as)
+        # The task limit: inside the sandbox's namespace where the kernel counts it apart (bubblewrap's outer
+        # process is the one task outside), else the uid's count now plus the command's share (the docstring).
+        inside = nproc_per_namespace()
+        outside = None if inside else tasks_of(self.run_as if self.run_as is not None else os.getuid()) + tasks
+        args = room_mode_args(self.backend.program, self.limits.tmp_mb << 20, fd)
+        args += ["--size", str(room_bytes + instructions + (1 << 20)), "--tmpfs", ws,
+                 "--size", str(memory + (1 << 20)), "--tmpfs", f"{ws}/{MEMORY_DIR}",
+                 "--chdir", ws, "--", "/bin/sh", "-c", WRAPPER, "hermit-sandbox", ws, str(max(1, int(timeout))),
+                 str(tasks - 1) if inside else ""]
+        setup = _child_limits(self.limits, outside, per_process, group, self.run_as)
         return RoomRun(self, args, seed, timeout, setup, self.run_as, spool, fd, group,
                        passed={COMMAND_VARIABLE: command, "HERMIT_CWD": self.cwd_of(cwd)})
 
@@ -556,10 +565,11 @@ class RoomSandbox:
         return None, tasks, per_process_mb << 20
 
 
-def _child_limits(lim: SandboxLimits, tasks: int, address_space: int, group: CommandCgroup | None,
+def _child_limits(lim: SandboxLimits, tasks: int | None, address_space: int, group: CommandCgroup | None,
                   uid: int | None) -> Callable[[], None]:
     """Run in the child before bubblewrap starts; everything inside inherits it: join the command's
-    cgroup (as root: moving into it needs that), set the limits, then drop to `uid`."""
+    cgroup (as root: moving into it needs that), set the limits (`tasks` None: the wrapper sets it), then
+    drop to `uid`."""
     cpu = max(1, int(lim.cpu_seconds))
     fsize = lim.max_file_mb << 20
     procs = group.procs_files() if group is not None else ()
@@ -569,7 +579,8 @@ def _child_limits(lim: SandboxLimits, tasks: int, address_space: int, group: Com
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
         resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-        resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
+        if tasks is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         # Counted per user (up through the user namespaces): kept small, so that a command of the owner's uid
         # cannot take the owner's queued signals or POSIX message queues (seccomp.py refuses inotify).
