@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
+import subprocess
+import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ciguard import need
 from gatewayhelpers import CHROMIUM_FLAGS, GatewayProcess, need_chromium, write_config
 from hermit.gateway.protocol import handshake_proof
 from hermit.testing import FakeProvider
+from prochelpers import python_as
 from test_gateway_browser import free_port
 
 T = 30_000  # ms
@@ -119,3 +125,62 @@ def test_the_handshake_is_for_the_gateways_own_address(tmp_path: Path) -> None:
             assert own["connect"]["ok"] and own["connect"]["payload"]["type"] == "hello-ok"
         finally:
             gw.stop()
+
+
+def test_a_program_relaying_the_tab_to_the_restarted_gateway_is_refused(tmp_path: Path) -> None:
+    """The squatter keeps the tab's connection, lets the real gateway come back on the same port beside it and
+    relays the handshake byte for byte: the proofs were the page's and the gateway's own, so the squatter sat
+    in an authenticated owner connection and read MEMORY.md (audit R3). The gateway now refuses a connection
+    from a program of another user (the uid of the client socket, from the kernel's socket table)."""
+    chromium = need_chromium()
+    from playwright.sync_api import sync_playwright
+
+    nobody = {"user": 65534, "group": 65534, "extra_groups": []}
+    python = python_as(nobody)
+    need(python is not None, "a Python that uid 65534 can run")
+    assert python is not None
+    shared = Path(tempfile.mkdtemp(prefix="hermit-relay-"))
+    try:
+        shared.chmod(0o755)
+        script, log = shared / "relay_squatter.py", shared / "relay.log"
+        shutil.copy(Path(__file__).with_name("relay_squatter.py"), script)
+        log.write_text("")
+        log.chmod(0o666)
+        home, port = tmp_path / "home", free_port()
+        with FakeProvider(["hi"]) as fake, sync_playwright() as p:
+            write_config(home, fake.openai_base_url)
+            (home / "workspace").mkdir(parents=True, exist_ok=True)
+            (home / "workspace" / "MEMORY.md").write_text("# Memory\n- bank PIN 4711, SECRET-OWNER-NOTE\n")
+            gw = GatewayProcess(home, "--port", str(port))
+            url = gw.wait_ready()
+            b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS, headless=True)
+            relay = None
+            try:
+                page = b.new_page()
+                page.goto(url)
+                page.wait_for_selector("#status.ok", timeout=T)
+                gw.stop()
+                relay = subprocess.Popen([python, str(script), str(port), str(log)], cwd="/", **nobody)
+                until_logged(log, "accepted the tab", relay)
+                gw = GatewayProcess(home, "--port", str(port))
+                gw.wait_ready()
+                until_logged(log, "gateway answered", relay)
+                assert "101" not in log.read_text() and "STOLEN" not in log.read_text(), log.read_text()
+                page.wait_for_selector("#status.ok", timeout=T)  # the tab reaches the gateway itself
+                assert "refused" in gw.stderr() and "uid 65534" in gw.stderr()
+            finally:
+                if relay is not None:
+                    relay.kill()
+                    relay.wait()
+                b.close()
+                gw.stop()
+    finally:
+        shutil.rmtree(shared)
+
+
+def until_logged(log: Path, text: str, proc: subprocess.Popen[bytes]) -> None:
+    """Wait for the relay to log `text` (it logs each step as it happens), or fail if it exited first."""
+    deadline = time.monotonic() + T / 1000
+    while text not in log.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)

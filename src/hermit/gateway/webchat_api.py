@@ -49,6 +49,7 @@ from hermit.gateway.protocol import (
     res_error,
     res_ok,
 )
+from hermit.models.loopback import foreign_peer
 from hermit.sessions.keys import agent_id_of
 
 log = logging.getLogger("hermit.gateway.webchat")
@@ -98,6 +99,17 @@ class WebchatApi:
         self.allowed_origins = frozenset(allowed_origins)
 
     async def endpoint(self, ws: WebSocket) -> None:
+        client, server = ws.scope.get("client"), ws.scope.get("server")
+        if client and server:
+            # A connection from this machine must come from a program of the owner's (the browser), root's or
+            # a system account's (a proxy): another user's program could relay the owner's tab, handshake and
+            # all, while it held the port during a restart and the gateway came back beside it.
+            holder = await asyncio.to_thread(foreign_peer, str(client[0]), int(client[1]), str(server[0]),
+                                             int(server[1]))
+            if holder is not None:
+                log.warning("web chat connection from a program of another user (uid %d) refused", holder.uid)
+                await ws.close(CLOSE_POLICY)
+                return
         await ws.accept()
         sock = _Socket(ws)
         origin = ws.headers.get("origin")

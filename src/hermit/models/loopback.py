@@ -104,10 +104,19 @@ def foreign_holder(sock: socket.socket) -> Holder | None:
     try:
         peer_host, peer_port = sock.getpeername()[:2]
         own_host, own_port = sock.getsockname()[:2]
-        peer = _unmapped(ipaddress.ip_address(str(peer_host).split("%")[0]))
-        own = _unmapped(ipaddress.ip_address(str(own_host).split("%")[0]))
     except (OSError, ValueError, TypeError):
         return None  # not an IP socket (a test transport), or already closed
+    return foreign_peer(str(peer_host), int(peer_port), str(own_host), int(own_port))
+
+
+def foreign_peer(peer_host: str, peer_port: int, own_host: str, own_port: int) -> Holder | None:
+    """`foreign_holder` by the two ends' addresses: also what a server uses for a client connected to it
+    (the gateway: a program relaying a browser's connection from another user's account is refused)."""
+    try:
+        peer = _unmapped(ipaddress.ip_address(peer_host.split("%")[0]))
+        own = _unmapped(ipaddress.ip_address(own_host.split("%")[0]))
+    except ValueError:
+        return None  # not an IP address (a test transport)
     if not (peer.is_loopback or peer.is_unspecified or _is_own_address(peer)):
         return None
     uid = _holder_uid(peer, peer_port, own, own_port)
