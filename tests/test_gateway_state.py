@@ -40,6 +40,29 @@ def test_one_gateway_per_state_dir(tmp_path: Path) -> None:
     GatewayLock.acquire(tmp_path).release()  # free again once released
 
 
+
+def test_a_killed_gateways_port_is_not_read_as_the_next_ones(tmp_path: Path) -> None:
+    """A gateway killed by SIGKILL leaves its port in the lock file; the next one took the lock without
+    clearing it, so until it listened `hermit dashboard` sent the URL with the token to the old port, which
+    another user may hold by then (audit R3). Taking the lock now publishes only the pid."""
+    import subprocess
+    import sys
+
+    killed = subprocess.Popen([sys.executable, "-c", (
+        "import sys, os\nfrom pathlib import Path\nfrom hermit.gateway.state import GatewayLock\n"
+        "lock = GatewayLock.acquire(Path(sys.argv[1]))\n"
+        "lock.publish({'pid': os.getpid(), 'host': '127.0.0.1', 'port': 18999})\nprint('up', flush=True)\n"
+        "sys.stdin.read()\n"), str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert killed.stdout is not None and killed.stdout.readline() == "up\n"
+    assert (read_lock_info(tmp_path) or {}).get("port") == 18999
+    killed.kill()
+    killed.wait()
+    lock = GatewayLock.acquire(tmp_path)
+    try:
+        assert read_lock_info(tmp_path) == {"pid": os.getpid()}  # no port until this one listens
+    finally:
+        lock.release()
+
 def test_logs_mask_secrets_and_json_lines_parse(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     secret = "tok_" + "x" * 40
     path = setup_logging(tmp_path / "logs", "json", [secret, "sk-ant-abcdefgh123"])

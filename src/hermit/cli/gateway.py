@@ -96,6 +96,9 @@ def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
 
 def _running(ctx: CliContext) -> dict[str, Any]:
     info = read_lock_info(ctx.home)
+    if info and "port" not in info and "pid" in info:
+        raise HermitError(f"the gateway (pid {info['pid']}) is starting or stopping: it serves no port now",
+                          "try again in a moment")
     if not info or "port" not in info:
         raise HermitError(f"no gateway is running on {ctx.home}", "start one with `hermit gateway run`")
     return info

@@ -98,6 +98,9 @@ class GatewayLock:
             where = f" (pid {info.get('pid')}, http://{info.get('host')}:{info.get('port')})" if info else ""
             raise GatewayLocked(f"another gateway is already running on {home}{where}",
                                 "stop it first (Ctrl-C or kill its pid), or use another --home")
+        # What a killed gateway published (its port) must not pass for this one's before it listens: the
+        # port may be someone else's by now, and `hermit dashboard` would send the token there.
+        lock.publish(json.dumps({"pid": os.getpid()}).encode())
         return cls(lock)
 
     def publish(self, info: dict[str, Any]) -> None:

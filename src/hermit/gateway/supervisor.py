@@ -207,6 +207,8 @@ class Gateway:
         if on_ready is not None:
             on_ready(url)
         await self.stopping.wait()
+        if lock is not None:  # from here the port is no longer served: nothing should be sent to it
+            lock.publish({"pid": os.getpid(), "stopping": True})
         await self.shutdown(server, sock)
         return 0
 
