@@ -10,6 +10,7 @@ import contextlib
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -177,6 +178,40 @@ def test_a_program_relaying_the_tab_to_the_restarted_gateway_is_refused(tmp_path
     finally:
         shutil.rmtree(shared)
 
+
+
+UPGRADE = """
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+s.sendall(("GET /ws HTTP/1.1\\r\\nHost: 127.0.0.1:%s\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\n"
+           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\\r\\nSec-WebSocket-Version: 13\\r\\n%s\\r\\n"
+           % (sys.argv[1], sys.argv[2])).encode())
+print(s.recv(200).split(b"\\r\\n")[0].decode())
+"""
+
+
+def test_another_users_program_is_refused_whatever_it_says_it_forwards(tmp_path: Path) -> None:
+    """uvicorn took a loopback client's X-Forwarded-For as its address, so one header line made another
+    user's relay look like a remote client, which the uid check does not look up (audit R4)."""
+    nobody = {"user": 65534, "group": 65534, "extra_groups": []}
+    python = python_as(nobody)
+    need(python is not None, "a Python that uid 65534 can run")
+    assert python is not None
+    home, port = tmp_path / "home", free_port()
+    with FakeProvider(["hi"]) as fake:
+        write_config(home, fake.openai_base_url)
+        gw = GatewayProcess(home, "--port", str(port))
+        gw.wait_ready()
+        try:
+            for header in ("X-Forwarded-For: 192.0.2.7\r\n", "Forwarded: for=192.0.2.7\r\n", ""):
+                done = subprocess.run([python, "-c", UPGRADE, str(port), header], capture_output=True, text=True,
+                                      timeout=60, cwd="/", **nobody)
+                assert done.stdout.startswith("HTTP/1.1 403"), (header, done.stdout, done.stderr)
+            mine = subprocess.run([sys.executable, "-c", UPGRADE, str(port), "X-Forwarded-For: 192.0.2.7\r\n"],
+                                  capture_output=True, text=True, timeout=60)
+            assert mine.stdout.startswith("HTTP/1.1 101"), mine.stdout + mine.stderr  # the owner's own client
+        finally:
+            gw.stop()
 
 def until_logged(log: Path, text: str, proc: subprocess.Popen[bytes]) -> None:
     """Wait for the relay to log `text` (it logs each step as it happens), or fail if it exited first."""

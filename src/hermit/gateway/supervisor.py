@@ -176,7 +176,9 @@ class Gateway:
         if not is_loopback(self.host_name):
             log.warning("listening on %s, reachable from other machines: every client needs the token, and the "
                         "connection is not encrypted (put a TLS proxy in front of it)", self.host_name)
-        config = uvicorn.Config(self.app, log_config=None, access_log=False, lifespan="off",
+        # proxy_headers off: uvicorn would otherwise take a loopback client's X-Forwarded-For as its address,
+        # and the WebSocket endpoint checks whose program the real client socket is (models/loopback).
+        config = uvicorn.Config(self.app, log_config=None, access_log=False, lifespan="off", proxy_headers=False,
                                 ws_max_size=4 * MAX_FRAME_BYTES, ws_ping_interval=20, ws_ping_timeout=20,
                                 timeout_graceful_shutdown=2)
         config.load()
