@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ciguard import need
 from hermit.tools import os_sandbox
 from prochelpers import PROC_TIMEOUT
 from test_sandbox_attacks import need_sandbox
@@ -73,13 +74,13 @@ print(json.dumps({"first": first, "now": libc.prctl(3, 0, 0, 0, 0)}))
 '''
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_DUMPABLE is Linux's")
 @pytest.mark.parametrize("how", ["console", "hermit", "hermit.cli.main"])
 def test_the_hermit_process_is_non_dumpable_before_its_imports(how: str) -> None:
     """keep_environment_private() ran only once the command had parsed its arguments and loaded its modules:
     /proc/<pid>/environ (the keys) stayed readable to the uid's other processes for 100-200 ms of every start.
     Now the entry module does it before its own imports: every Hermit module but the two package markers and
     the entry module itself, and argparse, json and logging, are imported after it."""
+    need(sys.platform.startswith("linux"), "Linux (PR_SET_DUMPABLE)")
     done = subprocess.run([sys.executable, "-c", IMPORT_SPY, how], capture_output=True, text=True,
                           timeout=PROC_TIMEOUT, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
     assert done.returncode == 0, done.stderr[-2000:]
