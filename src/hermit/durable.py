@@ -73,34 +73,62 @@ def create_new(path: Path, data: bytes | str, mode: int = 0o600) -> bool:
     (O_TMPFILE) or under a temp name and then linked into place, so a crash leaves no part of a file there."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
     _remove_stale_temps(path)
-    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fd, tmp = _unnamed(folder, path.name)
+    with NewFile(path) as f:
+        os.fchmod(f.fd, mode)
+        write_all(f.fd, payload)
         try:
-            os.fchmod(fd, mode)
-            write_all(fd, payload)
-            try:
-                if tmp is None:  # linkat(AT_SYMLINK_FOLLOW) of the descriptor names the unnamed file
-                    os.link(f"/proc/self/fd/{fd}", path.name, dst_dir_fd=folder, follow_symlinks=True)
-                else:
-                    os.link(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
-            except FileExistsError:
-                return False
-        finally:
-            os.close(fd)
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp, dir_fd=folder)
+            f.link()
+        except FileExistsError:
+            return False
+    return True
+
+
+class TempReplaced(OSError):
+    """The temp name a new file was written under names another file now (a directory others may write)."""
+
+
+class NewFile:
+    """`with NewFile(path) as f:` write `f.fd` (owner-only from the first byte), then `f.link()` gives it the name
+    `path` — FileExistsError if anything (a file, a symlink) is there: nothing is ever replaced. The file is
+    unnamed (O_TMPFILE) where the file system allows it, else under `.NAME.tmp-<pid>-<hex>` created
+    O_EXCL|O_NOFOLLOW (swept like `write_atomic`'s temps when a killed process left one), checked to still be
+    this file before it is linked and removed on exit. A predictable name in a shared directory could be
+    planted: the planter's file would make them the owner, a symlink would have us write its target."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            self.fd, self.tmp = _unnamed(self.folder, path.name)
+        except BaseException:
+            os.close(self.folder)
+            raise
+
+    def __enter__(self) -> NewFile:
+        return self
+
+    def link(self) -> None:
+        if self.tmp is None:  # linkat(AT_SYMLINK_FOLLOW) of the descriptor names the unnamed file
+            os.link(f"/proc/self/fd/{self.fd}", self.path.name, dst_dir_fd=self.folder, follow_symlinks=True)
+        else:
+            st, now = os.fstat(self.fd), os.stat(self.tmp, dir_fd=self.folder, follow_symlinks=False)
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                raise TempReplaced(errno.ESTALE, f"{self.path.parent / self.tmp} was replaced while it was written")
+            os.link(self.tmp, self.path.name, src_dir_fd=self.folder, dst_dir_fd=self.folder, follow_symlinks=False)
         with contextlib.suppress(OSError):
-            os.fsync(folder)
-        return True
-    finally:
-        os.close(folder)
+            os.fsync(self.folder)
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+        if self.tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.tmp, dir_fd=self.folder)
+        os.close(self.folder)
 
 
 def _unnamed(folder: int, name: str) -> tuple[int, str | None]:
     """A new file in the directory `folder`: unnamed where the file system allows it, else `.NAME.tmp-<pid>-<hex>`
-    (created exclusively; one a killed process left is swept like `write_atomic`'s)."""
+    (created exclusively)."""
     tmpfile = getattr(os, "O_TMPFILE", 0)
     if tmpfile and os.path.isdir("/proc/self/fd"):
         try:
@@ -111,6 +139,7 @@ def _unnamed(folder: int, name: str) -> tuple[int, str | None]:
     tmp = f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     return os.open(tmp, flags, 0o600, dir_fd=folder), tmp
+
 
 _swept: set[Path] = set()  # files whose leftover temps this process has looked for
 

@@ -21,14 +21,12 @@ taken over by another local user who plants the name first.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import io
 import json
 import os
 import stat
 import tarfile
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from hermit.cli.context import CliContext
+from hermit.durable import NewFile, TempReplaced
 from hermit.errors import ConfigError, HermitError
 
 TOP = "hermit-backup"
@@ -142,53 +141,22 @@ def _check_ours(fd: int, where: Path) -> os.stat_result:
 
 def write_new_file(out: Path, write: Callable[[BinaryIO], None]) -> None:
     """`write` into a file this process created (0600 from the first byte), then give it the name `out`, never
-    replacing anything there. A predictable temp name in a directory others can write (/tmp) could be planted:
-    the planter's own file would make them the archive's owner, a symlink would make us overwrite its target.
-    So: an unnamed O_TMPFILE linked into place (Linux), or else a random name made O_CREAT|O_EXCL|O_NOFOLLOW;
-    the final name is made with link(), which fails if anything — a file, a symlink — is there."""
-    fd, tmp = _new_file(out.parent, out.name)
-    try:
-        _check_ours(fd, out)
-        with os.fdopen(fd, "wb", closefd=False) as raw:
+    replacing anything there (durable.NewFile: unnamed or a random exclusive name, linked into place)."""
+    with NewFile(out) as f:
+        _check_ours(f.fd, out)
+        with os.fdopen(f.fd, "wb", closefd=False) as raw:
             write(raw)
             raw.flush()
-            os.fsync(fd)
-        st = _check_ours(fd, out)
+            os.fsync(f.fd)
+        _check_ours(f.fd, out)
         try:
-            if tmp is None:  # linkat(AT_SYMLINK_FOLLOW) of the descriptor (plain link() would not follow it)
-                folder = os.open(out.parent, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.link(f"/proc/self/fd/{fd}", out.name, src_dir_fd=folder, dst_dir_fd=folder,
-                            follow_symlinks=True)
-                finally:
-                    os.close(folder)
-            else:
-                if (os.lstat(tmp).st_dev, os.lstat(tmp).st_ino) != (st.st_dev, st.st_ino):
-                    raise BackupError(f"the temporary file {tmp} was replaced while the backup was written",
-                                      "write the backup into a directory only you can write to")
-                os.link(tmp, out, follow_symlinks=False)
+            f.link()
         except FileExistsError:
             raise BackupError(f"{out} appeared while the backup was written", "give another file name; a backup "
                               "never overwrites one (nor a link)") from None
-    finally:
-        os.close(fd)
-        if tmp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-
-
-def _new_file(folder: Path, name: str) -> tuple[int, Path | None]:
-    """A new, owner-only file in `folder`: unnamed (O_TMPFILE) where the file system allows it, else under a
-    random name created exclusively, never through a link (tempfile.mkstemp: O_CREAT|O_EXCL|O_NOFOLLOW, 0600)."""
-    tmpfile = getattr(os, "O_TMPFILE", 0)
-    if tmpfile and os.path.isdir("/proc/self/fd"):
-        try:
-            return os.open(folder, tmpfile | os.O_WRONLY, 0o600), None
-        except OSError as e:
-            if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
-                raise
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=folder)
-    return fd, Path(tmp)
+        except TempReplaced as e:
+            raise BackupError(f"the temporary file {e.strerror}", "write the backup into a directory only you "
+                              "can write to") from None
 
 
 def cmd_backup(ctx: CliContext, args: argparse.Namespace) -> int:
