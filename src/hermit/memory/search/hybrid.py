@@ -539,10 +539,11 @@ class HybridSearcher:
             days.extend((r.start + dt.timedelta(days=k)).isoformat() for k in range(n + 1))
         if not days:
             return set()
-        if counts is None:
-            return set(self.store.chunk_ids_for_days(days))
-        ids = self.store.chunk_ids_for_days(days, limit=DEEPEST_POOL)
-        return {i for i, _ in counts.keep([(i, 0.0) for i in ids])[:200]}
+        ids = self.store.chunk_ids_for_days(days)
+        seen = ids if counts is None else [i for i, _ in counts.keep([(i, 0.0) for i in ids])]
+        if counts is not None and len(seen) < len(ids) == 200:  # hidden ones held places: look deeper, once
+            seen = [i for i, _ in counts.keep([(i, 0.0) for i in self.store.chunk_ids_for_days(days, DEEPEST_POOL)])]
+        return set(seen[:200])
 
     def _vscore(self, c: float | None) -> float:
         if c is None or self.embedder is None:
