@@ -142,7 +142,7 @@ def test_the_embeddings_key_is_masked_like_the_models(home: Path) -> None:
 
 def test_passwords_in_endpoint_urls_and_the_postgres_dsn_are_secrets(tmp_path: Path) -> None:
     from hermit.cli.context import CliContext, configured_secrets
-    from hermit.redaction import header_secret, url_password
+    from hermit.redaction import header_secret, url_passwords
 
     (tmp_path / "hermit.yaml").write_text(yaml.safe_dump({
         "agents": {"defaults": {"memory_search": {
@@ -151,17 +151,21 @@ def test_passwords_in_endpoint_urls_and_the_postgres_dsn_are_secrets(tmp_path: P
             "store": {"backend": "postgres", "postgres": {"dsn_env": "HERMIT_TEST_DSN"}}}}},
         "models": {"providers": {"proxy": {"type": "openai-compatible",
                                            "base_url": "https://u:proxy-pass-99812@proxy.example/v1"}}}}))
-    ctx = CliContext(tmp_path, environ={"HERMIT_TEST_DSN": "postgresql://hermit:pg-pass-30817@db/hermit"})
+    ctx = CliContext(tmp_path, environ={
+        "HERMIT_TEST_DSN": "postgresql://hermit:pg-pass-30817@db/hermit?sslpassword=pg-ssl-pass-4410",
+        "https_proxy": "http://me:env-proxy-pass-6621@10.0.0.1:3128"})
     found = configured_secrets(ctx)
-    for secret in ("emb-url-pass-5521", "emb-plain-key-77120", "proxy-pass-99812", "pg-pass-30817"):
+    for secret in ("emb-url-pass-5521", "emb-plain-key-77120", "proxy-pass-99812", "pg-pass-30817",
+                   "pg-ssl-pass-4410", "env-proxy-pass-6621"):
         assert secret in found, secret
-    assert url_password("host=db user=h password='kw-pass 1' dbname=x") == "kw-pass 1"
-    assert url_password("postgresql://hermit@db/hermit?sslmode=require&password=q-pass-1234") == "q-pass-1234"
-    assert url_password("https://api.example/v1?password_reset=1") is None
+    assert url_passwords("host=db user=h password='kw-pass 1' dbname=x") == ["kw-pass 1"]
+    assert url_passwords("postgresql://hermit@db/hermit?sslmode=require&password=q-pass-1234") == ["q-pass-1234"]
+    assert url_passwords("host=db password=a-pass-1 sslpassword=b-pass-2") == ["a-pass-1", "b-pass-2"]
+    assert url_passwords("https://api.example/v1?password_reset=1") == []
     assert header_secret("Authorization", "Bearer k-123456789") == "k-123456789"
     assert header_secret("X-Goog-Api-Key", "g-123456789") == "g-123456789"
     assert header_secret("Content-Type", "application/json") is None
-    assert url_password("https://api.example/v1") is None and url_password("http://user@host/") is None
+    assert url_passwords("https://api.example/v1") == [] and url_passwords("http://user@host/") == []
 
 def test_a_key_split_by_the_output_cut_is_masked_at_both_edges(home: Path) -> None:
     """exec keeps the first 8,000 and the last 12,000 bytes: a key straddling either edge would leave two halves

@@ -25,6 +25,7 @@ read them. Root's children can (CAP_SYS_PTRACE), so running Hermit as root keeps
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import sys
@@ -159,18 +160,16 @@ def keep_environment_private() -> bool:
         return False
 
 
-def url_password(url: str | None) -> str | None:
-    """The password in a URL's `user:password@` (a proxy's, a database's) or a libpq `password=…`, or None."""
+def url_passwords(url: str | None) -> list[str]:
+    """Every password a URL or DSN carries: the `user:password@` of a proxy's or a database's URL and each
+    libpq `password=…` / `sslpassword=…` (in a keyword DSN or a URL's query), as written."""
     if not url:
-        return None
-    if m := _KEYWORD_PASSWORD.search(url):
-        return m.group(1).strip("'")
-    if "@" not in url:
-        return None
-    try:
-        return urllib.parse.urlsplit(url.strip()).password or None  # as written: errors quote the URL so
-    except ValueError:
-        return None
+        return []
+    found = [m.group(1).strip("'") for m in _KEYWORD_PASSWORD.finditer(url)]
+    if "@" in url:
+        with contextlib.suppress(ValueError):  # as written: errors quote the URL
+            found.append(urllib.parse.urlsplit(url.strip()).password or "")
+    return [p for p in found if p]
 
 
 _KEYWORD_PASSWORD = re.compile(r"(?:^|[\s?&])(?:ssl)?password\s*=\s*('[^']*'|[^\s&]+)")

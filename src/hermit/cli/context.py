@@ -16,7 +16,11 @@ from typing import TYPE_CHECKING
 
 from hermit.config.paths import StatePaths, default_home
 from hermit.errors import HermitError
-from hermit.redaction import header_secret, url_password
+from hermit.redaction import header_secret, url_passwords
+
+# The proxies httpx (every provider and platform client) takes from the environment: a password in one may be
+# quoted by a connection error.
+PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy")
 
 if TYPE_CHECKING:  # the config schema (pydantic) and memory (numpy) load only when a command needs them
     from hermit.config.load import AgentConfig, LoadedConfig
@@ -106,14 +110,15 @@ def configured_secrets(ctx: CliContext) -> list[str]:
     names.update(pc.api_key_env for pc in loaded.config.models.providers.values() if pc.api_key_env)
     values: list[str | None] = [ctx.environ.get(n, "") for n in names]
     values += [pc.api_key for pc in loaded.config.models.providers.values() if pc.api_key]
-    values += [url_password(pc.base_url) for pc in loaded.config.models.providers.values()]
+    values += [p for pc in loaded.config.models.providers.values() for p in url_passwords(pc.base_url)]
+    values += [p for n in PROXY_VARS for p in url_passwords(ctx.environ.get(n))]  # httpx reads these
     for name, _, account in channel_accounts(loaded.config.channels):  # bot tokens, app secrets
         values += [s.plaintext or ctx.environ.get(s.env_name, "") for s in channel_secrets(name, account)]
     for agent in loaded.agents:  # the embeddings endpoint's key, headers and URL; the PostgreSQL password
         ms = agent.settings.memory_search
         r = ms.remote
-        values += [r.api_key, ctx.environ.get(r.api_key_env or "", ""), url_password(r.base_url),
+        values += [r.api_key, ctx.environ.get(r.api_key_env or "", ""), *url_passwords(r.base_url),
                    *(header_secret(n, v) for n, v in r.headers.items())]
-        values.append(url_password(ctx.environ.get(ms.store.postgres.dsn_env, "")))
+        values += url_passwords(ctx.environ.get(ms.store.postgres.dsn_env, ""))
     return [v for v in values if v]
 

@@ -24,7 +24,7 @@ from hermit.config.schema import MemorySearchConfig
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders.base import Embedder, EmbedderInfo, l2_normalise, provider_key
 from hermit.models.loopback import HINT, Holder, guard_stream
-from hermit.redaction import header_secret, register, url_password
+from hermit.redaction import header_secret, register, url_passwords
 from hermit.retry import RetryPolicy, retry_after_seconds
 
 Wire = Literal["openai", "gemini"]
@@ -403,7 +403,7 @@ def create_remote_embedder(
             "or use memory_search.provider 'local', which needs no key",
         )
     # Masked wherever text is shown or stored (an endpoint may echo its key into an error), as a model's key is.
-    register(key, *(header_secret(n, v) for n, v in r.headers.items()), url_password(base_url))
+    register(key, *(header_secret(n, v) for n, v in r.headers.items()), *url_passwords(base_url))
     settings = RemoteSettings(
         provider=provider,
         wire="gemini" if provider == "gemini" else "openai",
