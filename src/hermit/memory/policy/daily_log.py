@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -82,10 +83,18 @@ def append_daily_note(workspace: Path, note: str, now: datetime, extra_paths: Se
 
 def _append(real: Path, shown: str, text: str, now: datetime, origin: Origin | None) -> dict[str, Any]:
     try:
-        fd = os.open(real, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        # O_NONBLOCK: a FIFO planted under the log's name must not hold the memory lock (refused below).
+        fd = os.open(real, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as e:
         raise PathPolicyError(f"cannot open {shown} for appending: {e}", RULES) from e
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PathPolicyError(f"{shown} is not a regular file", "move it away; the daily log is a Markdown file")
+        if st.st_nlink > 1:  # another name of the same file (MEMORY.md?) would show the note as its own
+            raise PathPolicyError(
+                f"{shown} has {st.st_nlink} hard links: a note appended to it would also appear under the other name",
+                f"replace it with a copy of its own (cp --remove-destination, or `cp {shown} x && mv x {shown}`)")
         lock_fd(fd)
         size = os.fstat(fd).st_size
         existing = os.pread(fd, size, 0).decode("utf-8", errors="replace") if size else ""
