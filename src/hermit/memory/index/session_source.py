@@ -164,7 +164,9 @@ def render_transcript(raw: str) -> tuple[str, int]:
     """(virtual document with JSONL line numbers, number of message entries)."""
     objs = _parse_lines(raw)
     chat = chat_of(_header_key(objs))
-    user = "User" if chat is None else f"User ({chat})"
+    # A chat's assistant says what the chat steers it to: its lines carry the chat's label as its user's do.
+    label = {"User": "User", "Assistant": "Assistant"} if chat is None else {
+        "User": f"User ({chat})", "Assistant": f"Assistant ({chat})"}
     out: list[str] = []
     messages = 0
     for obj in objs:
@@ -174,7 +176,7 @@ def render_transcript(raw: str) -> tuple[str, int]:
             got = _message_text(obj.get("message"))
             if got:
                 who, text = got
-                who = user if who == "User" else who
+                who = label[who]
                 # valid_text: a "\ud800" escape in a transcript line must not break indexing
                 rendered = valid_text(redact(f"{who}: {text}")[:MAX_LINE_CHARS])
         out.append(rendered)
