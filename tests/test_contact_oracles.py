@@ -269,6 +269,28 @@ def test_summary_and_flush_prompts_keep_other_chats_attributed(tmp_path: Path) -
         assert '"[written from …]"' in system and "never" in system and "the user's instructions or facts" in system
 
 
+def test_a_cut_search_result_never_leaves_a_chats_words_without_their_label(tmp_path: Path) -> None:
+    """The summary request and context pruning keep the head and the tail of a long tool result: a tail that
+    starts inside a contact's labelled snippet showed its words with the label cut away, to a summary or a
+    flush that then noted them as the user's. A result holding labels keeps its head only."""
+    from hermit.agent.compaction import render_message
+    from hermit.messages import ToolResultMessage
+    from hermit.sessions.pruning import soft_trim_text
+
+    rt = make(tmp_path / "home", ScriptedModel([]))
+    for n in range(4):
+        note = f"- quarterly zebrafish plan part {n}: " + " ".join(f"mallorytext{n}x{i}" for i in range(60))
+        assert not call(rt, CONTACT, "write", path=f"memory/{TODAY}.md", content=note, append=True)[1]
+    body = call(rt, MAIN, "memory_search", query="quarterly zebrafish plan", minScore=0)[0]
+    assert len(body) > 3_200 and body.count("[written from ") >= 2
+    for cut in (render_message(ToolResultMessage("c1", "memory_search", body)),
+                soft_trim_text(body, "c1", 1_500, 1_500)):
+        tail = re.split(r"\n\[… [\d,]+ chars omitted …\]\n|\n\.\.\.\n", cut, maxsplit=1)[1]
+        first_words = re.search(r"mallorytext\d", tail)
+        label = tail.find("[written from ")
+        assert first_words is None or -1 < label < first_words.start(), tail[:300]
+
+
 def test_a_chats_search_never_names_files_the_index_skipped(tmp_path: Path) -> None:
     """memory_search passed the index's warnings to every reader, and they name files memory_get answers a
     chat as missing ("memory/private/affair-with-anna.md: skipped, memory files may not be symlinks"); a

@@ -34,7 +34,7 @@ from hermit.config.schema import CompactionConfig
 from hermit.errors import HermitError
 from hermit.messages import AssistantMessage, Message, ToolResultMessage, UserMessage, message_from_dict
 from hermit.models.base import Model, ModelRequest
-from hermit.sessions.pruning import message_tokens
+from hermit.sessions.pruning import labelled_cut, message_tokens
 from hermit.sessions.transcript import CompactionEntry, MessageEntry, Transcript
 from hermit.tokens import estimate_tokens
 
@@ -138,8 +138,9 @@ def render_message(message: Message) -> str:
         status = " (error)" if message.is_error else ""
         body = message.content
         if len(body) > TOOL_RESULT_HEAD + TOOL_RESULT_TAIL:
-            cut = len(body) - TOOL_RESULT_HEAD - TOOL_RESULT_TAIL
-            body = f"{body[:TOOL_RESULT_HEAD]}\n[… {cut:,} chars omitted …]\n{body[-TOOL_RESULT_TAIL:]}"
+            head, tail = labelled_cut(body, TOOL_RESULT_HEAD, TOOL_RESULT_TAIL)
+            cut = len(body) - head - tail
+            body = f"{body[:head]}\n[… {cut:,} chars omitted …]\n{body[len(body) - tail:]}"
         return f"[tool result: {message.tool_name}{status}]\n{body}"
     lines = []
     if message.text.strip():

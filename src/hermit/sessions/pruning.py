@@ -32,6 +32,7 @@ Decisions:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -108,8 +109,24 @@ def tool_prunable(tool_name: str, tools: PruningToolsConfig) -> bool:
     return any(fnmatchcase(name, pattern.lower()) for pattern in tools.allow)
 
 
+# Labels that say whose text follows: a note's origin (`[written from …]` before a snippet, an origin block)
+# or another chat's transcript line (`User (telegram DM 42): …`). Each stands before the text it labels.
+_ATTRIBUTED = re.compile(r"\[written from |<!-- origin |\b(?:User|Assistant) \(")
+
+
+def labelled_cut(content: str, head_chars: int, tail_chars: int) -> tuple[int, int]:
+    """The (head, tail) to keep of `content` when it is cut in the middle. Text holding other chats' labels
+    keeps only its head (both budgets): a tail could start inside a labelled snippet whose label fell in
+    the cut, and that chat's words would then read as nobody's (as the owner's, to a summary or a flush)."""
+    if tail_chars and _ATTRIBUTED.search(content):
+        return head_chars + tail_chars, 0
+    return head_chars, tail_chars
+
+
 def soft_trim_text(content: str, tool_call_id: str, head_chars: int, tail_chars: int) -> str:
-    """First head_chars + `...` + last tail_chars of `content`, and a note naming how to re-read it."""
+    """First head_chars + `...` + last tail_chars of `content`, and a note naming how to re-read it
+    (only the head when other chats' labels are in it: `labelled_cut`)."""
+    head_chars, tail_chars = labelled_cut(content, head_chars, tail_chars)
     n = len(content)
     head = content[:head_chars]
     tail = content[n - tail_chars :] if tail_chars else ""
