@@ -4,6 +4,48 @@
 (function () {
   function el(tag, cls) { const e = document.createElement(tag); if (cls) e.className = cls; return e; }
 
+  // A link must not show one address and open another (a contact can steer a reply the owner then reads).
+  // Its label is shown only with the host it really opens, small beside it, and the full address is its
+  // title; a label that names an address or a domain of its own (anywhere in it) other than that host is
+  // replaced by the real address. Only http(s) links are links; javascript:, data: and the rest stay text.
+  const INVISIBLE = /[\u00ad\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0]/g;
+  const DOTS = /[\u3002\uff0e\uff61]/g;  // what URL parsing reads as "." in a host
+  // Address-shaped parts of a label: a scheme://…, or a dotted name ending in letters (bank.example, www.…).
+  const ADDRESS = /[a-z][a-z0-9+.-]*:\/\/[^\s<>"'()\[\]]*|(?:[\p{L}\p{N}_-]+\.)+[\p{L}][\p{L}\p{N}-]+\.?(?::\d+)?(?:[/?#][^\s<>"'()\[\]]*)?/giu;
+
+  function hostOf(text) {  // null when unreadable or carrying a user@ part (https://bank.example@evil.example)
+    let u;
+    try { u = new URL(/^[a-z][a-z0-9+.-]*:\/\//i.test(text) ? text : "http://" + text); } catch (e) { return null; }
+    return u.username || u.password ? null : u.hostname;
+  }
+
+  function ownAddress(label, url) {
+    if (!/^https?:\/\//i.test(label)) return false;
+    try { return new URL(label).href === url.href; } catch (e) { return false; }
+  }
+
+  function link(rawLabel, href) {
+    if (!/^https?:\/\//i.test(href)) return null;
+    let url;
+    try { url = new URL(href); } catch (e) { return null; }
+    if (!url.hostname) return null;
+    url.username = ""; url.password = "";  // never opens or shows a user@ part
+    const label = rawLabel.replace(INVISIBLE, "").trim();
+    const a = el("a"); a.href = url.href; a.title = url.href; a.rel = "noopener noreferrer"; a.target = "_blank";
+    if (ownAddress(label, url)) {  // a bare address: shown as the address it opens (an IDN host in xn-- form)
+      a.textContent = label === url.href || label + "/" === url.href ? label : url.href;
+      return a;
+    }
+    const named = label.replace(DOTS, ".").match(ADDRESS) || [];
+    if (!label || named.some((n) => hostOf(n.replace(/\.$/, "")) !== url.hostname)) {
+      a.textContent = url.href;  // the label names somewhere else: show where the link goes instead
+      return a;
+    }
+    a.appendChild(document.createTextNode(label + " "));
+    a.appendChild(el("span", "md-host")).textContent = "(" + url.host + ")";
+    return a;
+  }
+
   const INLINE = /(`[^`\n]+`)|(\*\*[^*\n]+\*\*)|(\*[^*\n]+\*)|(\[[^\]\n]+\]\([^)\s]+\))/;
 
   function inline(parent, text) {
@@ -18,12 +60,8 @@
       else {
         const label = tok.slice(1, tok.indexOf("]("));
         const href = tok.slice(tok.indexOf("](") + 2, -1);
-        if (/^https?:\/\//i.test(href)) {
-          const a = el("a"); a.href = href; a.textContent = label; a.rel = "noopener noreferrer"; a.target = "_blank";
-          parent.appendChild(a);
-        } else {
-          parent.appendChild(document.createTextNode(tok));
-        }
+        const a = link(label, href);
+        parent.appendChild(a || document.createTextNode(tok));
       }
       text = text.slice(m.index + tok.length);
     }
