@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import math
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,12 +20,19 @@ from urllib.parse import parse_qsl
 log = logging.getLogger(__name__)
 
 MAX_BODY = 1024 * 1024  # platform events are small; a bigger body is refused before it is read whole
-# A platform sends its whole event at once (Slack waits 3 s for the answer): a body still arriving after
-# this is a client holding the connection open, answered 408.
-BODY_DEADLINE_SECONDS = 10.0
-# Webhook requests being read or handled at once, across every channel account of the process; past it
-# the answer is 503 at once, so slow senders cannot hold the gateway's connections (or memory) hostage.
-MAX_IN_FLIGHT = 64
+# A platform sends its whole event at once (Slack waits 3 s for the whole answer): a body still arriving
+# after this is a client holding the connection open, answered 408.
+BODY_DEADLINE_SECONDS = 5.0
+# Bodies being read at once, and the bytes they may hold together, across every channel account of the
+# process. Past either, the OLDEST reader is evicted (408, connection closed), never the newcomer: a
+# platform's request arrives whole within milliseconds, so it is done before it becomes the oldest, while a
+# client trickling bodies only ever evicts its own connections. Unauthenticated, so nobody can fill it.
+MAX_READERS = 64
+MAX_HELD_BYTES = 32 * 1024 * 1024
+# Requests whose body is in and whose handler runs (signature checked, event handed on): past it, 503.
+# Only a complete request gets here, so a slow sender cannot hold these.
+MAX_HANDLING = 64
+LOG_PATH_CHARS = 200  # a path is logged with %r and cut here: a decoded %0A must not start a log line
 
 
 def same_secret(given: str, expected: str) -> bool:
@@ -33,7 +42,7 @@ def same_secret(given: str, expected: str) -> bool:
 
 
 class InFlight:
-    """A count of requests in progress, shared by every webhook app (one event loop: no lock needed)."""
+    """A count of handlers in progress, shared by every webhook app (one event loop: no lock needed)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -49,7 +58,71 @@ class InFlight:
         self.now -= 1
 
 
-IN_FLIGHT = InFlight(MAX_IN_FLIGHT)
+class Reader:
+    """One body being read: its task (cancelled on eviction) and the bytes it holds so far."""
+
+    __slots__ = ("evicted", "held", "task")
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[bytes | None] | None = None
+        self.held = 0
+        self.evicted = False
+
+
+class BodyReaders:
+    """The bodies being read, oldest first, shared by every webhook app (one event loop: no lock needed).
+
+    `admit` never refuses: at `limit` readers it evicts the oldest; `grow` past `max_bytes` held evicts the
+    oldest others. An evicted reader's task is cancelled and its request answered 408 by its owner."""
+
+    def __init__(self, limit: int, max_bytes: int) -> None:
+        self.limit = limit
+        self.max_bytes = max_bytes
+        self.held = 0
+        self.evicted = 0  # since the process started, for logs and tests
+        self._readers: dict[Reader, None] = {}  # insertion order: oldest first
+        self._logged_at = -math.inf
+        self._unlogged = 0
+
+    def __len__(self) -> int:
+        return len(self._readers)
+
+    def admit(self, reader: Reader) -> None:
+        while len(self._readers) >= max(self.limit, 1):
+            self._evict_oldest(spare=None, why=f"{len(self._readers)} bodies being read")
+        self._readers[reader] = None
+
+    def grow(self, reader: Reader, size: int) -> None:
+        reader.held += size
+        self.held += size
+        while self.held > self.max_bytes and self._evict_oldest(spare=reader, why=f"{self.held} bytes held"):
+            pass
+
+    def leave(self, reader: Reader) -> None:
+        if reader in self._readers:
+            del self._readers[reader]
+            self.held -= reader.held
+
+    def _evict_oldest(self, *, spare: Reader | None, why: str) -> bool:
+        oldest = next((r for r in self._readers if r is not spare), None)
+        if oldest is None:
+            return False
+        self.leave(oldest)
+        oldest.evicted = True
+        if oldest.task is not None:
+            oldest.task.cancel()
+        self.evicted += 1
+        self._unlogged += 1
+        now = time.monotonic()
+        if now - self._logged_at >= 60:  # a trickling client can cause thousands a second: one line a minute
+            log.warning("webhook: %s, evicted the oldest (answered 408); %d evicted since the last report",
+                        why, self._unlogged)
+            self._logged_at, self._unlogged = now, 0
+        return True
+
+
+READERS = BodyReaders(MAX_READERS, MAX_HELD_BYTES)
+HANDLING = InFlight(MAX_HANDLING)
 
 
 @dataclass(frozen=True)
@@ -84,6 +157,9 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+CLOSE = [(b"connection", b"close")]
+
+
 async def _respond(send: Send, r: WebhookResponse, extra: list[tuple[bytes, bytes]] | None = None) -> None:
     await send({"type": "http.response.start", "status": r.status,
                 "headers": [(b"content-type", r.content_type.encode()),
@@ -91,54 +167,90 @@ async def _respond(send: Send, r: WebhookResponse, extra: list[tuple[bytes, byte
     await send({"type": "http.response.body", "body": r.body})
 
 
-async def _read_body(receive: Receive, declared: int | None) -> bytes | None:
+class _Gone(Exception):
+    """The client went away before its body was in: there is no request to handle, nobody to answer."""
+
+
+async def _read_body(receive: Receive, declared: int | None, reader: Reader, readers: BodyReaders) -> bytes | None:
     """The whole body, or None when it is (or says it will be) over MAX_BODY: then the rest is read and
-    dropped, so the sender sees the 413 rather than a reset connection."""
+    dropped, so the sender sees the 413 rather than a reset connection. The bytes kept are counted in
+    `readers` as they arrive (which may evict the oldest other readers). Raises _Gone on a disconnect:
+    a cut-off body is not handed to a handler (it would only fail its signature check, loudly)."""
     chunks: list[bytes] = []
     size, too_big = 0, declared is not None and declared > MAX_BODY
     while True:
         event = await receive()
         if event["type"] == "http.disconnect":
-            return None if too_big else b"".join(chunks)
+            raise _Gone
         piece = event.get("body", b"")
         size += len(piece)
         too_big = too_big or size > MAX_BODY
-        if not too_big:
+        if too_big:
+            chunks.clear()
+            readers.grow(reader, -reader.held)
+        elif piece:
             chunks.append(piece)
+            readers.grow(reader, len(piece))
         if not event.get("more_body"):
             return None if too_big else b"".join(chunks)
 
 
 def asgi_app(routes: Sequence[WebhookRoute], *, body_deadline: float | None = None,
-             in_flight: InFlight | None = None) -> ASGIApp:
+             readers: BodyReaders | None = None, handling: InFlight | None = None) -> ASGIApp:
     """An ASGI app serving `routes`: 404 elsewhere, 405 for other methods, 413 past MAX_BODY (at once when
     Content-Length says so), 408 when the body is not in after `body_deadline` seconds (default
-    BODY_DEADLINE_SECONDS), 503 when `in_flight` (default: the process's IN_FLIGHT) is full."""
+    BODY_DEADLINE_SECONDS) or its reader was evicted from `readers` (default: the process's READERS) to
+    make room, 503 when `handling` (default: the process's HANDLING) is full once the body is in. The
+    defaults are looked up per request, so a test can swap the module's values."""
     table = {r.path.rstrip("/"): r for r in routes}
-    limiter = IN_FLIGHT if in_flight is None else in_flight
-    deadline = BODY_DEADLINE_SECONDS if body_deadline is None else body_deadline
+
+    async def read(scope: Scope, receive: Receive, send: Send, declared: int | None) -> bytes | None:
+        """The body, or None once a refusal was sent (every refusal closes the connection: uvicorn restarts
+        its keep-alive timer on each byte, so a connection left open could be kept by a trickling sender)."""
+        pool = READERS if readers is None else readers
+        deadline = BODY_DEADLINE_SECONDS if body_deadline is None else body_deadline
+        reader = Reader()
+        pool.admit(reader)  # no await between admitting and starting the task: eviction cancels the task
+        reader.task = task = asyncio.create_task(_read_body(receive, declared, reader, pool))
+        try:
+            await asyncio.wait({task}, timeout=deadline)
+        finally:
+            pool.leave(reader)
+            task.cancel()  # a no-op once it is done
+        too_big = declared is not None and declared > MAX_BODY
+        if not task.done() or task.cancelled():
+            if not reader.evicted:
+                log.warning("webhook %r: refused a body that took over %.0f s", scope["path"][:LOG_PATH_CHARS],
+                            deadline)
+            await _respond(send, WebhookResponse(413, b"body too large") if too_big
+                           else WebhookResponse(408, b"request body not received in time"), CLOSE)
+            return None
+        try:
+            body = task.result()
+        except _Gone:
+            return None
+        if body is None:
+            await _respond(send, WebhookResponse(413, b"body too large"), CLOSE)
+        return body
 
     async def handle(scope: Scope, receive: Receive, send: Send, route: WebhookRoute) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         length = headers.get("content-length", "")
-        declared = int(length) if length.isdigit() else None
-        # Every refusal closes the connection: uvicorn restarts its keep-alive timer on each byte, so a
-        # connection left open after an answer could be kept forever by a trickling sender.
-        close = [(b"connection", b"close")]
-        try:
-            body = await asyncio.wait_for(_read_body(receive, declared), deadline)
-        except TimeoutError:
-            too_big = declared is not None and declared > MAX_BODY
-            log.warning("webhook %s: refused a body that took over %.0f s", scope["path"], deadline)
-            await _respond(send, WebhookResponse(413, b"body too large") if too_big
-                          else WebhookResponse(408, b"request body not received in time"), close)
-            return
+        body = await read(scope, receive, send, int(length) if length.isdigit() else None)
         if body is None:
-            await _respond(send, WebhookResponse(413, b"body too large"), close)
             return
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
-        req = WebhookRequest(scope["method"], scope["path"], body, query, headers)
-        await _respond(send, await route.handler(req))
+        limiter = HANDLING if handling is None else handling
+        if not limiter.take():
+            log.warning("webhook %r: %d requests being handled, answered 503", scope["path"][:LOG_PATH_CHARS],
+                        limiter.now)
+            await _respond(send, WebhookResponse(503, b"busy, retry later"), [(b"retry-after", b"5"), *CLOSE])
+            return
+        try:
+            query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
+            response = await route.handler(WebhookRequest(scope["method"], scope["path"], body, query, headers))
+        finally:
+            limiter.give()
+        await _respond(send, response)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -155,15 +267,7 @@ def asgi_app(routes: Sequence[WebhookRoute], *, body_deadline: float | None = No
         if scope["method"] not in route.methods:
             await _respond(send, WebhookResponse(405, b"method not allowed"))
             return
-        if not limiter.take():
-            log.warning("webhook %s: %d requests in progress, answered 503", scope["path"], limiter.now)
-            await _respond(send, WebhookResponse(503, b"busy, retry later"),
-                          [(b"retry-after", b"5"), (b"connection", b"close")])
-            return
-        try:
-            await handle(scope, receive, send, route)
-        finally:
-            limiter.give()
+        await handle(scope, receive, send, route)
 
     return app
 
