@@ -49,11 +49,12 @@ from hermit.config.load import AgentConfig
 from hermit.errors import ContextOverflowError, HermitError, SessionError
 from hermit.memory.policy.audience import owner_origin, reader_for_session
 from hermit.memory.policy.paths import safe_extra_roots
+from hermit.memory.policy.provenance import Origin
 from hermit.memory.service import MemoryService
 from hermit.messages import AssistantMessage, Message, Usage, UserMessage, valid_text
 from hermit.models.base import ClosableModel, Model, ModelRequest
 from hermit.models.cancel import CancelToken
-from hermit.sessions.keys import agent_id_of, is_main_session_key
+from hermit.sessions.keys import SessionKind, agent_id_of, classify_session_key, is_main_session_key
 from hermit.sessions.lock import DEFAULT_WAIT_SECONDS, session_lock
 from hermit.sessions.pruning import PruningMode, prune_for_request, resolve_pruning_mode
 from hermit.sessions.record import SessionRecord
@@ -308,8 +309,7 @@ class AgentRuntime:
                     transcript=self.store.transcript_path(old.session_id), record=old,
                     workspace=self.agent.workspace, cfg=hook, model=self.model, now=self.clock(),
                     tz=self.timezone, tz_name=self.timezone_name, reason=reason,
-                    origin=owner_origin(session_key) if private else session_origin(session_key,
-                                                                                   self._senders.get(session_key)))
+                    origin=owner_origin(session_key) if private else self._hook_origin(session_key))
             except (HermitError, OSError) as e:  # the new session must start anyway
                 notes.warnings.append(f"could not save the last session to memory: {e}")
                 log.warning("session-memory hook failed for %s: %s", session_key, e)
@@ -318,6 +318,12 @@ class AgentRuntime:
         record = self.new_session(session_key)
         notes.reset = reason
         return SessionStart(record.session_id, old.session_id if old else None, reason, saved)
+
+    def _hook_origin(self, session_key: str) -> Origin:
+        """The origin of a chat's /new file. The transcript does not record who sent each message, so only
+        a DM (one person's words) names its sender; a group's file names the group, not whoever typed /new."""
+        dm = classify_session_key(session_key) is SessionKind.DM
+        return session_origin(session_key, self._senders.get(session_key) if dm else None)
 
     def _expire(self, session_key: str, notes: TurnNotes) -> None:
         record = self.store.get(session_key)

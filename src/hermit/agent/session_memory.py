@@ -10,12 +10,21 @@ Decisions:
   in a daemon thread (a hung provider cannot hold up /new, nor process exit). Its answer is reduced to
   2–5 lowercase ASCII words joined by '-'; anything unusable, an error or a timeout falls back to a
   deterministic keyword slug (the most frequent content words of the user's messages, ties by first
-  appearance), else `session-<first 8 chars of the id>`.
+  appearance), else `session-<first 8 chars of the id>`. The keywords come from the redacted text, and
+  words that look like secrets (long hex, base64 or digit-laden runs) are skipped: the file name is indexed
+  and quoted in the reply. Each word is cut to 24 characters and the name's stem to 100 bytes; a name the
+  file system still refuses falls back to `session-<HHMMSS>` rather than losing the session.
 - The file is created with O_EXCL and never overwritten: a taken name gets `-2`, `-3`, … The date is
   today in the user's time zone. A session that is not the owner's names its file
   `YYYY-MM-DD-<slug>-<6 hex>.md`, the hex stable for its session key (`chat_suffix`): a chat chooses its
   slug (it steers the conversation), so a plain name would collide with the owner's or another chat's
   file of that topic and the `-2` would tell it that file exists. Its names collide only with its own.
+- A session that is not the owner's is bounded like a chat's notes (tools/memory_files.py): the text it
+  saves keeps the last MAX_NOTE_CHARS characters (the end of the session is what /new keeps), and a chat
+  makes at most MAX_CHAT_FILES_PER_DAY files a day; past that, its session is appended to its newest file
+  of the day while that file stays within MAX_FILE_CHARS_FROM_OTHERS, else it is not saved (an error the
+  reply shows as a warning). So /new puts at most about 1 MB a day per chat into memory/, and never
+  touches a file that is not that chat's own. The owner's sessions are not bounded.
 - The whole file — its title too, since the slug names the topic — is one origin block with the
   session's audience (memory/policy/audience.py): the main session's conversation is owner-only, another
   session's is seen by its own chat and the owner. Its text is escaped so it cannot close the block.
@@ -23,26 +32,33 @@ Decisions:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import logging
+import os
 import re
+import stat
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
 
 from hermit.config.schema import SessionMemoryHookConfig
+from hermit.durable import append_whole
 from hermit.errors import HermitError
 from hermit.memory.index.session_source import redact
 from hermit.memory.policy.audience import owner_origin
-from hermit.memory.policy.provenance import Origin, neutralize, wrap
+from hermit.memory.policy.daily_log import MAX_NOTE_CHARS, memory_writes_locked
+from hermit.memory.policy.provenance import Origin, neutralize, open_line, origin_blocks, seal, wrap
 from hermit.messages import UserMessage
 from hermit.models.base import Model, ModelRequest
 from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.record import SessionRecord
 from hermit.sessions.transcript import MessageEntry, read_transcript
+from hermit.tools.memory_files import MAX_FILE_CHARS_FROM_OTHERS
 from hermit.workspace import write_new
 
 log = logging.getLogger("hermit.agent")
@@ -50,6 +66,9 @@ log = logging.getLogger("hermit.agent")
 MAX_MESSAGE_CHARS = 2000
 SLUG_PROMPT_CHARS = 4000
 MAX_SLUG_WORDS = 5
+MAX_WORD_CHARS = 24
+MAX_STEM_BYTES = 100  # of `YYYY-MM-DD-<slug>[-<6 hex>]`: far below NAME_MAX (255) with `-NNN.md` added
+MAX_CHAT_FILES_PER_DAY = 3  # files a session that is not the owner's makes a day; then it appends
 SLUG_REQUEST = (
     "Write a 2-5 word kebab-case slug (lowercase ASCII letters, digits and hyphens, like "
     "\"db-migration-plan\") that names the topic of this conversation, for a file name. Reply with the "
@@ -67,6 +86,20 @@ think make one two new also maybe really good great right see look let tell said
 """
 _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 _WORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9]{2,}")
+_HEX_RE = re.compile(r"[0-9A-Fa-f]+")
+_MESSAGE_START = re.compile(r"\n\n(?=(?:User|Assistant): )")
+_NAME_ERRORS = frozenset({errno.ENAMETOOLONG, errno.EILSEQ, errno.EINVAL})
+
+
+def looks_secret(word: str) -> bool:
+    """A word that may be a key, token, hash or id rather than a topic: a long hex run, a long run with
+    several digits, or a long run with capitals inside (base64). Such words never name a file."""
+    digits = sum(c.isdigit() for c in word)
+    if len(word) >= 8 and digits and _HEX_RE.fullmatch(word):
+        return True
+    if len(word) >= 12 and digits >= 2:
+        return True
+    return len(word) >= 16 and any(c.isupper() for c in word[1:]) and any(c.islower() for c in word)
 
 
 @dataclass(frozen=True)
@@ -96,22 +129,25 @@ def recent_dialogue(path: Path, count: int) -> list[Line]:
 def sanitize_slug(raw: str) -> str | None:
     """2–5 lowercase ASCII words joined by '-' from a model's answer, or None when unusable."""
     first = raw.strip().splitlines()[0] if raw.strip() else ""
-    words = [w for w in re.split(r"[^a-z0-9]+", first.lower()) if w][:MAX_SLUG_WORDS]
-    words = [w[:24] for w in words]
+    words = [w for w in re.split(r"[^a-z0-9]+", first.lower()) if w and not looks_secret(w)][:MAX_SLUG_WORDS]
+    words = [w[:MAX_WORD_CHARS] for w in words]
     if not words or not any(c.isalpha() for c in "".join(words)):
         return None
     return "-".join(words)
 
 
 def keyword_slug(dialogue: Sequence[Line], session_id: str) -> str:
-    """The deterministic fallback: the most frequent content words of the user's messages."""
+    """The deterministic fallback: the most frequent content words of the user's messages (redacted, and
+    without words that look like secrets)."""
     counts: Counter[str] = Counter()
     first_seen: dict[str, int] = {}
     texts = [d.text for d in dialogue if d.role == "user"] or [d.text for d in dialogue]
     for text in texts:
-        for match in _WORD_RE.finditer(text):
-            word = match.group(0).lower()
-            if word in _STOPWORDS:
+        for match in _WORD_RE.finditer(redact(text)):
+            if looks_secret(match.group(0)):
+                continue
+            word = match.group(0).lower()[:MAX_WORD_CHARS]
+            if word in _STOPWORDS or word == "redacted":
                 continue
             counts[word] += 1
             first_seen.setdefault(word, len(first_seen))
@@ -173,6 +209,26 @@ def write_memory_file(directory: Path, stem: str, text: str) -> Path:
                       "move old session files out of memory/")
 
 
+def fit_slug(slug: str, max_bytes: int) -> str:
+    """`slug` cut at a word boundary to at most `max_bytes` bytes (UTF-8)."""
+    words: list[str] = []
+    for word in slug.split("-"):
+        if len("-".join([*words, word]).encode("utf-8")) > max_bytes:
+            break
+        words.append(word)
+    return "-".join(words) or slug.encode("utf-8")[:max_bytes].decode("utf-8", "ignore")
+
+
+def tail_of(body: str, limit: int) -> str:
+    """The end of `body` in at most `limit` characters, from the start of a message where one begins."""
+    if len(body) <= limit:
+        return body
+    note = "… (earlier messages cut: a chat's saved session keeps its last part)\n\n"
+    tail = body[len(body) - max(0, limit - len(note)):]
+    start = _MESSAGE_START.search(tail)
+    return note + (tail[start.end():] if start else tail)
+
+
 def save_session_memory(
     *,
     transcript: Path,
@@ -188,7 +244,9 @@ def save_session_memory(
 ) -> Path | None:
     """Write the hook's file for the ending session; None when it had no messages. The file is wrapped
     whole in an origin block: `origin` for a session that is not the owner's (seen by its own chat and
-    the owner), else an owner-only block (None: the main session)."""
+    the owner), else an owner-only block (None: the main session). A session that is not the owner's is
+    bounded (MAX_NOTE_CHARS of text, MAX_CHAT_FILES_PER_DAY files a day, then appends): HermitError when
+    its day's share is used up."""
     dialogue = recent_dialogue(transcript, cfg.messages)
     if not dialogue:
         return None
@@ -196,17 +254,89 @@ def save_session_memory(
         else None
     slug = slug or keyword_slug(dialogue, record.session_id)
     local = now.astimezone(tz)
-    header = (
-        f"# Session {local:%Y-%m-%d %H:%M} ({tz_name}): {slug.replace('-', ' ')}\n\n"
-        f"- Session key: {record.key}\n"
-        f"- Session id: {record.session_id}\n"
-        f"- Source: {record.origin_channel or 'direct'}\n"
-        f"- Saved on {reason}: the last {len(dialogue)} user/assistant messages\n\n"
-        "## Conversation\n\n"
-    )
+    chat = not is_main_session_key(record.key)  # fails closed: anything but the main session
+    suffix = f"-{chat_suffix(record.key)}" if chat else ""
+    block = origin if origin is not None else owner_origin(record.key)
     body = render_dialogue(dialogue) + "\n"
-    text = wrap(neutralize(header + body), origin if origin is not None else owner_origin(record.key))
-    stem = f"{local:%Y-%m-%d}-{slug}"
-    if not is_main_session_key(record.key):  # fails closed: anything but the main session
-        stem = f"{stem}-{chat_suffix(record.key)}"
-    return write_memory_file(workspace / "memory", stem, text)
+
+    def compose(slug: str) -> tuple[str, str]:
+        header = (
+            f"# Session {local:%Y-%m-%d %H:%M} ({tz_name}): {slug.replace('-', ' ')}\n\n"
+            f"- Session key: {record.key}\n"
+            f"- Session id: {record.session_id}\n"
+            f"- Source: {record.origin_channel or 'direct'}\n"
+            f"- Saved on {reason}: the last {len(dialogue)} user/assistant messages\n\n"
+            "## Conversation\n\n"
+        )
+        text = header + (tail_of(body, MAX_NOTE_CHARS - len(header)) if chat else body)
+        return f"{local:%Y-%m-%d}-{slug}{suffix}", wrap(neutralize(text), block)
+
+    slug = fit_slug(slug, MAX_STEM_BYTES - len(f"{local:%Y-%m-%d}-{suffix}"))
+    directory = workspace / "memory"
+    if not chat:
+        return _create(directory, compose, slug, local)
+    directory.mkdir(parents=True, exist_ok=True)
+    with memory_writes_locked(workspace):  # the count and the append decided with no other writer between
+        day = f"{local:%Y-%m-%d}"
+        mine = _chat_files(directory, day, suffix)
+        if len(mine) < MAX_CHAT_FILES_PER_DAY:
+            return _create(directory, compose, slug, local)
+        return _append_to_newest(mine, compose(slug)[1], block)
+
+
+def _create(directory: Path, compose: Callable[[str], tuple[str, str]], slug: str, local: datetime) -> Path:
+    stem, text = compose(slug)
+    try:
+        return write_memory_file(directory, stem, text)
+    except OSError as e:
+        if e.errno not in _NAME_ERRORS:
+            raise
+        log.warning("session-memory: the file system refused the name %s.md (%s); using a timestamp", stem, e)
+    stem, text = compose(f"session-{local:%H%M%S}")
+    return write_memory_file(directory, stem, text)
+
+
+def _chat_files(directory: Path, day: str, suffix: str) -> list[Path]:
+    """The session files of the chat whose names end in `suffix`, dated `day`, oldest first."""
+    pattern = re.compile(rf"{re.escape(day)}-.+{re.escape(suffix)}(?:-[0-9]+)?\.md")
+    found = []
+    for path in directory.iterdir():
+        if pattern.fullmatch(path.name):
+            with contextlib.suppress(OSError):
+                found.append((path.lstat().st_mtime_ns, path.name, path))
+    return [p for _, _, p in sorted(found)]
+
+
+def _is_own(existing: str, block: Origin) -> bool:
+    """The file is the chat's own session file: nothing but blocks of that chat's session."""
+    want = origin_blocks(open_line(block))[0].origin  # as a marker records it
+    blocks = origin_blocks(existing)
+    return existing.startswith("<!-- origin") and bool(blocks) and all(
+        (b.origin.session, b.origin.audience) == (want.session, want.audience) for b in blocks)
+
+
+def _append_to_newest(mine: Sequence[Path], addition: str, block: Origin) -> Path:
+    """Add the session to the chat's newest file of the day while it stays within
+    MAX_FILE_CHARS_FROM_OTHERS; a file that is not plainly the chat's own is never touched."""
+    path = mine[-1]
+    refused = HermitError(
+        f"this chat already has {len(mine)} session files in memory today and the last, {path.name}, has no "
+        f"room for another (a chat's session files grow to at most {MAX_FILE_CHARS_FROM_OTHERS:,} characters)",
+        "the conversation stays in its transcript; ask the owner to save what matters")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise refused from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or st.st_size > 4 * MAX_FILE_CHARS_FROM_OTHERS:
+            raise refused
+        existing = os.pread(fd, st.st_size, 0).decode("utf-8", errors="replace")
+        closing = seal(existing)[len(existing):]
+        data = closing + "\n" + addition
+        if not _is_own(existing, block) or len(existing) + len(data) > MAX_FILE_CHARS_FROM_OTHERS:
+            raise refused
+        append_whole(fd, data.encode("utf-8"))
+    finally:
+        os.close(fd)
+    return path
