@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from hermit.cli.context import CliContext
+from hermit.cli.terminal import warn
 
 if TYPE_CHECKING:  # the agent runtime loads when the command runs, so `hermit --help` stays quick
     from hermit.agent.loop import AgentEvent
@@ -65,5 +66,5 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     if not result.delivered:
         print("(silent reply: nothing delivered)", file=sys.stderr)
     for w in result.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+        warn(w)
     return 0

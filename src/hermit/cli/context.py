@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hermit.cli.terminal import warn
 from hermit.config.paths import StatePaths, default_home
 from hermit.errors import HermitError
 from hermit.redaction import header_secret, url_passwords
@@ -86,7 +87,7 @@ def environment_with_env_file(home: Path, environ: Mapping[str, str]) -> dict[st
     path = env_file_path(home)
     stored = read_env_file(path)
     for problem in stored.problems:
-        print(f"warning: {path}: {problem}", file=sys.stderr)
+        warn(f"{path}: {problem}")
     return {**stored.values, **environ}
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermit.cli.checks import Check, check
 from hermit.cli.context import CliContext
+from hermit.cli.terminal import warn
 from hermit.errors import JobError
 
 if TYPE_CHECKING:  # the commands load the scheduler themselves, so `hermit --help` stays quick
@@ -154,7 +155,7 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
         print(json.dumps(listing, ensure_ascii=False, indent=2))
         return 0
     for bad in listing.get("invalid", []):
-        print(f"warning: {bad['error']}", file=sys.stderr)
+        warn(bad['error'])
     rows = listing["jobs"]
     if not rows:
         print("no jobs yet (add one with `hermit cron add --cron '0 8 * * *' -m '…'`)")

@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from hermit.cli.context import CliContext, is_tty
+from hermit.cli.terminal import warn
 from hermit.errors import ConfigError, HermitError
 from hermit.messages import valid_json
 
@@ -71,7 +72,7 @@ def _sync(svc: MemoryService, *, show_progress: bool, force: bool = False) -> Sy
 
 def _print_warnings(report: SyncReport) -> None:
     for w in report.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+        warn(w)
 
 
 def _print_server_store(store: dict[str, Any]) -> None:
@@ -216,7 +217,7 @@ def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
     if res.get("mode"):
         print(f"({res['mode']}: {res['reason']})" if res.get("reason") else f"({res['mode']})", file=sys.stderr)
     for w in res.get("warnings", []):
-        print(f"warning: {w}", file=sys.stderr)
+        warn(w)
     if not res["results"]:
         print("no results")
         if res.get("unmatched"):

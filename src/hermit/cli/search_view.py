@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from hermit.cli.terminal import one_line
 from hermit.memory.search.fts import CJK_LETTERS, query_terms
 from hermit.memory.search.snippets import stem
 
@@ -55,7 +56,8 @@ def render_results(results: list[dict[str, Any]], query: str, file_lines: Callab
     blocks: list[str] = []
     for r in results:
         a, b = int(r["startLine"]), int(r["endLine"])
-        where = f"{r['path']}:{a}" if a == b else f"{r['path']}:{a}-{b}"
+        path = one_line(r["path"])
+        where = f"{path}:{a}" if a == b else f"{path}:{a}-{b}"
         label = f"{r['source']} · {r['audience']}" if r.get("audience") else str(r["source"])
         out = [f"{r['score']:.3f}  {where}  [{label}]"]
         lines = str(r["snippet"]).split("\n")

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hermit.cli.context import CliContext
+from hermit.cli.terminal import warn
 from hermit.errors import SessionError
 
 if TYPE_CHECKING:  # loaded by the commands, so `hermit --help` stays quick
@@ -96,7 +96,7 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
         return _list_all(ctx, store, args)
     records = store.list()
     for w in store.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+        warn(w)
     if args.json:
         print(json.dumps([{"key": r.key, **r.to_json()} for r in records], ensure_ascii=False, indent=2))
         return 0
@@ -114,7 +114,7 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
 def _list_all(ctx: CliContext, store: SessionStore, args: argparse.Namespace) -> int:
     rows = _all_sessions(store)
     for w in store.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+        warn(w)
     if args.json:
         print(json.dumps([r.to_json() for r in rows], ensure_ascii=False, indent=2))
         return 0
@@ -201,7 +201,7 @@ def cmd_show(ctx: CliContext, args: argparse.Namespace) -> int:
     path = store.transcript_path(session_id)
     read = read_transcript(path)
     for p in read.problems:
-        print(f"warning: {p}", file=sys.stderr)
+        warn(p)
     if args.json:
         out: list[dict[str, Any]] = [read.header.to_json()]
         for e in read.entries:

@@ -34,6 +34,18 @@ def terminal_safe(text: str) -> str:
     return _UNSAFE.sub(_visible, text)
 
 
+def one_line(text: object) -> str:
+    """`text` for a place that is one line — a file name, a result's label, a warning: its newlines, tabs and
+    carriage returns are escaped too (a note named `x\\n1.000  MEMORY.md:3  [memory · owner]` printed a
+    forged owner result under its own)."""
+    return str(text).replace("\n", "\\u000a").replace("\r", "\\u000d").replace("\t", "\\u0009")
+
+
+def warn(text: object) -> None:
+    """`warning: <text>` on stderr, on one line (a warning quotes file names and others' text)."""
+    print(f"warning: {one_line(text)}", file=sys.stderr)
+
+
 class SafeStream:
     """A text stream that writes through `terminal_safe`; everything else is the wrapped stream's."""
 
