@@ -142,15 +142,17 @@ def test_seen_ids_are_bounded_by_age_and_count(tmp_path: Path) -> None:
     now = [1_000_000.0]
     path = tmp_path / "seen.json"
     ids = SeenIds(path, max_age=100, limit=3, clock=lambda: now[0])
-    for i in range(5):
-        assert not ids.seen(f"m{i}")
+    for i in range(4):
+        assert not ids.seen(f"m{i}", now[0] - 10 * i)
         ids.commit(f"m{i}", now[0] - 10 * i)
-    assert list(json.loads(path.read_text())["ids"]) == ["m2", "m3", "m4"]  # the last three handled are kept
-    now[0] += 75  # m3 (sent 30 s before the start) and m4 (40 s before) are now older than 100 s
+    saved = json.loads(path.read_text())
+    assert sorted(saved["ids"]) == ["m0", "m1", "m2"] and saved["floor"] == now[0] - 30  # the three sent last
+    assert ids.seen("m3", now[0] - 30) and ids.seen("m4", now[0] - 40)  # at or before the floor: refused
+    now[0] += 95  # m1 (sent 10 s before the start), m2 and the floor are now older than 100 s
     ids.commit("m5", now[0])
     reloaded = SeenIds(path, max_age=100, limit=3, clock=lambda: now[0])
-    assert sorted(json.loads(path.read_text())["ids"]) == ["m2", "m5"]
-    assert reloaded.seen("m2") and reloaded.seen("m5") and not reloaded.seen("m9")
+    assert json.loads(path.read_text()) == {"ids": {"m0": 1_000_000.0, "m5": now[0]}}
+    assert reloaded.seen("m0") and reloaded.seen("m5") and not reloaded.seen("m9", now[0])
     assert reloaded.seen("m9")  # claimed now: a concurrent redelivery is dropped …
     reloaded.forget("m9")
-    assert not reloaded.seen("m9")  # … until handling fails and the claim is released
+    assert not reloaded.seen("m9", now[0])  # … until handling fails and the claim is released

@@ -53,6 +53,9 @@ MEDIA_KINDS: dict[str, AttachmentKind] = {"image": "image", "document": "documen
 # free-form replies only within 24 hours of the user's last message). The seen ids are kept on disk for
 # the same span, so inside it a replayed or redelivered message id is recognised, after a restart too.
 MAX_MESSAGE_AGE_SECONDS = 24 * 3600
+# Ids kept at most (memory, and the file rewritten per message). A signature has no timestamp, so an id is
+# never forgotten while its message is fresh: past this many within 24 hours, messages sent before the
+# oldest id kept are refused instead (a late redelivery among them is lost, a replay cannot get through).
 SEEN_IDS_LIMIT = 5_000
 
 # Received media are fetched before access control runs (a stranger's too), so they are capped like
@@ -168,8 +171,8 @@ class WhatsAppChannel:
         kind = str(m.get("type", ""))
         if kind not in ("text", "button", *MEDIA_KINDS):
             return  # reactions, locations, system notices: nothing for the agent
-        if self._seen.seen(mid):
-            return
+        if self._seen.seen(mid, sent_at):
+            return  # handled before, or cannot be told from a replay (no id; sent before the ids kept)
         try:
             sender = str(m.get("from", ""))
             text = ""
