@@ -57,7 +57,7 @@ def test_install_writes_a_unit_whose_command_line_runs_this_gateway(tmp_path: Pa
     values = unit_values(text)
     argv = shlex.split(values["ExecStart"])
     assert argv == [sys.executable, "-m", "hermit", "--home", str(home), "gateway", "run"]
-    assert values["EnvironmentFile"] == f'-"{home / "hermit.env"}"'  # a path with a blank is quoted
+    assert values["EnvironmentFile"] == f'-{home / "hermit.env"}'  # taken whole by systemd: never quoted
     assert values["Restart"] == "on-failure" and values["UMask"] == "0077"
     assert values["WantedBy"] == "default.target"
 
@@ -96,6 +96,30 @@ def test_install_writes_a_unit_whose_command_line_runs_this_gateway(tmp_path: Pa
     assert gone.returncode == 0 and not unit.exists() and "disable --now hermit-gateway.service" in gone.stdout
     again = hermit(env, "gateway", "uninstall")
     assert again.returncode == 1 and "no service file" in again.stderr
+
+
+def test_a_state_dir_with_dollars_percents_or_a_newline_in_its_path(tmp_path: Path) -> None:
+    """systemd expands $VAR in ExecStart's words and %x specifiers everywhere, takes EnvironmentFile= whole
+    (quotes would be part of the path: the line was ignored), and a newline starts a setting of its own."""
+    odd, user = tmp_path / "a $HOME 100%h", tmp_path / "user"
+    env = env_for(odd, user, XDG_CONFIG_HOME=str(tmp_path / "xdg"))
+    assert hermit(env, "init").returncode == 0
+    r = hermit(env, "gateway", "install", "--no-start")
+    assert r.returncode == 0, r.stderr
+    values = unit_values((tmp_path / "xdg" / "systemd" / "user" / "hermit-gateway.service").read_text())
+    # as systemd reads them: words unquoted, then $$ -> $ and %% -> %
+    argv = [w.replace("$$", "$").replace("%%", "%") for w in shlex.split(values["ExecStart"])]
+    assert argv[3:5] == ["--home", str(odd)]
+    assert "$HOME" not in values["ExecStart"].replace("$$HOME", "") and "%h" not in values["ExecStart"].replace("%%h", "")
+    assert values["EnvironmentFile"] == f"-{tmp_path}/a $HOME 100%%h/hermit.env"
+    assert values["Description"].endswith(" 100%%h")
+
+    newline = tmp_path / "x\nExecStartPre=/bin/touch /tmp/pwned"
+    env = env_for(newline, user, XDG_CONFIG_HOME=str(tmp_path / "xdg2"))
+    assert hermit(env, "init").returncode == 0
+    r = hermit(env, "gateway", "install", "--no-start")
+    assert r.returncode != 0 and "control character" in r.stderr
+    assert not (tmp_path / "xdg2" / "systemd" / "user" / "hermit-gateway.service").exists()
 
 
 def test_without_xdg_config_home_the_unit_goes_to_dot_config_and_macos_gets_a_launchd_agent(tmp_path: Path) -> None:

@@ -49,26 +49,43 @@ def gateway_command(home: Path) -> list[str]:
 
 
 def _systemd_quote(arg: str) -> str:
-    """One ExecStart word: quoted when it has blanks or quotes; % doubled (systemd's specifier sign)."""
-    arg = arg.replace("%", "%%")
+    """One ExecStart word: quoted when it has blanks or quotes; % doubled (systemd's specifier sign) and $
+    doubled (systemd expands $VAR and ${VAR} in ExecStart's words)."""
+    arg = arg.replace("%", "%%").replace("$", "$$")
     if re.fullmatch(r"[A-Za-z0-9_@%+=:,./-]+", arg):
         return arg
     return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _systemd_text(value: str) -> str:
+    """A setting systemd takes whole and unquoted (Description=, EnvironmentFile=): only specifiers escaped."""
+    return value.replace("%", "%%")
+
+
+def _one_line_path(path: str, what: str) -> str:
+    """`path` for a unit or plist line; a control character (a newline would start a line of its own in the
+    unit: `ExecStartPre=…`) is refused rather than escaped."""
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        raise ConfigError(f"{what} {path!r} holds a control character (a newline?); a service unit cannot name it",
+                          "use a state dir (--home / HERMIT_HOME) and a Python whose paths have none")
+    return path
+
+
 def systemd_unit(home: Path) -> str:
+    _one_line_path(str(home), "the state dir")
+    _one_line_path(sys.executable, "the Python")
     exec_start = " ".join(_systemd_quote(a) for a in gateway_command(home))
     return f"""\
 # Written by `hermit gateway install`; `hermit gateway uninstall` removes it.
 [Unit]
-Description=Hermit gateway (web chat, chat channels, scheduler) for {home}
+Description=Hermit gateway (web chat, chat channels, scheduler) for {_systemd_text(str(home))}
 After=network-online.target
 Wants=network-online.target
 
 [Service]
 Type=simple
 ExecStart={exec_start}
-EnvironmentFile=-{_systemd_quote(str(env_file_path(home)))}
+EnvironmentFile=-{_systemd_text(str(env_file_path(home)))}
 Environment=PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
 UMask=0077
 Restart=on-failure
@@ -81,6 +98,7 @@ WantedBy=default.target
 
 
 def launchd_plist(home: Path, name: str) -> bytes:
+    _one_line_path(str(home), "the state dir")
     logs = home / "logs"
     return plistlib.dumps({
         "Label": LAUNCHD_LABEL if name == DEFAULT_NAME else f"com.hermit.{name}",
