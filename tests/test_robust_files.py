@@ -358,3 +358,18 @@ def test_racing_creators_of_one_name_never_overwrite_each_other(tmp_path: Path, 
         t.join()
     assert len(won) == 1 and target.read_text() == f"writer {won[0]}\n" * 1000
     assert os.listdir(tmp_path) == ["note.md"]
+
+
+def test_a_memory_file_swapped_for_a_symlink_after_listing_is_not_followed(tmp_path: Path) -> None:
+    """The listing skips symlinks, but a file replaced by one between the listing and the read (pointing at
+    a file the owner never put in memory) was followed: the index reads with O_NOFOLLOW now."""
+    from hermit.memory.index.sources import read_memory_file
+
+    outside = tmp_path / "shadow"
+    outside.write_text("root:secret-hash:19000\n")
+    note = tmp_path / "memory" / "note.md"
+    note.parent.mkdir()
+    note.symlink_to(outside)  # what the read meets after the swap
+    got = read_memory_file(note, "memory/note.md", 1 << 20)
+    assert got.text is None and got.warning == "memory/note.md: skipped, it is a symlink; memory files must be regular files"
+    assert read_regular(note) == outside.read_bytes()  # other callers (a symlinked hermit.yaml) still follow

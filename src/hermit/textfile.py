@@ -52,20 +52,23 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
-def read_regular(path: str | Path, max_bytes: int | None = None) -> bytes:
-    """The bytes of a regular file, never blocking on anything else.
+def read_regular(path: str | Path, max_bytes: int | None = None, *, follow: bool = True) -> bytes:
+    """The bytes of a regular file, never blocking on anything else; with `follow=False` a symlink as the
+    last component is refused too (a memory file listed as regular and swapped for a link before the read).
 
-    Raises NotRegularFile (directory, FIFO, socket, device), FileTooLarge when over `max_bytes`, or
-    the OSError of the open/read (FileNotFoundError, PermissionError…)."""
+    Raises NotRegularFile (directory, FIFO, socket, device, that symlink), FileTooLarge when over `max_bytes`,
+    or the OSError of the open/read (FileNotFoundError, PermissionError…)."""
     name = os.fspath(path)
-    st = os.stat(name)
+    st = os.stat(name, follow_symlinks=follow)
     if not stat.S_ISREG(st.st_mode):
         raise NotRegularFile(name, file_kind(st.st_mode))
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
     except OSError as e:
         if e.errno == errno.ENXIO:  # a socket swapped in after the stat
             raise NotRegularFile(name, "a socket") from None
+        if e.errno == errno.ELOOP and not follow:  # a symlink swapped in after the stat
+            raise NotRegularFile(name, "a symlink") from None
         raise
     try:
         st = os.fstat(fd)

@@ -138,7 +138,7 @@ class ReadResult:
 
 def read_memory_file(path: Path, rel: str, max_bytes: int) -> ReadResult:
     try:
-        data = read_regular(path, max_bytes)
+        data = read_regular(path, max_bytes, follow=False)  # listed as no symlink: none swapped in since
     except FileNotFoundError:
         return ReadResult(None, None)  # vanished mid-sync: the next sync removes it
     except NotRegularFile as e:

@@ -207,7 +207,7 @@ class Indexer:
         """The text to index for `f` (None = nothing to index now) and its message count."""
         if f.source == "sessions":
             try:
-                data = read_regular(f.path)
+                data = read_regular(f.path, follow=False)
             except OSError as e:
                 report.warnings.append(f"{f.rel}: skipped, cannot read ({e})")
                 return None, 0
