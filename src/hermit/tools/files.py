@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,10 +268,12 @@ class FileTools:
             raise PathPolicyError(f"{loc.shown} holds the owner's instructions and cannot be changed from this "
                                   "session", "write policy: only the main session may change workspace "
                                          "instruction files")
-        if self.view.is_dir(loc):
-            raise ToolError(f"{loc.shown} is a directory", "write to a file path inside it")
-        if self.view.lstat(loc) is None:
+        # What is really there (a write cannot replace a folder); the path alone decided whether it may add.
+        st = self.view.lstat(loc)
+        if st is None:
             return None
+        if stat.S_ISDIR(st.st_mode):
+            raise ToolError(f"{loc.shown} is a directory", "write to a file path inside it")
         try:
             if loc.area == "memory":
                 return self._memory_text(loc)

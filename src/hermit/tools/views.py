@@ -138,16 +138,41 @@ class RoomView:
         if loc.area == "room":
             with self.room.fd() as fd:
                 return safe_fs.read_beneath(fd, loc.rel, max_bytes).data
+        if loc.area == "memory":
+            return self._read_memory(loc, max_bytes)
         with workspace_fd(self.workspace) as ws:
             opened = safe_fs.read_beneath(ws, loc.rel, max_bytes)
         if loc.area == "instruction":  # what the owner's chat wrote in them is withheld like its notes
             return self.memory.render(loc.rel, opened.data, opened.st) or \
                 f"[{loc.shown}: nothing in it is shared with this chat]\n".encode()
+        raise safe_fs.NotAFile(loc.shown, "a directory")  # the root (the room and memory returned above)
+
+    def _read_memory(self, loc: Located, max_bytes: int) -> bytes:
+        """A memory file as this session may see it. Whatever it may see nothing of — an owner-only note, one
+        under memory/private/, a folder, a FIFO, a symlink (or a file where the path goes on), a binary or
+        unreadable file — is answered as a missing one (FileNotFoundError): no error tells the session which
+        of the owner's names exist. A file it may see keeps the precise reason (too large); MEMORY.md under
+        another name (a hard link) is refused by the privacy rule, as before."""
+        try:
+            with workspace_fd(self.workspace) as ws:
+                opened = safe_fs.read_beneath(ws, loc.rel, max_bytes)
+        except FileNotFoundError:
+            raise self._not_shared(loc) from None
+        except (OSError, PathPolicyError):
+            if any(rel == loc.rel for rel, _ in self.memory.files()):
+                raise
+            raise self._not_shared(loc) from None
         self._refuse_long_term(loc, opened.st)
+        if b"\x00" in opened.data[:8192]:  # never in this session's memory (nor in its sandbox's copy)
+            raise self._not_shared(loc)
         shown = self.memory.render(loc.rel, opened.data, opened.st)
         if shown is None:  # the same answer as for a file that is not there (the read tool says both)
-            raise FileNotFoundError(f"{loc.shown} is not there, or nothing in it is shared with this session")
+            raise self._not_shared(loc)
         return shown
+
+    @staticmethod
+    def _not_shared(loc: Located) -> FileNotFoundError:
+        return FileNotFoundError(f"{loc.shown} is not there, or nothing in it is shared with this session")
 
     def read_to_add(self, loc: Located, max_bytes: int) -> bytes:
         """A memory file's whole text, for adding a note at its end (the memory rules let this session only
@@ -176,8 +201,14 @@ class RoomView:
             return safe_fs.lstat_beneath(ws, loc.rel)
 
     def is_dir(self, loc: Located) -> bool:
-        if loc.area == "root":
+        """Whether `loc` is a folder for this session. Under memory/ that is memory/ itself and a folder holding
+        a memory file it may see (what `listing` and the sandbox's copy of memory show): an owner-only folder,
+        such as memory/private/<topic>/, is answered as a missing one, never confirmed by its name."""
+        if loc.area == "root" or (loc.area == "memory" and loc.rel == MEMORY_DIR):
             return True
+        if loc.area == "memory":
+            prefix = loc.rel + "/"
+            return any(rel.startswith(prefix) for rel, _ in self.memory.files())
         st = self.lstat(loc)
         return st is not None and stat.S_ISDIR(st.st_mode)
 
