@@ -260,6 +260,39 @@ def test_while_shutting_down_only_senders_let_in_hear_that_hermit_is_restarting(
     assert [(m.target.peer_id, m.text) for m in ch.messages()] == [("owner", NOT_PROCESSED)]
 
 
+def test_a_sender_revoked_while_queued_hears_nothing_at_shutdown(tmp_path: Path) -> None:
+    """A message queued behind a running turn is answered "not processed" at shutdown; its sender, revoked
+    while it waited, was answered all the same (access is checked again, as when its turn would start)."""
+    started, go_on = threading.Event(), threading.Event()
+    revoked: set[str] = set()
+
+    def model(req: ModelRequest) -> Reply:
+        started.set()
+        go_on.wait(10)
+        return "done"
+
+    def admit(msg: InboundMessage, agent_id: str) -> Admission:
+        return Admission(msg.peer_id not in revoked, reason="pairing: approval revoked")
+
+    rt = runtime(tmp_path, model)
+    ch = RecordingChannel()
+    bus = make_bus(rt, ch, admit=admit)
+
+    async def main() -> None:
+        await bus.publish(inbound("work", peer="owner"))
+        await bus.publish(inbound("queued", peer="contact"))
+        await bus.publish(inbound("queued too", peer="owner2"))
+        await wait_for(started.is_set)
+        revoked.add("contact")
+        bus.close_intake()
+        go_on.set()
+        assert await bus.drain(10)
+
+    asyncio.run(main())
+    notices = [(m.target.peer_id, m.text) for m in ch.messages() if m.text == NOT_PROCESSED]
+    assert notices == [("owner2", NOT_PROCESSED)]
+
+
 @pytest.mark.parametrize("replays", [False, True], ids=["discord", "telegram-journal"])
 def test_files_of_messages_queued_at_shutdown_are_deleted_unless_the_channel_replays(tmp_path: Path,
                                                                                    replays: bool) -> None:

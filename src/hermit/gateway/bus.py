@@ -250,7 +250,10 @@ class Bus:
             channel = self.channels.get((job.msg.channel, job.msg.account_id))
             if channel is None or not channel.capabilities.replays:  # nothing will ask for its files again
                 attachments.discard(job.msg)
-            if channel is not None:
+            # Only a sender still let in hears it: one revoked while its message waited hears nothing (and
+            # is sent no pairing code at shutdown).
+            if channel is not None and (job.msg.channel in self._trusted or (
+                    await asyncio.to_thread(self._admit, job.msg, job.agent_id)).allowed):
                 await send_safely(channel, OutboundMessage(Target.of(job.msg), NOT_PROCESSED, "notice"))
 
     # ---- shutdown -----------------------------------------------------------------------------------
