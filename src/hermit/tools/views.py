@@ -150,9 +150,9 @@ class RoomView:
     def _read_memory(self, loc: Located, max_bytes: int) -> bytes:
         """A memory file as this session may see it. Whatever it may see nothing of — an owner-only note, one
         under memory/private/, a folder, a FIFO, a symlink (or a file where the path goes on), a binary or
-        unreadable file — is answered as a missing one (FileNotFoundError): no error tells the session which
-        of the owner's names exist. A file it may see keeps the precise reason (too large); MEMORY.md under
-        another name (a hard link) is refused by the privacy rule, as before."""
+        unreadable file, MEMORY.md under another name (a hard link: the sandbox's copy of memory leaves it out
+        too) — is answered as a missing one (FileNotFoundError): no error tells the session which of the
+        owner's names exist. A file it may see keeps the precise reason (too large)."""
         try:
             with workspace_fd(self.workspace) as ws:
                 opened = safe_fs.read_beneath(ws, loc.rel, max_bytes)
@@ -162,7 +162,8 @@ class RoomView:
             if any(rel == loc.rel for rel, _ in self.memory.files()):
                 raise
             raise self._not_shared(loc) from None
-        self._refuse_long_term(loc, opened.st)
+        if is_long_term(self.workspace / loc.rel, self.workspace) or opened.st.st_nlink > 1:
+            raise self._not_shared(loc)
         if b"\x00" in opened.data[:8192]:  # never in this session's memory (nor in its sandbox's copy)
             raise self._not_shared(loc)
         shown = self.memory.render(loc.rel, opened.data, opened.st)
