@@ -35,6 +35,33 @@ def ensure_private_dir(path: Path) -> None:
         os.chmod(directory, PRIVATE_DIR_MODE)  # mkdir's mode is filtered by the umask
 
 
+def not_own_private_dir(st: os.stat_result) -> str | None:
+    """Why an existing directory (`st` from lstat) cannot receive owner-only files as it is — a symlink or not a
+    folder, another uid's, or one its group or others may write (they could plant a name in it first, or swap
+    one). None when it is the current user's and only they write into it. `ensure_private_dir` leaves existing
+    directories alone; a command about to write secrets into one it did not create (`hermit restore`) asks this."""
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    if st.st_uid != os.geteuid():
+        return f"belongs to another user (uid {st.st_uid})"
+    if st.st_mode & 0o022:
+        return f"can be written by its group or by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def not_safe_parent(st: os.stat_result) -> str | None:
+    """Why a directory is no place to create a private folder in and rename it into place: owned by a user other
+    than the current one or root, or writable by its group or others without the sticky bit (they could rename
+    the new folder away, or put their own in its place). /tmp (root's, sticky) is a safe parent."""
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"belongs to another user (uid {st.st_uid})"
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        return f"can be written by its group or by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
 def private_file(path: Path) -> None:
     """Make sure `path` exists as an owner-only file (created 0600; an existing one tightened to 0600).
 

@@ -1,0 +1,373 @@
+"""`hermit restore FILE [--force] [--external]`: an archive of `hermit backup` back onto a state dir.
+
+Restore trusts nothing in the archive: every member must be a regular file or a directory under the archive's
+top folder, with no absolute path and no `..`; links, devices and FIFOs are refused (our own checks: tarfile's
+extraction filters exist only from Python 3.11.4). The modes it carries are not taken as they are: under the
+state dir every file is 0600 (0700 when its owner could run it) and every folder 0700; elsewhere they are
+capped at 0755 and 0644 — never writable by group or others.
+
+Where it writes: the state dir, and each external folder, is either missing — then the archive is unpacked
+into a private staging folder (a random name made 0700 in the parent, which must be the user's or root's and
+not writable by others unless sticky, like /tmp) and renamed into place whole, born 0700 — or a folder of the
+user's that only they can write: another user's folder, or one its group or others may write, is refused
+before anything is written (they could plant a file under a name restore uses and read the keys through it).
+Every file is made by durable.NewFile inside the staging folder; with --force the staged tree is moved over
+what is there, never through a symlink, after all of it passed.
+
+External trees (workspaces and session stores that lived outside the state dir) come back only with
+--external, each destination printed, and only to where the restored config puts that agent's workspace or
+session store — never into a folder that exists and is not empty (even with --force), the home folder, the
+root, a folder holding the state dir, or a hidden folder of the home folder (~/.ssh, ~/.config…): the
+archive's own hermit.yaml names those paths.
+
+Hard links (backup_walk.py): the manifest's `links` are recreated with link(2) inside the same restored
+folder; one that cannot be is left out with a warning, never written as a separate file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import stat
+import tarfile
+from pathlib import Path, PurePosixPath
+
+from hermit.cli.backup import FORMAT, TOP, BackupError, _inside
+from hermit.cli.context import CliContext
+from hermit.config.paths import ensure_private_dir, not_own_private_dir, not_safe_parent
+from hermit.durable import NewFile
+
+MAX_MEMBER_BYTES = 4 << 30
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+Item = tuple[tarfile.TarInfo, PurePosixPath]  # a member, and its path inside the folder it restores into
+Links = dict[tuple[str, ...], list[tuple[PurePosixPath, PurePosixPath]]]  # per folder: (name, the file it names)
+NOT_EMPTY_HOME = ("restore into a new one (--home DIR or HERMIT_HOME), or pass --force to put the archive's files "
+                  "over what is there")
+
+
+def restore(ctx: CliContext, args: argparse.Namespace) -> int:
+    home = ctx.home
+    try:
+        tar = tarfile.open(Path(args.file).expanduser(), mode="r:*")  # noqa: SIM115 - closed by the with below
+    except (OSError, tarfile.TarError) as e:
+        raise BackupError(f"cannot read {args.file}: {e}", "pass an archive written by `hermit backup`") from e
+    with tar:
+        members = _checked_members(tar)
+        links = _links(_manifest(tar, members, args.file))
+        mine: list[Item] = []
+        later: dict[tuple[str, str], list[Item]] = {}
+        for m in members:
+            rel = PurePosixPath(m.name).relative_to(TOP)
+            if rel.parts[:1] == ("home",) and len(rel.parts) > 1:
+                mine.append((m, PurePosixPath(*rel.parts[1:])))
+            elif rel.parts[:1] == ("external",) and len(rel.parts) > 2:
+                later.setdefault((rel.parts[1], rel.parts[2]), []).append((m, PurePosixPath(*rel.parts[3:])))
+        count = restore_into(home, tar, mine, links.get(("home",), []), private=True, fill=bool(args.force),
+                             what="the state dir", not_empty=NOT_EMPTY_HOME)
+        restored, problems = _restore_external(ctx, tar, later, links, bool(args.external))
+    print(f"restored {count + restored} files into {home}")
+    print("the memory index is rebuilt on the first search (or run `hermit memory index` now); "
+          "`hermit doctor` checks the rest")
+    if problems:
+        raise BackupError("not restored: " + "; ".join(problems), "the state dir is restored; make room (move "
+                          "those folders away) and run `hermit restore FILE --force --external` again, or copy "
+                          "them by hand from the archive's external/ folder")
+    return 0
+
+
+def _checked_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    members = []
+    for m in tar.getmembers():
+        p = PurePosixPath(m.name)
+        if p.is_absolute() or ".." in p.parts or not p.parts or p.parts[0] != TOP or "\\" in m.name:
+            raise BackupError(f"the archive holds an unsafe path {m.name!r}", "restore only archives written by "
+                              "`hermit backup`; this one was not, or was tampered with")
+        if not (m.isfile() or m.isdir()):
+            what = "a link" if (m.issym() or m.islnk()) else "a device or FIFO"
+            raise BackupError(f"the archive holds {what}: {m.name!r}", "`hermit backup` writes only files and "
+                              "folders; refusing the whole archive")
+        if m.size > MAX_MEMBER_BYTES:
+            raise BackupError(f"{m.name!r} is {m.size:,} bytes", "refusing an archive member this large")
+        members.append(m)
+    return members
+
+
+def _manifest(tar: tarfile.TarFile, members: list[tarfile.TarInfo], name: str) -> dict[str, object]:
+    member = next((m for m in members if m.name == f"{TOP}/manifest.json"), None)
+    if member is None:
+        raise BackupError(f"{name} has no {TOP}/manifest.json", "it was not written by `hermit backup`")
+    raw = tar.extractfile(member)
+    try:
+        manifest = json.loads(raw.read() if raw else b"{}")
+    except ValueError as e:
+        raise BackupError(f"{name} has an unreadable manifest ({e})", "it was not written by `hermit backup`") from e
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        got = manifest.get("format") if isinstance(manifest, dict) else None
+        raise BackupError(f"unknown backup format {got!r}", "restore it with the Hermit version that wrote it")
+    return manifest
+
+
+def _folder_of(p: PurePosixPath) -> tuple[str, ...]:
+    return p.parts[:1] if p.parts[:1] == ("home",) else p.parts[:3]
+
+
+def _links(manifest: dict[str, object]) -> Links:
+    """The manifest's second names of files, per restored folder; a malformed list refuses the archive."""
+    raw = manifest.get("links", [])
+    if not isinstance(raw, list) or not all(isinstance(x, list) and len(x) == 2 and all(isinstance(s, str) for s in x)
+                                            for x in raw):
+        raise BackupError("the archive's manifest has a malformed list of links", "it was not written by "
+                          "`hermit backup`, or was tampered with")
+    out: Links = {}
+    for name, target in raw:
+        a, b = PurePosixPath(name), PurePosixPath(target)
+        if any(p.is_absolute() or ".." in p.parts or "\\" in str(p) or p.parts[:1] not in (("home",), ("external",))
+               for p in (a, b)):
+            raise BackupError(f"the archive links an unsafe path {name!r} -> {target!r}", "restore only archives "
+                              "written by `hermit backup`")
+        folder = _folder_of(a)
+        if folder != _folder_of(b) or len(a.parts) <= len(folder) or len(b.parts) <= len(folder):
+            print(f"left out {name}: a second name (hard link) of {target}, in another restored folder; it is "
+                  "never restored as a separate file")
+            continue
+        out.setdefault(folder, []).append((PurePosixPath(*a.parts[len(folder):]), PurePosixPath(*b.parts[len(folder):])))
+    return out
+
+
+def _dir_mode(mode: int, private: bool) -> int:
+    return 0o700 if private else (mode & 0o755) | 0o700
+
+
+def _file_mode(mode: int, private: bool) -> int:
+    return 0o600 | (mode & 0o100) if private else (mode & 0o755) | 0o600
+
+
+def _fd_path(fd: int, fallback: Path) -> Path:
+    """The directory open as `fd`, as a path that cannot be redirected by renaming its ancestors (Linux)."""
+    proc = Path(f"/proc/self/fd/{fd}")
+    return proc if proc.is_dir() else fallback
+
+
+def restore_into(path: Path, tar: tarfile.TarFile, items: list[Item], links: list[tuple[PurePosixPath, PurePosixPath]],
+                 *, private: bool, fill: bool, what: str, not_empty: str) -> int:
+    """Restore `items` into the folder `path` (see the module's docstring); returns the files written."""
+    try:
+        st: os.stat_result | None = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        problem = not_own_private_dir(st)
+        if problem:
+            raise BackupError(f"{what} {path} {problem}", "restore into a new folder (one that does not exist yet) "
+                              "or an empty one of yours that only you can write; nothing was written")
+        with os.scandir(path) as entries:
+            if any(entries) and not fill:
+                raise BackupError(f"{what} {path} is not empty", not_empty)
+        where = path
+    else:
+        ensure_private_dir(path.parent)
+        where = path.parent
+    where_fd = os.open(where, DIR_FLAGS if st is not None else DIR_FLAGS & ~os.O_NOFOLLOW)
+    try:
+        wst = os.fstat(where_fd)
+        if st is not None and (wst.st_dev, wst.st_ino) != (st.st_dev, st.st_ino):
+            problem = "was replaced while it was checked"
+        else:
+            problem = not_own_private_dir(wst) if st is not None else not_safe_parent(wst)
+        if problem:
+            raise BackupError(f"{where} {problem}", f"restore {what} into a folder whose parent is yours (or root's) "
+                              "and that others cannot write; nothing was written")
+        return _stage_and_move(where_fd, where, path, st is None, tar, items, links, private)
+    finally:
+        os.close(where_fd)
+
+
+def _stage_and_move(where_fd: int, where: Path, path: Path, fresh: bool, tar: tarfile.TarFile, items: list[Item],
+                    links: list[tuple[PurePosixPath, PurePosixPath]], private: bool) -> int:
+    name = f".hermit-restore-{secrets.token_hex(8)}"
+    os.mkdir(name, 0o700, dir_fd=where_fd)
+    moved = False
+    try:
+        stage_fd = os.open(name, DIR_FLAGS, dir_fd=where_fd)
+        try:
+            if os.fstat(stage_fd).st_uid != os.geteuid():
+                raise BackupError(f"{where / name} is not the folder this restore made", "restore into a folder "
+                                  "only you can write")
+            os.fchmod(stage_fd, 0o700)
+            stage = _fd_path(stage_fd, where / name)
+            count = _stage(tar, items, stage, private)
+            _relink(links, stage, path)
+            if fresh:
+                try:
+                    os.rename(name, path.name, src_dir_fd=where_fd, dst_dir_fd=where_fd)
+                except OSError as e:
+                    raise BackupError(f"{path} appeared while the archive was restored ({e.strerror})", "restore "
+                                      "into a folder only you can write") from None
+                moved = True
+            else:
+                _merge(stage_fd, where_fd, path, private, dry=True)
+                _merge(stage_fd, where_fd, path, private, dry=False)
+                if private:
+                    os.fchmod(where_fd, 0o700)
+            return count
+        finally:
+            os.close(stage_fd)
+    finally:
+        if not moved:
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(name, dir_fd=where_fd)
+
+
+def _mkdirs(stage: Path, rel: PurePosixPath, mode: int | None) -> None:
+    current = stage
+    for part in rel.parts:
+        current = current / part
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(current, 0o700)
+        if not stat.S_ISDIR(os.lstat(current).st_mode):
+            raise BackupError(f"the archive holds {rel} both as a file and as a folder", "restore only archives "
+                              "written by `hermit backup`")
+    if mode is not None and rel.parts:
+        os.chmod(current, mode)
+
+
+def _stage(tar: tarfile.TarFile, items: list[Item], stage: Path, private: bool) -> int:
+    count = 0
+    for m, rel in items:
+        if not rel.parts:
+            continue  # the folder itself: made 0700
+        if m.isdir():
+            _mkdirs(stage, rel, _dir_mode(m.mode, private))
+            continue
+        _mkdirs(stage, rel.parent, None)
+        src = tar.extractfile(m)
+        assert src is not None
+        try:
+            with NewFile(stage / rel) as f:
+                st = os.fstat(f.fd)
+                if st.st_uid != os.geteuid() or st.st_nlink > 1:
+                    raise BackupError(f"the new file for {m.name!r} is not only ours", "restore into a folder only "
+                                      "you can write")
+                os.fchmod(f.fd, _file_mode(m.mode, private))
+                with os.fdopen(f.fd, "wb", closefd=False) as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
+                os.utime(f.fd, (m.mtime, m.mtime))
+                f.link()
+        except FileExistsError:
+            raise BackupError(f"the archive holds {m.name!r} twice, or as a file and a folder", "restore only "
+                              "archives written by `hermit backup`") from None
+        count += 1
+    return count
+
+
+def _relink(links: list[tuple[PurePosixPath, PurePosixPath]], stage: Path, shown: Path) -> None:
+    """Second names of restored files, as hard links; one that cannot be made is left out, never copied."""
+    for name, target in links:
+        try:
+            if not stat.S_ISREG(os.lstat(stage / target).st_mode):
+                raise FileNotFoundError(2, "not a restored file")
+            _mkdirs(stage, name.parent, None)
+            os.link(stage / target, stage / name, follow_symlinks=False)
+        except OSError as e:
+            print(f"left out {shown / name}: a second name (hard link) of {shown / target}, which could not be "
+                  f"linked ({e.strerror or e}); it is never restored as a separate file")
+
+
+def _merge(src_fd: int, dst_fd: int, where: Path, private: bool, *, dry: bool) -> None:
+    """Move the staged tree `src_fd` over the existing folder `dst_fd` (--force): files replace files; folders
+    merge, each the user's, opened without following a link and made 0700 under the state dir. `dry` only checks,
+    so a conflict is found before anything moves."""
+    for name in sorted(os.listdir(src_fd)):
+        st = os.stat(name, dir_fd=src_fd, follow_symlinks=False)
+        try:
+            old: os.stat_result | None = os.stat(name, dir_fd=dst_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            old = None
+        shown = where / name
+        hint = "move it away, or restore into an empty state dir"
+        if old is not None and stat.S_ISLNK(old.st_mode):
+            raise BackupError(f"{shown} is a symlink", "remove it, or restore into an empty state dir")
+        if not stat.S_ISDIR(st.st_mode):
+            if old is not None and stat.S_ISDIR(old.st_mode):
+                raise BackupError(f"{shown} is a folder; the archive has a file there", hint)
+            if not dry:
+                os.replace(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+            continue
+        if old is None:
+            if not dry:
+                os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+            continue
+        if not stat.S_ISDIR(old.st_mode):
+            raise BackupError(f"{shown} is a file; the archive has a folder there", hint)
+        sub_src = os.open(name, DIR_FLAGS, dir_fd=src_fd)
+        try:
+            sub_dst = os.open(name, DIR_FLAGS, dir_fd=dst_fd)
+            try:
+                now = os.fstat(sub_dst)
+                if now.st_uid != os.geteuid():
+                    raise BackupError(f"{shown} belongs to another user (uid {now.st_uid})", hint)
+                if not dry:
+                    os.fchmod(sub_dst, 0o700 if private else stat.S_IMODE(now.st_mode) & ~0o022)
+                _merge(sub_src, sub_dst, shown, private, dry=dry)
+            finally:
+                os.close(sub_dst)
+        finally:
+            os.close(sub_src)
+
+
+def _external_problem(dest: Path, home: Path) -> str | None:
+    """Why an external folder the restored config names is no place to restore into."""
+    try:
+        user_home: Path | None = Path(os.path.realpath(Path.home()))
+    except (RuntimeError, KeyError):
+        user_home = None
+    if dest == Path(dest.anchor) or dest == user_home:
+        return "is the root or your home folder"
+    if _inside(home, dest):
+        return "holds the state dir"
+    hidden = user_home is not None and _inside(dest, user_home) and not _inside(dest, home) and any(
+        part.startswith(".") for part in dest.relative_to(user_home).parts)
+    if hidden:
+        return "is inside a hidden folder of your home folder (like ~/.ssh or ~/.config)"
+    return None
+
+
+def _restore_external(ctx: CliContext, tar: tarfile.TarFile, groups: dict[tuple[str, str], list[Item]],
+                      links: Links, allowed: bool) -> tuple[int, list[str]]:
+    """Workspaces and session stores that lived outside the state dir, to where the restored config puts them
+    (only with --external). Returns the files written and what was refused."""
+    if not groups:
+        return 0, []
+    loaded = ctx.config()
+    places = {(a.id, "workspace"): a.workspace for a in loaded.agents}
+    places.update({(a.id, "sessions"): a.sessions_dir for a in loaded.agents})
+    home = Path(os.path.realpath(ctx.home))
+    count, problems = 0, []
+    for (agent, kind), items in groups.items():
+        files = sum(m.isfile() for m, _ in items)
+        place = places.get((agent, kind))
+        if place is None:
+            print(f"skipped agent {agent}'s {kind} ({files} files): no such agent in the restored config")
+            continue
+        dest = Path(os.path.realpath(place.parent)) / place.name
+        if not allowed:
+            print(f"not restored: agent {agent}'s {kind} ({files} files), which lived outside the state dir; "
+                  f"`hermit restore FILE --external` restores it to {dest}")
+            continue
+        what = f"agent {agent}'s {kind}"
+        problem = _external_problem(dest, home)
+        if problem:
+            problems.append(f"{what} at {dest} {problem}")
+            continue
+        print(f"restoring {what} to {dest}")
+        try:
+            count += restore_into(dest, tar, items, links.get(("external", agent, kind), []),
+                                  private=_inside(dest, home), fill=False, what=what,
+                                  not_empty="an external folder is restored only into a new or empty one")
+        except BackupError as e:
+            problems.append(e.message)
+    return count, problems
