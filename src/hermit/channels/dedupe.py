@@ -1,10 +1,8 @@
-"""Recently seen platform event ids, bounded: platforms redeliver (Slack retries, WhatsApp webhooks).
-
-`RecentIds` lives in memory: enough where a redelivery can only come while the process runs (Slack's
-retries within minutes, a Socket Mode envelope redelivered on reconnect, both also bounded by Slack's
-5-minute signature window). `SeenIds` also keeps the ids in a file, so a webhook Meta redelivers (or
-someone replays) after a restart is still recognised: WhatsApp's signature has no timestamp, so the id
-and the message's own timestamp are all that tell an old delivery from a new one.
+"""Platform event ids already handled, kept in a file: platforms redeliver (Slack retries, WhatsApp webhooks)
+and a signed request can be captured and replayed, after a restart too. Slack's signature is accepted
+within 5 minutes either side of its timestamp, so its ids are needed for minutes; WhatsApp's signature has
+no timestamp, so the id and the message's own timestamp are all that tell an old delivery from a new one,
+for the 24 hours such a message is accepted.
 """
 
 from __future__ import annotations
@@ -14,35 +12,12 @@ import json
 import logging
 import math
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
 from hermit.durable import write_atomic
 
 log = logging.getLogger(__name__)
-
-
-class RecentIds:
-    def __init__(self, limit: int = 10_000) -> None:
-        self._ids: OrderedDict[str, None] = OrderedDict()
-        self._limit = limit
-
-    def seen(self, event_id: str) -> bool:
-        """True if `event_id` was seen before; otherwise remembers it and returns False."""
-        if not event_id:
-            return False
-        if event_id in self._ids:
-            self._ids.move_to_end(event_id)
-            return True
-        self._ids[event_id] = None
-        if len(self._ids) > self._limit:
-            self._ids.popitem(last=False)
-        return False
-
-    def forget(self, event_id: str) -> None:
-        """Undo `seen` when handling failed, so the platform's redelivery is handled."""
-        self._ids.pop(event_id, None)
 
 
 class SeenIds:

@@ -31,7 +31,7 @@ from hermit.channels.base import (
     OutboundMessage,
 )
 from hermit.channels.credentials import resolve
-from hermit.channels.dedupe import RecentIds
+from hermit.channels.dedupe import SeenIds
 from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.status import StatusTracker
 from hermit.channels.tasks import cancel
@@ -44,6 +44,10 @@ from hermit.wire import WireError, load_object
 log = logging.getLogger(__name__)
 
 SIGNATURE_WINDOW_SECONDS = 300
+# How long a handled event id is kept, on disk, so a captured signed event replayed after a restart is
+# still recognised: a signature verifies for 10 minutes (its timestamp may be 5 minutes behind or ahead of
+# our clock), and Slack's retries of an event come within about 5 minutes of the first delivery.
+SEEN_EVENT_SECONDS = 3 * SIGNATURE_WINDOW_SECONDS
 
 
 def verify_signature(secret: str, timestamp: str, body: bytes, signature: str, now: float) -> bool:
@@ -75,7 +79,11 @@ class SlackChannel:
         self._policy = policy
         self._reconnect_max = reconnect_max_delay
         self._tracker = StatusTracker(self.name, account_id, state_dir, clock)
-        self._seen = RecentIds()
+        # No count cap: every id needs Slack's signature (or the Socket Mode connection), and Slack caps
+        # an app's events at 30,000 an hour per workspace, a few thousand ids within SEEN_EVENT_SECONDS.
+        seen_path = None if state_dir is None else seen_events_path(state_dir, account_id)
+        self._seen = SeenIds(seen_path, max_age=SEEN_EVENT_SECONDS, limit=None, clock=clock)
+        self._no_id_logged = False
         self._client: httpx.AsyncClient | None = None
         self._sink: InboundSink | None = None
         self._task: asyncio.Task[None] | None = None
@@ -228,14 +236,16 @@ class SlackChannel:
         assert self._sink is not None
         if not self._ours(body):  # first: a refusal for want of auth.test must not mark the event as seen
             return
-        event_id = str(body.get("event_id", ""))
+        event_id = str(body.get("event_id") or "")
         if self._seen.seen(event_id):
-            return  # a retry (X-Slack-Retry-Num) or a redelivered envelope
+            if not event_id:
+                self._refused_without_id()
+            return  # a retry (X-Slack-Retry-Num), a redelivered envelope or a replay, after a restart too
         event = body.get("event")
-        if not isinstance(event, dict):
-            return  # nothing Hermit can answer (and a retry would bring the same)
-        msg = self._inbound(event, str(body.get("team_id") or self._team))
+        # Not a dict: nothing Hermit can answer (and a retry would bring the same).
+        msg = self._inbound(event, str(body.get("team_id") or self._team)) if isinstance(event, dict) else None
         if msg is None:
+            self._seen.forget(event_id)
             return
         self._tracker.inbound()
         try:
@@ -243,6 +253,18 @@ class SlackChannel:
         except BaseException:
             self._seen.forget(event_id)
             raise
+        try:
+            self._seen.commit(event_id, self._clock())
+        except OSError as e:  # handed on: a failing disk must not make Slack retry it (answered twice)
+            log.warning("slack %s: could not save the seen event ids: %s", self.account_id, e)
+            self._tracker.error(f"could not save the seen event ids: {type(e).__name__}")
+
+    def _refused_without_id(self) -> None:
+        """Slack gives every event an event_id; one without cannot be told from a replay. Logged once a run."""
+        if not self._no_id_logged:
+            self._no_id_logged = True
+            log.warning("slack %s: ignored an event without an event_id (it could not be recognised if "
+                        "replayed); further ones are ignored silently", self.account_id)
 
     def _ours(self, body: Mapping[str, Any]) -> bool:
         """Whether an event comes from the workspace (or Grid org) and app this account's token belongs to.
@@ -317,6 +339,12 @@ class SlackChannel:
             self._tracker.error(e.message)
             raise
         self._tracker.outbound()
+
+
+def seen_events_path(state_dir: Path, account_id: str) -> Path:
+    """Per account, next to the other channel state."""
+    safe = re.sub(r"[^\w-]+", "_", account_id) or "_"
+    return state_dir / "channels" / "slack" / safe / "seen-events.json"
 
 
 _BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
