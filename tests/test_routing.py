@@ -19,7 +19,7 @@ BINDINGS: list[dict[str, Any]] = [
     {"match": {"channel": "slack", "team_id": "T1"}, "agent_id": "ops"},
     {"match": {"channel": "slack", "account_id": "corp"}, "agent_id": "family"},
     {"match": {"channel": "slack", "peer": {"kind": "dm", "id": "U42"}}, "agent_id": "personal"},
-    {"match": {"channel": "discord", "guild_id": "G7"}, "agent_id": "ops"},
+    {"match": {"channel": "discord", "guild_id": "707"}, "agent_id": "ops"},
     {"match": {"channel": "Telegram", "peer": {"kind": "group", "id": "-100777"}}, "agent_id": "family"},
     {"match": {"channel": "telegram", "account_id": "bot2"}, "agent_id": "work"},
 ]
@@ -42,8 +42,8 @@ def loaded(tmp_path: Path, bindings: list[dict[str, Any]] = BINDINGS, **defaults
         # account beats channel
         (RouteInput("slack", "corp", "dm", "U9", team_id="T2"), "family", "account"),
         (RouteInput("slack", "default", "group", "C1"), "work", "channel"),
-        (RouteInput("discord", "default", "group", "c5", guild_id="G7"), "ops", "guild"),
-        (RouteInput("discord", "default", "group", "c5", guild_id="G8"), "main", "default"),
+        (RouteInput("discord", "default", "group", "c5", guild_id="707"), "ops", "guild"),
+        (RouteInput("discord", "default", "group", "c5", guild_id="808"), "main", "default"),
         # the peer binding wants a group: a DM with the same id is not it
         (RouteInput("telegram", "default", "dm", "-100777"), "main", "default"),
         (RouteInput("TELEGRAM", "bot2", "group", "-100777"), "family", "peer"),
@@ -104,7 +104,7 @@ OWNER = {"sender_is_owner": True}
          "agent:main:telegram:group:-100123:topic:7", False),
         ("main", RouteInput("slack", "default", "group", "C9", thread_id="1700.1"),
          "agent:main:slack:group:C9:thread:1700.1", False),
-        ("main", RouteInput("discord", "default", "group", "555", thread_id="666", guild_id="G"),
+        ("main", RouteInput("discord", "default", "group", "555", thread_id="666", guild_id="9"),
          "agent:main:discord:group:555:thread:666", False),
         # the web chat is the owner's console: its DMs are the main session whatever the scope
         ("per-channel-peer", RouteInput("webchat", "default", "dm", "browser-1"), "agent:main:main", True),
@@ -198,9 +198,9 @@ def test_binding_problems_lists_bindings_that_never_apply(tmp_path: Path) -> Non
     bindings = [
         {"match": {"channel": "slack"}, "agent_id": "work"},
         {"match": {"channel": "slak"}, "agent_id": "work"},
-        {"match": {"channel": "slack", "guild_id": "G1"}, "agent_id": "work"},
+        {"match": {"channel": "slack", "guild_id": "101"}, "agent_id": "work"},
         {"match": {"channel": "discord", "team_id": "T1"}, "agent_id": "work"},
-        {"match": {"channel": "discord", "guild_id": "G", "team_id": "T"}, "agent_id": "work"},
+        {"match": {"channel": "discord", "guild_id": "9", "team_id": "T9"}, "agent_id": "work"},
         {"match": {"channel": "telegram", "account_id": "nobot"}, "agent_id": "work"},
         {"match": {"channel": "slack"}, "agent_id": "ops"},
         {"match": {"channel": "webchat", "peer": {"kind": "group", "id": "x"}}, "agent_id": "work"},

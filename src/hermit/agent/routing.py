@@ -8,7 +8,9 @@ default agent. A binding naming an unknown agent is refused when the router is b
 at startup instead of silently routing strangers to the default agent. A peer id is compared in the
 form config/allowlist.py gives `owners` entries (`+1 555…` is WhatsApp's `1555…`, a Slack id is upper
 case), on the binding's side and the message's: a contact matched by a binding written the way Hermit's
-own pairing reply shows their id must never fall through to the default agent and its notes.
+own pairing reply shows their id must never fall through to the default agent and its notes. A Slack
+`team_id` (upper case) and a Discord `guild_id` (digits) are compared normalised the same way, for the same
+reason: `team_id: t0123` used to send the whole workspace to the default agent.
 
 Session keys (SPEC §15, §18). Only `agent:<id>:main` is the main session (MEMORY.md, no sandbox), and
 only the owner reaches it: the web chat (authenticated by the gateway token) and a DM whose sender the
@@ -23,11 +25,18 @@ restores the original's behaviour (contacts in the main session) for a config th
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from hermit.config.allowlist import AllowlistEntryError, normalize_peer
+from hermit.config.allowlist import (
+    TEAM_HINT,
+    AllowlistEntryError,
+    normalize_guild_id,
+    normalize_peer,
+    normalize_team_id,
+    team_id_problem,
+)
 from hermit.config.channels import platforms
 from hermit.config.load import LoadedConfig
 from hermit.config.schema import BindingConfig, ChannelsConfig, DmScope
@@ -98,13 +107,25 @@ def _peer_id(channel: str, kind: str, peer_id: str) -> str:
         return peer_id
 
 
+def _scope_id(value: str | None, normalize: Callable[[str], str]) -> str | None:
+    """A guild or team id in the one form bindings and messages are compared in (config load normalises a
+    binding's already; a message's, or a binding built in code, is normalised here the same way)."""
+    if value is None:
+        return None
+    try:
+        return normalize(value)
+    except AllowlistEntryError:
+        return value.strip()
+
+
 def _canonical(b: BindingConfig) -> BindingConfig:
-    """The binding with its peer id normalised for its channel."""
+    """The binding with its peer id normalised for its channel, and its guild and team ids."""
     m = b.match
-    if m.peer is None:
-        return b
-    peer = m.peer.model_copy(update={"id": _peer_id(m.channel, m.peer.kind, m.peer.id)})
-    return b.model_copy(update={"match": m.model_copy(update={"peer": peer})})
+    update: dict[str, object] = {"guild_id": _scope_id(m.guild_id, normalize_guild_id),
+                                 "team_id": _scope_id(m.team_id, normalize_team_id)}
+    if m.peer is not None:
+        update["peer"] = m.peer.model_copy(update={"id": _peer_id(m.channel, m.peer.kind, m.peer.id)})
+    return b.model_copy(update={"match": m.model_copy(update=update)})
 
 
 def _matches(b: BindingConfig, inp: RouteInput, peer_id: str) -> bool:
@@ -117,9 +138,9 @@ def _matches(b: BindingConfig, inp: RouteInput, peer_id: str) -> bool:
         return False
     if m.peer is not None and (m.peer.kind != inp.peer_kind or m.peer.id != peer_id):
         return False
-    if m.guild_id is not None and m.guild_id != inp.guild_id:
+    if m.guild_id is not None and m.guild_id != _scope_id(inp.guild_id, normalize_guild_id):
         return False
-    return m.team_id is None or m.team_id == inp.team_id
+    return m.team_id is None or m.team_id == _scope_id(inp.team_id, normalize_team_id)
 
 
 def session_key_for(agent_id: str, dm_scope: DmScope, inp: RouteInput, *,
@@ -201,6 +222,24 @@ def _with_scope(scope: str) -> list[str]:
     return [name for name, settings in platforms().items() if settings.group_scope == scope]
 
 
+def _scope_id_problems(where: str, b: BindingConfig) -> list[str]:
+    """A team_id or guild_id no message carries (config load normalises both and refuses a guild_id that is
+    not digits; a team_id is only upper-cased there, so a name or a URL reaches this check)."""
+    m = b.match
+    out: list[str] = []
+    if m.team_id is not None:
+        why = team_id_problem(normalize_team_id(m.team_id))
+        if why:
+            out.append(f"{where} matches team_id {m.team_id!r}, which no Slack event carries: {why}; {TEAM_HINT}")
+    if m.guild_id is not None:
+        try:
+            normalize_guild_id(m.guild_id)
+        except AllowlistEntryError as e:
+            out.append(f"{where} matches guild_id {m.guild_id!r}, which no Discord message carries: {e.message}; "
+                       f"{e.hint}")
+    return out
+
+
 def binding_problems(bindings: Sequence[BindingConfig], agent_ids: Sequence[str],
                      channels: ChannelsConfig) -> list[str]:
     """Bindings that can never take effect: unknown agent or channel, impossible or shadowed matches, a
@@ -229,6 +268,7 @@ def binding_problems(bindings: Sequence[BindingConfig], agent_ids: Sequence[str]
         elif m.team_id is not None and m.channel not in _with_scope("team"):
             problems.append(f"{where} sets team_id on channel {m.channel!r}: only "
                             f"{' and '.join(_with_scope('team'))} has teams")
+        problems += _scope_id_problems(where, b)
         accounts = channels.accounts_of(m.channel) if m.channel in platforms() else None
         if _account(b) is not None and accounts is not None and m.account_id not in accounts:
             problems.append(f"{where} matches account {m.account_id!r}, which channels.{m.channel}.accounts "

@@ -9,7 +9,8 @@ entry that can never match a sender (another platform's prefix, a Telegram name 
 a phone number, a group id among users) is an `AllowlistEntryError` with a hint: a silent lock-out of
 the owner, or a silent let-in of nobody, is worse than a refused config. `*` is kept as it is; whether
 it is allowed is decided by the list's own rule (schema.py). A binding's `peer.id` is written by the same
-rules (a group's id by its platform's own), so routing compares ids in one form whatever was pasted.
+rules (a group's id by its platform's own), so routing compares ids in one form whatever was pasted, and
+so are a binding's Slack `team_id` (upper case) and Discord `guild_id` (digits, else a config error).
 """
 
 from __future__ import annotations
@@ -217,6 +218,32 @@ def normalize_peer(platform: str, kind: str, raw: str) -> str:
     if not text:
         raise AllowlistEntryError("an empty id matches no group", "put the group's id there")
     return rules.group(raw, _unprefixed(platform, raw, text)) if rules else text
+
+
+# A binding's workspace (Slack `team_id`) or server (Discord `guild_id`), written as messages carry it. An
+# exact comparison let `team_id: t0123` or ` T0123` route a whole workspace to the default agent in silence.
+_TEAM_ID = re.compile(r"[TE][A-Z0-9]+")  # workspaces are T…, Enterprise Grid organisations E…
+_GUILD_HINT = ("use the server's numeric id (Developer Mode on, then right-click the server icon → Copy Server "
+               "ID), not its name or an invite link")
+TEAM_HINT = "use the workspace id, like T0123ABCD (`auth.test` names it; so does the workspace's app URL)"
+
+
+def normalize_team_id(raw: str) -> str:
+    """A Slack `team_id` as events carry it: no surrounding spaces, upper case (Slack ids are)."""
+    return raw.strip().upper()
+
+
+def team_id_problem(team_id: str) -> str | None:
+    """Why a (normalised) `team_id` can never match a Slack event, or None when it looks like one."""
+    return None if _TEAM_ID.fullmatch(team_id) else f"{team_id!r} is not a Slack workspace id"
+
+
+def normalize_guild_id(raw: str) -> str:
+    """A Discord `guild_id` as messages carry it (digits); AllowlistEntryError for a name, link or mention."""
+    text = raw.strip()
+    if text.isascii() and text.isdigit():
+        return text
+    raise AllowlistEntryError("not a Discord server id: server ids are digits", _GUILD_HINT)
 
 
 def sender_key(platform: str, sender_id: str) -> str:

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # The `channels:` section lives in its own module; its names stay importable from here.
+from hermit.config.binding_ids import GuildId, TeamId
 from hermit.config.channels import ChannelAccessConfig as ChannelAccessConfig
 from hermit.config.channels import ChannelsConfig as ChannelsConfig
 from hermit.config.channels import DiscordAccountConfig as DiscordAccountConfig
@@ -540,8 +541,8 @@ class BindingMatch(Strict):
     channel: str = Field(min_length=1)
     account_id: str | None = None
     peer: BindingPeer | None = None
-    guild_id: str | None = None  # Discord server
-    team_id: str | None = None  # Slack workspace
+    guild_id: GuildId | None = None  # Discord server (digits)
+    team_id: TeamId | None = None  # Slack workspace (upper case)
 
     @field_validator("channel")
     @classmethod
