@@ -73,7 +73,8 @@ def test_add_list_update_run_runs_and_remove_through_a_turn(tmp_path: Path) -> N
     second = rt.run_turn(MAIN, "move it to 10, run it now, then delete it")
     outs = [json.loads(r.result) if not r.is_error else r.result for r in second.tool_calls]
     assert outs[0]["job"]["next_run_at"] == "2026-06-01T10:00:00+02:00"
-    assert outs[0]["job"]["delivery"] == {"mode": "announce", "channel": "telegram", "to": "42"}
+    # owner_only: the cron tool chose this target as the owner's, and each run checks it again
+    assert outs[0]["job"]["delivery"] == {"mode": "announce", "channel": "telegram", "to": "42", "owner_only": True}
     assert outs[1] == {"queued": job_id, "note": "queued; it starts now"}
     assert outs[2] == {"id": job_id, "runs": []}
     assert outs[3]["jobs"] == 1 and outs[3]["next"]["at"] == "2026-06-01T10:00:00+02:00"

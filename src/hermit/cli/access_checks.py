@@ -5,8 +5,9 @@ warns wherever someone who is not the owner could reach the main session (MEMORY
 an unsandboxed shell) or run tools outside the sandbox (SPEC §18):
 - `session.dangerously_share_main_session_with_contacts` (contacts' DMs in the main session);
 - an owner named by @username (whoever holds that username later is the owner);
-- a heartbeat whose alerts, or a main-session cron job whose replies (main-session output), go to a group
-  or to a DM peer who is not an owner;
+- a heartbeat whose alerts, or a main-session cron job whose replies (main-session output), go to a group,
+  to a DM peer who is not an owner, or to an owner whose DMs the bindings route to another agent (someone
+  else's owner), and a job the cron tool aimed at the owner whose target no longer reaches them;
 - `sandbox.mode: off` while chat accounts exist (contacts' and groups' sessions run tools unsandboxed);
 - DMs or groups open to anyone.
 An account without owners under `dm_scope: main` is fine (only the web chat and the CLI reach the main
@@ -67,17 +68,13 @@ def _account_line(ctx: CliContext, router: Router, loaded: LoadedConfig, name: s
     return line
 
 
-def _not_the_owner(loaded: LoadedConfig, channel: str, account: str | None, peer_kind: str, to: str) -> str | None:
-    """Who a delivery of main-session text reaches when that is not only an owner, in words; else None."""
-    from hermit.scheduler.targets import DEFAULT_ACCOUNT, reaches_only_an_owner
+def _not_the_owner(loaded: LoadedConfig, agent_id: str, channel: str, account: str | None, peer_kind: str,
+                   to: str) -> str | None:
+    """Who a delivery of agent `agent_id`'s main-session text reaches when that is not only that agent's
+    owner (an owner of an account bound to another agent is someone else's owner), in words; else None."""
+    from hermit.scheduler.targets import not_the_owner
 
-    if reaches_only_an_owner(loaded.config.channels, channel, account, peer_kind, to):
-        return None
-    account = account or DEFAULT_ACCOUNT
-    where = f"{channel}/{account} {peer_kind} {to}"
-    if peer_kind == "group":
-        return f"the group {where}"
-    return f"{where}, who is not listed under channels.{channel}.accounts.{account}.owners"
+    return not_the_owner(loaded, agent_id, channel, account, peer_kind, to)
 
 
 def _risks(loaded: LoadedConfig, accounts: list[tuple[str, str, ChannelAccessConfig]],
@@ -102,14 +99,17 @@ def _risks(loaded: LoadedConfig, accounts: list[tuple[str, str, ChannelAccessCon
         hb = a.settings.heartbeat
         if hb.target is not None and hb.every_minutes > 0:
             t = hb.target
-            risk = _not_the_owner(loaded, t.channel, t.account, t.peer_kind, t.to)
+            risk = _not_the_owner(loaded, a.id, t.channel, t.account, t.peer_kind, t.to)
             if risk:
                 risks.append(f"agents {a.id}: heartbeat alerts (main-session text) go to {risk}")
     for job in jobs:
         d = job.delivery
-        if job.enabled and job.session_target == "main" and d.target() is not None:
-            risk = _not_the_owner(loaded, d.channel or "", d.account, d.peer_kind, d.to or "")
-            if risk:
+        if job.enabled and (job.session_target == "main" or d.owner_only) and d.target() is not None:
+            risk = _not_the_owner(loaded, job.agent_id, d.channel or "", d.account, d.peer_kind, d.to or "")
+            if risk and d.owner_only:
+                risks.append(f"cron job {job.label}: the cron tool aimed its replies at the owner of agent "
+                             f"{job.agent_id}, and they now go to {risk}: its runs fail until it is re-aimed")
+            elif risk:
                 risks.append(f"cron job {job.label}: its replies (main-session text) go to {risk}")
     for name, account_id, acc in accounts:
         for entry in acc.owners:

@@ -4,18 +4,23 @@ share — add, update, remove, list, queue a run, read run logs — with every t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from hermit.channels.platforms import accounts
+from hermit.config.allowlist import is_username, matches
 from hermit.config.load import LoadedConfig
 from hermit.errors import ConfigError, JobError
 from hermit.scheduler.jobs import AtSchedule, Job, build_job, patch_job
 from hermit.scheduler.schedule import Zone, resolve_zone
 from hermit.scheduler.store import JobFile, JobStore
-from hermit.scheduler.targets import reaches_only_an_owner, resolve_target
+from hermit.scheduler.targets import not_the_owner, resolve_target
 from hermit.sessions.transcript import Clock, utc_now
+
+log = logging.getLogger("hermit.scheduler")
 
 # An `at` time further in the past than this when a job is added is almost surely a typo (date or zone).
 AT_PAST_TOLERANCE = timedelta(minutes=1)
@@ -151,26 +156,69 @@ class CronJobs:
             return job
         return job.model_copy(update={"delivery": d.model_copy(update={"channel": t.channel, "account": account})})
 
+    def not_the_owner(self, job: Job) -> str | None:
+        """Who the job's replies reach when that is not only the owner of the job's agent, else None."""
+        d = job.delivery
+        if d.target() is None:
+            return None
+        return not_the_owner(self.loaded, job.agent_id, d.channel or "", d.account, d.peer_kind, d.to or "")
+
     def _model_delivers_to_owners(self, job: Job) -> Job:
-        """The model may aim a job's replies at the owner only. A main-session run answers with what the
-        main session knows (MEMORY.md, owner-only notes), and an isolated run says what its message asks —
-        a message the model writes from that same knowledge ("say exactly: the PIN is …"). So whatever else
-        the model was led to ask for is refused; the owner can still choose any target with `hermit cron`
-        or the web app, and `doctor` warns of a main-session job that reaches someone else."""
+        """The model may aim a job's replies at the owner of the job's agent only. A main-session run
+        answers with what the main session knows (MEMORY.md, owner-only notes), and an isolated run says
+        what its message asks — a message the model writes from that same knowledge ("say exactly: the PIN
+        is …"). So whatever else the model was led to ask for is refused — a contact, a group, or the owner
+        of an account that the bindings give to another agent; the owner can still choose any target with
+        `hermit cron` or the web app, and `doctor` warns of a main-session job that reaches someone else.
+        An accepted target is marked `owner_only`: each run checks it again (`check_owner_only`)."""
         d = job.delivery
         if not self.for_model or d.target() is None:
             return job
-        if reaches_only_an_owner(self.loaded.config.channels, d.channel or "", d.account, d.peer_kind, d.to or ""):
-            return job
+        risk = self.not_the_owner(job)
+        if risk is None:
+            return job.model_copy(update={"delivery": d.model_copy(update={"owner_only": True})})
         channel, account = (d.channel or "").lower(), d.account or "default"
         acc = self.loaded.config.channels.accounts_of(channel).get(account) if channel != "webchat" else None
         owners = (f"that account's owners: {', '.join(acc.owners)}" if acc is not None and acc.owners else
                   f"no owners are listed under channels.{channel}.accounts.{account}.owners")
-        raise JobError(f"job {job.label}: the cron tool delivers replies only to an owner (they can quote what "
-                       f"this chat knows: MEMORY.md, owner-only notes), and {d.describe()} ({d.peer_kind}) is "
-                       "not one of that account's owners",
-                       f"deliver to an owner's DM ({owners}) or to the web chat (channel webchat, to owner); "
-                       "the owner can set any other target with `hermit cron add --announce …` or in the web app")
+        # An owner of the account whose DMs reach another agent, or a web chat that opens another agent.
+        elsewhere = channel == "webchat" or (acc is not None and d.peer_kind == "dm"
+                                             and matches(channel, acc.owners, d.to or ""))
+        why = f"is not one ({risk})" if elsewhere else "is not one of that account's owners"
+        if elsewhere:
+            mine = self._owner_targets(job)
+            owners = (f"this agent's owners: {', '.join(mine)}" if mine else
+                      f"no account's owners reach agent {job.agent_id}")
+        raise JobError(f"job {job.label}: the cron tool delivers replies only to an owner of agent {job.agent_id} "
+                       "(they can quote what this chat knows: MEMORY.md, owner-only notes), and "
+                       f"{d.describe()} ({d.peer_kind}) {why}",
+                       f"deliver to an owner's DM ({owners}) or to the web chat (channel webchat, to owner) when "
+                       "they reach this agent; the owner can set any other target with `hermit cron add "
+                       "--announce …` or in the web app")
+
+    def _owner_targets(self, job: Job, limit: int = 5) -> list[str]:
+        """CHANNEL:ACCOUNT:ID of the owners (by id) whose DMs reach the job's agent, for the hint."""
+        out: list[str] = []
+        for channel, account, acc in accounts(self.loaded.config.channels):
+            for owner in acc.owners if acc.enabled else ():
+                if len(out) < limit and not is_username(owner) and not_the_owner(
+                        self.loaded, job.agent_id, channel, account, "dm", owner) is None:
+                    out.append(f"{channel}:{account}:{owner}")
+        return out
+
+    def check_owner_only(self, job: Job) -> None:
+        """Before a run: a job whose target the cron tool chose as the owner's must still reach only the
+        owner of its agent — a changed `owners` list or binding can make it someone else's. Fails closed
+        (JobError, logged): the run does not happen, so nothing is delivered."""
+        risk = self.not_the_owner(job) if job.delivery.owner_only else None
+        if risk is None:
+            return
+        log.warning("job %s not run: the cron tool aimed its replies at the owner of agent %s, and the config "
+                    "now sends them to %s", job.label, job.agent_id, risk)
+        raise JobError(f"not run: the cron tool aimed this job's replies at the owner of agent {job.agent_id}, "
+                       f"and the config now sends them to {risk}",
+                       f"aim it at an owner again (`hermit cron edit {job.id} --announce CHANNEL:ACCOUNT:PEER`), "
+                       f"or remove it (`hermit cron remove {job.id}`)")
 
     def _changed(self) -> None:
         running = self._scheduler()
@@ -201,6 +249,10 @@ class CronJobs:
             # change only if its replies reach an owner alone.
             if not set(patch) <= WHEN_ONLY or new.delivery != job.delivery:
                 new = self._model_delivers_to_owners(new)
+            if (not self.for_model and new.delivery.owner_only and new.delivery.target() != job.delivery.target()
+                    and "owner_only" not in (patch.get("delivery") or {})):
+                # The owner aimed it themselves (`hermit cron edit --announce`, the web app): their choice.
+                new = new.model_copy(update={"delivery": new.delivery.model_copy(update={"owner_only": False})})
             if new.schedule != job.schedule or new.enabled != job.enabled or new.agent_id != job.agent_id:
                 new = self._planned(new)
             return new

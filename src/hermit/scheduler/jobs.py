@@ -107,6 +107,11 @@ class Delivery(_Strict):
     account: str | None = None  # the channel account id; "default" when unset
     to: str | None = None  # the peer id (a user for dm, a chat/channel for group)
     peer_kind: Literal["dm", "group"] = "dm"
+    # Set when the agent's cron tool chose (or last changed) the job while it had this target: it was
+    # accepted as reaching only the owner of the job's agent, and is checked again before every run, so a
+    # config change that makes it someone else's fails the run instead of delivering. The owner's own
+    # choice of a target (`hermit cron`, the web app) clears it.
+    owner_only: bool = False
 
     @model_validator(mode="after")
     def _announce_needs_a_peer(self) -> Delivery:

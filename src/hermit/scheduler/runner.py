@@ -74,9 +74,10 @@ def session_starter(loaded: LoadedConfig, clock: Clock, *, fsync: bool = True) -
 
 
 async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, start_session: StartSession, *,
-                  deliver: bool = True) -> RunRecord:
+                  deliver: bool = True, may_deliver: Callable[[Job], None] | None = None) -> RunRecord:
     """Run the job's turn and deliver its reply (unless `deliver` is off: `hermit cron run` prints it).
-    Never raises for the job's failure (a supervision boundary): the error is in the record. A
+    `may_deliver` checks the target before the turn (a JobError fails the run: nothing runs, nothing is
+    delivered). Never raises for the job's failure (a supervision boundary): the error is in the record. A
     cancellation after `timed_out` becomes status timeout. The record holds the whole reply; `finish`
     logs its start."""
     key = job_session_key(job)
@@ -86,6 +87,8 @@ async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, 
     reply: str | None = None
     session_id: str | None = None
     try:
+        if deliver and may_deliver is not None:
+            may_deliver(job)
         if job.session_target == "isolated":
             start_session(job, key)
         # A system event in the main session is a background turn like the heartbeat: it must not count

@@ -204,7 +204,8 @@ class SchedulerService:
     async def _run_job(self, job: Job, handle: RunHandle) -> None:
         zone = self.jobs.zone(job)
         try:
-            record = await execute(job, self.host, handle, zone, self._start_session)
+            record = await execute(job, self.host, handle, zone, self._start_session,
+                                   may_deliver=self.jobs.check_owner_only)
         except asyncio.CancelledError:
             record = RunRecord(handle.run_id, job.id, handle.started_at.isoformat(), "", "error", handle.trigger,
                                error="interrupted: the scheduler stopped")

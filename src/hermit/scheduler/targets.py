@@ -5,16 +5,22 @@ A job that announces to `telegram:42` used to name an account `default` that nee
 accepted, `doctor` said ok, and every run failed with "no channel account telegram/default". Now the
 target is resolved when the job is added or changed (the CLI, the agent's cron tool) and checked by
 `hermit doctor` and at gateway start for heartbeats, with the accounts that do exist in the error.
+
+Whether a target reaches only the owner of the job's (or heartbeat's) agent is `not_the_owner`: the cron
+tool's rule for the targets it may choose, checked again before every run of a job it aimed, and the
+basis of `hermit doctor`'s warnings.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hermit.agent.routing import RouteInput, Router
 from hermit.channels.platforms import names
 from hermit.config.allowlist import matches
+from hermit.config.load import LoadedConfig
 from hermit.config.schema import ChannelsConfig
-from hermit.errors import JobError
+from hermit.errors import ConfigError, JobError
 
 WEBCHAT = "webchat"
 DEFAULT_ACCOUNT = "default"
@@ -75,16 +81,56 @@ def resolve_target(channels: ChannelsConfig, channel: str, account: str | None, 
     return ResolvedTarget(name, chosen, explicit)
 
 
-def reaches_only_an_owner(channels: ChannelsConfig, channel: str, account: str | None, peer_kind: str,
-                          to: str) -> bool:
-    """Whether a delivery reaches the owner and nobody else: the web chat (its token holder is the owner)
-    or a DM to an id listed under that account's `owners` (by id: a username can change hands). A group,
-    a contact or an unknown account is not: main-session text quoted there reaches other people."""
+# The peer the gateway routes the web chat as (gateway/supervisor.py): the token holder, an owner.
+WEBCHAT_PEER = "owner"
+
+
+def _agents_reached(router: Router, channel: str, account: str, peer: str) -> list[str]:
+    """Every agent an owner's DM from `peer` on `channel`/`account` (or the web chat) can be routed to. A
+    Slack DM carries its workspace's team_id, which a `team_id` binding can route on; the workspace is not
+    known here, so each team or guild the channel's bindings name is tried, and none (any other value)."""
+    scopes = {(None, None)} | {(b.match.guild_id, b.match.team_id) for b in router.bindings
+                               if b.match.channel == channel}
+    return sorted({router.resolve(RouteInput(channel, account, "dm", peer, guild_id=guild, team_id=team,
+                                             sender_is_owner=True)).agent_id for guild, team in scopes})
+
+
+def not_the_owner(loaded: LoadedConfig, agent_id: str, channel: str, account: str | None, peer_kind: str,
+                  to: str) -> str | None:
+    """Who a delivery of agent `agent_id`'s main-session text (MEMORY.md, owner-only notes) reaches, in
+    words, when that is not only that agent's owner; None when it is.
+
+    The agent's owner is whoever reaches its main session: the web chat when it routes to the agent (its
+    token holder), or a DM to an id under an account's `owners` (by id: a username can change hands)
+    whose DMs from that id the bindings route to the agent. An owner of an account bound to another agent
+    is someone else's owner (a relative's own agent on the family bot): the text is not theirs to read.
+    A group, a contact, an unknown account, or bindings that do not load are not the owner either."""
     name = (channel or "").strip().lower()
+    account = account or DEFAULT_ACCOUNT
+    where = f"{name}/{account} {peer_kind} {to}"
+    try:
+        router = Router.from_config(loaded)
+    except ConfigError as e:  # the gateway would not start; nothing can be said to reach the owner
+        return f"{where}, which cannot be checked: {e.message}"
     if name == WEBCHAT:
-        return True
-    acc = channels.accounts_of(name).get(account or DEFAULT_ACCOUNT) if name in names() else None
-    return acc is not None and peer_kind == "dm" and matches(name, acc.owners, to)
+        agents = _agents_reached(router, WEBCHAT, DEFAULT_ACCOUNT, WEBCHAT_PEER)
+        return None if agents == [agent_id] else f"the web chat, which the bindings give to agent {agents[0]}, " \
+            f"not {agent_id}"
+    acc = loaded.config.channels.accounts_of(name).get(account) if name in names() else None
+    if acc is None:
+        return f"{where}, an account that channels.{name}.accounts does not define"
+    if peer_kind != "dm":
+        return f"the group {where}"
+    if not matches(name, acc.owners, to):
+        return f"{where}, who is not listed under channels.{name}.accounts.{account}.owners"
+    agents = _agents_reached(router, name, account, to)
+    if agents == [agent_id]:
+        return None
+    others = ", ".join(a for a in agents if a != agent_id)
+    if agent_id in agents:  # a team or guild binding takes some of them elsewhere
+        return (f"{where}, an owner of that account whose DMs the bindings route to agent {others} from some "
+                f"workspaces or servers, not only to {agent_id}")
+    return f"{where}, an owner of that account whose DMs the bindings route to agent {others}, not {agent_id}"
 
 
 def parse_announce(value: str, account: str | None = None) -> tuple[str, str | None, str]:
