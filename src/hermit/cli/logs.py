@@ -19,7 +19,7 @@ from typing import Any
 
 from hermit.cli.context import CliContext
 from hermit.errors import HermitError
-from hermit.gateway.logs import log_entry, log_path
+from hermit.gateway.logs import log_entry, log_path, split_lines
 
 POLL_SECONDS = 0.3
 
@@ -63,7 +63,7 @@ def _last_lines(path: Path, n: int) -> tuple[list[str], int]:
     """The last `n` lines and the size read up to."""
     with path.open("rb") as f:
         data = f.read()
-    lines = data.decode("utf-8", "replace").splitlines()
+    lines = split_lines(data)
     return list(deque(lines, maxlen=max(n, 0))), len(data)
 
 

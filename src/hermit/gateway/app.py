@@ -34,6 +34,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
+from hermit.gateway.refusals import RefusalLog, clip
 from hermit.gateway.webchat_api import WebchatApi
 
 STATIC_DIR = Path(str(files("hermit.gateway") / "static"))
@@ -87,6 +88,7 @@ class HostCheck:
     def __init__(self, app: ASGIApp, names: frozenset[str]) -> None:
         self.app = app
         self.names = names
+        self.refusals = RefusalLog(log)  # anyone reaching the port can make it refuse: a flood logs a count
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket") or scope["path"].startswith(HOOKS_PREFIX):
@@ -96,8 +98,8 @@ class HostCheck:
         if host_allowed(host, self.names):
             await self.app(scope, receive, send)
             return
-        log.warning("%s request for %s with Host %r refused (not this gateway's name)", scope["type"],
-                    scope["path"], host)
+        self.refusals.warning("requests with a foreign Host", "%s request for %r with Host %r refused (not this "
+                              "gateway's name)", scope["type"], clip(scope["path"]), clip(host))
         refusal = JSONResponse(
             {"error": "host_refused", "message": f"this gateway does not answer to the host {host!r}",
              "hint": "open it as http://127.0.0.1:<port>/ or http://localhost:<port>/, or add the origin you "

@@ -3,8 +3,12 @@
 Every record passes a filter that replaces known secret values (the gateway token, provider API keys
 read from the environment) with `***` before any handler formats it, so neither the log file nor the
 terminal ever holds them, whichever library logged them. uvicorn's access log is off: page URLs
-carry the token. The log holds what people wrote, so `logs/` is 0700 and every log file 0600, the
-rotated ones included, whatever the umask.
+carry the token. Then `OneLine` escapes every line break and control character in the message (`\\n`,
+`\\x1b`, `\\u2028`): a record is one line whatever a request path or header carried, so nobody writes an
+entry of their own into the log that `hermit logs` and the web app read back. Only a traceback, which the
+formatter appends, spans lines, and none of its lines can pass for an entry (`safe_traceback`). The log
+holds what people wrote, so `logs/` is 0700 and every log file 0600, the rotated ones included, whatever
+the umask.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hermit.config.paths import ensure_private_dir, private_file, tighten_dir
+from hermit.gateway.refusals import SUMMARY, RefusalLog
 from hermit.redaction import KNOWN, SecretMasker, register
 
 LOG_FILE = "gateway.log"
@@ -28,6 +33,45 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _TEXT_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) ([\w.\-]+): (.*)$")  # TEXT_FORMAT's lines
 
 LOGGERS = ("hermit", "uvicorn", "uvicorn.error")
+
+# C0 and C1 controls, DEL, the Unicode line and paragraph separators, and the bidi controls: what could end a
+# line (str.splitlines breaks at \x1c-\x1e, \x85, U+2028/9 too), drive a terminal, or reorder what is shown.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = m.group()
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) <= 0xFF else f"\\u{ord(c):04x}")
+
+
+def one_line(text: str) -> str:
+    """`text` with every control character, line break and bidi control escaped (`\\n`, `\\x1b`, `\\u202e`)."""
+    return _CONTROL.sub(_escape, text)
+
+
+def safe_traceback(text: str) -> str:
+    """A traceback (or stack) kept on its lines, each escaped, and indented where it would read as an entry
+    of its own (an exception message can hold a forged log line)."""
+    return "\n".join(f"  {line}" if line.startswith("{") or _TEXT_LINE.match(line) else line
+                     for line in (one_line(part) for part in text.split("\n")))
+
+
+class OneLine(logging.Filter):
+    """Makes every record one line: its message (args included) and its traceback escaped as above."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        escaped = one_line(text)
+        if escaped != text:
+            record.msg, record.args = escaped, None
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = safe_traceback(record.exc_text)
+        if record.stack_info:
+            record.stack_info = safe_traceback(record.stack_info)
+        return True
 
 
 class SecretMask(logging.Filter):
@@ -55,6 +99,22 @@ class SecretMask(logging.Filter):
         return True
 
 
+class ConnectionNoise(logging.Filter):
+    """On uvicorn's logger: its lines below ERROR that anyone can cause by connecting (a WebSocket accepted,
+    opened, closed or rejected, an invalid HTTP request) are limited like the gateway's refusals
+    (gateway/refusals.py), per message, so a flood of bare connections cannot rotate the log's history out."""
+
+    def __init__(self, log: logging.Logger) -> None:
+        super().__init__()
+        self.limit = RefusalLog(log, summary="%d more lines like %r left out in the last %.0f s (only the first "
+                                             "%d are logged)")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR or getattr(record, SUMMARY, False):
+            return True
+        return self.limit.admit(str(record.msg))
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         obj = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
@@ -77,6 +137,13 @@ class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
 def log_path(home: Path) -> Path:
     """Where the gateway of state dir `home` writes its log (`hermit logs` reads it)."""
     return home / "logs" / LOG_FILE
+
+
+def split_lines(data: bytes) -> list[str]:
+    """The lines of a log's bytes, split at "\n" only, as the handlers end them (str.splitlines would also
+    break at U+2028, \x85 or \x1e inside an entry an older gateway wrote unescaped)."""
+    lines = data.decode("utf-8", "replace").split("\n")
+    return lines[:-1] if lines and not lines[-1] else lines
 
 
 def log_entry(line: str) -> dict[str, Any] | None:
@@ -106,16 +173,20 @@ def setup_logging(log_dir: Path, fmt: str, secrets: Iterable[str], *, debug: boo
             os.chmod(old, 0o600)
     formatter: logging.Formatter = (JsonFormatter() if fmt == "json"
                                     else logging.Formatter(TEXT_FORMAT))
-    mask = SecretMask(secrets)
+    filters: list[logging.Filter] = [SecretMask(secrets), OneLine()]  # masked, then made one line
     handlers: list[logging.Handler] = [logging.StreamHandler(),
                                        PrivateRotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups,
                                                                   encoding="utf-8")]
     for h in handlers:
         h.setFormatter(formatter)
-        h.addFilter(mask)
+        for f in filters:
+            h.addFilter(f)
     for name in LOGGERS:
         logger = logging.getLogger(name)
         logger.handlers = list(handlers)
+        logger.filters = [f for f in logger.filters if not isinstance(f, ConnectionNoise)]
+        if name == "uvicorn.error" and not debug:
+            logger.addFilter(ConnectionNoise(logger))
         logger.setLevel(logging.DEBUG if debug else logging.INFO)
         logger.propagate = False
     return path

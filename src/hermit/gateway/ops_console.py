@@ -19,7 +19,7 @@ from typing import Any
 from hermit.channels.base import Channel
 from hermit.channels.pairing import PairingRequest, PairingStore
 from hermit.config.load import LoadedConfig
-from hermit.gateway.logs import log_entry, log_path
+from hermit.gateway.logs import log_entry, log_path, split_lines
 from hermit.gateway.protocol import (
     CronAddParams,
     CronJobParams,
@@ -151,7 +151,7 @@ def _last_lines(path: Path, n: int) -> list[str]:
         start = max(0, size - TAIL_MAX_BYTES)
         f.seek(start)
         data = f.read()
-    lines = data.decode("utf-8", "replace").splitlines()
+    lines = split_lines(data)
     if start and lines:
         lines = lines[1:]  # the first line read is probably cut
     return lines[-n:]

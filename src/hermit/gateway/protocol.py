@@ -13,10 +13,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hermit.wire import WireError, load_json
 
@@ -63,9 +64,20 @@ class ConnectParams(_Params):
     client: str | None = Field(None, max_length=200)  # e.g. "hermit-webchat/1"
 
 
+# A name or IPv4 address, or a bracketed IPv6 one, and an optional port: nothing else (no space, no control).
+HOST_PORT = re.compile(r"(?:[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_.])?|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+
+
 class ChallengeParams(_Params):
     nonce: str = Field(pattern=r"^[A-Za-z0-9_-]{16,128}$")  # the client's, fresh for this connection
     host: str = Field(min_length=1, max_length=300)  # the host[:port] the client believes it talks to
+
+    @field_validator("host")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        if HOST_PORT.fullmatch(value) is None:  # it is logged when refused: nothing but a host and a port
+            raise ValueError("not a host[:port] (the page's location.host)")
+        return value
 
 
 def handshake_proof(token: bytes, side: str, host: str, first: str, second: str) -> str:

@@ -49,6 +49,7 @@ from hermit.gateway.protocol import (
     res_error,
     res_ok,
 )
+from hermit.gateway.refusals import RefusalLog, clip
 from hermit.models.loopback import foreign_peer
 from hermit.sessions.keys import agent_id_of
 
@@ -97,6 +98,7 @@ class WebchatApi:
         self.default_session = default_session
         self.default_agent = agent_id_of(default_session) or "main"
         self.allowed_origins = frozenset(allowed_origins)
+        self.refusals = RefusalLog(log)  # anyone reaching the port can make it refuse: a flood logs a count
 
     async def endpoint(self, ws: WebSocket) -> None:
         client, server = ws.scope.get("client"), ws.scope.get("server")
@@ -107,14 +109,16 @@ class WebchatApi:
             holder = await asyncio.to_thread(foreign_peer, str(client[0]), int(client[1]), str(server[0]),
                                              int(server[1]))
             if holder is not None:
-                log.warning("web chat connection from a program of another user (uid %d) refused", holder.uid)
+                self.refusals.warning("connections from another user's program", "web chat connection from a "
+                                      "program of another user (uid %d) refused", holder.uid)
                 await ws.close(CLOSE_POLICY)
                 return
         await ws.accept()
         sock = _Socket(ws)
         origin = ws.headers.get("origin")
         if origin is not None and not same_origin(origin, ws.headers.get("host"), self.allowed_origins):
-            log.warning("web chat connection from origin %s refused", origin)
+            self.refusals.warning("connections from a foreign origin", "web chat connection from origin %r refused",
+                                  clip(origin))
             await sock.send_raw(res_error(None, "origin_refused", f"origin {origin} may not use this gateway",
                                           "open the web chat from the gateway's own address, or add the origin "
                                           "to gateway.allowed_origins"))
@@ -140,6 +144,8 @@ class WebchatApi:
                         continue
                     await self._dispatch(sock, client_id, req)
                 except ProtocolError as e:
+                    if e.code == "frame_too_large":
+                        self.refusals.warning("oversized frames", "web chat frame refused: %s", e.message)
                     await sock.send_raw(res_error(e.request_id, e.code, e.message, e.hint))
                     close = e.close or (CLOSE_PROTOCOL if client_id is None else None)
                     if close is not None:
@@ -158,7 +164,8 @@ class WebchatApi:
         own) for the address the page names, refused unless that address is this gateway's own."""
         params: ChallengeParams = req.params
         if not self._own_address(params.host, ws):
-            log.warning("web chat handshake for another address (%s) refused", params.host)
+            self.refusals.warning("handshakes for another address", "web chat handshake for another address (%r) "
+                                  "refused", params.host)
             raise ProtocolError("wrong_address", f"this gateway does not serve {params.host}",
                                 "open the URL printed by `hermit dashboard`", request_id=req.id,
                                 close=CLOSE_UNAUTHORIZED)
@@ -193,7 +200,7 @@ class WebchatApi:
         else:
             ok = params.token is not None and hmac.compare_digest(params.token.encode(), self._token)
         if not ok:
-            log.warning("web chat connection with a wrong token refused")
+            self.refusals.warning("connections with a wrong token", "web chat connection with a wrong token refused")
             raise ProtocolError("unauthorized", "wrong gateway token",
                                 "open the URL printed by `hermit dashboard` (it carries the token)",
                                 request_id=req.id, close=CLOSE_UNAUTHORIZED)
