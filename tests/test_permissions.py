@@ -154,15 +154,19 @@ def test_an_index_in_a_shared_or_a_named_directory_leaves_that_directorys_mode_a
         assert mode(theirs) == 0o755
 
 
-def test_init_in_a_shared_directory_keeps_its_mode_and_tightens_a_state_dir_of_the_users(tmp_path: Path) -> None:
-    """`hermit --home DIR init` makes the state dir owner-only, except where DIR is shared on purpose (a
-    sticky, world-writable directory like /tmp: as root, 0700 there breaks every other user)."""
+def test_init_refuses_a_shared_directory_and_tightens_a_state_dir_of_the_users(tmp_path: Path) -> None:
+    """`hermit --home DIR init` makes the state dir owner-only. A directory every user may write (a sticky one
+    like /tmp included: anyone may create hermit.env or hermit.yaml there first) is refused, its mode kept and
+    nothing written into it; a folder inside it is fine (the sticky bit keeps others from renaming it)."""
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o1777)
     r = hermit(shared, "init")
+    assert r.returncode == 1 and "can be written by every user (mode 1777)" in r.stderr, r.stderr
+    assert mode(shared) == 0o1777 and list(shared.iterdir()) == []
+    r = hermit(shared / "inside", "init")
     assert r.returncode == 0, r.stderr
-    assert mode(shared) == 0o1777 and mode(shared / "hermit.yaml") == 0o600 and mode(shared / "workspace") == 0o700
+    assert mode(shared / "inside") == 0o700 and mode(shared / "inside" / "hermit.yaml") == 0o600
     mine = tmp_path / "mine"
     mine.mkdir()
     mine.chmod(0o755)

@@ -30,7 +30,7 @@ from pathlib import Path
 from hermit import __version__
 from hermit.cli.commands import BY_NAME, COMMANDS, command_index, command_word
 from hermit.cli.context import CliContext, configured_secrets
-from hermit.cli.preflight import require_initialized
+from hermit.cli.preflight import ownership_problem, require_initialized
 from hermit.cli.terminal import safe_output
 from hermit.errors import HermitError, disk_full
 from hermit.redaction import register_later
@@ -181,6 +181,10 @@ def _main(argv: list[str] | None) -> int:
     umask = os.umask(OWNER_ONLY_UMASK)
     try:
         command = BY_NAME[args.command]
+        # A state dir another user owns or may write is refused before any command reads or writes it (the
+        # doctor reports it as a failed check; completion reads nothing; restore judges its target itself).
+        if args.command not in ("completion", "doctor", "restore") and (problem := ownership_problem(ctx.home)):
+            raise problem
         if command.requires_init:
             require_initialized(ctx, writes=command.writes)
         return func(ctx, args)

@@ -9,6 +9,7 @@ gets its own message instead of a traceback or advice that would destroy a good 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,16 +22,48 @@ INIT_HINT = "run `hermit init` first"
 
 
 def state_dir_problem(home: Path) -> ConfigError | None:
-    """Why `home` cannot be Hermit's state dir (a file there, or a file on its path), else None."""
+    """Why `home` cannot be Hermit's state dir (a file there, or a file on its path; a folder another user
+    owns or may write, or one inside such a folder), else None."""
     for p in (home, *home.parents):
         if p.is_dir():
-            return None
+            return ownership_problem(home)
         if p.exists() or p.is_symlink():
             what = "is a file" if p == home else f"is inside {p}, which is a file"
             return ConfigError(
                 f"the state dir {home} {what}, not a directory",
                 "set HERMIT_HOME (or --home) to a directory, e.g. ~/.hermit; Hermit never replaces a file",
             )
+    return None
+
+
+def ownership_problem(home: Path) -> ConfigError | None:
+    """The state dir holds the keys (hermit.env), the config that names the model server and every note: one
+    another local user owns or may write — `HERMIT_HOME=/tmp/x` made by them first — lets them read the keys
+    written there, plant a hermit.env or hermit.yaml, or swap the workspace. So an existing state dir must be
+    the user's and written by nobody else, and each folder above it the user's or root's and not writable by
+    others unless sticky (/tmp), or they could rename it away and put their own in its place."""
+    from hermit.config.paths import not_own_file
+
+    hint = ("Hermit keeps your keys and notes there: use a folder of your own (unset HERMIT_HOME for "
+            "~/.hermit), or take it over after checking its files: chown -R $(id -u) DIR && chmod 700 DIR")
+    real = home.resolve()  # a symlinked ~/.hermit is fine: the folder it names is judged
+    try:
+        why = not_own_file(os.stat(real)) if real.exists() else None
+    except OSError:
+        why = None
+    if why is not None:
+        return ConfigError(f"the state dir {home} {why}", hint.replace("DIR", str(real)))
+    for parent in real.parents:
+        try:
+            st = os.stat(parent)
+        except OSError:
+            continue
+        why = (f"belongs to another user (uid {st.st_uid})" if st.st_uid not in (os.geteuid(), 0)
+               else "every user may write (and it is not sticky, as /tmp is)"
+               if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX else None)
+        if why is not None:
+            return ConfigError(f"the state dir {home} is inside {parent}, which {why}",
+                               "move the state dir (HERMIT_HOME) to a folder only you and root can write")
     return None
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hermit.config.paths import not_own_file
 from hermit.durable import write_atomic
 from hermit.errors import ConfigError
 
@@ -66,8 +67,11 @@ def read_env_file(path: Path) -> EnvFile:
         return EnvFile()
     except OSError as e:
         return EnvFile(problems=[f"cannot read it: {e.strerror or e}"])
-    if st.st_mode & 0o077 and st.st_uid == os.getuid():
-        os.chmod(path, 0o600)  # it holds keys: never leave it readable by others
+    if st.st_uid != os.geteuid():  # planted (HERMIT_HOME in a folder someone else made): never read
+        return EnvFile(problems=[f"not read: it {not_own_file(st)}; it holds your keys, so it must be yours "
+                                 f"(chown $(id -u) {path}, after checking what it says)"])
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o600)  # it holds keys: never leave it readable (or writable) by others
     try:
         return parse_env_text(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
@@ -91,9 +95,14 @@ def set_env_values(path: Path, updates: Mapping[str, str]) -> None:
         if "\n" in value or "\r" in value or "\x00" in value:
             raise ConfigError(f"the value for {name} contains a line break", "paste the key on one line")
     try:
-        text = path.read_text(encoding="utf-8")
+        st = os.stat(path)
     except FileNotFoundError:
         text = HEADER
+    else:
+        if st.st_uid != os.geteuid():  # its lines would be kept beside the new keys
+            raise ConfigError(f"{path} {not_own_file(st)}: Hermit will not add your keys to it",
+                              "remove it (or chown it to you after checking what it says), then run this again")
+        text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
     pending = dict(updates)
     for i, line in enumerate(lines):

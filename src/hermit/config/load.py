@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from hermit.config.paths import DEFAULT_AGENT_ID, StatePaths
+from hermit.config.paths import DEFAULT_AGENT_ID, StatePaths, not_own_file
 from hermit.config.schema import AgentEntry, AgentSettings, HermitConfig
 from hermit.errors import ConfigError
 
@@ -387,6 +387,13 @@ def load_config(paths: StatePaths, explicit: Path | None = None) -> LoadedConfig
     source = explicit or paths.config_file()
     if source is None:
         return build_config({}, paths)
+    try:
+        why = not_own_file(os.stat(source))
+    except OSError:
+        why = None  # the read below says what is wrong
+    if why is not None:  # it names the model server, the proxy and the commands: never another user's choice
+        raise ConfigError(f"the config file {source} {why}",
+                          f"check what it says, then make it yours: chown $(id -u) {source} && chmod 600 {source}")
     try:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError as e:

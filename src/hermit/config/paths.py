@@ -62,6 +62,18 @@ def not_safe_parent(st: os.stat_result) -> str | None:
     return None
 
 
+def not_own_file(st: os.stat_result) -> str | None:
+    """Why a file or folder Hermit keeps its keys, config or notes in (`st` from stat: a symlinked dotfile is
+    judged by what it names) cannot be trusted: another user's, or one every user may write (they would
+    choose the model server, the proxy, the commands). None when it is the current user's. Group write is
+    accepted: with a umask of 002 each user's files are group-writable for their own one-member group."""
+    if st.st_uid != os.geteuid():
+        return f"belongs to another user (uid {st.st_uid})"
+    if st.st_mode & 0o002:
+        return f"can be written by every user (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
 def private_file(path: Path) -> None:
     """Make sure `path` exists as an owner-only file (created 0600; an existing one tightened to 0600).
 
