@@ -187,7 +187,7 @@ def test_a_traceback_keeps_its_lines_but_none_passes_for_an_entry(gateway_loggin
 
 
 def test_refusals_past_the_limit_are_counted_in_one_line(gateway_logging: Path) -> None:
-    from hermit.gateway.refusals import RefusalLog  # here: the tree before it failed this test alone
+    from hermit.refusals import RefusalLog  # here: the tree before it failed this test alone
 
     now = [0.0]
     refusals = RefusalLog(logging.getLogger("hermit.gateway.test"), clock=lambda: now[0])

@@ -65,9 +65,10 @@ def test_five_hundred_slow_bodies_are_answered_and_closed(tmp_path: Path, monkey
                 host, port = base.removeprefix("http://").split(":")
                 results = await asyncio.gather(*(_slow_request(host, int(port)) for _ in range(500)))
                 statuses = [s for s, _ in results]
-                assert statuses.count(408) == 500, sorted(set(statuses))
+                # 16 read until the deadline (408); the rest came in a burst, none of the 16 had waited a second
+                # for a byte, so they were answered 503 at once (or evicted a reader that had: 408)
+                assert set(statuses) <= {408, 503} and statuses.count(408) >= 16, sorted(set(statuses))
                 assert max(t for _, t in results) < 10
-                assert readers.evicted >= 484  # the oldest made room at once; at most 16 waited for the deadline
                 status, took = await _slow_request(host, int(port), declared=10**9)
                 assert status == 413 and took < 5  # refused by its Content-Length, at the deadline at most
                 async with httpx.AsyncClient() as c:

@@ -1,7 +1,9 @@
-"""Slow senders cannot lock genuine webhooks out (audit D1). Bodies being read are tracked oldest first and a
-newcomer evicts the OLDEST reader (408, connection closed) instead of being refused: a full set of trickling
-connections still lets a signed WhatsApp or Slack event through; bodies held while reading have a byte
-budget; the cap on handlers applies once a body is in; a decoded %0A in a path cannot start a log line.
+"""Slow senders cannot lock genuine webhooks out (audit D1). Bodies being read are tracked by when their last
+byte came, and a newcomer evicts the reader waiting longest (408, connection closed) once it has waited a
+grace period, instead of being refused: a full set of trickling connections still lets a signed WhatsApp or
+Slack event through, and a burst of whole requests cannot evict a genuine one whose reading has not begun
+(audit H: those newcomers get 503 instead); bodies held while reading have a byte budget; the cap on
+handlers applies once a body is in; a decoded %0A in a path cannot start a log line.
 Real uvicorn servers on 127.0.0.1 (ports 2061x), the fake platforms for the channels' outbound calls."""
 
 from __future__ import annotations
@@ -135,7 +137,22 @@ async def flood(watched: Watched, port: int, path: str, n: int) -> list[Slow]:
     return out
 
 
-def test_slow_connections_filling_every_slot_do_not_lock_out_signed_webhooks(tmp_path: Path) -> None:
+class Clock:
+    """The readers' clock, moved by the test: how long a slow connection has waited is what it says."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_slow_connections_filling_every_slot_do_not_lock_out_signed_webhooks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(webhook, "READERS", webhook.BodyReaders(webhook.MAX_READERS, webhook.MAX_HELD_BYTES,
+                                                                clock=clock))
+
     async def main() -> None:
         wa_fake = await fake_whatsapp.FakeWhatsApp().start(port=20610)
         slack_fake = await fake_slack.FakeSlack().start(port=20611)
@@ -154,6 +171,7 @@ def test_slow_connections_filling_every_slot_do_not_lock_out_signed_webhooks(tmp
                     httpx.AsyncClient(timeout=10) as c, opened() as slow:
                 # Every reader slot taken by unauthenticated connections that never finish their body.
                 slow += await flood(wa_app, 20612, WA_PATH, READERS)
+                clock.now += 2 * webhook.IDLE_GRACE_SECONDS  # they have all waited for a byte since
                 body = json.dumps(fake_whatsapp.webhook_body(
                     fake_whatsapp.text_message("15550001111", "hello from the owner", "wamid.D1"))).encode()
                 r = await c.post(wa_base + WA_PATH, content=body, headers=fake_whatsapp.sign("app-secret", body))
@@ -173,6 +191,7 @@ def test_slow_connections_filling_every_slot_do_not_lock_out_signed_webhooks(tmp
                 assert (await slack_sink.next()).text == "hello over slack"
                 assert (await slow[1].answer())[0] == 408
                 # The attacker reopening its connections only evicts its own older ones.
+                clock.now += 2 * webhook.IDLE_GRACE_SECONDS
                 slow += await flood(wa_app, 20612, WA_PATH, READERS)
                 assert all(status == 408 for status, _ in await asyncio.gather(
                     *(s.answer() for s in slow[2:READERS + 1])))
@@ -185,6 +204,26 @@ def test_slow_connections_filling_every_slot_do_not_lock_out_signed_webhooks(tmp
         assert len(webhook.READERS) == 0 and webhook.READERS.held == 0 and webhook.HANDLING.now == 0
     run(main, timeout=90)
     assert webhook.BODY_DEADLINE_SECONDS <= 5  # Slack waits 3 s for the whole answer
+
+
+def test_a_burst_of_new_readers_cannot_evict_one_that_has_not_waited() -> None:
+    """A genuine request is admitted, then 64 more in the same turn of the event loop, before its reading task
+    first ran (its body already buffered): it used to be evicted as the oldest. Readers younger than the grace
+    period are never evicted for a newcomer; the newcomer is refused (the app answers 503 + Retry-After)."""
+    clock = Clock()
+    pool = webhook.BodyReaders(4, HELD, grace=1.0, clock=clock)
+    genuine = webhook.Reader()
+    assert pool.admit(genuine)
+    burst = [webhook.Reader() for _ in range(8)]
+    admitted = [pool.admit(r) for r in burst]
+    assert admitted == [True, True, True, False, False, False, False, False]
+    assert not genuine.evicted and pool.evicted == 0 and len(pool) == 4
+    clock.now = 0.9
+    pool.grow(genuine, 10)  # its bytes came: it is the one waiting least now
+    clock.now = 1.5
+    late = webhook.Reader()
+    assert pool.admit(late)  # the reader waiting longest for a byte (since 0) made room, not the genuine one
+    assert burst[0].evicted and not genuine.evicted and pool.evicted == 1
 
 
 def test_bodies_held_while_reading_have_a_byte_budget(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -258,3 +297,24 @@ def test_a_path_is_logged_quoted_and_cut_short(monkeypatch: pytest.MonkeyPatch, 
     assert len(lines) == 2
     assert all("\n" not in line and len(line) < webhook.LOG_PATH_CHARS + 100 for line in lines), lines
     assert "'/hooks/x/a\\nWARNING forged line'" in lines[0]
+
+
+def test_unsigned_webhooks_cannot_flood_the_log(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Every unsigned POST to a Slack or WhatsApp webhook logged a warning: ~2,400 lines a second from anyone who
+    knows the public URL rotated the gateway log's history out in about a minute (audit H). Each kind logs its
+    first lines of a minute, the rest are counted."""
+    caplog.set_level(logging.WARNING)
+    wa = WhatsAppChannel("personal", WhatsAppAccountConfig(phone_number_id="1", base_url="http://127.0.0.1:9"),
+                         access_token="EAAG-test", app_secret="app-secret", verify_token="v",
+                         inbox_dir=tmp_path / "inbox", state_dir=tmp_path, policy=FAST)
+    slack = SlackChannel("work", SlackAccountConfig(mode="http", base_url="http://127.0.0.1:9/api"),
+                         bot_token="xoxb-test", signing_secret="slack-secret", state_dir=tmp_path, policy=FAST)
+
+    async def main() -> None:
+        for _ in range(300):
+            assert (await wa.handle_http(WebhookRequest("POST", WA_PATH, b"{}"))).status == 401
+            assert (await slack.handle_http(WebhookRequest("POST", SLACK_PATH, b"{}"))).status == 401
+    run(main)
+    lines = [r.getMessage() for r in caplog.records]
+    assert 1 <= sum("whatsapp personal: refused a webhook" in m for m in lines) <= 10
+    assert 1 <= sum("slack work: refused a webhook" in m for m in lines) <= 10

@@ -38,10 +38,13 @@ from hermit.channels.tasks import cancel
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes, same_secret
 from hermit.config.schema import SlackAccountConfig
 from hermit.errors import ChannelError
+from hermit.refusals import RefusalLog
 from hermit.retry import RetryPolicy
 from hermit.wire import WireError, load_object
 
 log = logging.getLogger(__name__)
+# Anyone who knows the webhook URL can send unsigned requests: their refusals are logged a few a minute.
+REFUSALS = RefusalLog(log)
 
 SIGNATURE_WINDOW_SECONDS = 300
 # How long a handled event id is kept, on disk, so a captured signed event replayed after a restart is
@@ -210,7 +213,8 @@ class SlackChannel:
         ok = verify_signature(self._secret, req.headers.get("x-slack-request-timestamp", ""), req.body,
                               req.headers.get("x-slack-signature", ""), self._clock())
         if not ok:
-            log.warning("slack %s: refused a webhook with a bad or stale signature", self.account_id)
+            REFUSALS.warning(f"slack {self.account_id} webhooks with a bad or stale signature",
+                             "slack %s: refused a webhook with a bad or stale signature", self.account_id)
             return WebhookResponse(401, b"invalid signature")
         try:
             body = load_object(req.body)

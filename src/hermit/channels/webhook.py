@@ -10,25 +10,31 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
+from hermit.refusals import RefusalLog
+
 log = logging.getLogger(__name__)
+REFUSALS = RefusalLog(log)  # anyone who knows a webhook URL can cause these: a few lines a minute per kind
 
 MAX_BODY = 1024 * 1024  # platform events are small; a bigger body is refused before it is read whole
 # A platform sends its whole event at once (Slack waits 3 s for the whole answer): a body still arriving
 # after this is a client holding the connection open, answered 408.
 BODY_DEADLINE_SECONDS = 5.0
 # Bodies being read at once, and the bytes they may hold together, across every channel account of the
-# process. Past either, the OLDEST reader is evicted (408, connection closed), never the newcomer: a
-# platform's request arrives whole within milliseconds, so it is done before it becomes the oldest, while a
-# client trickling bodies only ever evicts its own connections. Unauthenticated, so nobody can fill it.
+# process. Past the count, the reader that has waited longest for a byte is evicted (408, connection
+# closed) when it has waited at least IDLE_GRACE_SECONDS; when every reader is younger than that (a burst
+# of whole requests), the newcomer is answered 503 with Retry-After instead. A platform's request arrives
+# whole within milliseconds, so it is never evicted by a burst admitted before its reading task first ran,
+# while a client trickling bodies only ever evicts its own connections. Past the bytes, the longest
+# waiting others are evicted whatever their age (memory first).
 MAX_READERS = 64
 MAX_HELD_BYTES = 32 * 1024 * 1024
+IDLE_GRACE_SECONDS = 1.0
 # Requests whose body is in and whose handler runs (signature checked, event handed on): past it, 503.
 # Only a complete request gets here, so a slow sender cannot hold these.
 MAX_HANDLING = 64
@@ -59,66 +65,74 @@ class InFlight:
 
 
 class Reader:
-    """One body being read: its task (cancelled on eviction) and the bytes it holds so far."""
+    """One body being read: its task (cancelled on eviction), the bytes it holds so far and when its last
+    byte came (or when it was admitted)."""
 
-    __slots__ = ("evicted", "held", "task")
+    __slots__ = ("evicted", "held", "last", "task")
 
-    def __init__(self) -> None:
+    def __init__(self, now: float = 0.0) -> None:
         self.task: asyncio.Task[bytes | None] | None = None
         self.held = 0
+        self.last = now
         self.evicted = False
 
 
 class BodyReaders:
-    """The bodies being read, oldest first, shared by every webhook app (one event loop: no lock needed).
+    """The bodies being read, shared by every webhook app (one event loop: no lock needed).
 
-    `admit` never refuses: at `limit` readers it evicts the oldest; `grow` past `max_bytes` held evicts the
-    oldest others. An evicted reader's task is cancelled and its request answered 408 by its owner."""
+    `admit` at `limit` readers evicts the one that has waited longest for a byte, if it has waited `grace`
+    seconds, else refuses the newcomer (False); `grow` past `max_bytes` held evicts the longest waiting
+    others. An evicted reader's task is cancelled and its request answered 408 by its owner."""
 
-    def __init__(self, limit: int, max_bytes: int) -> None:
+    def __init__(self, limit: int, max_bytes: int, *, grace: float = IDLE_GRACE_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
         self.max_bytes = max_bytes
+        self.grace = grace
+        self.clock = clock
         self.held = 0
         self.evicted = 0  # since the process started, for logs and tests
-        self._readers: dict[Reader, None] = {}  # insertion order: oldest first
-        self._logged_at = -math.inf
-        self._unlogged = 0
+        self._readers: dict[Reader, None] = {}
 
     def __len__(self) -> int:
         return len(self._readers)
 
-    def admit(self, reader: Reader) -> None:
+    def admit(self, reader: Reader) -> bool:
+        now = self.clock()
+        reader.last = now
         while len(self._readers) >= max(self.limit, 1):
-            self._evict_oldest(spare=None, why=f"{len(self._readers)} bodies being read")
+            idle = self._longest_waiting(spare=None)
+            if idle is None or now - idle.last < self.grace:
+                return False
+            self._evict(idle, f"{len(self._readers)} bodies being read")
         self._readers[reader] = None
+        return True
 
     def grow(self, reader: Reader, size: int) -> None:
         reader.held += size
         self.held += size
-        while self.held > self.max_bytes and self._evict_oldest(spare=reader, why=f"{self.held} bytes held"):
-            pass
+        if size > 0:
+            reader.last = self.clock()
+        while self.held > self.max_bytes and (idle := self._longest_waiting(spare=reader)) is not None:
+            self._evict(idle, f"{self.held} bytes held")
 
     def leave(self, reader: Reader) -> None:
         if reader in self._readers:
             del self._readers[reader]
             self.held -= reader.held
 
-    def _evict_oldest(self, *, spare: Reader | None, why: str) -> bool:
-        oldest = next((r for r in self._readers if r is not spare), None)
-        if oldest is None:
-            return False
-        self.leave(oldest)
-        oldest.evicted = True
-        if oldest.task is not None:
-            oldest.task.cancel()
+    def _longest_waiting(self, *, spare: Reader | None) -> Reader | None:
+        return min((r for r in self._readers if r is not spare), key=lambda r: r.last, default=None)
+
+    def _evict(self, reader: Reader, why: str) -> None:
+        self.leave(reader)
+        reader.evicted = True
+        if reader.task is not None:
+            reader.task.cancel()
         self.evicted += 1
-        self._unlogged += 1
-        now = time.monotonic()
-        if now - self._logged_at >= 60:  # a trickling client can cause thousands a second: one line a minute
-            log.warning("webhook: %s, evicted the oldest (answered 408); %d evicted since the last report",
-                        why, self._unlogged)
-            self._logged_at, self._unlogged = now, 0
-        return True
+        # A trickling client can cause thousands a second.
+        REFUSALS.warning("slow webhook bodies evicted", "webhook: %s, evicted the one waiting longest for a "
+                         "byte (answered 408)", why)
 
 
 READERS = BodyReaders(MAX_READERS, MAX_HELD_BYTES)
@@ -195,6 +209,40 @@ async def _read_body(receive: Receive, declared: int | None, reader: Reader, rea
             return None if too_big else b"".join(chunks)
 
 
+async def _read(scope: Scope, receive: Receive, send: Send, declared: int | None, pool: BodyReaders,
+                deadline: float) -> bytes | None:
+    """The body, or None once a refusal was sent (every refusal closes the connection: uvicorn restarts
+    its keep-alive timer on each byte, so a connection left open could be kept by a trickling sender)."""
+    reader = Reader()
+    if not pool.admit(reader):  # every reader is a fresh one: a burst, not a slow sender to evict
+        REFUSALS.warning("webhooks refused while bodies were being read", "webhook %r: %d bodies being "
+                         "read, none waiting long, answered 503", scope["path"][:LOG_PATH_CHARS], len(pool))
+        await _respond(send, WebhookResponse(503, b"busy, retry later"), [(b"retry-after", b"5"), *CLOSE])
+        return None
+    # No await between admitting and starting the task: eviction cancels the task.
+    reader.task = task = asyncio.create_task(_read_body(receive, declared, reader, pool))
+    try:
+        await asyncio.wait({task}, timeout=deadline)
+    finally:
+        pool.leave(reader)
+        task.cancel()  # a no-op once it is done
+    too_big = declared is not None and declared > MAX_BODY
+    if not task.done() or task.cancelled():
+        if not reader.evicted:
+            REFUSALS.warning("webhook bodies that took too long", "webhook %r: refused a body that took "
+                             "over %.0f s", scope["path"][:LOG_PATH_CHARS], deadline)
+        await _respond(send, WebhookResponse(413, b"body too large") if too_big
+                       else WebhookResponse(408, b"request body not received in time"), CLOSE)
+        return None
+    try:
+        body = task.result()
+    except _Gone:
+        return None
+    if body is None:
+        await _respond(send, WebhookResponse(413, b"body too large"), CLOSE)
+    return body
+
+
 def asgi_app(routes: Sequence[WebhookRoute], *, body_deadline: float | None = None,
              readers: BodyReaders | None = None, handling: InFlight | None = None) -> ASGIApp:
     """An ASGI app serving `routes`: 404 elsewhere, 405 for other methods, 413 past MAX_BODY (at once when
@@ -205,33 +253,8 @@ def asgi_app(routes: Sequence[WebhookRoute], *, body_deadline: float | None = No
     table = {r.path.rstrip("/"): r for r in routes}
 
     async def read(scope: Scope, receive: Receive, send: Send, declared: int | None) -> bytes | None:
-        """The body, or None once a refusal was sent (every refusal closes the connection: uvicorn restarts
-        its keep-alive timer on each byte, so a connection left open could be kept by a trickling sender)."""
-        pool = READERS if readers is None else readers
-        deadline = BODY_DEADLINE_SECONDS if body_deadline is None else body_deadline
-        reader = Reader()
-        pool.admit(reader)  # no await between admitting and starting the task: eviction cancels the task
-        reader.task = task = asyncio.create_task(_read_body(receive, declared, reader, pool))
-        try:
-            await asyncio.wait({task}, timeout=deadline)
-        finally:
-            pool.leave(reader)
-            task.cancel()  # a no-op once it is done
-        too_big = declared is not None and declared > MAX_BODY
-        if not task.done() or task.cancelled():
-            if not reader.evicted:
-                log.warning("webhook %r: refused a body that took over %.0f s", scope["path"][:LOG_PATH_CHARS],
-                            deadline)
-            await _respond(send, WebhookResponse(413, b"body too large") if too_big
-                           else WebhookResponse(408, b"request body not received in time"), CLOSE)
-            return None
-        try:
-            body = task.result()
-        except _Gone:
-            return None
-        if body is None:
-            await _respond(send, WebhookResponse(413, b"body too large"), CLOSE)
-        return body
+        return await _read(scope, receive, send, declared, READERS if readers is None else readers,
+                           BODY_DEADLINE_SECONDS if body_deadline is None else body_deadline)
 
     async def handle(scope: Scope, receive: Receive, send: Send, route: WebhookRoute) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
@@ -241,8 +264,8 @@ def asgi_app(routes: Sequence[WebhookRoute], *, body_deadline: float | None = No
             return
         limiter = HANDLING if handling is None else handling
         if not limiter.take():
-            log.warning("webhook %r: %d requests being handled, answered 503", scope["path"][:LOG_PATH_CHARS],
-                        limiter.now)
+            REFUSALS.warning("webhooks refused while handlers were busy", "webhook %r: %d requests being "
+                             "handled, answered 503", scope["path"][:LOG_PATH_CHARS], limiter.now)
             await _respond(send, WebhookResponse(503, b"busy, retry later"), [(b"retry-after", b"5"), *CLOSE])
             return
         try:

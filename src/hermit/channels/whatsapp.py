@@ -39,10 +39,13 @@ from hermit.channels.status import StatusTracker
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes, same_secret
 from hermit.config.schema import WhatsAppAccountConfig
 from hermit.errors import ChannelError
+from hermit.refusals import RefusalLog
 from hermit.retry import RetryPolicy, retry_after_seconds
 from hermit.wire import WireError, load_object
 
 log = logging.getLogger(__name__)
+# Anyone who knows the webhook URL can send unsigned requests: their refusals are logged a few a minute.
+REFUSALS = RefusalLog(log)
 
 MEDIA_KINDS: dict[str, AttachmentKind] = {"image": "image", "document": "document", "audio": "audio",
                                           "video": "video", "sticker": "image"}
@@ -126,7 +129,8 @@ class WhatsAppChannel:
             return self._verify_subscription(req.query)
         # Signature before anything else: an unsigned body is never parsed.
         if not signature_ok(self._secret, req.body, req.headers.get("x-hub-signature-256", "")):
-            log.warning("whatsapp %s: refused a webhook with a missing or wrong signature", self.account_id)
+            REFUSALS.warning(f"whatsapp {self.account_id} webhooks with a missing or wrong signature",
+                             "whatsapp %s: refused a webhook with a missing or wrong signature", self.account_id)
             return WebhookResponse(401, b"invalid signature")
         try:
             body = load_object(req.body)

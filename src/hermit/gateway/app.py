@@ -34,8 +34,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from hermit.gateway.refusals import RefusalLog, clip
 from hermit.gateway.webchat_api import WebchatApi
+from hermit.refusals import RefusalLog, clip
 
 STATIC_DIR = Path(str(files("hermit.gateway") / "static"))
 # The page loads only its own files; even if escaping failed somewhere, injected markup could run no

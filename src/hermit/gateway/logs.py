@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from hermit.config.paths import ensure_private_dir, private_file, tighten_dir
-from hermit.gateway.refusals import SUMMARY, RefusalLog
 from hermit.redaction import KNOWN, SecretMasker, register
+from hermit.refusals import SUMMARY, RefusalLog
 
 LOG_FILE = "gateway.log"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -102,7 +102,7 @@ class SecretMask(logging.Filter):
 class ConnectionNoise(logging.Filter):
     """On uvicorn's logger: its lines below ERROR that anyone can cause by connecting (a WebSocket accepted,
     opened, closed or rejected, an invalid HTTP request) are limited like the gateway's refusals
-    (gateway/refusals.py), per message, so a flood of bare connections cannot rotate the log's history out."""
+    (hermit/refusals.py), per message, so a flood of bare connections cannot rotate the log's history out."""
 
     def __init__(self, log: logging.Logger) -> None:
         super().__init__()

@@ -49,8 +49,8 @@ from hermit.gateway.protocol import (
     res_error,
     res_ok,
 )
-from hermit.gateway.refusals import RefusalLog, clip
 from hermit.models.loopback import foreign_peer
+from hermit.refusals import RefusalLog, clip
 from hermit.sessions.keys import agent_id_of
 
 log = logging.getLogger("hermit.gateway.webchat")
