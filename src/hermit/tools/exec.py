@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -35,6 +36,7 @@ from hermit.errors import ToolError
 from hermit.redaction import mask, mask_cut
 from hermit.tools.base import Tool, ToolOutput, make_tool
 from hermit.tools.os_sandbox import COMMAND_VARIABLE, RUN_COMMAND, OsSandbox
+from hermit.tools.room_end import END_SECONDS
 from hermit.tools.room_sandbox import SETUP_FAILED, RoomRun, RoomSandbox
 from hermit.tools.sandbox import PathResolver
 
@@ -43,6 +45,7 @@ MAX_TIMEOUT_SECONDS = 1800.0
 DEFAULT_MAX_OUTPUT_CHARS = 20_000
 # Room mode: beyond the command's own time, packing the room in and out.
 ROOM_GRACE_SECONDS = 60.0
+POLL_SECONDS = 0.1  # how often the output reader looks whether it should stop
 # What a shell needs and nothing that is usually secret; everything else must be allowed by name.
 ENV_WHITELIST = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ",
                            "TMPDIR", "COLUMNS", "LINES", "NO_COLOR"})
@@ -162,7 +165,7 @@ class ExecTool:
         finished = False
         try:
             run.started(proc)
-            stuck = _wait(proc, buf, limit + ROOM_GRACE_SECONDS)
+            stuck = _wait(proc, buf, limit + ROOM_GRACE_SECONDS, run.ended)
             elapsed = time.monotonic() - started
             code = proc.returncode
             timed_out = stuck or code == 124 or (code in (137, -9) and elapsed >= limit)
@@ -170,16 +173,22 @@ class ExecTool:
             finished = True
         finally:
             if not finished:  # cancelled: the copy is dropped, the room stays as it was
+                _kill_group(proc)
                 run.finish(apply=False)
         return _result(proc, buf, elapsed, timed_out, limit, notes)
 
 
-def _wait(proc: subprocess.Popen[bytes], buf: _CappedBuffer, limit: float) -> bool:
+def _wait(proc: subprocess.Popen[bytes], buf: _CappedBuffer, limit: float,
+          ended: Callable[[], None] | None = None) -> bool:
     """Wait for `proc` while its output is read; kill its process group after `limit` seconds (True) or
-    when the turn is cancelled (re-raised)."""
+    when the turn is cancelled (re-raised). `ended` runs once the command is over, however it ended (room
+    mode: kill what is left of the sandbox). Returns a few seconds after `limit` whatever holds the output
+    pipe: the reader polls the raw descriptor and is told to stop, and that descriptor is closed, never
+    waited for (a buffered reader's close would wait for a read that never ends)."""
     assert proc.stdout is not None
     stdout = proc.stdout
-    reader = threading.Thread(target=_pump, args=(stdout, buf), daemon=True)
+    stop = threading.Event()
+    reader = threading.Thread(target=_pump, args=(stdout.fileno(), buf, stop), daemon=True)
     reader.start()
     timed_out = False
     try:
@@ -188,18 +197,25 @@ def _wait(proc: subprocess.Popen[bytes], buf: _CappedBuffer, limit: float) -> bo
         except subprocess.TimeoutExpired:
             timed_out = True
             _kill_group(proc)
-            proc.wait()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=END_SECONDS)
     except BaseException:
         _kill_group(proc)  # Ctrl-C cancels the turn: nothing it started may linger
         raise
     finally:
-        reader.join(timeout=0.5)
-        if reader.is_alive():
-            # A background child still holds the output pipe open: it belongs to this command.
-            _kill_group(proc)
-            reader.join(timeout=2)
-        with contextlib.suppress(OSError):
-            stdout.close()
+        try:
+            if ended is not None:
+                ended()
+        finally:
+            reader.join(timeout=0.5)
+            if reader.is_alive():
+                # A background child still holds the output pipe open: it belongs to this command.
+                _kill_group(proc)
+                reader.join(timeout=2)
+            stop.set()
+            reader.join(timeout=2 * POLL_SECONDS)
+            with contextlib.suppress(OSError, ValueError):
+                stdout.close()
     return timed_out
 
 
@@ -215,11 +231,16 @@ def _result(proc: subprocess.Popen[bytes], buf: _CappedBuffer, elapsed: float, t
     return ToolOutput(f"{status} ({elapsed:.1f}s)\n{output}")
 
 
-def _pump(stream: object, buf: _CappedBuffer) -> None:
-    read = getattr(stream, "read1", None) or stream.read  # type: ignore[attr-defined]
+def _pump(fd: int, buf: _CappedBuffer, stop: threading.Event) -> None:
+    """Read `fd` into `buf` until its end or `stop`: polled, so a writer that never closes it (a process the
+    command left) cannot keep this thread, or whoever waits for it, forever."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     with contextlib.suppress(OSError, ValueError):
-        while True:
-            data = read(65536)
+        while not stop.is_set():
+            if not poller.poll(POLL_SECONDS * 1000):
+                continue
+            data = os.read(fd, 65536)
             if not data:
                 return
             buf.feed(data)

@@ -213,16 +213,21 @@ class CommandCgroup:
                 return int(value) > 0
         return False
 
+    def kill(self) -> None:
+        """SIGKILL every process in the group now."""
+        for d in self.dirs:
+            for pid in _read(d / "cgroup.procs").split():
+                with contextlib.suppress(OSError):
+                    os.kill(int(pid), signal.SIGKILL)
+
     def remove(self) -> None:
         """Kill whatever is left in the group and remove it (a few tries: exiting tasks leave it late)."""
         for attempt in range(100):
             left = False
+            self.kill()
             for d in self.dirs:
                 if not d.exists():
                     continue
-                for pid in _read(d / "cgroup.procs").split():
-                    with contextlib.suppress(OSError):
-                        os.kill(int(pid), signal.SIGKILL)
                 try:
                     d.rmdir()
                 except FileNotFoundError:

@@ -69,6 +69,7 @@ from hermit.tools.os_sandbox import (
     host_uid,
     room_mode_args,
 )
+from hermit.tools.room_end import join_while_busy
 from hermit.tools.rooms import ENTRY_BYTES, Manifest, Merge, SeedEntry, apply_incoming, stamp_of
 from hermit.tools.seccomp import filter_fd, filter_program
 from hermit.tools.views import MEMORY_DIR, Located, RoomView
@@ -170,6 +171,12 @@ class Channels:
         with contextlib.suppress(OSError):
             self.feed.shutdown(socket.SHUT_RD)
             self.back.shutdown(socket.SHUT_WR)
+
+    def cut(self) -> None:
+        """Wake a thread blocked on either socket (room_end.join_while_busy)."""
+        for s in (self.feed, self.back):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         for s in (self.feed, self.feed_child, self.back, self.back_child):
@@ -281,11 +288,16 @@ class RoomRun:
                     return
                 self.spool.write(block)
 
+    def ended(self) -> None:
+        """The command is over, however it ended: kill whatever is left of it."""
+        if self.group is not None:
+            self.group.kill()
+
     def finish(self, apply: bool) -> list[str]:
         """Wait for the pipes; when `apply`, merge the packed room into the room. Returns notes."""
         self._close_filter()
-        for t in self._threads:
-            t.join(timeout=30)
+        self.ended()
+        join_while_busy(self._threads, lambda: self.out_bytes, self.channels.cut)
         self.channels.close()
         notes: list[str] = []
         try:
