@@ -80,7 +80,8 @@ def test_approve_warns_when_the_config_shares_main_or_has_no_sandbox(tmp_path: P
     store = issue(tmp_path, "100")
     assert main(["--home", str(tmp_path), "pairing", "approve", "telegram", store.pending()[0].code]) == 0
     out = capsys.readouterr().out
-    assert "their own session (agent:main:main)" in out
+    assert "in your MAIN session (agent:main:main), with MEMORY.md" in out and "their own session" not in out
+    assert "cannot: reach your main session" not in out  # it used to promise this beside the warning
     assert "WARNING: agents main has session.dangerously_share_main_session_with_contacts: true, so they reach " \
            "your MAIN session" in out
     assert "WARNING: agents main has sandbox.mode: off" in out and "its tools are NOT sandboxed" in out

@@ -101,8 +101,11 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def gateway(home: Path) -> Iterator[tuple[Web, Gateway]]:
+    # per-channel-peer: the owner's DMs are OWNER_DM (under dm_scope main they would be the main session, and a
+    # key like OWNER_DM no owner's DM reaches is read-only).
     loaded = build_config({
-        "agents": {"defaults": {"timezone": "Europe/Paris", "memory_search": {"provider": "none"}}},
+        "agents": {"defaults": {"timezone": "Europe/Paris", "memory_search": {"provider": "none"},
+                                "session": {"dm_scope": "per-channel-peer"}}},
         "channels": {"telegram": {"accounts": {"default": {"owners": ["42"]}}}}}, StatePaths(home))
     agent = loaded.agent()
     memory = MemoryService(MemoryKey(agent.id, agent.workspace), agent.index_path, agent.settings.memory_search, None)

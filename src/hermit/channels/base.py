@@ -63,6 +63,9 @@ class InboundMessage:
     # A session the sender chose (the web chat's session list). Honoured only for the gateway's own
     # token-authenticated web chat; every other channel is routed by bindings and dm_scope.
     session_key: str | None = None
+    # The agent whose session `session_key` is, as the web chat resolved it: a key that names no agent
+    # (a CLI session `notes`) may exist in several agents' stores, and only this one is meant.
+    session_agent: str | None = None
 
 
 @dataclass(frozen=True)

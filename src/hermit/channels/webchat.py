@@ -99,14 +99,17 @@ class WebchatChannel:
             if not conns:
                 del self._clients[client_id]
 
-    async def submit(self, client_id: str, text: str, message_id: str, session_key: str | None) -> PublishOutcome:
+    async def submit(self, client_id: str, text: str, message_id: str, session_key: str | None,
+                     agent_id: str | None = None) -> PublishOutcome:
+        """Hand one message of the page to the gateway; `session_key` (with `agent_id`, the agent whose
+        session it is) when the page chose a session, None for the web chat's own."""
         if self._sink is None:
             raise ChannelError("the web chat is not running", "wait for the gateway to start, then reconnect")
         self._status.messages_in += 1
         return await self._sink.publish(InboundMessage(
             channel=self.name, account_id=self.account_id, peer_kind="dm", peer_id=client_id,
             sender_id=client_id, text=text, message_id=message_id, received_at=self._clock(),
-            session_key=session_key))
+            session_key=session_key, session_agent=agent_id if session_key is not None else None))
 
     async def send(self, item: Outbound) -> None:
         name, payload = event_of(item)

@@ -108,7 +108,7 @@ def _label(r: PairingRequest) -> str:
 
 def _config(ctx: CliContext) -> LoadedConfig | None:
     """The config, or None when it does not load: the pairing files changed anyway, and the explanation
-    below falls back to what holds for every valid config."""
+    then promises nothing about where the contact's messages go."""
     try:
         return ctx.config()
     except HermitError as e:
@@ -116,55 +116,15 @@ def _config(ctx: CliContext) -> LoadedConfig | None:
         return None
 
 
-def _contact_terms(ctx: CliContext, channel: str, account_id: str, sender_id: str) -> list[str]:
-    """What an approved contact can and cannot do under this config, in the words `approve` prints."""
-    from hermit.agent.routing import RouteInput, Router
-    from hermit.channels.pairing import printable
-    from hermit.config.allowlist import matches
-
-    owners_key = f"channels.{channel}.accounts.{account_id}.owners"
-    shown = printable(sender_id, 128)  # the real id routes; this one is printed
-    loaded = _config(ctx)
-    session = "their own session"
-    notes: list[str] = []
-    sandboxed = True
-    try:
-        route = Router.from_config(loaded).resolve(RouteInput(channel, account_id, "dm", sender_id)) \
-            if loaded is not None else None
-    except HermitError as e:  # a binding to an unknown agent: the approval stands, `hermit doctor` says more
-        print(f"(could not route their messages to say more: {e.message})")
-        route = None
-    if loaded is not None and route is not None:
-        agent = loaded.agent(route.agent_id).settings
-        session = f"their own session ({route.session_key})"
-        if route.main:
-            notes.append(f"WARNING: agents {route.agent_id} has session.dangerously_share_main_session_with_"
-                         "contacts: true, so they reach your MAIN session (MEMORY.md, your notes, an unsandboxed "
-                         f"shell). Turn it off, or revoke them: hermit pairing revoke {channel} {shown} "
-                         f"--account {account_id}")
-        if agent.sandbox.mode == "off":
-            sandboxed = False
-            notes.append(f"WARNING: agents {route.agent_id} has sandbox.mode: off, so their session's tools (exec, "
-                         "files) run unsandboxed on this machine. Set sandbox.mode: non-main.")
-        acc = loaded.config.channels.accounts_of(channel).get(account_id)
-        if acc is not None and matches(channel, acc.owners, sender_id):
-            notes.append(f"They are also listed under {owners_key}, so they are an owner anyway.")
-    tools = "its tools run in the sandbox" if sandboxed else "its tools are NOT sandboxed (see below)"
-    cannot = "reach your main session, MEMORY.md or your owner-only notes"
-    return [f"  They can:    talk to the assistant in {session}; {tools}.",
-            f"  They cannot: {cannot}" + (", nor run commands outside the sandbox." if sandboxed else "."),
-            f"  To make someone an owner instead, add their id to {owners_key} in the config.",
-            f"  Undo with:   hermit pairing revoke {channel} {shown} --account {account_id}",
-            *notes]
-
-
 def cmd_approve(ctx: CliContext, args: argparse.Namespace) -> int:
+    from hermit.channels.contact_terms import contact_terms
     from hermit.channels.pairing import PairingStore
 
     req = PairingStore(ctx.home).approve(args.channel, args.code)
     print(f"approved {_label(req)} on {req.channel}/{req.account_id} as a contact (not an owner): their next "
           "message reaches the assistant.")
-    for line in _contact_terms(ctx, req.channel, req.account_id, req.sender_id):
+    # The same terms the web app's pairing.approve answers (channels/contact_terms.py).
+    for line in contact_terms(_config(ctx), req.channel, req.account_id, req.sender_id).lines():
         print(line)
     return 0
 

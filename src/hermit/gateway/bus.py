@@ -140,14 +140,27 @@ class Bus:
         return False
 
     def _chosen(self, msg: InboundMessage) -> Routed:
-        assert msg.session_key is not None
-        agent_id = agent_id_of(msg.session_key)
-        if agent_id is None:  # a key naming no agent (a CLI session `test2`): the agent whose store holds it
-            agent_id = next((a for a, r in self.host.runtimes.items() if r.store.get(msg.session_key)), None)
-        if agent_id is None or agent_id not in self.host.runtimes:
-            raise SessionError(f"session {msg.session_key!r} belongs to no agent of this gateway",
+        """The session the web chat chose, in the agent it resolved (`session_agent`). A key naming an agent
+        must name that one; a key naming none (a CLI session `notes`) is that agent's, and without an agent
+        it must be in exactly one agent's store: never the first of several, which ran the owner's words
+        for one agent in another's workspace and memory."""
+        key = msg.session_key
+        assert key is not None
+        named = agent_id_of(key)
+        agent_id = msg.session_agent or named
+        if named is not None and agent_id != named:
+            raise SessionError(f"session {key!r} belongs to agent {named!r}, not {agent_id!r}",
                                "pick a session from sessions.list")
-        return Routed(agent_id, msg.session_key)
+        if agent_id is None:
+            holders = [a for a, r in self.host.runtimes.items() if r.store.get(key)]
+            if len(holders) > 1:
+                raise SessionError(f"session {key!r} is in the stores of agents {', '.join(sorted(holders))}",
+                                   "say which agent's session is meant")
+            agent_id = holders[0] if holders else None
+        if agent_id is None or agent_id not in self.host.runtimes:
+            raise SessionError(f"session {key!r} belongs to no agent of this gateway",
+                               "pick a session from sessions.list")
+        return Routed(agent_id, key)
 
     def _enqueue(self, job: _Job) -> bool:
         q = self._queues.get(job.session_key)

@@ -1,5 +1,5 @@
 """The owner's console behind the web app: the non-chat methods (memory, cron, channels, pairing, logs, status)
-dispatched to their handlers, and who counts as an owner in a DM session.
+dispatched to their handlers, and which DM sessions are the owner's own.
 
 Only a socket that connected with the gateway token reaches here (webchat_api.py), the same rule as
 the chat: the token holder is the owner. Handlers that touch files or SQLite run in a worker thread,
@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from hermit.agent.routing import WEBCHAT, RouteInput, Router
 from hermit.channels.access import AccessControl
 from hermit.channels.base import Channel
 from hermit.channels.pairing import PairingStore
@@ -21,6 +22,7 @@ from hermit.config.load import LoadedConfig
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.memory_console import MemoryConsole
 from hermit.gateway.ops_console import OpsConsole
+from hermit.sessions.keys import SessionKey, SessionKind, parse_session_key
 
 
 class Console:
@@ -31,6 +33,7 @@ class Console:
         self.memory = MemoryConsole(host, default_agent)
         self.ops = OpsConsole(loaded, home, channels, services, clock)
         self.access = AccessControl(loaded.config.channels, PairingStore(home, clock), clock)
+        self.router = Router.from_config(loaded)  # the bus's routing, from the same config
         self._status = status
         m, o = self.memory, self.ops
         self.handlers: dict[str, Callable[[Any], dict[str, Any]]] = {
@@ -51,11 +54,31 @@ class Console:
             return await self._status()
         return await asyncio.to_thread(self.handlers[method], params)
 
-    def owner_dm(self, channel: str | None, account_id: str | None, peer_id: str) -> bool:
-        """Whether a DM session's peer is one of the owners the config names (any account of the channel
-        when the key does not say which; any channel for a per-peer key). A web chat DM is the owner's."""
-        configured = list(accounts(self.loaded.config.channels))
-        if channel is None:
-            return any(self.access.is_owner(name, acc, peer_id) for name, acc, _ in configured)
-        accs = [account_id] if account_id else [acc for name, acc, _ in configured if name == channel] or ["default"]
-        return any(self.access.is_owner(channel, acc, peer_id) for acc in accs)
+    def owner_dm(self, key: SessionKey) -> bool:
+        """Whether a DM session is the owner's own: an account of the key's channel (of any channel for a
+        per-peer key; the key's own account when it names one) lists the peer under `owners`, and a DM from
+        that owner there is routed (bindings, dm_scope: what the bus does) to this very agent and session.
+        A peer id that owns *another* account is not enough: a contact's session that merely shares the id
+        (under per-channel-peer, or in another agent than the owner's account is bound to) stays read-only.
+        An owner listed only by @username cannot be told from the key, so fails closed too. A web chat DM is
+        the owner's (only the token holder writes them)."""
+        if key.kind is not SessionKind.DM or key.peer_id is None or key.agent_id is None:
+            return False
+        if key.channel == WEBCHAT:
+            return True
+        for channel, account_id, _ in accounts(self.loaded.config.channels):
+            if (key.channel not in (None, channel) or key.account_id not in (None, account_id)
+                    or not self.access.is_owner(channel, account_id, key.peer_id)):
+                continue
+            for guild_id, team_id in self._scopes(channel):
+                route = self.router.resolve(RouteInput(channel, account_id, "dm", key.peer_id, key.thread_id,
+                                                       key.topic_id, guild_id, team_id, sender_is_owner=True))
+                if route.agent_id == key.agent_id and parse_session_key(route.session_key) == key:
+                    return True
+        return False
+
+    def _scopes(self, channel: str) -> set[tuple[str | None, str | None]]:
+        """The (guild, team) a DM on `channel` may carry, as far as routing tells them apart: none, or one
+        a binding names (a Slack DM carries its workspace's team_id, which a binding may route by)."""
+        return {(None, None)} | {(b.match.guild_id, b.match.team_id) for b in self.router.bindings
+                                 if b.match.channel == channel and (b.match.guild_id or b.match.team_id)}

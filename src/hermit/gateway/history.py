@@ -5,8 +5,8 @@ Read from sessions.json and the JSONL transcript (the truth), so a reloaded page
 another tab sees exactly what was recorded, including a turn the gateway marked interrupted and a turn
 that failed (its error is kept in the transcript and shown).
 
-Which sessions the owner may continue from the page: the main session, the owner's own DMs (a DM
-whose peer the config names as an owner) and sessions started at the CLI under a name of one's own
+Which sessions the owner may continue from the page: the main session, the owner's own DMs (a DM the
+owner's messages are routed to: console.Console.owner_dm) and sessions started at the CLI under a name of one's own
 (`hermit chat --session test2`: only the owner has the CLI). Everything else is read-only there:
 writing into a group's, a contact's, a cron job's or a sub-agent's session would put the owner's words
 into that chat's transcript, answered in its sandbox, and seen by nobody in that chat.
@@ -21,12 +21,12 @@ from hermit.agent.context import is_silent
 from hermit.errors import SessionError
 from hermit.messages import stored_text
 from hermit.scheduler.heartbeat import DEFAULT_ACK_MAX_CHARS, strip_heartbeat_token
-from hermit.sessions.keys import SessionKind, is_main_session_key, parse_session_key
+from hermit.sessions.keys import SessionKey, SessionKind, is_main_session_key, parse_session_key
 from hermit.sessions.store import SessionStore
 from hermit.sessions.transcript import CustomEntry, MessageEntry, format_timestamp, read_transcript
 
-# (channel or None, account or None, peer id) -> whether that DM peer is one of the owners.
-OwnerCheck = Callable[[str | None, str | None, str], bool]
+# A parsed DM key -> whether it is the owner's own DM session (what the owner's DMs are routed to).
+OwnerCheck = Callable[[SessionKey], bool]
 
 READ_ONLY = {
     "group": "a group chat: what you typed here would enter the group's conversation and be answered in its "
@@ -52,7 +52,7 @@ def describe_session(key: str, owner_dm: OwnerCheck) -> dict[str, Any]:
                 "mode": "chat"}
     if k.kind is SessionKind.DM and k.peer_id is not None:
         label = f"DM {k.channel + ' ' if k.channel else ''}{k.peer_id}{where}"
-        if owner_dm(k.channel, k.account_id, k.peer_id):
+        if owner_dm(k):
             return {"kind": "dm", "label": label, "mode": "chat", "owner": True}
         return {"kind": "dm", "label": label, "mode": "read-only", "why": READ_ONLY["dm"]}
     if k.kind in (SessionKind.GROUP, SessionKind.CHANNEL):

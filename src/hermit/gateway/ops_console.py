@@ -3,8 +3,10 @@
 Thin faces over the services the CLI uses, so the page and `hermit cron|pairing|logs` can never
 disagree: CronJobs (the running scheduler's own, so a change or a "run now" wakes it at once),
 PairingStore (file-locked, safe beside `hermit pairing` in another process), the channels' live
-status objects and the gateway's log file. Approving a pairing request makes the sender a *contact*
-(their own sandboxed session), never an owner; the answer says so, as `hermit pairing approve` does.
+status objects and the gateway's log file. Approving a pairing request makes the sender a *contact*, never an
+owner; the answer says what that means under this config, in the terms `hermit pairing approve` prints
+(channels/contact_terms.py): a config that shares the main session with contacts, or runs their tools
+unsandboxed, is said first.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hermit.channels.base import Channel
+from hermit.channels.contact_terms import contact_terms
 from hermit.channels.pairing import PairingRequest, PairingStore
 from hermit.config.load import LoadedConfig
 from hermit.gateway.logs import log_entry, log_path, split_lines
@@ -33,15 +36,13 @@ from hermit.gateway.protocol import (
 from hermit.scheduler.control import CronJobs
 
 TAIL_MAX_BYTES = 1_000_000  # the log tail reads at most this much from the end of the file
-CONTACT_TERMS = ("approved as a contact, not an owner: they talk to the assistant in a sandboxed session of "
-                 "their own and never reach your main session, MEMORY.md or your owner-only notes. To make "
-                 "someone an owner, list their id under the channel account's owners in the config.")
 
 
 class OpsConsole:
     def __init__(self, loaded: LoadedConfig, home: Path, channels: Sequence[Channel], services: Sequence[object],
                  clock: Callable[[], float]) -> None:
         self.home = home
+        self.loaded = loaded
         self.channels = channels
         self.pairing = PairingStore(home, clock)
         scheduler = next((s for s in services if isinstance(getattr(s, "jobs", None), CronJobs)), None)
@@ -106,7 +107,11 @@ class OpsConsole:
 
     def pairing_approve(self, p: PairingDecideParams) -> dict[str, Any]:
         r = self.pairing.approve(p.channel, p.code)
-        return {"approved": _request(r, self.pairing.clock()), "message": CONTACT_TERMS}
+        terms = contact_terms(self.loaded, r.channel, r.account_id, r.sender_id)
+        return {"approved": _request(r, self.pairing.clock()),
+                "message": f"approved as a contact, not an owner. {terms.text()}",
+                "sessionKey": terms.session_key, "mainSession": terms.main, "sandboxed": terms.sandboxed,
+                "warnings": list(terms.warnings)}
 
     def pairing_deny(self, p: PairingDecideParams) -> dict[str, Any]:
         r = self.pairing.deny(p.channel, p.code)

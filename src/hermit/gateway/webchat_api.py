@@ -51,7 +51,7 @@ from hermit.gateway.protocol import (
 )
 from hermit.models.loopback import foreign_peer
 from hermit.refusals import RefusalLog, clip
-from hermit.sessions.keys import agent_id_of
+from hermit.sessions.keys import SessionKey, agent_id_of
 
 log = logging.getLogger("hermit.gateway.webchat")
 
@@ -212,8 +212,8 @@ class WebchatApi:
             "mainSession": self.default_session}))
         return client_id
 
-    def _owner_dm(self, channel: str | None, account_id: str | None, peer_id: str) -> bool:
-        return self.console is not None and self.console.owner_dm(channel, account_id, peer_id)
+    def _owner_dm(self, key: SessionKey) -> bool:
+        return self.console is not None and self.console.owner_dm(key)
 
     def _locate(self, key: str | None, agent_id: str | None) -> tuple[str, str]:
         """(agent id, session key) of a session the page names; ProtocolError for one no agent here has."""
@@ -244,14 +244,14 @@ class WebchatApi:
                 raise ProtocolError("already_connected", "this socket is already connected", "")
             if req.method == "chat.send":
                 send: SendParams = req.params
-                _, key = await asyncio.to_thread(self._writable, send.session_key or self.default_session,
-                                                 send.agent_id)
-                await self._submit(sock, client_id, req.id, send.text, key)
+                agent, key = await asyncio.to_thread(self._writable, send.session_key or self.default_session,
+                                                     send.agent_id)
+                await self._submit(sock, client_id, req.id, send.text, agent, key)
             elif req.method == "sessions.new":
                 new: NewParams = req.params
-                _, key = await asyncio.to_thread(self._writable, new.session_key or self.default_session,
-                                                 new.agent_id)
-                await self._submit(sock, client_id, req.id, "/new", key)
+                agent, key = await asyncio.to_thread(self._writable, new.session_key or self.default_session,
+                                                     new.agent_id)
+                await self._submit(sock, client_id, req.id, "/new", agent, key)
             elif req.method == "chat.history":
                 hist: HistoryParams = req.params
                 agent, key = await asyncio.to_thread(self._locate, hist.session_key, hist.agent_id)
@@ -282,8 +282,11 @@ class WebchatApi:
             await sock.send_raw(res_error(req.id, "internal", f"{req.method} failed unexpectedly",
                                           "see the gateway log (`hermit logs`)"))
 
-    async def _submit(self, sock: _Socket, client_id: str, request_id: str, text: str, session_key: str) -> None:
-        outcome = await self.channel.submit(client_id, text, request_id, session_key)
+    async def _submit(self, sock: _Socket, client_id: str, request_id: str, text: str, agent_id: str,
+                      session_key: str) -> None:
+        """Queue the message for the session `_writable` found, in that agent: a CLI-named key may be in
+        several agents' stores, so the bus is told which one the page meant."""
+        outcome = await self.channel.submit(client_id, text, request_id, session_key, agent_id)
         if outcome == "queued":
             await sock.send_raw(res_ok(request_id, {"messageId": request_id, "sessionKey": session_key,
                                                     "status": outcome}))
