@@ -148,3 +148,14 @@ def test_the_exec_tool_returns_when_a_leftover_holds_its_output(uid: int | None,
     out, _ = leave_behind(uid, bound)
     assert out["elapsed"] < RETURNS_WITHIN, out
     assert "left-behind" in out["out"], out
+
+
+@pytest.mark.parametrize(("uid", "bound"), CASES)
+def test_nothing_the_command_left_survives_it(uid: int | None, bound: str) -> None:
+    """Without a cgroup nothing killed what the command left: Hermit killed bubblewrap's outer process only, and
+    the sandbox's pid 1, its parent-death signal cleared, kept the leftover (and its namespace) alive. Now Hermit
+    kills that pid 1 (its pid from bubblewrap's --info-fd, held by a pidfd) whenever the command ends, and the
+    kernel ends every process of the namespace with it."""
+    out, left = leave_behind(uid, bound)
+    assert left == [], out
+    assert out["elapsed"] < RETURNS_WITHIN, out

@@ -31,7 +31,8 @@ ones: the whole sandbox holds at most `sandbox.exec_max_processes` tasks (bubble
 many the owner's programs start or end meanwhile. An older kernel counts every task of the uid, so there the
 limit is the uid's task count at the start plus that number. The memory of all the command's processes together
 is bounded by a cgroup of its own where the machine allows one, else by fewer tasks with less address
-space each (exec_cgroup.py); the kernel keyring is refused by a seccomp filter (seccomp.py); what comes
+space each (exec_cgroup.py); when the command ends, however it ends, bubblewrap's pid 1 is killed (and with it
+everything in the sandbox's pid namespace) and so is what is left in its cgroup (room_end.py); the kernel keyring is refused by a seccomp filter (seccomp.py); what comes
 back is merged only as far as the room's quota, which charges every entry (rooms.py).
 """
 
@@ -42,7 +43,6 @@ import hashlib
 import io
 import os
 import posixpath
-import resource
 import shutil
 import socket
 import stat
@@ -59,7 +59,7 @@ from hermit.durable import write_all
 from hermit.errors import HermitError, PathPolicyError, ToolError
 from hermit.locks import left_by_dead_processes
 from hermit.tools import safe_fs
-from hermit.tools.exec_cgroup import CommandCgroup, fallback_limits, find_site, join, nproc_per_namespace
+from hermit.tools.exec_cgroup import CommandCgroup, fallback_limits, find_site, nproc_per_namespace
 from hermit.tools.os_sandbox import (
     COMMAND_VARIABLE,
     RUN_COMMAND,
@@ -69,14 +69,14 @@ from hermit.tools.os_sandbox import (
     host_uid,
     room_mode_args,
 )
-from hermit.tools.room_end import join_while_busy
+from hermit.tools.room_end import SandboxInit, join_while_busy
+from hermit.tools.room_limits import child_limits, tasks_of
 from hermit.tools.rooms import ENTRY_BYTES, Manifest, Merge, SeedEntry, apply_incoming, stamp_of
 from hermit.tools.seccomp import filter_fd, filter_program
 from hermit.tools.views import MEMORY_DIR, Located, RoomView
 from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
 SETUP_FAILED = 125  # the wrapper's exit code when it could not unpack the room
-QUEUED_SIGNALS = 64  # RLIMIT_SIGPENDING: real-time and sigqueue()d signals a command may have pending
 RESERVED_TOP = frozenset({MEMORY_DIR, MEMORY_FILE, *BOOTSTRAP_ORDER})
 MAX_INSTRUCTION_BYTES = 20_000_000  # as the read tool's limit: a larger instruction file is left out
 STAGING_PREFIX = ".incoming-"  # + "<pid>-…": where a merge unpacks what came back, in the rooms folder
@@ -107,25 +107,6 @@ cd "$1" && tar -cf - --exclude=./memory --exclude=./MEMORY.md """ + " ".join(
     f"--exclude=./{n}" for n in BOOTSTRAP_ORDER) + r""" . >&3
 exit $rc
 """
-
-
-def tasks_of(uid: int) -> int:
-    """Tasks (threads count: RLIMIT_NPROC counts them) that `uid` runs now."""
-    total = 0
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/status", "rb") as f:
-                status = f.read(4096)
-        except OSError:
-            continue
-        uid_line = next((ln for ln in status.split(b"\n") if ln.startswith(b"Uid:")), b"")
-        if uid_line.split()[1:2] != [str(uid).encode()]:
-            continue
-        threads = next((ln for ln in status.split(b"\n") if ln.startswith(b"Threads:")), b"Threads: 1")
-        total += int(threads.split()[1])
-    return total
 
 
 def sandbox_uid(configured: int) -> int | None:
@@ -195,6 +176,7 @@ class RoomRun:
     user: int | None
     spool: IO[bytes]
     seccomp_fd: int = -1  # the filter's pipe (seccomp.py), closed once the sandbox started
+    info: tuple[int, int] = (-1, -1)  # bubblewrap's --info-fd pipe (read, write): which process is its pid 1
     group: CommandCgroup | None = None  # the command's cgroup (exec_cgroup.py), removed in finish
     passed: dict[str, str] = field(default_factory=dict)  # the command and its cwd, for the environment
     channels: Channels = field(default_factory=Channels)
@@ -202,18 +184,20 @@ class RoomRun:
     out_bytes: int = 0
     overflow: bool = False
     _threads: list[threading.Thread] = field(default_factory=list)
+    init: SandboxInit = field(default_factory=SandboxInit)  # bubblewrap's pid 1, killed when the command ends
 
     def popen_kwargs(self, env: Mapping[str, str]) -> dict[str, object]:
         """How to start it: the room goes in on stdin and comes back on stderr (the wrapper's fd 3), sockets both;
         `env` and the command's text and cwd, which the wrapper takes out of it (WRAPPER)."""
         return {"stdin": self.channels.feed_child.fileno(), "stderr": self.channels.back_child.fileno(),
                 "preexec_fn": self.preexec, "cwd": "/", "env": {**env, **self.passed},
-                "pass_fds": (self.seccomp_fd,)}  # the child drops to `user` itself, after joining its cgroup
+                "pass_fds": (self.seccomp_fd, self.info[1])}  # the child drops to `user` itself, after joining its cgroup
 
     def _close_filter(self) -> None:
-        if self.seccomp_fd >= 0:
-            os.close(self.seccomp_fd)
-            self.seccomp_fd = -1
+        for fd in (self.seccomp_fd, self.info[1]):
+            if fd >= 0:
+                os.close(fd)
+        self.seccomp_fd, self.info = -1, (self.info[0], -1)
 
     def started(self, proc: subprocess.Popen[bytes]) -> None:
         """Feed the room in and collect it back out while the command runs."""
@@ -223,6 +207,7 @@ class RoomRun:
                          threading.Thread(target=self._collect, daemon=True, name="sandbox-collect")]
         for t in self._threads:
             t.start()
+        self.init = SandboxInit.read(self.info[0], proc.pid)
 
     def _feed(self) -> None:
         with contextlib.suppress(OSError, ValueError, tarfile.TarError, HermitError), \
@@ -289,7 +274,8 @@ class RoomRun:
                 self.spool.write(block)
 
     def ended(self) -> None:
-        """The command is over, however it ended: kill whatever is left of it."""
+        """The command is over, however it ended: kill whatever is left of it (its pid namespace, its cgroup)."""
+        self.init.kill()
         if self.group is not None:
             self.group.kill()
 
@@ -337,6 +323,10 @@ class RoomRun:
             return notes
         finally:
             self.spool.close()
+            self.init.close()
+            if self.info[0] >= 0:
+                os.close(self.info[0])
+                self.info = (-1, -1)
             if self.group is not None:
                 self.group.remove()
 
@@ -559,8 +549,10 @@ class RoomSandbox:
                  "--size", str(memory + (1 << 20)), "--tmpfs", f"{ws}/{MEMORY_DIR}",
                  "--chdir", ws, "--", "/bin/sh", "-c", WRAPPER, "hermit-sandbox", ws, str(max(1, int(timeout))),
                  str(tasks - 1) if inside else ""]
-        setup = _child_limits(self.limits, outside, per_process, group, self.run_as)
-        return RoomRun(self, args, seed, timeout, setup, self.run_as, spool, fd, group,
+        setup = child_limits(self.limits, outside, per_process, group, self.run_as)
+        info = os.pipe()  # bubblewrap names its pid 1 there, which ends the command for good (room_end.py)
+        args[1:1] = ["--info-fd", str(info[1])]
+        return RoomRun(self, args, seed, timeout, setup, self.run_as, spool, fd, info, group,
                        passed={COMMAND_VARIABLE: command, "HERMIT_CWD": self.cwd_of(cwd)})
 
     def _memory_bound(self, tmpfs: int) -> tuple[CommandCgroup | None, int, int]:
@@ -575,32 +567,3 @@ class RoomSandbox:
                 return group, lim.max_processes, lim.memory_mb << 20
         tasks, per_process_mb = fallback_limits(lim.memory_mb, lim.max_processes)
         return None, tasks, per_process_mb << 20
-
-
-def _child_limits(lim: SandboxLimits, tasks: int | None, address_space: int, group: CommandCgroup | None,
-                  uid: int | None) -> Callable[[], None]:
-    """Run in the child before bubblewrap starts; everything inside inherits it: join the command's
-    cgroup (as root: moving into it needs that), set the limits (`tasks` None: the wrapper sets it), then
-    drop to `uid`."""
-    cpu = max(1, int(lim.cpu_seconds))
-    fsize = lim.max_file_mb << 20
-    procs = group.procs_files() if group is not None else ()
-
-    def setup() -> None:
-        join(procs)
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-        if tasks is not None:
-            resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        # Counted per user (up through the user namespaces): kept small, so that a command of the owner's uid
-        # cannot take the owner's queued signals or POSIX message queues (seccomp.py refuses inotify).
-        resource.setrlimit(resource.RLIMIT_SIGPENDING, (QUEUED_SIGNALS, QUEUED_SIGNALS))
-        resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
-        if uid is not None:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-
-    return setup
