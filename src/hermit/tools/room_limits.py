@@ -2,7 +2,8 @@
 
 Everything inside the sandbox inherits them: CPU seconds, the size of any one file, address space per process,
 the tasks (where the wrapper does not set that inside the sandbox's namespace), no core files, and the
-per-user kernel counts kept small — queued signals, POSIX message queues — so that a command of the owner's uid
+per-user kernel counts kept small — queued signals, POSIX message queues, descriptors in flight on unix
+sockets (bounded by RLIMIT_NOFILE) — so that a command of the owner's uid
 (Hermit as an ordinary user) or of the rooms' shared uid (Hermit as root) cannot take them from the others.
 """
 
@@ -16,6 +17,7 @@ from hermit.tools.exec_cgroup import CommandCgroup, join
 from hermit.tools.os_sandbox import SandboxLimits
 
 QUEUED_SIGNALS = 64  # RLIMIT_SIGPENDING: real-time and sigqueue()d signals a command may have pending
+OPEN_FILES = 256  # RLIMIT_NOFILE of each process
 
 
 def tasks_of(uid: int) -> int:
@@ -58,6 +60,10 @@ def child_limits(lim: SandboxLimits, tasks: int | None, address_space: int, grou
         # cannot take the owner's queued signals or POSIX message queues (seccomp.py refuses inotify).
         resource.setrlimit(resource.RLIMIT_SIGPENDING, (QUEUED_SIGNALS, QUEUED_SIGNALS))
         resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
+        # The descriptors a process may hold: the kernel also bounds the descriptors a user has in flight over
+        # unix sockets (SCM_RIGHTS) by the sender's limit, so a room at 20,000 left the owner's programs, at
+        # 1,024, with ETOOMANYREFS until it ended.
+        resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES))
         if uid is not None:
             os.setgroups([])
             os.setresgid(uid, uid, uid)
