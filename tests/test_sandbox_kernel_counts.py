@@ -5,10 +5,12 @@ runs Hermit that way).
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 import pytest
 
+from ciguard import need
 from test_sandbox_quotas import UIDS, as_owner
 
 # As many descriptors in flight (SCM_RIGHTS on unix datagram sockets) as the room can hold, 250 per message.
@@ -45,3 +47,51 @@ def test_a_command_cannot_take_the_owners_descriptors_in_flight(tmp_path: Path, 
     held = int(text.split("in flight ")[1].split()[0])
     assert "nofile 256 256" in text, text
     assert held <= 256 + 250, text
+
+
+# memfd_create, memfd_secret, SysV shmget, with the errno of each; then what /dev/shm (POSIX shm_open) may hold.
+SHARED = r'''python3 - <<'PY'
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print('memfd_create', libc.syscall(319, b'x', 0) >= 0, ctypes.get_errno())
+print('memfd_secret', libc.syscall(447, 0) >= 0, ctypes.get_errno())
+print('shmget', libc.shmget(0, 1 << 20, 0o1600) >= 0, ctypes.get_errno())
+try:
+    with open('/dev/shm/fill', 'wb') as f:
+        f.write(b'z' * (2 << 20))
+    print('dev/shm took 2 MB')
+except OSError as e:
+    print('dev/shm refused', e.errno)
+PY'''
+SHARED_CASES = [(None, "machine"), (None, "fallback")] + ([(65534, "fallback")] if 65534 in UIDS else [])
+
+
+@pytest.mark.parametrize(("uid", "bound"), SHARED_CASES)
+def test_memory_outside_every_process_is_refused_without_a_cgroup(tmp_path: Path, uid: int | None, bound: str) -> None:
+    """memfd and SysV shared memory pages are in no process's address space: without a cgroup a room held 6 GB of
+    memfds under a 256 MB RLIMIT_AS. Without a cgroup the seccomp filter refuses them (EPERM); with one (which
+    charges their pages) they stay allowed. /dev/shm is a 1 MB tmpfs either way."""
+    need(platform.machine() == "x86_64", "an x86_64 machine (the probe calls x86_64 syscall numbers)")
+    text = as_owner(tmp_path, uid, SHARED, bound=bound)
+    if bound == "fallback":
+        assert "memfd_create False 1" in text and "memfd_secret False 1" in text, text
+        assert "shmget False 1" in text, text
+    else:
+        assert "memfd_create True" in text and "shmget True" in text, text
+    assert "dev/shm refused 28" in text, text  # ENOSPC
+
+
+def test_the_filter_refuses_shared_memory_only_without_a_cgroup_on_every_architecture() -> None:
+    from hermit.tools.seccomp import FILTERS, RET_ALLOW, RET_EPERM, X32_BIT, assemble, table
+    from test_sandbox_limits import _run_bpf
+
+    refused = {"x86_64": {0xC000003E: (29, 319, 447, X32_BIT | 29, X32_BIT | 319, X32_BIT | 447),
+                          0x40000003: (117, 356, 395, 447)},
+               "aarch64": {0xC00000B7: (194, 279, 447), 0x40000028: (307, 385, 447)}}
+    for machine, arches in refused.items():
+        strict, machine_default = assemble(table(machine, shared_memory=False)), assemble(FILTERS[machine])
+        for arch, numbers in arches.items():
+            assert all(_run_bpf(strict, arch, nr) == RET_EPERM for nr in numbers), (machine, hex(arch))
+            assert all(_run_bpf(machine_default, arch, nr) == RET_ALLOW for nr in numbers), (machine, hex(arch))
+            for kept in (0, 1, 3, 438):  # read/exit/…, and pidfd_getfd still refused
+                assert _run_bpf(strict, arch, kept) == _run_bpf(machine_default, arch, kept), (machine, kept)

@@ -531,15 +531,13 @@ class RoomSandbox:
         if bpf is None:
             raise ToolError("no OS sandbox: no seccomp filter for this machine", "see hermit doctor")
         ws = str(self.workspace)
+        self.scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
+        spool = tempfile.SpooledTemporaryFile(max_size=8 << 20, mode="w+b", dir=str(self.scratch))  # noqa: SIM115 - closed in finish
+        tmpfs = room_bytes + instructions + memory + (self.limits.tmp_mb << 20) + (4 << 20)
+        group, tasks, per_process = self._memory_bound(tmpfs)
+        if group is None:  # nothing would bound memfds and SysV shared memory: refused (seccomp.SHARED_MEMORY)
+            bpf = filter_program(shared_memory=False) or bpf
         fd = filter_fd(bpf)
-        try:
-            self.scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
-            spool = tempfile.SpooledTemporaryFile(max_size=8 << 20, mode="w+b", dir=str(self.scratch))  # noqa: SIM115 - closed in finish
-            tmpfs = room_bytes + instructions + memory + (self.limits.tmp_mb << 20) + (4 << 20)
-            group, tasks, per_process = self._memory_bound(tmpfs)
-        except BaseException:
-            os.close(fd)
-            raise
         # The task limit: inside the sandbox's namespace where the kernel counts it apart (bubblewrap's outer
         # process is the one task outside), else the uid's count now plus the command's share (the docstring).
         inside = nproc_per_namespace()

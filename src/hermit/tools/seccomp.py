@@ -12,6 +12,10 @@ the command could attach to the wrapper, or copy that socket out of it, and hand
 (what comes back is trusted in no case, room_sandbox.unpack). Debuggers (gdb, strace) do not work in a
 room. `pidfd_open` stays allowed (alone it only signals, which `kill` does anyway).
 
+Where no cgroup bounds the command, it also refuses `memfd_create`, `memfd_secret` and SysV `shmget` (i386's
+`ipc` too), EPERM: their pages are in no process's address space, so RLIMIT_AS does not see them (SHARED_MEMORY).
+POSIX shared memory goes through /dev/shm, a 1 MB tmpfs in the sandbox (os_sandbox.room_mode_args).
+
 And it refuses `inotify_init`, `inotify_init1` and `fanotify_init`: the kernel counts inotify instances (128)
 and fanotify groups per user, up through the user namespaces, so a command of Hermit's own uid (Hermit run as an
 ordinary user) that holds them leaves every other program of the owner without (`inotify_init: Too many open
@@ -60,6 +64,18 @@ FILTERS: dict[str, dict[int, tuple[tuple[int, int], ...]]] = {
 FILTERS["x86_64"][0xC000003E] += tuple((X32_BIT | lo, X32_BIT | hi) for lo, hi in (
     (101, 101), (248, 250), (310, 311), (438, 438), (521, 521), (539, 540),
     (253, 253), (294, 294), (300, 300)))  # x32: same arch, nr | X32_BIT
+# Without a cgroup (Hermit as an ordinary user without delegation) nothing bounds memory that is in no process's
+# address space: memfd_create and memfd_secret files and SysV shared memory segments (a room held 6 GB of memfds
+# under a 256 MB RLIMIT_AS). Then these are refused too: memfd_create, memfd_secret (447 everywhere; unassigned on
+# arm, refused all the same), shmget (and i386's `ipc` multiplexer, 117), from the kernel's syscall tables. With a
+# cgroup their pages are charged to it and they stay allowed.
+SHARED_MEMORY: dict[str, dict[int, tuple[tuple[int, int], ...]]] = {
+    "x86_64": {0xC000003E: ((29, 29), (319, 319), (447, 447),  # x86_64
+                            (X32_BIT | 29, X32_BIT | 29), (X32_BIT | 319, X32_BIT | 319), (X32_BIT | 447, X32_BIT | 447)),
+               0x40000003: ((117, 117), (356, 356), (395, 395), (447, 447))},  # i386
+    "aarch64": {0xC00000B7: ((194, 194), (279, 279), (447, 447)),  # aarch64
+                0x40000028: ((307, 307), (385, 385), (447, 447))},  # arm (compat)
+}
 _MACHINES = {"amd64": "x86_64", "x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 
@@ -103,10 +119,18 @@ def host_arch(machine: str | None = None) -> str | None:
     return _MACHINES.get((machine or platform.machine()).lower())
 
 
-def filter_program(machine: str | None = None) -> bytes | None:
-    """The encoded filter for this machine, or None when its architecture is not supported."""
+def table(arch: str, shared_memory: bool = True) -> dict[int, tuple[tuple[int, int], ...]]:
+    """The ranges refused on `arch`'s entry points; `shared_memory` False: SHARED_MEMORY's too (no cgroup)."""
+    if shared_memory:
+        return FILTERS[arch]
+    return {nr: FILTERS[arch][nr] + SHARED_MEMORY[arch][nr] for nr in FILTERS[arch]}
+
+
+def filter_program(machine: str | None = None, *, shared_memory: bool = True) -> bytes | None:
+    """The encoded filter for this machine, or None when its architecture is not supported; `shared_memory`
+    False (no cgroup bounds the command) refuses memfds and SysV shared memory too."""
     arch = host_arch(machine)
-    return encode(assemble(FILTERS[arch])) if arch is not None else None
+    return encode(assemble(table(arch, shared_memory))) if arch is not None else None
 
 
 def filter_fd(program: bytes) -> int:
