@@ -7,10 +7,14 @@ room's later command reads, and read what the host put there. This filter makes 
 `/proc/key-users` are hidden by the sandbox's mounts, os_sandbox.room_mode_args).
 
 It also refuses `ptrace`, `process_vm_readv`, `process_vm_writev` and `pidfd_getfd`: the command runs as
-the same uid as the sandbox's wrapper shell, which holds the socket the room goes back out on; without this
-the command could attach to the wrapper, or copy that socket out of it, and hand back a tar of its own
-(what comes back is trusted in no case, room_sandbox.unpack). Debuggers (gdb, strace) do not work in a
-room. `pidfd_open` stays allowed (alone it only signals, which `kill` does anyway).
+the same uid as the sandbox's wrapper shell, which holds the socket the room goes back out on, so it cannot
+attach to the wrapper or copy that socket out of it. Debuggers (gdb, strace) do not work in a room.
+`pidfd_open` stays allowed (alone it only signals, which `kill` does anyway). This does not keep the command
+out of the wrapper: it can open /proc/<pid>/mem of the wrapper and of bubblewrap's pid 1 read-write (same uid,
+same namespace, both dumpable) and change their code and data. So it can make the wrapper hand back a tar of
+its own (what comes back is trusted in no case, room_sandbox.unpack), skip the wrapper's `kill -KILL -1`, or
+clear pid 1's parent-death signal and keep it from exiting: Hermit itself kills pid 1, and with it the whole
+pid namespace, and the command's cgroup when the command ends (room_end.py).
 
 Where no cgroup bounds the command, it also refuses `memfd_create`, `memfd_secret` and SysV `shmget` (i386's
 `ipc` too), EPERM: their pages are in no process's address space, so RLIMIT_AS does not see them (SHARED_MEMORY).
