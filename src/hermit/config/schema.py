@@ -9,8 +9,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# The `channels:` section lives in its own module; its names stay importable from here.
 from hermit.config.binding_ids import GuildId, TeamId
+
+# The `channels:` section lives in its own module; its names stay importable from here.
 from hermit.config.channels import ChannelAccessConfig as ChannelAccessConfig
 from hermit.config.channels import ChannelsConfig as ChannelsConfig
 from hermit.config.channels import DiscordAccountConfig as DiscordAccountConfig
@@ -267,8 +268,7 @@ class ContextPruningConfig(Strict):
     """Tool-output pruning of the request sent to the model (SPEC §10); the JSONL is never touched.
 
     mode "auto" means cache-ttl for models whose profile has a prompt-cache TTL (Anthropic), off for
-    the others (their prefix caches would only miss more often; compaction keeps them bounded).
-    """
+    the others (their prefix caches would only miss more often; compaction keeps them bounded)."""
 
     mode: Literal["off", "cache-ttl", "auto"] = "auto"
     ttl_seconds: float = Field(300.0, gt=0)
@@ -303,8 +303,7 @@ DEFAULT_MEMORY_FLUSH_PROMPT = (
 class MemoryFlushConfig(Strict):
     """The silent turn before compaction (SPEC §9), at window − reserve_tokens_floor − soft_threshold_tokens.
 
-    A custom `prompt` without NO_REPLY gets the NO_REPLY hint appended when it is used.
-    """
+    A custom `prompt` without NO_REPLY gets the NO_REPLY hint appended when it is used."""
 
     enabled: bool = True
     soft_threshold_tokens: int = Field(4000, ge=0)
