@@ -15,8 +15,7 @@ keyword leg (memory/search/query_runner.py).
 
 A reader other than the owner (memory/policy/audience.py) searches a larger candidate pool, and the candidates
 it may not see are dropped before fusion, so neither their scores nor their lines reach its results
-(snippet windows grow only into the chunks that are left). The owner's search skips all of that.
-"""
+(snippet windows grow only into the chunks that are left). The owner's search skips all of that."""
 
 from __future__ import annotations
 
