@@ -95,3 +95,20 @@ def test_the_filter_refuses_shared_memory_only_without_a_cgroup_on_every_archite
             assert all(_run_bpf(machine_default, arch, nr) == RET_ALLOW for nr in numbers), (machine, hex(arch))
             for kept in (0, 1, 3, 438):  # read/exit/…, and pidfd_getfd still refused
                 assert _run_bpf(strict, arch, kept) == _run_bpf(machine_default, arch, kept), (machine, kept)
+
+
+# What the sandbox's own root tmpfs and /dev take: 8 MB into each (2 MB past /dev/shm's bound), and /dev/null.
+BASE_FILL = r'''for d in / /dev; do
+  if head -c 8000000 /dev/zero > "$d/fill" 2>/dev/null; then echo "$d: wrote 8 MB"; else echo "$d: refused"; fi
+done
+echo x > /dev/null && echo devnull-ok'''
+
+
+@pytest.mark.parametrize("bound", ["machine", "fallback"])
+@pytest.mark.parametrize("uid", UIDS)
+def test_the_sandboxs_own_root_and_dev_hold_nothing(tmp_path: Path, uid: int | None, bound: str) -> None:
+    """bubblewrap's root tmpfs and /dev are sized by nothing: without a cgroup a room wrote 60 × 60 MB into each
+    (7 GB of host RAM, with RLIMIT_AS at 256 MB; audit R). Both are read-only once every mount is in place."""
+    text = as_owner(tmp_path, uid, BASE_FILL, bound=bound)
+    assert "/: refused" in text and "/dev: refused" in text, text
+    assert "devnull-ok" in text, text

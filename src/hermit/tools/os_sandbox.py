@@ -73,7 +73,8 @@ PROBE_SCRIPT = ("id -u; grep '^CapEff' /proc/self/status; "
                 "umount /usr >/dev/null 2>&1 && echo umount-allowed; "
                 "mount -o remount,rw /usr >/dev/null 2>&1 && echo remount-allowed; "
                 "command -v tar >/dev/null && command -v timeout >/dev/null && echo tools-ok; "
-                "grep '^Seccomp:' /proc/self/status; if cat /proc/keys >/dev/null 2>&1; then echo keys-visible; fi")
+                "grep '^Seccomp:' /proc/self/status; if cat /proc/keys >/dev/null 2>&1; then echo keys-visible; fi; "
+                "(: > /hermit-probe) 2>/dev/null && echo root-writable; (: > /dev/hermit-probe) 2>/dev/null && echo dev-writable; true")
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,12 @@ def room_mode_args(program: str, tmp_bytes: int, seccomp_fd: int) -> list[str]:
             "/dev/shm", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
 
 
+# Made read-only once every mount is in place (the last mount arguments): bubblewrap's own root tmpfs and
+# its /dev are sized by nothing, and without a cgroup a command filled host RAM through them (7 GB, with
+# RLIMIT_AS at 256 MB). Writing to a device node (/dev/null) still works on a read-only /dev.
+READ_ONLY_BASE = ["--remount-ro", "/", "--remount-ro", "/dev"]
+
+
 @functools.lru_cache(maxsize=8)
 def detect(platform: str = sys.platform, sandbox_uid: int = DEFAULT_SANDBOX_UID) -> Backend:
     """The sandbox this machine offers, probed once per process by running the room-mode jail (as
@@ -204,7 +211,8 @@ def detect(platform: str = sys.platform, sandbox_uid: int = DEFAULT_SANDBOX_UID)
                            fix="none: the sandbox has a seccomp filter for x86_64 and aarch64 only")
         fd = filter_fd(bpf)
         try:
-            problem, out = _probe([*room_mode_args(program, 1 << 20, fd), "--", "/bin/sh", "-c", PROBE_SCRIPT],
+            problem, out = _probe([*room_mode_args(program, 1 << 20, fd), *READ_ONLY_BASE, "--", "/bin/sh", "-c",
+                                   PROBE_SCRIPT],
                                   uid, (fd,))
         finally:
             os.close(fd)
@@ -217,7 +225,8 @@ def detect(platform: str = sys.platform, sandbox_uid: int = DEFAULT_SANDBOX_UID)
         inside = int(lines[0]) if lines and lines[0].isdigit() else None
         cap = next((lines[i + 1] for i, w in enumerate(lines[:-1]) if w == "CapEff:"), None)
         seccomp = next((lines[i + 1] for i, w in enumerate(lines[:-1]) if w == "Seccomp:"), None)
-        broken: list[str] = [w for w in ("umount-allowed", "remount-allowed", "keys-visible") if w in lines]
+        broken: list[str] = [w for w in ("umount-allowed", "remount-allowed", "keys-visible", "root-writable",
+                                         "dev-writable") if w in lines]
         if seccomp != "2":
             broken.append(f"seccomp mode {seccomp}, not a filter")
         if cap is None or int(cap, 16) != 0 or broken or inside == 0:

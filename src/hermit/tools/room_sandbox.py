@@ -62,6 +62,7 @@ from hermit.tools import safe_fs
 from hermit.tools.exec_cgroup import CommandCgroup, fallback_limits, find_site, nproc_per_namespace
 from hermit.tools.os_sandbox import (
     COMMAND_VARIABLE,
+    READ_ONLY_BASE,
     RUN_COMMAND,
     SANDBOX_PATH,
     Backend,
@@ -544,7 +545,7 @@ class RoomSandbox:
         outside = None if inside else tasks_of(self.run_as if self.run_as is not None else os.getuid()) + tasks
         args = room_mode_args(self.backend.program, self.limits.tmp_mb << 20, fd)
         args += ["--size", str(room_bytes + instructions + (1 << 20)), "--tmpfs", ws,
-                 "--size", str(memory + (1 << 20)), "--tmpfs", f"{ws}/{MEMORY_DIR}",
+                 "--size", str(memory + (1 << 20)), "--tmpfs", f"{ws}/{MEMORY_DIR}", *READ_ONLY_BASE,
                  "--chdir", ws, "--", "/bin/sh", "-c", WRAPPER, "hermit-sandbox", ws, str(max(1, int(timeout))),
                  str(tasks - 1) if inside else ""]
         setup = child_limits(self.limits, outside, per_process, group, self.run_as)
