@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ciguard import need
 from prochelpers import PROC_TIMEOUT
 
@@ -72,3 +74,26 @@ def test_their_hermit_env_or_hermit_yaml_in_our_state_dir_is_never_used(tmp_path
     os.chmod(home, 0o777)  # ours, but every user may write it: they could plant either file
     r = hermit(home, "models", "list")
     assert r.returncode == 1 and "can be written by every user (mode 777)" in r.stderr, r.stderr
+
+
+def test_a_linked_hermit_home_is_followed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HERMIT_HOME naming a link in another user's folder was checked at its target, then followed again at
+    every use: re-pointed in between, the owner's key went into the other user's folder (audit R). The state
+    dir is resolved once; what the commands write goes where the checks looked."""
+    from hermit.cli.context import CliContext
+    from hermit.config.envfile import env_file_path, set_env_values
+
+    need(os.geteuid() == 0, "root (to hand a folder to another uid)")
+    theirs, own, trap = tmp_path / "theirs", tmp_path / "own", tmp_path / "trap"
+    for d in (theirs, own, trap):
+        d.mkdir(mode=0o700)
+    os.chown(theirs, THEIRS, THEIRS)
+    link = theirs / "h"
+    link.symlink_to(own)
+    monkeypatch.setenv("HERMIT_HOME", str(link))
+    ctx = CliContext.from_args(None, None, None, False)
+    assert ctx.home == own
+    link.unlink()
+    link.symlink_to(trap)  # the other user re-points it after the checks
+    set_env_values(env_file_path(ctx.home), {"ANTHROPIC_API_KEY": KEY})
+    assert KEY in (own / "hermit.env").read_text() and list(trap.iterdir()) == []

@@ -39,7 +39,9 @@ class CliContext:
 
     @classmethod
     def from_args(cls, home: str | None, agent: str | None, workspace: str | None, debug: bool) -> CliContext:
-        state = Path(home).expanduser().resolve() if home else default_home(dict(os.environ))
+        # Resolved once, HERMIT_HOME too: the checks (preflight.ownership_problem) and every later use name the
+        # same folder, never a link another user may re-point in between.
+        state = (Path(home).expanduser() if home else default_home(dict(os.environ))).resolve()
         env = environment_with_env_file(state, os.environ)
         return cls(
             home=state,
