@@ -32,28 +32,11 @@ from hermit.gateway.history import chat_history
 from hermit.gateway.state import ensure_token
 from hermit.gateway.supervisor import Gateway
 from hermit.testing.scripted import FunctionModel
+from test_gateway_webapp import Web as WebSocketClient
 
 
-class Web:
-    def __init__(self, ws: Any) -> None:
-        self.ws = ws
-        self.n = 0
-
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        self.n += 1
-        rid = f"q{self.n}"
-        self.ws.send_text(json.dumps({"type": "req", "id": rid, "method": method, "params": params}))
-        while True:
-            f = json.loads(self.ws.receive_text())
-            if f.get("type") == "res" and f.get("id") == rid:
-                return dict(f)
-
-    def ok(self, method: str, **params: Any) -> dict[str, Any]:
-        res = self.call(method, **params)
-        assert res["ok"], res
-        return dict(res["payload"])
-
-    def turn(self, text: str, **params: Any) -> tuple[dict[str, Any], str]:
+class Web(WebSocketClient):
+    def turn(self, text: str, **params: Any) -> tuple[dict[str, Any], str]:  # type: ignore[override]
         """chat.send; its response and, when queued, the reply streamed up to chat.done."""
         self.n += 1
         rid = f"m{self.n}"
