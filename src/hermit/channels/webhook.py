@@ -26,15 +26,15 @@ MAX_BODY = 1024 * 1024  # platform events are small; a bigger body is refused be
 # after this is a client holding the connection open, answered 408.
 BODY_DEADLINE_SECONDS = 5.0
 # Bodies being read at once, and the bytes they may hold together, across every channel account of the
-# process. Past the count, the reader that has waited longest for a byte is evicted (408, connection
-# closed) when it has waited at least IDLE_GRACE_SECONDS; when every reader is younger than that (a burst
-# of whole requests), the newcomer is answered 503 with Retry-After instead. A platform's request arrives
-# whole within milliseconds, so it is never evicted by a burst admitted before its reading task first ran,
-# while a client trickling bodies only ever evicts its own connections. Past the bytes, the longest
-# waiting others are evicted whatever their age (memory first).
+# process. Past the count, a newcomer evicts the reader that has waited longest for a byte (408, connection
+# closed) among those whose reading has begun: a platform's request arrives whole, so its reading ends in the
+# step that begins it, and before that step it cannot be evicted (a burst of requests admitted in the same
+# turn of the event loop used to evict a genuine one whose body was already buffered), while a client
+# trickling bodies, or reopening its connections as fast as it likes, only ever evicts its own. When no
+# reader has begun (more than MAX_READERS requests in one turn), the newcomer is answered 503 with
+# Retry-After. Past the bytes, the longest waiting others are evicted (memory first).
 MAX_READERS = 64
 MAX_HELD_BYTES = 32 * 1024 * 1024
-IDLE_GRACE_SECONDS = 1.0
 # Requests whose body is in and whose handler runs (signature checked, event handed on): past it, 503.
 # Only a complete request gets here, so a slow sender cannot hold these.
 MAX_HANDLING = 64
@@ -65,30 +65,29 @@ class InFlight:
 
 
 class Reader:
-    """One body being read: its task (cancelled on eviction), the bytes it holds so far and when its last
-    byte came (or when it was admitted)."""
+    """One body being read: its task (cancelled on eviction), the bytes it holds so far, when its last byte
+    came (or when it was admitted), and whether its reading has begun (its task ran up to a wait)."""
 
-    __slots__ = ("evicted", "held", "last", "task")
+    __slots__ = ("begun", "evicted", "held", "last", "task")
 
     def __init__(self, now: float = 0.0) -> None:
         self.task: asyncio.Task[bytes | None] | None = None
         self.held = 0
         self.last = now
+        self.begun = False
         self.evicted = False
 
 
 class BodyReaders:
     """The bodies being read, shared by every webhook app (one event loop: no lock needed).
 
-    `admit` at `limit` readers evicts the one that has waited longest for a byte, if it has waited `grace`
-    seconds, else refuses the newcomer (False); `grow` past `max_bytes` held evicts the longest waiting
+    `admit` at `limit` readers evicts, among those whose reading has begun, the one that has waited longest
+    for a byte, else refuses the newcomer (False); `grow` past `max_bytes` held evicts the longest waiting
     others. An evicted reader's task is cancelled and its request answered 408 by its owner."""
 
-    def __init__(self, limit: int, max_bytes: int, *, grace: float = IDLE_GRACE_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, limit: int, max_bytes: int, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
         self.max_bytes = max_bytes
-        self.grace = grace
         self.clock = clock
         self.held = 0
         self.evicted = 0  # since the process started, for logs and tests
@@ -101,8 +100,8 @@ class BodyReaders:
         now = self.clock()
         reader.last = now
         while len(self._readers) >= max(self.limit, 1):
-            idle = self._longest_waiting(spare=None)
-            if idle is None or now - idle.last < self.grace:
+            idle = self._longest_waiting(spare=None, begun=True)
+            if idle is None:
                 return False
             self._evict(idle, f"{len(self._readers)} bodies being read")
         self._readers[reader] = None
@@ -121,8 +120,9 @@ class BodyReaders:
             del self._readers[reader]
             self.held -= reader.held
 
-    def _longest_waiting(self, *, spare: Reader | None) -> Reader | None:
-        return min((r for r in self._readers if r is not spare), key=lambda r: r.last, default=None)
+    def _longest_waiting(self, *, spare: Reader | None, begun: bool = False) -> Reader | None:
+        return min((r for r in self._readers if r is not spare and (r.begun or not begun)), key=lambda r: r.last,
+                   default=None)
 
     def _evict(self, reader: Reader, why: str) -> None:
         self.leave(reader)
@@ -192,21 +192,25 @@ async def _read_body(receive: Receive, declared: int | None, reader: Reader, rea
     a cut-off body is not handed to a handler (it would only fail its signature check, loudly)."""
     chunks: list[bytes] = []
     size, too_big = 0, declared is not None and declared > MAX_BODY
-    while True:
-        event = await receive()
-        if event["type"] == "http.disconnect":
-            raise _Gone
-        piece = event.get("body", b"")
-        size += len(piece)
-        too_big = too_big or size > MAX_BODY
-        if too_big:
-            chunks.clear()
-            readers.grow(reader, -reader.held)
-        elif piece:
-            chunks.append(piece)
-            readers.grow(reader, len(piece))
-        if not event.get("more_body"):
-            return None if too_big else b"".join(chunks)
+    reader.begun = True  # from here on it may be evicted: a whole request is read before this step ends
+    try:
+        while True:
+            event = await receive()
+            if event["type"] == "http.disconnect":
+                raise _Gone
+            piece = event.get("body", b"")
+            size += len(piece)
+            too_big = too_big or size > MAX_BODY
+            if too_big:
+                chunks.clear()
+                readers.grow(reader, -reader.held)
+            elif piece:
+                chunks.append(piece)
+                readers.grow(reader, len(piece))
+            if not event.get("more_body"):
+                return None if too_big else b"".join(chunks)
+    finally:
+        readers.leave(reader)  # done (or gone): its slot is free before the handler runs
 
 
 async def _read(scope: Scope, receive: Receive, send: Send, declared: int | None, pool: BodyReaders,
@@ -214,9 +218,9 @@ async def _read(scope: Scope, receive: Receive, send: Send, declared: int | None
     """The body, or None once a refusal was sent (every refusal closes the connection: uvicorn restarts
     its keep-alive timer on each byte, so a connection left open could be kept by a trickling sender)."""
     reader = Reader()
-    if not pool.admit(reader):  # every reader is a fresh one: a burst, not a slow sender to evict
+    if not pool.admit(reader):  # no reader has begun: a burst in one turn of the loop, nobody to evict
         REFUSALS.warning("webhooks refused while bodies were being read", "webhook %r: %d bodies being "
-                         "read, none waiting long, answered 503", scope["path"][:LOG_PATH_CHARS], len(pool))
+                         "read, none begun, answered 503", scope["path"][:LOG_PATH_CHARS], len(pool))
         await _respond(send, WebhookResponse(503, b"busy, retry later"), [(b"retry-after", b"5"), *CLOSE])
         return None
     # No await between admitting and starting the task: eviction cancels the task.
