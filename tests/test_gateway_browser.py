@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from ciguard import need
-from gatewayhelpers import CHROMIUM_FLAGS, GatewayProcess, need_chromium
+from gatewayhelpers import GatewayProcess, free_port, launched_chromium
 from hermit.channels.pairing import PairingStore
 from hermit.testing import FakeProvider
 from webapphelpers import CLI_KEY, GROUP_KEY, JOB_ID, JOB_STEP, build_demo_home, chat_steps
@@ -34,12 +33,6 @@ from webapphelpers import CLI_KEY, GROUP_KEY, JOB_ID, JOB_STEP, build_demo_home,
 SIZES = [(390, 844), (1280, 800)]
 XSS = 'Try this: <img src=x onerror="window.__pwned=1"> and <script>window.__pwned=2</script>'
 T = 30_000  # ms: generous for a busy 2-core machine
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -52,15 +45,7 @@ class Demo:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    chromium = need_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
+    yield from launched_chromium()
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,13 @@ bare address in the text stay text.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gatewayhelpers import CHROMIUM_FLAGS, GatewayProcess, need_chromium
+from gatewayhelpers import GatewayProcess, free_port, launched_chromium
 from hermit.messages import AssistantMessage, TextPart, UserMessage
 from hermit.sessions.store import SessionStore
 from hermit.testing import FakeProvider
@@ -63,23 +62,9 @@ ANCHORS = """(root) => [...document.querySelectorAll(root + ' a')].map((a) => {
 })"""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    chromium = need_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
+    yield from launched_chromium()
 
 
 @pytest.fixture(scope="module")
