@@ -43,13 +43,13 @@ def run(main: Callable[[], Awaitable[T]], timeout: float = 60.0) -> T:
 
 
 @asynccontextmanager
-async def serve_asgi(app: ASGIApp) -> AsyncIterator[str]:
-    """Serve `app` with uvicorn on an ephemeral 127.0.0.1 port; yields its base URL."""
+async def serve_asgi(app: ASGIApp, port: int = 0) -> AsyncIterator[str]:
+    """Serve `app` with uvicorn on 127.0.0.1:`port` (0: an ephemeral one); yields its base URL."""
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:

@@ -5,11 +5,9 @@ recognised again) is acknowledged without being handed on. The real channel behi
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from channelhelpers import FAST, QueueSink, run
+from channelhelpers import FAST, QueueSink, run, serve_asgi
 from fakes.fake_slack import FakeSlack, event_body, sign
 from hermit.channels.slack import SIGNATURE_WINDOW_SECONDS, SlackChannel
 from hermit.channels.webhook import asgi_app
@@ -32,26 +30,15 @@ async def gateway_run(state: Path, fake: FakeSlack, clock: Callable[[], float]
                       ) -> AsyncIterator[tuple[QueueSink, str]]:
     """One gateway run's Slack channel (HTTP mode) on 127.0.0.1:20631: a fresh instance each time, as after a
     restart, with the same state dir."""
-    import uvicorn
-
     cfg = SlackAccountConfig(mode="http", base_url=fake.base_url + "/api")
     ch = SlackChannel("work", cfg, bot_token="xoxb-test", signing_secret=SECRET, state_dir=state, clock=clock,
                       policy=FAST)
     sink = QueueSink()
     await ch.start(sink)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 20631))
-    server = uvicorn.Server(uvicorn.Config(asgi_app(ch.webhook_routes()), log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        while not server.started:
-            await asyncio.sleep(0.01)
-        yield sink, "http://127.0.0.1:20631/hooks/slack/work/"
+        async with serve_asgi(asgi_app(ch.webhook_routes()), 20631) as base:
+            yield sink, base + "/hooks/slack/work/"
     finally:
-        server.should_exit = True
-        await task
-        sock.close()
         await ch.stop()
 
 

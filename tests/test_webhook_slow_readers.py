@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -21,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from channelhelpers import FAST, QueueSink, run
+from channelhelpers import FAST, QueueSink, run, serve_asgi
 from fakes import fake_slack, fake_whatsapp
 from hermit.channels import webhook
 from hermit.channels.slack import SlackChannel
@@ -68,25 +67,6 @@ class Watched:
                 self._changed.clear()
                 await self._changed.wait()
         await asyncio.wait_for(loop(), timeout)
-
-
-@asynccontextmanager
-async def serve_on(app: ASGIApp, port: int) -> AsyncIterator[str]:
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
 
 
 class Slow:
@@ -167,7 +147,7 @@ def test_slow_connections_filling_every_slot_do_not_lock_out_signed_webhooks(
         await slack.start(slack_sink)
         wa_app, slack_app = Watched(asgi_app(wa.webhook_routes())), Watched(asgi_app(slack.webhook_routes()))
         try:
-            async with serve_on(wa_app, 20612) as wa_base, serve_on(slack_app, 20613) as slack_base, \
+            async with serve_asgi(wa_app, 20612) as wa_base, serve_asgi(slack_app, 20613) as slack_base, \
                     httpx.AsyncClient(timeout=10) as c, opened() as slow:
                 # Every reader slot taken by unauthenticated connections that never finish their body.
                 slow += await flood(wa_app, 20612, WA_PATH, READERS)
@@ -237,7 +217,7 @@ def test_bodies_held_while_reading_have_a_byte_budget(monkeypatch: pytest.Monkey
         size = webhook.MAX_BODY - 1  # each one under the size limit, never finished
         n = HELD // size + 8
         assert n < READERS  # so the count of readers alone evicts none of them
-        async with serve_on(app, 20614), opened() as slow:
+        async with serve_asgi(app, 20614), opened() as slow:
             for k in range(n):
                 slow.append(await Slow.open(20614, "/hooks/x/a", declared=webhook.MAX_BODY, sent=b"x" * size))
                 await app.until(lambda k=k: len(app.received) > k and app.received[k] == size)  # type: ignore[misc]
@@ -260,7 +240,7 @@ def test_the_cap_on_handlers_applies_once_a_body_is_in(monkeypatch: pytest.Monke
 
     async def main() -> None:
         app = Watched(asgi_app([WebhookRoute("/hooks/x/a", ("POST",), handler)]))
-        async with serve_on(app, 20615) as base, httpx.AsyncClient(timeout=10) as c, opened() as slow:
+        async with serve_asgi(app, 20615) as base, httpx.AsyncClient(timeout=10) as c, opened() as slow:
             slow += await flood(app, 20615, "/hooks/x/a", 3)
             first = asyncio.create_task(c.post(base + "/hooks/x/a", content=b"{}"))
             await asyncio.wait_for(entered.wait(), 10)
@@ -285,7 +265,7 @@ def test_a_path_is_logged_quoted_and_cut_short(monkeypatch: pytest.MonkeyPatch, 
 
     async def main() -> None:
         app = asgi_app([WebhookRoute(newline, ("POST",), handler), WebhookRoute(long, ("POST",), handler)])
-        async with serve_on(app, 20616):
+        async with serve_asgi(app, 20616):
             for target in ("/hooks/x/a%0AWARNING%20forged%20line", long):
                 s = await Slow.open(20616, target)
                 try:

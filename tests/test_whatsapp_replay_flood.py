@@ -6,9 +6,7 @@ are refused (fail closed), after a restart too. The real channel behind its webh
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from channelhelpers import FAST, QueueSink, run
+from channelhelpers import FAST, QueueSink, run, serve_asgi
 from fakes.fake_whatsapp import PHONE_NUMBER_ID, FakeWhatsApp, sign, text_message, webhook_body
 from hermit.channels import whatsapp
 from hermit.channels.dedupe import SeenIds
@@ -33,27 +31,16 @@ LIMIT = 50  # SEEN_IDS_LIMIT for the test: the same mechanism as 5,000, a hundre
 @asynccontextmanager
 async def gateway_run(state: Path) -> AsyncIterator[tuple[QueueSink, str]]:
     """One gateway run's WhatsApp channel on 127.0.0.1:20621: a fresh instance each time, as after a restart."""
-    import uvicorn
-
     fake = await FakeWhatsApp().start(port=20620)
     cfg = WhatsAppAccountConfig(phone_number_id=PHONE_NUMBER_ID, base_url=fake.base_url)
     ch = WhatsAppChannel("personal", cfg, access_token="EAAG-test", app_secret=SECRET, verify_token="v",
                          inbox_dir=state / "inbox", state_dir=state, policy=FAST)
     sink = QueueSink()
     await ch.start(sink)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 20621))
-    server = uvicorn.Server(uvicorn.Config(asgi_app(ch.webhook_routes()), log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        while not server.started:
-            await asyncio.sleep(0.01)
-        yield sink, "http://127.0.0.1:20621/hooks/whatsapp/personal/"
+        async with serve_asgi(asgi_app(ch.webhook_routes()), 20621) as base:
+            yield sink, base + "/hooks/whatsapp/personal/"
     finally:
-        server.should_exit = True
-        await task
-        sock.close()
         await ch.stop()
         await fake.stop()
 
