@@ -9,7 +9,6 @@ gets its own message instead of a traceback or advice that would destroy a good 
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,7 +41,7 @@ def ownership_problem(home: Path) -> ConfigError | None:
     written there, plant a hermit.env or hermit.yaml, or swap the workspace. So an existing state dir must be
     the user's and written by nobody else, and each folder above it the user's or root's and not writable by
     others unless sticky (/tmp), or they could rename it away and put their own in its place."""
-    from hermit.config.paths import not_own_file
+    from hermit.config.paths import not_own_file, not_safe_parent
 
     hint = ("Hermit keeps your keys and notes there: use a folder of your own (unset HERMIT_HOME for "
             "~/.hermit), or take it over after checking its files: chown -R $(id -u) DIR && chmod 700 DIR")
@@ -55,12 +54,9 @@ def ownership_problem(home: Path) -> ConfigError | None:
         return ConfigError(f"the state dir {home} {why}", hint.replace("DIR", str(real)))
     for parent in real.parents:
         try:
-            st = os.stat(parent)
+            why = not_safe_parent(os.stat(parent), group_ok=True)
         except OSError:
             continue
-        why = (f"belongs to another user (uid {st.st_uid})" if st.st_uid not in (os.geteuid(), 0)
-               else "every user may write (and it is not sticky, as /tmp is)"
-               if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX else None)
         if why is not None:
             return ConfigError(f"the state dir {home} is inside {parent}, which {why}",
                                "move the state dir (HERMIT_HOME) to a folder only you and root can write")

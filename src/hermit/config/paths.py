@@ -44,34 +44,36 @@ def not_own_private_dir(st: os.stat_result) -> str | None:
         return "is a symlink"
     if not stat.S_ISDIR(st.st_mode):
         return "is not a folder"
-    if st.st_uid != os.geteuid():
-        return f"belongs to another user (uid {st.st_uid})"
-    if st.st_mode & 0o022:
-        return f"can be written by its group or by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return not_own_file(st, group_ok=False)
+
+
+def _written_by_others(st: os.stat_result, group_ok: bool) -> str | None:
+    """Who besides the owner may write `st` ("its group or by others" / "every user"), as an error's text."""
+    if st.st_mode & (0o002 if group_ok else 0o022):
+        who = "every user" if group_ok else "its group or by others"
+        return f"can be written by {who} (mode {stat.S_IMODE(st.st_mode):o})"
     return None
 
 
-def not_safe_parent(st: os.stat_result) -> str | None:
-    """Why a directory is no place to create a private folder in and rename it into place: owned by a user other
-    than the current one or root, or writable by its group or others without the sticky bit (they could rename
-    the new folder away, or put their own in its place). /tmp (root's, sticky) is a safe parent."""
+def not_safe_parent(st: os.stat_result, *, group_ok: bool = False) -> str | None:
+    """Why a directory is no place to keep (or create and rename into place) a private folder: owned by a user
+    other than the current one or root, or writable by its group or others (with `group_ok`: by every user)
+    without the sticky bit (they could rename the folder away, or put their own in its place). /tmp (root's,
+    sticky) is a safe parent."""
     if st.st_uid not in (os.geteuid(), 0):
         return f"belongs to another user (uid {st.st_uid})"
-    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-        return f"can be written by its group or by others (mode {stat.S_IMODE(st.st_mode):o})"
-    return None
+    return None if st.st_mode & stat.S_ISVTX else _written_by_others(st, group_ok)
 
 
-def not_own_file(st: os.stat_result) -> str | None:
+def not_own_file(st: os.stat_result, *, group_ok: bool = True) -> str | None:
     """Why a file or folder Hermit keeps its keys, config or notes in (`st` from stat: a symlinked dotfile is
     judged by what it names) cannot be trusted: another user's, or one every user may write (they would
     choose the model server, the proxy, the commands). None when it is the current user's. Group write is
-    accepted: with a umask of 002 each user's files are group-writable for their own one-member group."""
+    accepted (unless not `group_ok`): with a umask of 002 each user's files are group-writable for their own
+    one-member group."""
     if st.st_uid != os.geteuid():
         return f"belongs to another user (uid {st.st_uid})"
-    if st.st_mode & 0o002:
-        return f"can be written by every user (mode {stat.S_IMODE(st.st_mode):o})"
-    return None
+    return _written_by_others(st, group_ok)
 
 
 def private_file(path: Path) -> None:
