@@ -12,16 +12,25 @@ from pathlib import Path
 import pytest
 
 from agenthelpers import fixed_clock
-from gatewayhelpers import RecordingChannel, inbound, last_user_text, make_bus, runtime
+from gatewayhelpers import (
+    RecordingChannel,
+    allow_all,
+    inbound,
+    last_user_text,
+    make_bus,
+    route_dm_main_group_own,
+    runtime,
+)
 from hermit.agent.runtime import AgentRuntime
 from hermit.channels.base import InboundMessage, StreamDelta, Target, ToolActivity, TurnEnd, Typing
 from hermit.channels.inbox import StagedFile
 from hermit.config.load import build_config
 from hermit.config.paths import StatePaths
 from hermit.errors import ProviderError
-from hermit.gateway.bus import Admission
+from hermit.gateway.agents import AgentHost
+from hermit.gateway.bus import Admission, Bus
 from hermit.gateway.replies import APOLOGY, BUSY, NOT_PROCESSED
-from hermit.gateway.supervisor import Gateway
+from hermit.gateway.supervisor import Gateway, split_chunks
 from hermit.models.base import ModelRequest
 from hermit.sessions.transcript import CustomEntry, read_transcript
 from hermit.testing.scripted import FunctionModel, Reply
@@ -465,3 +474,34 @@ def test_status_shows_the_live_queue_as_waiting_and_lifetime_counts_apart(tmp_pa
     # Once everything ran nothing waits, whatever the lifetime count says.
     assert after["waiting"] == 0 and after["turns_running"] == 0
     assert after["since_start"]["accepted"] == 3 and after["since_start"]["turns"] == 3  # type: ignore[index]
+
+
+def test_two_agents_sessions_of_one_name_are_two_queues(tmp_path: Path) -> None:
+    """A key naming no agent (`cron:<job>`, a CLI session `notes`) may be in two agents' stores: they are
+    two sessions, so one agent's long turn does not hold the other's back, and `busy` can tell them apart."""
+    lock = threading.Lock()
+    active: list[str] = []
+    release = threading.Event()
+
+    def model(req: ModelRequest) -> Reply:
+        with lock:
+            active.append(last_user_text(req))
+        release.wait(10)
+        return "done"
+
+    host = AgentHost({"main": runtime(tmp_path / "a", model), "work": runtime(tmp_path / "b", model)})
+    bus = Bus(host, route=route_dm_main_group_own, admit=allow_all, channels={}, chunk=split_chunks)
+
+    async def main() -> None:
+        turns = [asyncio.create_task(bus.run_turn(agent, "cron:daily", f"{agent} job")) for agent in ("main", "work")]
+        try:
+            await wait_for(lambda: len(active) == 2)  # both inside a model call at once
+            assert bus.busy("cron:daily", "work") and bus.busy("cron:daily")
+            assert not bus.busy("cron:weekly")
+        finally:
+            release.set()
+        assert [r.reply for r in await asyncio.gather(*turns)] == ["done", "done"]
+        assert not bus.busy("cron:daily", "main")
+
+    asyncio.run(main())
+    assert sorted(active) == ["main job", "work job"]

@@ -88,7 +88,9 @@ class Bus:
         self._chunk = chunk
         self._limit = queue_limit
         self._trusted = trusted_channels
-        self._queues: dict[str, _SessionQueue] = {}
+        # Keyed by agent and session: a key naming no agent (a CLI session `notes`, `cron:<job>`) may exist
+        # in two agents' stores, and those are two sessions.
+        self._queues: dict[tuple[str, str], _SessionQueue] = {}
         self._open = True
         self._turn_ids = itertools.count(1)
         self.counts = {"queued": 0, "refused": 0, "queue_full": 0, "ignored": 0, "turns": 0}
@@ -163,15 +165,16 @@ class Bus:
         return Routed(agent_id, key)
 
     def _enqueue(self, job: _Job) -> bool:
-        q = self._queues.get(job.session_key)
+        key = (job.agent_id, job.session_key)
+        q = self._queues.get(key)
         if q is None:
-            q = self._queues[job.session_key] = _SessionQueue(asyncio.Queue(maxsize=self._limit))
+            q = self._queues[key] = _SessionQueue(asyncio.Queue(maxsize=self._limit))
         try:
             q.jobs.put_nowait(job)
         except asyncio.QueueFull:
             return False
         if q.worker is None:
-            q.worker = asyncio.create_task(self._work(job.session_key, q), name=f"session {job.session_key}")
+            q.worker = asyncio.create_task(self._work(key, q), name=f"session {job.agent_id}/{job.session_key}")
         return True
 
     # ---- the scheduler's host interface -------------------------------------------------------------
@@ -197,13 +200,14 @@ class Bus:
             raise ChannelError(f"{target.channel}/{target.account_id} could not deliver the message",
                                "see the gateway log for the channel's error")
 
-    def busy(self, session_key: str) -> bool:
-        q = self._queues.get(session_key)
-        return q is not None and (q.running is not None or not q.jobs.empty())
+    def busy(self, session_key: str, agent_id: str | None = None) -> bool:
+        """Whether a turn is queued or running in `session_key` (of `agent_id`, or of any agent)."""
+        return any(q.running is not None or not q.jobs.empty() for (agent, key), q in self._queues.items()
+                   if key == session_key and agent_id in (None, agent))
 
     # ---- workers ------------------------------------------------------------------------------------
 
-    async def _work(self, key: str, q: _SessionQueue) -> None:
+    async def _work(self, key: tuple[str, str], q: _SessionQueue) -> None:
         try:
             while not q.jobs.empty():
                 job = q.jobs.get_nowait()
@@ -214,7 +218,7 @@ class Bus:
                 try:
                     await self._run(job)
                 except Exception:  # noqa: BLE001 - supervision boundary: the session's next messages still run
-                    log.exception("session %s: handling a message failed", key)
+                    log.exception("session %s of agent %s: handling a message failed", key[1], key[0])
                 finally:
                     q.running = None
         finally:
