@@ -285,7 +285,7 @@ def test_a_cut_search_result_never_leaves_a_chats_words_without_their_label(tmp_
     assert len(body) > 3_200 and body.count("[written from ") >= 2
     for cut in (render_message(ToolResultMessage("c1", "memory_search", body)),
                 soft_trim_text(body, "c1", 1_500, 1_500)):
-        tail = re.split(r"\n\[… [\d,]+ chars omitted …\]\n|\n\.\.\.\n", cut, maxsplit=1)[1]
+        tail = re.split(r"\n(?:│ )?\[… [\d,]+ chars omitted …\]\n|\n\.\.\.\n", cut, maxsplit=1)[1]
         first_words = re.search(r"mallorytext\d", tail)
         label = tail.find("[written from ")
         assert first_words is None or -1 < label < first_words.start(), tail[:300]
