@@ -71,6 +71,26 @@ def test_approve_says_what_a_contact_can_and_cannot_do(tmp_path: Path, capsys: p
     assert "WARNING" not in out
 
 
+def test_approve_names_the_agent_and_says_discord_dms_skip_server_bindings(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A member of the work server who DMs the bot reaches the agent Discord DMs route to (no DM carries a
+    server), not the server's agent: the approval says which agent answers them and how to bind them."""
+    (tmp_path / "hermit.yaml").write_text(
+        "agents:\n  list: [{id: personal, default: true}, {id: work}]\n"
+        "bindings: [{match: {channel: discord, guild_id: '111222333'}, agent_id: work}]\n"
+        "channels:\n  discord:\n    accounts:\n      default: {owners: ['999']}\n")
+    store = PairingStore(tmp_path)
+    ac = AccessControl(ChannelsConfig.model_validate({"discord": {"accounts": {"default": {}}}}), store)
+    assert ac.check("discord", "default", "dm", "4242", "4242", sender_name="Colleague").reply is not None
+    assert main(["--home", str(tmp_path), "pairing", "approve", "discord", store.pending()[0].code]) == 0
+    out = capsys.readouterr().out
+    assert "talk to the assistant (agent personal) in their own session (agent:personal:discord:default:dm:4242)" \
+        in out
+    assert "Discord DMs carry no server, so the guild_id bindings (agent work) do not apply to them: their DMs " \
+           "reach agent personal" in out
+    assert '{match: {channel: discord, peer: {kind: dm, id: "4242"}}, agent_id: …}' in out
+
+
 def test_approve_warns_when_the_config_shares_main_or_has_no_sandbox(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "hermit.yaml").write_text(

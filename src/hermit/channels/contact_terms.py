@@ -73,6 +73,8 @@ def contact_terms(loaded: LoadedConfig | None, channel: str, account_id: str, se
              "contacts) and whether its tools are sandboxed is unknown: run `hermit doctor`, or revoke them "
              f"({undo}).",), None, None, None)
     agent = loaded.agent(route.agent_id).settings
+    # Several agents: say which one answers them (whose shared notes and instruction files they reach).
+    who = f"the assistant (agent {route.agent_id})" if len(loaded.config.agents.list) > 1 else "the assistant"
     mode = agent.sandbox.mode  # agent/confinement.py's rule: `all` confines the main session too
     sandboxed = mode == "all" or (mode == "non-main" and not route.main)
     warnings: list[str] = []
@@ -81,15 +83,30 @@ def contact_terms(loaded: LoadedConfig | None, channel: str, account_id: str, se
                         "contacts: true, so they reach your MAIN session (MEMORY.md, your notes"
                         f"{'' if sandboxed else ', an unsandboxed shell'}). Turn it off, or revoke them ({undo}).")
         tools = "its tools are confined to the workspace" if sandboxed else "its tools are NOT sandboxed"
-        can = f"talk to the assistant in your MAIN session ({route.session_key}), with MEMORY.md; {tools}"
+        can = f"talk to {who} in your MAIN session ({route.session_key}), with MEMORY.md; {tools}"
     else:
         tools = "its tools run in the sandbox" if sandboxed else "its tools are NOT sandboxed (see below)"
-        can = f"talk to the assistant in their own session ({route.session_key}); {tools}"
+        can = f"talk to {who} in their own session ({route.session_key}); {tools}"
     if mode == "off":
         warnings.append(f"WARNING: agents {route.agent_id} has sandbox.mode: off, so their session's tools (exec, "
                         "files) run unsandboxed on this machine. Set sandbox.mode: non-main.")
     cannot = None if route.main else _NOT_MAIN + (", nor run commands outside the sandbox" if sandboxed else "")
+    warnings += _server_bindings_skipped(loaded, channel, route.agent_id, shown)
     acc = loaded.config.channels.accounts_of(channel).get(account_id)
     if acc is not None and matches(channel, acc.owners, sender_id):
         warnings.append(f"They are also listed under {owners_key}, so they are an owner anyway.")
     return ContactTerms(can, cannot, owner_hint, undo, tuple(warnings), route.session_key, route.main, sandboxed)
+
+
+def _server_bindings_skipped(loaded: LoadedConfig, channel: str, agent_id: str, shown: str) -> list[str]:
+    """A Discord DM carries no server, so `guild_id` bindings never route one: a member of the work server
+    who DMs the bot reaches the agent its DMs route to (often the default), not the server's agent."""
+    if channel != "discord":
+        return []
+    others = sorted({b.agent_id for b in loaded.config.bindings
+                     if b.match.channel == "discord" and b.match.guild_id is not None and b.agent_id != agent_id})
+    if not others:
+        return []
+    return [f"Note: Discord DMs carry no server, so the guild_id bindings (agent {', '.join(others)}) do not "
+            f"apply to them: their DMs reach agent {agent_id}. To route them elsewhere, bind their id: "
+            f"{{match: {{channel: discord, peer: {{kind: dm, id: \"{shown}\"}}}}, agent_id: …}}."]
