@@ -131,6 +131,31 @@ def test_the_merge_after_an_exec_keeps_a_file_a_tool_changed_meanwhile(tmp_path:
     assert "-gone.txt" in changed and "b.txt" not in changed and not out.exists()
 
 
+def test_the_merge_keeps_what_was_created_in_the_room_while_the_command_ran(tmp_path: Path) -> None:
+    """A group and its thread share a room: a file the other command (or a file tool) created while this one
+    ran was overwritten with this command's version, and both said "kept". Theirs stays, and this one's
+    result says it was not kept; two folders of one name still merge."""
+    view, _ = view_of(tmp_path)
+    with view.room.locked() as fd:
+        seed: dict[str, SeedEntry] = {}  # the room was empty when the command started
+        safe_fs.write_beneath(fd, "shared.txt", b"the thread's 20 lines")  # created meanwhile
+        os.close(safe_fs.open_dir(fd, "both", create=True))
+        safe_fs.write_beneath(fd, "clash", b"a file where the command made a folder")
+    out = tmp_path / "extracted"
+    write(out / "shared.txt", "the group's 20 lines")
+    write(out / "both" / "g.txt", "the group's g")
+    write(out / "clash" / "inner.txt", "below the command's folder")
+    write(out / "mine.txt", "only the group's")
+    with view.room.locked() as fd:
+        merge = apply_incoming(fd, out, seed)
+    room = view.room.path
+    assert (room / "shared.txt").read_text() == "the thread's 20 lines"
+    assert (room / "clash").read_text() == "a file where the command made a folder"
+    assert (room / "both" / "g.txt").read_text() == "the group's g" and (room / "mine.txt").exists()
+    assert merge.meanwhile == ["clash", "shared.txt", "clash/inner.txt"]
+    assert sorted(merge.changed) == ["both/g.txt", "mine.txt"]
+
+
 def test_notes_added_at_once_by_two_sessions_are_all_kept(tmp_path: Path) -> None:
     """The owner's main session and a group append to today's log concurrently: every note survives (a
     rewrite of the whole file would drop the other session's note added since it was read)."""

@@ -313,6 +313,11 @@ class RoomRun:
                     f" and {len(merge.refused) - 5:,} more" if len(merge.refused) > 5 else "")
                 notes.append(f"[links removed: {shown} — followed through this chat's other links they lead out of "
                              "its room (or loop)]")
+            if merge.meanwhile:
+                shown = ", ".join(_short(n) for n in merge.meanwhile[:5]) + (
+                    f" and {len(merge.meanwhile) - 5:,} more" if len(merge.meanwhile) > 5 else "")
+                notes.append(f"[not kept, written in this chat's room while the command ran (by a file tool or "
+                             f"another command of this chat): {shown} — that version stays]")
             if merge.skipped:
                 room = self.sandbox.view.room
                 shown = ", ".join(merge.skipped[:5]) + (f" and {len(merge.skipped) - 5:,} more"

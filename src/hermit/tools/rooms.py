@@ -244,6 +244,9 @@ class Merge:
     changed: list[str]
     skipped: list[str]
     refused: list[str] = field(default_factory=list)  # links removed: they led out of the room (see links_leaving)
+    # not kept: a file tool or another command (a group's thread shares its room) wrote that path while this
+    # one ran, so the version already in the room stays
+    meanwhile: list[str] = field(default_factory=list)
     too_deep: list[str] = field(default_factory=list)  # left out when unpacked: nested too deep (room_sandbox)
 
 
@@ -270,14 +273,20 @@ def _apply(room_fd: int, src_fd: int, seed: Manifest, quota_bytes: int | None) -
     changed = _remove_deleted(room_fd, seed, incoming)
     used = charged_usage(room_fd) if quota_bytes is not None else 0
     skipped: list[str] = []
+    meanwhile: list[str] = []
     for rel in sorted(incoming, key=lambda r: r.count("/")):
         sig, src_st = incoming[rel]
         before = seed.get(rel)
         if before is not None and before.sig == sig:
             continue
+        # Changed, or created, by someone else while the command ran (or below such a path): keep theirs.
+        if any(rel.startswith(m + "/") for m in meanwhile):
+            meanwhile.append(rel)
+            continue
         current = safe_fs.lstat_beneath(room_fd, rel)
-        if before is not None and current is not None and stamp_of(current) != before.stamp:
-            continue  # a file tool wrote it meanwhile: keep that
+        if _written_meanwhile(sig, before, current):
+            meanwhile.append(rel)
+            continue
         if quota_bytes is not None:
             # A folder replacing a file (or the reverse) is charged in full: the entries below it are
             # charged as they come.
@@ -300,7 +309,17 @@ def _apply(room_fd: int, src_fd: int, seed: Manifest, quota_bytes: int | None) -
             safe_fs.write_beneath(room_fd, rel, data, mode=stat.S_IMODE(src_st.st_mode), fsync=False)
         changed.append(rel)
     refused = _drop_links_leaving(room_fd)
-    return Merge([c for c in changed if c not in refused], skipped, refused)
+    return Merge([c for c in changed if c not in refused], skipped, refused, meanwhile=meanwhile)
+
+
+def _written_meanwhile(sig: Signature, before: SeedEntry | None, current: os.stat_result | None) -> bool:
+    """Whether the room's entry at a path the command changed is no longer what the command started from:
+    changed since the seed, or created since (two folders of one name merge; anything else is a clash)."""
+    if current is None:
+        return False
+    if before is None:
+        return not (sig[0] == "d" and stat.S_ISDIR(current.st_mode))
+    return stamp_of(current) != before.stamp
 
 
 def _parent_missing(room_fd: int, rel: str) -> bool:
