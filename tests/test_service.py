@@ -56,7 +56,7 @@ def test_install_writes_a_unit_whose_command_line_runs_this_gateway(tmp_path: Pa
     text = unit.read_text()
     values = unit_values(text)
     argv = shlex.split(values["ExecStart"])
-    assert argv == [sys.executable, "-m", "hermit", "--home", str(home), "gateway", "run"]
+    assert argv == [sys.executable, "-P", "-m", "hermit", "--home", str(home), "gateway", "run"]
     assert values["EnvironmentFile"] == f'-{home / "hermit.env"}'  # taken whole by systemd: never quoted
     assert values["Restart"] == "on-failure" and values["UMask"] == "0077"
     assert values["WantedBy"] == "default.target"
@@ -64,7 +64,12 @@ def test_install_writes_a_unit_whose_command_line_runs_this_gateway(tmp_path: Pa
     # Start the gateway as systemd would: that command line, with the env file's variables.
     env_file = parse_env_text((home / "hermit.env").read_text()).values
     service_env = {**{k: v for k, v in env.items() if k != "HERMIT_HOME"}, **env_file, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=service_env)
+    # ...from a folder where someone planted a `hermit` package: the service still runs this install's.
+    planted = tmp_path / "cwd" / "hermit"
+    planted.mkdir(parents=True)
+    (planted / "__init__.py").write_text(f"open({str(tmp_path / 'planted-ran')!r}, 'w').close()\n")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=service_env,
+                            cwd=planted.parent)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout or []], daemon=True).start()
     try:
@@ -78,6 +83,7 @@ def test_install_writes_a_unit_whose_command_line_runs_this_gateway(tmp_path: Pa
             if line.startswith("web chat: "):
                 url = line.split()[2]
         assert url, f"the gateway did not start (exit {proc.poll()})"
+        assert not (tmp_path / "planted-ran").exists()
         assert url.endswith("/") and "token" not in url  # stdout goes to the journal: no token there
         base, token = url.rstrip("/"), (home / "gateway" / "token").read_text(encoding="utf-8").strip()
         status = httpx.get(f"{base}/status", headers={"Authorization": f"Bearer {token}"}, timeout=10).json()
@@ -109,7 +115,7 @@ def test_a_state_dir_with_dollars_percents_or_a_newline_in_its_path(tmp_path: Pa
     values = unit_values((tmp_path / "xdg" / "systemd" / "user" / "hermit-gateway.service").read_text())
     # as systemd reads them: words unquoted, then $$ -> $ and %% -> %
     argv = [w.replace("$$", "$").replace("%%", "%") for w in shlex.split(values["ExecStart"])]
-    assert argv[3:5] == ["--home", str(odd)]
+    assert argv[4:6] == ["--home", str(odd)]
     assert "$HOME" not in values["ExecStart"].replace("$$HOME", "") and "%h" not in values["ExecStart"].replace("%%h", "")
     assert values["EnvironmentFile"] == f"-{tmp_path}/a $HOME 100%%h/hermit.env"
     assert values["Description"].endswith(" 100%%h")
@@ -131,7 +137,7 @@ def test_without_xdg_config_home_the_unit_goes_to_dot_config_and_macos_gets_a_la
     r = hermit(env, "gateway", "install", "--kind", "launchd", "--no-start")
     assert r.returncode == 0, r.stderr
     plist = plistlib.loads((user / "Library" / "LaunchAgents" / "com.hermit.gateway.plist").read_bytes())
-    assert plist["ProgramArguments"] == [sys.executable, "-m", "hermit", "--home", str(home), "gateway", "run"]
+    assert plist["ProgramArguments"] == [sys.executable, "-P", "-m", "hermit", "--home", str(home), "gateway", "run"]
     assert plist["KeepAlive"] == {"SuccessfulExit": False} and plist["RunAtLoad"] is True
     assert "launchctl bootstrap" in r.stdout
     missing = hermit(env_for(tmp_path / "fresh", user), "gateway", "install", "--no-start")

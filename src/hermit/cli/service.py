@@ -2,8 +2,9 @@
 restarted when it fails — a systemd user unit on Linux, a launchd agent on macOS.
 
 The service runs exactly `hermit gateway run` of this install: this Python (the venv's, pipx's or uv's)
-with `-m hermit`, and `--home` of this state dir, so a service never picks up another installation or
-state dir. The unit reads the owner-only env file (`EnvironmentFile=`, for systemd; the gateway loads it
+with `-P -m hermit` (`-P`: the working directory is not on the import path, so a `hermit/` folder that
+someone else put where the service starts is never run), and `--home` of this state dir, so a service never
+picks up another installation or state dir. The unit reads the owner-only env file (`EnvironmentFile=`, for systemd; the gateway loads it
 itself too, which is what a launchd agent relies on) and runs with umask 077. `systemctl --user` is
 only called when a user manager answers; otherwise, and with `--no-start`, the commands are printed.
 """
@@ -45,7 +46,7 @@ def register_service(gs: Any) -> None:
 
 def gateway_command(home: Path) -> list[str]:
     """The command line of `hermit gateway run` for this install and state dir."""
-    return [sys.executable, "-m", "hermit", "--home", str(home), "gateway", "run"]
+    return [sys.executable, "-P", "-m", "hermit", "--home", str(home), "gateway", "run"]
 
 
 def _systemd_quote(arg: str) -> str:
