@@ -17,10 +17,18 @@ encoded as UTF-8, so SQLite, the embedding model, JSON files and HTTP bodies all
 U+FFFD), called at every boundary where outside text comes in. `one_line` is the one rule for a name
 or id someone else chose (a display name, a forwarded message's author, a peer id) shown inside text
 Hermit frames: one line of visible characters, bounded.
+
+Hermit writes labels before text that say whose words it is: a transcript line's speaker (`User: …`,
+`Assistant (telegram DM 2001): …`: memory.index.session_source, the /new dump), a forwarded message's
+header (channels.forwarded) and the quote marker `> `. `line_label` is the one recogniser of them: whatever
+shows or indexes part of a line without the line's start (the memory chunker's pieces of a long line, a
+search snippet cut around a match) puts the labels in force there before it, so a stranger's words never
+come back bare, as the owner's.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -100,6 +108,48 @@ def valid_json(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [valid_json(v) for v in value]
     return value
+
+
+FORWARD_OPEN = "[forwarded message from "
+FORWARD_CLOSE = " — quoted, not the sender's own words]"
+# A line's leading labels: a speaker (the chat in parentheses is label_text, so it holds no bracket), then
+# Markdown quote markers (up to three spaces of indent, as Markdown allows).
+_LEAD = re.compile(r"(?:(?:User|Assistant)(?: \([^()\[\]\n]{1,400}\))?: )?(?: {0,3}>[ \t]?)*")
+# The author in a header is label_text too: no bracket either.
+_FORWARD = re.compile(re.escape(FORWARD_OPEN) + r"[^\[\]\n]{0,400}?" + re.escape(FORWARD_CLOSE))
+
+
+def forward_header(author: str) -> str:
+    """The header over a forwarded message's quoted lines; `author` must already be label_text."""
+    return f"{FORWARD_OPEN}{author}{FORWARD_CLOSE}"
+
+
+def label_spans(line: str) -> list[tuple[int, int]]:
+    """The (start, end) character spans of the labels in `line` (its leading labels, every forward header):
+    a line is never cut inside one, or its pieces would hold half a label."""
+    lead = _LEAD.match(line)
+    spans = [(0, lead.end())] if lead and lead.end() else []
+    return spans + [m.span() for m in _FORWARD.finditer(line)]
+
+
+def line_label(line: str, at: int) -> str:
+    """The labels that say whose words `line[at:]` are, to put before that part when it is shown or indexed
+    without the start of its line ("" when none, or when `at` is the start): the line's leading speaker
+    label and quote marker, then the last forward header that starts before `at` and a quote marker — what
+    follows a header in one line is the quoted message (a transcript line is a whole message flattened,
+    and every channel puts the frame last)."""
+    if at <= 0:
+        return ""
+    lead = _LEAD.match(line)
+    parts = [lead[0].strip()] if lead and lead[0].strip() else []
+    header = None
+    for m in _FORWARD.finditer(line):
+        if m.start() >= at:
+            break
+        header = m[0]
+    if header is not None:
+        parts += [header, ">"]
+    return " ".join(parts) + " " if parts else ""
 
 
 @dataclass(frozen=True)

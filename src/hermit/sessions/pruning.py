@@ -41,6 +41,7 @@ from typing import Literal, TypeAlias
 
 from hermit.config.schema import ContextPruningConfig, PruningToolsConfig
 from hermit.messages import (
+    FORWARD_OPEN,
     AssistantMessage,
     AssistantPart,
     Message,
@@ -109,9 +110,10 @@ def tool_prunable(tool_name: str, tools: PruningToolsConfig) -> bool:
     return any(fnmatchcase(name, pattern.lower()) for pattern in tools.allow)
 
 
-# Labels that say whose text follows: a note's origin (`[written from …]` before a snippet, an origin block)
-# or another chat's transcript line (`User (telegram DM 42): …`). Each stands before the text it labels.
-_ATTRIBUTED = re.compile(r"\[written from |<!-- origin |\b(?:User|Assistant) \(")
+# Labels that say whose text follows: a note's origin (`[written from …]` before a snippet, an origin block),
+# another chat's transcript line (`User (telegram DM 42): …`) or a forwarded message's header (its quoted
+# lines follow it: messages.FORWARD_OPEN). Each stands before the text it labels.
+_ATTRIBUTED = re.compile(r"\[written from |<!-- origin |\b(?:User|Assistant) \(|" + re.escape(FORWARD_OPEN))
 
 
 def labelled_cut(content: str, head_chars: int, tail_chars: int) -> tuple[int, int]:

@@ -1,7 +1,8 @@
 """Line-aligned chunking of Markdown: ~N tokens per chunk with whole-line overlap, exact line numbers.
 
 A fact on a chunk boundary lands in both neighbouring chunks because the overlap is made of whole
-trailing lines. A single line longer than a chunk is split into pieces that all carry that line number.
+trailing lines. A single line longer than a chunk is split into pieces that all carry that line number,
+and every piece starts with the labels that say whose words it holds (`_split_long_line`).
 
 A file with origin blocks (memory/policy/provenance.py) is chunked run by run: a run is a stretch of lines of
 one audience (blocks of the same audience next to each other, blank lines between them included), so
@@ -16,13 +17,15 @@ import hashlib
 from dataclasses import dataclass
 
 from hermit.memory.policy.provenance import CLOSE_LINE, origin_blocks
+from hermit.messages import label_spans, line_label
 from hermit.tokens import estimate_tokens
 
 MARKER = "<!-- origin"
-# Part of the index identity (memory.index.sync): an index chunked before audience runs existed is rebuilt once,
-# so no chunk straddles two audiences (search would withhold it whole). Unchanged chunks come from the
-# embedding cache, so the rebuild embeds only the files with origin blocks.
-CHUNKER_ID = "audience-runs-1"
+# Part of the index identity (memory.index.sync): an index chunked by an older chunker is rebuilt once, so
+# no chunk straddles two audiences (search would withhold it whole) and every piece of a long line carries
+# the line's labels (an older index returns a forwarded message's tail bare). Unchanged chunks come from
+# the embedding cache, so the rebuild embeds only what changed: files with origin blocks, long lines.
+CHUNKER_ID = "audience-runs-1+labelled-pieces"
 
 
 @dataclass(frozen=True)
@@ -43,14 +46,23 @@ def _make(lines: list[tuple[int, str]]) -> Chunk:
 
 
 def _split_long_line(lineno: int, line: str, max_tokens: int) -> list[Chunk]:
+    """The pieces of a line longer than a chunk. Each piece after the first starts with the labels in force
+    where it starts (messages.line_label: the line's speaker, a forward header, the quote marker), so a
+    stranger's words in the tail of a long line are still marked as theirs when the piece is found alone.
+    A piece is cut at a space near its end where there is one, never inside a label, and is at most
+    `max_tokens` with its label, unless the label alone is over half of that (a chunk size under ~120
+    tokens): then the label is kept whole and the piece gets half a chunk of text after it."""
+    spans = label_spans(line)
     pieces: list[Chunk] = []
     start = 0
     while start < len(line):
+        label = line_label(line, start)
+        budget = max(max_tokens, estimate_tokens(label) + max_tokens // 2)
         # Grow the piece by characters until its estimate reaches the budget.
         lo, hi = start + 1, len(line)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if estimate_tokens(line[start:mid]) <= max_tokens:
+            if estimate_tokens(label + line[start:mid]) <= budget:
                 lo = mid
             else:
                 hi = mid - 1
@@ -60,8 +72,11 @@ def _split_long_line(lineno: int, line: str, max_tokens: int) -> list[Chunk]:
             space = line.rfind(" ", start + (end - start) // 2, end)
             if space > start:
                 end = space + 1
-        piece = line[start:end]
-        if piece.strip():
+        for a, b in spans:
+            if a < end < b:  # inside a label: cut before it, or after it when the piece starts with it
+                end = a if a > start else b
+        piece = label + line[start:end]
+        if line[start:end].strip():
             pieces.append(Chunk(lineno, lineno, piece, text_hash(piece)))
         start = end
     return pieces

@@ -12,7 +12,8 @@ greedily, one run of lines at a time, wherever the next lines add the most score
 weighted by the result's rank; lines without query words still carry a little value (the turn that
 answers a question rarely repeats its words), so the budget is never left unspent while a window can
 grow. A window is contiguous and its startLine/endLine are exactly its lines; a line longer than a
-window is cut around its first matching word (the text then is a part of that one line).
+window is cut around its first matching word (the text then is a part of that one line, after the labels
+that say whose words it is).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning
+from hermit.messages import label_spans, line_label
 from hermit.tokens import count_cjk
 
 _WORD = re.compile(r"[^\W_]+")
@@ -207,5 +209,15 @@ def render(p: Place, terms: Sequence[Term]) -> tuple[str, int, int]:
         low = line.lower()
         pos = min((m.start() for t in terms if (m := t.pattern.search(low))), default=0)
         a = max(0, min(pos - keep // 3, len(line) - keep))
+        if a and (label := line_label(line, a)):
+            # The part shown comes after the labels in force where it starts (messages.line_label): the tail
+            # of a forwarded message or of another chat's line still says whose words it is. It starts
+            # neither inside a label nor with a space, and it leaves room for them.
+            room = max(1, keep - len(label))
+            a = max(0, min(pos - room // 3, len(line) - room))
+            a = next((s for s, e in label_spans(line) if s < a < e), a)
+            while 0 < a < len(line) and line[a] == " ":
+                a += 1
+            return (line_label(line, a) + line[a:a + keep])[:keep], p.start_line + p.lo, p.start_line + p.lo
         return line[a:a + keep], p.start_line + p.lo, p.start_line + p.lo
     return "\n".join(p.lines[p.lo:p.hi + 1]), p.start_line + p.lo, p.start_line + p.hi
