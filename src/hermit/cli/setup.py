@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hermit.cli.context import CliContext
+from hermit.cli.terminal import warn
 from hermit.errors import ConfigError
 
 KINDS = ("ollama", "anthropic", "openai", "openai-compatible", "fake")
@@ -59,7 +60,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token-var", help="the variable that holds the token (default: the platform's, e.g. "
                                        "TELEGRAM_BOT_TOKEN)")
     p.add_argument("--secret", action="append", default=[], metavar="FIELD=VALUE",
-                   help="another secret of the account, e.g. app_token=xapp-… (Slack) or app_secret=… (WhatsApp)")
+                   help="another secret of the account, e.g. app_token=xapp-… (Slack) or app_secret=… (WhatsApp); "
+                        "prefer --secret-stdin, which keeps it out of the command line")
+    p.add_argument("--secret-stdin", action="append", default=[], metavar="FIELD",
+                   help="read that secret from the next line of stdin (repeatable; after the API key's and the "
+                        "token's lines when those are read from stdin too)")
     p.add_argument("--phone-number-id", help="WhatsApp: the Cloud API phone number id")
     p.add_argument("--owner", action="append", default=[], metavar="ID",
                    help="your own sender id on the channel (repeatable): your DMs reach your main session")
@@ -158,12 +163,41 @@ def _env_var_name(name: str) -> str:
     return re.sub(r"[^A-Z0-9_]", "_", name.upper()) + "_API_KEY"
 
 
-def _read_stdin_line(what: str) -> str:
+def _read_stdin_line(what: str, flag: str) -> str:
     line = sys.stdin.readline().strip()
     if not line:
-        raise ConfigError(f"no {what} on stdin", f"pipe it in: printf '%s\\n' \"$KEY\" | hermit setup … "
-                          f"--{'api-key' if what == 'API key' else 'token'}-stdin")
+        raise ConfigError(f"no {what} on stdin", f"pipe it in, one line each: printf '%s\\n' \"$KEY\" | hermit setup … "
+                          f"{flag}")
     return line
+
+
+def _given_secrets(args: argparse.Namespace, channel: str, fields: list[str]) -> tuple[dict[str, str], str | None]:
+    """The account's secrets given with --secret / --secret-stdin by field, and the token (--token,
+    --token-stdin); stdin is read one line each: the token's first, then each --secret-stdin in order."""
+    given = dict(s.split("=", 1) for s in args.secret if "=" in s)
+    bad = [s for s in args.secret if "=" not in s]
+    if bad:
+        raise ConfigError(f"--secret {bad[0]!r} is not FIELD=VALUE", "e.g. --secret-stdin app_token, or --secret "
+                          "app_token=xapp-…")
+    unknown = (set(given) | set(args.secret_stdin)) - set(fields)
+    if unknown:
+        raise ConfigError(f"{channel} accounts have no secret {sorted(unknown)[0]!r}",
+                          f"{channel} needs: {', '.join(fields)}")
+    token = args.token or (_read_stdin_line("token", "--token-stdin") if args.token_stdin else None)
+    for name in args.secret_stdin:
+        given[name] = _read_stdin_line(name, f"--secret-stdin {name}")
+    return given, token
+
+
+def _warn_command_line_secrets(args: argparse.Namespace) -> None:
+    """A value given as an argument is in the process's command line while setup runs (other local users
+    read it with `ps`) and in the shell's history."""
+    given = [flag for flag, value in (("--api-key", args.api_key), ("--token", args.token),
+                                      ("--secret", args.secret)) if value]
+    if given:
+        warn(f"{', '.join(given)} put secrets in the command line, which other users of this machine can read "
+             "while setup runs, and in your shell's history; next time use --api-key-stdin, --token-stdin or "
+             "--secret-stdin FIELD")
 
 
 def _current_model(ctx: CliContext) -> str | None:
@@ -240,7 +274,7 @@ def _plan_key(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pla
         plan.updates.append(((*prefix, "api_key"), DELETE))
         return
     var = args.key_var or KEY_VARS.get(kind) or _env_var_name(name)
-    key = args.api_key or (_read_stdin_line("API key") if args.api_key_stdin else None)
+    key = args.api_key or (_read_stdin_line("API key", "--api-key-stdin") if args.api_key_stdin else None)
     have = ctx.environ.get(var)
     if key is None and ui.interactive:
         if have:
@@ -274,20 +308,13 @@ def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: 
     existing = ctx.config().config.channels.accounts_of(channel).get(account)
     cfg = existing or platforms()[channel]()
     prefix = ("channels", channel, "accounts", account)
-    given = dict(s.split("=", 1) for s in args.secret if "=" in s)
-    bad = [s for s in args.secret if "=" not in s]
-    if bad:
-        raise ConfigError(f"--secret {bad[0]!r} is not FIELD=VALUE", "e.g. --secret app_token=xapp-…")
     wanted = channel_secrets(channel, cfg)
-    unknown = set(given) - {s.field for s in wanted}
-    if unknown:
-        raise ConfigError(f"{channel} accounts have no secret {sorted(unknown)[0]!r}",
-                          f"{channel} needs: {', '.join(s.field for s in wanted)}")
+    given, token = _given_secrets(args, channel, [s.field for s in wanted])
     for i, s in enumerate(wanted):
         var = (args.token_var if i == 0 and args.token_var else s.env_name)
         value = given.get(s.field)
         if i == 0 and value is None:
-            value = args.token or (_read_stdin_line("token") if args.token_stdin else None)
+            value = token
         if value is None and ui.interactive:
             keep = " (Enter keeps it)" if ctx.environ.get(var) else ""
             value = ui.secret(f"{channel} {s.field.replace('_', ' ')}, stored as {var}{keep}") or None
@@ -346,6 +373,7 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     if not interactive and not args.provider and not args.channel:
         raise ConfigError("nothing to set up: no terminal to ask on and no --provider or --channel given",
                           "e.g. hermit setup --provider anthropic --api-key-stdin, or --provider ollama")
+    _warn_command_line_secrets(args)
     check_environment(ctx)
     if ctx.paths.config_file() is None:
         init_run(ctx, args)  # a fresh state dir: config template and workspace first, as `hermit init`
