@@ -5,7 +5,8 @@ Why a journal and not only the offset: the gateway's queue lives in memory, so c
 written here (with the offset past it) *before* it is published, in one atomic write, and leaves the
 journal when its turn ends (or the gateway refused it), with the earlier messages of its chat and forum
 topic; another topic's stay until their own turns end. A restart republishes what is still in flight:
-no update is lost, and none that was answered is answered again.
+no update is lost. Delivery is at least once: a process killed after Telegram took the answer but before
+its reply to `sendMessage` arrived republishes that update, and it is answered again (the turn runs anew).
 """
 
 from __future__ import annotations
