@@ -71,7 +71,8 @@ def test_a_second_spelling_of_memory_private_stays_private(tmp_path: Path, store
 def test_the_rule_reads_the_normalised_path() -> None:
     for private in ("MEMORY.md", "memory/private/x.md", "Memory/Private/x.md", "notes/x.md", "/home/u/vault/x.md",
                     "memory/../MEMORY.md", "memory/../memory/private/x.md", "./notes/../memory/private/x.md",
-                    "notes/USER.md", "Memory/x.md", "MEMORY/2026-01-20.md", "user.md"):
+                    "notes/USER.md", "Memory/x.md", "MEMORY/2026-01-20.md", "user.md",
+                    "HEARTBEAT.md", "heartbeat.md", "memory/../HEARTBEAT.md"):  # the owner's checklist, as MEMORY.md
         assert is_private_path(private), private
-    for shared in ("memory/2026-01-20.md", "memory/projects/x.md", "./memory/x.md", "USER.md", "HEARTBEAT.md"):
+    for shared in ("memory/2026-01-20.md", "memory/projects/x.md", "./memory/x.md", "USER.md", "TOOLS.md"):
         assert not is_private_path(shared), shared

@@ -15,8 +15,13 @@ from hermit.config.paths import PRIVATE_FILE_MODE, ensure_private_dir
 from hermit.durable import create_new
 from hermit.textfile import decode_text, read_regular
 
-BOOTSTRAP_ORDER = ("AGENTS.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "USER.md", "HEARTBEAT.md", "BOOTSTRAP.md")
+HEARTBEAT_FILE = "HEARTBEAT.md"
+BOOTSTRAP_ORDER = ("AGENTS.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "USER.md", HEARTBEAT_FILE, "BOOTSTRAP.md")
 MEMORY_FILE = "MEMORY.md"
+# The owner's own files: read into the main private session only (SPEC §3: MEMORY.md, and HEARTBEAT.md, the
+# checklist only the main session's heartbeat follows), and owner-only whole for every other reader
+# (memory/policy/audience.py `is_private_path`; the file tools of an unsandboxed chat hide them too).
+MAIN_SESSION_FILES = (HEARTBEAT_FILE, MEMORY_FILE)
 TEMPLATE_FILES = (*BOOTSTRAP_ORDER, MEMORY_FILE)
 
 
@@ -79,9 +84,11 @@ def read_bootstrap(
     workspace: Path, *, include_memory: bool, max_chars: int = 20_000, total_max_chars: int = 150_000,
     render: Callable[[str, str], str | None] | None = None,
 ) -> list[BootstrapFile]:
-    """Bootstrap files in prompt order; MEMORY.md only when `include_memory` (main private session).
+    """Bootstrap files in prompt order; MEMORY.md and HEARTBEAT.md (MAIN_SESSION_FILES) only when
+    `include_memory` (the main private session): no other session sees them at all, not even as missing.
     `render(name, text)` is the file as the session may see it (None: nothing), applied before the caps."""
-    names = list(BOOTSTRAP_ORDER) + ([MEMORY_FILE] if include_memory else [])
+    names = [n for n in BOOTSTRAP_ORDER if include_memory or n not in MAIN_SESSION_FILES]
+    names += [MEMORY_FILE] if include_memory else []
     out: list[BootstrapFile] = []
     budget = total_max_chars
     for name in names:

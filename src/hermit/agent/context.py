@@ -2,8 +2,9 @@
 
 The system prompt is a list of named sections (identity, tools, Memory Recall, workspace, date and
 time, silent replies) followed by the `# Project Context` block of bootstrap files in SPEC order.
-MEMORY.md joins that block only when `is_main_session_key(session_key)` says so: the check lives
-here in code, fails closed for keys it cannot parse, and no prompt text can change it (§14.8).
+MEMORY.md and HEARTBEAT.md (the owner's checklist, for the main session's heartbeat) join that block only
+when `is_main_session_key(session_key)` says so: the check lives here in code, fails closed for keys it
+cannot parse, and no prompt text can change it (§14.8).
 
 History comes from the transcript's context view (after the latest compaction, whose summary leads
 the history). A compacted session's system prompt also carries a short "Compacted History" note: the
@@ -118,7 +119,7 @@ class SystemPrompt:
 
 
 def includes_long_term_memory(session_key: str) -> bool:
-    """MEMORY.md goes only into the main private session (SPEC §3); fails closed."""
+    """MEMORY.md (and HEARTBEAT.md) go only into the main private session (SPEC §3); fails closed."""
     return is_main_session_key(session_key)
 
 
@@ -149,7 +150,8 @@ def _sections(p: PromptInputs) -> list[tuple[str, str]]:
     if p.compacted:
         out.append(("compacted history", compacted_note(bool({"memory_search"} & names), p.sessions_searchable)))
     private = includes_long_term_memory(p.session_key)
-    kind = "the main private session" if private else "not the main session: MEMORY.md is not available here"
+    kind = ("the main private session" if private
+            else "not the main session: MEMORY.md and HEARTBEAT.md are not available here")
     sandbox = ("\nThis session is sandboxed: tools may only use paths inside the workspace."
                if p.sandboxed else "")
     if p.roomed:

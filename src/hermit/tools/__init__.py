@@ -33,7 +33,7 @@ from hermit.tools.room_sandbox import RoomSandbox
 from hermit.tools.sandbox import PathResolver, ResolvedPath
 from hermit.tools.transcript_tools import TranscriptTools
 from hermit.tools.views import RoomView
-from hermit.workspace import MEMORY_FILE
+from hermit.workspace import MAIN_SESSION_FILES
 
 __all__ = [
     "MEMORY_GET_DESCRIPTION",
@@ -86,13 +86,13 @@ def build_toolset(
     """read, write, edit, exec, memory_search, memory_get (memory tools only with a service), and
     tool_output when `transcript` gives the session's transcript file.
 
-    `private_memory=False` (any session but the main private one) hides MEMORY.md from every tool; the
-    memory tools act for `reader` (default: the owner, or a reader of shared notes only when
+    `private_memory=False` (any session but the main private one) hides MEMORY.md and HEARTBEAT.md from
+    every tool; the memory tools act for `reader` (default: the owner, or a reader of shared notes only when
     `private_memory` is False). `cron`
     (backend, agent id) adds the cron tool; the runtime passes it for the main session only.
     A `confined` session's exec runs in `os_sandbox`; without one it is not offered. With a `view` (a
     non-owner session) the file tools work in its room and what it may see of the workspace."""
-    hidden = frozenset() if private_memory else frozenset({(workspace / MEMORY_FILE).resolve()})
+    hidden = frozenset() if private_memory else frozenset((workspace / n).resolve() for n in MAIN_SESSION_FILES)
     paths = PathResolver(workspace, confined, home, hidden)
     tools = FileTools(paths, policy=write_policy, on_change=on_change, rules=rules, view=view).tools()
     if exec_enabled and (os_sandbox is not None or not confined):

@@ -97,8 +97,8 @@ class PathResolver:
         if not self.hidden:
             return
         if real in self.hidden or is_same_file(real, self.hidden):
-            raise PathPolicyError(f"{raw!r} is private long-term memory and is not available in this session",
-                                  PRIVACY_RULE)
+            raise PathPolicyError(f"{raw!r} is owner-only (private long-term memory, the heartbeat checklist) and "
+                                  "is not available in this session", PRIVACY_RULE)
         if is_within(real, self.root) and is_hard_linked(real):  # system files (perl) may be hard-linked
             raise PathPolicyError(f"{raw!r} is a hard-linked file, which may be private long-term memory under "
                                   "another name; it is not available in this session",

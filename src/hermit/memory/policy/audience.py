@@ -3,9 +3,9 @@
 Every line of a memory file has one audience:
 
 - `"owner"`: only the owner (the main session, the local CLI, the web chat, MCP with
-  `mcp.share_private_memory: true`). MEMORY.md, everything under `memory/private/` and the files of
-  `extra_paths` outside `memory/` are owner-only whole, and so is any origin block with `audience="owner"`:
-  what the main session writes.
+  `mcp.share_private_memory: true`). MEMORY.md, HEARTBEAT.md (the owner's checklist), everything under
+  `memory/private/` and the files of `extra_paths` outside `memory/` are owner-only whole, and so is any
+  origin block with `audience="owner"`: what the main session writes.
 - `"shared"`: every reader of this agent's memory. Hand-written text outside blocks elsewhere under
   `memory/` is shared, as in the original design (daily logs are shared).
 - a non-main session's key (`audience_of_session`): `telegram:group:-100123` (its threads and topics
@@ -43,7 +43,7 @@ from hermit.memory.policy.provenance import Origin, OriginBlock, origin_blocks
 from hermit.memory.store.api import ChunkRow
 from hermit.sessions.keys import SessionKind, is_main_session_key, parse_session_key
 from hermit.textfile import decode_text, read_regular
-from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
+from hermit.workspace import BOOTSTRAP_ORDER, MAIN_SESSION_FILES, MEMORY_FILE
 
 OWNER = "owner"
 SHARED = "shared"
@@ -51,6 +51,7 @@ MCP = "mcp"
 UNKNOWN = "unknown"  # what does not parse: no reader but the owner matches it
 MEMORY_DIR = "memory/"
 PRIVATE_DIR = "memory/private/"
+_MAIN_SESSION_NAMES = frozenset(n.lower() for n in MAIN_SESSION_FILES)  # MEMORY.md, HEARTBEAT.md: in any case
 MAX_AUDIENCE_CHARS = 600
 DEFAULT_MAX_FILE_BYTES = 5_000_000  # memory_search.max_file_bytes' default: the indexing cap
 AUDIENCE_RULE = ("audience rule: owner-only notes (the main session's notes, memory/private/, MEMORY.md, "
@@ -143,14 +144,15 @@ def reader_for_session(session_key: str) -> Reader:
 
 
 def is_private_path(rel_path: str) -> bool:
-    """Owner-only whole, by where the file is: MEMORY.md (by name; callers check identity too), anything under
-    memory/private/, and anything that is neither under memory/ nor an instruction file (AGENTS.md, USER.md…,
-    whose lines go by their blocks) — the files of `extra_paths` (a notes folder, a vault: the owner's own,
-    whoever else talks to the assistant). Decided on the normalised path, so no second spelling
+    """Owner-only whole, by where the file is: the main session's own files (MEMORY.md, and HEARTBEAT.md, the
+    owner's checklist: workspace.MAIN_SESSION_FILES, by name; callers check MEMORY.md's identity too), anything
+    under memory/private/, and anything that is neither under memory/ nor an instruction file (AGENTS.md,
+    USER.md…, whose lines go by their blocks) — the files of `extra_paths` (a notes folder, a vault: the owner's
+    own, whoever else talks to the assistant). Decided on the normalised path, so no second spelling
     (`notes/../memory/private/x.md`, an absolute path through a symlinked workspace, `Memory/`) makes a private
     file shared: fail closed."""
     p = posixpath.normpath(rel_path.replace("\\", "/"))
-    if p.lower() == MEMORY_FILE.lower() or p.lower().startswith(PRIVATE_DIR):  # in any case: fail closed
+    if p.lower() in _MAIN_SESSION_NAMES or p.lower().startswith(PRIVATE_DIR):  # in any case: fail closed
         return True
     # Shared only as spelled: `Memory/` is another folder (an extra path) where names are case-sensitive.
     return not p.startswith(MEMORY_DIR) and p not in BOOTSTRAP_ORDER  # instruction files: by their blocks
