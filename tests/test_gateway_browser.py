@@ -199,13 +199,27 @@ def test_the_web_app_at_phone_and_desktop_sizes(browser: Any, demo: Demo, width:
     # Append to today's log (the agent's timezone), then see it at its lines.
     if narrow:
         page.click("#memory-back")
+    # The box is ticked as the page opens: the owner's note is owner-only unless they untick it to share.
+    assert page.is_checked("#memory-append-private")
+    assert "untick to share with every chat" in page.inner_text("#memory-append label")
     page.fill("#memory-append-text", f"Water the plants ({tag})")
     page.click("#memory-append button[type='submit']")
     page.wait_for_selector(f"#memory-lines .line.hit >> text=Water the plants ({tag})", timeout=T)
     assert "Added to memory/" in page.inner_text("#memory-file-note")
+    assert "owner-only" in page.inner_text("#memory-file-note")
     today = datetime.now(ZoneInfo("Europe/Paris")).date().isoformat()
     log = demo.home / "workspace" / "memory" / f"{today}.md"
-    assert f"Water the plants ({tag})" in log.read_text(encoding="utf-8")
+    text = log.read_text(encoding="utf-8")
+    assert f"Water the plants ({tag})" in text
+    assert text.rindex('audience="owner"') < text.index(f"Water the plants ({tag})")  # in an owner block
+    # Unticked, a note is shared; the box is ticked again for the next one.
+    if narrow:
+        page.click("#memory-back")
+    page.uncheck("#memory-append-private")
+    page.fill("#memory-append-text", f"Bins go out on Tuesday ({tag})")
+    page.click("#memory-append button[type='submit']")
+    page.wait_for_selector(f"#memory-lines .line.hit >> text=Bins go out on Tuesday ({tag})", timeout=T)
+    assert "shared" in page.inner_text("#memory-file-note") and page.is_checked("#memory-append-private")
 
     # An error from the gateway is shown in the page.
     page.evaluate("window.HermitMemory.openFile('../hermit.yaml')")

@@ -26,7 +26,7 @@ from hermit.gateway.app import STATIC_DIR
 from hermit.gateway.state import ensure_token
 from hermit.gateway.supervisor import Gateway
 from hermit.memory.service import MemoryKey, MemoryService
-from hermit.messages import AssistantMessage, TextPart, UserMessage
+from hermit.messages import AssistantMessage, TextPart, ToolCallPart, UserMessage
 from hermit.models.base import ModelRequest
 from hermit.scheduler import CronJobs
 from hermit.sessions.store import SessionStore
@@ -266,7 +266,7 @@ def test_a_save_never_writes_through_a_memory_md_it_cannot_read(gateway: tuple[W
 def test_appending_to_todays_log_shared_or_owner_only(gateway: tuple[Web, Gateway], home: Path) -> None:
     web, _ = gateway
     log = home / "workspace" / "memory" / "2026-01-20.md"
-    shared = web.ok("memory.append", text="Call the plumber about the boiler.")
+    shared = web.ok("memory.append", text="Call the plumber about the boiler.", private=False)
     assert shared["path"] == "memory/2026-01-20.md" and shared["audience"] == "shared"
     private = web.ok("memory.append", text="Surprise party for Sam <!-- on Friday -->", private=True)
     text = log.read_text(encoding="utf-8")
@@ -278,6 +278,32 @@ def test_appending_to_todays_log_shared_or_owner_only(gateway: tuple[Web, Gatewa
     [hit] = web.ok("memory.search", query="Surprise party")["results"]
     assert hit["path"] == "memory/2026-01-20.md" and hit["audience"] == "owner"  # the index follows at once
     assert web.ok("memory.files")["files"][1]["date"] == "2026-01-20"
+
+
+def test_an_append_is_owner_only_unless_the_page_asks_to_share_it(gateway: tuple[Web, Gateway], home: Path) -> None:
+    """A note typed into "Append to today's log" is the owner's own words: a client that says nothing about
+    `private` (the box left as the page ticks it) gets an owner-only note, which a group's memory_get of the
+    same log withholds; only `private: false` (the box unticked) shares one with every chat."""
+    web, gw = gateway
+    kept = web.ok("memory.append", text="Lab: the HIV test came back negative, Dr Patel (WEBCANARY)")
+    assert kept["audience"] == "owner"
+    page = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
+    box = re.search(r'<label[^>]*><input id="memory-append-private"[^>]*>([^<]*)</label>', page)
+    assert box is not None and " checked" in box.group(0)  # ticked by default
+    assert "untick to share with every chat" in box.group(1)  # and the unticked state says what it means
+    shared = web.ok("memory.append", text="Team lunch moved to Thursday (LUNCHNOTE)", private=False)
+    assert shared["audience"] == "shared"
+    text = (home / "workspace" / "memory" / "2026-01-20.md").read_text(encoding="utf-8")
+    assert 'audience="owner"' in text and text.index("WEBCANARY") > text.index('audience="owner"')
+    rt = gw.agents.runtime("main")
+    for key in (GROUP, CONTACT_DM):  # the real memory tools of a group's and a contact's session
+        seen = rt.tools_for(key).run(ToolCallPart("c", "memory_get", {"path": "memory/2026-01-20.md"})).result
+        assert not seen.is_error and "LUNCHNOTE" in str(seen.content)
+        assert "WEBCANARY" not in str(seen.content) and "withheld" in str(seen.content)
+        hits = rt.tools_for(key).run(ToolCallPart("s", "memory_search", {"query": "HIV test Dr Patel"})).result
+        assert "WEBCANARY" not in str(hits.content)
+    [hit] = [h for h in web.ok("memory.search", query="HIV test Dr Patel")["results"] if "WEBCANARY" in h["snippet"]]
+    assert hit["audience"] == "owner"  # the owner still finds it
 
 
 def test_cron_channels_pairing_logs_and_status_over_the_socket(gateway: tuple[Web, Gateway], home: Path) -> None:

@@ -6,9 +6,10 @@ memory_search gives the main session. Writes go through the main session's own `
 memory rules are the agent's (MEMORY.md's previous version is copied to
 `<state>/agents/<id>/memory-history/` first); an edit names the text it started from (its sha256), and
 a MEMORY.md changed on disk since (by the agent, an editor) is refused rather than overwritten. An
-append to today's log is a note the owner wrote by hand: shared, as hand-written daily notes are in the
-original design, unless the page asks for owner-only, which wraps it in an owner origin block. Both
-mark the index dirty, so the next search sees the change (the watcher re-indexes it too).
+append to today's log is the owner's own words: owner-only by default (wrapped in an owner origin block, as
+the main session's writes are), shared with every chat only when the page asks for it (`private: false`, a
+hand-written daily note as in the original design). Both mark the index dirty, so the next search sees the
+change (the watcher re-indexes it too).
 """
 
 from __future__ import annotations

@@ -138,7 +138,9 @@ class MemoryWriteParams(AgentParams):
 
 class MemoryAppendParams(AgentParams):
     text: str = Field(min_length=1, max_length=20_000)
-    private: bool = False  # owner-only (an owner origin block) instead of a shared hand-written note
+    # Owner-only (an owner origin block) unless asked otherwise: the owner's own words, like the main session's
+    # writes; `private: false` makes it a shared hand-written note every chat may read.
+    private: bool = True
 
 
 class CronJobParams(_Params):

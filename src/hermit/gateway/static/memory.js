@@ -135,6 +135,7 @@
     try { res = await H.call("memory.append", { text, private: priv, agentId: agent() }); }
     catch (err) { say("memory-append-note", err.message, "bad"); return; }
     $("memory-append-text").value = "";
+    $("memory-append-private").checked = true;  // each shared note is asked for anew: owner-only is the default
     const done = "Added to " + res.path + " (lines " + res.startLine + "–" + res.endLine + ", " + audienceLabel(res.audience) + ")";
     say("memory-append-note", done, "ok");
     await loadFiles();
