@@ -257,3 +257,28 @@ def test_a_channels_secrets_come_from_stdin_and_command_line_ones_are_warned_of(
     assert argv.returncode == 0, argv.stderr
     assert "warning: --token, --secret put secrets in the command line" in argv.stderr
     assert "xapp-argv" not in argv.stderr and "--secret-stdin FIELD" in argv.stderr
+
+
+def test_a_config_change_made_while_setup_checks_the_model_is_kept(tmp_path: Path) -> None:
+    """`hermit setup` reads the config, checks the model (seconds), then saves: an agent added meanwhile was
+    dropped by the text setup had read. Its updates now go into the file as it is when it saves."""
+    home = tmp_path / "home"
+    with FakeProvider([{"text": "OK", "repeat": True}], api_key=KEY) as fake:
+        assert hermit(home, "init").returncode == 0  # a config to start from
+        fake.hold()
+        (tmp_path / "key").write_text(KEY + "\n")
+        with (tmp_path / "key").open() as key:
+            setup = subprocess.Popen([sys.executable, "-m", "hermit.cli.main", "setup", "--provider", "anthropic",
+                                      "--base-url", fake.base_url, "--api-key-stdin"], stdin=key,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(home))
+        try:
+            assert fake.waiting.wait(PROC_TIMEOUT)  # setup's model check is in flight
+            added = hermit(home, "agents", "add", "work")
+            assert added.returncode == 0, added.stderr
+        finally:
+            fake.release()
+        out, err = setup.communicate(timeout=PROC_TIMEOUT)
+    assert setup.returncode == 0, err
+    cfg = config(home)
+    assert cfg["agents"]["defaults"]["model"] == "anthropic/claude-sonnet-4-5"  # type: ignore[index]
+    assert [a["id"] for a in cfg["agents"]["list"]] == ["main", "work"]  # type: ignore[index]

@@ -55,37 +55,40 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 def cmd_add(ctx: CliContext, args: argparse.Namespace) -> int:
+    from hermit.cli.config_file import ConfigText, edit_config
     from hermit.config.edit import append_agents
-    from hermit.config.load import build_config, parse_config_text
-    from hermit.durable import write_atomic
+    from hermit.config.load import LoadedConfig, build_config, parse_config_text
     from hermit.workspace import ensure_workspace
 
-    path = ctx.paths.config_file() or ctx.home / "hermit.yaml"
-    is_yaml = path.suffix.lower() != ".json"
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    data, _ = parse_config_text(text, str(path), is_yaml)
-    agents = data.get("agents") or {}
-    if not isinstance(agents, dict):
-        raise ConfigError(f"{path}: 'agents' must be a mapping", "fix the config by hand, then retry")
-    entries = agents.get("list") or []
-    if not isinstance(entries, list):
-        raise ConfigError(f"{path}: agents.list must be a list", "fix the config by hand, then retry")
-    ids = [e.get("id") for e in entries if isinstance(e, dict)]
-    if args.id in ids or (not entries and args.id == DEFAULT_AGENT_ID):
-        raise ConfigError(f"agent {args.id!r} already exists", "pick another id; `hermit agents list` shows them")
-    entry: dict[str, Any] = {"id": args.id}
-    if args.agent_workspace:
-        entry["workspace"] = str(Path(args.agent_workspace).expanduser().resolve())
-    if args.model:
-        entry["model"] = args.model
-    new_entries = [entry] if entries else [{"id": DEFAULT_AGENT_ID}, entry]  # the implicit main becomes explicit
-    # Validate the intended data first: a bad id or model is reported before the file is touched.
-    build_config({**data, "agents": {**agents, "list": [*entries, *new_entries]}}, ctx.paths, path)
-    new_text = append_agents(text, new_entries, is_yaml=is_yaml, source=str(path))
-    new_data, where = parse_config_text(new_text, str(path), is_yaml)
-    loaded = build_config(new_data, ctx.paths, path, where)
-    ctx.home.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, new_text)
+    built: list[LoadedConfig] = []  # the config as `add` validated it
+
+    def add(current: ConfigText) -> str:
+        path, text, is_yaml = current.path, current.text, current.is_yaml
+        data, _ = parse_config_text(text, str(path), is_yaml)
+        agents = data.get("agents") or {}
+        if not isinstance(agents, dict):
+            raise ConfigError(f"{path}: 'agents' must be a mapping", "fix the config by hand, then retry")
+        entries = agents.get("list") or []
+        if not isinstance(entries, list):
+            raise ConfigError(f"{path}: agents.list must be a list", "fix the config by hand, then retry")
+        ids = [e.get("id") for e in entries if isinstance(e, dict)]
+        if args.id in ids or (not entries and args.id == DEFAULT_AGENT_ID):
+            raise ConfigError(f"agent {args.id!r} already exists", "pick another id; `hermit agents list` shows them")
+        entry: dict[str, Any] = {"id": args.id}
+        if args.agent_workspace:
+            entry["workspace"] = str(Path(args.agent_workspace).expanduser().resolve())
+        if args.model:
+            entry["model"] = args.model
+        new_entries = [entry] if entries else [{"id": DEFAULT_AGENT_ID}, entry]  # the implicit main becomes explicit
+        # Validate the intended data first: a bad id or model is reported before the file is touched.
+        build_config({**data, "agents": {**agents, "list": [*entries, *new_entries]}}, ctx.paths, path)
+        new_text = append_agents(text, new_entries, is_yaml=is_yaml, source=str(path))
+        new_data, where = parse_config_text(new_text, str(path), is_yaml)
+        built.append(build_config(new_data, ctx.paths, path, where))
+        return new_text
+
+    path = edit_config(ctx, add).path
+    loaded = built[-1]
     agent = loaded.agent(args.id)
     report = ensure_workspace(agent.workspace)
     print(f"added agent {agent.id} to {path}")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hermit.cli.config_file import ConfigText, config_text, edit_config
 from hermit.cli.context import CliContext
 from hermit.cli.terminal import warn
 from hermit.errors import ConfigError
@@ -366,8 +367,7 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     from hermit.cli.preflight import check_environment
     from hermit.config.edit import set_values
     from hermit.config.envfile import env_file_path, set_env_values
-    from hermit.config.load import build_config, parse_config_text
-    from hermit.durable import write_atomic
+    from hermit.config.load import LoadedConfig, build_config, parse_config_text
 
     interactive = not args.non_interactive and sys.stdin.isatty() and sys.stdout.isatty()
     if not interactive and not args.provider and not args.channel:
@@ -387,12 +387,12 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     if not plan.updates:
         print("nothing changed")
         return 0
-    path = ctx.paths.config_file() or ctx.home / "hermit.yaml"
-    is_yaml = path.suffix.lower() != ".json"
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    new_text = set_values(text, plan.updates, is_yaml=is_yaml, source=str(path))
-    data, where = parse_config_text(new_text, str(path), is_yaml)
-    loaded = build_config(data, ctx.paths, path, where)  # a bad owner id or URL is reported before saving
+    def updated(current: ConfigText) -> tuple[str, LoadedConfig]:
+        new_text = set_values(current.text, plan.updates, is_yaml=current.is_yaml, source=str(current.path))
+        data, where = parse_config_text(new_text, str(current.path), current.is_yaml)
+        return new_text, build_config(data, ctx.paths, current.path, where)  # a bad id or URL: before saving
+
+    _, loaded = updated(config_text(ctx))
     env = {**ctx.environ, **plan.secrets}
     if plan.kind == "fake":
         _write_fake_script(ctx.home)  # before the check: the fake server is started with it
@@ -411,7 +411,9 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     if plan.secrets:
         set_env_values(env_file_path(ctx.home), plan.secrets)
         print(f"stored {', '.join(sorted(plan.secrets))} in {env_file_path(ctx.home)} (owner-only)")
-    write_atomic(path, new_text)
+    # The model check took seconds: the updates go into the file as it is now (`hermit agents add` may have
+    # changed it meanwhile), under the config lock.
+    path = edit_config(ctx, lambda current: updated(current)[0]).path
     print(f"updated {path}" + (f": model {plan.model_ref}" if plan.model_ref else "")
           + (f"{';' if plan.model_ref else ':'} channel account {plan.channel}" if plan.channel else ""))
     for note in plan.notes:

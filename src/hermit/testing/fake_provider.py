@@ -138,6 +138,18 @@ class FakeProvider:
         self._server.daemon_threads = True
         self._server.fake = self  # type: ignore[attr-defined]
         self._thread: threading.Thread | None = None
+        self._gate = threading.Event()
+        self._gate.set()
+        self.waiting = threading.Event()  # set when a request reached the closed gate (see `hold`)
+
+    def hold(self) -> None:
+        """Hold every answer until `release()`: a test can run something while a call is in flight, waiting on
+        `waiting` (set once a request is held) instead of on a clock."""
+        self.waiting.clear()
+        self._gate.clear()
+
+    def release(self) -> None:
+        self._gate.set()
 
     @property
     def port(self) -> int:
@@ -260,6 +272,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, error(400, msg))
             return
         step = taken[1]
+        if not fake._gate.is_set():
+            fake.waiting.set()
+            fake._gate.wait(120)
         if step.delay:
             time.sleep(step.delay)
         if step.keepalive and step.is_reply:
