@@ -37,9 +37,12 @@ def hermit(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return r
 
 
-def assert_inert(out: str) -> None:
+def assert_inert(out: str, *, bidi: bool = True) -> None:
+    """No raw control in `out`, each shown as an escape; a note (`bidi=False`) has lost the bidi override
+    when it was written (memory/policy/provenance.py: others' notes keep no format characters)."""
     assert not [c for c in RAW if c in out], repr(out)
-    assert "\\u001b]52;c;cm0gLXJmIH4K\\u0007" in out and "\\u009b8m" in out and "\\u202eevil" in out
+    assert "\\u001b]52;c;cm0gLXJmIH4K\\u0007" in out and "\\u009b8m" in out
+    assert ("\\u202eevil" if bidi else "\\u009b8m evil") in out
 
 
 def test_a_contacts_escape_sequences_reach_the_owners_terminal_as_visible_text(tmp_path: Path) -> None:
@@ -53,15 +56,15 @@ def test_a_contacts_escape_sequences_reach_the_owners_terminal_as_visible_text(t
     rt.run_turn(CONTACT_KEY, f"remember this: {PAYLOAD}")
 
     got = hermit(home, "memory", "get", note["path"]).stdout
-    assert_inert(got)
+    assert_inert(got, bidi=False)
     assert "<!-- origin" in got and 'sender="1001' in got  # the label above the note is still there to read
     found = hermit(home, "memory", "search", "Bob vault code").stdout
-    assert_inert(found)
+    assert_inert(found, bidi=False)  # the note is the best hit
     assert_inert(hermit(home, "sessions", "show", CONTACT_KEY).stdout)
 
     # --json stays valid JSON with the same values: C0 controls are JSON's own escapes, the rest \\uXXXX
     data = json.loads(hermit(home, "memory", "get", note["path"], "--json").stdout)
-    assert PAYLOAD.replace("\r", "") in data["text"].replace("\r", "")
+    assert PAYLOAD.replace("\r", "").replace("\u202e", "").replace("\u202c", "") in data["text"].replace("\r", "")
 
 
 def test_a_file_name_cannot_print_a_forged_result_or_warning_line(tmp_path: Path) -> None:

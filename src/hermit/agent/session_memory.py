@@ -269,7 +269,7 @@ def save_session_memory(
             "## Conversation\n\n"
         )
         text = header + (tail_of(body, MAX_NOTE_CHARS - len(header)) if chat else body)
-        return f"{local:%Y-%m-%d}-{slug}{suffix}", wrap(neutralize(text), block)
+        return f"{local:%Y-%m-%d}-{slug}{suffix}", wrap(neutralize(text, block), block)
 
     slug = fit_slug(slug, MAX_STEM_BYTES - len(f"{local:%Y-%m-%d}-{suffix}"))
     directory = workspace / "memory"

@@ -201,7 +201,7 @@ class MemoryWriteRules:
         added = after[len(old):]
         if not added.strip():
             return after
-        result = join_append(seal(old), wrap(neutralize(added.lstrip("\n")), self.origin))  # type: ignore[arg-type]
+        result = join_append(seal(old), wrap(neutralize(added.lstrip("\n"), self.origin), self.origin))  # type: ignore[arg-type]
         if len(added) > MAX_NOTE_CHARS or len(result) > MAX_FILE_CHARS_FROM_OTHERS:  # the size as written
             raise PathPolicyError(f"this note would make {target.shown} too large ({len(added):,} characters added; "
                                   f"a note from this session may have {MAX_NOTE_CHARS:,}, and a memory file may "
@@ -223,12 +223,12 @@ class MemoryWriteRules:
         if not after.strip():
             return after
         if not before:
-            return wrap(neutralize(after), owner)
+            return wrap(neutralize(after, owner), owner)
         if after.startswith(before):
             added = after[len(before):]
             if not added.strip():
                 return after
-            return join_append(seal(before), wrap(neutralize(added.lstrip("\n")), owner))
+            return join_append(seal(before), wrap(neutralize(added.lstrip("\n"), owner), owner))
         result, kept, added_at = _wrap_changes(target.shown, kind, before, after, owner)
         _check_audiences(target.shown, kind, before, result, kept, added_at)
         return result
@@ -280,7 +280,7 @@ def _wrap_changes(shown: str, kind: str, before: str, after: str,
                                   "append: true")
         if tag == "delete":
             continue
-        lines = [neutralize(line) for line in new[j1:j2]]
+        lines = [neutralize(line, owner) for line in new[j1:j2]]
         tail: list[str] = []
         if j2 == len(new) and lines and lines[-1] == "":  # the final newline stays after the block
             lines, tail = lines[:-1], [""]

@@ -39,7 +39,7 @@ from hermit.errors import SessionError
 from hermit.memory.index.chunking import MARKER, index_lines
 from hermit.memory.index.sources import list_memory_files
 from hermit.memory.policy.privacy import file_identity
-from hermit.memory.policy.provenance import Origin, OriginBlock, origin_blocks
+from hermit.memory.policy.provenance import Origin, OriginBlock, defuse_labels, origin_blocks
 from hermit.memory.store.api import ChunkRow
 from hermit.sessions.keys import SessionKind, is_main_session_key, parse_session_key
 from hermit.textfile import decode_text, read_regular
@@ -343,9 +343,10 @@ class AudienceMap:
                 labelled = {**r, "audience": OWNER}  # transcripts are owner-only
                 # …but only the main session's user turns are the owner's words: label the others'.
                 origin = transcripts(str(r.get("path", ""))) if transcripts is not None else None
-                if origin is not None:
+                if origin is not None:  # its "User (chat)" lines are Hermit's: only a "[written from" is not
                     labelled["origin"] = origin.to_dict()
-                    labelled["snippet"] = f"[{origin.describe()}] {r.get('snippet', '')}"[:snippet_cap]
+                    body = defuse_labels(str(r.get("snippet", "")), speakers=False)
+                    labelled["snippet"] = f"[{origin.describe()}] {body}"[:snippet_cap]
                 out.append(labelled)
                 continue
             path = str(r.get("path", ""))
@@ -356,9 +357,9 @@ class AudienceMap:
                 continue
             labelled = {**r, "audience": OWNER if f.withheld else f.span_audience(a, b)}
             origin = f.others_block(a, b)
-            if origin is not None:
+            if origin is not None:  # only the label in front is Hermit's, whatever the note says (and said)
                 labelled["origin"] = origin.to_dict()
-                labelled["snippet"] = f"[{origin.describe()}] {r.get('snippet', '')}"[:snippet_cap]
+                labelled["snippet"] = f"[{origin.describe()}] {defuse_labels(str(r.get('snippet', '')))}"[:snippet_cap]
             out.append(labelled)
         return out
 

@@ -109,7 +109,7 @@ def _append(real: Path, shown: str, text: str, now: datetime, origin: Origin | N
             lead = "\n"
         else:
             lead = "\n\n"
-        body = text + "\n" if origin is None else wrap(neutralize(text), origin)
+        body = text + "\n" if origin is None else wrap(neutralize(text, origin), origin)
         start = (existing + lead).count("\n") + 1 + (1 if origin is not None else 0)
         append_whole(fd, (closing + lead + body).encode("utf-8"))
     finally:
