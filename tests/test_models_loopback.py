@@ -26,12 +26,13 @@ import pytest
 import yaml
 
 from ciguard import need
+from hermit import loopback
 from hermit.cli.model_check import probe
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import ConfigError, EmbeddingError, ProviderError
 from hermit.memory.embedders.remote import create_remote_embedder
 from hermit.messages import UserMessage
-from hermit.models import AnthropicModel, ModelProfile, ModelRequest, OpenAIModel, final_response, loopback
+from hermit.models import AnthropicModel, ModelProfile, ModelRequest, OpenAIModel, final_response
 from hermit.testing import FakeProvider
 from prochelpers import PROC_TIMEOUT, python_as, pythonpath
 

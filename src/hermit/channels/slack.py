@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from hermit.channels import retry
+from hermit.channels import local_api, retry
 from hermit.channels.base import (
     ChannelCapabilities,
     ChannelDeps,
@@ -97,12 +97,15 @@ class SlackChannel:
         self._org_install = False  # installed org-wide on an Enterprise Grid: events come from many teams
         self._foreign_logged: set[tuple[str, str, str]] = set()
         self._im_channels: dict[str, str] = {}  # user id -> the IM channel their DMs came from
+        # base_url may be a server on this machine: the tokens go to no other user's port, nor the websocket.
+        self._refuse = local_api.refusal("Slack", f"channels.slack.accounts.{account_id}.base_url",
+                                         "the Slack API server you set as base_url")
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self, sink: InboundSink) -> None:
         self._sink = sink
-        self._client = httpx.AsyncClient(timeout=30.0)
+        self._client = local_api.client(self._refuse, timeout=30.0)
         if self.cfg.mode == "socket":
             self._task = asyncio.create_task(self._socket_loop(), name=f"slack:{self.account_id}")
         else:
@@ -161,7 +164,8 @@ class SlackChannel:
                 if not self._bot_user:
                     await self._identify()
                 opened = await self.call("apps.connections.open", token=self._app_token)
-                async with websockets.connect(opened["url"], open_timeout=30, close_timeout=5) as ws:
+                async with websockets.connect(opened["url"], open_timeout=30, close_timeout=5,
+                                              create_connection=local_api.websocket_class(self._refuse)) as ws:
                     async for raw in ws:
                         if await self._frame(ws, raw):
                             break  # Slack asked us to reconnect

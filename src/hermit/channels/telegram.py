@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from hermit.channels import retry
+from hermit.channels import local_api, retry
 from hermit.channels.base import (
     Attachment,
     AttachmentKind,
@@ -123,7 +123,10 @@ class TelegramChannel:
             raise
         self._sink = sink
         timeout = httpx.Timeout(30.0, read=self.cfg.poll_timeout_seconds + 15.0)
-        self._client = httpx.AsyncClient(timeout=timeout)
+        # The Bot API server may be one of your own on this machine: the token goes to no other user's port.
+        refuse = local_api.refusal("Telegram", f"channels.telegram.accounts.{self.account_id}.api_base",
+                                   "your Bot API server")
+        self._client = local_api.client(refuse, timeout=timeout)
         self._task = asyncio.create_task(self._run(), name=f"telegram:{self.account_id}")
 
     async def stop(self) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from hermit.channels import retry
+from hermit.channels import local_api, retry
 from hermit.channels.base import (
     Attachment,
     AttachmentKind,
@@ -103,7 +103,10 @@ class WhatsAppChannel:
     async def start(self, sink: InboundSink) -> None:
         """Webhook-driven: nothing to connect; "connected" means the gateway serves the route."""
         self._sink = sink
-        self._client = httpx.AsyncClient(timeout=30.0)
+        # base_url (and a media URL it hands out) may be on this machine: the token goes to no other user's port.
+        refuse = local_api.refusal("WhatsApp", f"channels.whatsapp.accounts.{self.account_id}.base_url",
+                                   "the Graph API server you set as base_url")
+        self._client = local_api.client(refuse, timeout=30.0)
         self._tracker.connected(True)
 
     async def stop(self) -> None:

@@ -92,15 +92,24 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
 
 @check("channels", fix="see `hermit channels list`", needs=("config",))
 def channels_check(ctx: CliContext) -> str | Check:
-    """Plaintext secrets warn, missing variables and missing extras warn (the gateway would refuse them)."""
+    """Plaintext secrets warn, missing variables and missing extras warn (the gateway would refuse them); a
+    platform API base on this machine whose port another login user holds fails (the channel refuses it)."""
+    from hermit.channels.local_api import STAKES, base_setting, url_holder
     from hermit.channels.platforms import accounts, platform, secrets
 
     rows = [(n, a, c) for n, a, c in accounts(ctx.config().config.channels) if c.enabled]
     if not rows:
         return "no chat channel accounts configured"
-    problems, fixes = [], []
+    problems, fixes, squatted = [], [], []
     for name, account_id, cfg in rows:
         where = f"channels.{name}.accounts.{account_id}"
+        base = base_setting(cfg)
+        holder = url_holder(base[1]) if base else None
+        if base and holder:
+            squatted.append(f"{where}.{base[0]} {base[1]}: {holder.describe(STAKES)}")
+            fixes.append(f"start the server {where}.{base[0]} names as yourself, as root or as a system account "
+                         f"(another user's program holds port {holder.port}: stop it or ask an administrator "
+                         "to), or change the setting")
         for s in secrets(name, cfg):
             if s.plaintext:
                 problems.append(f"{where}.{s.field} is plaintext in the config")
@@ -113,6 +122,9 @@ def channels_check(ctx: CliContext) -> str | Check:
             problems.append(f"{where} needs {module}, which is not installed")
             fixes.append(f"pip install '{extra}'")
     names = ", ".join(f"{n}/{a}" for n, a, _ in rows)
+    if squatted:
+        return Check("channels", "fail", f"{names}: " + "; ".join(squatted + problems),
+                     "; ".join(dict.fromkeys(fixes)))
     if problems:
         return Check("channels", "warn", f"{names}: " + "; ".join(problems), "; ".join(dict.fromkeys(fixes)))
     return f"{names}: secrets from the environment"

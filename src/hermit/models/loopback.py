@@ -1,208 +1,24 @@
-"""Who holds the other end of a TCP connection to this machine: a model server of another login user is refused.
+"""A model or embeddings server on this machine run by another login user is refused (hermit.loopback).
 
-Any local user may listen on a free port, so when the owner's local model server (Ollama on 11434, LM Studio,
-vLLM, an embeddings endpoint) is not running, another user's program can take its port and receive every
-prompt — MEMORY.md included — and answer with tool calls that run as the owner. So each new connection to an
-address of this machine is checked right after the TCP handshake, before a byte of the request (or of a TLS
-hello) is sent: the kernel's socket table (`/proc/net/tcp`, `/proc/net/tcp6`) names the uid of the socket at
-the other end, and Hermit goes on only when it is
-
-- its own uid (a server the owner started, `ollama serve`, a rootless container's port forwarder, an ssh -L),
-- root (uid 0: a system service, Docker's port proxy), or
-- a system account: 1 … SYS_UID_MAX of /etc/login.defs (999 when not set there; UID_MIN - 1 when only that
-  is), the range `useradd --system` allocates from: Ollama's Linux installer runs its service as the system
-  user `ollama`.
-
-Any other uid — another login user (UID_MIN … UID_MAX), a subordinate uid of someone's rootless container,
-and 65534 (`nobody`, also the overflow uid under which a socket owned by a uid unmapped in Hermit's user
-namespace is shown, so it may stand for anyone) — is refused with an error naming the port and the uid.
-There is no setting to allow one: a model server shared by several users belongs under a service account.
-
-The socket at the other end is the exact one the connection reached (local = our peer, remote = our
-address), so a server that dies and is replaced between two calls is caught on the next connection. When it
-is not listed (an older kernel shows a not-yet-accepted connection as root's, a SYN-cookie handshake is
-still in flight), the listening socket on that port decides; when neither is listed, the connection went to
-no socket of this network namespace (a NAT rule, which only root can write) and is let through.
-
-Not Linux, or no readable /proc/net: no check (the error-free degraded mode; the docs say so). A
-connection to another machine is never looked up: only loopback and this machine's own addresses are.
+The check itself lives in the foundation module hermit.loopback, which the chat channels use too; this
+module keeps the models' import path and their hint.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import ipaddress
-import os
-import socket
-import struct
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from hermit.loopback import (
+    MODEL_STAKES,
+    Holder,
+    foreign_holder,
+    foreign_peer,
+    guard_stream,
+    sys_uid_max,
+    trusted_uid,
+)
 
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-PROC_NET = Path("/proc/net")
-LOGIN_DEFS = Path("/etc/login.defs")
-DEFAULT_SYS_UID_MAX = 999
-_LISTEN = "0A"
-_GONE = {"06", "07"}  # TIME_WAIT, CLOSE: a finished connection's leftovers, shown as root's
+__all__ = ["HINT", "MODEL_STAKES", "Holder", "foreign_holder", "foreign_peer", "guard_stream", "sys_uid_max",
+           "trusted_uid"]
 
 HINT = ("start the model server as yourself (e.g. `ollama serve`), as root or as a system account "
         "(Ollama's installer runs it as the user `ollama`); if another user's program holds the port, "
         "stop it or ask an administrator to")
-
-
-@dataclass(frozen=True)
-class Holder:
-    """A socket on this machine, at the other end of a connection, owned by a uid Hermit does not talk to."""
-
-    host: str
-    port: int
-    uid: int
-
-    @property
-    def user(self) -> str:
-        try:
-            import pwd
-
-            return pwd.getpwuid(self.uid).pw_name
-        except (ImportError, KeyError):
-            return "no user name"
-
-    def describe(self) -> str:
-        where = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-        return (f"the server at {where} is run by another user (uid {self.uid}, {self.user}), not by you "
-                f"(uid {os.geteuid()}), root or a system account; Hermit sent it nothing: it would get your "
-                "prompts and memory, and its replies would run tools as you")
-
-
-@functools.cache
-def sys_uid_max() -> int:
-    """The highest uid of a system account: SYS_UID_MAX in /etc/login.defs, else UID_MIN - 1, else 999."""
-    values: dict[str, str] = {}
-    with contextlib.suppress(OSError):
-        for line in LOGIN_DEFS.read_text(encoding="utf-8", errors="replace").splitlines():
-            parts = line.split()
-            if len(parts) >= 2 and not parts[0].startswith("#"):
-                values[parts[0]] = parts[1]
-    for key, adjust in (("SYS_UID_MAX", 0), ("UID_MIN", -1)):
-        with contextlib.suppress(KeyError, ValueError):
-            return int(values[key]) + adjust
-    return DEFAULT_SYS_UID_MAX
-
-
-def trusted_uid(uid: int) -> bool:
-    """Hermit's own uid, root, or a system account (see the module docstring for why)."""
-    return uid in (os.geteuid(), 0) or 1 <= uid <= sys_uid_max()
-
-
-def foreign_holder(sock: socket.socket) -> Holder | None:
-    """The holder of the other end of connected `sock` when it is a socket on this machine whose uid is not
-    trusted; None when it is trusted, on another machine, or cannot be known (no /proc/net)."""
-    try:
-        peer_host, peer_port = sock.getpeername()[:2]
-        own_host, own_port = sock.getsockname()[:2]
-    except (OSError, ValueError, TypeError):
-        return None  # not an IP socket (a test transport), or already closed
-    return foreign_peer(str(peer_host), int(peer_port), str(own_host), int(own_port))
-
-
-def foreign_peer(peer_host: str, peer_port: int, own_host: str, own_port: int) -> Holder | None:
-    """`foreign_holder` by the two ends' addresses: also what a server uses for a client connected to it
-    (the gateway: a program relaying a browser's connection from another user's account is refused)."""
-    try:
-        peer = _unmapped(ipaddress.ip_address(peer_host.split("%")[0]))
-        own = _unmapped(ipaddress.ip_address(own_host.split("%")[0]))
-    except ValueError:
-        return None  # not an IP address (a test transport)
-    if not (peer.is_loopback or peer.is_unspecified or _is_own_address(peer)):
-        return None
-    uid = _holder_uid(peer, peer_port, own, own_port)
-    if uid is None or trusted_uid(uid):
-        return None
-    return Holder(str(peer), peer_port, uid)
-
-
-def guard_stream(stream: Any, refuse: Callable[[Holder], Exception]) -> None:
-    """For httpcore's trace hook at `connection.connect_tcp.complete`: when a foreign uid holds the other end
-    of the new connection, close it and raise `refuse(holder)` — before the request's first byte is sent."""
-    sock = stream.get_extra_info("socket") if stream is not None else None
-    if not isinstance(sock, socket.socket):
-        return
-    holder = foreign_holder(sock)
-    if holder is None:
-        return
-    with contextlib.suppress(Exception):
-        stream.close()
-    raise refuse(holder)
-
-
-def _unmapped(ip: Address) -> Address:
-    return ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped else ip
-
-
-def _is_own_address(ip: Address) -> bool:
-    """Whether `ip` is an address of this machine (binding to it works), e.g. its LAN address."""
-    family = socket.AF_INET if ip.version == 4 else socket.AF_INET6
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.bind((str(ip), 0))
-    except OSError:
-        return False
-    return True
-
-
-def _hex(ip: Address) -> str:
-    """An address as /proc/net/tcp* print it: 32-bit words in the machine's byte order."""
-    packed = ip.packed
-    return "".join(f"{struct.unpack('=I', packed[i:i + 4])[0]:08X}" for i in range(0, len(packed), 4))
-
-
-def _forms(ip: Address, port: int) -> dict[str, set[str]]:
-    """How an endpoint appears in each table: IPv4 ones also as ::ffff:a.b.c.d in tcp6 (dual-stack sockets)."""
-    if isinstance(ip, ipaddress.IPv4Address):
-        mapped = ipaddress.IPv6Address(b"\0" * 10 + b"\xff\xff" + ip.packed)
-        return {"tcp": {f"{_hex(ip)}:{port:04X}"}, "tcp6": {f"{_hex(mapped)}:{port:04X}"}}
-    return {"tcp": set(), "tcp6": {f"{_hex(ip)}:{port:04X}"}}
-
-
-def _tables() -> dict[str, list[list[str]]] | None:
-    rows: dict[str, list[list[str]]] = {}
-    for name in ("tcp", "tcp6"):
-        try:
-            text = (PROC_NET / name).read_text(encoding="ascii", errors="replace")
-        except OSError:
-            continue
-        rows[name] = [line.split() for line in text.splitlines()[1:]]
-    return rows or None
-
-
-def _holder_uid(peer: Address, peer_port: int, own: Address, own_port: int) -> int | None:
-    """The uid of the socket at the other end (see the module docstring for the fallbacks), None if unknown."""
-    tables = _tables()
-    if tables is None:
-        return None
-    there, here = _forms(peer, peer_port), _forms(own, own_port)
-    any_addr: Address = ipaddress.IPv4Address(0) if peer.version == 4 else ipaddress.IPv6Address(0)
-    wildcard = _forms(any_addr, peer_port)
-    if peer.version == 4:
-        wildcard["tcp6"] |= _forms(ipaddress.IPv6Address(0), peer_port)["tcp6"]
-    exact_peer: int | None = None
-    listeners: list[tuple[int, int]] = []  # (0 for an exact address, 1 for a wildcard one; uid)
-    for name, rows in tables.items():
-        for f in rows:
-            if len(f) < 8 or not f[7].isdigit():
-                continue
-            if f[3] == _LISTEN:
-                if f[1] in there[name]:
-                    listeners.append((0, int(f[7])))
-                elif f[1] in wildcard[name]:
-                    listeners.append((1, int(f[7])))
-            elif f[3] not in _GONE and f[1] in there[name] and f[2] in here[name]:
-                exact_peer = int(f[7])
-    listener = min(listeners)[1] if listeners else None
-    if exact_peer is not None and (exact_peer != 0 or listener is None):
-        return exact_peer
-    return listener
