@@ -74,8 +74,9 @@ class Rig:
 
 
 def rig(home: Path, start: datetime, reply: Callable[[ModelRequest], Reply] = lambda r: "done", *,
-        defaults: dict[str, Any] | None = None, host_class: type[LocalHost] = LocalHost) -> Rig:
-    loaded = config(home, defaults=defaults)
+        defaults: dict[str, Any] | None = None, host_class: type[LocalHost] = LocalHost,
+        owners: tuple[str, ...] = ()) -> Rig:
+    loaded = config(home, defaults=defaults, owners=owners)
     clock = SimClock(start)
     channel = MemoryChannel()
     rts, models = runtimes(loaded, clock, reply)

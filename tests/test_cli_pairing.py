@@ -194,8 +194,8 @@ def test_doctor_warns_about_every_route_a_non_owner_has_to_main(tmp_path: Path) 
     assert "telegram/bot: owners 2, DMs pairing (0 contacts), groups allowlist (0)" in detail
     assert "no owners" not in detail
     assert "agents main: session.dangerously_share_main_session_with_contacts is true — contacts' DMs" in detail
-    assert "agents main: heartbeat alerts (main-session text) go to telegram/bot dm 555, who is not listed " \
-           "under channels.telegram.accounts.bot.owners" in detail
+    assert "agents main: heartbeat alerts (main-session text) would go to telegram/bot dm 555, who is not " \
+           "listed under channels.telegram.accounts.bot.owners: they are not delivered" in detail
     assert "agents work: sandbox.mode is off — contacts' and groups' sessions run exec and file tools " \
            "unsandboxed" in detail
     assert "owner @boss_person is matched by username" in detail
@@ -203,14 +203,16 @@ def test_doctor_warns_about_every_route_a_non_owner_has_to_main(tmp_path: Path) 
 
 
 def test_doctor_warns_of_a_main_session_cron_job_whose_replies_go_to_a_non_owner(tmp_path: Path) -> None:
-    """The owner may aim a main-session job anywhere with `hermit cron add`; like a heartbeat target, doctor
-    then says who gets main-session text. A job aimed at the owner is quiet."""
+    """The owner may aim a main-session job anywhere with `hermit cron add --share-main-text` (without it,
+    it is refused: test_main_text_opt_in); like a heartbeat target, doctor then says who gets main-session
+    text. A job aimed at the owner is quiet."""
     (tmp_path / "hermit.yaml").write_text(
         "agents:\n  defaults:\n    memory_search: {provider: none}\n"
         "channels:\n  telegram:\n    accounts:\n      bot: {owners: ['1']}\n")
     env = {**os.environ, "HERMIT_HOME": str(tmp_path), "OMP_WAIT_POLICY": "PASSIVE"}
     for args in (["--name", "mine", "--announce", "telegram:bot:1"], ["--name", "theirs", "--announce",
-                 "telegram:bot:2001"], ["--name", "room", "--announce", "telegram:bot:-100", "--group"]):
+                 "telegram:bot:2001", "--share-main-text"],
+                 ["--name", "room", "--announce", "telegram:bot:-100", "--group", "--share-main-text"]):
         r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "cron", "add", "--every", "1h", "--main",
                             "--message", "what is new?", *args], env=env, text=True, capture_output=True,
                            timeout=PROC_TIMEOUT)
@@ -219,8 +221,8 @@ def test_doctor_warns_of_a_main_session_cron_job_whose_replies_go_to_a_non_owner
     detail = str(access["detail"])
     assert access["status"] == "warn"
     assert "its replies (main-session text) go to telegram/bot dm 2001, who is not listed under " \
-           "channels.telegram.accounts.bot.owners" in detail
-    assert "its replies (main-session text) go to the group telegram/bot group -100" in detail
+           "channels.telegram.accounts.bot.owners (shared on purpose: --share-main-text)" in detail
+    assert "its replies (main-session text) go to the group telegram/bot -100 (shared on purpose" in detail
     assert "(mine)" not in detail and detail.count("cron job") == 2
 
 

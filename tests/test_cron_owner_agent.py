@@ -172,8 +172,9 @@ def test_a_run_checks_the_target_again_and_fails_closed(tmp_path: Path, caplog: 
 
 
 def test_doctor_warns_of_main_session_text_sent_to_another_agents_owner(tmp_path: Path) -> None:
-    """A heartbeat target and a main-session job the owner set himself (`hermit cron add`), aimed at the
-    family bot's owner: doctor names them, as it does a contact. Each agent's own owner is quiet."""
+    """A heartbeat target and a main-session job the owner set himself (`hermit cron add --share-main-text`),
+    aimed at the family bot's owner: doctor names them, as it does a contact — the heartbeat's alerts as not
+    delivered (no opt-in in the config), the job as shared on purpose. Each agent's own owner is quiet."""
     (tmp_path / "hermit.yaml").write_text(
         "agents:\n  defaults:\n    memory_search: {provider: none}\n"
         "  list:\n"
@@ -185,7 +186,8 @@ def test_doctor_warns_of_main_session_text_sent_to_another_agents_owner(tmp_path
     env = {**os.environ, "HERMIT_HOME": str(tmp_path), "OMP_WAIT_POLICY": "PASSIVE"}
     for name, target in (("leak", "telegram:familybot:77"), ("mine", "telegram:personal:42")):
         r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "cron", "add", "--every", "1h", "--main",
-                            "--name", name, "--message", "what is new?", "--announce", target], env=env, text=True,
+                            "--name", name, "--message", "what is new?", "--announce", target,
+                            *(["--share-main-text"] if name == "leak" else [])], env=env, text=True,
                            capture_output=True, timeout=PROC_TIMEOUT)
         assert r.returncode == 0, r.stderr
     r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "doctor", "--json"], env=env, text=True,
@@ -194,6 +196,6 @@ def test_doctor_warns_of_main_session_text_sent_to_another_agents_owner(tmp_path
     detail = str(access["detail"])
     assert access["status"] == "warn"
     whose = "telegram/familybot dm 77, an owner of that account whose DMs the bindings route to agent family, not main"
-    assert f"agents main: heartbeat alerts (main-session text) go to {whose}" in detail
-    assert f"(leak): its replies (main-session text) go to {whose}" in detail
+    assert f"agents main: heartbeat alerts (main-session text) would go to {whose}: they are not delivered" in detail
+    assert f"(leak): its replies (main-session text) go to {whose} (shared on purpose: --share-main-text)" in detail
     assert "agents family:" not in detail and "(mine)" not in detail

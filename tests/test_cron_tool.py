@@ -132,9 +132,10 @@ def test_the_model_cannot_send_a_jobs_replies_to_anyone_but_an_owner(tmp_path: P
     outs = [r.result for r in rt.run_turn(MAIN, "now switch them").tool_calls]
     assert "only to an owner" in outs[0] and json.loads(outs[1])["job"]["session_target"] == "main"
     assert {j.id: j for j in jobs.load().jobs}[owner_job["id"]].delivery.to == "1000"
-    # The owner, at the CLI (not the model), may still choose; doctor then warns (test_cli_pairing).
+    # The owner, at the CLI (not the model), may still choose — for main-session text only with the explicit
+    # opt-in (test_main_text_opt_in); doctor then warns (test_cli_pairing).
     mine = CronJobs(tmp_path / "home", jobs.loaded, clock=jobs.clock, fsync=False)
-    assert mine.add({**main_job, "delivery": {**to, "to": "2001"}})["job"]["delivery"]["to"] == "2001"
+    assert mine.add({**main_job, "delivery": {**to, "to": "2001", "shares_main": True}})["job"]["delivery"]["to"] == "2001"
 
 
 def test_the_model_cannot_reword_an_owners_job_that_posts_to_a_group(tmp_path: Path) -> None:

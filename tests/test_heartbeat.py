@@ -34,8 +34,10 @@ def anyio_backend() -> str:
 def heartbeat_rig(tmp_path: Path, reply: Reply | None = None, *, start: datetime = START,
                   checklist: str | None = CHECKLIST, **heartbeat: object) -> Rig:
     cfg = {"every_minutes": 30, "target": TARGET, **heartbeat}
+    # 42, the target, is the owner: alerts are main-session text, withheld from anyone else unless the owner
+    # opts in (test_main_text_opt_in).
     r = rig(tmp_path / "home", start, (lambda req: reply) if reply is not None else (lambda req: "HEARTBEAT_OK"),
-            defaults={"heartbeat": cfg})
+            defaults={"heartbeat": cfg}, owners=("42",))
     if checklist is not None:
         (r.loaded.agent().workspace / "HEARTBEAT.md").write_text(checklist, encoding="utf-8")
     return r

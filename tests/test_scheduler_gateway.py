@@ -49,7 +49,7 @@ def test_a_delivered_isolated_job_and_heartbeats_end_to_end_in_the_gateway(tmp_p
     loaded = build_config({"agents": {"defaults": {
         "timezone": "Europe/Berlin", "memory_search": {"provider": "none"},
         "heartbeat": {"every_minutes": 30, "target": {"channel": "telegram", "to": "42"}}}},
-        "channels": {"telegram": {"accounts": {"default": {}}}}}, StatePaths(home))
+        "channels": {"telegram": {"accounts": {"default": {"owners": ["42"]}}}}}, StatePaths(home))
     replies = {"heartbeat": "HEARTBEAT_OK"}
     asked: list[str] = []
 

@@ -5,9 +5,11 @@ warns wherever someone who is not the owner could reach the main session (MEMORY
 an unsandboxed shell) or run tools outside the sandbox (SPEC §18):
 - `session.dangerously_share_main_session_with_contacts` (contacts' DMs in the main session);
 - an owner named by @username (whoever holds that username later is the owner);
-- a heartbeat whose alerts, or a main-session cron job whose replies (main-session output), go to a group,
-  to a DM peer who is not an owner, or to an owner whose DMs the bindings route to another agent (someone
-  else's owner), and a job the cron tool aimed at the owner whose target no longer reaches them;
+- a heartbeat whose alerts, or a main-session cron job whose replies (main-session output), are aimed at a
+  group, at a DM peer who is not an owner, or at an owner whose DMs the bindings route to another agent
+  (someone else's owner): delivered when the owner opted in (`heartbeat.share_alerts_with_target`, the
+  job's `--share-main-text`), and otherwise refused at run time — said so, as they deliver nothing; and a
+  job the cron tool aimed at the owner whose target no longer reaches them (its runs fail);
 - `sandbox.mode: off` while chat accounts exist (contacts' and groups' sessions run tools unsandboxed);
 - DMs or groups open to anyone.
 An account without owners under `dm_scope: main` is fine (only the web chat and the CLI reach the main
@@ -77,6 +79,40 @@ def _not_the_owner(loaded: LoadedConfig, agent_id: str, channel: str, account: s
     return not_the_owner(loaded, agent_id, channel, account, peer_kind, to)
 
 
+def _main_text_risks(loaded: LoadedConfig, jobs: Sequence[Job]) -> list[str]:
+    """Heartbeat alerts and main-session cron jobs aimed at someone other than an owner of their agent:
+    delivered when the owner opted in, refused (and said so) when not; jobs the cron tool aimed at an
+    owner that the config now sends elsewhere."""
+    risks: list[str] = []
+    for a in loaded.agents:
+        hb = a.settings.heartbeat
+        if hb.target is not None and hb.every_minutes > 0:
+            t = hb.target
+            risk = _not_the_owner(loaded, a.id, t.channel, t.account, t.peer_kind, t.to)
+            if risk and hb.share_alerts_with_target:
+                risks.append(f"agents {a.id}: heartbeat alerts (main-session text) go to {risk} "
+                             "(heartbeat.share_alerts_with_target is on)")
+            elif risk:
+                risks.append(f"agents {a.id}: heartbeat alerts (main-session text) would go to {risk}: they are "
+                             "not delivered (point heartbeat.target at an owner, or set "
+                             "heartbeat.share_alerts_with_target: true)")
+    for job in jobs:
+        d = job.delivery
+        if job.enabled and (job.session_target == "main" or d.owner_only) and d.target() is not None:
+            risk = _not_the_owner(loaded, job.agent_id, d.channel or "", d.account, d.peer_kind, d.to or "")
+            if risk and d.owner_only:
+                risks.append(f"cron job {job.label}: the cron tool aimed its replies at the owner of agent "
+                             f"{job.agent_id}, and they now go to {risk}: its runs fail until it is re-aimed")
+            elif risk and job.session_target == "main" and d.shares_main:
+                risks.append(f"cron job {job.label}: its replies (main-session text) go to {risk} "
+                             "(shared on purpose: --share-main-text)")
+            elif risk:
+                risks.append(f"cron job {job.label}: its replies (main-session text) would go to {risk}, without "
+                             f"the owner's opt-in: its runs fail and deliver nothing (`hermit cron edit {job.id} "
+                             "--isolated`, or `--share-main-text`)")
+    return risks
+
+
 def _risks(loaded: LoadedConfig, accounts: list[tuple[str, str, ChannelAccessConfig]],
            jobs: Sequence[Job] = ()) -> list[str]:
     """Every way a non-owner could reach the main session, main-session text or unsandboxed tools, one
@@ -96,21 +132,7 @@ def _risks(loaded: LoadedConfig, accounts: list[tuple[str, str, ChannelAccessCon
         if a.settings.sandbox.mode == "off" and accounts:
             risks.append(f"agents {a.id}: sandbox.mode is off — contacts' and groups' sessions run exec and file "
                          "tools unsandboxed on this machine")
-        hb = a.settings.heartbeat
-        if hb.target is not None and hb.every_minutes > 0:
-            t = hb.target
-            risk = _not_the_owner(loaded, a.id, t.channel, t.account, t.peer_kind, t.to)
-            if risk:
-                risks.append(f"agents {a.id}: heartbeat alerts (main-session text) go to {risk}")
-    for job in jobs:
-        d = job.delivery
-        if job.enabled and (job.session_target == "main" or d.owner_only) and d.target() is not None:
-            risk = _not_the_owner(loaded, job.agent_id, d.channel or "", d.account, d.peer_kind, d.to or "")
-            if risk and d.owner_only:
-                risks.append(f"cron job {job.label}: the cron tool aimed its replies at the owner of agent "
-                             f"{job.agent_id}, and they now go to {risk}: its runs fail until it is re-aimed")
-            elif risk:
-                risks.append(f"cron job {job.label}: its replies (main-session text) go to {risk}")
+    risks += _main_text_risks(loaded, jobs)
     for name, account_id, acc in accounts:
         for entry in acc.owners:
             if is_username(entry):

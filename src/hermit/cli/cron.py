@@ -70,6 +70,9 @@ def _job_options(p: argparse.ArgumentParser, *, adding: bool) -> None:
     p.add_argument("--account", help="the channel account for --announce (default: 'default', or the only one)")
     p.add_argument("--group", action="store_true", help="--announce's peer is a group or channel, not a DM")
     p.add_argument("--no-delivery", action="store_true", help="do not deliver the reply")
+    p.add_argument("--share-main-text", action="store_true",
+                   help="with --main: let the replies (which can quote MEMORY.md and owner-only notes) go to "
+                   "an --announce target that is not an owner of the agent, e.g. a group (refused otherwise)")
     p.add_argument("--keep", action="store_true", help="keep an --at job after it ran (default: delete it)")
     p.add_argument("--timeout", type=float, help="seconds before a run is cancelled (default 600)")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -101,15 +104,9 @@ def _spec(args: argparse.Namespace, *, adding: bool) -> dict[str, Any]:
                        "for --at, write the offset into the time (2026-06-01T09:30+02:00) or set the user's zone")
     if args.target:
         spec["session_target"] = args.target
-    if args.announce:
-        from hermit.scheduler.targets import parse_announce
-
-        channel, account, to = parse_announce(args.announce, args.account)
-        spec["delivery"] = {"mode": "announce", "channel": channel, "to": to,
-                            "peer_kind": "group" if args.group else "dm",
-                            **({"account": account} if account else {})}
-    elif args.no_delivery:
-        spec["delivery"] = {"mode": "none"}
+    delivery = _delivery(args, adding=adding)
+    if delivery:
+        spec["delivery"] = delivery
     if args.keep:
         spec["delete_after_run"] = False
     if args.timeout is not None:
@@ -121,6 +118,26 @@ def _spec(args: argparse.Namespace, *, adding: bool) -> dict[str, Any]:
     elif args.enable or args.disable:
         spec["enabled"] = bool(args.enable)
     return spec
+
+
+def _delivery(args: argparse.Namespace, *, adding: bool) -> dict[str, Any]:
+    """The delivery fields the options set: --announce (with --account, --group), --no-delivery, and the
+    owner's opt-in --share-main-text (stored as delivery.shares_main)."""
+    delivery: dict[str, Any] = {}
+    if args.announce:
+        from hermit.scheduler.targets import parse_announce
+
+        channel, account, to = parse_announce(args.announce, args.account)
+        delivery = {"mode": "announce", "channel": channel, "to": to, "peer_kind": "group" if args.group else "dm",
+                    **({"account": account} if account else {})}
+    elif args.no_delivery:
+        delivery = {"mode": "none"}
+    if args.share_main_text:
+        if adding and (args.target != "main" or not args.announce):
+            raise JobError("--share-main-text goes with --main and --announce",
+                           "it lets a main-session job's replies reach a target that is not an owner of the agent")
+        delivery["shares_main"] = True
+    return delivery
 
 
 def _jobs(ctx: CliContext) -> CronJobs:
@@ -141,6 +158,10 @@ def _print_job(jobs: CronJobs, job: Job) -> None:
     name = f' "{job.name}"' if job.name else ""
     print(f"{job.id}{name}: {job.schedule.describe()} in {d['timezone']}; {job.session_target} session; "
           f"delivery {job.delivery.describe()}{'' if job.enabled else ' (disabled)'}")
+    risk = jobs.not_the_owner(job) if job.session_target == "main" and job.delivery.shares_main else None
+    if risk:
+        warn(f"its replies are main-session text (MEMORY.md, owner-only notes) and go to {risk}: shared on "
+             "purpose (--share-main-text)")
     times = jobs.next_times(job) if job.enabled else []
     if times:
         print("next runs:")
@@ -188,6 +209,8 @@ def cmd_edit(ctx: CliContext, args: argparse.Namespace) -> int:
     if not patch:
         raise JobError("nothing to change", "give at least one option, e.g. --disable or --cron '0 9 * * *'")
     updated = jobs.update(args.id, patch)
+    if args.share_main_text and not jobs.get(args.id).delivery.shares_main:
+        warn("--share-main-text not kept: it is for a main-session job that announces (--main --announce …)")
     if args.json:
         print(json.dumps(updated, ensure_ascii=False, indent=2))
         return 0

@@ -17,7 +17,7 @@ from hermit.errors import ConfigError, JobError
 from hermit.scheduler.jobs import AtSchedule, Job, build_job, patch_job
 from hermit.scheduler.schedule import Zone, resolve_zone
 from hermit.scheduler.store import JobFile, JobStore
-from hermit.scheduler.targets import not_the_owner, resolve_target
+from hermit.scheduler.targets import not_the_owner, peer_kind_of, resolve_target
 from hermit.sessions.transcript import Clock, utc_now
 
 log = logging.getLogger("hermit.scheduler")
@@ -169,20 +169,23 @@ class CronJobs:
         what its message asks — a message the model writes from that same knowledge ("say exactly: the PIN
         is …"). So whatever else the model was led to ask for is refused — a contact, a group, or the owner
         of an account that the bindings give to another agent; the owner can still choose any target with
-        `hermit cron` or the web app, and `doctor` warns of a main-session job that reaches someone else.
-        An accepted target is marked `owner_only`: each run checks it again (`check_owner_only`)."""
+        `hermit cron` or the web app (a main-session job only with their opt-in, `shares_main`, which the
+        model can never set). An accepted target is marked `owner_only`: each run checks it again
+        (`check_delivery`)."""
         d = job.delivery
         if not self.for_model or d.target() is None:
             return job
         risk = self.not_the_owner(job)
-        if risk is None:
-            return job.model_copy(update={"delivery": d.model_copy(update={"owner_only": True})})
+        if risk is None:  # the model's choice now: checked before every run, and no opt-in of the owner's
+            return job.model_copy(update={"delivery": d.model_copy(update={"owner_only": True,
+                                                                           "shares_main": False})})
         channel, account = (d.channel or "").lower(), d.account or "default"
+        kind = peer_kind_of(channel, d.peer_kind, d.to or "")
         acc = self.loaded.config.channels.accounts_of(channel).get(account) if channel != "webchat" else None
         owners = (f"that account's owners: {', '.join(acc.owners)}" if acc is not None and acc.owners else
                   f"no owners are listed under channels.{channel}.accounts.{account}.owners")
         # An owner of the account whose DMs reach another agent, or a web chat that opens another agent.
-        elsewhere = channel == "webchat" or (acc is not None and d.peer_kind == "dm"
+        elsewhere = channel == "webchat" or (acc is not None and kind == "dm"
                                              and matches(channel, acc.owners, d.to or ""))
         why = f"is not one ({risk})" if elsewhere else "is not one of that account's owners"
         if elsewhere:
@@ -191,10 +194,18 @@ class CronJobs:
                       f"no account's owners reach agent {job.agent_id}")
         raise JobError(f"job {job.label}: the cron tool delivers replies only to an owner of agent {job.agent_id} "
                        "(they can quote what this chat knows: MEMORY.md, owner-only notes), and "
-                       f"{d.describe()} ({d.peer_kind}) {why}",
+                       f"{d.describe()} ({kind}) {why}",
                        f"deliver to an owner's DM ({owners}) or to the web chat (channel webchat, to owner) when "
                        "they reach this agent; the owner can set any other target with `hermit cron add "
                        "--announce …` or in the web app")
+
+    def _model_sets_no_opt_in(self, job_id: str, fields: dict[str, Any]) -> None:
+        """The owner's opt-in to share main-session text (`delivery.shares_main`) is never the model's."""
+        given = fields.get("delivery")
+        if self.for_model and isinstance(given, dict) and given.get("shares_main"):
+            raise JobError(f"job {job_id}: only the owner can let a job's replies share main-session text "
+                           "(delivery.shares_main)", "leave shares_main out; the owner can set it with `hermit "
+                           "cron edit ID --share-main-text`")
 
     def _owner_targets(self, job: Job, limit: int = 5) -> list[str]:
         """CHANNEL:ACCOUNT:ID of the owners (by id) whose DMs reach the job's agent, for the hint."""
@@ -206,19 +217,64 @@ class CronJobs:
                     out.append(f"{channel}:{account}:{owner}")
         return out
 
-    def check_owner_only(self, job: Job) -> None:
-        """Before a run: a job whose target the cron tool chose as the owner's must still reach only the
-        owner of its agent — a changed `owners` list or binding can make it someone else's. Fails closed
-        (JobError, logged): the run does not happen, so nothing is delivered."""
-        risk = self.not_the_owner(job) if job.delivery.owner_only else None
+    def main_text_reaches(self, job: Job) -> str | None:
+        """Who a main-session job's replies reach when that is not only the owner of its agent and the owner
+        did not opt in (`delivery.shares_main`), else None. Such a job is refused when it is made or aimed
+        (by the owner; the cron tool has its own, stricter rule) and is not run (`check_delivery`)."""
+        if job.session_target != "main" or job.delivery.shares_main:
+            return None
+        return self.not_the_owner(job)
+
+    def _owner_shares_main_text(self, job: Job) -> Job:
+        """The owner's main-session job may reach someone else only if the owner said so: otherwise a JobError
+        naming who it would reach, and the ways out."""
+        risk = None if self.for_model else self.main_text_reaches(job)
         if risk is None:
-            return
-        log.warning("job %s not run: the cron tool aimed its replies at the owner of agent %s, and the config "
-                    "now sends them to %s", job.label, job.agent_id, risk)
-        raise JobError(f"not run: the cron tool aimed this job's replies at the owner of agent {job.agent_id}, "
-                       f"and the config now sends them to {risk}",
-                       f"aim it at an owner again (`hermit cron edit {job.id} --announce CHANNEL:ACCOUNT:PEER`), "
-                       f"or remove it (`hermit cron remove {job.id}`)")
+            return job
+        raise JobError(f"job {job.label} runs in agent {job.agent_id}'s main session, so its replies can quote "
+                       f"MEMORY.md and owner-only notes, and they would go to {risk}",
+                       "drop --main (an isolated run sees only shared notes), aim it at an owner, or, if they may "
+                       "read main-session text, confirm with --share-main-text (in a job spec: "
+                       "delivery.shares_main: true)")
+
+    def check_delivery(self, job: Job) -> None:
+        """Before a run, against the current config: a job the cron tool aimed at the owner must still reach
+        only the owner of its agent (a changed `owners` list or binding can make it someone else's), and a
+        main-session job reaches someone else only with the owner's opt-in (`delivery.shares_main`; a job
+        file edited by hand, or made before the rule, may lack it). Fails closed (JobError, one warning in
+        the log, no text of the job's): the run does not happen, so nothing is delivered."""
+        if job.delivery.owner_only and (risk := self.not_the_owner(job)) is not None:
+            log.warning("job %s not run: the cron tool aimed its replies at the owner of agent %s, and the config "
+                        "now sends them to %s", job.label, job.agent_id, risk)
+            raise JobError(f"not run: the cron tool aimed this job's replies at the owner of agent "
+                           f"{job.agent_id}, and the config now sends them to {risk}",
+                           f"aim it at an owner again (`hermit cron edit {job.id} --announce "
+                           f"CHANNEL:ACCOUNT:PEER`), or remove it (`hermit cron remove {job.id}`)")
+        if (risk := self.main_text_reaches(job)) is not None:
+            log.warning("job %s not run: a main-session job of agent %s would deliver to %s (%s), and the owner "
+                        "did not opt in (delivery.shares_main)", job.label, job.agent_id, job.delivery.describe(),
+                        risk)
+            raise JobError(f"not run: this job runs in agent {job.agent_id}'s main session (MEMORY.md, owner-only "
+                           f"notes) and its replies would go to {risk}, without the owner's opt-in",
+                           f"run it isolated (`hermit cron edit {job.id} --isolated`), aim it at an owner, or "
+                           f"confirm (`hermit cron edit {job.id} --share-main-text`)")
+
+    def _owner_aims(self, old: Job, new: Job, patch: dict[str, Any]) -> Job:
+        """After the owner's change (`hermit cron edit`, the web app): an opt-in holds for the target and
+        session it was given with. A new target clears the cron tool's `owner_only` (the owner chose it)
+        and the owner's `shares_main` (given for the old one), unless the change sets them; a job that
+        no longer runs in the main session, or delivers nowhere, keeps no `shares_main`."""
+        d, given = new.delivery, patch.get("delivery")
+        given = given if isinstance(given, dict) else {}
+        moved = d.target() != old.delivery.target()
+        owner_only = d.owner_only and not (moved and "owner_only" not in given)
+        shares = d.shares_main and new.session_target == "main" and d.target() is not None and not (
+            (moved or new.session_target != old.session_target or new.agent_id != old.agent_id)
+            and "shares_main" not in given)
+        if shares:
+            owner_only = False
+        changed = {k: v for k, v in (("owner_only", owner_only), ("shares_main", shares)) if getattr(d, k) != v}
+        return new.model_copy(update={"delivery": d.model_copy(update=changed)}) if changed else new
 
     def _changed(self) -> None:
         running = self._scheduler()
@@ -228,7 +284,11 @@ class CronJobs:
             running.wake()
 
     def add(self, spec: dict[str, Any]) -> dict[str, Any]:
-        job = self._planned(self._model_delivers_to_owners(self._with_target(build_job(spec, now=self.clock()))))
+        self._model_sets_no_opt_in(str(spec.get("id") or "(new)"), spec)
+        job = self._with_target(build_job(spec, now=self.clock()))
+        if not self.for_model:
+            job = self._owner_aims(job, job, spec)
+        job = self._planned(self._owner_shares_main_text(self._model_delivers_to_owners(job)))
 
         def append(file: JobFile) -> JobFile:
             if any(j.id == job.id for j in file.jobs):
@@ -249,14 +309,16 @@ class CronJobs:
             # change only if its replies reach an owner alone.
             if not set(patch) <= WHEN_ONLY or new.delivery != job.delivery:
                 new = self._model_delivers_to_owners(new)
-            if (not self.for_model and new.delivery.owner_only and new.delivery.target() != job.delivery.target()
-                    and "owner_only" not in (patch.get("delivery") or {})):
-                # The owner aimed it themselves (`hermit cron edit --announce`, the web app): their choice.
-                new = new.model_copy(update={"delivery": new.delivery.model_copy(update={"owner_only": False})})
+            if not self.for_model:
+                new = self._owner_aims(job, new, patch)
+                aim = (new.session_target, new.delivery, new.agent_id)
+                if aim != (job.session_target, job.delivery, job.agent_id) or (new.enabled and not job.enabled):
+                    new = self._owner_shares_main_text(new)
             if new.schedule != job.schedule or new.enabled != job.enabled or new.agent_id != job.agent_id:
                 new = self._planned(new)
             return new
 
+        self._model_sets_no_opt_in(job_id, patch)
         self.get(job_id)
         updated = self.store.update_job(job_id, change)
         self._changed()

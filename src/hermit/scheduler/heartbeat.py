@@ -9,7 +9,8 @@ session is busy. A heading is `#` followed by a blank (`#TODO call the bank` is 
 it (`<b>HEARTBEAT_OK</b>`, `**HEARTBEAT_OK**`); what remains is dropped when it is at most
 `ack_max_chars` long (an acknowledgement), and otherwise delivered as an alert — unless the very same
 alert was delivered to that target within the last 24 hours (`AlertMemory`, kept in the state dir so a
-restart does not re-send it).
+restart does not re-send it), or the target is not an owner of the agent and the owner did not opt in
+(`heartbeat.share_alerts_with_target`; SPEC §18: main-session text reaches only the owner).
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from typing import Literal
 
 from hermit.agent.context import is_silent
 from hermit.channels.base import Target
-from hermit.config.load import AgentConfig
+from hermit.config.load import AgentConfig, LoadedConfig
 from hermit.config.schema import ActiveHoursConfig, ChannelsConfig, HeartbeatConfig
 from hermit.durable import write_atomic
 from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.schedule import Zone
-from hermit.scheduler.targets import resolve_target
+from hermit.scheduler.targets import not_the_owner, resolve_target
 from hermit.sessions.keys import main_session_key
 
 HEARTBEAT_FILE = "HEARTBEAT.md"
@@ -165,6 +166,26 @@ class AlertMemory:
             log.warning("cannot save %s (%s); the alert may be sent again after a restart", self.path, e)
 
 
+def withheld_from(loaded: LoadedConfig, agent: AgentConfig, target: Target | None) -> str | None:
+    """Why the agent's heartbeat alerts are not delivered to `target`, in words: they are main-session text
+    (MEMORY.md, owner-only notes) and the target reaches someone other than an owner of the agent (a
+    group, a contact, another agent's owner), while `heartbeat.share_alerts_with_target` is off. None
+    when they may be delivered. Asked at every alert, against the config in force."""
+    if target is None or agent.settings.heartbeat.share_alerts_with_target:
+        return None
+    risk = not_the_owner(loaded, agent.id, target.channel, target.account_id, target.peer_kind, target.peer_id)
+    if risk is None:
+        return None
+    return (f"heartbeat alerts of agent {agent.id} are main-session text and "
+            f"{target.channel}:{target.account_id}:{target.peer_id} reaches {risk}, not only an owner of "
+            f"agent {agent.id}")
+
+
+# What to do about a withheld alert, in the log, the heartbeat's status and `hermit doctor`.
+WITHHELD_FIX = ("point heartbeat.target at an owner of the agent, or set heartbeat.share_alerts_with_target: "
+                "true to send the alerts there anyway")
+
+
 def heartbeat_target(cfg: HeartbeatConfig, channels: ChannelsConfig | None = None, agent_id: str = "") -> Target | None:
     """Where alerts go. With `channels`, checked against them (JobError naming the accounts that exist);
     an account left unset then means `default`, or the only account the channel has."""
@@ -179,17 +200,21 @@ def heartbeat_target(cfg: HeartbeatConfig, channels: ChannelsConfig | None = Non
 
 
 async def run_heartbeat(agent: AgentConfig, host: SchedulerHost, now: datetime, zone: Zone,
-                        alerts: AlertMemory | None = None, channels: ChannelsConfig | None = None) -> HeartbeatOutcome:
+                        alerts: AlertMemory | None = None, loaded: LoadedConfig | None = None) -> HeartbeatOutcome:
     """One heartbeat for `agent`: the checks that avoid a model call, the turn, the alert delivery (not
-    repeated within a day when `alerts` remembers the same text sent to the same target). With
-    `channels`, a target naming no configured account fails before the model is called."""
+    repeated within a day when `alerts` remembers the same text sent to the same target). With `loaded`
+    (the config in force), a target naming no configured account fails before the model is called, and
+    an alert for a target that is not an owner of the agent is not delivered unless the owner opted in
+    (`withheld_from`): it stays in the transcript, the outcome says why, and the log has one warning."""
     cfg = agent.settings.heartbeat
     if not within_active_hours(now.astimezone(zone.tz), cfg.active_hours):
         return HeartbeatOutcome("skipped", "outside active hours")
     text = read_heartbeat_file(agent.workspace)
     if text is None or heartbeat_file_is_empty(text):
         return HeartbeatOutcome("skipped", f"{HEARTBEAT_FILE} is empty")
-    target = heartbeat_target(cfg, channels, agent.id)  # raises before the model call when it names no account
+    # Raises before the model call when it names no account.
+    target = heartbeat_target(cfg, loaded.config.channels if loaded is not None else None, agent.id)
+    withheld = withheld_from(loaded, agent, target) if loaded is not None else None
     key = main_session_key(agent.id)
     if host.busy(key):
         return HeartbeatOutcome("skipped", "main session busy")
@@ -199,6 +224,10 @@ async def run_heartbeat(agent: AgentConfig, host: SchedulerHost, now: datetime, 
         return HeartbeatOutcome("ok")
     if target is None:
         return HeartbeatOutcome("alert", "no heartbeat.target configured: kept in the transcript", text=alert)
+    if withheld is not None:
+        log.warning("heartbeat alert not delivered: %s — %s", withheld, WITHHELD_FIX)
+        return HeartbeatOutcome("alert", f"not delivered: {withheld}; kept in the transcript — {WITHHELD_FIX}",
+                                text=alert)
     alerts = alerts or AlertMemory(None)
     earlier = alerts.sent_recently(agent.id, target, alert, now)
     if earlier is not None:

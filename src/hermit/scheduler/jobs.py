@@ -112,6 +112,12 @@ class Delivery(_Strict):
     # config change that makes it someone else's fails the run instead of delivering. The owner's own
     # choice of a target (`hermit cron`, the web app) clears it.
     owner_only: bool = False
+    # The owner's explicit opt-in (`hermit cron add|edit --share-main-text`, or in a job spec the owner gives
+    # the web app's cron.add) that a main-session job's replies — which can quote MEMORY.md and owner-only notes — may go to a
+    # target that is not an owner of the job's agent (a group, a contact, another agent's owner). Without
+    # it such a job is refused when made or aimed, and not run. Given for one target and session: a change
+    # of either clears it unless the change sets it again. The cron tool can never set it.
+    shares_main: bool = False
 
     @model_validator(mode="after")
     def _announce_needs_a_peer(self) -> Delivery:

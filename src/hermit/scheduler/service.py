@@ -27,7 +27,14 @@ from typing import Any, Protocol
 from hermit.config.load import AgentConfig, LoadedConfig
 from hermit.errors import HermitError
 from hermit.scheduler.control import CronJobs, register_scheduler
-from hermit.scheduler.heartbeat import AlertMemory, HeartbeatOutcome, heartbeat_target, run_heartbeat
+from hermit.scheduler.heartbeat import (
+    WITHHELD_FIX,
+    AlertMemory,
+    HeartbeatOutcome,
+    heartbeat_target,
+    run_heartbeat,
+    withheld_from,
+)
 from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.jobs import Job
 from hermit.scheduler.runner import RunHandle, execute, finish, new_handle, session_starter
@@ -104,9 +111,12 @@ class SchedulerService:
             hb.next = now + hb.every if hb.every else None
             if hb.every:
                 try:  # said once at start, not only at the first heartbeat half an hour later
-                    heartbeat_target(hb.agent.settings.heartbeat, self.loaded.config.channels, hb.agent.id)
+                    target = heartbeat_target(hb.agent.settings.heartbeat, self.loaded.config.channels, hb.agent.id)
                 except HermitError as e:
                     log.error("%s (%s)", e.message, e.hint)
+                else:
+                    if (withheld := withheld_from(self.loaded, hb.agent, target)) is not None:
+                        log.warning("%s: its alerts will not be delivered — %s", withheld, WITHHELD_FIX)
         self._reload(force=True)
         register_scheduler(self.jobs.store.path, self)
         if run_loop:
@@ -205,7 +215,7 @@ class SchedulerService:
         zone = self.jobs.zone(job)
         try:
             record = await execute(job, self.host, handle, zone, self._start_session,
-                                   may_deliver=self.jobs.check_owner_only)
+                                   may_deliver=self.jobs.check_delivery)
         except asyncio.CancelledError:
             record = RunRecord(handle.run_id, job.id, handle.started_at.isoformat(), "", "error", handle.trigger,
                                error="interrupted: the scheduler stopped")
@@ -238,7 +248,7 @@ class SchedulerService:
     async def _heartbeat(self, hb: _Heartbeat, now: datetime) -> None:
         zone = resolve_zone(None, hb.agent.settings.timezone)
         try:
-            outcome = await run_heartbeat(hb.agent, self.host, now, zone, self._alerts, self.loaded.config.channels)
+            outcome = await run_heartbeat(hb.agent, self.host, now, zone, self._alerts, self.loaded)
         except asyncio.CancelledError:
             hb.last = HeartbeatOutcome("error", "cancelled (timed out or the scheduler stopped)").to_dict(now)
             raise

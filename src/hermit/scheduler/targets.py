@@ -7,8 +7,10 @@ target is resolved when the job is added or changed (the CLI, the agent's cron t
 `hermit doctor` and at gateway start for heartbeats, with the accounts that do exist in the error.
 
 Whether a target reaches only the owner of the job's (or heartbeat's) agent is `not_the_owner`: the cron
-tool's rule for the targets it may choose, checked again before every run of a job it aimed, and the
-basis of `hermit doctor`'s warnings.
+tool's rule for the targets it may choose, and the owner's rule for main-session text: a main-session job,
+or a heartbeat alert, reaches someone else only when the owner opted in (the job's `delivery.shares_main`,
+`heartbeat.share_alerts_with_target`). Both are checked when a job is made or changed, again before every
+run or delivery (the config can change), and by `hermit doctor`.
 """
 
 from __future__ import annotations
@@ -95,6 +97,18 @@ def _agents_reached(router: Router, channel: str, account: str, peer: str) -> li
                                              sender_is_owner=True)).agent_id for guild, team in scopes})
 
 
+def peer_kind_of(channel: str, peer_kind: str, to: str) -> str:
+    """The kind of peer a delivery to `to` really reaches: a group when it says so, and also when the id
+    can only be a group's — a Telegram chat id below zero (groups, supergroups, channels), a Slack
+    conversation id starting with C or G (a channel, a private channel). The adapters send to that chat
+    whatever kind a job or heartbeat target names, so `dm` there does not make it a DM."""
+    name, peer = (channel or "").strip().lower(), (to or "").strip()
+    if peer_kind == "group" or (name == "telegram" and peer.startswith("-")) or \
+            (name == "slack" and peer[:1] in ("C", "G")):
+        return "group"
+    return peer_kind
+
+
 def not_the_owner(loaded: LoadedConfig, agent_id: str, channel: str, account: str | None, peer_kind: str,
                   to: str) -> str | None:
     """Who a delivery of agent `agent_id`'s main-session text (MEMORY.md, owner-only notes) reaches, in
@@ -104,10 +118,12 @@ def not_the_owner(loaded: LoadedConfig, agent_id: str, channel: str, account: st
     token holder), or a DM to an id under an account's `owners` (by id: a username can change hands)
     whose DMs from that id the bindings route to the agent. An owner of an account bound to another agent
     is someone else's owner (a relative's own agent on the family bot): the text is not theirs to read.
-    A group, a contact, an unknown account, or bindings that do not load are not the owner either."""
+    A group (named so, or by an id only a group has: `peer_kind_of`), a contact, an unknown account, or
+    bindings that do not load are not the owner either."""
     name = (channel or "").strip().lower()
     account = account or DEFAULT_ACCOUNT
-    where = f"{name}/{account} {peer_kind} {to}"
+    kind = peer_kind_of(name, peer_kind, to)
+    where = f"{name}/{account} {kind} {to}"
     try:
         router = Router.from_config(loaded)
     except ConfigError as e:  # the gateway would not start; nothing can be said to reach the owner
@@ -119,8 +135,8 @@ def not_the_owner(loaded: LoadedConfig, agent_id: str, channel: str, account: st
     acc = loaded.config.channels.accounts_of(name).get(account) if name in names() else None
     if acc is None:
         return f"{where}, an account that channels.{name}.accounts does not define"
-    if peer_kind != "dm":
-        return f"the group {where}"
+    if kind != "dm":
+        return f"the group {name}/{account} {to}"
     if not matches(name, acc.owners, to):
         return f"{where}, who is not listed under channels.{name}.accounts.{account}.owners"
     agents = _agents_reached(router, name, account, to)
