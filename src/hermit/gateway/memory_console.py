@@ -30,9 +30,11 @@ from hermit.gateway.protocol import (
     MemorySearchParams,
     MemoryWriteParams,
 )
+from hermit.memory.index.chunking import MARKER
 from hermit.memory.index.sources import list_memory_files
-from hermit.memory.policy.audience import OWNER, SHARED, owner_origin
+from hermit.memory.policy.audience import OWNER, SHARED, block_audience, owner_origin
 from hermit.memory.policy.daily_log import append_daily_note, daily_log_path, memory_writes_locked
+from hermit.memory.policy.provenance import CLOSE_LINE, by_owner, origin_blocks
 from hermit.memory.service import MemoryService
 from hermit.sessions.keys import main_session_key
 from hermit.tools.memory_files import DAILY_LOG_RE
@@ -43,6 +45,18 @@ MAX_FILES = 2_000  # the browse list; a memory folder with more is listed newest
 
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def origin_spans(text: str) -> list[dict[str, Any]]:
+    """The origin blocks the parser finds in a file (lines start..end, whether the close marker is there,
+    who wrote it and who may read it), for the viewer to set apart: a line that merely looks like a marker
+    is shown as the text it is, inside the block it belongs to."""
+    if MARKER not in text:
+        return []
+    lines = text.split("\n")
+    return [{"start": b.start, "end": b.end, "closed": lines[b.end - 1].strip() == CLOSE_LINE,
+             "audience": block_audience(b.origin), "owner": by_owner(b.origin), "from": b.origin.describe()}
+            for b in origin_blocks(text)]
 
 
 class MemoryConsole:
@@ -65,13 +79,14 @@ class MemoryConsole:
 
     def get(self, p: MemoryGetParams) -> dict[str, Any]:
         """The file's text (all of it unless `from`/`lines` ask for a window) and, for the whole file, its
-        sha256, which memory.write wants back."""
+        sha256, which memory.write wants back, and its origin blocks (`origin_spans`)."""
         rt = self._runtime(p.agent_id)
         got = self._service(rt).get(p.path, p.from_line, p.lines)
         out: dict[str, Any] = {"agentId": rt.agent.id, **got, "editable": got["path"] == MEMORY_FILE,
                                "audience": OWNER if got["path"] == MEMORY_FILE else None}
         if p.from_line is None and p.lines is None:
             out["sha256"] = sha256(got["text"])
+            out["blocks"] = origin_spans(got["text"])
         return out
 
     def files(self, p: AgentParams) -> dict[str, Any]:

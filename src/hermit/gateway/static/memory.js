@@ -93,9 +93,21 @@
     const lines = res.text.split("\n");
     if (lines.length > 1 && lines[lines.length - 1] === "") lines.pop();
     say("memory-file-note", lines.length + " lines" + (start ? " · lines " + start + "–" + end + " found" : ""));
-    viewer.replaceChildren(...lines.map((text, i) => el("div", {
-      class: "line" + (start && i + 1 >= start && i + 1 <= end ? " hit" : ""), dataset: { line: i + 1 },
-    }, el("span", { class: "ln", text: String(i + 1) }), el("span", { class: "tx", text: text || " " }))));
+    // Origin blocks as the server's parser found them: their lines are set apart and their markers tagged, so a
+    // line that only looks like a marker (a note's own text) shows inside the block it belongs to.
+    const inBlock = new Map();
+    for (const b of res.blocks || []) for (let n = b.start; n <= b.end; n++) inBlock.set(n, b);
+    viewer.replaceChildren(...lines.flatMap((text, i) => {
+      const n = i + 1, b = inBlock.get(n), kind = b ? (b.owner ? " own" : " others") : "";
+      const marker = b && (n === b.start || (n === b.end && b.closed));
+      const line = el("div", {
+        class: "line" + (start && n >= start && n <= end ? " hit" : "") + kind + (marker ? " marker" : ""),
+        dataset: { line: n }, title: b ? b.from + " · " + audienceLabel(b.audience) : null,
+      }, el("span", { class: "ln", text: String(n) }), el("span", { class: "tx", text: text || " " }));
+      if (!b || n !== b.start) return [line];
+      return [el("div", { class: "origin-tag" + kind }, el("span", { class: "badge", dataset: { audience: b.audience },
+        text: (b.owner ? "your main session's note" : b.from) + " · " + audienceLabel(b.audience) })), line];
+    }));
     const first = viewer.querySelector(".line.hit");
     if (first) first.scrollIntoView({ block: "center" });
     else viewer.scrollTop = 0;
