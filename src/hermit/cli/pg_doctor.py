@@ -33,13 +33,24 @@ class ServerFacts:
 
 
 def connect(dsn: str, timeout: float = CONNECT_TIMEOUT_S) -> Any:
-    """A psycopg connection, or a HermitError naming where it failed (never the DSN itself)."""
+    """A psycopg connection (the store's guarded connect: never to another user's server, never a cleartext
+    password unless the DSN says so), or a HermitError naming where it failed (never the DSN itself)."""
     import psycopg
 
+    from hermit.memory.store.postgres.guard import (
+        CLEARTEXT_HINT,
+        HolderRefused,
+        cleartext_refused,
+        open_connection,
+    )
+
     try:
-        return psycopg.connect(dsn, connect_timeout=max(1, int(timeout)), autocommit=True)
+        return open_connection(dsn, timeout_s=timeout, autocommit=True)
+    except HolderRefused as e:
+        raise HermitError(f"cannot reach PostgreSQL at {mask_dsn(dsn)}: {e.message}", e.hint) from None
     except psycopg.Error as e:
         raise HermitError(f"cannot reach PostgreSQL at {mask_dsn(dsn)}: {scrub(str(e), dsn)}",
+                          CLEARTEXT_HINT if cleartext_refused(e) else
                           "start the server or fix host/port/credentials in the DSN; check that it accepts "
                           "TCP connections from this host (listen_addresses, pg_hba.conf)") from None
 

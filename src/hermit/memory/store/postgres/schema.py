@@ -80,14 +80,25 @@ def connect(dsn: str, *, timeout_s: int = 10, dsn_env: str = "the DSN") -> PgCon
     except ImportError:
         raise StoreError("the postgres memory store needs psycopg",
                          "pip install 'hermit-assistant[postgres]' (psycopg 3 and pgvector)") from None
+    from hermit.memory.store.postgres.guard import (
+        CLEARTEXT_HINT,
+        HolderRefused,
+        cleartext_refused,
+        open_connection,
+    )
+
     where = mask_dsn(dsn)
     try:
         # prepare_threshold=None: no server-side prepared statements, so a rebuild that swaps the
         # agent's schema is seen by the next statement of every open connection.
-        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=timeout_s, prepare_threshold=None,
+        conn = open_connection(dsn, timeout_s=timeout_s, autocommit=True, prepare_threshold=None,
                                application_name="hermit")
+    except HolderRefused as e:
+        raise HolderRefused(f"cannot connect to PostgreSQL at {where} (DSN from ${dsn_env}): {e.message}",
+                            e.hint) from None
     except psycopg.Error as e:
         raise StoreError(f"cannot connect to PostgreSQL at {where} (DSN from ${dsn_env}): {scrub(str(e), dsn)}",
+                         CLEARTEXT_HINT if cleartext_refused(e) else
                          "check that the server runs and accepts this user; the DSN itself is never shown") from None
     try:
         ensure_vector_extension(conn, where)
