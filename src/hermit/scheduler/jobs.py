@@ -9,7 +9,7 @@ A job file entry (docs/guide.md, "Scheduled jobs and the heartbeat", shows a ful
      "delete_after_run": null, "timeout_seconds": 600,
      "created_at": "...", "updated_at": "...",
      "state": {"next_run_at": "...", "last_run_at": null, "last_status": null, "last_error": null,
-               "consecutive_errors": 0, "run_requested": false}}
+               "consecutive_errors": 0, "run_requested": false, "in_flight": null}}
 
 Schedules: `{"kind": "at", "at": ISO}`, `{"kind": "every", "every_ms": N, "anchor": ISO?}`,
 `{"kind": "cron", "expr": "...", "tz": "Area/City"?}`.
@@ -43,6 +43,7 @@ AT_RETRIES = 3
 DEFAULT_TIMEOUT_SECONDS = 600.0
 
 RunStatus = Literal["ok", "error", "timeout", "skipped"]
+Trigger = Literal["schedule", "catch-up", "manual", "retry"]
 
 
 class _Strict(BaseModel):
@@ -136,6 +137,24 @@ class Delivery(_Strict):
         return f"{self.channel}:{self.account or 'default'}:{self.to}"
 
 
+class InFlight(BaseModel):
+    """A run that started and was not finished yet, stored before its turn (runner.py): what a restart after
+    a crash needs to finish it without repeating what it did. `phase` moves on before each step that must
+    not happen twice: `running` (the turn; a restart continues it in the same session, so the tools it
+    already ran are not run again), `answered` (the turn is done; nothing to send), `delivering` (stored
+    before the reply is sent: a restart finishes the run without sending it again)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    run_id: str
+    trigger: Trigger
+    started_at: datetime
+    session_key: str
+    session_id: str | None = None  # the isolated run's cron session (a main-session job: None)
+    text: str  # the turn's message, exactly: a continued turn is recognised by it (agent/loop.py)
+    phase: Literal["running", "answered", "delivering"] = "running"
+
+
 class JobState(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -145,6 +164,7 @@ class JobState(BaseModel):
     last_error: str | None = None
     consecutive_errors: int = 0
     run_requested: bool = False  # a manual run asked for by the cron tool; the scheduler picks it up
+    in_flight: InFlight | None = None  # the scheduler's run in progress (see InFlight)
 
 
 class Job(BaseModel):

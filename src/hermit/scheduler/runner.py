@@ -4,6 +4,18 @@ deletion of a finished one-shot job).
 
 The turn text names the job and the current time in the job's own zone, so a manual run and a scheduled
 run see the same local time (the original read UTC on manual runs, SPEC §14.14).
+
+A crash (kill -9, power loss) in the middle of a run must not make the user get a reminder twice or a
+job's tools run twice. The scheduler stores the run in the job's state before its turn (`InFlight`: run
+id, session, the turn's exact text) and moves it on before each step that must not repeat: `answered`
+after the turn, `delivering` before the reply is sent. A restart finds the run there and finishes it
+(`execute(resume=...)`): a run that was answered or delivering is logged without running or sending
+again; a run cut off mid-turn is continued in the same session with the same text, which the agent loop
+recognises as its unfinished turn (agent/loop.py `unfinished_turn`: the tools that ran are not run
+again); a turn the transcript shows answered is not run again either. What stays open: a kill while the
+reply is being sent — it is recorded as sent first, so it is never sent twice by the scheduler, but it may
+not have arrived; and a channel's own send is at least once (Telegram may retry a send whose answer it
+did not hear).
 """
 
 from __future__ import annotations
@@ -12,14 +24,16 @@ import asyncio
 import dataclasses
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from hermit.agent.context import is_silent, load_history
 from hermit.config.load import LoadedConfig
 from hermit.errors import HermitError
+from hermit.messages import AssistantMessage, Message, UserMessage
 from hermit.scheduler.host import SchedulerHost
-from hermit.scheduler.jobs import Job, JobState, RunStatus
+from hermit.scheduler.jobs import InFlight, Job, JobState, RunStatus
 from hermit.scheduler.schedule import Zone
 from hermit.scheduler.store import JobStore, RunRecord, Trigger
 from hermit.sessions.keys import cron_session_key, main_session_key
@@ -58,48 +72,130 @@ class RunHandle:
     timed_out: bool = False
 
 
-StartSession = Callable[[Job, str], None]
+StartSession = Callable[[Job, str], str | None]  # starts the isolated run's session; returns its id
+Mark = Callable[[InFlight], None]  # stores the run in flight in the job's state (durably, before going on)
+Reopen = Callable[[Job, InFlight], str | None]  # takes a crashed run's session back; returns its reply if any
 
 
-def session_starter(loaded: LoadedConfig, clock: Clock, *, fsync: bool = True) -> StartSession:
-    """Starts a fresh session for an isolated run: a new session id (and transcript) under `cron:<jobId>`
-    in the agent's session store. The store is file-based and locked, so the runtime that then runs the
+class CronSessions:
+    """The isolated runs' sessions: `self(job, key)` starts a fresh one (a new session id and transcript
+    under `cron:<jobId>` in the agent's session store, whose id it returns); `reopen` takes back the
+    session of a run a crash cut off. The store is file-based and locked, so the runtime that then runs the
     turn, in this process or the gateway's, simply finds it."""
 
-    def start(job: Job, session_key: str) -> None:
-        agent = loaded.agent(job.agent_id)
-        SessionStore(agent.sessions_dir, clock=clock, cwd=agent.workspace, fsync=fsync).new_session(session_key)
+    def __init__(self, loaded: LoadedConfig, clock: Clock, *, fsync: bool = True) -> None:
+        self.loaded = loaded
+        self.clock = clock
+        self.fsync = fsync
 
-    return start
+    def _store(self, job: Job) -> SessionStore:
+        agent = self.loaded.agent(job.agent_id)
+        return SessionStore(agent.sessions_dir, clock=self.clock, cwd=agent.workspace, fsync=self.fsync)
+
+    def __call__(self, job: Job, session_key: str) -> str:
+        return self._store(job).new_session(session_key).record.session_id
+
+    def reopen(self, job: Job, run: InFlight) -> str | None:
+        """Before a crashed run's turn is continued: the reply its session's last turn gave, when that turn
+        is the run's and was answered (the crash came after the turn, before the scheduler recorded it),
+        else None. An isolated run's own session is touched first: the reset policy counts from the last
+        activity, and a restart after the idle time or the daily hour must not start a fresh session under
+        the turn it continues (a main-session run is a heartbeat-like turn, which no reset touches)."""
+        store = self._store(job)
+        record = store.get(run.session_key)
+        if record is None:
+            return None
+        if run.session_id is not None and record.session_id == run.session_id:
+            record = store.update(run.session_key)
+        return answered_reply(load_history(store.open_transcript(record)).messages, UserMessage(run.text))
+
+
+def session_starter(loaded: LoadedConfig, clock: Clock, *, fsync: bool = True) -> CronSessions:
+    return CronSessions(loaded, clock, fsync=fsync)
+
+
+def answered_reply(history: Sequence[Message], user: UserMessage) -> str | None:
+    """The reply ending `history` when its last turn is `user`'s message answered (no tool call pending,
+    no error): the counterpart of agent/loop.py's `unfinished_turn`, for a turn that did finish."""
+    for start in range(len(history) - 1, -1, -1):
+        if isinstance(history[start], UserMessage):
+            break
+    else:
+        return None
+    last = history[-1]
+    if history[start].to_dict() != user.to_dict() or not isinstance(last, AssistantMessage):
+        return None
+    return last.text if not last.tool_calls and last.stop_reason != "error" else None
+
+
+def _finished_before(job: Job, handle: RunHandle, resume: InFlight) -> RunRecord:
+    """The record of a run a restart found past its turn: logged, not run or sent again."""
+    sent = resume.phase == "delivering"
+    note = ("its reply was being sent when Hermit stopped: not sent again (it may not have arrived)" if sent
+            else "its turn had finished when Hermit stopped: not run again")
+    log.warning("job %s: run %s %s", job.id, handle.run_id, note)
+    return RunRecord(run_id=handle.run_id, job_id=job.id, started_at=handle.started_at.isoformat(), ended_at="",
+                     status="ok", trigger=handle.trigger, delivered=sent, session_key=resume.session_key,
+                     session_id=resume.session_id, extra={"resumed": note})
 
 
 async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, start_session: StartSession, *,
-                  deliver: bool = True, may_deliver: Callable[[Job], None] | None = None) -> RunRecord:
+                  deliver: bool = True, may_deliver: Callable[[Job], None] | None = None,
+                  mark: Mark | None = None, resume: InFlight | None = None,
+                  reopen: Reopen | None = None) -> RunRecord:
     """Run the job's turn and deliver its reply (unless `deliver` is off: `hermit cron run` prints it).
     `may_deliver` checks the target before the turn (a JobError fails the run: nothing runs, nothing is
     delivered). Never raises for the job's failure (a supervision boundary): the error is in the record. A
     cancellation after `timed_out` becomes status timeout. The record holds the whole reply; `finish`
-    logs its start."""
-    key = job_session_key(job)
+    logs its start.
+
+    `mark` stores the run in flight before each step that must not repeat (the scheduler's runs; see the
+    module docstring); `resume` is such a run a restart found unfinished: it is finished from where it
+    stopped, its turn continued in its own session (`reopen` takes it back and tells a turn that had
+    finished)."""
+    if resume is not None and resume.phase != "running":
+        return _finished_before(job, handle, resume)
+    if resume is not None and not job.enabled:  # paused while Hermit was down: not continued
+        return RunRecord(run_id=handle.run_id, job_id=job.id, started_at=handle.started_at.isoformat(), ended_at="",
+                         status="error", trigger=handle.trigger, session_key=resume.session_key,
+                         session_id=resume.session_id,
+                         error="interrupted: Hermit stopped during this run; not continued (the job is disabled)")
+    key = resume.session_key if resume is not None else job_session_key(job)
+    text = resume.text if resume is not None else job_turn_text(job, handle.started_at, zone, handle.trigger)
     status: RunStatus = "ok"
     error: str | None = None
     delivered = False
     reply: str | None = None
-    session_id: str | None = None
+    session_id: str | None = resume.session_id if resume is not None else None
+    extra: dict[str, object] = {}
     try:
         if deliver and may_deliver is not None:
             may_deliver(job)
-        if job.session_target == "isolated":
-            start_session(job, key)
-        # A system event in the main session is a background turn like the heartbeat: it must not count
-        # as the user's activity, reset the session or start a memory flush.
-        outcome = await host.run_turn(job.agent_id, key, job_turn_text(job, handle.started_at, zone, handle.trigger),
-                                      heartbeat=job.session_target == "main")
-        session_id = outcome.session_id
-        reply = outcome.reply
+        if resume is None and job.session_target == "isolated":
+            session_id = start_session(job, key)
+        marker = resume or InFlight(run_id=handle.run_id, trigger=handle.trigger, started_at=handle.started_at,
+                                    session_key=key, session_id=session_id, text=text)
+        if mark is not None and resume is None:
+            mark(marker)
+        earlier = reopen(job, resume) if resume is not None and reopen is not None else None
+        if resume is not None:
+            extra["resumed"] = ("its turn had finished when Hermit stopped: not run again" if earlier is not None
+                                else "continued after Hermit stopped during its turn")
+        if earlier is not None:
+            reply, will_send = earlier, bool(earlier.strip()) and not is_silent(earlier)
+        else:
+            # A system event in the main session is a background turn like the heartbeat: it must not count
+            # as the user's activity, reset the session or start a memory flush.
+            outcome = await host.run_turn(job.agent_id, key, text, heartbeat=job.session_target == "main")
+            session_id = outcome.session_id
+            reply, will_send = outcome.reply, outcome.delivered and bool(outcome.reply.strip())
         target = job.delivery.target()
-        if deliver and target is not None and outcome.delivered and outcome.reply.strip():
-            await host.deliver(target, outcome.reply)
+        sending = deliver and target is not None and will_send
+        if mark is not None:
+            mark(marker.model_copy(update={"phase": "delivering" if sending else "answered"}))
+        if sending:
+            assert target is not None
+            await host.deliver(target, reply)
             delivered = True
     except asyncio.CancelledError:
         if not handle.timed_out:
@@ -112,7 +208,7 @@ async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, 
         status, error = "error", f"{type(e).__name__}: {e}"
     return RunRecord(run_id=handle.run_id, job_id=job.id, started_at=handle.started_at.isoformat(),
                      ended_at="", status=status, trigger=handle.trigger, error=error, delivered=delivered,
-                     session_key=key, session_id=session_id, reply=reply)
+                     session_key=key, session_id=session_id, reply=reply, extra=extra)
 
 
 def new_handle(job: Job, started: datetime, trigger: Trigger) -> RunHandle:
@@ -128,13 +224,18 @@ def finish(store: JobStore, job: Job, record: RunRecord, ended: datetime, zone: 
     backoff and a pending one-shot alone."""
     record = dataclasses.replace(record, ended_at=ended.isoformat())
     preview = record.reply[:REPLY_PREVIEW_CHARS] if record.reply is not None else None
-    store.append_run(dataclasses.replace(record, reply=preview))
+    # a run finished after a restart may have been logged already (the crash came between log and state)
+    if not (record.extra.get("resumed") and any(r.get("run_id") == record.run_id for r in store.runs(job.id, 3))):
+        store.append_run(dataclasses.replace(record, reply=preview))
 
     def change(current: Job) -> Job | None:
+        # this run's in-flight mark goes; another's (a gateway run while `hermit cron run` ends) stays
+        flying = current.state.in_flight
+        in_flight = flying if flying is not None and flying.run_id != record.run_id else None
         if record.trigger == "manual":
             state = current.state.model_copy(update={
                 "last_run_at": datetime.fromisoformat(record.started_at), "last_status": record.status,
-                "last_error": record.error, "run_requested": False})
+                "last_error": record.error, "run_requested": False, "in_flight": in_flight})
             return current.model_copy(update={"state": state})
         errors = 0 if record.status in ("ok", "skipped") else current.state.consecutive_errors + 1
         counted = current.model_copy(update={"state": current.state.model_copy(update={"consecutive_errors": errors})})
@@ -143,7 +244,8 @@ def finish(store: JobStore, job: Job, record: RunRecord, ended: datetime, zone: 
         nxt = counted.after_run(record.status, ended, zone)
         state = JobState(next_run_at=nxt, last_run_at=datetime.fromisoformat(record.started_at),
                          last_status=record.status, last_error=record.error, consecutive_errors=errors,
-                         run_requested=current.state.run_requested and record.trigger != "manual")
+                         run_requested=current.state.run_requested and record.trigger != "manual",
+                         in_flight=in_flight)
         # A one-shot that has nothing left to do stays in the file, disabled, so its error can be read.
         enabled = current.enabled and not (nxt is None and current.schedule.kind == "at")
         return current.model_copy(update={"state": state, "enabled": enabled})

@@ -11,12 +11,16 @@ Decisions are made on the injected clock, so tests drive `tick(now)` through a s
 - A run past its job's `timeout_seconds` is cancelled and logged as `timeout`; the others keep firing.
 - Failures push the next run back 30 s, 1 m, 5 m, 15 m, 60 m (jobs.py); a success resets that.
 - `status()` lists each agent's next heartbeat and next job and the last tick, so a stopped ticker shows.
+- A run is stored in its job's state while in flight (runner.py): one a crash left there — not started
+  by this service — is finished first, from where it stopped, with its own trigger and run id: a reply
+  sent (or being sent) is not sent again, a turn cut off is continued in its session, not restarted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,8 +40,8 @@ from hermit.scheduler.heartbeat import (
     withheld_from,
 )
 from hermit.scheduler.host import SchedulerHost
-from hermit.scheduler.jobs import Job
-from hermit.scheduler.runner import RunHandle, execute, finish, new_handle, session_starter
+from hermit.scheduler.jobs import InFlight, Job
+from hermit.scheduler.runner import Mark, RunHandle, execute, finish, new_handle, session_starter
 from hermit.scheduler.schedule import Zone, resolve_zone
 from hermit.scheduler.store import JobFile, RunRecord, Trigger
 from hermit.sessions.transcript import Clock, utc_now
@@ -88,6 +92,7 @@ class SchedulerService:
         self._alerts = AlertMemory(self.jobs.store.dir / "heartbeat-alerts.json")
         self._plan = _Plan()
         self._runs: dict[str, _Run] = {}
+        self._own: set[str] = set()  # the run ids this service started (any other in flight, a crash left)
         self._heartbeats = {a.id: _Heartbeat(a, timedelta(minutes=a.settings.heartbeat.every_minutes)
                                              if a.settings.heartbeat.every_minutes > 0 else None)
                             for a in loaded.agents}
@@ -185,6 +190,10 @@ class SchedulerService:
                 run.handle.timed_out = True
                 run.task.cancel()
         for job in self._plan.file.jobs:
+            left = self._left_in_flight(job)
+            if left is not None:
+                self._start(job, left.trigger, now, left)
+                continue
             trigger = self._due(job, now)
             if trigger is not None:
                 self._start(job, trigger, now)
@@ -205,17 +214,39 @@ class SchedulerService:
             return "catch-up"
         return "retry" if job.state.consecutive_errors else "schedule"
 
-    def _start(self, job: Job, trigger: Trigger, now: datetime) -> None:
+    def _left_in_flight(self, job: Job) -> InFlight | None:
+        """The job's run a crash (of this gateway's predecessor) left unfinished, to finish before anything."""
+        left = job.state.in_flight
+        if job.id in self._runs or left is None or left.run_id in self._own:
+            return None
+        return left
+
+    def _start(self, job: Job, trigger: Trigger, now: datetime, resume: InFlight | None = None) -> None:
         handle = new_handle(job, now, trigger)
-        log.info("job %s: %s run %s", job.label, trigger, handle.run_id)
-        task = asyncio.create_task(self._run_job(job, handle), name=f"cron-{job.id}")
+        if resume is not None:  # the same run, finished now: its id, and its start for the log and the text
+            handle = dataclasses.replace(handle, run_id=resume.run_id, started_at=resume.started_at)
+        self._own.add(handle.run_id)
+        log.info("job %s: %s run %s%s", job.label, trigger, handle.run_id,
+                 f" (left {resume.phase} by a restart: finishing it)" if resume is not None else "")
+        task = asyncio.create_task(self._run_job(job, handle, resume), name=f"cron-{job.id}")
         self._runs[job.id] = _Run(handle, task, job)
 
-    async def _run_job(self, job: Job, handle: RunHandle) -> None:
+    def _mark(self, job_id: str) -> Mark:
+        def mark(flying: InFlight) -> None:
+            try:
+                self.jobs.store.update_job(job_id, lambda j: j.model_copy(
+                    update={"state": j.state.model_copy(update={"in_flight": flying})}))
+            except (HermitError, OSError) as e:  # a broken job file must not stop the jobs of the last good plan
+                log.warning("job %s: could not store run %s as %s (%s); a crash now could repeat it",
+                            job_id, flying.run_id, flying.phase, e)
+        return mark
+
+    async def _run_job(self, job: Job, handle: RunHandle, resume: InFlight | None = None) -> None:
         zone = self.jobs.zone(job)
         try:
             record = await execute(job, self.host, handle, zone, self._start_session,
-                                   may_deliver=self.jobs.check_delivery)
+                                   may_deliver=self.jobs.check_delivery, mark=self._mark(job.id), resume=resume,
+                                   reopen=self._start_session.reopen)
         except asyncio.CancelledError:
             record = RunRecord(handle.run_id, job.id, handle.started_at.isoformat(), "", "error", handle.trigger,
                                error="interrupted: the scheduler stopped")

@@ -16,18 +16,16 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from hermit.durable import append_whole, write_atomic
 from hermit.errors import JobError, disk_full
 from hermit.locks import locked
-from hermit.scheduler.jobs import Job, RunStatus, parse_job
+from hermit.scheduler.jobs import Job, RunStatus, Trigger, parse_job
 
 FORMAT_VERSION = 1
 RUN_LOG_MAX_BYTES = 1_000_000
 RUN_LOG_KEEP = 1000
-
-Trigger = Literal["schedule", "catch-up", "manual", "retry"]
 
 
 @dataclass(frozen=True)
