@@ -22,6 +22,7 @@ import pytest
 from hermit.channels.base import Target
 from hermit.messages import ToolResultMessage, UserMessage
 from hermit.models.base import ModelRequest
+from hermit.redaction import MASK, register
 from hermit.scheduler import LocalHost, SchedulerService
 from hermit.testing.scripted import Reply
 from schedhelpers import SimClock, config, runtimes, settle
@@ -285,3 +286,38 @@ async def test_a_paused_job_is_not_continued_after_a_crash(tmp_path: Path) -> No
     job = second.service.jobs.get("brief")
     assert "not continued" in (job.state.last_error or "") and job.state.in_flight is None
 
+
+SECRET = "sk-crontest-0123456789abcdef"
+
+
+async def test_job_and_heartbeat_errors_are_stored_and_shown_masked(tmp_path: Path) -> None:
+    register(SECRET)
+
+    def leak(request: ModelRequest) -> Reply:
+        raise RuntimeError(f"upstream said: bad key {SECRET}")
+
+    home = tmp_path / "home"
+    loaded = config(home, defaults={"heartbeat": {"every_minutes": 30}})
+    (loaded.agent().workspace / "HEARTBEAT.md").parent.mkdir(parents=True, exist_ok=True)
+    (loaded.agent().workspace / "HEARTBEAT.md").write_text("# HEARTBEAT.md\n\n- Check the mail.\n",
+                                                          encoding="utf-8")
+    clock = SimClock(START - timedelta(minutes=1))
+    rts, _ = runtimes(loaded, clock, leak)
+    service = SchedulerService(home, loaded, LocalHost(rts, Channel().deliver, threaded=False), clock=clock,
+                               fsync=False)
+    service.jobs.add({"id": "brief", "schedule": {"kind": "cron", "expr": "0 8 * * *"}, "message": "brief"})
+    clock.now = START
+    await service.start(run_loop=False)
+    await service.tick()
+    await settle(service)
+    clock.now += timedelta(minutes=30)
+    await service.tick()
+    await settle(service)
+
+    job = service.jobs.get("brief")
+    (run,) = service.jobs.store.runs("brief")
+    beat = service.status()["agents"]["main"]["heartbeat"]["last"]
+    for shown in (job.state.last_error, run["error"], beat["reason"]):
+        assert shown is not None and MASK in shown and SECRET not in shown, shown
+    assert SECRET not in service.jobs.store.path.read_text(encoding="utf-8")
+    assert SECRET not in service.jobs.store.run_log_path("brief").read_text(encoding="utf-8")

@@ -32,6 +32,7 @@ from hermit.agent.context import is_silent, load_history
 from hermit.config.load import LoadedConfig
 from hermit.errors import HermitError
 from hermit.messages import AssistantMessage, Message, UserMessage
+from hermit.redaction import mask
 from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.jobs import InFlight, Job, JobState, RunStatus
 from hermit.scheduler.schedule import Zone
@@ -202,10 +203,10 @@ async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, 
             raise
         status, error = "timeout", f"timed out after {job.timeout_seconds:g} s"
     except HermitError as e:
-        status, error = "error", e.message
+        status, error = "error", mask(e.message)
     except Exception as e:  # supervision boundary: a job's bug must not stop the scheduler
         log.warning("job %s failed", job.id, exc_info=True)
-        status, error = "error", f"{type(e).__name__}: {e}"
+        status, error = "error", mask(f"{type(e).__name__}: {e}")
     return RunRecord(run_id=handle.run_id, job_id=job.id, started_at=handle.started_at.isoformat(),
                      ended_at="", status=status, trigger=handle.trigger, error=error, delivered=delivered,
                      session_key=key, session_id=session_id, reply=reply, extra=extra)

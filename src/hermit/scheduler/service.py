@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from hermit.config.load import AgentConfig, LoadedConfig
 from hermit.errors import HermitError
+from hermit.redaction import mask
 from hermit.scheduler.control import CronJobs, register_scheduler
 from hermit.scheduler.heartbeat import (
     WITHHELD_FIX,
@@ -283,11 +284,11 @@ class SchedulerService:
         except asyncio.CancelledError:
             hb.last = HeartbeatOutcome("error", "cancelled (timed out or the scheduler stopped)").to_dict(now)
             raise
-        except HermitError as e:
-            outcome = HeartbeatOutcome("error", e.message)
+        except HermitError as e:  # masked: status() and the web app show it
+            outcome = HeartbeatOutcome("error", mask(e.message))
         except Exception as e:  # supervision boundary: a failed heartbeat must not stop the next one
             log.warning("heartbeat of %s failed", hb.agent.id, exc_info=True)
-            outcome = HeartbeatOutcome("error", f"{type(e).__name__}: {e}")
+            outcome = HeartbeatOutcome("error", mask(f"{type(e).__name__}: {e}"))
         hb.last = outcome.to_dict(now)
         log.info("heartbeat %s: %s %s", hb.agent.id, outcome.status, outcome.reason)
 
