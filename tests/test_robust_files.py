@@ -362,14 +362,17 @@ def test_racing_creators_of_one_name_never_overwrite_each_other(tmp_path: Path, 
 
 def test_a_memory_file_swapped_for_a_symlink_after_listing_is_not_followed(tmp_path: Path) -> None:
     """The listing skips symlinks, but a file replaced by one between the listing and the read (pointing at
-    a file the owner never put in memory) was followed: the index reads with O_NOFOLLOW now."""
-    from hermit.memory.index.sources import read_memory_file
+    a file the owner never put in memory) was followed: the index reads beneath the workspace's descriptor,
+    no link followed, now."""
+    from hermit.memory.index.sources import MemoryReader, SourceFile
 
     outside = tmp_path / "shadow"
     outside.write_text("root:secret-hash:19000\n")
     note = tmp_path / "memory" / "note.md"
     note.parent.mkdir()
     note.symlink_to(outside)  # what the read meets after the swap
-    got = read_memory_file(note, "memory/note.md", 1 << 20)
-    assert got.text is None and got.warning == "memory/note.md: skipped, it is a symlink; memory files must be regular files"
+    with MemoryReader(tmp_path) as reader:
+        got = reader.read(SourceFile("memory/note.md", str(note), "memory", str(tmp_path)), 1 << 20)
+    assert got.text is None and got.warning == ("memory/note.md: skipped, it is a symlink or under a symlinked "
+                                                "folder; memory files must be regular files")
     assert read_regular(note) == outside.read_bytes()  # other callers (a symlinked hermit.yaml) still follow

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import write
+from hermit import textfile
 from hermit.errors import PathPolicyError
 from hermit.memory.policy.audience import Reader
 from hermit.messages import ToolCallPart
@@ -27,7 +28,7 @@ GROUP = "agent:main:telegram:group:-100400"
 def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every safe_fs test runs twice: with the kernel's openat2 and with the O_NOFOLLOW walk."""
     if request.param == "walk":
-        monkeypatch.setattr(safe_fs, "_openat2_works", False)
+        monkeypatch.setattr(textfile, "_openat2_works", False)  # the open safe_fs builds on
     return str(request.param)
 
 

@@ -10,6 +10,8 @@ session may use and resolves the rest relative to it:
   has it (Linux 5.6+): the kernel refuses any symlink and any escape in one atomic lookup;
 - elsewhere a component-by-component walk, each step `O_NOFOLLOW` relative to the previous step's
   descriptor, so a swapped component is refused instead of followed.
+That open (`open_beneath`, `parts_of`) lives in hermit.textfile, below the memory indexer, which reads
+notes the same way; this module builds the tools' reads, writes, listings and removals on it.
 
 What was opened is then judged on the descriptor (`fstat`: a regular file, its identity, its link
 count), never by looking the name up again. Writes create a uniquely named temporary file in the
@@ -20,126 +22,22 @@ in the directory that was checked even if the path to it changed meanwhile.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
 import os
 import secrets
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from hermit.durable import append_fd, write_all
 from hermit.errors import PathPolicyError
+from hermit.textfile import DIR_FLAGS, O_PATH, SYMLINK_RULE, open_beneath, parts_of, refusal
 
-_SYS_OPENAT2 = 437  # the same number on every architecture that has it (x86_64, aarch64, …)
-RESOLVE_NO_MAGICLINKS = 0x02
-RESOLVE_NO_SYMLINKS = 0x04
-RESOLVE_BENEATH = 0x08
-_RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
-_O_PATH = getattr(os, "O_PATH", 0)
-_DIR_FLAGS = (_O_PATH or os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-SYMLINK_RULE = "tools do not follow symlinks in this session; use the real path inside the workspace"
+__all__ = ["SYMLINK_RULE", "NotAFile", "Opened", "append_beneath", "disk_usage", "kind_of", "list_beneath",
+           "lstat_beneath", "open_beneath", "open_dir", "parts_of", "read_beneath", "readlink_beneath",
+           "remove_beneath", "walk_beneath", "write_beneath"]
 
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-
-
-def _load_openat2() -> Any:
-    """libc's syscall() (typed Any: a ctypes function pointer), or None where there is none."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.syscall
-    except (OSError, AttributeError):
-        return None
-    fn.restype = ctypes.c_long
-    return fn
-
-
-_syscall = _load_openat2() if os.uname().sysname == "Linux" else None
-_openat2_works: bool | None = None  # learnt on first use: ENOSYS means an older kernel
-
-
-def parts_of(rel: str) -> list[str]:
-    """The components of a relative path; refuses absolute paths, `..`, NUL bytes and empty paths."""
-    if "\x00" in rel:
-        raise PathPolicyError("the path contains a NUL byte", "pass a plain file path")
-    if rel.startswith("/"):
-        raise PathPolicyError(f"{rel!r} is an absolute path here", "pass a path relative to the workspace")
-    parts = [p for p in rel.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise PathPolicyError(f"{rel!r} goes up with '..'", "pass a path inside the workspace without '..'")
-    return parts
-
-
-def _refusal(rel: str, err: OSError) -> PathPolicyError:
-    if err.errno == errno.ENOTDIR:
-        return PathPolicyError(f"{rel!r}: a part of the path is not a folder", "check the path")
-    if err.errno in (errno.ELOOP, errno.EXDEV):
-        return PathPolicyError(f"{rel!r} passes through a symlink or leaves the allowed folder", SYMLINK_RULE)
-    return PathPolicyError(f"cannot open {rel!r}: {err.strerror or err}", "check the path")
-
-
-def _openat2(dir_fd: int, rel: str, flags: int, mode: int) -> int | None:
-    """openat2 beneath `dir_fd`, or None when the kernel lacks it (the caller walks instead)."""
-    global _openat2_works
-    if _syscall is None or _openat2_works is False:
-        return None
-    how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, _RESOLVE)
-    while True:
-        fd = _syscall(_SYS_OPENAT2, dir_fd, rel.encode("utf-8", "surrogateescape"), ctypes.byref(how),
-                      ctypes.sizeof(how))
-        if fd >= 0:
-            _openat2_works = True
-            return int(fd)
-        err = ctypes.get_errno()
-        if err == errno.EINTR or err == errno.EAGAIN:
-            continue
-        if err in (errno.ENOSYS, errno.EPERM) and _openat2_works is None:
-            _openat2_works = False  # EPERM: a seccomp filter refusing unknown syscalls
-            return None
-        raise OSError(err, os.strerror(err))
-
-
-def _walk(dir_fd: int, parts: list[str]) -> int:
-    """A new O_PATH descriptor of the directory `parts` names beneath `dir_fd`, no symlink followed."""
-    cur = os.dup(dir_fd)
-    try:
-        for name in parts:
-            nxt = os.open(name, _DIR_FLAGS, dir_fd=cur)
-            os.close(cur)
-            cur = nxt
-        return cur
-    except BaseException:
-        os.close(cur)
-        raise
-
-
-def open_beneath(dir_fd: int, rel: str, flags: int, mode: int = 0o644) -> int:
-    """A descriptor of `rel` beneath `dir_fd` opened with `flags`; PathPolicyError when a symlink or an
-    escape is on the way (FileNotFoundError when it simply does not exist)."""
-    parts = parts_of(rel)
-    if not parts:
-        return os.open(".", flags | os.O_CLOEXEC, dir_fd=dir_fd)
-    joined = "/".join(parts)
-    try:
-        fd = _openat2(dir_fd, joined, flags, mode)
-        if fd is not None:
-            return fd
-        parent = _walk(dir_fd, parts[:-1])
-        try:
-            return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent)
-        finally:
-            os.close(parent)
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        if e.errno == errno.ENOENT:
-            raise FileNotFoundError(errno.ENOENT, "no such file", rel) from None
-        if e.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR):
-            raise _refusal(rel, e) from None
-        raise
+_O_PATH = O_PATH  # the names the tools have used
+_DIR_FLAGS = DIR_FLAGS
 
 
 def open_dir(dir_fd: int, rel: str, *, create: bool = False, listing: bool = False) -> int:
@@ -157,7 +55,7 @@ def open_dir(dir_fd: int, rel: str, *, create: bool = False, listing: bool = Fal
             try:
                 nxt = os.open(name, _DIR_FLAGS, dir_fd=cur)
             except OSError as e:
-                raise _refusal(rel, e) from None
+                raise refusal(rel, e) from None
             os.close(cur)
             cur = nxt
         if listing:

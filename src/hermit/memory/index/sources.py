@@ -4,16 +4,24 @@ Reading is defensive: a binary file, a huge file, an unreadable file or somethin
 file at all (a FIFO named x.md would block a plain open() forever) becomes a warning, never a crash or a
 hang; a note that is not UTF-8 is decoded in its detected encoding (hermit.textfile), and only when no
 encoding fits are bytes replaced, which the warning says.
+
+No symlink is followed below the workspace or an extra path, neither when listing nor when reading: another
+user who may write a memory folder could otherwise swap a folder for a link to one the owner keeps private
+between the listing and the read, and have its notes indexed under the shared folder's name. So folders are
+listed through descriptors opened O_NOFOLLOW from their parent's, and each file is read beneath the
+descriptor of the root it was listed under (`SourceFile.base`; hermit.textfile.read_regular_beneath), every
+component opened without following a link; the index keeps the fstat of the descriptor it read.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from hermit.memory.policy.paths import unsafe_extra_path
-from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, file_kind, read_regular
+from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, file_kind, read_regular_beneath
 
 MEMORY_FILE = "MEMORY.md"
 MEMORY_DIR = "memory"
@@ -24,6 +32,9 @@ class SourceFile:
     rel: str  # workspace-relative posix path, or an absolute path for extra paths outside the workspace
     path: str  # absolute (a string: the dirty check lists thousands of files before each search)
     source: str  # "memory" | "sessions"
+    # The folder a memory file is read beneath (`path` is base + "/" + the rest): the workspace, an extra
+    # folder outside it, or the real folder of an extra file outside it. "" for session transcripts.
+    base: str = ""
 
     @property
     def abs(self) -> Path:
@@ -41,20 +52,25 @@ def rel_path(workspace: Path, p: Path) -> str:
         return p.as_posix()
 
 
-def _walk_md(root: Path, workspace: Path, warnings: list[str]) -> list[SourceFile]:
-    """Markdown files under `root`, each directory's files (sorted) before its subdirectories.
+_DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
-    os.scandir's entries know whether they are symlinks or directories without another system call,
-    and paths stay strings until the end: listing 9k daily logs took 0.65 s with pathlib, ~0.05 s so."""
+
+def _walk_md(root: str, base: str, workspace: Path, warnings: list[str]) -> list[SourceFile]:
+    """Markdown files under the folder `root`, each directory's files (sorted) before its subdirectories.
+
+    Each folder is opened O_NOFOLLOW from its parent's descriptor and listed through it: one swapped for a
+    symlink after its parent was listed is refused, not listed through. os.scandir's entries know whether
+    they are symlinks or directories without another system call, and paths stay strings until the end:
+    listing 9k daily logs took 0.65 s with pathlib, ~0.05 s so."""
     out: list[SourceFile] = []
     prefix = str(workspace) + os.sep
 
     def rel(path: str) -> str:
         return path[len(prefix):].replace(os.sep, "/") if path.startswith(prefix) else Path(path).as_posix()
 
-    def visit(directory: str) -> None:
+    def visit(fd: int, directory: str) -> None:
         try:
-            with os.scandir(directory) as it:
+            with os.scandir(fd) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as err:
             warnings.append(f"{rel(directory)}: cannot be listed ({err.strerror or err})")
@@ -63,21 +79,36 @@ def _walk_md(root: Path, workspace: Path, warnings: list[str]) -> list[SourceFil
         for ent in entries:
             if ent.name.startswith("."):
                 continue
+            path = directory + os.sep + ent.name
             if ent.is_symlink():
                 if _is_md(ent.name):
-                    warnings.append(f"{rel(ent.path)}: skipped, memory files may not be symlinks")
+                    warnings.append(f"{rel(path)}: skipped, memory files may not be symlinks")
                 continue
             if ent.is_dir():
-                subdirs.append(ent.path)
+                subdirs.append(ent.name)
             elif _is_md(ent.name):
                 if ent.is_file():
-                    out.append(SourceFile(rel(ent.path), ent.path, "memory"))
+                    out.append(SourceFile(rel(path), path, "memory", base))
                 else:
-                    warnings.append(_not_regular(rel(ent.path), ent.path))
-        for d in subdirs:
-            visit(d)
+                    warnings.append(_not_regular(rel(path), path))
+        for name in subdirs:
+            opened(name, directory + os.sep + name, fd)
 
-    visit(str(root))
+    def opened(name: str, directory: str, parent: int | None) -> None:
+        try:
+            fd = os.open(name, _DIR_OPEN, dir_fd=parent)
+        except OSError as err:
+            if err.errno != errno.ENOENT:  # gone since its parent was listed: nothing to list
+                what = "it was swapped for a symlink" if err.errno in (errno.ELOOP, errno.ENOTDIR) else \
+                    err.strerror or err
+                warnings.append(f"{rel(directory)}: cannot be listed ({what})")
+            return
+        try:
+            visit(fd, directory)
+        finally:
+            os.close(fd)
+
+    opened(root, root, None)
     return out
 
 
@@ -89,19 +120,37 @@ def _not_regular(rel: str, path: str) -> str:
     return f"{rel}: skipped, it is {kind}; memory files must be regular files"
 
 
+def _base(workspace: Path, p: Path) -> str:
+    """The folder an extra folder `p`'s files are read beneath: the workspace when `p` is inside it (so no
+    folder between them is followed either), else `p` itself."""
+    ws = str(workspace)
+    return ws if str(p).startswith(ws + os.sep) and ".." not in p.parts else str(p)
+
+
+def _extra_file(workspace: Path, p: Path) -> SourceFile:
+    """An extra path naming one file: read beneath the workspace when inside it, else beneath the real
+    folder the config names (its links followed here, once; the file itself never)."""
+    rel, base = rel_path(workspace, p), _base(workspace, p)
+    if base == str(workspace):
+        return SourceFile(rel, str(p), "memory", base)
+    base = str(p.parent.resolve())
+    return SourceFile(rel, base + os.sep + p.name, "memory", base)
+
+
 def list_memory_files(workspace: Path, extra_paths: list[str]) -> tuple[list[SourceFile], list[str]]:
     warnings: list[str] = []
     files: dict[str, SourceFile] = {}
+    ws = str(workspace)
     top = workspace / MEMORY_FILE
     if top.is_symlink():
         warnings.append(f"{MEMORY_FILE}: skipped, memory files may not be symlinks")
     elif top.is_file():
-        files[MEMORY_FILE] = SourceFile(MEMORY_FILE, str(top), "memory")
+        files[MEMORY_FILE] = SourceFile(MEMORY_FILE, str(top), "memory", ws)
     elif top.exists():
         warnings.append(_not_regular(MEMORY_FILE, str(top)))
     mem = workspace / MEMORY_DIR
     if mem.is_dir() and not mem.is_symlink():
-        for f in _walk_md(mem, workspace, warnings):
+        for f in _walk_md(str(mem), ws, workspace, warnings):
             files[f.rel] = f
     for raw in extra_paths:
         unsafe = unsafe_extra_path(workspace, raw)
@@ -115,14 +164,14 @@ def list_memory_files(workspace: Path, extra_paths: list[str]) -> tuple[list[Sou
         if p.is_symlink():
             warnings.append(f"extra path {raw}: skipped, symlinks are not followed")
         elif p.is_dir():
-            for f in _walk_md(p, workspace, warnings):
+            for f in _walk_md(str(p), _base(workspace, p), workspace, warnings):
                 files.setdefault(f.rel, f)
         elif p.exists() and not p.is_file():
             warnings.append(_not_regular(f"extra path {raw}", str(p)))
         elif p.is_file():
             if _is_md(p.name):
-                rel = rel_path(workspace, p)
-                files.setdefault(rel, SourceFile(rel, str(p), "memory"))
+                f = _extra_file(workspace, p)
+                files.setdefault(f.rel, f)
             else:
                 warnings.append(f"extra path {raw}: skipped, only .md files are memory")
         else:
@@ -134,25 +183,62 @@ def list_memory_files(workspace: Path, extra_paths: list[str]) -> tuple[list[Sou
 class ReadResult:
     text: str | None
     warning: str | None
+    st: os.stat_result | None = None  # fstat of the descriptor read: what the index records for the file
 
 
-def read_memory_file(path: Path, rel: str, max_bytes: int) -> ReadResult:
-    try:
-        data = read_regular(path, max_bytes, follow=False)  # listed as no symlink: none swapped in since
-    except FileNotFoundError:
-        return ReadResult(None, None)  # vanished mid-sync: the next sync removes it
-    except NotRegularFile as e:
-        return ReadResult(None, f"{rel}: skipped, it is {e.kind}; memory files must be regular files")
-    except FileTooLarge as e:
-        return ReadResult(None, f"{rel}: skipped, {e.size:,} bytes is over the {max_bytes:,}-byte limit "
-                                "(memory_search.max_file_bytes); split it or raise the limit")
-    except OSError as e:
-        return ReadResult(None, f"{rel}: skipped, cannot read ({e.strerror or e})")
-    if b"\x00" in data[:8192]:
-        return ReadResult(None, f"{rel}: skipped, looks binary (NUL bytes); memory files must be text")
-    decoded = decode_text(data)
-    if decoded.replaced:
-        return ReadResult(decoded.text, f"{rel}: not valid UTF-8 (first bad byte on line {decoded.first_bad_line})"
-                                        " and no other encoding fits; indexed with replacement characters — "
-                                        "re-save the file as UTF-8")
-    return ReadResult(decoded.text, None)
+class MemoryReader:
+    """Reads listed memory files, each beneath a descriptor of the folder it was listed under (its `base`),
+    with no symlink followed at any component below it. The workspace's own path is followed (the owner's
+    config may name it through a link); an extra folder, refused at listing when it is a symlink, is opened
+    O_NOFOLLOW so one swapped in since is refused too. Descriptors are kept for the reader's life: use it
+    as a context manager around one sync."""
+
+    def __init__(self, workspace: Path) -> None:
+        self._workspace = str(workspace)
+        self._roots: dict[str, int] = {}
+
+    def __enter__(self) -> MemoryReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for fd in self._roots.values():
+            os.close(fd)
+        self._roots.clear()
+
+    def _root(self, base: str) -> int:
+        fd = self._roots.get(base)
+        if fd is None:
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if base == self._workspace else os.O_NOFOLLOW)
+            try:
+                fd = os.open(base, flags)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped for a link (or a file) since the listing
+                    raise NotRegularFile(base, "a symlink or under a symlinked folder") from None
+                raise
+            self._roots[base] = fd
+        return fd
+
+    def read(self, f: SourceFile, max_bytes: int) -> ReadResult:
+        rel = f.rel
+        try:
+            data, st = read_regular_beneath(self._root(f.base), f.path[len(f.base) + 1:], max_bytes)
+        except FileNotFoundError:
+            return ReadResult(None, None)  # vanished mid-sync: the next sync removes it
+        except NotRegularFile as e:
+            return ReadResult(None, f"{rel}: skipped, it is {e.kind}; memory files must be regular files")
+        except FileTooLarge as e:
+            return ReadResult(None, f"{rel}: skipped, {e.size:,} bytes is over the {max_bytes:,}-byte limit "
+                                    "(memory_search.max_file_bytes); split it or raise the limit")
+        except OSError as e:
+            return ReadResult(None, f"{rel}: skipped, cannot read ({e.strerror or e})")
+        if b"\x00" in data[:8192]:
+            return ReadResult(None, f"{rel}: skipped, looks binary (NUL bytes); memory files must be text", st)
+        decoded = decode_text(data)
+        if decoded.replaced:
+            return ReadResult(decoded.text, f"{rel}: not valid UTF-8 (first bad byte on line "
+                                            f"{decoded.first_bad_line}) and no other encoding fits; indexed with "
+                                            "replacement characters — re-save the file as UTF-8", st)
+        return ReadResult(decoded.text, None, st)

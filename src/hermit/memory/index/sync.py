@@ -34,7 +34,7 @@ from hermit.memory.embedders.base import Embedder, LineEmbedder
 from hermit.memory.index import line_vectors
 from hermit.memory.index.chunking import CHUNKER_ID, Chunk, chunk_markdown, line_texts, text_hash
 from hermit.memory.index.session_source import list_session_files, render_transcript, session_needs_index
-from hermit.memory.index.sources import SourceFile, list_memory_files, read_memory_file
+from hermit.memory.index.sources import MemoryReader, SourceFile, list_memory_files
 from hermit.memory.search.fts import FTS_VERSION
 from hermit.memory.store.api import FileState, MemoryStore
 from hermit.textfile import read_regular
@@ -202,27 +202,29 @@ class Indexer:
                 return True
         return False
 
-    def _load(self, f: SourceFile, old: FileState | None, mtime_ns: int, size: int,
-              report: SyncReport) -> tuple[str | None, int]:
-        """The text to index for `f` (None = nothing to index now) and its message count."""
+    def _load(self, f: SourceFile, old: FileState | None, st: os.stat_result, report: SyncReport,
+              reader: MemoryReader) -> tuple[str | None, int, os.stat_result]:
+        """The text to index for `f` (None = nothing to index now), its message count, and the stat to record
+        for it: a memory file's is the fstat of the descriptor its text was read through (what was read,
+        even if the name was swapped since the caller's stat; the next sync compares against it)."""
         if f.source == "sessions":
             try:
                 data = read_regular(f.path, follow=False)
             except OSError as e:
                 report.warnings.append(f"{f.rel}: skipped, cannot read ({e})")
-                return None, 0
+                return None, 0, st
             needs_vectors = self.embedder is not None and old is not None and not old.embedded
             delta = session_needs_index(indexed_size=old.size if old else None,
                                         indexed_messages=old.messages if old else None,
-                                        size=size, mtime_ns=mtime_ns, data=data, now=self.clock())
+                                        size=st.st_size, mtime_ns=st.st_mtime_ns, data=data, now=self.clock())
             if not (delta.should_index or needs_vectors):
-                return None, delta.messages
+                return None, delta.messages, st
             text, messages = render_transcript(data.decode("utf-8", errors="replace"))
-            return text, messages
-        read = read_memory_file(f.abs, f.rel, self.cfg.max_file_bytes)
+            return text, messages, st
+        read = reader.read(f, self.cfg.max_file_bytes)
         if read.warning:
             report.warnings.append(read.warning)
-        return read.text, 0
+        return read.text, 0, read.st or st
 
     # -- sync -----------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -312,34 +314,35 @@ class Indexer:
         changed: list[Pending] = []
         want_lines = lines_wanted(self.cfg, self.embedder)
         batch = max(16, self.cfg.remote.batch_size if self.cfg.provider not in ("local", "none") else 32)
-        for n, f in enumerate(files, start=1):
-            if progress:
-                progress(n, len(files), f.rel)
-            try:
-                st = f.abs.stat()
-            except FileNotFoundError:
-                continue  # vanished since listing: the next sync deletes it
-            old = indexed.get(f.rel)
-            needs_vectors = self.embedder is not None and old is not None and not old.embedded
-            if old and old.mtime == st.st_mtime_ns and old.size == st.st_size and not needs_vectors:
-                report.files_unchanged += 1
-                continue
-            text, messages = self._load(f, old, st.st_mtime_ns, st.st_size, report)
-            if text is None:
-                if f.source == "sessions":  # below the re-index threshold: keep what is indexed
+        with MemoryReader(self.workspace) as reader:  # the roots' descriptors, for this sync
+            for n, f in enumerate(files, start=1):
+                if progress:
+                    progress(n, len(files), f.rel)
+                try:
+                    st = f.abs.stat()
+                except FileNotFoundError:
+                    continue  # vanished since listing: the next sync deletes it
+                old = indexed.get(f.rel)
+                needs_vectors = self.embedder is not None and old is not None and not old.embedded
+                if old and old.mtime == st.st_mtime_ns and old.size == st.st_size and not needs_vectors:
                     report.files_unchanged += 1
-                elif old is not None:  # indexed before but unreadable now: drop the stale chunks
-                    store.delete_file(f.rel)
-                continue
-            file_hash = text_hash(text)
-            if old and old.hash == file_hash and not needs_vectors:
-                store.touch_file(f.rel, st.st_mtime_ns, st.st_size)
-                report.files_unchanged += 1
-                continue
-            chunks = chunk_markdown(text, self.cfg.chunking.tokens, self.cfg.chunking.overlap)
-            lines = {n: (text_hash(t), t) for n, t in line_texts(text, self.cfg.chunking.tokens).items()} \
-                if want_lines else {}
-            changed.append(Pending(f, file_hash, st.st_mtime_ns, st.st_size, chunks, messages, lines))
+                    continue
+                text, messages, st = self._load(f, old, st, report, reader)
+                if text is None:
+                    if f.source == "sessions":  # below the re-index threshold: keep what is indexed
+                        report.files_unchanged += 1
+                    elif old is not None:  # indexed before but unreadable now: drop the stale chunks
+                        store.delete_file(f.rel)
+                    continue
+                file_hash = text_hash(text)
+                if old and old.hash == file_hash and not needs_vectors:
+                    store.touch_file(f.rel, st.st_mtime_ns, st.st_size)
+                    report.files_unchanged += 1
+                    continue
+                chunks = chunk_markdown(text, self.cfg.chunking.tokens, self.cfg.chunking.overlap)
+                lines = {n: (text_hash(t), t) for n, t in line_texts(text, self.cfg.chunking.tokens).items()} \
+                    if want_lines else {}
+                changed.append(Pending(f, file_hash, st.st_mtime_ns, st.st_size, chunks, messages, lines))
         # Chunk every changed file first, so the total is known before the slow part (embedding) starts.
         total = sum(len(p.chunks) for p in changed)
         # Newest notes first: after years of daily logs, today's and this week's are what is asked about.
