@@ -109,6 +109,26 @@ def workspace(ctx: CliContext) -> str | Check:
     return str(a.workspace)
 
 
+@check("extra paths", fix="keep memory_search.extra_paths in folders only you can write", needs=("config",))
+def extra_paths(ctx: CliContext) -> str | Check:
+    from hermit.memory.policy.paths import extra_path_writers
+
+    problems: list[str] = []
+    seen = 0
+    for a in ctx.config().agents:
+        for raw in a.settings.memory_search.extra_paths:
+            seen += 1
+            why = extra_path_writers(a.workspace, raw)
+            if why is not None:
+                problems.append(f"agents {a.id}: extra path {raw}: {why}")
+    if problems:
+        return Check("extra paths", "warn", "; ".join(problems) + " — whoever can write there can put text in "
+                     "your memory (searched and quoted as your notes) or swap its folders",
+                     "move these notes to a folder only you can write (chown it to yourself, chmod go-w), or "
+                     "take the path out of memory_search.extra_paths")
+    return f"{seen} extra path(s), each only yours to write" if seen else "none configured"
+
+
 @check("embedding model", fix="run `hermit doctor --debug`; set memory_search.provider: none to go keyword-only",
        needs=("config", "state dir"))
 def embedder(ctx: CliContext) -> str:
@@ -180,6 +200,7 @@ CHECKS: list[CheckFn] = [
     config,
     *ACCESS_CHECKS,  # bindings; owners, access policies and every route a non-owner has to main; credentials
     workspace,
+    extra_paths,  # memory_search.extra_paths another user could write
     embedder,
     translation,
     index,

@@ -1,10 +1,13 @@
-"""memory_get's path rules: MEMORY.md, memory/**, configured extra paths; .md only; no symlinks; no escape."""
+"""memory_get's path rules: MEMORY.md, memory/**, configured extra paths; .md only; no symlinks; no escape —
+and who besides the owner could change what an extra path holds."""
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
+from hermit.config.paths import not_own_file, not_safe_parent
 from hermit.errors import PathPolicyError
 from hermit.messages import valid_text
 
@@ -30,6 +33,53 @@ def unsafe_extra_path(workspace: Path, raw: str) -> str | None:
     ws = workspace.resolve()
     if root == ws or _within(ws, root):
         return "it names the workspace itself (or a folder holding it), so every workspace file would be memory"
+    return None
+
+
+MAX_JUDGED = 10_000  # entries of an extra folder judged by `extra_path_writers` (a doctor check, not a sync)
+
+
+def extra_path_writers(workspace: Path, raw: str) -> str | None:
+    """Who besides the owner could change what the extra memory path `raw` holds, in words ("/srv/notes
+    belongs to another user (uid 1007)"), or None. They could put text into the owner's memory (searched
+    and quoted as the owner's notes), or swap its folders for links and plant folder trees for the watcher.
+
+    The rule of hermit.config.paths for folders that hold the owner's notes, applied to the path, every
+    folder and note in it (walked without following links, at most MAX_JUDGED entries) and every folder
+    above it: the path and what it holds must be the current user's and not writable by every user
+    (`not_own_file`; group write is accepted, as with a umask of 002); each folder above it the user's or
+    root's and not writable by every user unless sticky (`not_safe_parent`: /tmp is fine, a folder another
+    user made in it is not). A path that does not exist yet is judged by the folders above it."""
+    p = Path(raw).expanduser()
+    p = p if p.is_absolute() else workspace / p
+    if p.is_symlink():
+        return None  # not followed: the sync skips it and says so
+    real = p.parent.resolve() / p.name
+    for parent in real.parents:
+        try:
+            why = not_safe_parent(os.stat(parent), group_ok=True)
+        except OSError:
+            continue
+        if why is not None:
+            return f"{parent} (above it) {why}"
+    judged = 0
+    todo = [str(real)]
+    while todo and judged < MAX_JUDGED:
+        path = todo.pop()
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        judged += 1
+        if (why := not_own_file(st)) is not None:
+            return f"{path} {why}"
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                with os.scandir(path) as it:
+                    todo.extend(e.path for e in it if e.is_dir(follow_symlinks=False)
+                                or e.name.lower().endswith(".md"))
+            except OSError:
+                continue  # unreadable: the sync says it cannot list it
     return None
 
 
