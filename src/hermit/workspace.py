@@ -13,6 +13,7 @@ from pathlib import Path
 
 from hermit.config.paths import PRIVATE_FILE_MODE, ensure_private_dir
 from hermit.durable import create_new
+from hermit.redaction import mask
 from hermit.textfile import decode_text, read_regular
 
 HEARTBEAT_FILE = "HEARTBEAT.md"
@@ -86,7 +87,8 @@ def read_bootstrap(
 ) -> list[BootstrapFile]:
     """Bootstrap files in prompt order; MEMORY.md and HEARTBEAT.md (MAIN_SESSION_FILES) only when
     `include_memory` (the main private session): no other session sees them at all, not even as missing.
-    `render(name, text)` is the file as the session may see it (None: nothing), applied before the caps."""
+    `render(name, text)` is the file as the session may see it (None: nothing), applied before the caps; then
+    every registered secret (hermit.redaction) is masked, for every session."""
     names = [n for n in BOOTSTRAP_ORDER if include_memory or n not in MAIN_SESSION_FILES]
     names += [MEMORY_FILE] if include_memory else []
     out: list[BootstrapFile] = []
@@ -103,6 +105,9 @@ def read_bootstrap(
         if render is not None:
             shown = render(name, raw)
             raw = shown if shown is not None else f"[{name}: nothing in it is shared with this chat]"
+        # A key a command appended here (its tool result showed `***`) would reach every prompt: masked as
+        # read, before the caps, so no cut leaves half a key; the file itself keeps what was written.
+        raw = mask(raw)
         text, cut = cap_text(name, raw, min(max_chars, max(budget, 0)))
         if budget <= 0:
             text, cut = f"[{name} omitted: the {total_max_chars:,}-char bootstrap budget is used up]", True

@@ -16,6 +16,7 @@ Decisions:
   the model returns the whole updated summary. Inputs larger than the window are summarised in
   chunks, each chunk updating the summary of the ones before. Tool outputs enter the summary request
   trimmed (head and tail) — the full text stays in the JSONL.
+- Registered secrets (hermit.redaction) are masked in the summary request and in the summary it returns.
 - Failure (provider error, empty summary) writes nothing: the transcript is append-only anyway, and
   no compaction entry means the next request is built exactly as before.
 - tokensBefore/tokensAfter are estimates (CJK-aware) of the whole request: system prompt, tool schemas,
@@ -35,6 +36,7 @@ from hermit.config.schema import CompactionConfig
 from hermit.errors import HermitError
 from hermit.messages import AssistantMessage, Message, ToolResultMessage, UserMessage, message_from_dict
 from hermit.models.base import Model, ModelRequest
+from hermit.redaction import mask
 from hermit.sessions.pruning import labelled_cut, message_tokens
 from hermit.sessions.transcript import CompactionEntry, MessageEntry, Transcript
 from hermit.tokens import estimate_tokens
@@ -183,8 +185,11 @@ def summary_prompt(conversation: str, previous: str | None, focus: str | None) -
 
 
 def _ask(model: Model, prompt: str, max_tokens: int) -> str:
-    request = ModelRequest(system=SUMMARY_SYSTEM_PROMPT, messages=(UserMessage(prompt),), max_tokens=max_tokens)
-    text = model.complete(request).text.strip()
+    # Registered secrets masked both ways: in what is summarised (a transcript written before replies were
+    # masked, a key the user typed) and in the summary, which the transcript keeps and every later request sends.
+    request = ModelRequest(system=SUMMARY_SYSTEM_PROMPT, messages=(UserMessage(mask(prompt)),),
+                           max_tokens=max_tokens)
+    text = mask(model.complete(request).text).strip()
     if not text:
         raise CompactionFailed("the model returned an empty summary", "try /compact again, or another model")
     return text

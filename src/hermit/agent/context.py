@@ -14,6 +14,10 @@ tool call has exactly one result — a call left dangling by a crash or Ctrl-C g
 result, a result whose call is gone is dropped — before anything is sent.
 
 Every block is measured (CJK-aware token estimate), which is what `/context` shows.
+
+Registered secrets (hermit.redaction) never reach a request from the files or the transcript: the bootstrap
+files are masked as they are read (workspace.read_bootstrap), for every kind of session, and the history as
+it is loaded (a key the user typed, or a reply stored before replies were masked). The files stay as written.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 from hermit.memory.policy.audience import reader_for_session, visible_text
 from hermit.messages import AssistantMessage, Message, ToolResultMessage, UserMessage, message_from_dict
 from hermit.models.base import ToolSchema
+from hermit.redaction import mask, mask_data
 from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.pruning import message_tokens
 from hermit.sessions.transcript import MessageEntry, Transcript
@@ -251,8 +256,8 @@ class History:
 
 
 def load_history(transcript: Transcript) -> History:
-    """Messages to send from a transcript: compaction summary first, then the kept entries.
-    Unreadable entries are skipped and reported with file and line, never silently."""
+    """Messages to send from a transcript: compaction summary first, then the kept entries, every registered
+    secret masked. Unreadable entries are skipped and reported with file and line, never silently."""
     view = transcript.context_view()
     problems = [str(p) for p in transcript.problems]
     if view.warning:
@@ -260,12 +265,15 @@ def load_history(transcript: Transcript) -> History:
     messages: list[Message] = []
     summary = view.compaction.summary if view.compaction is not None else None
     if summary:
+        summary = mask(summary)
         messages.append(UserMessage(SUMMARY_PREFIX + summary))
-    for entry in view.entries:
-        if not isinstance(entry, MessageEntry):
-            continue
+    entries = [e for e in view.entries if isinstance(e, MessageEntry)]
+    # Registered secrets are masked as the history is read: what a user typed, and what a transcript written
+    # before replies were masked holds, go to the provider as `***` (the file keeps it).
+    stored = mask_data([e.message for e in entries])
+    for entry, message in zip(entries, stored, strict=True):
         try:
-            messages.append(message_from_dict(entry.message))
+            messages.append(message_from_dict(message))
         except ValueError as e:
             problems.append(f"{transcript.path}:{entry.line}: unreadable message ({e}); skipped")
     return History(tuple(messages), tuple(problems), summary)

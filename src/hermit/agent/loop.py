@@ -17,10 +17,18 @@ ended by the transport (the token shuts its socket), and that too surfaces as `T
 
 Streaming: text deltas are forwarded as TextChunk events, except that text which could still turn
 out to be the silent token NO_REPLY is held back until it cannot (or is dropped if it is).
+
+Secrets: the model's text is masked (hermit.redaction) at the one point every face gets it from. The finished
+assistant message is masked before it is recorded (the transcript), returned (the CLI, a channel's reply) or
+put in a ModelReplied event, and so is the partial text of a failed call. Streamed deltas pass a
+StreamMasker first: it holds back the last (longest secret − 1) characters, so a key split across deltas is
+never sent piece by piece; the web chat sees the reply that much later, and at once when the stream ends.
+Tool-call arguments are not masked: a call runs with the value the model wrote.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -38,7 +46,7 @@ from hermit.messages import (
 )
 from hermit.models.base import Model, ModelRequest, ModelResponse, ResponseDone, TextDelta, ToolCallDelta
 from hermit.models.cancel import CancelToken
-from hermit.redaction import mask
+from hermit.redaction import StreamMasker, mask
 from hermit.tools.base import ToolRun, ToolRunner
 
 CANCELLED_RESULT = "error: cancelled by the user before this tool ran to completion"
@@ -147,17 +155,27 @@ def _call_model(model: Model, request: ModelRequest, stream: bool, on_event: Eve
     if not stream:
         return model.complete(request)  # a finished response is kept; the next step checks `cancel`
     filt = _SilenceFilter(lambda t: _emit(on_event, TextChunk(t)))
+    masker = StreamMasker()
     for event in model.stream(request):
         _check_cancel(cancel)
         if isinstance(event, TextDelta):
             partial.append(event.text)
-            filt.feed(event.text)
+            if shown := masker.feed(event.text):
+                filt.feed(shown)
         elif isinstance(event, ToolCallDelta):
             continue  # the adapter assembles the arguments; the call is shown when it runs
         elif isinstance(event, ResponseDone):
+            if rest := masker.finish():
+                filt.feed(rest)
             filt.finish()
             return event.response
     raise HermitError("the model stream ended without a final response", "retry the message")
+
+
+def masked_reply(message: AssistantMessage) -> AssistantMessage:
+    """The assistant message with every registered secret masked in its text (the same message when none is)."""
+    parts = tuple(TextPart(mask(p.text)) if isinstance(p, TextPart) else p for p in message.content)
+    return message if parts == message.content else dataclasses.replace(message, content=parts)
 
 
 def unfinished_turn(history: Sequence[Message], user: UserMessage) -> int | None:
@@ -263,11 +281,11 @@ def run_loop(
                     continue
             why = ("cancelled by the user" if isinstance(e, KeyboardInterrupt)
                    else "interrupted: the gateway stopped" if isinstance(e, TurnCancelled) else mask(e.message))
-            text = "".join(partial)
+            text = mask("".join(partial))
             add(AssistantMessage((TextPart(text),) if text else (), "error", Usage(),
                                  model.profile.model_id, model.profile.provider, why))
             raise
-        assistant = response.message
+        assistant = masked_reply(response.message)
         add(assistant)
         result.usage = result.usage + assistant.usage
         if on_usage is not None:

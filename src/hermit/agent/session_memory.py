@@ -55,6 +55,7 @@ from hermit.memory.policy.daily_log import MAX_NOTE_CHARS, memory_writes_locked
 from hermit.memory.policy.provenance import Origin, neutralize, open_line, origin_blocks, seal, wrap
 from hermit.messages import UserMessage
 from hermit.models.base import Model, ModelRequest
+from hermit.redaction import mask
 from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.record import SessionRecord
 from hermit.sessions.transcript import MessageEntry, read_transcript
@@ -109,7 +110,7 @@ class Line:
 
 
 def recent_dialogue(path: Path, count: int) -> list[Line]:
-    """The last `count` user/assistant messages with text, oldest first."""
+    """The last `count` user/assistant messages with text, oldest first, registered secrets masked."""
     lines: list[Line] = []
     for entry in read_transcript(path).entries:
         if not isinstance(entry, MessageEntry):
@@ -121,8 +122,8 @@ def recent_dialogue(path: Path, count: int) -> list[Line]:
         content = message.get("content")
         parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
         text = "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict) and p.get("type") == "text")
-        if text.strip():
-            lines.append(Line(str(role), text.strip()))
+        if text.strip():  # masked: these lines go to the slug request and into a memory file
+            lines.append(Line(str(role), mask(text).strip()))
     return lines[-count:]
 
 
