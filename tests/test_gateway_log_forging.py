@@ -1,7 +1,8 @@
 """Nobody without the token writes or wipes the gateway log (audit C): against a real `hermit gateway run`,
 a request path or a `connect.challenge` host carrying a newline (or U+2028, NEL, an escape) stays inside the
-gateway's own line, in the file, in `hermit logs` and in the web app's logs.tail; a flood of refused requests
-logs only the first few a minute per kind, so it cannot rotate the earlier history out."""
+gateway's own line, in the file, in `hermit logs` and in the web app's logs.tail, and spaces padding a forged
+entry to a row of its own are collapsed; a flood of refused requests logs only the first few a minute per kind,
+so it cannot rotate the earlier history out."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import http.client
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -98,6 +100,20 @@ def test_a_newline_in_a_refused_path_stays_on_the_gateways_line(gateway: Gateway
     assert "\x1b" not in line and "\\x1b[2J" in line  # escaped, not passed to the terminal of `hermit logs`
 
 
+def test_a_path_padded_with_spaces_is_one_entry_with_its_spaces_collapsed(gateway: GatewayProcess) -> None:
+    """Spaces padding a forged entry to the start of a row (the web app's Log view wraps) are one space each."""
+    marker = "FORGE-PADDED"
+    pad = " " * 70  # the path is cut at 200 characters: the marker stays in
+    path = "/x" + quote(f"{pad}{FORGED} {marker}{pad}", safe="/:,|")
+    r = httpx.get(f"http://127.0.0.1:{PORT_FORGE}{path}", headers={"Host": "evil.example"}, timeout=10)
+    assert r.status_code == 421
+    assert_not_forged(gateway, marker)
+    [line] = [line for line in log_lines(gateway.home) if marker in line]
+    assert f"'/x {FORGED} {marker}" in line and not re.search(r"\s\s", line), line
+    [entry] = [e for e in logs_tail(gateway) if marker in e["msg"]]
+    assert not re.search(r"\s\s", entry["msg"]), entry
+
+
 def challenge(gw: GatewayProcess, host: str) -> dict[str, Any]:
     with connect(gw.ws_url, origin=None) as ws:  # type: ignore[arg-type]
         ws.send(json.dumps({"type": "req", "id": "c", "method": "connect.challenge",
@@ -184,6 +200,14 @@ def test_a_traceback_keeps_its_lines_but_none_passes_for_an_entry(gateway_loggin
     assert [e["msg"] for e in entries] == ["turn for a\\nb failed"]
     assert "FORGE-EXC" in entries[0]["exc"] and "FORGE-JSON" in entries[0]["exc"]
     assert entries[0]["exc"].startswith("Traceback") and "\x1b" not in entries[0]["exc"]
+
+
+def test_runs_of_any_whitespace_in_a_message_are_one_space(gateway_logging: Path) -> None:
+    logging.getLogger("hermit.gateway.test").warning("name %s seen", "a" + " " * 50 + "\u3000\u2003\xa0" * 9 + "b  c")
+    for h in logging.getLogger("hermit").handlers:
+        h.flush()
+    msgs = [e["msg"] for line in gateway_logging.read_text(encoding="utf-8").splitlines() if (e := log_entry(line))]
+    assert msgs == ["name a b c seen"]
 
 
 def test_refusals_past_the_limit_are_counted_in_one_line(gateway_logging: Path) -> None:

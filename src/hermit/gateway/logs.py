@@ -6,7 +6,9 @@ terminal ever holds them, whichever library logged them. uvicorn's access log is
 carry the token. Then `OneLine` escapes every line break and control character in the message (`\\n`,
 `\\x1b`, `\\u2028`): a record is one line whatever a request path or header carried, so nobody writes an
 entry of their own into the log that `hermit logs` and the web app read back. Only a traceback, which the
-formatter appends, spans lines, and none of its lines can pass for an entry (`safe_traceback`). The log
+formatter appends, spans lines, and none of its lines can pass for an entry (`safe_traceback`). A run of
+whitespace in a message becomes one space, too: a path padded with spaces drew, in the web app's wrapping
+Log view, a forged entry that began a row of its own. The log
 holds what people wrote, so `logs/` is 0700 and every log file 0600, the rotated ones included, whatever
 the umask.
 """
@@ -38,6 +40,7 @@ LOGGERS = ("hermit", "uvicorn", "uvicorn.error")
 # line (str.splitlines breaks at \x1c-\x1e, \x85, U+2028/9 too), drive a terminal, or reorder what is shown.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_SPACES = re.compile(r"\s{2,}")  # after one_line, only spaces are left of \s
 
 
 def _escape(m: re.Match[str]) -> str:
@@ -50,6 +53,12 @@ def one_line(text: str) -> str:
     return _CONTROL.sub(_escape, text)
 
 
+def one_spaced(text: str) -> str:
+    """`text` one line (`one_line`) with each run of two or more whitespace characters (spaces, U+3000,
+    U+2003 and the other Unicode spaces) made one space."""
+    return _SPACES.sub(" ", one_line(text))
+
+
 def safe_traceback(text: str) -> str:
     """A traceback (or stack) kept on its lines, each escaped, and indented where it would read as an entry
     of its own (an exception message can hold a forged log line)."""
@@ -58,11 +67,12 @@ def safe_traceback(text: str) -> str:
 
 
 class OneLine(logging.Filter):
-    """Makes every record one line: its message (args included) and its traceback escaped as above."""
+    """Makes every record one line: its message (args included) escaped and its runs of whitespace made one
+    space, its traceback escaped, as above."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
-        escaped = one_line(text)
+        escaped = one_spaced(text)
         if escaped != text:
             record.msg, record.args = escaped, None
         if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
