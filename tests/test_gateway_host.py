@@ -103,3 +103,16 @@ def test_webhooks_arrive_under_a_tunnels_name_and_keep_their_signature_check(gat
     forged = httpx.post(f"http://127.0.0.1:{port(gateway)}/hooks/whatsapp/biz/", content=body, timeout=10,
                         headers={"Host": tunnel, **sign("not-the-secret", body)})
     assert forged.status_code == 401  # the signature check answers, not the Host check
+
+
+def test_the_app_under_static_has_the_pages_headers(gateway: GatewayProcess) -> None:
+    """/static/index.html is the app itself: it gets the page's CSP (frame-ancestors 'none': it cannot be
+    framed), as does every static file, and they stay behind the Host check."""
+    p = port(gateway)
+    page = get(gateway, "/", f"127.0.0.1:{p}").headers["content-security-policy"]
+    for path in ("/static/index.html", "/static/app.js", "/static/style.css"):
+        r = get(gateway, path, f"127.0.0.1:{p}")
+        assert r.status_code == 200, path
+        assert r.headers["content-security-policy"] == page and "frame-ancestors 'none'" in page, (path, r.headers)
+        assert r.headers["x-content-type-options"] == "nosniff" and r.headers["referrer-policy"] == "no-referrer"
+    assert get(gateway, "/static/index.html", f"{EVIL}:{p}").status_code == 421

@@ -11,13 +11,17 @@ page, its files, `/status` and the WebSocket answer only a Host that is an IP ad
 only for a page loaded from that very address and port: the gateway itself), `localhost`, or the host of
 an origin listed in `gateway.allowed_origins` (a name or a reverse proxy's public name); anything else
 gets 421. Webhook routes are exempt: platforms reach them through a tunnel or proxy under its public
-name, and each checks the platform's signature before anything else."""
+name, and each checks the platform's signature before anything else.
+
+Every static file goes out with the page's SECURITY_HEADERS too (`PageFiles`): /static/index.html is the
+app itself, and without them it could be framed and would run under no CSP."""
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
 import logging
+import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from importlib.resources import files
 from pathlib import Path
@@ -47,6 +51,16 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
 }
+
+
+class PageFiles(StaticFiles):
+    """The web app's static files, each with SECURITY_HEADERS (its CSP forbids framing: frame-ancestors)."""
+
+    def file_response(self, full_path: str | os.PathLike[str], stat_result: os.stat_result, scope: Scope,
+                      status_code: int = 200) -> Response:
+        response = super().file_response(full_path, stat_result, scope, status_code)
+        response.headers.update(SECURITY_HEADERS)
+        return response
 
 
 log = logging.getLogger("hermit.gateway")
@@ -140,7 +154,7 @@ def build_app(api: WebchatApi, token: str, status: Callable[[], Awaitable[dict[s
     routes: list[BaseRoute] = [Route("/status", status_route)]
     if webchat:
         routes += [Route("/", index), Route("/favicon.ico", favicon), WebSocketRoute("/ws", api.endpoint),
-                   Mount("/static", StaticFiles(directory=STATIC_DIR), name="static")]
+                   Mount("/static", PageFiles(directory=STATIC_DIR), name="static")]
     for channel, account, channel_routes in hooks:
         routes.append(Mount(f"/hooks/{channel}/{account}", routes=list(channel_routes)))
     return Starlette(routes=routes, middleware=[Middleware(HostCheck, names=allowed_host_names(api.allowed_origins))])
