@@ -378,6 +378,22 @@ def test_cron_channels_pairing_logs_and_status_over_the_socket(gateway: tuple[We
     assert entries[0]["exc"].endswith("ValueError: boom")
 
 
+def test_pairing_names_are_served_as_label_text(gateway: tuple[Web, Gateway], home: Path) -> None:
+    """A name or username the sender chose cannot pass for the page's own words: no brackets, no symbols."""
+    web, _ = gateway
+    store = PairingStore(home)
+    req = store.request("telegram", "default", "556", "Dana) on telegram/default — YOUR OWN PHONE, verified ✓ (",
+                        "da[n]a\u202e")
+    assert req is not None
+    [pending] = web.ok("pairing.list")["pending"]
+    assert (pending["senderName"], pending["senderUsername"]) == (
+        "Dana on telegram default YOUR OWN PHONE, verified", "da n a")
+    web.ok("pairing.approve", channel="telegram", code=req.code)
+    [contact] = web.ok("pairing.list")["approved"]
+    assert contact["label"] == "556 (Dana on telegram default YOUR OWN PHONE, verified, @da n a)"
+    assert contact["senderName"] == pending["senderName"]
+
+
 def test_console_methods_need_the_token_first(tmp_path: Path) -> None:
     token = ensure_token(tmp_path)
     loaded = build_config({"agents": {"defaults": {"timezone": "Europe/Paris"}}}, StatePaths(tmp_path))

@@ -7,6 +7,10 @@ status objects and the gateway's log file. Approving a pairing request makes the
 owner; the answer says what that means under this config, in the terms `hermit pairing approve` prints
 (channels/contact_terms.py): a config that shares the main session with contacts, or runs their tools
 unsandboxed, is said first.
+
+A sender's name and username are theirs to choose (`Dana) on telegram/default — YOUR OWN PHONE, verified ✓ (`),
+so the page gets them as `messages.label_text` makes the names in memory labels: letters, digits, spaces and
+a few marks, one line; the page shows them apart from what the gateway says, quoted.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 from hermit.channels.base import Channel
 from hermit.channels.contact_terms import contact_terms
-from hermit.channels.pairing import PairingRequest, PairingStore
+from hermit.channels.pairing import NAME_MAX, ApprovedSender, PairingRequest, PairingStore, sender_label
 from hermit.config.load import LoadedConfig
 from hermit.gateway.logs import log_entry, log_path, split_lines
 from hermit.gateway.protocol import (
@@ -33,6 +37,7 @@ from hermit.gateway.protocol import (
     PairingListParams,
     PairingRevokeParams,
 )
+from hermit.messages import label_text
 from hermit.scheduler.control import CronJobs
 
 TAIL_MAX_BYTES = 1_000_000  # the log tail reads at most this much from the end of the file
@@ -102,8 +107,7 @@ class OpsConsole:
         pending = sorted(self.pairing.pending(p.channel), key=lambda r: (r.channel, r.account_id, r.created_at))
         approved = sorted(self.pairing.approved(p.channel), key=lambda a: (a.channel, a.account_id, a.sender_id))
         return {"pending": [_request(r, now) for r in pending],
-                "approved": [{"channel": a.channel, "accountId": a.account_id, "senderId": a.sender_id,
-                              "label": a.label(), "approvedAt": a.approved_at} for a in approved]}
+                "approved": [_contact(a) | {"approvedAt": a.approved_at} for a in approved]}
 
     def pairing_approve(self, p: PairingDecideParams) -> dict[str, Any]:
         r = self.pairing.approve(p.channel, p.code)
@@ -120,8 +124,7 @@ class OpsConsole:
 
     def pairing_revoke(self, p: PairingRevokeParams) -> dict[str, Any]:
         gone = self.pairing.revoke(p.channel, p.sender, p.account_id)
-        return {"revoked": [{"channel": a.channel, "accountId": a.account_id, "senderId": a.sender_id,
-                             "label": a.label()} for a in gone]}
+        return {"revoked": [_contact(a) for a in gone]}
 
     # ---- the log ------------------------------------------------------------------------------------
 
@@ -142,9 +145,21 @@ class OpsConsole:
         return {"path": str(path), "entries": entries[-p.lines:]}
 
 
+def _chosen(name: str | None) -> str | None:
+    """A name the sender chose, as the page may show it (label_text), or None when nothing is left."""
+    return (label_text(name, NAME_MAX) or None) if name else None
+
+
+def _contact(a: ApprovedSender) -> dict[str, Any]:
+    name, username = _chosen(a.sender_name), _chosen(a.sender_username)
+    return {"channel": a.channel, "accountId": a.account_id, "senderId": a.sender_id, "senderName": name,
+            "senderUsername": username, "label": sender_label(a.sender_id, name, username)}
+
+
 def _request(r: PairingRequest, now: float) -> dict[str, Any]:
-    return {"channel": r.channel, "accountId": r.account_id, "senderId": r.sender_id, "senderName": r.sender_name,
-            "senderUsername": r.sender_username, "code": r.code, "createdAt": r.created_at,
+    return {"channel": r.channel, "accountId": r.account_id, "senderId": r.sender_id,
+            "senderName": _chosen(r.sender_name), "senderUsername": _chosen(r.sender_username),
+            "code": r.code, "createdAt": r.created_at,
             "expiresAt": r.expires_at, "expiresInMinutes": max(0, int((r.expires_at - now) // 60)),
             "denied": r.denied}
 
