@@ -6,7 +6,8 @@ the contact's DM from its transcript, and the same reply streamed live into the 
 What the page must draw: a label that names an address or a domain other than the target's host is replaced
 by the real address; any other label is followed by the target's host in a small `.md-host` element; a link
 whose label is its own address shows just that (a lookalike host in its xn-- form); the anchor's title is the full address; javascript: and a
-bare address in the text stay text.
+bare address in the text stay text. A label is read as NFKC (U+2024 ONE DOT LEADER is a dot), a bidi control
+before a link is shown as an escape, and every link is a bidi isolate (audit W2 L7).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ REPLY = "\n".join([
     f"- deceptive: [https://bank.example/login]({PHISH})",
     f"- domain: [bank.example]({PHISH})",
     f"- hidden dot: [bank\u200b.example/login]({PHISH})",
+    "- leader dot: [bank\u2024example login](https://evil.example/a)",
+    "- reversed: \u202e[moc](https://evil.example/b)",
     f"- sentence: [log in at www.bank.example now]({PHISH})",
     f"- word: [Main session]({PHISH})",
     "- user part: [Main session](https://bank.example@evil.example/x)",
@@ -46,6 +49,10 @@ EXPECTED = [
     [PHISH, PHISH, PHISH, "noopener noreferrer", "_blank", None],
     [PHISH, PHISH, PHISH, "noopener noreferrer", "_blank", None],
     [PHISH, PHISH, PHISH, "noopener noreferrer", "_blank", None],
+    ["https://evil.example/a", "https://evil.example/a", "https://evil.example/a", "noopener noreferrer", "_blank",
+     None],
+    ["moc (evil.example)", "https://evil.example/b", "https://evil.example/b", "noopener noreferrer", "_blank",
+     "(evil.example)"],
     [PHISH, PHISH, PHISH, "noopener noreferrer", "_blank", None],
     ["Main session (evil.example)", PHISH, PHISH, "noopener noreferrer", "_blank", "(evil.example)"],
     ["Main session (evil.example)", "https://evil.example/x", "https://evil.example/x", "noopener noreferrer", "_blank",
@@ -91,6 +98,8 @@ def check_links(page: Any, root: str, width: int) -> None:
     text = page.inner_text(root)
     assert "[click](javascript:window.__pwned=1)" in text and "https://plain.example/x" in text  # stay text
     assert "bank.example" not in " ".join(a[0] for a in page.evaluate(ANCHORS, root))  # no link names the bank
+    assert "reversed: ⟨U+202E⟩moc (evil.example)" in text  # the override shown, not obeyed
+    assert set(page.eval_on_selector_all(root + " a", "x => x.map((a) => getComputedStyle(a).unicodeBidi)")) == {"isolate"}
     host = page.locator(root + " a .md-host").first  # small, and set apart from the label
     assert host.evaluate("(e) => parseFloat(getComputedStyle(e).fontSize) < parseFloat(getComputedStyle(e.parentNode).fontSize)")
     assert page.evaluate("document.documentElement.scrollWidth") <= width

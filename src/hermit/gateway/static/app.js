@@ -3,7 +3,7 @@
 // No framework, no build step, nothing loaded from anywhere but the gateway.
 "use strict";
 (function () {
-  const { el } = window.HermitDom;
+  const { el, visible } = window.HermitDom;
   const $ = (id) => document.getElementById(id);
   const statusEl = $("status"), bannerEl = $("banner");
 
@@ -32,7 +32,7 @@
   const listeners = new Map();   // event name -> [fn]
   const connectHooks = [];
 
-  function setStatus(text, cls) { statusEl.textContent = text; statusEl.className = "status " + (cls || ""); }
+  function setStatus(text, cls) { statusEl.textContent = visible(text); statusEl.className = "status " + (cls || ""); }
   const newId = () => "r" + (nextId++) + "-" + Date.now().toString(36);
 
   class GatewayError extends Error {

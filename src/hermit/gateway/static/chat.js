@@ -1,15 +1,21 @@
 // The chat view: streamed replies with tool lines, /new, the session list (kind, last activity), read-only
-// sessions, and failed turns shown with their reason (live and after a reload).
+// sessions, and failed turns shown with their reason (live and after a reload). Every text is shown through
+// HermitDom.visible (el() does it; the rest here says so).
 "use strict";
 (function () {
-  const H = window.Hermit, { el, when } = window.HermitDom;
+  const H = window.Hermit, { el, when, visible } = window.HermitDom;
   const $ = (id) => document.getElementById(id);
   const messages = $("messages"), input = $("input"), sessionsEl = $("sessions");
   const KIND = { main: "main", dm: "DM", group: "group", cron: "cron", subagent: "sub-agent", cli: "CLI" };
 
   // The open session: {key, agentId, mode, why, kind, label}; kept per tab across reloads.
   let session = JSON.parse(sessionStorage.getItem("hermit.session2") || "null");
-  const turns = new Map();     // message id (replyTo) -> {bubble, body, tools, text, toolLines}
+  const turns = new Map();     // message id (replyTo) -> {bubble, body, tools, text, toolLines, frame}
+  // A streamed reply is drawn at most once a frame, however many deltas arrived; past PLAIN_AFTER characters
+  // it is drawn as plain text while it streams (appending only what came since), and as Markdown once, when
+  // it is done: rebuilding a long reply's Markdown on every delta froze the tab (133k characters in 16k
+  // deltas: minutes).
+  const PLAIN_AFTER = 20000;
 
   function remember() { sessionStorage.setItem("hermit.session2", JSON.stringify(session)); }
   const scrollDown = () => { messages.scrollTop = messages.scrollHeight; };
@@ -18,17 +24,44 @@
     for (const n of messages.querySelectorAll(".notice.placeholder")) n.remove();
     const body = el("div", { class: "body" });
     if (role === "assistant") body.appendChild(window.HermitMarkdown.render(text || ""));
-    else body.textContent = text || "";
+    else body.textContent = visible(text || "");
     const tools = el("div", { class: "tools" });
     const div = el("div", { class: "msg " + role + (opts && opts.error ? " error" : "") }, tools, body);
     messages.appendChild(div);
     scrollDown();
-    return { bubble: div, body, tools, text: text || "", toolLines: new Map() };
+    return { bubble: div, body, tools, text: text || "", toolLines: new Map(), frame: 0 };
   }
 
+  // The whole text as Markdown, now (a final reply, an error, a message that came whole).
   function setText(turn, text) {
+    if (turn.frame) cancelAnimationFrame(turn.frame);
+    turn.frame = 0;
     turn.text = text;
+    turn.plain = null;
+    turn.body.dataset.render = "markdown";
     turn.body.replaceChildren(window.HermitMarkdown.render(text));
+    scrollDown();
+  }
+
+  function streamed(turn, delta) {
+    turn.text += delta;
+    if (!turn.frame) turn.frame = requestAnimationFrame(() => draw(turn));
+  }
+
+  function draw(turn) {
+    turn.frame = 0;
+    if (turn.text.length <= PLAIN_AFTER) {
+      turn.body.dataset.render = "markdown";
+      turn.body.replaceChildren(window.HermitMarkdown.render(turn.text));
+    } else {
+      if (!turn.plain) {  // from here on, only what arrived since the last frame is added
+        turn.plain = { node: document.createTextNode(""), upTo: 0 };
+        turn.body.dataset.render = "plain";
+        turn.body.replaceChildren(el("div", { class: "md plain" }, turn.plain.node));
+      }
+      turn.plain.node.appendData(visible(turn.text.slice(turn.plain.upTo)));
+      turn.plain.upTo = turn.text.length;
+    }
     scrollDown();
   }
 
@@ -36,7 +69,7 @@
     turn.bubble.classList.add("error");
     let line = turn.bubble.querySelector(".error-detail");
     if (!line) { line = el("div", { class: "error-detail" }); turn.bubble.appendChild(line); }
-    line.textContent = "⚠ " + why;
+    line.textContent = visible("⚠ " + why);
     scrollDown();
   }
 
@@ -50,7 +83,7 @@
     line.dataset.status = status;
     line.dataset.name = name;
     const mark = status === "running" ? "⋯" : status === "done" ? "✓" : "✗";
-    line.textContent = "▸ " + name + " " + mark + " " + status;
+    line.textContent = visible("▸ " + name + " " + mark + " " + status);
   }
 
   function notice(text, cls) {
@@ -60,7 +93,7 @@
 
   // ---- live events ------------------------------------------------------------------------------------
   const turnOf = (p) => (p && p.replyTo ? turns.get(p.replyTo) : null);
-  H.on("chat.delta", (p) => { const t = turnOf(p); if (t) setText(t, t.text + p.text); });
+  H.on("chat.delta", (p) => { const t = turnOf(p); if (t) streamed(t, p.text); });
   H.on("chat.tool", (p) => { const t = turnOf(p); if (t) toolLine(t, p.callId, p.name, p.status); });
   H.on("chat.typing", (p) => { const t = turnOf(p); if (t) t.bubble.classList.toggle("typing", !!p.on); });
   H.on("chat.message", (p) => { const t = turnOf(p); if (t && !t.text) setText(t, p.text); else notice(p.text); });
@@ -72,6 +105,7 @@
     const turn = turnOf(p);
     if (!turn) return;
     turn.bubble.classList.remove("typing");
+    if (turn.frame || turn.plain) setText(turn, turn.text);  // the last deltas, and Markdown once at the end
     turn.bubble.dataset.done = p.status;
     if (p.status === "silent" && !turn.text) turn.bubble.remove();
     if (p.status === "interrupted") notice("(the reply was interrupted: the gateway stopped)");
@@ -115,7 +149,7 @@
 
   async function newSession(text) {
     const id = "n" + Date.now().toString(36);
-    const turn = { bubble: el("div"), body: el("div"), tools: el("div"), text: "", toolLines: new Map() };
+    const turn = { bubble: el("div"), body: el("div"), tools: el("div"), text: "", toolLines: new Map(), frame: 0 };
     turn.after = () => loadHistory().then(() => { const rest = text.replace(/^\/(new|reset)\s*/, ""); if (rest) send(rest); });
     turns.set(id, turn);
     try {
@@ -142,14 +176,14 @@
     }
     session = { key: res.sessionKey, agentId: res.agentId, mode: res.mode, why: res.why || "", kind: res.kind, label: res.label };
     remember();
-    $("session-title").textContent = res.label;
-    $("session-title").title = res.sessionKey;
+    $("session-title").textContent = visible(res.label);
+    $("session-title").title = visible(res.sessionKey);
     $("session-kind").textContent = KIND[res.kind] || res.kind;
     $("session-kind").dataset.kind = res.kind;
     const readOnly = res.mode !== "chat";
     document.body.classList.toggle("read-only", readOnly);
     $("readonly-note").hidden = !readOnly;
-    $("readonly-note").textContent = readOnly ? "Read-only here — " + res.why : "";
+    $("readonly-note").textContent = readOnly ? visible("Read-only here — " + res.why) : "";
     input.disabled = readOnly;
     $("send").disabled = readOnly;
     $("new-session").disabled = readOnly;

@@ -1,13 +1,18 @@
 // Safe Markdown for model replies: builds DOM nodes and sets every piece of text with textContent,
-// so markup in a reply (<script>, <img onerror=…>) is shown as text and never parsed as HTML.
+// so markup in a reply (<script>, <img onerror=…>) is shown as text and never parsed as HTML, and through
+// HermitDom.visible, so a bidi control or a tag character in it is shown as an escape.
 "use strict";
 (function () {
+  const { visible } = window.HermitDom;
   function el(tag, cls) { const e = document.createElement(tag); if (cls) e.className = cls; return e; }
+  const text = (t) => document.createTextNode(visible(t));
 
   // A link must not show one address and open another (a contact can steer a reply the owner then reads).
   // Its label is shown only with the host it really opens, small beside it, and the full address is its
   // title; a label that names an address or a domain of its own (anywhere in it) other than that host is
   // replaced by the real address. Only http(s) links are links; javascript:, data: and the rest stay text.
+  // The label is read as NFKC (U+2024 ONE DOT LEADER, U+FE52 and other compatibility dots are "."), and every
+  // link is a bidi isolate (style.css), so text around it cannot reorder its label or host.
   const INVISIBLE = /[\u00ad\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0]/g;
   const DOTS = /[\u3002\uff0e\uff61]/g;  // what URL parsing reads as "." in a host
   // Address-shaped parts of a label: a scheme://…, or a dotted name ending in letters (bank.example, www.…).
@@ -30,46 +35,46 @@
     try { url = new URL(href); } catch (e) { return null; }
     if (!url.hostname) return null;
     url.username = ""; url.password = "";  // never opens or shows a user@ part
-    const label = rawLabel.replace(INVISIBLE, "").trim();
+    const label = rawLabel.replace(INVISIBLE, "").normalize("NFKC").trim();
     const a = el("a"); a.href = url.href; a.title = url.href; a.rel = "noopener noreferrer"; a.target = "_blank";
     if (ownAddress(label, url)) {  // a bare address: shown as the address it opens (an IDN host in xn-- form)
-      a.textContent = label === url.href || label + "/" === url.href ? label : url.href;
+      a.textContent = visible(label === url.href || label + "/" === url.href ? label : url.href);
       return a;
     }
     const named = label.replace(DOTS, ".").match(ADDRESS) || [];
     if (!label || named.some((n) => hostOf(n.replace(/\.$/, "")) !== url.hostname)) {
-      a.textContent = url.href;  // the label names somewhere else: show where the link goes instead
+      a.textContent = visible(url.href);  // the label names somewhere else: show where the link goes instead
       return a;
     }
-    a.appendChild(document.createTextNode(label + " "));
+    a.appendChild(text(rawLabel.trim() + " "));
     a.appendChild(el("span", "md-host")).textContent = "(" + url.host + ")";
     return a;
   }
 
   const INLINE = /(`[^`\n]+`)|(\*\*[^*\n]+\*\*)|(\*[^*\n]+\*)|(\[[^\]\n]+\]\([^)\s]+\))/;
 
-  function inline(parent, text) {
-    while (text.length) {
-      const m = INLINE.exec(text);
-      if (!m) { parent.appendChild(document.createTextNode(text)); return; }
-      if (m.index) parent.appendChild(document.createTextNode(text.slice(0, m.index)));
+  function inline(parent, line) {
+    while (line.length) {
+      const m = INLINE.exec(line);
+      if (!m) { parent.appendChild(text(line)); return; }
+      if (m.index) parent.appendChild(text(line.slice(0, m.index)));
       const tok = m[0];
-      if (m[1]) { const c = el("code"); c.textContent = tok.slice(1, -1); parent.appendChild(c); }
+      if (m[1]) { const c = el("code"); c.textContent = visible(tok.slice(1, -1)); parent.appendChild(c); }
       else if (m[2]) { const b = el("strong"); inline(b, tok.slice(2, -2)); parent.appendChild(b); }
       else if (m[3]) { const i = el("em"); inline(i, tok.slice(1, -1)); parent.appendChild(i); }
       else {
         const label = tok.slice(1, tok.indexOf("]("));
         const href = tok.slice(tok.indexOf("](") + 2, -1);
         const a = link(label, href);
-        parent.appendChild(a || document.createTextNode(tok));
+        parent.appendChild(a || text(tok));
       }
-      text = text.slice(m.index + tok.length);
+      line = line.slice(m.index + tok.length);
     }
   }
 
-  function render(text) {
+  function render(source) {
     const root = el("div", "md");
-    const lines = text.split("\n");
+    const lines = source.split("\n");
     let i = 0;
     let para = [];
     const flush = () => {
@@ -87,7 +92,7 @@
         i++;
         while (i < lines.length && !/^\s*```/.test(lines[i])) code.push(lines[i++]);
         i++;
-        const pre = el("pre"); const c = el("code"); c.textContent = code.join("\n"); pre.appendChild(c);
+        const pre = el("pre"); const c = el("code"); c.textContent = visible(code.join("\n")); pre.appendChild(c);
         root.appendChild(pre);
         continue;
       }

@@ -3,7 +3,7 @@
 // append to today's log. Every file line is set as text.
 "use strict";
 (function () {
-  const H = window.Hermit, { el, when } = window.HermitDom;
+  const H = window.Hermit, { el, when, visible } = window.HermitDom;
   const $ = (id) => document.getElementById(id);
   const results = $("memory-results"), filesEl = $("memory-files"), viewer = $("memory-lines");
   const AUDIENCE = { owner: "owner-only", shared: "shared" };
@@ -22,7 +22,7 @@
     picker.hidden = hello.agents.length < 2;
   });
   picker.addEventListener("change", () => { results.replaceChildren(); viewer.replaceChildren(); file = null; loadFiles(); });
-  function say(where, text, cls) { const n = $(where); n.textContent = text || ""; n.className = "say " + (cls || ""); }
+  function say(where, text, cls) { const n = $(where); n.textContent = visible(text || ""); n.className = "say " + (cls || ""); }
 
   // ---- search ---------------------------------------------------------------------------------------
   async function search(query) {
@@ -78,10 +78,10 @@
 
   async function openFile(path, start, end) {
     const unsaved = document.body.classList.contains("editing") && file && $("memory-editor").value !== file.text;
-    if (unsaved && !confirm("Discard your changes to " + file.path + "?")) return;
+    if (unsaved && !confirm(visible("Discard your changes to " + file.path + "?"))) return;
     stopEditing();
     document.body.classList.add("file-open");
-    $("memory-path").textContent = path;
+    $("memory-path").textContent = visible(path);
     say("memory-file-note", "loading…");
     let res;
     try { res = await H.call("memory.get", { path, agentId: agent() }); }
@@ -169,7 +169,7 @@
   $("memory-save").addEventListener("click", save);
   $("memory-back").addEventListener("click", () => {
     if (document.body.classList.contains("editing") && $("memory-editor").value !== file.text
-        && !confirm("Discard your changes to " + file.path + "?")) return;
+        && !confirm(visible("Discard your changes to " + file.path + "?"))) return;
     document.body.classList.remove("file-open");
     stopEditing();
   });

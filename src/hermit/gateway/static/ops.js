@@ -3,12 +3,12 @@
 // Refreshed every few seconds while it is open.
 "use strict";
 (function () {
-  const H = window.Hermit, { el, when, stamp } = window.HermitDom;
+  const H = window.Hermit, { el, when, stamp, visible } = window.HermitDom;
   const $ = (id) => document.getElementById(id);
   const openRuns = new Set();   // job ids whose run log is unfolded
   let timer = null;
 
-  function say(where, text, cls) { const n = $(where); n.textContent = text || ""; n.className = "say " + (cls || ""); }
+  function say(where, text, cls) { const n = $(where); n.textContent = visible(text || ""); n.className = "say " + (cls || ""); }
 
   async function act(method, params, where, done) {
     try {
@@ -62,7 +62,7 @@
           el("button", { type: "button", class: "run-now", text: "Run now", onclick: () => { openRuns.add(j.id); act("cron.run", { id: j.id }, "cron-note", (r) => j.id + ": " + r.note); } }),
           el("button", { type: "button", class: "toggle", text: j.enabled ? "Disable" : "Enable", onclick: () => act("cron.update", { id: j.id, enabled: !j.enabled }, "cron-note", () => j.id + (j.enabled ? " disabled" : " enabled")) }),
           el("button", { type: "button", class: "show-runs", text: openRuns.has(j.id) ? "Hide runs" : "Runs", onclick: () => { if (openRuns.has(j.id)) openRuns.delete(j.id); else openRuns.add(j.id); loadJobs(); } }),
-          el("button", { type: "button", class: "remove danger", text: "Remove", onclick: () => { if (confirm("Remove job " + j.id + "?")) act("cron.remove", { id: j.id }, "cron-note", () => j.id + " removed"); } })),
+          el("button", { type: "button", class: "remove danger", text: "Remove", onclick: () => { if (confirm(visible("Remove job " + j.id + "?"))) act("cron.remove", { id: j.id }, "cron-note", () => j.id + " removed"); } })),
         runs));
       if (openRuns.has(j.id)) loadRuns(j.id, runs);
     }
@@ -105,9 +105,15 @@
   async function loadPairing() {
     let res;
     try { res = await H.request("pairing.list"); } catch (e) { return; }
-    const who = (r) => r.senderId + (r.senderName ? " (" + r.senderName + ")" : "") + (r.senderUsername ? " @" + r.senderUsername : "");
+    // A name and a username are the sender's own words (cleaned by the server: letters, digits, spaces and a
+    // few marks), so they are shown apart from what the gateway says about the request, muted and quoted.
+    const who = (r) => r.senderId + (r.senderName ? " “" + r.senderName + "”" : "");
+    const chosen = (r) => r.senderName || r.senderUsername ? el("div", { class: "pair-name muted" }, "name they chose: ",
+      r.senderName ? ["“", el("span", { class: "chosen", text: r.senderName }), "”"] : "none",
+      r.senderUsername ? [" · username: “", el("span", { class: "chosen", text: "@" + r.senderUsername }), "”"] : null) : null;
     $("pairing").replaceChildren(...(res.pending.length ? res.pending.map((r) => el("li", { class: "pair", dataset: { code: r.code, channel: r.channel } },
-      el("div", {}, el("strong", { text: who(r) }), el("span", { text: " on " + r.channel + "/" + r.accountId })),
+      el("div", {}, el("strong", { class: "pair-id", text: r.senderId }), el("span", { text: " on " + r.channel + "/" + r.accountId })),
+      chosen(r),
       el("div", { class: "j-line" }, el("code", { text: r.code }), r.denied ? " · denied" : " · expires in " + r.expiresInMinutes + " min"),
       r.denied ? null : el("div", { class: "actions" },
         el("button", { type: "button", class: "approve", text: "Approve as contact", onclick: () => act("pairing.approve", { channel: r.channel, code: r.code }, "pairing-note", (x) => who(r) + " " + x.message) }),
@@ -115,7 +121,7 @@
       : [el("li", { class: "empty", text: "no pending pairing requests" })]));
     $("contacts").replaceChildren(...(res.approved.length ? res.approved.map((a) => el("li", { class: "contact", dataset: { sender: a.senderId } },
       el("span", { text: a.label + " · " + a.channel + "/" + a.accountId + (a.approvedAt ? " · since " + stamp(a.approvedAt) : "") }),
-      el("button", { type: "button", class: "revoke danger", text: "Revoke", onclick: () => { if (confirm("Revoke " + a.label + "?")) act("pairing.revoke", { channel: a.channel, sender: a.senderId, accountId: a.accountId }, "pairing-note", () => a.label + " revoked"); } })))
+      el("button", { type: "button", class: "revoke danger", text: "Revoke", onclick: () => { if (confirm(visible("Revoke " + a.label + "?"))) act("pairing.revoke", { channel: a.channel, sender: a.senderId, accountId: a.accountId }, "pairing-note", () => a.label + " revoked"); } })))
       : [el("li", { class: "empty", text: "no approved contacts" })]));
   }
 
@@ -125,9 +131,10 @@
     const box = $("log"), atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 20;
     box.replaceChildren(...(res.entries.length ? res.entries.map((e) => el("div", { class: "log-line", dataset: { level: e.level || "" } },
       el("span", { class: "muted", text: (e.ts || "") + " " }), el("span", { class: "lvl", text: (e.level || "").toUpperCase() + " " }),
-      el("span", { class: "muted", text: (e.logger || "") + ": " }), e.msg || "", e.exc ? el("pre", { text: e.exc }) : null))
+      el("span", { class: "muted", text: (e.logger || "") + ": " }), el("span", { class: "log-msg", text: e.msg || "" }),
+      e.exc ? el("pre", { text: e.exc }) : null))
       : [el("div", { class: "empty", text: res.note || "the log is empty" })]));
-    $("log-path").textContent = res.path;
+    $("log-path").textContent = visible(res.path);
     if (atEnd) box.scrollTop = box.scrollHeight;
   }
 
