@@ -61,6 +61,13 @@ def home(tmp_path: Path) -> Path:
     h = tmp_path / "home"
     write(h / "workspace" / DAILY, EXISTING)
     write(h / "workspace" / "MEMORY.md", "# MEMORY.md\n- Prefers tea.\n")
+    # The flush and compaction turns below are tuned to the prompt's size: pin the two instruction files whose
+    # templates change most, so rewording a template does not move them.
+    write(h / "workspace" / "HEARTBEAT.md", "# HEARTBEAT.md\n\n# Keep this file empty (or only comments) to skip "
+          "heartbeat work.\n# Add short checklist items below for things to check on periodically.\n")
+    write(h / "workspace" / "TOOLS.md", "# TOOLS.md — notes on tools\n\nLocal notes about tools and this machine: "
+          "hosts, device names, preferred commands, quirks.\nSkills and tools define *how* tools work; this file "
+          "is for *your* specifics.\n")
     return h
 
 
