@@ -19,7 +19,16 @@ the first time anything is masked. Output cut for length (exec keeps a head and 
 characters next to the cut (`mask_cut`): a key straddling a cut edge would leave two halves that no longer
 match the whole key, and masking only pieces that match would answer a guess.
 Masking is exact-string matching and so best effort: a key a command encodes (base64, reversed, one
-character per line) is not recognised.
+character per line) is not recognised — except the one encoding an HTTP client makes itself: a URL's
+`user:password@` goes out as `Authorization: Basic base64(user:password)`, which a server may echo, so
+`url_passwords` returns that form too.
+
+What counts as a secret is decided broadly, not by what the current config happens to name (an audit read
+the other Slack mode's token, a removed channel's old token and a GITHUB_TOKEN out of `cat hermit.env`):
+the CLI registers every value of hermit.env and every variable whose name says it holds one
+(`environment_secrets`), then, when first masking, whatever the config names. Every line the CLI and the
+gateway print passes `mask` on its way out (cli/terminal.py), log records too (`MaskLog`, before a handler
+formats them).
 
 `keep_environment_private` is the other half: the keys sit in the process's environment, and a command the
 owner's unsandboxed exec runs (same uid) could read them from /proc/<hermit pid>/environ whatever the exec
@@ -29,6 +38,7 @@ read them. Root's children can (CAP_SYS_PTRACE), so running Hermit as root keeps
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -36,7 +46,7 @@ import re
 import sys
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 MASK = "***"
@@ -234,6 +244,27 @@ class StreamMasker:
         return self._masker.mask(rest)
 
 
+class MaskLog(logging.Filter):
+    """A log handler's filter: the record's message (arguments included) and its traceback masked through
+    `KNOWN` before the handler formats it. Installed on the CLI's stderr handler (where httpx's
+    `HTTP Request: POST http://u:pw@…` lines go) and on each of the gateway's handlers."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not KNOWN:
+            return True
+        text = record.getMessage()
+        masked = KNOWN.mask(text)
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = KNOWN.mask(record.exc_text)
+        if record.stack_info:
+            record.stack_info = KNOWN.mask(record.stack_info)
+        if masked != text:
+            record.msg, record.args = masked, None
+        return True
+
+
 def mask_cut(head: str, tail: str) -> tuple[str, str]:
     """The two ends of a text whose middle was cut out, each without the CUT_MARGIN characters next to the
     cut: a key the cut split in two leaves no half there. The same for every text, whatever it holds —
@@ -263,15 +294,62 @@ def keep_environment_private() -> bool:
 
 
 def url_passwords(url: str | None) -> list[str]:
-    """Every password a URL or DSN carries: the `user:password@` of a proxy's or a database's URL and each
-    libpq `password=…` / `sslpassword=…` (in a keyword DSN or a URL's query), as written."""
+    """Every password a URL or DSN carries: the `user:password@` of a proxy's, a model server's or a
+    database's URL — as written (errors quote the URL), percent-decoded, and as the `Basic` credentials an
+    HTTP client sends for it (base64 of `user:password`, which a server may echo back) — and each libpq
+    `password=…` / `sslpassword=…` (in a keyword DSN or a URL's query), as written."""
     if not url:
         return []
     found = [m.group(1).strip("'") for m in _KEYWORD_PASSWORD.finditer(url)]
     if "@" in url:
-        with contextlib.suppress(ValueError):  # as written: errors quote the URL
-            found.append(urllib.parse.urlsplit(url.strip()).password or "")
-    return [p for p in found if p]
+        with contextlib.suppress(ValueError):
+            parts = urllib.parse.urlsplit(url.strip())
+            if parts.password:
+                user, password = parts.username or "", parts.password
+                plain_user, plain = urllib.parse.unquote(user), urllib.parse.unquote(password)
+                found += [password, plain, *{_basic(user, password), _basic(plain_user, plain)}]
+    return list(dict.fromkeys(p for p in found if p))
+
+
+def _basic(user: str, password: str) -> str:
+    """What httpx (and curl, requests) send for a URL's userinfo: base64 of `user:password`, UTF-8."""
+    return base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+
+
+def without_userinfo(url: str) -> str:
+    """`url` as shown to a person: without its `user:password@` (a password is no one's business on a
+    screen or in a log; `***` in its place reads worse than nothing)."""
+    if "@" not in url:
+        return url
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return url
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+# A variable whose name says it holds a secret (HF_TOKEN, GITHUB_TOKEN, OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY,
+# PGPASSWORD…), unless it names a file holding one (…_FILE, …_PATH, …_DIR: a path, not the secret).
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|PASSPHRASE|API_?KEY|(?:^|_)KEY$|(?:^|_)AUTH$")
+_PATH_NAME = re.compile(r"_(?:FILE|PATH|DIR|SOCK)$")
+
+
+def environment_secrets(environ: Mapping[str, str], stored: Iterable[str] = ()) -> list[str]:
+    """The secrets an environment holds, for a composition root to register: every value in `stored` (the
+    values of hermit.env, which is for keys and tokens), every variable named like a secret, and the passwords
+    of every URL or DSN in any variable (a proxy, a database, a package index)."""
+    found = list(stored)
+    for name, value in environ.items():
+        if not value or len(value) < MIN_SECRET_CHARS:
+            continue
+        upper = name.upper()
+        if _SECRET_NAME.search(upper) and not _PATH_NAME.search(upper):
+            found.append(value)
+        if "@" in value or "assword" in value:
+            found += url_passwords(value)
+    return found
 
 
 _KEYWORD_PASSWORD = re.compile(r"(?:^|[\s?&])(?:ssl)?password\s*=\s*('[^']*'|[^\s&]+)")

@@ -59,9 +59,11 @@ def platform(name: str) -> ChannelPlatform:
     return declared
 
 
-def secrets(name: str, cfg: ChannelAccessConfig) -> list[Secret]:
-    """The secrets this account needs (Slack's depend on its mode)."""
-    return [Secret(f, getattr(cfg, f), getattr(cfg, f"{f}_env")) for f in cfg.secrets_wanted()]
+def secrets(name: str, cfg: ChannelAccessConfig, *, every: bool = False) -> list[Secret]:
+    """The secrets this account needs (Slack's depend on its mode); with `every`, each secret field it has
+    whatever its mode (for masking: a token set for the other mode is a secret all the same)."""
+    fields = cfg.secret_fields if every else cfg.secrets_wanted()
+    return [Secret(f, getattr(cfg, f), getattr(cfg, f"{f}_env")) for f in fields]
 
 
 def accounts(channels: ChannelsConfig) -> Iterator[tuple[str, str, ChannelAccessConfig]]:

@@ -1,7 +1,10 @@
 """A channel account's live status (connected, last error, messages in/out), mirrored to a file in the state dir.
 
 `hermit channels status` reads these files, so it works whether or not it can reach the running gateway;
-the gateway can also hand out `ChannelStatus` objects directly.
+the gateway can also hand out `ChannelStatus` objects directly. A last error is masked before it is kept
+(hermit.redaction): a platform's 401 may quote the bot token, and the status reaches `hermit channels
+status`, `hermit gateway status`, GET /status and the web app's Ops view. A file an older version wrote is
+masked when read.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 from hermit.channels.base import ChannelStatus
 from hermit.durable import write_atomic
 from hermit.locks import pid_alive
+from hermit.redaction import mask
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +46,7 @@ class StatusTracker:
 
     def error(self, message: str) -> None:
         self.status.connected = False
-        self.status.last_error = message
+        self.status.last_error = mask(message)
         self._save()
 
     def inbound(self) -> None:
@@ -76,6 +80,8 @@ def read_statuses(state_dir: Path) -> list[dict[str, Any]]:
         except (OSError, ValueError) as e:
             out.append({"file": str(p), "last_error": f"unreadable status file: {e}"})
             continue
+        if isinstance(data.get("last_error"), str):
+            data["last_error"] = mask(data["last_error"])
         data["running"] = pid_alive(int(data.get("pid") or 0))
         out.append(data)
     return out

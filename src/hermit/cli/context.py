@@ -3,6 +3,8 @@
 The CLI is a composition root: it alone reads the environment and config files. Its environment is the
 process's over the state dir's owner-only env file (`hermit.env`, written by `hermit setup`): a variable
 already set in the environment wins, so `ANTHROPIC_API_KEY=… hermit chat` still overrides the stored key.
+Reading it registers its secrets for masking (hermit.redaction): every value of hermit.env and every
+variable named like a key, whatever the config names.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING
 from hermit.cli.terminal import warn
 from hermit.config.paths import StatePaths, default_home
 from hermit.errors import HermitError
-from hermit.redaction import header_secret, url_passwords
+from hermit.redaction import environment_secrets, header_secret, register, url_passwords
 
 # The proxies httpx (every provider and platform client) takes from the environment: a password in one may be
 # quoted by a connection error.
@@ -55,6 +57,16 @@ class CliContext:
     def paths(self) -> StatePaths:
         return StatePaths(self.home)
 
+    def config_as_is(self) -> LoadedConfig:
+        """The config this command loaded, or the file as it is now without keeping it: masking reads the
+        config's secrets at the first line printed, which may come before a command (`init`, `setup`) writes
+        the file it then loads."""
+        if self._loaded is not None:
+            return self._loaded
+        from hermit.config.load import load_config
+
+        return load_config(self.paths)
+
     def config(self) -> LoadedConfig:
         if self._loaded is None:
             from hermit.config.load import load_config
@@ -83,14 +95,19 @@ class CliContext:
 
 
 def environment_with_env_file(home: Path, environ: Mapping[str, str]) -> dict[str, str]:
-    """`environ` over the variables of `<home>/hermit.env`; lines it cannot use are reported on stderr."""
+    """`environ` over the variables of `<home>/hermit.env`; lines it cannot use are reported on stderr. Every
+    secret the two hold is registered for masking: all of hermit.env's values (it is for keys and tokens: the
+    other Slack mode's, a removed channel's, an extra GITHUB_TOKEN), the variables named like a key, and URL
+    passwords (redaction.environment_secrets)."""
     from hermit.config.envfile import env_file_path, read_env_file
 
     path = env_file_path(home)
     stored = read_env_file(path)
+    merged = {**stored.values, **environ}
+    register(*environment_secrets(merged, stored.values.values()))
     for problem in stored.problems:
         warn(f"{path}: {problem}")
-    return {**stored.values, **environ}
+    return merged
 
 
 def is_tty(stream: object = None) -> bool:
@@ -100,13 +117,14 @@ def is_tty(stream: object = None) -> bool:
 
 def configured_secrets(ctx: CliContext) -> list[str]:
     """Every secret value the config names (provider API keys, channel tokens, by value or by variable),
-    for masking; nothing when the config cannot be read (the error being shown may say why)."""
+    for masking; nothing when the config cannot be read (the error being shown may say why). Each channel
+    account's every secret field counts, whatever its mode uses (Slack's socket and HTTP secrets both)."""
     from hermit.channels.platforms import accounts as channel_accounts
     from hermit.channels.platforms import secrets as channel_secrets
     from hermit.cli.assistant import PROVIDER_KEY_VARS
 
     try:
-        loaded = ctx.config()
+        loaded = ctx.config_as_is()
     except HermitError:
         return [ctx.environ.get(n, "") for n in PROVIDER_KEY_VARS]
     names = set(PROVIDER_KEY_VARS)
@@ -116,7 +134,8 @@ def configured_secrets(ctx: CliContext) -> list[str]:
     values += [p for pc in loaded.config.models.providers.values() for p in url_passwords(pc.base_url)]
     values += [p for n in PROXY_VARS for p in url_passwords(ctx.environ.get(n))]  # httpx reads these
     for name, _, account in channel_accounts(loaded.config.channels):  # bot tokens, app secrets
-        values += [s.plaintext or ctx.environ.get(s.env_name, "") for s in channel_secrets(name, account)]
+        values += [s.plaintext or ctx.environ.get(s.env_name, "")
+                   for s in channel_secrets(name, account, every=True)]
     for agent in loaded.agents:  # the embeddings endpoint's key, headers and URL; the PostgreSQL password
         ms = agent.settings.memory_search
         r = ms.remote

@@ -30,6 +30,7 @@ from typing import Any
 
 from hermit.cli.checks import check
 from hermit.cli.context import CliContext, configured_secrets
+from hermit.cli.terminal import reveal
 from hermit.errors import HermitError
 from hermit.gateway.state import (
     GatewayLock,
@@ -199,7 +200,7 @@ def cmd_dashboard(ctx: CliContext, args: argparse.Namespace) -> int:
     port = info["port"]
     host = _client_host(str(info["host"]))
     base = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
-    print(f"{base}?token={token}", flush=True)
+    reveal(f"{base}?token={token}")  # the token is this line's purpose: not masked like every other
     if args.no_open:
         return 0
     if not _can_open_browser(ctx.environ):

@@ -24,6 +24,7 @@ import errno
 import json
 import logging
 import stat
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from hermit.cli.context import CliContext, configured_secrets
 from hermit.cli.preflight import ownership_problem, require_initialized
 from hermit.cli.terminal import safe_output
 from hermit.errors import HermitError, disk_full
-from hermit.redaction import register_later
+from hermit.redaction import MaskLog, register_later
 
 Handler = Callable[[CliContext, argparse.Namespace], int]
 
@@ -148,8 +149,17 @@ def _disk_full(e: BaseException, home: Path) -> HermitError | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    with safe_output():  # nothing a contact wrote may drive the owner's terminal (cli/terminal.py)
-        return _main(argv)
+    # Nothing a contact wrote may drive the owner's terminal, and no registered secret is shown (cli/terminal.py).
+    with safe_output():
+        try:
+            return _main(argv)
+        except Exception:
+            if argv is not None:  # a test or a script calling main(argv) gets the exception itself
+                raise
+            # The `hermit` process: --debug's traceback (or a bug's) is printed here, through the filter, not by
+            # the interpreter after it (an error may quote a key or a URL's password). Exit status 1 either way.
+            traceback.print_exc()
+            return 1
 
 
 def _main(argv: list[str] | None) -> int:
@@ -162,13 +172,17 @@ def _main(argv: list[str] | None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # masked before formatting (its stream masks again, cheaply)
+        handler.addFilter(MaskLog())
     func: Handler | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()
         return 2
     ctx = CliContext.from_args(args.home, args.agent, args.workspace, args.debug)
-    # Before the command runs; read (config, provider table, token file) only when something is first masked.
-    register_later(lambda: _process_secrets(ctx))
+    # Before the command runs; read (config, provider table, token file) only when something is first masked —
+    # every line printed is. The shell completion script holds nothing of them and is read at every shell start.
+    if args.command != "completion":
+        register_later(lambda: _process_secrets(ctx))
     if real_process:
         # The `hermit` process itself (not a test or script calling main(argv)): its environment holds the keys,
         # and the commands its exec runs have its uid. Non-dumpable, they cannot read /proc/<its pid>/environ.

@@ -21,6 +21,7 @@ from hermit.cli.context import CliContext
 from hermit.errors import ConfigError
 from hermit.models.loopback import HINT, guard_stream
 from hermit.models.registry import parse_model_ref, provider_config, resolve_api_key
+from hermit.redaction import without_userinfo
 
 NAME = "chat model"
 PROBE_TIMEOUT_SECONDS = 2.0
@@ -67,12 +68,13 @@ def describe_chat_model(ctx: CliContext) -> str | Check:
     key, hint = resolve_api_key(provider, pc, ctx.environ)
     if key is None and (pc.type != "openai-compatible" or pc.api_key_env):
         raise ConfigError(f"{ref}: no API key for provider {provider!r}", hint)
-    where = pc.base_url or f"the {pc.type} API"
+    shown = without_userinfo(pc.base_url) if pc.base_url else ""  # the URL without its password
+    where = shown or f"the {pc.type} API"
     if pc.base_url and is_local_url(pc.base_url):
         why = probe(pc.base_url)
         if why is not None:
-            raise ConfigError(f"{ref}: the server at {pc.base_url} is not reachable: {why}",
+            raise ConfigError(f"{ref}: the server at {shown} is not reachable: {why}",
                               f"start it, or fix models.providers.{provider}.base_url")
-        return f"{ref} at {pc.base_url} (answering)"
+        return f"{ref} at {shown} (answering)"
     key_note = "no key needed" if key is None else "key set"
     return f"{ref} via {where} ({key_note}; not called)"

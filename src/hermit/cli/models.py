@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from hermit.cli.context import CliContext
+from hermit.redaction import without_userinfo
 
 if TYPE_CHECKING:
     from hermit.config.schema import ModelsConfig
@@ -128,7 +129,8 @@ def _listing(ctx: CliContext) -> dict[str, Any]:
         else:
             key = _key_source(pc.api_key_env or {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
                               .get(pc.type), ctx)
-        providers.append({"name": name, "type": pc.type, "base_url": pc.base_url or f"(the {pc.type} API)",
+        shown = without_userinfo(pc.base_url) if pc.base_url else f"(the {pc.type} API)"  # no password shown
+        providers.append({"name": name, "type": pc.type, "base_url": shown,
                           "key": key, "configured": name in configured})
     refs = [*uses, *(f"{n}/{m}" for n, pc in configured.items() for m in pc.models)]
     models = []

@@ -9,6 +9,13 @@ lone surrogates (a file name's undecodable byte, which a C locale would print ra
 (`\\u001b`), which are also valid inside JSON strings, so `--json` output parses to the same values. Two
 sequences pass: bold on and off, which `search_view` uses to mark matched words and which can do no more.
 A progress bar draws on the stream it was given before the filter (`unfiltered`).
+
+The same filter masks every secret the process registered (hermit.redaction): whatever prints it — a
+command's own output, `--json`, a warning, a traceback under `--debug`, a library's log line through the
+root handler, the gateway's stderr log — shows `***`. A channel's stored error quoting its bot token, a
+`cat hermit.env` an owner's command ran, a model server's URL with its password: no path of the CLI's or the
+gateway's output holds them. The one line that must show a secret, `hermit dashboard`'s URL with the gateway
+token, says so (`reveal`).
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
+
+from hermit.redaction import mask
 
 _UNSAFE = re.compile(
     "(\x1b\\[[01]m|\r\n)"  # kept: bold on/off, a Windows line end
@@ -47,13 +56,15 @@ def warn(text: object) -> None:
 
 
 class SafeStream:
-    """A text stream that writes through `terminal_safe`; everything else is the wrapped stream's."""
+    """A text stream that writes through `mask` and `terminal_safe`; everything else is the wrapped stream's.
+    Each write is masked whole: `print` writes each of its arguments in one piece, so does `json.dump` each
+    string."""
 
     def __init__(self, stream: TextIO) -> None:
         self.unfiltered = stream
 
     def write(self, text: str) -> int:
-        self.unfiltered.write(terminal_safe(text))
+        self.unfiltered.write(terminal_safe(mask(text)))
         return len(text)
 
     def writelines(self, lines: Any) -> None:
@@ -68,6 +79,14 @@ def unfiltered(stream: TextIO) -> TextIO:
     """The stream under a `SafeStream` (for a progress bar's own drawing), or `stream` itself."""
     inner = getattr(stream, "unfiltered", None)
     return inner if inner is not None else stream
+
+
+def reveal(text: str, stream: TextIO | None = None) -> None:
+    """Print `text` and a newline, made terminal-safe but not masked: for the one line whose purpose is a
+    secret (`hermit dashboard`'s URL with the gateway token, asked for on the owner's terminal)."""
+    out = unfiltered(stream or sys.stdout)
+    out.write(terminal_safe(text) + "\n")
+    out.flush()
 
 
 @contextmanager

@@ -2,8 +2,10 @@
 
 Every record passes a filter that replaces known secret values (the gateway token, provider API keys
 read from the environment) with `***` before any handler formats it, so neither the log file nor the
-terminal ever holds them, whichever library logged them. uvicorn's access log is off: page URLs
-carry the token. Then `OneLine` escapes every line break and control character in the message (`\\n`,
+terminal ever holds them, whichever library logged them: the handlers set here, and the root logger's
+stderr handler, where every other library's lines go (httpx's `HTTP Request: POST http://user:pw@…`).
+uvicorn's access log is off: page URLs carry the token. Then `OneLine` escapes every line break and
+control character in the message (`\\n`,
 `\\x1b`, `\\u2028`): a record is one line whatever a request path or header carried, so nobody writes an
 entry of their own into the log that `hermit logs` and the web app read back. Only a traceback, which the
 formatter appends, spans lines, and none of its lines can pass for an entry (`safe_traceback`). A run of
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from hermit.config.paths import ensure_private_dir, private_file, tighten_dir
-from hermit.redaction import KNOWN, SecretMasker, register
+from hermit.redaction import MaskLog, register
 from hermit.refusals import SUMMARY, RefusalLog
 
 LOG_FILE = "gateway.log"
@@ -84,29 +86,13 @@ class OneLine(logging.Filter):
         return True
 
 
-class SecretMask(logging.Filter):
+class SecretMask(MaskLog):
     """Masks through hermit.redaction, the same masker as the CLI and stored errors; the secrets given are
-    registered for the whole process too (a turn's stored error masks a channel token as the log does)."""
+    registered for the whole process (a turn's stored error masks a channel token as the log does)."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
-        values = list(secrets)
-        register(*values)
-        self.masker = SecretMasker(values)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        masker = KNOWN if KNOWN else self.masker  # KNOWN holds these and any key a model client added
-        if not masker:
-            return True
-        text = record.getMessage()
-        masked = masker.mask(text)
-        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = masker.mask(record.exc_text)
-        if masked != text:
-            record.msg, record.args = masked, None
-        return True
+        register(*secrets)
 
 
 class ConnectionNoise(logging.Filter):
@@ -183,7 +169,8 @@ def setup_logging(log_dir: Path, fmt: str, secrets: Iterable[str], *, debug: boo
             os.chmod(old, 0o600)
     formatter: logging.Formatter = (JsonFormatter() if fmt == "json"
                                     else logging.Formatter(TEXT_FORMAT))
-    filters: list[logging.Filter] = [SecretMask(secrets), OneLine()]  # masked, then made one line
+    mask = SecretMask(secrets)
+    filters: list[logging.Filter] = [mask, OneLine()]  # masked, then made one line
     handlers: list[logging.Handler] = [logging.StreamHandler(),
                                        PrivateRotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups,
                                                                   encoding="utf-8")]
@@ -199,4 +186,7 @@ def setup_logging(log_dir: Path, fmt: str, secrets: Iterable[str], *, debug: boo
             logger.addFilter(ConnectionNoise(logger))
         logger.setLevel(logging.DEBUG if debug else logging.INFO)
         logger.propagate = False
+    for h in logging.getLogger().handlers:  # the CLI's stderr handler: every other library's lines
+        if not any(isinstance(f, MaskLog) for f in h.filters):
+            h.addFilter(mask)
     return path

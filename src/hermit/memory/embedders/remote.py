@@ -24,7 +24,7 @@ from hermit.config.schema import MemorySearchConfig
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders.base import Embedder, EmbedderInfo, l2_normalise, provider_key
 from hermit.models.loopback import HINT, Holder, guard_stream
-from hermit.redaction import header_secret, register, url_passwords
+from hermit.redaction import header_secret, register, url_passwords, without_userinfo
 from hermit.retry import RetryPolicy, retry_after_seconds
 
 Wire = Literal["openai", "gemini"]
@@ -69,8 +69,13 @@ class RemoteSettings:
     max_retries: int
 
     def __repr__(self) -> str:
-        return (f"RemoteSettings(provider={self.provider!r}, model={self.model!r}, base_url={self.base_url!r}, "
+        return (f"RemoteSettings(provider={self.provider!r}, model={self.model!r}, base_url={self.shown_url!r}, "
                 f"api_key={'set' if self.api_key else 'unset'})")
+
+    @property
+    def shown_url(self) -> str:
+        """The base URL as messages show it: without a `user:password@`."""
+        return without_userinfo(self.base_url)
 
 
 class _Retryable(Exception):
@@ -219,7 +224,7 @@ class RemoteEmbedder:
         except httpx.TimeoutException as e:
             raise _Retryable(f"timed out after {s.timeout_s:g}s ({type(e).__name__})") from e
         except httpx.TransportError as e:
-            raise _Retryable(f"could not connect to {s.base_url}: {e or type(e).__name__}") from e
+            raise _Retryable(f"could not connect to {s.shown_url}: {e or type(e).__name__}") from e
         except httpx.HTTPError as e:
             raise self._garbage(f"unreadable response ({type(e).__name__}: {e})") from e
         code = resp.status_code
@@ -227,14 +232,14 @@ class RemoteEmbedder:
             raise _Retryable(f"HTTP {code}: {_error_text(resp)}", retry_after_seconds(resp.headers))
         if code in (401, 403):
             raise EmbeddingError(
-                f"{s.provider} embeddings at {s.base_url} refused the API key (HTTP {code}): {_error_text(resp)}",
+                f"{s.provider} embeddings at {s.shown_url} refused the API key (HTTP {code}): {_error_text(resp)}",
                 f"check the key in {s.key_source}; it may be wrong, revoked, or lack access to model "
                 f"'{s.model}'",
             )
         if code == 404:
             raise EmbeddingError(
-                f"{s.provider} embeddings: {url} answered 404 (not found): {_error_text(resp)}",
-                f"check memory_search.model ('{s.model}') and memory_search.remote.base_url ('{s.base_url}')"
+                f"{s.provider} embeddings: {without_userinfo(url)} answered 404 (not found): {_error_text(resp)}",
+                f"check memory_search.model ('{s.model}') and memory_search.remote.base_url ('{s.shown_url}')"
                 + ("; for Ollama pull the model first (`ollama pull <model>`)" if s.provider == "openai-compatible"
                    else ""),
             )
@@ -312,7 +317,7 @@ class RemoteEmbedder:
         s = self._s
         api = "Gemini batchEmbedContents" if s.wire == "gemini" else "OpenAI /embeddings"
         return EmbeddingError(
-            f"{s.provider} embeddings at {s.base_url}: {what}",
+            f"{s.provider} embeddings at {s.shown_url}: {what}",
             f"memory_search.remote.base_url must point at an endpoint speaking the {api} API"
             + (" (for Ollama: http://localhost:11434/v1)" if s.provider == "openai-compatible" else ""),
         )
@@ -326,7 +331,7 @@ class RemoteEmbedder:
         elif r.what.startswith("HTTP"):
             hint = "the provider is failing on its side; retry later or switch memory_search.provider"
         elif s.provider == "openai-compatible":
-            hint = (f"is the server at {s.base_url} running? (Ollama: `ollama serve`); "
+            hint = (f"is the server at {s.shown_url} running? (Ollama: `ollama serve`); "
                     "or raise memory_search.remote.timeout_seconds")
         else:
             hint = "check the network connection, or raise memory_search.remote.timeout_seconds"
