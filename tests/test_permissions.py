@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from hermit.gateway.logs import setup_logging
@@ -112,18 +113,20 @@ def test_gateway_logs_are_owner_only_including_rotated_files(tmp_path: Path) -> 
 
 def test_an_index_in_a_shared_or_a_named_directory_leaves_that_directorys_mode_alone(tmp_path: Path) -> None:
     """Opening an index tightens Hermit's own index dir only. A sticky world-writable directory (what /tmp
-    is: as root, making it 0700 broke apt and every other user's temporary files), the directory the user
-    named in memory_search.store.path, and (as root) another user's directory keep their modes; the index
-    files themselves are 0600 everywhere."""
+    is: as root, making it 0700 broke apt and every other user's temporary files) and (as root) another user's
+    directory are refused with their modes kept (anyone could have made the index file there first: audit M2);
+    the directory the user named in memory_search.store.path keeps its mode; the index files are 0600."""
     from hermit.config.schema import MemorySearchConfig
+    from hermit.errors import IndexError_
     from hermit.memory.service import MemoryKey, MemoryService
     from hermit.memory.store.sqlite import IndexStore
 
     shared = tmp_path / "tmp"
     shared.mkdir()
     shared.chmod(0o1777)
-    IndexStore(shared / "probe.sqlite").close()
-    assert mode(shared) == 0o1777 and mode(shared / "probe.sqlite") == 0o600
+    with pytest.raises(IndexError_, match="can be written by every user"):
+        IndexStore(shared / "probe.sqlite")
+    assert mode(shared) == 0o1777 and list(shared.iterdir()) == []
 
     ws = tmp_path / "ws"
     ensure_workspace(ws)
@@ -150,8 +153,9 @@ def test_an_index_in_a_shared_or_a_named_directory_leaves_that_directorys_mode_a
         theirs.mkdir()
         theirs.chmod(0o755)
         os.chown(theirs, 65534, 65534)
-        IndexStore(theirs / "main.sqlite").close()
-        assert mode(theirs) == 0o755
+        with pytest.raises(IndexError_, match="belongs to another user"):
+            IndexStore(theirs / "main.sqlite")
+        assert mode(theirs) == 0o755 and list(theirs.iterdir()) == []
 
 
 def test_init_refuses_a_shared_directory_and_tightens_a_state_dir_of_the_users(tmp_path: Path) -> None:

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import sqlean as sqlite3
 
-from hermit.config.paths import ensure_private_dir, private_file, tighten_dir
+from hermit.config.paths import (
+    NotOwnFile,
+    ensure_private_dir,
+    not_own_opened,
+    private_file,
+    tighten_dir,
+    unsafe_folder,
+)
 from hermit.errors import HermitError, IndexError_, disk_full
 
 if TYPE_CHECKING:  # sqlean ships no type stubs; it is API-identical to the stdlib module
@@ -155,18 +162,34 @@ def _make_private(path: Path, readonly: bool, own_dir: bool) -> None:
     """The index holds MEMORY.md's text: its dir is 0700 and the files 0600, however they came to be.
     SQLite gives its -wal/-shm files the database file's mode, so creating that file 0600 first covers them.
     Only a directory Hermit owns is tightened (`own_dir`, and never a shared one: config.paths.tighten_dir)."""
+    _own_folder(path)  # before creating anything in it, and again once it exists (made by someone else between)
     ensure_private_dir(path.parent)
-    if readonly:
-        return
+    _own_folder(path)
     try:
-        if own_dir:
+        if own_dir and not readonly:
             tighten_dir(path.parent)
-        private_file(path)
-        for extra in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-            if extra.exists():
-                private_file(extra)
+        for name in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            if readonly:  # judged, never changed
+                if os.path.lexists(name) and (bad := not_own_opened(os.lstat(name))) is not None:
+                    raise NotOwnFile(name, bad)
+            elif name == path or os.path.lexists(name):
+                private_file(name)
+    except NotOwnFile as e:  # planted before the folder was ours, or a link to somewhere else: never used
+        raise IndexError_(f"the memory index file {e.path} {e.why}: Hermit will not write your notes into it",
+                          f"remove it (rm {e.path}; `hermit memory index` rebuilds the index)") from e
     except OSError:
         pass  # not ours to change (or a read-only state dir): opening it below reports the real problem
+
+
+def _own_folder(path: Path) -> None:
+    """The index's folder must be the user's (config.paths.unsafe_folder): in a folder another user made first
+    they would read the notes written there, or have planted the file."""
+    if (found := unsafe_folder(path.parent)) is not None:
+        folder, why = found
+        where = "in" if folder == path.parent.resolve() else "inside"
+        raise IndexError_(f"the memory index {path} is {where} {folder}, which {why}: another user could read or "
+                          "swap your notes there", "point memory_search.store.path at a folder of your own (the "
+                          "default is the state dir's memory/)")
 
 
 Migration = Callable[[Connection], None]

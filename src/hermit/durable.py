@@ -41,14 +41,22 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None, fsyn
                  keep_mode: bool = True) -> None:
     """Replace `path` with `data` atomically.
 
-    The new file gets `path`'s current permissions when it exists (`keep_mode`), else `mode`
-    (default 0o600: private until told otherwise). Text is written as UTF-8 with newlines untouched.
+    The new file gets `path`'s current permissions when it exists and is the current user's (`keep_mode`),
+    else `mode` (default 0o600: private until told otherwise). Another user's file (planted in a folder they
+    could write: a 0666 MEMORY.md) lends none of its bits: the new file is ours, and its text the owner's.
+    Text is written as UTF-8 with newlines untouched.
     """
     payload = data.encode("utf-8") if isinstance(data, str) else data
     _remove_stale_temps(path)
     final_mode = mode if mode is not None else 0o600
-    if keep_mode and path.exists():
-        final_mode = path.stat().st_mode & 0o7777
+    if keep_mode:
+        try:
+            st = path.stat()
+        except OSError:  # none there (or a dangling link): `mode`
+            pass
+        else:
+            if st.st_uid == os.geteuid():
+                final_mode = st.st_mode & 0o7777
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:

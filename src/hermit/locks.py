@@ -17,12 +17,14 @@ Three shapes cover every use:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from hermit.config.paths import not_own_opened
 from hermit.errors import HermitError
 
 _POLL_SECONDS = 0.05
@@ -77,9 +79,31 @@ def locked_dir(path: Path, seconds: float, what: str) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+class ForeignLockFile(HermitError):
+    """A lock file that is a symlink, not a file, or another user's (planted in a folder they could write)."""
+
+
 def open_lock_file(path: Path, mode: int = 0o600) -> int:
-    """The lock file's descriptor, created owner-only when missing (not inherited by child processes)."""
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
+    """The lock file's descriptor, created owner-only when missing (not inherited by child processes). A link
+    there is never followed (its target would be created or written: the holder's pid, say), and a file another
+    user made first is refused (they would hold our lock, and read what is published in it): ForeignLockFile."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise ForeignLockFile(f"the lock file {path} is a symlink: Hermit will not follow it",
+                              f"remove it (rm {path}; Hermit makes its own), and check who can write {path.parent}") from e
+    try:
+        why = not_own_opened(os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
+    if why is not None:
+        os.close(fd)
+        raise ForeignLockFile(f"the lock file {path} {why}: Hermit will not use it",
+                              f"remove it (rm {path}; Hermit makes its own), and check who can write {path.parent}")
+    return fd
 
 
 @contextlib.contextmanager

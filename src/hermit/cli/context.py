@@ -75,11 +75,14 @@ class CliContext:
         return self._loaded
 
     def agent(self) -> AgentConfig:
-        from hermit.config.load import AgentConfig
+        from hermit.config.load import AgentConfig, agent_paths_problem
 
         a = self.config().agent(self.agent_id)
         if self.workspace is not None:
             a = AgentConfig(a.id, self.workspace, a.index_path, a.sessions_dir, a.settings, a.is_default)
+            # the configured paths were judged at load; --workspace is judged by the same rule
+            if (problem := agent_paths_problem(a, "--workspace:", option="--workspace")) is not None:
+                raise problem
         return a
 
     def memory_service(self, agent: AgentConfig | None = None, *, long_lived: bool = False) -> MemoryService:

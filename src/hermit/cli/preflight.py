@@ -41,26 +41,19 @@ def ownership_problem(home: Path) -> ConfigError | None:
     written there, plant a hermit.env or hermit.yaml, or swap the workspace. So an existing state dir must be
     the user's and written by nobody else, and each folder above it the user's or root's and not writable by
     others unless sticky (/tmp), or they could rename it away and put their own in its place."""
-    from hermit.config.paths import not_own_file, not_safe_parent
+    from hermit.config.paths import unsafe_folder
 
-    hint = ("Hermit keeps your keys and notes there: use a folder of your own (unset HERMIT_HOME for "
-            "~/.hermit), or take it over after checking its files: chown -R $(id -u) DIR && chmod 700 DIR")
-    real = home.resolve()  # a symlinked ~/.hermit is fine: the folder it names is judged
-    try:
-        why = not_own_file(os.stat(real)) if real.exists() else None
-    except OSError:
-        why = None
-    if why is not None:
-        return ConfigError(f"the state dir {home} {why}", hint.replace("DIR", str(real)))
-    for parent in real.parents:
-        try:
-            why = not_safe_parent(os.stat(parent), group_ok=True)
-        except OSError:
-            continue
-        if why is not None:
-            return ConfigError(f"the state dir {home} is inside {parent}, which {why}",
-                               "move the state dir (HERMIT_HOME) to a folder only you and root can write")
-    return None
+    found = unsafe_folder(home)  # a symlinked ~/.hermit is fine: the folder it names is judged
+    if found is None:
+        return None
+    folder, why = found
+    if folder == home.resolve():
+        return ConfigError(f"the state dir {home} {why}",
+                           "Hermit keeps your keys and notes there: use a folder of your own (unset HERMIT_HOME for "
+                           "~/.hermit), or take it over after checking its files: "
+                           f"chown -R $(id -u) {folder} && chmod 700 {folder}")
+    return ConfigError(f"the state dir {home} is inside {folder}, which {why}",
+                       "move the state dir (HERMIT_HOME) to a folder only you and root can write")
 
 
 def config_path_problem(ctx: CliContext) -> ConfigError | None:

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from hermit.config.paths import DEFAULT_AGENT_ID, StatePaths, not_own_file
+from hermit.config.paths import DEFAULT_AGENT_ID, StatePaths, not_own_file, unsafe_folder
 from hermit.config.schema import AgentEntry, AgentSettings, HermitConfig
 from hermit.errors import ConfigError
 
@@ -256,6 +256,7 @@ def build_config(
         workspace = Path(str(own)).expanduser() if own else paths.default_workspace(entry.id)
         if not workspace.is_absolute():
             workspace = paths.home / workspace
+        workspace = workspace.resolve()  # judged once (agent_paths_problem) and used where it was judged
         store_path = entry.memory_search.store.path
         index_path = (
             Path(store_path.replace("{agent_id}", entry.id)).expanduser() if store_path
@@ -263,6 +264,7 @@ def build_config(
         )
         if not index_path.is_absolute():
             index_path = paths.home / index_path
+        index_path = index_path.parent.resolve() / index_path.name  # the file itself is never followed (db.py)
         agents.append(
             AgentConfig(
                 id=entry.id,
@@ -274,6 +276,9 @@ def build_config(
             )
         )
     _one_each(agents, paths.home, src)
+    for a in agents:
+        if (problem := agent_paths_problem(a, f"{src}: agent '{a.id}':")) is not None:
+            raise problem
     _one_schema_each(agents, src)
     default_ids = [a.id for a in agents if a.settings.default]
     if len(default_ids) > 1:
@@ -311,6 +316,35 @@ def _one_each(agents: list[AgentConfig], home: Path, src: object) -> None:
         seen += [(what, where, a.id) for what, where in mine]
     for a in agents:
         _extra_paths_are_its_own(a, agents, home, src)
+
+
+def agent_paths_problem(a: AgentConfig, who: str, *, option: str = "agents.list[].workspace") -> ConfigError | None:
+    """Why agent `a`'s workspace or memory index may not be used: it (or a folder above it) lets another local
+    user plant or read files there — the state dir's rule (config.paths.unsafe_folder). A workspace is the
+    owner's notes and the instructions (AGENTS.md, SOUL.md) read into the main session's prompt; MEMORY.md's
+    text lands in the index: a workspace another user made first (`/tmp/shared/ws`) would let them steer the
+    assistant and read what it remembers. Group write is accepted (umask 002 with one group per user).
+    `who` starts each message; `option` names what to change."""
+    workspace = a.workspace
+    checks = [("the workspace", workspace), ("the workspace's memory folder", workspace / "memory")]
+    if a.settings.memory_search.store.backend != "postgres":
+        checks.append(("the memory index folder", a.index_path.parent))
+    for what, path in checks:
+        found = unsafe_folder(path)
+        if found is None:
+            continue
+        folder, why = found
+        if folder == path.resolve():
+            take = f"chown -R $(id -u) {folder} && chmod go-w {folder}"
+            hint = (f"pick a folder of your own ({option}), or take this one over after checking what is in it: "
+                    f"{take}" if what != "the memory index folder" else
+                    "point memory_search.store.path at a folder of your own (the default is the state dir's "
+                    f"memory/), or take this one over: {take}")
+            return ConfigError(f"{who} {what} {path} {why}; Hermit keeps your notes there, so it must be yours", hint)
+        place = option if what != "the memory index folder" else "memory_search.store.path"
+        return ConfigError(f"{who} {what} {path} is inside {folder}, which {why}: they could swap it for their own",
+                           f"move it ({place}) to a folder only you and root can write")
+    return None
 
 
 def _one_schema_each(agents: list[AgentConfig], src: object) -> None:

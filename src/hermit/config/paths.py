@@ -76,18 +76,86 @@ def not_own_file(st: os.stat_result, *, group_ok: bool = True) -> str | None:
     return _written_by_others(st, group_ok)
 
 
-def private_file(path: Path) -> None:
-    """Make sure `path` exists as an owner-only file (created 0600; an existing one tightened to 0600).
-
-    An existing file is changed by path, never opened: closing a descriptor would drop the POSIX locks
-    SQLite holds on it in this process."""
+def unsafe_folder(path: Path) -> tuple[Path, str] | None:
+    """The one rule for a folder that holds the owner's keys or notes (the state dir, each workspace and its
+    memory/, a memory index's folder): (the folder at fault, why) when another user could plant, read or swap
+    what is kept there, else None. The folder, judged where it resolves to, must be the current user's and not
+    writable by every user (`not_own_file`; group write is accepted, as with a umask of 002); each folder above
+    it the user's or root's and not writable by every user unless sticky (`not_safe_parent`: /tmp is fine, a
+    folder another user made in it is not). A folder that does not exist yet is judged by those above it."""
+    real = path.resolve()
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+        why = not_own_file(os.stat(real)) if real.exists() else None
+    except OSError:
+        why = None
+    if why is not None:
+        return real, why
+    for parent in real.parents:
+        try:
+            why = not_safe_parent(os.stat(parent), group_ok=True)
+        except OSError:
+            continue
+        if why is not None:
+            return parent, why
+    return None
+
+
+def not_own_opened(st: os.stat_result) -> str | None:
+    """Why a file Hermit opened (without following a link) to keep private data in — an index, a lock file — is
+    not its own: a symlink (its target would be written), not a regular file, or another user's (they made it
+    first: they keep reading what is written to it). Root's is accepted (`sudo hermit` once): only root and the
+    user could have made it."""
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"belongs to another user (uid {st.st_uid})"
+    return None
+
+
+class NotOwnFile(PermissionError):
+    """A file Hermit was about to keep private data in is a link, not a file, or another user's."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"{path} {why}")
+        self.path = path
+        self.why = why
+
+
+def private_file(path: Path) -> None:
+    """Make sure `path` exists as an owner-only file (created 0600; an existing one tightened to 0600). An
+    existing symlink, non-file or another user's file raises NotOwnFile and is left as it is.
+
+    An existing file is never opened for reading or writing: closing such a descriptor would drop the POSIX
+    locks SQLite holds on it in this process. It is judged through an O_PATH descriptor (whose close drops no
+    lock) opened without following a link, and changed through that descriptor's /proc name."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
     except FileExistsError:
-        if os.stat(path).st_mode & 0o077:
-            os.chmod(path, PRIVATE_FILE_MODE)
+        _tighten_existing(path)
         return
     os.close(fd)
+
+
+def _tighten_existing(path: Path) -> None:
+    o_path = getattr(os, "O_PATH", 0)
+    if not o_path or not os.path.isdir("/proc/self/fd"):  # no O_PATH (macOS): judged by lstat, changed by path
+        st = os.lstat(path)
+        if (why := not_own_opened(st)) is not None:
+            raise NotOwnFile(path, why)
+        if st.st_mode & 0o077:
+            os.chmod(path, PRIVATE_FILE_MODE)
+        return
+    fd = os.open(path, o_path | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if (why := not_own_opened(st)) is not None:
+            raise NotOwnFile(path, why)
+        if st.st_mode & 0o077:
+            os.chmod(f"/proc/self/fd/{fd}", PRIVATE_FILE_MODE)
+    finally:
+        os.close(fd)
 
 
 def tighten_dir(path: Path) -> None:
