@@ -100,7 +100,8 @@ def test_workspace_files_are_kept_whatever_their_names_and_only_hermits_own_are_
                    "workspace/.MEMORY.md.0123456789ab.tmp"):
         assert f"hermit-backup/home/{theirs}" not in names, theirs
         assert (theirs if theirs[:5] != "logs/" else "logs/") in r.stdout, theirs  # named in what was left out
-    assert "left out 4 derived or transient files and folders" in r.stdout  # logs/, the lock and the two temps
+    # logs/, the session lock, the config lock (`hermit agents add` took it) and the two temps
+    assert "left out 5 derived or transient files and folders" in r.stdout and ".config.lock" in r.stdout
 
     new = tmp_path / "new"
     r = hermit(new, "restore", str(archive))
