@@ -90,6 +90,12 @@ def unsafe_folder(path: Path) -> tuple[Path, str] | None:
         why = None
     if why is not None:
         return real, why
+    return unsafe_parent(real)
+
+
+def unsafe_parent(real: Path) -> tuple[Path, str] | None:
+    """The first folder above `real` (a resolved path) through which another user could rename or swap it
+    (`not_safe_parent`, group write accepted), with why; None when every folder above is safe."""
     for parent in real.parents:
         try:
             why = not_safe_parent(os.stat(parent), group_ok=True)

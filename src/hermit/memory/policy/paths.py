@@ -7,7 +7,7 @@ import os
 import stat
 from pathlib import Path
 
-from hermit.config.paths import not_own_file, not_safe_parent
+from hermit.config.paths import not_own_file, unsafe_parent
 from hermit.errors import PathPolicyError
 from hermit.messages import valid_text
 
@@ -55,13 +55,8 @@ def extra_path_writers(workspace: Path, raw: str) -> str | None:
     if p.is_symlink():
         return None  # not followed: the sync skips it and says so
     real = p.parent.resolve() / p.name
-    for parent in real.parents:
-        try:
-            why = not_safe_parent(os.stat(parent), group_ok=True)
-        except OSError:
-            continue
-        if why is not None:
-            return f"{parent} (above it) {why}"
+    if (above := unsafe_parent(real)) is not None:
+        return f"{above[0]} (above it) {above[1]}"
     judged = 0
     todo = [str(real)]
     while todo and judged < MAX_JUDGED:
