@@ -142,3 +142,26 @@ def test_memory_append_cannot_forge_an_origin_or_an_owner_block(tmp_path: Path, 
     rel = got["append"]["path"]
     assert "F0RGED-10" not in (visible_text(text, rel, reader_for_session("agent:main:telegram:group:-1")) or "")
     assert "F0RGED-10" in (visible_text(text, rel, reader_for_session("agent:main:main")) or "")
+
+
+def test_stdio_server_masks_registered_secrets_in_notes(tmp_path: Path) -> None:
+    """A key pasted into a note reaches the MCP client's model (often a remote one) masked, as `hermit memory get`
+    shows it; `hermit mcp serve` returned it as it was."""
+    home = owner_home(tmp_path)
+    key = "sk-ant-REGISTERED-SECRET-0123456789"
+    write(home / "hermit.env", f"ANTHROPIC_API_KEY={key}\n")
+    (home / "hermit.env").chmod(0o600)
+    write(home / "workspace" / "memory" / "notes.md", f"# Notes\n- pasted the key here by mistake: {key}\n")
+    params = StdioServerParameters(command=sys.executable, args=["-m", "hermit.cli.main", "mcp", "serve"],
+                                   env=subprocess_env(home))
+    got: list[str] = []
+
+    async def body(client: Client) -> None:
+        r = await client.call_tool("memory_get", {"path": "memory/notes.md"})
+        got.append(json.dumps(r.structured_content) + json.dumps([c.model_dump() for c in r.content]))
+        r = await client.call_tool("memory_search", {"query": "pasted the key by mistake", "minScore": 0})
+        got.append(json.dumps(r.structured_content) + json.dumps([c.model_dump() for c in r.content]))
+
+    run_with_client(params, body)
+    assert all(key not in g for g in got)
+    assert "pasted the key here by mistake: ***" in got[0] and "***" in got[1]

@@ -219,3 +219,22 @@ def test_sessions_show_json_and_unknown(tmp_path: Path, capsys: pytest.CaptureFi
     assert "no session" in capsys.readouterr().err
     assert main(["--home", str(home), "sessions", "list"]) == 0
     assert "agent:main:main" in capsys.readouterr().out
+
+
+def test_secrets_in_tool_call_arguments_are_masked_in_verbose_and_json_output(tmp_path: Path) -> None:
+    """`--verbose` cut a tool call's arguments at 120 characters, leaving the first half of a key the output's
+    whole-key masking could not see; `--json` escaped a secret holding `"` or `\\`, so it was not found."""
+    home = tmp_path / "home"
+    key, quoted = "sk-live-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", 'Pa\\ss"w0rd-Zq81-long'
+    env = {"MY_API_KEY": key, "DB_PASSWORD": quoted}
+    runs = []
+    for args, path in ((["--verbose"], "x" * 85 + " " + key), (["--json"], "y " + quoted)):
+        with FakeProvider([{"tool_calls": [{"name": "read", "arguments": {"path": path}}]}, "done"]) as fake:
+            write_config(home, fake, "openai")
+            runs.append(hermit(home, "agent", *args, "-m", "hi", env=env))
+    verbose, as_json = runs
+    assert verbose.returncode == 0 and as_json.returncode == 0, verbose.stderr + as_json.stderr
+    shown = verbose.stdout + verbose.stderr + as_json.stdout + as_json.stderr
+    assert "sk-live-ABCD" not in shown and "w0rd-Zq81" not in shown
+    assert "· read" in verbose.stderr and json.loads(as_json.stdout)["reply"] == "done"
+    assert '"path": "y ***"' in as_json.stdout  # the call is there, its secret masked

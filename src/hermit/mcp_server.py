@@ -33,6 +33,7 @@ from hermit.memory.policy.audience import AUDIENCE_RULE, MCP, Reader
 from hermit.memory.policy.daily_log import append_daily_note
 from hermit.memory.policy.provenance import Origin
 from hermit.memory.service import MemoryService
+from hermit.redaction import mask, mask_data
 from hermit.tools.memory import MEMORY_GET_DESCRIPTION, MEMORY_SEARCH_DESCRIPTION, MemoryTools
 from hermit.tools.sandbox import PRIVACY_RULE
 
@@ -108,17 +109,19 @@ def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                                 open_world_hint=False)
 
+    # What the client gets goes to its model (often a remote one): registered secrets in notes are masked, as
+    # in every other reader's results.
     def search(a: dict[str, Any]) -> dict[str, Any]:
-        return tools.memory_search(a["query"], a.get("maxResults"), a.get("minScore"))
+        return mask_data(tools.memory_search(a["query"], a.get("maxResults"), a.get("minScore")))
 
     def get(a: dict[str, Any]) -> dict[str, Any]:
         try:
-            return tools.memory_get(a["path"], a.get("from"), a.get("lines"))
+            return mask_data(tools.memory_get(a["path"], a.get("from"), a.get("lines")))
         except HermitError as e:
             if e.hint in (PRIVACY_RULE, AUDIENCE_RULE):
                 raise ToolError(f"{e.message}\n  hint: {e.hint}; MCP clients count as such a session unless the "
                                 "owner sets mcp.share_private_memory: true") from e
-            raise ToolError(str(e)) from e  # the message names the path rule that was broken
+            raise ToolError(mask(str(e))) from e  # the message names the path rule that was broken
 
     def append(a: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -140,9 +140,14 @@ def _clip(text: str, limit: int) -> str:
 _FRAME_TAG = re.compile(r"<(/?)(conversation|previous-summary)\b", re.IGNORECASE)
 
 
+# Every break `str.splitlines` knows (\r, U+2028, a form feed…): each ends a line for some reader.
+_LINE_BREAK = re.compile(r"\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
+
+
 def _body(text: str) -> str:
-    """A message's text under its header: every line starts with "│ ", so no line of it reads as a header."""
-    return "\n".join(f"│ {line}" for line in _FRAME_TAG.sub(r"‹\1\2", text).split("\n"))
+    """A message's text under its header: every line starts with "│ ", so no line of it reads as a header —
+    whatever breaks it."""
+    return "\n".join(f"│ {line}" for line in _LINE_BREAK.split(_FRAME_TAG.sub(r"‹\1\2", text)))
 
 
 def render_message(message: Message) -> str:

@@ -24,7 +24,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def short_args(arguments: dict[str, Any], limit: int = 120) -> str:
-    text = json.dumps(arguments, ensure_ascii=False)
+    """A tool call's arguments on one short line, secrets masked before the cut (a key the cut went through
+    left its first half, which the output's whole-key masking cannot see)."""
+    from hermit.redaction import mask_data
+
+    text = json.dumps(mask_data(arguments), ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -57,7 +61,10 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     finally:
         runtime.close()
     if args.json:
-        print(json.dumps({**result.to_dict(), "model": runtime.model.profile.ref}, ensure_ascii=False))
+        from hermit.redaction import mask_data
+
+        # Masked as data: JSON escapes a secret holding `"` or `\\`, and the output's masking looks for it as is.
+        print(json.dumps(mask_data({**result.to_dict(), "model": runtime.model.profile.ref}), ensure_ascii=False))
         return 0
     if streamed["any"]:
         sys.stdout.write("\n")
