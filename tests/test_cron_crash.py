@@ -6,7 +6,8 @@ process would: nothing after that point is written. A fresh service then starts 
 
 What the user should see (runner.py): a reminder that was sent is not sent again; a recurring job is not
 run again for the slot it already ran; a turn cut off mid-way is continued in its session, so the tools it
-already ran are not run twice."""
+already ran are not run twice. A run finished after a restart is judged by the session its text was made
+in, and delivers nothing when its job was aimed elsewhere while it was in flight."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from hermit.messages import ToolResultMessage, UserMessage
 from hermit.models.base import ModelRequest
 from hermit.redaction import MASK, register
 from hermit.scheduler import LocalHost, SchedulerService
+from hermit.scheduler.jobs import InFlight as Flying
 from hermit.testing.scripted import Reply
 from schedhelpers import SimClock, config, runtimes, settle
 
@@ -77,8 +79,8 @@ class Gateway:
 
 
 def boot(home: Path, now: datetime, reply: Callable[[ModelRequest], Reply], channel: Channel | None = None,
-         **defaults: object) -> Gateway:
-    loaded = config(home, defaults={**NO_HEARTBEAT, **defaults})
+         owners: tuple[str, ...] = (), **defaults: object) -> Gateway:
+    loaded = config(home, defaults={**NO_HEARTBEAT, **defaults}, owners=owners)
     clock = SimClock(now)
     channel = channel or Channel()
     rts, models = runtimes(loaded, clock, reply)
@@ -321,3 +323,96 @@ async def test_job_and_heartbeat_errors_are_stored_and_shown_masked(tmp_path: Pa
         assert shown is not None and MASK in shown and SECRET not in shown, shown
     assert SECRET not in service.jobs.store.path.read_text(encoding="utf-8")
     assert SECRET not in service.jobs.store.run_log_path("brief").read_text(encoding="utf-8")
+
+
+# ---- a run's reply goes only where its job was aimed when it started (re-audit F1) -----------------------
+
+OWNER = ("42",)
+GROUP = {"mode": "announce", "channel": "telegram", "to": "-100555", "peer_kind": "group"}
+CANARY = "Per MEMORY.md: OWNER-SECRET-CANARY"
+
+
+def main_job_to_the_owner(gw: Gateway) -> None:
+    (gw.service.loaded.agent().workspace / "MEMORY.md").write_text("# Memory\nOWNER-SECRET-CANARY\n",
+                                                                  encoding="utf-8")
+    add_job(gw, "j1", {"kind": "cron", "expr": "0 8 * * *"}, session_target="main")
+
+
+@pytest.mark.parametrize("cut", ["mid-turn", "after the turn"])
+async def test_a_main_session_run_resumed_after_its_job_was_aimed_isolated_at_a_group_delivers_nothing(
+        tmp_path: Path, cut: str) -> None:
+    """The owner re-aims the job while the gateway is down (`hermit cron edit j1 --isolated --announce
+    telegram:-100555 --group`): the run left in the main session is finished there, and its reply — made with
+    MEMORY.md in the prompt — goes nowhere, also when the turn had finished and is not run again."""
+    home = tmp_path / "home"
+    mid = cut == "mid-turn"
+    first = boot(home, START - timedelta(minutes=1), write_then_reply(die if mid else lambda: CANARY), owners=OWNER)
+    main_job_to_the_owner(first)
+    if not mid:
+        kill_at(first.service, "delivering")
+    await run_until_killed(first)
+    first.service.jobs.update("j1", {"session_target": "isolated", "delivery": GROUP})
+    assert first.service.jobs.get("j1").delivery.shares_main is False
+
+    second = boot(home, START + timedelta(minutes=1), write_then_reply(lambda: CANARY), owners=OWNER)
+    await restart(second)
+
+    assert [t for _, t in second.channel.sent if "CANARY" in t] == []
+    # finished in the session it began in: continued from the tool's result, or not run again at all
+    assert len(second.requests) == (1 if mid else 0)
+    if mid:
+        assert isinstance(second.requests[0].messages[-1], ToolResultMessage)
+        assert "OWNER-SECRET-CANARY" in second.requests[0].system  # it was the main session's turn
+    (run, *later) = second.service.jobs.store.runs("j1", limit=0)
+    assert run["session_key"] == "agent:main:main" and run["delivered"] is False
+    assert "changed while it was in flight" in run["not_delivered"], run
+    assert "main session" in run["not_delivered"] and "isolated session" in run["not_delivered"]
+    assert second.service.jobs.get("j1").state.in_flight is None
+
+
+@pytest.mark.parametrize("key", ["agent:main:main", "agent:main:telegram:group:-100555", "not-a-key"])
+async def test_a_resumed_run_is_judged_by_the_session_it_was_made_in(tmp_path: Path, key: str) -> None:
+    """An isolated job aimed at a group (no opt-in needed) whose stored run names a main session — or any
+    key that is not a cron session's, or one that does not parse — is judged as a main-session run: not run,
+    nothing delivered. (The record here is written as a crash would leave it, with the job's aim unchanged.)"""
+    home = tmp_path / "home"
+    gw = boot(home, START - timedelta(minutes=1), lambda r: CANARY, owners=OWNER)
+    (gw.service.loaded.agent().workspace / "MEMORY.md").write_text("OWNER-SECRET-CANARY\n", encoding="utf-8")
+    add_job(gw, "j1", {"kind": "cron", "expr": "0 8 * * *"}, delivery=GROUP)
+    left = Flying(run_id="r-left", trigger="schedule", started_at=START, session_key=key,
+                  text="[System event from scheduled job j1 · earlier · schedule run]\ncron: check",
+                  agent_id="main", aim="agent main, isolated session, to telegram:default:group:-100555")
+    gw.service.jobs.store.update_job("j1", lambda j: j.model_copy(
+        update={"state": j.state.model_copy(update={"in_flight": left})}))
+
+    second = boot(home, START + timedelta(minutes=1), lambda r: CANARY, owners=OWNER)
+    await restart(second)
+
+    assert second.channel.sent == [] and second.requests == []
+    (run,) = second.service.jobs.store.runs("j1", limit=1)
+    assert run["run_id"] == "r-left" and run["status"] == "error" and "main session" in run["error"]
+
+
+async def test_a_job_aimed_elsewhere_during_its_run_does_not_deliver_that_runs_reply(tmp_path: Path) -> None:
+    """No crash: the owner re-aims the job while its turn runs; the reply, made for the old aim, is not sent
+    to either target, and the next run goes to the new one."""
+    home = tmp_path / "home"
+    running: list[Gateway] = []
+
+    def reply(request: ModelRequest) -> Reply:
+        gw = running.pop() if running else None  # the first run only: the owner's edit lands mid-turn
+        if gw is not None:
+            gw.service.jobs.update("brief", {"delivery": {**TELEGRAM, "to": "43"}})
+        return "Reminder: call the dentist."
+    gw = boot(home, START - timedelta(minutes=1), reply, owners=("42", "43"))
+    running.append(gw)
+    add_job(gw, "brief", {"kind": "cron", "expr": "0 8 * * *"})
+    gw.clock.now = START
+    await restart(gw)
+
+    assert gw.channel.sent == []
+    (run,) = gw.service.jobs.store.runs("brief")
+    assert run["delivered"] is False and "changed while it was in flight" in run["not_delivered"]
+    gw.clock.now = START + timedelta(days=1)
+    await restart(gw)
+    assert [(t.peer_id, text) for t, text in gw.channel.sent] == [("43", "Reminder: call the dentist.")]

@@ -153,6 +153,10 @@ class InFlight(BaseModel):
     session_id: str | None = None  # the isolated run's cron session (a main-session job: None)
     text: str  # the turn's message, exactly: a continued turn is recognised by it (agent/loop.py)
     phase: Literal["running", "answered", "delivering"] = "running"
+    agent_id: str | None = None  # the agent whose session holds the turn (None: a record without it)
+    # where the job was aimed when the run started (runner.job_aim); a run whose job is aimed elsewhere
+    # when its reply is ready (or that has no aim recorded) delivers nothing
+    aim: str | None = None
 
 
 class JobState(BaseModel):

@@ -12,10 +12,17 @@ after the turn, `delivering` before the reply is sent. A restart finds the run t
 (`execute(resume=...)`): a run that was answered or delivering is logged without running or sending
 again; a run cut off mid-turn is continued in the same session with the same text, which the agent loop
 recognises as its unfinished turn (agent/loop.py `unfinished_turn`: the tools that ran are not run
-again); a turn the transcript shows answered is not run again either. What stays open: a kill while the
-reply is being sent — it is recorded as sent first, so it is never sent twice by the scheduler, but it may
-not have arrived; and a channel's own send is at least once (Telegram may retry a send whose answer it
-did not hear).
+again); a turn the transcript shows answered is not run again either.
+
+A continued run is judged by the session its text is made in, not by what the job says now: a main-session
+key (or one that does not parse) gets the main session's delivery rules (an owner, or the owner's opt-in
+for that target). And a run whose job was aimed elsewhere while it was in flight — its target, its session
+or its agent changed (`InFlight.aim`), before a crash, while Hermit was down or during the turn — delivers
+nothing: its reply was made for the old aim, and the run log says why (`not_delivered`).
+
+What stays open: a kill while the reply is being sent — it is recorded as sent first, so it is never sent
+twice by the scheduler, but it may not have arrived; and a channel's own send is at least once (Telegram
+may retry a send whose answer it did not hear).
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.jobs import InFlight, Job, JobState, RunStatus
 from hermit.scheduler.schedule import Zone
 from hermit.scheduler.store import JobStore, RunRecord, Trigger
-from hermit.sessions.keys import cron_session_key, main_session_key
+from hermit.sessions.keys import SessionKind, classify_session_key, cron_session_key, main_session_key
 from hermit.sessions.store import SessionStore
 from hermit.sessions.transcript import Clock
 
@@ -48,6 +55,20 @@ REPLY_PREVIEW_CHARS = 500
 
 def job_session_key(job: Job) -> str:
     return main_session_key(job.agent_id) if job.session_target == "main" else cron_session_key(job.id)
+
+
+def job_aim(job: Job) -> str:
+    """Where a run of the job is made and where its reply goes: its agent, its session and its target."""
+    t = job.delivery.target()
+    to = f"{t.channel}:{t.account_id}:{t.peer_kind}:{t.peer_id}" if t is not None else "nowhere"
+    return f"agent {job.agent_id}, {job.session_target} session, to {to}"
+
+
+def made_in(job: Job, session_key: str) -> Job:
+    """The job as judged for a reply made in `session_key`: isolated only in a cron session; any other key,
+    or one that does not parse, counts as the main session (fail closed: MEMORY.md may be in its text)."""
+    kind = classify_session_key(session_key)
+    return job.model_copy(update={"session_target": "isolated" if kind is SessionKind.CRON else "main"})
 
 
 def local_time_text(at: datetime, zone: Zone) -> str:
@@ -89,12 +110,12 @@ class CronSessions:
         self.clock = clock
         self.fsync = fsync
 
-    def _store(self, job: Job) -> SessionStore:
-        agent = self.loaded.agent(job.agent_id)
+    def _store(self, agent_id: str) -> SessionStore:
+        agent = self.loaded.agent(agent_id)
         return SessionStore(agent.sessions_dir, clock=self.clock, cwd=agent.workspace, fsync=self.fsync)
 
     def __call__(self, job: Job, session_key: str) -> str:
-        return self._store(job).new_session(session_key).record.session_id
+        return self._store(job.agent_id).new_session(session_key).record.session_id
 
     def reopen(self, job: Job, run: InFlight) -> str | None:
         """Before a crashed run's turn is continued: the reply its session's last turn gave, when that turn
@@ -102,7 +123,7 @@ class CronSessions:
         else None. An isolated run's own session is touched first: the reset policy counts from the last
         activity, and a restart after the idle time or the daily hour must not start a fresh session under
         the turn it continues (a main-session run is a heartbeat-like turn, which no reset touches)."""
-        store = self._store(job)
+        store = self._store(run.agent_id or job.agent_id)
         record = store.get(run.session_key)
         if record is None:
             return None
@@ -140,10 +161,34 @@ def _finished_before(job: Job, handle: RunHandle, resume: InFlight) -> RunRecord
                      session_id=resume.session_id, extra={"resumed": note})
 
 
+def _not_continued(job: Job, handle: RunHandle, resume: InFlight) -> RunRecord | None:
+    """The record of a run a restart found and does not run on: past its turn, or its job paused."""
+    if resume.phase != "running":
+        return _finished_before(job, handle, resume)
+    if not job.enabled:  # paused while Hermit was down: not continued
+        return RunRecord(run_id=handle.run_id, job_id=job.id, started_at=handle.started_at.isoformat(), ended_at="",
+                         status="error", trigger=handle.trigger, session_key=resume.session_key,
+                         session_id=resume.session_id,
+                         error="interrupted: Hermit stopped during this run; not continued (the job is disabled)")
+    return None
+
+
+def _aimed_elsewhere(job: Job, run: InFlight, now: Job) -> str | None:
+    """Why the run's reply is not delivered when its job was aimed elsewhere while it was in flight."""
+    if run.aim is None:
+        note = "its record does not say where the job was aimed when it started"
+    elif run.aim != job_aim(now):
+        note = f"the job was changed while it was in flight (from {run.aim}; now {job_aim(now)})"
+    else:
+        return None
+    log.warning("job %s: run %s: reply not delivered: %s", job.id, run.run_id, note)
+    return f"not delivered: {note}"
+
+
 async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, start_session: StartSession, *,
                   deliver: bool = True, may_deliver: Callable[[Job], None] | None = None,
                   mark: Mark | None = None, resume: InFlight | None = None,
-                  reopen: Reopen | None = None) -> RunRecord:
+                  reopen: Reopen | None = None, current: Callable[[], Job] | None = None) -> RunRecord:
     """Run the job's turn and deliver its reply (unless `deliver` is off: `hermit cron run` prints it).
     `may_deliver` checks the target before the turn (a JobError fails the run: nothing runs, nothing is
     delivered). Never raises for the job's failure (a supervision boundary): the error is in the record. A
@@ -152,17 +197,17 @@ async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, 
 
     `mark` stores the run in flight before each step that must not repeat (the scheduler's runs; see the
     module docstring); `resume` is such a run a restart found unfinished: it is finished from where it
-    stopped, its turn continued in its own session (`reopen` takes it back and tells a turn that had
-    finished)."""
-    if resume is not None and resume.phase != "running":
-        return _finished_before(job, handle, resume)
-    if resume is not None and not job.enabled:  # paused while Hermit was down: not continued
-        return RunRecord(run_id=handle.run_id, job_id=job.id, started_at=handle.started_at.isoformat(), ended_at="",
-                         status="error", trigger=handle.trigger, session_key=resume.session_key,
-                         session_id=resume.session_id,
-                         error="interrupted: Hermit stopped during this run; not continued (the job is disabled)")
+    stopped, its turn continued in its own session and agent (`reopen` takes it back and tells a turn that
+    had finished), its delivery judged by that session's kind. `current` reads the job as stored now: a
+    reply whose job was aimed elsewhere since the run started (or, resumed, since it was recorded) is not
+    delivered."""
+    if resume is not None and (done := _not_continued(job, handle, resume)) is not None:
+        return done
     key = resume.session_key if resume is not None else job_session_key(job)
     text = resume.text if resume is not None else job_turn_text(job, handle.started_at, zone, handle.trigger)
+    agent_id = (resume.agent_id or job.agent_id) if resume is not None else job.agent_id
+    held = _aimed_elsewhere(job, resume, job) if resume is not None else None
+    in_main = made_in(job, key).session_target == "main"
     status: RunStatus = "ok"
     error: str | None = None
     delivered = False
@@ -170,12 +215,13 @@ async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, 
     session_id: str | None = resume.session_id if resume is not None else None
     extra: dict[str, object] = {}
     try:
-        if deliver and may_deliver is not None:
-            may_deliver(job)
+        if deliver and may_deliver is not None and held is None:  # a held reply goes nowhere: nothing to check
+            may_deliver(made_in(job, key))
         if resume is None and job.session_target == "isolated":
             session_id = start_session(job, key)
         marker = resume or InFlight(run_id=handle.run_id, trigger=handle.trigger, started_at=handle.started_at,
-                                    session_key=key, session_id=session_id, text=text)
+                                    session_key=key, session_id=session_id, text=text, agent_id=agent_id,
+                                    aim=job_aim(job))
         if mark is not None and resume is None:
             mark(marker)
         earlier = reopen(job, resume) if resume is not None and reopen is not None else None
@@ -187,11 +233,15 @@ async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, 
         else:
             # A system event in the main session is a background turn like the heartbeat: it must not count
             # as the user's activity, reset the session or start a memory flush.
-            outcome = await host.run_turn(job.agent_id, key, text, heartbeat=job.session_target == "main")
+            outcome = await host.run_turn(agent_id, key, text, heartbeat=in_main)
             session_id = outcome.session_id
             reply, will_send = outcome.reply, outcome.delivered and bool(outcome.reply.strip())
         target = job.delivery.target()
         sending = deliver and target is not None and will_send
+        if sending and held is None and current is not None:
+            held = _aimed_elsewhere(job, marker, current())
+        if sending and held is not None:
+            extra["not_delivered"], sending = held, False
         if mark is not None:
             mark(marker.model_copy(update={"phase": "delivering" if sending else "answered"}))
         if sending:

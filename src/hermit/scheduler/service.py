@@ -242,12 +242,20 @@ class SchedulerService:
                             job_id, flying.run_id, flying.phase, e)
         return mark
 
+    def _current(self, job: Job) -> Job:
+        """The job as stored now, to tell whether it was aimed elsewhere during its run (the job as the run
+        started when it was removed or the file cannot be read: the run goes on as it began)."""
+        try:
+            return self.jobs.store.load().get(job.id)
+        except (HermitError, OSError):
+            return job
+
     async def _run_job(self, job: Job, handle: RunHandle, resume: InFlight | None = None) -> None:
         zone = self.jobs.zone(job)
         try:
             record = await execute(job, self.host, handle, zone, self._start_session,
                                    may_deliver=self.jobs.check_delivery, mark=self._mark(job.id), resume=resume,
-                                   reopen=self._start_session.reopen)
+                                   reopen=self._start_session.reopen, current=lambda: self._current(job))
         except asyncio.CancelledError:
             record = RunRecord(handle.run_id, job.id, handle.started_at.isoformat(), "", "error", handle.trigger,
                                error="interrupted: the scheduler stopped")
