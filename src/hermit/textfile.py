@@ -71,6 +71,13 @@ def read_regular(path: str | Path, max_bytes: int | None = None, *, follow: bool
 
     Raises NotRegularFile (directory, FIFO, socket, device, that symlink), FileTooLarge when over `max_bytes`,
     or the OSError of the open/read (FileNotFoundError, PermissionError…)."""
+    return read_regular_stat(path, max_bytes, follow=follow)[0]
+
+
+def read_regular_stat(path: str | Path, max_bytes: int | None = None, *,
+                      follow: bool = True) -> tuple[bytes, os.stat_result]:
+    """`read_regular`, with the fstat of the descriptor read: who owns what was read, whatever the name names
+    by now."""
     name = os.fspath(path)
     st = os.stat(name, follow_symlinks=follow)
     if not stat.S_ISREG(st.st_mode):
@@ -84,7 +91,7 @@ def read_regular(path: str | Path, max_bytes: int | None = None, *, follow: bool
             raise NotRegularFile(name, "a symlink") from None
         raise
     try:
-        return _read_fd(fd, name, max_bytes)[0]
+        return _read_fd(fd, name, max_bytes)
     finally:
         os.close(fd)
 

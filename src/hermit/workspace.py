@@ -6,15 +6,18 @@ files 0600) whatever the umask; files and folders the owner made by hand keep th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from hermit.config.paths import PRIVATE_FILE_MODE, ensure_private_dir
+from hermit.config.paths import PRIVATE_FILE_MODE, ensure_private_dir, not_own_note
 from hermit.durable import create_new
 from hermit.redaction import mask
-from hermit.textfile import decode_text, read_regular
+from hermit.textfile import decode_text, read_regular_stat
+
+log = logging.getLogger("hermit.workspace")
 
 HEARTBEAT_FILE = "HEARTBEAT.md"
 BOOTSTRAP_ORDER = ("AGENTS.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "USER.md", HEARTBEAT_FILE, "BOOTSTRAP.md")
@@ -68,6 +71,7 @@ class BootstrapFile:
     text: str | None  # None = missing
     original_chars: int
     truncated: bool
+    left_out: str = ""  # why what it says is not in the prompt: another user's, or others may write it
 
 
 def cap_text(name: str, text: str, max_chars: int) -> tuple[str, bool]:
@@ -88,7 +92,11 @@ def read_bootstrap(
     """Bootstrap files in prompt order; MEMORY.md and HEARTBEAT.md (MAIN_SESSION_FILES) only when
     `include_memory` (the main private session): no other session sees them at all, not even as missing.
     `render(name, text)` is the file as the session may see it (None: nothing), applied before the caps; then
-    every registered secret (hermit.redaction) is masked, for every session."""
+    every registered secret (hermit.redaction) is masked, for every session.
+
+    A file another user owns or may write (`not_own_note`, judged on the descriptor read) is left out with a
+    warning, not obeyed: in the owner's folder it was made before the folder was handed over, copied in with
+    its owner kept, or opened up to a shared group. The turn goes on with the owner's other files."""
     names = [n for n in BOOTSTRAP_ORDER if include_memory or n not in MAIN_SESSION_FILES]
     names += [MEMORY_FILE] if include_memory else []
     out: list[BootstrapFile] = []
@@ -96,12 +104,19 @@ def read_bootstrap(
     for name in names:
         p = workspace / name
         try:
-            raw = decode_text(read_regular(p)).text  # never open() a FIFO: it would block the turn
+            data, st = read_regular_stat(p)  # never open() a FIFO: it would block the turn
         except OSError:  # missing, a directory, a FIFO, unreadable: the prompt says it is missing
             if name == "BOOTSTRAP.md":
                 continue  # only exists for a brand-new workspace; its absence is normal
             out.append(BootstrapFile(name, None, 0, False))
             continue
+        if (why := not_own_note(st)) is not None:
+            log.warning("%s was left out of the prompt: it %s; if what it says is yours, make it yours alone: "
+                        "chown $(id -u) %s && chmod 600 %s", p, why, p, p)
+            out.append(BootstrapFile(name, f"[{name} left out: another user owns it or may change it, so what it "
+                                           "says is not the owner's word]", 0, False, left_out=why))
+            continue
+        raw = decode_text(data).text
         if render is not None:
             shown = render(name, raw)
             raw = shown if shown is not None else f"[{name}: nothing in it is shared with this chat]"

@@ -221,7 +221,7 @@ def build_system_prompt(p: PromptInputs) -> SystemPrompt:
     for f in files:
         section = _file_section(f)
         parts.append(section)
-        note = ("missing" if f.text is None
+        note = ("missing" if f.text is None else f"left out: it {f.left_out}" if f.left_out
                 else f"truncated from {f.original_chars:,} chars" if f.truncated else "")
         blocks.append(_block(f"project: {f.name}", section, note))
     return SystemPrompt("\n\n".join(parts), tuple(blocks))

@@ -60,16 +60,17 @@ def parse_env_text(text: str) -> EnvFile:
 
 
 def read_env_file(path: Path) -> EnvFile:
-    """The file's variables; a missing file is empty. A file readable by others is made owner-only."""
+    """The file's variables; a missing file is empty. A file readable by others is made owner-only; one another
+    user owns or may write (every user, or a group others are in: `not_own_file`) is not read."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return EnvFile()
     except OSError as e:
         return EnvFile(problems=[f"cannot read it: {e.strerror or e}"])
-    if st.st_uid != os.geteuid():  # planted (HERMIT_HOME in a folder someone else made): never read
-        return EnvFile(problems=[f"not read: it {not_own_file(st)}; it holds your keys, so it must be yours "
-                                 f"(chown $(id -u) {path}, after checking what it says)"])
+    if (why := not_own_file(st)) is not None:  # planted (HERMIT_HOME in a folder someone else made): never read
+        return EnvFile(problems=[f"not read: it {why}; it holds your keys, so it must be yours and written by you "
+                                 f"alone (check what it says, then: chown $(id -u) {path} && chmod 600 {path})"])
     if st.st_mode & 0o077:
         os.chmod(path, 0o600)  # it holds keys: never leave it readable (or writable) by others
     try:
@@ -99,9 +100,10 @@ def set_env_values(path: Path, updates: Mapping[str, str]) -> None:
     except FileNotFoundError:
         text = HEADER
     else:
-        if st.st_uid != os.geteuid():  # its lines would be kept beside the new keys
-            raise ConfigError(f"{path} {not_own_file(st)}: Hermit will not add your keys to it",
-                              "remove it (or chown it to you after checking what it says), then run this again")
+        if (why := not_own_file(st)) is not None:  # its lines would be kept beside the new keys
+            raise ConfigError(f"{path} {why}: Hermit will not add your keys to it",
+                              "remove it (or, after checking what it says, make it yours: chown $(id -u) "
+                              f"{path} && chmod 600 {path}), then run this again")
         text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
     pending = dict(updates)

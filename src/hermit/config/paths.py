@@ -8,7 +8,10 @@ version left them readable to others.
 
 from __future__ import annotations
 
+import functools
+import grp
 import os
+import pwd
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,18 +51,59 @@ def not_own_private_dir(st: os.stat_result) -> str | None:
 
 
 def _written_by_others(st: os.stat_result, group_ok: bool) -> str | None:
-    """Who besides the owner may write `st` ("its group or by others" / "every user"), as an error's text."""
+    """Who besides the owner may write `st` ("its group or by others" / "every user" / "its group staff, which
+    other users are in…"), as an error's text. With `group_ok`, group write is accepted only for a group nobody
+    but the current user (and root) can be in (`group_others`)."""
+    mode = stat.S_IMODE(st.st_mode)
     if st.st_mode & (0o002 if group_ok else 0o022):
         who = "every user" if group_ok else "its group or by others"
-        return f"can be written by {who} (mode {stat.S_IMODE(st.st_mode):o})"
+        return f"can be written by {who} (mode {mode:o})"
+    if st.st_mode & 0o020 and (others := group_others(st.st_gid)) is not None:
+        return (f"can be written by {others} (mode {mode:o}): remove the group's write (chmod g-w), or chgrp it "
+                "to a group only you are in")
     return None
+
+
+def group_others(gid: int) -> str | None:
+    """Who besides the current user and root can be in group `gid`, in words ("its group staff, which other users
+    are in: ann, bob"), or None when nobody else can: no other user is listed as a member (gr_mem) or has it as
+    their primary group. A group the group database does not know fails closed (who is in it cannot be told).
+    Where users come from a directory (LDAP) that does not enumerate, a user whose primary group it is may be
+    missed: the members listed are still judged. Asked once per group in a process."""
+    return _group_others(gid, os.geteuid())
+
+
+@functools.cache
+def _group_others(gid: int, euid: int) -> str | None:
+    try:
+        group = grp.getgrgid(gid)
+    except (KeyError, OSError):
+        return f"its group (gid {gid}), which the group database does not know: who else is in it cannot be told"
+    others = set()
+    for name in group.gr_mem:
+        try:
+            uid: int | None = pwd.getpwnam(name).pw_uid
+        except (KeyError, OSError):
+            uid = None  # a member with no user entry: someone else
+        if uid not in (euid, 0):
+            others.add(name)
+    try:
+        users = pwd.getpwall()
+    except OSError:
+        users = []
+    others.update(u.pw_name for u in users if u.pw_gid == gid and u.pw_uid not in (euid, 0))
+    if not others:
+        return None
+    names = sorted(others)
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"its group {group.gr_name} (gid {gid}), which other users are in: {shown}"
 
 
 def not_safe_parent(st: os.stat_result, *, group_ok: bool = False) -> str | None:
     """Why a directory is no place to keep (or create and rename into place) a private folder: owned by a user
-    other than the current one or root, or writable by its group or others (with `group_ok`: by every user)
-    without the sticky bit (they could rename the folder away, or put their own in its place). /tmp (root's,
-    sticky) is a safe parent."""
+    other than the current one or root, or writable by its group or others (with `group_ok`: by every user, or
+    by a group other users are in) without the sticky bit (they could rename the folder away, or put their own
+    in its place). /tmp (root's, sticky) is a safe parent."""
     if st.st_uid not in (os.geteuid(), 0):
         return f"belongs to another user (uid {st.st_uid})"
     return None if st.st_mode & stat.S_ISVTX else _written_by_others(st, group_ok)
@@ -69,8 +113,9 @@ def not_own_file(st: os.stat_result, *, group_ok: bool = True) -> str | None:
     """Why a file or folder Hermit keeps its keys, config or notes in (`st` from stat: a symlinked dotfile is
     judged by what it names) cannot be trusted: another user's, or one every user may write (they would
     choose the model server, the proxy, the commands). None when it is the current user's. Group write is
-    accepted (unless not `group_ok`): with a umask of 002 each user's files are group-writable for their own
-    one-member group."""
+    accepted (unless not `group_ok`) for a group nobody else can be in (`group_others`): with a umask of 002
+    each user's files are group-writable for their own one-member group; a shared group (`users`, `staff`, a
+    team's) is as good as another user."""
     if st.st_uid != os.geteuid():
         return f"belongs to another user (uid {st.st_uid})"
     return _written_by_others(st, group_ok)
@@ -80,9 +125,10 @@ def unsafe_folder(path: Path) -> tuple[Path, str] | None:
     """The one rule for a folder that holds the owner's keys or notes (the state dir, each workspace and its
     memory/, a memory index's folder): (the folder at fault, why) when another user could plant, read or swap
     what is kept there, else None. The folder, judged where it resolves to, must be the current user's and not
-    writable by every user (`not_own_file`; group write is accepted, as with a umask of 002); each folder above
-    it the user's or root's and not writable by every user unless sticky (`not_safe_parent`: /tmp is fine, a
-    folder another user made in it is not). A folder that does not exist yet is judged by those above it."""
+    writable by every user (`not_own_file`; group write is accepted, as with a umask of 002, only for a group no
+    other user is in: `group_others`); each folder above it the user's or root's and not writable by every user
+    (or such a group) unless sticky (`not_safe_parent`: /tmp is fine, a folder another user made in it is not).
+    A folder that does not exist yet is judged by those above it."""
     real = path.resolve()
     try:
         why = not_own_file(os.stat(real)) if real.exists() else None
@@ -95,7 +141,8 @@ def unsafe_folder(path: Path) -> tuple[Path, str] | None:
 
 def unsafe_parent(real: Path) -> tuple[Path, str] | None:
     """The first folder above `real` (a resolved path) through which another user could rename or swap it
-    (`not_safe_parent`, group write accepted), with why; None when every folder above is safe."""
+    (`not_safe_parent`, group write accepted for a group no other user is in), with why; None when every
+    folder above is safe."""
     for parent in real.parents:
         try:
             why = not_safe_parent(os.stat(parent), group_ok=True)
@@ -104,6 +151,16 @@ def unsafe_parent(real: Path) -> tuple[Path, str] | None:
         if why is not None:
             return parent, why
     return None
+
+
+def not_own_note(st: os.stat_result) -> str | None:
+    """Why a file read into the owner's prompt from their workspace (AGENTS.md, SOUL.md…, MEMORY.md; `st` from
+    fstat on the open descriptor) is not the owner's word: another user's (root's is accepted: only root and
+    the user could have made it), or one every user, or a group others are in, may write. A folder of the
+    user's can still hold one: made before it was handed over, or copied in with its owner kept."""
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"belongs to another user (uid {st.st_uid})"
+    return _written_by_others(st, True)
 
 
 def not_own_opened(st: os.stat_result) -> str | None:

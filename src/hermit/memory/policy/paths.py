@@ -47,9 +47,10 @@ def extra_path_writers(workspace: Path, raw: str) -> str | None:
     The rule of hermit.config.paths for folders that hold the owner's notes, applied to the path, every
     folder and note in it (walked without following links, at most MAX_JUDGED entries) and every folder
     above it: the path and what it holds must be the current user's and not writable by every user
-    (`not_own_file`; group write is accepted, as with a umask of 002); each folder above it the user's or
-    root's and not writable by every user unless sticky (`not_safe_parent`: /tmp is fine, a folder another
-    user made in it is not). A path that does not exist yet is judged by the folders above it."""
+    (`not_own_file`; group write is accepted, as with a umask of 002, for a group no other user is in); each
+    folder above it the user's or root's and not writable by every user (or such a group) unless sticky
+    (`not_safe_parent`: /tmp is fine, a folder another user made in it is not). A path that does not exist yet
+    is judged by the folders above it."""
     p = Path(raw).expanduser()
     p = p if p.is_absolute() else workspace / p
     if p.is_symlink():
