@@ -85,6 +85,20 @@ def rig(home: Path, start: datetime, reply: Callable[[ModelRequest], Reply] = la
     return Rig(loaded, clock, channel, host, service, models)
 
 
+def tick_once(service: SchedulerService, clock: SimClock, when: datetime) -> None:
+    """Start `service` without its loop, move `clock` to `when`, run that tick's jobs to their end, stop."""
+    async def run() -> None:
+        await service.start(run_loop=False)
+        try:
+            clock.now = when
+            await service.tick(when)
+            await settle(service)
+        finally:
+            await service.stop()
+
+    asyncio.run(run())
+
+
 async def settle(service: SchedulerService, hung: Iterable[str] = ()) -> None:
     """Let started runs and heartbeats finish (they complete on the loop without real waiting); a run of a
     `hung` job is waited for only once it is being cancelled."""

@@ -7,7 +7,6 @@ must not make it someone else's), and in `hermit doctor` for heartbeat targets a
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -28,7 +27,7 @@ from hermit.sessions.keys import main_session_key
 from hermit.testing import ScriptedModel
 from hermit.testing.scripted import Reply
 from prochelpers import PROC_TIMEOUT
-from schedhelpers import MemoryChannel, SimClock, last_user_text, runtimes, settle
+from schedhelpers import MemoryChannel, SimClock, last_user_text, runtimes, tick_once
 
 NOW = datetime(2026, 6, 1, 7, 0, tzinfo=UTC)
 EVERY_HOUR = {"kind": "every", "every_ms": 3_600_000}
@@ -143,17 +142,8 @@ def test_a_run_checks_the_target_again_and_fails_closed(tmp_path: Path, caplog: 
     rts, _ = runtimes(after, clock, model)
     service = SchedulerService(home, after, LocalHost(rts, channel.deliver, threaded=False), clock=clock, fsync=False)
 
-    async def an_hour_later() -> None:
-        await service.start(run_loop=False)
-        try:
-            clock.now = NOW + timedelta(hours=1, seconds=1)
-            await service.tick(clock.now)
-            await settle(service)
-        finally:
-            await service.stop()
-
     with caplog.at_level(logging.WARNING, logger="hermit.scheduler"):
-        asyncio.run(an_hour_later())
+        tick_once(service, clock, NOW + timedelta(hours=1, seconds=1))
     assert [(t.account_id, t.peer_id, text) for t, text in channel.sent] == [("personal", "42", "PIN 4321 SECRET-OF-MAIN")]
     assert len(asked) == 1 and "digest" in asked[0]  # the refused jobs never reached the model
     for job_id in tool_ids:

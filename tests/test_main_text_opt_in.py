@@ -32,7 +32,7 @@ from hermit.scheduler import CronJobs, LocalHost, SchedulerService
 from hermit.sessions.keys import main_session_key
 from hermit.testing import ScriptedModel
 from hermit.testing.scripted import Reply
-from schedhelpers import MemoryChannel, SimClock, last_user_text, runtimes, settle
+from schedhelpers import MemoryChannel, SimClock, last_user_text, runtimes, settle, tick_once
 
 NOW = datetime(2026, 6, 1, 7, 0, tzinfo=UTC)
 EVERY_HOUR = {"kind": "every", "every_ms": 3_600_000}
@@ -180,17 +180,8 @@ def test_each_run_checks_main_text_again_and_fails_closed(tmp_path: Path, caplog
     rts, _ = runtimes(after, clock, model)
     service = SchedulerService(home, after, LocalHost(rts, channel.deliver, threaded=False), clock=clock, fsync=False)
 
-    async def an_hour_later() -> None:
-        await service.start(run_loop=False)
-        try:
-            clock.now = NOW + timedelta(hours=1, seconds=1)
-            await service.tick(clock.now)
-            await settle(service)
-        finally:
-            await service.stop()
-
     with caplog.at_level(logging.WARNING, logger="hermit.scheduler"):
-        asyncio.run(an_hour_later())
+        tick_once(service, clock, NOW + timedelta(hours=1, seconds=1))
     assert [(t.peer_id, text) for t, text in channel.sent] == [("-100555", f"Digest: {SECRET}")]
     assert len(asked) == 1 and "shared" in asked[0]
     for job_id, whom in (("to-owner", "telegram/default dm 42, who is not listed under "
