@@ -9,10 +9,14 @@ before a sleeping test looks.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -125,3 +129,53 @@ def python_as(as_user: dict[str, Any]) -> str | None:
 def pythonpath() -> str:
     """This process's import path, for a subprocess that must import the same packages and checkout."""
     return os.pathsep.join(sys.path)
+
+
+class ServerAs:
+    """Python `code` run as `uid` (None: this process's own uid and interpreter) that prints the port it
+    listens on as its first line and, once its stdin closes, what it received as JSON on its last line: the
+    listeners the tests run as another user to see that Hermit sends them nothing. `env` extends its PATH-only
+    environment (e.g. a PYTHONPATH to import the tests' fakes)."""
+
+    def __init__(self, uid: int | None, code: str, *args: str, cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        from ciguard import need
+
+        as_user: dict[str, Any] = {}
+        if uid is not None:
+            need(os.geteuid() == 0, "root (to listen as another uid)")
+            as_user = {"user": uid, "group": uid}
+        python = python_as(as_user) if uid is not None else sys.executable
+        assert python is not None, f"no interpreter uid {uid} can run"
+        self.proc = subprocess.Popen([python, "-c", code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, cwd=cwd, env={"PATH": "/usr/bin:/bin", **(env or {})}, **as_user)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.strip().isdigit(), f"the server did not start: {line!r}"
+        self.port = int(line)
+
+    def finish(self) -> Any:
+        out, _ = self.proc.communicate("", timeout=PROC_TIMEOUT)
+        return json.loads(out.strip().splitlines()[-1])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> ServerAs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+@contextlib.contextmanager
+def shared_dir(prefix: str) -> Iterator[Path]:
+    """A folder every uid may write, sticky like /tmp (pytest's tmp_path sits under a root-only folder)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o1777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

@@ -12,19 +12,16 @@ every request they get.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from channelhelpers import FAST, QueueSink, run
-from ciguard import need
 from fakes.fake_slack import FakeSlack
 from fakes.fake_telegram import FakeTelegram
 from fakes.fake_whatsapp import PHONE_NUMBER_ID, FakeWhatsApp, sign, webhook_body
@@ -36,7 +33,7 @@ from hermit.channels.whatsapp import WhatsAppChannel
 from hermit.cli.main import main as cli
 from hermit.config.schema import SlackAccountConfig, TelegramAccountConfig, WhatsAppAccountConfig
 from hermit.errors import ChannelError
-from prochelpers import PROC_TIMEOUT, python_as, pythonpath
+from prochelpers import ServerAs, pythonpath
 
 OTHER_USER = 54321  # a regular login user's uid
 NOBODY = 65534
@@ -120,43 +117,19 @@ print(json.dumps({"received": received.decode("latin-1")}), flush=True)
 """
 
 
-class OtherUser:
+class OtherUser(ServerAs):
     """`code` run as `uid` with the tests' import path; `port` is its first line, `finish()` its last."""
 
     def __init__(self, uid: int, code: str, *args: str) -> None:
-        need(os.geteuid() == 0, "root (to listen as another uid)")
-        as_uid: dict[str, Any] = {"user": uid, "group": uid}
-        python = python_as(as_uid)
-        assert python is not None, f"no interpreter uid {uid} can run"
-        self.proc = subprocess.Popen([python, "-c", code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, cwd=TESTS, **as_uid,
-                                     env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{TESTS}{os.pathsep}{pythonpath()}"})
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line.strip().isdigit(), f"the server did not start: {line!r}"
-        self.port = int(line)
+        super().__init__(uid, code, *args, cwd=TESTS, env={"PYTHONPATH": f"{TESTS}{os.pathsep}{pythonpath()}"})
         self.url = f"http://127.0.0.1:{self.port}"
 
-    def finish(self) -> Any:
-        out, _ = self.proc.communicate("", timeout=PROC_TIMEOUT)
-        return json.loads(out.strip().splitlines()[-1])
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+def as_other(uid: int, code: str, *args: str) -> OtherUser:
+    return OtherUser(uid, code, *args)
 
 
-@contextlib.contextmanager
-def as_other(uid: int, code: str, *args: str) -> Iterator[OtherUser]:
-    other = OtherUser(uid, code, *args)
-    try:
-        yield other
-    finally:
-        other.kill()
-
-
-def other_fake(kind: str, uid: int) -> contextlib.AbstractContextManager[OtherUser]:
+def other_fake(kind: str, uid: int) -> OtherUser:
     tokens = {"telegram": (TG_TOKEN, ""), "slack": (SLACK_BOT, SLACK_APP), "whatsapp": (WA_TOKEN, "")}[kind]
     return as_other(uid, OTHER_FAKE, kind, *tokens, str(OWNER))
 

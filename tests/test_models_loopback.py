@@ -9,15 +9,12 @@ as root in CI), on 127.0.0.1 and ::1.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +31,7 @@ from hermit.memory.embedders.remote import create_remote_embedder
 from hermit.messages import UserMessage
 from hermit.models import AnthropicModel, ModelProfile, ModelRequest, OpenAIModel, final_response
 from hermit.testing import FakeProvider
-from prochelpers import PROC_TIMEOUT, python_as, pythonpath
+from prochelpers import PROC_TIMEOUT, ServerAs, python_as, pythonpath, shared_dir
 
 REQUEST = ModelRequest("You are Hermit. MEMORY.md: divorce lawyer on Tuesday", (UserMessage("hello"),))
 OTHER_USER = 54321  # a regular login user's uid (UID_MIN 1000 … UID_MAX 60000)
@@ -92,51 +89,27 @@ def interpreter(uid: int) -> str:
     return python
 
 
-class Squatter:
+class Squatter(ServerAs):
     """LISTENER running as `uid`; `finish()` stops it and returns what it received."""
 
     def __init__(self, uid: int, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.proc = subprocess.Popen([interpreter(uid), "-c", LISTENER, host, str(port)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin"},
-                                     **as_uid(uid))
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line.strip().isdigit(), f"the listener did not start: {line!r}"
-        self.port = int(line)
+        super().__init__(uid, LISTENER, host, str(port))
         self.host = host
 
     @property
     def url(self) -> str:
         return f"http://[{self.host}]:{self.port}" if ":" in self.host else f"http://{self.host}:{self.port}"
 
-    def finish(self) -> dict[str, Any]:
-        out, _ = self.proc.communicate("", timeout=PROC_TIMEOUT)
-        return json.loads(out.strip().splitlines()[-1])
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-@contextlib.contextmanager
-def squatter(uid: int, host: str = "127.0.0.1", port: int = 0) -> Iterator[Squatter]:
-    s = Squatter(uid, host, port)
-    try:
-        yield s
-    finally:
-        s.kill()
+def squatter(uid: int, host: str = "127.0.0.1", port: int = 0) -> Squatter:
+    return Squatter(uid, host, port)
 
 
 @pytest.fixture
 def shared() -> Iterator[Path]:
     """A folder other uids can read and write (pytest's tmp_path sits under a root-only 0700 folder)."""
-    path = Path(tempfile.mkdtemp(prefix="hermit-loopback-"))
-    path.chmod(0o1777)
-    try:
+    with shared_dir("hermit-loopback-") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def model(api: str, base_url: str) -> AnthropicModel | OpenAIModel:

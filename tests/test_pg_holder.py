@@ -11,12 +11,9 @@ the PostgreSQL protocol to ask for a cleartext password; the real server is the 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,13 +22,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from ciguard import need
 from conftest import write
 from hermit.cli.pg_doctor import probe
 from hermit.errors import StoreError
 from hermit.memory.store.postgres.schema import connect
 from hermit.testing.fake_embeddings import FakeEmbeddingServer
-from prochelpers import PROC_TIMEOUT, fake_embeddings_config, python_as
+from prochelpers import PROC_TIMEOUT, ServerAs, fake_embeddings_config, shared_dir
 
 
 def guard() -> Any:
@@ -103,54 +99,28 @@ print(json.dumps({"accepted": accepted, "received": received.decode("latin-1"), 
 """
 
 
-class FakePg:
+class FakePg(ServerAs):
     """FAKE_PG as `uid` (None: this process's own) on `where` (an IP address or a socket directory)."""
 
     def __init__(self, uid: int | None, where: str, port: int = 0) -> None:
-        as_user: dict[str, Any] = {}
-        if uid is not None:
-            need(os.geteuid() == 0, "root (to listen as another uid)")
-            as_user = {"user": uid, "group": uid}
-        python = python_as(as_user) if uid is not None else sys.executable
-        assert python is not None, f"no interpreter uid {uid} can run"
-        self.proc = subprocess.Popen([python, "-c", FAKE_PG, where, str(port)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin"}, **as_user)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line.strip().isdigit(), f"the fake server did not start: {line!r}"
-        self.port = int(line)
+        super().__init__(uid, FAKE_PG, where, str(port))
         host = f"[{where}]" if ":" in where else where
         self.dsn = (f"postgresql://hermit:{PASSWORD}@/hermit?host={where}&port={self.port}" if where.startswith("/")
                     else f"postgresql://hermit:{PASSWORD}@{host}:{self.port}/hermit")
 
     def finish(self) -> dict[str, Any]:
-        out, _ = self.proc.communicate("", timeout=PROC_TIMEOUT)
-        return dict(json.loads(out.strip().splitlines()[-1]))
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        return dict(super().finish())
 
 
-@contextlib.contextmanager
-def fake_pg(uid: int | None, where: str = "127.0.0.1", port: int = 0) -> Iterator[FakePg]:
-    f = FakePg(uid, where, port)
-    try:
-        yield f
-    finally:
-        f.kill()
+def fake_pg(uid: int | None, where: str = "127.0.0.1", port: int = 0) -> FakePg:
+    return FakePg(uid, where, port)
 
 
 @pytest.fixture
 def shared() -> Iterator[Path]:
     """A socket directory any user can write (as /tmp is): pytest's tmp_path is root's alone."""
-    path = Path(tempfile.mkdtemp(prefix="hermit-pgsock-"))
-    path.chmod(0o1777)
-    try:
+    with shared_dir("hermit-pgsock-") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 # -- another user's listener ---------------------------------------------------------------------------------

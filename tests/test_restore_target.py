@@ -9,12 +9,10 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ciguard import need
-from prochelpers import PROC_TIMEOUT, python_as
+from prochelpers import PROC_TIMEOUT, python_as, shared_dir
 
 NOBODY = {"user": 65534, "group": 65534, "extra_groups": []}
 SECRET = "sk-VICTIM-SECRET-4471"
@@ -85,12 +83,8 @@ def archive(tmp_path: Path) -> Path:
 @pytest.fixture
 def shared() -> Iterator[Path]:
     """A sticky world-writable folder like /tmp, outside /root so the other uid can reach it."""
-    folder = Path(tempfile.mkdtemp(prefix="hermit-restore-"))
-    folder.chmod(0o1777)
-    try:
+    with shared_dir("hermit-restore-") as folder:
         yield folder
-    finally:
-        shutil.rmtree(folder)
 
 
 @pytest.mark.parametrize("theirs, force", [("the state dir", False), ("its parent", False), ("the state dir", True)])
