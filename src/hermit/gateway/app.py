@@ -47,7 +47,7 @@ STATIC_DIR = Path(str(files("hermit.gateway") / "static"))
 SECURITY_HEADERS = {
     "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
                                 "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
-    "Referrer-Policy": "no-referrer",  # the page URL carries the token
+    "Referrer-Policy": "no-referrer",  # the page URL carries a sign-in ticket, or the token
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
 }

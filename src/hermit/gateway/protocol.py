@@ -3,7 +3,9 @@
 Client → gateway: `{"type": "req", "id": str, "method": str, "params": {...}}`; the first must be
 `connect` with the token, or `connect.challenge` and then `connect` with a proof (`handshake_proof`): the
 gateway proves it holds the token before the client shows anything, so a program squatting the gateway's
-port while it restarts never sees the token (the web app connects so). Gateway → client: `{"type": "res", "id", "ok": true, "payload"}` or
+port while it restarts never sees the token (the web app connects so). A page opened with `hermit
+dashboard`'s one-time ticket does the same handshake keyed by the ticket, and `hello-ok` gives it the token.
+Gateway → client: `{"type": "res", "id", "ok": true, "payload"}` or
 `{"type": "res", "id", "ok": false, "error": {"code", "message", "hint"}}`, and
 `{"type": "event", "event", "payload", "seq"}` with `seq` counting up per connection.
 """
@@ -60,6 +62,8 @@ class _Params(BaseModel):
 class ConnectParams(_Params):
     token: str | None = Field(None, min_length=1, max_length=512)
     proof: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")  # after connect.challenge, instead of the token
+    # `hermit dashboard`'s one-time ticket, sent itself only outside a secure context (no WebCrypto; tickets.py)
+    ticket: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{16,128}$")
     client_id: str | None = Field(None, alias="clientId", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     client: str | None = Field(None, max_length=200)  # e.g. "hermit-webchat/1"
 
@@ -71,6 +75,9 @@ HOST_PORT = re.compile(r"(?:[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_.])?|\[[0-9
 class ChallengeParams(_Params):
     nonce: str = Field(pattern=r"^[A-Za-z0-9_-]{16,128}$")  # the client's, fresh for this connection
     host: str = Field(min_length=1, max_length=300)  # the host[:port] the client believes it talks to
+    # The sha256 (hex) of a one-time ticket from `hermit dashboard`: the handshake is then keyed by the ticket,
+    # and `connect` answers with the token (tickets.py). Without it, keyed by the token.
+    ticket_id: str | None = Field(None, alias="ticketId", pattern=r"^[0-9a-f]{64}$")
 
     @field_validator("host")
     @classmethod

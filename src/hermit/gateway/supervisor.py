@@ -42,6 +42,7 @@ from hermit.gateway.console import Console
 from hermit.gateway.protocol import MAX_FRAME_BYTES
 from hermit.gateway.services import MemoryWatcher, Service, ServiceContext, build_services
 from hermit.gateway.state import GatewayLock
+from hermit.gateway.tickets import Tickets
 from hermit.gateway.webchat_api import WebchatApi
 from hermit.sessions.keys import agent_id_of
 
@@ -144,7 +145,8 @@ class Gateway:
         owner = router.resolve(RouteInput("webchat", "default", "dm", "owner", sender_is_owner=True)).session_key
         console = Console(self.agents, loaded, home, agent_id_of(owner) or router.default_agent, status=self._status,
                           channels=self.channels, services=self.services, clock=clock)
-        api = WebchatApi(self.webchat, self.agents, token, owner, self.cfg.allowed_origins, console)
+        api = WebchatApi(self.webchat, self.agents, token, owner, self.cfg.allowed_origins, console,
+                         tickets=Tickets(home))  # `hermit dashboard`'s, with the real clock its process writes by
         self.app = build_app(api, token, self._status, webhook_routes(extra),
                              webchat=loaded.config.channels.webchat.enabled)
         self.started_at = clock()

@@ -1,6 +1,8 @@
 """The web app's WebSocket endpoint: Origin and token checks, the §15 request methods, event delivery.
 
-A connection must open with `connect` carrying the gateway token (compared in constant time); a bad
+A connection must open with `connect` carrying the gateway token (compared in constant time), or the
+`connect.challenge` handshake keyed by the token or by a one-time ticket of `hermit dashboard`'s
+(tickets.py: redeemed once, and `hello-ok` then carries the token for the page's reconnects); a bad
 token, a first frame that is not `connect`, or a frame over the size limit closes the socket with a
 clear error frame first. After `connect`, a malformed frame or an unknown method gets an error
 response and the socket stays open. The Origin header, when a browser sends one, must be the page's
@@ -21,6 +23,7 @@ import hmac
 import logging
 import secrets
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -49,6 +52,7 @@ from hermit.gateway.protocol import (
     res_error,
     res_ok,
 )
+from hermit.gateway.tickets import EXPIRED_HINT, EXPIRED_MESSAGE, Tickets, ticket_id
 from hermit.models.loopback import foreign_peer
 from hermit.refusals import RefusalLog, clip
 from hermit.sessions.keys import SessionKey, agent_id_of
@@ -78,6 +82,18 @@ class _Socket:
             await self.ws.close(code, reason)
 
 
+@dataclass(frozen=True)
+class _Challenge:
+    """What connect.challenge settled: both nonces, the page's address, the key the proofs are keyed by (the
+    token, or a ticket) and that ticket's id."""
+
+    client_nonce: str
+    gateway_nonce: str
+    host: str
+    key: bytes
+    ticket_id: str | None
+
+
 def same_origin(origin: str, host: str | None, allowed: Iterable[str]) -> bool:
     if origin in allowed:
         return True
@@ -87,11 +103,13 @@ def same_origin(origin: str, host: str | None, allowed: Iterable[str]) -> bool:
 
 class WebchatApi:
     def __init__(self, channel: WebchatChannel, host: AgentHost, token: str, default_session: str,
-                 allowed_origins: Iterable[str] = (), console: Console | None = None) -> None:
+                 allowed_origins: Iterable[str] = (), console: Console | None = None,
+                 tickets: Tickets | None = None) -> None:
         """`default_session`: where the web chat talks when the page names no session (the main session
         of the agent the bindings give the web chat). `console`: the owner's console methods (None: the
-        page offers only the chat)."""
+        page offers only the chat). `tickets`: `hermit dashboard`'s one-time tickets (None: none accepted)."""
         self.console = console
+        self.tickets = tickets
         self.channel = channel
         self.host = host
         self._token = token.encode()
@@ -125,7 +143,7 @@ class WebchatApi:
             await sock.close(CLOSE_POLICY, "origin not allowed")
             return
         client_id: str | None = None
-        challenge: tuple[str, str, str] | None = None  # (client nonce, gateway nonce, host) of connect.challenge
+        challenge: _Challenge | None = None
         try:
             while True:
                 raw = await ws.receive()
@@ -159,9 +177,10 @@ class WebchatApi:
             if client_id is not None:
                 self.channel.detach(client_id, sock)
 
-    async def _challenge(self, sock: _Socket, req: Request, ws: WebSocket) -> tuple[str, str, str]:
-        """The gateway's half of the handshake: it proves it holds the token (over the client's nonce and its
-        own) for the address the page names, refused unless that address is this gateway's own."""
+    async def _challenge(self, sock: _Socket, req: Request, ws: WebSocket) -> _Challenge:
+        """The gateway's half of the handshake: it proves it holds the token, or the ticket the page names
+        (over the client's nonce and its own), for the address the page names, refused unless that address is
+        this gateway's own."""
         params: ChallengeParams = req.params
         if not self._own_address(params.host, ws):
             self.refusals.warning("handshakes for another address", "web chat handshake for another address (%r) "
@@ -169,10 +188,32 @@ class WebchatApi:
             raise ProtocolError("wrong_address", f"this gateway does not serve {params.host}",
                                 "open the URL printed by `hermit dashboard`", request_id=req.id,
                                 close=CLOSE_UNAUTHORIZED)
+        key = self._token
+        if params.ticket_id is not None:
+            ticket = await asyncio.to_thread(self.tickets.find, params.ticket_id) if self.tickets else None
+            if ticket is None:
+                raise self._expired(req.id)
+            key = ticket.encode()
         ours = secrets.token_urlsafe(32)
         await sock.send_raw(res_ok(req.id, {
-            "nonce": ours, "proof": handshake_proof(self._token, "gateway", params.host, params.nonce, ours)}))
-        return params.nonce, ours, params.host
+            "nonce": ours, "proof": handshake_proof(key, "gateway", params.host, params.nonce, ours)}))
+        return _Challenge(params.nonce, ours, params.host, key, params.ticket_id)
+
+    def _expired(self, request_id: str) -> ProtocolError:
+        self.refusals.warning("used or expired sign-in links", "web chat sign-in with a used or expired "
+                              "`hermit dashboard` link refused")
+        return ProtocolError("ticket_expired", EXPIRED_MESSAGE, EXPIRED_HINT, request_id=request_id,
+                             close=CLOSE_UNAUTHORIZED)
+
+    async def _redeem(self, tid: str, ticket: str | None = None) -> bool:
+        """Use the ticket named `tid` up (it must be `ticket` when the page sent that itself)."""
+        if self.tickets is None:
+            return False
+        if ticket is not None:
+            found = await asyncio.to_thread(self.tickets.find, tid)
+            if found is None or not hmac.compare_digest(found.encode(), ticket.encode()):
+                return False
+        return await asyncio.to_thread(self.tickets.redeem, tid)
 
     def _own_address(self, host: str, ws: WebSocket) -> bool:
         """`host` (host[:port]) names this gateway: its port is the one it listens on, or it is the address of
@@ -188,28 +229,40 @@ class WebchatApi:
             return False
         return port == server[1] or (port is None and server[1] in (80, 443))  # a default port is not written
 
-    async def _connect(self, sock: _Socket, req: Request, challenge: tuple[str, str, str] | None = None) -> str:
+    async def _connect(self, sock: _Socket, req: Request, challenge: _Challenge | None = None) -> str:
         if req.method != "connect":
             raise ProtocolError("not_connected", f"the first request must be 'connect', not {req.method!r}",
                                 "send connect with the gateway token first", request_id=req.id)
         params: ConnectParams = req.params
+        ticket: str | None = None  # the id of the ticket this connection signs in with
         if params.proof is not None:
-            expected = handshake_proof(self._token, "client", challenge[2], challenge[1], challenge[0]) \
-                if challenge is not None else ""
+            expected = handshake_proof(challenge.key, "client", challenge.host, challenge.gateway_nonce,
+                                       challenge.client_nonce) if challenge is not None else ""
             ok = bool(expected) and hmac.compare_digest(params.proof, expected)
+            ticket = challenge.ticket_id if ok and challenge is not None else None
+            if ticket is not None and not await self._redeem(ticket):
+                raise self._expired(req.id)  # another tab redeemed it since the challenge, or it expired
+        elif params.ticket is not None:  # outside a secure context: the ticket itself, as the token would be
+            ticket = ticket_id(params.ticket)
+            if not await self._redeem(ticket, params.ticket):
+                raise self._expired(req.id)
+            ok = True
         else:
             ok = params.token is not None and hmac.compare_digest(params.token.encode(), self._token)
         if not ok:
             self.refusals.warning("connections with a wrong token", "web chat connection with a wrong token refused")
             raise ProtocolError("unauthorized", "wrong gateway token",
-                                "open the URL printed by `hermit dashboard` (it carries the token)",
+                                "open the URL printed by `hermit dashboard`",
                                 request_id=req.id, close=CLOSE_UNAUTHORIZED)
         client_id = params.client_id or secrets.token_urlsafe(12)
         self.channel.attach(client_id, sock)
-        await sock.send_raw(res_ok(req.id, {
+        hello: dict[str, Any] = {
             "type": "hello-ok", "protocol": PROTOCOL_VERSION, "clientId": client_id,
             "agents": sorted(self.host.runtimes), "defaultAgent": self.default_agent,
-            "mainSession": self.default_session}))
+            "mainSession": self.default_session}
+        if ticket is not None:  # what the page needs to reconnect, the ticket being used up now
+            hello["token"] = self._token.decode()
+        await sock.send_raw(res_ok(req.id, hello))
         return client_id
 
     def _owner_dm(self, key: SessionKey) -> bool:

@@ -1,0 +1,134 @@
+"""One-time sign-in tickets: what `hermit dashboard` puts in the URL instead of the gateway token (audit W2).
+
+A browser records every URL it visits, fragment and all, in its global history (and syncs it), so a
+`#token=…` link left the long-lived token in the browser profile for good. `hermit dashboard` now writes a
+ticket — 32 random bytes, URL-safe — into an owner-only file `<state>/gateway/ticket-<sha256 of it>`, for
+the gateway whose pid the lock file names, expiring in TICKET_TTL seconds; the URL carries `#ticket=…`.
+The page exchanges it over the WebSocket handshake for the token (webchat_api.py), keyed by the ticket as
+the token's handshake is keyed by the token: the page sends only the ticket's sha256, the gateway proves it
+holds the ticket before the page answers with an HMAC, so whatever else answers on the port learns nothing
+it can use. The gateway redeems a ticket once (removing its file: of two connections racing, one wins),
+and only its own (a ticket made for a gateway that has since stopped is worthless to the next one, so a
+program that took the port meanwhile and read a link opened there cannot use it either). What remains in
+the browser's history is a link that was used, or expired, minutes after it was made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from hermit.errors import HermitError
+from hermit.gateway.state import gateway_dir
+
+TICKET_TTL = 600.0  # seconds: long enough to paste a link through an SSH session, short enough to be worthless
+PREFIX = "ticket-"
+TICKET_ID = re.compile(r"[0-9a-f]{64}")
+EXPIRED_MESSAGE = "this link was already used or expired"
+EXPIRED_HINT = "run `hermit dashboard` again"
+
+
+def ticket_id(ticket: str) -> str:
+    """What names a ticket on the wire and on disk: its sha256 in hex (the ticket itself never travels until
+    the gateway proved it holds it)."""
+    return hashlib.sha256(ticket.encode()).hexdigest()
+
+
+def private_gateway_dir(home: Path) -> Path:
+    """`<state>/gateway/`, refused unless it is a directory of ours that no one else may enter."""
+    folder = gateway_dir(home)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise HermitError(f"{folder} is not a private directory of yours",
+                          f"chmod 700 {folder} (it holds the gateway token)")
+    return folder
+
+
+def issue_ticket(home: Path, gateway_pid: int, *, clock: Callable[[], float] = time.time,
+                 ttl: float = TICKET_TTL) -> str:
+    """A new ticket for the gateway running as `gateway_pid`, written O_EXCL|O_NOFOLLOW (0600) into the private
+    gateway dir; the ones earlier runs left that no gateway can redeem any more (expired, or made for a gateway
+    that has stopped since) are removed first."""
+    folder = private_gateway_dir(home)
+    now = clock()
+    for old in folder.glob(f"{PREFIX}*"):
+        found = _read(old)  # None: not ours to judge, or one another run is writing this very moment
+        if found is not None and (found[1] <= now or found[2] != gateway_pid):
+            with contextlib.suppress(OSError):
+                old.unlink()
+    ticket = secrets.token_urlsafe(32)
+    path = folder / f"{PREFIX}{ticket_id(ticket)}"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({"ticket": ticket, "expires": now + ttl, "gateway": gateway_pid}, f)
+    return ticket
+
+
+def _read(path: Path) -> tuple[str, float, int] | None:
+    """(ticket, expiry, gateway pid) of a ticket file that is a regular owner-only file of ours, else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077 or st.st_size > 4096:
+            return None
+        data = json.loads(os.read(fd, 4096))
+        ticket, expires, pid = data["ticket"], data["expires"], data["gateway"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(ticket, str) or not isinstance(expires, (int, float)) or not isinstance(pid, int):
+        return None
+    return ticket, float(expires), pid
+
+
+class Tickets:
+    """The running gateway's side: look a ticket up by its id, redeem it once."""
+
+    def __init__(self, home: Path, *, clock: Callable[[], float] = time.time, pid: int | None = None,
+                 ttl: float = TICKET_TTL) -> None:
+        self.folder = gateway_dir(home)
+        self.clock = clock
+        self.pid = os.getpid() if pid is None else pid
+        self.ttl = ttl
+
+    def find(self, tid: str) -> str | None:
+        """The ticket named `tid` if it is pending, unexpired and made for this gateway; None otherwise (an
+        expired one's file is removed)."""
+        if TICKET_ID.fullmatch(tid) is None:
+            return None
+        path = self.folder / f"{PREFIX}{tid}"
+        found = _read(path)
+        if found is None:
+            return None
+        ticket, expires, pid = found
+        now = self.clock()
+        if not hmac.compare_digest(ticket_id(ticket), tid) or pid != self.pid:
+            return None
+        if not now < expires <= now + self.ttl + 60:  # expired, or made with a clock far ahead: not trusted
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
+        return ticket
+
+    def redeem(self, tid: str) -> bool:
+        """Use the ticket named `tid` up: True for the one caller that removed its pending, unexpired file."""
+        if self.find(tid) is None:
+            return False
+        try:
+            (self.folder / f"{PREFIX}{tid}").unlink()
+        except FileNotFoundError:
+            return False  # another connection redeemed it a moment ago
+        return True
