@@ -7,20 +7,25 @@
   const $ = (id) => document.getElementById(id);
   const statusEl = $("status"), bannerEl = $("banner");
 
-  // The token arrives once in the URL — `#token=…` from `hermit dashboard`'s launcher page (a fragment never
-  // reaches the server), or `?token=…` from a URL copied by hand; keep it for this tab and take it out of
-  // the address bar.
+  // `hermit dashboard` opens `#ticket=…`: a one-time ticket (a fragment never reaches the server) that the
+  // handshake below trades for the token, so the browser's history keeps only a used link. The token itself
+  // may come as `#token=…` or `?token=…` typed by hand. Either is kept for this tab and taken out of the
+  // address bar.
   const params = new URLSearchParams(location.search);
   const fragment = new URLSearchParams(location.hash.slice(1));
-  if (fragment.has("token")) {
+  if (fragment.has("ticket")) {
+    sessionStorage.setItem("hermit.ticket", fragment.get("ticket"));
+    history.replaceState(null, "", location.pathname + location.search);
+  } else if (fragment.has("token")) {
     sessionStorage.setItem("hermit.token", fragment.get("token"));
     history.replaceState(null, "", location.pathname + location.search);
   }
+  const inFragment = fragment.has("ticket") || fragment.has("token");
   if (params.has("token")) {
-    if (!fragment.has("token")) sessionStorage.setItem("hermit.token", params.get("token"));
-    history.replaceState(null, "", location.pathname + (fragment.has("token") ? "" : location.hash));
+    if (!inFragment) sessionStorage.setItem("hermit.token", params.get("token"));
+    history.replaceState(null, "", location.pathname + (inFragment ? "" : location.hash));
   }
-  const token = sessionStorage.getItem("hermit.token") || "";
+  let token = sessionStorage.getItem("hermit.token") || "";
   let clientId = localStorage.getItem("hermit.clientId");
   if (!clientId) {
     clientId = "c" + Array.from(crypto.getRandomValues(new Uint8Array(12)), (b) => b.toString(16).padStart(2, "0")).join("");
@@ -99,7 +104,11 @@
   $("scrim").addEventListener("click", closeDrawer);
   document.addEventListener("keydown", (e) => { if (e.key === "Escape") closeDrawer(); });
   for (const tab of document.querySelectorAll(".tab")) tab.addEventListener("click", () => show(tab.dataset.view));
-  window.addEventListener("hashchange", () => show(location.hash.slice(1)));
+  window.addEventListener("hashchange", () => {
+    // A link pasted into this tab differs only in its fragment: no new page load, so load it again to sign in.
+    if (/^#(ticket|token)=/.test(location.hash)) location.reload();
+    else show(location.hash.slice(1));
+  });
 
   // ---- the connection ---------------------------------------------------------------------------------
   // The gateway proves it holds the token before the page shows anything (connect.challenge: an HMAC over a
@@ -107,28 +116,41 @@
   // token: while the gateway restarts, another local user's program may hold its port, and this tab keeps
   // reconnecting. Outside a secure context (plain http on a LAN address: no WebCrypto) the token is sent as
   // before — that connection is unencrypted anyway (docs/gateway.md: put TLS in front of it).
+  // A page opened with a ticket does the same handshake keyed by the ticket (it names it by its SHA-256, never
+  // sends it), and the gateway's `hello-ok` brings the token for the reconnects.
   const enc = new TextEncoder();
   const hex = (buf) => Array.from(new Uint8Array(buf), (b) => b.toString(16).padStart(2, "0")).join("");
-  let hmacKey = null;
-  async function hmacHex(text) {
-    if (!hmacKey) hmacKey = await crypto.subtle.importKey("raw", enc.encode(token), { name: "HMAC", hash: "SHA-256" },
-                                                          false, ["sign"]);
-    return hex(await crypto.subtle.sign("HMAC", hmacKey, enc.encode(text)));
+  async function hmacHex(secret, text) {
+    const key = await crypto.subtle.importKey("raw", enc.encode(secret), { name: "HMAC", hash: "SHA-256" },
+                                              false, ["sign"]);
+    return hex(await crypto.subtle.sign("HMAC", key, enc.encode(text)));
   }
+  const sha256Hex = async (text) => hex(await crypto.subtle.digest("SHA-256", enc.encode(text)));
   const sameText = (a, b) => typeof a === "string" && a.length === b.length &&
     Array.from(a).reduce((d, c, i) => d | (c.charCodeAt(0) ^ b.charCodeAt(i)), 0) === 0;
 
+  // A ticket refused as used or expired. The page's own words: before the handshake, what answers has proven
+  // nothing, and its text is not shown.
+  const LINK_USED = "this link was already used or expired: run `hermit dashboard` again";
+
   function connect() {
-    if (!token) { setStatus("no token: open the URL printed by `hermit dashboard`", "bad"); return; }
+    const ticket = sessionStorage.getItem("hermit.ticket") || "";
+    if (!token && !ticket) { setStatus("no token: open the URL printed by `hermit dashboard`", "bad"); return; }
+    const secret = ticket || token;  // what the handshake is keyed by
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     const sock = ws = new WebSocket(proto + "//" + location.host + "/ws");
     const ours = hex(crypto.getRandomValues(new Uint8Array(24)));
     const mutual = !!(window.isSecureContext && crypto.subtle);
     let proven = !mutual, impostor = false;  // the gateway showed it holds the token; something else did not
+    let refused = null;  // the error the gateway gave before it closed the socket
     const send = (method, id, params) => sock.send(JSON.stringify({ type: "req", id, method, params }));
-    sock.onopen = () => {
-      if (mutual) send("connect.challenge", "challenge", { nonce: ours, host: location.host });
-      else send("connect", "connect", { token, clientId, client: "hermit-webapp/3" });
+    const client = { clientId, client: "hermit-webapp/3" };
+    sock.onopen = async () => {
+      if (mutual) {
+        const challenge = { nonce: ours, host: location.host };
+        if (ticket) challenge.ticketId = await sha256Hex(ticket);
+        send("connect.challenge", "challenge", challenge);
+      } else send("connect", "connect", ticket ? { ticket, ...client } : { token, ...client });
     };
     sock.onmessage = async (msg) => {
       let f;
@@ -136,23 +158,37 @@
       if (!connected && !(f.type === "res" && (f.id === "challenge" || (f.id === "connect" && proven)))) return;
       if (f.id === "challenge" && !connected) {
         const p = f.ok && f.payload || {};
-        if (!f.ok || !sameText(p.proof, await hmacHex("hermit-gateway|" + location.host + "|" + ours + "|" + p.nonce))) {
+        if (!f.ok && f.error && f.error.code === "ticket_expired") {
+          refused = f.error;  // nothing was sent: what answered only says it does not know this ticket
+          sock.close();
+          return;
+        }
+        if (!f.ok || !sameText(p.proof, await hmacHex(secret, "hermit-gateway|" + location.host + "|" + ours + "|" + p.nonce))) {
           impostor = true;
           sock.close();
           return;
         }
         proven = true;
-        const proof = await hmacHex("hermit-client|" + location.host + "|" + p.nonce + "|" + ours);
-        send("connect", "connect", { proof, clientId, client: "hermit-webapp/3" });
+        const proof = await hmacHex(secret, "hermit-client|" + location.host + "|" + p.nonce + "|" + ours);
+        send("connect", "connect", { proof, ...client });
         return;
       }
       if (f.type === "res" && f.id === "connect") {
+        if (f.ok && ticket) {  // the ticket is used up: the token the gateway gave is what the tab keeps
+          if (typeof f.payload.token === "string" && f.payload.token) {
+            token = f.payload.token;
+            sessionStorage.setItem("hermit.token", token);
+          }
+          sessionStorage.removeItem("hermit.ticket");
+          delete f.payload.token;
+        }
         if (f.ok) {
           connected = true; retry = 0; hello = f.payload;
           setStatus("connected", "ok");
           for (const hook of connectHooks) hook(hello);
           if (viewHooks[current]) viewHooks[current](true);
         } else {
+          refused = f.error;
           setStatus(f.error.message + " — " + f.error.hint, "bad");
         }
       } else if (f.type === "res") {
@@ -171,6 +207,16 @@
       connected = false;
       for (const p of pending.values()) p.reject(new GatewayError({ code: "offline", message: "connection lost" }));
       pending.clear();
+      if (ticket && refused && refused.code === "ticket_expired") {
+        if (token) {  // a used link opened in a tab signed in before: it stays signed in with its token
+          sessionStorage.removeItem("hermit.ticket");
+          setTimeout(connect, 0);
+        } else {
+          stopped = true;
+          setStatus(LINK_USED, "bad");
+        }
+        return;
+      }
       if (ev.code === 4401 || ev.code === 1008) {
         stopped = true;
         setStatus(ev.code === 4401 ? "refused: wrong token — open the URL printed by `hermit dashboard`"
