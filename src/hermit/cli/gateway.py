@@ -5,12 +5,15 @@
 SIGTERM/SIGINT. It prints the page's URL without the token (stdout goes to the journal under systemd);
 `hermit dashboard` is how the owner gets in.
 
-`dashboard` never puts the token on a command line: a browser's argv is readable by every local user
-(`ps`, /proc/<pid>/cmdline) for as long as it runs. As Jupyter does, it writes a small owner-only launcher
-page into the private `<state>/gateway/` and opens `file://` that page, which forwards the browser to the
-web app with the token in the URL's fragment (never sent to the server; the page takes it out of the
-address bar). The launcher is removed by the next `hermit dashboard`: until then it is exactly as private
-as the token file beside it.
+`dashboard` never puts the token in a URL: a browser keeps every URL it visits in its history (and syncs
+it), fragment and all. It makes a one-time ticket for the running gateway instead (gateway/tickets.py: good
+for one sign-in within 10 minutes, and only with that gateway), and prints and opens `…/#ticket=…`; the page
+trades the ticket for the token over the WebSocket handshake. Nor does it put the ticket on a command line:
+a browser's argv is readable by every local user (`ps`, /proc/<pid>/cmdline) for as long as it runs. As
+Jupyter does, it writes a small owner-only launcher page into the private `<state>/gateway/` and opens
+`file://` that page, which forwards the browser to the web app with the ticket in the URL's fragment (never
+sent to the server; the page takes it out of the address bar). The launcher is removed by the next
+`hermit dashboard`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import html
 import json
 import os
 import secrets
-import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,10 +38,10 @@ from hermit.gateway.state import (
     GatewayLock,
     check_token_file,
     ensure_token,
-    gateway_dir,
     read_lock_info,
     token_path,
 )
+from hermit.gateway.tickets import TICKET_TTL, issue_ticket, private_gateway_dir
 
 LAUNCHER_PREFIX = "dashboard-"
 
@@ -162,17 +164,12 @@ def _remove_old_launchers(folder: Path) -> None:
             old.unlink()
 
 
-def write_launcher(home: Path, url: str, token: str) -> Path:
-    """An owner-only page in `<state>/gateway/` that forwards the browser to `url#token=…`: the browser is
-    started with this file's path, never with the token. Created O_EXCL|O_NOFOLLOW (0600) under a random
-    name in the 0700 gateway dir, after removing the ones earlier runs left."""
-    folder = gateway_dir(home)
-    st = os.lstat(folder)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise HermitError(f"{folder} is not a private directory of yours",
-                          f"chmod 700 {folder} (it holds the gateway token)")
+def write_launcher(home: Path, target: str) -> Path:
+    """An owner-only page in `<state>/gateway/` that forwards the browser to `target` (`…/#ticket=…`): the
+    browser is started with this file's path, never with the ticket. Created O_EXCL|O_NOFOLLOW (0600) under a
+    random name in the 0700 gateway dir, after removing the ones earlier runs left."""
+    folder = private_gateway_dir(home)
     _remove_old_launchers(folder)
-    target = f"{url}#token={token}"
     page = ("<!doctype html>\n<html><head><meta charset=\"utf-8\"><meta name=\"referrer\" content=\"no-referrer\">\n"
             f"<meta http-equiv=\"refresh\" content=\"0;url={html.escape(target)}\">\n<title>Hermit</title></head>\n"
             f"<body><script>location.replace({json.dumps(target)});</script>\n"
@@ -185,29 +182,33 @@ def write_launcher(home: Path, url: str, token: str) -> Path:
 
 
 def cmd_dashboard(ctx: CliContext, args: argparse.Namespace) -> int:
-    """Prints the web app's URL with the token to the owner's terminal, and when the gateway runs and a browser
-    can be shown here, opens it through an owner-only launcher file (the token is never in the browser's argv)."""
+    """Prints the web app's URL with a one-time ticket to the owner's terminal, and when the gateway runs and a
+    browser can be shown here, opens it through an owner-only launcher file (the ticket is never in the
+    browser's argv). One ticket for both: whichever is opened first signs its tab in, the other is then used."""
     import webbrowser
 
-    token = check_token_file(token_path(ctx.home))
+    check_token_file(token_path(ctx.home))  # what the ticket is traded for: refused if others can read it
     info = read_lock_info(ctx.home)
-    if not info or "port" not in info:
-        # No URL with the token then: whatever holds the configured port now (another local user's program,
-        # while the gateway is down) would read the token from a page opened there.
+    if not info or "port" not in info or not isinstance(info.get("pid"), int):
+        # No URL then: whatever holds the configured port now (another local user's program, while the
+        # gateway is down) would read the ticket from a page opened there.
         print("the gateway is not running: start it with `hermit gateway run` (or `hermit gateway install`), "
               "then run `hermit dashboard` again", file=sys.stderr)
         return 1
     port = info["port"]
     host = _client_host(str(info["host"]))
     base = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
-    reveal(f"{base}?token={token}")  # the token is this line's purpose: not masked like every other
+    url = f"{base}#ticket={issue_ticket(ctx.home, info['pid'])}"
+    reveal(url)  # the ticket is this line's purpose: not masked like every other
+    print(f"(a one-time link: it signs one browser tab in, within {TICKET_TTL / 60:.0f} minutes; run `hermit "
+          "dashboard` again for another)", file=sys.stderr)
     if args.no_open:
         return 0
     if not _can_open_browser(ctx.environ):
         print("(no display here: open the URL in a browser on this machine, or from another one through "
               f"`ssh -L {port}:127.0.0.1:{port} <this host>`)", file=sys.stderr)
         return 0
-    launcher = write_launcher(ctx.home, base, token)
+    launcher = write_launcher(ctx.home, url)
     if not webbrowser.open(launcher.as_uri()):
         print("(could not start a browser: open the URL above yourself)", file=sys.stderr)
     return 0

@@ -83,7 +83,7 @@ def unfiltered(stream: TextIO) -> TextIO:
 
 def reveal(text: str, stream: TextIO | None = None) -> None:
     """Print `text` and a newline, made terminal-safe but not masked: for the one line whose purpose is a
-    secret (`hermit dashboard`'s URL with the gateway token, asked for on the owner's terminal)."""
+    secret (`hermit dashboard`'s one-time sign-in link, asked for on the owner's terminal)."""
     out = unfiltered(stream or sys.stdout)
     out.write(terminal_safe(text) + "\n")
     out.flush()
