@@ -25,6 +25,7 @@ from hermit.tools.base import (
 )
 from hermit.tools.cron import CronBackend, CronTools
 from hermit.tools.exec import ExecTool
+from hermit.tools.exec_marks import OwnerExecMarks
 from hermit.tools.files import AllowAllWrites, AppendOnlyPolicy, FileTools, ReadOnlyWrites, WritePolicy
 from hermit.tools.memory import MEMORY_GET_DESCRIPTION, MEMORY_SEARCH_DESCRIPTION, MemoryTools
 from hermit.tools.memory_files import MemoryWriteRules
@@ -96,7 +97,9 @@ def build_toolset(
     paths = PathResolver(workspace, confined, home, hidden)
     tools = FileTools(paths, policy=write_policy, on_change=on_change, rules=rules, view=view).tools()
     if exec_enabled and (os_sandbox is not None or not confined):
-        tools += ExecTool(paths, env=exec_env, env_allow=env_allow, sandbox=os_sandbox).tools()
+        # The owner's shell outside a sandbox: what it writes into memory is marked as the owner's.
+        marks = OwnerExecMarks(rules, on_change) if rules is not None and rules.owner is not None else None
+        tools += ExecTool(paths, env=exec_env, env_allow=env_allow, sandbox=os_sandbox, marks=marks).tools()
     if memory is not None:
         tools += MemoryTools(memory, private=private_memory, reader=reader).tools()
     if transcript is not None:

@@ -35,6 +35,7 @@ from pydantic import Field
 from hermit.errors import ToolError
 from hermit.redaction import mask, mask_cut
 from hermit.tools.base import Tool, ToolOutput, make_tool
+from hermit.tools.exec_marks import OwnerExecMarks
 from hermit.tools.os_sandbox import COMMAND_VARIABLE, RUN_COMMAND, OsSandbox
 from hermit.tools.room_end import END_SECONDS
 from hermit.tools.room_sandbox import SETUP_FAILED, RoomRun, RoomSandbox
@@ -94,8 +95,10 @@ class ExecTool:
     def __init__(self, paths: PathResolver, *, env: Mapping[str, str] | None = None,
                  env_allow: frozenset[str] = frozenset(), sandbox: OsSandbox | RoomSandbox | None = None,
                  default_timeout: float = DEFAULT_TIMEOUT_SECONDS,
-                 max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS, shell: str = "/bin/sh") -> None:
+                 max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS, shell: str = "/bin/sh",
+                 marks: OwnerExecMarks | None = None) -> None:
         self.paths = paths
+        self.marks = marks if sandbox is None else None  # a sandbox mounts memory read-only
         source = os.environ if env is None else env
         self.sandbox = sandbox
         self.env = sandbox.environment(source) if sandbox is not None else minimal_environment(source, env_allow)
@@ -134,13 +137,17 @@ class ExecTool:
             argv = jail.wrap(argv, workdir)
             preexec = jail.preexec()
         buf = self._buffer()
+        seen = self.marks.before() if self.marks is not None else None
         started = time.monotonic()
-        proc = subprocess.Popen(
-            argv, cwd=workdir, env={**self.env, COMMAND_VARIABLE: command}, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec,
-        )
-        timed_out = _wait(proc, buf, limit)
-        return _result(proc, buf, time.monotonic() - started, timed_out, limit, [])
+        try:
+            proc = subprocess.Popen(
+                argv, cwd=workdir, env={**self.env, COMMAND_VARIABLE: command}, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec,
+            )
+            timed_out = _wait(proc, buf, limit)
+        finally:  # however the command ended (a timeout, Ctrl-C), what it wrote into memory is the owner's
+            notes = self.marks.after(seen) if self.marks is not None and seen is not None else []
+        return _result(proc, buf, time.monotonic() - started, timed_out, limit, notes)
 
     def _buffer(self) -> _CappedBuffer:
         head = int(self.max_output_chars * 0.4)

@@ -132,13 +132,26 @@ class MemoryWriteRules:
         """The content to write instead of `after` (an origin block added), or PathPolicyError."""
         if self.origin is not None:
             after = self._from_others(target, kind, before, after)
-        elif self.owner is not None and (self.is_memory_file(target) and not self._owner_only_file(target)
-                                         or self._is_instruction_file(target)):
+        elif self.owner is not None and self.marks_owner_writes(target):
             after = self._from_owner(target, kind, before, after, self.owner)
         if before is not None and self.is_daily_log(target) and not keeps_every_line(before, after):
             raise PathPolicyError(f"this {kind} would drop or change existing lines of the daily log {target.shown}",
                                   APPEND_HINT)
         return after
+
+    def marks_owner_writes(self, target: ResolvedPath) -> bool:
+        """The owner's writes to `target` become owner-only blocks: a memory file that is not owner-only
+        whole (MEMORY.md, memory/private/), or an instruction file."""
+        return self.is_memory_file(target) and not self._owner_only_file(target) or self._is_instruction_file(target)
+
+    def mark_owner_change(self, target: ResolvedPath, before: str | None, after: str) -> str:
+        """`after` with what changed since `before` in owner-only blocks, as a file tool's write of that change
+        from the owner's session would have made it (exec_marks: what the owner's shell wrote). Unchanged
+        when this session is not the owner's or the file is not one whose owner writes are marked;
+        PathPolicyError when the change lies inside another chat's note or moves a marker."""
+        if self.owner is None or self.origin is not None or not self.marks_owner_writes(target):
+            return after
+        return self._from_owner(target, "edit", before, after, self.owner)
 
     def refuse_unless_addable(self, target: ResolvedPath) -> None:
         """Raise unless a session other than the owner's may add a note to `target`: only a recent daily log,

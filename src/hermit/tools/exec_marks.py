@@ -1,0 +1,197 @@
+"""What the owner's unsandboxed shell writes into memory becomes the owner's, as the file tools' writes do.
+
+The owner's sessions run exec as the owner's shell (outside a sandbox under the default `sandbox.mode:
+non-main`): `printf … >> memory/2026-01-20.md`, `mv draft.md memory/health.md`, `sed -i …`. Text outside origin
+blocks under memory/ is shared (hand-written daily logs are), so such a note reached every chat, where the
+same note written with the write tool is an owner-only block (SPEC §18: what the main session writes is the
+owner's). So around such a command:
+
+- before it, the text of every file whose owner writes are marked (`MemoryWriteRules.marks_owner_writes`:
+  memory/ but memory/private/, and the instruction files; MEMORY.md and the extra paths' files are owner-only
+  whole) is kept — from a cache keyed by the file's identity, size and mtime, so the next command re-reads
+  only what changed;
+- after it, under the workspace's memory-write lock, each file that changed is rewritten as the write tool
+  would have written that change from the owner's session (`mark_owner_change`: added and changed runs of
+  lines in owner-only blocks; a new file one block). A file moved or copied into memory/ whose text was
+  already a memory file's keeps that file's blocks. The index is told of every change.
+
+What is not marked is said in the command's output: a change inside another chat's note (marking it would
+change who reads that note: it stays as written), a file over MAX_TEXT_BYTES. Text in another encoding is
+marked and written back as UTF-8; a binary file is left (no tool shows it, the indexer skips it). A
+process the command leaves running that writes later is not seen, and a note a chat adds while the command
+runs is taken for the command's (owner-only: hidden from that chat, never shown to others).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from hermit.durable import write_atomic
+from hermit.errors import PathPolicyError
+from hermit.memory.policy.audience import is_private_path
+from hermit.memory.policy.daily_log import memory_writes_locked
+from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, read_regular_stat
+from hermit.tools.memory_files import MemoryWriteRules
+from hermit.tools.sandbox import ResolvedPath
+from hermit.workspace import BOOTSTRAP_ORDER
+
+MAX_TEXT_BYTES = 20_000_000  # what the read tool reads (tools/files.MAX_FILE_BYTES); larger files are named
+CACHE_CHARS = 64_000_000  # texts kept between commands, all workspaces together
+
+Key = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
+
+
+@dataclass(frozen=True)
+class Seen:
+    key: Key
+    text: str | None  # None: too large; "" for a binary file (no tool shows it to anyone)
+
+
+_cache: dict[str, Seen] = {}  # by path
+_cache_chars = [0]
+_cache_lock = threading.Lock()
+
+
+def _key(st: os.stat_result) -> Key:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class OwnerExecMarks:
+    """Before and after one command of an owner's session that runs outside a sandbox."""
+
+    def __init__(self, rules: MemoryWriteRules, on_change: Callable[[Path], None] | None = None) -> None:
+        self.rules = rules
+        self.on_change = on_change
+        self._root = rules.root
+
+    def before(self) -> dict[str, Seen]:
+        return {path: seen for path, seen in self._scan()}
+
+    def after(self, before: dict[str, Seen]) -> list[str]:
+        """Mark what the command changed; the lines to add to its output (what could not be marked)."""
+        notes: list[str] = []
+        try:
+            with memory_writes_locked(self.rules.workspace):
+                now = dict(self._scan())
+                for path, seen in now.items():
+                    old = before.get(path)
+                    if old is not None and old.key == seen.key:
+                        continue
+                    note = self._mark(Path(path), seen, old, before)
+                    if note:
+                        notes.append(note)
+                    if self.on_change is not None:
+                        self.on_change(Path(path))
+        except (OSError, PathPolicyError) as e:  # the command ran; say what was not looked at
+            notes.append(f"[memory files changed by this command were not checked: {e}]")
+        return notes
+
+    def _mark(self, path: Path, seen: Seen, old: Seen | None, before: dict[str, Seen]) -> str | None:
+        target = ResolvedPath(path, self._shown(path))
+        if seen.text is None:
+            return (f"[{target.shown}: changed by this command but not marked as the owner's (over "
+                    f"{MAX_TEXT_BYTES:,} bytes): what it says outside origin blocks is shared]")
+        if not seen.text:
+            return None  # binary (the tools refuse it) or empty
+        # New here: moved (the same inode) or copied (the same text) from another memory file keeps its blocks.
+        previous = old.text if old is not None else _source(seen, before)
+        if old is not None and previous is None:
+            return (f"[{target.shown}: changed by this command but its earlier text was not kept (too large): not "
+                    f"marked as the owner's]")
+        try:
+            marked = self.rules.mark_owner_change(target, previous, seen.text)
+        except PathPolicyError as e:
+            return f"[{target.shown}: not marked as the owner's: {e.message}; the change stays as written]"
+        if marked != seen.text:
+            write_atomic(path, marked)
+            with contextlib.suppress(OSError):
+                _remember(str(path), Seen(_key(os.lstat(path)), marked))
+        return None
+
+    def _shown(self, path: Path) -> str:
+        try:
+            return path.relative_to(self._root).as_posix()
+        except ValueError:
+            return str(path)
+
+    def _scan(self) -> Iterator[tuple[str, Seen]]:
+        root = self._root = self.rules.root
+        for name in BOOTSTRAP_ORDER:
+            path = str(root / name)
+            with contextlib.suppress(OSError):
+                seen = _look(path, os.lstat(path))
+                if seen is not None:
+                    yield path, seen
+        # memory/ but memory/private/ (and not the extra paths: their files are owner-only whole). Strings and
+        # scandir's own lstat: a thousand notes cost a few milliseconds.
+        folders = [(str(root / "memory"), "memory")]
+        while folders:
+            folder, shown = folders.pop()
+            try:
+                entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in entries:
+                rel = f"{shown}/{entry.name}"
+                if is_private_path(rel):
+                    continue
+                with contextlib.suppress(OSError):
+                    if entry.is_dir(follow_symlinks=False):  # symlinked folders are not entered
+                        folders.append((entry.path, rel))
+                    elif entry.name.lower().endswith(".md"):
+                        seen = _look(entry.path, entry.stat(follow_symlinks=False))
+                        if seen is not None:
+                            yield entry.path, seen
+
+
+def _look(path: str, st: os.stat_result) -> Seen | None:
+    """The file's identity and text (cached while its identity, size and mtime hold); None when it is not a
+    regular file (a symlink is not followed: the indexer does not follow it either)."""
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    key = _key(st)
+    with _cache_lock:
+        cached = _cache.get(path)
+    if cached is not None and cached.key == key:
+        return cached
+    try:
+        data, fst = read_regular_stat(path, MAX_TEXT_BYTES, follow=False)
+        # As the indexer and the read tool see it: another encoding decoded (marked, it is written as UTF-8).
+        text: str | None = "" if b"\x00" in data[:8192] else decode_text(data).text
+        key = _key(fst)
+    except FileTooLarge:
+        text = None
+    except (NotRegularFile, OSError):
+        return None
+    seen = Seen(key, text)
+    _remember(path, seen)
+    return seen
+
+
+def _remember(path: str, seen: Seen) -> None:
+    with _cache_lock:
+        dropped = _cache.pop(path, None)
+        if dropped is not None:
+            _cache_chars[0] -= len(dropped.text or "")
+        if seen.text is None:
+            return
+        if _cache_chars[0] + len(seen.text) > CACHE_CHARS:
+            _cache.clear()
+            _cache_chars[0] = 0
+        _cache[path] = seen
+        _cache_chars[0] += len(seen.text)
+
+
+def _source(new: Seen, before: dict[str, Seen]) -> str | None:
+    """The earlier text of a file new under its name: a memory file it was moved from (the same inode) or
+    copied from (the same text)."""
+    for seen in before.values():
+        if seen.key[:2] == new.key[:2] or seen.text == new.text:
+            return seen.text
+    return None

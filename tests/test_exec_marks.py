@@ -1,0 +1,101 @@
+"""What the owner's shell writes into memory is the owner's (audit 2B): the main session's exec runs outside a
+sandbox, and a note it appended (`printf … >> memory/<today>.md`) or a draft it moved in (`mv draft.md memory/`)
+was text outside any origin block — shared, so a contact's `read`, `memory_get` and `memory_search` returned it,
+where the same note through the write tool is an owner-only block. Now the command's changes are marked as the
+write tool would have marked them; what cannot be marked is said in the command's output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agenthelpers import fixed_clock, load_offline
+from hermit.agent.runtime import AgentRuntime
+from hermit.memory.policy.audience import OWNER, SHARED, line_audiences
+from hermit.messages import ToolCallPart
+from hermit.sessions.keys import main_session_key
+from hermit.testing import ScriptedModel
+
+MAIN = main_session_key("main")
+CONTACT = "agent:main:telegram:default:dm:555"
+LOG = "memory/2026-01-20.md"  # today, by the runtimes' clock
+
+
+@pytest.fixture
+def rt(tmp_path: Path) -> AgentRuntime:
+    home = tmp_path / "state"
+    (home / "workspace" / "memory").mkdir(parents=True)
+    agent = load_offline(home).agent()
+    return AgentRuntime(agent, ScriptedModel([]), fsync=False, home=tmp_path, clock=fixed_clock,
+                        exec_env={"PATH": "/usr/bin:/bin"})
+
+
+def call(rt: AgentRuntime, session: str, name: str, **args: object) -> tuple[str, bool]:
+    res = rt.tools_for(session).run(ToolCallPart("c", name, args)).result
+    return str(res.content), res.is_error
+
+
+def audiences(rt: AgentRuntime, rel: str) -> dict[str, str]:
+    text = (rt.agent.workspace / rel).read_text()
+    return {line: aud for line, aud in zip(text.split("\n"), line_audiences(text, rel), strict=True) if line.strip()}
+
+
+def test_a_note_the_owners_shell_appends_is_owner_only(rt: AgentRuntime) -> None:
+    (rt.agent.workspace / LOG).write_text("- lunch with Sam (typed by hand: shared)\n")
+    out, err = call(rt, MAIN, "exec", command=f"printf -- '- bank PIN is 4471\\n' >> {LOG}")
+    assert not err and "exit code 0" in out
+    auds = audiences(rt, LOG)
+    assert auds["- bank PIN is 4471"] == OWNER
+    assert auds["- lunch with Sam (typed by hand: shared)"] == SHARED  # what was there keeps its reader
+    shown, _ = call(rt, CONTACT, "read", path=LOG)
+    assert "4471" not in shown and "lunch with Sam" in shown and "withheld" in shown
+
+
+def test_a_file_moved_into_memory_by_the_owners_shell_is_owner_only(rt: AgentRuntime) -> None:
+    ws = rt.agent.workspace
+    (ws / "health-draft.md").write_text("# Health\n- biopsy result: benign, tell nobody\n")
+    out, err = call(rt, MAIN, "exec", command="mv health-draft.md memory/health.md && sed -i 's/x/x/' memory/health.md")
+    assert not err, out
+    assert set(audiences(rt, "memory/health.md").values()) == {OWNER}
+    shown, is_error = call(rt, CONTACT, "read", path="memory/health.md")
+    assert is_error and "biopsy" not in shown
+
+
+def test_a_memory_file_renamed_by_the_owners_shell_keeps_its_readers(rt: AgentRuntime) -> None:
+    """A move inside memory/ is not new text: a shared note stays shared, a contact's note stays the contact's."""
+    assert not call(rt, CONTACT, "write", path=LOG, content="- the contact's own note", append=True)[1]
+    log = rt.agent.workspace / LOG
+    log.write_text("- typed by hand\n" + log.read_text())
+    before = audiences(rt, LOG)
+    assert before["- typed by hand"] == SHARED and before["- the contact's own note"] not in (OWNER, SHARED)
+    out, err = call(rt, MAIN, "exec", command=f"mkdir -p memory/archive && mv {LOG} memory/archive/ && "
+                                              "cp memory/archive/2026-01-20.md memory/copy.md")
+    assert not err, out
+    assert audiences(rt, "memory/archive/2026-01-20.md") == before
+    assert audiences(rt, "memory/copy.md") == before
+
+
+def test_a_change_inside_a_contacts_note_is_left_and_said(rt: AgentRuntime) -> None:
+    assert not call(rt, CONTACT, "write", path=LOG, content="- meet at noon", append=True)[1]
+    out, err = call(rt, MAIN, "exec", command=f"sed -i 's/noon/ten/' {LOG}")
+    assert not err
+    assert f"[{LOG}: not marked as the owner's" in out and "the change stays as written" in out
+    shown, _ = call(rt, CONTACT, "read", path=LOG)
+    assert "meet at ten" in shown
+
+
+def test_instruction_files_the_owners_shell_writes_are_owner_only(rt: AgentRuntime) -> None:
+    tools = rt.agent.workspace / "TOOLS.md"
+    tools.write_text("# Tools\n")
+    assert not call(rt, MAIN, "exec", command="echo '- NAS admin password: hunter2' >> TOOLS.md")[1]
+    assert audiences(rt, "TOOLS.md")["- NAS admin password: hunter2"] == OWNER
+    assert "hunter2" not in rt.system_prompt(CONTACT, rt.tools_for(CONTACT)).text
+
+
+def test_text_in_another_encoding_is_marked_too(rt: AgentRuntime) -> None:
+    """Latin-1 is read (and indexed) as text like any note: marked, and written back as UTF-8."""
+    out, err = call(rt, MAIN, "exec", command="printf -- '- caf\\351 PIN 2231\\n' > memory/latin1.md")
+    assert not err, out
+    auds = audiences(rt, "memory/latin1.md")
+    assert auds["- café PIN 2231"] == OWNER and set(auds.values()) == {OWNER}
