@@ -16,7 +16,8 @@ from hermit.config.schema import (
     DEFAULT_MEMORY_FLUSH_SYSTEM_PROMPT,
     MemoryFlushConfig,
 )
-from hermit.messages import ToolCallPart
+from hermit.errors import ProviderError
+from hermit.messages import AssistantMessage, ToolCallPart
 from hermit.models.base import ModelProfile, ModelRequest
 from hermit.sessions.keys import main_session_key
 from hermit.testing import FunctionModel
@@ -168,3 +169,83 @@ def test_flush_still_precedes_compaction_when_its_threshold_lies_above(ws: Path)
     events = [x for x in log if x != "turn"]
     assert events[:2] == ["flush", "summary"]
     assert log[log.index("flush") + 1] == "summary"  # in the same turn, right before the compaction
+
+
+class Killed(BaseException):
+    """The process dies here (kill -9): nothing in Hermit catches it, so nothing after this point runs."""
+
+
+FACT = "- FLUSHED-FACT: the passport expires 2027-03-01\n"
+
+
+def _writing_model(log: list[str], die: str | None) -> FunctionModel:
+    """The flush writes FACT with append, then answers NO_REPLY. `die`: "before-write" kills the process in
+    the flush's first model call, "after-write" in its follow-up (the note has landed), "error-after-write"
+    makes that follow-up fail with a provider error."""
+    def reply(request: ModelRequest) -> Any:
+        last = request.messages[-1].to_dict()
+        if SUMMARY_MARKER in request.system:
+            log.append("summary")
+            return "## Goals\n- keep going"
+        if "Pre-compaction memory flush" in str(last.get("content")):
+            log.append("flush")
+            if die == "before-write":
+                raise Killed
+            return AssistantMessage([ToolCallPart("w1", "write", {"path": DAILY, "content": FACT, "append": True})])
+        if last.get("role") == "toolResult":
+            log.append("flush-followup")
+            if die == "after-write":
+                raise Killed
+            if die == "error-after-write":
+                raise ProviderError("the provider went away", "retry")
+            return "NO_REPLY"
+        log.append("turn")
+        return "ack"
+
+    return FunctionModel(reply, profile=PROFILE)
+
+
+def _turns_until_killed(rt: Any, count: int) -> int:
+    for n in range(1, count):
+        try:
+            rt.run_turn(MAIN, user_text(n))
+        except Killed:
+            return n
+    raise AssertionError("the flush never ran")
+
+
+def test_a_flush_killed_after_its_write_is_not_run_again_after_a_restart(ws: Path) -> None:
+    """kill -9 while the flush's follow-up model call is in flight, its write(append) already done: the
+    restarted process must not flush this cycle again (that appended the same notes twice)."""
+    config = small_config(ws, defaults={"compaction": SMALL_COMPACTION})
+    first: list[str] = []
+    killed_at = _turns_until_killed(runtime(config, _writing_model(first, "after-write")), 12)
+    assert first[-2:] == ["flush", "flush-followup"] and (ws / "workspace" / DAILY).read_text().count(FACT) == 1
+    after: list[str] = []
+    rt = runtime(small_config(ws, defaults={"compaction": SMALL_COMPACTION}), _writing_model(after, None))
+    results = [rt.run_turn(MAIN, user_text(n)) for n in range(killed_at, killed_at + 4)]
+    assert "flush" not in after and after.count("summary") == 1  # compaction still comes, without a 2nd flush
+    assert sum(r.flushes for r in results) == 0 and sum(r.compactions for r in results) == 1
+    assert (ws / "workspace" / DAILY).read_text().count(FACT) == 1
+
+
+def test_a_flush_killed_before_writing_runs_again_after_a_restart(ws: Path) -> None:
+    config = small_config(ws, defaults={"compaction": SMALL_COMPACTION})
+    first: list[str] = []
+    killed_at = _turns_until_killed(runtime(config, _writing_model(first, "before-write")), 12)
+    assert first[-1] == "flush" and FACT not in (ws / "workspace" / DAILY).read_text()
+    after: list[str] = []
+    rt = runtime(small_config(ws, defaults={"compaction": SMALL_COMPACTION}), _writing_model(after, None))
+    results = [rt.run_turn(MAIN, user_text(n)) for n in range(killed_at, killed_at + 4)]
+    assert after.count("flush") == 1 and sum(r.flushes for r in results) == 1
+    assert (ws / "workspace" / DAILY).read_text().count(FACT) == 1
+
+
+def test_a_flush_failing_after_its_write_is_not_retried(ws: Path) -> None:
+    log: list[str] = []
+    rt = runtime(small_config(ws, defaults={"compaction": SMALL_COMPACTION}), _writing_model(log, "error-after-write"))
+    for n in range(1, 14):
+        rt.run_turn(MAIN, user_text(n))
+    events = [x for x in log if x != "turn"]
+    assert events[:3] == ["flush", "flush-followup", "summary"]  # not flushed again before the compaction
+    assert (ws / "workspace" / DAILY).read_text().count(FACT) == events.count("flush")  # one note per cycle

@@ -12,6 +12,10 @@ Decisions:
   conversation's context, so later requests do not carry the flush prompt around.
 - At most once per compaction cycle: done when memoryFlushCompactionCount == compactionCount. Skipped
   when compaction or the flush is disabled, for heartbeats, read-only sessions and read-only workspaces.
+- The cycle counts as flushed the moment the flush's first write or edit succeeds (`on_wrote`, before its
+  result is recorded and the model asked again), not when the whole turn returns: a flush killed (kill -9)
+  or failing after its notes landed is not run again after a restart, which would append the same notes
+  twice. A flush that wrote nothing before it died or failed runs again at the next turn.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pathlib import Path
 from hermit.agent.context import SILENT_TOKEN
 from hermit.agent.loop import LoopResult, RequestBuilder, run_loop
 from hermit.config.schema import CompactionConfig, MemoryFlushConfig
-from hermit.messages import AssistantMessage, Message, UserMessage
+from hermit.messages import AssistantMessage, Message, ToolResultMessage, UserMessage
 from hermit.models.base import Model
 from hermit.sessions.record import SessionRecord
 from hermit.sessions.transcript import Transcript
@@ -31,6 +35,7 @@ from hermit.tools.base import ToolRunner
 from hermit.tools.files import AppendOnlyPolicy
 
 FLUSH_ENTRY = "memory_flush"
+WRITING_TOOLS = frozenset({"write", "edit"})  # the flush's only tools that change a file (exec is off)
 DATE_PLACEHOLDER = "YYYY-MM-DD"
 NO_REPLY_HINT = f"If nothing to store, reply with {SILENT_TOKEN}."
 # Other chats' notes and words reach this session through memory_search, labelled; a note that drops the
@@ -92,10 +97,18 @@ def run_flush_turn(
     *,
     max_iterations: int,
     on_usage: Callable[[AssistantMessage], None] | None = None,
+    on_wrote: Callable[[], None] | None = None,
 ) -> LoopResult:
-    """The silent turn; its messages go to `custom` entries. Raises what the model raises."""
+    """The silent turn; its messages go to `custom` entries. Raises what the model raises. `on_wrote` is
+    called once, right after the first write or edit that succeeded (before its result is recorded)."""
+    wrote = False
 
     def record(message: Message) -> None:
+        nonlocal wrote
+        if (not wrote and on_wrote is not None and isinstance(message, ToolResultMessage)
+                and message.tool_name in WRITING_TOOLS and not message.is_error):
+            wrote = True
+            on_wrote()
         transcript.append_custom(FLUSH_ENTRY, {"message": message.to_dict()})
 
     return run_loop(model, tools, build_request, history, UserMessage(prompt), record=record,

@@ -100,16 +100,19 @@ class SessionMaintenance:
             rt.store.add_usage(turn.session_key, input_tokens=message.usage.context_tokens,
                                output_tokens=message.usage.output_tokens)
 
+        def done() -> None:  # this cycle's flush: persisted once its notes landed (flush.py), and at the end
+            rt.store.mutate(turn.session_key, lambda r: dataclasses.replace(
+                r, memory_flush_compaction_count=r.compaction_count))
+
         try:
             flushing.run_flush_turn(
                 rt.model, tools, lambda ms: rt.build_request(flush_turn, ms, system=system), history, prompt,
                 rt.store.open_transcript(turn.record), max_iterations=rt.agent.settings.max_tool_iterations,
-                on_usage=usage)
+                on_usage=usage, on_wrote=done)
         except HermitError as e:
             log.warning("memory flush of %s failed: %s", turn.session_key, e)
             return False
-        rt.store.mutate(turn.session_key, lambda r: dataclasses.replace(
-            r, memory_flush_compaction_count=r.compaction_count))
+        done()
         notes.flushes += 1
         return True
 
