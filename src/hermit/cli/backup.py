@@ -12,13 +12,18 @@ Workspaces and session stores configured outside the state dir go under `externa
 
 The archive is written into a file only this process made (unnamed, or a random name created exclusively)
 and linked to its name, which must not exist — not even as a symlink: writing one into /tmp cannot be
-taken over by another local user who plants the name first.
+taken over by another local user who plants the name first. Before it gets its name it is read back whole
+(every member and the gzip checksum): an archive that would not restore is never left behind.
+
+A backup taken while Hermit runs holds every file, each as one whole version, old or new: a file is read
+whole before its member is written, read again when it changed meanwhile, and its new version stored when
+Hermit replaced it (by rename) since it was listed (backup_copy.py). A file that cannot be stored so is
+named and the command exits 1; the archive holds everything else.
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
 import io
 import json
 import os
@@ -29,7 +34,8 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, BinaryIO
 
-from hermit.cli.backup_walk import DERIVED_DIRS, Entry, Tree, plan
+from hermit.cli.backup_copy import NotStored, add_dir, add_file, verify
+from hermit.cli.backup_walk import DERIVED_DIRS, Tree, plan
 from hermit.cli.context import CliContext
 from hermit.durable import NewFile, TempReplaced
 from hermit.errors import HermitError
@@ -62,23 +68,6 @@ class BackupError(HermitError):
     """An archive that cannot be written or restored safely."""
 
 
-def _add_file(tar: tarfile.TarFile, entry: Entry) -> int:
-    """One regular file as a plain file member, never a hard-link member (restore refuses links; the names of a
-    file that must stay one file are in the manifest instead): opened without following a link, described by
-    fstat, and still the file that was planned. Returns the bytes stored."""
-    fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (entry.st.st_dev, entry.st.st_ino):
-            raise OSError(errno.EINVAL, "replaced while the backup was written")
-        info = tar.gettarinfo(arcname=entry.arc, fileobj=f)
-        info.type = tarfile.REGTYPE  # gettarinfo makes a second name of a file a LNKTYPE member
-        info.linkname = ""
-        info.size = st.st_size
-        tar.addfile(info, f)
-        return st.st_size
-
-
 def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
@@ -91,15 +80,38 @@ def _check_ours(fd: int, where: Path) -> os.stat_result:
     return st
 
 
-def write_new_file(out: Path, write: Callable[[BinaryIO], None]) -> None:
+def _read_back(f: NewFile, out: Path) -> BinaryIO:
+    """The file being written as `f`, opened again for reading (it was opened write-only)."""
+    if f.tmp is None:  # unnamed: its descriptor's /proc link opens it
+        fd = os.open(f"/proc/self/fd/{f.fd}", os.O_RDONLY | os.O_CLOEXEC)
+    else:
+        fd = os.open(f.tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=f.folder)
+    st, ours = os.fstat(fd), os.fstat(f.fd)
+    if (st.st_dev, st.st_ino) != (ours.st_dev, ours.st_ino):
+        os.close(fd)
+        raise BackupError(f"the temporary file for {out} was replaced while it was written", "write the backup "
+                          "into a directory only you can write to")
+    return os.fdopen(fd, "rb")
+
+
+def write_new_file(out: Path, write: Callable[[BinaryIO], None],
+                   check: Callable[[BinaryIO], str | None] | None = None) -> None:
     """`write` into a file this process created (0600 from the first byte), then give it the name `out`, never
-    replacing anything there (durable.NewFile: unnamed or a random exclusive name, linked into place)."""
+    replacing anything there (durable.NewFile: unnamed or a random exclusive name, linked into place). `check`
+    reads the written file back and says what is wrong with it: then it never gets the name."""
     with NewFile(out) as f:
         _check_ours(f.fd, out)
         with os.fdopen(f.fd, "wb", closefd=False) as raw:
             write(raw)
             raw.flush()
             os.fsync(f.fd)
+        if check is not None:
+            with _read_back(f, out) as written:
+                problem = check(written)
+            if problem:
+                raise BackupError(f"the archive written for {out} is damaged: {problem}; it was not kept",
+                                  "check the disk it was written to (space, errors) and run `hermit backup` "
+                                  "again")
         _check_ours(f.fd, out)
         try:
             f.link()
@@ -138,6 +150,8 @@ def cmd_backup(ctx: CliContext, args: argparse.Namespace) -> int:
     trees, external = _trees(loaded, home)
     todo = plan(trees, [a.index_path.resolve() for a in loaded.agents])
     stored = {"files": 0, "bytes": 0}
+    written: list[tuple[str, int]] = []  # (name, size) of every member, for the read-back
+    not_stored: list[str] = []
 
     def write(raw: BinaryIO) -> None:
         with tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
@@ -148,24 +162,34 @@ def cmd_backup(ctx: CliContext, args: argparse.Namespace) -> int:
             info = tarfile.TarInfo(f"{TOP}/manifest.json")
             info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
             tar.addfile(info, io.BytesIO(data))
+            written.append((info.name, info.size))
             for entry in todo.entries:
-                if stat.S_ISDIR(entry.st.st_mode):
-                    tar.add(entry.path, entry.arc, recursive=False)
-                    continue
+                is_dir = stat.S_ISDIR(entry.st.st_mode)
                 try:
-                    stored["bytes"] += _add_file(tar, entry)
-                except OSError as e:  # gone, or swapped for something else, since it was listed
-                    todo.skipped.append(f"{entry.shown} ({e.strerror or e})")
+                    size = add_dir(tar, entry) if is_dir else add_file(tar, entry, out.parent)
+                except NotStored as e:
+                    not_stored.append(f"{entry.shown} ({e.why})")
                     continue
-                stored["files"] += 1
+                if size is None:  # deleted since it was listed
+                    todo.skipped.append(f"{entry.shown} (deleted while the backup was written)")
+                    continue
+                written.append((entry.arc, size))
+                if not is_dir:
+                    stored["files"] += 1
+                    stored["bytes"] += size
 
-    write_new_file(out, write)
+    write_new_file(out, write, check=lambda raw: verify(raw, written))
     print(f"wrote {out} (owner-only): {stored['files']} files, {stored['bytes'] / 1e6:.1f} MB — config, keys, "
           "workspaces, sessions, cron jobs, credentials; indexes and caches rebuild after a restore")
     if todo.links:
         print(f"kept {len(todo.links)} hard links as links (a second name of MEMORY.md or of a note stays one)")
     for line in todo.summary():
         print(line)
+    if not_stored:
+        raise BackupError(f"{len(not_stored)} file{'s' if len(not_stored) > 1 else ''} could not be backed up and "
+                          f"{'are' if len(not_stored) > 1 else 'is'} not in {out}: " + "; ".join(not_stored),
+                          "the archive holds everything else. Stop what writes them (`hermit gateway stop`, an "
+                          "editor), fix what is named, and run `hermit backup` again into a new file")
     return 0
 
 

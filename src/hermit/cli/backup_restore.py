@@ -28,15 +28,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import json
 import os
 import secrets
 import shutil
 import stat
 import tarfile
+import zlib
 from pathlib import Path, PurePosixPath
 
 from hermit.cli.backup import FORMAT, TOP, BackupError, _inside
+from hermit.cli.backup_copy import DAMAGED
 from hermit.cli.context import CliContext
 from hermit.config.paths import ensure_private_dir, not_own_private_dir, not_safe_parent
 from hermit.durable import NewFile
@@ -53,10 +56,17 @@ def restore(ctx: CliContext, args: argparse.Namespace) -> int:
     home = ctx.home
     try:
         tar = tarfile.open(Path(args.file).expanduser(), mode="r:*")  # noqa: SIM115 - closed by the with below
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:  # a gzip file cut short, or corrupted
+        raise _damaged(args.file, e, "nothing was restored") from None
     except (OSError, tarfile.TarError) as e:
         raise BackupError(f"cannot read {args.file}: {e}", "pass an archive written by `hermit backup`") from e
     with tar:
-        members = _checked_members(tar)
+        try:
+            members = _checked_members(tar)
+            while tar.fileobj is not None and tar.fileobj.read(1 << 20):
+                pass  # to its end: a gzip checksum that does not match is found before anything is written
+        except DAMAGED as e:
+            raise _damaged(args.file, e, "nothing was restored") from None
         links = _links(_manifest(tar, members, args.file))
         mine: list[Item] = []
         later: dict[tuple[str, str], list[Item]] = {}
@@ -66,9 +76,14 @@ def restore(ctx: CliContext, args: argparse.Namespace) -> int:
                 mine.append((m, PurePosixPath(*rel.parts[1:])))
             elif rel.parts[:1] == ("external",) and len(rel.parts) > 2:
                 later.setdefault((rel.parts[1], rel.parts[2]), []).append((m, PurePosixPath(*rel.parts[3:])))
-        count = restore_into(home, tar, mine, links.get(("home",), []), private=True, fill=bool(args.force),
-                             what="the state dir", not_empty=NOT_EMPTY_HOME)
-        restored, problems = _restore_external(ctx, tar, later, links, bool(args.external))
+        done = "nothing was restored"
+        try:
+            count = restore_into(home, tar, mine, links.get(("home",), []), private=True, fill=bool(args.force),
+                                 what="the state dir", not_empty=NOT_EMPTY_HOME)
+            done = f"the state dir {home} was restored, the folders outside it may not have been"
+            restored, problems = _restore_external(ctx, tar, later, links, bool(args.external))
+        except DAMAGED as e:
+            raise _damaged(args.file, e, done) from None
     print(f"restored {count + restored} files into {home}")
     print("the memory index is rebuilt on the first search (or run `hermit memory index` now); "
           "`hermit doctor` checks the rest")
@@ -77,6 +92,13 @@ def restore(ctx: CliContext, args: argparse.Namespace) -> int:
                           "those folders away) and run `hermit restore FILE --force --external` again, or copy "
                           "them by hand from the archive's external/ folder")
     return 0
+
+
+def _damaged(name: str, e: BaseException, done: str) -> BackupError:
+    """An archive cut short (a copy that stopped, a full disk) or corrupted, said plainly."""
+    return BackupError(f"{name} is damaged or incomplete: {e or type(e).__name__} ({done})", "restore from another "
+                       "copy of the backup, or make a new one with `hermit backup`; `tar -tzf FILE` lists what "
+                       "can still be read of this one")
 
 
 def _checked_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:

@@ -1,0 +1,189 @@
+"""How `hermit backup` stores a file that Hermit, or the owner's editor, may be writing while the backup runs,
+and the read-back of the finished archive before it gets its name.
+
+A tar member's header holds its size and is written before its data: a file that shrank during the copy (an
+editor saving in place: truncate, then write) left a header and part of its data in the gzip stream, and
+every later member unreadable. So a file is read whole first — into memory, or into an unnamed owner-only
+temporary file next to the archive once it is large — and its header is written with the size actually
+read. A read counts when the file's size, modification and change times were the same before and after it
+and it gave as many bytes as that size: otherwise the file is read again, a few times, pausing in between.
+
+A file rewritten by rename since it was listed (Hermit does this to sessions.json after every turn, to
+MEMORY.md, notes and cron jobs) is the new file at the same path: it is opened again and its current version
+stored — when it is a regular file, opened without following a link and reached through none, owned by the
+user or by the owner of the file it replaced, and with no second name (hard link; backup_walk.py decides
+about those from the files it listed). A file deleted since it was listed is not stored (said so); one that
+cannot be stored as one version, or whose replacement is refused, is named and `hermit backup` exits 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import grp
+import gzip
+import os
+import pwd
+import stat
+import tarfile
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import IO, BinaryIO
+
+from hermit.cli.backup_walk import Entry
+
+CHUNK = 1 << 20
+IN_MEMORY = 8 << 20  # a file larger than this is spooled to a temporary file
+ATTEMPTS = 5
+PAUSE = 0.05  # seconds before the second read of a file that changed; doubled each time
+OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0)
+DAMAGED = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)  # what reading a broken archive raises
+
+
+class NotStored(Exception):
+    """A listed file that is not in the archive; `why` is said to the user."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def _names(st: os.stat_result) -> tuple[str, str]:
+    user = group = ""
+    with contextlib.suppress(KeyError):
+        user = pwd.getpwuid(st.st_uid).pw_name
+    with contextlib.suppress(KeyError):
+        group = grp.getgrgid(st.st_gid).gr_name
+    return user, group
+
+
+def _info(arc: str, st: os.stat_result, kind: bytes, size: int) -> tarfile.TarInfo:
+    """A plain member (never a hard-link one: restore refuses links; the names of a file that must stay one
+    file are in the manifest)."""
+    info = tarfile.TarInfo(arc)
+    info.type, info.size, info.mode, info.mtime = kind, size, stat.S_IMODE(st.st_mode), st.st_mtime
+    info.uid, info.gid = st.st_uid, st.st_gid
+    info.uname, info.gname = _names(st)
+    return info
+
+
+def add_dir(tar: tarfile.TarFile, entry: Entry) -> int | None:
+    """A folder as a folder member (0 bytes); None when it is no longer a folder there (deleted, moved away)."""
+    try:
+        st = os.lstat(entry.path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    tar.addfile(_info(entry.arc, st, tarfile.DIRTYPE, 0))
+    return 0
+
+
+def _reached_directly(fd: int, path: Path) -> bool:
+    """The file open as `fd` is at `path` itself, not through a folder swapped for a link (Linux's /proc; else
+    the folder's real path)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == str(path)
+    except OSError:
+        return os.path.realpath(path.parent) == str(path.parent)
+
+
+def _refused(fd: int, st: os.stat_result, entry: Entry) -> str | None:
+    """Why the file open as `fd` is not to be stored under `entry`'s name; None when it is the listed file, or
+    an acceptable new version of it (see the module's docstring)."""
+    if not stat.S_ISREG(st.st_mode):
+        return "replaced by something that is not a file while the backup was written"
+    if (st.st_dev, st.st_ino) == (entry.st.st_dev, entry.st.st_ino):
+        return None
+    if st.st_uid not in (os.geteuid(), entry.st.st_uid):
+        return f"replaced by a file of another user (uid {st.st_uid}) while the backup was written"
+    if st.st_nlink > 1:
+        return "replaced by a file with a second name (hard link) while the backup was written"
+    if not _reached_directly(fd, entry.path):
+        return "its folder was replaced or moved while the backup was written"
+    return None
+
+
+def _read(f: IO[bytes], into: IO[bytes], expected: int) -> int:
+    """Copy `f` to its end, or to past the `expected` size (it grew: it is read again; a file written faster
+    than it is read is never followed forever). An error reading it is the file's (NotStored); one writing
+    `into` ends the backup."""
+    size = 0
+    while size <= expected:
+        try:
+            chunk = f.read(CHUNK)
+        except OSError as e:
+            raise NotStored(e.strerror or str(e)) from None
+        if not chunk:
+            break
+        into.write(chunk)
+        size += len(chunk)
+    return size
+
+
+def _unchanged(before: os.stat_result, after: os.stat_result, size: int) -> bool:
+    return (size == before.st_size == after.st_size and before.st_mtime_ns == after.st_mtime_ns
+            and before.st_ctime_ns == after.st_ctime_ns)
+
+
+def add_file(tar: tarfile.TarFile, entry: Entry, spool_dir: Path) -> int | None:
+    """Store the file listed as `entry`, or its current version (see the module's docstring). Returns the bytes
+    stored, None when it was deleted since it was listed; raises NotStored when it cannot be stored."""
+    why = ""
+    for attempt in range(ATTEMPTS):
+        if attempt:
+            time.sleep(PAUSE * 2 ** (attempt - 1))
+        try:
+            fd = os.open(entry.path, OPEN_FLAGS)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            why = ("replaced by a symlink while the backup was written" if e.errno == errno.ELOOP
+                   else e.strerror or str(e))
+            continue
+        with os.fdopen(fd, "rb") as f, tempfile.SpooledTemporaryFile(IN_MEMORY, dir=str(spool_dir)) as spool:
+            before = os.fstat(fd)
+            refused = _refused(fd, before, entry)
+            if refused:
+                why = refused
+                continue
+            try:
+                size = _read(f, spool, before.st_size)
+            except NotStored as e:
+                why = e.why
+                continue
+            after = os.fstat(fd)
+            if not _unchanged(before, after, size):
+                why = f"it changed while it was read, {ATTEMPTS} times"
+                continue
+            spool.seek(0)
+            tar.addfile(_info(entry.arc, after, tarfile.REGTYPE, size), spool)
+            return size
+    raise NotStored(why)
+
+
+def verify(raw: BinaryIO, expected: list[tuple[str, int]]) -> str | None:
+    """Read a gzip'd tar archive back whole — every member, its data, and the gzip checksum — and compare it
+    with the members written (name, size). Returns what is wrong, None when nothing is."""
+    got: list[tuple[str, int]] = []
+    try:
+        with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
+            with tarfile.open(fileobj=gz, mode="r|") as tar:
+                for m in tar:
+                    data = tar.extractfile(m) if m.isfile() else None
+                    size = 0
+                    while data is not None and (chunk := data.read(CHUNK)):
+                        size += len(chunk)
+                    if size != m.size:
+                        return f"{m.name} holds {size} of its {m.size} bytes"
+                    got.append((m.name, m.size))
+            while gz.read(CHUNK):
+                pass
+    except DAMAGED as e:
+        return f"it does not read back ({e or type(e).__name__})"
+    if got != expected:
+        missing = sorted(set(expected) - set(got))[:3] or sorted(set(got) - set(expected))[:3]
+        return f"it holds {len(got)} members, not the {len(expected)} written (e.g. {missing})"
+    return None
