@@ -28,6 +28,13 @@ Decisions:
 - The whole file — its title too, since the slug names the topic — is one origin block with the
   session's audience (memory/policy/audience.py): the main session's conversation is owner-only, another
   session's is seen by its own chat and the owner. Its text is escaped so it cannot close the block.
+- Saved once: the header names the session id and the id of the last transcript entry the file includes
+  (`- Last entry: …`). Before writing, the hook looks in memory/ for a closed block of this session's
+  audience whose header names that same session and entry (what a /new killed between saving and
+  switching to the new session left behind) and returns that file instead of saving the session again. A
+  session that went on after such a crash (a newer message) is saved as usual. The look is bounded:
+  `YYYY-MM-DD-*.md` files (a chat's: with its suffix) dated from the day before its last saved message's,
+  at most MAX_SAVED_SCAN of them, none over 4 × MAX_FILE_CHARS_FROM_OTHERS bytes.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 
 from hermit.config.schema import SessionMemoryHookConfig
@@ -52,13 +59,21 @@ from hermit.errors import HermitError
 from hermit.memory.index.session_source import redact
 from hermit.memory.policy.audience import owner_origin
 from hermit.memory.policy.daily_log import MAX_NOTE_CHARS, memory_writes_locked
-from hermit.memory.policy.provenance import Origin, neutralize, open_line, origin_blocks, seal, wrap
+from hermit.memory.policy.provenance import (
+    CLOSE_LINE,
+    Origin,
+    neutralize,
+    open_line,
+    origin_blocks,
+    seal,
+    wrap,
+)
 from hermit.messages import UserMessage
 from hermit.models.base import Model, ModelRequest
 from hermit.redaction import mask
 from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.record import SessionRecord
-from hermit.sessions.transcript import MessageEntry, read_transcript
+from hermit.sessions.transcript import MessageEntry, parse_timestamp, read_transcript
 from hermit.tools.memory_files import MAX_FILE_CHARS_FROM_OTHERS
 from hermit.workspace import write_new
 
@@ -70,6 +85,7 @@ MAX_SLUG_WORDS = 5
 MAX_WORD_CHARS = 24
 MAX_STEM_BYTES = 100  # of `YYYY-MM-DD-<slug>[-<6 hex>]`: far below NAME_MAX (255) with `-NNN.md` added
 MAX_CHAT_FILES_PER_DAY = 3  # files a session that is not the owner's makes a day; then it appends
+MAX_SAVED_SCAN = 200  # files read looking for this session's earlier save (`already_saved`)
 SLUG_REQUEST = (
     "Write a 2-5 word kebab-case slug (lowercase ASCII letters, digits and hyphens, like "
     "\"db-migration-plan\") that names the topic of this conversation, for a file name. Reply with the "
@@ -107,6 +123,8 @@ def looks_secret(word: str) -> bool:
 class Line:
     role: str  # "user" or "assistant"
     text: str
+    entry_id: str = ""  # of its transcript entry
+    timestamp: str = ""
 
 
 def recent_dialogue(path: Path, count: int) -> list[Line]:
@@ -123,7 +141,7 @@ def recent_dialogue(path: Path, count: int) -> list[Line]:
         parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
         text = "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict) and p.get("type") == "text")
         if text.strip():  # masked: these lines go to the slug request and into a memory file
-            lines.append(Line(str(role), mask(text).strip()))
+            lines.append(Line(str(role), mask(text).strip(), entry.id, entry.timestamp))
     return lines[-count:]
 
 
@@ -251,13 +269,20 @@ def save_session_memory(
     dialogue = recent_dialogue(transcript, cfg.messages)
     if not dialogue:
         return None
-    slug = model_slug(model, dialogue, cfg.slug_timeout_seconds) if model is not None and cfg.slug_from_model \
-        else None
-    slug = slug or keyword_slug(dialogue, record.session_id)
     local = now.astimezone(tz)
     chat = not is_main_session_key(record.key)  # fails closed: anything but the main session
     suffix = f"-{chat_suffix(record.key)}" if chat else ""
     block = origin if origin is not None else owner_origin(record.key)
+    last = dialogue[-1]
+    directory = workspace / "memory"
+    earlier = already_saved(directory, record, last, block, suffix, tz)
+    if earlier is not None:  # a /new killed after saving and before the new session began
+        log.info("session-memory: %s through entry %s is already in %s", record.session_id, last.entry_id,
+                 earlier.name)
+        return earlier
+    slug = model_slug(model, dialogue, cfg.slug_timeout_seconds) if model is not None and cfg.slug_from_model \
+        else None
+    slug = slug or keyword_slug(dialogue, record.session_id)
     body = render_dialogue(dialogue) + "\n"
 
     def compose(slug: str) -> tuple[str, str]:
@@ -265,6 +290,7 @@ def save_session_memory(
             f"# Session {local:%Y-%m-%d %H:%M} ({tz_name}): {slug.replace('-', ' ')}\n\n"
             f"- Session key: {record.key}\n"
             f"- Session id: {record.session_id}\n"
+            f"- Last entry: {last.entry_id}\n"
             f"- Source: {record.origin_channel or 'direct'}\n"
             f"- Saved on {reason}: the last {len(dialogue)} user/assistant messages\n\n"
             "## Conversation\n\n"
@@ -273,7 +299,6 @@ def save_session_memory(
         return f"{local:%Y-%m-%d}-{slug}{suffix}", wrap(neutralize(text, block), block)
 
     slug = fit_slug(slug, MAX_STEM_BYTES - len(f"{local:%Y-%m-%d}-{suffix}"))
-    directory = workspace / "memory"
     if not chat:
         return _create(directory, compose, slug, local)
     directory.mkdir(parents=True, exist_ok=True)
@@ -283,6 +308,56 @@ def save_session_memory(
         if len(mine) < MAX_CHAT_FILES_PER_DAY:
             return _create(directory, compose, slug, local)
         return _append_to_newest(mine, compose(slug)[1], block)
+
+
+def already_saved(directory: Path, record: SessionRecord, last: Line, block: Origin, suffix: str,
+                  tz: tzinfo) -> Path | None:
+    """The file an earlier /new saved this session into, through the entry `last`, or None. Only a closed
+    block of `block`'s session and audience counts, and only its header (from its `# Session` title to
+    `## Conversation`), compared as the hook writes it (neutralized): the conversation inside cannot pass
+    for a header, nor can another writer's block."""
+    moment = parse_timestamp(last.timestamp) or record.created_at
+    since = (moment.astimezone(tz).date() - timedelta(days=1)).isoformat()
+    name = re.compile(rf"(\d{{4}}-\d{{2}}-\d{{2}})-.+{re.escape(suffix)}(?:-[0-9]+)?\.md")
+    try:
+        names = sorted(n for n in os.listdir(directory) if (m := name.fullmatch(n)) and m.group(1) >= since)
+    except OSError:
+        return None
+    want = origin_blocks(open_line(block))[0].origin  # as a marker records it
+    wanted = {neutralize(f"- Session id: {record.session_id}", block),
+              neutralize(f"- Last entry: {last.entry_id}", block)}
+    for file_name in names[:MAX_SAVED_SCAN]:
+        text = _read_small(directory / file_name)
+        if text is None or "<!-- origin" not in text:
+            continue
+        lines = text.split("\n")
+        for b in origin_blocks(text):
+            if (b.origin.session, b.origin.audience) != (want.session, want.audience):
+                continue
+            if lines[b.end - 1].strip() != CLOSE_LINE or not lines[b.start].startswith("# Session "):
+                continue  # cut short (a kill mid-append), or not a saved session
+            header = lines[b.start:b.end - 1]
+            header = header[:header.index("## Conversation")] if "## Conversation" in header else []
+            if wanted <= set(header):
+                return directory / file_name
+    return None
+
+
+def _read_small(path: Path) -> str | None:
+    """A regular file's text when it is at most 4 × MAX_FILE_CHARS_FROM_OTHERS bytes (no symlinks)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 4 * MAX_FILE_CHARS_FROM_OTHERS:
+            return None
+        return os.pread(fd, st.st_size, 0).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _create(directory: Path, compose: Callable[[str], tuple[str, str]], slug: str, local: datetime) -> Path:
