@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,11 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# Whatever started the tests may have left SIGINT ignored (pytest-xdist's workers, a shell's background job);
+# an ignored signal stays ignored across exec, so a `hermit … -f` child would ignore the Ctrl-C a test sends.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _real_connect = socket.socket.connect
 _real_create_connection = socket.create_connection

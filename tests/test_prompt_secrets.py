@@ -63,7 +63,9 @@ def quote_env_lines(system: str) -> str:
 def test_a_key_a_command_wrote_into_tools_md_and_memory_md_reaches_no_prompt(tmp_path: Path) -> None:
     ws = tmp_path / "workspace"
     (ws / "memory").mkdir(parents=True)
-    (ws / "TOOLS.md").write_text("# Tools\n", encoding="utf-8")
+    # The owner pasted the keys into TOOLS.md by hand (shared: every chat's prompt has TOOLS.md); the command
+    # below adds them again, in an owner-only block (what the owner's shell writes there is marked).
+    (ws / "TOOLS.md").write_text("# Tools\n" + ENV_TEXT, encoding="utf-8")
     (ws / "MEMORY.md").write_text("# Memory\n", encoding="utf-8")
     env = tmp_path / "hermit.env"
     env.write_text(ENV_TEXT, encoding="utf-8")
@@ -95,10 +97,10 @@ def test_a_key_a_command_wrote_into_tools_md_and_memory_md_reaches_no_prompt(tmp
     tool_result = [m for m in requests[1].messages if m.to_dict()["role"] == "toolResult"][0].to_dict()
     assert f"TELEGRAM_BOT_TOKEN={MASK}" in json.dumps(tool_result)  # what the model saw (already masked)
     main_system = requests[-2].system
-    assert "## MEMORY.md" in main_system and main_system.count(f"TELEGRAM_BOT_TOKEN={MASK}") == 2
+    assert "## MEMORY.md" in main_system and main_system.count(f"TELEGRAM_BOT_TOKEN={MASK}") == 3
     contact_req = requests[-1]
     assert "MEMORY.md" not in contact_req.system.split("# Project Context")[1].split("## ")[0]
-    assert f"TELEGRAM_BOT_TOKEN={MASK}" in contact_req.system and rt.sandboxed(CONTACT)
+    assert contact_req.system.count(f"TELEGRAM_BOT_TOKEN={MASK}") == 1 and rt.sandboxed(CONTACT)  # by hand only
     for req in requests:
         dump = request_dump(req)
         assert BOT_TOKEN not in dump and API_KEY not in dump
