@@ -49,11 +49,17 @@ def ensure_workspace(workspace: Path) -> InitReport:
     """Create the workspace and its template files; existing files are kept untouched.
 
     BOOTSTRAP.md (the first-run ritual) is only written into a brand-new workspace.
+
+    The workspace and its memory/ are judged again here, found or made (config.paths.ensure_private_dir with
+    `own`): the config's check saw a workspace that did not exist yet (a /tmp one after a reboot) by the folders
+    above it, and another user who makes it before this runs would get the templates written into their
+    folder and their notes indexed as the owner's. NotOwnFolder then, and nothing is written.
     """
     brand_new = not workspace.exists() or not any(workspace.iterdir())
-    ensure_private_dir(workspace.parent)  # the default workspace's parent is the state dir: owner-only
-    ensure_private_dir(workspace)  # only what is created is made 0700: an existing folder keeps its mode
-    ensure_private_dir(workspace / "memory")
+    # Only what is created is made 0700 (the state dir too, for the default workspace): an existing folder
+    # keeps its mode.
+    ensure_private_dir(workspace, own=True, what="the workspace")
+    ensure_private_dir(workspace / "memory", own=True, what="the workspace's memory folder")
     created, kept = [], []
     for name in TEMPLATE_FILES:
         if name == "BOOTSTRAP.md" and not brand_new:

@@ -33,10 +33,11 @@ def config_text(ctx: CliContext) -> ConfigText:
 def edit_config(ctx: CliContext, change: Callable[[ConfigText], str]) -> ConfigText:
     """Hold the config lock, read the file, write `change(current)` atomically; returns what was written.
     `change` raises (a HermitError) to write nothing."""
+    from hermit.config.paths import ensure_private_dir
     from hermit.durable import write_atomic
     from hermit.locks import locked
 
-    ctx.home.mkdir(parents=True, exist_ok=True)
+    ensure_private_dir(ctx.home, own=True, what="the state dir")  # another user's, made since the check: refused
     with locked(ctx.home / ".config.lock"):
         current = config_text(ctx)
         written = ConfigText(current.path, change(current), current.is_yaml)

@@ -19,7 +19,7 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     check_environment(ctx)  # a file where the state dir or config should be: say so, replace nothing
     # Owner-only: created 0700, an existing one tightened, unless it is shared or not the user's (a
     # `--home /tmp` or `--home ~` keeps its mode: config.paths.tighten_dir).
-    ensure_private_dir(ctx.home)
+    ensure_private_dir(ctx.home, own=True, what="the state dir")  # judged again: see config.paths
     tighten_dir(ctx.home)
     if ctx.paths.config_file() is None:
         write_new(ctx.home / "hermit.yaml", template_text("hermit.yaml"), 0o600)

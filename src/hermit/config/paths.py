@@ -3,11 +3,13 @@
 The state dir holds the index (MEMORY.md's text), transcripts and config, so whatever creates it
 — `hermit init` or any command run before it — creates it 0700, and Hermit's own files in it 0600
 (`ensure_private_dir`, `private_file`). The index dir and index files are tightened if an older
-version left them readable to others.
+version left them readable to others. A folder another user makes where Hermit is about to make one (after
+Hermit checked the place, before its mkdir) is refused, never used (`NotOwnFolder`).
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import grp
 import os
@@ -16,13 +18,28 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from hermit.errors import ConfigError
+
 DEFAULT_AGENT_ID = "main"
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
 
 
-def ensure_private_dir(path: Path) -> None:
-    """Create `path` and any missing parents with mode 0700; existing directories are left alone."""
+def ensure_private_dir(path: Path, *, own: bool = False, what: str = "the folder") -> None:
+    """Create `path` and any missing parents with mode 0700; existing directories keep their mode.
+
+    A folder that appears between the look and the mkdir (EEXIST: another process made it first — another
+    local user in a shared parent such as /tmp, between Hermit's check of the config and this call) is used only
+    if it is what Hermit would have made, judged on a descriptor opened without following a link: `path`
+    itself the user's and written by nobody else (`not_own_file`), a folder above it the user's or root's and
+    safe (`not_safe_parent`). Anything else — another user's folder, a symlink, a file — raises NotOwnFolder
+    (`what` names `path` in its message) and nothing is created in it. A folder Hermit made is tightened to 0700
+    through its descriptor.
+
+    With `own`, `path` is judged by the folder rule even when it already existed (`judge_own_folder`): the
+    folders Hermit keeps the owner's keys and notes in (the state dir, a workspace and its memory/), which were
+    judged when the config was loaded but may have been made by someone else since, when they did not exist
+    then (a workspace in /tmp after a reboot)."""
     missing: list[Path] = []
     current = path
     while not current.exists():
@@ -32,10 +49,96 @@ def ensure_private_dir(path: Path) -> None:
         current = current.parent
     for directory in reversed(missing):
         try:
-            directory.mkdir(mode=PRIVATE_DIR_MODE)
+            os.mkdir(directory, PRIVATE_DIR_MODE)
         except FileExistsError:
+            _judge_made_meanwhile(directory, path, what)
             continue
-        os.chmod(directory, PRIVATE_DIR_MODE)  # mkdir's mode is filtered by the umask
+        _tighten_made(directory, path, what)
+    if own:
+        judge_own_folder(path, what)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _folder_stat(directory: Path, path: Path, what: str, *, own_links: bool = False) -> os.stat_result:
+    """`directory`'s stat, taken on a descriptor opened without following a link — with `own_links`, a link
+    the user or root made is followed and its target's taken; NotOwnFolder for any other link, or no folder."""
+    try:
+        fd = os.open(directory, _DIR_FLAGS)
+    except PermissionError:
+        return os.lstat(directory)  # a folder we may not look into: judged by its owner and mode
+    except OSError as e:
+        if e.errno not in (errno.ENOTDIR, errno.ELOOP):
+            raise
+        link = os.lstat(directory)
+        if not stat.S_ISLNK(link.st_mode):
+            raise NotOwnFolder(what, path, directory, "is not a folder") from None
+        if not own_links:
+            raise NotOwnFolder(what, path, directory, "is a symlink") from None
+        if link.st_uid not in (os.geteuid(), 0):
+            raise NotOwnFolder(what, path, directory, f"is a symlink another user made (uid {link.st_uid})") from None
+        try:
+            fd = os.open(directory, _DIR_FLAGS & ~os.O_NOFOLLOW)
+        except PermissionError:
+            return os.stat(directory)
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def _judge_made_meanwhile(directory: Path, path: Path, what: str) -> None:
+    st = _folder_stat(directory, path, what)
+    why = not_own_file(st) if directory == path else not_safe_parent(st, group_ok=True)
+    if why is not None:
+        raise NotOwnFolder(what, path, directory, why)
+
+
+def _tighten_made(directory: Path, path: Path, what: str) -> None:
+    """The folder Hermit just made, made 0700 (mkdir's mode is filtered by the umask) through a descriptor: the
+    folder made, not whatever took its name since (refused)."""
+    try:
+        fd = os.open(directory, _DIR_FLAGS)
+    except OSError:
+        _judge_made_meanwhile(directory, path, what)  # swapped already: NotOwnFolder, unless it is ours
+        return
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise NotOwnFolder(what, path, directory, f"belongs to another user (uid {st.st_uid})")
+        os.fchmod(fd, PRIVATE_DIR_MODE)
+    finally:
+        os.close(fd)
+
+
+def judge_own_folder(path: Path, what: str = "the folder") -> None:
+    """NotOwnFolder unless the existing folder `path` passes the folder rule (`unsafe_folder`), the folder
+    itself judged on a descriptor: the user's and written by nobody else, each folder above where it resolves
+    safe. A symlink is followed when the user or root made it (a ~/.hermit or a workspace kept elsewhere), its
+    target judged; one another user made (in a shared folder such as /tmp) is refused."""
+    if (why := not_own_file(_folder_stat(path, path, what, own_links=True))) is not None:
+        raise NotOwnFolder(what, path, path, why)
+    if (found := unsafe_parent(Path(os.path.realpath(path)))) is not None:
+        raise NotOwnFolder(what, path, *found)
+
+
+class NotOwnFolder(ConfigError, PermissionError):
+    """A folder Hermit was about to keep private files in (`path`, or `folder` above it) is another user's, open
+    to others, a symlink or no folder — found so, or made by someone else between Hermit's look and its mkdir.
+    A HermitError, so every command says it plainly; a PermissionError too, so what lets an unusable folder
+    pass (a cache, the chat's line history) writes nothing there either."""
+
+    def __init__(self, what: str, path: Path, folder: Path, why: str) -> None:
+        self.path, self.folder, self.why = path, folder, why
+        if folder == path:
+            message = f"{what} {path} {why}: Hermit keeps private files there, so it must be yours"
+            hint = ("if you did not make it, another user did (perhaps just now): look at what is in it, move it "
+                    f"away and run the command again; if it is yours: chown -R $(id -u) {path} && chmod go-w {path}")
+        else:
+            message = f"{what} {path} is inside {folder}, which {why}: they could swap it for their own"
+            hint = f"move it to a folder only you and root can write (or make {folder} yours, after checking it)"
+        super().__init__(message, hint)
 
 
 def not_own_private_dir(st: os.stat_result) -> str | None:
