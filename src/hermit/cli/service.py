@@ -16,6 +16,7 @@ import os
 import plistlib
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -124,13 +125,80 @@ def _user_home(ctx: CliContext) -> Path:
     return Path(raw) if raw else Path.home()
 
 
-def unit_path(ctx: CliContext, kind: str, name: str) -> Path:
+def _unit_name(kind: str, name: str) -> str:
     if kind == "launchd":
-        label = LAUNCHD_LABEL if name == DEFAULT_NAME else f"com.hermit.{name}"
-        return _user_home(ctx) / "Library" / "LaunchAgents" / f"{label}.plist"
+        return f"{LAUNCHD_LABEL if name == DEFAULT_NAME else f'com.hermit.{name}'}.plist"
+    return f"{name}.service"
+
+
+def _unit_base(ctx: CliContext, kind: str) -> tuple[Path, str, tuple[str, ...]]:
+    """(the folder the environment names, the variable naming it, the folders below it to the unit's)."""
+    if kind == "launchd":
+        return _user_home(ctx), "HOME", ("Library", "LaunchAgents")
     xdg = ctx.environ.get("XDG_CONFIG_HOME")
-    base = Path(xdg) if xdg else _user_home(ctx) / ".config"
-    return base / "systemd" / "user" / f"{name}.service"
+    if xdg:
+        return Path(xdg), "XDG_CONFIG_HOME", ("systemd", "user")
+    return _user_home(ctx), "HOME", (".config", "systemd", "user")
+
+
+def unit_path(ctx: CliContext, kind: str, name: str) -> Path:
+    """Where the unit file is (or goes), as the environment names it; see `unit_folder` for how it is reached."""
+    base, _, parts = _unit_base(ctx, kind)
+    return base.joinpath(*parts, _unit_name(kind, name))
+
+
+def unit_folder(ctx: CliContext, kind: str, *, create: bool) -> Path | None:
+    """The folder the unit file goes in (~/.config/systemd/user, ~/Library/LaunchAgents), each folder of it
+    made owner-only where missing (`create`; else None when one is missing), as a path with no link left in it.
+
+    $HOME and $XDG_CONFIG_HOME are trusted only when they name a folder of the current user's (the state dir's
+    rule, config.paths.unsafe_folder): a root shell opened with `su` (without `-`) keeps the user's HOME, and
+    the user's ~/.config/systemd/user, a link to wherever they chose, had root write a unit there. Hermit
+    refuses rather than guess another home: the error says how to run it with one's own. Below that folder each
+    one is judged too, and a link is followed only when the user (or root) made it (dotfiles kept in a
+    repository), its target judged by the same rule; the folders are made without following a link."""
+    from hermit.config.paths import NotOwnFolder, ensure_private_dir, judge_own_folder, unsafe_folder
+
+    base, var, parts = _unit_base(ctx, kind)
+    here = Path(os.path.realpath(base))
+    if (found := unsafe_folder(here)) is not None:
+        folder, why = found
+        where = why if folder == here else f"is inside {folder}, which {why}"
+        raise ConfigError(f"{var}={base} {where}: the service file would be written where another user chooses "
+                          "(a shell opened with `su` without `-` keeps the user's HOME)",
+                          f"run it with a home of your own: `su -` or `sudo -i` (or set {var} to a folder of "
+                          "yours); to install the service for that user, run the command as them")
+    try:
+        for name in (None, *parts):
+            if name is not None:
+                here = _followed_once(here / name)
+            if not create and not here.exists():
+                return None
+            if create:
+                ensure_private_dir(here, own=True, what="the service file's folder")
+            else:
+                judge_own_folder(here, "the service file's folder")
+    except NotOwnFolder as e:
+        where = e.why if e.folder == e.path else f"is inside {e.folder}, which {e.why}"
+        raise ConfigError(f"the service file's folder {e.path} {where}: another user could choose or change the "
+                          "command your service runs", f"check {e.folder} (it should be yours and written by "
+                          f"nobody else), or set {var} to a folder of yours") from None
+    return here
+
+
+def _followed_once(path: Path) -> Path:
+    """`path`, or where it points when it is a link the user or root made (NotOwnFolder for another user's)."""
+    from hermit.config.paths import NotOwnFolder
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    if not stat.S_ISLNK(st.st_mode):
+        return path
+    if st.st_uid not in (os.geteuid(), 0):
+        raise NotOwnFolder("the service file's folder", path, path, f"is a symlink another user made (uid {st.st_uid})")
+    return Path(os.path.realpath(path))
 
 
 def systemd_usable(environ: dict[str, str]) -> bool:
@@ -161,8 +229,9 @@ def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
         raise ConfigError(f"no config in {ctx.home}", "run `hermit setup` (or `hermit init`) first")
     ctx.config()  # a config the gateway could not load is reported now, not in a restart loop
     kind = _kind(args)
-    path = unit_path(ctx, kind, args.name)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = unit_folder(ctx, kind, create=True)
+    assert folder is not None
+    path = folder / _unit_name(kind, args.name)
     ensure_private_dir(ctx.home / "logs")
     if kind == "launchd":
         write_atomic(path, launchd_plist(ctx.home, args.name), mode=0o644, keep_mode=False)
@@ -191,8 +260,9 @@ def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
 
 def cmd_uninstall(ctx: CliContext, args: argparse.Namespace) -> int:
     kind = _kind(args)
-    path = unit_path(ctx, kind, args.name)
-    if not path.exists():
+    folder = unit_folder(ctx, kind, create=False)
+    path = folder / _unit_name(kind, args.name) if folder is not None else unit_path(ctx, kind, args.name)
+    if folder is None or not os.path.lexists(path):
         raise ConfigError(f"no service file at {path}", "nothing to uninstall (see `hermit gateway install`)")
     if kind == "systemd" and systemd_usable(ctx.environ):
         _run(["systemctl", "--user", "disable", "--now", f"{args.name}.service"], ctx.environ)
