@@ -109,18 +109,26 @@ def trusted_uid(uid: int) -> bool:
     return uid in (os.geteuid(), 0) or 1 <= uid <= sys_uid_max()
 
 
-def foreign_holder(sock: socket.socket | asyncio.trsock.TransportSocket) -> Holder | None:
+def own_or_root(uid: int) -> bool:
+    """The stricter rule for a server that is Hermit's own (the gateway, whose requests carry its token): the
+    user's uid or root (who can read the token file anyway); a system account is not trusted with it."""
+    return uid in (os.geteuid(), 0)
+
+
+def foreign_holder(sock: socket.socket | asyncio.trsock.TransportSocket,
+                   trusted: Callable[[int], bool] = trusted_uid) -> Holder | None:
     """The holder of the other end of connected `sock` when it is a socket on this machine whose uid is not
-    trusted; None when it is trusted, on another machine, or cannot be known (no /proc/net)."""
+    `trusted`; None when it is trusted, on another machine, or cannot be known (no /proc/net)."""
     try:
         peer_host, peer_port = sock.getpeername()[:2]
         own_host, own_port = sock.getsockname()[:2]
     except (OSError, ValueError, TypeError):
         return None  # not an IP socket (a test transport), or already closed
-    return foreign_peer(str(peer_host), int(peer_port), str(own_host), int(own_port))
+    return foreign_peer(str(peer_host), int(peer_port), str(own_host), int(own_port), trusted)
 
 
-def foreign_peer(peer_host: str, peer_port: int, own_host: str, own_port: int) -> Holder | None:
+def foreign_peer(peer_host: str, peer_port: int, own_host: str, own_port: int,
+                 trusted: Callable[[int], bool] = trusted_uid) -> Holder | None:
     """`foreign_holder` by the two ends' addresses: also what a server uses for a client connected to it
     (the gateway: a program relaying a browser's connection from another user's account is refused)."""
     try:
@@ -131,7 +139,7 @@ def foreign_peer(peer_host: str, peer_port: int, own_host: str, own_port: int) -
     if not (peer.is_loopback or peer.is_unspecified or _is_own_address(peer)):
         return None
     uid = _holder_uid(peer, peer_port, own, own_port)
-    if uid is None or trusted_uid(uid):
+    if uid is None or trusted(uid):
         return None
     return Holder(str(peer), peer_port, uid)
 
@@ -168,11 +176,13 @@ def stream_socket(stream: Any) -> socket.socket | asyncio.trsock.TransportSocket
     return sock if isinstance(sock, socket.socket | asyncio.trsock.TransportSocket) else None
 
 
-def guard_stream(stream: Any, refuse: Callable[[Holder], Exception]) -> None:
-    """For a sync httpx client's trace hook at `connection.connect_tcp.complete`: when a foreign uid holds the
-    other end of the new connection, close it and raise `refuse(holder)` — before the request's first byte."""
+def guard_stream(stream: Any, refuse: Callable[[Holder], Exception],
+                 trusted: Callable[[int], bool] = trusted_uid) -> None:
+    """For a sync httpx client's trace hook at `connection.connect_tcp.complete`: when a foreign uid (one not
+    `trusted`) holds the other end of the new connection, close it and raise `refuse(holder)` — before the
+    request's first byte."""
     sock = stream_socket(stream)
-    holder = foreign_holder(sock) if sock is not None else None
+    holder = foreign_holder(sock, trusted) if sock is not None else None
     if holder is None:
         return
     with contextlib.suppress(Exception):

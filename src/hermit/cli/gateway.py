@@ -114,6 +114,23 @@ def _client_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "", "localhost") else "::1" if host == "::" else host
 
 
+def _only_own_gateway(event: str, info: Mapping[str, Any]) -> None:
+    """httpcore's trace hook for a CLI request that carries the gateway token: the new connection is closed
+    before the request's first byte unless the port is held by the user's own uid (the gateway runs as the
+    user whose state dir it is) or root (hermit.loopback.own_or_root). Another user's program that took the
+    port between the lock file's read and the connect (the gateway restarting) gets nothing."""
+    from hermit.loopback import CONNECTED, Holder, guard_stream, own_or_root
+
+    def refuse(holder: Holder) -> HermitError:
+        return HermitError(f"the port {holder.where} the gateway published is held by another user's program (uid "
+                           f"{holder.uid}, {holder.user}), not by your gateway: Hermit sent it nothing (the request "
+                           "carries the gateway token)", "the gateway may have stopped and its port been taken: "
+                           "see `hermit logs`, restart it (`hermit gateway run`), and tell an administrator")
+
+    if event == CONNECTED:
+        guard_stream(info.get("return_value"), refuse, own_or_root)
+
+
 def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
     import httpx
 
@@ -121,8 +138,10 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
     token = check_token_file(token_path(ctx.home))
     host = _client_host(str(info["host"]))
     base = f"http://[{host}]:{info['port']}" if ":" in host else f"http://{host}:{info['port']}"
-    try:
-        r = httpx.get(f"{base}/status", headers={"Authorization": f"Bearer {token}"}, timeout=5)
+    try:  # no proxy from the environment: the token goes to the gateway's port, and only if it is the gateway's
+        with httpx.Client(timeout=5, trust_env=False) as client:
+            r = client.get(f"{base}/status", headers={"Authorization": f"Bearer {token}"},
+                           extensions={"trace": _only_own_gateway})
     except httpx.HTTPError as e:
         raise HermitError(f"gateway pid {info.get('pid')} does not answer on {base}: {e}",
                           "it may be starting or stuck; see <state>/logs/gateway.log") from e
