@@ -70,7 +70,8 @@ def test_store_dir_places_sessions_under_the_shared_directory(tmp_path: Path) ->
         {"agents": {"defaults": {"session": {"store_dir": "../shared"}}, "list": [{"id": "main"}, {"id": "work"}]}}))
     loaded = load_config(StatePaths(home))
     dirs = {a.id: a.sessions_dir for a in loaded.agents}
-    assert dirs == {"main": home / "../shared/agents/main/sessions", "work": home / "../shared/agents/work/sessions"}
+    shared = tmp_path / "shared"  # resolved: judged and used where it resolves (config.load.sessions_problem)
+    assert dirs == {"main": shared / "agents/main/sessions", "work": shared / "agents/work/sessions"}
     (home / "hermit.yaml").write_text("{}")
     [default] = load_config(StatePaths(home)).agents
     assert default.sessions_dir == home / "agents" / "main" / "sessions"  # unchanged without store_dir

@@ -85,8 +85,9 @@ class ForeignLockFile(HermitError):
 
 def open_lock_file(path: Path, mode: int = 0o600) -> int:
     """The lock file's descriptor, created owner-only when missing (not inherited by child processes). A link
-    there is never followed (its target would be created or written: the holder's pid, say), and a file another
-    user made first is refused (they would hold our lock, and read what is published in it): ForeignLockFile."""
+    there is never followed (its target would be created or written: the holder's pid, say), nor a file with a
+    second name (a hard link to a file elsewhere), and a file another user made first is refused (they would
+    hold our lock, and read what is published in it): ForeignLockFile."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     except OSError as e:
@@ -95,10 +96,13 @@ def open_lock_file(path: Path, mode: int = 0o600) -> int:
         raise ForeignLockFile(f"the lock file {path} is a symlink: Hermit will not follow it",
                               f"remove it (rm {path}; Hermit makes its own), and check who can write {path.parent}") from e
     try:
-        why = not_own_opened(os.fstat(fd))
+        st = os.fstat(fd)
     except BaseException:
         os.close(fd)
         raise
+    why = not_own_opened(st)
+    if why is None and st.st_nlink != 1:  # a second name of a file elsewhere: publish() would overwrite it
+        why = f"has {st.st_nlink} names (hard links)"
     if why is not None:
         os.close(fd)
         raise ForeignLockFile(f"the lock file {path} {why}: Hermit will not use it",

@@ -344,6 +344,36 @@ def agent_paths_problem(a: AgentConfig, who: str, *, option: str = "agents.list[
         place = option if what != "the memory index folder" else "memory_search.store.path"
         return ConfigError(f"{who} {what} {path} is inside {folder}, which {why}: they could swap it for their own",
                            f"move it ({place}) to a folder only you and root can write")
+    return sessions_problem(a, who)
+
+
+def sessions_problem(a: AgentConfig, who: str) -> ConfigError | None:
+    """Why agent `a`'s sessions may not be kept where they are: session.store_dir (when set), the agent's folder
+    in it and its sessions folder must each be the user's, by the state dir's rule (config.paths.unsafe_folder).
+    sessions.json names each session's transcript, and a transcript is the history sent to the model as the
+    owner's own words (the main session runs exec unsandboxed); the agent's folder holds its contacts' rooms. A
+    store_dir another user made first (`/tmp/shared/sess`) let them swap in a sessions.json pointing the main
+    session at a transcript they wrote, and read every turn appended to it. (Each file in it is judged again as
+    it is opened: sessions/files.py.)"""
+    store = a.settings.session.store_dir
+    sessions = a.sessions_dir
+    checks = [("the session store folder (session.store_dir)", sessions.parent.parent.parent)] if store else []
+    checks += [("the agent's folder", sessions.parent), ("the sessions folder", sessions)]
+    for what, path in checks:
+        found = unsafe_folder(path)
+        if found is None:
+            continue
+        folder, why = found
+        take = f"chown -R $(id -u) {folder} && chmod -R go-w {folder}"
+        if folder != path.resolve():
+            return ConfigError(f"{who} {what} {path} is inside {folder}, which {why}: they could swap it for their "
+                               "own", "move session.store_dir to a folder only you and root can write" if store
+                               else f"make {folder} yours and written by nobody else: {take}")
+        check_first = f"take this one over only after checking every file in it (sessions.json, the transcripts): {take}"
+        return ConfigError(f"{who} {what} {path} {why}; Hermit keeps your conversations there (sessions.json and the "
+                           "transcripts sent to the model as your own words), so it must be yours",
+                           f"point session.store_dir at a new folder of your own, or {check_first}" if store
+                           else check_first[0].upper() + check_first[1:])
     return None
 
 
@@ -413,7 +443,9 @@ def _sessions_dir(paths: StatePaths, entry: AgentEntry) -> Path:
     if not raw:
         return paths.sessions_dir(entry.id)
     base = Path(raw).expanduser()
-    return StatePaths(base if base.is_absolute() else paths.home / base).sessions_dir(entry.id)
+    # Resolved: judged (sessions_problem) and used where it resolves, so a symlink on the way cannot be swapped
+    # between the two.
+    return StatePaths((base if base.is_absolute() else paths.home / base).resolve()).sessions_dir(entry.id)
 
 
 def load_config(paths: StatePaths, explicit: Path | None = None) -> LoadedConfig:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
@@ -15,6 +16,7 @@ from typing import NamedTuple
 
 from hermit.errors import SessionError
 from hermit.messages import Usage
+from hermit.sessions.files import open_own
 from hermit.sessions.keys import chat_type_of, parse_session_key
 from hermit.sessions.record import SessionRecord
 from hermit.sessions.transcript import CompactionEntry, Entry, MessageEntry, parse_timestamp, read_transcript
@@ -56,10 +58,11 @@ _STORE_PAIR = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*\{\s*"sessionId"\s*:\s*"([
 def key_in_damaged_header(path: Path) -> str | None:
     """The sessionKey still legible in a damaged first line (a torn or garbled header)."""
     try:
-        with open(path, "rb") as fh:
-            first = fh.readline(64_000)
-    except OSError:
+        fd, _ = open_own(path, os.O_RDONLY, "the transcript")  # as read_transcript would: the user's own file
+    except (OSError, SessionError):
         return None
+    with os.fdopen(fd, "rb") as fh:
+        first = fh.readline(64_000)
     match = _HEADER_KEY.search(first)
     return _json_string(match.group(1)) if match else None
 
@@ -137,7 +140,7 @@ def records_from_transcripts(
     for path in sorted(directory.glob("*.jsonl")):
         try:
             read = read_transcript(path)
-            mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+            mtime = datetime.fromtimestamp(path.lstat().st_mtime, UTC)
         except (SessionError, OSError) as exc:
             warn(f"skipped {path} while rebuilding {store_file}: {exc}")
             continue

@@ -32,6 +32,7 @@ from hermit.config.paths import StatePaths, ensure_private_dir
 from hermit.durable import write_atomic
 from hermit.errors import SessionError
 from hermit.locks import LockFile
+from hermit.sessions.files import read_own
 from hermit.sessions.keys import chat_type_of, parse_session_key
 from hermit.sessions.record import SessionRecord
 from hermit.sessions.recovery import (
@@ -148,7 +149,7 @@ class SessionStore:
     def _read(self) -> dict[str, SessionRecord]:
         """Lock-free read; takes the lock only to repair a corrupt or missing file."""
         try:
-            data = self.path.read_bytes()
+            data = self._read_bytes()
         except FileNotFoundError:
             if not any(self._dir.glob("*.jsonl")):
                 return {}
@@ -161,6 +162,10 @@ class SessionStore:
         except Corrupt:
             with self._locked():
                 return self._load_locked()
+
+    def _read_bytes(self) -> bytes:
+        """sessions.json, never through a link and only when it is the user's own file (ForeignSessionFile)."""
+        return read_own(self.path, "the session index")[0]
 
     def _unreadable(self, exc: OSError) -> SessionError:
         return SessionError(
@@ -185,7 +190,7 @@ class SessionStore:
             record = records.get(key)
             if record is not None:
                 path = self.transcript_path(record.session_id)
-                if not path.exists():
+                if not os.path.lexists(path):  # a link there is refused when opened, never replaced
                     msg = f"transcript {path} of session {key!r} is missing; starting it again with a new header"
                     self._warn(msg)
                     Transcript.create(
@@ -341,7 +346,7 @@ class SessionStore:
 
     def _load_locked(self) -> dict[str, SessionRecord]:
         try:
-            data = self.path.read_bytes()
+            data = self._read_bytes()
         except FileNotFoundError:
             return self._rebuild_missing_locked()
         except OSError as exc:
@@ -384,12 +389,10 @@ class SessionStore:
 
     def _recover_locked(self, corrupt: Corrupt) -> dict[str, SessionRecord]:
         aside = aside_path(self.path, self._clock())
-        # A hard link keeps the damaged bytes under the new name while os.replace below swaps in the
-        # rebuilt file: at every instant sessions.json is either the old or the new file.
-        try:
-            os.link(self.path, aside)
-        except OSError:
-            _write_atomic(aside, self.path.read_bytes(), fsync=self._fsync)
+        # The damaged bytes as they were read are kept under the new name before os.replace below swaps in
+        # the rebuilt file: at every instant sessions.json is either the old or the new file. (A copy, not a
+        # hard link: a reader never sees sessions.json with a second name, which it would refuse.)
+        _write_atomic(aside, corrupt.data, fsync=self._fsync)
         records = self._records_from_transcripts(corrupt.salvaged, keys_in_damaged_store(corrupt.data))
         self._save_locked(records)
         self._warn(

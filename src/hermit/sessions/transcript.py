@@ -52,6 +52,7 @@ from hermit.sessions.entries import (
     header_from_json,
     parse_transcript,
 )
+from hermit.sessions.files import open_own, read_fd, read_own
 
 __all__ = [  # the entry types are defined in entries.py; callers import them from here
     "HEADER_REPAIR_TYPE", "TRANSCRIPT_VERSION", "Clock", "CompactionEntry", "ContextView", "CustomEntry",
@@ -107,9 +108,7 @@ def _check_session_id(session_id: str) -> str:
 
 def _read_bytes(path: Path) -> tuple[bytes, tuple[int, int, int]]:
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-            st = os.fstat(fh.fileno())
+        data, st = read_own(path, "the transcript")  # never through a link, only the user's own file
     except FileNotFoundError:
         raise SessionError(
             f"transcript not found: {path}",
@@ -185,7 +184,8 @@ class Transcript:
         )
         ensure_private_dir(path.parent)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600)
         except FileExistsError:
             raise SessionError(
                 f"transcript already exists: {path}",
@@ -226,7 +226,7 @@ class Transcript:
         """Re-read when the file changed since we last saw it (another writer appended)."""
         if self._parsed is not None:
             try:
-                st = os.stat(self._path)
+                st = os.lstat(self._path)  # a link swapped in is another inode: read (and refused) again
             except OSError:
                 st = None
             if st is not None and (st.st_ino, st.st_size, st.st_mtime_ns) == self._signature:
@@ -349,8 +349,8 @@ class Transcript:
 
     def _append(self, body: dict[str, Any]) -> Entry:
         ensure_private_dir(self._path.parent)
-        try:
-            fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:  # never through a link, only the user's own file (sessions/files.py): judged before it is locked
+            fd, _ = open_own(self._path, os.O_RDWR | os.O_CREAT | os.O_APPEND, "the transcript")
         except OSError as exc:
             raise SessionError(
                 f"cannot append to transcript {self._path}: {exc.strerror or exc}",
@@ -361,7 +361,8 @@ class Transcript:
             st = os.fstat(fd)
             parsed = self._parsed
             if parsed is None or (st.st_ino, st.st_size, st.st_mtime_ns) != self._signature:
-                parsed = self._load(*_read_bytes(self._path))
+                data = read_fd(fd, st.st_size)  # what this descriptor holds: no second open by name
+                parsed = self._load(data, (st.st_ino, len(data), st.st_mtime_ns))
             timestamp = format_timestamp(self._clock())
             prefix = b""
             line = parsed.line_count + 1

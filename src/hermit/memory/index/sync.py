@@ -29,7 +29,7 @@ import numpy as np
 
 from hermit.config.schema import MemorySearchConfig
 from hermit.db import DatabaseError, index_error, is_corrupt, is_disk_full
-from hermit.errors import EmbeddingError, IndexError_
+from hermit.errors import EmbeddingError, IndexError_, SessionError
 from hermit.memory.embedders.base import Embedder, LineEmbedder
 from hermit.memory.index import line_vectors
 from hermit.memory.index.chunking import CHUNKER_ID, Chunk, chunk_markdown, line_texts, text_hash
@@ -37,6 +37,7 @@ from hermit.memory.index.session_source import list_session_files, render_transc
 from hermit.memory.index.sources import MemoryReader, SourceFile, list_memory_files
 from hermit.memory.search.fts import FTS_VERSION
 from hermit.memory.store.api import FileState, MemoryStore
+from hermit.sessions.files import read_own
 from hermit.textfile import read_regular
 
 TOKENIZER_ID = "cjk-estimate-1"
@@ -208,9 +209,9 @@ class Indexer:
         for it: a memory file's is the fstat of the descriptor its text was read through (what was read,
         even if the name was swapped since the caller's stat; the next sync compares against it)."""
         if f.source == "sessions":
-            try:
-                data = read_regular(f.path, follow=False)
-            except OSError as e:
+            try:  # as the session store reads it: never through a link, only the user's own file
+                data = read_own(Path(f.path), "the transcript")[0]
+            except (OSError, SessionError) as e:
                 report.warnings.append(f"{f.rel}: skipped, cannot read ({e})")
                 return None, 0, st
             needs_vectors = self.embedder is not None and old is not None and not old.embedded
