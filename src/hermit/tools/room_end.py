@@ -86,6 +86,10 @@ class SandboxInit:
             return cls()  # it ended meanwhile: so did its namespace
         if parent != bwrap_pid:
             os.close(pidfd)
+            if not _running(bwrap_pid):
+                # A short command: its sandbox ended, bubblewrap with it, and the finished child went to a
+                # reaper before this look. Nothing is left to kill (and nothing is signalled).
+                return cls()
             raise OSError(f"pid {pid} is not bubblewrap's child")
         return cls(pidfd)
 
@@ -98,6 +102,16 @@ class SandboxInit:
         if self.pidfd >= 0:
             os.close(self.pidfd)
             self.pidfd = -1
+
+
+def _running(pid: int) -> bool:
+    """`pid` (a child of this process) has not ended: neither gone nor a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
 
 
 def _read_all(fd: int, seconds: float) -> str:
