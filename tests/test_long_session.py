@@ -34,8 +34,9 @@ FLUSH_MARK = "Pre-compaction memory flush. Store durable memories now"
 DAILY = f"memory/{TODAY}.md"
 EXISTING = f"# {TODAY}\n- Morning: reviewed the release checklist.\n"
 APPENDED = "- Decided: ship v2 on Friday after the load test (flush note).\n"
-# The flush writes as the main session: its note lands owner-only (memory/policy/audience.py).
-FLUSHED = f'<!-- origin session="agent:main:main" audience="owner" -->\n{APPENDED}<!-- /origin -->\n'
+# The flush writes as the main session: its note lands owner-only (memory/policy/audience.py), after a blank
+# line (an appended block's marker starts a line whatever is written outside the lock: durable.line_lead).
+FLUSHED = f'\n<!-- origin session="agent:main:main" audience="owner" -->\n{APPENDED}<!-- /origin -->\n'
 SUMMARY = ("## Goals\n- Finish the quarterly planning notes.\n## Progress\n- Turns 1-5 covered vendor contracts.\n"
            "## Identifiers\n- SUMMARY-TOKEN-93\n")
 

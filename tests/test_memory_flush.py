@@ -64,8 +64,10 @@ def test_flush_tools_only_append_to_todays_log(ws: Path) -> None:
     assert err and "append only" in text
     assert call("write", path=DAILY, content="- third note\n", append=True)[1] is False
     owner = '<!-- origin session="agent:main:main" audience="owner" -->'
-    assert (workspace / DAILY).read_text() == (f"# today\n- first note\n{owner}\n- second note\n<!-- /origin -->\n"
-                                               f"{owner}\n- third note\n<!-- /origin -->\n")
+    # An appended block starts after a blank line (durable.line_lead: nothing written outside the lock
+    # meanwhile can end up on its marker's line); the write that only added "- second note" appended it.
+    assert (workspace / DAILY).read_text() == (f"# today\n- first note\n\n{owner}\n- second note\n<!-- /origin -->\n"
+                                               f"\n{owner}\n- third note\n<!-- /origin -->\n")
     assert not (workspace / f"memory/{TODAY}-1430.md").exists()
     assert (workspace / "MEMORY.md").read_text().startswith("# MEMORY.md")
     # A missing daily log may be created (that is an append to an empty file).

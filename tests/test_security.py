@@ -294,7 +294,7 @@ def test_daily_logs_are_append_only_and_memory_md_keeps_history(home: Path) -> N
     assert keeps_every_line(DAILY, text) and "- 12:45 back at the desk\n" in text
     # The main session's own notes are owner-only blocks (memory/policy/audience.py); MEMORY.md is never wrapped.
     owner = '<!-- origin session="agent:main:main" audience="owner" -->'
-    assert text.endswith(f"- 15:00 dentist\n{owner}\n- second note of the day\n<!-- /origin -->\n")
+    assert text.endswith(f"- 15:00 dentist\n\n{owner}\n- second note of the day\n<!-- /origin -->\n")
     assert f"- 11:30 lunch with Dana\n{owner}\n- 12:45 back at the desk\n<!-- /origin -->\n" in text
     history = list((home / "agents" / "main" / "memory-history").iterdir())
     assert sorted(h.read_text() for h in history) == sorted([MEMORY, "# MEMORY.md\n- rewritten\n"])

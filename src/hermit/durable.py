@@ -4,7 +4,10 @@ Every rewrite of a file Hermit owns or edits for the user (config, sessions.json
 the write/edit tools, small caches) goes through here, so a crash leaves the old file or the new one,
 never a torn one. An addition to the end of a file goes through `append_fd` instead: a rewrite would
 drop a note another session appended between the read and the rename, an O_APPEND write under an
-exclusive lock keeps both.
+exclusive lock keeps both. An addition meant to start a line (`new_line`: a note, an origin block) gets its
+"\n" from the file's end as it is when it is written, not from the caller's earlier read: a writer outside
+Hermit (the owner's `printf 'x' >> log`, an editor saving without a final newline) takes no lock, and its
+text must not end up on an origin marker's line.
 """
 
 from __future__ import annotations
@@ -163,11 +166,32 @@ def _remove_stale_temps(path: Path) -> None:
             os.unlink(stale)
 
 
-def append_whole(fd: int, data: bytes, *, fsync: bool = True) -> None:
+MARKER_START = b"<!--"  # how an origin marker line starts (memory/policy/provenance.py)
+
+
+def line_lead(fd: int, size: int, data: bytes) -> bytes:
+    """What goes before `data`, which must start a line, at the end of the `size` bytes of the file open
+    (readable) as `fd`: "\n" unless the file is empty or ends with one. Data starting with a marker gets it
+    unless the file ends with a blank line: with the "\n" written in the same write as the marker, text
+    that a writer taking no lock adds between this look and the write still ends up on a line before it."""
+    if not size or data.startswith(b"\n"):
+        return b""
+    if data.startswith(MARKER_START):
+        return b"" if size >= 2 and os.pread(fd, 2, size - 2) == b"\n\n" else b"\n"
+    return b"" if os.pread(fd, 1, size - 1) == b"\n" else b"\n"
+
+
+def append_whole(fd: int, data: bytes, *, fsync: bool = True, new_line: bool = False) -> None:
     """Append `data` to the file open (O_APPEND) as `fd` — whose lock the caller holds — all of it or none:
     a write cut short (a full disk, a file-size limit) is undone, so no torn note or half a UTF-8 character
-    is left at the end (one stray byte would make the whole file decode as another encoding)."""
+    is left at the end (one stray byte would make the whole file decode as another encoding).
+
+    `new_line`: `data` starts a line (the caller read the file ending in "\n", or empty), whatever something
+    that takes no lock added to the file since: `line_lead` is written first. `fd` must then be readable
+    too (O_RDWR)."""
     size = os.fstat(fd).st_size
+    if new_line:
+        data = line_lead(fd, size, data) + data
     try:
         write_all(fd, data, fsync=fsync)
     except BaseException:
@@ -176,16 +200,18 @@ def append_whole(fd: int, data: bytes, *, fsync: bool = True) -> None:
         raise
 
 
-def append_fd(fd: int, data: bytes, *, fsync: bool = True) -> None:
-    """Append `data` to the file open (O_APPEND) as `fd`, under an exclusive lock, all or none, then fsync."""
+def append_fd(fd: int, data: bytes, *, fsync: bool = True, new_line: bool = False) -> None:
+    """Append `data` to the file open (O_APPEND) as `fd`, under an exclusive lock, all or none, then fsync
+    (`new_line`: see append_whole)."""
     with held(fd):
-        append_whole(fd, data, fsync=fsync)
+        append_whole(fd, data, fsync=fsync, new_line=new_line)
 
 
-def append_file(path: Path, data: bytes, *, fsync: bool = True) -> None:
-    """Append to an existing regular file by name (the last component is not followed if a symlink)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+def append_file(path: Path, data: bytes, *, fsync: bool = True, new_line: bool = False) -> None:
+    """Append to an existing regular file by name (the last component is not followed if a symlink);
+    `new_line`: see append_whole."""
+    fd = os.open(path, (os.O_RDWR if new_line else os.O_WRONLY) | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        append_fd(fd, data, fsync=fsync)
+        append_fd(fd, data, fsync=fsync, new_line=new_line)
     finally:
         os.close(fd)

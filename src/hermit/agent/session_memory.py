@@ -412,7 +412,7 @@ def _append_to_newest(mine: Sequence[Path], addition: str, block: Origin) -> Pat
         data = closing + "\n" + addition
         if not _is_own(existing, block) or len(existing) + len(data) > MAX_FILE_CHARS_FROM_OTHERS:
             raise refused
-        append_whole(fd, data.encode("utf-8"))
+        append_whole(fd, data.encode("utf-8"), new_line=True)  # a close marker on a line of its own
     finally:
         os.close(fd)
     return path

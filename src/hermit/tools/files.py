@@ -329,8 +329,9 @@ class FileTools:
         self.rules.keep_history(target, before, after)
         if before and after.startswith(before) and target.real.is_file():
             # An addition (a note at the end of a daily log): appended, so a note another session added
-            # since `before` was read is kept rather than replaced.
-            append_file(target.real, after[len(before):].encode("utf-8"))
+            # since `before` was read is kept rather than replaced. One that starts a line (its origin
+            # marker) starts it whatever an editor or shell outside Hermit's lock added meanwhile.
+            append_file(target.real, after[len(before):].encode("utf-8"), new_line=before.endswith("\n"))
         else:
             _write_atomic(target.real, after)
         self._changed(target.real)

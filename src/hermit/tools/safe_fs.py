@@ -206,15 +206,16 @@ def write_beneath(dir_fd: int, rel: str, data: bytes, *, mode: int = 0o600, fsyn
         os.close(parent)
 
 
-def append_beneath(dir_fd: int, rel: str, data: bytes, *, fsync: bool = True) -> None:
+def append_beneath(dir_fd: int, rel: str, data: bytes, *, fsync: bool = True, new_line: bool = False) -> None:
     """Append to the existing regular file `rel` (O_APPEND, exclusive lock): another writer's addition made
-    since the caller read the file is kept, not overwritten."""
-    fd = open_beneath(dir_fd, rel, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
+    since the caller read the file is kept, not overwritten. `new_line`: `data` starts a line, whatever the
+    file ends with by the time it is written (durable.append_whole)."""
+    fd = open_beneath(dir_fd, rel, (os.O_RDWR if new_line else os.O_WRONLY) | os.O_APPEND | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotAFile(rel, kind_of(st.st_mode))
-        append_fd(fd, data, fsync=fsync)
+        append_fd(fd, data, fsync=fsync, new_line=new_line)
     finally:
         os.close(fd)
 

@@ -247,7 +247,10 @@ class RoomView:
         An existing file gets just the addition, appended; a new one is created."""
         with workspace_fd(self.workspace) as ws:
             if before is not None and after.startswith(before):
-                safe_fs.append_beneath(ws, loc.rel, after[len(before):].encode("utf-8"))
+                # new_line: the addition (an origin block) starts a line whatever an editor or shell outside
+                # Hermit's lock added to the file since `before` was read.
+                safe_fs.append_beneath(ws, loc.rel, after[len(before):].encode("utf-8"),
+                                       new_line=not before or before.endswith("\n"))
             else:
                 safe_fs.write_beneath(ws, loc.rel, after.encode("utf-8"))
 

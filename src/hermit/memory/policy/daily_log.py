@@ -111,7 +111,9 @@ def _append(real: Path, shown: str, text: str, now: datetime, origin: Origin | N
             lead = "\n\n"
         body = text + "\n" if origin is None else wrap(neutralize(text, origin), origin)
         start = (existing + lead).count("\n") + 1 + (1 if origin is not None else 0)
-        append_whole(fd, (closing + lead + body).encode("utf-8"))
+        # new_line: the lead is checked against the last byte again right before the write (an editor or
+        # shell appending meanwhile takes no lock).
+        append_whole(fd, (closing + lead + body).encode("utf-8"), new_line=True)
     finally:
         os.close(fd)  # releases the lock
     return {"path": shown, "startLine": start, "endLine": start + text.count("\n")}
