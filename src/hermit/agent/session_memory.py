@@ -302,7 +302,9 @@ def save_session_memory(
     if not chat:
         return _create(directory, compose, slug, local)
     directory.mkdir(parents=True, exist_ok=True)
-    with memory_writes_locked(workspace):  # the count and the append decided with no other writer between
+    # The count and the append decided with no other writer between (of this agent, or of one whose extra
+    # paths name this memory/ folder).
+    with memory_writes_locked(workspace, directory):
         day = f"{local:%Y-%m-%d}"
         mine = _chat_files(directory, day, suffix)
         if len(mine) < MAX_CHAT_FILES_PER_DAY:

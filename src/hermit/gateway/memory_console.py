@@ -124,7 +124,7 @@ class MemoryConsole:
         assert write is not None  # every session's toolset has the file tools
         # The check and the write under one hold of the memory lock: a note the assistant adds in between
         # would otherwise be replaced by the text the owner opened before it.
-        with memory_writes_locked(rt.agent.workspace):
+        with memory_writes_locked(rt.agent.workspace, rt.agent.workspace / MEMORY_FILE):
             # Only a missing MEMORY.md makes this edit its first: one that cannot be read (a symlink, a
             # FIFO, binary) is refused with svc.get's reason, never replaced (through the link, outside the
             # workspace) without the base check and the history copy.

@@ -190,10 +190,10 @@ class FileTools:
         """Create or overwrite a file with the given content (parent folders are created)."""
         if self.view is not None:
             loc = self.view.locate(path)
-            with self._memory_lock(loc.area == "memory"):
+            with self._memory_lock(self._view_target(loc) if loc.area == "memory" else None):
                 return self._view_write(loc, "write", content, append)
         target = self.paths.resolve(path)
-        with self._memory_lock(self.rules.is_memory_file(target)):
+        with self._memory_lock(target if self.rules.is_memory_file(target) else None):
             return self._write(target, content, append)
 
     def _write(self, target: ResolvedPath, content: str, append: bool) -> str:
@@ -218,10 +218,10 @@ class FileTools:
             raise ToolError("`old` is empty", "pass the exact text to replace (use write to create a file)")
         if self.view is not None:
             loc = self.view.locate(path)
-            with self._memory_lock(loc.area == "memory"):
+            with self._memory_lock(self._view_target(loc) if loc.area == "memory" else None):
                 return self._view_edit(loc, old, new)
         target = self.paths.resolve(path)
-        with self._memory_lock(self.rules.is_memory_file(target)):
+        with self._memory_lock(target if self.rules.is_memory_file(target) else None):
             return self._edit(target, old, new)
 
     def _edit(self, target: ResolvedPath, old: str, new: str) -> str:
@@ -232,10 +232,13 @@ class FileTools:
         self._commit(target, before, after)
         return f"edited {target.shown}: replaced 1 occurrence at line {line}"
 
-    def _memory_lock(self, memory: bool) -> contextlib.AbstractContextManager[None]:
-        """Around a memory file's read-modify-write: the workspace's one memory-write lock, so a note another
-        session, process or the MCP server adds meanwhile is not replaced by this write."""
-        return memory_writes_locked(self.rules.workspace) if memory else contextlib.nullcontext()
+    def _memory_lock(self, target: ResolvedPath | None) -> contextlib.AbstractContextManager[None]:
+        """Around a memory file's read-modify-write (`target`; None: not a memory file): the memory-write lock
+        of the workspace and of the file's folder, so a note another session, process, agent (an extra path
+        two agents share) or the MCP server adds meanwhile is not replaced by this write."""
+        if target is None:
+            return contextlib.nullcontext()
+        return memory_writes_locked(self.rules.workspace, target.real)
 
     # ---- a non-owner session: through its RoomView ----------------------------------------------------
 

@@ -6,6 +6,8 @@ O_APPEND under an exclusive lock so two writers at once keep both notes, and is 
 memory files in Hermit (this, and the file tools in every session) holds `memory_writes_locked` around its
 read-modify-write, so a note added while another writer creates or rewrites the same file is never
 replaced (a new file is written by a rename, which would drop an append made to the file it replaces).
+That lock covers the workspace and the folder the file really is in: a folder named in the
+`memory_search.extra_paths` of two agents (or one agent's memory/ named by another) is written by both.
 A note with an `origin` (every writer but the owner) is escaped and wrapped in an origin block (memory/policy/provenance.py),
 so its writer cannot forge a marker; a log that ends inside an unclosed block is closed first.
 """
@@ -33,26 +35,39 @@ MAX_NOTE_CHARS = 20_000
 MEMORY_LOCK_SECONDS = 30.0
 
 
-_held = threading.local()  # the workspaces whose lock this thread holds
+_held = threading.local()  # the folders whose memory lock this thread holds
+
+
+def lock_folder(target: Path) -> str:
+    """The folder whose lock covers writes to `target`: the real folder it is in (`target` itself when it is
+    a folder), or the nearest one above it that exists (a note in a folder not made yet)."""
+    real = os.path.realpath(target)
+    folder = real if os.path.isdir(real) else os.path.dirname(real)
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    return folder
 
 
 @contextlib.contextmanager
-def memory_writes_locked(workspace: Path) -> Iterator[None]:
-    """The lock every writer of a workspace's memory files holds while it reads, decides and writes: one
-    per workspace (its directory), across threads and processes (the gateway, the CLI, the MCP server).
-    A thread that holds it may take it again (the web app checks what the owner edited and writes it
-    through the file tool inside one hold): flock would wait on itself."""
-    key = os.path.realpath(workspace)
+def memory_writes_locked(workspace: Path, *targets: Path) -> Iterator[None]:
+    """The lock every writer of memory files holds while it reads, decides and writes, across threads and
+    processes (the gateway, the CLI, the MCP server): the workspace's (its directory) and, for each of
+    `targets` (the files it will write, or folders), the folder it really is in (lock_folder). The agent's
+    own writers all take the first; the second is what two agents take for one file, the workspace locks
+    being theirs alone (a shared extra path, or one agent's memory/ named by another's extra_paths).
+
+    Locks are taken in one fixed order (by real path), so two writers each needing two never wait on each
+    other; a caller needing several takes them in one call. A thread that holds one may take it again (the
+    web app checks what the owner edited and writes it through the file tool inside one hold): flock
+    would wait on itself; a nested call takes only the locks it does not hold yet."""
     held: set[str] = _held.__dict__.setdefault("paths", set())
-    if key in held:
+    wanted = {os.path.realpath(workspace), *(lock_folder(t) for t in targets)}
+    with contextlib.ExitStack() as stack:
+        for key in sorted(wanted - held):
+            stack.enter_context(locked_dir(Path(key), MEMORY_LOCK_SECONDS, "a memory write"))
+            held.add(key)
+            stack.callback(held.discard, key)
         yield
-        return
-    with locked_dir(workspace, MEMORY_LOCK_SECONDS, "a memory write"):
-        held.add(key)
-        try:
-            yield
-        finally:
-            held.discard(key)
 
 
 def daily_log_path(day: datetime) -> str:
@@ -77,7 +92,7 @@ def append_daily_note(workspace: Path, note: str, now: datetime, extra_paths: Se
     except OSError as e:
         raise PathPolicyError(f"cannot create memory/ in {workspace}: {e}", RULES) from e
     real, shown = resolve_memory_path(workspace, rel, list(extra_paths))
-    with memory_writes_locked(workspace):
+    with memory_writes_locked(workspace, real):
         return _append(real, shown, text, now, origin)
 
 
