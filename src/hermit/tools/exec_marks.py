@@ -15,8 +15,10 @@ owner's). So around such a command:
   lines in owner-only blocks; a new file one block). A file moved or copied into memory/ whose text was
   already a memory file's keeps that file's blocks. The index is told of every change.
 
-What is not marked is said in the command's output: a change inside another chat's note (marking it would
-change who reads that note: it stays as written), a file over MAX_TEXT_BYTES. Text in another encoding is
+What is not marked is said in the command's output: lines changed inside another chat's note (marking them
+would change who reads that note: they stay as written; the rest of the file's change is marked), a file over
+MAX_TEXT_BYTES, a change that moved a marker. A file new under its name is the owner's whole when its
+changes cannot be told apart. Text in another encoding is
 marked and written back as UTF-8; a binary file is left (no tool shows it, the indexer skips it). A
 process the command leaves running that writes later is not seen, and a note a chat adds while the command
 runs is taken for the command's (owner-only: hidden from that chat, never shown to others).
@@ -44,7 +46,7 @@ from hermit.workspace import BOOTSTRAP_ORDER
 MAX_TEXT_BYTES = 20_000_000  # what the read tool reads (tools/files.MAX_FILE_BYTES); larger files are named
 CACHE_CHARS = 64_000_000  # texts kept between commands, all workspaces together
 
-Key = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
+Key = tuple[int, int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns (no one can set it)
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ _cache_lock = threading.Lock()
 
 
 def _key(st: os.stat_result) -> Key:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class OwnerExecMarks:
@@ -83,7 +85,8 @@ class OwnerExecMarks:
                     old = before.get(path)
                     if old is not None and old.key == seen.key:
                         continue
-                    note = self._mark(Path(path), seen, old, before)
+                    note = self._mark(Path(path), seen, old, _source(path, seen, before, now) if old is None
+                                      else old.text)
                     if note:
                         notes.append(note)
                     if self.on_change is not None:
@@ -92,27 +95,33 @@ class OwnerExecMarks:
             notes.append(f"[memory files changed by this command were not checked: {e}]")
         return notes
 
-    def _mark(self, path: Path, seen: Seen, old: Seen | None, before: dict[str, Seen]) -> str | None:
+    def _mark(self, path: Path, seen: Seen, old: Seen | None, previous: str | None) -> str | None:
+        """Mark one changed file; `previous` is its text before the command (for a file new under its name, the
+        text of the memory file it was moved or copied from, else None)."""
         target = ResolvedPath(path, self._shown(path))
         if seen.text is None:
             return (f"[{target.shown}: changed by this command but not marked as the owner's (over "
                     f"{MAX_TEXT_BYTES:,} bytes): what it says outside origin blocks is shared]")
         if not seen.text:
             return None  # binary (the tools refuse it) or empty
-        # New here: moved (the same inode) or copied (the same text) from another memory file keeps its blocks.
-        previous = old.text if old is not None else _source(seen, before)
         if old is not None and previous is None:
             return (f"[{target.shown}: changed by this command but its earlier text was not kept (too large): not "
                     f"marked as the owner's]")
+        note = None
         try:
-            marked = self.rules.mark_owner_change(target, previous, seen.text)
+            marked, left = self.rules.mark_owner_change(target, previous, seen.text)
         except PathPolicyError as e:
-            return f"[{target.shown}: not marked as the owner's: {e.message}; the change stays as written]"
+            if old is not None:
+                return f"[{target.shown}: not marked as the owner's: {e.message}; the change stays as written]"
+            marked, left = self.rules.mark_owner_change(target, None, seen.text)  # new here: all of it is the owner's
+        if left:
+            note = (f"[{target.shown}: {left} changed line(s) inside another chat's note were left as written (that "
+                    f"chat reads them); the rest of the change is the owner's]")
         if marked != seen.text:
             write_atomic(path, marked)
             with contextlib.suppress(OSError):
                 _remember(str(path), Seen(_key(os.lstat(path)), marked))
-        return None
+        return note
 
     def _shown(self, path: Path) -> str:
         try:
@@ -188,10 +197,14 @@ def _remember(path: str, seen: Seen) -> None:
         _cache_chars[0] += len(seen.text)
 
 
-def _source(new: Seen, before: dict[str, Seen]) -> str | None:
-    """The earlier text of a file new under its name: a memory file it was moved from (the same inode) or
-    copied from (the same text)."""
-    for seen in before.values():
-        if seen.key[:2] == new.key[:2] or seen.text == new.text:
+def _source(path: str, new: Seen, before: dict[str, Seen], now: dict[str, Seen]) -> str | None:
+    """The earlier text of a file new under its name: a memory file it was moved from (the same inode, size
+    and mtime, no longer under its old name: an inode freed and handed to a new file is not a move) or copied
+    from (the same text)."""
+    for old_path, seen in before.items():
+        if old_path == path:
+            continue
+        gone = old_path not in now or now[old_path].key[:2] != seen.key[:2]
+        if (seen.key[:4] == new.key[:4] and gone) or (seen.text is not None and seen.text == new.text):
             return seen.text
     return None

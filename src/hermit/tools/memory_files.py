@@ -144,14 +144,24 @@ class MemoryWriteRules:
         whole (MEMORY.md, memory/private/), or an instruction file."""
         return self.is_memory_file(target) and not self._owner_only_file(target) or self._is_instruction_file(target)
 
-    def mark_owner_change(self, target: ResolvedPath, before: str | None, after: str) -> str:
+    def mark_owner_change(self, target: ResolvedPath, before: str | None, after: str) -> tuple[str, int]:
         """`after` with what changed since `before` in owner-only blocks, as a file tool's write of that change
-        from the owner's session would have made it (exec_marks: what the owner's shell wrote). Unchanged
-        when this session is not the owner's or the file is not one whose owner writes are marked;
-        PathPolicyError when the change lies inside another chat's note or moves a marker."""
+        from the owner's session would have made it (exec_marks: what the owner's shell already wrote, so
+        nothing is refused), and the number of changed lines left as written because they lie inside another
+        chat's note (marking them would change who reads that note). Unchanged when this session is not the
+        owner's or the file is not one whose owner writes are marked. PathPolicyError only when the change
+        moved a marker, so that no line can be said to be whose."""
         if self.owner is None or self.origin is not None or not self.marks_owner_writes(target):
-            return after
-        return self._from_owner(target, "edit", before, after, self.owner)
+            return after, 0
+        try:
+            return self._from_owner(target, "edit", before, after, self.owner), 0
+        except PathPolicyError:
+            if not before:
+                raise
+        result, kept, added_at, left = _wrap_changes(target.shown, "edit", before, after, self.owner,
+                                                     keep_others=True)
+        _check_audiences(target.shown, "edit", before, result, kept, added_at)
+        return result, left
 
     def refuse_unless_addable(self, target: ResolvedPath) -> None:
         """Raise unless a session other than the owner's may add a note to `target`: only a recent daily log,
@@ -242,7 +252,7 @@ class MemoryWriteRules:
             if not added.strip():
                 return after
             return join_append(seal(before), wrap(neutralize(added.lstrip("\n"), owner), owner))
-        result, kept, added_at = _wrap_changes(target.shown, kind, before, after, owner)
+        result, kept, added_at, _ = _wrap_changes(target.shown, kind, before, after, owner)
         _check_audiences(target.shown, kind, before, result, kept, added_at)
         return result
 
@@ -268,18 +278,20 @@ class MemoryWriteRules:
                               "clean up the memory-history folder")
 
 
-def _wrap_changes(shown: str, kind: str, before: str, after: str,
-                  owner: Origin) -> tuple[str, list[tuple[int, int]], list[int]]:
+def _wrap_changes(shown: str, kind: str, before: str, after: str, owner: Origin, *,
+                  keep_others: bool = False) -> tuple[str, list[tuple[int, int]], list[int], int]:
     """`after` with each run of lines added or changed relative to `before` escaped and wrapped in an owner
     block, unless it lies inside one of the owner's blocks already. Returns the text, the (old, new) line
-    indexes of the lines kept, and the new indexes of the added lines. A change touching another
-    audience's block is refused."""
+    indexes of the lines kept, the new indexes of the added lines, and how many changed lines were left as
+    written. A change touching another audience's block is refused — or, with `keep_others` (a change
+    already made), left as written and counted."""
     old, new = before.split("\n"), after.split("\n")
     blocks = [(b, block_audience(b.origin)) for b in origin_blocks(before)]
     out: list[str] = []
     kept: list[tuple[int, int]] = []
     added_at: list[int] = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+    left = 0
+    for tag, i1, i2, j1, j2 in _line_opcodes(old, new):
         if tag == "equal":
             for k in range(i2 - i1):
                 kept.append((i1 + k, len(out)))
@@ -288,9 +300,13 @@ def _wrap_changes(shown: str, kind: str, before: str, after: str,
         # Old lines i1+1..i2 (1-based; none for an insert) go, and new lines come between old lines i1
         # and i2+1. For an insert (i1 == i2) "overlapping" a block means landing inside it.
         if any(aud != OWNER and b.start <= i2 and i1 + 1 <= b.end for b, aud in blocks):
-            raise PathPolicyError(f"this {kind} would change a note another chat wrote in {shown}",
-                                  "write policy: notes of other chats are theirs; add yours with write and "
-                                  "append: true")
+            if not keep_others:
+                raise PathPolicyError(f"this {kind} would change a note another chat wrote in {shown}",
+                                      "write policy: notes of other chats are theirs; add yours with write and "
+                                      "append: true")
+            out.extend(new[j1:j2])
+            left += sum(1 for line in new[j1:j2] if line.strip()) or (i2 - i1)
+            continue
         if tag == "delete":
             continue
         lines = [neutralize(line, owner) for line in new[j1:j2]]
@@ -308,7 +324,31 @@ def _wrap_changes(shown: str, kind: str, before: str, after: str,
         if wrap_run:
             out.append(CLOSE_LINE)
         out.extend(tail)
-    return "\n".join(out), kept, added_at
+    return "\n".join(out), kept, added_at, left
+
+
+MAX_DIFF_CELLS = 4_000_000  # a middle part larger than this (lines × lines) is diffed with difflib's autojunk
+
+
+def _line_opcodes(old: list[str], new: list[str]) -> list[tuple[str, int, int, int, int]]:
+    """difflib's opcodes from `old` to `new`, the common first and last lines taken off first (the usual
+    change — lines added at an end, a line edited — costs a pass over the file); a large middle is diffed
+    with autojunk, whose result is a valid edit script, if not always the smallest, and never quadratic in
+    the file's repeated lines."""
+    head = 0
+    while head < min(len(old), len(new)) and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    mid_old, mid_new = old[head:len(old) - tail], new[head:len(new) - tail]
+    junk = len(mid_old) * len(mid_new) > MAX_DIFF_CELLS
+    ops: list[tuple[str, int, int, int, int]] = [("equal", 0, head, 0, head)] if head else []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, mid_old, mid_new, autojunk=junk).get_opcodes():
+        ops.append((tag, i1 + head, i2 + head, j1 + head, j2 + head))
+    if tail:
+        ops.append(("equal", len(old) - tail, len(old), len(new) - tail, len(new)))
+    return ops
 
 
 def _check_audiences(shown: str, kind: str, before: str, after: str, kept: list[tuple[int, int]],
