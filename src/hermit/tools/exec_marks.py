@@ -79,7 +79,11 @@ class OwnerExecMarks:
         """Mark what the command changed; the lines to add to its output (what could not be marked)."""
         notes: list[str] = []
         try:
-            with memory_writes_locked(self.rules.workspace):
+            changed = [p for p, seen in self._scan() if p not in before or before[p].key != seen.key]
+            if not changed:
+                return notes
+            # The locks of every writer of these files (another agent's extra path may name this memory/).
+            with memory_writes_locked(self.rules.workspace, *map(Path, changed)):
                 now = dict(self._scan())
                 for path, seen in now.items():
                     old = before.get(path)
