@@ -74,6 +74,7 @@ from hermit.redaction import mask
 from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.record import SessionRecord
 from hermit.sessions.transcript import MessageEntry, parse_timestamp, read_transcript
+from hermit.textfile import FileTooLarge, NotRegularFile, read_regular
 from hermit.tools.memory_files import MAX_FILE_CHARS_FROM_OTHERS
 from hermit.workspace import write_new
 
@@ -348,18 +349,9 @@ def already_saved(directory: Path, record: SessionRecord, last: Line, block: Ori
 def _read_small(path: Path) -> str | None:
     """A regular file's text when it is at most 4 × MAX_FILE_CHARS_FROM_OTHERS bytes (no symlinks)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        return read_regular(path, 4 * MAX_FILE_CHARS_FROM_OTHERS, follow=False).decode("utf-8", errors="replace")
+    except (FileTooLarge, NotRegularFile, OSError):
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > 4 * MAX_FILE_CHARS_FROM_OTHERS:
-            return None
-        return os.pread(fd, st.st_size, 0).decode("utf-8", errors="replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _create(directory: Path, compose: Callable[[str], tuple[str, str]], slug: str, local: datetime) -> Path:
