@@ -82,7 +82,7 @@ def test_a_change_inside_a_contacts_note_is_left_and_said(rt: AgentRuntime) -> N
     assert not call(rt, CONTACT, "write", path=LOG, content="- meet at noon", append=True)[1]
     out, err = call(rt, MAIN, "exec", command=f"sed -i 's/noon/ten/' {LOG}")
     assert not err
-    assert f"[{LOG}: 1 changed line(s) inside another chat's note were left as written (that chat reads them)" in out
+    assert f"[{LOG}: 1 changed line(s) inside another chat's note were left as written, in that note (that chat reads them)" in out
     shown, _ = call(rt, CONTACT, "read", path=LOG)
     assert "meet at ten" in shown
 
@@ -122,7 +122,7 @@ def test_a_change_that_also_touches_a_contacts_note_marks_the_rest(rt: AgentRunt
     assert not call(rt, CONTACT, "write", path=LOG, content="- meeting with the owner at noon", append=True)[1]
     out, err = call(rt, MAIN, "exec", command=f"sed -i 's/meeting/meeting (door code 4471)/g' {LOG}")
     assert not err
-    assert f"[{LOG}: 1 changed line(s) inside another chat's note were left as written" in out
+    assert f"[{LOG}: 1 changed line(s) inside another chat's note were left as written, in that note" in out
     auds = audiences(rt, LOG)
     assert auds["- team meeting (door code 4471) on Monday"] == OWNER
     other = "agent:main:telegram:default:dm:777"
@@ -164,3 +164,22 @@ def test_an_overwrite_that_keeps_size_and_mtime_is_still_seen(rt: AgentRuntime) 
                                               "cp -p x memory/notes.md")
     assert not err, out
     assert audiences(rt, "memory/notes.md")["- PIN: 4471 xxxx"] == OWNER
+
+
+def test_an_overwrite_that_takes_a_contacts_note_out_leaves_nothing_shared(rt: AgentRuntime) -> None:
+    """Re-audit RR3: `printf … > log` over a log holding a contact's note dropped its markers; the lines "left as
+    written" were then outside any block, and the owner's PIN shared with every chat."""
+    (rt.agent.workspace / LOG).write_text("- typed by hand\n")
+    assert not call(rt, CONTACT, "write", path=LOG, content="- the contact's note", append=True)[1]
+    out, err = call(rt, MAIN, "exec", command=f"printf -- '- typed by hand\\n- bank PIN is 4471\\n' > {LOG}")
+    assert not err, out
+    assert audiences(rt, LOG)["- bank PIN is 4471"] == OWNER
+    assert "4471" not in call(rt, "agent:main:telegram:default:dm:777", "read", path=LOG)[0]
+
+
+def test_a_copy_of_heartbeat_md_into_memory_is_the_owners(rt: AgentRuntime) -> None:
+    """Re-audit RR3: HEARTBEAT.md is the owner's whole; a copy kept "its blocks" — none — and was shared."""
+    (rt.agent.workspace / "HEARTBEAT.md").write_text("- check bank account 9911-22 balance\n")
+    assert not call(rt, MAIN, "exec", command="cp HEARTBEAT.md memory/hb-backup.md")[1]
+    assert set(audiences(rt, "memory/hb-backup.md").values()) == {OWNER}
+    assert "9911" not in call(rt, CONTACT, "read", path="memory/hb-backup.md")[0]

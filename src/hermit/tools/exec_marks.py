@@ -119,8 +119,8 @@ class OwnerExecMarks:
                 return f"[{target.shown}: not marked as the owner's: {e.message}; the change stays as written]"
             marked, left = self.rules.mark_owner_change(target, None, seen.text)  # new here: all of it is the owner's
         if left:
-            note = (f"[{target.shown}: {left} changed line(s) inside another chat's note were left as written (that "
-                    f"chat reads them); the rest of the change is the owner's]")
+            note = (f"[{target.shown}: {left} changed line(s) inside another chat's note were left as written, in "
+                    f"that note (that chat reads them); the rest of the change is the owner's]")
         if marked != seen.text:
             write_atomic(path, marked)
             with contextlib.suppress(OSError):
@@ -136,6 +136,8 @@ class OwnerExecMarks:
     def _scan(self) -> Iterator[tuple[str, Seen]]:
         root = self._root = self.rules.root
         for name in BOOTSTRAP_ORDER:
+            if is_private_path(name):  # MEMORY.md, HEARTBEAT.md: the owner's whole, never a copy's source
+                continue
             path = str(root / name)
             with contextlib.suppress(OSError):
                 seen = _look(path, os.lstat(path))

@@ -35,6 +35,7 @@ from typing import Literal
 from hermit.errors import PathPolicyError, SessionError
 from hermit.memory.policy.audience import (
     OWNER,
+    SHARED,
     audience_of_session,
     block_audience,
     is_private_path,
@@ -161,7 +162,12 @@ class MemoryWriteRules:
         result, kept, added_at, left = _wrap_changes(target.shown, "edit", before, after, self.owner,
                                                      keep_others=True)
         _check_audiences(target.shown, "edit", before, result, kept, added_at)
-        return result, left
+        # A line left as written must still be inside another chat's note: one the change took out of it (the
+        # file overwritten, a marker gone) would be shared. Then the whole new text is the owner's.
+        audiences = line_audiences(result, target.shown)
+        if any(audiences[j] in (SHARED, OWNER) for j in left):
+            return self._from_owner(target, "edit", None, after, self.owner), 0
+        return result, len(left)
 
     def refuse_unless_addable(self, target: ResolvedPath) -> None:
         """Raise unless a session other than the owner's may add a note to `target`: only a recent daily log,
@@ -279,18 +285,18 @@ class MemoryWriteRules:
 
 
 def _wrap_changes(shown: str, kind: str, before: str, after: str, owner: Origin, *,
-                  keep_others: bool = False) -> tuple[str, list[tuple[int, int]], list[int], int]:
+                  keep_others: bool = False) -> tuple[str, list[tuple[int, int]], list[int], list[int]]:
     """`after` with each run of lines added or changed relative to `before` escaped and wrapped in an owner
     block, unless it lies inside one of the owner's blocks already. Returns the text, the (old, new) line
-    indexes of the lines kept, the new indexes of the added lines, and how many changed lines were left as
-    written. A change touching another audience's block is refused — or, with `keep_others` (a change
-    already made), left as written and counted."""
+    indexes of the lines kept, the new indexes of the added lines, and the new indexes of the changed lines
+    left as written. A change touching another audience's block is refused — or, with `keep_others` (a change
+    already made), left as written and listed."""
     old, new = before.split("\n"), after.split("\n")
     blocks = [(b, block_audience(b.origin)) for b in origin_blocks(before)]
     out: list[str] = []
     kept: list[tuple[int, int]] = []
     added_at: list[int] = []
-    left = 0
+    left: list[int] = []
     for tag, i1, i2, j1, j2 in _line_opcodes(old, new):
         if tag == "equal":
             for k in range(i2 - i1):
@@ -304,8 +310,10 @@ def _wrap_changes(shown: str, kind: str, before: str, after: str, owner: Origin,
                 raise PathPolicyError(f"this {kind} would change a note another chat wrote in {shown}",
                                       "write policy: notes of other chats are theirs; add yours with write and "
                                       "append: true")
-            out.extend(new[j1:j2])
-            left += sum(1 for line in new[j1:j2] if line.strip()) or (i2 - i1)
+            for line in new[j1:j2]:
+                if line.strip():
+                    left.append(len(out))
+                out.append(line)
             continue
         if tag == "delete":
             continue
