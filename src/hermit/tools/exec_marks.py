@@ -8,18 +8,19 @@ owner's). So around such a command:
 
 - before it, the text of every file whose owner writes are marked (`MemoryWriteRules.marks_owner_writes`:
   memory/ but memory/private/, and the instruction files; MEMORY.md and the extra paths' files are owner-only
-  whole) is kept — from a cache keyed by the file's identity, size and mtime, so the next command re-reads
-  only what changed;
-- after it, under the workspace's memory-write lock, each file that changed is rewritten as the write tool
-  would have written that change from the owner's session (`mark_owner_change`: added and changed runs of
-  lines in owner-only blocks; a new file one block). A file moved or copied into memory/ whose text was
-  already a memory file's keeps that file's blocks. The index is told of every change.
+  whole) is kept — from a cache keyed by the file's identity, size, mtime and ctime, so the next command
+  re-reads only what changed;
+- after it, under the memory-write locks of the files it changed, each is rewritten as the write tool would
+  have written that change from the owner's session (`mark_owner_change`: added and changed runs of lines in
+  owner-only blocks; a new file one block). A file moved (same inode, size and mtime, old name gone) or copied
+  (same text) from another memory file keeps that file's blocks. The index is told of every change.
 
-What is not marked is said in the command's output: lines changed inside another chat's note (marking them
-would change who reads that note: they stay as written; the rest of the file's change is marked), a file over
-MAX_TEXT_BYTES, a change that moved a marker. A file new under its name is the owner's whole when its
-changes cannot be told apart. Text in another encoding is
-marked and written back as UTF-8; a binary file is left (no tool shows it, the indexer skips it). A
+Lines changed inside another chat's note stay in that note (marking them would change who reads it) and are
+counted in the command's output; the rest of the file's change is marked; a change that took lines out of such
+a note (the file overwritten) makes the whole new text the owner's, as does a file new under its name whose
+change cannot be told apart. Named in the output, not marked: a file over MAX_TEXT_BYTES, a change that moved a
+marker. Text in another encoding is marked and written back as UTF-8; a binary file is left (no tool shows
+it, the indexer skips it). A
 process the command leaves running that writes later is not seen, and a note a chat adds while the command
 runs is taken for the command's (owner-only: hidden from that chat, never shown to others).
 """
