@@ -11,8 +11,9 @@ from hermit.config.load import LoadedConfig, build_config
 from hermit.config.paths import StatePaths
 from hermit.memory.embedders.base import Embedder
 from hermit.memory.service import MemoryKey, MemoryService
+from hermit.messages import ToolCallPart
 from hermit.models.registry import build_model
-from hermit.testing import FakeProvider, RecordedRequest
+from hermit.testing import FakeProvider, RecordedRequest, ScriptedModel
 
 NOW = datetime(2026, 1, 20, 13, 5, tzinfo=UTC)  # 14:05 in Europe/Paris
 TODAY = "2026-01-20"
@@ -86,3 +87,18 @@ def last_tool_result(req: RecordedRequest) -> tuple[str, bool]:
     results = tool_results(req)
     assert results, f"request #{req.index} carries no tool results"
     return results[-1]
+
+
+def offline_tool_runtime(tmp_path: Path) -> AgentRuntime:
+    """A runtime on a fresh state dir under `tmp_path` (an empty memory/, no model calls) for driving tools."""
+    home = tmp_path / "state"
+    (home / "workspace" / "memory").mkdir(parents=True)
+    agent = load_offline(home).agent()
+    return AgentRuntime(agent, ScriptedModel([]), fsync=False, home=tmp_path, clock=fixed_clock,
+                        exec_env={"PATH": "/usr/bin:/bin"})
+
+
+def tool_call(rt: AgentRuntime, session: str, name: str, **args: object) -> tuple[str, bool]:
+    """One tool call in `session`, as the model would make it: (result text, is_error)."""
+    res = rt.tools_for(session).run(ToolCallPart("c", name, args)).result
+    return str(res.content), res.is_error

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from agenthelpers import fixed_clock, load_offline
+from agenthelpers import tool_call as call
 from hermit.agent.compaction import SUMMARY_MARKER
 from hermit.agent.runtime import AgentRuntime
 from hermit.memory.index.session_source import render_transcript
 from hermit.memory.search.ordering import ConversationCopies
 from hermit.memory.service import MemoryKey, MemoryService
-from hermit.messages import ToolCallPart
 from hermit.models.base import ModelProfile, ModelRequest
 from hermit.sessions.keys import dm_session_key, group_session_key, main_session_key
 from hermit.testing import FunctionModel, ScriptedModel
@@ -46,11 +46,6 @@ def make(home: Path, model: Any, *, sessions: bool = False) -> AgentRuntime:
                         clock=lambda: time.time() + 3600)
     return AgentRuntime(agent, model, memory=svc, fsync=False, home=home, clock=fixed_clock,
                         exec_env={"PATH": "/usr/bin:/bin"})
-
-
-def call(rt: AgentRuntime, session: str, name: str, **args: object) -> tuple[str, bool]:
-    res = rt.tools_for(session).run(ToolCallPart("c", name, args)).result
-    return str(res.content), res.is_error
 
 
 def saved_name(reply: str) -> str:

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from agenthelpers import fixed_clock, load_offline
+from agenthelpers import offline_tool_runtime
+from agenthelpers import tool_call as call
 from hermit.agent.runtime import AgentRuntime
 from hermit.memory.policy.audience import OWNER, SHARED, line_audiences
-from hermit.messages import ToolCallPart
 from hermit.sessions.keys import main_session_key
-from hermit.testing import ScriptedModel
 from hermit.tools import memory_files
 
 MAIN = main_session_key("main")
@@ -26,16 +25,7 @@ LOG = "memory/2026-01-20.md"  # today, by the runtimes' clock
 
 @pytest.fixture
 def rt(tmp_path: Path) -> AgentRuntime:
-    home = tmp_path / "state"
-    (home / "workspace" / "memory").mkdir(parents=True)
-    agent = load_offline(home).agent()
-    return AgentRuntime(agent, ScriptedModel([]), fsync=False, home=tmp_path, clock=fixed_clock,
-                        exec_env={"PATH": "/usr/bin:/bin"})
-
-
-def call(rt: AgentRuntime, session: str, name: str, **args: object) -> tuple[str, bool]:
-    res = rt.tools_for(session).run(ToolCallPart("c", name, args)).result
-    return str(res.content), res.is_error
+    return offline_tool_runtime(tmp_path)
 
 
 def audiences(rt: AgentRuntime, rel: str) -> dict[str, str]:

@@ -18,12 +18,12 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from agenthelpers import NOW, fixed_clock, load_offline
+from agenthelpers import tool_call as call
 from ciguard import need
 from hermit.agent.context import PromptInputs, build_system_prompt
 from hermit.agent.runtime import AgentRuntime
 from hermit.memory.policy.audience import MCP, Reader, is_private_path, reader_for_session, visible_text
 from hermit.memory.service import MemoryKey, MemoryService
-from hermit.messages import ToolCallPart
 from hermit.models.base import ModelRequest
 from hermit.scheduler.heartbeat import heartbeat_file_is_empty
 from hermit.sessions.keys import (
@@ -56,11 +56,6 @@ def make(home: Path, model: Any, *, sandbox: str = "non-main") -> AgentRuntime:
     svc = MemoryService(MemoryKey(agent.id, agent.workspace), agent.index_path, agent.settings.memory_search, None)
     return AgentRuntime(agent, model, memory=svc, fsync=False, home=home, clock=fixed_clock,
                         exec_env={"PATH": "/usr/bin:/bin"})
-
-
-def call(rt: AgentRuntime, session: str, name: str, **args: object) -> tuple[str, bool]:
-    res = rt.tools_for(session).run(ToolCallPart("c", name, args)).result
-    return str(res.content), res.is_error
 
 
 @pytest.fixture

@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 
 from agenthelpers import fixed_clock, load_offline
+from agenthelpers import tool_call as call
 from hermit import durable, locks
 from hermit.agent.runtime import AgentRuntime
 from hermit.errors import HermitError
 from hermit.memory.policy import daily_log
 from hermit.memory.policy.audience import OWNER, SHARED, line_audiences
 from hermit.memory.policy.daily_log import append_daily_note, memory_writes_locked
-from hermit.messages import ToolCallPart
 from hermit.sessions.keys import group_session_key, main_session_key
 from hermit.testing import ScriptedModel
 from hermit.tools import files, safe_fs
@@ -47,11 +47,6 @@ def runtimes(tmp_path: Path, agents: tuple[str, ...] = ("main",), extra: tuple[P
     for rt in out.values():
         (rt.agent.workspace / "memory").mkdir(parents=True, exist_ok=True)
     return out
-
-
-def call(rt: AgentRuntime, session: str, name: str, **args: object) -> tuple[str, bool]:
-    res = rt.tools_for(session).run(ToolCallPart("c", name, args)).result
-    return str(res.content), res.is_error
 
 
 # ---- F1: the owner's shell appends to the log between a tool's read and its append ----------------------

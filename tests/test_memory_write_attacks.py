@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from agenthelpers import fixed_clock, load_offline
+from agenthelpers import offline_tool_runtime
+from agenthelpers import tool_call as call
 from ciguard import need
 from hermit.agent.runtime import AgentRuntime
 from hermit.memory.policy.audience import line_audiences
 from hermit.messages import ToolCallPart
 from hermit.sessions.keys import group_session_key, main_session_key
-from hermit.testing import ScriptedModel
 from hermit.tools import ToolRunner
 from hermit.tools.os_sandbox import detect
 
@@ -31,16 +31,7 @@ LOG = "memory/2026-01-20.md"  # today, by the runtimes' clock (agenthelpers.NOW)
 
 @pytest.fixture
 def rt(tmp_path: Path) -> AgentRuntime:
-    home = tmp_path / "state"
-    (home / "workspace" / "memory").mkdir(parents=True)
-    agent = load_offline(home).agent()
-    return AgentRuntime(agent, ScriptedModel([]), fsync=False, home=tmp_path, clock=fixed_clock,
-                        exec_env={"PATH": "/usr/bin:/bin"})
-
-
-def call(rt: AgentRuntime, session: str, name: str, **args: object) -> tuple[str, bool]:
-    res = rt.tools_for(session).run(ToolCallPart("c", name, args)).result
-    return str(res.content), res.is_error
+    return offline_tool_runtime(tmp_path)
 
 
 def test_edit_errors_say_nothing_about_lines_the_chat_cannot_see(rt: AgentRuntime) -> None:
