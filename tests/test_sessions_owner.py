@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import threading
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -47,9 +48,12 @@ def configure(home: Path, fake: FakeProvider, store_dir: Path | None) -> None:
     """An initialised state dir whose agent `main` talks to `fake` and keeps its sessions under `store_dir`."""
     if not (home / "hermit.yaml").exists():
         assert hermit(home, "init").returncode == 0
-    defaults: dict[str, object] = {"model": "fake/m", "memory_search": {"provider": "none"}}
+    # The planted session must be the one resumed whatever the hour: no daily reset (it made this test fail when
+    # run after 04:00 on a day past the planted timestamps).
+    session: dict[str, object] = {"reset": {"mode": "off"}}
     if store_dir is not None:
-        defaults["session"] = {"store_dir": str(store_dir)}
+        session["store_dir"] = str(store_dir)
+    defaults: dict[str, object] = {"model": "fake/m", "memory_search": {"provider": "none"}, "session": session}
     cfg = {"agents": {"defaults": defaults},
            "models": {"providers": {"fake": {"type": "openai-compatible", "base_url": fake.openai_base_url}}}}
     (home / "hermit.yaml").write_text(yaml.safe_dump(cfg))
@@ -59,13 +63,18 @@ def sent(fake: FakeProvider) -> str:
     return json.dumps([r.body for r in fake.requests])
 
 
+def stamp() -> str:
+    """Now, as transcripts and sessions.json write it."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
 def plant(sessions: Path, session_id: str = "evil-0001") -> Path:
     """What they leave in a sessions folder: a transcript of theirs, and a sessions.json naming it as the main
     session's. Returns the transcript."""
     transcript = sessions / f"{session_id}.jsonl"
-    header = {"type": "session", "version": 1, "id": session_id, "timestamp": "2026-12-05T01:00:00.000Z",
+    header = {"type": "session", "version": 1, "id": session_id, "timestamp": stamp(),
               "cwd": "/", "sessionKey": KEY}
-    said = {"type": "message", "id": "a1", "parentId": None, "timestamp": "2026-12-05T01:00:01.000Z",
+    said = {"type": "message", "id": "a1", "parentId": None, "timestamp": stamp(),
             "message": {"role": "user", "content": [{"type": "text", "text": PLANTED}]}}
     transcript.write_text(json.dumps(header) + "\n" + json.dumps(said) + "\n")
     index(sessions, session_id)
@@ -73,8 +82,7 @@ def plant(sessions: Path, session_id: str = "evil-0001") -> Path:
 
 
 def index(sessions: Path, session_id: str) -> Path:
-    record = {"sessionId": session_id, "createdAt": "2026-12-05T01:00:00.000Z",
-              "updatedAt": "2026-12-05T01:59:00.000Z", "chatType": "dm"}
+    record = {"sessionId": session_id, "createdAt": stamp(), "updatedAt": stamp(), "chatType": "dm"}
     (sessions / "sessions.json").write_text(json.dumps({KEY: record}))
     return sessions / "sessions.json"
 
