@@ -15,7 +15,7 @@ import stat
 import subprocess
 import sys
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -65,7 +65,7 @@ def sent(fake: FakeProvider) -> str:
 
 def stamp() -> str:
     """Now, as transcripts and sessions.json write it."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
 def plant(sessions: Path, session_id: str = "evil-0001") -> Path:
