@@ -29,8 +29,10 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def _config(home: Path, fake: FakeProvider) -> None:
+    """No daily reset: a 04:00 between two of the turns would start a second session, whatever the locking does."""
     (home / "workspace").mkdir(parents=True, exist_ok=True)  # as after `hermit init`
-    cfg = {"agents": {"defaults": {"model": "fake/m", "memory_search": {"provider": "none"}}},
+    cfg = {"agents": {"defaults": {"model": "fake/m", "memory_search": {"provider": "none"},
+                                   "session": {"reset": {"mode": "off"}}}},
            "models": {"providers": {"fake": {"type": "openai-compatible", "base_url": fake.openai_base_url}}}}
     (home / "hermit.yaml").write_text(yaml.safe_dump(cfg))
 

@@ -24,14 +24,16 @@ from hermit.testing import FakeProvider
 from prochelpers import PROC_TIMEOUT
 
 KEY = "agent:main:main"
+NO_RESET = {"reset": {"mode": "off"}}  # these tests are about one session shared, never about its daily reset
 
 
 def _host(tmp_path: Path, name: str, shared: str, fake: FakeProvider) -> Path:
-    """A state dir with its own config, workspace and index, whose sessions live in `shared`."""
+    """A state dir with its own config, workspace and index, whose sessions live in `shared`. No daily reset: a
+    04:00 between two turns of a test would start a second session (and transcript) whatever the hosts do."""
     home = tmp_path / name
     (home / "workspace").mkdir(parents=True)  # as after `hermit init`
     cfg = {"agents": {"defaults": {"model": "fake/m", "memory_search": {"provider": "none"},
-                                   "session": {"store_dir": shared}}},
+                                   "session": {"store_dir": shared, **NO_RESET}}},
            "models": {"providers": {"fake": {"type": "openai-compatible", "base_url": fake.openai_base_url}}}}
     (home / "hermit.yaml").write_text(yaml.safe_dump(cfg))
     return home
@@ -142,7 +144,8 @@ def test_a_turn_on_one_host_makes_the_other_host_busy_then_it_continues(tmp_path
         slow = _popen(host_a, "agent", "-m", "long question on A")
         try:
             loaded = load(tmp_path / "host-b", "openai", fake,
-                          defaults={"memory_search": {"provider": "none"}, "session": {"store_dir": str(shared)}})
+                          defaults={"memory_search": {"provider": "none"},
+                                    "session": {"store_dir": str(shared), **NO_RESET}})
             agent = loaded.agent(None)
             runtime = AgentRuntime(agent, build_model(MODEL_REF, loaded.config.models, {}), memory=None,
                                    clock=lambda: datetime.now(UTC), fsync=False, home=loaded.paths.home)
