@@ -300,7 +300,7 @@ def test_html_stays_text_reconnect_and_a_wrong_token(browser: Any, demo: Demo) -
     wrong = context.new_page()
     wrong.goto(demo.url.split("?", 1)[0] + "?token=wrong-token")
     wrong.wait_for_selector("#status.bad", timeout=T)
-    status = wrong.inner_text("#status")
+    status = wrong.inner_text("#signin")
     assert "wrong" in status and "token" in status, status
     assert wrong.locator(".msg").count() == 0
     fav = wrong.request.get(demo.url.split("?", 1)[0] + "favicon.ico")

@@ -82,7 +82,7 @@ def test_a_program_on_the_gateways_port_never_gets_the_token(tmp_path: Path) -> 
                 assert heard.wait(T / 1000)  # the tab reconnected to it
                 assert not any(token in f for f in frames)
                 page.wait_for_selector("#status.bad", timeout=T)
-                assert "could not prove" in page.inner_text("#status")
+                assert "could not prove" in page.inner_text("#signin")
                 assert all(json.loads(f)["method"] == "connect.challenge" for f in frames), frames
                 assert not any(token in f for f in frames)
                 assert page.locator(".msg >> text=phish").count() == 0  # nothing it sent was taken in

@@ -226,7 +226,7 @@ def test_the_link_signs_the_browser_in_and_the_token_never_reaches_its_history(
                 other = ctx.new_page()
                 other.goto(link)
                 other.wait_for_selector("#status.bad", timeout=T)
-                assert other.inner_text("#status") == USED
+                assert other.inner_text("#signin") == USED  # said in full under the header, the pill stays short
                 assert other.evaluate("sessionStorage.getItem('hermit.token')") is None
 
             # A new link pasted into that tab (only its fragment differs: no page load of its own) signs it in.
@@ -311,7 +311,7 @@ def test_a_program_on_the_port_never_gets_the_ticket_nor_the_token(gw: GatewayPr
             page.goto(f"http://127.0.0.1:{port}/#ticket={ticket}")
             assert heard.wait(T / 1000)
             page.wait_for_selector("#status.bad", timeout=T)
-            assert "could not prove" in page.inner_text("#status")
+            assert "could not prove" in page.inner_text("#signin")
             assert page.evaluate("[sessionStorage.getItem('hermit.token'), sessionStorage.getItem('hermit.ticket')]") \
                 == [None, ticket]  # nothing taken from it; the ticket kept for the real gateway
         finally:

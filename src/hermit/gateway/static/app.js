@@ -5,7 +5,7 @@
 (function () {
   const { el, visible } = window.HermitDom;
   const $ = (id) => document.getElementById(id);
-  const statusEl = $("status"), bannerEl = $("banner");
+  const statusEl = $("status"), bannerEl = $("banner"), signinEl = $("signin");
 
   // `hermit dashboard` opens `#ticket=…`: a one-time ticket (a fragment never reaches the server) that the
   // handshake below trades for the token, so the browser's history keeps only a used link. The token itself
@@ -37,7 +37,28 @@
   const listeners = new Map();   // event name -> [fn]
   const connectHooks = [];
 
-  function setStatus(text, cls) { statusEl.textContent = visible(text); statusEl.className = "status " + (cls || ""); }
+  // The pill in the header stays a word or two (a sentence there squeezed the view's title to nothing on a
+  // phone); what the owner has to do is said in full in the sign-in banner under the header.
+  function setStatus(text, cls, say) {
+    statusEl.textContent = visible(text);
+    statusEl.className = "status " + (cls || "");
+    statusEl.title = visible(say || text);
+    signinEl.hidden = !say;
+    signinEl.replaceChildren(...(say ? [el("span", { class: "banner-text", text: say })] : []));
+  }
+
+  // A page that is not signed in (a used or expired link, a wrong token, the plain address) will not become
+  // signed in by waiting: it says what to run, and its forms are disabled — what was typed stays in them —
+  // instead of taking text it can only drop.
+  let signedOut = "";
+  function signOut(say) {
+    stopped = true;
+    signedOut = say;
+    setStatus("not signed in", "bad", say);
+    document.body.classList.add("signed-out");
+    for (const form of document.querySelectorAll("main form")) for (const c of form.elements) c.disabled = true;
+    for (const id of ["new-session", "memory-edit", "memory-save", "ops-refresh"]) $(id).disabled = true;
+  }
   const newId = () => "r" + (nextId++) + "-" + Date.now().toString(36);
 
   class GatewayError extends Error {
@@ -47,6 +68,10 @@
   // One request; the promise rejects with a GatewayError (code, message, hint) or "not connected".
   function request(method, params, id) {
     return new Promise((resolve, reject) => {
+      if (signedOut) {
+        reject(new GatewayError({ code: "signed_out", message: "not signed in", hint: signedOut }));
+        return;
+      }
       if (!ws || ws.readyState !== WebSocket.OPEN || !connected) {
         reject(new GatewayError({ code: "offline", message: "not connected to the gateway", hint: "wait for it to reconnect" }));
         return;
@@ -57,11 +82,16 @@
     });
   }
 
-  // A request whose failure is also shown in the banner (the caller may still show it in place).
+  // A request whose failure is also shown in the banner (the caller may still show it in place). The banner
+  // says what went wrong last: the next request that succeeds takes it away, as does moving to another view.
   async function call(method, params) {
-    try { return await request(method, params); }
+    let res;
+    try { res = await request(method, params); }
     catch (e) { banner(e.message, e.hint); throw e; }
+    clearBanner();
+    return res;
   }
+  function clearBanner() { bannerEl.hidden = true; bannerEl.replaceChildren(); }
 
   function banner(message, hint) {
     bannerEl.replaceChildren(
@@ -93,6 +123,7 @@
     if (location.hash !== "#" + view) history.replaceState(null, "", "#" + view);
     const changed = current !== view;
     current = view;
+    if (changed) clearBanner();
     closeDrawer();
     if (connected && viewHooks[view]) viewHooks[view](changed);
   }
@@ -135,7 +166,7 @@
 
   function connect() {
     const ticket = sessionStorage.getItem("hermit.ticket") || "";
-    if (!token && !ticket) { setStatus("no token: open the URL printed by `hermit dashboard`", "bad"); return; }
+    if (!token && !ticket) { signOut("This page is not signed in: run `hermit dashboard` and open the link it prints."); return; }
     const secret = ticket || token;  // what the handshake is keyed by
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     const sock = ws = new WebSocket(proto + "//" + location.host + "/ws");
@@ -189,7 +220,7 @@
           if (viewHooks[current]) viewHooks[current](true);
         } else {
           refused = f.error;
-          setStatus(f.error.message + " — " + f.error.hint, "bad");
+          setStatus("refused", "bad", f.error.message + " — " + f.error.hint);
         }
       } else if (f.type === "res") {
         const p = pending.get(f.id);
@@ -211,33 +242,30 @@
         if (token) {  // a used link opened in a tab signed in before: it stays signed in with its token
           sessionStorage.removeItem("hermit.ticket");
           setTimeout(connect, 0);
-        } else {
-          stopped = true;
-          setStatus(LINK_USED, "bad");
-        }
+        } else signOut(LINK_USED);
         return;
       }
       if (ev.code === 4401 || ev.code === 1008) {
-        stopped = true;
-        setStatus(ev.code === 4401 ? "refused: wrong token — open the URL printed by `hermit dashboard`"
-                                   : "refused: this page's origin may not use the gateway", "bad");
+        signOut(ev.code === 4401 ? "refused: wrong token — run `hermit dashboard` and open the link it prints"
+                                 : "refused: this page's origin may not use the gateway — open the link `hermit dashboard` prints");
         return;
       }
       if (stopped) return;
       const wait = Math.min(10000, 500 * Math.pow(2, retry++));
-      if (impostor) setStatus("wrong token, or not your gateway: what answers here could not prove it holds this " +
-                              "page's token, so nothing was sent to it — open the URL printed by `hermit dashboard` " +
-                              "(trying again in " + Math.round(wait / 1000) + " s)", "bad");
+      if (impostor) setStatus("not your gateway?", "bad", "wrong token, or not your gateway: what answers here could " +
+                              "not prove it holds this page's token, so nothing was sent to it — open the URL printed by " +
+                              "`hermit dashboard` (trying again in " + Math.round(wait / 1000) + " s)");
       else setStatus("disconnected — reconnecting in " + Math.round(wait / 1000) + " s", "warn");
       setTimeout(connect, wait);
     };
   }
 
   window.Hermit = {
-    request, call, banner, on, show, el,
+    request, call, banner, clearBanner, on, show, el,
     onConnected: (fn) => connectHooks.push(fn),
     onView: (name, fn) => { viewHooks[name] = fn; },
     isConnected: () => connected,
+    signedOut: () => signedOut,
     hello: () => hello,
     view: () => current,
     closeDrawer,

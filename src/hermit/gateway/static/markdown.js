@@ -72,6 +72,43 @@
     }
   }
 
+  // GFM tables: a header row, a delimiter row (|---|:-:|) with as many cells, then rows until a line with no
+  // pipe. Cells are split on pipes not escaped as \|, and each cell goes through inline() like any text.
+  const DELIMITER = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
+  function cells(line) {
+    let row = line.trim();
+    if (row.startsWith("|")) row = row.slice(1);
+    if (row.endsWith("|") && !row.endsWith("\\|")) row = row.slice(0, -1);
+    return row.split(/(?<!\\)\|/).map((c) => c.trim().replace(/\\\|/g, "|"));
+  }
+  function isTable(lines, i) {
+    return lines[i].includes("|") && i + 1 < lines.length && lines[i + 1].includes("|") && DELIMITER.test(lines[i + 1])
+      && cells(lines[i]).length === cells(lines[i + 1]).length;
+  }
+  function table(lines, i, root) {
+    const head = cells(lines[i]), n = head.length;
+    const align = cells(lines[i + 1]).map((d) => d.startsWith(":") && d.endsWith(":") ? "center" : d.endsWith(":") ? "right" : d.startsWith(":") ? "left" : "");
+    const row = (values, tag) => {
+      const tr = el("tr");
+      for (let k = 0; k < n; k++) {
+        const c = el(tag, align[k] ? "align-" + align[k] : "");
+        inline(c, values[k] || "");
+        tr.appendChild(c);
+      }
+      return tr;
+    };
+    const t = el("table"), thead = el("thead"), tbody = el("tbody");
+    thead.appendChild(row(head, "th"));
+    t.appendChild(thead);
+    i += 2;
+    while (i < lines.length && lines[i].includes("|") && lines[i].trim()) tbody.appendChild(row(cells(lines[i++]), "td"));
+    if (tbody.children.length) t.appendChild(tbody);
+    const wrap = el("div", "md-table");  // scrolls sideways on its own when wider than the bubble
+    wrap.appendChild(t);
+    root.appendChild(wrap);
+    return i;
+  }
+
   function render(source) {
     const root = el("div", "md");
     const lines = source.split("\n");
@@ -108,6 +145,7 @@
         root.appendChild(list);
         continue;
       }
+      if (isTable(lines, i)) { flush(); i = table(lines, i, root); continue; }
       if (!line.trim()) { flush(); i++; continue; }
       para.push(line);
       i++;

@@ -12,6 +12,19 @@
   let index = null;     // memory.files' answer
 
   const audienceLabel = (a) => AUDIENCE[a] || "chat " + a;
+  const editor = $("memory-editor"), appendText = $("memory-append-text");
+
+  // Drafts: an edit of a file not yet saved, and a note not yet appended, are kept in this tab's sessionStorage
+  // (per agent and file) as they are typed, so a reload — a phone's pull-to-refresh, a tab the browser discarded
+  // — brings them back; they go once saved, appended or discarded. Closing the tab with an unsaved edit asks first.
+  const draftKey = (path) => "hermit.draft.memory:" + (agent() || "") + ":" + path;
+  const appendKey = () => "hermit.draft.append:" + (agent() || "");
+  function readDraft(path) {
+    try { return JSON.parse(sessionStorage.getItem(draftKey(path)) || "null"); } catch (e) { return null; }
+  }
+  function dropDraft(path) { sessionStorage.removeItem(draftKey(path)); }
+  const editing = () => document.body.classList.contains("editing") && !!file;
+  const unsaved = () => editing() && editor.value !== file.text;
   // Memory is per agent (no search crosses agents); with several, a picker says whose.
   const picker = $("memory-agent");
   const agent = () => picker.value || null;
@@ -21,8 +34,18 @@
     picker.value = hello.agents.includes(current) ? current : hello.defaultAgent;
     picker.hidden = hello.agents.length < 2;
   });
-  picker.addEventListener("change", () => { results.replaceChildren(); viewer.replaceChildren(); file = null; loadFiles(); });
+  picker.addEventListener("change", () => { stopEditing(); results.replaceChildren(); viewer.replaceChildren(); file = null; loadFiles(); });
   function say(where, text, cls) { const n = $(where); n.textContent = visible(text || ""); n.className = "say " + (cls || ""); }
+  // The open edit's draft is kept as it is typed.
+  editor.addEventListener("input", () => {
+    if (!editing()) return;
+    if (unsaved()) sessionStorage.setItem(draftKey(file.path), JSON.stringify({ text: editor.value, base: file.base }));
+    else dropDraft(file.path);
+  });
+  appendText.addEventListener("input", () => {
+    if (appendText.value) sessionStorage.setItem(appendKey(), appendText.value); else sessionStorage.removeItem(appendKey());
+  });
+  window.addEventListener("beforeunload", (e) => { if (unsaved()) { e.preventDefault(); e.returnValue = ""; } });
 
   // ---- search ---------------------------------------------------------------------------------------
   async function search(query) {
@@ -77,15 +100,14 @@
   const size = (n) => n < 1024 ? n + " B" : n < 1048576 ? (n / 1024).toFixed(1) + " KB" : (n / 1048576).toFixed(1) + " MB";
 
   async function openFile(path, start, end) {
-    const unsaved = document.body.classList.contains("editing") && file && $("memory-editor").value !== file.text;
-    if (unsaved && !confirm(visible("Discard your changes to " + file.path + "?"))) return;
-    stopEditing();
+    if (!discard()) return false;
+    say("memory-date-note", "");
     document.body.classList.add("file-open");
     $("memory-path").textContent = visible(path);
     say("memory-file-note", "loading…");
     let res;
     try { res = await H.call("memory.get", { path, agentId: agent() }); }
-    catch (e) { say("memory-file-note", e.message + (e.hint ? " — " + e.hint : ""), "bad"); viewer.replaceChildren(); return; }
+    catch (e) { say("memory-file-note", e.message + (e.hint ? " — " + e.hint : ""), "bad"); viewer.replaceChildren(); file = null; return false; }
     file = { path: res.path, text: res.text, sha256: res.sha256, editable: res.editable };
     $("memory-edit").hidden = !res.editable;
     $("memory-file-audience").hidden = !res.audience;
@@ -113,14 +135,30 @@
     else viewer.scrollTop = 0;
     for (const li of filesEl.querySelectorAll("li[data-path]")) li.classList.toggle("active", li.dataset.path === res.path);
     if (window.matchMedia("(max-width: 760px)").matches) $("memory-file").scrollIntoView({ block: "start" });
+    return true;
+  }
+
+  // Leaving an edit: asks first when it is unsaved; a discarded edit's draft goes with it.
+  function discard() {
+    if (unsaved() && !confirm(visible("Discard your changes to " + file.path + "?"))) return false;
+    if (editing()) dropDraft(file.path);
+    stopEditing();
+    return true;
   }
 
   // ---- editing MEMORY.md and appending to today's log -----------------------------------------------------
+  // An edit starts from the file, or from the draft kept for it: its base stays the version the draft was
+  // made from, so saving over a file changed since is refused as a conflict, not silently overwritten.
   function startEditing() {
     if (!file || !file.editable) return;
-    $("memory-editor").value = file.text;
+    const draft = readDraft(file.path);
+    editor.value = draft ? draft.text : file.text;
+    file.base = draft ? draft.base : file.sha256 || null;
+    if (draft) {
+      say("memory-file-note", "Your unsaved edit, kept from before — Save or Cancel it", "ok");
+    }
     document.body.classList.add("editing");
-    $("memory-editor").focus();
+    editor.focus();
   }
   function stopEditing() { document.body.classList.remove("editing"); }
 
@@ -129,8 +167,9 @@
     if (new Blob([content]).size > 200000) { say("memory-file-note", "MEMORY.md is over 200 KB: edit it on disk", "bad"); return; }
     say("memory-file-note", "saving…");
     let res;
-    try { res = await H.call("memory.write", { path: file.path, content, baseSha256: file.sha256 || null, agentId: agent() }); }
+    try { res = await H.call("memory.write", { path: file.path, content, baseSha256: file.base, agentId: agent() }); }
     catch (e) { say("memory-file-note", e.message + (e.hint ? " — " + e.hint : ""), "bad"); return; }
+    dropDraft(file.path);
     stopEditing();
     await openFile(file.path);
     say("memory-file-note", "Saved. " + (res.history ? "The previous version is kept in " + res.history : res.message), "ok");
@@ -146,7 +185,8 @@
     let res;
     try { res = await H.call("memory.append", { text, private: priv, agentId: agent() }); }
     catch (err) { say("memory-append-note", err.message, "bad"); return; }
-    $("memory-append-text").value = "";
+    appendText.value = "";
+    sessionStorage.removeItem(appendKey());
     $("memory-append-private").checked = true;  // each shared note is asked for anew: owner-only is the default
     const done = "Added to " + res.path + " (lines " + res.startLine + "–" + res.endLine + ", " + audienceLabel(res.audience) + ")";
     say("memory-append-note", done, "ok");
@@ -159,24 +199,32 @@
     const day = $("memory-date").value;
     if (!day || !index) return;
     const f = index.files.find((x) => x.date === day);
+    // Said beside the date picker: on a phone the file pane is not shown until a file opens.
     if (f) openFile(f.path);
-    else say("memory-file-note", "no daily log for " + day, "bad");
+    else say("memory-date-note", "no daily log for " + day, "bad");
   }
 
   $("memory-search").addEventListener("submit", (e) => { e.preventDefault(); const q = $("memory-query").value.trim(); if (q) search(q); });
   $("memory-edit").addEventListener("click", startEditing);
-  $("memory-cancel").addEventListener("click", stopEditing);
+  $("memory-cancel").addEventListener("click", () => { if (file) dropDraft(file.path); stopEditing(); });
   $("memory-save").addEventListener("click", save);
-  $("memory-back").addEventListener("click", () => {
-    if (document.body.classList.contains("editing") && $("memory-editor").value !== file.text
-        && !confirm(visible("Discard your changes to " + file.path + "?"))) return;
-    document.body.classList.remove("file-open");
-    stopEditing();
-  });
+  $("memory-back").addEventListener("click", () => { if (discard()) document.body.classList.remove("file-open"); });
   $("memory-append").addEventListener("submit", append);
   $("memory-date").addEventListener("change", openDate);
   $("memory-editor").addEventListener("keydown", (e) => { if (e.key === "s" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); save(); } });
 
-  H.onView("memory", (changed) => { if (changed || !index) loadFiles(); });
+  // After a reload, an edit left unsaved opens again as it was (the first one found for this agent).
+  let restored = false;
+  async function restoreDrafts() {
+    if (restored) return;
+    restored = true;
+    const saved = sessionStorage.getItem(appendKey());
+    if (saved && !appendText.value) appendText.value = saved;
+    const prefix = draftKey("");
+    const key = Object.keys(sessionStorage).find((k) => k.startsWith(prefix));
+    if (key && !file && await openFile(key.slice(prefix.length))) startEditing();
+  }
+
+  H.onView("memory", async (changed) => { if (changed || !index) await loadFiles(); restoreDrafts(); });
   window.HermitMemory = { search, openFile };
 })();
