@@ -96,6 +96,14 @@ def nav(page: Any, narrow: bool, selector: str) -> None:
         page.wait_for_selector("#sidebar", state="hidden", timeout=T)
 
 
+def submit(page: Any, narrow: bool) -> None:
+    """Send what is in the box: Enter with a keyboard; on a touch screen Return starts a new line, so Send."""
+    if narrow:
+        page.tap("#send")
+    else:
+        page.press("#input", "Enter")
+
+
 def check_layout(page: Any, width: int, narrow: bool) -> None:
     assert page.evaluate("document.documentElement.scrollWidth") <= width  # no horizontal scrolling
     assert page.evaluate("document.body.scrollWidth") <= width
@@ -134,7 +142,7 @@ def test_the_web_app_at_phone_and_desktop_sizes(browser: Any, demo: Demo, width:
 
     # A streamed reply with its memory_search line.
     page.fill("#input", f"How do I take my coffee? coffee-{tag}")
-    page.press("#input", "Enter")
+    submit(page, narrow)
     reply = page.locator(".msg.assistant[data-done='done']").last
     reply.wait_for(timeout=T)
     assert reply.locator("strong").inner_text() == "oat-milk flat white"
@@ -157,7 +165,7 @@ def test_the_web_app_at_phone_and_desktop_sizes(browser: Any, demo: Demo, width:
 
     # A failed turn (the provider answers 503) says so, and still does after a reload.
     page.fill("#input", f"please fail {tag}")
-    page.press("#input", "Enter")
+    submit(page, narrow)
     detail = page.locator(".msg.assistant.error .error-detail").last
     detail.wait_for(timeout=T)
     page.wait_for_function("() => /503/.test([...document.querySelectorAll('.error-detail')].pop().textContent)",

@@ -58,6 +58,7 @@
     document.body.classList.add("signed-out");
     for (const form of document.querySelectorAll("main form")) for (const c of form.elements) c.disabled = true;
     for (const id of ["new-session", "memory-edit", "memory-save", "ops-refresh"]) $(id).disabled = true;
+    $("input").placeholder = "Not signed in — see above";
   }
   const newId = () => "r" + (nextId++) + "-" + Date.now().toString(36);
 
