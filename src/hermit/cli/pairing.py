@@ -145,10 +145,16 @@ def _after_revoke(loaded: LoadedConfig | None, gone: ApprovedSender) -> str:
     if acc is None:
         return "their next message is treated as a stranger's"
     where = f"channels.{gone.channel}.accounts.{gone.account_id}"
+    # A running gateway re-reads the config before each message, so the edit needs no restart.
+    live = "a running gateway applies the edit at their next message, even one already waiting"
     if matches(gone.channel, acc.owners, gone.sender_id, gone.sender_username):
-        return f"but they are listed under {where}.owners in the config: remove them there"
+        also = (f" (and from {where}.allow_from, or they stay a contact)"
+                if matches(gone.channel, acc.allow_from, gone.sender_id, gone.sender_username) else "")
+        return (f"but they are listed under {where}.owners in the config, so they still reach the assistant as an "
+                f"owner: remove them there{also}; {live}")
     if matches(gone.channel, acc.allow_from, gone.sender_id, gone.sender_username):
-        return f"but they are listed under {where}.allow_from in the config: remove them there"
+        return (f"but they are listed under {where}.allow_from in the config, so they still reach the assistant "
+                f"as a contact: remove them there; {live}")
     return {"pairing": "their next message gets a new pairing code, and nothing reaches the assistant",
             "allowlist": "their next message is ignored",
             "open": f"but {where} has dm_policy: open, so they still reach the assistant as a contact",

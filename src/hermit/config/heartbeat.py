@@ -59,5 +59,7 @@ class HeartbeatConfig(Strict):
     # Alerts are main-session text (they can quote MEMORY.md and owner-only notes). Sent to a target that
     # is not an owner of the agent (a group, a contact, another agent's owner) only when this is true: the
     # owner's explicit opt-in. Otherwise such an alert is not delivered (it stays in the transcript), and
-    # the gateway log and `hermit doctor` say so. Checked at every heartbeat, against the current config.
+    # the gateway log and `hermit doctor` say so. Checked at every heartbeat, before its turn and again before
+    # the alert is sent, against the config in force: the running gateway re-reads hermit.yaml when it
+    # changes, and while the file is invalid no heartbeat runs.
     share_alerts_with_target: bool = False

@@ -13,9 +13,10 @@ them. A message is routed before it is checked, so a group's mention patterns ar
 that would answer; a refused sender is sent only what the policy says (a pairing code or nothing).
 The route already knows whether a DM's sender is an owner (owners are config, no file to read): only an
 owner's DM can be routed to the main session, a contact's gets a session of its own (SPEC §18).
-Access is checked again when a queued message's turn is about to start: a contact revoked while their
-messages waited (`hermit pairing revoke` says nothing reaches the assistant any more) gets none of them
-run; such a message is dropped and logged, and the sender is sent only what the policy says now. Files a
+Access and routing are checked again when a queued message's turn is about to start: a contact revoked
+while their messages waited (`hermit pairing revoke`, or an edit of hermit.yaml) gets none of them run,
+nor does an owner removed from `owners` whose message waits in the owner's session; such a message is
+dropped and logged, and the sender is sent only what the policy says now. Files a
 message brought wait in the state dir until then: deleted when it is refused (at either check) or its
 queue is full, filed into the answering session's inbox when its turn starts (attachments.py). A message
 the gateway stopped before running keeps its files staged: Telegram's journal hands it over again after
@@ -243,9 +244,10 @@ class Bus:
         msg = job.msg
         channel = self.channels[(msg.channel, msg.account_id)]
         turn_id = f"t{next(self._turn_ids)}"
-        if not await self._admitted(msg, job.agent_id, channel):
-            # Revoked (or no longer allowed) while the message waited: no turn runs. The channel still
-            # hears that the message is finished, so a journal (Telegram's) lets it go.
+        if not await self._admitted(msg, job.agent_id, channel) or not self._still_routed(job, msg):
+            # Revoked (or no longer allowed, or no longer an owner) while the message waited: no turn runs.
+            # The channel still hears that the message is finished, so a journal (Telegram's) lets it go.
+            attachments.discard(msg)
             log.info("dropped a message queued in %s before its sender lost access", job.session_key)
             await send_safely(channel, TurnEnd(Target.of(msg), turn_id, "silent"))
             return
@@ -258,6 +260,23 @@ class Bus:
             lambda on_event: self.host.run_turn(job.agent_id, job.session_key, job.text, on_event=on_event,
                                                 sender=_sender(msg)),
             self._chunk)
+
+    def _still_routed(self, job: _Job, msg: InboundMessage) -> bool:
+        """Whether a queued message would still go to the session it waits in: an owner removed from
+        `owners` while it waited may still be let in as a contact, but never into the owner's session.
+        The web chat's sessions are the token holder's own choice."""
+        if msg.channel in self._trusted:
+            return True
+        try:
+            routed = self._route(msg)
+        except HermitError as e:
+            log.info("message queued in %s cannot be routed now: %s", job.session_key, e)
+            return False
+        if routed == Routed(job.agent_id, job.session_key):
+            return True
+        log.info("message queued in %s would now go to %s of agent %s: not run", job.session_key,
+                 routed.session_key, routed.agent_id)
+        return False
 
     async def _not_processed(self, job: _Job) -> None:
         if job.result is not None and not job.result.done():

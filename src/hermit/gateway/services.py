@@ -49,6 +49,9 @@ class ServiceContext:
     state_dir: Path
     environ: Mapping[str, str]
     clock: Callable[[], float]
+    # The config in force (gateway/live_config.py): re-read when hermit.yaml changes, raising ConfigError
+    # while it is invalid. `loaded` is the config the gateway started with.
+    config: Callable[[], LoadedConfig] | None = None
 
 
 # "module:function" entries; the scheduler adds its own line here.

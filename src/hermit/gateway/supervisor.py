@@ -21,12 +21,12 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hermit.agent.routing import RouteInput, Router, session_key_for
+from hermit.agent.routing import WEBCHAT, RouteInput, Router, session_key_for
 from hermit.agent.runtime import AgentRuntime
 from hermit.channels.access import PARENT_GROUP, AccessControl, PairingStore
 from hermit.channels.base import Channel, ChannelDeps, InboundMessage
@@ -39,11 +39,13 @@ from hermit.gateway.app import build_app
 from hermit.gateway.bus import Admission, Bus, Routed
 from hermit.gateway.channels import build_channels, webhook_routes
 from hermit.gateway.console import Console
+from hermit.gateway.live_config import LiveAccess, LiveConfig
 from hermit.gateway.protocol import MAX_FRAME_BYTES
 from hermit.gateway.services import MemoryWatcher, Service, ServiceContext, build_services
 from hermit.gateway.state import GatewayLock
 from hermit.gateway.tickets import Tickets
 from hermit.gateway.webchat_api import WebchatApi
+from hermit.scheduler.control import CronJobs
 from hermit.sessions.keys import agent_id_of
 
 log = logging.getLogger("hermit.gateway")
@@ -115,6 +117,34 @@ def admit_with(access: AccessControl, loaded: LoadedConfig) -> Callable[[Inbound
     return admit
 
 
+def live_route(state: LiveAccess, running: Collection[str]) -> Callable[[InboundMessage], Routed]:
+    """`route_with` by the config in force (gateway/live_config.py). While it is invalid a channel's message
+    is not routed (the bus logs the ConfigError and drops it) and the web chat, the token holder's, is
+    routed by the last good config. An agent the config names but this gateway did not start answers
+    nothing until a restart."""
+    def route(msg: InboundMessage) -> Routed:
+        view = state.owner_view() if msg.channel == WEBCHAT else state.view()
+        routed = route_with(view.router, view.access)(msg)
+        if routed.agent_id not in running:
+            raise ConfigError(f"agent {routed.agent_id!r} is in the config but was not started with the gateway",
+                              "run `hermit gateway restart` to start it")
+        return routed
+
+    return route
+
+
+def live_admit(state: LiveAccess) -> Callable[[InboundMessage, str], Admission]:
+    """`admit_with` by the config in force; everyone refused, and sent nothing, while it is invalid."""
+    def admit(msg: InboundMessage, agent_id: str) -> Admission:
+        try:
+            view = state.view()
+        except ConfigError as e:
+            return Admission(False, None, f"the config is invalid, so no sender is let in: {e.message}")
+        return admit_with(view.access, view.loaded)(msg, agent_id)
+
+    return admit
+
+
 class Gateway:
     def __init__(self, loaded: LoadedConfig, home: Path, environ: Mapping[str, str],
                  runtimes: Mapping[str, AgentRuntime], token: str, *, host: str, port: int,
@@ -133,12 +163,18 @@ class Gateway:
         deps = ChannelDeps(home, environ, clock, inbox_dir=home / "inbox")
         extra = build_channels(loaded, deps) if channels is None else channels
         self.channels: list[Channel] = ([self.webchat] if loaded.config.channels.webchat.enabled else []) + extra
-        access = AccessControl(loaded.config.channels, PairingStore(home, clock), clock)
-        router = Router.from_config(loaded)
-        self.bus = Bus(self.agents, route=route_with(router, access), admit=admit_with(access, loaded),
+        # hermit.yaml as it is now, at every admission, routing decision and scheduled delivery: an edit that
+        # revokes someone counts at their next message, an invalid file lets no channel sender in.
+        self.live = LiveConfig(loaded)
+        state = LiveAccess(self.live, PairingStore(home, clock), clock)
+        router = state.owner_view().router
+        self.bus = Bus(self.agents, route=live_route(state, set(runtimes)), admit=live_admit(state),
                        channels={(c.name, c.account_id): c for c in self.channels}, chunk=chunk_text,
                        queue_limit=self.cfg.queue_max_per_session)
-        ctx = ServiceContext(self.bus, loaded, home, environ, clock)
+        for rt in runtimes.values():  # the cron tool's owner checks, by the config in force too
+            if isinstance(rt.cron, CronJobs):
+                rt.cron.current = self.live.current
+        ctx = ServiceContext(self.bus, loaded, home, environ, clock, config=self.live.current)
         self.services: list[Service] = [MemoryWatcher(a, r.memory) for a, r in runtimes.items()
                                         if r.memory is not None and r.memory.cfg.sync.watch]
         self.services += build_services(ctx, service_factories)

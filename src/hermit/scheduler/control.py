@@ -52,8 +52,13 @@ WHEN_ONLY = frozenset({"enabled", "schedule", "timeout_seconds"})
 
 class CronJobs:
     def __init__(self, home: Path, loaded: LoadedConfig, *, clock: Clock = utc_now, fsync: bool = True,
-                 wake: Callable[[], None] | None = None, for_model: bool = False) -> None:
+                 wake: Callable[[], None] | None = None, for_model: bool = False,
+                 current: Callable[[], LoadedConfig] | None = None) -> None:
         self.loaded = loaded
+        # Who a delivery reaches is judged by `current()`: the config in force. In the gateway that is
+        # hermit.yaml as it is now (re-read when it changes; a ConfigError while it is invalid, so no run
+        # that delivers and no target the model picks passes); elsewhere the config this process loaded.
+        self.current: Callable[[], LoadedConfig] = current or (lambda: self.loaded)
         # The agent's cron tool: the model, not the owner, is choosing where a job's replies go.
         self.for_model = for_model
         self.store = JobStore(home, fsync=fsync)
@@ -150,7 +155,7 @@ class CronJobs:
         d = job.delivery
         if d.mode != "announce" or not d.channel:
             return job
-        t = resolve_target(self.loaded.config.channels, d.channel, d.account, what=f"delivery of job {job.id}")
+        t = resolve_target(self.current().config.channels, d.channel, d.account, what=f"delivery of job {job.id}")
         account = t.account if (d.account or t.explicit) else None
         if (t.channel, account) == (d.channel, d.account):
             return job
@@ -161,7 +166,7 @@ class CronJobs:
         d = job.delivery
         if d.target() is None:
             return None
-        return not_the_owner(self.loaded, job.agent_id, d.channel or "", d.account, d.peer_kind, d.to or "")
+        return not_the_owner(self.current(), job.agent_id, d.channel or "", d.account, d.peer_kind, d.to or "")
 
     def _model_delivers_to_owners(self, job: Job) -> Job:
         """The model may aim a job's replies at the owner of the job's agent only. A main-session run
@@ -181,7 +186,7 @@ class CronJobs:
                                                                            "shares_main": False})})
         channel, account = (d.channel or "").lower(), d.account or "default"
         kind = peer_kind_of(channel, d.peer_kind, d.to or "")
-        acc = self.loaded.config.channels.accounts_of(channel).get(account) if channel != "webchat" else None
+        acc = self.current().config.channels.accounts_of(channel).get(account) if channel != "webchat" else None
         owners = (f"that account's owners: {', '.join(acc.owners)}" if acc is not None and acc.owners else
                   f"no owners are listed under channels.{channel}.accounts.{account}.owners")
         # An owner of the account whose DMs reach another agent, or a web chat that opens another agent.
@@ -210,10 +215,11 @@ class CronJobs:
     def _owner_targets(self, job: Job, limit: int = 5) -> list[str]:
         """CHANNEL:ACCOUNT:ID of the owners (by id) whose DMs reach the job's agent, for the hint."""
         out: list[str] = []
-        for channel, account, acc in accounts(self.loaded.config.channels):
+        loaded = self.current()
+        for channel, account, acc in accounts(loaded.config.channels):
             for owner in acc.owners if acc.enabled else ():
                 if len(out) < limit and not is_username(owner) and not_the_owner(
-                        self.loaded, job.agent_id, channel, account, "dm", owner) is None:
+                        loaded, job.agent_id, channel, account, "dm", owner) is None:
                     out.append(f"{channel}:{account}:{owner}")
         return out
 
@@ -238,11 +244,13 @@ class CronJobs:
                        "delivery.shares_main: true)")
 
     def check_delivery(self, job: Job) -> None:
-        """Before a run, against the current config: a job the cron tool aimed at the owner must still reach
-        only the owner of its agent (a changed `owners` list or binding can make it someone else's), and a
-        main-session job reaches someone else only with the owner's opt-in (`delivery.shares_main`; a job
-        file edited by hand, or made before the rule, may lack it). Fails closed (JobError, one warning in
-        the log, no text of the job's): the run does not happen, so nothing is delivered."""
+        """Before a run and again before its reply is sent, against the config in force (`current`: in the
+        gateway, hermit.yaml as it is at that moment): a job the cron tool aimed at the owner must still
+        reach only the owner of its agent (a changed `owners` list or binding can make it someone else's),
+        and a main-session job reaches someone else only with the owner's opt-in (`delivery.shares_main`; a
+        job file edited by hand, or made before the rule, may lack it). Fails closed (JobError, one warning
+        in the log, no text of the job's; a ConfigError while the config is invalid): the run does not
+        happen, or its reply is not sent."""
         if job.delivery.owner_only and (risk := self.not_the_owner(job)) is not None:
             log.warning("job %s not run: the cron tool aimed its replies at the owner of agent %s, and the config "
                         "now sends them to %s", job.label, job.agent_id, risk)

@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from pathlib import Path
@@ -29,6 +30,7 @@ from hermit.channels.base import Target
 from hermit.config.load import AgentConfig, LoadedConfig
 from hermit.config.schema import ActiveHoursConfig, ChannelsConfig, HeartbeatConfig
 from hermit.durable import write_atomic
+from hermit.errors import HermitError
 from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.schedule import Zone
 from hermit.scheduler.targets import not_the_owner, resolve_target
@@ -200,12 +202,15 @@ def heartbeat_target(cfg: HeartbeatConfig, channels: ChannelsConfig | None = Non
 
 
 async def run_heartbeat(agent: AgentConfig, host: SchedulerHost, now: datetime, zone: Zone,
-                        alerts: AlertMemory | None = None, loaded: LoadedConfig | None = None) -> HeartbeatOutcome:
+                        alerts: AlertMemory | None = None, loaded: LoadedConfig | None = None, *,
+                        current: Callable[[], LoadedConfig] | None = None) -> HeartbeatOutcome:
     """One heartbeat for `agent`: the checks that avoid a model call, the turn, the alert delivery (not
     repeated within a day when `alerts` remembers the same text sent to the same target). With `loaded`
     (the config in force), a target naming no configured account fails before the model is called, and
     an alert for a target that is not an owner of the agent is not delivered unless the owner opted in
-    (`withheld_from`): it stays in the transcript, the outcome says why, and the log has one warning."""
+    (`withheld_from`): it stays in the transcript, the outcome says why, and the log has one warning.
+    `current` gives the config in force again once the turn is done (the gateway's: hermit.yaml may have
+    changed during the turn); the alert goes by that one, and by nothing while it is invalid."""
     cfg = agent.settings.heartbeat
     if not within_active_hours(now.astimezone(zone.tz), cfg.active_hours):
         return HeartbeatOutcome("skipped", "outside active hours")
@@ -222,6 +227,15 @@ async def run_heartbeat(agent: AgentConfig, host: SchedulerHost, now: datetime, 
     alert = strip_heartbeat_token(result.reply, cfg.ack_max_chars) if result.delivered else None
     if alert is None:
         return HeartbeatOutcome("ok")
+    if current is not None and target is not None:
+        try:
+            loaded = current()
+            agent = loaded.agent(agent.id)
+            target = heartbeat_target(agent.settings.heartbeat, loaded.config.channels, agent.id)
+        except HermitError as e:
+            log.warning("heartbeat alert of %s not delivered: %s", agent.id, e.message)
+            return HeartbeatOutcome("alert", f"not delivered: {e.message}; kept in the transcript", text=alert)
+        withheld = withheld_from(loaded, agent, target)
     if target is None:
         return HeartbeatOutcome("alert", "no heartbeat.target configured: kept in the transcript", text=alert)
     if withheld is not None:

@@ -185,15 +185,32 @@ def _aimed_elsewhere(job: Job, run: InFlight, now: Job) -> str | None:
     return f"not delivered: {note}"
 
 
+def _held_at_delivery(job: Job, run: InFlight, key: str, current: Callable[[], Job] | None,
+                      may_deliver: Callable[[Job], None] | None) -> tuple[str | None, bool]:
+    """Why a reply about to be sent is not: its job was aimed elsewhere during the run, or `may_deliver`
+    refuses it now (the config in force may have changed during the turn: then the run failed, True)."""
+    if current is not None and (held := _aimed_elsewhere(job, run, current())) is not None:
+        return held, False
+    if may_deliver is None:
+        return None, False
+    try:
+        may_deliver(made_in(job, key))
+    except HermitError as e:
+        log.warning("job %s: run %s: reply not delivered: %s", job.id, run.run_id, e.message)
+        return f"not delivered: {e.message}", True
+    return None, False
+
+
 async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, start_session: StartSession, *,
                   deliver: bool = True, may_deliver: Callable[[Job], None] | None = None,
                   mark: Mark | None = None, resume: InFlight | None = None,
                   reopen: Reopen | None = None, current: Callable[[], Job] | None = None) -> RunRecord:
     """Run the job's turn and deliver its reply (unless `deliver` is off: `hermit cron run` prints it).
     `may_deliver` checks the target before the turn (a JobError fails the run: nothing runs, nothing is
-    delivered). Never raises for the job's failure (a supervision boundary): the error is in the record. A
-    cancellation after `timed_out` becomes status timeout. The record holds the whole reply; `finish`
-    logs its start.
+    delivered) and again before the reply is sent (the config may have changed meanwhile: a JobError then
+    fails the run, its reply kept in the record and the session, not sent). Never raises for the job's
+    failure (a supervision boundary): the error is in the record. A cancellation after `timed_out` becomes
+    status timeout. The record holds the whole reply; `finish` logs its start.
 
     `mark` stores the run in flight before each step that must not repeat (the scheduler's runs; see the
     module docstring); `resume` is such a run a restart found unfinished: it is finished from where it
@@ -238,8 +255,9 @@ async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, 
             reply, will_send = outcome.reply, outcome.delivered and bool(outcome.reply.strip())
         target = job.delivery.target()
         sending = deliver and target is not None and will_send
-        if sending and held is None and current is not None:
-            held = _aimed_elsewhere(job, marker, current())
+        if sending and held is None:
+            held, refused = _held_at_delivery(job, marker, key, current, may_deliver)
+            status, error = ("error", mask(held or "")) if refused else (status, error)
         if sending and held is not None:
             extra["not_delivered"], sending = held, False
         if mark is not None:

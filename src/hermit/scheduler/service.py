@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hermit.config.load import AgentConfig, LoadedConfig
-from hermit.errors import HermitError
+from hermit.errors import ConfigError, HermitError, JobError
 from hermit.redaction import mask
 from hermit.scheduler.control import CronJobs, register_scheduler
 from hermit.scheduler.heartbeat import (
@@ -45,6 +45,7 @@ from hermit.scheduler.jobs import InFlight, Job
 from hermit.scheduler.runner import Mark, RunHandle, execute, finish, new_handle, session_starter
 from hermit.scheduler.schedule import Zone, resolve_zone
 from hermit.scheduler.store import JobFile, RunRecord, Trigger
+from hermit.scheduler.targets import resolve_target
 from hermit.sessions.transcript import Clock, utc_now
 
 log = logging.getLogger("hermit.scheduler")
@@ -83,12 +84,16 @@ class SchedulerService:
     name = "scheduler"
 
     def __init__(self, home: Path, loaded: LoadedConfig, host: SchedulerHost, *, clock: Clock = utc_now,
-                 fsync: bool = True, max_sleep_seconds: float = 30.0) -> None:
+                 fsync: bool = True, max_sleep_seconds: float = 30.0,
+                 config: Callable[[], LoadedConfig] | None = None) -> None:
         self.loaded = loaded
+        # The config in force (the gateway's: hermit.yaml re-read when it changes; ConfigError while it is
+        # invalid), asked at each tick, before each heartbeat and cron run, and again before each delivery.
+        self._config = config
         self.host = host
         self.clock = clock
         self.max_sleep = max_sleep_seconds
-        self.jobs = CronJobs(home, loaded, clock=clock, fsync=fsync, wake=self.wake)
+        self.jobs = CronJobs(home, loaded, clock=clock, fsync=fsync, wake=self.wake, current=self.config)
         self._start_session = session_starter(loaded, clock, fsync=fsync)
         self._alerts = AlertMemory(self.jobs.store.dir / "heartbeat-alerts.json")
         self._plan = _Plan()
@@ -115,14 +120,7 @@ class SchedulerService:
         self.started_at = now
         for hb in self._heartbeats.values():
             hb.next = now + hb.every if hb.every else None
-            if hb.every:
-                try:  # said once at start, not only at the first heartbeat half an hour later
-                    target = heartbeat_target(hb.agent.settings.heartbeat, self.loaded.config.channels, hb.agent.id)
-                except HermitError as e:
-                    log.error("%s (%s)", e.message, e.hint)
-                else:
-                    if (withheld := withheld_from(self.loaded, hb.agent, target)) is not None:
-                        log.warning("%s: its alerts will not be delivered — %s", withheld, WITHHELD_FIX)
+            self._say_target(hb)  # said once at start, not only at the first heartbeat half an hour later
         self._reload(force=True)
         register_scheduler(self.jobs.store.path, self)
         if run_loop:
@@ -163,6 +161,58 @@ class SchedulerService:
                 async with asyncio.timeout(delay):
                     await self._wake_event.wait()
 
+    # ---- the config in force ---------------------------------------------------------------------
+
+    def config(self) -> LoadedConfig:
+        """The config in force, applied here first when it is new; raises ConfigError while it is invalid."""
+        if self._config is None:
+            return self.loaded
+        new = self._config()
+        if new is not self.loaded:
+            self._apply(new)
+        return new
+
+    def _apply(self, new: LoadedConfig) -> None:
+        """A changed config: the heartbeats' settings (target, interval, hours, prompt) and the jobs' checks go
+        by it. An agent it adds has no runtime here until a restart; one it removes gets no heartbeat."""
+        self.loaded = self.jobs.loaded = new
+        now = self.clock()
+        for agent_id, hb in self._heartbeats.items():
+            agent = next((a for a in new.agents if a.id == agent_id), None)
+            minutes = agent.settings.heartbeat.every_minutes if agent is not None else 0
+            every = timedelta(minutes=minutes) if minutes > 0 else None
+            if agent is not None:
+                hb.agent = agent
+            if every != hb.every:
+                hb.every, hb.next = every, (now + every if every else None)
+            if hb.every:
+                self._say_target(hb)
+
+    def _say_target(self, hb: _Heartbeat) -> None:
+        """Log a heartbeat target that names no account, or reaches someone who may not read its alerts."""
+        if not hb.every:
+            return
+        try:
+            target = heartbeat_target(hb.agent.settings.heartbeat, self.loaded.config.channels, hb.agent.id)
+        except HermitError as e:
+            log.error("%s (%s)", e.message, e.hint)
+        else:
+            if (withheld := withheld_from(self.loaded, hb.agent, target)) is not None:
+                log.warning("%s: its alerts will not be delivered — %s", withheld, WITHHELD_FIX)
+
+    def _may_deliver(self, job: Job) -> None:
+        """Before a run that delivers, and before its reply is sent: the config in force is valid, names the
+        target's account (on), and lets the job's replies go there (CronJobs.check_delivery)."""
+        d = job.delivery
+        if d.target() is not None:
+            try:
+                loaded = self.config()
+            except ConfigError as e:
+                raise JobError(f"not run: the config is invalid, so nothing scheduled is delivered: {e.message}",
+                               "fix the config file; runs deliver again once it is valid") from None
+            resolve_target(loaded.config.channels, d.channel or "", d.account, what=f"delivery of job {job.id}")
+        self.jobs.check_delivery(job)
+
     # ---- the tick --------------------------------------------------------------------------------
 
     def _reload(self, *, force: bool = False) -> None:
@@ -184,6 +234,8 @@ class SchedulerService:
         """Start everything due at `now` and cancel runs past their deadline; returns when to tick next."""
         now = now or self.clock()
         self.last_tick = now
+        with contextlib.suppress(ConfigError):  # the live config logs it; runs that would deliver are refused
+            self.config()
         self._reload()
         for run in list(self._runs.values()):
             if not run.task.done() and now >= run.handle.deadline and not run.handle.timed_out:
@@ -254,7 +306,7 @@ class SchedulerService:
         zone = self.jobs.zone(job)
         try:
             record = await execute(job, self.host, handle, zone, self._start_session,
-                                   may_deliver=self.jobs.check_delivery, mark=self._mark(job.id), resume=resume,
+                                   may_deliver=self._may_deliver, mark=self._mark(job.id), resume=resume,
                                    reopen=self._start_session.reopen, current=lambda: self._current(job))
         except asyncio.CancelledError:
             record = RunRecord(handle.run_id, job.id, handle.started_at.isoformat(), "", "error", handle.trigger,
@@ -286,9 +338,15 @@ class SchedulerService:
         hb.task = asyncio.create_task(self._heartbeat(hb, now), name=f"heartbeat-{hb.agent.id}")
 
     async def _heartbeat(self, hb: _Heartbeat, now: datetime) -> None:
+        try:
+            loaded = self.config()
+        except ConfigError as e:  # fail closed: no main-session turn whose alert could go to the wrong person
+            hb.last = HeartbeatOutcome("skipped", mask(f"the config is invalid: {e.message}")).to_dict(now)
+            log.warning("heartbeat %s: skipped: the config is invalid", hb.agent.id)
+            return
         zone = resolve_zone(None, hb.agent.settings.timezone)
         try:
-            outcome = await run_heartbeat(hb.agent, self.host, now, zone, self._alerts, self.loaded)
+            outcome = await run_heartbeat(hb.agent, self.host, now, zone, self._alerts, loaded, current=self.config)
         except asyncio.CancelledError:
             hb.last = HeartbeatOutcome("error", "cancelled (timed out or the scheduler stopped)").to_dict(now)
             raise
@@ -362,6 +420,9 @@ class GatewayContext(Protocol):
     @property
     def clock(self) -> Callable[[], float]: ...
 
+    @property
+    def config(self) -> Callable[[], LoadedConfig] | None: ...
+
 
 def gateway_service(ctx: GatewayContext) -> SchedulerService:
     """The gateway's service factory entry: the scheduler with the gateway's bus as its host (turns go
@@ -371,4 +432,4 @@ def gateway_service(ctx: GatewayContext) -> SchedulerService:
     def clock() -> datetime:
         return datetime.fromtimestamp(epoch(), UTC)
 
-    return SchedulerService(ctx.state_dir, ctx.loaded, ctx.host, clock=clock)
+    return SchedulerService(ctx.state_dir, ctx.loaded, ctx.host, clock=clock, config=ctx.config)

@@ -1,0 +1,234 @@
+"""The config the running gateway goes by: hermit.yaml re-read when it changes, applied where it can be
+live, and failing closed while it is invalid.
+
+Revoking someone is an edit of hermit.yaml (`owners`, `allow_from`, `groups`, …), so it must count at once,
+with no window: every admission, routing decision and scheduled delivery asks `LiveConfig.current()`, which
+stats the config files (device, inode, size, mtime and ctime in ns: an edit in place and a replace by
+rename both change it) and reloads them with the normal loader when that key changed. A timer would leave
+a window; a stat per message costs microseconds.
+
+Applied live (each consumer rebuilds what it derives from the config when `current()` hands it a new
+one): who may reach the assistant (each running channel account's `enabled`, `owners`, `dm_policy`,
+`allow_from`, `group_policy`, `groups`, `group_allow_from`, `require_mention`), routing (`bindings`, each
+agent's `session.dm_scope` and `dangerously_share_main_session_with_contacts`, the default agent), each
+agent's `mention_patterns` and `heartbeat` settings, and the owner checks of cron deliveries. Not live,
+named in the log line as needing `hermit gateway restart`: what was built at start from the config —
+model providers, the gateway's bind, port and queues, channel tokens and accounts added or re-pointed,
+the web chat switch, agents added, and every other agent setting (model, memory, sandbox, sessions).
+
+Invalid, unreadable or missing (a YAML error, a failed validation, bindings naming no agent, a file that
+is not the user's, a file moved away): the last good config is kept only for the token holder. `current()` raises the ConfigError,
+so no channel sender is an owner or a contact and nothing scheduled is delivered to a channel until the
+file is valid again; the web chat and the CLI keep working. One error line names the file and the
+problem; the next valid save is applied with no restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hermit.agent.routing import Router
+from hermit.channels.access import AccessControl, PairingStore
+from hermit.config.load import LoadedConfig, load_config
+from hermit.config.paths import StatePaths
+from hermit.errors import ConfigError
+
+log = logging.getLogger("hermit.gateway")
+
+FileKey = tuple[tuple[int, ...] | None, ...]
+Loader = Callable[[StatePaths], LoadedConfig]
+
+# A running channel account's fields that access control reads at each message.
+ACCESS_FIELDS = frozenset({"enabled", "owners", "dm_policy", "allow_from", "group_policy", "groups",
+                           "group_allow_from", "require_mention"})
+# An agent's settings that are read at each routing decision, admission or heartbeat.
+AGENT_LIVE = ("heartbeat", "mention_patterns", "session.dm_scope",
+              "session.dangerously_share_main_session_with_contacts", "default", "is_default")
+
+
+def file_key(paths: StatePaths) -> FileKey:
+    """What changes when any config file is edited, replaced, created or removed."""
+    out: list[tuple[int, ...] | None] = []
+    for path in paths.config_candidates:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            out.append(None)
+        except OSError as e:  # unreadable: a key of its own, so the load says what is wrong
+            out.append((-1, e.errno or 0))
+        else:
+            out.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(out)
+
+
+class LiveConfig:
+    """The config in force, re-read when its file changes. Thread-safe: admission runs in worker threads."""
+
+    def __init__(self, loaded: LoadedConfig, *, load: Loader = load_config) -> None:
+        self.started = loaded
+        self._good = loaded
+        self._load = load
+        self._lock = threading.Lock()
+        # A config read from a file is read again at the first look: it may have been edited while the
+        # gateway started (runtimes can take seconds to build). One built in memory (tests) has no file.
+        self._key: FileKey | None = file_key(loaded.paths) if loaded.source is None else None
+        self._error: ConfigError | None = None
+
+    @property
+    def where(self) -> str:
+        source = self._good.paths.config_file() or self._good.source
+        return str(source) if source is not None else str(self._good.paths.home / "hermit.yaml")
+
+    def current(self) -> LoadedConfig:
+        """The config in force, reloaded first if its file changed; raises ConfigError while it is invalid."""
+        with self._lock:
+            key = file_key(self._good.paths)
+            if key != self._key:
+                self._key = key  # taken before the read: an edit during the read changes it again
+                self._reload()
+            if self._error is not None:
+                raise self._error
+            return self._good
+
+    def last_good(self) -> LoadedConfig:
+        """The last valid config: only for the token holder's own uses (the web chat), never for a sender."""
+        return self._good
+
+    def error(self) -> str | None:
+        return None if self._error is None else self._error.message
+
+    def _reload(self) -> None:
+        if self.started.source is not None and self._good.paths.config_file() is None:
+            # Gone (or mid-save by an editor that moves the old file away first): the defaults would name
+            # no channel account, but "the file is missing" is what the owner needs to read.
+            self._fail(ConfigError(f"the config file {self.where} is missing",
+                                   "put it back; the gateway applies it when it is there again"))
+            return
+        try:
+            new = self._load(self._good.paths)
+            Router.from_config(new)  # bindings naming no agent: invalid for the gateway, which routes by them
+        except ConfigError as e:
+            self._fail(e)
+            return
+        except Exception as e:  # noqa: BLE001 - supervision boundary: whatever went wrong, fail closed
+            self._fail(ConfigError(f"cannot load {self.where}: {type(e).__name__}: {e}",
+                                   "fix the file; the gateway applies it when it is saved"))
+            return
+        old, was_broken = self._good, self._error is not None
+        self._good, self._error = new, None
+        applied, restart = changes(self.started, old, new)
+        head = (f"{self.where} is valid again: channel senders and scheduled deliveries go by it" if was_broken
+                else f"{self.where} changed")
+        done = f"applied {', '.join(applied)}" if applied else "nothing that applies live changed"
+        later = f"; not applied until `hermit gateway restart`: {', '.join(restart)}" if restart else ""
+        level = logging.WARNING if restart else logging.INFO if applied or was_broken else logging.DEBUG
+        log.log(level, "%s: %s%s", head, done, later)
+
+    def _fail(self, e: ConfigError) -> None:
+        if self._error is None or self._error.message != e.message:
+            log.error("%s is invalid, so until it is fixed no channel sender is treated as an owner or a contact "
+                      "and nothing scheduled is delivered to a channel (the web chat and the CLI still work): "
+                      "%s (%s)", self.where, e.message, e.hint)
+        self._error = e
+
+
+# ---- what changed ---------------------------------------------------------------------------------------
+
+def _flat(value: Any, prefix: str, out: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            _flat(v, f"{prefix}.{k}", out)
+    else:
+        out[prefix] = value
+    return out
+
+
+def _view(loaded: LoadedConfig) -> dict[str, Any]:
+    """The config as paths → values: resolved agents (not the raw `agents` section), no `mcp` (read by
+    `hermit mcp serve`, not the gateway)."""
+    out: dict[str, Any] = {}
+    cfg = loaded.config
+    _flat(cfg.channels.model_dump(mode="json"), "channels", out)
+    _flat(cfg.models.model_dump(mode="json"), "models", out)
+    _flat(cfg.gateway.model_dump(mode="json"), "gateway", out)
+    out["bindings"] = [b.model_dump(mode="json") for b in cfg.bindings]
+    for a in loaded.agents:
+        _flat(a.settings.model_dump(mode="json"), f"agents.{a.id}", out)
+        out.update({f"agents.{a.id}.workspace": str(a.workspace), f"agents.{a.id}.index_path": str(a.index_path),
+                    f"agents.{a.id}.sessions_dir": str(a.sessions_dir), f"agents.{a.id}.is_default": a.is_default})
+    return out
+
+
+def _live(path: str, started: LoadedConfig) -> bool:
+    parts = path.split(".")
+    if parts[0] == "bindings":
+        return True
+    if parts[0] == "channels" and len(parts) >= 5 and parts[2] == "accounts":
+        return parts[4] in ACCESS_FIELDS and parts[3] in started.config.channels.accounts_of(parts[1])
+    if parts[0] == "agents" and len(parts) >= 3 and any(a.id == parts[1] for a in started.agents):
+        rest = ".".join(parts[2:])
+        return any(rest == p or rest.startswith(p + ".") for p in AGENT_LIVE)
+    return False
+
+
+def _shown(path: str) -> str:
+    """A path as the log names it: an account or an agent's setting at most, never a value."""
+    parts = path.split(".")
+    return ".".join(parts[:5] if parts[0] == "channels" else parts[:4])
+
+
+def changes(started: LoadedConfig, old: LoadedConfig, new: LoadedConfig) -> tuple[list[str], list[str]]:
+    """(what the new config changed that is applied now, what differs from the config the gateway started
+    with that needs a restart), as config paths."""
+    before, now, start = _view(old), _view(new), _view(started)
+    applied = {_shown(p) for p in before.keys() | now.keys() if before.get(p) != now.get(p) and _live(p, started)}
+    restart = {_shown(p) for p in start.keys() | now.keys() if start.get(p) != now.get(p) and not _live(p, started)}
+    return sorted(applied), sorted(restart)
+
+
+# ---- access and routing by the config in force ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AccessView:
+    """What admission and routing derive from one config."""
+
+    loaded: LoadedConfig
+    access: AccessControl
+    router: Router
+    patterns: Mapping[str, Sequence[str]]
+
+
+class LiveAccess:
+    """Access control and routing rebuilt whenever the config in force changes (cached per config)."""
+
+    def __init__(self, live: LiveConfig, store: PairingStore, clock: Callable[[], float]) -> None:
+        self.live = live
+        self.store = store
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._view = self._build(live.last_good())
+
+    def _build(self, loaded: LoadedConfig) -> AccessView:
+        return AccessView(loaded, AccessControl(loaded.config.channels, self.store, self.clock),
+                          Router.from_config(loaded), {a.id: a.settings.mention_patterns for a in loaded.agents})
+
+    def view(self) -> AccessView:
+        """The view of the config in force; raises ConfigError while hermit.yaml is invalid."""
+        loaded = self.live.current()
+        with self._lock:
+            if self._view.loaded is not loaded:
+                self._view = self._build(loaded)
+            return self._view
+
+    def owner_view(self) -> AccessView:
+        """For the web chat (the token holder, the owner whatever the file says): the last good config."""
+        try:
+            return self.view()
+        except ConfigError:
+            with self._lock:
+                return self._view
