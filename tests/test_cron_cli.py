@@ -7,7 +7,7 @@ import os
 import stat
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -85,14 +85,22 @@ def test_run_works_without_a_gateway_and_uses_the_jobs_time_zone(tmp_path: Path)
         assert hermit(home, "cron", "add", "--id", "brief", "--cron", "0 9 * * *", "--tz", "America/Los_Angeles",
                       "-m", "Summarise my day", "--announce", "telegram:42").returncode == 0
         before = json.loads(hermit(home, "cron", "list", "--json").stdout)["jobs"][0]["next_run_at"]
+        started = datetime.now(UTC)
         run = hermit(home, "cron", "run", "brief")
+        ended = datetime.now(UTC)
         assert run.returncode == 0, run.stderr
         sent = fake.requests[-1].body["messages"][-1]["content"]
     text = sent if isinstance(sent, str) else "".join(p["text"] for p in sent)
-    now_la = datetime.now(UTC).astimezone(LA)
-    # The turn sees the time in the job's zone (the original used UTC on manual runs).
-    assert f"{now_la:%Z} (America/Los_Angeles) · manual run]" in text and "Summarise my day" in text
-    assert f"{now_la:%Y-%m-%d}" in text
+    # The turn sees the time in the job's zone (the original used UTC on manual runs): a minute of the run, with
+    # its date and abbreviation there (taken around the run, not after it: a midnight or a DST change in Los
+    # Angeles may fall in between).
+    shown, at = set(), started.replace(second=0, microsecond=0)
+    while at <= ended:
+        local = at.astimezone(LA)
+        shown.add(f"{local:%Y-%m-%d %H:%M %Z} (America/Los_Angeles) · manual run]")
+        at += timedelta(minutes=1)
+    assert any(s in text for s in shown), (shown, text)
+    assert "Summarise my day" in text
     assert run.stdout == "Three meetings today.\n"
     assert "manual run at" in run.stderr and "(America/Los_Angeles)" in run.stderr
     assert "not delivered to telegram:default:42" in run.stderr and "next run:" in run.stderr
