@@ -13,6 +13,7 @@ writes to the work tree: the README's screenshots come from `python bench/screen
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -96,14 +97,6 @@ def nav(page: Any, narrow: bool, selector: str) -> None:
         page.wait_for_selector("#sidebar", state="hidden", timeout=T)
 
 
-def submit(page: Any, narrow: bool) -> None:
-    """Send what is in the box: Enter with a keyboard; on a touch screen Return starts a new line, so Send."""
-    if narrow:
-        page.tap("#send")
-    else:
-        page.press("#input", "Enter")
-
-
 def check_layout(page: Any, width: int, narrow: bool) -> None:
     assert page.evaluate("document.documentElement.scrollWidth") <= width  # no horizontal scrolling
     assert page.evaluate("document.body.scrollWidth") <= width
@@ -142,7 +135,7 @@ def test_the_web_app_at_phone_and_desktop_sizes(browser: Any, demo: Demo, width:
 
     # A streamed reply with its memory_search line.
     page.fill("#input", f"How do I take my coffee? coffee-{tag}")
-    submit(page, narrow)
+    page.press("#input", "Enter")
     reply = page.locator(".msg.assistant[data-done='done']").last
     reply.wait_for(timeout=T)
     assert reply.locator("strong").inner_text() == "oat-milk flat white"
@@ -165,7 +158,7 @@ def test_the_web_app_at_phone_and_desktop_sizes(browser: Any, demo: Demo, width:
 
     # A failed turn (the provider answers 503) says so, and still does after a reload.
     page.fill("#input", f"please fail {tag}")
-    submit(page, narrow)
+    page.press("#input", "Enter")
     detail = page.locator(".msg.assistant.error .error-detail").last
     detail.wait_for(timeout=T)
     page.wait_for_function("() => /503/.test([...document.querySelectorAll('.error-detail')].pop().textContent)",
@@ -213,12 +206,18 @@ def test_the_web_app_at_phone_and_desktop_sizes(browser: Any, demo: Demo, width:
     assert page.is_checked("#memory-append-private")
     assert "untick to share with every chat" in page.inner_text("#memory-append label")
     page.fill("#memory-append-text", f"Water the plants ({tag})")
+    paris = ZoneInfo("Europe/Paris")
+    days = {datetime.now(paris).date().isoformat()}
     page.click("#memory-append button[type='submit']")
     page.wait_for_selector(f"#memory-lines .line.hit >> text=Water the plants ({tag})", timeout=T)
-    assert "Added to memory/" in page.inner_text("#memory-file-note")
-    assert "owner-only" in page.inner_text("#memory-file-note")
-    today = datetime.now(ZoneInfo("Europe/Paris")).date().isoformat()
-    log = demo.home / "workspace" / "memory" / f"{today}.md"
+    days.add(datetime.now(paris).date().isoformat())
+    note = page.inner_text("#memory-file-note")
+    assert "owner-only" in note
+    # The day's log the note went to is today's in Paris: taken around the click, not after it (a Paris midnight
+    # may fall in between, and the log is named by the moment it was written).
+    added = re.search(r"Added to (memory/(\d{4}-\d{2}-\d{2})\.md)", note)
+    assert added is not None and added.group(2) in days, (note, days)
+    log = demo.home / "workspace" / added.group(1)
     text = log.read_text(encoding="utf-8")
     assert f"Water the plants ({tag})" in text
     assert text.rindex('audience="owner"') < text.index(f"Water the plants ({tag})")  # in an owner block
@@ -308,7 +307,7 @@ def test_html_stays_text_reconnect_and_a_wrong_token(browser: Any, demo: Demo) -
     wrong = context.new_page()
     wrong.goto(demo.url.split("?", 1)[0] + "?token=wrong-token")
     wrong.wait_for_selector("#status.bad", timeout=T)
-    status = wrong.inner_text("#signin")
+    status = wrong.inner_text("#status")
     assert "wrong" in status and "token" in status, status
     assert wrong.locator(".msg").count() == 0
     fav = wrong.request.get(demo.url.split("?", 1)[0] + "favicon.ico")
