@@ -97,6 +97,14 @@ def nav(page: Any, narrow: bool, selector: str) -> None:
         page.wait_for_selector("#sidebar", state="hidden", timeout=T)
 
 
+def submit(page: Any, narrow: bool) -> None:
+    """Send what is in the box: Enter with a keyboard; on a touch screen Return starts a new line, so Send."""
+    if narrow:
+        page.tap("#send")
+    else:
+        page.press("#input", "Enter")
+
+
 def check_layout(page: Any, width: int, narrow: bool) -> None:
     assert page.evaluate("document.documentElement.scrollWidth") <= width  # no horizontal scrolling
     assert page.evaluate("document.body.scrollWidth") <= width
@@ -135,7 +143,7 @@ def test_the_web_app_at_phone_and_desktop_sizes(browser: Any, demo: Demo, width:
 
     # A streamed reply with its memory_search line.
     page.fill("#input", f"How do I take my coffee? coffee-{tag}")
-    page.press("#input", "Enter")
+    submit(page, narrow)
     reply = page.locator(".msg.assistant[data-done='done']").last
     reply.wait_for(timeout=T)
     assert reply.locator("strong").inner_text() == "oat-milk flat white"
@@ -158,7 +166,7 @@ def test_the_web_app_at_phone_and_desktop_sizes(browser: Any, demo: Demo, width:
 
     # A failed turn (the provider answers 503) says so, and still does after a reload.
     page.fill("#input", f"please fail {tag}")
-    page.press("#input", "Enter")
+    submit(page, narrow)
     detail = page.locator(".msg.assistant.error .error-detail").last
     detail.wait_for(timeout=T)
     page.wait_for_function("() => /503/.test([...document.querySelectorAll('.error-detail')].pop().textContent)",
@@ -307,7 +315,7 @@ def test_html_stays_text_reconnect_and_a_wrong_token(browser: Any, demo: Demo) -
     wrong = context.new_page()
     wrong.goto(demo.url.split("?", 1)[0] + "?token=wrong-token")
     wrong.wait_for_selector("#status.bad", timeout=T)
-    status = wrong.inner_text("#status")
+    status = wrong.inner_text("#signin")
     assert "wrong" in status and "token" in status, status
     assert wrong.locator(".msg").count() == 0
     fav = wrong.request.get(demo.url.split("?", 1)[0] + "favicon.ico")
