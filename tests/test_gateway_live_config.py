@@ -336,3 +336,31 @@ def test_a_config_file_moved_away_fails_closed_until_it_is_back(tmp_path: Path) 
         live.current()
     os.replace(tmp_path / "hermit.yaml.bak", path)
     assert live.current().config.channels.telegram.accounts["default"].owners == [str(OWNER)]
+
+
+def test_the_web_app_stops_treating_a_removed_owners_dm_as_the_owners(tmp_path: Path) -> None:
+    """The page may continue only the owner's own DMs (console.Console.owner_dm): by the config in force."""
+    from hermit.channels.pairing import PairingStore
+    from hermit.config import StatePaths, load_config
+    from hermit.gateway.agents import AgentHost
+    from hermit.gateway.console import Console
+    from hermit.gateway.live_config import LiveAccess, LiveConfig
+    from hermit.sessions.keys import parse_session_key
+
+    path = tmp_path / "hermit.yaml"
+    text = ("agents: {defaults: {session: {dm_scope: per-peer}}}\n"
+            f'channels: {{telegram: {{accounts: {{default: {{owners: ["{OWNER}", "{EX_OWNER}"]}}}}}}}}\n')
+    path.write_text(text, encoding="utf-8")
+    live = LiveConfig(load_config(StatePaths(tmp_path)))
+
+    async def status() -> dict[str, Any]:
+        return {}
+
+    console = Console(AgentHost({}), live.started, tmp_path, "main", status=status, channels=[], services=[],
+                      clock=time.time, view=LiveAccess(live, PairingStore(tmp_path), time.time).view)
+    owner, ex_owner = (parse_session_key(f"agent:main:dm:{p}") for p in (OWNER, EX_OWNER))
+    assert console.owner_dm(owner) and console.owner_dm(ex_owner)
+    replace_file(path, text.replace(f'"{OWNER}", "{EX_OWNER}"', f'"{OWNER}"'))
+    assert console.owner_dm(owner) and not console.owner_dm(ex_owner)
+    path.write_text(text.replace("per-peer", "[per-peer"), encoding="utf-8")  # invalid: fail closed
+    assert not console.owner_dm(owner)

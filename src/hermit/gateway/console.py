@@ -19,7 +19,9 @@ from hermit.channels.base import Channel
 from hermit.channels.pairing import PairingStore
 from hermit.channels.platforms import accounts
 from hermit.config.load import LoadedConfig
+from hermit.errors import ConfigError
 from hermit.gateway.agents import AgentHost
+from hermit.gateway.live_config import AccessView
 from hermit.gateway.memory_console import MemoryConsole
 from hermit.gateway.ops_console import OpsConsole
 from hermit.sessions.keys import SessionKey, SessionKind, parse_session_key
@@ -28,10 +30,15 @@ from hermit.sessions.keys import SessionKey, SessionKind, parse_session_key
 class Console:
     def __init__(self, host: AgentHost, loaded: LoadedConfig, home: Path, default_agent: str, *,
                  status: Callable[[], Awaitable[dict[str, Any]]], channels: Sequence[Channel],
-                 services: Sequence[object], clock: Callable[[], float]) -> None:
+                 services: Sequence[object], clock: Callable[[], float],
+                 view: Callable[[], AccessView] | None = None) -> None:
         self.loaded = loaded
         self.memory = MemoryConsole(host, default_agent)
-        self.ops = OpsConsole(loaded, home, channels, services, clock)
+        # `view`: the bus's access and routing by the config in force (live_config.LiveAccess.view), so
+        # the page's idea of the owner's DMs follows an edit of hermit.yaml as the bus does.
+        self._view = view
+        self.ops = OpsConsole(loaded, home, channels, services, clock,
+                              config=(lambda: view().loaded) if view is not None else None)
         self.access = AccessControl(loaded.config.channels, PairingStore(home, clock), clock)
         self.router = Router.from_config(loaded)  # the bus's routing, from the same config
         self._status = status
@@ -66,19 +73,28 @@ class Console:
             return False
         if key.channel == WEBCHAT:
             return True
-        for channel, account_id, _ in accounts(self.loaded.config.channels):
+        if self._view is None:
+            loaded, access, router = self.loaded, self.access, self.router
+        else:
+            try:
+                v = self._view()
+            except ConfigError:  # the config is invalid: no channel DM is the owner's (read-only)
+                return False
+            loaded, access, router = v.loaded, v.access, v.router
+        for channel, account_id, _ in accounts(loaded.config.channels):
             if (key.channel not in (None, channel) or key.account_id not in (None, account_id)
-                    or not self.access.is_owner(channel, account_id, key.peer_id)):
+                    or not access.is_owner(channel, account_id, key.peer_id)):
                 continue
-            for guild_id, team_id in self._scopes(channel):
-                route = self.router.resolve(RouteInput(channel, account_id, "dm", key.peer_id, key.thread_id,
-                                                       key.topic_id, guild_id, team_id, sender_is_owner=True))
+            for guild_id, team_id in _scopes(router, channel):
+                route = router.resolve(RouteInput(channel, account_id, "dm", key.peer_id, key.thread_id,
+                                                  key.topic_id, guild_id, team_id, sender_is_owner=True))
                 if route.agent_id == key.agent_id and parse_session_key(route.session_key) == key:
                     return True
         return False
 
-    def _scopes(self, channel: str) -> set[tuple[str | None, str | None]]:
-        """The (guild, team) a DM on `channel` may carry, as far as routing tells them apart: none, or one
-        a binding names (a Slack DM carries its workspace's team_id, which a binding may route by)."""
-        return {(None, None)} | {(b.match.guild_id, b.match.team_id) for b in self.router.bindings
-                                 if b.match.channel == channel and (b.match.guild_id or b.match.team_id)}
+
+def _scopes(router: Router, channel: str) -> set[tuple[str | None, str | None]]:
+    """The (guild, team) a DM on `channel` may carry, as far as routing tells them apart: none, or one
+    a binding names (a Slack DM carries its workspace's team_id, which a binding may route by)."""
+    return {(None, None)} | {(b.match.guild_id, b.match.team_id) for b in router.bindings
+                             if b.match.channel == channel and (b.match.guild_id or b.match.team_id)}

@@ -45,9 +45,10 @@ TAIL_MAX_BYTES = 1_000_000  # the log tail reads at most this much from the end 
 
 class OpsConsole:
     def __init__(self, loaded: LoadedConfig, home: Path, channels: Sequence[Channel], services: Sequence[object],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], *, config: Callable[[], LoadedConfig] | None = None) -> None:
         self.home = home
         self.loaded = loaded
+        self.config = config or (lambda: self.loaded)  # the config in force (a ConfigError while it is invalid)
         self.channels = channels
         self.pairing = PairingStore(home, clock)
         scheduler = next((s for s in services if isinstance(getattr(s, "jobs", None), CronJobs)), None)
@@ -111,7 +112,7 @@ class OpsConsole:
 
     def pairing_approve(self, p: PairingDecideParams) -> dict[str, Any]:
         r = self.pairing.approve(p.channel, p.code)
-        terms = contact_terms(self.loaded, r.channel, r.account_id, r.sender_id)
+        terms = contact_terms(self.config(), r.channel, r.account_id, r.sender_id)
         return {"approved": _request(r, self.pairing.clock()),
                 "message": f"approved as a contact, not an owner. {terms.text()}",
                 "sessionKey": terms.session_key, "mainSession": terms.main, "sandboxed": terms.sandboxed,

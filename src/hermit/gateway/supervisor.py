@@ -180,7 +180,7 @@ class Gateway:
         self.services += build_services(ctx, service_factories)
         owner = router.resolve(RouteInput("webchat", "default", "dm", "owner", sender_is_owner=True)).session_key
         console = Console(self.agents, loaded, home, agent_id_of(owner) or router.default_agent, status=self._status,
-                          channels=self.channels, services=self.services, clock=clock)
+                          channels=self.channels, services=self.services, clock=clock, view=state.view)
         api = WebchatApi(self.webchat, self.agents, token, owner, self.cfg.allowed_origins, console,
                          tickets=Tickets(home))  # `hermit dashboard`'s, with the real clock its process writes by
         self.app = build_app(api, token, self._status, webhook_routes(extra),
