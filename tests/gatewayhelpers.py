@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -100,15 +101,19 @@ def make_bus(rt: AgentRuntime, *channels: RecordingChannel, queue_limit: int = 8
 
 
 def last_user_text(request: ModelRequest) -> str:
+    """The last user message's own words: a group's turn reaches the model after its sender's line
+    (`[Name (id)]`, agent/speakers.py), which is left out here; tests of that line read the request."""
     for m in reversed(request.messages):
         d = m.to_dict()
         if d.get("role") == "user":
             content = d.get("content")
-            return content if isinstance(content, str) else "".join(
+            text = content if isinstance(content, str) else "".join(
                 p.get("text", "") for p in content or [] if isinstance(p, dict))
+            return text.split("\n", 1)[1] if SENDER_LINE.match(text) else text
     return ""
 
 
+SENDER_LINE = re.compile(r"\[[^\[\]\n]*\]\n")  # a group turn's first line, as the model is shown it
 CHROMIUM = "/usr/lib/chromium/chromium"
 # Flags that work headless as root on a shared machine (MACHINE.md); no network the tests did not ask for.
 CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",

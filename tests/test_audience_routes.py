@@ -71,7 +71,7 @@ class Brain:
             return "NO_REPLY" if "Pre-compaction memory flush" in user else "done"
         if "Pre-compaction memory flush" in user:
             return self._write(f"- Decided to move the savings to the credit union ({FLUSHED}).\n")
-        if user.startswith("remember:"):
+        if user.split("\n", 1)[-1].startswith("remember:"):  # after the group's sender line
             return self._write(f"- The rent of 18,500 CZK is due on the 3rd ({REMEMBERED}).\n")
         if "door code" in user:
             return f"The door code is 4-7-1-1 ({REPLIED})."
@@ -190,7 +190,7 @@ def test_a_chats_note_is_seen_by_that_chat_and_the_owner_only(tmp_path: Path, e5
         user = next(_text(m) for m in reversed(request.messages) if isinstance(m, UserMessage))
         if isinstance(request.messages[-1], ToolResultMessage):
             return "done"
-        if user.startswith("remember:"):
+        if user.split("\n", 1)[-1].startswith("remember:"):  # after the group's sender line
             return Brain._write(note)
         return {"tool_calls": [{"name": "memory_search", "arguments": {"query": "who brings the projector",
                                                                         "minScore": 0}},
@@ -204,7 +204,8 @@ def test_a_chats_note_is_seen_by_that_chat_and_the_owner_only(tmp_path: Path, e5
     rt.run_turn(GROUP, "remember: Bob brings the projector", sender="bob")
     daily = (rt.agent.workspace / DAILY).read_text()
     (block,) = origin_blocks(daily)
-    assert block.origin.audience == "telegram:group:-100200" and block.origin.sender == "bob"
+    # A group's note names the group, never one member: it may hold several members' words.
+    assert block.origin.audience == "telegram:group:-100200" and block.origin.sender is None
 
     def probe(key: str) -> str:
         rt.new_session(key)

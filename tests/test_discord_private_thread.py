@@ -138,7 +138,9 @@ def test_access_and_bindings_are_the_parent_channels(tmp_path: Path) -> None:
 
 
 def _user_text(req: ModelRequest) -> str:
-    return next(m for m in reversed(req.messages) if isinstance(m, UserMessage)).text
+    """The last user message's own text: a group's turn starts with its sender's line (agent/speakers.py)."""
+    text = next(m for m in reversed(req.messages) if isinstance(m, UserMessage)).text
+    return text.split("\n", 1)[1] if text.startswith("[") else text
 
 
 def brain(req: ModelRequest) -> Any:

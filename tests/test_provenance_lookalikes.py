@@ -50,11 +50,11 @@ def test_a_contacts_look_alike_label_or_marker_is_escaped_on_disk_and_in_the_own
     mem.close()
     on_disk = (rt.agent.workspace / DAILY).read_text()
     (block,) = origin_blocks(on_disk)
-    assert block.origin.sender == "Bob (2001)"
+    assert block.origin.sender is None  # a group's writes name the group, never one member
     assert body(on_disk) == ["- lunch is at noon", stored, EVIL]
     assert stored in json.loads(results(model, "memory_get")[-1])["text"]
     (hit, *_) = json.loads(results(model, "memory_search")[-1])["results"]
-    assert hit["snippet"].startswith('[written from telegram group -100555 by 2001 "Bob"] ') and stored in hit["snippet"]
+    assert hit["snippet"].startswith('[written from telegram group -100555] ') and stored in hit["snippet"]
 
 
 def test_look_alike_labels_in_notes_already_on_disk_are_escaped_when_search_shows_them(tmp_path: Path) -> None:

@@ -221,15 +221,57 @@ class ToolCallPart:
 AssistantPart: TypeAlias = TextPart | ToolCallPart
 
 
+# Written after a group message's sender when the id is one of the owner's (agent/speakers.py): after the id,
+# where no display name reaches, and with an em dash, which no display name keeps (label_text).
+OWNER_MARK = " — the owner"
+
+
+@dataclass(frozen=True)
+class Sender:
+    """Who wrote a user message in a chat several people write in (a group, a channel, a thread): the
+    platform id, the display name they chose (untrusted: shown only through label_text), and whether the
+    id was one of the owner's when the message came in. Recorded with the message in its transcript."""
+
+    id: str
+    name: str | None = None
+    owner: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"id": self.id}
+        if self.name:
+            d["name"] = self.name
+        if self.owner:
+            d["owner"] = True
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Sender:
+        """Parse the JSON form; raises ValueError naming what is wrong."""
+        if not isinstance(d, Mapping):
+            raise ValueError("sender must be an object")
+        name = d.get("name")
+        owner = d.get("owner", False)
+        if name is not None and not isinstance(name, str):
+            raise ValueError("sender name must be a string")
+        if not isinstance(owner, bool):
+            raise ValueError("sender owner must be a boolean")
+        return cls(_str(d, "id"), name, owner)
+
+
 @dataclass(frozen=True)
 class UserMessage:
     text: str
     images: tuple[ImagePart, ...] = ()
+    # Who wrote it, in a chat several people write in; None elsewhere, and in transcripts older than this.
+    sender: Sender | None = None
     role: ClassVar[Literal["user"]] = "user"
 
     def to_dict(self) -> dict[str, Any]:
         content = [TextPart(self.text).to_dict(), *(i.to_dict() for i in self.images)]
-        return {"role": "user", "content": content}
+        d: dict[str, Any] = {"role": "user", "content": content}
+        if self.sender is not None:
+            d["sender"] = self.sender.to_dict()
+        return d
 
 
 @dataclass(frozen=True)
@@ -316,7 +358,8 @@ def message_from_dict(d: Mapping[str, Any]) -> Message:
     role = d.get("role")
     if role == "user":
         text, images = _text_and_images(d.get("content"), "user content")
-        return UserMessage(text, images)
+        sender = d.get("sender")
+        return UserMessage(text, images, None if sender is None else Sender.from_dict(sender))
     if role == "assistant":
         raw = d.get("content", [])
         if isinstance(raw, str):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
 
+from hermit.agent.speakers import GROUP_CHAT_NOTE, records_senders
 from hermit.memory.policy.audience import reader_for_session, visible_text
 from hermit.messages import AssistantMessage, Message, ToolResultMessage, UserMessage, message_from_dict
 from hermit.models.base import ToolSchema
@@ -180,6 +181,8 @@ def _sections(p: PromptInputs) -> list[tuple[str, str]]:
         f"background check with nothing to report), reply with exactly {SILENT_TOKEN} and nothing else; "
         f"it is not delivered."
     )))
+    if records_senders(p.session_key):  # who said each turn is shown to the model (speakers.py)
+        out.append(("group chat", GROUP_CHAT_NOTE))
     return out
 
 

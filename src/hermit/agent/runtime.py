@@ -44,14 +44,15 @@ from hermit.agent.lifecycle import SessionStart, check_expiry, parse_compact_com
 from hermit.agent.loop import EventSink, LoopResult, TurnCancelled, run_loop
 from hermit.agent.maintenance import SessionMaintenance
 from hermit.agent.session_memory import save_session_memory
+from hermit.agent.speakers import OwnerCheck, attributed, make_sender, records_senders, sender_of
 from hermit.agent.turn import PruneMemo, ToolCallRecord, TurnContext, TurnNotes, TurnResult, resolve_timezone
 from hermit.config.load import AgentConfig
 from hermit.errors import ContextOverflowError, HermitError, SessionError
 from hermit.memory.policy.audience import owner_origin, reader_for_session
 from hermit.memory.policy.paths import safe_extra_roots
-from hermit.memory.policy.provenance import Origin
+from hermit.memory.policy.provenance import Origin, sender_text
 from hermit.memory.service import MemoryService
-from hermit.messages import AssistantMessage, Message, Usage, UserMessage, valid_text
+from hermit.messages import AssistantMessage, Message, Sender, Usage, UserMessage, valid_text
 from hermit.models.base import ClosableModel, Model, ModelRequest
 from hermit.models.cancel import CancelToken
 from hermit.sessions.keys import SessionKind, agent_id_of, classify_session_key, is_main_session_key
@@ -92,6 +93,7 @@ class AgentRuntime:
         fsync: bool = True,
         cron: CronBackend | None = None,
         sandbox_backend: Backend | None = None,
+        owner_check: OwnerCheck | None = None,
     ) -> None:
         self.agent = agent
         self.cron = cron  # the scheduler's jobs, offered as the cron tool in the main session only
@@ -110,7 +112,10 @@ class AgentRuntime:
         self._maintenance = SessionMaintenance(self, forget_pruning=self._forget_pruning)
         # Rooms and sandboxes of non-owner sessions; the backend is detected on first use when None.
         self.confinement = Confinement(agent, self._agent_dir, sandbox_backend)
-        self._senders: dict[str, str] = {}  # who sent the current turn's message, per session key
+        self._senders: dict[str, Sender] = {}  # who sent the current turn's message, per session key
+        # Whether a channel's sender is one of the owner's ids (config, given by the composition root): a
+        # group message of the owner's is marked as theirs to the model (speakers.py). None: nobody is.
+        self.owner_check = owner_check
 
     def close(self) -> None:
         """Release what the runtime holds: its memory index and its model's connections."""
@@ -152,8 +157,8 @@ class AgentRuntime:
             and is_main_session_key(session_key) else None,
             os_sandbox=self.confinement.os_sandbox(session_key, view),
             rules=MemoryWriteRules(
-                self.agent.workspace, origin=None if private else session_origin(session_key, self._senders.get(
-                    session_key)), owner=owner_origin(session_key) if private else None,
+                self.agent.workspace, origin=None if private else self._write_origin(session_key),
+                owner=owner_origin(session_key) if private else None,
                 memory_writes=sandbox.memory_writes, history_dir=self._agent_dir / "memory-history",
                 extra_paths=self._extra_memory_paths(), clock=lambda: self.clock().astimezone(self.timezone)),
             env_allow=frozenset(sandbox.env_allow),
@@ -192,6 +197,13 @@ class AgentRuntime:
     def today(self) -> str:
         return self.clock().astimezone(self.timezone).date().isoformat()
 
+    def channel_sender(self, channel: str, account_id: str, sender_id: str, name: str | None = None,
+                       username: str | None = None) -> Sender:
+        """Who wrote a channel's message, as a turn records it: marked the owner's when `owner_check` says
+        the id (or username) is one of the owner's on that channel account."""
+        owner = self.owner_check is not None and self.owner_check(channel, account_id, sender_id, username)
+        return make_sender(sender_id, name, owner=owner)
+
     # ---- context ----------------------------------------------------------------------------------
 
     def system_prompt(self, session_key: str, tools: ToolRunner, *, compacted: bool = False) -> SystemPrompt:
@@ -218,7 +230,7 @@ class AgentRuntime:
         """The one place a request is made from the turn's messages: tool pairs repaired, old tool output
         pruned (the transcript is never touched)."""
         text = turn.system.text if system is None else system
-        sent = self._prune(turn, tuple(repair_tool_pairs(messages)), text, commit=True)
+        sent = self._prune(turn, tuple(attributed(repair_tool_pairs(messages))), text, commit=True)
         return ModelRequest(system=text, messages=sent, tools=turn.schemas)
 
     def _prune(self, turn: TurnContext, messages: tuple[Message, ...], system: str, *,
@@ -243,7 +255,7 @@ class AgentRuntime:
 
     def context_tokens(self, turn: TurnContext, messages: Sequence[Message]) -> int:
         """Estimated size of the request these messages would make now (pruning applied)."""
-        sent = self._prune(turn, tuple(repair_tool_pairs(messages)), turn.system.text, commit=False)
+        sent = self._prune(turn, tuple(attributed(repair_tool_pairs(messages))), turn.system.text, commit=False)
         return request_tokens(turn.system.text, turn.schemas, sent)
 
     def prepare(self, session_key: str, *, read_only: bool = False) -> TurnContext:
@@ -309,7 +321,7 @@ class AgentRuntime:
                     transcript=self.store.transcript_path(old.session_id), record=old,
                     workspace=self.agent.workspace, cfg=hook, model=self.model, now=self.clock(),
                     tz=self.timezone, tz_name=self.timezone_name, reason=reason,
-                    origin=owner_origin(session_key) if private else self._hook_origin(session_key))
+                    origin=owner_origin(session_key) if private else self._write_origin(session_key, dm_only=True))
             except (HermitError, OSError) as e:  # the new session must start anyway
                 notes.warnings.append(f"could not save the last session to memory: {e}")
                 log.warning("session-memory hook failed for %s: %s", session_key, e)
@@ -319,11 +331,17 @@ class AgentRuntime:
         notes.reset = reason
         return SessionStart(record.session_id, old.session_id if old else None, reason, saved)
 
-    def _hook_origin(self, session_key: str) -> Origin:
-        """The origin of a chat's /new file. The transcript does not record who sent each message, so only
-        a DM (one person's words) names its sender; a group's file names the group, not whoever typed /new."""
-        dm = classify_session_key(session_key) is SessionKind.DM
-        return session_origin(session_key, self._senders.get(session_key) if dm else None)
+    def _write_origin(self, session_key: str, *, dm_only: bool = False) -> Origin:
+        """The origin of what a non-main session writes to memory (its tools' writes, the flush's notes; with
+        `dm_only`, its /new file). Whatever a group, channel or thread session writes may hold several
+        members' words (a flush or a /new file sums up the conversation, and a tool write during one
+        member's turn may quote the others), so it names the chat (its audience stays the chat) and no
+        single sender: neither whoever spoke last nor the owner. A DM (one person's words) names its sender;
+        a /new file names one only there."""
+        kind = classify_session_key(session_key)
+        named = kind is SessionKind.DM if dm_only else not records_senders(session_key)
+        sender = self._senders.get(session_key) if named else None
+        return session_origin(session_key, sender_text(sender.name, sender.id) if sender else None)
 
     def _expire(self, session_key: str, notes: TurnNotes) -> None:
         record = self.store.get(session_key)
@@ -366,22 +384,23 @@ class AgentRuntime:
 
     def run_turn(self, session_key: str, text: str, on_event: EventSink | None = None, *,
                  stream: bool | None = None, heartbeat: bool = False, read_only: bool = False,
-                 cancel: CancelToken | None = None, sender: str | None = None) -> TurnResult:
+                 cancel: CancelToken | None = None, sender: Sender | str | None = None) -> TurnResult:
         """Answer one user message. Streams when `stream` (default: when `on_event` is given).
 
         `heartbeat` runs are never reset by the reset policy and get no memory flush; `read_only` turns
         cannot write files or run commands (and get no flush either). Cancelling `cancel` (the gateway's
         shutdown) ends the model call in progress (models.cancel) and stops the turn between steps
-        (loop.py): the transcript gets an `interrupted` entry and TurnCancelled is raised. `sender` (a
-        channel's name or id of who wrote the message) goes into the origin of memory notes a non-main
-        session writes."""
+        (loop.py): the transcript gets an `interrupted` entry and TurnCancelled is raised. `sender` (who
+        wrote the message, from a channel) is recorded with the message in a group's transcript and shown to
+        the model with it (speakers.py); a DM's memory notes name it in their origin."""
         text = valid_text(text)  # from a terminal, a channel or a script: a lone surrogate breaks every store
         with self._lock(session_key):
             self._check_key(session_key)
-            if sender is None:
+            who = sender_of(sender)
+            if who is None:
                 self._senders.pop(session_key, None)
             else:
-                self._senders[session_key] = sender
+                self._senders[session_key] = who
             notes = TurnNotes()
             command = parse_reset_command(text, self.agent.settings.session.reset_triggers)
             if command.is_reset:
@@ -452,7 +471,8 @@ class AgentRuntime:
                 turn.tools,
                 lambda messages: dataclasses.replace(self.build_request(current[0], messages), cancel=cancel),
                 repair_tool_pairs(turn.history.messages),
-                UserMessage(text),
+                UserMessage(text, sender=self._senders.get(turn.session_key) if records_senders(turn.session_key)
+                            else None),
                 record=record,
                 max_iterations=self.agent.settings.max_tool_iterations,
                 stream=on_event is not None if stream is None else stream,

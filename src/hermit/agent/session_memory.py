@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 
+from hermit.agent.speakers import dump_speaker, recorded_sender
 from hermit.config.schema import SessionMemoryHookConfig
 from hermit.durable import append_whole
 from hermit.errors import HermitError
@@ -68,7 +69,7 @@ from hermit.memory.policy.provenance import (
     seal,
     wrap,
 )
-from hermit.messages import UserMessage
+from hermit.messages import Sender, UserMessage
 from hermit.models.base import Model, ModelRequest
 from hermit.redaction import mask
 from hermit.sessions.keys import is_main_session_key
@@ -105,7 +106,7 @@ think make one two new also maybe really good great right see look let tell said
 _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 _WORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9]{2,}")
 _HEX_RE = re.compile(r"[0-9A-Fa-f]+")
-_MESSAGE_START = re.compile(r"\n\n(?=(?:User|Assistant): )")
+_MESSAGE_START = re.compile(r"\n\n(?=(?:User|Assistant)(?: \([^()\n]*\))?: )")
 _NAME_ERRORS = frozenset({errno.ENAMETOOLONG, errno.EILSEQ, errno.EINVAL})
 
 
@@ -126,6 +127,7 @@ class Line:
     text: str
     entry_id: str = ""  # of its transcript entry
     timestamp: str = ""
+    sender: Sender | None = None  # who wrote a group's user message (agent/speakers.py)
 
 
 def recent_dialogue(path: Path, count: int) -> list[Line]:
@@ -142,7 +144,8 @@ def recent_dialogue(path: Path, count: int) -> list[Line]:
         parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
         text = "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict) and p.get("type") == "text")
         if text.strip():  # masked: these lines go to the slug request and into a memory file
-            lines.append(Line(str(role), mask(text).strip(), entry.id, entry.timestamp))
+            lines.append(Line(str(role), mask(text).strip(), entry.id, entry.timestamp,
+                              recorded_sender(message.get("sender")) if role == "user" else None))
     return lines[-count:]
 
 
@@ -178,13 +181,23 @@ def keyword_slug(dialogue: Sequence[Line], session_id: str) -> str:
     return f"session-{tail}"
 
 
-def render_dialogue(dialogue: Sequence[Line], limit: int = MAX_MESSAGE_CHARS) -> str:
+def render_dialogue(dialogue: Sequence[Line], limit: int = MAX_MESSAGE_CHARS,
+                    clean: Callable[[str], str] | None = None) -> str:
+    """`User: …` / `Assistant: …` lines; a group member's message is labelled `User (3001 "Gus"): …` with
+    its sender (speakers.dump_speaker), so a saved group session never shows members' words as one user's.
+    `clean` (neutralize) is applied to each message's line before the sender is named: the label is
+    Hermit's, and escaping it as a speaker a member typed would hide who spoke."""
     out = []
     for d in dialogue:
         text = redact(d.text)
         if len(text) > limit:
             text = text[:limit].rstrip() + " …"
-        out.append(f"{'User' if d.role == 'user' else 'Assistant'}: {text}")
+        line = f"{'User' if d.role == 'user' else 'Assistant'}: {text}"
+        if clean is not None:
+            line = clean(line)
+        if d.sender is not None and line.startswith("User: "):
+            line = f"User ({dump_speaker(d.sender)}): {line[len('User: '):]}"
+        out.append(line)
     return "\n\n".join(out)
 
 
@@ -239,14 +252,19 @@ def fit_slug(slug: str, max_bytes: int) -> str:
     return "-".join(words) or slug.encode("utf-8")[:max_bytes].decode("utf-8", "ignore")
 
 
-def tail_of(body: str, limit: int) -> str:
-    """The end of `body` in at most `limit` characters, from the start of a message where one begins."""
+def tail_of(body: str, limit: int, clean: Callable[[str], str] = lambda text: text) -> str:
+    """The end of `body` in at most `limit` characters, from the start of a message where one begins, else
+    from the start of a line: `body` was cleaned line by line, and a cut line is `clean`ed again (what was
+    escaped could read as syntax once cut)."""
     if len(body) <= limit:
         return body
     note = "… (earlier messages cut: a chat's saved session keeps its last part)\n\n"
     tail = body[len(body) - max(0, limit - len(note)):]
     start = _MESSAGE_START.search(tail)
-    return note + (tail[start.end():] if start else tail)
+    if start is not None:
+        return note + tail[start.end():]
+    line = tail.find("\n")
+    return note + (tail[line + 1:] if line >= 0 else clean(tail))
 
 
 def save_session_memory(
@@ -284,7 +302,7 @@ def save_session_memory(
     slug = model_slug(model, dialogue, cfg.slug_timeout_seconds) if model is not None and cfg.slug_from_model \
         else None
     slug = slug or keyword_slug(dialogue, record.session_id)
-    body = render_dialogue(dialogue) + "\n"
+    body = render_dialogue(dialogue, clean=lambda line: neutralize(line, block)) + "\n"
 
     def compose(slug: str) -> tuple[str, str]:
         header = (
@@ -296,8 +314,10 @@ def save_session_memory(
             f"- Saved on {reason}: the last {len(dialogue)} user/assistant messages\n\n"
             "## Conversation\n\n"
         )
-        text = header + (tail_of(body, MAX_NOTE_CHARS - len(header)) if chat else body)
-        return f"{local:%Y-%m-%d}-{slug}{suffix}", wrap(neutralize(text, block), block)
+        header = neutralize(header, block)  # the body was, message by message (render_dialogue)
+        text = header + (tail_of(body, MAX_NOTE_CHARS - len(header), lambda t: neutralize(t, block)) if chat
+                         else body)
+        return f"{local:%Y-%m-%d}-{slug}{suffix}", wrap(text, block)
 
     slug = fit_slug(slug, MAX_STEM_BYTES - len(f"{local:%Y-%m-%d}-{suffix}"))
     if not chat:

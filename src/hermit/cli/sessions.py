@@ -154,6 +154,7 @@ def _short(text: str, full: bool, limit: int = 400) -> str:
 
 
 def _render(entry: Entry, full: bool) -> list[str]:
+    from hermit.agent.speakers import recorded_sender, speaker
     from hermit.messages import stored_text
     from hermit.sessions.transcript import CompactionEntry, CustomEntry, MessageEntry
 
@@ -167,7 +168,8 @@ def _render(entry: Entry, full: bool) -> list[str]:
         lines = []
         text = stored_text(m)
         if text or role == "user":
-            lines.append(f"[{stamp}] {role}: {_short(text, full, 2000)}")
+            who = recorded_sender(m.get("sender")) if role == "user" else None  # a group's member
+            lines.append(f"[{stamp}] {role}{f' ({speaker(who)})' if who else ''}: {_short(text, full, 2000)}")
         for part in m.get("content") or []:
             if isinstance(part, dict) and part.get("type") == "toolCall":
                 args = json.dumps(part.get("arguments"), ensure_ascii=False)

@@ -22,6 +22,7 @@ from hermit.agent.loop import AgentEvent
 from hermit.agent.runtime import AgentRuntime
 from hermit.agent.turn import TurnResult
 from hermit.errors import ConfigError, HermitError
+from hermit.messages import Sender
 from hermit.models.cancel import CancelToken
 
 log = logging.getLogger("hermit.gateway")
@@ -83,7 +84,7 @@ class AgentHost:
                               "add it under agents.list and restart the gateway") from None
 
     async def run_turn(self, agent_id: str, session_key: str, text: str, *, heartbeat: bool = False,
-                       on_event: EventCallback | None = None, sender: str | None = None) -> TurnResult:
+                       on_event: EventCallback | None = None, sender: Sender | None = None) -> TurnResult:
         """One turn in a worker thread. `on_event` is called on the event loop, in the order the runtime
         emitted the events (call_soon_threadsafe keeps FIFO order)."""
         runtime = self.runtime(agent_id)
@@ -101,7 +102,7 @@ class AgentHost:
             try:
                 return runtime.run_turn(session_key, text, forward if on_event else None,
                                         stream=on_event is not None, heartbeat=heartbeat, cancel=turn.cancel,
-                                        sender=sender)  # the origin of memory notes a group session writes
+                                        sender=sender)  # recorded in a group's transcript (agent/speakers.py)
             finally:
                 turn.finished.set()
 

@@ -38,7 +38,7 @@ from hermit.errors import ChannelError, HermitError, SessionError
 from hermit.gateway import attachments
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
-from hermit.memory.policy.provenance import sender_text
+from hermit.messages import Sender
 from hermit.sessions.keys import agent_id_of
 
 log = logging.getLogger("hermit.gateway")
@@ -258,8 +258,15 @@ class Bus:
         await run_and_reply(
             channel, Target.of(msg), turn_id,
             lambda on_event: self.host.run_turn(job.agent_id, job.session_key, job.text, on_event=on_event,
-                                                sender=_sender(msg)),
+                                                sender=self._sender(job.agent_id, msg)),
             self._chunk)
+
+    def _sender(self, agent_id: str, msg: InboundMessage) -> Sender:
+        """Who wrote a message: recorded with it in a group's transcript, named in a DM's memory notes. The
+        name is the member's own choice, so it is cleaned here, where it comes in, to text that cannot
+        imitate a label (speakers.make_sender); the runtime marks the owner's ids (hermit.yaml as it is now)."""
+        return self.host.runtime(agent_id).channel_sender(msg.channel, msg.account_id, msg.sender_id,
+                                                          msg.sender_name, msg.sender_username)
 
     def _still_routed(self, job: _Job, msg: InboundMessage) -> bool:
         """Whether a queued message would still go to the session it waits in: an owner removed from
@@ -321,7 +328,3 @@ class Bus:
                                 **{k: v for k, v in self.counts.items() if k != "queued"}}}
 
 
-def _sender(msg: InboundMessage) -> str:
-    """Who wrote a message, as memory-note provenance records it: "name (id)", or the id. The name is the
-    member's own choice, so it is cleaned here, where it comes in, to text that cannot imitate a label."""
-    return sender_text(msg.sender_name, msg.sender_id)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hermit.agent.context import is_silent
+from hermit.agent.speakers import recorded_sender, speaker
 from hermit.errors import SessionError
 from hermit.messages import stored_text
 from hermit.scheduler.heartbeat import DEFAULT_ACK_MAX_CHARS, strip_heartbeat_token
@@ -76,6 +77,14 @@ def list_sessions(stores: Mapping[str, SessionStore], owner_dm: OwnerCheck) -> l
     return out
 
 
+def _sender(raw: Any) -> dict[str, Any] | None:
+    """Who wrote a group's message, as recorded with it (agent/speakers.py): id, name and whether it was the
+    owner, with `label` ("Gus (3001)", "Ann (1001) — the owner") for the page to show. None for a message
+    that recorded no sender (a DM, the main session, older transcripts)."""
+    who = recorded_sender(raw)
+    return None if who is None else {"id": who.id, "name": who.name, "owner": who.owner, "label": speaker(who)}
+
+
 def chat_history(store: SessionStore, session_key: str, limit: int) -> dict[str, Any]:  # noqa: C901 - one pass over a transcript's entry kinds; split with the web app's history work
     """The session's user/assistant messages, newest `limit` items. Tool calls (with done/failed from
     their results) are shown on the assistant reply that followed them, as the live page shows them."""
@@ -111,6 +120,8 @@ def chat_history(store: SessionStore, session_key: str, limit: int) -> dict[str,
             if background:
                 continue
         item: dict[str, Any] = {"role": role, "text": stored_text(m), "timestamp": entry.timestamp}
+        if role == "user" and (who := _sender(m.get("sender"))) is not None:
+            item["sender"] = who
         if background and role == "assistant":
             item["text"] = strip_heartbeat_token(item["text"], DEFAULT_ACK_MAX_CHARS) or ""
             if not item["text"]:

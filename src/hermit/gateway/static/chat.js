@@ -26,7 +26,9 @@
     if (role === "assistant") body.appendChild(window.HermitMarkdown.render(text || ""));
     else body.textContent = visible(text || "");
     const tools = el("div", { class: "tools" });
-    const div = el("div", { class: "msg " + role + (opts && opts.error ? " error" : "") }, tools, body);
+    // In a group, who wrote the message (chat.history's sender label: the name cleaned, the id, the owner mark).
+    const who = opts && opts.sender ? [el("div", { class: "who" }, opts.sender)] : [];
+    const div = el("div", { class: "msg " + role + (opts && opts.error ? " error" : "") }, ...who, tools, body);
     messages.appendChild(div);
     scrollDown();
     return { bubble: div, body, tools, text: text || "", toolLines: new Map(), frame: 0 };
@@ -192,7 +194,8 @@
     for (const m of res.messages) {
       if (m.role === "notice") { notice(m.text); continue; }
       const failed = m.role === "assistant" && m.error;
-      const b = bubble(m.role, m.text || (failed ? "Sorry — this reply failed." : ""), { error: failed });
+      const b = bubble(m.role, m.text || (failed ? "Sorry — this reply failed." : ""),
+        { error: failed, sender: m.sender && m.sender.label });
       b.bubble.dataset.done = "history";
       for (const t of m.tools || []) toolLine(b, t.callId, t.name, t.status);
       if (failed) failure(b, "The reply failed: " + m.error);

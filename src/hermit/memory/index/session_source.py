@@ -7,7 +7,8 @@ straight into the JSONL, and `memory_get` on `sessions/<id>.jsonl` renders the s
 
 Only the main session's user turns are the owner's words. Any other transcript's user turns say whose
 chat they came from, taken from the transcript's session key (its header, or the header repair entry):
-`User (telegram DM 2001): …`, `User (telegram group -100200): …`; a transcript without a readable key
+`User (telegram DM 2001): …`, `User (telegram group -100200): …`, and in a group, where each user message
+records its sender, `User (telegram group -100200, 3001 "Gus"): …`; a transcript without a readable key
 fails closed (`User (a session of unknown origin): …`). Search results from such a transcript carry its
 origin too (`transcript_origin`, memory/policy/audience.py `annotate`), so the owner's model never
 takes a contact's words for the owner's.
@@ -24,8 +25,8 @@ from typing import Any
 
 from hermit.errors import PathPolicyError, SessionError
 from hermit.memory.index.sources import SourceFile
-from hermit.memory.policy.provenance import Origin
-from hermit.messages import label_text, valid_text
+from hermit.memory.policy.provenance import Origin, sender_label, sender_text
+from hermit.messages import OWNER_MARK, Sender, label_text, valid_text
 from hermit.sessions.entries import HEADER_REPAIR_TYPE
 from hermit.sessions.keys import SessionKey, SessionKind, is_main_session_key, parse_session_key
 
@@ -141,6 +142,20 @@ def transcript_origin(session_key: str | None) -> Origin | None:
     return Origin(_label_part(session_key or ""), _label_part(key.channel) if key.channel else None, group, sender)
 
 
+def _sender(message: dict[str, Any]) -> str | None:
+    """Who wrote a group's user message, as recorded with it (agent/speakers.py), for its line's label:
+    `3001 "Gus"` (provenance.sender_label), with the owner's mark; None when none is recorded or it is
+    unreadable (the line keeps the chat's label alone)."""
+    raw = message.get("sender")
+    if message.get("role") != "user" or raw is None:
+        return None
+    try:
+        s = Sender.from_dict(raw)
+    except ValueError:
+        return None
+    return sender_label(sender_text(s.name, s.id)) + (OWNER_MARK if s.owner else "")
+
+
 def _message_text(message: Any) -> tuple[str, str] | None:
     if not isinstance(message, dict):
         return None
@@ -176,7 +191,9 @@ def render_transcript(raw: str) -> tuple[str, int]:
             got = _message_text(obj.get("message"))
             if got:
                 who, text = got
-                who = label[who]
+                sender = _sender(obj["message"]) if chat is not None else None
+                # A group's turn names its sender inside the chat's label: `User (telegram group -5, 3001 "Gus")`.
+                who = f"User ({chat}, {sender})" if sender else label[who]
                 # valid_text: a "\ud800" escape in a transcript line must not break indexing
                 rendered = valid_text(redact(f"{who}: {text}")[:MAX_LINE_CHARS])
         out.append(rendered)
