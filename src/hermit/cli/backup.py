@@ -17,8 +17,13 @@ taken over by another local user who plants the name first. Before it gets its n
 
 A backup taken while Hermit runs holds every file, each as one whole version, old or new: a file is read
 whole before its member is written, read again when it changed meanwhile, and its new version stored when
-Hermit replaced it (by rename) since it was listed (backup_copy.py). A file that cannot be stored so is
-named and the command exits 1; the archive holds everything else.
+Hermit replaced it (by rename) since it was listed; once all are written, every file changed since its read
+(an editor's save in place caught between its truncate and its write) is stored again as a later member of
+its name, which restore takes (backup_copy.py). A file that cannot be stored so is named and the command
+exits 1; the archive holds everything else.
+
+A state dir that does not exist, or holds no config and no workspace (a mistyped HERMIT_HOME), is refused
+with the path looked at: an archive of nothing, kept with exit 0, is a backup its owner thinks they have.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, BinaryIO
 
-from hermit.cli.backup_copy import NotStored, add_dir, add_file, verify
+from hermit.cli.backup_copy import NotStored, Stored, add_dir, add_file, settle, verify
 from hermit.cli.backup_walk import DERIVED_DIRS, Tree, plan
 from hermit.cli.context import CliContext
 from hermit.durable import NewFile, TempReplaced
@@ -138,8 +143,26 @@ def _trees(loaded: LoadedConfig, home: Path) -> tuple[list[Tree], dict[str, dict
     return trees, external
 
 
+def where_from(ctx: CliContext, args: argparse.Namespace) -> str:
+    """How the state dir was chosen, for an error that says which path was looked at."""
+    if getattr(args, "home", None):
+        return "given with --home"
+    if ctx.environ.get("HERMIT_HOME"):
+        return f"from HERMIT_HOME={ctx.environ['HERMIT_HOME']}, which may be mistyped"
+    return "the default state dir (HERMIT_HOME is not set)"
+
+
+def _no_state(ctx: CliContext, args: argparse.Namespace, why: str) -> BackupError:
+    return BackupError(f"nothing to back up: {ctx.home} {why} ({where_from(ctx, args)})",
+                       "point HERMIT_HOME (or --home) at the state dir to back up (without either: ~/.hermit)")
+
+
 def cmd_backup(ctx: CliContext, args: argparse.Namespace) -> int:
+    if not ctx.home.is_dir():
+        raise _no_state(ctx, args, "does not exist" if not os.path.lexists(ctx.home) else "is not a folder")
     loaded = ctx.config()
+    if ctx.paths.config_file() is None and not any(a.workspace.is_dir() for a in loaded.agents):
+        raise _no_state(ctx, args, "holds no Hermit state (no hermit.yaml, no workspace)")
     home = ctx.home.resolve()
     given = Path(args.file or f"hermit-backup-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz").expanduser()
     out = given.parent.resolve() / given.name  # the name itself is never followed: a planted link is refused
@@ -149,9 +172,10 @@ def cmd_backup(ctx: CliContext, args: argparse.Namespace) -> int:
         raise BackupError(f"{out} is inside the state dir being backed up", "write the archive somewhere else")
     trees, external = _trees(loaded, home)
     todo = plan(trees, [a.index_path.resolve() for a in loaded.agents])
-    stored = {"files": 0, "bytes": 0}
+    files: Stored = {}  # every file stored, with the version stored (settle() stores it again when it changed)
     written: list[tuple[str, int]] = []  # (name, size) of every member, for the read-back
     not_stored: list[str] = []
+    unsettled: list[str] = []
 
     def write(raw: BinaryIO) -> None:
         with tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
@@ -164,33 +188,49 @@ def cmd_backup(ctx: CliContext, args: argparse.Namespace) -> int:
             tar.addfile(info, io.BytesIO(data))
             written.append((info.name, info.size))
             for entry in todo.entries:
-                is_dir = stat.S_ISDIR(entry.st.st_mode)
                 try:
-                    size = add_dir(tar, entry) if is_dir else add_file(tar, entry, out.parent)
+                    if stat.S_ISDIR(entry.st.st_mode):
+                        if add_dir(tar, entry) is not None:
+                            written.append((entry.arc, 0))
+                        continue
+                    st = add_file(tar, entry, out.parent)
                 except NotStored as e:
                     not_stored.append(f"{entry.shown} ({e.why})")
                     continue
-                if size is None:  # deleted since it was listed
+                if st is None:  # deleted since it was listed
                     todo.skipped.append(f"{entry.shown} (deleted while the backup was written)")
                     continue
-                written.append((entry.arc, size))
-                if not is_dir:
-                    stored["files"] += 1
-                    stored["bytes"] += size
+                written.append((entry.arc, st.st_size))
+                files[entry.arc] = (entry, st)
+            again, still = settle(tar, files, out.parent)
+            written.extend(again)
+            unsettled.extend(still)
 
     write_new_file(out, write, check=lambda raw: verify(raw, written))
-    print(f"wrote {out} (owner-only): {stored['files']} files, {stored['bytes'] / 1e6:.1f} MB — config, keys, "
+    size = sum(st.st_size for _, st in files.values())
+    print(f"wrote {out} (owner-only): {len(files)} files, {size / 1e6:.1f} MB — config, keys, "
           "workspaces, sessions, cron jobs, credentials; indexes and caches rebuild after a restore")
     if todo.links:
         print(f"kept {len(todo.links)} hard links as links (a second name of MEMORY.md or of a note stays one)")
     for line in todo.summary():
         print(line)
-    if not_stored:
-        raise BackupError(f"{len(not_stored)} file{'s' if len(not_stored) > 1 else ''} could not be backed up and "
-                          f"{'are' if len(not_stored) > 1 else 'is'} not in {out}: " + "; ".join(not_stored),
-                          "the archive holds everything else. Stop what writes them (`hermit gateway stop`, an "
-                          "editor), fix what is named, and run `hermit backup` again into a new file")
+    _fail_on(out, not_stored, unsettled)
     return 0
+
+
+def _fail_on(out: Path, not_stored: list[str], unsettled: list[str]) -> None:
+    """The files left out of the archive, or maybe not whole in it, named: `hermit backup` exits 1."""
+    problems = []
+    if not_stored:
+        problems.append(f"{len(not_stored)} file{'s' if len(not_stored) > 1 else ''} could not be backed up and "
+                        f"{'are' if len(not_stored) > 1 else 'is'} not in {out}: " + "; ".join(not_stored))
+    if unsettled:
+        problems.append(f"{len(unsettled)} file{'s' if len(unsettled) > 1 else ''} may not be stored whole in "
+                        f"{out}: " + "; ".join(unsettled))
+    if problems:
+        raise BackupError(". ".join(problems), "the archive holds everything else. Stop what writes them "
+                          "(`hermit gateway stop`, an editor), fix what is named, and run `hermit backup` again "
+                          "into a new file")
 
 
 def cmd_restore(ctx: CliContext, args: argparse.Namespace) -> int:

@@ -14,6 +14,17 @@ stored — when it is a regular file, opened without following a link and reache
 user or by the owner of the file it replaced, and with no second name (hard link; backup_walk.py decides
 about those from the files it listed). A file deleted since it was listed is not stored (said so); one that
 cannot be stored as one version, or whose replacement is refused, is named and `hermit backup` exits 1.
+
+A read that was stable can still be of a version nobody meant to keep: an editor saving in place truncates,
+then writes, and a read and its re-check that both fall between the two see a stable empty file. So once
+every member is written, each stored file is looked at again (`settle`): one whose size, times or identity
+(device, inode) are no longer those of the version stored is stored again, as a later member of the same
+name — tar's rule, which `hermit restore` and `tar -x` follow, is that the last member of a name wins.
+Before that look, the backup waits until the newest stored version is SETTLE seconds old, so a writer held up
+between its truncate and its write (a loaded machine) has had that long to finish. This repeats up to ROUNDS
+times; a file still changing in place after that is named and `hermit backup` exits 1 (the archive holds a
+version read whole, which may be one saved halfway). One replaced by rename, or deleted, since it was stored
+is fine as it is: a rename shows a finished file, and the stored version was one.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import tarfile
 import tempfile
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, BinaryIO
 
@@ -38,6 +50,8 @@ CHUNK = 1 << 20
 IN_MEMORY = 8 << 20  # a file larger than this is spooled to a temporary file
 ATTEMPTS = 5
 PAUSE = 0.05  # seconds before the second read of a file that changed; doubled each time
+SETTLE = 1.0  # seconds a stored version must have been left alone before it is trusted
+ROUNDS = 3  # looks at the stored files after the members are written (see the module's docstring)
 OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0)
 DAMAGED = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)  # what reading a broken archive raises
 
@@ -128,9 +142,10 @@ def _unchanged(before: os.stat_result, after: os.stat_result, size: int) -> bool
             and before.st_ctime_ns == after.st_ctime_ns)
 
 
-def add_file(tar: tarfile.TarFile, entry: Entry, spool_dir: Path) -> int | None:
-    """Store the file listed as `entry`, or its current version (see the module's docstring). Returns the bytes
-    stored, None when it was deleted since it was listed; raises NotStored when it cannot be stored."""
+def add_file(tar: tarfile.TarFile, entry: Entry, spool_dir: Path) -> os.stat_result | None:
+    """Store the file listed as `entry`, or its current version (see the module's docstring). Returns the stat
+    of the version stored (its st_size: the bytes stored), None when it was deleted since it was listed; raises
+    NotStored when it cannot be stored."""
     why = ""
     for attempt in range(ATTEMPTS):
         if attempt:
@@ -160,8 +175,67 @@ def add_file(tar: tarfile.TarFile, entry: Entry, spool_dir: Path) -> int | None:
                 continue
             spool.seek(0)
             tar.addfile(_info(entry.arc, after, tarfile.REGTYPE, size), spool)
-            return size
+            return after
     raise NotStored(why)
+
+
+Stored = dict[str, tuple[Entry, os.stat_result]]  # archive name -> (its entry, the stat of the version stored)
+
+
+def _key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def settle(tar: tarfile.TarFile, stored: Stored, spool_dir: Path, *, clock: Callable[[], float] = time.time,
+           sleep: Callable[[float], None] = time.sleep) -> tuple[list[tuple[str, int]], list[str]]:
+    """Store again, as later members of the same names, the files changed since their version was stored (see
+    the module's docstring); `stored` is updated with what is stored again. Returns (the members added, in
+    order, as (name, size) — one name may come more than once; what still changed in place after ROUNDS, said
+    as "shown (why)")."""
+    again: list[tuple[str, int]] = []
+    unsettled: dict[str, str] = {}
+    for look in range(ROUNDS + 1):
+        newest = max((st.st_ctime_ns for _, st in stored.values()), default=0) / 1e9
+        wait = min(SETTLE, newest + SETTLE - clock())
+        if wait > 0:
+            sleep(wait)
+        changed = []
+        for arc, (entry, st) in stored.items():
+            try:
+                now = os.lstat(entry.path)
+            except OSError:  # deleted, or its folder moved, since it was stored: the stored version stands
+                continue
+            if stat.S_ISREG(now.st_mode) and _key(now) != _key(st):
+                changed.append((arc, now))
+        if look == ROUNDS:
+            unsettled.update({arc: f"{stored[arc][0].shown} (it kept changing in place while the backup was written, "
+                              f"{ROUNDS + 1} times; the archive holds a version read whole, which may be one saved "
+                              "halfway)" for arc, now in changed if _same_file(now, stored[arc][1])})
+            break
+        if not changed:
+            break
+        for arc, now in changed:
+            entry, st = stored[arc]
+            try:
+                new = add_file(tar, entry, spool_dir)
+            except NotStored as e:
+                del stored[arc]
+                # replaced (by rename) with a file that is refused (a link, another user's): the version stored
+                # stands; changed in place and not read whole again: named
+                if _same_file(now, st):
+                    unsettled[arc] = f"{entry.shown} ({e.why}, after it was stored; the archive holds an earlier " \
+                                     "version, which may be one saved halfway)"
+                continue
+            if new is None:  # deleted meanwhile
+                del stored[arc]
+                continue
+            stored[arc] = (entry, new)
+            again.append((arc, new.st_size))
+    return again, list(unsettled.values())
 
 
 def verify(raw: BinaryIO, expected: list[tuple[str, int]]) -> str | None:

@@ -20,6 +20,10 @@ session store — never into a folder that exists and is not empty (even with --
 root, a folder holding the state dir, or a hidden folder of the home folder (~/.ssh, ~/.config…): the
 archive's own hermit.yaml names those paths.
 
+A name that comes more than once (a file `hermit backup` stored again because it changed in place meanwhile,
+backup_copy.py) is restored from its last member, as `tar -x` does. An archive holding no Hermit state (no
+config, no workspace file: a backup of a mistyped HERMIT_HOME) is refused.
+
 Hard links (backup_walk.py): the manifest's `links` are recreated with link(2) inside the same restored
 folder; one that cannot be is left out with a warning, never written as a separate file.
 """
@@ -41,10 +45,11 @@ from pathlib import Path, PurePosixPath
 from hermit.cli.backup import FORMAT, TOP, BackupError, _inside
 from hermit.cli.backup_copy import DAMAGED
 from hermit.cli.context import CliContext
-from hermit.config.paths import ensure_private_dir, not_own_private_dir, not_safe_parent
+from hermit.config.paths import StatePaths, ensure_private_dir, not_own_private_dir, not_safe_parent
 from hermit.durable import NewFile
 
 MAX_MEMBER_BYTES = 4 << 30
+CONFIG_NAMES = tuple(p.name for p in StatePaths(Path("/")).config_candidates)
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 Item = tuple[tarfile.TarInfo, PurePosixPath]  # a member, and its path inside the folder it restores into
 Links = dict[tuple[str, ...], list[tuple[PurePosixPath, PurePosixPath]]]  # per folder: (name, the file it names)
@@ -68,14 +73,21 @@ def restore(ctx: CliContext, args: argparse.Namespace) -> int:
         except DAMAGED as e:
             raise _damaged(args.file, e, "nothing was restored") from None
         links = _links(_manifest(tar, members, args.file))
+        last = {m.name: m for m in members}  # a name stored again (it changed during the backup): the last wins
         mine: list[Item] = []
         later: dict[tuple[str, str], list[Item]] = {}
         for m in members:
+            if last[m.name] is not m:
+                continue
             rel = PurePosixPath(m.name).relative_to(TOP)
             if rel.parts[:1] == ("home",) and len(rel.parts) > 1:
                 mine.append((m, PurePosixPath(*rel.parts[1:])))
             elif rel.parts[:1] == ("external",) and len(rel.parts) > 2:
                 later.setdefault((rel.parts[1], rel.parts[2]), []).append((m, PurePosixPath(*rel.parts[3:])))
+        if not _holds_state(mine, later):
+            raise BackupError(f"{args.file} holds no Hermit state (no hermit.yaml, no workspace file); nothing was "
+                              "restored", "it was written from a state dir that did not exist or was empty (a "
+                              "mistyped HERMIT_HOME?); back up the right one (HERMIT_HOME or --home) and restore that")
         done = "nothing was restored"
         try:
             count = restore_into(home, tar, mine, links.get(("home",), []), private=True, fill=bool(args.force),
@@ -92,6 +104,14 @@ def restore(ctx: CliContext, args: argparse.Namespace) -> int:
                           "those folders away) and run `hermit restore FILE --force --external` again, or copy "
                           "them by hand from the archive's external/ folder")
     return 0
+
+
+def _holds_state(mine: list[Item], later: dict[tuple[str, str], list[Item]]) -> bool:
+    """The archive has a config, or a file of a workspace (the state dir's, or one that lived outside it)."""
+    if any(m.isfile() and (rel.as_posix() in CONFIG_NAMES or rel.parts[0].startswith("workspace"))
+           for m, rel in mine):
+        return True
+    return any(m.isfile() for (_, kind), items in later.items() if kind == "workspace" for m, _ in items)
 
 
 def _damaged(name: str, e: BaseException, done: str) -> BackupError:
