@@ -38,6 +38,8 @@ def unit_values(text: str) -> dict[str, str]:
 
 
 def test_install_writes_a_unit_whose_command_line_runs_this_gateway(tmp_path: Path) -> None:
+    from hermit.cli.service import unit_name_for
+
     home, user = tmp_path / "state dir", tmp_path / "user"
     env = env_for(home, user, XDG_CONFIG_HOME=str(tmp_path / "xdg"))
     assert hermit(env, "setup", "--provider", "fake", "--no-check", "--base-url", "http://127.0.0.1:9/v1").returncode == 0
@@ -51,8 +53,10 @@ def test_install_writes_a_unit_whose_command_line_runs_this_gateway(tmp_path: Pa
 
     r = hermit(env, "gateway", "install", "--no-start")
     assert r.returncode == 0, r.stderr
-    unit = tmp_path / "xdg" / "systemd" / "user" / "hermit-gateway.service"
-    assert f"wrote {unit}" in r.stdout and "systemctl --user enable --now hermit-gateway.service" in r.stdout
+    name = unit_name_for(home, user)  # a state dir of its own (not ~/.hermit): a unit name of its own
+    assert name.startswith("hermit-gateway-state-dir-")
+    unit = tmp_path / "xdg" / "systemd" / "user" / f"{name}.service"
+    assert f"wrote {unit}" in r.stdout and f"systemctl --user enable --now {name}.service" in r.stdout
     text = unit.read_text()
     values = unit_values(text)
     argv = shlex.split(values["ExecStart"])
@@ -99,7 +103,7 @@ def test_install_writes_a_unit_whose_command_line_runs_this_gateway(tmp_path: Pa
         assert proc.wait(PROC_TIMEOUT) == 0
 
     gone = hermit(env, "gateway", "uninstall")
-    assert gone.returncode == 0 and not unit.exists() and "disable --now hermit-gateway.service" in gone.stdout
+    assert gone.returncode == 0 and not unit.exists() and f"disable --now {name}.service" in gone.stdout
     again = hermit(env, "gateway", "uninstall")
     assert again.returncode == 1 and "no service file" in again.stderr
 
@@ -107,12 +111,14 @@ def test_install_writes_a_unit_whose_command_line_runs_this_gateway(tmp_path: Pa
 def test_a_state_dir_with_dollars_percents_or_a_newline_in_its_path(tmp_path: Path) -> None:
     """systemd expands $VAR in ExecStart's words and %x specifiers everywhere, takes EnvironmentFile= whole
     (quotes would be part of the path: the line was ignored), and a newline starts a setting of its own."""
+    from hermit.cli.service import unit_name_for
+
     odd, user = tmp_path / "a $HOME 100%h", tmp_path / "user"
     env = env_for(odd, user, XDG_CONFIG_HOME=str(tmp_path / "xdg"))
     assert hermit(env, "init").returncode == 0
     r = hermit(env, "gateway", "install", "--no-start")
     assert r.returncode == 0, r.stderr
-    values = unit_values((tmp_path / "xdg" / "systemd" / "user" / "hermit-gateway.service").read_text())
+    values = unit_values((tmp_path / "xdg" / "systemd" / "user" / f"{unit_name_for(odd, user)}.service").read_text())
     # as systemd reads them: words unquoted, then $$ -> $ and %% -> %
     argv = [w.replace("$$", "$").replace("%%", "%") for w in shlex.split(values["ExecStart"])]
     assert argv[4:6] == ["--home", str(odd)]
@@ -125,18 +131,21 @@ def test_a_state_dir_with_dollars_percents_or_a_newline_in_its_path(tmp_path: Pa
     assert hermit(env, "init").returncode == 0
     r = hermit(env, "gateway", "install", "--no-start")
     assert r.returncode != 0 and "control character" in r.stderr
-    assert not (tmp_path / "xdg2" / "systemd" / "user" / "hermit-gateway.service").exists()
+    assert not list((tmp_path / "xdg2").rglob("*.service"))
 
 
 def test_without_xdg_config_home_the_unit_goes_to_dot_config_and_macos_gets_a_launchd_agent(tmp_path: Path) -> None:
+    from hermit.cli.service import unit_name_for
+
     home, user = tmp_path / "home", tmp_path / "user"
     env = env_for(home, user)
     assert hermit(env, "init").returncode == 0
     assert hermit(env, "gateway", "install", "--no-start").returncode == 0
-    assert (user / ".config" / "systemd" / "user" / "hermit-gateway.service").is_file()
+    assert (user / ".config" / "systemd" / "user" / f"{unit_name_for(home, user)}.service").is_file()
     r = hermit(env, "gateway", "install", "--kind", "launchd", "--no-start")
     assert r.returncode == 0, r.stderr
-    plist = plistlib.loads((user / "Library" / "LaunchAgents" / "com.hermit.gateway.plist").read_bytes())
+    plist = plistlib.loads((user / "Library" / "LaunchAgents" / f"com.hermit.{unit_name_for(home, user)}.plist")
+                           .read_bytes())
     assert plist["ProgramArguments"] == [sys.executable, "-P", "-m", "hermit", "--home", str(home), "gateway", "run"]
     assert plist["KeepAlive"] == {"SuccessfulExit": False} and plist["RunAtLoad"] is True
     assert "launchctl bootstrap" in r.stdout

@@ -53,6 +53,8 @@ def test_install_and_uninstall_refuse_a_home_or_xdg_config_home_of_another_user(
 
 
 def test_in_ones_own_home_only_ones_own_links_and_folders_are_used(tmp_path: Path) -> None:
+    from hermit.cli.service import unit_name_for
+
     need(os.geteuid() == 0, "root (to hand a folder to another uid)")
     home = tmp_path / "state"
     own = tmp_path / "own-home"
@@ -71,7 +73,7 @@ def test_in_ones_own_home_only_ones_own_links_and_folders_are_used(tmp_path: Pat
     os.lchown(link, 0, 0)
     r = hermit(env_for(home, own), "gateway", "install", "--no-start")
     assert r.returncode == 0, r.stderr
-    unit = dotfiles / "user" / "hermit-gateway.service"
+    unit = dotfiles / "user" / f"{unit_name_for(home, own)}.service"
     assert f"wrote {unit}" in r.stdout and unit.is_file()
     assert oct(os.stat(dotfiles / "user").st_mode & 0o777) == "0o700"
 

@@ -7,14 +7,23 @@ someone else put where the service starts is never run), and `--home` of this st
 picks up another installation or state dir. The unit reads the owner-only env file (`EnvironmentFile=`, for systemd; the gateway loads it
 itself too, which is what a launchd agent relies on) and runs with umask 077. `systemctl --user` is
 only called when a user manager answers; otherwise, and with `--no-start`, the commands are printed.
+
+One service per state dir: the default state dir (~/.hermit) keeps the plain name `hermit-gateway`, any other
+gets `hermit-gateway-<its folder's name>-<8 hex of its path>` (`unit_name_for`), so installing the gateway of a
+second state dir never replaces the first one's unit. A unit whose `--home` is another state dir is never
+overwritten by `install` nor removed by `uninstall` (a chosen --name can collide); the state dir's own unit
+written under the plain name by an earlier version is still found by both. `--host`/`--port` given to
+install go into the unit's command line (each state dir's gateway needs a port of its own).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import plistlib
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -30,24 +39,31 @@ DEFAULT_NAME = "hermit-gateway"
 LAUNCHD_LABEL = "com.hermit.gateway"
 
 
+NAME_HELP = (f"the service's name (default {DEFAULT_NAME} for ~/.hermit, {DEFAULT_NAME}-<folder>-<hash> for "
+             "another state dir)")
+
+
 def register_service(gs: Any) -> None:
     """Adds `install` and `uninstall` to `hermit gateway`'s subcommands."""
     p = gs.add_parser("install", help="run the gateway as a user service (systemd on Linux, launchd on macOS)")
     p.add_argument("--no-start", action="store_true", help="write the unit file only; print how to start it")
-    p.add_argument("--name", default=DEFAULT_NAME, help=f"the service's name (default {DEFAULT_NAME})")
+    p.add_argument("--name", help=NAME_HELP)
     p.add_argument("--kind", choices=("auto", "systemd", "launchd"), default="auto",
                    help="systemd user unit or launchd agent (default: this system's)")
+    p.add_argument("--host", help="address the service's gateway listens on (default gateway.host)")
+    p.add_argument("--port", type=int, help="its port (default gateway.port; each state dir's gateway needs its own)")
     p.set_defaults(func=cmd_install)
     p = gs.add_parser("uninstall", help="stop the gateway service and remove its unit file")
-    p.add_argument("--name", default=DEFAULT_NAME, help=f"the service's name (default {DEFAULT_NAME})")
+    p.add_argument("--name", help=NAME_HELP)
     p.add_argument("--kind", choices=("auto", "systemd", "launchd"), default="auto",
                    help="systemd user unit or launchd agent (default: this system's)")
     p.set_defaults(func=cmd_uninstall)
 
 
-def gateway_command(home: Path) -> list[str]:
-    """The command line of `hermit gateway run` for this install and state dir."""
-    return [sys.executable, "-P", "-m", "hermit", "--home", str(home), "gateway", "run"]
+def gateway_command(home: Path, host: str | None = None, port: int | None = None) -> list[str]:
+    """The command line of `hermit gateway run` for this install and state dir (and --host/--port, if given)."""
+    extra = (["--host", host] if host else []) + (["--port", str(port)] if port is not None else [])
+    return [sys.executable, "-P", "-m", "hermit", "--home", str(home), "gateway", "run", *extra]
 
 
 def _systemd_quote(arg: str) -> str:
@@ -73,10 +89,10 @@ def _one_line_path(path: str, what: str) -> str:
     return path
 
 
-def systemd_unit(home: Path) -> str:
+def systemd_unit(home: Path, host: str | None = None, port: int | None = None) -> str:
     _one_line_path(str(home), "the state dir")
     _one_line_path(sys.executable, "the Python")
-    exec_start = " ".join(_systemd_quote(a) for a in gateway_command(home))
+    exec_start = " ".join(_systemd_quote(a) for a in gateway_command(home, host, port))
     return f"""\
 # Written by `hermit gateway install`; `hermit gateway uninstall` removes it.
 [Unit]
@@ -99,12 +115,12 @@ WantedBy=default.target
 """
 
 
-def launchd_plist(home: Path, name: str) -> bytes:
+def launchd_plist(home: Path, name: str, host: str | None = None, port: int | None = None) -> bytes:
     _one_line_path(str(home), "the state dir")
     logs = home / "logs"
     return plistlib.dumps({
         "Label": LAUNCHD_LABEL if name == DEFAULT_NAME else f"com.hermit.{name}",
-        "ProgramArguments": gateway_command(home),
+        "ProgramArguments": gateway_command(home, host, port),
         "EnvironmentVariables": {"PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE"},
         "RunAtLoad": True,
         "KeepAlive": {"SuccessfulExit": False},  # restarted when it fails, not after a clean stop
@@ -213,12 +229,66 @@ def systemd_usable(environ: dict[str, str]) -> bool:
     return r.returncode == 0
 
 
-def _run(cmd: list[str], environ: dict[str, str]) -> None:
+def _run(cmd: list[str], environ: dict[str, str], name: str) -> None:
     print("$ " + " ".join(cmd), flush=True)
     r = subprocess.run(cmd, capture_output=True, text=True, env=environ, timeout=60)
     if r.returncode != 0:
         raise ConfigError(f"`{' '.join(cmd)}` failed: {(r.stderr or r.stdout).strip()}",
-                          "see `journalctl --user -u hermit-gateway` or run the command yourself")
+                          f"see `journalctl --user -u {name}` or run the command yourself")
+
+
+def unit_name_for(state_dir: Path, user_home: Path) -> str:
+    """The service name of a state dir: the plain one for ~/.hermit, else one of its own (a readable part, the
+    folder's name, and 8 hex of its whole real path, which two state dirs never share)."""
+    home = Path(os.path.realpath(state_dir))
+    if home == Path(os.path.realpath(user_home / ".hermit")):
+        return DEFAULT_NAME
+    slug = re.sub(r"[^a-z0-9]+", "-", home.name.lower()).strip("-")[:24].strip("-") or "home"
+    return f"{DEFAULT_NAME}-{slug}-{hashlib.sha256(os.fsencode(home)).hexdigest()[:8]}"
+
+
+def unit_home(path: Path, kind: str) -> Path | None:
+    """The state dir (`--home`) of the gateway the unit file at `path` runs; None when it names none (a file
+    Hermit did not write, or one it cannot read)."""
+    try:
+        if kind == "launchd":
+            with path.open("rb") as f:
+                argv = plistlib.load(f).get("ProgramArguments")
+        else:
+            line = next((x for x in path.read_text(encoding="utf-8").splitlines() if x.startswith("ExecStart=")), "")
+            argv = [w.replace("$$", "$").replace("%%", "%") for w in shlex.split(line.removeprefix("ExecStart="))]
+    except (OSError, ValueError, UnicodeDecodeError, plistlib.InvalidFileException):
+        return None
+    if not isinstance(argv, list) or "--home" not in argv[:-1]:
+        return None
+    home = argv[argv.index("--home") + 1]
+    return Path(os.path.realpath(home)) if isinstance(home, str) else None
+
+
+def _chosen_name(ctx: CliContext, args: argparse.Namespace, kind: str, folder: Path | None) -> str:
+    """--name, else this state dir's name — or the plain one, when the unit there is this state dir's (written
+    by a version of Hermit that gave every state dir the plain name) and none has this state dir's own name."""
+    if args.name:
+        return str(args.name)
+    name = unit_name_for(ctx.home, _user_home(ctx))
+    if name != DEFAULT_NAME and folder is not None and not os.path.lexists(folder / _unit_name(kind, name)):
+        plain = folder / _unit_name(kind, DEFAULT_NAME)
+        if os.path.lexists(plain) and unit_home(plain, kind) == Path(os.path.realpath(ctx.home)):
+            return DEFAULT_NAME
+    return name
+
+
+def _not_this_home(ctx: CliContext, path: Path, kind: str, doing: str) -> ConfigError | None:
+    """An error when the unit file at `path` (which exists) runs another state dir's gateway, or names none."""
+    theirs = unit_home(path, kind)
+    if theirs == Path(os.path.realpath(ctx.home)):
+        return None
+    if theirs is None:
+        return ConfigError(f"{path} was not written by `hermit gateway install` (it names no state dir); not "
+                           f"{doing} it", "give the service another --name, or remove that file yourself")
+    return ConfigError(f"{path} runs the gateway of another state dir, {theirs} (this one is {ctx.home}); not "
+                       f"{doing} it", f"for that state dir run `HERMIT_HOME={theirs} hermit gateway uninstall`; "
+                       f"this state dir's service is {unit_name_for(ctx.home, _user_home(ctx))} (or give --name)")
 
 
 def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
@@ -228,25 +298,34 @@ def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
     if ctx.paths.config_file() is None:
         raise ConfigError(f"no config in {ctx.home}", "run `hermit setup` (or `hermit init`) first")
     ctx.config()  # a config the gateway could not load is reported now, not in a restart loop
+    host, port = args.host, args.port
+    if host is not None and (not host or any(c.isspace() or ord(c) < 0x20 for c in host)):
+        raise ConfigError(f"--host {host!r} is not an address", "give an address such as 127.0.0.1")
+    if port is not None and not 0 <= port <= 65535:
+        raise ConfigError(f"--port {port} is not a port", "give a port from 1 to 65535 (0: any free one)")
     kind = _kind(args)
     folder = unit_folder(ctx, kind, create=True)
     assert folder is not None
-    path = folder / _unit_name(kind, args.name)
+    name = _chosen_name(ctx, args, kind, folder)
+    path = folder / _unit_name(kind, name)
+    if os.path.lexists(path) and (refused := _not_this_home(ctx, path, kind, "replacing")):
+        raise refused
     ensure_private_dir(ctx.home / "logs")
     if kind == "launchd":
-        write_atomic(path, launchd_plist(ctx.home, args.name), mode=0o644, keep_mode=False)
+        write_atomic(path, launchd_plist(ctx.home, name, host, port), mode=0o644, keep_mode=False)
         steps = [["launchctl", "bootstrap", f"gui/{os.getuid()}", str(path)]]
     else:
-        write_atomic(path, systemd_unit(ctx.home), mode=0o644, keep_mode=False)
+        write_atomic(path, systemd_unit(ctx.home, host, port), mode=0o644, keep_mode=False)
         steps = [["systemctl", "--user", "daemon-reload"],
-                 ["systemctl", "--user", "enable", "--now", f"{args.name}.service"]]
+                 ["systemctl", "--user", "enable", "--now", f"{name}.service"]]
     print(f"wrote {path}")
-    print(f"it runs: {' '.join(gateway_command(ctx.home))}")
+    print(f"it runs: {' '.join(gateway_command(ctx.home, host, port))}")
     usable = kind == "systemd" and not args.no_start and systemd_usable(ctx.environ)
     if usable:
         for step in steps:
-            _run(step, ctx.environ)
-        print("started; `hermit gateway status` shows it, `hermit logs -f` follows its log")
+            _run(step, ctx.environ, name)
+        print(f"started {name}; `hermit gateway status` shows it, `hermit logs -f` follows its log, "
+              f"`journalctl --user -u {name}` has what it printed")
         return 0
     why = "as asked (--no-start)" if args.no_start else (
         "systemd's user manager does not answer here" if kind == "systemd" else "launchd is started by you")
@@ -261,17 +340,22 @@ def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
 def cmd_uninstall(ctx: CliContext, args: argparse.Namespace) -> int:
     kind = _kind(args)
     folder = unit_folder(ctx, kind, create=False)
-    path = folder / _unit_name(kind, args.name) if folder is not None else unit_path(ctx, kind, args.name)
+    name = _chosen_name(ctx, args, kind, folder)
+    path = folder / _unit_name(kind, name) if folder is not None else unit_path(ctx, kind, name)
     if folder is None or not os.path.lexists(path):
-        raise ConfigError(f"no service file at {path}", "nothing to uninstall (see `hermit gateway install`)")
+        raise ConfigError(f"no service file at {path} (for the state dir {ctx.home})", "nothing to uninstall for "
+                          "this state dir (see `hermit gateway install`); another state dir's service is "
+                          "uninstalled with that HERMIT_HOME (or --home)")
+    if refused := _not_this_home(ctx, path, kind, "removing"):
+        raise refused
     if kind == "systemd" and systemd_usable(ctx.environ):
-        _run(["systemctl", "--user", "disable", "--now", f"{args.name}.service"], ctx.environ)
+        _run(["systemctl", "--user", "disable", "--now", f"{name}.service"], ctx.environ, name)
         path.unlink()
-        _run(["systemctl", "--user", "daemon-reload"], ctx.environ)
+        _run(["systemctl", "--user", "daemon-reload"], ctx.environ, name)
     else:
         path.unlink()
         stop = (["launchctl", "bootout", f"gui/{os.getuid()}", str(path)] if kind == "launchd" else
-                ["systemctl", "--user", "disable", "--now", f"{args.name}.service"])
+                ["systemctl", "--user", "disable", "--now", f"{name}.service"])
         print(f"if it is running, stop it with: {' '.join(stop)}")
     print(f"removed {path}")
     return 0
