@@ -114,5 +114,5 @@ def test_a_bad_id_leaves_the_file_alone(tmp_path: Path, capsys: pytest.CaptureFi
     home.mkdir()
     (home / "hermit.yaml").write_text(HAND_WRITTEN)
     assert add(home, "Bad Id") == 1
-    assert "agent id must be lowercase" in capsys.readouterr().err
+    assert "'Bad Id' is not a valid agent id: an id is lowercase letters" in capsys.readouterr().err
     assert (home / "hermit.yaml").read_text() == HAND_WRITTEN

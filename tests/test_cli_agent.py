@@ -106,8 +106,9 @@ def test_hermit_chat_without_a_provider_prints_the_help_screen(tmp_path: Path) -
     proc = hermit(tmp_path / "home", "chat")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and proc.stderr == ""
     out = proc.stdout
-    assert "ANTHROPIC_API_KEY" in out and "OPENAI_API_KEY" in out and "type: openai-compatible" in out
-    assert "base_url: http://127.0.0.1:11434/v1" in out and "agents.defaults.model" in out
+    assert out.splitlines()[2].lstrip().startswith("hermit setup")  # the command that does it comes first
+    assert "--provider ollama" in out and "--provider openai-compatible --base-url" in out
+    assert "ANTHROPIC_API_KEY" in out and "OPENAI_API_KEY" in out and "agents.defaults.model" in out
     assert len(out.splitlines()) <= 24  # one screen
     agent = hermit(tmp_path / "home", "agent", "-m", "hi")
     assert agent.returncode == 1 and "no language model is configured" in agent.stderr

@@ -54,12 +54,31 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_id(agent_id: str) -> None:
+    """The id by the config's own rule (config/schema.py AgentEntry), said as a mistake in the command — not
+    as a line of hermit.yaml the user never wrote."""
+    import re
+
+    from pydantic import ValidationError
+
+    from hermit.config.schema import AgentEntry
+
+    try:
+        AgentEntry(id=agent_id)
+    except ValidationError:
+        slug = re.sub(r"[^a-z0-9_-]+", "-", agent_id.lower()).strip("-_")[:64]
+        raise ConfigError(f"{agent_id!r} is not a valid agent id: an id is lowercase letters, digits, '-' and '_', "
+                          "starts with a letter or digit and has at most 64 characters",
+                          f"e.g. hermit agents add {slug or 'helper'}") from None
+
+
 def cmd_add(ctx: CliContext, args: argparse.Namespace) -> int:
     from hermit.cli.config_file import ConfigText, edit_config
     from hermit.config.edit import append_agents
     from hermit.config.load import LoadedConfig, build_config, parse_config_text
     from hermit.workspace import ensure_workspace
 
+    _check_id(args.id)
     built: list[LoadedConfig] = []  # the config as `add` validated it
 
     def add(current: ConfigText) -> str:
@@ -94,4 +113,9 @@ def cmd_add(ctx: CliContext, args: argparse.Namespace) -> int:
     print(f"added agent {agent.id} to {path}")
     print(f"workspace {agent.workspace} (created: {', '.join(report.created) or 'nothing new'})")
     print(f"talk to it with: hermit --agent {agent.id} chat")
+    from hermit.cli.running_gateway import after_change_note
+
+    note = after_change_note(ctx.home)
+    if note:
+        print(f"note: {note}")
     return 0

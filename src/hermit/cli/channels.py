@@ -110,13 +110,18 @@ def channels_check(ctx: CliContext) -> str | Check:
             fixes.append(f"start the server {where}.{base[0]} names as yourself, as root or as a system account "
                          f"(another user's program holds port {holder.port}: stop it or ask an administrator "
                          "to), or change the setting")
-        for s in secrets(name, cfg):
+        for i, s in enumerate(secrets(name, cfg)):
+            # `hermit setup` keeps it in hermit.env, which the gateway (and its service) reads at start.
+            setup = (f"`hermit setup --channel {name} --account {account_id} "
+                     f"{'--token-stdin' if i == 0 else f'--secret-stdin {s.field}'}` (the value on stdin)")
             if s.plaintext:
                 problems.append(f"{where}.{s.field} is plaintext in the config")
-                fixes.append(f"move it to an environment variable and set {where}.{s.field}_env")
+                fixes.append(f"move it to hermit.env with {setup}; or set {s.env_name} in hermit.env and "
+                             f"{where}.{s.field}_env yourself")
             elif not ctx.environ.get(s.env_name):
                 problems.append(f"{where}: ${s.env_name} is not set")
-                fixes.append(f"export {s.env_name}=… before `hermit gateway run`")
+                fixes.append(f"store it with {setup}; or add {s.env_name}=… to hermit.env — then (re)start the "
+                             "gateway")
         module, extra = platform(name).sdk or ("", "")
         if module and importlib.util.find_spec(module) is None:
             problems.append(f"{where} needs {module}, which is not installed")

@@ -208,13 +208,13 @@ def _count(n: int, word: str) -> str:
 
 
 def run(ctx: CliContext, args: argparse.Namespace) -> int:
-    from hermit.cli.assistant import NoModelConfigured, build_runtime, no_model_help
+    from hermit.cli.assistant import NoModelConfigured, build_runtime
     from hermit.sessions.keys import main_session_key
 
     try:
         runtime = build_runtime(ctx)
     except NoModelConfigured:
-        sys.stdout.write(no_model_help(ctx))
+        sys.stdout.write(no_model_screen(ctx))
         return 1
     interactive = sys.stdin.isatty()
     save_history = _setup_readline(ctx.home / HISTORY_FILE) if interactive else (lambda: None)
@@ -234,3 +234,30 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     finally:
         save_history()
         runtime.close()
+
+
+def no_model_screen(ctx: CliContext) -> str:
+    """What `hermit chat` shows before a model is chosen: `hermit setup` first (it asks, checks the model with
+    one tiny request and keeps keys in the owner-only hermit.env), the flags that script it, then the files."""
+    from hermit.config.envfile import env_file_path
+
+    config = ctx.paths.config_file() or ctx.home / "hermit.yaml"
+    return f"""\
+Hermit has no language model to talk to yet. Choose one with:
+
+  hermit setup          asks which model (a local Ollama, Anthropic, OpenAI, any OpenAI-compatible
+                        server, or the built-in fake provider), checks it with one tiny request and
+                        keeps the key in {env_file_path(ctx.home)} (owner-only)
+
+or by flags, the key on stdin (kept out of your shell history):
+
+  printf '%s\\n' "$KEY" | hermit setup --provider anthropic --api-key-stdin      (claude-sonnet-4-5)
+  printf '%s\\n' "$KEY" | hermit setup --provider openai --api-key-stdin         (gpt-4.1)
+  hermit setup --provider ollama --model llama3.1                                (a local Ollama)
+  hermit setup --provider openai-compatible --base-url http://HOST:PORT/v1 --model MODEL
+  hermit setup --provider fake                   (canned replies, to try Hermit without a model)
+
+Then run `hermit chat` again. By hand instead: ANTHROPIC_API_KEY=… or OPENAI_API_KEY=… in
+{env_file_path(ctx.home)}, or agents.defaults.model: <provider>/<model> in {config}.
+Memory already works offline without a model: try `hermit memory search "..."`.
+"""

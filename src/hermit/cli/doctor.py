@@ -20,6 +20,7 @@ from hermit.cli.cron import DOCTOR_CHECKS as CRON_CHECKS
 from hermit.cli.gateway import gateway_token
 from hermit.cli.pg_doctor import DOCTOR_CHECKS as POSTGRES_CHECKS
 from hermit.cli.preflight import state_dir_problem
+from hermit.cli.running_gateway import gateway_config
 from hermit.cli.sandbox_check import exec_sandbox
 
 
@@ -207,6 +208,7 @@ CHECKS: list[CheckFn] = [
     *POSTGRES_CHECKS,  # the memory index's PostgreSQL server, when store.backend is postgres
     chat_model,
     gateway_token,
+    gateway_config,  # hermit.yaml or hermit.env changed after the running gateway started
     *CRON_CHECKS,
     channels_check,
 ]

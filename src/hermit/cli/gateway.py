@@ -24,6 +24,7 @@ import contextlib
 import html
 import json
 import os
+import re
 import secrets
 import sys
 from collections.abc import Mapping
@@ -79,7 +80,9 @@ def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
     cfg = loaded.config.gateway
     host = args.host or cfg.host
     port = cfg.port if args.port is None else args.port
-    lock = GatewayLock.acquire(ctx.home)
+    # A gateway still stopping (Ctrl-C, a service restart) lets its turns finish first: waited for, not refused.
+    lock = GatewayLock.acquire(ctx.home, wait_stopping=cfg.shutdown_grace_seconds + 10, waiting=lambda pid: print(
+        f"waiting for the gateway that is stopping (pid {pid}) to exit…", file=sys.stderr, flush=True))
     try:
         token = ensure_token(ctx.home)
         setup_logging(ctx.home / "logs", args.log_format, [token, *configured_secrets(ctx)], debug=ctx.debug,
@@ -165,8 +168,87 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
         print(f"  channel {ch['channel']}/{ch['account_id']}: {state}, in {ch['messages_in']}, out "
               f"{ch['messages_out']}{err}")
     for name, s in st["services"].items():
-        print(f"  service {name}: {json.dumps(s, ensure_ascii=False)}")
+        print("\n".join(service_lines(name, s)))
     return 0
+
+
+def _shown(value: Any) -> str:
+    """One status value as a person reads it: an ISO time in local time to the second, a list comma-joined,
+    a nested mapping as `key value` pairs."""
+    from datetime import datetime
+
+    if isinstance(value, str):
+        if not re.match(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}", value):
+            return value
+        try:
+            when = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+        return (when.astimezone() if when.tzinfo else when).strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, list):
+        return ", ".join(_shown(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(_pair(k, v, " ") for k, v in value.items() if v not in (None, [], {}))
+    return str(value)
+
+
+def _pair(key: str, value: Any, sep: str) -> str:
+    """`every 30 minutes` for every_minutes: 30, else `key<sep>value`."""
+    base, _, unit = key.rpartition("_")
+    if unit in ("minutes", "seconds") and base:
+        return f"{base.replace('_', ' ')} {_shown(value)} {unit}"
+    return f"{key.replace('_', ' ')}{sep}{_shown(value)}"
+
+
+def service_lines(name: str, status: Mapping[str, Any], indent: str = "  ") -> list[str]:
+    """A service's status (whatever keys it reports) as lines: its flat facts on one line — true flags by
+    name, empty values left out — and each nested mapping of mappings (per agent) on lines of its own."""
+    facts: list[str] = []
+    nested: list[str] = []
+    for key, value in status.items():
+        label = key.replace("_", " ")
+        if value is None or value == [] or value == {} or value is False and key != "running":
+            continue
+        if value is True:
+            facts.append(label)
+        elif value is False:
+            facts.append(f"not {label}")
+        elif isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            for sub, inner in value.items():
+                nested.extend(service_lines(f"{label.removesuffix('s')} {sub}", inner, indent + "    "))
+        else:
+            facts.append(_pair(key, value, ": "))
+    return [f"{indent}{'service ' if indent == '  ' else ''}{name}: {' · '.join(facts) or 'no details'}", *nested]
+
+
+def lan_addresses(ipv6: bool = False) -> list[str]:
+    """This machine's non-loopback, non-link-local addresses, found without sending anything: the host name's
+    addresses and the source address a UDP socket connected to a private address would use (connect() on UDP
+    only picks a route)."""
+    import ipaddress
+    import socket
+
+    found: list[str] = []
+    families = [(socket.AF_INET, "10.254.254.254")] + ([(socket.AF_INET6, "fd00::1")] if ipv6 else [])
+    for family, probe in families:
+        with contextlib.suppress(OSError, UnicodeError):
+            found += [str(a[4][0]) for a in socket.getaddrinfo(socket.gethostname(), None, family)]
+        with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect((probe, 9))
+            found.append(str(s.getsockname()[0]))
+    out: list[str] = []
+    for a in found:
+        ip = ipaddress.ip_address(a.split("%", 1)[0])
+        if not (ip.is_loopback or ip.is_link_local or ip.is_unspecified) and str(ip) not in out:
+            out.append(str(ip))
+    return out
+
+
+def lan_urls(bound: str, port: int) -> list[str]:
+    """The web app's URLs on this machine's network addresses, when the gateway listens on all of them."""
+    if bound not in ("0.0.0.0", "::", ""):
+        return []
+    return [f"http://[{a}]:{port}/" if ":" in a else f"http://{a}:{port}/" for a in lan_addresses(bound == "::")]
 
 
 def _can_open_browser(environ: Mapping[str, str]) -> bool:
@@ -221,6 +303,14 @@ def cmd_dashboard(ctx: CliContext, args: argparse.Namespace) -> int:
     reveal(url)  # the ticket is this line's purpose: not masked like every other
     print(f"(a one-time link: it signs one browser tab in, within {TICKET_TTL / 60:.0f} minutes; run `hermit "
           "dashboard` again for another)", file=sys.stderr)
+    lan = lan_urls(str(info["host"]), port)
+    if lan:
+        # Host and Origin checks (gateway/app.py, webchat_api.py) pass any of the machine's addresses, so these
+        # work from a phone on the same network; stdout keeps its one line for scripts.
+        print("from a phone or another computer on your network (the same one-time ticket: whichever link is "
+              "opened first signs in; plain http, the token is not encrypted on the way):", file=sys.stderr)
+        for other in lan:
+            reveal(f"  {other}#ticket={url.split('#ticket=', 1)[1]}", sys.stderr)
     if args.no_open:
         return 0
     if not _can_open_browser(ctx.environ):

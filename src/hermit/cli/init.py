@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hermit.cli.context import CliContext
-from hermit.cli.preflight import check_environment
+from hermit.cli.preflight import check_environment, creatable_problem
 from hermit.config.paths import ensure_private_dir, tighten_dir
 from hermit.workspace import ensure_workspace, template_text, write_new
 
@@ -17,6 +17,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(ctx: CliContext, args: argparse.Namespace) -> int:
     check_environment(ctx)  # a file where the state dir or config should be: say so, replace nothing
+    # A folder this user cannot write: say so before making anything.
+    problem = creatable_problem(ctx.home, fill=ctx.paths.config_file() is None)
+    if problem is not None:
+        raise problem
     # Owner-only: created 0700, an existing one tightened, unless it is shared or not the user's (a
     # `--home /tmp` or `--home ~` keeps its mode: config.paths.tighten_dir).
     ensure_private_dir(ctx.home, own=True, what="the state dir")  # judged again: see config.paths

@@ -61,11 +61,11 @@ def describe_chat_model(ctx: CliContext) -> str | Check:
         ref = choose_model_ref(ctx.agent(), loaded, ctx.environ)
     except NoModelConfigured:
         return Check(NAME, "warn", "not configured: chat and agent need a model (memory works without one)",
-                     "set ANTHROPIC_API_KEY or OPENAI_API_KEY, or agents.defaults.model to <provider>/<model> "
-                     "(`hermit chat` shows a how-to)")
+                     "run `hermit setup` (a local Ollama, Anthropic, OpenAI, any OpenAI-compatible server or the "
+                     "built-in fake provider); or set agents.defaults.model to <provider>/<model> in hermit.yaml")
     provider, _ = parse_model_ref(ref)
     pc = provider_config(provider, loaded.config.models)
-    key, hint = resolve_api_key(provider, pc, ctx.environ)
+    key, hint = resolve_api_key(provider, pc, ctx.environ, parse_model_ref(ref)[1])
     if key is None and (pc.type != "openai-compatible" or pc.api_key_env):
         raise ConfigError(f"{ref}: no API key for provider {provider!r}", hint)
     shown = without_userinfo(pc.base_url) if pc.base_url else ""  # the URL without its password
@@ -73,8 +73,18 @@ def describe_chat_model(ctx: CliContext) -> str | Check:
     if pc.base_url and is_local_url(pc.base_url):
         why = probe(pc.base_url)
         if why is not None:
-            raise ConfigError(f"{ref}: the server at {shown} is not reachable: {why}",
-                              f"start it, or fix models.providers.{provider}.base_url")
+            raise ConfigError(f"{ref}: the server at {shown} is not reachable: {why}", _start_hint(ctx, provider,
+                                                                                                 pc.base_url))
         return f"{ref} at {shown} (answering)"
     key_note = "no key needed" if key is None else "key set"
     return f"{ref} via {where} ({key_note}; not called)"
+
+
+def _start_hint(ctx: CliContext, provider: str, base_url: str) -> str:
+    """How to start the server: the fake provider's own command when it is the one `hermit setup` made."""
+    from hermit.cli.setup import FAKE_SCRIPT, fake_start_command
+
+    script = ctx.home / FAKE_SCRIPT
+    if provider == "fake" and script.is_file():
+        return f"start the fake provider: {fake_start_command(base_url, script)}"
+    return f"start it, or fix models.providers.{provider}.base_url"

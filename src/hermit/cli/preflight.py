@@ -75,6 +75,29 @@ def writable_problem(path: Path) -> ConfigError | None:
     return None
 
 
+def creatable_problem(home: Path, *, fill: bool = True) -> ConfigError | None:
+    """Why `hermit init`/`setup` cannot make the state dir `home` (the nearest folder above it that exists is
+    not writable by this user: a `--home` under another user's folder) or, with `fill`, write into the
+    existing one. None when it can."""
+    existing = next((p for p in (home, *home.parents) if p.exists()), None)
+    if existing is None or (existing == home and not fill) or os.access(existing, os.W_OK | os.X_OK):
+        return None
+    import getpass
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid {os.getuid()}"
+    if existing == home:
+        return ConfigError(f"the state dir {home} is not writable by you ({user})",
+                           f"make it writable (chmod u+w {home}), or use a state dir of your own: --home "
+                           "~/.hermit (or HERMIT_HOME)")
+    return ConfigError(f"cannot create the state dir {home}: {existing} is not writable by you ({user})",
+                       "use a folder you can write, e.g. --home ~/.hermit (or HERMIT_HOME=~/.hermit), or have "
+                       f"the owner of {existing} create {home.relative_to(existing).parts[0]} there for you "
+                       "(owned by you); nothing was created")
+
+
 def check_environment(ctx: CliContext) -> None:
     """Raise the clear error for a state dir or config path that cannot work, before anything is created."""
     problem = state_dir_problem(ctx.home) or config_path_problem(ctx)

@@ -5,7 +5,9 @@ otherwise. The model choices: a local Ollama (offered when one answers at --olla
 OpenAI, any OpenAI-compatible server, or the built-in fake provider (canned replies, for trying Hermit
 without a model). The choice is checked with one tiny request before anything is written. Keys and
 bot tokens go into the owner-only env file `<state>/hermit.env` (config/envfile.py), never into
-hermit.yaml, which names the variables. The config is edited in place keeping comments
+hermit.yaml, which names the variables. Nothing is written before the last question and the check (Ctrl-C
+leaves a fresh state dir as it was; a failed check of the fake provider leaves only its script, which the
+hint's start command needs). The config is edited in place keeping comments
 (config/edit.py), validated before it is replaced, and only the parts chosen change: re-running setup
 for a channel leaves the model alone and the other way round.
 """
@@ -131,6 +133,8 @@ class Plan:
     kind: str | None = None
     notes: list[str] = field(default_factory=list)
     channel: str | None = None
+    key_var: str | None = None  # the variable the model's key is stored as, when it needs one
+    fake_start: str | None = None  # the command that starts the fake provider this plan points at
 
 
 def _get_json(url: str) -> Any:
@@ -254,10 +258,18 @@ def plan_model(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pl
     plan.updates.append((("agents", "defaults", "model"), plan.model_ref))
     if kind == "fake":
         script = ctx.home / FAKE_SCRIPT
-        plan.notes.append(f"the fake provider answers with canned replies; start it in another terminal with:\n"
-                          f"    {sys.executable} -m hermit.testing.fake_provider --port "
-                          f"{_port(base_url or FAKE_URL)} --script {script}\n"
+        plan.fake_start = fake_start_command(base_url or FAKE_URL, script)
+        plan.notes.append(f"the fake provider answers with canned replies; it runs in a terminal of its own:\n"
+                          f"    {plan.fake_start}\n"
                           f"  (edit {script.name} to script other replies; docs/guide.md: 'Without a real model')")
+
+
+def fake_start_command(base_url: str, script: Path) -> str:
+    """The shell command that serves the fake provider at `base_url` with the replies in `script`."""
+    import shlex
+
+    return (f"{shlex.quote(sys.executable)} -m hermit.testing.fake_provider --port {_port(base_url)} "
+            f"--script {shlex.quote(str(script))}")
 
 
 def _port(url: str) -> int:
@@ -290,6 +302,7 @@ def _plan_key(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pla
         plan.updates.append(((*prefix, "api_key_env"), DELETE))  # a server that needs no key
         return
     plan.updates.append(((*prefix, "api_key_env"), var))
+    plan.key_var = var
     if key is not None:
         plan.secrets[var] = key
 
@@ -320,8 +333,10 @@ def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: 
             keep = " (Enter keeps it)" if ctx.environ.get(var) else ""
             value = ui.secret(f"{channel} {s.field.replace('_', ' ')}, stored as {var}{keep}") or None
         if value is None and not ctx.environ.get(var):
+            stdin = "--token-stdin" if i == 0 else f"--secret-stdin {s.field}"
             plan.notes.append(f"{var} is not set yet: add it with `hermit setup --channel {channel} --account "
-                              f"{account} --token-stdin`, or export it before starting the gateway")
+                              f"{account} {stdin}` (or put {var}=… in {ctx.home / 'hermit.env'}), then (re)start "
+                              "the gateway")
         if value is not None:
             plan.secrets[var] = value
         plan.updates.append(((*prefix, f"{s.field}_env"), var))
@@ -361,13 +376,56 @@ def _write_fake_script(home: Path) -> Path:
     return path
 
 
+def _failure_hint(plan: Plan, error: str, kind: str, hint: str) -> str:
+    """The hint for a failed model check, in setup's own terms."""
+    if plan.fake_start and "nothing listens" in error:
+        return (f"start the fake provider in another terminal: {plan.fake_start}\n"
+                "      then run this setup again (or pass --no-check to save without the test request)")
+    if kind == "AuthError" and plan.key_var:
+        return f"the key for {plan.key_var} was refused (nothing was saved): run setup again with the right one"
+    return hint
+
+
+def _check_model(plan: Plan, ui: Prompter, models: Any, env: dict[str, str]) -> bool:
+    """The tiny request, until it answers or the user stops: True to save. A refused key may be typed again
+    on a terminal."""
+    from hermit.cli.models import describe_probe, probe_model
+
+    assert plan.model_ref is not None
+    while True:
+        print(f"checking {plan.model_ref} with a tiny request…", flush=True)
+        result = probe_model(plan.model_ref, models, env)
+        if result.ok:
+            print(f"ok: {describe_probe(result)}")
+            return True
+        print(f"error: {describe_probe(result)}", file=sys.stderr)
+        hint = _failure_hint(plan, result.error, result.kind, result.hint)
+        if hint and not (ui.interactive and result.kind == "AuthError" and plan.key_var):
+            print(f"hint: {hint}", file=sys.stderr)
+        if ui.interactive and result.kind == "AuthError" and plan.key_var:
+            key = ui.secret(f"That key was refused. Paste the key for {plan.key_var} again (Enter to stop)")
+            if key:
+                plan.secrets[plan.key_var] = env[plan.key_var] = key
+                continue
+        return ui.yes("Save this choice anyway?")
+
+
+def _refuse_uncreatable(ctx: CliContext) -> None:
+    from hermit.cli.preflight import creatable_problem
+
+    problem = creatable_problem(ctx.home, fill=ctx.paths.config_file() is None)
+    if problem is not None:
+        raise problem
+
+
 def run(ctx: CliContext, args: argparse.Namespace) -> int:
     from hermit.cli.init import run as init_run
-    from hermit.cli.models import describe_probe, probe_model
     from hermit.cli.preflight import check_environment
+    from hermit.cli.running_gateway import after_change_note
     from hermit.config.edit import set_values
     from hermit.config.envfile import env_file_path, set_env_values
     from hermit.config.load import LoadedConfig, build_config, parse_config_text
+    from hermit.config.paths import ensure_private_dir
 
     interactive = not args.non_interactive and sys.stdin.isatty() and sys.stdout.isatty()
     if not interactive and not args.provider and not args.channel:
@@ -375,8 +433,7 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
                           "e.g. hermit setup --provider anthropic --api-key-stdin, or --provider ollama")
     _warn_command_line_secrets(args)
     check_environment(ctx)
-    if ctx.paths.config_file() is None:
-        init_run(ctx, args)  # a fresh state dir: config template and workspace first, as `hermit init`
+    _refuse_uncreatable(ctx)  # before any question: a state dir that cannot be made is said now
     ui = Prompter(interactive)
     if interactive:
         print(f"Hermit setup — state dir {ctx.home}. Enter keeps what [brackets] show; Ctrl-C stops "
@@ -394,20 +451,20 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
 
     _, loaded = updated(config_text(ctx))
     env = {**ctx.environ, **plan.secrets}
-    if plan.kind == "fake":
-        _write_fake_script(ctx.home)  # before the check: the fake server is started with it
-    if plan.model_ref and not args.no_check:
-        print(f"checking {plan.model_ref} with a tiny request…", flush=True)
-        result = probe_model(plan.model_ref, loaded.config.models, env)
-        if result.ok:
-            print(f"ok: {describe_probe(result)}")
+    if plan.model_ref and not args.no_check and not _check_model(plan, ui, loaded.config.models, env):
+        if plan.fake_start:  # the failure's hint starts the fake with this file: it must be there
+            ensure_private_dir(ctx.home, own=True, what="the state dir")
+            print(f"nothing was saved but {_write_fake_script(ctx.home)} (the fake provider's replies, for the "
+                  "command above)", file=sys.stderr)
         else:
-            print(f"error: {describe_probe(result)}", file=sys.stderr)
-            if result.hint:
-                print(f"hint: {result.hint}", file=sys.stderr)
-            if not ui.yes("Save this choice anyway?"):
-                print("nothing was saved (use --no-check to save without the test request)", file=sys.stderr)
-                return 1
+            print("nothing was saved (use --no-check to save without the test request)", file=sys.stderr)
+        return 1
+    # Saving starts here, after the last question: a fresh state dir gets the config template and the
+    # workspace first, as `hermit init` makes them, so Ctrl-C before this point leaves nothing behind.
+    if ctx.paths.config_file() is None:
+        init_run(ctx, args)
+    if plan.kind == "fake":
+        _write_fake_script(ctx.home)
     if plan.secrets:
         set_env_values(env_file_path(ctx.home), plan.secrets)
         print(f"stored {', '.join(sorted(plan.secrets))} in {env_file_path(ctx.home)} (owner-only)")
@@ -416,8 +473,9 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     path = edit_config(ctx, lambda current: updated(current)[0]).path
     print(f"updated {path}" + (f": model {plan.model_ref}" if plan.model_ref else "")
           + (f"{';' if plan.model_ref else ':'} channel account {plan.channel}" if plan.channel else ""))
-    for note in plan.notes:
-        print(f"note: {note}")
+    for note in [*plan.notes, after_change_note(ctx.home)]:
+        if note:
+            print(f"note: {note}")
     nxt = ["hermit chat" if plan.model_ref else None,
            "hermit gateway run   (or `hermit gateway install` to keep it running)" if plan.channel else None,
            "hermit doctor"]

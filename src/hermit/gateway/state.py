@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,15 +90,21 @@ class GatewayLock:
         return self.lock.path
 
     @classmethod
-    def acquire(cls, home: Path) -> GatewayLock:
+    def acquire(cls, home: Path, *, wait_stopping: float = 0.0,
+                waiting: Callable[[int], None] | None = None) -> GatewayLock:
+        """The lock; raises GatewayLocked while another gateway holds it. One that is stopping (it lets running
+        turns finish first) is waited for, at most `wait_stopping` seconds, `waiting(pid)` told once."""
         path = lock_path(home)
         _private_dir(path.parent)
         lock = LockFile.try_acquire(path)
+        info = (read_lock_info(home) or {}) if lock is None else {}
+        if lock is None and info.get("stopping") and wait_stopping > 0:
+            if waiting is not None:
+                waiting(info.get("pid", 0))
+            lock = LockFile.acquire_within(path, wait_stopping)
+            info = (read_lock_info(home) or {}) if lock is None else {}
         if lock is None:
-            info = read_lock_info(home) or {}
-            where = f" (pid {info.get('pid')}, http://{info.get('host')}:{info.get('port')})" if info else ""
-            raise GatewayLocked(f"another gateway is already running on {home}{where}",
-                                "stop it first (Ctrl-C or kill its pid), or use another --home")
+            raise _locked(home, info)
         # What a killed gateway published (its port) must not pass for this one's before it listens: the
         # port may be someone else's by now, and `hermit dashboard` would send the token there.
         lock.publish(json.dumps({"pid": os.getpid()}).encode())
@@ -110,6 +117,24 @@ class GatewayLock:
         with contextlib.suppress(OSError):
             self.lock.publish(b"")
         self.lock.release()
+
+
+def _locked(home: Path, info: dict[str, Any]) -> GatewayLocked:
+    """What to say when another gateway holds the lock, from what it published (gateway/supervisor.py): its
+    pid from the start, its address once it listens, `stopping` from its first step of shutting down."""
+    pid = f"pid {info['pid']}" if isinstance(info.get("pid"), int) else "its pid not published yet"
+    if info.get("stopping"):
+        return GatewayLocked(f"the gateway ({pid}) on {home} is still stopping: it lets running turns finish "
+                             "(gateway.shutdown_grace_seconds) before it exits",
+                             "wait until it has exited and start this one again (or kill its pid)")
+    if "port" not in info:
+        return GatewayLocked(f"another gateway ({pid}) is starting on {home}",
+                             "`hermit gateway status` shows it once it listens; stop it first (Ctrl-C or kill its "
+                             "pid), or use another --home")
+    host = str(info.get("host"))
+    where = f"http://{f'[{host}]' if ':' in host else host}:{info['port']}/"
+    return GatewayLocked(f"another gateway is already running on {home} ({pid}, {where})",
+                         "stop it first (Ctrl-C or kill its pid), or use another --home")
 
 
 def read_lock_info(home: Path) -> dict[str, Any] | None:

@@ -65,7 +65,7 @@ class AnthropicModel:
         api_key: str,
         *,
         base_url: str | None = None,
-        key_hint: str = "set ANTHROPIC_API_KEY or models.providers.anthropic.api_key in hermit.yaml",
+        key_hint: str = "store the key with `hermit setup` (it keeps it in hermit.env as ANTHROPIC_API_KEY), or set ANTHROPIC_API_KEY",
         timeout_seconds: float = 120.0,
         deadline_seconds: float = 600.0,
         max_retries: int = 3,

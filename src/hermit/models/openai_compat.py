@@ -60,7 +60,7 @@ class OpenAIModel:
         api_key: str | None,
         *,
         base_url: str | None = None,
-        key_hint: str = "set OPENAI_API_KEY or models.providers.openai.api_key in hermit.yaml",
+        key_hint: str = "store the key with `hermit setup` (it keeps it in hermit.env as OPENAI_API_KEY), or set OPENAI_API_KEY",
         max_tokens_param: str = "max_tokens",
         extra_headers: Mapping[str, str] | None = None,
         timeout_seconds: float = 120.0,

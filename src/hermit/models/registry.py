@@ -123,16 +123,45 @@ def model_profile(provider: str, model_id: str, pc: ProviderConfig) -> ModelProf
     )
 
 
-def resolve_api_key(provider: str, pc: ProviderConfig, environ: Mapping[str, str]) -> tuple[str | None, str]:
-    """(key or None, hint naming where the key is looked for)."""
+def setup_command(provider: str, pc: ProviderConfig, model_id: str | None = None) -> str:
+    """The `hermit setup` command line that stores a key for this provider in hermit.env (`--api-key-stdin`:
+    the key on its first line) and keeps the rest as configured: the same name, URL, model and variable."""
+    kind = pc.type if pc.type in _DEFAULT_KEY_ENV else "openai-compatible"
+    words = ["hermit setup --provider", kind]
+    default_name = kind if kind in _DEFAULT_KEY_ENV else "custom"
+    if provider != default_name:
+        words += ["--name", provider]
+    if pc.base_url:
+        words += ["--base-url", pc.base_url]
+    words += ["--model", model_id or "<model>"]
+    setup_var = _DEFAULT_KEY_ENV.get(kind) or _setup_var(provider)
+    if pc.api_key_env and pc.api_key_env != setup_var:
+        words += ["--key-var", pc.api_key_env]
+    return " ".join([*words, "--api-key-stdin"])
+
+
+def _setup_var(provider: str) -> str:
+    """The variable `hermit setup` names for an OpenAI-compatible provider's key (cli/setup.py)."""
+    return "".join(c if c.isascii() and c.isalnum() else "_" for c in provider.upper()) + "_API_KEY"
+
+
+def resolve_api_key(provider: str, pc: ProviderConfig, environ: Mapping[str, str],
+                    model_id: str | None = None) -> tuple[str | None, str]:
+    """(key or None, hint saying how to store a right key: `hermit setup` first, which checks it and keeps it
+    in the owner-only hermit.env; the variable or hermit.yaml second)."""
     env = pc.api_key_env or _DEFAULT_KEY_ENV.get(pc.type)
-    where = f"models.providers.{provider}.api_key in hermit.yaml"
-    hint = f"set {env} or {where}" if env else f"set {where} (or api_key_env to name a variable)"
+    var = env or _setup_var(provider)
+    setup = (f"`hermit setup` (scripted: `{setup_command(provider, pc, model_id)}` with the key on stdin), which "
+             f"checks it and keeps it in hermit.env as {var}")
     if pc.api_key:
-        return pc.api_key, f"check {where}"
+        return pc.api_key, (f"store the right key with {setup} and takes models.providers.{provider}.api_key out "
+                            "of hermit.yaml; or fix that value")
     if env and environ.get(env):
-        return environ[env], f"check the key in {env} (or set {where})"
-    return None, hint
+        return environ[env], f"store the right key with {setup}; or fix {env} in hermit.env (or the environment)"
+    if env:
+        return None, f"store one with {setup}; or set {env} in hermit.env (or the environment)"
+    return None, (f"if the server needs a key, store it with {setup}; or set {var} in hermit.env and api_key_env: "
+                  f"{var} under models.providers.{provider} in hermit.yaml")
 
 
 def build_model(
@@ -149,7 +178,7 @@ def build_model(
     provider, model_id = parse_model_ref(ref)
     pc = provider_config(provider, config)
     profile = model_profile(provider, model_id, pc)
-    key, hint = resolve_api_key(provider, pc, environ)
+    key, hint = resolve_api_key(provider, pc, environ, model_id)
     if key is None and (pc.type != "openai-compatible" or pc.api_key_env):
         raise AuthError(f"no API key for model provider {provider!r}", hint)
     if pc.type == "anthropic":

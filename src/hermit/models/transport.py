@@ -409,6 +409,13 @@ class ProviderHttp:
             return ProviderError(
                 f"{where}: provider error: {msg}", "the provider is having trouble; try again later"
             )
+        if "fake provider: script exhausted" in msg:  # hermit.testing's server, not a real provider
+            return ProviderError(
+                f"{where}: the fake provider's script ran out of replies ({msg})",
+                "give it more: add steps to the script file it was started with (--script, e.g. "
+                "<state>/fake-provider.json; a step with \"repeat\": true answers every later request), "
+                "then restart it",
+            )
         return ProviderError(
             f"{where}: request rejected: {msg}", "this is likely a Hermit bug; please report it"
         )
