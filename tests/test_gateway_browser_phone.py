@@ -209,3 +209,105 @@ def test_markdown_tables_are_drawn_as_tables_of_text(browser: Any, demo: Demo) -
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     assert errors == []
     context.close()
+
+
+def test_a_tool_line_is_a_plain_line(browser: Any, demo: Demo) -> None:
+    """chat.tool brings a tool's name and state only: its line says that, with no ▸ that promises more."""
+    context, page, errors = phone(browser, demo)
+    reply = send(page, "which tea, tool-please")
+    line = reply.locator(".tool[data-name='memory_search']")
+    assert line.inner_text() == "memory_search ✓ done"
+    assert errors == []
+    context.close()
+
+
+def test_return_starts_a_new_line_on_a_touch_screen_and_send_sends(browser: Any, demo: Demo) -> None:
+    context, page, errors = phone(browser, demo)
+    page.tap("#input")
+    page.keyboard.type("two lines, the first")
+    page.keyboard.press("Enter")
+    page.keyboard.type("and the second")
+    assert page.input_value("#input") == "two lines, the first\nand the second"
+    assert page.locator(".msg.user:has-text('two lines')").count() == 0  # Return sent nothing
+    page.tap("#send")
+    page.locator(".msg.user:has-text('two lines') + .msg.assistant[data-done='done']").wait_for(timeout=T)
+    assert page.locator(".msg.user:has-text('two lines')").last.inner_text() == "two lines, the first\nand the second"
+    assert page.input_value("#input") == ""
+    assert errors == []
+    context.close()
+    desk = browser.new_context(viewport={"width": 1280, "height": 800})  # with a keyboard, Enter sends
+    page = desk.new_page()
+    page.goto(demo.url)
+    page.wait_for_selector("#status.ok", timeout=T)
+    page.fill("#input", "two lines? no, one")
+    page.press("#input", "Enter")
+    page.locator(".msg.user:has-text('two lines? no, one') + .msg.assistant[data-done='done']").wait_for(timeout=T)
+    desk.close()
+
+
+def test_a_chat_draft_comes_back_after_a_reload(browser: Any, demo: Demo) -> None:
+    context, page, errors = phone(browser, demo)
+    page.wait_for_selector("#session-kind[data-kind='main']", timeout=T)
+    page.fill("#input", "a thought to finish later")
+    page.reload()
+    page.wait_for_selector("#status.ok", timeout=T)
+    page.wait_for_function("() => document.getElementById('input').value === 'a thought to finish later'", timeout=T)
+    assert errors == []
+    context.close()
+
+
+def test_sizes_on_a_phone(browser: Any, demo: Demo) -> None:
+    """Every tap target is at least 40 px (the summary that opens the job form too), badges are at least 12 px,
+    and the append form's checkbox sits on the line of its label."""
+    context, page, errors = phone(browser, demo)
+    small = "() => [...document.querySelectorAll('.badge')].filter((b) => b.offsetParent !== null)" \
+            ".map((b) => parseFloat(getComputedStyle(b).fontSize)).filter((s) => s < 12)"
+    page.wait_for_selector("#session-kind[data-kind='main']", timeout=T)
+    assert page.evaluate(small) == []
+    nav(page, ".tab[data-view='ops']")
+    page.wait_for_selector(".job .badge", timeout=T)
+    assert page.evaluate(small) == []
+    summary = page.locator("#view-ops details > summary").bounding_box()
+    assert summary["height"] >= 40, summary
+    nav(page, ".tab[data-view='memory']")
+    page.fill("#memory-query", "coffee")
+    page.press("#memory-query", "Enter")
+    page.wait_for_selector(".result .badge", timeout=T)
+    assert page.evaluate(small) == []
+    box, line = page.evaluate("""() => {
+        const box = document.getElementById('memory-append-private'), label = box.parentElement;
+        const text = [...label.childNodes].find((n) => n.nodeType === 3 && n.textContent.trim());
+        const range = document.createRange();
+        range.selectNodeContents(text);
+        const r = box.getBoundingClientRect(), first = range.getClientRects()[0];
+        return [[r.top, r.bottom], [first.top, first.bottom]]; }""")
+    middle = (box[0] + box[1]) / 2
+    assert line[0] <= middle <= line[1], (box, line)  # the box is beside the first line of its label
+    assert errors == []
+    context.close()
+
+
+def test_a_message_sent_while_the_gateway_is_down_stays_in_the_box(browser: Any, demo: Demo) -> None:
+    """Last in the module: it restarts the gateway."""
+    context, page, errors = phone(browser, demo)
+    page.wait_for_selector("#session-kind[data-kind='main']", timeout=T)
+    demo.gw.stop()
+    page.wait_for_selector("#status.warn", timeout=T)
+    text = "remember this, kept-please"
+    page.fill("#input", text)
+    page.tap("#send")
+    unsent = page.locator(".notice.unsent")
+    unsent.wait_for(timeout=T)
+    assert "Not sent" in unsent.inner_text() and "still in the box" in unsent.inner_text()
+    assert page.input_value("#input") == text
+    assert page.locator(f".msg.user:has-text('{text}')").count() == 0  # not shown as if it were sent
+    demo.gw = GatewayProcess(demo.home, "--port", str(demo.port))
+    demo.gw.wait_ready()
+    page.wait_for_selector("#status.ok", timeout=T)
+    unsent.wait_for(state="detached", timeout=T)  # the history was loaded again
+    assert page.input_value("#input") == text  # still there after the reconnect
+    page.tap("#send")
+    page.locator(f".msg.user:has-text('{text}') + .msg.assistant[data-done='done']").wait_for(timeout=T)
+    assert page.input_value("#input") == ""  # acknowledged: gone from the box
+    assert errors == []
+    context.close()

@@ -18,6 +18,30 @@
   const PLAIN_AFTER = 20000;
 
   function remember() { sessionStorage.setItem("hermit.session2", JSON.stringify(session)); }
+  // What is typed is kept per session in this tab's sessionStorage as it is typed, so a reload (a phone's
+  // pull-to-refresh, a tab the browser discarded) or a switch to another session and back brings it back. It
+  // goes when the gateway has the message.
+  const draftKey = () => session ? "hermit.draft.chat:" + session.agentId + ":" + session.key : "";
+  function keepDraft() {
+    if (!draftKey() || input.disabled) return;
+    if (input.value) sessionStorage.setItem(draftKey(), input.value); else sessionStorage.removeItem(draftKey());
+  }
+  // The box holds the open session's draft: another session's comes in with it; what was typed before the
+  // first connection is kept as this one's.
+  let boxFor = null;
+  function showDraft(readOnly) {
+    const key = draftKey();
+    if (readOnly) input.value = "";
+    else if (boxFor === null && input.value) keepDraft();
+    else if (key !== boxFor || !input.value) input.value = sessionStorage.getItem(key) || "";
+    boxFor = key;
+  }
+  // On a touch screen Return starts a new line (a phone has no Shift+Return) and the Send button sends; with a
+  // keyboard, Enter sends and Shift+Enter starts a new line. Ctrl/⌘+Enter sends on both.
+  const touch = window.matchMedia("(hover: none) and (pointer: coarse)").matches;
+  input.title = touch ? "Return starts a new line, Send sends; /new starts a fresh session"
+                      : "Enter sends, Shift+Enter starts a new line, /new starts a fresh session";
+  input.setAttribute("enterkeyhint", touch ? "enter" : "send");
   const scrollDown = () => { messages.scrollTop = messages.scrollHeight; };
 
   function bubble(role, text, opts) {
@@ -84,8 +108,10 @@
     }
     line.dataset.status = status;
     line.dataset.name = name;
+    // Only the tool's name and state reach the page (chat.tool), so the line promises nothing more: no ▸.
     const mark = status === "running" ? "⋯" : status === "done" ? "✓" : "✗";
-    line.textContent = visible("▸ " + name + " " + mark + " " + status);
+    line.textContent = visible(name + " " + mark + " " + status);
+    line.title = "a tool the assistant used";
   }
 
   function notice(text, cls) {
@@ -129,34 +155,47 @@
   }
 
   // ---- sending ---------------------------------------------------------------------------------------
+  // Nothing typed is lost: the text stays in the box until the gateway has acknowledged the message (then it
+  // goes, unless it was changed meanwhile); refused or not connected, it stays there with a note that says why,
+  // to be sent again with Send — never queued to go by itself later, when it may no longer be meant.
   async function send(text) {
     text = text.trim();
-    if (!text) return;
+    if (!text) return true;
+    if (!session) return unsent({ message: "not connected to the gateway yet", hint: H.signedOut() || "wait for it to connect" });
     if (text === "/new" || text.startsWith("/new ") || text === "/reset") return newSession(text);
-    bubble("user", text);
+    const mine = bubble("user", text);
     const reply = bubble("assistant", "");
     reply.bubble.classList.add("typing");
     const id = "m" + Date.now().toString(36) + Math.random().toString(36).slice(2, 6);
     turns.set(id, reply);
     try {
       await H.request("chat.send", { text, sessionKey: session.key, agentId: session.agentId }, id);
+      return true;
     } catch (e) {
       turns.delete(id);
-      reply.bubble.classList.remove("typing");
-      reply.bubble.dataset.done = "error";
-      setText(reply, "Not sent: " + e.message);
-      failure(reply, e.hint || e.message);
+      mine.bubble.remove();
+      reply.bubble.remove();
+      return unsent(e);
     }
   }
 
+  function unsent(e) {
+    for (const n of messages.querySelectorAll(".notice.unsent")) n.remove();
+    notice("Not sent: " + e.message + (e.hint ? " — " + e.hint : "") + ". Your message is still in the box: send it again.",
+           "error unsent");
+    return false;
+  }
+
   async function newSession(text) {
+    if (!session) return unsent({ message: "not connected to the gateway yet", hint: H.signedOut() || "wait for it to connect" });
     const id = "n" + Date.now().toString(36);
     const turn = { bubble: el("div"), body: el("div"), tools: el("div"), text: "", toolLines: new Map(), frame: 0 };
     turn.after = () => loadHistory().then(() => { const rest = text.replace(/^\/(new|reset)\s*/, ""); if (rest) send(rest); });
     turns.set(id, turn);
     try {
       await H.request("sessions.new", { sessionKey: session.key, agentId: session.agentId }, id);
-    } catch (e) { turns.delete(id); notice("Could not start a new session: " + e.message, "error"); H.banner(e.message, e.hint); }
+      return true;
+    } catch (e) { turns.delete(id); notice("Could not start a new session: " + e.message, "error"); H.banner(e.message, e.hint); return false; }
   }
 
   // ---- history and sessions ----------------------------------------------------------------------------
@@ -190,6 +229,7 @@
     $("send").disabled = readOnly;
     $("new-session").disabled = readOnly;
     input.placeholder = readOnly ? "Read-only in the web app" : "Message Hermit";
+    showDraft(readOnly);
     messages.replaceChildren();
     for (const m of res.messages) {
       if (m.role === "notice") { notice(m.text); continue; }
@@ -235,9 +275,21 @@
     highlightSession();
   }
 
-  $("composer").addEventListener("submit", (e) => { e.preventDefault(); const t = input.value; input.value = ""; send(t); });
+  let sending = false;
+  $("composer").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const t = input.value;
+    if (sending || !t.trim()) return;
+    sending = true;
+    let ok = false;
+    try { ok = await send(t); } finally { sending = false; }
+    if (ok && input.value === t) { input.value = ""; keepDraft(); }
+    if (ok) for (const n of messages.querySelectorAll(".notice.unsent")) n.remove();
+  });
+  input.addEventListener("input", keepDraft);
   input.addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("composer").requestSubmit(); }
+    if (e.key !== "Enter" || e.isComposing) return;
+    if (e.ctrlKey || e.metaKey || (!e.shiftKey && !touch)) { e.preventDefault(); $("composer").requestSubmit(); }
   });
   $("new-session").addEventListener("click", () => { H.show("chat"); newSession("/new"); });
 
