@@ -113,7 +113,9 @@ def last_user_text(request: ModelRequest) -> str:
     return ""
 
 
-SENDER_LINE = re.compile(r"\[[^\[\]\n]*\]\n")  # a group turn's first line, as the model is shown it
+# A group turn's first line, as the model is shown it (`[Gus (3001)]`, `[g1]`, `[Ann (1001) — the owner]`); never
+# a scheduled job's own header (`[Scheduled job standup · …]`), which is the turn's text.
+SENDER_LINE = re.compile(r"\[(?!Scheduled job |System event from scheduled job )[^\[\]\n]*\]\n")
 CHROMIUM = "/usr/lib/chromium/chromium"
 # Flags that work headless as root on a shared machine (MACHINE.md); no network the tests did not ask for.
 CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
