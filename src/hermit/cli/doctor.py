@@ -179,7 +179,17 @@ def index(ctx: CliContext) -> str | Check:
     finally:
         svc.close()
     state = "dirty — run `hermit memory index`" if st["dirty"] else "up to date"
-    return f"{st['db']}: {st['files']} files, {st['chunks']} chunks, {state}"
+    line = f"{st['db']}: {st['files']} files, {st['chunks']} chunks, {state}"
+    skipped = st["skipped"]
+    if not skipped:
+        return line
+    # A file the index leaves out is listed once, as such: it is not what "dirty" means (indexing again
+    # would leave it out again).
+    names = ", ".join(f"{s['path']} ({s['reason']})" for s in skipped[:3])
+    more = f" and {len(skipped) - 3:,} more" if len(skipped) > 3 else ""
+    return Check("memory index", "warn", f"{line}; {len(skipped):,} not indexed: {names}{more}",
+                 skipped[0]["fix"] if len(skipped) == 1 else
+                 "fix or remove them: `hermit memory status` says what to do for each")
 
 
 @check("chat model", fix="run `hermit chat` for a how-to", needs=("config",))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import sys
 import time
@@ -116,8 +117,24 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
               " (found by keyword only until then)")
     print(f"cache      {st['cache_entries']} embeddings")
     print(f"dirty      {'yes — run `hermit memory index`' if st['dirty'] else 'no'}")
+    _print_skipped(st["skipped"], stale=st["dirty"])
     _print_coverage(svc, st["sources"], st["sessions_indexed"], label="sources   ")
     return 0
+
+
+SKIPPED_SHOWN = 20
+
+
+def _print_skipped(skipped: list[dict[str, str]], *, stale: bool) -> None:
+    """Each file the index leaves out, once, with why and what to do (the JSON lists them all)."""
+    if not skipped:
+        return
+    print(f"skipped    {len(skipped):,} file{'' if len(skipped) == 1 else 's'} not indexed"
+          + (" (as of the last sync)" if stale else "") + ":")
+    for s in skipped[:SKIPPED_SHOWN]:
+        print(f"           {s['path']}: {s['reason']} — {s['fix']}")
+    if len(skipped) > SKIPPED_SHOWN:
+        print(f"           … and {len(skipped) - SKIPPED_SHOWN:,} more (`hermit memory status --json` lists them)")
 
 
 def _print_coverage(svc: MemoryService, sources: dict[str, Any], sessions: bool, *, label: str) -> None:
@@ -145,7 +162,7 @@ def cmd_index(ctx: CliContext, args: argparse.Namespace) -> int:
         svc.close()
     _print_warnings(report)
     if args.json:
-        print(json.dumps({**report.__dict__, "sources": sources}, ensure_ascii=False))
+        print(json.dumps({**dataclasses.asdict(report), "sources": sources}, ensure_ascii=False))
     else:
         print(report.summary())
         _print_coverage(svc, sources, "sessions" in svc.cfg.sources, label="from:")

@@ -31,7 +31,7 @@ from hermit.gateway.protocol import (
     MemoryWriteParams,
 )
 from hermit.memory.index.chunking import MARKER
-from hermit.memory.index.sources import list_memory_files
+from hermit.memory.index.sources import Skip, scan_memory_files
 from hermit.memory.policy.audience import OWNER, SHARED, block_audience, owner_origin
 from hermit.memory.policy.daily_log import append_daily_note, daily_log_path, memory_writes_locked
 from hermit.memory.policy.provenance import CLOSE_LINE, by_owner, origin_blocks
@@ -90,25 +90,28 @@ class MemoryConsole:
         return out
 
     def files(self, p: AgentParams) -> dict[str, Any]:
-        """MEMORY.md, the daily logs by date (newest first) and the other memory files, with sizes."""
+        """MEMORY.md, the daily logs by date (newest first) and the other memory files, with sizes.
+
+        A file the index leaves out (binary, too large, a symlink, a FIFO, unreadable) is listed too, so the
+        owner sees it is there, with `skipped` ({reason, fix}) and `indexed: false`; its `modified` says "not
+        indexed — <reason>" instead of a time (`modifiedAt` keeps the time), which the page shows where a
+        note's age goes."""
         rt = self._runtime(p.agent_id)
         svc = self._service(rt)
-        found, warnings = list_memory_files(rt.agent.workspace, svc.cfg.extra_paths)
+        found = scan_memory_files(rt.agent.workspace, svc.cfg.extra_paths)
+        skipped = {s.path: s for s in svc.skipped_files()} | {s.path: s for s in found.skips}
         entries: list[dict[str, Any]] = []
-        for f in found:
-            if f.source != "memory":
-                continue
+        for path, at in [*((f.rel, f.path) for f in found.files if f.source == "memory"),
+                         *((s.path, str(rt.agent.workspace / s.path)) for s in found.skips)]:
             try:
-                st = os.stat(f.path)
+                st = os.lstat(at)
             except OSError:
                 continue
-            daily = DAILY_LOG_RE.fullmatch(f.rel) is not None
-            entries.append({"path": f.rel, "kind": "long-term" if f.rel == MEMORY_FILE else "daily" if daily else "other",
-                            "date": f.rel[7:17] if daily else None, "bytes": st.st_size,
-                            "modified": datetime.fromtimestamp(st.st_mtime).astimezone().isoformat(timespec="seconds")})
+            entries.append(_entry(path, st, skipped.get(path)))
         order = {"long-term": 0, "daily": 1, "other": 2}
         entries.sort(key=lambda e: (order[e["kind"]], "" if e["date"] is None else _inverted(e["date"]), e["path"]))
         today = rt.today()
+        warnings = [s.warning for _, s in sorted(skipped.items())] + found.warnings
         return {"agentId": rt.agent.id, "files": entries[:MAX_FILES], "today": today,
                 "todayPath": f"memory/{today}.md", "warnings": warnings[:20]}
 
@@ -153,8 +156,17 @@ class MemoryConsole:
     def status(self, p: AgentParams) -> dict[str, Any]:
         rt = self._runtime(p.agent_id)
         st = self._service(rt).status()
-        keep = ("agent", "provider", "model", "files", "chunks", "dirty", "sessions_indexed", "vector")
+        keep = ("agent", "provider", "model", "files", "chunks", "dirty", "skipped", "sessions_indexed", "vector")
         return {"agentId": rt.agent.id, **{k: st[k] for k in keep if k in st}}
+
+
+def _entry(path: str, st: os.stat_result, skip: Skip | None) -> dict[str, Any]:
+    daily = DAILY_LOG_RE.fullmatch(path) is not None
+    modified = datetime.fromtimestamp(st.st_mtime).astimezone().isoformat(timespec="seconds")
+    return {"path": path, "kind": "long-term" if path == MEMORY_FILE else "daily" if daily else "other",
+            "date": path[7:17] if daily else None, "bytes": st.st_size,
+            "modified": f"not indexed — {skip.reason}" if skip else modified, "modifiedAt": modified,
+            "indexed": skip is None, "skipped": {"reason": skip.reason, "fix": skip.fix} if skip else None}
 
 
 def _inverted(date: str) -> str:

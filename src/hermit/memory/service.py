@@ -20,6 +20,7 @@ from typing import Any
 from hermit.config.schema import MemorySearchConfig
 from hermit.errors import HermitError, PathPolicyError
 from hermit.memory.embedders.base import Embedder, QueryRunner
+from hermit.memory.index import skips
 from hermit.memory.index.coverage import indexed_sources
 from hermit.memory.index.session_source import (
     SESSIONS_PREFIX,
@@ -28,6 +29,7 @@ from hermit.memory.index.session_source import (
     transcript_origin,
     transcript_session_key,
 )
+from hermit.memory.index.sources import Skip
 from hermit.memory.index.sync import ChunkProgress, Indexer, Progress, Ready, SyncReport
 from hermit.memory.policy.audience import (
     AUDIENCE_RULE,
@@ -117,6 +119,9 @@ class MemoryService:
         if long_lived and cfg.store.vector_enabled and isinstance(embedder, QueryRunner):
             embedder.warm_queries()  # a long-lived process's queries move onto the faster runtime once loaded
         self._dirty = True  # unknown until checked once
+        # Warnings of syncs a chat's search ran (not shown to it: they name the owner's files), for the owner's
+        # next search; a skipped file is warned about once, when the sync first finds it.
+        self._owner_notes: list[str] = []
         self._checked_at: float | None = None
         # The reading connection: agent turns, status and the watcher's callers take turns on it.
         self._lock = threading.RLock()
@@ -206,11 +211,15 @@ class MemoryService:
         if report is not None and report.skipped and reader.owner:
             # (not a chat's: polled, it would say when the owner writes)
             notes.append("the index is being updated; results may miss the newest edits")
-        if report is not None and reader.owner:
-            # The index's warnings name files ("memory/private/x.md: skipped, it is a FIFO"): the owner's
-            # to read. A chat may trigger a sync (its own note marks the index dirty) and would otherwise
-            # learn the names of files memory_get answers it as missing.
-            notes.extend(report.warnings[:5])
+        # The index's warnings name files ("memory/private/x.md: skipped, it is a FIFO"): the owner's to
+        # read. A chat may trigger a sync (its own note marks the index dirty) and would otherwise learn the
+        # names of files memory_get answers it as missing: kept for the owner's next search instead.
+        found = report.warnings if report is not None else []
+        if reader.owner:
+            notes.extend([*self._owner_notes, *found][:5])
+            self._owner_notes = []
+        elif found:
+            self._owner_notes = [*self._owner_notes, *(w for w in found if w not in self._owner_notes)][-20:]
         with self.store.reading():
             outcome = self.searcher.search(query, max_results, min_score, reader=reader)
         out = self._result(outcome, notes, reader)
@@ -375,6 +384,11 @@ class MemoryService:
         return transcript_origin(transcript_session_key(raw))
 
     # -- status -----------------------------------------------------------------------------------
+    def skipped_files(self) -> list[Skip]:
+        """The files the last sync left out (binary, too large, a symlink, unreadable…), with what to do."""
+        with self._lock:
+            return [s.skip for _, s in sorted(skips.load(self.store.meta()).items())]
+
     def status(self) -> dict[str, Any]:
         with self._lock:
             return self._status()
@@ -403,6 +417,10 @@ class MemoryService:
             "vector": backend["vector"],
             "fts": {"available": True},
             "dirty": True if self.syncing else self.indexer.is_dirty(),
+            # Seen by the last sync but not indexed, each with why and what to do: not "dirty" (a sync
+            # would leave them out again), looked at again when they change.
+            "skipped": [{"path": s.skip.path, "reason": s.skip.reason, "fix": s.skip.fix}
+                        for _, s in sorted(skips.load(meta).items())],
             "chunking": {"tokens": self.cfg.chunking.tokens, "overlap": self.cfg.chunking.overlap},
             # Where the indexed files come from (MEMORY.md, memory/**, each extra path, sessions).
             "sources": indexed_sources(((p, f.source) for p, f in self.store.files().items()), self.workspace,

@@ -11,6 +11,9 @@ between the listing and the read, and have its notes indexed under the shared fo
 listed through descriptors opened O_NOFOLLOW from their parent's, and each file is read beneath the
 descriptor of the root it was listed under (`SourceFile.base`; hermit.textfile.read_regular_beneath), every
 component opened without following a link; the index keeps the fstat of the descriptor it read.
+
+A file that is listed but cannot be indexed becomes a `Skip` (its path, a short reason, what to do): the
+sync records it, so it is not taken for a change the index still has to catch up with.
 """
 
 from __future__ import annotations
@@ -41,6 +44,42 @@ class SourceFile:
         return Path(self.path)
 
 
+SYMLINK_FIX = ("memory files may not be symlinks: put the note itself here, or name the folder it lives in "
+               "under memory_search.extra_paths")
+REGULAR_FIX = "memory files must be regular files: remove it, or rename it so it no longer ends in .md"
+BINARY_FIX = "memory files must be text: move it out of the memory folder, or rename it so it no longer ends in .md"
+LARGE_FIX = "split it into smaller notes, or raise memory_search.max_file_bytes"
+UNREADABLE_FIX = "make it readable by the user Hermit runs as (check its permissions and owner)"
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A memory file the index leaves out: recorded by the sync, listed by `memory status`, doctor and the
+    web app until it is fixed or removed."""
+
+    path: str  # as SourceFile.rel
+    reason: str  # short: "looks binary", "a symlink", "a FIFO", "too large (…)", "cannot read (…)"
+    fix: str  # what the user can do about it
+    detail: str  # the warning's words after "skipped, "
+
+    @property
+    def warning(self) -> str:
+        return f"{self.path}: skipped, {self.detail}"
+
+
+def symlink_skip(rel: str) -> Skip:
+    return Skip(rel, "a symlink", SYMLINK_FIX, "memory files may not be symlinks")
+
+
+def unreadable_skip(rel: str, error: object) -> Skip:
+    why = f"cannot read ({error})"
+    return Skip(rel, why, UNREADABLE_FIX, why)
+
+
+def not_regular_skip(rel: str, kind: str) -> Skip:
+    return Skip(rel, kind, REGULAR_FIX, f"it is {kind}; memory files must be regular files")
+
+
 def _is_md(name: str) -> bool:
     return name.lower().endswith(".md")
 
@@ -55,7 +94,7 @@ def rel_path(workspace: Path, p: Path) -> str:
 _DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _walk_md(root: str, base: str, workspace: Path, warnings: list[str]) -> list[SourceFile]:
+def _walk_md(root: str, base: str, workspace: Path, warnings: list[str], skips: list[Skip]) -> list[SourceFile]:
     """Markdown files under the folder `root`, each directory's files (sorted) before its subdirectories.
 
     Each folder is opened O_NOFOLLOW from its parent's descriptor and listed through it: one swapped for a
@@ -82,7 +121,7 @@ def _walk_md(root: str, base: str, workspace: Path, warnings: list[str]) -> list
             path = directory + os.sep + ent.name
             if ent.is_symlink():
                 if _is_md(ent.name):
-                    warnings.append(f"{rel(path)}: skipped, memory files may not be symlinks")
+                    skips.append(symlink_skip(rel(path)))
                 continue
             if ent.is_dir():
                 subdirs.append(ent.name)
@@ -90,7 +129,7 @@ def _walk_md(root: str, base: str, workspace: Path, warnings: list[str]) -> list
                 if ent.is_file():
                     out.append(SourceFile(rel(path), path, "memory", base))
                 else:
-                    warnings.append(_not_regular(rel(path), path))
+                    skips.append(_not_regular(rel(path), path))
         for name in subdirs:
             opened(name, directory + os.sep + name, fd)
 
@@ -112,12 +151,12 @@ def _walk_md(root: str, base: str, workspace: Path, warnings: list[str]) -> list
     return out
 
 
-def _not_regular(rel: str, path: str) -> str:
+def _not_regular(rel: str, path: str) -> Skip:
     try:
         kind = file_kind(os.lstat(path).st_mode)
     except OSError:
         kind = "not a regular file"
-    return f"{rel}: skipped, it is {kind}; memory files must be regular files"
+    return not_regular_skip(rel, kind)
 
 
 def _base(workspace: Path, p: Path) -> str:
@@ -137,20 +176,34 @@ def _extra_file(workspace: Path, p: Path) -> SourceFile:
     return SourceFile(rel, base + os.sep + p.name, "memory", base)
 
 
+@dataclass(frozen=True)
+class Listing:
+    files: list[SourceFile]  # sorted by rel
+    skips: list[Skip]  # Markdown names that are not regular files (symlinks, FIFOs…): never read
+    warnings: list[str]  # what else could not be listed: folders, extra paths
+
+
 def list_memory_files(workspace: Path, extra_paths: list[str]) -> tuple[list[SourceFile], list[str]]:
+    """The memory files, and a warning for each thing left out (skipped names first)."""
+    found = scan_memory_files(workspace, extra_paths)
+    return found.files, [s.warning for s in found.skips] + found.warnings
+
+
+def scan_memory_files(workspace: Path, extra_paths: list[str]) -> Listing:
     warnings: list[str] = []
+    skips: list[Skip] = []
     files: dict[str, SourceFile] = {}
     ws = str(workspace)
     top = workspace / MEMORY_FILE
     if top.is_symlink():
-        warnings.append(f"{MEMORY_FILE}: skipped, memory files may not be symlinks")
+        skips.append(symlink_skip(MEMORY_FILE))
     elif top.is_file():
         files[MEMORY_FILE] = SourceFile(MEMORY_FILE, str(top), "memory", ws)
     elif top.exists():
-        warnings.append(_not_regular(MEMORY_FILE, str(top)))
+        skips.append(_not_regular(MEMORY_FILE, str(top)))
     mem = workspace / MEMORY_DIR
     if mem.is_dir() and not mem.is_symlink():
-        for f in _walk_md(str(mem), ws, workspace, warnings):
+        for f in _walk_md(str(mem), ws, workspace, warnings, skips):
             files[f.rel] = f
     for raw in extra_paths:
         unsafe = unsafe_extra_path(workspace, raw)
@@ -164,10 +217,10 @@ def list_memory_files(workspace: Path, extra_paths: list[str]) -> tuple[list[Sou
         if p.is_symlink():
             warnings.append(f"extra path {raw}: skipped, symlinks are not followed")
         elif p.is_dir():
-            for f in _walk_md(str(p), _base(workspace, p), workspace, warnings):
+            for f in _walk_md(str(p), _base(workspace, p), workspace, warnings, skips):
                 files.setdefault(f.rel, f)
         elif p.exists() and not p.is_file():
-            warnings.append(_not_regular(f"extra path {raw}", str(p)))
+            warnings.append(_not_regular(f"extra path {raw}", str(p)).warning)
         elif p.is_file():
             if _is_md(p.name):
                 f = _extra_file(workspace, p)
@@ -176,7 +229,9 @@ def list_memory_files(workspace: Path, extra_paths: list[str]) -> tuple[list[Sou
                 warnings.append(f"extra path {raw}: skipped, only .md files are memory")
         else:
             warnings.append(f"extra path {raw}: does not exist")
-    return sorted(files.values(), key=lambda f: f.rel), warnings
+    named = {s.path: s for s in skips}  # one entry per name (an extra folder may list one twice)
+    return Listing(sorted(files.values(), key=lambda f: f.rel),
+                   sorted((s for p, s in named.items() if p not in files), key=lambda s: s.path), warnings)
 
 
 @dataclass(frozen=True)
@@ -184,6 +239,11 @@ class ReadResult:
     text: str | None
     warning: str | None
     st: os.stat_result | None = None  # fstat of the descriptor read: what the index records for the file
+    skip: Skip | None = None  # why the file is left out (then `warning` is its warning)
+
+
+def _skipped(skip: Skip, st: os.stat_result | None = None) -> ReadResult:
+    return ReadResult(None, skip.warning, st, skip)
 
 
 class MemoryReader:
@@ -228,14 +288,16 @@ class MemoryReader:
         except FileNotFoundError:
             return ReadResult(None, None)  # vanished mid-sync: the next sync removes it
         except NotRegularFile as e:
-            return ReadResult(None, f"{rel}: skipped, it is {e.kind}; memory files must be regular files")
+            return _skipped(not_regular_skip(rel, e.kind))
         except FileTooLarge as e:
-            return ReadResult(None, f"{rel}: skipped, {e.size:,} bytes is over the {max_bytes:,}-byte limit "
-                                    "(memory_search.max_file_bytes); split it or raise the limit")
+            return _skipped(Skip(rel, f"too large ({e.size:,} bytes; the limit is {max_bytes:,})", LARGE_FIX,
+                                 f"{e.size:,} bytes is over the {max_bytes:,}-byte limit "
+                                 "(memory_search.max_file_bytes); split it or raise the limit"))
         except OSError as e:
-            return ReadResult(None, f"{rel}: skipped, cannot read ({e.strerror or e})")
+            return _skipped(unreadable_skip(rel, e.strerror or e))
         if b"\x00" in data[:8192]:
-            return ReadResult(None, f"{rel}: skipped, looks binary (NUL bytes); memory files must be text", st)
+            return _skipped(Skip(rel, "looks binary", BINARY_FIX, "looks binary (NUL bytes); memory files must be text"),
+                            st)
         decoded = decode_text(data)
         if decoded.replaced:
             return ReadResult(decoded.text, f"{rel}: not valid UTF-8 (first bad byte on line "

@@ -31,10 +31,17 @@ from hermit.config.schema import MemorySearchConfig
 from hermit.db import DatabaseError, index_error, is_corrupt, is_disk_full
 from hermit.errors import EmbeddingError, IndexError_, SessionError
 from hermit.memory.embedders.base import Embedder, LineEmbedder
-from hermit.memory.index import line_vectors
+from hermit.memory.index import line_vectors, skips
 from hermit.memory.index.chunking import CHUNKER_ID, Chunk, chunk_markdown, line_texts, text_hash
 from hermit.memory.index.session_source import list_session_files, render_transcript, session_needs_index
-from hermit.memory.index.sources import MemoryReader, SourceFile, list_memory_files
+from hermit.memory.index.sources import (
+    Listing,
+    MemoryReader,
+    Skip,
+    SourceFile,
+    scan_memory_files,
+    unreadable_skip,
+)
 from hermit.memory.search.fts import FTS_VERSION
 from hermit.memory.store.api import FileState, MemoryStore
 from hermit.sessions.files import read_own
@@ -61,6 +68,7 @@ class SyncReport:
     files_indexed: int = 0
     files_unchanged: int = 0
     files_deleted: int = 0
+    files_skipped: int = 0  # seen but left out (binary, too large, a symlink…): `skips` says which and why
     chunks_indexed: int = 0
     lines_indexed: int = 0  # lines given a vector of their own
     lines_reused: int = 0  # … of which the index already held the vector (unchanged lines of an edited file)
@@ -72,16 +80,22 @@ class SyncReport:
     first: bool = False  # the index held no files before this sync (a new workspace or index)
     skipped: bool = False  # another process holds the writer lock
     keyword_first: int = 0  # files stored keyword-only before their vectors (a large sync; see Ready)
+    # Warnings: what could not be listed, and each file skipped for a reason not recorded before (a file
+    # already recorded as skipped, unchanged since, is in `skips` but not warned about again).
     warnings: list[str] = field(default_factory=list)
+    skips: list[Skip] = field(default_factory=list)
 
     def summary(self) -> str:
         what = "indexed" if self.first else "rebuilt" if self.rebuilt else "synced"
         return (f"{what}: {plural(self.files_seen, 'file')} ({self.files_indexed:,} indexed, "
-                f"{self.files_unchanged:,} unchanged, {self.files_deleted:,} removed), "
+                f"{self.files_unchanged:,} unchanged, "
+                + (f"{self.files_skipped:,} skipped, " if self.files_skipped else "")
+                + f"{self.files_deleted:,} removed), "
                 f"{plural(self.chunks_indexed, 'chunk')}, "
                 + (f"{plural(self.lines_indexed, 'line vector')}, " if self.lines_indexed else "")
                 + f"{self.embedded:,} embedded, "
-                f"{plural(self.cache_hits, 'cache hit')}, {self.seconds:.2f}s")
+                f"{plural(self.cache_hits, 'cache hit')}, {self.seconds:.2f}s"
+                + (f"; skipped: {skips.describe(self.skips)}" if self.skips else ""))
 
 
 def wanted_identity(cfg: MemorySearchConfig, embedder: Embedder | None, vector_kind: str) -> dict[str, object]:
@@ -168,26 +182,41 @@ class Indexer:
         have = self.store.identity()
         return have == wanted_identity(self.cfg, self.embedder, self.store.vector_kind())
 
-    def sources(self) -> tuple[list[SourceFile], list[str]]:
-        files, warnings = list_memory_files(self.workspace, self.cfg.extra_paths)
-        return files + list_session_files(self.sessions_dir), warnings
+    def sources(self) -> Listing:
+        found = scan_memory_files(self.workspace, self.cfg.extra_paths)
+        return Listing(found.files + list_session_files(self.sessions_dir), found.skips, found.warnings)
 
-    def is_dirty(self) -> bool:
+    def is_dirty(self) -> bool:  # noqa: C901 - one decision per kind of file; each branch a line
+        """Whether a sync has anything to do. A file recorded as skipped (memory.index.skips) is not, until
+        it changes or goes away."""
         if not self.identity_matches():
             return True
-        files, _ = self.sources()
-        stamp = (self.store.meta().get("index_id"), self.store.generation())
+        listing = self.sources()
+        files = listing.files
+        meta = self.store.meta()
+        stamp = (meta.get("index_id"), self.store.generation())
         if self._indexed is None or self._indexed[0] != stamp:
             self._indexed = (stamp, self.store.files())
         indexed = self._indexed[1]
-        if len(indexed) != len(files) or any(f.rel not in indexed for f in files):
+        recorded = skips.load(meta)
+        if skips.listing_changed(recorded, listing.skips, files):
+            return True
+        listed = {f.rel for f in files}
+        if any(p not in listed for p in indexed):
             return True
         for f in files:
-            st = indexed[f.rel]
+            rec = recorded.get(f.rel)
+            if rec is None and f.rel not in indexed:
+                return True
             try:
                 s = os.stat(f.path)
             except FileNotFoundError:
                 return True
+            if rec is not None:
+                if rec.stamp != skips.stamp(s):
+                    return True  # changed since it was skipped: judge it again
+                continue
+            st = indexed[f.rel]
             if not st.embedded and self.embedder is not None:
                 return True
             if st.mtime == s.st_mtime_ns and st.size == s.st_size:
@@ -204,28 +233,28 @@ class Indexer:
         return False
 
     def _load(self, f: SourceFile, old: FileState | None, st: os.stat_result, report: SyncReport,
-              reader: MemoryReader) -> tuple[str | None, int, os.stat_result]:
-        """The text to index for `f` (None = nothing to index now), its message count, and the stat to record
-        for it: a memory file's is the fstat of the descriptor its text was read through (what was read,
-        even if the name was swapped since the caller's stat; the next sync compares against it)."""
+              reader: MemoryReader) -> tuple[str | None, int, os.stat_result, Skip | None]:
+        """The text to index for `f` (None = nothing to index now), its message count, the stat to record
+        for it (a memory file's is the fstat of the descriptor its text was read through: what was read,
+        even if the name was swapped since the caller's stat; the next sync compares against it), and why
+        it is skipped when it cannot be indexed."""
         if f.source == "sessions":
             try:  # as the session store reads it: never through a link, only the user's own file
                 data = read_own(Path(f.path), "the transcript")[0]
             except (OSError, SessionError) as e:
-                report.warnings.append(f"{f.rel}: skipped, cannot read ({e})")
-                return None, 0, st
+                return None, 0, st, unreadable_skip(f.rel, e)
             needs_vectors = self.embedder is not None and old is not None and not old.embedded
             delta = session_needs_index(indexed_size=old.size if old else None,
                                         indexed_messages=old.messages if old else None,
                                         size=st.st_size, mtime_ns=st.st_mtime_ns, data=data, now=self.clock())
             if not (delta.should_index or needs_vectors):
-                return None, delta.messages, st
+                return None, delta.messages, st, None
             text, messages = render_transcript(data.decode("utf-8", errors="replace"))
-            return text, messages, st
+            return text, messages, st, None
         read = reader.read(f, self.cfg.max_file_bytes)
-        if read.warning:
+        if read.warning and read.skip is None:  # a skip's warning is the caller's: said once, when new
             report.warnings.append(read.warning)
-        return read.text, 0, read.st or st
+        return read.text, 0, read.st or st, read.skip
 
     # -- sync -----------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -303,10 +332,13 @@ class Indexer:
     def _sync_into(self, store: MemoryStore, progress: Progress | None,  # noqa: C901 - the per-file sync decisions in one loop; splits with issue 26 §2 (memory/index/)
                    chunk_progress: ChunkProgress | None = None, ready: Ready | None = None) -> SyncReport:
         report = SyncReport()
-        files, warnings = self.sources()
-        report.warnings.extend(warnings)
-        report.files_seen = len(files)
+        listing = self.sources()
+        files = listing.files
+        report.warnings.extend(listing.warnings)
+        report.files_seen = len(files) + len(listing.skips)
         indexed = store.files()
+        recorded = skips.load(store.meta())
+        skipped = {s.path: skips.Skipped(s, None) for s in listing.skips}
         present = {f.rel for f in files}
         for gone in sorted(set(indexed) - present):
             store.delete_file(gone)
@@ -323,12 +355,22 @@ class Indexer:
                     st = f.abs.stat()
                 except FileNotFoundError:
                     continue  # vanished since listing: the next sync deletes it
+                known = recorded.get(f.rel)
+                if known is not None and known.stamp == skips.stamp(st):
+                    skipped[f.rel] = known  # judged before and unchanged since: not read again
+                    continue
                 old = indexed.get(f.rel)
                 needs_vectors = self.embedder is not None and old is not None and not old.embedded
                 if old and old.mtime == st.st_mtime_ns and old.size == st.st_size and not needs_vectors:
                     report.files_unchanged += 1
                     continue
-                text, messages, st = self._load(f, old, st, report, reader)
+                judged = st
+                text, messages, st, skip = self._load(f, old, st, report, reader)
+                if skip is not None:
+                    skipped[f.rel] = skips.Skipped(skip, skips.stamp(judged))
+                    if old is not None:  # indexed before but not indexable now: drop the stale chunks
+                        store.delete_file(f.rel)
+                    continue
                 if text is None:
                     if f.source == "sessions":  # below the re-index threshold: keep what is indexed
                         report.files_unchanged += 1
@@ -344,6 +386,7 @@ class Indexer:
                 lines = {n: (text_hash(t), t) for n, t in line_texts(text, self.cfg.chunking.tokens).items()} \
                     if want_lines else {}
                 changed.append(Pending(f, file_hash, st.st_mtime_ns, st.st_size, chunks, messages, lines))
+        self._record_skips(store, report, skipped, recorded)
         # Chunk every changed file first, so the total is known before the slow part (embedding) starts.
         total = sum(len(p.chunks) for p in changed)
         # Newest notes first: after years of daily logs, today's and this week's are what is asked about.
@@ -379,6 +422,15 @@ class Indexer:
         if self.cfg.cache.max_entries:
             store.cache_prune(self.cfg.cache.max_entries)
         return report
+
+    @staticmethod
+    def _record_skips(store: MemoryStore, report: SyncReport, now: dict[str, skips.Skipped],
+                      before: dict[str, skips.Skipped]) -> None:
+        """Count and record this sync's skipped files; warn only about those not recorded so before."""
+        report.skips = [now[p].skip for p in sorted(now)]
+        report.files_skipped = len(now)
+        report.warnings.extend(s.warning for s in report.skips if (p := before.get(s.path)) is None or p.skip != s)
+        skips.save(store, now, before)
 
     def _embed(self, store: MemoryStore, texts: dict[str, str], report: SyncReport,
                uncached: dict[str, str] | None = None) -> dict[str, np.ndarray] | None:
