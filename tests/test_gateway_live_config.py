@@ -317,8 +317,8 @@ def test_a_running_gateway_logs_what_needs_a_restart(tmp_path: Path, caplog: pyt
 
     asyncio.run(main())
     [line] = [r.getMessage() for r in caplog.records if "changed:" in r.getMessage()]
-    assert line.endswith("applied channels.telegram.accounts.default.allow_from; not applied until `hermit gateway "
-                         "restart`: gateway.port, gateway.shutdown_grace_seconds"), line
+    assert line.endswith("applied channels.telegram.accounts.default.allow_from; not applied until the gateway is "
+                         "restarted: gateway.port, gateway.shutdown_grace_seconds"), line
 
 
 def test_a_config_file_moved_away_fails_closed_until_it_is_back(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ one): who may reach the assistant (each running channel account's `enabled`, `ow
 `allow_from`, `group_policy`, `groups`, `group_allow_from`, `require_mention`), routing (`bindings`, each
 agent's `session.dm_scope` and `dangerously_share_main_session_with_contacts`, the default agent), each
 agent's `mention_patterns` and `heartbeat` settings, and the owner checks of cron deliveries. Not live,
-named in the log line as needing `hermit gateway restart`: what was built at start from the config —
+named in the log line as waiting for a restart of the gateway: what was built at start from the config —
 model providers, the gateway's bind, port and queues, channel tokens and accounts added or re-pointed,
 the web chat switch, agents added, and every other agent setting (model, memory, sandbox, sessions).
 
@@ -125,7 +125,7 @@ class LiveConfig:
         head = (f"{self.where} is valid again: channel senders and scheduled deliveries go by it" if was_broken
                 else f"{self.where} changed")
         done = f"applied {', '.join(applied)}" if applied else "nothing that applies live changed"
-        later = f"; not applied until `hermit gateway restart`: {', '.join(restart)}" if restart else ""
+        later = f"; not applied until the gateway is restarted: {', '.join(restart)}" if restart else ""
         level = logging.WARNING if restart else logging.INFO if applied or was_broken else logging.DEBUG
         log.log(level, "%s: %s%s", head, done, later)
 

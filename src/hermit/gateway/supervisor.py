@@ -127,7 +127,7 @@ def live_route(state: LiveAccess, running: Collection[str]) -> Callable[[Inbound
         routed = route_with(view.router, view.access)(msg)
         if routed.agent_id not in running:
             raise ConfigError(f"agent {routed.agent_id!r} is in the config but was not started with the gateway",
-                              "run `hermit gateway restart` to start it")
+                              "restart the gateway to start it (`systemctl --user restart` its service, or stop it and run `hermit gateway run` again)")
         return routed
 
     return route
