@@ -44,8 +44,8 @@ def choose_model_ref(agent: AgentConfig, loaded: LoadedConfig, environ: Mapping[
             return ref
     raise NoModelConfigured(
         "no language model is configured",
-        "set ANTHROPIC_API_KEY or OPENAI_API_KEY, or agents.defaults.model in the config "
-        "(run `hermit chat` for a how-to)",
+        "run `hermit setup` (it asks which model, checks it and keeps the key in hermit.env); or put "
+        "ANTHROPIC_API_KEY / OPENAI_API_KEY in hermit.env, or agents.defaults.model in the config",
     )
 
 
@@ -97,29 +97,3 @@ def live_owner_check(loaded: LoadedConfig, home: Path) -> OwnerCheck:
         return access is not None and access.is_owner(channel, account_id, sender_id, username)
 
     return check
-
-
-def no_model_help(ctx: CliContext) -> str:
-    config = ctx.paths.config_file() or ctx.home / "hermit.yaml"
-    return f"""\
-Hermit has no language model to talk to yet. Pick one, then run `hermit chat` again:
-
-  1. Anthropic   export ANTHROPIC_API_KEY=sk-ant-...   (uses anthropic/claude-sonnet-4-5)
-  2. OpenAI      export OPENAI_API_KEY=sk-...          (uses openai/gpt-4.1)
-  3. A local OpenAI-compatible server (Ollama, LM Studio, vLLM, llama.cpp) — no key needed.
-     Merge this into {config}:
-
-       agents:
-         defaults:
-           model: ollama/llama3.1
-       models:
-         providers:
-           ollama:
-             type: openai-compatible
-             base_url: http://127.0.0.1:11434/v1
-             models:
-               llama3.1: {{ context_window: 131072 }}
-
-Any other model: set agents.defaults.model to <provider>/<model> (e.g. anthropic/claude-opus-4-5).
-Memory already works offline without a model: try `hermit memory search "..."`.
-"""

@@ -192,7 +192,7 @@ def index(ctx: CliContext) -> str | Check:
                  "fix or remove them: `hermit memory status` says what to do for each")
 
 
-@check("chat model", fix="run `hermit chat` for a how-to", needs=("config",))
+@check("chat model", fix="run `hermit setup`", needs=("config",))
 def chat_model(ctx: CliContext) -> str | Check:
     from hermit.cli.model_check import describe_chat_model
 
