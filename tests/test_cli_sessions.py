@@ -16,9 +16,11 @@ KEY = "agent:main:main"
 
 
 def two_sessions(home: Path) -> tuple[str, str]:
-    """A chat, then /new, then another chat: (old session id, current session id)."""
+    """A chat, then /new, then another chat: (old session id, current session id). No daily reset (the runtime
+    runs on the real clock): a 04:00 between two turns would make a third session."""
     (home / "workspace").mkdir(parents=True)
-    rt = AgentRuntime(load_offline(home).agent(), ScriptedModel(["first reply", "new session greeting", "second reply"]), fsync=False)
+    loaded = load_offline(home, defaults={"session": {"reset": {"mode": "off"}}})
+    rt = AgentRuntime(loaded.agent(), ScriptedModel(["first reply", "new session greeting", "second reply"]), fsync=False)
     rt.run_turn(KEY, "the kiwi question")
     old = rt.session(KEY)
     assert old is not None
