@@ -46,7 +46,10 @@ def write_config(home: Path, fake: FakeProvider, api: str) -> None:
         else {"type": "openai-compatible", "base_url": fake.openai_base_url}
     )
     cfg = {
-        "agents": {"defaults": {"model": "fake/model-x", "memory_search": {"provider": "none"}}},
+        # No daily reset: these processes run on the real clock, and a 04:00 between two turns of one chat would
+        # start another session under the test.
+        "agents": {"defaults": {"model": "fake/model-x", "memory_search": {"provider": "none"},
+                                "session": {"reset": {"mode": "off"}}}},
         "models": {"providers": {"fake": provider}},
     }
     (home / "hermit.yaml").write_text(yaml.safe_dump(cfg))
