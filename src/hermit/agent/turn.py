@@ -17,6 +17,7 @@ from hermit.sessions.pruning import PruneResult
 from hermit.sessions.record import SessionRecord
 from hermit.tools import ToolRunner
 from hermit.tools.base import ToolRun
+from hermit.zones import host_zone
 
 
 @dataclass(frozen=True)
@@ -102,13 +103,11 @@ class PruneMemo:
 
 
 def resolve_timezone(name: str | None, now: datetime) -> tuple[tzinfo, str]:
-    """The configured IANA zone, else the machine's local zone."""
+    """The configured IANA zone, else the machine's own zone (hermit.zones: the one the scheduler uses)."""
     if name:
         try:
             return ZoneInfo(name), name
         except (ZoneInfoNotFoundError, ValueError) as e:
             raise ConfigError(f"unknown time zone {name!r}",
                               "set agents.defaults.timezone to an IANA name like Europe/Paris") from e
-    local = now.astimezone().tzinfo
-    assert local is not None
-    return local, local.tzname(None) or "local time"
+    return host_zone()  # with its DST rules: never the offset of the moment the process started

@@ -22,13 +22,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
-from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
 from hermit.errors import JobError
+from hermit.zones import host_zone
 
 MIN_EVERY_MS = 1000
 # Looking further than this for a cron match means the expression can never fire (e.g. 30 Feb).
@@ -54,20 +54,6 @@ def load_zone(name: str) -> ZoneInfo:
     except (ZoneInfoNotFoundError, ValueError) as e:
         raise JobError(f"unknown time zone {name!r}",
                        "use an IANA name like Europe/Berlin or America/Los_Angeles") from e
-
-
-def host_zone(localtime: Path = Path("/etc/localtime")) -> tuple[tzinfo, str]:
-    """The machine's own zone with its DST rules (a fixed UTC offset would be wrong half the year)."""
-    try:
-        target = str(localtime.resolve())
-        if "zoneinfo/" in target:
-            name = target.split("zoneinfo/", 1)[1]
-            return ZoneInfo(name), name
-        with localtime.open("rb") as f:
-            return ZoneInfo.from_file(f, key="localtime"), "localtime"
-    except (OSError, ValueError, ZoneInfoNotFoundError):
-        # No zone database entry for the host at all: the host clock itself is UTC then.
-        return UTC, "UTC"
 
 
 def resolve_zone(job_tz: str | None, configured: str | None) -> Zone:
