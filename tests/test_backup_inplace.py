@@ -29,21 +29,20 @@ from test_backup_live import NEW_TEXT, NOTE, big_note, env, hermit, members
 
 # Runs `hermit ARGS` with os.fdopen wrapped: at the first read() of each file named in BACKUP_STEPS, before
 # that read, its step acts once — "truncate" empties `target` in place, "write" writes `text` into `target`
-# in place (no truncate: the second half of an editor's save), "churn" starts a thread rewriting `target`
-# in place (same size, new bytes) every 20 ms for the rest of the backup.
+# in place (no truncate: the second half of an editor's save), "churn" from then on appends a line to `target`
+# in place each time the backup looks at it (os.lstat): it changes after every version stored.
 HOOK = r"""
-import json, os, sys, threading, time
+import json, os, sys
 spec = json.loads(os.environ["BACKUP_STEPS"])
-real_fdopen = os.fdopen
+real_fdopen, real_lstat = os.fdopen, os.lstat
 done = set()
+churned = []
 
-def churn(target):
-    n = 0
-    while True:
-        n += 1
-        with open(target, "r+b") as f:
-            f.write(b"%08d" % n)
-        time.sleep(0.02)
+def lstat(path, *args, **kwargs):
+    if str(path) in churned:
+        with open(path, "ab") as f:
+            f.write(b"- one more line\n")
+    return real_lstat(path, *args, **kwargs)
 
 def act(i, step):
     if i in done:
@@ -58,7 +57,7 @@ def act(i, step):
         with open(step["target"], "r+b") as f:
             f.write(step["text"].encode())
     elif step["act"] == "churn":
-        threading.Thread(target=churn, args=(step["target"],), daemon=True).start()
+        churned.append(step["target"])
 
 class Hooked:
     def __init__(self, f, path):
@@ -83,7 +82,7 @@ def fdopen(fd, mode="r", *args, **kwargs):
         return f
     return Hooked(f, path) if mode == "rb" and any(s["on"] == path for s in spec["steps"]) else f
 
-os.fdopen = fdopen
+os.fdopen, os.lstat = fdopen, lstat
 from hermit.cli.main import main
 sys.exit(main())
 """

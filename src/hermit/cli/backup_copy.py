@@ -20,8 +20,9 @@ then writes, and a read and its re-check that both fall between the two see a st
 every member is written, each stored file is looked at again (`settle`): one whose size, times or identity
 (device, inode) are no longer those of the version stored is stored again, as a later member of the same
 name — tar's rule, which `hermit restore` and `tar -x` follow, is that the last member of a name wins.
-Before that look, the backup waits until the newest stored version is SETTLE seconds old, so a writer held up
-between its truncate and its write (a loaded machine) has had that long to finish. This repeats up to ROUNDS
+Before that look, the backup waits until the newest stored version is SETTLE seconds old (SETTLE_SHRUNK when
+it is the listed file, shrunk: a save in place looks so between its truncate and its write), so a writer held
+up between the two (a loaded machine) has had that long to finish. This repeats up to ROUNDS
 times; a file still changing in place after that is named and `hermit backup` exits 1 (the archive holds a
 version read whole, which may be one saved halfway). One replaced by rename, or deleted, since it was stored
 is fine as it is: a rename shows a finished file, and the stored version was one.
@@ -51,6 +52,7 @@ IN_MEMORY = 8 << 20  # a file larger than this is spooled to a temporary file
 ATTEMPTS = 5
 PAUSE = 0.05  # seconds before the second read of a file that changed; doubled each time
 SETTLE = 1.0  # seconds a stored version must have been left alone before it is trusted
+SETTLE_SHRUNK = 5.0  # the same for a version smaller than the file listed, of the same file: a save in place
 ROUNDS = 3  # looks at the stored files after the members are written (see the module's docstring)
 OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0)
 DAMAGED = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)  # what reading a broken archive raises
@@ -190,6 +192,14 @@ def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
+def _trusted_at(entry: Entry, st: os.stat_result) -> float:
+    """When the version stored (`st`) has been left alone long enough to be taken as finished: SETTLE after its
+    last change, SETTLE_SHRUNK when it is the listed file grown smaller — what a save in place is between its
+    truncate and its write, the very case a look must not miss."""
+    shrunk = _same_file(st, entry.st) and st.st_size < entry.st.st_size
+    return st.st_ctime_ns / 1e9 + (SETTLE_SHRUNK if shrunk else SETTLE)
+
+
 def settle(tar: tarfile.TarFile, stored: Stored, spool_dir: Path, *, clock: Callable[[], float] = time.time,
            sleep: Callable[[float], None] = time.sleep) -> tuple[list[tuple[str, int]], list[str]]:
     """Store again, as later members of the same names, the files changed since their version was stored (see
@@ -199,8 +209,8 @@ def settle(tar: tarfile.TarFile, stored: Stored, spool_dir: Path, *, clock: Call
     again: list[tuple[str, int]] = []
     unsettled: dict[str, str] = {}
     for look in range(ROUNDS + 1):
-        newest = max((st.st_ctime_ns for _, st in stored.values()), default=0) / 1e9
-        wait = min(SETTLE, newest + SETTLE - clock())
+        trusted = max((_trusted_at(entry, st) for entry, st in stored.values()), default=0.0)
+        wait = min(SETTLE_SHRUNK, trusted - clock())
         if wait > 0:
             sleep(wait)
         changed = []
