@@ -29,19 +29,26 @@ from test_backup_live import NEW_TEXT, NOTE, big_note, env, hermit, members
 
 # Runs `hermit ARGS` with os.fdopen wrapped: at the first read() of each file named in BACKUP_STEPS, before
 # that read, its step acts once — "truncate" empties `target` in place, "write" writes `text` into `target`
-# in place (no truncate: the second half of an editor's save), "churn" from then on appends a line to `target`
-# in place each time the backup looks at it (os.lstat): it changes after every version stored.
+# in place (no truncate: the second half of an editor's save), "churn" from then on rewrites `target` in place
+# (its letters' case swapped, the same length) each time the backup looks at it (os.lstat): it changes after
+# every version stored; "grow" appends a line instead (a transcript being written), which is not named.
 HOOK = r"""
 import json, os, sys
 spec = json.loads(os.environ["BACKUP_STEPS"])
 real_fdopen, real_lstat = os.fdopen, os.lstat
 done = set()
 churned = []
+grown = []
 
 def lstat(path, *args, **kwargs):
-    if str(path) in churned:
+    if str(path) in grown:
         with open(path, "ab") as f:
             f.write(b"- one more line\n")
+    if str(path) in churned:  # rewritten in place, the same length: not an append
+        with open(path, "r+b") as f:
+            data = f.read()
+            f.seek(0)
+            f.write(data.swapcase())
     return real_lstat(path, *args, **kwargs)
 
 def act(i, step):
@@ -58,6 +65,8 @@ def act(i, step):
             f.write(step["text"].encode())
     elif step["act"] == "churn":
         churned.append(step["target"])
+    elif step["act"] == "grow":
+        grown.append(step["target"])
 
 class Hooked:
     def __init__(self, f, path):
@@ -166,6 +175,21 @@ def test_a_file_that_keeps_changing_in_place_after_it_was_stored_is_named_and_th
     files = members(archive)  # kept, readable, with everything
     assert all(NOTE.format(d) in files for d in range(1, 20))
     assert len(versions(archive, NOTE.format(3))) > 1  # it was stored again, and again
+
+
+def test_a_file_only_appended_to_while_the_backup_runs_is_kept_and_the_backup_succeeds(
+        home: Path, tmp_path: Path) -> None:
+    """A transcript or daily log a running Hermit keeps appending to: each version stored is a whole earlier
+    one, so the backup does not fail for it however long the appends go on."""
+    mem = home / "workspace" / "memory"
+    note = mem / "2026-01-03.md"
+    before = note.read_bytes()
+    archive = tmp_path / "b.tar.gz"
+    r = stepped_backup(home, archive, [{"act": "grow", "on": str(mem / "2026-01-02.md"), "target": str(note)}])
+    assert r.returncode == 0, r.stderr
+    stored = versions(archive, NOTE.format(3))
+    assert len(stored) > 1 and all(v.startswith(before) for v in stored)  # stored again as it grew, each whole
+    assert all(NOTE.format(d) in members(archive) for d in range(1, 20))
 
 
 def test_backup_of_a_missing_or_empty_state_dir_is_refused_with_the_path_looked_at(tmp_path: Path) -> None:

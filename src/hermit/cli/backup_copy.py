@@ -24,7 +24,8 @@ Before that look, the backup waits until the newest stored version is SETTLE sec
 it is the listed file, shrunk: a save in place looks so between its truncate and its write), so a writer held
 up between the two (a loaded machine) has had that long to finish. This repeats up to ROUNDS
 times; a file still changing in place after that is named and `hermit backup` exits 1 (the archive holds a
-version read whole, which may be one saved halfway). One replaced by rename, or deleted, since it was stored
+version read whole, which may be one saved halfway) — unless it only grew from a version no smaller than the
+one listed (a transcript or log being appended to: the stored version is a whole earlier one). One replaced by rename, or deleted, since it was stored
 is fine as it is: a rename shows a finished file, and the stored version was one.
 """
 
@@ -192,6 +193,13 @@ def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
+def _grew(entry: Entry, st: os.stat_result, now: os.stat_result) -> bool:
+    """Only appended to since the version stored, which was no smaller than the file listed: a transcript or a
+    daily log a running Hermit keeps appending to. The version stored is a whole earlier one (an append never
+    rewrites what was there), so a file still growing at the last look is not named."""
+    return _same_file(now, st) and now.st_size > st.st_size >= entry.st.st_size
+
+
 def _trusted_at(entry: Entry, st: os.stat_result) -> float:
     """When the version stored (`st`) has been left alone long enough to be taken as finished: SETTLE after its
     last change, SETTLE_SHRUNK when it is the listed file grown smaller — what a save in place is between its
@@ -224,7 +232,8 @@ def settle(tar: tarfile.TarFile, stored: Stored, spool_dir: Path, *, clock: Call
         if look == ROUNDS:
             unsettled.update({arc: f"{stored[arc][0].shown} (it kept changing in place while the backup was written, "
                               f"{ROUNDS + 1} times; the archive holds a version read whole, which may be one saved "
-                              "halfway)" for arc, now in changed if _same_file(now, stored[arc][1])})
+                              "halfway)" for arc, now in changed
+                              if _same_file(now, stored[arc][1]) and not _grew(stored[arc][0], stored[arc][1], now)})
             break
         if not changed:
             break
