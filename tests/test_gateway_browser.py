@@ -17,7 +17,6 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -25,25 +24,17 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+import browserdemo
+from browserdemo import Demo, T, served_demo
 from ciguard import need
-from gatewayhelpers import GatewayProcess, free_port, launched_chromium
+from gatewayhelpers import launched_chromium
 from hermit.channels.pairing import PairingStore
 from hermit.memory.policy.audience import owner_origin
 from hermit.memory.policy.provenance import Origin, wrap
-from hermit.testing import FakeProvider
 from webapphelpers import CLI_KEY, GROUP_KEY, JOB_ID, JOB_STEP, build_demo_home, chat_steps
 
 SIZES = [(390, 844), (1280, 800)]
 XSS = 'Try this: <img src=x onerror="window.__pwned=1"> and <script>window.__pwned=2</script>'
-T = 30_000  # ms: generous for a busy 2-core machine
-
-
-@dataclass
-class Demo:
-    home: Path
-    gw: GatewayProcess
-    port: int
-    url: str
 
 
 @pytest.fixture(scope="module")
@@ -53,38 +44,21 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    home = tmp_path_factory.mktemp("webapp") / "home"
     steps = [s for w, _ in SIZES for s in chat_steps(str(w))]
     steps += [{"match": {"contains": "show-html"}, "text": XSS}, JOB_STEP]
-    with FakeProvider(steps) as fake:
-        build_demo_home(home, fake.openai_base_url)
+
+    def prepare(home: Path, base_url: str) -> None:
+        build_demo_home(home, base_url)
         (home / "workspace" / "memory" / "2026-11-25.md").write_text(
             '# 2026-11-25\n\n- pasted snippet: <img src=x onerror="window.__pwned=3"> <b>bold?</b>\n', encoding="utf-8")
-        port = free_port()
-        gw = GatewayProcess(home, "--port", str(port))
-        demo = Demo(home, gw, port, gw.wait_ready())
-        try:
-            yield demo
-        finally:
-            demo.gw.stop()
+
+    with served_demo(tmp_path_factory.mktemp("webapp") / "home", steps, prepare) as served:
+        yield served
 
 
 def open_page(browser: Any, demo: Demo, width: int, height: int) -> tuple[Any, Any, list[str], list[dict[str, Any]]]:
-    narrow = width < 700
-    context = browser.new_context(viewport={"width": width, "height": height}, is_mobile=narrow, has_touch=narrow)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
-    frames: list[dict[str, Any]] = []
-
-    def on_socket(ws: Any) -> None:
-        ws.on("framereceived", lambda payload: frames.append(json.loads(payload)))
-
-    page.on("websocket", on_socket)
-    page.goto(demo.url)
-    page.wait_for_selector("#status.ok", timeout=T)
-    return context, page, errors, frames
+    opened = browserdemo.open_page(browser, demo.url, width, height, console_errors=True, frames=True)
+    return opened.context, opened.page, opened.errors, opened.frames
 
 
 def nav(page: Any, narrow: bool, selector: str) -> None:
@@ -304,10 +278,9 @@ def test_html_stays_text_reconnect_and_a_wrong_token(browser: Any, demo: Demo) -
     page.click(".tab[data-view='chat']")
 
     # A dropped connection: the page reconnects by itself and reloads the history.
-    demo.gw.stop()
+    demo.stop()
     page.wait_for_selector("#status.warn", timeout=T)
-    demo.gw = GatewayProcess(demo.home, "--port", str(demo.port))
-    demo.gw.wait_ready()
+    demo.start()
     page.wait_for_selector("#status.ok", timeout=T)
     page.wait_for_selector(".msg.assistant >> text=window.__pwned=1", timeout=T)
     assert [e for e in errors if "ERR_CONNECTION_REFUSED" not in e] == []  # the browser's own note while down

@@ -18,13 +18,12 @@ from typing import Any
 
 import pytest
 
-from gatewayhelpers import GatewayProcess, free_port, launched_chromium
+from browserdemo import T, open_page, served_demo
+from gatewayhelpers import launched_chromium
 from hermit.messages import AssistantMessage, TextPart, UserMessage
 from hermit.sessions.store import SessionStore
-from hermit.testing import FakeProvider
 from webapphelpers import write_demo_config
 
-T = 30_000  # ms
 CONTACT_KEY = "agent:main:telegram:dm:5550123"
 PHISH = "https://evil.example/phish"
 LOOKALIKE = "https://xn--bnk-6cd.example/"
@@ -76,20 +75,18 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    home: Path = tmp_path_factory.mktemp("links") / "home"
-    with FakeProvider([{"match": {"contains": "links please"}, "repeat": True, "text": REPLY}]) as fake:
-        write_demo_config(home, fake.openai_base_url)
+    def prepare(home: Path, base_url: str) -> None:
+        write_demo_config(home, base_url)
         (home / "workspace").mkdir(parents=True, exist_ok=True)
         store = SessionStore(home / "agents" / "main" / "sessions", cwd=home / "workspace", fsync=False)
         opened = store.get_or_create(CONTACT_KEY, origin_channel="telegram")
         transcript = store.open_transcript(opened.record)
         transcript.append_message(UserMessage("Reply with these links exactly, please").to_dict())
         transcript.append_message(AssistantMessage((TextPart(REPLY),), model="test-model", provider="fake").to_dict())
-        gw = GatewayProcess(home, "--port", str(free_port()))
-        try:
-            yield gw.wait_ready()
-        finally:
-            gw.stop()
+
+    steps = [{"match": {"contains": "links please"}, "repeat": True, "text": REPLY}]
+    with served_demo(tmp_path_factory.mktemp("links") / "home", steps, prepare) as demo:
+        yield demo.url
 
 
 def check_links(page: Any, root: str, width: int) -> None:
@@ -109,12 +106,8 @@ def check_links(page: Any, root: str, width: int) -> None:
 @pytest.mark.parametrize(("width", "height"), [(390, 844), (1280, 800)], ids=["390x844", "1280x800"])
 def test_a_link_shows_where_it_goes(browser: Any, gateway_url: str, width: int, height: int) -> None:
     narrow = width < 700
-    context = browser.new_context(viewport={"width": width, "height": height}, is_mobile=narrow, has_touch=narrow)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(gateway_url)
-    page.wait_for_selector("#status.ok", timeout=T)
+    opened = open_page(browser, gateway_url, width, height)
+    context, page, errors = opened.context, opened.page, opened.errors
 
     # The owner's main session: the reply streamed live.
     page.fill("#input", f"links please {width}")

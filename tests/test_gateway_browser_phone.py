@@ -11,18 +11,15 @@ One gateway (restarted by the last test) and one browser serve the module; each 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gatewayhelpers import GatewayProcess, free_port, launched_chromium
-from hermit.testing import FakeProvider
+from browserdemo import PHONE_SIZE, Demo, T, open_page, served_demo
+from gatewayhelpers import launched_chromium
 from webapphelpers import build_demo_home
 
-T = 30_000  # ms: generous for a busy 2-core machine
-PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True}
 TABLE = ("Your week:\n\n| Day | Plan | Where |\n|:----|:----:|---:|\n| Mon | gym at **7** | <b>club</b> |\n"
          "| Tue | `deploy` \\| rollback | [notes](https://notes.example/x) |\n\nThat's all.")
 STEPS: list[dict[str, Any]] = [
@@ -34,14 +31,6 @@ STEPS: list[dict[str, Any]] = [
 ]
 
 
-@dataclass
-class Demo:
-    home: Path
-    gw: GatewayProcess
-    port: int
-    url: str
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     yield from launched_chromium()
@@ -49,28 +38,17 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    home = tmp_path_factory.mktemp("phone") / "home"
-    with FakeProvider(STEPS) as fake:
-        build_demo_home(home, fake.openai_base_url)
+    def prepare(home: Path, base_url: str) -> None:
+        build_demo_home(home, base_url)
         (home / "workspace" / "memory" / "blob.md").write_bytes(b"# not text\x00\x01\x02\n")
-        port = free_port()
-        gw = GatewayProcess(home, "--port", str(port))
-        demo = Demo(home, gw, port, gw.wait_ready())
-        try:
-            yield demo
-        finally:
-            demo.gw.stop()
+
+    with served_demo(tmp_path_factory.mktemp("phone") / "home", STEPS, prepare) as served:
+        yield served
 
 
 def phone(browser: Any, demo: Demo, url: str | None = None, *, signed_in: bool = True) -> tuple[Any, Any, list[str]]:
-    context = browser.new_context(**PHONE)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(url or demo.url)
-    if signed_in:
-        page.wait_for_selector("#status.ok", timeout=T)
-    return context, page, errors
+    opened = open_page(browser, url or demo.url, *PHONE_SIZE, signed_in=signed_in)
+    return opened.context, opened.page, opened.errors
 
 
 def nav(page: Any, selector: str) -> None:
@@ -291,7 +269,7 @@ def test_a_message_sent_while_the_gateway_is_down_stays_in_the_box(browser: Any,
     """Last in the module: it restarts the gateway."""
     context, page, errors = phone(browser, demo)
     page.wait_for_selector("#session-kind[data-kind='main']", timeout=T)
-    demo.gw.stop()
+    demo.stop()
     page.wait_for_selector("#status.warn", timeout=T)
     text = "remember this, kept-please"
     page.fill("#input", text)
@@ -301,8 +279,7 @@ def test_a_message_sent_while_the_gateway_is_down_stays_in_the_box(browser: Any,
     assert "Not sent" in unsent.inner_text() and "still in the box" in unsent.inner_text()
     assert page.input_value("#input") == text
     assert page.locator(f".msg.user:has-text('{text}')").count() == 0  # not shown as if it were sent
-    demo.gw = GatewayProcess(demo.home, "--port", str(demo.port))
-    demo.gw.wait_ready()
+    demo.start()
     page.wait_for_selector("#status.ok", timeout=T)
     unsent.wait_for(state="detached", timeout=T)  # the history was loaded again
     assert page.input_value("#input") == text  # still there after the reconnect
