@@ -364,3 +364,29 @@ def test_the_web_app_stops_treating_a_removed_owners_dm_as_the_owners(tmp_path: 
     assert console.owner_dm(owner) and not console.owner_dm(ex_owner)
     path.write_text(text.replace("per-peer", "[per-peer"), encoding="utf-8")  # invalid: fail closed
     assert not console.owner_dm(owner)
+
+
+def test_the_owners_mark_in_a_group_follows_the_edit(tmp_path: Path) -> None:
+    """A group message of an owner removed from `owners` while the gateway runs is no longer shown to the
+    model as the owner's (the runtimes' owner check is the gateway's live one, LiveAccess.is_owner)."""
+    group = -1007
+
+    async def main() -> None:
+        async with gateway(tmp_path, [REPLY], owners=[OWNER, EX_OWNER], allow=[CONTACT]) as s:
+            replace_file(s.config, s.config.read_text() + "        group_policy: open\n"
+                                                          "        require_mention: false\n")
+            s.telegram.push_message(chat_id=group, from_id=EX_OWNER, chat_type="group", first_name="Eve",
+                                    text="group-before")
+            await until(lambda: s.asked("group-before"), "the first group message's turn")
+            remove_owner(s)
+            s.telegram.push_message(chat_id=group, from_id=EX_OWNER, chat_type="group", first_name="Eve",
+                                    text="group-after")
+            await until(lambda: s.asked("group-after"), "the second group message's turn")
+            before = [json.dumps(r.body) for r in s.provider.requests if "group-before" in json.dumps(r.body)][0]
+            after = [json.dumps(r.body) for r in s.provider.requests if "group-after" in json.dumps(r.body)][-1]
+            owner_line = f"[Eve ({EX_OWNER}) \\u2014 the owner]"
+            assert owner_line in before
+            assert after.count(owner_line) == before.count(owner_line) == 1  # only the earlier turn's
+            assert f"[Eve ({EX_OWNER})]" in after
+
+    asyncio.run(main())

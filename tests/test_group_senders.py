@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,8 @@ def make(home: Path, fake: FakeProvider, *, compaction: bool = False) -> AgentRu
         defaults["compaction"] = SMALL_COMPACTION
     loaded = small_config(home, fake, defaults=defaults)
     rt = runtime(loaded, fake_model(loaded), memory=memory_service(loaded, None))
-    # The channels' `owners` say whose group messages are the owner's (cli.assistant.live_owner_check, the
-    # wiring of a real runtime, follows hermit.yaml as it is now: its own test below).
+    # The channels' `owners` say whose group messages are the owner's (in the gateway, LiveAccess.is_owner
+    # follows hermit.yaml as it is now: its own test below).
     channels = build_config({"channels": CHANNELS}, StatePaths(home)).config.channels
     rt.owner_check = AccessControl(channels, PairingStore(home)).is_owner
     return rt
@@ -229,8 +230,8 @@ def test_the_owners_mark_follows_hermit_yaml_as_it_is_now(tmp_path: Path) -> Non
     home.mkdir(mode=0o700)
     config = home / "hermit.yaml"
     config.write_text(json.dumps({"channels": CHANNELS}))
-    from hermit.cli.assistant import live_owner_check
-    check = live_owner_check(load_config(StatePaths(home)), home)
+    from hermit.gateway.live_config import LiveAccess, LiveConfig
+    check = LiveAccess(LiveConfig(load_config(StatePaths(home))), PairingStore(home), time.time).is_owner
     assert check("telegram", "default", "1001", None) and not check("telegram", "default", "3001", None)
     accounts = json.loads(json.dumps(CHANNELS))
     accounts["telegram"]["accounts"]["default"]["owners"] = ["3001"]

@@ -9,18 +9,14 @@ OPENAI_API_KEY is set. Nothing matching raises NoModelConfigured, which chat tur
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Mapping
-from pathlib import Path
 
 from hermit.agent.runtime import AgentRuntime
-from hermit.agent.speakers import OwnerCheck
 from hermit.channels.access import AccessControl
 from hermit.channels.pairing import PairingStore
 from hermit.cli.context import CliContext
-from hermit.config.load import AgentConfig, LoadedConfig, load_config
+from hermit.config.load import AgentConfig, LoadedConfig
 from hermit.errors import ConfigError
-from hermit.gateway.live_config import file_key
 from hermit.models.registry import build_model
 from hermit.scheduler import CronJobs
 
@@ -68,32 +64,9 @@ def build_runtime(ctx: CliContext, agent: AgentConfig | None = None, *, long_liv
                         notify=lambda text: print(text, file=sys.stderr, flush=True))
     memory = ctx.memory_service(agent, long_lived=long_lived) if agent.settings.memory_search.enabled else None
     # The cron tool (main session only) edits the job file; the gateway's scheduler runs the jobs. The
-    # owner's ids (channels' `owners`) mark the owner's own messages in a group (agent/speakers.py).
+    # owner's ids (channels' `owners`) mark the owner's own messages in a group (agent/speakers.py): the
+    # gateway, where group messages arrive, replaces this check with hermit.yaml as it is now
+    # (LiveAccess.is_owner in gateway/live_config.py).
     return AgentRuntime(agent, model, memory=memory, exec_env=exec_environment(ctx.environ, loaded),
                         cron=CronJobs(ctx.home, loaded, for_model=True),
-                        owner_check=live_owner_check(loaded, ctx.home))
-
-
-def live_owner_check(loaded: LoadedConfig, home: Path) -> OwnerCheck:
-    """Whether a channel sender is one of the owner's ids (channels.access), by hermit.yaml as it is now, as
-    the running gateway admits and routes (gateway/live_config.py, which logs what an edit changed): an owner
-    removed from `owners` stops being marked the owner in groups at their next message. A config that does
-    not load marks nobody the owner (fail closed) until it is valid again."""
-    store = PairingStore(home)
-    lock = threading.Lock()
-    key = file_key(loaded.paths) if loaded.source is not None else None  # one built in memory has no file
-    current: list[AccessControl | None] = [AccessControl(loaded.config.channels, store)]
-
-    def check(channel: str, account_id: str, sender_id: str, username: str | None) -> bool:
-        nonlocal key
-        with lock:
-            if loaded.source is not None and (now := file_key(loaded.paths)) != key:
-                key = now
-                try:
-                    current[0] = AccessControl(load_config(loaded.paths).config.channels, store)
-                except Exception:  # noqa: BLE001 - whatever is wrong with the file, nobody is the owner
-                    current[0] = None
-            access = current[0]
-        return access is not None and access.is_owner(channel, account_id, sender_id, username)
-
-    return check
+                        owner_check=AccessControl(loaded.config.channels, PairingStore(ctx.home)).is_owner)

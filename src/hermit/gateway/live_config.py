@@ -225,6 +225,14 @@ class LiveAccess:
                 self._view = self._build(loaded)
             return self._view
 
+    def is_owner(self, channel: str, account_id: str, sender_id: str, username: str | None) -> bool:
+        """Whether a channel sender is one of the owner's ids by hermit.yaml as it is now (a runtime's
+        `owner_check`, marking the owner's messages in a group); nobody while the file is invalid."""
+        try:
+            return self.view().access.is_owner(channel, account_id, sender_id, username)
+        except ConfigError:
+            return False
+
     def owner_view(self) -> AccessView:
         """For the web chat (the token holder, the owner whatever the file says): the last good config."""
         try:
