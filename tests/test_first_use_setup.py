@@ -58,6 +58,12 @@ def test_the_fake_providers_failure_gives_its_start_command_which_works(tmp_path
         server.terminate()
         _, err = server.communicate(timeout=PROC_TIMEOUT)
     assert "RuntimeWarning" not in err  # runpy: the module was not imported before it ran as __main__
+    # The fake stopped (a new terminal, the next day): chat and agent say how to start it, not `ollama serve`.
+    for args, stdin in ((["agent", "-m", "hello again"], ""), (["chat"], "hello again\n")):
+        down = hermit(home, *args, stdin=stdin)
+        shown = down.stdout + down.stderr
+        assert "nothing listens" in shown and "ollama serve" not in shown, shown
+        assert f"hint: start the fake provider in another terminal: {command}" in shown, shown
 
 
 def test_the_fake_provider_module_runs_without_a_runpy_warning() -> None:

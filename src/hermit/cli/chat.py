@@ -64,8 +64,10 @@ def _setup_readline(history: Path) -> Callable[[], None]:
 
 class ChatRepl:
     def __init__(self, runtime: AgentRuntime, session_key: str, *, out: TextIO, read_line: Callable[[str], str],
-                 interactive: bool, verbose: bool = False) -> None:
+                 interactive: bool, verbose: bool = False,
+                 hint_for: Callable[[HermitError], str] = lambda e: e.hint) -> None:
         self.runtime = runtime
+        self.hint_for = hint_for
         self.key = session_key
         self.out = out
         self.read_line = read_line
@@ -76,6 +78,10 @@ class ChatRepl:
     def say(self, text: str = "") -> None:
         self.out.write(text + "\n")
         self.out.flush()
+
+    def error(self, e: HermitError) -> None:
+        hint = self.hint_for(e)
+        self.say(f"error: {e.message}" + (f"\nhint: {hint}" if hint else ""))
 
     def banner(self) -> None:
         r = self.runtime
@@ -120,7 +126,7 @@ class ChatRepl:
             try:
                 started = self.runtime.reset_session(self.key, reset.command or "/new")
             except HermitError as e:
-                self.say(f"error: {e.message}" + (f"\nhint: {e.hint}" if e.hint else ""))
+                self.error(e)
                 return True
             self.say(started.describe(self.runtime.agent.workspace))
             if reset.rest:
@@ -191,7 +197,7 @@ class ChatRepl:
             return
         except HermitError as e:
             self._end_line()
-            self.say(f"error: {e.message}" + (f"\nhint: {e.hint}" if e.hint else ""))
+            self.error(e)
             return
         self._end_line()
         if result.reset in ("daily", "idle"):
@@ -209,6 +215,7 @@ def _count(n: int, word: str) -> str:
 
 def run(ctx: CliContext, args: argparse.Namespace) -> int:
     from hermit.cli.assistant import NoModelConfigured, build_runtime
+    from hermit.cli.setup import stopped_fake_hint
     from hermit.sessions.keys import main_session_key
 
     try:
@@ -228,7 +235,8 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
         return line
 
     repl = ChatRepl(runtime, args.session or main_session_key(runtime.agent.id), out=sys.stdout,
-                    read_line=read_line, interactive=interactive, verbose=args.verbose)
+                    read_line=read_line, interactive=interactive, verbose=args.verbose,
+                    hint_for=lambda e: stopped_fake_hint(ctx, e) or e.hint)
     try:
         return repl.loop()
     finally:

@@ -109,9 +109,13 @@ def _dash_query(args: argparse.Namespace, extra: list[str]) -> bool:
 def _report(e: HermitError, as_json: bool, ctx: CliContext | None = None) -> None:
     from hermit.redaction import KNOWN, register
 
+    hint = e.hint
     if ctx is not None:
+        from hermit.cli.setup import stopped_fake_hint
+
         register(*configured_secrets(ctx))  # a provider or platform may echo a key into its error
-    message, hint = KNOWN.mask(e.message), KNOWN.mask(e.hint)
+        hint = stopped_fake_hint(ctx, e) or hint
+    message, hint = KNOWN.mask(e.message), KNOWN.mask(hint)
     if as_json:  # scripts reading --json output get the error as JSON too
         print(json.dumps({"results": [], "error": message, "hint": hint}, ensure_ascii=False))
     print(f"error: {message}", file=sys.stderr)

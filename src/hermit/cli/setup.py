@@ -27,7 +27,7 @@ from typing import Any
 from hermit.cli.config_file import ConfigText, config_text, edit_config
 from hermit.cli.context import CliContext
 from hermit.cli.terminal import warn
-from hermit.errors import ConfigError
+from hermit.errors import ConfigError, HermitError
 
 KINDS = ("ollama", "anthropic", "openai", "openai-compatible", "fake")
 DM_POLICIES = ("pairing", "allowlist", "open", "disabled")
@@ -270,6 +270,24 @@ def fake_start_command(base_url: str, script: Path) -> str:
 
     return (f"{shlex.quote(sys.executable)} -m hermit.testing.fake_provider --port {_port(base_url)} "
             f"--script {shlex.quote(str(script))}")
+
+
+def stopped_fake_hint(ctx: CliContext, e: HermitError) -> str | None:
+    """For a model call refused because the fake provider that `hermit setup --provider fake` configured is
+    not running: the command that starts it, instead of the hint for a local model server (`ollama serve`)."""
+    name, sep, _ = e.message.partition(": nothing listens on ")
+    script = ctx.home / FAKE_SCRIPT
+    if not sep or not script.is_file():
+        return None
+    try:
+        provider = ctx.config().config.models.providers.get(name)
+    except HermitError:
+        return None
+    url = provider.base_url if provider is not None else None
+    if not url or not (name == "fake" or url.rstrip("/") == FAKE_URL):
+        return None
+    return (f"start the fake provider in another terminal: {fake_start_command(url, script)}\n"
+            f"      or set up a real model: hermit setup")
 
 
 def _port(url: str) -> int:
