@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import platform
+from pathlib import Path
 
 from hermit.cli.access_checks import DOCTOR_CHECKS as ACCESS_CHECKS
 from hermit.cli.channels import channels_check
@@ -192,6 +193,43 @@ def index(ctx: CliContext) -> str | Check:
                  "fix or remove them: `hermit memory status` says what to do for each")
 
 
+@check("memory markers", fix="put the <!-- origin … --> and <!-- /origin --> lines right by hand",
+       needs=("workspace",))
+def memory_markers(ctx: CliContext) -> str | Check:
+    """Memory files whose origin markers no longer pair up (a `sort -u` or `sed -i` run over them): every
+    line of such a file is withheld from every chat but the owner's and labelled as nobody's known words."""
+    from hermit.memory.index.sources import list_memory_files
+    from hermit.memory.policy.audience import default_audience
+    from hermit.memory.policy.provenance import marker_damage
+    from hermit.textfile import decode_text, read_regular
+    from hermit.workspace import BOOTSTRAP_ORDER
+
+    damaged: list[str] = []
+    seen = 0
+    for a in ctx.config().agents:
+        files, _ = list_memory_files(a.workspace, list(a.settings.memory_search.extra_paths))
+        names = [(f.rel, Path(f.path)) for f in files]
+        names += [(n, a.workspace / n) for n in BOOTSTRAP_ORDER if (a.workspace / n).is_file()]
+        for rel, path in names:
+            if default_audience(rel) == "owner":
+                continue  # owner-only whole, whatever its markers say
+            seen += 1
+            try:
+                data = read_regular(path)
+            except OSError:
+                continue
+            why = marker_damage(decode_text(data).text)
+            if why is not None:
+                damaged.append(f"agents {a.id}: {rel} ({why})")
+    if damaged:
+        more = f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+        return Check("memory markers", "warn", "origin markers that no longer pair up, so every line there is "
+                     f"withheld from every chat but yours and is nobody's known words: {'; '.join(damaged[:5])}{more}",
+                     "put the <!-- origin … --> and <!-- /origin --> lines of each right by hand (an editor; a "
+                     "block is an open line, its lines, a close line), or `git`/a backup's earlier version")
+    return f"{seen} file(s) with origin markers that pair up"
+
+
 @check("chat model", fix="run `hermit setup`", needs=("config",))
 def chat_model(ctx: CliContext) -> str | Check:
     from hermit.cli.model_check import describe_chat_model
@@ -212,6 +250,7 @@ CHECKS: list[CheckFn] = [
     *ACCESS_CHECKS,  # bindings; owners, access policies and every route a non-owner has to main; credentials
     workspace,
     extra_paths,  # memory_search.extra_paths another user could write
+    memory_markers,  # memory files whose origin markers a command scrambled
     embedder,
     translation,
     index,

@@ -43,7 +43,7 @@ from hermit.memory.policy.audience import (
 from hermit.memory.policy.paths import RULES as PATH_RULES
 from hermit.memory.policy.paths import resolve_memory_path, safe_extra_roots
 from hermit.memory.policy.privacy import is_hard_linked, is_long_term
-from hermit.memory.policy.provenance import Origin
+from hermit.memory.policy.provenance import Origin, damaged_note, marker_damage
 from hermit.memory.search.hybrid import HybridSearcher, SearchOutcome
 from hermit.memory.search.lexicon import load_lexicon
 from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning
@@ -304,12 +304,15 @@ class MemoryService:
         if lines is not None and lines < 1:
             raise PathPolicyError("'lines' must be ≥ 1", "omit it to read to the end of the file")
         text = self._owner_text(real, shown) if reader.owner else self._reader_text(real, shown, reader)
+        # The owner reads a file whose markers broke whole, told that no line of it is known to be theirs.
+        damage = None if not reader.owner or is_private_path(shown) else marker_damage(text)
+        extra = {"note": damaged_note(shown, damage)} if damage is not None else {}
         if from_line is None and lines is None:
-            return {"path": shown, "text": text}
+            return {"path": shown, "text": text, **extra}
         all_lines = text.split("\n")
         start = (from_line or 1) - 1
         end = len(all_lines) if lines is None else start + lines
-        return {"path": shown, "text": "\n".join(all_lines[start:end])}
+        return {"path": shown, "text": "\n".join(all_lines[start:end]), **extra}
 
     def _as_without_symlinks(self, raw: str) -> PathPolicyError:
         """For a reader other than the owner, the answer to a path refused for a symlink on its way: the one

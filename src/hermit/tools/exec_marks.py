@@ -19,7 +19,8 @@ Lines changed inside another chat's note stay in that note (marking them would c
 counted in the command's output; the rest of the file's change is marked; a change that took lines out of such
 a note (the file overwritten) makes the whole new text the owner's, as does a file new under its name whose
 change cannot be told apart. Named in the output, not marked: a file over MAX_TEXT_BYTES, a change that moved a
-marker. Text in another encoding is marked and written back as UTF-8; a binary file is left (no tool shows
+marker; a file whose markers no longer pair up after the command (`sort -u`, `sed -i '/origin/d'`) is said to
+be withheld from every chat but the owner's until it is put right (provenance.marker_damage). Text in another encoding is marked and written back as UTF-8; a binary file is left (no tool shows
 it, the indexer skips it). A
 process the command leaves running that writes later is not seen, and a note a chat adds while the command
 runs is taken for the command's (owner-only: hidden from that chat, never shown to others).
@@ -39,6 +40,7 @@ from hermit.durable import write_atomic
 from hermit.errors import PathPolicyError
 from hermit.memory.policy.audience import is_private_path
 from hermit.memory.policy.daily_log import memory_writes_locked
+from hermit.memory.policy.provenance import damaged_note, marker_damage
 from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, read_regular_stat
 from hermit.tools.memory_files import MemoryWriteRules
 from hermit.tools.sandbox import ResolvedPath
@@ -90,10 +92,14 @@ class OwnerExecMarks:
                     old = before.get(path)
                     if old is not None and old.key == seen.key:
                         continue
-                    note = self._mark(Path(path), seen, old, _source(path, seen, before, now) if old is None
-                                      else old.text)
+                    previous = _source(path, seen, before, now) if old is None else old.text
+                    note = self._mark(Path(path), seen, old, previous)
                     if note:
                         notes.append(note)
+                    # Markers this command scrambled: the file is withheld from every chat until put right.
+                    damage = marker_damage(seen.text) if seen.text else None
+                    if damage is not None and (previous is None or marker_damage(previous) is None):
+                        notes.append(damaged_note(self._shown(Path(path)), damage))
                     if self.on_change is not None:
                         self.on_change(Path(path))
         except (OSError, PathPolicyError) as e:  # the command ran; say what was not looked at

@@ -36,6 +36,7 @@ from hermit.errors import PathPolicyError, SessionError
 from hermit.memory.policy.audience import (
     OWNER,
     SHARED,
+    UNKNOWN,
     audience_of_session,
     block_audience,
     is_private_path,
@@ -46,6 +47,7 @@ from hermit.memory.policy.privacy import is_long_term
 from hermit.memory.policy.provenance import (
     CLOSE_LINE,
     Origin,
+    marker_damage,
     neutralize,
     open_line,
     origin_blocks,
@@ -363,11 +365,16 @@ def _check_audiences(shown: str, kind: str, before: str, after: str, kept: list[
                      added_at: list[int]) -> None:
     """Every kept line keeps its audience and every added line is owner-only, or PathPolicyError."""
     old, new = line_audiences(before, shown), line_audiences(after, shown)
+    if (damage := marker_damage(before)) is not None and any(old[i] != new[j] for i, j in kept):
+        raise PathPolicyError(f"{shown}: its origin markers do not pair up ({damage}), so whose each line is "
+                              f"cannot be told, and this {kind} would decide it",
+                              "the owner puts the <!-- origin … --> and <!-- /origin --> lines right by hand "
+                              "(an editor); adding with write and append: true still works")
     if any(old[i] != new[j] for i, j in kept):
         raise PathPolicyError(f"this {kind} would change who may read existing lines of {shown} (it removes or "
                               "moves an origin marker)",
                               "write policy: keep the <!-- origin … --> and <!-- /origin --> lines as they are: "
                               "change the lines you mean with edit, or add with write and append: true")
-    if any(new[j] != OWNER for j in added_at):
+    if any(new[j] not in (OWNER, UNKNOWN) for j in added_at):  # unknown: a damaged file, owner-only to read
         raise PathPolicyError(f"this {kind} would put the main session's text where others may read it in {shown}",
                               "write policy: add notes with write and append: true")

@@ -39,7 +39,14 @@ from hermit.errors import SessionError
 from hermit.memory.index.chunking import MARKER, index_lines
 from hermit.memory.index.sources import list_memory_files
 from hermit.memory.policy.privacy import file_identity
-from hermit.memory.policy.provenance import Origin, OriginBlock, defuse_labels, origin_blocks
+from hermit.memory.policy.provenance import (
+    Origin,
+    OriginBlock,
+    damaged_origin,
+    defuse_labels,
+    marker_damage,
+    origin_blocks,
+)
 from hermit.memory.store.api import ChunkRow
 from hermit.sessions.keys import SessionKind, is_main_session_key, parse_session_key
 from hermit.textfile import decode_text, read_regular
@@ -168,7 +175,11 @@ def line_audiences(text: str, rel_path: str, blocks: Sequence[OriginBlock] | Non
     lines = text.count("\n") + 1
     default = default_audience(rel_path)
     out = [default] * lines
-    if default == OWNER or MARKER not in text:  # an owner-only file stays owner-only whatever it says
+    if default == OWNER:  # an owner-only file stays owner-only whatever it says
+        return out
+    if marker_damage(text) is not None:  # no line can be said to be whose: the owner's alone to read
+        return [UNKNOWN] * lines
+    if MARKER not in text:
         return out
     for b in origin_blocks(text) if blocks is None else blocks:
         aud = block_audience(b.origin)
@@ -232,6 +243,7 @@ class _File:
     text: str
     withheld: bool  # MEMORY.md by identity, or hard-linked: never for a non-owner
     blocks: list[OriginBlock] = field(default_factory=list)
+    damage: str | None = None  # marker_damage: every line owner-only to read and nobody's known words
 
     @cached_property
     def audiences(self) -> list[str]:
@@ -244,13 +256,18 @@ class _File:
     def span_audience(self, start: int, end: int) -> str:
         if default_audience(self.rel) == OWNER:
             return OWNER
+        if self.damage is not None:
+            return OWNER
         if not self.blocks:
             return SHARED
         return narrowest(set(self.audiences[max(0, start - 1):max(start, end)]))
 
     def others_block(self, start: int, end: int) -> Origin | None:
         """The origin of the first block of another writer than the owner's main session that lines
-        start..end overlap (the owner's own notes need no label)."""
+        start..end overlap (the owner's own notes need no label); in a file whose markers are damaged, a
+        stand-in saying so for any lines (whose they are cannot be told)."""
+        if self.damage is not None:
+            return damaged_origin(self.damage)
         for b in self.blocks:
             if b.start <= end and start <= b.end:
                 if block_audience(b.origin) == OWNER and is_main_session_key(b.origin.session):
@@ -309,7 +326,8 @@ class AudienceMap:
         text = decode_text(data).text
         memory = file_identity(self.workspace / MEMORY_FILE)
         withheld = st.st_nlink > 1 or (memory is not None and memory == (st.st_dev, st.st_ino))
-        return _File(rel, text, withheld, origin_blocks(text) if MARKER in text else [])
+        damage = None if default_audience(rel) == OWNER else marker_damage(text)
+        return _File(rel, text, withheld, origin_blocks(text) if MARKER in text else [], damage)
 
     def visible_ids(self, rows: Mapping[int, ChunkRow], reader: Reader) -> set[int]:
         """The chunks `reader` may see: memory (not transcripts), not an owner-only or withheld file,

@@ -49,6 +49,7 @@ from hermit.sessions.keys import is_main_session_key
 
 OPEN_RE = re.compile(r"^<!-- origin((?: \w+=\"[^\"]*\")*) -->$")
 CLOSE_LINE = "<!-- /origin -->"
+MARKER = "<!-- origin"  # what every open marker starts with (memory/index/chunking.py skips files without it)
 _ATTR_RE = re.compile(r"(\w+)=\"([^\"]*)\"")
 _UNSAFE = re.compile(r"[\"<>\x00-\x1f\x7f]|--")
 SENDER_NAME_MAX = 64  # enough for any real display name, too short to tell a story in a label
@@ -89,11 +90,15 @@ class Origin:
     group: str | None = None
     sender: str | None = None
     audience: str | None = None
+    damaged: str | None = None  # never in a marker: set on the stand-in for lines of a file whose markers broke
 
     def to_dict(self) -> dict[str, str]:
         return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
 
     def describe(self) -> str:
+        if self.damaged:
+            return (f"origin markers damaged ({label_text(self.damaged, 200)}): not known whose words these are, "
+                    "not the owner's")
         where = f"{self.channel} " if self.channel else ""
         where += f"group {self.group}" if self.group else f"session {self.session}"
         by = sender_label(self.sender) if self.sender else ""
@@ -109,7 +114,8 @@ def _clean(value: str, limit: int = 200) -> str:
 def open_line(origin: Origin) -> str:
     # An audience is never cut short: a shortened key would name nobody (and so fail closed, but lose
     # the note for its own chat). Audience keys are marker-safe by construction (memory/policy/audience.py).
-    attrs = "".join(f' {k}="{_clean(v, 1000 if k == "audience" else 200)}"' for k, v in origin.to_dict().items())
+    attrs = "".join(f' {k}="{_clean(v, 1000 if k == "audience" else 200)}"' for k, v in origin.to_dict().items()
+                    if k != "damaged")
     return f"<!-- origin{attrs} -->"
 
 
@@ -314,6 +320,43 @@ def origin_blocks(text: str) -> list[OriginBlock]:
     if open_at is not None:  # an unclosed block runs to the end: fail towards "not the owner's"
         out.append(OriginBlock(open_at, len(lines), _origin(attrs)))
     return out
+
+
+def marker_damage(text: str) -> str | None:
+    """Where the origin markers of `text` stop pairing up, or None when they pair (an unclosed last block
+    runs to the end, as `origin_blocks` reads it). A command run over a memory file (`sort -u`, `sed -i`,
+    `tac`) leaves a close marker with no block open or an open marker inside a block; read as
+    `origin_blocks` reads it, a contact's line would then fall outside every block (shared, unlabelled: as if
+    the owner had typed it) or inside the owner's block, and an owner-only line outside (shared). No reading
+    of such a file can be trusted, so its readers treat every line as no one's but the owner's to see and
+    as nobody's known words (memory/policy/audience.py), until the markers are put right by hand."""
+    if MARKER not in text and "/origin" not in text:
+        return None
+    open_at: int | None = None
+    for number, line in enumerate(text.split("\n"), start=1):
+        stripped = line.strip()
+        if OPEN_RE.match(stripped):
+            if open_at is not None:
+                return f"line {number}: an origin marker inside the block opened at line {open_at}"
+            open_at = number
+        elif stripped == CLOSE_LINE:
+            if open_at is None:
+                return f"line {number}: a close marker with no block open"
+            open_at = None
+    return None
+
+
+def damaged_note(shown: str, reason: str) -> str:
+    """What the owner is told of a memory file whose markers no longer pair up (exec's output, memory_get)."""
+    return (f"[{shown}: its origin markers no longer pair up ({reason}), so whose each line is cannot be told: "
+            "every line is now withheld from every chat but the owner's and is nobody's known words (not the "
+            "owner's) until the <!-- origin … --> and <!-- /origin --> lines are put right by hand; `hermit "
+            "doctor` lists such files]")
+
+
+def damaged_origin(reason: str) -> Origin:
+    """The origin every line of a file with damaged markers gets: nobody's known words, owner-only to read."""
+    return Origin("unknown", audience="unknown", damaged=reason)
 
 
 def _origin(attrs: dict[str, str]) -> Origin:
