@@ -216,6 +216,8 @@ def cmd_edit(ctx: CliContext, args: argparse.Namespace) -> int:
         return 0
     print("changed ", end="")
     _print_job(jobs, jobs.get(args.id))
+    if updated.get("retired"):  # what its runs kept for the old target: owner-only now (scheduler/reaim.py)
+        print("re-aimed: what its earlier runs kept is now yours alone: " + "; ".join(updated["retired"]))
     return 0
 
 

@@ -15,6 +15,7 @@ from hermit.config.allowlist import is_username, matches
 from hermit.config.load import LoadedConfig
 from hermit.errors import ConfigError, JobError
 from hermit.scheduler.jobs import AtSchedule, Job, build_job, patch_job
+from hermit.scheduler.reaim import retire_job_audience
 from hermit.scheduler.schedule import Zone, resolve_zone
 from hermit.scheduler.store import JobFile, JobStore
 from hermit.scheduler.targets import not_the_owner, peer_kind_of, resolve_target
@@ -327,17 +328,38 @@ class CronJobs:
             return new
 
         self._model_sets_no_opt_in(job_id, patch)
-        self.get(job_id)
+        old = self.get(job_id)
         updated = self.store.update_job(job_id, change)
         self._changed()
         assert updated is not None
-        return {"job": self.describe(updated)}
+        out: dict[str, Any] = {"job": self.describe(updated)}
+        if (updated.delivery.target(), updated.agent_id) != (old.delivery.target(), old.agent_id):
+            retired = self._retire(old, "re-aimed")
+            if retired:
+                out["retired"] = retired
+        return out
 
     def remove(self, job_id: str) -> dict[str, Any]:
-        self.get(job_id)
+        old = self.get(job_id)
         self.store.update_job(job_id, lambda _job: None)
         self._changed()
+        self._retire(old, "removed")
         return {"removed": job_id}
+
+    def _retire(self, old: Job, why: str) -> list[str]:
+        """What the job's runs kept for its old audience becomes owner-only (scheduler/reaim.py), after the
+        change is saved: a run in flight then delivers nothing (its aim changed), and what it writes meanwhile
+        is retired too. A failure is the owner's to hear: the job's next run could read what it kept."""
+        try:
+            retired = retire_job_audience(self.loaded, old.agent_id, old.id, self.clock())
+        except OSError as e:
+            raise JobError(f"job {old.label} was {why}, but what its runs kept for its old audience (notes, its "
+                           f"room) could not be made owner-only: {e}",
+                           f"fix the cause, then `hermit cron edit {old.id}` again (or disable it) before it runs"
+                           ) from e
+        if retired:
+            log.info("job %s %s: retired %s", old.label, why, ", ".join(retired))
+        return retired
 
     def request_run(self, job_id: str) -> dict[str, Any]:
         """Queue a run for the scheduler (the gateway); it starts within seconds when one is running."""
