@@ -132,7 +132,7 @@ def test_no_timezone_means_the_configured_one_else_the_hosts_never_silently_utc(
     # The host's zone keeps its DST rules: read from /etc/localtime's target, not a fixed offset.
     link = tmp_path / "localtime"
     link.symlink_to("/usr/share/zoneinfo/America/Los_Angeles")
-    tz, name = host_zone(link)
+    tz, name = host_zone(link, {})  # without TZ, which would name the zone first
     assert name == "America/Los_Angeles"
     assert datetime(2026, 1, 1, tzinfo=tz).utcoffset() != datetime(2026, 7, 1, tzinfo=tz).utcoffset()
     with pytest.raises(JobError, match="unknown time zone"):
