@@ -1,7 +1,7 @@
 """A signed Slack HTTP event cannot be replayed after a gateway restart (audit D2): handled event ids are kept
 on disk for longer than a signature verifies, and an event without an event_id (which could never be
 recognised again) is acknowledged without being handed on. The real channel behind its webhook route on
-127.0.0.1 (ports 2063x), the fake Slack Web API for auth.test."""
+127.0.0.1 (an ephemeral port each run), the fake Slack Web API for auth.test."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ T0 = 1_800_000_000
 @asynccontextmanager
 async def gateway_run(state: Path, fake: FakeSlack, clock: Callable[[], float]
                       ) -> AsyncIterator[tuple[QueueSink, str]]:
-    """One gateway run's Slack channel (HTTP mode) on 127.0.0.1:20631: a fresh instance each time, as after a
+    """One gateway run's Slack channel (HTTP mode) on 127.0.0.1: a fresh instance each time, as after a
     restart, with the same state dir."""
     cfg = SlackAccountConfig(mode="http", base_url=fake.base_url + "/api")
     ch = SlackChannel("work", cfg, bot_token="xoxb-test", signing_secret=SECRET, state_dir=state, clock=clock,
@@ -36,7 +36,7 @@ async def gateway_run(state: Path, fake: FakeSlack, clock: Callable[[], float]
     sink = QueueSink()
     await ch.start(sink)
     try:
-        async with serve_asgi(asgi_app(ch.webhook_routes()), 20631) as base:
+        async with serve_asgi(asgi_app(ch.webhook_routes())) as base:
             yield sink, base + "/hooks/slack/work/"
     finally:
         await ch.stop()
@@ -59,7 +59,7 @@ def test_a_signed_event_replayed_after_a_restart_is_not_handed_on(tmp_path: Path
     now = [float(T0)]
 
     async def main() -> None:
-        fake = await FakeSlack().start(port=20630)
+        fake = await FakeSlack().start()
         try:
             ev, eid = fake.message("transfer the files to bob", user="UOWNER", channel="DOWNER")
             body = json.dumps(event_body(ev, eid)).encode()
@@ -91,7 +91,7 @@ def test_an_event_without_an_event_id_is_acknowledged_and_not_handed_on(
     now = float(T0)
 
     async def main() -> None:
-        fake = await FakeSlack().start(port=20632)
+        fake = await FakeSlack().start()
         try:
             async with gateway_run(tmp_path, fake, lambda: now) as (sink, url):
                 ev, _ = fake.message("no id on me", user="UOWNER", channel="DOWNER")

@@ -4,7 +4,7 @@ reading has begun, instead of being refused: a full set of trickling connections
 reopened — still lets a signed WhatsApp or Slack event through, and a burst of whole requests cannot evict a
 genuine one whose reading has not begun (audit H); bodies held while reading have a byte budget; the cap on
 handlers applies once a body is in; a decoded %0A in a path cannot start a log line.
-Real uvicorn servers on 127.0.0.1 (ports 2061x), the fake platforms for the channels' outbound calls."""
+Real uvicorn servers on 127.0.0.1 (ephemeral ports), the fake platforms for the channels' outbound calls."""
 
 from __future__ import annotations
 
@@ -117,6 +117,11 @@ async def flood(watched: Watched, port: int, path: str, n: int) -> list[Slow]:
     return out
 
 
+def port_of(base: str) -> int:
+    """The port of a serve_asgi base URL (an ephemeral one: a fixed port collides with another run)."""
+    return int(base.rsplit(":", 1)[1])
+
+
 class Clock:
     """The readers' clock, moved by the test: how long a slow connection has waited is what it says."""
 
@@ -134,8 +139,8 @@ def test_slow_connections_filling_every_slot_do_not_lock_out_signed_webhooks(
                                                                 clock=clock))
 
     async def main() -> None:
-        wa_fake = await fake_whatsapp.FakeWhatsApp().start(port=20610)
-        slack_fake = await fake_slack.FakeSlack().start(port=20611)
+        wa_fake = await fake_whatsapp.FakeWhatsApp().start()
+        slack_fake = await fake_slack.FakeSlack().start()
         wa = WhatsAppChannel("personal", WhatsAppAccountConfig(phone_number_id=fake_whatsapp.PHONE_NUMBER_ID,
                                                                base_url=wa_fake.base_url),
                              access_token="EAAG-test", app_secret="app-secret", verify_token="v",
@@ -147,10 +152,11 @@ def test_slow_connections_filling_every_slot_do_not_lock_out_signed_webhooks(
         await slack.start(slack_sink)
         wa_app, slack_app = Watched(asgi_app(wa.webhook_routes())), Watched(asgi_app(slack.webhook_routes()))
         try:
-            async with serve_asgi(wa_app, 20612) as wa_base, serve_asgi(slack_app, 20613) as slack_base, \
+            async with serve_asgi(wa_app) as wa_base, serve_asgi(slack_app) as slack_base, \
                     httpx.AsyncClient(timeout=10) as c, opened() as slow:
                 # Every reader slot taken by unauthenticated connections that never finish their body.
-                slow += await flood(wa_app, 20612, WA_PATH, READERS)
+                wa_port = port_of(wa_base)
+                slow += await flood(wa_app, wa_port, WA_PATH, READERS)
                 # (the clock stays still: connections as fresh as the attacker likes are evicted all the same)
                 body = json.dumps(fake_whatsapp.webhook_body(
                     fake_whatsapp.text_message("15550001111", "hello from the owner", "wamid.D1"))).encode()
@@ -162,7 +168,7 @@ def test_slow_connections_filling_every_slot_do_not_lock_out_signed_webhooks(
                 assert status == 408 and b"connection: close" in head
                 # The attacker takes the freed slot again; the limit is the process's, and a Slack event to
                 # another app still gets in, evicting the next oldest.
-                slow += await flood(wa_app, 20612, WA_PATH, 1)
+                slow += await flood(wa_app, wa_port, WA_PATH, 1)
                 ev, eid = slack_fake.message("hello over slack", user="U7", channel="D7")
                 body = json.dumps(fake_slack.event_body(ev, eid)).encode()
                 r = await c.post(slack_base + SLACK_PATH, content=body,
@@ -171,7 +177,7 @@ def test_slow_connections_filling_every_slot_do_not_lock_out_signed_webhooks(
                 assert (await slack_sink.next()).text == "hello over slack"
                 assert (await slow[1].answer())[0] == 408
                 # The attacker reopening its connections only evicts its own older ones.
-                slow += await flood(wa_app, 20612, WA_PATH, READERS)
+                slow += await flood(wa_app, wa_port, WA_PATH, READERS)
                 assert all(status == 408 for status, _ in await asyncio.gather(
                     *(s.answer() for s in slow[2:READERS + 1])))
                 assert len(webhook.READERS) == webhook.MAX_READERS == READERS
@@ -217,9 +223,9 @@ def test_bodies_held_while_reading_have_a_byte_budget(monkeypatch: pytest.Monkey
         size = webhook.MAX_BODY - 1  # each one under the size limit, never finished
         n = HELD // size + 8
         assert n < READERS  # so the count of readers alone evicts none of them
-        async with serve_asgi(app, 20614), opened() as slow:
+        async with serve_asgi(app) as base, opened() as slow:
             for k in range(n):
-                slow.append(await Slow.open(20614, "/hooks/x/a", declared=webhook.MAX_BODY, sent=b"x" * size))
+                slow.append(await Slow.open(port_of(base), "/hooks/x/a", declared=webhook.MAX_BODY, sent=b"x" * size))
                 await app.until(lambda k=k: len(app.received) > k and app.received[k] == size)  # type: ignore[misc]
             for s in slow[:8]:  # the oldest ones made room for the newer ones' bytes
                 status, head = await s.answer()
@@ -240,8 +246,8 @@ def test_the_cap_on_handlers_applies_once_a_body_is_in(monkeypatch: pytest.Monke
 
     async def main() -> None:
         app = Watched(asgi_app([WebhookRoute("/hooks/x/a", ("POST",), handler)]))
-        async with serve_asgi(app, 20615) as base, httpx.AsyncClient(timeout=10) as c, opened() as slow:
-            slow += await flood(app, 20615, "/hooks/x/a", 3)
+        async with serve_asgi(app) as base, httpx.AsyncClient(timeout=10) as c, opened() as slow:
+            slow += await flood(app, port_of(base), "/hooks/x/a", 3)
             first = asyncio.create_task(c.post(base + "/hooks/x/a", content=b"{}"))
             await asyncio.wait_for(entered.wait(), 10)
             busy = await c.post(base + "/hooks/x/a", content=b"{}")
@@ -265,9 +271,9 @@ def test_a_path_is_logged_quoted_and_cut_short(monkeypatch: pytest.MonkeyPatch, 
 
     async def main() -> None:
         app = asgi_app([WebhookRoute(newline, ("POST",), handler), WebhookRoute(long, ("POST",), handler)])
-        async with serve_asgi(app, 20616):
+        async with serve_asgi(app) as base:
             for target in ("/hooks/x/a%0AWARNING%20forged%20line", long):
-                s = await Slow.open(20616, target)
+                s = await Slow.open(port_of(base), target)
                 try:
                     assert (await s.answer())[0] == 408
                 finally:

@@ -2,7 +2,7 @@
 no timestamp, so an id let go within the 24-hour freshness bound would make a captured signed webhook
 acceptable again. Ids go only by age; when the count cap is full, messages sent before the oldest id kept
 are refused (fail closed), after a restart too. The real channel behind its webhook route on 127.0.0.1
-(ports 2062x), the fake Graph API for replies."""
+(ephemeral ports), the fake Graph API for replies."""
 
 from __future__ import annotations
 
@@ -30,15 +30,15 @@ LIMIT = 50  # SEEN_IDS_LIMIT for the test: the same mechanism as 5,000, a hundre
 
 @asynccontextmanager
 async def gateway_run(state: Path) -> AsyncIterator[tuple[QueueSink, str]]:
-    """One gateway run's WhatsApp channel on 127.0.0.1:20621: a fresh instance each time, as after a restart."""
-    fake = await FakeWhatsApp().start(port=20620)
+    """One gateway run's WhatsApp channel on 127.0.0.1: a fresh instance each time, as after a restart."""
+    fake = await FakeWhatsApp().start()
     cfg = WhatsAppAccountConfig(phone_number_id=PHONE_NUMBER_ID, base_url=fake.base_url)
     ch = WhatsAppChannel("personal", cfg, access_token="EAAG-test", app_secret=SECRET, verify_token="v",
                          inbox_dir=state / "inbox", state_dir=state, policy=FAST)
     sink = QueueSink()
     await ch.start(sink)
     try:
-        async with serve_asgi(asgi_app(ch.webhook_routes()), 20621) as base:
+        async with serve_asgi(asgi_app(ch.webhook_routes())) as base:
             yield sink, base + "/hooks/whatsapp/personal/"
     finally:
         await ch.stop()
