@@ -66,6 +66,10 @@ class InboundMessage:
     # The agent whose session `session_key` is, as the web chat resolved it: a key that names no agent
     # (a CLI session `notes`) may exist in several agents' stores, and only this one is meant.
     session_agent: str | None = None
+    # Not a new message: the platform says the earlier message `message_id` (in this chat, by `sender_id`)
+    # was "deleted", or "edited" to `text` (Slack message_deleted / message_changed, Discord MESSAGE_DELETE /
+    # MESSAGE_UPDATE). The gateway drops or updates it while it still waits for its turn; nothing is answered.
+    change: Literal["deleted", "edited"] | None = None
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,16 @@ class DiscordChannel:
         async def on_message(message: Any) -> None:
             await self._on_message(client, message)
 
+        @client.event
+        async def on_raw_message_delete(payload: Any) -> None:
+            await self._on_change(client, payload, None)
+
+        @client.event
+        async def on_raw_message_edit(payload: Any) -> None:
+            data = payload.data if isinstance(payload.data, dict) else {}
+            if "content" in data:  # an update for a link's embed alone carries no text
+                await self._on_change(client, payload, data)
+
         try:
             await client.login(self._token)
         except BaseException:
@@ -205,6 +215,43 @@ class DiscordChannel:
             meta=meta)
         self._tracker.inbound()
         await self._sink.publish(msg)
+
+    async def _on_change(self, client: Any, payload: Any, data: dict[str, Any] | None) -> None:
+        """A message deleted (MESSAGE_DELETE) or edited (MESSAGE_UPDATE: `data`) as a change of the message it
+        names: the gateway drops or updates it while it waits for its turn. A delete names no author unless
+        discord.py still caches the message (a moderator may delete anyone's): then any sender's matches."""
+        import discord
+
+        me = client.user
+        if me is None or self._sink is None:
+            return
+        cached = payload.cached_message
+        author = (data or {}).get("author")
+        author_id = str(cached.author.id) if cached is not None else str(author.get("id", "")) if isinstance(
+            author, dict) else ""
+        if author_id == str(me.id):
+            return
+        channel_id = str(payload.channel_id)
+        thread_id = None
+        if payload.guild_id is None:  # a DM: its peer is the person, known by the DM channel we answered in
+            peer = author_id or next((u for u, c in self._dm_channels.items() if str(c) == channel_id), "")
+            if not peer:
+                return
+            author_id = author_id or peer  # only its author deletes a message of theirs in a DM
+        else:
+            peer = channel_id
+            ch = client.get_channel(payload.channel_id)
+            if isinstance(ch, discord.Thread) and ch.type != discord.ChannelType.private_thread:
+                thread_id, peer = channel_id, str(ch.parent_id)
+        content = valid_text(str((data or {}).get("content") or ""))
+        mentions = (data or {}).get("mentions") or []
+        await self._sink.publish(InboundMessage(
+            channel=self.name, account_id=self.account_id, peer_kind="dm" if payload.guild_id is None else "group",
+            peer_id=peer, sender_id=author_id, text=re.sub(rf"<@!?{me.id}>", "", content).strip(),
+            message_id=str(payload.message_id), thread_id=thread_id,
+            guild_id=str(payload.guild_id) if payload.guild_id else None,
+            mentioned=any(isinstance(m, dict) and str(m.get("id")) == str(me.id) for m in mentions),
+            meta={"channel_id": channel_id}, change="edited" if data is not None else "deleted"))
 
     async def _attachments(self, message: Any, channel_id: str) -> tuple[Attachment, ...]:
         """Each file into a new file of its own under inbox/: two bots in one channel see the same message

@@ -302,8 +302,37 @@ class SlackChannel:
                             self._team, self._app or "?", self._enterprise or "-")
         return ok
 
+    def _change(self, ev: Mapping[str, Any], team: str) -> InboundMessage | None:
+        """A message a member deleted or edited (subtype message_deleted / message_changed) as a change of
+        the message it names: the gateway drops or updates it while it waits for its turn."""
+        sub = ev.get("subtype")
+        prev = ev.get("previous_message")
+        now = ev.get("message") if sub == "message_changed" else None
+        before = prev if isinstance(prev, Mapping) else now if isinstance(now, Mapping) else None
+        if before is None or before.get("bot_id") or not before.get("user") or before.get("user") == self._bot_user:
+            return None
+        ts = ev.get("deleted_ts") if sub == "message_deleted" else (now or {}).get("ts")
+        if not ts or ev.get("channel_type") not in ("im", "channel", "group", "mpim"):
+            return None
+        dm = ev.get("channel_type") == "im"
+        user, chan = str(before["user"]), str(ev.get("channel", ""))
+        text = str((now or {}).get("text", ""))
+        mention = f"<@{self._bot_user}>" if self._bot_user else None
+        mentioned = bool(mention and mention in text)
+        if mentioned and mention:
+            text = text.replace(mention, "").strip()
+        thread = before.get("thread_ts")
+        return InboundMessage(
+            channel=self.name, account_id=self.account_id, peer_kind="dm" if dm else "group",
+            peer_id=user if dm else chan, sender_id=user, text=text, message_id=str(ts),
+            thread_id=str(thread) if thread else None, team_id=team or None, mentioned=mentioned,
+            received_at=float(ev.get("event_ts") or self._clock()), meta={"channel_id": chan},
+            change="deleted" if sub == "message_deleted" else "edited")
+
     def _inbound(self, ev: Mapping[str, Any], team: str) -> InboundMessage | None:
         kind = ev.get("type")
+        if kind == "message" and ev.get("subtype") in ("message_deleted", "message_changed"):
+            return self._change(ev, team)
         if ev.get("bot_id") or ev.get("subtype") or not ev.get("user") or ev.get("user") == self._bot_user:
             return None  # our own and other bots' messages, edits, joins
         text = str(ev.get("text", ""))

@@ -29,7 +29,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hermit.agent.turn import TurnResult
@@ -69,6 +69,7 @@ class _Job:
     msg: InboundMessage | None = None  # None: a scheduler turn, whose result goes back to the caller
     heartbeat: bool = False
     result: asyncio.Future[TurnResult] | None = None
+    dropped: bool = False  # its sender deleted it while it waited: no turn runs
 
 
 @dataclass
@@ -76,6 +77,7 @@ class _SessionQueue:
     jobs: asyncio.Queue[_Job]
     worker: asyncio.Task[None] | None = None
     running: _Job | None = None
+    waiting: list[_Job] = field(default_factory=list)  # the jobs in `jobs`, for a delete or an edit to find
 
 
 class Bus:
@@ -107,6 +109,9 @@ class Bus:
         channel = self.channels.get((msg.channel, msg.account_id))
         if channel is None:
             log.error("message from unknown channel account %s/%s dropped", msg.channel, msg.account_id)
+            return "ignored"
+        if msg.change is not None:
+            self._change_waiting(msg)
             return "ignored"
         try:
             routed = self._chosen(msg) if msg.session_key and msg.channel in self._trusted else self._route(msg)
@@ -142,6 +147,32 @@ class Bus:
             await deliver_text(channel, Target.of(msg), admission.reply, self._chunk, "pairing")
         return False
 
+    def _change_waiting(self, msg: InboundMessage) -> None:
+        """A message its sender deleted or edited on the platform while it waits for its turn: a deleted one is
+        dropped (no turn, its files deleted), an edited one runs with the text as it is now, as its sender
+        expects of a message not answered yet. One whose turn has started is left: it is being answered."""
+        if not msg.message_id:
+            return
+        try:
+            routed = self._route(msg)
+        except HermitError:
+            return
+        q = self._queues.get((routed.agent_id, routed.session_key))
+        for job in q.waiting if q is not None else ():
+            m = job.msg
+            # A delete may name no author (Discord's, unless cached; a moderator may delete anyone's).
+            if m is None or job.dropped or (m.channel, m.account_id, m.peer_id, m.message_id) != (
+                    msg.channel, msg.account_id, msg.peer_id, msg.message_id) or (
+                    msg.sender_id != m.sender_id and (msg.change == "edited" or msg.sender_id)):
+                continue
+            if msg.change == "deleted":
+                job.dropped = True
+                attachments.discard(m)
+                log.info("a message waiting in %s was deleted by its sender: not answered", routed.session_key)
+            else:
+                job.text, job.msg = msg.text, replace(m, text=msg.text, mentioned=m.mentioned or msg.mentioned)
+                log.info("a message waiting in %s was edited by its sender: its new text runs", routed.session_key)
+
     def _chosen(self, msg: InboundMessage) -> Routed:
         """The session the web chat chose, in the agent it resolved (`session_agent`). A key naming an agent
         must name that one; a key naming none (a CLI session `notes`) is that agent's, and without an agent
@@ -174,6 +205,7 @@ class Bus:
             q.jobs.put_nowait(job)
         except asyncio.QueueFull:
             return False
+        q.waiting.append(job)
         if q.worker is None:
             q.worker = asyncio.create_task(self._work(key, q), name=f"session {job.agent_id}/{job.session_key}")
         return True
@@ -212,6 +244,12 @@ class Bus:
         try:
             while not q.jobs.empty():
                 job = q.jobs.get_nowait()
+                q.waiting.remove(job)
+                if job.dropped and job.msg is not None:  # deleted by its sender while it waited
+                    channel = self.channels.get((job.msg.channel, job.msg.account_id))
+                    if channel is not None:  # finished, for a channel's journal: never answered
+                        await send_safely(channel, TurnEnd(Target.of(job.msg), f"t{next(self._turn_ids)}", "silent"))
+                    continue
                 if not self._open:
                     await self._not_processed(job)
                     continue
