@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gatewayhelpers import GatewayProcess, free_port
+import pytest
+
+from gatewayhelpers import GatewayProcess, free_port, launched_chromium
 from hermit.testing import FakeProvider
 
 T = 30_000  # ms: generous for a busy 2-core machine
@@ -56,6 +58,12 @@ def served_demo(home: Path, steps: list[dict[str, Any]], prepare: Callable[[Path
             yield demo
         finally:
             demo.gw.stop()
+
+
+@pytest.fixture(scope="module", name="browser")
+def browser_fixture() -> Iterator[Any]:
+    """`browser`, one Chromium for the module that imports this (each test opens its own context)."""
+    yield from launched_chromium()
 
 
 @dataclass

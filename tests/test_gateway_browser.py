@@ -25,9 +25,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import browserdemo
-from browserdemo import Demo, T, served_demo
+from browserdemo import Demo, T, browser_fixture, served_demo  # noqa: F401 - browser_fixture: the `browser` fixture
 from ciguard import need
-from gatewayhelpers import launched_chromium
 from hermit.channels.pairing import PairingStore
 from hermit.memory.policy.audience import owner_origin
 from hermit.memory.policy.provenance import Origin, wrap
@@ -35,11 +34,6 @@ from webapphelpers import CLI_KEY, GROUP_KEY, JOB_ID, JOB_STEP, build_demo_home,
 
 SIZES = [(390, 844), (1280, 800)]
 XSS = 'Try this: <img src=x onerror="window.__pwned=1"> and <script>window.__pwned=2</script>'
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from launched_chromium()
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from browserdemo import T, open_page, served_demo
-from gatewayhelpers import launched_chromium
+from browserdemo import T, browser_fixture, open_page, served_demo  # noqa: F401 - browser_fixture: the `browser` fixture
 from hermit.messages import AssistantMessage, TextPart, UserMessage
 from hermit.sessions.store import SessionStore
 from webapphelpers import write_demo_config
@@ -66,11 +65,6 @@ ANCHORS = """(root) => [...document.querySelectorAll(root + ' a')].map((a) => {
     const host = a.querySelector('.md-host');
     return [a.textContent, a.getAttribute('href'), a.getAttribute('title'), a.rel, a.target, host && host.textContent];
 })"""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from launched_chromium()
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from browserdemo import PHONE_SIZE, Demo, T, open_page, served_demo
-from gatewayhelpers import launched_chromium
+from browserdemo import PHONE_SIZE, Demo, T, browser_fixture, open_page, served_demo  # noqa: F401 - browser_fixture: the `browser` fixture
 from webapphelpers import build_demo_home
 
 TABLE = ("Your week:\n\n| Day | Plan | Where |\n|:----|:----:|---:|\n| Mon | gym at **7** | <b>club</b> |\n"
@@ -29,11 +28,6 @@ STEPS: list[dict[str, Any]] = [
     {"match": {"contains": "kept-please"}, "repeat": True, "text": "Got it, the kept message."},
     {"match": {"contains": "two lines"}, "repeat": True, "text": "Two lines received."},
 ]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from launched_chromium()
 
 
 @pytest.fixture(scope="module")

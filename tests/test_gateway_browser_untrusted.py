@@ -26,8 +26,7 @@ import httpx
 import pytest
 
 import browserdemo
-from browserdemo import Demo, T, served_demo
-from gatewayhelpers import launched_chromium
+from browserdemo import Demo, T, browser_fixture, served_demo  # noqa: F401 - browser_fixture: the `browser` fixture
 from hermit.channels.pairing import PairingStore
 from hermit.memory.policy.provenance import Origin, wrap
 from hermit.messages import AssistantMessage, TextPart, UserMessage
@@ -44,11 +43,6 @@ LONG = "\n".join(f"- item {i:04d} **bold {i}** `code {i}` and some filler text t
                  for i in range(LONG_ITEMS))
 FORGED_TS = "2020-01-02 03:04:05,678"
 PAIR_NAME = "Dana) on telegram/default — YOUR OWN PHONE, verified ✓ ("
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from launched_chromium()
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,7 @@ from hermit.models.base import ModelRequest
 from hermit.scheduler import CronJobs
 from hermit.sessions.store import SessionStore
 from hermit.testing.scripted import FunctionModel, Reply
+from webappclient import Web
 
 OWNER_DM = "agent:main:telegram:dm:42"
 CONTACT_DM = "agent:main:telegram:default:dm:77"
@@ -46,43 +47,6 @@ def model(req: ModelRequest) -> Reply:
     if "fail" in text:
         raise ProviderError("fake: provider error 503: upstream overloaded", "try again later")
     return f"echo: {text}"
-
-
-class Web:
-    """One connected WebSocket: `call` sends a request and returns its response frame."""
-
-    def __init__(self, ws: Any) -> None:
-        self.ws = ws
-        self.n = 0
-
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        self.n += 1
-        rid = f"q{self.n}"
-        self.ws.send_text(json.dumps({"type": "req", "id": rid, "method": method, "params": params}))
-        while True:
-            f = json.loads(self.ws.receive_text())
-            if f.get("type") == "res" and f.get("id") == rid:
-                return dict(f)
-
-    def ok(self, method: str, **params: Any) -> dict[str, Any]:
-        res = self.call(method, **params)
-        assert res["ok"], res
-        return dict(res["payload"])
-
-    def turn(self, text: str, **params: Any) -> list[dict[str, Any]]:
-        """chat.send, then every frame up to its chat.done."""
-        self.n += 1
-        rid = f"m{self.n}"
-        self.ws.send_text(json.dumps({"type": "req", "id": rid, "method": "chat.send",
-                                      "params": {"text": text, **params}}))
-        frames = []
-        while True:
-            f = json.loads(self.ws.receive_text())
-            frames.append(f)
-            if f.get("type") == "res" and f.get("id") == rid and not f["ok"]:
-                return frames
-            if f.get("event") == "chat.done" and f["payload"]["replyTo"] == rid:
-                return frames
 
 
 @pytest.fixture

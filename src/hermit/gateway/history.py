@@ -14,17 +14,32 @@ into that chat's transcript, answered in its sandbox, and seen by nobody in that
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from pathlib import Path
+from typing import Any, cast
 
 from hermit.agent.context import is_silent
 from hermit.agent.speakers import recorded_sender, speaker
+from hermit.config.schema import SessionConfig
 from hermit.errors import SessionError
 from hermit.messages import stored_text
 from hermit.scheduler.heartbeat import DEFAULT_ACK_MAX_CHARS, strip_heartbeat_token
-from hermit.sessions.keys import SessionKey, SessionKind, is_main_session_key, parse_session_key
+from hermit.sessions.keys import ChatType, SessionKey, SessionKind, is_main_session_key, parse_session_key
+from hermit.sessions.reset import is_expired, resolve_reset_policy
 from hermit.sessions.store import SessionStore
-from hermit.sessions.transcript import CustomEntry, MessageEntry, format_timestamp, read_transcript
+from hermit.sessions.transcript import (
+    CustomEntry,
+    Entry,
+    MessageEntry,
+    format_timestamp,
+    parse_timestamp,
+    read_transcript,
+)
+
+log = logging.getLogger("hermit.gateway.webchat")
 
 # A parsed DM key -> whether it is the owner's own DM session (what the owner's DMs are routed to).
 OwnerCheck = Callable[[SessionKey], bool]
@@ -85,18 +100,33 @@ def _sender(raw: Any) -> dict[str, Any] | None:
     return None if who is None else {"id": who.id, "name": who.name, "owner": who.owner, "label": speaker(who)}
 
 
-def chat_history(store: SessionStore, session_key: str, limit: int) -> dict[str, Any]:  # noqa: C901 - one pass over a transcript's entry kinds; split with the web app's history work
-    """The session's user/assistant messages, newest `limit` items. Tool calls (with done/failed from
-    their results) are shown on the assistant reply that followed them, as the live page shows them."""
+def chat_history(store: SessionStore, session_key: str, limit: int, session_id: str | None = None) -> dict[str, Any]:
+    """The session's user/assistant messages, newest `limit` items (`total`: how many there are). With
+    `session_id`, that session of the key, current or ended (SessionError when the sessions dir holds no such
+    transcript of this key: a page names only what sessions.list gave it)."""
     record = store.get(session_key)
-    if record is None:
-        return {"sessionKey": session_key, "sessionId": None, "messages": []}
-    read = read_transcript(store.transcript_path(record.session_id))
+    if session_id is None or (record is not None and record.session_id == session_id):
+        if record is None:
+            return {"sessionKey": session_key, "sessionId": None, "messages": [], "total": 0}
+        session_id = record.session_id
+    path = store.transcript_path(session_id)
+    if not path.is_file():
+        raise SessionError(f"no session {session_id!r} of {session_key}", "pick a session from sessions.list")
+    read = read_transcript(path)
+    if read.header.session_key not in (None, session_key):
+        raise SessionError(f"session {session_id!r} is not one of {session_key}", "pick a session from sessions.list")
+    items = transcript_items(read.entries)
+    return {"sessionKey": session_key, "sessionId": session_id, "messages": items[-limit:], "total": len(items)}
+
+
+def transcript_items(entries: Sequence[Entry]) -> list[dict[str, Any]]:  # noqa: C901 - one pass over a transcript's entry kinds
+    """What the page draws of a transcript. Tool calls (with done/failed from their results) are shown on the
+    assistant reply that followed them, as the live page shows them."""
     items: list[dict[str, Any]] = []
     tools: dict[str, dict[str, Any]] = {}
     carried: list[dict[str, Any]] = []  # calls of tool-only assistant messages, shown on the next reply
     background = 0  # after a `heartbeat` marker: 1 hides its prompt, 2 hides acknowledgements (HEARTBEAT_OK)
-    for entry in read.entries:
+    for entry in entries:
         if isinstance(entry, CustomEntry):
             if entry.custom_type == "heartbeat":
                 background = 1
@@ -150,5 +180,124 @@ def chat_history(store: SessionStore, session_key: str, limit: int) -> dict[str,
             carried = []
         items.append(item)
     if carried:
-        items.append({"role": "assistant", "text": "", "tools": carried, "timestamp": read.entries[-1].timestamp})
-    return {"sessionKey": session_key, "sessionId": record.session_id, "messages": items[-limit:]}
+        items.append({"role": "assistant", "text": "", "tools": carried, "timestamp": entries[-1].timestamp})
+    return items
+
+
+# ---- ended sessions ----------------------------------------------------------------------------------------
+# sessions.json names only each key's current session; after `/new`, a daily or idle reset, or a cron job's next
+# run, the old transcript stays in the sessions dir with its key in its header (as `hermit sessions list --all`
+# reads them). An ended session is read-only everywhere: nothing runs in it again.
+
+# (session key, its last activity, when the next session of the key started) -> why the session ended
+EndReason = Callable[[str, datetime, datetime], str]
+
+
+@dataclass(frozen=True)
+class _Summary:
+    """What the session list says of one transcript file."""
+
+    key: str | None
+    started: datetime | None
+    last: datetime | None
+    messages: int  # user and assistant messages
+    size: int
+
+
+# Read once per version of a file: an ended transcript does not change, so listing them again costs a stat each.
+_SUMMARIES: dict[Path, tuple[tuple[int, int], _Summary]] = {}
+_SUMMARIES_MAX = 10_000
+
+
+def _summary(path: Path) -> _Summary | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    version = (st.st_size, st.st_mtime_ns)
+    hit = _SUMMARIES.get(path)
+    if hit is not None and hit[0] == version:
+        return hit[1]
+    try:
+        read = read_transcript(path)
+    except SessionError as e:  # unreadable: left out of the list, and said
+        log.warning("past session %s left out of the web app's list: %s", path.name, e.message)
+        return None
+    messages = sum(1 for e in read.entries if isinstance(e, MessageEntry) and e.message.get("role") in ("user", "assistant"))
+    stamps = [t for t in (parse_timestamp(e.timestamp) for e in read.entries) if t is not None]
+    summary = _Summary(read.header.session_key, parse_timestamp(read.header.timestamp),
+                       max(stamps) if stamps else None, messages, st.st_size)
+    if len(_SUMMARIES) >= _SUMMARIES_MAX:
+        _SUMMARIES.clear()
+    _SUMMARIES[path] = (version, summary)
+    return summary
+
+
+def end_reason(store: SessionStore, settings: SessionConfig, tz: tzinfo) -> EndReason:
+    """Why a session ended, as far as the files tell (the reason is not recorded): a cron job's session ends
+    with the job's next run; one whose reset policy had expired it by the time its successor started ended by
+    that reset ("daily reset", "idle reset"); any other by `/new` (or `/reset`)."""
+
+    def reason(key: str, last: datetime, ended: datetime) -> str:
+        try:
+            if parse_session_key(key).kind is SessionKind.CRON:
+                return "the job's next run"
+        except SessionError:
+            pass  # a CLI name
+        record = store.get(key)
+        policy = resolve_reset_policy(settings, cast(ChatType | None, record.chat_type if record else None),
+                                      record.origin_channel if record else None)
+        check = is_expired(policy, last, ended, tz)
+        return f"{check.reason} reset" if check.expired else "/new"
+
+    return reason
+
+
+def ended_why(ended_at: str, reason: str) -> str:
+    return (f"this session ended on {ended_at} ({reason}) and is kept as it was; nothing more can be added to it. "
+            "Open the chat's current session to go on.")
+
+
+def ended_sessions(store: SessionStore, agent_id: str, owner_dm: OwnerCheck, reason: EndReason) -> list[dict[str, Any]]:
+    """The agent's ended sessions (transcripts sessions.json no longer names), most recently ended first, each
+    with when it started and ended, why, and its size (messages, bytes)."""
+    current = {r.session_id: r for r in store.list()}
+    starts: dict[str, list[datetime]] = {}
+    for r in current.values():
+        starts.setdefault(r.key, []).append(r.created_at)
+    ended: list[tuple[str, _Summary, datetime]] = []
+    for path in store.directory.glob("*.jsonl"):
+        if path.stem in current:
+            continue
+        summary = _summary(path)
+        if summary is None or summary.key is None or summary.started is None:
+            continue  # a transcript that names no key (or no start) is no chat's past session
+        ended.append((path.stem, summary, summary.started))
+        starts.setdefault(summary.key, []).append(summary.started)
+    out: list[dict[str, Any]] = []
+    for session_id, s, started in ended:
+        assert s.key is not None
+        last = s.last or started
+        later = [t for t in starts[s.key] if t > started]
+        at = min(later) if later else last
+        why = reason(s.key, last, at) if later else "ended"
+        view = describe_session(s.key, owner_dm)
+        out.append({**view, "key": s.key, "agentId": agent_id, "sessionId": session_id,
+                    "startedAt": format_timestamp(started), "endedAt": format_timestamp(at), "reason": why,
+                    "messages": s.messages, "bytes": s.size, "mode": "read-only",
+                    "why": ended_why(format_timestamp(at), why)})
+    out.sort(key=lambda e: str(e["endedAt"]), reverse=True)
+    return out
+
+
+def ended_session(store: SessionStore, agent_id: str, session_key: str, session_id: str, owner_dm: OwnerCheck,
+                  reason: EndReason) -> dict[str, Any] | None:
+    """One ended session of `session_key` as ended_sessions lists it; None when `session_id` is the key's
+    current session (or no session of it)."""
+    record = store.get(session_key)
+    if record is not None and record.session_id == session_id:
+        return None
+    for e in ended_sessions(store, agent_id, owner_dm, reason):
+        if e["sessionId"] == session_id and e["key"] == session_key:
+            return e
+    return None

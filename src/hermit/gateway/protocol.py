@@ -99,15 +99,23 @@ def _agent_id() -> Any:
     return Field(None, alias="agentId", pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
+def _session_id() -> Any:
+    """One session of a key (from sessions.list: the current one, or an ended one); it names a transcript file,
+    so nothing but what a session id is made of (no dot first, no slash)."""
+    return Field(None, alias="sessionId", pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$")
+
+
 class SendParams(_Params):
     text: str = Field(min_length=1, max_length=100_000)
     session_key: str | None = Field(None, alias="sessionKey", max_length=300)
     agent_id: str | None = _agent_id()  # the agent whose session it is (from sessions.list), for keys naming none
+    session_id: str | None = _session_id()  # the session the page shows: one that has ended answers read_only
 
 
 class HistoryParams(_Params):
     session_key: str | None = Field(None, alias="sessionKey", max_length=300)
     agent_id: str | None = _agent_id()
+    session_id: str | None = _session_id()  # an ended session of the key (default: its current one)
     limit: int = Field(200, ge=1, le=2000)
 
 
@@ -115,9 +123,14 @@ class ListParams(_Params):
     pass
 
 
+class SessionsListParams(_Params):
+    all: bool = False  # also the ended sessions (`ended`) and, on each current session, how many it had before
+
+
 class NewParams(_Params):
     session_key: str | None = Field(None, alias="sessionKey", max_length=300)
     agent_id: str | None = _agent_id()
+    session_id: str | None = _session_id()
 
 
 class AgentParams(_Params):
@@ -186,7 +199,8 @@ class LogsTailParams(_Params):
 
 
 PARAMS: dict[str, type[_Params]] = {
-    "connect": ConnectParams, "connect.challenge": ChallengeParams, "chat.send": SendParams, "chat.history": HistoryParams, "sessions.list": ListParams,
+    "connect": ConnectParams, "connect.challenge": ChallengeParams, "chat.send": SendParams, "chat.history": HistoryParams,
+    "sessions.list": SessionsListParams,
     "sessions.new": NewParams,
     "memory.search": MemorySearchParams, "memory.get": MemoryGetParams, "memory.files": AgentParams,
     "memory.write": MemoryWriteParams, "memory.append": MemoryAppendParams, "memory.status": AgentParams,

@@ -30,10 +30,18 @@ from urllib.parse import urlsplit
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from hermit.channels.webchat import WebchatChannel
-from hermit.errors import HermitError
+from hermit.errors import HermitError, SessionError
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.console import Console
-from hermit.gateway.history import chat_history, describe_session, list_sessions
+from hermit.gateway.history import (
+    EndReason,
+    chat_history,
+    describe_session,
+    end_reason,
+    ended_session,
+    ended_sessions,
+    list_sessions,
+)
 from hermit.gateway.protocol import (
     CLOSE_POLICY,
     CLOSE_PROTOCOL,
@@ -46,6 +54,7 @@ from hermit.gateway.protocol import (
     ProtocolError,
     Request,
     SendParams,
+    SessionsListParams,
     event_frame,
     handshake_proof,
     parse_request,
@@ -283,13 +292,60 @@ class WebchatApi:
                     return runtime.agent.id, key
         raise ProtocolError("bad_params", f"unknown session {key!r}", "pick a session from sessions.list")
 
-    def _writable(self, key: str, agent_id: str | None) -> tuple[str, str]:
+    def _writable(self, key: str, agent_id: str | None, session_id: str | None = None) -> tuple[str, str]:
+        """(agent, key) of a session the page may write to; `read_only` for one that may only be read, and for
+        `session_id` naming a session of the key that has ended (a tab still showing it)."""
         found = self._locate(key, agent_id)
         view = describe_session(found[1], self._owner_dm)
         if view["mode"] != "chat":
             raise ProtocolError("read_only", f"{found[1]} is read-only in the web app: {view['why']}",
                                 "open the main session (or one of your own) to talk to the assistant")
+        if session_id is not None:
+            record = self.host.runtime(found[0]).store.get(found[1])
+            if record is None or record.session_id != session_id:
+                ended = self._ended(found[0], found[1], session_id)
+                why = ended["why"] if ended else "this session has ended; nothing more can be added to it"
+                raise ProtocolError("read_only", f"{found[1]} is read-only: {why}",
+                                    "open the chat's current session to go on")
         return found
+
+    def _end_reason(self, agent_id: str) -> EndReason:
+        runtime = self.host.runtime(agent_id)
+        return end_reason(runtime.store, runtime.agent.settings.session, runtime.timezone)
+
+    def _ended(self, agent_id: str, key: str, session_id: str) -> dict[str, Any] | None:
+        return ended_session(self.host.runtime(agent_id).store, agent_id, key, session_id, self._owner_dm,
+                             self._end_reason(agent_id))
+
+    def _history(self, agent_id: str, key: str, params: HistoryParams) -> dict[str, Any]:
+        """chat.history: the current session of the key, or (`sessionId`) one of its sessions, read-only with
+        when and why it ended once it has."""
+        try:
+            payload = chat_history(self.host.runtime(agent_id).store, key, params.limit, params.session_id)
+        except SessionError as e:  # a session id that is no session of this key (any more)
+            raise ProtocolError("bad_params", e.message, e.hint) from None
+        payload.update(agentId=agent_id, **describe_session(key, self._owner_dm))
+        ended = self._ended(agent_id, key, params.session_id) if params.session_id is not None else None
+        if ended is not None:
+            payload.update(mode="read-only", why=ended["why"], ended={
+                k: ended[k] for k in ("startedAt", "endedAt", "reason", "messages", "bytes")})
+        return payload
+
+    def _sessions(self, everything: bool) -> dict[str, Any]:
+        """sessions.list: the current sessions; with `everything`, the ended ones too (`ended`) and on each
+        current session `earlier`, how many of its key's sessions ended before it."""
+        stores = {a: r.store for a, r in self.host.runtimes.items()}
+        sessions = list_sessions(stores, self._owner_dm)
+        if not everything:
+            return {"sessions": sessions}
+        ended = [e for a in sorted(stores) for e in ended_sessions(stores[a], a, self._owner_dm, self._end_reason(a))]
+        ended.sort(key=lambda e: str(e["endedAt"]), reverse=True)
+        counts: dict[tuple[str, str], int] = {}
+        for e in ended:
+            counts[(e["agentId"], e["key"])] = counts.get((e["agentId"], e["key"]), 0) + 1
+        for s in sessions:
+            s["earlier"] = counts.get((s["agentId"], s["key"]), 0)
+        return {"sessions": sessions, "ended": ended}
 
     async def _dispatch(self, sock: _Socket, client_id: str, req: Request) -> None:
         try:
@@ -298,23 +354,20 @@ class WebchatApi:
             if req.method == "chat.send":
                 send: SendParams = req.params
                 agent, key = await asyncio.to_thread(self._writable, send.session_key or self.default_session,
-                                                     send.agent_id)
+                                                     send.agent_id, send.session_id)
                 await self._submit(sock, client_id, req.id, send.text, agent, key)
             elif req.method == "sessions.new":
                 new: NewParams = req.params
                 agent, key = await asyncio.to_thread(self._writable, new.session_key or self.default_session,
-                                                     new.agent_id)
+                                                     new.agent_id, new.session_id)
                 await self._submit(sock, client_id, req.id, "/new", agent, key)
             elif req.method == "chat.history":
                 hist: HistoryParams = req.params
                 agent, key = await asyncio.to_thread(self._locate, hist.session_key, hist.agent_id)
-                payload = await asyncio.to_thread(chat_history, self.host.runtime(agent).store, key, hist.limit)
-                payload.update(agentId=agent, **describe_session(key, self._owner_dm))
-                await sock.send_raw(res_ok(req.id, payload))
+                await sock.send_raw(res_ok(req.id, await asyncio.to_thread(self._history, agent, key, hist)))
             elif req.method == "sessions.list":
-                stores = {a: r.store for a, r in self.host.runtimes.items()}
-                sessions = await asyncio.to_thread(list_sessions, stores, self._owner_dm)
-                await sock.send_raw(res_ok(req.id, {"sessions": sessions}))
+                listing: SessionsListParams = req.params
+                await sock.send_raw(res_ok(req.id, await asyncio.to_thread(self._sessions, listing.all)))
             elif self.console is not None and self.console.handles(req.method):
                 await sock.send_raw(res_ok(req.id, await self.console.call(req.method, req.params)))
             else:

@@ -1,15 +1,18 @@
-// The chat view: streamed replies with tool lines, /new, the session list (kind, last activity), read-only
-// sessions, and failed turns shown with their reason (live and after a reload). Every text is shown through
-// HermitDom.visible (el() does it; the rest here says so).
+// The chat view: streamed replies with tool lines, /new, read-only sessions (an ended one with when and why it
+// ended), a long history a page at a time, and failed turns shown with their reason (live and after a reload).
+// The session list is sessions.js. Every text is shown through HermitDom.visible (el() does it; the rest here
+// says so).
 "use strict";
 (function () {
-  const H = window.Hermit, { el, when, visible } = window.HermitDom;
+  const H = window.Hermit, { el, stamp, visible } = window.HermitDom;
   const $ = (id) => document.getElementById(id);
-  const messages = $("messages"), input = $("input"), sessionsEl = $("sessions");
-  const KIND = { main: "main", dm: "DM", group: "group", cron: "cron", subagent: "sub-agent", cli: "CLI" };
+  const messages = $("messages"), input = $("input");
+  const PAGE = 200, MOST = 2000;  // history items drawn at first, and at the most (chat.history's limit)
 
-  // The open session: {key, agentId, mode, why, kind, label}; kept per tab across reloads.
+  // The open session: {key, agentId, sessionId, ended, mode, why, kind, label}; kept per tab across reloads.
+  // `ended`: a past session of the key (sessionId names it), read-only.
   let session = JSON.parse(sessionStorage.getItem("hermit.session2") || "null");
+  let limit = PAGE;  // how many of the newest history items are drawn
   const turns = new Map();     // message id (replyTo) -> {bubble, body, tools, text, toolLines, frame}
   // A streamed reply is drawn at most once a frame, however many deltas arrived; past PLAIN_AFTER characters
   // it is drawn as plain text while it streams (appending only what came since), and as Markdown once, when
@@ -140,7 +143,7 @@
     if (p.status === "error") explainFailure(turn);
     turns.delete(p.replyTo);
     if (turn.after) turn.after();
-    refreshSessions();
+    window.HermitSessions.refresh();
   });
 
   // The apology a channel gets says nothing useful to the owner; the transcript keeps the reason.
@@ -169,12 +172,14 @@
     const id = "m" + Date.now().toString(36) + Math.random().toString(36).slice(2, 6);
     turns.set(id, reply);
     try {
-      await H.request("chat.send", { text, sessionKey: session.key, agentId: session.agentId }, id);
+      await H.request("chat.send", { text, sessionKey: session.key, agentId: session.agentId, sessionId: session.sessionId || undefined }, id);
       return true;
     } catch (e) {
       turns.delete(id);
       mine.bubble.remove();
       reply.bubble.remove();
+      // The session ended meanwhile (/new in another tab): its current one is opened, the text kept to send there.
+      if (e.code === "read_only" && !session.ended) await loadHistory();
       return unsent(e);
     }
   }
@@ -193,7 +198,7 @@
     turn.after = () => loadHistory().then(() => { const rest = text.replace(/^\/(new|reset)\s*/, ""); if (rest) send(rest); });
     turns.set(id, turn);
     try {
-      await H.request("sessions.new", { sessionKey: session.key, agentId: session.agentId }, id);
+      await H.request("sessions.new", { sessionKey: session.key, agentId: session.agentId, sessionId: session.sessionId || undefined }, id);
       return true;
     } catch (e) { turns.delete(id); notice("Could not start a new session: " + e.message, "error"); H.banner(e.message, e.hint); return false; }
   }
@@ -201,36 +206,49 @@
   // ---- history and sessions ----------------------------------------------------------------------------
   async function loadHistory() {
     let res;
+    const params = { sessionKey: session.key, agentId: session.agentId, limit };
+    if (session.ended) params.sessionId = session.sessionId;
     try {
-      res = await H.request("chat.history", { sessionKey: session.key, agentId: session.agentId });
+      res = await H.request("chat.history", params);
     } catch (e) {
       messages.replaceChildren();
       notice("Could not open " + session.key + ": " + e.message, "error");
       H.banner(e.message, e.hint);
       const hello = H.hello();
-      if (e.code === "bad_params" && hello && session.key !== hello.mainSession) {
+      if (e.code === "bad_params" && hello && (session.ended || session.key !== hello.mainSession)) {
         session = { key: hello.mainSession, agentId: hello.defaultAgent };  // gone (an agent removed): back home
         remember();
         return loadHistory();
       }
       return;
     }
-    session = { key: res.sessionKey, agentId: res.agentId, mode: res.mode, why: res.why || "", kind: res.kind, label: res.label };
+    const ended = res.ended || null;
+    session = { key: res.sessionKey, agentId: res.agentId, sessionId: res.sessionId, ended: !!ended, mode: res.mode,
+                why: res.why || "", kind: res.kind, label: res.label };
     remember();
-    $("session-title").textContent = visible(res.label);
-    $("session-title").title = visible(res.sessionKey);
-    $("session-kind").textContent = KIND[res.kind] || res.kind;
+    $("session-title").textContent = visible(res.label + (ended ? " — ended session" : ""));
+    $("session-title").title = visible(res.sessionKey + (res.sessionId ? " · session " + res.sessionId : ""));
+    $("session-kind").textContent = window.HermitSessions.KIND[res.kind] || res.kind;
     $("session-kind").dataset.kind = res.kind;
     const readOnly = res.mode !== "chat";
     document.body.classList.toggle("read-only", readOnly);
-    $("readonly-note").hidden = !readOnly;
-    $("readonly-note").textContent = readOnly ? visible("Read-only here — " + res.why) : "";
+    document.body.classList.toggle("ended-session", !!ended);
+    readOnlyNote(readOnly, res, ended);
     input.disabled = readOnly;
     $("send").disabled = readOnly;
     $("new-session").disabled = readOnly;
-    input.placeholder = readOnly ? "Read-only in the web app" : "Message Hermit";
+    input.placeholder = ended ? "This session has ended: read-only" : readOnly ? "Read-only in the web app" : "Message Hermit";
     showDraft(readOnly);
     messages.replaceChildren();
+    const more = (res.total || 0) - res.messages.length;
+    if (more > 0) {
+      messages.appendChild(el("button", {
+        type: "button", class: "earlier-messages", disabled: limit >= MOST,
+        text: limit >= MOST ? more + " earlier messages are not shown here (hermit sessions show has them all)"
+                            : "Show earlier messages (" + more + " more)",
+        onclick: () => { limit = Math.min(MOST, limit + PAGE * Math.ceil(limit / PAGE)); loadHistory().then(() => { messages.scrollTop = 0; }); },
+      }));
+    }
     for (const m of res.messages) {
       if (m.role === "notice") { notice(m.text); continue; }
       const failed = m.role === "assistant" && m.error;
@@ -241,38 +259,29 @@
       if (failed) failure(b, "The reply failed: " + m.error);
     }
     if (!res.messages.length) notice(readOnly ? "No messages yet." : "No messages yet — say hello.", "placeholder");
-    highlightSession();
+    window.HermitSessions.highlight();
   }
 
-  function highlightSession() {
-    for (const li of sessionsEl.children) {
-      const on = li.dataset.key === session.key && li.dataset.agent === session.agentId;
-      li.classList.toggle("active", on);
-      li.setAttribute("aria-current", on ? "true" : "false");
-    }
+  // Why the open session takes no message: an ended one says when and why it ended and offers the chat's current
+  // session; another read-only one says whose chat it is.
+  function readOnlyNote(readOnly, res, ended) {
+    const note = $("readonly-note");
+    note.hidden = !readOnly;
+    if (!readOnly) { note.replaceChildren(); return; }
+    if (!ended) { note.replaceChildren(el("span", { text: "Read-only here — " + res.why })); return; }
+    note.replaceChildren(
+      el("span", { class: "ended-label", text: "Ended session" }), " ",
+      el("span", { text: "This session ended on " + stamp(ended.endedAt) + " (" + ended.reason + "); it started " +
+                         stamp(ended.startedAt) + ". It is kept as it was: nothing more can be added to it." }), " ",
+      el("button", { type: "button", id: "open-current", text: "Open the current session",
+                     onclick: () => open({ key: res.sessionKey, agentId: res.agentId }) }));
   }
 
   function open(s) {
-    session = { key: s.key, agentId: s.agentId };
+    session = { key: s.key, agentId: s.agentId, sessionId: s.sessionId, ended: !!s.ended };
+    limit = PAGE;
     H.show("chat");
     loadHistory();
-  }
-
-  async function refreshSessions() {
-    let res;
-    try { res = await H.request("sessions.list"); } catch (e) { return; }
-    sessionsEl.replaceChildren(...res.sessions.map((s) => el("li", {
-      dataset: { key: s.key, agent: s.agentId, kind: s.kind, mode: s.mode },
-      title: s.key + " · session " + s.sessionId + (s.mode !== "chat" ? " · read-only" : ""),
-      tabindex: "0", role: "button",
-      onclick: () => open(s),
-      onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(s); } },
-    }, el("span", { class: "s-label", text: s.label }),
-       el("span", { class: "s-meta" },
-          el("span", { class: "badge", dataset: { kind: s.kind }, text: KIND[s.kind] || s.kind }),
-          s.mode !== "chat" ? el("span", { class: "badge ro", text: "read-only" }) : null,
-          el("span", { class: "s-when", text: when(s.updatedAt) })))));
-    highlightSession();
   }
 
   let sending = false;
@@ -295,8 +304,8 @@
 
   H.onConnected((hello) => {
     if (!session) session = { key: hello.mainSession, agentId: hello.defaultAgent };
-    loadHistory().then(refreshSessions);
+    loadHistory().then(window.HermitSessions.refresh);
   });
   H.onView("chat", () => {});
-  window.HermitChat = { refreshSessions, loadHistory, current: () => session };
+  window.HermitChat = { loadHistory, open, current: () => session };
 })();

@@ -142,7 +142,7 @@
     if (!H.isConnected()) return;
     // A job's run may have opened its session: the sidebar's list follows.
     await Promise.all([loadScheduler(), loadJobs(), loadChannels(), loadPairing(), loadLog(),
-                       window.HermitChat.refreshSessions()]);
+                       window.HermitSessions.refresh()]);
   }
 
   $("job-add").addEventListener("submit", addJob);
