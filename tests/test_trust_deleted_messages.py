@@ -22,9 +22,14 @@ from fakes.fake_slack import BOT_USER
 from gatewayhelpers import RecordingChannel, last_user_text, make_bus, runtime
 from hermit.channels.base import InboundMessage
 from hermit.channels.discord import DiscordChannel
+from hermit.memory.index.session_source import render_transcript
 from hermit.models.base import ModelRequest
+from hermit.sessions.entries import RETRACTED_TEXT
+from hermit.sessions.keys import group_session_key
 from hermit.testing.scripted import Reply
 from test_channel_slack import socket_mode
+
+GROUP = group_session_key("main", "telegram", "g1")
 
 
 def msg(text: str, mid: str, sender: str = "u7", **kw: Any) -> InboundMessage:
@@ -126,3 +131,40 @@ def test_discord_publishes_deletes_and_edits_as_changes(tmp_path: Path) -> None:
         ("deleted", "dm", "555", "555", "11")
     assert (edited.change, edited.peer_kind, edited.peer_id, edited.sender_id, edited.text, edited.mentioned) == \
         ("edited", "group", "800", "321", "new text", True)
+
+
+def test_a_message_deleted_after_its_turn_started_is_retracted_from_what_comes_next(tmp_path: Path) -> None:
+    """Answered (or being answered) when the delete comes: the transcript keeps its line, but from the next
+    turn on the model, the flush and compaction, session memory and the index see a placeholder instead."""
+    requests: list[ModelRequest] = []
+    started = threading.Event()
+    release = threading.Event()
+
+    def model(req: ModelRequest) -> Reply:
+        requests.append(req)
+        started.set()
+        release.wait(10)
+        return "noted"
+
+    ch = RecordingChannel()
+    rt = runtime(tmp_path, model)
+    bus = make_bus(rt, ch)
+
+    async def main() -> None:
+        await bus.publish(msg("my card PIN is 4711", "1"))
+        await wait_for(started.is_set)
+        await bus.publish(msg("", "1", change="deleted"))  # while its turn runs: retracted when it ends
+        release.set()
+        await bus.drain(20)
+        await bus.publish(msg("what did I say?", "2"))
+        await bus.drain(20)
+
+    asyncio.run(main())
+    sent = str([m.to_dict() for m in requests[-1].messages])
+    assert "4711" not in sent and RETRACTED_TEXT in sent and "what did I say?" in sent
+    [path] = rt.agent.sessions_dir.glob("*.jsonl")
+    assert "4711" in path.read_text()  # the line stays (append only): the owner's record, never read back
+    rendered, _ = render_transcript(path.read_text())
+    assert "4711" not in rendered and RETRACTED_TEXT in rendered  # what the index holds
+    # A delete of a message this session never had changes nothing.
+    assert not rt.retract(GROUP, "telegram:default:999")

@@ -264,6 +264,9 @@ class UserMessage:
     images: tuple[ImagePart, ...] = ()
     # Who wrote it, in a chat several people write in; None elsewhere, and in transcripts older than this.
     sender: Sender | None = None
+    # The platform's message ("<channel>:<account>:<message id>"), so that its sender's delete can find it
+    # (sessions/entries.py: a `retracted` entry); None for the CLI, the scheduler and older transcripts.
+    ref: str | None = None
     role: ClassVar[Literal["user"]] = "user"
 
     def to_dict(self) -> dict[str, Any]:
@@ -271,6 +274,8 @@ class UserMessage:
         d: dict[str, Any] = {"role": "user", "content": content}
         if self.sender is not None:
             d["sender"] = self.sender.to_dict()
+        if self.ref is not None:
+            d["ref"] = self.ref
         return d
 
 
@@ -358,8 +363,10 @@ def message_from_dict(d: Mapping[str, Any]) -> Message:
     role = d.get("role")
     if role == "user":
         text, images = _text_and_images(d.get("content"), "user content")
-        sender = d.get("sender")
-        return UserMessage(text, images, None if sender is None else Sender.from_dict(sender))
+        sender, ref = d.get("sender"), d.get("ref")
+        if ref is not None and not isinstance(ref, str):
+            raise ValueError("user message ref must be a string")
+        return UserMessage(text, images, None if sender is None else Sender.from_dict(sender), ref)
     if role == "assistant":
         raw = d.get("content", [])
         if isinstance(raw, str):

@@ -55,6 +55,7 @@ from hermit.memory.service import MemoryService
 from hermit.messages import AssistantMessage, Message, Sender, Usage, UserMessage, valid_text
 from hermit.models.base import ClosableModel, Model, ModelRequest
 from hermit.models.cancel import CancelToken
+from hermit.sessions.entries import RETRACTED_TYPE
 from hermit.sessions.keys import SessionKind, agent_id_of, classify_session_key, is_main_session_key
 from hermit.sessions.lock import DEFAULT_WAIT_SECONDS, session_lock
 from hermit.sessions.pruning import PruningMode, prune_for_request, resolve_pruning_mode
@@ -113,6 +114,7 @@ class AgentRuntime:
         # Rooms and sandboxes of non-owner sessions; the backend is detected on first use when None.
         self.confinement = Confinement(agent, self._agent_dir, sandbox_backend)
         self._senders: dict[str, Sender] = {}  # who sent the current turn's message, per session key
+        self._refs: dict[str, str | None] = {}  # the platform's id of the current turn's message, per session key
         # Whether a channel's sender is one of the owner's ids (config, given by the composition root): a
         # group message of the owner's is marked as theirs to the model (speakers.py). None: nobody is.
         self.owner_check = owner_check
@@ -353,6 +355,21 @@ class AgentRuntime:
             self.new_session(session_key)
             notes.reset = check.reason
 
+    def retract(self, session_key: str, ref: str) -> bool:
+        """The sender deleted message `ref` on the platform after its turn started: when the session's current
+        transcript holds it, a `retracted` entry makes every reader see a placeholder instead (sessions/entries.py)
+        from the next turn on. Waits for a running turn of the session. True when it was found."""
+        with self._lock(session_key):
+            record = self.store.get(session_key)
+            if record is None:
+                return False
+            transcript = self.store.open_transcript(record)
+            if not any(e.message.get("role") == "user" and e.message.get("ref") == ref
+                       for e in transcript.messages()):
+                return False
+            transcript.append_custom(RETRACTED_TYPE, {"ref": ref})
+            return True
+
     def session_busy(self, session_key: str) -> bool:
         """A turn is running in the session now in this process (the heartbeat skips a busy main session)."""
         lock = self._locks.get(session_key)
@@ -384,7 +401,8 @@ class AgentRuntime:
 
     def run_turn(self, session_key: str, text: str, on_event: EventSink | None = None, *,
                  stream: bool | None = None, heartbeat: bool = False, read_only: bool = False,
-                 cancel: CancelToken | None = None, sender: Sender | str | None = None) -> TurnResult:
+                 cancel: CancelToken | None = None, sender: Sender | str | None = None,
+                 ref: str | None = None) -> TurnResult:
         """Answer one user message. Streams when `stream` (default: when `on_event` is given).
 
         `heartbeat` runs are never reset by the reset policy and get no memory flush; `read_only` turns
@@ -392,10 +410,12 @@ class AgentRuntime:
         shutdown) ends the model call in progress (models.cancel) and stops the turn between steps
         (loop.py): the transcript gets an `interrupted` entry and TurnCancelled is raised. `sender` (who
         wrote the message, from a channel) is recorded with the message in a group's transcript and shown to
-        the model with it (speakers.py); a DM's memory notes name it in their origin."""
+        the model with it (speakers.py); a DM's memory notes name it in their origin. `ref` (the platform's
+        message) is recorded with it, so that a delete by its sender can retract it (`retract`)."""
         text = valid_text(text)  # from a terminal, a channel or a script: a lone surrogate breaks every store
         with self._lock(session_key):
             self._check_key(session_key)
+            self._refs[session_key] = ref
             who = sender_of(sender)
             if who is None:
                 self._senders.pop(session_key, None)
@@ -472,7 +492,7 @@ class AgentRuntime:
                 lambda messages: dataclasses.replace(self.build_request(current[0], messages), cancel=cancel),
                 repair_tool_pairs(turn.history.messages),
                 UserMessage(text, sender=self._senders.get(turn.session_key) if records_senders(turn.session_key)
-                            else None),
+                            else None, ref=self._refs.get(turn.session_key)),
                 record=record,
                 max_iterations=self.agent.settings.max_tool_iterations,
                 stream=on_event is not None if stream is None else stream,

@@ -84,7 +84,8 @@ class AgentHost:
                               "add it under agents.list and restart the gateway") from None
 
     async def run_turn(self, agent_id: str, session_key: str, text: str, *, heartbeat: bool = False,
-                       on_event: EventCallback | None = None, sender: Sender | None = None) -> TurnResult:
+                       on_event: EventCallback | None = None, sender: Sender | None = None,
+                       ref: str | None = None) -> TurnResult:
         """One turn in a worker thread. `on_event` is called on the event loop, in the order the runtime
         emitted the events (call_soon_threadsafe keeps FIFO order)."""
         runtime = self.runtime(agent_id)
@@ -102,7 +103,8 @@ class AgentHost:
             try:
                 return runtime.run_turn(session_key, text, forward if on_event else None,
                                         stream=on_event is not None, heartbeat=heartbeat, cancel=turn.cancel,
-                                        sender=sender)  # recorded in a group's transcript (agent/speakers.py)
+                                        sender=sender,  # recorded in a group's transcript (agent/speakers.py)
+                                        ref=ref)  # the platform's message id: a delete can retract it
             finally:
                 turn.finished.set()
 

@@ -58,6 +58,11 @@ class Admission:
 
 
 RouteFn = Callable[[InboundMessage], Routed]
+
+
+def message_ref(msg: InboundMessage) -> str | None:
+    """How a transcript names a platform message (messages.UserMessage.ref), for its sender's delete."""
+    return f"{msg.channel}:{msg.account_id}:{msg.message_id}" if msg.message_id else None
 AdmitFn = Callable[[InboundMessage, str], Admission]  # (message, agent id it is routed to)
 
 
@@ -96,6 +101,7 @@ class Bus:
         self._queues: dict[tuple[str, str], _SessionQueue] = {}
         self._open = True
         self._turn_ids = itertools.count(1)
+        self._retractions: set[asyncio.Task[None]] = set()
         self.counts = {"queued": 0, "refused": 0, "queue_full": 0, "ignored": 0, "turns": 0}
 
     # ---- intake -------------------------------------------------------------------------------------
@@ -158,6 +164,7 @@ class Bus:
         except HermitError:
             return
         q = self._queues.get((routed.agent_id, routed.session_key))
+        found = False
         for job in q.waiting if q is not None else ():
             m = job.msg
             # A delete may name no author (Discord's, unless cached; a moderator may delete anyone's).
@@ -165,6 +172,7 @@ class Bus:
                     msg.channel, msg.account_id, msg.peer_id, msg.message_id) or (
                     msg.sender_id != m.sender_id and (msg.change == "edited" or msg.sender_id)):
                 continue
+            found = True
             if msg.change == "deleted":
                 job.dropped = True
                 attachments.discard(m)
@@ -172,6 +180,19 @@ class Bus:
             else:
                 job.text, job.msg = msg.text, replace(m, text=msg.text, mentioned=m.mentioned or msg.mentioned)
                 log.info("a message waiting in %s was edited by its sender: its new text runs", routed.session_key)
+        if not found and msg.change == "deleted" and routed.agent_id in self.host.runtimes:
+            # Answered, or being answered: its text is retracted from the transcript once the turn is over.
+            task = asyncio.create_task(self._retract(routed, f"{msg.channel}:{msg.account_id}:{msg.message_id}"))
+            self._retractions.add(task)
+            task.add_done_callback(self._retractions.discard)
+
+    async def _retract(self, routed: Routed, ref: str) -> None:
+        runtime = self.host.runtime(routed.agent_id)
+        try:
+            if await asyncio.to_thread(runtime.retract, routed.session_key, ref):
+                log.info("a message in %s was deleted by its sender: its text is retracted", routed.session_key)
+        except Exception:  # noqa: BLE001 - a background task: logged, the gateway goes on
+            log.exception("could not retract a deleted message in %s", routed.session_key)
 
     def _chosen(self, msg: InboundMessage) -> Routed:
         """The session the web chat chose, in the agent it resolved (`session_agent`). A key naming an agent
@@ -296,7 +317,7 @@ class Bus:
         await run_and_reply(
             channel, Target.of(msg), turn_id,
             lambda on_event: self.host.run_turn(job.agent_id, job.session_key, job.text, on_event=on_event,
-                                                sender=self._sender(job.agent_id, msg)),
+                                                sender=self._sender(job.agent_id, msg), ref=message_ref(msg)),
             self._chunk)
 
     def _sender(self, agent_id: str, msg: InboundMessage) -> Sender:
@@ -347,9 +368,10 @@ class Bus:
         return sum(1 for q in self._queues.values() if q.running is not None)
 
     async def drain(self, timeout: float) -> bool:
-        """Wait for the session workers to finish (running turns complete, queued ones are answered);
-        True when all did within `timeout`."""
-        workers = [q.worker for q in self._queues.values() if q.worker is not None]
+        """Wait for the session workers to finish (running turns complete, queued ones are answered) and
+        the retractions of deleted messages; True when all did within `timeout`."""
+        workers: list[asyncio.Task[None]] = [q.worker for q in self._queues.values() if q.worker is not None]
+        workers += self._retractions
         if not workers:
             return True
         _, pending = await asyncio.wait(workers, timeout=timeout)

@@ -7,13 +7,20 @@ session store has appended one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 TRANSCRIPT_VERSION = 1
 HEADER_REPAIR_TYPE = "session-header"  # custom entry standing in for a damaged line 1
+# Custom entry {"ref": ...}: the sender deleted that user message on the platform. The line stays (append
+# only: the owner's record), but every reader gets RETRACTED_TEXT in its place (`retract`): the model's
+# context, the memory flush and compaction, session memory, the index, the web app's history.
+RETRACTED_TYPE = "retracted"
+RETRACTED_TEXT = "[a message its sender deleted]"
 
 
 @dataclass(frozen=True)
@@ -245,7 +252,30 @@ def parse_transcript(path: Path, data: bytes) -> ParsedTranscript:
         header = _repaired_header(entries)
         if header is not None:  # line 1 is damaged, but the store already appended its replacement
             problems = [p for p in problems if p.line != 1]
-    return ParsedTranscript(header or _inferred_header(path), entries, problems, len(lines), ends_clean)
+    return ParsedTranscript(header or _inferred_header(path), _retracted(entries), problems, len(lines), ends_clean)
+
+
+def retracted_refs(objs: Iterable[Any]) -> set[str]:
+    """The message refs that `retracted` custom entries (as JSON objects) name."""
+    return {o["data"]["ref"] for o in objs if isinstance(o, dict) and o.get("type") == "custom"
+            and o.get("customType") == RETRACTED_TYPE and isinstance(o.get("data"), dict)
+            and isinstance(o["data"].get("ref"), str)}
+
+
+def retract(message: dict[str, Any], refs: set[str]) -> dict[str, Any]:
+    """A user message (JSON form) its sender deleted, with its text and images replaced; others as they are."""
+    if not refs or message.get("role") != "user" or message.get("ref") not in refs:
+        return message
+    return {**message, "content": [{"type": "text", "text": RETRACTED_TEXT}]}
+
+
+def _retracted(entries: list[Entry]) -> list[Entry]:
+    refs = {e.data["ref"] for e in entries if isinstance(e, CustomEntry) and e.custom_type == RETRACTED_TYPE
+            and isinstance(e.data, dict) and isinstance(e.data.get("ref"), str)}
+    if not refs:
+        return entries
+    return [dataclasses.replace(e, message=retract(e.message, refs)) if isinstance(e, MessageEntry) else e
+            for e in entries]
 
 
 def _repaired_header(entries: list[Entry]) -> TranscriptHeader | None:

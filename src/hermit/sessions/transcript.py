@@ -37,6 +37,7 @@ from hermit.locks import lock_fd
 from hermit.messages import valid_json
 from hermit.sessions.entries import (
     HEADER_REPAIR_TYPE,
+    RETRACTED_TYPE,
     TRANSCRIPT_VERSION,
     CompactionEntry,
     ContextView,
@@ -335,6 +336,8 @@ class Transcript:
     def append_custom(self, custom_type: str, data: Any = None) -> CustomEntry:
         entry = self._append({"type": "custom", "customType": custom_type, "data": data})
         assert isinstance(entry, CustomEntry)
+        if custom_type == RETRACTED_TYPE:
+            self._parsed = None  # it changes an earlier entry as read: read the file again
         return entry
 
     def _new_id(self, taken: Mapping[str, Entry]) -> str:

@@ -27,7 +27,7 @@ from hermit.errors import PathPolicyError, SessionError
 from hermit.memory.index.sources import SourceFile
 from hermit.memory.policy.provenance import Origin, sender_label, sender_text
 from hermit.messages import OWNER_MARK, Sender, label_text, valid_text
-from hermit.sessions.entries import HEADER_REPAIR_TYPE
+from hermit.sessions.entries import HEADER_REPAIR_TYPE, retract, retracted_refs
 from hermit.sessions.keys import SessionKey, SessionKind, is_main_session_key, parse_session_key
 
 SESSIONS_PREFIX = "sessions/"
@@ -178,6 +178,7 @@ def _message_text(message: Any) -> tuple[str, str] | None:
 def render_transcript(raw: str) -> tuple[str, int]:
     """(virtual document with JSONL line numbers, number of message entries)."""
     objs = _parse_lines(raw)
+    refs = retracted_refs(objs)  # messages their senders deleted: never indexed
     chat = chat_of(_header_key(objs))
     # A chat's assistant says what the chat steers it to: its lines carry the chat's label as its user's do.
     label = {"User": "User", "Assistant": "Assistant"} if chat is None else {
@@ -188,7 +189,8 @@ def render_transcript(raw: str) -> tuple[str, int]:
         rendered = ""
         if isinstance(obj, dict) and obj.get("type") == "message":
             messages += 1
-            got = _message_text(obj.get("message"))
+            message = obj.get("message")
+            got = _message_text(retract(message, refs) if isinstance(message, dict) else message)
             if got:
                 who, text = got
                 sender = _sender(obj["message"]) if chat is not None else None
