@@ -259,8 +259,11 @@ class PairingStore:
             details = _details(data)
             details[match.sender_id] = {"sender_name": match.sender_name, "sender_username": match.sender_username,
                                         "approved_at": self.clock()}
-            self._write_json(path, {"version": _VERSION, "allow_from": senders, "senders": details})
+            # The request goes first: killed between the two writes, the sender is not let in (their next
+            # message gets a new code). The other order left a request the owner could still deny after its
+            # sender was already allowed, and the denial changed nothing.
             self._save_requests([r for r in requests if r != match])
+            self._write_json(path, {"version": _VERSION, "allow_from": senders, "senders": details})
             return match
 
     def deny(self, channel: str, code: str) -> PairingRequest:
