@@ -21,7 +21,7 @@ from hermit.channels.platforms import accounts
 from hermit.config.load import LoadedConfig
 from hermit.errors import ConfigError
 from hermit.gateway.agents import AgentHost
-from hermit.gateway.live_config import AccessView
+from hermit.gateway.live_config import AccessView, dm_scopes
 from hermit.gateway.memory_console import MemoryConsole
 from hermit.gateway.ops_console import OpsConsole
 from hermit.sessions.keys import SessionKey, SessionKind, parse_session_key
@@ -85,16 +85,9 @@ class Console:
             if (key.channel not in (None, channel) or key.account_id not in (None, account_id)
                     or not access.is_owner(channel, account_id, key.peer_id)):
                 continue
-            for guild_id, team_id in _scopes(router, channel):
+            for guild_id, team_id in dm_scopes(router, channel):
                 route = router.resolve(RouteInput(channel, account_id, "dm", key.peer_id, key.thread_id,
                                                   key.topic_id, guild_id, team_id, sender_is_owner=True))
                 if route.agent_id == key.agent_id and parse_session_key(route.session_key) == key:
                     return True
         return False
-
-
-def _scopes(router: Router, channel: str) -> set[tuple[str | None, str | None]]:
-    """The (guild, team) a DM on `channel` may carry, as far as routing tells them apart: none, or one
-    a binding names (a Slack DM carries its workspace's team_id, which a binding may route by)."""
-    return {(None, None)} | {(b.match.guild_id, b.match.team_id) for b in router.bindings
-                             if b.match.channel == channel and (b.match.guild_id or b.match.team_id)}

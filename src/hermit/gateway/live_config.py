@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hermit.agent.routing import Router
+from hermit.agent.routing import RouteInput, Router
 from hermit.channels.access import AccessControl, PairingStore
 from hermit.config.load import LoadedConfig, load_config
 from hermit.config.paths import StatePaths
@@ -233,6 +233,25 @@ class LiveAccess:
         except ConfigError:
             return False
 
+    def owner_of(self, agent_id: str) -> Callable[[str, str, str, str | None], bool]:
+        """`is_owner` for one agent (its runtime's `owner_check`): an owner of the channel account whose DMs
+        the bindings route to this agent, as only they reach its main session. An owner of the account whose
+        DMs go to another agent (a relative's own agent on the family bot) is someone else's owner: marking
+        their group messages as this agent's user's would have its model obey them and its transcript search
+        take their words for the owner's (scheduler/targets.not_the_owner draws the same line)."""
+        def check(channel: str, account_id: str, sender_id: str, username: str | None) -> bool:
+            try:
+                v = self.view()
+            except ConfigError:
+                return False
+            if not v.access.is_owner(channel, account_id, sender_id, username):
+                return False
+            name = channel.lower()
+            return any(v.router.resolve(RouteInput(name, account_id, "dm", sender_id, guild_id=guild, team_id=team,
+                                                   sender_is_owner=True)).agent_id == agent_id
+                       for guild, team in dm_scopes(v.router, name))
+        return check
+
     def owner_view(self) -> AccessView:
         """For the web chat (the token holder, the owner whatever the file says): the last good config."""
         try:
@@ -240,3 +259,10 @@ class LiveAccess:
         except ConfigError:
             with self._lock:
                 return self._view
+
+
+def dm_scopes(router: Router, channel: str) -> set[tuple[str | None, str | None]]:
+    """The (guild, team) a DM on `channel` may carry, as far as routing tells them apart: none, or one
+    a binding names (a Slack DM carries its workspace's team_id, which a binding may route by)."""
+    return {(None, None)} | {(b.match.guild_id, b.match.team_id) for b in router.bindings
+                             if b.match.channel == channel and (b.match.guild_id or b.match.team_id)}

@@ -171,8 +171,8 @@ class Gateway:
         self.bus = Bus(self.agents, route=live_route(state, set(runtimes)), admit=live_admit(state),
                        channels={(c.name, c.account_id): c for c in self.channels}, chunk=chunk_text,
                        queue_limit=self.cfg.queue_max_per_session)
-        for rt in runtimes.values():  # the cron tool's and the group sender marks' owner checks, live too
-            rt.owner_check = state.is_owner
+        for agent_id, rt in runtimes.items():  # the group sender marks' owner checks, live too: each agent's own
+            rt.owner_check = state.owner_of(agent_id)
             if isinstance(rt.cron, CronJobs):
                 rt.cron.current = self.live.current
         ctx = ServiceContext(self.bus, loaded, home, environ, clock, config=self.live.current)
