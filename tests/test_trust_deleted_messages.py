@@ -22,9 +22,7 @@ from fakes.fake_slack import BOT_USER
 from gatewayhelpers import RecordingChannel, last_user_text, make_bus, runtime
 from hermit.channels.base import InboundMessage
 from hermit.channels.discord import DiscordChannel
-from hermit.memory.index.session_source import render_transcript
 from hermit.models.base import ModelRequest
-from hermit.sessions.entries import RETRACTED_TEXT
 from hermit.sessions.keys import group_session_key
 from hermit.testing.scripted import Reply
 from test_channel_slack import socket_mode
@@ -136,6 +134,10 @@ def test_discord_publishes_deletes_and_edits_as_changes(tmp_path: Path) -> None:
 def test_a_message_deleted_after_its_turn_started_is_retracted_from_what_comes_next(tmp_path: Path) -> None:
     """Answered (or being answered) when the delete comes: the transcript keeps its line, but from the next
     turn on the model, the flush and compaction, session memory and the index see a placeholder instead."""
+    # New with the fix: imported here, so that the other tests collect on the tree before it.
+    from hermit.memory.index.session_source import render_transcript
+    from hermit.sessions.entries import RETRACTED_TEXT
+
     requests: list[ModelRequest] = []
     started = threading.Event()
     release = threading.Event()
