@@ -170,3 +170,24 @@ def test_a_message_deleted_after_its_turn_started_is_retracted_from_what_comes_n
     assert "4711" not in rendered and RETRACTED_TEXT in rendered  # what the index holds
     # A delete of a message this session never had changes nothing.
     assert not rt.retract(GROUP, "telegram:default:999")
+
+
+def test_whatsapp_publishes_a_revoke_as_a_delete(tmp_path: Path) -> None:
+    """The Cloud API says so only for numbers shared with the WhatsApp Business app ("coexistence")."""
+    import json
+
+    import httpx
+
+    from fakes.fake_whatsapp import sign, webhook_body
+    from test_channel_whatsapp import SECRET, whatsapp
+
+    async def main() -> None:
+        async with whatsapp(tmp_path) as (_fake, _ch, sink, url), httpx.AsyncClient() as c:
+            revoke = {"from": "15551234", "id": "wamid.R1", "timestamp": str(int(time.time())), "type": "revoke",
+                      "revoke": {"original_message_id": "wamid.A1"}}
+            body = json.dumps(webhook_body(revoke)).encode()
+            assert (await c.post(url, content=body, headers=sign(SECRET, body))).status_code == 200
+            got = await sink.next(timeout=3)
+            assert (got.change, got.message_id, got.peer_id, got.sender_id) == ("deleted", "wamid.A1", "15551234",
+                                                                                 "15551234")
+    run(main)

@@ -176,6 +176,14 @@ class WhatsAppChannel:
             self._stale(sent_at)
             return
         kind = str(m.get("type", ""))
+        if kind == "revoke":  # the sender deleted a message (numbers shared with the WhatsApp Business app)
+            original = str(_obj(m.get("revoke")).get("original_message_id", ""))
+            sender = str(m.get("from", ""))
+            if original and sender:
+                await self._sink.publish(InboundMessage(
+                    channel=self.name, account_id=self.account_id, peer_kind="dm", peer_id=sender, sender_id=sender,
+                    text="", message_id=original, received_at=sent_at or self._clock(), change="deleted"))
+            return
         if kind not in ("text", "button", *MEDIA_KINDS):
             return  # reactions, locations, system notices: nothing for the agent
         if self._seen.seen(mid, sent_at):
