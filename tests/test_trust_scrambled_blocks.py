@@ -126,3 +126,13 @@ def test_memory_get_and_doctor_name_the_damaged_file(rt: AgentRuntime, tmp_path:
     check = memory_markers(CliContext(home=home))
     assert not isinstance(check, str) and check.status == "warn"
     assert f"agents main: {LOG} (line" in check.detail
+
+
+def test_the_web_apps_memory_viewer_shows_a_damaged_file_as_nobodys(rt: AgentRuntime) -> None:
+    from hermit.gateway.memory_console import origin_spans
+
+    assert not call(rt, MAIN, "exec", command=f"sort -u {LOG} -o {LOG}")[1]
+    text = (rt.agent.workspace / LOG).read_text()
+    [span] = origin_spans(text)
+    assert span["audience"] == UNKNOWN and not span["owner"] and span["end"] == text.count("\n") + 1
+    assert "origin markers damaged" in span["from"]

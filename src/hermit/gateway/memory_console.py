@@ -34,7 +34,7 @@ from hermit.memory.index.chunking import MARKER
 from hermit.memory.index.sources import Skip, scan_memory_files
 from hermit.memory.policy.audience import OWNER, SHARED, block_audience, owner_origin
 from hermit.memory.policy.daily_log import append_daily_note, daily_log_path, memory_writes_locked
-from hermit.memory.policy.provenance import CLOSE_LINE, by_owner, origin_blocks
+from hermit.memory.policy.provenance import CLOSE_LINE, by_owner, damaged_origin, marker_damage, origin_blocks
 from hermit.memory.service import MemoryService
 from hermit.sessions.keys import main_session_key
 from hermit.tools.memory_files import DAILY_LOG_RE
@@ -51,6 +51,10 @@ def origin_spans(text: str) -> list[dict[str, Any]]:
     """The origin blocks the parser finds in a file (lines start..end, whether the close marker is there,
     who wrote it and who may read it), for the viewer to set apart: a line that merely looks like a marker
     is shown as the text it is, inside the block it belongs to."""
+    if (damage := marker_damage(text)) is not None:  # no block can be trusted: one span, nobody's, owner-only
+        origin = damaged_origin(damage)
+        return [{"start": 1, "end": text.count("\n") + 1, "closed": False, "audience": block_audience(origin),
+                 "owner": False, "from": origin.describe()}]
     if MARKER not in text:
         return []
     lines = text.split("\n")
