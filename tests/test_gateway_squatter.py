@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ciguard import need
-from gatewayhelpers import CHROMIUM_FLAGS, GatewayProcess, need_chromium, write_config
+from gatewayhelpers import CHROMIUM_FLAGS, GatewayProcess, free_port, need_chromium, write_config
 from hermit.gateway.protocol import handshake_proof
 from hermit.testing import FakeProvider
 from prochelpers import python_as
-from test_gateway_browser import free_port
 
 T = 30_000  # ms
 
