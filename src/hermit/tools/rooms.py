@@ -274,6 +274,10 @@ def _apply(room_fd: int, src_fd: int, seed: Manifest, quota_bytes: int | None) -
     used = charged_usage(room_fd) if quota_bytes is not None else 0
     skipped: list[str] = []
     meanwhile: list[str] = []
+    # Links that would leave the room are never created, not only removed at the end: a Hermit killed
+    # between the two (kill -9, OOM) left `esc -> b/..` leading to the other rooms until the next merge.
+    leaving = _leaving_after(room_fd, incoming)
+    refused_now: list[str] = []
     for rel in sorted(incoming, key=lambda r: r.count("/")):
         sig, src_st = incoming[rel]
         before = seed.get(rel)
@@ -303,13 +307,28 @@ def _apply(room_fd: int, src_fd: int, seed: Manifest, quota_bytes: int | None) -
         if current is not None and stat.S_ISDIR(current.st_mode):
             safe_fs.remove_beneath(room_fd, rel)
         if sig[0] == "l":
+            if rel in leaving:
+                refused_now.append(rel)
+                if current is not None:
+                    safe_fs.remove_beneath(room_fd, rel)
+                continue
             _symlink_beneath(room_fd, rel, sig[1])
         else:
             data = safe_fs.read_beneath(src_fd, rel, max(src_st.st_size, 0) + (1 << 20)).data
             safe_fs.write_beneath(room_fd, rel, data, mode=stat.S_IMODE(src_st.st_mode), fsync=False)
         changed.append(rel)
-    refused = _drop_links_leaving(room_fd)
+    refused = refused_now + [r for r in _drop_links_leaving(room_fd) if r not in refused_now]
     return Merge([c for c in changed if c not in refused], skipped, refused, meanwhile=meanwhile)
+
+
+def _leaving_after(room_fd: int, incoming: dict[str, tuple[Signature, os.stat_result]]) -> set[str]:
+    """The incoming links that would lead out of the room together with the room's links as the merge leaves
+    them (its own, unless the command replaced them, and the incoming ones): never created. What this cannot
+    foresee (an entry kept because it was written meanwhile) is caught by `_drop_links_leaving` after."""
+    links = {rel: safe_fs.readlink_beneath(room_fd, rel) for rel, st in safe_fs.walk_beneath(room_fd)
+             if stat.S_ISLNK(st.st_mode) and (rel not in incoming or incoming[rel][0][0] == "l")}
+    links.update({rel: sig[1] for rel, (sig, _) in incoming.items() if sig[0] == "l"})
+    return {rel for rel in links_leaving(links) if rel in incoming and incoming[rel][0][0] == "l"}
 
 
 def _written_meanwhile(sig: Signature, before: SeedEntry | None, current: os.stat_result | None) -> bool:
