@@ -298,6 +298,8 @@ class FileTools:
         if loc.area == "memory":  # decided on the path alone, before anything of the file is looked at
             self.rules.refuse_unless_addable(target)
         before = self._view_before(loc)
+        if loc.area == "memory" and before and not append:
+            content, append = self._addition(loc, before, content), True
         after = self.rules.prepare(target, kind, before, join_append(before, content) if append else content)
         self.policy.check(target, kind, before, after)
         self._view_commit(loc, target, before, after)
@@ -306,6 +308,22 @@ class FileTools:
         verb = "created" if before is None else "appended to" if append else "overwrote"
         size = len(after.encode("utf-8")) - len((before or "").encode("utf-8")) if append else len(after.encode())
         return f"{verb} {loc.shown} ({size:,} bytes)"
+
+    def _addition(self, loc: Located, before: str, content: str) -> str:
+        """What a whole-file write to a memory file adds, judged against the file as this session sees it
+        (withheld lines as their placeholders; nothing, when it sees none), never against its real text: a
+        write that had to keep every real line answered "added" to a right guess of the withheld lines and
+        "would change existing text" to a wrong one, one guess at a time."""
+        assert self.view is not None
+        st = self.view.lstat(loc)
+        rendered = self.view.memory.render(loc.rel, before.encode("utf-8"), st) if st is not None else None
+        shown = decode_text(rendered).text if rendered is not None else ""
+        shown = shown.removesuffix("\n")  # as the read tool shows it; the note starts on a line of its own anyway
+        if not content.startswith(shown):
+            raise PathPolicyError(f"this write would change existing text of {loc.shown}",
+                                  "write policy: sessions other than the owner's main session may only add notes "
+                                  "to memory files; use write with append: true")
+        return content[len(shown):]
 
     def _view_edit(self, loc: Located, old: str, new: str) -> str:
         target = self._view_target(loc)
