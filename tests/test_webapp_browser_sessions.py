@@ -121,3 +121,42 @@ def test_a_session_ended_by_new_opens_read_only_with_its_reason(browser: Any, de
     assert opened.errors == []
     opened.context.close()
 
+
+def test_two_tabs_on_one_session_see_each_others_messages(browser: Any, demo: Demo) -> None:
+    one = open_page(browser, demo.url, console_errors=True)
+    two = open_page(browser, demo.url, console_errors=True, context=one.context)  # a second tab, same browser
+    other = open_page(browser, demo.url, *PHONE_SIZE, console_errors=True)  # another browser, on another session
+    other.page.click("#menu")
+    other.page.click(f"#sessions li[data-key='{CLI_KEY}']")
+    other.page.wait_for_selector("#session-kind[data-kind='cli']", timeout=T)
+    cli_before = other.page.inner_text("#messages")
+
+    send(one.page, "tab-one says hi", False)
+    one.page.locator(".msg.assistant[data-done='done']:has-text('Reply to tab one.')").wait_for(timeout=T)
+    two.page.locator(".msg.assistant:has-text('Reply to tab one.')").wait_for(timeout=T)  # by itself
+    two.page.locator(".msg.user:has-text('tab-one says hi')").wait_for(timeout=T)
+
+    send(two.page, "tab-two says hello", False)
+    two.page.locator(".msg.assistant[data-done='done']:has-text('Reply to tab two.')").wait_for(timeout=T)
+    one.page.locator(".msg.assistant:has-text('Reply to tab two.')").wait_for(timeout=T)
+    for tab in (one, two):  # each message once in each tab, in order
+        texts = tab.page.locator("#messages .msg").all_inner_texts()
+        assert sum("tab-one says hi" in t for t in texts) == 1 and sum("Reply to tab one." in t for t in texts) == 1
+        assert sum("tab-two says hello" in t for t in texts) == 1 and sum("Reply to tab two." in t for t in texts) == 1
+        mine = [t for t in texts if "tab-" in t or "Reply to tab" in t]
+        assert mine == ["tab-one says hi", "Reply to tab one.", "tab-two says hello", "Reply to tab two."], mine
+
+    # The tab on another session: not disturbed, and the changed session marked in its list.
+    assert other.page.inner_text("#messages") == cli_before
+    assert "tab-one" not in other.page.inner_text("#messages")
+    other.page.click("#menu")
+    other.page.locator(f"#sessions li.unread[data-key='{MAIN}'] .badge.new").wait_for(timeout=T)
+    other.page.wait_for_timeout(400)  # the drawer's slide
+    other.page.screenshot(path="/tmp/webC/unread-390.png")
+    other.page.click(f"#sessions li[data-key='{MAIN}']")
+    other.page.locator(".msg.assistant:has-text('Reply to tab two.')").wait_for(timeout=T)
+    assert other.page.locator("#sessions li.unread").count() == 0
+    one.page.screenshot(path="/tmp/webC/two-tabs-1280.png")
+    assert one.errors == [] and two.errors == [] and other.errors == []
+    one.context.close()
+    other.context.close()

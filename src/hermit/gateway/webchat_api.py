@@ -70,12 +70,15 @@ log = logging.getLogger("hermit.gateway.webchat")
 
 
 class _Socket:
-    """One accepted WebSocket: numbered events, one writer at a time."""
+    """One accepted WebSocket: numbered events, one writer at a time; the session its page shows (`viewing`, set
+    by chat.history) and the state of it the page has (`seen`: transcript version, a turn running)."""
 
     def __init__(self, ws: WebSocket) -> None:
         self.ws = ws
         self.seq = 0
         self._lock = asyncio.Lock()
+        self.viewing: tuple[str, str] | None = None
+        self.seen: tuple[str, bool] | None = None
 
     async def send_raw(self, text: str) -> None:
         async with self._lock:
@@ -126,6 +129,8 @@ class WebchatApi:
         self.default_agent = agent_id_of(default_session) or "main"
         self.allowed_origins = frozenset(allowed_origins)
         self.refusals = RefusalLog(log)  # anyone reaching the port can make it refuse: a flood logs a count
+        self._sockets: set[_Socket] = set()  # connected (signed in)
+        self._watch: asyncio.Task[None] | None = None
 
     async def endpoint(self, ws: WebSocket) -> None:
         client, server = ws.scope.get("client"), ws.scope.get("server")
@@ -183,8 +188,16 @@ class WebchatApi:
         except Exception:  # noqa: BLE001 - supervision boundary: one broken socket must not affect the others
             log.exception("web chat connection of %s failed", client_id or "an unconnected client")
         finally:
-            if client_id is not None:
-                self.channel.detach(client_id, sock)
+            self._gone(client_id, sock)
+
+    def _gone(self, client_id: str | None, sock: _Socket) -> None:
+        """A socket closed: no more events for it, and no watching once no page is open."""
+        if client_id is not None:
+            self.channel.detach(client_id, sock)
+        self._sockets.discard(sock)
+        if not self._sockets and self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
 
     async def _challenge(self, sock: _Socket, req: Request, ws: WebSocket) -> _Challenge:
         """The gateway's half of the handshake: it proves it holds the token, or the ticket the page names
@@ -265,6 +278,9 @@ class WebchatApi:
                                 request_id=req.id, close=CLOSE_UNAUTHORIZED)
         client_id = params.client_id or secrets.token_urlsafe(12)
         self.channel.attach(client_id, sock)
+        self._sockets.add(sock)
+        if self._watch is None:
+            self._watch = asyncio.create_task(self._watch_sessions(), name="web app session watch")
         hello: dict[str, Any] = {
             "type": "hello-ok", "protocol": PROTOCOL_VERSION, "clientId": client_id,
             "agents": sorted(self.host.runtimes), "defaultAgent": self.default_agent,
@@ -319,7 +335,9 @@ class WebchatApi:
 
     def _history(self, agent_id: str, key: str, params: HistoryParams) -> dict[str, Any]:
         """chat.history: the current session of the key, or (`sessionId`) one of its sessions, read-only with
-        when and why it ended once it has."""
+        when and why it ended once it has. The current one comes with its `version` and `busy` (a turn running),
+        taken before the transcript is read: a line written meanwhile makes the next look differ."""
+        version, busy = self._state(agent_id, key)
         try:
             payload = chat_history(self.host.runtime(agent_id).store, key, params.limit, params.session_id)
         except SessionError as e:  # a session id that is no session of this key (any more)
@@ -329,7 +347,70 @@ class WebchatApi:
         if ended is not None:
             payload.update(mode="read-only", why=ended["why"], ended={
                 k: ended[k] for k in ("startedAt", "endedAt", "reason", "messages", "bytes")})
+        else:
+            payload.update(version=version, busy=busy)
         return payload
+
+    # ---- live sessions: every tab showing a session follows it -------------------------------------------
+    # A session changes from this gateway (another tab, a channel, cron) and from other processes (`hermit chat`
+    # on the same session), and the transcript is where every one of them writes: so the gateway looks at the
+    # transcript (its size, under the session's current id) of each session a page shows, and tells that page
+    # `session.changed` when it differs from what the page last loaded (or was told), and every page
+    # `sessions.changed` when an agent's sessions.json changed (the list, its unread marks). A page then loads
+    # the history again; the page that sent a message ignores the changes of its own turn and loads once at its end.
+
+    watch_interval = 0.5  # seconds between looks; a stat per shown session and per agent each time
+
+    def _state(self, agent_id: str, key: str) -> tuple[str, bool]:
+        """(version, busy) of a session's current transcript: `<sessionId>:<size>` ("" when it has none yet),
+        and whether a turn runs in it in this gateway now."""
+        runtime = self.host.runtimes.get(agent_id)
+        if runtime is None:
+            return "", False
+        record = runtime.store.get(key)
+        version = ""
+        if record is not None:
+            try:
+                version = f"{record.session_id}:{runtime.store.transcript_path(record.session_id).stat().st_size}"
+            except OSError:
+                version = f"{record.session_id}:0"
+        return version, runtime.session_busy(key)
+
+    def _look(self, shown: set[tuple[str, str]]) -> tuple[dict[tuple[str, str], tuple[str, bool]], dict[str, Any]]:
+        stores: dict[str, Any] = {}
+        for agent_id, runtime in self.host.runtimes.items():
+            try:
+                st = runtime.store.path.stat()
+                stores[agent_id] = (st.st_size, st.st_mtime_ns)
+            except OSError:
+                stores[agent_id] = None
+        return {v: self._state(*v) for v in shown}, stores
+
+    async def _watch_sessions(self) -> None:
+        stores: dict[str, Any] | None = (await asyncio.to_thread(self._look, set()))[1]  # as the first page found it
+        while self._sockets:
+            await asyncio.sleep(self.watch_interval)
+            try:
+                states, now = await asyncio.to_thread(self._look, {s.viewing for s in self._sockets if s.viewing})
+                for sock in list(self._sockets):
+                    state = states.get(sock.viewing) if sock.viewing else None
+                    if state is not None and state != sock.seen and sock.viewing is not None:
+                        sock.seen = state
+                        agent_id, key = sock.viewing
+                        await self._tell(sock, "session.changed", {"sessionKey": key, "agentId": agent_id,
+                                                                   "version": state[0], "busy": state[1]})
+                    if stores is not None and now != stores:
+                        await self._tell(sock, "sessions.changed", {})
+                stores = now
+            except Exception:  # noqa: BLE001 - supervision boundary: the pages still work, only not live
+                log.exception("web app session watch failed; looking again")
+
+    @staticmethod
+    async def _tell(sock: _Socket, event: str, payload: dict[str, Any]) -> None:
+        try:
+            await sock.send_event(event, payload)
+        except Exception as e:  # noqa: BLE001 - a socket closing now: its endpoint cleans up
+            log.debug("web app event %s not delivered: %s", event, e)
 
     def _sessions(self, everything: bool) -> dict[str, Any]:
         """sessions.list: the current sessions; with `everything`, the ended ones too (`ended`) and on each
@@ -364,7 +445,11 @@ class WebchatApi:
             elif req.method == "chat.history":
                 hist: HistoryParams = req.params
                 agent, key = await asyncio.to_thread(self._locate, hist.session_key, hist.agent_id)
-                await sock.send_raw(res_ok(req.id, await asyncio.to_thread(self._history, agent, key, hist)))
+                history = await asyncio.to_thread(self._history, agent, key, hist)
+                live = "version" in history  # a current session: followed from now on; an ended one does not change
+                sock.viewing = (agent, key) if live else None
+                sock.seen = (history["version"], history["busy"]) if live else None
+                await sock.send_raw(res_ok(req.id, history))
             elif req.method == "sessions.list":
                 listing: SessionsListParams = req.params
                 await sock.send_raw(res_ok(req.id, await asyncio.to_thread(self._sessions, listing.all)))

@@ -143,6 +143,7 @@
     if (p.status === "error") explainFailure(turn);
     turns.delete(p.replyTo);
     if (turn.after) turn.after();
+    else settle();
     window.HermitSessions.refresh();
   });
 
@@ -166,6 +167,7 @@
     if (!text) return true;
     if (!session) return unsent({ message: "not connected to the gateway yet", hint: H.signedOut() || "wait for it to connect" });
     if (text === "/new" || text.startsWith("/new ") || text === "/reset") return newSession(text);
+    for (const n of messages.querySelectorAll(".msg.elsewhere")) n.remove();  // this tab's turn now
     const mine = bubble("user", text);
     const reply = bubble("assistant", "");
     reply.bubble.classList.add("typing");
@@ -204,12 +206,16 @@
   }
 
   // ---- history and sessions ----------------------------------------------------------------------------
-  async function loadHistory() {
-    let res;
+  function fetchHistory() {
     const params = { sessionKey: session.key, agentId: session.agentId, limit };
     if (session.ended) params.sessionId = session.sessionId;
+    return H.request("chat.history", params);
+  }
+
+  async function loadHistory() {
+    let res;
     try {
-      res = await H.request("chat.history", params);
+      res = await fetchHistory();
     } catch (e) {
       messages.replaceChildren();
       notice("Could not open " + session.key + ": " + e.message, "error");
@@ -222,6 +228,18 @@
       }
       return;
     }
+    render(res);
+  }
+
+  // What is drawn of the open session: its id, how many history items and the last one, so a change seen
+  // elsewhere is drawn only when there is something new (a tab's own turn is drawn live already).
+  let drawn = null;
+  const lastOf = (res) => JSON.stringify(res.messages[res.messages.length - 1] || null);
+  const drawnOf = (res) => ({ sessionId: res.sessionId, total: res.total, last: lastOf(res) });
+
+  function render(res) {
+    drawn = drawnOf(res);
+    busyElsewhere = !!res.busy;
     const ended = res.ended || null;
     session = { key: res.sessionKey, agentId: res.agentId, sessionId: res.sessionId, ended: !!ended, mode: res.mode,
                 why: res.why || "", kind: res.kind, label: res.label };
@@ -259,8 +277,70 @@
       if (failed) failure(b, "The reply failed: " + m.error);
     }
     if (!res.messages.length) notice(readOnly ? "No messages yet." : "No messages yet — say hello.", "placeholder");
+    replying();
     window.HermitSessions.highlight();
   }
+
+  // ---- the open session changed elsewhere (another tab, `hermit chat`, a channel) ---------------------------
+  // The gateway says `session.changed` when the open session's transcript differs from what this tab last
+  // loaded; the tab loads it again and draws it if there is something new. During a turn of its own the tab
+  // draws that turn live and ignores the changes; at its end it takes the history's state without redrawing
+  // (or draws it, when the session was reset meanwhile). `busy`: a turn runs there now (a "…" reply to come).
+  let busyElsewhere = false, syncing = false, again = false;
+  const ownTurn = () => turns.size > 0;
+
+  function replying() {
+    for (const n of messages.querySelectorAll(".msg.elsewhere")) n.remove();
+    if (!busyElsewhere || ownTurn() || !session || session.ended) return;
+    const b = bubble("assistant", "");
+    b.bubble.classList.add("typing", "elsewhere");
+    b.bubble.title = "a reply is being written (sent from elsewhere)";
+  }
+
+  async function catchUp() {
+    if (syncing) { again = true; return; }
+    syncing = true;
+    try {
+      do {
+        again = false;
+        const res = await fetchHistory();
+        if (ownTurn() || session.ended || res.sessionKey !== session.key) return;  // its end syncs; or moved on
+        const now = drawnOf(res);
+        if (!drawn || now.sessionId !== drawn.sessionId || now.total !== drawn.total || now.last !== drawn.last) {
+          const bottom = messages.scrollHeight - messages.scrollTop - messages.clientHeight < 80;
+          const top = messages.scrollTop;
+          render(res);
+          if (!bottom) messages.scrollTop = top;  // reading further up: stay there
+        } else {
+          busyElsewhere = !!res.busy;
+          replying();
+        }
+      } while (again);
+    } catch (e) {  // offline: the reconnect loads the history again
+    } finally { syncing = false; }
+  }
+
+  async function settle() {
+    if (!session || session.ended || ownTurn()) return;
+    try {
+      const res = await fetchHistory();
+      if (ownTurn() || session.ended || res.sessionKey !== session.key) return;
+      // Reset by its reset policy (not a first session): the new session is drawn.
+      if (drawn && drawn.sessionId && res.sessionId !== drawn.sessionId) render(res);
+      else drawn = drawnOf(res);
+    } catch (e) { /* offline: the reconnect loads it */ }
+  }
+
+  H.on("session.changed", (p) => {
+    if (!session || session.ended || p.sessionKey !== session.key || p.agentId !== session.agentId) return;
+    busyElsewhere = !!p.busy;
+    if (!ownTurn()) catchUp();
+  });
+  let listSoon = 0;
+  H.on("sessions.changed", () => {
+    clearTimeout(listSoon);
+    listSoon = setTimeout(() => window.HermitSessions.refresh(), 200);
+  });
 
   // Why the open session takes no message: an ended one says when and why it ended and offers the chat's current
   // session; another read-only one says whose chat it is.

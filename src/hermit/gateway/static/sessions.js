@@ -25,7 +25,7 @@
   const keys = (fn) => (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); fn(); } };
 
   function row(s) {
-    const open = () => { unread.delete(chatOf(s)); window.HermitChat.open({ key: s.key, agentId: s.agentId }); };
+    const open = () => window.HermitChat.open({ key: s.key, agentId: s.agentId });
     return el("li", {
       dataset: { key: s.key, agent: s.agentId, kind: s.kind, mode: s.mode },
       class: unread.has(chatOf(s)) ? "unread" : null,
@@ -99,6 +99,11 @@
         : !c.ended && li.dataset.key === c.key && li.dataset.agent === c.agentId;
       li.classList.toggle("active", on);
       li.setAttribute("aria-current", on ? "true" : "false");
+      if (on && li.classList.contains("unread")) {  // looked at now
+        unread.delete(li.dataset.agent + "\n" + li.dataset.key);
+        li.classList.remove("unread");
+        for (const b of li.querySelectorAll(".badge.new")) b.remove();
+      }
       if (on && li.classList.contains("ended")) {  // an ended session opened (after a reload too): its list shown
         const group = li.closest("li.earlier");
         if (group && !expanded.has(group.dataset.forKey)) group.querySelector(".earlier-toggle").click();
