@@ -58,6 +58,9 @@ def scrub(text: str, dsn: str) -> str:
         pw = conninfo_to_dict(dsn).get("password") if dsn else None
     except Exception:  # noqa: BLE001
         pw = None
+        # libpq quotes the piece of a DSN it cannot parse, which may be the password itself (a bare `%` or a
+        # space in it: `invalid percent-encoded token: "50%off"`): no quoted piece of such a DSN is shown.
+        out = re.sub(r'"([^"]*)"', lambda m: '"***"' if m.group(1) and m.group(1) in dsn else m.group(0), out)
     if pw:
         out = out.replace(str(pw), "***")
     out = re.sub(r"(password\s*=\s*)\S+", r"\1***", out, flags=re.IGNORECASE)
