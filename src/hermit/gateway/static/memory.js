@@ -80,10 +80,19 @@
     try { index = await H.call("memory.files", { agentId: agent() }); } catch (e) { return; }
     $("memory-date").max = index.today;
     const byKind = (k) => index.files.filter((f) => f.kind === k);
-    const item = (f, label) => el("li", {
-      tabindex: "0", role: "button", dataset: { path: f.path },
-      onclick: () => openFile(f.path), onkeydown: (e) => { if (e.key === "Enter") openFile(f.path); },
-    }, el("span", { class: "f-name", text: label || f.path }), el("span", { class: "f-meta", text: size(f.bytes) + " · " + when(f.modified) }));
+    // A file the index leaves out (binary, too large, a link…) is listed muted with a "not indexed" label and its
+    // reason, said to a screen reader too: search will not find it.
+    const item = (f, label) => {
+      const skip = skipOf(f);
+      return el("li", {
+        tabindex: "0", role: "button", dataset: { path: f.path }, class: skip ? "skipped" : null,
+        title: skip ? "not indexed: " + skip.reason + " — " + skip.fix : null,
+        "aria-label": skip ? (label || f.path) + " — not indexed: " + skip.reason : null,
+        onclick: () => openFile(f.path), onkeydown: (e) => { if (e.key === "Enter") openFile(f.path); },
+      }, el("span", { class: "f-head" }, el("span", { class: "f-name", text: label || f.path }),
+                                         skip ? el("span", { class: "badge skip", text: "not indexed" }) : null),
+         el("span", { class: "f-meta", text: size(f.bytes) + " · " + (skip ? skip.reason : when(f.modifiedAt || f.modified)) }));
+    };
     const daily = byKind("daily"), other = byKind("other"), long = byKind("long-term");
     filesEl.replaceChildren(
       el("li", { class: "group", text: "Long-term" }),
@@ -97,6 +106,10 @@
     } catch (e) { say("memory-index", ""); }
   }
 
+  const skipOf = (f) => f && f.indexed === false ? (f.skipped || { reason: "not indexed", fix: "" }) : null;
+  const skipped = (path) => skipOf(index && index.files.find((f) => f.path === path));
+  const unindexed = (skip) => "Not indexed — " + skip.reason + (skip.fix ? " (" + skip.fix + ")" : "") + ": search does not find it.";
+
   const size = (n) => n < 1024 ? n + " B" : n < 1048576 ? (n / 1024).toFixed(1) + " KB" : (n / 1048576).toFixed(1) + " MB";
 
   async function openFile(path, start, end) {
@@ -107,14 +120,20 @@
     say("memory-file-note", "loading…");
     let res;
     try { res = await H.call("memory.get", { path, agentId: agent() }); }
-    catch (e) { say("memory-file-note", e.message + (e.hint ? " — " + e.hint : ""), "bad"); viewer.replaceChildren(); file = null; return false; }
+    catch (e) {
+      const skip = skipped(path);
+      say("memory-file-note", (skip ? unindexed(skip) + " It cannot be shown here: " : "") + e.message + (e.hint ? " — " + e.hint : ""), "bad");
+      viewer.replaceChildren(); file = null; return false;
+    }
     file = { path: res.path, text: res.text, sha256: res.sha256, editable: res.editable };
     $("memory-edit").hidden = !res.editable;
     $("memory-file-audience").hidden = !res.audience;
     $("memory-file-audience").textContent = res.audience ? audienceLabel(res.audience) : "";
     const lines = res.text.split("\n");
     if (lines.length > 1 && lines[lines.length - 1] === "") lines.pop();
-    say("memory-file-note", lines.length + " lines" + (start ? " · lines " + start + "–" + end + " found" : ""));
+    const skip = skipped(res.path);
+    say("memory-file-note", (skip ? unindexed(skip) + " · " : "") + lines.length + " lines" +
+        (start ? " · lines " + start + "–" + end + " found" : ""), skip ? "warn" : "");
     // Origin blocks as the server's parser found them: their lines are set apart and their markers tagged, so a
     // line that only looks like a marker (a note's own text) shows inside the block it belongs to.
     const inBlock = new Map();
