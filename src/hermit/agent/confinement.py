@@ -24,7 +24,7 @@ from hermit.tools.os_sandbox import detect as detect_sandbox
 from hermit.tools.room_sandbox import RoomSandbox, sandbox_uid
 from hermit.tools.rooms import Room, room_audience
 from hermit.tools.views import AudienceMemoryView, MemoryView, RoomView
-from hermit.workspace import BOOTSTRAP_ORDER
+from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
 MemoryViewFactory = Callable[[str], MemoryView]  # session key -> what of memory it may read
 
@@ -83,7 +83,8 @@ class Confinement:
         if view is None:  # the owner's main session under sandbox.mode: all
             ws = self.agent.workspace
             protected = (ws / "memory", *(ws / n for n in BOOTSTRAP_ORDER))
-            return OsSandbox(backend, ws, protected, self.limits)
+            guarded = (*protected, ws / MEMORY_FILE, ws / "inbox")
+            return OsSandbox(backend, ws, protected, self.limits, guarded)
         if backend.name == "bwrap":
             return RoomSandbox(backend, view, self.limits, self.agent_dir / "sandbox",
                                sandbox_uid(self.agent.settings.sandbox.uid))

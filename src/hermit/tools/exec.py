@@ -138,6 +138,7 @@ class ExecTool:
             preexec = jail.preexec()
         buf = self._buffer()
         seen = self.marks.before() if self.marks is not None else None
+        guard = self.sandbox.link_guard() if self.sandbox is not None else None
         started = time.monotonic()
         try:
             proc = subprocess.Popen(
@@ -147,6 +148,7 @@ class ExecTool:
             timed_out = _wait(proc, buf, limit)
         finally:  # however the command ended (a timeout, Ctrl-C), what it wrote into memory is the owner's
             notes = self.marks.after(seen) if self.marks is not None and seen is not None else []
+            notes += guard.undo() if guard is not None else []
         return _result(proc, buf, time.monotonic() - started, timed_out, limit, notes)
 
     def _buffer(self) -> _CappedBuffer:

@@ -30,6 +30,7 @@ import os
 import pwd
 import resource
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -261,6 +262,12 @@ class OsSandbox:
     root_dir: Path
     protected: tuple[Path, ...] = ()
     limits: SandboxLimits = SandboxLimits()
+    # Names Hermit itself opens by path outside the sandbox, following links: the instruction files and
+    # MEMORY.md (read into the main session's prompt), inbox/ (where a DM's files are written). A missing one
+    # cannot be bound read-only, and a link made inside points at nothing there but is followed outside it: a
+    # command that made BOOTSTRAP.md a link to another agent's MEMORY.md had it in the next prompt. So a link
+    # the command made (or re-pointed) at one of them is removed when it ends (`LinkGuard`).
+    guarded: tuple[Path, ...] = ()
 
     @property
     def root(self) -> Path:
@@ -316,6 +323,10 @@ class OsSandbox:
         rules.append("(deny network*)")
         return "\n".join(rules)
 
+    def link_guard(self) -> LinkGuard:
+        """Taken before a command: `LinkGuard.undo()` after it removes the links it made at `guarded` names."""
+        return LinkGuard({p: _link_identity(p) for p in self.guarded})
+
     def preexec(self) -> Callable[[], None]:
         """Limits applied in the child before it execs the sandbox (inherited by everything inside)."""
         cpu = max(1, int(self.limits.cpu_seconds))
@@ -329,6 +340,40 @@ class OsSandbox:
                 resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
         return apply
+
+
+LinkIdentity = tuple[int, int, str] | None  # (st_dev, st_ino, target) of a symlink; None: no symlink there
+
+
+def _link_identity(path: Path) -> LinkIdentity:
+    try:
+        st = os.lstat(path)
+        return (st.st_dev, st.st_ino, os.readlink(path)) if stat.S_ISLNK(st.st_mode) else None
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class LinkGuard:
+    """The guarded names of a bind-mode sandbox as they were before a command (see OsSandbox.guarded)."""
+
+    before: Mapping[Path, LinkIdentity]
+
+    def undo(self) -> list[str]:
+        """Remove every guarded name that is now a symlink it was not before the command (every process of it
+        is gone by then: the sandbox has a pid namespace of its own); one line for the tool result each."""
+        notes: list[str] = []
+        for path, was in self.before.items():
+            now = _link_identity(path)
+            if now is None or now == was:
+                continue
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+            notes.append(f"[removed {path.name}: the command made it a link (to {now[2]}); Hermit reads it outside "
+                         "the sandbox, so a sandboxed command may not point it anywhere]")
+        return notes
 
 
 def _sb_quote(text: str) -> str:
