@@ -11,6 +11,8 @@ an unsandboxed shell) or run tools outside the sandbox (SPEC §18):
   job's `--share-main-text`), and otherwise refused at run time — said so, as they deliver nothing; and a
   job the cron tool aimed at the owner whose target no longer reaches them (its runs fail);
 - `sandbox.mode: off` while chat accounts exist (contacts' and groups' sessions run tools unsandboxed);
+- owners whose DMs reach another agent's unsandboxed main session but not the default agent's (someone else's
+  own agent: its shell reads every agent's files);
 - DMs or groups open to anyone.
 An account without owners under `dm_scope: main` is fine (only the web chat and the CLI reach the main
 session) and is said so, not warned about.
@@ -113,8 +115,46 @@ def _main_text_risks(loaded: LoadedConfig, jobs: Sequence[Job]) -> list[str]:
     return risks
 
 
+def _other_owners_risks(loaded: LoadedConfig, router: Router,
+                        accounts: list[tuple[str, str, ChannelAccessConfig]]) -> list[str]:
+    """Owners whose DMs reach the main session of an agent other than the default one, and who are not owners
+    reaching the default agent's (the one the CLI and web chat holder answers to): a relative's own agent on a
+    family bot, whom the cron tool treats as someone else's owner. That main session runs exec and the file tools
+    unsandboxed unless its `sandbox.mode` is `all`, as Hermit's uid: they could read and change every other
+    agent's workspace, notes and transcripts, and Hermit's keys."""
+    from hermit.agent.routing import RouteInput
+
+    default = loaded.agent().id
+    reached: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (channel, account) -> [(agent, owner)]
+    default_owners: set[tuple[str, str]] = set()
+    for name, account_id, acc in accounts:
+        if not acc.enabled:
+            continue
+        for owner in acc.owners:
+            route = router.resolve(RouteInput(name, account_id, "dm", owner, sender_is_owner=True))
+            if not route.main:
+                continue
+            if route.agent_id == default:
+                default_owners.add((name, owner))
+            elif loaded.agent(route.agent_id).settings.sandbox.mode != "all":
+                reached.setdefault((name, account_id), []).append((route.agent_id, owner))
+    risks: list[str] = []
+    for (name, account_id), found in reached.items():
+        for agent_id in dict.fromkeys(a for a, _ in found):
+            owners = [o for a, o in found if a == agent_id and (name, o) not in default_owners]
+            if owners:
+                mode = loaded.agent(agent_id).settings.sandbox.mode
+                risks.append(f"{name}/{account_id}: owner{'s' if len(owners) > 1 else ''} {', '.join(owners)} "
+                             f"reach{'' if len(owners) > 1 else 'es'} agent {agent_id}'s main session, whose exec "
+                             f"and file tools are not sandboxed (sandbox.mode {mode}), and {'are' if len(owners) > 1 else 'is'} "
+                             f"not an owner of the default agent {default}: if that is someone else, they can read "
+                             "and change every agent's workspace, notes and transcripts and Hermit's keys — set "
+                             f"sandbox.mode: all for agent {agent_id}")
+    return risks
+
+
 def _risks(loaded: LoadedConfig, accounts: list[tuple[str, str, ChannelAccessConfig]],
-           jobs: Sequence[Job] = ()) -> list[str]:
+           jobs: Sequence[Job] = (), router: Router | None = None) -> list[str]:
     """Every way a non-owner could reach the main session, main-session text or unsandboxed tools, one
     sentence each."""
     from hermit.config.allowlist import is_username
@@ -133,6 +173,8 @@ def _risks(loaded: LoadedConfig, accounts: list[tuple[str, str, ChannelAccessCon
             risks.append(f"agents {a.id}: sandbox.mode is off — contacts' and groups' sessions run exec and file "
                          "tools unsandboxed on this machine")
     risks += _main_text_risks(loaded, jobs)
+    if router is not None:
+        risks += _other_owners_risks(loaded, router, accounts)
     for name, account_id, acc in accounts:
         for entry in acc.owners:
             if is_username(entry):
@@ -168,7 +210,7 @@ def access_check(ctx: CliContext) -> str | Check:
     accounts: list[tuple[str, str, ChannelAccessConfig]] = list(channel_accounts(channels))
     parts = [_account_line(ctx, router, loaded, name, account_id, acc) for name, account_id, acc in accounts]
     detail = "; ".join(parts) or "no chat accounts configured (web chat only)"
-    risks = _risks(loaded, accounts, _jobs(ctx, loaded))
+    risks = _risks(loaded, accounts, _jobs(ctx, loaded), router)
     if risks:
         return Check("access", "warn", f"{detail} — {'; '.join(risks)}",
                      "only owners should reach the main session: turn dangerous settings off, name owners by "
