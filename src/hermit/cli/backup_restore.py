@@ -1,6 +1,8 @@
 """`hermit restore FILE [--force] [--external]`: an archive of `hermit backup` back onto a state dir.
 
-Restore trusts nothing in the archive: every member must be a regular file or a directory under the archive's
+The archive itself must be a regular file of the user's that nobody else can write (the rule for
+hermit.yaml): whoever could write it would choose the restored owners, keys and notes. Restore trusts
+nothing in the archive: every member must be a regular file or a directory under the archive's
 top folder, with no absolute path and no `..`; links, devices and FIFOs are refused (our own checks: tarfile's
 extraction filters exist only from Python 3.11.4). The modes it carries are not taken as they are: under the
 state dir every file is 0600 (0700 when its owner could run it) and every folder 0700; elsewhere they are
@@ -41,11 +43,18 @@ import stat
 import tarfile
 import zlib
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from hermit.cli.backup import FORMAT, TOP, BackupError, _inside
 from hermit.cli.backup_copy import DAMAGED
 from hermit.cli.context import CliContext
-from hermit.config.paths import StatePaths, ensure_private_dir, not_own_private_dir, not_safe_parent
+from hermit.config.paths import (
+    StatePaths,
+    ensure_private_dir,
+    not_own_file,
+    not_own_private_dir,
+    not_safe_parent,
+)
 from hermit.durable import NewFile
 
 MAX_MEMBER_BYTES = 4 << 30
@@ -59,13 +68,16 @@ NOT_EMPTY_HOME = ("restore into a new one (--home DIR or HERMIT_HOME), or pass -
 
 def restore(ctx: CliContext, args: argparse.Namespace) -> int:
     home = ctx.home
+    raw = _open_archive(args.file)
     try:
-        tar = tarfile.open(Path(args.file).expanduser(), mode="r:*")  # noqa: SIM115 - closed by the with below
+        tar = tarfile.open(fileobj=raw, mode="r:*")  # noqa: SIM115 - closed by the with below
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:  # a gzip file cut short, or corrupted
+        raw.close()
         raise _damaged(args.file, e, "nothing was restored") from None
     except (OSError, tarfile.TarError) as e:
+        raw.close()
         raise BackupError(f"cannot read {args.file}: {e}", "pass an archive written by `hermit backup`") from e
-    with tar:
+    with raw, tar:
         try:
             members = _checked_members(tar)
             while tar.fileobj is not None and tar.fileobj.read(1 << 20):
@@ -104,6 +116,26 @@ def restore(ctx: CliContext, args: argparse.Namespace) -> int:
                           "those folders away) and run `hermit restore FILE --force --external` again, or copy "
                           "them by hand from the archive's external/ folder")
     return 0
+
+
+def _open_archive(name: str) -> BinaryIO:
+    """The archive, opened once and judged on that descriptor: a regular file of the user's that nobody else
+    can write (config.paths.not_own_file, the rule for hermit.yaml). Whoever can write the archive chooses the
+    restored config (the owners of every channel), keys and notes."""
+    try:
+        fd = os.open(Path(name).expanduser(), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        raise BackupError(f"cannot read {name}: {e.strerror or e}", "pass an archive written by `hermit backup`") \
+            from None
+    st = os.fstat(fd)
+    problem = not_own_file(st) if stat.S_ISREG(st.st_mode) else "is not a regular file"
+    if problem:
+        os.close(fd)
+        raise BackupError(f"{name} {problem}; nothing was restored", "restore only an archive nobody else could "
+                          "have written: whoever can write it chooses the restored config (the owners), keys and "
+                          "notes. Once you know where it came from, copy it to a file of your own (cp) and "
+                          "restore that")
+    return os.fdopen(fd, "rb")
 
 
 def _holds_state(mine: list[Item], later: dict[tuple[str, str], list[Item]]) -> bool:
