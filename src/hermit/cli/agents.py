@@ -11,11 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermit.cli.context import CliContext
 from hermit.config.paths import DEFAULT_AGENT_ID
 from hermit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hermit.config.load import LoadedConfig
 
 
 def configure(a: argparse.ArgumentParser) -> None:
@@ -109,9 +112,14 @@ def cmd_add(ctx: CliContext, args: argparse.Namespace) -> int:
     path = edit_config(ctx, add).path
     loaded = built[-1]
     agent = loaded.agent(args.id)
+    earlier = _left_by_an_earlier_agent(ctx, loaded, args.id, default_workspace=not args.agent_workspace)
     report = ensure_workspace(agent.workspace)
     print(f"added agent {agent.id} to {path}")
     print(f"workspace {agent.workspace} (created: {', '.join(report.created) or 'nothing new'})")
+    if earlier:
+        print(f"note: an earlier agent {agent.id} left {'; '.join(earlier)}. They are this agent's now: whoever it "
+              "answers (its owners, contacts and groups) continues those sessions and finds those notes, and the "
+              "jobs run again. To start afresh, stop the gateway, move them away and `hermit cron remove` the jobs.")
     print(f"talk to it with: hermit --agent {agent.id} chat")
     from hermit.cli.running_gateway import after_change_note
 
@@ -119,3 +127,27 @@ def cmd_add(ctx: CliContext, args: argparse.Namespace) -> int:
     if note:
         print(f"note: {note}")
     return 0
+
+
+def _left_by_an_earlier_agent(ctx: CliContext, loaded: LoadedConfig, agent_id: str, *, default_workspace: bool) -> list[str]:
+    """What an agent of this id left when it was taken out of the config (its folders and jobs stay): re-added,
+    a new agent — perhaps bound to other people — would take over its owner's sessions, its contacts' rooms,
+    its notes and its scheduled jobs without a word. A workspace named with --workspace is the user's choice."""
+    from hermit.errors import HermitError
+    from hermit.scheduler.control import CronJobs
+
+    agent = loaded.agent(agent_id)
+    found = []
+    if default_workspace and agent.workspace.exists():
+        found.append(f"its workspace {agent.workspace} (MEMORY.md, notes)")
+    if agent.sessions_dir.parent.exists():
+        found.append(f"its sessions and chats' rooms in {agent.sessions_dir.parent}")
+    if agent.index_path.exists():
+        found.append(f"its memory index {agent.index_path}")
+    try:
+        jobs = [j.id for j in CronJobs(ctx.home, loaded).load().jobs if j.agent_id == agent_id]
+    except HermitError:
+        jobs = []
+    if jobs:
+        found.append(f"{len(jobs)} cron job{'s' if len(jobs) > 1 else ''} ({', '.join(jobs)})")
+    return found
