@@ -78,7 +78,7 @@ def _check_id(agent_id: str) -> None:
 def cmd_add(ctx: CliContext, args: argparse.Namespace) -> int:
     from hermit.cli.config_file import ConfigText, edit_config
     from hermit.config.edit import append_agents
-    from hermit.config.load import LoadedConfig, build_config, parse_config_text
+    from hermit.config.load import build_config, parse_config_text
     from hermit.workspace import ensure_workspace
 
     _check_id(args.id)
