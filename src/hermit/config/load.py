@@ -147,6 +147,9 @@ def _format_errors(
         else:
             got = err.get("input")
             shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
+            if str(loc[-1]).endswith("_env") and isinstance(got, str):
+                # The NAME of a variable goes here; what is not one may be the secret itself (a DSN, a key).
+                shown = f"a value of {len(got)} characters, not shown: the variable's name goes here, not its value"
             lines.append(f"{at}: {key}: {err['msg']} (got {shown})")
             # A validator that knows the fix says so in its error's context (allowlist entries, owners).
             own_hint = (err.get("ctx") or {}).get("hint")
