@@ -418,17 +418,22 @@ _PG_UNSAFE = re.compile(r"[^a-z0-9_]")
 def _extra_paths_are_its_own(a: AgentConfig, agents: list[AgentConfig], home: Path, src: object) -> None:
     """An agent's memory_search.extra_paths may not reach another agent's workspace (its MEMORY.md and
     memory/private/ would be this agent's shared notes, found by its contacts) nor Hermit's state dir
-    outside the agent's own workspace (contacts' rooms hold their files)."""
+    outside the agent's own workspace, nor any agent's folder where session.store_dir put it (contacts' rooms
+    hold their files, another agent's people's among them)."""
     own = Path(os.path.realpath(a.workspace))
     state = Path(os.path.realpath(home))
     for raw in a.settings.memory_search.extra_paths:
         given = Path(raw).expanduser()
         root = Path(os.path.realpath(given if given.is_absolute() else a.workspace / given))
         others = [b.id for b in agents if b.id != a.id and _overlap(root, Path(os.path.realpath(b.workspace)))]
+        # session.store_dir moves each agent's folder (its sessions and its chats' rooms) out of the state dir.
+        stores = [b.id for b in agents if _overlap(root, Path(os.path.realpath(b.sessions_dir.parent)))]
         if others:
             problem = f"reaches agent '{others[0]}''s workspace"
         elif _overlap(root, state) and not root.is_relative_to(own):
             problem = f"reaches Hermit's state dir ({state})"
+        elif stores:
+            problem = f"reaches the sessions and chats' rooms of agent '{stores[0]}' (session.store_dir)"
         else:
             continue
         raise ConfigError(f"{src}: agent '{a.id}': memory_search.extra_paths entry {raw!r} {problem}: each "
