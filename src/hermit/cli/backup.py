@@ -229,8 +229,8 @@ def _fail_on(out: Path, not_stored: list[str], unsettled: list[str]) -> None:
                         f"{out}: " + "; ".join(unsettled))
     if problems:
         raise BackupError(". ".join(problems), "the archive holds everything else. Stop what writes them "
-                          "(`hermit gateway stop`, an editor), fix what is named, and run `hermit backup` again "
-                          "into a new file")
+                          "(the gateway: Ctrl-C where it runs or kill its pid; an editor), fix what is named, and "
+                          "run `hermit backup` again into a new file")
 
 
 def cmd_restore(ctx: CliContext, args: argparse.Namespace) -> int:

@@ -43,7 +43,7 @@ import stat
 import tarfile
 import zlib
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from hermit.cli.backup import FORMAT, TOP, BackupError, _inside
 from hermit.cli.backup_copy import DAMAGED
@@ -56,6 +56,9 @@ from hermit.config.paths import (
     not_safe_parent,
 )
 from hermit.durable import NewFile
+
+if TYPE_CHECKING:
+    from hermit.gateway.state import GatewayLock
 
 MAX_MEMBER_BYTES = 4 << 30
 CONFIG_NAMES = tuple(p.name for p in StatePaths(Path("/")).config_candidates)
@@ -101,6 +104,7 @@ def restore(ctx: CliContext, args: argparse.Namespace) -> int:
                               "restored", "it was written from a state dir that did not exist or was empty (a "
                               "mistyped HERMIT_HOME?); back up the right one (HERMIT_HOME or --home) and restore that")
         done = "nothing was restored"
+        gateway = hold_gateway_lock(home) if args.force else None
         try:
             count = restore_into(home, tar, mine, links.get(("home",), []), private=True, fill=bool(args.force),
                                  what="the state dir", not_empty=NOT_EMPTY_HOME)
@@ -108,6 +112,9 @@ def restore(ctx: CliContext, args: argparse.Namespace) -> int:
             restored, problems = _restore_external(ctx, tar, later, links, bool(args.external))
         except DAMAGED as e:
             raise _damaged(args.file, e, done) from None
+        finally:
+            if gateway is not None:
+                gateway.release()
     print(f"restored {count + restored} files into {home}")
     print("the memory index is rebuilt on the first search (or run `hermit memory index` now); "
           "`hermit doctor` checks the rest")
@@ -136,6 +143,27 @@ def _open_archive(name: str) -> BinaryIO:
                           "notes. Once you know where it came from, copy it to a file of your own (cp) and "
                           "restore that")
     return os.fdopen(fd, "rb")
+
+
+def hold_gateway_lock(home: Path) -> GatewayLock | None:
+    """The gateway's lock on the existing state dir `home`, held while --force restores over it: a gateway
+    running there keeps the keys and accounts it started with while their files change, and its turns in flight
+    write into files the restore replaces, so one that runs is refused and none starts meanwhile. None for a
+    state dir that does not exist yet (or that restore_into refuses anyway: nothing is made in it)."""
+    from hermit.gateway.state import GatewayLock, GatewayLocked
+
+    try:
+        st = os.lstat(home)
+    except FileNotFoundError:
+        return None
+    if not_own_private_dir(st) is not None:
+        return None
+    try:
+        return GatewayLock.acquire(home)
+    except GatewayLocked as e:
+        raise BackupError(f"{e.message}; nothing was restored", "stop the gateway first (Ctrl-C where it runs, or kill its "
+                          "pid; `systemctl --user stop` its unit when it runs as a service), then run `hermit "
+                          "restore` again") from None
 
 
 def _holds_state(mine: list[Item], later: dict[tuple[str, str], list[Item]]) -> bool:
