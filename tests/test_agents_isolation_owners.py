@@ -49,3 +49,23 @@ def test_doctor_is_quiet_when_that_shell_is_sandboxed_or_the_owner_is_the_same(t
                                                                                owners: str) -> None:
     check = access(tmp_path, family, owners)
     assert "main session, whose exec" not in str(check["detail"])
+
+
+def test_doctor_warns_when_an_accounts_owner_is_left_to_the_default_agent(tmp_path: Path) -> None:
+    """Only the family group is bound to agent family: the family bot's owner (a relative) DMing it reaches the
+    default agent's main session — agent main's MEMORY.md and shell. Doctor says so; binding the whole account
+    to family silences it."""
+    (tmp_path / "hermit.yaml").write_text(
+        "agents:\n  defaults:\n    memory_search: {provider: none}\n"
+        "  list:\n    - {id: main, default: true}\n    - {id: family, sandbox: {mode: all}}\n"
+        "channels:\n  telegram:\n    accounts:\n      personal: {owners: ['42']}\n      familybot: {owners: ['77']}\n"
+        "bindings:\n  - {match: {channel: telegram, account_id: familybot, peer: {kind: group, id: '-100777'}}, "
+        "agent_id: family}\n")
+    env = {**os.environ, "HERMIT_HOME": str(tmp_path), "OMP_WAIT_POLICY": "PASSIVE"}
+    r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "doctor", "--json"], env=env, text=True,
+                       capture_output=True, timeout=PROC_TIMEOUT)
+    check = {c["name"]: c for c in json.loads(r.stdout)}["access"]
+    assert check["status"] == "warn"
+    assert ("telegram/familybot: bindings give it to agent family, but the DMs of its owner 77 go to the default "
+            "agent main's main session") in str(check["detail"])
+    assert "telegram/personal:" not in str(check["detail"]).split(" — ", 1)[-1]

@@ -127,6 +127,13 @@ def _other_owners_risks(loaded: LoadedConfig, router: Router,
     default = loaded.agent().id
     reached: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (channel, account) -> [(agent, owner)]
     default_owners: set[tuple[str, str]] = set()
+    # Accounts a binding gives (a group of, or all) to another agent: their owners are that agent's people, yet
+    # their DMs, unbound, go to the default agent — a family bot whose group alone is bound to agent family.
+    given: dict[tuple[str, str], list[str]] = {}
+    for b in loaded.config.bindings:
+        if b.match.account_id not in (None, "*") and b.agent_id != default:
+            given.setdefault((b.match.channel, b.match.account_id), []).append(b.agent_id)
+    astray: dict[tuple[str, str], list[str]] = {}  # (channel, account) -> its owners in the default's main session
     for name, account_id, acc in accounts:
         if not acc.enabled:
             continue
@@ -136,9 +143,17 @@ def _other_owners_risks(loaded: LoadedConfig, router: Router,
                 continue
             if route.agent_id == default:
                 default_owners.add((name, owner))
+                if (name, account_id) in given:
+                    astray.setdefault((name, account_id), []).append(owner)
             elif loaded.agent(route.agent_id).settings.sandbox.mode != "all":
                 reached.setdefault((name, account_id), []).append((route.agent_id, owner))
     risks: list[str] = []
+    for (name, account_id), owners in astray.items():
+        other = ", ".join(dict.fromkeys(given[(name, account_id)]))
+        risks.append(f"{name}/{account_id}: bindings give it to agent {other}, but the DMs of its owner"
+                     f"{'s' if len(owners) > 1 else ''} {', '.join(owners)} go to the default agent {default}'s main "
+                     f"session (MEMORY.md, its notes, its shell): if they are {other}'s people and not you, bind the "
+                     f"account's DMs to {other} too (a binding with account_id and no peer)")
     for (name, account_id), found in reached.items():
         for agent_id in dict.fromkeys(a for a, _ in found):
             owners = [o for a, o in found if a == agent_id and (name, o) not in default_owners]
