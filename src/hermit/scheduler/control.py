@@ -51,6 +51,18 @@ def register_scheduler(job_file: Path, scheduler: RunningScheduler | None) -> No
 WHEN_ONLY = frozenset({"enabled", "schedule", "timeout_seconds"})
 
 
+def _one_agents(status: dict[str, Any], agent_id: str | None, job_ids: set[str]) -> dict[str, Any]:
+    """The scheduler's status as one agent's cron tool may see it: the ticker, and that agent's heartbeat, next
+    job and running jobs — not another agent's (its next job's name and time, its heartbeat target and outcome:
+    what another owner scheduled). `agent_id` None (the owner's CLI and web app): all of it."""
+    if agent_id is None:
+        return status
+    agents = status.get("agents")
+    return {**{k: v for k, v in status.items() if k not in ("invalid_jobs", "job_file_error")},
+            "jobs": len(job_ids), "running": [j for j in status.get("running", ()) if j in job_ids],
+            "agents": {a: v for a, v in agents.items() if a == agent_id} if isinstance(agents, dict) else {}}
+
+
 class CronJobs:
     def __init__(self, home: Path, loaded: LoadedConfig, *, clock: Clock = utc_now, fsync: bool = True,
                  wake: Callable[[], None] | None = None, for_model: bool = False,
@@ -133,7 +145,8 @@ class CronJobs:
                                "next": ({"id": nxt.id, "name": nxt.name, "at": self.describe(nxt)["next_run_at"]}
                                         if nxt else None)}
         running = self._scheduler()
-        out["scheduler"] = running.status() if running is not None else "not running in this process"
+        out["scheduler"] = (_one_agents(running.status(), agent_id, {j.id for j in jobs}) if running is not None
+                            else "not running in this process")
         return out
 
     # ---- changing --------------------------------------------------------------------------------
