@@ -254,6 +254,7 @@ def migrate(conn: PgConn, schema: str, *, staging_of: str | None = None) -> None
     with conn.transaction():
         conn.execute("select pg_advisory_xact_lock(%s)", (lock_key("migrate:" + schema),))
         conn.execute(f"create schema if not exists {s}")
+        _refuse_foreign(conn, schema)
         conn.execute(f"create table if not exists {s}.migrations(version integer primary key, applied_at "
                      "timestamptz not null default now())")
         row = conn.execute(f"select coalesce(max(version), 0) from {s}.migrations").fetchone()
@@ -267,3 +268,28 @@ def migrate(conn: PgConn, schema: str, *, staging_of: str | None = None) -> None
                 conn.execute(f"insert into {s}.migrations(version) values (%s)", (n,))
         if staging_of is not None:
             _put_mark(conn, s, STAGING_OF, staging_of)
+        _refuse_foreign(conn, schema)
+
+
+def _refuse_foreign(conn: PgConn, schema: str) -> None:
+    """The schema, and every table, index, sequence or view in it, must be the connecting role's. Another
+    login role that made `hermit_<agent>` first (or put a table of its own into it) and granted us its use
+    would get every note this agent indexes, owner-only ones too, and could hand our searches its own text.
+    Hosts that share an agent's index connect as one role."""
+    row = conn.execute("select pg_get_userbyid(nspowner), current_user from pg_namespace where nspname = %s",
+                       (schema,)).fetchone()
+    if row is not None and row[0] != row[1]:
+        raise StoreError(f"the memory schema {schema} belongs to the role {row[0]}, not to {row[1]} that Hermit "
+                         "connects as: that role would read every note indexed there",
+                         f"use another schema_prefix (agents.defaults.memory_search.store.postgres), or drop "
+                         f"the schema if it is not meant to be there (DROP SCHEMA {schema} CASCADE as {row[0]}); "
+                         "hosts that share an index connect as the same role")
+    foreign = conn.execute("select c.relname, pg_get_userbyid(c.relowner) from pg_class c join pg_namespace n on "
+                           "n.oid = c.relnamespace where n.nspname = %s and pg_get_userbyid(c.relowner) <> "
+                           "current_user order by c.relname", (schema,)).fetchall()
+    if foreign:
+        names = ", ".join(f"{name} (role {owner})" for name, owner in foreign[:5])
+        raise StoreError(f"the memory schema {schema} holds tables of another role: {names}; that role would read "
+                         "or write what Hermit indexes there",
+                         f"drop them (as their owner), revoke CREATE on {schema} from other roles, and run "
+                         "`hermit memory index --force`")
