@@ -35,3 +35,15 @@ def test_a_notes_folder_beside_the_store_is_fine(tmp_path: Path) -> None:
         d.mkdir(parents=True)
     loaded = build_config(config(home, store, notes), StatePaths(home))
     assert loaded.agent("family").settings.memory_search.extra_paths == [str(notes)]
+
+
+def test_two_agents_may_not_share_one_folder_of_sessions_and_rooms(tmp_path: Path) -> None:
+    """A link at <state>/agents/family to agent main's folder had both agents keep their sessions (main's
+    `agent:main:main` transcript among them, indexed by family's `sources: sessions`) and their chats' rooms in one
+    place; the workspace and index checks compared only those. Refused like a shared workspace now."""
+    home = tmp_path / "home"
+    (home / "agents" / "main" / "sessions").mkdir(parents=True)
+    (home / "agents" / "family").symlink_to(home / "agents" / "main")
+    raw = {"agents": {"defaults": {"memory_search": {"provider": "none"}}, "list": [{"id": "main"}, {"id": "family"}]}}
+    with pytest.raises(ConfigError, match="agents 'main' and 'family' share one folder of sessions and rooms"):
+        build_config(raw, StatePaths(home))

@@ -300,19 +300,24 @@ def _one_each(agents: list[AgentConfig], home: Path, src: object) -> None:
     workspace inside another's would be that agent's memory files (its MEMORY.md read as a shared note).
     Paths are compared as they resolve (symlinks, `//`), not as written."""
     seen: list[tuple[str, Path, str]] = []  # (what, resolved path, agent id)
+    seen_dirs = {a.id: a.sessions_dir.parent for a in agents}
     for a in agents:
         mine = [("workspace", Path(os.path.realpath(a.workspace)))]
         if a.settings.memory_search.store.backend != "postgres":  # PostgreSQL: one schema per agent id
             mine.append(("memory index", Path(os.path.realpath(a.index_path))))
+        # Its sessions and its chats' rooms: a link made at <state>/agents/<id> would have two agents share them.
+        mine.append(("folder of sessions and rooms", Path(os.path.realpath(a.sessions_dir.parent))))
         for what, where in mine:
             for other_what, other, other_id in seen:
                 if other_id == a.id or what != other_what:
                     continue
-                nested = what == "workspace" and _overlap(where, other)
+                nested = what != "memory index" and _overlap(where, other)
                 if where == other or nested:
                     hint = ('put "{agent_id}" in agents.defaults.memory_search.store.path (e.g. '
                             '~/indexes/{agent_id}.sqlite)' if what == "memory index" else
-                            "give each agent a workspace of its own, side by side (agents.list[].workspace)")
+                            "give each agent a workspace of its own, side by side (agents.list[].workspace)"
+                            if what == "workspace" else f"remove the link at {a.sessions_dir.parent} or "
+                            f"{seen_dirs[other_id]}: each agent keeps its own folder there")
                     how = "share one" if where == other else "have nested"
                     raise ConfigError(f"{src}: agents '{other_id}' and '{a.id}' {how} {what} ({other}, {where}): "
                                       "each agent's memory is its own", hint)
