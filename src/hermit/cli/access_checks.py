@@ -148,7 +148,8 @@ def _other_owners_risks(loaded: LoadedConfig, router: Router,
             elif loaded.agent(route.agent_id).settings.sandbox.mode != "all":
                 reached.setdefault((name, account_id), []).append((route.agent_id, owner))
     risks: list[str] = []
-    for (name, account_id), owners in astray.items():
+    for (name, account_id), found_astray in astray.items():
+        owners = list(dict.fromkeys(found_astray))
         other = ", ".join(dict.fromkeys(given[(name, account_id)]))
         risks.append(f"{name}/{account_id}: bindings give it to agent {other}, but the DMs of its owner"
                      f"{'s' if len(owners) > 1 else ''} {', '.join(owners)} go to the default agent {default}'s main "
@@ -156,15 +157,15 @@ def _other_owners_risks(loaded: LoadedConfig, router: Router,
                      f"account's DMs to {other} too (a binding with account_id and no peer)")
     for (name, account_id), found in reached.items():
         for agent_id in dict.fromkeys(a for a, _ in found):
-            owners = [o for a, o in found if a == agent_id and (name, o) not in default_owners]
+            owners = list(dict.fromkeys(o for a, o in found if a == agent_id and (name, o) not in default_owners))
             if owners:
                 mode = loaded.agent(agent_id).settings.sandbox.mode
                 risks.append(f"{name}/{account_id}: owner{'s' if len(owners) > 1 else ''} {', '.join(owners)} "
                              f"reach{'' if len(owners) > 1 else 'es'} agent {agent_id}'s main session, whose exec "
-                             f"and file tools are not sandboxed (sandbox.mode {mode}), and {'are' if len(owners) > 1 else 'is'} "
-                             f"not an owner of the default agent {default}: if that is someone else, they can read "
-                             "and change every agent's workspace, notes and transcripts and Hermit's keys — set "
-                             f"sandbox.mode: all for agent {agent_id}")
+                             f"and file tools are not sandboxed (sandbox.mode {mode}), and "
+                             f"{'are not owners' if len(owners) > 1 else 'is not an owner'} of the default agent "
+                             f"{default}: if that is someone else, they can read and change every agent's workspace, "
+                             f"notes and transcripts and Hermit's keys — set sandbox.mode: all for agent {agent_id}")
     return risks
 
 
