@@ -12,6 +12,7 @@ and which OS sandbox its exec runs in.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,14 @@ class Confinement:
     backend: Backend | None = None  # None: detect the machine's OS sandbox on first use
     memory_view: MemoryViewFactory | None = None
     _rooms: dict[str, Room] = field(default_factory=dict)
+    _slots: threading.BoundedSemaphore | None = None
+
+    def command_slots(self) -> threading.BoundedSemaphore:
+        """The agent's sandboxed commands running at once, at most `sandbox.max_commands` (one per chat would be
+        unbounded: every thread or topic of a group is a session), shared by all its chats and only theirs."""
+        if self._slots is None:
+            self._slots = threading.BoundedSemaphore(self.agent.settings.sandbox.max_commands)
+        return self._slots
 
     def sandboxed(self, session_key: str) -> bool:
         mode = self.agent.settings.sandbox.mode
@@ -87,7 +96,7 @@ class Confinement:
             return OsSandbox(backend, ws, protected, self.limits, guarded)
         if backend.name == "bwrap":
             return RoomSandbox(backend, view, self.limits, self.agent_dir / "sandbox",
-                               sandbox_uid(self.agent.settings.sandbox.uid))
+                               sandbox_uid(self.agent.settings.sandbox.uid), self.command_slots())
         with view.room.fd():  # sandbox-exec confines to a real folder: the room itself (created here)
             pass
         return OsSandbox(backend, view.room.path, (), self.limits)

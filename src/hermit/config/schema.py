@@ -233,6 +233,10 @@ class SandboxConfig(Strict):
     exec_tmp_mb: int = Field(64, ge=1)
     # What a non-owner session's room (its own folder, <state>/agents/<id>/rooms/) may hold.
     room_mb: int = Field(256, ge=1)
+    # How many sandboxed commands this agent's chats may run at once (each may hold exec_memory_mb plus its
+    # tmpfs copies): every topic or thread of a group is a session of its own, so without a bound one member
+    # could hold the machine's memory, and the owner's other agents with it. More are refused until one ends.
+    max_commands: int = Field(4, ge=1, le=256)
     # The uid sandboxed commands run as when Hermit runs as root (root keeps its capabilities inside a
     # user namespace, and the process limit is counted per uid). Not 0. A uid an account has (65534 is
     # nobody, whose daemons could reach a room through /proc) is replaced at run time by the first free

@@ -124,7 +124,15 @@ class ExecTool:
             raise ToolError("empty command", "pass a shell command line")
         limit = min(timeout or self.default_timeout, MAX_TIMEOUT_SECONDS)
         if isinstance(self.sandbox, RoomSandbox):
-            return self._in_room(self.sandbox, command, cwd, limit)
+            slots = self.sandbox.slots
+            if slots is not None and not slots.acquire(blocking=False):
+                raise ToolError("this agent's chats are running as many commands as they may at once "
+                                "(sandbox.max_commands)", "try again once one of them has finished")
+            try:
+                return self._in_room(self.sandbox, command, cwd, limit)
+            finally:
+                if slots is not None:
+                    slots.release()
         workdir = self.paths.resolve(cwd, what="cwd").real if cwd else self.paths.root
         if not workdir.is_dir():
             raise ToolError(f"cwd {cwd!r} is not a directory", "pass a folder inside the workspace")

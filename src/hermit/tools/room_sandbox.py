@@ -494,6 +494,8 @@ class RoomSandbox:
     limits: SandboxLimits
     scratch: Path  # <agent dir>/sandbox: spool files for what comes back
     run_as: int | None = None  # the uid to run as (Hermit is root); None: Hermit's own uid
+    # The agent's commands running now, at most sandbox.max_commands (agent/confinement.py); None: unbounded.
+    slots: threading.BoundedSemaphore | None = None
 
     @property
     def workspace(self) -> Path:
