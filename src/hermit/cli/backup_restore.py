@@ -22,6 +22,10 @@ session store — never into a folder that exists and is not empty (even with --
 root, a folder holding the state dir, or a hidden folder of the home folder (~/.ssh, ~/.config…): the
 archive's own hermit.yaml names those paths.
 
+What a folder gets is counted before anything is written there, against the free space of its disk (a
+member's size is what it expands to: a gzip bomb or a sparse member is refused up front, and so is a real
+archive too large for the disk); no member is refused for its size alone, since backup stores any file.
+
 A name that comes more than once (a file `hermit backup` stored again because it changed in place meanwhile,
 backup_copy.py) is restored from its last member, as `tar -x` does. An archive holding no Hermit state (no
 config, no workspace file: a backup of a mistyped HERMIT_HOME) is refused.
@@ -60,7 +64,6 @@ from hermit.durable import NewFile
 if TYPE_CHECKING:
     from hermit.gateway.state import GatewayLock
 
-MAX_MEMBER_BYTES = 4 << 30
 CONFIG_NAMES = tuple(p.name for p in StatePaths(Path("/")).config_candidates)
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 Item = tuple[tarfile.TarInfo, PurePosixPath]  # a member, and its path inside the folder it restores into
@@ -192,8 +195,6 @@ def _checked_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
             what = "a link" if (m.issym() or m.islnk()) else "a device or FIFO"
             raise BackupError(f"the archive holds {what}: {m.name!r}", "`hermit backup` writes only files and "
                               "folders; refusing the whole archive")
-        if m.size > MAX_MEMBER_BYTES:
-            raise BackupError(f"{m.name!r} is {m.size:,} bytes", "refusing an archive member this large")
         members.append(m)
     return members
 
@@ -273,6 +274,10 @@ def restore_into(path: Path, tar: tarfile.TarFile, items: list[Item], links: lis
     else:
         ensure_private_dir(path.parent)
         where = path.parent
+    need = sum(m.size for m, _ in items if m.isfile())
+    if need > (free := free_bytes(where)):
+        raise BackupError(f"{what} needs {need:,} bytes and {where} has {free:,} free", "make room on that disk or "
+                          "restore somewhere else; nothing was written")
     where_fd = os.open(where, DIR_FLAGS if st is not None else DIR_FLAGS & ~os.O_NOFOLLOW)
     try:
         wst = os.fstat(where_fd)
@@ -286,6 +291,14 @@ def restore_into(path: Path, tar: tarfile.TarFile, items: list[Item], links: lis
         return _stage_and_move(where_fd, where, path, st is None, tar, items, links, private)
     finally:
         os.close(where_fd)
+
+
+def free_bytes(path: Path) -> int:
+    """Room for an unprivileged writer on the filesystem of `path`. What an archive would write is counted
+    before anything is: a member's size is what it expands to (a gzip bomb, a sparse member), and a restore
+    that fills the disk fails everything else writing there too."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
 
 
 def _stage_and_move(where_fd: int, where: Path, path: Path, fresh: bool, tar: tarfile.TarFile, items: list[Item],

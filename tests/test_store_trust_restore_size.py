@@ -1,0 +1,52 @@
+"""What `hermit backup` stores, `hermit restore` restores: a workspace file over 4 GiB (a video, an export kept
+next to the notes) was stored with exit 0, and restore then refused the whole archive ("refusing an archive
+member this large") — every note of the backup out of reach of the command meant to bring it back. Restore
+now refuses only what the disk cannot hold: the files it would write to a folder, counted before anything is
+written, against the free space where they go (a gzip bomb, a sparse member, a full disk: refused up front
+instead of filling the disk for everything else that writes there)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from hermit.cli import backup_restore
+from hermit.cli.main import main
+from test_restore_target import archive, hermit  # noqa: F401 - the fixture is used by name
+
+BIG = (4 << 30) + (1 << 20)
+
+
+@pytest.mark.slow  # ~2 min: 4 GiB compressed, then restored
+def test_a_file_over_4_gib_that_backup_stored_is_restored(tmp_path: Path) -> None:
+    if os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize < 3 * BIG:
+        pytest.skip("needs ~13 GB free where the test writes")
+    home = tmp_path / "old"
+    r = hermit(home, "init")
+    assert r.returncode == 0, r.stderr
+    (home / "workspace" / "MEMORY.md").write_text("- the safe code is 4711\n", encoding="utf-8")
+    with open(home / "workspace" / "talk.mp4", "wb") as f:
+        f.truncate(BIG)  # sparse: the backup reads zeros
+    out = tmp_path / "backup.tar.gz"
+    r = hermit(home, "backup", str(out))
+    assert r.returncode == 0, r.stderr
+    os.unlink(home / "workspace" / "talk.mp4")
+    new = tmp_path / "new"
+    r = hermit(new, "restore", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "4711" in (new / "workspace" / "MEMORY.md").read_text(encoding="utf-8")
+    assert (new / "workspace" / "talk.mp4").stat().st_size == BIG
+
+
+def test_an_archive_the_disk_cannot_hold_is_refused_before_anything_is_written(
+        archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(backup_restore, "free_bytes", lambda path: 1000, raising=False)
+    new = tmp_path / "new"
+    assert main(["--home", str(new), "restore", str(archive)]) == 1
+    err = capsys.readouterr().err
+    assert "1,000 free" in err and "nothing was written" in err, err
+    assert not new.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".hermit-restore-")]
