@@ -224,7 +224,7 @@ def test_scheduler_turns_queue_behind_user_messages_and_return_their_result(tmp_
         text = last_user_text(req)
         order.append(text)
         if text == "user":
-            release.wait(10)
+            release.wait(60)
         return f"re {text}"
 
     ch = RecordingChannel()
@@ -232,8 +232,11 @@ def test_scheduler_turns_queue_behind_user_messages_and_return_their_result(tmp_
 
     async def main() -> str:
         await bus.publish(inbound("user"))
-        await wait_for(lambda: bus.running() == 1)
+        # The user's turn is at the model, held there (a running turn has yet to reach it: under load that
+        # took longer than the 50 ms the heartbeat was given below, and the test saw order == []).
+        await wait_for(lambda: order == ["user"] and bus.running() == 1)
         job = asyncio.create_task(bus.run_turn("main", "agent:main:main", "heartbeat", heartbeat=True))
+        await wait_for(lambda: bus.status()["waiting"] == 1)  # queued behind it
         await asyncio.sleep(0.05)
         assert order == ["user"]  # the heartbeat waits for the user's turn
         release.set()
