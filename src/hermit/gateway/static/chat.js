@@ -143,7 +143,7 @@
     if (p.status === "error") explainFailure(turn);
     turns.delete(p.replyTo);
     if (turn.after) turn.after();
-    else settle();
+    else sync();
     window.HermitSessions.refresh();
   });
 
@@ -171,10 +171,15 @@
     const mine = bubble("user", text);
     const reply = bubble("assistant", "");
     reply.bubble.classList.add("typing");
+    reply.mine = mine.bubble;
+    reply.chat = session.agentId + "\n" + session.key;
     const id = "m" + Date.now().toString(36) + Math.random().toString(36).slice(2, 6);
     turns.set(id, reply);
+    epoch++;
     try {
       await H.request("chat.send", { text, sessionKey: session.key, agentId: session.agentId, sessionId: session.sessionId || undefined }, id);
+      own += 2;  // its message and the reply, drawn here live
+      reply.acked = true;
       return true;
     } catch (e) {
       turns.delete(id);
@@ -199,6 +204,7 @@
     const turn = { bubble: el("div"), body: el("div"), tools: el("div"), text: "", toolLines: new Map(), frame: 0 };
     turn.after = () => loadHistory().then(() => { const rest = text.replace(/^\/(new|reset)\s*/, ""); if (rest) send(rest); });
     turns.set(id, turn);
+    epoch++;
     try {
       await H.request("sessions.new", { sessionKey: session.key, agentId: session.agentId, sessionId: session.sessionId || undefined }, id);
       return true;
@@ -257,6 +263,10 @@
     $("new-session").disabled = readOnly;
     input.placeholder = ended ? "This session has ended: read-only" : readOnly ? "Read-only in the web app" : "Message Hermit";
     showDraft(readOnly);
+    // A turn of this tab's own sent before this history came (the page had only just connected) stays drawn
+    // after it: the gateway answers a socket's requests in order, so the history holds none of it yet.
+    const live = res.ended ? [] : [...turns.values()].filter((t) => t.mine && t.mine.isConnected &&
+                                                               t.chat === res.agentId + "\n" + res.sessionKey);
     messages.replaceChildren();
     const more = (res.total || 0) - res.messages.length;
     if (more > 0) {
@@ -276,17 +286,21 @@
       for (const t of m.tools || []) toolLine(b, t.callId, t.name, t.status);
       if (failed) failure(b, "The reply failed: " + m.error);
     }
-    if (!res.messages.length) notice(readOnly ? "No messages yet." : "No messages yet — say hello.", "placeholder");
+    for (const t of live) messages.append(t.mine, t.bubble);
+    own = 2 * live.filter((t) => t.acked).length;
+    if (live.length) scrollDown();
+    else if (!res.messages.length) notice(readOnly ? "No messages yet." : "No messages yet — say hello.", "placeholder");
     replying();
     window.HermitSessions.highlight();
   }
 
   // ---- the open session changed elsewhere (another tab, `hermit chat`, a channel) ---------------------------
   // The gateway says `session.changed` when the open session's transcript differs from what this tab last
-  // loaded; the tab loads it again and draws it if there is something new. During a turn of its own the tab
-  // draws that turn live and ignores the changes; at its end it takes the history's state without redrawing
-  // (or draws it, when the session was reset meanwhile). `busy`: a turn runs there now (a "…" reply to come).
-  let busyElsewhere = false, syncing = false, again = false;
+  // loaded; the tab takes the history again and draws it if it holds more than what is drawn. A turn of the
+  // tab's own is drawn live: `own` counts the items it added (its message and the reply), so at its end the
+  // history matches without a redraw — no duplicate; `epoch` counts own turns started, so a look that began
+  // before one never draws over it. `busy`: a turn runs there now (a "…" reply to come).
+  let busyElsewhere = false, syncing = false, again = false, own = 0, epoch = 0;
   const ownTurn = () => turns.size > 0;
 
   function replying() {
@@ -297,44 +311,38 @@
     b.bubble.title = "a reply is being written (sent from elsewhere)";
   }
 
-  async function catchUp() {
+  async function sync() {
     if (syncing) { again = true; return; }
     syncing = true;
     try {
       do {
         again = false;
+        if (!session || session.ended || ownTurn()) break;  // the turn's end looks again
+        const at = epoch;
         const res = await fetchHistory();
-        if (ownTurn() || session.ended || res.sessionKey !== session.key) return;  // its end syncs; or moved on
+        if (ownTurn() || epoch !== at || session.ended || res.sessionKey !== session.key) continue;
         const now = drawnOf(res);
-        if (!drawn || now.sessionId !== drawn.sessionId || now.total !== drawn.total || now.last !== drawn.last) {
+        const same = drawn && (now.sessionId === drawn.sessionId || (!drawn.sessionId && own > 0));
+        if (same && now.total === drawn.total + own && (own > 0 || now.last === drawn.last)) {
+          drawn = now;  // all of it is drawn already
+          own = 0;
+          busyElsewhere = !!res.busy;
+          replying();
+        } else {
           const bottom = messages.scrollHeight - messages.scrollTop - messages.clientHeight < 80;
           const top = messages.scrollTop;
           render(res);
           if (!bottom) messages.scrollTop = top;  // reading further up: stay there
-        } else {
-          busyElsewhere = !!res.busy;
-          replying();
         }
       } while (again);
     } catch (e) {  // offline: the reconnect loads the history again
     } finally { syncing = false; }
   }
 
-  async function settle() {
-    if (!session || session.ended || ownTurn()) return;
-    try {
-      const res = await fetchHistory();
-      if (ownTurn() || session.ended || res.sessionKey !== session.key) return;
-      // Reset by its reset policy (not a first session): the new session is drawn.
-      if (drawn && drawn.sessionId && res.sessionId !== drawn.sessionId) render(res);
-      else drawn = drawnOf(res);
-    } catch (e) { /* offline: the reconnect loads it */ }
-  }
-
   H.on("session.changed", (p) => {
     if (!session || session.ended || p.sessionKey !== session.key || p.agentId !== session.agentId) return;
     busyElsewhere = !!p.busy;
-    if (!ownTurn()) catchUp();
+    if (!ownTurn()) sync();
   });
   let listSoon = 0;
   H.on("sessions.changed", () => {

@@ -12,6 +12,7 @@
   const expanded = new Set();    // chats whose earlier sessions are shown (kept across refreshes)
   const seen = new Map();        // chat -> the updatedAt this tab last saw of its current session
   const unread = new Set();      // chats whose current session changed while another one was open
+  let lists = 0;                 // ids of the ended-session lists, for their toggles' aria-controls
 
   const current = () => window.HermitChat.current() || {};
   const isOpen = (s) => { const c = current(); return !c.ended && c.key === s.key && c.agentId === s.agentId; };
@@ -50,10 +51,11 @@
   }
 
   function earlier(chat, list, title, withLabels) {
-    const open = expanded.has(chat);
-    const items = el("ul", { class: "ended-list", hidden: !open }, list.map((e) => endedRow(e, withLabels)));
+    const open = expanded.has(chat), id = "ended-" + (++lists);
+    const items = el("ul", { class: "ended-list", id, hidden: !open, "aria-label": title },
+                     list.map((e) => endedRow(e, withLabels)));
     const toggle = el("button", {
-      type: "button", class: "earlier-toggle", "aria-expanded": open ? "true" : "false",
+      type: "button", class: "earlier-toggle", "aria-expanded": open ? "true" : "false", "aria-controls": id,
       text: (open ? "▾ " : "▸ ") + title + " (" + list.length + ")",
       onclick: () => {
         if (expanded.has(chat)) expanded.delete(chat); else expanded.add(chat);
