@@ -46,7 +46,9 @@ def test_a_sandboxed_command_cannot_link_an_instruction_file_to_another_agents_m
 
     assert SECRET not in model.requests[-1].system
     result = str(model.requests[1].messages[-1].to_dict())
-    assert "planted" in result and "removed BOOTSTRAP.md" in result and "removed MEMORY.md" in result
+    assert "planted" in result and "removed BOOTSTRAP.md" in result
+    # MEMORY.md itself is read-only to the command (bound so), so it could not be replaced by a link at all.
+    assert not (family.workspace / "MEMORY.md").is_symlink() and (family.workspace / "MEMORY.md").is_file()
     for name in ("BOOTSTRAP.md", "MEMORY.md", "inbox"):
         assert not (family.workspace / name).is_symlink(), name
     assert SECRET in (main.workspace / "MEMORY.md").read_text()  # nothing of main's was touched

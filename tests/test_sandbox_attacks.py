@@ -116,6 +116,20 @@ def test_owner_confined_sandbox_drops_capabilities_too(home: Path) -> None:
     assert "CapEff:\t0000000000000000" in caps and "umount=0" not in umount
 
 
+def test_owner_confined_sandbox_cannot_rewrite_memory_md(home: Path) -> None:
+    """Under sandbox.mode: all, MEMORY.md is read-only to the owner's commands like memory/ and the instruction
+    files: the write tool keeps its previous version in memory-history/, a command's rewrite would not."""
+    need_sandbox()
+    memory_md = home / "workspace" / "MEMORY.md"
+    memory_md.write_text("# Memory\n\n- kept as it is\n")
+    with FakeProvider([calls("echo overwritten > MEMORY.md; echo rc=$?", "cat MEMORY.md"), "ok"]) as fake:
+        rt = runtime(home, fake, defaults={"sandbox": {"mode": "all"}})
+        rt.run_turn(MAIN, "rewrite it")
+    (write, _), (read, _) = tool_results(fake.requests[1])
+    assert "rc=0" not in write and "Read-only file system" in write, write
+    assert "kept as it is" in read and memory_md.read_text() == "# Memory\n\n- kept as it is\n"
+
+
 def test_room_sandbox_as_an_unprivileged_user(tmp_path: Path) -> None:
     """The same probe with Hermit itself running as an ordinary uid (when the tests run as root, uid 65534
     runs it). Where that uid cannot import this checkout (it lives under root's 0700 home), the sandbox's

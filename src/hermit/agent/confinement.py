@@ -91,8 +91,9 @@ class Confinement:
             return None
         if view is None:  # the owner's main session under sandbox.mode: all
             ws = self.agent.workspace
-            protected = (ws / "memory", *(ws / n for n in BOOTSTRAP_ORDER))
-            guarded = (*protected, ws / MEMORY_FILE, ws / "inbox")
+            # MEMORY.md too: the write tool keeps its previous version in memory-history/, a command would not.
+            protected = (ws / "memory", ws / MEMORY_FILE, *(ws / n for n in BOOTSTRAP_ORDER))
+            guarded = (*protected, ws / "inbox")
             return OsSandbox(backend, ws, protected, self.limits, guarded)
         if backend.name == "bwrap":
             return RoomSandbox(backend, view, self.limits, self.agent_dir / "sandbox",
