@@ -21,6 +21,7 @@ from channeldrivers import DRIVERS, Driver, TelegramDriver, WhatsAppDriver
 from channelhelpers import run
 from fakes.fake_whatsapp import sign, text_message, webhook_body
 from hermit.testing.fake_provider import FakeProvider
+from prochelpers import PROC_TIMEOUT
 
 RUNNER = Path(__file__).with_name("gateway_runner.py")
 SECRET = "MEMSECRET-7f3a"  # in MEMORY.md: only the main session may see it
@@ -53,7 +54,7 @@ class Gateway:
         err.close()
         assert self.proc.stdout is not None
         while True:
-            line = (await asyncio.wait_for(self.proc.stdout.readline(), 60)).decode()
+            line = (await asyncio.wait_for(self.proc.stdout.readline(), PROC_TIMEOUT)).decode()
             if not line:
                 raise AssertionError(f"gateway exited: {self.stderr.read_text()[-3000:]}")
             m = re.search(r"Hermit gateway on (http://\S+?)/?$", line.strip())
@@ -65,7 +66,7 @@ class Gateway:
         assert self.proc is not None
         if self.proc.returncode is None:
             self.proc.send_signal(sig)
-        return await asyncio.wait_for(self.proc.wait(), 60)
+        return await asyncio.wait_for(self.proc.wait(), PROC_TIMEOUT)
 
 
 def write_config(home: Path, provider: FakeProvider, driver: Driver, policies: dict[str, dict[str, Any]]) -> None:
@@ -105,7 +106,7 @@ async def stack(tmp: Path, platform: str, provider: FakeProvider,
         await driver.stop()
 
 
-async def until(predicate: Any, what: str, timeout: float = 20.0) -> None:
+async def until(predicate: Any, what: str, timeout: float = 120.0) -> None:
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while not predicate():
@@ -169,7 +170,7 @@ def test_access_pairing_groups_and_long_replies_end_to_end(tmp_path: Path, platf
                 await d.dm("pair", stranger, "make it long please")
                 await until(lambda: "".join(d.texts("pair", stranger)[before:]).count(FENCE) >= LONG.count(FENCE)
                             and re.sub(r"\s", "", "".join(d.texts("pair", stranger)[before:]))
-                            == re.sub(r"\s", "", LONG), "every chunk of the long reply", timeout=30)
+                            == re.sub(r"\s", "", LONG), "every chunk of the long reply")
                 chunks = d.texts("pair", stranger)[before:]
                 max_chars, max_lines = d.limit
                 assert len(chunks) >= 3
@@ -177,7 +178,7 @@ def test_access_pairing_groups_and_long_replies_end_to_end(tmp_path: Path, platf
                     assert len(c) <= max_chars and (max_lines is None or c.count("\n") + 1 <= max_lines)
                     assert c.count(FENCE) % 2 == 0, f"a chunk splits a code fence:\n{c[:200]}"
 
-    run(main, timeout=150)
+    run(main, timeout=PROC_TIMEOUT)
 
 
 def test_whatsapp_forged_signature_through_the_gateway_is_401_and_nothing_runs(tmp_path: Path) -> None:
@@ -193,7 +194,7 @@ def test_whatsapp_forged_signature_through_the_gateway_is_401_and_nothing_runs(t
                 assert r.status_code == 401
                 await asyncio.sleep(0.5)
                 assert provider.requests == [] and d.fakes["pair"].sent() == []
-    run(main, timeout=90)
+    run(main, timeout=PROC_TIMEOUT)
 
 
 def test_telegram_gateway_killed_mid_turn_answers_exactly_once_after_restart(tmp_path: Path) -> None:
@@ -230,4 +231,4 @@ def test_telegram_gateway_killed_mid_turn_answers_exactly_once_after_restart(tmp
                 assert driver.fakes["pair"].token not in logs  # the bot token never reaches a log
             finally:
                 await driver.stop()
-    run(main, timeout=150)
+    run(main, timeout=PROC_TIMEOUT)
