@@ -78,7 +78,9 @@ def test_files_the_index_left_out_are_marked_and_say_why(browser: Any, demo: Dem
     if narrow:
         page.click("#memory-back")
     row(page, BLOB).click()  # binary: not shown, and said why
-    page.wait_for_function("document.querySelector('#memory-file-note').textContent.includes('cannot be shown')",
+    # A function, not a bare expression: Playwright evals an expression in the page at each poll after the first,
+    # which the page's CSP (no 'unsafe-eval') refuses — the wait failed whenever the note was not there at once.
+    page.wait_for_function("() => document.querySelector('#memory-file-note').textContent.includes('cannot be shown')",
                            timeout=T)
     assert note.inner_text().startswith("Not indexed — looks binary") and "bad" in (note.get_attribute("class") or "")
     if narrow:
