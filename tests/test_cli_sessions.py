@@ -38,6 +38,7 @@ def test_show_an_old_session_by_id_and_prefix(tmp_path: Path, capsys: pytest.Cap
     out = capsys.readouterr().out
     assert f"session {KEY} · {old}" in out and "(past session)" in out
     assert "the kiwi question" in out and "first reply" in out and "mango" not in out
+    assert out.rstrip().endswith("— ended (/new)")  # its last line says why it ended
 
     assert main(["--home", str(home), "sessions", "show", old[:8], "--json"]) == 0
     entries = json.loads(capsys.readouterr().out)

@@ -98,6 +98,24 @@ def test_an_idle_reset_is_given_as_the_reason(setup: tuple[Web, Clock, Path]) ->
     assert "(idle reset)" in web.ok("chat.history", sessionKey=MAIN, sessionId=first)["why"]
 
 
+def test_the_reason_recorded_at_the_end_wins_and_an_older_transcript_is_inferred(setup: tuple[Web, Clock, Path]) -> None:
+    """/new typed after the idle window passed ended the session by /new, as recorded in its last line; a
+    transcript from before reasons were recorded (no such line) is judged by the reset policy."""
+    web, clock, home = setup
+    web.turn("before lunch")
+    first = web.ok("chat.history")["sessionId"]
+    clock.advance(hours=3)
+    web.turn("", method="sessions.new")
+    [ended] = web.ok("sessions.list", all=True)["ended"]
+    assert ended["sessionId"] == first and ended["reason"] == "/new"
+    path = sessions_dir(home) / f"{first}.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    assert '"ended"' in lines[-1] and '"/new"' in lines[-1]
+    path.write_text("".join(lines[:-1]))
+    [older] = web.ok("sessions.list", all=True)["ended"]
+    assert older["reason"] == "idle reset" and older["messages"] == 2
+
+
 def test_a_session_id_must_be_one_of_that_chat(setup: tuple[Web, Clock, Path]) -> None:
     web, _, home = setup
     web.turn("hello")

@@ -55,7 +55,7 @@ from hermit.memory.service import MemoryService
 from hermit.messages import AssistantMessage, Message, Sender, Usage, UserMessage, valid_text
 from hermit.models.base import ClosableModel, Model, ModelRequest
 from hermit.models.cancel import CancelToken
-from hermit.sessions.entries import RETRACTED_TYPE
+from hermit.sessions.entries import ENDED_TYPE, RETRACTED_TYPE
 from hermit.sessions.keys import SessionKind, agent_id_of, classify_session_key, is_main_session_key
 from hermit.sessions.lock import DEFAULT_WAIT_SECONDS, session_lock
 from hermit.sessions.pruning import PruningMode, prune_for_request, resolve_pruning_mode
@@ -329,6 +329,7 @@ class AgentRuntime:
                 log.warning("session-memory hook failed for %s: %s", session_key, e)
             if saved is not None and self.memory is not None:
                 self.memory.mark_dirty()
+        self._mark_ended(old, reason)
         record = self.new_session(session_key)
         notes.reset = reason
         return SessionStart(record.session_id, old.session_id if old else None, reason, saved)
@@ -352,8 +353,18 @@ class AgentRuntime:
         check = check_expiry(record, self.agent.settings.session, self.clock(), self.timezone)
         if check.expired:
             log.info("session %s expired (%s); starting a new one", session_key, check.reason)
+            self._mark_ended(record, f"{check.reason} reset")
             self.new_session(session_key)
             notes.reset = check.reason
+
+    def _mark_ended(self, record: SessionRecord | None, reason: str) -> None:
+        """The old transcript's last line says why it ended (shown with the web app's past sessions)."""
+        if record is None:
+            return
+        try:
+            self.store.open_transcript(record).append_custom(ENDED_TYPE, {"reason": reason})
+        except (HermitError, OSError) as e:  # the new session starts anyway; the reason is then inferred
+            log.warning("could not record why session %s ended: %s", record.session_id, e)
 
     def retract(self, session_key: str, ref: str) -> bool:
         """The sender deleted message `ref` on the platform after its turn started: when the session's current

@@ -185,7 +185,8 @@ def _render(entry: Entry, full: bool) -> list[str]:
         if isinstance(inner, dict):  # e.g. the silent memory-flush turn, kept out of the conversation
             nested = MessageEntry(entry.id, entry.parent_id, entry.timestamp, entry.line, inner)
             return [line.replace("] ", f"] ({entry.custom_type}) ", 1) for line in _render(nested, full)]
-        return [f"[{stamp}] — {entry.custom_type}"]
+        reason = entry.data.get("reason") if isinstance(entry.data, dict) else None
+        return [f"[{stamp}] — {entry.custom_type}" + (f" ({reason})" if isinstance(reason, str) else "")]
     return [f"[{stamp}] — {entry.type} entry"]
 
 

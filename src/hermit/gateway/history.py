@@ -27,6 +27,7 @@ from hermit.config.schema import SessionConfig
 from hermit.errors import SessionError
 from hermit.messages import stored_text
 from hermit.scheduler.heartbeat import DEFAULT_ACK_MAX_CHARS, strip_heartbeat_token
+from hermit.sessions.entries import ENDED_TYPE
 from hermit.sessions.keys import ChatType, SessionKey, SessionKind, is_main_session_key, parse_session_key
 from hermit.sessions.reset import is_expired, resolve_reset_policy
 from hermit.sessions.store import SessionStore
@@ -202,6 +203,7 @@ class _Summary:
     last: datetime | None
     messages: int  # user and assistant messages
     size: int
+    reason: str | None = None  # why it ended, as recorded when the next session started (older ones: none)
 
 
 # Read once per version of a file: an ended transcript does not change, so listing them again costs a stat each.
@@ -224,17 +226,25 @@ def _summary(path: Path) -> _Summary | None:
         log.warning("past session %s left out of the web app's list: %s", path.name, e.message)
         return None
     messages = sum(1 for e in read.entries if isinstance(e, MessageEntry) and e.message.get("role") in ("user", "assistant"))
-    stamps = [t for t in (parse_timestamp(e.timestamp) for e in read.entries) if t is not None]
+    ended = [e for e in read.entries if isinstance(e, CustomEntry) and e.custom_type == ENDED_TYPE]
+    recorded = ended[-1].data.get("reason") if ended and isinstance(ended[-1].data, dict) else None
+    # The last activity is the last message's or tool's, not the end mark's (written when the next one began).
+    stamps = [t for t in (parse_timestamp(e.timestamp) for e in read.entries if e not in ended) if t is not None]
     summary = _Summary(read.header.session_key, parse_timestamp(read.header.timestamp),
-                       max(stamps) if stamps else None, messages, st.st_size)
+                       max(stamps) if stamps else None, messages, st.st_size,
+                       recorded if isinstance(recorded, str) and recorded in ENDED_REASONS else None)
     if len(_SUMMARIES) >= _SUMMARIES_MAX:
         _SUMMARIES.clear()
     _SUMMARIES[path] = (version, summary)
     return summary
 
 
+ENDED_REASONS = frozenset({"/new", "/reset", "daily reset", "idle reset"})
+
+
 def end_reason(store: SessionStore, settings: SessionConfig, tz: tzinfo) -> EndReason:
-    """Why a session ended, as far as the files tell (the reason is not recorded): a cron job's session ends
+    """Why a session ended that has no recorded reason (ended before Hermit recorded it), as far as the files
+    tell: a cron job's session ends
     with the job's next run; one whose reset policy had expired it by the time its successor started ended by
     that reset ("daily reset", "idle reset"); any other by `/new` (or `/reset`)."""
 
@@ -280,7 +290,7 @@ def ended_sessions(store: SessionStore, agent_id: str, owner_dm: OwnerCheck, rea
         last = s.last or started
         later = [t for t in starts[s.key] if t > started]
         at = min(later) if later else last
-        why = reason(s.key, last, at) if later else "ended"
+        why = (s.reason or reason(s.key, last, at)) if later else "ended"
         view = describe_session(s.key, owner_dm)
         out.append({**view, "key": s.key, "agentId": agent_id, "sessionId": session_id,
                     "startedAt": format_timestamp(started), "endedAt": format_timestamp(at), "reason": why,

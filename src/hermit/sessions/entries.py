@@ -21,6 +21,9 @@ HEADER_REPAIR_TYPE = "session-header"  # custom entry standing in for a damaged 
 # context, the memory flush and compaction, session memory, the index, the web app's history.
 RETRACTED_TYPE = "retracted"
 RETRACTED_TEXT = "[a message its sender deleted]"
+# Custom entry {"reason": "/new" | "/reset" | "daily reset" | "idle reset"}: the last line of a session that
+# ended, written as the next one starts (the web app's past sessions say why each ended).
+ENDED_TYPE = "ended"
 
 
 @dataclass(frozen=True)
