@@ -202,6 +202,9 @@ def test_a_409_from_telegram_is_reported_not_looped(tmp_path: Path) -> None:
             await other.start(QueueSink())
             try:
                 await fake.wait_for(lambda: any(c.faulted == "409" for c in fake.calls))
+                # The loser reports it (waited for, not slept on: a paused process took longer than 0.5 s),
+                # then a moment more in which a looping poller would have asked again.
+                await fake.wait_for(lambda: any(c.status().last_error for c in (first, other)), timeout=60)
                 await asyncio.sleep(0.5)
                 losers = [c for c in (first, other) if c.status().last_error]
                 assert len(losers) == 1
