@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -55,6 +56,25 @@ def file_for_session(msg: InboundMessage, runtime: AgentRuntime, session_key: st
         finally:
             _remove_staged(a)
     return dataclasses.replace(msg, attachments=tuple(moved))
+
+
+_MIME = re.compile(r"[\w.+-]{1,64}/[\w.+-]{1,64}", re.ASCII)
+
+
+def described(text: str, msg: InboundMessage) -> str:
+    """The turn's text with a line per file that came with it, so the assistant knows it was sent and where it
+    was filed (`inbox/<name>`, as the session's own tools name it) or that it could not be kept. What the
+    platform says of a file is the sender's to choose: the name was made safe when it was staged (letters,
+    digits, `._-`), a MIME type is shown only when it looks like one, the size is a number. The line is part of
+    the sender's message (in a group it follows their sender line), in parentheses: a line of theirs starting
+    with `[` is escaped there so that it cannot pass for a sender line, and this one need not be."""
+    lines = []
+    for a in msg.attachments:
+        what = ", ".join([a.kind, *([a.mime] if a.mime and _MIME.fullmatch(a.mime) else []),
+                          *([f"{a.size:,} bytes"] if a.size else [])])
+        lines.append(f"(file received with this message: inbox/{Path(a.path).name} — {what})" if a.path
+                     else f"(a file came with this message but could not be kept — {what})")
+    return "\n".join([text, *lines]) if text else "\n".join(lines)
 
 
 def _remove_staged(a: Attachment) -> None:

@@ -311,12 +311,14 @@ class Bus:
             await send_safely(channel, TurnEnd(Target.of(msg), turn_id, "silent"))
             return
         self.counts["turns"] += 1
+        text = job.text
         if msg.attachments:
             msg = await asyncio.to_thread(attachments.file_for_session, msg, self.host.runtime(job.agent_id),
                                           job.session_key)
+            text = attachments.described(text, msg)
         await run_and_reply(
             channel, Target.of(msg), turn_id,
-            lambda on_event: self.host.run_turn(job.agent_id, job.session_key, job.text, on_event=on_event,
+            lambda on_event: self.host.run_turn(job.agent_id, job.session_key, text, on_event=on_event,
                                                 sender=self._sender(job.agent_id, msg), ref=message_ref(msg)),
             self._chunk)
 
