@@ -325,9 +325,16 @@ def test_planted_instruction_files_never_reach_the_owner_during_or_after_a_kille
             group.wait(PROC_TIMEOUT)
             assert _wait_for_process("sleep 61.25", gone=True, timeout=30), "the sandbox outlived its parent"
             # The killed process could not remove its command's cgroup; the next Hermit process does (and so
-            # a test run leaves none on the machine).
-            remove_stale_groups()
-            assert not list(Path("/sys/fs/cgroup").glob(f"**/hermit-exec-{group.pid}-*"))
+            # a test run leaves none on the machine). The kernel lets a group go only once its last task is
+            # released, a moment after the sandbox's processes have left the process list: looked again until then.
+            deadline = time.monotonic() + 60
+            while True:
+                remove_stale_groups()
+                left = list(Path("/sys/fs/cgroup").glob(f"**/hermit-exec-{group.pid}-*"))
+                if not left or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            assert not left
             after = subprocess.run([*agent, "-m", "OWNER-HELLO again"], env=env, capture_output=True, text=True, timeout=PROC_TIMEOUT)
             assert after.returncode == 0
         finally:
