@@ -53,3 +53,11 @@ def test_a_merge_killed_before_its_last_step_leaves_no_link_out_of_the_room(tmp_
         if path.is_symlink():
             real = os.path.realpath(path)
             assert real == str(room.resolve()) or real.startswith(str(room.resolve()) + os.sep), (path, real)
+
+
+def teardown_module() -> None:
+    """The killed process could not remove its command's cgroup; as the next Hermit process would, this
+    removes such groups, so a test run leaves none on the machine."""
+    from hermit.tools.exec_cgroup import remove_stale_groups
+
+    remove_stale_groups()
