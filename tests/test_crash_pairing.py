@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from ciguard import need
 from prochelpers import PROC_TIMEOUT, python_as, pythonpath
 
 # Loaded into every Python process the test starts (sitecustomize). With HERMIT_TEST_KILL_AFTER=N the process
@@ -78,8 +79,8 @@ def _dm(python: str, home: Path, hooks: Path, as_user: dict[str, Any]) -> dict[s
 @pytest.mark.parametrize("as_user", AS_USERS, ids=lambda u: "uid-" + str(u.get("user", os.geteuid())))
 def test_an_approval_killed_half_way_then_denied_does_not_let_the_sender_in(as_user: dict[str, Any]) -> None:
     python = python_as(as_user)
-    if python is None:
-        pytest.skip("no interpreter that can import this checkout as that uid")
+    need(python is not None, f"an interpreter that can import this checkout as uid {as_user.get('user')}")
+    assert python is not None
     base = Path(tempfile.mkdtemp(prefix="hermit-crash-pairing-"))  # not under /root: the other uid reaches it
     try:
         os.chmod(base, 0o755)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ciguard import need
 from hermit.cli import backup_restore
 from hermit.cli.main import main
 from test_restore_target import archive, hermit  # noqa: F401 - the fixture is used by name
@@ -21,8 +22,8 @@ BIG = (4 << 30) + (1 << 20)
 
 @pytest.mark.slow  # ~2 min: 4 GiB compressed, then restored
 def test_a_file_over_4_gib_that_backup_stored_is_restored(tmp_path: Path) -> None:
-    if os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize < 3 * BIG:
-        pytest.skip("needs ~13 GB free where the test writes")
+    need(os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize >= 3 * BIG,
+         "~13 GB free where the test writes")
     home = tmp_path / "old"
     r = hermit(home, "init")
     assert r.returncode == 0, r.stderr
