@@ -36,7 +36,7 @@ from hermit.models import (
 )
 from hermit.testing import FakeProvider
 
-PROFILE = ModelProfile("openai", "gpt-4.1", context_window=1_047_576, max_output_tokens=2048)
+PROFILE = ModelProfile("openai", "gpt-4.1", context_window=1_047_576, max_output_tokens=2048, supports_images=True)
 SEARCH = ToolSchema(
     "memory_search", "Search memory.", {"type": "object", "properties": {"query": {"type": "string"}}}
 )

@@ -52,7 +52,7 @@ from hermit.memory.policy.audience import owner_origin, reader_for_session
 from hermit.memory.policy.paths import safe_extra_roots
 from hermit.memory.policy.provenance import Origin, sender_text
 from hermit.memory.service import MemoryService
-from hermit.messages import AssistantMessage, Message, Sender, Usage, UserMessage, valid_text
+from hermit.messages import AssistantMessage, ImagePart, Message, Sender, Usage, UserMessage, valid_text
 from hermit.models.base import ClosableModel, Model, ModelRequest
 from hermit.models.cancel import CancelToken
 from hermit.sessions.entries import ENDED_TYPE, RETRACTED_TYPE
@@ -413,7 +413,7 @@ class AgentRuntime:
     def run_turn(self, session_key: str, text: str, on_event: EventSink | None = None, *,
                  stream: bool | None = None, heartbeat: bool = False, read_only: bool = False,
                  cancel: CancelToken | None = None, sender: Sender | str | None = None,
-                 ref: str | None = None) -> TurnResult:
+                 ref: str | None = None, images: tuple[ImagePart, ...] = ()) -> TurnResult:
         """Answer one user message. Streams when `stream` (default: when `on_event` is given).
 
         `heartbeat` runs are never reset by the reset policy and get no memory flush; `read_only` turns
@@ -422,7 +422,8 @@ class AgentRuntime:
         (loop.py): the transcript gets an `interrupted` entry and TurnCancelled is raised. `sender` (who
         wrote the message, from a channel) is recorded with the message in a group's transcript and shown to
         the model with it (speakers.py); a DM's memory notes name it in their origin. `ref` (the platform's
-        message) is recorded with it, so that a delete by its sender can retract it (`retract`)."""
+        message) is recorded with it, so that a delete by its sender can retract it (`retract`). `images` (the
+        photos it brought, for a model that reads them: gateway/attachments.py) go with it and its transcript."""
         text = valid_text(text)  # from a terminal, a channel or a script: a lone surrogate breaks every store
         with self._lock(session_key):
             self._check_key(session_key)
@@ -454,7 +455,7 @@ class AgentRuntime:
             turn = self._maintenance.before_turn(turn, text, heartbeat=heartbeat, read_only=read_only, notes=notes,
                                                  on_event=on_event)
             result = self._run(turn, text, on_event, stream=stream, heartbeat=heartbeat, read_only=read_only,
-                               notes=notes, cancel=cancel)
+                               notes=notes, cancel=cancel, images=images)
         reply = result.reply
         return TurnResult(
             reply=reply,
@@ -473,7 +474,8 @@ class AgentRuntime:
         )
 
     def _run(self, turn: TurnContext, text: str, on_event: EventSink | None, *, stream: bool | None,
-             heartbeat: bool, read_only: bool, notes: TurnNotes, cancel: CancelToken | None = None) -> LoopResult:
+             heartbeat: bool, read_only: bool, notes: TurnNotes, cancel: CancelToken | None = None,
+             images: tuple[ImagePart, ...] = ()) -> LoopResult:
         transcript = self.store.open_transcript(turn.record)
         if heartbeat:  # marks the background exchange that follows, so a chat history can hide its prompt
             transcript.append_custom("heartbeat")
@@ -502,7 +504,7 @@ class AgentRuntime:
                 turn.tools,
                 lambda messages: dataclasses.replace(self.build_request(current[0], messages), cancel=cancel),
                 repair_tool_pairs(turn.history.messages),
-                UserMessage(text, sender=self._senders.get(turn.session_key) if records_senders(turn.session_key)
+                UserMessage(text, images, sender=self._senders.get(turn.session_key) if records_senders(turn.session_key)
                             else None, ref=self._refs.get(turn.session_key)),
                 record=record,
                 max_iterations=self.agent.settings.max_tool_iterations,

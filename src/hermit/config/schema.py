@@ -469,8 +469,14 @@ class AgentsConfig(Strict):
 
 
 class ModelInfo(Strict):
-    context_window: int = Field(200_000, ge=1024)
-    max_output_tokens: int = Field(8192, ge=1)
+    """What a provider's model takes and holds. A field left out comes from Hermit's table of known models
+    (models/registry.py), else the defaults: 128k context, 8192 output tokens, text only."""
+
+    context_window: int | None = Field(None, ge=1024)
+    max_output_tokens: int | None = Field(None, ge=1)
+    # What the model reads, as OpenClaw writes it: ["text"] or ["text", "image"]. "image": photos sent to
+    # the assistant are shown to it; a text-only server answers 400 to an image, so unknown ones get none.
+    input: builtins.list[Literal["text", "image"]] | None = Field(None, min_length=1)
 
 
 class ProviderConfig(Strict):

@@ -9,10 +9,19 @@ file counts against its room's quota (rooms.py); one that does not fit is droppe
 file the channel staged for this message is filed or deleted: its (st_dev, st_ino), recorded on the
 Attachment (channels/inbox.py), is checked on the opened descriptor, so a name that holds another file
 by then (another account's download, a link) is left alone and nothing is filed for it.
+
+A photo is also shown to the model when the model reads images (ModelProfile.supports_images): a file whose
+content is a JPEG, PNG, GIF or WebP image — by its first bytes, never by the type the sender's platform
+claims — of at most MAX_IMAGE_BYTES, at most MAX_IMAGES of one message, is attached to the turn's user
+message as an ImagePart, from the very bytes that were filed (never read again by name: a room's inbox is
+its sandboxed commands' to change). Its line still names the file in inbox/ and says whether it is attached,
+and why not: too big, too many, not such an image, or a model that reads text only. In a group the image is
+part of its sender's message, framed by their sender line like their text (agent/speakers.py).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import logging
@@ -26,6 +35,7 @@ from hermit.channels.base import Attachment, InboundMessage
 from hermit.channels.inbox import is_staged
 from hermit.durable import write_all
 from hermit.errors import HermitError, WorkspaceError
+from hermit.messages import ImagePart
 from hermit.tools import safe_fs
 
 log = logging.getLogger("hermit.gateway")
@@ -38,40 +48,105 @@ def discard(msg: InboundMessage) -> None:
             _remove_staged(a)
 
 
+# 3.75 MiB: 5 MiB as base64, the most Anthropic takes of one image (OpenAI takes 20 MB); a phone's photo
+# as Telegram, Discord or WhatsApp send it is a few hundred kB. Every image is sent again with each later
+# request of the session (models/base.py keeps the newest within a request's limits).
+MAX_IMAGE_BYTES = 3_932_160
+MAX_IMAGES = 4
+
+
+def image_type(data: bytes) -> str | None:
+    """The media type of an image a model reads, by its first bytes; None for anything else."""
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Look:
+    """What filing saw of one file: its image type (None: not an image a model reads), its size, and its
+    bytes when it is such an image within MAX_IMAGE_BYTES."""
+
+    media_type: str | None = None
+    size: int = 0
+    data: bytes | None = None
+
+
 def file_for_session(msg: InboundMessage, runtime: AgentRuntime, session_key: str) -> InboundMessage:
     """Move the message's files into the answering session's inbox and return it with their new paths."""
+    return filed(msg, runtime, session_key)[0]
+
+
+def filed(msg: InboundMessage, runtime: AgentRuntime, session_key: str) -> tuple[InboundMessage, tuple[Look, ...]]:
+    """`file_for_session`, and a Look at each file's content, from the bytes filed."""
     if not any(a.path for a in msg.attachments):
-        return msg
+        return msg, tuple(Look() for _ in msg.attachments)
     moved: list[Attachment] = []
+    looks: list[Look] = []
     for a in msg.attachments:
         if not a.path:
             moved.append(a)
+            looks.append(Look())
             continue
         src = Path(a.path)
         try:
-            moved.append(dataclasses.replace(a, path=str(_file_one(a, runtime, session_key)), staged=None))
+            dest, data = _file_one(a, runtime, session_key)
+            moved.append(dataclasses.replace(a, path=str(dest), staged=None))
+            kind = image_type(data)
+            looks.append(Look(kind, len(data), data if kind and len(data) <= MAX_IMAGE_BYTES else None))
         except (OSError, HermitError) as e:
             log.warning("attachment %s of %s/%s not kept: %s", src.name, msg.channel, msg.sender_id, e)
             moved.append(dataclasses.replace(a, path="", staged=None))
+            looks.append(Look())
         finally:
             _remove_staged(a)
-    return dataclasses.replace(msg, attachments=tuple(moved))
+    return dataclasses.replace(msg, attachments=tuple(moved)), tuple(looks)
+
+
+def for_model(text: str, msg: InboundMessage, looks: tuple[Look, ...], *,
+              reads_images: bool) -> tuple[str, tuple[ImagePart, ...]]:
+    """The turn's text (`described`, each image's line saying whether it is attached and why not) and the
+    images attached to it: those a model that reads images is shown."""
+    images: list[ImagePart] = []
+    notes: list[str] = []
+    for a, look in zip(msg.attachments, looks, strict=True):
+        if not a.path or look.media_type is None:
+            notes.append("; not attached for you to see: not a JPEG, PNG, GIF or WebP image"
+                         if a.path and a.kind == "image" else "")
+        elif not reads_images:
+            notes.append("; you cannot see it: the model answering reads text only")
+        elif look.data is None:
+            notes.append(f"; not attached for you to see: over the {MAX_IMAGE_BYTES / 2**20:.2f} MiB an image "
+                         "may have")
+        elif len(images) >= MAX_IMAGES:
+            notes.append(f"; not attached for you to see: at most {MAX_IMAGES} images of a message are")
+        else:
+            images.append(ImagePart(look.media_type, base64.b64encode(look.data).decode("ascii")))
+            notes.append(f"; attached for you to see ({look.media_type})")
+    return described(text, msg, notes), tuple(images)
 
 
 _MIME = re.compile(r"[\w.+-]{1,64}/[\w.+-]{1,64}", re.ASCII)
 
 
-def described(text: str, msg: InboundMessage) -> str:
+def described(text: str, msg: InboundMessage, notes: tuple[str, ...] | list[str] = ()) -> str:
     """The turn's text with a line per file that came with it, so the assistant knows it was sent and where it
     was filed (`inbox/<name>`, as the session's own tools name it) or that it could not be kept. What the
     platform says of a file is the sender's to choose: the name was made safe when it was staged (letters,
     digits, `._-`), a MIME type is shown only when it looks like one, the size is a number. The line is part of
     the sender's message (in a group it follows their sender line), in parentheses: a line of theirs starting
-    with `[` is escaped there so that it cannot pass for a sender line, and this one need not be."""
+    with `[` is escaped there so that it cannot pass for a sender line, and this one need not be. `notes`
+    (Hermit's own words, one per file) end the lines: whether an image is attached (`for_model`)."""
     lines = []
-    for a in msg.attachments:
+    for i, a in enumerate(msg.attachments):
         what = ", ".join([a.kind, *([a.mime] if a.mime and _MIME.fullmatch(a.mime) else []),
-                          *([f"{a.size:,} bytes"] if a.size else [])])
+                          *([f"{a.size:,} bytes"] if a.size else [])]) + (notes[i] if i < len(notes) else "")
         lines.append(f"(file received with this message: inbox/{Path(a.path).name} — {what})" if a.path
                      else f"(a file came with this message but could not be kept — {what})")
     return "\n".join([text, *lines]) if text else "\n".join(lines)
@@ -98,7 +173,7 @@ def _read_staged(a: Attachment) -> bytes:
         return f.read()
 
 
-def _file_one(a: Attachment, runtime: AgentRuntime, session_key: str) -> Path:
+def _file_one(a: Attachment, runtime: AgentRuntime, session_key: str) -> tuple[Path, bytes]:
     name = Path(a.path).name
     data = _read_staged(a)
     if not runtime.confinement.roomed(session_key):
@@ -115,9 +190,9 @@ def _file_one(a: Attachment, runtime: AgentRuntime, session_key: str) -> Path:
             raise
         finally:
             os.close(fd)
-        return dest
+        return dest, data
     room = runtime.confinement.room(session_key)
     with room.locked() as fd:  # the room is only ever written through its descriptor (safe_fs)
         room.check_room_for(len(data) + 4096, fd)
         safe_fs.write_beneath(fd, f"inbox/{name}", data, mode=0o600)
-    return room.path / "inbox" / name
+    return room.path / "inbox" / name, data

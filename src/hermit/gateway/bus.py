@@ -18,7 +18,8 @@ while their messages waited (`hermit pairing revoke`, or an edit of hermit.yaml)
 nor does an owner removed from `owners` whose message waits in the owner's session; such a message is
 dropped and logged, and the sender is sent only what the policy says now. Files a
 message brought wait in the state dir until then: deleted when it is refused (at either check) or its
-queue is full, filed into the answering session's inbox when its turn starts (attachments.py). A message
+queue is full, filed into the answering session's inbox when its turn starts (attachments.py), its images
+attached to the turn's message when the agent's model reads images. A message
 the gateway stopped before running keeps its files staged: Telegram's journal hands it over again after
 the restart.
 """
@@ -38,7 +39,7 @@ from hermit.errors import ChannelError, HermitError, SessionError
 from hermit.gateway import attachments
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
-from hermit.messages import Sender
+from hermit.messages import ImagePart, Sender
 from hermit.sessions.keys import agent_id_of
 
 log = logging.getLogger("hermit.gateway")
@@ -312,15 +313,23 @@ class Bus:
             return
         self.counts["turns"] += 1
         text = job.text
+        images: tuple[ImagePart, ...] = ()
         if msg.attachments:
-            msg = await asyncio.to_thread(attachments.file_for_session, msg, self.host.runtime(job.agent_id),
-                                          job.session_key)
-            text = attachments.described(text, msg)
+            msg, text, images = await asyncio.to_thread(self._file, job, msg)
         await run_and_reply(
             channel, Target.of(msg), turn_id,
             lambda on_event: self.host.run_turn(job.agent_id, job.session_key, text, on_event=on_event,
-                                                sender=self._sender(job.agent_id, msg), ref=message_ref(msg)),
+                                                sender=self._sender(job.agent_id, msg), ref=message_ref(msg),
+                                                images=images),
             self._chunk)
+
+    def _file(self, job: _Job, msg: InboundMessage) -> tuple[InboundMessage, str, tuple[ImagePart, ...]]:
+        """File the message's files into the session's inbox; the turn's text tells of each, and its images
+        are attached when the agent's model reads images (attachments.for_model)."""
+        runtime = self.host.runtime(job.agent_id)
+        msg, looks = attachments.filed(msg, runtime, job.session_key)
+        text, images = attachments.for_model(job.text, msg, looks, reads_images=runtime.model.profile.supports_images)
+        return msg, text, images
 
     def _sender(self, agent_id: str, msg: InboundMessage) -> Sender:
         """Who wrote a message: recorded with it in a group's transcript, named in a DM's memory notes. The

@@ -40,6 +40,7 @@ from hermit.models.base import (
     StreamEvent,
     TextDelta,
     ToolCallDelta,
+    sendable_images,
 )
 from hermit.models.transport import ProviderHttp, parse_event_json
 from hermit.retry import RetryPolicy
@@ -101,7 +102,7 @@ class AnthropicModel:
         body: dict[str, Any] = {
             "model": self._profile.model_id,
             "max_tokens": request.max_tokens or self._profile.max_output_tokens,
-            "messages": _messages(request.messages, caching),
+            "messages": _messages(sendable_images(request.messages, self._profile), caching),
         }
         if request.system:
             block: dict[str, Any] = {"type": "text", "text": request.system}

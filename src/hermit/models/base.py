@@ -12,12 +12,22 @@ same `ModelResponse` that `complete()` would have returned.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from hermit.errors import ProviderError
-from hermit.messages import AssistantMessage, Message, StopReason, ToolCallPart, Usage
+from hermit.messages import (
+    AssistantMessage,
+    ImagePart,
+    Message,
+    StopReason,
+    ToolCallPart,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
 from hermit.models.cancel import CancelToken
 
 ToolCallStyle: TypeAlias = Literal["anthropic", "openai"]
@@ -38,6 +48,9 @@ class ModelProfile:
     supports_prompt_caching: bool = False
     cache_ttl_seconds: float | None = None
     tool_call_style: ToolCallStyle = "openai"
+    # Whether the model reads images (config `input: [text, image]`, else the known-model table): only then
+    # are photos sent to the assistant attached to its messages, and images in a request sent at all.
+    supports_images: bool = False
 
     @property
     def ref(self) -> str:
@@ -139,3 +152,43 @@ def final_response(events: Iterator[StreamEvent]) -> ModelResponse:
     raise ProviderError(
         "the model stream ended without a final response", "retry; if it persists, report a bug"
     )
+
+
+# The images one request carries, newest first: Anthropic refuses a request over 32 MB or with over 100 images
+# (over 20, each is held to 2000 px), OpenAI one over 50 MB. Every earlier turn's images are sent again with
+# the history, so a long chat with photos would soon be refused for good; the oldest are left out instead.
+MAX_REQUEST_IMAGES = 20
+MAX_REQUEST_IMAGE_CHARS = 20_000_000  # of base64
+
+
+def sendable_images(messages: Sequence[Message], profile: ModelProfile) -> tuple[Message, ...]:
+    """The messages as an adapter sends them: for a model that reads no images, each image is replaced by a
+    note saying it is not shown (an image sent to a text-only server is a 400); for one that does, the newest
+    images within MAX_REQUEST_IMAGES / MAX_REQUEST_IMAGE_CHARS are kept and older ones noted as not sent
+    again. The transcript is not touched: only this request leaves them out."""
+    if not any(isinstance(m, UserMessage | ToolResultMessage) and m.images for m in messages):
+        return tuple(messages)
+    count, chars = (MAX_REQUEST_IMAGES, MAX_REQUEST_IMAGE_CHARS) if profile.supports_images else (0, 0)
+    out = list(messages)
+    for i in range(len(out) - 1, -1, -1):
+        m = out[i]
+        if not isinstance(m, UserMessage | ToolResultMessage) or not m.images:
+            continue
+        kept: list[ImagePart] = []
+        for img in m.images:
+            if count > 0 and len(img.data) <= chars:
+                kept.append(img)
+                count, chars = count - 1, chars - len(img.data)
+        left_out = len(m.images) - len(kept)
+        if not left_out:
+            continue
+        note = (f"[{left_out} image(s) not shown: the model answering reads text only]"
+                if not profile.supports_images else
+                f"[{left_out} earlier image(s) not sent again: a request carries at most {MAX_REQUEST_IMAGES} "
+                "images, the newest]")
+        if isinstance(m, UserMessage):
+            out[i] = dataclasses.replace(m, text=f"{m.text}\n{note}" if m.text else note, images=tuple(kept))
+        else:
+            out[i] = dataclasses.replace(m, content=f"{m.content}\n{note}" if m.content else note,
+                                         images=tuple(kept))
+    return tuple(out)

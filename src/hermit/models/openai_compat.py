@@ -38,6 +38,7 @@ from hermit.models.base import (
     StreamEvent,
     TextDelta,
     ToolCallDelta,
+    sendable_images,
 )
 from hermit.models.transport import ProviderHttp, parse_event_json
 from hermit.retry import RetryPolicy
@@ -99,7 +100,7 @@ class OpenAIModel:
         messages: list[dict[str, Any]] = []
         if request.system:
             messages.append({"role": "system", "content": request.system})
-        messages += _messages(request.messages)
+        messages += _messages(sendable_images(request.messages, self._profile))
         body: dict[str, Any] = {
             "model": self._profile.model_id,
             "messages": messages,

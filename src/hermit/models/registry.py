@@ -3,7 +3,11 @@
 A ref names a provider configured under `models.providers` (or one of the well-known names that work
 without config: anthropic, openai, openrouter, ollama) and a model id, which may itself contain
 slashes ("openrouter/anthropic/claude-sonnet-4"). Context window and output cap come from the
-provider's `models` entry, else from the table of common models below, else 128k / 8192.
+provider's `models` entry, else from the table of common models below, else 128k / 8192. Whether the model
+reads images comes from the entry's `input` (["text", "image"]), else from the pattern of models known to
+(Claude 3 and later, GPT-4o/4.1/5, o1/o3/o4-mini, Gemini) — except on a server on this machine or the local
+network, which may serve any weights under any name and answers 400 to an image it cannot read: text only
+there unless its entry says `input: [text, image]`.
 
 Keys come from the provider's `api_key`, else the environment variable `api_key_env`, else the
 provider's usual variable (ANTHROPIC_API_KEY...). The environment is passed in, never read here.
@@ -11,7 +15,10 @@ provider's usual variable (ANTHROPIC_API_KEY...). The environment is passed in, 
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Callable, Mapping
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -57,6 +64,12 @@ KNOWN_MODELS: tuple[tuple[str, int, int], ...] = (
     ("deepseek", 128_000, 8192),
 )
 
+# Model ids (their last path segment) of models that read images: Claude 3 and later (not claude-2 or
+# claude-instant), GPT-4 Turbo/4o/4.1/4.5/5, o1 (not o1-mini/preview), o3 (not o3-mini), o4-mini, Gemini (not 1.0).
+_READS_IMAGES = re.compile(r"claude-(?!2|instant)|(?:chatgpt-)?gpt-4o|gpt-4\.1|gpt-4\.5|gpt-4-turbo|gpt-5"
+                           r"|o1(?!-mini|-preview)|o3(?!-mini)|o4-mini|gemini-(?!1\.0|pro$)")
+_LOCAL_SUFFIXES = (".localhost", ".local", ".lan", ".internal", ".home.arpa")
+
 # Providers that work with no config entry at all.
 WELL_KNOWN_PROVIDERS: dict[str, ProviderConfig] = {
     name: ProviderConfig.model_validate(raw)
@@ -84,6 +97,24 @@ def known_limits(model_id: str) -> tuple[int, int]:
     return (best[1], best[2]) if best else (DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT_TOKENS)
 
 
+def known_reads_images(model_id: str) -> bool:
+    """Whether a model id is one of the known image-reading models (see _READS_IMAGES)."""
+    return _READS_IMAGES.match(model_id.rsplit("/", 1)[-1].lower()) is not None
+
+
+def local_server(pc: ProviderConfig) -> bool:
+    """Whether an OpenAI-compatible provider is a server on this machine or the local network (Ollama, LM
+    Studio, vLLM…): a loopback, private or link-local address, or a name no public host has."""
+    if pc.type != "openai-compatible":
+        return False
+    host = (urlsplit(pc.base_url or "").hostname or "").lower().rstrip(".")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host == "localhost" or "." not in host or host.endswith(_LOCAL_SUFFIXES)
+    return ip.is_loopback or ip.is_private or ip.is_link_local
+
+
 def parse_model_ref(ref: str) -> tuple[str, str]:
     provider, sep, model = ref.strip().partition("/")
     if not sep or not provider or not model:
@@ -108,9 +139,14 @@ def provider_config(name: str, config: ModelsConfig) -> ProviderConfig:
 
 def model_profile(provider: str, model_id: str, pc: ProviderConfig) -> ModelProfile:
     info = pc.models.get(model_id)
-    context_window, max_output = (
-        (info.context_window, info.max_output_tokens) if info else known_limits(model_id)
-    )
+    context_window, max_output = known_limits(model_id)
+    if info is not None:
+        context_window = info.context_window or context_window
+        max_output = info.max_output_tokens or max_output
+    if info is not None and info.input is not None:
+        images = "image" in info.input
+    else:
+        images = known_reads_images(model_id) and not local_server(pc)
     anthropic = pc.type == "anthropic"
     return ModelProfile(
         provider=provider,
@@ -120,6 +156,7 @@ def model_profile(provider: str, model_id: str, pc: ProviderConfig) -> ModelProf
         supports_prompt_caching=anthropic,
         cache_ttl_seconds=ANTHROPIC_CACHE_TTL_SECONDS if anthropic else None,
         tool_call_style="anthropic" if anthropic else "openai",
+        supports_images=images,
     )
 
 
