@@ -16,21 +16,37 @@ Decisions:
   result is recorded and the model asked again), not when the whole turn returns: a flush killed (kill -9)
   or failing after its notes landed is not run again after a restart, which would append the same notes
   twice. A flush that wrote nothing before it died or failed runs again at the next turn.
+- The transcript, written before sessions.json, is the truth about the cycle (`cycle_state`): the cycle is
+  the number of `compaction` entries, and it was flushed when a flush's write or edit after the latest one
+  succeeded — its result recorded, or, for a call whose result the process did not live to record, its
+  text found in the file. sessions.json only caches both, and maintenance.py brings it back in line
+  before it decides (a kill after the compaction entry left it one cycle behind, so the next cycle's
+  flush was skipped; a kill right after the flush's write left it unflushed, so the notes came twice).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import stat
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hermit.agent.context import SILENT_TOKEN
 from hermit.agent.loop import LoopResult, RequestBuilder, run_loop
 from hermit.config.schema import CompactionConfig, MemoryFlushConfig
-from hermit.messages import AssistantMessage, Message, ToolResultMessage, UserMessage
+from hermit.messages import (
+    AssistantMessage,
+    Message,
+    ToolCallPart,
+    ToolResultMessage,
+    UserMessage,
+    message_from_dict,
+)
 from hermit.models.base import Model
 from hermit.sessions.record import SessionRecord
-from hermit.sessions.transcript import Transcript
+from hermit.sessions.transcript import CompactionEntry, CustomEntry, Entry, Transcript
 from hermit.tools.base import ToolRunner
 from hermit.tools.files import AppendOnlyPolicy
 
@@ -79,6 +95,67 @@ def flush_system(base: str, cfg: MemoryFlushConfig, today: str, *, owner: bool =
 def flush_done(record: SessionRecord) -> bool:
     """This compaction cycle already had its flush."""
     return record.memory_flush_compaction_count == record.compaction_count
+
+
+@dataclass(frozen=True)
+class CycleState:
+    """What a transcript says of its compaction cycle (see the module's rules)."""
+
+    cycle: int  # compaction entries in the transcript
+    flushed: bool  # a flush in this cycle got a write or edit through
+
+
+def _flush_message(entry: Entry) -> Message | None:
+    if not (isinstance(entry, CustomEntry) and entry.custom_type == FLUSH_ENTRY and isinstance(entry.data, dict)):
+        return None
+    data = entry.data.get("message")
+    if not isinstance(data, dict):
+        return None
+    try:
+        return message_from_dict(data)
+    except ValueError:
+        return None
+
+
+def cycle_state(entries: Iterable[Entry], workspace: Path) -> CycleState:
+    """The cycle and whether it was flushed, from the transcript's entries (oldest first)."""
+    cycle, flushed = 0, False
+    unanswered: dict[str, ToolCallPart] = {}  # this cycle's flush writes whose result was never recorded
+    for entry in entries:
+        if isinstance(entry, CompactionEntry):
+            cycle, flushed = cycle + 1, False
+            unanswered.clear()
+            continue
+        message = _flush_message(entry)
+        if isinstance(message, AssistantMessage):
+            unanswered.update((c.id, c) for c in message.tool_calls if c.name in WRITING_TOOLS)
+        elif isinstance(message, ToolResultMessage):
+            unanswered.pop(message.tool_call_id, None)
+            flushed = flushed or (message.tool_name in WRITING_TOOLS and not message.is_error)
+    if not flushed:  # killed while a write ran (or right after it): did its text reach the file?
+        flushed = any(_landed(call.arguments, workspace) for call in unanswered.values())
+    return CycleState(cycle, flushed)
+
+
+def _landed(arguments: dict[str, Any], workspace: Path) -> bool:
+    """Every non-blank line of a flush write's (or edit's) new text is in the file it names, a memory/*.md."""
+    path, text = arguments.get("path"), arguments.get("content", arguments.get("new"))
+    if not (isinstance(path, str) and isinstance(text, str)):
+        return False
+    memory = (workspace / "memory").resolve()
+    target = (workspace / path).resolve()
+    if target.parent != memory or target.suffix != ".md":
+        return False
+    wanted = {line.strip() for line in text.splitlines() if line.strip()}
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return False
+            have = {line.strip() for line in fh.read().decode("utf-8", "replace").splitlines()}
+    except OSError:
+        return False
+    return bool(wanted) and wanted <= have
 
 
 def flush_allowed(cfg: CompactionConfig, workspace: Path, *, heartbeat: bool, read_only: bool) -> bool:

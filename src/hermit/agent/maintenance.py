@@ -21,6 +21,7 @@ from hermit.agent.turn import TurnContext, TurnNotes
 from hermit.errors import HermitError
 from hermit.messages import AssistantMessage, UserMessage
 from hermit.sessions.keys import is_main_session_key
+from hermit.sessions.record import SessionRecord
 
 if TYPE_CHECKING:
     from hermit.agent.runtime import AgentRuntime
@@ -45,6 +46,7 @@ class SessionMaintenance:
         rt = self.runtime
         cfg = rt.agent.settings.compaction
         turn = rt.prepare(session_key)
+        before = self.reconciled(session_key)
         budget = compaction_budget(cfg, rt.model.profile.context_window)
         outcome = compact_transcript(
             rt.store.open_transcript(turn.record), rt.model,
@@ -53,8 +55,11 @@ class SessionMaintenance:
             focus=focus)
         if outcome.ok:
             now = rt.clock()
+            # The entry is in the transcript: the count after it, whoever saw it first (never counted twice).
+            count = (before.compaction_count if before is not None else turn.record.compaction_count) + 1
             record = rt.store.mutate(session_key, lambda r: dataclasses.replace(
-                r, compaction_count=r.compaction_count + 1, context_tokens=outcome.tokens_after, updated_at=now))
+                r, compaction_count=max(r.compaction_count, count), context_tokens=outcome.tokens_after,
+                updated_at=now))
             outcome = dataclasses.replace(outcome, count=record.compaction_count)
             self._forget_pruning(session_key)  # the prefix changed: old pruning decisions are moot
             if rt.memory is not None:
@@ -73,12 +78,37 @@ class SessionMaintenance:
                  outcome.tokens_before, outcome.tokens_after)
         return outcome
 
+    def reconciled(self, session_key: str) -> SessionRecord | None:
+        """The session's record with its compaction cycle and flush as its transcript tells them (flush.py):
+        a process killed between a transcript write and the sessions.json update that follows it left the
+        record behind; it is brought in line (and saved) here."""
+        rt = self.runtime
+        record = rt.store.get(session_key)
+        if record is None:
+            return None
+        state = flushing.cycle_state(rt.store.open_transcript(record).entries(), rt.agent.workspace)
+
+        def truth(r: SessionRecord) -> SessionRecord:
+            if state.cycle < r.compaction_count:  # a damaged transcript lost lines: the record knows better
+                return r
+            flushed = state.cycle if state.flushed else r.memory_flush_compaction_count
+            return dataclasses.replace(r, compaction_count=state.cycle, memory_flush_compaction_count=flushed)
+
+        if truth(record) == record:
+            return record
+        fixed = rt.store.mutate(session_key, truth)
+        log.warning("session %s: sessions.json was behind its transcript (a crash between the two writes): "
+                    "compactionCount %d → %d, memoryFlushCompactionCount %s → %s", session_key,
+                    record.compaction_count, fixed.compaction_count, record.memory_flush_compaction_count,
+                    fixed.memory_flush_compaction_count)
+        return fixed
+
     def flush_due(self, session_key: str, *, heartbeat: bool, read_only: bool) -> bool:
         rt = self.runtime
         if not flushing.flush_allowed(rt.agent.settings.compaction, rt.agent.workspace,
                                       heartbeat=heartbeat, read_only=read_only):
             return False
-        record = rt.store.get(session_key)
+        record = self.reconciled(session_key)
         return record is not None and not flushing.flush_done(record)
 
     def flush(self, turn: TurnContext, notes: TurnNotes, *, limit_tokens: int | None = None) -> bool:
