@@ -29,6 +29,7 @@ import os
 import posixpath
 import re
 import stat
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -49,7 +50,7 @@ from hermit.memory.policy.provenance import (
 )
 from hermit.memory.store.api import ChunkRow
 from hermit.sessions.keys import SessionKind, is_main_session_key, parse_session_key
-from hermit.textfile import decode_text, read_regular
+from hermit.textfile import decode_text, read_regular_stat
 from hermit.workspace import BOOTSTRAP_ORDER, MAIN_SESSION_FILES, MEMORY_FILE
 
 OWNER = "owner"
@@ -235,9 +236,22 @@ def visible_text(text: str, rel_path: str, reader: Reader) -> str | None:
     return "\n".join(out)
 
 
+# How recently a file may have changed and still be cached: a write within the same tick of the kernel's
+# coarse clock as the read leaves every stamp as it was (mtime and ctime come from that clock), so a file
+# changed this recently is read again next time instead (as git does with "racily clean" entries).
+RACY_NS = 2_000_000_000
+
+
+def file_stamp(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What says a cached read of a file is still that file as it is: its identity (device, inode) — a file
+    renamed over it is another file, whatever its size and mtime — and its change time, which no user can
+    set (utime sets mtime, not ctime), with mtime and size."""
+    return (st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size)
+
+
 @dataclass
 class _File:
-    """One memory file as read for audience decisions (cached by path, mtime and size)."""
+    """One memory file as read for audience decisions (cached by identity and change time: file_stamp)."""
 
     rel: str
     text: str
@@ -276,18 +290,24 @@ class _File:
         return None
 
 
+Stamp = tuple[int, int, int, int, int]
+
+
 class AudienceMap:
-    """Audiences of a workspace's memory files, read from the files when asked and cached by
-    (path, mtime_ns, size): which indexed chunks a reader may see, and the labels of search results."""
+    """Audiences of a workspace's memory files, read from the files when asked and cached by path and
+    file_stamp (identity, change time, mtime, size): which indexed chunks a reader may see, and the labels
+    of search results. `clock` (ns, the wall clock) decides which reads are too recent to cache (RACY_NS)."""
 
     def __init__(self, workspace: Path, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, cache_size: int = 512,
-                 cache_bytes: int = 64_000_000) -> None:
+                 cache_bytes: int = 64_000_000, *, clock: Callable[[], int] = time.time_ns) -> None:
         self.workspace = workspace
         self.max_file_bytes = max_file_bytes
         self.cache_size = cache_size
         self.cache_bytes = cache_bytes  # files are kept as text: bound what the cache holds
-        self._cache: dict[str, tuple[tuple[int, int], _File | None]] = {}
+        self.clock = clock
+        self._cache: dict[str, tuple[Stamp, _File | None]] = {}
         self._held = 0
+        self.reads = 0  # files read (not served from the cache)
 
     def _abs(self, rel: str) -> str:
         return rel if os.path.isabs(rel) else os.path.join(self.workspace, rel)
@@ -301,33 +321,39 @@ class AudienceMap:
             return None
         if not stat.S_ISREG(st.st_mode):
             return None  # a symlink or something worse: never memory
-        stamp = (st.st_mtime_ns, st.st_size)
         hit = self._cache.get(path)
-        if hit is not None and hit[0] == stamp:
+        if hit is not None and hit[0] == file_stamp(st):
             return hit[1]
-        loaded = self._read(rel, path, st)
         self._forget(path)
+        started = self.clock()
+        read = self._read(rel, path)
+        if read is None:
+            return None  # gone, replaced by a symlink or unreadable meanwhile: nothing to keep
+        loaded, st = read  # the stamp of what was read (its descriptor's), whatever the name names by now
+        if max(st.st_ctime_ns, st.st_mtime_ns) + RACY_NS > started:
+            return loaded  # changed too recently for its stamp to tell the next change from it
         while self._cache and (len(self._cache) >= self.cache_size or self._held + st.st_size > self.cache_bytes):
             self._forget(next(iter(self._cache)))
-        self._cache[path] = (stamp, loaded)
-        self._held += st.st_size if loaded is not None else 0
+        self._cache[path] = (file_stamp(st), loaded)
+        self._held += st.st_size
         return loaded
 
     def _forget(self, path: str) -> None:
         gone = self._cache.pop(path, None)
         if gone is not None and gone[1] is not None:
-            self._held -= gone[0][1]
+            self._held -= gone[0][4]
 
-    def _read(self, rel: str, path: str, st: os.stat_result) -> _File | None:
+    def _read(self, rel: str, path: str) -> tuple[_File, os.stat_result] | None:
+        self.reads += 1
         try:
-            data = read_regular(path, self.max_file_bytes)
+            data, st = read_regular_stat(path, self.max_file_bytes, follow=False)
         except OSError:
             return None
         text = decode_text(data).text
         memory = file_identity(self.workspace / MEMORY_FILE)
         withheld = st.st_nlink > 1 or (memory is not None and memory == (st.st_dev, st.st_ino))
         damage = None if default_audience(rel) == OWNER else marker_damage(text)
-        return _File(rel, text, withheld, origin_blocks(text) if MARKER in text else [], damage)
+        return _File(rel, text, withheld, origin_blocks(text) if MARKER in text else [], damage), st
 
     def visible_ids(self, rows: Mapping[int, ChunkRow], reader: Reader) -> set[int]:
         """The chunks `reader` may see: memory (not transcripts), not an owner-only or withheld file,
