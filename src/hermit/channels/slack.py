@@ -304,7 +304,12 @@ class SlackChannel:
 
     def _change(self, ev: Mapping[str, Any], team: str) -> InboundMessage | None:
         """A message a member deleted or edited (subtype message_deleted / message_changed) as a change of
-        the message it names: the gateway drops or updates it while it waits for its turn."""
+        the message it names: the gateway drops or updates it while it waits for its turn, or retracts it.
+
+        A message with thread replies is not deleted but replaced by a tombstone ("This message was
+        deleted."): Slack sends that as message_changed, which is a delete here. Such a thread parent carries
+        `thread_ts` equal to its own ts once it has replies, but it was posted in the channel (a new message
+        never has replies), so its change goes to the channel's session, where its turn ran, not the thread's."""
         sub = ev.get("subtype")
         prev = ev.get("previous_message")
         now = ev.get("message") if sub == "message_changed" else None
@@ -314,20 +319,23 @@ class SlackChannel:
         ts = ev.get("deleted_ts") if sub == "message_deleted" else (now or {}).get("ts")
         if not ts or ev.get("channel_type") not in ("im", "channel", "group", "mpim"):
             return None
+        deleted = sub == "message_deleted" or (now or {}).get("subtype") == "tombstone"
         dm = ev.get("channel_type") == "im"
         user, chan = str(before["user"]), str(ev.get("channel", ""))
-        text = str((now or {}).get("text", ""))
+        text = "" if deleted else str((now or {}).get("text", ""))
         mention = f"<@{self._bot_user}>" if self._bot_user else None
         mentioned = bool(mention and mention in text)
         if mentioned and mention:
             text = text.replace(mention, "").strip()
         thread = before.get("thread_ts")
+        if thread is not None and str(thread) == str(ts):
+            thread = None  # a thread's parent: posted in the channel
         return InboundMessage(
             channel=self.name, account_id=self.account_id, peer_kind="dm" if dm else "group",
             peer_id=user if dm else chan, sender_id=user, text=text, message_id=str(ts),
             thread_id=str(thread) if thread else None, team_id=team or None, mentioned=mentioned,
             received_at=float(ev.get("event_ts") or self._clock()), meta={"channel_id": chan},
-            change="deleted" if sub == "message_deleted" else "edited")
+            change="deleted" if deleted else "edited")
 
     def _inbound(self, ev: Mapping[str, Any], team: str) -> InboundMessage | None:
         kind = ev.get("type")

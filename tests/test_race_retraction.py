@@ -1,0 +1,157 @@
+"""A deleted chat message must stop being used, whatever else happens around its delete (audit H3).
+
+Played through real parts: the Slack channel against the fake Slack on 127.0.0.1 (Socket Mode), the gateway's
+Bus with the real Router and AccessControl, an AgentRuntime on a FunctionModel, real transcript files.
+
+- Slack does not send `message_deleted` for a message that has thread replies: it keeps a "This message was
+  deleted." tombstone in its place and sends `message_changed` (message.subtype `tombstone`), whose
+  previous_message carries `thread_ts` equal to the message's own ts. Hermit took it for an edit and routed it
+  to the thread's session (a thread parent was posted in the channel, so its turn ran in the channel's session):
+  a waiting message was still answered and an answered one never retracted. Any member replying in the thread
+  of the owner's message made the owner's delete miss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from channelhelpers import run
+from fakes.fake_slack import BOT_USER, FakeSlack
+from gatewayhelpers import last_user_text
+from hermit.agent.routing import Router
+from hermit.agent.runtime import AgentRuntime
+from hermit.channels.access import AccessControl
+from hermit.channels.pairing import PairingStore
+from hermit.config.load import build_config
+from hermit.config.paths import StatePaths
+from hermit.gateway.agents import AgentHost
+from hermit.gateway.bus import Bus
+from hermit.gateway.supervisor import admit_with, route_with, split_chunks
+from hermit.models.base import ModelRequest
+from hermit.sessions.entries import RETRACTED_TEXT
+from hermit.testing import FunctionModel
+from sessionhelpers import Clock
+from test_channel_slack import socket_mode
+
+OWNER, MEMBER, CHANNEL = "U1", "U2", "C1"
+SECRET = "my card PIN is 4711"
+
+
+@dataclass
+class SlackGateway:
+    fake: FakeSlack
+    bus: Bus
+    rt: AgentRuntime
+    seen: list[str]  # the last user text of every model request
+    requests: list[ModelRequest]
+
+    async def say(self, text: str, user: str, *, thread_ts: str | None = None) -> dict[str, Any]:
+        """A member's message in the channel, mentioning the assistant; returns the event Slack sent."""
+        ev, eid = self.fake.message(f"<@{BOT_USER}> {text}", user=user, channel=CHANNEL, kind="app_mention",
+                                    thread_ts=thread_ts)
+        await self.fake.push(ev, eid)
+        return ev
+
+    async def delete_thread_parent(self, ev: dict[str, Any], event_id: str) -> None:
+        """What Slack sends when a message that has thread replies is deleted: a tombstone takes its place."""
+        prev = {"type": "message", "user": ev["user"], "text": ev["text"], "ts": ev["ts"], "thread_ts": ev["ts"],
+                "reply_count": 1, "reply_users": [MEMBER], "latest_reply": "9.9"}
+        tomb = {"type": "message", "subtype": "tombstone", "user": "USLACKBOT", "text": "This message was deleted.",
+                "hidden": True, "ts": ev["ts"], "thread_ts": ev["ts"], "reply_count": 1}
+        await self.fake.push({"type": "message", "subtype": "message_changed", "channel": CHANNEL,
+                              "channel_type": "channel", "hidden": True, "event_ts": "1.5", "ts": "1.5",
+                              "message": tomb, "previous_message": prev}, event_id)
+
+
+@asynccontextmanager
+async def slack_gateway(tmp: Path, release: threading.Event | None = None) -> AsyncIterator[SlackGateway]:
+    """The Slack channel publishing straight into a real Bus; the model blocks on `release` when given."""
+    home = tmp / "home"
+    seen: list[str] = []
+    requests: list[ModelRequest] = []
+
+    def model(req: ModelRequest) -> str:
+        requests.append(req)
+        seen.append(last_user_text(req))
+        if release is not None:
+            release.wait(20)
+        return "noted"
+
+    async with socket_mode(tmp) as (fake, ch, _sink):
+        loaded = build_config({
+            "agents": {"defaults": {"timezone": "Europe/Paris"}},
+            "channels": {"slack": {"accounts": {"work": {
+                "owners": [OWNER], "group_policy": "allowlist", "groups": [CHANNEL]}}}},
+        }, StatePaths(home))
+        rt = AgentRuntime(loaded.agent(), FunctionModel(model), clock=Clock(), fsync=False, home=home)
+        access = AccessControl(loaded.config.channels, PairingStore(home))
+        bus = Bus(AgentHost({rt.agent.id: rt}), route=route_with(Router.from_config(loaded), access),
+                  admit=admit_with(access, loaded), chunk=split_chunks, channels={("slack", "work"): ch})
+        ch._sink = bus  # type: ignore[assignment]  # the channel publishes into the gateway, as supervisor wires it
+        try:
+            yield SlackGateway(fake, bus, rt, seen, requests)
+        finally:
+            if release is not None:
+                release.set()
+            await bus.drain(30)
+            rt.close()
+
+
+async def wait_for(cond: Any, timeout: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+def test_slack_a_deleted_thread_parent_is_retracted_from_the_channel_session(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with slack_gateway(tmp_path) as g:
+            ev = await g.say(SECRET, OWNER)
+            await wait_for(lambda: len(g.seen) == 1)
+            assert await g.bus.drain(20)
+            await g.say("nice", MEMBER, thread_ts=ev["ts"])  # a member answers in its thread
+            await wait_for(lambda: len(g.seen) == 2)
+            assert await g.bus.drain(20)
+            await g.delete_thread_parent(ev, "EvTomb1")
+            await wait_for(lambda: ev_acked(g.fake))
+            assert await g.bus.drain(20)
+            await g.say("what did I say?", OWNER)
+            await wait_for(lambda: len(g.seen) == 3)
+            assert await g.bus.drain(20)
+            sent = str([m.to_dict() for m in g.requests[-1].messages])
+            assert "4711" not in sent and RETRACTED_TEXT in sent, sent
+
+    run(main, timeout=90)
+
+
+def test_slack_a_thread_parent_deleted_while_it_waits_is_never_answered(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    async def main() -> None:
+        async with slack_gateway(tmp_path, release) as g:
+            await g.say("first", OWNER)
+            await wait_for(lambda: g.bus.running() == 1)
+            ev = await g.say(SECRET, OWNER)  # waits behind "first"
+            await g.delete_thread_parent(ev, "EvTomb2")
+            await wait_for(lambda: ev_acked(g.fake))
+            release.set()
+            assert await g.bus.drain(20)
+            assert g.seen == ["first"]
+            stored = "".join(p.read_text() for p in g.rt.agent.sessions_dir.glob("*.jsonl"))
+            assert "4711" not in stored
+
+    run(main, timeout=90)
+
+
+def ev_acked(fake: FakeSlack) -> bool:
+    """Every envelope pushed so far was acked: the channel published it (Socket Mode acks after publish)."""
+    return not fake.unacked
