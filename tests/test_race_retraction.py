@@ -9,6 +9,8 @@ Bus with the real Router and AccessControl, an AgentRuntime on a FunctionModel, 
   to the thread's session (a thread parent was posted in the channel, so its turn ran in the channel's session):
   a waiting message was still answered and an answered one never retracted. Any member replying in the thread
   of the owner's message made the owner's delete miss.
+- A delete arriving after the bus took the message from its queue but before its turn recorded it (the access
+  check again, its files being filed) found it neither waiting nor in the transcript, and was lost.
 """
 
 from __future__ import annotations
@@ -23,21 +25,24 @@ from typing import Any
 
 from channelhelpers import run
 from fakes.fake_slack import BOT_USER, FakeSlack
-from gatewayhelpers import last_user_text
+from gatewayhelpers import RecordingChannel, last_user_text, make_bus, runtime
 from hermit.agent.routing import Router
 from hermit.agent.runtime import AgentRuntime
 from hermit.channels.access import AccessControl
+from hermit.channels.base import InboundMessage
 from hermit.channels.pairing import PairingStore
 from hermit.config.load import build_config
 from hermit.config.paths import StatePaths
 from hermit.gateway.agents import AgentHost
-from hermit.gateway.bus import Bus
+from hermit.gateway.bus import Admission, Bus
 from hermit.gateway.supervisor import admit_with, route_with, split_chunks
 from hermit.models.base import ModelRequest
 from hermit.sessions.entries import RETRACTED_TEXT
 from hermit.testing import FunctionModel
+from hermit.testing.scripted import Reply
 from sessionhelpers import Clock
 from test_channel_slack import socket_mode
+from test_trust_deleted_messages import msg
 
 OWNER, MEMBER, CHANNEL = "U1", "U2", "C1"
 SECRET = "my card PIN is 4711"
@@ -155,3 +160,55 @@ def test_slack_a_thread_parent_deleted_while_it_waits_is_never_answered(tmp_path
 def ev_acked(fake: FakeSlack) -> bool:
     """Every envelope pushed so far was acked: the channel published it (Socket Mode acks after publish)."""
     return not fake.unacked
+
+
+def test_a_delete_while_the_turn_is_being_started_retracts_the_message_once_it_is_recorded(tmp_path: Path) -> None:
+    """The bus takes a message from its queue, checks its sender's access again and files its files before the
+    turn records it: a delete arriving then found it neither waiting nor in the transcript, so it was lost —
+    the deleted text was answered and used by every later turn. Now its retraction waits for that turn."""
+    requests: list[ModelRequest] = []
+    checking, go_on, entered = threading.Event(), threading.Event(), threading.Event()
+    calls = [0]
+
+    def admit(_m: InboundMessage, _agent: str) -> Admission:
+        calls[0] += 1
+        if calls[0] == 2:  # the check when its turn is about to start: held there
+            checking.set()
+            go_on.wait(20)
+        return Admission(True)
+
+    def model(req: ModelRequest) -> Reply:
+        requests.append(req)
+        return "noted"
+
+    rt = runtime(tmp_path, model)
+    retract = rt.retract
+
+    def watched(session_key: str, ref: str) -> bool:
+        entered.set()
+        return retract(session_key, ref)
+
+    rt.retract = watched  # type: ignore[method-assign]  # observed, not replaced
+    bus = make_bus(rt, RecordingChannel(), admit=admit)
+
+    async def main() -> None:
+        assert await bus.publish(msg(SECRET, "1")) == "queued"
+        await wait_for(checking.is_set)
+        await bus.publish(msg("", "1", change="deleted"))
+        # Released once the retraction either ran (it would find nothing yet) or waits for the turn.
+        await wait_for(lambda: entered.is_set() or waits_for_a_turn(bus))
+        go_on.set()
+        assert await bus.drain(20)
+        await bus.publish(msg("what did I say?", "2"))
+        assert await bus.drain(20)
+
+    asyncio.run(main())
+    later = str([m.to_dict() for m in requests[-1].messages])
+    assert "4711" not in later and RETRACTED_TEXT in later and "what did I say?" in later, later
+
+
+def waits_for_a_turn(bus: Bus) -> bool:
+    """Every pending retraction is parked on an event (the turn it waits for), not running or done."""
+    tasks = list(bus._retractions)
+    return bool(tasks) and all(getattr(t.get_coro().cr_await, "__qualname__", "") == "Event.wait"  # type: ignore[union-attr]
+                               for t in tasks)

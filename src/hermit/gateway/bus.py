@@ -76,6 +76,7 @@ class _Job:
     heartbeat: bool = False
     result: asyncio.Future[TurnResult] | None = None
     dropped: bool = False  # its sender deleted it while it waited: no turn runs
+    finished: asyncio.Event = field(default_factory=asyncio.Event)  # set once its worker is done with it
 
 
 @dataclass
@@ -182,14 +183,23 @@ class Bus:
                 job.text, job.msg = msg.text, replace(m, text=msg.text, mentioned=m.mentioned or msg.mentioned)
                 log.info("a message waiting in %s was edited by its sender: its new text runs", routed.session_key)
         if not found and msg.change == "deleted" and routed.agent_id in self.host.runtimes:
-            # Answered, or being answered: its text is retracted from the transcript once the turn is over.
-            task = asyncio.create_task(self._retract(routed, f"{msg.channel}:{msg.account_id}:{msg.message_id}"))
+            # Answered, or being answered: its text is retracted from the transcript once the turn is over. One
+            # taken from the queue whose turn has not recorded it yet (its admission check, its files being
+            # filed) is waited for: retracted before, it was not found, and its text stayed in use.
+            running = q.running if q is not None else None
+            after = running.finished if running is not None and running.msg is not None and (
+                running.msg.channel, running.msg.account_id, running.msg.peer_id, running.msg.message_id) == (
+                msg.channel, msg.account_id, msg.peer_id, msg.message_id) else None
+            task = asyncio.create_task(self._retract(routed, f"{msg.channel}:{msg.account_id}:{msg.message_id}",
+                                                     after))
             self._retractions.add(task)
             task.add_done_callback(self._retractions.discard)
 
-    async def _retract(self, routed: Routed, ref: str) -> None:
+    async def _retract(self, routed: Routed, ref: str, after: asyncio.Event | None = None) -> None:
         runtime = self.host.runtime(routed.agent_id)
         try:
+            if after is not None:
+                await after.wait()
             if await asyncio.to_thread(runtime.retract, routed.session_key, ref):
                 log.info("a message in %s was deleted by its sender: its text is retracted", routed.session_key)
         except Exception:  # noqa: BLE001 - a background task: logged, the gateway goes on
@@ -282,6 +292,7 @@ class Bus:
                     log.exception("session %s of agent %s: handling a message failed", key[1], key[0])
                 finally:
                     q.running = None
+                    job.finished.set()
         finally:
             # No await between the empty check and here: a publish cannot slip in unseen.
             q.worker = None
