@@ -29,6 +29,7 @@ from hermit.config.schema import ModelsConfig, TelegramAccountConfig
 from hermit.gateway import attachments
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.bus import Bus
+from hermit.gateway.history import chat_history
 from hermit.gateway.supervisor import admit_with, route_with, split_chunks
 from hermit.messages import ImagePart, ToolResultMessage, UserMessage
 from hermit.models import AnthropicModel, ModelProfile, ModelRequest, build_model, model_profile
@@ -275,3 +276,32 @@ def test_which_models_read_images_by_default_and_by_config(tmp_path: Path) -> No
         StatePaths(tmp_path))
     gemma = model_profile("o", "gemma3:27b", provider_config("o", listed.config.models))
     assert gemma.supports_images and gemma.context_window == 131072
+
+
+def test_a_torn_image_line_loses_nothing_else_and_the_web_history_shows_the_turn_without_image_data(
+        tmp_path: Path) -> None:
+    """A crash while the transcript's image line was written (a kill mid-append leaves part of the line):
+    the next turn runs, with every whole turn and its image as before, and the file is still in inbox/. The
+    web app's history (chat.history) shows the photo's turn by its text line and sends no image data."""
+    async def main() -> None:
+        async with gateway(tmp_path, {"type": "anthropic", "api_key": "sk-ant-test"}, "claude-sonnet-4-5") as s:
+            await s.send(chat_id=OWNER, text="what is the total on this receipt?", photo=RECEIPT)
+            record = s.rt.store.get(MAIN_KEY)
+            assert record is not None
+            path = s.rt.store.transcript_path(record.session_id)
+            whole = path.read_bytes()
+            user_line = next(line for line in whole.splitlines(keepends=True) if RECEIPT_B64.encode() in line)
+            with path.open("ab") as f:  # the next photo's line, cut off by the kill
+                f.write(user_line[: len(user_line) // 2])
+            await s.send(chat_id=OWNER, text="and the date?")
+            users = [m for m in s.body()["messages"] if m["role"] == "user"]
+            assert [anthropic_images(m["content"]) for m in users] == [[("image/png", RECEIPT_B64)], []]
+            assert [p.read_bytes() for p in (s.rt.agent.workspace / "inbox").iterdir()] == [RECEIPT]
+
+            shown = chat_history(s.rt.store, MAIN_KEY, 50)
+            assert [(m["role"], m["text"].split("\n")[0]) for m in shown["messages"]] == [
+                ("user", "what is the total on this receipt?"), ("assistant", "Seen."),
+                ("user", "and the date?"), ("assistant", "Seen.")]
+            assert "; attached for you to see (image/png))" in shown["messages"][0]["text"]
+            assert RECEIPT_B64 not in json.dumps(shown)
+    run(main, timeout=120)
