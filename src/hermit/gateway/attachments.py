@@ -33,7 +33,6 @@ from pathlib import Path
 from hermit.agent.runtime import AgentRuntime
 from hermit.channels.base import Attachment, InboundMessage
 from hermit.channels.inbox import is_staged
-from hermit.durable import write_all
 from hermit.errors import HermitError, WorkspaceError
 from hermit.messages import ImagePart
 from hermit.tools import safe_fs
@@ -179,18 +178,15 @@ def _file_one(a: Attachment, runtime: AgentRuntime, session_key: str) -> tuple[P
     if not runtime.confinement.roomed(session_key):
         inbox = runtime.agent.workspace / "inbox"
         inbox.mkdir(parents=True, exist_ok=True)
-        dest = inbox / name
-        # The owner's own folder. A new file (the staged name is unique), written from the checked
-        # descriptor's bytes rather than renamed by name; removed again if the write fails part-way.
-        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        # The owner's own folder, written from the checked descriptor's bytes rather than renamed by name, and
+        # atomically (a temporary file renamed into place): a process killed part-way leaves no half file under
+        # the name the assistant is told, and the message handed over again (Telegram's journal) files it whole.
+        fd = os.open(inbox, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            write_all(fd, data)
-        except BaseException:
-            os.unlink(dest)
-            raise
+            safe_fs.write_beneath(fd, name, data, mode=0o600)
         finally:
             os.close(fd)
-        return dest, data
+        return inbox / name, data
     room = runtime.confinement.room(session_key)
     with room.locked() as fd:  # the room is only ever written through its descriptor (safe_fs)
         room.check_room_for(len(data) + 4096, fd)
