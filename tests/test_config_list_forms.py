@@ -9,6 +9,7 @@ import pytest
 
 from hermit.config import StatePaths, load_config
 from hermit.errors import ConfigError
+from hermit.models import model_profile
 
 
 def _load(tmp_path: Path, text: str, name: str = "hermit.yaml") -> object:
@@ -30,7 +31,10 @@ models:
 """)
     models = cfg.config.models.providers["ollama"].models  # type: ignore[attr-defined]
     assert list(models) == ["llama3.1", "qwen3"]
-    assert models["llama3.1"].context_window == 131072 and models["qwen3"].context_window == 200_000
+    assert models["llama3.1"].context_window == 131072 and models["qwen3"].context_window is None
+    # A limit the entry leaves out is the known-model table's (qwen3: 40,960), not a fixed 200k.
+    profile = model_profile("ollama", "qwen3", cfg.config.models.providers["ollama"])  # type: ignore[attr-defined]
+    assert (profile.context_window, profile.max_output_tokens) == (40_960, 8192)
 
 
 def test_json_list_form_too(tmp_path: Path) -> None:
