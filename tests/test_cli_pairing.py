@@ -35,7 +35,7 @@ def test_list_and_approve(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "no approved senders" in out
 
     assert main(["--home", str(tmp_path), "pairing", "list", "slack", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"pending": [], "approved": []}
+    assert json.loads(capsys.readouterr().out) == {"pending": [], "approved": [], "pinned": []}
     assert main(["--home", str(tmp_path), "pairing", "list", "telegram", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [r["sender_id"] for r in listed["pending"]] == ["100", "200"] and listed["approved"] == []

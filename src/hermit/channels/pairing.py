@@ -147,6 +147,10 @@ class PairingStore:
         with locked(self.dir / ".lock"):
             yield
 
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        """The lock every read-modify-write of a file in the credentials dir holds (username pins too)."""
+        return self._locked()
+
     @property
     def pairing_file(self) -> Path:
         return self.dir / "pairing.json"

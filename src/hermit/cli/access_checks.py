@@ -173,8 +173,6 @@ def _risks(loaded: LoadedConfig, accounts: list[tuple[str, str, ChannelAccessCon
            jobs: Sequence[Job] = (), router: Router | None = None) -> list[str]:
     """Every way a non-owner could reach the main session, main-session text or unsandboxed tools, one
     sentence each."""
-    from hermit.config.allowlist import is_username
-
     risks: list[str] = []
     for a in loaded.agents:
         session = a.settings.session
@@ -192,10 +190,6 @@ def _risks(loaded: LoadedConfig, accounts: list[tuple[str, str, ChannelAccessCon
     if router is not None:
         risks += _other_owners_risks(loaded, router, accounts)
     for name, account_id, acc in accounts:
-        for entry in acc.owners:
-            if is_username(entry):
-                risks.append(f"{name}/{account_id}: owner {entry} is matched by username — whoever holds that "
-                             "username later becomes the owner; prefer the numeric id")
         if acc.enabled and (acc.dm_policy == "open" or (acc.group_policy == "open" and not acc.require_mention)):
             risks.append(f"{name}/{account_id}: open to anyone (as contacts, in sandboxed sessions of their own)")
     return risks
@@ -214,7 +208,9 @@ def _jobs(ctx: CliContext, loaded: LoadedConfig) -> Sequence[Job]:
 @check("access", fix="fix channels.<name>.accounts in the config", needs=("config",))
 def access_check(ctx: CliContext) -> str | Check:
     from hermit.agent.routing import Router
+    from hermit.channels.pairing import PairingStore
     from hermit.channels.platforms import accounts as channel_accounts
+    from hermit.channels.username_pins import UsernamePins, owner_username_notes
 
     loaded = ctx.config()
     channels = loaded.config.channels
@@ -227,6 +223,7 @@ def access_check(ctx: CliContext) -> str | Check:
     parts = [_account_line(ctx, router, loaded, name, account_id, acc) for name, account_id, acc in accounts]
     detail = "; ".join(parts) or "no chat accounts configured (web chat only)"
     risks = _risks(loaded, accounts, _jobs(ctx, loaded), router)
+    risks += owner_username_notes(UsernamePins(PairingStore(ctx.home)), accounts)  # pinned ids, to write in
     if risks:
         return Check("access", "warn", f"{detail} — {'; '.join(risks)}",
                      "only owners should reach the main session: turn dangerous settings off, name owners by "

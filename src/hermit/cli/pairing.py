@@ -1,5 +1,6 @@
-"""`hermit pairing list|approve|deny|revoke`: who waits to talk to the assistant, letting them in as contacts, and
-sending them away again.
+"""`hermit pairing list|approve|deny|revoke|unpin`: who waits to talk to the assistant, letting them in as contacts,
+and sending them away again; `list` also shows which id each listed @username is pinned to
+(channels/username_pins.py), and `unpin` lets the next sender presenting that name be pinned instead.
 
 Pairing codes are issued by the gateway to unknown DM senders (dm_policy: pairing). Approving one makes the
 sender a *contact*: they talk to the assistant in a sandboxed session of their own, never the owner's main
@@ -30,7 +31,7 @@ def configure(s: argparse.ArgumentParser) -> None:
     ss = s.add_subparsers(dest="pairing_command", metavar="SUBCOMMAND", required=True)
     p = ss.add_parser("list", help="pending pairing requests and approved senders, per channel account")
     p.add_argument("channel", nargs="?", help="only this channel (a platform under channels: in the config, e.g. telegram)")
-    p.add_argument("--json", action="store_true", help="print {pending: [...], approved: [...]} as JSON")
+    p.add_argument("--json", action="store_true", help="print {pending: [...], approved: [...], pinned: [...]} as JSON")
     p.set_defaults(func=cmd_list)
     p = ss.add_parser("approve", help="let the sender of a pairing code talk to the assistant, as a contact")
     p.add_argument("channel", help="the channel the code was sent on")
@@ -45,6 +46,11 @@ def configure(s: argparse.ArgumentParser) -> None:
     p.add_argument("sender", help="the sender id as `pairing list` shows it (or @username)")
     p.add_argument("--account", help="only this channel account (default: every account of the channel)")
     p.set_defaults(func=cmd_revoke)
+    p = ss.add_parser("unpin", help="forget the id an @username of owners/allow_from was pinned to (the next "
+                                    "sender presenting it is pinned instead)")
+    p.add_argument("channel", help="the channel (telegram, discord)")
+    p.add_argument("username", help="the @username as `pairing list` shows it")
+    p.set_defaults(func=cmd_unpin)
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
@@ -62,13 +68,17 @@ def _when(ts: float | None) -> str:
 
 def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
     from hermit.channels.pairing import PairingStore, printable
+    from hermit.channels.username_pins import UsernamePins
 
     store = PairingStore(ctx.home)
     requests = sorted(store.pending(args.channel), key=lambda r: (r.channel, r.account_id, r.created_at))
     approved = sorted(store.approved(args.channel), key=lambda a: (a.channel, a.account_id))
+    pins = [p for p in UsernamePins(store).all() if args.channel is None or p.channel == args.channel.lower()]
     now = time.time()
     if args.json:
         print(json.dumps({
+            "pinned": [{"channel": p.channel, "username": p.username, "sender_id": p.sender_id,
+                        "account_id": p.account_id, "pinned_at": p.pinned_at} for p in pins],
             "pending": [{"channel": r.channel, "account_id": r.account_id, "sender_id": r.sender_id,
                          "sender_name": r.sender_name, "sender_username": r.sender_username, "code": r.code,
                          "created_at": r.created_at, "expires_at": r.expires_at} for r in requests],
@@ -96,6 +106,12 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
               f"--account {approved[0].account_id}")
     else:
         print(f"no approved senders{where}")
+    if pins:
+        print()
+        print("Usernames pinned to the first sender seen with them (another id presenting one is a stranger):")
+        _table(("CHANNEL", "USERNAME", "PINNED TO", "SINCE"),
+               [(p.channel, p.username, p.sender_id, _when(p.pinned_at)) for p in pins])
+        print("write the pinned id into the config instead of the @username: names can change hands")
     print("Owners (the main session) are named in the config: channels.<channel>.accounts.<account>.owners")
     return 0
 
@@ -168,4 +184,19 @@ def cmd_revoke(ctx: CliContext, args: argparse.Namespace) -> int:
     loaded = _config(ctx)
     for gone in removed:
         print(f"revoked {gone.label()} on {gone.channel}/{gone.account_id}: {_after_revoke(loaded, gone)}")
+    return 0
+
+
+def cmd_unpin(ctx: CliContext, args: argparse.Namespace) -> int:
+    from hermit.channels.pairing import PairingStore, printable
+    from hermit.channels.username_pins import UsernamePins
+    from hermit.errors import AccessDenied
+
+    gone = UsernamePins(PairingStore(ctx.home)).forget(args.channel, args.username)
+    if gone is None:
+        raise AccessDenied(f"{printable(args.username, 64)} is not pinned on {args.channel.lower()}",
+                           f"see `hermit pairing list {args.channel.lower()}`")
+    print(f"unpinned {gone.username} on {gone.channel} (it was {gone.sender_id}): the next sender presenting that "
+          "username is pinned to it, and if it is listed under owners, becomes the owner; listing the id instead "
+          "needs no pin")
     return 0
