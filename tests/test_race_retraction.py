@@ -11,6 +11,8 @@ Bus with the real Router and AccessControl, an AgentRuntime on a FunctionModel, 
   of the owner's message made the owner's delete miss.
 - A delete arriving after the bus took the message from its queue but before its turn recorded it (the access
   check again, its files being filed) found it neither waiting nor in the transcript, and was lost.
+- Discord names only the channel of a deleted message: after a restart a DM's person was unknown, and the delete
+  was dropped.
 """
 
 from __future__ import annotations
@@ -23,16 +25,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from channelhelpers import run
+from channelhelpers import FAST, QueueSink, run
+from fakes.fake_discord import FakeDiscord, patch_discord, unpatch
+from fakes.fake_discord import user as discord_user
 from fakes.fake_slack import BOT_USER, FakeSlack
 from gatewayhelpers import RecordingChannel, last_user_text, make_bus, runtime
 from hermit.agent.routing import Router
 from hermit.agent.runtime import AgentRuntime
 from hermit.channels.access import AccessControl
 from hermit.channels.base import InboundMessage
+from hermit.channels.discord import DiscordChannel
 from hermit.channels.pairing import PairingStore
 from hermit.config.load import build_config
 from hermit.config.paths import StatePaths
+from hermit.config.schema import DiscordAccountConfig
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.bus import Admission, Bus
 from hermit.gateway.supervisor import admit_with, route_with, split_chunks
@@ -212,3 +218,61 @@ def waits_for_a_turn(bus: Bus) -> bool:
     tasks = list(bus._retractions)
     return bool(tasks) and all(getattr(t.get_coro().cr_await, "__qualname__", "") == "Event.wait"  # type: ignore[union-attr]
                                for t in tasks)
+
+
+class DMsDiscord(FakeDiscord):
+    """The fake Discord, also answering GET /channels/{id} for a DM channel (`5…`, with user `6…`)."""
+
+    def routes(self, app: Any) -> None:
+        super().routes(app)
+        app.router.add_get("/api/v10/channels/{channel_id}", self._channel)
+
+    async def _channel(self, request: Any) -> Any:
+        stop, _ = await self._guarded("channel", request)
+        cid = request.match_info["channel_id"]
+        if stop is not None:
+            return stop
+        if not cid.startswith("5"):
+            return self._json({"message": "Unknown Channel", "code": 10003}, 404)
+        self.record("channel", {"channel_id": cid})
+        return self._json({"id": cid, "type": 1, "recipients": [discord_user(f"6{cid[1:]}", "ann")],
+                           "last_message_id": None})
+
+
+@asynccontextmanager
+async def discord_account(fake: FakeDiscord, tmp: Path) -> AsyncIterator[tuple[DiscordChannel, QueueSink]]:
+    ch = DiscordChannel("default", DiscordAccountConfig(), fake.token, state_dir=tmp, policy=FAST,
+                        reconnect_max_delay=0.1)
+    sink = QueueSink()
+    try:
+        await ch.start(sink)
+        await fake.wait_for(lambda: ch.status().connected)
+        yield ch, sink
+    finally:
+        await ch.stop()
+
+
+def test_discord_a_dm_deleted_after_a_restart_is_still_a_delete(tmp_path: Path) -> None:
+    """Discord's MESSAGE_DELETE names only the channel and the message, and discord.py's cache is empty after a
+    restart: a DM's person was known only from the DM channels this process had answered in, so every delete of
+    a DM message sent before a restart was dropped and its text stayed in use. The DM channel is now asked for."""
+    author = "600000000000000001"
+
+    async def main() -> None:
+        fake = await DMsDiscord().start()
+        old = patch_discord(fake)
+        try:
+            async with discord_account(fake, tmp_path) as (_ch, sink):
+                mid = await fake.say(SECRET, author=author)
+                first = await sink.next()
+                assert (first.peer_id, first.message_id) == (author, mid)
+            async with discord_account(fake, tmp_path) as (_ch, sink):  # the gateway restarted
+                await fake._dispatch("MESSAGE_DELETE", {"id": mid, "channel_id": f"5{author[1:]}"})
+                deleted = await sink.next()
+                assert (deleted.change, deleted.peer_kind, deleted.peer_id, deleted.sender_id, deleted.message_id) == \
+                    ("deleted", "dm", author, author, mid)
+        finally:
+            unpatch(old)
+            await fake.stop()
+
+    run(main, timeout=60)

@@ -234,7 +234,8 @@ class DiscordChannel:
         channel_id = str(payload.channel_id)
         thread_id = None
         if payload.guild_id is None:  # a DM: its peer is the person, known by the DM channel we answered in
-            peer = author_id or next((u for u, c in self._dm_channels.items() if str(c) == channel_id), "")
+            peer = author_id or next((u for u, c in self._dm_channels.items() if str(c) == channel_id), "") or (
+                await self._dm_recipient(client, payload.channel_id))
             if not peer:
                 return
             author_id = author_id or peer  # only its author deletes a message of theirs in a DM
@@ -252,6 +253,25 @@ class DiscordChannel:
             guild_id=str(payload.guild_id) if payload.guild_id else None,
             mentioned=any(isinstance(m, dict) and str(m.get("id")) == str(me.id) for m in mentions),
             meta={"channel_id": channel_id}, change="edited" if data is not None else "deleted"))
+
+    async def _dm_recipient(self, client: Any, channel_id: int) -> str:
+        """The person of a DM channel this process has not answered in (a delete after a restart names only the
+        channel, and discord.py caches no DM channel then), asked of Discord; "" when it cannot say."""
+        import discord
+
+        channel = client.get_channel(channel_id)
+        if channel is None:
+            try:
+                channel = await client.fetch_channel(channel_id)
+            except (discord.HTTPException, discord.InvalidData) as e:
+                log.warning("discord %s: could not look up the DM channel of a deleted message: %s",
+                            self.account_id, e)
+                return ""
+        recipient = getattr(channel, "recipient", None)
+        if not isinstance(channel, discord.DMChannel) or recipient is None:
+            return ""
+        self._dm_channels[str(recipient.id)] = channel.id
+        return str(recipient.id)
 
     async def _attachments(self, message: Any, channel_id: str) -> tuple[Attachment, ...]:
         """Each file into a new file of its own under inbox/: two bots in one channel see the same message
