@@ -13,6 +13,8 @@ Bus with the real Router and AccessControl, an AgentRuntime on a FunctionModel, 
   check again, its files being filed) found it neither waiting nor in the transcript, and was lost.
 - Discord names only the channel of a deleted message: after a restart a DM's person was unknown, and the delete
   was dropped.
+Guarded too (no attack found): a delete is looked for only in the session its sender's messages go to, so the
+same message id in another chat, or a stranger's DM, retracts nothing of the owner's.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,7 @@ from hermit.config.schema import DiscordAccountConfig
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.bus import Admission, Bus
 from hermit.gateway.supervisor import admit_with, route_with, split_chunks
+from hermit.memory.index.session_source import render_transcript
 from hermit.models.base import ModelRequest
 from hermit.sessions.entries import RETRACTED_TEXT
 from hermit.testing import FunctionModel
@@ -276,3 +279,52 @@ def test_discord_a_dm_deleted_after_a_restart_is_still_a_delete(tmp_path: Path) 
             await fake.stop()
 
     run(main, timeout=60)
+
+
+def test_a_delete_in_one_chat_never_retracts_another_chats_message_of_the_same_id(tmp_path: Path) -> None:
+    """A transcript names a platform message by channel, account and id (bus.message_ref), not by chat, and
+    Telegram numbers messages per chat and Slack's ts is unique per channel only: the same id in two chats is
+    usual. A member deleting their message in one group must not retract the owner's message of that id in
+    another; only the session the delete is routed to is looked at."""
+    rt = runtime(tmp_path, lambda _req: "noted")
+    bus = make_bus(rt, RecordingChannel())
+    elsewhere = {"peer_id": "g2"}
+
+    async def main() -> None:
+        await bus.publish(msg("the owner's plan: ship on friday", "1", sender="owner"))
+        await bus.publish(replace(msg("my own words", "1", sender="u8"), **elsewhere))
+        assert await bus.drain(20)
+        await bus.publish(replace(msg("", "1", sender="u8", change="deleted"), **elsewhere))
+        assert await bus.drain(20)
+
+    asyncio.run(main())
+    rendered = {p.name: render_transcript(p.read_text())[0] for p in rt.agent.sessions_dir.glob("*.jsonl")}
+    [g1] = [r for r in rendered.values() if "g1" in r]
+    [g2] = [r for r in rendered.values() if "g2" in r]
+    assert "ship on friday" in g1 and RETRACTED_TEXT not in g1
+    assert "my own words" not in g2 and RETRACTED_TEXT in g2
+
+
+def test_slack_a_strangers_delete_of_the_same_ts_leaves_the_owners_message(tmp_path: Path) -> None:
+    """A delete goes to the session its sender's messages go to: a stranger's, in their own DM channel, naming
+    the ts of a message in the owner's DM (ts are unique per channel only), retracts nothing of the owner's."""
+    async def main() -> None:
+        async with slack_gateway(tmp_path) as g:
+            ev, eid = g.fake.message(SECRET, user=OWNER, channel="D1")
+            await g.fake.push(ev, eid)
+            await wait_for(lambda: len(g.seen) == 1)
+            assert await g.bus.drain(20)
+            prev = {"type": "message", "user": "U9", "text": "hi", "ts": ev["ts"]}
+            await g.fake.push({"type": "message", "subtype": "message_deleted", "channel": "D9",
+                               "channel_type": "im", "hidden": True, "deleted_ts": ev["ts"], "event_ts": "1.6",
+                               "previous_message": prev}, "EvDelStranger")
+            await wait_for(lambda: ev_acked(g.fake))
+            assert await g.bus.drain(20)
+            ev, eid = g.fake.message("what did I say?", user=OWNER, channel="D1")
+            await g.fake.push(ev, eid)
+            await wait_for(lambda: len(g.seen) == 2)
+            assert await g.bus.drain(20)
+            sent = str([m.to_dict() for m in g.requests[-1].messages])
+            assert "4711" in sent and RETRACTED_TEXT not in sent, sent
+
+    run(main, timeout=90)
