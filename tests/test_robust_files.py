@@ -289,20 +289,24 @@ def test_a_run_logged_after_a_torn_line_is_kept_on_its_own_line(tmp_path: Path) 
 
 def test_the_temp_files_a_killed_rewrite_left_are_removed_by_the_next_one(tmp_path: Path) -> None:
     """A process killed between writing a file's temp copy and renaming it leaves `.NAME.tmp-<pid>-…`
-    behind; nothing ever removed them. The next rewrite of that file removes those of dead processes."""
-    from hermit.durable import write_atomic
+    behind; nothing ever removed them. The next rewrite of that file removes those no live writer holds
+    (tests/test_held_leftovers.py: by the writer's lock, not the pid in the name)."""
+    from hermit.durable import held_temp, write_atomic
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
                           check=True).stdout.strip()
     store = tmp_path / "sessions.json"
     left = tmp_path / f".sessions.json.tmp-{dead}-1a2b3c4d"
-    alive = tmp_path / f".sessions.json.tmp-{os.getpid()}-5e6f7a8b"  # a writer still at work: kept
+    fd, alive = held_temp(store)  # a writer still at work: kept
     other = tmp_path / f".jobs.json.tmp-{dead}-9c0d1e2f"  # another file's: not this rewrite's to judge
-    for p in (left, alive, other):
+    for p in (left, other):
         p.write_text("{}")
-    write_atomic(store, "{\"sessions\": {}}")
-    assert store.read_text() == "{\"sessions\": {}}"
-    assert not left.exists() and alive.exists() and other.exists()
+    try:
+        write_atomic(store, "{\"sessions\": {}}")
+        assert store.read_text() == "{\"sessions\": {}}"
+        assert not left.exists() and alive.exists() and other.exists()
+    finally:
+        os.close(fd)
 
 
 SLUG_CUT_SHORT = """

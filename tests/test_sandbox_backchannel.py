@@ -24,7 +24,7 @@ import pytest
 from ciguard import need
 from hermit.errors import ToolError
 from hermit.tools import os_sandbox
-from hermit.tools.room_sandbox import STAGING_PREFIX, OverBudget, sandbox_uid, unpack
+from hermit.tools.room_sandbox import STAGING_PREFIX, OverBudget, new_staging, sandbox_uid, unpack
 from prochelpers import PROC_TIMEOUT, python_as
 from test_sandbox_attacks import need_sandbox, room_tools, run
 
@@ -200,17 +200,16 @@ def test_a_merge_killed_midway_leaves_nothing_behind_after_the_next_run(tmp_path
     rooms = tmp_path / "rooms"
     left = [n for n in os.listdir(rooms) if n.startswith(".incoming-")]
     assert len(left) == 1 and sum(f.stat().st_size for f in (rooms / left[0]).rglob("*")) >= 100000
-    live = subprocess.Popen(["sleep", "60"])
+    live, fd = new_staging(rooms)  # a merge at work (held: tests/test_held_leftovers.py)
     try:
-        (rooms / f"{STAGING_PREFIX}{live.pid}-abc").mkdir()
         runner, view = room_tools(tmp_path)
         text, err = run(runner, "exec", command="echo later > later.txt")
         print(f"\nleft by the killed Hermit: {left}; after the next run: {sorted(os.listdir(rooms))}")
         assert not err and (view.room.path / "later.txt").read_text() == "later\n"
-        assert sorted(n for n in os.listdir(rooms) if n.startswith(".incoming-")) == [f"{STAGING_PREFIX}{live.pid}-abc"]
+        assert sorted(n for n in os.listdir(rooms) if n.startswith(".incoming-")) == [live.name]
     finally:
-        live.kill()
-        live.wait()
+        live.rmdir()
+        os.close(fd)
 
 
 def test_a_host_process_of_another_account_cannot_reach_a_contacts_room(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import os
 import secrets
 from pathlib import Path
 
-from hermit.locks import held, left_by_dead_processes
+from hermit.locks import held, hold_made, left_unheld
 
 
 def fsync_dir(directory: Path) -> None:
@@ -60,15 +60,14 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None, fsyn
         else:
             if st.st_uid == os.geteuid():
                 final_mode = st.st_mode & 0o7777
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd, tmp = held_temp(path)
     try:
         try:
             write_all(fd, payload, fsync=fsync)
+            os.fchmod(fd, final_mode)
+            os.replace(tmp, path)
         finally:
             os.close(fd)
-        os.chmod(tmp, final_mode)
-        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -76,6 +75,22 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None, fsyn
     if fsync:
         fsync_dir(path.parent)
 
+
+
+def held_temp(path: Path) -> tuple[int, Path]:
+    """A new temp file `.NAME.tmp-<pid>-<hex>` next to `path` (0600, created exclusively) and its descriptor,
+    held (locks.hold_made) until the descriptor is closed: another process's sweep (_remove_stale_temps) removes
+    only the temps of writers that died, whatever pid is in their names."""
+    while True:
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            if hold_made(fd, tmp):
+                return fd, tmp
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # swept between its making and the lock: another name
 
 
 def create_new(path: Path, data: bytes | str, mode: int = 0o600) -> bool:
@@ -147,9 +162,17 @@ def _unnamed(folder: int, name: str) -> tuple[int, str | None]:
         except OSError as e:
             if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
                 raise
-    tmp = f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    return os.open(tmp, flags, 0o600, dir_fd=folder), tmp
+    while True:  # held (locked) until closed, as write_atomic's temps
+        tmp = f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        fd = os.open(tmp, flags, 0o600, dir_fd=folder)
+        try:
+            if hold_made(fd, tmp, dir_fd=folder):
+                return fd, tmp
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
 
 
 _swept: set[Path] = set()  # files whose leftover temps this process has looked for
@@ -157,11 +180,12 @@ _swept: set[Path] = set()  # files whose leftover temps this process has looked 
 
 def _remove_stale_temps(path: Path) -> None:
     """Delete the temp files of `path` (`.NAME.tmp-<pid>-<hex>`) that a killed process left: once per file
-    and process (a leftover is a crash's, so one look is enough), only those whose process is gone."""
+    and process (a leftover is a crash's, so one look is enough), only those no process holds (locks.left_unheld:
+    a live writer in another pid namespace keeps its temp)."""
     if path in _swept:
         return
     _swept.add(path)
-    for stale in left_by_dead_processes(path.parent, f".{path.name}.tmp-"):
+    for stale in left_unheld(path.parent, f".{path.name}.tmp-"):
         with contextlib.suppress(OSError):
             os.unlink(stale)
 

@@ -12,6 +12,9 @@ Three shapes cover every use:
 - `LockFile`: a lock held for a component's lifetime, taken without waiting or within a bounded wait
   (one gateway per state dir, one Telegram poller per token, one memory indexer per index, one turn at
   a time per session).
+
+And one for what a process makes and removes again (a temp file, a staging folder, a cgroup): `hold_made` locks
+it from its making until its removal, and `left_unheld` finds the ones whose maker died by that lock alone.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -184,17 +188,57 @@ class LockFile:
         self.release()
 
 
-def left_by_dead_processes(directory: Path, prefix: str) -> list[str]:
-    """The paths in `directory` named `<prefix><pid>-…` whose process is gone (never this one's): what a
-    killed process left behind (a temp file, a cgroup)."""
-    out: list[str] = []
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(directory):
-            if entry.name.startswith(prefix):
-                pid = entry.name[len(prefix):].split("-", 1)[0]
-                if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
-                    out.append(entry.path)
-    return out
+def hold_made(fd: int, path: str | os.PathLike[str], *, dir_fd: int | None = None) -> bool:
+    """Lock `fd`, the descriptor of the file or folder this process just made at `path` (relative to `dir_fd`
+    when given), for as long as it stays open: the proof that its maker lives (`left_unheld`), whatever pid
+    namespace either process is in and whichever process has its pid by now. False when a sweep took it for a
+    leftover between its making and this lock and removed it: the caller makes another (the lock waits while
+    such a sweep holds it)."""
+    lock_fd(fd)
+    try:
+        now = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (own.st_dev, own.st_ino)
+
+
+def make_held_dir(parent: Path, prefix: str) -> tuple[Path, int]:
+    """A new folder `<prefix><random>` in `parent` (0700, tempfile.mkdtemp) and its descriptor, held (hold_made)
+    until the descriptor is closed: remove the folder before closing it."""
+    while True:
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            if hold_made(fd, path):
+                return path, fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
+def left_unheld(directory: Path, prefix: str, match: Callable[[str], bool] | None = None) -> Iterator[str]:
+    """The paths in `directory` named `<prefix>…` that no process holds (hold_made): what a process that died
+    left behind (a temp file, a staging folder, a cgroup), or what a Hermit that did not hold its own made. Each
+    is yielded while this process holds it, so that nobody takes it up meanwhile: remove it in the loop. Liveness
+    is the lock alone, never a pid in the name (another pid namespace's pid, or a pid reused since). `match`: a
+    further test of the name."""
+    try:
+        entries = [e.path for e in os.scandir(directory)
+                   if e.name.startswith(prefix) and (match is None or match(e.name))]
+    except OSError:
+        return
+    for path in entries:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue  # gone, a symlink, or not ours to open: not ours to remove either
+        try:
+            if lock_fd(fd, wait=False):
+                yield path
+        finally:
+            os.close(fd)
 
 
 def pid_alive(pid: int) -> bool:

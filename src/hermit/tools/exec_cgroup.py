@@ -22,12 +22,13 @@ import functools
 import itertools
 import os
 import re
+import secrets
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermit.locks import left_by_dead_processes
+from hermit.locks import hold_made, left_unheld
 
 PREFIX = "hermit-exec-"
 _counter = itertools.count()
@@ -147,9 +148,10 @@ def remove_stale_groups() -> None:
 
 
 def _remove_stale(site: Site) -> None:
-    """Groups a killed Hermit left behind (empty ones only: rmdir refuses the others)."""
+    """Groups a killed Hermit left behind (empty ones only: rmdir refuses the others): those no process holds
+    (locks.left_unheld; a live Hermit holds its group from its making to its removal, whatever its pid)."""
     for parent in {site.memory_parent, site.pids_parent}:
-        for stale in left_by_dead_processes(parent, PREFIX):
+        for stale in left_unheld(parent, PREFIX):
             with contextlib.suppress(OSError):
                 os.rmdir(stale)
 
@@ -163,20 +165,29 @@ class CommandCgroup:
     memory_bytes: int
     tasks: int
 
+    held: tuple[int, ...] = ()  # each folder's descriptor, locked until it is removed (locks.hold_made)
+
     @classmethod
     def create(cls, site: Site, memory_bytes: int, tasks: int) -> CommandCgroup:
-        name = f"{PREFIX}{os.getpid()}-{next(_counter)}"
+        # The pid is for people; a random part keeps two Hermits with one pid (pid namespaces) apart.
+        name = f"{PREFIX}{os.getpid()}-{next(_counter)}-{secrets.token_hex(4)}"
         made: list[Path] = []
+        held: list[int] = []
         try:
             for parent in dict.fromkeys((site.memory_parent, site.pids_parent)):
                 (parent / name).mkdir(mode=0o755)
                 made.append(parent / name)
-            group = cls(site, tuple(made), memory_bytes, tasks)
+                held.append(os.open(parent / name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+                if not hold_made(held[-1], parent / name):
+                    raise FileNotFoundError(f"{parent / name} was removed as it was made")
+            group = cls(site, tuple(made), memory_bytes, tasks, tuple(held))
             group._limit()
         except OSError:
             for d in made:
                 with contextlib.suppress(OSError):
                     d.rmdir()
+            for fd in held:
+                os.close(fd)
             raise
         return group
 
@@ -235,8 +246,11 @@ class CommandCgroup:
                 except OSError:
                     left = True
             if not left:
-                return
+                break
             time.sleep(0.01 if attempt < 20 else 0.05)
+        for fd in self.held:  # removed, or given up on: then the next Hermit's sweep may remove it
+            os.close(fd)
+        self.held = ()
 
 
 def _write(path: Path, value: int) -> None:

@@ -13,8 +13,8 @@ under `timeout`, kills whatever the command left running, and streams the room's
 tar on another socket (a socket, not a pipe: a pipe the wrapper holds could be reopened through
 /proc/<pid>/fd by the command, which runs as the same uid, and fed a tar of its own). Hermit unpacks
 that tar trusting none of it (`unpack`: folders, regular files and links only, within a byte budget) into
-a staging folder named after its pid (`.incoming-<pid>-…`; one a killed Hermit left is removed by the next
-run), then merges the changes into the room (rooms.apply_incoming), under the room's lock and only below
+a staging folder (`.incoming-<pid>-…`) that it holds locked from its making to its removal, so that the next
+run removes one a killed Hermit left, and never one a live Hermit uses (in another pid namespace, say), then merges the changes into the room (rooms.apply_incoming), under the room's lock and only below
 the room's descriptor. So:
 
 - disk use is bounded by the tmpfs sizes (`sandbox.room_mb`, `sandbox.exec_tmp_mb`), not a check;
@@ -57,7 +57,7 @@ from typing import IO
 
 from hermit.durable import write_all
 from hermit.errors import HermitError, PathPolicyError, ToolError
-from hermit.locks import left_by_dead_processes
+from hermit.locks import left_unheld, make_held_dir
 from hermit.tools import safe_fs
 from hermit.tools.exec_cgroup import CommandCgroup, fallback_limits, find_site, nproc_per_namespace
 from hermit.tools.os_sandbox import (
@@ -80,7 +80,7 @@ from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 SETUP_FAILED = 125  # the wrapper's exit code when it could not unpack the room
 RESERVED_TOP = frozenset({MEMORY_DIR, MEMORY_FILE, *BOOTSTRAP_ORDER})
 MAX_INSTRUCTION_BYTES = 20_000_000  # as the read tool's limit: a larger instruction file is left out
-STAGING_PREFIX = ".incoming-"  # + "<pid>-…": where a merge unpacks what came back, in the rooms folder
+STAGING_PREFIX = ".incoming-"  # + "<pid>-…" (for people; liveness is its lock): where a merge unpacks what came back
 COPY_CHUNK = 1 << 20
 # What comes back is kept only this deep and this long (the room's own entries excepted): the room's host
 # path plus this stays below PATH_MAX, so the owner's own tools can reach every entry, and walking the room
@@ -341,21 +341,18 @@ class RoomRun:
         if not self.out_bytes:
             return Merge([], [])
         room = self.sandbox.view.room
-        # Named after this process: what a killed one left is removed by the next run (sweep_staging).
-        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=room.base))
+        # Held from its making to its removal: what a killed process left is removed by the next run
+        # (sweep_staging), never what a live one uses.
+        staging, fd = new_staging(room.base)
         too_deep: list[str] = []
         try:
             try:
-                fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                try:
-                    with tarfile.open(fileobj=self.spool, mode="r:") as tar:
-                        # The room's copy may hold any number of empty files (a tmpfs counts bytes, not
-                        # inodes): no more than the quota's entries, and no more bytes than came back
-                        # (out_cap), are unpacked on the host's disk.
-                        over = unpack(tar, fd, room.max_entries, keep=self.manifest, max_bytes=self.sandbox.out_cap,
-                                      too_deep=too_deep)
-                finally:
-                    os.close(fd)
+                with tarfile.open(fileobj=self.spool, mode="r:") as tar:
+                    # The room's copy may hold any number of empty files (a tmpfs counts bytes, not
+                    # inodes): no more than the quota's entries, and no more bytes than came back
+                    # (out_cap), are unpacked on the host's disk.
+                    over = unpack(tar, fd, room.max_entries, keep=self.manifest, max_bytes=self.sandbox.out_cap,
+                                  too_deep=too_deep)
             except (tarfile.TarError, OSError, ValueError) as e:
                 return f"[the command's files were not kept: the room could not be read back ({_reason(e)})]"
             try:
@@ -367,6 +364,7 @@ class RoomRun:
                 return f"[the command's files were not kept: they could not be merged into the room ({_reason(e)})]"
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+            os.close(fd)  # the lock goes after the folder
         merge.skipped += over
         merge.too_deep = too_deep
         return merge
@@ -386,9 +384,16 @@ def _short(name: str) -> str:
     return name if len(name) <= 80 else f"{name[:60]}…({len(name):,} characters)"
 
 
+def new_staging(rooms: Path) -> tuple[Path, int]:
+    """A new staging folder in the rooms folder and its descriptor, held until the descriptor is closed (remove
+    the folder first)."""
+    return make_held_dir(rooms, f"{STAGING_PREFIX}{os.getpid()}-")
+
+
 def sweep_staging(rooms: Path) -> None:
-    """Remove the staging folders (`.incoming-<pid>-…`) of Hermit processes that were killed mid-merge."""
-    for path in left_by_dead_processes(rooms, STAGING_PREFIX):
+    """Remove the staging folders (`.incoming-…`) that no process holds: those of Hermit processes killed
+    mid-merge."""
+    for path in left_unheld(rooms, STAGING_PREFIX):
         shutil.rmtree(path, ignore_errors=True)
 
 

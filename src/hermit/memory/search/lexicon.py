@@ -15,13 +15,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import sqlite3
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 from hermit.config.paths import ensure_private_dir
-from hermit.locks import pid_alive
+from hermit.locks import hold_made, left_unheld
 from hermit.memory.search.fts import CJK_LETTERS, STOPWORDS, ZH_STOP_CHARS
 
 LEXICON_VERSION = "3"
@@ -85,8 +86,8 @@ def build_lexicon(dest: Path) -> None:
             word = line.split("\t")[0].strip()
             if word and not word.startswith("//"):
                 common[word] = min(common.get(word, 99), 1)
-    tmp = dest.with_name(f"{dest.name}.tmp{os.getpid()}")
     ensure_private_dir(dest.parent)  # may be the first thing to create the state dir
+    held, tmp = held_build(dest)
     try:
         _fill(tmp, dict_file, common)
         os.replace(tmp, dest)
@@ -96,6 +97,23 @@ def build_lexicon(dest: Path) -> None:
             with contextlib.suppress(OSError):
                 leftover.unlink()
         raise
+    finally:
+        os.close(held)
+
+
+def held_build(dest: Path) -> tuple[int, Path]:
+    """A new, empty build file `<dest>.tmp<pid>-<hex>` (SQLite fills it) and a descriptor holding it
+    (locks.hold_made) until the build ends: clean_stale_builds removes only the builds of dead processes."""
+    while True:
+        tmp = dest.with_name(f"{dest.name}.tmp{os.getpid()}-{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            if hold_made(fd, tmp):
+                return fd, tmp
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
 
 
 def _fill(tmp: Path, dict_file: Path, common: dict[str, int]) -> None:
@@ -146,13 +164,20 @@ def _fill_tables(conn: sqlite3.Connection, dict_file: Path, common: dict[str, in
 
 
 def clean_stale_builds(cache_dir: Path) -> None:
-    """Remove the temp files of lexicon builds whose process is gone (killed mid-build, before this fix
-    a failed one too): each is a ~2 MB file nobody will finish."""
-    for stale in cache_dir.glob("lexicon-*.sqlite.tmp*"):
-        pid = stale.name.rsplit(".tmp", 1)[-1].split("-")[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+    """Remove the temp files of lexicon builds no process holds (killed mid-build, before this fix a failed one
+    too): each is a ~2 MB file nobody will finish. Liveness is the builder's lock (held_build), not the pid
+    in the name; a journal goes with its build file, or alone when that is gone."""
+    def build_file(name: str) -> bool:
+        return ".sqlite.tmp" in name and not name.endswith("-journal")
+
+    for stale in left_unheld(cache_dir, "lexicon-", build_file):
+        for leftover in (stale, stale + "-journal"):
             with contextlib.suppress(OSError):
-                stale.unlink()
+                os.unlink(leftover)
+    for journal in cache_dir.glob("lexicon-*.sqlite.tmp*-journal"):
+        if not journal.with_name(journal.name[:-len("-journal")]).exists():
+            with contextlib.suppress(OSError):
+                journal.unlink()
 
 
 class Lexicon:
