@@ -251,7 +251,8 @@ class SlackChannel:
             return  # a retry (X-Slack-Retry-Num), a redelivered envelope or a replay, after a restart too
         event = body.get("event")
         # Not a dict: nothing Hermit can answer (and a retry would bring the same).
-        msg = self._inbound(event, str(body.get("team_id") or self._team)) if isinstance(event, dict) else None
+        msg = self._inbound(event, str(body.get("team_id") or self._team), org_internal=_org_internal(body)) \
+            if isinstance(event, dict) else None
         if msg is None:
             self._seen.forget(event_id)
             return
@@ -302,7 +303,17 @@ class SlackChannel:
                             self._team, self._app or "?", self._enterprise or "-")
         return ok
 
-    def _change(self, ev: Mapping[str, Any], team: str) -> InboundMessage | None:
+    def _member(self, item: Mapping[str, Any], team: str, org_internal: bool) -> str:
+        """A sender's id as Hermit knows them. A member id names a member of one workspace, and `owners`,
+        `allow_from`, bindings and memory audiences name the account's own members by bare id; a member of
+        another workspace (a Slack Connect channel or DM shared with another organisation: Slack names their
+        workspace in `user_team`) is `U…@T…`, so the same id from elsewhere is never the listed person and has
+        a session of their own. Within one Enterprise Grid org ids are the org's (`org_internal`): bare."""
+        user, home = str(item["user"]), str(item.get("user_team") or item.get("team") or "")
+        own = {t for t in (team, self._team, self._enterprise) if t}
+        return f"{user}@{home}" if home and home not in own and not org_internal else user
+
+    def _change(self, ev: Mapping[str, Any], team: str, org_internal: bool = False) -> InboundMessage | None:
         """A message a member deleted or edited (subtype message_deleted / message_changed) as a change of
         the message it names: the gateway drops or updates it while it waits for its turn, or retracts it.
 
@@ -321,7 +332,7 @@ class SlackChannel:
             return None
         deleted = sub == "message_deleted" or (now or {}).get("subtype") == "tombstone"
         dm = ev.get("channel_type") == "im"
-        user, chan = str(before["user"]), str(ev.get("channel", ""))
+        user, chan = self._member({**ev, **before}, team, org_internal), str(ev.get("channel", ""))
         text = "" if deleted else str((now or {}).get("text", ""))
         mention = f"<@{self._bot_user}>" if self._bot_user else None
         mentioned = bool(mention and mention in text)
@@ -337,10 +348,10 @@ class SlackChannel:
             received_at=float(ev.get("event_ts") or self._clock()), meta={"channel_id": chan},
             change="deleted" if deleted else "edited")
 
-    def _inbound(self, ev: Mapping[str, Any], team: str) -> InboundMessage | None:
+    def _inbound(self, ev: Mapping[str, Any], team: str, org_internal: bool = False) -> InboundMessage | None:
         kind = ev.get("type")
         if kind == "message" and ev.get("subtype") in ("message_deleted", "message_changed"):
-            return self._change(ev, team)
+            return self._change(ev, team, org_internal)
         if ev.get("bot_id") or ev.get("subtype") or not ev.get("user") or ev.get("user") == self._bot_user:
             return None  # our own and other bots' messages, edits, joins
         text = str(ev.get("text", ""))
@@ -355,7 +366,7 @@ class SlackChannel:
             dm = False
         else:
             return None
-        user, chan = str(ev["user"]), str(ev.get("channel", ""))
+        user, chan = self._member(ev, team, org_internal), str(ev.get("channel", ""))
         if dm:
             self._im_channels[user] = chan
         if mention:
@@ -384,6 +395,12 @@ class SlackChannel:
             self._tracker.error(e.message)
             raise
         self._tracker.outbound()
+
+
+def _org_internal(body: Mapping[str, Any]) -> bool:
+    """An event of an Enterprise Grid org in a conversation not shared outside it: its member ids are the org's,
+    the same person in every workspace of it."""
+    return bool(body.get("enterprise_id")) and body.get("is_ext_shared_channel") is False
 
 
 def seen_events_path(state_dir: Path, account_id: str) -> Path:
