@@ -205,3 +205,32 @@ def test_a_listed_username_is_pinned_from_the_first_sender_the_adapter_reports(t
     doctor = hermit(tmp_path, "doctor")
     assert "owner @boss_person is pinned to id 31" in doctor, doctor
     assert "write 31 into channels.telegram.accounts.default.owners" in doctor, doctor
+
+
+def test_a_job_aimed_at_the_pinned_id_is_refused_with_the_way_to_deliver_there(tmp_path: Path) -> None:
+    """Delivery targets match owners by id only (a name can change hands): a main-session job aimed at the id an
+    owner's @username is pinned to is still not the owner's, and the refusal says which line makes it so."""
+    from hermit.scheduler.targets import not_the_owner
+
+    loaded = build_config({"channels": {"telegram": {"accounts": {"default": {"owners": ["@Boss_Person"]}}}}},
+                          StatePaths(tmp_path))
+    ac = AccessControl(loaded.config.channels, PairingStore(tmp_path))
+    assert ac.is_owner("telegram", "default", "31", "boss_person")  # pinned: 31
+    risk = not_the_owner(loaded, "main", "telegram", "default", "dm", "31")
+    assert risk is not None and "not listed under channels.telegram.accounts.default.owners" in risk
+    assert "the owner @boss_person is pinned to: write 31 into those owners" in risk
+    assert "pinned" not in (not_the_owner(loaded, "main", "telegram", "default", "dm", "32") or "")
+
+
+def test_discord_usernames_are_pinned_too_and_each_list_shares_the_pin(tmp_path: Path) -> None:
+    loaded = build_config({"channels": {"discord": {"accounts": {"default": {
+        "owners": ["@ann.smith"], "allow_from": ["@bob_b"], "dm_policy": "allowlist"}}}}}, StatePaths(tmp_path))
+    ac = AccessControl(loaded.config.channels, PairingStore(tmp_path))
+
+    def dm(sender: str, username: str) -> bool:
+        return ac.check("discord", "default", "dm", sender, sender, sender_username=username).allowed
+
+    assert dm("600000000000000001", "ann.smith") and dm("600000000000000002", "bob_b")
+    assert not dm("600000000000000003", "Ann.Smith") and not dm("600000000000000004", "bob_b")
+    assert not ac.is_owner("discord", "default", "600000000000000002", "ann.smith")  # bob is no owner by her name
+    assert ac.is_owner("discord", "default", "600000000000000001", "ann.smith")

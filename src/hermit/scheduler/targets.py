@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 from hermit.agent.routing import RouteInput, Router
 from hermit.channels.platforms import names
-from hermit.config.allowlist import matches
+from hermit.config.allowlist import is_username, matches, sender_key
 from hermit.config.load import LoadedConfig
-from hermit.config.schema import ChannelsConfig
-from hermit.errors import ConfigError, JobError
+from hermit.config.schema import ChannelAccessConfig, ChannelsConfig
+from hermit.errors import ConfigError, HermitError, JobError
 
 WEBCHAT = "webchat"
 DEFAULT_ACCOUNT = "default"
@@ -138,7 +138,7 @@ def not_the_owner(loaded: LoadedConfig, agent_id: str, channel: str, account: st
     if kind != "dm":
         return f"the group {name}/{account} {to}"
     if not matches(name, acc.owners, to):
-        return f"{where}, who is not listed under channels.{name}.accounts.{account}.owners"
+        return f"{where}, who is not listed under channels.{name}.accounts.{account}.owners{_pinned(loaded, name, acc, to)}"
     agents = _agents_reached(router, name, account, to)
     if agents == [agent_id]:
         return None
@@ -147,6 +147,24 @@ def not_the_owner(loaded: LoadedConfig, agent_id: str, channel: str, account: st
         return (f"{where}, an owner of that account whose DMs the bindings route to agent {others} from some "
                 f"workspaces or servers, not only to {agent_id}")
     return f"{where}, an owner of that account whose DMs the bindings route to agent {others}, not {agent_id}"
+
+
+def _pinned(loaded: LoadedConfig, channel: str, acc: ChannelAccessConfig, to: str) -> str:
+    """When `to` is the id an owner's @username is pinned to (channels/username_pins.py), how to deliver there:
+    the name alone is never taken for the id here, as it can change hands."""
+    from hermit.channels.pairing import PairingStore
+    from hermit.channels.username_pins import UsernamePins
+
+    names = [e for e in acc.owners if is_username(e)]
+    if not names:
+        return ""
+    try:
+        pins = UsernamePins(PairingStore(loaded.paths.home)).of(channel)
+    except HermitError:
+        return ""
+    named = [n for n in names if n in pins and sender_key(channel, pins[n].sender_id) == sender_key(channel, to)]
+    return (f" (it is the id the owner {named[0]} is pinned to: write {to} into those owners to deliver there)"
+            if named else "")
 
 
 def parse_announce(value: str, account: str | None = None) -> tuple[str, str | None, str]:
