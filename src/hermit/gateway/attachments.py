@@ -177,12 +177,16 @@ def _file_one(a: Attachment, runtime: AgentRuntime, session_key: str) -> tuple[P
     data = _read_staged(a)
     if not runtime.confinement.roomed(session_key):
         inbox = runtime.agent.workspace / "inbox"
-        inbox.mkdir(parents=True, exist_ok=True)
+        inbox.mkdir(mode=0o700, parents=True, exist_ok=True)
         # The owner's own folder, written from the checked descriptor's bytes rather than renamed by name, and
         # atomically (a temporary file renamed into place): a process killed part-way leaves no half file under
         # the name the assistant is told, and the message handed over again (Telegram's journal) files it whole.
+        # Owner-only even in a workspace others may read: the names say who sent what (an older one is tightened).
         fd = os.open(inbox, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
+            st = os.fstat(fd)
+            if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o700)
             safe_fs.write_beneath(fd, name, data, mode=0o600)
         finally:
             os.close(fd)
