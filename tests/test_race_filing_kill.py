@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from ciguard import need
-
 from gatewayhelpers import runtime
 from hermit.channels.base import InboundMessage
 from hermit.channels.inbox import StagedFile
