@@ -98,3 +98,17 @@ def test_org_members_stay_bare_and_an_edit_by_another_workspaces_member_keeps_th
             (OWNER, OWNER, None), (f"{OWNER}@T9", f"{OWNER}@T9", None), (f"{OWNER}@T9", f"{OWNER}@T9", "edited")]
 
     run(main)
+
+
+def test_a_member_of_another_workspace_can_be_listed_by_the_id_the_pairing_reply_names(tmp_path: Path) -> None:
+    from hermit.channels.access import AccessControl
+    from hermit.channels.pairing import PairingStore
+    from hermit.config import StatePaths
+    from hermit.config.load import build_config
+
+    loaded = build_config({"channels": {"slack": {"accounts": {"work": {"owners": [f" slack:{OWNER.lower()}@tother"]}}}}},
+                          StatePaths(tmp_path))
+    acc = loaded.config.channels.slack.accounts["work"]
+    assert acc.owners == [f"{OWNER}@TOTHER"]
+    ac = AccessControl(loaded.config.channels, PairingStore(tmp_path))
+    assert ac.is_owner("slack", "work", f"{OWNER}@TOTHER") and not ac.is_owner("slack", "work", OWNER)

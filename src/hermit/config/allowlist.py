@@ -114,7 +114,9 @@ def _slack(raw: str, text: str) -> str:
     if text.startswith(("@", "#")):
         raise AllowlistEntryError(f"{raw!r}: Slack messages carry member ids, never names or handles",
                                   _SLACK_HINT)
-    if re.fullmatch(r"[A-Za-z0-9]+", text):
+    # `U…@T…`: a member of another workspace (Slack Connect), as channels/slack.py names them and the pairing
+    # reply tells them; a bare id is a member of the account's own workspace.
+    if re.fullmatch(r"[A-Za-z0-9]+(?:@[A-Za-z0-9]+)?", text):
         return text.upper()  # Slack ids are upper case; a lower-cased paste still means the same member
     raise AllowlistEntryError(f"{raw!r} is not a Slack member id", _SLACK_HINT)
 
