@@ -202,6 +202,8 @@ def test_a_listed_username_is_pinned_from_the_first_sender_the_adapter_reports(t
     run(main)
     listed = hermit(tmp_path, "pairing", "list", "telegram")
     assert re.search(r"telegram\s+@boss_person\s+31\b", listed), listed
+    channels = hermit(tmp_path, "channels", "list")
+    assert "owners: @boss_person (pinned to 31)" in channels, channels
     doctor = hermit(tmp_path, "doctor")
     assert "owner @boss_person is pinned to id 31" in doctor, doctor
     assert "write 31 into channels.telegram.accounts.default.owners" in doctor, doctor

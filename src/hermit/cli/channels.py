@@ -6,10 +6,12 @@ import argparse
 import importlib.util
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from hermit.cli.checks import Check, check
 from hermit.cli.context import CliContext
+from hermit.errors import HermitError
 
 
 def configure(s: argparse.ArgumentParser) -> None:
@@ -27,6 +29,7 @@ def _accounts(ctx: CliContext) -> list[dict[str, Any]]:
     from hermit.channels.platforms import accounts, secrets, webhook_path
 
     out = []
+    owners = _owners(ctx)
     for name, account_id, cfg in accounts(ctx.config().config.channels):
         found = []
         for s in secrets(name, cfg):
@@ -37,8 +40,27 @@ def _accounts(ctx: CliContext) -> list[dict[str, Any]]:
                 found.append(f"{s.field}: ${s.env_name} ({state})")
         out.append({"channel": name, "account": account_id, "enabled": cfg.enabled, "dm_policy": cfg.dm_policy,
                     "group_policy": cfg.group_policy, "mode": getattr(cfg, "mode", None),
-                    "webhook": webhook_path(name, account_id, cfg), "secrets": found})
+                    "webhook": webhook_path(name, account_id, cfg), "secrets": found,
+                    "owners": [owners(name, o) for o in cfg.owners]})
     return out
+
+
+def _owners(ctx: CliContext) -> Callable[[str, str], str]:
+    """How an owner entry is shown: an @username with the id it is pinned to (channels/username_pins.py)."""
+    from hermit.channels.pairing import PairingStore
+    from hermit.channels.username_pins import UsernamePins
+
+    pins = UsernamePins(PairingStore(ctx.home))
+
+    def show(channel: str, entry: str) -> str:
+        if not entry.startswith("@"):
+            return entry
+        try:
+            pin = pins.of(channel).get(entry)
+        except HermitError:
+            return f"{entry} (the pins file cannot be read: `hermit doctor` says more)"
+        return f"{entry} (pinned to {pin.sender_id})" if pin else f"{entry} (not pinned yet)"
+    return show
 
 
 def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
@@ -58,6 +80,8 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
         hook = f" webhook={r['webhook']}" if r["webhook"] else ""
         print(f"{r['channel']}/{r['account']}{flags}: dm_policy={r['dm_policy']} "
               f"group_policy={r['group_policy']}{extra}{hook}")
+        if r["owners"]:
+            print(f"    owners: {', '.join(r['owners'])}")
         for s in r["secrets"]:
             print(f"    {s}")
     return 0
