@@ -10,11 +10,18 @@ owner's messages are routed to: console.Console.owner_dm) and sessions started a
 (`hermit chat --session test2`: only the owner has the CLI). Everything else is read-only there:
 writing into a group's, a contact's, a cron job's or a sub-agent's session would put the owner's words
 into that chat's transcript, answered in its sandbox, and seen by nobody in that chat.
+
+A photo sent with a user turn is kept in the transcript as an image part (gateway/attachments.py); asked for
+(`images`: the web app, for the owner's own sessions only), a user item carries those images as stored
+(`images: [{mediaType, data}]`, base64: Hermit has no image library to make thumbnails with; the page draws
+them small), the newest first within HISTORY_IMAGE_BUDGET per response — an older one past it comes as
+`{mediaType, size, omitted: true}`, and only JPEG, PNG, GIF and WebP ever do.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
@@ -101,28 +108,68 @@ def _sender(raw: Any) -> dict[str, Any] | None:
     return None if who is None else {"id": who.id, "name": who.name, "owner": who.owner, "label": speaker(who)}
 
 
-def chat_history(store: SessionStore, session_key: str, limit: int, session_id: str | None = None) -> dict[str, Any]:
+# Base64 characters of images in one chat.history response: the newest photos of a session (an image in a
+# transcript has at most 5 MiB of base64: attachments.MAX_IMAGE_BYTES).
+HISTORY_IMAGE_BUDGET = 12 * 1024 * 1024
+_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+
+
+def chat_history(store: SessionStore, session_key: str, limit: int, session_id: str | None = None, *,
+                 images: bool = False) -> dict[str, Any]:
     """The session's user/assistant messages, newest `limit` items (`total`: how many there are). With
     `session_id`, that session of the key, current or ended (SessionError when the sessions dir holds no such
-    transcript of this key: a page names only what sessions.list gave it)."""
+    transcript of this key: a page names only what sessions.list gave it). `images`: with the images of its
+    user turns (HISTORY_IMAGE_BUDGET), for the owner's own sessions only (the caller's to decide)."""
     record = store.get(session_key)
-    if session_id is None or (record is not None and record.session_id == session_id):
+    current = session_id is None or (record is not None and record.session_id == session_id)
+    if current:
         if record is None:
             return {"sessionKey": session_key, "sessionId": None, "messages": [], "total": 0}
         session_id = record.session_id
+    assert session_id is not None
     path = store.transcript_path(session_id)
     if not path.is_file():
         raise SessionError(f"no session {session_id!r} of {session_key}", "pick a session from sessions.list")
     read = read_transcript(path)
-    if read.header.session_key not in (None, session_key):
+    # A transcript that names no chat (its header line damaged, not yet repaired) is shown only as the key's
+    # current session, which sessions.json ties to it: as a past session it could be any chat's.
+    if read.header.session_key != session_key and not (current and read.header.session_key is None):
         raise SessionError(f"session {session_id!r} is not one of {session_key}", "pick a session from sessions.list")
-    items = transcript_items(read.entries)
-    return {"sessionKey": session_key, "sessionId": session_id, "messages": items[-limit:], "total": len(items)}
+    items = transcript_items(read.entries, images=images)
+    shown = items[-limit:]
+    if images:
+        _within_budget(shown)
+    return {"sessionKey": session_key, "sessionId": session_id, "messages": shown, "total": len(items)}
 
 
-def transcript_items(entries: Sequence[Entry]) -> list[dict[str, Any]]:  # noqa: C901 - one pass over a transcript's entry kinds
+def _images_of(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A stored user message's images that a page may draw: JPEG, PNG, GIF or WebP, as base64."""
+    content = message.get("content")
+    out: list[dict[str, Any]] = []
+    for part in content if isinstance(content, list) else ():
+        if isinstance(part, dict) and part.get("type") == "image":
+            kind, data = part.get("mimeType"), part.get("data")
+            if kind in _IMAGE_TYPES and isinstance(data, str) and data and _BASE64.fullmatch(data):
+                out.append({"mediaType": kind, "data": data})
+    return out
+
+
+def _within_budget(items: list[dict[str, Any]]) -> None:
+    """Keep the newest images' data within HISTORY_IMAGE_BUDGET; an older one past it is only named."""
+    left = HISTORY_IMAGE_BUDGET
+    for item in reversed(items):
+        for i, image in enumerate(item.get("images", ())):
+            size = len(image["data"])
+            if size <= left:
+                left -= size
+            else:
+                item["images"][i] = {"mediaType": image["mediaType"], "size": size * 3 // 4, "omitted": True}
+
+
+def transcript_items(entries: Sequence[Entry], *, images: bool = False) -> list[dict[str, Any]]:  # noqa: C901 - one pass over a transcript's entry kinds
     """What the page draws of a transcript. Tool calls (with done/failed from their results) are shown on the
-    assistant reply that followed them, as the live page shows them."""
+    assistant reply that followed them, as the live page shows them. `images`: a user turn's images too."""
     items: list[dict[str, Any]] = []
     tools: dict[str, dict[str, Any]] = {}
     carried: list[dict[str, Any]] = []  # calls of tool-only assistant messages, shown on the next reply
@@ -153,6 +200,8 @@ def transcript_items(entries: Sequence[Entry]) -> list[dict[str, Any]]:  # noqa:
         item: dict[str, Any] = {"role": role, "text": stored_text(m), "timestamp": entry.timestamp}
         if role == "user" and (who := _sender(m.get("sender"))) is not None:
             item["sender"] = who
+        if role == "user" and images and (pictures := _images_of(m)):
+            item["images"] = pictures
         if background and role == "assistant":
             item["text"] = strip_heartbeat_token(item["text"], DEFAULT_ACK_MAX_CHARS) or ""
             if not item["text"]:
