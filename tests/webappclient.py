@@ -19,7 +19,7 @@ from hermit.config.load import build_config
 from hermit.config.paths import StatePaths
 from hermit.gateway.state import ensure_token
 from hermit.gateway.supervisor import Gateway
-from hermit.models.base import ModelRequest
+from hermit.models.base import ModelProfile, ModelRequest
 from hermit.testing.scripted import FunctionModel, Reply
 
 
@@ -93,10 +93,11 @@ class Clock:
 
 @contextmanager
 def served(home: Path, config: dict[str, Any], model: Callable[[ModelRequest], Reply],
-           clock: Callable[[], datetime]) -> Iterator[tuple[TestClient, Gateway, str]]:
-    """A gateway on `home` (hermit.yaml's content as `config`) with one agent answering through `model`."""
+           clock: Callable[[], datetime], profile: ModelProfile | None = None) -> Iterator[tuple[TestClient, Gateway, str]]:
+    """A gateway on `home` (hermit.yaml's content as `config`) with one agent answering through `model` (of
+    `profile`: one that reads images, say)."""
     loaded = build_config(config, StatePaths(home))
-    rt = AgentRuntime(loaded.agent(), FunctionModel(model), clock=clock, fsync=False, home=home)
+    rt = AgentRuntime(loaded.agent(), FunctionModel(model, profile=profile), clock=clock, fsync=False, home=home)
     token = ensure_token(home)
     gw = Gateway(loaded, home, {}, {"main": rt}, token, host="127.0.0.1", port=0, channels=[], service_factories=[])
     asyncio.run(gw.webchat.start(gw.bus))

@@ -4,7 +4,9 @@ The gateway's WebSocket endpoint (gateway/webchat_api.py) authenticates each con
 it here under the client id the page keeps across reloads and reconnects; messages the user sends
 become InboundMessages (peer = that client id), and outbound items for a client go, as §15 event
 frames, to every socket it has open. Whoever holds the gateway token is the owner, so the web chat
-needs no access check and may continue any session it picks from the list.
+needs no access check and may continue any session it picks from the list. A file the page sends
+comes in pieces (gateway/webchat_api.py `chat.upload`) and is staged under `<state>/inbox/` as every
+channel stages one (`stage`: channels/inbox.py), then goes with the message as an Attachment.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from hermit.channels.base import (
+    Attachment,
     ChannelCapabilities,
     ChannelStatus,
     InboundMessage,
@@ -28,6 +32,7 @@ from hermit.channels.base import (
     TurnEnd,
     Typing,
 )
+from hermit.channels.inbox import StagedFile
 from hermit.errors import ChannelError
 
 log = logging.getLogger("hermit.channels.webchat")
@@ -64,8 +69,10 @@ class WebchatChannel:
     # Replies are streamed, so no chunking is needed; the limit only bounds one non-streamed message.
     capabilities = ChannelCapabilities(max_chars=200_000, streaming=True, typing=True)
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, inbox_dir: Path | None = None) -> None:
+        """`inbox_dir`: where files the page sends are staged (`<state>/inbox/`; None: the page sends none)."""
         self._clock = clock
+        self._inbox = inbox_dir
         self._sink: InboundSink | None = None
         self._clients: dict[str, set[WebchatConnection]] = {}
         self._status = ChannelStatus(self.name, self.account_id)
@@ -99,17 +106,25 @@ class WebchatChannel:
             if not conns:
                 del self._clients[client_id]
 
+    def stage(self, client_id: str, upload_id: str, name: str) -> StagedFile:
+        """A new file in the state dir's inbox for one file the page sends (created exclusively, 0600)."""
+        if self._inbox is None:
+            raise ChannelError("this gateway takes no files from the web chat", "send the text alone")
+        return StagedFile(self._inbox, (self.name, self.account_id, client_id, upload_id), name)
+
     async def submit(self, client_id: str, text: str, message_id: str, session_key: str | None,
-                     agent_id: str | None = None) -> PublishOutcome:
+                     agent_id: str | None = None, attachments: tuple[Attachment, ...] = ()) -> PublishOutcome:
         """Hand one message of the page to the gateway; `session_key` (with `agent_id`, the agent whose
-        session it is) when the page chose a session, None for the web chat's own."""
+        session it is) when the page chose a session, None for the web chat's own. `attachments`: its staged
+        files, the gateway's to file from then on when the outcome is "queued"."""
         if self._sink is None:
             raise ChannelError("the web chat is not running", "wait for the gateway to start, then reconnect")
         self._status.messages_in += 1
         return await self._sink.publish(InboundMessage(
             channel=self.name, account_id=self.account_id, peer_kind="dm", peer_id=client_id,
             sender_id=client_id, text=text, message_id=message_id, received_at=self._clock(),
-            session_key=session_key, session_agent=agent_id if session_key is not None else None))
+            session_key=session_key, session_agent=agent_id if session_key is not None else None,
+            attachments=attachments))
 
     async def send(self, item: Outbound) -> None:
         name, payload = event_of(item)

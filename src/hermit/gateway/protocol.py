@@ -17,15 +17,24 @@ import hmac
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hermit.wire import WireError, load_json
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 256 * 1024  # a chat message, generously; anything larger is refused and the socket closed
 MAX_FRAME_DEPTH = 16  # a request nests three levels; deeper is refused before it is walked
+# Files from the web app come in pieces (`chat.upload`), each frame well under MAX_FRAME_BYTES, written to the
+# state dir's inbox as they come (channels/inbox.py), so no frame nor buffer ever holds a whole photo. At most
+# MAX_UPLOAD_BYTES for the files of one message: a phone's photo is 2-6 MB; the channels take up to 20 MB, but a
+# file the page sends is read into the tab's memory and base64'd piece by piece over a LAN or a tunnel, and a
+# model is shown an image of at most 3.75 MiB anyway (gateway/attachments.py).
+MAX_UPLOAD_BYTES = 10 * 1024 * 1024
+MAX_UPLOAD_FILES = 4  # of one message, as many images as one message may show the model
+UPLOAD_CHUNK_BYTES = 144 * 1024  # the most one chat.upload carries: 192 KiB as base64
+UPLOAD_ID = r"^[A-Za-z0-9_-]{1,64}$"
 
 # Close codes (RFC 6455 + the 4000-4999 private range).
 CLOSE_TOO_BIG = 1009
@@ -35,7 +44,7 @@ CLOSE_PROTOCOL = 4400
 
 # The web app's methods: the chat, and the owner's console (memory, cron, channels, pairing, logs). Every one
 # needs the token holder's `connect` first; none has an HTTP route of its own.
-METHODS = ("chat.send", "chat.history", "sessions.list", "sessions.new",
+METHODS = ("chat.send", "chat.upload", "chat.history", "sessions.list", "sessions.new",
            "memory.search", "memory.get", "memory.files", "memory.write", "memory.append", "memory.status",
            "cron.list", "cron.status", "cron.runs", "cron.run", "cron.update", "cron.add", "cron.remove",
            "channels.status", "pairing.list", "pairing.approve", "pairing.deny", "pairing.revoke",
@@ -106,10 +115,28 @@ def _session_id() -> Any:
 
 
 class SendParams(_Params):
-    text: str = Field(min_length=1, max_length=100_000)
+    text: str = Field("", max_length=100_000)  # may be empty when files come with it
     session_key: str | None = Field(None, alias="sessionKey", max_length=300)
     agent_id: str | None = _agent_id()  # the agent whose session it is (from sessions.list), for keys naming none
     session_id: str | None = _session_id()  # the session the page shows: one that has ended answers read_only
+    # Finished uploads of this socket (chat.upload) sent with the message, in order.
+    files: tuple[Annotated[str, Field(pattern=UPLOAD_ID)], ...] = Field((), max_length=MAX_UPLOAD_FILES)
+
+    @model_validator(mode="after")
+    def _something(self) -> SendParams:
+        if not self.text and not self.files:
+            raise ValueError("a message needs text or a file")
+        return self
+
+
+class UploadParams(_Params):
+    """One piece of a file the page sends: the first (`offset` 0) names it, the last says `done`."""
+
+    upload_id: str = Field(alias="uploadId", pattern=UPLOAD_ID)
+    name: str | None = Field(None, max_length=1_000)  # the file's name, the sender's to choose (made safe)
+    offset: int = Field(ge=0, le=MAX_UPLOAD_BYTES)
+    data: str = Field(max_length=4 * -(-UPLOAD_CHUNK_BYTES // 3))  # base64
+    done: bool = False
 
 
 class HistoryParams(_Params):
@@ -117,6 +144,8 @@ class HistoryParams(_Params):
     agent_id: str | None = _agent_id()
     session_id: str | None = _session_id()  # an ended session of the key (default: its current one)
     limit: int = Field(200, ge=1, le=2000)
+    # The images of the owner's own user turns (the web app's thumbnails; history.HISTORY_IMAGE_BUDGET)
+    images: bool = False
 
 
 class ListParams(_Params):
@@ -199,7 +228,8 @@ class LogsTailParams(_Params):
 
 
 PARAMS: dict[str, type[_Params]] = {
-    "connect": ConnectParams, "connect.challenge": ChallengeParams, "chat.send": SendParams, "chat.history": HistoryParams,
+    "connect": ConnectParams, "connect.challenge": ChallengeParams, "chat.send": SendParams, "chat.upload": UploadParams,
+    "chat.history": HistoryParams,
     "sessions.list": SessionsListParams,
     "sessions.new": NewParams,
     "memory.search": MemorySearchParams, "memory.get": MemoryGetParams, "memory.files": AgentParams,

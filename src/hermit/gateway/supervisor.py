@@ -158,8 +158,8 @@ class Gateway:
         self.clock = clock
         self.token = token
         self.agents = AgentHost(runtimes)
-        self.webchat = WebchatChannel(clock)
         # Received files wait in the state dir until their sender is let in (gateway/attachments.py).
+        self.webchat = WebchatChannel(clock, inbox_dir=home / "inbox")
         deps = ChannelDeps(home, environ, clock, inbox_dir=home / "inbox")
         extra = build_channels(loaded, deps) if channels is None else channels
         self.channels: list[Channel] = ([self.webchat] if loaded.config.channels.webchat.enabled else []) + extra

@@ -14,6 +14,8 @@ The chat methods are here; the owner's console (memory, cron, channels, pairing,
 behind the same `connect`. Any listed session can be opened, including keys that name no agent
 (`cron:<job>`, a CLI session `test2`: found in the agent store that holds them); only those
 history.describe_session marks "chat" can be written to, the others answer `read_only`.
+
+Files the page sends with a message (`chat.upload`, then `chat.send {files}`) are uploads.py's.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from urllib.parse import urlsplit
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from hermit.channels.base import Attachment
 from hermit.channels.webchat import WebchatChannel
 from hermit.errors import HermitError, SessionError
 from hermit.gateway.agents import AgentHost
@@ -55,6 +58,7 @@ from hermit.gateway.protocol import (
     Request,
     SendParams,
     SessionsListParams,
+    UploadParams,
     event_frame,
     handshake_proof,
     parse_request,
@@ -62,6 +66,7 @@ from hermit.gateway.protocol import (
     res_ok,
 )
 from hermit.gateway.tickets import EXPIRED_HINT, EXPIRED_MESSAGE, Tickets, ticket_id
+from hermit.gateway.uploads import Uploads
 from hermit.models.loopback import foreign_peer
 from hermit.refusals import RefusalLog, clip
 from hermit.sessions.keys import SessionKey, agent_id_of
@@ -71,7 +76,8 @@ log = logging.getLogger("hermit.gateway.webchat")
 
 class _Socket:
     """One accepted WebSocket: numbered events, one writer at a time; the session its page shows (`viewing`, set
-    by chat.history) and the state of it the page has (`seen`: transcript version, a turn running)."""
+    by chat.history) and the state of it the page has (`seen`: transcript version, a turn running); the files
+    it is sending (`uploads`, by upload id)."""
 
     def __init__(self, ws: WebSocket) -> None:
         self.ws = ws
@@ -79,6 +85,7 @@ class _Socket:
         self._lock = asyncio.Lock()
         self.viewing: tuple[str, str] | None = None
         self.seen: tuple[str, bool] | None = None
+        self.uploads = Uploads()
 
     async def send_raw(self, text: str) -> None:
         async with self._lock:
@@ -191,7 +198,9 @@ class WebchatApi:
             self._gone(client_id, sock)
 
     def _gone(self, client_id: str | None, sock: _Socket) -> None:
-        """A socket closed: no more events for it, and no watching once no page is open."""
+        """A socket closed: no more events for it, its unsent files deleted, and no watching once no page is
+        open."""
+        sock.uploads.drop()
         if client_id is not None:
             self.channel.detach(client_id, sock)
         self._sockets.discard(sock)
@@ -338,11 +347,15 @@ class WebchatApi:
         when and why it ended once it has. The current one comes with its `version` and `busy` (a turn running),
         taken before the transcript is read: a line written meanwhile makes the next look differ."""
         version, busy = self._state(agent_id, key)
+        view = describe_session(key, self._owner_dm)
         try:
-            payload = chat_history(self.host.runtime(agent_id).store, key, params.limit, params.session_id)
+            # Images only of the owner's own sessions (main, the owner's DMs, CLI names): a group's or a
+            # contact's history shows their turns as text, as it always has.
+            payload = chat_history(self.host.runtime(agent_id).store, key, params.limit, params.session_id,
+                                   images=params.images and view["mode"] == "chat")
         except SessionError as e:  # a session id that is no session of this key (any more)
             raise ProtocolError("bad_params", e.message, e.hint) from None
-        payload.update(agentId=agent_id, **describe_session(key, self._owner_dm))
+        payload.update(agentId=agent_id, **view)
         ended = self._ended(agent_id, key, params.session_id) if params.session_id is not None else None
         if ended is not None:
             payload.update(mode="read-only", why=ended["why"], ended={
@@ -434,9 +447,21 @@ class WebchatApi:
                 raise ProtocolError("already_connected", "this socket is already connected", "")
             if req.method == "chat.send":
                 send: SendParams = req.params
-                agent, key = await asyncio.to_thread(self._writable, send.session_key or self.default_session,
-                                                     send.agent_id, send.session_id)
-                await self._submit(sock, client_id, req.id, send.text, agent, key)
+                files = sock.uploads.take(send.files)
+                queued = False
+                try:
+                    agent, key = await asyncio.to_thread(self._writable, send.session_key or self.default_session,
+                                                         send.agent_id, send.session_id)
+                    queued = await self._submit(sock, client_id, req.id, send.text, agent, key,
+                                                tuple(f.attachment() for f in files))
+                finally:
+                    if not queued:  # refused, or failed: its files are deleted, never filed
+                        for f in files:
+                            f.remove()
+            elif req.method == "chat.upload":
+                upload: UploadParams = req.params
+                got = await asyncio.to_thread(sock.uploads.piece, self.channel, client_id, upload)
+                await sock.send_raw(res_ok(req.id, got))
             elif req.method == "sessions.new":
                 new: NewParams = req.params
                 agent, key = await asyncio.to_thread(self._writable, new.session_key or self.default_session,
@@ -474,16 +499,18 @@ class WebchatApi:
                                           "see the gateway log (`hermit logs`)"))
 
     async def _submit(self, sock: _Socket, client_id: str, request_id: str, text: str, agent_id: str,
-                      session_key: str) -> None:
+                      session_key: str, attachments: tuple[Attachment, ...] = ()) -> bool:
         """Queue the message for the session `_writable` found, in that agent: a CLI-named key may be in
-        several agents' stores, so the bus is told which one the page meant."""
-        outcome = await self.channel.submit(client_id, text, request_id, session_key, agent_id)
+        several agents' stores, so the bus is told which one the page meant. Whether it was queued."""
+        outcome = await self.channel.submit(client_id, text, request_id, session_key, agent_id, attachments)
         if outcome == "queued":
             await sock.send_raw(res_ok(request_id, {"messageId": request_id, "sessionKey": session_key,
                                                     "status": outcome}))
+            return True
         elif outcome == "queue_full":
             await sock.send_raw(res_error(request_id, "busy", "this session already has a full queue of messages",
                                           "wait for the current replies, then send again"))
         else:
             await sock.send_raw(res_error(request_id, "unavailable", "the gateway is not taking messages now",
                                           "it is stopping; reconnect when it is back"))
+        return False

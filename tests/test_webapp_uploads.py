@@ -1,0 +1,199 @@
+"""A photo or a file sent from the web app (in process, the scripted model): the owner's signed-in WebSocket sends
+it in pieces (`chat.upload`, each frame under the frame limit), staged in `<state>/inbox/` as the channels stage
+(exclusive, 0600, named safely), sent with the message (`chat.send {files}`), filed into the session's inbox by
+the bus and shown to a model that reads images — judged by its bytes, never by its name — and drawn again from the
+transcript by `chat.history {images: true}` for the owner's own sessions only. The limits say what they are and
+leave nothing behind: too big, too many, a piece out of order, not base64, an unknown upload, a read-only session,
+a socket closed mid-file."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from gatewayhelpers import last_user_text
+from hermit.gateway.protocol import MAX_FRAME_BYTES, MAX_UPLOAD_BYTES, MAX_UPLOAD_FILES, UPLOAD_CHUNK_BYTES
+from hermit.messages import AssistantMessage, ImagePart, TextPart, UserMessage
+from hermit.models.base import ModelProfile, ModelRequest
+from hermit.sessions.store import SessionStore
+from hermit.testing.scripted import Reply
+from webappclient import Clock, Web, connected, served
+
+MAIN = "agent:main:main"
+GROUP = "agent:main:telegram:group:-100321"
+CONFIG = {"agents": {"defaults": {"timezone": "Europe/Paris", "memory_search": {"provider": "none"},
+                                  "session": {"hooks": {"session_memory": {"enabled": False}}}}}}
+SEES = ModelProfile(provider="scripted", model_id="sees-1", supports_images=True)
+# A PNG by its first bytes, bigger than one piece: it comes in three.
+PHOTO = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * (2 * UPLOAD_CHUNK_BYTES // 256 + 7)
+PHOTO_B64 = base64.b64encode(PHOTO).decode()
+
+
+class Seen:
+    """The scripted model: answers what it was shown, and keeps every request."""
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+
+    def __call__(self, req: ModelRequest) -> Reply:
+        self.requests.append(req)
+        return f"seen {len(self.images())} image(s): {last_user_text(req).splitlines()[0][:60]}"
+
+    def images(self, n: int = -1) -> tuple[ImagePart, ...]:
+        last = self.requests[n].messages[-1]
+        return last.images if isinstance(last, UserMessage) else ()
+
+
+@pytest.fixture
+def web(tmp_path: Path) -> Iterator[tuple[Web, Path, Seen, TestClient, str]]:
+    home = tmp_path / "home"
+    (home / "workspace").mkdir(parents=True)
+    model = Seen()
+    with served(home, CONFIG, model, Clock(datetime(2026, 3, 2, 9, 0, tzinfo=UTC)), SEES) as (client, _, token), \
+            connected(client, token, "phone1") as w:
+        yield w, home, model, client, token
+
+
+def upload(web: Web, uid: str, name: str, data: bytes) -> list[dict[str, Any]]:
+    """Send `data` as chat.upload pieces; every response (the last one says `done`, or why not)."""
+    out = []
+    pieces = [data[i:i + UPLOAD_CHUNK_BYTES] for i in range(0, len(data), UPLOAD_CHUNK_BYTES)] or [b""]
+    for n, piece in enumerate(pieces):
+        params: dict[str, Any] = {"uploadId": uid, "offset": n * UPLOAD_CHUNK_BYTES,
+                                  "data": base64.b64encode(piece).decode(), "done": n == len(pieces) - 1}
+        if n == 0:
+            params["name"] = name
+        res = web.call("chat.upload", **params)
+        out.append(res)
+        if not res["ok"]:
+            break
+    return out
+
+
+def staged(home: Path) -> list[Path]:
+    return sorted((home / "inbox").glob("*")) if (home / "inbox").exists() else []
+
+
+def reply_of(frames: list[dict[str, Any]]) -> str:
+    return "".join(f["payload"]["text"] for f in frames if f.get("event") == "chat.delta") or next(
+        (f["payload"]["text"] for f in frames if f.get("event") == "chat.message"), "")
+
+
+def test_a_photo_sent_in_pieces_reaches_a_model_that_reads_images_and_the_owners_history(
+        web: tuple[Web, Path, Seen, TestClient, str]) -> None:
+    w, home, model, _, _ = web
+    answers = upload(w, "u1", "../../.ssh/IMG 0001 (1).png", PHOTO)
+    assert len(answers) == 3 and all(a["ok"] for a in answers), answers
+    assert answers[-1]["payload"] == {"uploadId": "u1", "size": len(PHOTO), "done": True}
+    [file] = staged(home)  # staged as the channels stage: in the state dir's inbox, owner-only, a safe name
+    assert file.name.startswith("webchat-default-phone1-u1-") and file.name.endswith("-ssh_IMG_0001_1_.png")
+    assert stat.S_IMODE(os.lstat(file).st_mode) == 0o600 and file.read_bytes() == PHOTO
+    assert all(len(json.dumps(a)) < MAX_FRAME_BYTES for a in answers)
+
+    frames = w.turn("what is on this receipt?", files=["u1"])
+    assert reply_of(frames) == "seen 1 image(s): what is on this receipt?"
+    [image] = model.images()
+    assert (image.media_type, image.data) == ("image/png", PHOTO_B64)
+    filed = home / "workspace" / "inbox" / file.name
+    assert filed.read_bytes() == PHOTO and staged(home) == []
+    said = last_user_text(model.requests[-1])
+    assert f"inbox/{file.name} — image, image/png, {len(PHOTO):,} bytes; attached for you to see" in said
+
+    shown = w.ok("chat.history", images=True)["messages"]
+    assert [m["role"] for m in shown] == ["user", "assistant"]
+    assert shown[0]["images"] == [{"mediaType": "image/png", "data": PHOTO_B64}]
+    assert shown[0]["text"].startswith("what is on this receipt?\n(file received with this message: inbox/")
+    assert PHOTO_B64 not in json.dumps(w.ok("chat.history"))  # asked for only by the page's thumbnails
+
+    # A photo alone, no text; the same file again in the next message is a new file of its own.
+    assert upload(w, "u2", "again.png", PHOTO)[-1]["ok"]
+    frames = w.turn("", files=["u2"])
+    assert reply_of(frames).startswith("seen 1 image(s): (file received with this message: inbox/webchat-")
+    assert len(list((home / "workspace" / "inbox").iterdir())) == 2
+
+
+def test_a_files_name_and_claim_do_not_make_it_an_image(web: tuple[Web, Path, Seen, TestClient, str]) -> None:
+    w, home, model, _, _ = web
+    pdf = b"%PDF-1.4\n" + b"x" * 5000
+    assert upload(w, "doc", "receipt.png", pdf)[-1]["ok"]
+    assert upload(w, "pic", "notes.txt", PHOTO)[-1]["ok"]
+    frames = w.turn("two files", files=["doc", "pic"])
+    assert reply_of(frames).startswith("seen 1 image(s)")
+    said = last_user_text(model.requests[-1])
+    assert "receipt.png — document, 5,009 bytes)" in said  # named .png, but its bytes say otherwise
+    assert "notes.txt — image, image/png" in said and "attached for you to see (image/png)" in said
+    assert [i.data for i in model.images()] == [PHOTO_B64]
+
+
+def test_the_limits_say_what_they_are_and_leave_nothing_behind(
+        web: tuple[Web, Path, Seen, TestClient, str]) -> None:
+    w, home, model, client, token = web
+    # Over the 10 MB of one message, in all: refused at the piece that passes it, its file deleted.
+    assert upload(w, "a", "a.jpg", b"\xff\xd8\xff" + b"a" * (MAX_UPLOAD_BYTES // 2))[-1]["ok"]
+    too_big = upload(w, "b", "b.jpg", b"\xff\xd8\xff" + b"b" * (MAX_UPLOAD_BYTES // 2))[-1]
+    assert too_big["error"]["code"] == "too_large" and "10 MB" in too_big["error"]["message"]
+    assert [p.name.split("-")[3] for p in staged(home)] == ["a"]
+    # A piece out of order, data that is not base64, an id never started, an empty file.
+    assert upload(w, "c", "c.png", PHOTO[:10])[-1]["ok"]
+    for params, code in (({"uploadId": "c", "offset": 10, "data": "AAAA"}, "bad_params"),  # c is finished
+                         ({"uploadId": "d", "offset": 0, "name": "d", "data": "not base64!"}, "bad_params"),
+                         ({"uploadId": "e", "offset": 5, "data": "AAAA"}, "bad_params"),
+                         ({"uploadId": "f", "offset": 0, "name": "f", "data": "", "done": True}, "bad_params"),
+                         ({"uploadId": "g", "offset": 0, "name": "g", "data": "x" * 200_000}, "bad_params")):
+        res = w.call("chat.upload", **params)
+        assert not res["ok"] and res["error"]["code"] == code, (params, res)
+    assert [p.name.split("-")[3] for p in staged(home)] == ["a"]  # c went with its piece out of order
+    # At most four files are pending; a fifth is refused.
+    for uid in "hij":
+        assert upload(w, uid, uid, b"x")[-1]["ok"]
+    fifth = upload(w, "k", "k", b"x")[-1]
+    assert fifth["error"]["code"] == "too_many_files" and str(MAX_UPLOAD_FILES) in fifth["error"]["message"]
+    # A message naming a file not sent on this socket: refused, and the files it named deleted.
+    res = w.turn("x", files=["h", "zz"])[-1]
+    assert res["error"]["code"] == "bad_params" and "'zz'" in res["error"]["message"]
+    assert sorted(p.name.split("-")[3] for p in staged(home)) == ["a", "i", "j"]
+    # A read-only session (a group's): refused, its files deleted, nothing filed anywhere.
+    res = w.turn("into the group", files=["i"], sessionKey=GROUP)[-1]
+    assert res["error"]["code"] == "read_only", res
+    assert sorted(p.name.split("-")[3] for p in staged(home)) == ["a", "j"]
+    # Neither text nor a file: nothing to send.
+    assert w.call("chat.send", text="")["error"]["code"] == "bad_params"
+    # A socket that closes with files not sent (the tab closed mid-upload) leaves none behind.
+    with connected(client, token, "tab2") as other:
+        assert upload(other, "m", "m.png", PHOTO[: UPLOAD_CHUNK_BYTES])[-1]["ok"]
+        other.ok("chat.upload", uploadId="n", offset=0, name="n.png", data=base64.b64encode(PHOTO[:100]).decode())
+        assert len(staged(home)) == 4
+    w.ok("sessions.list")  # the other socket's end has been handled by now
+    assert sorted(p.name.split("-")[3] for p in staged(home)) == ["a", "j"]
+    assert model.requests == [] and not (home / "workspace" / "inbox").exists()
+
+
+def test_a_groups_history_shows_no_image_data_and_the_owners_shows_only_its_own(
+        web: tuple[Web, Path, Seen, TestClient, str]) -> None:
+    """The owner sees the images of the owner's own sessions; a group's history (a member's photo, kept in its
+    transcript for the model) is text, as it always was — and never another session's image."""
+    w, home, _, _, _ = web
+    member = base64.b64encode(b"\xff\xd8\xff" + b"member's photo").decode()
+    store = SessionStore(home / "agents" / "main" / "sessions", cwd=home / "workspace", fsync=False)
+    opened = store.get_or_create(GROUP, origin_channel="telegram")
+    t = store.open_transcript(opened.record)
+    t.append_message(UserMessage("look at this", (ImagePart("image/jpeg", member),)).to_dict())
+    t.append_message(AssistantMessage((TextPart("A cat."),), model="m", provider="p").to_dict())
+    assert upload(w, "u", "mine.png", PHOTO[:4000])[-1]["ok"]
+    w.turn("mine", files=["u"])
+
+    group = w.ok("chat.history", sessionKey=GROUP, images=True)
+    assert [m["text"] for m in group["messages"]] == ["look at this", "A cat."]
+    assert "images" not in json.dumps(group) and member not in json.dumps(group)
+    own = json.dumps(w.ok("chat.history", images=True))
+    mine = base64.b64encode(PHOTO[:4000]).decode()
+    assert mine in own and member not in own
