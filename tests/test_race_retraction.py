@@ -13,6 +13,8 @@ Bus with the real Router and AccessControl, an AgentRuntime on a FunctionModel, 
   check again, its files being filed) found it neither waiting nor in the transcript, and was lost.
 - Discord names only the channel of a deleted message: after a restart a DM's person was unknown, and the delete
   was dropped.
+- A delete in a chat without a session (a refused sender's) took the session's lock to look, leaving a lock
+  file per chat: a member of a channel the assistant ignores made one per thread, without end.
 Guarded too (no attack found): a delete is looked for only in the session its sender's messages go to, so the
 same message id in another chat, or a stranger's DM, retracts nothing of the owner's.
 """
@@ -328,3 +330,19 @@ def test_slack_a_strangers_delete_of_the_same_ts_leaves_the_owners_message(tmp_p
             assert "4711" in sent and RETRACTED_TEXT not in sent, sent
 
     run(main, timeout=90)
+
+
+def test_deletes_in_chats_without_a_session_write_nothing(tmp_path: Path) -> None:
+    """A delete is routed and looked for before any access check (a refused sender's too: nothing of theirs is
+    run). Looking took the session's lock, whose file stays: a member of a channel the assistant does not
+    answer in made a file in the sessions folder for every thread they deleted a message in, without end."""
+    rt = runtime(tmp_path, lambda _req: "noted")
+    bus = make_bus(rt, RecordingChannel(), admit=lambda _m, _a: Admission(False))
+
+    async def main() -> None:
+        for n in range(20):
+            await bus.publish(replace(msg("", str(n), sender="stranger", change="deleted"), peer_id=f"thread-{n}"))
+        assert await bus.drain(20)
+
+    asyncio.run(main())
+    assert not rt.agent.sessions_dir.exists() or list(rt.agent.sessions_dir.iterdir()) == []

@@ -200,6 +200,10 @@ class Bus:
         try:
             if after is not None:
                 await after.wait()
+            # A chat without a session (a refused sender's, a thread never answered in) has nothing to retract,
+            # and retracting takes the session's lock, whose file stays: one per such chat, without end.
+            if await asyncio.to_thread(runtime.store.get, routed.session_key) is None:
+                return
             if await asyncio.to_thread(runtime.retract, routed.session_key, ref):
                 log.info("a message in %s was deleted by its sender: its text is retracted", routed.session_key)
         except Exception:  # noqa: BLE001 - a background task: logged, the gateway goes on
