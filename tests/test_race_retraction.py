@@ -12,7 +12,7 @@ Bus with the real Router and AccessControl, an AgentRuntime on a FunctionModel, 
 - A delete arriving after the bus took the message from its queue but before its turn recorded it (the access
   check again, its files being filed) found it neither waiting nor in the transcript, and was lost.
 - Discord names only the channel of a deleted message: after a restart a DM's person was unknown, and the delete
-  was dropped.
+  was dropped; in an archived thread (no longer cached) it went to a session named after the thread's id.
 - A delete in a chat without a session (a refused sender's) took the session's lock to look, leaving a lock
   file per chat: a member of a channel the assistant ignores made one per thread, without end.
 Guarded too (no attack found): a delete is looked for only in the session its sender's messages go to, so the
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from channelhelpers import FAST, QueueSink, run
-from fakes.fake_discord import FakeDiscord, patch_discord, unpatch
+from fakes.fake_discord import GUILD_ID, TEXT_CHANNEL, THREAD, FakeDiscord, patch_discord, unpatch
 from fakes.fake_discord import user as discord_user
 from fakes.fake_slack import BOT_USER, FakeSlack
 from gatewayhelpers import RecordingChannel, last_user_text, make_bus, runtime
@@ -226,7 +226,8 @@ def waits_for_a_turn(bus: Bus) -> bool:
 
 
 class DMsDiscord(FakeDiscord):
-    """The fake Discord, also answering GET /channels/{id} for a DM channel (`5…`, with user `6…`)."""
+    """The fake Discord, also answering GET /channels/{id} for a DM channel (`5…`, with user `6…`) and for the
+    guild's thread (archived)."""
 
     def routes(self, app: Any) -> None:
         super().routes(app)
@@ -237,9 +238,12 @@ class DMsDiscord(FakeDiscord):
         cid = request.match_info["channel_id"]
         if stop is not None:
             return stop
+        self.record("channel", {"channel_id": cid})
+        if cid == THREAD:  # archived: discord.py no longer caches it
+            thread = next(t for t in self._guild()["threads"] if t["id"] == THREAD)
+            return self._json({**thread, "thread_metadata": {**thread["thread_metadata"], "archived": True}})
         if not cid.startswith("5"):
             return self._json({"message": "Unknown Channel", "code": 10003}, 404)
-        self.record("channel", {"channel_id": cid})
         return self._json({"id": cid, "type": 1, "recipients": [discord_user(f"6{cid[1:]}", "ann")],
                            "last_message_id": None})
 
@@ -346,3 +350,28 @@ def test_deletes_in_chats_without_a_session_write_nothing(tmp_path: Path) -> Non
 
     asyncio.run(main())
     assert not rt.agent.sessions_dir.exists() or list(rt.agent.sessions_dir.iterdir()) == []
+
+
+def test_discord_a_message_deleted_in_an_archived_thread_goes_to_the_threads_session(tmp_path: Path) -> None:
+    """discord.py drops a thread from its cache when it is archived; a delete in it then looked like one in a
+    channel of the thread's id, routed to a session that never had the message, and was lost."""
+    async def main() -> None:
+        fake = await DMsDiscord().start()
+        old = patch_discord(fake)
+        try:
+            async with discord_account(fake, tmp_path) as (_ch, sink):
+                mid = await fake.say(SECRET, thread=True, mention_bot=True)
+                said = await sink.next()
+                assert (said.peer_id, said.thread_id) == (TEXT_CHANNEL, THREAD)
+                thread = next(t for t in fake._guild()["threads"] if t["id"] == THREAD)
+                await fake._dispatch("THREAD_UPDATE", {**thread, "thread_metadata": {
+                    **thread["thread_metadata"], "archived": True}})
+                await fake._dispatch("MESSAGE_DELETE", {"id": mid, "channel_id": THREAD, "guild_id": GUILD_ID})
+                deleted = await sink.next()
+                assert (deleted.change, deleted.peer_kind, deleted.peer_id, deleted.thread_id, deleted.message_id) == \
+                    ("deleted", "group", TEXT_CHANNEL, THREAD, mid)
+        finally:
+            unpatch(old)
+            await fake.stop()
+
+    run(main, timeout=60)

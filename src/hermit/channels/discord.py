@@ -241,7 +241,9 @@ class DiscordChannel:
             author_id = author_id or peer  # only its author deletes a message of theirs in a DM
         else:
             peer = channel_id
-            ch = client.get_channel(payload.channel_id)
+            # An archived thread is no longer cached: asked of Discord, or its message's change would look
+            # like one in a channel of the thread's id, a session that never had the message.
+            ch = client.get_channel(payload.channel_id) or await self._fetched_channel(client, payload.channel_id)
             if isinstance(ch, discord.Thread) and ch.type != discord.ChannelType.private_thread:
                 thread_id, peer = channel_id, str(ch.parent_id)
         content = valid_text(str((data or {}).get("content") or ""))
@@ -259,19 +261,21 @@ class DiscordChannel:
         channel, and discord.py caches no DM channel then), asked of Discord; "" when it cannot say."""
         import discord
 
-        channel = client.get_channel(channel_id)
-        if channel is None:
-            try:
-                channel = await client.fetch_channel(channel_id)
-            except (discord.HTTPException, discord.InvalidData) as e:
-                log.warning("discord %s: could not look up the DM channel of a deleted message: %s",
-                            self.account_id, e)
-                return ""
+        channel = client.get_channel(channel_id) or await self._fetched_channel(client, channel_id)
         recipient = getattr(channel, "recipient", None)
         if not isinstance(channel, discord.DMChannel) or recipient is None:
             return ""
         self._dm_channels[str(recipient.id)] = channel.id
         return str(recipient.id)
+
+    async def _fetched_channel(self, client: Any, channel_id: int) -> Any:
+        """A channel discord.py does not cache, asked of Discord; None when it cannot say (the change is then
+        routed by what the event names, as before: a failed lookup must not lose it)."""
+        try:
+            return await client.fetch_channel(channel_id)
+        except Exception as e:  # noqa: BLE001 - HTTP, rate limit, connection or data errors alike
+            log.warning("discord %s: could not look up the channel of a changed message: %s", self.account_id, e)
+            return None
 
     async def _attachments(self, message: Any, channel_id: str) -> tuple[Attachment, ...]:
         """Each file into a new file of its own under inbox/: two bots in one channel see the same message
