@@ -95,6 +95,9 @@ def test_a_freed_username_taken_by_another_id_gets_nothing_of_the_owners(tmp_pat
                 assert len(d.texts("pair", TAKER)) == 1  # no second code within the hour, and no answer
                 assert len(provider.requests) == 3 and "TAKER-" not in json.dumps([r.body for r in provider.requests])
 
+        # `hermit pairing list` shows the taker's request as not the person the config names by that username.
+        listed = hermit(tmp_path, "pairing", "list", "telegram")
+        assert re.search(rf"{TAKER} \(Ann, @BOSS_PERSON\) \[NOT the @{NAME} pinned to {OWNER}\]", listed), listed
         # The warning names who, which pin, and the fix; once an hour per name in each gateway run, not once a
         # message (the taker's three messages were checked six times).
         stderr = (tmp_path / "gateway.stderr").read_text(errors="replace")

@@ -23,6 +23,7 @@ from hermit.errors import HermitError
 
 if TYPE_CHECKING:  # the commands load these themselves, so `hermit --help` stays quick
     from hermit.channels.pairing import ApprovedSender, PairingRequest
+    from hermit.channels.username_pins import Pin
     from hermit.config.load import LoadedConfig
 
 
@@ -91,8 +92,8 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
     if requests:
         print("Pending pairing requests (codes expire after 1 hour):")
         _table(("CHANNEL", "ACCOUNT", "SENDER", "CODE", "EXPIRES IN"),
-               [(r.channel, r.account_id, _label(r), r.code, f"{max(0, int((r.expires_at - now) // 60))} min")
-                for r in requests])
+               [(r.channel, r.account_id, _label(r) + _not_the_pinned(pins, r), r.code,
+                 f"{max(0, int((r.expires_at - now) // 60))} min") for r in requests])
         print(f"approve one with: hermit pairing approve {requests[0].channel} {requests[0].code}   "
               f"(or deny it: hermit pairing deny {requests[0].channel} {requests[0].code})")
     else:
@@ -114,6 +115,17 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
         print("write the pinned id into the config instead of the @username: names can change hands")
     print("Owners (the main session) are named in the config: channels.<channel>.accounts.<account>.owners")
     return 0
+
+
+def _not_the_pinned(pins: list[Pin], r: PairingRequest) -> str:
+    """A note on a request whose sender presents a username pinned to someone else: not the person the config
+    names by it (a freed name taken by another account), whatever the label says."""
+    from hermit.channels.username_pins import handle
+
+    name = handle(r.sender_username)
+    other = next((p for p in pins if p.channel == r.channel and p.username == name and p.sender_id != r.sender_id),
+                 None)
+    return f" [NOT the {name} pinned to {other.sender_id}]" if other else ""
 
 
 def _label(r: PairingRequest) -> str:
