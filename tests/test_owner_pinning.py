@@ -239,3 +239,17 @@ def test_discord_usernames_are_pinned_too_and_each_list_shares_the_pin(tmp_path:
     assert not dm("600000000000000003", "Ann.Smith") and not dm("600000000000000004", "bob_b")
     assert not ac.is_owner("discord", "default", "600000000000000002", "ann.smith")  # bob is no owner by her name
     assert ac.is_owner("discord", "default", "600000000000000001", "ann.smith")
+
+
+def test_unpin_lets_the_next_sender_with_the_name_be_pinned(tmp_path: Path) -> None:
+    """The owner's way out when the wrong id was pinned first (or the name really moved to their new account)."""
+    (tmp_path / "hermit.yaml").write_text(
+        "channels:\n  telegram:\n    accounts:\n      default:\n        owners: ['@boss_person']\n", encoding="utf-8")
+    ac = access(tmp_path, owners=["@boss_person"])
+    assert ac.is_owner("telegram", "default", "666", "boss_person")  # someone else got there first
+    assert not ac.is_owner("telegram", "default", "31", "boss_person")
+    out = hermit(tmp_path, "pairing", "unpin", "telegram", "@Boss_Person")
+    assert "unpinned @boss_person on telegram (it was 666)" in out, out
+    assert ac.is_owner("telegram", "default", "31", "boss_person")
+    assert not ac.is_owner("telegram", "default", "666", "boss_person")
+    assert "is not pinned on telegram" in hermit(tmp_path, "pairing", "unpin", "telegram", "@nobody_here")
