@@ -136,44 +136,50 @@ def test_a_files_name_and_claim_do_not_make_it_an_image(web: tuple[Web, Path, Se
 
 def test_the_limits_say_what_they_are_and_leave_nothing_behind(
         web: tuple[Web, Path, Seen, TestClient, str]) -> None:
+    """A piece refused takes every file of the socket not yet sent with it (the page sends them all again)."""
     w, home, model, client, token = web
-    # Over the 10 MB of one message, in all: refused at the piece that passes it, its file deleted.
+    # Over the 10 MB of one message, in all: refused at the piece that passes it.
     assert upload(w, "a", "a.jpg", b"\xff\xd8\xff" + b"a" * (MAX_UPLOAD_BYTES // 2))[-1]["ok"]
     too_big = upload(w, "b", "b.jpg", b"\xff\xd8\xff" + b"b" * (MAX_UPLOAD_BYTES // 2))[-1]
     assert too_big["error"]["code"] == "too_large" and "10 MB" in too_big["error"]["message"]
-    assert [p.name.split("-")[3] for p in staged(home)] == ["a"]
-    # A piece out of order, data that is not base64, an id never started, an empty file.
-    assert upload(w, "c", "c.png", PHOTO[:10])[-1]["ok"]
+    assert staged(home) == []
+    # A piece after the last, data that is not base64, an id never started, an empty file.
     for params, code in (({"uploadId": "c", "offset": 10, "data": "AAAA"}, "bad_params"),  # c is finished
                          ({"uploadId": "d", "offset": 0, "name": "d", "data": "not base64!"}, "bad_params"),
                          ({"uploadId": "e", "offset": 5, "data": "AAAA"}, "bad_params"),
-                         ({"uploadId": "f", "offset": 0, "name": "f", "data": "", "done": True}, "bad_params"),
-                         ({"uploadId": "g", "offset": 0, "name": "g", "data": "x" * 200_000}, "bad_params")):
+                         ({"uploadId": "f", "offset": 0, "name": "f", "data": "", "done": True}, "bad_params")):
+        assert upload(w, "c", "c.png", PHOTO[:10])[-1]["ok"]
         res = w.call("chat.upload", **params)
         assert not res["ok"] and res["error"]["code"] == code, (params, res)
-    assert [p.name.split("-")[3] for p in staged(home)] == ["a"]  # c went with its piece out of order
+        assert staged(home) == [], params
+    # A piece longer than a piece is no chat.upload at all: refused as any malformed request is.
+    res = w.call("chat.upload", uploadId="g", offset=0, name="g", data="x" * 200_000)
+    assert res["error"]["code"] == "bad_params" and "data" in res["error"]["message"]
     # At most four files are pending; a fifth is refused.
+    for uid in "hijk":
+        assert upload(w, uid, uid, b"x")[-1]["ok"]
+    fifth = upload(w, "l", "l", b"x")[-1]
+    assert fifth["error"]["code"] == "too_many_files" and str(MAX_UPLOAD_FILES) in fifth["error"]["message"]
+    assert staged(home) == []
+    # A message naming a file not sent on this socket: refused, and the files it named deleted.
     for uid in "hij":
         assert upload(w, uid, uid, b"x")[-1]["ok"]
-    fifth = upload(w, "k", "k", b"x")[-1]
-    assert fifth["error"]["code"] == "too_many_files" and str(MAX_UPLOAD_FILES) in fifth["error"]["message"]
-    # A message naming a file not sent on this socket: refused, and the files it named deleted.
     res = w.turn("x", files=["h", "zz"])[-1]
     assert res["error"]["code"] == "bad_params" and "'zz'" in res["error"]["message"]
-    assert sorted(p.name.split("-")[3] for p in staged(home)) == ["a", "i", "j"]
+    assert sorted(p.name.split("-")[3] for p in staged(home)) == ["i", "j"]
     # A read-only session (a group's): refused, its files deleted, nothing filed anywhere.
     res = w.turn("into the group", files=["i"], sessionKey=GROUP)[-1]
     assert res["error"]["code"] == "read_only", res
-    assert sorted(p.name.split("-")[3] for p in staged(home)) == ["a", "j"]
+    assert [p.name.split("-")[3] for p in staged(home)] == ["j"]
     # Neither text nor a file: nothing to send.
     assert w.call("chat.send", text="")["error"]["code"] == "bad_params"
     # A socket that closes with files not sent (the tab closed mid-upload) leaves none behind.
     with connected(client, token, "tab2") as other:
         assert upload(other, "m", "m.png", PHOTO[: UPLOAD_CHUNK_BYTES])[-1]["ok"]
         other.ok("chat.upload", uploadId="n", offset=0, name="n.png", data=base64.b64encode(PHOTO[:100]).decode())
-        assert len(staged(home)) == 4
+        assert len(staged(home)) == 3
     w.ok("sessions.list")  # the other socket's end has been handled by now
-    assert sorted(p.name.split("-")[3] for p in staged(home)) == ["a", "j"]
+    assert [p.name.split("-")[3] for p in staged(home)] == ["j"]
     assert model.requests == [] and not (home / "workspace" / "inbox").exists()
 
 

@@ -6,7 +6,9 @@ come to a file staged in `<state>/inbox/` as every channel stages one (channels/
 bus files them into the session's inbox, describes them and shows an image to a model that reads images
 (gateway/attachments.py). What a file is goes by its first bytes (attachments.image_type), never by a type the
 page claims; its name is the sender's, made safe. At most MAX_UPLOAD_FILES files of MAX_UPLOAD_BYTES in all are
-pending on a socket; a file not sent (refused, failed, the socket closed) is deleted.
+pending on a socket; a file not sent is deleted: a piece refused takes every file of the socket not yet sent with
+it (the page sends one message's files at a time, and sends them all again), and so does a message refused or a
+socket closed.
 """
 
 from __future__ import annotations
@@ -57,25 +59,27 @@ class Uploads:
         try:
             data = base64.b64decode(params.data, validate=True)
         except (binascii.Error, ValueError):
-            self.drop([params.upload_id])
+            self.drop()
             raise ProtocolError("bad_params", "chat.upload: data is not base64",
                                 "send the file's bytes as base64") from None
         upload = self._pending.get(params.upload_id)
         if upload is None:
             if params.offset != 0 or params.name is None:
+                self.drop()
                 raise ProtocolError("bad_params", f"chat.upload: no file {params.upload_id!r} is being sent",
                                     "start a file with offset 0 and its name")
             if len(self._pending) >= MAX_UPLOAD_FILES:
+                self.drop()
                 raise ProtocolError("too_many_files", f"at most {MAX_UPLOAD_FILES} files go with one message",
                                     "send this message, then the other files")
             upload = Upload(channel.stage(client_id, params.upload_id, params.name), safe_name(params.name))
             self._pending[params.upload_id] = upload
         if upload.done or params.offset != upload.staged.size:
-            self.drop([params.upload_id])
+            self.drop()
             raise ProtocolError("bad_params", f"chat.upload: {params.upload_id} does not go on at {params.offset:,}",
                                 "send the file again from its start, under a new upload id")
         if sum(u.staged.size for u in self._pending.values()) + len(data) > MAX_UPLOAD_BYTES:
-            self.drop([params.upload_id])
+            self.drop()
             raise ProtocolError("too_large", f"the files of one message may have {MAX_UPLOAD_BYTES // 2**20} MB in "
                                 "all", "send a smaller file (a photo as a phone shares it is a few MB)")
         try:
@@ -85,10 +89,10 @@ class Uploads:
                 upload.staged.file.close()  # flushes: a full disk shows here
                 upload.done = True
         except OSError:
-            self.drop([params.upload_id])
+            self.drop()
             raise
         if upload.done and upload.staged.size == 0:
-            self.drop([params.upload_id])
+            self.drop()
             raise ProtocolError("bad_params", "chat.upload: the file is empty", "pick another file")
         return {"uploadId": params.upload_id, "size": upload.staged.size, "done": upload.done}
 

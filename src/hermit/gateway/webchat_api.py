@@ -49,7 +49,10 @@ from hermit.gateway.protocol import (
     CLOSE_POLICY,
     CLOSE_PROTOCOL,
     CLOSE_UNAUTHORIZED,
+    MAX_UPLOAD_BYTES,
+    MAX_UPLOAD_FILES,
     PROTOCOL_VERSION,
+    UPLOAD_CHUNK_BYTES,
     ChallengeParams,
     ConnectParams,
     HistoryParams,
@@ -293,7 +296,8 @@ class WebchatApi:
         hello: dict[str, Any] = {
             "type": "hello-ok", "protocol": PROTOCOL_VERSION, "clientId": client_id,
             "agents": sorted(self.host.runtimes), "defaultAgent": self.default_agent,
-            "mainSession": self.default_session}
+            "mainSession": self.default_session,
+            "uploads": {"maxBytes": MAX_UPLOAD_BYTES, "maxFiles": MAX_UPLOAD_FILES, "chunkBytes": UPLOAD_CHUNK_BYTES}}
         if ticket is not None:  # what the page needs to reconnect, the ticket being used up now
             hello["token"] = self._token.decode()
         await sock.send_raw(res_ok(req.id, hello))

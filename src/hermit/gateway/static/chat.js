@@ -1,10 +1,10 @@
 // The chat view: streamed replies with tool lines, /new, read-only sessions (an ended one with when and why it
 // ended), a long history a page at a time, and failed turns shown with their reason (live and after a reload).
-// The session list is sessions.js. Every text is shown through HermitDom.visible (el() does it; the rest here
-// says so).
+// The session list is sessions.js; files sent with a message (the attach button, previews, uploads) attach.js. Every text is
+// shown through HermitDom.visible (el() does it; the rest here says so).
 "use strict";
 (function () {
-  const H = window.Hermit, { el, stamp, visible } = window.HermitDom;
+  const H = window.Hermit, A = window.HermitAttach, { el, stamp, visible } = window.HermitDom;
   const $ = (id) => document.getElementById(id);
   const messages = $("messages"), input = $("input");
   const PAGE = 200, MOST = 2000;  // history items drawn at first, and at the most (chat.history's limit)
@@ -47,15 +47,25 @@
   input.setAttribute("enterkeyhint", touch ? "enter" : "send");
   const scrollDown = () => { messages.scrollTop = messages.scrollHeight; };
 
+  // The lines Hermit adds to a user turn for each file that came with it (gateway/attachments.py `described`).
+  const FILE_LINE = /^\((file received with this message: |a file came with this message but could not be kept — )/;
+
   function bubble(role, text, opts) {
     for (const n of messages.querySelectorAll(".notice.placeholder")) n.remove();
     const body = el("div", { class: "body" });
+    const lines = [];
     if (role === "assistant") body.appendChild(window.HermitMarkdown.render(text || ""));
-    else body.textContent = visible(text || "");
+    else {
+      const all = (text || "").split("\n");
+      while (all.length && FILE_LINE.test(all[all.length - 1])) lines.unshift(all.pop());
+      body.textContent = visible(all.join("\n"));
+    }
     const tools = el("div", { class: "tools" });
     // In a group, who wrote the message (chat.history's sender label: the name cleaned, the id, the owner mark).
     const who = opts && opts.sender ? [el("div", { class: "who" }, opts.sender)] : [];
-    const div = el("div", { class: "msg " + role + (opts && opts.error ? " error" : "") }, ...who, tools, body);
+    const pics = A.pictures((opts && opts.files) || []);
+    const said = lines.map((line) => el("div", { class: "file-line", text: line }));
+    const div = el("div", { class: "msg " + role + (opts && opts.error ? " error" : "") }, ...who, tools, pics, body, ...said);
     messages.appendChild(div);
     scrollDown();
     return { bubble: div, body, tools, text: text || "", toolLines: new Map(), frame: 0 };
@@ -162,13 +172,15 @@
   // Nothing typed is lost: the text stays in the box until the gateway has acknowledged the message (then it
   // goes, unless it was changed meanwhile); refused or not connected, it stays there with a note that says why,
   // to be sent again with Send — never queued to go by itself later, when it may no longer be meant.
+  // Files chosen (attach.js) go first, in pieces, then the message naming them; refused, they stay with the text.
   async function send(text) {
     text = text.trim();
-    if (!text) return true;
+    const files = A.chosen();
+    if (!text && !files.length) return true;
     if (!session) return unsent({ message: "not connected to the gateway yet", hint: H.signedOut() || "wait for it to connect" });
-    if (text === "/new" || text.startsWith("/new ") || text === "/reset") return newSession(text);
+    if (!files.length && (text === "/new" || text.startsWith("/new ") || text === "/reset")) return newSession(text);
     for (const n of messages.querySelectorAll(".msg.elsewhere")) n.remove();  // this tab's turn now
-    const mine = bubble("user", text);
+    const mine = bubble("user", text, { files: files.map((c) => ({ url: c.url, alt: c.file.name, text: "attached: " + c.file.name })) });
     const reply = bubble("assistant", "");
     reply.bubble.classList.add("typing");
     reply.mine = mine.bubble;
@@ -177,7 +189,17 @@
     turns.set(id, reply);
     epoch++;
     try {
-      await H.request("chat.send", { text, sessionKey: session.key, agentId: session.agentId, sessionId: session.sessionId || undefined }, id);
+      let ids = [];
+      if (files.length) {
+        const bar = el("div", { class: "upload-progress", role: "status" });
+        mine.bubble.appendChild(bar);
+        const what = files.length === 1 ? "the file" : files.length + " files";
+        ids = await A.upload(files, (f) => { bar.textContent = "sending " + what + "… " + Math.floor(f * 100) + "%"; });
+        bar.remove();
+      }
+      await H.request("chat.send", { text, files: ids.length ? ids : undefined, sessionKey: session.key,
+                                     agentId: session.agentId, sessionId: session.sessionId || undefined }, id);
+      A.clear(files);
       own += 2;  // its message and the reply, drawn here live
       reply.acked = true;
       return true;
@@ -212,8 +234,9 @@
   }
 
   // ---- history and sessions ----------------------------------------------------------------------------
-  function fetchHistory() {
-    const params = { sessionKey: session.key, agentId: session.agentId, limit };
+  // `images`: with the photos of the owner's turns (megabytes: asked for only when the history is drawn).
+  function fetchHistory(images) {
+    const params = { sessionKey: session.key, agentId: session.agentId, limit, images: !!images };
     if (session.ended) params.sessionId = session.sessionId;
     return H.request("chat.history", params);
   }
@@ -221,7 +244,7 @@
   async function loadHistory() {
     let res;
     try {
-      res = await fetchHistory();
+      res = await fetchHistory(true);
     } catch (e) {
       messages.replaceChildren();
       notice("Could not open " + session.key + ": " + e.message, "error");
@@ -240,7 +263,12 @@
   // What is drawn of the open session: its id, how many history items and the last one, so a change seen
   // elsewhere is drawn only when there is something new (a tab's own turn is drawn live already).
   let drawn = null;
-  const lastOf = (res) => JSON.stringify(res.messages[res.messages.length - 1] || null);
+  const lastOf = (res) => {
+    const m = res.messages[res.messages.length - 1];
+    if (!m) return "null";
+    const { images, ...rest } = m;  // compared without its photos (a look for changes asks for none)
+    return JSON.stringify(rest);
+  };
   const drawnOf = (res) => ({ sessionId: res.sessionId, total: res.total, last: lastOf(res) });
 
   function render(res) {
@@ -260,6 +288,7 @@
     readOnlyNote(readOnly, res, ended);
     input.disabled = readOnly;
     $("send").disabled = readOnly;
+    A.enable(!readOnly);
     $("new-session").disabled = readOnly;
     input.placeholder = ended ? "This session has ended: read-only" : readOnly ? "Read-only in the web app" : "Message Hermit";
     showDraft(readOnly);
@@ -281,7 +310,7 @@
       if (m.role === "notice") { notice(m.text); continue; }
       const failed = m.role === "assistant" && m.error;
       const b = bubble(m.role, m.text || (failed ? "Sorry — this reply failed." : ""),
-        { error: failed, sender: m.sender && m.sender.label });
+        { error: failed, sender: m.sender && m.sender.label, files: (m.images || []).map(picture) });
       b.bubble.dataset.done = "history";
       for (const t of m.tools || []) toolLine(b, t.callId, t.name, t.status);
       if (failed) failure(b, "The reply failed: " + m.error);
@@ -292,6 +321,14 @@
     else if (!res.messages.length) notice(readOnly ? "No messages yet." : "No messages yet — say hello.", "placeholder");
     replying();
     window.HermitSessions.highlight();
+  }
+
+  // A user turn's image as chat.history gives it (the owner's own sessions): a data: URL of a type an <img> draws.
+  function picture(p) {
+    if (p.omitted || !/^image\/(jpeg|png|gif|webp)$/.test(p.mediaType)) {
+      return { url: "", text: "🖼 an earlier photo (not loaded with the history: too many images to send at once)" };
+    }
+    return { url: "data:" + p.mediaType + ";base64," + p.data, alt: "photo sent with this message" };
   }
 
   // ---- the open session changed elsewhere (another tab, `hermit chat`, a channel) ---------------------------
@@ -329,9 +366,11 @@
           busyElsewhere = !!res.busy;
           replying();
         } else {
+          const full = await fetchHistory(true);  // something new to draw: with its photos
+          if (ownTurn() || epoch !== at || session.ended || full.sessionKey !== session.key) continue;
           const bottom = messages.scrollHeight - messages.scrollTop - messages.clientHeight < 80;
           const top = messages.scrollTop;
-          render(res);
+          render(full);
           if (!bottom) messages.scrollTop = top;  // reading further up: stay there
         }
       } while (again);
@@ -376,7 +415,7 @@
   $("composer").addEventListener("submit", async (e) => {
     e.preventDefault();
     const t = input.value;
-    if (sending || !t.trim()) return;
+    if (sending || (!t.trim() && !A.chosen().length)) return;
     sending = true;
     let ok = false;
     try { ok = await send(t); } finally { sending = false; }

@@ -1,0 +1,134 @@
+// Files sent with a chat message: the attach button (a phone offers its camera and photos), a preview of each file
+// that will go, removable, and the upload in pieces (chat.upload) before chat.send names them. A file too big,
+// or one too many, is said at once and not taken; a send that fails keeps the files (and the text) to send
+// again. What a file is the gateway decides from its bytes; the page's type is used only to try a preview.
+// Images are drawn from data: URLs, the only images the page's CSP allows besides its own files.
+"use strict";
+(function () {
+  const H = window.Hermit, { el, visible } = window.HermitDom;
+  const $ = (id) => document.getElementById(id);
+  const button = $("attach"), picker = $("attach-input"), strip = $("attachments"), note = $("attach-note");
+  // The gateway's limits (hello-ok `uploads`), these until it says.
+  let limits = { maxBytes: 10 * 1024 * 1024, maxFiles: 4, chunkBytes: 144 * 1024 };
+  H.onConnected((hello) => { if (hello && hello.uploads) limits = hello.uploads; });
+  let chosen = [];  // {file, url (a data: URL of an image, or ""), item (its preview)}
+
+  const mb = (n) => (n / 1024 / 1024).toFixed(n < 10 * 1024 * 1024 ? 1 : 0) + " MB";
+  const size = (n) => n < 1024 * 1024 ? Math.max(1, Math.round(n / 1024)) + " kB" : mb(n);
+
+  function say(text) {
+    note.textContent = visible(text);
+    note.hidden = !text;
+  }
+
+  function draw() {
+    strip.hidden = chosen.length === 0;
+    strip.replaceChildren(...chosen.map((c) => c.item));
+  }
+
+  function preview(c) {
+    const name = c.file.name || "file";
+    const remove = el("button", { type: "button", class: "attachment-remove", "aria-label": "Remove " + name,
+                                  title: "Remove " + name, text: "×", onclick: () => take(c) });
+    const label = el("span", { class: "attachment-name", text: name + " · " + size(c.file.size) });
+    const item = el("div", { class: "attachment", role: "group", "aria-label": "to send: " + name }, label, remove);
+    if (c.file.type.startsWith("image/")) {
+      const reader = new FileReader();
+      reader.onload = () => {
+        if (!chosen.includes(c) || !/^data:image\//.test(String(reader.result))) return;
+        const img = document.createElement("img");
+        img.alt = visible(name);
+        img.onerror = () => img.remove();  // a type the browser cannot draw (HEIC): the name alone
+        img.src = String(reader.result);
+        c.url = img.src;
+        item.classList.add("image");
+        item.prepend(img);
+      };
+      reader.readAsDataURL(c.file);
+    }
+    return item;
+  }
+
+  function add(files) {
+    const problems = [];
+    for (const file of files) {
+      const total = chosen.reduce((n, c) => n + c.file.size, 0);
+      if (chosen.length >= limits.maxFiles) problems.push(file.name + ": at most " + limits.maxFiles + " files go with one message");
+      else if (file.size === 0) problems.push(file.name + " is empty");
+      else if (file.size > limits.maxBytes) {
+        problems.push(file.name + " is " + mb(file.size) + ": a message takes at most " + mb(limits.maxBytes) +
+                      " of files. Share a smaller copy (a phone's \"share\" usually makes one)");
+      } else if (total + file.size > limits.maxBytes) {
+        problems.push(file.name + " (" + mb(file.size) + ") would make this message's files more than " +
+                      mb(limits.maxBytes) + ": send it with the next one");
+      } else {
+        const c = { file, url: "", item: null };
+        c.item = preview(c);
+        chosen.push(c);
+      }
+    }
+    say(problems.length ? "Not attached: " + problems.join("; ") + "." : "");
+    draw();
+  }
+
+  function take(c) {
+    chosen = chosen.filter((x) => x !== c);
+    say("");
+    draw();
+    (chosen.length ? strip.querySelector(".attachment-remove") : button).focus();
+  }
+
+  button.addEventListener("click", () => picker.click());
+  picker.addEventListener("change", () => { add([...picker.files]); picker.value = ""; });
+
+  // base64 of a piece, a slice at a time (String.fromCharCode takes a bounded number of arguments).
+  function base64(bytes) {
+    let s = "";
+    for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+    return btoa(s);
+  }
+
+  // Upload every chosen file; `progress(fraction)` as pieces go. Resolves to the upload ids for chat.send.
+  async function upload(files, progress) {
+    const total = files.reduce((n, c) => n + c.file.size, 0) || 1;
+    let sent = 0;
+    const ids = [];
+    for (const c of files) {
+      const id = "f" + Date.now().toString(36) + Math.random().toString(36).slice(2, 8);
+      const bytes = new Uint8Array(await c.file.arrayBuffer());
+      for (let at = 0; at < bytes.length; at += limits.chunkBytes) {
+        const piece = bytes.subarray(at, at + limits.chunkBytes);
+        const params = { uploadId: id, offset: at, data: base64(piece), done: at + piece.length >= bytes.length };
+        if (at === 0) params.name = c.file.name || "file";
+        await H.request("chat.upload", params);
+        sent += piece.length;
+        progress(sent / total);
+      }
+      ids.push(id);
+    }
+    return ids;
+  }
+
+  function clear(files) {
+    chosen = chosen.filter((c) => !files.includes(c));
+    say("");
+    draw();
+  }
+
+  function enable(on) { button.disabled = !on; }
+
+  // A message's images drawn small in its bubble (live: the previews; history: chat.history's `images`).
+  function pictures(items) {
+    if (!items.length) return null;
+    return el("div", { class: "pics" }, items.map((p) => {
+      if (!p.url) return el("span", { class: "pic-file", text: p.text });
+      const img = document.createElement("img");
+      img.alt = visible(p.alt || "photo");
+      img.src = p.url;
+      img.addEventListener("click", () => img.classList.toggle("big"));
+      return img;
+    }));
+  }
+
+  window.HermitAttach = { chosen: () => chosen.slice(), upload, clear, enable, pictures, say };
+})();
