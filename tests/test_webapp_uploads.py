@@ -11,7 +11,10 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import stat
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,16 +23,20 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from ciguard import need
 from gatewayhelpers import last_user_text
+from hermit.gateway.history import HISTORY_IMAGE_BUDGET, chat_history
 from hermit.gateway.protocol import MAX_FRAME_BYTES, MAX_UPLOAD_BYTES, MAX_UPLOAD_FILES, UPLOAD_CHUNK_BYTES
 from hermit.messages import AssistantMessage, ImagePart, TextPart, UserMessage
 from hermit.models.base import ModelProfile, ModelRequest
 from hermit.sessions.store import SessionStore
 from hermit.testing.scripted import Reply
+from prochelpers import PROC_TIMEOUT, python_as, pythonpath
 from webappclient import Clock, Web, connected, served
 
 MAIN = "agent:main:main"
 GROUP = "agent:main:telegram:group:-100321"
+CONTACT = "agent:main:telegram:dm:5550123"  # a contact's DM (no owner is configured): read-only in the web app
 CONFIG = {"agents": {"defaults": {"timezone": "Europe/Paris", "memory_search": {"provider": "none"},
                                   "session": {"hooks": {"session_memory": {"enabled": False}}}}}}
 SEES = ModelProfile(provider="scripted", model_id="sees-1", supports_images=True)
@@ -187,19 +194,99 @@ def test_a_groups_history_shows_no_image_data_and_the_owners_shows_only_its_own(
         web: tuple[Web, Path, Seen, TestClient, str]) -> None:
     """The owner sees the images of the owner's own sessions; a group's history (a member's photo, kept in its
     transcript for the model) is text, as it always was — and never another session's image."""
-    w, home, _, _, _ = web
+    w, home, _, client, _ = web
     member = base64.b64encode(b"\xff\xd8\xff" + b"member's photo").decode()
     store = SessionStore(home / "agents" / "main" / "sessions", cwd=home / "workspace", fsync=False)
-    opened = store.get_or_create(GROUP, origin_channel="telegram")
-    t = store.open_transcript(opened.record)
-    t.append_message(UserMessage("look at this", (ImagePart("image/jpeg", member),)).to_dict())
-    t.append_message(AssistantMessage((TextPart("A cat."),), model="m", provider="p").to_dict())
+    ids = {}
+    for key in (GROUP, CONTACT):
+        opened = store.get_or_create(key, origin_channel="telegram")
+        ids[key] = opened.record.session_id
+        t = store.open_transcript(opened.record)
+        t.append_message(UserMessage("look at this", (ImagePart("image/jpeg", member),)).to_dict())
+        t.append_message(AssistantMessage((TextPart("A cat."),), model="m", provider="p").to_dict())
     assert upload(w, "u", "mine.png", PHOTO[:4000])[-1]["ok"]
     w.turn("mine", files=["u"])
 
-    group = w.ok("chat.history", sessionKey=GROUP, images=True)
-    assert [m["text"] for m in group["messages"]] == ["look at this", "A cat."]
-    assert "images" not in json.dumps(group) and member not in json.dumps(group)
+    for key in (GROUP, CONTACT):
+        for named in ({}, {"sessionId": ids[key]}):
+            shown = w.ok("chat.history", sessionKey=key, images=True, **named)
+            assert shown["mode"] == "read-only" and shown == w.ok("chat.history", sessionKey=key, **named)
+            assert [m["text"] for m in shown["messages"]] == ["look at this", "A cat."], (key, named)
+            assert "images" not in json.dumps(shown) and member not in json.dumps(shown)
     own = json.dumps(w.ok("chat.history", images=True))
     mine = base64.b64encode(PHOTO[:4000]).decode()
     assert mine in own and member not in own
+    # The page draws them from data: URLs, which its CSP allows for images, and nothing more than before.
+    csp = client.get("/").headers["content-security-policy"]
+    assert "img-src 'self' data:;" in csp and "blob:" not in csp
+
+
+AS_NOBODY = r"""
+import base64, json, os, stat, sys
+from datetime import UTC, datetime
+from pathlib import Path
+from hermit.models.base import ModelProfile
+from hermit.messages import UserMessage
+from webappclient import Clock, connected, served
+
+home = Path(sys.argv[1])
+(home / "workspace").mkdir(parents=True)
+photo = b"\x89PNG\r\n\x1a\n" + os.urandom(200_000)
+seen = []
+def model(req):
+    seen.extend(m.images for m in req.messages if isinstance(m, UserMessage))
+    return "ok"
+config = {"agents": {"defaults": {"timezone": "Europe/Paris", "memory_search": {"provider": "none"}}}}
+profile = ModelProfile(provider="scripted", model_id="sees-1", supports_images=True)
+out = {}
+with served(home, config, model, Clock(datetime(2026, 3, 2, 9, 0, tzinfo=UTC)), profile) as (client, _, token), \
+        connected(client, token, "phone") as w:
+    half = 100_000
+    for i, (at, piece) in enumerate(((0, photo[:half]), (half, photo[half:]))):
+        w.ok("chat.upload", uploadId="u", offset=at, name="p.png", data=base64.b64encode(piece).decode(),
+             done=i == 1)
+    out["staged"] = [(oct(stat.S_IMODE(p.lstat().st_mode)), p.lstat().st_uid) for p in (home / "inbox").iterdir()]
+    w.turn("look", files=["u"])
+    filed = list((home / "workspace" / "inbox").iterdir())
+    out["filed"] = [(oct(stat.S_IMODE(p.lstat().st_mode)), p.lstat().st_uid, p.read_bytes() == photo) for p in filed]
+    out["left"] = list(map(str, (home / "inbox").iterdir()))
+    out["seen"] = [[i.data == base64.b64encode(photo).decode() for i in imgs] for imgs in seen]
+    out["history"] = [len(m.get("images", [])) for m in w.ok("chat.history", images=True)["messages"]]
+    out["uid"] = os.getuid()
+print(json.dumps(out))
+"""
+
+
+def test_a_gateway_run_by_an_unprivileged_user_stages_and_files_the_photo_as_its_own(tmp_path: Path) -> None:
+    """Nothing of the upload path needs root: as uid 65534 the pieces are staged owner-only, the photo is filed
+    into the workspace's inbox as that user's 0600 file, and the model and the history have it."""
+    nobody = {"user": 65534, "group": 65534, "extra_groups": []}
+    python = python_as(nobody)
+    need(python is not None, "an interpreter that can import this checkout as uid 65534")
+    assert python is not None
+    shared = Path(tempfile.mkdtemp(prefix="hermit-h7-"))
+    try:
+        os.chown(shared, 65534, 65534)
+        done = subprocess.run([python, "-c", AS_NOBODY, str(shared / "home")], capture_output=True, text=True,
+                              timeout=PROC_TIMEOUT, cwd="/", env={"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath(),
+                                                                   "HOME": str(shared)}, **nobody)
+        assert done.returncode == 0, done.stderr
+        out = json.loads(done.stdout.splitlines()[-1])
+        assert out == {"staged": [["0o600", 65534]], "filed": [["0o600", 65534, True]], "left": [],
+                       "seen": [[True]], "history": [1, 0], "uid": 65534}, out
+    finally:
+        shutil.rmtree(shared)
+
+
+def test_a_history_sends_the_newest_photos_within_its_budget_and_names_the_older_ones(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path / "sessions", cwd=tmp_path, fsync=False)
+    t = store.open_transcript(store.get_or_create(MAIN).record)
+    big = [base64.b64encode(b"\xff\xd8\xff" + bytes([n]) * (HISTORY_IMAGE_BUDGET * 3 // 10)).decode() for n in range(3)]
+    for n, data in enumerate(big):
+        t.append_message(UserMessage(f"photo {n}", (ImagePart("image/jpeg", data),)).to_dict())
+    t.append_message(UserMessage("odd", (ImagePart("text/html", "PGI+"), ImagePart("image/png", "not base64!"))).to_dict())
+    shown = chat_history(store, MAIN, 50, images=True)["messages"]
+    assert [m.get("images") for m in shown[1:]] == [[{"mediaType": "image/jpeg", "data": big[1]}],
+                                                    [{"mediaType": "image/jpeg", "data": big[2]}], None]
+    assert shown[0]["images"] == [{"mediaType": "image/jpeg", "size": len(big[0]) * 3 // 4, "omitted": True}]
+    assert "images" not in json.dumps(chat_history(store, MAIN, 50))
