@@ -1,5 +1,6 @@
-"""Several hosts, one memory on PostgreSQL: two Hermit processes with their own state dirs index and search
-one database at once; a SIGKILLed indexer leaves a consistent index that the next sync completes."""
+"""Several hosts, one memory on PostgreSQL: two Hermit processes with their own state dirs (the second added
+with `hermit memory claim`, tests/test_pg_state_claim.py) index and search one database at once; a SIGKILLed
+indexer leaves a consistent index that the next sync completes."""
 
 from __future__ import annotations
 
@@ -92,6 +93,7 @@ def test_two_hosts_index_and_search_one_database_at_once(tmp_path: Path, pg_dsn:
     write(ws / "MEMORY.md", "# M\n- The wifi password is in the blue notebook.\n")
     a, b = _home(tmp_path, "host-a", ws, srv), _home(tmp_path, "host-b", ws, srv)
     assert _hermit(a, pg_dsn, "memory", "index").wait(timeout=PROC_TIMEOUT) == 0  # the note searched for below
+    assert _hermit(b, pg_dsn, "memory", "claim").wait(timeout=PROC_TIMEOUT) == 0  # a second host, on purpose
     for rnd in range(3):
         _notes(ws, 15, f"r{rnd}a")
         _notes(ws, 15, f"r{rnd}b")
@@ -126,6 +128,7 @@ def test_a_host_killed_mid_sync_leaves_a_consistent_index_that_the_next_sync_com
     write(ws / "MEMORY.md", "# M\n- seed\n")
     a, b = _home(tmp_path, "host-a", ws, srv), _home(tmp_path, "host-b", ws, srv)
     assert _hermit(a, pg_dsn, "memory", "index").wait(timeout=PROC_TIMEOUT) == 0
+    assert _hermit(b, pg_dsn, "memory", "claim").wait(timeout=PROC_TIMEOUT) == 0  # a second host, on purpose
     _notes(ws, 80, "kill")
     srv.hold()
     proc = _hermit(a, pg_dsn, "memory", "index")

@@ -39,7 +39,7 @@ class Command:
 COMMANDS: tuple[Command, ...] = (
     Command("init", "create the state dir, config and workspace (never overwrites)", "hermit.cli.init:configure"),
     Command("memory", "index, search and read Markdown memory", "hermit.cli.memory:configure",
-            requires_init=True, own_options={"migrate": ("--agent",)}),
+            requires_init=True, own_options={"migrate": ("--agent",), "claim": ("--agent",)}),
     Command("doctor", "check the installation and config, and say how to fix problems",
             "hermit.cli.doctor:configure"),
     Command("agent", "send one message to the agent and print the reply", "hermit.cli.agent:configure",

@@ -94,7 +94,7 @@ class CliContext:
         embedder = create_embedder(cfg, self.environ, stamp_dir=self.home / "cache")
         return MemoryService(MemoryKey(agent.id, agent.workspace), agent.index_path, cfg, embedder,
                              long_lived=long_lived, sessions_dir=agent.sessions_dir, cache_dir=self.home / "cache",
-                             environ=self.environ)
+                             environ=self.environ, state_dir=self.home)
 
 
 def environment_with_env_file(home: Path, environ: Mapping[str, str]) -> dict[str, str]:

@@ -56,9 +56,11 @@ def configure(mem: argparse.ArgumentParser) -> None:
     p = ms.add_parser("watch", help="watch memory files and re-index on change (Ctrl-C to stop)")
     p.set_defaults(func=cmd_watch)
 
+    from hermit.cli.memory_claim import register_claim
     from hermit.cli.memory_migrate import register_migrate
 
     register_migrate(ms)  # `memory migrate` lives in its own module
+    register_claim(ms)  # and `memory claim`
 
 
 def _sync(svc: MemoryService, *, show_progress: bool, force: bool = False) -> SyncReport:

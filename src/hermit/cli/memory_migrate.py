@@ -37,13 +37,15 @@ def _sqlite(agent: AgentConfig, *, source: bool) -> MemoryStore:
 
 def _postgres(ctx: CliContext, agent: AgentConfig, *, source: bool) -> MemoryStore:
     from hermit.memory.store.migrate import has_index
+    from hermit.memory.store.postgres.claim import StateId
     from hermit.memory.store.postgres.schema import dsn_from_env, schema_name
     from hermit.memory.store.postgres.store import PgStore
 
     pg = agent.settings.memory_search.store.postgres
     dsn = dsn_from_env(pg.dsn_env, ctx.environ)
     schema = schema_name(pg.schema_prefix, agent.id)
-    store = PgStore(dsn, schema, pg, dsn_env=pg.dsn_env, create=not source)
+    # Only a schema of this state dir is read or written (memory.store.postgres.claim).
+    store = PgStore(dsn, schema, pg, dsn_env=pg.dsn_env, create=not source, state=StateId.of(ctx.home))
     if source and not has_index(store):
         store.close()
         raise StoreError(f"agent {agent.id} has no index in PostgreSQL (schema {schema})",

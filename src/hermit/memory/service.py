@@ -95,6 +95,7 @@ class MemoryService:
         environ: Mapping[str, str] | None = None,
         store: MemoryStore | None = None,
         tuning: SearchTuning = DEFAULT_TUNING,
+        state_dir: Path | None = None,
     ) -> None:
         self.key = key
         self.cfg = cfg
@@ -102,11 +103,12 @@ class MemoryService:
         self.index_path = index_path
         # The configured backend (memory.store.factory); a postgres DSN is read from `environ` by name.
         env = os.environ if environ is None else environ
-        self.store = store or open_store(cfg, index_path, key.agent_id, env)
+        # `state_dir`: whose PostgreSQL schema this may open (memory.store.postgres.claim).
+        self.store = store or open_store(cfg, index_path, key.agent_id, env, state_dir)
         # The indexer writes through a connection of its own, so a search in this process (another
         # thread: an agent turn while the watcher indexes) reads what each file's transaction committed
         # and never waits for a sync, nor sees one half done. An injected store is shared (tests).
-        self._writer = None if store is not None else open_store(cfg, index_path, key.agent_id, env)
+        self._writer = None if store is not None else open_store(cfg, index_path, key.agent_id, env, state_dir)
         self.sessions_dir = sessions_dir if "sessions" in cfg.sources else None
         self.indexer = Indexer(self._writer or self.store, key.workspace, cfg, embedder, clock=clock,
                                sessions_dir=self.sessions_dir)

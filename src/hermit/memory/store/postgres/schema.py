@@ -16,6 +16,7 @@ from typing import Any
 
 from hermit.config.load import pg_schema_name
 from hermit.errors import StoreError
+from hermit.memory.store.postgres.claim import StateId, copy_claim, enforce
 
 # psycopg's Connection; typed loosely so that nothing imports psycopg before a postgres store opens.
 PgConn = Any
@@ -169,6 +170,7 @@ def swap_schema(conn: PgConn, live: str, staging: str, old: str) -> None:
         # leftover of this schema; the staging schema becomes the live index, nobody's staging copy.
         _put_mark(conn, lq, RETIRED_OF, live)
         conn.execute(f"delete from {sq}.meta where key = %s", (STAGING_OF,))
+        copy_claim(conn, lq, sq)  # the state dirs it belongs to, as they are now
         conn.execute(f"alter schema {lq} rename to {oq}")
         conn.execute(f"alter schema {sq} rename to {lq}")
         # Waits for readers of the old tables to finish; later statements see the new schema.
@@ -246,10 +248,13 @@ def _m3(conn: PgConn, s: str) -> None:
 MIGRATIONS: list[Callable[[PgConn, str], None]] = [_m1, _m2, _m3]
 
 
-def migrate(conn: PgConn, schema: str, *, staging_of: str | None = None) -> None:
+def migrate(conn: PgConn, schema: str, *, staging_of: str | None = None, state: StateId | None = None,
+            where: str = "") -> None:
     """Create the schema and apply pending migrations; concurrent openers wait for each other. A rebuild's
     staging schema is created with its mark (`staging_of` = the live schema) in the same transaction, so a
-    rebuild killed at any point leaves nothing unmarked."""
+    rebuild killed at any point leaves nothing unmarked. `state`: the state dir opening it, refused unless the
+    schema belongs to it (claim.py; a schema nobody claimed yet is claimed for it here). A staging schema takes
+    the live one's claim at the swap."""
     s = qi(schema)
     with conn.transaction():
         conn.execute("select pg_advisory_xact_lock(%s)", (lock_key("migrate:" + schema),))
@@ -269,6 +274,8 @@ def migrate(conn: PgConn, schema: str, *, staging_of: str | None = None) -> None
         if staging_of is not None:
             _put_mark(conn, s, STAGING_OF, staging_of)
         _refuse_foreign(conn, schema)
+        if state is not None and staging_of is None:
+            enforce(conn, schema, s, where, state, create=True)
 
 
 def _refuse_foreign(conn: PgConn, schema: str) -> None:

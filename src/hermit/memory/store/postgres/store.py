@@ -28,6 +28,7 @@ from hermit.memory.index.chunking import Chunk
 from hermit.memory.index.line_vectors import by_line_text, to_line_blob
 from hermit.memory.store.api import ChunkRow, FileState, script_class
 from hermit.memory.store.postgres import rows as pg_rows
+from hermit.memory.store.postgres.claim import StateId, enforce
 from hermit.memory.store.postgres.errors import failure, guarded
 from hermit.memory.store.postgres.hnsw import Hnsw
 from hermit.memory.store.postgres.keyword import PgKeyword, Tokenizer
@@ -57,7 +58,9 @@ class PgStore:
     knn_beside = True
 
     def __init__(self, dsn: str, schema: str, cfg: PostgresStoreConfig, *, dsn_env: str = "HERMIT_PG_DSN",
-                 create: bool = True, staging_of: str | None = None) -> None:
+                 create: bool = True, staging_of: str | None = None, state: StateId | None = None) -> None:
+        """`state`: the state dir opening it, refused unless the schema is its (claim.py); None, no check: only
+        a rebuild's staging schema, tests and benchmarks (store.factory and `memory migrate` always pass one)."""
         self._dsn, self.schema, self.cfg, self._env = dsn, schema, cfg, dsn_env
         self.s = qi(schema)
         self.location = f"postgresql {mask_dsn(dsn)} schema {schema}"
@@ -70,8 +73,14 @@ class PgStore:
         self._knn: PgConn | None = None
         self._view: dict[str, Any] | None = None  # what reading() has read once (meta, "vec", "rows", "ntok")
         self._id_span: tuple[object, tuple[int, int]] = (object(), (0, 0))  # (meta stamp, min/max chunk id)
-        if create:
-            migrate(self.conn, schema, staging_of=staging_of)
+        try:
+            if create:
+                migrate(self.conn, schema, staging_of=staging_of, state=state, where=mask_dsn(dsn))
+            elif state is not None:
+                enforce(self.conn, schema, self.s, mask_dsn(dsn), state, create=False)
+        except BaseException:
+            self._conn.close()
+            raise
         self.tok = Tokenizer()
 
     @property
@@ -580,12 +589,12 @@ class PgStore:
 
 
 def open_pg_store(dsn_env: str, environ: Mapping[str, str], schema: str,
-                  cfg: PostgresStoreConfig) -> PgStore:
+                  cfg: PostgresStoreConfig, state: StateId) -> PgStore:
     from hermit.memory.store.postgres.schema import dsn_from_env
 
     dsn = dsn_from_env(dsn_env, environ)
     try:
-        return PgStore(dsn, schema, cfg, dsn_env=dsn_env)
+        return PgStore(dsn, schema, cfg, dsn_env=dsn_env, state=state)
     except StoreError:
         raise
     except Exception as e:  # noqa: BLE001 - a server-side failure while creating the schema
