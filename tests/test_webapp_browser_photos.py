@@ -4,7 +4,7 @@ photo (Playwright's set_input_files, as the camera or the photo picker hands it 
 and goes with the message in pieces — a photo larger than the server's 1 MiB frame limit; the provider receives
 the image; after a reload the photo is still drawn in its bubble, under the page's CSP (data: images only). A file
 too big is said at once and not taken; a send that fails (the gateway down) keeps the text and the photo to send
-again. On a desktop, 📎 works from the keyboard and a non-image file goes as a file, not as an image.
+again; a camera's photo over what a model is shown goes as a smaller JPEG copy, said in the preview. On a desktop, 📎 works from the keyboard and a non-image file goes as a file, not as an image.
 
 The module's gateway and fake provider listen on ports of this file's own range (40000-40499).
 """
@@ -26,6 +26,7 @@ import pytest
 
 from browserdemo import PHONE_SIZE, T, browser_fixture, open_page  # noqa: F401 - browser_fixture: the `browser` fixture
 from gatewayhelpers import GatewayProcess
+from hermit.gateway.attachments import MAX_IMAGE_BYTES
 from hermit.gateway.protocol import UPLOAD_CHUNK_BYTES
 from hermit.testing import FakeProvider
 from webapphelpers import build_demo_home
@@ -34,6 +35,7 @@ PORTS = iter(range(40000, 40500))
 # Matched against the whole request, the history included: the word of a later test first.
 STEPS: list[dict[str, Any]] = [
     {"match": {"contains": "notes-please"}, "repeat": True, "text": "Read your notes."},
+    {"match": {"contains": "camera-please"}, "repeat": True, "text": "A big photo, seen."},
     {"match": {"contains": "kept-photo"}, "repeat": True, "text": "Got the kept photo."},
     {"match": {"contains": "receipt-please"}, "repeat": True, "text": "A receipt: coffee 3.50."},
 ]
@@ -193,6 +195,34 @@ def test_a_file_too_big_is_said_and_a_failed_send_keeps_the_text_and_the_photo(b
     assert "kept photo" in reply.inner_text()
     assert served.user_images()[-1] == ["data:image/png;base64," + base64.b64encode(png(40, 30, 1)).decode()]
     assert page.is_hidden("#attachments") and opened.errors == []
+    opened.context.close()
+
+
+def test_a_camera_photo_over_what_a_model_sees_goes_as_a_smaller_jpeg_copy(browser: Any, served: Served) -> None:
+    """A phone's camera photo is larger than the 3.75 MiB a model is shown: the page sends a JPEG copy at most
+    2048 px long, says so in the preview, and the model sees it."""
+    camera = png(2400, 1000, 3)  # 7.2 MB
+    assert len(camera) > MAX_IMAGE_BYTES
+    opened = open_page(browser, served.url, *PHONE_SIZE, console_errors=True)
+    page = opened.page
+    page.set_input_files("#attach-input", files("PXL_2026.png", "image/png", camera))
+    page.wait_for_selector("#attachments .attachment.image img", timeout=T)
+    said = page.inner_text("#attachments")
+    assert "PXL_2026.jpg" in said and "a smaller copy of 6.9 MB, so the assistant can see it" in said, said
+    page.fill("#input", "camera-please")
+    page.tap("#send")
+    page.locator(".msg.user:has-text('camera-please') + .msg.assistant[data-done='done']").wait_for(timeout=T)
+    [sent] = served.user_images()[-1]
+    assert sent.startswith("data:image/jpeg;base64,/9j/")
+    data = base64.b64decode(sent.split(",", 1)[1])
+    assert len(data) <= MAX_IMAGE_BYTES
+    [filed] = [p for p in (served.home / "workspace" / "inbox").iterdir() if p.name.endswith("-PXL_2026.jpg")]
+    assert filed.read_bytes() == data
+    page.reload()
+    img = page.locator(".msg.user:has-text('camera-please') .pics img")
+    img.wait_for(timeout=T)
+    assert img.evaluate("(i) => [i.naturalWidth, i.naturalHeight]") == [2048, 853]
+    assert opened.errors == []
     opened.context.close()
 
 

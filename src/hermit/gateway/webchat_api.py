@@ -35,6 +35,7 @@ from hermit.channels.base import Attachment
 from hermit.channels.webchat import WebchatChannel
 from hermit.errors import HermitError, SessionError
 from hermit.gateway.agents import AgentHost
+from hermit.gateway.attachments import MAX_IMAGE_BYTES
 from hermit.gateway.console import Console
 from hermit.gateway.history import (
     EndReason,
@@ -297,7 +298,8 @@ class WebchatApi:
             "type": "hello-ok", "protocol": PROTOCOL_VERSION, "clientId": client_id,
             "agents": sorted(self.host.runtimes), "defaultAgent": self.default_agent,
             "mainSession": self.default_session,
-            "uploads": {"maxBytes": MAX_UPLOAD_BYTES, "maxFiles": MAX_UPLOAD_FILES, "chunkBytes": UPLOAD_CHUNK_BYTES}}
+            "uploads": {"maxBytes": MAX_UPLOAD_BYTES, "maxFiles": MAX_UPLOAD_FILES, "chunkBytes": UPLOAD_CHUNK_BYTES,
+                        "imageBytes": MAX_IMAGE_BYTES}}
         if ticket is not None:  # what the page needs to reconnect, the ticket being used up now
             hello["token"] = self._token.decode()
         await sock.send_raw(res_ok(req.id, hello))

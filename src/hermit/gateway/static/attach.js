@@ -1,7 +1,10 @@
 // Files sent with a chat message: the attach button (a phone offers its camera and photos), a preview of each file
 // that will go, removable, and the upload in pieces (chat.upload) before chat.send names them. A file too big,
 // or one too many, is said at once and not taken; a send that fails keeps the files (and the text) to send
-// again. What a file is the gateway decides from its bytes; the page's type is used only to try a preview.
+// again. What a file is the gateway decides from its bytes; the page's type is used only to try a preview, and
+// to make a smaller copy of a photo larger than a model is shown (a phone's camera makes 3-12 MB photos; the
+// assistant sees one of at most 3.75 MiB): drawn again at most 2048 px on its long side as a JPEG, as
+// Telegram and WhatsApp send photos. The copy is what goes, and the preview says so.
 // Images are drawn from data: URLs, the only images the page's CSP allows besides its own files.
 "use strict";
 (function () {
@@ -9,7 +12,8 @@
   const $ = (id) => document.getElementById(id);
   const button = $("attach"), picker = $("attach-input"), strip = $("attachments"), note = $("attach-note");
   // The gateway's limits (hello-ok `uploads`), these until it says.
-  let limits = { maxBytes: 10 * 1024 * 1024, maxFiles: 4, chunkBytes: 144 * 1024 };
+  let limits = { maxBytes: 10 * 1024 * 1024, maxFiles: 4, chunkBytes: 144 * 1024, imageBytes: 3932160 };
+  const LONG_SIDE = 2048;
   H.onConnected((hello) => { if (hello && hello.uploads) limits = hello.uploads; });
   let chosen = [];  // {file, url (a data: URL of an image, or ""), item (its preview)}
 
@@ -30,7 +34,10 @@
     const name = c.file.name || "file";
     const remove = el("button", { type: "button", class: "attachment-remove", "aria-label": "Remove " + name,
                                   title: "Remove " + name, text: "×", onclick: () => take(c) });
-    const label = el("span", { class: "attachment-name", text: name + " · " + size(c.file.size) });
+    const label = el("span", { class: "attachment-text" },
+                     el("span", { class: "attachment-name", text: name + " · " + size(c.file.size) }),
+                     c.from ? el("span", { class: "attachment-copy", text: "a smaller copy of " + mb(c.from) +
+                                           ", so the assistant can see it" }) : null);
     const item = el("div", { class: "attachment", role: "group", "aria-label": "to send: " + name }, label, remove);
     if (c.file.type.startsWith("image/")) {
       const reader = new FileReader();
@@ -49,20 +56,41 @@
     return item;
   }
 
-  function add(files) {
+  // A photo over what a model is shown, drawn again smaller as a JPEG; the file itself when that cannot be done
+  // (a type the browser cannot draw, or a copy no smaller).
+  async function smaller(file) {
+    if (!/^image\/(jpeg|png|webp)$/.test(file.type) || file.size <= limits.imageBytes) return file;
+    try {
+      const bitmap = await createImageBitmap(file);  // turned as the camera said (EXIF orientation)
+      const scale = Math.min(1, LONG_SIDE / Math.max(bitmap.width, bitmap.height));
+      const canvas = document.createElement("canvas");
+      canvas.width = Math.max(1, Math.round(bitmap.width * scale));
+      canvas.height = Math.max(1, Math.round(bitmap.height * scale));
+      canvas.getContext("2d").drawImage(bitmap, 0, 0, canvas.width, canvas.height);
+      bitmap.close();
+      const blob = await new Promise((done) => canvas.toBlob(done, "image/jpeg", 0.85));
+      if (!blob || blob.size >= file.size) return file;
+      return new File([blob], file.name.replace(/\.[^.]*$/, "") + ".jpg", { type: "image/jpeg" });
+    } catch (e) {
+      return file;
+    }
+  }
+
+  async function add(files) {
     const problems = [];
-    for (const file of files) {
+    for (const picked of files) {
+      const file = chosen.length < limits.maxFiles ? await smaller(picked) : picked;
       const total = chosen.reduce((n, c) => n + c.file.size, 0);
-      if (chosen.length >= limits.maxFiles) problems.push(file.name + ": at most " + limits.maxFiles + " files go with one message");
-      else if (file.size === 0) problems.push(file.name + " is empty");
+      if (chosen.length >= limits.maxFiles) problems.push(picked.name + ": at most " + limits.maxFiles + " files go with one message");
+      else if (file.size === 0) problems.push(picked.name + " is empty");
       else if (file.size > limits.maxBytes) {
-        problems.push(file.name + " is " + mb(file.size) + ": a message takes at most " + mb(limits.maxBytes) +
+        problems.push(picked.name + " is " + mb(file.size) + ": a message takes at most " + mb(limits.maxBytes) +
                       " of files. Share a smaller copy (a phone's \"share\" usually makes one)");
       } else if (total + file.size > limits.maxBytes) {
-        problems.push(file.name + " (" + mb(file.size) + ") would make this message's files more than " +
+        problems.push(picked.name + " (" + mb(file.size) + ") would make this message's files more than " +
                       mb(limits.maxBytes) + ": send it with the next one");
       } else {
-        const c = { file, url: "", item: null };
+        const c = { file, url: "", item: null, from: file === picked ? 0 : picked.size };
         c.item = preview(c);
         chosen.push(c);
       }
