@@ -1,7 +1,7 @@
 // The chat view: streamed replies with tool lines, /new, read-only sessions (an ended one with when and why it
 // ended), a long history a page at a time, and failed turns shown with their reason (live and after a reload).
-// The session list is sessions.js; files sent with a message (the attach button, previews, uploads) attach.js. Every text is
-// shown through HermitDom.visible (el() does it; the rest here says so).
+// The session list is sessions.js; files sent with a message (the attach button, previews, uploads) attach.js.
+// Every text is shown through HermitDom.visible (el() does it; the rest here says so).
 "use strict";
 (function () {
   const H = window.Hermit, A = window.HermitAttach, { el, stamp, visible } = window.HermitDom;
@@ -326,7 +326,7 @@
   // A user turn's image as chat.history gives it (the owner's own sessions): a data: URL of a type an <img> draws.
   function picture(p) {
     if (p.omitted || !/^image\/(jpeg|png|gif|webp)$/.test(p.mediaType)) {
-      return { url: "", text: "🖼 an earlier photo (not loaded with the history: too many images to send at once)" };
+      return { url: "", text: "(an earlier photo, not loaded with the history: too many images to send at once)" };
     }
     return { url: "data:" + p.mediaType + ";base64," + p.data, alt: "photo sent with this message" };
   }
