@@ -73,6 +73,10 @@ def test_a_second_state_dir_is_refused_and_never_sees_the_first_ones_notes(
         assert "hermit_main" in err and "schema_prefix" in err and "hermit memory claim" in err, err
         assert "postgresql://" not in out + err
     assert _texts(pg_dsn) == rows  # nothing of Bob's went into Alice's schema
+    rc, out, err = _run(bob, pg_dsn, "doctor", "--json")
+    postgres = {c["name"]: c for c in json.loads(out)}["postgres"]
+    assert postgres["status"] == "fail" and "belongs to another state dir" in postgres["detail"], postgres
+    assert "hermit memory claim --agent main" in postgres["fix"]
     assert not (bob / "memory" / "main.sqlite").exists()  # nor did the migration copy Alice's out
 
     rc, out, err = _run(alice, pg_dsn, "memory", "search", "safe code", "--json")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermit.cli.checks import Check, CheckFn, check
 from hermit.errors import HermitError
+from hermit.memory.store.postgres.claim import StateId
 from hermit.memory.store.postgres.schema import mask_dsn, scrub
 
 if TYPE_CHECKING:
@@ -115,8 +116,10 @@ def probe(dsn_env: str, environ: Mapping[str, str],
     return out
 
 
-def schema_checks(agents: list[tuple[str, str, int]]) -> Callable[[Any], list[Check]]:
-    """Checks of each agent's schema — (agent id, schema, HNSW threshold) — on an open connection."""
+def schema_checks(agents: list[tuple[str, str, int]], state: StateId | None = None) -> Callable[[Any], list[Check]]:
+    """Checks of each agent's schema — (agent id, schema, HNSW threshold) — on an open connection; `state`: this
+    state dir's id, which the schema must belong to (memory.store.postgres.claim)."""
+    from hermit.memory.store.postgres.claim import PREFIX_SETTING, doctor_problem
     from hermit.memory.store.postgres.hnsw import HNSW_INDEX
     from hermit.memory.store.postgres.schema import MIGRATIONS
 
@@ -135,6 +138,12 @@ def schema_checks(agents: list[tuple[str, str, int]]) -> Callable[[Any], list[Ch
                 out.append(Check(name, "fail", f"schema version {have}, this Hermit expects {len(MIGRATIONS)}",
                                  "upgrade Hermit on this host" if newer else
                                  f"run `hermit --agent {agent_id} memory index` (it migrates the schema)"))
+                continue
+            problem = doctor_problem(conn, schema, state)
+            if problem is not None:
+                out.append(Check(name, "fail", problem, f"give this state dir its own schema (another {PREFIX_SETTING} "
+                                 "or database), or, to share that memory on purpose, run "
+                                 f"`hermit memory claim --agent {agent_id}`"))
                 continue
             indexes = {str(r[0]) for r in conn.execute("select indexname from pg_indexes where schemaname=%s",
                                                        (schema,))}
@@ -180,7 +189,8 @@ def postgres_check(ctx: CliContext) -> str | Check:
     pg = agents[0].settings.memory_search.store.postgres
     per_agent = [(a.id, schema_name(a.settings.memory_search.store.postgres.schema_prefix, a.id),
                   a.settings.memory_search.store.postgres.hnsw_threshold) for a in agents]
-    return _summary(probe(pg.dsn_env, ctx.environ, schema_checks=schema_checks(per_agent)))
+    state = StateId.existing(ctx.home)
+    return _summary(probe(pg.dsn_env, ctx.environ, schema_checks=schema_checks(per_agent, state)))
 
 
 DOCTOR_CHECKS: tuple[CheckFn, ...] = (postgres_check,)

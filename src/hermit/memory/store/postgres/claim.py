@@ -64,6 +64,14 @@ class StateId:
                              f"restore it from a backup, or remove it (rm {path}) and run `hermit memory claim`")
         return cls(text, path)
 
+    @classmethod
+    def existing(cls, folder: Path) -> StateId | None:
+        """The id kept in `folder`, None when it has none yet or it cannot be read (`hermit doctor`: no writes)."""
+        try:
+            return cls.of(folder) if os.path.lexists(folder / STATE_ID_FILE) else None
+        except StoreError:
+            return None
+
     @property
     def short(self) -> str:
         return self.value[:8]
@@ -93,6 +101,16 @@ def refusal(schema: str, where: str, state: StateId, holders: list[str]) -> Clai
         "another database in the DSN; if it is meant to share that memory (another host of the same notes, or "
         "this state dir restored or moved without its state-id file), run `hermit memory claim` here "
         "(`--only`: the other state dirs lose it)")
+
+
+def doctor_problem(conn: Any, schema: str, state: StateId | None) -> str | None:
+    """Why this state dir would be refused `schema` (`hermit doctor`), None when it would not."""
+    holders = _holders(conn, f'"{schema}"')
+    if not holders or (state is not None and state.value in holders):
+        return None
+    whose = f"{len(holders)} other state dirs" if len(holders) > 1 else f"another state dir (id {holders[0][:8]}…)"
+    mine = f"id {state.short}…" if state is not None else "no id yet"
+    return f"the schema belongs to {whose}, not to this one ({mine}): this state dir's searches are refused"
 
 
 def enforce(conn: Any, schema: str, s: str, where: str, state: StateId, *, create: bool) -> None:
