@@ -290,3 +290,22 @@ def test_a_history_sends_the_newest_photos_within_its_budget_and_names_the_older
                                                     [{"mediaType": "image/jpeg", "data": big[2]}], None]
     assert shown[0]["images"] == [{"mediaType": "image/jpeg", "size": len(big[0]) * 3 // 4, "omitted": True}]
     assert "images" not in json.dumps(chat_history(store, MAIN, 50))
+
+
+def test_files_a_page_was_sending_when_the_gateway_stopped_are_deleted_at_the_next_start(tmp_path: Path) -> None:
+    """A gateway killed mid-upload (or with a queued photo not yet filed) left its staged file in the state dir's
+    inbox, where nothing would ever take it: the next start deletes the web chat's, and nothing else there."""
+    home = tmp_path / "home"
+    (home / "workspace").mkdir(parents=True)
+    inbox = home / "inbox"
+    inbox.mkdir(mode=0o700)
+    left = inbox / "webchat-default-phone1-u1-0123456789abcdef-half.png"
+    left.write_bytes(PHOTO[:1000])
+    other = inbox / "telegram-default-42-7-0123456789abcdef-photo.jpg"  # a channel's, waiting for its turn
+    other.write_bytes(b"\xff\xd8\xff")
+    outside = tmp_path / "keep.png"
+    outside.write_bytes(b"mine")
+    (inbox / "webchat-default-x-y-0123456789abcdef-link.png").symlink_to(outside)
+    with served(home, CONFIG, Seen(), Clock(datetime(2026, 3, 2, 9, 0, tzinfo=UTC)), SEES):
+        assert sorted(p.name for p in inbox.iterdir()) == [other.name, "webchat-default-x-y-0123456789abcdef-link.png"]
+        assert outside.read_bytes() == b"mine"
