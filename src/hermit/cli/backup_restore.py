@@ -14,7 +14,8 @@ not writable by others unless sticky, like /tmp) and renamed into place whole, b
 user's that only they can write: another user's folder, or one its group or others may write, is refused
 before anything is written (they could plant a file under a name restore uses and read the keys through it).
 Every file is made by durable.NewFile inside the staging folder; with --force the staged tree is moved over
-what is there, never through a symlink, after all of it passed.
+what is there, never through a symlink, after all of it passed. A restore killed half-way is finished or rolled
+back by the next command that opens that folder, with a line saying which (restore_journal.py).
 
 External trees (workspaces and session stores that lived outside the state dir) come back only with
 --external, each destination printed, and only to where the restored config puts that agent's workspace or
@@ -41,7 +42,6 @@ import contextlib
 import gzip
 import json
 import os
-import secrets
 import shutil
 import stat
 import tarfile
@@ -52,6 +52,16 @@ from typing import TYPE_CHECKING, BinaryIO
 from hermit.cli.backup import FORMAT, TOP, BackupError, _inside
 from hermit.cli.backup_copy import DAMAGED
 from hermit.cli.context import CliContext
+from hermit.cli.restore_journal import (
+    DIR_FLAGS,
+    RestoreConflict,
+    make_stage,
+    mark_ready,
+    merge,
+    move_staged,
+    recover,
+    remove_stage,
+)
 from hermit.config.paths import (
     StatePaths,
     ensure_private_dir,
@@ -65,7 +75,6 @@ if TYPE_CHECKING:
     from hermit.gateway.state import GatewayLock
 
 CONFIG_NAMES = tuple(p.name for p in StatePaths(Path("/")).config_candidates)
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 Item = tuple[tarfile.TarInfo, PurePosixPath]  # a member, and its path inside the folder it restores into
 Links = dict[tuple[str, ...], list[tuple[PurePosixPath, PurePosixPath]]]  # per folder: (name, the file it names)
 NOT_EMPTY_HOME = ("restore into a new one (--home DIR or HERMIT_HOME), or pass --force to put the archive's files "
@@ -267,6 +276,7 @@ def restore_into(path: Path, tar: tarfile.TarFile, items: list[Item], links: lis
         if problem:
             raise BackupError(f"{what} {path} {problem}", "restore into a new folder (one that does not exist yet) "
                               "or an empty one of yours that only you can write; nothing was written")
+        recover(path)  # a restore into it that was killed: finished or rolled back first
         with os.scandir(path) as entries:
             if any(entries) and not fill:
                 raise BackupError(f"{what} {path} is not empty", not_empty)
@@ -274,6 +284,7 @@ def restore_into(path: Path, tar: tarfile.TarFile, items: list[Item], links: lis
     else:
         ensure_private_dir(path.parent)
         where = path.parent
+        recover(where, wait=False)  # the stage a killed restore of a new folder left there
     need = sum(m.size for m, _ in items if m.isfile())
     if need > (free := free_bytes(where)):
         raise BackupError(f"{what} needs {need:,} bytes and {where} has {free:,} free", "make room on that disk or "
@@ -303,38 +314,36 @@ def free_bytes(path: Path) -> int:
 
 def _stage_and_move(where_fd: int, where: Path, path: Path, fresh: bool, tar: tarfile.TarFile, items: list[Item],
                     links: list[tuple[PurePosixPath, PurePosixPath]], private: bool) -> int:
-    name = f".hermit-restore-{secrets.token_hex(8)}"
-    os.mkdir(name, 0o700, dir_fd=where_fd)
-    moved = False
+    """Stage the whole archive next to (fresh) or inside `path`, then put it in place: one rename of the stage,
+    or — over a folder that exists — the ready marker, then the move of each entry (restore_journal.py: a
+    restore killed before the marker is rolled back, after it finished, by the next command)."""
+    name, stage_fd = make_stage(where_fd, where)
+    keep = False  # past the ready marker the stage is the rest of the restore: never thrown away
     try:
-        stage_fd = os.open(name, DIR_FLAGS, dir_fd=where_fd)
-        try:
-            if os.fstat(stage_fd).st_uid != os.geteuid():
-                raise BackupError(f"{where / name} is not the folder this restore made", "restore into a folder "
-                                  "only you can write")
-            os.fchmod(stage_fd, 0o700)
-            stage = _fd_path(stage_fd, where / name)
-            count = _stage(tar, items, stage, private)
-            _relink(links, stage, path)
-            if fresh:
-                try:
-                    os.rename(name, path.name, src_dir_fd=where_fd, dst_dir_fd=where_fd)
-                except OSError as e:
-                    raise BackupError(f"{path} appeared while the archive was restored ({e.strerror})", "restore "
-                                      "into a folder only you can write") from None
-                moved = True
-            else:
-                _merge(stage_fd, where_fd, path, private, dry=True)
-                _merge(stage_fd, where_fd, path, private, dry=False)
-                if private:
-                    os.fchmod(where_fd, 0o700)
+        stage = _fd_path(stage_fd, where / name)
+        count = _stage(tar, items, stage, private)
+        _relink(links, stage, path)
+        if fresh:
+            try:
+                os.rename(name, path.name, src_dir_fd=where_fd, dst_dir_fd=where_fd)
+            except OSError as e:
+                raise BackupError(f"{path} appeared while the archive was restored ({e.strerror})", "restore "
+                                  "into a folder only you can write") from None
             return count
-        finally:
-            os.close(stage_fd)
+        merge(stage_fd, where_fd, path, private, dry=True)
+        mark_ready(where_fd, name, private=private)
+        keep = True
+        try:
+            move_staged(stage_fd, where_fd, path, private)
+        except (OSError, RestoreConflict) as e:
+            raise BackupError(f"the restore into {path} stopped half-way: {e}", "the next hermit command finishes "
+                              f"it from {path / name} (or says what stands in its way)") from None
+        keep = False
+        return count
     finally:
-        if not moved:
-            with contextlib.suppress(FileNotFoundError):
-                shutil.rmtree(name, dir_fd=where_fd)
+        if not keep:
+            remove_stage(where_fd, name)
+        os.close(stage_fd)
 
 
 def _mkdirs(stage: Path, rel: PurePosixPath, mode: int | None) -> None:
@@ -371,6 +380,7 @@ def _stage(tar: tarfile.TarFile, items: list[Item], stage: Path, private: bool) 
                 with os.fdopen(f.fd, "wb", closefd=False) as out:
                     shutil.copyfileobj(src, out, 1 << 20)
                 os.utime(f.fd, (m.mtime, m.mtime))
+                os.fsync(f.fd)  # whole on disk before the ready marker can say so (restore_journal.py)
                 f.link()
         except FileExistsError:
             raise BackupError(f"the archive holds {m.name!r} twice, or as a file and a folder", "restore only "
@@ -390,48 +400,6 @@ def _relink(links: list[tuple[PurePosixPath, PurePosixPath]], stage: Path, shown
         except OSError as e:
             print(f"left out {shown / name}: a second name (hard link) of {shown / target}, which could not be "
                   f"linked ({e.strerror or e}); it is never restored as a separate file")
-
-
-def _merge(src_fd: int, dst_fd: int, where: Path, private: bool, *, dry: bool) -> None:
-    """Move the staged tree `src_fd` over the existing folder `dst_fd` (--force): files replace files; folders
-    merge, each the user's, opened without following a link and made 0700 under the state dir. `dry` only checks,
-    so a conflict is found before anything moves."""
-    for name in sorted(os.listdir(src_fd)):
-        st = os.stat(name, dir_fd=src_fd, follow_symlinks=False)
-        try:
-            old: os.stat_result | None = os.stat(name, dir_fd=dst_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            old = None
-        shown = where / name
-        hint = "move it away, or restore into an empty state dir"
-        if old is not None and stat.S_ISLNK(old.st_mode):
-            raise BackupError(f"{shown} is a symlink", "remove it, or restore into an empty state dir")
-        if not stat.S_ISDIR(st.st_mode):
-            if old is not None and stat.S_ISDIR(old.st_mode):
-                raise BackupError(f"{shown} is a folder; the archive has a file there", hint)
-            if not dry:
-                os.replace(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
-            continue
-        if old is None:
-            if not dry:
-                os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
-            continue
-        if not stat.S_ISDIR(old.st_mode):
-            raise BackupError(f"{shown} is a file; the archive has a folder there", hint)
-        sub_src = os.open(name, DIR_FLAGS, dir_fd=src_fd)
-        try:
-            sub_dst = os.open(name, DIR_FLAGS, dir_fd=dst_fd)
-            try:
-                now = os.fstat(sub_dst)
-                if now.st_uid != os.geteuid():
-                    raise BackupError(f"{shown} belongs to another user (uid {now.st_uid})", hint)
-                if not dry:
-                    os.fchmod(sub_dst, 0o700 if private else stat.S_IMODE(now.st_mode) & ~0o022)
-                _merge(sub_src, sub_dst, shown, private, dry=dry)
-            finally:
-                os.close(sub_dst)
-        finally:
-            os.close(sub_src)
 
 
 def _external_problem(dest: Path, home: Path) -> str | None:
@@ -483,6 +451,6 @@ def _restore_external(ctx: CliContext, tar: tarfile.TarFile, groups: dict[tuple[
             count += restore_into(dest, tar, items, links.get(("external", agent, kind), []),
                                   private=_inside(dest, home), fill=False, what=what,
                                   not_empty="an external folder is restored only into a new or empty one")
-        except BackupError as e:
+        except (BackupError, RestoreConflict) as e:
             problems.append(e.message)
     return count, problems

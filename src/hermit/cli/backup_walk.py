@@ -5,8 +5,8 @@ Left out: only Hermit's own derived or transient files at the places Hermit keep
 is configured, with its SQLite sidecars, lock and rebuild files; lock files (`*.lock`) in the folders Hermit
 alone writes (the state dir outside workspaces, session stores); and files named the way Hermit names a file
 it is still writing (`.NAME.tmp-<pid>-<8 hex>`, `.NAME.<12 hex>.tmp`, `.NAME.restore-tmp`, a restore's
-`.hermit-restore-<16 hex>` folder). Nothing in a workspace is left out for how its name ends: a user's
-`finances.sqlite`, `release.lock` or `letter.tmp` is theirs. Whatever is left out is counted and named.
+`.hermit-restore-<16 hex>` folder and its `.ready` marker). Nothing in a workspace is left out for how its name
+ends: a user's `finances.sqlite`, `release.lock` or `letter.tmp` is theirs. Whatever is left out is counted and named.
 
 Hard links: MEMORY.md is private by identity (policy/privacy.py), and any note under `memory/` with a second
 name is withheld from everyone but the owner, since that name may be MEMORY.md's. A backup that stored each
@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 
 # The state dir's own derived or transient folders (relative to it).
 DERIVED_DIRS = ("memory", "cache", "logs", "inbox", "channels/status")
-HERMIT_TEMP = re.compile(r"\..+\.(tmp-\d+-[0-9a-f]{8}|[0-9a-f]{12}\.tmp|restore-tmp)|\.hermit-restore-[0-9a-f]{16}")
+HERMIT_TEMP = re.compile(r"\..+\.(tmp-\d+-[0-9a-f]{8}|[0-9a-f]{12}\.tmp|restore-tmp)|\.hermit-restore-[0-9a-f]{16}(\.ready)?")
 INDEX_SIDECARS = ("", "-wal", "-shm", "-journal", ".lock")
 SHOWN = 10  # names printed of what was left out
 

@@ -203,6 +203,12 @@ def _main(argv: list[str] | None) -> int:
         # doctor reports it as a failed check; completion reads nothing; restore judges its target itself).
         if args.command not in ("completion", "doctor", "restore") and (problem := ownership_problem(ctx.home)):
             raise problem
+        # A restore killed half-way is finished or rolled back before anything reads the state dir, so no command
+        # runs on a mix of two snapshots (restore_journal.py; restore does it itself once it judged its target).
+        if args.command not in ("completion", "restore"):
+            from hermit.cli.restore_journal import finish_interrupted_restores
+
+            finish_interrupted_restores(ctx.home)
         if command.requires_init:
             require_initialized(ctx, writes=command.writes)
         return func(ctx, args)
