@@ -249,5 +249,22 @@ def test_on_a_desktop_the_keyboard_attaches_and_a_text_file_goes_as_a_file(brows
     mine = page.locator(".msg.user:has-text('notes-please')")
     mine.wait_for(timeout=T)
     assert mine.locator(".pics img").count() == 0 and "document" in mine.locator(".file-line").inner_text()
+
+    # A file dropped on the chat, and an image pasted into the box, are attached as a picked one is.
+    dropped = page.evaluate("""async (b64) => {
+        const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+        const moved = new DataTransfer();
+        moved.items.add(new File([bytes], "dropped.png", { type: "image/png" }));
+        document.getElementById("messages").dispatchEvent(new DragEvent("drop", { dataTransfer: moved, bubbles: true, cancelable: true }));
+        const pasted = new DataTransfer();
+        pasted.items.add(new File([bytes], "pasted.png", { type: "image/png" }));
+        const paste = new ClipboardEvent("paste", { clipboardData: pasted, bubbles: true, cancelable: true });
+        document.getElementById("input").dispatchEvent(paste);
+        return paste.defaultPrevented;
+    }""", base64.b64encode(png(20, 20, 5)).decode())
+    assert dropped  # the pasted file is not pasted as text
+    page.wait_for_selector("#attachments .attachment.image >> nth=1", timeout=T)
+    assert [t.split(" ·")[0] for t in page.locator(".attachment-name").all_inner_texts()] == ["dropped.png", "pasted.png"]
+    assert page.input_value("#input") == ""
     assert opened.errors == []
     opened.context.close()

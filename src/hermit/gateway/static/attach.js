@@ -108,6 +108,23 @@
 
   button.addEventListener("click", () => picker.click());
   picker.addEventListener("change", () => { add([...picker.files]); picker.value = ""; });
+  // On a desktop: a file dropped on the chat, or an image pasted into the box, is attached the same way.
+  const view = $("view-chat"), input = $("input");
+  const carries = (e) => !button.disabled && e.dataTransfer && [...e.dataTransfer.types].includes("Files");
+  view.addEventListener("dragover", (e) => { if (carries(e)) { e.preventDefault(); view.classList.add("dropping"); } });
+  view.addEventListener("dragleave", (e) => { if (e.target === view || !view.contains(e.relatedTarget)) view.classList.remove("dropping"); });
+  view.addEventListener("drop", (e) => {
+    view.classList.remove("dropping");
+    if (!carries(e)) return;
+    e.preventDefault();
+    add([...e.dataTransfer.files]);
+  });
+  input.addEventListener("paste", (e) => {
+    const files = e.clipboardData ? [...e.clipboardData.files] : [];
+    if (!files.length || button.disabled) return;
+    e.preventDefault();  // the file, not its name as text
+    add(files);
+  });
 
   // base64 of a piece, a slice at a time (String.fromCharCode takes a bounded number of arguments).
   function base64(bytes) {
