@@ -13,6 +13,8 @@ Bus with the real Router and AccessControl, an AgentRuntime on a FunctionModel, 
   check again, its files being filed) found it neither waiting nor in the transcript, and was lost.
 - Discord names only the channel of a deleted message: after a restart a DM's person was unknown, and the delete
   was dropped; in an archived thread (no longer cached) it went to a session named after the thread's id.
+- A delete of a message whose turn was running was retracted only after that turn, but the platform was told
+  at once that the delete was handled: a kill during the turn lost it. It is now on disk when publish returns.
 - A delete in a chat without a session (a refused sender's) took the session's lock to look, leaving a lock
   file per chat: a member of a channel the assistant ignores made one per thread, without end.
 Guarded too (no attack found): a delete is looked for only in the session its sender's messages go to, so the
@@ -375,3 +377,36 @@ def test_discord_a_message_deleted_in_an_archived_thread_goes_to_the_threads_ses
             await fake.stop()
 
     run(main, timeout=60)
+
+
+def test_a_delete_during_a_long_turn_is_on_disk_when_the_platform_hears_it_was_handled(tmp_path: Path) -> None:
+    """The channel tells the platform an event was handled once publish returns (Slack's ack; the seen ids are
+    saved): a retraction left for after the running turn was lost when Hermit was killed (kill -9, OOM, power)
+    during that turn, and the deleted text stayed in use after the restart. What is on disk when publish
+    returns is what a kill leaves."""
+    from hermit.sessions.transcript import MessageEntry, read_transcript
+
+    started, release = threading.Event(), threading.Event()
+
+    def model(_req: ModelRequest) -> Reply:
+        started.set()
+        release.wait(20)
+        return "noted"
+
+    rt = runtime(tmp_path, model)
+    bus = make_bus(rt, RecordingChannel())
+
+    async def main() -> None:
+        await bus.publish(msg(SECRET, "1"))
+        await wait_for(started.is_set)  # its turn runs, its message recorded
+        await bus.publish(msg("", "1", change="deleted"))
+        try:
+            [path] = rt.agent.sessions_dir.glob("*.jsonl")
+            users = [e.message for e in read_transcript(path).entries
+                     if isinstance(e, MessageEntry) and e.message.get("role") == "user"]
+            assert str(users) and "4711" not in str(users) and RETRACTED_TEXT in str(users), users
+        finally:
+            release.set()
+            assert await bus.drain(20)
+
+    asyncio.run(main())

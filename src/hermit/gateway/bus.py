@@ -40,6 +40,7 @@ from hermit.gateway import attachments
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
 from hermit.messages import ImagePart, Sender
+from hermit.sessions.entries import RETRACTED_TYPE
 from hermit.sessions.keys import agent_id_of
 
 log = logging.getLogger("hermit.gateway")
@@ -119,7 +120,9 @@ class Bus:
             log.error("message from unknown channel account %s/%s dropped", msg.channel, msg.account_id)
             return "ignored"
         if msg.change is not None:
-            self._change_waiting(msg)
+            retraction = self._change_waiting(msg)
+            if retraction is not None:
+                await self._retract_recorded(*retraction)
             return "ignored"
         try:
             routed = self._chosen(msg) if msg.session_key and msg.channel in self._trusted else self._route(msg)
@@ -155,16 +158,17 @@ class Bus:
             await deliver_text(channel, Target.of(msg), admission.reply, self._chunk, "pairing")
         return False
 
-    def _change_waiting(self, msg: InboundMessage) -> None:
+    def _change_waiting(self, msg: InboundMessage) -> tuple[Routed, str, asyncio.Event | None] | None:
         """A message its sender deleted or edited on the platform while it waits for its turn: a deleted one is
         dropped (no turn, its files deleted), an edited one runs with the text as it is now, as its sender
-        expects of a message not answered yet. One whose turn has started is left: it is being answered."""
+        expects of a message not answered yet. One whose turn has started is left: it is being answered. For a
+        delete of one not waiting: what `_retract_recorded` needs to retract it."""
         if not msg.message_id:
-            return
+            return None
         try:
             routed = self._route(msg)
         except HermitError:
-            return
+            return None
         q = self._queues.get((routed.agent_id, routed.session_key))
         found = False
         for job in q.waiting if q is not None else ():
@@ -182,18 +186,47 @@ class Bus:
             else:
                 job.text, job.msg = msg.text, replace(m, text=msg.text, mentioned=m.mentioned or msg.mentioned)
                 log.info("a message waiting in %s was edited by its sender: its new text runs", routed.session_key)
-        if not found and msg.change == "deleted" and routed.agent_id in self.host.runtimes:
-            # Answered, or being answered: its text is retracted from the transcript once the turn is over. One
-            # taken from the queue whose turn has not recorded it yet (its admission check, its files being
-            # filed) is waited for: retracted before, it was not found, and its text stayed in use.
-            running = q.running if q is not None else None
-            after = running.finished if running is not None and running.msg is not None and (
-                running.msg.channel, running.msg.account_id, running.msg.peer_id, running.msg.message_id) == (
-                msg.channel, msg.account_id, msg.peer_id, msg.message_id) else None
-            task = asyncio.create_task(self._retract(routed, f"{msg.channel}:{msg.account_id}:{msg.message_id}",
-                                                     after))
-            self._retractions.add(task)
-            task.add_done_callback(self._retractions.discard)
+        if found or msg.change != "deleted" or routed.agent_id not in self.host.runtimes:
+            return None
+        # Answered, or being answered. One taken from the queue whose turn has not recorded it yet (its admission
+        # check, its files being filed, a flush before it) is waited for: looked for before, it was not found,
+        # and its text stayed in use.
+        running = q.running if q is not None else None
+        after = running.finished if running is not None and running.msg is not None and (
+            running.msg.channel, running.msg.account_id, running.msg.peer_id, running.msg.message_id) == (
+            msg.channel, msg.account_id, msg.peer_id, msg.message_id) else None
+        return routed, f"{msg.channel}:{msg.account_id}:{msg.message_id}", after
+
+    async def _retract_recorded(self, routed: Routed, ref: str, after: asyncio.Event | None) -> None:
+        """Retract a deleted message the session's transcript holds now, before publish returns: the channel
+        then tells the platform the event was handled (Slack's ack and saved event ids; Discord and WhatsApp
+        never send it again), so a retraction left for later (after a running turn) was lost when Hermit was
+        killed meanwhile. The entry
+        may come before lines the running turn still writes: a `retracted` entry hides its message wherever it
+        stands (sessions/entries.py). One not recorded yet is retracted once its turn is over."""
+        runtime = self.host.runtime(routed.agent_id)
+
+        def now() -> bool:
+            record = runtime.store.get(routed.session_key)
+            if record is None:  # no session (a refused sender's chat): nothing to retract, nothing written
+                return False
+            transcript = runtime.store.open_transcript(record)
+            if not any(e.message.get("role") == "user" and e.message.get("ref") == ref for e in transcript.messages()):
+                return False
+            transcript.append_custom(RETRACTED_TYPE, {"ref": ref})
+            return True
+
+        try:
+            if await asyncio.to_thread(now):
+                log.info("a message in %s was deleted by its sender: its text is retracted", routed.session_key)
+                return
+        except Exception:  # noqa: BLE001 - the platform's event is handled; the later look may still do it
+            log.exception("could not retract a deleted message in %s", routed.session_key)
+        if after is None:
+            return  # not in the session now, and no turn of it is starting: nothing of it to retract
+        task = asyncio.create_task(self._retract(routed, ref, after))
+        self._retractions.add(task)
+        task.add_done_callback(self._retractions.discard)
 
     async def _retract(self, routed: Routed, ref: str, after: asyncio.Event | None = None) -> None:
         runtime = self.host.runtime(routed.agent_id)
