@@ -410,3 +410,45 @@ def test_a_delete_during_a_long_turn_is_on_disk_when_the_platform_hears_it_was_h
             assert await bus.drain(20)
 
     asyncio.run(main())
+
+
+def test_a_delete_while_its_turn_is_starting_is_on_disk_before_the_turn_records_the_message(tmp_path: Path) -> None:
+    """The same, for a message taken from the queue whose turn has not recorded it yet: the `retracted` entry is
+    written at once, ahead of the message's line (it hides its message wherever it stands), so a kill before the
+    turn is over loses nothing."""
+    requests: list[ModelRequest] = []
+    checking, go_on = threading.Event(), threading.Event()
+    calls = [0]
+
+    def admit(_m: InboundMessage, _agent: str) -> Admission:
+        calls[0] += 1
+        if calls[0] == 4:  # the second message's check when its turn is about to start: held there
+            checking.set()
+            go_on.wait(20)
+        return Admission(True)
+
+    def model(req: ModelRequest) -> Reply:
+        requests.append(req)
+        return "noted"
+
+    rt = runtime(tmp_path, model)
+    bus = make_bus(rt, RecordingChannel(), admit=admit)
+
+    async def main() -> None:
+        await bus.publish(msg("hello", "0"))
+        assert await bus.drain(20)  # the session exists
+        await bus.publish(msg(SECRET, "1"))
+        await wait_for(checking.is_set)
+        await bus.publish(msg("", "1", change="deleted"))
+        try:
+            [path] = rt.agent.sessions_dir.glob("*.jsonl")
+            assert '"customType":"retracted"' in path.read_text().replace(" ", "")
+        finally:
+            go_on.set()
+        assert await bus.drain(20)
+        await bus.publish(msg("what did I say?", "2"))
+        assert await bus.drain(20)
+
+    asyncio.run(main())
+    later = str([m.to_dict() for m in requests[-1].messages])
+    assert "4711" not in later and RETRACTED_TEXT in later and "what did I say?" in later, later

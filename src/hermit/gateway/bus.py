@@ -203,7 +203,8 @@ class Bus:
         never send it again), so a retraction left for later (after a running turn) was lost when Hermit was
         killed meanwhile. The entry
         may come before lines the running turn still writes: a `retracted` entry hides its message wherever it
-        stands (sessions/entries.py). One not recorded yet is retracted once its turn is over."""
+        stands (sessions/entries.py), so one whose turn is starting (`after`) gets it now too, ahead of its line;
+        it is looked for again once its turn is over (the turn may have started a new session first)."""
         runtime = self.host.runtime(routed.agent_id)
 
         def now() -> bool:
@@ -211,10 +212,10 @@ class Bus:
             if record is None:  # no session (a refused sender's chat): nothing to retract, nothing written
                 return False
             transcript = runtime.store.open_transcript(record)
-            if not any(e.message.get("role") == "user" and e.message.get("ref") == ref for e in transcript.messages()):
-                return False
-            transcript.append_custom(RETRACTED_TYPE, {"ref": ref})
-            return True
+            held = any(e.message.get("role") == "user" and e.message.get("ref") == ref for e in transcript.messages())
+            if held or after is not None:
+                transcript.append_custom(RETRACTED_TYPE, {"ref": ref})
+            return held
 
         try:
             if await asyncio.to_thread(now):
