@@ -18,7 +18,9 @@ TRANSCRIPT_VERSION = 1
 HEADER_REPAIR_TYPE = "session-header"  # custom entry standing in for a damaged line 1
 # Custom entry {"ref": ...}: the sender deleted that user message on the platform. The line stays (append
 # only: the owner's record), but every reader gets RETRACTED_TEXT in its place (`retract`): the model's
-# context, the memory flush and compaction, session memory, the index, the web app's history.
+# context, the memory flush and compaction, session memory, the index, the web app's history. It hides its
+# message wherever it stands in the file, before the message's line too: the gateway writes it as soon as the
+# delete comes, ahead of a turn that has not recorded the message yet (gateway/bus.py), so a kill loses nothing.
 RETRACTED_TYPE = "retracted"
 RETRACTED_TEXT = "[a message its sender deleted]"
 # Custom entry {"reason": "/new" | "/reset" | "daily reset" | "idle reset"}: the last line of a session that
