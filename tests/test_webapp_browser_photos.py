@@ -29,7 +29,7 @@ from gatewayhelpers import GatewayProcess
 from hermit.gateway.attachments import MAX_IMAGE_BYTES
 from hermit.gateway.protocol import UPLOAD_CHUNK_BYTES
 from hermit.testing import FakeProvider
-from webapphelpers import build_demo_home
+from webapphelpers import GROUP_KEY, build_demo_home
 
 PORTS = iter(range(40000, 40500))
 # Matched against the whole request, the history included: the word of a later test first.
@@ -229,11 +229,19 @@ def test_a_camera_photo_over_what_a_model_sees_goes_as_a_smaller_jpeg_copy(brows
 def test_on_a_desktop_the_keyboard_attaches_and_a_text_file_goes_as_a_file(browser: Any, served: Served) -> None:
     opened = open_page(browser, served.url, console_errors=True)
     page = opened.page
-    page.focus("#attach")
-    with page.expect_file_chooser(timeout=T) as chooser:
-        page.keyboard.press("Enter")
-    assert chooser.value.is_multiple()
-    chooser.value.set_files(files("notes.png", "image/png", b"shopping: eggs, milk\n"))  # its name lies
+    page.wait_for_selector("#messages .msg, #messages .notice", timeout=T)  # the history is drawn
+    # Reached with the keyboard (Shift+Tab from the box), Enter opens the file picker: the button clicks the
+    # file input, as a browser opens its picker (headless Chromium shows its chooser to Playwright only now
+    # and then, so the click is what is looked for).
+    page.evaluate("""() => { window.opened = 0;
+        document.getElementById("attach-input").addEventListener("click", () => { window.opened++; }); }""")
+    page.focus("#input")
+    page.keyboard.press("Shift+Tab")
+    assert page.evaluate("document.activeElement.id") == "attach"
+    page.keyboard.press("Enter")
+    page.wait_for_function("window.opened === 1", timeout=T)
+    assert page.get_attribute("#attach-input", "multiple") is not None
+    page.set_input_files("#attach-input", files("notes.png", "image/png", b"shopping: eggs, milk\n"))  # its name lies
     page.wait_for_selector("#attachments .attachment", timeout=T)
     page.fill("#input", "notes-please")
     page.keyboard.press("Enter")
@@ -266,5 +274,18 @@ def test_on_a_desktop_the_keyboard_attaches_and_a_text_file_goes_as_a_file(brows
     page.wait_for_selector("#attachments .attachment.image >> nth=1", timeout=T)
     assert [t.split(" ·")[0] for t in page.locator(".attachment-name").all_inner_texts()] == ["dropped.png", "pasted.png"]
     assert page.input_value("#input") == ""
+
+    # A read-only session (a group's) takes no file: the button is off, a drop is not taken.
+    page.evaluate("window.HermitChat.open({key: arguments[0], agentId: 'main'})".replace("arguments[0]", repr(GROUP_KEY)))
+    page.wait_for_selector("body.read-only", timeout=T)
+    assert page.is_disabled("#attach")
+    assert not page.evaluate("""() => {
+        const moved = new DataTransfer();
+        moved.items.add(new File(["x"], "into-group.txt", { type: "text/plain" }));
+        const drop = new DragEvent("drop", { dataTransfer: moved, bubbles: true, cancelable: true });
+        document.getElementById("messages").dispatchEvent(drop);
+        return drop.defaultPrevented;
+    }""")
+    assert "into-group.txt" not in page.inner_text("#view-chat")
     assert opened.errors == []
     opened.context.close()
