@@ -153,9 +153,12 @@
     if (first) first.scrollIntoView({ block: "center" });
     else viewer.scrollTop = 0;
     for (const li of filesEl.querySelectorAll("li[data-path]")) li.classList.toggle("active", li.dataset.path === res.path);
-    if (window.matchMedia("(max-width: 760px)").matches) $("memory-file").scrollIntoView({ block: "start" });
+    if (onePane()) $("memory-file").scrollIntoView({ block: "start" });
     return true;
   }
+
+  // The view shows the list or the file, not both (a narrow view: style.css's container query): the ← is there.
+  const onePane = () => getComputedStyle($("memory-back")).display !== "none";
 
   // Leaving an edit: asks first when it is unsaved; a discarded edit's draft goes with it.
   function discard() {

@@ -37,7 +37,19 @@
           el("span", { class: "badge", dataset: { kind: s.kind }, text: KIND[s.kind] || s.kind }),
           s.mode !== "chat" ? el("span", { class: "badge ro", text: "read-only" }) : null,
           unread.has(chatOf(s)) ? el("span", { class: "badge new", text: "new", title: "changed since you looked" }) : null,
-          el("span", { class: "s-when", text: when(s.updatedAt) })));
+          el("span", { class: "s-when", text: s.unstarted ? "no messages yet" : when(s.updatedAt) })));
+  }
+
+  // Each agent's main session, also before its first message: with several agents, how the web app reaches one
+  // that nobody has talked to yet (its row says so; the first message starts it).
+  function unstarted(sessions) {
+    const hello = H.hello();
+    if (!hello || !hello.agents) return [];
+    const mains = hello.agents.map((a) => ({
+      key: a === hello.defaultAgent ? hello.mainSession : "agent:" + a + ":main", agentId: a, kind: "main", mode: "chat",
+      label: a === hello.defaultAgent ? "Main session" : "Main session (" + a + ")", sessionId: "not started",
+      updatedAt: null, unstarted: true }));
+    return mains.filter((m) => !sessions.some((s) => s.agentId === m.agentId && s.key === m.key));
   }
 
   function endedRow(e, withLabel) {
@@ -88,6 +100,7 @@
       byChat.delete(chat);
       if (past) rows.push(earlier(chat, past, "Earlier sessions", false));
     }
+    rows.push(...unstarted(res.sessions).map(row));
     const orphans = [].concat(...byChat.values());
     if (orphans.length) rows.push(earlier(ORPHANS, orphans, "Other ended sessions", true));
     sessionsEl.replaceChildren(...rows);
