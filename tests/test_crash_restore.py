@@ -25,6 +25,7 @@ from ciguard import need
 from conftest import write
 from prochelpers import python_as
 from test_crash_pairing import AS_USERS, _hermit
+from test_restore_target import crafted
 
 # Loaded into every Python process the test starts (sitecustomize). HERMIT_TEST_KILL=WHAT:N SIGKILLs the process
 # at the N-th: `link` — after a staged file got its name; `move` — before an entry of the stage is renamed into
@@ -171,3 +172,24 @@ def test_a_restore_killed_half_way_is_finished_or_rolled_back_by_the_next_comman
     # Nothing left to do: the command after that says nothing of a restore.
     again = _hermit(python, home, hooks, as_user, "cron", "list")
     assert again.returncode == 0 and "restore" not in again.stderr, again.stderr
+
+
+def test_an_external_workspace_killed_while_staged_is_restored_whole_by_the_next_restore(
+        states: dict[str, Any], tmp_path: Path) -> None:
+    """An external workspace restored into an empty folder: staged next to it and renamed over it, so a kill while
+    staging leaves it empty (it used to hold part of the archive and the staging folder, and every later restore
+    refused it as not empty); the next restore removes the dead stage, says so, and restores it."""
+    outside = tmp_path / "notes-ws"
+    outside.mkdir(mode=0o700)
+    archive = crafted(tmp_path / "crafted.tar.gz", outside)
+    home, hooks = tmp_path / "home", states["hooks"]
+    # The state dir's three files are staged first; killed once the workspace's first file is.
+    killed = _hermit(sys.executable, home, hooks, {}, "restore", str(archive), "--external", HERMIT_TEST_KILL="link:4")
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stdout, killed.stderr)
+    assert (home / "hermit.env").is_file() and list(outside.iterdir()) == []
+
+    again = _hermit(sys.executable, home, hooks, {}, "restore", str(archive), "--force", "--external")
+    assert again.returncode == 0, again.stderr
+    assert "interrupted before it changed anything there; rolled back" in again.stderr
+    assert (outside / "sub" / "authorized_keys").read_text() == "ssh-ed25519 AAAA attacker\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".hermit-restore-")]

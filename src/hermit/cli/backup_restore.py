@@ -13,9 +13,11 @@ into a private staging folder (a random name made 0700 in the parent, which must
 not writable by others unless sticky, like /tmp) and renamed into place whole, born 0700 — or a folder of the
 user's that only they can write: another user's folder, or one its group or others may write, is refused
 before anything is written (they could plant a file under a name restore uses and read the keys through it).
-Every file is made by durable.NewFile inside the staging folder; with --force the staged tree is moved over
-what is there, never through a symlink, after all of it passed. A restore killed half-way is finished or rolled
-back by the next command that opens that folder, with a line saying which (restore_journal.py).
+An empty one is replaced the same way (one rename over it) when its parent is such a place. Every file is
+made by durable.NewFile inside the staging folder; with --force the staged tree is moved over what is there,
+never through a symlink, after all of it passed. A restore killed during those moves is finished, and one killed
+before them rolled back, by the next command that opens the state dir (or the next restore into that folder),
+with a line saying which (restore_journal.py).
 
 External trees (workspaces and session stores that lived outside the state dir) come back only with
 --external, each destination printed, and only to where the restored config puts that agent's workspace or
@@ -278,28 +280,33 @@ def restore_into(path: Path, tar: tarfile.TarFile, items: list[Item], links: lis
                               "or an empty one of yours that only you can write; nothing was written")
         recover(path)  # a restore into it that was killed: finished or rolled back first
         with os.scandir(path) as entries:
-            if any(entries) and not fill:
-                raise BackupError(f"{what} {path} is not empty", not_empty)
-        where = path
+            empty = not any(entries)
+        if not (empty or fill):
+            raise BackupError(f"{what} {path} is not empty", not_empty)
+        # An empty folder is replaced by the staged one in a single rename (all or nothing), when its parent is a
+        # safe place to stage in; a folder that is not empty gets the staged tree moved over it, entry by entry.
+        replace = empty and not_safe_parent(os.stat(path.parent)) is None
     else:
         ensure_private_dir(path.parent)
-        where = path.parent
-        recover(where, wait=False)  # the stage a killed restore of a new folder left there
+        replace = True
+    where = path.parent if replace else path
+    if replace:
+        recover(where, wait=False)  # the stage a killed restore of a new (or empty) folder left there
     need = sum(m.size for m, _ in items if m.isfile())
     if need > (free := free_bytes(where)):
         raise BackupError(f"{what} needs {need:,} bytes and {where} has {free:,} free", "make room on that disk or "
                           "restore somewhere else; nothing was written")
-    where_fd = os.open(where, DIR_FLAGS if st is not None else DIR_FLAGS & ~os.O_NOFOLLOW)
+    where_fd = os.open(where, DIR_FLAGS & ~os.O_NOFOLLOW if replace else DIR_FLAGS)
     try:
         wst = os.fstat(where_fd)
-        if st is not None and (wst.st_dev, wst.st_ino) != (st.st_dev, st.st_ino):
+        if st is not None and not replace and (wst.st_dev, wst.st_ino) != (st.st_dev, st.st_ino):
             problem = "was replaced while it was checked"
         else:
-            problem = not_own_private_dir(wst) if st is not None else not_safe_parent(wst)
+            problem = not_safe_parent(wst) if replace else not_own_private_dir(wst)
         if problem:
             raise BackupError(f"{where} {problem}", f"restore {what} into a folder whose parent is yours (or root's) "
                               "and that others cannot write; nothing was written")
-        return _stage_and_move(where_fd, where, path, st is None, tar, items, links, private)
+        return _stage_and_move(where_fd, where, path, replace, tar, items, links, private)
     finally:
         os.close(where_fd)
 
@@ -314,8 +321,8 @@ def free_bytes(path: Path) -> int:
 
 def _stage_and_move(where_fd: int, where: Path, path: Path, fresh: bool, tar: tarfile.TarFile, items: list[Item],
                     links: list[tuple[PurePosixPath, PurePosixPath]], private: bool) -> int:
-    """Stage the whole archive next to (fresh) or inside `path`, then put it in place: one rename of the stage,
-    or — over a folder that exists — the ready marker, then the move of each entry (restore_journal.py: a
+    """Stage the whole archive next to (fresh: `path` is missing or empty) or inside `path`, then put it in place:
+    one rename of the stage, or — over a folder that is not empty — the ready marker, then the move of each entry (restore_journal.py: a
     restore killed before the marker is rolled back, after it finished, by the next command)."""
     name, stage_fd = make_stage(where_fd, where)
     keep = False  # past the ready marker the stage is the rest of the restore: never thrown away
@@ -327,8 +334,8 @@ def _stage_and_move(where_fd: int, where: Path, path: Path, fresh: bool, tar: ta
             try:
                 os.rename(name, path.name, src_dir_fd=where_fd, dst_dir_fd=where_fd)
             except OSError as e:
-                raise BackupError(f"{path} appeared while the archive was restored ({e.strerror})", "restore "
-                                  "into a folder only you can write") from None
+                raise BackupError(f"{path} appeared, or got files, while the archive was restored ({e.strerror})",
+                                  "restore into a folder only you can write") from None
             return count
         merge(stage_fd, where_fd, path, private, dry=True)
         mark_ready(where_fd, name, private=private)
