@@ -15,6 +15,7 @@ Bus with the real Router and AccessControl, an AgentRuntime on a FunctionModel, 
   was dropped; in an archived thread (no longer cached) it went to a session named after the thread's id.
 - A delete of a message whose turn was running was retracted only after that turn, but the platform was told
   at once that the delete was handled: a kill during the turn lost it. It is now on disk when publish returns.
+- A message that came after its own delete (webhooks out of order) was answered: the delete had found nothing.
 - A delete in a chat without a session (a refused sender's) took the session's lock to look, leaving a lock
   file per chat: a member of a channel the assistant ignores made one per thread, without end.
 Guarded too (no attack found): a delete is looked for only in the session its sender's messages go to, so the
@@ -452,3 +453,30 @@ def test_a_delete_while_its_turn_is_starting_is_on_disk_before_the_turn_records_
     asyncio.run(main())
     later = str([m.to_dict() for m in requests[-1].messages])
     assert "4711" not in later and RETRACTED_TEXT in later and "what did I say?" in later, later
+
+
+def test_a_message_that_comes_after_its_delete_is_never_answered(tmp_path: Path) -> None:
+    """Webhooks come out of order (WhatsApp says so; a message Slack redelivers after a 500 can follow its own
+    delete): the delete found nothing, was dropped, and the message it deleted was then answered and kept. Only
+    the same chat's message of that id from the one who deleted it is held back."""
+    seen: list[str] = []
+
+    def model(req: ModelRequest) -> Reply:
+        seen.append(last_user_text(req))
+        return "noted"
+
+    rt = runtime(tmp_path, model)
+    bus = make_bus(rt, RecordingChannel())
+
+    async def main() -> None:
+        await bus.publish(msg("", "1", change="deleted"))
+        await bus.publish(msg("", "2", sender="u8", change="deleted"))  # not u7's to delete
+        assert await bus.publish(msg(SECRET, "1")) == "ignored"
+        assert await bus.publish(msg("meet at 5", "2")) == "queued"
+        assert await bus.publish(replace(msg("same id, another group", "1"), peer_id="g2")) == "queued"
+        assert await bus.drain(20)
+
+    asyncio.run(main())
+    assert sorted(seen) == ["meet at 5", "same id, another group"]
+    stored = "".join(p.read_text() for p in rt.agent.sessions_dir.glob("*.jsonl"))
+    assert "4711" not in stored

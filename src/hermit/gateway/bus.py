@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -44,6 +45,8 @@ from hermit.sessions.entries import RETRACTED_TYPE
 from hermit.sessions.keys import agent_id_of
 
 log = logging.getLogger("hermit.gateway")
+
+DELETES_KEPT = 1024  # deletes that found nothing, remembered for a message coming after its delete
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,9 @@ class Bus:
         self._open = True
         self._turn_ids = itertools.count(1)
         self._retractions: set[asyncio.Task[None]] = set()
+        # Deletes that found nothing, by (channel, account, peer, message id) -> who deleted: a message can come
+        # after its delete (a webhook redelivered late, WhatsApp's out of order), and is then never answered.
+        self._deleted: OrderedDict[tuple[str, str, str, str], str] = OrderedDict()
         self.counts = {"queued": 0, "refused": 0, "queue_full": 0, "ignored": 0, "turns": 0}
 
     # ---- intake -------------------------------------------------------------------------------------
@@ -121,8 +127,15 @@ class Bus:
             return "ignored"
         if msg.change is not None:
             retraction = self._change_waiting(msg)
-            if retraction is not None:
-                await self._retract_recorded(*retraction)
+            if retraction is not None and not await self._retract_recorded(*retraction):
+                self._deleted[(msg.channel, msg.account_id, msg.peer_id, msg.message_id)] = msg.sender_id
+                while len(self._deleted) > DELETES_KEPT:
+                    self._deleted.popitem(last=False)
+            return "ignored"
+        if msg.message_id and (deleter := self._deleted.get(
+                (msg.channel, msg.account_id, msg.peer_id, msg.message_id))) is not None and deleter in ("", msg.sender_id):
+            attachments.discard(msg)
+            log.info("a message from %s/%s came after its sender deleted it: not answered", msg.channel, msg.account_id)
             return "ignored"
         try:
             routed = self._chosen(msg) if msg.session_key and msg.channel in self._trusted else self._route(msg)
@@ -197,14 +210,15 @@ class Bus:
             msg.channel, msg.account_id, msg.peer_id, msg.message_id) else None
         return routed, f"{msg.channel}:{msg.account_id}:{msg.message_id}", after
 
-    async def _retract_recorded(self, routed: Routed, ref: str, after: asyncio.Event | None) -> None:
+    async def _retract_recorded(self, routed: Routed, ref: str, after: asyncio.Event | None) -> bool:
         """Retract a deleted message the session's transcript holds now, before publish returns: the channel
         then tells the platform the event was handled (Slack's ack and saved event ids; Discord and WhatsApp
         never send it again), so a retraction left for later (after a running turn) was lost when Hermit was
         killed meanwhile. The entry
         may come before lines the running turn still writes: a `retracted` entry hides its message wherever it
         stands (sessions/entries.py), so one whose turn is starting (`after`) gets it now too, ahead of its line;
-        it is looked for again once its turn is over (the turn may have started a new session first)."""
+        it is looked for again once its turn is over (the turn may have started a new session first). False when
+        nothing of it was found."""
         runtime = self.host.runtime(routed.agent_id)
 
         def now() -> bool:
@@ -220,14 +234,16 @@ class Bus:
         try:
             if await asyncio.to_thread(now):
                 log.info("a message in %s was deleted by its sender: its text is retracted", routed.session_key)
-                return
+                return True
         except Exception:  # noqa: BLE001 - the platform's event is handled; the later look may still do it
             log.exception("could not retract a deleted message in %s", routed.session_key)
+            return True
         if after is None:
-            return  # not in the session now, and no turn of it is starting: nothing of it to retract
+            return False  # not in the session now, and no turn of it is starting: nothing of it to retract
         task = asyncio.create_task(self._retract(routed, ref, after))
         self._retractions.add(task)
         task.add_done_callback(self._retractions.discard)
+        return True
 
     async def _retract(self, routed: Routed, ref: str, after: asyncio.Event | None = None) -> None:
         runtime = self.host.runtime(routed.agent_id)
