@@ -193,3 +193,27 @@ def test_an_external_workspace_killed_while_staged_is_restored_whole_by_the_next
     assert "interrupted before it changed anything there; rolled back" in again.stderr
     assert (outside / "sub" / "authorized_keys").read_text() == "ssh-ed25519 AAAA attacker\n"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".hermit-restore-")]
+
+
+def test_a_restore_that_cannot_be_finished_stops_every_command_until_it_can(states: dict[str, Any]) -> None:
+    """Killed half-way, then something stands where the rest must go (a file where the archive's folder is merged):
+    no command runs on the mix; each says what is in the way and where the rest waits. Moved away, the next
+    command finishes the restore."""
+    case = Path(tempfile.mkdtemp(prefix="case-", dir=states["base"]))
+    home, hooks = case / "home", states["hooks"]
+    shutil.copytree(states["old_dir"], home, symlinks=True)
+    killed = _hermit(sys.executable, home, hooks, {}, "restore", str(states["archive"]), "--force",
+                     HERMIT_TEST_KILL="move:3")
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr)
+    shutil.move(home / "workspace", case / "workspace-aside")
+    (home / "workspace").write_text("in the way\n")
+    for command in (["cron", "list"], ["backup", str(case / "b.tar.gz")]):
+        stopped = _hermit(sys.executable, home, hooks, {}, *command)
+        assert stopped.returncode == 1 and "interrupted half-way and cannot be finished" in stopped.stderr
+        assert f"{home / 'workspace'} is a file; the archive has a folder there" in stopped.stderr
+        assert "Traceback" not in stopped.stderr and not (case / "b.tar.gz").exists()
+    (home / "workspace").unlink()
+    shutil.move(case / "workspace-aside", home / "workspace")
+    done = _hermit(sys.executable, home, hooks, {}, "cron", "list")
+    assert done.returncode == 0 and "finished it" in done.stderr, done.stderr
+    assert snapshot(home) == states["restored"]

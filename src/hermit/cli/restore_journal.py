@@ -165,6 +165,8 @@ def _private(where_fd: int, stage: str) -> bool | None:
         fd = os.open(ready_name(stage), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=where_fd)
     except FileNotFoundError:
         return None
+    except OSError:
+        return True  # there, but not a file to read: the restore got that far all the same (the stricter modes)
     with os.fdopen(fd, "rb") as fh:
         try:
             value = json.loads(fh.read(4096)).get("private", True)
@@ -227,12 +229,14 @@ def _recover_stage(folder_fd: int, folder: Path, name: str, wait: bool) -> None:
                  f"(removed its unfinished copy {name}): {folder} is as it was before that restore")
             return
         try:
+            merge(fd, folder_fd, folder, private, dry=True)  # what stands in the way, before anything more moves
             moved = move_staged(fd, folder_fd, folder, private)
-        except RestoreConflict as e:
+        except (RestoreConflict, OSError) as e:
+            why, hint = (e.message, e.hint) if isinstance(e, RestoreConflict) else (str(e), "make it possible")
             raise RestoreConflict(
-                f"a `hermit restore` into {folder} was interrupted half-way and cannot be finished: {e.message}. "
+                f"a `hermit restore` into {folder} was interrupted half-way and cannot be finished: {why}. "
                 f"{folder} holds part of what was there before and part of the archive; the rest of the archive "
-                f"waits in {folder / name}", f"{e.hint}; then any hermit command finishes the restore") from None
+                f"waits in {folder / name}", f"{hint}; then any hermit command finishes the restore") from None
         remove_stage(folder_fd, name)
         _say(f"a `hermit restore` into {folder} was interrupted half-way; finished it (moved the {moved} files and "
              f"folders it had not put in place yet): {folder} now holds the restored archive")
