@@ -21,7 +21,15 @@ from hermit.agent.context import SUMMARY_PREFIX, load_history
 from hermit.agent.loop import AgentEvent, Notice
 from hermit.config.schema import CompactionConfig
 from hermit.errors import ProviderError
-from hermit.messages import AssistantMessage, Message, TextPart, ToolCallPart, ToolResultMessage, UserMessage
+from hermit.messages import (
+    AssistantMessage,
+    ImagePart,
+    Message,
+    TextPart,
+    ToolCallPart,
+    ToolResultMessage,
+    UserMessage,
+)
 from hermit.models.base import ModelProfile, ModelRequest
 from hermit.sessions.keys import main_session_key
 from hermit.testing import FunctionModel, ScriptedModel
@@ -283,3 +291,31 @@ def test_repl_compact_and_verbose_notice(tmp_path: Path) -> None:
     assert "🧹 Auto-compaction complete (count 1)" in text
     assert "🧹 Compacted: " in text and "(summarised " in text and "compaction #2" in text
     assert "compactions 2" in text
+
+
+def test_a_photo_counts_toward_compacting_before_its_turn(tmp_path: Path) -> None:
+    """A photo is ~2,000 tokens of the request (pruning's estimate): a message that brings one near the
+    threshold is compacted before, as its text alone would be if it were that long, not sent over it."""
+    def reply(request: ModelRequest) -> str:
+        return "## Goals\n- summary" if SUMMARY_MARKER in request.system else "ack"
+
+    profile = ModelProfile("scripted", "small", context_window=SMALL_WINDOW, supports_images=True)
+    compaction = {**SMALL_COMPACTION, "memory_flush": {"enabled": False}}
+    rt = runtime(small_config(tmp_path / "home", defaults={"compaction": compaction}), FunctionModel(reply, profile=profile))
+    budget = compaction_budget(CompactionConfig(**compaction), SMALL_WINDOW)
+    photo = ImagePart("image/png", "iVBORw0KGgo=")
+
+    def tokens_with(images: tuple[ImagePart, ...]) -> int:
+        turn = rt.prepare(MAIN)
+        return rt.context_tokens(turn, [*turn.history.messages, UserMessage("what is on it?", images)])
+
+    n = 0
+    while tokens_with(()) < budget.compact_at - 1500:  # text alone stays under the threshold...
+        n += 1
+        rt.run_turn(MAIN, user_text(n, 1200))
+    assert tokens_with(()) <= budget.compact_at < tokens_with((photo,))  # ...with the photo it is over
+    assert not any(e["type"] == "compaction" for e in entries(rt, MAIN))
+    done = rt.run_turn(MAIN, "what is on it?", images=(photo,))
+    assert done.compactions == 1
+    kinds = [(e["type"], e.get("message", {}).get("role")) for e in entries(rt, MAIN)]
+    assert kinds.index(("compaction", None)) < kinds.index(("message", "user"), len(kinds) - 3)

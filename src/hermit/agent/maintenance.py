@@ -19,7 +19,7 @@ from hermit.agent.context import repair_tool_pairs, request_tokens
 from hermit.agent.loop import EventSink, Notice
 from hermit.agent.turn import TurnContext, TurnNotes
 from hermit.errors import HermitError
-from hermit.messages import AssistantMessage, UserMessage
+from hermit.messages import AssistantMessage, ImagePart, UserMessage
 from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.record import SessionRecord
 
@@ -147,14 +147,15 @@ class SessionMaintenance:
         return True
 
     def before_turn(self, turn: TurnContext, text: str, *, heartbeat: bool, read_only: bool, notes: TurnNotes,
-                    on_event: EventSink | None) -> TurnContext:
-        """Before the turn: flush at the soft threshold, compact over the compaction threshold."""
+                    on_event: EventSink | None, images: tuple[ImagePart, ...] = ()) -> TurnContext:
+        """Before the turn: flush at the soft threshold, compact over the compaction threshold. The new
+        message counts with the photos it brings (pruning's estimate per image)."""
         rt = self.runtime
         cfg = rt.agent.settings.compaction
         if not cfg.enabled:
             return turn
         budget = compaction_budget(cfg, rt.model.profile.context_window)
-        tokens = rt.context_tokens(turn, [*turn.history.messages, UserMessage(text)])
+        tokens = rt.context_tokens(turn, [*turn.history.messages, UserMessage(text, images)])
         # Compaction is lossy, so the flush also runs right before one when the soft threshold was skipped
         # over (a big jump, or reserve_tokens above reserve_tokens_floor); at most one attempt per turn.
         near = tokens >= budget.flush_at or tokens > budget.compact_at

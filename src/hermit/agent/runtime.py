@@ -453,7 +453,7 @@ class AgentRuntime:
                     self._expire(session_key, notes)
             turn = self.prepare(session_key, read_only=read_only)
             turn = self._maintenance.before_turn(turn, text, heartbeat=heartbeat, read_only=read_only, notes=notes,
-                                                 on_event=on_event)
+                                                 on_event=on_event, images=images)
             result = self._run(turn, text, on_event, stream=stream, heartbeat=heartbeat, read_only=read_only,
                                notes=notes, cancel=cancel, images=images)
         reply = result.reply
