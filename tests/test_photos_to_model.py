@@ -48,7 +48,6 @@ TOKEN = "111:PHOTO"
 # A PNG by its first bytes; Telegram calls every photo image/jpeg, Hermit goes by the content.
 RECEIPT = b"\x89PNG\r\n\x1a\n" + b"receipt: coffee 3.50, total 3.50 (PIXEL-CANARY-7)"
 RECEIPT_B64 = base64.b64encode(RECEIPT).decode()
-PORTS = iter(range(48500, 48999))  # this file's servers bind ports of its own range
 
 
 @dataclasses.dataclass
@@ -82,9 +81,9 @@ async def gateway(tmp: Path, provider: dict[str, Any], model_id: str) -> AsyncIt
     """One Telegram bot (the owner's DM and a family group) answering through `provider` (a models.providers
     entry; base_url filled in) with `model_id`."""
     home = tmp / "home"
-    fake = FakeProvider([{"text": "Seen.", "repeat": True}], port=next(PORTS)).start()
+    fake = FakeProvider([{"text": "Seen.", "repeat": True}]).start()
     telegram = FakeTelegram(TOKEN, "photo_bot")
-    await telegram.start(next(PORTS))
+    await telegram.start()
     base = fake.base_url if provider["type"] == "anthropic" else fake.openai_base_url
     loaded = build_config({
         "agents": {"defaults": {"timezone": "Europe/Paris"}},
@@ -230,7 +229,7 @@ def test_adapters_leave_images_out_for_a_text_only_model_and_send_the_newest_wit
     part, a note instead. To one that does, a long chat's images are capped per request, newest kept."""
     pic = ImagePart("image/png", RECEIPT_B64)
     history = (UserMessage("look", (pic,)), ToolResultMessage("c1", "read", "", images=(pic,)))
-    with FakeProvider([{"text": "ok", "repeat": True}], port=next(PORTS)) as fake:
+    with FakeProvider([{"text": "ok", "repeat": True}]) as fake:
         text_only = AnthropicModel(ModelProfile("anthropic", "claude-x"), "k", base_url=fake.base_url, max_retries=0)
         text_only.complete(ModelRequest("sys", (*history[:1], UserMessage("again"))))
         raw = json.dumps(fake.requests[-1].body)

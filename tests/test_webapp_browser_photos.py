@@ -6,7 +6,7 @@ the image; after a reload the photo is still drawn in its bubble, under the page
 too big is said at once and not taken; a send that fails (the gateway down) keeps the text and the photo to send
 again; a camera's photo over what a model is shown goes as a smaller JPEG copy, said in the preview. On a desktop, 📎 works from the keyboard and a non-image file goes as a file, not as an image.
 
-The module's gateway and fake provider listen on ports of this file's own range (40000-40499).
+The module's gateway and fake provider listen on ports the system gives.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import json
 import random
-import socket
 import struct
 import zlib
 from collections.abc import Iterator
@@ -25,13 +24,12 @@ from typing import Any
 import pytest
 
 from browserdemo import PHONE_SIZE, T, browser_fixture, open_page  # noqa: F401 - browser_fixture: the `browser` fixture
-from gatewayhelpers import GatewayProcess
+from gatewayhelpers import GatewayProcess, free_port
 from hermit.gateway.attachments import MAX_IMAGE_BYTES
 from hermit.gateway.protocol import UPLOAD_CHUNK_BYTES
 from hermit.testing import FakeProvider
 from webapphelpers import GROUP_KEY, build_demo_home
 
-PORTS = iter(range(40000, 40500))
 # Matched against the whole request, the history included: the word of a later test first.
 STEPS: list[dict[str, Any]] = [
     {"match": {"contains": "notes-please"}, "repeat": True, "text": "Read your notes."},
@@ -57,15 +55,6 @@ RECEIPT = png(600, 600, 7)  # ~1.1 MB: more than one WebSocket frame may carry (
 RECEIPT_B64 = base64.b64encode(RECEIPT).decode()
 
 
-def port() -> int:
-    for p in PORTS:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                continue
-            return p
-    raise AssertionError("no free port in 40000-40499")
 
 
 @dataclass
@@ -96,13 +85,13 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     home = tmp_path_factory.mktemp("photos") / "home"
-    with FakeProvider(STEPS, port=port()) as fake:
+    with FakeProvider(STEPS) as fake:
         build_demo_home(home, fake.openai_base_url)
         config = (home / "hermit.yaml").read_text(encoding="utf-8")
         models = '", max_retries: 0, models: [{id: test-model, input: [text, image]}]}'
         (home / "hermit.yaml").write_text(config.replace('", max_retries: 0}', models), encoding="utf-8")
         assert "input: [text, image]" in (home / "hermit.yaml").read_text(encoding="utf-8")
-        p = port()
+        p = free_port()
         gw = GatewayProcess(home, "--port", str(p))
         gw.wait_ready()
         s = Served(home, fake, gw, p)
