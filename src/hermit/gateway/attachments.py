@@ -12,10 +12,14 @@ by then (another account's download, a link) is left alone and nothing is filed 
 
 A photo is also shown to the model when the model reads images (ModelProfile.supports_images): a file whose
 content is a JPEG, PNG, GIF or WebP image — by its first bytes, never by the type the sender's platform
-claims — of at most MAX_IMAGE_BYTES, at most MAX_IMAGES of one message, is attached to the turn's user
+claims — of at most MAX_IMAGE_BYTES and MAX_IMAGE_SIDE pixels a side by its header, at most MAX_IMAGES of one
+message, is attached to the turn's user
 message as an ImagePart, from the very bytes that were filed (never read again by name: a room's inbox is
 its sandboxed commands' to change). Its line still names the file in inbox/ and says whether it is attached,
-and why not: too big, too many, not such an image, or a model that reads text only. In a group the image is
+and why not: too big, too many pixels, too many, not such an image, or a model that reads text only. An image is
+sent again with every later request of its session, so one the provider refuses (Anthropic: over 8000 px a side;
+a few bytes of PNG or GIF declaring a huge picture) would have each later turn of the session refused until
+/new: any group member could stop the group's assistant with one file. In a group the image is
 part of its sender's message, framed by their sender line like their text (agent/speakers.py).
 """
 
@@ -28,6 +32,7 @@ import logging
 import os
 import re
 import stat
+import struct
 from pathlib import Path
 
 from hermit.agent.runtime import AgentRuntime
@@ -52,6 +57,8 @@ def discard(msg: InboundMessage) -> None:
 # request of the session (models/base.py keeps the newest within a request's limits).
 MAX_IMAGE_BYTES = 3_932_160
 MAX_IMAGES = 4
+MAX_IMAGE_SIDE = 8000  # pixels, either side: Anthropic refuses a request holding a larger image
+
 
 
 def image_type(data: bytes) -> str | None:
@@ -67,14 +74,77 @@ def image_type(data: bytes) -> str | None:
     return None
 
 
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from a JPEG's frame header (SOFn), walking the segments before it; None if not found."""
+    i = 2
+    while i + 4 <= len(data) and data[i] == 0xFF:
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if 0xD0 <= marker <= 0xD9 or marker == 0x01:  # markers without a length
+            i += 2
+            continue
+        (length,) = struct.unpack(">H", data[i + 2:i + 4])
+        if length < 2 or marker == 0xDA:  # a broken segment, or the scan before any frame header
+            return None
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            if i + 9 > len(data):
+                return None
+            height, width = struct.unpack(">HH", data[i + 5:i + 9])
+            return width, height
+        i += 2 + length
+    return None
+
+
+def image_size(data: bytes, media_type: str | None) -> tuple[int, int] | None:
+    """The (width, height) an image's header declares, without decoding it; None when its header says nothing
+    readable (then the provider judges it)."""
+    if media_type == "image/png" and data[12:16] == b"IHDR" and len(data) >= 24:
+        w, h = struct.unpack(">II", data[16:24])
+        return w, h
+    if media_type == "image/gif" and len(data) >= 10:
+        w, h = struct.unpack("<HH", data[6:10])
+        return w, h
+    if media_type == "image/jpeg":
+        return _jpeg_size(data)
+    if media_type == "image/webp" and len(data) >= 30:
+        chunk = data[12:16]
+        if chunk == b"VP8 " and data[23:26] == b"\x9d\x01\x2a":
+            w, h = struct.unpack("<HH", data[26:30])
+            return w & 0x3FFF, h & 0x3FFF
+        if chunk == b"VP8L" and data[20] == 0x2F:
+            (bits,) = struct.unpack("<I", data[21:25])
+            return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+        if chunk == b"VP8X":
+            return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
+    return None
+
+
+def unsendable(data: bytes, media_type: str | None) -> str | None:
+    """Why an image a model reads by its type would be refused by the provider for its size in pixels (one
+    such image in a session's history has every later request refused), None when it would not."""
+    size = image_size(data, media_type)
+    if size is None:
+        return None
+    width, height = size
+    if not width or not height:
+        return "its header says it is 0 pixels wide or high"
+    if max(width, height) > MAX_IMAGE_SIDE:
+        return f"{width:,} × {height:,} pixels, over the {MAX_IMAGE_SIDE:,} a side an image may have"
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Look:
     """What filing saw of one file: its image type (None: not an image a model reads), its size, and its
-    bytes when it is such an image within MAX_IMAGE_BYTES."""
+    bytes when it is such an image within MAX_IMAGE_BYTES and MAX_IMAGE_SIDE (`refused`: why not, when its
+    pixels are the reason)."""
 
     media_type: str | None = None
     size: int = 0
     data: bytes | None = None
+    refused: str | None = None
 
 
 def file_for_session(msg: InboundMessage, runtime: AgentRuntime, session_key: str) -> InboundMessage:
@@ -98,7 +168,9 @@ def filed(msg: InboundMessage, runtime: AgentRuntime, session_key: str) -> tuple
             dest, data = _file_one(a, runtime, session_key)
             moved.append(dataclasses.replace(a, path=str(dest), staged=None))
             kind = image_type(data)
-            looks.append(Look(kind, len(data), data if kind and len(data) <= MAX_IMAGE_BYTES else None))
+            why = unsendable(data, kind) if kind and len(data) <= MAX_IMAGE_BYTES else None
+            looks.append(Look(kind, len(data), data if kind and len(data) <= MAX_IMAGE_BYTES and not why else None,
+                              why))
         except (OSError, HermitError) as e:
             log.warning("attachment %s of %s/%s not kept: %s", src.name, msg.channel, msg.sender_id, e)
             moved.append(dataclasses.replace(a, path="", staged=None))
@@ -120,6 +192,8 @@ def for_model(text: str, msg: InboundMessage, looks: tuple[Look, ...], *,
                          if a.path and a.kind == "image" else "")
         elif not reads_images:
             notes.append("; you cannot see it: the model answering reads text only")
+        elif look.refused is not None:
+            notes.append(f"; not attached for you to see: {look.refused}")
         elif look.data is None:
             notes.append(f"; not attached for you to see: over the {MAX_IMAGE_BYTES / 2**20:.2f} MiB an image "
                          "may have")
