@@ -10,13 +10,22 @@ Bot API, the Bus, AgentRuntime with the real Anthropic adapter talking HTTP to t
 
 from __future__ import annotations
 
+import base64
+import json
 import struct
 import zlib
+from typing import Any
 
 import pytest
 
 from channelhelpers import run
+from hermit.config.load import build_config
+from hermit.config.paths import StatePaths
 from hermit.gateway import attachments
+from hermit.messages import ImagePart
+from hermit.models import build_model
+from hermit.testing import FakeProvider
+from sessionhelpers import runtime, transcript_bytes
 from test_photos_to_model import GROUP, GROUP_KEY, MEMBER, anthropic_images, gateway, text_of
 
 
@@ -110,3 +119,61 @@ def test_a_members_image_declaring_too_many_pixels_is_described_not_sent_and_the
             assert [media for media, _ in every] == ["image/png"]
             assert text_of(s.user_parts()).endswith("; attached for you to see (image/png))")
     run(main, timeout=120)
+
+
+@pytest.mark.parametrize(("provider", "model_id", "refusal"), [
+    ({"type": "anthropic", "api_key": "sk-ant-test"}, "claude-sonnet-4-5",
+     "messages.0.content.1.image.source.base64: The image was specified using the image/jpeg media type, but does "
+     "not appear to be a valid jpeg image"),
+    ({"type": "openai-compatible", "models": {"llava:13b": {"input": ["text", "image"]}}}, "llava:13b",
+     "You uploaded an unsupported image. Please make sure your image is valid."),
+])
+def test_a_session_whose_image_the_provider_refuses_goes_on_without_images(tmp_path, provider: dict[str, Any],
+                                                                           model_id: str, refusal: str) -> None:
+    """A file that starts like a JPEG and is none (any member can send one; nothing but a decoder tells) is
+    attached; the provider answers 400 to every request holding it. The turn, and every later one of the session
+    (the image stays in the history), is sent again without images, each message saying how many of its own were
+    left out — where the session was answered with an error from then on until /new. Non-streamed and streamed."""
+    junk = base64.b64encode(b"\xff\xd8\xff\xe0" + b"<html>not a picture</html>").decode()
+    fake = FakeProvider([{"error": 400, "message": refusal, "match": {"contains": junk}, "repeat": True},
+                         {"text": "Seen.", "repeat": True}]).start()
+    try:
+        base = fake.base_url if provider["type"] == "anthropic" else fake.openai_base_url
+        loaded = build_config({"agents": {"defaults": {"timezone": "Europe/Paris"}}, "models": {"providers": {
+            "p": {**provider, "base_url": base, "max_retries": 0}}}}, StatePaths(tmp_path / "home"))
+        rt = runtime(loaded, build_model(f"p/{model_id}", loaded.config.models, {}))
+        try:
+            assert rt.model.profile.supports_images
+            first = rt.run_turn("agent:main:main", "what is this?", images=(ImagePart("image/jpeg", junk),))
+            deltas: list[object] = []
+            second = rt.run_turn("agent:main:main", "and now?", on_event=deltas.append)
+            assert (first.reply, second.reply) == ("Seen.", "Seen.")
+            assert [junk in json.dumps(r.body) for r in fake.requests] == [True, False, True, False]
+            for sent in (fake.requests[1], fake.requests[3]):
+                assert "[1 image(s) not sent: the provider refused this conversation's images]" in json.dumps(sent.body)
+                assert "what is this?" in json.dumps(sent.body)
+            assert fake.requests[3].body.get("stream") is True
+            assert junk in transcript_bytes(rt, "agent:main:main").decode()  # the transcript is not touched
+        finally:
+            rt.close()
+    finally:
+        fake.stop()
+
+
+def test_a_refusal_naming_an_image_of_a_request_without_images_is_not_sent_again(tmp_path) -> None:
+    from hermit.models.base import ImageRefused
+
+    fake = FakeProvider([{"error": 400, "message": "image_url is not supported by this model", "repeat": True}]).start()
+    try:
+        loaded = build_config({"agents": {"defaults": {"timezone": "Europe/Paris"}}, "models": {"providers": {
+            "p": {"type": "openai-compatible", "base_url": fake.openai_base_url, "max_retries": 0}}}},
+            StatePaths(tmp_path / "home"))
+        rt = runtime(loaded, build_model("p/qwen3", loaded.config.models, {}))
+        try:
+            with pytest.raises(ImageRefused):
+                rt.run_turn("agent:main:main", "hello")
+            assert len(fake.requests) == 1
+        finally:
+            rt.close()
+    finally:
+        fake.stop()

@@ -40,7 +40,9 @@ from hermit.models.base import (
     StreamEvent,
     TextDelta,
     ToolCallDelta,
+    complete_or_without_images,
     sendable_images,
+    stream_or_without_images,
 )
 from hermit.models.transport import ProviderHttp, parse_event_json
 from hermit.retry import RetryPolicy
@@ -121,6 +123,12 @@ class AnthropicModel:
         return body
 
     def complete(self, request: ModelRequest) -> ModelResponse:
+        return complete_or_without_images(self._complete, request)
+
+    def stream(self, request: ModelRequest) -> Iterator[StreamEvent]:
+        return stream_or_without_images(self._stream, request)
+
+    def _complete(self, request: ModelRequest) -> ModelResponse:
         data = self._http.post_json(self.url, self.build_body(request, stream=False), request.cancel)
         if not isinstance(data, dict) or not isinstance(data.get("content"), list):
             raise ProviderError(
@@ -144,7 +152,7 @@ class AnthropicModel:
                 )
         return self._response(parts, data.get("stop_reason"), _usage(data.get("usage") or {}))
 
-    def stream(self, request: ModelRequest) -> Iterator[StreamEvent]:  # noqa: C901 - one state machine over the SSE event types, clearer whole than split
+    def _stream(self, request: ModelRequest) -> Iterator[StreamEvent]:  # noqa: C901 - one state machine over the SSE event types, clearer whole than split
         provider = self._profile.provider
         blocks: dict[int, dict[str, Any]] = {}
         usage: dict[str, Any] = {}

@@ -13,7 +13,9 @@ same `ModelResponse` that `complete()` would have returned.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+import logging
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
@@ -192,3 +194,63 @@ def sendable_images(messages: Sequence[Message], profile: ModelProfile) -> tuple
             out[i] = dataclasses.replace(m, content=f"{m.content}\n{note}" if m.content else note,
                                          images=tuple(kept))
     return tuple(out)
+
+
+log = logging.getLogger("hermit.models")
+
+
+class ImageRefused(ProviderError):
+    """The provider refused a request for an image it carried (HTTP 400 naming an image: not a valid image of its
+    type, too many pixels, or a server that takes no images)."""
+
+
+_IMAGE_WORD = re.compile(r"\bimage", re.IGNORECASE)
+
+
+def names_an_image(message: str) -> bool:
+    """Whether a provider's 400 is about an image (`messages.0.content.1.image.source…`, "Invalid image",
+    "image_url is not supported")."""
+    return bool(_IMAGE_WORD.search(message))
+
+
+def without_images(request: ModelRequest) -> ModelRequest | None:
+    """The request with every image left out, each message saying how many of its own were and why; None when
+    it carries none. The transcript keeps them: only this request goes without."""
+    if not any(isinstance(m, UserMessage | ToolResultMessage) and m.images for m in request.messages):
+        return None
+    out: list[Message] = []
+    for m in request.messages:
+        if isinstance(m, UserMessage | ToolResultMessage) and m.images:
+            note = f"[{len(m.images)} image(s) not sent: the provider refused this conversation's images]"
+            m = (dataclasses.replace(m, text=f"{m.text}\n{note}" if m.text else note, images=())
+                 if isinstance(m, UserMessage) else
+                 dataclasses.replace(m, content=f"{m.content}\n{note}" if m.content else note, images=()))
+        out.append(m)
+    return dataclasses.replace(request, messages=tuple(out))
+
+
+def complete_or_without_images(call: Callable[[ModelRequest], ModelResponse], request: ModelRequest) -> ModelResponse:
+    """`call(request)`, made again without its images when the provider refuses one (`without_images`). An image
+    is sent again with every later request of its session, so one the provider cannot read (a member's file
+    that starts like a JPEG) would otherwise have every later turn of the session refused until /new."""
+    try:
+        return call(request)
+    except ImageRefused as e:
+        bare = without_images(request)
+        if bare is None:
+            raise
+        log.warning("%s; sending the request again without its images", e.message)
+        return call(bare)
+
+
+def stream_or_without_images(call: Callable[[ModelRequest], Iterator[StreamEvent]],
+                             request: ModelRequest) -> Iterator[StreamEvent]:
+    """`complete_or_without_images` for a stream: ImageRefused comes with the HTTP status, before any event."""
+    try:
+        yield from call(request)
+    except ImageRefused as e:
+        bare = without_images(request)
+        if bare is None:
+            raise
+        log.warning("%s; sending the request again without its images", e.message)
+        yield from call(bare)

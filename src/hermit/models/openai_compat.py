@@ -38,7 +38,9 @@ from hermit.models.base import (
     StreamEvent,
     TextDelta,
     ToolCallDelta,
+    complete_or_without_images,
     sendable_images,
+    stream_or_without_images,
 )
 from hermit.models.transport import ProviderHttp, parse_event_json
 from hermit.retry import RetryPolicy
@@ -126,6 +128,12 @@ class OpenAIModel:
         return body
 
     def complete(self, request: ModelRequest) -> ModelResponse:
+        return complete_or_without_images(self._complete, request)
+
+    def stream(self, request: ModelRequest) -> Iterator[StreamEvent]:
+        return stream_or_without_images(self._stream, request)
+
+    def _complete(self, request: ModelRequest) -> ModelResponse:
         data = self._http.post_json(self.url, self.build_body(request, stream=False), request.cancel)
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
@@ -149,7 +157,7 @@ class OpenAIModel:
             )
         return self._response(parts, choice.get("finish_reason"), _usage(data.get("usage") or {}))
 
-    def stream(self, request: ModelRequest) -> Iterator[StreamEvent]:
+    def _stream(self, request: ModelRequest) -> Iterator[StreamEvent]:
         provider = self._profile.provider
         text: list[str] = []
         calls: list[dict[str, str]] = []

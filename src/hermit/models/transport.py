@@ -50,6 +50,7 @@ from hermit.errors import (
     RateLimitError,
 )
 from hermit.messages import valid_json
+from hermit.models.base import ImageRefused, names_an_image
 from hermit.models.cancel import CancelToken
 from hermit.models.loopback import HINT, Holder, guard_stream
 from hermit.redaction import KNOWN, SecretMasker, header_secret, register
@@ -416,6 +417,9 @@ class ProviderHttp:
                 "<state>/fake-provider.json; a step with \"repeat\": true answers every later request), "
                 "then restart it",
             )
+        if status in (400, 422) and names_an_image(msg):  # an HTTP answer: before any event of a stream
+            return ImageRefused(f"{where}: an image was refused: {msg}",
+                                "start a new session (/new) if it keeps happening; the images stay in the transcript")
         return ProviderError(
             f"{where}: request rejected: {msg}", "this is likely a Hermit bug; please report it"
         )
