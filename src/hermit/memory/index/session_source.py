@@ -27,7 +27,7 @@ from hermit.errors import PathPolicyError, SessionError
 from hermit.memory.index.sources import SourceFile
 from hermit.memory.policy.provenance import Origin, sender_label, sender_text
 from hermit.messages import OWNER_MARK, Sender, label_text, valid_text
-from hermit.sessions.entries import HEADER_REPAIR_TYPE, retract, retracted_refs
+from hermit.sessions.entries import HEADER_REPAIR_TYPE, RETRACTED_TYPE, retract, retracted_refs
 from hermit.sessions.keys import SessionKey, SessionKind, is_main_session_key, parse_session_key
 
 SESSIONS_PREFIX = "sessions/"
@@ -225,7 +225,9 @@ def session_needs_index(
     *, indexed_size: int | None, indexed_messages: int | None, size: int, mtime_ns: int, data: bytes | None,
     now: float | None = None,
 ) -> SessionDelta:
-    """The re-index rule: new, or grown by 100 kB / 50 messages, or changed and quiet for 5 minutes."""
+    """The re-index rule: new, or grown by 100 kB / 50 messages, or changed and quiet for 5 minutes — or a
+    message its sender deleted was retracted since it was indexed (in what was added: `data` from the indexed
+    size on), which is indexed at once: the deleted text must not stay findable for the quiet period."""
     msgs = count_messages(data) if data is not None else 0
     if indexed_size is None:
         return SessionDelta(True, msgs)
@@ -233,7 +235,13 @@ def session_needs_index(
         return SessionDelta(False, msgs)
     quiet = ((now if now is not None else time.time()) - mtime_ns / 1e9) >= QUIET_SECONDS
     grown = size - indexed_size >= REINDEX_BYTES or msgs - (indexed_messages or 0) >= REINDEX_MESSAGES
-    return SessionDelta(grown or quiet or size < indexed_size, msgs)
+    retracted = data is not None and RETRACTED_MARK in data[max(0, indexed_size - len(RETRACTED_MARK)):]
+    return SessionDelta(grown or quiet or retracted or size < indexed_size, msgs)
+
+
+# How a `retracted` entry's line names its type (transcript.py writes compact JSON). Inside a message's text every
+# quote is escaped, so only an entry of that type holds these bytes.
+RETRACTED_MARK = f'"customType":"{RETRACTED_TYPE}"'.encode()
 
 
 _SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,200}\.jsonl")
