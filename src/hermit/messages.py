@@ -259,6 +259,33 @@ class Sender:
 
 
 @dataclass(frozen=True)
+class FiledFile:
+    """A file a channel's message brought, as the gateway filed it (gateway/attachments.py): `inbox/<name>` of
+    `place` ("workspace": the owner's; "room": the session's room), with the SHA-256 and size of the bytes
+    filed. Recorded with the message, never parsed from its text (a sender can type a "(file received …)"
+    line), so that its sender's delete removes exactly this file, and only while it still holds those bytes."""
+
+    name: str
+    place: Literal["workspace", "room"]
+    sha256: str
+    size: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "place": self.place, "sha256": self.sha256, "size": self.size}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> FiledFile | None:
+        """The JSON form parsed; None when it is not one (skipped: the message itself still loads)."""
+        if not isinstance(d, Mapping):
+            return None
+        name, place, digest, size = d.get("name"), d.get("place"), d.get("sha256"), d.get("size")
+        if not (isinstance(name, str) and place in ("workspace", "room") and isinstance(digest, str)
+                and isinstance(size, int) and not isinstance(size, bool)):
+            return None
+        return cls(name, place, digest, size)
+
+
+@dataclass(frozen=True)
 class UserMessage:
     text: str
     images: tuple[ImagePart, ...] = ()
@@ -267,6 +294,8 @@ class UserMessage:
     # The platform's message ("<channel>:<account>:<message id>"), so that its sender's delete can find it
     # (sessions/entries.py: a `retracted` entry); None for the CLI, the scheduler and older transcripts.
     ref: str | None = None
+    # The files it brought, as filed (a delete of the message deletes them); never sent to a model.
+    files: tuple[FiledFile, ...] = ()
     role: ClassVar[Literal["user"]] = "user"
 
     def to_dict(self) -> dict[str, Any]:
@@ -276,6 +305,8 @@ class UserMessage:
             d["sender"] = self.sender.to_dict()
         if self.ref is not None:
             d["ref"] = self.ref
+        if self.files:
+            d["files"] = [f.to_dict() for f in self.files]
         return d
 
 
@@ -366,7 +397,10 @@ def message_from_dict(d: Mapping[str, Any]) -> Message:
         sender, ref = d.get("sender"), d.get("ref")
         if ref is not None and not isinstance(ref, str):
             raise ValueError("user message ref must be a string")
-        return UserMessage(text, images, None if sender is None else Sender.from_dict(sender), ref)
+        raw_files = d.get("files")
+        files = tuple(f for f in map(FiledFile.from_dict, raw_files if isinstance(raw_files, list) else [])
+                      if f is not None)
+        return UserMessage(text, images, None if sender is None else Sender.from_dict(sender), ref, files)
     if role == "assistant":
         raw = d.get("content", [])
         if isinstance(raw, str):

@@ -52,15 +52,25 @@ from hermit.memory.policy.audience import owner_origin, reader_for_session
 from hermit.memory.policy.paths import safe_extra_roots
 from hermit.memory.policy.provenance import Origin, sender_text
 from hermit.memory.service import MemoryService
-from hermit.messages import AssistantMessage, ImagePart, Message, Sender, Usage, UserMessage, valid_text
+from hermit.messages import (
+    AssistantMessage,
+    FiledFile,
+    ImagePart,
+    Message,
+    Sender,
+    Usage,
+    UserMessage,
+    valid_text,
+)
 from hermit.models.base import ClosableModel, Model, ModelRequest
 from hermit.models.cancel import CancelToken
-from hermit.sessions.entries import ENDED_TYPE, RETRACTED_TYPE
+from hermit.sessions.entries import ENDED_TYPE
 from hermit.sessions.keys import SessionKind, agent_id_of, classify_session_key, is_main_session_key
 from hermit.sessions.lock import DEFAULT_WAIT_SECONDS, session_lock
 from hermit.sessions.pruning import PruningMode, prune_for_request, resolve_pruning_mode
 from hermit.sessions.record import SessionRecord
 from hermit.sessions.reset import parse_reset_command
+from hermit.sessions.retraction import Remove, retract_ended, retract_in
 from hermit.sessions.store import SessionStore
 from hermit.sessions.transcript import Clock, utc_now
 from hermit.tools import (
@@ -115,6 +125,10 @@ class AgentRuntime:
         self.confinement = Confinement(agent, self._agent_dir, sandbox_backend)
         self._senders: dict[str, Sender] = {}  # who sent the current turn's message, per session key
         self._refs: dict[str, str | None] = {}  # the platform's id of the current turn's message, per session key
+        # The files the gateway filed for a message about to be run, by session key: (its ref, the files); the
+        # turn recording that message records them with it (`expect_files`).
+        self._filed: dict[str, tuple[str, tuple[FiledFile, ...]]] = {}
+        self._files: dict[str, tuple[FiledFile, ...]] = {}  # those of the current turn's message
         # Whether a channel's sender is one of the owner's ids (config, given by the composition root): a
         # group message of the owner's is marked as theirs to the model (speakers.py). None: nobody is.
         self.owner_check = owner_check
@@ -368,18 +382,27 @@ class AgentRuntime:
 
     def retract(self, session_key: str, ref: str) -> bool:
         """The sender deleted message `ref` on the platform after its turn started: when the session's current
-        transcript holds it, a `retracted` entry makes every reader see a placeholder instead (sessions/entries.py)
-        from the next turn on. Waits for a running turn of the session. True when it was found."""
+        transcript holds it, or one of the key's ended ones (sessions/retraction.py), a `retracted` entry makes
+        every reader see a placeholder instead (sessions/entries.py) from the next turn on. Waits for a running
+        turn of the session. True when it was found."""
+        return self.retract_deleted(session_key, ref, None)
+
+    def retract_deleted(self, session_key: str, ref: str, remove: Remove | None) -> bool:
+        """`retract`, `remove` deleting the files the message brought (gateway/attachments.py) before its
+        `retracted` entry is written."""
         with self._lock(session_key):
             record = self.store.get(session_key)
             if record is None:
                 return False
-            transcript = self.store.open_transcript(record)
-            if not any(e.message.get("role") == "user" and e.message.get("ref") == ref
-                       for e in transcript.messages()):
-                return False
-            transcript.append_custom(RETRACTED_TYPE, {"ref": ref})
-            return True
+            if retract_in(self.store.open_transcript(record), ref, remove):
+                return True
+            return retract_ended(self.store, session_key, ref, remove, current=record.session_id) > 0
+
+    def expect_files(self, session_key: str, ref: str | None, files: tuple[FiledFile, ...]) -> None:
+        """The files the gateway filed for message `ref`, whose turn is about to run in `session_key`: recorded
+        with it (messages.FiledFile), so that a delete of the message deletes them."""
+        if ref is not None and files:
+            self._filed[session_key] = (ref, files)
 
     def session_busy(self, session_key: str) -> bool:
         """A turn is running in the session now in this process (the heartbeat skips a busy main session)."""
@@ -428,6 +451,8 @@ class AgentRuntime:
         with self._lock(session_key):
             self._check_key(session_key)
             self._refs[session_key] = ref
+            expected = self._filed.pop(session_key, None)
+            self._files[session_key] = expected[1] if expected is not None and expected[0] == ref else ()
             who = sender_of(sender)
             if who is None:
                 self._senders.pop(session_key, None)
@@ -505,7 +530,8 @@ class AgentRuntime:
                 lambda messages: dataclasses.replace(self.build_request(current[0], messages), cancel=cancel),
                 repair_tool_pairs(turn.history.messages),
                 UserMessage(text, images, sender=self._senders.get(turn.session_key) if records_senders(turn.session_key)
-                            else None, ref=self._refs.get(turn.session_key)),
+                            else None, ref=self._refs.get(turn.session_key),
+                            files=self._files.get(turn.session_key, ())),
                 record=record,
                 max_iterations=self.agent.settings.max_tool_iterations,
                 stream=on_event is not None if stream is None else stream,

@@ -21,6 +21,10 @@ sent again with every later request of its session, so one the provider refuses 
 a few bytes of PNG or GIF declaring a huge picture) would have each later turn of the session refused until
 /new: any group member could stop the group's assistant with one file. In a group the image is
 part of its sender's message, framed by their sender line like their text (agent/speakers.py).
+
+The turn records each filed file with its message (messages.FiledFile: name, place, SHA-256 and size of the
+bytes filed), so that when its sender deletes the message the file goes too (`remove_filed`): exactly that
+name, only while it still holds those bytes, without following a link, a room's under the room's lock.
 """
 
 from __future__ import annotations
@@ -28,18 +32,21 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import os
 import re
 import stat
 import struct
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from hermit.agent.runtime import AgentRuntime
 from hermit.channels.base import Attachment, InboundMessage
 from hermit.channels.inbox import is_staged
 from hermit.errors import HermitError, WorkspaceError
-from hermit.messages import ImagePart
+from hermit.messages import FiledFile, ImagePart
 from hermit.tools import safe_fs
 
 log = logging.getLogger("hermit.gateway")
@@ -145,6 +152,7 @@ class Look:
     size: int = 0
     data: bytes | None = None
     refused: str | None = None
+    sha256: str = ""  # of the bytes filed: what a delete of the message checks before it removes the file
 
 
 def file_for_session(msg: InboundMessage, runtime: AgentRuntime, session_key: str) -> InboundMessage:
@@ -170,7 +178,7 @@ def filed(msg: InboundMessage, runtime: AgentRuntime, session_key: str) -> tuple
             kind = image_type(data)
             why = unsendable(data, kind) if kind and len(data) <= MAX_IMAGE_BYTES else None
             looks.append(Look(kind, len(data), data if kind and len(data) <= MAX_IMAGE_BYTES and not why else None,
-                              why))
+                              why, hashlib.sha256(data).hexdigest()))
         except (OSError, HermitError) as e:
             log.warning("attachment %s of %s/%s not kept: %s", src.name, msg.channel, msg.sender_id, e)
             moved.append(dataclasses.replace(a, path="", staged=None))
@@ -270,3 +278,74 @@ def _file_one(a: Attachment, runtime: AgentRuntime, session_key: str) -> tuple[P
         room.check_room_for(len(data) + 4096, fd)
         safe_fs.write_beneath(fd, f"inbox/{name}", data, mode=0o600)
     return room.path / "inbox" / name, data
+
+
+def filed_files(msg: InboundMessage, looks: tuple[Look, ...], roomed: bool) -> tuple[FiledFile, ...]:
+    """What the turn records of the files filed (`filed`), for a delete of the message to remove them."""
+    place: Literal["workspace", "room"] = "room" if roomed else "workspace"
+    return tuple(FiledFile(Path(a.path).name, place, look.sha256, look.size)
+                 for a, look in zip(msg.attachments, looks, strict=True) if a.path and look.sha256)
+
+
+def remove_filed(runtime: AgentRuntime, session_key: str, files: Sequence[FiledFile]) -> None:
+    """Delete the files a message its sender deleted brought: each `inbox/<name>` only while it is a regular file
+    holding the very bytes filed (a room's sandboxed command may have put something else under the name: then it
+    is left, and logged), never through a link; a room's under the room's lock, through its descriptor."""
+    rooms = [f for f in files if f.place == "room"]
+    own = [f for f in files if f.place == "workspace"]
+    if own:
+        try:
+            fd = os.open(runtime.agent.workspace / "inbox", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:
+            log.info("the files of a deleted message are not in the owner's inbox: %s", e)
+        else:
+            try:
+                for f in own:
+                    _remove_one(fd, f)
+            finally:
+                os.close(fd)
+    if rooms:
+        room = runtime.confinement.room(session_key)
+        try:
+            with room.locked() as root:
+                fd = safe_fs.open_dir(root, "inbox", listing=True)
+                try:
+                    for f in rooms:
+                        _remove_one(fd, f)
+                finally:
+                    os.close(fd)
+        except (OSError, HermitError) as e:
+            log.info("the files of a deleted message are not in the room's inbox: %s", e)
+
+
+def _remove_one(inbox: int, f: FiledFile) -> None:
+    if not f.name or "/" in f.name or f.name in (".", ".."):
+        return
+    try:
+        fd = os.open(f.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=inbox)
+    except FileNotFoundError:
+        return  # already gone
+    except OSError as e:  # a link (ELOOP) or anything else under the name: not the file filed
+        log.warning("inbox/%s of a deleted message left: it is no longer the file filed (%s)", f.name, e)
+        return
+    try:
+        st = os.fstat(fd)
+        same = stat.S_ISREG(st.st_mode) and st.st_size == f.size and _digest(fd) == f.sha256
+    finally:
+        os.close(fd)
+    if not same:
+        log.warning("inbox/%s of a deleted message left: another file is under its name now", f.name)
+        return
+    try:
+        os.unlink(f.name, dir_fd=inbox)
+    except OSError as e:
+        log.warning("inbox/%s of a deleted message could not be deleted: %s", f.name, e)
+        return
+    log.info("inbox/%s deleted: the message that brought it was deleted by its sender", f.name)
+
+
+def _digest(fd: int) -> str:
+    h = hashlib.sha256()
+    while block := os.read(fd, 1 << 20):
+        h.update(block)
+    return h.hexdigest()

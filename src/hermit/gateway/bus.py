@@ -30,7 +30,7 @@ import asyncio
 import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,9 +40,9 @@ from hermit.errors import ChannelError, HermitError, SessionError
 from hermit.gateway import attachments
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
-from hermit.messages import ImagePart, Sender
-from hermit.sessions.entries import RETRACTED_TYPE
+from hermit.messages import FiledFile, ImagePart, Sender
 from hermit.sessions.keys import agent_id_of
+from hermit.sessions.retraction import retract_ended, retract_in
 
 log = logging.getLogger("hermit.gateway")
 
@@ -217,19 +217,22 @@ class Bus:
         killed meanwhile. The entry
         may come before lines the running turn still writes: a `retracted` entry hides its message wherever it
         stands (sessions/entries.py), so one whose turn is starting (`after`) gets it now too, ahead of its line;
-        it is looked for again once its turn is over (the turn may have started a new session first). False when
-        nothing of it was found."""
+        it is looked for again once its turn is over (the turn may have started a new session first). A delete that
+        comes after its session ended (/new, a daily or idle reset) retracts it in the key's ended transcript
+        (sessions/retraction.py). The files the message brought are deleted first (attachments.remove_filed): a
+        kill between the two leaves none of them. False when nothing of it was found."""
         runtime = self.host.runtime(routed.agent_id)
+        remove = self._remover(routed)
 
         def now() -> bool:
             record = runtime.store.get(routed.session_key)
             if record is None:  # no session (a refused sender's chat): nothing to retract, nothing written
                 return False
-            transcript = runtime.store.open_transcript(record)
-            held = any(e.message.get("role") == "user" and e.message.get("ref") == ref for e in transcript.messages())
-            if held or after is not None:
-                transcript.append_custom(RETRACTED_TYPE, {"ref": ref})
-            return held
+            if retract_in(runtime.store.open_transcript(record), ref, remove, ahead=after is not None):
+                return True
+            if after is not None:
+                return False
+            return retract_ended(runtime.store, routed.session_key, ref, remove, current=record.session_id) > 0
 
         try:
             if await asyncio.to_thread(now):
@@ -254,10 +257,14 @@ class Bus:
             # and retracting takes the session's lock, whose file stays: one per such chat, without end.
             if await asyncio.to_thread(runtime.store.get, routed.session_key) is None:
                 return
-            if await asyncio.to_thread(runtime.retract, routed.session_key, ref):
+            if await asyncio.to_thread(runtime.retract_deleted, routed.session_key, ref, self._remover(routed)):
                 log.info("a message in %s was deleted by its sender: its text is retracted", routed.session_key)
         except Exception:  # noqa: BLE001 - a background task: logged, the gateway goes on
             log.exception("could not retract a deleted message in %s", routed.session_key)
+
+    def _remover(self, routed: Routed) -> Callable[[Sequence[FiledFile]], None]:
+        runtime = self.host.runtime(routed.agent_id)
+        return lambda files: attachments.remove_filed(runtime, routed.session_key, files)
 
     def _chosen(self, msg: InboundMessage) -> Routed:
         """The session the web chat chose, in the agent it resolved (`session_agent`). A key naming an agent
@@ -390,9 +397,12 @@ class Bus:
 
     def _file(self, job: _Job, msg: InboundMessage) -> tuple[InboundMessage, str, tuple[ImagePart, ...]]:
         """File the message's files into the session's inbox; the turn's text tells of each, and its images
-        are attached when the agent's model reads images (attachments.for_model)."""
+        are attached when the agent's model reads images (attachments.for_model). The turn records what was
+        filed with the message, for its sender's delete (attachments.remove_filed)."""
         runtime = self.host.runtime(job.agent_id)
         msg, looks = attachments.filed(msg, runtime, job.session_key)
+        runtime.expect_files(job.session_key, message_ref(msg), attachments.filed_files(
+            msg, looks, runtime.confinement.roomed(job.session_key)))
         text, images = attachments.for_model(job.text, msg, looks, reads_images=runtime.model.profile.supports_images)
         return msg, text, images
 

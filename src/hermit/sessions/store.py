@@ -116,6 +116,14 @@ class SessionStore:
         return self._dir
 
     @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def fsync(self) -> bool:
+        return self._fsync
+
+    @property
     def path(self) -> Path:
         return self._dir / STORE_FILE
 

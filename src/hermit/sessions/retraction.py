@@ -1,0 +1,167 @@
+"""Retracting a message its sender deleted on the platform: in the session's current transcript, or in one of the
+key's ended transcripts when the delete comes after its session ended (/new, the daily or idle reset).
+
+A `retracted` entry (sessions/entries.py) hides its message from every reader; the files the message brought
+(`files` of its user message: messages.FiledFile) are deleted first, by the caller's `remove`, so that a kill
+between the two leaves no file of a deleted message for another reader, only a message whose delete was not
+written yet (as a kill before the delete was seen would).
+
+An ended transcript is found by the `sessionKey` in its header, and only among the key's last ENDED_SESSIONS
+sessions that changed in the last ENDED_DAYS days: a flood of deletes never reads every transcript. The key's
+transcripts are listed once per change of the sessions folder (a new session adds a file; an append does not
+change the folder), and a transcript is parsed only when its bytes name the message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from hermit.errors import SessionError
+from hermit.messages import FiledFile
+from hermit.sessions.entries import RETRACTED_TYPE, header_from_json
+from hermit.sessions.files import open_own, read_fd
+from hermit.sessions.store import SessionStore
+from hermit.sessions.transcript import Transcript
+
+log = logging.getLogger("hermit.sessions")
+
+ENDED_SESSIONS = 8  # the key's ended sessions a late delete is looked for in, newest first
+ENDED_DAYS = 30  # ...among those written to in this many days
+MAX_HEADERS = 512  # transcripts whose header is read to find them, newest first
+_HEADER_BYTES = 4096
+_LISTINGS: OrderedDict[tuple[str, str], tuple[int, tuple[str, ...]]] = OrderedDict()
+_LISTINGS_KEPT = 256
+_guard = threading.Lock()
+
+Remove = Callable[[Sequence[FiledFile]], None]  # deletes the files a retracted message brought
+
+
+def ref_bytes(ref: str) -> bytes:
+    """How a user message's ref appears in a transcript line (transcript._dumps: compact, not ASCII-escaped)."""
+    return b'"ref":' + json.dumps(ref, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def held(transcript: Transcript, ref: str) -> list[FiledFile] | None:
+    """The files recorded with the user message(s) `ref` of a transcript (may be empty); None when it holds none."""
+    found = [e.message for e in transcript.messages()
+             if e.message.get("role") == "user" and e.message.get("ref") == ref]
+    if not found:
+        return None
+    raw = [f for m in found if isinstance(files := m.get("files"), list) for f in files]
+    return [f for f in map(FiledFile.from_dict, raw) if f is not None]
+
+
+def retract_in(transcript: Transcript, ref: str, remove: Remove | None, *, ahead: bool = False) -> bool:
+    """Retract `ref` in one transcript: its files removed, then the entry written. `ahead`: written even when the
+    message is not recorded yet (its turn is starting). True when the transcript held it."""
+    files = held(transcript, ref)
+    if files and remove is not None:
+        remove(files)
+    if files is not None or ahead:
+        transcript.append_custom(RETRACTED_TYPE, {"ref": ref})
+    return files is not None
+
+
+def retract_ended(store: SessionStore, key: str, ref: str, remove: Remove | None, *,
+                  current: str | None = None) -> int:
+    """Retract `ref` in the key's ended transcripts that hold it (see the module's bounds); how many did."""
+    done = 0
+    needle = ref_bytes(ref)
+    for path in ended_transcripts(store, key, current):
+        try:
+            fd, st = open_own(path, os.O_RDONLY, "the transcript")
+            try:
+                data = read_fd(fd, st.st_size)
+            finally:
+                os.close(fd)
+            if needle not in data:
+                continue
+            transcript = Transcript.open(path, clock=store.clock, fsync=store.fsync)
+            if transcript.header.session_key != key:  # a repaired header says otherwise
+                continue
+            if retract_in(transcript, ref, remove):
+                done += 1
+        except (OSError, SessionError) as e:
+            log.warning("could not look for a deleted message in %s: %s", path.name, e)
+    return done
+
+
+def ended_transcripts(store: SessionStore, key: str, current: str | None) -> list[Path]:
+    """The key's transcripts other than `current` (a session id), newest first, within the module's bounds."""
+    directory = store.directory
+    try:
+        stamp = os.stat(directory).st_mtime_ns
+    except OSError:
+        return []
+    cache_key = (str(directory), key)
+    with _guard:
+        cached = _LISTINGS.get(cache_key)
+    if cached is None or cached[0] != stamp:
+        cached = (stamp, _list_key(directory, key))
+        with _guard:
+            _LISTINGS[cache_key] = cached
+            _LISTINGS.move_to_end(cache_key)
+            while len(_LISTINGS) > _LISTINGS_KEPT:
+                _LISTINGS.popitem(last=False)
+    since = time.time() - ENDED_DAYS * 86400
+    out: list[Path] = []
+    for name in cached[1]:
+        if current is not None and name == f"{current}.jsonl":
+            continue
+        path = directory / name
+        with contextlib.suppress(OSError):
+            if os.lstat(path).st_mtime >= since:
+                out.append(path)
+        if len(out) >= ENDED_SESSIONS:
+            break
+    return out
+
+
+def _list_key(directory: Path, key: str) -> tuple[str, ...]:
+    """Names of the newest transcripts (at most MAX_HEADERS looked at) whose header names `key`, newest first."""
+    since = time.time() - ENDED_DAYS * 86400
+    found: list[tuple[int, str]] = []
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                if entry.name.endswith(".jsonl") and entry.is_file(follow_symlinks=False):
+                    with contextlib.suppress(OSError):
+                        st = entry.stat(follow_symlinks=False)
+                        if st.st_mtime >= since:
+                            found.append((st.st_mtime_ns, entry.name))
+    except OSError:
+        return ()
+    names: list[str] = []
+    for _, name in sorted(found, reverse=True)[:MAX_HEADERS]:
+        if _header_key(directory / name) == key:
+            names.append(name)
+            if len(names) > ENDED_SESSIONS:  # the current one may be among them
+                break
+    return tuple(names)
+
+
+def _header_key(path: Path) -> str | None:
+    try:
+        fd, _ = open_own(path, os.O_RDONLY, "the transcript")
+    except (OSError, SessionError):
+        return None
+    try:
+        first = os.pread(fd, _HEADER_BYTES, 0).split(b"\n", 1)[0]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        obj = json.loads(first)
+    except ValueError:
+        return None
+    header = header_from_json(obj) if isinstance(obj, dict) else None
+    return header.session_key if header is not None else None
