@@ -5,7 +5,8 @@ and an flock belongs to the open file description: a descriptor inherited by a c
 sandboxed or not) would keep the lock, so a command that outlives its turn — or a hostile one that lingers on
 purpose — would keep a dead Hermit's garbage forever. Every holding descriptor is opened O_CLOEXEC: here a child
 is even started with close_fds=False (exec keeps only inheritable descriptors), and once the maker lets go the
-leftover is swept while the child still runs.
+leftover is swept while the child still runs. (Between fork and exec a child shares every descriptor: the lock
+passes to it for that instant only, so the check waits until the child runs.)
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ def test_a_child_started_while_a_leftover_is_held_does_not_hold_it(tmp_path: Pat
     make, prefix = MAKERS[kind]
     fd, path = make(tmp_path)
     assert not os.get_inheritable(fd)
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
-                             close_fds=False)
+    child = subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=False)
     try:
+        assert child.stdout is not None and child.stdout.readline() == b"up\n"  # exec'd: past fork's shared copy
         assert list(left_unheld(tmp_path, prefix)) == []  # held by its maker: never swept
         os.close(fd)  # the maker is done with it (as if it died) while the child lives on
         assert [Path(p) for p in left_unheld(tmp_path, prefix)] == [path]
