@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -35,7 +36,7 @@ from gatewayhelpers import RecordingChannel, fixed_clock, make_bus, runtime
 from hermit.agent.routing import Router
 from hermit.agent.runtime import AgentRuntime
 from hermit.channels.access import AccessControl
-from hermit.channels.base import Attachment
+from hermit.channels.base import Attachment, InboundMessage
 from hermit.channels.discord import DiscordChannel
 from hermit.channels.inbox import StagedFile
 from hermit.channels.pairing import PairingStore
@@ -43,7 +44,7 @@ from hermit.config.load import build_config
 from hermit.config.paths import StatePaths
 from hermit.config.schema import DiscordAccountConfig
 from hermit.gateway.agents import AgentHost
-from hermit.gateway.bus import Bus
+from hermit.gateway.bus import Admission, Bus
 from hermit.gateway.supervisor import admit_with, route_with, split_chunks
 from hermit.sessions.entries import RETRACTED_TEXT
 from hermit.sessions.keys import group_session_key
@@ -210,6 +211,73 @@ def test_a_link_under_a_filed_name_is_left_and_its_target_kept(tmp_path: Path) -
         assert filed.is_symlink() and outside.read_bytes() == LAB
 
     asyncio.run(main())
+
+
+
+def test_a_delete_as_the_turn_starts_keeps_its_files_from_being_filed_or_removes_them_at_once(tmp_path: Path) -> None:
+    """A delete that comes once the bus took the message from its queue, before its turn recorded it (the access
+    check again, its files being filed, a flush before it), left its files to be removed after the turn: a kill
+    during that turn — a model call can take minutes — kept them for good. Now they are not filed, or are
+    removed as the delete comes, before the platform hears it was handled."""
+    checking, go_on, filing, filed_go, in_model, release = (threading.Event() for _ in range(6))
+    calls = [0]
+
+    def admit(_m: InboundMessage, _agent: str) -> Admission:
+        calls[0] += 1
+        if calls[0] == 2:  # the first message's check when its turn is about to start: held there
+            checking.set()
+            go_on.wait(20)
+        return Admission(True)
+
+    def model(_req: Any) -> str:
+        in_model.set()
+        release.wait(20)
+        return "noted"
+
+    rt = runtime(tmp_path, model)
+    expect = rt.expect_files
+
+    def held_after_filing(key: str, ref: str | None, files: Any) -> None:
+        if ref == "telegram:default:2":  # the second message: filed, not recorded yet
+            filing.set()
+            filed_go.wait(20)
+        expect(key, ref, files)
+
+    rt.expect_files = held_after_filing  # type: ignore[method-assign]  # observed and held, not replaced
+    bus = make_bus(rt, RecordingChannel(), admit=admit)
+    first = staged(tmp_path, "first.pdf", LAB, "1")
+
+    def room_files() -> list[Path]:
+        return list((rt.agent.sessions_dir.parent / "rooms").glob("*/inbox/*"))
+
+    async def main() -> None:
+        try:
+            await bus.publish(replace(msg("mine", "1"), attachments=(first,)))
+            await wait_for(checking.is_set)
+            await bus.publish(msg("", "1", change="deleted"))
+            go_on.set()
+            await wait_for(in_model.is_set)  # its turn runs: a kill now must leave no file of it
+            assert room_files() == [] and not Path(first.path).exists()
+            in_model.clear()
+            release.set()
+            assert await bus.drain(20)
+            release.clear()
+            await bus.publish(replace(msg("mine too", "2"), attachments=(staged(tmp_path, "second.pdf", LAB, "2"),)))
+            await wait_for(filing.is_set)
+            assert len(room_files()) == 1
+            await bus.publish(msg("", "2", change="deleted"))
+            assert room_files() == []  # removed before publish returned
+            filed_go.set()
+            await wait_for(in_model.is_set)
+        finally:
+            go_on.set()
+            filed_go.set()
+            release.set()
+        assert await bus.drain(20)
+
+    asyncio.run(main())
+    shown = transcripts(rt)
+    assert "mine" not in shown and shown.count(RETRACTED_TEXT) == 2, shown
 
 
 # The gateway's side in a process of its own, killed (SIGKILL) right after the file was removed and before the

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -81,6 +82,10 @@ class _Job:
     result: asyncio.Future[TurnResult] | None = None
     dropped: bool = False  # its sender deleted it while it waited: no turn runs
     finished: asyncio.Event = field(default_factory=asyncio.Event)  # set once its worker is done with it
+    # Its sender deleted it as its turn was starting: its files are not filed, or removed once filed (`filed`).
+    deleted: bool = False
+    filed: tuple[FiledFile, ...] = ()
+    guard: threading.Lock = field(default_factory=threading.Lock)  # `deleted` and `filed`: filing is in a thread
 
 
 @dataclass
@@ -171,7 +176,7 @@ class Bus:
             await deliver_text(channel, Target.of(msg), admission.reply, self._chunk, "pairing")
         return False
 
-    def _change_waiting(self, msg: InboundMessage) -> tuple[Routed, str, asyncio.Event | None] | None:
+    def _change_waiting(self, msg: InboundMessage) -> tuple[Routed, str, _Job | None] | None:
         """A message its sender deleted or edited on the platform while it waits for its turn: a deleted one is
         dropped (no turn, its files deleted), an edited one runs with the text as it is now, as its sender
         expects of a message not answered yet. One whose turn has started is left: it is being answered. For a
@@ -205,26 +210,34 @@ class Bus:
         # check, its files being filed, a flush before it) is waited for: looked for before, it was not found,
         # and its text stayed in use.
         running = q.running if q is not None else None
-        after = running.finished if running is not None and running.msg is not None and (
+        starting = running if running is not None and running.msg is not None and (
             running.msg.channel, running.msg.account_id, running.msg.peer_id, running.msg.message_id) == (
             msg.channel, msg.account_id, msg.peer_id, msg.message_id) else None
-        return routed, f"{msg.channel}:{msg.account_id}:{msg.message_id}", after
+        return routed, f"{msg.channel}:{msg.account_id}:{msg.message_id}", starting
 
-    async def _retract_recorded(self, routed: Routed, ref: str, after: asyncio.Event | None) -> bool:
+    async def _retract_recorded(self, routed: Routed, ref: str, starting: _Job | None) -> bool:
         """Retract a deleted message the session's transcript holds now, before publish returns: the channel
         then tells the platform the event was handled (Slack's ack and saved event ids; Discord and WhatsApp
         never send it again), so a retraction left for later (after a running turn) was lost when Hermit was
         killed meanwhile. The entry
         may come before lines the running turn still writes: a `retracted` entry hides its message wherever it
-        stands (sessions/entries.py), so one whose turn is starting (`after`) gets it now too, ahead of its line;
+        stands (sessions/entries.py), so one whose turn is starting (`starting`) gets it now too, ahead of its line;
         it is looked for again once its turn is over (the turn may have started a new session first). A delete that
         comes after its session ended (/new, a daily or idle reset) retracts it in the key's ended transcript
         (sessions/retraction.py). The files the message brought are deleted first (attachments.remove_filed): a
-        kill between the two leaves none of them. False when nothing of it was found."""
+        kill between the two leaves none of them. Those of one whose turn is starting are not filed, or deleted
+        now if they were (`_file`): left for after its turn, a kill during the turn kept them. False when nothing
+        of it was found."""
         runtime = self.host.runtime(routed.agent_id)
         remove = self._remover(routed)
+        after = starting.finished if starting is not None else None
 
         def now() -> bool:
+            if starting is not None:
+                with starting.guard:
+                    starting.deleted, early = True, starting.filed
+                if early:
+                    remove(early)
             record = runtime.store.get(routed.session_key)
             if record is None:  # no session (a refused sender's chat): nothing to retract, nothing written
                 return False
@@ -400,9 +413,19 @@ class Bus:
         are attached when the agent's model reads images (attachments.for_model). The turn records what was
         filed with the message, for its sender's delete (attachments.remove_filed)."""
         runtime = self.host.runtime(job.agent_id)
+        with job.guard:
+            if job.deleted:  # by its sender, as its turn was starting: its files are not kept
+                attachments.discard(msg)
+                return replace(msg, attachments=()), job.text, ()
         msg, looks = attachments.filed(msg, runtime, job.session_key)
-        runtime.expect_files(job.session_key, message_ref(msg), attachments.filed_files(
-            msg, looks, runtime.confinement.roomed(job.session_key)))
+        files = attachments.filed_files(msg, looks, runtime.confinement.roomed(job.session_key))
+        with job.guard:
+            deleted = job.deleted
+            job.filed = () if deleted else files
+        if deleted:  # while they were being filed
+            attachments.remove_filed(runtime, job.session_key, files)
+            files = ()
+        runtime.expect_files(job.session_key, message_ref(msg), files)
         text, images = attachments.for_model(job.text, msg, looks, reads_images=runtime.model.profile.supports_images)
         return msg, text, images
 
