@@ -2,8 +2,10 @@
 
 The bus looked for a deleted message only in the session's current transcript: once the session had ended, the
 delete found nothing and the ended transcript kept the text in use — the web app's past sessions, `memory_get
-sessions/<id>`, memory search with the `sessions` source on. It now retracts it in the key's ended transcript
-that holds it (found by the sessionKey in the headers, among the key's last few sessions of the last days).
+sessions/<id>`, memory search with the `sessions` source on, and the end of the session the session-memory hook
+saved to memory/ at /new. It now retracts it in the key's ended transcript that holds it (found by the
+sessionKey in the headers, among the key's last few sessions of the last days), and in that saved file the
+message as saved becomes the placeholder.
 
 Real parts: the Slack channel against the fake Slack on 127.0.0.1 publishing into the real Bus (Router,
 AccessControl), an AgentRuntime on a FunctionModel, real transcripts, a real memory index over them.
@@ -71,6 +73,8 @@ def test_slack_a_delete_after_new_retracts_the_ended_session_everywhere_and_in_s
                 record = g.rt.store.get(MAIN)
                 assert record is not None and record.previous_session_id is not None
                 ended = sessions / f"{record.previous_session_id}.jsonl"
+                [dump] = (g.rt.agent.workspace / "memory").glob("*.md")  # the end of the session, saved at /new
+                assert "4711" in dump.read_text()
                 svc.sync()
                 assert "4711" in str(svc.search("card PIN 4711")["results"])  # indexed while it was said
 
@@ -84,8 +88,10 @@ def test_slack_a_delete_after_new_retracts_the_ended_session_everywhere_and_in_s
                 assert "4711" not in got and RETRACTED_TEXT in got, got
                 shown = str(chat_history(g.rt.store, MAIN, 50, record.previous_session_id))
                 assert "4711" not in shown and RETRACTED_TEXT in shown, shown
+                saved = dump.read_text()  # saved before the delete came: the saved message is the placeholder now
+                assert "4711" not in saved and f"User: {RETRACTED_TEXT}" in saved and "Assistant: noted" in saved, saved
                 assert svc.indexer.is_dirty()
-                found = str([r for r in svc.search("card PIN 4711")["results"] if r["source"] == "sessions"])
+                found = str(svc.search("card PIN 4711")["results"])
                 assert "4711" not in found, found
             finally:
                 svc.close()

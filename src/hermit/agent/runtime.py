@@ -43,7 +43,7 @@ from hermit.agent.context import (
 from hermit.agent.lifecycle import SessionStart, check_expiry, parse_compact_command
 from hermit.agent.loop import EventSink, LoopResult, TurnCancelled, run_loop
 from hermit.agent.maintenance import SessionMaintenance
-from hermit.agent.session_memory import save_session_memory
+from hermit.agent.session_memory import save_session_memory, scrub_saved
 from hermit.agent.speakers import OwnerCheck, attributed, make_sender, records_senders, sender_of
 from hermit.agent.turn import PruneMemo, ToolCallRecord, TurnContext, TurnNotes, TurnResult, resolve_timezone
 from hermit.config.load import AgentConfig
@@ -396,7 +396,19 @@ class AgentRuntime:
                 return False
             if retract_in(self.store.open_transcript(record), ref, remove):
                 return True
-            return retract_ended(self.store, session_key, ref, remove, current=record.session_id) > 0
+            return self.retract_ended(session_key, ref, remove, current=record.session_id)
+
+    def retract_ended(self, session_key: str, ref: str, remove: Remove | None, *, current: str | None) -> bool:
+        """Retract `ref` in the key's ended transcripts that hold it (sessions/retraction.py), and where an ended
+        session was saved to memory at /new (session_memory.scrub_saved). True when one held it."""
+        found = retract_ended(self.store, session_key, ref, remove, current=current)
+        for session_id, entries in found:
+            try:
+                if scrub_saved(self.agent.workspace, session_id, entries, self.timezone) and self.memory is not None:
+                    self.memory.mark_dirty()
+            except (HermitError, OSError) as e:  # the transcript is retracted; the saved file says it still
+                log.warning("could not take a deleted message out of session %s's saved file: %s", session_id, e)
+        return bool(found)
 
     def expect_files(self, session_key: str, ref: str | None, files: tuple[FiledFile, ...]) -> None:
         """The files the gateway filed for message `ref`, whose turn is about to run in `session_key`: recorded

@@ -40,6 +40,7 @@ Decisions:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import logging
@@ -55,7 +56,7 @@ from pathlib import Path
 
 from hermit.agent.speakers import dump_speaker, recorded_sender
 from hermit.config.schema import SessionMemoryHookConfig
-from hermit.durable import append_whole
+from hermit.durable import append_whole, write_atomic
 from hermit.errors import HermitError
 from hermit.memory.index.session_source import redact
 from hermit.memory.policy.audience import owner_origin
@@ -72,6 +73,7 @@ from hermit.memory.policy.provenance import (
 from hermit.messages import Sender, UserMessage
 from hermit.models.base import Model, ModelRequest
 from hermit.redaction import mask
+from hermit.sessions.entries import RETRACTED_TEXT
 from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.record import SessionRecord
 from hermit.sessions.transcript import MessageEntry, parse_timestamp, read_transcript
@@ -132,21 +134,90 @@ class Line:
 
 def recent_dialogue(path: Path, count: int) -> list[Line]:
     """The last `count` user/assistant messages with text, oldest first, registered secrets masked."""
-    lines: list[Line] = []
-    for entry in read_transcript(path).entries:
-        if not isinstance(entry, MessageEntry):
-            continue
-        message = entry.message
-        role = message.get("role")
-        if role not in ("user", "assistant") or message.get("stopReason") == "error":
-            continue
-        content = message.get("content")
-        parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
-        text = "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict) and p.get("type") == "text")
-        if text.strip():  # masked: these lines go to the slug request and into a memory file
-            lines.append(Line(str(role), mask(text).strip(), entry.id, entry.timestamp,
-                              recorded_sender(message.get("sender")) if role == "user" else None))
+    lines = [line for entry in read_transcript(path).entries
+             if isinstance(entry, MessageEntry) and (line := dialogue_line(entry)) is not None]
     return lines[-count:]
+
+
+def dialogue_line(entry: MessageEntry) -> Line | None:
+    """A user or assistant message with text as the hook saves it; None for anything else."""
+    message = entry.message
+    role = message.get("role")
+    if role not in ("user", "assistant") or message.get("stopReason") == "error":
+        return None
+    content = message.get("content")
+    parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+    text = "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict) and p.get("type") == "text")
+    if not text.strip():
+        return None
+    # masked: these lines go to the slug request and into a memory file
+    return Line(str(role), mask(text).strip(), entry.id, entry.timestamp,
+                recorded_sender(message.get("sender")) if role == "user" else None)
+
+
+def scrub_saved(workspace: Path, session_id: str, deleted: Sequence[MessageEntry], tz: tzinfo) -> list[Path]:
+    """A message its sender deleted after its session was saved at /new: in the saved file(s) of that session
+    (memory/YYYY-MM-DD-*.md dated from the day before the message, a block whose header names the session id)
+    each message of the saved conversation that is exactly the deleted one, as the hook wrote it, becomes the
+    placeholder every other reader sees. Text the owner edited since is not recognised and is left (logged).
+    The files changed."""
+    lines = [(line, dataclasses.replace(line, text=RETRACTED_TEXT)) for e in deleted
+             if (line := dialogue_line(e)) is not None]
+    directory = workspace / "memory"
+    if not lines:
+        return []
+    moment = parse_timestamp(deleted[0].timestamp)
+    since = (moment.astimezone(tz).date() - timedelta(days=1)).isoformat() if moment is not None else ""
+    name = re.compile(r"(\d{4}-\d{2}-\d{2})-.+\.md")
+    try:
+        names = sorted(n for n in os.listdir(directory) if (m := name.fullmatch(n)) and m.group(1) >= since)
+    except OSError:
+        return []
+    changed = []
+    with memory_writes_locked(workspace, directory):
+        for file_name in names[:MAX_SAVED_SCAN]:
+            path = directory / file_name
+            text = _read_small(path)
+            if text is None or session_id not in text or "<!-- origin" not in text:
+                continue
+            scrubbed = _scrubbed(text, session_id, lines)
+            if scrubbed == text:
+                log.warning("session-memory: %s names session %s, but not the deleted message as saved: left",
+                            file_name, session_id)
+                continue
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                continue
+            write_atomic(path, scrubbed, mode=stat.S_IMODE(st.st_mode))
+            changed.append(path)
+    return changed
+
+
+def _scrubbed(text: str, session_id: str, lines: Sequence[tuple[Line, Line]]) -> str:
+    """`text` with each saved message of session `session_id` that is one of `lines`' first replaced by its
+    second, rendered as the hook renders it in that block (render_dialogue, neutralized for its origin)."""
+    rows = text.split("\n")
+    for b in reversed(origin_blocks(text)):
+        header = rows[b.start:b.end - 1]
+        header = header[:header.index("## Conversation")] if "## Conversation" in header else []
+        if neutralize(f"- Session id: {session_id}", b.origin) not in header:
+            continue
+        block = "\n".join(rows[b.start:b.end - 1]) + "\n"
+
+        def clean(line: str, origin: Origin = b.origin) -> str:
+            return neutralize(line, origin)
+
+        for old, new in lines:
+            said, placeholder = render_dialogue([old], clean=clean), render_dialogue([new], clean=clean)
+            # a whole message: after the blank line before it, up to the blank line after it or the block's end
+            block = re.compile(re.escape("\n\n" + said) + r"(?=\n\n|\n\Z)").sub(_as("\n\n" + placeholder), block)
+        rows[b.start:b.end - 1] = block[:-1].split("\n")
+    return "\n".join(rows)
+
+
+def _as(text: str) -> Callable[[re.Match[str]], str]:
+    """A replacement that is `text` itself (no backslash or group reference read in it)."""
+    return lambda _m: text
 
 
 def sanitize_slug(raw: str) -> str | None:

@@ -43,7 +43,7 @@ from hermit.gateway.agents import AgentHost
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
 from hermit.messages import FiledFile, ImagePart, Sender
 from hermit.sessions.keys import agent_id_of
-from hermit.sessions.retraction import retract_ended, retract_in
+from hermit.sessions.retraction import retract_in
 
 log = logging.getLogger("hermit.gateway")
 
@@ -245,7 +245,7 @@ class Bus:
                 return True
             if after is not None:
                 return False
-            return retract_ended(runtime.store, routed.session_key, ref, remove, current=record.session_id) > 0
+            return runtime.retract_ended(routed.session_key, ref, remove, current=record.session_id)
 
         try:
             if await asyncio.to_thread(now):

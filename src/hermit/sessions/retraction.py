@@ -29,7 +29,7 @@ from hermit.messages import FiledFile
 from hermit.sessions.entries import RETRACTED_TYPE, header_from_json
 from hermit.sessions.files import open_own, read_fd
 from hermit.sessions.store import SessionStore
-from hermit.sessions.transcript import Transcript
+from hermit.sessions.transcript import MessageEntry, Transcript
 
 log = logging.getLogger("hermit.sessions")
 
@@ -49,13 +49,17 @@ def ref_bytes(ref: str) -> bytes:
     return b'"ref":' + json.dumps(ref, ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
+def messages_of(transcript: Transcript, ref: str) -> list[MessageEntry]:
+    """The user message(s) `ref` of a transcript, as read now."""
+    return [e for e in transcript.messages() if e.message.get("role") == "user" and e.message.get("ref") == ref]
+
+
 def held(transcript: Transcript, ref: str) -> list[FiledFile] | None:
     """The files recorded with the user message(s) `ref` of a transcript (may be empty); None when it holds none."""
-    found = [e.message for e in transcript.messages()
-             if e.message.get("role") == "user" and e.message.get("ref") == ref]
+    found = messages_of(transcript, ref)
     if not found:
         return None
-    raw = [f for m in found if isinstance(files := m.get("files"), list) for f in files]
+    raw = [f for e in found if isinstance(files := e.message.get("files"), list) for f in files]
     return [f for f in map(FiledFile.from_dict, raw) if f is not None]
 
 
@@ -71,9 +75,10 @@ def retract_in(transcript: Transcript, ref: str, remove: Remove | None, *, ahead
 
 
 def retract_ended(store: SessionStore, key: str, ref: str, remove: Remove | None, *,
-                  current: str | None = None) -> int:
-    """Retract `ref` in the key's ended transcripts that hold it (see the module's bounds); how many did."""
-    done = 0
+                  current: str | None = None) -> list[tuple[str, list[MessageEntry]]]:
+    """Retract `ref` in the key's ended transcripts that hold it (see the module's bounds): for each that did, its
+    session id and the message(s) as they were read before (for what was saved of that session: the caller's)."""
+    done: list[tuple[str, list[MessageEntry]]] = []
     needle = ref_bytes(ref)
     for path in ended_transcripts(store, key, current):
         try:
@@ -87,8 +92,9 @@ def retract_ended(store: SessionStore, key: str, ref: str, remove: Remove | None
             transcript = Transcript.open(path, clock=store.clock, fsync=store.fsync)
             if transcript.header.session_key != key:  # a repaired header says otherwise
                 continue
+            before = messages_of(transcript, ref)
             if retract_in(transcript, ref, remove):
-                done += 1
+                done.append((transcript.header.session_id, before))
         except (OSError, SessionError) as e:
             log.warning("could not look for a deleted message in %s: %s", path.name, e)
     return done
