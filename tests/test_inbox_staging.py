@@ -28,9 +28,10 @@ from hermit.channels.base import Attachment, InboundMessage
 from hermit.channels.discord import DiscordChannel
 from hermit.channels.pairing import PairingStore
 from hermit.channels.telegram import TelegramChannel
+from hermit.channels.whatsapp import WhatsAppChannel
 from hermit.config.load import build_config
 from hermit.config.paths import StatePaths
-from hermit.config.schema import DiscordAccountConfig, TelegramAccountConfig
+from hermit.config.schema import DiscordAccountConfig, TelegramAccountConfig, WhatsAppAccountConfig
 from hermit.gateway import attachments
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.bus import Bus
@@ -261,3 +262,42 @@ def test_the_note_of_a_file_shows_only_what_cannot_forge_a_line() -> None:
     assert attachments.described(msg.text, msg) == (
         "see\n(file received with this message: inbox/telegram-a-1-2-ab-scan.pdf — document, 12 bytes)\n"
         "(a file came with this message but could not be kept — image, image/jpeg)")
+
+
+def test_files_a_killed_gateway_staged_but_never_filed_are_removed_when_their_channel_starts(tmp_path: Path) -> None:
+    """Discord and WhatsApp messages are not replayed after a restart: a file downloaded before a kill -9, not yet
+    filed, waited in the state dir forever. Their channel removes its own account's at start; Telegram's (its
+    journal replays the message, which files it), another account's, and a link stay."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir(mode=0o700)
+    names = {"discord": "discord-default-10-7-0123456789abcdef-scan.pdf",
+             "whatsapp": "whatsapp-personal-33612-wamid_1-0123456789abcdef-photo.jpg",
+             "other account": "discord-work-10-7-0123456789abcdef-scan.pdf",
+             "telegram": "telegram-default-42-7-0123456789abcdef-photo.jpg"}
+    for name in names.values():
+        (inbox / name).write_bytes(b"\xff\xd8\xff left")
+    outside = tmp_path / "mine.pdf"
+    outside.write_bytes(b"mine")
+    (inbox / "discord-default-10-8-0123456789abcdef-link.pdf").symlink_to(outside)
+
+    async def main() -> None:
+        fake = FilesDiscord("discord-test-token")
+        await fake.start()
+        old = patch_discord(fake)
+        discord = DiscordChannel("default", DiscordAccountConfig(), "discord-test-token", inbox_dir=inbox,
+                                 policy=FAST, reconnect_max_delay=0.1)
+        whatsapp = WhatsAppChannel("personal", WhatsAppAccountConfig(phone_number_id="1"), access_token="t",
+                                   app_secret="s", verify_token="v", inbox_dir=inbox, state_dir=tmp_path)
+        try:
+            await discord.start(QueueSink())
+            await whatsapp.start(QueueSink())
+        finally:
+            await whatsapp.stop()
+            await discord.stop()
+            unpatch(old)
+            await fake.stop()
+
+    run(main)
+    assert sorted(p.name for p in inbox.iterdir()) == sorted(
+        [names["other account"], names["telegram"], "discord-default-10-8-0123456789abcdef-link.pdf"])
+    assert outside.read_bytes() == b"mine"

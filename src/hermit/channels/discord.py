@@ -35,7 +35,7 @@ from hermit.channels.base import (
 )
 from hermit.channels.credentials import resolve
 from hermit.channels.forwarded import frame
-from hermit.channels.inbox import StagedFile
+from hermit.channels.inbox import StagedFile, sweep_staged
 from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.retry import DEFAULT_POLICY
 from hermit.channels.status import StatusTracker
@@ -79,6 +79,9 @@ class DiscordChannel:
         and its other channels keep running."""
         self._sink = sink
         self._task = asyncio.create_task(self._run(), name=f"discord:{self.account_id}")
+        # Not replayed after a restart: what a killed gateway staged but never filed would wait forever.
+        for name in sweep_staged(self._inbox, self.name, self.account_id):
+            log.info("removed %s, a file received before the gateway stopped and never filed", name)
 
     async def stop(self) -> None:
         self._typing.stop_all()

@@ -41,6 +41,29 @@ def _part(value: str) -> str:
     return re.sub(r"[^\w]+", "_", value)[-MAX_PART_CHARS:] or "_"
 
 
+def sweep_staged(inbox: Path | None, channel: str, account_id: str) -> list[str]:
+    """Delete the files a channel account staged that nothing will ask for again: a channel that does not replay
+    (channels/base.py `replays`) calls it when it starts, before any message — what a gateway killed between a
+    download and its filing left would otherwise wait in the state dir forever. Only regular files under this
+    account's own prefix are removed (never a link, nor what it points at); one gateway runs on a state dir
+    (its lock). Returns the names removed."""
+    if inbox is None:
+        return []
+    try:
+        names = os.listdir(inbox)
+    except OSError:  # no inbox yet
+        return []
+    prefix = f"{_part(channel)}-{_part(account_id)}-"
+    removed = []
+    for name in names:
+        if name.startswith(prefix):
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(inbox / name).st_mode):
+                    os.unlink(inbox / name)
+                    removed.append(name)
+    return removed
+
+
 def is_staged(a: Attachment, st: os.stat_result) -> bool:
     """Whether `st` (an fstat of the opened path, or an lstat of it) is the regular file `a` was staged as.
     An attachment that records no identity is never taken for one (fail closed)."""

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +32,7 @@ from hermit.channels.base import (
     TurnEnd,
     Typing,
 )
-from hermit.channels.inbox import StagedFile
+from hermit.channels.inbox import StagedFile, sweep_staged
 from hermit.errors import ChannelError
 
 log = logging.getLogger("hermit.channels.webchat")
@@ -86,21 +84,9 @@ class WebchatChannel:
 
     def _sweep(self) -> None:
         """Delete the files a page was sending when the last gateway stopped (killed mid-upload, or before a
-        queued message's turn filed them): a web chat message is not kept across a restart, so they would wait
-        in the state dir forever. One gateway runs on a state dir (its lock), and this is before any message."""
-        if self._inbox is None:
-            return
-        try:
-            names = os.listdir(self._inbox)
-        except OSError:  # no inbox yet
-            return
-        for name in names:
-            if name.startswith(f"{self.name}-"):
-                path = self._inbox / name
-                with contextlib.suppress(OSError):
-                    if stat.S_ISREG(os.lstat(path).st_mode):
-                        os.unlink(path)
-                        log.info("removed %s, a file a page was sending when the gateway stopped", name)
+        queued message's turn filed them): a web chat message is not kept across a restart."""
+        for name in sweep_staged(self._inbox, self.name, self.account_id):
+            log.info("removed %s, a file a page was sending when the gateway stopped", name)
 
     async def stop(self) -> None:
         self._status.connected = False

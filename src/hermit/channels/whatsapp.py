@@ -33,7 +33,7 @@ from hermit.channels.base import (
 from hermit.channels.credentials import resolve
 from hermit.channels.dedupe import SeenIds
 from hermit.channels.forwarded import frame
-from hermit.channels.inbox import StagedFile
+from hermit.channels.inbox import StagedFile, sweep_staged
 from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.status import StatusTracker
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes, same_secret
@@ -103,6 +103,9 @@ class WhatsAppChannel:
     async def start(self, sink: InboundSink) -> None:
         """Webhook-driven: nothing to connect; "connected" means the gateway serves the route."""
         self._sink = sink
+        # Not replayed after a restart: what a killed gateway staged but never filed would wait forever.
+        for name in sweep_staged(self._inbox, self.name, self.account_id):
+            log.info("removed %s, a file received before the gateway stopped and never filed", name)
         # base_url (and a media URL it hands out) may be on this machine: the token goes to no other user's port.
         refuse = local_api.refusal("WhatsApp", f"channels.whatsapp.accounts.{self.account_id}.base_url",
                                    "the Graph API server you set as base_url")
