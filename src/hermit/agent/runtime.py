@@ -72,7 +72,7 @@ from hermit.sessions.record import SessionRecord
 from hermit.sessions.reset import parse_reset_command
 from hermit.sessions.retraction import Remove, retract_ended, retract_in
 from hermit.sessions.store import SessionStore
-from hermit.sessions.transcript import Clock, utc_now
+from hermit.sessions.transcript import Clock, MessageEntry, utc_now
 from hermit.tools import (
     CronBackend,
     MemoryWriteRules,
@@ -401,14 +401,14 @@ class AgentRuntime:
     def retract_ended(self, session_key: str, ref: str, remove: Remove | None, *, current: str | None) -> bool:
         """Retract `ref` in the key's ended transcripts that hold it (sessions/retraction.py), and where an ended
         session was saved to memory at /new (session_memory.scrub_saved). True when one held it."""
-        found = retract_ended(self.store, session_key, ref, remove, current=current)
-        for session_id, entries in found:
+        def saved(session_id: str, entries: list[MessageEntry]) -> None:
             try:
                 if scrub_saved(self.agent.workspace, session_id, entries, self.timezone) and self.memory is not None:
                     self.memory.mark_dirty()
-            except (HermitError, OSError) as e:  # the transcript is retracted; the saved file says it still
+            except (HermitError, OSError) as e:  # the transcript is retracted all the same; the file says it still
                 log.warning("could not take a deleted message out of session %s's saved file: %s", session_id, e)
-        return bool(found)
+
+        return retract_ended(self.store, session_key, ref, remove, current=current, saved=saved) > 0
 
     def expect_files(self, session_key: str, ref: str | None, files: tuple[FiledFile, ...]) -> None:
         """The files the gateway filed for message `ref`, whose turn is about to run in `session_key`: recorded

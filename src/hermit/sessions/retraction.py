@@ -4,7 +4,8 @@ key's ended transcripts when the delete comes after its session ended (/new, the
 A `retracted` entry (sessions/entries.py) hides its message from every reader; the files the message brought
 (`files` of its user message: messages.FiledFile) are deleted first, by the caller's `remove`, so that a kill
 between the two leaves no file of a deleted message for another reader, only a message whose delete was not
-written yet (as a kill before the delete was seen would).
+written yet (as a kill before the delete was seen would). So is what was saved of an ended session at /new
+(`saved`: agent/session_memory.scrub_saved).
 
 An ended transcript is found by the `sessionKey` in its header, and only among the key's last ENDED_SESSIONS
 sessions that changed in the last ENDED_DAYS days: a flood of deletes never reads every transcript. The key's
@@ -74,11 +75,12 @@ def retract_in(transcript: Transcript, ref: str, remove: Remove | None, *, ahead
     return files is not None
 
 
-def retract_ended(store: SessionStore, key: str, ref: str, remove: Remove | None, *,
-                  current: str | None = None) -> list[tuple[str, list[MessageEntry]]]:
-    """Retract `ref` in the key's ended transcripts that hold it (see the module's bounds): for each that did, its
-    session id and the message(s) as they were read before (for what was saved of that session: the caller's)."""
-    done: list[tuple[str, list[MessageEntry]]] = []
+def retract_ended(store: SessionStore, key: str, ref: str, remove: Remove | None, *, current: str | None = None,
+                  saved: Callable[[str, list[MessageEntry]], None] | None = None) -> int:
+    """Retract `ref` in the key's ended transcripts that hold it (see the module's bounds); how many did. `saved`
+    is given each one's session id and the message(s) as they were, before its entry is written (what was
+    saved of that session at /new: the caller's to change), like the files: a kill leaves the entry to write."""
+    done = 0
     needle = ref_bytes(ref)
     for path in ended_transcripts(store, key, current):
         try:
@@ -93,8 +95,10 @@ def retract_ended(store: SessionStore, key: str, ref: str, remove: Remove | None
             if transcript.header.session_key != key:  # a repaired header says otherwise
                 continue
             before = messages_of(transcript, ref)
+            if before and saved is not None:
+                saved(transcript.header.session_id, before)
             if retract_in(transcript, ref, remove):
-                done.append((transcript.header.session_id, before))
+                done += 1
         except (OSError, SessionError) as e:
             log.warning("could not look for a deleted message in %s: %s", path.name, e)
     return done
