@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +34,7 @@ from hermit.sessions.entries import RETRACTED_TEXT
 from hermit.sessions.keys import group_session_key
 from hermit.sessions.transcript import MessageEntry, read_transcript
 from memhelpers import HashEmbedder
+from prochelpers import PROC_TIMEOUT, pythonpath
 from test_race_retraction import OWNER, ev_acked, slack_gateway, wait_for
 from test_trust_deleted_messages import msg
 
@@ -151,3 +155,52 @@ def test_a_late_delete_looks_only_at_the_keys_last_sessions_of_the_last_days(tmp
     # The newest (too old by its time) and the two beyond the last 8 keep theirs; the others are retracted.
     assert retracted == list(range(1, ENDED_SESSIONS + 1)), retracted
 
+
+
+# Hermit in a process of its own; with "kill", killed (SIGKILL) as it writes the `retracted` entry.
+CHILD = """
+import asyncio, os, signal, sys
+from dataclasses import replace
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from gatewayhelpers import RecordingChannel, inbound, make_bus, runtime
+from hermit.sessions.transcript import Transcript
+
+home, phase = Path(sys.argv[1]), sys.argv[3]
+rt = runtime(home, lambda _req: "noted")
+bus = make_bus(rt, RecordingChannel())
+append = Transcript.append_custom
+def killed(self, custom_type, data=None):
+    if custom_type == "retracted":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return append(self, custom_type, data)
+async def main():
+    if phase == "say":
+        await bus.publish(inbound("my card PIN is 4711", message_id="1"))
+        await bus.publish(inbound("and the blue door", message_id="2"))
+        await bus.publish(inbound("/new", message_id="3"))
+    else:
+        Transcript.append_custom = killed
+        await bus.publish(replace(inbound("", message_id="1"), change="deleted"))
+    assert await bus.drain(20)
+asyncio.run(main())
+print("done")
+"""
+
+
+def test_a_kill_as_the_late_retraction_is_written_leaves_no_deleted_text_in_the_saved_session(tmp_path: Path) -> None:
+    """Discord and WhatsApp never send a delete again: what is on disk when Hermit is killed is what stays. The
+    saved file is changed before the transcript's entry is written, as the message's files are removed."""
+    def child(phase: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", CHILD, str(tmp_path), str(Path(__file__).parent), phase],
+                              text=True, capture_output=True, timeout=PROC_TIMEOUT,
+                              env={**os.environ, "PYTHONPATH": pythonpath()})
+
+    said = child("say")
+    assert said.stdout.strip() == "done", said.stderr
+    [dump] = list(tmp_path.glob("**/memory/*.md"))
+    assert "4711" in dump.read_text()
+    killed = child("kill")
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr)
+    text = dump.read_text()
+    assert "4711" not in text and RETRACTED_TEXT in text and "blue door" in text, text
