@@ -16,7 +16,6 @@ Bus (Router, AccessControl), an AgentRuntime on a FunctionModel, real files and 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import signal
@@ -302,6 +301,12 @@ if phase == "file":
         assert await bus.drain(20)
     asyncio.run(main())
     print("filed")
+elif phase == "new":  # the session ends: the delete comes after
+    async def main():
+        await bus.publish(msg("/new", "9"))
+        assert await bus.drain(20)
+    asyncio.run(main())
+    print("ended")
 else:
     append = Transcript.append_custom
     def killed(self, custom_type, data=None):
@@ -340,7 +345,7 @@ def test_a_kill_between_the_file_deletion_and_the_retraction_leaves_no_file_and_
     assert again.returncode == 0 and again.stdout.strip() == "answered", again.stderr
 
 
-def test_as_an_unprivileged_user_a_deleted_messages_file_is_removed(tmp_path: Path) -> None:
+def test_as_an_unprivileged_user_a_late_delete_removes_the_file_and_retracts_the_ended_session(tmp_path: Path) -> None:
     need(os.geteuid() == 0, "root, to run Hermit as uid 65534 (CI and containers run as root)")
     python = python_as(NOBODY)
     need(python is not None, "an interpreter that can import this checkout as uid 65534")
@@ -355,10 +360,11 @@ def test_as_an_unprivileged_user_a_deleted_messages_file_is_removed(tmp_path: Pa
         assert filed.stdout.strip() == "filed", filed.stderr
         [f] = _room_files(home)
         assert f.stat().st_uid == 65534
+        assert _child(home, "new", NOBODY, python).stdout.strip() == "ended"  # the delete comes after /new
         done = _child(home, "again", NOBODY, python)
         assert done.returncode == 0 and done.stdout.strip() == "answered", done.stderr
         assert _room_files(home) == []
-        text = "".join(p.read_text() for p in (home / "agents").glob("*/sessions/*.jsonl"))
-        assert json.dumps("retracted") in text
+        ended = [p for p in (home / "agents").glob("*/sessions/*.jsonl") if "my scan" in p.read_text()]
+        assert len(ended) == 1 and '"customType":"retracted"' in ended[0].read_text()
     finally:
         shutil.rmtree(base, ignore_errors=True)
