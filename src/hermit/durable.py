@@ -18,7 +18,7 @@ import os
 import secrets
 from pathlib import Path
 
-from hermit.locks import held, hold_made, left_unheld
+from hermit.locks import held, hold_made, left_unheld, make_held
 
 
 def fsync_dir(directory: Path) -> None:
@@ -81,16 +81,11 @@ def held_temp(path: Path) -> tuple[int, Path]:
     """A new temp file `.NAME.tmp-<pid>-<hex>` next to `path` (0600, created exclusively) and its descriptor,
     held (locks.hold_made) until the descriptor is closed: another process's sweep (_remove_stale_temps) removes
     only the temps of writers that died, whatever pid is in their names."""
-    while True:
+    def make() -> tuple[int, Path]:
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            if hold_made(fd, tmp):
-                return fd, tmp
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)  # swept between its making and the lock: another name
+        return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), tmp
+
+    return make_held(make)
 
 
 def create_new(path: Path, data: bytes | str, mode: int = 0o600) -> bool:

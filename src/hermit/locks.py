@@ -203,19 +203,29 @@ def hold_made(fd: int, path: str | os.PathLike[str], *, dir_fd: int | None = Non
     return (now.st_dev, now.st_ino) == (own.st_dev, own.st_ino)
 
 
-def make_held_dir(parent: Path, prefix: str) -> tuple[Path, int]:
-    """A new folder `<prefix><random>` in `parent` (0700, tempfile.mkdtemp) and its descriptor, held (hold_made)
-    until the descriptor is closed: remove the folder before closing it."""
+def make_held(make: Callable[[], tuple[int, Path]]) -> tuple[int, Path]:
+    """`make()` — which creates a new thing under a new name and returns its descriptor and path — until what it
+    made is held (hold_made): one a sweep took between its making and the lock is let go, and another made."""
     while True:
-        path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd, path = make()
         try:
             if hold_made(fd, path):
-                return path, fd
+                return fd, path
         except BaseException:
             os.close(fd)
             raise
         os.close(fd)
+
+
+def make_held_dir(parent: Path, prefix: str) -> tuple[Path, int]:
+    """A new folder `<prefix><random>` in `parent` (0700, tempfile.mkdtemp) and its descriptor, held (hold_made)
+    until the descriptor is closed: remove the folder before closing it."""
+    def make() -> tuple[int, Path]:
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC), path
+
+    fd, path = make_held(make)
+    return path, fd
 
 
 def left_unheld(directory: Path, prefix: str, match: Callable[[str], bool] | None = None) -> Iterator[str]:

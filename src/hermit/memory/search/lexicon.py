@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from hermit.config.paths import ensure_private_dir
-from hermit.locks import hold_made, left_unheld
+from hermit.locks import left_unheld, make_held
 from hermit.memory.search.fts import CJK_LETTERS, STOPWORDS, ZH_STOP_CHARS
 
 LEXICON_VERSION = "3"
@@ -104,16 +104,11 @@ def build_lexicon(dest: Path) -> None:
 def held_build(dest: Path) -> tuple[int, Path]:
     """A new, empty build file `<dest>.tmp<pid>-<hex>` (SQLite fills it) and a descriptor holding it
     (locks.hold_made) until the build ends: clean_stale_builds removes only the builds of dead processes."""
-    while True:
+    def make() -> tuple[int, Path]:
         tmp = dest.with_name(f"{dest.name}.tmp{os.getpid()}-{secrets.token_hex(4)}")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            if hold_made(fd, tmp):
-                return fd, tmp
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
+        return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), tmp
+
+    return make_held(make)
 
 
 def _fill(tmp: Path, dict_file: Path, common: dict[str, int]) -> None:
