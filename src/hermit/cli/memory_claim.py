@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import TYPE_CHECKING, Any
 
+from hermit.cli.terminal import agent_error
 from hermit.errors import HermitError
 
 if TYPE_CHECKING:
@@ -65,9 +65,7 @@ def cmd_claim(ctx: CliContext, args: argparse.Namespace) -> int:
             report = _claim(ctx, agent, args.only)
         except HermitError as e:
             failed += 1
-            print(f"error: {agent.id}: {e.message}", file=sys.stderr)
-            if e.hint:
-                print(f"hint: {e.hint}", file=sys.stderr)
+            agent_error(agent.id, e)
             continue
         print(json.dumps({k: v for k, v in report.items() if k != "text"}) if args.json else report["text"])
     return 1 if failed else 0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import TYPE_CHECKING, Any
 
+from hermit.cli.terminal import agent_error
 from hermit.errors import HermitError, StoreError
 
 if TYPE_CHECKING:
@@ -76,9 +76,7 @@ def cmd_migrate(ctx: CliContext, args: argparse.Namespace) -> int:
             report = migrate_index(src, dst, replace=args.replace)
         except HermitError as e:
             failed += 1
-            print(f"error: {agent.id}: {e.message}", file=sys.stderr)
-            if e.hint:
-                print(f"hint: {e.hint}", file=sys.stderr)
+            agent_error(agent.id, e)
             continue
         finally:
             for store in (src, dst):

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+from hermit.errors import HermitError
 from hermit.redaction import mask
 
 _UNSAFE = re.compile(
@@ -53,6 +54,13 @@ def one_line(text: object) -> str:
 def warn(text: object) -> None:
     """`warning: <text>` on stderr, on one line (a warning quotes file names and others' text)."""
     print(f"warning: {one_line(text)}", file=sys.stderr)
+
+
+def agent_error(agent_id: str, e: HermitError) -> None:
+    """`error: <agent>: …` and its `hint: …` on stderr, for a command that goes on with the other agents."""
+    print(f"error: {agent_id}: {e.message}", file=sys.stderr)
+    if e.hint:
+        print(f"hint: {e.hint}", file=sys.stderr)
 
 
 class SafeStream:
