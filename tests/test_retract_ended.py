@@ -23,9 +23,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from agenthelpers import load_offline
 from channelhelpers import run
 from fakes.fake_slack import FakeSlack
 from gatewayhelpers import RecordingChannel, inbound, make_bus, runtime
+from hermit.agent.runtime import AgentRuntime
 from hermit.config.schema import MemorySearchConfig
 from hermit.gateway.history import chat_history
 from hermit.memory.index.session_source import render_transcript
@@ -33,8 +35,10 @@ from hermit.memory.service import MemoryKey, MemoryService
 from hermit.sessions.entries import RETRACTED_TEXT
 from hermit.sessions.keys import group_session_key
 from hermit.sessions.transcript import MessageEntry, read_transcript
+from hermit.testing import FunctionModel
 from memhelpers import HashEmbedder
 from prochelpers import PROC_TIMEOUT, pythonpath
+from sessionhelpers import Clock
 from test_race_retraction import OWNER, ev_acked, slack_gateway, wait_for
 from test_trust_deleted_messages import msg
 
@@ -123,6 +127,32 @@ def test_the_dump_at_new_never_holds_a_message_deleted_before_it(tmp_path: Path)
     assert "blue door" in text and "4711" not in text and RETRACTED_TEXT in text, text
 
 
+def test_a_delete_after_an_idle_reset_retracts_the_ended_session(tmp_path: Path) -> None:
+    """The same after the reset policy ended the session (here idle; the daily reset ends it the same way)."""
+    clock = Clock()
+    loaded = load_offline(tmp_path, defaults={"session": {"reset": {"mode": "idle", "idle_minutes": 60}}})
+    rt = AgentRuntime(loaded.agent(), FunctionModel(lambda _req: "noted"), clock=clock, fsync=False, home=tmp_path)
+    bus = make_bus(rt, RecordingChannel())
+    group = group_session_key("main", "telegram", "g1")
+
+    async def main() -> None:
+        await bus.publish(msg(SECRET, "1"))
+        assert await bus.drain(20)
+        clock.advance(hours=2)
+        await bus.publish(msg("hello again", "2"))  # the session expired: this one starts a new session
+        assert await bus.drain(20)
+        await bus.publish(msg("", "1", change="deleted"))
+        assert await bus.drain(20)
+
+    asyncio.run(main())
+    record = rt.store.get(group)
+    assert record is not None and record.previous_session_id is not None
+    ended = rt.agent.sessions_dir / f"{record.previous_session_id}.jsonl"
+    assert '"reason":"idle reset"' in ended.read_text()
+    later = user_texts(ended)
+    assert "4711" not in later and RETRACTED_TEXT in later, later
+
+
 def test_a_late_delete_looks_only_at_the_keys_last_sessions_of_the_last_days(tmp_path: Path) -> None:
     """Bounded: a flood of deletes must not make the gateway read every transcript. The key's last 8 ended
     sessions changed in the last 30 days are looked at; another chat's sessions never are."""
@@ -163,6 +193,7 @@ import asyncio, os, signal, sys
 from dataclasses import replace
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
+from agenthelpers import load_offline
 from gatewayhelpers import RecordingChannel, inbound, make_bus, runtime
 from hermit.sessions.transcript import Transcript
 
