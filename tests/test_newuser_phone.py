@@ -156,3 +156,27 @@ def test_an_agent_nobody_has_talked_to_is_in_the_session_list(browser: Any, demo
     assert page.locator("#sessions li[data-agent='family'][data-key='agent:family:main']").count() == 1
     assert opened.errors == []
     opened.context.close()
+
+
+def test_with_the_keyboard_up_save_stays_in_sight_and_the_chat_keeps_room(browser: Any, demo: Demo) -> None:
+    """A keyboard that resizes the page (Firefox on Android does): upright, the page is 420 px high, and the
+    note's Save (at the head of the file) scrolled away with the note; sideways, 180 px, and the conversation
+    had 24-36 px between the header, the session bar and the composer."""
+    context, page, errors = touch_page(browser, demo, 390, 420)
+    drawer_to(page, "memory")
+    open_memory_md(page)
+    page.tap("#memory-edit")
+    page.wait_for_selector("#memory-editor", state="visible", timeout=T)
+    page.evaluate("document.querySelector('.memory-panes').scrollTop = 1e6")  # typing at the end of the note
+    save = page.locator("#memory-save").bounding_box()
+    assert save["y"] >= 0 and save["y"] + save["height"] <= 420, save
+    page.tap("#memory-save")  # reachable: the tap lands on it
+    page.wait_for_selector("#memory-edit", state="visible", timeout=T)
+    assert errors == []
+    context.close()
+
+    context, page, errors = touch_page(browser, demo, 844, 180)
+    assert page.locator("#messages").bounding_box()["height"] >= 70
+    assert page.is_visible("#send") and page.is_visible("#menu")
+    assert errors == []
+    context.close()
