@@ -234,15 +234,15 @@ def test_a_delete_as_the_turn_starts_keeps_its_files_from_being_filed_or_removes
         return "noted"
 
     rt = runtime(tmp_path, model)
-    expect = rt.expect_files
+    run_turn = rt.run_turn
 
-    def held_after_filing(key: str, ref: str | None, files: Any) -> None:
-        if ref == "telegram:default:2":  # the second message: filed, not recorded yet
+    def held_after_filing(key: str, text: str, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("ref") == "telegram:default:2":  # the second message: filed, not recorded yet
             filing.set()
             filed_go.wait(20)
-        expect(key, ref, files)
+        return run_turn(key, text, *args, **kwargs)
 
-    rt.expect_files = held_after_filing  # type: ignore[method-assign]  # observed and held, not replaced
+    rt.run_turn = held_after_filing  # type: ignore[method-assign]  # observed and held, not replaced
     bus = make_bus(rt, RecordingChannel(), admit=admit)
     first = staged(tmp_path, "first.pdf", LAB, "1")
 

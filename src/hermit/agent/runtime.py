@@ -125,9 +125,6 @@ class AgentRuntime:
         self.confinement = Confinement(agent, self._agent_dir, sandbox_backend)
         self._senders: dict[str, Sender] = {}  # who sent the current turn's message, per session key
         self._refs: dict[str, str | None] = {}  # the platform's id of the current turn's message, per session key
-        # The files the gateway filed for a message about to be run, by session key: (its ref, the files); the
-        # turn recording that message records them with it (`expect_files`).
-        self._filed: dict[str, tuple[str, tuple[FiledFile, ...]]] = {}
         self._files: dict[str, tuple[FiledFile, ...]] = {}  # those of the current turn's message
         # Whether a channel's sender is one of the owner's ids (config, given by the composition root): a
         # group message of the owner's is marked as theirs to the model (speakers.py). None: nobody is.
@@ -410,12 +407,6 @@ class AgentRuntime:
 
         return retract_ended(self.store, session_key, ref, remove, current=current, saved=saved) > 0
 
-    def expect_files(self, session_key: str, ref: str | None, files: tuple[FiledFile, ...]) -> None:
-        """The files the gateway filed for message `ref`, whose turn is about to run in `session_key`: recorded
-        with it (messages.FiledFile), so that a delete of the message deletes them."""
-        if ref is not None and files:
-            self._filed[session_key] = (ref, files)
-
     def session_busy(self, session_key: str) -> bool:
         """A turn is running in the session now in this process (the heartbeat skips a busy main session)."""
         lock = self._locks.get(session_key)
@@ -448,7 +439,8 @@ class AgentRuntime:
     def run_turn(self, session_key: str, text: str, on_event: EventSink | None = None, *,
                  stream: bool | None = None, heartbeat: bool = False, read_only: bool = False,
                  cancel: CancelToken | None = None, sender: Sender | str | None = None,
-                 ref: str | None = None, images: tuple[ImagePart, ...] = ()) -> TurnResult:
+                 ref: str | None = None, images: tuple[ImagePart, ...] = (),
+                 files: tuple[FiledFile, ...] = ()) -> TurnResult:
         """Answer one user message. Streams when `stream` (default: when `on_event` is given).
 
         `heartbeat` runs are never reset by the reset policy and get no memory flush; `read_only` turns
@@ -458,13 +450,14 @@ class AgentRuntime:
         wrote the message, from a channel) is recorded with the message in a group's transcript and shown to
         the model with it (speakers.py); a DM's memory notes name it in their origin. `ref` (the platform's
         message) is recorded with it, so that a delete by its sender can retract it (`retract`). `images` (the
-        photos it brought, for a model that reads them: gateway/attachments.py) go with it and its transcript."""
+        photos it brought, for a model that reads them: gateway/attachments.py) go with it and its transcript;
+        `files` (what the gateway filed for it, messages.FiledFile) are recorded with it, so that its delete
+        removes them."""
         text = valid_text(text)  # from a terminal, a channel or a script: a lone surrogate breaks every store
         with self._lock(session_key):
             self._check_key(session_key)
             self._refs[session_key] = ref
-            expected = self._filed.pop(session_key, None)
-            self._files[session_key] = expected[1] if expected is not None and expected[0] == ref else ()
+            self._files[session_key] = files if ref is not None else ()
             who = sender_of(sender)
             if who is None:
                 self._senders.pop(session_key, None)

@@ -22,7 +22,7 @@ from hermit.agent.loop import AgentEvent
 from hermit.agent.runtime import AgentRuntime
 from hermit.agent.turn import TurnResult
 from hermit.errors import ConfigError, HermitError
-from hermit.messages import ImagePart, Sender
+from hermit.messages import FiledFile, ImagePart, Sender
 from hermit.models.cancel import CancelToken
 
 log = logging.getLogger("hermit.gateway")
@@ -85,7 +85,8 @@ class AgentHost:
 
     async def run_turn(self, agent_id: str, session_key: str, text: str, *, heartbeat: bool = False,
                        on_event: EventCallback | None = None, sender: Sender | None = None,
-                       ref: str | None = None, images: tuple[ImagePart, ...] = ()) -> TurnResult:
+                       ref: str | None = None, images: tuple[ImagePart, ...] = (),
+                       files: tuple[FiledFile, ...] = ()) -> TurnResult:
         """One turn in a worker thread. `on_event` is called on the event loop, in the order the runtime
         emitted the events (call_soon_threadsafe keeps FIFO order)."""
         runtime = self.runtime(agent_id)
@@ -105,7 +106,8 @@ class AgentHost:
                                         stream=on_event is not None, heartbeat=heartbeat, cancel=turn.cancel,
                                         sender=sender,  # recorded in a group's transcript (agent/speakers.py)
                                         ref=ref,  # the platform's message id: a delete can retract it
-                                        images=images)  # photos it brought, for a model that reads them
+                                        images=images,  # photos it brought, for a model that reads them
+                                        files=files)  # what was filed for it: its delete removes them
             finally:
                 turn.finished.set()
 

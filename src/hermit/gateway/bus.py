@@ -399,16 +399,18 @@ class Bus:
         self.counts["turns"] += 1
         text = job.text
         images: tuple[ImagePart, ...] = ()
+        files: tuple[FiledFile, ...] = ()
         if msg.attachments:
-            msg, text, images = await asyncio.to_thread(self._file, job, msg)
+            msg, text, images, files = await asyncio.to_thread(self._file, job, msg)
         await run_and_reply(
             channel, Target.of(msg), turn_id,
             lambda on_event: self.host.run_turn(job.agent_id, job.session_key, text, on_event=on_event,
                                                 sender=self._sender(job.agent_id, msg), ref=message_ref(msg),
-                                                images=images),
+                                                images=images, files=files),
             self._chunk)
 
-    def _file(self, job: _Job, msg: InboundMessage) -> tuple[InboundMessage, str, tuple[ImagePart, ...]]:
+    def _file(self, job: _Job,
+              msg: InboundMessage) -> tuple[InboundMessage, str, tuple[ImagePart, ...], tuple[FiledFile, ...]]:
         """File the message's files into the session's inbox; the turn's text tells of each, and its images
         are attached when the agent's model reads images (attachments.for_model). The turn records what was
         filed with the message, for its sender's delete (attachments.remove_filed)."""
@@ -416,7 +418,7 @@ class Bus:
         with job.guard:
             if job.deleted:  # by its sender, as its turn was starting: its files are not kept
                 attachments.discard(msg)
-                return replace(msg, attachments=()), job.text, ()
+                return replace(msg, attachments=()), job.text, (), ()
         msg, looks = attachments.filed(msg, runtime, job.session_key)
         files = attachments.filed_files(msg, looks, runtime.confinement.roomed(job.session_key))
         with job.guard:
@@ -425,9 +427,8 @@ class Bus:
         if deleted:  # while they were being filed
             attachments.remove_filed(runtime, job.session_key, files)
             files = ()
-        runtime.expect_files(job.session_key, message_ref(msg), files)
         text, images = attachments.for_model(job.text, msg, looks, reads_images=runtime.model.profile.supports_images)
-        return msg, text, images
+        return msg, text, images, files
 
     def _sender(self, agent_id: str, msg: InboundMessage) -> Sender:
         """Who wrote a message: recorded with it in a group's transcript, named in a DM's memory notes. The
