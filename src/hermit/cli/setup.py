@@ -313,6 +313,12 @@ def _plan_key(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pla
         else:
             optional = kind == "openai-compatible"
             key = ui.secret(f"API key for {name}{' (Enter if the server needs none)' if optional else ''}") or None
+            # On a terminal an empty answer is asked again (its way out said), not an error that ends setup
+            # telling a person at a terminal to "run it on a terminal".
+            while key is None and kind in ("anthropic", "openai"):
+                print(f"  ({name} needs an API key: paste it, or press Ctrl-C to stop without saving anything; "
+                      "`hermit setup` again can choose a model that needs no key, such as the fake provider)")
+                key = ui.secret(f"API key for {name}") or None
     if key is None and not have and kind in ("anthropic", "openai"):
         raise ui.need("--api-key-stdin (or --api-key)", f"an API key for {name} (or {var} in the environment)")
     plan.updates.append(((*prefix, "api_key"), DELETE))  # a plaintext key would win over the variable
