@@ -34,6 +34,7 @@ class IndexProgress:
         self._progress: Progress | None = None
         self._files: TaskID | None = None
         self._chunks: TaskID | None = None
+        self._ready: int | None = None  # files stored keyword-first (the `ready` callback)
 
     def __enter__(self) -> IndexProgress:
         from rich.console import Console
@@ -59,6 +60,21 @@ class IndexProgress:
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         if self._progress is not None:
             self._progress.stop()
+        if et is KeyboardInterrupt and self._console is not None:  # Ctrl-C: what is kept, and how to go on
+            self._console.print(self._stopped(), soft_wrap=True, highlight=False)
+
+    def _stopped(self) -> str:
+        """The line after Ctrl-C. Every embedded batch is committed as it goes, so with keyword search stored first
+        the counts are what the index holds; otherwise (a small or a --force run) the index keeps its committed
+        state, the one before this run at worst."""
+        task = next((t for t in self._progress.tasks if t.id == self._chunks), None) if self._progress else None
+        if self._ready is not None and task is not None:
+            return (f"  stopped: keyword search covers all {self._ready:,} files and {int(task.completed):,} of "
+                    f"{int(task.total or 0):,} chunks are embedded (your notes are untouched); `hermit memory index` "
+                    "embeds the rest — a `hermit memory search` embeds them first, with --no-sync it searches what "
+                    "is stored now")
+        return ("  stopped: your notes are untouched and the index keeps what was finished; `hermit memory index` "
+                "goes on from there")
 
     def files(self, done: int, total: int, name: str) -> None:
         assert self._progress is not None
@@ -69,6 +85,7 @@ class IndexProgress:
     def ready(self, files: int, chunks: int) -> None:
         """A large index stored every file keyword-only first: say that search already works."""
         assert self._progress is not None
+        self._ready = files
         self._progress.console.print(
             f"  keyword search is ready for {files:,} files; embedding {chunks:,} chunks, newest notes first "
             "(`hermit memory search` works meanwhile)", soft_wrap=True, highlight=False)
