@@ -37,7 +37,7 @@ import stat
 import sys
 from pathlib import Path
 
-from hermit.config.paths import not_own_private_dir
+from hermit.config.paths import not_own_private_dir, not_safe_parent
 from hermit.errors import HermitError
 from hermit.locks import hold_made, lock_fd
 
@@ -91,10 +91,24 @@ def remove_stage(where_fd: int, stage: str) -> None:
     """The emptied (or abandoned) stage, then its marker: a marker left alone means the move was done."""
     with contextlib.suppress(FileNotFoundError):
         shutil.rmtree(stage, dir_fd=where_fd)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(ready_name(stage), dir_fd=where_fd)
+    _unlink_marker(where_fd, ready_name(stage))
     with contextlib.suppress(OSError):
         os.fsync(where_fd)
+
+
+def _ours(st: os.stat_result) -> bool:
+    """A marker this user's restore wrote (mark_ready): a regular file of ours with one name. Anything else under
+    a marker's name — another user's file, a link, a folder — was put there by someone else (in a shared parent
+    such as /tmp, where a stage can be) and says nothing: it neither turns a rollback into a move nor is removed."""
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_nlink == 1
+
+
+def _unlink_marker(where_fd: int, name: str) -> None:
+    try:
+        if _ours(os.stat(name, dir_fd=where_fd, follow_symlinks=False)):
+            os.unlink(name, dir_fd=where_fd)
+    except OSError:
+        pass  # gone, or not ours to remove: a marker without its stage says nothing
 
 
 def move_staged(stage_fd: int, where_fd: int, where: Path, private: bool) -> int:
@@ -160,13 +174,14 @@ def merge(src_fd: int, dst_fd: int, where: Path, private: bool, *, dry: bool) ->
 
 
 def _private(where_fd: int, stage: str) -> bool | None:
-    """The marker's word (None: no marker, the restore was still staging)."""
+    """The marker's word (None: no marker of ours, the restore was still staging)."""
     try:
         fd = os.open(ready_name(stage), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=where_fd)
-    except FileNotFoundError:
-        return None
     except OSError:
-        return True  # there, but not a file to read: the restore got that far all the same (the stricter modes)
+        return None  # none, or a link named so: not one a restore of ours wrote
+    if not _ours(os.fstat(fd)):
+        os.close(fd)
+        return None
     with os.fdopen(fd, "rb") as fh:
         try:
             value = json.loads(fh.read(4096)).get("private", True)
@@ -181,25 +196,35 @@ def _say(text: str) -> None:
 
 def recover(folder: Path, *, wait: bool = True) -> None:
     """Finish or roll back every restore into `folder` that was killed (see the module's docstring). A stage a
-    live restore holds is waited for, or with `wait` off left to it."""
+    live restore holds is waited for, or with `wait` off left to it. Only in a folder nobody else can rename or
+    plant entries in (`not_safe_parent`, judged on its descriptor: the user's or root's, and not writable by others
+    unless sticky, like /tmp): elsewhere another user could give any folder of the user's a stage's name, and it
+    would be removed or moved here."""
     try:
-        names = sorted(n for n in os.listdir(folder) if n.startswith(STAGE_PREFIX))
+        folder_fd = os.open(folder, DIR_FLAGS & ~os.O_NOFOLLOW)
     except OSError:
         return
-    if not names:
-        return
-    folder_fd = os.open(folder, DIR_FLAGS)
     try:
+        if not_safe_parent(os.fstat(folder_fd)) is not None:
+            return
+        names = sorted(n for n in os.listdir(folder_fd) if n.startswith(STAGE_PREFIX))
         for name in names:
             if STAGE.fullmatch(name):
                 _recover_stage(folder_fd, folder, name, wait)
-        for name in os.listdir(folder_fd):  # a marker whose stage is gone: that restore had moved everything
+        for name in names:  # a marker whose stage is gone: that restore had moved everything
             stage = name.removesuffix(READY)
-            if name != stage and STAGE.fullmatch(stage) and not os.path.lexists(folder / stage):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(name, dir_fd=folder_fd)
+            if name != stage and STAGE.fullmatch(stage) and not _lexists(folder_fd, stage):
+                _unlink_marker(folder_fd, name)
     finally:
         os.close(folder_fd)
+
+
+def _lexists(folder_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _recover_stage(folder_fd: int, folder: Path, name: str, wait: bool) -> None:
@@ -224,7 +249,13 @@ def _recover_stage(folder_fd: int, folder: Path, name: str, wait: bool) -> None:
             return
         private = _private(folder_fd, name)
         if private is None:
-            remove_stage(folder_fd, name)
+            try:
+                remove_stage(folder_fd, name)
+            except OSError as e:  # a read-only folder: the copy stays, and nothing else there was changed
+                _say(f"a `hermit restore` into {folder} was interrupted before it changed anything there; its "
+                     f"unfinished copy {name} could not be removed ({e.strerror or e}): {folder} is as it was "
+                     f"before that restore, the copy is removed once it can be")
+                return
             _say(f"a `hermit restore` into {folder} was interrupted before it changed anything there; rolled back "
                  f"(removed its unfinished copy {name}): {folder} is as it was before that restore")
             return
