@@ -225,6 +225,7 @@ def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
         res = svc.search(args.query, args.max_results, args.min_score)
         shown = "" if args.json or not res.get("results") else render_results(
             res["results"], args.query, lambda path: _file_lines(svc, path), wants_colour(sys.stdout))
+        finish = None if args.json else _embedding_hint(svc, res)
     finally:
         svc.close()
     if args.json:
@@ -237,6 +238,8 @@ def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
         print(f"({res['mode']}: {res['reason']})" if res.get("reason") else f"({res['mode']})", file=sys.stderr)
     for w in res.get("warnings", []):
         warn(w)
+    if finish:
+        print(f"hint: {finish}", file=sys.stderr)
     if not res["results"]:
         print("no results")
         if res.get("unmatched"):
@@ -245,6 +248,17 @@ def cmd_search(ctx: CliContext, args: argparse.Namespace) -> int:
         return 0
     print(shown)
     return 0
+
+
+def _embedding_hint(svc: MemoryService, res: dict[str, Any]) -> str | None:
+    """When notes still wait for their vectors (a first index stopped midway): who embeds them. A search does
+    not (minutes of the model on CPU before any answer): it answers by keyword for those notes."""
+    if "indexing" not in res:
+        return None
+    if svc.indexer.lock.acquire(blocking=False):
+        svc.indexer.lock.release()
+        return "nothing is embedding them now: run `hermit memory index` to finish (it goes on from where it stopped)"
+    return "another process (`hermit memory index` or the gateway) is embedding them now"
 
 
 def _hint_uncovered(svc: MemoryService) -> None:

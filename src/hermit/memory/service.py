@@ -144,14 +144,16 @@ class MemoryService:
 
     # -- sync -------------------------------------------------------------------------------------
     def sync(self, *, force: bool = False, blocking: bool = True, progress: Progress | None = None,
-             chunk_progress: ChunkProgress | None = None, ready: Ready | None = None) -> SyncReport:
+             chunk_progress: ChunkProgress | None = None, ready: Ready | None = None,
+             defer_vectors: bool = False) -> SyncReport:
         """Bring the index up to date; with `blocking=False`, skip when another sync (this process's
-        or another's) is running. Searches do not wait for a sync: they read what it has committed."""
+        or another's) is running. Searches do not wait for a sync: they read what it has committed.
+        `defer_vectors`: leave the embedding backlog (Indexer.sync), for a search that must answer now."""
         if not self._sync_lock.acquire(blocking):
             return SyncReport(skipped=True)
         try:
             report = self.indexer.sync(force=force, blocking=blocking, progress=progress,
-                                       chunk_progress=chunk_progress, ready=ready)
+                                       chunk_progress=chunk_progress, ready=ready, defer_vectors=defer_vectors)
         finally:
             self._sync_lock.release()
         if not report.skipped:
@@ -164,7 +166,10 @@ class MemoryService:
         return self._sync_lock.locked()
 
     def sync_if_dirty(self) -> SyncReport | None:
-        """Before a search: bring the index up to date unless another process is writing it."""
+        """Before a search: index the files whose text changed, unless another process is writing the index.
+        Vectors still to embed (a first index stopped midway: minutes of the model on CPU) are not this
+        sync's: the search answers from what is stored, by keyword for those files, and says so
+        (`_say_pending`); `hermit memory index`, or the gateway's watcher, embeds them."""
         if not self.cfg.sync.on_search:
             return None
         if self.syncing:  # that sync will pick up the change; the search reads what it has stored
@@ -174,9 +179,9 @@ class MemoryService:
             if self._checked_at is not None and (now - self._checked_at) * 1000 < self.cfg.sync.dirty_check_interval_ms:
                 return None
             self._checked_at = now
-            if not self.indexer.is_dirty():
+            if not self.indexer.is_dirty(vectors=False):
                 return None
-        return self.sync(blocking=False)
+        return self.sync(blocking=False, defer_vectors=True)
 
     # -- search -----------------------------------------------------------------------------------
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,

@@ -186,9 +186,10 @@ class Indexer:
         found = scan_memory_files(self.workspace, self.cfg.extra_paths)
         return Listing(found.files + list_session_files(self.sessions_dir), found.skips, found.warnings)
 
-    def is_dirty(self) -> bool:  # noqa: C901 - one decision per kind of file; each branch a line
+    def is_dirty(self, *, vectors: bool = True) -> bool:  # noqa: C901 - one decision per kind of file; each branch a line
         """Whether a sync has anything to do. A file recorded as skipped (memory.index.skips) is not, until
-        it changes or goes away."""
+        it changes or goes away. `vectors=False`: a file stored keyword-only whose text has not changed
+        does not count (a search's sync leaves its embedding to `hermit memory index` or the watcher)."""
         if not self.identity_matches():
             return True
         listing = self.sources()
@@ -217,7 +218,7 @@ class Indexer:
                     return True  # changed since it was skipped: judge it again
                 continue
             st = indexed[f.rel]
-            if not st.embedded and self.embedder is not None:
+            if vectors and not st.embedded and self.embedder is not None:
                 return True
             if st.mtime == s.st_mtime_ns and st.size == s.st_size:
                 continue
@@ -233,7 +234,7 @@ class Indexer:
         return False
 
     def _load(self, f: SourceFile, old: FileState | None, st: os.stat_result, report: SyncReport,
-              reader: MemoryReader) -> tuple[str | None, int, os.stat_result, Skip | None]:
+              reader: MemoryReader, vectors: bool = True) -> tuple[str | None, int, os.stat_result, Skip | None]:
         """The text to index for `f` (None = nothing to index now), its message count, the stat to record
         for it (a memory file's is the fstat of the descriptor its text was read through: what was read,
         even if the name was swapped since the caller's stat; the next sync compares against it), and why
@@ -243,7 +244,7 @@ class Indexer:
                 data = read_own(Path(f.path), "the transcript")[0]
             except (OSError, SessionError) as e:
                 return None, 0, st, unreadable_skip(f.rel, e)
-            needs_vectors = self.embedder is not None and old is not None and not old.embedded
+            needs_vectors = vectors and self.embedder is not None and old is not None and not old.embedded
             delta = session_needs_index(indexed_size=old.size if old else None,
                                         indexed_messages=old.messages if old else None,
                                         size=st.st_size, mtime_ns=st.st_mtime_ns, data=data, now=self.clock())
@@ -267,12 +268,17 @@ class Indexer:
                 self.lock.release()
 
     def sync(self, *, force: bool = False, blocking: bool = True, progress: Progress | None = None,
-             chunk_progress: ChunkProgress | None = None, ready: Ready | None = None) -> SyncReport:
+             chunk_progress: ChunkProgress | None = None, ready: Ready | None = None,
+             defer_vectors: bool = False) -> SyncReport:
         """Incremental sync; a full atomic rebuild when `force` or the index identity changed.
 
         A first index (an index that never held a file or a vector) is built in place rather than
         into a staging copy: there is no old index to protect, and searches can use each file as soon
-        as it is stored (keyword first, vectors newest first; see `_sync_into`)."""
+        as it is stored (keyword first, vectors newest first; see `_sync_into`).
+
+        `defer_vectors` (a search's sync, which must answer in seconds): changed files are indexed as
+        always, but the embedding backlog is left for a full sync — files stored keyword-only whose
+        text is unchanged are not embedded, and a change too large for one batch is stored keyword-only."""
         t0 = time.perf_counter()
         self._indexed = None
         try:
@@ -287,7 +293,7 @@ class Indexer:
                     fresh = force or not self.identity_matches()
                     if fresh:
                         self._set_identity(self.store)
-                    report = self._sync_into(self.store, progress, chunk_progress, ready)
+                    report = self._sync_into(self.store, progress, chunk_progress, ready, defer_vectors)
                     report.rebuilt = fresh  # built whole, for a new identity, only in place
                     self.store.optimize()
                 report.first = first and report.files_indexed > 0
@@ -330,7 +336,8 @@ class Indexer:
         return report
 
     def _sync_into(self, store: MemoryStore, progress: Progress | None,  # noqa: C901 - the per-file sync decisions in one loop; splits with issue 26 §2 (memory/index/)
-                   chunk_progress: ChunkProgress | None = None, ready: Ready | None = None) -> SyncReport:
+                   chunk_progress: ChunkProgress | None = None, ready: Ready | None = None,
+                   defer_vectors: bool = False) -> SyncReport:
         report = SyncReport()
         listing = self.sources()
         files = listing.files
@@ -360,12 +367,13 @@ class Indexer:
                     skipped[f.rel] = known  # judged before and unchanged since: not read again
                     continue
                 old = indexed.get(f.rel)
-                needs_vectors = self.embedder is not None and old is not None and not old.embedded
+                needs_vectors = (not defer_vectors and self.embedder is not None and old is not None
+                                 and not old.embedded)
                 if old and old.mtime == st.st_mtime_ns and old.size == st.st_size and not needs_vectors:
                     report.files_unchanged += 1
                     continue
                 judged = st
-                text, messages, st, skip = self._load(f, old, st, report, reader)
+                text, messages, st, skip = self._load(f, old, st, report, reader, not defer_vectors)
                 if skip is not None:
                     skipped[f.rel] = skips.Skipped(skip, skips.stamp(judged))
                     if old is not None:  # indexed before but not indexable now: drop the stale chunks
@@ -402,6 +410,9 @@ class Indexer:
             report.keyword_first = len(changed)
             if ready:
                 ready(len(changed), total)
+            if defer_vectors:  # stored (keyword search has them); their vectors are a full sync's backlog
+                report.files_indexed, report.chunks_indexed = len(changed), total
+                changed, total = [], 0
         done = 0
         if chunk_progress and total:
             chunk_progress(0, total)
