@@ -16,7 +16,9 @@ from conftest import write
 from hermit.cli.context import CliContext
 from hermit.config.schema import MemorySearchConfig
 from hermit.memory.service import MemoryService
+from hermit.testing import FunctionModel
 from memhelpers import service, sql
+from sessionhelpers import runtime, small_config
 
 FILES = 12  # 3 chunks each at 60 tokens: more than one embedding batch (32), so the index goes keyword-first
 # Small chunks and no vector per line: a backlog of a few dozen chunks, embedded in seconds at the end.
@@ -101,3 +103,20 @@ def test_hermit_memory_search_says_how_to_finish_the_embedding(tmp_path: Path) -
     assert "nothing is embedding them now: run `hermit memory index` to finish" in found.stderr, found.stderr
     status = json.loads(setup_cli.hermit(home, "memory", "status", "--json").stdout)
     assert status["chunks_without_vectors"] == pending and status["dirty"]  # `status` still says to index
+
+
+def test_a_new_session_after_a_stopped_first_index_starts_without_embedding_the_backlog(
+        workspace: Path, tmp_path: Path, e5: object) -> None:
+    """A session's start syncs memory too (sync.on_session_start): the first turn of `hermit chat` after a
+    stopped first index embedded the whole backlog before it answered. It leaves it, as a search does."""
+    daily_notes(workspace)
+    db = tmp_path / "index.sqlite"
+    cfg = MemorySearchConfig.model_validate(SMALL)
+    first = service(workspace, db, e5, cfg)  # type: ignore[arg-type]
+    pending = stopped_first_index(first)
+    first.close()
+
+    svc = service(workspace, db, e5, cfg)  # type: ignore[arg-type]
+    rt = runtime(small_config(tmp_path / "home"), FunctionModel(lambda _req: "hello"), memory=svc)
+    assert rt.run_turn("agent:main:main", "hi").reply == "hello"
+    assert svc.status()["chunks_without_vectors"] == pending

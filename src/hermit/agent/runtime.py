@@ -288,8 +288,8 @@ class AgentRuntime:
     def _sync_memory_on_start(self) -> None:
         if self.memory is None or not self.memory.cfg.sync.on_session_start:
             return
-        try:
-            self.memory.sync(blocking=False)
+        try:  # an embedding backlog (a first index stopped part-way) is `hermit memory index`'s or the gateway's
+            self.memory.sync(blocking=False, defer_vectors=True)
         except HermitError as e:  # memory trouble must not stop the conversation; search will say so
             log.warning("memory sync at session start failed: %s", e)
 

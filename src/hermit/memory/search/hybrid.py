@@ -199,7 +199,7 @@ class HybridSearcher:
             return False, (f"the index holds vectors of {ident.get('provider')}/{ident.get('model')}, not "
                            f"{info.provider}/{info.model}; run `hermit memory index` to rebuild it")
         if self.store.vector_backend() is None:
-            return False, "the index holds no vectors yet (embedding failed or nothing indexed)"
+            return False, "the index holds no vectors yet (not embedded yet, or embedding failed)"
         problem = self.store.vector_problem()
         return (False, problem) if problem else (True, None)
 
