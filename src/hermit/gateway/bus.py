@@ -43,11 +43,12 @@ from hermit.gateway.agents import AgentHost
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
 from hermit.messages import FiledFile, ImagePart, Sender
 from hermit.sessions.keys import agent_id_of
-from hermit.sessions.retraction import retract_in
+from hermit.sessions.retraction import names, retract_in
 
 log = logging.getLogger("hermit.gateway")
 
 DELETES_KEPT = 1024  # deletes that found nothing, remembered for a message coming after its delete
+DELETES_PER_SENDER = 64  # ...of which one sender's in one chat: their flood evicts only their own
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ class Bus:
         self._open = True
         self._turn_ids = itertools.count(1)
         self._retractions: set[asyncio.Task[None]] = set()
+        self._looking = asyncio.Semaphore(1)  # deletes looked for in transcripts, one at a time
         # Deletes that found nothing, by (channel, account, peer, message id) -> who deleted: a message can come
         # after its delete (a webhook redelivered late, WhatsApp's out of order), and is then never answered.
         self._deleted: OrderedDict[tuple[str, str, str, str], str] = OrderedDict()
@@ -133,9 +135,7 @@ class Bus:
         if msg.change is not None:
             retraction = self._change_waiting(msg)
             if retraction is not None and not await self._retract_recorded(*retraction):
-                self._deleted[(msg.channel, msg.account_id, msg.peer_id, msg.message_id)] = msg.sender_id
-                while len(self._deleted) > DELETES_KEPT:
-                    self._deleted.popitem(last=False)
+                self._remember_delete(msg)
             return "ignored"
         if msg.message_id and (deleter := self._deleted.get(
                 (msg.channel, msg.account_id, msg.peer_id, msg.message_id))) is not None and deleter in ("", msg.sender_id):
@@ -160,6 +160,19 @@ class Bus:
             await send_safely(channel, OutboundMessage(Target.of(msg), BUSY, "notice"))
             return "queue_full"
         return "queued"
+
+    def _remember_delete(self, msg: InboundMessage) -> None:
+        """A delete that found nothing, for its message coming later: the last DELETES_KEPT, at most
+        DELETES_PER_SENDER of one sender in one chat — anyone may send deletes (a stranger's made-up ids are
+        never checked), and a flood of theirs evicted the one a member's late message needed, which was answered."""
+        key = (msg.channel, msg.account_id, msg.peer_id, msg.message_id)
+        self._deleted[key] = msg.sender_id
+        self._deleted.move_to_end(key)
+        theirs = [k for k, who in self._deleted.items() if who == msg.sender_id and k[:3] == key[:3]]
+        for old in theirs[:-DELETES_PER_SENDER]:
+            del self._deleted[old]
+        while len(self._deleted) > DELETES_KEPT:
+            self._deleted.popitem(last=False)
 
     async def _admitted(self, msg: InboundMessage, agent_id: str, channel: Channel) -> bool:
         """Whether the sender may reach `agent_id` now; a refused message's files are deleted and the sender
@@ -241,14 +254,19 @@ class Bus:
             record = runtime.store.get(routed.session_key)
             if record is None:  # no session (a refused sender's chat): nothing to retract, nothing written
                 return False
-            if retract_in(runtime.store.open_transcript(record), ref, remove, ahead=after is not None):
+            # Parsed only when its bytes name the message: anyone may send deletes, each was a parse of the whole
+            # transcript (35 ms for 5 MB), and a flood of them held the threads the owner's turns need.
+            if (after is not None or names(runtime.store.transcript_path(record.session_id), ref)) and retract_in(
+                    runtime.store.open_transcript(record), ref, remove, ahead=after is not None):
                 return True
             if after is not None:
                 return False
             return runtime.retract_ended(routed.session_key, ref, remove, current=record.session_id)
 
         try:
-            if await asyncio.to_thread(now):
+            async with self._looking:  # one at a time: a flood of deletes holds one of the threads, not all
+                found = await asyncio.to_thread(now)
+            if found:
                 log.info("a message in %s was deleted by its sender: its text is retracted", routed.session_key)
                 return True
         except Exception:  # noqa: BLE001 - the platform's event is handled; the later look may still do it

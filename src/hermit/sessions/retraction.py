@@ -50,6 +50,21 @@ def ref_bytes(ref: str) -> bytes:
     return b'"ref":' + json.dumps(ref, ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
+def names(path: Path, ref: str) -> bool:
+    """Whether the transcript at `path` may hold the message `ref` (its bytes name it): read, not parsed. True when
+    it cannot be read, for the caller's own open to say why."""
+    try:
+        fd, st = open_own(path, os.O_RDONLY, "the transcript")
+    except (OSError, SessionError):
+        return True
+    try:
+        return ref_bytes(ref) in read_fd(fd, st.st_size)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def messages_of(transcript: Transcript, ref: str) -> list[MessageEntry]:
     """The user message(s) `ref` of a transcript, as read now."""
     return [e for e in transcript.messages() if e.message.get("role") == "user" and e.message.get("ref") == ref]
@@ -81,15 +96,9 @@ def retract_ended(store: SessionStore, key: str, ref: str, remove: Remove | None
     is given each one's session id and the message(s) as they were, before its entry is written (what was
     saved of that session at /new: the caller's to change), like the files: a kill leaves the entry to write."""
     done = 0
-    needle = ref_bytes(ref)
     for path in ended_transcripts(store, key, current):
         try:
-            fd, st = open_own(path, os.O_RDONLY, "the transcript")
-            try:
-                data = read_fd(fd, st.st_size)
-            finally:
-                os.close(fd)
-            if needle not in data:
+            if not names(path, ref):
                 continue
             transcript = Transcript.open(path, clock=store.clock, fsync=store.fsync)
             if transcript.header.session_key != key:  # a repaired header says otherwise
