@@ -83,12 +83,13 @@ def test_failing_embedder_degrades_to_keyword_only_and_says_so(tmp_path: Path) -
                                                  "remote": {"base_url": srv.openai_base_url, "max_retries": 0}})
         emb = create_embedder(cfg, {})
         svc = MemoryService(MemoryKey("main", ws), tmp_path / "idx.sqlite", cfg, emb)
-        srv.fail(500, times=2)  # indexing, and the re-try at the next search
+        srv.fail(500, times=1)  # indexing; a search does not try the backlog again (a full sync does)
         report = svc.sync()
         assert any("embedding failed" in w for w in report.warnings)
         res = svc.search("VPN config")
         assert res["results"][0]["path"] == "MEMORY.md"
         assert res["mode"] == "keyword-only" and "no vectors" in res["reason"]
+        assert res["indexing"]["chunksPending"] == 1, res  # and `still embedding 1 chunks` in its warnings
         # Once the provider is back, the next sync embeds what was missing and search is hybrid again.
         svc.sync()
         srv.fail(500, times=1)  # the query embedding fails now: still keyword results, with the reason

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # rich loads only when a bar is drawn
 
 # Below this many chunks indexing is quick enough that no warning is needed.
 SLOW_NOTICE_CHUNKS = 100
+CHUNKS_TASK = "embedding chunks"
 
 
 class IndexProgress:
@@ -67,12 +68,12 @@ class IndexProgress:
         """The line after Ctrl-C. Every embedded batch is committed as it goes, so with keyword search stored first
         the counts are what the index holds; otherwise (a small or a --force run) the index keeps its committed
         state, the one before this run at worst."""
-        task = next((t for t in self._progress.tasks if t.id == self._chunks), None) if self._progress else None
+        # By its name, not self._chunks: a Ctrl-C can land between the task's making (shown) and that assignment.
+        task = next((t for t in self._progress.tasks if t.description == CHUNKS_TASK), None) if self._progress else None
         if self._ready is not None and task is not None:
             return (f"  stopped: keyword search covers all {self._ready:,} files and {int(task.completed):,} of "
                     f"{int(task.total or 0):,} chunks are embedded (your notes are untouched); `hermit memory index` "
-                    "embeds the rest — a `hermit memory search` embeds them first, with --no-sync it searches what "
-                    "is stored now")
+                    "embeds the rest; `hermit memory search` answers meanwhile, by keyword for those not embedded")
         return ("  stopped: your notes are untouched and the index keeps what was finished; `hermit memory index` "
                 "goes on from there")
 
@@ -99,7 +100,7 @@ class IndexProgress:
                 self._progress.console.print(f"  embedding {total:,} chunks with the local model on CPU: a first index of "
                                     "a large memory takes a while (later runs embed only what changed)", soft_wrap=True,
                                              highlight=False)
-            self._chunks = self._progress.add_task("embedding chunks", total=total, rate="")
+            self._chunks = self._progress.add_task(CHUNKS_TASK, total=total, rate="")
         self._progress.update(self._chunks, completed=done, total=total)
         task = self._progress.tasks[-1]
         self._progress.update(self._chunks, rate=f"{task.speed:.1f} chunks/s" if task.speed else "")

@@ -276,9 +276,10 @@ class Indexer:
         into a staging copy: there is no old index to protect, and searches can use each file as soon
         as it is stored (keyword first, vectors newest first; see `_sync_into`).
 
-        `defer_vectors` (a search's sync, which must answer in seconds): changed files are indexed as
-        always, but the embedding backlog is left for a full sync — files stored keyword-only whose
-        text is unchanged are not embedded, and a change too large for one batch is stored keyword-only."""
+        `defer_vectors` (a search's or a session start's sync, which must answer in seconds): changed files
+        are indexed and embedded as always, but the embedding backlog — files stored keyword-only whose text
+        is unchanged (a first index stopped part-way) — is left for a full sync (`hermit memory index`, the
+        gateway's watcher)."""
         t0 = time.perf_counter()
         self._indexed = None
         try:
@@ -410,9 +411,6 @@ class Indexer:
             report.keyword_first = len(changed)
             if ready:
                 ready(len(changed), total)
-            if defer_vectors:  # stored (keyword search has them); their vectors are a full sync's backlog
-                report.files_indexed, report.chunks_indexed = len(changed), total
-                changed, total = [], 0
         done = 0
         if chunk_progress and total:
             chunk_progress(0, total)
