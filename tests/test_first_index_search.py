@@ -51,16 +51,21 @@ def stopped_first_index(svc: MemoryService) -> int:
     return int(pending)
 
 
-def test_a_search_after_a_stopped_first_index_answers_without_embedding_the_backlog(
-        workspace: Path, tmp_path: Path, e5: object) -> None:
+def after_a_stopped_first_index(workspace: Path, tmp_path: Path, e5: object) -> tuple[MemoryService, int]:
+    """The daily notes indexed by a first index stopped before any embedding, and the service of the next
+    command (a new process) on that index, with the number of chunks left without vectors."""
     daily_notes(workspace)
     db = tmp_path / "index.sqlite"
     cfg = MemorySearchConfig.model_validate(SMALL)
     first = service(workspace, db, e5, cfg)  # type: ignore[arg-type]
     pending = stopped_first_index(first)
     first.close()
+    return service(workspace, db, e5, cfg), pending  # type: ignore[arg-type]
 
-    svc = service(workspace, db, e5, cfg)  # type: ignore[arg-type]  # the next command, in a new process
+
+def test_a_search_after_a_stopped_first_index_answers_without_embedding_the_backlog(
+        workspace: Path, tmp_path: Path, e5: object) -> None:
+    svc, pending = after_a_stopped_first_index(workspace, tmp_path, e5)
     res = svc.search("quote 307 EUR")
     assert res["results"] and res["results"][0]["path"] == "memory/2026-03-04.md", res
     assert res["indexing"] == {"filesPending": FILES + 1, "chunksPending": pending}
@@ -109,14 +114,7 @@ def test_a_new_session_after_a_stopped_first_index_starts_without_embedding_the_
         workspace: Path, tmp_path: Path, e5: object) -> None:
     """A session's start syncs memory too (sync.on_session_start): the first turn of `hermit chat` after a
     stopped first index embedded the whole backlog before it answered. It leaves it, as a search does."""
-    daily_notes(workspace)
-    db = tmp_path / "index.sqlite"
-    cfg = MemorySearchConfig.model_validate(SMALL)
-    first = service(workspace, db, e5, cfg)  # type: ignore[arg-type]
-    pending = stopped_first_index(first)
-    first.close()
-
-    svc = service(workspace, db, e5, cfg)  # type: ignore[arg-type]
+    svc, pending = after_a_stopped_first_index(workspace, tmp_path, e5)
     rt = runtime(small_config(tmp_path / "home"), FunctionModel(lambda _req: "hello"), memory=svc)
     assert rt.run_turn("agent:main:main", "hi").reply == "hello"
     assert svc.status()["chunks_without_vectors"] == pending
