@@ -27,6 +27,7 @@ from hermit.errors import StoreError
 from hermit.memory.index.chunking import Chunk
 from hermit.memory.index.line_vectors import by_line_text, to_line_blob
 from hermit.memory.store.api import ChunkRow, FileState, script_class
+from hermit.memory.store.postgres import cache as pg_cache
 from hermit.memory.store.postgres import rows as pg_rows
 from hermit.memory.store.postgres.claim import StateId, enforce
 from hermit.memory.store.postgres.errors import failure, guarded
@@ -392,37 +393,18 @@ class PgStore:
         return {k: b"".join(v) for k, v in out.items()}
 
     # -- embedding cache ----------------------------------------------------------------------
+    # -- the embedding cache (cache.py) --------------------------------------------------------
     @guarded
     def cache_get(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        uniq = list(dict.fromkeys(hashes))
-        if not uniq:
-            return {}
-        rows = self.conn.execute(
-            f"select hash, embedding from {self.s}.embedding_cache where provider=%s and model=%s"
-            " and provider_key=%s and hash = any(%s)", (provider, model, key, uniq))
-        return {str(h): np.frombuffer(bytes(b), dtype=np.float32) for h, b in rows}
+        return pg_cache.get(self.conn, self.s, provider, model, key, hashes)
 
     @guarded
     def cache_put(self, provider: str, model: str, key: str, items: dict[str, np.ndarray]) -> None:
-        if not items:
-            return
-        now = int(time.time())
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.executemany(
-                f"insert into {self.s}.embedding_cache(provider, model, provider_key, hash, embedding, dims,"
-                " updated_at) values (%s,%s,%s,%s,%s,%s,%s) on conflict(provider, model, provider_key, hash)"
-                " do update set embedding=excluded.embedding, dims=excluded.dims, updated_at=excluded.updated_at",
-                [(provider, model, key, h, np.asarray(v, dtype=np.float32).tobytes(), int(v.shape[0]), now)
-                 for h, v in items.items()])
+        pg_cache.put(self.conn, self.s, provider, model, key, items)
 
     @guarded
     def cache_prune(self, max_entries: int) -> int:
-        n = int(self._one(f"select count(*) from {self.s}.embedding_cache"))
-        if n <= max_entries:
-            return 0
-        self.conn.execute(f"delete from {self.s}.embedding_cache where ctid in (select ctid from"
-                          f" {self.s}.embedding_cache order by updated_at asc limit %s)", (n - max_entries,))
-        return n - max_entries
+        return pg_cache.prune(self.conn, self.s, max_entries)
 
     # -- keyword leg (FTS5 semantics; memory.store.postgres.keyword.PgKeyword) -----------------
     @guarded
