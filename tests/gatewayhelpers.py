@@ -94,6 +94,23 @@ def allow_all(msg: InboundMessage, agent_id: str) -> Admission:
     return Admission(True)
 
 
+class HeldAdmission:
+    """An admission check that lets everyone in and holds its `at`-th call (counting from 1; a message is checked
+    when it is published and again when its turn is about to start) until `go_on` is set; `checking` says it is
+    held there."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.calls = at, 0
+        self.checking, self.go_on = threading.Event(), threading.Event()
+
+    def __call__(self, _msg: InboundMessage, _agent: str) -> Admission:
+        self.calls += 1
+        if self.calls == self.at:
+            self.checking.set()
+            self.go_on.wait(20)
+        return Admission(True)
+
+
 def make_bus(rt: AgentRuntime, *channels: RecordingChannel, queue_limit: int = 8,
              admit: Callable[[InboundMessage, str], Admission] = allow_all) -> Bus:
     return Bus(AgentHost({"main": rt}), route=route_dm_main_group_own, admit=admit,

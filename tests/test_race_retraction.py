@@ -36,11 +36,10 @@ from channelhelpers import FAST, QueueSink, run
 from fakes.fake_discord import GUILD_ID, TEXT_CHANNEL, THREAD, FakeDiscord, patch_discord, unpatch
 from fakes.fake_discord import user as discord_user
 from fakes.fake_slack import BOT_USER, FakeSlack
-from gatewayhelpers import RecordingChannel, last_user_text, make_bus, runtime
+from gatewayhelpers import HeldAdmission, RecordingChannel, last_user_text, make_bus, runtime
 from hermit.agent.routing import Router
 from hermit.agent.runtime import AgentRuntime
 from hermit.channels.access import AccessControl
-from hermit.channels.base import InboundMessage
 from hermit.channels.discord import DiscordChannel
 from hermit.channels.pairing import PairingStore
 from hermit.config.load import build_config
@@ -181,15 +180,9 @@ def test_a_delete_while_the_turn_is_being_started_retracts_the_message_once_it_i
     turn records it: a delete arriving then found it neither waiting nor in the transcript, so it was lost —
     the deleted text was answered and used by every later turn. Now its retraction waits for that turn."""
     requests: list[ModelRequest] = []
-    checking, go_on, entered = threading.Event(), threading.Event(), threading.Event()
-    calls = [0]
-
-    def admit(_m: InboundMessage, _agent: str) -> Admission:
-        calls[0] += 1
-        if calls[0] == 2:  # the check when its turn is about to start: held there
-            checking.set()
-            go_on.wait(20)
-        return Admission(True)
+    entered = threading.Event()
+    admit = HeldAdmission(2)  # the check when its turn is about to start: held there
+    checking, go_on = admit.checking, admit.go_on
 
     def model(req: ModelRequest) -> Reply:
         requests.append(req)
@@ -418,15 +411,8 @@ def test_a_delete_while_its_turn_is_starting_is_on_disk_before_the_turn_records_
     written at once, ahead of the message's line (it hides its message wherever it stands), so a kill before the
     turn is over loses nothing."""
     requests: list[ModelRequest] = []
-    checking, go_on = threading.Event(), threading.Event()
-    calls = [0]
-
-    def admit(_m: InboundMessage, _agent: str) -> Admission:
-        calls[0] += 1
-        if calls[0] == 4:  # the second message's check when its turn is about to start: held there
-            checking.set()
-            go_on.wait(20)
-        return Admission(True)
+    admit = HeldAdmission(4)  # the second message's check when its turn is about to start: held there
+    checking, go_on = admit.checking, admit.go_on
 
     def model(req: ModelRequest) -> Reply:
         requests.append(req)

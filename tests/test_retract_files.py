@@ -31,11 +31,11 @@ from typing import Any
 
 from channelhelpers import FAST, run
 from ciguard import need
-from gatewayhelpers import RecordingChannel, fixed_clock, make_bus, runtime
+from gatewayhelpers import HeldAdmission, RecordingChannel, fixed_clock, make_bus, runtime
 from hermit.agent.routing import Router
 from hermit.agent.runtime import AgentRuntime
 from hermit.channels.access import AccessControl
-from hermit.channels.base import Attachment, InboundMessage
+from hermit.channels.base import Attachment
 from hermit.channels.discord import DiscordChannel
 from hermit.channels.inbox import StagedFile
 from hermit.channels.pairing import PairingStore
@@ -43,7 +43,7 @@ from hermit.config.load import build_config
 from hermit.config.paths import StatePaths
 from hermit.config.schema import DiscordAccountConfig
 from hermit.gateway.agents import AgentHost
-from hermit.gateway.bus import Admission, Bus
+from hermit.gateway.bus import Bus
 from hermit.gateway.supervisor import admit_with, route_with, split_chunks
 from hermit.sessions.entries import RETRACTED_TEXT
 from hermit.sessions.keys import group_session_key
@@ -218,15 +218,9 @@ def test_a_delete_as_the_turn_starts_keeps_its_files_from_being_filed_or_removes
     check again, its files being filed, a flush before it), left its files to be removed after the turn: a kill
     during that turn — a model call can take minutes — kept them for good. Now they are not filed, or are
     removed as the delete comes, before the platform hears it was handled."""
-    checking, go_on, filing, filed_go, in_model, release = (threading.Event() for _ in range(6))
-    calls = [0]
-
-    def admit(_m: InboundMessage, _agent: str) -> Admission:
-        calls[0] += 1
-        if calls[0] == 2:  # the first message's check when its turn is about to start: held there
-            checking.set()
-            go_on.wait(20)
-        return Admission(True)
+    filing, filed_go, in_model, release = (threading.Event() for _ in range(4))
+    admit = HeldAdmission(2)  # the first message's check when its turn is about to start: held there
+    checking, go_on = admit.checking, admit.go_on
 
     def model(_req: Any) -> str:
         in_model.set()
