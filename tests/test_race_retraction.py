@@ -191,9 +191,9 @@ def test_a_delete_while_the_turn_is_being_started_retracts_the_message_once_it_i
     rt = runtime(tmp_path, model)
     retract = rt.retract
 
-    def watched(session_key: str, ref: str) -> bool:
+    def watched(session_key: str, ref: str, remove: Any = None) -> bool:
         entered.set()
-        return retract(session_key, ref)
+        return retract(session_key, ref, remove)
 
     rt.retract = watched  # type: ignore[method-assign]  # observed, not replaced
     bus = make_bus(rt, RecordingChannel(), admit=admit)

@@ -377,16 +377,12 @@ class AgentRuntime:
         except (HermitError, OSError) as e:  # the new session starts anyway; the reason is then inferred
             log.warning("could not record why session %s ended: %s", record.session_id, e)
 
-    def retract(self, session_key: str, ref: str) -> bool:
+    def retract(self, session_key: str, ref: str, remove: Remove | None = None) -> bool:
         """The sender deleted message `ref` on the platform after its turn started: when the session's current
         transcript holds it, or one of the key's ended ones (sessions/retraction.py), a `retracted` entry makes
-        every reader see a placeholder instead (sessions/entries.py) from the next turn on. Waits for a running
+        every reader see a placeholder instead (sessions/entries.py) from the next turn on; `remove` deletes the
+        files the message brought (gateway/attachments.py) before that entry is written. Waits for a running
         turn of the session. True when it was found."""
-        return self.retract_deleted(session_key, ref, None)
-
-    def retract_deleted(self, session_key: str, ref: str, remove: Remove | None) -> bool:
-        """`retract`, `remove` deleting the files the message brought (gateway/attachments.py) before its
-        `retracted` entry is written."""
         with self._lock(session_key):
             record = self.store.get(session_key)
             if record is None:

@@ -288,7 +288,7 @@ class Bus:
             # and retracting takes the session's lock, whose file stays: one per such chat, without end.
             if await asyncio.to_thread(runtime.store.get, routed.session_key) is None:
                 return
-            if await asyncio.to_thread(runtime.retract_deleted, routed.session_key, ref, self._remover(routed)):
+            if await asyncio.to_thread(runtime.retract, routed.session_key, ref, self._remover(routed)):
                 log.info("a message in %s was deleted by its sender: its text is retracted", routed.session_key)
         except Exception:  # noqa: BLE001 - a background task: logged, the gateway goes on
             log.exception("could not retract a deleted message in %s", routed.session_key)
