@@ -8,6 +8,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from hermit.config.binding_ids import GuildId, TeamId
 
@@ -27,6 +28,8 @@ from hermit.config.heartbeat import DEFAULT_HEARTBEAT_PROMPT as DEFAULT_HEARTBEA
 from hermit.config.heartbeat import ActiveHoursConfig as ActiveHoursConfig
 from hermit.config.heartbeat import DeliveryTargetConfig as DeliveryTargetConfig
 from hermit.config.heartbeat import HeartbeatConfig as HeartbeatConfig
+
+MAX_CONCURRENT_TURNS = 256  # agents.*.max_concurrent_turns: more is no bound at all
 
 
 class Strict(BaseModel):
@@ -428,12 +431,29 @@ class AgentSettings(Strict):
     session: SessionConfig = SessionConfig()
     compaction: CompactionConfig = CompactionConfig()
     max_tool_iterations: int = Field(25, ge=1, le=500)
+    # How many of this agent's turns run at once in the gateway; more wait, the owner's first
+    # (gateway/turn_slots.py). 4: a local model serves about that many at once (ollama's parallel
+    # default), a provider's lower tiers take it without 429s, and the owner keeps a slot of their own.
+    max_concurrent_turns: int = 4
     bootstrap_max_chars: int = Field(20_000, ge=1000)
     bootstrap_total_max_chars: int = Field(150_000, ge=1000)
     heartbeat: HeartbeatConfig = HeartbeatConfig()
     # In groups that require a mention, a message matching one of these (case-insensitive regexes, e.g.
     # "\\bhermit\\b") counts as mentioning this agent, as does a platform @mention or a reply to the bot.
     mention_patterns: tuple[str, ...] = ()
+
+    @field_validator("max_concurrent_turns", mode="before")
+    @classmethod
+    def _turns_whole(cls, v: object) -> object:
+        """A whole number, written as one: "4" (quoted) or 2.5 is refused rather than read as something else."""
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_CONCURRENT_TURNS:
+            raise PydanticCustomError(
+                "max_concurrent_turns", "must be a whole number from 1 to {top}: how many turns of the agent "
+                "may run at once (more wait for a free slot, the owner's first)", {
+                    "top": MAX_CONCURRENT_TURNS,
+                    "hint": "write it without quotes, e.g. max_concurrent_turns: 4 (the default); 1 runs one "
+                            "turn at a time"})
+        return v
 
     @field_validator("mention_patterns")
     @classmethod
