@@ -19,7 +19,7 @@ from hermit.agent.context import repair_tool_pairs, request_tokens
 from hermit.agent.loop import EventSink, Notice
 from hermit.agent.turn import TurnContext, TurnNotes
 from hermit.errors import HermitError
-from hermit.messages import AssistantMessage, ImagePart, UserMessage
+from hermit.messages import AssistantMessage, ImagePart, Sender, UserMessage
 from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.record import SessionRecord
 
@@ -42,7 +42,7 @@ class SessionMaintenance:
         self._forget_pruning = forget_pruning
 
     def compact(self, session_key: str, trigger: Trigger, focus: str | None, notes: TurnNotes,
-                on_event: EventSink | None) -> CompactionOutcome:
+                on_event: EventSink | None, asked_by: Sender | None = None) -> CompactionOutcome:
         rt = self.runtime
         cfg = rt.agent.settings.compaction
         turn = rt.prepare(session_key)
@@ -52,7 +52,7 @@ class SessionMaintenance:
             rt.store.open_transcript(turn.record), rt.model,
             fixed_tokens=request_tokens(turn.system.text, turn.schemas, ()), keep_tokens=budget.keep_tokens,
             summary_max_tokens=cfg.summary_max_tokens, context_window=budget.context_window, trigger=trigger,
-            focus=focus)
+            focus=focus, asked_by=asked_by)
         if outcome.ok:
             now = rt.clock()
             # The entry is in the transcript: the count after it, whoever saw it first (never counted twice).

@@ -469,7 +469,9 @@ class AgentRuntime:
             else:
                 focus = parse_compact_command(text)
                 if focus is not None:
-                    outcome = self._maintenance.compact(session_key, "manual", focus or None, notes, on_event)
+                    # A group member's focus is named as theirs, not the owner's (compaction.focus_request).
+                    outcome = self._maintenance.compact(session_key, "manual", focus or None, notes, on_event,
+                                                        asked_by=who if records_senders(session_key) else None)
                     if outcome.status == "failed":
                         log.warning("/compact in %s failed: %s", session_key, outcome.error)
                     # the why goes to the log; only the owner's own session is told it
