@@ -1,5 +1,6 @@
 """The bus: every inbound message is routed, access-checked and queued per session; turns run one at a
-time per session in arrival order, different sessions concurrently.
+time per session in arrival order, different sessions concurrently up to their agent's
+`max_concurrent_turns`: a session's next turn waits for a slot, the owner's first (turn_slots.py).
 
 `publish` (the InboundSink of channels/base.py) returns only once the message is queued or refused,
 so a channel that must not lose or repeat a message can commit its offset after it returns. Queues are
@@ -41,8 +42,9 @@ from hermit.errors import ChannelError, HermitError, SessionError
 from hermit.gateway import attachments
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
+from hermit.gateway.turn_slots import Kind, Place, TurnSlots
 from hermit.messages import FiledFile, ImagePart, Sender
-from hermit.sessions.keys import agent_id_of
+from hermit.sessions.keys import agent_id_of, is_main_session_key
 from hermit.sessions.retraction import names, retract_in
 
 log = logging.getLogger("hermit.gateway")
@@ -87,6 +89,7 @@ class _Job:
     deleted: bool = False
     filed: tuple[FiledFile, ...] = ()
     guard: threading.Lock = field(default_factory=threading.Lock)  # `deleted` and `filed`: filing is in a thread
+    place: Place | None = None  # its place in its agent's line for a turn slot, once at the head of its queue
 
 
 @dataclass
@@ -108,6 +111,7 @@ class Bus:
         self._chunk = chunk
         self._limit = queue_limit
         self._trusted = trusted_channels
+        self._slots = TurnSlots(self._turn_limit)  # turns running at once, per agent
         # Keyed by agent and session: a key naming no agent (a CLI session `notes`, `cron:<job>`) may exist
         # in two agents' stores, and those are two sessions.
         self._queues: dict[tuple[str, str], _SessionQueue] = {}
@@ -212,6 +216,8 @@ class Bus:
             found = True
             if msg.change == "deleted":
                 job.dropped = True
+                if job.place is not None:  # waiting for a slot: its place goes to the next turn
+                    job.place.withdraw()
                 attachments.discard(m)
                 log.info("a message waiting in %s was deleted by its sender: not answered", routed.session_key)
             else:
@@ -367,29 +373,67 @@ class Bus:
     async def _work(self, key: tuple[str, str], q: _SessionQueue) -> None:
         try:
             while not q.jobs.empty():
-                job = q.jobs.get_nowait()
-                q.waiting.remove(job)
-                if job.dropped and job.msg is not None:  # deleted by its sender while it waited
-                    channel = self.channels.get((job.msg.channel, job.msg.account_id))
-                    if channel is not None:  # finished, for a channel's journal: never answered
-                        await send_safely(channel, TurnEnd(Target.of(job.msg), f"t{next(self._turn_ids)}", "silent"))
-                    continue
-                if not self._open:
-                    await self._not_processed(job)
-                    continue
-                q.running = job
+                job = q.waiting[0]  # stays findable (a delete, an edit) while it waits for a slot
+                place = await self._slot(job)
                 try:
-                    await self._run(job)
-                except Exception:  # noqa: BLE001 - supervision boundary: the session's next messages still run
-                    log.exception("session %s of agent %s: handling a message failed", key[1], key[0])
+                    taken = q.jobs.get_nowait()
+                    assert taken is job
+                    q.waiting.remove(job)
+                    if job.dropped and job.msg is not None:  # deleted by its sender while it waited
+                        channel = self.channels.get((job.msg.channel, job.msg.account_id))
+                        if channel is not None:  # finished, for a channel's journal: never answered
+                            await send_safely(channel, TurnEnd(Target.of(job.msg), f"t{next(self._turn_ids)}",
+                                                               "silent"))
+                        continue
+                    if not self._open:
+                        await self._not_processed(job)
+                        continue
+                    if place is None:  # its scheduler gave up on it (a job's timeout) before it started
+                        log.info("a scheduled turn in %s was given up before it started: not run", key[1])
+                        continue
+                    q.running = job
+                    try:
+                        await self._run(job)
+                    except Exception:  # noqa: BLE001 - supervision boundary: the session's next messages still run
+                        log.exception("session %s of agent %s: handling a message failed", key[1], key[0])
+                    finally:
+                        q.running = None
+                        job.finished.set()
                 finally:
-                    q.running = None
-                    job.finished.set()
+                    if place is not None:  # however the turn ended, raised or cancelled: the next one may start
+                        place.release()
         finally:
             # No await between the empty check and here: a publish cannot slip in unseen.
             q.worker = None
             if q.jobs.empty() and self._queues.get(key) is q:
                 del self._queues[key]
+
+    async def _slot(self, job: _Job) -> Place | None:
+        """Wait for one of the agent's turn slots for `job`; None when no turn of it is to run (deleted by its
+        sender, the gateway stopping, its scheduler gave up on it), before or while it waited."""
+        if job.dropped or not self._open or (job.result is not None and job.result.done()):
+            return None
+        place = job.place = self._slots.place(job.agent_id, self._kind(job), job.session_key)
+        if job.result is not None:  # the scheduler cancels a run at its timeout: a turn not started leaves the line
+            job.result.add_done_callback(lambda _: place.withdraw())
+        return place if await place.wait() else None
+
+    def _kind(self, job: _Job) -> Kind:
+        """Whose turn it is, for the order slots are given in (turn_slots.py): the owner's (the web chat, the
+        main session, an owner's id on a channel, by hermit.yaml as it is now), a scheduled one, or a contact's."""
+        msg = job.msg
+        if msg is None:
+            return "scheduled"
+        if msg.channel in self._trusted or is_main_session_key(job.session_key):
+            return "owner"
+        try:
+            return "owner" if self._sender(job.agent_id, msg).owner else "contact"
+        except HermitError:  # no such agent (its turn fails as before) or the owners cannot be read now
+            return "contact"
+
+    def _turn_limit(self, agent_id: str) -> int:
+        runtime = self.host.runtimes.get(agent_id)
+        return runtime.agent.settings.max_concurrent_turns if runtime is not None else 1
 
     async def _run(self, job: _Job) -> None:
         if job.msg is None:
@@ -491,6 +535,7 @@ class Bus:
     def close_intake(self) -> None:
         """Stop taking messages: new ones are answered "not processed", queued ones are not started."""
         self._open = False
+        self._slots.close()  # turns waiting for a slot are not started either
 
     def running(self) -> int:
         return sum(1 for q in self._queues.values() if q.running is not None)
@@ -511,6 +556,7 @@ class Bus:
         lifetime count under the live key's name once showed as "waiting"."""
         return {"sessions_active": len(self._queues), "turns_running": self.running(),
                 "waiting": sum(q.jobs.qsize() for q in self._queues.values()), "queue_limit": self._limit,
+                "turn_slots": self._slots.status(),
                 "accepting": self._open,
                 "since_start": {"accepted": self.counts["queued"],
                                 **{k: v for k, v in self.counts.items() if k != "queued"}}}

@@ -1,0 +1,161 @@
+"""Turn slots: how many of one agent's turns run at once in the gateway, and whose turn starts next.
+
+The bus runs one turn at a time per session, but sessions side by side without bound: twenty contacts,
+a busy group, cron jobs and the heartbeat firing together each started a model call at once, so a
+provider's rate limit (429) failed the owner's own turn, a local model was swamped, and the owner's
+message waited behind strangers' — a contact could deny the owner service. Each agent has
+`max_concurrent_turns` slots (agents.defaults, or an agents.list entry; 4 unless set); a session's next
+turn takes a place in its agent's line and starts once it holds a slot.
+
+When a slot frees, the next turn is
+1. the owner's (the web chat, the owner's DMs, an owner's message in a group), first come first served;
+2. else a scheduled one (cron jobs, the heartbeat): the owner's own work, so ahead of contacts, but never
+   more of them at once than `limit - 1` (when the limit is 2 or more): a batch of jobs due at 09:00, or
+   a slow one, leaves a slot to chat turns, so the owner's message never waits for a job to finish;
+3. else a contact's or a group's, first come first served.
+
+The bus's worker asks for one place per session at a time (the session's queue holds the rest, bounded by
+`gateway.queue_max_per_session`), so however fast one sender writes they hold at most one place per
+session, and their next message joins the back of the line once their turn is over.
+
+A place is given back (`release`) when its turn ends however it ends — done, raised, or its task
+cancelled — and leaves the line (`withdraw`) when its turn is no longer wanted before it starts: its
+message deleted by its sender, its scheduler gave up on it (a job's timeout), the gateway stopping (`close`).
+Everything here runs on the gateway's event loop; nothing blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Literal
+
+log = logging.getLogger("hermit.gateway")
+
+Kind = Literal["owner", "scheduled", "contact"]
+KINDS: tuple[Kind, ...] = ("owner", "scheduled", "contact")  # the order a freed slot is offered in
+
+
+class Place:
+    """One turn's place: waiting in its agent's line, then holding one of its slots, until given back."""
+
+    def __init__(self, line: _Line, kind: Kind, what: str) -> None:
+        self.kind = kind
+        self.what = what  # for the log: the session it is for
+        self.state: Literal["waiting", "running", "done"] = "waiting"
+        self._line = line
+        self._decided: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    async def wait(self) -> bool:
+        """True once the turn holds a slot; False when it left the line first (`withdraw`, the gateway
+        stopping). Cancelled while it waits, its place — or the slot given to it meanwhile — goes back."""
+        try:
+            return await asyncio.shield(self._decided)
+        except asyncio.CancelledError:
+            self.release()
+            raise
+
+    def withdraw(self) -> None:
+        """Leave the line if still waiting; a turn that holds its slot keeps it (it is running)."""
+        if self.state == "waiting":
+            self._line.release(self)
+
+    def release(self) -> None:
+        """Give back the place, or the slot once held; again is harmless."""
+        self._line.release(self)
+
+    def _decide(self, granted: bool) -> None:
+        self.state = "running" if granted else "done"
+        if not self._decided.done():
+            self._decided.set_result(granted)
+
+
+class _Line:
+    """One agent's slots and the turns waiting for them."""
+
+    def __init__(self, agent_id: str, limit: int) -> None:
+        self.agent_id = agent_id
+        self.limit = limit
+        self.waiting: dict[Kind, deque[Place]] = {k: deque() for k in KINDS}
+        self.running: dict[Kind, int] = dict.fromkeys(KINDS, 0)
+        self.closed = False
+
+    @property
+    def scheduled_cap(self) -> int:
+        """How many scheduled turns may run at once: all but one slot, so a chat turn always has one."""
+        return max(1, self.limit - 1)
+
+    def join(self, place: Place) -> None:
+        if self.closed:
+            place._decide(False)
+            return
+        self.waiting[place.kind].append(place)
+        self._admit()
+        if place.state == "waiting":
+            log.info("a turn in %s of agent %s waits for a slot: %d of %d running, %d waiting", place.what,
+                     self.agent_id, sum(self.running.values()), self.limit, sum(map(len, self.waiting.values())))
+
+    def release(self, place: Place) -> None:
+        if place.state == "waiting":
+            self.waiting[place.kind].remove(place)
+            place._decide(False)
+        elif place.state == "running":
+            self.running[place.kind] -= 1
+            place.state = "done"
+            self._admit()
+
+    def close(self) -> None:
+        """The gateway is stopping: every waiting turn leaves the line (it is answered "not processed")."""
+        self.closed = True
+        for line in self.waiting.values():
+            while line:
+                line.popleft()._decide(False)
+
+    def _next(self) -> Place | None:
+        if self.waiting["owner"]:
+            return self.waiting["owner"][0]
+        if self.waiting["scheduled"] and self.running["scheduled"] < self.scheduled_cap:
+            return self.waiting["scheduled"][0]
+        if self.waiting["contact"]:
+            return self.waiting["contact"][0]
+        return None
+
+    def _admit(self) -> None:
+        while sum(self.running.values()) < self.limit and (place := self._next()) is not None:
+            self.waiting[place.kind].popleft()
+            self.running[place.kind] += 1
+            place._decide(True)
+
+    def status(self) -> dict[str, Any]:
+        return {"limit": self.limit, "running": sum(self.running.values()),
+                "waiting": {k: len(self.waiting[k]) for k in KINDS}}
+
+
+class TurnSlots:
+    """The gateway's turn slots, one line per agent; `limit_of(agent_id)` is that agent's bound."""
+
+    def __init__(self, limit_of: Callable[[str], int]) -> None:
+        self._limit_of = limit_of
+        self._lines: dict[str, _Line] = {}
+        self._closed = False
+
+    def place(self, agent_id: str, kind: Kind, what: str) -> Place:
+        """Join the agent's line; `await place.wait()` for the slot, then `release()` it when the turn ends."""
+        line = self._lines.get(agent_id)
+        if line is None:
+            line = self._lines[agent_id] = _Line(agent_id, self._limit_of(agent_id))
+            line.closed = self._closed
+        place = Place(line, kind, what)
+        line.join(place)
+        return place
+
+    def close(self) -> None:
+        self._closed = True
+        for line in self._lines.values():
+            line.close()
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Per agent that ran a turn: its limit, turns running, and turns waiting for a slot by kind."""
+        return {agent: line.status() for agent, line in sorted(self._lines.items())}
