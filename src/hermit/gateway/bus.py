@@ -31,7 +31,6 @@ import asyncio
 import itertools
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -41,6 +40,9 @@ from hermit.channels.base import Channel, InboundMessage, OutboundMessage, Publi
 from hermit.errors import ChannelError, HermitError, SessionError
 from hermit.gateway import attachments
 from hermit.gateway.agents import AgentHost
+from hermit.gateway.deletes_store import DELETES_KEPT as DELETES_KEPT
+from hermit.gateway.deletes_store import DELETES_PER_SENDER as DELETES_PER_SENDER
+from hermit.gateway.deletes_store import RememberedDeletes
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
 from hermit.gateway.turn_slots import Kind, Place, TurnSlots
 from hermit.messages import FiledFile, ImagePart, Sender
@@ -49,8 +51,6 @@ from hermit.sessions.retraction import names, retract_in
 
 log = logging.getLogger("hermit.gateway")
 
-DELETES_KEPT = 1024  # deletes that found nothing, remembered for a message coming after its delete
-DELETES_PER_SENDER = 64  # ...of which one sender's in one chat: their flood evicts only their own
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,8 @@ class _SessionQueue:
 class Bus:
     def __init__(self, host: AgentHost, *, route: RouteFn, admit: AdmitFn,
                  channels: Mapping[tuple[str, str], Channel], chunk: Chunker, queue_limit: int = 8,
-                 trusted_channels: frozenset[str] = frozenset({"webchat"})) -> None:
+                 trusted_channels: frozenset[str] = frozenset({"webchat"}),
+                 deletes: RememberedDeletes | None = None) -> None:
         self.host = host
         self._route = route
         self._admit = admit
@@ -121,7 +122,8 @@ class Bus:
         self._looking = asyncio.Semaphore(1)  # deletes looked for in transcripts, one at a time
         # Deletes that found nothing, by (channel, account, peer, message id) -> who deleted: a message can come
         # after its delete (a webhook redelivered late, WhatsApp's out of order), and is then never answered.
-        self._deleted: OrderedDict[tuple[str, str, str, str], str] = OrderedDict()
+        # Kept in the state dir when the gateway gives one (gateway/deletes_store.py): a restart forgets none.
+        self._deleted = deletes if deletes is not None else RememberedDeletes()
         self.counts = {"queued": 0, "refused": 0, "queue_full": 0, "ignored": 0, "turns": 0}
 
     # ---- intake -------------------------------------------------------------------------------------
@@ -139,9 +141,9 @@ class Bus:
         if msg.change is not None:
             retraction = self._change_waiting(msg)
             if retraction is not None and not await self._retract_recorded(*retraction):
-                self._remember_delete(msg)
+                await self._remember_delete(msg)
             return "ignored"
-        if msg.message_id and (deleter := self._deleted.get(
+        if msg.message_id and (deleter := self._deleted.deleter(
                 (msg.channel, msg.account_id, msg.peer_id, msg.message_id))) is not None and deleter in ("", msg.sender_id):
             attachments.discard(msg)
             log.info("a message from %s/%s came after its sender deleted it: not answered", msg.channel, msg.account_id)
@@ -165,18 +167,19 @@ class Bus:
             return "queue_full"
         return "queued"
 
-    def _remember_delete(self, msg: InboundMessage) -> None:
+    async def _remember_delete(self, msg: InboundMessage) -> None:
         """A delete that found nothing, for its message coming later: the last DELETES_KEPT, at most
         DELETES_PER_SENDER of one sender in one chat — anyone may send deletes (a stranger's made-up ids are
-        never checked), and a flood of theirs evicted the one a member's late message needed, which was answered."""
+        never checked), and a flood of theirs evicted the one a member's late message needed, which was answered.
+        Written to the state dir before publish returns, as a retraction is: the channel then tells the platform
+        the delete was handled, and a restart in between forgot it. One at a time, as deletes are looked for: a
+        flood of them holds one of the threads."""
         key = (msg.channel, msg.account_id, msg.peer_id, msg.message_id)
-        self._deleted[key] = msg.sender_id
-        self._deleted.move_to_end(key)
-        theirs = [k for k, who in self._deleted.items() if who == msg.sender_id and k[:3] == key[:3]]
-        for old in theirs[:-DELETES_PER_SENDER]:
-            del self._deleted[old]
-        while len(self._deleted) > DELETES_KEPT:
-            self._deleted.popitem(last=False)
+        try:
+            async with self._looking:
+                await asyncio.to_thread(self._deleted.remember, key, msg.sender_id)
+        except OSError:  # remembered in memory: a restart before its message comes forgets it
+            log.exception("could not write a delete from %s/%s to the state dir", msg.channel, msg.account_id)
 
     async def _admitted(self, msg: InboundMessage, agent_id: str, channel: Channel) -> bool:
         """Whether the sender may reach `agent_id` now; a refused message's files are deleted and the sender

@@ -39,6 +39,7 @@ from hermit.gateway.app import build_app
 from hermit.gateway.bus import Admission, Bus, Routed
 from hermit.gateway.channels import build_channels, webhook_routes
 from hermit.gateway.console import Console
+from hermit.gateway.deletes_store import RememberedDeletes, deletes_path
 from hermit.gateway.live_config import LiveAccess, LiveConfig
 from hermit.gateway.protocol import MAX_FRAME_BYTES
 from hermit.gateway.services import MemoryWatcher, Service, ServiceContext, build_services
@@ -170,7 +171,8 @@ class Gateway:
         router = state.owner_view().router
         self.bus = Bus(self.agents, route=live_route(state, set(runtimes)), admit=live_admit(state),
                        channels={(c.name, c.account_id): c for c in self.channels}, chunk=chunk_text,
-                       queue_limit=self.cfg.queue_max_per_session)
+                       queue_limit=self.cfg.queue_max_per_session,
+                       deletes=RememberedDeletes(deletes_path(home), clock=clock))  # kept across restarts
         for agent_id, rt in runtimes.items():  # the group sender marks' owner checks, live too: each agent's own
             rt.owner_check = state.owner_of(agent_id)
             if isinstance(rt.cron, CronJobs):

@@ -1,0 +1,195 @@
+"""Platform deletes that found no message yet, remembered across restarts (gateway/bus.py `_remember_delete`).
+
+A message can come after its own delete: platforms reorder events, Slack and WhatsApp retry webhooks. The bus
+remembers such a delete so the message, when it comes, is neither answered nor stored. Kept in memory only,
+that memory was gone after a restart, and the message was answered and its text written to the transcript.
+
+So each one is written, before the delete is acknowledged to the platform, to `<state>/channels/deletes.json`
+(0600, written atomically through durable.write_atomic: a kill -9 mid-write leaves the old file or the new one),
+under the lock file `deletes.json.lock` (flock: a second process's additions are read and kept, not
+overwritten). Bounded as in memory: the last DELETES_KEPT, at most DELETES_PER_SENDER of one sender in one chat
+(anyone may send deletes: a stranger's flood evicts only their own), and each for DELETE_KEPT_SECONDS — a
+message sent longer ago than that is not redelivered any more (WhatsApp refuses one older than 24 hours, Slack
+retries for minutes). A file that cannot be read (damaged, a link, another user's) is logged and renamed aside
+(`deletes.json.corrupt-<time>`), never fatal: Hermit goes on with what it remembers in memory.
+
+    {"version": 1, "deletes": [["whatsapp", "default", "1555", "wamid.X", "1555", 1767000000.0], ...]}
+
+Each entry is (channel, account, peer, message id, who deleted — "" when the platform did not say, time), oldest
+first.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from hermit.config.paths import not_own_opened
+from hermit.durable import write_atomic
+from hermit.locks import locked
+
+log = logging.getLogger("hermit.gateway")
+
+DELETES_KEPT = 1024  # deletes that found nothing, remembered for a message coming after its delete
+DELETES_PER_SENDER = 64  # ...of which one sender's in one chat: their flood evicts only their own
+DELETE_KEPT_SECONDS = 24 * 3600.0  # ...each for as long as its message may still be delivered
+DELETES_FILE = "deletes.json"
+_VERSION = 1
+_MAX_BYTES = 4 << 20  # far more than DELETES_KEPT entries take: a bigger file is not ours
+
+Key = tuple[str, str, str, str]  # channel, account, peer, message id
+
+
+def deletes_path(state_dir: Path) -> Path:
+    return state_dir / "channels" / DELETES_FILE
+
+
+class RememberedDeletes:
+    """Deletes that found nothing: `deleter(key)` says who deleted a message not seen yet, `remember` adds one
+    (and writes the file before it returns). `path=None` keeps them in memory only (a bus built without a state
+    dir). `remember` blocks on file I/O: call it off the event loop."""
+
+    def __init__(self, path: Path | None = None, *, clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self._clock = clock
+        self._guard = threading.Lock()  # one remember at a time in this process (the flock is between processes)
+        self._stamp: tuple[int, int, int] | None = None  # the file as last read or written
+        self._entries: OrderedDict[Key, tuple[str, float]] = OrderedDict()
+        if path is not None:
+            with self._guard:
+                loaded = self._read()
+                if loaded is not None:
+                    self._entries = loaded
+
+    def deleter(self, key: Key) -> str | None:
+        """Who deleted the message `key` names ("" when the platform did not say), or None when no delete of it
+        is remembered (or it is older than DELETE_KEPT_SECONDS)."""
+        found = self._entries.get(key)
+        if found is None or found[1] < self._clock() - DELETE_KEPT_SECONDS:
+            return None
+        return found[0]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def remember(self, key: Key, sender: str) -> None:
+        """Remember the delete of `key` by `sender`; written to the file (with what another process added to it
+        meanwhile) before this returns. OSError when it cannot be written: it is still remembered in memory."""
+        with self._guard:
+            if self.path is None:
+                self._entries = _bounded(self._entries, key, sender, self._clock())
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with locked(self.path.with_name(self.path.name + ".lock")):
+                current = self._read() if self._changed() else None
+                base = current if current is not None else self._entries
+                self._entries = _bounded(base, key, sender, self._clock())
+                write_atomic(self.path, _dump(self._entries), mode=0o600, keep_mode=False)
+                self._stamp = _stamp_of(self.path)
+
+    def _changed(self) -> bool:
+        """Whether the file is not the one this process last read or wrote (another process wrote it)."""
+        assert self.path is not None
+        return _stamp_of(self.path) != self._stamp
+
+    def _read(self) -> OrderedDict[Key, tuple[str, float]] | None:
+        """The file's entries still in force; None when there is no file, or it could not be read (then it is
+        logged and renamed aside)."""
+        assert self.path is not None
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self._stamp = None
+            return None
+        except OSError as e:  # a symlink (ELOOP), unreadable
+            self._aside(f"cannot be opened ({e.strerror})")
+            return None
+        try:
+            st = os.fstat(fd)
+            why = not_own_opened(st)
+            if why is None and st.st_size > _MAX_BYTES:
+                why = f"is {st.st_size} bytes, far more than {DELETES_KEPT} deletes take"
+            data = b"" if why is not None else os.read(fd, _MAX_BYTES + 1)
+        finally:
+            os.close(fd)
+        if why is not None:
+            self._aside(why)
+            return None
+        try:
+            entries = _parse(json.loads(data.decode("utf-8")), self._clock())
+        # ArithmeticError: an integer too large for a float; RecursionError: JSON nested too deep.
+        except (ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as e:
+            self._aside(f"is damaged ({e})")
+            return None
+        self._stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        return entries
+
+    def _aside(self, why: str) -> None:
+        """Rename the unreadable file to `deletes.json.corrupt-<time>[-n]` (a name not taken), and say so."""
+        assert self.path is not None
+        stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%dT%H%M%SZ")
+        aside, n = self.path.with_name(f"{self.path.name}.corrupt-{stamp}"), 1
+        while aside.exists() or aside.is_symlink():
+            aside, n = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}"), n + 1
+        try:
+            os.rename(self.path, aside)
+        except OSError as e:
+            log.error("the remembered deletes in %s %s, and could not be moved aside (%s): Hermit goes on with "
+                      "those it remembers in memory; remove the file", self.path, why, e.strerror)
+            return
+        self._stamp = None
+        log.error("the remembered deletes in %s %s: moved it to %s; Hermit goes on with those it remembers in "
+                  "memory (a message deleted before it arrived, during the last %.0f hours, may be answered)",
+                  self.path, why, aside.name, DELETE_KEPT_SECONDS / 3600)
+
+
+def _stamp_of(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _bounded(entries: OrderedDict[Key, tuple[str, float]], key: Key, sender: str,
+             now: float) -> OrderedDict[Key, tuple[str, float]]:
+    """`entries` with the delete of `key` by `sender` added last, those expired dropped, at most DELETES_PER_SENDER
+    of `sender` in `key`'s chat and DELETES_KEPT in all (the oldest go). A new dict: readers keep the old one."""
+    oldest = now - DELETE_KEPT_SECONDS
+    out = OrderedDict((k, v) for k, v in entries.items() if v[1] >= oldest and k != key)
+    out[key] = (sender, now)
+    theirs = [k for k, (who, _) in out.items() if who == sender and k[:3] == key[:3]]
+    for old in theirs[:-DELETES_PER_SENDER]:
+        del out[old]
+    while len(out) > DELETES_KEPT:
+        out.popitem(last=False)
+    return out
+
+
+def _dump(entries: OrderedDict[Key, tuple[str, float]]) -> str:
+    rows = [[*k, who, at] for k, (who, at) in entries.items()]
+    return json.dumps({"version": _VERSION, "deletes": rows}, ensure_ascii=False) + "\n"
+
+
+def _parse(data: object, now: float) -> OrderedDict[Key, tuple[str, float]]:
+    if not isinstance(data, dict) or data.get("version") != _VERSION or not isinstance(data.get("deletes"), list):
+        raise ValueError(f"not a version {_VERSION} deletes file")
+    out: OrderedDict[Key, tuple[str, float]] = OrderedDict()
+    oldest = now - DELETE_KEPT_SECONDS
+    for row in data["deletes"]:
+        if not (isinstance(row, list) and len(row) == 6 and all(isinstance(x, str) for x in row[:5])
+                and isinstance(row[5], int | float) and not isinstance(row[5], bool) and math.isfinite(row[5])):
+            raise ValueError(f"malformed entry {str(row)[:80]!r}")
+        if row[5] >= oldest:
+            out[(row[0], row[1], row[2], row[3])] = (row[4], float(row[5]))
+    while len(out) > DELETES_KEPT:  # a file written by hand: no more than Hermit keeps
+        out.popitem(last=False)
+    return out
