@@ -102,7 +102,7 @@ def _killed_mid_write(path: str, written: int) -> None:
         os.write(written, b"x")
         os.kill(os.getpid(), signal.SIGSTOP)
 
-    durable.write_all = half  # type: ignore[assignment]
+    durable.write_all = half
     RememberedDeletes(Path(path)).remember(("slack", "default", "C1", "new"), "U9")
 
 
