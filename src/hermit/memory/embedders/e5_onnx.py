@@ -204,7 +204,9 @@ class OnnxE5:
                 self._load_locked()
 
     def _load_locked(self) -> None:
-        import onnxruntime as ort
+        from hermit.memory.onnxrt import onnxruntime
+
+        ort = onnxruntime()
 
         w = E5Weights(self._weights_path)
         path = self.graph_path()

@@ -80,7 +80,9 @@ class MiniLMEmbedder:
     def _load_locked(self) -> tuple[Any, Any]:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
-            import onnxruntime as ort
+            from hermit.memory.onnxrt import onnxruntime
+
+            ort = onnxruntime()
             from tokenizers import Tokenizer
         except ImportError as e:
             raise EmbeddingError(f"{MINILM_MODEL} needs onnxruntime and tokenizers: {e}", _INSTALL_HINT) from e

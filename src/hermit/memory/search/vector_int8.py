@@ -41,7 +41,9 @@ def _session() -> Any:
     with _SESSION_LOCK:
         if _SESSION is None:
             try:
-                import onnxruntime as ort
+                from hermit.memory.onnxrt import onnxruntime
+
+                ort = onnxruntime()
                 from onnx import TensorProto, helper
             except ImportError:
                 _SESSION = False
