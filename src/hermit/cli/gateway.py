@@ -13,7 +13,8 @@ a browser's argv is readable by every local user (`ps`, /proc/<pid>/cmdline) for
 Jupyter does, it writes a small owner-only launcher page into the private `<state>/gateway/` and opens
 `file://` that page, which forwards the browser to the web app with the ticket in the URL's fragment (never
 sent to the server; the page takes it out of the address bar). The launcher is removed by the next
-`hermit dashboard`.
+`hermit dashboard`. `dashboard --phone` opens nothing: it prints the link at an address a phone can reach
+(gateway/phone.py) as a QR code, or says what to change when the gateway listens on loopback only.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from typing import Any
 
 from hermit.cli.checks import check
 from hermit.cli.context import CliContext, configured_secrets
-from hermit.cli.terminal import reveal
+from hermit.cli.terminal import reveal, terminal_safe, unfiltered
 from hermit.errors import HermitError
+from hermit.gateway.phone import lan_addresses, phone_address, qr_text
 from hermit.gateway.state import (
     GatewayLock,
     check_token_file,
@@ -68,6 +70,9 @@ def configure_dashboard(d: argparse.ArgumentParser) -> None:
     """The arguments and handler of `hermit dashboard` (its name and help are in the table of cli/commands.py)."""
     d.add_argument("--no-open", action="store_true",
                    help="only print the URL (a headless box, SSH: forward the port and open it elsewhere)")
+    d.add_argument("--phone", "--qr", action="store_true",
+                   help="sign a phone in: print a QR code of a one-time link at an address a phone can reach "
+                        "(the first gateway.allowed_origins entry, else the gateway's network address)")
     d.set_defaults(func=cmd_dashboard)
 
 
@@ -221,29 +226,6 @@ def service_lines(name: str, status: Mapping[str, Any], indent: str = "  ") -> l
     return [f"{indent}{'service ' if indent == '  ' else ''}{name}: {' · '.join(facts) or 'no details'}", *nested]
 
 
-def lan_addresses(ipv6: bool = False) -> list[str]:
-    """This machine's non-loopback, non-link-local addresses, found without sending anything: the host name's
-    addresses and the source address a UDP socket connected to a private address would use (connect() on UDP
-    only picks a route)."""
-    import ipaddress
-    import socket
-
-    found: list[str] = []
-    families = [(socket.AF_INET, "10.254.254.254")] + ([(socket.AF_INET6, "fd00::1")] if ipv6 else [])
-    for family, probe in families:
-        with contextlib.suppress(OSError, UnicodeError):
-            found += [str(a[4][0]) for a in socket.getaddrinfo(socket.gethostname(), None, family)]
-        with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_DGRAM) as s:
-            s.connect((probe, 9))
-            found.append(str(s.getsockname()[0]))
-    out: list[str] = []
-    for a in found:
-        ip = ipaddress.ip_address(a.split("%", 1)[0])
-        if not (ip.is_loopback or ip.is_link_local or ip.is_unspecified) and str(ip) not in out:
-            out.append(str(ip))
-    return out
-
-
 def lan_urls(bound: str, port: int) -> list[str]:
     """The web app's URLs on this machine's network addresses, when the gateway listens on all of them."""
     if bound not in ("0.0.0.0", "::", ""):
@@ -297,6 +279,8 @@ def cmd_dashboard(ctx: CliContext, args: argparse.Namespace) -> int:
               "then run `hermit dashboard` again", file=sys.stderr)
         return 1
     port = info["port"]
+    if args.phone:
+        return _dashboard_phone(ctx, info)
     host = _client_host(str(info["host"]))
     base = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
     url = f"{base}#ticket={issue_ticket(ctx.home, info['pid'])}"
@@ -321,6 +305,32 @@ def cmd_dashboard(ctx: CliContext, args: argparse.Namespace) -> int:
     if not webbrowser.open(launcher.as_uri()):
         print("(could not start a browser: open the URL above yourself)", file=sys.stderr)
     return 0
+
+
+def _dashboard_phone(ctx: CliContext, info: Mapping[str, Any]) -> int:
+    """`hermit dashboard --phone`: a one-time link at an address a phone can reach, as a QR code with the link
+    under it; no browser here. A gateway reachable on loopback only gets no ticket, only what to change."""
+    # The origins in hermit.yaml now: the running gateway passes those it read at its start (a restart
+    # applies an edit, which `hermit doctor` points out).
+    address = phone_address(str(info["host"]), int(info["port"]), ctx.config().config.gateway.allowed_origins)
+    link = f"{address.base}#ticket={issue_ticket(ctx.home, info['pid'])}"
+    print_qr(qr_text(link), ctx.environ)
+    reveal(link)  # the ticket is this line's purpose: not masked like every other
+    print(f"(scan it with the phone's camera: a one-time link, it signs one browser in within "
+          f"{TICKET_TTL / 60:.0f} minutes; run `hermit dashboard --phone` again for another)", file=sys.stderr)
+    if address.warning:
+        print(f"warning: {address.warning}", file=sys.stderr)
+    return 0
+
+
+def print_qr(text: str, environ: Mapping[str, str]) -> None:
+    """A QR code of qr_text's on stdout. On a terminal, in light-on-dark colours of its own (a code drawn
+    dark-on-light, as a light theme would, is one many phone cameras do not read), unless NO_COLOR is set."""
+    out = unfiltered(sys.stdout)
+    colour = out.isatty() and "NO_COLOR" not in environ
+    for line in text.splitlines():
+        out.write(f"\x1b[97;40m{terminal_safe(line)}\x1b[0m\n" if colour else terminal_safe(line) + "\n")
+    out.flush()
 
 
 @check("gateway", fix="chmod 600 the token file, or delete it for a new one")

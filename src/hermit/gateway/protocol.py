@@ -48,7 +48,7 @@ METHODS = ("chat.send", "chat.upload", "chat.history", "sessions.list", "session
            "memory.search", "memory.get", "memory.files", "memory.write", "memory.append", "memory.status",
            "cron.list", "cron.status", "cron.runs", "cron.run", "cron.update", "cron.add", "cron.remove",
            "channels.status", "pairing.list", "pairing.approve", "pairing.deny", "pairing.revoke",
-           "logs.tail", "gateway.status")
+           "logs.tail", "gateway.status", "tickets.create")
 
 
 class ProtocolError(Exception):
@@ -238,7 +238,7 @@ PARAMS: dict[str, type[_Params]] = {
     "cron.update": CronUpdateParams, "cron.add": CronAddParams, "cron.remove": CronJobParams,
     "channels.status": ListParams, "pairing.list": PairingListParams, "pairing.approve": PairingDecideParams,
     "pairing.deny": PairingDecideParams, "pairing.revoke": PairingRevokeParams, "logs.tail": LogsTailParams,
-    "gateway.status": ListParams,
+    "gateway.status": ListParams, "tickets.create": ListParams,
 }
 
 

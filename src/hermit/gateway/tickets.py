@@ -99,10 +99,15 @@ class Tickets:
 
     def __init__(self, home: Path, *, clock: Callable[[], float] = time.time, pid: int | None = None,
                  ttl: float = TICKET_TTL) -> None:
+        self.home = home
         self.folder = gateway_dir(home)
         self.clock = clock
         self.pid = os.getpid() if pid is None else pid
         self.ttl = ttl
+
+    def issue(self) -> str:
+        """A new ticket for this gateway (the web app's "Sign in a phone"), as `hermit dashboard` makes them."""
+        return issue_ticket(self.home, self.pid, clock=self.clock, ttl=self.ttl)
 
     def find(self, tid: str) -> str | None:
         """The ticket named `tid` if it is pending, unexpired and made for this gateway; None otherwise (an

@@ -15,7 +15,8 @@ behind the same `connect`. Any listed session can be opened, including keys that
 (`cron:<job>`, a CLI session `test2`: found in the agent store that holds them); only those
 history.describe_session marks "chat" can be written to, the others answer `read_only`.
 
-Files the page sends with a message (`chat.upload`, then `chat.send {files}`) are uploads.py's.
+Files the page sends with a message (`chat.upload`, then `chat.send {files}`) are uploads.py's; `tickets.create`
+(the page's "Sign in a phone": a new one-time link a phone can reach, with its QR code) is phone.py's.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from hermit.gateway.history import (
     ended_sessions,
     list_sessions,
 )
+from hermit.gateway.phone import phone_sign_in
 from hermit.gateway.protocol import (
     CLOSE_POLICY,
     CLOSE_PROTOCOL,
@@ -138,7 +140,8 @@ class WebchatApi:
         self._token = token.encode()
         self.default_session = default_session
         self.default_agent = agent_id_of(default_session) or "main"
-        self.allowed_origins = frozenset(allowed_origins)
+        self.origins = tuple(allowed_origins)  # as configured: the first is where a phone is sent (phone.py)
+        self.allowed_origins = frozenset(self.origins)
         self.refusals = RefusalLog(log)  # anyone reaching the port can make it refuse: a flood logs a count
         self._sockets: set[_Socket] = set()  # connected (signed in)
         self._watch: asyncio.Task[None] | None = None
@@ -484,6 +487,10 @@ class WebchatApi:
             elif req.method == "sessions.list":
                 listing: SessionsListParams = req.params
                 await sock.send_raw(res_ok(req.id, await asyncio.to_thread(self._sessions, listing.all)))
+            elif req.method == "tickets.create" and self.tickets is not None:  # only a signed-in (owner's) socket
+                server = sock.ws.scope.get("server")  # gets here: the handshake comes first (endpoint)
+                await sock.send_raw(res_ok(req.id, await asyncio.to_thread(
+                    phone_sign_in, self.tickets, self.origins, tuple(server) if server else None)))
             elif self.console is not None and self.console.handles(req.method):
                 await sock.send_raw(res_ok(req.id, await self.console.call(req.method, req.params)))
             else:

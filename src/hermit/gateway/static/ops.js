@@ -1,6 +1,7 @@
 // The operations view: cron jobs (next runs, run now, enable/disable, run log, add, remove), the heartbeat,
 // channels' status, pending pairing requests (approve/deny) and approved contacts, and the gateway log.
-// Refreshed every few seconds while it is open.
+// Refreshed every few seconds while it is open. "Sign in a phone" asks the gateway for a new one-time sign-in
+// link each time it is opened (tickets.create) and shows it as a QR code (an SVG data: URI the gateway drew).
 "use strict";
 (function () {
   const H = window.Hermit, { el, when, stamp, visible } = window.HermitDom;
@@ -144,6 +145,45 @@
     await Promise.all([loadScheduler(), loadJobs(), loadChannels(), loadPairing(), loadLog(),
                        window.HermitSessions.refresh()]);
   }
+
+  // ---- signing a phone in ------------------------------------------------------------------------------
+  let phoneAsk = 0;  // which opening of the panel an answer belongs to: a late one for a closed panel is dropped
+  function phoneShown(link, qr, warning) {
+    const img = $("phone-qr");
+    if (qr) img.src = qr; else img.removeAttribute("src");
+    img.hidden = !qr;
+    $("phone-link").textContent = visible(link || "");
+    say("phone-warning", warning || "", "warn");
+  }
+  async function phoneOpen() {
+    const ask = ++phoneAsk;
+    $("phone-panel").hidden = false;
+    $("phone-open").setAttribute("aria-expanded", "true");
+    phoneShown("", "", "");
+    say("phone-note", "making a one-time link…");
+    let res;
+    try { res = await H.request("tickets.create"); } catch (e) {
+      if (ask === phoneAsk) say("phone-note", e.message + (e.hint ? " — " + e.hint : ""), "bad");
+      return;
+    }
+    if (ask !== phoneAsk) return;
+    if (typeof res.qr !== "string" || !res.qr.startsWith("data:image/svg+xml")) {
+      say("phone-note", "the gateway sent no QR code", "bad");
+      return;
+    }
+    say("phone-note", "Scan this with the phone's camera. It signs one browser in, once, within "
+      + Math.round(res.expiresIn / 60) + " minutes; open this again for another.");
+    phoneShown(res.link, res.qr, res.warning);
+  }
+  function phoneClose() {
+    phoneAsk++;
+    phoneShown("", "", "");
+    say("phone-note", "");
+    $("phone-panel").hidden = true;
+    $("phone-open").setAttribute("aria-expanded", "false");
+  }
+  $("phone-open").addEventListener("click", () => { if ($("phone-panel").hidden) phoneOpen(); else phoneClose(); });
+  $("phone-close").addEventListener("click", phoneClose);
 
   $("job-add").addEventListener("submit", addJob);
   $("job-kind").addEventListener("change", () => {
