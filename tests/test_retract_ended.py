@@ -90,7 +90,7 @@ def test_slack_a_delete_after_new_retracts_the_ended_session_everywhere_and_in_s
                 await wait_for(lambda: ev_acked(g.fake))  # acked: what a kill leaves from here on is on disk
                 later = user_texts(ended)
                 assert "4711" not in later and RETRACTED_TEXT in later, later
-                assert "4711" in ended.read_text()  # the line stays: the owner's record, never read back
+                assert "4711" not in ended.read_text()  # the line stays, its text scrubbed (sessions/scrub.py)
                 # memory_get sessions/<id>, the web app's past session, memory search (without waiting 5 minutes)
                 got = svc.get(f"sessions/{ended.name}")["text"]
                 assert "4711" not in got and RETRACTED_TEXT in got, got

@@ -165,7 +165,7 @@ def test_a_message_deleted_after_its_turn_started_is_retracted_from_what_comes_n
     sent = str([m.to_dict() for m in requests[-1].messages])
     assert "4711" not in sent and RETRACTED_TEXT in sent and "what did I say?" in sent
     [path] = rt.agent.sessions_dir.glob("*.jsonl")
-    assert "4711" in path.read_text()  # the line stays (append only): the owner's record, never read back
+    assert "4711" not in path.read_text()  # the line stays, its text scrubbed (sessions/scrub.py)
     rendered, _ = render_transcript(path.read_text())
     assert "4711" not in rendered and RETRACTED_TEXT in rendered  # what the index holds
     # A delete of a message this session never had changes nothing.

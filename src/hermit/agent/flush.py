@@ -16,6 +16,13 @@ Decisions:
   result is recorded and the model asked again), not when the whole turn returns: a flush killed (kill -9)
   or failing after its notes landed is not run again after a restart, which would append the same notes
   twice. A flush that wrote nothing before it died or failed runs again at the next turn.
+- A message its sender deleted leaves no copy in the flush's notes (`scrub_flush_notes`): the transcript's flush
+  entries are the provenance of every note (the path and text of each write or edit), so only the lines the
+  flush wrote after that message, where they stand in an origin block of its session, are scrubbed
+  (sessions/scrub.py's rule); the owner's own lines, and other sessions' notes, are never touched, even when
+  they say the same. Done under the memory write lock, by an atomic rewrite; the caller has the index
+  re-synced. The transcript's own copies (the flush's entries among them) go after, so a kill in between
+  leaves the notes still findable by the text the transcript holds.
 - The transcript, written before sessions.json, is the truth about the cycle (`cycle_state`): the cycle is
   the number of `compaction` entries, and it was flushed when a flush's write or edit after the latest one
   succeeded — its result recorded, or, for a call whose result the process did not live to record, its
@@ -26,6 +33,7 @@ Decisions:
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from collections.abc import Callable, Iterable, Sequence
@@ -36,6 +44,9 @@ from typing import Any
 from hermit.agent.context import SILENT_TOKEN
 from hermit.agent.loop import LoopResult, RequestBuilder, run_loop
 from hermit.config.schema import CompactionConfig, MemoryFlushConfig
+from hermit.durable import write_atomic
+from hermit.memory.policy.daily_log import memory_writes_locked
+from hermit.memory.policy.provenance import neutralize, origin_blocks
 from hermit.messages import (
     AssistantMessage,
     Message,
@@ -46,12 +57,16 @@ from hermit.messages import (
 )
 from hermit.models.base import Model
 from hermit.sessions.record import SessionRecord
+from hermit.sessions.scrub import FLUSH_ENTRY as SCRUBBED_FLUSH_ENTRY
+from hermit.sessions.scrub import Deleted
 from hermit.sessions.transcript import CompactionEntry, CustomEntry, Entry, Transcript
 from hermit.tools.base import ToolRunner
 from hermit.tools.files import AppendOnlyPolicy
 
-FLUSH_ENTRY = "memory_flush"
+FLUSH_ENTRY = SCRUBBED_FLUSH_ENTRY  # "memory_flush": its messages' copies of a deleted message are scrubbed too
 WRITING_TOOLS = frozenset({"write", "edit"})  # the flush's only tools that change a file (exec is off)
+log = logging.getLogger("hermit.agent")
+
 DATE_PLACEHOLDER = "YYYY-MM-DD"
 NO_REPLY_HINT = f"If nothing to store, reply with {SILENT_TOKEN}."
 # Other chats' notes and words reach this session through memory_search, labelled; a note that drops the
@@ -137,15 +152,73 @@ def cycle_state(entries: Iterable[Entry], workspace: Path) -> CycleState:
     return CycleState(cycle, flushed)
 
 
-def _landed(arguments: dict[str, Any], workspace: Path) -> bool:
-    """Every non-blank line of a flush write's (or edit's) new text is in the file it names, a memory/*.md."""
+def _written(arguments: dict[str, Any], workspace: Path) -> tuple[Path, str] | None:
+    """The memory/*.md file a flush write (or edit) names and the text it adds, or None."""
     path, text = arguments.get("path"), arguments.get("content", arguments.get("new"))
     if not (isinstance(path, str) and isinstance(text, str)):
-        return False
+        return None
     memory = (workspace / "memory").resolve()
     target = (workspace / path).resolve()
     if target.parent != memory or target.suffix != ".md":
+        return None
+    return target, text
+
+
+def scrub_flush_notes(workspace: Path, session_key: str, deleted: Deleted) -> dict[Path, int]:
+    """Copies of a deleted message in the notes session `session_key`'s flush wrote after it (see the module's
+    rules): each line of its writes' text that holds one, found whole in an origin block of that session in the
+    file it wrote, is replaced by its scrubbed form. The files changed, and how many lines in each."""
+    wanted: dict[Path, dict[str, str]] = {}
+    for name, arguments in deleted.flush_calls:
+        written = _written(arguments, workspace) if name in WRITING_TOOLS else None
+        if written is None:
+            continue
+        for line in written[1].splitlines():
+            clean, n = deleted.rule.scrub(line)
+            if n and line.strip():
+                wanted.setdefault(written[0], {})[line.strip()] = clean.strip()
+    changed: dict[Path, int] = {}
+    if not wanted:
+        return changed
+    with memory_writes_locked(workspace, *wanted):
+        for target, lines in wanted.items():
+            try:
+                st = os.lstat(target)
+                if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != os.geteuid():
+                    log.warning("flush notes: %s is not a file of Hermit's own: left", target.name)
+                    continue
+                with open(target, encoding="utf-8", newline="") as fh:
+                    text = fh.read()
+            except (OSError, UnicodeDecodeError) as e:
+                log.warning("flush notes: could not read %s to scrub a deleted message: %s", target.name, e)
+                continue
+            rows = text.split("\n")
+            count = 0
+            for block in origin_blocks(text):
+                if block.origin.session != session_key or block.origin.damaged:
+                    continue
+                mine = {neutralize(old, block.origin).strip(): neutralize(new, block.origin).strip()
+                        for old, new in lines.items()}
+                for i in range(block.start, block.end - 1):  # rows inside the block (0-based: after its marker)
+                    stripped = rows[i].strip()
+                    if stripped in mine:
+                        rows[i] = rows[i].replace(stripped, mine[stripped])
+                        count += 1
+            if count:
+                write_atomic(target, "\n".join(rows))
+                changed[target] = count
+    for target, count in changed.items():
+        log.info("flush notes: scrubbed a deleted message from %d line(s) of %s written from %s", count,
+                 target.relative_to(workspace), session_key)
+    return changed
+
+
+def _landed(arguments: dict[str, Any], workspace: Path) -> bool:
+    """Every non-blank line of a flush write's (or edit's) new text is in the file it names, a memory/*.md."""
+    written = _written(arguments, workspace)
+    if written is None:
         return False
+    target, text = written
     wanted = {line.strip() for line in text.splitlines() if line.strip()}
     try:
         fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)

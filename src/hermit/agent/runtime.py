@@ -40,6 +40,7 @@ from hermit.agent.context import (
     request_tokens,
     tools_block,
 )
+from hermit.agent.flush import scrub_flush_notes
 from hermit.agent.lifecycle import SessionStart, check_expiry, parse_compact_command
 from hermit.agent.loop import EventSink, LoopResult, TurnCancelled, run_loop
 from hermit.agent.maintenance import SessionMaintenance
@@ -70,7 +71,8 @@ from hermit.sessions.lock import DEFAULT_WAIT_SECONDS, session_lock
 from hermit.sessions.pruning import PruningMode, prune_for_request, resolve_pruning_mode
 from hermit.sessions.record import SessionRecord
 from hermit.sessions.reset import parse_reset_command
-from hermit.sessions.retraction import Remove, retract_ended, retract_in
+from hermit.sessions.retraction import Remove, register_reach, retract_ended, retract_in
+from hermit.sessions.scrub import Deleted
 from hermit.sessions.store import SessionStore
 from hermit.sessions.transcript import Clock, MessageEntry, utc_now
 from hermit.tools import (
@@ -115,6 +117,7 @@ class AgentRuntime:
         self.home = home
         ensure_workspace(agent.workspace)
         self.store = store or SessionStore(agent.sessions_dir, clock=clock, cwd=agent.workspace, fsync=fsync)
+        register_reach(self.store.directory, self._reach)  # a retraction's scrub reaches the flush's notes
         self.timezone, self.timezone_name = resolve_timezone(agent.settings.timezone, clock())
         self._locks: dict[str, threading.Lock] = {}
         self.session_wait_seconds = DEFAULT_WAIT_SECONDS  # before "session busy" (another process's turn)
@@ -402,6 +405,17 @@ class AgentRuntime:
                 log.warning("could not take a deleted message out of session %s's saved file: %s", session_id, e)
 
         return retract_ended(self.store, session_key, ref, remove, current=current, saved=saved) > 0
+
+    def _reach(self, session_key: str | None, deleted: Deleted) -> None:
+        """A deleted message's copies in the notes `session_key`'s flush wrote (agent/flush.py), scrubbed before
+        its transcript is (sessions/retraction.py), and the index re-synced so that search no longer finds them."""
+        if session_key is None:
+            return
+        try:
+            if scrub_flush_notes(self.agent.workspace, session_key, deleted) and self.memory is not None:
+                self.memory.mark_dirty()
+        except (HermitError, OSError) as e:  # the transcript is scrubbed all the same; the notes say it still
+            log.warning("could not take a deleted message out of %s's flush notes: %s", session_key, e)
 
     def session_busy(self, session_key: str) -> bool:
         """A turn is running in the session now in this process (the heartbeat skips a busy main session)."""

@@ -16,8 +16,9 @@ from typing import Any, ClassVar
 
 TRANSCRIPT_VERSION = 1
 HEADER_REPAIR_TYPE = "session-header"  # custom entry standing in for a damaged line 1
-# Custom entry {"ref": ...}: the sender deleted that user message on the platform. The line stays (append
-# only: the owner's record), but every reader gets RETRACTED_TEXT in its place (`retract`): the model's
+# Custom entry {"ref": ...}: the sender deleted that user message on the platform. The message's line stays, its
+# text scrubbed to RETRACTED_TEXT with the copies Hermit wrote after it (sessions/scrub.py; a kill or a failure
+# there leaves it as it was), and every reader gets RETRACTED_TEXT in its place (`retract`): the model's
 # context, the memory flush and compaction, session memory, the index, the web app's history. It hides its
 # message wherever it stands in the file, before the message's line too: the gateway writes it as soon as the
 # delete comes, ahead of a turn that has not recorded the message yet (gateway/bus.py), so a kill loses nothing.

@@ -7,6 +7,11 @@ between the two leaves no file of a deleted message for another reader, only a m
 written yet (as a kill before the delete was seen would). So is what was saved of an ended session at /new
 (`saved`: agent/session_memory.scrub_saved).
 
+Its copies go too (`scrub_copies`, sessions/scrub.py): what Hermit wrote after it from that session and quotes it
+(replies, tool calls, compaction summaries, the flush's entries in the transcript; the notes the flush wrote, by
+the sessions folder's `reach`, agent/runtime.py), and the message's own text in the file. Found by the text the
+transcript holds, the notes are scrubbed first: a kill in between leaves them findable by it.
+
 An ended transcript is found by the `sessionKey` in its header, and only among the key's last ENDED_SESSIONS
 sessions that changed in the last ENDED_DAYS days: a flood of deletes never reads every transcript. The key's
 transcripts are listed once per change of the sessions folder (a new session adds a file; an append does not
@@ -21,6 +26,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,6 +35,7 @@ from hermit.errors import SessionError
 from hermit.messages import FiledFile
 from hermit.sessions.entries import RETRACTED_TYPE, header_from_json
 from hermit.sessions.files import open_own, read_fd
+from hermit.sessions.scrub import Deleted, find_deleted, scrub_transcript
 from hermit.sessions.store import SessionStore
 from hermit.sessions.transcript import MessageEntry, Transcript
 
@@ -43,6 +50,8 @@ _LISTINGS_KEPT = 256
 _guard = threading.Lock()
 
 Remove = Callable[[Sequence[FiledFile]], None]  # deletes the files a retracted message brought
+Reach = Callable[[str | None, Deleted], None]  # scrubs a deleted message's copies a session (its key) wrote elsewhere
+_REACHES: dict[str, weakref.WeakMethod[Reach]] = {}
 
 
 def ref_bytes(ref: str) -> bytes:
@@ -79,12 +88,45 @@ def held(transcript: Transcript, ref: str) -> list[FiledFile] | None:
     return [f for f in map(FiledFile.from_dict, raw) if f is not None]
 
 
+def register_reach(directory: Path, reach: Reach) -> None:
+    """`reach` (a bound method: held weakly) scrubs what a session of the sessions folder `directory` wrote
+    elsewhere (the agent's memory notes: agent/runtime.py registers it); the last registered for a folder is used."""
+    with _guard:
+        _REACHES[os.path.realpath(directory)] = weakref.WeakMethod(reach)
+
+
+def _reach_for(directory: Path) -> Reach | None:
+    with _guard:
+        ref = _REACHES.get(os.path.realpath(directory))
+    return ref() if ref is not None else None
+
+
+def scrub_copies(transcript: Transcript, ref: str) -> None:
+    """Copies of the deleted message `ref` scrubbed from what Hermit wrote after it (sessions/scrub.py): first the
+    memory notes its session's flush wrote (the folder's `reach`), found by the text the transcript still holds,
+    then the transcript itself, its message included. A failure is logged: the `retracted` entry still hides
+    the message."""
+    try:
+        deleted = find_deleted(transcript.path, ref)
+        if deleted is None:
+            return
+        reach = _reach_for(transcript.path.parent)
+        if reach is not None and deleted.flush_calls:
+            reach(transcript.header.session_key, deleted)
+        scrub_transcript(transcript.path, deleted)
+    except (OSError, SessionError) as e:
+        log.warning("could not take the copies of a deleted message out of %s: %s", transcript.path.name, e)
+
+
 def retract_in(transcript: Transcript, ref: str, remove: Remove | None, *, ahead: bool = False) -> bool:
-    """Retract `ref` in one transcript: its files removed, then the entry written. `ahead`: written even when the
-    message is not recorded yet (its turn is starting). True when the transcript held it."""
+    """Retract `ref` in one transcript: its files removed, its copies scrubbed (`scrub_copies`), then the entry
+    written. `ahead`: written even when the message is not recorded yet (its turn is starting). True when the
+    transcript held it."""
     files = held(transcript, ref)
     if files and remove is not None:
         remove(files)
+    if files is not None:
+        scrub_copies(transcript, ref)
     if files is not None or ahead:
         transcript.append_custom(RETRACTED_TYPE, {"ref": ref})
     return files is not None

@@ -1,4 +1,5 @@
-"""Append-only JSONL session transcripts: a header line, then one entry per line, never rewritten.
+"""Append-only JSONL session transcripts: a header line, then one entry per line, never rewritten but to take
+the copies of a message its sender deleted out of it (sessions/scrub.py: atomically, under the append lock).
 
 On-disk shape (SPEC §7):
 
@@ -22,6 +23,7 @@ tail never swallows a new entry.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -350,17 +352,32 @@ class Transcript:
             hint="the id factory keeps returning ids already in the transcript",
         )
 
+    def _open_locked(self) -> int:
+        """The transcript opened for appending and locked. A deleted message's scrub (sessions/scrub.py) replaces
+        the file under this lock: opened before that and locked after, the descriptor is the old file's, and an
+        append to it would be lost, so the name is opened again until it names what is locked."""
+        while True:
+            try:  # never through a link, only the user's own file (sessions/files.py): judged before it is locked
+                fd, _ = open_own(self._path, os.O_RDWR | os.O_CREAT | os.O_APPEND, "the transcript")
+            except OSError as exc:
+                raise SessionError(
+                    f"cannot append to transcript {self._path}: {exc.strerror or exc}",
+                    hint="check that the sessions directory is writable by you",
+                ) from exc
+            try:
+                lock_fd(fd)
+                with contextlib.suppress(FileNotFoundError):
+                    if os.lstat(self._path).st_ino == os.fstat(fd).st_ino:
+                        return fd
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+
     def _append(self, body: dict[str, Any]) -> Entry:
         ensure_private_dir(self._path.parent)
-        try:  # never through a link, only the user's own file (sessions/files.py): judged before it is locked
-            fd, _ = open_own(self._path, os.O_RDWR | os.O_CREAT | os.O_APPEND, "the transcript")
-        except OSError as exc:
-            raise SessionError(
-                f"cannot append to transcript {self._path}: {exc.strerror or exc}",
-                hint="check that the sessions directory is writable by you",
-            ) from exc
+        fd = self._open_locked()
         try:
-            lock_fd(fd)
             st = os.fstat(fd)
             parsed = self._parsed
             if parsed is None or (st.st_ino, st.st_size, st.st_mtime_ns) != self._signature:

@@ -1,0 +1,362 @@
+"""Taking a deleted message's text out of what Hermit wrote from its session afterwards (sessions/retraction.py).
+
+A `retracted` entry hides the user message itself from every reader, but the assistant's replies may quote it
+("your card 4111 1111 1111 1111 is noted"), and so may its tool calls, a compaction summary written after it and
+the memory flush's notes. Those copies are scrubbed: replaced by MARK.
+
+What counts as a copy (`Verbatim`), decided so that a user can predict it and ordinary words survive:
+
+- a run of the deleted text of at least MIN_RUN characters, compared with whitespace collapsed and case
+  ignored, that starts at the beginning of a word and ends at the end of one and holds at least one word that
+  is not a common one (STOPWORDS) or holds a digit: "my password is correcthorse" makes "correcthorse battery"
+  in a reply a copy, "can you tell me" never is;
+- wherever it stands, a word of the deleted text that looks like a secret or an identifier: at least
+  MIN_TOKEN characters mixing letters and digits (hunter22, A1B2C3, a booking code), or a number of at least
+  MIN_TOKEN digits however it is grouped (a card or phone number, "4111 1111 1111 1111" = "4111-1111-1111-1111").
+  A short number on its own (a 4-digit PIN, a year, a time) is not one: it would take every "2026" with it; it
+  goes only inside a longer run.
+
+Where: the transcript's lines from the deleted message's on — the message itself (its text and images give
+way to RETRACTED_TEXT, as every reader already shows it), the assistant's messages (text, thinking, tool-call
+arguments), tool results, compaction summaries and the memory flush's entries. Never another user message (the
+user's own words, even quoting it), never a line before the message, never another transcript.
+
+How: the file is rewritten whole (a temp file in the sessions folder, fsynced, renamed over it) under the flock
+every append takes (sessions/transcript.py), so a kill leaves the old file or the new one; an append waiting on
+that lock opens the file again when the name has moved to the new one. Only the lines that change are encoded
+again; the others keep their bytes, a damaged line included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hermit.durable import fsync_dir, held_temp, write_all
+from hermit.locks import lock_fd
+from hermit.sessions.entries import RETRACTED_TEXT, retract
+from hermit.sessions.files import open_own, read_fd
+
+log = logging.getLogger("hermit.sessions")
+
+MARK = "[deleted]"
+MIN_RUN = 12  # characters (whitespace collapsed) of a run of the deleted text that make a copy
+MIN_TOKEN = 6  # characters of a letters+digits word, or digits of a number, that make one on their own
+MAX_DELETED = 20_000  # characters of the deleted text looked for (a longer message: its start)
+FLUSH_ENTRY = "memory_flush"  # custom entries holding the flush's messages (agent/flush.py writes them)
+_STOPWORD_TEXT = """
+a about above after again all also am an and any are as at be because been before being below between both but by
+can could did do does doing done down during each else even few for from further get got had has have having he
+her here hers him his how i if in into is it its just let like me more most my no nor not now of off on once only
+or other our ours out over own please same she should so some such than thank thanks that the their them then
+there these they this those through to too under until up us very was we well were what when where which while
+who whom why will with would yes yet you your yours hello hi okay ok sure want need know think make one two new
+maybe really good great right see look tell said says
+"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+_WORD = re.compile(r"\w+")
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:[ \-./]\d+)*(?![\w])")
+_PUNCT = "\"'`.,;:!?()[]{}<>*_~"
+# Keys of a message's JSON whose strings are text someone could have quoted in; `arguments` is scrubbed whole.
+_TEXT_KEYS = frozenset({"text", "thinking", "content", "errorMessage", "summary"})
+
+
+def _fold(c: str) -> str:
+    low = c.lower()
+    return low if len(low) == 1 else c  # one character for one: positions map back to the original
+
+
+def _normalized(text: str) -> tuple[str, list[int]]:
+    """`text` with each run of whitespace as one space and case folded, and where each character came from."""
+    out: list[str] = []
+    at: list[int] = []
+    space = False
+    for i, c in enumerate(text):
+        if c.isspace():
+            if not space:
+                out.append(" ")
+                at.append(i)
+            space = True
+            continue
+        space = False
+        out.append(_fold(c))
+        at.append(i)
+    return "".join(out), at
+
+
+def _secretish(word: str) -> bool:
+    return len(word) >= MIN_TOKEN and any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
+
+
+@dataclass(frozen=True)
+class Verbatim:
+    """The rule for copies of one deleted message (see the module's rules), built from its text(s)."""
+
+    texts: tuple[str, ...]
+    _hay: str = field(init=False, repr=False)
+    _grams: frozenset[str] = field(init=False, repr=False)
+    _tokens: re.Pattern[str] | None = field(init=False, repr=False)
+    _numbers: frozenset[str] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        parts = [_normalized(t[:MAX_DELETED])[0].strip() for t in self.texts]
+        hay = "\x00".join(parts)
+        grams = frozenset(g for i in range(len(hay) - MIN_RUN + 1) if "\x00" not in (g := hay[i:i + MIN_RUN]))
+        words = {w.strip(_PUNCT) for t in self.texts for w in t[:MAX_DELETED].split()}
+        tokens = sorted({w for w in words if _secretish(w)}, key=len, reverse=True)
+        pattern = re.compile("(?<!\\w)(?:" + "|".join(map(re.escape, tokens)) + ")(?!\\w)", re.IGNORECASE) \
+            if tokens else None
+        numbers = frozenset(d for t in self.texts for m in _NUMBER.finditer(t[:MAX_DELETED])
+                            if len(d := re.sub(r"\D", "", m.group(0))) >= MIN_TOKEN)
+        object.__setattr__(self, "_hay", hay)
+        object.__setattr__(self, "_grams", grams)
+        object.__setattr__(self, "_tokens", pattern)
+        object.__setattr__(self, "_numbers", numbers)
+
+    @property
+    def empty(self) -> bool:
+        return not (self._grams or self._tokens is not None or self._numbers)
+
+    def scrub(self, text: str) -> tuple[str, int]:
+        """`text` with every copy replaced by MARK, and how many were."""
+        if self.empty or not text:
+            return text, 0
+        spans = list(self._runs(text))
+        count = len(spans)
+        for start, end in reversed(spans):
+            text = text[:start] + MARK + text[end:]
+        if self._tokens is not None:
+            text, n = self._tokens.subn(MARK, text)
+            count += n
+        if self._numbers:
+            def number(m: re.Match[str]) -> str:
+                nonlocal count
+                if re.sub(r"\D", "", m.group(0)) in self._numbers:
+                    count += 1
+                    return MARK
+                return m.group(0)
+            text = _NUMBER.sub(number, text)
+        return text, count
+
+    def _runs(self, text: str) -> Iterator[tuple[int, int]]:
+        """Spans of `text` (original positions) that are runs of the deleted text (see the module's rules)."""
+        if not self._grams:
+            return
+        norm, at = _normalized(text)
+        i, n = 0, len(norm)
+        while i <= n - MIN_RUN:
+            if not (norm[i].isalnum() and (i == 0 or not norm[i - 1].isalnum())) or norm[i:i + MIN_RUN] not in self._grams:
+                i += 1
+                continue
+            lo, hi = MIN_RUN, min(n - i, len(self._hay))  # the longest run from i that the deleted text holds
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if norm[i:i + mid] in self._hay:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            end = i + lo
+            if end < n and norm[end - 1].isalnum() and norm[end].isalnum():
+                while end > i and norm[end - 1].isalnum():  # it ends inside a word: back to that word's start
+                    end -= 1
+            while end > i and not norm[end - 1].isalnum():
+                end -= 1
+            run = norm[i:end]
+            if len(run) >= MIN_RUN and any(w not in STOPWORDS or any(c.isdigit() for c in w) for w in _WORD.findall(run)):
+                yield at[i], at[end - 1] + 1
+                i = end
+            else:
+                i += 1
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """A deleted user message as its transcript recorded it: its text(s), the rule for copies of them, the line
+    its first copy is on, and the tool calls the memory flush made after it (name, arguments), whose notes
+    the caller scrubs (agent/flush.py) before the transcript loses the text they were found by."""
+
+    ref: str
+    rule: Verbatim
+    line: int
+    flush_calls: tuple[tuple[str, dict[str, Any]], ...]
+
+
+@dataclass
+class Scrubbed:
+    """What a transcript's scrub changed: copies per kind of line, never the text."""
+
+    path: Path
+    copies: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.copies.values())
+
+    def add(self, kind: str, n: int) -> None:
+        if n:
+            self.copies[kind] = self.copies.get(kind, 0) + n
+
+
+def _lines(data: bytes) -> list[bytes]:
+    lines = data.split(b"\n")
+    if data.endswith(b"\n"):
+        lines.pop()
+    return lines
+
+
+def _obj(raw: bytes) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _user_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "\n".join(p["text"] for p in content or () if isinstance(p, dict) and isinstance(p.get("text"), str))
+
+
+def _is_deleted(obj: dict[str, Any], ref: str) -> bool:
+    message = obj.get("message")
+    return (obj.get("type") == "message" and isinstance(message, dict) and message.get("role") == "user"
+            and message.get("ref") == ref)
+
+
+def deleted_in(objs: Iterable[dict[str, Any] | None], ref: str) -> Deleted | None:
+    """The message `ref` as the transcript's lines (parsed, in order) recorded it, or None when they hold no text
+    of it (never recorded, or scrubbed already)."""
+    texts: list[str] = []
+    first = 0
+    calls: list[tuple[str, dict[str, Any]]] = []
+    for number, obj in enumerate(objs, start=1):
+        if obj is None:
+            continue
+        if _is_deleted(obj, ref):
+            text = _user_text(obj["message"])
+            if text.strip() and text != RETRACTED_TEXT:
+                texts.append(text)
+                first = first or number
+        elif first and obj.get("type") == "custom" and obj.get("customType") == FLUSH_ENTRY:
+            message = obj.get("data", {}).get("message") if isinstance(obj.get("data"), dict) else None
+            for part in message.get("content") or () if isinstance(message, dict) else ():
+                if isinstance(part, dict) and part.get("type") == "toolCall" and isinstance(part.get("name"), str) \
+                        and isinstance(part.get("arguments"), dict):
+                    calls.append((part["name"], part["arguments"]))
+    if not texts:
+        return None
+    return Deleted(ref, Verbatim(tuple(texts)), first, tuple(calls))
+
+
+def find_deleted(path: Path, ref: str) -> Deleted | None:
+    """`deleted_in` of the transcript at `path` as it is now."""
+    fd, st = open_own(path, os.O_RDONLY, "the transcript")
+    try:
+        data = read_fd(fd, st.st_size)
+    finally:
+        os.close(fd)
+    return deleted_in(map(_obj, _lines(data)), ref)
+
+
+def _scrub_value(value: Any, clean: Callable[[str], str], text: bool) -> Any:
+    """`value` (a message's JSON, or part of it) with `clean` applied to its text: the strings under a text key
+    (_TEXT_KEYS) and every string of a tool call's `arguments`; ids, names, types and image data as they are."""
+    if isinstance(value, str):
+        return clean(value) if text else value
+    if isinstance(value, list):
+        return [_scrub_value(v, clean, text) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrub_value(v, clean, text or k == "arguments" or (k in _TEXT_KEYS and isinstance(v, str)))
+                for k, v in value.items()}
+    return value
+
+
+def _scrub_line(obj: dict[str, Any], ref: str, rule: Verbatim, report: Scrubbed) -> dict[str, Any] | None:
+    """The line's object with copies scrubbed, or None when nothing of it changes."""
+    count = 0
+
+    def clean(text: str) -> str:
+        nonlocal count
+        new, n = rule.scrub(text)
+        count += n
+        return new
+
+    kind = obj.get("type")
+    message = obj.get("message")
+    if _is_deleted(obj, ref):
+        assert isinstance(message, dict)
+        new_message = retract(message, {ref})
+        if new_message.get("content") == message.get("content"):
+            return None
+        report.add("message", 1)
+        return {**obj, "message": new_message}
+    if kind == "message" and isinstance(message, dict) and message.get("role") != "user":
+        new = {**obj, "message": _scrub_value(message, clean, False)}
+        what = "reply" if message.get("role") == "assistant" else "tool result"
+    elif kind == "compaction":
+        new = {**obj, "summary": _scrub_value(obj.get("summary"), clean, True)}
+        what = "summary"
+    elif kind == "custom" and obj.get("customType") == FLUSH_ENTRY and isinstance(obj.get("data"), dict):
+        new = {**obj, "data": _scrub_value(obj["data"], clean, False)}
+        what = "flush"
+    else:
+        return None
+    report.add(what, count)
+    return new if count else None
+
+
+def scrub_transcript(path: Path, deleted: Deleted) -> Scrubbed:
+    """Scrub the copies of `deleted` in the transcript at `path` (see the module's rules): one atomic rewrite
+    under the transcript's lock, or nothing when no line changes. Raises OSError / SessionError when it
+    cannot read or replace the file (it is then as it was)."""
+    report = Scrubbed(path)
+    fd, _ = open_own(path, os.O_RDWR, "the transcript")
+    try:
+        lock_fd(fd)  # every append waits, then finds the name moved to the new file (Transcript._append)
+        data = read_fd(fd, os.fstat(fd).st_size)
+        lines = _lines(data)
+        out: list[bytes] = []
+        changed = False
+        for number, raw in enumerate(lines, start=1):
+            obj = _obj(raw) if number >= deleted.line else None
+            new = _scrub_line(obj, deleted.ref, deleted.rule, report) if obj is not None else None
+            if new is None:
+                out.append(raw)
+                continue
+            out.append(json.dumps(new, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+            changed = True
+        if changed:
+            _replace(path, fd, b"\n".join(out) + b"\n")
+    finally:
+        os.close(fd)  # releases the lock, after the new file has the name
+    if changed:
+        log.info("scrubbed a deleted message from %s: %s", path.name,
+                 ", ".join(f"{n} in {kind}" for kind, n in sorted(report.copies.items())))
+    return report
+
+
+def _replace(path: Path, old: int, data: bytes) -> None:
+    """`path` replaced by a file holding `data`, with the old one's mode (0600), while `old` holds its lock."""
+    tmp_fd, tmp = held_temp(path)
+    try:
+        try:
+            write_all(tmp_fd, data)
+            os.fchmod(tmp_fd, os.fstat(old).st_mode & 0o777)
+            os.replace(tmp, path)
+        finally:
+            os.close(tmp_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    fsync_dir(path.parent)
