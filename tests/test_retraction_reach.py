@@ -54,6 +54,8 @@ def model_fn(requests: list[ModelRequest]) -> Any:
     """Echoes a card number it is told in a tool call and its reply, a compaction summary and a flush note."""
     def reply(req: ModelRequest) -> Reply:
         requests.append(req)
+        if "You name saved conversations" in req.system:  # the slug of the file /new saves the session to
+            return "trip-plans"
         if SUMMARY_MARKER in req.system:
             said = CARD if CARD in request_text(req) else "nothing"
             return f"## Identifiers\n- card {said} (for the Lisbon trip)"
@@ -144,6 +146,34 @@ def test_a_deleted_message_leaves_no_copy_in_replies_summaries_flush_notes_or_se
         assert CARD in (rt.agent.sessions_dir / f"{group.session_id}.jsonl").read_text()
     finally:
         svc.close()
+
+
+def test_a_delete_after_new_scrubs_the_replies_saved_with_the_session_and_its_ended_transcript(tmp_path: Path) -> None:
+    """The end of a session saved at /new holds the assistant's reply quoting the message deleted after it: the
+    message became the placeholder there, the reply kept the card number (and memory search found it)."""
+    requests: list[ModelRequest] = []
+    rt = make_runtime(tmp_path / "home", requests)
+    bus = make_bus(rt, RecordingChannel())
+
+    async def main() -> None:
+        await bus.publish(dm(SECRET, "1"))
+        assert await bus.drain(20)
+        await bus.publish(dm("/new", "2"))
+        assert await bus.drain(20)
+        [dump] = (rt.agent.workspace / "memory").glob("*trip-plans*.md")
+        assert f"Assistant: Got it — your card {CARD}" in dump.read_text()
+        await bus.publish(dm("", "1", change="deleted"))
+        assert await bus.drain(20)
+
+    asyncio.run(main())
+    [dump] = (rt.agent.workspace / "memory").glob("*trip-plans*.md")
+    saved = dump.read_text()
+    assert "1111" not in saved and "Lisbon" not in saved, saved
+    assert "Assistant: Got it — your card [deleted] is noted, [deleted]." in saved
+    record = rt.store.get(MAIN)
+    assert record is not None and record.previous_session_id is not None
+    ended = (rt.agent.sessions_dir / f"{record.previous_session_id}.jsonl").read_text()
+    assert "1111" not in ended and '"customType":"retracted"' in ended
 
 
 KILLED_CHILD = r"""

@@ -76,6 +76,7 @@ from hermit.redaction import mask
 from hermit.sessions.entries import RETRACTED_TEXT
 from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.record import SessionRecord
+from hermit.sessions.scrub import Verbatim
 from hermit.sessions.transcript import MessageEntry, parse_timestamp, read_transcript
 from hermit.textfile import FileTooLarge, NotRegularFile, read_regular
 from hermit.tools.memory_files import MAX_FILE_CHARS_FROM_OTHERS
@@ -159,8 +160,8 @@ def scrub_saved(workspace: Path, session_id: str, deleted: Sequence[MessageEntry
     """A message its sender deleted after its session was saved at /new: in the saved file(s) of that session
     (memory/YYYY-MM-DD-*.md dated from the day before the message, a block whose header names the session id)
     each message of the saved conversation that is exactly the deleted one, as the hook wrote it, becomes the
-    placeholder every other reader sees. Text the owner edited since is not recognised and is left (logged).
-    The files changed."""
+    placeholder every other reader sees, and the assistant's messages there lose their copies of it. Text the
+    owner edited since is not recognised and is left (logged). The files changed."""
     lines = [(line, dataclasses.replace(line, text=RETRACTED_TEXT)) for e in deleted
              if (line := dialogue_line(e)) is not None]
     directory = workspace / "memory"
@@ -195,8 +196,10 @@ def scrub_saved(workspace: Path, session_id: str, deleted: Sequence[MessageEntry
 
 def _scrubbed(text: str, session_id: str, lines: Sequence[tuple[Line, Line]]) -> str:
     """`text` with each saved message of session `session_id` that is one of `lines`' first replaced by its
-    second, rendered as the hook renders it in that block (render_dialogue, neutralized for its origin)."""
+    second, rendered as the hook renders it in that block (render_dialogue, neutralized for its origin), and the
+    copies of the first in that block's assistant messages scrubbed."""
     rows = text.split("\n")
+    rule = Verbatim(tuple(old.text for old, _ in lines))
     for b in reversed(origin_blocks(text)):
         header = rows[b.start:b.end - 1]
         header = header[:header.index("## Conversation")] if "## Conversation" in header else []
@@ -211,6 +214,9 @@ def _scrubbed(text: str, session_id: str, lines: Sequence[tuple[Line, Line]]) ->
             said, placeholder = render_dialogue([old], clean=clean), render_dialogue([new], clean=clean)
             # a whole message: after the blank line before it, up to the blank line after it or the block's end
             block = re.compile(re.escape("\n\n" + said) + r"(?=\n\n|\n\Z)").sub(_as("\n\n" + placeholder), block)
+        # the assistant's messages quoting it: their copies of it (sessions/scrub.py's rule), the rest kept
+        block = "\n\n".join(rule.scrub(m)[0] if m.startswith("Assistant: ") else m
+                            for m in _MESSAGE_START.split(block))
         rows[b.start:b.end - 1] = block[:-1].split("\n")
     return "\n".join(rows)
 
