@@ -10,7 +10,7 @@ import pytest
 
 from hermit.db import connect
 from hermit.memory.index.chunking import Chunk
-from hermit.memory.store.sqlite import IndexStore
+from hermit.memory.store.sqlite import MIGRATIONS, IndexStore
 
 WORDS = ["apple", "banana", "cherry", "running", "runs", "ran", "café", "cafe", "Ünïcode", "don't", "e-mail",
          "TICKET-4821", "x", "中文", "测试", "钢琴课", "notes", "noted"]
@@ -86,7 +86,7 @@ def test_an_index_made_before_the_table_gets_it_filled(tmp_path: Path) -> None:
     migrated = IndexStore(old, want_vec=False)
     assert _table(migrated) == want
     conn, _ = connect(old, load_vec=False)
-    assert conn.execute("pragma user_version").fetchone()[0] == 6
+    assert conn.execute("pragma user_version").fetchone()[0] == len(MIGRATIONS)
 
 
 @pytest.mark.parametrize("word", ["apple", "running", "中文"])

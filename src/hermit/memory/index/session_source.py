@@ -17,6 +17,7 @@ takes a contact's words for the owner's.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from typing import Any
 from hermit.errors import PathPolicyError, SessionError
 from hermit.memory.index.sources import SourceFile
 from hermit.memory.policy.provenance import Origin, sender_label, sender_text
+from hermit.memory.store.api import FileState, file_ident
 from hermit.messages import OWNER_MARK, Sender, label_text, valid_text
 from hermit.sessions.entries import HEADER_REPAIR_TYPE, RETRACTED_TYPE, retract, retracted_refs
 from hermit.sessions.keys import SessionKey, SessionKind, is_main_session_key, parse_session_key
@@ -221,15 +223,30 @@ class SessionDelta:
     messages: int
 
 
+def session_replaced(old: FileState, st: os.stat_result) -> bool:
+    """Whether a transcript changed in a way appending to it does not explain: another file under its name
+    (another inode: a restore, an atomic rename), or its identity changed at the size it was indexed at
+    (rewritten in place with its mtime put back, or only chmod-ed: the sync reads it and its hash decides).
+    A row indexed before identities were kept ("") counts only at the size it was indexed at: a transcript
+    grown since keeps the growth rule."""
+    now = file_ident(st)
+    if old.ident == now:
+        return False
+    if st.st_size == old.size:
+        return True
+    return bool(old.ident) and old.ident.rsplit(":", 1)[0] != now.rsplit(":", 1)[0]
+
+
 def session_needs_index(
     *, indexed_size: int | None, indexed_messages: int | None, size: int, mtime_ns: int, data: bytes | None,
-    now: float | None = None,
+    now: float | None = None, replaced: bool = False,
 ) -> SessionDelta:
     """The re-index rule: new, or grown by 100 kB / 50 messages, or changed and quiet for 5 minutes — or a
     message its sender deleted was retracted since it was indexed (in what was added: `data` from the indexed
-    size on), which is indexed at once: the deleted text must not stay findable for the quiet period."""
+    size on), which is indexed at once: the deleted text must not stay findable for the quiet period — or
+    `replaced` (session_replaced): read again at once, its hash deciding whether anything is re-indexed."""
     msgs = count_messages(data) if data is not None else 0
-    if indexed_size is None:
+    if indexed_size is None or replaced:
         return SessionDelta(True, msgs)
     if size == indexed_size:
         return SessionDelta(False, msgs)

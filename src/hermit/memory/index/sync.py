@@ -1,5 +1,8 @@
 """Sync Markdown memory into the index: incremental by content hash, atomic full rebuilds, one writer.
 
+A file is read again when its mtime, size or identity (store.api.file_ident) differ from what the index recorded;
+its text's hash then decides whether its chunks are rebuilt (a chmod costs a read and a hash, no embedding).
+
 Only one process writes an index at a time (the store's writer lock: a lock file for SQLite, an
 advisory lock for PostgreSQL); readers never wait for it. Each file is written in its own
 transaction, so a killed indexer leaves every file either fully old or fully new. Embeddings are
@@ -33,7 +36,12 @@ from hermit.errors import EmbeddingError, IndexError_, SessionError
 from hermit.memory.embedders.base import Embedder, LineEmbedder
 from hermit.memory.index import line_vectors, skips
 from hermit.memory.index.chunking import CHUNKER_ID, Chunk, chunk_markdown, line_texts, text_hash
-from hermit.memory.index.session_source import list_session_files, render_transcript, session_needs_index
+from hermit.memory.index.session_source import (
+    list_session_files,
+    render_transcript,
+    session_needs_index,
+    session_replaced,
+)
 from hermit.memory.index.sources import (
     Listing,
     MemoryReader,
@@ -43,7 +51,7 @@ from hermit.memory.index.sources import (
     unreadable_skip,
 )
 from hermit.memory.search.fts import FTS_VERSION
-from hermit.memory.store.api import FileState, MemoryStore
+from hermit.memory.store.api import FileState, MemoryStore, file_ident
 from hermit.sessions.files import read_own
 from hermit.textfile import read_regular
 
@@ -152,6 +160,7 @@ class Pending(NamedTuple):
     chunks: list[Chunk]
     messages: int
     lines: dict[int, tuple[str, str]]  # line number → (text hash, text) of the lines with a vector of their own
+    ident: str  # file_ident of the stat the text was read with
 
 
 class Indexer:
@@ -220,7 +229,7 @@ class Indexer:
             st = indexed[f.rel]
             if vectors and not st.embedded and self.embedder is not None:
                 return True
-            if st.mtime == s.st_mtime_ns and st.size == s.st_size:
+            if st.matches(s):
                 continue
             if f.source != "sessions":
                 return True
@@ -229,7 +238,8 @@ class Indexer:
             except OSError:
                 return True  # let the sync look at it (and report why it cannot be read)
             if session_needs_index(indexed_size=st.size, indexed_messages=st.messages, size=s.st_size,
-                                   mtime_ns=s.st_mtime_ns, data=data, now=self.clock()).should_index:
+                                   mtime_ns=s.st_mtime_ns, data=data, now=self.clock(),
+                                   replaced=session_replaced(st, s)).should_index:
                 return True
         return False
 
@@ -247,7 +257,8 @@ class Indexer:
             needs_vectors = vectors and self.embedder is not None and old is not None and not old.embedded
             delta = session_needs_index(indexed_size=old.size if old else None,
                                         indexed_messages=old.messages if old else None,
-                                        size=st.st_size, mtime_ns=st.st_mtime_ns, data=data, now=self.clock())
+                                        size=st.st_size, mtime_ns=st.st_mtime_ns, data=data, now=self.clock(),
+                                        replaced=old is not None and session_replaced(old, st))
             if not (delta.should_index or needs_vectors):
                 return None, delta.messages, st, None
             text, messages = render_transcript(data.decode("utf-8", errors="replace"))
@@ -370,7 +381,7 @@ class Indexer:
                 old = indexed.get(f.rel)
                 needs_vectors = (not defer_vectors and self.embedder is not None and old is not None
                                  and not old.embedded)
-                if old and old.mtime == st.st_mtime_ns and old.size == st.st_size and not needs_vectors:
+                if old and old.matches(st) and not needs_vectors:
                     report.files_unchanged += 1
                     continue
                 judged = st
@@ -388,13 +399,13 @@ class Indexer:
                     continue
                 file_hash = text_hash(text)
                 if old and old.hash == file_hash and not needs_vectors:
-                    store.touch_file(f.rel, st.st_mtime_ns, st.st_size)
+                    store.touch_file(f.rel, st.st_mtime_ns, st.st_size, file_ident(st))
                     report.files_unchanged += 1
                     continue
                 chunks = chunk_markdown(text, self.cfg.chunking.tokens, self.cfg.chunking.overlap)
                 lines = {n: (text_hash(t), t) for n, t in line_texts(text, self.cfg.chunking.tokens).items()} \
                     if want_lines else {}
-                changed.append(Pending(f, file_hash, st.st_mtime_ns, st.st_size, chunks, messages, lines))
+                changed.append(Pending(f, file_hash, st.st_mtime_ns, st.st_size, chunks, messages, lines, file_ident(st)))
         self._record_skips(store, report, skipped, recorded)
         # Chunk every changed file first, so the total is known before the slow part (embedding) starts.
         total = sum(len(p.chunks) for p in changed)
@@ -407,7 +418,8 @@ class Indexer:
             model = self.embedder.info.model
             for p in changed:
                 store.replace_file(path=p.file.rel, source=p.file.source, file_hash=p.hash, mtime=p.mtime_ns,
-                                   size=p.size, chunks=p.chunks, vectors=None, model=model, messages=p.messages)
+                                   size=p.size, chunks=p.chunks, vectors=None, model=model, messages=p.messages,
+                                   ident=p.ident)
             report.keyword_first = len(changed)
             if ready:
                 ready(len(changed), total)
@@ -578,7 +590,7 @@ class Indexer:
                     "run `hermit memory index --force` to rebuild the index",
                 )
             store.set_meta({"dims": str(dims)})
-        for f, file_hash, mtime, size, chunks, messages, _lines in pending:
+        for f, file_hash, mtime, size, chunks, messages, _lines, ident in pending:
             mat = None
             line_vecs: dict[int, np.ndarray] | None = None
             if vectors is not None:
@@ -586,7 +598,7 @@ class Indexer:
                 line_vecs = file_lines.get(f.rel, {})
             store.replace_file(path=f.rel, source=f.source, file_hash=file_hash, mtime=mtime, size=size,
                                chunks=chunks, vectors=mat, model=model, messages=messages,
-                               line_vectors=line_vecs)
+                               line_vectors=line_vecs, ident=ident)
             report.files_indexed += 1
             report.chunks_indexed += len(chunks)
             report.lines_indexed += len(line_vecs or ())

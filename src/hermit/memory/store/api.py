@@ -7,6 +7,7 @@ touches a connection; everything goes through these methods.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -36,6 +37,22 @@ class FileState:
     size: int
     embedded: bool
     messages: int = 0
+    # file_ident of the stat the indexed text was read with; "" when not known (indexed before identities
+    # were kept): the next sync checks the file by its hash once and records it.
+    ident: str = ""
+
+    def matches(self, st: os.stat_result) -> bool:
+        """Whether `st` is the file as indexed (same mtime, size and identity): a sync need not read it."""
+        return self.mtime == st.st_mtime_ns and self.size == st.st_size and self.ident == file_ident(st)
+
+
+def file_ident(st: os.stat_result) -> str:
+    """What tells a file from another of the same size and mtime: "st_dev:st_ino:st_ctime_ns". A file
+    replaced under its name (an atomic rename, a restore) is another inode; one rewritten in place — even
+    with its old mtime put back (`cp -p`, `rsync -t`, `touch -r`) — has a new ctime, which no user can set.
+    A chmod, chown or link moves ctime too: that costs a sync one read and hash of the file, never an
+    embedding (the text's hash decides whether chunks are rebuilt)."""
+    return f"{st.st_dev}:{st.st_ino}:{st.st_ctime_ns}"
 
 
 @dataclass(frozen=True)
@@ -89,11 +106,16 @@ class MemoryStore(Protocol):
     # -- writing (under the writer lock)
     def writer_lock(self) -> WriterLock: ...
     def files(self, source: str | None = None) -> dict[str, FileState]: ...
-    def touch_file(self, path: str, mtime: int, size: int) -> None: ...
+    def touch_file(self, path: str, mtime: int, size: int, ident: str | None = None) -> None:
+        """A file read again and found to hold the text indexed: record its new stat, chunks untouched.
+        `ident` None keeps the recorded identity."""
+        ...
     def replace_file(self, *, path: str, source: str, file_hash: str, mtime: int, size: int,
                      chunks: Sequence[Chunk], vectors: np.ndarray | None, model: str,
-                     messages: int = 0, line_vectors: Mapping[int, np.ndarray] | None = None) -> None:
-        """`line_vectors`: line number → vector of the file's lines that have one (memory.index.line_vectors)."""
+                     messages: int = 0, line_vectors: Mapping[int, np.ndarray] | None = None,
+                     ident: str = "") -> None:
+        """`line_vectors`: line number → vector of the file's lines that have one (memory.index.line_vectors).
+        `ident`: file_ident of the stat the text was read with."""
         ...
     def delete_file(self, path: str) -> None: ...
     def optimize(self) -> None:

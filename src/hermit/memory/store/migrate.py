@@ -1,8 +1,8 @@
 """Copying one agent's memory index between backends (SQLite ⇄ PostgreSQL) without re-embedding anything.
 
-Chunks (text, lines, hashes), their vectors, the line vectors, the files' sync state and the embedding
-cache are copied as they are, so the next sync on the target finds every file up to date and embeds
-nothing. The target is filled through the store's own atomic rebuild (a staging file or schema swapped in
+Chunks (text, lines, hashes), their vectors, the line vectors, the files' sync state (hash, mtime, size and
+identity) and the embedding cache are copied as they are, so the next sync on the target finds every file up to
+date and embeds nothing. The target is filled through the store's own atomic rebuild (a staging file or schema swapped in
 at the end) under its writer lock: a failed or killed migration leaves the target as it was. The source
 is only read.
 """
@@ -172,7 +172,7 @@ def _write_chunks(staging: MemoryStore, files: dict[str, FileState], chunks: lis
         staging.replace_file(path=path, source=f.source, file_hash=f.hash, mtime=f.mtime, size=f.size,
                              chunks=[Chunk(c.start_line, c.end_line, c.text, c.hash) for c in part],
                              vectors=np.stack([vecs[c.id] for c in part]) if has and part else None,
-                             model=model, messages=f.messages)
+                             model=model, messages=f.messages, ident=f.ident)
         written.add(path)
 
 
@@ -197,7 +197,7 @@ def _write_empty_files(staging: MemoryStore, files: dict[str, FileState], writte
         return
     for f in rest:
         staging.replace_file(path=f.path, source=f.source, file_hash=f.hash, mtime=f.mtime, size=f.size,
-                             chunks=[], vectors=None, model="", messages=f.messages)
+                             chunks=[], vectors=None, model="", messages=f.messages, ident=f.ident)
 
 
 def _copy_meta(src: MemoryStore, staging: MemoryStore, now: float) -> None:

@@ -24,77 +24,16 @@ from hermit.db import Connection, DatabaseError, connect, index_error, migrate, 
 from hermit.locks import LockFile
 from hermit.memory.index.chunking import Chunk
 from hermit.memory.index.line_vectors import by_line_text, to_line_blob
-from hermit.memory.search.fts import FTS_TOKENIZER, index_text
+from hermit.memory.search.fts import index_text
 from hermit.memory.search.keyword import FtsTokens
 from hermit.memory.search.vectors import blockscan_topk
 from hermit.memory.store import token_counts
 from hermit.memory.store.api import ChunkRow, FileState, script_class
+from hermit.memory.store.sqlite_schema import MIGRATIONS
 
-__all__ = ["ChunkRow", "FileState", "FileLock", "IndexStore", "script_class"]
-
-
-def _script(conn: Connection, sql: str) -> None:
-    # executescript() would COMMIT the migration's transaction early; run statements one by one.
-    for stmt in sql.split(";"):
-        if stmt.strip():
-            conn.execute(stmt)
+__all__ = ["MIGRATIONS", "ChunkRow", "FileState", "FileLock", "IndexStore", "script_class"]
 
 
-def _m1(conn: Connection) -> None:
-    _script(
-        conn,
-        f"""
-        create table meta(key text primary key, value text not null);
-        create table files(
-            path text primary key, source text not null, hash text not null,
-            mtime integer not null, size integer not null, embedded integer not null default 1,
-            indexed_at integer not null);
-        create table chunks(
-            id integer primary key, path text not null, source text not null,
-            start_line integer not null, end_line integer not null, hash text not null,
-            model text, text text not null, updated_at integer not null, gen integer not null default 0);
-        create index chunks_path on chunks(path);
-        create index chunks_gen on chunks(gen);
-        create virtual table chunks_fts using fts5(text, tokenize='{FTS_TOKENIZER}');
-        create table embedding_cache(
-            provider text not null, model text not null, provider_key text not null, hash text not null,
-            embedding blob not null, dims integer not null, updated_at integer not null,
-            primary key(provider, model, provider_key, hash));
-        """
-    )
-
-
-def _m2(conn: Connection) -> None:
-    # Message count of an indexed session transcript (re-index after 50 new messages).
-    conn.execute("alter table files add column messages integer not null default 0")
-
-
-def _m3(conn: Connection) -> None:
-    # Whether a chunk holds CJK text: search only embeds a translated query when the other language exists.
-    conn.execute("alter table chunks add column cjk integer not null default 0")
-    conn.execute("update chunks set cjk = 1 where text glob '*[一-鿿]*' or text glob '*[぀-ヿ]*' or text glob '*[가-힯]*'")
-
-
-def _m4(conn: Connection) -> None:
-    # cjk becomes a language class (see script_class): 0 no CJK, 1 mixed, 2 mostly CJK.
-    rows = conn.execute("select id, text from chunks").fetchall()
-    conn.executemany("update chunks set cjk=? where id=?", [(script_class(t), i) for i, t in rows])
-
-
-def _m5(conn: Connection) -> None:
-    # A vector per non-blank line (memory.index.line_vectors), float16, kept by replace_file with the chunks. A
-    # rowid table with an index rather than WITHOUT ROWID: count(*) reads the small index (36 → ~1 ms at
-    # 10k chunks), not every vector.
-    conn.execute("create table line_vectors(path text not null, line integer not null, embedding blob not null)")
-    conn.execute("create unique index line_vectors_at on line_vectors(path, line)")
-
-
-def _m6(conn: Connection) -> None:
-    # Chunks per FTS5 token (memory.store.token_counts), so a search's word counts are key lookups.
-    token_counts.create(conn)
-
-
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6]
 _ONE_PHRASE = re.compile(r'"((?:[^"]|"")*)"')
 
 
@@ -261,17 +200,21 @@ class IndexStore:
 
     # -- files & chunks -----------------------------------------------------------------------
     def files(self, source: str | None = None) -> dict[str, FileState]:
-        sql = "select path, source, hash, mtime, size, embedded, messages from files"
-        rows = self.conn.execute(sql + (" where source=?" if source else ""), (source,) if source else ())
-        return {r[0]: FileState(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6]) for r in rows}
+        # `select *`: an index opened read-only (a `memory migrate` source) may predate the ident column.
+        cur = self.conn.execute("select * from files" + (" where source=?" if source else ""), (source,) if source else ())
+        names = [d[0] for d in cur.description]
+        rows = (dict(zip(names, r, strict=True)) for r in cur)
+        return {r["path"]: FileState(r["path"], r["source"], r["hash"], r["mtime"], r["size"], bool(r["embedded"]),
+                                     r["messages"], r.get("ident", "")) for r in rows}
 
-    def touch_file(self, path: str, mtime: int, size: int) -> None:
-        self.conn.execute("update files set mtime=?, size=? where path=?", (mtime, size, path))
+    def touch_file(self, path: str, mtime: int, size: int, ident: str | None = None) -> None:
+        self.conn.execute("update files set mtime=?, size=?, ident=coalesce(?, ident) where path=?",
+                          (mtime, size, ident, path))
 
     def replace_file(
         self, *, path: str, source: str, file_hash: str, mtime: int, size: int,
         chunks: Sequence[Chunk], vectors: np.ndarray | None, model: str, messages: int = 0,
-        line_vectors: Mapping[int, np.ndarray] | None = None,
+        line_vectors: Mapping[int, np.ndarray] | None = None, ident: str = "",
     ) -> None:
         """Replace everything indexed for `path` in ONE transaction: a kill leaves old or new, never half."""
         now = int(time.time())
@@ -298,12 +241,12 @@ class IndexStore:
                 c.executemany("insert into line_vectors(path, line, embedding) values (?,?,?)",
                               [(path, n, to_line_blob(v)) for n, v in sorted(line_vectors.items())])
             c.execute(
-                "insert into files(path, source, hash, mtime, size, embedded, indexed_at, messages)"
-                " values (?,?,?,?,?,?,?,?)"
+                "insert into files(path, source, hash, mtime, size, embedded, indexed_at, messages, ident)"
+                " values (?,?,?,?,?,?,?,?,?)"
                 " on conflict(path) do update set source=excluded.source, hash=excluded.hash,"
                 " mtime=excluded.mtime, size=excluded.size, embedded=excluded.embedded,"
-                " indexed_at=excluded.indexed_at, messages=excluded.messages",
-                (path, source, file_hash, mtime, size, int(vectors is not None or not chunks), now, messages),
+                " indexed_at=excluded.indexed_at, messages=excluded.messages, ident=excluded.ident",
+                (path, source, file_hash, mtime, size, int(vectors is not None or not chunks), now, messages, ident),
             )
             self._bump(c, gen)
 

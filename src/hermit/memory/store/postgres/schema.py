@@ -245,7 +245,14 @@ def _m3(conn: PgConn, s: str) -> None:
                  " embedding bytea not null, primary key(path, line))")
 
 
-MIGRATIONS: list[Callable[[PgConn, str], None]] = [_m1, _m2, _m3]
+def _m4(conn: PgConn, s: str) -> None:
+    """files.ident: each file's identity beside its mtime and size (memory.store.api.file_ident), so a file replaced
+    by one of the same size and mtime is read again; "" for files indexed before, which the next sync checks once
+    by their hash (no embedding when unchanged) and then records."""
+    conn.execute(f"alter table {s}.files add column if not exists ident text not null default ''")
+
+
+MIGRATIONS: list[Callable[[PgConn, str], None]] = [_m1, _m2, _m3, _m4]
 
 
 def migrate(conn: PgConn, schema: str, *, staging_of: str | None = None, state: StateId | None = None,

@@ -216,19 +216,22 @@ class PgStore:
 
     @guarded
     def files(self, source: str | None = None) -> dict[str, FileState]:
-        sql = f"select path, source, hash, mtime, size, embedded, messages from {self.s}.files"
+        # to_jsonb(f)->>'ident': a schema opened without migrating (a `memory migrate` source) may predate it.
+        sql = (f"select path, source, hash, mtime, size, embedded, messages, coalesce(to_jsonb(f)->>'ident', '')"
+               f" from {self.s}.files f")
         rows = self.conn.execute(sql + (" where source=%s" if source else ""), (source,) if source else ())
-        return {r[0]: FileState(r[0], r[1], r[2], int(r[3]), int(r[4]), bool(r[5]), int(r[6])) for r in rows}
+        return {r[0]: FileState(r[0], r[1], r[2], int(r[3]), int(r[4]), bool(r[5]), int(r[6]), r[7]) for r in rows}
 
     @guarded
-    def touch_file(self, path: str, mtime: int, size: int) -> None:
-        self.conn.execute(f"update {self.s}.files set mtime=%s, size=%s where path=%s", (mtime, size, path))
+    def touch_file(self, path: str, mtime: int, size: int, ident: str | None = None) -> None:
+        self.conn.execute(f"update {self.s}.files set mtime=%s, size=%s, ident=coalesce(%s, ident) where path=%s",
+                          (mtime, size, ident, path))
 
     @guarded
     def replace_file(
         self, *, path: str, source: str, file_hash: str, mtime: int, size: int,
         chunks: Sequence[Chunk], vectors: np.ndarray | None, model: str, messages: int = 0,
-        line_vectors: Mapping[int, np.ndarray] | None = None,
+        line_vectors: Mapping[int, np.ndarray] | None = None, ident: str = "",
     ) -> None:
         """Everything indexed for `path` replaced in ONE transaction: a killed host leaves old or new."""
         now = int(time.time())
@@ -255,11 +258,11 @@ class PgStore:
                 cur.executemany(f"insert into {self.s}.line_vectors(path, line, embedding) values (%s,%s,%s)",
                                 [(path, n, to_line_blob(v)) for n, v in sorted(line_vectors.items())])
             cur.execute(
-                f"insert into {self.s}.files(path, source, hash, mtime, size, embedded, indexed_at, messages)"
-                " values (%s,%s,%s,%s,%s,%s,%s,%s) on conflict(path) do update set source=excluded.source,"
+                f"insert into {self.s}.files(path, source, hash, mtime, size, embedded, indexed_at, messages, ident)"
+                " values (%s,%s,%s,%s,%s,%s,%s,%s,%s) on conflict(path) do update set source=excluded.source,"
                 " hash=excluded.hash, mtime=excluded.mtime, size=excluded.size, embedded=excluded.embedded,"
-                " indexed_at=excluded.indexed_at, messages=excluded.messages",
-                (path, source, file_hash, mtime, size, vectors is not None or not chunks, now, messages))
+                " indexed_at=excluded.indexed_at, messages=excluded.messages, ident=excluded.ident",
+                (path, source, file_hash, mtime, size, vectors is not None or not chunks, now, messages, ident))
             self._bump(gen, d_docs + len(chunks), d_toks + sum(n for _, n in docs))
 
     @guarded
@@ -288,10 +291,10 @@ class PgStore:
                 with cur.copy(f"copy {self.s}.chunks_vec(id, embedding) from stdin") as cp:
                     for i, cid in enumerate(ids):
                         cp.write_row((cid, np.asarray(vectors[i], dtype=np.float32)))
-            with cur.copy(f"copy {self.s}.files(path, source, hash, mtime, size, embedded, indexed_at, messages)"
-                          " from stdin") as cp:
+            with cur.copy(f"copy {self.s}.files(path, source, hash, mtime, size, embedded, indexed_at, messages,"
+                          " ident) from stdin") as cp:
                 for f in files:
-                    cp.write_row((f.path, f.source, f.hash, f.mtime, f.size, f.embedded, now, f.messages))
+                    cp.write_row((f.path, f.source, f.hash, f.mtime, f.size, f.embedded, now, f.messages, f.ident))
             self._bump(gen, len(chunks), sum(n for _, n in docs))
 
     @guarded
