@@ -59,6 +59,7 @@ from hermit.config.schema import SessionMemoryHookConfig
 from hermit.durable import append_whole, write_atomic
 from hermit.errors import HermitError
 from hermit.memory.index.session_source import redact
+from hermit.memory.policy import added_notes
 from hermit.memory.policy.audience import owner_origin
 from hermit.memory.policy.daily_log import MAX_NOTE_CHARS, memory_writes_locked
 from hermit.memory.policy.provenance import (
@@ -314,6 +315,7 @@ def write_memory_file(directory: Path, stem: str, text: str) -> Path:
     for n in range(1, 1000):
         path = directory / (f"{stem}.md" if n == 1 else f"{stem}-{n}.md")
         if write_new(path, text):
+            added_notes.added(path, text)  # not an owner's command's, if one runs now (tools/exec_marks)
             return path
     raise HermitError(f"could not find a free file name for {stem}.md in {directory}",
                       "move old session files out of memory/")
@@ -504,6 +506,7 @@ def _append_to_newest(mine: Sequence[Path], addition: str, block: Origin) -> Pat
         if not _is_own(existing, block) or len(existing) + len(data) > MAX_FILE_CHARS_FROM_OTHERS:
             raise refused
         append_whole(fd, data.encode("utf-8"), new_line=True)  # a close marker on a line of its own
+        added_notes.added(path, data)
     finally:
         os.close(fd)
     return path

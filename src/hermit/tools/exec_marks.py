@@ -22,8 +22,12 @@ change cannot be told apart. Named in the output, not marked: a file over MAX_TE
 marker; a file whose markers no longer pair up after the command (`sort -u`, `sed -i '/origin/d'`) is said to
 be withheld from every chat but the owner's until it is put right (provenance.marker_damage). Text in another encoding is marked and written back as UTF-8; a binary file is left (no tool shows
 it, the indexer skips it). A
-process the command leaves running that writes later is not seen, and a note a chat adds while the command
-runs is taken for the command's (owner-only: hidden from that chat, never shown to others).
+process the command leaves running that writes later is not seen. A note one of Hermit's own writers adds while
+the command runs (another chat's write tool or flush, the file its /new saves, the MCP server's memory_append)
+is not the command's: each says what it added (memory/policy/added_notes.py) and the comparison starts from the
+text before the command with those additions — taken for the command's, a contact's note became an owner-only
+note the main session read as its own. Past added_notes.MAX_ENTRIES notes in one command, the rest are taken
+for the command's (owner-only: hidden from their chat, never shown to others).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from pathlib import Path
 
 from hermit.durable import write_atomic
 from hermit.errors import PathPolicyError
+from hermit.memory.policy import added_notes
 from hermit.memory.policy.audience import is_private_path
 from hermit.memory.policy.daily_log import memory_writes_locked
 from hermit.memory.policy.provenance import damaged_note, marker_damage
@@ -63,6 +68,13 @@ _cache_chars = [0]
 _cache_lock = threading.Lock()
 
 
+class Snapshot(dict[str, Seen]):
+    """The memory files' texts before a command (by path), and the window in which Hermit's own writers say
+    what they add meanwhile (memory/policy/added_notes.py): another chat's note is not the command's change."""
+
+    window: int = 0
+
+
 def _key(st: os.stat_result) -> Key:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
@@ -75,11 +87,27 @@ class OwnerExecMarks:
         self.on_change = on_change
         self._root = rules.root
 
-    def before(self) -> dict[str, Seen]:
-        return {path: seen for path, seen in self._scan()}
+    def before(self) -> Snapshot:
+        window = added_notes.watch()  # first: a note added while the files are read is recorded too
+        try:
+            snapshot = Snapshot(self._scan())
+        except BaseException:
+            added_notes.unwatch(window)
+            raise
+        snapshot.window = window
+        return snapshot
 
     def after(self, before: dict[str, Seen]) -> list[str]:
-        """Mark what the command changed; the lines to add to its output (what could not be marked)."""
+        """Mark what the command changed; the lines to add to its output (what could not be marked). A note
+        one of Hermit's writers added meanwhile (another chat's, the MCP server's) is not the command's."""
+        window = before.window if isinstance(before, Snapshot) else None
+        try:
+            return self._after(before, window)
+        finally:
+            if window is not None:
+                added_notes.unwatch(window)
+
+    def _after(self, before: dict[str, Seen], window: int | None) -> list[str]:
         notes: list[str] = []
         try:
             changed = [p for p, seen in self._scan() if p not in before or before[p].key != seen.key]
@@ -93,6 +121,13 @@ class OwnerExecMarks:
                     if old is not None and old.key == seen.key:
                         continue
                     previous = _source(path, seen, before, now) if old is None else old.text
+                    others = added_notes.additions(window, path) if window is not None else []
+                    if others and (old is None or previous is not None):
+                        previous = added_notes.rebase(previous, others)
+                        if previous == seen.text:  # only other writers' notes: nothing of the command's
+                            if self.on_change is not None:
+                                self.on_change(Path(path))
+                            continue
                     note = self._mark(Path(path), seen, old, previous)
                     if note:
                         notes.append(note)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from hermit.errors import PathPolicyError
+from hermit.memory.policy import added_notes
 from hermit.memory.policy.audience import Reader, memory_view, visible_text
 from hermit.memory.policy.privacy import is_long_term
 from hermit.textfile import decode_text
@@ -251,8 +252,12 @@ class RoomView:
                 # Hermit's lock added to the file since `before` was read.
                 safe_fs.append_beneath(ws, loc.rel, after[len(before):].encode("utf-8"),
                                        new_line=not before or before.endswith("\n"))
+                added = after[len(before):]
             else:
                 safe_fs.write_beneath(ws, loc.rel, after.encode("utf-8"))
+                added = after if before is None else ""
+        # An owner's command running now must not take this chat's note for its own change (exec_marks).
+        added_notes.added(self.workspace / loc.rel, added)
 
 
 class _WsFd:

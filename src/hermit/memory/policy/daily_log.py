@@ -26,6 +26,7 @@ from typing import Any
 from hermit.durable import append_whole
 from hermit.errors import HermitError, PathPolicyError
 from hermit.locks import lock_fd, locked_dir
+from hermit.memory.policy import added_notes
 from hermit.memory.policy.paths import RULES, resolve_memory_path
 from hermit.memory.policy.provenance import Origin, neutralize, seal, wrap
 
@@ -129,6 +130,7 @@ def _append(real: Path, shown: str, text: str, now: datetime, origin: Origin | N
         # new_line: the lead is checked against the last byte again right before the write (an editor or
         # shell appending meanwhile takes no lock).
         append_whole(fd, (closing + lead + body).encode("utf-8"), new_line=True)
+        added_notes.added(real, closing + lead + body)  # not an owner's command's change (tools/exec_marks)
     finally:
         os.close(fd)  # releases the lock
     return {"path": shown, "startLine": start, "endLine": start + text.count("\n")}
