@@ -94,7 +94,7 @@ class Confinement:
             # MEMORY.md too: the write tool keeps its previous version in memory-history/, a command would not.
             protected = (ws / "memory", ws / MEMORY_FILE, *(ws / n for n in BOOTSTRAP_ORDER))
             guarded = (*protected, ws / "inbox")
-            return OsSandbox(backend, ws, protected, self.limits, guarded)
+            return OsSandbox(backend, ws, protected, self.limits, guarded, tuple(ws / n for n in BOOTSTRAP_ORDER))
         if backend.name == "bwrap":
             return RoomSandbox(backend, view, self.limits, self.agent_dir / "sandbox",
                                sandbox_uid(self.agent.settings.sandbox.uid), self.command_slots())

@@ -24,11 +24,13 @@ that proof (cli/sandbox_check.py). Where no sandbox is usable, non-owner session
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import grp
 import os
 import pwd
 import resource
+import secrets
 import shutil
 import stat
 import subprocess
@@ -268,6 +270,10 @@ class OsSandbox:
     # command that made BOOTSTRAP.md a link to another agent's MEMORY.md had it in the next prompt. So a link
     # the command made (or re-pointed) at one of them is removed when it ends (`LinkGuard`).
     guarded: tuple[Path, ...] = ()
+    # Names that must not appear while a command runs (the instruction files): one missing when it starts cannot
+    # be bound read-only, and a file the command wrote there would be read into every later prompt. What it
+    # made at such a name is moved aside when it ends (`LinkGuard`), its text kept.
+    kept_out: tuple[Path, ...] = ()
 
     @property
     def root(self) -> Path:
@@ -325,7 +331,8 @@ class OsSandbox:
 
     def link_guard(self) -> LinkGuard:
         """Taken before a command: `LinkGuard.undo()` after it removes the links it made at `guarded` names."""
-        return LinkGuard({p: _link_identity(p) for p in self.guarded})
+        return LinkGuard({p: _link_identity(p) for p in self.guarded},
+                         frozenset(p for p in self.kept_out if not os.path.lexists(p)))
 
     def preexec(self) -> Callable[[], None]:
         """Limits applied in the child before it execs the sandbox (inherited by everything inside)."""
@@ -358,10 +365,19 @@ class LinkGuard:
     """The guarded names of a bind-mode sandbox as they were before a command (see OsSandbox.guarded)."""
 
     before: Mapping[Path, LinkIdentity]
+    absent: frozenset[Path] = frozenset()  # kept-out names (OsSandbox.kept_out) nothing was at before
 
     def undo(self) -> list[str]:
         """Remove every guarded name that is now a symlink it was not before the command (every process of it
-        is gone by then: the sandbox has a pid namespace of its own); one line for the tool result each."""
+        is gone by then: the sandbox has a pid namespace of its own), and move aside whatever is now at a
+        kept-out name that was free before; one line for the tool result each."""
+        notes = self._unlink_new_links()
+        for path in sorted(self.absent):
+            if os.path.lexists(path):
+                notes.append(_move_aside(path))
+        return notes
+
+    def _unlink_new_links(self) -> list[str]:
         notes: list[str] = []
         for path, was in self.before.items():
             now = _link_identity(path)
@@ -374,6 +390,28 @@ class LinkGuard:
             notes.append(f"[removed {path.name}: the command made it a link (to {now[2]}); Hermit reads it outside "
                          "the sandbox, so a sandboxed command may not point it anywhere]")
         return notes
+
+
+def _move_aside(path: Path) -> str:
+    """Rename what a command made at the kept-out name `path` to `NAME.made-by-a-command-<random>` beside it (a
+    name Hermit never reads, and one the command could not have guessed and taken first); the tool result's line
+    saying where. Where it cannot be moved it is removed: it must not reach the next prompt."""
+    for _ in range(8):
+        aside = path.with_name(f"{path.name}.made-by-a-command-{secrets.token_hex(4)}")
+        if os.path.lexists(aside):
+            continue
+        try:
+            os.rename(path, aside)
+        except OSError:
+            break
+        return (f"[moved {path.name} aside to {aside.name}: the command made it, and a sandboxed command may not "
+                f"add an instruction file; rename it back yourself if you want it]")
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return f"[removed {path.name}: the command made it, and a sandboxed command may not add an instruction file]"
 
 
 def _sb_quote(text: str) -> str:
