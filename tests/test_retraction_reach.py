@@ -222,6 +222,7 @@ def test_a_kill_mid_scrub_leaves_the_old_transcript_or_the_new_one_and_the_delet
     after = path.read_bytes()
     if point == "writing":
         assert after == before  # the old file, whole
+        assert len(list(path.parent.iterdir())) == 2  # and the half-written temp file beside it
     else:
         assert CARD.encode() not in after.split(b"\n")[2] and b"Noted: [deleted]." in after  # the new one, whole
         assert f"and {CARD}?".encode() in after  # the user's own later words are theirs
@@ -233,6 +234,8 @@ def test_a_kill_mid_scrub_leaves_the_old_transcript_or_the_new_one_and_the_delet
     final = path.read_text()
     assert "Lisbon" not in final and "Noted: [deleted]." in final and final.count(CARD) == 1
     assert not read_transcript(path).problems
+    if point == "writing":  # the killed scrub's temp file (half of the new one) is gone with the second
+        assert [p.name for p in path.parent.iterdir()] == [path.name]
 
 
 def test_an_append_waiting_while_the_transcript_is_scrubbed_lands_in_the_new_file(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hermit.durable import fsync_dir, held_temp, write_all
+from hermit.durable import _remove_stale_temps, fsync_dir, held_temp, write_all
 from hermit.locks import lock_fd
 from hermit.sessions.entries import RETRACTED_TEXT, retract
 from hermit.sessions.files import open_own, read_fd
@@ -346,7 +346,9 @@ def scrub_transcript(path: Path, deleted: Deleted) -> Scrubbed:
 
 
 def _replace(path: Path, old: int, data: bytes) -> None:
-    """`path` replaced by a file holding `data`, with the old one's mode (0600), while `old` holds its lock."""
+    """`path` replaced by a file holding `data`, with the old one's mode (0600), while `old` holds its lock. A
+    temp file a killed scrub left is removed first (durable.py: only one no live process holds)."""
+    _remove_stale_temps(path)
     tmp_fd, tmp = held_temp(path)
     try:
         try:
