@@ -10,13 +10,16 @@ to weigh. Any command of the owner's (`echo hi`) did it, touching memory or not.
 they add (memory/policy/added_notes.py) and only the command's own change is marked.
 
 Real parts: the runtime's real tools (the contact's RoomView write, the owner's exec in a real shell), the real
-session-memory hook, the daily-log append of the MCP server, real files. The shell waits on FIFOs, so each
-note lands while the command runs — no timing.
+session-memory hook, the daily-log append of the MCP server, real files; and a second process (the gateway
+answering a contact while the owner's `hermit chat` runs a command). The shell waits on FIFOs, so each note
+lands while the command runs — no timing.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from datetime import datetime
@@ -135,3 +138,38 @@ def test_a_contacts_new_session_file_saved_during_an_owner_command_stays_the_con
         write_memory_file(rt.agent.workspace / "memory", "2026-01-20-door-code-a1b2c3", text)))
     assert saved[0].read_text() == text  # not wrapped as the owner's
     assert audiences(rt, "memory/" + saved[0].name)[NOTE] == CONTACT_AUDIENCE
+
+
+CHILD = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from agenthelpers import fixed_clock, load_offline, tool_call
+from hermit.agent.runtime import AgentRuntime
+from hermit.testing import ScriptedModel
+home = Path(sys.argv[2])
+rt = AgentRuntime(load_offline(home / "state").agent(), ScriptedModel([]), fsync=False, home=home, clock=fixed_clock)
+out, err = tool_call(rt, sys.argv[3], "write", path=sys.argv[4], content=sys.argv[5], append=True)
+sys.exit(1 if err else 0)
+"""
+
+
+def test_a_note_another_process_adds_during_the_owners_command_stays_the_contacts(rt: AgentRuntime,
+                                                                                 tmp_path: Path) -> None:
+    """The owner's command runs in this process (`hermit chat`); the contact's turn in another (the gateway)."""
+    ws = rt.agent.workspace
+    (ws / LOG).write_text("- typed by hand\n")
+    tests = str(Path(__file__).parent)
+
+    def gateway() -> None:
+        subprocess.run([sys.executable, "-c", CHILD, tests, str(tmp_path), CONTACT, LOG, NOTE], check=True,
+                       timeout=60)
+
+    while_the_owners_command_runs(rt, tmp_path, gateway, then=f"printf -- '- owner PIN 5512\\n' >> {LOG}")
+    auds = audiences(rt, LOG)
+    assert auds[NOTE] == CONTACT_AUDIENCE and auds["- owner PIN 5512"] == OWNER
+    assert "&lt;!--" not in (ws / LOG).read_text()
+    assert not (ws / "memory" / added_notes.WATCH_DIR).exists()  # the last command took its folder away
+    # Nobody watching: a note leaves nothing behind.
+    call(rt, CONTACT, "write", path=LOG, content="- later", append=True)
+    assert sorted(p.name for p in (ws / "memory").iterdir()) == [Path(LOG).name]

@@ -88,7 +88,9 @@ class OwnerExecMarks:
         self._root = rules.root
 
     def before(self) -> Snapshot:
-        window = added_notes.watch()  # first: a note added while the files are read is recorded too
+        # First: a note added while the files are read is recorded too; other processes' writers are asked
+        # (through the memory folder) to say theirs.
+        window = added_notes.watch(self.rules.root / "memory")
         try:
             snapshot = Snapshot(self._scan())
         except BaseException:

@@ -12,31 +12,58 @@ file it created), and the marking step starts from the text before the command *
 (`additions` and `rebase`), so that only the command's own change is the owner's. Recorded only while a
 command is being watched (`watch` … `unwatch`), at most MAX_ENTRIES at once (past that a note is taken for
 the command's, as before: owner-only, never shared). Only text a writer of Hermit's appended, exactly as it was
-written, is ever taken out of a command's change; a command's own text is never in here.
+written, is ever taken out of a command's change.
+
+Across processes (the owner's `hermit chat` while the gateway answers contacts; the MCP server's
+memory_append): a watched command leaves a marker in `memory/.hermit-watch/` (0700, the user's own), and a
+writer that sees the marker of another live process there also appends what it added to the journal beside it
+(`added.jsonl`, 0600), which the command reads from where it stood when the command started. Every note is
+written under the memory lock, so the times they carry (the system's monotonic clock) order them as they were
+written. The last command to end removes the journal. A folder, marker or journal that is not the user's
+own or not what it should be is left alone: the note is then the command's, as before (owner-only). The
+journal is the owner's like the rest of memory/: a command of the owner's shell could write to it, as it can to
+any of the owner's files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import os
+import stat
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from hermit.locks import pid_alive
+
 MAX_ENTRIES = 4096
+MAX_JOURNAL_BYTES = 8_000_000
+WATCH_DIR = ".hermit-watch"  # in the memory folder
+JOURNAL = "added.jsonl"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 _lock = threading.Lock()
 _watching: set[int] = set()
-_entries: list[tuple[int, str, str]] = []  # (sequence number, real path, the text added)
+_entries: list[tuple[int, str, str, int]] = []  # (sequence number, real path, the text added, monotonic ns)
 _numbers = itertools.count(1)
+_starts: dict[int, tuple[str, int, int]] = {}  # window -> (its watch folder, the journal's inode, its size then)
 
 
-def watch() -> int:
-    """Start recording additions (before the command's files are looked at); the window's number."""
+def watch(folder: Path | None = None) -> int:
+    """Start recording additions (before the command's files are looked at); the window's number. With
+    `folder` (the workspace's memory folder), other processes' writers are asked to record theirs too."""
     with _lock:
         window = next(_numbers)
         _watching.add(window)
-        return window
+    if folder is not None:
+        start = _announce(folder, window)
+        if start is not None:
+            with _lock:
+                _starts[window] = start
+    return window
 
 
 def unwatch(window: int) -> None:
@@ -45,23 +72,33 @@ def unwatch(window: int) -> None:
         _watching.discard(window)
         first = min(_watching, default=None)
         _entries[:] = [] if first is None else [e for e in _entries if e[0] > first]
+        start = _starts.pop(window, None)
+    if start is not None:
+        _retire(start[0], window)
 
 
 def added(path: Path | str, text: str) -> None:
     """A writer of Hermit's appended `text` to `path` (or created it holding `text`), under the memory lock."""
-    if not _watching or not text:
+    if not text:
         return
     real = os.path.realpath(path)
-    with _lock:
-        if _watching and len(_entries) < MAX_ENTRIES:
-            _entries.append((next(_numbers), real, text))
+    at = time.monotonic_ns()
+    if _watching:
+        with _lock:
+            if _watching and len(_entries) < MAX_ENTRIES:
+                _entries.append((next(_numbers), real, text, at))
+    _journal(real, text, at)
 
 
 def additions(window: int, path: Path | str) -> list[str]:
-    """What Hermit's writers added to `path` since `window` opened, in order."""
+    """What Hermit's writers (of this process, and of others while `window` was announced) added to `path`
+    since `window` opened, in the order they were written."""
     real = os.path.realpath(path)
     with _lock:
-        return [text for n, p, text in _entries if n > window and p == real]
+        mine = [(at, text) for n, p, text, at in _entries if n > window and p == real]
+        start = _starts.get(window)
+    theirs = _read_journal(start, real) if start is not None else []
+    return [text for _, text in sorted(mine + theirs, key=lambda e: e[0])]
 
 
 def rebase(previous: str | None, texts: Sequence[str]) -> str | None:
@@ -75,3 +112,130 @@ def rebase(previous: str | None, texts: Sequence[str]) -> str | None:
         lead = "" if not base or base.endswith("\n") or addition.startswith("\n") else "\n"
         text = base + lead + addition
     return text
+
+
+# ---- across processes -----------------------------------------------------------------------------------
+
+
+def _own_dir(fd: int) -> bool:
+    st = os.fstat(fd)
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _marker_pid(name: str) -> int | None:
+    head = name.split(".", 1)[0]
+    return int(head) if head.isdigit() and name != JOURNAL else None
+
+
+def _live_others(dfd: int) -> list[str]:
+    """The markers of live processes other than this one."""
+    out = []
+    for name in os.listdir(dfd):
+        pid = _marker_pid(name)
+        if pid is not None and pid != os.getpid() and pid_alive(pid):
+            out.append(name)
+    return out
+
+
+def _announce(folder: Path, window: int) -> tuple[str, int, int] | None:
+    watch_dir = os.path.join(os.path.realpath(folder), WATCH_DIR)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(watch_dir, 0o700)
+        dfd = os.open(watch_dir, _DIR_FLAGS)
+    except OSError:
+        return None
+    try:
+        if not _own_dir(dfd):
+            return None
+        for name in os.listdir(dfd):  # markers of processes that died while they watched
+            pid = _marker_pid(name)
+            if pid is not None and pid != os.getpid() and not pid_alive(pid):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=dfd)
+        os.close(os.open(f"{os.getpid()}.{window}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600, dir_fd=dfd))
+        try:
+            st = os.stat(JOURNAL, dir_fd=dfd, follow_symlinks=False)
+            return watch_dir, st.st_ino, st.st_size
+        except FileNotFoundError:
+            return watch_dir, 0, 0
+    except OSError:
+        return None
+    finally:
+        os.close(dfd)
+
+
+def _retire(watch_dir: str, window: int) -> None:
+    """Take this window's marker away; the last watcher removes the journal and the folder."""
+    try:
+        dfd = os.open(watch_dir, _DIR_FLAGS)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.unlink(f"{os.getpid()}.{window}", dir_fd=dfd)
+        if _own_dir(dfd) and not [n for n in os.listdir(dfd) if n != JOURNAL]:
+            with contextlib.suppress(OSError):
+                os.unlink(JOURNAL, dir_fd=dfd)
+            with contextlib.suppress(OSError):
+                os.rmdir(watch_dir)  # fails when a new marker came meanwhile: it stays
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def _journal(real: str, text: str, at: int) -> None:
+    """Also tell a command another process watches (its marker is in the folder's watch folder)."""
+    try:
+        dfd = os.open(os.path.join(os.path.dirname(real), WATCH_DIR), _DIR_FLAGS)
+    except OSError:
+        return  # nobody watches (the common case: no such folder)
+    try:
+        if not _own_dir(dfd) or not _live_others(dfd):
+            return
+        fd = os.open(JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o600, dir_fd=dfd)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > MAX_JOURNAL_BYTES:
+                return
+            line = json.dumps({"pid": os.getpid(), "at": at, "path": real, "text": text}, ensure_ascii=False)
+            os.write(fd, (line + "\n").encode("utf-8", "surrogatepass"))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def _read_journal(start: tuple[str, int, int], real: str) -> list[tuple[int, str]]:
+    """(time, text) of other processes' additions to `real` in the journal since `start`."""
+    watch_dir, inode, offset = start
+    try:
+        dfd = os.open(watch_dir, _DIR_FLAGS)
+    except OSError:
+        return []
+    try:
+        fd = os.open(JOURNAL, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError:
+        return []
+    finally:
+        os.close(dfd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > 2 * MAX_JOURNAL_BYTES:
+            return []
+        skip = offset if st.st_ino == inode else 0  # a journal made anew since: all of it is newer
+        data = os.pread(fd, max(st.st_size - skip, 0), skip)
+    finally:
+        os.close(fd)
+    out = []
+    for raw in data.decode("utf-8", "replace").split("\n"):
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            entry = json.loads(raw)
+            if entry["pid"] != os.getpid() and entry["path"] == real and isinstance(entry["text"], str):
+                out.append((int(entry["at"]), entry["text"]))
+    return out
