@@ -29,7 +29,9 @@ again; the others keep their bytes, a damaged line included.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -63,6 +65,9 @@ maybe really good great right see look tell said says
 STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 _WORD = re.compile(r"\w+")
+_ALNUM = re.compile(r"[^\W_]+")
+_SPACE = re.compile(r"\s")
+_SPACES = re.compile(r" {2,}")
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:[ \-./]\d+)*(?![\w])")
 _PUNCT = "\"'`.,;:!?()[]{}<>*_~"
 # Keys of a message's JSON whose strings are text someone could have quoted in; `arguments` is scrubbed whole.
@@ -74,22 +79,30 @@ def _fold(c: str) -> str:
     return low if len(low) == 1 else c  # one character for one: positions map back to the original
 
 
-def _normalized(text: str) -> tuple[str, list[int]]:
-    """`text` with each run of whitespace as one space and case folded, and where each character came from."""
-    out: list[str] = []
-    at: list[int] = []
-    space = False
-    for i, c in enumerate(text):
-        if c.isspace():
-            if not space:
-                out.append(" ")
-                at.append(i)
-            space = True
-            continue
-        space = False
-        out.append(_fold(c))
-        at.append(i)
-    return "".join(out), at
+class _Normalized:
+    """A text with whitespace as single spaces and case folded (`text`), and where each of its characters came
+    from (`origin`): the runs of whitespace collapsed are kept as (position in `text`, in the original)."""
+
+    def __init__(self, text: str) -> None:
+        low = text.lower()
+        if len(low) != len(text):  # a character that lowers to two (İ): one by one
+            low = "".join(map(_fold, text))
+        low = _SPACE.sub(" ", low)  # every whitespace character a space: positions unchanged
+        pieces: list[str] = []
+        self._origin: list[int] = [0]  # where each piece kept (up to a run's first space) starts in the original
+        pos = 0
+        for m in _SPACES.finditer(low):
+            pieces.append(low[pos:m.start() + 1])
+            pos = m.end()
+            self._origin.append(pos)
+        pieces.append(low[pos:])
+        self.text = "".join(pieces)
+        self._marks: list[int] = list(itertools.accumulate((len(p) for p in pieces[:-1]), initial=0))  # in `text`
+
+    def origin(self, at: int) -> int:
+        """The position in the original text of the character at `at`."""
+        k = bisect.bisect_right(self._marks, at) - 1
+        return self._origin[k] + (at - self._marks[k])
 
 
 def _secretish(word: str) -> bool:
@@ -107,7 +120,7 @@ class Verbatim:
     _numbers: frozenset[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        parts = [_normalized(t[:MAX_DELETED])[0].strip() for t in self.texts]
+        parts = [_Normalized(t[:MAX_DELETED]).text.strip() for t in self.texts]
         hay = "\x00".join(parts)
         grams = frozenset(g for i in range(len(hay) - MIN_RUN + 1) if "\x00" not in (g := hay[i:i + MIN_RUN]))
         words = {w.strip(_PUNCT) for t in self.texts for w in t[:MAX_DELETED].split()}
@@ -150,11 +163,11 @@ class Verbatim:
         """Spans of `text` (original positions) that are runs of the deleted text (see the module's rules)."""
         if not self._grams:
             return
-        norm, at = _normalized(text)
-        i, n = 0, len(norm)
-        while i <= n - MIN_RUN:
-            if not (norm[i].isalnum() and (i == 0 or not norm[i - 1].isalnum())) or norm[i:i + MIN_RUN] not in self._grams:
-                i += 1
+        normalized = _Normalized(text)
+        norm, n, done = normalized.text, len(normalized.text), 0
+        for word in _ALNUM.finditer(norm):  # a run starts where a word does
+            i = word.start()
+            if i < done or i > n - MIN_RUN or norm[i:i + MIN_RUN] not in self._grams:
                 continue
             lo, hi = MIN_RUN, min(n - i, len(self._hay))  # the longest run from i that the deleted text holds
             while lo < hi:
@@ -171,10 +184,8 @@ class Verbatim:
                 end -= 1
             run = norm[i:end]
             if len(run) >= MIN_RUN and any(w not in STOPWORDS or any(c.isdigit() for c in w) for w in _WORD.findall(run)):
-                yield at[i], at[end - 1] + 1
-                i = end
-            else:
-                i += 1
+                yield normalized.origin(i), normalized.origin(end - 1) + 1
+                done = end
 
 
 @dataclass(frozen=True)
