@@ -176,6 +176,32 @@ def test_a_delete_after_new_scrubs_the_replies_saved_with_the_session_and_its_en
     assert "1111" not in ended and '"customType":"retracted"' in ended
 
 
+def test_a_reply_a_running_turn_wrote_after_the_scrub_is_scrubbed_when_the_message_is_retracted_again(
+        tmp_path: Path) -> None:
+    """A turn running when the delete came had the message in its context: its reply, written after the scrub,
+    may quote it, and the transcript no longer holds the text to find it by. Retracted again after that turn
+    (runtime.retract), its copy goes too: what the first scrub found is kept in memory for a while."""
+    requests: list[ModelRequest] = []
+    rt = make_runtime(tmp_path / "home", requests)
+    bus = make_bus(rt, RecordingChannel())
+
+    async def main() -> None:
+        await bus.publish(dm(SECRET, "1"))
+        assert await bus.drain(20)
+        await bus.publish(dm("", "1", change="deleted"))
+        assert await bus.drain(20)
+
+    asyncio.run(main())
+    record = rt.store.get(MAIN)
+    assert record is not None
+    path = rt.store.transcript_path(record.session_id)
+    assert CARD not in path.read_text()
+    rt.store.open_transcript(record).append_message(
+        {"role": "assistant", "content": [{"type": "text", "text": f"As you said: {CARD}."}]})
+    assert rt.retract(MAIN, "telegram:default:1")
+    assert CARD not in path.read_text() and "As you said: [deleted]." in path.read_text()
+
+
 KILLED_CHILD = r"""
 import os, signal, sys
 from pathlib import Path

@@ -52,6 +52,12 @@ _guard = threading.Lock()
 Remove = Callable[[Sequence[FiledFile]], None]  # deletes the files a retracted message brought
 Reach = Callable[[str | None, Deleted], None]  # scrubs a deleted message's copies a session (its key) wrote elsewhere
 _REACHES: dict[str, weakref.WeakMethod[Reach]] = {}
+# What a scrub found of a deleted message, kept in this process only (never on disk) for a while: the transcript
+# no longer holds its text, and a turn that was running when it was deleted may still write a reply quoting it.
+# Retracted again after that turn (runtime.retract), its copies are found by this.
+RECENT_SECONDS = 3600
+RECENT_KEPT = 64
+_RECENT: OrderedDict[tuple[str, str], tuple[float, Deleted]] = OrderedDict()
 
 
 def ref_bytes(ref: str) -> bytes:
@@ -101,19 +107,34 @@ def _reach_for(directory: Path) -> Reach | None:
     return ref() if ref is not None else None
 
 
+def _recent(key: tuple[str, str]) -> Deleted | None:
+    with _guard:
+        found = _RECENT.get(key)
+        if found is not None and time.monotonic() - found[0] > RECENT_SECONDS:
+            del _RECENT[key]
+            found = None
+    return found[1] if found is not None else None
+
+
 def scrub_copies(transcript: Transcript, ref: str) -> None:
     """Copies of the deleted message `ref` scrubbed from what Hermit wrote after it (sessions/scrub.py): first the
     memory notes its session's flush wrote (the folder's `reach`), found by the text the transcript still holds,
     then the transcript itself, its message included. A failure is logged: the `retracted` entry still hides
     the message."""
+    key = (os.path.realpath(transcript.path), ref)
     try:
-        deleted = find_deleted(transcript.path, ref)
+        deleted = find_deleted(transcript.path, ref, _recent(key))
         if deleted is None:
             return
         reach = _reach_for(transcript.path.parent)
         if reach is not None and deleted.flush_calls:
             reach(transcript.header.session_key, deleted)
         scrub_transcript(transcript.path, deleted)
+        with _guard:
+            _RECENT[key] = (time.monotonic(), deleted)
+            _RECENT.move_to_end(key)
+            while len(_RECENT) > RECENT_KEPT:
+                _RECENT.popitem(last=False)
     except (OSError, SessionError) as e:
         log.warning("could not take the copies of a deleted message out of %s: %s", transcript.path.name, e)
 

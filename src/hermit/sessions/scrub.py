@@ -244,11 +244,12 @@ def _is_deleted(obj: dict[str, Any], ref: str) -> bool:
             and message.get("ref") == ref)
 
 
-def deleted_in(objs: Iterable[dict[str, Any] | None], ref: str) -> Deleted | None:
+def deleted_in(objs: Iterable[dict[str, Any] | None], ref: str, known: Deleted | None = None) -> Deleted | None:
     """The message `ref` as the transcript's lines (parsed, in order) recorded it, or None when they hold no text
-    of it (never recorded, or scrubbed already)."""
+    of it (never recorded, or scrubbed already). `known`: what an earlier scrub found of it, used when its text is
+    gone (copies written since: by a turn that was running when it was deleted), with the flush calls as now."""
     texts: list[str] = []
-    first = 0
+    first = known.line if known is not None else 0
     calls: list[tuple[str, dict[str, Any]]] = []
     for number, obj in enumerate(objs, start=1):
         if obj is None:
@@ -264,19 +265,19 @@ def deleted_in(objs: Iterable[dict[str, Any] | None], ref: str) -> Deleted | Non
                 if isinstance(part, dict) and part.get("type") == "toolCall" and isinstance(part.get("name"), str) \
                         and isinstance(part.get("arguments"), dict):
                     calls.append((part["name"], part["arguments"]))
-    if not texts:
-        return None
-    return Deleted(ref, Verbatim(tuple(texts)), first, tuple(calls))
+    if texts:
+        return Deleted(ref, Verbatim(tuple(texts)), first, tuple(calls))
+    return Deleted(ref, known.rule, known.line, tuple(calls)) if known is not None else None
 
 
-def find_deleted(path: Path, ref: str) -> Deleted | None:
+def find_deleted(path: Path, ref: str, known: Deleted | None = None) -> Deleted | None:
     """`deleted_in` of the transcript at `path` as it is now."""
     fd, st = open_own(path, os.O_RDONLY, "the transcript")
     try:
         data = read_fd(fd, st.st_size)
     finally:
         os.close(fd)
-    return deleted_in(map(_obj, _lines(data)), ref)
+    return deleted_in(map(_obj, _lines(data)), ref, known)
 
 
 def _scrub_value(value: Any, clean: Callable[[str], str], text: bool) -> Any:
