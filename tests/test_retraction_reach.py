@@ -312,6 +312,34 @@ def test_an_append_waiting_while_the_transcript_is_scrubbed_lands_in_the_new_fil
     assert not read.problems and "Lisbon" not in path.read_text()
 
 
+def test_flush_notes_are_scrubbed_only_in_their_sessions_blocks_and_never_through_a_link(tmp_path: Path) -> None:
+    """The flush's recorded write is the provenance: the same line in another session's block, or outside any block
+    (the owner's), is left; a memory file swapped for a link to a file elsewhere is neither read nor replaced."""
+    from hermit.agent.flush import scrub_flush_notes
+    from hermit.sessions.scrub import deleted_in
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    mine, other = '<!-- origin session="agent:main:main" -->', '<!-- origin session="agent:main:telegram:group:g1" -->'
+    text = (f"{NOTE_SECRET}\n\n{other}\n{NOTE_SECRET}\n<!-- /origin -->\n\n{mine}\n{NOTE_SECRET}\n{NOTE_PLAIN}\n"
+            "<!-- /origin -->\n")
+    note = ws / "memory" / "2026-01-20.md"
+    note.write_text(text)
+    elsewhere = tmp_path / "elsewhere.md"
+    elsewhere.write_text(text)
+    (ws / "memory" / "2026-01-21.md").symlink_to(elsewhere)
+    write = {"role": "assistant", "content": [
+        {"type": "toolCall", "id": "c", "name": "write", "arguments": {"path": f"memory/{day}.md", "content": NOTE_SECRET}}
+        for day in ("2026-01-20", "2026-01-21")]}
+    deleted = deleted_in([
+        {"type": "message", "message": {"role": "user", "content": [{"type": "text", "text": SECRET}], "ref": "r"}},
+        {"type": "custom", "customType": "memory_flush", "data": {"message": write}}], "r")
+    assert deleted is not None
+    assert scrub_flush_notes(ws, MAIN, deleted) == {note.resolve(): 1}
+    assert note.read_text() == text.replace(f"{mine}\n{NOTE_SECRET}", f"{mine}\n- Card [deleted]: [deleted]")
+    assert elsewhere.read_text() == text and (ws / "memory" / "2026-01-21.md").is_symlink()
+
+
 @pytest.mark.parametrize(("said", "copy", "kept"), [
     ("my password is correcthorse battery", "Your password correcthorse battery is safe", None),
     ("the code is hunter22 ok", "I will remember HUNTER22.", None),

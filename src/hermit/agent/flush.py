@@ -45,6 +45,7 @@ from hermit.agent.context import SILENT_TOKEN
 from hermit.agent.loop import LoopResult, RequestBuilder, run_loop
 from hermit.config.schema import CompactionConfig, MemoryFlushConfig
 from hermit.durable import write_atomic
+from hermit.errors import HermitError
 from hermit.memory.policy.daily_log import memory_writes_locked
 from hermit.memory.policy.provenance import neutralize, origin_blocks
 from hermit.messages import (
@@ -60,6 +61,7 @@ from hermit.sessions.record import SessionRecord
 from hermit.sessions.scrub import FLUSH_ENTRY as SCRUBBED_FLUSH_ENTRY
 from hermit.sessions.scrub import Deleted
 from hermit.sessions.transcript import CompactionEntry, CustomEntry, Entry, Transcript
+from hermit.textfile import read_regular_stat
 from hermit.tools.base import ToolRunner
 from hermit.tools.files import AppendOnlyPolicy
 
@@ -182,14 +184,13 @@ def scrub_flush_notes(workspace: Path, session_key: str, deleted: Deleted) -> di
         return changed
     with memory_writes_locked(workspace, *wanted):
         for target, lines in wanted.items():
-            try:
-                st = os.lstat(target)
-                if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != os.geteuid():
+            try:  # never through a link: the file as it is, the user's own with one name
+                data, st = read_regular_stat(target, follow=False)
+                if st.st_nlink != 1 or st.st_uid != os.geteuid():
                     log.warning("flush notes: %s is not a file of Hermit's own: left", target.name)
                     continue
-                with open(target, encoding="utf-8", newline="") as fh:
-                    text = fh.read()
-            except (OSError, UnicodeDecodeError) as e:
+                text = data.decode("utf-8")
+            except (OSError, HermitError, UnicodeDecodeError) as e:
                 log.warning("flush notes: could not read %s to scrub a deleted message: %s", target.name, e)
                 continue
             rows = text.split("\n")
