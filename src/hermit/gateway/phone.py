@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from hermit.gateway.tickets import Tickets
 
 if TYPE_CHECKING:
     import segno
+
+log = logging.getLogger("hermit.gateway.phone")
 
 QR_ERROR = "m"  # 15% of the symbol may be unreadable (a glare on a screen) and the code still scans
 QR_BORDER = 4  # the quiet zone the standard asks for, in modules: scanners need it to find the code
@@ -167,4 +170,6 @@ def phone_sign_in(tickets: Tickets, allowed_origins: Sequence[str], server: tupl
         raise HermitError("the gateway does not know the address it listens on", "restart it")
     address = phone_address(where[0], where[1], allowed_origins)
     link = f"{address.base}#ticket={tickets.issue()}"
+    log.info("the web app made a one-time sign-in link for a phone at %s (good for %.0f minutes)", address.base,
+             tickets.ttl / 60)  # the owner's log says when one was made, never the ticket
     return {"link": link, "qr": qr_svg_uri(link), "expiresIn": int(tickets.ttl), "warning": address.warning}
