@@ -10,7 +10,12 @@ from typing import Literal
 from hermit.config.load import LoadedConfig
 from hermit.errors import HermitError
 from hermit.scheduler.control import CronJobs
-from hermit.scheduler.heartbeat import HEARTBEAT_FILE, heartbeat_file_is_empty, read_heartbeat_file
+from hermit.scheduler.heartbeat import (
+    HEARTBEAT_FILE,
+    HeartbeatFileError,
+    heartbeat_file_is_empty,
+    read_heartbeat_file,
+)
 from hermit.scheduler.targets import resolve_target
 
 # (status, detail, fix): one doctor line.
@@ -44,16 +49,23 @@ def heartbeat_health(loaded: LoadedConfig) -> Health:
     skipped; the default heartbeat with the empty template is fine (it costs nothing until used)."""
     lines: list[str] = []
     failed: list[str] = []
+    hints: list[str] = []
     for agent in loaded.agents:
         cfg = agent.settings.heartbeat
         if cfg.every_minutes == 0:
             lines.append(f"{agent.id}: off")
             continue
-        text = read_heartbeat_file(agent.workspace)
+        try:
+            text = read_heartbeat_file(agent.workspace)
+        except HeartbeatFileError as e:
+            failed.append(f"{agent.id}: {e.message}")
+            hints.append(e.hint)
+            continue
         empty = text is None or heartbeat_file_is_empty(text)
         if empty and "heartbeat" in agent.settings.model_fields_set:
             failed.append(f"{agent.id}: every {cfg.every_minutes} min, but {agent.workspace / HEARTBEAT_FILE} is "
                           "empty (only blank lines and headings), so every heartbeat is skipped")
+            hints.append(f"add checklist items to {HEARTBEAT_FILE}, or set heartbeat.every_minutes: 0")
         elif empty:
             lines.append(f"{agent.id}: every {cfg.every_minutes} min, idle until {HEARTBEAT_FILE} has items")
         else:
@@ -61,8 +73,7 @@ def heartbeat_health(loaded: LoadedConfig) -> Health:
             dest = f"alerts to {t.channel}:{t.account}:{t.to}" if t else "alerts stay in the transcript (no target)"
             lines.append(f"{agent.id}: every {cfg.every_minutes} min, {dest}")
     if failed:
-        return ("fail", "; ".join(failed),
-                f"add checklist items to {HEARTBEAT_FILE}, or set heartbeat.every_minutes: 0")
+        return ("fail", "; ".join(failed), "; ".join(dict.fromkeys(hints)))
     return ("ok", "; ".join(lines), "")
 
 

@@ -28,6 +28,7 @@ from typing import Literal
 from hermit.agent.context import is_silent
 from hermit.channels.base import Target
 from hermit.config.load import AgentConfig, LoadedConfig
+from hermit.config.paths import not_own_note
 from hermit.config.schema import ActiveHoursConfig, ChannelsConfig, HeartbeatConfig
 from hermit.durable import write_atomic
 from hermit.errors import HermitError
@@ -35,8 +36,10 @@ from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.schedule import Zone
 from hermit.scheduler.targets import not_the_owner, resolve_target
 from hermit.sessions.keys import main_session_key
+from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, read_regular_stat
 
 HEARTBEAT_FILE = "HEARTBEAT.md"
+MAX_HEARTBEAT_BYTES = 1_000_000  # a checklist; what the prompt shows of it is cut far sooner (20,000 characters)
 HEARTBEAT_TOKEN = "HEARTBEAT_OK"
 DEFAULT_ACK_MAX_CHARS = 300
 # The original's rule: the same alert text is not sent to the same place again within a day.
@@ -74,11 +77,35 @@ def heartbeat_file_is_empty(text: str) -> bool:
     return all(_EMPTY_LINE.match(line) for line in without_comments.splitlines())
 
 
+class HeartbeatFileError(HermitError):
+    """HEARTBEAT.md is there but is no checklist to follow: not a regular file, too large, unreadable, or not the
+    owner's alone."""
+
+
 def read_heartbeat_file(workspace: Path) -> str | None:
+    """HEARTBEAT.md's text (None when there is none), read as the prompt reads the instruction files
+    (workspace.read_bootstrap): never waiting on a FIFO (this runs in the gateway's event loop), within a size
+    cap, and only a file the owner alone may write — it decides whether turns run. HeartbeatFileError else."""
+    path = workspace / HEARTBEAT_FILE
     try:
-        return (workspace / HEARTBEAT_FILE).read_text(encoding="utf-8")
-    except (FileNotFoundError, IsADirectoryError):
+        data, st = read_regular_stat(path, MAX_HEARTBEAT_BYTES)
+    except FileNotFoundError:
         return None
+    except NotRegularFile as e:
+        if e.kind == "a directory":
+            return None
+        raise HeartbeatFileError(f"{path} is {e.kind}, not a regular file: the heartbeat does not read it",
+                                 f"replace it with a Markdown checklist (rm {path}, then write the file)") from None
+    except FileTooLarge as e:
+        raise HeartbeatFileError(f"{path} is too large for a checklist ({e.size:,} bytes; at most {e.limit:,})",
+                                 "keep only the checks each heartbeat should run") from None
+    except OSError as e:
+        raise HeartbeatFileError(f"cannot read {path}: {e.strerror or e}", "check its permissions") from None
+    if (why := not_own_note(st)) is not None:
+        raise HeartbeatFileError(f"{path} {why}, so what it says is not the owner's word: no heartbeat runs on it",
+                                 f"if what it says is yours, make it yours alone: chown $(id -u) {path} && "
+                                 f"chmod 600 {path}")
+    return decode_text(data).text
 
 
 def _minutes(hh_mm: str) -> int:
