@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import segno
 
-from gatewayhelpers import GatewayProcess, write_config
+from gatewayhelpers import GatewayProcess, free_port, write_config
 from hermit.gateway.protocol import handshake_proof
 from hermit.gateway.state import GatewayLock, ensure_token
 from hermit.gateway.tickets import PREFIX, ticket_id
@@ -149,9 +149,10 @@ def test_a_gateway_on_every_address_sends_the_phone_to_this_machines_address_wit
     home = tmp_path / "home"
     token = ensure_token(home)
     write_config(home, "http://127.0.0.1:9/v1")
+    port = free_port()  # only published, never listened on: the link's port is what the lock file says
     lock = GatewayLock.acquire(home)  # what a gateway on 0.0.0.0 publishes (its pid: this process)
     try:
-        lock.publish({"pid": os.getpid(), "host": "0.0.0.0", "port": 18555})
+        lock.publish({"pid": os.getpid(), "host": "0.0.0.0", "port": port})
         r = dashboard(home, "--phone")
     finally:
         lock.release()
@@ -159,7 +160,7 @@ def test_a_gateway_on_every_address_sends_the_phone_to_this_machines_address_wit
         assert r.returncode == 1 and "a phone cannot reach it" in r.stderr
         return
     modules, link = printed(r)
-    assert re.fullmatch(rf"http://{re.escape(addresses[0])}:18555/#ticket={TICKET}", link), link
+    assert re.fullmatch(rf"http://{re.escape(addresses[0])}:{port}/#ticket={TICKET}", link), link
     assert modules == [list(row) for row in segno.make(link, error="m", micro=False).matrix]
     assert "warning: this link is plain http across your network" in r.stderr and "prefer https" in r.stderr
     assert token not in r.stdout + r.stderr
@@ -196,3 +197,20 @@ def test_on_a_terminal_the_code_is_drawn_light_on_dark_in_colours_of_its_own(pro
     assert read_qr("\n".join(line[len("\x1b[97;40m"):-len("\x1b[0m")] for line in qr)) == [
         list(row) for row in segno.make(link, error="m", micro=False).matrix]
     assert "\x1b" not in on_tty({"NO_COLOR": "1"})
+
+
+def test_which_address_a_phone_is_sent_to() -> None:
+    from hermit.errors import HermitError
+    from hermit.gateway.phone import PLAIN_HTTP, phone_address
+
+    # The first origin that is not this machine's loopback, as listed; https needs no warning, http does.
+    assert phone_address("127.0.0.1", 18789, ["http://127.0.0.1:9", ORIGIN, "http://b.example"]).base == f"{ORIGIN}/"
+    assert phone_address("127.0.0.1", 18789, [ORIGIN]).warning == ""
+    assert phone_address("127.0.0.1", 18789, ["http://mybox.local:18789"]).warning == PLAIN_HTTP
+    # No such origin: the address the gateway listens on, when it is not loopback (IPv6 in brackets).
+    assert phone_address("192.0.2.7", 18789, []).base == "http://192.0.2.7:18789/"
+    assert phone_address("2001:db8::7", 18789, []).base == "http://[2001:db8::7]:18789/"
+    for loopback in ("127.0.0.1", "::1", "localhost", "127.0.0.2"):
+        with pytest.raises(HermitError, match="a phone cannot reach it") as e:
+            phone_address(loopback, 18789, ["http://localhost:8080", "http://[::1]:1"])
+        assert "gateway.host" in e.value.hint and "gateway.allowed_origins" in e.value.hint
