@@ -169,7 +169,28 @@ def test_a_note_another_process_adds_during_the_owners_command_stays_the_contact
     auds = audiences(rt, LOG)
     assert auds[NOTE] == CONTACT_AUDIENCE and auds["- owner PIN 5512"] == OWNER
     assert "&lt;!--" not in (ws / LOG).read_text()
-    assert not (ws / "memory" / added_notes.WATCH_DIR).exists()  # the last command took its folder away
+    assert not (ws / added_notes.WATCH_DIR).exists()  # the last command took its folder away
     # Nobody watching: a note leaves nothing behind.
     call(rt, CONTACT, "write", path=LOG, content="- later", append=True)
     assert sorted(p.name for p in (ws / "memory").iterdir()) == [Path(LOG).name]
+    assert not (ws / added_notes.WATCH_DIR).exists()
+
+
+def test_the_journal_of_other_chats_notes_is_no_chats_to_read(rt: AgentRuntime, tmp_path: Path) -> None:
+    """While a command of the owner's is watched, the journal holds notes of every chat that wrote meanwhile:
+    no chat's file tools or commands reach it (it is not under memory/, and every other path is a chat's room)."""
+    ws = rt.agent.workspace
+    shown: list[tuple[str, bool]] = []
+
+    def look() -> None:
+        folder = ws / added_notes.WATCH_DIR
+        assert folder.is_dir() and any(p.name != added_notes.JOURNAL for p in folder.iterdir())
+        (folder / added_notes.JOURNAL).write_text('{"text": "OTHERCHATSECRET"}\n')
+        for path in (f"{added_notes.WATCH_DIR}/{added_notes.JOURNAL}", str(folder / added_notes.JOURNAL),
+                     f"memory/../{added_notes.WATCH_DIR}/{added_notes.JOURNAL}"):
+            shown.append(call(rt, CONTACT, "read", path=path))
+        shown.append(call(rt, CONTACT, "exec", command=f"cat {added_notes.WATCH_DIR}/* {folder}/* 2>&1; "
+                                                       "grep -r OTHERCHATSECRET . 2>&1"))
+
+    while_the_owners_command_runs(rt, tmp_path, look)
+    assert len(shown) == 4 and not any("OTHERCHATSECRET" in text for text, _ in shown), shown

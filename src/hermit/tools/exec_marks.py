@@ -89,8 +89,8 @@ class OwnerExecMarks:
 
     def before(self) -> Snapshot:
         # First: a note added while the files are read is recorded too; other processes' writers are asked
-        # (through the memory folder) to say theirs.
-        window = added_notes.watch(self.rules.root / "memory")
+        # (through the workspace's watch folder) to say theirs.
+        window = added_notes.watch(self.rules.root)
         try:
             snapshot = Snapshot(self._scan())
         except BaseException:

@@ -15,9 +15,12 @@ the command's, as before: owner-only, never shared). Only text a writer of Hermi
 written, is ever taken out of a command's change.
 
 Across processes (the owner's `hermit chat` while the gateway answers contacts; the MCP server's
-memory_append): a watched command leaves a marker in `memory/.hermit-watch/` (0700, the user's own), and a
-writer that sees the marker of another live process there also appends what it added to the journal beside it
-(`added.jsonl`, 0600), which the command reads from where it stood when the command started. Every note is
+memory_append): a watched command leaves a marker in the workspace's `.hermit-watch/` (0700, the user's own), and
+a writer of a note in its `memory/` that sees the marker of another live process there also appends what it
+added to the journal beside it (`added.jsonl`, 0600), which the command reads from where it stood when the
+command started. The folder is at the workspace's top, never under memory/: another chat's `read` of a path
+under memory/ reads the workspace's file, and the journal holds other chats' notes; a path outside memory/ is
+the chat's own room. Every note is
 written under the memory lock, so the times they carry (the system's monotonic clock) order them as they were
 written. The last command to end removes the journal. A folder, marker or journal that is not the user's
 own or not what it should be is left alone: the note is then the command's, as before (owner-only). The
@@ -41,7 +44,7 @@ from hermit.locks import pid_alive
 
 MAX_ENTRIES = 4096
 MAX_JOURNAL_BYTES = 8_000_000
-WATCH_DIR = ".hermit-watch"  # in the memory folder
+WATCH_DIR = ".hermit-watch"  # at the workspace's top (never under memory/, which other chats read)
 JOURNAL = "added.jsonl"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -52,14 +55,14 @@ _numbers = itertools.count(1)
 _starts: dict[int, tuple[str, int, int]] = {}  # window -> (its watch folder, the journal's inode, its size then)
 
 
-def watch(folder: Path | None = None) -> int:
+def watch(workspace: Path | None = None) -> int:
     """Start recording additions (before the command's files are looked at); the window's number. With
-    `folder` (the workspace's memory folder), other processes' writers are asked to record theirs too."""
+    `workspace`, other processes' writers of notes in its memory/ are asked to record theirs too."""
     with _lock:
         window = next(_numbers)
         _watching.add(window)
-    if folder is not None:
-        start = _announce(folder, window)
+    if workspace is not None:
+        start = _announce(workspace, window)
         if start is not None:
             with _lock:
                 _starts[window] = start
@@ -137,8 +140,8 @@ def _live_others(dfd: int) -> list[str]:
     return out
 
 
-def _announce(folder: Path, window: int) -> tuple[str, int, int] | None:
-    watch_dir = os.path.join(os.path.realpath(folder), WATCH_DIR)
+def _announce(workspace: Path, window: int) -> tuple[str, int, int] | None:
+    watch_dir = os.path.join(os.path.realpath(workspace), WATCH_DIR)
     try:
         with contextlib.suppress(FileExistsError):
             os.mkdir(watch_dir, 0o700)
@@ -187,9 +190,13 @@ def _retire(watch_dir: str, window: int) -> None:
 
 
 def _journal(real: str, text: str, at: int) -> None:
-    """Also tell a command another process watches (its marker is in the folder's watch folder)."""
+    """Also tell a command another process watches (its marker is in the watch folder of the workspace whose
+    memory/ holds `real`: two levels up; a note deeper down is not a chat's, and finds no folder)."""
+    folder = os.path.dirname(real)
+    if os.path.basename(folder) != "memory":
+        return
     try:
-        dfd = os.open(os.path.join(os.path.dirname(real), WATCH_DIR), _DIR_FLAGS)
+        dfd = os.open(os.path.join(os.path.dirname(folder), WATCH_DIR), _DIR_FLAGS)
     except OSError:
         return  # nobody watches (the common case: no such folder)
     try:
