@@ -358,3 +358,39 @@ def test_what_counts_as_a_copy(said: str, copy: str, kept: bool | None) -> None:
     else:
         assert n >= 1 and "[deleted]" in out and not any(
             w in out.lower() for w in ("correcthorse", "hunter22", "2345678")), out
+
+
+def test_a_reply_a_turn_running_at_the_delete_writes_is_scrubbed_once_that_turn_is_over(tmp_path: Path) -> None:
+    """Through the bus: the second message's turn is running (its model call held) when the first message is
+    deleted; its reply quotes the card from its context. The bus retracts again once that turn is over."""
+    requests: list[ModelRequest] = []
+    called, release = threading.Event(), threading.Event()
+
+    def reply(req: ModelRequest) -> Reply:
+        requests.append(req)
+        if "hold this turn" in request_text(req) and not release.is_set():
+            called.set()
+            assert release.wait(PROC_TIMEOUT)
+            return f"Noted again: your card {CARD}."
+        return "ack"
+
+    loaded = load_offline(tmp_path / "home")
+    model = FunctionModel(reply, profile=ModelProfile("scripted", "big"))
+    rt = AgentRuntime(loaded.agent(), model, clock=fixed_clock, fsync=False, home=tmp_path / "home")
+    bus = make_bus(rt, RecordingChannel())
+
+    async def main() -> None:
+        await bus.publish(dm(SECRET, "1"))
+        assert await bus.drain(20)
+        await bus.publish(dm("hold this turn", "2"))
+        assert await asyncio.to_thread(called.wait, PROC_TIMEOUT)
+        await bus.publish(dm("", "1", change="deleted"))  # retracted now; the running turn still writes
+        release.set()
+        assert await bus.drain(20)
+
+    asyncio.run(main())
+    record = rt.store.get(MAIN)
+    assert record is not None
+    raw = rt.store.transcript_path(record.session_id).read_text()
+    assert "Noted again: your card [deleted]." in raw, raw
+    assert CARD not in raw

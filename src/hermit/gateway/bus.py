@@ -277,16 +277,27 @@ class Bus:
                 found = await asyncio.to_thread(now)
             if found:
                 log.info("a message in %s was deleted by its sender: its text is retracted", routed.session_key)
+                q = self._queues.get((routed.agent_id, routed.session_key))
+                running = q.running if q is not None else None
+                if after is None and running is not None:
+                    # A turn running now had the message in its context and may quote it in what it still
+                    # writes: once it is over, the retraction runs again and scrubs those copies too (the
+                    # scrub keeps what it found: sessions/scrub.py).
+                    self._later(routed, ref, running.finished)
                 return True
         except Exception:  # noqa: BLE001 - the platform's event is handled; the later look may still do it
             log.exception("could not retract a deleted message in %s", routed.session_key)
             return True
         if after is None:
             return False  # not in the session now, and no turn of it is starting: nothing of it to retract
+        self._later(routed, ref, after)
+        return True
+
+    def _later(self, routed: Routed, ref: str, after: asyncio.Event) -> None:
+        """Retract `ref` again once `after` is set (a turn of the session is over)."""
         task = asyncio.create_task(self._retract(routed, ref, after))
         self._retractions.add(task)
         task.add_done_callback(self._retractions.discard)
-        return True
 
     async def _retract(self, routed: Routed, ref: str, after: asyncio.Event | None = None) -> None:
         runtime = self.host.runtime(routed.agent_id)
