@@ -63,6 +63,11 @@ class AudienceMemoryView:
     extra_paths: tuple[str, ...] = ()
 
     def render(self, rel: str, data: bytes, st: os.stat_result) -> bytes | None:
+        if not rel.lower().endswith(".md"):
+            # Memory is Markdown (memory_get, search, the sandbox's view): the owner's writes are owner-only
+            # blocks only there, so a JSON or text file under memory/ (the main session's write, the owner's
+            # shell, a file kept by hand) is nobody's but the owner's — it was read whole as shared.
+            return None
         if b"\x00" in data[:8192]:
             return data  # binary: the read tool refuses it as such
         shown = visible_text(decode_text(data).text, rel, self.reader)
