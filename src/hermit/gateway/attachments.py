@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import logging
 import os
@@ -264,7 +265,16 @@ def _file_one(a: Attachment, runtime: AgentRuntime, session_key: str) -> tuple[P
         # atomically (a temporary file renamed into place): a process killed part-way leaves no half file under
         # the name the assistant is told, and the message handed over again (Telegram's journal) files it whole.
         # Owner-only even in a workspace others may read: the names say who sent what (an older one is tightened).
-        fd = os.open(inbox, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        # Never through a link: a sandboxed command (sandbox.mode: all) can make `inbox` one, and a Hermit killed
+        # while it ran left it there; followed, the sender's bytes went wherever it pointed (as root, /etc/cron.d).
+        try:
+            fd = os.open(inbox, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR) and inbox.is_symlink():
+                raise WorkspaceError(f"{inbox} is a link, not a folder: received files are never filed through one",
+                                     f"look at where it points, then remove it (rm {inbox}); the folder is made "
+                                     "again for the next file") from None
+            raise
         try:
             st = os.fstat(fd)
             if st.st_uid == os.geteuid() and st.st_mode & 0o077:
