@@ -72,7 +72,8 @@ def gateway(home: Path, provider: FakeProvider, bound: int = 2) -> tuple[Gateway
                                 "memory_search": {"provider": "none"}}},
         "models": {"providers": {"fake": {"type": "openai-compatible", "base_url": provider.openai_base_url,
                                           "max_retries": 0}}},
-        "channels": {"telegram": {"accounts": {"default": {"owners": [OWNER], "allow_from": list(CONTACTS)}}}},
+        "channels": {"telegram": {"accounts": {"default": {"owners": [OWNER], "allow_from": list(CONTACTS),
+                                                           "group_policy": "open", "require_mention": False}}}},
     }, StatePaths(home))
     model = build_model("fake/model-x", loaded.config.models, {}, sleep=lambda s: None)
     rt = AgentRuntime(loaded.agent(), model, clock=fixed_clock, fsync=False, home=home)
@@ -169,6 +170,41 @@ def test_the_owners_turn_goes_ahead_of_contacts_already_waiting(tmp_path: Path) 
             provider.let_all_go()
         assert provider.started[2:] == ["tag-own", "tag-c3", "tag-c4"] and provider.peak == 2
         assert [m.text for m in ch.messages(OWNER)] == ["re tag-own"]
+
+    with provider:
+        run(main)
+
+
+def test_the_owners_message_in_a_group_goes_ahead_of_its_other_members(tmp_path: Path) -> None:
+    """Whose turn it is goes by the sender (hermit.yaml's owners), not by the chat: the owner's message in a
+    group is admitted before a member's in another group and a contact's DM that came first."""
+    provider = HeldProvider(("tag-c1", "tag-c2", "tag-member", "tag-c3", "tag-own"))
+
+    def group(text: str, chat: str, sender: str) -> InboundMessage:
+        return InboundMessage(channel="telegram", account_id="default", peer_kind="group", peer_id=chat,
+                              sender_id=sender, text=text)
+
+    async def main() -> None:
+        gw, ch = gateway(tmp_path, provider)
+        try:
+            for tag, who in zip(("tag-c1", "tag-c2"), CONTACTS, strict=False):
+                await gw.bus.publish(dm(f"hi {tag}", who))
+                await arrives(provider, tag)
+            assert await gw.bus.publish(group("hi tag-member", "-100", "3001")) == "queued"
+            await gw.bus.publish(dm("hi tag-c3", CONTACTS[2]))
+            await lined_up(gw, provider, 2)
+            assert await gw.bus.publish(group("hi all tag-own", "-200", OWNER)) == "queued"
+            await lined_up(gw, provider, 3)
+            assert gw.bus.status()["turn_slots"]["main"]["waiting"] == {"owner": 1, "scheduled": 0, "contact": 2}
+            provider.go["tag-c1"].set()
+            await arrives(provider, "tag-own")
+            provider.go["tag-c2"].set()
+            await arrives(provider, "tag-member")
+            provider.let_all_go()
+            assert await gw.bus.drain(20)
+        finally:
+            provider.let_all_go()
+        assert provider.started[2:] == ["tag-own", "tag-member", "tag-c3"] and provider.peak == 2
 
     with provider:
         run(main)
