@@ -19,6 +19,7 @@ from channelhelpers import run
 from gatewayhelpers import RecordingChannel, inbound
 from hermit.agent.runtime import AgentRuntime
 from hermit.channels.base import InboundMessage
+from hermit.cli.gateway import slot_lines
 from hermit.config.load import build_config, load_config
 from hermit.config.paths import StatePaths
 from hermit.errors import ConfigError
@@ -127,6 +128,8 @@ def test_a_third_contacts_turn_waits_until_one_of_two_finishes(tmp_path: Path) -
             # the wait is visible: `hermit gateway status --json` shows it by kind
             assert gw.bus.status()["turn_slots"]["main"] == {
                 "limit": 2, "running": 2, "waiting": {"owner": 0, "scheduled": 0, "contact": 1}}
+            assert slot_lines(gw.bus.status()) == [  # and `hermit gateway status` in words
+                "  agent main: 2 of 2 turn slots in use, waiting: owner 0, scheduled 0, contacts 1"]
             provider.go["tag-c1"].set()
             await arrives(provider, "tag-c3")
             # c3's model call started only once c1's turn was over (its reply sent, its turn ended)

@@ -167,6 +167,8 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
     print(f"turns running {bus['turns_running']}, waiting {bus['waiting']}, sessions active {bus['sessions_active']}; "
           f"since start: {life['accepted']} messages, {life['turns']} turns, {life['refused']} refused, "
           f"{life['queue_full']} busy · web chat clients {st['webchat_clients']}")
+    for line in slot_lines(bus):
+        print(line)
     for ch in st["channels"]:
         state = "connected" if ch["connected"] else "disconnected"
         err = f" — {ch['last_error']}" if ch.get("last_error") else ""
@@ -175,6 +177,17 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
     for name, s in st["services"].items():
         print("\n".join(service_lines(name, s)))
     return 0
+
+
+def slot_lines(bus: dict[str, Any]) -> list[str]:
+    """The agents whose turn slots are in use (gateway/turn_slots.py), for `hermit gateway status`."""
+    lines = []
+    for agent, slots in (bus.get("turn_slots") or {}).items():
+        queued = slots["waiting"]
+        if slots["running"] or any(queued.values()):
+            lines.append(f"  agent {agent}: {slots['running']} of {slots['limit']} turn slots in use, waiting: owner "
+                         f"{queued['owner']}, scheduled {queued['scheduled']}, contacts {queued['contact']}")
+    return lines
 
 
 def _shown(value: Any) -> str:
