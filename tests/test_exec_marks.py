@@ -179,8 +179,9 @@ def test_a_copy_of_heartbeat_md_into_memory_is_the_owners(rt: AgentRuntime) -> N
 
 def test_a_contacts_note_written_while_the_owners_command_runs_is_never_shared(rt: AgentRuntime) -> None:
     """A hostile chat racing the owner's shell: its note lands while the command runs (the command waits for
-    it), so the marking step sees it as the command's change. It becomes owner-only (hidden from that chat);
-    nothing of it, nor of the owner's line, is left shared, and its text cannot close the owner's block."""
+    it). The chat's writer says what it added (memory/policy/added_notes.py), so the note stays that chat's, not
+    the command's change; nothing of it, nor of the owner's line, is shared with other chats, and its text
+    cannot close the owner's block."""
     ws = rt.agent.workspace
     (ws / LOG).write_text("- typed by hand\n")
     done: list[tuple[str, bool]] = []
