@@ -20,6 +20,7 @@ from pathlib import Path
 from hermit.config.load import AgentConfig
 from hermit.memory.policy.audience import reader_for_session
 from hermit.sessions.keys import is_main_session_key
+from hermit.tools.bind_guard import recover
 from hermit.tools.os_sandbox import Backend, OsSandbox, SandboxLimits
 from hermit.tools.os_sandbox import detect as detect_sandbox
 from hermit.tools.room_sandbox import RoomSandbox, sandbox_uid
@@ -94,7 +95,10 @@ class Confinement:
             # MEMORY.md too: the write tool keeps its previous version in memory-history/, a command would not.
             protected = (ws / "memory", ws / MEMORY_FILE, *(ws / n for n in BOOTSTRAP_ORDER))
             guarded = (*protected, ws / "inbox")
-            return OsSandbox(backend, ws, protected, self.limits, guarded, tuple(ws / n for n in BOOTSTRAP_ORDER))
+            journals = self.agent_dir / "sandbox"
+            recover(journals)  # what a command left when its Hermit was killed: undone before this turn's prompt
+            return OsSandbox(backend, ws, protected, self.limits, guarded, tuple(ws / n for n in BOOTSTRAP_ORDER),
+                             journals)
         if backend.name == "bwrap":
             return RoomSandbox(backend, view, self.limits, self.agent_dir / "sandbox",
                                sandbox_uid(self.agent.settings.sandbox.uid), self.command_slots())

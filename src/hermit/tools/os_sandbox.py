@@ -24,15 +24,12 @@ that proof (cli/sandbox_check.py). Where no sandbox is usable, non-owner session
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import grp
 import os
 import pwd
 import resource
-import secrets
 import shutil
-import stat
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -40,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermit.errors import ToolError
+from hermit.tools.bind_guard import LinkGuard
 from hermit.tools.sandbox import is_within
 from hermit.tools.seccomp import filter_fd, filter_program
 
@@ -274,6 +272,9 @@ class OsSandbox:
     # be bound read-only, and a file the command wrote there would be read into every later prompt. What it
     # made at such a name is moved aside when it ends (`LinkGuard`), its text kept.
     kept_out: tuple[Path, ...] = ()
+    # Where the guard's journal is kept while a command runs (bind_guard.py): what a Hermit killed meanwhile left
+    # undone is undone before the next prompt is read (`recover`).
+    journal_dir: Path | None = None
 
     @property
     def root(self) -> Path:
@@ -331,8 +332,7 @@ class OsSandbox:
 
     def link_guard(self) -> LinkGuard:
         """Taken before a command: `LinkGuard.undo()` after it removes the links it made at `guarded` names."""
-        return LinkGuard({p: _link_identity(p) for p in self.guarded},
-                         frozenset(p for p in self.kept_out if not os.path.lexists(p)))
+        return LinkGuard.take(self.guarded, self.kept_out, self.journal_dir)
 
     def preexec(self) -> Callable[[], None]:
         """Limits applied in the child before it execs the sandbox (inherited by everything inside)."""
@@ -347,71 +347,6 @@ class OsSandbox:
                 resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
         return apply
-
-
-LinkIdentity = tuple[int, int, str] | None  # (st_dev, st_ino, target) of a symlink; None: no symlink there
-
-
-def _link_identity(path: Path) -> LinkIdentity:
-    try:
-        st = os.lstat(path)
-        return (st.st_dev, st.st_ino, os.readlink(path)) if stat.S_ISLNK(st.st_mode) else None
-    except OSError:
-        return None
-
-
-@dataclass(frozen=True)
-class LinkGuard:
-    """The guarded names of a bind-mode sandbox as they were before a command (see OsSandbox.guarded)."""
-
-    before: Mapping[Path, LinkIdentity]
-    absent: frozenset[Path] = frozenset()  # kept-out names (OsSandbox.kept_out) nothing was at before
-
-    def undo(self) -> list[str]:
-        """Remove every guarded name that is now a symlink it was not before the command (every process of it
-        is gone by then: the sandbox has a pid namespace of its own), and move aside whatever is now at a
-        kept-out name that was free before; one line for the tool result each."""
-        notes = self._unlink_new_links()
-        for path in sorted(self.absent):
-            if os.path.lexists(path):
-                notes.append(_move_aside(path))
-        return notes
-
-    def _unlink_new_links(self) -> list[str]:
-        notes: list[str] = []
-        for path, was in self.before.items():
-            now = _link_identity(path)
-            if now is None or now == was:
-                continue
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                continue
-            notes.append(f"[removed {path.name}: the command made it a link (to {now[2]}); Hermit reads it outside "
-                         "the sandbox, so a sandboxed command may not point it anywhere]")
-        return notes
-
-
-def _move_aside(path: Path) -> str:
-    """Rename what a command made at the kept-out name `path` to `NAME.made-by-a-command-<random>` beside it (a
-    name Hermit never reads, and one the command could not have guessed and taken first); the tool result's line
-    saying where. Where it cannot be moved it is removed: it must not reach the next prompt."""
-    for _ in range(8):
-        aside = path.with_name(f"{path.name}.made-by-a-command-{secrets.token_hex(4)}")
-        if os.path.lexists(aside):
-            continue
-        try:
-            os.rename(path, aside)
-        except OSError:
-            break
-        return (f"[moved {path.name} aside to {aside.name}: the command made it, and a sandboxed command may not "
-                f"add an instruction file; rename it back yourself if you want it]")
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-    return f"[removed {path.name}: the command made it, and a sandboxed command may not add an instruction file]"
 
 
 def _sb_quote(text: str) -> str:
