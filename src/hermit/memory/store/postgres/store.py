@@ -74,6 +74,7 @@ class PgStore:
         self._knn: PgConn | None = None
         self._view: dict[str, Any] | None = None  # what reading() has read once (meta, "vec", "rows", "ntok")
         self._id_span: tuple[object, tuple[int, int]] = (object(), (0, 0))  # (meta stamp, min/max chunk id)
+        self._migrated = create
         try:
             if create:
                 migrate(self.conn, schema, staging_of=staging_of, state=state, where=mask_dsn(dsn))
@@ -216,9 +217,9 @@ class PgStore:
 
     @guarded
     def files(self, source: str | None = None) -> dict[str, FileState]:
-        # to_jsonb(f)->>'ident': a schema opened without migrating (a `memory migrate` source) may predate it.
-        sql = (f"select path, source, hash, mtime, size, embedded, messages, coalesce(to_jsonb(f)->>'ident', '')"
-               f" from {self.s}.files f")
+        # A schema opened without migrating (a `memory migrate` source) may predate the ident column.
+        ident = "ident" if self._migrated else "coalesce(to_jsonb(f)->>'ident', '')"
+        sql = f"select path, source, hash, mtime, size, embedded, messages, {ident} from {self.s}.files f"
         rows = self.conn.execute(sql + (" where source=%s" if source else ""), (source,) if source else ())
         return {r[0]: FileState(r[0], r[1], r[2], int(r[3]), int(r[4]), bool(r[5]), int(r[6]), r[7]) for r in rows}
 
