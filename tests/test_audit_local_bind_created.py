@@ -107,6 +107,11 @@ def test_what_a_command_left_when_its_hermit_was_killed_is_undone_before_the_nex
     (main.workspace / "MEMORY.md").write_text("# MEMORY.md\n- MAIN-OWNER-CANARY-5512\n")
     ensure_workspace(family.workspace)
     (family.workspace / "BOOTSTRAP.md").unlink()
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    (dotfiles / "SOUL.md").write_text("# SOUL\nBe brief.\n")
+    (family.workspace / "SOUL.md").unlink()
+    (family.workspace / "SOUL.md").symlink_to(dotfiles / "SOUL.md")  # the owner's own link: it stays
     # Paths computed at run time, as a hostile command would: the command-line check is a courtesy.
     hidden = base64.b64encode(str(main.workspace / "MEMORY.md").encode()).decode()
     command = (f'p=$(echo {hidden} | base64 -d); printf "%s\\n" "{PLANTED}" > BOOTSTRAP.md; '
@@ -137,3 +142,4 @@ def test_what_a_command_left_when_its_hermit_was_killed_is_undone_before_the_nex
     kept = [p for p in family.workspace.iterdir() if p.name.startswith("BOOTSTRAP.md.made-by-a-command-")]
     assert len(kept) == 1 and kept[0].read_text() == PLANTED + "\n"
     assert list((tmp_path / "agents" / "family" / "sandbox").glob("bind-guard-*")) == []
+    assert (family.workspace / "SOUL.md").is_symlink() and "Be brief." in model.requests[-1].system

@@ -125,6 +125,10 @@ def recover(folder: Path) -> list[str]:
                 data = json.loads(f.read(MAX_JOURNAL_BYTES))
             before = {Path(p): (int(i[0]), int(i[1]), str(i[2])) if i is not None else None
                       for p, i in data["before"].items()}
+            # A link to the same place counts as the one recorded (a journal restored from a backup onto another
+            # disk names other inode numbers for the owner's own links).
+            before = {p: now if was is not None and (now := _link_identity(p)) is not None and now[2] == was[2]
+                      else was for p, was in before.items()}
             guard = LinkGuard(before, frozenset(Path(p) for p in data["absent"]))
         except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
             log.warning("a sandboxed command's guard journal %s cannot be read (%s): check the instruction files, "
