@@ -30,7 +30,7 @@ NEW = "# Bike\n- the bike is locked at the rail station rack, bay C-4B\n"
 
 def _ident(p: Path) -> str:
     st = os.stat(p)
-    return f"{st.st_dev}:{st.st_ino}:{st.st_ctime_ns}"
+    return f"{st.st_ino}:{st.st_ctime_ns}"
 
 
 def _snippets(svc: MemoryService, query: str) -> str:

@@ -47,12 +47,14 @@ class FileState:
 
 
 def file_ident(st: os.stat_result) -> str:
-    """What tells a file from another of the same size and mtime: "st_dev:st_ino:st_ctime_ns". A file
-    replaced under its name (an atomic rename, a restore) is another inode; one rewritten in place — even
-    with its old mtime put back (`cp -p`, `rsync -t`, `touch -r`) — has a new ctime, which no user can set.
-    A chmod, chown or link moves ctime too: that costs a sync one read and hash of the file, never an
-    embedding (the text's hash decides whether chunks are rebuilt)."""
-    return f"{st.st_dev}:{st.st_ino}:{st.st_ctime_ns}"
+    """What tells a file from another of the same size and mtime: "st_ino:st_ctime_ns". A file replaced
+    under its name (an atomic rename, a restore) is another inode; one rewritten in place — even with its old
+    mtime put back (`cp -p`, `rsync -t`, `touch -r`) — has a new ctime, which no user can set. A chmod, chown
+    or link moves ctime too: that costs a sync one read and hash of the file, never an embedding (the text's
+    hash decides whether chunks are rebuilt). Not the device number: hosts sharing one PostgreSQL index
+    over an NFS workspace see the same inode and ctime but each its own st_dev (and some filesystems give a
+    new one at each mount), so with it every sync of each host read and hashed every file the other synced."""
+    return f"{st.st_ino}:{st.st_ctime_ns}"
 
 
 @dataclass(frozen=True)
