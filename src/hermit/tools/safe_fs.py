@@ -22,19 +22,23 @@ in the directory that was checked even if the path to it changed meanwhile.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 import secrets
 import stat
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from hermit.durable import append_fd, write_all
 from hermit.errors import PathPolicyError
+from hermit.locks import lock_fd
 from hermit.textfile import DIR_FLAGS, O_PATH, SYMLINK_RULE, open_beneath, parts_of, refusal
 
 __all__ = ["SYMLINK_RULE", "NotAFile", "Opened", "append_beneath", "disk_usage", "kind_of", "list_beneath",
            "lstat_beneath", "open_beneath", "open_dir", "parts_of", "read_beneath", "readlink_beneath",
-           "remove_beneath", "walk_beneath", "write_beneath"]
+           "remove_beneath", "sweep_temps", "walk_beneath", "write_beneath"]
 
 _O_PATH = O_PATH  # the names the tools have used
 _DIR_FLAGS = DIR_FLAGS
@@ -174,8 +178,8 @@ def write_beneath(dir_fd: int, rel: str, data: bytes, *, mode: int = 0o600, fsyn
         raise PathPolicyError("cannot write the folder itself", "pass a file path")
     parent = open_dir(dir_fd, "/".join(parts[:-1]), create=True)
     name = parts[-1]
-    tmp = f".{name[:80]}.{secrets.token_hex(6)}.tmp"
     try:
+        _sweep_once(parent)
         try:
             old = os.stat(name, dir_fd=parent, follow_symlinks=False)
         except FileNotFoundError:
@@ -183,18 +187,17 @@ def write_beneath(dir_fd: int, rel: str, data: bytes, *, mode: int = 0o600, fsyn
         if old is not None and not (stat.S_ISREG(old.st_mode) or stat.S_ISLNK(old.st_mode)):
             raise NotAFile(rel, kind_of(old.st_mode))
         keep = stat.S_IMODE(old.st_mode) if old is not None and stat.S_ISREG(old.st_mode) else mode
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, keep, dir_fd=parent)
-        try:
+        fd, tmp = _held_temp(parent, name, keep)
+        try:  # held until renamed, or removed: a sweep never takes a live writer's temp for a leftover
             os.fchmod(fd, keep)  # the umask must not loosen or tighten what the file had
             write_all(fd, data, fsync=fsync)
-        finally:
-            os.close(fd)
-        try:
             os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
-        except BaseException:
+        except BaseException:  # a full disk, a folder gone: no temp left behind by a writer that lives
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=parent)
             raise
+        finally:
+            os.close(fd)
         if fsync:
             with contextlib.suppress(OSError):
                 dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent)
@@ -204,6 +207,90 @@ def write_beneath(dir_fd: int, rel: str, data: bytes, *, mode: int = 0o600, fsyn
                     os.close(dfd)
     finally:
         os.close(parent)
+
+
+TEMP_NAME = re.compile(r"\..{1,80}\.[0-9a-f]{12}\.tmp", re.DOTALL)  # write_beneath's temps: `.NAME.<hex>.tmp`
+_TEMP_TRIES = 8
+
+
+def _held_temp(parent: int, name: str, mode: int) -> tuple[int, str]:
+    """A new temp file `.NAME.<hex>.tmp` in the directory `parent` (created exclusively, never through a link) and
+    its descriptor, locked (flock) from its making until the descriptor is closed: the proof a sweep
+    (`sweep_temps`) goes by that its writer lives. Taken without waiting: one a sweep took for a leftover in the
+    instant between its making and the lock (and removed), or that another process locked first (a command in a
+    shared room), is let go and another made; no other process can make a write wait on a lock of its own."""
+    for _ in range(_TEMP_TRIES):
+        tmp = f".{name[:80]}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent)
+        try:
+            if lock_fd(fd, wait=False):
+                try:
+                    now = os.stat(tmp, dir_fd=parent, follow_symlinks=False)
+                except FileNotFoundError:
+                    now = None
+                own = os.fstat(fd)
+                if now is not None and (now.st_dev, now.st_ino) == (own.st_dev, own.st_ino):
+                    return fd, tmp
+            else:  # someone else holds what we just made: not ours to use, ours to remove
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=parent)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise OSError(errno.EBUSY, f"could not make a temporary file for {name}: each one made was taken at once "
+                               "by another process")
+
+
+def sweep_temps(dir_fd: int) -> list[str]:
+    """Remove the temp files of `write_beneath` (`.NAME.<hex>.tmp`) in the directory `dir_fd` that no writer holds:
+    what a writer killed mid-write left (kill -9, an OOM kill, a power cut), which nothing else ever removes. A
+    writer holds its temp (flock) from its making until it is renamed into place, so one held is a live writer's
+    and is left; one is removed only while this process holds it, and only if the name still names it. Only this
+    user's regular files are looked at, never through a link. Returns the names removed."""
+    removed: list[str] = []
+    try:
+        listing = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return removed
+    try:
+        with os.scandir(listing) as it:
+            names = [e.name for e in it if TEMP_NAME.fullmatch(e.name)]
+    finally:
+        os.close(listing)
+    for name in names:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError:
+            continue  # gone, a link, or not ours to open: not ours to remove either
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or not lock_fd(fd, wait=False):
+                continue  # another's, or a live writer's
+            now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                os.unlink(name, dir_fd=dir_fd)
+                removed.append(name)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
+
+
+_swept: set[tuple[int, int]] = set()  # the directories (st_dev, st_ino) this process has swept
+_swept_guard = threading.Lock()
+
+
+def _sweep_once(parent: int) -> None:
+    """`sweep_temps` the first time this process writes in a directory: a leftover is a killed writer's (a live
+    one removes its temp even when its write fails), so one look per process is enough."""
+    st = os.fstat(parent)
+    with _swept_guard:
+        if (st.st_dev, st.st_ino) in _swept:
+            return
+        _swept.add((st.st_dev, st.st_ino))
+    sweep_temps(parent)
 
 
 def append_beneath(dir_fd: int, rel: str, data: bytes, *, fsync: bool = True, new_line: bool = False) -> None:
