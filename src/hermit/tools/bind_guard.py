@@ -1,14 +1,17 @@
 """What a bind-mode command (`sandbox.mode: all`) may not leave at the names Hermit reads outside the sandbox.
 
 The workspace is bound read-write; the instruction files, MEMORY.md and memory/ that exist are bound read-only.
-Two things stay open to the command, and are undone when it ends (`LinkGuard.undo`):
+Three things stay open to the command, and are undone when it ends (`LinkGuard.undo`):
 
 - a link made (or re-pointed) at a guarded name — an instruction file, MEMORY.md, inbox/ — points at nothing
   inside, but Hermit follows it outside: the next prompt read another agent's MEMORY.md through BOOTSTRAP.md.
   It is removed;
 - a file made at an instruction file's name that was free when the command started (BOOTSTRAP.md, once the
   first-run ritual is over) cannot be bound, and would be read into every later prompt. It is moved aside to
-  `NAME.made-by-a-command-<random>`, its text kept.
+  `NAME.made-by-a-command-<random>`, its text kept;
+- an owner's link at a guarded name (SOUL.md kept as a link into a dotfiles folder) is no file, so it cannot be
+  bound read-only: the command could remove it and write its own SOUL.md, read into every later prompt. What it
+  left there is moved aside the same way and the owner's link made again.
 
 A Hermit killed or restarted while the command ran (the gateway restarted under a `sleep 3600`) never got to
 undo it, and the link or the file stayed for good. So the guard is also written, before the command starts, to
@@ -103,14 +106,17 @@ class LinkGuard:
         notes: list[str] = []
         for path, was in self.before.items():
             now = _link_identity(path)
-            if now is None or now == was:
+            if now == was:
                 continue
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                continue
-            notes.append(f"[removed {path.name}: the command made it a link (to {now[2]}); Hermit reads it outside "
-                         "the sandbox, so a sandboxed command may not point it anywhere]")
+            if now is not None:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    continue
+                notes.append(f"[removed {path.name}: the command made it a link (to {now[2]}); Hermit reads it "
+                             "outside the sandbox, so a sandboxed command may not point it anywhere]")
+            if was is not None:
+                notes += _put_back(path, was[2])
         return notes
 
 
@@ -144,7 +150,23 @@ def recover(folder: Path) -> list[str]:
     return notes
 
 
-def _move_aside(path: Path) -> str:
+def _put_back(path: Path, target: str) -> list[str]:
+    """The owner's link at `path` (to `target`), which the command removed or replaced: only a file can be bound
+    read-only, so a link's name stayed the command's to take, and what it wrote there was read into every later
+    prompt as the owner's instruction file. What it left there is moved aside (its text kept), the link made
+    again."""
+    notes = [_move_aside(path, "it replaced your link")] if os.path.lexists(path) else []
+    try:
+        os.symlink(target, path)
+    except OSError as e:
+        notes.append(f"[{path.name} was a link to {target}, which the command removed; it could not be made again "
+                     f"({e.strerror}): make it again yourself]")
+        return notes
+    notes.append(f"[put back {path.name} as your link to {target}: the command removed it]")
+    return notes
+
+
+def _move_aside(path: Path, why: str = "a sandboxed command may not add an instruction file") -> str:
     """Rename what a command made at the kept-out name `path` to `NAME.made-by-a-command-<random>` beside it (a
     name Hermit never reads, and one the command could not have guessed and taken first); the tool result's line
     saying where. Where it cannot be moved it is removed: it must not reach the next prompt."""
@@ -156,11 +178,11 @@ def _move_aside(path: Path) -> str:
             os.rename(path, aside)
         except OSError:
             break
-        return (f"[moved {path.name} aside to {aside.name}: the command made it, and a sandboxed command may not "
-                f"add an instruction file; rename it back yourself if you want it]")
+        return (f"[moved {path.name} aside to {aside.name}: the command made it, and {why}; rename it back "
+                "yourself if you want it]")
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
     else:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-    return f"[removed {path.name}: the command made it, and a sandboxed command may not add an instruction file]"
+    return f"[removed {path.name}: the command made it, and {why}]"
