@@ -12,17 +12,23 @@ writing into a group's, a contact's, a cron job's or a sub-agent's session would
 into that chat's transcript, answered in its sandbox, and seen by nobody in that chat.
 
 A photo sent with a user turn is kept in the transcript as an image part (gateway/attachments.py); asked for
-(`images`: the web app, for the owner's own sessions only), a user item carries those images as stored
-(`images: [{mediaType, data}]`, base64: Hermit has no image library to make thumbnails with; the page draws
-them small), the newest first within HISTORY_IMAGE_BUDGET per response — an older one past it comes as
-`{mediaType, size, omitted: true}`, and only JPEG, PNG, GIF and WebP ever do.
+(`images`, for the owner's own sessions only), a user item names those images (`imageRefs`: `images: [{mediaType,
+sha256, size}]`, the SHA-256 of the image's bytes) and the page brings each one once with chat.image
+(session_image: only an image of that session's own user turns), keeping it for the tab's life — opening a
+session again sends no photo twice. Without `imageRefs` (a page loaded before the gateway had chat.image), the
+images come as stored (`images: [{mediaType, data}]`, base64: Hermit has no image library to make thumbnails
+with; the page draws them small), the newest first within HISTORY_IMAGE_BUDGET per response — an older one past
+it comes as `{mediaType, size, omitted: true}`. Only JPEG, PNG, GIF and WebP ever do.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
@@ -116,16 +122,31 @@ _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 
 
 def chat_history(store: SessionStore, session_key: str, limit: int, session_id: str | None = None, *,
-                 images: bool = False) -> dict[str, Any]:
+                 images: bool = False, image_refs: bool = False) -> dict[str, Any]:
     """The session's user/assistant messages, newest `limit` items (`total`: how many there are). With
     `session_id`, that session of the key, current or ended (SessionError when the sessions dir holds no such
     transcript of this key: a page names only what sessions.list gave it). `images`: with the images of its
-    user turns (HISTORY_IMAGE_BUDGET), for the owner's own sessions only (the caller's to decide)."""
+    user turns (HISTORY_IMAGE_BUDGET), for the owner's own sessions only (the caller's to decide); with
+    `image_refs`, only named (`{mediaType, sha256, size}`: session_image brings one), with no budget."""
+    found = _transcript(store, session_key, session_id)
+    if found is None:
+        return {"sessionKey": session_key, "sessionId": None, "messages": [], "total": 0}
+    session_id, entries = found
+    items = transcript_items(entries, images=images, refs=image_refs)
+    shown = items[-limit:]
+    if images and not image_refs:
+        _within_budget(shown)
+    return {"sessionKey": session_key, "sessionId": session_id, "messages": shown, "total": len(items)}
+
+
+def _transcript(store: SessionStore, session_key: str, session_id: str | None) -> tuple[str, list[Entry]] | None:
+    """(session id, entries) of the key's current session (None: it has none yet) or of `session_id`, one of
+    its sessions (SessionError when the sessions dir holds no such transcript of this key)."""
     record = store.get(session_key)
     current = session_id is None or (record is not None and record.session_id == session_id)
     if current:
         if record is None:
-            return {"sessionKey": session_key, "sessionId": None, "messages": [], "total": 0}
+            return None
         session_id = record.session_id
     assert session_id is not None
     path = store.transcript_path(session_id)
@@ -136,23 +157,47 @@ def chat_history(store: SessionStore, session_key: str, limit: int, session_id: 
     # current session, which sessions.json ties to it: as a past session it could be any chat's.
     if read.header.session_key != session_key and not (current and read.header.session_key is None):
         raise SessionError(f"session {session_id!r} is not one of {session_key}", "pick a session from sessions.list")
-    items = transcript_items(read.entries, images=images)
-    shown = items[-limit:]
-    if images:
-        _within_budget(shown)
-    return {"sessionKey": session_key, "sessionId": session_id, "messages": shown, "total": len(items)}
+    return session_id, list(read.entries)
 
 
-def _images_of(message: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A stored user message's images that a page may draw: JPEG, PNG, GIF or WebP, as base64."""
+def session_image(store: SessionStore, session_key: str, session_id: str | None, sha256: str) -> dict[str, Any] | None:
+    """chat.image: the image of a user turn of that session's transcript whose bytes have this SHA-256
+    (`{sha256, mediaType, data}`, base64 as stored), or None when none of its user turns has it — an image of
+    another session, or of a group's or a contact's turn, is not found by naming its hash here."""
+    found = _transcript(store, session_key, session_id)
+    for entry in found[1] if found is not None else ():
+        if isinstance(entry, MessageEntry) and entry.message.get("role") == "user":
+            for image, raw in _drawable(entry.message):
+                if _digest(raw) == sha256:
+                    return {"sha256": sha256, **image}
+    return None
+
+
+def _digest(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _drawable(message: Mapping[str, Any]) -> Iterator[tuple[dict[str, Any], bytes]]:
+    """A stored user message's images that a page may draw (JPEG, PNG, GIF or WebP): ({mediaType, data}, bytes)."""
     content = message.get("content")
-    out: list[dict[str, Any]] = []
     for part in content if isinstance(content, list) else ():
         if isinstance(part, dict) and part.get("type") == "image":
             kind, data = part.get("mimeType"), part.get("data")
             if kind in _IMAGE_TYPES and isinstance(data, str) and data and _BASE64.fullmatch(data):
-                out.append({"mediaType": kind, "data": data})
-    return out
+                try:
+                    raw = base64.b64decode(data, validate=True)
+                except binascii.Error:  # base64 characters, wrongly padded: not an image a page can draw
+                    continue
+                yield {"mediaType": kind, "data": data}, raw
+
+
+def _images_of(message: Mapping[str, Any], refs: bool) -> list[dict[str, Any]]:
+    """A stored user message's images that a page may draw: as base64, or (`refs`) named by the SHA-256 of their
+    bytes with their type and size, for chat.image to bring each once."""
+    if not refs:
+        return [image for image, _ in _drawable(message)]
+    return [{"mediaType": image["mediaType"], "sha256": _digest(raw), "size": len(raw)}
+            for image, raw in _drawable(message)]
 
 
 def _within_budget(items: list[dict[str, Any]]) -> None:
@@ -167,7 +212,7 @@ def _within_budget(items: list[dict[str, Any]]) -> None:
                 item["images"][i] = {"mediaType": image["mediaType"], "size": size * 3 // 4, "omitted": True}
 
 
-def transcript_items(entries: Sequence[Entry], *, images: bool = False) -> list[dict[str, Any]]:  # noqa: C901 - one pass over a transcript's entry kinds
+def transcript_items(entries: Sequence[Entry], *, images: bool = False, refs: bool = False) -> list[dict[str, Any]]:  # noqa: C901 - one pass over a transcript's entry kinds
     """What the page draws of a transcript. Tool calls (with done/failed from their results) are shown on the
     assistant reply that followed them, as the live page shows them. `images`: a user turn's images too."""
     items: list[dict[str, Any]] = []
@@ -200,7 +245,7 @@ def transcript_items(entries: Sequence[Entry], *, images: bool = False) -> list[
         item: dict[str, Any] = {"role": role, "text": stored_text(m), "timestamp": entry.timestamp}
         if role == "user" and (who := _sender(m.get("sender"))) is not None:
             item["sender"] = who
-        if role == "user" and images and (pictures := _images_of(m)):
+        if role == "user" and images and (pictures := _images_of(m, refs)):
             item["images"] = pictures
         if background and role == "assistant":
             item["text"] = strip_heartbeat_token(item["text"], DEFAULT_ACK_MAX_CHARS) or ""

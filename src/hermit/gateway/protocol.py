@@ -44,7 +44,7 @@ CLOSE_PROTOCOL = 4400
 
 # The web app's methods: the chat, and the owner's console (memory, cron, channels, pairing, logs). Every one
 # needs the token holder's `connect` first; none has an HTTP route of its own.
-METHODS = ("chat.send", "chat.upload", "chat.history", "sessions.list", "sessions.new",
+METHODS = ("chat.send", "chat.upload", "chat.history", "chat.image", "sessions.list", "sessions.new",
            "memory.search", "memory.get", "memory.files", "memory.write", "memory.append", "memory.status",
            "cron.list", "cron.status", "cron.runs", "cron.run", "cron.update", "cron.add", "cron.remove",
            "channels.status", "pairing.list", "pairing.approve", "pairing.deny", "pairing.revoke",
@@ -146,6 +146,17 @@ class HistoryParams(_Params):
     limit: int = Field(200, ge=1, le=2000)
     # The images of the owner's own user turns (the web app's thumbnails; history.HISTORY_IMAGE_BUDGET)
     images: bool = False
+    # ...named by their SHA-256 (with type and size), not sent: chat.image brings each one (history.py)
+    image_refs: bool = Field(False, alias="imageRefs")
+
+
+class ImageParams(_Params):
+    """chat.image: one image of a user turn of that session (a `sha256` chat.history named)."""
+
+    session_key: str | None = Field(None, alias="sessionKey", max_length=300)
+    agent_id: str | None = _agent_id()
+    session_id: str | None = _session_id()  # an ended session of the key (default: its current one)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
 class ListParams(_Params):
@@ -229,7 +240,7 @@ class LogsTailParams(_Params):
 
 PARAMS: dict[str, type[_Params]] = {
     "connect": ConnectParams, "connect.challenge": ChallengeParams, "chat.send": SendParams, "chat.upload": UploadParams,
-    "chat.history": HistoryParams,
+    "chat.history": HistoryParams, "chat.image": ImageParams,
     "sessions.list": SessionsListParams,
     "sessions.new": NewParams,
     "memory.search": MemorySearchParams, "memory.get": MemoryGetParams, "memory.files": AgentParams,

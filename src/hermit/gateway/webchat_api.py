@@ -25,7 +25,7 @@ import asyncio
 import hmac
 import logging
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,6 +46,7 @@ from hermit.gateway.history import (
     ended_session,
     ended_sessions,
     list_sessions,
+    session_image,
 )
 from hermit.gateway.phone import phone_sign_in
 from hermit.gateway.protocol import (
@@ -59,6 +60,7 @@ from hermit.gateway.protocol import (
     ChallengeParams,
     ConnectParams,
     HistoryParams,
+    ImageParams,
     NewParams,
     ProtocolError,
     Request,
@@ -75,7 +77,7 @@ from hermit.gateway.tickets import EXPIRED_HINT, EXPIRED_MESSAGE, Tickets, ticke
 from hermit.gateway.uploads import Uploads
 from hermit.models.loopback import foreign_peer
 from hermit.refusals import RefusalLog, clip
-from hermit.sessions.keys import SessionKey, agent_id_of
+from hermit.sessions.keys import SessionKey, agent_id_of, main_session_key
 
 log = logging.getLogger("hermit.gateway.webchat")
 
@@ -300,13 +302,44 @@ class WebchatApi:
         hello: dict[str, Any] = {
             "type": "hello-ok", "protocol": PROTOCOL_VERSION, "clientId": client_id,
             "agents": sorted(self.host.runtimes), "defaultAgent": self.default_agent,
-            "mainSession": self.default_session,
+            "mainSession": self.default_session, "mainSessions": self._main_sessions(),
+            "imageRefs": True,  # chat.history names photos (`imageRefs`) and chat.image brings each one
             "uploads": {"maxBytes": MAX_UPLOAD_BYTES, "maxFiles": MAX_UPLOAD_FILES, "chunkBytes": UPLOAD_CHUNK_BYTES,
                         "imageBytes": MAX_IMAGE_BYTES}}
         if ticket is not None:  # what the page needs to reconnect, the ticket being used up now
             hello["token"] = self._token.decode()
         await sock.send_raw(res_ok(req.id, hello))
         return client_id
+
+    def _main_sessions(self) -> dict[str, str]:
+        """Each agent's main session as the page reaches it: the default agent's is where the web chat talks
+        (`mainSession`), another's its main session key (sessions/keys.py) — the page builds none itself."""
+        return {a: self.default_session if a == self.default_agent else main_session_key(a)
+                for a in sorted(self.host.runtimes)}
+
+    @property
+    def _reads(self) -> dict[str, Callable[[Any], dict[str, Any]]]:
+        """The methods that only read the sessions' files: method -> what answers its params."""
+        def listing(p: SessionsListParams) -> dict[str, Any]:
+            return self._sessions(p.all)
+        return {"chat.image": self._image, "sessions.list": listing}
+
+    def _image(self, params: ImageParams) -> dict[str, Any]:
+        """chat.image: an image of a user turn of one of the owner's own sessions (as chat.history gives images
+        only of those), found in that session's transcript by the SHA-256 of its bytes."""
+        agent_id, key = self._locate(params.session_key, params.agent_id)
+        view = describe_session(key, self._owner_dm)
+        if view["mode"] != "chat":
+            raise ProtocolError("read_only", f"{key} is not one of your own sessions: its photos are not sent "
+                                "to the page", "open the main session (or one of your own) to see your photos")
+        try:
+            found = session_image(self.host.runtime(agent_id).store, key, params.session_id, params.sha256)
+        except SessionError as e:
+            raise ProtocolError("bad_params", e.message, e.hint) from None
+        if found is None:
+            raise ProtocolError("not_found", f"no photo {params.sha256[:12]}… in a message of {key}",
+                                "ask only for what chat.history of that session named")
+        return found
 
     def _owner_dm(self, key: SessionKey) -> bool:
         return self.console is not None and self.console.owner_dm(key)
@@ -360,8 +393,9 @@ class WebchatApi:
         try:
             # Images only of the owner's own sessions (main, the owner's DMs, CLI names): a group's or a
             # contact's history shows their turns as text, as it always has.
+            mine = view["mode"] == "chat"
             payload = chat_history(self.host.runtime(agent_id).store, key, params.limit, params.session_id,
-                                   images=params.images and view["mode"] == "chat")
+                                   images=(params.images or params.image_refs) and mine, image_refs=params.image_refs)
         except SessionError as e:  # a session id that is no session of this key (any more)
             raise ProtocolError("bad_params", e.message, e.hint) from None
         payload.update(agentId=agent_id, **view)
@@ -484,9 +518,8 @@ class WebchatApi:
                 sock.viewing = (agent, key) if live else None
                 sock.seen = (history["version"], history["busy"]) if live else None
                 await sock.send_raw(res_ok(req.id, history))
-            elif req.method == "sessions.list":
-                listing: SessionsListParams = req.params
-                await sock.send_raw(res_ok(req.id, await asyncio.to_thread(self._sessions, listing.all)))
+            elif (read := self._reads.get(req.method)) is not None:  # answered from the files, in a thread
+                await sock.send_raw(res_ok(req.id, await asyncio.to_thread(read, req.params)))
             elif req.method == "tickets.create" and self.tickets is not None:  # only a signed-in (owner's) socket
                 server = sock.ws.scope.get("server")  # gets here: the handshake comes first (endpoint)
                 await sock.send_raw(res_ok(req.id, await asyncio.to_thread(

@@ -162,16 +162,37 @@
 
   function enable(on) { button.disabled = !on; }
 
-  // A message's images drawn small in its bubble (live: the previews; history: chat.history's `images`).
+  // A file picked but not sent is lost with the page (a File cannot be kept for a reload, as the text is: the
+  // browser gives it to this page only), so leaving then is asked about first.
+  window.addEventListener("beforeunload", (e) => {
+    if (!chosen.length) return;
+    e.preventDefault();
+    e.returnValue = "";  // older browsers ask only when this is set
+  });
+
+  // A message's images drawn small in its bubble (live: the previews; history: chat.history's `images`). One to
+  // be brought (`load`: a promise of its URL) shows "loading photo…" until it is drawn.
+  function image(p, url) {
+    const img = document.createElement("img");
+    img.alt = visible(p.alt || "photo");
+    img.src = url;
+    img.addEventListener("click", () => img.classList.toggle("big"));
+    return img;
+  }
   function pictures(items) {
     if (!items.length) return null;
     return el("div", { class: "pics" }, items.map((p) => {
+      if (p.load) {
+        const wait = el("span", { class: "pic-file loading", text: "loading photo…" });
+        p.load().then((url) => {
+          const img = image(p, url);
+          img.onload = () => wait.replaceWith(img);  // drawn whole, or not at all
+          img.onerror = () => { wait.textContent = "(a photo the browser could not draw)"; };
+        }, (e) => { wait.textContent = visible("(the photo could not be loaded: " + e.message + ")"); });
+        return wait;
+      }
       if (!p.url) return el("span", { class: "pic-file", text: p.text });
-      const img = document.createElement("img");
-      img.alt = visible(p.alt || "photo");
-      img.src = p.url;
-      img.addEventListener("click", () => img.classList.toggle("big"));
-      return img;
+      return image(p, p.url);
     }));
   }
 

@@ -234,9 +234,13 @@
   }
 
   // ---- history and sessions ----------------------------------------------------------------------------
-  // `images`: with the photos of the owner's turns (megabytes: asked for only when the history is drawn).
+  // `images`: with the photos of the owner's turns, asked for only when the history is drawn: named by their
+  // SHA-256 (`imageRefs`), each brought once by chat.image and kept for the tab's life (photo() below); from a
+  // gateway that has no chat.image (hello-ok without `imageRefs`), sent whole each time, as it sends them.
   function fetchHistory(images) {
-    const params = { sessionKey: session.key, agentId: session.agentId, limit, images: !!images };
+    const params = { sessionKey: session.key, agentId: session.agentId, limit };
+    const hello = H.hello();
+    if (images && hello && hello.imageRefs) params.imageRefs = true; else params.images = !!images;
     if (session.ended) params.sessionId = session.sessionId;
     return H.request("chat.history", params);
   }
@@ -310,7 +314,7 @@
       if (m.role === "notice") { notice(m.text); continue; }
       const failed = m.role === "assistant" && m.error;
       const b = bubble(m.role, m.text || (failed ? "Sorry — this reply failed." : ""),
-        { error: failed, sender: m.sender && m.sender.label, files: (m.images || []).map(picture) });
+        { error: failed, sender: m.sender && m.sender.label, files: (m.images || []).map((p) => picture(p, res)) });
       b.bubble.dataset.done = "history";
       for (const t of m.tools || []) toolLine(b, t.callId, t.name, t.status);
       if (failed) failure(b, "The reply failed: " + m.error);
@@ -323,12 +327,36 @@
     window.HermitSessions.highlight();
   }
 
-  // A user turn's image as chat.history gives it (the owner's own sessions): a data: URL of a type an <img> draws.
-  function picture(p) {
+  // A user turn's image as chat.history gives it (the owner's own sessions of `res`): named (`sha256`: brought
+  // by photo()), or whole; drawn from a data: URL of a type an <img> draws.
+  function picture(p, res) {
+    const alt = "photo sent with this message";
     if (p.omitted || !/^image\/(jpeg|png|gif|webp)$/.test(p.mediaType)) {
       return { url: "", text: "(an earlier photo, not loaded with the history: too many images to send at once)" };
     }
-    return { url: "data:" + p.mediaType + ";base64," + p.data, alt: "photo sent with this message" };
+    if (p.sha256) return photos.ready.has(p.sha256) ? { alt, url: photos.ready.get(p.sha256) }
+                                                    : { alt, load: () => photo(p.sha256, res) };
+    return { url: "data:" + p.mediaType + ";base64," + p.data, alt };
+  }
+
+  // The photos brought so far, by the SHA-256 of their bytes (a promise of a data: URL), for the tab's life: in
+  // this tab's memory only — a photo is private, and gone when the tab is. One that failed is asked for again
+  // when next drawn.
+  const photos = { asked: new Map(), ready: new Map() };  // sha256 -> the promise; -> its URL once it came
+  function photo(sha256, res) {
+    let got = photos.asked.get(sha256);
+    if (!got) {
+      const params = { sessionKey: res.sessionKey, agentId: res.agentId, sha256 };
+      if (res.ended) params.sessionId = res.sessionId;
+      got = H.request("chat.image", params).then((p) => {
+        const url = "data:" + p.mediaType + ";base64," + p.data;
+        photos.ready.set(sha256, url);
+        return url;
+      });
+      got.catch(() => photos.asked.delete(sha256));
+      photos.asked.set(sha256, got);
+    }
+    return got;
   }
 
   // ---- the open session changed elsewhere (another tab, `hermit chat`, a channel) ---------------------------

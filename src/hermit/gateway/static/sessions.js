@@ -41,12 +41,15 @@
   }
 
   // Each agent's main session, also before its first message: with several agents, how the web app reaches one
-  // that nobody has talked to yet (its row says so; the first message starts it).
+  // that nobody has talked to yet (its row says so; the first message starts it). Its key is the gateway's
+  // (hello-ok `mainSessions`); a gateway that does not say has the key scheme built here.
+  const mainOf = (hello, a) => (hello.mainSessions && hello.mainSessions[a]) ||
+    (a === hello.defaultAgent ? hello.mainSession : "agent:" + a + ":main");
   function unstarted(sessions) {
     const hello = H.hello();
     if (!hello || !hello.agents) return [];
     const mains = hello.agents.map((a) => ({
-      key: a === hello.defaultAgent ? hello.mainSession : "agent:" + a + ":main", agentId: a, kind: "main", mode: "chat",
+      key: mainOf(hello, a), agentId: a, kind: "main", mode: "chat",
       label: a === hello.defaultAgent ? "Main session" : "Main session (" + a + ")", sessionId: "not started",
       updatedAt: null, unstarted: true }));
     return mains.filter((m) => !sessions.some((s) => s.agentId === m.agentId && s.key === m.key));

@@ -1,0 +1,198 @@
+"""Living with the web app on a phone, in real Chromium (Playwright) against `hermit gateway run` with the scripted
+model (hermit.testing.FakeProvider):
+
+- Opening a session with photos twice sends each photo once: the history names them (chat.history `imageRefs`),
+  the page brings each with chat.image and keeps it for the tab's life — counted over the page's own WebSocket.
+- What was typed comes back after a reload, each session its own; a picked file, which a reload cannot keep,
+  makes leaving the page ask first (beforeunload).
+- The row of an agent nobody has talked to yet opens the main session the gateway names (hello-ok
+  `mainSessions`), not one the page builds.
+
+The module's gateway and fake provider listen on ports the system gives.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from browserdemo import PHONE_SIZE, Demo, T, browser_fixture, open_page, served_demo  # noqa: F401 - browser_fixture: the `browser` fixture
+from hermit.messages import AssistantMessage, ImagePart, TextPart, UserMessage
+from hermit.sessions.store import SessionStore
+from test_webapp_browser_photos import png
+from webapphelpers import CLI_KEY, build_demo_home
+
+MAIN = "agent:main:main"
+PHOTOS = [png(200, 150, seed) for seed in range(3)]  # ~90 KB each, noise: nothing compresses them
+PHOTOS_B64 = [base64.b64encode(p).decode() for p in PHOTOS]
+ELSEWHERE = "agent:work:dm:owner-desk"  # what the rewritten hello names as the work agent's main session
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    def prepare(home: Path, base_url: str) -> None:
+        build_demo_home(home, base_url)
+        config = home / "hermit.yaml"
+        config.write_text(config.read_text(encoding="utf-8").replace(
+            "agents:\n", "agents:\n  list: [{id: main, default: true}, {id: work}]\n", 1), encoding="utf-8")
+        store = SessionStore(home / "agents" / "main" / "sessions", cwd=home / "workspace", fsync=False)
+        t = store.open_transcript(store.get_or_create(MAIN).record)
+        for n, data in enumerate(PHOTOS_B64):
+            t.append_message(UserMessage(f"holiday photo {n}", (ImagePart("image/png", data),)).to_dict())
+            t.append_message(AssistantMessage((TextPart(f"A nice one, {n}."),), model="test-model",
+                                              provider="fake").to_dict())
+
+    with served_demo(tmp_path_factory.mktemp("edges") / "home", [], prepare) as served:
+        yield served
+
+
+def wire(page: Any) -> list[str]:
+    """Every frame the page's WebSocket receives, as it came (the bytes on the socket, unparsed)."""
+    got: list[str] = []
+    page.on("websocket", lambda ws: ws.on("framereceived", lambda payload: got.append(payload)))
+    return got
+
+
+def drawn(page: Any) -> None:
+    """The main session's history is drawn with its three photos, each loaded (an <img> is put in when it is)."""
+    page.wait_for_selector(".msg.user:has-text('holiday photo 2') .pics img", timeout=T)
+    page.wait_for_function("() => document.querySelectorAll('.msg.user .pics img').length === 3", timeout=T)
+    assert page.evaluate("() => [...document.querySelectorAll('.msg.user .pics img')].map((i) => i.naturalWidth)") \
+        == [200, 200, 200]
+
+
+def photo_bytes(frames: list[str]) -> int:
+    """How many characters of the photos' base64 the frames carried (each photo counted each time it came)."""
+    return sum(len(b64) * f.count(b64) for f in frames for b64 in PHOTOS_B64)
+
+
+def test_opening_a_session_with_photos_twice_sends_each_photo_once(browser: Any, demo: Demo) -> None:
+    context = browser.new_context(viewport={"width": PHONE_SIZE[0], "height": PHONE_SIZE[1]}, is_mobile=True,
+                                  has_touch=True)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    frames = wire(page)
+    page.goto(demo.url)
+    page.wait_for_selector("#status.ok", timeout=T)
+    drawn(page)
+    first = list(frames)
+    page.evaluate(f"window.HermitChat.open({{key: {json.dumps(CLI_KEY)}, agentId: 'main'}})")
+    page.wait_for_selector(".msg.user:has-text('release notes')", timeout=T)
+    at = len(frames)
+    page.evaluate(f"window.HermitChat.open({{key: {json.dumps(MAIN)}, agentId: 'main'}})")
+    drawn(page)
+    second = frames[at:]
+    sizes = (sum(map(len, first)), sum(map(len, second)))
+    print(f"\nopening a session with {len(PHOTOS)} photos: first {sizes[0]:,} characters received, "
+          f"second {sizes[1]:,}; photo base64 {photo_bytes(first):,} then {photo_bytes(second):,}")
+    assert photo_bytes(first) == sum(map(len, PHOTOS_B64))  # each photo once
+    assert photo_bytes(second) == 0 and sizes[1] < 10_000  # the second time: the names only
+    # Each photo came in a chat.image answer of its own; the history itself named them.
+    history = [json.loads(f) for f in first if '"messages"' in f]
+    assert history and all(b64 not in json.dumps(history) for b64 in PHOTOS_B64)
+    named = [i["sha256"] for m in history[-1]["payload"]["messages"] for i in m.get("images", [])]
+    assert named == [hashlib.sha256(p).hexdigest() for p in PHOTOS]
+    assert page.get_attribute(".msg.user:has-text('holiday photo 0') .pics img", "src") == \
+        "data:image/png;base64," + PHOTOS_B64[0]  # under the page's CSP: data: images only
+    assert errors == []
+    context.close()
+
+
+def test_drafts_come_back_after_a_reload_each_sessions_own(browser: Any, demo: Demo) -> None:
+    opened = open_page(browser, demo.url, *PHONE_SIZE, console_errors=True)
+    page = opened.page
+    drawn(page)
+    page.fill("#input", "a caption for the beach one")
+    page.evaluate(f"window.HermitChat.open({{key: {json.dumps(CLI_KEY)}, agentId: 'main'}})")
+    page.wait_for_selector(".msg.user:has-text('release notes')", timeout=T)
+    assert page.input_value("#input") == ""
+    page.fill("#input", "add a section on upgrades")
+    page.reload()
+    page.wait_for_selector("#status.ok", timeout=T)
+    page.wait_for_selector(".msg.user:has-text('release notes')", timeout=T)  # the tab's session, still open
+    page.wait_for_function("() => document.getElementById('input').value === 'add a section on upgrades'", timeout=T)
+    page.evaluate(f"window.HermitChat.open({{key: {json.dumps(MAIN)}, agentId: 'main'}})")
+    drawn(page)
+    assert page.input_value("#input") == "a caption for the beach one"
+    # Kept in this tab's sessionStorage (as its token is), never in localStorage: gone with the tab.
+    assert page.evaluate("() => Object.keys(localStorage).filter((k) => k.includes('draft'))") == []
+    assert opened.errors == []
+    opened.context.close()
+
+
+def test_leaving_with_a_picked_file_asks_first(browser: Any, demo: Demo) -> None:
+    opened = open_page(browser, demo.url, *PHONE_SIZE, console_errors=True)
+    page = opened.page
+    drawn(page)
+    asked: list[str] = []
+
+    def dialog(d: Any) -> None:
+        asked.append(d.type)
+        d.dismiss()  # "stay on the page"
+
+    page.on("dialog", dialog)
+    page.tap("#input")  # a page the owner has touched (Chromium asks only then)
+    with page.expect_event("close", timeout=T):
+        page.close(run_before_unload=True)  # nothing picked: it just goes
+    assert asked == []
+
+    page = opened.context.new_page()
+    page.on("dialog", dialog)
+    page.goto(demo.url)
+    page.wait_for_selector("#status.ok", timeout=T)
+    page.set_input_files("#attach-input", [{"name": "IMG_7.png", "mimeType": "image/png", "buffer": png(30, 20, 7)}])
+    page.wait_for_selector("#attachments .attachment.image img", timeout=T)
+    page.tap("#input")
+    with page.expect_event("dialog", timeout=T):
+        page.close(run_before_unload=True)
+    assert page.evaluate("() => document.title") and not page.is_closed()  # dismissed: the page stays
+    assert asked == ["beforeunload"]
+    assert page.locator("#attachments .attachment").count() == 1  # stayed: the file is still there
+    page.tap(".attachment-remove")
+    page.wait_for_selector("#attachments", state="hidden", timeout=T)
+    with page.expect_event("close", timeout=T):
+        page.close(run_before_unload=True)
+    assert asked == ["beforeunload"]
+    assert opened.errors == []
+    opened.context.close()
+
+
+def test_an_unstarted_agents_row_opens_the_main_session_the_gateway_names(browser: Any, demo: Demo) -> None:
+    """The gateway's hello is rewritten on its way to the page to name another main session for `work` (a key
+    scheme the page does not know): the page uses it as it is."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    hellos: list[dict[str, Any]] = []
+
+    def route(ws: Any) -> None:
+        server = ws.connect_to_server()
+
+        def to_page(message: str | bytes) -> None:
+            f = json.loads(message)
+            if f.get("type") == "res" and f.get("id") == "connect" and f.get("ok"):
+                hellos.append(dict(f["payload"]))
+                f["payload"]["mainSessions"] = {**f["payload"].get("mainSessions", {}), "work": ELSEWHERE}
+                message = json.dumps(f)
+            ws.send(message)
+
+        server.on_message(to_page)
+
+    page.route_web_socket(re.compile(r"/ws$"), route)
+    page.goto(demo.url)
+    page.wait_for_selector("#status.ok", timeout=T)
+    assert hellos[0]["mainSessions"] == {"main": MAIN, "work": "agent:work:main"}  # what the gateway says
+    row = page.locator("#sessions li[data-agent='work']")
+    row.wait_for(timeout=T)
+    assert row.get_attribute("data-key") == ELSEWHERE
+    row.click()
+    page.wait_for_function(f"() => (window.HermitChat.current() || {{}}).key === {json.dumps(ELSEWHERE)}", timeout=T)
+    page.wait_for_selector("#session-title:has-text('owner-desk')", timeout=T)
+    context.close()
