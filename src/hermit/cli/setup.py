@@ -230,7 +230,10 @@ def plan_model(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pl
                     ("fake", "the built-in fake provider: canned replies, to try Hermit without a model")]
         current = _current_model(ctx)
         options.append(("keep", f"keep the current model ({current})" if current else "no model for now"))
-        kind = ui.choose("Which language model should Hermit talk to?", options)
+        # Enter keeps what [brackets] show, as the first line says: on a second run that is the current model,
+        # not the first option (which switched a working model to Anthropic and asked for its key).
+        kind = ui.choose("Which language model should Hermit talk to?", options,
+                         default=len(options) if current else 1)
         if kind == "keep":
             return
     name = args.name or {"openai-compatible": "custom"}.get(kind, kind)
@@ -296,6 +299,23 @@ def _port(url: str) -> int:
     return urlsplit(url).port or 80
 
 
+def _key_var(ctx: CliContext, kind: str, name: str) -> str:
+    """The variable a provider's key is kept in: the one the config already names for this provider (a second
+    setup run keeps it), else the kind's usual one (ANTHROPIC_API_KEY…) unless another provider uses it —
+    then <NAME>_API_KEY, so the second provider's key never replaces the first one's."""
+    try:
+        providers = ctx.config().config.models.providers
+    except HermitError:  # a broken config is reported when setup validates what it writes
+        providers = {}
+    mine = providers.get(name)
+    if mine is not None and mine.api_key_env:
+        return mine.api_key_env
+    usual = KEY_VARS.get(kind)
+    if usual and not any(p.api_key_env == usual for other, p in providers.items() if other != name):
+        return usual
+    return _env_var_name(name)
+
+
 def _plan_key(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Plan, kind: str, name: str,
               prefix: tuple[str, ...]) -> None:
     from hermit.config.edit import DELETE
@@ -304,7 +324,7 @@ def _plan_key(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pla
         plan.updates.append(((*prefix, "api_key_env"), DELETE))
         plan.updates.append(((*prefix, "api_key"), DELETE))
         return
-    var = args.key_var or KEY_VARS.get(kind) or _env_var_name(name)
+    var = args.key_var or _key_var(ctx, kind, name)
     key = args.api_key or (_read_stdin_line("API key", "--api-key-stdin") if args.api_key_stdin else None)
     have = ctx.environ.get(var)
     if key is None and ui.interactive:
@@ -348,14 +368,23 @@ def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: 
     prefix = ("channels", channel, "accounts", account)
     wanted = channel_secrets(channel, cfg)
     given, token = _given_secrets(args, channel, [s.field for s in wanted])
+    taken = _other_accounts_vars(ctx, channel, account)
     for i, s in enumerate(wanted):
-        var = (args.token_var if i == 0 and args.token_var else s.env_name)
+        chosen = i == 0 and args.token_var
+        var = args.token_var if chosen else s.env_name
+        # Another account's variable (a second bot got the platform's default name, TELEGRAM_BOT_TOKEN): its
+        # own value goes into a variable of its own, or the first bot's token is replaced and both poll one bot.
+        own = var if chosen or var not in taken else f"{var}_{re.sub(r'[^A-Z0-9]', '_', account.upper())}"
+        if existing is None:
+            var = own
         value = given.get(s.field)
         if i == 0 and value is None:
             value = token
         if value is None and ui.interactive:
             keep = " (Enter keeps it)" if ctx.environ.get(var) else ""
-            value = ui.secret(f"{channel} {s.field.replace('_', ' ')}, stored as {var}{keep}") or None
+            value = ui.secret(f"{channel} {s.field.replace('_', ' ')}, stored as {own}{keep}") or None
+        if value is not None:
+            var = own
         if value is None and not ctx.environ.get(var):
             stdin = "--token-stdin" if i == 0 else f"--secret-stdin {s.field}"
             plan.notes.append(f"{var} is not set yet: add it with `hermit setup --channel {channel} --account "
@@ -388,6 +417,19 @@ def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: 
     if policy is not None or existing is None:
         plan.updates.append(((*prefix, "dm_policy"), policy or "pairing"))
     plan.channel = f"{channel}/{account}"
+
+
+def _other_accounts_vars(ctx: CliContext, channel: str, account: str) -> set[str]:
+    """The variables every other channel account (of any platform) takes its secrets from."""
+    from hermit.channels.platforms import accounts
+    from hermit.channels.platforms import secrets as channel_secrets
+
+    try:
+        channels = ctx.config().config.channels
+    except HermitError:
+        return set()
+    return {s.env_name for name, acc, cfg in accounts(channels) if (name, acc) != (channel, account)
+            for s in channel_secrets(name, cfg, every=True)}
 
 
 def _write_fake_script(home: Path) -> Path:
