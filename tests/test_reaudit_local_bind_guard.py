@@ -52,3 +52,39 @@ def test_an_instruction_file_kept_as_a_link_that_a_command_replaced_with_a_file_
     assert len(kept) == 1 and kept[0].read_text() == PLANTED + "\n"  # nothing lost
     result = str(model.requests[1].messages[-1].to_dict())
     assert "written" in result and kept[0].name in result
+
+
+def test_a_guard_journal_acts_only_on_the_names_the_sandbox_guards(tmp_path: Path) -> None:
+    """The next turn replays an unheld journal in <agent>/sandbox/: one naming other paths (forged where a command
+    could reach the state dir, or left by another version) moved the owner's files aside, removed their links and
+    — since the guard puts an owner's link back — would have made links wherever it said. Only the names the
+    sandbox guards now are acted on."""
+    import json
+
+    backend = detect()
+    need(backend.available, f"an OS sandbox ({backend.detail})")
+    loaded = load_offline(tmp_path, defaults={"sandbox": {"mode": "all"}})
+    agent = loaded.agent()
+    ensure_workspace(agent.workspace)
+    outside = tmp_path / "home"
+    outside.mkdir()
+    (outside / "diary.md").write_text("owner's diary\n")
+    (outside / "kept-link").symlink_to(outside / "diary.md")
+    (agent.workspace / "BOOTSTRAP.md").unlink()
+    (agent.workspace / "BOOTSTRAP.md").write_text(PLANTED)  # a guarded name: still undone
+    journals = tmp_path / "agents" / agent.id / "sandbox"
+    journals.mkdir(parents=True, mode=0o700)
+    forged = {"before": {str(outside / "kept-link"): None, str(outside / "made-link"): [1, 2, "/etc/shadow"]},
+              "absent": [str(outside / "diary.md"), str(agent.workspace / "BOOTSTRAP.md")]}
+    (journals / "bind-guard-0123456789abcdef.json").write_text(json.dumps(forged))
+    model = ScriptedModel(["hello"])
+    runtime = AgentRuntime(agent, model, clock=fixed_clock, fsync=False, home=tmp_path, sandbox_backend=backend)
+
+    runtime.run_turn(main_session_key(agent.id), "hi")
+
+    assert (outside / "diary.md").read_text() == "owner's diary\n"
+    assert (outside / "kept-link").is_symlink()
+    assert not (outside / "made-link").is_symlink()
+    assert sorted(p.name for p in outside.iterdir()) == ["diary.md", "kept-link"]
+    assert PLANTED not in model.requests[-1].system and not (agent.workspace / "BOOTSTRAP.md").exists()
+    assert list(journals.glob("bind-guard-*")) == []

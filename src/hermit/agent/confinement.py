@@ -96,9 +96,9 @@ class Confinement:
             protected = (ws / "memory", ws / MEMORY_FILE, *(ws / n for n in BOOTSTRAP_ORDER))
             guarded = (*protected, ws / "inbox")
             journals = self.agent_dir / "sandbox"
-            recover(journals)  # what a command left when its Hermit was killed: undone before this turn's prompt
-            return OsSandbox(backend, ws, protected, self.limits, guarded, tuple(ws / n for n in BOOTSTRAP_ORDER),
-                             journals)
+            kept_out = tuple(ws / n for n in BOOTSTRAP_ORDER)
+            recover(journals, guarded, kept_out)  # what a command left when its Hermit was killed: undone first
+            return OsSandbox(backend, ws, protected, self.limits, guarded, kept_out, journals)
         if backend.name == "bwrap":
             return RoomSandbox(backend, view, self.limits, self.agent_dir / "sandbox",
                                sandbox_uid(self.agent.settings.sandbox.uid), self.command_slots())

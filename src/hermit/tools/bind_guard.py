@@ -120,10 +120,13 @@ class LinkGuard:
         return notes
 
 
-def recover(folder: Path) -> list[str]:
-    """Undo what the commands of processes that died before undoing it left (their journals in `folder`); what
-    was undone, one line each (also logged). A journal that cannot be read is kept, and logged."""
+def recover(folder: Path, guarded: Iterable[Path], kept_out: Iterable[Path]) -> list[str]:
+    """Undo what the commands of processes that died before undoing it left (their journals in `folder`) at the
+    names the sandbox guards now (`guarded`, `kept_out`: a journal naming anything else is not Hermit's, and
+    would have the next turn move, unlink or link whatever it names); what was undone, one line each (also
+    logged). A journal that cannot be read is kept, and logged."""
     notes: list[str] = []
+    guarded, kept_out = frozenset(guarded), frozenset(kept_out)
     for name in left_unheld(folder, JOURNAL_PREFIX):
         path = Path(name)
         try:
@@ -131,11 +134,17 @@ def recover(folder: Path) -> list[str]:
                 data = json.loads(f.read(MAX_JOURNAL_BYTES))
             before = {Path(p): (int(i[0]), int(i[1]), str(i[2])) if i is not None else None
                       for p, i in data["before"].items()}
+            absent = frozenset(Path(p) for p in data["absent"])
+            strange = sorted(str(p) for p in (before.keys() - guarded) | (absent - kept_out))
+            if strange:
+                log.warning("a sandboxed command's guard journal %s names %s, which the sandbox does not guard: "
+                            "those are left as they are", path, ", ".join(strange))
+            before = {p: was for p, was in before.items() if p in guarded}
             # A link to the same place counts as the one recorded (a journal restored from a backup onto another
             # disk names other inode numbers for the owner's own links).
             before = {p: now if was is not None and (now := _link_identity(p)) is not None and now[2] == was[2]
                       else was for p, was in before.items()}
-            guard = LinkGuard(before, frozenset(Path(p) for p in data["absent"]))
+            guard = LinkGuard(before, absent & kept_out)
         except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
             log.warning("a sandboxed command's guard journal %s cannot be read (%s): check the instruction files, "
                         "MEMORY.md and inbox/ of the workspace for links and files it may have left, then remove "
