@@ -18,7 +18,10 @@ Across processes (the owner's `hermit chat` while the gateway answers contacts; 
 memory_append): a watched command leaves a marker in the workspace's `.hermit-watch/` (0700, the user's own), and
 a writer of a note in its `memory/` that sees the marker of another live process there also appends what it
 added to the journal beside it (`added.jsonl`, 0600), which the command reads from where it stood when the
-command started. The folder is at the workspace's top, never under memory/: another chat's `read` of a path
+command started. A marker is alive while its watcher holds a lock on it (locks.hold_made), never by the pid in
+its name: the marker a killed watcher left, under a pid the kernel gave another process since, counted as a live
+watcher for good — every chat's notes were copied into a journal nobody removed, until at its cap notes went
+unrecorded again. The folder is at the workspace's top, never under memory/: another chat's `read` of a path
 under memory/ reads the workspace's file, and the journal holds other chats' notes; a path outside memory/ is
 the chat's own room. Every note is
 written under the memory lock, so the times they carry (the system's monotonic clock) order them as they were
@@ -34,25 +37,37 @@ import contextlib
 import itertools
 import json
 import os
+import re
+import secrets
 import stat
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from hermit.locks import pid_alive
+from hermit.locks import hold_made, lock_fd
 
 MAX_ENTRIES = 4096
 MAX_JOURNAL_BYTES = 8_000_000
 WATCH_DIR = ".hermit-watch"  # at the workspace's top (never under memory/, which other chats read)
 JOURNAL = "added.jsonl"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_MARKER = re.compile(r"\d+\.\d+(\.[0-9a-f]+)?")  # <pid>.<window>.<random>: the pid only says who made it
 
 _lock = threading.Lock()
 _watching: set[int] = set()
 _entries: list[tuple[int, str, str, int]] = []  # (sequence number, real path, the text added, monotonic ns)
 _numbers = itertools.count(1)
 _starts: dict[int, tuple[str, int, int]] = {}  # window -> (its watch folder, the journal's inode, its size then)
+_markers: dict[int, tuple[str, int]] = {}  # window -> (its marker's name, the descriptor holding its lock)
+_process: list[tuple[int, str]] = []  # (pid, a random name of this process): a fork's child gets its own
+
+
+def _me() -> str:
+    """This process's name in the journal: its pid and a random part (another pid namespace may have its pid)."""
+    if not _process or _process[0][0] != os.getpid():
+        _process[:] = [(os.getpid(), f"{os.getpid()}.{secrets.token_hex(8)}")]
+    return _process[0][1]
 
 
 def watch(workspace: Path | None = None) -> int:
@@ -125,18 +140,31 @@ def _own_dir(fd: int) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
-def _marker_pid(name: str) -> int | None:
-    head = name.split(".", 1)[0]
-    return int(head) if head.isdigit() and name != JOURNAL else None
+def _mine() -> set[str]:
+    with _lock:
+        return {name for name, _ in _markers.values()}
 
 
-def _live_others(dfd: int) -> list[str]:
-    """The markers of live processes other than this one."""
+def _live_others(dfd: int, *, sweep: bool = False) -> list[str]:
+    """The markers other processes hold (alive: their lock is held); with `sweep`, the ones nobody holds (a
+    watcher killed mid-command left them) are removed."""
     out = []
+    mine = _mine()
     for name in os.listdir(dfd):
-        pid = _marker_pid(name)
-        if pid is not None and pid != os.getpid() and pid_alive(pid):
-            out.append(name)
+        if name in mine or not _MARKER.fullmatch(name):
+            continue
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError:
+            continue  # gone meanwhile, or not a file of ours
+        try:
+            if not lock_fd(fd, wait=False):
+                out.append(name)
+            elif sweep:  # removed while held, so a maker that has not locked it yet makes another (hold_made)
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=dfd)
+        finally:
+            os.close(fd)
     return out
 
 
@@ -151,18 +179,31 @@ def _announce(workspace: Path, window: int) -> tuple[str, int, int] | None:
     try:
         if not _own_dir(dfd):
             return None
-        for name in os.listdir(dfd):  # markers of processes that died while they watched
-            pid = _marker_pid(name)
-            if pid is not None and pid != os.getpid() and not pid_alive(pid):
-                with contextlib.suppress(OSError):
-                    os.unlink(name, dir_fd=dfd)
-        os.close(os.open(f"{os.getpid()}.{window}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o600, dir_fd=dfd))
+        _live_others(dfd, sweep=True)  # markers of processes that died while they watched
+        while True:  # held from its making (hold_made): a sweep that took it first makes us make another
+            name = f"{os.getpid()}.{window}.{secrets.token_hex(4)}"
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=dfd)
+            try:
+                if hold_made(fd, name, dir_fd=dfd):
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
         try:
             st = os.stat(JOURNAL, dir_fd=dfd, follow_symlinks=False)
-            return watch_dir, st.st_ino, st.st_size
+            start = watch_dir, st.st_ino, st.st_size
         except FileNotFoundError:
-            return watch_dir, 0, 0
+            start = watch_dir, 0, 0
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dfd)
+            os.close(fd)
+            return None
+        with _lock:
+            _markers[window] = (name, fd)
+        return start
     except OSError:
         return None
     finally:
@@ -171,14 +212,23 @@ def _announce(workspace: Path, window: int) -> tuple[str, int, int] | None:
 
 def _retire(watch_dir: str, window: int) -> None:
     """Take this window's marker away; the last watcher removes the journal and the folder."""
+    with _lock:
+        marker = _markers.pop(window, None)
     try:
         dfd = os.open(watch_dir, _DIR_FLAGS)
     except OSError:
+        dfd = -1
+    try:
+        if marker is not None and dfd >= 0:
+            with contextlib.suppress(OSError):
+                os.unlink(marker[0], dir_fd=dfd)
+    finally:
+        if marker is not None:
+            os.close(marker[1])  # its lock goes with it
+    if dfd < 0:
         return
     try:
-        with contextlib.suppress(OSError):
-            os.unlink(f"{os.getpid()}.{window}", dir_fd=dfd)
-        if _own_dir(dfd) and not [n for n in os.listdir(dfd) if n != JOURNAL]:
+        if _own_dir(dfd) and not _live_others(dfd, sweep=True) and not [n for n in os.listdir(dfd) if n != JOURNAL]:
             with contextlib.suppress(OSError):
                 os.unlink(JOURNAL, dir_fd=dfd)
             with contextlib.suppress(OSError):
@@ -208,7 +258,7 @@ def _journal(real: str, text: str, at: int) -> None:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > MAX_JOURNAL_BYTES:
                 return
-            line = json.dumps({"pid": os.getpid(), "at": at, "path": real, "text": text}, ensure_ascii=False)
+            line = json.dumps({"pid": _me(), "at": at, "path": real, "text": text}, ensure_ascii=False)
             os.write(fd, (line + "\n").encode("utf-8", "surrogatepass"))
         finally:
             os.close(fd)
@@ -243,6 +293,6 @@ def _read_journal(start: tuple[str, int, int], real: str) -> list[tuple[int, str
     for raw in data.decode("utf-8", "replace").split("\n"):
         with contextlib.suppress(ValueError, TypeError, KeyError):
             entry = json.loads(raw)
-            if entry["pid"] != os.getpid() and entry["path"] == real and isinstance(entry["text"], str):
+            if entry["pid"] != _me() and entry["path"] == real and isinstance(entry["text"], str):
                 out.append((int(entry["at"]), entry["text"]))
     return out
