@@ -229,6 +229,31 @@ def systemd_usable(environ: dict[str, str]) -> bool:
     return r.returncode == 0
 
 
+def systemd_offline(environ: dict[str, str]) -> bool:
+    """No systemd runs this machine at all (most containers, WSL without it, another init): `systemctl
+    is-system-running` says "offline" (or there is no systemctl). A unit written here never starts."""
+    if shutil.which("systemctl", path=environ.get("PATH")) is None:
+        return True
+    try:
+        r = subprocess.run(["systemctl", "is-system-running"], capture_output=True, text=True, timeout=10, env=environ)
+    except (OSError, subprocess.TimeoutExpired):
+        return False  # it did not say: the user manager's advice stands
+    return r.stdout.strip() == "offline"
+
+
+def _no_systemd(ctx: CliContext, host: str | None, port: int | None) -> ConfigError:
+    """What to do instead of a service on a machine without systemd: the exact command, kept running another way."""
+    cmd = shlex.join(gateway_command(ctx.home, host, port))
+    return ConfigError(
+        "this machine does not run systemd (a container, or another init system), so a gateway service would "
+        "never start here; nothing was written",
+        f"keep the gateway running another way: make this the container's command (with a restart policy, e.g. "
+        f"`docker run --restart unless-stopped`) or your supervisor's:\n      {cmd}\n"
+        f"      or start it in the background of this shell (it stops with the machine):\n"
+        f"      nohup {cmd} >/dev/null 2>&1 &\n"
+        "      `hermit logs -f` follows it either way; `hermit gateway install --no-start` writes the unit anyway")
+
+
 def _run(cmd: list[str], environ: dict[str, str], name: str) -> None:
     print("$ " + " ".join(cmd), flush=True)
     r = subprocess.run(cmd, capture_output=True, text=True, env=environ, timeout=60)
@@ -304,6 +329,9 @@ def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
     if port is not None and not 0 <= port <= 65535:
         raise ConfigError(f"--port {port} is not a port", "give a port from 1 to 65535 (0: any free one)")
     kind = _kind(args)
+    usable = kind == "systemd" and not args.no_start and systemd_usable(ctx.environ)
+    if kind == "systemd" and not args.no_start and not usable and systemd_offline(ctx.environ):
+        raise _no_systemd(ctx, host, port)  # it printed `systemctl --user …` steps that fail the same way
     folder = unit_folder(ctx, kind, create=True)
     assert folder is not None
     name = _chosen_name(ctx, args, kind, folder)
@@ -320,21 +348,34 @@ def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
                  ["systemctl", "--user", "enable", "--now", f"{name}.service"]]
     print(f"wrote {path}")
     print(f"it runs: {' '.join(gateway_command(ctx.home, host, port))}")
-    usable = kind == "systemd" and not args.no_start and systemd_usable(ctx.environ)
     if usable:
         for step in steps:
             _run(step, ctx.environ, name)
         print(f"started {name}; `hermit gateway status` shows it, `hermit logs -f` follows its log, "
               f"`journalctl --user -u {name}` has what it printed")
         return 0
-    why = "as asked (--no-start)" if args.no_start else (
-        "systemd's user manager does not answer here" if kind == "systemd" else "launchd is started by you")
-    print(f"not started ({why}); to start it now and at every login run:")
+    user = _user_name()
+    if args.no_start or kind != "systemd":
+        why = "as asked (--no-start)" if args.no_start else "launchd is started by you"
+        print(f"not started ({why}); to start it now and at every login run:")
+    else:  # systemd runs the machine, but this shell reaches no user manager of this user's
+        print(f"not started: systemd runs here, but no user manager of {user}'s answers in this shell (su, sudo, or "
+              f"a login without a session?); let it run without a login, as root: loginctl enable-linger {user}\n"
+              f"then, in a login shell of {user}'s (ssh {user}@host, or machinectl shell {user}@), run:")
     for step in steps:
         print("    " + " ".join(step))
-    if kind == "systemd":
-        print("  (to keep it running after you log out: loginctl enable-linger $USER)")
+    if kind == "systemd" and args.no_start:
+        print(f"  (to keep it running after you log out: loginctl enable-linger {user})")
     return 0
+
+
+def _user_name() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 def cmd_uninstall(ctx: CliContext, args: argparse.Namespace) -> int:
