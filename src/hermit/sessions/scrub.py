@@ -16,6 +16,12 @@ What counts as a copy (`Verbatim`), decided so that a user can predict it and or
   A short number on its own (a 4-digit PIN, a year, a time) is not one: it would take every "2026" with it; it
   goes only inside a longer run.
 
+A copy is only what the deleted message brought into its session: a word, number or run that another sender's
+message in the session holds (the owner's, another member's — before or after it) or that the session held before
+it (a reply, a tool result, a summary, its sender's own earlier message) is not one (`kept`). A group member who quoted
+the owner, or guessed a code the owner later said, and deleted that message, took the owner's words out of every
+later reply and the flush's notes; their message took back only what it alone said.
+
 Where: the transcript's lines from the deleted message's on — the message itself (its text and images give
 way to RETRACTED_TEXT, as every reader already shows it), the assistant's messages (text, thinking, tool-call
 arguments), tool results, compaction summaries and the memory flush's entries. Never another user message (the
@@ -37,13 +43,13 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hermit.durable import _remove_stale_temps, fsync_dir, held_temp, write_all
 from hermit.locks import lock_fd
-from hermit.sessions.entries import RETRACTED_TEXT, retract
+from hermit.sessions.entries import RETRACTED_TEXT, retract, retracted_refs
 from hermit.sessions.files import open_own, read_fd
 
 log = logging.getLogger("hermit.sessions")
@@ -105,6 +111,54 @@ class _Normalized:
         return self._origin[k] + (at - self._marks[k])
 
 
+def _token_pattern(tokens: list[str], flags: int = re.IGNORECASE) -> re.Pattern[str] | None:
+    return re.compile("(?<!\\w)(?:" + "|".join(map(re.escape, tokens)) + ")(?!\\w)", flags) if tokens else None
+
+
+def _longest(norm: str, i: int, hay: str) -> int:
+    """The length of the longest run from `norm[i]` that `hay` holds (at least MIN_RUN: its first gram is in it)."""
+    lo, hi = MIN_RUN, min(len(norm) - i, len(hay))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if norm[i:i + mid] in hay:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _folded(texts: Iterable[str]) -> str:
+    """`texts` joined by NUL, case folded and whitespace collapsed as _Normalized does (positions not kept)."""
+    joined = "\x00".join(texts)
+    low = joined.lower()
+    if len(low) != len(joined):
+        low = "".join(map(_fold, joined))
+    return " ".join(low.split())
+
+
+def _unshared(hay: str, other: str) -> str:
+    """`hay` (the deleted text, normalized) with what `other` (the kept text, `_folded`) holds of it too — runs of
+    at least MIN_RUN characters from a word's start — blanked (NUL), so that no run found later reaches into it.
+    Looked for from the deleted text's word starts in the kept text as a whole (a C search each): the kept text
+    may be a whole transcript."""
+    shared = bytearray(len(hay))
+    n, done, absent = len(hay), 0, set()
+    for word in _ALNUM.finditer(hay):
+        i = word.start()
+        if i < done or i > n - MIN_RUN or (gram := hay[i:i + MIN_RUN]) in absent:
+            continue
+        if gram not in other:
+            absent.add(gram)
+            continue
+        stop = hay.find("\x00", i)
+        length = _longest(hay[:stop] if stop >= 0 else hay, i, other)
+        shared[i:i + length] = b"\x01" * length
+        done = i + length
+    if not any(shared):
+        return hay
+    return "".join("\x00" if mark else c for c, mark in zip(hay, shared, strict=True))
+
+
 def _secretish(word: str) -> bool:
     return len(word) >= MIN_TOKEN and any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
 
@@ -114,21 +168,33 @@ class Verbatim:
     """The rule for copies of one deleted message (see the module's rules), built from its text(s)."""
 
     texts: tuple[str, ...]
+    # Text the session holds apart from the deleted message (see the module's rules): what of the deleted text it
+    # holds too is no copy. Only used to build the rule, never kept (a rule is kept in memory for an hour).
+    kept: InitVar[Iterable[str]] = ()
     _hay: str = field(init=False, repr=False)
     _grams: frozenset[str] = field(init=False, repr=False)
     _tokens: re.Pattern[str] | None = field(init=False, repr=False)
     _numbers: frozenset[str] = field(init=False, repr=False)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, kept: Iterable[str]) -> None:
+        other = _folded(k for k in kept if k)
         parts = [_Normalized(t[:MAX_DELETED]).text.strip() for t in self.texts]
         hay = "\x00".join(parts)
         grams = frozenset(g for i in range(len(hay) - MIN_RUN + 1) if "\x00" not in (g := hay[i:i + MIN_RUN]))
+        if other and grams:
+            hay = _unshared(hay, other)
+            grams = frozenset(g for i in range(len(hay) - MIN_RUN + 1) if "\x00" not in (g := hay[i:i + MIN_RUN]))
         words = {w.strip(_PUNCT) for t in self.texts for w in t[:MAX_DELETED].split()}
         tokens = sorted({w for w in words if _secretish(w)}, key=len, reverse=True)
-        pattern = re.compile("(?<!\\w)(?:" + "|".join(map(re.escape, tokens)) + ")(?!\\w)", re.IGNORECASE) \
-            if tokens else None
+        pattern = _token_pattern(tokens)
+        if other and pattern is not None:
+            folded = _token_pattern([t.lower() for t in tokens], 0)
+            held = {m.group(0) for m in folded.finditer(other)} if folded is not None else set()
+            pattern = _token_pattern([t for t in tokens if t.lower() not in held])
         numbers = frozenset(d for t in self.texts for m in _NUMBER.finditer(t[:MAX_DELETED])
                             if len(d := re.sub(r"\D", "", m.group(0))) >= MIN_TOKEN)
+        if other and numbers:
+            numbers -= {re.sub(r"\D", "", m.group(0)) for m in _NUMBER.finditer(other)}
         object.__setattr__(self, "_hay", hay)
         object.__setattr__(self, "_grams", grams)
         object.__setattr__(self, "_tokens", pattern)
@@ -169,14 +235,7 @@ class Verbatim:
             i = word.start()
             if i < done or i > n - MIN_RUN or norm[i:i + MIN_RUN] not in self._grams:
                 continue
-            lo, hi = MIN_RUN, min(n - i, len(self._hay))  # the longest run from i that the deleted text holds
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if norm[i:i + mid] in self._hay:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            end = i + lo
+            end = i + _longest(norm, i, self._hay)  # the longest run from i that the deleted text holds
             if end < n and norm[end - 1].isalnum() and norm[end].isalnum():
                 while end > i and norm[end - 1].isalnum():  # it ends inside a word: back to that word's start
                     end -= 1
@@ -238,6 +297,12 @@ def _user_text(message: dict[str, Any]) -> str:
     return "\n".join(p["text"] for p in content or () if isinstance(p, dict) and isinstance(p.get("text"), str))
 
 
+def _sender_id(message: dict[str, Any]) -> str | None:
+    """Who sent a user message, as a group's transcript records it; None in a chat of one person (no sender)."""
+    sender = message.get("sender")
+    return str(sender.get("id")) if isinstance(sender, dict) and sender.get("id") is not None else None
+
+
 def _is_deleted(obj: dict[str, Any], ref: str) -> bool:
     message = obj.get("message")
     return (obj.get("type") == "message" and isinstance(message, dict) and message.get("role") == "user"
@@ -248,26 +313,58 @@ def deleted_in(objs: Iterable[dict[str, Any] | None], ref: str, known: Deleted |
     """The message `ref` as the transcript's lines (parsed, in order) recorded it, or None when they hold no text
     of it (never recorded, or scrubbed already). `known`: what an earlier scrub found of it, used when its text is
     gone (copies written since: by a turn that was running when it was deleted), with the flush calls as now."""
+    objs = list(objs)
+    gone = retracted_refs(objs) | {ref}
+    at, by = next(((n, _sender_id(o["message"])) for n, o in enumerate(objs, start=1)
+                   if o is not None and _is_deleted(o, ref)), (0, None))
+    at = known.line if known is not None else at  # its first line that held text
+    if known is None and not any(o is not None and _is_deleted(o, ref) and _user_text(o["message"]).strip()
+                                 and _user_text(o["message"]) != RETRACTED_TEXT for o in objs):
+        return None  # never recorded, or scrubbed already: nothing to look for
     texts: list[str] = []
+    kept: list[str] = []  # what the session holds apart from it (the module's rules)
     first = known.line if known is not None else 0
     calls: list[tuple[str, dict[str, Any]]] = []
     for number, obj in enumerate(objs, start=1):
         if obj is None:
             continue
+        message = obj.get("message")
         if _is_deleted(obj, ref):
             text = _user_text(obj["message"])
             if text.strip() and text != RETRACTED_TEXT:
                 texts.append(text)
                 first = first or number
-        elif first and obj.get("type") == "custom" and obj.get("customType") == FLUSH_ENTRY:
+        elif obj.get("type") == "message" and isinstance(message, dict) and message.get("role") == "user":
+            if message.get("ref") not in gone and (number < at or _sender_id(message) != by):  # before, or another's
+                kept.append(_user_text(message))
+        elif number < at:  # before it: the session held that already
+            kept.extend(_texts_of(obj))
+        elif obj.get("type") == "custom" and obj.get("customType") == FLUSH_ENTRY:
             message = obj.get("data", {}).get("message") if isinstance(obj.get("data"), dict) else None
             for part in message.get("content") or () if isinstance(message, dict) else ():
                 if isinstance(part, dict) and part.get("type") == "toolCall" and isinstance(part.get("name"), str) \
                         and isinstance(part.get("arguments"), dict):
                     calls.append((part["name"], part["arguments"]))
     if texts:
-        return Deleted(ref, Verbatim(tuple(texts)), first, tuple(calls))
-    return Deleted(ref, known.rule, known.line, tuple(calls)) if known is not None else None
+        return Deleted(ref, Verbatim(tuple(texts), kept), first, tuple(calls))
+    return Deleted(ref, Verbatim(known.rule.texts, kept), known.line, tuple(calls)) if known is not None else None
+
+
+def _texts_of(obj: dict[str, Any]) -> list[str]:
+    """The text of a line the scrub would look in (`_scrub_line`): a message's, a summary's, a flush entry's."""
+    out: list[str] = []
+
+    def collect(text: str) -> str:
+        out.append(text)
+        return text
+
+    if obj.get("type") == "message" and isinstance(obj.get("message"), dict):
+        _scrub_value(obj["message"], collect, False)
+    elif obj.get("type") == "compaction":
+        _scrub_value(obj.get("summary"), collect, True)
+    elif obj.get("type") == "custom" and obj.get("customType") == FLUSH_ENTRY:
+        _scrub_value(obj.get("data"), collect, False)
+    return out
 
 
 def find_deleted(path: Path, ref: str, known: Deleted | None = None) -> Deleted | None:
