@@ -148,11 +148,15 @@ def test_a_session_whose_image_the_provider_refuses_goes_on_without_images(tmp_p
             deltas: list[object] = []
             second = rt.run_turn("agent:main:main", "and now?", on_event=deltas.append)
             assert (first.reply, second.reply) == ("Seen.", "Seen.")
-            assert [junk in json.dumps(r.body) for r in fake.requests] == [True, False, True, False]
-            for sent in (fake.requests[1], fake.requests[3]):
-                assert "[1 image(s) not sent: the provider refused this conversation's images]" in json.dumps(sent.body)
+            # The refusal is recorded with the session: the next turn does not send the image again
+            # (test_image_refused_once.py).
+            assert [junk in json.dumps(r.body) for r in fake.requests] == [True, False, False]
+            assert ("[1 image(s) not sent: the provider refused this conversation's images]"
+                    in json.dumps(fake.requests[1].body))
+            assert "[an image not sent: the provider refused it]" in json.dumps(fake.requests[2].body)
+            for sent in fake.requests[1:]:
                 assert "what is this?" in json.dumps(sent.body)
-            assert fake.requests[3].body.get("stream") is True
+            assert fake.requests[2].body.get("stream") is True
             assert junk in transcript_bytes(rt, "agent:main:main").decode()  # the transcript is not touched
         finally:
             rt.close()

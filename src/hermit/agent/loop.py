@@ -37,6 +37,7 @@ from hermit.agent.context import INTERRUPTED_RESULT, SILENT_TOKEN
 from hermit.errors import Cancelled, ContextOverflowError, HermitError
 from hermit.messages import (
     AssistantMessage,
+    ImagePart,
     Message,
     TextPart,
     ToolCallPart,
@@ -44,7 +45,15 @@ from hermit.messages import (
     Usage,
     UserMessage,
 )
-from hermit.models.base import Model, ModelRequest, ModelResponse, ResponseDone, TextDelta, ToolCallDelta
+from hermit.models.base import (
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ResponseDone,
+    TextDelta,
+    ToolCallDelta,
+    leave_out_images,
+)
 from hermit.models.cancel import CancelToken
 from hermit.redaction import StreamMasker, mask
 from hermit.tools.base import ToolRun, ToolRunner
@@ -227,6 +236,7 @@ def run_loop(
     on_usage: Callable[[AssistantMessage], None] | None = None,
     on_overflow: OverflowHandler | None = None,
     cancel: CancelToken | None = None,
+    on_images_refused: Callable[[tuple[ImagePart, ...]], None] | None = None,
 ) -> LoopResult:
     """Run one turn. Model errors (HermitError), TurnCancelled and KeyboardInterrupt propagate after
     being recorded."""
@@ -285,6 +295,10 @@ def run_loop(
             add(AssistantMessage((TextPart(text),) if text else (), "error", Usage(),
                                  model.profile.model_id, model.profile.provider, why))
             raise
+        if response.refused_images:  # recorded with the session, and left out of this turn's next requests
+            if on_images_refused is not None:
+                on_images_refused(response.refused_images)
+            messages[:] = leave_out_images(messages, response.refused_images)
         assistant = masked_reply(response.message)
         add(assistant)
         result.usage = result.usage + assistant.usage

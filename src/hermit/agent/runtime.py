@@ -65,7 +65,7 @@ from hermit.messages import (
 )
 from hermit.models.base import ClosableModel, Model, ModelRequest
 from hermit.models.cancel import CancelToken
-from hermit.sessions.entries import ENDED_TYPE
+from hermit.sessions.entries import ENDED_TYPE, IMAGE_REFUSED_TYPE, image_key
 from hermit.sessions.keys import SessionKind, agent_id_of, classify_session_key, is_main_session_key
 from hermit.sessions.lock import DEFAULT_WAIT_SECONDS, session_lock
 from hermit.sessions.pruning import PruningMode, prune_for_request, resolve_pruning_mode
@@ -526,6 +526,9 @@ class AgentRuntime:
         def record(message: Message) -> None:
             transcript.append_message(message.to_dict())
 
+        def refused(found: tuple[ImagePart, ...]) -> None:  # left out of every later request (sessions/entries.py)
+            transcript.append_custom(IMAGE_REFUSED_TYPE, {"images": sorted({image_key(i.data) for i in found})})
+
         def usage(message: AssistantMessage) -> None:
             u = message.usage
             # A heartbeat must not count as activity, or an idle reset would never come (SPEC §16).
@@ -556,6 +559,7 @@ class AgentRuntime:
                 on_usage=usage,
                 on_overflow=recover,
                 cancel=cancel,
+                on_images_refused=refused,
             )
         except TurnCancelled as e:
             transcript.append_custom("interrupted", {"reason": e.message})

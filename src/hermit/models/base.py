@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
@@ -84,6 +84,9 @@ class ModelRequest:
 @dataclass(frozen=True)
 class ModelResponse:
     message: AssistantMessage
+    # The images the provider refused, the reply made without them (`complete_or_without_images`): the agent
+    # records them with the session, so they are never sent again.
+    refused_images: tuple[ImagePart, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def text(self) -> str:
@@ -229,10 +232,37 @@ def without_images(request: ModelRequest) -> ModelRequest | None:
     return dataclasses.replace(request, messages=tuple(out))
 
 
+def refused_suspects(request: ModelRequest) -> tuple[ImagePart, ...]:
+    """The images a refused request is blamed for: those new in it — after its last assistant message (the turn's
+    own message, or the results of the tools it just called): each earlier one went out with an earlier request
+    that was not refused. All of its images when none is new (another model answers now, or a restart)."""
+    last = max((i for i, m in enumerate(request.messages) if isinstance(m, AssistantMessage)), default=-1)
+    images = [(i, img) for i, m in enumerate(request.messages)
+              if isinstance(m, UserMessage | ToolResultMessage) for img in m.images]
+    new = tuple(dict.fromkeys(img for i, img in images if i > last))
+    return new or tuple(dict.fromkeys(img for _, img in images))
+
+
+def leave_out_images(messages: Sequence[Message], refused: Collection[ImagePart]) -> list[Message]:
+    """`messages` with each image in `refused` replaced by a note in its message's text: what the session's
+    transcript records of a refused image (sessions/entries.py), for the requests of the turn that found it."""
+    out: list[Message] = []
+    for m in messages:
+        if isinstance(m, UserMessage | ToolResultMessage) and any(img in refused for img in m.images):
+            kept = tuple(img for img in m.images if img not in refused)
+            note = f"[{len(m.images) - len(kept)} image(s) not sent: the provider refused them]"
+            m = (dataclasses.replace(m, text=f"{m.text}\n{note}" if m.text else note, images=kept)
+                 if isinstance(m, UserMessage) else
+                 dataclasses.replace(m, content=f"{m.content}\n{note}" if m.content else note, images=kept))
+        out.append(m)
+    return out
+
+
 def complete_or_without_images(call: Callable[[ModelRequest], ModelResponse], request: ModelRequest) -> ModelResponse:
     """`call(request)`, made again without its images when the provider refuses one (`without_images`). An image
     is sent again with every later request of its session, so one the provider cannot read (a member's file
-    that starts like a JPEG) would otherwise have every later turn of the session refused until /new."""
+    that starts like a JPEG) would otherwise have every later turn of the session refused until /new. The reply
+    names the images blamed (`refused_suspects`), which the agent records so that later turns leave them out."""
     try:
         return call(request)
     except ImageRefused as e:
@@ -240,7 +270,7 @@ def complete_or_without_images(call: Callable[[ModelRequest], ModelResponse], re
         if bare is None:
             raise
         log.warning("%s; sending the request again without its images", e.message)
-        return call(bare)
+        return dataclasses.replace(call(bare), refused_images=refused_suspects(request))
 
 
 def stream_or_without_images(call: Callable[[ModelRequest], Iterator[StreamEvent]],
@@ -253,4 +283,7 @@ def stream_or_without_images(call: Callable[[ModelRequest], Iterator[StreamEvent
         if bare is None:
             raise
         log.warning("%s; sending the request again without its images", e.message)
-        yield from call(bare)
+        blamed = refused_suspects(request)
+        for event in call(bare):
+            yield (ResponseDone(dataclasses.replace(event.response, refused_images=blamed))
+                   if isinstance(event, ResponseDone) else event)

@@ -8,6 +8,7 @@ session store has appended one.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,6 +25,12 @@ HEADER_REPAIR_TYPE = "session-header"  # custom entry standing in for a damaged 
 # delete comes, ahead of a turn that has not recorded the message yet (gateway/bus.py), so a kill loses nothing.
 RETRACTED_TYPE = "retracted"
 RETRACTED_TEXT = "[a message its sender deleted]"
+# Custom entry {"images": [image_key, ...]}: the model's provider refused those images (not a valid image of its
+# type, say: a member's file that starts like a JPEG). Every reader gets each in its message replaced by
+# IMAGE_REFUSED_TEXT, wherever it stands in the file: sent again with the history, it had every later turn of the
+# session refused once (and made again without images) until /new. The message's line keeps the image.
+IMAGE_REFUSED_TYPE = "image-refused"
+IMAGE_REFUSED_TEXT = "[an image not sent: the provider refused it]"
 # Custom entry {"reason": "/new" | "/reset" | "daily reset" | "idle reset"}: the last line of a session that
 # ended, written as the next one starts (the web app's past sessions say why each ended).
 ENDED_TYPE = "ended"
@@ -258,7 +265,34 @@ def parse_transcript(path: Path, data: bytes) -> ParsedTranscript:
         header = _repaired_header(entries)
         if header is not None:  # line 1 is damaged, but the store already appended its replacement
             problems = [p for p in problems if p.line != 1]
-    return ParsedTranscript(header or _inferred_header(path), _retracted(entries), problems, len(lines), ends_clean)
+    return ParsedTranscript(header or _inferred_header(path), _images_refused(_retracted(entries)), problems,
+                            len(lines), ends_clean)
+
+
+def image_key(data: str) -> str:
+    """How an `image-refused` entry names an image: the SHA-256 of its base64 data."""
+    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _images_refused(entries: list[Entry]) -> list[Entry]:
+    keys = {k for e in entries if isinstance(e, CustomEntry) and e.custom_type == IMAGE_REFUSED_TYPE
+            and isinstance(e.data, dict) and isinstance(e.data.get("images"), list)
+            for k in e.data["images"] if isinstance(k, str)}
+    if not keys:
+        return entries
+    return [dataclasses.replace(e, message=_without(e.message, keys)) if isinstance(e, MessageEntry) else e
+            for e in entries]
+
+
+def _without(message: dict[str, Any], keys: set[str]) -> dict[str, Any]:
+    """A message (JSON form) with each image `keys` names replaced by IMAGE_REFUSED_TEXT."""
+    content = message.get("content")
+    if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") == "image" for p in content):
+        return message
+    parts = [{"type": "text", "text": "\n" + IMAGE_REFUSED_TEXT}
+             if isinstance(p, dict) and p.get("type") == "image" and isinstance(p.get("data"), str)
+             and image_key(p["data"]) in keys else p for p in content]
+    return {**message, "content": parts} if parts != content else message
 
 
 def retracted_refs(objs: Iterable[Any]) -> set[str]:
