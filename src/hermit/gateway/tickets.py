@@ -31,6 +31,7 @@ from hermit.errors import HermitError
 from hermit.gateway.state import gateway_dir
 
 TICKET_TTL = 600.0  # seconds: long enough to paste a link through an SSH session, short enough to be worthless
+MAX_PENDING = 16  # a gateway's tickets not used yet: a new one beyond takes the place of the oldest
 PREFIX = "ticket-"
 TICKET_ID = re.compile(r"[0-9a-f]{64}")
 EXPIRED_MESSAGE = "this link was already used or expired"
@@ -57,14 +58,22 @@ def issue_ticket(home: Path, gateway_pid: int, *, clock: Callable[[], float] = t
                  ttl: float = TICKET_TTL) -> str:
     """A new ticket for the gateway running as `gateway_pid`, written O_EXCL|O_NOFOLLOW (0600) into the private
     gateway dir; the ones earlier runs left that no gateway can redeem any more (expired, or made for a gateway
-    that has stopped since) are removed first."""
+    that has stopped since) are removed first, and the oldest pending ones beyond MAX_PENDING."""
     folder = private_gateway_dir(home)
     now = clock()
+    pending: list[tuple[float, Path]] = []
     for old in folder.glob(f"{PREFIX}*"):
         found = _read(old)  # None: not ours to judge, or one another run is writing this very moment
         if found is not None and (found[1] <= now or found[2] != gateway_pid):
             with contextlib.suppress(OSError):
                 old.unlink()
+        elif found is not None:
+            pending.append((found[1], old))
+    # Bounded: a page that asks again and again (tickets.create in a loop) leaves MAX_PENDING live keys, not one
+    # a request; the oldest go first.
+    for _, old in sorted(pending)[:max(len(pending) - MAX_PENDING + 1, 0)]:
+        with contextlib.suppress(OSError):
+            old.unlink()
     ticket = secrets.token_urlsafe(32)
     path = folder / f"{PREFIX}{ticket_id(ticket)}"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
