@@ -118,6 +118,8 @@ class RememberedDeletes:
             if why is None and st.st_size > _MAX_BYTES:
                 why = f"is {st.st_size} bytes, far more than {DELETES_KEPT} deletes take"
             data = b"" if why is not None else os.read(fd, _MAX_BYTES + 1)
+        except OSError as e:  # an I/O error: not fatal either
+            why = f"cannot be read ({e.strerror})"
         finally:
             os.close(fd)
         if why is not None:
