@@ -7,6 +7,8 @@ model (hermit.testing.FakeProvider):
   makes leaving the page ask first (beforeunload).
 - The row of an agent nobody has talked to yet opens the main session the gateway names (hello-ok
   `mainSessions`), not one the page builds.
+- A message whose turn waits for one of its agent's turn slots (`max_concurrent_turns`) says "waiting for a free
+  turn…" until it starts (`session.changed`/chat.history `waiting`), not a silent "…".
 
 The module's gateway and fake provider listen on ports the system gives.
 """
@@ -24,8 +26,10 @@ from typing import Any
 import pytest
 
 from browserdemo import PHONE_SIZE, Demo, T, browser_fixture, open_page, served_demo  # noqa: F401 - browser_fixture: the `browser` fixture
+from gatewayhelpers import GatewayProcess, free_port
 from hermit.messages import AssistantMessage, ImagePart, TextPart, UserMessage
 from hermit.sessions.store import SessionStore
+from hermit.testing import FakeProvider
 from test_webapp_browser_photos import png
 from webapphelpers import CLI_KEY, build_demo_home
 
@@ -196,3 +200,55 @@ def test_an_unstarted_agents_row_opens_the_main_session_the_gateway_names(browse
     page.wait_for_function(f"() => (window.HermitChat.current() || {{}}).key === {json.dumps(ELSEWHERE)}", timeout=T)
     page.wait_for_selector("#session-title:has-text('owner-desk')", timeout=T)
     context.close()
+
+
+@pytest.fixture(scope="module")
+def one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Demo, FakeProvider]]:
+    """A gateway whose agent runs one turn at a time (max_concurrent_turns: 1), and its model, to hold."""
+    steps = [{"match": {"contains": "long-task"}, "text": "The long task is done."},
+             {"match": {"contains": "quick-question"}, "text": "A quick answer."}]
+    home = tmp_path_factory.mktemp("slots") / "home"
+    with FakeProvider(steps) as fake:
+        build_demo_home(home, fake.openai_base_url)
+        config = home / "hermit.yaml"
+        config.write_text(config.read_text(encoding="utf-8").replace(
+            "    heartbeat:", "    max_concurrent_turns: 1\n    heartbeat:", 1), encoding="utf-8")
+        port = free_port()
+        gw = GatewayProcess(home, "--port", str(port))
+        demo = Demo(home, gw, port, gw.wait_ready())
+        try:
+            yield demo, fake
+        finally:
+            demo.gw.stop()
+
+
+def test_a_turn_waiting_for_a_slot_says_so_until_it_starts(browser: Any, one_slot: tuple[Demo, FakeProvider]) -> None:
+    demo, fake = one_slot
+    other = open_page(browser, demo.url, console_errors=True)  # a tab on another session of the owner's
+    other.page.evaluate(f"window.HermitChat.open({{key: {json.dumps(CLI_KEY)}, agentId: 'main'}})")
+    other.page.wait_for_selector(".msg.user:has-text('release notes')", timeout=T)
+    phone = open_page(browser, demo.url, *PHONE_SIZE, console_errors=True)
+    page = phone.page
+    page.wait_for_selector("#session-kind[data-kind='main']", timeout=T)
+    fake.hold()
+    try:
+        other.page.fill("#input", "long-task: summarise the quarter")
+        other.page.press("#input", "Enter")
+        assert fake.waiting.wait(T / 1000)  # the agent's one slot is taken: its model call is in flight
+        page.fill("#input", "quick-question: what time is it?")
+        page.tap("#send")
+        note = page.locator(".msg.user:has-text('quick-question') + .msg.assistant.typing .wait-note")
+        note.wait_for(timeout=T)
+        assert "waiting for a free turn" in note.inner_text()
+        # The other tab's turn runs: its bubble is a reply being written, not one waiting.
+        assert other.page.locator(".msg.assistant.waiting").count() == 0
+    finally:
+        fake.release()
+    reply = page.locator(".msg.user:has-text('quick-question') + .msg.assistant[data-done='done']")
+    reply.wait_for(timeout=T)
+    assert "A quick answer." in reply.inner_text()
+    assert page.locator(".wait-note").count() == 0 and page.locator(".msg.waiting").count() == 0
+    other.page.locator(".msg.user:has-text('long-task') + .msg.assistant[data-done='done']").wait_for(timeout=T)
+    assert phone.errors == [] and other.errors == []
+    phone.context.close()
+    other.context.close()

@@ -382,6 +382,12 @@ class Bus:
         return any(q.running is not None or not q.jobs.empty() for (agent, key), q in self._queues.items()
                    if key == session_key and agent_id in (None, agent))
 
+    def waiting_for_slot(self, agent_id: str, session_key: str) -> bool:
+        """Whether the session's next turn waits for one of its agent's turn slots now (the web app says so)."""
+        q = self._queues.get((agent_id, session_key))
+        head = q.waiting[0] if q is not None and q.waiting else None
+        return head is not None and head.place is not None and head.place.state == "waiting"
+
     # ---- workers ------------------------------------------------------------------------------------
 
     async def _work(self, key: tuple[str, str], q: _SessionQueue) -> None:

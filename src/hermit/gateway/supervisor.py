@@ -185,7 +185,8 @@ class Gateway:
         console = Console(self.agents, loaded, home, agent_id_of(owner) or router.default_agent, status=self._status,
                           channels=self.channels, services=self.services, clock=clock, view=state.view)
         api = WebchatApi(self.webchat, self.agents, token, owner, self.cfg.allowed_origins, console,
-                         tickets=Tickets(home))  # `hermit dashboard`'s, with the real clock its process writes by
+                         tickets=Tickets(home),  # `hermit dashboard`'s, with the real clock its process writes by
+                         slot_wait=self.bus.waiting_for_slot)
         self.app = build_app(api, token, self._status, webhook_routes(extra),
                              webchat=loaded.config.channels.webchat.enabled)
         self.started_at = clock()

@@ -84,7 +84,8 @@ log = logging.getLogger("hermit.gateway.webchat")
 
 class _Socket:
     """One accepted WebSocket: numbered events, one writer at a time; the session its page shows (`viewing`, set
-    by chat.history) and the state of it the page has (`seen`: transcript version, a turn running); the files
+    by chat.history) and the state of it the page has (`seen`: transcript version, a turn running, a turn waiting
+    for a turn slot); the files
     it is sending (`uploads`, by upload id)."""
 
     def __init__(self, ws: WebSocket) -> None:
@@ -92,7 +93,7 @@ class _Socket:
         self.seq = 0
         self._lock = asyncio.Lock()
         self.viewing: tuple[str, str] | None = None
-        self.seen: tuple[str, bool] | None = None
+        self.seen: tuple[str, bool, bool] | None = None
         self.uploads = Uploads()
 
     async def send_raw(self, text: str) -> None:
@@ -131,10 +132,13 @@ def same_origin(origin: str, host: str | None, allowed: Iterable[str]) -> bool:
 class WebchatApi:
     def __init__(self, channel: WebchatChannel, host: AgentHost, token: str, default_session: str,
                  allowed_origins: Iterable[str] = (), console: Console | None = None,
-                 tickets: Tickets | None = None) -> None:
+                 tickets: Tickets | None = None, slot_wait: Callable[[str, str], bool] | None = None) -> None:
         """`default_session`: where the web chat talks when the page names no session (the main session
         of the agent the bindings give the web chat). `console`: the owner's console methods (None: the
-        page offers only the chat). `tickets`: `hermit dashboard`'s one-time tickets (None: none accepted)."""
+        page offers only the chat). `tickets`: `hermit dashboard`'s one-time tickets (None: none accepted).
+        `slot_wait(agent, key)`: whether the session's next turn waits for one of its agent's turn slots (the
+        bus's; a page shows "waiting" instead of a reply being written)."""
+        self.slot_wait = slot_wait
         self.console = console
         self.tickets = tickets
         self.channel = channel
@@ -432,6 +436,20 @@ class WebchatApi:
                 version = f"{record.session_id}:0"
         return version, runtime.session_busy(key)
 
+    def _follow(self, sock: _Socket, agent_id: str, key: str, history: dict[str, Any]) -> None:
+        """The session a chat.history showed is the one the socket follows if it is current (an ended one does
+        not change), with `waiting` taken now (a turn of it waits for a turn slot)."""
+        if "version" not in history:
+            sock.viewing = sock.seen = None
+            return
+        history["waiting"] = self._waiting(agent_id, key)
+        sock.viewing = (agent_id, key)
+        sock.seen = (history["version"], history["busy"], history["waiting"])
+
+    def _waiting(self, agent_id: str, key: str) -> bool:
+        """Whether the session's next turn waits for a turn slot now; on the event loop, as the bus is."""
+        return self.slot_wait is not None and self.slot_wait(agent_id, key)
+
     def _look(self, shown: set[tuple[str, str]]) -> tuple[dict[tuple[str, str], tuple[str, bool]], dict[str, Any]]:
         stores: dict[str, Any] = {}
         for agent_id, runtime in self.host.runtimes.items():
@@ -447,14 +465,16 @@ class WebchatApi:
         while self._sockets:
             await asyncio.sleep(self.watch_interval)
             try:
-                states, now = await asyncio.to_thread(self._look, {s.viewing for s in self._sockets if s.viewing})
+                looked, now = await asyncio.to_thread(self._look, {s.viewing for s in self._sockets if s.viewing})
+                states = {v: (*looked[v], self._waiting(*v)) for v in looked}
                 for sock in list(self._sockets):
                     state = states.get(sock.viewing) if sock.viewing else None
                     if state is not None and state != sock.seen and sock.viewing is not None:
                         sock.seen = state
                         agent_id, key = sock.viewing
                         await self._tell(sock, "session.changed", {"sessionKey": key, "agentId": agent_id,
-                                                                   "version": state[0], "busy": state[1]})
+                                                                   "version": state[0], "busy": state[1],
+                                                                   "waiting": state[2]})
                     if stores is not None and now != stores:
                         await self._tell(sock, "sessions.changed", {})
                 stores = now
@@ -514,9 +534,7 @@ class WebchatApi:
                 hist: HistoryParams = req.params
                 agent, key = await asyncio.to_thread(self._locate, hist.session_key, hist.agent_id)
                 history = await asyncio.to_thread(self._history, agent, key, hist)
-                live = "version" in history  # a current session: followed from now on; an ended one does not change
-                sock.viewing = (agent, key) if live else None
-                sock.seen = (history["version"], history["busy"]) if live else None
+                self._follow(sock, agent, key, history)
                 await sock.send_raw(res_ok(req.id, history))
             elif (read := self._reads.get(req.method)) is not None:  # answered from the files, in a thread
                 await sock.send_raw(res_ok(req.id, await asyncio.to_thread(read, req.params)))

@@ -73,6 +73,7 @@
 
   // The whole text as Markdown, now (a final reply, an error, a message that came whole).
   function setText(turn, text) {
+    unwait(turn.bubble);
     if (turn.frame) cancelAnimationFrame(turn.frame);
     turn.frame = 0;
     turn.text = text;
@@ -83,6 +84,7 @@
   }
 
   function streamed(turn, delta) {
+    unwait(turn.bubble);  // it runs
     turn.text += delta;
     if (!turn.frame) turn.frame = requestAnimationFrame(() => draw(turn));
   }
@@ -113,6 +115,7 @@
   }
 
   function toolLine(turn, callId, name, status) {
+    unwait(turn.bubble);
     let line = turn.toolLines.get(callId);
     if (!line) {
       line = el("div", { class: "tool" });
@@ -146,6 +149,7 @@
     const turn = turnOf(p);
     if (!turn) return;
     turn.bubble.classList.remove("typing");
+    unwait(turn.bubble);
     if (turn.frame || turn.plain) setText(turn, turn.text);  // the last deltas, and Markdown once at the end
     turn.bubble.dataset.done = p.status;
     if (p.status === "silent" && !turn.text) turn.bubble.remove();
@@ -278,6 +282,7 @@
   function render(res) {
     drawn = drawnOf(res);
     busyElsewhere = !!res.busy;
+    waitingSlot = !!res.waiting;
     const ended = res.ended || null;
     session = { key: res.sessionKey, agentId: res.agentId, sessionId: res.sessionId, ended: !!ended, mode: res.mode,
                 why: res.why || "", kind: res.kind, label: res.label };
@@ -364,16 +369,37 @@
   // loaded; the tab takes the history again and draws it if it holds more than what is drawn. A turn of the
   // tab's own is drawn live: `own` counts the items it added (its message and the reply), so at its end the
   // history matches without a redraw — no duplicate; `epoch` counts own turns started, so a look that began
-  // before one never draws over it. `busy`: a turn runs there now (a "…" reply to come).
-  let busyElsewhere = false, syncing = false, again = false, own = 0, epoch = 0;
+  // before one never draws over it. `busy`: a turn runs there now (a "…" reply to come). `waiting`: the session's
+  // next turn waits for one of its agent's turn slots (the agent runs as many turns as it may at once, the owner's
+  // first): its reply, this tab's or another's, says "waiting for a free turn…" instead of "…" until it starts.
+  let busyElsewhere = false, waitingSlot = false, syncing = false, again = false, own = 0, epoch = 0;
   const ownTurn = () => turns.size > 0;
 
   function replying() {
     for (const n of messages.querySelectorAll(".msg.elsewhere")) n.remove();
-    if (!busyElsewhere || ownTurn() || !session || session.ended) return;
-    const b = bubble("assistant", "");
-    b.bubble.classList.add("typing", "elsewhere");
-    b.bubble.title = "a reply is being written (sent from elsewhere)";
+    if ((busyElsewhere || waitingSlot) && !ownTurn() && session && !session.ended) {
+      const b = bubble("assistant", "");
+      b.bubble.classList.add("typing", "elsewhere");
+      b.bubble.title = "a reply is being written (sent from elsewhere)";
+    }
+    waits();
+  }
+
+  // The reply still to start (an empty "typing" bubble: the first one, as the session's turns go in order) says
+  // it waits while the session's turn does.
+  function waits() {
+    const next = waitingSlot ? [...messages.querySelectorAll(".msg.assistant.typing")]
+      .find((b) => !b.querySelector(".body").textContent && !b.querySelector(".tool")) : null;
+    for (const b of messages.querySelectorAll(".msg.assistant.waiting")) if (b !== next) unwait(b);
+    if (next && !next.classList.contains("waiting")) {
+      next.classList.add("waiting");
+      next.appendChild(el("div", { class: "wait-note", role: "status",
+                                   text: "waiting for a free turn… (the assistant is busy with other chats)" }));
+    }
+  }
+  function unwait(b) {
+    b.classList.remove("waiting");
+    for (const n of b.querySelectorAll(".wait-note")) n.remove();
   }
 
   async function sync() {
@@ -392,6 +418,7 @@
           drawn = now;  // all of it is drawn already
           own = 0;
           busyElsewhere = !!res.busy;
+          waitingSlot = !!res.waiting;
           replying();
         } else {
           const full = await fetchHistory(true);  // something new to draw: with its photos
@@ -409,7 +436,8 @@
   H.on("session.changed", (p) => {
     if (!session || session.ended || p.sessionKey !== session.key || p.agentId !== session.agentId) return;
     busyElsewhere = !!p.busy;
-    if (!ownTurn()) sync();
+    waitingSlot = !!p.waiting;
+    if (!ownTurn()) sync(); else waits();
   });
   let listSoon = 0;
   H.on("sessions.changed", () => {
