@@ -211,10 +211,19 @@ def set_values(text: str, updates: Sequence[Update], *, is_yaml: bool, source: s
     data = rt.load(text) if text.strip() else None
     if data is None:
         data = CommentedMap()
-    _apply(data, [(p, _plain_to_rt(v)) for p, v in updates], CommentedMap)  # the file's closing comments stay last
+    had = list(data)
+    _apply(data, [(p, _plain_to_rt(v)) for p, v in updates], CommentedMap)
+    # A new top-level section goes after the file's closing comments, as if typed at its end: ruamel keeps those
+    # comments last, so they came after the new section's lines, the indented ones (the template's `# list:` of
+    # agents) reading as part of it. The rest is written as it was, the new sections after it.
+    added = CommentedMap((k, data.pop(k)) for k in list(data) if k not in had) if had else CommentedMap()
     out = io.StringIO()
     rt.dump(data, out)
     new = out.getvalue()
+    if added:
+        out = io.StringIO()
+        rt.dump(added, out)
+        new = (new if new.endswith("\n") else new + "\n") + out.getvalue()
     if (yaml.safe_load(new) or {}) != want:
         raise ConfigError(f"{source}: could not change {', '.join('.'.join(p) for p, _ in updates)} without "
                           "changing other settings", "make the change by hand (see docs/guide.md, 'Configuration')")
