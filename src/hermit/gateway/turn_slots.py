@@ -14,6 +14,12 @@ When a slot frees, the next turn is
    a slow one, leaves a slot to chat turns, so the owner's message never waits for a job to finish;
 3. else a contact's or a group's, first come first served.
 
+A turn has no time limit (rounds of tool calls, each model call up to the provider's deadline, a sandboxed
+command up to 30 minutes), so contacts' turns that ran long — or one contact's in as many sessions as the bound:
+their DM, groups, threads — held every slot and the owner's message waited for hours. A turn that is not the
+owner's and has held its slot for OVERDUE_SECONDS no longer counts against the owner: an owner's turn waiting
+then starts past the bound, one per such turn (never a contact's or a scheduled one).
+
 The bus's worker asks for one place per session at a time (the session's queue holds the rest, bounded by
 `gateway.queue_max_per_session`), so however fast one sender writes they hold at most one place per
 session, and their next message joins the back of the line once their turn is over.
@@ -34,6 +40,8 @@ from typing import Any, Literal
 
 log = logging.getLogger("hermit.gateway")
 
+OVERDUE_SECONDS = 120.0  # a turn not the owner's holding its slot this long lets a waiting owner's turn start
+
 Kind = Literal["owner", "scheduled", "contact"]
 KINDS: tuple[Kind, ...] = ("owner", "scheduled", "contact")  # the order a freed slot is offered in
 
@@ -45,6 +53,7 @@ class Place:
         self.kind = kind
         self.what = what  # for the log: the session it is for
         self.state: Literal["waiting", "running", "done"] = "waiting"
+        self.since = 0.0  # the loop's time it was given its slot
         self._line = line
         self._decided: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
@@ -81,6 +90,8 @@ class _Line:
         self.waiting: dict[Kind, deque[Place]] = {k: deque() for k in KINDS}
         self.running: dict[Kind, int] = dict.fromkeys(KINDS, 0)
         self.closed = False
+        self._others: set[Place] = set()  # running turns not the owner's
+        self._timer: asyncio.TimerHandle | None = None  # admits the owner's turn once one of those is overdue
 
     @property
     def scheduled_cap(self) -> int:
@@ -103,6 +114,7 @@ class _Line:
             place._decide(False)
         elif place.state == "running":
             self.running[place.kind] -= 1
+            self._others.discard(place)
             place.state = "done"
             self._admit()
 
@@ -112,8 +124,17 @@ class _Line:
         for line in self.waiting.values():
             while line:
                 line.popleft()._decide(False)
+        self._wake(None)
 
-    def _next(self) -> Place | None:
+    def _overdue(self, now: float) -> int:
+        return sum(1 for p in self._others if now - p.since >= OVERDUE_SECONDS)
+
+    def _next(self, now: float) -> Place | None:
+        busy = sum(self.running.values())
+        if self.waiting["owner"] and busy - self._overdue(now) < self.limit:
+            return self.waiting["owner"][0]
+        if busy >= self.limit:
+            return None
         if self.waiting["owner"]:
             return self.waiting["owner"][0]
         if self.waiting["scheduled"] and self.running["scheduled"] < self.scheduled_cap:
@@ -123,10 +144,26 @@ class _Line:
         return None
 
     def _admit(self) -> None:
-        while sum(self.running.values()) < self.limit and (place := self._next()) is not None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        while (place := self._next(now)) is not None:
             self.waiting[place.kind].popleft()
             self.running[place.kind] += 1
+            place.since = now
+            if place.kind != "owner":
+                self._others.add(place)
             place._decide(True)
+        # An owner's turn still waiting: looked at again when the next of the others' turns becomes overdue.
+        due = min((p.since + OVERDUE_SECONDS for p in self._others if now - p.since < OVERDUE_SECONDS),
+                  default=None) if self.waiting["owner"] else None
+        self._wake(due)
+
+    def _wake(self, at: float | None) -> None:
+        if self._timer is not None and (at is None or self._timer.when() != at):
+            self._timer.cancel()
+            self._timer = None
+        if at is not None and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_at(at, self._admit)
 
     def status(self) -> dict[str, Any]:
         return {"limit": self.limit, "running": sum(self.running.values()),
