@@ -9,7 +9,9 @@ the token's handshake is keyed by the token: the page sends only the ticket's sh
 holds the ticket before the page answers with an HMAC, so whatever else answers on the port learns nothing
 it can use. The gateway redeems a ticket once (removing its file: of two connections racing, one wins),
 and only its own (a ticket made for a gateway that has since stopped is worthless to the next one, so a
-program that took the port meanwhile and read a link opened there cannot use it either). What remains in
+program that took the port meanwhile and read a link opened there cannot use it either). "Its own" is its pid
+and the time that process started (Linux /proc): in a container every gateway is pid 1 (or the same small pid),
+and a ticket made for the one before a restart was the next one's too. What remains in
 the browser's history is a link that was used, or expired, minutes after it was made.
 """
 
@@ -54,6 +56,16 @@ def private_gateway_dir(home: Path) -> Path:
     return folder
 
 
+def process_started(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (Linux /proc: field 22 of its stat), else None. With
+    the pid, it names one process: a pid the kernel gives another process later comes with a later start."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def issue_ticket(home: Path, gateway_pid: int, *, clock: Callable[[], float] = time.time,
                  ttl: float = TICKET_TTL) -> str:
     """A new ticket for the gateway running as `gateway_pid`, written O_EXCL|O_NOFOLLOW (0600) into the private
@@ -61,10 +73,11 @@ def issue_ticket(home: Path, gateway_pid: int, *, clock: Callable[[], float] = t
     that has stopped since) are removed first, and the oldest pending ones beyond MAX_PENDING."""
     folder = private_gateway_dir(home)
     now = clock()
+    gateway = (gateway_pid, process_started(gateway_pid))
     pending: list[tuple[float, Path]] = []
     for old in folder.glob(f"{PREFIX}*"):
         found = _read(old)  # None: not ours to judge, or one another run is writing this very moment
-        if found is not None and (found[1] <= now or found[2] != gateway_pid):
+        if found is not None and (found[1] <= now or found[2] != gateway):
             with contextlib.suppress(OSError):
                 old.unlink()
         elif found is not None:
@@ -78,12 +91,13 @@ def issue_ticket(home: Path, gateway_pid: int, *, clock: Callable[[], float] = t
     path = folder / f"{PREFIX}{ticket_id(ticket)}"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump({"ticket": ticket, "expires": now + ttl, "gateway": gateway_pid}, f)
+        json.dump({"ticket": ticket, "expires": now + ttl, "gateway": gateway_pid, "started": gateway[1]}, f)
     return ticket
 
 
-def _read(path: Path) -> tuple[str, float, int] | None:
-    """(ticket, expiry, gateway pid) of a ticket file that is a regular owner-only file of ours, else None."""
+def _read(path: Path) -> tuple[str, float, tuple[int, int | None]] | None:
+    """(ticket, expiry, (gateway pid, its start)) of a ticket file that is a regular owner-only file of ours, else
+    None. A file without the start (an earlier version's) names no gateway: (-1, None)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
@@ -93,14 +107,16 @@ def _read(path: Path) -> tuple[str, float, int] | None:
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077 or st.st_size > 4096:
             return None
         data = json.loads(os.read(fd, 4096))
-        ticket, expires, pid = data["ticket"], data["expires"], data["gateway"]
+        ticket, expires, pid, started = data["ticket"], data["expires"], data["gateway"], data.get("started", -1)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     finally:
         os.close(fd)
     if not isinstance(ticket, str) or not isinstance(expires, (int, float)) or not isinstance(pid, int):
         return None
-    return ticket, float(expires), pid
+    if started == -1 or not (started is None or isinstance(started, int)):
+        return ticket, float(expires), (-1, None)
+    return ticket, float(expires), (pid, started)
 
 
 class Tickets:
@@ -112,6 +128,7 @@ class Tickets:
         self.folder = gateway_dir(home)
         self.clock = clock
         self.pid = os.getpid() if pid is None else pid
+        self.started = process_started(self.pid)
         self.ttl = ttl
 
     def issue(self) -> str:
@@ -127,9 +144,9 @@ class Tickets:
         found = _read(path)
         if found is None:
             return None
-        ticket, expires, pid = found
+        ticket, expires, gateway = found
         now = self.clock()
-        if not hmac.compare_digest(ticket_id(ticket), tid) or pid != self.pid:
+        if not hmac.compare_digest(ticket_id(ticket), tid) or gateway != (self.pid, self.started):
             return None
         if not now < expires <= now + self.ttl + 60:  # expired, or made with a clock far ahead: not trusted
             with contextlib.suppress(OSError):
