@@ -40,3 +40,16 @@ def test_a_sandboxed_workspace_that_holds_the_state_dir_is_refused(tmp_path: Pat
     assert build_config(_raw(tmp_path, "non-main"), StatePaths(home)).agent().workspace == tmp_path.resolve()
     assert build_config(_raw(tmp_path / "ws", "all"), StatePaths(home)).agent().workspace == (tmp_path / "ws")
 
+
+
+def test_a_workspace_given_on_the_command_line_is_judged_by_the_same_rule(tmp_path: Path) -> None:
+    from hermit.cli.context import CliContext
+
+    home = tmp_path / ".hermit"
+    home.mkdir(mode=0o700)
+    (home / "hermit.yaml").write_text("agents:\n  defaults:\n    timezone: UTC\n    sandbox: {mode: all}\n")
+    with pytest.raises(ConfigError) as e:
+        CliContext(home=home, workspace=tmp_path).agent()
+    assert e.value.message.startswith("--workspace:") and "state dir" in e.value.message
+    assert "--workspace" in (e.value.hint or "")
+    assert CliContext(home=home, workspace=tmp_path / "notes").agent().workspace == tmp_path / "notes"

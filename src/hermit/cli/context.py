@@ -75,13 +75,16 @@ class CliContext:
         return self._loaded
 
     def agent(self) -> AgentConfig:
-        from hermit.config.load import AgentConfig, agent_paths_problem
+        from hermit.config.load import AgentConfig, agent_paths_problem, sandbox_reach_problem
 
         a = self.config().agent(self.agent_id)
         if self.workspace is not None:
             a = AgentConfig(a.id, self.workspace, a.index_path, a.sessions_dir, a.settings, a.is_default)
             # the configured paths were judged at load; --workspace is judged by the same rule
             if (problem := agent_paths_problem(a, "--workspace:", option="--workspace")) is not None:
+                raise problem
+            if (problem := sandbox_reach_problem(a, self.config().agents, self.home, "--workspace:",
+                                                 option="--workspace")) is not None:
                 raise problem
         return a
 

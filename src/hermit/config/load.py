@@ -282,7 +282,8 @@ def build_config(
     for a in agents:
         if (problem := agent_paths_problem(a, f"{src}: agent '{a.id}':")) is not None:
             raise problem
-        _sandbox_keeps_out_state(a, agents, paths.home, src)
+        if (problem := sandbox_reach_problem(a, agents, paths.home, f"{src}: agent '{a.id}':")) is not None:
+            raise problem
     _one_schema_each(agents, src)
     default_ids = [a.id for a in agents if a.settings.default]
     if len(default_ids) > 1:
@@ -447,13 +448,14 @@ def _extra_paths_are_its_own(a: AgentConfig, agents: list[AgentConfig], home: Pa
                           "agent's workspace and the state dir")
 
 
-def _sandbox_keeps_out_state(a: AgentConfig, agents: list[AgentConfig], home: Path, src: object) -> None:
+def sandbox_reach_problem(a: AgentConfig, agents: typing.Sequence[AgentConfig], home: Path, who: str, *,
+                          option: str = "agents.list[].workspace") -> ConfigError | None:
     """Under sandbox.mode all the owner's main session is confined to its workspace (its file tools, and its
     commands in a sandbox that binds the workspace read-write): a workspace holding Hermit's state dir or an agent's
     sessions and rooms (session.store_dir) gave them the gateway token, the config's keys, every chat's transcripts
     and the sandbox's own guard journals (tools/bind_guard.py), which the next turn replays."""
     if a.settings.sandbox.mode != "all":
-        return
+        return None
     own = Path(os.path.realpath(a.workspace))
     state = Path(os.path.realpath(home))
     stores = [b.id for b in agents if Path(os.path.realpath(b.sessions_dir.parent)).is_relative_to(own)]
@@ -462,11 +464,11 @@ def _sandbox_keeps_out_state(a: AgentConfig, agents: list[AgentConfig], home: Pa
     elif stores:
         problem = f"holds the sessions and rooms of agent '{stores[0]}' (session.store_dir)"
     else:
-        return
-    raise ConfigError(f"{src}: agent '{a.id}': the workspace {own} {problem}, and with sandbox.mode all its commands "
-                      "and file tools may use all of the workspace",
-                      "set agents.list[].workspace to a folder that does not hold them (e.g. ~/hermit-notes, or the default "
-                      "in the state dir), or move the state dir out of the workspace (HERMIT_HOME)")
+        return None
+    return ConfigError(f"{who} the workspace {own} {problem}, and with sandbox.mode all its commands and file tools "
+                       "may use all of the workspace",
+                       f"set {option} to a folder that does not hold them (e.g. ~/hermit-notes, or the default "
+                       "in the state dir), or move the state dir out of the workspace (HERMIT_HOME)")
 
 
 def _overlap(a: Path, b: Path) -> bool:
