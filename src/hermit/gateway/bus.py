@@ -169,8 +169,9 @@ class Bus:
 
     async def _remember_delete(self, msg: InboundMessage) -> None:
         """A delete that found nothing, for its message coming later: the last DELETES_KEPT, at most
-        DELETES_PER_SENDER of one sender in one chat — anyone may send deletes (a stranger's made-up ids are
-        never checked), and a flood of theirs evicted the one a member's late message needed, which was answered.
+        DELETES_PER_SENDER of one sender on a channel account (of deletes naming nobody: in one chat) — anyone may
+        send deletes (a stranger's made-up ids are never checked), and a flood of theirs evicted the one a member's
+        late message needed, which was answered.
         Written to the state dir before publish returns, as a retraction is: the channel then tells the platform
         the delete was handled, and a restart in between forgot it. One at a time, as deletes are looked for: a
         flood of them holds one of the threads."""

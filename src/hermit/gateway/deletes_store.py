@@ -7,8 +7,9 @@ that memory was gone after a restart, and the message was answered and its text 
 So each one is written, before the delete is acknowledged to the platform, to `<state>/channels/deletes.json`
 (0600, written atomically through durable.write_atomic: a kill -9 mid-write leaves the old file or the new one),
 under the lock file `deletes.json.lock` (flock: a second process's additions are read and kept, not
-overwritten). Bounded as in memory: the last DELETES_KEPT, at most DELETES_PER_SENDER of one sender in one chat
-(anyone may send deletes: a stranger's flood evicts only their own), and each for DELETE_KEPT_SECONDS — a
+overwritten). Bounded as in memory: the last DELETES_KEPT, at most DELETES_PER_SENDER of one sender on one channel
+account, whatever the chat (anyone may send deletes: a stranger's flood evicts only their own, however many
+channels of a server they post in), and of deletes that name nobody in one chat, and each for DELETE_KEPT_SECONDS — a
 message sent longer ago than that is not redelivered any more (WhatsApp refuses one older than 24 hours, Slack
 retries for minutes). A file that cannot be read (damaged, a link, another user's) is logged and renamed aside
 (`deletes.json.corrupt-<time>`), never fatal: Hermit goes on with what it remembers in memory.
@@ -164,11 +165,15 @@ def _stamp_of(path: Path) -> tuple[int, int, int] | None:
 def _bounded(entries: OrderedDict[Key, tuple[str, float]], key: Key, sender: str,
              now: float) -> OrderedDict[Key, tuple[str, float]]:
     """`entries` with the delete of `key` by `sender` added last, those expired dropped, at most DELETES_PER_SENDER
-    of `sender` in `key`'s chat and DELETES_KEPT in all (the oldest go). A new dict: readers keep the old one."""
+    of `sender` on `key`'s channel account (of deletes naming nobody: in `key`'s chat) and DELETES_KEPT in all (the
+    oldest go). A new dict: readers keep the old one."""
     oldest = now - DELETE_KEPT_SECONDS
     out = OrderedDict((k, v) for k, v in entries.items() if v[1] >= oldest and k != key)
     out[key] = (sender, now)
-    theirs = [k for k, (who, _) in out.items() if who == sender and k[:3] == key[:3]]
+    # One sender's on the whole channel account (a stranger in a server of many channels deleted as many in each,
+    # and evicted everyone's); a delete that names nobody, per chat: "" is not one sender.
+    scope = 2 if sender else 3
+    theirs = [k for k, (who, _) in out.items() if who == sender and k[:scope] == key[:scope]]
     for old in theirs[:-DELETES_PER_SENDER]:
         del out[old]
     while len(out) > DELETES_KEPT:
