@@ -88,3 +88,68 @@ def test_a_guard_journal_acts_only_on_the_names_the_sandbox_guards(tmp_path: Pat
     assert sorted(p.name for p in outside.iterdir()) == ["diary.md", "kept-link"]
     assert PLANTED not in model.requests[-1].system and not (agent.workspace / "BOOTSTRAP.md").exists()
     assert list(journals.glob("bind-guard-*")) == []
+
+
+CHILD = r"""
+import sys
+from pathlib import Path
+from agenthelpers import fixed_clock, load_offline
+from hermit.agent.runtime import AgentRuntime
+from hermit.sessions.keys import main_session_key
+from hermit.testing import ScriptedModel
+from hermit.tools.os_sandbox import detect
+
+home, command = Path(sys.argv[1]), sys.argv[2]
+loaded = load_offline(home, defaults={"sandbox": {"mode": "all"}})
+model = ScriptedModel([{"tool_calls": [{"name": "exec", "arguments": {"command": command}}]}, "done"])
+runtime = AgentRuntime(loaded.agent(), model, clock=fixed_clock, fsync=False, home=home, sandbox_backend=detect())
+runtime.run_turn(main_session_key(loaded.agent().id), "please run this")
+"""
+
+
+def test_the_owners_link_is_put_back_after_hermit_was_killed_mid_command(tmp_path: Path) -> None:
+    """kill -9 of Hermit while the command that replaced the owner's SOUL.md link still runs: the next turn's
+    recovery puts the link back before its prompt is read."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from prochelpers import PROC_TIMEOUT, pythonpath
+
+    backend = detect()
+    need(backend.available, f"an OS sandbox ({backend.detail})")
+    loaded = load_offline(tmp_path, defaults={"sandbox": {"mode": "all"}})
+    agent = loaded.agent()
+    ws = agent.workspace
+    ensure_workspace(ws)
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    (dotfiles / "SOUL.md").write_text("# SOUL\nBe brief. OWNER-SOUL-2291\n")
+    (ws / "SOUL.md").unlink()
+    (ws / "SOUL.md").symlink_to(dotfiles / "SOUL.md")
+    command = f"f=$(printf S)OUL.md; rm -f $f && printf '%s\\n' '{PLANTED}' > $f; : > ready-inside; sleep 600"
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path), command],
+                             env={**os.environ, "PYTHONPATH": pythonpath()}, start_new_session=True)
+    try:
+        deadline = time.monotonic() + PROC_TIMEOUT
+        while not (ws / "ready-inside").exists():  # the command has replaced the link
+            assert child.poll() is None, "the child ended before its command ran"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(PROC_TIMEOUT)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    assert not (ws / "SOUL.md").is_symlink()  # left by the killed Hermit
+
+    model = ScriptedModel(["hello"])
+    runtime = AgentRuntime(agent, model, clock=fixed_clock, fsync=False, home=tmp_path, sandbox_backend=backend)
+    runtime.run_turn(main_session_key(agent.id), "and now?")
+
+    assert PLANTED not in model.requests[-1].system and "OWNER-SOUL-2291" in model.requests[-1].system
+    assert (ws / "SOUL.md").is_symlink() and (ws / "SOUL.md").resolve() == dotfiles / "SOUL.md"
+    kept = [p for p in ws.iterdir() if p.name.startswith("SOUL.md.made-by-a-command-")]
+    assert len(kept) == 1 and kept[0].read_text() == PLANTED + "\n"
