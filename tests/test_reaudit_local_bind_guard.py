@@ -7,6 +7,7 @@ to it, and through `recover` on journals as a command or a restore would leave t
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from agenthelpers import fixed_clock, load_offline
@@ -92,6 +93,7 @@ def test_a_guard_journal_acts_only_on_the_names_the_sandbox_guards(tmp_path: Pat
 
 CHILD = r"""
 import sys
+import os
 from pathlib import Path
 from agenthelpers import fixed_clock, load_offline
 from hermit.agent.runtime import AgentRuntime
@@ -153,3 +155,25 @@ def test_the_owners_link_is_put_back_after_hermit_was_killed_mid_command(tmp_pat
     assert (ws / "SOUL.md").is_symlink() and (ws / "SOUL.md").resolve() == dotfiles / "SOUL.md"
     kept = [p for p in ws.iterdir() if p.name.startswith("SOUL.md.made-by-a-command-")]
     assert len(kept) == 1 and kept[0].read_text() == PLANTED + "\n"
+
+
+def test_a_link_another_running_command_made_is_never_put_back(tmp_path: Path) -> None:
+    """Two bind-mode commands of one agent at once (the gateway's and `hermit chat`'s main session): the second
+    started while the first's link stood at BOOTSTRAP.md, so its guard recorded that link as if it were the
+    owner's. The first's guard removed it; the second's must not make it again when it ends."""
+    from hermit.tools.bind_guard import LinkGuard
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    journals = tmp_path / "sandbox"
+    name = ws / "BOOTSTRAP.md"
+    other_agent = tmp_path / "other" / "MEMORY.md"
+    first = LinkGuard.take([name], [name], journals)
+    name.symlink_to(other_agent)  # the first command's link
+    second = LinkGuard.take([name], [name], journals)
+
+    assert any("removed BOOTSTRAP.md" in n for n in first.undo())
+    second.undo()
+
+    assert not os.path.lexists(name)
+    assert list(journals.iterdir()) == []

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hermit.locks import left_unheld, make_held
+from hermit.locks import left_unheld, lock_fd, make_held
 
 log = logging.getLogger("hermit.sandbox")
 
@@ -59,18 +59,22 @@ class LinkGuard:
     before: Mapping[Path, LinkIdentity]
     absent: frozenset[Path] = frozenset()  # kept-out names (OsSandbox.kept_out) nothing was at before
     journal: tuple[int, Path] | None = None  # the held journal's descriptor and path, while the command runs
+    # Whether a link `before` names is the owner's, to put back: no other command of the agent ran when it was
+    # taken (a link at a guarded name then may be that command's own, which its guard removes).
+    restore: bool = True
 
     @classmethod
     def take(cls, guarded: Iterable[Path], kept_out: Iterable[Path], journal_dir: Path | None) -> LinkGuard:
         """The guard of `guarded` and `kept_out` as they are now; journaled in `journal_dir` when given."""
+        alone = journal_dir is None or not _running(journal_dir)  # first: another command's links are seen after
         guard = cls({p: _link_identity(p) for p in guarded},
-                    frozenset(p for p in kept_out if not os.path.lexists(p)))
+                    frozenset(p for p in kept_out if not os.path.lexists(p)), restore=alone)
         return guard if journal_dir is None else guard._journaled(journal_dir)
 
     def _journaled(self, folder: Path) -> LinkGuard:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         body = json.dumps({"before": {str(p): list(i) if i is not None else None for p, i in self.before.items()},
-                           "absent": sorted(str(p) for p in self.absent)}).encode()
+                           "absent": sorted(str(p) for p in self.absent), "restore": self.restore}).encode()
 
         def make() -> tuple[int, Path]:
             path = folder / f"{JOURNAL_PREFIX}{secrets.token_hex(8)}.json"
@@ -116,8 +120,27 @@ class LinkGuard:
                 notes.append(f"[removed {path.name}: the command made it a link (to {now[2]}); Hermit reads it "
                              "outside the sandbox, so a sandboxed command may not point it anywhere]")
             if was is not None:
-                notes += _put_back(path, was[2])
+                notes += _put_back(path, was[2]) if self.restore else _not_put_back(path, was[2])
         return notes
+
+
+def _running(folder: Path) -> bool:
+    """Whether a command of the agent runs now: a journal in `folder` its process holds."""
+    try:
+        names = [e.path for e in os.scandir(folder) if e.name.startswith(JOURNAL_PREFIX)]
+    except OSError:
+        return False
+    for name in names:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if not lock_fd(fd, wait=False):
+                return True
+        finally:
+            os.close(fd)  # a lock taken here goes with it
+    return False
 
 
 def recover(folder: Path, guarded: Iterable[Path], kept_out: Iterable[Path]) -> list[str]:
@@ -144,7 +167,7 @@ def recover(folder: Path, guarded: Iterable[Path], kept_out: Iterable[Path]) -> 
             # disk names other inode numbers for the owner's own links).
             before = {p: now if was is not None and (now := _link_identity(p)) is not None and now[2] == was[2]
                       else was for p, was in before.items()}
-            guard = LinkGuard(before, absent & kept_out)
+            guard = LinkGuard(before, absent & kept_out, restore=data.get("restore") is True)
         except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
             log.warning("a sandboxed command's guard journal %s cannot be read (%s): check the instruction files, "
                         "MEMORY.md and inbox/ of the workspace for links and files it may have left, then remove "
@@ -173,6 +196,16 @@ def _put_back(path: Path, target: str) -> list[str]:
         return notes
     notes.append(f"[put back {path.name} as your link to {target}: the command removed it]")
     return notes
+
+
+def _not_put_back(path: Path, target: str) -> list[str]:
+    """A link at `path` when the command started that may have been another command's (one ran then): what the
+    command left there is moved aside, no link made; the owner is told."""
+    if not os.path.lexists(path):
+        return []  # most likely the other command's link, which its own guard removed
+    return [_move_aside(path, "it replaced a link"),
+            f"[{path.name} was a link to {target} when the command started; another command ran then, so it is "
+            "not made again: if it was yours, make it again yourself]"]
 
 
 def _move_aside(path: Path, why: str = "a sandboxed command may not add an instruction file") -> str:
