@@ -36,6 +36,7 @@ from webapphelpers import CLI_KEY, build_demo_home
 MAIN = "agent:main:main"
 PHOTOS = [png(200, 150, seed) for seed in range(3)]  # ~90 KB each, noise: nothing compresses them
 PHOTOS_B64 = [base64.b64encode(p).decode() for p in PHOTOS]
+ALBUM, ALBUM_PHOTOS = "album", 40  # a long session of the owner's (a CLI name), a photo in each turn
 ELSEWHERE = "agent:work:dm:owner-desk"  # what the rewritten hello names as the work agent's main session
 
 
@@ -53,8 +54,18 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
             t.append_message(AssistantMessage((TextPart(f"A nice one, {n}."),), model="test-model",
                                               provider="fake").to_dict())
 
+        album = store.open_transcript(store.get_or_create(ALBUM).record)
+        for n in range(ALBUM_PHOTOS):
+            words = "\n".join(f"line {k} about the day" for k in range(12))
+            album.append_message(UserMessage(f"album photo {n}\n{words}", (ImagePart("image/png", album_photo(n)),)).to_dict())
+            album.append_message(AssistantMessage((TextPart(f"Kept {n}."),), model="test-model", provider="fake").to_dict())
+
     with served_demo(tmp_path_factory.mktemp("edges") / "home", [], prepare) as served:
         yield served
+
+
+def album_photo(n: int) -> str:
+    return base64.b64encode(png(16, 12, 100 + n)).decode()
 
 
 def wire(page: Any) -> list[str]:
@@ -106,6 +117,35 @@ def test_opening_a_session_with_photos_twice_sends_each_photo_once(browser: Any,
     assert named == [hashlib.sha256(p).hexdigest() for p in PHOTOS]
     assert page.get_attribute(".msg.user:has-text('holiday photo 0') .pics img", "src") == \
         "data:image/png;base64," + PHOTOS_B64[0]  # under the page's CSP: data: images only
+    assert errors == []
+    context.close()
+
+
+def test_a_long_sessions_photos_are_brought_as_they_come_into_view(browser: Any, demo: Demo) -> None:
+    context = browser.new_context(viewport={"width": PHONE_SIZE[0], "height": PHONE_SIZE[1]}, is_mobile=True,
+                                  has_touch=True)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    asked: list[str] = []  # the hashes of the chat.image requests the page sent
+    page.on("websocket", lambda ws: ws.on("framesent", lambda payload: asked.extend(
+        [json.loads(payload)["params"]["sha256"]] if '"chat.image"' in payload else [])))
+    page.goto(demo.url)
+    page.wait_for_selector("#status.ok", timeout=T)
+    page.evaluate(f"window.HermitChat.open({{key: {json.dumps(ALBUM)}, agentId: 'main'}})")
+    last = page.locator(f".msg.user:has-text('album photo {ALBUM_PHOTOS - 1}') .pics img")
+    last.wait_for(timeout=T)  # the newest, at the bottom where the history opens: drawn
+    first = page.locator(".msg.user:has-text('album photo 0') .pics")  # 0 is the start of no other number
+    assert first.locator("img").count() == 0 and "loading photo" in first.inner_text()
+    album = {hashlib.sha256(base64.b64decode(album_photo(n))).hexdigest() for n in range(ALBUM_PHOTOS)}
+    near = [h for h in asked if h in album]
+    assert 0 < len(near) < ALBUM_PHOTOS / 2, len(near)  # only those near the view
+    page.evaluate("document.getElementById('messages').scrollTop = 0")
+    first.locator("img").wait_for(timeout=T)
+    assert first.locator("img").get_attribute("src") == "data:image/png;base64," + album_photo(0)
+    later = [h for h in asked if h in album]
+    print(f"\n{ALBUM_PHOTOS} photos in a session: {len(near)} brought on opening it, {len(later)} after scrolling to its top")
+    assert len(later) == len(set(later)) < ALBUM_PHOTOS  # each once; the middle ones still not brought
     assert errors == []
     context.close()
 

@@ -179,16 +179,28 @@
     img.addEventListener("click", () => img.classList.toggle("big"));
     return img;
   }
+  // Brought when it comes near the chat's view (a long history's older photos only if scrolled to).
+  const near = "IntersectionObserver" in window ? new IntersectionObserver((seen) => {
+    for (const e of seen) {
+      if (!e.isIntersecting || !loads.has(e.target)) continue;
+      near.unobserve(e.target);
+      const go = loads.get(e.target);
+      loads.delete(e.target);
+      go();
+    }
+  }, { root: $("messages"), rootMargin: "800px 0px" }) : null;
+  const loads = new WeakMap();  // placeholder -> what brings its photo
   function pictures(items) {
     if (!items.length) return null;
     return el("div", { class: "pics" }, items.map((p) => {
       if (p.load) {
         const wait = el("span", { class: "pic-file loading", text: "loading photo…" });
-        p.load().then((url) => {
+        const go = () => p.load().then((url) => {
           const img = image(p, url);
           img.onload = () => wait.replaceWith(img);  // drawn whole, or not at all
           img.onerror = () => { wait.textContent = "(a photo the browser could not draw)"; };
         }, (e) => { wait.textContent = visible("(the photo could not be loaded: " + e.message + ")"); });
+        if (near) { loads.set(wait, go); near.observe(wait); } else go();
         return wait;
       }
       if (!p.url) return el("span", { class: "pic-file", text: p.text });
