@@ -72,3 +72,59 @@ def test_words_the_session_holds_elsewhere_are_no_copy_but_the_deleted_messages_
     assert text == f"Noted [deleted]; {PLACE}; {CODE}.", text
     assert n == 1
     assert Verbatim((f"my pin is 99887766 and {PLACE}",)).scrub(PLACE)[0] == "[deleted]"  # nothing kept: a copy
+
+
+def test_two_scrubs_of_one_transcript_at_once_lose_neither(tmp_path: Path) -> None:
+    """Two deletes in one session scrubbed at once (a delete coming in while the retraction of another runs again
+    after its turn: only the first is under the bus's one-at-a-time): the second opened the file, waited for the
+    first's lock, then read the file the first had replaced and put it back with its own change — the first's
+    scrub undone (the card number back in the reply), and whatever a turn appended to the new file meanwhile lost."""
+    import threading
+
+    import hermit.sessions.scrub as scrub
+    from hermit.sessions.scrub import find_deleted, scrub_transcript
+    from hermit.sessions.transcript import Transcript
+
+    path = tmp_path / "sessions" / "s1.jsonl"
+    t = Transcript.create(path, cwd=path.parent, session_key=GROUP, fsync=False)
+    t.append_message({"role": "user", "content": [{"type": "text", "text": "card 4111 1111 1111 1111"}],
+                      "ref": "telegram:default:1", "sender": {"id": "u8"}})
+    t.append_message({"role": "user", "content": [{"type": "text", "text": f"code {CODE}"}],
+                      "ref": "telegram:default:2", "sender": {"id": "u8"}})
+    t.append_message({"role": "assistant", "content": [{"type": "text", "text": f"noted 4111 1111 1111 1111 and {CODE}"}]})
+    first, second = find_deleted(path, "telegram:default:1"), find_deleted(path, "telegram:default:2")
+    assert first is not None and second is not None
+    real_lock, real_write = scrub.lock_fd, scrub.write_all
+    waiting = threading.Event()
+    done: list[BaseException | None] = []
+
+    def lock_fd(fd: int, **kw: Any) -> Any:
+        if threading.current_thread().name == "second":
+            waiting.set()  # opened the file, about to wait for the first's lock
+        return real_lock(fd, **kw)
+
+    def run_second() -> None:
+        try:
+            scrub_transcript(path, second)
+            done.append(None)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            done.append(e)
+
+    thread = threading.Thread(target=run_second, name="second")
+
+    def write_all(fd: int, data: bytes, **kw: Any) -> None:
+        if not thread.is_alive() and not done:
+            thread.start()
+            assert waiting.wait(10)
+        real_write(fd, data, **kw)
+
+    scrub.lock_fd, scrub.write_all = lock_fd, write_all  # type: ignore[assignment]
+    try:
+        scrub_transcript(path, first)
+        thread.join(10)
+    finally:
+        scrub.lock_fd, scrub.write_all = real_lock, real_write  # type: ignore[assignment]
+    assert done == [None]
+    raw = path.read_text()
+    assert "1111" not in raw and CODE not in raw, raw  # both scrubs, neither undone
+    assert "noted [deleted] and [deleted]" in raw

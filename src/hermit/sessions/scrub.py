@@ -429,9 +429,8 @@ def scrub_transcript(path: Path, deleted: Deleted) -> Scrubbed:
     under the transcript's lock, or nothing when no line changes. Raises OSError / SessionError when it
     cannot read or replace the file (it is then as it was)."""
     report = Scrubbed(path)
-    fd, _ = open_own(path, os.O_RDWR, "the transcript")
+    fd = _open_locked(path)
     try:
-        lock_fd(fd)  # every append waits, then finds the name moved to the new file (Transcript._append)
         data = read_fd(fd, os.fstat(fd).st_size)
         lines = _lines(data)
         out: list[bytes] = []
@@ -452,6 +451,25 @@ def scrub_transcript(path: Path, deleted: Deleted) -> Scrubbed:
         log.info("scrubbed a deleted message from %s: %s", path.name,
                  ", ".join(f"{n} in {kind}" for kind, n in sorted(report.copies.items())))
     return report
+
+
+def _open_locked(path: Path) -> int:
+    """The transcript opened and locked: every append waits, then finds the name moved to the new file
+    (Transcript._append). Opened again until the name names what is locked: another scrub (of another deleted
+    message of the session) may have replaced the file while this one waited, and a rewrite of the old file
+    undid that scrub and lost what was appended to the new one meanwhile."""
+    while True:
+        fd, _ = open_own(path, os.O_RDWR, "the transcript")
+        try:
+            lock_fd(fd)
+            if os.lstat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
 
 
 def _replace(path: Path, old: int, data: bytes) -> None:
