@@ -177,3 +177,27 @@ def test_a_link_another_running_command_made_is_never_put_back(tmp_path: Path) -
 
     assert not os.path.lexists(name)
     assert list(journals.iterdir()) == []
+
+
+def test_a_killed_second_commands_link_to_where_the_firsts_pointed_is_removed(tmp_path: Path) -> None:
+    """The same two commands, the second one's Hermit killed: after the first's guard removed its link, the second
+    made one to the same place. Recovery took any link to the place the journal recorded for the owner's own."""
+    from hermit.tools.bind_guard import LinkGuard, recover
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    journals = tmp_path / "sandbox"
+    name = ws / "BOOTSTRAP.md"
+    other_agent = tmp_path / "other" / "MEMORY.md"
+    first = LinkGuard.take([name], [name], journals)
+    name.symlink_to(other_agent)
+    second = LinkGuard.take([name], [name], journals)
+    first.undo()
+    name.symlink_to(other_agent)  # the second command's link, to the same place
+    assert second.journal is not None
+    os.close(second.journal[0])  # its Hermit killed: the journal is no longer held
+
+    recover(journals, [name], [name])
+
+    assert not os.path.lexists(name)
+    assert list(journals.iterdir()) == []

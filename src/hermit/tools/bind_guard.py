@@ -41,13 +41,15 @@ log = logging.getLogger("hermit.sandbox")
 JOURNAL_PREFIX = "bind-guard-"
 MAX_JOURNAL_BYTES = 1 << 20
 
-LinkIdentity = tuple[int, int, str] | None  # (st_dev, st_ino, target) of a symlink; None: no symlink there
+# (st_dev, st_ino, target, st_ctime_ns) of a symlink; None: no symlink there. The ctime (which no one can set):
+# a link removed and made again to the same place often gets the inode just freed.
+LinkIdentity = tuple[int, int, str, int] | None
 
 
 def _link_identity(path: Path) -> LinkIdentity:
     try:
         st = os.lstat(path)
-        return (st.st_dev, st.st_ino, os.readlink(path)) if stat.S_ISLNK(st.st_mode) else None
+        return (st.st_dev, st.st_ino, os.readlink(path), st.st_ctime_ns) if stat.S_ISLNK(st.st_mode) else None
     except OSError:
         return None
 
@@ -110,7 +112,7 @@ class LinkGuard:
         notes: list[str] = []
         for path, was in self.before.items():
             now = _link_identity(path)
-            if now == was:
+            if _same(now, was):
                 continue
             if now is not None:
                 try:
@@ -122,6 +124,13 @@ class LinkGuard:
             if was is not None:
                 notes += _put_back(path, was[2]) if self.restore else _not_put_back(path, was[2])
         return notes
+
+
+def _same(now: LinkIdentity, was: LinkIdentity) -> bool:
+    """Whether the link `now` is the one recorded `was` (an earlier version's journal recorded no ctime: -1)."""
+    if now is None or was is None or was[3] != -1:
+        return now == was
+    return now[:3] == was[:3]
 
 
 def _running(folder: Path) -> bool:
@@ -155,8 +164,8 @@ def recover(folder: Path, guarded: Iterable[Path], kept_out: Iterable[Path]) -> 
         try:
             with open(path, "rb") as f:
                 data = json.loads(f.read(MAX_JOURNAL_BYTES))
-            before = {Path(p): (int(i[0]), int(i[1]), str(i[2])) if i is not None else None
-                      for p, i in data["before"].items()}
+            before = {Path(p): (int(i[0]), int(i[1]), str(i[2]), int(i[3]) if len(i) > 3 else -1)
+                      if i is not None else None for p, i in data["before"].items()}
             absent = frozenset(Path(p) for p in data["absent"])
             strange = sorted(str(p) for p in (before.keys() - guarded) | (absent - kept_out))
             if strange:
@@ -164,10 +173,12 @@ def recover(folder: Path, guarded: Iterable[Path], kept_out: Iterable[Path]) -> 
                             "those are left as they are", path, ", ".join(strange))
             before = {p: was for p, was in before.items() if p in guarded}
             # A link to the same place counts as the one recorded (a journal restored from a backup onto another
-            # disk names other inode numbers for the owner's own links).
-            before = {p: now if was is not None and (now := _link_identity(p)) is not None and now[2] == was[2]
-                      else was for p, was in before.items()}
-            guard = LinkGuard(before, absent & kept_out, restore=data.get("restore") is True)
+            # disk names other inode numbers for the owner's own links) — when the recorded ones are the owner's:
+            # with another command running then, one may be that command's, and a new link to its place is not.
+            restore = data.get("restore") is True
+            before = {p: now if restore and was is not None and (now := _link_identity(p)) is not None
+                      and now[2] == was[2] else was for p, was in before.items()}
+            guard = LinkGuard(before, absent & kept_out, restore=restore)
         except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
             log.warning("a sandboxed command's guard journal %s cannot be read (%s): check the instruction files, "
                         "MEMORY.md and inbox/ of the workspace for links and files it may have left, then remove "
