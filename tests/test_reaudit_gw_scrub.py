@@ -128,3 +128,24 @@ def test_two_scrubs_of_one_transcript_at_once_lose_neither(tmp_path: Path) -> No
     raw = path.read_text()
     assert "1111" not in raw and CODE not in raw, raw  # both scrubs, neither undone
     assert "noted [deleted] and [deleted]" in raw
+
+
+def test_a_repeated_delete_of_one_message_writes_one_retracted_entry(tmp_path: Path) -> None:
+    """A delete of the same message again (a webhook retried, a client sending its revoke over and over) appended
+    another `retracted` entry each time: a contact grew the transcript without bound, 150 bytes a delete."""
+    home = tmp_path / "home"
+    rt = AgentRuntime(load_offline(home).agent(), FunctionModel(model), clock=fixed_clock, fsync=False, home=home)
+    bus = make_bus(rt, RecordingChannel())
+
+    async def main() -> None:
+        await bus.publish(said(f"door code {CODE}", "1", "u8"))
+        assert await bus.drain(20)
+        for _ in range(20):
+            await bus.publish(said("", "1", "u8", change="deleted"))
+        assert await bus.drain(20)
+
+    asyncio.run(main())
+    record = rt.store.get(GROUP)
+    assert record is not None
+    raw = rt.store.transcript_path(record.session_id).read_text()
+    assert CODE not in raw and raw.count('"customType":"retracted"') == 1, raw.count('"customType":"retracted"')

@@ -37,7 +37,7 @@ from hermit.sessions.entries import RETRACTED_TYPE, header_from_json
 from hermit.sessions.files import open_own, read_fd
 from hermit.sessions.scrub import Deleted, find_deleted, scrub_transcript
 from hermit.sessions.store import SessionStore
-from hermit.sessions.transcript import MessageEntry, Transcript
+from hermit.sessions.transcript import CustomEntry, MessageEntry, Transcript
 
 log = logging.getLogger("hermit.sessions")
 
@@ -57,7 +57,9 @@ _REACHES: dict[str, weakref.WeakMethod[Reach]] = {}
 # Retracted again after that turn (runtime.retract), its copies are found by this.
 RECENT_SECONDS = 3600
 RECENT_KEPT = 64
-_RECENT: OrderedDict[tuple[str, str], tuple[float, Deleted]] = OrderedDict()
+# With the transcript's size after that scrub: retracted again with nothing written since (the same delete again:
+# a webhook retried, a client sending its revoke over and over), the transcript is not read again.
+_RECENT: OrderedDict[tuple[str, str], tuple[float, Deleted, int]] = OrderedDict()
 
 
 def ref_bytes(ref: str) -> bytes:
@@ -107,13 +109,20 @@ def _reach_for(directory: Path) -> Reach | None:
     return ref() if ref is not None else None
 
 
-def _recent(key: tuple[str, str]) -> Deleted | None:
+def _recent(key: tuple[str, str]) -> tuple[Deleted, int] | None:
     with _guard:
         found = _RECENT.get(key)
         if found is not None and time.monotonic() - found[0] > RECENT_SECONDS:
             del _RECENT[key]
             found = None
-    return found[1] if found is not None else None
+    return (found[1], found[2]) if found is not None else None
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
 
 
 def scrub_copies(transcript: Transcript, ref: str) -> None:
@@ -123,7 +132,10 @@ def scrub_copies(transcript: Transcript, ref: str) -> None:
     the message."""
     key = (os.path.realpath(transcript.path), ref)
     try:
-        deleted = find_deleted(transcript.path, ref, _recent(key))
+        recent = _recent(key)
+        if recent is not None and recent[1] == _size(transcript.path):
+            return  # scrubbed, and nothing written since
+        deleted = find_deleted(transcript.path, ref, recent[0] if recent is not None else None)
         if deleted is None:
             return
         reach = _reach_for(transcript.path.parent)
@@ -131,7 +143,7 @@ def scrub_copies(transcript: Transcript, ref: str) -> None:
             reach(transcript.header.session_key, deleted)
         scrub_transcript(transcript.path, deleted)
         with _guard:
-            _RECENT[key] = (time.monotonic(), deleted)
+            _RECENT[key] = (time.monotonic(), deleted, _size(transcript.path))
             _RECENT.move_to_end(key)
             while len(_RECENT) > RECENT_KEPT:
                 _RECENT.popitem(last=False)
@@ -148,9 +160,14 @@ def retract_in(transcript: Transcript, ref: str, remove: Remove | None, *, ahead
         remove(files)
     if files is not None:
         scrub_copies(transcript, ref)
-    if files is not None or ahead:
+    if (files is not None or ahead) and not _retracted(transcript, ref):  # once: a repeated delete adds nothing
         transcript.append_custom(RETRACTED_TYPE, {"ref": ref})
     return files is not None
+
+
+def _retracted(transcript: Transcript, ref: str) -> bool:
+    return any(isinstance(e, CustomEntry) and e.custom_type == RETRACTED_TYPE and isinstance(e.data, dict)
+               and e.data.get("ref") == ref for e in transcript.entries())
 
 
 def retract_ended(store: SessionStore, key: str, ref: str, remove: Remove | None, *, current: str | None = None,
