@@ -108,7 +108,8 @@ def test_rerunning_setup_changes_only_the_chosen_parts_and_the_environment_wins(
         assert hermit(home, "setup", "--provider", "anthropic", "--base-url", fake.base_url, "--api-key", KEY
                       ).returncode == 0
         (home / "hermit.yaml").write_text((home / "hermit.yaml").read_text() + "# my own note at the end\n")
-        ch = hermit(home, "setup", "--channel", "telegram", "--token-stdin", "--owner", "4242", stdin="123:abc\n")
+        ch = hermit(home, "setup", "--channel", "telegram", "--token-stdin", "--owner", "4242", "--no-check",
+                    stdin="123:abc\n")
         assert ch.returncode == 0, ch.stderr
         cfg = config(home)
         assert cfg["agents"]["defaults"]["model"] == "anthropic/claude-sonnet-4-5"  # type: ignore[index]
@@ -199,9 +200,12 @@ class Terminal:
 
 
 def test_interactive_setup_on_a_terminal_answering_its_prompts(tmp_path: Path) -> None:
+    from test_firstday_telegram import telegram  # it imports this module
+
     home = tmp_path / "home"
-    with FakeProvider(["OK", {"text": "Hello from the local model.", "repeat": True}]) as ollama:
-        term = Terminal(["setup", "--ollama-url", ollama.base_url], env_for(home))
+    with FakeProvider(["OK", {"text": "Hello from the local model.", "repeat": True}]) as ollama, \
+            telegram("123456:secret-token") as bot_api:  # setup asks getMe before saving the token
+        term = Terminal(["setup", "--ollama-url", ollama.base_url, "--api-base", bot_api.base_url], env_for(home))
         try:
             term.expect("Which language model should Hermit talk to?")
             term.expect("choice [1]: ")
@@ -228,7 +232,7 @@ def test_interactive_setup_on_a_terminal_answering_its_prompts(tmp_path: Path) -
             code = term.close()
         assert code == 0, term.seen
         assert "123456:secret-token" not in term.seen  # the token was not echoed
-        assert "ok: ollama/llama3.1 answers" in term.seen
+        assert "ok: ollama/llama3.1 answers" in term.seen and "ok: it is the token of the bot @hermit_bot" in term.seen
         chat = hermit(home, "agent", "-m", "hi")
         assert chat.returncode == 0 and chat.stdout.strip() == "Hello from the local model.", chat.stderr
     cfg = config(home)

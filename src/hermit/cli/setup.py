@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hermit.cli.channel_check import TokenCheck, check_telegram, refuse_inner_whitespace
 from hermit.cli.config_file import ConfigText, config_text, edit_config
 from hermit.cli.context import CliContext
 from hermit.cli.terminal import warn
@@ -69,6 +70,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="read that secret from the next line of stdin (repeatable; after the API key's and the "
                         "token's lines when those are read from stdin too)")
     p.add_argument("--phone-number-id", help="WhatsApp: the Cloud API phone number id")
+    p.add_argument("--api-base", metavar="URL", help="Telegram: a Bot API server of your own (default "
+                                                     "https://api.telegram.org); the token is checked there")
     p.add_argument("--owner", action="append", default=[], metavar="ID",
                    help="your own sender id on the channel (repeatable): your DMs reach your main session")
     p.add_argument("--dm-policy", choices=DM_POLICIES, help="what strangers' DMs get (default: pairing)")
@@ -135,6 +138,7 @@ class Plan:
     channel: str | None = None
     key_var: str | None = None  # the variable the model's key is stored as, when it needs one
     fake_start: str | None = None  # the command that starts the fake provider this plan points at
+    token_check: TokenCheck | None = None  # a Telegram token given this run: asked getMe before saving
 
 
 def _get_json(url: str) -> Any:
@@ -326,6 +330,7 @@ def _plan_key(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pla
         return
     var = args.key_var or _key_var(ctx, kind, name)
     key = args.api_key or (_read_stdin_line("API key", "--api-key-stdin") if args.api_key_stdin else None)
+    key = key and refuse_inner_whitespace(key, f"API key for {name}", "--api-key-stdin")
     have = ctx.environ.get(var)
     if key is None and ui.interactive:
         if have:
@@ -351,10 +356,51 @@ def _plan_key(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pla
         plan.secrets[var] = key
 
 
-def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Plan) -> None:
+def _plan_secrets(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Plan, channel: str, account: str,
+                  new: bool, cfg: Any) -> None:
+    """The account's secrets: each into hermit.env under its variable, the config naming the variable."""
     from hermit.channels.platforms import secrets as channel_secrets
-    from hermit.config.channels import WhatsAppAccountConfig, platforms
+    from hermit.config.channels import TelegramAccountConfig
     from hermit.config.edit import DELETE
+
+    prefix = ("channels", channel, "accounts", account)
+    wanted = channel_secrets(channel, cfg)
+    given, token = _given_secrets(args, channel, [s.field for s in wanted])
+    taken = _other_accounts_vars(ctx, channel, account)
+    for i, s in enumerate(wanted):
+        chosen = i == 0 and args.token_var
+        var = args.token_var if chosen else s.env_name
+        # Another account's variable (a second bot got the platform's default name, TELEGRAM_BOT_TOKEN): its
+        # own value goes into a variable of its own, or the first bot's token is replaced and both poll one bot.
+        own = var if chosen or var not in taken else f"{var}_{re.sub(r'[^A-Z0-9]', '_', account.upper())}"
+        if new:
+            var = own
+        value = given.get(s.field)
+        if i == 0 and value is None:
+            value = token
+        flag = "--token-stdin" if i == 0 else f"--secret-stdin {s.field}"
+        what = f"{channel} {s.field.replace('_', ' ')}"
+        if value is not None:
+            value = refuse_inner_whitespace(value, what, flag)
+        elif ui.interactive:
+            value = _ask_secret(ui, f"{what}, stored as {own}" + (" (Enter keeps it)" if ctx.environ.get(var) else ""),
+                                what, flag)
+        if value is not None:
+            var = own
+            if isinstance(cfg, TelegramAccountConfig) and i == 0:
+                plan.token_check = TokenCheck(account, args.api_base or cfg.api_base, value)
+        if value is None and not ctx.environ.get(var):
+            plan.notes.append(f"{var} is not set yet: add it with `hermit setup --channel {channel} --account "
+                              f"{account} {flag}` (or put {var}=… in {ctx.home / 'hermit.env'}), then (re)start "
+                              "the gateway")
+        if value is not None:
+            plan.secrets[var] = value
+        plan.updates.append(((*prefix, f"{s.field}_env"), var))
+        plan.updates.append(((*prefix, s.field), DELETE))  # a plaintext secret would win over the variable
+
+
+def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Plan) -> None:
+    from hermit.config.channels import WhatsAppAccountConfig, platforms
 
     channel = args.channel
     if channel is None:
@@ -366,34 +412,12 @@ def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: 
     existing = ctx.config().config.channels.accounts_of(channel).get(account)
     cfg = existing or platforms()[channel]()
     prefix = ("channels", channel, "accounts", account)
-    wanted = channel_secrets(channel, cfg)
-    given, token = _given_secrets(args, channel, [s.field for s in wanted])
-    taken = _other_accounts_vars(ctx, channel, account)
-    for i, s in enumerate(wanted):
-        chosen = i == 0 and args.token_var
-        var = args.token_var if chosen else s.env_name
-        # Another account's variable (a second bot got the platform's default name, TELEGRAM_BOT_TOKEN): its
-        # own value goes into a variable of its own, or the first bot's token is replaced and both poll one bot.
-        own = var if chosen or var not in taken else f"{var}_{re.sub(r'[^A-Z0-9]', '_', account.upper())}"
-        if existing is None:
-            var = own
-        value = given.get(s.field)
-        if i == 0 and value is None:
-            value = token
-        if value is None and ui.interactive:
-            keep = " (Enter keeps it)" if ctx.environ.get(var) else ""
-            value = ui.secret(f"{channel} {s.field.replace('_', ' ')}, stored as {own}{keep}") or None
-        if value is not None:
-            var = own
-        if value is None and not ctx.environ.get(var):
-            stdin = "--token-stdin" if i == 0 else f"--secret-stdin {s.field}"
-            plan.notes.append(f"{var} is not set yet: add it with `hermit setup --channel {channel} --account "
-                              f"{account} {stdin}` (or put {var}=… in {ctx.home / 'hermit.env'}), then (re)start "
-                              "the gateway")
-        if value is not None:
-            plan.secrets[var] = value
-        plan.updates.append(((*prefix, f"{s.field}_env"), var))
-        plan.updates.append(((*prefix, s.field), DELETE))  # a plaintext secret would win over the variable
+    if args.api_base:
+        if channel != "telegram":
+            raise ConfigError(f"--api-base is Telegram's (a Bot API server of your own), not {channel}'s",
+                              f"set channels.{channel}.accounts.{account}.base_url in hermit.yaml instead")
+        plan.updates.append(((*prefix, "api_base"), args.api_base))
+    _plan_secrets(ctx, args, ui, plan, channel, account, existing is None, cfg)
     if isinstance(cfg, WhatsAppAccountConfig):  # the one platform with a non-secret id to ask for
         pid = args.phone_number_id or (cfg.phone_number_id if existing else None) or \
             ui.text("WhatsApp phone number id (Meta app → WhatsApp → API setup)", None, "--phone-number-id",
@@ -417,6 +441,17 @@ def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: 
     if policy is not None or existing is None:
         plan.updates.append(((*prefix, "dm_policy"), policy or "pairing"))
     plan.channel = f"{channel}/{account}"
+
+
+def _ask_secret(ui: Prompter, question: str, what: str, flag: str) -> str | None:
+    """A secret typed at the prompt (None: Enter); one with a space inside is asked again, not an error that ends
+    setup with every answer lost."""
+    while True:
+        value = ui.secret(question) or None
+        try:
+            return value and refuse_inner_whitespace(value, what, flag)
+        except ConfigError as e:
+            print(f"  ({e.message}: paste it again, or press Ctrl-C to stop without saving anything)")
 
 
 def _other_accounts_vars(ctx: CliContext, channel: str, account: str) -> set[str]:
@@ -476,6 +511,19 @@ def _check_model(plan: Plan, ui: Prompter, models: Any, env: dict[str, str]) -> 
         return ui.yes("Save this choice anyway?")
 
 
+def _check_token(check: TokenCheck, ui: Prompter) -> bool:
+    """Telegram's getMe with the token given: True to save (it is a bot's, or the user saves it anyway)."""
+    print("checking the telegram token with getMe…", flush=True)
+    try:
+        print(f"ok: it is the token of the bot {check_telegram(check)}")
+        return True
+    except HermitError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        if e.hint:
+            print(f"hint: {e.hint}", file=sys.stderr)
+    return ui.yes("Save this token anyway?")
+
+
 def _refuse_uncreatable(ctx: CliContext) -> None:
     from hermit.cli.preflight import creatable_problem
 
@@ -524,6 +572,9 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
                   "command above)", file=sys.stderr)
         else:
             print("nothing was saved (use --no-check to save without the test request)", file=sys.stderr)
+        return 1
+    if plan.token_check and not args.no_check and not _check_token(plan.token_check, ui):
+        print("nothing was saved (use --no-check to save without asking Telegram)", file=sys.stderr)
         return 1
     # Saving starts here, after the last question: a fresh state dir gets the config template and the
     # workspace first, as `hermit init` makes them, so Ctrl-C before this point leaves nothing behind.
