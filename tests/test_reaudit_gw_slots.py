@@ -16,8 +16,9 @@ import pytest
 
 import hermit.gateway.turn_slots as turn_slots
 from channelhelpers import run
+from hermit.channels.base import InboundMessage
 from hermit.gateway.turn_slots import TurnSlots
-from test_turn_bound import CONTACTS, OWNER, HeldProvider, arrives, dm, gateway, lined_up
+from test_turn_bound import CONTACTS, OWNER, HeldProvider, arrives, dm, gateway, lined_up, until
 
 
 def test_the_owner_starts_once_contacts_have_held_every_slot_too_long(tmp_path: Path,
@@ -33,7 +34,6 @@ def test_the_owner_starts_once_contacts_have_held_every_slot_too_long(tmp_path: 
                 await arrives(provider, tag)  # two contacts' turns that do not end: both slots
             await gw.bus.publish(dm("hi tag-c3", CONTACTS[2]))
             await gw.bus.publish(dm("me? tag-own", OWNER))
-            await lined_up(gw, provider, 2)
             # The contacts' turns still hold their slots; once they have for OVERDUE_SECONDS, the owner starts.
             await arrives(provider, "tag-own")
             assert not provider.arrived["tag-c3"].is_set()  # a contact never goes past the bound
@@ -76,3 +76,39 @@ def test_an_overdue_turn_lets_one_owners_turn_past_the_bound_not_more(monkeypatc
         assert slots.status()["main"]["running"] == 0
 
     asyncio.run(main())
+
+
+def test_a_members_turn_the_owners_message_waits_behind_in_its_group_takes_the_owners_place(tmp_path: Path) -> None:
+    """One turn at a time per session: the owner's message in a group waits for the member's message before it in
+    that group, which waited in the contacts' line — behind every contact's turn that came first. The member's
+    turn now goes ahead in the owner's place (the owner's message waits on it), as the owner's would."""
+    provider = HeldProvider(("tag-c1", "tag-c2", "tag-c3", "tag-member", "tag-own"))
+
+    def group(text: str, sender: str) -> InboundMessage:
+        return InboundMessage(channel="telegram", account_id="default", peer_kind="group", peer_id="-100",
+                              sender_id=sender, text=text)
+
+    async def main() -> None:
+        gw, ch = gateway(tmp_path, provider)
+        try:
+            for tag, who in zip(("tag-c1", "tag-c2"), CONTACTS, strict=False):
+                await gw.bus.publish(dm(f"hi {tag}", who))
+                await arrives(provider, tag)
+            await gw.bus.publish(dm("hi tag-c3", CONTACTS[2]))
+            assert await gw.bus.publish(group("hi tag-member", "3001")) == "queued"
+            await lined_up(gw, provider, 2)
+            assert await gw.bus.publish(group("hi all tag-own", OWNER)) == "queued"  # behind the member's
+            await until(lambda: gw.bus.status()["turn_slots"]["main"]["waiting"]["owner"] == 1, "promoted")
+            provider.go["tag-c1"].set()
+            await arrives(provider, "tag-member")  # not c3's, who came first
+            assert not provider.arrived["tag-c3"].is_set()
+            provider.go["tag-member"].set()
+            await arrives(provider, "tag-own")
+            provider.let_all_go()
+            assert await gw.bus.drain(20)
+        finally:
+            provider.let_all_go()
+        assert provider.started[2:] == ["tag-member", "tag-own", "tag-c3"], provider.started
+
+    with provider:
+        run(main)

@@ -52,7 +52,6 @@ from hermit.sessions.retraction import names, retract_in
 log = logging.getLogger("hermit.gateway")
 
 
-
 @dataclass(frozen=True)
 class Routed:
     agent_id: str
@@ -351,6 +350,8 @@ class Bus:
         except asyncio.QueueFull:
             return False
         q.waiting.append(job)
+        if (head := q.waiting[0].place) is not None and head.kind != "owner" and self._kind(job) == "owner":
+            head.promote()  # the owner's message waits on the turn ahead of it: that one goes first
         if q.worker is None:
             q.worker = asyncio.create_task(self._work(key, q), name=f"session {job.agent_id}/{job.session_key}")
         return True
@@ -395,7 +396,7 @@ class Bus:
         try:
             while not q.jobs.empty():
                 job = q.waiting[0]  # stays findable (a delete, an edit) while it waits for a slot
-                place = await self._slot(job)
+                place = await self._slot(job, q)
                 try:
                     taken = q.jobs.get_nowait()
                     assert taken is job
@@ -422,6 +423,7 @@ class Bus:
                         job.finished.set()
                 finally:
                     if place is not None:  # however the turn ended, raised or cancelled: the next one may start
+                        self._hand_on(q)
                         place.release()
         finally:
             # No await between the empty check and here: a publish cannot slip in unseen.
@@ -429,15 +431,30 @@ class Bus:
             if q.jobs.empty() and self._queues.get(key) is q:
                 del self._queues[key]
 
-    async def _slot(self, job: _Job) -> Place | None:
+    async def _slot(self, job: _Job, q: _SessionQueue) -> Place | None:
         """Wait for one of the agent's turn slots for `job`; None when no turn of it is to run (deleted by its
-        sender, the gateway stopping, its scheduler gave up on it), before or while it waited."""
+        sender, the gateway stopping, its scheduler gave up on it), before or while it waited. In the owner's
+        place when an owner's message waits behind it in the session (turn_slots.py)."""
         if job.dropped or not self._open or (job.result is not None and job.result.done()):
+            if job.place is not None:  # joined the line as the turn before it ended (`_hand_on`)
+                job.place.release()
             return None
-        place = job.place = self._slots.place(job.agent_id, self._kind(job), job.session_key)
+        place = job.place = job.place or self._slots.place(job.agent_id, self._kind_in(job, q), job.session_key)
         if job.result is not None:  # the scheduler cancels a run at its timeout: a turn not started leaves the line
             job.result.add_done_callback(lambda _: place.withdraw())
         return place if await place.wait() else None
+
+    def _kind_in(self, job: _Job, q: _SessionQueue) -> Kind:
+        """`_kind`, or the owner's when an owner's message waits behind `job` in its session (turn_slots.py)."""
+        kind = self._kind(job)
+        return "owner" if kind != "owner" and any(self._kind(j) == "owner" for j in q.waiting[1:]) else kind
+
+    def _hand_on(self, q: _SessionQueue) -> None:
+        """An owner's next turn in the session joins the line before the ended one's slot is given back (or a contact
+        waiting elsewhere took it, and the owner's message waited again)."""
+        nxt = q.waiting[0] if q.waiting else None
+        if nxt and not nxt.place and nxt.msg and not nxt.dropped and self._open and self._kind_in(nxt, q) == "owner":
+            nxt.place = self._slots.place(nxt.agent_id, "owner", nxt.session_key)
 
     def _kind(self, job: _Job) -> Kind:
         """Whose turn it is, for the order slots are given in (turn_slots.py): the owner's (the web chat, the

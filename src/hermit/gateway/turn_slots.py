@@ -14,6 +14,10 @@ When a slot frees, the next turn is
    a slow one, leaves a slot to chat turns, so the owner's message never waits for a job to finish;
 3. else a contact's or a group's, first come first served.
 
+A turn an owner's message waits on — ahead of it in its session's queue: a member's message before the owner's
+in a group — takes the owner's place (`promote`): it waited in the contacts' line, behind every contact's turn
+that came first, and the owner's message with it.
+
 A turn has no time limit (rounds of tool calls, each model call up to the provider's deadline, a sandboxed
 command up to 30 minutes), so contacts' turns that ran long — or one contact's in as many sessions as the bound:
 their DM, groups, threads — held every slot and the owner's message waited for hours. A turn that is not the
@@ -75,6 +79,12 @@ class Place:
         """Give back the place, or the slot once held; again is harmless."""
         self._line.release(self)
 
+    def promote(self) -> None:
+        """Wait in the owner's line from now on, if still waiting: an owner's turn waits on this one (it is ahead
+        of it in its session's queue), so it goes ahead as the owner's would."""
+        if self.state == "waiting" and self.kind != "owner":
+            self._line.promote(self)
+
     def _decide(self, granted: bool) -> None:
         self.state = "running" if granted else "done"
         if not self._decided.done():
@@ -117,6 +127,12 @@ class _Line:
             self._others.discard(place)
             place.state = "done"
             self._admit()
+
+    def promote(self, place: Place) -> None:
+        self.waiting[place.kind].remove(place)
+        place.kind = "owner"
+        self.waiting["owner"].append(place)
+        self._admit()
 
     def close(self) -> None:
         """The gateway is stopping: every waiting turn leaves the line (it is answered "not processed")."""
