@@ -149,3 +149,27 @@ def test_a_repeated_delete_of_one_message_writes_one_retracted_entry(tmp_path: P
     assert record is not None
     raw = rt.store.transcript_path(record.session_id).read_text()
     assert CODE not in raw and raw.count('"customType":"retracted"') == 1, raw.count('"customType":"retracted"')
+
+
+def test_a_members_delete_after_new_leaves_the_owners_words_in_the_saved_session(tmp_path: Path) -> None:
+    """The same for what /new saved of the group's session: the assistant's messages there kept only what the
+    member's deleted message alone brought."""
+    home = tmp_path / "home"
+    rt = AgentRuntime(load_offline(home).agent(), FunctionModel(model), clock=fixed_clock, fsync=False, home=home)
+    bus = make_bus(rt, RecordingChannel())
+
+    async def main() -> None:
+        await bus.publish(said(f"door code {CODE}, call {PHONE}; {PLACE}", "1", "u1"))
+        await bus.publish(said(f"so the door code is {CODE}? and {PLACE}? and {PHONE}, pin 99887766", "2", "u8"))
+        await bus.publish(said("what was the plan again?", "3", "u1"))
+        await bus.publish(said("/new", "4", "u1"))
+        assert await bus.drain(20)
+        await bus.publish(said("", "2", "u8", change="deleted"))
+        assert await bus.drain(20)
+
+    asyncio.run(main())
+    saved = [p for p in (rt.agent.workspace / "memory").glob("*.md") if "Session id" in p.read_text()]
+    assert saved, list((rt.agent.workspace / "memory").iterdir())
+    text = saved[0].read_text()
+    assert "99887766" not in text and "so the door code is" not in text, text
+    assert f"The owner said: door code {CODE}, call {PHONE}, and {PLACE}." in text, text

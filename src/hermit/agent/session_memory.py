@@ -200,7 +200,6 @@ def _scrubbed(text: str, session_id: str, lines: Sequence[tuple[Line, Line]]) ->
     second, rendered as the hook renders it in that block (render_dialogue, neutralized for its origin), and the
     copies of the first in that block's assistant messages scrubbed."""
     rows = text.split("\n")
-    rule = Verbatim(tuple(old.text for old, _ in lines))
     for b in reversed(origin_blocks(text)):
         header = rows[b.start:b.end - 1]
         header = header[:header.index("## Conversation")] if "## Conversation" in header else []
@@ -215,9 +214,11 @@ def _scrubbed(text: str, session_id: str, lines: Sequence[tuple[Line, Line]]) ->
             said, placeholder = render_dialogue([old], clean=clean), render_dialogue([new], clean=clean)
             # a whole message: after the blank line before it, up to the blank line after it or the block's end
             block = re.compile(re.escape("\n\n" + said) + r"(?=\n\n|\n\Z)").sub(_as("\n\n" + placeholder), block)
-        # the assistant's messages quoting it: their copies of it (sessions/scrub.py's rule), the rest kept
-        block = "\n\n".join(rule.scrub(m)[0] if m.startswith("Assistant: ") else m
-                            for m in _MESSAGE_START.split(block))
+        # the assistant's messages quoting it: their copies of it (sessions/scrub.py's rule), the rest kept — and
+        # what another message of the block holds too is no copy (a member quoting the owner, then deleting it)
+        messages = _MESSAGE_START.split(block)
+        rule = Verbatim(tuple(old.text for old, _ in lines), [m for m in messages[1:] if m.startswith("User")])
+        block = "\n\n".join(rule.scrub(m)[0] if m.startswith("Assistant: ") else m for m in messages)
         rows[b.start:b.end - 1] = block[:-1].split("\n")
     return "\n".join(rows)
 
