@@ -173,3 +173,27 @@ def test_a_members_delete_after_new_leaves_the_owners_words_in_the_saved_session
     text = saved[0].read_text()
     assert "99887766" not in text and "so the door code is" not in text, text
     assert f"The owner said: door code {CODE}, call {PHONE}, and {PLACE}." in text, text
+
+
+def test_the_flushs_notes_keep_the_owners_words_a_deleted_message_quoted(tmp_path: Path) -> None:
+    """The group's flush noted the owner's code and the member's pin; the member deletes their message quoting
+    the code: the note loses the pin, not the owner's code."""
+    from hermit.agent.flush import scrub_flush_notes
+    from hermit.sessions.scrub import deleted_in
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    block = f'<!-- origin session="{GROUP}" -->'
+    note = ws / "memory" / "2026-01-20.md"
+    note.write_text(f"{block}\n- door code {CODE}\n- u8's pin 99887766\n<!-- /origin -->\n")
+    write = {"role": "assistant", "content": [{"type": "toolCall", "id": "c", "name": "write", "arguments": {
+        "path": "memory/2026-01-20.md", "content": f"- door code {CODE}\n- u8's pin 99887766\n"}}]}
+    deleted = deleted_in([
+        {"type": "message", "message": {"role": "user", "content": [{"type": "text", "text": f"door code {CODE}"}],
+                                        "ref": "r1", "sender": {"id": "u1"}}},
+        {"type": "message", "message": {"role": "user", "content": [
+            {"type": "text", "text": f"door code {CODE}? my pin 99887766"}], "ref": "r2", "sender": {"id": "u8"}}},
+        {"type": "custom", "customType": "memory_flush", "data": {"message": write}}], "r2")
+    assert deleted is not None
+    assert scrub_flush_notes(ws, GROUP, deleted) == {note.resolve(): 1}
+    assert note.read_text() == f"{block}\n- door code {CODE}\n- u8's [deleted]\n<!-- /origin -->\n"
