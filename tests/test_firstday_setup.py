@@ -102,3 +102,18 @@ def test_enter_at_the_model_question_of_a_second_run_keeps_the_current_model(tmp
     assert code == 0, term.seen
     assert "API key for" not in term.seen and "Model [" not in term.seen
     assert (home / "hermit.yaml").read_text() == before
+
+
+def test_a_channel_set_up_before_any_model_is_told_to_choose_a_model_not_to_run_the_gateway(tmp_path: Path) -> None:
+    """`next: hermit gateway run` was printed, and the gateway then refused to start: "no language model"."""
+    home = tmp_path / "home"
+    r = setup_cli.hermit(home, "setup", "--channel", "telegram", "--token-stdin", "--no-check", stdin="1:abc\n")
+    assert r.returncode == 0, r.stderr
+    assert "next: hermit setup   (choose a language model first: the gateway needs one) · hermit doctor" in r.stdout
+    assert "hermit gateway run" not in r.stdout
+    gateway = setup_cli.hermit(home, "gateway", "run", "--port", "0")
+    assert gateway.returncode == 1 and "no language model is configured" in gateway.stderr  # as said
+    with FakeProvider([{"text": "OK", "repeat": True}]) as fake:
+        assert setup_cli.hermit(home, "setup", "--provider", "fake", "--base-url", fake.base_url).returncode == 0
+    r = setup_cli.hermit(home, "setup", "--channel", "telegram", "--owner", "42")
+    assert "next: hermit gateway run   (or `hermit gateway install` to keep it running)" in r.stdout, r.stdout

@@ -593,8 +593,9 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     for note in [*plan.notes, after_change_note(ctx.home)]:
         if note:
             print(f"note: {note}")
-    nxt = ["hermit chat" if plan.model_ref else None,
-           "hermit gateway run   (or `hermit gateway install` to keep it running)" if plan.channel else None,
-           "hermit doctor"]
+    # Without a model the gateway does not start ("no language model is configured"): that step comes first.
+    gateway = ("hermit gateway run   (or `hermit gateway install` to keep it running)" if plan.model_ref or
+               _current_model(ctx) else "hermit setup   (choose a language model first: the gateway needs one)")
+    nxt = ["hermit chat" if plan.model_ref else None, gateway if plan.channel else None, "hermit doctor"]
     print("next: " + " · ".join(n for n in nxt if n))
     return 0
