@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -18,6 +20,7 @@ import yaml
 import test_setup as setup_cli  # its Terminal, env_for and hermit (a module attribute: its tests are not collected here)
 from hermit.config.envfile import read_env_file
 from hermit.testing import FakeProvider
+from prochelpers import PROC_TIMEOUT
 
 
 def accounts(home: Path) -> dict[str, dict[str, object]]:
@@ -117,3 +120,27 @@ def test_a_channel_set_up_before_any_model_is_told_to_choose_a_model_not_to_run_
         assert setup_cli.hermit(home, "setup", "--provider", "fake", "--base-url", fake.base_url).returncode == 0
     r = setup_cli.hermit(home, "setup", "--channel", "telegram", "--owner", "42")
     assert "next: hermit gateway run   (or `hermit gateway install` to keep it running)" in r.stdout, r.stdout
+
+
+def test_a_key_from_the_shell_only_is_said_with_how_to_store_it_and_a_servers_url_is_kept(tmp_path: Path) -> None:
+    """A key exported in the shell was taken without a word and not stored: the gateway service (it reads hermit.env)
+    and the next shell had no key. And a second run without --base-url dropped the first run's server URL."""
+    home = tmp_path / "home"
+    with FakeProvider([{"text": "OK", "repeat": True}]) as fake:
+        r = setup_cli.hermit(home, "setup", "--provider", "anthropic", "--base-url", fake.base_url,
+                             ANTHROPIC_API_KEY="sk-ant-shell")
+        assert r.returncode == 0, r.stderr
+        note = (f"note: ANTHROPIC_API_KEY comes from this shell's environment only, not {home / 'hermit.env'}: the "
+                "gateway service and a new shell will not have it; store it with printf '%s\\n' "
+                "\"$ANTHROPIC_API_KEY\" | hermit setup --provider anthropic --api-key-stdin")
+        assert note in r.stdout, r.stdout
+        assert not (home / "hermit.env").exists()
+        # The command it gives, as given: the key is stored, the server the first run chose is kept.
+        r = subprocess.run(["sh", "-c", "printf '%s\\n' \"$ANTHROPIC_API_KEY\" | \"$0\" -m hermit.cli.main setup "
+                            "--provider anthropic --api-key-stdin", sys.executable], capture_output=True, text=True,
+                           env=setup_cli.env_for(home, ANTHROPIC_API_KEY="sk-ant-shell"), timeout=PROC_TIMEOUT)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "ok: anthropic/claude-sonnet-4-5 answers" in r.stdout and "comes from this shell" not in r.stdout
+        assert read_env_file(home / "hermit.env").values["ANTHROPIC_API_KEY"] == "sk-ant-shell"
+        providers = yaml.safe_load((home / "hermit.yaml").read_text())["models"]["providers"]
+        assert providers["anthropic"]["base_url"] == fake.base_url  # was dropped: the check went to the real API

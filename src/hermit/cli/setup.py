@@ -27,6 +27,12 @@ from typing import Any
 from hermit.cli.channel_check import TokenCheck, check_telegram, refuse_inner_whitespace
 from hermit.cli.config_file import ConfigText, config_text, edit_config
 from hermit.cli.context import CliContext
+from hermit.cli.setup_keys import (
+    configured_provider,
+    key_var,
+    note_shell_only,
+    other_accounts_vars,
+)
 from hermit.cli.terminal import warn
 from hermit.errors import ConfigError, HermitError
 
@@ -36,7 +42,6 @@ OLLAMA_URL = "http://127.0.0.1:11434"
 FAKE_URL = "http://127.0.0.1:8765/v1"
 FAKE_SCRIPT = "fake-provider.json"
 DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4.1", "ollama": "llama3.1", "fake": "test-model"}
-KEY_VARS = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 PROBE_SECONDS = 1.5  # how long a local server may take to answer the probe
 
 
@@ -168,10 +173,6 @@ def ollama_models(url: str) -> list[str] | None:
     return [n.removesuffix(":latest") for n in names if n]
 
 
-def _env_var_name(name: str) -> str:
-    return re.sub(r"[^A-Z0-9_]", "_", name.upper()) + "_API_KEY"
-
-
 def _read_stdin_line(what: str, flag: str) -> str:
     line = sys.stdin.readline().strip()
     if not line:
@@ -243,7 +244,9 @@ def plan_model(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pl
     name = args.name or {"openai-compatible": "custom"}.get(kind, kind)
     if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
         raise ConfigError(f"provider name {name!r} may only have letters, digits, '-' and '_'", "e.g. --name local")
-    base_url = args.base_url
+    mine = configured_provider(ctx, name)  # a second run keeps the first one's server unless given another
+    kept = mine.base_url if mine is not None and kind != "ollama" and mine.type == _ptype(kind) else None
+    base_url = args.base_url or kept
     listed: list[str] = []
     if kind == "ollama":
         base_url = base_url or args.ollama_url.rstrip("/") + "/v1"
@@ -254,9 +257,8 @@ def plan_model(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pl
     elif kind == "fake":
         base_url = base_url or FAKE_URL
     model = args.model or ui.text("Model", listed[0] if listed else DEFAULT_MODELS.get(kind), "--model", "a model id")
-    ptype = kind if kind in ("anthropic", "openai") else "openai-compatible"
     prefix = ("models", "providers", name)
-    plan.updates += [((*prefix, "type"), ptype)]
+    plan.updates += [((*prefix, "type"), _ptype(kind))]
     from hermit.config.edit import DELETE
 
     plan.updates.append(((*prefix, "base_url"), base_url or DELETE))
@@ -269,6 +271,10 @@ def plan_model(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pl
         plan.notes.append(f"the fake provider answers with canned replies; it runs in a terminal of its own:\n"
                           f"    {plan.fake_start}\n"
                           f"  (edit {script.name} to script other replies; docs/guide.md: 'Without a real model')")
+
+
+def _ptype(kind: str) -> str:
+    return kind if kind in ("anthropic", "openai") else "openai-compatible"
 
 
 def fake_start_command(base_url: str, script: Path) -> str:
@@ -303,23 +309,6 @@ def _port(url: str) -> int:
     return urlsplit(url).port or 80
 
 
-def _key_var(ctx: CliContext, kind: str, name: str) -> str:
-    """The variable a provider's key is kept in: the one the config already names for this provider (a second
-    setup run keeps it), else the kind's usual one (ANTHROPIC_API_KEY…) unless another provider uses it —
-    then <NAME>_API_KEY, so the second provider's key never replaces the first one's."""
-    try:
-        providers = ctx.config().config.models.providers
-    except HermitError:  # a broken config is reported when setup validates what it writes
-        providers = {}
-    mine = providers.get(name)
-    if mine is not None and mine.api_key_env:
-        return mine.api_key_env
-    usual = KEY_VARS.get(kind)
-    if usual and not any(p.api_key_env == usual for other, p in providers.items() if other != name):
-        return usual
-    return _env_var_name(name)
-
-
 def _plan_key(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Plan, kind: str, name: str,
               prefix: tuple[str, ...]) -> None:
     from hermit.config.edit import DELETE
@@ -328,7 +317,7 @@ def _plan_key(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pla
         plan.updates.append(((*prefix, "api_key_env"), DELETE))
         plan.updates.append(((*prefix, "api_key"), DELETE))
         return
-    var = args.key_var or _key_var(ctx, kind, name)
+    var = args.key_var or key_var(ctx, kind, name)
     key = args.api_key or (_read_stdin_line("API key", "--api-key-stdin") if args.api_key_stdin else None)
     key = key and refuse_inner_whitespace(key, f"API key for {name}", "--api-key-stdin")
     have = ctx.environ.get(var)
@@ -354,6 +343,8 @@ def _plan_key(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pla
     plan.key_var = var
     if key is not None:
         plan.secrets[var] = key
+    else:
+        note_shell_only(ctx, plan.notes, var, f"--provider {kind} --api-key-stdin")
 
 
 def _plan_secrets(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Plan, channel: str, account: str,
@@ -366,7 +357,7 @@ def _plan_secrets(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan:
     prefix = ("channels", channel, "accounts", account)
     wanted = channel_secrets(channel, cfg)
     given, token = _given_secrets(args, channel, [s.field for s in wanted])
-    taken = _other_accounts_vars(ctx, channel, account)
+    taken = other_accounts_vars(ctx, channel, account)
     for i, s in enumerate(wanted):
         chosen = i == 0 and args.token_var
         var = args.token_var if chosen else s.env_name
@@ -389,6 +380,8 @@ def _plan_secrets(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan:
             var = own
             if isinstance(cfg, TelegramAccountConfig) and i == 0:
                 plan.token_check = TokenCheck(account, args.api_base or cfg.api_base, value)
+        if value is None and ctx.environ.get(var):
+            note_shell_only(ctx, plan.notes, var, f"--channel {channel} --account {account} {flag}")
         if value is None and not ctx.environ.get(var):
             plan.notes.append(f"{var} is not set yet: add it with `hermit setup --channel {channel} --account "
                               f"{account} {flag}` (or put {var}=… in {ctx.home / 'hermit.env'}), then (re)start "
@@ -452,19 +445,6 @@ def _ask_secret(ui: Prompter, question: str, what: str, flag: str) -> str | None
             return value and refuse_inner_whitespace(value, what, flag)
         except ConfigError as e:
             print(f"  ({e.message}: paste it again, or press Ctrl-C to stop without saving anything)")
-
-
-def _other_accounts_vars(ctx: CliContext, channel: str, account: str) -> set[str]:
-    """The variables every other channel account (of any platform) takes its secrets from."""
-    from hermit.channels.platforms import accounts
-    from hermit.channels.platforms import secrets as channel_secrets
-
-    try:
-        channels = ctx.config().config.channels
-    except HermitError:
-        return set()
-    return {s.env_name for name, acc, cfg in accounts(channels) if (name, acc) != (channel, account)
-            for s in channel_secrets(name, cfg, every=True)}
 
 
 def _write_fake_script(home: Path) -> Path:
