@@ -112,3 +112,30 @@ def test_a_members_turn_the_owners_message_waits_behind_in_its_group_takes_the_o
 
     with provider:
         run(main)
+
+
+def test_a_members_flood_of_a_group_never_turns_the_owners_message_away(tmp_path: Path) -> None:
+    """A session's queue is bounded (`queue_max_per_session`); a member who filled the group's queue had the owner's
+    message there answered "busy" and dropped. The owner's messages have a bound of their own."""
+    provider = HeldProvider(("tag-m0", "tag-own"))
+
+    def group(text: str, sender: str) -> InboundMessage:
+        return InboundMessage(channel="telegram", account_id="default", peer_kind="group", peer_id="-100",
+                              sender_id=sender, text=text)
+
+    async def main() -> None:
+        gw, ch = gateway(tmp_path, provider)
+        try:
+            assert await gw.bus.publish(group("hi tag-m0", "3001")) == "queued"
+            await arrives(provider, "tag-m0")  # running: the queue holds the next ones
+            outcomes = [await gw.bus.publish(group(f"flood {i}", "3001")) for i in range(gw.bus.status()["queue_limit"] + 1)]
+            assert outcomes[-1] == "queue_full"  # the member's own bound
+            assert await gw.bus.publish(group("hi all tag-own", OWNER)) == "queued"
+            provider.let_all_go()
+            assert await gw.bus.drain(30)
+        finally:
+            provider.let_all_go()
+        assert "tag-own" in provider.started
+
+    with provider:
+        run(main)

@@ -89,6 +89,7 @@ class _Job:
     filed: tuple[FiledFile, ...] = ()
     guard: threading.Lock = field(default_factory=threading.Lock)  # `deleted` and `filed`: filing is in a thread
     place: Place | None = None  # its place in its agent's line for a turn slot, once at the head of its queue
+    owner: bool = False  # an owner's message (`_kind`, when queued): the owner's have a queue bound of their own
 
 
 @dataclass
@@ -342,15 +343,14 @@ class Bus:
 
     def _enqueue(self, job: _Job) -> bool:
         key = (job.agent_id, job.session_key)
-        q = self._queues.get(key)
-        if q is None:
-            q = self._queues[key] = _SessionQueue(asyncio.Queue(maxsize=self._limit))
-        try:
-            q.jobs.put_nowait(job)
-        except asyncio.QueueFull:
+        q = self._queues.setdefault(key, _SessionQueue(asyncio.Queue()))
+        # Bounded per kind: a member who filled a group's queue had the owner's message there answered "busy".
+        job.owner = job.msg is not None and self._kind(job) == "owner"
+        if sum(j.owner == job.owner for j in q.waiting) >= self._limit:
             return False
+        q.jobs.put_nowait(job)
         q.waiting.append(job)
-        if (head := q.waiting[0].place) is not None and head.kind != "owner" and self._kind(job) == "owner":
+        if (head := q.waiting[0].place) is not None and head.kind != "owner" and job.owner:
             head.promote()  # the owner's message waits on the turn ahead of it: that one goes first
         if q.worker is None:
             q.worker = asyncio.create_task(self._work(key, q), name=f"session {job.agent_id}/{job.session_key}")
