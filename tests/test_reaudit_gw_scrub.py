@@ -197,3 +197,20 @@ def test_the_flushs_notes_keep_the_owners_words_a_deleted_message_quoted(tmp_pat
     assert deleted is not None
     assert scrub_flush_notes(ws, GROUP, deleted) == {note.resolve(): 1}
     assert note.read_text() == f"{block}\n- door code {CODE}\n- u8's [deleted]\n<!-- /origin -->\n"
+
+
+def test_the_rule_kept_after_a_scrub_still_leaves_what_the_owner_said_since() -> None:
+    """Retracted again after a turn that was running at the delete (the rule found first is kept for an hour, the
+    transcript no longer holding the text), the owner's words said since are not the deleted message's copies."""
+    from hermit.sessions.entries import RETRACTED_TEXT
+    from hermit.sessions.scrub import deleted_in
+
+    def user(text: str, ref: str, who: str) -> dict[str, Any]:
+        return {"type": "message", "message": {"role": "user", "content": [{"type": "text", "text": text}],
+                                               "ref": ref, "sender": {"id": who}}}
+
+    first = deleted_in([user(f"the code is {CODE}, pin 99887766", "m", "u8")], "m")
+    assert first is not None
+    again = deleted_in([user(RETRACTED_TEXT, "m", "u8"), user(f"yes, the code is {CODE}", "o", "u1")], "m", first)
+    assert again is not None
+    assert again.rule.scrub(f"Code {CODE} confirmed; pin 99887766")[0] == f"Code {CODE} confirmed; [deleted]"
