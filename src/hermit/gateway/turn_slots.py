@@ -102,6 +102,7 @@ class _Line:
         self.closed = False
         self._others: set[Place] = set()  # running turns not the owner's
         self._timer: asyncio.TimerHandle | None = None  # admits the owner's turn once one of those is overdue
+        self._loop = asyncio.get_running_loop()  # its places' loop (a place may be given back from a callback)
 
     @property
     def scheduled_cap(self) -> int:
@@ -160,8 +161,7 @@ class _Line:
         return None
 
     def _admit(self) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+        now = self._loop.time()
         while (place := self._next(now)) is not None:
             self.waiting[place.kind].popleft()
             self.running[place.kind] += 1
@@ -179,7 +179,7 @@ class _Line:
             self._timer.cancel()
             self._timer = None
         if at is not None and self._timer is None:
-            self._timer = asyncio.get_running_loop().call_at(at, self._admit)
+            self._timer = self._loop.call_at(at, self._admit)
 
     def status(self) -> dict[str, Any]:
         return {"limit": self.limit, "running": sum(self.running.values()),
