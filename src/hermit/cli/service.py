@@ -393,6 +393,14 @@ def cmd_uninstall(ctx: CliContext, args: argparse.Namespace) -> int:
         _run(["systemctl", "--user", "disable", "--now", f"{name}.service"], ctx.environ, name)
         path.unlink()
         _run(["systemctl", "--user", "daemon-reload"], ctx.environ, name)
+    elif kind == "systemd" and systemd_offline(ctx.environ):
+        path.unlink()  # no systemd runs here: the unit never ran, and `systemctl` steps fail ("Failed to connect")
+        print(f"removed {path}")
+        print("this machine does not run systemd (a container, or another init system), so that service never ran "
+              "here: there is nothing to disable. A gateway started another way (the container's command, nohup …) "
+              "is stopped the way it was started (Ctrl-C, `docker stop`, or `kill` with the pid `hermit gateway "
+              "status` shows)")
+        return 0
     else:
         path.unlink()
         stop = (["launchctl", "bootout", f"gui/{os.getuid()}", str(path)] if kind == "launchd" else
