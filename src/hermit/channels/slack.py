@@ -33,7 +33,7 @@ from hermit.channels.base import (
 from hermit.channels.credentials import resolve
 from hermit.channels.dedupe import SeenIds
 from hermit.channels.platforms import ChannelPlatform
-from hermit.channels.status import StatusTracker
+from hermit.channels.status import StatusTracker, with_hint
 from hermit.channels.tasks import cancel
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes, same_secret
 from hermit.config.schema import SlackAccountConfig
@@ -151,7 +151,7 @@ class SlackChannel:
             await self._identify()
             self._tracker.connected(True)
         except ChannelError as e:  # HTTP mode keeps serving its route; the next event retries
-            self._tracker.error(e.message)
+            self._tracker.error(e.message, e.hint)  # with what to do (a refused token: check the app's tokens)
 
     # -- Socket Mode --------------------------------------------------------------------------------
 
@@ -174,7 +174,7 @@ class SlackChannel:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - the receive loop is a supervision boundary
-                text = e.message if isinstance(e, ChannelError) else f"{type(e).__name__}: {e}"
+                text = with_hint(e.message, e.hint) if isinstance(e, ChannelError) else f"{type(e).__name__}: {e}"
                 log.warning("slack %s: %s; reconnecting in %.0fs", self.account_id, text, delay)
                 self._tracker.error(text)
                 await asyncio.sleep(delay)
@@ -392,7 +392,7 @@ class SlackChannel:
         try:
             await self.call("chat.postMessage", payload)
         except ChannelError as e:
-            self._tracker.error(e.message)
+            self._tracker.error(e.message, e.hint)
             raise
         self._tracker.outbound()
 

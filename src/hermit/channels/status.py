@@ -26,6 +26,11 @@ from hermit.redaction import mask
 log = logging.getLogger(__name__)
 
 
+def with_hint(message: str, hint: str | None) -> str:
+    """An error's message and what to do about it, on one line (the hint only when it says something)."""
+    return f"{message} — {hint}" if hint and hint not in message else message
+
+
 def status_dir(state_dir: Path) -> Path:
     return state_dir / "channels" / "status"
 
@@ -44,9 +49,11 @@ class StatusTracker:
             self.status.connected = on
             self._save()
 
-    def error(self, message: str) -> None:
+    def error(self, message: str, hint: str | None = None) -> None:
+        """Not connected, and why; with the error's hint (what to do: a refused token's "get a new one from
+        @BotFather") kept after the message, as `hermit channels status` and the doctor show it."""
         self.status.connected = False
-        self.status.last_error = mask(message)
+        self.status.last_error = mask(with_hint(message, hint))
         self._save()
 
     def inbound(self) -> None:

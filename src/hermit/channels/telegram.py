@@ -35,7 +35,7 @@ from hermit.channels.credentials import resolve
 from hermit.channels.forwarded import frame
 from hermit.channels.inbox import StagedFile
 from hermit.channels.platforms import ChannelPlatform
-from hermit.channels.status import StatusTracker
+from hermit.channels.status import StatusTracker, with_hint
 from hermit.channels.tasks import TypingIndicators, cancel
 from hermit.channels.telegram_markdown import to_telegram_markdown
 from hermit.channels.telegram_state import PollerLock, PollState, token_dir
@@ -178,8 +178,13 @@ class TelegramChannel:
                 raise
             except TelegramApiError as e:
                 if e.code in (401, 404, 409):  # fatal for this poller: looping would only repeat it
-                    log.error("telegram %s stopped: %s", self.account_id, e.message)
-                    self._tracker.error(e.message)
+                    # With the hint (a 401: "the bot token is wrong or revoked: get a new one from @BotFather"):
+                    # the log and `hermit channels status` said only "getMe failed: 401 Unauthorized".
+                    hint = e.hint if e.code != 404 else (
+                        "Telegram knows no bot by this token, or api_base is not a Bot API server: copy the token "
+                        f"again from @BotFather, and check channels.telegram.accounts.{self.account_id}.api_base")
+                    log.error("telegram %s stopped: %s", self.account_id, with_hint(e.message, hint))
+                    self._tracker.error(e.message, hint)
                     return
                 await self._failed(e, delay)
                 delay = min(delay * 2, self._reconnect_max)

@@ -321,7 +321,7 @@ class WhatsAppChannel:
                                    "check the access token, the phone_number_id and that the user wrote to "
                                    "you in the last 24 hours (outside it only templates may be sent)")
         except ChannelError as e:
-            self._tracker.error(e.message)
+            self._tracker.error(e.message, e.hint)
             raise
         self._tracker.outbound()
 
