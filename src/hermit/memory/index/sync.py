@@ -440,8 +440,7 @@ class Indexer:
         self._flush(store, pending, report)
         if chunk_progress and pending_chunks:
             chunk_progress(total, total)
-        if self.cfg.cache.max_entries:
-            store.cache_prune(self.cfg.cache.max_entries)
+        store.cache_prune(self.cfg.cache.max_entries)  # SQLite: also the vectors of removed chunks (store.residue)
         return report
 
     @staticmethod

@@ -27,7 +27,7 @@ from hermit.memory.index.line_vectors import by_line_text, to_line_blob
 from hermit.memory.search.fts import index_text
 from hermit.memory.search.keyword import FtsTokens
 from hermit.memory.search.vectors import blockscan_topk
-from hermit.memory.store import token_counts
+from hermit.memory.store import residue, token_counts
 from hermit.memory.store.api import ChunkRow, FileState, script_class
 from hermit.memory.store.sqlite_schema import MIGRATIONS
 
@@ -97,7 +97,9 @@ class IndexStore:
         self._held: dict[str, Any] | None = None
         if not readonly:
             try:
+                residue.secure(self.conn)
                 migrate(self.conn, MIGRATIONS)
+                residue.vacuum_once(self.conn)
             except DatabaseError as e:  # a full disk while creating the tables, or a damaged file
                 self.conn.close()
                 raise index_error(e, path) from e
@@ -220,7 +222,7 @@ class IndexStore:
         now = int(time.time())
         with transaction(self.conn) as c:
             gen = self.generation() + 1
-            self._delete_chunks(c, path)
+            removed = self._delete_chunks(c, path) - {ch.hash for ch in chunks}
             if vectors is not None and len(chunks):
                 self.ensure_vec_table(vectors.shape[1])
             indexed: list[str] = []
@@ -249,15 +251,17 @@ class IndexStore:
                 (path, source, file_hash, mtime, size, int(vectors is not None or not chunks), now, messages, ident),
             )
             self._bump(c, gen)
+            residue.removed(c, removed)
 
     def optimize(self) -> None:
         pass  # sqlite-vec's vec0 has no approximate index to build
 
     def delete_file(self, path: str) -> None:
         with transaction(self.conn) as c:
-            self._delete_chunks(c, path)
+            removed = self._delete_chunks(c, path)
             c.execute("delete from files where path=?", (path,))
             self._bump(c, self.generation() + 1)
+            residue.removed(c, removed)
 
     def _bump(self, c: Connection, gen: int) -> None:
         c.execute(
@@ -265,11 +269,13 @@ class IndexStore:
             " on conflict(key) do update set value=excluded.value", (str(gen),)
         )
 
-    def _delete_chunks(self, c: Connection, path: str) -> None:
+    def _delete_chunks(self, c: Connection, path: str) -> set[str]:
+        """Take `path`'s chunks out; returns their hashes."""
         c.execute("delete from line_vectors where path=?", (path,))
-        ids = [r[0] for r in c.execute("select id from chunks where path=?", (path,))]
+        rows = c.execute("select id, hash from chunks where path=?", (path,)).fetchall()
+        ids = [r[0] for r in rows]
         if not ids:
-            return
+            return set()
         has_vec = self.has_vec_table()
         token_counts.count_removed(c, ids)
         for i in range(0, len(ids), 500):
@@ -279,6 +285,7 @@ class IndexStore:
             if has_vec:
                 c.execute(f"delete from chunks_vec where id in ({marks})", part)
         c.execute("delete from chunks where path=?", (path,))
+        return {str(r[1]) for r in rows}
 
     def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
         ids = list(ids)
@@ -361,9 +368,12 @@ class IndexStore:
                 [(provider, model, key, h, to_blob(v), int(v.shape[0]), now) for h, v in items.items()],
             )
 
-    def cache_prune(self, max_entries: int) -> int:
+    def cache_prune(self, max_entries: int | None) -> int:
+        """At the end of a sync: the cache rows of the chunks it removed that nothing uses any more (and the
+        WAL emptied of their old pages: memory.store.residue), then the oldest rows beyond `max_entries`."""
+        residue.settle(self.conn)
         (n,) = self.conn.execute("select count(*) from embedding_cache").fetchone()
-        if n <= max_entries:
+        if max_entries is None or n <= max_entries:
             return 0
         with transaction(self.conn) as c:
             c.execute(
@@ -529,11 +539,13 @@ class IndexStore:
         assert isinstance(staging, IndexStore)
         self._drop_held()
         try:
+            residue.drop_all_unused_cache(staging.conn)  # the old cache's rows of chunks gone since
             staging.conn.execute("pragma wal_checkpoint(truncate)")
             # One backup step = one write transaction on the live file: readers see old or new.
             staging.conn.backup(self.conn)
         finally:
             self.discard_rebuild(staging)
+        residue.checkpoint(self.conn)
 
     def discard_rebuild(self, staging: object) -> None:
         assert isinstance(staging, IndexStore)

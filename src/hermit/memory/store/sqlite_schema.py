@@ -81,4 +81,21 @@ def _m7(conn: Connection) -> None:
         conn.execute("alter table files add column ident text not null default ''")
 
 
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7]
+def _m8(conn: Connection) -> None:
+    # Delete means delete on disk too (memory.store.sqlite: residue). FTS5's secure-delete takes a removed
+    # chunk's tokens out of the segments at once (kept in chunks_fts_config, so every later writer does the
+    # same), instead of a delete marker beside them until a merge. 'optimize' merges what an older Hermit left
+    # (the tokens of text removed before). cache_unused holds the hashes of the chunks a write removed, until
+    # the end of the sync drops their cache rows that nothing uses (residue.settle; the two hash indexes make
+    # that a few key lookups); the rows already orphaned go now. The freed pages are zeroed by
+    # `pragma secure_delete`; the file is vacuumed once after this migration (IndexStore, meta residue_vacuum).
+    conn.execute("insert into chunks_fts(chunks_fts, rank) values ('secure-delete', 1)")
+    conn.execute("insert into chunks_fts(chunks_fts) values ('optimize')")
+    conn.execute("create index if not exists chunks_hash on chunks(hash)")
+    conn.execute("create index if not exists embedding_cache_hash on embedding_cache(hash)")
+    conn.execute("create table if not exists cache_unused(hash text primary key) without rowid")
+    conn.execute("delete from embedding_cache where hash not in (select hash from chunks)")
+    conn.execute("insert or replace into meta(key, value) values ('residue_vacuum', 'pending')")
+
+
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8]

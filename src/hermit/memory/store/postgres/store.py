@@ -407,8 +407,8 @@ class PgStore:
         pg_cache.put(self.conn, self.s, provider, model, key, items)
 
     @guarded
-    def cache_prune(self, max_entries: int) -> int:
-        return pg_cache.prune(self.conn, self.s, max_entries)
+    def cache_prune(self, max_entries: int | None) -> int:
+        return pg_cache.prune(self.conn, self.s, max_entries) if max_entries else 0
 
     # -- keyword leg (FTS5 semantics; memory.store.postgres.keyword.PgKeyword) -----------------
     @guarded

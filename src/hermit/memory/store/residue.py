@@ -1,0 +1,89 @@
+"""Delete means delete on disk: what the SQLite index does so removed text leaves no bytes in its files.
+
+When a note's text is removed (edited out, a deleted chat message scrubbed from a flush note, a file deleted),
+the sync that stops search finding it also takes its bytes out of `<agent>.sqlite` and its `-wal`:
+
+- FTS5 `secure-delete` (set on chunks_fts by migration 8, persistent per table): a removed chunk's tokens
+  leave the segments at once instead of waiting beside a delete marker for a merge;
+- `pragma secure_delete = on` on the writer's connection: a deleted row's cell and every freed page are
+  zeroed (FAST zeroes cells but leaves freed pages as they were, and the chunks' text lives in whole pages);
+- the embedding cache: a write notes the hashes of the chunks it removed (table cache_unused, in its own
+  transaction, so a kill loses none); at the end of the sync (cache_prune) their rows that no chunk uses
+  any more are dropped. They hold a vector per chunk, and an embedding can be partly inverted to its text.
+  Not at once: a renamed or moved note is deleted before its new path is indexed, and its chunks come from
+  the cache. An edit undone in a later sync embeds its chunk again (~tens of ms on the local model);
+- the WAL: SQLite keeps old page images in `-wal` until a checkpoint; a sync that removed text ends with
+  a TRUNCATE checkpoint, or a PASSIVE one when a reader's snapshot holds the WAL (the next such sync, or
+  the last connection to close, finishes it).
+
+An index written by an older Hermit is vacuumed once after migration 8 (old freed pages and in-page leftovers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from hermit.db import BUSY_TIMEOUT_MS, Connection, DatabaseError, transaction
+
+VACUUM_KEY = "residue_vacuum"
+
+
+def secure(conn: Connection) -> None:
+    """Zero deleted content on this (writing) connection."""
+    conn.execute("pragma secure_delete = on")
+
+
+def removed(conn: Connection, hashes: Iterable[str]) -> None:
+    """Inside a write's transaction: the hashes of the chunks it removed (their text is gone from the index)."""
+    conn.executemany("insert or ignore into cache_unused(hash) values (?)", [(h,) for h in hashes])
+
+
+def settle(conn: Connection) -> int:
+    """After a sync: drop the cache rows of the removed chunks' hashes that no chunk uses now, and when any
+    text was removed empty the WAL. Both lookups go through an index on the hash (migration 8). Returns how
+    many hashes were noted."""
+    (n,) = conn.execute("select count(*) from cache_unused").fetchone()
+    if not n:
+        return 0
+    with transaction(conn):
+        conn.execute("delete from embedding_cache where hash in (select hash from cache_unused)"
+                     " and hash not in (select c.hash from chunks c join cache_unused u on c.hash = u.hash)")
+        conn.execute("delete from cache_unused")
+    checkpoint(conn)
+    return int(n)
+
+
+def drop_all_unused_cache(conn: Connection) -> None:
+    """Every cache row no chunk uses (a rebuild's copy of the old cache, before it replaces the live file)."""
+    conn.execute("delete from embedding_cache where hash not in (select hash from chunks)")
+
+
+def checkpoint(conn: Connection) -> bool:
+    """Copy the WAL into the file and empty it, without waiting for readers: TRUNCATE when none holds an old
+    snapshot, else PASSIVE (what it can). True when the WAL was emptied."""
+    if conn.in_transaction:
+        return False
+    conn.execute("pragma busy_timeout = 0")
+    try:
+        busy = conn.execute("pragma wal_checkpoint(truncate)").fetchone()[0]
+        if busy:
+            conn.execute("pragma wal_checkpoint(passive)")
+        return not busy
+    except DatabaseError:
+        return False  # a lock held elsewhere: the next write that removes text, or the last close, checkpoints
+    finally:
+        conn.execute(f"pragma busy_timeout = {BUSY_TIMEOUT_MS}")
+
+
+def vacuum_once(conn: Connection) -> None:
+    """After migration 8, rewrite the file once: pages freed and rows deleted by an older Hermit kept their
+    bytes. Tried again on the next open when a reader kept it from finishing."""
+    row = conn.execute("select value from meta where key = ?", (VACUUM_KEY,)).fetchone()
+    if row is None:
+        return
+    try:
+        conn.execute("vacuum")
+    except DatabaseError:
+        return
+    conn.execute("delete from meta where key = ?", (VACUUM_KEY,))
+    checkpoint(conn)
