@@ -8,6 +8,7 @@ import dataclasses
 import json
 import sys
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from hermit.cli.context import CliContext, is_tty
@@ -63,14 +64,36 @@ def configure(mem: argparse.ArgumentParser) -> None:
     register_claim(ms)  # and `memory claim`
 
 
-def _sync(svc: MemoryService, *, show_progress: bool, force: bool = False) -> SyncReport:
-    """Sync, drawing a progress bar on a terminal (never on a pipe or with --json)."""
-    from hermit.cli.progress import IndexProgress
+def _sync(svc: MemoryService, *, show_progress: bool, force: bool = False, log: bool = False) -> SyncReport:
+    """Sync, drawing a progress bar on a terminal; with `log` (no terminal: cron, `ssh -T`, a pipe), plain
+    progress lines to stderr instead. Neither with --json."""
+    from hermit.cli.progress import IndexProgress, LogProgress
 
-    if not show_progress:
+    if not show_progress and not log:
         return svc.sync(force=force)
-    with IndexProgress(local_model=svc.cfg.provider == "local") as bar:
+    local = svc.cfg.provider == "local"
+    with IndexProgress(local_model=local) if show_progress else LogProgress(local_model=local) as bar:
         return svc.sync(force=force, progress=bar.files, chunk_progress=bar.chunks, ready=bar.ready)
+
+
+@contextlib.contextmanager
+def _term_as_interrupt() -> Iterator[None]:
+    """A SIGTERM (`timeout`, a supervisor, `kill`) stops the index as Ctrl-C does: the stop line says what the
+    index keeps, where the process died without a word. Every embedded batch is committed as it goes."""
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread (main() called from a thread): the default stands
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _print_warnings(report: SyncReport) -> None:
@@ -158,7 +181,9 @@ def cmd_index(ctx: CliContext, args: argparse.Namespace) -> int:
             svc.indexer.lock.release()
         else:
             print("another process is indexing; waiting for it…", file=sys.stderr)
-        report = _sync(svc, show_progress=is_tty() and not args.json, force=args.force)
+        with _term_as_interrupt():
+            report = _sync(svc, show_progress=is_tty() and not args.json, force=args.force,
+                           log=not is_tty() and not args.json)
         sources = svc.status()["sources"]
     finally:
         svc.close()
