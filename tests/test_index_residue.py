@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from conftest import write
-from hermit.config.schema import MemorySearchConfig
 from hermit.db import connect, migrate
 from hermit.memory.store.sqlite import IndexStore
 from hermit.memory.store.sqlite_schema import MIGRATIONS
@@ -74,6 +73,7 @@ def test_removed_text_leaves_no_bytes_keyword_only(workspace: Path, tmp_path: Pa
     assert svc.search("Quixwell")["results"] == []
     svc.close()
     assert _left(db) == []
+    assert _secure_delete(db) == "1", "still on after the write that kept the unchanged chunks"
 
 
 def test_a_deleted_long_note_leaves_no_bytes_in_freed_pages(workspace: Path, tmp_path: Path,
@@ -170,26 +170,26 @@ def test_an_old_index_loses_text_removed_before_the_upgrade(tmp_path: Path, work
     """Text removed while the index had the previous schema (FTS5 delete markers, freed pages, a cache row
     nothing uses) is gone once the upgraded Hermit has opened it."""
     db = tmp_path / "idx.sqlite"
-    conn, _ = connect(db, load_vec=False)
-    migrate(conn, MIGRATIONS[:7])
-    conn.close()
     write(workspace / "memory" / "2026-03-04.md", "# March 4\n" + OTHER + SECRET_LINE)
-    cfg = MemorySearchConfig()
-    svc = service(workspace, db, None, cfg)
-    store = svc.store
-    assert isinstance(store, IndexStore)
-    store.conn.execute("pragma secure_delete = off")  # as the previous Hermit wrote
-    store.conn.execute("insert into chunks_fts(chunks_fts, rank) values ('secure-delete', 0)")
+    svc = service(workspace, db, None)
     svc.sync()
-    [(h,)] = store.conn.execute("select hash from chunks where text like '%Quixwell%'")
-    _remove(workspace, "edit")
-    svc.sync()
-    store.cache_put("p", "m", "k", {h: np.ones(4, dtype=np.float32)})  # the removed chunk's vector, kept
     svc.close()
-    assert _left(db), "the old schema left the secret behind (else the test proves nothing)"
+    # Remove the chunks as the previous Hermit did: no secure-delete anywhere, and a cache row left behind.
     conn, _ = connect(db, load_vec=False)
-    conn.execute("pragma user_version = 7")  # it is an index of the previous schema
+    conn.execute("pragma secure_delete = off")
+    conn.execute("insert into chunks_fts(chunks_fts, rank) values ('secure-delete', 0)")
+    rows = conn.execute("select id, hash from chunks").fetchall()
+    conn.executemany("delete from chunks_fts where rowid = ?", [(i,) for i, _ in rows])
+    conn.execute("delete from chunks")
+    conn.execute("delete from token_docs")
+    conn.execute("delete from files")
+    conn.execute("insert into embedding_cache values ('p', 'm', 'k', ?, ?, 4, 0)",
+                 (rows[0][1], np.ones(4, dtype=np.float32).tobytes()))
+    conn.execute("delete from meta where key = 'residue_vacuum'")
+    conn.execute("pragma user_version = 7")  # an index of the previous schema
+    conn.execute("pragma wal_checkpoint(truncate)")
     conn.close()
+    assert _left(db), "the old schema left the secret behind (else the test proves nothing)"
 
     after = IndexStore(db, want_vec=False)
     assert after.conn.execute("select count(*) from embedding_cache").fetchone()[0] == 0

@@ -33,6 +33,12 @@ def secure(conn: Connection) -> None:
     conn.execute("pragma secure_delete = on")
 
 
+def fts_secure_delete(conn: Connection, on: bool) -> None:
+    """Inside a write's transaction: FTS5 secure-delete on chunks_fts (a table setting, on since migration 8;
+    off only around the deletion of chunks put back unchanged, and the transaction ends with it on)."""
+    conn.execute("insert into chunks_fts(chunks_fts, rank) values ('secure-delete', ?)", (int(on),))
+
+
 def removed(conn: Connection, hashes: Iterable[str]) -> None:
     """Inside a write's transaction: the hashes of the chunks it removed (their text is gone from the index)."""
     conn.executemany("insert or ignore into cache_unused(hash) values (?)", [(h,) for h in hashes])
