@@ -308,7 +308,7 @@ def test_whatsapp_sends_no_token_to_a_graph_port_another_user_holds(tmp_path: Pa
         error, status = run(main)
         seen = fake.finish()
     assert_nothing_reached(seen)
-    assert refused(error.message, fake.port, NOBODY) and status == error.message
+    assert refused(error.message, fake.port, NOBODY) and status == f"{error.message} — {error.hint}"  # with what to do
     assert_fix_named(error.message, fake.port, "the Graph API server you set as base_url")
     assert "channels.whatsapp.accounts.personal.base_url" in error.hint
 
