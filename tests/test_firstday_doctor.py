@@ -47,17 +47,17 @@ def test_a_token_telegram_refused_is_named_by_the_doctor_with_its_fix_until_the_
                 time.sleep(0.05)
             doc = setup_cli.hermit(home, "doctor")
             assert doc.returncode == 1, doc.stdout
-            assert ("[FAIL] channel errors   not connected: telegram/default: Telegram getMe failed: 401 Unauthorized"
+            assert ("[FAIL] channels         not connected: telegram/default: Telegram getMe failed: 401 Unauthorized"
                     in doc.stdout), doc.stdout
             assert f"{FIX}, then restart the gateway" in doc.stdout
         finally:
             gateway.send_signal(signal.SIGTERM)
             gateway.communicate(timeout=PROC_TIMEOUT)
         doc = setup_cli.hermit(home, "doctor")  # stopped: what its last run said, and how to go on
-        assert "[warn] channel errors   when the gateway last ran: telegram/default: Telegram getMe failed: 401" \
+        assert "[warn] channels         when the gateway last ran: telegram/default: Telegram getMe failed: 401" \
             in doc.stdout, doc.stdout
         assert f"{FIX}, then `hermit gateway run`" in doc.stdout
         r = setup_cli.hermit(home, "setup", "--channel", "telegram", "--token-stdin", stdin=TOKEN + "\n")
         assert r.returncode == 0 and "ok: it is the token of the bot @hermit_bot" in r.stdout, r.stdout + r.stderr
     doc = setup_cli.hermit(home, "doctor")
-    assert "[ok  ] channel errors   none reported for 1 account(s)" in doc.stdout, doc.stdout
+    assert "[ok  ] channels         telegram/default: secrets from the environment; no error reported by the gateway" in doc.stdout, doc.stdout

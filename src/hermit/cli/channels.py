@@ -63,16 +63,31 @@ def _owners(ctx: CliContext) -> Callable[[str, str], str]:
     return show
 
 
+def setup_commands() -> list[str]:
+    """For each platform, the `hermit setup` command that adds an account with its secrets on stdin."""
+    from hermit.channels.platforms import names, secrets
+    from hermit.config.channels import ChannelAccessConfig
+
+    kinds = {c.platform: c for c in ChannelAccessConfig.__subclasses__()}
+    out = []
+    for name in names():
+        fields = [s.field for s in secrets(name, kinds[name]())]
+        extra = " --phone-number-id ID" if name == "whatsapp" else ""
+        out.append(f"hermit setup --channel {name}{extra} --token-stdin"
+                   + "".join(f" --secret-stdin {f}" for f in fields[1:]))
+    return out
+
+
 def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
     rows = _accounts(ctx)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
-        from hermit.channels.platforms import names
-
-        print(f"no chat channel accounts configured (add one under channels.<{'|'.join(names())}>"
-              ".accounts.<id> in hermit.yaml; see docs/channels.md)")
+        print("no chat channel accounts configured; `hermit setup` adds one (it asks), or give the secrets on stdin, "
+              "one a line (setup checks the token before saving; see docs/channels.md):")
+        for line in setup_commands():
+            print(f"    {line}")
         return 0
     for r in rows:
         flags = "" if r["enabled"] else " (disabled)"
@@ -116,14 +131,18 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
 
 @check("channels", fix="see `hermit channels list`", needs=("config",))
 def channels_check(ctx: CliContext) -> str | Check:
-    """Plaintext secrets warn, missing variables and missing extras warn (the gateway would refuse them); a
-    platform API base on this machine whose port another login user holds fails (the channel refuses it)."""
+    """Each enabled account, once: plaintext secrets, missing variables and missing extras warn (the gateway would
+    refuse them); a platform API base on this machine whose port another login user holds fails (the channel
+    refuses it); and what the gateway last said of an account that is not connected (a token Telegram refused
+    stopped the channel while this said the channels were fine): a running gateway's error fails, the last
+    run's warns until hermit.yaml or hermit.env changes."""
     from hermit.channels.local_api import STAKES, base_setting, url_holder
     from hermit.channels.platforms import accounts, platform, secrets
 
     rows = [(n, a, c) for n, a, c in accounts(ctx.config().config.channels) if c.enabled]
     if not rows:
-        return "no chat channel accounts configured"
+        return ("no chat channel accounts configured (to add one: `hermit setup --channel telegram --token-stdin`; "
+                "`hermit channels list` gives every platform's command)")
     problems, fixes, squatted = [], [], []
     for name, account_id, cfg in rows:
         where = f"channels.{name}.accounts.{account_id}"
@@ -150,10 +169,48 @@ def channels_check(ctx: CliContext) -> str | Check:
         if module and importlib.util.find_spec(module) is None:
             problems.append(f"{where} needs {module}, which is not installed")
             fixes.append(f"pip install '{extra}'")
+    now, past = _reported_errors(ctx, {(n, a) for n, a, _ in rows}, fixes)
     names = ", ".join(f"{n}/{a}" for n, a, _ in rows)
-    if squatted:
-        return Check("channels", "fail", f"{names}: " + "; ".join(squatted + problems),
-                     "; ".join(dict.fromkeys(fixes)))
-    if problems:
-        return Check("channels", "warn", f"{names}: " + "; ".join(problems), "; ".join(dict.fromkeys(fixes)))
-    return f"{names}: secrets from the environment"
+    parts = ([f"{names}: " + "; ".join(squatted + problems)] if squatted or problems else []) \
+        + (["not connected: " + "; ".join(now)] if now else []) \
+        + (["when the gateway last ran: " + "; ".join(past)] if past else [])
+    if squatted or now:
+        return Check("channels", "fail", "; ".join(parts), "; ".join(dict.fromkeys(fixes)))
+    if parts:
+        return Check("channels", "warn", "; ".join(parts), "; ".join(dict.fromkeys(fixes)))
+    return f"{names}: secrets from the environment; no error reported by the gateway"
+
+
+def _reported_errors(ctx: CliContext, configured: set[tuple[str, str]], fixes: list[str]) -> tuple[list[str], list[str]]:
+    """What the gateway last said of each configured account that is not connected: (a running gateway's errors,
+    the last run's unless hermit.yaml or hermit.env changed since); each one's fix is added to `fixes`."""
+    from hermit.channels.status import read_statuses
+    from hermit.config.envfile import env_file_path
+
+    changed = max((p.stat().st_mtime for p in (ctx.paths.config_file(), env_file_path(ctx.home)) if p and p.exists()),
+                  default=0.0)
+    now, past = [], []
+    for r in read_statuses(ctx.home):
+        key = (r.get("channel"), r.get("account_id"))
+        if key not in configured or r.get("connected") or not r.get("last_error"):
+            continue
+        name, account = str(key[0]), str(key[1])
+        where = f"{name}/{account}: {r['last_error']}"
+        if r.get("running"):
+            now.append(where)
+        elif float(r.get("updated_at") or 0) >= changed:
+            past.append(where)
+        else:
+            continue
+        fixes.append(_channel_fix(name, account, str(r["last_error"]), bool(r.get("running"))))
+    return now, past
+
+
+def _channel_fix(name: str, account: str, error: str, running: bool) -> str:
+    restart = ", then restart the gateway" if running else ", then `hermit gateway run`"
+    if " 401 " in f" {error} " or "Unauthorized" in error or "invalid_auth" in error:
+        return (f"the token is wrong or revoked: store the right one with `hermit setup --channel {name} --account "
+                f"{account} --token-stdin` (it checks it before saving){restart}")
+    if "409" in error or "another poller" in error:
+        return f"stop the other program that uses this bot's token (or its webhook){restart}"
+    return f"see `hermit logs` for {name}/{account}{restart}"

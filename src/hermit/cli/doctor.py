@@ -237,52 +237,6 @@ def chat_model(ctx: CliContext) -> str | Check:
     return describe_chat_model(ctx)
 
 
-@check("channel errors", fix="see `hermit channels status` and `hermit logs`", needs=("config",))
-def channel_errors(ctx: CliContext) -> str | Check:
-    """What the gateway last said of each configured account that is not connected: a bot token Telegram does not
-    know stopped the channel with only "getMe failed: 401 Unauthorized" in the log, and the doctor called it fine.
-    A running gateway's error fails; the last run's warns, unless hermit.yaml or hermit.env changed since."""
-    from hermit.channels.platforms import accounts
-    from hermit.channels.status import read_statuses
-    from hermit.config.envfile import env_file_path
-
-    configured = {(n, a) for n, a, c in accounts(ctx.config().config.channels) if c.enabled}
-    if not configured:
-        return "no chat channel accounts configured"
-    changed = max((p.stat().st_mtime for p in (ctx.paths.config_file(), env_file_path(ctx.home)) if p and p.exists()),
-                  default=0.0)
-    now, past, fixes = [], [], []
-    for r in read_statuses(ctx.home):
-        key = (r.get("channel"), r.get("account_id"))
-        if key not in configured or r.get("connected") or not r.get("last_error"):
-            continue
-        name, account = key
-        where = f"{name}/{account}: {r['last_error']}"
-        if r.get("running"):
-            now.append(where)
-        elif float(r.get("updated_at") or 0) >= changed:
-            past.append(where)
-        else:
-            continue
-        fixes.append(_channel_fix(str(name), str(account), str(r["last_error"]), bool(r.get("running"))))
-    if now:
-        return Check("channel errors", "fail", "not connected: " + "; ".join(now), "; ".join(dict.fromkeys(fixes)))
-    if past:
-        return Check("channel errors", "warn", "when the gateway last ran: " + "; ".join(past),
-                     "; ".join(dict.fromkeys(fixes)))
-    return f"none reported for {len(configured)} account(s)"
-
-
-def _channel_fix(name: str, account: str, error: str, running: bool) -> str:
-    restart = ", then restart the gateway" if running else ", then `hermit gateway run`"
-    if " 401 " in f" {error} " or "Unauthorized" in error or "invalid_auth" in error:
-        return (f"the token is wrong or revoked: store the right one with `hermit setup --channel {name} --account "
-                f"{account} --token-stdin` (it checks it before saving){restart}")
-    if "409" in error or "another poller" in error:
-        return f"stop the other program that uses this bot's token (or its webhook){restart}"
-    return f"see `hermit logs` for {name}/{account}{restart}"
-
-
 # One line per check, in the order they are shown. Other modules append theirs here.
 CHECKS: list[CheckFn] = [
     python_version,
@@ -305,8 +259,7 @@ CHECKS: list[CheckFn] = [
     gateway_token,
     gateway_config,  # hermit.yaml or hermit.env changed after the running gateway started
     *CRON_CHECKS,
-    channels_check,
-    channel_errors,  # what the gateway last said of an account that is not connected (a token Telegram refused)
+    channels_check,  # secrets, extras, and what the gateway last said of an account that is not connected
 ]
 
 # Checks that read files under the state dir: before `hermit init`, or with HERMIT_HOME pointing at a file,
