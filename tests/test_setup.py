@@ -247,16 +247,16 @@ def test_a_channels_secrets_come_from_stdin_and_command_line_ones_are_warned_of(
     """Every secret of a Slack account can be piped in, one line each (the token's first); one given as an
     argument is in the command line other users read with `ps` while setup runs, and setup says so."""
     home = tmp_path / "home"
-    piped = hermit(home, "setup", "--channel", "slack", "--token-stdin", "--secret-stdin", "app_token",
+    piped = hermit(home, "setup", "--channel", "slack", "--no-check", "--token-stdin", "--secret-stdin", "app_token",
                    "--owner", "U0OWNER", stdin="xoxb-piped-bot\nxapp-piped-app\n")
     assert piped.returncode == 0, piped.stderr
     assert "warning" not in piped.stderr
     env_text = (home / "hermit.env").read_text()
     assert "SLACK_BOT_TOKEN=xoxb-piped-bot" in env_text and "SLACK_APP_TOKEN=xapp-piped-app" in env_text
-    short = hermit(home, "setup", "--channel", "slack", "--account", "two", "--token-stdin", "--secret-stdin",
+    short = hermit(home, "setup", "--channel", "slack", "--no-check", "--account", "two", "--token-stdin", "--secret-stdin",
                    "app_token", stdin="xoxb-only-one-line\n")
     assert short.returncode == 1 and "no app_token on stdin" in short.stderr and "--secret-stdin app_token" in short.stderr
-    argv = hermit(home, "setup", "--channel", "slack", "--account", "three", "--token", "xoxb-argv",
+    argv = hermit(home, "setup", "--channel", "slack", "--no-check", "--account", "three", "--token", "xoxb-argv",
                   "--secret", "app_token=xapp-argv")
     assert argv.returncode == 0, argv.stderr
     assert "warning: --token, --secret put secrets in the command line" in argv.stderr

@@ -20,11 +20,11 @@ import json
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hermit.cli.channel_check import TokenCheck, check_telegram, refuse_inner_whitespace
+from hermit.cli.channel_check import CHECKED, TokenCheck, confirm_token, refuse_inner_whitespace
 from hermit.cli.config_file import ConfigText, config_text, edit_config
 from hermit.cli.context import CliContext
 from hermit.cli.setup_keys import (
@@ -76,7 +76,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "token's lines when those are read from stdin too)")
     p.add_argument("--phone-number-id", help="WhatsApp: the Cloud API phone number id")
     p.add_argument("--api-base", metavar="URL", help="Telegram: a Bot API server of your own (default "
-                                                     "https://api.telegram.org); the token is checked there")
+                   "https://api.telegram.org); Slack, WhatsApp: the API's base_url; the token is checked there")
     p.add_argument("--owner", action="append", default=[], metavar="ID",
                    help="your own sender id on the channel (repeatable): your DMs reach your main session")
     p.add_argument("--dm-policy", choices=DM_POLICIES, help="what strangers' DMs get (default: pairing)")
@@ -143,7 +143,7 @@ class Plan:
     channel: str | None = None
     key_var: str | None = None  # the variable the model's key is stored as, when it needs one
     fake_start: str | None = None  # the command that starts the fake provider this plan points at
-    token_check: TokenCheck | None = None  # a Telegram token given this run: asked getMe before saving
+    token_check: TokenCheck | None = None  # a Telegram/Slack/WhatsApp token given this run: checked before saving
 
 
 def _get_json(url: str) -> Any:
@@ -351,7 +351,6 @@ def _plan_secrets(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan:
                   new: bool, cfg: Any) -> None:
     """The account's secrets: each into hermit.env under its variable, the config naming the variable."""
     from hermit.channels.platforms import secrets as channel_secrets
-    from hermit.config.channels import TelegramAccountConfig
     from hermit.config.edit import DELETE
 
     prefix = ("channels", channel, "accounts", account)
@@ -378,8 +377,9 @@ def _plan_secrets(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan:
                                 what, flag)
         if value is not None:
             var = own
-            if isinstance(cfg, TelegramAccountConfig) and i == 0:
-                plan.token_check = TokenCheck(account, args.api_base or cfg.api_base, value)
+            if channel in CHECKED and i == 0:
+                base = str(args.api_base or getattr(cfg, "api_base", None) or getattr(cfg, "base_url", ""))
+                plan.token_check = TokenCheck(account, base, value, channel)
         if value is None and ctx.environ.get(var):
             note_shell_only(ctx, plan.notes, var, f"--channel {channel} --account {account} {flag}")
         if value is None and not ctx.environ.get(var):
@@ -406,16 +406,18 @@ def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: 
     cfg = existing or platforms()[channel]()
     prefix = ("channels", channel, "accounts", account)
     if args.api_base:
-        if channel != "telegram":
-            raise ConfigError(f"--api-base is Telegram's (a Bot API server of your own), not {channel}'s",
-                              f"set channels.{channel}.accounts.{account}.base_url in hermit.yaml instead")
-        plan.updates.append(((*prefix, "api_base"), args.api_base))
+        if channel not in CHECKED:
+            raise ConfigError(f"--api-base is for Telegram, Slack and WhatsApp, not {channel}",
+                              f"{channel}'s library talks to its platform itself: leave --api-base out")
+        plan.updates.append(((*prefix, "api_base" if channel == "telegram" else "base_url"), args.api_base))
     _plan_secrets(ctx, args, ui, plan, channel, account, existing is None, cfg)
     if isinstance(cfg, WhatsAppAccountConfig):  # the one platform with a non-secret id to ask for
         pid = args.phone_number_id or (cfg.phone_number_id if existing else None) or \
             ui.text("WhatsApp phone number id (Meta app → WhatsApp → API setup)", None, "--phone-number-id",
                     "the WhatsApp phone number id")
         plan.updates.append(((*prefix, "phone_number_id"), pid))
+        if plan.token_check:  # the access token is checked by reading this number
+            plan.token_check = replace(plan.token_check, phone_number_id=str(pid))
     owners = list(args.owner)
     if not owners and ui.interactive:
         hint = platforms()[channel].owner_hint
@@ -491,19 +493,6 @@ def _check_model(plan: Plan, ui: Prompter, models: Any, env: dict[str, str]) -> 
         return ui.yes("Save this choice anyway?")
 
 
-def _check_token(check: TokenCheck, ui: Prompter) -> bool:
-    """Telegram's getMe with the token given: True to save (it is a bot's, or the user saves it anyway)."""
-    print("checking the telegram token with getMe…", flush=True)
-    try:
-        print(f"ok: it is the token of the bot {check_telegram(check)}")
-        return True
-    except HermitError as e:
-        print(f"error: {e.message}", file=sys.stderr)
-        if e.hint:
-            print(f"hint: {e.hint}", file=sys.stderr)
-    return ui.yes("Save this token anyway?")
-
-
 def _refuse_uncreatable(ctx: CliContext) -> None:
     from hermit.cli.preflight import creatable_problem
 
@@ -553,8 +542,8 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
         else:
             print("nothing was saved (use --no-check to save without the test request)", file=sys.stderr)
         return 1
-    if plan.token_check and not args.no_check and not _check_token(plan.token_check, ui):
-        print("nothing was saved (use --no-check to save without asking Telegram)", file=sys.stderr)
+    if plan.token_check and not args.no_check and not confirm_token(plan.token_check, ui.yes):
+        print(f"nothing was saved (use --no-check to save without asking {plan.token_check.title})", file=sys.stderr)
         return 1
     # Saving starts here, after the last question: a fresh state dir gets the config template and the
     # workspace first, as `hermit init` makes them, so Ctrl-C before this point leaves nothing behind.
