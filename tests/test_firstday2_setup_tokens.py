@@ -102,3 +102,17 @@ def test_api_base_is_refused_for_discord(tmp_path: Path) -> None:
     r = setup_cli.hermit(tmp_path / "home", "setup", "--channel", "discord", "--token-stdin", "--api-base",
                          "http://127.0.0.1:1", stdin="x\n")
     assert r.returncode == 1 and "--api-base is for Telegram, Slack and WhatsApp, not discord" in r.stderr, r.stderr
+
+
+def test_the_slack_check_sends_the_token_to_no_other_users_server(tmp_path: Path) -> None:
+    """auth.test goes through the Slack channel's own client: a port on this machine another login user holds
+    gets nothing, and nothing is saved."""
+    from test_channel_local_api import LISTENER, OTHER_USER, as_other
+
+    home = tmp_path / "home"
+    with as_other(OTHER_USER, LISTENER) as squatter:
+        r = setup_cli.hermit(home, *SLACK, "--api-base", squatter.url, stdin="xoxb-test\nxapp-test\n")
+        received = squatter.finish()["received"]
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"is run by another user (uid {OTHER_USER}" in r.stderr and "Hermit sent it nothing" in r.stderr, r.stderr
+    assert received == "" and not home.exists()
