@@ -195,3 +195,29 @@ def test_an_old_index_loses_text_removed_before_the_upgrade(tmp_path: Path, work
     assert after.conn.execute("select count(*) from embedding_cache").fetchone()[0] == 0
     after.close()
     assert _left(db) == []
+
+
+def test_a_sync_killed_before_its_end_leaves_the_cache_rows_to_the_next(workspace: Path, tmp_path: Path,
+                                                                         sqlite_only: None) -> None:
+    """The hashes of removed chunks are noted in the write's own transaction: a sync killed after a write but
+    before its end (where the cache rows go) leaves them to the next sync, which drops them."""
+    db = tmp_path / "idx.sqlite"
+    write(workspace / "memory" / "2026-03-04.md", "# March 4\n" + SECRET_LINE)
+    svc = service(workspace, db, None)
+    svc.sync()
+    store = svc.store
+    assert isinstance(store, IndexStore)
+    [(h,)] = store.conn.execute("select hash from chunks")
+    store.cache_put("p", "m", "k", {h: np.ones(4, dtype=np.float32)})
+    store.delete_file("memory/2026-03-04.md")  # the write, and then the kill: no cache_prune
+    svc.close()
+    (workspace / "memory" / "2026-03-04.md").unlink()
+
+    svc = service(workspace, db, None)
+    svc.sync()
+    store = svc.store
+    assert isinstance(store, IndexStore)
+    assert store.conn.execute("select count(*) from embedding_cache").fetchone()[0] == 0
+    assert store.conn.execute("select count(*) from cache_unused").fetchone()[0] == 0
+    svc.close()
+    assert _left(db) == []
