@@ -24,7 +24,6 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -36,6 +35,7 @@ from hermit.errors import EmbeddingError, IndexError_, SessionError
 from hermit.memory.embedders.base import Embedder, LineEmbedder
 from hermit.memory.index import line_vectors, skips
 from hermit.memory.index.chunking import CHUNKER_ID, Chunk, chunk_markdown, line_texts, text_hash
+from hermit.memory.index.report import SyncReport
 from hermit.memory.index.session_source import (
     list_session_files,
     render_transcript,
@@ -64,46 +64,6 @@ ChunkProgress = Callable[[int, int], None]
 # and their vectors follow, newest notes first.
 Ready = Callable[[int, int], None]
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
-
-
-def plural(n: int, word: str, words: str | None = None) -> str:
-    return f"{n:,} {word if n == 1 else (words or word + 's')}"
-
-
-@dataclass
-class SyncReport:
-    files_seen: int = 0
-    files_indexed: int = 0
-    files_unchanged: int = 0
-    files_deleted: int = 0
-    files_skipped: int = 0  # seen but left out (binary, too large, a symlink…): `skips` says which and why
-    chunks_indexed: int = 0
-    lines_indexed: int = 0  # lines given a vector of their own
-    lines_reused: int = 0  # … of which the index already held the vector (unchanged lines of an edited file)
-    embedded: int = 0  # texts (chunks and lines) the model embedded; the rest came from the cache
-    cache_hits: int = 0
-    embed_seconds: float = 0.0
-    seconds: float = 0.0
-    rebuilt: bool = False
-    first: bool = False  # the index held no files before this sync (a new workspace or index)
-    skipped: bool = False  # another process holds the writer lock
-    keyword_first: int = 0  # files stored keyword-only before their vectors (a large sync; see Ready)
-    # Warnings: what could not be listed, and each file skipped for a reason not recorded before (a file
-    # already recorded as skipped, unchanged since, is in `skips` but not warned about again).
-    warnings: list[str] = field(default_factory=list)
-    skips: list[Skip] = field(default_factory=list)
-
-    def summary(self) -> str:
-        what = "indexed" if self.first else "rebuilt" if self.rebuilt else "synced"
-        return (f"{what}: {plural(self.files_seen, 'file')} ({self.files_indexed:,} indexed, "
-                f"{self.files_unchanged:,} unchanged, "
-                + (f"{self.files_skipped:,} skipped, " if self.files_skipped else "")
-                + f"{self.files_deleted:,} removed), "
-                f"{plural(self.chunks_indexed, 'chunk')}, "
-                + (f"{plural(self.lines_indexed, 'line vector')}, " if self.lines_indexed else "")
-                + f"{self.embedded:,} embedded, "
-                f"{plural(self.cache_hits, 'cache hit')}, {self.seconds:.2f}s"
-                + (f"; skipped: {skips.describe(self.skips)}" if self.skips else ""))
 
 
 def wanted_identity(cfg: MemorySearchConfig, embedder: Embedder | None, vector_kind: str) -> dict[str, object]:
