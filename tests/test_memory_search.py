@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,7 +12,7 @@ from conftest import write
 from hermit.config.schema import MemorySearchConfig
 from hermit.memory.search.fts import build_match, query_terms
 from hermit.memory.search.tuning import DEFAULT_TUNING
-from memhelpers import service
+from memhelpers import Backend, service
 
 NOTES = {
     "MEMORY.md": "# Memory\n\n## Preferences\n- Prefers oat milk flat white, no sugar.\n- Deploys only on Tuesdays.\n"
@@ -32,7 +34,31 @@ def svc(workspace: Path, tmp_path: Path, e5: object, store_backend: str):  # typ
     s.close()
 
 
-def test_result_shape_is_the_memory_search_contract(svc) -> None:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def indexed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, e5: object) -> Iterator[Any]:
+    """NOTES indexed once per store for the tests that only search it (what `svc` builds, shared: its files and
+    index are never changed by them). Backend names the store only while the service is built."""
+    root = tmp_path_factory.mktemp("memory-search")
+    ws = root / "workspace"
+    (ws / "memory").mkdir(parents=True)
+    for rel, text in NOTES.items():
+        write(ws / rel, text)
+    if request.param == "postgres":
+        Backend.dsn = request.getfixturevalue("pg_server").create_database("hermit_test_memory_search")
+    Backend.name = request.param
+    try:
+        s = service(ws, root / "idx.sqlite", e5)  # type: ignore[arg-type]
+        s.sync()
+    finally:
+        Backend.name, Backend.dsn = "sqlite", ""
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_result_shape_is_the_memory_search_contract(indexed: Any) -> None:
+    svc = indexed
     res = svc.search("Postgres managed hosting")
     assert set(res) >= {"results", "provider", "model"}
     assert res["provider"] == "local" and res["model"] == "multilingual-e5-small"
@@ -99,19 +125,22 @@ def test_keyword_only_hit_survives_min_score(workspace: Path, tmp_path: Path, e5
     s.close()
 
 
-def test_identifiers_found_in_fixture(svc) -> None:  # type: ignore[no-untyped-def]
+def test_identifiers_found_in_fixture(indexed: Any) -> None:
+    svc = indexed
     assert svc.search("TICKET-4821")["results"][0]["path"] == "memory/2026-11-20.md"
     assert svc.search("POSTGRES_URL")["results"][0]["path"] == "memory/2026-11-20.md"
     assert svc.search("alice@example.com")["results"][0]["path"] == "MEMORY.md"
 
 
-def test_natural_question_uses_or_semantics(svc) -> None:  # type: ignore[no-untyped-def]
+def test_natural_question_uses_or_semantics(indexed: Any) -> None:
+    svc = indexed
     # Not every word is in one chunk: AND-joined queries returned nothing here.
     res = svc.search("when did Alice or anyone book flights to Lisbon")
     assert res["results"][0]["path"] == "memory/2026-11-22.md"
 
 
-def test_chinese_query_by_keyword_and_by_meaning(svc) -> None:  # type: ignore[no-untyped-def]
+def test_chinese_query_by_keyword_and_by_meaning(indexed: Any) -> None:
+    svc = indexed
     assert build_match("钢琴课") == '"钢琴" OR "琴课"'
     kw = svc.store.fts_search(build_match("钢琴课") or "", 5)
     assert kw and svc.store.chunk_rows([kw[0][0]])[kw[0][0]].path == "memory/2026-11-21.md"
@@ -125,7 +154,8 @@ def test_chinese_query_by_keyword_and_by_meaning(svc) -> None:  # type: ignore[n
     assert cross.hits[0].path == "memory/2026-11-21.md"
 
 
-def test_one_character_cjk_term(svc) -> None:  # type: ignore[no-untyped-def]
+def test_one_character_cjk_term(indexed: Any) -> None:
+    svc = indexed
     assert query_terms("琴") == ["琴"]
     kw = svc.store.fts_search(build_match("琴") or "", 5)
     assert kw and svc.store.chunk_rows([kw[0][0]])[kw[0][0]].path == "memory/2026-11-21.md"
@@ -134,13 +164,15 @@ def test_one_character_cjk_term(svc) -> None:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("query", ['"', '""', "*", "AND", "OR NOT", "NEAR(", "NEAR(a b", "-", ":", "a:b",
                                    "'; drop table chunks; --", "(((", "^x", "col:value", "\\", "{}[]",
                                    'say "hi" AND * NEAR( -x: y', "\x00"])
-def test_fts_hostile_queries_never_fail(svc, query: str) -> None:  # type: ignore[no-untyped-def]
+def test_fts_hostile_queries_never_fail(indexed: Any, query: str) -> None:
+    svc = indexed
     res = svc.search(query)
     assert "error" not in res or res["error"].startswith("empty query")
     assert isinstance(res["results"], list)
 
 
-def test_hostile_query_still_finds_its_words(svc) -> None:  # type: ignore[no-untyped-def]
+def test_hostile_query_still_finds_its_words(indexed: Any) -> None:
+    svc = indexed
     res = svc.search('"oat milk" AND NEAR( sugar*')
     assert res["results"][0]["path"] == "MEMORY.md"
 
