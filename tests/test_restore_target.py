@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -67,16 +68,27 @@ def hermit(home: Path, *args: str, stdin: str = "", **env: str) -> subprocess.Co
                           env=environ, timeout=PROC_TIMEOUT, input=stdin)
 
 
-@pytest.fixture
-def archive(tmp_path: Path) -> Path:
-    home = tmp_path / "old"
+@pytest.fixture(scope="module")
+def built_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A state dir `old` made by the real `hermit setup` and its `hermit backup` archive, once per module (two
+    CLI runs); each test's `archive` is a copy of both."""
+    root = tmp_path_factory.mktemp("archive")
+    home = root / "old"
     r = hermit(home, "setup", "--provider", "openai-compatible", "--base-url", "http://127.0.0.1:9/v1",
                "--model", "m", "--api-key-stdin", "--no-check", stdin=SECRET + "\n")
     assert r.returncode == 0, r.stderr
     (home / "workspace" / "MEMORY.md").write_text("- the safe code is 4711\n", encoding="utf-8")
-    out = tmp_path / "backup.tar.gz"
-    r = hermit(home, "backup", str(out))
+    r = hermit(home, "backup", str(root / "backup.tar.gz"))
     assert r.returncode == 0, r.stderr
+    return root
+
+
+@pytest.fixture
+def archive(built_archive: Path, tmp_path: Path) -> Path:
+    """This test's own copy (modes and times kept) of the state dir at tmp_path/old and of its archive."""
+    shutil.copytree(built_archive / "old", tmp_path / "old", symlinks=True)
+    out = tmp_path / "backup.tar.gz"
+    shutil.copy2(built_archive / "backup.tar.gz", out)
     return out
 
 

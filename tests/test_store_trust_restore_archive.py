@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ciguard import need
-from test_restore_target import archive, hermit  # noqa: F401 - the fixture is used by name
+from test_restore_target import archive, built_archive, hermit  # noqa: F401 - the fixtures are used by name
 
 NOBODY_UID = 65534
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from hermit.gateway.state import GatewayLock, GatewayLocked
-from test_restore_target import archive, hermit  # noqa: F401 - the fixture is used by name
+from test_restore_target import archive, built_archive, hermit  # noqa: F401 - the fixtures are used by name
 
 
 def test_restore_force_over_a_running_gateway_is_refused(archive: Path, tmp_path: Path) -> None:  # noqa: F811

@@ -15,7 +15,7 @@ import pytest
 from ciguard import need
 from hermit.cli import backup_restore
 from hermit.cli.main import main
-from test_restore_target import archive, hermit  # noqa: F401 - the fixture is used by name
+from test_restore_target import archive, built_archive, hermit  # noqa: F401 - the fixtures are used by name
 
 BIG = (4 << 30) + (1 << 20)
 
