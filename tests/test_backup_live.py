@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -138,14 +139,23 @@ def big_note(path: Path, lines: int = 40_000) -> str:
     return text
 
 
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    """A state dir with a large note and nineteen small ones, a session store and a cron job."""
-    home = tmp_path / "old"
+@pytest.fixture(scope="module")
+def set_up(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A state dir made by the real `hermit setup` and `hermit cron add`, once per module (two CLI runs)."""
+    home = tmp_path_factory.mktemp("backup-live") / "old"
     r = hermit(home, "setup", "--provider", "openai-compatible", "--base-url", "http://127.0.0.1:9/v1",
                "--model", "m", "--api-key-stdin", "--no-check", stdin="sk-live-backup-key\n")
     assert r.returncode == 0, r.stderr
     assert hermit(home, "cron", "add", "--id", "tea", "--every", "2h", "-m", "stretch").returncode == 0
+    return home
+
+
+@pytest.fixture
+def home(set_up: Path, tmp_path: Path) -> Path:
+    """A state dir (this test's own copy of `set_up`, modes kept) with a large note and nineteen small ones, a
+    session store and a cron job."""
+    home = tmp_path / "old"
+    shutil.copytree(set_up, home, symlinks=True)
     ws = home / "workspace"
     (ws / "MEMORY.md").write_text("# Long-term\n\n- my bank PIN hint: blue\n")
     (ws / "memory").mkdir(exist_ok=True)
