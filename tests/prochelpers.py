@@ -113,7 +113,11 @@ def kill_stepped(srv: FakeEmbeddingServer, proc: Proc, ready: Callable[[], bool]
 def python_as(as_user: dict[str, Any]) -> str | None:
     """An interpreter that can import this checkout as another uid (`as_user`: subprocess's user/group
     arguments, {} for this one), with PYTHONPATH `pythonpath()`; None when there is none (this one may sit
-    under /root, where another uid cannot reach it, and the system's may be another version)."""
+    under /root, where another uid cannot reach it, and the system's may be another version). An interpreter
+    found is remembered for that uid and import path (each look costs an interpreter start as that uid)."""
+    key = (repr(sorted(as_user.items())), pythonpath())
+    if key in _PYTHON_AS:
+        return _PYTHON_AS[key]
     for python in (sys.executable, "/usr/bin/python3"):
         try:
             done = subprocess.run([python, "-c", "import hermit.tools.room_sandbox"], capture_output=True,
@@ -122,8 +126,12 @@ def python_as(as_user: dict[str, Any]) -> str | None:
         except OSError:
             continue
         if done.returncode == 0:
+            _PYTHON_AS[key] = python
             return python
     return None
+
+
+_PYTHON_AS: dict[tuple[str, str], str] = {}
 
 
 def pythonpath() -> str:
