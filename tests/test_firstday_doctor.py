@@ -9,15 +9,12 @@ A real gateway process, its real status files, and the fake Telegram Bot API on 
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import test_setup as setup_cli  # its hermit and env_for (a module attribute: its tests are not collected here)
 from prochelpers import PROC_TIMEOUT
+from test_firstday2_channel_hints import run_gateway, wait_for_error
 from test_firstday_telegram import TOKEN, telegram
 
 FIX = ("fix: the token is wrong or revoked: store the right one with `hermit setup --channel telegram --account "
@@ -35,16 +32,9 @@ def test_a_token_telegram_refused_is_named_by_the_doctor_with_its_fix_until_the_
                              stdin="123456789:AAHrevoked\n")  # saved unchecked, as before setup checked tokens
         assert r.returncode == 0, r.stderr
         status = home / "channels" / "status" / "telegram.default.json"
-        gateway = subprocess.Popen([sys.executable, "-m", "hermit.cli.main", "gateway", "run", "--port", "0"],
-                                   env=setup_cli.env_for(home), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                   text=True)
+        gateway = run_gateway(home)
         try:
-            deadline = time.monotonic() + PROC_TIMEOUT
-            while not (status.exists() and "401" in json.loads(status.read_text() or "{}").get("last_error", "")):
-                ended = gateway.poll() is not None
-                assert not ended and time.monotonic() < deadline, \
-                    f"the channel never reported the 401: {gateway.stderr.read() if ended and gateway.stderr else ''}"
-                time.sleep(0.05)
+            wait_for_error(gateway, status, "401")
             doc = setup_cli.hermit(home, "doctor")
             assert doc.returncode == 1, doc.stdout
             assert ("[FAIL] channels         not connected: telegram/default: Telegram getMe failed: 401 Unauthorized"
