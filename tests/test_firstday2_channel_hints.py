@@ -7,42 +7,21 @@ A real gateway process, its real status file and log, `hermit channels status`, 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 
 import test_setup as setup_cli  # its hermit and env_for (a module attribute: its tests are not collected here)
-from fakes.fake_platform import FakePlatform
 from fakes.fake_slack import FakeSlack
 from prochelpers import PROC_TIMEOUT
-from test_firstday_telegram import telegram
+from test_firstday_telegram import served, telegram
 
 HINT = "the bot token is wrong or revoked: get a new one from @BotFather"
-
-
-@contextmanager
-def served(fake: FakePlatform) -> Iterator[FakePlatform]:
-    """A fake platform served from an event loop of its own thread, for a `hermit` process to reach."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    asyncio.run_coroutine_threadsafe(fake.start(), loop).result(30)
-    try:
-        yield fake
-    finally:
-        asyncio.run_coroutine_threadsafe(fake.stop(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(30)
-        loop.close()
 
 
 def wait_for_error(gateway: subprocess.Popen[str], status: Path, word: str) -> None:

@@ -14,22 +14,26 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import test_setup as setup_cli  # its hermit and env_for (a module attribute: its tests are not collected here)
+from fakes.fake_platform import FakePlatform
 from fakes.fake_telegram import BOT_ID, FakeTelegram
 from hermit.config.envfile import read_env_file
 
 TOKEN = "123456789:AAHfirstDayToken_x-1"
 
 
+FP = TypeVar("FP", bound=FakePlatform)
+
+
 @contextmanager
-def telegram(token: str = TOKEN) -> Iterator[FakeTelegram]:
-    """A FakeTelegram served from an event loop of its own thread, for tests that run `hermit` as a process."""
+def served(fake: FP) -> Iterator[FP]:
+    """A fake platform served from an event loop of its own thread, for tests that run `hermit` as a process."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    fake = asyncio.run_coroutine_threadsafe(FakeTelegram(token).start(), loop).result(30)
-    assert isinstance(fake, FakeTelegram)
+    asyncio.run_coroutine_threadsafe(fake.start(), loop).result(30)
     try:
         yield fake
     finally:
@@ -37,6 +41,13 @@ def telegram(token: str = TOKEN) -> Iterator[FakeTelegram]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(30)
         loop.close()
+
+
+@contextmanager
+def telegram(token: str = TOKEN) -> Iterator[FakeTelegram]:
+    """A FakeTelegram served from an event loop of its own thread."""
+    with served(FakeTelegram(token)) as fake:
+        yield fake
 
 
 def test_a_pasted_token_is_checked_with_getme_and_stored_without_the_spaces_around_it(tmp_path: Path) -> None:
