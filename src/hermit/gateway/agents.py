@@ -21,9 +21,10 @@ from typing import TypeVar
 from hermit.agent.loop import AgentEvent
 from hermit.agent.runtime import AgentRuntime
 from hermit.agent.turn import TurnResult
-from hermit.errors import ConfigError, HermitError
+from hermit.errors import ConfigError, HermitError, SessionError
 from hermit.messages import FiledFile, ImagePart, Sender
 from hermit.models.cancel import CancelToken
+from hermit.sessions.keys import agent_id_of
 
 log = logging.getLogger("hermit.gateway")
 
@@ -82,6 +83,27 @@ class AgentHost:
         except KeyError:
             raise ConfigError(f"no agent {agent_id!r} in this gateway (agents: {', '.join(self.runtimes)})",
                               "add it under agents.list and restart the gateway") from None
+
+    def holder(self, key: str, agent: str | None) -> str:
+        """The agent whose session `key` is, for a session the web chat chose with the agent it resolved (`agent`).
+        A key naming an agent must name that one; a key naming none (a CLI session `notes`) is that agent's, and
+        without an agent it must be in exactly one agent's store: never the first of several, which ran the
+        owner's words for one agent in another's workspace and memory."""
+        named = agent_id_of(key)
+        agent_id = agent or named
+        if named is not None and agent_id != named:
+            raise SessionError(f"session {key!r} belongs to agent {named!r}, not {agent_id!r}",
+                               "pick a session from sessions.list")
+        if agent_id is None:
+            holders = [a for a, r in self.runtimes.items() if r.store.get(key)]
+            if len(holders) > 1:
+                raise SessionError(f"session {key!r} is in the stores of agents {', '.join(sorted(holders))}",
+                                   "say which agent's session is meant")
+            agent_id = holders[0] if holders else None
+        if agent_id is None or agent_id not in self.runtimes:
+            raise SessionError(f"session {key!r} belongs to no agent of this gateway",
+                               "pick a session from sessions.list")
+        return agent_id
 
     async def run_turn(self, agent_id: str, session_key: str, text: str, *, heartbeat: bool = False,
                        on_event: EventCallback | None = None, sender: Sender | None = None,

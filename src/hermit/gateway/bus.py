@@ -37,7 +37,7 @@ from typing import Any
 
 from hermit.agent.turn import TurnResult
 from hermit.channels.base import Channel, InboundMessage, OutboundMessage, PublishOutcome, Target, TurnEnd
-from hermit.errors import ChannelError, HermitError, SessionError
+from hermit.errors import ChannelError, HermitError
 from hermit.gateway import attachments
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.deletes_store import DELETES_KEPT as DELETES_KEPT
@@ -46,7 +46,7 @@ from hermit.gateway.deletes_store import RememberedDeletes
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
 from hermit.gateway.turn_slots import Kind, Place, TurnSlots
 from hermit.messages import FiledFile, ImagePart, Sender
-from hermit.sessions.keys import agent_id_of, is_main_session_key
+from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.retraction import names, retract_in
 
 log = logging.getLogger("hermit.gateway")
@@ -319,27 +319,10 @@ class Bus:
         return lambda files: attachments.remove_filed(runtime, routed.session_key, files)
 
     def _chosen(self, msg: InboundMessage) -> Routed:
-        """The session the web chat chose, in the agent it resolved (`session_agent`). A key naming an agent
-        must name that one; a key naming none (a CLI session `notes`) is that agent's, and without an agent
-        it must be in exactly one agent's store: never the first of several, which ran the owner's words
-        for one agent in another's workspace and memory."""
+        """The session the web chat chose, in the agent it resolved (AgentHost.holder)."""
         key = msg.session_key
         assert key is not None
-        named = agent_id_of(key)
-        agent_id = msg.session_agent or named
-        if named is not None and agent_id != named:
-            raise SessionError(f"session {key!r} belongs to agent {named!r}, not {agent_id!r}",
-                               "pick a session from sessions.list")
-        if agent_id is None:
-            holders = [a for a, r in self.host.runtimes.items() if r.store.get(key)]
-            if len(holders) > 1:
-                raise SessionError(f"session {key!r} is in the stores of agents {', '.join(sorted(holders))}",
-                                   "say which agent's session is meant")
-            agent_id = holders[0] if holders else None
-        if agent_id is None or agent_id not in self.host.runtimes:
-            raise SessionError(f"session {key!r} belongs to no agent of this gateway",
-                               "pick a session from sessions.list")
-        return Routed(agent_id, key)
+        return Routed(self.host.holder(key, msg.session_agent), key)
 
     def _enqueue(self, job: _Job) -> bool:
         key = (job.agent_id, job.session_key)
