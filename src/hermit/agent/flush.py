@@ -16,10 +16,10 @@ Decisions:
   result is recorded and the model asked again), not when the whole turn returns: a flush killed (kill -9)
   or failing after its notes landed is not run again after a restart, which would append the same notes
   twice. A flush that wrote nothing before it died or failed runs again at the next turn.
-- A message its sender deleted leaves no copy in the flush's notes (`scrub_flush_notes`): the transcript's flush
-  entries are the provenance of every note (the path and text of each write or edit), so only the lines the
-  flush wrote after that message, where they stand in an origin block of its session, are scrubbed
-  (sessions/scrub.py's rule); the owner's own lines, and other sessions' notes, are never touched, even when
+- A message its sender deleted leaves no copy in the flush's notes (`scrub_flush_notes`), nor in those a turn's own
+  write or edit took: the transcript's flush entries and assistant messages are the provenance of every note (the
+  path and text of each write or edit, sessions/scrub.py `note_calls`), so only the lines written after that
+  message, where they stand in an origin block of its session, are scrubbed (sessions/scrub.py's rule); the owner's own lines, and other sessions' notes, are never touched, even when
   they say the same. Done under the memory write lock, by an atomic rewrite; the caller has the index
   re-synced. The transcript's own copies (the flush's entries among them) go after, so a kill in between
   leaves the notes still findable by the text the transcript holds.
@@ -171,7 +171,7 @@ def scrub_flush_notes(workspace: Path, session_key: str, deleted: Deleted) -> di
     rules): each line of its writes' text that holds one, found whole in an origin block of that session in the
     file it wrote, is replaced by its scrubbed form. The files changed, and how many lines in each."""
     wanted: dict[Path, dict[str, str]] = {}
-    for name, arguments in deleted.flush_calls:
+    for name, arguments in deleted.note_calls:
         written = _written(arguments, workspace) if name in WRITING_TOOLS else None
         if written is None:
             continue

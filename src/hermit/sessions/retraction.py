@@ -8,8 +8,8 @@ written yet (as a kill before the delete was seen would). So is what was saved o
 (`saved`: agent/session_memory.scrub_saved).
 
 Its copies go too (`scrub_copies`, sessions/scrub.py): what Hermit wrote after it from that session and quotes it
-(replies, tool calls, compaction summaries, the flush's entries in the transcript; the notes the flush wrote, by
-the sessions folder's `reach`, agent/runtime.py), and the message's own text in the file. Found by the text the
+(replies, tool calls, compaction summaries, the flush's entries in the transcript; the notes the flush or a
+turn's write/edit took after it, by the sessions folder's `reach`, agent/runtime.py), and the message's own text in the file. Found by the text the
 transcript holds, the notes are scrubbed first: a kill in between leaves them findable by it.
 
 An ended transcript is found by the `sessionKey` in its header, and only among the key's last ENDED_SESSIONS
@@ -139,7 +139,7 @@ def scrub_copies(transcript: Transcript, ref: str) -> None:
         if deleted is None:
             return
         reach = _reach_for(transcript.path.parent)
-        if reach is not None and deleted.flush_calls:
+        if reach is not None and deleted.note_calls:
             reach(transcript.header.session_key, deleted)
         scrub_transcript(transcript.path, deleted)
         with _guard:

@@ -59,6 +59,7 @@ MIN_RUN = 12  # characters (whitespace collapsed) of a run of the deleted text t
 MIN_TOKEN = 6  # characters of a letters+digits word, or digits of a number, that make one on their own
 MAX_DELETED = 20_000  # characters of the deleted text looked for (a longer message: its start)
 FLUSH_ENTRY = "memory_flush"  # custom entries holding the flush's messages (agent/flush.py writes them)
+NOTE_TOOLS = frozenset({"write", "edit"})  # the tools whose calls may add text to a memory note (tools/files.py)
 _STOPWORD_TEXT = """
 a about above after again all also am an and any are as at be because been before being below between both but by
 can could did do does doing done down during each else even few for from further get got had has have having he
@@ -250,13 +251,14 @@ class Verbatim:
 @dataclass(frozen=True)
 class Deleted:
     """A deleted user message as its transcript recorded it: its text(s), the rule for copies of them, the line
-    its first copy is on, and the tool calls the memory flush made after it (name, arguments), whose notes
-    the caller scrubs (agent/flush.py) before the transcript loses the text they were found by."""
+    its first copy is on, and the write and edit calls (name, arguments) made after it — the memory flush's and
+    the turns' own (NOTE_TOOLS: a note the model took in the turn answering it) — whose notes the caller scrubs
+    (agent/flush.py) before the transcript loses the text they were found by."""
 
     ref: str
     rule: Verbatim
     line: int
-    flush_calls: tuple[tuple[str, dict[str, Any]], ...]
+    note_calls: tuple[tuple[str, dict[str, Any]], ...]
 
 
 @dataclass
@@ -341,13 +343,20 @@ def deleted_in(objs: Iterable[dict[str, Any] | None], ref: str, known: Deleted |
             kept.extend(_texts_of(obj))
         elif obj.get("type") == "custom" and obj.get("customType") == FLUSH_ENTRY:
             message = obj.get("data", {}).get("message") if isinstance(obj.get("data"), dict) else None
-            for part in message.get("content") or () if isinstance(message, dict) else ():
-                if isinstance(part, dict) and part.get("type") == "toolCall" and isinstance(part.get("name"), str) \
-                        and isinstance(part.get("arguments"), dict):
-                    calls.append((part["name"], part["arguments"]))
+            calls.extend(_note_calls(message))
+        elif obj.get("type") == "message" and isinstance(message, dict) and message.get("role") == "assistant":
+            calls.extend(_note_calls(message))  # a turn's own write or edit: the model took a note
     if texts:
         return Deleted(ref, Verbatim(tuple(texts), kept), first, tuple(calls))
     return Deleted(ref, Verbatim(known.rule.texts, kept), known.line, tuple(calls)) if known is not None else None
+
+
+def _note_calls(message: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The write and edit calls (NOTE_TOOLS) of an assistant message: what may have added text to a note."""
+    return [(part["name"], part["arguments"]) for part in (message.get("content") or ()
+                                                           if isinstance(message, dict) else ())
+            if isinstance(part, dict) and part.get("type") == "toolCall" and part.get("name") in NOTE_TOOLS
+            and isinstance(part.get("arguments"), dict)]
 
 
 def _texts_of(obj: dict[str, Any]) -> list[str]:
