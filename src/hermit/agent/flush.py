@@ -19,8 +19,8 @@ Decisions:
 - A message its sender deleted leaves no copy in the flush's notes (`scrub_flush_notes`), nor in those a turn's own
   write or edit took: the transcript's flush entries and assistant messages are the provenance of every note (the
   path and text of each write or edit, sessions/scrub.py `note_calls`), so only the lines written after that
-  message, where they stand in an origin block of its session, are scrubbed (sessions/scrub.py's rule); the owner's own lines, and other sessions' notes, are never touched, even when
-  they say the same. Done under the memory write lock, by an atomic rewrite; the caller has the index
+  message, where they stand in an origin block of its session, are scrubbed (sessions/scrub.py's rule); the
+  owner's own lines, and other sessions' notes, are never touched, even when they say the same. Done under the memory write lock, by an atomic rewrite; the caller has the index
   re-synced. The transcript's own copies (the flush's entries among them) go after, so a kill in between
   leaves the notes still findable by the text the transcript holds.
 - The transcript, written before sessions.json, is the truth about the cycle (`cycle_state`): the cycle is
