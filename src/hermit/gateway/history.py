@@ -23,12 +23,10 @@ it comes as `{mediaType, size, omitted: true}`. Only JPEG, PNG, GIF and WebP eve
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
+import dataclasses
 import logging
-import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
@@ -38,9 +36,19 @@ from hermit.agent.context import is_silent
 from hermit.agent.speakers import recorded_sender, speaker
 from hermit.config.schema import SessionConfig
 from hermit.errors import SessionError
+from hermit.gateway.image_index import (
+    PhotoIndex,
+    Photos,
+    digest,
+    drawable,
+    index_photos,
+    photo_at,
+    version_of,
+)
 from hermit.messages import stored_text
 from hermit.scheduler.heartbeat import DEFAULT_ACK_MAX_CHARS, strip_heartbeat_token
-from hermit.sessions.entries import ENDED_TYPE
+from hermit.sessions.entries import ENDED_TYPE, parse_transcript
+from hermit.sessions.files import open_own, read_own
 from hermit.sessions.keys import ChatType, SessionKey, SessionKind, is_main_session_key, parse_session_key
 from hermit.sessions.reset import is_expired, resolve_reset_policy
 from hermit.sessions.store import SessionStore
@@ -117,31 +125,46 @@ def _sender(raw: Any) -> dict[str, Any] | None:
 # Base64 characters of images in one chat.history response: the newest photos of a session (an image in a
 # transcript has at most 5 MiB of base64: attachments.MAX_IMAGE_BYTES).
 HISTORY_IMAGE_BUDGET = 12 * 1024 * 1024
-_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
-_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 
 
 def chat_history(store: SessionStore, session_key: str, limit: int, session_id: str | None = None, *,
-                 images: bool = False, image_refs: bool = False) -> dict[str, Any]:
+                 images: bool = False, image_refs: bool = False, photos: PhotoIndex | None = None) -> dict[str, Any]:
     """The session's user/assistant messages, newest `limit` items (`total`: how many there are). With
     `session_id`, that session of the key, current or ended (SessionError when the sessions dir holds no such
     transcript of this key: a page names only what sessions.list gave it). `images`: with the images of its
     user turns (HISTORY_IMAGE_BUDGET), for the owner's own sessions only (the caller's to decide); with
-    `image_refs`, only named (`{mediaType, sha256, size}`: session_image brings one), with no budget."""
-    found = _transcript(store, session_key, session_id)
-    if found is None:
+    `image_refs`, only named (`{mediaType, sha256, size}`: session_image brings one), with no budget, and where
+    each is left in `photos` for session_image (gateway/image_index.py)."""
+    where = _where(store, session_key, session_id)
+    if where is None:
         return {"sessionKey": session_key, "sessionId": None, "messages": [], "total": 0}
-    session_id, entries = found
-    items = transcript_items(entries, images=images, refs=image_refs)
+    session_id, path, current = where
+    read = _read(path, session_key, session_id, current)
+    named: Mapping[int, list[dict[str, Any]]] | None = None
+    if images and image_refs:
+        found = _photos(path, read, photos)
+        named = found.named
+    items = transcript_items(read.entries, images=images, refs=image_refs, named=named)
     shown = items[-limit:]
     if images and not image_refs:
         _within_budget(shown)
     return {"sessionKey": session_key, "sessionId": session_id, "messages": shown, "total": len(items)}
 
 
-def _transcript(store: SessionStore, session_key: str, session_id: str | None) -> tuple[str, list[Entry]] | None:
-    """(session id, entries) of the key's current session (None: it has none yet) or of `session_id`, one of
-    its sessions (SessionError when the sessions dir holds no such transcript of this key)."""
+@dataclass(frozen=True)
+class _Read:
+    """One read of a transcript: its header's session key, its entries, its bytes and their version."""
+
+    session_key: str | None
+    entries: list[Entry]
+    data: bytes
+    version: tuple[int, int, int, int, int]
+
+
+def _where(store: SessionStore, session_key: str, session_id: str | None) -> tuple[str, Path, bool] | None:
+    """(session id, transcript path, whether it is the key's current session) of the key's current session
+    (None: it has none yet) or of `session_id`, one of its sessions (SessionError when the sessions dir holds
+    no such transcript)."""
     record = store.get(session_key)
     current = session_id is None or (record is not None and record.session_id == session_id)
     if current:
@@ -152,52 +175,79 @@ def _transcript(store: SessionStore, session_key: str, session_id: str | None) -
     path = store.transcript_path(session_id)
     if not path.is_file():
         raise SessionError(f"no session {session_id!r} of {session_key}", "pick a session from sessions.list")
-    read = read_transcript(path)
-    # A transcript that names no chat (its header line damaged, not yet repaired) is shown only as the key's
-    # current session, which sessions.json ties to it: as a past session it could be any chat's.
-    if read.header.session_key != session_key and not (current and read.header.session_key is None):
+    return session_id, path, current
+
+
+def _check_key(named: str | None, session_key: str, session_id: str, current: bool) -> None:
+    """A transcript that names no chat (its header line damaged, not yet repaired) is shown only as the key's
+    current session, which sessions.json ties to it: as a past session it could be any chat's."""
+    if named != session_key and not (current and named is None):
         raise SessionError(f"session {session_id!r} is not one of {session_key}", "pick a session from sessions.list")
-    return session_id, list(read.entries)
 
 
-def session_image(store: SessionStore, session_key: str, session_id: str | None, sha256: str) -> dict[str, Any] | None:
+def _read(path: Path, session_key: str, session_id: str, current: bool) -> _Read:
+    try:
+        data, st = read_own(path, "the transcript")  # never through a link, only the user's own file
+    except FileNotFoundError:
+        raise SessionError(f"no session {session_id!r} of {session_key}", "pick a session from sessions.list") from None
+    except OSError as e:
+        raise SessionError(f"cannot read transcript {path}: {e.strerror or e}",
+                           "check the file's permissions (it should be readable by you, mode 0600)") from e
+    parsed = parse_transcript(path, data)
+    _check_key(parsed.header.session_key, session_key, session_id, current)
+    return _Read(parsed.header.session_key, list(parsed.entries), data, version_of(st, len(data)))
+
+
+def _photos(path: Path, read: _Read, photos: PhotoIndex | None) -> Photos:
+    """Where the read transcript's photos are (each decoded and hashed once), left in `photos` for chat.image."""
+    found = index_photos(read.data, read.version, read.session_key, read.entries)
+    if photos is not None:
+        photos.put(path, dataclasses.replace(found, named={}))  # the places only: the names are this call's
+    return found
+
+
+def session_image(store: SessionStore, session_key: str, session_id: str | None, sha256: str,
+                  photos: PhotoIndex | None = None) -> dict[str, Any] | None:
     """chat.image: the image of a user turn of that session's transcript whose bytes have this SHA-256
     (`{sha256, mediaType, data}`, base64 as stored), or None when none of its user turns has it — an image of
-    another session, or of a group's or a contact's turn, is not found by naming its hash here."""
-    found = _transcript(store, session_key, session_id)
-    for entry in found[1] if found is not None else ():
-        if isinstance(entry, MessageEntry) and entry.message.get("role") == "user":
-            for image, raw in _drawable(entry.message):
-                if _digest(raw) == sha256:
-                    return {"sha256": sha256, **image}
-    return None
+    another session, or of a group's or a contact's turn, is not found by naming its hash here. With `photos`,
+    from where the history call (or the first chat.image) of this version of the transcript found it: that one
+    line read, that one image decoded (gateway/image_index.py)."""
+    where = _where(store, session_key, session_id)
+    if where is None:
+        return None
+    session_id, path, current = where
+    if photos is not None:
+        try:
+            fd, st = open_own(path, os.O_RDONLY, "the transcript")
+        except FileNotFoundError:
+            fd = -1
+        if fd >= 0:
+            try:
+                known = photos.get(path, version_of(st))
+                if known is not None:
+                    _check_key(known.session_key, session_key, session_id, current)
+                    place = known.places.get(sha256)
+                    if place is None:
+                        return None
+                    if (found := photo_at(os.pread(fd, place.length, place.offset), place, sha256)) is not None:
+                        return found
+            finally:
+                os.close(fd)
+    read = _read(path, session_key, session_id, current)  # not indexed yet, or changed: read whole, once
+    place = _photos(path, read, photos).places.get(sha256)
+    return None if place is None else photo_at(read.data[place.offset:place.offset + place.length], place, sha256)
 
 
-def _digest(raw: bytes) -> str:
-    return hashlib.sha256(raw).hexdigest()
-
-
-def _drawable(message: Mapping[str, Any]) -> Iterator[tuple[dict[str, Any], bytes]]:
-    """A stored user message's images that a page may draw (JPEG, PNG, GIF or WebP): ({mediaType, data}, bytes)."""
-    content = message.get("content")
-    for part in content if isinstance(content, list) else ():
-        if isinstance(part, dict) and part.get("type") == "image":
-            kind, data = part.get("mimeType"), part.get("data")
-            if kind in _IMAGE_TYPES and isinstance(data, str) and data and _BASE64.fullmatch(data):
-                try:
-                    raw = base64.b64decode(data, validate=True)
-                except binascii.Error:  # base64 characters, wrongly padded: not an image a page can draw
-                    continue
-                yield {"mediaType": kind, "data": data}, raw
-
-
-def _images_of(message: Mapping[str, Any], refs: bool) -> list[dict[str, Any]]:
+def _images_of(message: Mapping[str, Any], refs: bool, named: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """A stored user message's images that a page may draw: as base64, or (`refs`) named by the SHA-256 of their
-    bytes with their type and size, for chat.image to bring each once."""
+    bytes with their type and size, for chat.image to bring each once (`named`: as image_index found them)."""
     if not refs:
-        return [image for image, _ in _drawable(message)]
-    return [{"mediaType": image["mediaType"], "sha256": _digest(raw), "size": len(raw)}
-            for image, raw in _drawable(message)]
+        return [image for _, image, _ in drawable(message)]
+    if named is not None:
+        return named
+    return [{"mediaType": image["mediaType"], "sha256": digest(raw), "size": len(raw)}
+            for _, image, raw in drawable(message)]
 
 
 def _within_budget(items: list[dict[str, Any]]) -> None:
@@ -212,9 +262,11 @@ def _within_budget(items: list[dict[str, Any]]) -> None:
                 item["images"][i] = {"mediaType": image["mediaType"], "size": size * 3 // 4, "omitted": True}
 
 
-def transcript_items(entries: Sequence[Entry], *, images: bool = False, refs: bool = False) -> list[dict[str, Any]]:  # noqa: C901 - one pass over a transcript's entry kinds
+def transcript_items(entries: Sequence[Entry], *, images: bool = False, refs: bool = False,  # noqa: C901 - one pass over a transcript's entry kinds
+                     named: Mapping[int, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """What the page draws of a transcript. Tool calls (with done/failed from their results) are shown on the
-    assistant reply that followed them, as the live page shows them. `images`: a user turn's images too."""
+    assistant reply that followed them, as the live page shows them. `images`: a user turn's images too
+    (`named`: by line, as image_index named them)."""
     items: list[dict[str, Any]] = []
     tools: dict[str, dict[str, Any]] = {}
     carried: list[dict[str, Any]] = []  # calls of tool-only assistant messages, shown on the next reply
@@ -245,7 +297,7 @@ def transcript_items(entries: Sequence[Entry], *, images: bool = False, refs: bo
         item: dict[str, Any] = {"role": role, "text": stored_text(m), "timestamp": entry.timestamp}
         if role == "user" and (who := _sender(m.get("sender"))) is not None:
             item["sender"] = who
-        if role == "user" and images and (pictures := _images_of(m, refs)):
+        if role == "user" and images and (pictures := _images_of(m, refs, None if named is None else named.get(entry.line, []))):
             item["images"] = pictures
         if background and role == "assistant":
             item["text"] = strip_heartbeat_token(item["text"], DEFAULT_ACK_MAX_CHARS) or ""

@@ -48,6 +48,7 @@ from hermit.gateway.history import (
     list_sessions,
     session_image,
 )
+from hermit.gateway.image_index import PhotoIndex
 from hermit.gateway.phone import phone_sign_in
 from hermit.gateway.protocol import (
     CLOSE_POLICY,
@@ -150,6 +151,7 @@ class WebchatApi:
         self.allowed_origins = frozenset(self.origins)
         self.refusals = RefusalLog(log)  # anyone reaching the port can make it refuse: a flood logs a count
         self._sockets: set[_Socket] = set()  # connected (signed in)
+        self.photos = PhotoIndex()  # where each photo of a shown transcript is: chat.image reads only its line
         self._watch: asyncio.Task[None] | None = None
 
     async def endpoint(self, ws: WebSocket) -> None:
@@ -337,7 +339,8 @@ class WebchatApi:
             raise ProtocolError("read_only", f"{key} is not one of your own sessions: its photos are not sent "
                                 "to the page", "open the main session (or one of your own) to see your photos")
         try:
-            found = session_image(self.host.runtime(agent_id).store, key, params.session_id, params.sha256)
+            found = session_image(self.host.runtime(agent_id).store, key, params.session_id, params.sha256,
+                                  self.photos)
         except SessionError as e:
             raise ProtocolError("bad_params", e.message, e.hint) from None
         if found is None:
@@ -399,7 +402,8 @@ class WebchatApi:
             # contact's history shows their turns as text, as it always has.
             mine = view["mode"] == "chat"
             payload = chat_history(self.host.runtime(agent_id).store, key, params.limit, params.session_id,
-                                   images=(params.images or params.image_refs) and mine, image_refs=params.image_refs)
+                                   images=(params.images or params.image_refs) and mine, image_refs=params.image_refs,
+                                   photos=self.photos)
         except SessionError as e:  # a session id that is no session of this key (any more)
             raise ProtocolError("bad_params", e.message, e.hint) from None
         payload.update(agentId=agent_id, **view)
