@@ -236,6 +236,7 @@ class DiscordChannel:
             return
         channel_id = str(payload.channel_id)
         thread_id = None
+        meta = {"channel_id": channel_id}
         if payload.guild_id is None:  # a DM: its peer is the person, known by the DM channel we answered in
             peer = author_id or next((u for u, c in self._dm_channels.items() if str(c) == channel_id), "") or (
                 await self._dm_recipient(client, payload.channel_id))
@@ -249,6 +250,10 @@ class DiscordChannel:
             ch = client.get_channel(payload.channel_id) or await self._fetched_channel(client, payload.channel_id)
             if isinstance(ch, discord.Thread) and ch.type != discord.ChannelType.private_thread:
                 thread_id, peer = channel_id, str(ch.parent_id)
+            elif isinstance(ch, discord.Thread) and ch.parent_id is not None:
+                # Named as on its new message (`_on_message`): the parent's bindings choose the agent, and without
+                # it the change went to another agent's session, which never had the message.
+                meta[PARENT_GROUP] = str(ch.parent_id)
         content = valid_text(str((data or {}).get("content") or ""))
         mentions = (data or {}).get("mentions") or []
         await self._sink.publish(InboundMessage(
@@ -257,7 +262,7 @@ class DiscordChannel:
             message_id=str(payload.message_id), thread_id=thread_id,
             guild_id=str(payload.guild_id) if payload.guild_id else None,
             mentioned=any(isinstance(m, dict) and str(m.get("id")) == str(me.id) for m in mentions),
-            meta={"channel_id": channel_id}, change="edited" if data is not None else "deleted"))
+            meta=meta, change="edited" if data is not None else "deleted"))
 
     async def _dm_recipient(self, client: Any, channel_id: int) -> str:
         """The person of a DM channel this process has not answered in (a delete after a restart names only the
