@@ -7,6 +7,7 @@ files 0600) whatever the umask; files and folders the owner made by hand keep th
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -60,6 +61,7 @@ def ensure_workspace(workspace: Path) -> InitReport:
     # keeps its mode.
     ensure_private_dir(workspace, own=True, what="the workspace")
     ensure_private_dir(workspace / "memory", own=True, what="the workspace's memory folder")
+    _clear_dead_watch(workspace)
     created, kept = [], []
     for name in TEMPLATE_FILES:
         if name == "BOOTSTRAP.md" and not brand_new:
@@ -69,6 +71,20 @@ def ensure_workspace(workspace: Path) -> InitReport:
         else:
             kept.append(name)
     return InitReport(created, kept)
+
+
+def _clear_dead_watch(workspace: Path) -> None:
+    """The journal of notes other chats added while an owner's command ran, left by a watcher killed mid-command
+    (memory/policy/added_notes.py): removed at an agent's start rather than at the owner's next command."""
+    from hermit.memory.policy import added_notes
+    from hermit.memory.policy.daily_log import memory_writes_locked
+
+    if not os.path.lexists(workspace / added_notes.WATCH_DIR / added_notes.JOURNAL):
+        return  # the common case: no lock taken
+    with memory_writes_locked(workspace):
+        if added_notes.clear_dead(workspace):
+            log.info("removed %s/%s/%s, left by a command's watcher that was killed", workspace,
+                     added_notes.WATCH_DIR, added_notes.JOURNAL)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ back onto a fresh state dir (another machine, a new disk) where it finds the sam
 What goes in: the config, the env file (keys, tokens), every agent's workspace, sessions and transcripts,
 cron jobs and their run logs, pairing approvals and other credentials, the gateway token. What stays
 out: Hermit's own derived data at its own places (memory indexes, caches, logs, locks, files waiting in the
-inbox, files it is still writing) — searches rebuild the index on first use; nothing in a workspace is left
+inbox, files it is still writing, the `.hermit-watch/` journal of a running command) — searches rebuild the index on first use; nothing in a workspace is left
 out for its name (backup_walk.py). What is left out is counted and named; symlinks and special files are
 skipped and named. A second name (hard link) of MEMORY.md or of a note is kept as a link in the manifest.
 Workspaces and session stores configured outside the state dir go under `external/<agent>/`; `restore
@@ -181,7 +181,8 @@ def cmd_backup(ctx: CliContext, args: argparse.Namespace) -> int:
         with tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
             links = [[name[len(TOP) + 1:], to[len(TOP) + 1:]] for name, to in todo.links.items()]
             manifest = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "home": str(home),
-                        "agents": [a.id for a in loaded.agents], "external": external, "links": links}
+                        "agents": [a.id for a in loaded.agents], "external": external, "links": links,
+                        "workspaces": [w[len(TOP) + 1:] for w in todo.workspaces]}
             data = json.dumps(manifest, indent=2).encode()
             info = tarfile.TarInfo(f"{TOP}/manifest.json")
             info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())

@@ -31,7 +31,8 @@ archive too large for the disk); no member is refused for its size alone, since 
 
 A name that comes more than once (a file `hermit backup` stored again because it changed in place meanwhile,
 backup_copy.py) is restored from its last member, as `tar -x` does. An archive holding no Hermit state (no
-config, no workspace file: a backup of a mistyped HERMIT_HOME) is refused.
+config, no workspace file: a backup of a mistyped HERMIT_HOME) is refused. A `.hermit-watch/` folder at a
+workspace's top (an older backup's: other chats' notes copied while an owner's command ran) is never restored.
 
 Hard links (backup_walk.py): the manifest's `links` are recreated with link(2) inside the same restored
 folder; one that cannot be is left out with a warning, never written as a separate file.
@@ -72,6 +73,7 @@ from hermit.config.paths import (
     not_safe_parent,
 )
 from hermit.durable import NewFile
+from hermit.memory.policy.added_notes import WATCH_DIR
 
 if TYPE_CHECKING:
     from hermit.gateway.state import GatewayLock
@@ -101,12 +103,18 @@ def restore(ctx: CliContext, args: argparse.Namespace) -> int:
                 pass  # to its end: a gzip checksum that does not match is found before anything is written
         except DAMAGED as e:
             raise _damaged(args.file, e, "nothing was restored") from None
-        links = _links(_manifest(tar, members, args.file))
+        manifest = _manifest(tar, members, args.file)
+        links = _links(manifest)
+        watch = _watch_folders(manifest, members)
         last = {m.name: m for m in members}  # a name stored again (it changed during the backup): the last wins
         mine: list[Item] = []
         later: dict[tuple[str, str], list[Item]] = {}
+        transient = 0
         for m in members:
             if last[m.name] is not m:
+                continue
+            if m.name in watch or any(m.name.startswith(w + "/") for w in watch):
+                transient += m.isfile()
                 continue
             rel = PurePosixPath(m.name).relative_to(TOP)
             if rel.parts[:1] == ("home",) and len(rel.parts) > 1:
@@ -117,6 +125,9 @@ def restore(ctx: CliContext, args: argparse.Namespace) -> int:
             raise BackupError(f"{args.file} holds no Hermit state (no hermit.yaml, no workspace file); nothing was "
                               "restored", "it was written from a state dir that did not exist or was empty (a "
                               "mistyped HERMIT_HOME?); back up the right one (HERMIT_HOME or --home) and restore that")
+        if transient:
+            print(f"left out {transient} file{'s' if transient > 1 else ''} of {WATCH_DIR}/ (what other chats added "
+                  "while a command of the owner's ran, kept only while it runs)")
         done = "nothing was restored"
         gateway = hold_gateway_lock(home) if args.force else None
         try:
@@ -223,6 +234,19 @@ def _manifest(tar: tarfile.TarFile, members: list[tarfile.TarInfo], name: str) -
         got = manifest.get("format") if isinstance(manifest, dict) else None
         raise BackupError(f"unknown backup format {got!r}", "restore it with the Hermit version that wrote it")
     return manifest
+
+
+def _watch_folders(manifest: dict[str, object], members: list[tarfile.TarInfo]) -> set[str]:
+    """The archive names of the `.hermit-watch/` folders at the workspaces' tops (added_notes.py), which a
+    restore never brings back (an older `hermit backup` stored them): the workspaces the manifest names, and any
+    folder holding MEMORY.md or memory/ (an archive whose manifest names none)."""
+    named = manifest.get("workspaces", [])
+    tops = {f"{TOP}/{w}" for w in named if isinstance(w, str)} if isinstance(named, list) else set()
+    for m in members:
+        p = PurePosixPath(m.name)
+        if (p.name == "MEMORY.md" and m.isfile()) or (p.name == "memory" and m.isdir()):
+            tops.add(str(p.parent))
+    return {f"{t}/{WATCH_DIR}" for t in tops}
 
 
 def _folder_of(p: PurePosixPath) -> tuple[str, ...]:

@@ -5,8 +5,14 @@ Left out: only Hermit's own derived or transient files at the places Hermit keep
 is configured, with its SQLite sidecars, lock and rebuild files; lock files (`*.lock`) in the folders Hermit
 alone writes (the state dir outside workspaces, session stores); and files named the way Hermit names a file
 it is still writing (`.NAME.tmp-<pid>-<8 hex>`, `.NAME.<12 hex>.tmp`, `.NAME.restore-tmp`, a restore's
-`.hermit-restore-<16 hex>` folder and its `.ready` marker). Nothing in a workspace is left out for how its name
-ends: a user's `finances.sqlite`, `release.lock` or `letter.tmp` is theirs. Whatever is left out is counted and named.
+`.hermit-restore-<16 hex>` folder and its `.ready` marker); and at the top of each workspace `.hermit-watch/`, the
+journal of notes other chats added while an owner's command ran (memory/policy/added_notes.py): other chats'
+words, a deleted message's copy among them, that means nothing once its command has ended, and that a restore
+would bring back as a journal nobody removes. Nothing else in a workspace is left out for how its name ends: a
+user's `finances.sqlite`, `release.lock` or `letter.tmp` is theirs. Whatever is left out is counted and named.
+The bind guard's journals (`<agent>/sandbox/bind-guard-*.json`) are kept on purpose: a backup taken while a
+bind-mode command ran holds what that command left at the instruction files' names, and the journal restored
+with it has the next turn undo that, as after a kill (tools/bind_guard.py).
 
 Hard links: MEMORY.md is private by identity (policy/privacy.py), and any note under `memory/` with a second
 name is withheld from everyone but the owner, since that name may be MEMORY.md's. A backup that stored each
@@ -24,6 +30,8 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+
+from hermit.memory.policy.added_notes import WATCH_DIR
 
 # The state dir's own derived or transient folders (relative to it).
 DERIVED_DIRS = ("memory", "cache", "logs", "inbox", "channels/status")
@@ -95,7 +103,7 @@ def _left_out(tree: Tree, rel: PurePosixPath, path: Path, is_dir: bool, index_fi
     if any(path.parent == p.parent and name.startswith(p.name + ".rebuild-") for p in index_paths):
         return True
     if _in(rel, tree.workspaces):
-        return False
+        return name == WATCH_DIR and is_dir and rel.parent in tree.workspaces
     if rel.as_posix() in tree.derived:
         return True
     return tree.own and not is_dir and (name == ".lock" or name.endswith(".lock"))

@@ -25,7 +25,11 @@ unrecorded again. The folder is at the workspace's top, never under memory/: ano
 under memory/ reads the workspace's file, and the journal holds other chats' notes; a path outside memory/ is
 the chat's own room. Every note is
 written under the memory lock, so the times they carry (the system's monotonic clock) order them as they were
-written. The last command to end removes the journal. A folder, marker or journal that is not the user's
+written. The last command to end removes the journal; one a watcher killed mid-command left (no marker held)
+is removed by the next command, or sooner by the next start of an agent on the workspace (`clear_dead`, from
+workspace.ensure_workspace: the gateway, `hermit chat`), so other chats' words — a deleted message's copy
+among them — do not wait on disk for the owner's next command. `hermit backup` leaves the folder out and a
+restore never brings one back (cli/backup_walk.py). A folder, marker or journal that is not the user's
 own or not what it should be is left alone: the note is then the command's, as before (owner-only). The
 journal is the owner's like the rest of memory/: a command of the owner's shell could write to it, as it can to
 any of the owner's files.
@@ -235,6 +239,30 @@ def _retire(watch_dir: str, window: int) -> None:
                 os.rmdir(watch_dir)  # fails when a new marker came meanwhile: it stays
     except OSError:
         pass
+    finally:
+        os.close(dfd)
+
+
+def clear_dead(workspace: Path) -> bool:
+    """Remove the journal of `workspace` when no watcher lives (a killed one left it with its marker, which is
+    swept too); True when one was removed. Call it holding the workspace's memory-write lock (daily_log
+    .memory_writes_locked): every note reaches the journal under it, so a watcher that announced itself meanwhile
+    and noted the journal's place has nothing written there that this removes — it reads a journal made anew
+    whole. The empty folder stays (a watcher may be announcing itself in it)."""
+    try:
+        dfd = os.open(os.path.join(os.path.realpath(workspace), WATCH_DIR), _DIR_FLAGS)
+    except OSError:
+        return False  # the common case: nobody watched since the last command ended
+    try:
+        if not _own_dir(dfd) or _live_others(dfd, sweep=True) or _mine() & set(os.listdir(dfd)):
+            return False
+        st = os.stat(JOURNAL, dir_fd=dfd, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return False  # not what Hermit makes: left alone, as the writers leave it
+        os.unlink(JOURNAL, dir_fd=dfd)
+        return True
+    except OSError:
+        return False
     finally:
         os.close(dfd)
 
