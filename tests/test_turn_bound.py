@@ -127,7 +127,8 @@ def test_a_third_contacts_turn_waits_until_one_of_two_finishes(tmp_path: Path) -
             assert not provider.arrived["tag-c3"].is_set() and gw.bus.running() == 2
             # the wait is visible: `hermit gateway status --json` shows it by kind
             assert gw.bus.status()["turn_slots"]["main"] == {
-                "limit": 2, "running": 2, "waiting": {"owner": 0, "scheduled": 0, "contact": 1}}
+                "limit": 2, "running": 2, "past_overdue": 0, "past_lowered": 0, "overdue": 0,
+                "waiting": {"owner": 0, "scheduled": 0, "contact": 1}}
             assert slot_lines(gw.bus.status()) == [  # and `hermit gateway status` in words
                 "  agent main: 2 of 2 turn slots in use, waiting: owner 0, scheduled 0, contacts 1"]
             provider.go["tag-c1"].set()
@@ -247,7 +248,8 @@ def test_a_waiting_turn_given_up_leaves_its_place_to_the_next(tmp_path: Path) ->
         assert ch.messages(CONTACTS[2]) == [] and [e.status for e in ch.ends() if e.target.peer_id == CONTACTS[2]] == [
             "silent"]
         assert gw.bus.status()["turn_slots"]["main"] == {
-            "limit": 2, "running": 0, "waiting": {"owner": 0, "scheduled": 0, "contact": 0}}
+            "limit": 2, "running": 0, "past_overdue": 0, "past_lowered": 0, "overdue": 0,
+            "waiting": {"owner": 0, "scheduled": 0, "contact": 0}}
 
     with provider:
         run(main)
@@ -359,8 +361,8 @@ def test_a_waiter_cancelled_as_its_slot_is_given_keeps_nothing() -> None:
         third.release()  # again: harmless
         return slots.status()
 
-    assert asyncio.run(main()) == {"main": {"limit": 1, "running": 0,
-                                            "waiting": {"owner": 0, "scheduled": 0, "contact": 0}}}
+    assert asyncio.run(main()) == {"main": {"limit": 1, "running": 0, "past_overdue": 0, "past_lowered": 0,
+                                            "overdue": 0, "waiting": {"owner": 0, "scheduled": 0, "contact": 0}}}
 
 
 @pytest.mark.parametrize("value", [0, -1, "2", "four", 2.5, True, 1000])

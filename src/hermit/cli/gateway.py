@@ -45,6 +45,7 @@ from hermit.gateway.state import (
     token_path,
 )
 from hermit.gateway.tickets import TICKET_TTL, issue_ticket, private_gateway_dir
+from hermit.gateway.turn_slots import OVERDUE_SECONDS
 
 LAUNCHER_PREFIX = "dashboard-"
 
@@ -180,12 +181,18 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 def slot_lines(bus: dict[str, Any]) -> list[str]:
-    """The agents whose turn slots are in use (gateway/turn_slots.py), for `hermit gateway status`."""
+    """The agents whose turn slots are in use (gateway/turn_slots.py), for `hermit gateway status`: turns running
+    past the bound said as such (an owner's turn let past others' overdue ones, a turn started before the bound
+    was lowered), never as more slots in use than there are."""
     lines = []
     for agent, slots in (bus.get("turn_slots") or {}).items():
-        queued = slots["waiting"]
-        if slots["running"] or any(queued.values()):
-            lines.append(f"  agent {agent}: {slots['running']} of {slots['limit']} turn slots in use, waiting: owner "
+        queued, running, limit = slots["waiting"], slots["running"], slots["limit"]
+        if running or any(queued.values()):
+            overdue, lowered = slots.get("past_overdue", 0), slots.get("past_lowered", 0)
+            past = (f", +{overdue} past the overdue rule (the owner's, started while others' turns ran over "
+                    f"{OVERDUE_SECONDS:.0f} s)" if overdue else "")
+            past += f", +{lowered} started before the bound was lowered to {limit}" if lowered else ""
+            lines.append(f"  agent {agent}: {min(running, limit)} of {limit} turn slots in use{past}, waiting: owner "
                          f"{queued['owner']}, scheduled {queued['scheduled']}, contacts {queued['contact']}")
     return lines
 

@@ -24,6 +24,12 @@ their DM, groups, threads — held every slot and the owner's message waited for
 owner's and has held its slot for OVERDUE_SECONDS no longer counts against the owner: an owner's turn waiting
 then starts past the bound, one per such turn (never a contact's or a scheduled one).
 
+The bound follows hermit.yaml (`live_turn_limits`, with the gateway's LiveConfig): it is looked at again as each
+turn joins a line, at each status, and every LIMIT_LOOK_SECONDS while turns wait, so a raised bound starts
+waiting turns at once; a lowered one starts no more until fewer run than it allows, and cancels none running.
+`status` says what runs past the bound and why: owner's turns let past contacts' overdue ones (`past_overdue`),
+turns started before the bound was lowered (`past_lowered`).
+
 The bus's worker asks for one place per session at a time (the session's queue holds the rest, bounded by
 `gateway.queue_max_per_session`), so however fast one sender writes they hold at most one place per
 session, and their next message joins the back of the line once their turn is over.
@@ -40,11 +46,17 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from hermit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hermit.gateway.live_config import LiveConfig
 
 log = logging.getLogger("hermit.gateway")
 
 OVERDUE_SECONDS = 120.0  # a turn not the owner's holding its slot this long lets a waiting owner's turn start
+LIMIT_LOOK_SECONDS = 1.0  # while turns wait: how often the bound is looked at again (hermit.yaml may raise it)
 
 Kind = Literal["owner", "scheduled", "contact"]
 KINDS: tuple[Kind, ...] = ("owner", "scheduled", "contact")  # the order a freed slot is offered in
@@ -101,6 +113,7 @@ class _Line:
         self.running: dict[Kind, int] = dict.fromkeys(KINDS, 0)
         self.closed = False
         self._others: set[Place] = set()  # running turns not the owner's
+        self._past: set[Place] = set()  # running owner's turns started past the bound (contacts' overdue)
         self._timer: asyncio.TimerHandle | None = None  # admits the owner's turn once one of those is overdue
         self._loop = asyncio.get_running_loop()  # its places' loop (a place may be given back from a callback)
 
@@ -126,8 +139,18 @@ class _Line:
         elif place.state == "running":
             self.running[place.kind] -= 1
             self._others.discard(place)
+            self._past.discard(place)
             place.state = "done"
             self._admit()
+
+    def set_limit(self, limit: int) -> None:
+        """A new bound (hermit.yaml changed): raised, waiting turns start now; lowered, running ones go on."""
+        if limit == self.limit:
+            return
+        log.info("agent %s: at most %d turns at once now (was %d; %d running)", self.agent_id, limit, self.limit,
+                 sum(self.running.values()))
+        self.limit = limit
+        self._admit()
 
     def promote(self, place: Place) -> None:
         self.waiting[place.kind].remove(place)
@@ -163,11 +186,14 @@ class _Line:
     def _admit(self) -> None:
         now = self._loop.time()
         while (place := self._next(now)) is not None:
+            past = sum(self.running.values()) >= self.limit  # let in by the overdue rule
             self.waiting[place.kind].popleft()
             self.running[place.kind] += 1
             place.since = now
             if place.kind != "owner":
                 self._others.add(place)
+            elif past:
+                self._past.add(place)
             place._decide(True)
         # An owner's turn still waiting: looked at again when the next of the others' turns becomes overdue.
         due = min((p.since + OVERDUE_SECONDS for p in self._others if now - p.since < OVERDUE_SECONDS),
@@ -182,33 +208,91 @@ class _Line:
             self._timer = self._loop.call_at(at, self._admit)
 
     def status(self) -> dict[str, Any]:
-        return {"limit": self.limit, "running": sum(self.running.values()),
-                "waiting": {k: len(self.waiting[k]) for k in KINDS}}
+        """The bound, turns running (`running` may pass `limit`: `past_overdue` owner's turns let past contacts'
+        overdue ones, `past_lowered` started before the bound was lowered), `overdue` (turns not the owner's that
+        have held their slot OVERDUE_SECONDS) and turns waiting by kind."""
+        running = sum(self.running.values())
+        past = max(0, running - self.limit)
+        by_overdue = min(past, len(self._past))
+        return {"limit": self.limit, "running": running, "past_overdue": by_overdue, "past_lowered": past - by_overdue,
+                "overdue": self._overdue(self._loop.time()), "waiting": {k: len(self.waiting[k]) for k in KINDS}}
 
 
 class TurnSlots:
-    """The gateway's turn slots, one line per agent; `limit_of(agent_id)` is that agent's bound."""
+    """The gateway's turn slots, one line per agent; `limit_of(agent_id)` is that agent's bound, asked again as
+    turns join, at each status and while turns wait (see the module)."""
 
     def __init__(self, limit_of: Callable[[str], int]) -> None:
         self._limit_of = limit_of
         self._lines: dict[str, _Line] = {}
         self._closed = False
+        self._look: asyncio.TimerHandle | None = None
 
     def place(self, agent_id: str, kind: Kind, what: str) -> Place:
         """Join the agent's line; `await place.wait()` for the slot, then `release()` it when the turn ends."""
         line = self._lines.get(agent_id)
         if line is None:
-            line = self._lines[agent_id] = _Line(agent_id, self._limit_of(agent_id))
+            line = self._lines[agent_id] = _Line(agent_id, self._limit(agent_id, 1))
             line.closed = self._closed
+        else:
+            line.set_limit(self._limit(agent_id, line.limit))
         place = Place(line, kind, what)
         line.join(place)
+        if place.state == "waiting":
+            self._keep_looking()
         return place
+
+    def _limit(self, agent_id: str, kept: int) -> int:
+        """The agent's bound as configured now; `kept` when it cannot be read (the last one applied)."""
+        try:
+            return self._limit_of(agent_id)
+        except Exception as e:  # noqa: BLE001 - the bound stays as it was; the turns go on
+            log.warning("the turn bound of agent %s could not be read, %d kept: %s", agent_id, kept, e)
+            return kept
+
+    def refresh(self) -> None:
+        """Every line's bound as configured now (a raised one starts waiting turns)."""
+        for agent_id, line in self._lines.items():
+            if not line.closed:
+                line.set_limit(self._limit(agent_id, line.limit))
+
+    def _keep_looking(self) -> None:
+        if self._look is None and not self._closed:
+            self._look = asyncio.get_running_loop().call_later(LIMIT_LOOK_SECONDS, self._looked)
+
+    def _looked(self) -> None:
+        self._look = None
+        self.refresh()
+        if any(any(line.waiting.values()) for line in self._lines.values()):
+            self._keep_looking()
 
     def close(self) -> None:
         self._closed = True
+        if self._look is not None:
+            self._look.cancel()
+            self._look = None
         for line in self._lines.values():
             line.close()
 
     def status(self) -> dict[str, dict[str, Any]]:
-        """Per agent that ran a turn: its limit, turns running, and turns waiting for a slot by kind."""
+        """Per agent that ran a turn: its limit (as configured now), turns running (and past the limit, why),
+        and turns waiting for a slot by kind."""
+        self.refresh()
         return {agent: line.status() for agent, line in sorted(self._lines.items())}
+
+
+def live_turn_limits(live: LiveConfig, started: Callable[[str], int]) -> Callable[[str], int]:
+    """Each agent's `max_concurrent_turns` in hermit.yaml as it is now (the last valid one while it is invalid);
+    `started` for an agent it does not name (one added since: it runs only after a restart)."""
+
+    def limit(agent_id: str) -> int:
+        try:
+            loaded = live.current()
+        except ConfigError:
+            loaded = live.last_good()
+        for agent in loaded.agents:
+            if agent.id == agent_id:
+                return agent.settings.max_concurrent_turns
+        return started(agent_id)
+
+    return limit
