@@ -5,6 +5,7 @@ Errors name the key path and, for YAML, the file and line; an unknown key gets a
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -242,6 +243,7 @@ def build_config(
     entries = list(cfg.agents.list) or [{"id": DEFAULT_AGENT_ID}]
     agents: list[AgentConfig] = []
     seen: set[str] = set()
+    raws: dict[str, dict[str, Any]] = {}
     for i, raw in enumerate(entries):
         if not isinstance(raw, dict):
             raise ConfigError(f"{src}: agents.list[{i}] must be a mapping", "use `- id: work`")
@@ -253,6 +255,7 @@ def build_config(
         if entry.id in seen:
             raise ConfigError(f"{src}: agent id '{entry.id}' appears twice in agents.list", "ids must be unique")
         seen.add(entry.id)
+        raws[entry.id] = raw
         # agents.defaults.workspace applies to the main agent only: two agents sharing one workspace
         # would share memory, which is exactly what isolation forbids.
         own = raw.get("workspace") or (raw_defaults.get("workspace") if entry.id == DEFAULT_AGENT_ID else None)
@@ -278,13 +281,6 @@ def build_config(
                 is_default=False,
             )
         )
-    _one_each(agents, paths.home, src)
-    for a in agents:
-        if (problem := agent_paths_problem(a, f"{src}: agent '{a.id}':")) is not None:
-            raise problem
-        if (problem := sandbox_reach_problem(a, agents, paths.home, f"{src}: agent '{a.id}':")) is not None:
-            raise problem
-    _one_schema_each(agents, src)
     default_ids = [a.id for a in agents if a.settings.default]
     if len(default_ids) > 1:
         raise ConfigError(f"{src}: more than one agent has default: true ({', '.join(default_ids)})",
@@ -292,6 +288,14 @@ def build_config(
     chosen = default_ids[0] if default_ids else (
         DEFAULT_AGENT_ID if DEFAULT_AGENT_ID in seen else agents[0].id
     )
+    agents = [a if a.id == chosen else _own_extra_paths(a, raws[a.id]) for a in agents]
+    _one_each(agents, paths.home, src)
+    for a in agents:
+        if (problem := agent_paths_problem(a, f"{src}: agent '{a.id}':")) is not None:
+            raise problem
+        if (problem := sandbox_reach_problem(a, agents, paths.home, f"{src}: agent '{a.id}':")) is not None:
+            raise problem
+    _one_schema_each(agents, src)
     agents = [AgentConfig(a.id, a.workspace, a.index_path, a.sessions_dir, a.settings, a.id == chosen)
               for a in agents]
     return LoadedConfig(paths=paths, source=source, config=cfg, defaults=defaults, agents=tuple(agents))
@@ -420,6 +424,25 @@ def pg_schema_name(prefix: str, agent_id: str) -> str:
 
 PG_SCHEMA_MAX = 48  # PostgreSQL names stop at 63 bytes; a rebuild's staging schemas add a suffix
 _PG_UNSAFE = re.compile(r"[^a-z0-9_]")
+
+
+def _own_extra_paths(a: AgentConfig, raw: dict[str, Any]) -> AgentConfig:
+    """Agent `a` (not the default agent) without the folders outside its workspace that only
+    agents.defaults.memory_search.extra_paths names. Such a folder (a notes folder, a vault: owner-only notes)
+    belongs to the default agent, as agents.defaults.workspace does: an agent added later inherited it, and a
+    relative's family bot (its main session its owners', the relative) then searched and read the owner's
+    vault. An agent indexes it when its own entry lists it; a folder inside each agent's workspace (`notes`)
+    is every agent's own and stays."""
+    ms = raw.get("memory_search")
+    if isinstance(ms, dict) and "extra_paths" in ms:
+        return a
+    own = Path(os.path.realpath(a.workspace))
+    kept = [e for e in a.settings.memory_search.extra_paths
+            if Path(os.path.realpath(a.workspace / Path(e).expanduser())).is_relative_to(own)]
+    if kept == a.settings.memory_search.extra_paths:
+        return a
+    search = a.settings.memory_search.model_copy(update={"extra_paths": kept})
+    return dataclasses.replace(a, settings=a.settings.model_copy(update={"memory_search": search}))
 
 
 def _extra_paths_are_its_own(a: AgentConfig, agents: list[AgentConfig], home: Path, src: object) -> None:
