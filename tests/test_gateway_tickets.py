@@ -111,7 +111,8 @@ class Handshake(contextlib.ExitStack):
 def assert_used(reply: dict[str, Any]) -> None:
     assert not reply["ok"] and reply["error"] == {
         "code": "ticket_expired", "message": "this link was already used or expired",
-        "hint": "run `hermit dashboard` again"}, reply
+        "hint": "get a new one — on a phone, from Operations → Sign in a phone in the web app on your computer (or "
+                "`hermit dashboard --phone`); on the computer, run `hermit dashboard` again"}, reply
 
 
 def refused_challenge(gw: GatewayProcess, ticket: str) -> None:

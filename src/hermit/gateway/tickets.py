@@ -37,7 +37,10 @@ MAX_PENDING = 16  # a gateway's tickets not used yet: a new one beyond takes the
 PREFIX = "ticket-"
 TICKET_ID = re.compile(r"[0-9a-f]{64}")
 EXPIRED_MESSAGE = "this link was already used or expired"
-EXPIRED_HINT = "run `hermit dashboard` again"
+# The link may have come from `hermit dashboard` (this computer) or from a QR code of the web app's "Sign in a
+# phone" or `hermit dashboard --phone` (a phone, where no command can be run): where to get a new one, for both.
+EXPIRED_HINT = ("get a new one — on a phone, from Operations → Sign in a phone in the web app on your computer (or "
+                "`hermit dashboard --phone`); on the computer, run `hermit dashboard` again")
 
 
 def ticket_id(ticket: str) -> str:
