@@ -49,8 +49,9 @@ async def until(cond: Any, timeout: float = 20.0) -> None:
         await asyncio.sleep(0.01)
 
 
-def scenario(tmp: Path, change: str) -> tuple[list[str], list[str], str]:
-    """A first message holds the thread's turn; a second (the PIN) waits behind it and is then deleted or
+def scenario(tmp: Path, change: str, *, thread: bool = True) -> tuple[list[str], list[str], str]:
+    """A first message holds the turn of the private thread (or, `thread=False`, of its parent channel); a
+    second (the PIN) waits behind it and is then deleted (`deleted`, or by a moderator's purge: `purged`) or
     edited on Discord. Returns what the bound agent's model was asked, what the default agent's model was
     asked, and the bound agent's transcripts."""
     home = tmp / "home"
@@ -81,15 +82,19 @@ def scenario(tmp: Path, change: str) -> tuple[list[str], list[str], str]:
         try:
             await ch.start(bus)
             await fake.wait_for(lambda: ch.status().connected)
-            await fake.say(f"<@{BOT}> first", author=OWNER, thread=True, mention_bot=True)
+            where = {"thread": True} if thread else {"guild": True}
+            chat = THREAD if thread else TEXT_CHANNEL
+            await fake.say(f"<@{BOT}> first", author=OWNER, mention_bot=True, **where)
             await until(started.is_set)
-            mid = await fake.say(f"<@{BOT}> my PIN is {PIN}", author=OWNER, thread=True, mention_bot=True)
+            mid = await fake.say(f"<@{BOT}> my PIN is {PIN}", author=OWNER, mention_bot=True, **where)
             await until(lambda: bus.counts["queued"] == 2)
             if change == "deleted":
-                await fake._dispatch("MESSAGE_DELETE", {"id": mid, "channel_id": THREAD, "guild_id": GUILD_ID})
+                await fake._dispatch("MESSAGE_DELETE", {"id": mid, "channel_id": chat, "guild_id": GUILD_ID})
+            elif change == "purged":  # a moderator's bot removing many messages at once
+                await fake._dispatch("MESSAGE_DELETE_BULK", {"ids": [mid], "channel_id": chat, "guild_id": GUILD_ID})
             else:
                 await fake._dispatch("MESSAGE_UPDATE", {
-                    "id": mid, "channel_id": THREAD, "guild_id": GUILD_ID, "content": f"<@{BOT}> never mind",
+                    "id": mid, "channel_id": chat, "guild_id": GUILD_ID, "content": f"<@{BOT}> never mind",
                     "author": user(OWNER, "ann"), "mentions": [user(BOT, "hermit", bot=True)], "type": 0,
                     "timestamp": _now(), "edited_timestamp": _now(), "tts": False, "mention_everyone": False,
                     "mention_roles": [], "attachments": [], "embeds": [], "pinned": False})
@@ -121,3 +126,13 @@ def test_a_message_edited_while_it_waits_in_a_bound_private_thread_runs_as_edite
     assert work == ["first", "never mind"]
     assert main == []
     assert PIN not in transcripts
+
+
+def test_a_message_a_moderator_purges_while_it_waits_is_never_answered(tmp_path: Path) -> None:
+    """Discord sends a purge (a moderation bot's bulk delete) as MESSAGE_DELETE_BULK, which Hermit ignored:
+    someone's address posted into a channel and purged at once was still answered and kept."""
+    for thread in (False, True):
+        work, main, transcripts = scenario(tmp_path / str(thread), "purged", thread=thread)
+        assert work == ["first"]
+        assert main == []
+        assert PIN not in transcripts

@@ -15,6 +15,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,16 @@ log = logging.getLogger(__name__)
 
 TYPING_REFRESH_SECONDS = 8.0  # Discord shows "typing…" for about 10 s per trigger
 MAX_FILE_BYTES = 25 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class _Deleted:
+    """One message of a bulk delete, shaped as discord.py's single delete event (what `_on_change` reads)."""
+
+    message_id: int
+    channel_id: int
+    guild_id: int | None
+    cached_message: Any
 
 
 class DiscordChannel:
@@ -121,6 +132,14 @@ class DiscordChannel:
         @client.event
         async def on_raw_message_delete(payload: Any) -> None:
             await self._on_change(client, payload, None)
+
+        @client.event
+        async def on_raw_bulk_message_delete(payload: Any) -> None:
+            # A purge (a moderator's bot removing many messages at once) is a delete of each of them.
+            cached = {m.id: m for m in payload.cached_messages}
+            for message_id in sorted(payload.message_ids):
+                await self._on_change(client, _Deleted(message_id, payload.channel_id, payload.guild_id,
+                                                       cached.get(message_id)), None)
 
         @client.event
         async def on_raw_message_edit(payload: Any) -> None:
