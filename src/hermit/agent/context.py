@@ -116,6 +116,7 @@ class PromptInputs:
     bootstrap_total_max_chars: int = 150_000
     compacted: bool = False  # the history starts with a compaction summary
     sessions_searchable: bool = False  # memory_search also covers session transcripts
+    chat_note: str = ""  # who writes in a DM that is not the owner's (speakers.contact_chat_note)
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,8 @@ def _sections(p: PromptInputs) -> list[tuple[str, str]]:
     )))
     if records_senders(p.session_key):  # who said each turn is shown to the model (speakers.py)
         out.append(("group chat", GROUP_CHAT_NOTE))
+    if p.chat_note:  # a contact's DM: who is writing (speakers.contact_chat_note)
+        out.append(("this chat", p.chat_note))
     return out
 
 

@@ -45,7 +45,14 @@ from hermit.agent.lifecycle import SessionStart, check_expiry, parse_compact_com
 from hermit.agent.loop import EventSink, LoopResult, TurnCancelled, run_loop
 from hermit.agent.maintenance import SessionMaintenance
 from hermit.agent.session_memory import save_session_memory, scrub_saved
-from hermit.agent.speakers import OwnerCheck, attributed, make_sender, records_senders, sender_of
+from hermit.agent.speakers import (
+    OwnerCheck,
+    attributed,
+    contact_chat_note,
+    make_sender,
+    records_senders,
+    sender_of,
+)
 from hermit.agent.turn import PruneMemo, ToolCallRecord, TurnContext, TurnNotes, TurnResult, resolve_timezone
 from hermit.config.load import AgentConfig
 from hermit.errors import ContextOverflowError, HermitError, SessionError
@@ -239,6 +246,7 @@ class AgentRuntime:
             bootstrap_total_max_chars=s.bootstrap_total_max_chars,
             compacted=compacted,
             sessions_searchable=self.memory is not None and self.memory.sessions_dir is not None,
+            chat_note=contact_chat_note(session_key, self._senders.get(session_key)),
         ))
 
     def build_request(self, turn: TurnContext, messages: Sequence[Message], *,
