@@ -103,16 +103,18 @@ def test_lowering_the_bound_cancels_no_running_turn_and_says_so(tmp_path: Path) 
     asyncio.run(main())
 
 
-def test_an_invalid_bound_keeps_the_last_good_one_and_an_unknown_agent_its_own(tmp_path: Path) -> None:
-    config(tmp_path, 2)
+def test_an_invalid_bound_keeps_the_last_good_one_and_a_removed_agent_its_own(tmp_path: Path) -> None:
+    (tmp_path / "hermit.yaml").write_text("agents:\n  defaults:\n    timezone: Europe/Paris\n  list:\n"
+                                          "    - id: main\n    - id: work\n      max_concurrent_turns: 5\n")
+    os.chmod(tmp_path / "hermit.yaml", 0o600)
     live = LiveConfig(load_config(StatePaths(tmp_path)))
-    limit = turn_slots.live_turn_limits(live, lambda agent: 7)
-    assert limit("main") == 2
-    config(tmp_path, 3)
-    assert limit("main") == 3
+    limit = turn_slots.live_turn_limits(live)
+    assert (limit("main"), limit("work")) == (4, 5)
+    config(tmp_path, 3)  # `work` is gone from the file: its runtime runs with its bound until a restart
+    assert (limit("main"), limit("work")) == (3, 5)
     config(tmp_path, "'many'")  # invalid: the gateway goes by the last valid file meanwhile
     assert limit("main") == 3 and live.error() is not None
-    assert limit("work") == 7  # an agent added since the start runs only after a restart
+    assert limit("nobody") == 1
 
 
 def test_an_unreadable_bound_keeps_the_one_applied(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -281,18 +281,18 @@ class TurnSlots:
         return {agent: line.status() for agent, line in sorted(self._lines.items())}
 
 
-def live_turn_limits(live: LiveConfig, started: Callable[[str], int]) -> Callable[[str], int]:
+def live_turn_limits(live: LiveConfig) -> Callable[[str], int]:
     """Each agent's `max_concurrent_turns` in hermit.yaml as it is now (the last valid one while it is invalid);
-    `started` for an agent it does not name (one added since: it runs only after a restart)."""
+    for an agent it no longer names, the bound it started with (its runtime runs until a restart)."""
 
     def limit(agent_id: str) -> int:
         try:
             loaded = live.current()
         except ConfigError:
             loaded = live.last_good()
-        for agent in loaded.agents:
+        for agent in (*loaded.agents, *live.started.agents):
             if agent.id == agent_id:
                 return agent.settings.max_concurrent_turns
-        return started(agent_id)
+        return 1
 
     return limit
