@@ -8,13 +8,17 @@ name?" → the owner's). Now a DM that is not the owner's says, in the system pr
 not the user, and that the user's details, plans and notes are not theirs. The owner's own DMs (the main session,
 and under dm_scope per-peer a DM session of their own) and groups (which name each sender) get no such note.
 
-Real parts: the gateway's bus with the real routing and owner check from a config, the agent runtime, a model
-double recording every request.
+Also a guard for the owner's own message in a group (the audit's first angle): answered in the group, it reads
+only what the group may read.
+
+Real parts: the gateway's bus with the real routing and owner check from a config, the agent runtime with its memory
+service and tools (the real SQLite index), a model double recording every request.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +34,21 @@ from hermit.config.paths import StatePaths
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.bus import Admission, Bus
 from hermit.gateway.supervisor import route_with, split_chunks
+from hermit.memory.service import MemoryKey, MemoryService
+from hermit.messages import ToolResultMessage
 from hermit.models.base import ModelRequest
 from hermit.testing import FunctionModel
+from hermit.testing.scripted import Reply, request_text
 
 OWNER, CONTACT = "1001", "42"
 NOTE = "a contact of your user, not your user"
+MEMORY_CANARY, PRIVATE_CANARY = "MEMCANARY-8812", "PRIVCANARY-5530"
 
 
-def chat(home: Path, dm_scope: str, *messages: InboundMessage) -> dict[str, str]:
-    """Each message's turn through the bus; the system prompt each session's request carried, by session key."""
+def chat(home: Path, dm_scope: str, *messages: InboundMessage,
+         model: Callable[[ModelRequest], Reply] | None = None) -> dict[str, str]:
+    """Each message's turn through the bus; the system prompt each session's request carried, by session key.
+    `model` answers instead of "ok" (the runtime then has its memory service and tools)."""
     raw: dict[str, Any] = {
         "agents": {"defaults": {"timezone": "Europe/Paris", "memory_search": {"provider": "none"},
                                 "session": {"dm_scope": dm_scope}}},
@@ -48,15 +58,21 @@ def chat(home: Path, dm_scope: str, *messages: InboundMessage) -> dict[str, str]
     ws = loaded.agent().workspace
     ws.mkdir(parents=True)
     (ws / "USER.md").write_text("# USER.md\n\n- Name: Ann Example\n- Notes: dentist on Friday\n")
+    (ws / "MEMORY.md").write_text(f"# MEMORY\n\n- {MEMORY_CANARY}: the bank PIN is 4471\n")
+    (ws / "memory" / "private").mkdir(parents=True)
+    (ws / "memory" / "private" / "bank.md").write_text(f"- {PRIVATE_CANARY}: bank PIN 4471, kept private\n")
     seen: dict[str, str] = {}
 
-    def reply(request: ModelRequest) -> str:
+    def reply(request: ModelRequest) -> Reply:
         key = request.system.split("· session: ", 1)[1].split(" ", 1)[0]
-        seen[key] = request.system
-        return "ok"
+        seen[key] = seen.get(key, "") + request_text(request)
+        return "ok" if model is None else model(request)
 
     access = AccessControl(loaded.config.channels, PairingStore(home))
-    rt = AgentRuntime(loaded.agent(), FunctionModel(reply), clock=fixed_clock, fsync=False, home=home,
+    agent = loaded.agent()
+    svc = (MemoryService(MemoryKey(agent.id, agent.workspace), agent.index_path, agent.settings.memory_search, None)
+           if model is not None else None)
+    rt = AgentRuntime(agent, FunctionModel(reply), memory=svc, clock=fixed_clock, fsync=False, home=home,
                       owner_check=access.is_owner)
     channel = RecordingChannel()
     bus = Bus(AgentHost({"main": rt}), route=route_with(Router.from_config(loaded), access),
@@ -68,7 +84,10 @@ def chat(home: Path, dm_scope: str, *messages: InboundMessage) -> dict[str, str]
             assert await bus.publish(m) == "queued"
         await bus.drain(20)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        rt.close()
     return seen
 
 
@@ -87,3 +106,25 @@ def test_the_owners_own_dm_outside_the_main_session_gets_no_such_note(tmp_path: 
     seen = chat(tmp_path, "per-peer", inbound("hi", OWNER), inbound("hi", CONTACT))
     assert NOTE not in seen[f"agent:main:dm:{OWNER}"]
     assert f"You are talking with the telegram user {CONTACT}: {NOTE}" in seen[f"agent:main:telegram:dm:{CONTACT}"]
+
+
+def test_the_owner_speaking_in_a_group_gets_the_groups_memory_not_the_owners(tmp_path: Path) -> None:
+    """Angle 1 of the audit: the owner's own message in a group (marked as the owner's to the model) is answered
+    in the group, so its turn reads what the group may read — never MEMORY.md or owner-only notes, whoever asks.
+    Guards against making the owner's mark a key to the owner's memory."""
+    def model(request: ModelRequest) -> Reply:
+        if "memory_search" not in {t.name for t in request.tools} or isinstance(request.messages[-1], ToolResultMessage):
+            return "ok"
+        return {"tool_calls": [{"name": "memory_search", "arguments": {"query": "bank PIN"}},
+                               {"name": "memory_get", "arguments": {"path": "MEMORY.md"}},
+                               {"name": "memory_get", "arguments": {"path": "memory/private/bank.md"}},
+                               {"name": "read", "arguments": {"path": "MEMORY.md"}}]}
+
+    seen = chat(tmp_path, "main", InboundMessage("telegram", "default", "group", "-100", OWNER,
+                                                 "what's my bank PIN? check your notes"),
+                inbound("and in here?", OWNER), model=model)
+    group = seen["agent:main:telegram:group:-100"]
+    assert f"[{OWNER} \u2014 the owner]" in group and "bank PIN" in group  # the owner's turn, its tools ran
+    assert "MEMORY.md is not available in this session" in group and "nothing in it is shared with this chat" in group
+    assert MEMORY_CANARY not in group and PRIVATE_CANARY not in group
+    assert MEMORY_CANARY in seen["agent:main:main"] and PRIVATE_CANARY in seen["agent:main:main"]
