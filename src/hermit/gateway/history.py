@@ -15,7 +15,8 @@ A photo sent with a user turn is kept in the transcript as an image part (gatewa
 (`images`, for the owner's own sessions only), a user item names those images (`imageRefs`: `images: [{mediaType,
 sha256, size}]`, the SHA-256 of the image's bytes) and the page brings each one once with chat.image
 (session_image: only an image of that session's own user turns), keeping it for the tab's life — opening a
-session again sends no photo twice. Without `imageRefs` (a page loaded before the gateway had chat.image), the
+session again sends no photo twice. Where each photo is in that version of the transcript is left in the gateway's
+image_index.PhotoIndex by the history call (or the first chat.image), so each chat.image reads and decodes one. Without `imageRefs` (a page loaded before the gateway had chat.image), the
 images come as stored (`images: [{mediaType, data}]`, base64: Hermit has no image library to make thumbnails
 with; the page draws them small), the newest first within HISTORY_IMAGE_BUDGET per response — an older one past
 it comes as `{mediaType, size, omitted: true}`. Only JPEG, PNG, GIF and WebP ever do.

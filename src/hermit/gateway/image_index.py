@@ -16,7 +16,8 @@ What makes an entry stale, and is then not used (the transcript is read again):
 - a line that does not hold, at that place, a user message's image of that hash (checked each time).
 
 Only where photos are is kept, never their bytes: at most MAX_TRANSCRIPTS transcripts and MAX_IMAGES photos in
-all (a few hundred bytes each: a hash and three numbers), the least recently used dropped first. Keyed by the
+all (about 250 bytes each — a hash and three numbers —, so 2.5 MiB at most), the least recently used dropped first;
+a transcript of more photos than that is read whole each time, as before. Keyed by the
 transcript's path (an agent's sessions folder and a session id), with the session key its header names: the
 caller applies the same rule as when it reads the file (history.py), so a hash named under another session
 finds nothing, and who may ask at all is decided before (webchat_api.py: the owner's own sessions only).
@@ -40,7 +41,7 @@ from typing import Any
 from hermit.sessions.transcript import Entry, MessageEntry
 
 MAX_TRANSCRIPTS = 32
-MAX_IMAGES = 20_000
+MAX_IMAGES = 10_000
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
@@ -79,7 +80,7 @@ def _drawable_part(part: Any) -> tuple[dict[str, Any], bytes] | None:
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Where:
     offset: int  # of the line, in bytes
     length: int  # of the line, without its newline
