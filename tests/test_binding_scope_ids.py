@@ -38,8 +38,8 @@ def test_a_team_id_in_any_case_or_spacing_routes_its_workspace(tmp_path: Path, w
     router = Router.from_config(loaded)
     dm = router.resolve(RouteInput("slack", "default", "dm", "U999", team_id="T0123"))
     group = router.resolve(RouteInput("slack", "default", "group", "C777", team_id="T0123"))
-    assert (dm.agent_id, dm.matched_by, dm.session_key) == ("work", "team", "agent:work:slack:default:dm:U999")
-    assert (group.agent_id, group.session_key) == ("work", "agent:work:slack:group:C777")
+    assert (dm.agent_id, dm.matched_by, dm.session_key) == ("work", "team", "agent:work:slack:default:dm:U999@T0123")
+    assert (group.agent_id, group.session_key) == ("work", "agent:work:slack:group:C777@T0123")
     other = router.resolve(RouteInput("slack", "default", "dm", "U999", team_id="T0999"))
     assert other.agent_id == "personal"  # another workspace is still not this one
     assert binding_problems(loaded.config.bindings, ["personal", "work"], loaded.config.channels) == []

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from channelhelpers import QueueSink, run, serve_asgi
-from fakes.fake_slack import BOT_USER, FakeSlack
+from fakes.fake_slack import BOT_USER, TEAM, FakeSlack
 from fakes.fake_telegram import FakeTelegram
 from fakes.fake_whatsapp import FakeWhatsApp, sign, text_message, webhook_body
 from hermit.agent.routing import RouteInput, Router
@@ -97,7 +97,7 @@ def test_readme_routing_example_personal_on_telegram_and_whatsapp_work_on_slack(
         stranger = access.check("whatsapp", "personal", "dm", "15550000000", "15550000000")
         assert not stranger.allowed and stranger.reply is None  # allowlist: silence, never a code
         mention = got[("slack", "U1")]
-        assert route(router, access, mention) == ("work", "agent:work:slack:group:C42")
+        assert route(router, access, mention) == ("work", f"agent:work:slack:group:C42@{TEAM}")
         assert access.check("slack", "work", "group", "C42", "U1", mentioned=mention.mentioned).allowed
         assert loaded.agent("work").workspace != loaded.agent("personal").workspace
 

@@ -84,8 +84,9 @@ OWNER = {"sender_is_owner": True}
          "agent:main:telegram:bot1:dm:42", False),
         # a contact (approved, allowlisted, open) never reaches main: under main, a key per account and sender
         ("main", RouteInput("telegram", "bot1", "dm", "42"), "agent:main:telegram:bot1:dm:42", False),
-        ("main", RouteInput("slack", "corp", "dm", "U1", thread_id="17.5"), "agent:main:slack:corp:dm:U1:thread:17.5",
-         False),
+        # a Slack member id names someone within one workspace only: a contact's and a group's keys carry the team
+        ("main", RouteInput("slack", "corp", "dm", "U1", thread_id="17.5", team_id="T1"),
+         "agent:main:slack:corp:dm:U1@T1:thread:17.5", False),
         ("main", RouteInput("telegram", "bot1", "dm", "42", topic_id="3"), "agent:main:telegram:bot1:dm:42:topic:3",
          False),
         # per-peer (one session across channels) is the owner's: a contact's id means nothing outside its
@@ -97,13 +98,16 @@ OWNER = {"sender_is_owner": True}
          "agent:main:telegram:bot1:dm:42", False),
         ("per-peer", RouteInput("slack", "default", "dm", "U1", thread_id="17.5", **OWNER),
          "agent:main:dm:U1:thread:17.5", False),
-        ("per-peer", RouteInput("slack", "default", "dm", "U1", thread_id="17.5"),
-         "agent:main:slack:dm:U1:thread:17.5", False),
+        ("per-peer", RouteInput("slack", "default", "dm", "U1", thread_id="17.5", team_id="T1"),
+         "agent:main:slack:dm:U1@T1:thread:17.5", False),
+        ("per-peer", RouteInput("slack", "default", "dm", "W1", team_id="T1"), "agent:main:slack:dm:W1", False),
+        ("per-peer", RouteInput("slack", "default", "dm", "U1@T9", team_id="T1"), "agent:main:slack:dm:U1@T9", False),
         ("main", RouteInput("telegram", "default", "group", "-100123"), "agent:main:telegram:group:-100123", False),
         ("main", RouteInput("telegram", "default", "group", "-100123", topic_id="7"),
          "agent:main:telegram:group:-100123:topic:7", False),
-        ("main", RouteInput("slack", "default", "group", "C9", thread_id="1700.1"),
-         "agent:main:slack:group:C9:thread:1700.1", False),
+        ("main", RouteInput("slack", "default", "group", "C9", thread_id="1700.1", team_id="T1"),
+         "agent:main:slack:group:C9@T1:thread:1700.1", False),
+        ("main", RouteInput("slack", "default", "group", "C9"), "agent:main:slack:group:C9@account.default", False),
         ("main", RouteInput("discord", "default", "group", "555", thread_id="666", guild_id="9"),
          "agent:main:discord:group:555:thread:666", False),
         # the web chat is the owner's console: its DMs are the main session whatever the scope
@@ -126,7 +130,8 @@ def test_dm_scope_is_per_agent(tmp_path: Path) -> None:
                       "list": [{"id": "main", "session": {"dm_scope": "main"}}, {"id": "work"}]},
            "bindings": [{"match": {"channel": "slack"}, "agent_id": "work"}]}
     router = Router.from_config(build_config(raw, StatePaths(tmp_path)))
-    assert router.resolve(RouteInput("slack", "default", "dm", "U1")).session_key == "agent:work:slack:dm:U1"
+    assert router.resolve(RouteInput("slack", "default", "dm", "U1", team_id="T1")).session_key == \
+        "agent:work:slack:dm:U1@T1"
     assert router.resolve(RouteInput("telegram", "default", "dm", "5", sender_is_owner=True)).session_key == \
         "agent:main:main"
     assert router.resolve(RouteInput("telegram", "default", "dm", "5")).session_key == \
@@ -140,7 +145,8 @@ def test_sharing_the_main_session_with_contacts_takes_a_setting_that_says_so(tmp
     router = Router.from_config(build_config(raw, StatePaths(tmp_path)))
     shared = router.resolve(RouteInput("telegram", "bot", "dm", "5"))
     assert (shared.session_key, shared.main) == ("agent:main:main", True)  # the original's behaviour
-    assert router.resolve(RouteInput("slack", "corp", "dm", "U1")).session_key == "agent:work:slack:corp:dm:U1"
+    assert router.resolve(RouteInput("slack", "corp", "dm", "U1", team_id="T1")).session_key == \
+        "agent:work:slack:corp:dm:U1@T1"
     assert router.resolve(RouteInput("telegram", "bot", "group", "-1")).session_key == "agent:main:telegram:group:-1"
     default = build_config({}, StatePaths(tmp_path)).agent().settings.session
     assert default.dangerously_share_main_session_with_contacts is False

@@ -72,8 +72,8 @@ def test_a_contact_bound_by_the_number_the_pairing_reply_shows_reaches_the_bound
     routed = route(msg)
     assert routed.agent_id == "family"
     assert routed.session_key == "agent:family:whatsapp:personal:dm:15551234567"
-    slack = route(InboundMessage("slack", "work", "group", "C0123ABC", "U1", "hi", mentioned=True))
-    assert (slack.agent_id, slack.session_key) == ("family", "agent:family:slack:group:C0123ABC")
+    slack = route(InboundMessage("slack", "work", "group", "C0123ABC", "U1", "hi", mentioned=True, team_id="T1"))
+    assert (slack.agent_id, slack.session_key) == ("family", "agent:family:slack:group:C0123ABC@T1")
     assert binding_problems(loaded.config.bindings, ["personal", "family"], loaded.config.channels) == []
 
 
@@ -99,8 +99,8 @@ def test_a_peer_id_matches_in_every_form_owners_accept(tmp_path: Path, channel: 
     r = router(tmp_path, [{"match": {"channel": channel, "peer": {"kind": kind, "id": written}}, "agent_id": "bound"}])
     route = r.resolve(RouteInput(channel, "default", kind, delivered))
     assert (route.agent_id, route.matched_by) == ("bound", "peer")
-    # the session key carries the platform's id, never the binding's spelling
-    assert route.session_key.endswith(delivered)
+    # the session key carries the platform's id (a Slack one with its workspace), never the binding's spelling
+    assert route.session_key.endswith(delivered + ("@account.default" if channel == "slack" else ""))
     # another peer of the same kind is still not it
     assert r.resolve(RouteInput(channel, "default", kind, delivered + "0")).agent_id == "main"
 

@@ -29,16 +29,17 @@ def sign(secret: str, ts: int, body: bytes) -> dict[str, str]:
             "Content-Type": "application/json"}
 
 
-def event_body(event: dict[str, Any], event_id: str) -> dict[str, Any]:
-    return {"token": "legacy", "team_id": TEAM, "api_app_id": "A1", "type": "event_callback",
+def event_body(event: dict[str, Any], event_id: str, team: str = TEAM) -> dict[str, Any]:
+    return {"token": "legacy", "team_id": team, "api_app_id": "A1", "type": "event_callback",
             "event_id": event_id, "event_time": int(time.time()), "event": event}
 
 
 class FakeSlack(FakePlatform):
     def __init__(self, bot_token: str = "xoxb-test", app_token: str = "xapp-test", *,
-                 retry_after: float = 0.0) -> None:
+                 retry_after: float = 0.0, team: str = TEAM) -> None:
         super().__init__(retry_after=retry_after)
         self.bot_token, self.app_token = bot_token, app_token
+        self.team = team  # the workspace this fake is: auth.test names it, pushed events carry it
         self.unacked: dict[str, dict[str, Any]] = {}  # envelope_id -> envelope
         self.acks: list[str] = []
         self.connections = 0
@@ -65,7 +66,7 @@ class FakeSlack(FakePlatform):
         self._next += 1
         env_id = f"env-{self._next}"
         envelope = {"envelope_id": env_id, "type": "events_api", "accepts_response_payload": False,
-                    "retry_attempt": 0, "payload": event_body(event, event_id)}
+                    "retry_attempt": 0, "payload": event_body(event, event_id, self.team)}
         self.unacked[env_id] = envelope
         await self.wait_for(lambda: bool(self._sockets))
         ws = self._sockets[-1]
@@ -98,7 +99,7 @@ class FakeSlack(FakePlatform):
             return web.json_response({"ok": False, "error": "invalid_auth"})
         self.record(method, body)
         if method == "auth.test":
-            return web.json_response({"ok": True, "user_id": BOT_USER, "team_id": TEAM, "user": "hermit"})
+            return web.json_response({"ok": True, "user_id": BOT_USER, "team_id": self.team, "user": "hermit"})
         if method == "apps.connections.open":
             return web.json_response({"ok": True, "url": f"ws://127.0.0.1:{self.port}/socket"})
         if method == "chat.postMessage":

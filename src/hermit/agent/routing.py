@@ -24,6 +24,7 @@ restores the original's behaviour (contacts in the main session) for a config th
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -143,12 +144,29 @@ def _matches(b: BindingConfig, inp: RouteInput, peer_id: str) -> bool:
     return m.team_id is None or m.team_id == _scope_id(inp.team_id, normalize_team_id)
 
 
+def session_peer(inp: RouteInput) -> str:
+    """The peer id a group's or a contact's session key carries. A Slack member or channel id names someone
+    only within one workspace (two workspaces may each have a `U0123` and a `C0123`), and a session key's
+    peer is also who shares its transcript, its room and its memory audience (memory/policy/audience.py): on
+    such a platform (`team_local_ids`) it carries the workspace the message came from, `U0123@T0001` — the
+    form channels/slack.py already gives a member of another workspace, which stays as it is. An Enterprise
+    Grid `W…` member id is global and stays bare. Without a team (a caller asking only which agent answers)
+    the account stands in for it: never a form another workspace's message can have."""
+    peer, settings = inp.peer_id, platforms().get(inp.channel.lower())
+    if settings is None or not settings.team_local_ids or "@" in peer or (inp.peer_kind == "dm" and peer[:1] == "W"):
+        return peer
+    team = (inp.team_id or "").strip().upper()
+    return f"{peer}@{team}" if team else f"{peer}@account.{inp.account_id}"
+
+
 def session_key_for(agent_id: str, dm_scope: DmScope, inp: RouteInput, *,
                     share_main_with_contacts: bool = False) -> str:
-    """The session key of a message routed to `agent_id` (SPEC §15 shapes, §18 owners)."""
+    """The session key of a message routed to `agent_id` (SPEC §15 shapes, §18 owners). An owner's DM keys
+    carry their id as `owners` lists it (dm_scope groups the owner's DMs across accounts by design); a
+    contact's and a group's carry `session_peer`."""
     channel = inp.channel.lower()
     if inp.peer_kind == "group":
-        return group_session_key(agent_id, channel, inp.peer_id, inp.thread_id, topic_id=inp.topic_id)
+        return group_session_key(agent_id, channel, session_peer(inp), inp.thread_id, topic_id=inp.topic_id)
     if channel == WEBCHAT:
         return main_session_key(agent_id)
     if dm_scope == "main":
@@ -158,6 +176,8 @@ def session_key_for(agent_id: str, dm_scope: DmScope, inp: RouteInput, *,
             return main_session_key(agent_id)
         # A contact: their own session, one per account and sender, whatever they are called elsewhere.
         dm_scope = "per-account-channel-peer"
+    if not inp.sender_is_owner:
+        inp = dataclasses.replace(inp, peer_id=session_peer(inp))
     if dm_scope == "per-peer" and not inp.sender_is_owner:
         # One session per person across channels is for the owner, whose ids the config names. A contact's
         # id means nothing outside its platform (a Telegram user id can be someone's WhatsApp number), so

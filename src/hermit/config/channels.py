@@ -48,6 +48,9 @@ class ChannelAccessConfig(_Strict):
     owner_hint: ClassVar[str] = ""  # how the owner finds their own id (`hermit setup`)
     secret_fields: ClassVar[tuple[str, ...]] = ()  # fields holding secrets; `<field>_env` names the variable
     group_scope: ClassVar[Literal["guild", "team"] | None] = None  # what groups belong to (bindings' guild_id/team_id)
+    # Sender and group ids name someone only within the message's team (Slack: a workspace's `U…`/`C…`), so a
+    # contact's or a group's session key carries the team too (agent.routing.session_peer).
+    team_local_ids: ClassVar[bool] = False
 
     enabled: bool = True
     owners: builtins.list[str] = Field(default_factory=builtins.list)  # sender ids (or @usernames) of the owner
@@ -126,6 +129,7 @@ class SlackAccountConfig(ChannelAccessConfig):
     owner_hint: ClassVar[str] = "your member id (U…)"
     secret_fields: ClassVar[tuple[str, ...]] = ("bot_token", "app_token", "signing_secret")
     group_scope: ClassVar[Literal["guild", "team"] | None] = "team"
+    team_local_ids: ClassVar[bool] = True
 
     mode: Literal["socket", "http"] = "socket"  # Socket Mode (no public URL needed) or the HTTP Events API
     bot_token_env: str = "SLACK_BOT_TOKEN"  # xoxb-…: chat.postMessage
