@@ -32,7 +32,8 @@ from hermit.testing import FakeProvider
 from prochelpers import PROC_TIMEOUT
 
 T = 30_000  # ms
-USED = "this link was already used or expired: run `hermit dashboard` again"
+USED = ("this link was already used or expired: get a new one — on a phone, from Operations → Sign in a phone in "
+        "the web app on your computer (or `hermit dashboard --phone`); on the computer, run `hermit dashboard` again")
 
 
 @pytest.fixture(scope="module")

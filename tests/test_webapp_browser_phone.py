@@ -29,7 +29,8 @@ from hermit.gateway.tickets import PREFIX
 from hermit.testing import FakeProvider
 from prochelpers import PROC_TIMEOUT, python_as, pythonpath
 
-USED = "this link was already used or expired: run `hermit dashboard` again"
+USED = ("this link was already used or expired: get a new one — on a phone, from Operations → Sign in a phone in "
+        "the web app on your computer (or `hermit dashboard --phone`); on the computer, run `hermit dashboard` again")
 # What the page draws, read back as modules: the QR code's pixels off a canvas (red channel), its module size
 # from the top-left finder pattern (7 modules wide), sampled at each module's centre.
 READ_QR = """async () => {

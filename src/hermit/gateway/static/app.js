@@ -129,9 +129,26 @@
     if (connected && viewHooks[view]) viewHooks[view](changed);
   }
 
-  function openDrawer() { document.body.classList.add("nav-open"); $("menu").setAttribute("aria-expanded", "true"); }
-  function closeDrawer() { document.body.classList.remove("nav-open"); $("menu").setAttribute("aria-expanded", "false"); }
+  // On a phone the drawer covers the page: opened, the focus goes into it (to the open view's tab) and the page
+  // behind it is inert, so a screen reader's swipes and a keyboard's Tab stay in the drawer; closed, the focus
+  // that was in it comes back to ☰.
+  function openDrawer() {
+    document.body.classList.add("nav-open");
+    $("menu").setAttribute("aria-expanded", "true");
+    document.querySelector("main").inert = true;
+    (document.querySelector(".tab.active") || document.querySelector(".tab")).focus();
+  }
+  function closeDrawer() {
+    const wasOpen = document.body.classList.contains("nav-open");
+    document.body.classList.remove("nav-open");
+    $("menu").setAttribute("aria-expanded", "false");
+    document.querySelector("main").inert = false;
+    if (wasOpen && $("sidebar").contains(document.activeElement)) $("menu").focus();
+  }
 
+  // Turned or resized to where there is no drawer (a tablet sideways): an open one closes, or the page would stay inert.
+  const drawerQuery = window.matchMedia("(max-width: 760px), (max-height: 480px)");
+  drawerQuery.addEventListener("change", () => { if (!drawerQuery.matches) closeDrawer(); });
   $("menu").addEventListener("click", () => document.body.classList.contains("nav-open") ? closeDrawer() : openDrawer());
   $("scrim").addEventListener("click", closeDrawer);
   document.addEventListener("keydown", (e) => { if (e.key === "Escape") closeDrawer(); });
@@ -162,12 +179,16 @@
     Array.from(a).reduce((d, c, i) => d | (c.charCodeAt(0) ^ b.charCodeAt(i)), 0) === 0;
 
   // A ticket refused as used or expired. The page's own words: before the handshake, what answers has proven
-  // nothing, and its text is not shown.
-  const LINK_USED = "this link was already used or expired: run `hermit dashboard` again";
+  // nothing, and its text is not shown. The link may have come from `hermit dashboard` (this computer) or from
+  // a QR code (a phone, where no command can be run): where to get a new one is said for both.
+  const LINK_USED = "this link was already used or expired: get a new one — on a phone, from Operations → Sign in " +
+    "a phone in the web app on your computer (or `hermit dashboard --phone`); on the computer, run `hermit dashboard` again";
+  const PHONE_HOW = " On a phone: scan the code from Operations → Sign in a phone in the web app on your computer " +
+    "(or `hermit dashboard --phone`).";
 
   function connect() {
     const ticket = sessionStorage.getItem("hermit.ticket") || "";
-    if (!token && !ticket) { signOut("This page is not signed in: run `hermit dashboard` and open the link it prints."); return; }
+    if (!token && !ticket) { signOut("This page is not signed in: run `hermit dashboard` and open the link it prints." + PHONE_HOW); return; }
     const secret = ticket || token;  // what the handshake is keyed by
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     const sock = ws = new WebSocket(proto + "//" + location.host + "/ws");

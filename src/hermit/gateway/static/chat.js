@@ -339,15 +339,35 @@
     if (p.omitted || !/^image\/(jpeg|png|gif|webp)$/.test(p.mediaType)) {
       return { url: "", text: "(an earlier photo, not loaded with the history: too many images to send at once)" };
     }
-    if (p.sha256) return photos.ready.has(p.sha256) ? { alt, url: photos.ready.get(p.sha256) }
-                                                    : { alt, load: () => photo(p.sha256, res) };
+    if (p.sha256) {
+      const url = kept(p.sha256);
+      return url ? { alt, url } : { alt, load: () => photo(p.sha256, res) };
+    }
     return { url: "data:" + p.mediaType + ";base64," + p.data, alt };
   }
 
-  // The photos brought so far, by the SHA-256 of their bytes (a promise of a data: URL), for the tab's life: in
-  // this tab's memory only — a photo is private, and gone when the tab is. One that failed is asked for again
-  // when next drawn.
-  const photos = { asked: new Map(), ready: new Map() };  // sha256 -> the promise; -> its URL once it came
+  // The photos brought so far, by the SHA-256 of their bytes (a data: URL), in this tab's memory only — a photo
+  // is private, and gone when the tab is. At most PHOTO_CACHE bytes of them are kept (a week of photos on a
+  // phone would otherwise stay in the tab until the browser kills it): the least recently drawn go first, and
+  // are asked for again if drawn again. One that failed is asked for again when next drawn.
+  const PHOTO_CACHE = Number(localStorage.getItem("hermit.photoCacheBytes")) || 32 * 1024 * 1024;
+  const photos = { asked: new Map(), ready: new Map(), bytes: 0 };  // sha256 -> the request under way; -> its URL
+  function kept(sha256) {
+    const url = photos.ready.get(sha256);
+    if (url) { photos.ready.delete(sha256); photos.ready.set(sha256, url); }  // the most recently drawn: last
+    return url;
+  }
+  function keep(sha256, url) {
+    if (photos.ready.has(sha256)) photos.bytes -= photos.ready.get(sha256).length;
+    photos.ready.delete(sha256);
+    photos.ready.set(sha256, url);
+    photos.bytes += url.length;
+    for (const [old, u] of photos.ready) {  // oldest first; the one just brought stays, however big
+      if (photos.bytes <= PHOTO_CACHE || old === sha256) break;
+      photos.ready.delete(old);
+      photos.bytes -= u.length;
+    }
+  }
   function photo(sha256, res) {
     let got = photos.asked.get(sha256);
     if (!got) {
@@ -355,10 +375,10 @@
       if (res.ended) params.sessionId = res.sessionId;
       got = H.request("chat.image", params).then((p) => {
         const url = "data:" + p.mediaType + ";base64," + p.data;
-        photos.ready.set(sha256, url);
+        keep(sha256, url);
         return url;
       });
-      got.catch(() => photos.asked.delete(sha256));
+      got.finally(() => photos.asked.delete(sha256)).catch(() => {});
       photos.asked.set(sha256, got);
     }
     return got;
@@ -490,5 +510,6 @@
     loadHistory().then(window.HermitSessions.refresh);
   });
   H.onView("chat", () => {});
-  window.HermitChat = { loadHistory, open, current: () => session };
+  window.HermitChat = { loadHistory, open, current: () => session,
+                        photoCache: () => ({ count: photos.ready.size, bytes: photos.bytes, cap: PHOTO_CACHE }) };
 })();

@@ -59,12 +59,14 @@
     for (const w of res.warnings || []) notes.push(w);
     say("memory-search-note", (res.results.length ? res.results.length + " result" + (res.results.length === 1 ? "" : "s") : "no results")
         + (notes.length ? " · " + notes.join(" · ") : ""), res.error ? "bad" : "");
+    const terms = termsOf(query);
     results.replaceChildren(...res.results.map((r) => el("li", {
       class: "result", tabindex: "0", role: "button",
       dataset: { path: r.path, start: r.startLine, end: r.endLine, audience: r.audience },
-      onclick: () => openFile(r.path, r.startLine, r.endLine),
-      onkeydown: (e) => { if (e.key === "Enter") openFile(r.path, r.startLine, r.endLine); },
+      onclick: () => openFile(r.path, r.startLine, r.endLine, terms),
+      onkeydown: (e) => { if (e.key === "Enter") openFile(r.path, r.startLine, r.endLine, terms); },
     },
+      el("div", { class: "r-where", text: whereOf(r) + " · lines " + r.startLine + "–" + r.endLine }),
       el("div", { class: "r-head" },
         el("span", { class: "r-path", text: r.path + ":" + r.startLine + "–" + r.endLine }),
         el("span", { class: "badge score", title: "score", text: r.score.toFixed(2) }),
@@ -72,7 +74,36 @@
         r.source !== "memory" ? el("span", { class: "badge", text: r.source }) : null),
       r.origin ? el("div", { class: "r-origin", text: "from " + (r.origin.channel ? r.origin.channel + " " : "")
         + (r.origin.group ? "group " + r.origin.group : "session " + r.origin.session) + (r.origin.sender ? " · by " + r.origin.sender : "") }) : null,
-      el("div", { class: "snippet", text: r.snippet }))));
+      el("div", { class: "snippet" }, marked(fromHit(r.snippet, terms), terms)))));
+  }
+
+  // Where a result is from, in words (a path says it only to those who know the layout): the long-term memory,
+  // a daily log by its date, a past conversation, another memory file.
+  const DAILY = /^memory\/(\d{4})-(\d{2})-(\d{2})(?:[-_.][^/]*)?\.md$/;
+  function whereOf(r) {
+    if (r.source && r.source !== "memory") return "a past conversation";
+    if (r.path === "MEMORY.md") return "long-term memory (MEMORY.md)";
+    const d = DAILY.exec(r.path);
+    if (!d) return "memory file " + r.path.replace(/^memory\//, "");
+    const day = new Date(Date.UTC(+d[1], +d[2] - 1, +d[3]));
+    const today = index && index.today === d[1] + "-" + d[2] + "-" + d[3] ? " (today)" : "";
+    return "daily log of " + day.toLocaleDateString(undefined, { timeZone: "UTC", weekday: "short", day: "numeric",
+                                                                  month: "short", year: "numeric" }) + today;
+  }
+
+  // The words searched for, to find and mark them in a passage (a keyword search finds them as typed).
+  const termsOf = (query) => [...new Set(query.toLowerCase().split(/\s+/).filter((t) => t.length > 0))];
+  const hasTerm = (line, terms) => terms.some((t) => line.toLowerCase().includes(t));
+  // A passage is shown from a line before its first hit when the hit is further down than its shown lines
+  // reach: the line that matched is what a phone shows, not the passage's heading.
+  function fromHit(snippet, terms) {
+    const lines = snippet.split("\n"), at = lines.findIndex((l) => hasTerm(l, terms));
+    return at > 2 ? "…\n" + lines.slice(at - 1).join("\n") : snippet;
+  }
+  function marked(text, terms) {
+    if (!terms.length) return text;
+    const escaped = terms.map((t) => t.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).sort((a, b) => b.length - a.length);
+    return text.split(new RegExp("(" + escaped.join("|") + ")", "i")).map((part, i) => i % 2 ? el("mark", { text: part }) : part);
   }
 
   // ---- files ------------------------------------------------------------------------------------------
@@ -112,7 +143,7 @@
 
   const size = (n) => n < 1024 ? n + " B" : n < 1048576 ? (n / 1024).toFixed(1) + " KB" : (n / 1048576).toFixed(1) + " MB";
 
-  async function openFile(path, start, end) {
+  async function openFile(path, start, end, terms) {
     if (!discard()) return false;
     say("memory-date-note", "");
     document.body.classList.add("file-open");
@@ -142,14 +173,15 @@
       const n = i + 1, b = inBlock.get(n), kind = b ? (b.owner ? " own" : " others") : "";
       const marker = b && (n === b.start || (n === b.end && b.closed));
       const line = el("div", {
-        class: "line" + (start && n >= start && n <= end ? " hit" : "") + kind + (marker ? " marker" : ""),
+        class: "line" + (start && n >= start && n <= end ? " hit" + (terms && hasTerm(text, terms) ? " term" : "") : "") + kind
+               + (marker ? " marker" : ""),
         dataset: { line: n }, title: b ? b.from + " · " + audienceLabel(b.audience) : null,
       }, el("span", { class: "ln", text: String(n) }), el("span", { class: "tx", text: text || " " }));
       if (!b || n !== b.start) return [line];
       return [el("div", { class: "origin-tag" + kind }, el("span", { class: "badge", dataset: { audience: b.audience },
         text: (b.owner ? "your main session's note" : b.from) + " · " + audienceLabel(b.audience) })), line];
     }));
-    const first = viewer.querySelector(".line.hit");
+    const first = viewer.querySelector(".line.term") || viewer.querySelector(".line.hit");
     if (first) first.scrollIntoView({ block: "center" });
     else viewer.scrollTop = 0;
     for (const li of filesEl.querySelectorAll("li[data-path]")) li.classList.toggle("active", li.dataset.path === res.path);
