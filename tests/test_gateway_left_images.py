@@ -223,3 +223,26 @@ def test_the_index_is_bounded_in_transcripts_and_photos(tmp_path: Path) -> None:
         "sha256": sha(jpeg(105)), "mediaType": "image/jpeg", "data": b64(jpeg(105))}
     assert session_image(store, keys[0], None, sha(shots[keys[0]][1]), index) is not None  # read again
     assert index.size() == (2, 4)
+
+
+@pytest.mark.parametrize("swap", ["another user's file", "a symlink"])
+def test_a_transcript_swapped_for_a_file_not_the_users_own_is_refused_though_indexed(
+        web: tuple[Web, SessionStore, TestClient, str], tmp_path: Path, swap: str) -> None:
+    w, store, _, _ = web
+    photo = jpeg(1)
+    session_id = photos_in(store, MAIN, [photo])
+    assert named(w) == [sha(photo)]
+    path = store.transcript_path(session_id)
+    planted = tmp_path / "planted.jsonl"
+    planted.write_bytes(path.read_bytes())  # the very same lines: the same photo at the same place
+    if swap == "a symlink":
+        os.replace(planted, path.with_suffix(".target"))
+        os.remove(path)
+        os.symlink(path.with_suffix(".target"), path)
+    else:
+        if os.getuid() == 0:  # a root-run gateway: a file uid 65534 (nobody) made
+            os.chown(planted, 65534, 65534)
+        else:  # a user's: one every user may write
+            os.chmod(planted, 0o666)
+        os.replace(planted, path)
+    refused(w, "bad_params", sha256=sha(photo))
