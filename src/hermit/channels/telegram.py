@@ -214,7 +214,8 @@ class TelegramChannel:
         assert self._state is not None
         t = self.cfg.poll_timeout_seconds
         updates = await self.call("getUpdates", {"offset": self._state.offset, "timeout": t,
-                                                 "allowed_updates": ["message"]}, timeout=t + 15.0)
+                                                 "allowed_updates": ["message", "edited_message"]},
+                                 timeout=t + 15.0)
         self._tracker.connected(True)
         for u in updates or []:
             update_id = _update_id(u)
@@ -234,7 +235,10 @@ class TelegramChannel:
         the journal write and, before this, stalled the whole account); an update that cannot be read at
         all is skipped and reported, so the offset still moves past it."""
         try:
-            return await self._inbound(valid_json(u).get("message"))
+            update = valid_json(u)
+            if "edited_message" in update:  # its sender's new text, for a message still waiting (gateway/bus.py)
+                return await self._inbound(update.get("edited_message"), edited=True)
+            return await self._inbound(update.get("message"))
         except Exception as e:  # noqa: BLE001 - one malformed update must not stop every chat of the account
             self._skipped(update_id, e)
             return None
@@ -267,7 +271,10 @@ class TelegramChannel:
         if outcome != "queued":  # refused, ignored or answered "busy": nothing more will come for it
             self._state.done(update_id)
 
-    async def _inbound(self, m: Mapping[str, Any] | None) -> InboundMessage | None:
+    async def _inbound(self, m: Mapping[str, Any] | None, *, edited: bool = False) -> InboundMessage | None:
+        """The message as the gateway takes it; `edited`: a change of a message sent before (Telegram's
+        `edited_message`), carrying its new text only — its files came with the message, and fetching them
+        again would stage files no turn ever files or deletes."""
         if not m or "from" not in m:
             return None
         chat, sender = m["chat"], m["from"]
@@ -292,8 +299,9 @@ class TelegramChannel:
             mentioned=mentioned,
             reply_to_bot=real_reply and int((reply.get("from") or {}).get("id", 0)) == self._bot_id,
             reply_to=str(reply["message_id"]) if real_reply else None,
-            attachments=await self._attachments(m), received_at=float(m.get("date") or self._clock()),
-            meta={"chat_id": str(chat["id"])})
+            attachments=() if edited else await self._attachments(m),
+            received_at=float(m.get("date") or self._clock()),
+            meta={"chat_id": str(chat["id"])}, change="edited" if edited else None)
 
     def _mentions_me(self, text: str, entities: list[Mapping[str, Any]]) -> bool:
         if not self._username:
