@@ -16,13 +16,15 @@ the sync that stops search finding it also takes its bytes out of `<agent>.sqlit
   a TRUNCATE checkpoint, or a PASSIVE one when a reader's snapshot holds the WAL (the next such sync, or
   the last connection to close, finishes it).
 
-An index written by an older Hermit is vacuumed once after migration 8 (old freed pages and in-page leftovers).
+An index written by an older Hermit is vacuumed once after migration 8 (old freed pages and in-page leftovers),
+its temporary database in memory: SQLite writes it past its page cache to a file of its own in /var/tmp (or
+$SQLITE_TMPDIR, $TMPDIR, /tmp) — a whole copy of the index, outside the state dir, perhaps on another (an
+unencrypted) file system whose freed blocks keep it after the file is gone.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable
 
 from hermit.db import BUSY_TIMEOUT_MS, Connection, DatabaseError, transaction
@@ -84,30 +86,49 @@ def checkpoint(conn: Connection) -> bool:
 
 
 def _room_to_vacuum(conn: Connection) -> bool:
-    """VACUUM writes a copy of the file to a temporary file and the whole file through the WAL (~2.6 s and
-    2 × 220 MB at 10k chunks with vectors): on a disk without that room it is left for a later open."""
+    """VACUUM builds the new file in memory (vacuum_once) and writes the whole of it through the WAL (~2.6 s,
+    220 MB of each at 10k chunks with vectors): without that room on the index's disk and in memory it is left
+    for a later open."""
     (size,) = conn.execute("select page_count * page_size from pragma_page_count, pragma_page_size").fetchone()
     (path,) = [r[2] for r in conn.execute("pragma database_list") if r[1] == "main"]
     try:
         here = os.statvfs(os.path.dirname(path) or ".")
-        tmp = os.statvfs(tempfile.gettempdir())
     except OSError:
         return False
     margin = 16 * 1024 * 1024
-    same = os.stat(os.path.dirname(path) or ".").st_dev == os.stat(tempfile.gettempdir()).st_dev
-    need_here = (3 if same else 2) * size + margin
-    return bool(here.f_bavail * here.f_frsize >= need_here and tmp.f_bavail * tmp.f_frsize >= size + margin)
+    memory = _memory_available()
+    return bool(here.f_bavail * here.f_frsize >= size + margin and (memory is None or memory >= size + 4 * margin))
+
+
+def _memory_available() -> int | None:
+    """Bytes of memory the system can give without swapping (Linux MemAvailable), None when unknown."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
 
 
 def vacuum_once(conn: Connection) -> None:
     """After migration 8, rewrite the file once: pages freed and rows deleted by an older Hermit kept their
-    bytes. Tried again on the next open when a reader kept it from finishing, or the disk had no room."""
+    bytes. Its temporary database is in memory (this connection's temp_store, for the VACUUM only): in a file
+    it would be a copy of the index outside its folder. Tried again on the next open when a reader kept it
+    from finishing, or the disk or memory had no room."""
     row = conn.execute("select value from meta where key = ?", (VACUUM_KEY,)).fetchone()
     if row is None or not _room_to_vacuum(conn):
         return
+    conn.execute("pragma temp_store = memory")
     try:
         conn.execute("vacuum")
     except DatabaseError:
         return
+    finally:
+        conn.execute("pragma temp_store = default")
     conn.execute("delete from meta where key = ?", (VACUUM_KEY,))
     checkpoint(conn)
