@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from hermit.memory.policy import added_notes
+from hermit.memory.policy.daily_log import memory_writes_locked
 from hermit.workspace import ensure_workspace
 from prochelpers import PROC_TIMEOUT
 
@@ -155,6 +157,10 @@ def test_an_agents_start_removes_a_dead_journal_and_keeps_a_live_one(tmp_path: P
     (ws / "memory").mkdir(parents=True)
     journal = ws / added_notes.WATCH_DIR / added_notes.JOURNAL
     _killed_with_journal(ws)
+    with memory_writes_locked(ws):  # a writer holds the memory lock: the agent starts at once, the journal waits
+        started = time.monotonic()
+        ensure_workspace(ws)
+        assert time.monotonic() - started < 5 and journal.exists()
     ensure_workspace(ws)  # what the gateway's and `hermit chat`'s agents do at start (agent/runtime.py)
     assert not journal.exists()
     assert not [p for p in journal.parent.iterdir()]  # the dead marker is swept too; the folder stays, empty
