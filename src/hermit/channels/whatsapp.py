@@ -187,6 +187,9 @@ class WhatsAppChannel:
                     channel=self.name, account_id=self.account_id, peer_kind="dm", peer_id=sender, sender_id=sender,
                     text="", message_id=original, received_at=sent_at or self._clock(), change="deleted"))
             return
+        if kind == "edit":  # the sender changed a message (numbers shared with the WhatsApp Business app, too)
+            await self._edited(m, sent_at)
+            return
         if kind not in ("text", "button", *MEDIA_KINDS):
             return  # reactions, locations, system notices: nothing for the agent
         if self._seen.seen(mid, sent_at):
@@ -217,6 +220,23 @@ class WhatsAppChannel:
             self._seen.forget(mid)
             raise
         self._commit_seen(mid, sent_at or self._clock())
+
+    async def _edited(self, m: Mapping[str, Any], sent_at: float | None) -> None:
+        """An edit, as a change of the message it names: the gateway runs that message with its new text while it
+        waits for its turn (an edit from anyone but its sender changes nothing there). Only its text: the files
+        came with the message, and fetching them again would stage files no turn ever files or deletes."""
+        assert self._sink is not None
+        edit = _obj(m.get("edit"))
+        original, sender = str(edit.get("original_message_id", "")), str(m.get("from", ""))
+        inner = _obj(edit.get("message"))
+        inner_kind = str(inner.get("type", ""))
+        if not original or not sender or inner_kind not in ("text", *MEDIA_KINDS):
+            return
+        body = _obj(inner.get(inner_kind))
+        text = str(body.get("body" if inner_kind == "text" else "caption", ""))
+        await self._sink.publish(InboundMessage(
+            channel=self.name, account_id=self.account_id, peer_kind="dm", peer_id=sender, sender_id=sender,
+            text=text, message_id=original, received_at=sent_at or self._clock(), change="edited"))
 
     def _commit_seen(self, mid: str, sent_at: float) -> None:
         """The message was handed on: a failing disk must not make Meta redeliver it (it would be answered
