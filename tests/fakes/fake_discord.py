@@ -116,7 +116,7 @@ class FakeDiscord(FakePlatform):
                            "global": False}, 429, {"Via": "1.1 google", "X-RateLimit-Scope": "user"})
 
     def _authorised(self, request: Any) -> bool:
-        return request.headers.get("Authorization", "").removeprefix("Bot ") in self.tokens
+        return request.headers.get("Authorization", "") in {f"Bot {t}" for t in self.tokens}  # a bot's, as Discord wants
 
     async def _guarded(self, route: str, request: Any) -> tuple[Any | None, Any]:
         body = json_body(await request.read()) if request.can_read_body else {}
@@ -130,8 +130,10 @@ class FakeDiscord(FakePlatform):
 
     async def _me(self, request: Any) -> Any:
         stop, _ = await self._guarded("me", request)
-        return stop or self._json({**user(BOT_ID, "hermit", bot=True), "verified": True, "mfa_enabled": False,
-                                   "flags": 0})
+        if stop is not None:
+            return stop
+        self.record("me", {})
+        return self._json({**user(BOT_ID, "hermit", bot=True), "verified": True, "mfa_enabled": False, "flags": 0})
 
     async def _application(self, request: Any) -> Any:
         stop, _ = await self._guarded("application", request)

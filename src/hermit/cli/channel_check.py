@@ -8,6 +8,9 @@ bot the token is, or what Telegram answered and how to fix it, before anything i
 or a line break inside are refused first: no key or token has one, a paste that caught more of a line does.
 Slack's bot token is checked the same way with auth.test (naming the bot and the workspace), WhatsApp's access
 token by reading its phone number from the Graph API (naming the number): each through the client of its channel.
+Discord's bot token by reading the bot's own user (GET /users/@me, `Authorization: Bot <token>`, naming the bot),
+through the same guarded client; discord.py talks to discord.com only, so `--api-base` points this check (and
+nothing else: it is not saved) at another server, e.g. a fake one in tests.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ BOTFATHER = "copy it again from @BotFather in Telegram (/mybots → your bot →
 
 
 NETWORK = "check the network (or the proxy); pass --no-check to save the token unchecked"
-CHECKED = ("telegram", "slack", "whatsapp")  # the channels whose token setup checks
+CHECKED = ("telegram", "slack", "whatsapp", "discord")  # the channels whose token setup checks
+DISCORD_API = "https://discord.com/api/v10"  # what discord.py talks to; --api-base only redirects the check
 
 
 @dataclass(frozen=True)
@@ -44,12 +48,12 @@ class TokenCheck:
 
     @property
     def title(self) -> str:
-        return {"slack": "Slack", "whatsapp": "the Graph API"}.get(self.channel, "Telegram")
+        return {"slack": "Slack", "whatsapp": "the Graph API", "discord": "Discord"}.get(self.channel, "Telegram")
 
 
 def confirm_token(check: TokenCheck, yes: Callable[[str], bool]) -> bool:
     """Check the token given to setup: True to save (it is a bot's or a number's, or the user saves it anyway)."""
-    how = {"telegram": "getMe", "slack": "auth.test"}.get(check.channel, "its phone number")
+    how = {"telegram": "getMe", "slack": "auth.test", "discord": "users/@me"}.get(check.channel, "its phone number")
     print(f"checking the {check.channel} token with {how}…", flush=True)
     try:
         print(f"ok: {check_token(check)}")
@@ -68,6 +72,8 @@ def check_token(check: TokenCheck) -> str:
         return asyncio.run(_slack_auth_test(check))
     if check.channel == "whatsapp":
         return asyncio.run(_whatsapp_number(check))
+    if check.channel == "discord":
+        return asyncio.run(_discord_me(check))
     return f"it is the token of the bot {check_telegram(check)}"
 
 
@@ -78,7 +84,8 @@ async def _ask(check: TokenCheck, title: str, what: str, method: str, url: str,
 
     from hermit.channels import local_api
 
-    setting = f"channels.{check.channel}.accounts.{check.account}.base_url"
+    # Discord has no base setting (discord.py talks to discord.com): only --api-base points the check elsewhere.
+    setting = "--api-base" if check.channel == "discord" else f"channels.{check.channel}.accounts.{check.account}.base_url"
     async with local_api.client(local_api.refusal(title, setting, what), timeout=TIMEOUT_SECONDS) as client:
         try:
             return await client.request(method, url, headers=dict(headers))
@@ -113,6 +120,24 @@ async def _slack_auth_test(check: TokenCheck) -> str:
     raise HermitError(f"Slack's auth.test answered {error}, not a bot",
                       f"check channels.slack.accounts.{check.account}.base_url ({check.api_base}); pass --no-check "
                       "to save the token unchecked")
+
+
+async def _discord_me(check: TokenCheck) -> str:
+    resp = await _ask(check, "Discord", "the Discord API server you gave with --api-base", "GET",
+                      f"{check.api_base.rstrip('/')}/users/@me", {"Authorization": f"Bot {check.token}"})
+    data = _json(resp)
+    if resp.status_code == 200 and data.get("id"):
+        name = f"@{data['username']}" if data.get("username") else "a bot"
+        return f"it is the token of the bot {name} (id {data['id']})"
+    said = f"{resp.status_code} {data.get('message', '')}".rstrip()
+    if resp.status_code == 401:
+        raise HermitError(f"Discord does not know this bot token ({said})",
+                          "copy it again from discord.com/developers/applications → your app → Bot → Reset Token "
+                          "(a token is shown once; resetting it ends the old one); it has no spaces. Pass --no-check "
+                          "to save it unchecked")
+    raise HermitError(f"Discord's users/@me answered {said}, not a bot",
+                      f"check --api-base ({check.api_base}), or leave it out for discord.com; pass --no-check to save "
+                      "the token unchecked")
 
 
 async def _whatsapp_number(check: TokenCheck) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hermit.cli.channel_check import CHECKED, TokenCheck, confirm_token, refuse_inner_whitespace
+from hermit.cli.channel_check import CHECKED, DISCORD_API, TokenCheck, confirm_token, refuse_inner_whitespace
 from hermit.cli.config_file import ConfigText, config_text, edit_config
 from hermit.cli.context import CliContext
 from hermit.cli.setup_keys import (
@@ -76,7 +76,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "token's lines when those are read from stdin too)")
     p.add_argument("--phone-number-id", help="WhatsApp: the Cloud API phone number id")
     p.add_argument("--api-base", metavar="URL", help="Telegram: a Bot API server of your own (default "
-                   "https://api.telegram.org); Slack, WhatsApp: the API's base_url; the token is checked there")
+                   "https://api.telegram.org); Slack, WhatsApp: the API's base_url; the token is checked there. "
+                   f"Discord: where only the token check goes (default {DISCORD_API}; not saved)")
     p.add_argument("--owner", action="append", default=[], metavar="ID",
                    help="your own sender id on the channel (repeatable): your DMs reach your main session")
     p.add_argument("--dm-policy", choices=DM_POLICIES, help="what strangers' DMs get (default: pairing)")
@@ -143,7 +144,7 @@ class Plan:
     channel: str | None = None
     key_var: str | None = None  # the variable the model's key is stored as, when it needs one
     fake_start: str | None = None  # the command that starts the fake provider this plan points at
-    token_check: TokenCheck | None = None  # a Telegram/Slack/WhatsApp token given this run: checked before saving
+    token_check: TokenCheck | None = None  # a bot or access token given this run: checked before saving
 
 
 def _get_json(url: str) -> Any:
@@ -378,7 +379,8 @@ def _plan_secrets(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan:
         if value is not None:
             var = own
             if channel in CHECKED and i == 0:
-                base = str(args.api_base or getattr(cfg, "api_base", None) or getattr(cfg, "base_url", ""))
+                base = str(args.api_base or getattr(cfg, "api_base", None) or getattr(cfg, "base_url", None)
+                           or (DISCORD_API if channel == "discord" else ""))
                 plan.token_check = TokenCheck(account, base, value, channel)
         if value is None and ctx.environ.get(var):
             note_shell_only(ctx, plan.notes, var, f"--channel {channel} --account {account} {flag}")
@@ -405,9 +407,9 @@ def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: 
     existing = ctx.config().config.channels.accounts_of(channel).get(account)
     cfg = existing or platforms()[channel]()
     prefix = ("channels", channel, "accounts", account)
-    if args.api_base:
+    if args.api_base and channel != "discord":  # discord.py talks to discord.com: the URL only redirects the check
         if channel not in CHECKED:
-            raise ConfigError(f"--api-base is for Telegram, Slack and WhatsApp, not {channel}",
+            raise ConfigError(f"--api-base is for Telegram, Slack, WhatsApp and Discord's token check, not {channel}",
                               f"{channel}'s library talks to its platform itself: leave --api-base out")
         plan.updates.append(((*prefix, "api_base" if channel == "telegram" else "base_url"), args.api_base))
     _plan_secrets(ctx, args, ui, plan, channel, account, existing is None, cfg)
