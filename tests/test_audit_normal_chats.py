@@ -39,6 +39,7 @@ from hermit.messages import ToolResultMessage
 from hermit.models.base import ModelRequest
 from hermit.testing import FunctionModel
 from hermit.testing.scripted import Reply, request_text
+from hermit.workspace import ensure_workspace
 
 OWNER, CONTACT = "1001", "42"
 NOTE = "a contact of your user, not your user"
@@ -46,7 +47,7 @@ MEMORY_CANARY, PRIVATE_CANARY = "MEMCANARY-8812", "PRIVCANARY-5530"
 
 
 def chat(home: Path, dm_scope: str, *messages: InboundMessage,
-         model: Callable[[ModelRequest], Reply] | None = None) -> dict[str, str]:
+         model: Callable[[ModelRequest], Reply] | None = None, bootstrap: bool = False) -> dict[str, str]:
     """Each message's turn through the bus; the system prompt each session's request carried, by session key.
     `model` answers instead of "ok" (the runtime then has its memory service and tools)."""
     raw: dict[str, Any] = {
@@ -56,7 +57,9 @@ def chat(home: Path, dm_scope: str, *messages: InboundMessage,
                                                            "require_mention": False}}}}}
     loaded = build_config(raw, StatePaths(home))
     ws = loaded.agent().workspace
-    ws.mkdir(parents=True)
+    if bootstrap:  # a brand-new workspace, as `hermit init` leaves it
+        ensure_workspace(ws)
+    ws.mkdir(parents=True, exist_ok=True)
     (ws / "USER.md").write_text("# USER.md\n\n- Name: Ann Example\n- Notes: dentist on Friday\n")
     (ws / "MEMORY.md").write_text(f"# MEMORY\n\n- {MEMORY_CANARY}: the bank PIN is 4471\n")
     (ws / "memory" / "private").mkdir(parents=True)
@@ -128,3 +131,14 @@ def test_the_owner_speaking_in_a_group_gets_the_groups_memory_not_the_owners(tmp
     assert "MEMORY.md is not available in this session" in group and "nothing in it is shared with this chat" in group
     assert MEMORY_CANARY not in group and PRIVATE_CANARY not in group
     assert MEMORY_CANARY in seen["agent:main:main"] and PRIVATE_CANARY in seen["agent:main:main"]
+
+
+def test_the_first_run_ritual_is_the_owners_only(tmp_path: Path) -> None:
+    """A brand-new workspace's BOOTSTRAP.md ("ask who you are talking to, fill in USER.md together") went into every
+    session's prompt: a contact who wrote before the owner's first chat was asked for their name and timezone and
+    onboarded as the user. Now only the owner's main session gets it."""
+    seen = chat(tmp_path, "main", inbound("hi", CONTACT), inbound("hello all", "-100", kind="group"),
+                inbound("hi", OWNER), bootstrap=True)
+    assert "## BOOTSTRAP.md" in seen["agent:main:main"]
+    assert "## BOOTSTRAP.md" not in seen[f"agent:main:telegram:default:dm:{CONTACT}"]
+    assert "## BOOTSTRAP.md" not in seen["agent:main:telegram:group:-100"]

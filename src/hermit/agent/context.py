@@ -201,6 +201,7 @@ def compacted_note(memory_tools: bool, sessions_searchable: bool) -> str:
             f"{where}, then memory_get the lines you need.")
 
 
+FIRST_RUN_FILE = "BOOTSTRAP.md"
 PROJECT_HEADING = "# Project Context\nWorkspace files loaded for you (edit them to change how you work):"
 
 
@@ -221,6 +222,10 @@ def build_system_prompt(p: PromptInputs) -> SystemPrompt:
         # chats get the file with those lines withheld, as they get memory files.
         render=None if reader.owner else lambda name, text: visible_text(text, name, reader),
     )
+    if not reader.owner:
+        # The first-run ritual ("ask who you are talking to, fill in USER.md together") is the owner's: a contact
+        # or a group that wrote before the owner's first chat was asked for their name and timezone, as the user.
+        files = [f for f in files if f.name != FIRST_RUN_FILE]
     blocks = [_block(f"system: {name}", text) for name, text in sections]
     blocks.append(_block("project: heading", PROJECT_HEADING))
     parts = [t for _, t in sections] + [PROJECT_HEADING]
