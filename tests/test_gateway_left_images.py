@@ -246,3 +246,20 @@ def test_a_transcript_swapped_for_a_file_not_the_users_own_is_refused_though_ind
             os.chmod(planted, 0o666)
         os.replace(planted, path)
     refused(w, "bad_params", sha256=sha(photo))
+
+
+def test_an_image_part_that_is_no_drawable_image_is_neither_named_nor_served(
+        web: tuple[Web, SessionStore, TestClient, str]) -> None:
+    w, store, _, _ = web
+    good = jpeg(5)
+    opened = store.get_or_create(MAIN)
+    t = store.open_transcript(opened.record)
+    odd = ["QUJ", "QU=JD", "Q UJD", "QUJDé", "", b64(good) + "\n"]  # padding, spaces, not ASCII, empty, a newline
+    t.append_message({"role": "user", "timestamp": 0, "content": [
+        *({"type": "image", "mimeType": "image/png", "data": d} for d in odd),
+        {"type": "image", "mimeType": "text/html", "data": b64(b"<b>")},
+        {"type": "image", "mimeType": "image/jpeg", "data": b64(good)}]})
+    assert named(w) == [sha(good)]
+    assert w.ok("chat.image", sha256=sha(good))["data"] == b64(good)
+    refused(w, "not_found", sha256=sha(b"<b>"))
+    refused(w, "not_found", sha256=sha(b"AB"))  # what "QUJ" would be, wrongly padded
