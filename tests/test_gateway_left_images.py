@@ -263,3 +263,21 @@ def test_an_image_part_that_is_no_drawable_image_is_neither_named_nor_served(
     assert w.ok("chat.image", sha256=sha(good))["data"] == b64(good)
     refused(w, "not_found", sha256=sha(b"<b>"))
     refused(w, "not_found", sha256=sha(b"AB"))  # what "QUJ" would be, wrongly padded
+
+
+def test_a_torn_last_line_then_a_new_turn_leave_every_photo_found(web: tuple[Web, SessionStore, TestClient, str]) -> None:
+    w, store, _, _ = web
+    first, torn, later = jpeg(1), jpeg(2), jpeg(3)
+    session_id = photos_in(store, MAIN, [first])
+    assert named(w) == [sha(first)]
+    path = store.transcript_path(session_id)
+    line = json.dumps({"type": "message", "id": "torn1", "parentId": None, "timestamp": "2026-03-02T09:00:00Z",
+                       "message": UserMessage("cut", (ImagePart("image/jpeg", b64(torn)),)).to_dict()})
+    with open(path, "ab") as f:  # a gateway killed (-9) in the middle of its write
+        f.write(line[: len(line) // 2].encode())
+    assert w.ok("chat.image", sha256=sha(first))["data"] == b64(first)
+    refused(w, "not_found", sha256=sha(torn))
+    Transcript.open(path, fsync=False).append_message(UserMessage("again", (ImagePart("image/jpeg", b64(later)),)).to_dict())
+    assert w.ok("chat.image", sha256=sha(later))["data"] == b64(later)  # on its own line, after the torn one
+    assert w.ok("chat.image", sha256=sha(first))["data"] == b64(first)
+    assert named(w) == [sha(first), sha(later)]
