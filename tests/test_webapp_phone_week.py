@@ -4,6 +4,7 @@ model (hermit.testing.FakeProvider), on the demo memory (English, 中文, a long
 - Every control a thumb taps is at least 44×44 CSS px and nothing is wider than the screen — upright at 390×844
   and 360×640, sideways at 844×390 — in the chat, the drawer, the memory list, a long note, the editor and
   Operations.
+- An ended session sideways keeps room to read it (its note a line, no idle box).
 - At 200 % text (the page 195 px wide), the header's pill keeps its word whole and the message box stays a box.
 - A search result says where it is from in words (the daily log's date) and shows the line that matched, marked,
   even below the passage's first lines; opening it scrolls to that line.
@@ -31,7 +32,7 @@ from browserdemo import PHONE_SIZE, Demo, T, browser_fixture, open_page, served_
 from hermit.messages import AssistantMessage, ImagePart, TextPart, UserMessage
 from hermit.sessions.store import SessionStore
 from test_webapp_browser_photos import png
-from webapphelpers import build_demo_home
+from webapphelpers import CLI_KEY, build_demo_home
 
 PHOTOS_KEY = "photos"  # a session of the owner's (a CLI name) with four photos
 PHOTOS = [base64.b64encode(png(120, 90, 40 + n)).decode() for n in range(4)]  # ~43 KB of base64 each
@@ -121,6 +122,10 @@ def test_every_control_is_a_thumbs_size_and_nothing_is_wider_than_the_screen(bro
     page, found = opened.page, {}
     page.wait_for_selector("#messages .notice, #messages .msg", timeout=T)
     audit(page, "chat", found)
+    page.set_input_files("#attach-input", {"name": "receipt.png", "mimeType": "image/png", "buffer": png(60, 40, 1)})
+    page.wait_for_selector(".attachment img", timeout=T)
+    audit(page, "a photo to send", found)  # its × too
+    page.tap(".attachment-remove")
     open_drawer(page)
     audit(page, "drawer", found)
     page.keyboard.press("Escape")
@@ -144,6 +149,28 @@ def test_every_control_is_a_thumbs_size_and_nothing_is_wider_than_the_screen(bro
     page.tap("#view-ops details > summary")
     audit(page, "operations", found)
     assert found == {}
+    assert opened.errors == []
+    opened.context.close()
+
+
+def test_an_ended_session_sideways_leaves_the_conversation_room(browser: Any, demo: Demo) -> None:
+    opened = phone(browser, demo, 844, 390)  # a phone sideways
+    page = opened.page
+    page.evaluate(f"window.HermitChat.open({{key: '{CLI_KEY}', agentId: 'main'}})")
+    page.wait_for_selector("#messages .msg.assistant", timeout=T)
+    page.fill("#input", "/new")
+    page.tap("#send")
+    page.wait_for_function("() => !document.querySelector('#messages .msg')", timeout=T)  # the new, empty session
+    open_drawer(page)
+    ended = f"li.ended[data-ended-key='{CLI_KEY}']"
+    page.locator("li.earlier").filter(has=page.locator(ended)).locator(".earlier-toggle").tap()
+    page.tap(ended)
+    page.wait_for_selector("body.ended-session #messages .msg.assistant", timeout=T)
+    room = page.evaluate("document.getElementById('messages').getBoundingClientRect().height")
+    assert room >= 200, room  # was 93 px of 390 under the ended note and an idle, disabled box
+    assert page.is_visible("#open-current") and page.is_hidden("#composer")
+    page.set_viewport_size({"width": 390, "height": 844})  # upright again: the note says it all, the box is there
+    assert page.is_visible(".ended-why") and page.is_visible("#composer")
     assert opened.errors == []
     opened.context.close()
 

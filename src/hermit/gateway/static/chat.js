@@ -474,7 +474,7 @@
     if (!ended) { note.replaceChildren(el("span", { text: "Read-only here — " + res.why })); return; }
     note.replaceChildren(
       el("span", { class: "ended-label", text: "Ended session" }), " ",
-      el("span", { text: "This session ended on " + stamp(ended.endedAt) + " (" + ended.reason + "); it started " +
+      el("span", { class: "ended-why", text: "This session ended on " + stamp(ended.endedAt) + " (" + ended.reason + "); it started " +
                          stamp(ended.startedAt) + ". It is kept as it was: nothing more can be added to it." }), " ",
       el("button", { type: "button", id: "open-current", text: "Open the current session",
                      onclick: () => open({ key: res.sessionKey, agentId: res.agentId }) }));
