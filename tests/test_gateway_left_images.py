@@ -281,3 +281,51 @@ def test_a_torn_last_line_then_a_new_turn_leave_every_photo_found(web: tuple[Web
     assert w.ok("chat.image", sha256=sha(later))["data"] == b64(later)  # on its own line, after the torn one
     assert w.ok("chat.image", sha256=sha(first))["data"] == b64(first)
     assert named(w) == [sha(first), sha(later)]
+
+
+def test_photos_asked_for_while_a_scrub_and_turns_race_never_outlive_the_scrub(tmp_path: Path) -> None:
+    import threading
+
+    from hermit.gateway.history import chat_history, session_image
+    from hermit.gateway.image_index import PhotoIndex
+
+    store = SessionStore(tmp_path / "sessions", cwd=tmp_path, fsync=False)
+    photos = [jpeg(n) for n in range(8)]
+    session_id = photos_in(store, CLI, photos)
+    index = PhotoIndex()
+    chat_history(store, CLI, 50, images=True, image_refs=True, photos=index)
+    scrubbed = threading.Event()
+    stop = threading.Event()
+    wrong: list[str] = []
+    served_after = []
+
+    def asker() -> None:
+        while not stop.is_set():
+            after = scrubbed.is_set()  # taken before the request starts
+            for n, p in enumerate(photos):
+                got = session_image(store, CLI, None, sha(p), index)
+                if got is not None and got["data"] != b64(p):
+                    wrong.append(f"photo {n}: other bytes")
+                if n == 2 and after and got is not None:
+                    served_after.append(n)
+
+    def writer() -> None:
+        t = Transcript.open(store.transcript_path(session_id), fsync=False)
+        for n in range(20):
+            t.append_message(AssistantMessage((TextPart(f"more {n}"),), model="m", provider="p").to_dict())
+
+    askers = [threading.Thread(target=asker) for _ in range(3)]
+    for a in askers:
+        a.start()
+    w = threading.Thread(target=writer)
+    w.start()
+    scrub_copies(Transcript.open(store.transcript_path(session_id), fsync=False), "webchat:default:m2")
+    scrubbed.set()
+    w.join()
+    writer()  # more turns after the scrub
+    stop.set()
+    for a in askers:
+        a.join()
+    assert wrong == [] and served_after == []
+    assert session_image(store, CLI, None, sha(photos[2]), index) is None
+    assert all(session_image(store, CLI, None, sha(p), index) is not None for n, p in enumerate(photos) if n != 2)
