@@ -7,7 +7,9 @@ archive taken while a command ran, or after a watcher was killed, carried those 
 back a journal no command would remove until the owner's next one. A watcher killed mid-command (kill -9 of
 `hermit chat`) left its journal on disk until the owner's next command, however long that took. Now backup
 leaves the folder out (counted and named), restore never brings one back (an older archive's), and the next
-start of an agent on the workspace removes a journal no live watcher holds — never a live one.
+start of an agent on the workspace removes a journal no live watcher holds — never a live one. Pending sign-in
+tickets (keys to the gateway token for the gateway process that was running) are left out and never restored
+either.
 Real `hermit backup` / `hermit restore` subprocesses, real processes killed with -9.
 """
 
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+from hermit.gateway.tickets import issue_ticket
 from hermit.memory.policy import added_notes
 from hermit.memory.policy.daily_log import memory_writes_locked
 from hermit.workspace import ensure_workspace
@@ -97,6 +100,8 @@ def test_backup_leaves_out_the_watch_journal_of_a_live_and_a_killed_watcher(tmp_
     (extra / "notes" / added_notes.WATCH_DIR).mkdir(parents=True)  # a user's folder of that name, deeper: kept
     (extra / "notes" / added_notes.WATCH_DIR / "mine.md").write_text("my own\n")
     ws = home / "workspace"
+    (home / "gateway").mkdir(mode=0o700, exist_ok=True)
+    issue_ticket(home, os.getpid())  # a phone's sign-in link made a minute ago: a key to the gateway token
     with _watcher(ws):  # the main workspace: a command runs while the backup is taken
         added_notes.added(ws / "memory" / "2026-01-20.md", NOTE)
         assert (ws / added_notes.WATCH_DIR / added_notes.JOURNAL).exists()
@@ -109,6 +114,7 @@ def test_backup_leaves_out_the_watch_journal_of_a_live_and_a_killed_watcher(tmp_
                          "hermit-backup/external/side/workspace/notes/.hermit-watch/mine.md"], watch
         manifest = json.loads(tar.extractfile("hermit-backup/manifest.json").read())  # type: ignore[union-attr]
         assert manifest["workspaces"] == ["home/workspace", "external/side/workspace"]
+        assert not [n for n in names if "/gateway/ticket-" in n], names
         # the notes themselves are backed up; only the journal's copies are not
         assert tar.extractfile("hermit-backup/home/workspace/memory/2026-01-20.md") is not None
     assert "workspace/.hermit-watch/" in r.stdout and f"{extra}/.hermit-watch/" in r.stdout, r.stdout
@@ -116,7 +122,7 @@ def test_backup_leaves_out_the_watch_journal_of_a_live_and_a_killed_watcher(tmp_
 
 def _with_watch_members(src: Path, dst: Path) -> None:
     """`src` as an older `hermit backup` wrote it: no workspaces in its manifest, a `.hermit-watch/` folder (a
-    dead marker and a journal holding a contact's note) at the workspace's top."""
+    dead marker and a journal holding a contact's note) at the workspace's top, a pending sign-in ticket."""
     with tarfile.open(src) as old, tarfile.open(dst, "w:gz", format=tarfile.PAX_FORMAT) as new:
         for m in old.getmembers():
             data = old.extractfile(m).read() if m.isfile() else None  # type: ignore[union-attr]
@@ -130,9 +136,11 @@ def _with_watch_members(src: Path, dst: Path) -> None:
         folder = tarfile.TarInfo(base)
         folder.type, folder.mode = tarfile.DIRTYPE, 0o700
         new.addfile(folder)
-        for name, body in (("added.jsonl", json.dumps({"pid": "1.x", "at": 1, "path": "p", "text": NOTE}) + "\n"),
-                           ("4242.1.abcd1234", "")):
-            info = tarfile.TarInfo(f"{base}/{name}")
+        ticket = {"ticket": "t", "expires": 9e9, "gateway": 1, "started": 35}
+        for name, body in ((f"{base}/added.jsonl", json.dumps({"pid": "1.x", "at": 1, "path": "p", "text": NOTE}) + "\n"),
+                           (f"{base}/4242.1.abcd1234", ""),
+                           (f"hermit-backup/home/gateway/ticket-{'a' * 64}", json.dumps(ticket))):
+            info = tarfile.TarInfo(name)
             raw = body.encode()
             info.size, info.mode = len(raw), 0o600
             new.addfile(info, io.BytesIO(raw))
@@ -149,7 +157,8 @@ def test_restore_never_brings_back_a_watch_journal_of_an_older_archive(tmp_path:
     assert r.returncode == 0, r.stderr
     assert (target / "workspace" / "memory" / "2026-01-20.md").read_text().endswith(NOTE)
     assert not (target / "workspace" / added_notes.WATCH_DIR).exists()
-    assert "left out 2 files of .hermit-watch/" in r.stdout, r.stdout
+    assert not list((target / "gateway").glob("ticket-*"))
+    assert "left out 3 transient files an older backup stored (.hermit-watch/" in r.stdout, r.stdout
 
 
 def test_an_agents_start_removes_a_dead_journal_and_keeps_a_live_one(tmp_path: Path) -> None:

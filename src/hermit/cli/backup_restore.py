@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from hermit.cli.backup import FORMAT, TOP, BackupError, _inside
 from hermit.cli.backup_copy import DAMAGED
+from hermit.cli.backup_walk import TRANSIENT_STATE
 from hermit.cli.context import CliContext
 from hermit.cli.restore_journal import (
     DIR_FLAGS,
@@ -113,7 +114,7 @@ def restore(ctx: CliContext, args: argparse.Namespace) -> int:
         for m in members:
             if last[m.name] is not m:
                 continue
-            if m.name in watch or any(m.name.startswith(w + "/") for w in watch):
+            if _transient(m, watch):
                 transient += m.isfile()
                 continue
             rel = PurePosixPath(m.name).relative_to(TOP)
@@ -126,8 +127,8 @@ def restore(ctx: CliContext, args: argparse.Namespace) -> int:
                               "restored", "it was written from a state dir that did not exist or was empty (a "
                               "mistyped HERMIT_HOME?); back up the right one (HERMIT_HOME or --home) and restore that")
         if transient:
-            print(f"left out {transient} file{'s' if transient > 1 else ''} of {WATCH_DIR}/ (what other chats added "
-                  "while a command of the owner's ran, kept only while it runs)")
+            print(f"left out {transient} transient file{'s' if transient > 1 else ''} an older backup stored "
+                  f"({WATCH_DIR}/: what other chats added while a command of the owner's ran; sign-in tickets)")
         done = "nothing was restored"
         gateway = hold_gateway_lock(home) if args.force else None
         try:
@@ -247,6 +248,16 @@ def _watch_folders(manifest: dict[str, object], members: list[tarfile.TarInfo]) 
         if (p.name == "MEMORY.md" and m.isfile()) or (p.name == "memory" and m.isdir()):
             tops.add(str(p.parent))
     return {f"{t}/{WATCH_DIR}" for t in tops}
+
+
+def _transient(m: tarfile.TarInfo, watch: set[str]) -> bool:
+    """A member an older `hermit backup` stored that a restore leaves out: in a `.hermit-watch/` folder
+    (`watch`), or a sign-in ticket or launcher page of the state dir's gateway/ (a key for a gateway process
+    that will not run again)."""
+    if m.name in watch or any(m.name.startswith(w + "/") for w in watch):
+        return True
+    rel = PurePosixPath(m.name).relative_to(TOP)
+    return rel.parts[:1] == ("home",) and TRANSIENT_STATE.fullmatch(PurePosixPath(*rel.parts[1:]).as_posix()) is not None
 
 
 def _folder_of(p: PurePosixPath) -> tuple[str, ...]:

@@ -5,7 +5,8 @@ Left out: only Hermit's own derived or transient files at the places Hermit keep
 is configured, with its SQLite sidecars, lock and rebuild files; lock files (`*.lock`) in the folders Hermit
 alone writes (the state dir outside workspaces, session stores); and files named the way Hermit names a file
 it is still writing (`.NAME.tmp-<pid>-<8 hex>`, `.NAME.<12 hex>.tmp`, `.NAME.restore-tmp`, a restore's
-`.hermit-restore-<16 hex>` folder and its `.ready` marker); and at the top of each workspace `.hermit-watch/`, the
+`.hermit-restore-<16 hex>` folder and its `.ready` marker); the gateway's pending sign-in tickets and the
+dashboard's launcher pages (keys for a gateway process that will not run again); and at the top of each workspace `.hermit-watch/`, the
 journal of notes other chats added while an owner's command ran (memory/policy/added_notes.py): other chats'
 words, a deleted message's copy among them, that means nothing once its command has ended, and that a restore
 would bring back as a journal nobody removes. Nothing else in a workspace is left out for how its name ends: a
@@ -35,6 +36,9 @@ from hermit.memory.policy.added_notes import WATCH_DIR
 
 # The state dir's own derived or transient folders (relative to it).
 DERIVED_DIRS = ("memory", "cache", "logs", "inbox", "channels/status")
+# The state dir's transient files: sign-in tickets (gateway/tickets.py: keys to the gateway token for ten
+# minutes, for the gateway process that was running) and the dashboard's launcher pages that carry one.
+TRANSIENT_STATE = re.compile(r"gateway/(ticket-[0-9a-f]{64}|dashboard-[0-9a-f]{16}\.html)")
 HERMIT_TEMP = re.compile(r"\..+\.(tmp-\d+-[0-9a-f]{8}|[0-9a-f]{12}\.tmp|restore-tmp)|\.hermit-restore-[0-9a-f]{16}(\.ready)?")
 INDEX_SIDECARS = ("", "-wal", "-shm", "-journal", ".lock")
 SHOWN = 10  # names printed of what was left out
@@ -104,7 +108,7 @@ def _left_out(tree: Tree, rel: PurePosixPath, path: Path, is_dir: bool, index_fi
         return True
     if _in(rel, tree.workspaces):
         return name == WATCH_DIR and is_dir and rel.parent in tree.workspaces
-    if rel.as_posix() in tree.derived:
+    if rel.as_posix() in tree.derived or (tree.derived and TRANSIENT_STATE.fullmatch(rel.as_posix())):
         return True
     return tree.own and not is_dir and (name == ".lock" or name.endswith(".lock"))
 
