@@ -11,6 +11,7 @@ model (hermit.testing.FakeProvider), on the demo memory (English, 中文, a long
 - Dark mode (the phone's setting) draws the page dark with readable text (contrast ≥ 4.5:1).
 - The tab's photo cache is bounded in bytes (least recently drawn out first); a photo dropped is brought again.
 - A used or expired link opened on a phone says where a phone gets a new one, not only `hermit dashboard`.
+- A streamed reply is aria-busy until it is whole (the conversation is a role=log).
 - The drawer takes the focus when it opens and leaves the page behind inert; turning the screen to where there
   is no drawer gives the page back.
 - An edit of MEMORY.md in progress survives losing the gateway and coming back, and saves then.
@@ -84,7 +85,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
             t.append_message(UserMessage(f"photo {n}", (ImagePart("image/png", data),)).to_dict())
             t.append_message(AssistantMessage((TextPart(f"Seen {n}."),), model="test-model", provider="fake").to_dict())
 
-    with served_demo(tmp_path_factory.mktemp("week") / "home", [], prepare) as served:
+    steps = [{"match": {"contains": "slow-reply"}, "delay": 1.5, "text": "A whole **reply**, read once."}]
+    with served_demo(tmp_path_factory.mktemp("week") / "home", steps, prepare) as served:
         yield served
 
 
@@ -310,6 +312,21 @@ def test_the_drawer_takes_the_focus_and_gives_the_page_back(browser: Any, demo: 
     page.fill("#input", "typed after turning")  # the page is usable
     assert page.input_value("#input") == "typed after turning"
     page.fill("#input", "")
+    assert opened.errors == []
+    opened.context.close()
+
+
+def test_a_screen_reader_hears_a_reply_once_it_is_whole(browser: Any, demo: Demo) -> None:
+    opened = phone(browser, demo, *PHONE_SIZE)
+    page = opened.page
+    assert page.get_attribute("#messages", "role") == "log"
+    page.fill("#input", "slow-reply please")
+    page.tap("#send")
+    page.wait_for_selector(".msg.assistant.typing .body[aria-busy='true']", state="attached", timeout=T)  # redrawn while it comes
+    reply = page.locator(".msg.assistant", has_text="A whole reply, read once.")
+    reply.wait_for(timeout=T)
+    page.wait_for_function("() => !document.querySelector('#messages [aria-busy]')", timeout=T)
+    assert reply.locator("strong").inner_text() == "reply"
     assert opened.errors == []
     opened.context.close()
 

@@ -149,6 +149,7 @@
     const turn = turnOf(p);
     if (!turn) return;
     turn.bubble.classList.remove("typing");
+    turn.body.removeAttribute("aria-busy");  // whole now: a screen reader reads it once
     unwait(turn.bubble);
     if (turn.frame || turn.plain) setText(turn, turn.text);  // the last deltas, and Markdown once at the end
     turn.bubble.dataset.done = p.status;
@@ -187,6 +188,9 @@
     const mine = bubble("user", text, { files: files.map((c) => ({ url: c.url, alt: c.file.name, text: "attached: " + c.file.name })) });
     const reply = bubble("assistant", "");
     reply.bubble.classList.add("typing");
+    // Redrawn at every frame while it streams: a screen reader waits for the whole reply (the conversation is a
+    // role=log, which would read each redrawn frame as new text).
+    reply.body.setAttribute("aria-busy", "true");
     reply.mine = mine.bubble;
     reply.chat = session.agentId + "\n" + session.key;
     const id = "m" + Date.now().toString(36) + Math.random().toString(36).slice(2, 6);
