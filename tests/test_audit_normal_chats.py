@@ -46,8 +46,17 @@ NOTE = "a contact of your user, not your user"
 MEMORY_CANARY, PRIVATE_CANARY = "MEMCANARY-8812", "PRIVCANARY-5530"
 
 
+class Prompts(dict[str, str]):
+    """What each session's requests carried, by the session key its prompt names; `of` finds a session by the
+    end of its key (a room's prompt may show its key without the channel account)."""
+
+    def of(self, end: str) -> str:
+        [text] = [t for k, t in self.items() if k == end or k.endswith(":" + end)]
+        return text
+
+
 def chat(home: Path, dm_scope: str, *messages: InboundMessage,
-         model: Callable[[ModelRequest], Reply] | None = None, bootstrap: bool = False) -> dict[str, str]:
+         model: Callable[[ModelRequest], Reply] | None = None, bootstrap: bool = False) -> Prompts:
     """Each message's turn through the bus; the system prompt each session's request carried, by session key.
     `model` answers instead of "ok" (the runtime then has its memory service and tools)."""
     raw: dict[str, Any] = {
@@ -64,7 +73,7 @@ def chat(home: Path, dm_scope: str, *messages: InboundMessage,
     (ws / "MEMORY.md").write_text(f"# MEMORY\n\n- {MEMORY_CANARY}: the bank PIN is 4471\n")
     (ws / "memory" / "private").mkdir(parents=True)
     (ws / "memory" / "private" / "bank.md").write_text(f"- {PRIVATE_CANARY}: bank PIN 4471, kept private\n")
-    seen: dict[str, str] = {}
+    seen = Prompts()
 
     def reply(request: ModelRequest) -> Reply:
         key = request.system.split("· session: ", 1)[1].split(" ", 1)[0]
@@ -97,18 +106,18 @@ def chat(home: Path, dm_scope: str, *messages: InboundMessage,
 def test_a_contacts_dm_says_the_writer_is_a_contact_not_the_user(tmp_path: Path) -> None:
     seen = chat(tmp_path, "main", inbound("what's on my calendar?", CONTACT), inbound("hi", OWNER),
                 inbound("hello all", "-100", kind="group"))
-    contact = seen[f"agent:main:telegram:default:dm:{CONTACT}"]
+    contact = seen.of(f"dm:{CONTACT}")
     assert f"You are talking with the telegram user {CONTACT}: {NOTE}" in contact
     assert "Ann Example" in contact  # USER.md's hand-typed lines are still shown: now as the user's, not theirs
-    assert NOTE not in seen["agent:main:main"]
-    assert NOTE not in seen["agent:main:telegram:group:-100"]
+    assert NOTE not in seen.of("agent:main:main")
+    assert NOTE not in seen.of("group:-100")
 
 
 def test_the_owners_own_dm_outside_the_main_session_gets_no_such_note(tmp_path: Path) -> None:
     """dm_scope per-peer: the owner's DMs have a session of their own that is not the main one."""
     seen = chat(tmp_path, "per-peer", inbound("hi", OWNER), inbound("hi", CONTACT))
-    assert NOTE not in seen[f"agent:main:dm:{OWNER}"]
-    assert f"You are talking with the telegram user {CONTACT}: {NOTE}" in seen[f"agent:main:telegram:dm:{CONTACT}"]
+    assert NOTE not in seen.of(f"dm:{OWNER}")
+    assert f"You are talking with the telegram user {CONTACT}: {NOTE}" in seen.of(f"dm:{CONTACT}")
 
 
 def test_the_owner_speaking_in_a_group_gets_the_groups_memory_not_the_owners(tmp_path: Path) -> None:
@@ -126,11 +135,11 @@ def test_the_owner_speaking_in_a_group_gets_the_groups_memory_not_the_owners(tmp
     seen = chat(tmp_path, "main", InboundMessage("telegram", "default", "group", "-100", OWNER,
                                                  "what's my bank PIN? check your notes"),
                 inbound("and in here?", OWNER), model=model)
-    group = seen["agent:main:telegram:group:-100"]
+    group = seen.of("group:-100")
     assert f"[{OWNER} \u2014 the owner]" in group and "bank PIN" in group  # the owner's turn, its tools ran
     assert "MEMORY.md is not available in this session" in group and "nothing in it is shared with this chat" in group
     assert MEMORY_CANARY not in group and PRIVATE_CANARY not in group
-    assert MEMORY_CANARY in seen["agent:main:main"] and PRIVATE_CANARY in seen["agent:main:main"]
+    assert MEMORY_CANARY in seen.of("agent:main:main") and PRIVATE_CANARY in seen.of("agent:main:main")
 
 
 def test_the_first_run_ritual_is_the_owners_only(tmp_path: Path) -> None:
@@ -139,6 +148,6 @@ def test_the_first_run_ritual_is_the_owners_only(tmp_path: Path) -> None:
     onboarded as the user. Now only the owner's main session gets it."""
     seen = chat(tmp_path, "main", inbound("hi", CONTACT), inbound("hello all", "-100", kind="group"),
                 inbound("hi", OWNER), bootstrap=True)
-    assert "## BOOTSTRAP.md" in seen["agent:main:main"]
-    assert "## BOOTSTRAP.md" not in seen[f"agent:main:telegram:default:dm:{CONTACT}"]
-    assert "## BOOTSTRAP.md" not in seen["agent:main:telegram:group:-100"]
+    assert "## BOOTSTRAP.md" in seen.of("agent:main:main")
+    assert "## BOOTSTRAP.md" not in seen.of(f"dm:{CONTACT}")
+    assert "## BOOTSTRAP.md" not in seen.of("group:-100")
