@@ -42,12 +42,13 @@ from hermit.gateway import attachments
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.deletes_store import DELETES_KEPT as DELETES_KEPT
 from hermit.gateway.deletes_store import DELETES_PER_SENDER as DELETES_PER_SENDER
-from hermit.gateway.deletes_store import RememberedDeletes
+from hermit.gateway.deletes_store import RememberedDeletes, Scrub
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
+from hermit.gateway.scrub_batch import ScrubBatches
 from hermit.gateway.turn_slots import Kind, Place, TurnSlots
 from hermit.messages import FiledFile, ImagePart, Sender
 from hermit.sessions.keys import is_main_session_key
-from hermit.sessions.retraction import names, retract_in
+from hermit.sessions.retraction import names, retract_in, scrub_copies
 
 log = logging.getLogger("hermit.gateway")
 
@@ -124,6 +125,7 @@ class Bus:
         # after its delete (a webhook redelivered late, WhatsApp's out of order), and is then never answered.
         # Kept in the state dir when the gateway gives one (gateway/deletes_store.py): a restart forgets none.
         self._deleted = deletes if deletes is not None else RememberedDeletes()
+        self.scrubs = ScrubBatches(host, self._deleted)  # deleted messages' copies, a batch per transcript
         self.counts = {"queued": 0, "refused": 0, "queue_full": 0, "ignored": 0, "turns": 0}
 
     # ---- intake -------------------------------------------------------------------------------------
@@ -255,7 +257,7 @@ class Bus:
         remove = self._remover(routed)
         after = starting.finished if starting is not None else None
 
-        def now() -> bool:
+        def now() -> bool | Scrub:
             if starting is not None:
                 with starting.guard:
                     starting.deleted, early = True, starting.filed
@@ -266,16 +268,26 @@ class Bus:
                 return False
             # Parsed only when its bytes name the message: anyone may send deletes, each was a parse of the whole
             # transcript (35 ms for 5 MB), and a flood of them held the threads the owner's turns need.
-            if (after is not None or names(runtime.store.transcript_path(record.session_id), ref)) and retract_in(
-                    runtime.store.open_transcript(record), ref, remove, ahead=after is not None):
-                return True
             if after is not None:
-                return False
+                return retract_in(runtime.store.open_transcript(record), ref, remove, ahead=True)
+            if names(runtime.store.transcript_path(record.session_id), ref) and retract_in(
+                    transcript := runtime.store.open_transcript(record), ref, remove, scrub=False):
+                # Hidden now; its copies are scrubbed in the session's next batch (gateway/scrub_batch.py).
+                scrub = (routed.agent_id, routed.session_key, record.session_id)
+                try:
+                    self._deleted.want_scrub(scrub)
+                except OSError:  # not in the state dir: scrubbed now, as a kill would otherwise leave it
+                    log.exception("could not write a delete's scrub to the state dir: scrubbing it now")
+                    scrub_copies(transcript, ref)
+                    return True
+                return scrub
             return runtime.retract_ended(routed.session_key, ref, remove, current=record.session_id)
 
         try:
             async with self._looking:  # one at a time: a flood of deletes holds one of the threads, not all
                 found = await asyncio.to_thread(now)
+            if isinstance(found, tuple):
+                self.scrubs.want(found)
             if found:
                 log.info("a message in %s was deleted by its sender: its text is retracted", routed.session_key)
                 q = self._queues.get((routed.agent_id, routed.session_key))
@@ -398,6 +410,7 @@ class Bus:
                         continue
                     q.running = job
                     try:
+                        await self.scrubs.settled(job.agent_id, job.session_key)  # no copy of a deleted message
                         await self._run(job)
                     except Exception:  # noqa: BLE001 - supervision boundary: the session's next messages still run
                         log.exception("session %s of agent %s: handling a message failed", key[1], key[0])
@@ -565,7 +578,8 @@ class Bus:
         """Wait for the session workers to finish (running turns complete, queued ones are answered) and
         the retractions of deleted messages; True when all did within `timeout`."""
         workers: list[asyncio.Task[None]] = [q.worker for q in self._queues.values() if q.worker is not None]
-        workers += self._retractions
+        self.scrubs.hurry()
+        workers += [*self._retractions, *self.scrubs.tasks()]
         if not workers:
             return True
         _, pending = await asyncio.wait(workers, timeout=timeout)

@@ -18,6 +18,14 @@ retries for minutes). A file that cannot be read (damaged, a link, another user'
 
 Each entry is (channel, account, peer, message id, who deleted — "" when the platform did not say, time), oldest
 first.
+
+The same file keeps the sessions whose deleted messages are hidden but not yet scrubbed (`scrubs`, gateway/bus.py:
+a delete of a recorded message writes its `retracted` entry and this, before it is acknowledged; the copies are
+scrubbed after, a batch of them in one rewrite of the transcript): after a kill, the gateway scrubs them when it
+starts again. Each is (agent, session key, session id, time); at most SCRUBS_KEPT, the oldest forgotten first (its
+transcript is scrubbed with the next delete in that session, which scrubs every message it hides and still holds):
+
+    {"version": 1, "deletes": [...], "scrubs": [["main", "agent:main:whatsapp:dm:1555", "5f0c…", 1767000000.0]]}
 """
 
 from __future__ import annotations
@@ -46,7 +54,11 @@ DELETES_FILE = "deletes.json"
 _VERSION = 1
 _MAX_BYTES = 4 << 20  # far more than DELETES_KEPT entries take: a bigger file is not ours
 
+SCRUBS_KEPT = 1024  # sessions whose hidden messages' copies are still to be scrubbed
 Key = tuple[str, str, str, str]  # channel, account, peer, message id
+Scrub = tuple[str, str, str]  # agent, session key, session id: a transcript whose hidden messages are not scrubbed
+_Entries = OrderedDict[Key, tuple[str, float]]
+_Scrubs = OrderedDict[Scrub, float]
 
 
 def deletes_path(state_dir: Path) -> Path:
@@ -64,11 +76,12 @@ class RememberedDeletes:
         self._guard = threading.Lock()  # one remember at a time in this process (the flock is between processes)
         self._stamp: tuple[int, int, int] | None = None  # the file as last read or written
         self._entries: OrderedDict[Key, tuple[str, float]] = OrderedDict()
+        self._scrubs: OrderedDict[Scrub, float] = OrderedDict()
         if path is not None:
             with self._guard:
                 loaded = self._read()
                 if loaded is not None:
-                    self._entries = loaded
+                    self._entries, self._scrubs = loaded
 
     def deleter(self, key: Key) -> str | None:
         """Who deleted the message `key` names ("" when the platform did not say), or None when no delete of it
@@ -84,16 +97,53 @@ class RememberedDeletes:
     def remember(self, key: Key, sender: str) -> None:
         """Remember the delete of `key` by `sender`; written to the file (with what another process added to it
         meanwhile) before this returns. OSError when it cannot be written: it is still remembered in memory."""
+        now = self._clock()
+        self._update(lambda entries, scrubs: (_bounded(entries, key, sender, now), scrubs))
+
+    def scrubs(self) -> list[Scrub]:
+        """The transcripts whose hidden messages are still to be scrubbed, oldest first."""
+        return list(self._scrubs)
+
+    def want_scrub(self, scrub: Scrub) -> None:
+        """Remember that `scrub`'s transcript hides messages not scrubbed yet; written before this returns
+        (OSError when it cannot be: remembered in memory)."""
+        now = self._clock()
+
+        def add(entries: _Entries, scrubs: _Scrubs) -> tuple[_Entries, _Scrubs]:
+            out = OrderedDict((k, v) for k, v in scrubs.items() if k != scrub)
+            out[scrub] = max(now, scrubs.get(scrub, -math.inf) + 0.001)  # later than the one a batch started from
+            while len(out) > SCRUBS_KEPT:
+                log.warning("more than %d sessions with deleted messages to scrub: session %s is scrubbed with its "
+                            "next delete", SCRUBS_KEPT, out.popitem(last=False)[0][1])
+            return entries, out
+
+        self._update(add)  # its time too, when it was wanted already: a batch running now may not have seen it
+
+    def wanted(self, scrub: Scrub) -> float | None:
+        """When `scrub` was last wanted (a stamp `scrubbed` takes), or None."""
+        return self._scrubs.get(scrub)
+
+    def scrubbed(self, scrub: Scrub, stamp: float) -> None:
+        """`scrub`'s transcript was scrubbed of what it hid when it was wanted at `stamp` (`wanted`): forgotten,
+        unless it was wanted again since (a delete that came while the batch ran)."""
+        def drop(entries: _Entries, scrubs: _Scrubs) -> tuple[_Entries, _Scrubs]:
+            return entries, OrderedDict((k, v) for k, v in scrubs.items() if k != scrub or v > stamp)
+
+        self._update(drop)
+
+    def _update(self, change: Callable[[_Entries, _Scrubs], tuple[_Entries, _Scrubs]]) -> None:
+        """Apply `change` to what is remembered (with what another process wrote meanwhile) and write the file
+        before returning."""
         with self._guard:
             if self.path is None:
-                self._entries = _bounded(self._entries, key, sender, self._clock())
+                self._entries, self._scrubs = change(self._entries, self._scrubs)
                 return
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with locked(self.path.with_name(self.path.name + ".lock")):
                 current = self._read() if self._changed() else None
-                base = current if current is not None else self._entries
-                self._entries = _bounded(base, key, sender, self._clock())
-                write_atomic(self.path, _dump(self._entries), mode=0o600, keep_mode=False)
+                base = current if current is not None else (self._entries, self._scrubs)
+                self._entries, self._scrubs = change(*base)
+                write_atomic(self.path, _dump(self._entries, self._scrubs), mode=0o600, keep_mode=False)
                 self._stamp = _stamp_of(self.path)
 
     def _changed(self) -> bool:
@@ -101,7 +151,7 @@ class RememberedDeletes:
         assert self.path is not None
         return _stamp_of(self.path) != self._stamp
 
-    def _read(self) -> OrderedDict[Key, tuple[str, float]] | None:
+    def _read(self) -> tuple[_Entries, _Scrubs] | None:
         """The file's entries still in force; None when there is no file, or it could not be read (then it is
         logged and renamed aside)."""
         assert self.path is not None
@@ -181,12 +231,34 @@ def _bounded(entries: OrderedDict[Key, tuple[str, float]], key: Key, sender: str
     return out
 
 
-def _dump(entries: OrderedDict[Key, tuple[str, float]]) -> str:
+def _dump(entries: _Entries, scrubs: _Scrubs) -> str:
     rows = [[*k, who, at] for k, (who, at) in entries.items()]
-    return json.dumps({"version": _VERSION, "deletes": rows}, ensure_ascii=False) + "\n"
+    data: dict[str, object] = {"version": _VERSION, "deletes": rows}
+    if scrubs:
+        data["scrubs"] = [[*k, at] for k, at in scrubs.items()]
+    return json.dumps(data, ensure_ascii=False) + "\n"
 
 
-def _parse(data: object, now: float) -> OrderedDict[Key, tuple[str, float]]:
+def _parse(data: object, now: float) -> tuple[_Entries, _Scrubs]:
+    return _parse_deletes(data, now), _parse_scrubs(data)
+
+
+def _parse_scrubs(data: object) -> _Scrubs:
+    rows = data.get("scrubs", []) if isinstance(data, dict) else None
+    if not isinstance(rows, list):
+        raise ValueError("malformed scrubs")
+    out: _Scrubs = OrderedDict()
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 4 and all(isinstance(x, str) for x in row[:3])
+                and isinstance(row[3], int | float) and not isinstance(row[3], bool) and math.isfinite(row[3])):
+            raise ValueError(f"malformed scrub {str(row)[:80]!r}")
+        out[(row[0], row[1], row[2])] = float(row[3])
+    while len(out) > SCRUBS_KEPT:
+        out.popitem(last=False)
+    return out
+
+
+def _parse_deletes(data: object, now: float) -> _Entries:
     if not isinstance(data, dict) or data.get("version") != _VERSION or not isinstance(data.get("deletes"), list):
         raise ValueError(f"not a version {_VERSION} deletes file")
     out: OrderedDict[Key, tuple[str, float]] = OrderedDict()

@@ -230,6 +230,7 @@ class Gateway:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         await server.startup(sockets=[sock])
+        self.bus.scrubs.resume()  # deleted messages a killed gateway hid but did not scrub yet (gateway/scrub_batch.py)
         # One channel or service that cannot start (a revoked bot token) must not take the others down;
         # its status says why.
         for ch in self.channels:

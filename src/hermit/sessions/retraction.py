@@ -30,12 +30,13 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from hermit.errors import SessionError
 from hermit.messages import FiledFile
-from hermit.sessions.entries import RETRACTED_TYPE, header_from_json
+from hermit.sessions.entries import RETRACTED_TEXT, RETRACTED_TYPE, header_from_json, retracted_refs
 from hermit.sessions.files import open_own, read_fd
-from hermit.sessions.scrub import Deleted, find_deleted, scrub_transcript
+from hermit.sessions.scrub import Deleted, deleted_many, find_deleted, read_objs, scrub_transcript, user_text
 from hermit.sessions.store import SessionStore
 from hermit.sessions.transcript import CustomEntry, MessageEntry, Transcript
 
@@ -141,9 +142,9 @@ def scrub_copies(transcript: Transcript, ref: str) -> None:
         reach = _reach_for(transcript.path.parent)
         if reach is not None and deleted.note_calls:
             reach(transcript.header.session_key, deleted)
-        scrub_transcript(transcript.path, deleted)
+        size = scrub_transcript(transcript.path, deleted).size  # not read after: an append may have come since
         with _guard:
-            _RECENT[key] = (time.monotonic(), deleted, _size(transcript.path))
+            _RECENT[key] = (time.monotonic(), deleted, size)
             _RECENT.move_to_end(key)
             while len(_RECENT) > RECENT_KEPT:
                 _RECENT.popitem(last=False)
@@ -151,14 +152,54 @@ def scrub_copies(transcript: Transcript, ref: str) -> None:
         log.warning("could not take the copies of a deleted message out of %s: %s", transcript.path.name, e)
 
 
-def retract_in(transcript: Transcript, ref: str, remove: Remove | None, *, ahead: bool = False) -> bool:
+def unscrubbed(objs: Sequence[dict[str, Any] | None]) -> list[str]:
+    """The refs the transcript's lines (parsed, in order) retract whose user message still holds its text: hidden
+    from every reader by their `retracted` entry, their copies not scrubbed yet (`retract_in(scrub=False)`, or a
+    scrub that failed or was killed)."""
+    gone = retracted_refs(objs)
+    out: dict[str, None] = {}
+    for obj in objs:
+        message = obj.get("message") if obj is not None and obj.get("type") == "message" else None
+        if isinstance(message, dict) and message.get("role") == "user" and message.get("ref") in gone:
+            text = user_text(message)
+            if text.strip() and text != RETRACTED_TEXT:
+                out[str(message["ref"])] = None
+    return list(out)
+
+
+def scrub_retracted(path: Path, session_key: str | None) -> int:
+    """Scrub the copies of every message the transcript at `path` retracts and still holds the text of
+    (`unscrubbed`), all in one rewrite (sessions/scrub.py): first the notes written after each (the folder's
+    `reach`), then the transcript. How many messages were scrubbed. Raises OSError / SessionError."""
+    objs = read_objs(path)
+    deleted = deleted_many(objs, unscrubbed(objs))
+    if not deleted:
+        return 0
+    reach = _reach_for(path.parent)
+    for d in deleted:
+        if reach is not None and d.note_calls:
+            reach(session_key, d)
+    size = scrub_transcript(path, *deleted).size  # not read after: an append may have come since
+    with _guard:
+        for d in deleted:
+            key = (os.path.realpath(path), d.ref)
+            _RECENT[key] = (time.monotonic(), d, size)
+            _RECENT.move_to_end(key)
+        while len(_RECENT) > RECENT_KEPT:
+            _RECENT.popitem(last=False)
+    return len(deleted)
+
+
+def retract_in(transcript: Transcript, ref: str, remove: Remove | None, *, ahead: bool = False,
+               scrub: bool = True) -> bool:
     """Retract `ref` in one transcript: its files removed, its copies scrubbed (`scrub_copies`), then the entry
-    written. `ahead`: written even when the message is not recorded yet (its turn is starting). True when the
-    transcript held it."""
+    written. `ahead`: written even when the message is not recorded yet (its turn is starting). `scrub=False`:
+    the entry only, the copies left for `scrub_retracted` (the gateway's batch of a flood of deletes). True when
+    the transcript held it."""
     files = held(transcript, ref)
     if files and remove is not None:
         remove(files)
-    if files is not None:
+    if files is not None and scrub:
         scrub_copies(transcript, ref)
     if (files is not None or ahead) and not _retracted(transcript, ref):  # once: a repeated delete adds nothing
         transcript.append_custom(RETRACTED_TYPE, {"ref": ref})

@@ -1,0 +1,131 @@
+"""Scrubbing deleted messages' copies in batches: a flood of deletes in one session costs one rewrite, not one each.
+
+A delete of a message a session's transcript holds is handled in two steps (gateway/bus.py `_retract_recorded`).
+Before the platform is told it was handled: the files the message brought are deleted, its `retracted` entry is
+appended (every reader sees a placeholder from then on: sessions/entries.py) and the transcript is written to the
+state dir as one still to scrub (gateway/deletes_store.py `want_scrub`). Then, here: the copies of every message
+the transcript hides and still holds (sessions/retraction.py `scrub_retracted`: its own text, and what Hermit wrote
+after it that quotes it — replies, tool calls, summaries, notes) are scrubbed in one rewrite of the file. A batch
+gathers: it starts once no delete came for its transcript for GATHER_QUIET seconds, or GATHER_MAX seconds after it
+was first wanted, whichever is first; the deletes that come while it runs go to the next one. So a contact deleting
+500 messages one after another costs a rewrite per GATHER_MAX seconds of their flood, not 500 (each a whole read
+and write of the transcript, under the lock its appends wait on).
+
+A turn of the session waits for its batch before it starts, and the batch then starts at once (`settled`): the
+model never sees a copy of a message already deleted; so does a gateway stopping (`hurry`). Until its batch runs,
+a deleted message's copies (not the message: hidden already) stay in the transcript for at most GATHER_MAX
+seconds. After a kill, the gateway scrubs what the state dir says is left when it starts (`resume`); one
+the store had to forget (more than SCRUBS_KEPT sessions) is scrubbed with the next delete in its session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from hermit.errors import SessionError
+from hermit.gateway.agents import AgentHost
+from hermit.gateway.deletes_store import RememberedDeletes, Scrub
+from hermit.sessions.retraction import scrub_retracted
+
+log = logging.getLogger("hermit.gateway")
+
+GATHER_QUIET = 2.0  # a batch starts once no delete came for its transcript for this long (seconds)...
+GATHER_MAX = 10.0  # ...or this long after it was first wanted, or when a turn of the session is about to start
+
+
+class ScrubBatches:
+    """One worker per transcript with messages to scrub; `want` after the transcript was written as one to the
+    store (`RememberedDeletes.want_scrub`)."""
+
+    def __init__(self, host: AgentHost, deletes: RememberedDeletes) -> None:
+        self.host = host
+        self._deletes = deletes
+        self._again: set[Scrub] = set()  # wanted since its worker last read the transcript
+        self._poked: dict[Scrub, asyncio.Event] = {}  # set by every `want`: the batch gathers on
+        self._now: set[Scrub] = set()  # a turn (or a stop) waits for it: no more gathering
+        self._tasks: dict[Scrub, asyncio.Task[None]] = {}
+        self._threads = asyncio.Semaphore(1)  # one rewrite at a time: a flood holds one of the threads, not all
+        self.batches = 0  # rewrites begun (a batch that found nothing to scrub writes nothing)
+
+    def want(self, scrub: Scrub) -> None:
+        self._again.add(scrub)
+        self._poked.setdefault(scrub, asyncio.Event()).set()
+        if scrub not in self._tasks:
+            task = asyncio.create_task(self._work(scrub), name=f"scrub:{scrub[1]}")
+            self._tasks[scrub] = task
+            task.add_done_callback(lambda _: self._done(scrub))
+
+    def _done(self, scrub: Scrub) -> None:
+        self._tasks.pop(scrub, None)
+        self._poked.pop(scrub, None)
+        self._now.discard(scrub)
+
+    def resume(self) -> None:
+        """Scrub what the store says is left (a gateway killed before its batches were done)."""
+        for scrub in self._deletes.scrubs():
+            self.want(scrub)
+
+    async def settled(self, agent_id: str, session_key: str) -> None:
+        """Wait until no batch of the session's transcripts is pending or running."""
+        mine = [s for s in self._tasks if s[:2] == (agent_id, session_key)]
+        self.hurry(mine)
+        if mine:
+            await asyncio.wait([self._tasks[s] for s in mine])
+
+    def hurry(self, scrubs: list[Scrub] | None = None) -> None:
+        """Start the batches of `scrubs` (all) now, without gathering more deletes."""
+        for scrub in self._tasks if scrubs is None else scrubs:
+            self._now.add(scrub)
+            if (poked := self._poked.get(scrub)) is not None:
+                poked.set()
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return list(self._tasks.values())
+
+    async def _gather(self, scrub: Scrub) -> None:
+        """Wait for the deletes of a flood to come (see the module's rule)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + GATHER_MAX
+        poked = self._poked.setdefault(scrub, asyncio.Event())
+        while scrub not in self._now and (left := min(GATHER_QUIET, until - loop.time())) > 0:
+            poked.clear()
+            try:
+                await asyncio.wait_for(poked.wait(), left)
+            except TimeoutError:
+                return
+
+    async def _work(self, scrub: Scrub) -> None:
+        while scrub in self._again:
+            await self._gather(scrub)
+            self._again.discard(scrub)
+            stamp = self._deletes.wanted(scrub)
+            try:
+                async with self._threads:
+                    self.batches += 1
+                    await asyncio.to_thread(self._scrub, scrub)
+            except Exception:  # noqa: BLE001 - left in the store: scrubbed at the next start or the next delete
+                log.exception("could not scrub the deleted messages of session %s", scrub[1])
+                return
+            if scrub in self._again or stamp is None:
+                continue
+            try:
+                await asyncio.to_thread(self._deletes.scrubbed, scrub, stamp)
+            except OSError:  # scrubbed again (finding nothing) at the next start
+                log.exception("could not write to the state dir that session %s was scrubbed", scrub[1])
+
+    def _scrub(self, scrub: Scrub) -> None:
+        agent_id, session_key, session_id = scrub
+        runtime = self.host.runtimes.get(agent_id)
+        if runtime is None:  # an agent no longer configured: nothing of it to scrub here
+            return
+        path = runtime.store.transcript_path(session_id)
+        try:
+            done = scrub_retracted(path, session_key)
+        except FileNotFoundError:  # the session was removed since
+            return
+        except SessionError as e:
+            log.warning("could not scrub the deleted messages of session %s: %s", session_key, e)
+            return
+        if done:
+            log.info("scrubbed the copies of %d deleted message(s) in %s", done, session_key)
