@@ -166,3 +166,62 @@ def test_a_member_of_another_workspace_gets_no_owner_rights_no_pairing_and_no_ro
                 assert SECRET not in bodies(provider)
 
     run(main, timeout=PROC_TIMEOUT)
+
+
+def test_an_account_whose_token_now_belongs_to_another_workspace_takes_nothing_from_it(tmp_path: Path) -> None:
+    """`owners: [U0OWNER1]` under an account names that member of the account's workspace. A token swapped for
+    another workspace's (a second app pasted into the first account) would make that workspace's U0OWNER1 the
+    owner: the account records its workspace the first time auth.test names it, refuses a token of another
+    one with an error saying why and how to move it on purpose, and takes the new one once the record is gone.
+    The real Slack adapter in HTTP mode, against the fake Slack on 127.0.0.1."""
+    import httpx
+
+    from hermit.channels.slack import workspace_path
+    from test_channel_slack_workspace import IdentitySlack, body_from, http_mode, post
+
+    record = workspace_path(tmp_path, "work")
+
+    async def main() -> None:
+        home = IdentitySlack({"team_id": TEAMS["a"]})
+        async with http_mode(tmp_path, home) as (_ch, sink, url), httpx.AsyncClient() as c:
+            assert await post(c, url, body_from(home, "A-1", team_id=TEAMS["a"])) == 200
+            assert (await sink.next()).sender_id == OWNER
+        assert json.loads(record.read_text())["workspace"] == TEAMS["a"] and record.stat().st_mode & 0o777 == 0o600
+
+        other = IdentitySlack({"team_id": TEAMS["b"]})
+        async with http_mode(tmp_path, other) as (ch, sink, url), httpx.AsyncClient() as c:
+            assert await post(c, url, body_from(other, "B-1: it's me, the owner", team_id=TEAMS["b"])) == 500
+            assert await post(c, url, body_from(other, "B-2: again", team_id=TEAMS["b"])) == 500
+            assert sink.published == []
+            error = ch.status().last_error or ""
+            assert f"belongs to workspace {TEAMS['b']}, but the account is workspace {TEAMS['a']}'s" in error, error
+            assert str(record) in error and "hermit pairing list slack" in error
+
+        record.unlink()  # moved on purpose, as the error says
+        async with http_mode(tmp_path, other) as (_ch, sink, url), httpx.AsyncClient() as c:
+            assert await post(c, url, body_from(other, "B-3", team_id=TEAMS["b"])) == 200
+            assert (await sink.next()).text == "B-3"
+        assert json.loads(record.read_text())["workspace"] == TEAMS["b"]
+
+    run(main)
+
+
+def test_an_unreadable_workspace_record_refuses_every_event(tmp_path: Path) -> None:
+    import httpx
+
+    from hermit.channels.slack import workspace_path
+    from test_channel_slack_workspace import IdentitySlack, body_from, http_mode, post
+
+    record = workspace_path(tmp_path, "work")
+    record.parent.mkdir(parents=True)
+    record.write_text("{not json", encoding="utf-8")
+
+    async def main() -> None:
+        fake = IdentitySlack({"team_id": TEAMS["a"]})
+        async with http_mode(tmp_path, fake) as (ch, sink, url), httpx.AsyncClient() as c:
+            assert await post(c, url, body_from(fake, "A-1", team_id=TEAMS["a"])) == 500
+            assert sink.published == []
+            assert "cannot tell which Slack workspace account work belongs to" in (ch.status().last_error or "")
+        assert record.read_text() == "{not json"  # left for the owner to look at
+
+    run(main)

@@ -36,10 +36,13 @@ from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.status import StatusTracker, with_hint
 from hermit.channels.tasks import cancel
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes, same_secret
+from hermit.config.paths import ensure_private_dir
 from hermit.config.schema import SlackAccountConfig
+from hermit.durable import write_atomic
 from hermit.errors import ChannelError
 from hermit.refusals import RefusalLog
 from hermit.retry import RetryPolicy
+from hermit.textfile import read_regular
 from hermit.wire import WireError, load_object
 
 log = logging.getLogger(__name__)
@@ -82,6 +85,8 @@ class SlackChannel:
         self._policy = policy
         self._reconnect_max = reconnect_max_delay
         self._tracker = StatusTracker(self.name, account_id, state_dir, clock)
+        self._state_dir = state_dir
+        self._wrong_workspace: ChannelError | None = None
         # No count cap: every id needs Slack's signature (or the Socket Mode connection), and Slack caps
         # an app's events at 30,000 an hour per workspace, a few thousand ids within SEEN_EVENT_SECONDS.
         seen_path = None if state_dir is None else seen_events_path(state_dir, account_id)
@@ -142,9 +147,51 @@ class SlackChannel:
 
     async def _identify(self) -> None:
         me = await self.call("auth.test")
-        self._bot_user, self._team = str(me.get("user_id", "")), str(me.get("team_id", ""))
-        self._app, self._enterprise = str(me.get("app_id") or ""), str(me.get("enterprise_id") or "")
-        self._org_install = bool(me.get("is_enterprise_install"))
+        team, enterprise = str(me.get("team_id", "")), str(me.get("enterprise_id") or "")
+        org_install = bool(me.get("is_enterprise_install"))
+        self._same_workspace(enterprise if org_install else team)  # before anything is taken from the token
+        self._wrong_workspace = None
+        self._bot_user, self._team = str(me.get("user_id", "")), team
+        self._app, self._enterprise, self._org_install = str(me.get("app_id") or ""), enterprise, org_install
+
+    def _same_workspace(self, home: str) -> None:
+        """Refuse a token of another workspace (or Grid org) than the one this account first ran in.
+
+        Why: `owners`, `allow_from`, `groups` and the approved contacts of an account name member and channel
+        ids of its workspace, and an id names someone only there: an account whose token was swapped for
+        another workspace's would take that workspace's `U0123` for the owner listed as `U0123`. The workspace
+        is recorded (0600, in the account's state folder) the first time auth.test names it; a token of another
+        one is refused, with the error saying how to move the account on purpose. A record that cannot be read
+        refuses too (fail closed)."""
+        if self._state_dir is None or not home:
+            return
+        path = workspace_path(self._state_dir, self.account_id)
+        where = f"channels.slack.accounts.{self.account_id}"
+        try:
+            pinned = _read_workspace(path)
+        except (OSError, ValueError, RecursionError) as e:
+            raise self._refused_workspace(ChannelError(
+                f"cannot tell which Slack workspace account {self.account_id} belongs to: {path} cannot be read "
+                f"({type(e).__name__}: {e})", f"check {where} (owners, allow_from, groups) and `hermit pairing list "
+                f"slack` are for workspace {home}, then remove {path}: the next start records {home}")) from None
+        if pinned is None:
+            try:
+                ensure_private_dir(path.parent, what="the Slack account's state folder")
+                write_atomic(path, json.dumps({"workspace": home, "recorded_at": self._clock()}) + "\n")
+            except OSError as e:  # NotOwnFolder is one too
+                raise ChannelError(f"cannot record the Slack workspace of account {self.account_id} in {path} "
+                                   f"({type(e).__name__}: {e})", "check the state dir's disk and owner") from None
+        elif pinned != home:
+            raise self._refused_workspace(ChannelError(
+                f"the Slack token of account {self.account_id} belongs to workspace {home}, but the account is "
+                f"workspace {pinned}'s: its owners, allow_from, groups and approved contacts name ids of {pinned}, "
+                f"and the same ids in {home} are other people, so nothing from {home} is taken",
+                f"put {pinned}'s token back; or, to move the account on purpose, check {where} (owners, allow_from, "
+                f"groups) and `hermit pairing list slack`, then remove {path} (the next start records {home})"))
+
+    def _refused_workspace(self, e: ChannelError) -> ChannelError:
+        self._wrong_workspace = e  # what an event that comes meanwhile (HTTP mode) is refused with
+        return e
 
     async def _identify_or_report(self) -> None:
         try:
@@ -283,6 +330,8 @@ class SlackChannel:
         Until auth.test has answered nothing can be compared: the event is refused with an error, so HTTP
         mode answers 500 and Slack retries it (Socket Mode identifies before it connects)."""
         if not self._team and not (self._org_install and self._enterprise):
+            if self._wrong_workspace is not None:
+                raise self._wrong_workspace
             raise ChannelError("Slack auth.test has not answered yet: cannot tell whether the event comes from "
                                "this account's workspace", "see `hermit channels status` for the error")
         team, app = str(body.get("team_id") or ""), str(body.get("api_app_id") or "")
@@ -407,6 +456,23 @@ def seen_events_path(state_dir: Path, account_id: str) -> Path:
     """Per account, next to the other channel state."""
     safe = re.sub(r"[^\w-]+", "_", account_id) or "_"
     return state_dir / "channels" / "slack" / safe / "seen-events.json"
+
+
+def workspace_path(state_dir: Path, account_id: str) -> Path:
+    """The workspace (team id, or the Grid org's id for an org-wide install) the account first ran in."""
+    return seen_events_path(state_dir, account_id).with_name("workspace.json")
+
+
+def _read_workspace(path: Path) -> str | None:
+    """The recorded workspace id; None when none is recorded. OSError/ValueError: a record that is not one."""
+    try:
+        raw = read_regular(path, 4096, follow=False)
+    except FileNotFoundError:
+        return None
+    data = json.loads(raw)
+    if not isinstance(data, dict) or not isinstance(data.get("workspace"), str) or not data["workspace"]:
+        raise ValueError("no workspace id in it")
+    return str(data["workspace"])
 
 
 _BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
