@@ -78,7 +78,7 @@ def test_exec_refuses_an_owner_only_folder_as_cwd_as_a_missing_one(owner_folders
         assert next(iter(got.values())) == \
             "error: cwd '<path>' is not a directory\nhint: pass a folder inside the workspace", got
         # A folder holding a shared note is a working folder like any other, and memory/ itself always is.
-        workspace = rt.agent.workspace
+        workspace = "/workspace"  # where a room sees it (views.ROOM_ROOT), never the host path
         text, is_error = call(rt, session, "exec", command="pwd; ls -A", cwd="memory/projects/team-offsite")
         assert not is_error and text.endswith(f"\n{workspace}/memory/projects/team-offsite\nplan.md"), text
         text, is_error = call(rt, session, "exec", command="pwd; ls -A", cwd="memory/projects")

@@ -71,9 +71,10 @@ def view_of(tmp_path: Path, quota: int = 1 << 20) -> tuple[RoomView, Path]:
 def test_a_room_view_maps_paths_and_refuses_what_is_not_its_own(tmp_path: Path) -> None:
     view, ws = view_of(tmp_path)
     assert view.locate("memory/2026-01-20.md").area == "memory"
-    assert view.locate(f"{ws}/AGENTS.md").area == "instruction"
+    assert view.locate("/workspace/AGENTS.md").area == "instruction"  # where a room sees its workspace
     assert view.locate("~/x/y.txt").rel == "x/y.txt" and view.locate("notes.txt").area == "room"
-    for bad, why in (("MEMORY.md", "private"), ("../x", "outside"), ("/etc/passwd", "outside")):
+    for bad, why in (("MEMORY.md", "private"), ("../x", "outside"), ("/etc/passwd", "outside"),
+                     (f"{ws}/AGENTS.md", "outside")):  # the host path is not one the room knows
         with pytest.raises(PathPolicyError, match=why):
             view.locate(bad)
     assert view.read(view.locate("AGENTS.md"), 1000) == b"# instructions\n"

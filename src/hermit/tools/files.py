@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Protocol
@@ -29,7 +29,7 @@ from typing import Annotated, Literal, Protocol
 from pydantic import Field
 
 from hermit.durable import append_file, write_atomic
-from hermit.errors import PathPolicyError, ToolError
+from hermit.errors import HermitError, PathPolicyError, ToolError
 from hermit.memory.policy.audience import NOT_FOUND_OR_NOT_SHARED
 from hermit.memory.policy.daily_log import memory_writes_locked
 from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, read_regular
@@ -151,8 +151,9 @@ class FileTools:
     ) -> str:
         """Read a text file. Long files come back in windows of lines; use offset/limit to page."""
         if self.view is not None:
-            loc = self.view.locate(path)
-            text, shown = self._view_text(loc), loc.shown
+            loc = self.view.locate(path)  # its refusal repeats the path as given, nothing else
+            with self._as_shown("read", path):
+                text, shown = self._view_text(loc), loc.shown
         else:
             target = self.paths.resolve(path)
             text, shown = _read_text(target), target.shown
@@ -189,8 +190,9 @@ class FileTools:
     ) -> str:
         """Create or overwrite a file with the given content (parent folders are created)."""
         if self.view is not None:
-            loc = self.view.locate(path)
-            with self._memory_lock(self._view_target(loc) if loc.area == "memory" else None):
+            loc = self.view.locate(path)  # its refusal repeats the path as given, nothing else
+            with self._as_shown("write", path), \
+                    self._memory_lock(self._view_target(loc) if loc.area == "memory" else None):
                 return self._view_write(loc, "write", content, append)
         target = self.paths.resolve(path)
         with self._memory_lock(target if self.rules.is_memory_file(target) else None):
@@ -217,8 +219,9 @@ class FileTools:
         if not old:
             raise ToolError("`old` is empty", "pass the exact text to replace (use write to create a file)")
         if self.view is not None:
-            loc = self.view.locate(path)
-            with self._memory_lock(self._view_target(loc) if loc.area == "memory" else None):
+            loc = self.view.locate(path)  # its refusal repeats the path as given, nothing else
+            with self._as_shown("edit", path), \
+                    self._memory_lock(self._view_target(loc) if loc.area == "memory" else None):
                 return self._view_edit(loc, old, new)
         target = self.paths.resolve(path)
         with self._memory_lock(target if self.rules.is_memory_file(target) else None):
@@ -241,6 +244,22 @@ class FileTools:
         return memory_writes_locked(self.rules.workspace, target.real)
 
     # ---- a non-owner session: through its RoomView ----------------------------------------------------
+
+    @contextlib.contextmanager
+    def _as_shown(self, verb: str, path: str) -> Iterator[None]:
+        """A non-owner session's errors name paths as it knows them (views.ROOM_ROOT), never the host's: an
+        OSError (a full disk, a folder the owner changed) becomes a ToolError without its file name."""
+        assert self.view is not None
+        try:
+            yield
+        except HermitError as e:
+            e.message, e.hint = self.view.hide_host(e.message), self.view.hide_host(e.hint)
+            e.args = (e.message,)
+            raise
+        except OSError as e:
+            why = os.strerror(e.errno) if e.errno is not None else type(e).__name__
+            raise ToolError(f"cannot {verb} {path!r}: {why}",
+                            "try again later, or tell the owner if it keeps failing") from None
 
     def _view_text(self, loc: Located) -> str:
         assert self.view is not None

@@ -2,7 +2,8 @@
 
 The command never touches the host's disk. Inside a fresh bubblewrap sandbox (new user, pid, network,
 ipc and uts namespaces; the system dirs read-only; no capabilities; nested user namespaces disabled)
-the workspace path is a size-limited tmpfs holding:
+`/workspace` (views.ROOM_ROOT, never the workspace's host path: that would show a chat the owner's login name and
+folders, in `pwd`, $HOME, /proc/self/mountinfo and bubblewrap's own command line) is a size-limited tmpfs holding:
 
 - a copy of the session's room (rooms.py), which the command may change,
 - the instruction files (AGENTS.md, SOUL.md …) and `memory/` as this session may see them (its own
@@ -74,7 +75,7 @@ from hermit.tools.room_end import SandboxInit, join_while_busy
 from hermit.tools.room_limits import child_limits, tasks_of
 from hermit.tools.rooms import ENTRY_BYTES, Manifest, Merge, SeedEntry, apply_incoming, stamp_of
 from hermit.tools.seccomp import filter_fd, filter_program
-from hermit.tools.views import MEMORY_DIR, Located, RoomView
+from hermit.tools.views import MEMORY_DIR, ROOM_ROOT, Located, RoomView
 from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
 SETUP_FAILED = 125  # the wrapper's exit code when it could not unpack the room
@@ -87,7 +88,7 @@ COPY_CHUNK = 1 << 20
 # (its quota, the merge) needs few descriptors.
 MAX_DEPTH = 100
 MAX_PATH_BYTES = 3000
-# $1 workspace  $2 seconds  $3 the tasks its user namespace may hold ("": not set here); in the environment
+# $1 the workspace (ROOM_ROOT)  $2 seconds  $3 the tasks its user namespace may hold ("": not set here); in the environment
 # (not arguments: `ps` shows those to every user), HERMIT_CWD and the command (os_sandbox.RUN_COMMAND), both
 # unset before it runs. The room comes in on stdin and goes back out on stderr (kept as fd 3, which the command
 # does not get); the command's stdout and stderr are the wrapper's stdout. Everything the command leaves running
@@ -503,10 +504,6 @@ class RoomSandbox:
     slots: threading.BoundedSemaphore | None = None
 
     @property
-    def workspace(self) -> Path:
-        return self.view.workspace.resolve()
-
-    @property
     def out_cap(self) -> int:
         """The most a command may hand back: its room's tmpfs, plus room for tar's headers."""
         return self.view.room.quota_bytes + (32 << 20)
@@ -514,12 +511,12 @@ class RoomSandbox:
     def environment(self, source: Mapping[str, str]) -> dict[str, str]:
         # MALLOC_ARENA_MAX: glibc reserves 64 MB of address space per thread arena, which a per-process
         # address-space limit (exec_cgroup.fallback_limits) would refuse to a program with a few threads.
-        return {"PATH": SANDBOX_PATH, "HOME": str(self.workspace), "LANG": source.get("LANG") or "C.UTF-8",
+        return {"PATH": SANDBOX_PATH, "HOME": ROOM_ROOT, "LANG": source.get("LANG") or "C.UTF-8",
                 "TERM": source.get("TERM") or "dumb", "MALLOC_ARENA_MAX": "2"}
 
     def cwd_of(self, loc: Located | None) -> str:
-        """Where the command starts inside the sandbox (the view keeps the workspace's layout)."""
-        return str(self.workspace) if loc is None or not loc.rel else f"{self.workspace}/{loc.rel}"
+        """Where the command starts inside the sandbox (the view keeps the workspace's layout, at ROOM_ROOT)."""
+        return ROOM_ROOT if loc is None or not loc.rel else f"{ROOM_ROOT}/{loc.rel}"
 
     def _seed(self) -> list[tuple[str, bytes, int]]:
         seed: list[tuple[str, bytes, int]] = []
@@ -543,7 +540,7 @@ class RoomSandbox:
         bpf = filter_program()
         if bpf is None:
             raise ToolError("no OS sandbox: no seccomp filter for this machine", "see hermit doctor")
-        ws = str(self.workspace)
+        ws = ROOM_ROOT
         self.scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
         spool = tempfile.SpooledTemporaryFile(max_size=8 << 20, mode="w+b", dir=str(self.scratch))  # noqa: SIM115 - closed in finish
         tmpfs = room_bytes + instructions + memory + (self.limits.tmp_mb << 20) + (4 << 20)

@@ -2,7 +2,9 @@
 memory it may read — the same layout for its file tools and for its sandboxed exec.
 
 Paths are given as the session knows them: relative to the workspace (`notes.txt`, `memory/…`), or
-absolute under the workspace's path. They map to:
+absolute under ROOM_ROOT (`/workspace/notes.txt`), where the session sees its workspace — its sandbox mounts
+its view there and its prompt names it, so no answer shows the host's path (the owner's login name, the state
+dir's layout); the host path itself is refused like any other. They map to:
 
     memory/…            the workspace's memory files, as this session's audience may see them (read;
                         writes go through the memory rules: append only, marked with the origin)
@@ -16,6 +18,7 @@ chat cannot redirect a tool call, and refusals name the path the session gave, n
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import stat
@@ -35,6 +38,10 @@ from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
 Area = Literal["room", "memory", "instruction", "root"]
 MEMORY_DIR = "memory"
+# Where a non-owner session sees its workspace (as container sandboxes do): its sandbox's mount point, its HOME,
+# the path its prompt names and the one its file tools take besides relative ones.
+ROOM_ROOT = "/workspace"
+OUTSIDE_HINT = f"this chat's workspace is {ROOM_ROOT}: pass a path inside it, or one relative to it"
 PRIVACY_HINT = ("privacy rule: MEMORY.md and owner-only notes are only used in the owner's main session, never "
                 "in group, channel or other people's chats")
 
@@ -123,19 +130,31 @@ class RoomView:
         if text.startswith("~"):
             text = "." + text[1:] if text == "~" or text.startswith("~/") else text
         if text.startswith("/"):
+            # Only ROOM_ROOT: the host's path too would tell a guess at it (a login name) from a wrong one.
             norm = posixpath.normpath(text)
-            for base in {str(self.workspace), str(self.workspace.resolve())}:
-                if norm == base:
-                    return ""
-                if norm.startswith(base + "/"):
-                    return norm[len(base) + 1:]
-            raise PathPolicyError(f"{raw!r} is outside the workspace",
-                                  "this chat may only use paths inside the workspace")
+            if norm == ROOM_ROOT:
+                return ""
+            if norm.startswith(ROOM_ROOT + "/"):
+                text = norm[len(ROOM_ROOT) + 1:]
+            else:
+                raise PathPolicyError(f"{raw!r} is outside the workspace", OUTSIDE_HINT)
         norm = posixpath.normpath(text)
         if norm == ".." or norm.startswith("../"):
-            raise PathPolicyError(f"{raw!r} is outside the workspace",
-                                  "this chat may only use paths inside the workspace")
+            raise PathPolicyError(f"{raw!r} is outside the workspace", OUTSIDE_HINT)
         return "" if norm == "." else norm
+
+    def hide_host(self, text: str) -> str:
+        """`text` (an error's) with the host paths of this view — the room's, the rooms folder's, the workspace's —
+        spelled as the session knows them."""
+        room = self.room.path
+        names = {str(room): ROOM_ROOT, str(self.workspace): ROOM_ROOT, str(self.room.base): "(the rooms folder)"}
+        with contextlib.suppress(OSError, RuntimeError):
+            names |= {str(room.resolve()): ROOM_ROOT, str(self.workspace.resolve()): ROOM_ROOT,
+                      str(self.room.base.resolve()): "(the rooms folder)"}
+        for host in sorted(names, key=len, reverse=True):  # the longest first: the room lies in the rooms folder
+            if host not in ("", "/", "."):
+                text = text.replace(host, names[host])
+        return text
 
     # ---- reading ----------------------------------------------------------------------------------
 
