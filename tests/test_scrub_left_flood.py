@@ -114,9 +114,7 @@ def test_a_flood_of_deletes_costs_a_few_rewrites_and_leaves_no_deleted_text(tmp_
     assert not read_transcript(path).problems
     # About one per GATHER_MAX seconds of the flood (a pause of GATHER_QUIET ends a batch's gathering early), and
     # the last when it is over: was one per delete.
-    from hermit.gateway.scrub_batch import GATHER_MAX
-
-    assert 1 <= len(rewrites) <= max(8, acked // GATHER_MAX * 2 + 2), (len(rewrites), acked)
+    assert 1 <= len(rewrites) <= max(8, acked // 5 + 2), (len(rewrites), acked)  # GATHER_MAX is 10 s
     assert deletes.scrubs() == [] and json.loads((tmp_path / "state" / "deletes.json").read_text()).get("scrubs") \
         is None
     print(f"\n{FLOOD} deletes: {len(rewrites)} rewrites, acked in {acked:.2f} s, all scrubbed in {seconds:.2f} s")
