@@ -14,7 +14,9 @@ model (hermit.testing.FakeProvider), on the demo memory (English, 中文, a long
 - A streamed reply is aria-busy until it is whole (the conversation is a role=log).
 - The drawer takes the focus when it opens and leaves the page behind inert; turning the screen to where there
   is no drawer gives the page back.
-- An edit of MEMORY.md in progress survives losing the gateway and coming back, and saves then.
+- An edit of MEMORY.md in progress survives losing the gateway and coming back, and saves then; offline, a
+  search and an append say what to do (wait for the reconnect) and keep what was typed; a search from an open
+  note on a phone shows its results.
 
 The module's gateway and fake provider listen on ports the system gives.
 """
@@ -335,6 +337,7 @@ def test_an_edit_in_progress_survives_losing_the_gateway(browser: Any, demo: Dem
     opened = open_page(browser, demo.url, *PHONE_SIZE)
     page = opened.page
     nav(page, "memory")
+    page.fill("#memory-append-text", "a note from the tunnel")
     page.tap("#memory-files li[data-path='MEMORY.md']")
     page.tap("#memory-edit")
     page.wait_for_selector("#memory-editor", state="visible", timeout=T)
@@ -346,7 +349,7 @@ def test_an_edit_in_progress_survives_losing_the_gateway(browser: Any, demo: Dem
     page.wait_for_selector("#status.warn", timeout=T)
     page.tap("#memory-save")
     page.wait_for_selector("#memory-file-note.bad", timeout=T)
-    assert "not connected" in page.inner_text("#memory-file-note")
+    assert "not connected" in page.inner_text("#memory-file-note") and "reconnect" in page.inner_text("#memory-file-note")
     assert page.input_value("#memory-editor") == text
     demo.start()
     page.wait_for_selector("#status.ok", timeout=T)
@@ -354,5 +357,23 @@ def test_an_edit_in_progress_survives_losing_the_gateway(browser: Any, demo: Dem
     page.tap("#memory-save")
     page.wait_for_selector("#memory-file-note.ok >> text=Saved", timeout=T)
     assert "- written on the train" in (demo.home / "workspace" / "MEMORY.md").read_text(encoding="utf-8")
+
+    page.fill("#memory-query", "train")  # a search from the open note: its results, not a hidden list
+    page.tap("#memory-search button")
+    page.wait_for_selector(".result[data-path='MEMORY.md']", state="visible", timeout=T)
+    assert page.is_hidden("#memory-file")
+
+    demo.stop()  # offline again: what failed says what to do, and what was typed stays
+    page.wait_for_selector("#status.warn", timeout=T)
+    page.tap("#memory-append button[type='submit']")
+    page.wait_for_selector("#memory-append-note.bad", timeout=T)
+    said = page.inner_text("#memory-append-note")
+    assert "not connected" in said and "reconnect" in said and "kept" in said, said
+    assert page.input_value("#memory-append-text") == "a note from the tunnel"
+    page.tap("#memory-search button")
+    page.wait_for_selector("#memory-search-note.bad", timeout=T)
+    assert "reconnect" in page.inner_text("#memory-search-note")
+    demo.start()
+    page.wait_for_selector("#status.ok", timeout=T)
     assert [e for e in opened.errors if "ERR_CONNECTION_REFUSED" not in e] == []
     opened.context.close()

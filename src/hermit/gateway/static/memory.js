@@ -35,6 +35,7 @@
     picker.hidden = hello.agents.length < 2;
   });
   picker.addEventListener("change", () => { stopEditing(); results.replaceChildren(); viewer.replaceChildren(); file = null; loadFiles(); });
+  const failed = (e) => e.message + (e.hint ? " — " + e.hint : "");  // what went wrong, and what to do
   function say(where, text, cls) { const n = $(where); n.textContent = visible(text || ""); n.className = "say " + (cls || ""); }
   // The open edit's draft is kept as it is typed.
   editor.addEventListener("input", () => {
@@ -49,10 +50,15 @@
 
   // ---- search ---------------------------------------------------------------------------------------
   async function search(query) {
+    // One pane at a time (a phone): the results are in the list, so a search from an open note goes back to it.
+    if (onePane() && document.body.classList.contains("file-open")) {
+      if (!discard()) return;
+      document.body.classList.remove("file-open");
+    }
     say("memory-search-note", "searching…");
     let res;
     try { res = await H.call("memory.search", { query, agentId: agent() }); }
-    catch (e) { say("memory-search-note", e.message, "bad"); return; }
+    catch (e) { say("memory-search-note", failed(e), "bad"); return; }
     const notes = [];
     if (res.error) notes.push(res.error);
     if (res.mode) notes.push("mode: " + res.mode + (res.reason ? " (" + res.reason + ")" : ""));
@@ -222,7 +228,7 @@
     say("memory-file-note", "saving…");
     let res;
     try { res = await H.call("memory.write", { path: file.path, content, baseSha256: file.base, agentId: agent() }); }
-    catch (e) { say("memory-file-note", e.message + (e.hint ? " — " + e.hint : ""), "bad"); return; }
+    catch (e) { say("memory-file-note", failed(e), "bad"); return; }
     dropDraft(file.path);
     stopEditing();
     await openFile(file.path);
@@ -238,7 +244,7 @@
     say("memory-append-note", "appending…");
     let res;
     try { res = await H.call("memory.append", { text, private: priv, agentId: agent() }); }
-    catch (err) { say("memory-append-note", err.message, "bad"); return; }
+    catch (err) { say("memory-append-note", failed(err) + " — your note is kept here", "bad"); return; }
     appendText.value = "";
     sessionStorage.removeItem(appendKey());
     $("memory-append-private").checked = true;  // each shared note is asked for anew: owner-only is the default
