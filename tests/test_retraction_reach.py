@@ -345,11 +345,12 @@ def test_flush_notes_are_scrubbed_only_in_their_sessions_blocks_and_never_throug
     ("the code is hunter22 ok", "I will remember HUNTER22.", None),
     ("call me on +49 171 2345678", "Calling 49-171-2345678 now", None),
     ("can you tell me the weather in 2026?", "Sure, can you tell me more? It is 2026.", True),
-    ("my PIN is 4711", "Your PIN 4711 and the year 2026 noted", True),
+    ("my PIN is 4711", "Your PIN 4711 and the year 2026 noted", None),  # named a secret (test_scrub_left_pin.py)
+    ("we met in 2019, 4711 of us", "4711 of you in 2019, and the year 2026", True),
 ])
 def test_what_counts_as_a_copy(said: str, copy: str, kept: bool | None) -> None:
-    """Runs of 12+ characters with an uncommon word, and secret-looking words or numbers of 6+ digits; never a
-    run of common words, a year, a short number on its own."""
+    """Runs of 12+ characters with an uncommon word, and secret-looking words or numbers of 6+ digits (4+ when the
+    message names them a PIN, code, password …); never a run of common words, a year, a short number on its own."""
     from hermit.sessions.scrub import Verbatim
 
     out, n = Verbatim((said,)).scrub(copy)

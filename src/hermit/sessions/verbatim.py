@@ -31,6 +31,11 @@ from dataclasses import InitVar, dataclass, field
 MARK = "[deleted]"
 MIN_RUN = 12  # characters (whitespace collapsed) of a run of the deleted text that make a copy
 MIN_TOKEN = 6  # characters of a letters+digits word, or digits of a number, that make one on their own
+MIN_PIN = 4  # digits of a short number that is a copy on its own when the deleted message names it a secret...
+PIN_WORDS = 5  # ...by one of SECRET_WORDS within this many words of it, no other number between
+_SECRET_WORD_TEXT = """pin pins pincode code codes passcode password passwords passwort kennwort pass pw pwd otp tan cvv
+cvc cvv2 combination combo geheimzahl"""
+SECRET_WORDS = frozenset(_SECRET_WORD_TEXT.split())
 MAX_DELETED = 20_000  # characters of the deleted text looked for (a longer message: its start)
 _STOPWORD_TEXT = """
 a about above after again all also am an and any are as at be because been before being below between both but by
@@ -47,6 +52,8 @@ _WORD = re.compile(r"\w+")
 _ALNUM = re.compile(r"[^\W_]+")
 _SPACE = re.compile(r"\s")
 _SPACES = re.compile(r" {2,}")
+_PIN_WORD = re.compile(r"[^\W_]+")
+_CLAUSE_END = re.compile(r"[.,;!?\n]")
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:[ \-./]\d+)*(?![\w])")
 _PUNCT = "\"'`.,;:!?()[]{}<>*_~"
 
@@ -130,6 +137,23 @@ def _unshared(hay: str, other: str) -> str:
     return "".join("\x00" if mark else c for c, mark in zip(hay, shared, strict=True))
 
 
+def _named_secret(text: str, m: re.Match[str], digits: str) -> bool:
+    """A short number (MIN_PIN digits up to a token's) that `text` names as a secret: one of SECRET_WORDS stands
+    within PIN_WORDS words before it ("my PIN is 4711", "the door code for the garage: 4711") or after it ("4711 is
+    my PIN"), in the same clause (no . , ; ! ? or line break between) and with no other number between."""
+    if not MIN_PIN <= len(digits) < MIN_TOKEN:
+        return False
+    before = _CLAUSE_END.split(text[max(0, m.start() - 80):m.start()])[-1]
+    after = _CLAUSE_END.split(text[m.end():m.end() + 80])[0]
+    for words in (_PIN_WORD.findall(before)[::-1], _PIN_WORD.findall(after)):
+        for w in words[:PIN_WORDS]:
+            if w[0].isdigit():
+                break
+            if w.lower() in SECRET_WORDS:
+                return True
+    return False
+
+
 def _secretish(word: str) -> bool:
     return len(word) >= MIN_TOKEN and any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
 
@@ -167,7 +191,7 @@ class Verbatim:
             tokens = [t for t in tokens if t.lower() not in held]
             pattern = _token_pattern(tokens)
         numbers = frozenset(d for t in self.texts for m in _NUMBER.finditer(t[:MAX_DELETED])
-                            if len(d := re.sub(r"\D", "", m.group(0))) >= MIN_TOKEN)
+                            if len(d := re.sub(r"\D", "", m.group(0))) >= MIN_TOKEN or _named_secret(t, m, d))
         if other and numbers:
             numbers -= {re.sub(r"\D", "", m.group(0)) for m in _NUMBER.finditer(other)}
         object.__setattr__(self, "_hay", hay)
