@@ -173,21 +173,22 @@ class SlackChannel:
             raise self._refused_workspace(ChannelError(
                 f"cannot tell which Slack workspace account {self.account_id} belongs to: {path} cannot be read "
                 f"({type(e).__name__}: {e})", f"check {where} (owners, allow_from, groups) and `hermit pairing list "
-                f"slack` are for workspace {home}, then remove {path}: the next start records {home}")) from None
+                f"slack` are for workspace {home}, then remove {path}: the account then records {home}")) from None
         if pinned is None:
             try:
                 ensure_private_dir(path.parent, what="the Slack account's state folder")
                 write_atomic(path, json.dumps({"workspace": home, "recorded_at": self._clock()}) + "\n")
             except OSError as e:  # NotOwnFolder is one too
-                raise ChannelError(f"cannot record the Slack workspace of account {self.account_id} in {path} "
-                                   f"({type(e).__name__}: {e})", "check the state dir's disk and owner") from None
+                raise self._refused_workspace(ChannelError(
+                    f"cannot record the Slack workspace of account {self.account_id} in {path} ({type(e).__name__}: "
+                    f"{e})", "check the state dir's disk and owner")) from None
         elif pinned != home:
             raise self._refused_workspace(ChannelError(
                 f"the Slack token of account {self.account_id} belongs to workspace {home}, but the account is "
                 f"workspace {pinned}'s: its owners, allow_from, groups and approved contacts name ids of {pinned}, "
                 f"and the same ids in {home} are other people, so nothing from {home} is taken",
                 f"put {pinned}'s token back; or, to move the account on purpose, check {where} (owners, allow_from, "
-                f"groups) and `hermit pairing list slack`, then remove {path} (the next start records {home})"))
+                f"groups) and `hermit pairing list slack`, then remove {path} (the account then records {home})"))
 
     def _refused_workspace(self, e: ChannelError) -> ChannelError:
         self._wrong_workspace = e  # what an event that comes meanwhile (HTTP mode) is refused with
