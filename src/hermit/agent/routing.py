@@ -18,7 +18,10 @@ channel account lists under `owners` (`RouteInput.sender_is_owner`, decided by c
 agent's `session.dm_scope` groups the owners' DMs; a thread or topic inside an owner's DM stays in the
 owner's session. Every other DM is a contact's and gets a non-main session whatever `dm_scope` says:
 under `main`, the per-account-channel-peer key, so two contacts (or one contact on two bot accounts)
-never share one. Groups get a group key. `session.dangerously_share_main_session_with_contacts`
+never share one. Groups get a group key. On Slack, whose member and channel ids name someone only within a
+workspace, a contact's and a group's key carry the workspace too (`session_peer`: `U0123@T0001`), so two
+workspaces' `U0123` never share a session, a room or a memory audience.
+`session.dangerously_share_main_session_with_contacts`
 restores the original's behaviour (contacts in the main session) for a config that wants it.
 """
 
