@@ -12,6 +12,7 @@ model (hermit.testing.FakeProvider), on the demo memory (English, 中文, a long
 - The tab's photo cache is bounded in bytes (least recently drawn out first); a photo dropped is brought again.
 - A used or expired link opened on a phone says where a phone gets a new one, not only `hermit dashboard`.
 - A streamed reply is aria-busy until it is whole (the conversation is a role=log).
+- Operations' refresh every 4 s leaves the focus on the button that had it (a keyboard's, a screen reader's).
 - The drawer takes the focus when it opens and leaves the page behind inert; turning the screen to where there
   is no drawer gives the page back.
 - An edit of MEMORY.md in progress survives losing the gateway and coming back, and saves then; offline, a
@@ -329,6 +330,23 @@ def test_a_screen_reader_hears_a_reply_once_it_is_whole(browser: Any, demo: Demo
     reply.wait_for(timeout=T)
     page.wait_for_function("() => !document.querySelector('#messages [aria-busy]')", timeout=T)
     assert reply.locator("strong").inner_text() == "reply"
+    assert opened.errors == []
+    opened.context.close()
+
+
+def test_the_operations_refresh_leaves_the_focus_where_it_was(browser: Any, demo: Demo) -> None:
+    opened = phone(browser, demo, *PHONE_SIZE)
+    page = opened.page
+    nav(page, "ops")
+    for button in (".job .run-now", ".pair .approve", ".job .show-runs"):
+        page.wait_for_selector(button, timeout=T)
+        page.focus(button)
+        if button.endswith("show-runs"):
+            page.keyboard.press("Enter")  # the list redrawn with the runs unfolded: the button keeps the focus
+            page.wait_for_selector(".job .show-runs >> text=Hide runs", timeout=T)
+        page.evaluate("window.HermitOps.refresh()")  # what the view does every 4 s
+        assert page.evaluate(f"document.activeElement.matches('{button}')"), (button, page.evaluate(
+            "document.activeElement.outerHTML.slice(0, 80)"))
     assert opened.errors == []
     opened.context.close()
 

@@ -9,6 +9,22 @@
   const openRuns = new Set();   // job ids whose run log is unfolded
   let timer = null;
 
+  // A list redrawn by the refresh every few seconds: left as it is when nothing in it changed, and otherwise the
+  // button that had the focus (Run now of a job, Approve of a request) has it again in the new list — replacing
+  // it sent the focus, and a screen reader's place, back to the top of the page every 4 s.
+  function put(list, nodes) {
+    const old = [...list.children];
+    if (old.length === nodes.length && old.every((n, i) => n.isEqualNode(nodes[i]))) return;
+    const had = list.contains(document.activeElement) ? document.activeElement : null;
+    const row = had && had.closest("li[data-job], li[data-code], li[data-sender], li[data-channel]");
+    const rowKey = row ? JSON.stringify(row.dataset) : null, cls = had ? had.className : "";
+    list.replaceChildren(...nodes);
+    if (!had) return;
+    const same = [...list.querySelectorAll("li")].find((li) => JSON.stringify(li.dataset) === rowKey);
+    const again = same && [...same.querySelectorAll("button, a, input, select, textarea")].find((n) => n.className === cls);
+    if (again) again.focus();
+  }
+
   function say(where, text, cls) { const n = $(where); n.textContent = visible(text || ""); n.className = "say " + (cls || ""); }
 
   async function act(method, params, where, done) {
@@ -68,7 +84,7 @@
       if (openRuns.has(j.id)) loadRuns(j.id, runs);
     }
     for (const bad of res.invalid || []) cards.push(el("li", { class: "job invalid", text: "invalid job #" + bad.index + ": " + bad.error }));
-    $("jobs").replaceChildren(...(cards.length ? cards : [el("li", { class: "empty", text: "no cron jobs — add one below, or with `hermit cron add`" })]));
+    put($("jobs"), cards.length ? cards : [el("li", { class: "empty", text: "no cron jobs — add one below, or with `hermit cron add`" })]);
   }
 
   async function loadRuns(id, list) {
@@ -96,7 +112,7 @@
   async function loadChannels() {
     let res;
     try { res = await H.request("channels.status"); } catch (e) { return; }
-    $("channels").replaceChildren(...res.channels.map((c) => el("li", { class: "channel", dataset: { channel: c.channel, account: c.account_id } },
+    put($("channels"), res.channels.map((c) => el("li", { class: "channel", dataset: { channel: c.channel, account: c.account_id } },
       el("span", { class: "dot " + (c.connected ? "on" : "off"), title: c.connected ? "connected" : "disconnected" }),
       el("strong", { text: c.channel + "/" + c.account_id }),
       el("span", { text: " " + (c.connected ? "connected" : "disconnected") + " · in " + c.messages_in + " · out " + c.messages_out }),
@@ -112,7 +128,7 @@
     const chosen = (r) => r.senderName || r.senderUsername ? el("div", { class: "pair-name muted" }, "name they chose: ",
       r.senderName ? ["“", el("span", { class: "chosen", text: r.senderName }), "”"] : "none",
       r.senderUsername ? [" · username: “", el("span", { class: "chosen", text: "@" + r.senderUsername }), "”"] : null) : null;
-    $("pairing").replaceChildren(...(res.pending.length ? res.pending.map((r) => el("li", { class: "pair", dataset: { code: r.code, channel: r.channel } },
+    put($("pairing"), (res.pending.length ? res.pending.map((r) => el("li", { class: "pair", dataset: { code: r.code, channel: r.channel } },
       el("div", {}, el("strong", { class: "pair-id", text: r.senderId }), el("span", { text: " on " + r.channel + "/" + r.accountId })),
       chosen(r),
       el("div", { class: "j-line" }, el("code", { text: r.code }), r.denied ? " · denied" : " · expires in " + r.expiresInMinutes + " min"),
@@ -120,7 +136,7 @@
         el("button", { type: "button", class: "approve", text: "Approve as contact", onclick: () => act("pairing.approve", { channel: r.channel, code: r.code }, "pairing-note", (x) => who(r) + " " + x.message) }),
         el("button", { type: "button", class: "deny danger", text: "Deny", onclick: () => act("pairing.deny", { channel: r.channel, code: r.code }, "pairing-note", (x) => who(r) + ": " + x.message) }))))
       : [el("li", { class: "empty", text: "no pending pairing requests" })]));
-    $("contacts").replaceChildren(...(res.approved.length ? res.approved.map((a) => el("li", { class: "contact", dataset: { sender: a.senderId } },
+    put($("contacts"), (res.approved.length ? res.approved.map((a) => el("li", { class: "contact", dataset: { sender: a.senderId } },
       el("span", { text: a.label + " · " + a.channel + "/" + a.accountId + (a.approvedAt ? " · since " + stamp(a.approvedAt) : "") }),
       el("button", { type: "button", class: "revoke danger", text: "Revoke", onclick: () => { if (confirm(visible("Revoke " + a.label + "?"))) act("pairing.revoke", { channel: a.channel, sender: a.senderId, accountId: a.accountId }, "pairing-note", () => a.label + " revoked"); } })))
       : [el("li", { class: "empty", text: "no approved contacts" })]));
