@@ -201,3 +201,27 @@ def test_a_gateway_killed_mid_batch_scrubs_every_deleted_message_when_it_starts_
     assert not [i for i in range(n) if code(i) in text], text[-2000:]
     assert not read_transcript(path).problems and deletes.scrubs() == []
     assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []  # the killed batch's temp: gone
+
+
+def test_the_deletes_file_keeps_what_is_left_to_scrub_and_a_want_during_a_batch_outlives_it(tmp_path: Path) -> None:
+    path = tmp_path / "deletes.json"
+    scrub = ("main", KEY, "s1")
+    def clock() -> float:
+        return 1767000000.0  # one time for all: the stamps still order the wants
+
+    deletes = RememberedDeletes(path, clock=clock)
+    deletes.remember(("whatsapp", "default", "1555", "wamid.1"), "1555")
+    deletes.want_scrub(scrub)
+    stamp = deletes.wanted(scrub)
+    assert stamp is not None
+    deletes.want_scrub(scrub)  # another delete, while the batch that read the transcript at `stamp` runs
+    deletes.scrubbed(scrub, stamp)  # that batch is done: the later delete is still to scrub
+    again = RememberedDeletes(path, clock=clock)  # a restart
+    assert again.scrubs() == [scrub] and again.deleter(("whatsapp", "default", "1555", "wamid.1")) == "1555"
+    later = again.wanted(scrub)
+    assert later is not None
+    again.scrubbed(scrub, later)
+    assert RememberedDeletes(path).scrubs() == [] and "scrubs" not in json.loads(path.read_text())
+    path.write_text(json.dumps({"version": 1, "deletes": [], "scrubs": [["main", 5]]}))  # damaged: moved aside
+    assert RememberedDeletes(path).scrubs() == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("deletes.json.corrupt-")]
