@@ -44,7 +44,7 @@ def test_what_is_not_markdown_under_memory_is_no_chats_to_read(rt: AgentRuntime)
     (ws / "memory" / "UPPER.MD").write_text("UPPERNOTE shared too\n")
     for chat in CHATS:
         for path in ("memory/people.json", "memory/todo.txt", "memory/notes.txt", "memory/people/passwords.txt",
-                     "memory/.env", str(ws / "memory" / "notes.txt")):
+                     "memory/.env", "/workspace/memory/notes.txt"):  # where a chat sees the workspace
             text, err = call(rt, chat, "read", path=path)
             assert err and "file not found" in text and "(or nothing in it is shared with this chat)" in text, (
                 chat, path, text)

@@ -177,7 +177,7 @@ def test_hostile_group_session_leaks_nothing_and_loses_nothing(home: Path, liste
     assert len(results) == len(exec_escapes(port, outside))
     assert any("exit code" in text for text, _ in results)  # they ran inside the sandbox …
     env_text = next(text for text, _ in results if "PATH=" in text)
-    assert "HOME=" + str(ws.resolve()) in env_text and "MY_OTHER_TOKEN" not in env_text  # … minimal env
+    assert "HOME=/workspace\n" in env_text and "MY_OTHER_TOKEN" not in env_text  # … minimal env, no host path
     assert "Read-only file system" in sent(list(fake.requests)) or "cannot create" in sent(list(fake.requests))
     # Memory keeps every line; MEMORY.md, the other notes and the instructions are untouched.
     assert (ws / "MEMORY.md").read_text() == MEMORY
