@@ -70,6 +70,7 @@ WITHHELD_LINES = "[{n} line{s} withheld: not shared with this chat]"
 # not (memory_get and the read tool alike, so neither can be played against the other to probe names).
 NOT_FOUND_OR_NOT_SHARED = "file not found: {path} (or nothing in it is shared with this chat)"
 
+_DAILY_LOG = re.compile(r"memory/\d{4}-\d{2}-\d{2}\.md", re.IGNORECASE)
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.@+=-")
 _ID = r"[A-Za-z0-9_.@+=%-]+"
 _AUDIENCE_RE = re.compile(rf"(?:{OWNER}|{SHARED}|{MCP}|dm:{_ID}|cron:{_ID}|subagent:{_ID}"
@@ -189,6 +190,35 @@ def line_audiences(text: str, rel_path: str, blocks: Sequence[OriginBlock] | Non
     return out
 
 
+def read_audiences(text: str, rel_path: str, blocks: Sequence[OriginBlock] | None = None) -> list[str]:
+    """Who may read each line (`line_audiences`), with the text outside blocks of a note the owner's chat started
+    (`started_by_owner`) owner-only. Readers go by this; the write rules (tools/memory_files.py) keep comparing
+    `line_audiences`, so a write that makes such a file (an owner block at its top) is judged as before — this
+    only ever narrows who reads."""
+    out = line_audiences(text, rel_path, blocks)
+    if MARKER not in text or default_audience(rel_path) == OWNER or UNKNOWN in out[:1]:  # damaged: all unknown
+        return out
+    found = origin_blocks(text) if blocks is None else blocks
+    if not started_by_owner(text, rel_path, found):
+        return out
+    inside = {i for b in found for i in range(b.start - 1, min(b.end, len(out)))}
+    return [a if i in inside else OWNER for i, a in enumerate(out)]
+
+
+def started_by_owner(text: str, rel_path: str, blocks: Sequence[OriginBlock]) -> bool:
+    """Whether a note's text outside blocks is the owner's too: the file is under memory/, is not a daily log
+    (`memory/YYYY-MM-DD.md`, whose hand-written lines are shared as in the original design), and its first line
+    opens an owner-only block — the owner's chat made it (a `write` of memory/health.md, the main session's /new
+    file). A line the owner later typed into it by hand, after that block, was shared: "- biopsy next Tuesday"
+    added in an editor to the notes the assistant kept for them reached every contact's and group's search. A
+    file that starts with hand-written text keeps the rule for hand-written notes (shared)."""
+    p = posixpath.normpath(rel_path.replace("\\", "/"))
+    if not p.startswith(MEMORY_DIR) or _DAILY_LOG.fullmatch(p) or not blocks:
+        return False
+    first = next((i for i, line in enumerate(text.split("\n"), start=1) if line.strip()), None)
+    return blocks[0].start == first and block_audience(blocks[0].origin) == OWNER
+
+
 def narrowest(audiences: set[str]) -> str:
     """Who may see all of a passage: its one audience, shared text aside; the owner when several."""
     rest = audiences - {SHARED}
@@ -212,7 +242,7 @@ def visible_text(text: str, rel_path: str, reader: Reader) -> str | None:
         return text
     if is_private_path(rel_path):
         return None
-    auds = line_audiences(text, rel_path)
+    auds = read_audiences(text, rel_path)
     lines = text.split("\n")
     if text.endswith("\n"):
         auds[-1] = SHARED  # the empty "line" after the final newline
@@ -261,7 +291,7 @@ class _File:
 
     @cached_property
     def audiences(self) -> list[str]:
-        return line_audiences(self.text, self.rel, self.blocks)
+        return read_audiences(self.text, self.rel, self.blocks)
 
     @cached_property
     def lines(self) -> list[str]:
