@@ -12,7 +12,8 @@ model (hermit.testing.FakeProvider), on the demo memory (English, 中文, a long
 - The tab's photo cache is bounded in bytes (least recently drawn out first); a photo dropped is brought again.
 - A used or expired link opened on a phone says where a phone gets a new one, not only `hermit dashboard`.
 - A streamed reply is aria-busy until it is whole (the conversation is a role=log).
-- Operations' refresh every 4 s leaves the focus on the button that had it (a keyboard's, a screen reader's).
+- Operations' refresh every 4 s, and the session list's after a turn, leave the focus where it was (a keyboard's,
+  a screen reader's).
 - The drawer takes the focus when it opens and leaves the page behind inert; turning the screen to where there
   is no drawer gives the page back.
 - An edit of MEMORY.md in progress survives losing the gateway and coming back, and saves then; offline, a
@@ -334,7 +335,7 @@ def test_a_screen_reader_hears_a_reply_once_it_is_whole(browser: Any, demo: Demo
     opened.context.close()
 
 
-def test_the_operations_refresh_leaves_the_focus_where_it_was(browser: Any, demo: Demo) -> None:
+def test_a_refresh_leaves_the_focus_where_it_was(browser: Any, demo: Demo) -> None:
     opened = phone(browser, demo, *PHONE_SIZE)
     page = opened.page
     nav(page, "ops")
@@ -347,6 +348,11 @@ def test_the_operations_refresh_leaves_the_focus_where_it_was(browser: Any, demo
         page.evaluate("window.HermitOps.refresh()")  # what the view does every 4 s
         assert page.evaluate(f"document.activeElement.matches('{button}')"), (button, page.evaluate(
             "document.activeElement.outerHTML.slice(0, 80)"))
+    open_drawer(page)  # the session list, redrawn after every turn, the same way
+    row = f"#sessions li[data-key='{PHOTOS_KEY}']"
+    page.focus(row)
+    page.evaluate("window.HermitSessions.refresh()")
+    assert page.evaluate(f"document.activeElement.matches(\"{row}\")")
     assert opened.errors == []
     opened.context.close()
 

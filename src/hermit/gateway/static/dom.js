@@ -86,5 +86,23 @@
     return isNaN(t) ? String(iso) : new Date(t).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
   }
 
-  window.HermitDom = { el, add, when, stamp, visible };
+  // A list redrawn by a refresh (Operations every 4 s, the sessions after each turn): left as it is when nothing
+  // in it changed, and otherwise the control that had the focus (Run now of a job, a session's row) has it again
+  // in the new list, found by its row's data and its class — replacing it sent the focus, and a screen reader's
+  // place, back to the top of the page.
+  function swap(list, nodes) {
+    const old = [...list.children];
+    if (old.length === nodes.length && old.every((n, i) => n.isEqualNode(nodes[i]))) return;
+    const had = list.contains(document.activeElement) ? document.activeElement : null;
+    const rowOf = (n) => { for (let r = n.closest("li"); r && list.contains(r); r = r.parentElement.closest("li")) if (Object.keys(r.dataset).length) return r; return null; };
+    const row = had && rowOf(had);
+    const rowKey = row ? JSON.stringify(row.dataset) : null, cls = had ? had.className : "", self = had === row;
+    list.replaceChildren(...nodes);
+    if (!had || !rowKey) return;
+    const same = [...list.querySelectorAll("li")].find((li) => JSON.stringify(li.dataset) === rowKey);
+    const again = same && (self ? same : [...same.querySelectorAll("button, a, input, select, textarea")].find((n) => n.className === cls));
+    if (again) again.focus();
+  }
+
+  window.HermitDom = { el, add, when, stamp, visible, swap };
 })();

@@ -4,26 +4,10 @@
 // link each time it is opened (tickets.create) and shows it as a QR code (an SVG data: URI the gateway drew).
 "use strict";
 (function () {
-  const H = window.Hermit, { el, when, stamp, visible } = window.HermitDom;
+  const H = window.Hermit, { el, when, stamp, visible, swap: put } = window.HermitDom;
   const $ = (id) => document.getElementById(id);
   const openRuns = new Set();   // job ids whose run log is unfolded
   let timer = null;
-
-  // A list redrawn by the refresh every few seconds: left as it is when nothing in it changed, and otherwise the
-  // button that had the focus (Run now of a job, Approve of a request) has it again in the new list — replacing
-  // it sent the focus, and a screen reader's place, back to the top of the page every 4 s.
-  function put(list, nodes) {
-    const old = [...list.children];
-    if (old.length === nodes.length && old.every((n, i) => n.isEqualNode(nodes[i]))) return;
-    const had = list.contains(document.activeElement) ? document.activeElement : null;
-    const row = had && had.closest("li[data-job], li[data-code], li[data-sender], li[data-channel]");
-    const rowKey = row ? JSON.stringify(row.dataset) : null, cls = had ? had.className : "";
-    list.replaceChildren(...nodes);
-    if (!had) return;
-    const same = [...list.querySelectorAll("li")].find((li) => JSON.stringify(li.dataset) === rowKey);
-    const again = same && [...same.querySelectorAll("button, a, input, select, textarea")].find((n) => n.className === cls);
-    if (again) again.focus();
-  }
 
   function say(where, text, cls) { const n = $(where); n.textContent = visible(text || ""); n.className = "say " + (cls || ""); }
 

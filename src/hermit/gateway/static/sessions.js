@@ -106,7 +106,7 @@
     rows.push(...unstarted(res.sessions).map(row));
     const orphans = [].concat(...byChat.values());
     if (orphans.length) rows.push(earlier(ORPHANS, orphans, "Other ended sessions", true));
-    sessionsEl.replaceChildren(...rows);
+    window.HermitDom.swap(sessionsEl, rows);
     highlight();
   }
 
