@@ -8,9 +8,11 @@ written yet (as a kill before the delete was seen would). So is what was saved o
 (`saved`: agent/session_memory.scrub_saved).
 
 Its copies go too (`scrub_copies`, sessions/scrub.py): what Hermit wrote after it from that session and quotes it
-(replies, tool calls, compaction summaries, the flush's entries in the transcript; the notes the flush or a
-turn's write/edit took after it, by the sessions folder's `reach`, agent/runtime.py), and the message's own text in the file. Found by the text the
-transcript holds, the notes are scrubbed first: a kill in between leaves them findable by it.
+(replies, tool calls, compaction summaries, the flush's entries in the transcript; the notes the flush or a turn's
+write/edit took after it, by the sessions folder's `reach`, agent/runtime.py), and the message's own text in the
+file. Found by the text the transcript holds, the notes are scrubbed first: a kill in between leaves them findable
+by it. The gateway hides a deleted message at once and scrubs a flood of them in one rewrite (`retract_in(scrub=
+False)`, then `scrub_retracted`: gateway/scrub_batch.py).
 
 An ended transcript is found by the `sessionKey` in its header, and only among the key's last ENDED_SESSIONS
 sessions that changed in the last ENDED_DAYS days: a flood of deletes never reads every transcript. The key's
