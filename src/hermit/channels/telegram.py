@@ -11,6 +11,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -245,8 +246,11 @@ class TelegramChannel:
 
     def _journal(self, update_id: int, msg: InboundMessage | None) -> None:
         """Take the update (offset past it, message in flight). A write that fails because of the message
-        itself skips the message; a failing disk (OSError) propagates, and the poll is retried later."""
+        itself skips the message; a failing disk (OSError) propagates, and the poll is retried later.
+        An edit changes the journaled message it names in the same write (`_edit_journaled`)."""
         assert self._state is not None
+        if msg is not None and msg.change == "edited":
+            self._edit_journaled(msg)
         try:
             self._state.receive(update_id, msg)
         except OSError:
@@ -257,6 +261,17 @@ class TelegramChannel:
             self._skipped(update_id, e)
             self._state.inflight.pop(update_id, None)
             self._state.receive(update_id, None)
+
+    def _edit_journaled(self, edit: InboundMessage) -> None:
+        """Its sender's new text into the journaled copy of the message an edit names, as the bus changes the
+        waiting message: a journal that kept the first text (a PIN pasted and at once edited out) held it on disk
+        and, after a crash before that message's turn ended, had the restart replay it — answered and kept after
+        all. Only its sender's message of that chat (Telegram lets no one else edit it)."""
+        assert self._state is not None
+        for update_id, m in self._state.inflight.items():
+            if m.change is None and m.message_id == edit.message_id and m.sender_id == edit.sender_id \
+                    and m.meta.get("chat_id") == edit.meta.get("chat_id"):
+                self._state.inflight[update_id] = replace(m, text=edit.text, mentioned=m.mentioned or edit.mentioned)
 
     def _skipped(self, update_id: int, e: Exception) -> None:
         log.warning("telegram %s: skipped update %d that could not be read: %s: %s", self.account_id, update_id,
