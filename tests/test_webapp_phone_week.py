@@ -369,6 +369,8 @@ def test_an_edit_in_progress_survives_losing_the_gateway(browser: Any, demo: Dem
     page.keyboard.press("Control+End")
     page.keyboard.type("- written on the train\n")
     text = page.input_value("#memory-editor")
+    save, cancel = page.locator("#memory-save").bounding_box(), page.locator("#memory-cancel").bounding_box()
+    assert save["y"] == cancel["y"] and save["x"] < cancel["x"], (save, cancel)  # side by side, not a row each
     demo.stop()  # the train goes into a tunnel
     page.wait_for_selector("#status.warn", timeout=T)
     page.tap("#memory-save")
