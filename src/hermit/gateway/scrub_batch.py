@@ -51,15 +51,17 @@ class ScrubBatches:
     def want(self, scrub: Scrub) -> None:
         self._again.add(scrub)
         self._poked.setdefault(scrub, asyncio.Event()).set()
-        if scrub not in self._tasks:
+        running = self._tasks.get(scrub)
+        if running is None or running.done():  # done, its callback not run yet: this want is not its any more
             task = asyncio.create_task(self._work(scrub), name=f"scrub:{scrub[1]}")
             self._tasks[scrub] = task
-            task.add_done_callback(lambda _: self._done(scrub))
+            task.add_done_callback(lambda t: self._done(scrub, t))
 
-    def _done(self, scrub: Scrub) -> None:
-        self._tasks.pop(scrub, None)
-        self._poked.pop(scrub, None)
-        self._now.discard(scrub)
+    def _done(self, scrub: Scrub, task: asyncio.Task[None]) -> None:
+        if self._tasks.get(scrub) is task:
+            del self._tasks[scrub]
+            self._poked.pop(scrub, None)
+            self._now.discard(scrub)
 
     def resume(self) -> None:
         """Scrub what the store says is left (a gateway killed before its batches were done)."""
