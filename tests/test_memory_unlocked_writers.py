@@ -39,9 +39,11 @@ MARK = b'<!-- origin session="agent:main:main" audience="owner" -->\n- a note\n<
 
 
 def runtimes(tmp_path: Path, agents: tuple[str, ...] = ("main",), extra: tuple[Path, ...] = ()) -> dict[str, AgentRuntime]:
-    defaults = {"memory_search": {"extra_paths": [str(p) for p in extra]}}
-    loaded = load_offline(tmp_path / "state", defaults=defaults,
-                          agents=[{"id": a, "default": a == "main"} for a in agents])
+    # A folder outside the workspaces is shared by the agents that each list it (one only agents.defaults
+    # names is the default agent's alone).
+    own = {"memory_search": {"extra_paths": [str(p) for p in extra]}}
+    loaded = load_offline(tmp_path / "state",
+                          agents=[{"id": a, "default": a == "main", **own} for a in agents])
     out = {a: AgentRuntime(loaded.agent(a), ScriptedModel([]), fsync=False, home=tmp_path, clock=fixed_clock)
            for a in agents}
     for rt in out.values():
