@@ -45,7 +45,8 @@ _DIR_FLAGS = DIR_FLAGS
 
 
 def open_dir(dir_fd: int, rel: str, *, create: bool = False, listing: bool = False) -> int:
-    """A descriptor of the directory `rel` beneath `dir_fd` (created, with parents, when `create`);
+    """A descriptor of the directory `rel` beneath `dir_fd` (created, with parents, when `create`: 0700, so a
+    new `memory/<sub>/`'s note names are not listed by others where the user's own folder above is 0755);
     `listing` opens it readable (for scandir) instead of O_PATH."""
     parts = parts_of(rel)
     flags = (os.O_RDONLY if listing else (_O_PATH or os.O_RDONLY)) | os.O_DIRECTORY
@@ -55,7 +56,7 @@ def open_dir(dir_fd: int, rel: str, *, create: bool = False, listing: bool = Fal
     try:
         for name in parts:
             with contextlib.suppress(FileExistsError):
-                os.mkdir(name, 0o755, dir_fd=cur)
+                os.mkdir(name, 0o700, dir_fd=cur)
             try:
                 nxt = os.open(name, _DIR_FLAGS, dir_fd=cur)
             except OSError as e:
@@ -171,8 +172,11 @@ def list_beneath(dir_fd: int, rel: str) -> list[tuple[str, bool]]:
 
 def write_beneath(dir_fd: int, rel: str, data: bytes, *, mode: int = 0o600, fsync: bool = True) -> None:
     """Replace (or create) the file `rel` atomically: a temporary file in the parent's descriptor, then a
-    rename inside that descriptor. An existing regular file keeps its permissions; a directory, FIFO or
-    other special file at `rel` is refused. Parent directories are created."""
+    rename inside that descriptor. An existing regular file of this user's keeps its permissions (their rwx bits
+    only: a setuid, setgid or sticky bit is never carried, nor asked for with `mode`: the text written is not
+    the program that file was); another user's lends none (their 0666 file planted in a shared folder must not
+    make the owner's text readable by all): `mode` then. A directory, FIFO or other special file at `rel` is
+    refused. Parent directories are created (0700: `open_dir`)."""
     parts = parts_of(rel)
     if not parts:
         raise PathPolicyError("cannot write the folder itself", "pass a file path")
@@ -186,7 +190,8 @@ def write_beneath(dir_fd: int, rel: str, data: bytes, *, mode: int = 0o600, fsyn
             old = None
         if old is not None and not (stat.S_ISREG(old.st_mode) or stat.S_ISLNK(old.st_mode)):
             raise NotAFile(rel, kind_of(old.st_mode))
-        keep = stat.S_IMODE(old.st_mode) if old is not None and stat.S_ISREG(old.st_mode) else mode
+        carried = old is not None and stat.S_ISREG(old.st_mode) and old.st_uid == os.geteuid()
+        keep = (stat.S_IMODE(old.st_mode) if old is not None and carried else mode) & 0o777
         fd, tmp = _held_temp(parent, name, keep)
         try:  # held until renamed, or removed: a sweep never takes a live writer's temp for a leftover
             os.fchmod(fd, keep)  # the umask must not loosen or tighten what the file had
