@@ -239,11 +239,13 @@ def _manifest(tar: tarfile.TarFile, members: list[tarfile.TarInfo], name: str) -
 
 def _watch_folders(manifest: dict[str, object], members: list[tarfile.TarInfo]) -> set[str]:
     """The archive names of the `.hermit-watch/` folders at the workspaces' tops (added_notes.py), which a
-    restore never brings back (an older `hermit backup` stored them): the workspaces the manifest names, and any
-    folder holding MEMORY.md or memory/ (an archive whose manifest names none)."""
-    named = manifest.get("workspaces", [])
+    restore never brings back (an older `hermit backup` stored them): the workspaces the manifest names; only for
+    an archive whose manifest names none, any folder holding MEMORY.md or memory/. The manifest's list is the
+    whole answer when there is one: a user's own `.hermit-watch/` deeper in a workspace, next to an old
+    MEMORY.md or a project's memory/ folder, is theirs (the backup stored it) and is restored."""
+    named = manifest.get("workspaces")
     tops = {f"{TOP}/{w}" for w in named if isinstance(w, str)} if isinstance(named, list) else set()
-    for m in members:
+    for m in members if not isinstance(named, list) else ():
         p = PurePosixPath(m.name)
         if (p.name == "MEMORY.md" and m.isfile()) or (p.name == "memory" and m.isdir()):
             tops.add(str(p.parent))
