@@ -37,7 +37,7 @@ from hermit.memory.policy import added_notes
 from hermit.memory.policy.daily_log import memory_writes_locked
 from hermit.memory.store.sqlite import IndexStore
 from hermit.tools import safe_fs
-from prochelpers import pythonpath
+from prochelpers import PROC_TIMEOUT, pythonpath
 
 OTHER = 65534
 ROOT = os.geteuid() == 0
@@ -335,3 +335,17 @@ def test_a_memory_sync_keeps_a_live_watchers_journal(tmp_path: Path) -> None:
     finally:
         added_notes.unwatch(window)
     assert not journal.exists()  # the last watcher's end removes it, as before
+
+
+def test_hermit_memory_index_removes_a_killed_watchers_journal(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    ws = home / "workspace"
+    (ws / "memory").mkdir(parents=True)
+    (home / "hermit.yaml").write_text("agents:\n  defaults:\n    memory_search:\n      provider: none\n")
+    (ws / "memory" / "2026-01-20.md").write_text("- the owner's own line\n" + NOTE)
+    journal = _killed_watcher_journal(ws)
+    done = subprocess.run([sys.executable, "-m", "hermit.cli.main", "memory", "index"], capture_output=True,
+                          text=True, timeout=PROC_TIMEOUT, env={**os.environ, "HERMIT_HOME": str(home),
+                                                                "OMP_WAIT_POLICY": "PASSIVE"})
+    assert done.returncode == 0, done.stderr
+    assert not journal.exists()
