@@ -32,6 +32,7 @@ from hermit.channels.base import (
 )
 from hermit.channels.credentials import resolve
 from hermit.channels.dedupe import SeenIds
+from hermit.channels.early_edits import EarlyEdits
 from hermit.channels.forwarded import frame
 from hermit.channels.inbox import StagedFile, sweep_staged
 from hermit.channels.platforms import ChannelPlatform
@@ -96,6 +97,7 @@ class WhatsAppChannel:
         self._tracker = StatusTracker(self.name, account_id, state_dir, clock)
         seen_path = None if state_dir is None else seen_ids_path(state_dir, cfg.phone_number_id)
         self._seen = SeenIds(seen_path, max_age=MAX_MESSAGE_AGE_SECONDS, limit=SEEN_IDS_LIMIT, clock=clock)
+        self._early_edits = EarlyEdits()  # edits that came while (or before) their message was handed on
         self._stale_logged = False
         self._client: httpx.AsyncClient | None = None
         self._sink: InboundSink | None = None
@@ -206,6 +208,8 @@ class WhatsAppChannel:
                 attachments = (await self._download(MEDIA_KINDS[kind], media, sender, mid),)
             else:  # a button
                 text = str(_obj(m.get("button")).get("text", ""))
+            if (edited := self._early_edits.take(sender, mid)) is not None:
+                text = edited  # its sender edited it while its media downloaded, or the edit's webhook came first
             context = _obj(m.get("context"))
             if context.get("forwarded") or context.get("frequently_forwarded"):
                 text = frame(text, None)  # the Cloud API does not say who wrote a forwarded message
@@ -234,6 +238,9 @@ class WhatsAppChannel:
             return
         body = _obj(inner.get(inner_kind))
         text = str(body.get("body" if inner_kind == "text" else "caption", ""))
+        # Kept for the message too: one whose media is still downloading, or whose webhook comes later, is not in
+        # the gateway yet, and this edit would change nothing there (channels/early_edits.py).
+        self._early_edits.keep(sender, original, text)
         await self._sink.publish(InboundMessage(
             channel=self.name, account_id=self.account_id, peer_kind="dm", peer_id=sender, sender_id=sender,
             text=text, message_id=original, received_at=sent_at or self._clock(), change="edited"))

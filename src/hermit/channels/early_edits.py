@@ -1,0 +1,57 @@
+"""Edits that come before their message is handed to the gateway.
+
+A channel hands a message on only once its files are downloaded (WhatsApp's media, a Discord attachment: seconds),
+and a platform may deliver an edit before the message it names (WhatsApp's webhooks are not ordered; a delivery
+that failed is retried later). The gateway changes only a message it holds (gateway/bus.py), so such an edit
+changed nothing and the message then ran with its first text: a PIN typed as a photo's caption and at once edited
+out was answered and kept. The channel keeps the newest text of each such edit here, by (sender, message id), and
+gives it to the message when it is handed on.
+
+Bounded: anyone may send edits naming made-up ids, so at most PER_SENDER of one sender (their oldest go first,
+never another sender's) and MAX_KEPT in all (the oldest first). Memory only: a restart forgets them, as it forgets
+a message still downloading.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+MAX_KEPT = 512
+PER_SENDER = 16
+
+
+class EarlyEdits:
+    def __init__(self, max_kept: int = MAX_KEPT, per_sender: int = PER_SENDER) -> None:
+        self.max_kept = max_kept
+        self.per_sender = per_sender
+        self._kept: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._count: dict[str, int] = {}
+
+    def keep(self, sender: str, message_id: str, text: str) -> None:
+        """The text `sender`'s message `message_id` has now (the last edit wins)."""
+        key = (sender, message_id)
+        if key in self._kept:
+            self._kept[key] = text
+            self._kept.move_to_end(key)
+            return
+        if self._count.get(sender, 0) >= self.per_sender:
+            self._drop(next(k for k in self._kept if k[0] == sender))
+        while len(self._kept) >= self.max_kept:
+            self._drop(next(iter(self._kept)))
+        self._kept[key] = text
+        self._count[sender] = self._count.get(sender, 0) + 1
+
+    def take(self, sender: str, message_id: str) -> str | None:
+        """The edited text of this message, if an edit of its sender came first (then forgotten)."""
+        text = self._kept.get((sender, message_id))
+        if text is not None:
+            self._drop((sender, message_id))
+        return text
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        del self._kept[key]
+        left = self._count[key[0]] - 1
+        if left:
+            self._count[key[0]] = left
+        else:
+            del self._count[key[0]]
