@@ -57,15 +57,14 @@ def _text(message: Any) -> str:
 
 @dataclass
 class Brain:
-    """The model: acts on what the request says. `probe` maps a session key to the tool calls it makes."""
+    """The model: acts on what the request says. `probe` maps a session key to the tool calls it makes; a probe
+    names its session in its text (`probe [<key>]`), as the prompt shows a chat its key without the account."""
 
     probe: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def __call__(self, request: ModelRequest) -> Any:
         if SUMMARY_MARKER in request.system:
             return f"## Goals\n- keep planning\n## Decisions\n- the savings go to the credit union ({SUMMARISED})"
-        session = re.search(r"· session: (\S+)", request.system)
-        key = session.group(1) if session else ""
         user = next(_text(m) for m in reversed(request.messages) if isinstance(m, UserMessage))
         if isinstance(request.messages[-1], ToolResultMessage):
             return "NO_REPLY" if "Pre-compaction memory flush" in user else "done"
@@ -76,7 +75,9 @@ class Brain:
         if "door code" in user:
             return f"The door code is 4-7-1-1 ({REPLIED})."
         if user.startswith("probe"):
-            return {"tool_calls": self.probe[key]}
+            marker = re.match(r"probe \[(\S+)\]", user)
+            assert marker is not None, user
+            return {"tool_calls": self.probe[marker.group(1)]}
         return "ack"
 
     @staticmethod
@@ -161,7 +162,7 @@ def probe_calls(day: Day) -> list[dict[str, Any]]:
 def test_no_canary_reaches_a_group_a_contact_or_a_cron_session(day: Day, key: str, canary: str) -> None:
     day.rt.new_session(key)  # a fresh conversation each time: only this probe in its context
     day.brain.probe[key] = probe_calls(day)
-    requests = day.turn(key, "probe: what do you know?")
+    requests = day.turn(key, f"probe [{key}]: what do you know?")
     assert len(requests) == 2  # the tool calls, then the answer after their results
     sent = "\n".join(request_text(r) for r in requests)
     assert canary not in sent
@@ -174,7 +175,7 @@ def test_no_canary_reaches_a_group_a_contact_or_a_cron_session(day: Day, key: st
 def test_the_owners_main_session_still_finds_each_canary(day: Day, canary: str) -> None:
     day.rt.new_session(MAIN)
     day.brain.probe[MAIN] = [{"name": "memory_search", "arguments": {"query": canary, "minScore": 0}}]
-    requests = day.turn(MAIN, "probe")
+    requests = day.turn(MAIN, f"probe [{MAIN}]")
     results = request_text(requests[-1])
     assert results.count(canary) >= 2  # in the query and in what the search returned
     assert '\\"audience\\": \\"owner\\"' in results or '"audience": "owner"' in results

@@ -18,6 +18,7 @@ service and tools (the real SQLite index), a model double recording every reques
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,12 +48,27 @@ MEMORY_CANARY, PRIVATE_CANARY = "MEMCANARY-8812", "PRIVCANARY-5530"
 
 
 class Prompts(dict[str, str]):
-    """What each session's requests carried, by the session key its prompt names; `of` finds a session by the
-    end of its key (a room's prompt may show its key without the channel account)."""
+    """What each session's requests carried, by the session key the bus ran the turn for; `of` finds a session
+    by the end of its key."""
 
     def of(self, end: str) -> str:
         [text] = [t for k, t in self.items() if k == end or k.endswith(":" + end)]
         return text
+
+
+class KeyedRuntime(AgentRuntime):
+    """The runtime the bus drives, noting in the worker thread of each turn which session it is for: the model's
+    requests are filed by the key the bus asked for, not by what the prompt shows (a chat's prompt names its
+    session without the channel account)."""
+
+    turn = threading.local()
+
+    def run_turn(self, session_key: str, text: str, *args: Any, **kwargs: Any) -> Any:
+        self.turn.key = session_key
+        try:
+            return super().run_turn(session_key, text, *args, **kwargs)
+        finally:
+            self.turn.key = None
 
 
 def chat(home: Path, dm_scope: str, *messages: InboundMessage,
@@ -76,7 +92,8 @@ def chat(home: Path, dm_scope: str, *messages: InboundMessage,
     seen = Prompts()
 
     def reply(request: ModelRequest) -> Reply:
-        key = request.system.split("· session: ", 1)[1].split(" ", 1)[0]
+        key = KeyedRuntime.turn.key
+        assert isinstance(key, str), "a model call outside a turn"
         seen[key] = seen.get(key, "") + request_text(request)
         return "ok" if model is None else model(request)
 
@@ -84,7 +101,7 @@ def chat(home: Path, dm_scope: str, *messages: InboundMessage,
     agent = loaded.agent()
     svc = (MemoryService(MemoryKey(agent.id, agent.workspace), agent.index_path, agent.settings.memory_search, None)
            if model is not None else None)
-    rt = AgentRuntime(agent, FunctionModel(reply), memory=svc, clock=fixed_clock, fsync=False, home=home,
+    rt = KeyedRuntime(agent, FunctionModel(reply), memory=svc, clock=fixed_clock, fsync=False, home=home,
                       owner_check=access.is_owner)
     channel = RecordingChannel()
     bus = Bus(AgentHost({"main": rt}), route=route_with(Router.from_config(loaded), access),

@@ -24,16 +24,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
 from pathlib import Path
 
 from hermit.agent.speakers import GROUP_CHAT_NOTE, records_senders
+from hermit.errors import SessionError
 from hermit.memory.policy.audience import reader_for_session, visible_text
 from hermit.messages import AssistantMessage, Message, ToolResultMessage, UserMessage, message_from_dict
 from hermit.models.base import ToolSchema
 from hermit.redaction import mask, mask_data
-from hermit.sessions.keys import is_main_session_key
+from hermit.sessions.keys import format_session_key, is_main_session_key, parse_session_key
 from hermit.sessions.pruning import message_tokens
 from hermit.sessions.transcript import MessageEntry, Transcript
 from hermit.tokens import estimate_tokens
@@ -169,9 +170,10 @@ def _sections(p: PromptInputs) -> list[tuple[str, str]]:
                    "bounded memory, file size, disk and time.")
     out.append(("workspace", (
         # A room sees the workspace at ROOM_ROOT, never its host path (the owner's login name and folders), nor
-        # the model the owner configured.
+        # the model the owner configured; a session not the owner's sees its key without the channel account.
         f"## Workspace\nYour working directory is {ROOM_ROOT if p.roomed else p.workspace}; your memory files live "
-        f"there.{sandbox}\nAgent: {p.agent_id} · session: {p.session_key} ({kind})"
+        f"there.{sandbox}\nAgent: {p.agent_id} · session: {p.session_key if private else _shown_key(p.session_key)} "
+        f"({kind})"
         + (f" · model: {p.model_ref}" if p.model_ref and not p.roomed else "")
     )))
     local = p.now.astimezone(p.timezone)
@@ -190,6 +192,15 @@ def _sections(p: PromptInputs) -> list[tuple[str, str]]:
     if p.chat_note:  # a contact's DM: who is writing (speakers.contact_chat_note)
         out.append(("this chat", p.chat_note))
     return out
+
+
+def _shown_key(key: str) -> str:
+    """A session key without the channel account it came in on (keys.py): the account id is the owner's
+    configuration, not what a chat needs to know of whose chat it is; unparsed: the key's first two words."""
+    try:
+        return format_session_key(replace(parse_session_key(key), account_id=None))
+    except SessionError:
+        return ":".join(key.split(":")[:2])
 
 
 def compacted_note(memory_tools: bool, sessions_searchable: bool) -> str:
