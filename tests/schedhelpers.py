@@ -47,11 +47,14 @@ def last_user_text(request: ModelRequest) -> str:
 
 
 def config(home: Path, *, defaults: dict[str, Any] | None = None,
-           agents: list[dict[str, Any]] | None = None, owners: tuple[str, ...] = ()) -> LoadedConfig:
+           agents: list[dict[str, Any]] | None = None, owners: tuple[str, ...] = (),
+           access: dict[str, Any] | None = None) -> LoadedConfig:
+    """`access`: more of the account's fields (allow_from, groups, …): who, besides the owners, the jobs'
+    targets may be (a job to someone not let in is skipped)."""
     raw = {"agents": {"defaults": {"timezone": "Europe/Berlin", "memory_search": {"provider": "none"},
                                    **(defaults or {})}, "list": agents or []},
            # what the jobs' targets deliver to
-           "channels": {"telegram": {"accounts": {"default": {"owners": list(owners)}}}}}
+           "channels": {"telegram": {"accounts": {"default": {"owners": list(owners), **(access or {})}}}}}
     return build_config(raw, StatePaths(home))
 
 
@@ -75,8 +78,8 @@ class Rig:
 
 def rig(home: Path, start: datetime, reply: Callable[[ModelRequest], Reply] = lambda r: "done", *,
         defaults: dict[str, Any] | None = None, host_class: type[LocalHost] = LocalHost,
-        owners: tuple[str, ...] = ()) -> Rig:
-    loaded = config(home, defaults=defaults, owners=owners)
+        owners: tuple[str, ...] = (), access: dict[str, Any] | None = None) -> Rig:
+    loaded = config(home, defaults=defaults, owners=owners, access=access)
     clock = SimClock(start)
     channel = MemoryChannel()
     rts, models = runtimes(loaded, clock, reply)

@@ -142,11 +142,13 @@ def test_the_web_app_needs_the_opt_in_and_the_cron_tool_can_never_give_it(tmp_pa
 
 
 def two_configs(home: Path) -> tuple[LoadedConfig, LoadedConfig]:
-    """The config when the jobs were made (owner 42) and after a change (42 is no longer an owner)."""
+    """The config when the jobs were made (owner 42) and after a change (42 is no longer an owner, still a
+    contact: allow_from); the group is listed, so the jobs' targets are let in in both."""
     def build(owners: list[str]) -> LoadedConfig:
         return build_config({"agents": {"defaults": {"timezone": "Europe/Berlin", "memory_search": {"provider": "none"},
                                                      "heartbeat": {"every_minutes": 0}}},
-                             "channels": {"telegram": {"accounts": {"default": {"owners": owners}}}}}, StatePaths(home))
+                             "channels": {"telegram": {"accounts": {"default": {
+                                 "owners": owners, "allow_from": ["42"], "groups": ["-100555"]}}}}}, StatePaths(home))
     return build(["42"]), build(["7"])
 
 

@@ -44,7 +44,7 @@ def reply(req: ModelRequest) -> Reply:
 
 def kept_for_the_owner(tmp_path: Path) -> tuple[Rig, str, Path]:
     home = tmp_path / "home"
-    r = rig(home, NOW, reply, owners=("1000",))
+    r = rig(home, NOW, reply, owners=("1000",), access={"groups": ["-100"]})  # the group re-aimed at is let in
     by_model = CronJobs(home, r.loaded, clock=r.clock, fsync=False, for_model=True)
     job = by_model.add({"name": "locker", "message": "KEEP: note the locker code 4821 for me",
                         "schedule": {"kind": "every", "every_ms": 3_600_000}, "delivery": OWNER_DM})["job"]
