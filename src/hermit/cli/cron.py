@@ -187,6 +187,8 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
         nxt = _when(d["next_run_at"]) if job.enabled else "disabled"
         print(f"{job.id:<12} {job.name[:18]:<18} {job.schedule.describe()[:26]:<26} {nxt:<22} "
               f"{d['last_status'] or '-':<8} {job.session_target}→{job.delivery.describe()}")
+        if d["last_status"] == "skipped" and d["last_error"]:  # e.g. its target is no longer let in
+            print(f"{'':<12} {d['last_error']}")
     return 0
 
 
@@ -195,6 +197,8 @@ def cmd_add(ctx: CliContext, args: argparse.Namespace) -> int:
     spec = _spec(args, adding=True)
     spec["agent_id"] = ctx.config().agent(ctx.agent_id).id
     added = jobs.add(spec)
+    if added.get("warning"):  # aimed at someone not let in: its runs are skipped until they are
+        warn(added["warning"])
     if args.json:
         print(json.dumps(added, ensure_ascii=False, indent=2))
         return 0
@@ -209,6 +213,8 @@ def cmd_edit(ctx: CliContext, args: argparse.Namespace) -> int:
     if not patch:
         raise JobError("nothing to change", "give at least one option, e.g. --disable or --cron '0 9 * * *'")
     updated = jobs.update(args.id, patch)
+    if updated.get("warning"):
+        warn(updated["warning"])
     if args.share_main_text and not jobs.get(args.id).delivery.shares_main:
         warn("--share-main-text not kept: it is for a main-session job that announces (--main --announce …)")
     if args.json:

@@ -18,7 +18,7 @@ from hermit.scheduler.jobs import AtSchedule, Job, build_job, patch_job
 from hermit.scheduler.reaim import retire_job_audience
 from hermit.scheduler.schedule import Zone, resolve_zone
 from hermit.scheduler.store import JobFile, JobStore
-from hermit.scheduler.targets import not_the_owner, peer_kind_of, resolve_target
+from hermit.scheduler.targets import not_let_in, not_let_in_fix, not_the_owner, peer_kind_of, resolve_target
 from hermit.sessions.transcript import Clock, utc_now
 
 log = logging.getLogger("hermit.scheduler")
@@ -182,6 +182,23 @@ class CronJobs:
             return None
         return not_the_owner(self.current(), job.agent_id, d.channel or "", d.account, d.peer_kind, d.to or "")
 
+    def not_let_in(self, job: Job) -> str | None:
+        """When the job's target may not talk to the assistant now (a revoked or never approved contact, a group
+        not under `groups`): a warning saying its runs will be skipped until they are let in, else None. Not an
+        error: the owner may set up a job before approving its contact, and nothing reaches them meanwhile."""
+        d = job.delivery
+        if d.target() is None or not job.enabled:
+            return None
+        try:
+            who = not_let_in(self.current(), d.channel or "", d.account, d.peer_kind, d.to or "")
+        except ConfigError:
+            return None  # the config in force is invalid: runs that deliver are refused anyway, and say why
+        if who is None:
+            return None
+        kind = peer_kind_of(d.channel or "", d.peer_kind, d.to or "")
+        return (f"job {job.label}: {who} is not let in to talk to the assistant now, so its runs are skipped and "
+                f"nothing is delivered until they are — {not_let_in_fix(job.id, kind)}")
+
     def _model_delivers_to_owners(self, job: Job) -> Job:
         """The model may aim a job's replies at the owner of the job's agent only. A main-session run
         answers with what the main session knows (MEMORY.md, owner-only notes), and an isolated run says
@@ -319,7 +336,11 @@ class CronJobs:
 
         self.store.mutate(append)
         self._changed()
-        return {"job": self.describe(job), "next_runs": [t.isoformat() for t in self.next_times(job)]}
+        out: dict[str, Any] = {"job": self.describe(job),
+                               "next_runs": [t.isoformat() for t in self.next_times(job)]}
+        if (warning := self.not_let_in(job)) is not None:
+            out["warning"] = warning
+        return out
 
     def update(self, job_id: str, patch: dict[str, Any]) -> dict[str, Any]:
         def change(job: Job) -> Job:
@@ -346,6 +367,8 @@ class CronJobs:
         self._changed()
         assert updated is not None
         out: dict[str, Any] = {"job": self.describe(updated)}
+        if (warning := self.not_let_in(updated)) is not None:
+            out["warning"] = warning
         if (updated.delivery.target(), updated.agent_id) != (old.delivery.target(), old.agent_id):
             retired = self._retire(old, "re-aimed")
             if retired:

@@ -44,6 +44,7 @@ from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.jobs import InFlight, Job, JobState, RunStatus
 from hermit.scheduler.schedule import Zone
 from hermit.scheduler.store import JobStore, RunRecord, Trigger
+from hermit.scheduler.targets import NotLetIn
 from hermit.sessions.keys import SessionKind, classify_session_key, cron_session_key, main_session_key
 from hermit.sessions.store import SessionStore
 from hermit.sessions.transcript import Clock
@@ -186,19 +187,28 @@ def _aimed_elsewhere(job: Job, run: InFlight, now: Job) -> str | None:
 
 
 def _held_at_delivery(job: Job, run: InFlight, key: str, current: Callable[[], Job] | None,
-                      may_deliver: Callable[[Job], None] | None) -> tuple[str | None, bool]:
-    """Why a reply about to be sent is not: its job was aimed elsewhere during the run, or `may_deliver`
-    refuses it now (the config in force may have changed during the turn: then the run failed, True)."""
+                      may_deliver: Callable[[Job], None] | None) -> tuple[str | None, RunStatus | None]:
+    """Why a reply about to be sent is not, and the run's status then (None: as it was): its job was aimed
+    elsewhere during the run; its target is no longer let in (revoked, taken off `groups`: skipped); or
+    `may_deliver` refuses it now for another reason (the config in force changed during the turn: error)."""
     if current is not None and (held := _aimed_elsewhere(job, run, current())) is not None:
-        return held, False
+        return held, None
     if may_deliver is None:
-        return None, False
+        return None, None
     try:
         may_deliver(made_in(job, key))
+    except NotLetIn as e:  # said once in the log by the scheduler; the reply stays in the record and session
+        return e.message, "skipped"
     except HermitError as e:
         log.warning("job %s: run %s: reply not delivered: %s", job.id, run.run_id, e.message)
-        return f"not delivered: {e.message}", True
-    return None, False
+        return f"not delivered: {e.message}", "error"
+    return None, None
+
+
+def _failed(e: HermitError) -> RunStatus:
+    """A run stopped by `e`: skipped when its target may not talk to the assistant now (no turn, nothing sent,
+    the job kept on its schedule), else an error."""
+    return "skipped" if isinstance(e, NotLetIn) else "error"
 
 
 async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, start_session: StartSession, *,
@@ -208,7 +218,8 @@ async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, 
     """Run the job's turn and deliver its reply (unless `deliver` is off: `hermit cron run` prints it).
     `may_deliver` checks the target before the turn (a JobError fails the run: nothing runs, nothing is
     delivered) and again before the reply is sent (the config may have changed meanwhile: a JobError then
-    fails the run, its reply kept in the record and the session, not sent). Never raises for the job's
+    fails the run, its reply kept in the record and the session, not sent). A target no longer let in
+    (targets.NotLetIn: revoked, taken off `groups`) makes the run `skipped` instead, at either point. Never raises for the job's
     failure (a supervision boundary): the error is in the record. A cancellation after `timed_out` becomes
     status timeout. The record holds the whole reply; `finish` logs its start.
 
@@ -256,8 +267,8 @@ async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, 
         target = job.delivery.target()
         sending = deliver and target is not None and will_send
         if sending and held is None:
-            held, refused = _held_at_delivery(job, marker, key, current, may_deliver)
-            status, error = ("error", mask(held or "")) if refused else (status, error)
+            held, failed = _held_at_delivery(job, marker, key, current, may_deliver)
+            status, error = (failed, mask(held or "")) if failed is not None else (status, error)
         if sending and held is not None:
             extra["not_delivered"], sending = held, False
         if mark is not None:
@@ -271,7 +282,7 @@ async def execute(job: Job, host: SchedulerHost, handle: RunHandle, zone: Zone, 
             raise
         status, error = "timeout", f"timed out after {job.timeout_seconds:g} s"
     except HermitError as e:
-        status, error = "error", mask(e.message)
+        status, error = _failed(e), mask(e.message)
     except Exception as e:  # supervision boundary: a job's bug must not stop the scheduler
         log.warning("job %s failed", job.id, exc_info=True)
         status, error = "error", mask(f"{type(e).__name__}: {e}")

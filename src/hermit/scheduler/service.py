@@ -45,7 +45,7 @@ from hermit.scheduler.jobs import InFlight, Job
 from hermit.scheduler.runner import Mark, RunHandle, execute, finish, new_handle, session_starter
 from hermit.scheduler.schedule import Zone, resolve_zone
 from hermit.scheduler.store import JobFile, RunRecord, Trigger
-from hermit.scheduler.targets import resolve_target
+from hermit.scheduler.targets import NotLetIn, not_let_in, not_let_in_fix, peer_kind_of, resolve_target
 from hermit.sessions.transcript import Clock, utc_now
 
 log = logging.getLogger("hermit.scheduler")
@@ -99,6 +99,7 @@ class SchedulerService:
         self._plan = _Plan()
         self._runs: dict[str, _Run] = {}
         self._own: set[str] = set()  # the run ids this service started (any other in flight, a crash left)
+        self._held: dict[str, str] = {}  # job id → why its target is not let in (said once in the log)
         self._heartbeats = {a.id: _Heartbeat(a, timedelta(minutes=a.settings.heartbeat.every_minutes)
                                              if a.settings.heartbeat.every_minutes > 0 else None)
                             for a in loaded.agents}
@@ -202,7 +203,9 @@ class SchedulerService:
 
     def _may_deliver(self, job: Job) -> None:
         """Before a run that delivers, and before its reply is sent: the config in force is valid, names the
-        target's account (on), and lets the job's replies go there (CronJobs.check_delivery)."""
+        target's account (on), lets whoever the target is talk to the assistant now (targets.not_let_in: not a
+        revoked or never approved contact, not a group taken off `groups`; else NotLetIn: the run is skipped,
+        the job kept), and lets the job's replies go there (CronJobs.check_delivery)."""
         d = job.delivery
         if d.target() is not None:
             try:
@@ -210,8 +213,25 @@ class SchedulerService:
             except ConfigError as e:
                 raise JobError(f"not run: the config is invalid, so nothing scheduled is delivered: {e.message}",
                                "fix the config file; runs deliver again once it is valid") from None
-            resolve_target(loaded.config.channels, d.channel or "", d.account, what=f"delivery of job {job.id}")
+            r = resolve_target(loaded.config.channels, d.channel or "", d.account, what=f"delivery of job {job.id}")
+            self._let_in(job, not_let_in(loaded, r.channel, r.account, d.peer_kind, d.to or ""))
         self.jobs.check_delivery(job)
+
+    def _let_in(self, job: Job, who: str | None) -> None:
+        """NotLetIn when the job's target is not let in (`who` says why); the owner is told once in the log
+        per job and reason (each skipped run is in the run log, `hermit cron list`/`runs` and doctor), and
+        once more when the job delivers again."""
+        if who is None:
+            if self._held.pop(job.id, None) is not None:
+                log.info("job %s delivers again: its target %s is let in now", job.label, job.delivery.describe())
+            return
+        kind = peer_kind_of(job.delivery.channel or "", job.delivery.peer_kind, job.delivery.to or "")
+        fix = not_let_in_fix(job.id, kind)
+        if self._held.get(job.id) != who:
+            self._held[job.id] = who
+            log.warning("job %s: its runs are skipped, nothing delivered: %s is not let in to talk to the assistant "
+                        "now — %s", job.label, who, fix)
+        raise NotLetIn(f"not delivered: {who} is not let in to talk to the assistant now", fix)
 
     # ---- the tick --------------------------------------------------------------------------------
 

@@ -11,6 +11,10 @@ tool's rule for the targets it may choose, and the owner's rule for main-session
 or a heartbeat alert, reaches someone else only when the owner opted in (the job's `delivery.shares_main`,
 `heartbeat.share_alerts_with_target`). Both are checked when a job is made or changed, again before every
 run or delivery (the config can change), and by `hermit doctor`.
+
+Whether a target may talk to the assistant now is `not_let_in` (an owner, a contact the DM policy lets in,
+a group under `groups`): a job aimed at someone revoked, never approved or taken off `groups` is skipped at
+each run (NotLetIn), kept, and delivers again once they are let in; adding or aiming such a job warns.
 """
 
 from __future__ import annotations
@@ -147,6 +151,72 @@ def not_the_owner(loaded: LoadedConfig, agent_id: str, channel: str, account: st
         return (f"{where}, an owner of that account whose DMs the bindings route to agent {others} from some "
                 f"workspaces or servers, not only to {agent_id}")
     return f"{where}, an owner of that account whose DMs the bindings route to agent {others}, not {agent_id}"
+
+
+class NotLetIn(JobError):
+    """A delivery to someone the channel account does not let talk to the assistant now: the run is skipped
+    (logged with this reason, nothing sent), the job kept, so letting them in again resumes it."""
+
+
+def not_let_in(loaded: LoadedConfig, channel: str, account: str | None, peer_kind: str, to: str) -> str | None:
+    """Why a scheduled delivery to `to` would reach someone the channel account does not let talk to the
+    assistant now, in words; None when it does: an owner (always), a contact its DM policy lets in (`open`,
+    `allow_from`, approved by pairing), a group its group policy lets in (`open`, or listed under `groups`), or
+    the web chat. The gateway's own access check (channels/access.py) draws the same line for what they send.
+
+    A job aimed at a contact kept sending after `hermit pairing revoke` (and to a group after it left `groups`,
+    or to someone never approved): its replies went on reaching a person the owner had cut off. Asked against
+    the config in force and the pairing files as they are now, with no side effect (no pairing code is issued,
+    no username pinned). Usernames in `owners`/`allow_from` count only where they are pinned to this id."""
+    from hermit.channels.pairing import PairingStore
+    from hermit.channels.username_pins import UsernamePins
+
+    name = (channel or "").strip().lower()
+    if name == WEBCHAT:
+        return None
+    account = account or DEFAULT_ACCOUNT
+    acc = loaded.config.channels.accounts_of(name).get(account) if name in names() else None
+    where = f"{name}/{account}"
+    if acc is None:
+        return f"{where}, an account that channels.{name}.accounts does not define"
+    peer = (to or "").strip()
+    if peer_kind_of(name, peer_kind, peer) == "group":
+        if acc.group_policy == "disabled":
+            return f"the {name} group {peer} (group_policy is disabled on {where})"
+        if acc.group_policy == "allowlist" and peer not in acc.groups:
+            return f"the {name} group {peer} (not listed under channels.{name}.accounts.{account}.groups)"
+        return None
+    store = PairingStore(loaded.paths.home)
+    key = sender_key(name, peer)
+    try:
+        pins = UsernamePins(store).of(name)
+    except HermitError:
+        pins = {}
+
+    def listed(entries: list[str]) -> bool:
+        return any(e == key if not is_username(e) else e in pins and sender_key(name, pins[e].sender_id) == key
+                   for e in entries)
+
+    if listed(acc.owners):
+        return None
+    if acc.dm_policy == "disabled":
+        return f"{name} {peer} (dm_policy is disabled on {where})"
+    if acc.dm_policy == "open" or listed(acc.allow_from):
+        return None
+    try:
+        if any(sender_key(name, s) == key for s in store.approved_senders(name, account)):
+            return None
+    except HermitError:
+        pass  # pairing files that cannot be read let nobody in (as the gateway's access check)
+    return f"{name} {peer} (on {where}: not an owner, not in allow_from, not approved by pairing)"
+
+
+def not_let_in_fix(job_id: str, kind: str) -> str:
+    """What to do about a job aimed at someone not let in, for a JobError's hint and the warnings."""
+    again = ("list the group under groups" if kind == "group" else
+             "`hermit pairing approve` them (or list them under allow_from)")
+    return (f"{again} and the job delivers again; or re-aim it (`hermit cron edit {job_id} --announce "
+            f"CHANNEL:ACCOUNT:PEER`), or remove it (`hermit cron remove {job_id}`)")
 
 
 def _pinned(loaded: LoadedConfig, channel: str, acc: ChannelAccessConfig, to: str) -> str:
