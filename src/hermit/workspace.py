@@ -7,7 +7,6 @@ files 0600) whatever the umask; files and folders the owner made by hand keep th
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -15,7 +14,6 @@ from pathlib import Path
 
 from hermit.config.paths import PRIVATE_FILE_MODE, ensure_private_dir, not_own_note
 from hermit.durable import create_new
-from hermit.locks import LockBusy, locked_dir
 from hermit.redaction import mask
 from hermit.textfile import decode_text, read_regular_stat
 
@@ -76,20 +74,10 @@ def ensure_workspace(workspace: Path) -> InitReport:
 
 def _clear_dead_watch(workspace: Path) -> None:
     """The journal of notes other chats added while an owner's command ran, left by a watcher killed mid-command
-    (memory/policy/added_notes.py): removed at an agent's start rather than at the owner's next command. Under
-    the workspace's memory-write lock (daily_log.memory_writes_locked), not waited for: a writer holding it now
-    leaves the journal to the next command, and the agent starts."""
+    (memory/policy/added_notes.py): removed at an agent's start rather than at the owner's next command."""
     from hermit.memory.policy import added_notes
 
-    if not os.path.lexists(workspace / added_notes.WATCH_DIR / added_notes.JOURNAL):
-        return  # the common case: no lock taken
-    try:
-        with locked_dir(Path(os.path.realpath(workspace)), 0.0, "removing a dead watch journal"):
-            if added_notes.clear_dead(workspace):
-                log.info("removed %s/%s/%s, left by a command's watcher that was killed", workspace,
-                         added_notes.WATCH_DIR, added_notes.JOURNAL)
-    except (LockBusy, OSError):
-        pass
+    added_notes.clear_dead_now(workspace)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ from hermit.errors import EmbeddingError, IndexError_, SessionError
 from hermit.memory.embedders.base import Embedder, LineEmbedder
 from hermit.memory.index import line_vectors, skips
 from hermit.memory.index.chunking import CHUNKER_ID, Chunk, chunk_markdown, line_texts, text_hash
-from hermit.memory.index.dead_journal import clear_dead_journal
 from hermit.memory.index.report import SyncReport
 from hermit.memory.index.session_source import (
     list_session_files,
@@ -51,6 +50,7 @@ from hermit.memory.index.sources import (
     scan_memory_files,
     unreadable_skip,
 )
+from hermit.memory.policy import added_notes
 from hermit.memory.search.fts import FTS_VERSION
 from hermit.memory.store.api import FileState, MemoryStore, file_ident
 from hermit.sessions.files import read_own
@@ -254,7 +254,7 @@ class Indexer:
         gateway's watcher)."""
         t0 = time.perf_counter()
         self._indexed = None
-        clear_dead_journal(self.workspace)  # a killed watcher's copy of other chats' notes: not left to wait
+        added_notes.clear_dead_now(self.workspace)  # a killed watcher's copy of other chats' notes: not left to wait
         try:
             with self._locked(blocking) as got:
                 if not got:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import logging
 import os
 import re
 import secrets
@@ -49,7 +50,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from hermit.locks import hold_made, lock_fd
+from hermit.locks import LockBusy, hold_made, lock_fd, locked_dir
+
+_log = logging.getLogger("hermit.memory")
 
 MAX_ENTRIES = 4096
 MAX_JOURNAL_BYTES = 8_000_000
@@ -265,6 +268,23 @@ def clear_dead(workspace: Path) -> bool:
         return False
     finally:
         os.close(dfd)
+
+
+def clear_dead_now(workspace: Path) -> bool:
+    """clear_dead under the workspace's memory-write lock, taken without waiting: what an agent's start
+    (workspace.ensure_workspace) and every memory sync (memory/index/sync.py) do about a journal a killed
+    watcher left, so it never waits for the owner's next command. A writer holding the lock now (a long flush)
+    leaves the journal to the next time. True when one was removed."""
+    if not os.path.lexists(Path(workspace) / WATCH_DIR / JOURNAL):
+        return False  # the common case: no lock taken
+    try:
+        with locked_dir(Path(os.path.realpath(workspace)), 0.0, "removing a dead watch journal"):
+            removed = clear_dead(workspace)
+    except (LockBusy, OSError):
+        return False
+    if removed:
+        _log.info("removed %s/%s/%s, left by a command's watcher that was killed", workspace, WATCH_DIR, JOURNAL)
+    return removed
 
 
 def _journal(real: str, text: str, at: int) -> None:
