@@ -35,6 +35,7 @@ from hermit.channels.base import (
     Typing,
 )
 from hermit.channels.credentials import resolve
+from hermit.channels.early_edits import EarlyEdits
 from hermit.channels.forwarded import frame
 from hermit.channels.inbox import StagedFile, sweep_staged
 from hermit.channels.platforms import ChannelPlatform
@@ -81,6 +82,7 @@ class DiscordChannel:
         self._sink: InboundSink | None = None
         self._task: asyncio.Task[None] | None = None
         self._dm_channels: dict[str, int] = {}  # user id -> DM channel id
+        self._early_edits = EarlyEdits()  # edits that came while their message's files downloaded
         self._typing = TypingIndicators(self._typing_once, TYPING_REFRESH_SECONDS)
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -219,8 +221,11 @@ class DiscordChannel:
             ref = None  # a forward's reference points at the original message elsewhere: it is no reply
         resolved = ref.resolved if ref is not None else None
         reply_to_bot = isinstance(resolved, discord.Message) and resolved.author.id == me.id
+        files = await self._attachments(message, str(channel.id))
         # valid_text: a lone surrogate in a message or a name would fail the pairing and session writes.
         text = valid_text(re.sub(rf"<@!?{me.id}>", "", message.content).strip())
+        if (edited := self._early_edits.take(str(message.author.id), str(message.id))) is not None:
+            text = edited  # its author edited it while its files downloaded: the gateway had nothing to change yet
         if forward:
             # Discord's snapshot carries the text but not its author; whatever the forwarder typed is theirs.
             quoted = "\n".join(valid_text(s.content) for s in message.message_snapshots if s.content)
@@ -233,7 +238,7 @@ class DiscordChannel:
             thread_id=thread_id, guild_id=str(guild_id) if guild_id else None,
             mentioned=any(u.id == me.id for u in message.mentions), reply_to_bot=reply_to_bot,
             reply_to=str(ref.message_id) if ref is not None and ref.message_id else None,
-            attachments=await self._attachments(message, str(channel.id)), received_at=message.created_at.timestamp(),
+            attachments=files, received_at=message.created_at.timestamp(),
             meta=meta)
         self._tracker.inbound()
         await self._sink.publish(msg)
@@ -274,6 +279,10 @@ class DiscordChannel:
                 # it the change went to another agent's session, which never had the message.
                 meta[PARENT_GROUP] = str(ch.parent_id)
         content = valid_text(str((data or {}).get("content") or ""))
+        if data is not None and author_id:
+            # Kept for the message too: one whose files are still downloading is not in the gateway yet
+            # (`_on_message`), and this edit would change nothing there (channels/early_edits.py).
+            self._early_edits.keep(author_id, str(payload.message_id), re.sub(rf"<@!?{me.id}>", "", content).strip())
         mentions = (data or {}).get("mentions") or []
         await self._sink.publish(InboundMessage(
             channel=self.name, account_id=self.account_id, peer_kind="dm" if payload.guild_id is None else "group",
