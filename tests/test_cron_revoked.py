@@ -189,6 +189,8 @@ def test_who_is_let_in(tmp_path: Path) -> None:
     assert who(GROUP, "dm", group_policy="open") is None  # a chat id below zero is a group's
     assert who("88") is not None and PairingStore(home).pending() == []
     assert not_let_in(cfg(home), "webchat", None, "dm", "owner") is None
+    PairingStore(home).allow_file("telegram", "default").write_text("{damaged", encoding="utf-8")
+    assert who("77") is not None and who("1") is None  # approvals that cannot be read let nobody in
 
 
 def test_cli_add_warns_of_a_target_not_let_in(tmp_path: Path) -> None:
@@ -204,6 +206,10 @@ def test_cli_add_warns_of_a_target_not_let_in(tmp_path: Path) -> None:
     r = hermit(home, "cron", "edit", "mine", "--announce", "telegram:-100", "--group", "--json")
     assert r.returncode == 0 and "the telegram group -100" in json.loads(r.stdout)["warning"]
     assert "warning: job mine: the telegram group -100" in r.stderr
+    doctor = hermit(home, "doctor", "--json")
+    [held] = [c for c in json.loads(doctor.stdout) if c["name"] == "job targets let in"]
+    assert held["status"] == "warn" and "job bob: telegram 42" in held["detail"], held
+    assert "job mine: the telegram group -100" in held["detail"] and "hermit pairing approve" in held["fix"]
 
 
 def test_the_cron_tool_warns_when_it_resumes_a_job_aimed_at_someone_not_let_in(tmp_path: Path) -> None:
@@ -250,3 +256,25 @@ def test_a_contact_taken_out_of_allow_from_while_the_gateway_runs(tmp_path: Path
             assert sum(1 for r in s.provider.requests if "Send the plan" in json.dumps(r.body["messages"][-1])) == 2
 
     asyncio.run(main())
+
+
+def test_a_one_shot_to_someone_not_let_in_is_kept_with_its_reason(tmp_path: Path) -> None:
+    """An `at` job has one slot: skipped, it is kept (disabled, not deleted) with the reason to read."""
+    home = tmp_path / "home"
+    live = Live(home, cfg(home))
+    added = live.service.jobs.add({"id": "once", "message": "plan", "schedule": {"kind": "at",
+                                   "at": "2026-06-01T10:00"},  # Berlin: 08:00 UTC
+                                   "delivery": {"mode": "announce", "channel": "telegram", "to": "42"}})
+    assert "telegram 42" in added["warning"]
+
+    async def main() -> None:
+        await live.service.start(run_loop=False)
+        try:
+            await live.tick_at(1)
+        finally:
+            await live.service.stop()
+
+    asyncio.run(main())
+    assert live.channel.sent == [] and live.asked == []
+    job = live.service.jobs.get("once")
+    assert not job.enabled and job.state.last_status == "skipped" and "is not let in" in str(job.state.last_error)

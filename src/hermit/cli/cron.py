@@ -317,4 +317,12 @@ def delivery_targets_check(ctx: CliContext) -> Check:
     return Check("delivery targets", status, detail, fix)
 
 
-DOCTOR_CHECKS = (cron_jobs_check, heartbeat_check, delivery_targets_check)
+@check("job targets let in", needs=("config",))
+def let_in_check(ctx: CliContext) -> Check:
+    from hermit.scheduler.health import let_in_health
+
+    status, detail, fix = let_in_health(ctx.home, ctx.config())
+    return Check("job targets let in", status, detail, fix)
+
+
+DOCTOR_CHECKS = (cron_jobs_check, heartbeat_check, delivery_targets_check, let_in_check)

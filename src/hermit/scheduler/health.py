@@ -16,10 +16,10 @@ from hermit.scheduler.heartbeat import (
     heartbeat_file_is_empty,
     read_heartbeat_file,
 )
-from hermit.scheduler.targets import resolve_target
+from hermit.scheduler.targets import not_let_in_fix, peer_kind_of, resolve_target
 
 # (status, detail, fix): one doctor line.
-Health = tuple[Literal["ok", "fail"], str, str]
+Health = tuple[Literal["ok", "warn", "fail"], str, str]
 
 
 def jobs_health(home: Path, loaded: LoadedConfig) -> Health:
@@ -113,3 +113,23 @@ def targets_health(home: Path, loaded: LoadedConfig) -> Health:
                 "agents.*.heartbeat.target, or add the account under channels.<name>.accounts")
     return ("ok", f"{count} target{'' if count == 1 else 's'}, each naming a configured channel account"
             if count else "no job or heartbeat delivers to a channel", "")
+
+
+def let_in_health(home: Path, loaded: LoadedConfig) -> Health:
+    """Warn of each enabled job aimed at someone the account does not let in now (revoked, never approved, a
+    group not under `groups`): its runs are skipped, nothing delivered, until they are let in again."""
+    try:
+        cron = CronJobs(home, loaded)
+        jobs = cron.load().jobs
+    except HermitError:
+        jobs = ()  # an unreadable job file is jobs_health's to report
+    held: list[str] = []
+    hints: list[str] = []
+    for job in jobs:
+        if (warning := cron.not_let_in(job)) is not None:
+            held.append(warning.split(" — ", 1)[0])
+            d = job.delivery
+            hints.append(not_let_in_fix(job.id, peer_kind_of(d.channel or "", d.peer_kind, d.to or "")))
+    if held:
+        return ("warn", "; ".join(held), "; ".join(dict.fromkeys(hints)))
+    return ("ok", "every job that delivers is aimed at someone let in" if jobs else "no jobs", "")
