@@ -144,8 +144,11 @@ def test_early_edits_are_bounded_per_sender_and_in_all() -> None:
     kept.keep("ann", "m1", "ann's edit")
     for n in range(10):  # a flood of made-up ids from one sender evicts only their own
         kept.keep("eve", f"x{n}", "junk")
-    assert kept.take("ann", "m1") == "ann's edit" and kept.take("ann", "m1") is None
-    assert kept.take("eve", "x9") == "junk" and kept.take("eve", "x0") is None
+    assert kept.newest("ann", "m1") == "ann's edit" and kept.newest("ann", "m2") is None
+    assert kept.newest("eve", "x9") == "junk" and kept.newest("eve", "x0") is None
+    kept.keep("ann", "m1", "ann's second edit")  # the last edit wins
+    assert kept.newest("ann", "m1") == "ann's second edit"
     for n in range(10):  # many senders: the oldest go first, at most max_kept in all
         kept.keep(f"s{n}", "m", str(n))
-    assert [kept.take(f"s{n}", "m") for n in range(10)] == [None] * 6 + ["6", "7", "8", "9"]
+    assert [kept.newest(f"s{n}", "m") for n in range(10)] == [None] * 6 + ["6", "7", "8", "9"]
+    assert kept.newest("ann", "m1") is None

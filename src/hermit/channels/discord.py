@@ -224,7 +224,7 @@ class DiscordChannel:
         files = await self._attachments(message, str(channel.id))
         # valid_text: a lone surrogate in a message or a name would fail the pairing and session writes.
         text = valid_text(re.sub(rf"<@!?{me.id}>", "", message.content).strip())
-        if (edited := self._early_edits.take(str(message.author.id), str(message.id))) is not None:
+        if (edited := self._early_edits.newest(str(message.author.id), str(message.id))) is not None:
             text = edited  # its author edited it while its files downloaded: the gateway had nothing to change yet
         if forward:
             # Discord's snapshot carries the text but not its author; whatever the forwarder typed is theirs.

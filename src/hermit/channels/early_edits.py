@@ -5,7 +5,7 @@ and a platform may deliver an edit before the message it names (WhatsApp's webho
 that failed is retried later). The gateway changes only a message it holds (gateway/bus.py), so such an edit
 changed nothing and the message then ran with its first text: a PIN typed as a photo's caption and at once edited
 out was answered and kept. The channel keeps the newest text of each such edit here, by (sender, message id), and
-gives it to the message when it is handed on.
+gives it to the message when it is handed on (each time: a failed hand-on is retried).
 
 Bounded: anyone may send edits naming made-up ids, so at most PER_SENDER of one sender (their oldest go first,
 never another sender's) and MAX_KEPT in all (the oldest first). Memory only: a restart forgets them, as it forgets
@@ -41,12 +41,10 @@ class EarlyEdits:
         self._kept[key] = text
         self._count[sender] = self._count.get(sender, 0) + 1
 
-    def take(self, sender: str, message_id: str) -> str | None:
-        """The edited text of this message, if an edit of its sender came first (then forgotten)."""
-        text = self._kept.get((sender, message_id))
-        if text is not None:
-            self._drop((sender, message_id))
-        return text
+    def newest(self, sender: str, message_id: str) -> str | None:
+        """The edited text of this message, if an edit of its sender came first. Kept, not taken: a delivery whose
+        publish fails is delivered again (Slack, WhatsApp) and must get the same text; the bounds drop it."""
+        return self._kept.get((sender, message_id))
 
     def _drop(self, key: tuple[str, str]) -> None:
         del self._kept[key]

@@ -32,6 +32,7 @@ from hermit.channels.base import (
 )
 from hermit.channels.credentials import resolve
 from hermit.channels.dedupe import SeenIds
+from hermit.channels.early_edits import EarlyEdits
 from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.status import StatusTracker, with_hint
 from hermit.channels.tasks import cancel
@@ -102,6 +103,7 @@ class SlackChannel:
         self._org_install = False  # installed org-wide on an Enterprise Grid: events come from many teams
         self._foreign_logged: set[tuple[str, str, str]] = set()
         self._im_channels: dict[str, str] = {}  # user id -> the IM channel their DMs came from
+        self._early_edits = EarlyEdits()  # edits delivered before their message (a retried delivery)
         # base_url may be a server on this machine: the tokens go to no other user's port, nor the websocket.
         self._refuse = local_api.refusal("Slack", f"channels.slack.accounts.{account_id}.base_url",
                                          "the Slack API server you set as base_url")
@@ -391,6 +393,8 @@ class SlackChannel:
         thread = before.get("thread_ts")
         if thread is not None and str(thread) == str(ts):
             thread = None  # a thread's parent: posted in the channel
+        if not deleted:  # kept for the message too: a retried delivery of it may come after the edit
+            self._early_edits.keep(user, f"{chan}:{ts}", text)
         return InboundMessage(
             channel=self.name, account_id=self.account_id, peer_kind="dm" if dm else "group",
             peer_id=user if dm else chan, sender_id=user, text=text, message_id=str(ts),
@@ -421,6 +425,8 @@ class SlackChannel:
             self._im_channels[user] = chan
         if mention:
             text = text.replace(mention, "").strip() if kind == "app_mention" else text
+        if (edited := self._early_edits.newest(user, f"{chan}:{ev.get('ts', '')}")) is not None:
+            text = edited  # its sender edited it before this delivery of it came (channels/early_edits.py)
         thread = ev.get("thread_ts")
         return InboundMessage(
             channel=self.name, account_id=self.account_id, peer_kind="dm" if dm else "group",

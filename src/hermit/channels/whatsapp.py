@@ -208,7 +208,7 @@ class WhatsAppChannel:
                 attachments = (await self._download(MEDIA_KINDS[kind], media, sender, mid),)
             else:  # a button
                 text = str(_obj(m.get("button")).get("text", ""))
-            if (edited := self._early_edits.take(sender, mid)) is not None:
+            if (edited := self._early_edits.newest(sender, mid)) is not None:
                 text = edited  # its sender edited it while its media downloaded, or the edit's webhook came first
             context = _obj(m.get("context"))
             if context.get("forwarded") or context.get("frequently_forwarded"):
