@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from hermit.channels.pairing import PairingStore
-from hermit.config.load import LoadedConfig, build_config
+from hermit.config.load import LoadedConfig, build_config, load_config
 from hermit.config.paths import StatePaths
 from hermit.scheduler import CronJobs, LocalHost, SchedulerService
 from hermit.tools.cron import CronTools
@@ -102,7 +102,7 @@ def test_a_revoked_contacts_job_is_skipped_kept_and_resumes_when_approved_again(
     assert [(r["status"], r["delivered"]) for r in runs] == [("ok", True), ("skipped", False), ("skipped", False),
                                                              ("ok", True)]
     reason = runs[1]["error"]
-    assert reason.startswith("not delivered: telegram 42 (on telegram/default: not an owner, not in allow_from, "
+    assert reason.startswith("telegram 42 (on telegram/default: not an owner, not in allow_from, "
                              "not approved by pairing) is not let in to talk to the assistant now"), reason
     job = live.service.jobs.get("bob")  # kept, on schedule, no backoff
     assert job.enabled and job.state.consecutive_errors == 0 and job.state.last_status == "ok"
@@ -206,6 +206,23 @@ def test_cli_add_warns_of_a_target_not_let_in(tmp_path: Path) -> None:
     r = hermit(home, "cron", "edit", "mine", "--announce", "telegram:-100", "--group", "--json")
     assert r.returncode == 0 and "the telegram group -100" in json.loads(r.stdout)["warning"]
     assert "warning: job mine: the telegram group -100" in r.stderr
+    live = Live(home, load_config(StatePaths(home)))
+    live.service.jobs.request_run("bob")
+
+    async def main() -> None:
+        await live.service.start(run_loop=False)
+        try:
+            await live.tick_at(0)
+        finally:
+            await live.service.stop()
+
+    asyncio.run(main())
+    assert live.channel.sent == [] and live.asked == []
+    why = "telegram 42 (on telegram/default: not an owner, not in allow_from, not approved by pairing) is not let in"
+    listed = hermit(home, "cron", "list").stdout
+    assert "skipped" in listed and f"not delivered: {why}" in listed, listed
+    runs = hermit(home, "cron", "runs", "bob").stdout
+    assert f"skipped manual   not delivered — {why}" in runs, runs
     doctor = hermit(home, "doctor", "--json")
     [held] = [c for c in json.loads(doctor.stdout) if c["name"] == "job targets let in"]
     assert held["status"] == "warn" and "job bob: telegram 42" in held["detail"], held

@@ -188,7 +188,7 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
         print(f"{job.id:<12} {job.name[:18]:<18} {job.schedule.describe()[:26]:<26} {nxt:<22} "
               f"{d['last_status'] or '-':<8} {job.session_target}→{job.delivery.describe()}")
         if d["last_status"] == "skipped" and d["last_error"]:  # e.g. its target is no longer let in
-            print(f"{'':<12} {d['last_error']}")
+            print(f"{'':<12} not delivered: {d['last_error']}")
     return 0
 
 

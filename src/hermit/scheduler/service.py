@@ -231,7 +231,7 @@ class SchedulerService:
             self._held[job.id] = who
             log.warning("job %s: its runs are skipped, nothing delivered: %s is not let in to talk to the assistant "
                         "now — %s", job.label, who, fix)
-        raise NotLetIn(f"not delivered: {who} is not let in to talk to the assistant now", fix)
+        raise NotLetIn(f"{who} is not let in to talk to the assistant now", fix)
 
     # ---- the tick --------------------------------------------------------------------------------
 
