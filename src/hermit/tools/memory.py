@@ -14,6 +14,12 @@ hard-linked memory file) is withheld the same way (memory/policy/privacy.py). Se
 drops what the reader may not see before ranking (memory/search/hybrid.py); the check here is a second one.
 memory_get answers such a reader alike for a missing file and one it may see nothing of
 (MemoryService.get): a chat cannot test which of the owner's notes exist.
+
+Such a reader names memory by workspace-relative paths (or as /workspace/…, how a room shows its workspace);
+every other absolute path, `~` included, gets one answer. The files of an extra path outside the workspace are
+the owner's whole and never shown to it, and the precise answers the owner gets there ("file not found:
+/home/<login>/vault/x.md", "not a Markdown file") told a right guess at where the owner keeps notes from a wrong
+one, and spelled out `~` as the owner's home (their login name).
 """
 
 from __future__ import annotations
@@ -26,11 +32,12 @@ from pydantic import Field
 from hermit.errors import PathPolicyError
 from hermit.memory.index.session_source import SESSIONS_PREFIX
 from hermit.memory.policy.audience import OWNER_READER, UNKNOWN, Reader, is_private_path
-from hermit.memory.policy.paths import resolve_memory_path
+from hermit.memory.policy.paths import absolute_refused, resolve_memory_path
 from hermit.memory.policy.privacy import is_hard_linked, is_long_term
 from hermit.memory.service import WITHHELD_NOTICE, MemoryService
 from hermit.tools.base import Tool, make_tool
 from hermit.tools.sandbox import PRIVACY_RULE
+from hermit.tools.views import ROOM_ROOT
 from hermit.workspace import MEMORY_FILE
 
 MEMORY_SEARCH_DESCRIPTION = (
@@ -79,11 +86,23 @@ class MemoryTools:
         from_line: Annotated[int | None, Field(alias="from", ge=1, description="First line (1-based)")] = None,
         lines: Annotated[int | None, Field(ge=1, description="Number of lines")] = None,
     ) -> dict[str, Any]:
+        if not self.private:
+            path = self._chat_path(path)
         if not self.private and self._names_long_term(path):
             raise PathPolicyError(f"{MEMORY_FILE} is not available in this session", PRIVACY_RULE)
         if not self.private and path.startswith(SESSIONS_PREFIX):
             raise PathPolicyError("session transcripts are not available in this session", PRIVACY_RULE)
         return self.service.get(path, from_line, lines, reader=self.reader)
+
+    @staticmethod
+    def _chat_path(path: str) -> str:
+        """The workspace-relative path a chat's `path` names (`/workspace/x` is `x`), or the one refusal every
+        other absolute path gets (module docstring)."""
+        if path.startswith(ROOM_ROOT + "/"):
+            path = path[len(ROOM_ROOT) + 1:]
+        if path.startswith("~") or os.path.isabs(path) or path == ROOM_ROOT:
+            raise absolute_refused(path)
+        return path
 
     def _private_hit(self, hit: dict[str, Any]) -> bool:
         path = str(hit.get("path", ""))

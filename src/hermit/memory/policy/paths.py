@@ -90,6 +90,12 @@ def safe_extra_roots(workspace: Path, extra_paths: list[str]) -> list[Path]:
     return out
 
 
+def absolute_refused(raw: str) -> PathPolicyError:
+    """The answer to an absolute path memory_get does not take: the same words for every such path."""
+    return PathPolicyError(f"absolute path refused: {raw}",
+                           "pass a workspace-relative path such as memory/2026-01-20.md; " + RULES)
+
+
 def resolve_memory_path(workspace: Path, raw: str, extra_paths: list[str]) -> tuple[Path, str]:
     """(absolute path, display path) for `raw`, or PathPolicyError naming the rule it breaks."""
     if not raw or not raw.strip():
@@ -104,10 +110,7 @@ def resolve_memory_path(workspace: Path, raw: str, extra_paths: list[str]) -> tu
     if given.is_absolute():
         cand = given
         if not any(_within(Path(os.path.normpath(cand)), root) for root in extras):
-            raise PathPolicyError(
-                f"absolute path refused: {raw}",
-                "pass a workspace-relative path such as memory/2026-01-20.md; " + RULES,
-            )
+            raise absolute_refused(raw)
     else:
         if ".." in given.parts:
             raise PathPolicyError(f"path escapes the workspace: {raw}", "'..' is not allowed; " + RULES)

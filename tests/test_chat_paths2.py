@@ -1,0 +1,115 @@
+"""What a chat still learned of the machine after its sandbox moved to /workspace (chat-paths-2).
+
+1. memory_get gave a chat precise answers inside a configured `memory_search.extra_paths` folder outside the
+   workspace ("file not found: /home/<login>/vault/x.md", "not a Markdown file: …") and "absolute path refused"
+   anywhere else: a right guess at where the owner keeps notes was told from a wrong one, and `~/vault/x.md`
+   came back spelled out with the owner's home (their login name, the state dir's parent). Those files are the
+   owner's whole (never shown to a chat), so a chat's every absolute path, `~` included, now gets one answer;
+   `/workspace/memory/x.md` (how its room shows the workspace) reads `memory/x.md`. The owner keeps real paths.
+2. A chat's prompt named its session key with the channel account the owner configured (`telegram:work:dm:…`
+   under dm_scope per-account-channel-peer): now without it; the owner's main session keeps its key whole.
+
+Played through the real runtime (`run_turn`, a scripted model making the tool calls, the real SQLite index).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agenthelpers import fixed_clock, load_offline
+from hermit.agent.runtime import AgentRuntime
+from hermit.memory.service import MemoryKey, MemoryService
+from hermit.messages import ToolResultMessage
+from hermit.sessions.keys import dm_session_key, main_session_key
+from hermit.testing import ScriptedModel
+from memhelpers import HashEmbedder
+
+MARK = "alice-q7z"  # a part of the owner's home, as their login name would be
+CONTACT = dm_session_key("main", "telegram", "777", account_id="work-acct")
+MAIN = main_session_key("main")
+DIARY = "- biopsy appointment went fine (D1ARY-CANARY)\n"
+SHARED = "- the team lunch is at the ramen place (R4MEN-SHARED)\n"
+# A chat's guesses that do not spell the home out: none may come back with it.
+GUESSES = ["~/vault/diary.md", "~/vault/nope.md", "~/elsewhere/diary.md", "~/vault/x.txt", "~"]
+
+
+def runtime(home: Path, model: ScriptedModel) -> AgentRuntime:
+    state = home / ".hermit"
+    agent = load_offline(state, defaults={"memory_search": {"extra_paths": ["~/vault"]}}).agent()
+    (agent.workspace / "memory").mkdir(parents=True)
+    (agent.workspace / "memory" / "shared.md").write_text(SHARED)
+    svc = MemoryService(MemoryKey(agent.id, agent.workspace), agent.index_path, agent.settings.memory_search,
+                        HashEmbedder(), clock=lambda: time.time() + 3600)
+    return AgentRuntime(agent, model, memory=svc, fsync=False, home=state, clock=fixed_clock,
+                        exec_env={"PATH": "/usr/bin:/bin"})
+
+
+def calls(paths: list[str]) -> dict[str, Any]:
+    return {"tool_calls": [{"id": "s", "name": "memory_search", "arguments": {"query": "biopsy appointment ramen",
+                                                                              "minScore": 0}}]
+            + [{"id": f"g{i}", "name": "memory_get", "arguments": {"path": p}} for i, p in enumerate(paths)]}
+
+
+def results(model: ScriptedModel, n: int) -> list[tuple[str, bool]]:
+    return [(str(m.content), m.is_error) for m in model.requests[n].messages if isinstance(m, ToolResultMessage)]
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / MARK
+    (home / "vault").mkdir(parents=True)
+    (home / "vault" / "diary.md").write_text(DIARY)
+    (home / "vault" / "x.txt").write_text("not a note\n")
+    monkeypatch.setenv("HOME", str(home))  # `~` is the owner's home, as for a Hermit the user runs
+    return home
+
+
+def test_a_chat_learns_nothing_of_where_the_owners_extra_notes_are(home: Path) -> None:
+    vault = home / "vault"
+    inside = [str(vault / "diary.md"), str(vault / "nope.md"), str(vault / "x.txt"), f"{vault}/../vault/diary.md"]
+    outside = [str(home / "elsewhere" / "diary.md"), "/etc/x.md", "/srv/notes/x.txt"]
+    readable = ["/workspace/memory/shared.md", "memory/shared.md"]
+    script = [calls(GUESSES + inside + outside + readable), "done",
+              calls(["~/vault/diary.md", str(vault / "diary.md")]), "done"]
+    model = ScriptedModel(script)
+    rt = runtime(home, model)
+    rt.run_turn(CONTACT, "what do you know about me?")
+    rt.run_turn(MAIN, "and for me?")
+    got = results(model, 1)
+    assert len(got) == 1 + len(GUESSES) + len(inside) + len(outside) + len(readable)
+    search, guessed = got[0], got[1:1 + len(GUESSES)]
+    assert not search[1] and "R4MEN-SHARED" in search[0] and "D1ARY-CANARY" not in search[0]
+    for (text, is_error), raw in zip(guessed, GUESSES, strict=True):
+        assert is_error and text.startswith(f"error: absolute path refused: {raw}\n"), (raw, text)
+    # The home's and the state dir's path are in no prompt and no tool result the chat got but the echo of
+    # its own guesses: every absolute path, inside the vault or not, gets the same words.
+    for request in model.requests[:2]:
+        assert MARK not in request.system and str(home) not in request.system
+    answers = {text.replace(raw, "<path>") for (text, _), raw in
+               zip(got[1 + len(GUESSES):-len(readable)], inside + outside, strict=True)}
+    assert len(answers) == 1, answers
+    assert all(text.count(MARK) <= 1 for text, _ in got)
+    assert MARK not in search[0] and not any(MARK in text for text, _ in guessed)
+    assert got[-2:] == [(f'{{"path": "memory/shared.md", "text": "{SHARED[:-1]}\\n"}}', False)] * 2
+    # The owner's main session still searches and reads the vault by its real path.
+    owner = results(model, 3)
+    assert str(vault / "diary.md") in owner[0][0] and "D1ARY-CANARY" in owner[0][0]
+    assert [(text.count("D1ARY-CANARY"), is_error) for text, is_error in owner[1:]] == [(1, False)] * 2
+    assert str(vault / "diary.md") in owner[1][0]
+    rt.close()
+
+
+def test_a_chats_prompt_names_its_session_without_the_channel_account(home: Path) -> None:
+    model = ScriptedModel(["hi", "hello owner"])
+    rt = runtime(home, model)
+    rt.run_turn(CONTACT, "hi")
+    rt.run_turn(MAIN, "hi")
+    contact, main = (r.system for r in model.requests)
+    assert "work-acct" in CONTACT and "work-acct" not in contact, contact
+    assert "· session: agent:main:telegram:dm:777 (" in contact  # whose chat it is: still said
+    assert f"· session: {MAIN} (the main private session)" in main
+    rt.close()
