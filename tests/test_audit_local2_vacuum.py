@@ -96,3 +96,37 @@ def test_the_one_time_vacuum_writes_no_copy_of_the_index_outside_its_folder(tmp_
     finally:
         store.close()
     assert {p.name for p in state.iterdir()} <= {"main.sqlite", "main.sqlite-wal", "main.sqlite-shm"}
+
+
+SORTS = r"""
+import sys
+from pathlib import Path
+from hermit.memory.search.keyword import FtsTokens
+from hermit.memory.store.sqlite import IndexStore
+words = " ".join(f"clinic{i} doorcode{i % 997}" for i in range(2000))
+FtsTokens().tokens([f"{words} {n}" for n in range(60)])  # ~240,000 token rows through fts5vocab, sorted
+store = IndexStore(Path(sys.argv[1]), want_vec=False)
+c = store.conn
+c.execute("create temp table big(t text)")
+c.executemany("insert into big values (?)", [(f"the clinic's door code {i} " * 20,) for i in range(20000)])
+assert c.execute("select count(*) from (select t from big order by t desc)").fetchone()[0] == 20000
+store.close()
+"""
+
+
+def test_no_sort_or_temporary_table_of_hermits_spills_text_to_sqlites_temp_folder(tmp_path: Path) -> None:
+    """Past the page cache, a sort or a temporary table goes to SQLite's own temp file ($SQLITE_TMPDIR, /var/tmp):
+    note text outside the state dir. Every connection Hermit opens keeps them in memory (db.connect,
+    db.connect_memory), not the vacuum's alone."""
+    temp = tmp_path / "sqlite-tmp"
+    temp.mkdir()
+    fd = _watch_creations(temp)
+    try:
+        env = dict(os.environ, SQLITE_TMPDIR=str(temp))
+        r = subprocess.run([sys.executable, "-c", SORTS, str(tmp_path / "state" / "memory" / "main.sqlite")],
+                           capture_output=True, text=True, env=env, timeout=PROC_TIMEOUT)
+        assert r.returncode == 0, r.stderr
+        made = _names(fd)
+    finally:
+        os.close(fd)
+    assert made == [], f"SQLite wrote temporary files into {temp}: {made}"

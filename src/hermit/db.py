@@ -63,6 +63,7 @@ def load_sqlite_vec(conn: Connection) -> VecStatus:
 def connect_memory() -> Connection:
     """A private in-memory database (same SQLite build as the index, so the same FTS5 tokenizers)."""
     conn: Connection = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    conn.execute("pragma temp_store = memory")  # its sorts never spill note text to /var/tmp (connect)
     return conn
 
 
@@ -82,6 +83,9 @@ def connect(path: Path | str, *, readonly: bool = False, load_vec: bool = True,
                           "check permissions of the state dir, or delete the file to rebuild it") from e
     try:
         conn.execute(f"pragma busy_timeout = {BUSY_TIMEOUT_MS}")
+        # A sort or temporary table that outgrows the page cache spills to SQLite's own temp file
+        # ($SQLITE_TMPDIR, /var/tmp, /tmp): note text outside the state dir, its freed blocks keeping it.
+        conn.execute("pragma temp_store = memory")
         if not readonly:
             mode = conn.execute("pragma journal_mode = wal").fetchone()[0]
             if str(mode).lower() != "wal" and path != ":memory:":

@@ -117,18 +117,15 @@ def _memory_available() -> int | None:
 
 def vacuum_once(conn: Connection) -> None:
     """After migration 8, rewrite the file once: pages freed and rows deleted by an older Hermit kept their
-    bytes. Its temporary database is in memory (this connection's temp_store, for the VACUUM only): in a file
+    bytes. Its temporary database is in memory (every index connection's temp_store, db.connect): in a file
     it would be a copy of the index outside its folder. Tried again on the next open when a reader kept it
     from finishing, or the disk or memory had no room."""
     row = conn.execute("select value from meta where key = ?", (VACUUM_KEY,)).fetchone()
     if row is None or not _room_to_vacuum(conn):
         return
-    conn.execute("pragma temp_store = memory")
     try:
         conn.execute("vacuum")
     except DatabaseError:
         return
-    finally:
-        conn.execute("pragma temp_store = default")
     conn.execute("delete from meta where key = ?", (VACUUM_KEY,))
     checkpoint(conn)
