@@ -98,36 +98,42 @@ class ScrubBatches:
                 return
 
     async def _work(self, scrub: Scrub) -> None:
-        while scrub in self._again:
-            await self._gather(scrub)
+        confirm = False  # the last batch scrubbed some and no delete came since: looked at once more, at once
+        while confirm or scrub in self._again:
+            if not confirm or scrub in self._again:
+                await self._gather(scrub)
+            confirm = False
             self._again.discard(scrub)
             stamp = self._deletes.wanted(scrub)
             try:
                 async with self._threads:
                     self.batches += 1
-                    await asyncio.to_thread(self._scrub, scrub)
+                    # Once more when it scrubbed some: until a look finds nothing, none hidden meanwhile is left over.
+                    confirm = await asyncio.to_thread(self._scrub, scrub) > 0
             except Exception:  # noqa: BLE001 - left in the store: scrubbed at the next start or the next delete
                 log.exception("could not scrub the deleted messages of session %s", scrub[1])
                 return
-            if scrub in self._again or stamp is None:
+            if confirm or scrub in self._again or stamp is None:
                 continue
             try:
                 await asyncio.to_thread(self._deletes.scrubbed, scrub, stamp)
             except OSError:  # scrubbed again (finding nothing) at the next start
                 log.exception("could not write to the state dir that session %s was scrubbed", scrub[1])
 
-    def _scrub(self, scrub: Scrub) -> None:
+    def _scrub(self, scrub: Scrub) -> int:
+        """How many messages were scrubbed."""
         agent_id, session_key, session_id = scrub
         runtime = self.host.runtimes.get(agent_id)
         if runtime is None:  # an agent no longer configured: nothing of it to scrub here
-            return
+            return 0
         path = runtime.store.transcript_path(session_id)
         try:
             done = scrub_retracted(path, session_key)
         except FileNotFoundError:  # the session was removed since
-            return
+            return 0
         except SessionError as e:
             log.warning("could not scrub the deleted messages of session %s: %s", session_key, e)
-            return
+            return 0
         if done:
             log.info("scrubbed the copies of %d deleted message(s) in %s", done, session_key)
+        return done
