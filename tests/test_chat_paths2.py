@@ -8,12 +8,20 @@
    `/workspace/memory/x.md` (how its room shows the workspace) reads `memory/x.md`. The owner keeps real paths.
 2. A chat's prompt named its session key with the channel account the owner configured (`telegram:work:dm:…`
    under dm_scope per-account-channel-peer): now without it; the owner's main session keeps its key whole.
+3. Under systemd the gateway's stderr is the journal (read by the adm and systemd-journal groups) while
+   gateway.log is 0600: every log line went there too, peer ids, session keys, file names people sent, job
+   labels. When JOURNAL_STREAM names stderr the journal gets start/stop and, for a warning or an error, its
+   level, logger and exception type only; gateway.log keeps every entry. Played in a child process whose stderr
+   is a pipe JOURNAL_STREAM names, and by a real `hermit gateway run` whose stderr is the file it names.
 
 Played through the real runtime (`run_turn`, a scripted model making the tool calls, the real SQLite index).
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,12 +29,14 @@ from typing import Any
 import pytest
 
 from agenthelpers import fixed_clock, load_offline
+from gatewayhelpers import GatewayProcess, write_config
 from hermit.agent.runtime import AgentRuntime
 from hermit.memory.service import MemoryKey, MemoryService
 from hermit.messages import ToolResultMessage
 from hermit.sessions.keys import dm_session_key, main_session_key
-from hermit.testing import ScriptedModel
+from hermit.testing import FakeProvider, ScriptedModel
 from memhelpers import HashEmbedder
+from prochelpers import PROC_TIMEOUT, pythonpath
 
 MARK = "alice-q7z"  # a part of the owner's home, as their login name would be
 CONTACT = dm_session_key("main", "telegram", "777", account_id="work-acct")
@@ -113,3 +123,95 @@ def test_a_chats_prompt_names_its_session_without_the_channel_account(home: Path
     assert "· session: agent:main:telegram:dm:777 (" in contact  # whose chat it is: still said
     assert f"· session: {MAIN} (the main private session)" in main
     rt.close()
+
+
+PEER = "424242"
+# The gateway's CLI as `hermit gateway run` sets it up (main.py's root handler, then setup_logging), then lines
+# such as the gateway logs: its start and stop, a turn, a file a contact sent, a job that failed, a library's.
+CHILD = f"""
+import logging, sys
+from pathlib import Path
+from hermit.gateway.logs import setup_logging
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+setup_logging(Path(sys.argv[1]), "text", [])
+sup = logging.getLogger("hermit.gateway")
+sup.info("gateway listening on %s (agents: %s; channels: %s)", "http://127.0.0.1:8765", "main", "telegram/work-acct")
+logging.getLogger("hermit.gateway.bus").info("turn done in agent:main:telegram:dm:%s", "{PEER}")
+logging.getLogger("hermit.channels.telegram").warning("could not fetch %s sent by %s", "passport-scan.pdf", "{PEER}")
+try:
+    raise ValueError("job call-mum-{PEER} failed")
+except ValueError:
+    logging.getLogger("hermit.scheduler").exception("job %s failed", "call-mum-{PEER}")
+logging.getLogger("httpx").warning("HTTP Request: POST https://slack.com/api/chat.postMessage?channel=C{PEER}")
+sup.info("gateway stopped")
+"""
+JOURNAL = [
+    "INFO hermit.gateway: gateway started; its log is kept out of the journal: `hermit logs` shows the "
+    "gateway's log",
+    "WARNING hermit.channels.telegram: warning logged: `hermit logs` shows the gateway's log",
+    "ERROR hermit.scheduler: error logged (ValueError): `hermit logs` shows the gateway's log",
+    "WARNING httpx: warning logged: `hermit logs` shows the gateway's log",
+    "INFO hermit.gateway: gateway stopped",
+]
+
+
+def child_stderr(logs: Path, journal: str | None) -> tuple[str, str]:
+    """(what the child wrote to its stderr, a pipe; gateway.log) with JOURNAL_STREAM naming that pipe ("pipe"),
+    another file (inherited by a process whose stderr went elsewhere) or unset (None)."""
+    r, w = os.pipe()
+    try:
+        st = os.fstat(w)
+        env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
+        env["PYTHONPATH"] = pythonpath()
+        if journal == "pipe":
+            env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
+        elif journal == "other":
+            other = os.stat(logs.parent)
+            env["JOURNAL_STREAM"] = f"{other.st_dev}:{other.st_ino}"
+        subprocess.run([sys.executable, "-c", CHILD, str(logs)], stderr=w, env=env, check=True,
+                       timeout=PROC_TIMEOUT)
+    finally:
+        os.close(w)
+    with os.fdopen(r, "rb") as f:
+        err = f.read().decode()
+    return err, (logs / "gateway.log").read_text()
+
+
+def test_the_journal_gets_start_stop_and_error_kinds_never_the_logs_ids(tmp_path: Path) -> None:
+    err, log = child_stderr(tmp_path / "journal" / "logs", "pipe")
+    assert err.splitlines() == JOURNAL, err
+    assert PEER not in err and "passport" not in err and "work-acct" not in err and "8765" not in err
+    # gateway.log keeps every entry whole (0600: the owner's)
+    for said in (f"dm:{PEER}", f"passport-scan.pdf sent by {PEER}", f"job call-mum-{PEER} failed",
+                 "ValueError: job call-mum-", "gateway listening on http://127.0.0.1:8765", "gateway stopped"):
+        assert said in log, (said, log)
+    assert os.stat(tmp_path / "journal" / "logs" / "gateway.log").st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("journal", [None, "other"])
+def test_a_terminal_or_a_redirected_stderr_still_gets_every_line(tmp_path: Path, journal: str | None) -> None:
+    err, _ = child_stderr(tmp_path / "logs", journal)
+    assert f"could not fetch passport-scan.pdf sent by {PEER}" in err and f"dm:{PEER}" in err, err
+    assert "HTTP Request: POST https://slack.com" in err and "`hermit logs`" not in err
+
+
+def test_a_real_gateway_under_a_journal_says_it_started_and_stopped(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    stderr = home / "gateway.stderr"  # GatewayProcess opens it for writing: the same file, so the same inode
+    stderr.touch()
+    st = os.stat(stderr)
+    with FakeProvider([]) as fake, pytest.MonkeyPatch.context() as env:
+        write_config(home, fake.openai_base_url)
+        env.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino}")
+        gw = GatewayProcess(home)
+        try:
+            gw.wait_ready()
+        finally:
+            gw.stop()
+    assert gw.proc.returncode == 0, gw.stderr()
+    err = gw.stderr()
+    assert JOURNAL[0] in err and JOURNAL[-1] in err, err
+    assert str(home) not in err and "127.0.0.1" not in err, err
+    log = (home / "logs" / "gateway.log").read_text()
+    assert "gateway listening on http://127.0.0.1:" in log and "gateway stopped" in log

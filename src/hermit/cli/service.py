@@ -352,7 +352,8 @@ def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
         for step in steps:
             _run(step, ctx.environ, name)
         print(f"started {name}; `hermit gateway status` shows it, `hermit logs -f` follows its log, "
-              f"`journalctl --user -u {name}` has what it printed")
+              f"`journalctl --user -u {name}` has its starts, stops and crashes (the log's entries, which name who wrote, "
+              f"stay out of the journal)")
         return 0
     user = _user_name()
     if args.no_start or kind != "systemd":

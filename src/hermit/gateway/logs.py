@@ -13,6 +13,13 @@ whitespace in a message becomes one space, too: a path padded with spaces drew, 
 Log view, a forged entry that began a row of its own. The log
 holds what people wrote, so `logs/` is 0700 and every log file 0600, the rotated ones included, whatever
 the umask.
+
+Under systemd stderr is the journal, which the adm and systemd-journal groups read too: there the log's lines
+(peer ids, session keys, file names people sent, job labels, library lines with chat ids in URLs) are not
+written. The journal gets the gateway's start and stop in its own words and, for a warning or an error, its
+level, logger and exception type only, each pointing at `hermit logs`; gateway.log keeps every entry whole.
+stderr is the journal when JOURNAL_STREAM (`<dev>:<inode>`, set by systemd) names stderr's own file: a
+process whose stderr was redirected elsewhere inherits the variable, not the stream.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import logging.handlers
 import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +165,57 @@ def log_entry(line: str) -> dict[str, Any] | None:
     return {"ts": m.group(1), "level": m.group(2).lower(), "logger": m.group(3), "msg": m.group(4)}
 
 
+JOURNAL_HINT = "`hermit logs` shows the gateway's log"
+# The gateway's own start and stop lines (the supervisor's, logged as hermit.gateway; known by how their format
+# string starts) and what the journal says for them: their arguments (the URL, agent and channel account names)
+# stay in gateway.log.
+_START_STOP = (("gateway listening on", f"gateway started; its log is kept out of the journal: {JOURNAL_HINT}"),
+               ("stopping:", "gateway stopping"), ("gateway stopped", "gateway stopped"))
+
+
+def stderr_is_journal(environ: Mapping[str, str] | None = None, fd: int = 2) -> bool:
+    """Whether `fd` (stderr) is the stream systemd's JOURNAL_STREAM names (module docstring)."""
+    dev, _, ino = (os.environ if environ is None else environ).get("JOURNAL_STREAM", "").partition(":")
+    try:
+        st = os.fstat(fd)
+        return (int(dev), int(ino)) == (st.st_dev, st.st_ino)
+    except (ValueError, OSError):
+        return False
+
+
+def _start_stop(record: logging.LogRecord) -> str | None:
+    if record.name != "hermit.gateway" or record.levelno != logging.INFO:
+        return None
+    return next((said for start, said in _START_STOP if str(record.msg).startswith(start)), None)
+
+
+class JournalOnly(logging.Filter):
+    """What reaches the journal: the start and stop lines, warnings and errors (said by `JournalFormatter`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or _start_stop(record) is not None
+
+
+class JournalFormatter(logging.Formatter):
+    """A line without the record's message or traceback: start/stop in fixed words, else its level, logger and
+    exception type (a class name), and where the whole entry is."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        said = _start_stop(record)
+        if said is None:
+            exc = record.exc_info[1] if record.exc_info else None
+            kind = f" ({type(exc).__name__})" if exc is not None else ""
+            said = f"{record.levelname.lower()} logged{kind}: {JOURNAL_HINT}"
+        return f"{record.levelname} {record.name}: {said}"
+
+
+def _to_stderr(handler: logging.Handler) -> bool:
+    try:
+        return isinstance(handler, logging.StreamHandler) and handler.stream.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # a StringIO (pytest's capture), a closed stream
+        return False
+
+
 def setup_logging(log_dir: Path, fmt: str, secrets: Iterable[str], *, debug: bool = False,
                   max_bytes: int = 5_000_000, backups: int = 3) -> Path:
     """Attach the gateway's handlers to Hermit's and uvicorn's loggers; returns the log file path."""
@@ -186,7 +244,13 @@ def setup_logging(log_dir: Path, fmt: str, secrets: Iterable[str], *, debug: boo
             logger.addFilter(ConnectionNoise(logger))
         logger.setLevel(logging.DEBUG if debug else logging.INFO)
         logger.propagate = False
-    for h in logging.getLogger().handlers:  # the CLI's stderr handler: every other library's lines
+    journal = stderr_is_journal()
+    for h in [*handlers, *logging.getLogger().handlers]:  # the root's: the CLI's stderr handler, other libraries'
+        if journal and _to_stderr(h):
+            h.setFormatter(JournalFormatter())
+            if not any(isinstance(f, JournalOnly) for f in h.filters):
+                h.addFilter(JournalOnly())
+    for h in logging.getLogger().handlers:
         if not any(isinstance(f, MaskLog) for f in h.filters):
             h.addFilter(mask)
     return path
