@@ -121,7 +121,8 @@ def test_discord_publishes_deletes_and_edits_as_changes(tmp_path: Path) -> None:
         await ch._on_change(client, SimpleNamespace(cached_message=None, channel_id=700, guild_id=None,
                                                     message_id=11), None)
         await ch._on_change(client, SimpleNamespace(cached_message=None, channel_id=800, guild_id=5, message_id=12),
-                            {"content": "<@99> new text", "author": {"id": "321"}, "mentions": [{"id": "99"}]})
+                            {"content": "<@99> new text", "author": {"id": "321"}, "mentions": [{"id": "99"}],
+                             "edited_timestamp": "2026-01-20T09:31:00.000000+00:00"})  # as a real edit sets it
 
     asyncio.run(main())
     [deleted, edited] = sink.got

@@ -138,16 +138,17 @@ class DiscordChannel:
         @client.event
         async def on_raw_bulk_message_delete(payload: Any) -> None:
             # A purge (a moderator's bot removing many messages at once) is a delete of each of them.
+            # Newest first: the message just posted (a PIN the purge is for) is the likeliest to start its turn
+            # while the older ones' removals are handled.
             cached = {m.id: m for m in payload.cached_messages}
-            for message_id in sorted(payload.message_ids):
+            for message_id in sorted(payload.message_ids, reverse=True):
                 await self._on_change(client, _Deleted(message_id, payload.channel_id, payload.guild_id,
                                                        cached.get(message_id)), None)
 
         @client.event
         async def on_raw_message_edit(payload: Any) -> None:
             data = payload.data if isinstance(payload.data, dict) else {}
-            if "content" in data:  # an update for a link's embed alone carries no text
-                await self._on_change(client, payload, data)
+            await self._on_change(client, payload, data)
 
         try:
             await client.login(self._token)
@@ -246,11 +247,12 @@ class DiscordChannel:
     async def _on_change(self, client: Any, payload: Any, data: dict[str, Any] | None) -> None:
         """A message deleted (MESSAGE_DELETE) or edited (MESSAGE_UPDATE: `data`) as a change of the message it
         names: the gateway drops or updates it while it waits for its turn. A delete names no author unless
-        discord.py still caches the message (a moderator may delete anyone's): then any sender's matches."""
+        discord.py still caches the message (a moderator may delete anyone's): then any sender's matches. An
+        update that is no edit (`_is_edit`: an embed, a pin) changes nothing."""
         import discord
 
         me = client.user
-        if me is None or self._sink is None:
+        if me is None or self._sink is None or (data is not None and not _is_edit(payload, data)):
             return
         cached = payload.cached_message
         author = (data or {}).get("author")
@@ -407,6 +409,23 @@ def create_channel(deps: ChannelDeps, account_id: str, cfg: DiscordAccountConfig
 # The one declaration of this platform (hermit.channels.platforms lists this module).
 PLATFORM = ChannelPlatform("discord", create_channel, DiscordChannel.capabilities,
                            sdk=("discord", "hermit-assistant[discord]"))
+
+
+def _is_edit(payload: Any, data: dict[str, Any]) -> bool:
+    """A MESSAGE_UPDATE that is its author's edit. Discord sets `edited_timestamp` on each edit; a link's embed
+    unfurled, a pin or a crosspost sends an update too, with the timestamp unset (or as an earlier edit left it)
+    and, but for an embed's, the message's text — for a forward only the forwarder's own, none of the quote.
+    Taken as an edit it replaced a waiting forward's framed quote with that text (maybe none)."""
+    import discord
+
+    stamp = data.get("edited_timestamp")
+    if "content" not in data or not isinstance(stamp, str) or not stamp:
+        return False
+    before = getattr(getattr(payload, "cached_message", None), "edited_at", None)
+    try:
+        return before is None or discord.utils.parse_time(stamp) != before
+    except ValueError:
+        return True  # a stamp discord.py cannot read is still an edit's: the author's new text decides
 
 
 def _is_forward(message: Any) -> bool:
