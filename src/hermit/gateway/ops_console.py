@@ -64,7 +64,8 @@ class OpsConsole:
     # ---- cron ---------------------------------------------------------------------------------------
 
     def cron_list(self, _: object) -> dict[str, Any]:
-        """Every job as `hermit cron list` shows it, with its next three runs and whether it runs now."""
+        """Every job as `hermit cron list` shows it, with its next three runs, whether it runs now and, when it is
+        aimed at someone not let in (its runs skipped), the warning `cron.add`/`cron.update` gave."""
         file = self.jobs.load()
         running = self.running()
         out = []
@@ -74,6 +75,7 @@ class OpsConsole:
             d["delivery_text"] = job.delivery.describe()
             d["next_runs"] = [t.isoformat() for t in self.jobs.next_times(job)] if job.enabled else []
             d["running"] = job.id in running
+            d["warning"] = self.jobs.not_let_in(job)  # aimed at someone not let in: its runs are skipped
             out.append(d)
         return {"jobs": out, "invalid": [{"index": b.index, "error": b.error} for b in file.invalid]}
 

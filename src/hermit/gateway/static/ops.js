@@ -14,7 +14,8 @@
   async function act(method, params, where, done) {
     try {
       const res = await H.call(method, params);
-      if (where) say(where, done ? done(res) : "done", "ok");
+      // A warning (a job aimed at someone not let in: its runs are skipped) is said with what was done.
+      if (where) say(where, (done ? done(res) : "done") + (res && res.warning ? " — warning: " + res.warning : ""), res && res.warning ? "warn" : "ok");
       await refresh();
       return res;
     } catch (e) {
@@ -59,6 +60,7 @@
         el("div", { class: "j-line", text: "next: " + (j.next_runs.length ? j.next_runs.map(stamp).join(" · ") : "—") }),
         el("div", { class: "j-line", text: "last: " + (j.last_run_at ? (j.last_status || "?") + " " + when(j.last_run_at) : "never")
           + (j.last_error ? " — " + j.last_error : "") + (j.run_requested ? " · run queued" : "") }),
+        j.warning ? el("div", { class: "j-warning say warn", role: "note", text: "⚠ " + j.warning }) : null,
         el("div", { class: "actions" },
           el("button", { type: "button", class: "run-now", text: "Run now", onclick: () => { openRuns.add(j.id); act("cron.run", { id: j.id }, "cron-note", (r) => j.id + ": " + r.note); } }),
           el("button", { type: "button", class: "toggle", text: j.enabled ? "Disable" : "Enable", onclick: () => act("cron.update", { id: j.id, enabled: !j.enabled }, "cron-note", () => j.id + (j.enabled ? " disabled" : " enabled")) }),
