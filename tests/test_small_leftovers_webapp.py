@@ -66,5 +66,9 @@ def test_a_job_aimed_at_someone_not_let_in_shows_its_warning_until_they_are(brow
             page.click(".pair[data-code] .approve")  # Dana let in: the job delivers again
             page.wait_for_selector(f"{card} .j-warning", state="detached", timeout=T)
             assert page.locator(".j-warning").count() == 0
+
+            page.once("dialog", lambda d: d.accept())  # "Revoke …?"
+            page.click(f".contact[data-sender='{DANA}'] .revoke")  # cut off again: the card says so again
+            page.wait_for_selector(f"{card} .j-warning", timeout=T)
             assert opened.errors == []
             opened.context.close()
