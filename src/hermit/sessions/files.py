@@ -52,24 +52,35 @@ def not_own_session_file(st: os.stat_result) -> str | None:
     return None
 
 
+_REPLACED_RETRIES = 100  # opens of a name replaced each time between the open and the fstat, before it is refused
+
+
 def open_own(path: Path, flags: int, what: str, mode: int = 0o600) -> tuple[int, os.stat_result]:
     """`path` opened with `flags` (O_CREAT makes it owner-only), never through a symlink, and its fstat;
     ForeignSessionFile when it is not the user's own regular file (`what` names it: "the transcript").
     Other OSErrors (FileNotFoundError, PermissionError…) are the caller's to report."""
-    try:
-        fd = os.open(path, flags | _FLAGS, mode)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise ForeignSessionFile(path, "is a symlink", what) from None
-        if e.errno == errno.ENXIO:  # O_WRONLY on a FIFO nobody reads, or a socket
-            raise ForeignSessionFile(path, "is a FIFO or a socket, not a regular file", what) from None
-        raise
-    try:
-        st = os.fstat(fd)
-        why = not_own_session_file(st)
-    except BaseException:
+    for _ in range(_REPLACED_RETRIES):
+        try:
+            fd = os.open(path, flags | _FLAGS, mode)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise ForeignSessionFile(path, "is a symlink", what) from None
+            if e.errno == errno.ENXIO:  # O_WRONLY on a FIFO nobody reads, or a socket
+                raise ForeignSessionFile(path, "is a FIFO or a socket, not a regular file", what) from None
+            raise
+        try:
+            st = os.fstat(fd)
+            why = not_own_session_file(st)
+        except BaseException:
+            os.close(fd)
+            raise
+        if st.st_nlink != 0:
+            break
+        # No name left: it was replaced since it was opened (a deleted message's scrub renames the new file over
+        # it, sessions/scrub.py). Not someone else's file: the name is opened again.
         os.close(fd)
-        raise
+    else:
+        raise ForeignSessionFile(path, f"was replaced each of the {_REPLACED_RETRIES} times it was opened", what)
     if why is not None:
         os.close(fd)
         raise ForeignSessionFile(path, why, what)
