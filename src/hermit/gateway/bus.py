@@ -105,7 +105,7 @@ class Bus:
     def __init__(self, host: AgentHost, *, route: RouteFn, admit: AdmitFn,
                  channels: Mapping[tuple[str, str], Channel], chunk: Chunker, queue_limit: int = 8,
                  trusted_channels: frozenset[str] = frozenset({"webchat"}),
-                 deletes: RememberedDeletes | None = None) -> None:
+                 deletes: RememberedDeletes | None = None, turn_limit: Callable[[str], int] | None = None) -> None:
         self.host = host
         self._route = route
         self._admit = admit
@@ -113,7 +113,8 @@ class Bus:
         self._chunk = chunk
         self._limit = queue_limit
         self._trusted = trusted_channels
-        self._slots = TurnSlots(self._turn_limit)  # turns running at once, per agent
+        # Turns running at once, per agent: `turn_limit(agent)` is its bound as hermit.yaml says it now.
+        self._slots = TurnSlots(turn_limit or self._turn_limit)
         # Keyed by agent and session: a key naming no agent (a CLI session `notes`, `cron:<job>`) may exist
         # in two agents' stores, and those are two sessions.
         self._queues: dict[tuple[str, str], _SessionQueue] = {}

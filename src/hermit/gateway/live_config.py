@@ -11,7 +11,7 @@ Applied live (each consumer rebuilds what it derives from the config when `curre
 one): who may reach the assistant (each running channel account's `enabled`, `owners`, `dm_policy`,
 `allow_from`, `group_policy`, `groups`, `group_allow_from`, `require_mention`), routing (`bindings`, each
 agent's `session.dm_scope` and `dangerously_share_main_session_with_contacts`, the default agent), each
-agent's `mention_patterns` and `heartbeat` settings, and the owner checks of cron deliveries. Not live,
+agent's `mention_patterns`, `heartbeat` settings and `max_concurrent_turns`, and the owner checks of cron deliveries. Not live,
 named in the log line as waiting for a restart of the gateway: what was built at start from the config —
 model providers, the gateway's bind, port and queues, channel tokens and accounts added or re-pointed,
 the web chat switch, agents added, and every other agent setting (model, memory, sandbox, sessions).
@@ -47,7 +47,7 @@ Loader = Callable[[StatePaths], LoadedConfig]
 ACCESS_FIELDS = frozenset({"enabled", "owners", "dm_policy", "allow_from", "group_policy", "groups",
                            "group_allow_from", "require_mention"})
 # An agent's settings that are read at each routing decision, admission or heartbeat.
-AGENT_LIVE = ("heartbeat", "mention_patterns", "session.dm_scope",
+AGENT_LIVE = ("heartbeat", "mention_patterns", "max_concurrent_turns", "session.dm_scope",
               "session.dangerously_share_main_session_with_contacts", "default", "is_default")
 
 

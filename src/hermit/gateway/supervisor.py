@@ -45,6 +45,7 @@ from hermit.gateway.protocol import MAX_FRAME_BYTES
 from hermit.gateway.services import MemoryWatcher, Service, ServiceContext, build_services
 from hermit.gateway.state import GatewayLock
 from hermit.gateway.tickets import Tickets
+from hermit.gateway.turn_slots import live_turn_limits
 from hermit.gateway.webchat_api import WebchatApi
 from hermit.scheduler.control import CronJobs
 from hermit.sessions.keys import agent_id_of
@@ -172,7 +173,8 @@ class Gateway:
         self.bus = Bus(self.agents, route=live_route(state, set(runtimes)), admit=live_admit(state),
                        channels={(c.name, c.account_id): c for c in self.channels}, chunk=chunk_text,
                        queue_limit=self.cfg.queue_max_per_session,
-                       deletes=RememberedDeletes(deletes_path(home), clock=clock))  # kept across restarts
+                       deletes=RememberedDeletes(deletes_path(home), clock=clock),  # kept across restarts
+                       turn_limit=live_turn_limits(self.live))  # max_concurrent_turns as hermit.yaml says it now
         for agent_id, rt in runtimes.items():  # the group sender marks' owner checks, live too: each agent's own
             rt.owner_check = state.owner_of(agent_id)
             if isinstance(rt.cron, CronJobs):
