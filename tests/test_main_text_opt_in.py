@@ -210,7 +210,9 @@ def heartbeat_run(tmp_path: Path, target: dict[str, Any], caplog: pytest.LogCapt
     loaded = build_config({"agents": {"defaults": {
         "timezone": "Europe/Berlin", "memory_search": {"provider": "none"},
         "heartbeat": {"every_minutes": 30, "target": target, **heartbeat}}},
-        "channels": {"telegram": {"accounts": {"default": {"owners": ["42"]}}}}}, StatePaths(home))
+        # The contact and the group are let in: an alert shared with someone not let in is withheld too.
+        "channels": {"telegram": {"accounts": {"default": {"owners": ["42"], "allow_from": ["2001"],
+                                                           "groups": ["-100555"]}}}}}, StatePaths(home))
     clock = SimClock(datetime(2026, 6, 1, 9, 0, tzinfo=BERLIN))
     channel = MemoryChannel()
     rts, _ = runtimes(loaded, clock, lambda req: ALERT)

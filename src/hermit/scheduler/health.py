@@ -14,7 +14,9 @@ from hermit.scheduler.heartbeat import (
     HEARTBEAT_FILE,
     HeartbeatFileError,
     heartbeat_file_is_empty,
+    heartbeat_target,
     read_heartbeat_file,
+    withheld_from,
 )
 from hermit.scheduler.targets import not_let_in_fix, peer_kind_of, resolve_target
 
@@ -117,7 +119,8 @@ def targets_health(home: Path, loaded: LoadedConfig) -> Health:
 
 def let_in_health(home: Path, loaded: LoadedConfig) -> Health:
     """Warn of each enabled job aimed at someone the account does not let in now (revoked, never approved, a
-    group not under `groups`): its runs are skipped, nothing delivered, until they are let in again."""
+    group not under `groups`): its runs are skipped, nothing delivered, until they are let in again; and of each
+    heartbeat whose alerts are shared with such a target (heartbeat.withheld_from: not delivered either)."""
     try:
         cron = CronJobs(home, loaded)
         jobs = cron.load().jobs
@@ -130,6 +133,17 @@ def let_in_health(home: Path, loaded: LoadedConfig) -> Health:
             held.append(warning.split(" — ", 1)[0])
             d = job.delivery
             hints.append(not_let_in_fix(job.id, peer_kind_of(d.channel or "", d.peer_kind, d.to or "")))
+    for agent in loaded.agents:
+        hb = agent.settings.heartbeat
+        if hb.every_minutes <= 0 or hb.target is None or not hb.share_alerts_with_target:
+            continue  # not shared: an alert for anyone but an owner is withheld anyway (doctor's access check)
+        try:
+            target = heartbeat_target(hb, loaded.config.channels, agent.id)
+        except HermitError:
+            continue  # no such account: targets_health's to report
+        if (withheld := withheld_from(loaded, agent, target)) is not None:
+            held.append(f"agents {agent.id}: {withheld[0]}: its alerts are not delivered")
+            hints.append(withheld[1])
     if held:
         return ("warn", "; ".join(held), "; ".join(dict.fromkeys(hints)))
     return ("ok", "every job that delivers is aimed at someone let in" if jobs else "no jobs", "")

@@ -34,7 +34,7 @@ from hermit.durable import write_atomic
 from hermit.errors import HermitError
 from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.schedule import Zone
-from hermit.scheduler.targets import not_the_owner, resolve_target
+from hermit.scheduler.targets import not_let_in, not_the_owner, peer_kind_of, resolve_target
 from hermit.sessions.keys import main_session_key
 from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, read_regular_stat
 
@@ -195,22 +195,36 @@ class AlertMemory:
             log.warning("cannot save %s (%s); the alert may be sent again after a restart", self.path, e)
 
 
-def withheld_from(loaded: LoadedConfig, agent: AgentConfig, target: Target | None) -> str | None:
-    """Why the agent's heartbeat alerts are not delivered to `target`, in words: they are main-session text
-    (MEMORY.md, owner-only notes) and the target reaches someone other than an owner of the agent (a
-    group, a contact, another agent's owner), while `heartbeat.share_alerts_with_target` is off. None
-    when they may be delivered. Asked at every alert, against the config in force."""
-    if target is None or agent.settings.heartbeat.share_alerts_with_target:
+def withheld_from(loaded: LoadedConfig, agent: AgentConfig, target: Target | None) -> tuple[str, str] | None:
+    """Why the agent's heartbeat alerts are not delivered to `target`, in words, and what to do about it; None
+    when they may be delivered. Asked at every alert, against the config in force.
+
+    They are main-session text (MEMORY.md, owner-only notes): withheld when the target reaches someone other than
+    an owner of the agent (a group, a contact, another agent's owner) while `heartbeat.share_alerts_with_target`
+    is off; and, opted in or not, when the target is not let in to talk to the assistant now (targets.not_let_in:
+    a contact revoked with `hermit pairing revoke` or never approved, a group taken off `groups`), as a job's runs
+    are skipped then — the owner's opt-in was for someone they have since cut off. Delivered again once they are
+    let in."""
+    if target is None:
         return None
-    risk = not_the_owner(loaded, agent.id, target.channel, target.account_id, target.peer_kind, target.peer_id)
-    if risk is None:
+    if not agent.settings.heartbeat.share_alerts_with_target:
+        risk = not_the_owner(loaded, agent.id, target.channel, target.account_id, target.peer_kind, target.peer_id)
+        if risk is not None:
+            return (f"heartbeat alerts of agent {agent.id} are main-session text and "
+                    f"{target.channel}:{target.account_id}:{target.peer_id} reaches {risk}, not only an owner of "
+                    f"agent {agent.id}", WITHHELD_FIX)
+        return None  # an owner of the agent: always let in
+    who = not_let_in(loaded, target.channel, target.account_id, target.peer_kind, target.peer_id)
+    if who is None:
         return None
-    return (f"heartbeat alerts of agent {agent.id} are main-session text and "
-            f"{target.channel}:{target.account_id}:{target.peer_id} reaches {risk}, not only an owner of "
-            f"agent {agent.id}")
+    again = ("list the group under groups" if peer_kind_of(target.channel, target.peer_kind, target.peer_id) == "group"
+             else "`hermit pairing approve` them (or list them under allow_from)")
+    return (f"heartbeat alerts of agent {agent.id} go to {who}, who is not let in to talk to the assistant now",
+            f"{again} and the alerts are delivered again; or point heartbeat.target at an owner of the agent")
 
 
-# What to do about a withheld alert, in the log, the heartbeat's status and `hermit doctor`.
+# What to do about an alert withheld from someone who is not an owner, in the log, the heartbeat's status and
+# `hermit doctor`.
 WITHHELD_FIX = ("point heartbeat.target at an owner of the agent, or set heartbeat.share_alerts_with_target: "
                 "true to send the alerts there anyway")
 
@@ -266,9 +280,9 @@ async def run_heartbeat(agent: AgentConfig, host: SchedulerHost, now: datetime, 
     if target is None:
         return HeartbeatOutcome("alert", "no heartbeat.target configured: kept in the transcript", text=alert)
     if withheld is not None:
-        log.warning("heartbeat alert not delivered: %s — %s", withheld, WITHHELD_FIX)
-        return HeartbeatOutcome("alert", f"not delivered: {withheld}; kept in the transcript — {WITHHELD_FIX}",
-                                text=alert)
+        why, fix = withheld
+        log.warning("heartbeat alert not delivered: %s — %s", why, fix)
+        return HeartbeatOutcome("alert", f"not delivered: {why}; kept in the transcript — {fix}", text=alert)
     alerts = alerts or AlertMemory(None)
     earlier = alerts.sent_recently(agent.id, target, alert, now)
     if earlier is not None:

@@ -33,7 +33,6 @@ from hermit.errors import ConfigError, HermitError, JobError
 from hermit.redaction import mask
 from hermit.scheduler.control import CronJobs, register_scheduler
 from hermit.scheduler.heartbeat import (
-    WITHHELD_FIX,
     AlertMemory,
     HeartbeatOutcome,
     heartbeat_target,
@@ -199,7 +198,7 @@ class SchedulerService:
             log.error("%s (%s)", e.message, e.hint)
         else:
             if (withheld := withheld_from(self.loaded, hb.agent, target)) is not None:
-                log.warning("%s: its alerts will not be delivered — %s", withheld, WITHHELD_FIX)
+                log.warning("%s: its alerts will not be delivered — %s", *withheld)
 
     def _may_deliver(self, job: Job) -> None:
         """Before a run that delivers, and before its reply is sent: the config in force is valid, names the
