@@ -103,12 +103,15 @@ def _agents_reached(router: Router, channel: str, account: str, peer: str) -> li
 
 def peer_kind_of(channel: str, peer_kind: str, to: str) -> str:
     """The kind of peer a delivery to `to` really reaches: a group when it says so, and also when the id
-    can only be a group's — a Telegram chat id below zero (groups, supergroups, channels), a Slack
-    conversation id starting with C or G (a channel, a private channel). The adapters send to that chat
-    whatever kind a job or heartbeat target names, so `dm` there does not make it a DM."""
+    can only be a group's — a Telegram chat id below zero (groups, supergroups, channels) or a public one's
+    `@username` (sendMessage takes it as chat_id; a bot cannot write to a person by username), a Slack
+    conversation id starting with C or G (a channel, a private channel) or a channel's `#name`
+    (chat.postMessage takes it). The adapters send to that chat whatever kind a job or heartbeat target names,
+    so `dm` there does not make it a DM: judged as one, with `dm_policy: open` a group not under `groups` was
+    let in."""
     name, peer = (channel or "").strip().lower(), (to or "").strip()
-    if peer_kind == "group" or (name == "telegram" and peer.startswith("-")) or \
-            (name == "slack" and peer[:1] in ("C", "G")):
+    if peer_kind == "group" or (name == "telegram" and peer[:1] in ("-", "@")) or \
+            (name == "slack" and peer[:1] in ("C", "G", "#")):
         return "group"
     return peer_kind
 
