@@ -36,6 +36,16 @@ class QueueSink:
         return await asyncio.wait_for(self.queue.get(), timeout)
 
 
+async def until(cond: Callable[[], object], timeout: float = 20.0) -> None:
+    """Wait, on the running loop, until `cond()` is true (polled every 10 ms); AssertionError after `timeout` s."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
 def run(main: Callable[[], Awaitable[T]], timeout: float = 60.0) -> T:
     async def bounded() -> T:
         return await asyncio.wait_for(main(), timeout)

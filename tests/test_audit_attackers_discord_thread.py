@@ -13,13 +13,12 @@ real route/admit (Router + AccessControl), two AgentRuntimes with their own tran
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from pathlib import Path
 from typing import Any
 
 from agenthelpers import fixed_clock
-from channelhelpers import FAST, run
+from channelhelpers import FAST, run, until
 from fakes.fake_discord import GUILD_ID, TEXT_CHANNEL, THREAD, _now, patch_discord, unpatch, user
 from gatewayhelpers import last_user_text
 from hermit.agent.routing import Router
@@ -38,15 +37,6 @@ from test_discord_private_thread import BOT, OWNER, TOKEN, PrivateThreadDiscord,
 PIN = "4711-2290"
 WORK = [{"match": {"channel": "discord", "peer": {"kind": "group", "id": TEXT_CHANNEL}}, "agent_id": "work"}]
 
-
-async def until(cond: Any, timeout: float = 20.0) -> None:
-    """Wait for `cond` while the event loop runs the channel and the bus (no fixed sleep decides anything)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 def scenario(tmp: Path, change: str, *, thread: bool = True) -> tuple[list[str], list[str], str]:

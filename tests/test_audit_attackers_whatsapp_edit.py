@@ -11,7 +11,6 @@ and an AgentRuntime.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -20,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from channelhelpers import FAST, run, serve_asgi
+from channelhelpers import FAST, run, serve_asgi, until
 from fakes.fake_whatsapp import PHONE_NUMBER_ID, FakeWhatsApp, sign, text_message, webhook_body
 from gatewayhelpers import allow_all, last_user_text, route_dm_main_group_own, runtime
 from hermit.channels.webhook import asgi_app
@@ -35,14 +34,6 @@ SECRET = "app-secret"
 SENDER = "15551234"
 PIN = "4711-2290"
 
-
-async def until(cond: Any, timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 def edit(original: str, eid: str, text: str, *, sender: str = SENDER, caption: bool = False) -> dict[str, Any]:

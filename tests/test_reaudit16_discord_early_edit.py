@@ -15,7 +15,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from channelhelpers import FAST, run
+from channelhelpers import FAST, run, until
 from fakes.fake_discord import BOT_ID, GUILD_ID, TEXT_CHANNEL, FakeDiscord, _now, patch_discord, unpatch, user
 from gatewayhelpers import allow_all, last_user_text, route_dm_main_group_own, runtime
 from hermit.channels.discord import DiscordChannel
@@ -62,14 +62,6 @@ def message(fake: SlowCdn, mid: str, text: str, *, edited: bool = False) -> dict
                                "proxy_url": url, "content_type": "image/jpeg"}]
     return out
 
-
-async def until(cond: Any, timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 def scenario(tmp: Path, edited: str) -> tuple[list[str], str]:

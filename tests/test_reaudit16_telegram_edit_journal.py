@@ -13,13 +13,11 @@ AgentRuntimes; the restart is a second channel, bus and runtime on the same stat
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-from channelhelpers import FAST, run
+from channelhelpers import FAST, run, until
 from fakes.fake_telegram import FakeTelegram
 from gatewayhelpers import allow_all, last_user_text, route_dm_main_group_own, runtime
 from hermit.channels.telegram import TelegramChannel
@@ -34,14 +32,6 @@ TOKEN = "123:TEST"
 GROUP, MEMBER, OTHER = -100, 5, 6
 PIN = "4711-2290"
 
-
-async def until(cond: Any, timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 def edit(fake: FakeTelegram, mid: int, text: str, *, sender: int = MEMBER) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from channelhelpers import FAST, run, serve_asgi
+from channelhelpers import FAST, run, serve_asgi, until
 from fakes.fake_whatsapp import PHONE_NUMBER_ID, FakeWhatsApp, sign, webhook_body
 from gatewayhelpers import allow_all, last_user_text, route_dm_main_group_own, runtime
 from hermit.channels.early_edits import EarlyEdits
@@ -49,14 +49,6 @@ class SlowMedia(FakeWhatsApp):
         await self.go.wait()
         return await super()._media_bytes(request)
 
-
-async def until(cond: Any, timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 def photo(mid: str, caption: str) -> dict[str, Any]:

@@ -12,13 +12,12 @@ gateway's Bus with its real route/admit (Router + AccessControl), an AgentRuntim
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from pathlib import Path
 from typing import Any
 
 from agenthelpers import fixed_clock
-from channelhelpers import FAST, run
+from channelhelpers import FAST, run, until
 from fakes.fake_discord import GUILD_ID, TEXT_CHANNEL, _now, patch_discord, unpatch, user
 from gatewayhelpers import last_user_text
 from hermit.agent.routing import Router
@@ -40,15 +39,6 @@ QUOTED = "Invoice 88: pay to the new account"
 FRAMED = "[forwarded message from someone — quoted, not the sender's own words]\n> " + QUOTED
 EARLIER_EDIT = "2026-01-20T09:32:00.000000+00:00"
 
-
-async def until(cond: Any, timeout: float = 20.0) -> None:
-    """Wait for `cond` while the event loop runs the channel and the bus (no fixed sleep decides anything)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 def forward(mid: str, *, edited: str | None = None, **changes: Any) -> dict[str, Any]:
