@@ -44,6 +44,7 @@ from hermit.gateway.deletes_store import DELETES_KEPT as DELETES_KEPT
 from hermit.gateway.deletes_store import DELETES_PER_SENDER as DELETES_PER_SENDER
 from hermit.gateway.deletes_store import RememberedDeletes, Scrub
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
+from hermit.gateway.retractions import edit_recorded, remember_delete
 from hermit.gateway.scrub_batch import ScrubBatches
 from hermit.gateway.turn_slots import Kind, Place, TurnSlots
 from hermit.messages import FiledFile, ImagePart, Sender
@@ -143,8 +144,10 @@ class Bus:
             return "ignored"
         if msg.change is not None:
             retraction = self._change_waiting(msg)
-            if retraction is not None and not await self._retract_recorded(*retraction):
-                await self._remember_delete(msg)
+            if retraction is not None and msg.change == "edited":  # after its answer (gateway/retractions.py)
+                await edit_recorded(self, *retraction, msg)
+            elif retraction is not None and not await self._retract_recorded(*retraction):
+                await remember_delete(self, msg)
             return "ignored"
         if msg.message_id and (deleter := self._deleted.deleter(
                 (msg.channel, msg.account_id, msg.peer_id, msg.message_id))) is not None and deleter in ("", msg.sender_id):
@@ -170,21 +173,6 @@ class Bus:
             return "queue_full"
         return "queued"
 
-    async def _remember_delete(self, msg: InboundMessage) -> None:
-        """A delete that found nothing, for its message coming later: the last DELETES_KEPT, at most
-        DELETES_PER_SENDER of one sender on a channel account (of deletes naming nobody: in one chat) — anyone may
-        send deletes (a stranger's made-up ids are never checked), and a flood of theirs evicted the one a member's
-        late message needed, which was answered.
-        Written to the state dir before publish returns, as a retraction is: the channel then tells the platform
-        the delete was handled, and a restart in between forgot it. One at a time, as deletes are looked for: a
-        flood of them holds one of the threads."""
-        key = (msg.channel, msg.account_id, msg.peer_id, msg.message_id)
-        try:
-            async with self._looking:
-                await asyncio.to_thread(self._deleted.remember, key, msg.sender_id)
-        except OSError:  # remembered in memory: a restart before its message comes forgets it
-            log.exception("could not write a delete from %s/%s to the state dir", msg.channel, msg.account_id)
-
     async def _admitted(self, msg: InboundMessage, agent_id: str, channel: Channel) -> bool:
         """Whether the sender may reach `agent_id` now; a refused message's files are deleted and the sender
         is sent what the policy says (a pairing code, or nothing). Pairing codes are files in the state
@@ -204,7 +192,7 @@ class Bus:
         """A message its sender deleted or edited on the platform while it waits for its turn: a deleted one is
         dropped (no turn, its files deleted), an edited one runs with the text as it is now, as its sender
         expects of a message not answered yet. One whose turn has started is left: it is being answered. For a
-        delete of one not waiting: what `_retract_recorded` needs to retract it."""
+        delete or an edit of one not waiting: what `_retract_recorded` (`edit_recorded`) needs to find it."""
         if not msg.message_id:
             return None
         try:
@@ -230,7 +218,7 @@ class Bus:
             else:
                 job.text, job.msg = msg.text, replace(m, text=msg.text, mentioned=m.mentioned or msg.mentioned)
                 log.info("a message waiting in %s was edited by its sender: its new text runs", routed.session_key)
-        if found or msg.change != "deleted" or routed.agent_id not in self.host.runtimes:
+        if found or routed.agent_id not in self.host.runtimes:
             return None
         # Answered, or being answered. One taken from the queue whose turn has not recorded it yet (its admission
         # check, its files being filed, a flush before it) is waited for: looked for before, it was not found,

@@ -45,10 +45,15 @@ class ScrubBatches:
         self._poked: dict[Scrub, asyncio.Event] = {}  # set by every `want`: the batch gathers on
         self._now: set[Scrub] = set()  # a turn (or a stop) waits for it: no more gathering
         self._tasks: dict[Scrub, asyncio.Task[None]] = {}
+        self._after: dict[Scrub, list[asyncio.Event]] = {}  # turns of the session to end before its batch reads it
         self._threads = asyncio.Semaphore(1)  # one rewrite at a time: a flood holds one of the threads, not all
         self.batches = 0  # rewrites begun (a batch that found nothing to scrub writes nothing)
 
-    def want(self, scrub: Scrub) -> None:
+    def want(self, scrub: Scrub, after: asyncio.Event | None = None) -> None:
+        """`after`: set when a turn running in the session now is over (it may still write a copy of what an edit
+        took back: the batch reads the transcript once it is; a turn waiting in `settled` waits for both)."""
+        if after is not None:
+            self._after.setdefault(scrub, []).append(after)
         self._again.add(scrub)
         self._poked.setdefault(scrub, asyncio.Event()).set()
         running = self._tasks.get(scrub)
@@ -62,6 +67,7 @@ class ScrubBatches:
             del self._tasks[scrub]
             self._poked.pop(scrub, None)
             self._now.discard(scrub)
+            self._after.pop(scrub, None)
 
     def resume(self) -> None:
         """Scrub what the store says is left (a gateway killed before its batches were done)."""
@@ -102,6 +108,8 @@ class ScrubBatches:
         while confirm or scrub in self._again:
             if not confirm or scrub in self._again:
                 await self._gather(scrub)
+            while self._after.get(scrub):
+                await self._after[scrub].pop().wait()
             confirm = False
             self._again.discard(scrub)
             stamp = self._deletes.wanted(scrub)

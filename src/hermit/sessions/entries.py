@@ -25,6 +25,12 @@ HEADER_REPAIR_TYPE = "session-header"  # custom entry standing in for a damaged 
 # delete comes, ahead of a turn that has not recorded the message yet (gateway/bus.py), so a kill loses nothing.
 RETRACTED_TYPE = "retracted"
 RETRACTED_TEXT = "[a message its sender deleted]"
+# Custom entry {"ref": ..., "text": ...}: the sender edited that user message on the platform after it was answered
+# (gateway/retractions.py). Every reader gets its text as `text` + EDITED_MARK in its place (`edit`; the last such
+# entry of a ref wins, wherever it stands; a `retracted` one wins over it); when the edit dropped words, the line is
+# rewritten so and the copies of what the old text alone brought are scrubbed (sessions/scrub.py), as a delete's.
+EDITED_TYPE = "edited"
+EDITED_MARK = " (edited)"
 # Custom entry {"images": [image_key, ...]}: the model's provider refused those images (not a valid image of its
 # type, say: a member's file that starts like a JPEG). Every reader gets each in its message replaced by
 # IMAGE_REFUSED_TEXT, wherever it stands in the file: sent again with the history, it had every later turn of the
@@ -265,7 +271,7 @@ def parse_transcript(path: Path, data: bytes) -> ParsedTranscript:
         header = _repaired_header(entries)
         if header is not None:  # line 1 is damaged, but the store already appended its replacement
             problems = [p for p in problems if p.line != 1]
-    return ParsedTranscript(header or _inferred_header(path), _images_refused(_retracted(entries)), problems,
+    return ParsedTranscript(header or _inferred_header(path), _images_refused(_retracted(_edited(entries))), problems,
                             len(lines), ends_clean)
 
 
@@ -307,6 +313,37 @@ def retract(message: dict[str, Any], refs: set[str]) -> dict[str, Any]:
     if not refs or message.get("role") != "user" or message.get("ref") not in refs:
         return message
     return {**message, "content": [{"type": "text", "text": RETRACTED_TEXT}]}
+
+
+def edited_texts(objs: Iterable[Any]) -> dict[str, str]:
+    """The new text of each message ref that `edited` custom entries (as JSON objects) name: the last one's."""
+    out: dict[str, str] = {}
+    for o in objs:
+        data = o.get("data") if isinstance(o, dict) and o.get("type") == "custom" and o.get(
+            "customType") == EDITED_TYPE else None
+        if isinstance(data, dict) and isinstance(data.get("ref"), str) and isinstance(data.get("text"), str):
+            out[data["ref"]] = data["text"]
+    return out
+
+
+def edit(message: dict[str, Any], texts: dict[str, str]) -> dict[str, Any]:
+    """A user message (JSON form) its sender edited after its answer, with its text as edited (`texts`: ref -> new
+    text) and marked so; its images kept. Others as they are."""
+    ref = message.get("ref")
+    if message.get("role") != "user" or not isinstance(ref, str) or ref not in texts:
+        return message
+    content = message.get("content")
+    images = [p for p in content if isinstance(p, dict) and p.get("type") != "text"] if isinstance(content, list) else []
+    return {**message, "content": [{"type": "text", "text": texts[ref] + EDITED_MARK}, *images]}
+
+
+def _edited(entries: list[Entry]) -> list[Entry]:
+    texts = edited_texts({"type": "custom", "customType": e.custom_type, "data": e.data}
+                         for e in entries if isinstance(e, CustomEntry) and e.custom_type == EDITED_TYPE)
+    if not texts:
+        return entries
+    return [dataclasses.replace(e, message=edit(e.message, texts)) if isinstance(e, MessageEntry) else e
+            for e in entries]
 
 
 def _retracted(entries: list[Entry]) -> list[Entry]:

@@ -36,9 +36,25 @@ from typing import Any
 
 from hermit.errors import SessionError
 from hermit.messages import FiledFile
-from hermit.sessions.entries import RETRACTED_TEXT, RETRACTED_TYPE, header_from_json, retracted_refs
+from hermit.sessions.entries import (
+    EDITED_MARK,
+    EDITED_TYPE,
+    RETRACTED_TEXT,
+    RETRACTED_TYPE,
+    edited_texts,
+    header_from_json,
+    retracted_refs,
+)
 from hermit.sessions.files import open_own, read_fd
-from hermit.sessions.scrub import Deleted, deleted_many, find_deleted, read_objs, scrub_transcript, user_text
+from hermit.sessions.scrub import (
+    Deleted,
+    deleted_many,
+    edit_entry,
+    find_deleted,
+    read_objs,
+    scrub_transcript,
+    user_text,
+)
 from hermit.sessions.store import SessionStore
 from hermit.sessions.transcript import CustomEntry, MessageEntry, Transcript
 
@@ -166,6 +182,8 @@ def unscrubbed(objs: Sequence[dict[str, Any] | None]) -> list[str]:
             text = user_text(message)
             if text.strip() and text != RETRACTED_TEXT:
                 out[str(message["ref"])] = None
+        elif (said := edit_entry(obj)) is not None and said[0] in gone and said[1].strip() and said[1] != RETRACTED_TEXT:
+            out[said[0]] = None  # an edit of it still holds its text
     return list(out)
 
 
@@ -174,7 +192,8 @@ def scrub_retracted(path: Path, session_key: str | None) -> int:
     (`unscrubbed`), all in one rewrite (sessions/scrub.py): first the notes written after each (the folder's
     `reach`), then the transcript. How many messages were scrubbed. Raises OSError / SessionError."""
     objs = read_objs(path)
-    deleted = deleted_many(objs, unscrubbed(objs))
+    edits = unscrubbed_edits(objs)
+    deleted = deleted_many(objs, [*unscrubbed(objs), *edits], edits)
     if not deleted:
         return 0
     reach = _reach_for(path.parent)
@@ -184,12 +203,67 @@ def scrub_retracted(path: Path, session_key: str | None) -> int:
     size = scrub_transcript(path, *deleted).size  # not read after: an append may have come since
     with _guard:
         for d in deleted:
+            if d.edited is not None:  # still shown (edited): a later delete of it looks at the transcript again
+                continue
             key = (os.path.realpath(path), d.ref)
             _RECENT[key] = (time.monotonic(), d, size)
             _RECENT.move_to_end(key)
         while len(_RECENT) > RECENT_KEPT:
             _RECENT.popitem(last=False)
     return len(deleted)
+
+
+def unscrubbed_edits(objs: Sequence[dict[str, Any] | None]) -> dict[str, str]:
+    """The refs the transcript's lines edit (not retracted) whose user message's line does not hold its edited text
+    yet, with that text: shown edited to every reader, the line and the copies of its old text not scrubbed yet."""
+    edits = edited_texts(objs)
+    gone = retracted_refs(objs)
+    out: dict[str, str] = {}
+    for obj in objs:
+        message = obj.get("message") if obj is not None and obj.get("type") == "message" else None
+        if isinstance(message, dict) and message.get("role") == "user" and (ref := message.get("ref")) in edits \
+                and ref not in gone and user_text(message) not in (edits[ref] + EDITED_MARK, RETRACTED_TEXT):
+            out[ref] = edits[ref]
+        elif (said := edit_entry(obj)) is not None and said[0] not in gone and said[1] != edits[said[0]]:
+            out[said[0]] = edits[said[0]]  # an earlier edit still holds what a later one dropped
+    return out
+
+
+def edit_in(transcript: Transcript, ref: str, sender: str, text: str, *, ahead: bool = False) -> bool | None:
+    """Its sender edited the message `ref` after its answer (gateway/retractions.py): an `edited` entry makes every
+    reader see `text` (sessions/entries.py). None when the transcript holds no text of it that `sender` wrote (in a
+    group, the one its line names; a deleted one is not brought back), or the text is as shown already; else the
+    entry is written, and True when the edit dropped words its old text had (its copies are the caller's to scrub),
+    False when it only added some. `ahead`: written when the message is not recorded yet (its turn is starting:
+    the caller checked its sender), True."""
+    found = [e.message for e in messages_of(transcript, ref)]
+    if not found and not ahead:
+        return None
+    old = user_text(found[0]) if found else ""
+    recorded = found[0].get("sender") if found else None
+    if old == RETRACTED_TEXT or (isinstance(recorded, dict) and str(recorded.get("id")) != sender):
+        return None
+    old = old.removesuffix(EDITED_MARK)
+    lines = old.split("\n")
+    framed = len(lines)  # the lines Hermit added to the sender's text (a file's: gateway/attachments.described) stay
+    while framed > 0 and lines[framed - 1].startswith(_FILE_LINES):
+        framed -= 1
+    body, frame = "\n".join(lines[:framed]), lines[framed:]
+    if found and body == text:  # no change of its text (Slack says so of a thread's new reply, say)
+        return None
+    transcript.append_custom(EDITED_TYPE, {"ref": ref, "text": "\n".join([text, *frame]) if text else "\n".join(frame)})
+    if not found:
+        return True
+    kept = set(_words(text))
+    return any(w not in kept for w in _words(body))
+
+
+# How gateway/attachments.described starts the line it adds to a message's text for each file that came with it.
+_FILE_LINES = ("(file received with this message: ", "(a file came with this message but could not be kept")
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in (raw.strip(".,;:!?\"'()[]{}<>").casefold() for raw in text.split()) if w]
 
 
 def retract_in(transcript: Transcript, ref: str, remove: Remove | None, *, ahead: bool = False,

@@ -33,7 +33,7 @@ from typing import Any
 
 from hermit.durable import _remove_stale_temps, fsync_dir, held_temp, write_all
 from hermit.locks import lock_fd
-from hermit.sessions.entries import RETRACTED_TEXT, retract, retracted_refs
+from hermit.sessions.entries import EDITED_MARK, EDITED_TYPE, RETRACTED_TEXT, edit, retract, retracted_refs
 from hermit.sessions.files import open_own, read_fd
 from hermit.sessions.verbatim import MARK as MARK
 from hermit.sessions.verbatim import MIN_RUN as MIN_RUN
@@ -60,6 +60,9 @@ class Deleted:
     rule: Verbatim
     line: int
     note_calls: tuple[tuple[str, dict[str, Any]], ...]
+    # Edited after its answer, not deleted (gateway/retractions.py): its line is shown with this text (entries.edit),
+    # and what of its old text this text still holds is no copy.
+    edited: str | None = None
 
 
 @dataclass
@@ -153,13 +156,17 @@ def deleted_in(objs: Iterable[dict[str, Any] | None], ref: str, known: Deleted |
     return Deleted(ref, Verbatim(known.rule.texts, kept), known.line, tuple(calls)) if known is not None else None
 
 
-def deleted_many(objs: Sequence[dict[str, Any] | None], refs: Iterable[str]) -> list[Deleted]:
+def deleted_many(objs: Sequence[dict[str, Any] | None], refs: Iterable[str],
+                 edits: dict[str, str] | None = None) -> list[Deleted]:
     """`deleted_in` of each of `refs` (those the lines hold text of), the lines walked once for all of them: a
-    flood of deletes cost a walk of the whole transcript each (gateway/scrub_batch.py)."""
+    flood of deletes cost a walk of the whole transcript each (gateway/scrub_batch.py). A ref `edits` names was
+    edited to that text, not deleted: its old text is the one to find copies of, what the new one holds is kept."""
+    edits = edits or {}
     gone = retracted_refs(objs) | set(refs)
     users: dict[int, tuple[Any, str | None, str]] = {}  # line -> ref, sender, text of a user message
     pieces: list[str] = []  # each line's text as the rule compares it (`_folded`)
     calls: list[list[tuple[str, dict[str, Any]]]] = []
+    edited: dict[str, list[str]] = {}  # ref -> the texts its `edited` entries still hold
     for number, obj in enumerate(objs, start=1):
         message = obj.get("message") if obj is not None else None
         mine: list[tuple[str, dict[str, Any]]] = []
@@ -168,6 +175,10 @@ def deleted_many(objs: Sequence[dict[str, Any] | None], refs: Iterable[str]) -> 
         elif obj.get("type") == "message" and isinstance(message, dict) and message.get("role") == "user":
             users[number] = (message.get("ref"), _sender_id(message), text := user_text(message))
             pieces.append(_folded([text]))
+        elif (said := edit_entry(obj)) is not None:  # an edit's text: the message's, as its line's is
+            pieces.append("")
+            if said[1].strip() and said[1] != RETRACTED_TEXT:
+                edited.setdefault(said[0], []).append(said[1])
         else:
             pieces.append(_folded(_texts_of(obj)))
             if obj.get("type") == "custom" and obj.get("customType") == FLUSH_ENTRY:
@@ -179,16 +190,31 @@ def deleted_many(objs: Sequence[dict[str, Any] | None], refs: Iterable[str]) -> 
     out: list[Deleted] = []
     for ref in dict.fromkeys(refs):
         lines = [n for n, (r, _, _) in users.items() if r == ref]
-        texts = [(n, users[n][2]) for n in lines if users[n][2].strip() and users[n][2] != RETRACTED_TEXT]
+        shown = edits[ref] + EDITED_MARK if ref in edits else None
+        texts = [(n, users[n][2]) for n in lines if users[n][2].strip() and users[n][2] not in (RETRACTED_TEXT, shown)]
+        if lines:  # what an earlier edit said (one of a deleted message: every one) is its text too
+            texts += [(lines[0], t) for t in edited.get(ref, ()) if t != edits.get(ref)]
         if not texts:
             continue  # never recorded, or scrubbed already
         at, by = lines[0], users[lines[0]][1]
         kept = "\x00".join(
             piece for n, piece in enumerate(pieces, start=1) if piece and (
                 (n < at and n not in users) or (n in users and users[n][0] not in gone and (n < at or users[n][1] != by))))
+        if ref in edits:  # what the edited text still says is the sender's, as the session holds it now
+            kept = "\x00".join(k for k in (kept, _folded([edits[ref]])) if k)
         found = tuple(c for n in range(at + 1, len(objs) + 1) for c in calls[n - 1])
-        out.append(Deleted(ref, Verbatim(tuple(t for _, t in texts), folded_kept=kept), texts[0][0], found))
+        out.append(Deleted(ref, Verbatim(tuple(t for _, t in texts), folded_kept=kept), texts[0][0], found,
+                           edits.get(ref)))
     return out
+
+
+def edit_entry(obj: dict[str, Any] | None) -> tuple[str, str] | None:
+    """The ref and text of an `edited` entry's line (sessions/entries.py), or None when it is not one."""
+    data = obj.get("data") if obj is not None and obj.get("type") == "custom" and obj.get(
+        "customType") == EDITED_TYPE else None
+    if isinstance(data, dict) and isinstance(data.get("ref"), str) and isinstance(data.get("text"), str):
+        return data["ref"], data["text"]
+    return None
 
 
 def _note_calls(message: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -260,11 +286,19 @@ def _scrub_line(obj: dict[str, Any], number: int, deleted: Sequence[Deleted], ca
 
     kind = obj.get("type")
     message = obj.get("message")
+    said = edit_entry(obj)
+    if said is not None:  # an edit of one of them: its text gives way to the last edit's, or to a delete's
+        last = next((d.edited for d in deleted if d.ref == said[0]), None) if said[0] in cands.refs else None
+        if said[0] not in cands.refs or said[1] in (last, RETRACTED_TEXT):
+            return None
+        report.add("edit", 1)
+        return {**obj, "data": {**obj["data"], "text": RETRACTED_TEXT if last is None else last}}
     if kind == "message" and isinstance(message, dict) and message.get("role") == "user":
         ref = message.get("ref")
         if not isinstance(ref, str) or ref not in cands.refs:
             return None  # another user message: the user's own words, never scrubbed
-        new_message = retract(message, {str(ref)})
+        edited = next((d.edited for d in deleted if d.ref == ref), None)
+        new_message = edit(message, {ref: edited}) if edited is not None else retract(message, {ref})
         if new_message.get("content") == message.get("content"):
             return None
         report.add("message", 1)

@@ -38,6 +38,7 @@ from hermit.errors import SessionError
 from hermit.locks import lock_fd
 from hermit.messages import valid_json
 from hermit.sessions.entries import (
+    EDITED_TYPE,
     HEADER_REPAIR_TYPE,
     IMAGE_REFUSED_TYPE,
     RETRACTED_TYPE,
@@ -339,7 +340,7 @@ class Transcript:
     def append_custom(self, custom_type: str, data: Any = None) -> CustomEntry:
         entry = self._append({"type": "custom", "customType": custom_type, "data": data})
         assert isinstance(entry, CustomEntry)
-        if custom_type in (RETRACTED_TYPE, IMAGE_REFUSED_TYPE):
+        if custom_type in (RETRACTED_TYPE, IMAGE_REFUSED_TYPE, EDITED_TYPE):
             self._parsed = None  # it changes an earlier entry as read: read the file again
         return entry
 

@@ -29,7 +29,14 @@ from hermit.memory.index.sources import SourceFile
 from hermit.memory.policy.provenance import Origin, sender_label, sender_text
 from hermit.memory.store.api import FileState, file_ident
 from hermit.messages import OWNER_MARK, Sender, label_text, valid_text
-from hermit.sessions.entries import HEADER_REPAIR_TYPE, RETRACTED_TYPE, retract, retracted_refs
+from hermit.sessions.entries import (
+    HEADER_REPAIR_TYPE,
+    RETRACTED_TYPE,
+    edit,
+    edited_texts,
+    retract,
+    retracted_refs,
+)
 from hermit.sessions.keys import SessionKey, SessionKind, is_main_session_key, parse_session_key
 
 SESSIONS_PREFIX = "sessions/"
@@ -181,6 +188,7 @@ def render_transcript(raw: str) -> tuple[str, int]:
     """(virtual document with JSONL line numbers, number of message entries)."""
     objs = _parse_lines(raw)
     refs = retracted_refs(objs)  # messages their senders deleted: never indexed
+    edits = edited_texts(objs)  # ...and those edited after their answer, as edited
     chat = chat_of(_header_key(objs))
     # A chat's assistant says what the chat steers it to: its lines carry the chat's label as its user's do.
     label = {"User": "User", "Assistant": "Assistant"} if chat is None else {
@@ -192,7 +200,7 @@ def render_transcript(raw: str) -> tuple[str, int]:
         if isinstance(obj, dict) and obj.get("type") == "message":
             messages += 1
             message = obj.get("message")
-            got = _message_text(retract(message, refs) if isinstance(message, dict) else message)
+            got = _message_text(retract(edit(message, edits), refs) if isinstance(message, dict) else message)
             if got:
                 who, text = got
                 sender = _sender(obj["message"]) if chat is not None else None

@@ -1,0 +1,87 @@
+"""What a sender takes back after their message was queued or answered, besides a delete's retraction (gateway/bus.py).
+
+An edit after the answer (`edit_recorded`). On Telegram, which never tells bots of deletes, editing is the only way a
+person takes words back: "my PIN is 4711-2290" edited to "my PIN is (removed)" once the bot answered. An edit of a
+message the session's transcript holds, by the sender its line names, writes an `edited` entry (sessions/entries.py):
+the model and every reader see the new text, marked "(edited)", from then on; no turn runs for it. When the new text
+drops words the old one had, the transcript is written to the state dir as one to scrub (deletes.json's `scrubs`),
+all before publish returns (the channel then acknowledges the update), and the scrub batch (gateway/scrub_batch.py)
+rewrites the message's line with its new text and scrubs the copies of what the old text alone brought and the new
+one does not hold — replies, tool calls, summaries, notes — by a delete's copy rule (sessions/scrub.py), never a user
+message's words. A turn running in the session then is waited for first: it had the old text and may still quote it.
+An edit that only adds words changes the record only. Another sender's edit of the message's id changes nothing.
+An edit of a message of an ended session (after /new, a reset) is not looked for.
+
+A delete that found nothing is remembered for its message coming later (`remember_delete`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from hermit.channels.base import InboundMessage
+from hermit.gateway.deletes_store import Scrub
+from hermit.sessions.retraction import edit_in, names, scrub_retracted
+
+if TYPE_CHECKING:
+    from hermit.gateway.bus import Bus, Routed, _Job
+
+log = logging.getLogger("hermit.gateway")
+
+
+async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | None, msg: InboundMessage) -> None:
+    """An edit of a message not waiting in its queue (answered, or its turn starting: `starting`): see the module."""
+    if starting is not None and (starting.msg is None or starting.msg.sender_id != msg.sender_id):
+        return  # another sender's edit of the message whose turn is starting: not theirs to change
+    runtime = bus.host.runtime(routed.agent_id)
+    q = bus._queues.get((routed.agent_id, routed.session_key))
+    after = q.running.finished if q is not None and q.running is not None else None
+
+    def now() -> Scrub | None:
+        record = runtime.store.get(routed.session_key)
+        if record is None:
+            return None
+        path = runtime.store.transcript_path(record.session_id)
+        # Parsed only when its bytes name the message (anyone may send edits, as deletes: `names`).
+        if starting is None and not names(path, ref):
+            return None
+        if not edit_in(runtime.store.open_transcript(record), ref, msg.sender_id, msg.text, ahead=starting is not None):
+            return None  # not recorded, not theirs, or only words added: the entry is the whole change
+        scrub = (routed.agent_id, routed.session_key, record.session_id)
+        try:
+            bus._deleted.want_scrub(scrub)
+        except OSError:  # not in the state dir: scrubbed now, as a kill would otherwise leave it
+            log.exception("could not write an edit's scrub to the state dir: scrubbing it now")
+            if after is None:
+                scrub_retracted(path, routed.session_key)
+                return None
+        return scrub
+
+    try:
+        async with bus._looking:  # one at a time, with deletes: a flood of them holds one of the threads, not all
+            scrub = await asyncio.to_thread(now)
+    except Exception:  # noqa: BLE001 - the platform's event is handled; the gateway goes on
+        log.exception("could not apply an edit of an answered message in %s", routed.session_key)
+        return
+    if scrub is not None:
+        log.info("a message in %s was edited by its sender after its answer: what it dropped is scrubbed",
+                 routed.session_key)
+        bus.scrubs.want(scrub, after)
+
+
+async def remember_delete(bus: Bus, msg: InboundMessage) -> None:
+    """A delete that found nothing, for its message coming later: the last DELETES_KEPT, at most
+    DELETES_PER_SENDER of one sender on a channel account (of deletes naming nobody: in one chat) — anyone may
+    send deletes (a stranger's made-up ids are never checked), and a flood of theirs evicted the one a member's
+    late message needed, which was answered.
+    Written to the state dir before publish returns, as a retraction is: the channel then tells the platform
+    the delete was handled, and a restart in between forgot it. One at a time, as deletes are looked for: a
+    flood of them holds one of the threads."""
+    key = (msg.channel, msg.account_id, msg.peer_id, msg.message_id)
+    try:
+        async with bus._looking:
+            await asyncio.to_thread(bus._deleted.remember, key, msg.sender_id)
+    except OSError:  # remembered in memory: a restart before its message comes forgets it
+        log.exception("could not write a delete from %s/%s to the state dir", msg.channel, msg.account_id)
