@@ -157,10 +157,13 @@ def cycle_state(entries: Iterable[Entry], workspace: Path) -> CycleState:
 def _written(arguments: dict[str, Any], workspace: Path) -> tuple[Path, str] | None:
     """The memory/*.md file a flush write (or edit) names and the text it adds, or None."""
     path, text = arguments.get("path"), arguments.get("content", arguments.get("new"))
-    if not (isinstance(path, str) and isinstance(text, str)):
-        return None
+    if not (isinstance(path, str) and isinstance(text, str)) or "\x00" in path:
+        return None  # a NUL: no file has the name (the tool refused it), and resolve() raises ValueError on it
     memory = (workspace / "memory").resolve()
-    target = (workspace / path).resolve()
+    try:
+        target = (workspace / path).resolve()
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: a symlink loop (Python 3.11)
+        return None  # nothing the tool could have written: the session's other notes are still scrubbed
     if target.parent != memory or target.suffix != ".md":
         return None
     return target, text
