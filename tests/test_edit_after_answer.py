@@ -101,8 +101,10 @@ class Chat:
         return [json.dumps(e.message["content"]) for e in self.rt.store.open_transcript(record).messages()
                 if e.message.get("role") == "user"]
 
-    def run(self, *edits: tuple[str, int], stop: Callable[[Bus], None] | None = None) -> Bus:
-        """`stop`: called once the edits are handled instead of draining (a gateway killed then)."""
+    def run(self, *edits: tuple[str, int], stop: Callable[[Bus], None] | None = None,
+            ended: bool = False) -> Bus:
+        """`stop`: called once the edits are handled instead of draining (a gateway killed then); `ended`: the
+        session ends (/new) before the edits come."""
         holder: list[Bus] = []
 
         async def main() -> None:
@@ -120,6 +122,8 @@ class Chat:
                 fake.push_message(chat_id=GROUP, from_id=OTHER, chat_type="supergroup", text=THEIRS)
                 await until(lambda: len(self.asked) == 2 and bus.running() == 0 and not bus.busy(KEY))
                 assert PIN in self.transcript() and PIN in self.note()  # answered, noted
+                if ended:
+                    self.rt.new_session(KEY)
                 for n, (text, sender) in enumerate(edits, 1):
                     edit(fake, mid, text, sender)
                     await until(lambda n=n: bus.counts["ignored"] == n)  # handled before publish returns
@@ -151,6 +155,22 @@ def test_a_pin_edited_out_after_the_answer_is_gone_from_the_transcript_the_reply
         # The other member's message and the reply quoting it keep their words.
         assert transcript.count("5512-9034") >= 2 and THEIRS in transcript
         assert json.loads(chat.deletes.read_text()).get("scrubs", []) == []  # done: nothing left to resume
+    finally:
+        chat.rt.close()
+
+
+def test_an_edit_after_the_session_ended_is_made_in_the_ended_transcript(tmp_path: Path) -> None:
+    """Edited the day after, past the daily reset (here /new): the answered message is in the key's ended transcript."""
+    chat = Chat(tmp_path)
+    try:
+        chat.run((EDITED, MEMBER), ended=True)
+        record = chat.rt.store.get(KEY)
+        assert record is not None
+        old = [p for p in chat.rt.agent.sessions_dir.glob("*.jsonl") if p.stem != record.session_id]
+        assert len(old) == 1
+        text = old[0].read_text()
+        assert PIN not in text and json.dumps(EDITED + " (edited)")[1:-1] in text and "5512-9034" in text, text
+        assert PIN not in chat.note() and "Saved your PIN [deleted]" in text
     finally:
         chat.rt.close()
 
@@ -260,6 +280,9 @@ def test_an_edit_while_its_turn_runs_is_scrubbed_from_what_that_turn_writes_afte
             await until(lambda: bus.counts["ignored"] == 1)
             edit(fake, mid, EDITED, MEMBER)
             await until(lambda: bus.counts["ignored"] == 2)
+            bus.scrubs.hurry()  # no gathering: the batch would run now, before the turn writes its reply...
+            await until(lambda: bool(bus.scrubs.parked) or bus.scrubs.batches > 0)
+            assert bus.scrubs.batches == 0  # ...but waits for the turn to end
             release.set()
             assert await bus.drain(20)
         finally:

@@ -10,7 +10,9 @@ rewrites the message's line with its new text and scrubs the copies of what the 
 one does not hold — replies, tool calls, summaries, notes — by a delete's copy rule (sessions/scrub.py), never a user
 message's words. A turn running in the session then is waited for first: it had the old text and may still quote it.
 An edit that only adds words changes the record only. Another sender's edit of the message's id changes nothing.
-An edit of a message of an ended session (after /new, a reset) is not looked for.
+An edit of a message whose session ended since (/new, a daily or idle reset) is looked for in the key's ended
+transcripts, as a late delete is (sessions/retraction.py's bounds); what /new saved of that session to memory is not
+changed by it.
 
 A delete that found nothing is remembered for its message coming later (`remember_delete`).
 """
@@ -23,7 +25,8 @@ from typing import TYPE_CHECKING
 
 from hermit.channels.base import InboundMessage
 from hermit.gateway.deletes_store import Scrub
-from hermit.sessions.retraction import edit_in, names, scrub_retracted
+from hermit.sessions.retraction import edit_in, ended_transcripts, names, scrub_retracted
+from hermit.sessions.transcript import Transcript
 
 if TYPE_CHECKING:
     from hermit.gateway.bus import Bus, Routed, _Job
@@ -45,11 +48,20 @@ async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | Non
             return None
         path = runtime.store.transcript_path(record.session_id)
         # Parsed only when its bytes name the message (anyone may send edits, as deletes: `names`).
-        if starting is None and not names(path, ref):
-            return None
-        if not edit_in(runtime.store.open_transcript(record), ref, msg.sender_id, msg.text, ahead=starting is not None):
+        transcript: Transcript | None
+        if starting is not None or names(path, ref):
+            transcript = runtime.store.open_transcript(record)
+        else:  # answered before its session ended (/new, a daily or idle reset): in the key's ended transcripts
+            transcript = next((t for p in ended_transcripts(runtime.store, routed.session_key, record.session_id)
+                               if names(p, ref) and (t := Transcript.open(p, clock=runtime.store.clock,
+                                                                          fsync=runtime.store.fsync)
+                                                     ).header.session_key == routed.session_key), None)
+            if transcript is None:
+                return None
+        if not edit_in(transcript, ref, msg.sender_id, msg.text, ahead=starting is not None):
             return None  # not recorded, not theirs, or only words added: the entry is the whole change
-        scrub = (routed.agent_id, routed.session_key, record.session_id)
+        path = transcript.path
+        scrub = (routed.agent_id, routed.session_key, transcript.header.session_id)
         try:
             bus._deleted.want_scrub(scrub)
         except OSError:  # not in the state dir: scrubbed now, as a kill would otherwise leave it

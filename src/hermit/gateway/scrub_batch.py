@@ -48,6 +48,7 @@ class ScrubBatches:
         self._after: dict[Scrub, list[asyncio.Event]] = {}  # turns of the session to end before its batch reads it
         self._threads = asyncio.Semaphore(1)  # one rewrite at a time: a flood holds one of the threads, not all
         self.batches = 0  # rewrites begun (a batch that found nothing to scrub writes nothing)
+        self.parked: set[Scrub] = set()  # batches waiting for a turn of their session to end (`want`'s `after`)
 
     def want(self, scrub: Scrub, after: asyncio.Event | None = None) -> None:
         """`after`: set when a turn running in the session now is over (it may still write a copy of what an edit
@@ -109,7 +110,11 @@ class ScrubBatches:
             if not confirm or scrub in self._again:
                 await self._gather(scrub)
             while self._after.get(scrub):
-                await self._after[scrub].pop().wait()
+                self.parked.add(scrub)
+                try:
+                    await self._after[scrub].pop().wait()
+                finally:
+                    self.parked.discard(scrub)
             confirm = False
             self._again.discard(scrub)
             stamp = self._deletes.wanted(scrub)
