@@ -215,3 +215,37 @@ def test_a_real_gateway_under_a_journal_says_it_started_and_stopped(tmp_path: Pa
     assert str(home) not in err and "127.0.0.1" not in err, err
     log = (home / "logs" / "gateway.log").read_text()
     assert "gateway listening on http://127.0.0.1:" in log and "gateway stopped" in log
+
+
+CRASH = r"""
+import sys
+from hermit.cli import main as cli
+def boom(argv):
+    raise ValueError("the door code is 4711-2290, sent by telegram 424242")
+cli._main = boom
+sys.argv = ["hermit", "gateway", "run"]
+sys.exit(cli.main())
+"""
+
+
+@pytest.mark.parametrize("journal", [True, False], ids=["journal", "terminal"])
+def test_a_crash_tells_the_journal_where_it_broke_never_its_message(tmp_path: Path, journal: bool) -> None:
+    """A bug that ends `hermit gateway run` under systemd printed its traceback to stderr, the journal: the
+    exception's message (a chat's text, a peer id) with it. There only the frames and the exception's type go;
+    a terminal still gets the whole traceback."""
+    stderr = tmp_path / "stderr"
+    with stderr.open("wb") as f:
+        st = os.fstat(f.fileno())
+        env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
+        env["PYTHONPATH"] = pythonpath()
+        if journal:
+            env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
+        r = subprocess.run([sys.executable, "-c", CRASH], stderr=f, env=env, timeout=PROC_TIMEOUT)
+    err = stderr.read_text()
+    assert r.returncode == 1, err
+    assert "Traceback (most recent call last)" in err and "in boom" in err, err
+    if journal:
+        assert "4711" not in err and "424242" not in err, err
+        assert "builtins.ValueError (its message is kept out of the journal; `hermit logs`" in err, err
+    else:
+        assert "ValueError: the door code is 4711-2290, sent by telegram 424242" in err, err

@@ -157,13 +157,27 @@ def main(argv: list[str] | None = None) -> int:
     with safe_output():
         try:
             return _main(argv)
-        except Exception:
+        except Exception as e:
             if argv is not None:  # a test or a script calling main(argv) gets the exception itself
                 raise
             # The `hermit` process: --debug's traceback (or a bug's) is printed here, through the filter, not by
             # the interpreter after it (an error may quote a key or a URL's password). Exit status 1 either way.
-            traceback.print_exc()
+            _print_crash(e)
             return 1
+
+
+def _print_crash(e: BaseException) -> None:
+    """The traceback of a bug that ended the process. When stderr is systemd's journal (a service's `hermit
+    gateway run`; other groups read it) the exception's message — it may quote a chat's text, a peer id, a file
+    someone sent — is left out: the frames and the exception's type say where it broke."""
+    from hermit.gateway.logs import JOURNAL_HINT, stderr_is_journal
+
+    if not stderr_is_journal():
+        traceback.print_exception(e)
+        return
+    frames = "".join(traceback.format_tb(e.__traceback__))
+    print(f"Traceback (most recent call last):\n{frames}{type(e).__module__}.{type(e).__qualname__}"
+          f" (its message is kept out of the journal; {JOURNAL_HINT})", file=sys.stderr)
 
 
 def _main(argv: list[str] | None) -> int:
