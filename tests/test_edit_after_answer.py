@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from agenthelpers import NOW
 from channelhelpers import FAST, run
@@ -373,3 +374,58 @@ def test_a_transcript_already_read_shows_the_edit_and_the_session_index_reads_it
     assert [e.message["content"] for e in t.messages()] == [
         [{"type": "text", "text": "meet at the blue harbour gym, room 4 please (edited)"}]]
     assert "room 4 please (edited)" in render_transcript(path.read_text())[0]
+
+
+def test_a_gateway_killed_once_telegram_has_the_edits_acknowledgement_scrubs_it_after_the_restart(
+        tmp_path: Path) -> None:
+    """`hermit gateway run` killed (SIGKILL) as soon as the edit's update is acknowledged (the next getUpdates'
+    offset): the edit is on disk by then — shown edited, its scrub in deletes.json — and the restarted gateway
+    scrubs it without a turn (the model was asked once)."""
+    import signal
+
+    from channeldrivers import TelegramDriver
+    from hermit.testing.fake_provider import FakeProvider
+    from prochelpers import PROC_TIMEOUT
+    from test_channel_gateway import Gateway, env_for, write_config
+    from test_channel_gateway import until as until_for
+
+    home = tmp_path
+
+    def transcripts() -> str:
+        return "".join(p.read_text() for p in home.rglob("*.jsonl") if p.parent.name == "sessions")
+
+    def scrubs() -> list[Any]:
+        found = list(home.rglob("deletes.json"))
+        return json.loads(found[0].read_text()).get("scrubs", []) if found else []
+
+    async def main() -> None:
+        with FakeProvider([{"text": f"Saved your PIN {PIN}.", "repeat": True}]) as provider:
+            policies = {"pair": {"dm_policy": "allowlist", "allow_from": ["1001"]}}
+            driver = TelegramDriver(list(policies))
+            await driver.start()
+            fake = driver.fakes["pair"]
+            try:
+                write_config(home, provider, driver, policies)
+                gw = await Gateway(home, env_for(driver)).start()
+                mid = fake.push_message(chat_id=1001, text=f"my PIN is {PIN}")
+                await until_for(lambda: driver.texts("pair", "1001"), "the answer")
+                uid = fake._next_update
+                fake.updates.append({"update_id": uid, "edited_message": {
+                    "message_id": mid, "date": int(time.time()), "edit_date": int(time.time()),
+                    "text": "my PIN is (removed)", "from": {"id": 1001, "is_bot": False, "first_name": "Gus"},
+                    "chat": {"id": 1001, "type": "private"}}})
+                fake._next_update += 1
+                fake._new_update.set()
+                await until_for(lambda: fake.confirmed > uid, "the edit's acknowledgement")
+                assert await gw.stop(signal.SIGKILL) == -signal.SIGKILL
+                assert "my PIN is (removed)" in transcripts()  # its entry, written before the acknowledgement
+                assert scrubs() or PIN not in transcripts()  # its scrub to resume (unless its batch was done)
+                gw = await Gateway(home, env_for(driver)).start()
+                await until_for(lambda: PIN not in transcripts() and not scrubs(), "the scrub after the restart")
+                assert await gw.stop() == 0
+            finally:
+                await driver.stop()
+            assert len(provider.requests) == 1  # no turn for the edit
+            assert driver.texts("pair", "1001") == [f"Saved your PIN {PIN}."]
+
+    run(main, timeout=PROC_TIMEOUT)
