@@ -419,11 +419,14 @@ class AgentRuntime:
         its transcript is (sessions/retraction.py), and the index re-synced so that search no longer finds them."""
         if session_key is None:
             return
-        try:
-            if scrub_flush_notes(self.agent.workspace, session_key, deleted) and self.memory is not None:
-                self.memory.mark_dirty()
-        except (HermitError, OSError) as e:  # the transcript is scrubbed all the same; the notes say it still
-            log.warning("could not take a deleted message out of %s's flush notes: %s", session_key, e)
+        for call in deleted.note_calls:  # one at a time: a note that cannot be scrubbed never keeps the others'
+            try:
+                if scrub_flush_notes(self.agent.workspace, session_key, dataclasses.replace(deleted, note_calls=(call,))) \
+                        and self.memory is not None:
+                    self.memory.mark_dirty()
+            except Exception as e:  # noqa: BLE001 - the transcript is scrubbed all the same; that note says it still
+                log.warning("could not take a deleted message out of a note %s's turn wrote (%s): %s", session_key,
+                            type(e).__name__, e if isinstance(e, (HermitError, OSError)) else "")
 
     def session_busy(self, session_key: str) -> bool:
         """A turn is running in the session now in this process (the heartbeat skips a busy main session)."""

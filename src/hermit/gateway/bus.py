@@ -49,9 +49,12 @@ from hermit.gateway.scrub_batch import ScrubBatches
 from hermit.gateway.turn_slots import Kind, Place, TurnSlots
 from hermit.messages import FiledFile, ImagePart, Sender
 from hermit.sessions.keys import is_main_session_key
-from hermit.sessions.retraction import names, retract_in, scrub_copies
+from hermit.sessions.retraction import names, retract_in
 
 log = logging.getLogger("hermit.gateway")
+# A turn not run because its session still holds copies of a deleted message (`_unscrubbed`).
+UNSCRUBBED = ("Hermit could not yet take a deleted or edited message out of this conversation's record, so it did "
+              "not answer this one (the owner's `hermit logs` says why) — please send it again in a while.")
 
 
 @dataclass(frozen=True)
@@ -245,8 +248,9 @@ class Bus:
         runtime = self.host.runtime(routed.agent_id)
         remove = self._remover(routed)
         after = starting.finished if starting is not None else None
+        wants: list[Scrub] = []
 
-        def now() -> bool | Scrub:
+        def now() -> bool:
             if starting is not None:
                 with starting.guard:
                     starting.deleted, early = True, starting.filed
@@ -259,24 +263,26 @@ class Bus:
             # transcript (35 ms for 5 MB), and a flood of them held the threads the owner's turns need.
             if after is not None:
                 return retract_in(runtime.store.open_transcript(record), ref, remove, ahead=True)
-            if names(runtime.store.transcript_path(record.session_id), ref) and retract_in(
-                    transcript := runtime.store.open_transcript(record), ref, remove, scrub=False):
-                # Hidden now; its copies are scrubbed in the session's next batch (gateway/scrub_batch.py).
+            if names(runtime.store.transcript_path(record.session_id), ref):
+                # The scrub is wanted in the state dir before the entry hides the message: a kill in between leaves
+                # a want that finds nothing (harmless), never a hidden message whose copies no start scrubs.
                 scrub = (routed.agent_id, routed.session_key, record.session_id)
                 try:
                     self._deleted.want_scrub(scrub)
+                    wants.append(scrub)  # its copies go in the session's next batch (gateway/scrub_batch.py)
                 except OSError:  # not in the state dir: scrubbed now, as a kill would otherwise leave it
                     log.exception("could not write a delete's scrub to the state dir: scrubbing it now")
-                    scrub_copies(transcript, ref)
+                if retract_in(runtime.store.open_transcript(record), ref, remove, scrub=not wants):
                     return True
-                return scrub
             return runtime.retract_ended(routed.session_key, ref, remove, current=record.session_id)
 
         try:
-            async with self._looking:  # one at a time: a flood of deletes holds one of the threads, not all
-                found = await asyncio.to_thread(now)
-            if isinstance(found, tuple):
-                self.scrubs.want(found)
+            try:
+                async with self._looking:  # one at a time: a flood of deletes holds one of the threads, not all
+                    found = await asyncio.to_thread(now)
+            finally:
+                for scrub in wants:  # held or not (named in a reply only), raised or not: the batch settles it
+                    self.scrubs.want(scrub)
             if found:
                 log.info("a message in %s was deleted by its sender: its text is retracted", routed.session_key)
                 q = self._queues.get((routed.agent_id, routed.session_key))
@@ -380,6 +386,8 @@ class Bus:
         try:
             while not q.jobs.empty():
                 job = q.waiting[0]  # stays findable (a delete, an edit) while it waits for a slot
+                # The session's scrub batch before a slot: a turn waiting for it holds none another session needs.
+                await self.scrubs.settled(job.agent_id, job.session_key)
                 place = await self._slot(job, q)
                 try:
                     taken = q.jobs.get_nowait()
@@ -399,8 +407,11 @@ class Bus:
                         continue
                     q.running = job
                     try:
-                        await self.scrubs.settled(job.agent_id, job.session_key)  # no copy of a deleted message
-                        await self._run(job)
+                        # Again (nothing to wait for, mostly): a delete may have come while the turn waited for a slot.
+                        if await self.scrubs.settled(job.agent_id, job.session_key):  # no copy of a deleted message
+                            await self._run(job)
+                        else:
+                            await self._unscrubbed(job)
                     except Exception:  # noqa: BLE001 - supervision boundary: the session's next messages still run
                         log.exception("session %s of agent %s: handling a message failed", key[1], key[0])
                     finally:
@@ -538,6 +549,18 @@ class Bus:
         log.info("message queued in %s would now go to %s of agent %s: not run", job.session_key,
                  routed.session_key, routed.agent_id)
         return False
+
+    async def _unscrubbed(self, job: _Job) -> None:
+        """The session's transcript still holds copies of a message deleted or edited in it (its scrub failed twice,
+        scrub_batch.py): the turn would send them to the model, so it is not run; its sender is told."""
+        log.error("session %s of agent %s: a turn was not run: the copies of a message deleted or edited in it could "
+                  "not be scrubbed from its transcript (the error above says why); tried again at its next message "
+                  "and at the next start", job.session_key, job.agent_id)
+        if job.result is not None and not job.result.done():
+            job.result.set_exception(ChannelError("the session's deleted messages could not be scrubbed",
+                                                  "see `hermit logs`; it runs again at its next schedule"))
+        elif job.msg is not None and (channel := self.channels.get((job.msg.channel, job.msg.account_id))):
+            await send_safely(channel, OutboundMessage(Target.of(job.msg), UNSCRUBBED, "notice"))
 
     async def _not_processed(self, job: _Job) -> None:
         if job.result is not None and not job.result.done():

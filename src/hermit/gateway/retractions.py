@@ -58,24 +58,35 @@ async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | Non
                                                      ).header.session_key == routed.session_key), None)
             if transcript is None:
                 return None
-        if not edit_in(transcript, ref, msg.sender_id, msg.text, ahead=starting is not None):
-            return None  # not recorded, not theirs, or only words added: the entry is the whole change
         path = transcript.path
         scrub = (routed.agent_id, routed.session_key, transcript.header.session_id)
-        try:
-            bus._deleted.want_scrub(scrub)
-        except OSError:  # not in the state dir: scrubbed now, as a kill would otherwise leave it
-            log.exception("could not write an edit's scrub to the state dir: scrubbing it now")
-            if after is None:
-                scrub_retracted(path, routed.session_key)
-                return None
+        def dropping() -> None:
+            """Wanted in the state dir before the entry is written: a kill in between leaves a want that finds
+            nothing (harmless), never an edit whose dropped words no start scrubs."""
+            try:
+                bus._deleted.want_scrub(scrub)
+                wants.append(scrub)
+            except OSError:  # not in the state dir: scrubbed now, as a kill would otherwise leave it
+                log.exception("could not write an edit's scrub to the state dir: scrubbing it now")
+
+        if not edit_in(transcript, ref, msg.sender_id, msg.text, ahead=starting is not None, dropping=dropping):
+            return None  # not recorded, not theirs, or only words added: the entry is the whole change
+        if not wants and after is None:
+            scrub_retracted(path, routed.session_key)
+            return None
         return scrub
 
+    wants: list[Scrub] = []
     try:
         async with bus._looking:  # one at a time, with deletes: a flood of them holds one of the threads, not all
             scrub = await asyncio.to_thread(now)
     except Exception:  # noqa: BLE001 - the platform's event is handled; the gateway goes on
         log.exception("could not apply an edit of an answered message in %s", routed.session_key)
+        scrub = None
+    for wanted in wants:
+        if wanted != scrub:  # it raised after the want: the batch settles it
+            bus.scrubs.want(wanted, after)
+    if scrub is None:
         return
     if scrub is not None:
         log.info("a message in %s was edited by its sender after its answer: what it dropped is scrubbed",

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from hermit.errors import SessionError
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.deletes_store import RememberedDeletes, Scrub
 from hermit.sessions.retraction import scrub_retracted
@@ -49,6 +48,7 @@ class ScrubBatches:
         self._threads = asyncio.Semaphore(1)  # one rewrite at a time: a flood holds one of the threads, not all
         self.batches = 0  # rewrites begun (a batch that found nothing to scrub writes nothing)
         self.parked: set[Scrub] = set()  # batches waiting for a turn of their session to end (`want`'s `after`)
+        self.failed: set[Scrub] = set()  # whose last batch failed twice running: left in the store, tried again
 
     def want(self, scrub: Scrub, after: asyncio.Event | None = None) -> None:
         """`after`: set when a turn running in the session now is over (it may still write a copy of what an edit
@@ -75,12 +75,22 @@ class ScrubBatches:
         for scrub in self._deletes.scrubs():
             self.want(scrub)
 
-    async def settled(self, agent_id: str, session_key: str) -> None:
-        """Wait until no batch of the session's transcripts is pending or running."""
+    async def settled(self, agent_id: str, session_key: str) -> bool:
+        """Wait until no batch of the session's transcripts is pending or running (one that failed before is tried
+        again first). False when the scrub of the session's current transcript failed: it still holds copies of a
+        message its sender deleted or edited, which a turn would send to the model (the caller runs none)."""
+        for scrub in [s for s in self.failed if s[:2] == (agent_id, session_key) and s not in self._tasks]:
+            self.want(scrub)
         mine = [s for s in self._tasks if s[:2] == (agent_id, session_key)]
         self.hurry(mine)
         if mine:
             await asyncio.wait([self._tasks[s] for s in mine])
+        failed = {s[2] for s in self.failed if s[:2] == (agent_id, session_key)}
+        if not failed:
+            return True
+        runtime = self.host.runtimes.get(agent_id)
+        record = runtime.store.get(session_key) if runtime is not None else None
+        return record is None or record.session_id not in failed  # an ended transcript's copies reach no turn
 
     def hurry(self, scrubs: list[Scrub] | None = None) -> None:
         """Start the batches of `scrubs` (all) now, without gathering more deletes."""
@@ -119,19 +129,31 @@ class ScrubBatches:
             self._again.discard(scrub)
             stamp = self._deletes.wanted(scrub)
             try:
-                async with self._threads:
-                    self.batches += 1
-                    # Once more when it scrubbed some: until a look finds nothing, none hidden meanwhile is left over.
-                    confirm = await asyncio.to_thread(self._scrub, scrub) > 0
-            except Exception:  # noqa: BLE001 - left in the store: scrubbed at the next start or the next delete
-                log.exception("could not scrub the deleted messages of session %s", scrub[1])
-                return
+                # Once more when it scrubbed some: until a look finds nothing, none hidden meanwhile is left over.
+                confirm = await self._batch(scrub) > 0
+            except Exception as e:  # noqa: BLE001 - a passing failure (a full disk freed, a lock let go): once more
+                log.warning("could not scrub the deleted messages of session %s (%s): trying once more", scrub[1],
+                            type(e).__name__)
+                try:
+                    confirm = await self._batch(scrub) > 0
+                except Exception:  # noqa: BLE001 - left in the store: tried again at the session's next turn,
+                    # the next delete and the next start; its turns are not run meanwhile (`settled`)
+                    log.exception("could not scrub the deleted messages of session %s: its turns are not run until "
+                                  "they are (they would send the copies to the model)", scrub[1])
+                    self.failed.add(scrub)
+                    return
+            self.failed.discard(scrub)
             if confirm or scrub in self._again or stamp is None:
                 continue
             try:
                 await asyncio.to_thread(self._deletes.scrubbed, scrub, stamp)
             except OSError:  # scrubbed again (finding nothing) at the next start
                 log.exception("could not write to the state dir that session %s was scrubbed", scrub[1])
+
+    async def _batch(self, scrub: Scrub) -> int:
+        async with self._threads:
+            self.batches += 1
+            return await asyncio.to_thread(self._scrub, scrub)
 
     def _scrub(self, scrub: Scrub) -> int:
         """How many messages were scrubbed."""
@@ -141,11 +163,8 @@ class ScrubBatches:
             return 0
         path = runtime.store.transcript_path(session_id)
         try:
-            done = scrub_retracted(path, session_key)
+            done = scrub_retracted(path, session_key)  # a note it cannot scrub is logged and left: never raises for it
         except FileNotFoundError:  # the session was removed since
-            return 0
-        except SessionError as e:
-            log.warning("could not scrub the deleted messages of session %s: %s", session_key, e)
             return 0
         if done:
             log.info("scrubbed the copies of %d deleted message(s) in %s", done, session_key)

@@ -199,7 +199,11 @@ def scrub_retracted(path: Path, session_key: str | None) -> int:
     reach = _reach_for(path.parent)
     for d in deleted:
         if reach is not None and d.note_calls:
-            reach(session_key, d)
+            try:
+                reach(session_key, d)
+            except Exception as e:  # noqa: BLE001 - one note never keeps the transcript's copies (its turns' context)
+                log.warning("could not take a deleted message out of the notes of %s (%s): the transcript is scrubbed "
+                            "all the same", path.name, type(e).__name__)
     size = scrub_transcript(path, *deleted).size  # not read after: an append may have come since
     with _guard:
         for d in deleted:
@@ -229,13 +233,15 @@ def unscrubbed_edits(objs: Sequence[dict[str, Any] | None]) -> dict[str, str]:
     return out
 
 
-def edit_in(transcript: Transcript, ref: str, sender: str, text: str, *, ahead: bool = False) -> bool | None:
+def edit_in(transcript: Transcript, ref: str, sender: str, text: str, *, ahead: bool = False,
+            dropping: Callable[[], None] | None = None) -> bool | None:
     """Its sender edited the message `ref` after its answer (gateway/retractions.py): an `edited` entry makes every
     reader see `text` (sessions/entries.py). None when the transcript holds no text of it that `sender` wrote (in a
     group, the one its line names; a deleted one is not brought back), or the text is as shown already; else the
     entry is written, and True when the edit dropped words its old text had (its copies are the caller's to scrub),
     False when it only added some. `ahead`: written when the message is not recorded yet (its turn is starting:
-    the caller checked its sender), True."""
+    the caller checked its sender), True. `dropping` is called before the entry is written when it returns True
+    (the caller wants the scrub in the state dir first: a kill in between leaves nothing hidden unscrubbed)."""
     found = [e.message for e in messages_of(transcript, ref)]
     if not found and not ahead:
         return None
@@ -251,11 +257,12 @@ def edit_in(transcript: Transcript, ref: str, sender: str, text: str, *, ahead: 
     body, frame = "\n".join(lines[:framed]), lines[framed:]
     if found and body == text:  # no change of its text (Slack says so of a thread's new reply, say)
         return None
-    transcript.append_custom(EDITED_TYPE, {"ref": ref, "text": "\n".join([text, *frame]) if text else "\n".join(frame)})
-    if not found:
-        return True
     kept = set(_words(text))
-    return any(w not in kept for w in _words(body))
+    drops = not found or any(w not in kept for w in _words(body))
+    if drops and dropping is not None:
+        dropping()
+    transcript.append_custom(EDITED_TYPE, {"ref": ref, "text": "\n".join([text, *frame]) if text else "\n".join(frame)})
+    return drops
 
 
 # How gateway/attachments.described starts the line it adds to a message's text for each file that came with it.
