@@ -44,6 +44,7 @@ from hermit.gateway.image_index import (
     drawable,
     index_photos,
     photo_at,
+    upload_image,
     version_of,
 )
 from hermit.messages import stored_text
@@ -129,13 +130,16 @@ HISTORY_IMAGE_BUDGET = 12 * 1024 * 1024
 
 
 def chat_history(store: SessionStore, session_key: str, limit: int, session_id: str | None = None, *,
-                 images: bool = False, image_refs: bool = False, photos: PhotoIndex | None = None) -> dict[str, Any]:
+                 images: bool = False, image_refs: bool = False, photos: PhotoIndex | None = None,
+                 inbox: Path | None = None) -> dict[str, Any]:
     """The session's user/assistant messages, newest `limit` items (`total`: how many there are). With
     `session_id`, that session of the key, current or ended (SessionError when the sessions dir holds no such
     transcript of this key: a page names only what sessions.list gave it). `images`: with the images of its
     user turns (HISTORY_IMAGE_BUDGET), for the owner's own sessions only (the caller's to decide); with
     `image_refs`, only named (`{mediaType, sha256, size}`: session_image brings one), with no budget, and where
-    each is left in `photos` for session_image (gateway/image_index.py)."""
+    each is left in `photos` for session_image (gateway/image_index.py); with `inbox` (the owner's workspace
+    inbox), a photo the owner sent that the transcript records only as filed there (a model that reads text only
+    was not shown it) is named too, as long as inbox/ still holds it (image_index.own_uploads)."""
     where = _where(store, session_key, session_id)
     if where is None:
         return {"sessionKey": session_key, "sessionId": None, "messages": [], "total": 0}
@@ -143,7 +147,7 @@ def chat_history(store: SessionStore, session_key: str, limit: int, session_id: 
     read = _read(path, session_key, session_id, current)
     named: Mapping[int, list[dict[str, Any]]] | None = None
     if images and image_refs:
-        found = _photos(path, read, photos)
+        found = _photos(path, read, photos, inbox)
         named = found.named
     items = transcript_items(read.entries, images=images, refs=image_refs, named=named)
     shown = items[-limit:]
@@ -199,21 +203,22 @@ def _read(path: Path, session_key: str, session_id: str, current: bool) -> _Read
     return _Read(parsed.header.session_key, list(parsed.entries), data, version_of(st, len(data)))
 
 
-def _photos(path: Path, read: _Read, photos: PhotoIndex | None) -> Photos:
+def _photos(path: Path, read: _Read, photos: PhotoIndex | None, inbox: Path | None = None) -> Photos:
     """Where the read transcript's photos are (each decoded and hashed once), left in `photos` for chat.image."""
-    found = index_photos(read.data, read.version, read.session_key, read.entries)
+    found = index_photos(read.data, read.version, read.session_key, read.entries, inbox)
     if photos is not None:
         photos.put(path, dataclasses.replace(found, named={}))  # the places only: the names are this call's
     return found
 
 
 def session_image(store: SessionStore, session_key: str, session_id: str | None, sha256: str,
-                  photos: PhotoIndex | None = None) -> dict[str, Any] | None:
+                  photos: PhotoIndex | None = None, inbox: Path | None = None) -> dict[str, Any] | None:
     """chat.image: the image of a user turn of that session's transcript whose bytes have this SHA-256
     (`{sha256, mediaType, data}`, base64 as stored), or None when none of its user turns has it — an image of
     another session, or of a group's or a contact's turn, is not found by naming its hash here. With `photos`,
     from where the history call (or the first chat.image) of this version of the transcript found it: that one
-    line read, that one image decoded (gateway/image_index.py)."""
+    line read, that one image decoded (gateway/image_index.py). With `inbox`, also a photo the owner sent that a
+    user turn records only as filed there (image_index.upload_image: that file, while it holds those bytes)."""
     where = _where(store, session_key, session_id)
     if where is None:
         return None
@@ -230,14 +235,24 @@ def session_image(store: SessionStore, session_key: str, session_id: str | None,
                     _check_key(known.session_key, session_key, session_id, current)
                     place = known.places.get(sha256)
                     if place is None:
-                        return None
+                        return _upload(known, sha256, inbox)
                     if (found := photo_at(os.pread(fd, place.length, place.offset), place, sha256)) is not None:
                         return found
             finally:
                 os.close(fd)
     read = _read(path, session_key, session_id, current)  # not indexed yet, or changed: read whole, once
-    place = _photos(path, read, photos).places.get(sha256)
-    return None if place is None else photo_at(read.data[place.offset:place.offset + place.length], place, sha256)
+    indexed = _photos(path, read, photos)
+    place = indexed.places.get(sha256)
+    if place is None:
+        return _upload(indexed, sha256, inbox)
+    return photo_at(read.data[place.offset:place.offset + place.length], place, sha256)
+
+
+def _upload(found: Photos, sha256: str, inbox: Path | None) -> dict[str, Any] | None:
+    """The owner's upload of this hash that a user turn of the transcript (not deleted) records, if inbox/ still
+    holds it."""
+    named = found.uploads.get(sha256)
+    return None if named is None or inbox is None else upload_image(inbox, named[0], named[1], sha256)
 
 
 def _images_of(message: Mapping[str, Any], refs: bool, named: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:

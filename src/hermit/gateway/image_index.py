@@ -21,6 +21,11 @@ a transcript of more photos than that is read whole each time, as before. Keyed 
 transcript's path (an agent's sessions folder and a session id), with the session key its header names: the
 caller applies the same rule as when it reads the file (history.py), so a hash named under another session
 finds nothing, and who may ask at all is decided before (webchat_api.py: the owner's own sessions only).
+
+A photo the owner sent while the model answering read text only is no image part: the user turn records it only as
+filed in the owner's inbox (messages.FiledFile). Such an upload is named too (`uploads`: hash -> name and size,
+own_uploads says which count) and brought from inbox/<name> (upload_image): never through a link, only a regular
+file of this user's still holding the very bytes filed, and no longer once its message was deleted.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import base64
 import hashlib
 import json
 import os
+import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -36,7 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hermit.sessions.transcript import Entry, MessageEntry
+from hermit.gateway.attachments import MAX_IMAGE_BYTES, image_type
+from hermit.sessions.entries import RETRACTED_TYPE
+from hermit.sessions.transcript import CustomEntry, Entry, MessageEntry
 
 MAX_TRANSCRIPTS = 32
 MAX_IMAGES = 10_000
@@ -93,11 +101,110 @@ class Photos:
     session_key: str | None
     places: dict[str, Where]
     named: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    uploads: dict[str, tuple[str, int]] = field(default_factory=dict)  # sha256 -> (inbox name, size): own_uploads
 
 
-def index_photos(data: bytes, version: Version, session_key: str | None, entries: Sequence[Entry]) -> Photos:
+def index_photos(data: bytes, version: Version, session_key: str | None, entries: Sequence[Entry],
+                 inbox: Path | None = None) -> Photos:
     """Each user turn's photos in `entries` (parsed from `data`: a retracted or refused photo is no longer one),
-    decoded and hashed once."""
+    decoded and hashed once; and the owner's own uploads its user turns recorded (own_uploads), named only
+    with `inbox` (the owner's workspace inbox: that file's first bytes say its type)."""
+    photos = _index_parts(data, version, session_key, entries)
+    retracted = retracted_refs(entries)
+    for entry in entries:
+        if not isinstance(entry, MessageEntry):
+            continue
+        shown = {p["sha256"] for p in photos.named.get(entry.line, [])}
+        for name, sha, size in own_uploads(entry.message, retracted):
+            if sha in shown or sha in photos.places:
+                continue  # the same bytes, attached for the model to see: named once, as the image part
+            photos.uploads.setdefault(sha, (name, size))
+            kind = None if inbox is None else upload_type(inbox, name, size)
+            if kind is not None:
+                shown.add(sha)
+                photos.named.setdefault(entry.line, []).append({"mediaType": kind, "sha256": sha, "size": size})
+    return photos
+
+
+def retracted_refs(entries: Sequence[Entry]) -> set[str]:
+    """The refs of the messages their senders deleted (`retracted` entries)."""
+    return {e.data["ref"] for e in entries if isinstance(e, CustomEntry) and e.custom_type == RETRACTED_TYPE
+            and isinstance(e.data, dict) and isinstance(e.data.get("ref"), str)}
+
+
+def own_uploads(message: Mapping[str, Any], retracted: set[str]) -> Iterator[tuple[str, str, int]]:
+    """(name, sha256, size) of each file a user turn of the owner's brought and the gateway filed in the owner's
+    own inbox (messages.FiledFile, place "workspace": never a room's, i.e. a contact's or a group's), of at most
+    MAX_IMAGE_BYTES. None of a message its sender deleted, nor of one another person wrote (a `sender`
+    that is not the owner's), nor a name that is not a plain name in inbox/."""
+    if message.get("role") != "user" or (isinstance(message.get("ref"), str) and message["ref"] in retracted):
+        return
+    sender = message.get("sender")
+    if sender is not None and not (isinstance(sender, dict) and sender.get("owner") is True):
+        return
+    files = message.get("files")
+    for f in files if isinstance(files, list) else ():
+        if not isinstance(f, dict) or f.get("place") != "workspace":
+            continue
+        name, sha, size = f.get("name"), f.get("sha256"), f.get("size")
+        if (isinstance(name, str) and _plain(name) and isinstance(sha, str) and len(sha) == 64
+                and isinstance(size, int) and not isinstance(size, bool) and 0 < size <= MAX_IMAGE_BYTES):
+            yield name, sha, size
+
+
+def _plain(name: str) -> bool:
+    return bool(name) and "/" not in name and "\0" not in name and name not in (".", "..")
+
+
+def _open_upload(inbox: Path, name: str, size: int) -> int | None:
+    """A descriptor of inbox/<name>, never through a link (neither `inbox` nor the name), only a regular file of
+    this user's of the recorded size; None otherwise."""
+    try:
+        folder = os.open(inbox, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
+    except OSError:
+        return None
+    finally:
+        os.close(folder)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size != size:
+        os.close(fd)
+        return None
+    return fd
+
+
+def upload_type(inbox: Path, name: str, size: int) -> str | None:
+    """The media type of an owner's upload by its first bytes (a JPEG, PNG, GIF or WebP), None when it is not
+    one, or no longer the file filed (_open_upload)."""
+    fd = _open_upload(inbox, name, size)
+    if fd is None:
+        return None
+    try:
+        return image_type(os.pread(fd, 16, 0))
+    finally:
+        os.close(fd)
+
+
+def upload_image(inbox: Path, name: str, size: int, sha256: str) -> dict[str, Any] | None:
+    """chat.image of an owner's upload: `{sha256, mediaType, data}` when inbox/<name> still holds an image of
+    exactly the bytes filed (this hash), read through the checked descriptor; None otherwise."""
+    fd = _open_upload(inbox, name, size)
+    if fd is None:
+        return None
+    try:
+        raw = os.pread(fd, size + 1, 0)
+    finally:
+        os.close(fd)
+    kind = image_type(raw)
+    if kind is None or len(raw) != size or digest(raw) != sha256:
+        return None
+    return {"sha256": sha256, "mediaType": kind, "data": base64.b64encode(raw).decode("ascii")}
+
+
+def _index_parts(data: bytes, version: Version, session_key: str | None, entries: Sequence[Entry]) -> Photos:
     starts = _line_starts(data)
     places: dict[str, Where] = {}
     named: dict[int, list[dict[str, Any]]] = {}

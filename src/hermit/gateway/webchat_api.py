@@ -339,8 +339,9 @@ class WebchatApi:
             raise ProtocolError("read_only", f"{key} is not one of your own sessions: its photos are not sent "
                                 "to the page", "open the main session (or one of your own) to see your photos")
         try:
-            found = session_image(self.host.runtime(agent_id).store, key, params.session_id, params.sha256,
-                                  self.photos)
+            runtime = self.host.runtime(agent_id)
+            found = session_image(runtime.store, key, params.session_id, params.sha256, self.photos,
+                                  runtime.agent.workspace / "inbox")
         except SessionError as e:
             raise ProtocolError("bad_params", e.message, e.hint) from None
         if found is None:
@@ -401,9 +402,10 @@ class WebchatApi:
             # Images only of the owner's own sessions (main, the owner's DMs, CLI names): a group's or a
             # contact's history shows their turns as text, as it always has.
             mine = view["mode"] == "chat"
-            payload = chat_history(self.host.runtime(agent_id).store, key, params.limit, params.session_id,
+            runtime = self.host.runtime(agent_id)
+            payload = chat_history(runtime.store, key, params.limit, params.session_id,
                                    images=(params.images or params.image_refs) and mine, image_refs=params.image_refs,
-                                   photos=self.photos)
+                                   photos=self.photos, inbox=runtime.agent.workspace / "inbox" if mine else None)
         except SessionError as e:  # a session id that is no session of this key (any more)
             raise ProtocolError("bad_params", e.message, e.hint) from None
         payload.update(agentId=agent_id, **view)
