@@ -198,7 +198,7 @@ def test_a_reply_a_running_turn_wrote_after_the_scrub_is_scrubbed_when_the_messa
     assert CARD not in path.read_text()
     rt.store.open_transcript(record).append_message(
         {"role": "assistant", "content": [{"type": "text", "text": f"As you said: {CARD}."}]})
-    assert rt.retract(MAIN, "telegram:default:1")
+    assert rt.retract(MAIN, "telegram:default:dm:u7:1")  # a main-session DM names its chat
     assert CARD not in path.read_text() and "As you said: [deleted]." in path.read_text()
 
 

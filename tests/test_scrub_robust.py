@@ -263,3 +263,58 @@ def test_a_kill_right_after_the_entry_hides_the_message_leaves_its_scrub_to_the_
         assert deletes.scrubs() == []
     finally:
         rt.close()
+
+
+def test_two_owners_in_the_main_session_each_delete_and_edit_only_their_own_message_n(tmp_path: Path) -> None:
+    """Telegram counts message ids per chat: owner B's delete or edit of their message 5 retracted or missed (and
+    kept) owner A's message 5 in the main session (dm_scope main). A transcript written before names a DM message
+    without its chat: its sender's delete still finds it."""
+    from hermit.sessions.keys import main_session_key
+
+    home = tmp_path / "home"
+    ASKED.clear()
+    rt = runtime(home)
+    bus = bus_for(rt, RecordingChannel())
+    theirs = "the boat is moored at pier 9 LW77ZK03"  # owner A's, message 5 of their chat
+    main = main_session_key("main")
+
+    def text() -> str:
+        record = rt.store.get(main)
+        assert record is not None
+        return rt.store.transcript_path(record.session_id).read_text()
+
+    async def main_() -> None:
+        await bus.publish(dm(theirs, "5", peer="u1"))
+        await bus.publish(dm(f"my PIN is {CODE}", "5", peer="u2"))  # owner B's message 5
+        await bus.publish(dm("the gate code is 5521Q", "6", peer="u2"))
+        assert await bus.drain(20)
+        await bus.publish(dm("my PIN is (removed)", "5", peer="u2", change="edited"))
+        assert await bus.drain(20)
+        assert f"my PIN is {CODE}" not in text() and "(removed) (edited)" in text()  # B's edit is B's
+        await bus.publish(dm("", "6", peer="u2", change="deleted"))  # B deletes their 6; A has no 6
+        await bus.publish(dm("", "5", peer="u2", change="deleted"))  # and their 5
+        assert await bus.drain(20)
+        await bus.publish(dm("what do you know?", "7", peer="u1"))
+        assert await bus.drain(20)
+
+    try:
+        asyncio.run(main_())
+        assert "5521Q" not in text()
+        assert theirs in ASKED[-1]  # owner A's message 5: neither edited nor hidden
+        assert "(edited)" not in ASKED[-1].split(theirs)[0]
+        # A transcript from before: owner A's message 7 recorded without its chat; A's delete finds it.
+        record = rt.store.get(main)
+        assert record is not None
+        path = rt.store.transcript_path(record.session_id)
+        assert '"ref":"telegram:default:dm:u1:7"' in path.read_text()
+        path.write_text(path.read_text().replace('"ref":"telegram:default:dm:u1:7"', '"ref":"telegram:default:7"'))
+
+        async def legacy() -> None:
+            await bus.publish(dm("", "7", peer="u1", change="deleted"))
+            assert await bus.drain(20)
+
+        asyncio.run(legacy())
+        assert '"customType":"retracted","data":{"ref":"telegram:default:7"}' in path.read_text()
+        assert "what do you know?" not in path.read_text()
+    finally:
+        rt.close()

@@ -44,7 +44,7 @@ from hermit.gateway.deletes_store import DELETES_KEPT as DELETES_KEPT
 from hermit.gateway.deletes_store import DELETES_PER_SENDER as DELETES_PER_SENDER
 from hermit.gateway.deletes_store import RememberedDeletes, Scrub
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
-from hermit.gateway.retractions import edit_recorded, remember_delete
+from hermit.gateway.retractions import edit_recorded, message_ref, ref_in, remember_delete
 from hermit.gateway.scrub_batch import ScrubBatches
 from hermit.gateway.turn_slots import Kind, Place, TurnSlots
 from hermit.messages import FiledFile, ImagePart, Sender
@@ -73,9 +73,6 @@ class Admission:
 RouteFn = Callable[[InboundMessage], Routed]
 
 
-def message_ref(msg: InboundMessage) -> str | None:
-    """How a transcript names a platform message (messages.UserMessage.ref), for its sender's delete."""
-    return f"{msg.channel}:{msg.account_id}:{msg.message_id}" if msg.message_id else None
 AdmitFn = Callable[[InboundMessage, str], Admission]  # (message, agent id it is routed to)
 
 
@@ -149,7 +146,7 @@ class Bus:
             retraction = self._change_waiting(msg)
             if retraction is not None and msg.change == "edited":  # after its answer (gateway/retractions.py)
                 await edit_recorded(self, *retraction, msg)
-            elif retraction is not None and not await self._retract_recorded(*retraction):
+            elif retraction is not None and not await self._retract_recorded(*retraction, msg):
                 await remember_delete(self, msg)
             return "ignored"
         if msg.message_id and (deleter := self._deleted.deleter(
@@ -230,9 +227,10 @@ class Bus:
         starting = running if running is not None and running.msg is not None and (
             running.msg.channel, running.msg.account_id, running.msg.peer_id, running.msg.message_id) == (
             msg.channel, msg.account_id, msg.peer_id, msg.message_id) else None
-        return routed, f"{msg.channel}:{msg.account_id}:{msg.message_id}", starting
+        ref = message_ref(msg, routed.session_key)
+        return (routed, ref, starting) if ref is not None else None
 
-    async def _retract_recorded(self, routed: Routed, ref: str, starting: _Job | None) -> bool:
+    async def _retract_recorded(self, routed: Routed, ref: str, starting: _Job | None, msg: InboundMessage) -> bool:
         """Retract a deleted message the session's transcript holds now, before publish returns: the channel
         then tells the platform the event was handled (Slack's ack and saved event ids; Discord and WhatsApp
         never send it again), so a retraction left for later (after a running turn) was lost when Hermit was
@@ -263,7 +261,8 @@ class Bus:
             # transcript (35 ms for 5 MB), and a flood of them held the threads the owner's turns need.
             if after is not None:
                 return retract_in(runtime.store.open_transcript(record), ref, remove, ahead=True)
-            if names(runtime.store.transcript_path(record.session_id), ref):
+            if names(runtime.store.transcript_path(record.session_id),
+                     here := ref_in(runtime.store.transcript_path(record.session_id), msg, ref)):
                 # The scrub is wanted in the state dir before the entry hides the message: a kill in between leaves
                 # a want that finds nothing (harmless), never a hidden message whose copies no start scrubs.
                 scrub = (routed.agent_id, routed.session_key, record.session_id)
@@ -272,7 +271,7 @@ class Bus:
                     wants.append(scrub)  # its copies go in the session's next batch (gateway/scrub_batch.py)
                 except OSError:  # not in the state dir: scrubbed now, as a kill would otherwise leave it
                     log.exception("could not write a delete's scrub to the state dir: scrubbing it now")
-                if retract_in(runtime.store.open_transcript(record), ref, remove, scrub=not wants):
+                if retract_in(runtime.store.open_transcript(record), here, remove, scrub=not wants):
                     return True
             return runtime.retract_ended(routed.session_key, ref, remove, current=record.session_id)
 
@@ -501,7 +500,8 @@ class Bus:
         await run_and_reply(
             channel, Target.of(msg), turn_id,
             lambda on_event: self.host.run_turn(job.agent_id, job.session_key, text, on_event=on_event,
-                                                sender=self._sender(job.agent_id, msg), ref=message_ref(msg),
+                                                sender=self._sender(job.agent_id, msg),
+                                                ref=message_ref(msg, job.session_key),
                                                 images=images, files=files),
             self._chunk)
 

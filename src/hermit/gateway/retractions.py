@@ -15,23 +15,63 @@ transcripts, as a late delete is (sessions/retraction.py's bounds); what /new sa
 changed by it.
 
 A delete that found nothing is remembered for its message coming later (`remember_delete`).
+
+How a transcript names a platform message (`message_ref`): by channel, account and the platform's id — and, for a DM
+in the agent's main session (dm_scope main: every owner's DM chat in one session), by its chat too: Telegram counts
+message ids per chat, so owner B's delete or edit of their message 5 retracted or edited owner A's message 5. A
+transcript written before names a main session's DM message without its chat (`ref_in`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hermit.channels.base import InboundMessage
+from hermit.errors import SessionError
 from hermit.gateway.deletes_store import Scrub
+from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.retraction import edit_in, ended_transcripts, names, scrub_retracted
+from hermit.sessions.scrub import read_objs
+from hermit.sessions.store import SessionRecord, SessionStore
 from hermit.sessions.transcript import Transcript
 
 if TYPE_CHECKING:
     from hermit.gateway.bus import Bus, Routed, _Job
 
 log = logging.getLogger("hermit.gateway")
+
+
+def message_ref(msg: InboundMessage, session_key: str) -> str | None:
+    """How the transcript of `session_key` names the platform message `msg` (messages.UserMessage.ref), for its
+    sender's delete or edit: see the module."""
+    if not msg.message_id:
+        return None
+    if msg.peer_kind == "dm" and is_main_session_key(session_key):
+        return f"{msg.channel}:{msg.account_id}:dm:{msg.peer_id}:{msg.message_id}"
+    return f"{msg.channel}:{msg.account_id}:{msg.message_id}"
+
+
+def ref_in(path: Path, msg: InboundMessage, ref: str) -> str:
+    """`ref`, or the ref a transcript written before refs named their chat (a main session's DM) holds the message
+    by: the old one, when the transcript does not name `ref` and a user message holds the old one whose sender is
+    the DM's peer or, an owner's, not recorded (such a message's chat is not known: its delete or edit finds it as
+    before). Read only when it does not name `ref`."""
+    legacy = f"{msg.channel}:{msg.account_id}:{msg.message_id}"
+    if legacy == ref or names(path, ref) or not names(path, legacy):
+        return ref
+    try:
+        objs = read_objs(path)
+    except (OSError, SessionError):
+        return ref
+    for obj in objs:
+        message = obj.get("message") if obj is not None and obj.get("type") == "message" else None
+        if isinstance(message, dict) and message.get("role") == "user" and message.get("ref") == legacy and (
+                not isinstance(sender := message.get("sender"), dict) or str(sender.get("id")) == msg.peer_id):
+            return legacy  # an owner's has no sender: which chat it came from is not known (as before)
+    return ref
 
 
 async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | None, msg: InboundMessage) -> None:
@@ -47,19 +87,13 @@ async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | Non
         if record is None:
             return None
         path = runtime.store.transcript_path(record.session_id)
-        # Parsed only when its bytes name the message (anyone may send edits, as deletes: `names`).
-        transcript: Transcript | None
-        if starting is not None or names(path, ref):
-            transcript = runtime.store.open_transcript(record)
-        else:  # answered before its session ended (/new, a daily or idle reset): in the key's ended transcripts
-            transcript = next((t for p in ended_transcripts(runtime.store, routed.session_key, record.session_id)
-                               if names(p, ref) and (t := Transcript.open(p, clock=runtime.store.clock,
-                                                                          fsync=runtime.store.fsync)
-                                                     ).header.session_key == routed.session_key), None)
-            if transcript is None:
-                return None
+        here = ref if starting is not None else ref_in(path, msg, ref)
+        transcript = _holding(runtime.store, routed.session_key, record, here, starting is not None)
+        if transcript is None:
+            return None
         path = transcript.path
         scrub = (routed.agent_id, routed.session_key, transcript.header.session_id)
+
         def dropping() -> None:
             """Wanted in the state dir before the entry is written: a kill in between leaves a want that finds
             nothing (harmless), never an edit whose dropped words no start scrubs."""
@@ -69,7 +103,7 @@ async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | Non
             except OSError:  # not in the state dir: scrubbed now, as a kill would otherwise leave it
                 log.exception("could not write an edit's scrub to the state dir: scrubbing it now")
 
-        if not edit_in(transcript, ref, msg.sender_id, msg.text, ahead=starting is not None, dropping=dropping):
+        if not edit_in(transcript, here, msg.sender_id, msg.text, ahead=starting is not None, dropping=dropping):
             return None  # not recorded, not theirs, or only words added: the entry is the whole change
         if not wants and after is None:
             scrub_retracted(path, routed.session_key)
@@ -86,12 +120,21 @@ async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | Non
     for wanted in wants:
         if wanted != scrub:  # it raised after the want: the batch settles it
             bus.scrubs.want(wanted, after)
-    if scrub is None:
-        return
     if scrub is not None:
         log.info("a message in %s was edited by its sender after its answer: what it dropped is scrubbed",
                  routed.session_key)
         bus.scrubs.want(scrub, after)
+
+
+def _holding(store: SessionStore, key: str, record: SessionRecord, ref: str, ahead: bool) -> Transcript | None:
+    """The key's transcript that holds `ref`: the current one (`ahead`: its turn is starting), or one of the ended
+    ones (answered before its session ended: /new, a daily or idle reset). Parsed only when its bytes name the
+    message (anyone may send edits, as deletes: `names`)."""
+    if ahead or names(store.transcript_path(record.session_id), ref):
+        return store.open_transcript(record)
+    return next((t for p in ended_transcripts(store, key, record.session_id)
+                 if names(p, ref) and (t := Transcript.open(p, clock=store.clock, fsync=store.fsync)
+                                       ).header.session_key == key), None)
 
 
 async def remember_delete(bus: Bus, msg: InboundMessage) -> None:
