@@ -44,7 +44,7 @@ from hermit.gateway.deletes_store import DELETES_KEPT as DELETES_KEPT
 from hermit.gateway.deletes_store import DELETES_PER_SENDER as DELETES_PER_SENDER
 from hermit.gateway.deletes_store import RememberedDeletes, Scrub
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
-from hermit.gateway.retractions import edit_recorded, message_ref, ref_in, remember_delete
+from hermit.gateway.retractions import edit_recorded, message_ref, not_run_unscrubbed, ref_in, remember_delete
 from hermit.gateway.scrub_batch import ScrubBatches
 from hermit.gateway.turn_slots import Kind, Place, TurnSlots
 from hermit.messages import FiledFile, ImagePart, Sender
@@ -52,10 +52,6 @@ from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.retraction import names, retract_in
 
 log = logging.getLogger("hermit.gateway")
-# A turn not run because its session still holds copies of a deleted message (`_unscrubbed`).
-UNSCRUBBED = ("Hermit could not yet take a deleted or edited message out of this conversation's record, so it did "
-              "not answer this one (the owner's `hermit logs` says why) — please send it again in a while.")
-
 
 @dataclass(frozen=True)
 class Routed:
@@ -410,7 +406,7 @@ class Bus:
                         if await self.scrubs.settled(job.agent_id, job.session_key):  # no copy of a deleted message
                             await self._run(job)
                         else:
-                            await self._unscrubbed(job)
+                            await not_run_unscrubbed(self, job)
                     except Exception:  # noqa: BLE001 - supervision boundary: the session's next messages still run
                         log.exception("session %s of agent %s: handling a message failed", key[1], key[0])
                     finally:
@@ -549,18 +545,6 @@ class Bus:
         log.info("message queued in %s would now go to %s of agent %s: not run", job.session_key,
                  routed.session_key, routed.agent_id)
         return False
-
-    async def _unscrubbed(self, job: _Job) -> None:
-        """The session's transcript still holds copies of a message deleted or edited in it (its scrub failed twice,
-        scrub_batch.py): the turn would send them to the model, so it is not run; its sender is told."""
-        log.error("session %s of agent %s: a turn was not run: the copies of a message deleted or edited in it could "
-                  "not be scrubbed from its transcript (the error above says why); tried again at its next message "
-                  "and at the next start", job.session_key, job.agent_id)
-        if job.result is not None and not job.result.done():
-            job.result.set_exception(ChannelError("the session's deleted messages could not be scrubbed",
-                                                  "see `hermit logs`; it runs again at its next schedule"))
-        elif job.msg is not None and (channel := self.channels.get((job.msg.channel, job.msg.account_id))):
-            await send_safely(channel, OutboundMessage(Target.of(job.msg), UNSCRUBBED, "notice"))
 
     async def _not_processed(self, job: _Job) -> None:
         if job.result is not None and not job.result.done():

@@ -29,9 +29,11 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hermit.channels.base import InboundMessage
-from hermit.errors import SessionError
+from hermit.channels.base import InboundMessage, OutboundMessage, Target
+from hermit.errors import ChannelError, SessionError
+from hermit.gateway import attachments
 from hermit.gateway.deletes_store import Scrub
+from hermit.gateway.replies import send_safely
 from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.retraction import edit_in, ended_transcripts, names, scrub_retracted
 from hermit.sessions.scrub import read_objs
@@ -151,3 +153,25 @@ async def remember_delete(bus: Bus, msg: InboundMessage) -> None:
             await asyncio.to_thread(bus._deleted.remember, key, msg.sender_id)
     except OSError:  # remembered in memory: a restart before its message comes forgets it
         log.exception("could not write a delete from %s/%s to the state dir", msg.channel, msg.account_id)
+
+
+# A turn not run because its session still holds copies of a deleted message (`not_run_unscrubbed`).
+UNSCRUBBED = ("Hermit could not yet take a deleted or edited message out of this conversation's record, so it did "
+              "not answer this one (the owner's `hermit logs` says why) — please send it again in a while.")
+
+
+async def not_run_unscrubbed(bus: Bus, job: _Job) -> None:
+    """The session's transcript still holds copies of a message deleted or edited in it (its scrub failed twice,
+    gateway/scrub_batch.py): the turn would send them to the model, so it is not run; its sender is told."""
+    log.error("session %s of agent %s: a turn was not run: the copies of a message deleted or edited in it could "
+              "not be scrubbed from its transcript (the error above says why); tried again at its next message "
+              "and at the next start", job.session_key, job.agent_id)
+    if job.result is not None and not job.result.done():
+        job.result.set_exception(ChannelError("the session's deleted messages could not be scrubbed",
+                                              "see `hermit logs`; it runs again at its next schedule"))
+    elif job.msg is not None:
+        channel = bus.channels.get((job.msg.channel, job.msg.account_id))
+        if channel is None or not channel.capabilities.replays:  # nothing will ask for its files again
+            attachments.discard(job.msg)
+        if channel is not None:
+            await send_safely(channel, OutboundMessage(Target.of(job.msg), UNSCRUBBED, "notice"))

@@ -15,7 +15,15 @@ A turn of the session waits for its batch before it starts, and the batch then s
 model never sees a copy of a message already deleted; so does a gateway stopping (`hurry`). Until its batch runs,
 a deleted message's copies (not the message: hidden already) stay in the transcript for at most GATHER_MAX
 seconds. After a kill, the gateway scrubs what the state dir says is left when it starts (`resume`); one
-the store had to forget (more than SCRUBS_KEPT sessions) is scrubbed with the next delete in its session.
+the store had to forget (more than SCRUBS_KEPT sessions) is scrubbed with the next delete in its session. The
+scrub is wanted in the store before the entry that hides the message is written (gateway/bus.py, retractions.py):
+a kill in between leaves a want that finds nothing, never a hidden message no start scrubs.
+
+A failure: a note that cannot be scrubbed is logged and left, the transcript and the other notes still are
+(sessions/retraction.py, agent/runtime.py `_reach`). A batch that raises is tried once more at once; failing again,
+it stays in the store and in `failed`, and `settled` tries it again before the session's next turn and says it
+failed when the session's current transcript still holds the copies: that turn is not run (gateway/bus.py
+`_unscrubbed`: an error logged, its sender told), never run with the copies in the model's context.
 """
 
 from __future__ import annotations
