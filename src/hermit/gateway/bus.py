@@ -38,7 +38,7 @@ from typing import Any
 from hermit.agent.turn import TurnResult
 from hermit.channels.base import Channel, InboundMessage, OutboundMessage, PublishOutcome, Target, TurnEnd
 from hermit.errors import ChannelError, HermitError
-from hermit.gateway import attachments
+from hermit.gateway import attachments, retractions
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.deletes_store import DELETES_KEPT as DELETES_KEPT
 from hermit.gateway.deletes_store import DELETES_PER_SENDER as DELETES_PER_SENDER
@@ -243,6 +243,7 @@ class Bus:
         remove = self._remover(routed)
         after = starting.finished if starting is not None else None
         wants: list[Scrub] = []
+        owner = retractions.owner_sent(self, routed.agent_id, msg)
 
         def now() -> bool:
             if starting is not None:
@@ -258,7 +259,7 @@ class Bus:
             if after is not None:
                 return retract_in(runtime.store.open_transcript(record), ref, remove, ahead=True)
             if names(runtime.store.transcript_path(record.session_id),
-                     here := ref_in(runtime.store.transcript_path(record.session_id), msg, ref)):
+                     here := ref_in(runtime.store.transcript_path(record.session_id), msg, ref, owner)):
                 # The scrub is wanted in the state dir before the entry hides the message: a kill in between leaves
                 # a want that finds nothing (harmless), never a hidden message whose copies no start scrubs.
                 scrub = (routed.agent_id, routed.session_key, record.session_id)

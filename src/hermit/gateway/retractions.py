@@ -56,11 +56,13 @@ def message_ref(msg: InboundMessage, session_key: str) -> str | None:
     return f"{msg.channel}:{msg.account_id}:{msg.message_id}"
 
 
-def ref_in(path: Path, msg: InboundMessage, ref: str) -> str:
+def ref_in(path: Path, msg: InboundMessage, ref: str, owner: bool) -> str:
     """`ref`, or the ref a transcript written before refs named their chat (a main session's DM) holds the message
     by: the old one, when the transcript does not name `ref` and a user message holds the old one whose sender is
-    the DM's peer or, an owner's, not recorded (such a message's chat is not known: its delete or edit finds it as
-    before). Read only when it does not name `ref`."""
+    the DM's peer or, an owner's, not recorded (such a message's chat is not known: an owner's delete or edit finds
+    it as before). `owner`: `msg`'s sender is an owner (`owner_sent`) — a contact's message 5 in a main session
+    shared with contacts was taken for an owner's message 5, its edit written over the owner's words (shown to the
+    model as the owner's) and its delete hiding them. Read only when it does not name `ref`."""
     legacy = f"{msg.channel}:{msg.account_id}:{msg.message_id}"
     if legacy == ref or names(path, ref) or not names(path, legacy):
         return ref
@@ -71,9 +73,18 @@ def ref_in(path: Path, msg: InboundMessage, ref: str) -> str:
     for obj in objs:
         message = obj.get("message") if obj is not None and obj.get("type") == "message" else None
         if isinstance(message, dict) and message.get("role") == "user" and message.get("ref") == legacy and (
-                not isinstance(sender := message.get("sender"), dict) or str(sender.get("id")) == msg.peer_id):
+                owner if not isinstance(sender := message.get("sender"), dict) else str(sender.get("id")) == msg.peer_id):
             return legacy  # an owner's has no sender: which chat it came from is not known (as before)
     return ref
+
+
+def owner_sent(bus: Bus, agent_id: str, msg: InboundMessage) -> bool:
+    """Whether `msg`'s sender is one of the owner's (hermit.yaml as it is now: the runtime's owner check, which the
+    gateway always sets; a runtime with none tells nobody apart, as before). A delete naming no author (Discord's,
+    uncached) in a DM is its peer's: the chat's."""
+    runtime = bus.host.runtime(agent_id)
+    return runtime.owner_check is None or runtime.channel_sender(
+        msg.channel, msg.account_id, msg.sender_id or msg.peer_id, None, msg.sender_username).owner
 
 
 async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | None, msg: InboundMessage) -> None:
@@ -83,13 +94,14 @@ async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | Non
     runtime = bus.host.runtime(routed.agent_id)
     q = bus._queues.get((routed.agent_id, routed.session_key))
     after = q.running.finished if q is not None and q.running is not None else None
+    owner = owner_sent(bus, routed.agent_id, msg)
 
     def now() -> Scrub | None:
         record = runtime.store.get(routed.session_key)
         if record is None:
             return None
         path = runtime.store.transcript_path(record.session_id)
-        here = ref if starting is not None else ref_in(path, msg, ref)
+        here = ref if starting is not None else ref_in(path, msg, ref, owner)
         transcript = _holding(runtime.store, routed.session_key, record, here, starting is not None)
         if transcript is None:
             return None
