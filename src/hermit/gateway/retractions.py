@@ -95,6 +95,7 @@ async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | Non
     q = bus._queues.get((routed.agent_id, routed.session_key))
     after = q.running.finished if q is not None and q.running is not None else None
     owner = owner_sent(bus, routed.agent_id, msg)
+    remove = bus._remover(routed)
 
     def now() -> Scrub | None:
         record = runtime.store.get(routed.session_key)
@@ -117,7 +118,8 @@ async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | Non
             except OSError:  # not in the state dir: scrubbed now, as a kill would otherwise leave it
                 log.exception("could not write an edit's scrub to the state dir: scrubbing it now")
 
-        if not edit_in(transcript, here, msg.sender_id, msg.text, ahead=starting is not None, dropping=dropping):
+        if not edit_in(transcript, here, msg.sender_id, msg.text, ahead=starting is not None, dropping=dropping,
+                       remove=remove):
             return None  # not recorded, not theirs, or only words added: the entry is the whole change
         if not wants and after is None:
             scrub_retracted(path, routed.session_key)

@@ -60,6 +60,10 @@ from hermit.sessions.transcript import CustomEntry, MessageEntry, Transcript
 
 log = logging.getLogger("hermit.sessions")
 
+# `edited` entries one message gets in a transcript: each edit is a line holding its whole text, and an edit runs no
+# turn (no queue bound, no turn's cost), so a member editing one message back and forth grew the group's transcript
+# without end. The edit after the last of them takes the message back whole, as a delete does (`edit_in`).
+MAX_EDITS = 24
 ENDED_SESSIONS = 8  # the key's ended sessions a late delete is looked for in, newest first
 ENDED_DAYS = 30  # ...among those written to in this many days
 MAX_HEADERS = 512  # transcripts whose header is read to find them, newest first
@@ -234,14 +238,16 @@ def unscrubbed_edits(objs: Sequence[dict[str, Any] | None]) -> dict[str, str]:
 
 
 def edit_in(transcript: Transcript, ref: str, sender: str, text: str, *, ahead: bool = False,
-            dropping: Callable[[], None] | None = None) -> bool | None:
+            dropping: Callable[[], None] | None = None, remove: Remove | None = None) -> bool | None:
     """Its sender edited the message `ref` after its answer (gateway/retractions.py): an `edited` entry makes every
     reader see `text` (sessions/entries.py). None when the transcript holds no text of it that `sender` wrote (in a
     group, the one its line names; a deleted one is not brought back), or the text is as shown already; else the
     entry is written, and True when the edit dropped words its old text had (its copies are the caller's to scrub),
     False when it only added some. `ahead`: written when the message is not recorded yet (its turn is starting:
     the caller checked its sender), True. `dropping` is called before the entry is written when it returns True
-    (the caller wants the scrub in the state dir first: a kill in between leaves nothing hidden unscrubbed)."""
+    (the caller wants the scrub in the state dir first: a kill in between leaves nothing hidden unscrubbed).
+    A message edited MAX_EDITS times already is taken back whole by its next edit: its files removed (`remove`),
+    a `retracted` entry written (True: its copies are the caller's to scrub, as a delete's)."""
     found = [e.message for e in messages_of(transcript, ref)]
     if not found and not ahead:
         return None
@@ -257,6 +263,13 @@ def edit_in(transcript: Transcript, ref: str, sender: str, text: str, *, ahead: 
     body, frame = "\n".join(lines[:framed]), lines[framed:]
     if found and body == text:  # no change of its text (Slack says so of a thread's new reply, say)
         return None
+    if sum(isinstance(e, CustomEntry) and e.custom_type == EDITED_TYPE and isinstance(e.data, dict)
+           and e.data.get("ref") == ref for e in transcript.entries()) >= MAX_EDITS:
+        if dropping is not None:
+            dropping()
+        log.info("a message was edited %d times: its next edit takes it back whole, as a delete", MAX_EDITS)
+        retract_in(transcript, ref, remove, ahead=True, scrub=dropping is None)
+        return True
     kept = set(_words(text))
     drops = not found or any(w not in kept for w in _words(body))
     if drops and dropping is not None:
