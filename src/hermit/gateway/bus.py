@@ -270,7 +270,9 @@ class Bus:
                     log.exception("could not write a delete's scrub to the state dir: scrubbing it now")
                 if retract_in(runtime.store.open_transcript(record), here, remove, scrub=not wants):
                     return True
-            return runtime.retract_ended(routed.session_key, ref, remove, current=record.session_id)
+            return runtime.retract_ended(routed.session_key, ref, remove, current=record.session_id) or (
+                (also := retractions.old_ref(msg, ref, owner)) is not None
+                and runtime.retract_ended(routed.session_key, also, remove, current=record.session_id))
 
         try:
             try:

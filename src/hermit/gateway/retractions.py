@@ -78,6 +78,15 @@ def ref_in(path: Path, msg: InboundMessage, ref: str, owner: bool) -> str:
     return ref
 
 
+def old_ref(msg: InboundMessage, ref: str, owner: bool) -> str | None:
+    """The old ref (`ref_in`) an owner's delete or edit looks for in the key's ended transcripts when `ref` is in
+    none of them: a main session ended before refs named their chat holds an owner's DM message by it (a PIN sent
+    the day before the upgrade, deleted the day after, was found by neither). None when there is none to look for,
+    or `msg`'s sender is not an owner (their message 5 is not the owner's)."""
+    legacy = f"{msg.channel}:{msg.account_id}:{msg.message_id}"
+    return legacy if owner and legacy != ref else None
+
+
 def owner_sent(bus: Bus, agent_id: str, msg: InboundMessage) -> bool:
     """Whether `msg`'s sender is one of the owner's (hermit.yaml as it is now: the runtime's owner check, which the
     gateway always sets; a runtime with none tells nobody apart, as before). A delete naming no author (Discord's,
@@ -104,6 +113,8 @@ async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | Non
         path = runtime.store.transcript_path(record.session_id)
         here = ref if starting is not None else ref_in(path, msg, ref, owner)
         transcript = _holding(runtime.store, routed.session_key, record, here, starting is not None)
+        if transcript is None and starting is None and (also := old_ref(msg, ref, owner)) is not None:
+            transcript = _holding(runtime.store, routed.session_key, record, here := also, False)
         if transcript is None:
             return None
         path = transcript.path
