@@ -2,7 +2,9 @@
 
 Since a job aimed at someone no longer let in is skipped (scheduler/targets.py `not_let_in`), revoking a contact
 quietly stops the jobs that deliver to them; the owner learned it only from `cron list` or `doctor` later. Through
-the real CLI (a subprocess) over real config, job and pairing files.
+the real CLI over real config, job and pairing files: `pairing revoke`, what is asserted, runs as a subprocess; the
+jobs it finds are set up by `hermit cron add` called in this process (the same CLI code, without a Python start
+per job).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hermit.channels.pairing import PairingStore
+from hermit.cli.main import main
 from test_cron_cli import hermit, write_config
 
 OWNERS = {"owners": ["1"], "groups": ["-100555"]}
@@ -23,8 +26,8 @@ def approve(home: Path, sender: str) -> None:
 
 
 def add(home: Path, job_id: str, to: str, *more: str) -> None:
-    r = hermit(home, "cron", "add", "--id", job_id, "--every", "1h", "-m", "plan", "--announce", to, *more)
-    assert r.returncode == 0, r.stderr
+    assert main(["--home", str(home), "cron", "add", "--id", job_id, "--every", "1h", "-m", "plan",
+                 "--announce", to, *more]) == 0
 
 
 def test_revoke_names_the_jobs_aimed_at_them_that_will_be_skipped(tmp_path: Path) -> None:
