@@ -10,7 +10,8 @@ folder outside an agent's workspace that only `agents.defaults` names belongs to
 `agents.defaults.workspace` does; another agent indexes it only when its own entry lists it.
 
 Real parts: the config loader, the agent runtime with a scripted model calling the real memory tools, the real
-SQLite index and the local embedding model.
+SQLite index and a real embedder (memhelpers.HashEmbedder: what a chat is shown is the point here, not
+how well the model ranks, so the e5 model's cost is not paid).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from hermit.memory.embedders.base import Embedder
 from hermit.memory.service import MemoryKey, MemoryService
 from hermit.testing import ScriptedModel
 from hermit.testing.scripted import request_text
+from memhelpers import HashEmbedder
 
 CANARY = "VAULTCANARY-biopsy-benign-7731"
 
@@ -53,21 +55,21 @@ def ask_main_session(loaded: LoadedConfig, agent_id: str, vault: Path, embedder:
     return request_text(model.requests[-1])
 
 
-def test_a_vault_named_in_agents_defaults_is_the_default_agents_only(tmp_path: Path, e5: Embedder) -> None:
+def test_a_vault_named_in_agents_defaults_is_the_default_agents_only(tmp_path: Path) -> None:
     loaded, vault = setup(tmp_path)
     assert loaded.agent("family").settings.memory_search.extra_paths == []
-    assert CANARY not in ask_main_session(loaded, "family", vault, e5)
+    assert CANARY not in ask_main_session(loaded, "family", vault, HashEmbedder())
     # The default agent (the owner's: the CLI and the web chat reach it) keeps it.
     assert loaded.agent("main").settings.memory_search.extra_paths == [str(vault)]
-    assert CANARY in ask_main_session(loaded, "main", vault, e5)
+    assert CANARY in ask_main_session(loaded, "main", vault, HashEmbedder())
 
 
-def test_an_agent_that_lists_the_vault_itself_reads_it(tmp_path: Path, e5: Embedder) -> None:
+def test_an_agent_that_lists_the_vault_itself_reads_it(tmp_path: Path) -> None:
     """Sharing stays possible, said where it is meant: in the agent's own entry."""
     vault = tmp_path / "vault"
     loaded, _ = setup(tmp_path, {"memory_search": {"extra_paths": [str(vault)]}})
     assert loaded.agent("family").settings.memory_search.extra_paths == [str(vault)]
-    assert CANARY in ask_main_session(loaded, "family", vault, e5)
+    assert CANARY in ask_main_session(loaded, "family", vault, HashEmbedder())
 
 
 def test_a_folder_inside_each_workspace_is_still_every_agents_own(tmp_path: Path) -> None:
