@@ -29,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+from hermit.cli.main import main
 from hermit.gateway.tickets import issue_ticket
 from hermit.memory.policy import added_notes
 from hermit.memory.policy.daily_log import memory_writes_locked
@@ -47,9 +48,14 @@ def _hermit(home: Path, *args: str, stdin: str = "") -> subprocess.CompletedProc
 
 
 def _state(home: Path, extra: Path) -> None:
-    r = _hermit(home, "setup", "--provider", "openai-compatible", "--base-url", "http://127.0.0.1:9/v1",
-                "--model", "m", "--api-key-stdin", "--no-check", stdin="sk-watch-key\n")
-    assert r.returncode == 0, r.stderr
+    """A state dir made by `hermit setup` (called in this process: the backups and restores asserted on are the
+    subprocesses) with a second agent on `extra`, each workspace holding a contact's note."""
+    stdin, sys.stdin = sys.stdin, io.StringIO("sk-watch-key\n")
+    try:
+        assert main(["--home", str(home), "setup", "--provider", "openai-compatible", "--base-url",
+                     "http://127.0.0.1:9/v1", "--model", "m", "--api-key-stdin", "--no-check"]) == 0
+    finally:
+        sys.stdin = stdin
     config = yaml.safe_load((home / "hermit.yaml").read_text(encoding="utf-8"))
     config["agents"]["list"] = [{"id": "main"}, {"id": "side", "workspace": str(extra)}]
     (home / "hermit.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
