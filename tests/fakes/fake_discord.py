@@ -239,23 +239,36 @@ class FakeDiscord(FakePlatform):
         return ws
 
 
-def patch_discord(fake: FakeDiscord) -> tuple[Any, Any]:
-    """Point discord.py at the fake; returns what `unpatch` needs to restore."""
+def patch_discord(fake: FakeDiscord) -> tuple[Any, Any, Any]:
+    """Point discord.py at the fake; returns what `unpatch` needs to restore.
+
+    The fake's READY carries its guild whole and no GUILD_CREATE follows, but discord.py waits
+    `guild_ready_timeout` (2 s) after READY for more before it is ready — on every connect and reconnect. The
+    clients made while patched wait 0 s: the queue they would wait on is empty, so ready comes at once."""
+    import discord
     import discord.gateway
     import discord.http
     import yarl
 
-    old = (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
+    old = (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY, discord.Client.__init__)
     discord.http.Route.BASE = f"{fake.base_url}/api/v10"
     discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(f"ws://127.0.0.1:{fake.port}/gateway")
+    init = old[2]
+
+    def ready_at_once(self: Any, *args: Any, **options: Any) -> None:
+        options.setdefault("guild_ready_timeout", 0.0)
+        init(self, *args, **options)
+
+    discord.Client.__init__ = ready_at_once  # type: ignore[method-assign]
     return old
 
 
-def unpatch(old: tuple[Any, Any]) -> None:
+def unpatch(old: tuple[Any, Any, Any]) -> None:
+    import discord
     import discord.gateway
     import discord.http
 
-    discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = old
+    discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY, discord.Client.__init__ = old
 
 
 def main(argv: list[str] | None = None) -> int:
