@@ -268,7 +268,8 @@ def unpatch(old: tuple[Any, Any, Any]) -> None:
     import discord.gateway
     import discord.http
 
-    discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY, discord.Client.__init__ = old
+    discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY, init = old
+    discord.Client.__init__ = init  # type: ignore[method-assign]
 
 
 def main(argv: list[str] | None = None) -> int:
