@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agenthelpers import NOW
-from channelhelpers import FAST, run
+from channelhelpers import FAST, run, until
 from fakes.fake_telegram import FakeTelegram
 from gatewayhelpers import allow_all, last_user_text, route_dm_main_group_own, runtime
 from hermit.agent.runtime import AgentRuntime
@@ -68,15 +68,6 @@ def edit(fake: FakeTelegram, mid: int, text: str, sender: int) -> None:
         "from": {"id": sender, "is_bot": False, "first_name": "Gus"}, "chat": {"id": GROUP, "type": "supergroup"}}})
     fake._next_update += 1
     fake._new_update.set()
-
-
-async def until(cond: Callable[[], bool], timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 class Chat:
