@@ -144,7 +144,7 @@ def test_an_owners_photo_reaches_a_model_that_reads_images_and_stays_until_retra
                 [("image/png", RECEIPT_B64)], []]
 
             # Deleted by its sender: neither its text nor its image is used again.
-            assert s.rt.retract(MAIN_KEY, f"telegram:default:{first.message_id}")
+            assert s.rt.retract(MAIN_KEY, f"telegram:default:dm:{OWNER}:{first.message_id}")  # a main-session DM names its chat
             await s.send(chat_id=OWNER, text="anything else?")
             raw = json.dumps(s.body())
             assert RECEIPT_B64 not in raw and "receipt" not in raw and RETRACTED_TEXT in raw
