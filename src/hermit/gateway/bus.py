@@ -49,7 +49,7 @@ from hermit.gateway.scrub_batch import ScrubBatches
 from hermit.gateway.turn_slots import Kind, Place, TurnSlots
 from hermit.messages import FiledFile, ImagePart, Sender
 from hermit.sessions.keys import is_main_session_key
-from hermit.sessions.retraction import names, retract_in
+from hermit.sessions.retraction import retract_in
 
 log = logging.getLogger("hermit.gateway")
 
@@ -258,8 +258,7 @@ class Bus:
             # transcript (35 ms for 5 MB), and a flood of them held the threads the owner's turns need.
             if after is not None:
                 return retract_in(runtime.store.open_transcript(record), ref, remove, ahead=True)
-            if names(runtime.store.transcript_path(record.session_id),
-                     here := ref_in(runtime.store.transcript_path(record.session_id), msg, ref, owner)):
+            if (here := ref_in(runtime.store.transcript_path(record.session_id), msg, ref, owner)) is not None:
                 # The scrub is wanted in the state dir before the entry hides the message: a kill in between leaves
                 # a want that finds nothing (harmless), never a hidden message whose copies no start scrubs.
                 scrub = (routed.agent_id, routed.session_key, record.session_id)

@@ -34,8 +34,9 @@ from hermit.errors import ChannelError, SessionError
 from hermit.gateway import attachments
 from hermit.gateway.deletes_store import Scrub
 from hermit.gateway.replies import send_safely
+from hermit.sessions.files import read_own
 from hermit.sessions.keys import is_main_session_key
-from hermit.sessions.retraction import edit_in, ended_transcripts, names, scrub_retracted
+from hermit.sessions.retraction import edit_in, ended_transcripts, names, ref_bytes, scrub_retracted
 from hermit.sessions.scrub import read_objs
 from hermit.sessions.store import SessionRecord, SessionStore
 from hermit.sessions.transcript import Transcript
@@ -56,26 +57,34 @@ def message_ref(msg: InboundMessage, session_key: str) -> str | None:
     return f"{msg.channel}:{msg.account_id}:{msg.message_id}"
 
 
-def ref_in(path: Path, msg: InboundMessage, ref: str, owner: bool) -> str:
-    """`ref`, or the ref a transcript written before refs named their chat (a main session's DM) holds the message
-    by: the old one, when the transcript does not name `ref` and a user message holds the old one whose sender is
-    the DM's peer or, an owner's, not recorded (such a message's chat is not known: an owner's delete or edit finds
-    it as before). `owner`: `msg`'s sender is an owner (`owner_sent`) — a contact's message 5 in a main session
-    shared with contacts was taken for an owner's message 5, its edit written over the owner's words (shown to the
-    model as the owner's) and its delete hiding them. Read only when it does not name `ref`."""
-    legacy = f"{msg.channel}:{msg.account_id}:{msg.message_id}"
-    if legacy == ref or names(path, ref) or not names(path, legacy):
+def ref_in(path: Path, msg: InboundMessage, ref: str, owner: bool) -> str | None:
+    """The ref by which the transcript at `path` holds the message: `ref`, or the one a transcript written before
+    refs named their chat (a main session's DM) holds it by — the old one, when a user message holds it whose
+    sender is the DM's peer or, an owner's, not recorded (such a message's chat is not known: an owner's delete or
+    edit finds it as before). `owner`: `msg`'s sender is an owner (`owner_sent`) — a contact's message 5 in a main
+    session shared with contacts was taken for an owner's message 5, its edit written over the owner's words (shown
+    to the model as the owner's) and its delete hiding them. None when its bytes name neither (read once, parsed
+    only for the old one: anyone may send deletes and edits); `ref` when it cannot be read, for the caller's own
+    open to say why."""
+    try:
+        data, _ = read_own(path, "the transcript")
+    except (OSError, SessionError):
         return ref
+    legacy = f"{msg.channel}:{msg.account_id}:{msg.message_id}"
+    if ref_bytes(ref) in data:
+        return ref
+    if legacy == ref or ref_bytes(legacy) not in data:
+        return None
     try:
         objs = read_objs(path)
     except (OSError, SessionError):
-        return ref
+        return None
     for obj in objs:
         message = obj.get("message") if obj is not None and obj.get("type") == "message" else None
         if isinstance(message, dict) and message.get("role") == "user" and message.get("ref") == legacy and (
                 owner if not isinstance(sender := message.get("sender"), dict) else str(sender.get("id")) == msg.peer_id):
             return legacy  # an owner's has no sender: which chat it came from is not known (as before)
-    return ref
+    return None
 
 
 def old_ref(msg: InboundMessage, ref: str, owner: bool) -> str | None:
@@ -111,8 +120,9 @@ async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | Non
         if record is None:
             return None
         path = runtime.store.transcript_path(record.session_id)
-        here = ref if starting is not None else ref_in(path, msg, ref, owner)
-        transcript = _holding(runtime.store, routed.session_key, record, here, starting is not None)
+        found = ref if starting is not None else ref_in(path, msg, ref, owner)
+        here = found or ref  # the current transcript names it (found), or an ended one may
+        transcript = _holding(runtime.store, routed.session_key, record, here, found is not None)
         if transcript is None and starting is None and (also := old_ref(msg, ref, owner)) is not None:
             transcript = _holding(runtime.store, routed.session_key, record, here := also, False)
         if transcript is None:
@@ -153,11 +163,11 @@ async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | Non
         bus.scrubs.want(scrub, after)
 
 
-def _holding(store: SessionStore, key: str, record: SessionRecord, ref: str, ahead: bool) -> Transcript | None:
-    """The key's transcript that holds `ref`: the current one (`ahead`: its turn is starting), or one of the ended
-    ones (answered before its session ended: /new, a daily or idle reset). Parsed only when its bytes name the
-    message (anyone may send edits, as deletes: `names`)."""
-    if ahead or names(store.transcript_path(record.session_id), ref):
+def _holding(store: SessionStore, key: str, record: SessionRecord, ref: str, current: bool) -> Transcript | None:
+    """The key's transcript that holds `ref`: the current one (`current`: it is known to, or its turn is starting),
+    or one of the ended ones (answered before its session ended: /new, a daily or idle reset). Parsed only when its
+    bytes name the message (anyone may send edits, as deletes: `names`)."""
+    if current or names(store.transcript_path(record.session_id), ref):
         return store.open_transcript(record)
     return next((t for p in ended_transcripts(store, key, record.session_id)
                  if names(p, ref) and (t := Transcript.open(p, clock=store.clock, fsync=store.fsync)
