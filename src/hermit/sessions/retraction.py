@@ -194,7 +194,8 @@ def unscrubbed(objs: Sequence[dict[str, Any] | None]) -> list[str]:
 def scrub_retracted(path: Path, session_key: str | None) -> int:
     """Scrub the copies of every message the transcript at `path` retracts and still holds the text of
     (`unscrubbed`), all in one rewrite (sessions/scrub.py): first the notes written after each (the folder's
-    `reach`), then the transcript. How many messages were scrubbed. Raises OSError / SessionError."""
+    `reach`), then the transcript. How many messages were scrubbed (0 when the transcript's rewrite changed
+    nothing). Raises OSError / SessionError."""
     objs = read_objs(path)
     edits = unscrubbed_edits(objs)
     deleted = deleted_many(objs, [*unscrubbed(objs), *edits], edits)
@@ -208,7 +209,8 @@ def scrub_retracted(path: Path, session_key: str | None) -> int:
             except Exception as e:  # noqa: BLE001 - one note never keeps the transcript's copies (its turns' context)
                 log.warning("could not take a deleted message out of the notes of %s (%s): the transcript is scrubbed "
                             "all the same", path.name, type(e).__name__)
-    size = scrub_transcript(path, *deleted).size  # not read after: an append may have come since
+    report = scrub_transcript(path, *deleted)
+    size = report.size  # not read after: an append may have come since
     with _guard:
         for d in deleted:
             if d.edited is not None:  # still shown (edited): a later delete of it looks at the transcript again
@@ -218,7 +220,9 @@ def scrub_retracted(path: Path, session_key: str | None) -> int:
             _RECENT.move_to_end(key)
         while len(_RECENT) > RECENT_KEPT:
             _RECENT.popitem(last=False)
-    return len(deleted)
+    # None when the rewrite changed nothing: looked at again, it would find the same (the batch's look once more
+    # after a scrub would never end on what it cannot change).
+    return len(deleted) if report.total else 0
 
 
 def unscrubbed_edits(objs: Sequence[dict[str, Any] | None]) -> dict[str, str]:

@@ -45,6 +45,7 @@ log = logging.getLogger("hermit.sessions")
 
 FLUSH_ENTRY = "memory_flush"  # custom entries holding the flush's messages (agent/flush.py writes them)
 NOTE_TOOLS = frozenset({"write", "edit"})  # the tools whose calls may add text to a memory note (tools/files.py)
+_EDITED_BYTES = b'"customType":' + json.dumps(EDITED_TYPE).encode()  # as an `edited` entry's line holds it
 # Keys of a message's JSON whose strings are text someone could have quoted in; `arguments` is scrubbed whole.
 _TEXT_KEYS = frozenset({"text", "thinking", "content", "errorMessage", "summary"})
 
@@ -335,7 +336,9 @@ def scrub_transcript(path: Path, *deleted: Deleted) -> Scrubbed:
         out: list[bytes] = []
         changed = False
         for number, raw in enumerate(lines, start=1):
-            obj = _obj(raw) if number >= first else None
+            # Before the first message: only an `edited` entry of one of them (an edit that came as its turn was
+            # starting is written ahead of the line the turn then records), which gives way as those after it do.
+            obj = _obj(raw) if number >= first or _EDITED_BYTES in raw else None
             new = _scrub_line(obj, number, deleted, cands, report) if obj is not None else None
             if new is None:
                 out.append(raw)
