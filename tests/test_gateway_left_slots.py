@@ -1,7 +1,8 @@
 """Turn slots (gateway/turn_slots.py) that follow hermit.yaml and a status that says what runs past the bound.
 
 - `agents.*.max_concurrent_turns` changed in hermit.yaml applies without a restart: TurnSlots asks its bound
-  again as turns join, at each status and while turns wait, from the gateway's LiveConfig (a real file, edited):
+  again as turns join, at each status and when the gateway's LiveConfig is reloaded (a real file, edited; the
+  config watch reloads it when saved):
   raised, waiting turns start at once; lowered, none running is cancelled and no more start until fewer run.
 - `hermit gateway status` (text and --json) never says more slots in use than there are: an owner's turn let past
   contacts' overdue ones runs as "+1 past the overdue rule" — through a real gateway and the real OpenAI-compatible
@@ -22,6 +23,7 @@ from channelhelpers import run
 from hermit.cli.gateway import slot_lines
 from hermit.config import StatePaths, load_config
 from hermit.errors import ConfigError
+from hermit.gateway.config_watch import ConfigWatcher
 from hermit.gateway.live_config import LiveConfig
 from hermit.gateway.turn_slots import Place, TurnSlots
 from test_turn_bound import CONTACTS, OWNER, HeldProvider, arrives, dm, gateway
@@ -59,14 +61,20 @@ async def started(*places: Place) -> None:
 def test_raising_the_bound_in_hermit_yaml_starts_waiting_turns_at_once(tmp_path: Path) -> None:
     config(tmp_path, 1)
 
+    live = LiveConfig(load_config(StatePaths(tmp_path)))
+    watch = ConfigWatcher(live)  # as the gateway runs it: hermit.yaml reloaded when saved, the slots told
+
     async def main() -> None:
-        slots = TurnSlots(live_bound(tmp_path))
+        slots = TurnSlots(turn_slots.live_turn_limits(live))
         first = slots.place("main", "contact", "c1")
         assert await first.wait()
         waiting = [slots.place("main", "contact", f"c{n}") for n in (2, 3)]
         assert [p.state for p in waiting] == ["waiting", "waiting"]
+        await watch.start()
+        assert await asyncio.to_thread(watch.watching.wait, 20)
         config(tmp_path, 3)  # no new turn joins: the waiting ones start on their own
         await started(*waiting)
+        await watch.stop()
         assert slots.status()["main"] == {"limit": 3, "running": 3, "past_overdue": 0, "past_lowered": 0,
                                           "overdue": 0, "waiting": EMPTY}
         for p in (first, *waiting):

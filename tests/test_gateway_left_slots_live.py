@@ -1,7 +1,9 @@
-"""(after the wiring) A raised max_concurrent_turns in hermit.yaml starts a waiting turn in a running gateway."""
+"""(after the wiring) A raised max_concurrent_turns in hermit.yaml starts a waiting turn in a running gateway: its
+config watch reloads the saved file and the turn slots are told."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from pathlib import Path
@@ -15,6 +17,7 @@ from hermit.agent.runtime import AgentRuntime
 from hermit.cli.gateway import slot_lines
 from hermit.config.load import load_config
 from hermit.config.paths import StatePaths
+from hermit.gateway.config_watch import ConfigWatcher
 from hermit.gateway.supervisor import Gateway
 from hermit.models.registry import build_model
 from test_turn_bound import CONTACTS, OWNER, HeldProvider, arrives, dm, lined_up
@@ -57,6 +60,9 @@ def test_raising_the_bound_in_hermit_yaml_starts_a_waiting_turn(tmp_path: Path, 
         rt = AgentRuntime(loaded.agent(), model, clock=fixed_clock, fsync=False, home=tmp_path)
         gw = Gateway(loaded, tmp_path, {}, {"main": rt}, "t" * 40, host="127.0.0.1", port=0,
                      channels=[RecordingChannel()], service_factories=[])
+        watch = next(s for s in gw.services if isinstance(s, ConfigWatcher))  # started by `serve`, here by hand
+        await watch.start()
+        assert await asyncio.to_thread(watch.watching.wait, 20)
         try:
             await gw.bus.publish(dm("hi tag-c1", CONTACTS[0]))
             await arrives(provider, "tag-c1")
@@ -76,6 +82,7 @@ def test_raising_the_bound_in_hermit_yaml_starts_a_waiting_turn(tmp_path: Path, 
             assert await gw.bus.drain(20)
         finally:
             provider.let_all_go()
+            await watch.stop()
         assert sorted(provider.started) == ["tag-c1", "tag-c2", "tag-c3"]
         assert "applied agents.main.max_concurrent_turns" in caplog.text
 

@@ -78,6 +78,12 @@ class LiveConfig:
         # gateway started (runtimes can take seconds to build). One built in memory (tests) has no file.
         self._key: FileKey | None = file_key(loaded.paths) if loaded.source is None else None
         self._error: ConfigError | None = None
+        self._listeners: list[Callable[[LoadedConfig], None]] = []
+
+    def listen(self, callback: Callable[[LoadedConfig], None]) -> None:
+        """Have `callback(new)` called after each reload that applied a valid config, in the thread that called
+        `current()` (a worker thread, the config watch, the event loop), outside the lock: it may call `current()`."""
+        self._listeners.append(callback)
 
     @property
     def where(self) -> str:
@@ -86,14 +92,22 @@ class LiveConfig:
 
     def current(self) -> LoadedConfig:
         """The config in force, reloaded first if its file changed; raises ConfigError while it is invalid."""
+        applied = False
         with self._lock:
             key = file_key(self._good.paths)
             if key != self._key:
                 self._key = key  # taken before the read: an edit during the read changes it again
-                self._reload()
-            if self._error is not None:
-                raise self._error
-            return self._good
+                applied = self._reload()
+            error, good = self._error, self._good
+        if applied:
+            for callback in list(self._listeners):
+                try:
+                    callback(good)
+                except Exception:  # noqa: BLE001 - one listener's failure must not fail the admission that reloaded
+                    log.exception("a listener of %s's reload failed", self.where)
+        if error is not None:
+            raise error
+        return good
 
     def last_good(self) -> LoadedConfig:
         """The last valid config: only for the token holder's own uses (the web chat), never for a sender."""
@@ -102,23 +116,24 @@ class LiveConfig:
     def error(self) -> str | None:
         return None if self._error is None else self._error.message
 
-    def _reload(self) -> None:
+    def _reload(self) -> bool:
+        """Read the files again; True when a valid config was applied."""
         if self.started.source is not None and self._good.paths.config_file() is None:
             # Gone (or mid-save by an editor that moves the old file away first): the defaults would name
             # no channel account, but "the file is missing" is what the owner needs to read.
             self._fail(ConfigError(f"the config file {self.where} is missing",
                                    "put it back; the gateway applies it when it is there again"))
-            return
+            return False
         try:
             new = self._load(self._good.paths)
             Router.from_config(new)  # bindings naming no agent: invalid for the gateway, which routes by them
         except ConfigError as e:
             self._fail(e)
-            return
+            return False
         except Exception as e:  # noqa: BLE001 - supervision boundary: whatever went wrong, fail closed
             self._fail(ConfigError(f"cannot load {self.where}: {type(e).__name__}: {e}",
                                    "fix the file; the gateway applies it when it is saved"))
-            return
+            return False
         old, was_broken = self._good, self._error is not None
         self._good, self._error = new, None
         applied, restart = changes(self.started, old, new)
@@ -128,6 +143,7 @@ class LiveConfig:
         later = f"; not applied until the gateway is restarted: {', '.join(restart)}" if restart else ""
         level = logging.WARNING if restart else logging.INFO if applied or was_broken else logging.DEBUG
         log.log(level, "%s: %s%s", head, done, later)
+        return True
 
     def _fail(self, e: ConfigError) -> None:
         if self._error is None or self._error.message != e.message:

@@ -38,6 +38,7 @@ from hermit.gateway.agents import AgentHost
 from hermit.gateway.app import build_app
 from hermit.gateway.bus import Admission, Bus, Routed
 from hermit.gateway.channels import build_channels, webhook_routes
+from hermit.gateway.config_watch import ConfigWatcher
 from hermit.gateway.console import Console
 from hermit.gateway.deletes_store import RememberedDeletes, deletes_path
 from hermit.gateway.live_config import LiveAccess, LiveConfig
@@ -180,8 +181,9 @@ class Gateway:
             if isinstance(rt.cron, CronJobs):
                 rt.cron.current = self.live.current
         ctx = ServiceContext(self.bus, loaded, home, environ, clock, config=self.live.current)
-        self.services: list[Service] = [MemoryWatcher(a, r.memory) for a, r in runtimes.items()
-                                        if r.memory is not None and r.memory.cfg.sync.watch]
+        self.services: list[Service] = [ConfigWatcher(self.live)]  # reloaded when saved: turn slots are told
+        self.services += [MemoryWatcher(a, r.memory) for a, r in runtimes.items()
+                          if r.memory is not None and r.memory.cfg.sync.watch]
         self.services += build_services(ctx, service_factories)
         owner = router.resolve(RouteInput("webchat", "default", "dm", "owner", sender_is_owner=True)).session_key
         console = Console(self.agents, loaded, home, agent_id_of(owner) or router.default_agent, status=self._status,

@@ -25,8 +25,9 @@ owner's and has held its slot for OVERDUE_SECONDS no longer counts against the o
 then starts past the bound, one per such turn (never a contact's or a scheduled one).
 
 The bound follows hermit.yaml (`live_turn_limits`, with the gateway's LiveConfig): it is looked at again as each
-turn joins a line, at each status, and every LIMIT_LOOK_SECONDS while turns wait, so a raised bound starts
-waiting turns at once; a lowered one starts no more until fewer run than it allows, and cancels none running.
+turn joins a line, at each status, and when the config is reloaded (`told`: LiveConfig tells its listeners, and the
+gateway's config watch reloads it as soon as the file is saved), so a raised bound starts waiting turns at once;
+a lowered one starts no more until fewer run than it allows, and cancels none running. Nothing polls.
 `status` says what runs past the bound and why: owner's turns let past contacts' overdue ones (`past_overdue`),
 turns started before the bound was lowered (`past_lowered`).
 
@@ -43,10 +44,11 @@ Everything here runs on the gateway's event loop; nothing blocks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from hermit.errors import ConfigError
 
@@ -56,7 +58,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("hermit.gateway")
 
 OVERDUE_SECONDS = 120.0  # a turn not the owner's holding its slot this long lets a waiting owner's turn start
-LIMIT_LOOK_SECONDS = 1.0  # while turns wait: how often the bound is looked at again (hermit.yaml may raise it)
 
 Kind = Literal["owner", "scheduled", "contact"]
 KINDS: tuple[Kind, ...] = ("owner", "scheduled", "contact")  # the order a freed slot is offered in
@@ -218,28 +219,39 @@ class _Line:
                 "overdue": self._overdue(self._loop.time()), "waiting": {k: len(self.waiting[k]) for k in KINDS}}
 
 
+@runtime_checkable
+class Told(Protocol):
+    """A bound that says when it may have changed: `on_change(callback)` has `callback()` called then, from any
+    thread (LiveTurnLimits: after each reload of hermit.yaml)."""
+
+    def __call__(self, agent_id: str) -> int: ...
+
+    def on_change(self, callback: Callable[[], None]) -> None: ...
+
+
 class TurnSlots:
     """The gateway's turn slots, one line per agent; `limit_of(agent_id)` is that agent's bound, asked again as
-    turns join, at each status and while turns wait (see the module)."""
+    turns join, at each status and when it says it changed (`Told`; see the module)."""
 
     def __init__(self, limit_of: Callable[[str], int]) -> None:
         self._limit_of = limit_of
         self._lines: dict[str, _Line] = {}
         self._closed = False
-        self._look: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop its lines live on, once one is made
+        if isinstance(limit_of, Told):
+            limit_of.on_change(self.told)
 
     def place(self, agent_id: str, kind: Kind, what: str) -> Place:
         """Join the agent's line; `await place.wait()` for the slot, then `release()` it when the turn ends."""
         line = self._lines.get(agent_id)
         if line is None:
+            self._loop = asyncio.get_running_loop()
             line = self._lines[agent_id] = _Line(agent_id, self._limit(agent_id, 1))
             line.closed = self._closed
         else:
             line.set_limit(self._limit(agent_id, line.limit))
         place = Place(line, kind, what)
         line.join(place)
-        if place.state == "waiting":
-            self._keep_looking()
         return place
 
     def _limit(self, agent_id: str, kept: int) -> int:
@@ -256,21 +268,17 @@ class TurnSlots:
             if not line.closed:
                 line.set_limit(self._limit(agent_id, line.limit))
 
-    def _keep_looking(self) -> None:
-        if self._look is None and not self._closed:
-            self._look = asyncio.get_running_loop().call_later(LIMIT_LOOK_SECONDS, self._looked)
-
-    def _looked(self) -> None:
-        self._look = None
-        self.refresh()
-        if any(any(line.waiting.values()) for line in self._lines.values()):
-            self._keep_looking()
+    def told(self) -> None:
+        """The bound may have changed (hermit.yaml reloaded): every line looks again on its loop. Safe from any
+        thread (a reload runs where `LiveConfig.current()` was called: a worker thread, the config watch)."""
+        loop = self._loop
+        if loop is None or self._closed:
+            return  # no line yet: each takes the bound in force when it is made
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the gateway has stopped
+            loop.call_soon_threadsafe(self.refresh)
 
     def close(self) -> None:
         self._closed = True
-        if self._look is not None:
-            self._look.cancel()
-            self._look = None
         for line in self._lines.values():
             line.close()
 
@@ -281,18 +289,28 @@ class TurnSlots:
         return {agent: line.status() for agent, line in sorted(self._lines.items())}
 
 
-def live_turn_limits(live: LiveConfig) -> Callable[[str], int]:
+class LiveTurnLimits:
     """Each agent's `max_concurrent_turns` in hermit.yaml as it is now (the last valid one while it is invalid);
-    for an agent it no longer names, the bound it started with (its runtime runs until a restart)."""
+    for an agent it no longer names, the bound it started with (its runtime runs until a restart). `on_change`:
+    called after each reload of the file (LiveConfig.listen)."""
 
-    def limit(agent_id: str) -> int:
+    def __init__(self, live: LiveConfig) -> None:
+        self.live = live
+
+    def __call__(self, agent_id: str) -> int:
         try:
-            loaded = live.current()
+            loaded = self.live.current()
         except ConfigError:
-            loaded = live.last_good()
-        for agent in (*loaded.agents, *live.started.agents):
+            loaded = self.live.last_good()
+        for agent in (*loaded.agents, *self.live.started.agents):
             if agent.id == agent_id:
                 return agent.settings.max_concurrent_turns
         return 1
 
-    return limit
+    def on_change(self, callback: Callable[[], None]) -> None:
+        self.live.listen(lambda loaded: callback())
+
+
+def live_turn_limits(live: LiveConfig) -> LiveTurnLimits:
+    """The gateway's bound for TurnSlots: hermit.yaml as it is now, told when it is reloaded."""
+    return LiveTurnLimits(live)
