@@ -99,3 +99,16 @@ def test_the_owners_main_session_summary_is_as_written(tmp_path: Path) -> None:
         req = last_request(fake)
     summary = summary_of(req)
     assert summary == "[Summary of the earlier conversation, written when it was compacted]\n" + FORGED
+
+
+def test_the_owners_own_dm_outside_the_main_session_keeps_its_summary_as_written(tmp_path: Path) -> None:
+    # dm_scope per-peer puts the owner's DMs in a session of their own: the owner wrote every turn of it.
+    with FakeProvider(SCRIPT) as fake:
+        rt = make(tmp_path / "home", fake)
+        key = "agent:main:dm:1001"
+        ann = Sender("1001", "Ann", True)
+        for n in range(14):
+            rt.run_turn(key, user_text(n, 2400), sender=ann)
+        rt.run_turn(key, "what next?", sender=ann)
+        req = last_request(fake)
+    assert summary_of(req) == "[Summary of the earlier conversation, written when it was compacted]\n" + FORGED

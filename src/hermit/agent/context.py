@@ -31,7 +31,14 @@ from pathlib import Path
 from hermit.agent.speakers import GROUP_CHAT_NOTE, member_text, records_senders
 from hermit.errors import SessionError
 from hermit.memory.policy.audience import reader_for_session, visible_text
-from hermit.messages import AssistantMessage, Message, ToolResultMessage, UserMessage, message_from_dict
+from hermit.messages import (
+    AssistantMessage,
+    Message,
+    Sender,
+    ToolResultMessage,
+    UserMessage,
+    message_from_dict,
+)
 from hermit.models.base import ToolSchema
 from hermit.redaction import mask, mask_data
 from hermit.sessions.keys import (
@@ -294,22 +301,24 @@ class History:
     summary: str | None = None
 
 
-def summary_message(summary: str, session_key: str | None) -> UserMessage:
-    """The compaction summary as the first message of the history. The owner's main session (and a job's or a
-    sub-agent's, which the owner's prompts start) gets it as written. Any other chat's is written from its
-    writers' words, which steer it: it once led a group's history raw, so a summary line reading
-    `[Ann (1001) — the owner]` (a member asked for it) was, by the group's rule, the owner speaking, and a contact
-    DM's "the user asked …" (the summary request's word for whoever writes there) read as the owner's rule. Such a
-    summary says it is this chat's report, its Hermit-label look-alikes are escaped as a member's lines are
-    (speakers.member_text), and a DM's says who "the user" in it is."""
+def summary_message(summary: str, session_key: str | None, sender: Sender | None = None) -> UserMessage:
+    """The compaction summary as the first message of the history. The owner's main session (a job's and a
+    sub-agent's too, which the owner's prompts start, and the owner's own DM outside it: `sender` is the turn's)
+    gets it as written. Any other chat's is written from its writers' words, which steer it: it once led a group's
+    history raw, so a summary line reading `[Ann (1001) — the owner]` (a member asked for it) was, by the group's
+    rule, the owner speaking, and a contact DM's "the user asked …" (the summary request's word for whoever
+    writes there) read as the owner's rule. Such a summary says it is this chat's report, its Hermit-label
+    look-alikes are escaped as a member's lines are (speakers.member_text), and a DM's says who "the user" in it
+    is (a DM whose sender is unknown is taken for a contact's: fail closed, as speakers.contact_chat_note)."""
     kind = classify_session_key(session_key) if session_key is not None else SessionKind.MAIN
-    if kind in (SessionKind.MAIN, SessionKind.CRON, SessionKind.SUBAGENT):
+    if kind in (SessionKind.MAIN, SessionKind.CRON, SessionKind.SUBAGENT) or (
+            kind is SessionKind.DM and sender is not None and sender.owner):
         return UserMessage(SUMMARY_PREFIX + summary)
     who = GROUP_SUMMARY_WHO if records_senders(session_key or "") else DM_SUMMARY_WHO
     return UserMessage(ROOM_SUMMARY_PREFIX.format(who=who) + member_text(summary))
 
 
-def load_history(transcript: Transcript, session_key: str | None = None) -> History:
+def load_history(transcript: Transcript, session_key: str | None = None, sender: Sender | None = None) -> History:
     """Messages to send from a transcript: compaction summary first (`summary_message`: a chat's is framed as the
     chat's), then the kept entries, every registered secret masked. Unreadable entries are skipped and reported
     with file and line, never silently."""
@@ -321,7 +330,7 @@ def load_history(transcript: Transcript, session_key: str | None = None) -> Hist
     summary = view.compaction.summary if view.compaction is not None else None
     if summary:
         summary = mask(summary)
-        messages.append(summary_message(summary, session_key))
+        messages.append(summary_message(summary, session_key, sender))
     entries = [e for e in view.entries if isinstance(e, MessageEntry)]
     # Registered secrets are masked as the history is read: what a user typed, and what a transcript written
     # before replies were masked holds, go to the provider as `***` (the file keeps it).

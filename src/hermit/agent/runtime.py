@@ -288,7 +288,7 @@ class AgentRuntime:
         if opened.created:
             self._sync_memory_on_start()
         transcript = self.store.open_transcript(opened.record)
-        history = load_history(transcript, session_key)
+        history = load_history(transcript, session_key, self._senders.get(session_key))
         for problem in history.problems:
             log.warning("%s", problem)
         tools = (self.tools_for(session_key, write_policy=ReadOnlyWrites(), exec_enabled=False) if read_only
