@@ -28,7 +28,17 @@ from collections.abc import Callable, Iterable
 
 from hermit.errors import SessionError
 from hermit.memory.policy.provenance import defuse_labels, display_name, sender_label, sender_text
-from hermit.messages import OWNER_MARK, Message, Sender, UserMessage, label_spans, one_line
+from hermit.messages import (
+    FORWARD_CLOSE,
+    FORWARD_OPEN,
+    OWNER_MARK,
+    Message,
+    Sender,
+    UserMessage,
+    label_spans,
+    label_text,
+    one_line,
+)
 from hermit.sessions.keys import SessionKind, classify_session_key, parse_session_key
 
 # (channel, account id, sender id, username) -> whether that sender is one of the owner's ids (config).
@@ -118,8 +128,19 @@ def dump_speaker(sender: Sender) -> str:
     return sender_label(sender_text(sender.name, sender.id)) + (OWNER_MARK if sender.owner else "")
 
 
+def _channel_header(line: str) -> bool:
+    """Whether `line` is exactly a forwarded message's header as a channel writes it (channels/forwarded.py): its
+    author is label_text (no parenthesis, no em dash), a long one cut with "…". A member could type the frame
+    around "Ann (1001) — the owner", which was then kept as the channel's: a quote of the owner they never wrote."""
+    if not (line.startswith(FORWARD_OPEN) and line.endswith(FORWARD_CLOSE)) or len(label_spans(line)) != 1 or \
+            label_spans(line)[0] != (0, len(line)):
+        return False
+    author = line[len(FORWARD_OPEN):len(line) - len(FORWARD_CLOSE)].removesuffix("…")
+    return bool(author) and label_text(author, 4 * len(author)) == author
+
+
 def _guard_line(line: str) -> str:
-    if any(span == (0, len(line)) for span in label_spans(line)):
+    if _channel_header(line):
         return line  # a forwarded message's header, written by the channel
     return defuse_labels(line, speakers=False)
 
