@@ -88,6 +88,9 @@ class SlackChannel:
         self._tracker = StatusTracker(self.name, account_id, state_dir, clock)
         self._state_dir = state_dir
         self._wrong_workspace: ChannelError | None = None
+        # Run (in a thread) once the token's workspace is known and before events are taken: the gateway renames
+        # the sessions of before keys named the workspace then (channels/slack_migrate.py).
+        self.on_workspace: Callable[[], None] | None = None
         # No count cap: every id needs Slack's signature (or the Socket Mode connection), and Slack caps
         # an app's events at 30,000 an hour per workspace, a few thousand ids within SEEN_EVENT_SECONDS.
         seen_path = None if state_dir is None else seen_events_path(state_dir, account_id)
@@ -153,6 +156,8 @@ class SlackChannel:
         org_install = bool(me.get("is_enterprise_install"))
         self._same_workspace(enterprise if org_install else team)  # before anything is taken from the token
         self._wrong_workspace = None
+        if self.on_workspace is not None:
+            await asyncio.to_thread(self.on_workspace)
         self._bot_user, self._team = str(me.get("user_id", "")), team
         self._app, self._enterprise, self._org_install = str(me.get("app_id") or ""), enterprise, org_install
 

@@ -18,6 +18,7 @@ from hermit.cli.channels import channels_check
 from hermit.cli.checks import Check, CheckFn, check, run_checks
 from hermit.cli.context import CliContext
 from hermit.cli.cron import DOCTOR_CHECKS as CRON_CHECKS
+from hermit.cli.doctor_slack import DOCTOR_CHECKS as SLACK_CHECKS
 from hermit.cli.gateway import gateway_token
 from hermit.cli.pg_doctor import DOCTOR_CHECKS as POSTGRES_CHECKS
 from hermit.cli.preflight import state_dir_problem
@@ -260,6 +261,7 @@ CHECKS: list[CheckFn] = [
     gateway_config,  # hermit.yaml or hermit.env changed after the running gateway started
     *CRON_CHECKS,
     channels_check,  # secrets, extras, and what the gateway last said of an account that is not connected
+    *SLACK_CHECKS,  # Slack sessions from before keys named the workspace; peer bindings naming no workspace
 ]
 
 # Checks that read files under the state dir: before `hermit init`, or with HERMIT_HOME pointing at a file,

@@ -57,6 +57,7 @@ class ServiceContext:
 # "module:function" entries; the scheduler adds its own line here.
 SERVICE_FACTORIES: list[str] = [
     "hermit.scheduler.service:gateway_service",  # cron jobs and heartbeats (hermit.scheduler)
+    "hermit.channels.slack_migrate:gateway_service",  # renames Slack session keys from before they named the workspace
 ]
 
 
