@@ -19,11 +19,14 @@ from agenthelpers import fixed_clock, load_offline
 from channelhelpers import until
 from gatewayhelpers import HeldAdmission, RecordingChannel, make_bus
 from hermit.agent.runtime import AgentRuntime
+from hermit.agent.session_memory import SLUG_SYSTEM
 from hermit.channels.base import InboundMessage
+from hermit.models.base import ModelRequest
 from hermit.sessions.keys import main_session_key
 from hermit.sessions.retraction import unscrubbed, unscrubbed_edits
 from hermit.sessions.scrub import read_objs
 from hermit.testing import FunctionModel
+from hermit.testing.scripted import Reply
 
 MAIN = main_session_key("main")
 CODE, NEWCODE = "QX81TR44", "ZP93KD17"
@@ -78,5 +81,68 @@ def test_a_delete_after_an_edit_made_as_the_messages_turn_started_takes_the_edit
         objs = read_objs(rt.store.transcript_path(record.session_id))
         assert unscrubbed(objs) == [] and unscrubbed_edits(objs) == {}  # nothing left for a next batch
         assert bus.scrubs.batches <= 4, bus.scrubs.batches  # the batch ended: no endless confirm loop
+    finally:
+        rt.close()
+
+
+def dump_of(rt: AgentRuntime) -> str:
+    [dump] = (rt.agent.workspace / "memory").glob("*.md")
+    return dump.read_text()
+
+
+def quoting(req: ModelRequest) -> Reply:
+    """Answers quoting the code it was told; names a saved session "locker notes"."""
+    if req.system == SLUG_SYSTEM:
+        return "locker-notes"
+    return f"Noted your locker code {CODE} at the blue harbour gym." if CODE in str(req.messages[-1].to_dict()) \
+        else "ok"
+
+
+def test_an_edit_after_new_takes_the_dropped_words_out_of_what_new_saved_of_the_session(tmp_path: Path) -> None:
+    rt = runtime(tmp_path / "home", quoting)
+    bus = make_bus(rt, RecordingChannel())
+    removed = "my locker code is (removed) at the blue harbour gym"
+
+    async def main() -> None:
+        await bus.publish(dm(SAID, "1"))
+        await bus.publish(dm("and the towel is blue", "2"))
+        assert await bus.drain(20)
+        await bus.publish(dm("/new", "3"))
+        assert await bus.drain(20)
+        assert dump_of(rt).count(CODE) == 2  # the message and the reply, as /new saved them
+        await bus.publish(dm(removed, "1", change="edited"))
+        assert await bus.drain(20)
+
+    try:
+        asyncio.run(main())
+        text = dump_of(rt)
+        assert CODE not in text, text
+        assert f"User: {removed} (edited)" in text, text  # the message as every reader now sees it
+        assert "Assistant: Noted your locker code [deleted] at the blue harbour gym." in text, text
+        assert "User: and the towel is blue" in text and "- Session id:" in text  # the rest as saved
+        assert CODE not in transcripts(rt)
+    finally:
+        rt.close()
+
+
+def test_a_delete_after_new_takes_the_message_and_its_copies_out_of_what_new_saved(tmp_path: Path) -> None:
+    rt = runtime(tmp_path / "home", quoting)
+    bus = make_bus(rt, RecordingChannel())
+
+    async def main() -> None:
+        await bus.publish(dm(SAID, "1"))
+        await bus.publish(dm("and the towel is blue", "2"))
+        assert await bus.drain(20)
+        await bus.publish(dm("/new", "3"))
+        assert await bus.drain(20)
+        await bus.publish(dm("", "1", change="deleted"))
+        assert await bus.drain(20)
+
+    try:
+        asyncio.run(main())
+        text = dump_of(rt)
+        assert CODE not in text and "blue harbour" not in text, text
+        assert "User: and the towel is blue" in text
+        assert CODE not in transcripts(rt)
     finally:
         rt.close()

@@ -74,7 +74,7 @@ from hermit.memory.policy.provenance import (
 from hermit.messages import Sender, UserMessage
 from hermit.models.base import Model, ModelRequest
 from hermit.redaction import mask
-from hermit.sessions.entries import RETRACTED_TEXT
+from hermit.sessions.entries import EDITED_MARK, RETRACTED_TEXT
 from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.record import SessionRecord
 from hermit.sessions.scrub import Verbatim
@@ -157,13 +157,18 @@ def dialogue_line(entry: MessageEntry) -> Line | None:
                 recorded_sender(message.get("sender")) if role == "user" else None)
 
 
-def scrub_saved(workspace: Path, session_id: str, deleted: Sequence[MessageEntry], tz: tzinfo) -> list[Path]:
-    """A message its sender deleted after its session was saved at /new: in the saved file(s) of that session
-    (memory/YYYY-MM-DD-*.md dated from the day before the message, a block whose header names the session id)
-    each message of the saved conversation that is exactly the deleted one, as the hook wrote it, becomes the
-    placeholder every other reader sees, and the assistant's messages there lose their copies of it. Text the
-    owner edited since is not recognised and is left (logged). The files changed."""
-    lines = [(line, dataclasses.replace(line, text=RETRACTED_TEXT)) for e in deleted
+def scrub_saved(workspace: Path, session_id: str, deleted: Sequence[MessageEntry], tz: tzinfo, *,
+                edited: str | None = None, rule: Verbatim | None = None) -> list[Path]:
+    """A message its sender deleted (or, `edited`, edited to that text) after its session was saved at /new: in
+    the saved file(s) of that session (memory/YYYY-MM-DD-*.md dated from the day before the message, a block whose
+    header names the session id) each message of the saved conversation that is exactly the deleted one, as the
+    hook wrote it, becomes the placeholder every other reader sees (the edited text, marked as every reader sees
+    it), and the assistant's messages and the title there lose their copies of it: by `rule`, the copy rule its
+    transcript's scrub used (sessions/scrub.py; an edit's keeps what the new text still says), else one made of
+    the deleted text and the block's user messages. Text the owner edited since is not recognised and is left
+    (logged). The files changed."""
+    shown = RETRACTED_TEXT if edited is None else mask(edited).strip() + EDITED_MARK
+    lines = [(line, dataclasses.replace(line, text=shown)) for e in deleted
              if (line := dialogue_line(e)) is not None]
     directory = workspace / "memory"
     if not lines:
@@ -182,7 +187,7 @@ def scrub_saved(workspace: Path, session_id: str, deleted: Sequence[MessageEntry
             text = _read_small(path)
             if text is None or session_id not in text or "<!-- origin" not in text:
                 continue
-            scrubbed = _scrubbed(text, session_id, lines)
+            scrubbed = _scrubbed(text, session_id, lines, rule)
             if scrubbed == text:
                 log.warning("session-memory: %s names session %s, but not the deleted message as saved: left",
                             file_name, session_id)
@@ -195,10 +200,11 @@ def scrub_saved(workspace: Path, session_id: str, deleted: Sequence[MessageEntry
     return changed
 
 
-def _scrubbed(text: str, session_id: str, lines: Sequence[tuple[Line, Line]]) -> str:
+def _scrubbed(text: str, session_id: str, lines: Sequence[tuple[Line, Line]], given: Verbatim | None = None) -> str:
     """`text` with each saved message of session `session_id` that is one of `lines`' first replaced by its
     second, rendered as the hook renders it in that block (render_dialogue, neutralized for its origin), and the
-    copies of the first in that block's assistant messages scrubbed."""
+    copies of the first in that block's assistant messages and title scrubbed (by `given`, else by a rule made
+    of the first and the block's user messages)."""
     rows = text.split("\n")
     for b in reversed(origin_blocks(text)):
         header = rows[b.start:b.end - 1]
@@ -217,8 +223,11 @@ def _scrubbed(text: str, session_id: str, lines: Sequence[tuple[Line, Line]]) ->
         # the assistant's messages quoting it: their copies of it (sessions/scrub.py's rule), the rest kept — and
         # what another message of the block holds too is no copy (a member quoting the owner, then deleting it)
         messages = _MESSAGE_START.split(block)
-        rule = Verbatim(tuple(old.text for old, _ in lines), [m for m in messages[1:] if m.startswith("User")])
+        rule = given or Verbatim(tuple(old.text for old, _ in lines), [m for m in messages[1:] if m.startswith("User")])
         block = "\n\n".join(rule.scrub(m)[0] if m.startswith("Assistant: ") else m for m in messages)
+        if block.startswith("# Session "):  # the title names the topic (a model's slug may quote a code)
+            title, rest = block.split("\n", 1)
+            block = rule.scrub(title)[0] + "\n" + rest
         rows[b.start:b.end - 1] = block[:-1].split("\n")
     return "\n".join(rows)
 

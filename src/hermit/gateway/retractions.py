@@ -11,8 +11,8 @@ one does not hold — replies, tool calls, summaries, notes — by a delete's co
 message's words. A turn running in the session then is waited for first: it had the old text and may still quote it.
 An edit that only adds words changes the record only. Another sender's edit of the message's id changes nothing.
 An edit of a message whose session ended since (/new, a daily or idle reset) is looked for in the key's ended
-transcripts, as a late delete is (sessions/retraction.py's bounds); what /new saved of that session to memory is not
-changed by it.
+transcripts, as a late delete is (sessions/retraction.py's bounds); what /new saved of that session to memory loses
+what the edit dropped too, by the same rule (gateway/scrub_batch.py `saved_scrub`).
 
 A delete that found nothing is remembered for its message coming later (`remember_delete`).
 
@@ -34,6 +34,7 @@ from hermit.errors import ChannelError, SessionError
 from hermit.gateway import attachments
 from hermit.gateway.deletes_store import Scrub
 from hermit.gateway.replies import send_safely
+from hermit.gateway.scrub_batch import saved_scrub
 from hermit.sessions.files import read_own
 from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.retraction import edit_in, ended_transcripts, names, ref_bytes, scrub_retracted
@@ -143,7 +144,7 @@ async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | Non
                        remove=remove):
             return None  # not recorded, not theirs, or only words added: the entry is the whole change
         if not wants and after is None:
-            scrub_retracted(path, routed.session_key)
+            scrub_retracted(path, routed.session_key, saved_scrub(runtime, routed.session_key, scrub[2]))
             return None
         return scrub
 

@@ -31,9 +31,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from hermit.agent.runtime import AgentRuntime
+from hermit.agent.session_memory import scrub_saved
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.deletes_store import RememberedDeletes, Scrub
-from hermit.sessions.retraction import scrub_retracted
+from hermit.sessions.retraction import Saved, scrub_retracted
+from hermit.sessions.scrub import Deleted
+from hermit.sessions.transcript import MessageEntry
 
 log = logging.getLogger("hermit.gateway")
 
@@ -171,9 +175,25 @@ class ScrubBatches:
             return 0
         path = runtime.store.transcript_path(session_id)
         try:
-            done = scrub_retracted(path, session_key)  # a note it cannot scrub is logged and left: never raises for it
+            # a note it cannot scrub is logged and left: never raises for it
+            done = scrub_retracted(path, session_key, saved_scrub(runtime, session_key, session_id))
         except FileNotFoundError:  # the session was removed since
             return 0
         if done:
             log.info("scrubbed the copies of %d deleted message(s) in %s", done, session_key)
         return done
+
+
+def saved_scrub(runtime: AgentRuntime, session_key: str, session_id: str) -> Saved | None:
+    """What /new saved of the session `session_id` to memory, scrubbed as its transcript is (agent/session_memory.py
+    `scrub_saved`, by the same copy rule) when the session has ended (/new, a reset: an edit or a delete after it);
+    None for the key's current session (nothing saved of it yet)."""
+    record = runtime.store.get(session_key)
+    if record is not None and record.session_id == session_id:
+        return None
+
+    def saved(deleted: Deleted, entries: list[MessageEntry]) -> None:
+        if entries and scrub_saved(runtime.agent.workspace, session_id, entries, runtime.timezone,
+                                   edited=deleted.edited, rule=deleted.rule) and runtime.memory is not None:
+            runtime.memory.mark_dirty()
+    return saved

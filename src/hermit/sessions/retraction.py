@@ -42,6 +42,7 @@ from hermit.sessions.entries import (
     RETRACTED_TEXT,
     RETRACTED_TYPE,
     edited_texts,
+    entry_from_json,
     header_from_json,
     retracted_refs,
 )
@@ -191,11 +192,15 @@ def unscrubbed(objs: Sequence[dict[str, Any] | None]) -> list[str]:
     return list(out)
 
 
-def scrub_retracted(path: Path, session_key: str | None) -> int:
+Saved = Callable[[Deleted, list[MessageEntry]], None]  # scrubs what /new saved of an ended session (its messages)
+
+
+def scrub_retracted(path: Path, session_key: str | None, saved: Saved | None = None) -> int:
     """Scrub the copies of every message the transcript at `path` retracts and still holds the text of
     (`unscrubbed`), all in one rewrite (sessions/scrub.py): first the notes written after each (the folder's
-    `reach`), then the transcript. How many messages were scrubbed (0 when the transcript's rewrite changed
-    nothing). Raises OSError / SessionError."""
+    `reach`) and, `saved` (an ended session's), what /new saved of it, given each one's user message(s) as the
+    transcript holds them before the rewrite; then the transcript. How many messages were scrubbed (0 when the
+    transcript's rewrite changed nothing). Raises OSError / SessionError."""
     objs = read_objs(path)
     edits = unscrubbed_edits(objs)
     deleted = deleted_many(objs, [*unscrubbed(objs), *edits], edits)
@@ -209,6 +214,12 @@ def scrub_retracted(path: Path, session_key: str | None) -> int:
             except Exception as e:  # noqa: BLE001 - one note never keeps the transcript's copies (its turns' context)
                 log.warning("could not take a deleted message out of the notes of %s (%s): the transcript is scrubbed "
                             "all the same", path.name, type(e).__name__)
+        if saved is not None:
+            try:
+                saved(d, _user_entries(objs, d.ref))
+            except Exception as e:  # noqa: BLE001 - as a note's: the transcript is scrubbed all the same
+                log.warning("could not take a deleted or edited message out of what /new saved of %s (%s)", path.name,
+                            type(e).__name__)
     report = scrub_transcript(path, *deleted)
     size = report.size  # not read after: an append may have come since
     with _guard:
@@ -223,6 +234,18 @@ def scrub_retracted(path: Path, session_key: str | None) -> int:
     # None when the rewrite changed nothing: looked at again, it would find the same (the batch's look once more
     # after a scrub would never end on what it cannot change).
     return len(deleted) if report.total else 0
+
+
+def _user_entries(objs: Sequence[dict[str, Any] | None], ref: str) -> list[MessageEntry]:
+    """The user message(s) `ref` of a transcript's lines (parsed, in order) as entries."""
+    out: list[MessageEntry] = []
+    for number, obj in enumerate(objs, start=1):
+        message = obj.get("message") if obj is not None and obj.get("type") == "message" else None
+        if obj is not None and isinstance(message, dict) and message.get("role") == "user" and message.get("ref") == ref:
+            entry = entry_from_json(obj, number)
+            if isinstance(entry, MessageEntry):
+                out.append(entry)
+    return out
 
 
 def unscrubbed_edits(objs: Sequence[dict[str, Any] | None]) -> dict[str, str]:
