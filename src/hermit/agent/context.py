@@ -177,6 +177,10 @@ def _sections(p: PromptInputs) -> list[tuple[str, str]]:
             f"## Memory Recall\n{MEMORY_RECALL}\nWrite what should be remembered to files, as AGENTS.md "
             f"says (today's daily log is memory/{today}.md): notes in your head do not survive.{others}"
         )))
+    elif "read" in names and includes_long_term_memory(p.session_key):
+        # Without the memory tools the owner's session still reads the daily logs (AGENTS.md, HEARTBEAT.md), where
+        # contacts' and groups' notes stand in origin blocks: it once read them with nothing saying what those are.
+        out.append(("memory notes", f"## Memory Notes\n{OTHERS_NOTES}"))
     if p.compacted:
         out.append(("compacted history", compacted_note(bool({"memory_search"} & names), p.sessions_searchable)))
     private = includes_long_term_memory(p.session_key)
@@ -193,8 +197,7 @@ def _sections(p: PromptInputs) -> list[tuple[str, str]]:
         # A room sees the workspace at ROOM_ROOT, never its host path (the owner's login name and folders), nor
         # the model the owner configured; a session not the owner's sees its key without the channel account.
         f"## Workspace\nYour working directory is {ROOM_ROOT if p.roomed else p.workspace}; your memory files live "
-        f"there.{sandbox}\nAgent: {p.agent_id} · session: {p.session_key if private else _shown_key(p.session_key)} "
-        f"({kind})"
+        f"there.{sandbox}\n{_whose(p, private)} ({kind})"
         + (f" · model: {p.model_ref}" if p.model_ref and not p.roomed else "")
     )))
     local = p.now.astimezone(p.timezone)
@@ -213,6 +216,31 @@ def _sections(p: PromptInputs) -> list[tuple[str, str]]:
     if p.chat_note:  # a contact's DM: who is writing (speakers.contact_chat_note)
         out.append(("this chat", p.chat_note))
     return out
+
+
+def _whose(p: PromptInputs, private: bool) -> str:
+    """The agent and the session as the prompt names them. The agent id is the owner's name for a setup ("work",
+    "alice-private"): only the owner's own sessions (main, scheduled, sub-agent) are told it; a chat with others
+    (a contact's DM, a group; a key that does not parse: fail closed) sees its key without it, nor the account."""
+    if private:
+        return f"Agent: {p.agent_id} · session: {p.session_key}"
+    if classify_session_key(p.session_key) in (SessionKind.CRON, SessionKind.SUBAGENT):
+        return f"Agent: {p.agent_id} · session: {_shown_key(p.session_key)}"
+    return f"Session: {chat_key(p.session_key)}"
+
+
+def chat_key(key: str) -> str:
+    """A chat's session key as the chat may see it: without `agent:<id>:` and the channel account
+    (`telegram:dm:42`, `slack:group:C1:thread:9`); "this chat" for a key that does not parse."""
+    try:
+        parsed = parse_session_key(key)
+    except SessionError:
+        return "this chat"
+    if parsed.agent_id is None:
+        return "this chat"
+    shown = format_session_key(replace(parsed, account_id=None))
+    prefix = f"agent:{parsed.agent_id}:"
+    return shown[len(prefix):] if shown.startswith(prefix) else "this chat"
 
 
 def _shown_key(key: str) -> str:
