@@ -96,6 +96,19 @@ def absolute_refused(raw: str) -> PathPolicyError:
                            "pass a workspace-relative path such as memory/2026-01-20.md; " + RULES)
 
 
+def _checked_real(cand: Path, raw: str, ws: Path, extras: list[Path]) -> Path:
+    """`cand` resolved, refusing a symlink anywhere on the way from the workspace (or extra root) to it."""
+    probe = cand
+    root_for = ws if _within(Path(os.path.normpath(cand)), ws) else None
+    while True:
+        if probe.is_symlink():
+            raise PathPolicyError(f"symlinks are not followed: {raw}", RULES)
+        if probe == ws or probe.parent == probe or (root_for is None and probe in extras):
+            break
+        probe = probe.parent
+    return cand.resolve()
+
+
 def resolve_memory_path(workspace: Path, raw: str, extra_paths: list[str]) -> tuple[Path, str]:
     """(absolute path, display path) for `raw`, or PathPolicyError naming the rule it breaks."""
     if not raw or not raw.strip():
@@ -117,16 +130,10 @@ def resolve_memory_path(workspace: Path, raw: str, extra_paths: list[str]) -> tu
         cand = ws / given
     if not cand.name.lower().endswith(".md"):
         raise PathPolicyError(f"not a Markdown file: {raw}", "only .md files are memory; " + RULES)
-    # Refuse a symlink anywhere on the way from the workspace (or extra root) to the file.
-    probe = cand
-    root_for = ws if _within(Path(os.path.normpath(cand)), ws) else None
-    while True:
-        if probe.is_symlink():
-            raise PathPolicyError(f"symlinks are not followed: {raw}", RULES)
-        if probe == ws or probe.parent == probe or (root_for is None and probe in extras):
-            break
-        probe = probe.parent
-    real = cand.resolve()
+    try:
+        real = _checked_real(cand, raw, ws, extras)
+    except OSError as e:  # a name too long, a loop: its reason, never the host path the OS error names
+        raise PathPolicyError(f"cannot use this path ({e.strerror or type(e).__name__}): {raw}", RULES) from None
     rel = None
     if _within(real, ws):
         rel = real.relative_to(ws).as_posix()
