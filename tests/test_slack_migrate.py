@@ -8,12 +8,16 @@ kill -9 at every step, and a second run changes nothing."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from hermit.channels.slack import workspace_path
@@ -285,3 +289,95 @@ def test_end_to_end_an_upgraded_gateway_continues_the_contact_and_group_conversa
     assert store.get(f"agent:main:slack:a:dm:U0CONT1@{team}") is not None
     assert store.get("agent:main:slack:a:dm:U0CONT1") is None and store.get("agent:main:slack:group:C77") is None
     assert [b.origin.audience for b in origin_blocks(note.read_text())] == [f"slack:group:C77@{team}"]
+
+
+UIDS = [None, 65534] if os.geteuid() == 0 else [None]
+
+
+@pytest.mark.parametrize("uid", UIDS, ids=lambda u: "self" if u is None else f"uid{u}")
+def test_as_the_user_running_it_root_or_not(uid: int | None) -> None:
+    """The same run as root (containers, CI) and as a normal user: each file is opened as that user's own."""
+    base = Path(tempfile.mkdtemp(prefix="h3-slack-migrate-", dir="/tmp"))
+    try:
+        home = base / "home"
+        home.mkdir(mode=0o700)
+        loaded = setup(home, {"work": {"owners": [OWNER]}}, {"work": TEAM_A})
+        ids = sessions(loaded, [CONTACT_DM, GROUP])
+        prefix: list[str] = []
+        if uid is not None:
+            for p in [base, *base.rglob("*")]:
+                os.chown(p, uid, uid, follow_symlinks=False)
+            prefix = ["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups"]
+        done = subprocess.run([*prefix, sys.executable, "-c", _KILLED_RUN, str(home), "0"], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        folder = loaded.agent().sessions_dir  # read as bytes: Hermit as root refuses another user's sessions
+        index = json.loads((folder / "sessions.json").read_text())
+        for old in (CONTACT_DM, GROUP):
+            assert old not in index and index[NEW[old]]["sessionId"] == ids[old], index
+            path = folder / f"{ids[old]}.jsonl"
+            assert json.loads(path.read_text().split("\n")[0])["sessionKey"] == NEW[old]
+            st = path.stat()
+            assert (st.st_uid, st.st_mode & 0o777) == (os.geteuid() if uid is None else uid, 0o600)
+        assert audiences(loaded) == [audience_of_session(NEW[CONTACT_DM]), audience_of_session(NEW[GROUP])]
+    finally:
+        shutil.rmtree(base)
+
+
+def test_a_planted_transcript_naming_an_old_key_is_neither_read_nor_rewritten(tmp_path: Path) -> None:
+    """A link (and, as root, another user's file) in the sessions folder whose header names the group's old key:
+    Hermit never writes through a link nor into a file not its own, so it renames the group's own transcript
+    and leaves those as they are."""
+    loaded = setup(tmp_path, {"work": {}}, {"work": TEAM_A})
+    ids = sessions(loaded, [GROUP])
+    folder = loaded.agent().sessions_dir
+    header = json.dumps({"type": "session", "id": "x", "timestamp": "", "cwd": "", "sessionKey": GROUP}) + "\n"
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_text(header)
+    (folder / "0000-link.jsonl").symlink_to(target)
+    foreign = folder / "0000-foreign.jsonl"
+    if os.geteuid() == 0:
+        foreign.write_text(header)
+        os.chown(foreign, 65534, 65534)
+    report = migrate(loaded, tmp_path)
+    assert SessionStore(folder).get(NEW[GROUP]).session_id == ids[GROUP]  # type: ignore[union-attr]
+    assert target.read_text() == header and (folder / "0000-link.jsonl").is_symlink()
+    if os.geteuid() == 0:
+        assert foreign.read_text() == header and foreign.stat().st_uid == 65534
+    assert report.moved
+
+
+_HOLD = """
+import sys
+import tempfile
+from pathlib import Path
+from hermit.sessions.lock import session_lock
+with session_lock(Path(sys.argv[1]), sys.argv[2]):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_session_another_process_is_answering_in_is_left_for_the_next_run(tmp_path: Path) -> None:
+    loaded = setup(tmp_path, {"work": {}}, {"work": TEAM_A})
+    ids = sessions(loaded, [GROUP, PEER_DM])
+    folder = loaded.agent().sessions_dir
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(folder), GROUP], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        report = migrate(loaded, tmp_path)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+    store = SessionStore(folder)
+    assert store.get(GROUP).session_id == ids[GROUP]  # type: ignore[union-attr]
+    assert store.get(NEW[PEER_DM]).session_id == ids[PEER_DM]  # type: ignore[union-attr]
+    assert any(GROUP in w and "next start" in w for w in report.waiting), report.waiting
+    # The group's notes and room wait with it (its turn may be using the room).
+    assert audiences(loaded) == ["slack:group:C0GRP1", audience_of_session(NEW[PEER_DM])]
+
+    again = migrate(loaded, tmp_path)
+    assert again.moved == [f"agent main: {GROUP} -> {NEW[GROUP]}"]
+    assert audiences(loaded) == [audience_of_session(NEW[GROUP]), audience_of_session(NEW[PEER_DM])]

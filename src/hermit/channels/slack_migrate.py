@@ -65,6 +65,7 @@ SLACK = "slack"
 JOURNAL = "key-migration.json"
 BUSY_WAIT_SECONDS = 2.0  # a turn running in a session being renamed: that one waits for the next run
 _HEADER_PEEK = 1 << 16
+BUSY = "another process was answering in it; the gateway's next start renames it"
 
 Step = Callable[[str], None]  # told after each change is made (what it was): the crash tests' kill point
 
@@ -262,7 +263,8 @@ def migrate(loaded: LoadedConfig, state_dir: Path, *, step: Step | None = None) 
             _apply(loaded, pending, report, step)
             journal.unlink()
         plan = make_plan(loaded, state_dir)
-        report.left, report.waiting = plan.left, plan.waiting
+        report.left += plan.left
+        report.waiting += plan.waiting
         if not plan.empty:
             write_atomic(journal, json.dumps({"version": 1, "keys": plan.keys, "audiences": plan.audiences},
                                              indent=1) + "\n", mode=0o600)
@@ -302,17 +304,23 @@ def _apply(loaded: LoadedConfig, plan: Plan, report: Report, step: Step | None) 
         if agent is None:
             continue  # removed from the config since: its keys stay
         renamed: dict[str, str] = {}
+        busy: set[str] = set()  # the audiences of sessions in a turn: their room may be in use, left for the next run
         for old, new in plan.keys.get(agent_id, {}).items():
             outcome = _move_key(agent, old, new, step)
             if outcome in ("moved", "done"):
                 renamed[old] = new
                 if outcome == "moved":
                     report.moved.append(f"agent {agent_id}: {old} -> {new}")
+            elif outcome == BUSY:
+                busy.add(audience_of_session(old))
+                report.waiting.append(f"agent {agent_id}: {old} stays for now: {outcome}")
             elif outcome:
                 report.left.append(f"agent {agent_id}: {old} stays: {outcome}")
         if renamed:
             _rename_headers(agent.sessions_dir, renamed, report, step)
         for old_aud, new_aud in plan.audiences.get(agent_id, {}).items():
+            if old_aud in busy:
+                continue
             report.notes += [f"agent {agent_id}: {rel}" for rel in _rename_notes(agent.workspace, old_aud, new_aud, step)]
             room = _move_room(agent.sessions_dir.parent / "rooms", old_aud, new_aud, report, step)
             if room:
@@ -330,7 +338,7 @@ def _move_key(agent: AgentConfig, old: str, new: str, step: Step | None) -> str:
             with contextlib.suppress(FileNotFoundError):
                 lock_path(folder, old).unlink()  # held: a session of the old key is not started any more
     except SessionBusy:
-        return "a turn was running in it; the next run renames it"
+        return BUSY
     if outcome == "moved":
         _tell(step, f"record {old}")
     return outcome
