@@ -149,15 +149,16 @@ async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | Non
         return scrub
 
     wants: list[Scrub] = []
+    scrub: Scrub | None = None
     try:
         async with bus._looking:  # one at a time, with deletes: a flood of them holds one of the threads, not all
             scrub = await asyncio.to_thread(now)
     except Exception:  # noqa: BLE001 - the platform's event is handled; the gateway goes on
         log.exception("could not apply an edit of an answered message in %s", routed.session_key)
-        scrub = None
-    for wanted in wants:
-        if wanted != scrub:  # it raised after the want: the batch settles it
-            bus.scrubs.want(wanted, after)
+    finally:
+        for wanted in wants:
+            if wanted != scrub:  # it raised (or was cancelled: a stop) after the want: the batch settles it
+                bus.scrubs.want(wanted, after)
     if scrub is not None:
         log.info("a message in %s was edited by its sender after its answer: what it dropped is scrubbed",
                  routed.session_key)

@@ -49,13 +49,16 @@ class ScrubBatches:
     """One worker per transcript with messages to scrub; `want` after the transcript was written as one to the
     store (`RememberedDeletes.want_scrub`)."""
 
-    def __init__(self, host: AgentHost, deletes: RememberedDeletes) -> None:
+    def __init__(self, host: AgentHost, deletes: RememberedDeletes, *, quiet: float = GATHER_QUIET,
+                 most: float = GATHER_MAX) -> None:
         self.host = host
+        self.quiet, self.most = quiet, most  # this instance's GATHER_QUIET and GATHER_MAX (a test's are shorter)
         self._deletes = deletes
         self._again: set[Scrub] = set()  # wanted since its worker last read the transcript
         self._poked: dict[Scrub, asyncio.Event] = {}  # set by every `want`: the batch gathers on
         self._now: set[Scrub] = set()  # a turn (or a stop) waits for it: no more gathering
         self._tasks: dict[Scrub, asyncio.Task[None]] = {}
+        self._unstarted: set[Scrub] = set()  # wanted by a caller being cancelled: no worker yet (`want`)
         self._after: dict[Scrub, list[asyncio.Event]] = {}  # turns of the session to end before its batch reads it
         self._threads = asyncio.Semaphore(1)  # one rewrite at a time: a flood holds one of the threads, not all
         self.batches = 0  # rewrites begun (a batch that found nothing to scrub writes nothing)
@@ -71,6 +74,15 @@ class ScrubBatches:
         self._poked.setdefault(scrub, asyncio.Event()).set()
         running = self._tasks.get(scrub)
         if running is None or running.done():  # done, its callback not run yet: this want is not its any more
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                # Wanted as its caller is cancelled (a delete's intake at a stop: asyncio.run cancelling what is
+                # left, a channel stopped): a worker started now no stop would wait for, and the loop may close
+                # with it pending. Started by the next want, a turn of the session (`settled`) or a stop
+                # (`hurry`); the store has it for the next start meanwhile.
+                self._unstarted.add(scrub)
+                return
+            self._unstarted.discard(scrub)
             task = asyncio.create_task(self._work(scrub), name=f"scrub:{scrub[1]}")
             self._tasks[scrub] = task
             task.add_done_callback(lambda t: self._done(scrub, t))
@@ -83,15 +95,19 @@ class ScrubBatches:
             self._after.pop(scrub, None)
 
     def resume(self) -> None:
-        """Scrub what the store says is left (a gateway killed before its batches were done)."""
-        for scrub in self._deletes.scrubs():
+        """Scrub what the store says is left (a gateway killed before its batches were done), at once: its deletes
+        came before the start, none is to gather (one coming now makes another batch)."""
+        scrubs = self._deletes.scrubs()
+        for scrub in scrubs:
             self.want(scrub)
+        self.hurry([s for s in scrubs if s in self._tasks])
 
     async def settled(self, agent_id: str, session_key: str) -> bool:
         """Wait until no batch of the session's transcripts is pending or running (one that failed before is tried
         again first). False when the scrub of the session's current transcript failed: it still holds copies of a
         message its sender deleted or edited, which a turn would send to the model (the caller runs none)."""
-        for scrub in [s for s in self.failed if s[:2] == (agent_id, session_key) and s not in self._tasks]:
+        for scrub in [s for s in self.failed | self._unstarted if s[:2] == (agent_id, session_key)
+                      and s not in self._tasks]:
             self.want(scrub)
         mine = [s for s in self._tasks if s[:2] == (agent_id, session_key)]
         self.hurry(mine)
@@ -105,7 +121,9 @@ class ScrubBatches:
         return record is None or record.session_id not in failed  # an ended transcript's copies reach no turn
 
     def hurry(self, scrubs: list[Scrub] | None = None) -> None:
-        """Start the batches of `scrubs` (all) now, without gathering more deletes."""
+        """Start the batches of `scrubs` (all: those not started yet too) now, without gathering more deletes."""
+        for scrub in list(self._unstarted) if scrubs is None else ():
+            self.want(scrub)
         for scrub in self._tasks if scrubs is None else scrubs:
             self._now.add(scrub)
             if (poked := self._poked.get(scrub)) is not None:
@@ -117,9 +135,9 @@ class ScrubBatches:
     async def _gather(self, scrub: Scrub) -> None:
         """Wait for the deletes of a flood to come (see the module's rule)."""
         loop = asyncio.get_running_loop()
-        until = loop.time() + GATHER_MAX
+        until = loop.time() + self.most
         poked = self._poked.setdefault(scrub, asyncio.Event())
-        while scrub not in self._now and (left := min(GATHER_QUIET, until - loop.time())) > 0:
+        while scrub not in self._now and (left := min(self.quiet, until - loop.time())) > 0:
             poked.clear()
             try:
                 await asyncio.wait_for(poked.wait(), left)
