@@ -55,14 +55,16 @@ def ensure_workspace(workspace: Path) -> InitReport:
     above it, and another user who makes it before this runs would get the templates written into their
     folder and their notes indexed as the owner's. NotOwnFolder then, and nothing is written.
     """
-    brand_new = not workspace.exists() or not any(workspace.iterdir())
+    brand_new = _brand_new(workspace)
     # Only what is created is made 0700 (the state dir too, for the default workspace): an existing folder
     # keeps its mode.
     ensure_private_dir(workspace, own=True, what="the workspace")
     ensure_private_dir(workspace / "memory", own=True, what="the workspace's memory folder")
     _clear_dead_watch(workspace)
     created, kept = [], []
-    for name in TEMPLATE_FILES:
+    # BOOTSTRAP.md first: a start killed after it leaves the ritual in place for the next, and one killed before
+    # it leaves no file, so the next start still finds the workspace brand-new.
+    for name in sorted(TEMPLATE_FILES, key=lambda n: n != "BOOTSTRAP.md"):
         if name == "BOOTSTRAP.md" and not brand_new:
             continue
         if write_new(workspace / name, template_text(name)):
@@ -70,6 +72,16 @@ def ensure_workspace(workspace: Path) -> InitReport:
         else:
             kept.append(name)
     return InitReport(created, kept)
+
+
+def _brand_new(workspace: Path) -> bool:
+    """No file in the workspace yet: it is missing, empty, or holds only the empty memory/ folder a first start
+    killed before its first template file made (that start's ritual must not be lost)."""
+    try:
+        entries = list(workspace.iterdir())
+    except FileNotFoundError:
+        return True
+    return all(e.name == "memory" and e.is_dir() and not e.is_symlink() and not any(e.iterdir()) for e in entries)
 
 
 def _clear_dead_watch(workspace: Path) -> None:
