@@ -381,3 +381,19 @@ def test_a_session_another_process_is_answering_in_is_left_for_the_next_run(tmp_
     again = migrate(loaded, tmp_path)
     assert again.moved == [f"agent main: {GROUP} -> {NEW[GROUP]}"]
     assert audiences(loaded) == [audience_of_session(NEW[GROUP]), audience_of_session(NEW[PEER_DM])]
+
+
+def test_the_owner_of_one_account_as_a_contact_of_another_continues_but_the_owners_notes_stay_theirs(
+        tmp_path: Path) -> None:
+    """Two accounts in one workspace; work lists U0OWNER1 as its owner, club does not. Their DMs to club were a
+    contact's session (per account): it continues under the @team key. But `slack:dm:U0OWNER1` is also the
+    audience of the owner's own DM sessions on work: those notes and that room are not moved."""
+    loaded = setup(tmp_path, {"work": {"owners": [OWNER]}, "club": {}}, {"work": TEAM_A, "club": TEAM_A})
+    as_contact = "agent:main:slack:club:dm:U0OWNER1"
+    ids = sessions(loaded, [as_contact, OWNER_DM])
+    report = migrate(loaded, tmp_path)
+    store = SessionStore(loaded.agent().sessions_dir)
+    assert store.get(f"{as_contact}@{TEAM_A}").session_id == ids[as_contact]  # type: ignore[union-attr]
+    assert store.get(OWNER_DM).session_id == ids[OWNER_DM]  # type: ignore[union-attr]
+    assert audiences(loaded) == ["slack:dm:U0OWNER1", "slack:dm:U0OWNER1"] and not report.notes and not report.rooms
+    assert (loaded.agent().sessions_dir.parent / "rooms" / room_slug("slack:dm:U0OWNER1") / "plan.txt").exists()

@@ -183,7 +183,7 @@ def make_plan(loaded: LoadedConfig, state_dir: Path, keys_of: Callable[[AgentCon
             if chat is None:
                 continue
             k, peer, has_team = chat
-            claimants = _claimants(k, peer, owners, every_owner)
+            claimants, own_audience = _claimants(k, peer, owners, every_owner)
             if claimants is None:
                 continue
             old_aud = audience_of_session(format_session_key(dataclasses.replace(k, peer_id=peer)))
@@ -196,9 +196,9 @@ def make_plan(loaded: LoadedConfig, state_dir: Path, keys_of: Callable[[AgentCon
                                      "(started since the upgrade); the old transcript stays readable")
                 else:
                     keys[key] = new
-                if aud_team is None:
+                if aud_team is None and own_audience:
                     unsure[old_aud] = aud_why
-            if aud_team is not None and has_team in (None, aud_team):
+            if own_audience and aud_team is not None and has_team in (None, aud_team):
                 audiences[old_aud] = audience_of_session(format_session_key(
                     dataclasses.replace(k, peer_id=f"{peer}@{aud_team}")))
         if audiences or unsure:
@@ -216,19 +216,24 @@ def make_plan(loaded: LoadedConfig, state_dir: Path, keys_of: Callable[[AgentCon
     return plan
 
 
-def _claimants(k: SessionKey, peer: str, owners: Mapping[str, set[str]], every_owner: set[str]) -> list[str] | None:
-    """The Slack accounts whose messages could have made key `k`; None for an owner's key (it keeps the id as
-    `owners` lists it; an id another account lists as its owner is not guessed either)."""
-    if k.kind is SessionKind.DM:
-        try:
-            person = normalize_entry(SLACK, peer)
-        except AllowlistEntryError:
-            return None
-        if person in every_owner:
-            return None
-        if k.account_id is not None:
-            return [k.account_id] if k.account_id in owners else []
-    return list(owners)
+def _claimants(k: SessionKey, peer: str, owners: Mapping[str, set[str]],
+               every_owner: set[str]) -> tuple[list[str] | None, bool]:
+    """(the Slack accounts whose messages could have made key `k`, or None for an owner's key: it keeps the id as
+    `owners` lists it; and whether the chat's audience is its own: not when an account lists the id as its owner,
+    whose DM sessions have that audience too)."""
+    if k.kind is not SessionKind.DM:
+        return list(owners), True
+    try:
+        person = normalize_entry(SLACK, peer)
+    except AllowlistEntryError:
+        return None, False
+    if k.account_id is None:
+        return (None, False) if person in every_owner else (list(owners), True)
+    if k.account_id not in owners:
+        return [], person not in every_owner
+    if person in owners[k.account_id]:
+        return None, False
+    return [k.account_id], person not in every_owner
 
 
 def _audiences_kept(agent: AgentConfig, wanted: set[str]) -> set[str]:
