@@ -15,10 +15,16 @@ always count as members) and `require_mention` (default true; a platform mention
 one of the agent's mention patterns counts). Entries are matched as config/allowlist.py normalised them:
 by id, or by @username where the platform has them (Telegram, Discord). A username can be freed and taken
 by someone else, so the first sender seen presenting a listed @username is pinned to it
-(channels/username_pins.py) and from then on the entry means that id only: another id presenting the name
-is a stranger, with a warning (once an hour per name) that says to list the id. A channel or account
-missing from the config is refused. The web chat is authenticated by the gateway token: always allowed,
-always the owner.
+(channels/username_pins.py) and from then on the entry means that id only, whatever name it presents later (a
+renamed owner is still the owner): another id presenting the name is a stranger, with a warning (once an hour
+per name) that says to list the id. A channel or account missing from the config, or off, is refused. The web
+chat is authenticated by the gateway token: always allowed, always the owner.
+
+The rules are one pure decision, `decide` (config + the pairing files' state, `Standing` + the peer, and for
+a message its sender and mention): no code is issued and no name pinned there. The gateway's `AccessControl`
+takes the side effects the decision asks for (pin a first-seen name, then decide again; send a stranger a
+pairing code); the scheduler (scheduler/targets.not_let_in) asks the same decision about a job's or heartbeat's
+peer, with no message. Until s17 the scheduler kept its own copy of these rules, and the copies disagreed.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import functools
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hermit.channels.pairing import CODE_TTL_SECONDS, PairingRequest, PairingStore
@@ -38,7 +44,8 @@ from hermit.config.schema import ChannelAccessConfig, ChannelsConfig
 from hermit.errors import HermitError
 from hermit.refusals import RefusalLog
 
-__all__ = ["PARENT_GROUP", "AccessControl", "AccessDecision", "PairingRequest", "PairingStore", "pairing_message"]
+__all__ = ["PARENT_GROUP", "AccessControl", "AccessDecision", "Message", "PairingRequest", "PairingStore", "Standing",
+           "Verdict", "decide", "pairing_message", "standing"]
 
 WEBCHAT = "webchat"
 log = logging.getLogger(__name__)
@@ -87,7 +94,174 @@ def _mentions(text: str, patterns: Sequence[str]) -> bool:
     return any((rx := _compiled(p)) is not None and rx.search(text) for p in patterns)
 
 
+@dataclass(frozen=True)
+class Standing:
+    """What the pairing files say now, read once for one decision: the account's approved senders as sender
+    keys (None: the file cannot be read, so nobody is let in by an approval) and the channel's username pins,
+    `@name` -> sender key (None: the pins cannot be read, so nobody matches by name)."""
+
+    approved: frozenset[str] | None
+    pins: Mapping[str, str] | None
+
+
+def standing(store: PairingStore, pins: UsernamePins, channel: str, account_id: str) -> Standing:
+    """The pairing store's state for `channel`/`account_id`, read without writing anything."""
+    channel = channel.lower()
+    try:
+        approved: frozenset[str] | None = frozenset(sender_key(channel, s)
+                                                    for s in store.approved_senders(channel, account_id))
+    except (HermitError, OSError):
+        approved = None
+    try:
+        pinned: dict[str, str] | None = {name: sender_key(channel, p.sender_id) for name, p in pins.of(channel).items()}
+    except (HermitError, OSError):
+        pinned = None
+    return Standing(approved, pinned)
+
+
+@dataclass(frozen=True)
+class Message:
+    """What only an inbound message tells: who sent it, the @username they present, and whether it mentions
+    the bot. A scheduled delivery has none of it: it asks about the peer (the DM's person, the group) alone."""
+
+    sender_id: str
+    sender_username: str | None = None
+    text: str = ""
+    mentioned: bool = False
+    reply_to_bot: bool = False
+    mention_patterns: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The one admission decision (`decide`), with no side effect taken. `rule` names the rule that decided
+    (for callers that word it their own way: scheduler/targets.not_let_in), `reason` is the gateway's log line.
+    `pin`: a listed @username seen first with this sender — the caller pins it and asks again (another process
+    may pin it first). `impostor`: (name, pinned key) of a listed name this sender presents but another id holds.
+    `may_pair`: a stranger under `dm_policy: pairing`, who may be sent a pairing code."""
+
+    let_in: bool
+    rule: str
+    reason: str
+    owner: bool = False
+    pin: str | None = None
+    impostor: tuple[str, str] | None = None
+    pins_unreadable: bool = False
+    may_pair: bool = False
+
+
+@dataclass(frozen=True)
+class _Match:
+    found: bool = False
+    pin: str | None = None
+    impostor: tuple[str, str] | None = None
+    pins_unreadable: bool = False
+
+
+def _match(channel: str, entries: Sequence[str], key: str, presented: str | None, pins: Mapping[str, str] | None
+           ) -> _Match:
+    """Whether a normalised list names the sender with `key`: by id; by an @username pinned to that id, whatever
+    name they present now (the pin makes the entry mean that id: a renamed person still matches); or by the name
+    they present when nobody holds it yet (found, and `pin` it). `*` is the caller's to interpret."""
+    if any(e == key for e in entries if e != STAR and not is_username(e)):
+        return _Match(True)
+    names = [e for e in entries if is_username(e)]
+    if pins is not None and any(pins.get(e) == key for e in names):
+        return _Match(True)
+    if presented is None or presented not in names:
+        return _Match()
+    if pins is None:
+        return _Match(pins_unreadable=True)
+    holder = pins.get(presented)
+    if holder is None:
+        return _Match(True, pin=presented)  # first seen: the name means this id from now on
+    return _Match(impostor=(presented, holder))
+
+
+def decide(channels: ChannelsConfig, channel: str, account_id: str, peer_kind: str, peer_id: str, known: Standing,
+           message: Message | None = None) -> Verdict:
+    """May this peer talk to the assistant now: the DM's person (`peer_id`, or the message's sender), or the
+    group `peer_id` (a sub-group's parent, PARENT_GROUP) — and, for a `message` in a group, its sender and
+    mention. Pure: the config and `known` decide, nothing is written; the gateway's check (AccessControl) and the
+    scheduler (targets.not_let_in) both ask it."""
+    channel = channel.lower()
+    if channel == WEBCHAT:
+        return Verdict(True, "webchat", "webchat: authenticated by the gateway token", owner=True)
+    cfg = channels.accounts_of(channel).get(account_id)
+    if cfg is None:
+        return Verdict(False, "unknown_account", f"unknown channel account {channel}/{account_id}")
+    if not cfg.enabled:
+        return Verdict(False, "account_disabled", f"channel account {channel}/{account_id} is disabled")
+    if peer_kind == "dm":
+        return _dm(cfg, channel, message.sender_id if message else peer_id, message, known)
+    if peer_kind == "group":
+        return _group(cfg, channel, peer_id, message, known)
+    return Verdict(False, "unknown_kind", f"unknown peer kind {peer_kind!r}")
+
+
+def _dm(cfg: ChannelAccessConfig, channel: str, sender_id: str, message: Message | None, known: Standing) -> Verdict:
+    policy = cfg.dm_policy
+    if policy == "disabled":
+        return Verdict(False, "dm_disabled", "dm_policy disabled: DMs are ignored")
+    key = sender_key(channel, sender_id)
+    presented = handle(message.sender_username) if message else None
+    owner = _match(channel, cfg.owners, key, presented, known.pins)
+    if owner.found:
+        return Verdict(True, "owner", f"dm_policy {policy}: sender is an owner", owner=True, pin=owner.pin)
+    listed = _match(channel, cfg.allow_from, key, presented, known.pins) if policy != "open" else _Match()
+
+    def verdict(let_in: bool, rule: str, reason: str, pin: str | None = None) -> Verdict:
+        return Verdict(let_in, rule, reason, pin=pin, impostor=owner.impostor or listed.impostor,
+                       pins_unreadable=owner.pins_unreadable or listed.pins_unreadable, may_pair=rule == "stranger")
+
+    if policy == "open":
+        return verdict(True, "open", "dm_policy open: a contact")
+    if listed.found:
+        return verdict(True, "allow_from", f"dm_policy {policy}: sender in allow_from (a contact)", listed.pin)
+    if known.approved is None:
+        return verdict(False, "approvals_unreadable", f"dm_policy {policy}: the approved senders cannot be read, so "
+                       "nobody is let in by an approval")
+    if key in known.approved:
+        return verdict(True, "approved", f"dm_policy {policy}: sender approved by pairing (a contact)")
+    if policy == "allowlist":
+        # Silence: a stranger learns nothing, and in particular never gets a code (SPEC §14.12).
+        return verdict(False, "not_allowed", "dm_policy allowlist: sender not allowed")
+    return verdict(False, "stranger", "dm_policy pairing: not approved")
+
+
+def _group(cfg: ChannelAccessConfig, channel: str, group_id: str, message: Message | None, known: Standing
+           ) -> Verdict:
+    policy = cfg.group_policy
+    if policy == "disabled":
+        return Verdict(False, "group_disabled", "group_policy disabled: groups are ignored")
+    if policy == "allowlist" and group_id not in cfg.groups:
+        return Verdict(False, "group_not_listed", "group_policy allowlist: group not in groups")
+    if message is None:  # the group as a whole (a delivery to it): its members are not asked
+        return Verdict(True, "group", f"group_policy {policy}")
+    members = cfg.group_allow_from  # empty or '*': every member of an allowed group
+    member = _Match(True)
+    if members and STAR not in members:
+        member = _match(channel, [*members, *cfg.owners], sender_key(channel, message.sender_id),
+                        handle(message.sender_username), known.pins)
+        if not member.found:
+            return Verdict(False, "not_a_member", "group_allow_from: sender not allowed in groups",
+                           impostor=member.impostor, pins_unreadable=member.pins_unreadable)
+    if cfg.require_mention:
+        if message.mentioned:
+            return Verdict(True, "mentioned", f"group_policy {policy}: mentioned", pin=member.pin)
+        if message.reply_to_bot:
+            return Verdict(True, "mentioned", f"group_policy {policy}: reply to the bot", pin=member.pin)
+        if _mentions(message.text, message.mention_patterns):
+            return Verdict(True, "mentioned", f"group_policy {policy}: mention pattern matched", pin=member.pin)
+        return Verdict(False, "not_mentioned", "require_mention: the bot was not mentioned", pin=member.pin)
+    return Verdict(True, "group", f"group_policy {policy}", pin=member.pin)
+
+
 class AccessControl:
+    """The gateway's admission: `decide`, then its side effects — a listed @username seen first is pinned to its
+    sender, a sender presenting a name pinned to another id is logged, and a stranger under `dm_policy: pairing`
+    is issued a pairing code."""
+
     def __init__(self, channels: ChannelsConfig, store: PairingStore, clock: Callable[[], float] = time.time) -> None:
         self.channels = channels
         self.store = store
@@ -98,39 +272,80 @@ class AccessControl:
         return self.channels.accounts_of(channel.lower()).get(account_id)
 
     def is_owner(self, channel: str, account_id: str, sender_id: str, sender_username: str | None = None) -> bool:
-        """Whether this DM sender is an owner of the channel account (the web chat always is)."""
+        """Whether this DM sender is an owner of the channel account (the web chat always is), whatever the DM
+        policy: routing asks it; admission (`check`) refuses everyone under `dm_policy: disabled`."""
         channel = channel.lower()
         if channel == WEBCHAT:
             return True
         cfg = self.account(channel, account_id)
         if cfg is None or not cfg.enabled:
             return False
-        return self._listed(channel, account_id, cfg.owners, sender_id, sender_username)
+        key, presented = sender_key(channel, sender_id), handle(sender_username)
+        m = _match(channel, cfg.owners, key, presented, self._standing(channel, account_id).pins)
+        if m.pin is not None and self._pinned(channel, account_id, m.pin, sender_id):
+            m = _match(channel, cfg.owners, key, presented, self._standing(channel, account_id).pins)
+        elif m.pin is not None:
+            m = _Match()
+        self._said(channel, account_id, sender_id, m.impostor, m.pins_unreadable)
+        return m.found
 
-    def _listed(self, channel: str, account_id: str, entries: Sequence[str], sender_id: str,
-                sender_username: str | None) -> bool:
-        """Whether a normalised list names this sender: by id, or by the @username they present when it is
-        pinned to their id (not pinned yet: they are the first seen with it, and it is pinned to them). `*` is
-        the caller's to interpret."""
-        key = sender_key(channel, sender_id)
-        if any(e == key for e in entries if e != STAR and not is_username(e)):
-            return True
-        presented = handle(sender_username)
-        if presented is None or presented not in entries:
-            return False
+    def check(self, channel: str, account_id: str, peer_kind: str, peer_id: str, sender_id: str, *,
+              text: str = "", mentioned: bool = False, reply_to_bot: bool = False,
+              mention_patterns: Sequence[str] = (), sender_name: str | None = None,
+              sender_username: str | None = None) -> AccessDecision:
+        channel = channel.lower()
+        msg = Message(sender_id, sender_username, text, mentioned, reply_to_bot, tuple(mention_patterns))
+        v = self._decided(self.channels, channel, account_id, peer_kind, peer_id, msg)
+        if not v.may_pair:
+            return AccessDecision(v.let_in, None, v.reason)
+        req = self.store.request(channel, account_id, sender_id, sender_name, sender_username)
+        if req is None:
+            return AccessDecision(False, None, "dm_policy pairing: a code was already issued this hour, the "
+                                  "sender was denied, or 3 codes are pending for this account")
+        return AccessDecision(False, pairing_message(req), f"dm_policy pairing: code {req.code} issued")
+
+    def _decided(self, channels: ChannelsConfig, channel: str, account_id: str, peer_kind: str, peer_id: str,
+                 msg: Message) -> Verdict:
+        """`decide` with its pin taken: a first sighting pins the name, then the decision is asked again against
+        the pin in force (another process may have pinned the name to someone else first). Pins that cannot be
+        written match nobody by name, as pins that cannot be read."""
+        if channel == WEBCHAT:
+            return decide(channels, channel, account_id, peer_kind, peer_id, Standing(frozenset(), {}), msg)
+        known = self._standing(channel, account_id)
+        v = decide(channels, channel, account_id, peer_kind, peer_id, known, msg)
+        if v.pin is not None:
+            known = self._standing(channel, account_id) if self._pinned(channel, account_id, v.pin, msg.sender_id) \
+                else Standing(known.approved, None)
+            v = decide(channels, channel, account_id, peer_kind, peer_id, known, msg)
+        self._said(channel, account_id, msg.sender_id, v.impostor, v.pins_unreadable)
+        return v
+
+    def _pinned(self, channel: str, account_id: str, name: str, sender_id: str) -> bool:
+        """Pin `name` to `sender_id` (a no-op when someone holds it already); False when the pins cannot be written."""
         try:
-            pin = self.pins.of(channel).get(presented)
-            if pin is None:  # first seen: the name means this id from now on
-                pin = self.pins.pin(channel, presented, sender_id, account_id)
-            if sender_key(channel, pin.sender_id) == key:
-                return True
-            self._impostor(channel, account_id, presented, sender_id, pin.sender_id)
-        except (HermitError, OSError) as e:  # pins that cannot be read or written: nobody matches by name
-            IMPOSTORS.warning(f"{channel} senders matched by username while the pins cannot be used",
-                              "%s/%s: @username entries match nobody until this is fixed: %s (%s)", channel,
-                              account_id, e.message if isinstance(e, HermitError) else e,
-                              e.hint if isinstance(e, HermitError) else "check the state dir's disk and owner")
-        return False
+            self.pins.pin(channel, name, sender_id, account_id)
+        except (HermitError, OSError) as e:
+            self._unreadable(channel, account_id, e)
+            return False
+        return True
+
+    def _said(self, channel: str, account_id: str, sender_id: str, impostor: tuple[str, str] | None,
+              unreadable: bool) -> None:
+        if impostor is not None:
+            self._impostor(channel, account_id, impostor[0], sender_id, impostor[1])
+        if unreadable:
+            self._unreadable(channel, account_id, None)
+
+    def _standing(self, channel: str, account_id: str) -> Standing:
+        return standing(self.store, self.pins, channel, account_id)
+
+    def _unreadable(self, channel: str, account_id: str, e: BaseException | None) -> None:
+        what = (e.message if isinstance(e, HermitError) else str(e)) if e is not None else \
+            f"{self.pins.path} cannot be read"
+        hint = e.hint if isinstance(e, HermitError) else "check the state dir's disk and owner"
+        IMPOSTORS.warning(f"{channel} senders matched by username while the pins cannot be used",
+                          "%s/%s: @username entries match nobody until this is fixed: %s (%s)", channel,
+                          account_id, what, hint)
 
     def _impostor(self, channel: str, account_id: str, name: str, sender_id: str, pinned: str) -> None:
         where = f"channels.{channel}.accounts.{account_id}"
@@ -140,70 +355,3 @@ class AccessControl:
             "treated as a stranger, not as the %s listed in the config. If that username is really theirs now "
             "(a new account), list their id %s under %s.owners (or allow_from) and remove %s there",
             channel, account_id, sender_id, name, pinned, sender_id, name, sender_id, where, name)
-
-    def check(self, channel: str, account_id: str, peer_kind: str, peer_id: str, sender_id: str, *,
-              text: str = "", mentioned: bool = False, reply_to_bot: bool = False,
-              mention_patterns: Sequence[str] = (), sender_name: str | None = None,
-              sender_username: str | None = None) -> AccessDecision:
-        channel = channel.lower()
-        if channel == WEBCHAT:
-            return AccessDecision(True, None, "webchat: authenticated by the gateway token")
-        cfg = self.account(channel, account_id)
-        if cfg is None:
-            return AccessDecision(False, None, f"unknown channel account {channel}/{account_id}")
-        if not cfg.enabled:
-            return AccessDecision(False, None, f"channel account {channel}/{account_id} is disabled")
-        if peer_kind == "dm":
-            return self._dm(cfg, channel, account_id, sender_id, sender_name, sender_username)
-        if peer_kind == "group":
-            return self._group(cfg, channel, account_id, peer_id, sender_id, sender_username, text, mentioned,
-                               reply_to_bot, mention_patterns)
-        return AccessDecision(False, None, f"unknown peer kind {peer_kind!r}")
-
-    def _approved(self, channel: str, account_id: str, sender_id: str) -> bool:
-        key = sender_key(channel, sender_id)
-        return any(sender_key(channel, s) == key for s in self.store.approved_senders(channel, account_id))
-
-    def _dm(self, cfg: ChannelAccessConfig, channel: str, account_id: str, sender_id: str,
-            sender_name: str | None, sender_username: str | None) -> AccessDecision:
-        policy = cfg.dm_policy
-        if policy == "disabled":
-            return AccessDecision(False, None, "dm_policy disabled: DMs are ignored")
-        if self._listed(channel, account_id, cfg.owners, sender_id, sender_username):
-            return AccessDecision(True, None, f"dm_policy {policy}: sender is an owner")
-        if policy == "open":
-            return AccessDecision(True, None, "dm_policy open: a contact")
-        if self._listed(channel, account_id, cfg.allow_from, sender_id, sender_username):
-            return AccessDecision(True, None, f"dm_policy {policy}: sender in allow_from (a contact)")
-        if self._approved(channel, account_id, sender_id):
-            return AccessDecision(True, None, f"dm_policy {policy}: sender approved by pairing (a contact)")
-        if policy == "allowlist":
-            # Silence: a stranger learns nothing, and in particular never gets a code (SPEC §14.12).
-            return AccessDecision(False, None, "dm_policy allowlist: sender not allowed")
-        req = self.store.request(channel, account_id, sender_id, sender_name, sender_username)
-        if req is None:
-            return AccessDecision(False, None, "dm_policy pairing: a code was already issued this hour, the "
-                                  "sender was denied, or 3 codes are pending for this account")
-        return AccessDecision(False, pairing_message(req), f"dm_policy pairing: code {req.code} issued")
-
-    def _group(self, cfg: ChannelAccessConfig, channel: str, account_id: str, group_id: str, sender_id: str,
-               sender_username: str | None, text: str, mentioned: bool, reply_to_bot: bool,
-               mention_patterns: Sequence[str]) -> AccessDecision:
-        policy = cfg.group_policy
-        if policy == "disabled":
-            return AccessDecision(False, None, "group_policy disabled: groups are ignored")
-        if policy == "allowlist" and group_id not in cfg.groups:
-            return AccessDecision(False, None, "group_policy allowlist: group not in groups")
-        members = cfg.group_allow_from  # empty or '*': every member of an allowed group
-        if members and STAR not in members and not self._listed(channel, account_id, [*members, *cfg.owners],
-                                                                sender_id, sender_username):
-            return AccessDecision(False, None, "group_allow_from: sender not allowed in groups")
-        if cfg.require_mention:
-            if mentioned:
-                return AccessDecision(True, None, f"group_policy {policy}: mentioned")
-            if reply_to_bot:
-                return AccessDecision(True, None, f"group_policy {policy}: reply to the bot")
-            if _mentions(text, mention_patterns):
-                return AccessDecision(True, None, f"group_policy {policy}: mention pattern matched")
-            return AccessDecision(False, None, "require_mention: the bot was not mentioned")
-        return AccessDecision(True, None, f"group_policy {policy}")

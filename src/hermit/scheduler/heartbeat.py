@@ -34,7 +34,7 @@ from hermit.durable import write_atomic
 from hermit.errors import HermitError
 from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.schedule import Zone
-from hermit.scheduler.targets import not_let_in, not_the_owner, peer_kind_of, resolve_target
+from hermit.scheduler.targets import let_in_again, not_let_in, not_the_owner, peer_kind_of, resolve_target
 from hermit.sessions.keys import main_session_key
 from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, read_regular_stat
 
@@ -202,9 +202,10 @@ def withheld_from(loaded: LoadedConfig, agent: AgentConfig, target: Target | Non
     They are main-session text (MEMORY.md, owner-only notes): withheld when the target reaches someone other than
     an owner of the agent (a group, a contact, another agent's owner) while `heartbeat.share_alerts_with_target`
     is off; and, opted in or not, when the target is not let in to talk to the assistant now (targets.not_let_in:
-    a contact revoked with `hermit pairing revoke` or never approved, a group taken off `groups`), as a job's runs
-    are skipped then — the owner's opt-in was for someone they have since cut off. Delivered again once they are
-    let in."""
+    a contact revoked with `hermit pairing revoke` or never approved, a group taken off `groups`, an owner on an
+    account whose `dm_policy` is disabled), as a job's runs are skipped then — the owner's opt-in was for someone
+    they have since cut off. Delivered again once they are let in. (Until s17 an alert that was not shared, to
+    an owner, was never asked the second question: the old copy of the admission rules let owners in always.)"""
     if target is None:
         return None
     if not agent.settings.heartbeat.share_alerts_with_target:
@@ -213,12 +214,11 @@ def withheld_from(loaded: LoadedConfig, agent: AgentConfig, target: Target | Non
             return (f"heartbeat alerts of agent {agent.id} are main-session text and "
                     f"{target.channel}:{target.account_id}:{target.peer_id} reaches {risk}, not only an owner of "
                     f"agent {agent.id}", WITHHELD_FIX)
-        return None  # an owner of the agent: always let in
     who = not_let_in(loaded, target.channel, target.account_id, target.peer_kind, target.peer_id)
     if who is None:
         return None
-    again = ("list the group under groups" if peer_kind_of(target.channel, target.peer_kind, target.peer_id) == "group"
-             else "`hermit pairing approve` them (or list them under allow_from)")
+    again = let_in_again(target.channel, target.account_id,
+                         peer_kind_of(target.channel, target.peer_kind, target.peer_id), who)
     return (f"heartbeat alerts of agent {agent.id} go to {who}, who is not let in to talk to the assistant now",
             f"{again} and the alerts are delivered again; or point heartbeat.target at an owner of the agent")
 

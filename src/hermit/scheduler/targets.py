@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hermit.agent.routing import RouteInput, Router
+from hermit.channels.access import decide, standing
 from hermit.channels.platforms import names
 from hermit.config.allowlist import is_username, matches, sender_key
 from hermit.config.load import LoadedConfig
@@ -30,6 +31,7 @@ from hermit.errors import ConfigError, HermitError, JobError
 
 WEBCHAT = "webchat"
 DEFAULT_ACCOUNT = "default"
+DM_OFF = "dm_policy is disabled"  # in not_let_in's words for a DM under `dm_policy: disabled`
 
 
 @dataclass(frozen=True)
@@ -163,14 +165,17 @@ class NotLetIn(JobError):
 
 def not_let_in(loaded: LoadedConfig, channel: str, account: str | None, peer_kind: str, to: str) -> str | None:
     """Why a scheduled delivery to `to` would reach someone the channel account does not let talk to the
-    assistant now, in words; None when it does: an owner (always), a contact its DM policy lets in (`open`,
-    `allow_from`, approved by pairing), a group its group policy lets in (`open`, or listed under `groups`), or
-    the web chat. The gateway's own access check (channels/access.py) draws the same line for what they send.
+    assistant now, in words; None when it does: the gateway's own admission decision (channels/access.decide)
+    asked about the peer alone — an owner, a contact its DM policy lets in (`open`, `allow_from`, approved by
+    pairing), a group its group policy lets in (`open`, or listed under `groups`), or the web chat; nobody in
+    DMs under `dm_policy: disabled` (the owners neither), nobody on an account that is off.
 
     A job aimed at a contact kept sending after `hermit pairing revoke` (and to a group after it left `groups`,
     or to someone never approved): its replies went on reaching a person the owner had cut off. Asked against
     the config in force and the pairing files as they are now, with no side effect (no pairing code is issued,
-    no username pinned). Usernames in `owners`/`allow_from` count only where they are pinned to this id."""
+    no username pinned). Usernames in `owners`/`allow_from` count only where they are pinned to this id (no
+    username is presented here). The scheduler kept its own copy of these rules until s17, and it let owners in
+    under `dm_policy: disabled` and on a disabled account, where the gateway refuses them."""
     from hermit.channels.pairing import PairingStore
     from hermit.channels.username_pins import UsernamePins
 
@@ -183,35 +188,28 @@ def not_let_in(loaded: LoadedConfig, channel: str, account: str | None, peer_kin
     if acc is None:
         return f"{where}, an account that channels.{name}.accounts does not define"
     peer = (to or "").strip()
-    if peer_kind_of(name, peer_kind, peer) == "group":
-        if acc.group_policy == "disabled":
-            return f"the {name} group {peer} (group_policy is disabled on {where})"
-        if acc.group_policy == "allowlist" and peer not in acc.groups:
-            return f"the {name} group {peer} (not listed under channels.{name}.accounts.{account}.groups)"
-        return None
+    kind = peer_kind_of(name, peer_kind, peer)
     store = PairingStore(loaded.paths.home)
-    key = sender_key(name, peer)
-    try:
-        pins = UsernamePins(store).of(name)
-    except HermitError:
-        pins = {}
-
-    def listed(entries: list[str]) -> bool:
-        return any(e == key if not is_username(e) else e in pins and sender_key(name, pins[e].sender_id) == key
-                   for e in entries)
-
-    if listed(acc.owners):
+    v = decide(loaded.config.channels, name, account, kind, peer, standing(store, UsernamePins(store), name, account))
+    if v.let_in:
         return None
-    if acc.dm_policy == "disabled":
-        return f"{name} {peer} (dm_policy is disabled on {where})"
-    if acc.dm_policy == "open" or listed(acc.allow_from):
-        return None
-    try:
-        if any(sender_key(name, s) == key for s in store.approved_senders(name, account)):
-            return None
-    except HermitError:
-        pass  # pairing files that cannot be read let nobody in (as the gateway's access check)
-    return f"{name} {peer} (on {where}: not an owner, not in allow_from, not approved by pairing)"
+    return {
+        "account_disabled": f"{name} {peer} ({where} is disabled: enabled is false)",
+        "group_disabled": f"the {name} group {peer} (group_policy is disabled on {where})",
+        "group_not_listed": f"the {name} group {peer} (not listed under channels.{name}.accounts.{account}.groups)",
+        "dm_disabled": f"{name} {peer} ({DM_OFF} on {where}: no DMs there, the owners' neither)",
+        "approvals_unreadable": f"{name} {peer} (on {where}: not an owner, not in allow_from, and the approved "
+                                "senders cannot be read)",
+    }.get(v.rule, f"{name} {peer} (on {where}: not an owner, not in allow_from, not approved by pairing)")
+
+
+def let_in_again(channel: str, account: str | None, kind: str, who: str) -> str:
+    """What lets in again the target `not_let_in` said (`who`) is not let in."""
+    if kind == "group":
+        return "list the group under groups"
+    if DM_OFF in who:
+        return f"set channels.{channel}.accounts.{account or DEFAULT_ACCOUNT}.dm_policy to pairing or allowlist"
+    return "`hermit pairing approve` them (or list them under allow_from)"
 
 
 def not_let_in_fix(job_id: str, kind: str) -> str:
