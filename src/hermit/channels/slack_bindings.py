@@ -30,7 +30,8 @@ class Unscoped:
 
 
 def unscoped_peer_bindings(loaded: LoadedConfig) -> list[Unscoped]:
-    """The Slack bindings with a `peer` and neither an account (`*` is none) nor a `team_id`."""
+    """The Slack bindings with a `peer` id local to a workspace and neither an account (`*` is none) nor a
+    `team_id`."""
     out = []
     for i, b in enumerate(loaded.config.bindings):
         m = b.match
@@ -38,6 +39,8 @@ def unscoped_peer_bindings(loaded: LoadedConfig) -> list[Unscoped]:
             continue
         if m.account_id not in (None, "*"):
             continue
+        if "@" in m.peer.id or (m.peer.kind == "dm" and m.peer.id.strip().upper().startswith("W")):
+            continue  # a Slack Connect member's `U…@T…` names the workspace; a Grid `W…` member id is global
         out.append(Unscoped(i, m.peer.kind, m.peer.id, b.agent_id))
     return out
 
