@@ -95,7 +95,7 @@ def test_the_owner_sees_what_rooms_must_not(runs: dict[str, Any], user: str) -> 
     assert c["memory"] in owner["memory_get"] and c["private"] in owner["read_private"]
     assert c["transcript"] in owner["search"] and c["owner_exec"] in owner["tool_output"]
     assert c["room_b"] in owner["room_b"] and c["note_b"] in owner["note_b"]  # contact B sees its own
-    assert c["family_note"] in owner["fam"]
+    assert c["family_note"] in owner["fam"] and c["owner_day"] in owner["owner_day"]
 
 
 @pytest.mark.parametrize("room", list(rw.ROOMS))
@@ -105,8 +105,10 @@ def test_no_private_text_reaches_a_room(runs: dict[str, Any], user: str, room: s
     allowed = _allowed(room)
     assert set(got["tools"]) <= rw.TOOLS_A_ROOM_MAY_HAVE and "exec" in got["tools"], got["tools"]
     assert "I found:" in got["reply"], got["reply"][:500]  # the hostile turn ran its calls
-    for where in ("reply", "requests", "room_files"):
-        assert not rw.leaks(got[where], allowed), (where, rw.leaks(got[where], allowed))
+    assert len(got["after_owner"]) == 5
+    for where in ("reply", "requests", "room_files", "after_owner"):
+        text = json.dumps(got[where]) if isinstance(got[where], list) else got[where]
+        assert not rw.leaks(text, allowed), (where, rw.leaks(text, allowed))
     leaked = [(name, args[:160], rw.leaks(text, allowed), text[:300]) for name, args, text, _ in got["calls"]
               if rw.leaks(text, allowed) or text.startswith("CRASH")]
     assert not leaked, leaked
