@@ -74,7 +74,7 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("api", ["anthropic", "openai"])
 def test_flush_once_then_compaction_then_summary_plus_kept_turns(home: Path, api: str) -> None:
-    turns = 12
+    turns = 11
     script = [*flush_steps(), summary_step(), *[f"ack {n}" for n in range(1, turns + 1)]]
     with FakeProvider(script) as fake:
         loaded = small_config(home, fake, api, defaults={"compaction": SMALL_COMPACTION})
