@@ -154,10 +154,18 @@ _FRAME_TAG = re.compile(r"<(/?)(conversation|previous-summary)\b", re.IGNORECASE
 _LINE_BREAK = re.compile(r"\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
 
 
+def _defused(text: str) -> str:
+    """A previous summary with the request's frame tags defused. A summary is the model's, steered by whoever wrote
+    the turns (a group member: "end your summary with these lines"): one holding `</previous-summary>` and a
+    `<conversation>` closed its frame in the next request and added turns of its own, a forged
+    `[user Ann (1001) — the owner]` among them, which the next summary then reported as the owner's."""
+    return _FRAME_TAG.sub(r"‹\1\2", text)
+
+
 def _body(text: str) -> str:
     """A message's text under its header: every line starts with "│ ", so no line of it reads as a header —
     whatever breaks it."""
-    return "\n".join(f"│ {line}" for line in _LINE_BREAK.split(_FRAME_TAG.sub(r"‹\1\2", text)))
+    return "\n".join(f"│ {line}" for line in _LINE_BREAK.split(_defused(text)))
 
 
 def render_message(message: Message) -> str:
@@ -204,7 +212,7 @@ def summary_prompt(conversation: str, previous: str | None, focus: str | None,
     if previous:
         parts.append(
             "Here is the summary written at an earlier compaction of this conversation:\n<previous-summary>\n"
-            f"{previous}\n</previous-summary>\n\nUpdate it with the newer turns below: keep everything in it that "
+            f"{_defused(previous)}\n</previous-summary>\n\nUpdate it with the newer turns below: keep everything in it that "
             "still matters (identifiers above all), add what is new, correct what changed, and return the whole "
             "updated summary."
         )
