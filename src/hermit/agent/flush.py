@@ -43,6 +43,7 @@ from typing import Any
 
 from hermit.agent.context import SILENT_TOKEN
 from hermit.agent.loop import LoopResult, RequestBuilder, run_loop
+from hermit.agent.owner_notes import scrub_owner_notes
 from hermit.config.schema import CompactionConfig, MemoryFlushConfig
 from hermit.durable import write_atomic
 from hermit.errors import HermitError
@@ -182,9 +183,10 @@ def scrub_flush_notes(workspace: Path, session_key: str, deleted: Deleted) -> di
             clean, n = deleted.rule.scrub(line)
             if n and line.strip():
                 wanted.setdefault(written[0], {})[line.strip()] = clean.strip()
+    owner = scrub_owner_notes(workspace, session_key, deleted)  # MEMORY.md and memory/private/: no blocks
     changed: dict[Path, int] = {}
     if not wanted:
-        return changed
+        return owner
     with memory_writes_locked(workspace, *wanted):
         for target, lines in wanted.items():
             try:  # never through a link: the file as it is, the user's own with one name
@@ -214,7 +216,7 @@ def scrub_flush_notes(workspace: Path, session_key: str, deleted: Deleted) -> di
     for target, count in changed.items():
         log.info("flush notes: scrubbed a deleted message from %d line(s) of %s written from %s", count,
                  target.relative_to(workspace), session_key)
-    return changed
+    return {**owner, **changed}
 
 
 def _landed(arguments: dict[str, Any], workspace: Path) -> bool:

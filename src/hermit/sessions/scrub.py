@@ -133,6 +133,7 @@ def deleted_in(objs: Iterable[dict[str, Any] | None], ref: str, known: Deleted |
     kept: list[str] = []  # what the session holds apart from it (the module's rules)
     first = known.line if known is not None else 0
     calls: list[tuple[str, dict[str, Any]]] = []
+    failed = _failed_calls(objs)
     for number, obj in enumerate(objs, start=1):
         if obj is None:
             continue
@@ -149,9 +150,9 @@ def deleted_in(objs: Iterable[dict[str, Any] | None], ref: str, known: Deleted |
             kept.extend(_texts_of(obj))
         elif obj.get("type") == "custom" and obj.get("customType") == FLUSH_ENTRY:
             message = obj.get("data", {}).get("message") if isinstance(obj.get("data"), dict) else None
-            calls.extend(_note_calls(message))
+            calls.extend(_note_calls(message, failed))
         elif obj.get("type") == "message" and isinstance(message, dict) and message.get("role") == "assistant":
-            calls.extend(_note_calls(message))  # a turn's own write or edit: the model took a note
+            calls.extend(_note_calls(message, failed))  # a turn's own write or edit: the model took a note
     if texts:
         return Deleted(ref, Verbatim(tuple(texts), kept), first, tuple(calls))
     return Deleted(ref, Verbatim(known.rule.texts, kept), known.line, tuple(calls)) if known is not None else None
@@ -168,6 +169,7 @@ def deleted_many(objs: Sequence[dict[str, Any] | None], refs: Iterable[str],
     pieces: list[str] = []  # each line's text as the rule compares it (`_folded`)
     calls: list[list[tuple[str, dict[str, Any]]]] = []
     edited: dict[str, list[str]] = {}  # ref -> the texts its `edited` entries still hold
+    failed = _failed_calls(objs)
     for number, obj in enumerate(objs, start=1):
         message = obj.get("message") if obj is not None else None
         mine: list[tuple[str, dict[str, Any]]] = []
@@ -184,9 +186,9 @@ def deleted_many(objs: Sequence[dict[str, Any] | None], refs: Iterable[str],
             pieces.append(_folded(_texts_of(obj)))
             if obj.get("type") == "custom" and obj.get("customType") == FLUSH_ENTRY:
                 data = obj.get("data")
-                mine = _note_calls(data.get("message") if isinstance(data, dict) else None)
+                mine = _note_calls(data.get("message") if isinstance(data, dict) else None, failed)
             elif obj.get("type") == "message" and isinstance(message, dict) and message.get("role") == "assistant":
-                mine = _note_calls(message)
+                mine = _note_calls(message, failed)
         calls.append(mine)
     out: list[Deleted] = []
     for ref in dict.fromkeys(refs):
@@ -218,12 +220,29 @@ def edit_entry(obj: dict[str, Any] | None) -> tuple[str, str] | None:
     return None
 
 
-def _note_calls(message: Any) -> list[tuple[str, dict[str, Any]]]:
-    """The write and edit calls (NOTE_TOOLS) of an assistant message: what may have added text to a note."""
+def _note_calls(message: Any, failed: frozenset[str] = frozenset()) -> list[tuple[str, dict[str, Any]]]:
+    """The write and edit calls (NOTE_TOOLS) of an assistant message: what may have added text to a note. Not one
+    whose result was an error (`failed`: it wrote nothing, and what the file holds of its text is someone else's —
+    the owner's own line in MEMORY.md); one with no result yet (killed while it ran) may have written."""
     return [(part["name"], part["arguments"]) for part in (message.get("content") or ()
                                                            if isinstance(message, dict) else ())
             if isinstance(part, dict) and part.get("type") == "toolCall" and part.get("name") in NOTE_TOOLS
-            and isinstance(part.get("arguments"), dict)]
+            and isinstance(part.get("arguments"), dict) and part.get("id") not in failed]
+
+
+def _failed_calls(objs: Iterable[dict[str, Any] | None]) -> frozenset[str]:
+    """The ids of the tool calls whose result the lines record as an error (the turns' and the flush's)."""
+    out: set[str] = set()
+    for obj in objs:
+        if obj is None:
+            continue
+        message = obj.get("message")
+        if obj.get("type") == "custom" and obj.get("customType") == FLUSH_ENTRY and isinstance(obj.get("data"), dict):
+            message = obj["data"].get("message")
+        if isinstance(message, dict) and message.get("role") == "toolResult" and message.get("isError") is True \
+                and isinstance(message.get("toolCallId"), str):
+            out.add(message["toolCallId"])
+    return frozenset(out)
 
 
 def _texts_of(obj: dict[str, Any]) -> list[str]:

@@ -1,0 +1,112 @@
+"""A deleted (or edited) message's copies in the owner's own notes: MEMORY.md and memory/private/.
+
+Those files are owner-only whole, so the main session writes them without origin blocks (tools/memory_files.py),
+and the scrub of the notes a turn or the flush wrote (agent/flush.py `scrub_flush_notes`) finds a session's lines
+by its blocks: an owner who told the main session a code, which the answering turn put in MEMORY.md, and then
+deleted the message kept the code there, for every later turn's prompt and for search.
+
+Which lines: only those the main session's own write and edit calls after the message wrote (sessions/scrub.py
+`note_calls`; a call whose result was an error wrote nothing and is not one): an append's text, an overwrite's
+content, an edit's new text less the lines its old text had. Each such line holding a copy (sessions/verbatim.py's
+rule) is replaced, where the file holds it whole, by its scrubbed form; every other line of the owner's file is left
+as it is, the owner's own words among them. Only the main session's calls count: another session writes in its room
+(tools/views.py), and a path it named is not the workspace's.
+
+How: under the memory-write lock (memory/policy/daily_log.py) that the web app's MEMORY.md save holds while it
+compares the owner's starting text (its sha256) with the file and writes: a save the owner began from the text
+before the scrub is refused (the page says the file changed; the owner's text stays in their editor), one that
+came first is read and scrubbed. The file is replaced atomically (durable.write_atomic: a kill leaves the old file
+or the new one), keeping its mode; never through a link, never a hard-linked or another user's file. The earlier
+version is not copied to memory-history (that would keep the copy).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from hermit.durable import write_atomic
+from hermit.errors import HermitError
+from hermit.memory.policy.daily_log import memory_writes_locked
+from hermit.memory.policy.privacy import long_term_file
+from hermit.sessions.keys import is_main_session_key
+from hermit.sessions.scrub import Deleted
+from hermit.textfile import read_regular_stat
+
+log = logging.getLogger("hermit.agent")
+
+
+def owner_file(arguments: dict[str, Any], workspace: Path) -> Path | None:
+    """The owner's note a write or edit call names — MEMORY.md, or a .md file under memory/private/ — or None."""
+    path = arguments.get("path")
+    if not isinstance(path, str) or "\x00" in path:
+        return None
+    try:
+        target = (workspace / path).resolve()
+        memory = long_term_file(workspace).resolve()
+        private = (workspace / "memory" / "private").resolve()
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: a symlink loop (Python 3.11)
+        return None
+    if target == memory or (target.suffix == ".md" and target.is_relative_to(private) and target != private):
+        return target
+    return None
+
+
+def written_lines(name: str, arguments: dict[str, Any]) -> list[str]:
+    """The lines a write (its content: appended or the whole file) or an edit (its new text's lines that its old
+    text did not have) put in the file."""
+    if name == "write":
+        content = arguments.get("content")
+        return content.splitlines() if isinstance(content, str) else []
+    new, old = arguments.get("new"), arguments.get("old")
+    if not isinstance(new, str):
+        return []
+    had = {line.strip() for line in old.splitlines()} if isinstance(old, str) else set()
+    return [line for line in new.splitlines() if line.strip() not in had]
+
+
+def scrub_owner_notes(workspace: Path, session_key: str, deleted: Deleted) -> dict[Path, int]:
+    """Copies of `deleted` in the lines the main session's calls wrote to the owner's notes (see the module); the
+    files changed, and how many lines in each."""
+    if not is_main_session_key(session_key):
+        return {}
+    wanted: dict[Path, dict[str, str]] = {}
+    for name, arguments in deleted.note_calls:
+        target = owner_file(arguments, workspace)
+        if target is None:
+            continue
+        for line in written_lines(name, arguments):
+            clean, n = deleted.rule.scrub(line)
+            if n and line.strip():
+                wanted.setdefault(target, {})[line.strip()] = clean.strip()
+    changed: dict[Path, int] = {}
+    if not wanted:
+        return changed
+    with memory_writes_locked(workspace, *wanted):
+        for target, lines in wanted.items():
+            try:  # never through a link: the owner's file as it is, with one name
+                data, st = read_regular_stat(target, follow=False)
+                if st.st_nlink != 1 or st.st_uid != os.geteuid():
+                    log.warning("owner notes: %s is not a file of Hermit's own: left", target.name)
+                    continue
+                text = data.decode("utf-8")
+            except FileNotFoundError:  # removed since
+                continue
+            except (OSError, HermitError, UnicodeDecodeError) as e:
+                log.warning("owner notes: could not read %s to scrub a deleted message: %s", target.name, e)
+                continue
+            rows = text.split("\n")
+            count = 0
+            for i, row in enumerate(rows):
+                stripped = row.strip()
+                if stripped in lines:
+                    rows[i] = row.replace(stripped, lines[stripped])
+                    count += 1
+            if count:
+                write_atomic(target, "\n".join(rows))
+                changed[target] = count
+    for target, count in changed.items():
+        log.info("owner notes: scrubbed a deleted message from %d line(s) of %s", count, target.relative_to(workspace))
+    return changed
