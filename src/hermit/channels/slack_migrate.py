@@ -247,7 +247,7 @@ def _audiences_kept(agent: AgentConfig, wanted: set[str]) -> set[str]:
             text = decode_text(read_regular(path)).text
         except (OSError, ValueError):
             continue
-        if MARKER in text:
+        if MARKER in text and SLACK in text:
             found |= {a for b in origin_blocks(text) if (a := block_audience(b.origin)) in wanted}
     return found
 
@@ -323,10 +323,10 @@ def _apply(loaded: LoadedConfig, plan: Plan, report: Report, step: Step | None) 
                 report.left.append(f"agent {agent_id}: {old} stays: {outcome}")
         if renamed:
             _rename_headers(agent.sessions_dir, renamed, report, step)
-        for old_aud, new_aud in plan.audiences.get(agent_id, {}).items():
-            if old_aud in busy:
-                continue
-            report.notes += [f"agent {agent_id}: {rel}" for rel in _rename_notes(agent.workspace, old_aud, new_aud, step)]
+        renames = {old: new for old, new in plan.audiences.get(agent_id, {}).items() if old not in busy}
+        if renames:
+            report.notes += [f"agent {agent_id}: {rel}" for rel in _rename_notes(agent.workspace, renames, report, step)]
+        for old_aud, new_aud in renames.items():
             room = _move_room(agent.sessions_dir.parent / "rooms", old_aud, new_aud, report, step)
             if room:
                 report.rooms.append(f"agent {agent_id}: {room}")
@@ -399,8 +399,11 @@ def _rewrite_header(path: Path, renamed: Mapping[str, str]) -> None:
     try:
         data = read_fd(fd, os.fstat(fd).st_size)
         first, sep, rest = data.partition(b"\n")
-        obj = json.loads(first)
-        key = obj.get("sessionKey")
+        try:
+            obj = json.loads(first)
+        except (ValueError, UnicodeDecodeError):
+            return  # changed since it was looked at: no header to rename
+        key = obj.get("sessionKey") if isinstance(obj, dict) else None
         if not isinstance(key, str) or key not in renamed:
             return
         obj["sessionKey"] = renamed[key]
@@ -421,32 +424,40 @@ def _memory_files(workspace: Path) -> Iterator[tuple[str, Path]]:
                 yield rel, Path(folder) / name
 
 
-def _renamed_text(text: str, old: str, new: str) -> str | None:
-    if MARKER not in text:
+def _renamed_text(text: str, renames: Mapping[str, str]) -> str | None:
+    """`text` with the open markers of blocks of an old audience naming the new one (None: none there). A block
+    written before audiences existed takes it from its session: it gets the new one as an attribute."""
+    if MARKER not in text or SLACK not in text:
         return None
     lines = text.split("\n")
     changed = False
     for b in origin_blocks(text):
-        if block_audience(b.origin) == old and OPEN_RE.match(lines[b.start - 1].strip()):
+        new = renames.get(block_audience(b.origin))
+        if new is not None and OPEN_RE.match(lines[b.start - 1].strip()):
             lines[b.start - 1] = open_line(dataclasses.replace(b.origin, audience=new))
             changed = True
     return "\n".join(lines) if changed else None
 
 
-def _rename_notes(workspace: Path, old: str, new: str, step: Step | None) -> list[str]:
+def _rename_notes(workspace: Path, renames: Mapping[str, str], report: Report, step: Step | None) -> list[str]:
+    """One pass over the agent's memory files (under the memory write lock, each file rewritten atomically)."""
     changed: list[str] = []
     for rel, path in _memory_files(workspace):
-        with contextlib.suppress(FileNotFoundError):
-            if MARKER not in decode_text(read_regular(path)).text:
+        try:
+            if _renamed_text(decode_text(read_regular(path)).text, renames) is None:
                 continue
             with memory_writes_locked(workspace, path):
-                text = decode_text(read_regular(path)).text
-                out = _renamed_text(text, old, new)
+                out = _renamed_text(decode_text(read_regular(path)).text, renames)
                 if out is None:
                     continue
                 write_atomic(path, out)
-            changed.append(rel)
-            _tell(step, f"notes {rel}")
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as e:
+            report.left.append(f"{path}: its notes keep their old audience ({type(e).__name__}: {e})")
+            continue
+        changed.append(rel)
+        _tell(step, f"notes {rel}")
     return changed
 
 
