@@ -24,6 +24,7 @@ from hermit.channels.slack import workspace_path
 from hermit.channels.slack_migrate import journal_path, migrate
 from hermit.config.load import LoadedConfig, load_config
 from hermit.config.paths import StatePaths
+from hermit.gateway.history import chat_history
 from hermit.memory.policy.audience import audience_of_session
 from hermit.memory.policy.provenance import Origin, origin_blocks, wrap
 from hermit.sessions.lock import lock_path
@@ -96,6 +97,10 @@ def test_one_workspace_every_old_contact_and_group_session_continues_under_its_n
     loaded = setup(tmp_path, {"work": {"owners": [OWNER]}}, {"work": TEAM_A})
     ids = sessions(loaded, [CONTACT_DM, GROUP, GROUP_THREAD, OWNER_DM, PEER_DM])
     agent = loaded.agent()
+    ended = ids[GROUP]  # the group's /new: an ended session of the key, and the current one
+    current = SessionStore(agent.sessions_dir).new_session(GROUP).record
+    SessionStore(agent.sessions_dir).open_transcript(current).append_message({"role": "user", "content": "AFTER /new"})
+    ids[GROUP] = current.session_id
 
     report = migrate(loaded, tmp_path)
 
@@ -104,10 +109,15 @@ def test_one_workspace_every_old_contact_and_group_session_continues_under_its_n
         assert store.get(old) is None
         rec = store.get(new)
         assert rec is not None and rec.session_id == ids[old] and rec.key == new
-        assert rec.compaction_count == 3  # the record itself moved, counters and all
+        assert rec.compaction_count == (0 if old == GROUP else 3)  # the record itself moved, counters and all
         path = store.transcript_path(rec.session_id)
-        assert read_transcript(path).header.session_key == new and f"SAID-IN {old}" in path.read_text()
+        said = "AFTER /new" if old == GROUP else f"SAID-IN {old}"
+        assert read_transcript(path).header.session_key == new and said in path.read_text()
         assert not lock_path(agent.sessions_dir, old).exists()
+    # The web app's history of the key: its current session and the ended one (each transcript names the key).
+    assert "AFTER /new" in json.dumps(chat_history(store, NEW[GROUP], 10))
+    assert f"SAID-IN {GROUP}" in json.dumps(chat_history(store, NEW[GROUP], 10, session_id=ended))
+    assert store.get(NEW[GROUP]).previous_session_id == ended  # type: ignore[union-attr]
     assert store.get(OWNER_DM) is not None and store.get(OWNER_DM).session_id == ids[OWNER_DM]  # type: ignore[union-attr]
     assert len(report.moved) == 4 and not report.left and not report.waiting, report
     # The notes' audiences and the rooms follow: the group's and the contacts' (not the owner's).
