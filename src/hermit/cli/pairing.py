@@ -191,49 +191,30 @@ def _after_revoke(loaded: LoadedConfig | None, gone: ApprovedSender) -> str:
 
 def cmd_revoke(ctx: CliContext, args: argparse.Namespace) -> int:
     from hermit.channels.pairing import PairingStore
+    from hermit.scheduler.held import held_note
 
     removed = PairingStore(ctx.home).revoke(args.channel, args.sender, args.account)
     loaded = _config(ctx)
     for gone in removed:
         print(f"revoked {gone.label()} on {gone.channel}/{gone.account_id}: {_after_revoke(loaded, gone)}")
-        if held := _jobs_held(ctx, loaded, gone):
-            jobs = "scheduled job aimed at them" if len(held) == 1 else "scheduled jobs aimed at them"
-            print(f"{len(held)} {jobs} will be skipped until they are approved again: {', '.join(held)} "
-                  "(re-aim one with `hermit cron edit ID --announce CHANNEL:ACCOUNT:PEER`, or remove it with "
-                  "`hermit cron remove ID`)")
+        if note := held_note(_jobs_held(ctx, loaded, gone)):
+            print(note)
     return 0
 
 
 def _jobs_held(ctx: CliContext, loaded: LoadedConfig | None, gone: ApprovedSender) -> list[str]:
-    """The enabled jobs whose replies go to the sender just revoked and are now skipped (scheduler/targets.py
-    `not_let_in`: no turn, nothing sent, kept until they are let in again), as `id (name)`; none when the
-    config still lets them in (an owner, allow_from, dm_policy open) or cannot be read."""
-    from hermit.channels.pairing import printable
-    from hermit.config.allowlist import sender_key
+    """The enabled jobs aimed at the sender just revoked, now skipped (scheduler/held.py, as the web app's Revoke
+    says them); none when the config cannot be read."""
     from hermit.scheduler.control import CronJobs
-    from hermit.scheduler.targets import peer_kind_of, resolve_target
+    from hermit.scheduler.held import jobs_held
 
     if loaded is None:
         return []
     try:
         cron = CronJobs(ctx.home, loaded)
-        jobs = cron.load().jobs
     except HermitError:
-        return []  # an unreadable job file is `hermit doctor`'s to report
-    who = sender_key(gone.channel, gone.sender_id)
-    held = []
-    for job in jobs:
-        d = job.delivery
-        if d.target() is None or peer_kind_of(d.channel or "", d.peer_kind, d.to or "") == "group":
-            continue
-        try:
-            t = resolve_target(loaded.config.channels, d.channel or "", d.account)
-        except HermitError:
-            continue  # a job to an account that is gone: `hermit doctor` names it
-        if (t.channel, t.account, sender_key(t.channel, d.to or "")) == (gone.channel, gone.account_id, who) and \
-                cron.not_let_in(job) is not None:
-            held.append(printable(job.label, 200))
-    return held
+        return []
+    return jobs_held(cron, loaded, gone)
 
 
 def cmd_unpin(ctx: CliContext, args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ from hermit.channels.base import Channel
 from hermit.channels.contact_terms import contact_terms
 from hermit.channels.pairing import NAME_MAX, ApprovedSender, PairingRequest, PairingStore, sender_label
 from hermit.config.load import LoadedConfig
+from hermit.errors import ConfigError
 from hermit.gateway.logs import log_entry, log_path, split_lines
 from hermit.gateway.protocol import (
     CronAddParams,
@@ -39,6 +40,7 @@ from hermit.gateway.protocol import (
 )
 from hermit.messages import label_text
 from hermit.scheduler.control import CronJobs
+from hermit.scheduler.held import held_note, jobs_held
 
 TAIL_MAX_BYTES = 1_000_000  # the log tail reads at most this much from the end of the file
 
@@ -126,8 +128,21 @@ class OpsConsole:
                 "message": "denied: no reply, and no new code for this sender until the request expires"}
 
     def pairing_revoke(self, p: PairingRevokeParams) -> dict[str, Any]:
+        """Revoke an approved contact; each one revoked comes with the enabled jobs aimed at them that are now
+        skipped (`held`) and the note `hermit pairing revoke` prints about them (`heldNote`, '' for none); `warning`
+        says them all when there are any."""
         gone = self.pairing.revoke(p.channel, p.sender, p.account_id)
-        return {"revoked": [_contact(a) for a in gone]}
+        try:
+            loaded: LoadedConfig | None = self.config()
+        except ConfigError:
+            loaded = None  # the config in force is invalid: nothing is delivered anyway, and no job is named
+        out = []
+        for a in gone:
+            held = jobs_held(self.jobs, loaded, a) if loaded is not None else []
+            out.append(_contact(a) | {"held": held, "heldNote": held_note(held)})
+        notes = [f"{c['label']}: {c['heldNote']}" if len(out) > 1 else c["heldNote"] for c in out if c["heldNote"]]
+        # Said with the action, as cron.add's and cron.update's warnings are (static/ops.js `act`).
+        return {"revoked": out} | ({"warning": "; ".join(notes)} if notes else {})
 
     # ---- the log ------------------------------------------------------------------------------------
 
