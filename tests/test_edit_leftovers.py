@@ -15,7 +15,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from agenthelpers import fixed_clock, load_offline
+from agenthelpers import NOW, fixed_clock, load_offline
 from channelhelpers import until
 from gatewayhelpers import HeldAdmission, RecordingChannel, make_bus
 from hermit.agent.runtime import AgentRuntime
@@ -86,14 +86,15 @@ def test_a_delete_after_an_edit_made_as_the_messages_turn_started_takes_the_edit
 
 
 def dump_of(rt: AgentRuntime) -> str:
+    """What /new saved, with its file's name."""
     [dump] = (rt.agent.workspace / "memory").glob("*.md")
-    return dump.read_text()
+    return f"{dump.name}\n{dump.read_text()}"
 
 
 def quoting(req: ModelRequest) -> Reply:
-    """Answers quoting the code it was told; names a saved session "locker notes"."""
+    """Answers quoting the code it was told; names a saved session by it (as a model may: it is no key's shape)."""
     if req.system == SLUG_SYSTEM:
-        return "locker-notes"
+        return f"locker-code-{CODE.lower()}"
     return f"Noted your locker code {CODE} at the blue harbour gym." if CODE in str(req.messages[-1].to_dict()) \
         else "ok"
 
@@ -109,14 +110,16 @@ def test_an_edit_after_new_takes_the_dropped_words_out_of_what_new_saved_of_the_
         assert await bus.drain(20)
         await bus.publish(dm("/new", "3"))
         assert await bus.drain(20)
-        assert dump_of(rt).count(CODE) == 2  # the message and the reply, as /new saved them
+        saved = dump_of(rt)
+        assert saved.count(CODE) == 2 and saved.count(CODE.lower()) == 2, saved  # message, reply; name, title
         await bus.publish(dm(removed, "1", change="edited"))
         assert await bus.drain(20)
 
     try:
         asyncio.run(main())
         text = dump_of(rt)
-        assert CODE not in text, text
+        assert CODE not in text and CODE.lower() not in text, text
+        assert text.startswith(f"{NOW:%Y-%m-%d}-locker-code-deleted.md\n"), text
         assert f"User: {removed} (edited)" in text, text  # the message as every reader now sees it
         assert "Assistant: Noted your locker code [deleted] at the blue harbour gym." in text, text
         assert "User: and the towel is blue" in text and "- Session id:" in text  # the rest as saved
@@ -141,7 +144,7 @@ def test_a_delete_after_new_takes_the_message_and_its_copies_out_of_what_new_sav
     try:
         asyncio.run(main())
         text = dump_of(rt)
-        assert CODE not in text and "blue harbour" not in text, text
+        assert CODE not in text and CODE.lower() not in text and "blue harbour" not in text, text
         assert "User: and the towel is blue" in text
         assert CODE not in transcripts(rt)
     finally:

@@ -60,7 +60,7 @@ from hermit.durable import append_whole, write_atomic
 from hermit.errors import HermitError
 from hermit.memory.index.session_source import redact
 from hermit.memory.policy import added_notes
-from hermit.memory.policy.audience import owner_origin
+from hermit.memory.policy.audience import owner_origin, unnamed
 from hermit.memory.policy.daily_log import MAX_NOTE_CHARS, memory_writes_locked
 from hermit.memory.policy.provenance import (
     CLOSE_LINE,
@@ -196,8 +196,30 @@ def scrub_saved(workspace: Path, session_id: str, deleted: Sequence[MessageEntry
             if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
                 continue
             write_atomic(path, scrubbed, mode=stat.S_IMODE(st.st_mode))
-            changed.append(path)
+            changed.append(_renamed(path, rule or Verbatim(tuple(old.text for old, _ in lines))))
     return changed
+
+
+def _renamed(path: Path, rule: Verbatim) -> Path:
+    """`path` renamed when a word of its name is a copy (the slug a model chose may quote a code): that word
+    becomes `deleted`, the date and the rest kept; never over another file (`-2`, … as the hook names them)."""
+    words = path.stem.split("-")
+    clean = words[:3] + ["deleted" if rule.scrub(w)[1] else w for w in words[3:]]
+    if clean == words:
+        return path
+    for n in range(1, 100):
+        new = path.with_name("-".join(clean) + ("" if n == 1 else f"-{n}") + ".md")
+        try:
+            os.link(path, new, follow_symlinks=False)
+        except FileExistsError:
+            continue
+        except OSError as e:  # a file system without hard links: the name stays (the text is scrubbed)
+            log.warning("session-memory: could not rename %s, whose name holds a deleted message's copy: %s",
+                        path.name, e)
+            return path
+        os.unlink(path)
+        return new
+    return path
 
 
 def _scrubbed(text: str, session_id: str, lines: Sequence[tuple[Line, Line]], given: Verbatim | None = None) -> str:
@@ -396,7 +418,8 @@ def save_session_memory(
     def compose(slug: str) -> tuple[str, str]:
         header = (
             f"# Session {local:%Y-%m-%d %H:%M} ({tz_name}): {slug.replace('-', ' ')}\n\n"
-            f"- Session key: {record.key}\n"
+            # A chat's dump is the chat's to read: its key without the agent id (audience.unnamed).
+            f"- Session key: {record.key if is_main_session_key(record.key) else unnamed(record.key)}\n"
             f"- Session id: {record.session_id}\n"
             f"- Last entry: {last.entry_id}\n"
             f"- Source: {record.origin_channel or 'direct'}\n"
