@@ -36,7 +36,7 @@ def peer(kind: str, pid: str, **more: str) -> dict[str, Any]:
     return {"agent_id": "ops", "match": {"channel": "slack", "peer": {"kind": kind, "id": pid}, **more}}
 
 
-TWO = {"work": {}, "club": {}}
+TWO: dict[str, dict[str, Any]] = {"work": {}, "club": {}}
 
 
 def test_doctor_names_each_peer_binding_without_account_or_team_and_says_how_to_fix_it(tmp_path: Path) -> None:

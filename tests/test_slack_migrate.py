@@ -117,8 +117,8 @@ def test_one_workspace_every_old_contact_and_group_session_continues_under_its_n
     # The web app's history of the key: its current session and the ended one (each transcript names the key).
     assert "AFTER /new" in json.dumps(chat_history(store, NEW[GROUP], 10))
     assert f"SAID-IN {GROUP}" in json.dumps(chat_history(store, NEW[GROUP], 10, session_id=ended))
-    assert store.get(NEW[GROUP]).previous_session_id == ended  # type: ignore[union-attr]
-    assert store.get(OWNER_DM) is not None and store.get(OWNER_DM).session_id == ids[OWNER_DM]  # type: ignore[union-attr]
+    assert store.get(NEW[GROUP]).previous_session_id == ended
+    assert store.get(OWNER_DM) is not None and store.get(OWNER_DM).session_id == ids[OWNER_DM]
     assert len(report.moved) == 4 and not report.left and not report.waiting, report
     # The notes' audiences and the rooms follow: the group's and the contacts' (not the owner's).
     want = [audience_of_session(NEW.get(k, k)) for k in (CONTACT_DM, GROUP, GROUP_THREAD, OWNER_DM, PEER_DM)]
@@ -151,9 +151,9 @@ def test_two_workspaces_only_the_keys_naming_their_account_move_and_the_rest_is_
     report = migrate(loaded, tmp_path)
     store = SessionStore(loaded.agent().sessions_dir)
     assert report.moved == [f"agent main: {CONTACT_DM} -> {NEW[CONTACT_DM]}"]
-    assert store.get(NEW[CONTACT_DM]).session_id == ids[CONTACT_DM]  # type: ignore[union-attr]
+    assert store.get(NEW[CONTACT_DM]).session_id == ids[CONTACT_DM]
     for stays in (GROUP, PEER_DM):  # either workspace's: nothing guessed
-        assert store.get(stays).session_id == ids[stays]  # type: ignore[union-attr]
+        assert store.get(stays).session_id == ids[stays]
         assert any(stays in line and "different workspaces" in line for line in report.left), report.left
     assert audiences(loaded) == before  # `slack:dm:U0CONT1` could be a contact of either account too
 
@@ -173,7 +173,7 @@ def test_an_account_not_connected_yet_holds_back_what_it_could_claim_and_a_later
     setup(tmp_path, {"work": {"owners": [OWNER]}, "club": {}}, {"work": TEAM_A, "club": TEAM_A})
     report = migrate(loaded, tmp_path)
     store = SessionStore(loaded.agent().sessions_dir)
-    assert store.get(NEW[GROUP]).session_id == ids[GROUP]  # type: ignore[union-attr]
+    assert store.get(NEW[GROUP]).session_id == ids[GROUP]
     assert audiences(loaded) == [audience_of_session(NEW[CONTACT_DM]), audience_of_session(NEW[GROUP])]
 
 
@@ -182,8 +182,8 @@ def test_a_new_key_that_has_a_session_already_is_not_overwritten(tmp_path: Path)
     ids = sessions(loaded, [GROUP, NEW[GROUP]])
     report = migrate(loaded, tmp_path)
     store = SessionStore(loaded.agent().sessions_dir)
-    assert store.get(GROUP).session_id == ids[GROUP]  # type: ignore[union-attr]
-    assert store.get(NEW[GROUP]).session_id == ids[NEW[GROUP]]  # type: ignore[union-attr]
+    assert store.get(GROUP).session_id == ids[GROUP]
+    assert store.get(NEW[GROUP]).session_id == ids[NEW[GROUP]]
     assert not report.moved and any("has a session of its own already" in x for x in report.left), report.left
 
 
@@ -350,7 +350,7 @@ def test_a_planted_transcript_naming_an_old_key_is_neither_read_nor_rewritten(tm
         foreign.write_text(header)
         os.chown(foreign, 65534, 65534)
     report = migrate(loaded, tmp_path)
-    assert SessionStore(folder).get(NEW[GROUP]).session_id == ids[GROUP]  # type: ignore[union-attr]
+    assert SessionStore(folder).get(NEW[GROUP]).session_id == ids[GROUP]
     assert target.read_text() == header and (folder / "0000-link.jsonl").is_symlink()
     if os.geteuid() == 0:
         assert foreign.read_text() == header and foreign.stat().st_uid == 65534
@@ -382,8 +382,8 @@ def test_a_session_another_process_is_answering_in_is_left_for_the_next_run(tmp_
         holder.stdin.close()
         assert holder.wait(timeout=60) == 0
     store = SessionStore(folder)
-    assert store.get(GROUP).session_id == ids[GROUP]  # type: ignore[union-attr]
-    assert store.get(NEW[PEER_DM]).session_id == ids[PEER_DM]  # type: ignore[union-attr]
+    assert store.get(GROUP).session_id == ids[GROUP]
+    assert store.get(NEW[PEER_DM]).session_id == ids[PEER_DM]
     assert any(GROUP in w and "next start" in w for w in report.waiting), report.waiting
     # The group's notes and room wait with it (its turn may be using the room).
     assert audiences(loaded) == ["slack:group:C0GRP1", audience_of_session(NEW[PEER_DM])]
@@ -403,7 +403,7 @@ def test_the_owner_of_one_account_as_a_contact_of_another_continues_but_the_owne
     ids = sessions(loaded, [as_contact, OWNER_DM])
     report = migrate(loaded, tmp_path)
     store = SessionStore(loaded.agent().sessions_dir)
-    assert store.get(f"{as_contact}@{TEAM_A}").session_id == ids[as_contact]  # type: ignore[union-attr]
-    assert store.get(OWNER_DM).session_id == ids[OWNER_DM]  # type: ignore[union-attr]
+    assert store.get(f"{as_contact}@{TEAM_A}").session_id == ids[as_contact]
+    assert store.get(OWNER_DM).session_id == ids[OWNER_DM]
     assert audiences(loaded) == ["slack:dm:U0OWNER1", "slack:dm:U0OWNER1"] and not report.notes and not report.rooms
     assert (loaded.agent().sessions_dir.parent / "rooms" / room_slug("slack:dm:U0OWNER1") / "plan.txt").exists()
