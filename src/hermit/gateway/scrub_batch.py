@@ -14,10 +14,16 @@ and write of the transcript, under the lock its appends wait on).
 A turn of the session waits for its batch before it starts, and the batch then starts at once (`settled`): the
 model never sees a copy of a message already deleted; so does a gateway stopping (`hurry`). Until its batch runs,
 a deleted message's copies (not the message: hidden already) stay in the transcript for at most GATHER_MAX
-seconds. After a kill, the gateway scrubs what the state dir says is left when it starts (`resume`); one
-the store had to forget (more than SCRUBS_KEPT sessions) is scrubbed with the next delete in its session. The
+seconds. After a kill, the gateway scrubs what the state dir says is left when it starts (`resume`, at once: no
+delete is coming for it to gather); one the store had to forget (more than SCRUBS_KEPT sessions) is scrubbed with
+the next delete in its session. A want from a caller being cancelled (a delete's intake as the loop ends or its
+channel stops) starts no worker — none would run it or wait for it, and the loop closed with it pending — but is
+started by the next want, a turn of the session or a stop (`settled`, `hurry`), and by the next start. The
 scrub is wanted in the store before the entry that hides the message is written (gateway/bus.py, retractions.py):
 a kill in between leaves a want that finds nothing, never a hidden message no start scrubs.
+
+A transcript of a session that has ended (/new, a reset: an edit or delete after it) has what /new saved of it to
+memory scrubbed by the same rule too (`saved_scrub`, agent/session_memory.py `scrub_saved`).
 
 A failure: a note that cannot be scrubbed is logged and left, the transcript and the other notes still are
 (sessions/retraction.py, agent/runtime.py `_reach`). A batch that raises is tried once more at once; failing again,
