@@ -195,3 +195,4 @@ def test_a_path_too_long_gets_a_refusal_not_the_host_path(tmp_path: Path, path: 
             assert str(home) not in text and "OSError" not in text, text[:300]
     finally:
         rt.close()
+

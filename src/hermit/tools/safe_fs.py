@@ -345,11 +345,17 @@ def _remove_at(parent: int, name: str) -> None:
 
 def walk_beneath(dir_fd: int, rel: str = "") -> Iterator[tuple[str, os.stat_result]]:
     """Every entry below `rel` as (relative path, lstat), directories before their contents; symlinks
-    are reported, never followed."""
-    fd = open_dir(dir_fd, rel, listing=True)
+    are reported, never followed. An entry (or folder) removed or replaced while the walk passes is left
+    out, as os.walk does: a room's usage is counted without its lock, beside writes renaming their temps."""
+    try:
+        fd = open_dir(dir_fd, rel, listing=True)
+    except (FileNotFoundError, NotADirectoryError, PathPolicyError):
+        if not rel:
+            raise
+        return  # gone, or no longer a folder (a link now: never followed), since its parent was listed
     try:
         with os.scandir(fd) as it:
-            entries = sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
+            entries = sorted(found for e in it if (found := _lstat_entry(e)) is not None)
         for name, st in entries:
             path = f"{rel}/{name}" if rel else name
             yield path, st
@@ -357,6 +363,13 @@ def walk_beneath(dir_fd: int, rel: str = "") -> Iterator[tuple[str, os.stat_resu
                 yield from walk_beneath(dir_fd, path)
     finally:
         os.close(fd)
+
+
+def _lstat_entry(entry: os.DirEntry[str]) -> tuple[str, os.stat_result] | None:
+    try:
+        return entry.name, entry.stat(follow_symlinks=False)
+    except FileNotFoundError:
+        return None
 
 
 def disk_usage(dir_fd: int) -> int:
