@@ -494,9 +494,11 @@ class AgentRuntime:
             else:
                 focus = parse_compact_command(text)
                 if focus is not None:
-                    # A group member's focus is named as theirs, not the owner's (compaction.focus_request).
-                    outcome = self._maintenance.compact(session_key, "manual", focus or None, notes, on_event,
-                                                        asked_by=who if records_senders(session_key) else None)
+                    # A group member's or a contact's focus is named as theirs, not the owner's, and quoted
+                    # (compaction.focus_request); a contact's once went raw, as "the user's" request.
+                    outcome = self._maintenance.compact(
+                        session_key, "manual", focus or None, notes, on_event,
+                        asked_by=None if is_main_session_key(session_key) else who)
                     if outcome.status == "failed":
                         log.warning("/compact in %s failed: %s", session_key, outcome.error)
                     # the why goes to the log; only the owner's own session is told it
