@@ -235,3 +235,49 @@ def test_a_gateway_starting_again_scrubs_what_a_killed_one_left_at_once(tmp_path
         assert CODE not in "".join(p.read_text() for p in owner.rt.agent.sessions_dir.glob("*.jsonl"))
     finally:
         owner.rt.close()
+
+
+KILLED = r"""
+import os, signal, sys
+from pathlib import Path
+import hermit.durable as durable
+from hermit.agent.owner_notes import scrub_owner_notes
+from hermit.sessions.scrub import find_deleted
+
+ws, transcript, key = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+real = durable.write_all
+def write_all(fd, data, **kw):
+    real(fd, data[: len(data) // 2], fsync=True)  # half of the new MEMORY.md on disk, then killed
+    os.kill(os.getpid(), signal.SIGKILL)
+durable.write_all = write_all
+scrub_owner_notes(ws, key, find_deleted(transcript, "telegram:default:dm:u7:1"))
+print("not killed")
+"""
+
+
+def test_a_kill_mid_scrub_of_memory_md_leaves_it_whole_and_the_delete_finishes_later(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from hermit.sessions.keys import main_session_key
+    from prochelpers import PROC_TIMEOUT, pythonpath
+
+    owner = Owner(tmp_path)
+    try:
+        owner.told()
+        key = main_session_key("main")
+        record = owner.rt.store.get(key)
+        assert record is not None
+        before = (owner.ws / "MEMORY.md").read_bytes()
+        child = subprocess.run([sys.executable, "-c", KILLED, str(owner.ws),
+                                str(owner.rt.store.transcript_path(record.session_id)), key],
+                               capture_output=True, text=True, timeout=PROC_TIMEOUT,
+                               env={**os.environ, "PYTHONPATH": pythonpath()})
+        assert child.returncode == -signal.SIGKILL, (child.returncode, child.stdout, child.stderr)
+        assert (owner.ws / "MEMORY.md").read_bytes() == before  # the owner's file, whole
+        owner.delete()  # the delete: done now
+        assert owner.memory_md() == f"# Memory\n{MINE}\n- Locker: code [deleted], [deleted]\n{OWN_CODE}\n"
+    finally:
+        owner.rt.close()
