@@ -120,7 +120,7 @@ def test_a_chats_prompt_names_its_session_without_the_channel_account(home: Path
     rt.run_turn(MAIN, "hi")
     contact, main = (r.system for r in model.requests)
     assert "work-acct" in CONTACT and "work-acct" not in contact, contact
-    assert "· session: agent:main:telegram:dm:777 (" in contact  # whose chat it is: still said
+    assert "Session: telegram:dm:777 (" in contact  # whose chat it is: still said (not the agent's id)
     assert f"· session: {MAIN} (the main private session)" in main
     rt.close()
 

@@ -181,7 +181,7 @@ def test_a_chats_dumps_collide_only_with_its_own_and_still_rank_as_copies(tmp_pa
     other = contact_new(rt, OTHER, "garden-plans")
     assert again == first.removesuffix(".md") + "-2.md"  # its own earlier dump: a file it may read
     assert other != first and not other.startswith(first.removesuffix(".md"))
-    assert "Session key: " + CONTACT in call(rt, CONTACT, "memory_get", path=first)[0]
+    assert "Session key: " + CONTACT.removeprefix("agent:main:") in call(rt, CONTACT, "memory_get", path=first)[0]
     # The session-dump rule (dated name + "# Session …" header) still counts these as copies of a talk.
     assert rt.memory is not None
     rt.memory.sync()

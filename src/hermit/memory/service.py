@@ -38,6 +38,7 @@ from hermit.memory.policy.audience import (
     AudienceMap,
     Reader,
     is_private_path,
+    unnamed_result,
     visible_text,
 )
 from hermit.memory.policy.paths import RULES as PATH_RULES
@@ -265,6 +266,8 @@ class MemoryService:
         # Who may see each result, and which came from others' notes (a snippet prefix says so).
         out["results"] = self.audiences.annotate(out["results"], self.searcher.tuning.max_window_chars,
                                                  transcripts=self._transcript_origin)
+        if not reader.owner:  # a chat is not told the agent id (audience.unnamed)
+            out["results"] = [unnamed_result(r) for r in out["results"]]
         if outcome.withheld or not reader.owner:
             # Said to every reader who is not the owner, whatever this search dropped: a notice only when
             # something was dropped would tell a chat which words the owner's notes hold, one query at a time.

@@ -75,7 +75,7 @@ from hermit.tools.room_end import SandboxInit, join_while_busy
 from hermit.tools.room_limits import child_limits, tasks_of
 from hermit.tools.rooms import ENTRY_BYTES, Manifest, Merge, SeedEntry, apply_incoming, stamp_of
 from hermit.tools.seccomp import filter_fd, filter_program
-from hermit.tools.views import MEMORY_DIR, ROOM_ROOT, Located, RoomView
+from hermit.tools.views import MEMORY_DIR, ROOM_INSTRUCTIONS, ROOM_ROOT, Located, RoomView
 from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
 SETUP_FAILED = 125  # the wrapper's exit code when it could not unpack the room
@@ -520,7 +520,7 @@ class RoomSandbox:
 
     def _seed(self) -> list[tuple[str, bytes, int]]:
         seed: list[tuple[str, bytes, int]] = []
-        for name in BOOTSTRAP_ORDER:
+        for name in ROOM_INSTRUCTIONS:  # not BOOTSTRAP.md: the owner's first-run script is no room's
             with contextlib.suppress(OSError, PathPolicyError):  # missing, not a regular file, a link: left out
                 # as this session may see it: what the owner's chat wrote in it is withheld (views.py)
                 seed.append((name, self.view.read(Located("instruction", name, name), MAX_INSTRUCTION_BYTES), 0o444))

@@ -8,7 +8,8 @@ dir's layout); the host path itself is refused like any other. They map to:
 
     memory/…            the workspace's memory files, as this session's audience may see them (read;
                         writes go through the memory rules: append only, marked with the origin)
-    AGENTS.md, SOUL.md… the workspace's instruction files, read-only
+    AGENTS.md, SOUL.md… the workspace's instruction files, read-only (ROOM_INSTRUCTIONS; BOOTSTRAP.md, the owner's
+                        first-run script, is not there for a room at all: answered as a missing file)
     MEMORY.md           refused (owner-only long-term memory)
     anything else       the session's room (rooms.py), read-write within its quota
 
@@ -41,6 +42,10 @@ MEMORY_DIR = "memory"
 # Where a non-owner session sees its workspace (as container sandboxes do): its sandbox's mount point, its HOME,
 # the path its prompt names and the one its file tools take besides relative ones.
 ROOM_ROOT = "/workspace"
+# The instruction files a room sees, read-only: all but the owner's first-run script ("ask who you are talking to,
+# fill in USER.md together"), which only the owner's main session gets (agent/context.py FIRST_RUN_FILE).
+FIRST_RUN_FILE = "BOOTSTRAP.md"
+ROOM_INSTRUCTIONS = tuple(n for n in BOOTSTRAP_ORDER if n != FIRST_RUN_FILE)
 OUTSIDE_HINT = f"this chat's workspace is {ROOM_ROOT}: pass a path inside it, or one relative to it"
 PRIVACY_HINT = ("privacy rule: MEMORY.md and owner-only notes are only used in the owner's main session, never "
                 "in group, channel or other people's chats")
@@ -165,6 +170,8 @@ class RoomView:
                 return safe_fs.read_beneath(fd, loc.rel, max_bytes).data
         if loc.area == "memory":
             return self._read_memory(loc, max_bytes)
+        if loc.area == "instruction" and loc.rel not in ROOM_INSTRUCTIONS:
+            raise FileNotFoundError(f"{loc.shown} is not there")  # BOOTSTRAP.md: the owner's alone, there or not
         with workspace_fd(self.workspace) as ws:
             opened = safe_fs.read_beneath(ws, loc.rel, max_bytes)
         if loc.area == "instruction":  # what the owner's chat wrote in them is withheld like its notes
@@ -218,7 +225,7 @@ class RoomView:
         return decode_text(self.read(loc, max_bytes)).text
 
     def lstat(self, loc: Located) -> os.stat_result | None:
-        if loc.area == "root":
+        if loc.area == "root" or (loc.area == "instruction" and loc.rel not in ROOM_INSTRUCTIONS):
             return None
         if loc.area == "room":
             with self.room.fd() as fd:
@@ -245,7 +252,7 @@ class RoomView:
                 names = {n + ("/" if d else "") for n, d in safe_fs.list_beneath(fd, "")}
             names -= {MEMORY_DIR, MEMORY_DIR + "/", MEMORY_FILE, *BOOTSTRAP_ORDER}
             names.add(MEMORY_DIR + "/")
-            names |= {n for n in BOOTSTRAP_ORDER if (self.workspace / n).is_file()}
+            names |= {n for n in ROOM_INSTRUCTIONS if (self.workspace / n).is_file()}
             return sorted(names)
         if loc.area == "memory":
             prefix = loc.rel + "/"

@@ -234,6 +234,29 @@ def _withheld(n: int) -> str:
     return WITHHELD_LINES.format(n=n, s="" if n == 1 else "s")
 
 
+# `agent:<id>:` at the start of an origin marker's session: the agent id is the owner's name for a setup ("work",
+# "alice-private"), which no chat is shown (agent/context.py); the rest of the key names the chat.
+_AGENT_OF_SESSION = re.compile(r'(?<= session=")agent:[a-z0-9][a-z0-9_-]{0,63}:')
+
+
+def unnamed(session: str) -> str:
+    """A session key as a chat is shown it: without `agent:<id>:`."""
+    return re.sub(r"^agent:[a-z0-9][a-z0-9_-]{0,63}:", "", session)
+
+
+def unnamed_result(result: dict[str, Any]) -> dict[str, Any]:
+    """A search result for a reader other than the owner: its origin's session, and the label before its
+    snippet, without the agent id."""
+    origin = result.get("origin")
+    session = origin.get("session") if isinstance(origin, dict) else None
+    if not isinstance(origin, dict) or not isinstance(session, str) or unnamed(session) == session:
+        return result
+    snippet = str(result.get("snippet", ""))
+    if snippet.startswith("[written from "):
+        snippet = snippet.replace(f"session {session}", f"session {unnamed(session)}", 1)
+    return {**result, "origin": {**origin, "session": unnamed(session)}, "snippet": snippet}
+
+
 def visible_text(text: str, rel_path: str, reader: Reader) -> str | None:
     """`text` (the file at `rel_path`) as `reader` may see it: each run of lines it may not see becomes
     one "[N lines withheld: …]" line and N−1 blank ones, so line numbers stay those of the file. None
@@ -251,7 +274,8 @@ def visible_text(text: str, rel_path: str, reader: Reader) -> str | None:
     i = 0
     while i < len(lines):
         if reader.can_see(auds[i]):
-            out.append(lines[i])
+            line = lines[i]
+            out.append(_AGENT_OF_SESSION.sub("", line, count=1) if line.startswith(MARKER) else line)
             seen = seen or bool(lines[i].strip())
             i += 1
             continue
