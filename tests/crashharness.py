@@ -1,8 +1,8 @@
 """Crash harness: run a real Hermit operation in a forked child that SIGKILLs itself before its Kth write step.
 
 A "step" is any call, made from Python code, that changes files or the index: os.write/fsync/replace/rename/link/
-unlink/ftruncate/fchmod/chmod/mkdir, a file object's write/flush/truncate, and a SQLite execute/executemany/
-executescript/commit. The child counts them with a profile hook (sys.setprofile, also threading.setprofile) and
+unlink/ftruncate/fchmod/chmod/mkdir, a file object's write/flush/truncate, and a SQLite (sqlite3 or sqlean)
+execute/executemany/executescript/commit. The child counts them with a profile hook (sys.setprofile, also threading.setprofile) and
 kills itself with SIGKILL *before* the Kth one runs, so the files are exactly as a power cut or `kill -9` at that
 instant leaves them (the kernel still holds what was written: page-cache crashes are not modelled). A first,
 unkilled run counts the steps and names each (call and the Hermit line that made it), so a failing kill point
@@ -60,13 +60,14 @@ def _label(arg: Any) -> str | None:
     module = getattr(arg, "__module__", None)
     if module in ("posix", "os") and name in _OS_STEPS:
         return f"os.{name}"
-    if owner is None or isinstance(owner, type):
+    # A method called as `obj.m(...)` is reported as its descriptor (with __objclass__), not a bound method.
+    kind = getattr(arg, "__objclass__", None) if owner is None or isinstance(owner, type) else type(owner)
+    if kind is None:
         return None
-    kind = type(owner)
     if kind.__module__ in ("_io", "io") and name in _FILE_STEPS:
         return f"{kind.__name__}.{name}"
-    if kind.__module__ == "sqlite3" and name in _SQL_STEPS:
-        return f"sqlite3.{kind.__name__}.{name}"
+    if kind.__module__.split(".")[0] in ("sqlite3", "sqlean") and name in _SQL_STEPS:  # sqlean: SQLite with
+        return f"sqlite.{kind.__name__}.{name}"  # extension loading, what hermit.db uses when it is installed
     return None
 
 
@@ -189,8 +190,11 @@ class Sweep:
     template: Path
     steps: list[str]
 
-    def each(self, limit: int = 40) -> Iterator[tuple[int, str]]:
-        for k in points(len(self.steps), limit):
+    def each(self, limit: int = 40, also: str = "") -> Iterator[tuple[int, str]]:
+        """The kill points (`points`), plus every step whose label contains `also` (a file:line or function name
+        the test is about)."""
+        extra = {k for k, label in enumerate(self.steps, 1) if also and also in label}
+        for k in sorted(set(points(len(self.steps), limit)) | extra):
             copy_tree(self.template, self.home)
             yield k, self.steps[k - 1]
 

@@ -32,6 +32,8 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Literal
 
+from hermit.config.paths import ensure_private_dir
+from hermit.durable import create_new
 from hermit.errors import PathPolicyError, SessionError
 from hermit.memory.policy.audience import (
     OWNER,
@@ -268,20 +270,16 @@ class MemoryWriteRules:
         """Before MEMORY.md is rewritten, copy its current text aside; returns where (None: nothing to keep)."""
         if before is None or before == after or self.history_dir is None or not is_long_term(target.real, self.root):
             return None
-        self.history_dir.mkdir(parents=True, exist_ok=True)
+        # Every folder made on the way is owner-only (a plain mkdir(parents=True) left <state>/agents/<id> 0755).
+        ensure_private_dir(self.history_dir)
         os.chmod(self.history_dir, 0o700)
         stamp = self.clock().astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         for n in range(1000):
             dest = self.history_dir / (f"MEMORY-{stamp}.md" if n == 0 else f"MEMORY-{stamp}-{n}.md")
-            try:
-                fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                continue
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-                f.write(before)
-                f.flush()
-                os.fsync(f.fileno())
-            return dest
+            # The copy appears under its name only once it is whole: killed while it was written, no torn
+            # "previous version" is left for the owner to restore from.
+            if create_new(dest, before.encode("utf-8"), 0o600):
+                return dest
         raise PathPolicyError(f"cannot keep the previous version of {MEMORY_FILE} in {self.history_dir}",
                               "clean up the memory-history folder")
 
