@@ -98,7 +98,8 @@ def probes(home: Path, ws: Path) -> list[dict[str, Any]]:
     return calls
 
 
-def run_chats(home: Path, *messages: InboundMessage) -> tuple[dict[str, str], RecordingChannel, Path]:
+def run_chats(home: Path, *messages: InboundMessage,
+              broken_sandbox_dir: bool = False) -> tuple[dict[str, str], RecordingChannel, Path]:
     raw: dict[str, Any] = {
         "agents": {"defaults": {"timezone": "Europe/Paris", "memory_search": {"provider": "none"}},
                    "list": [{"id": AGENT, "default": True}]},
@@ -115,6 +116,9 @@ def run_chats(home: Path, *messages: InboundMessage) -> tuple[dict[str, str], Re
     (ws / "memory" / "2026-01-20.md").write_text("# 2026-01-20\n- the bank PIN is a secret\n")
     seen: dict[str, str] = {}
     calls = probes(home, ws)
+    if broken_sandbox_dir:  # where exec keeps what comes back is a file: exec fails with an OSError naming it
+        (agent.sessions_dir.parent).mkdir(parents=True, exist_ok=True)
+        (agent.sessions_dir.parent / "sandbox").write_text("not a folder\n")
 
     def reply(request: ModelRequest) -> Reply:
         key = getattr(KeyedRuntime.turn, "key", None) or "(outside a turn)"  # e.g. a summary of the ended session
@@ -197,6 +201,15 @@ def test_a_contact_and_a_group_never_learn_the_agent_id(tmp_path: Path) -> None:
     # the owner's own session may see it
     owner = next(v for k, v in seen.items() if k.endswith(":main"))
     assert f"Agent: {AGENT}" in owner and FIRST_RUN in owner
+
+
+def test_a_chats_tool_errors_name_no_host_folder_of_the_agent(tmp_path: Path) -> None:
+    """A tool that fails in a way nobody planned (an OSError naming a host path under the agent's folder) is reported
+    to a chat with its host paths and session keys spelled as the chat knows them."""
+    seen, _, _ = run_chats(tmp_path / "state", inbound("hello, where do you run?", CONTACT), broken_sandbox_dir=True)
+    dm = seen[f"agent:{AGENT}:telegram:default:dm:{CONTACT}"]
+    assert "(the assistant's folder)/sandbox" in dm  # the exec calls' error, which named <state>/agents/<id>/sandbox
+    assert leaks(dm) == [], leaks(dm)[:3]
 
 
 def test_bootstrap_md_is_not_in_a_rooms_view(tmp_path: Path) -> None:

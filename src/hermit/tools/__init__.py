@@ -106,4 +106,4 @@ def build_toolset(
         tools += TranscriptTools(transcript).tools()
     if cron is not None:
         tools += CronTools(cron[0], agent_id=cron[1]).tools()
-    return ToolRunner(tools)
+    return ToolRunner(tools, errors_shown=view.hide_host if view is not None else None)

@@ -165,8 +165,11 @@ class ToolRunner:
     """Runs tool calls by name; never raises for a tool's failure (only for KeyboardInterrupt)."""
 
     def __init__(self, tools: Sequence[Tool], *, max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 errors_shown: Callable[[str], str] | None = None) -> None:
         self._tools: dict[str, Tool] = {}
+        # A chat's errors as it may see them (views.RoomView.hide_host): no host path, no agent id, whatever failed.
+        self._errors_shown = errors_shown
         for t in tools:
             if t.name in self._tools:
                 raise ValueError(f"two tools are named {t.name!r}")
@@ -191,6 +194,8 @@ class ToolRunner:
     def run(self, call: ToolCallPart) -> ToolRun:
         start = self._clock()
         text, is_error = self._execute(call)
+        if is_error and self._errors_shown is not None:
+            text = self._errors_shown(text)
         # A key a command printed or a file held would otherwise be stored in the transcript and sent to the
         # provider: every result passes the process's secret masker (the logs' and errors' one) before the cap.
         result = ToolResultMessage(call.id, call.name, cap_result(mask(text), self.max_result_chars), is_error)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ ROOM_ROOT = "/workspace"
 FIRST_RUN_FILE = "BOOTSTRAP.md"
 ROOM_INSTRUCTIONS = tuple(n for n in BOOTSTRAP_ORDER if n != FIRST_RUN_FILE)
 OUTSIDE_HINT = f"this chat's workspace is {ROOM_ROOT}: pass a path inside it, or one relative to it"
+_SESSION_OF_AGENT = re.compile(r"\bagent:[a-z0-9][a-z0-9_-]{0,63}:(?=[a-z0-9])")  # a session key's `agent:<id>:`
 PRIVACY_HINT = ("privacy rule: MEMORY.md and owner-only notes are only used in the owner's main session, never "
                 "in group, channel or other people's chats")
 
@@ -149,17 +151,20 @@ class RoomView:
         return "" if norm == "." else norm
 
     def hide_host(self, text: str) -> str:
-        """`text` (an error's) with the host paths of this view — the room's, the rooms folder's, the workspace's —
-        spelled as the session knows them."""
-        room = self.room.path
-        names = {str(room): ROOM_ROOT, str(self.workspace): ROOM_ROOT, str(self.room.base): "(the rooms folder)"}
+        """`text` (an error's) with the host paths of this view — the room's, the rooms folder's, the agent's folder
+        (it is named by the agent id), the workspace's — spelled as the session knows them, and session keys without
+        their `agent:<id>:` (the agent id is the owner's name for a setup: agent/context.py)."""
+        room, agent_dir = self.room.path, self.room.base.parent
+        names = {str(room): ROOM_ROOT, str(self.workspace): ROOM_ROOT, str(self.room.base): "(the rooms folder)",
+                 str(agent_dir): "(the assistant's folder)"}
         with contextlib.suppress(OSError, RuntimeError):
             names |= {str(room.resolve()): ROOM_ROOT, str(self.workspace.resolve()): ROOM_ROOT,
-                      str(self.room.base.resolve()): "(the rooms folder)"}
+                      str(self.room.base.resolve()): "(the rooms folder)",
+                      str(agent_dir.resolve()): "(the assistant's folder)"}
         for host in sorted(names, key=len, reverse=True):  # the longest first: the room lies in the rooms folder
             if host not in ("", "/", "."):
                 text = text.replace(host, names[host])
-        return text
+        return _SESSION_OF_AGENT.sub("", text)
 
     # ---- reading ----------------------------------------------------------------------------------
 
