@@ -52,6 +52,9 @@ CANARIES = {
     "family_note": "QX7-FAMNOTE-CANARY-3131",    # the second agent's shared note: not the first agent's
     "outside": "QX7-OUTSIDE-CANARY-0555",        # a file beside the state dir
     "owner_day": "QX7-OWNERDAY-CANARY-4848",     # the owner's note in today's log, after the rooms forged markers
+    "user_md": "QX7-USERMD-CANARY-5151",         # what the owner's chat wrote into USER.md (an owner-only block)
+    "vault": "QX7-VAULT-CANARY-6262",            # a note in the owner's extra_paths vault, outside the workspace
+    "b_message": "QX7-BMSG-CANARY-7373",         # what contact B said in their own DM (their transcript)
 }
 LINES = {  # words a search or an edit may use to find each canary's line, without spelling the canary
     "memory": "zebra vault combination",
@@ -63,6 +66,9 @@ LINES = {  # words a search or an edit may use to find each canary's line, witho
     "family": "penguin family secret",
     "family_note": "flamingo allowance",
     "owner_day": "kangaroo passport number",
+    "user_md": "otter allergy medication",
+    "vault": "beaver diary entry",
+    "b_message": "heron ferry booking reference",
 }
 # Origin markers a room types into its notes, to close its own block early and open one that passes for the
 # owner's (or an unclosed one that would take in whatever the owner appends next).
@@ -115,7 +121,8 @@ class World:
         """The files whose bytes no room may change."""
         out = [self.ws / "MEMORY.md", self.ws / "HEARTBEAT.md", self.ws / "memory" / "private" / "x.md",
                self.ws / "AGENTS.md", self.home / "hermit.env", self.home / "hermit.yaml", self.outside,
-               self.fam_ws / "MEMORY.md", self.room_b() / "notes.md"]
+               self.fam_ws / "MEMORY.md", self.room_b() / "notes.md", self.ws / "USER.md",
+               self.home.parent / "vault" / "diary.md"]
         return out + self.transcripts()
 
 
@@ -139,7 +146,11 @@ def _model(script: dict[str, list[dict[str, Any]]]) -> FunctionModel:
 
 def build(home: Path, script: dict[str, list[dict[str, Any]]]) -> World:
     w = World(home)
-    loaded = load_offline(home, defaults={"memory_search": {"sources": ["memory", "sessions"]},
+    vault = home.parent / "vault"
+    vault.mkdir(parents=True, exist_ok=True)
+    (vault / "diary.md").write_text(f"- {LINES['vault']} {CANARIES['vault']}\n")
+    loaded = load_offline(home, defaults={"memory_search": {"sources": ["memory", "sessions"],
+                                                            "extra_paths": [str(vault)]},
                                               "context_pruning": {"mode": "cache-ttl"}},
                           agents=[{"id": "main", "default": True}, {"id": "fam"}])
     for agent_id in ("main", "fam"):
@@ -155,6 +166,7 @@ def build(home: Path, script: dict[str, list[dict[str, Any]]]) -> World:
     (ws / "MEMORY.md").write_text(f"# MEMORY\n\n- {words['memory']} {c['memory']}\n")
     (ws / "HEARTBEAT.md").write_text(f"# Heartbeat\n\n- {words['heartbeat']} {c['heartbeat']}\n")
     (ws / "AGENTS.md").write_text("# Agents\n\nBe kind.\n")
+    (ws / "USER.md").write_text("# USER\n\n- Name: Ann Example\n")
     (ws / "memory" / "private").mkdir()
     (ws / "memory" / "private" / "x.md").write_text(f"- {words['private']} {c['private']}\n")
     (ws / "memory" / "shared.md").write_text("- the team lunch is at the ramen place\n")
@@ -171,13 +183,15 @@ def plant(w: World) -> None:
     note: private text a room must never reach."""
     rt = w.rt["main"]
     rt.run_turn(MAIN, f"remember my {LINES['transcript']} is {CANARIES['transcript']} OWNER-TURN")
-    rt.run_turn(VICTIM_B, "B-TURN please note it")
+    rt.run_turn(VICTIM_B, f"B-TURN please note my {LINES['b_message']} {CANARIES['b_message']}")
 
 
 def _plant_script() -> dict[str, list[dict[str, Any]]]:
     c = CANARIES
     return {
-        "OWNER-TURN": [{"id": OWNER_CALL_ID, "name": "exec", "arguments": {"command": f"echo {c['owner_exec']}"}}],
+        "OWNER-TURN": [{"id": OWNER_CALL_ID, "name": "exec", "arguments": {"command": f"echo {c['owner_exec']}"}},
+                       {"id": "owner-user-md", "name": "write", "arguments": {
+                           "path": "USER.md", "content": f"- {LINES['user_md']} {c['user_md']}\n", "append": True}}],
         "B-TURN": [{"id": B_CALL_ID, "name": "write",
                     "arguments": {"path": "notes.md", "content": f"{LINES['room_b']} {c['room_b']}\n"}},
                    {"id": "b-note", "name": "write",
@@ -223,6 +237,8 @@ def paths(w: World) -> list[str]:
         str(tr), f"sessions/{tr.name}", f"../../sessions/{tr.name}", idx, f"{idx}-wal",
         f"{rb}/notes.md", rel_room_b, f"../../rooms/{rb.name}/notes.md", f"{w.fam_ws}/MEMORY.md",
         f"{w.fam_ws}/memory/shared.md", str(w.outside), f"../../../../../{w.outside.name}",
+        f"{w.home.parent}/vault/diary.md", "~/vault/diary.md", "../vault/diary.md", "../../../../../vault/diary.md",
+        "vault/diary.md", "USER.md", "/workspace/USER.md",
         # /proc and /dev
         "/proc/self/environ", "/proc/self/cmdline", "/proc/self/cwd/MEMORY.md", f"/proc/self/root{ws}/MEMORY.md",
         "/proc/1/environ", f"/proc/{os.getpid()}/environ", f"/proc/{os.getpid()}/cwd/MEMORY.md", "/proc/self/fd/0",
@@ -340,6 +356,7 @@ def race(w: World, key: str, rounds: int) -> dict[str, Any]:
     evil_dirs = [w.ws / "memory" / "private", w.ws, w.room_b()]
     stop = threading.Event()
     flips = [0, 0]
+    exec_errors: list[str] = []
 
     def flip(name: str, benign: str, evils: list[Path]) -> None:
         tmp = room / f".{name}.flip"
@@ -358,7 +375,9 @@ def race(w: World, key: str, rounds: int) -> dict[str, Any]:
         alt = "ln -sfn benign.txt eflip; ln -sfn bdir edir"
         i = 0
         while not stop.is_set():
-            run(rt, key, "exec", {"command": cmd if i % 2 else alt}, 90000 + i)
+            text, is_error = run(rt, key, "exec", {"command": cmd if i % 2 else alt}, 90000 + i)
+            if is_error:
+                exec_errors.append(text[:300])
             flips[1] += 1
             i += 1
 
@@ -383,7 +402,7 @@ def race(w: World, key: str, rounds: int) -> dict[str, Any]:
         stop.set()
         for t in threads:
             t.join(60)
-    return {"results": results, "flips": flips}
+    return {"results": results, "flips": flips, "exec_errors": exec_errors}
 
 
 # -- the whole scenario -----------------------------------------------------------------------------------
@@ -433,6 +452,9 @@ def scenario(home: Path, race_rounds: int = 15) -> dict[str, Any]:
         "note_b": run(rt, VICTIM_B, "memory_get", {"path": DAILY}, 6)[0],
         "fam": run(w.rt["fam"], main_session_key("fam"), "memory_get", {"path": "memory/shared.md"}, 7)[0],
         "owner_day": run(rt, MAIN, "memory_get", {"path": DAILY}, 8)[0],
+        "user_md": run(rt, MAIN, "read", {"path": "USER.md"}, 9)[0],
+        "vault": run(rt, MAIN, "memory_get", {"path": str(home.parent / "vault" / "diary.md")}, 10)[0],
+        "b_message": run(rt, MAIN, "memory_search", {"query": LINES["b_message"], "minScore": 0}, 11)[0],
     }
     t0 = time.monotonic()
     out["race"] = race(w, ROOMS["contact_dm_paired"][1], race_rounds)

@@ -12,7 +12,7 @@ agent's notes and a file beside the state dir must never appear in a tool result
 or a file the room holds; the owner's main session, asked the same, sees them (so a clean room means something).
 A race flips links in a room between its own files and private ones (host-side, as fast as it can, and with the
 room's own exec calls) while its file tools use them. An MCP client (not sharing private memory) tries the same
-paths and searches through the real server.
+paths and searches through the real server (in tests/test_redteam_matrix_bus.py, beside the bus's rooms).
 
 Real parts throughout (`tests/redteamworld.py`): the runtime, bubblewrap, the SQLite index, the MCP server.
 Heartbeats and main-session cron jobs run in the owner's main session, so they are the owner's, not a room.
@@ -96,6 +96,7 @@ def test_the_owner_sees_what_rooms_must_not(runs: dict[str, Any], user: str) -> 
     assert c["transcript"] in owner["search"] and c["owner_exec"] in owner["tool_output"]
     assert c["room_b"] in owner["room_b"] and c["note_b"] in owner["note_b"]  # contact B sees its own
     assert c["family_note"] in owner["fam"] and c["owner_day"] in owner["owner_day"]
+    assert c["user_md"] in owner["user_md"] and c["vault"] in owner["vault"] and c["b_message"] in owner["b_message"]
 
 
 @pytest.mark.parametrize("room", list(rw.ROOMS))
@@ -160,19 +161,12 @@ def test_links_flipping_under_every_file_tool(runs: dict[str, Any], user: str) -
     race = run_of(runs, user)["race"]
     host_flips, exec_flips = race["flips"]
     assert host_flips > 100 and exec_flips >= 2, race["flips"]
+    assert not race["exec_errors"], race["exec_errors"]  # the room's commands all ran (a quota walk once failed)
     leaked = [(n, p, text[:200]) for n, p, text, _ in race["results"] if rw.leaks(text) or text.startswith("CRASH")]
     assert not leaked, leaked
     assert {n for n, *_ in race["results"]} == {"read", "write", "edit", "memory_get"}
-    assert any(text == "benign zebra vault combination" or text == "raced" for n, _, text, _ in race["results"]
+    assert any(not err and ("benign" in text or "raced" in text) for n, _, text, err in race["results"]
                if n == "read"), "the room's own files were never read through its links"
-
-
-def test_an_mcp_client_gets_nothing_private(tmp_path: Path) -> None:
-    got = rw.mcp_scenario(tmp_path / "state")
-    leaked = [(what, rw.leaks(text), text[:300]) for what, text in got if rw.leaks(text)]
-    assert not leaked, leaked
-    assert any("ramen place" in text for _, text in got)  # shared notes do come back
-    assert len(got) > 90
 
 
 # -- what the matrix found ---------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 Every message's model is hostile: it asks memory_get, read, memory_search and exec (the sandbox, for a room) for
 MEMORY.md, memory/private/, hermit.env and Hermit's environment, then repeats every result in its reply. What
 the channel delivers to each sender is checked: the owner's DM gets the canaries (the positive control), nobody
-else does; a stranger the account does not let in gets a pairing code or nothing, and no turn. Runs as this
+else does; an MCP client gets the runtime matrix's paths and searches; a stranger the account does not let in gets a pairing code or nothing, and no turn. Runs as this
 process's uid (root in CI; the runtime matrix, tests/test_redteam_matrix.py, covers uid 65534).
 """
 
@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import redteamworld as rw
 from agenthelpers import fixed_clock
 from ciguard import need
 from gatewayhelpers import RecordingChannel
@@ -168,3 +169,13 @@ def test_every_kind_of_room_as_people_reach_it(tmp_path: Path) -> None:
     assert sum(is_main_session_key(k) for k in ran) == 1, ran  # only the owner's DM reached the main session
     assert not any("555" in k or "556" in k for k in ran), ran  # nobody let in, no turn
     assert any(k.startswith("agent:fam:") for k in ran), ran
+
+
+def test_an_mcp_client_gets_nothing_private(tmp_path: Path) -> None:
+    """The MCP server (an owner's program, not sharing private memory) given every path and search of the
+    runtime matrix (tests/redteamworld.py): shared notes only."""
+    got = rw.mcp_scenario(tmp_path / "state")
+    leaked = [(what, rw.leaks(text), text[:300]) for what, text in got if rw.leaks(text)]
+    assert not leaked, leaked
+    assert any("ramen place" in text for _, text in got)  # shared notes do come back
+    assert len(got) > 90
