@@ -112,11 +112,15 @@ def standing(store: PairingStore, pins: UsernamePins, channel: str, account_id: 
                                                     for s in store.approved_senders(channel, account_id))
     except (HermitError, OSError):
         approved = None
+    return Standing(approved, pins_of(pins, channel))
+
+
+def pins_of(pins: UsernamePins, channel: str) -> dict[str, str] | None:
+    """The channel's pins as `@name` -> sender key; None when they cannot be read."""
     try:
-        pinned: dict[str, str] | None = {name: sender_key(channel, p.sender_id) for name, p in pins.of(channel).items()}
+        return {name: sender_key(channel, p.sender_id) for name, p in pins.of(channel).items()}
     except (HermitError, OSError):
-        pinned = None
-    return Standing(approved, pinned)
+        return None
 
 
 @dataclass(frozen=True)
@@ -158,8 +162,7 @@ class _Match:
     pins_unreadable: bool = False
 
 
-def _match(channel: str, entries: Sequence[str], key: str, presented: str | None, pins: Mapping[str, str] | None
-           ) -> _Match:
+def _match(entries: Sequence[str], key: str, presented: str | None, pins: Mapping[str, str] | None) -> _Match:
     """Whether a normalised list names the sender with `key`: by id; by an @username pinned to that id, whatever
     name they present now (the pin makes the entry mean that id: a renamed person still matches); or by the name
     they present when nobody holds it yet (found, and `pin` it). `*` is the caller's to interpret."""
@@ -205,10 +208,10 @@ def _dm(cfg: ChannelAccessConfig, channel: str, sender_id: str, message: Message
         return Verdict(False, "dm_disabled", "dm_policy disabled: DMs are ignored")
     key = sender_key(channel, sender_id)
     presented = handle(message.sender_username) if message else None
-    owner = _match(channel, cfg.owners, key, presented, known.pins)
+    owner = _match(cfg.owners, key, presented, known.pins)
     if owner.found:
         return Verdict(True, "owner", f"dm_policy {policy}: sender is an owner", owner=True, pin=owner.pin)
-    listed = _match(channel, cfg.allow_from, key, presented, known.pins) if policy != "open" else _Match()
+    listed = _match(cfg.allow_from, key, presented, known.pins) if policy != "open" else _Match()
 
     def verdict(let_in: bool, rule: str, reason: str, pin: str | None = None) -> Verdict:
         return Verdict(let_in, rule, reason, pin=pin, impostor=owner.impostor or listed.impostor,
@@ -241,7 +244,7 @@ def _group(cfg: ChannelAccessConfig, channel: str, group_id: str, message: Messa
     members = cfg.group_allow_from  # empty or '*': every member of an allowed group
     member = _Match(True)
     if members and STAR not in members:
-        member = _match(channel, [*members, *cfg.owners], sender_key(channel, message.sender_id),
+        member = _match([*members, *cfg.owners], sender_key(channel, message.sender_id),
                         handle(message.sender_username), known.pins)
         if not member.found:
             return Verdict(False, "not_a_member", "group_allow_from: sender not allowed in groups",
@@ -281,9 +284,9 @@ class AccessControl:
         if cfg is None or not cfg.enabled:
             return False
         key, presented = sender_key(channel, sender_id), handle(sender_username)
-        m = _match(channel, cfg.owners, key, presented, self._standing(channel, account_id).pins)
+        m = _match(cfg.owners, key, presented, pins_of(self.pins, channel))
         if m.pin is not None and self._pinned(channel, account_id, m.pin, sender_id):
-            m = _match(channel, cfg.owners, key, presented, self._standing(channel, account_id).pins)
+            m = _match(cfg.owners, key, presented, pins_of(self.pins, channel))
         elif m.pin is not None:
             m = _Match()
         self._said(channel, account_id, sender_id, m.impostor, m.pins_unreadable)
