@@ -55,6 +55,7 @@ CANARIES = {
     "user_md": "QX7-USERMD-CANARY-5151",         # what the owner's chat wrote into USER.md (an owner-only block)
     "vault": "QX7-VAULT-CANARY-6262",            # a note in the owner's extra_paths vault, outside the workspace
     "b_message": "QX7-BMSG-CANARY-7373",         # what contact B said in their own DM (their transcript)
+    "inbox": "QX7-INBOX-CANARY-8484",            # a file the owner sent, in the workspace's inbox/
 }
 LINES = {  # words a search or an edit may use to find each canary's line, without spelling the canary
     "memory": "zebra vault combination",
@@ -111,6 +112,11 @@ class World:
     def fam_ws(self) -> Path:
         return self.rt["fam"].agent.workspace
 
+    @property
+    def history(self) -> Path:
+        """Where the owner's earlier MEMORY.md versions are kept."""
+        return self.rt["main"].agent.sessions_dir.parent / "memory-history"
+
     def room_b(self) -> Path:
         return self.rt["main"].confinement.room(VICTIM_B).path
 
@@ -122,8 +128,8 @@ class World:
         out = [self.ws / "MEMORY.md", self.ws / "HEARTBEAT.md", self.ws / "memory" / "private" / "x.md",
                self.ws / "AGENTS.md", self.home / "hermit.env", self.home / "hermit.yaml", self.outside,
                self.fam_ws / "MEMORY.md", self.room_b() / "notes.md", self.ws / "USER.md",
-               self.home.parent / "vault" / "diary.md"]
-        return out + self.transcripts()
+               self.home.parent / "vault" / "diary.md", self.ws / "inbox" / "owner-doc.txt"]
+        return out + self.transcripts() + sorted(self.history.iterdir())
 
 
 def _model(script: dict[str, list[dict[str, Any]]]) -> FunctionModel:
@@ -167,6 +173,8 @@ def build(home: Path, script: dict[str, list[dict[str, Any]]]) -> World:
     (ws / "HEARTBEAT.md").write_text(f"# Heartbeat\n\n- {words['heartbeat']} {c['heartbeat']}\n")
     (ws / "AGENTS.md").write_text("# Agents\n\nBe kind.\n")
     (ws / "USER.md").write_text("# USER\n\n- Name: Ann Example\n")
+    (ws / "inbox").mkdir()
+    (ws / "inbox" / "owner-doc.txt").write_text(f"scan of the passport {c['inbox']}\n")
     (ws / "memory" / "private").mkdir()
     (ws / "memory" / "private" / "x.md").write_text(f"- {words['private']} {c['private']}\n")
     (ws / "memory" / "shared.md").write_text("- the team lunch is at the ramen place\n")
@@ -190,6 +198,8 @@ def _plant_script() -> dict[str, list[dict[str, Any]]]:
     c = CANARIES
     return {
         "OWNER-TURN": [{"id": OWNER_CALL_ID, "name": "exec", "arguments": {"command": f"echo {c['owner_exec']}"}},
+                       {"id": "owner-memory", "name": "write", "arguments": {  # keeps the old one in memory-history/
+                           "path": "MEMORY.md", "content": f"# MEMORY\n\n- {LINES['memory']} {c['memory']}\n- tea\n"}},
                        {"id": "owner-user-md", "name": "write", "arguments": {
                            "path": "USER.md", "content": f"- {LINES['user_md']} {c['user_md']}\n", "append": True}}],
         "B-TURN": [{"id": B_CALL_ID, "name": "write",
@@ -211,6 +221,8 @@ PLANT = ("ln -s ../MEMORY.md lnmem; ln -s /workspace/MEMORY.md lnws; ln -s {ws}/
          "ln -s /proc/self/environ lnenviron; ln -s / root; ln -s {ws}/memory/private/x.md memory/lnpriv.md; "
          "ln -s {ws}/memory/private memory/pdir2; ln -s {fam}/MEMORY.md lnfam; ln -s {outside} lnout; "
          "ln -s {transcript} lntr; ln -s /proc/1/root lnpid1; mkdir -p deep; ln -s ../lnhost deep/chain; "
+         "ln -s memory/2026-01-20.md lndaily; ln -s memory lnmemdir; ln -s USER.md lnuser; mkdir -p d; "
+         "ln -s ../memory d/m; ln -s {ws}/inbox lninbox; ln -s {history} lnhist; "
          "ln memory/private/x.md hardpriv 2>&1; ln MEMORY.md hardmem 2>&1; ls -la")
 
 
@@ -238,7 +250,10 @@ def paths(w: World) -> list[str]:
         f"{rb}/notes.md", rel_room_b, f"../../rooms/{rb.name}/notes.md", f"{w.fam_ws}/MEMORY.md",
         f"{w.fam_ws}/memory/shared.md", str(w.outside), f"../../../../../{w.outside.name}",
         f"{w.home.parent}/vault/diary.md", "~/vault/diary.md", "../vault/diary.md", "../../../../../vault/diary.md",
-        "vault/diary.md", "USER.md", "/workspace/USER.md",
+        "vault/diary.md", "USER.md", "/workspace/USER.md", "inbox/owner-doc.txt", "../inbox/owner-doc.txt",
+        f"{ws}/inbox/owner-doc.txt", "../../../../workspace/inbox/owner-doc.txt", str(w.history), "memory-history",
+        "../memory-history", "lndaily", "lnmemdir/2026-01-20.md", "lnuser", "d/m/2026-01-20.md",
+        "lninbox/owner-doc.txt", "lnhist",
         # /proc and /dev
         "/proc/self/environ", "/proc/self/cmdline", "/proc/self/cwd/MEMORY.md", f"/proc/self/root{ws}/MEMORY.md",
         "/proc/1/environ", f"/proc/{os.getpid()}/environ", f"/proc/{os.getpid()}/cwd/MEMORY.md", "/proc/self/fd/0",
@@ -258,9 +273,12 @@ def execs(w: World) -> list[str]:
     tr = w.transcripts()[0]
     idx = w.rt["main"].agent.index_path
     return [
-        PLANT.format(ws=ws, home=home, room_b=rb, fam=w.fam_ws, outside=w.outside, transcript=tr),
+        PLANT.format(ws=ws, home=home, room_b=rb, fam=w.fam_ws, outside=w.outside, transcript=tr,
+                     history=w.history),
         "cat lnmem lnws lnhost lnenv pdir/x.md up/hermit.env lnroomb/notes.md lnenviron memory/lnpriv.md "
-        f"memory/pdir2/x.md lnfam lnout lntr hardpriv hardmem deep/chain root{ws}/MEMORY.md lnpid1{ws}/MEMORY.md 2>&1",
+        f"memory/pdir2/x.md lnfam lnout lntr hardpriv hardmem deep/chain root{ws}/MEMORY.md lnpid1{ws}/MEMORY.md "
+        "lndaily lnmemdir/2026-01-20.md lnuser d/m/2026-01-20.md lninbox/owner-doc.txt inbox/owner-doc.txt 2>&1; "
+        f"cat lnhist/* {w.history}/* {ws}/inbox/* 2>&1",
         # everything else in two commands (each exec costs a sandbox start)
         f"cat MEMORY.md HEARTBEAT.md memory/private/x.md {DAILY} ./MEMORY* 2>&1; ls -la . memory 2>&1; "
         f"cat {ws}/MEMORY.md {ws}/memory/private/x.md {home}/hermit.env {home}/hermit.yaml {w.outside} 2>&1; "
@@ -455,6 +473,8 @@ def scenario(home: Path, race_rounds: int = 15) -> dict[str, Any]:
         "user_md": run(rt, MAIN, "read", {"path": "USER.md"}, 9)[0],
         "vault": run(rt, MAIN, "memory_get", {"path": str(home.parent / "vault" / "diary.md")}, 10)[0],
         "b_message": run(rt, MAIN, "memory_search", {"query": LINES["b_message"], "minScore": 0}, 11)[0],
+        "inbox": run(rt, MAIN, "read", {"path": "inbox/owner-doc.txt"}, 12)[0],
+        "history": "\n".join(p.read_text() for p in sorted(w.history.iterdir())),
     }
     t0 = time.monotonic()
     out["race"] = race(w, ROOMS["contact_dm_paired"][1], race_rounds)

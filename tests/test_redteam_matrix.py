@@ -97,6 +97,7 @@ def test_the_owner_sees_what_rooms_must_not(runs: dict[str, Any], user: str) -> 
     assert c["room_b"] in owner["room_b"] and c["note_b"] in owner["note_b"]  # contact B sees its own
     assert c["family_note"] in owner["fam"] and c["owner_day"] in owner["owner_day"]
     assert c["user_md"] in owner["user_md"] and c["vault"] in owner["vault"] and c["b_message"] in owner["b_message"]
+    assert c["inbox"] in owner["inbox"] and c["memory"] in owner["history"]  # MEMORY.md's earlier version is kept
 
 
 @pytest.mark.parametrize("room", list(rw.ROOMS))
