@@ -459,7 +459,11 @@ def scenario(home: Path, race_rounds: int = 15) -> dict[str, Any]:
             run(tools, key, name, args, 0)[0] for name, args in (
                 ("memory_get", {"path": DAILY}), ("read", {"path": DAILY}), ("read", {"path": "memory/forged.md"}),
                 ("memory_search", {"query": LINES["owner_day"], "minScore": 0}),
-                ("exec", {"command": f"cat {DAILY} memory/forged.md"}))]
+                ("exec", {"command": f"cat {DAILY} memory/forged.md"}),
+                ("memory_search", {"query": "pwned as the owner", "minScore": 0}))]  # its own lines, beside the owner's
+        out["rooms"][room]["after_owner"] += [  # line windows over the owner's and other chats' lines
+            run(tools, key, name, {"path": DAILY, **window}, 0)[0] for i in range(1, 80, 3)
+            for name, window in (("memory_get", {"from": i, "lines": 2}), ("read", {"offset": i, "limit": 2}))]
     # Positive control: the owner's session does see the canaries, so a clean room result means something.
     out["owner"] = {
         "memory_get": run(rt, MAIN, "memory_get", {"path": "MEMORY.md"}, 1)[0],

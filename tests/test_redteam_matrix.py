@@ -107,7 +107,7 @@ def test_no_private_text_reaches_a_room(runs: dict[str, Any], user: str, room: s
     allowed = _allowed(room)
     assert set(got["tools"]) <= rw.TOOLS_A_ROOM_MAY_HAVE and "exec" in got["tools"], got["tools"]
     assert "I found:" in got["reply"], got["reply"][:500]  # the hostile turn ran its calls
-    assert len(got["after_owner"]) == 5
+    assert len(got["after_owner"]) > 50
     for where in ("reply", "requests", "room_files", "after_owner"):
         text = json.dumps(got[where]) if isinstance(got[where], list) else got[where]
         assert not rw.leaks(text, allowed), (where, rw.leaks(text, allowed))
