@@ -34,7 +34,7 @@ OLD_NOTE = "# 2026-01-19\n\n- the gate code is 5150 (ibexhorn)\n"
 
 @pytest.fixture(params=UIDS, ids=lambda u: "self" if u is None else f"uid{u}")
 def uid(request: pytest.FixtureRequest) -> int | None:
-    return request.param  # type: ignore[no-any-return]
+    return request.param
 
 
 @pytest.fixture

@@ -250,3 +250,43 @@ def test_first_workspace(home: Path, uid: int | None) -> None:
         ch.ok(op, uid=uid)
         assert ch.files(home) == after, f"{what}: {sorted(set(after) - set(ch.files(home)))} missing"
         assert not ch.temps(home) and not ch.loose_modes(home), what
+
+
+def test_cron_run_log_trim(home: Path, uid: int | None) -> None:
+    """A run appended to a job's run log that has grown past its cap, so the log is trimmed to its last records."""
+    from hermit.scheduler.store import RUN_LOG_KEEP, RUN_LOG_MAX_BYTES, JobStore, RunRecord
+
+    def record(n: int) -> RunRecord:
+        return RunRecord(f"run-{n:05d}", "daily", NOW.isoformat(), NOW.isoformat(), "ok", "schedule",
+                         reply="x" * (RUN_LOG_MAX_BYTES // RUN_LOG_KEEP))
+
+    def setup() -> None:
+        store = JobStore(home)
+        store.dir.mkdir(mode=0o700)
+        store.runs_dir.mkdir(mode=0o700)
+        count = RUN_LOG_KEEP + 10  # each line over 1/1000 of the cap: the next run trims the log
+        with open(store.run_log_path("daily"), "w", encoding="utf-8") as f:
+            f.writelines(record(n).to_json() + "\n" for n in range(count))
+        os.chmod(store.run_log_path("daily"), 0o600)
+
+    ch.ok(setup, uid=uid)
+    total = len((home / "cron" / "runs" / "daily.jsonl").read_text().splitlines())
+
+    def op() -> None:
+        JobStore(home).append_run(record(total))
+
+    sweep = ch.sweep(home, op, uid=uid)
+    ids = [r["run_id"] for r in JobStore(home).runs("daily", limit=0)]
+    assert ids[-1] == f"run-{total:05d}" and len(ids) == RUN_LOG_KEEP
+    for k, label in sweep.each(also="store.py"):
+        ch.kill(op, k, label, uid=uid)
+        what = ch.describe(k, label)
+        runs = JobStore(home).runs("daily", limit=0)
+        assert all(r["status"] == "ok" for r in runs), f"{what}: a torn record"
+        got = [r["run_id"] for r in runs]
+        assert got in ([f"run-{n:05d}" for n in range(total)], [f"run-{n:05d}" for n in range(total + 1)], ids), what
+        ch.ok(lambda: JobStore(home).append_run(record(total + 1)), uid=uid)
+        runs = JobStore(home).runs("daily", limit=0)
+        assert runs[-1]["run_id"] == f"run-{total + 1:05d}" and all(r["status"] == "ok" for r in runs), what
+        assert not ch.temps(home), f"{what}: {ch.temps(home)}"
+        assert not ch.loose_modes(home), f"{what}: {ch.loose_modes(home)}"
