@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -56,7 +57,7 @@ from hermit.sessions.keys import SessionKey, SessionKind, format_session_key, pa
 from hermit.sessions.lock import lock_path, session_lock
 from hermit.sessions.recovery import parse_store
 from hermit.sessions.store import SessionStore
-from hermit.textfile import decode_text, read_regular
+from hermit.textfile import NotRegularFile, decode_text, read_regular, read_regular_stat
 from hermit.tools.rooms import room_slug
 
 log = logging.getLogger(__name__)
@@ -244,7 +245,7 @@ def _audiences_kept(agent: AgentConfig, wanted: set[str]) -> set[str]:
         if found >= wanted:
             break
         try:
-            text = decode_text(read_regular(path)).text
+            text = _read_note(path)
         except (OSError, ValueError):
             continue
         if MARKER in text and SLACK in text:
@@ -424,6 +425,27 @@ def _memory_files(workspace: Path) -> Iterator[tuple[str, Path]]:
                 yield rel, Path(folder) / name
 
 
+class _Linked(OSError):
+    """A memory file that is a symlink or has more than one name (see `_read_note`)."""
+
+
+def _read_note(path: Path) -> str:
+    """A memory file's text, read only when it is a plain file of one name: a symlink or a hard link may be an
+    owner-only file (MEMORY.md, memory/private/) under a memory/ name, which no chat is shown
+    (audience.memory_view). Its rename would be written over the link's name: a plain copy of the owner's text,
+    its unmarked lines shared with every chat. Such a file keeps its old audiences (_Linked)."""
+    try:
+        data, st = read_regular_stat(path, follow=False)
+    except NotRegularFile as e:
+        if e.kind != "a symlink":
+            raise
+        raise _Linked(errno.ELOOP, "a symlink: no chat is shown it, and it may lead to an owner-only file") from None
+    if st.st_nlink > 1:
+        raise _Linked(errno.EMLINK, f"a file with {st.st_nlink} names (hard links): no chat is shown it, and it "
+                      "may be an owner-only file")
+    return decode_text(data).text
+
+
 def _renamed_text(text: str, renames: Mapping[str, str]) -> str | None:
     """`text` with the open markers of blocks of an old audience naming the new one (None: none there). A block
     written before audiences existed takes it from its session: it gets the new one as an attribute."""
@@ -444,10 +466,21 @@ def _rename_notes(workspace: Path, renames: Mapping[str, str], report: Report, s
     changed: list[str] = []
     for rel, path in _memory_files(workspace):
         try:
-            if _renamed_text(decode_text(read_regular(path)).text, renames) is None:
+            if _renamed_text(_read_note(path), renames) is None:
                 continue
+        except _Linked as e:  # said only when the file it leads to holds an old audience
+            with contextlib.suppress(OSError, ValueError):
+                if _renamed_text(decode_text(read_regular(path)).text, renames) is not None:
+                    report.left.append(f"{path}: its notes keep their old audience: it is {e.strerror}")
+            continue
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as e:
+            report.left.append(f"{path}: its notes keep their old audience ({type(e).__name__}: {e})")
+            continue
+        try:
             with memory_writes_locked(workspace, path):
-                out = _renamed_text(decode_text(read_regular(path)).text, renames)
+                out = _renamed_text(_read_note(path), renames)
                 if out is None:
                     continue
                 write_atomic(path, out)
