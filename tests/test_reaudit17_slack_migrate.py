@@ -6,13 +6,15 @@ the real reader (`memory_view`, what its sandbox and file tools show it), never 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
-from hermit.channels.slack_migrate import migrate
+from hermit.channels.slack_migrate import journal_path, migrate
 from hermit.memory.policy.audience import audience_of_session, memory_view, reader_for_session
-from hermit.memory.policy.provenance import Origin, wrap
-from test_slack_migrate import CONTACT_DM, NEW, OWNER, TEAM_A, sessions, setup
+from hermit.memory.policy.provenance import Origin, origin_blocks, wrap
+from hermit.sessions.store import SessionStore
+from test_slack_migrate import CONTACT_DM, NEW, OWNER, OWNER_DM, TEAM_A, sessions, setup
 
 SECRET = "OWNER-SECRET: the safe's code is 4711"
 
@@ -53,3 +55,45 @@ def test_a_link_in_memory_to_an_owner_only_file_is_not_made_a_readable_copy(tmp_
         assert (ws / name).read_text(encoding="utf-8") == owner_text  # owner-only files: not touched
     said = "\n".join(report.left)
     assert "long-term.md" in said and "people.md" in said and "kept.md" in said, report.left
+
+
+def test_a_tampered_journal_renames_only_what_a_run_could(tmp_path: Path) -> None:
+    """The journal (channels/slack/key-migration.json) is replayed at the next start. One that names other
+    renames — the owner's main session onto a contact's key, the owner's notes' audience onto the contact's, an
+    owner's DM key, a key into another workspace's shape — must not be applied: the owner's conversation and
+    notes would become the contact's. Only renames of a bare Slack id to its `@T…` form are."""
+    loaded = setup(tmp_path, {"work": {"owners": [OWNER]}}, {"work": TEAM_A})
+    ids = sessions(loaded, [CONTACT_DM, OWNER_DM])
+    agent = loaded.agent()
+    store = SessionStore(agent.sessions_dir)
+    main = store.get_or_create("agent:main:main").record
+    store.open_transcript(main).append_message({"role": "user", "content": SECRET})
+    note = agent.workspace / "memory" / "2026-12-02.md"
+    note.write_text("slack notes\n" + wrap(SECRET, Origin("agent:main:main", audience="owner")), encoding="utf-8")
+    contact_new = NEW[CONTACT_DM]
+    journal = journal_path(tmp_path)
+    journal.write_text(json.dumps({"version": 1, "keys": {"main": {
+        "agent:main:main": contact_new,
+        OWNER_DM: "agent:main:slack:work:dm:U0CONT9@T0AAAA1",
+        CONTACT_DM: "agent:main:slack:work:dm:U0OTHER@T0AAAA1",
+    }}, "audiences": {"main": {
+        "owner": audience_of_session(contact_new),
+        "slack:dm:U0OWNER1": "slack:dm:U0OWNER1@T0AAAA1",
+        "slack:dm:U0CONT1": "slack:dm:U0CONT1@../../x",
+    }}}), encoding="utf-8")
+
+    report = migrate(loaded, tmp_path)
+
+    store = SessionStore(agent.sessions_dir)
+    assert store.get("agent:main:main").session_id == main.session_id
+    assert store.get(OWNER_DM).session_id == ids[OWNER_DM]
+    assert store.get("agent:main:slack:work:dm:U0OTHER@T0AAAA1") is None
+    # What the planner itself finds is still done: the contact's session continues under its real new key.
+    assert store.get(contact_new).session_id == ids[CONTACT_DM]
+    assert [b.origin.audience for b in origin_blocks(note.read_text(encoding="utf-8"))] == ["owner"]
+    assert SECRET not in _contact_sees(agent.workspace)
+    notes = (agent.workspace / "memory" / "2026-12-01.md").read_text(encoding="utf-8")
+    assert [b.origin.audience for b in origin_blocks(notes)] == ["slack:dm:U0CONT1@T0AAAA1", "slack:dm:U0OWNER1"]
+    assert not journal.exists()
+    said = "\n".join(report.left)
+    assert "agent:main:main" in said and "owner" in said and "journal" in said, report.left

@@ -35,6 +35,7 @@ import errno
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -266,7 +267,7 @@ def migrate(loaded: LoadedConfig, state_dir: Path, *, step: Step | None = None) 
     with locked(journal.with_name(f".{JOURNAL}.lock")):
         pending = _read_journal(journal)
         if pending is not None:
-            _apply(loaded, pending, report, step)
+            _apply(loaded, _checked(loaded, pending, report), report, step)
             journal.unlink()
         plan = make_plan(loaded, state_dir)
         report.left += plan.left
@@ -301,6 +302,49 @@ def _read_journal(path: Path) -> Plan | None:
         return {str(a): {str(o): str(n) for o, n in m.items()} for a, m in raw.items() if isinstance(m, dict)}
 
     return Plan(table("keys"), table("audiences"))
+
+
+_TEAM = re.compile(r"T[A-Z0-9]{1,40}")
+_OLD_AUDIENCE = re.compile(r"slack:(dm|group):([A-Za-z0-9]{1,64})")
+
+
+def _checked(loaded: LoadedConfig, journal: Plan, report: Report) -> Plan:
+    """The journal's renames that a run could have planned: a bare Slack id's key or audience to the same one
+    with `@T…` added, never an owner's (by the config as it is now). It lives in the state dir, as sessions.json
+    does, but it is replayed blind: anything else in it — the main session onto a contact's key, the owner's
+    audience onto a chat's — would hand one person's conversation or notes to another. Those are said and
+    skipped; the plan made after it still does what is due."""
+    owners = _owners(loaded)
+    every_owner = set().union(*owners.values()) if owners else set()
+    out = Plan()
+    for agent_id, renames in sorted(journal.keys.items()):
+        for old, new in renames.items():
+            if _key_rename(agent_id, old, new, owners, every_owner):
+                out.keys.setdefault(agent_id, {})[old] = new
+            else:
+                report.left.append(f"agent {agent_id}: the journal's rename of {old} to {new} is not one this "
+                                   f"migration makes: not done ({JOURNAL} was changed by hand?)")
+    for agent_id, renames in sorted(journal.audiences.items()):
+        for old, new in renames.items():
+            m = _OLD_AUDIENCE.fullmatch(old)
+            bare, at, team = new.partition("@")
+            owner = m is not None and m.group(1) == "dm" and m.group(2) in every_owner
+            if m is not None and bare == old and at and _TEAM.fullmatch(team) and not owner:
+                out.audiences.setdefault(agent_id, {})[old] = new
+            else:
+                report.left.append(f"agent {agent_id}: the journal's rename of the audience {old} to {new} is not "
+                                   f"one this migration makes: not done ({JOURNAL} was changed by hand?)")
+    return out
+
+
+def _key_rename(agent_id: str, old: str, new: str, owners: Mapping[str, set[str]], every_owner: set[str]) -> bool:
+    chat, moved = _slack_chat(old), _slack_chat(new)
+    if chat is None or moved is None or chat[2] is not None or moved[2] is None or not _TEAM.fullmatch(moved[2]):
+        return False
+    k, peer, _ = chat
+    if k.agent_id != agent_id or _claimants(k, peer, owners, every_owner)[0] is None:
+        return False
+    return format_session_key(dataclasses.replace(k, peer_id=f"{peer}@{moved[2]}")) == new
 
 
 def _apply(loaded: LoadedConfig, plan: Plan, report: Report, step: Step | None) -> None:
