@@ -6,8 +6,9 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import re
 import sys
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from hermit.cli.checks import Check, check
@@ -56,7 +57,8 @@ def _job_options(p: argparse.ArgumentParser, *, adding: bool) -> None:
     p.add_argument("--name", help="a short label")
     p.add_argument("-m", "--message", required=adding, help="what the agent is asked to do at each run")
     when = p.add_mutually_exclusive_group(required=adding)
-    when.add_argument("--at", help="once, at this ISO time (no offset: the job's time zone), e.g. 2026-06-01T09:30")
+    when.add_argument("--at", help="once, at this ISO time (no offset: the job's time zone), e.g. 2026-06-01T09:30, "
+                      "or this long from now: 20m, 2h, 1d (a reminder)")
     when.add_argument("--every", help="at this interval: 90s, 30m, 2h, 1d")
     when.add_argument("--cron", help="cron expression: 5 fields, or 6 with seconds first ('0 8 * * 1-5')")
     p.add_argument("--anchor", help="with --every: count intervals from this ISO time")
@@ -93,7 +95,7 @@ def _spec(args: argparse.Namespace, *, adding: bool) -> dict[str, Any]:
     if args.message is not None:
         spec["message"] = sys.stdin.read() if args.message == "-" else args.message
     if args.at:
-        spec["schedule"] = {"kind": "at", "at": args.at}
+        spec["schedule"] = {"kind": "at", "at": _at(args.at)}
     elif args.every:
         spec["schedule"] = {"kind": "every", "every_ms": parse_duration_ms(args.every),
                             **({"anchor": args.anchor} if args.anchor else {})}
@@ -118,6 +120,19 @@ def _spec(args: argparse.Namespace, *, adding: bool) -> dict[str, Any]:
     elif args.enable or args.disable:
         spec["enabled"] = bool(args.enable)
     return spec
+
+
+# `--at 20m` (or `+20m`, `in 20m`): a reminder's natural form; a unit is required, so no ISO time is taken for one.
+_FROM_NOW = re.compile(r"^\s*(?:\+|in\s+)?(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$", re.IGNORECASE)
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _at(text: str) -> str:
+    """--at as given, or a time from now (20m, 2h, 1d) as the UTC instant it names."""
+    m = _FROM_NOW.match(text)
+    if not m:
+        return text
+    return (datetime.now(UTC) + timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2).lower()])).isoformat()
 
 
 def _delivery(args: argparse.Namespace, *, adding: bool) -> dict[str, Any]:
@@ -234,7 +249,17 @@ def cmd_remove(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 def cmd_runs(ctx: CliContext, args: argparse.Namespace) -> int:
-    runs = _jobs(ctx).runs(args.id, args.limit)["runs"]
+    jobs = _jobs(ctx)
+    try:
+        runs = jobs.runs(args.id, args.limit)["runs"]
+    except JobError:
+        # A job that is gone (an --at reminder is deleted once it ran, `cron remove`) keeps its run log: show it.
+        runs = jobs.store.runs(args.id, args.limit) if re.fullmatch(r"[\w][\w.-]*", args.id) else []
+        if not runs:
+            raise
+        if not args.json:
+            print(f"{args.id} is no longer a job (a one-shot --at job is deleted after it runs, unless --keep); "
+                  "its runs:")
     if args.json:
         print(json.dumps(runs, ensure_ascii=False, indent=2))
         return 0
