@@ -60,6 +60,7 @@ def _warm() -> None:
         _WS[:] = [scratch / "workspace"]
         _append()
         _sync(scratch)
+        _sync(scratch, True)
         _chunks(scratch)
         _found(scratch, ["zebrafinch"])
         _tool(scratch, "write", path="MEMORY.md", content=NEW_MEMORY)
@@ -91,10 +92,10 @@ def _found(home: Path, words: list[str]) -> dict[str, list[str]]:
         svc.close()
 
 
-def _sync(home: Path) -> None:
+def _sync(home: Path, force: bool = False) -> None:
     svc = _svc(home)
     try:
-        svc.sync(force=False)
+        svc.sync(force=force)
     finally:
         svc.close()
 
@@ -203,8 +204,10 @@ def test_memory_md_rewrite(home: Path, uid: int | None, tool: str) -> None:
         assert not ch.temps(home), f"{what}: {ch.temps(home)}"
 
 
-def test_index_sync(home: Path, uid: int | None) -> None:
-    """A sync that adds a file, changes one and drops one, killed at each step; the next sync converges."""
+@pytest.mark.parametrize("force", [False, True], ids=["sync", "rebuild"])
+def test_index_sync(home: Path, uid: int | None, force: bool) -> None:
+    """A sync that adds a file, changes one and drops one (or `memory index --force`: a rebuild into a new file),
+    killed at each step; the next sync converges."""
     ws = home / "workspace"
     ch.ok(lambda: _sync(home), uid=uid)
     (ws / "memory" / "2026-03-02.md").write_text("# 2026-03-02\n\n- the plumber comes Friday (capybarine)\n")
@@ -214,10 +217,10 @@ def test_index_sync(home: Path, uid: int | None) -> None:
         os.chmod(p, 0o600)
         if uid is not None:
             os.chown(p, uid, uid)
-    sweep = ch.sweep(home, lambda: _sync(home), uid=uid)
+    sweep = ch.sweep(home, lambda: _sync(home, force), uid=uid)
     fresh = _fresh_chunks(home, uid)
     for k, label in sweep.each(limit=20):
-        ch.kill(lambda: _sync(home), k, label, uid=uid)
+        ch.kill(lambda: _sync(home, force), k, label, uid=uid)
         what = ch.describe(k, label)
         ch.ok(lambda: _sync(home), uid=uid)
         assert ch.ok(lambda: _chunks(home), uid=uid).result == fresh, what
