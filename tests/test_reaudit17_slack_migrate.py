@@ -14,6 +14,7 @@ from hermit.channels.slack_migrate import journal_path, migrate
 from hermit.memory.policy.audience import audience_of_session, memory_view, reader_for_session
 from hermit.memory.policy.provenance import Origin, origin_blocks, wrap
 from hermit.sessions.store import SessionStore
+from hermit.tools.rooms import room_slug
 from test_slack_migrate import CONTACT_DM, NEW, OWNER, OWNER_DM, TEAM_A, sessions, setup
 
 SECRET = "OWNER-SECRET: the safe's code is 4711"
@@ -97,3 +98,31 @@ def test_a_tampered_journal_renames_only_what_a_run_could(tmp_path: Path) -> Non
     assert not journal.exists()
     said = "\n".join(report.left)
     assert "agent:main:main" in said and "owner" in said and "journal" in said, report.left
+
+
+def test_an_account_removed_from_the_config_still_counts_for_the_keys_and_notes_it_may_have_made(
+        tmp_path: Path) -> None:
+    """Two accounts in two workspaces: the keys naming no account (a group's, a per-channel-peer DM's) and every
+    audience are left, since either could have made them. The owner then removes `club` from hermit.yaml: those
+    keys were not `work`'s to claim any more than before, yet the next start gave them, and the notes and rooms
+    of club's group and contacts, to the same ids in work's workspace, other people there (a Slack id names
+    someone only within one workspace). Its recorded workspace.json says which workspace it was in."""
+    from test_slack_migrate import GROUP, PEER_DM, audiences
+
+    loaded = setup(tmp_path, {"work": {"owners": [OWNER]}, "club": {}}, {"work": TEAM_A, "club": "T0CLUB9"})
+    ids = sessions(loaded, [CONTACT_DM, GROUP, PEER_DM])
+    first = migrate(loaded, tmp_path)
+    assert first.moved == [f"agent main: {CONTACT_DM} -> {NEW[CONTACT_DM]}"]
+    before = audiences(loaded)
+
+    loaded = setup(tmp_path, {"work": {"owners": [OWNER]}}, {"work": TEAM_A})  # club removed
+    report = migrate(loaded, tmp_path)
+
+    store = SessionStore(loaded.agent().sessions_dir)
+    assert store.get(GROUP).session_id == ids[GROUP] and store.get(NEW[GROUP]) is None
+    assert store.get(PEER_DM).session_id == ids[PEER_DM] and store.get(NEW[PEER_DM]) is None
+    assert audiences(loaded) == before == ["slack:dm:U0CONT1", "slack:group:C0GRP1", "slack:dm:U0PEER1"]
+    rooms = loaded.agent().sessions_dir.parent / "rooms"
+    assert not (rooms / room_slug(audience_of_session(NEW[GROUP]))).exists()
+    assert not report.moved and not report.notes and not report.rooms
+    assert any(GROUP in line and "club (no longer configured)" in line for line in report.left), report.left

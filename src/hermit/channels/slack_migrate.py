@@ -111,6 +111,24 @@ def workspaces(loaded: LoadedConfig, state_dir: Path) -> dict[str, str | None]:
     return out
 
 
+def removed_accounts(loaded: LoadedConfig, state_dir: Path) -> dict[str, str | None]:
+    """The recorded workspace of each Slack account no longer in the config (its folder under channels/slack/
+    with a workspace.json), as "<folder> (no longer configured)". A key naming no account, and an audience, may
+    be its: with it in another workspace, such a key is not the remaining accounts' to claim."""
+    configured = {workspace_path(state_dir, a).parent.name for a in loaded.config.channels.accounts_of(SLACK)}
+    out: dict[str, str | None] = {}
+    with contextlib.suppress(OSError):
+        for folder in sorted((state_dir / "channels" / SLACK).iterdir()):
+            record = folder / "workspace.json"
+            if folder.name in configured or folder.is_symlink() or not os.path.lexists(record):
+                continue
+            try:
+                out[f"{folder.name} (no longer configured)"] = _read_workspace(record)
+            except (OSError, ValueError, RecursionError):
+                out[f"{folder.name} (no longer configured)"] = None
+    return out
+
+
 def _owners(loaded: LoadedConfig) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for account_id, acc in loaded.config.channels.accounts_of(SLACK).items():
@@ -172,9 +190,12 @@ def make_plan(loaded: LoadedConfig, state_dir: Path, keys_of: Callable[[AgentCon
     ws = workspaces(loaded, state_dir)
     owners = _owners(loaded)
     every_owner = set().union(*owners.values()) if owners else set()
+    # An account removed from the config still made some of the keys that name no account, and some notes.
+    gone = removed_accounts(loaded, state_dir)
+    ws |= gone
     # The audience (notes, room) is the person's or the group's on Slack, whatever account: any account could
     # have written it. A renamed key's old audience is looked for too: it may have waited for another account.
-    aud_team, aud_why, aud_waiting = _team(owners, ws)
+    aud_team, aud_why, aud_waiting = _team([*owners, *gone], ws)
     for agent in loaded.agents:
         keys: dict[str, str] = {}
         audiences: dict[str, str] = {}
@@ -188,6 +209,8 @@ def make_plan(loaded: LoadedConfig, state_dir: Path, keys_of: Callable[[AgentCon
             claimants, own_audience = _claimants(k, peer, owners, every_owner)
             if claimants is None:
                 continue
+            if k.account_id is None:
+                claimants = [*claimants, *gone]
             old_aud = audience_of_session(format_session_key(dataclasses.replace(k, peer_id=peer)))
             if has_team is None:
                 team, why, waiting = _team(claimants, ws)
