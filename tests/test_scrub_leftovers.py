@@ -281,3 +281,24 @@ def test_a_kill_mid_scrub_of_memory_md_leaves_it_whole_and_the_delete_finishes_l
         assert owner.memory_md() == f"# Memory\n{MINE}\n- Locker: code [deleted], [deleted]\n{OWN_CODE}\n"
     finally:
         owner.rt.close()
+
+
+def test_a_hard_linked_or_another_users_owner_note_is_left_and_the_rest_is_scrubbed(tmp_path: Path) -> None:
+    """Never through a second name, never another user's file (root: MEMORY.md handed to uid 65534, as a file
+    planted in a folder they could write): left and logged; the transcript and the other note are scrubbed."""
+    import os
+
+    owner = Owner(tmp_path)
+    try:
+        owner.told()
+        note, memory_md = owner.ws / PRIVATE, owner.ws / "MEMORY.md"
+        os.link(note, tmp_path / "second-name.md")
+        root = os.geteuid() == 0
+        if root:
+            os.chown(memory_md, 65534, 65534)
+        owner.delete()
+        assert NOTED in note.read_text() and (tmp_path / "second-name.md").read_text() == note.read_text()
+        assert (NOTED in owner.memory_md()) is root, owner.memory_md()
+        assert CODE not in "".join(p.read_text() for p in owner.rt.agent.sessions_dir.glob("*.jsonl"))
+    finally:
+        owner.rt.close()
