@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
 from pathlib import Path
 
-from hermit.agent.speakers import GROUP_CHAT_NOTE, member_text, records_senders
+from hermit.agent.speakers import GROUP_CHAT_NOTE, ChatSummary, member_text, records_senders
 from hermit.errors import SessionError
 from hermit.memory.policy.audience import reader_for_session, visible_text
 from hermit.messages import (
@@ -344,7 +344,7 @@ def summary_message(summary: str, session_key: str | None, sender: Sender | None
             kind is SessionKind.DM and sender is not None and sender.owner):
         return UserMessage(SUMMARY_PREFIX + summary)
     who = GROUP_SUMMARY_WHO if records_senders(session_key or "") else DM_SUMMARY_WHO
-    return UserMessage(ROOM_SUMMARY_PREFIX.format(who=who) + member_text(summary))
+    return ChatSummary(ROOM_SUMMARY_PREFIX.format(who=who) + member_text(summary))
 
 
 def load_history(transcript: Transcript, session_key: str | None = None, sender: Sender | None = None) -> History:

@@ -49,6 +49,7 @@ from hermit.agent.speakers import (
     OwnerCheck,
     attributed,
     contact_chat_note,
+    is_contact_dm,
     make_sender,
     records_senders,
     sender_of,
@@ -254,8 +255,13 @@ class AgentRuntime:
         """The one place a request is made from the turn's messages: tool pairs repaired, old tool output
         pruned (the transcript is never touched)."""
         text = turn.system.text if system is None else system
-        sent = self._prune(turn, tuple(attributed(repair_tool_pairs(messages))), text, commit=True)
+        sent = self._prune(turn, tuple(self._attributed(turn.session_key, messages)), text, commit=True)
         return ModelRequest(system=text, messages=sent, tools=turn.schemas)
+
+    def _attributed(self, session_key: str, messages: Sequence[Message]) -> list[Message]:
+        """The messages as the model is shown them: who said each (speakers.attributed); a contact's DM quoted."""
+        contact = is_contact_dm(session_key, self._senders.get(session_key))
+        return attributed(repair_tool_pairs(messages), contact=contact)
 
     def _prune(self, turn: TurnContext, messages: tuple[Message, ...], system: str, *,
                commit: bool) -> tuple[Message, ...]:
@@ -279,7 +285,7 @@ class AgentRuntime:
 
     def context_tokens(self, turn: TurnContext, messages: Sequence[Message]) -> int:
         """Estimated size of the request these messages would make now (pruning applied)."""
-        sent = self._prune(turn, tuple(attributed(repair_tool_pairs(messages))), turn.system.text, commit=False)
+        sent = self._prune(turn, tuple(self._attributed(turn.session_key, messages)), turn.system.text, commit=False)
         return request_tokens(turn.system.text, turn.schemas, sent)
 
     def prepare(self, session_key: str, *, read_only: bool = False) -> TurnContext:
