@@ -79,13 +79,13 @@ def bus_for(rt: AgentRuntime, deletes: RememberedDeletes | None = None) -> Bus:
 
 
 class Owner:
-    def __init__(self, tmp: Path, memory: MemoryService | None = None) -> None:
+    def __init__(self, tmp: Path, memory: MemoryService | None = None, fn: Any = model) -> None:
         self.home = tmp / "home"
         agent = load_offline(self.home).agent()
         self.ws = agent.workspace
         self.ws.mkdir(parents=True, exist_ok=True)
         (self.ws / "MEMORY.md").write_text(f"# Memory\n{MINE}\n{OWN_CODE}\n")
-        self.rt = AgentRuntime(agent, FunctionModel(model), memory=memory, clock=fixed_clock, fsync=False,
+        self.rt = AgentRuntime(agent, FunctionModel(fn), memory=memory, clock=fixed_clock, fsync=False,
                                home=self.home)
         self.bus = bus_for(self.rt)
 
@@ -300,5 +300,43 @@ def test_a_hard_linked_or_another_users_owner_note_is_left_and_the_rest_is_scrub
         assert NOTED in note.read_text() and (tmp_path / "second-name.md").read_text() == note.read_text()
         assert (NOTED in owner.memory_md()) is root, owner.memory_md()
         assert CODE not in "".join(p.read_text() for p in owner.rt.agent.sessions_dir.glob("*.jsonl"))
+    finally:
+        owner.rt.close()
+
+
+def test_memory_md_s_kept_versions_lose_the_copy_and_a_whole_rewrite_keeps_the_owners_earlier_line(
+        tmp_path: Path) -> None:
+    """The turn rewrites MEMORY.md whole (write, not append) with the code's line added: the owner's own line with
+    the same code, which the file had before, is the owner's, not the turn's. A later turn's edit keeps the version
+    holding the code in memory-history (the web app offers it back): the delete takes the copy out of it too."""
+    def tidy(req: ModelRequest) -> Reply:
+        last = req.messages[-1].to_dict()
+        said = json.dumps(last.get("content"), ensure_ascii=False)
+        if last.get("role") == "toolResult":
+            return "Noted."
+        if CODE in said:
+            return {"tool_calls": [{"name": "write", "arguments": {
+                "path": "MEMORY.md", "content": f"# Memory\n{MINE}\n{OWN_CODE}\n{NOTED}\n"}}]}
+        if "towel" in said:
+            return {"tool_calls": [{"name": "edit", "arguments": {
+                "path": "MEMORY.md", "old": NOTED, "new": f"{NOTED}\n- bring a towel"}}]}
+        return "ok"
+
+    owner = Owner(tmp_path, fn=tidy)
+    history = owner.rt.agent.sessions_dir.parent / "memory-history"
+    try:
+        async def told() -> None:
+            await owner.bus.publish(dm(SECRET, "1"))
+            await owner.bus.publish(dm("remember the towel", "2"))
+            assert await owner.bus.drain(20)
+        asyncio.run(told())
+        assert owner.memory_md() == f"# Memory\n{MINE}\n{OWN_CODE}\n{NOTED}\n- bring a towel\n"
+        assert any(NOTED in p.read_text() for p in history.glob("MEMORY-*.md"))
+        owner.delete()
+        assert owner.memory_md() == \
+            f"# Memory\n{MINE}\n{OWN_CODE}\n- Locker: code [deleted], [deleted]\n- bring a towel\n", owner.memory_md()
+        versions = [p.read_text() for p in history.glob("MEMORY-*.md")]
+        assert len(versions) == 2 and not any(LOCKER in v for v in versions), versions
+        assert all(OWN_CODE in v for v in versions)  # the owner's own line, in every version as typed
     finally:
         owner.rt.close()

@@ -37,6 +37,9 @@ from hermit.textfile import read_regular_stat
 
 log = logging.getLogger("hermit.agent")
 
+HISTORY_DIR = "memory-history"  # in the agent's folder, beside its sessions/ (agent/runtime.py's history_dir)
+MAX_VERSIONS = 200  # MEMORY.md's kept versions read to find what a whole rewrite kept
+
 
 def owner_file(arguments: dict[str, Any], workspace: Path) -> Path | None:
     """The owner's note a write or edit call names — MEMORY.md, or a .md file under memory/private/ — or None."""
@@ -54,12 +57,13 @@ def owner_file(arguments: dict[str, Any], workspace: Path) -> Path | None:
     return None
 
 
-def written_lines(name: str, arguments: dict[str, Any]) -> list[str]:
-    """The lines a write (its content: appended or the whole file) or an edit (its new text's lines that its old
-    text did not have) put in the file."""
+def written_lines(name: str, arguments: dict[str, Any], before: str | None = None) -> list[str]:
+    """The lines a write (its content: appended, or the whole file less the lines `before`, the file's text before
+    it, had) or an edit (its new text's lines that its old text did not have) put in the file."""
     if name == "write":
         content = arguments.get("content")
-        return content.splitlines() if isinstance(content, str) else []
+        had = set() if before is None or arguments.get("append") else {line.strip() for line in before.splitlines()}
+        return [line for line in content.splitlines() if line.strip() not in had] if isinstance(content, str) else []
     new, old = arguments.get("new"), arguments.get("old")
     if not isinstance(new, str):
         return []
@@ -72,15 +76,28 @@ def scrub_owner_notes(workspace: Path, session_key: str, deleted: Deleted) -> di
     files changed, and how many lines in each."""
     if not is_main_session_key(session_key):
         return {}
+    memory_md = long_term_file(workspace).resolve()
+    # MEMORY.md's earlier versions (tools/memory_files.py keeps one at each rewrite; the web app offers them back)
+    history = deleted.transcript.parent.parent / HISTORY_DIR if deleted.transcript is not None else None
     wanted: dict[Path, dict[str, str]] = {}
-    for name, arguments in deleted.note_calls:
-        target = owner_file(arguments, workspace)
-        if target is None:
-            continue
-        for line in written_lines(name, arguments):
-            clean, n = deleted.rule.scrub(line)
-            if n and line.strip():
-                wanted.setdefault(target, {})[line.strip()] = clean.strip()
+    with memory_writes_locked(workspace, memory_md):  # MEMORY.md and its versions as one: no rewrite between
+        for name, arguments in deleted.note_calls:
+            target = owner_file(arguments, workspace)
+            if target is None:
+                continue
+            before = _before(history, target, arguments) if target == memory_md and name == "write" else None
+            for line in written_lines(name, arguments, before):
+                clean, n = deleted.rule.scrub(line)
+                if n and line.strip():
+                    wanted.setdefault(target, {})[line.strip()] = clean.strip()
+        if memory_md in wanted and history is not None:
+            for version in _versions(history):
+                wanted[version] = wanted[memory_md]
+        return _scrubbed(workspace, wanted)
+
+
+def _scrubbed(workspace: Path, wanted: dict[Path, dict[str, str]]) -> dict[Path, int]:
+    """Each file of `wanted` with its lines that are one of its keys replaced by the value."""
     changed: dict[Path, int] = {}
     if not wanted:
         return changed
@@ -108,5 +125,38 @@ def scrub_owner_notes(workspace: Path, session_key: str, deleted: Deleted) -> di
                 write_atomic(target, "\n".join(rows))
                 changed[target] = count
     for target, count in changed.items():
-        log.info("owner notes: scrubbed a deleted message from %d line(s) of %s", count, target.relative_to(workspace))
+        log.info("owner notes: scrubbed a deleted message from %d line(s) of %s", count, target.name)
     return changed
+
+
+def _versions(history: Path) -> list[Path]:
+    """MEMORY.md's kept versions (`MEMORY-<UTC time>[-n].md`), oldest first; none when the folder is not there."""
+    def order(path: Path) -> tuple[str, int]:
+        stamp, _, n = path.stem.removeprefix("MEMORY-").partition("-")
+        return stamp, int(n) if n.isdigit() else 0
+    try:
+        return sorted((p for p in history.glob("MEMORY-*.md") if p.is_file() and not p.is_symlink()), key=order)
+    except OSError:
+        return []
+
+
+def _before(history: Path | None, memory_md: Path, arguments: dict[str, Any]) -> str | None:
+    """MEMORY.md's text before a write that rewrote it whole with `arguments`' content: the kept version that rewrite
+    left (the one the next version, or the file now, follows with that content), or None when none is known (the
+    write's every line is then taken for the turn's)."""
+    content = arguments.get("content")
+    if history is None or arguments.get("append") or not isinstance(content, str):
+        return None
+    versions = _versions(history)[-MAX_VERSIONS:]
+    texts = [_text(p) for p in (*versions, memory_md)]
+    for i in range(len(versions) - 1, -1, -1):
+        if texts[i + 1] == content:
+            return texts[i]
+    return None
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return read_regular_stat(path, follow=False)[0].decode("utf-8")
+    except (OSError, HermitError, UnicodeDecodeError):
+        return None

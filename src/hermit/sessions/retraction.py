@@ -23,6 +23,7 @@ change the folder), and a transcript is parsed only when its bytes name the mess
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -203,7 +204,7 @@ def scrub_retracted(path: Path, session_key: str | None, saved: Saved | None = N
     transcript's rewrite changed nothing). Raises OSError / SessionError."""
     objs = read_objs(path)
     edits = unscrubbed_edits(objs)
-    deleted = deleted_many(objs, [*unscrubbed(objs), *edits], edits)
+    deleted = [dataclasses.replace(d, transcript=path) for d in deleted_many(objs, [*unscrubbed(objs), *edits], edits)]
     if not deleted:
         return 0
     reach = _reach_for(path.parent)

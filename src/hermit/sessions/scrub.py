@@ -23,6 +23,7 @@ scrubbed in one rewrite: each text is walked once, and given only the rules that
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -64,6 +65,7 @@ class Deleted:
     # Edited after its answer, not deleted (gateway/retractions.py): its line is shown with this text (entries.edit),
     # and what of its old text this text still holds is no copy.
     edited: str | None = None
+    transcript: Path | None = None  # the file it was found in (its agent's folder: agent/owner_notes.py)
 
 
 @dataclass
@@ -274,7 +276,8 @@ def read_objs(path: Path) -> list[dict[str, Any] | None]:
 
 def find_deleted(path: Path, ref: str, known: Deleted | None = None) -> Deleted | None:
     """`deleted_in` of the transcript at `path` as it is now."""
-    return deleted_in(read_objs(path), ref, known)
+    found = deleted_in(read_objs(path), ref, known)
+    return dataclasses.replace(found, transcript=path) if found is not None else None
 
 
 def _scrub_value(value: Any, clean: Callable[[str], str], text: bool) -> Any:
