@@ -6,18 +6,20 @@ by its blocks: an owner who told the main session a code, which the answering tu
 deleted the message kept the code there, for every later turn's prompt and for search.
 
 Which lines: only those the main session's own write and edit calls after the message wrote (sessions/scrub.py
-`note_calls`; a call whose result was an error wrote nothing and is not one): an append's text, an overwrite's
-content, an edit's new text less the lines its old text had. Each such line holding a copy (sessions/verbatim.py's
-rule) is replaced, where the file holds it whole, by its scrubbed form; every other line of the owner's file is left
-as it is, the owner's own words among them. Only the main session's calls count: another session writes in its room
+`note_calls`; a call whose result was an error wrote nothing and is not one): an append's text, an edit's new text
+less the lines its old text had, a whole rewrite's content less the lines MEMORY.md had before it (the version the
+rewrite kept in memory-history; of a private note, or with none kept, its every line). Each such line holding a copy
+(sessions/verbatim.py's rule) is replaced, where the file holds it whole, by its scrubbed form — in MEMORY.md and in
+every earlier version of it kept in memory-history (the web app offers those back) — and every other line is left as
+it is, the owner's own words among them. Only the main session's calls count: another session writes in its room
 (tools/views.py), and a path it named is not the workspace's.
 
 How: under the memory-write lock (memory/policy/daily_log.py) that the web app's MEMORY.md save holds while it
 compares the owner's starting text (its sha256) with the file and writes: a save the owner began from the text
 before the scrub is refused (the page says the file changed; the owner's text stays in their editor), one that
 came first is read and scrubbed. The file is replaced atomically (durable.write_atomic: a kill leaves the old file
-or the new one), keeping its mode; never through a link, never a hard-linked or another user's file. The earlier
-version is not copied to memory-history (that would keep the copy).
+or the new one), keeping its mode; never through a link, never a hard-linked or another user's file. The scrub keeps
+no version of its own in memory-history (that would keep the copy).
 """
 
 from __future__ import annotations
