@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from hermit.config.paths import DEFAULT_AGENT_ID, StatePaths, not_own_file, unsafe_folder
 from hermit.config.schema import AgentEntry, AgentSettings, HermitConfig
 from hermit.errors import ConfigError
+from hermit.textfile import NotRegularFile, read_regular_stat
 
 
 @dataclass(frozen=True)
@@ -522,17 +523,26 @@ def load_config(paths: StatePaths, explicit: Path | None = None) -> LoadedConfig
         raise ConfigError(f"the config file {source} {why}",
                           f"check what it says, then make it yours: chown $(id -u) {source} && chmod 600 {source}")
     try:
-        text = source.read_text(encoding="utf-8")
+        # The file judged is the file read (the descriptor's fstat): the name may be swapped between the look
+        # above and the read (a symlinked hermit.yaml names a file in a folder someone else may write), and the
+        # gateway reloads at every admission, so a swap gets as many tries as it likes.
+        raw, st = read_regular_stat(source)
+        why = not_own_file(st)
+        # Text mode's universal newlines, as a text read gives them.
+        text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except FileNotFoundError as e:
         raise ConfigError(f"config file not found: {source}", "run `hermit init` to create one") from e
-    except IsADirectoryError as e:
-        raise ConfigError(f"the config path {source} is a directory, not a file",
-                          f"move that directory away; `hermit init` then writes a fresh {source.name}") from e
+    except NotRegularFile as e:
+        raise ConfigError(f"the config path {source} is {e.kind}, not a file",
+                          f"move that {e.kind.removeprefix('a ')} away; `hermit init` then writes a fresh {source.name}") from e
     except PermissionError as e:
         raise ConfigError(f"cannot read the config file {source}: permission denied",
                           f"make it readable by you (chmod u+r {source})") from e
     except UnicodeDecodeError as e:
         raise ConfigError(f"{source}: not UTF-8 text", "save the config as UTF-8") from e
+    if why is not None:
+        raise ConfigError(f"the config file {source} {why}",
+                          f"check what it says, then make it yours: chown $(id -u) {source} && chmod 600 {source}")
     is_yaml = source.suffix.lower() in (".yaml", ".yml")
     data, where = parse_config_text(text, str(source), is_yaml)
     return build_config(data, paths, source, where)
