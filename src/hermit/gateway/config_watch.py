@@ -7,7 +7,8 @@ the file is watched: each change to a config file's name in the state dir (an ed
 rename, a new or removed file) calls `current()`, which reloads and tells them.
 
 Only the state dir itself is watched, not recursively (inotify on one folder; watchfiles, imported lazily), and
-only the config files' names pass the filter. A watch that fails (an inotify limit reached, the folder gone) is
+only the config files' names pass the filter; when hermit.yaml is a symlink (a dotfiles checkout), the folder of
+the file it names too, for that file (a save there changes nothing in the state dir). A watch that fails (an inotify limit reached, the folder gone) is
 started again after `backoff` seconds, doubling up to `max_backoff` while it keeps failing: meanwhile the config
 is still reloaded at each reader's look, only not on its own.
 """
@@ -15,6 +16,7 @@ is still reloaded at each reader's look, only not on its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from pathlib import Path
@@ -35,6 +37,7 @@ class ConfigWatcher:
         self.live = live
         self._folder = live.started.paths.home
         self._names = frozenset(p.name for p in live.started.paths.config_candidates)
+        self._targets: frozenset[Path] = frozenset()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._backoff = (backoff, max_backoff)
@@ -48,7 +51,18 @@ class ConfigWatcher:
         self._thread.start()
 
     def _accepts(self, change: Any, path: str) -> bool:
-        return Path(path).name in self._names
+        return Path(path).name in self._names or Path(path) in self._targets
+
+    def _linked(self) -> frozenset[Path]:
+        """The files the config names in the state dir are links to (a dotfiles checkout): a save there changes
+        nothing in the state dir, and every reader's look stats through the link."""
+        out: set[Path] = set()
+        for name in self._names:
+            link = self._folder / name
+            if link.is_symlink():
+                with contextlib.suppress(OSError, RuntimeError):
+                    out.add(link.resolve())
+        return frozenset(out)
 
     def _run(self) -> None:
         from watchfiles import watch
@@ -57,17 +71,24 @@ class ConfigWatcher:
         delay = base
         while not self._stop.is_set():
             try:
+                self._targets = self._linked()
+                linked = sorted({t.parent for t in self._targets if t.parent.is_dir()})
+                folders = dict.fromkeys([self._folder, *linked])
                 # yield_on_timeout: the first (empty) yield says the watch is set up; a save after it is seen.
-                for changes in watch(self._folder, watch_filter=self._accepts, debounce=200, step=20,
+                for changes in watch(*folders, watch_filter=self._accepts, debounce=200, step=20,
                                      rust_timeout=200, yield_on_timeout=True, stop_event=self._stop,
                                      recursive=False, raise_interrupt=False, ignore_permission_denied=True):
                     self._error, delay = None, base
                     self.watching.set()
                     if changes:
                         self._look()
-                if self._stop.is_set():
-                    return
-                raise RuntimeError("the watch ended by itself")
+                        if self._linked() != self._targets:
+                            break  # a link made, removed or pointed elsewhere: watch where it leads now
+                else:
+                    if self._stop.is_set():
+                        return
+                    raise RuntimeError("the watch ended by itself")
+                continue
             except Exception as e:  # noqa: BLE001 - supervision boundary: the config is still read at each look
                 self._error = f"{type(e).__name__}: {e}"
                 self.restarts += 1
