@@ -51,7 +51,10 @@ def test_a_whole_file_write_to_a_log_it_sees_all_of_still_adds(tmp_path: Path) -
     assert not call(rt, CONTACT, "write", path=LOG, content="- first\n")[1]
     path = rt.agent.workspace / LOG
     before = path.read_text()
-    out, err = call(rt, CONTACT, "write", path=LOG, content=before + "- second\n")
+    # What the chat sees of its own note: the file, its origin marker not naming the agent (b33511e).
+    shown, err = call(rt, CONTACT, "read", path=LOG)
+    assert not err and "agent:main:" in before and "agent:main:" not in shown
+    out, err = call(rt, CONTACT, "write", path=LOG, content=shown + "- second\n")
     assert not err and out.startswith("added a note"), out
     assert path.read_text().startswith(before) and "- second" in path.read_text()[len(before):]
     out, err = call(rt, CONTACT, "write", path=LOG, content="- replaced\n")
