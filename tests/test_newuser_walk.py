@@ -81,3 +81,77 @@ def test_a_reminder_that_ran_and_was_deleted_still_shows_its_runs(tmp_path: Path
     for unknown in ("j-never", "../cron/jobs"):
         missing = hermit(home, "cron", "runs", unknown)
         assert missing.returncode == 1 and "no job" in missing.stderr, missing.stderr
+
+
+def _template_home(tmp_path: Path, fake: FakeProvider) -> Path:
+    """A new user's state dir as the README makes it: `hermit setup` (the template config), then a second agent."""
+    home = tmp_path / "home"
+    first = hermit(home, "setup", "--provider", "openai-compatible", "--base-url", fake.openai_base_url,
+                   "--model", "m1", "--name", "one", "--non-interactive")
+    assert first.returncode == 0, first.stderr
+    assert hermit(home, "agents", "add", "family").returncode == 0
+    return home
+
+
+def _added_only(before: str, after: str) -> list[str]:
+    """The lines `after` has that `before` lacks, asserting every line of `before` is still there, in order."""
+    old, new, added = before.splitlines(), after.splitlines(), []
+    it = iter(new)
+    for line in old:
+        for candidate in it:
+            if candidate == line:
+                break
+            added.append(candidate)
+        else:
+            raise AssertionError(f"line {line!r} of the config was changed or lost:\n{after}")
+    return added + list(it)
+
+
+def test_setup_after_agents_add_keeps_the_config_layout(tmp_path: Path) -> None:
+    # `agents add` writes `  list:` / `    - id: main`; ruamel's indent guess took that 4 for the file's mapping
+    # indent and the next `hermit setup` re-indented every line of the user's config (comments moved too).
+    with FakeProvider([{"text": "ok", "repeat": True}]) as fake:
+        home = _template_home(tmp_path, fake)
+        before = (home / "hermit.yaml").read_text()
+        again = hermit(home, "setup", "--provider", "openai-compatible", "--base-url", fake.openai_base_url,
+                       "--model", "m2", "--name", "two", "--non-interactive")
+        assert again.returncode == 0, again.stderr
+    after = (home / "hermit.yaml").read_text()
+    added = _added_only(before.replace("model: one/m1", "model: two/m2"), after)
+    assert added == ["    two:", "      type: openai-compatible", f"      base_url: {fake.openai_base_url}"], after
+
+
+def test_setup_for_a_second_agent_sets_that_agent_up(tmp_path: Path) -> None:
+    # `hermit agents add family` says "talk to it with: hermit --agent family chat"; `hermit --agent family setup`
+    # changed the default model (main's too) and left the family bot answered by main unless `bindings:` was
+    # written by hand.
+    with FakeProvider([{"text": "ok", "repeat": True}]) as fake:
+        home = _template_home(tmp_path, fake)
+        before = (home / "hermit.yaml").read_text()
+        model = hermit(home, "--agent", "family", "setup", "--provider", "openai-compatible", "--base-url",
+                       fake.openai_base_url, "--model", "small", "--name", "two", "--non-interactive")
+        assert model.returncode == 0, model.stderr
+        assert "model two/small (agent family's)" in model.stdout
+        bot = subprocess.run([sys.executable, "-m", "hermit.cli.main", "--agent", "family", "setup", "--channel",
+                              "telegram", "--account", "family", "--token-stdin", "--owner", "4242", "--no-check"],
+                             input="456:FAM\n", capture_output=True, text=True, timeout=PROC_TIMEOUT,
+                             env={**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"})
+        assert bot.returncode == 0, bot.stderr
+        assert "channel account telegram/family, answered by agent family" in bot.stdout
+    listed = json.loads(hermit(home, "models", "list", "--json").stdout)
+    used = {m["ref"]: m["agents"] for m in listed["models"]}
+    assert used == {"one/m1": ["main"], "two/small": ["family"]}, listed
+    cfg = yaml.safe_load((home / "hermit.yaml").read_text())
+    assert cfg["bindings"] == [{"agent_id": "family", "match": {"channel": "telegram", "account_id": "family"}}]
+    assert cfg["agents"]["defaults"]["model"] == "one/m1"
+    doctor = hermit(home, "doctor").stdout
+    assert "1 binding(s), default agent main" in doctor, doctor
+    # The model line went into the family entry, above the template's comments that follow it, and nothing the
+    # user had was changed.
+    after = (home / "hermit.yaml").read_text()
+    assert "    - id: family\n      model: two/small\n" in after, after
+    _added_only(before, after)
+    # Unknown agents are refused before anything is written.
+    typo = hermit(home, "--agent", "famly", "setup", "--provider", "fake", "--non-interactive", "--no-check")
+    assert typo.returncode == 1 and "famly" in typo.stderr and "family" in typo.stderr, typo.stderr
+    assert (home / "hermit.yaml").read_text() == after

@@ -27,6 +27,7 @@ from typing import Any
 from hermit.cli.channel_check import CHECKED, DISCORD_API, TokenCheck, confirm_token, refuse_inner_whitespace
 from hermit.cli.config_file import ConfigText, config_text, edit_config
 from hermit.cli.context import CliContext
+from hermit.cli.setup_agent import for_agent, other_agent
 from hermit.cli.setup_keys import (
     configured_provider,
     key_var,
@@ -142,9 +143,11 @@ class Plan:
     kind: str | None = None
     notes: list[str] = field(default_factory=list)
     channel: str | None = None
+    account: tuple[str, str] | None = None  # (channel, account id) of `channel`
     key_var: str | None = None  # the variable the model's key is stored as, when it needs one
     fake_start: str | None = None  # the command that starts the fake provider this plan points at
     token_check: TokenCheck | None = None  # a bot or access token given this run: checked before saving
+    agent: str | None = None  # --agent named another agent than the default: the model and account are its own
 
 
 def _get_json(url: str) -> Any:
@@ -265,7 +268,8 @@ def plan_model(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pl
     plan.updates.append(((*prefix, "base_url"), base_url or DELETE))
     _plan_key(ctx, args, ui, plan, kind, name, prefix)
     plan.model_ref, plan.kind = f"{name}/{model}", kind
-    plan.updates.append((("agents", "defaults", "model"), plan.model_ref))
+    if plan.agent is None:  # another agent's model goes into its own entry (setup_agent.py)
+        plan.updates.append((("agents", "defaults", "model"), plan.model_ref))
     if kind == "fake":
         script = ctx.home / FAKE_SCRIPT
         plan.fake_start = fake_start_command(base_url or FAKE_URL, script)
@@ -438,6 +442,7 @@ def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: 
     if policy is not None or existing is None:
         plan.updates.append(((*prefix, "dm_policy"), policy or "pairing"))
     plan.channel = f"{channel}/{account}"
+    plan.account = (channel, account)
 
 
 def _ask_secret(ui: Prompter, question: str, what: str, flag: str) -> str | None:
@@ -523,7 +528,7 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     if interactive:
         print(f"Hermit setup — state dir {ctx.home}. Enter keeps what [brackets] show; Ctrl-C stops "
               "without saving anything.")
-    plan = Plan()
+    plan = Plan(agent=other_agent(ctx))
     plan_model(ctx, args, ui, plan)
     plan_channel(ctx, args, ui, plan)
     if not plan.updates:
@@ -532,6 +537,10 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     def updated(current: ConfigText) -> tuple[str, LoadedConfig]:
         new_text = set_values(current.text, plan.updates, is_yaml=current.is_yaml, source=str(current.path))
         data, where = parse_config_text(new_text, str(current.path), current.is_yaml)
+        if plan.agent is not None:
+            new_text = for_agent(new_text, is_yaml=current.is_yaml, source=str(current.path), agent_id=plan.agent,
+                                 model_ref=plan.model_ref, account=plan.account)
+            data, where = parse_config_text(new_text, str(current.path), current.is_yaml)
         return new_text, build_config(data, ctx.paths, current.path, where)  # a bad id or URL: before saving
 
     _, loaded = updated(config_text(ctx))
@@ -559,8 +568,10 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     # The model check took seconds: the updates go into the file as it is now (`hermit agents add` may have
     # changed it meanwhile), under the config lock.
     path = edit_config(ctx, lambda current: updated(current)[0]).path
-    print(f"updated {path}" + (f": model {plan.model_ref}" if plan.model_ref else "")
-          + (f"{';' if plan.model_ref else ':'} channel account {plan.channel}" if plan.channel else ""))
+    mine = f" (agent {plan.agent}'s)" if plan.agent else ""
+    print(f"updated {path}" + (f": model {plan.model_ref}{mine}" if plan.model_ref else "")
+          + (f"{';' if plan.model_ref else ':'} channel account {plan.channel}" if plan.channel else "")
+          + (f", answered by agent {plan.agent}" if plan.agent and plan.channel else ""))
     for note in [*plan.notes, after_change_note(ctx.home)]:
         if note:
             print(f"note: {note}")

@@ -192,6 +192,35 @@ def _yaml_rt() -> Any:
     return rt
 
 
+_KEY_ONLY = re.compile(r"^(\s*)[^\s#-][^#]*:\s*(#.*)?$")
+
+
+def guess_indent(text: str) -> tuple[int, int, int]:
+    """(mapping, sequence, offset) for ruamel's `indent()`, as the file is written. ruamel's guess returns the
+    indent of the first block sequence's items when the file has one (4 for `list:` then `    - id: main`, as
+    `hermit agents add` writes it), which set as the mapping indent re-indented every other line of the file."""
+    from ruamel.yaml.util import load_yaml_guess_indent
+
+    if not text.strip():
+        return 2, 2, 0
+    mapping, parent = 0, None
+    for line in text.splitlines():
+        stripped = line.lstrip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        col = len(line) - len(stripped)
+        if parent is not None and col > parent and not stripped.startswith("- "):
+            mapping = col - parent
+            break
+        key_only = _KEY_ONLY.match(line)
+        parent = len(key_only.group(1)) if key_only else None
+    mapping = mapping or 2
+    _, seq_indent, seq_offset = load_yaml_guess_indent(text)
+    if seq_offset is None:  # no block sequence: new ones are written in flow style anyway
+        return mapping, mapping, 0
+    return mapping, seq_indent or mapping, seq_offset
+
+
 def set_values(text: str, updates: Sequence[Update], *, is_yaml: bool, source: str) -> str:
     """`text` with each key path set to its value (mappings created on the way) or removed (DELETE);
     every other key, comment and the layout kept. Raises ConfigError if that cannot be done exactly."""
@@ -203,11 +232,10 @@ def set_values(text: str, updates: Sequence[Update], *, is_yaml: bool, source: s
     if not is_yaml:
         return json.dumps(want, indent=2, ensure_ascii=False) + "\n"
     from ruamel.yaml.comments import CommentedMap
-    from ruamel.yaml.util import load_yaml_guess_indent
 
-    _, indent, seq_offset = load_yaml_guess_indent(text) if text.strip() else (None, 2, 0)
     rt = _yaml_rt()
-    rt.indent(mapping=indent or 2, sequence=(indent or 2) + (seq_offset or 0), offset=seq_offset or 0)
+    mapping, sequence, offset = guess_indent(text)
+    rt.indent(mapping=mapping, sequence=sequence, offset=offset)
     data = rt.load(text) if text.strip() else None
     if data is None:
         data = CommentedMap()

@@ -1,0 +1,106 @@
+"""`hermit --agent ID setup`: what is chosen goes to that agent, not to every agent.
+
+`hermit agents add family` says "talk to it with: hermit --agent family chat", so a user sets the family agent up
+the same way. Setup wrote the model to `agents.defaults.model` whatever --agent said (the main agent's model
+changed too, and an agent with a model of its own kept it while setup said "updated: model …"), and a bot added
+for it answered as the default agent unless the user wrote a `bindings:` entry by hand. Now, for an agent other
+than the default one, the model goes into its own `agents.list` entry and the channel account gets a binding
+`{agent_id: ID, match: {channel, account_id}}` (an existing binding of exactly that account is re-aimed).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from typing import Any
+
+import yaml
+
+from hermit.cli.context import CliContext
+from hermit.errors import ConfigError
+
+
+def other_agent(ctx: CliContext) -> str | None:
+    """The agent --agent names when it is not the default one (an unknown id is refused, naming the known)."""
+    if not ctx.agent_id:
+        return None
+    agent = ctx.config().agent(ctx.agent_id)
+    return None if agent.is_default else agent.id
+
+
+def agent_updates(data: dict[str, Any], agent_id: str, model_ref: str | None,
+                  account: tuple[str, str] | None) -> list[tuple[tuple[str, ...], Any]]:
+    """The key paths to set in the parsed config `data` (after setup's other changes): the agent's list entry
+    with its model, and `bindings` with the account bound to the agent."""
+    updates: list[tuple[tuple[str, ...], Any]] = []
+    agents = data.get("agents") or {}
+    entries = copy.deepcopy(agents.get("list") or []) if isinstance(agents, dict) else []
+    if model_ref is not None:
+        entry = next((e for e in entries if isinstance(e, dict) and e.get("id") == agent_id), None)
+        if entry is None:
+            raise ConfigError(f"agent {agent_id!r} has no entry under agents.list to put its model in",
+                              f"add it with `hermit agents add {agent_id}`, then run this again")
+        entry["model"] = model_ref
+        updates.append((("agents", "list"), entries))
+    if account is not None:
+        channel, account_id = account
+        bindings = copy.deepcopy(data.get("bindings") or [])
+        if not isinstance(bindings, list):
+            raise ConfigError("'bindings' in the config is not a list", "fix it by hand, then run this again")
+        want = {"channel": channel, "account_id": account_id}
+        same = next((b for b in bindings if isinstance(b, dict) and b.get("match") == want), None)
+        if same is None:
+            bindings.append({"agent_id": agent_id, "match": want})
+        else:
+            same["agent_id"] = agent_id
+        updates.append((("bindings",), bindings))
+    return updates
+
+
+def for_agent(text: str, *, is_yaml: bool, source: str, agent_id: str, model_ref: str | None,
+              account: tuple[str, str] | None) -> str:
+    """`text` (the config after setup's other changes) with the agent's model and binding set in place: the
+    list entries and bindings stay as they were written, their comments too; anything else that would change
+    is refused, as config/edit.py's set_values does."""
+    from hermit.config.edit import _plain_to_rt, _yaml_rt, guess_indent, set_values
+
+    plain = (yaml.safe_load(text) if is_yaml else json.loads(text)) or {}
+    updates = agent_updates(plain, agent_id, model_ref, account)
+    want = copy.deepcopy(plain)
+    for path, value in updates:
+        want[path[0]] = value if len(path) == 1 else {**want.get(path[0], {}), path[1]: value}
+    if not is_yaml:
+        return json.dumps(want, indent=2, ensure_ascii=False) + "\n"
+    rt = _yaml_rt()
+    mapping, sequence, offset = guess_indent(text)
+    rt.indent(mapping=mapping, sequence=sequence, offset=offset)
+    data = rt.load(text)
+    if model_ref is not None:
+        entry: Any = next(e for e in data["agents"]["list"] if isinstance(e, dict) and e.get("id") == agent_id)
+        last = list(entry)[-1]
+        entry["model"] = model_ref
+        # Comment lines after the entry belong to its last key (the template's `# models:` after the list): they
+        # move to the new last key, or the new line would come after them.
+        if last != "model" and last in entry.ca.items:
+            entry.ca.items["model"] = entry.ca.items.pop(last)
+    new_bindings = None
+    if account is not None:
+        bound = dict(updates)[("bindings",)]
+        if data.get("bindings") is None:
+            new_bindings = bound  # a new top-level section: set_values puts it after the file's closing comments
+        elif len(bound) > len(data["bindings"]):
+            data["bindings"].append(_plain_to_rt(bound[-1]))
+        else:
+            for b, want_b in zip(data["bindings"], bound, strict=True):
+                if isinstance(b, dict) and b.get("agent_id") != want_b.get("agent_id"):
+                    b["agent_id"] = want_b["agent_id"]
+    out = io.StringIO()
+    rt.dump(data, out)
+    new = out.getvalue()
+    if new_bindings is not None:
+        new = set_values(new, [(("bindings",), new_bindings)], is_yaml=True, source=source)
+    if (yaml.safe_load(new) or {}) != want:
+        raise ConfigError(f"{source}: could not set agent {agent_id}'s model or binding without changing other "
+                          "settings", "make the change by hand (docs/channels.md, 'Routing')")
+    return new
