@@ -275,7 +275,7 @@ def visible_text(text: str, rel_path: str, reader: Reader) -> str | None:
     while i < len(lines):
         if reader.can_see(auds[i]):
             line = lines[i]
-            out.append(_AGENT_OF_SESSION.sub("", line, count=1) if line.startswith(MARKER) else line)
+            out.append(_AGENT_OF_SESSION.sub("", line, count=1) if line.lstrip().startswith(MARKER) else line)
             seen = seen or bool(lines[i].strip())
             i += 1
             continue
