@@ -45,7 +45,8 @@ def test_a_reminder_in_twenty_minutes(tmp_path: Path) -> None:
     assert added.returncode == 0, added.stderr
     job = json.loads(added.stdout)["job"]
     at = datetime.fromisoformat(job["schedule"]["at"])
-    assert before + timedelta(minutes=20) <= at <= after + timedelta(minutes=20)
+    assert before + timedelta(minutes=20) <= at <= after + timedelta(minutes=20, seconds=1)
+    assert at.microsecond == 0  # shown as 19:51:05, not 19:51:04.885693
     listed = json.loads(hermit(home, "cron", "list", "--json").stdout)["jobs"]
     assert [j["name"] for j in listed] == ["call"]
     # The other spellings a person types, and edit takes them too; a number without a unit stays an error.
@@ -54,7 +55,7 @@ def test_a_reminder_in_twenty_minutes(tmp_path: Path) -> None:
         edited = hermit(home, "cron", "edit", job["id"], "--at", text, "--json")
         assert edited.returncode == 0, edited.stderr
         moved = datetime.fromisoformat(json.loads(edited.stdout)["job"]["schedule"]["at"])
-        assert start + timedelta(minutes=minutes) <= moved <= datetime.now(UTC) + timedelta(minutes=minutes)
+        assert start + timedelta(minutes=minutes) <= moved <= datetime.now(UTC) + timedelta(minutes=minutes, seconds=1)
     bare = hermit(home, "cron", "add", "-m", "x", "--at", "20")
     assert bare.returncode == 1 and "invalid time '20'" in bare.stderr, bare.stderr
     help_text = hermit(home, "cron", "add", "--help").stdout

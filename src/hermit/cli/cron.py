@@ -132,7 +132,9 @@ def _at(text: str) -> str:
     m = _FROM_NOW.match(text)
     if not m:
         return text
-    return (datetime.now(UTC) + timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2).lower()])).isoformat()
+    at = datetime.now(UTC) + timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2).lower()])
+    whole = at.replace(microsecond=0) + timedelta(seconds=1 if at.microsecond else 0)  # never early; shown plainly
+    return whole.isoformat()
 
 
 def _delivery(args: argparse.Namespace, *, adding: bool) -> dict[str, Any]:
