@@ -126,3 +126,53 @@ def test_an_account_removed_from_the_config_still_counts_for_the_keys_and_notes_
     assert not (rooms / room_slug(audience_of_session(NEW[GROUP]))).exists()
     assert not report.moved and not report.notes and not report.rooms
     assert any(GROUP in line and "club (no longer configured)" in line for line in report.left), report.left
+
+
+_TOGETHER = """
+import json, sys
+from pathlib import Path
+from hermit.channels.slack_migrate import migrate
+from hermit.config.load import load_config
+from hermit.config.paths import StatePaths
+home = Path(sys.argv[1])
+loaded = load_config(StatePaths(home))
+print("ready", flush=True)
+sys.stdin.readline()
+r = migrate(loaded, home)
+print(json.dumps({"moved": r.moved, "notes": r.notes, "rooms": r.rooms, "left": r.left}), flush=True)
+"""
+
+
+def test_two_gateways_starting_together_rename_each_session_once(tmp_path: Path) -> None:
+    """Two gateways on one state dir (a service and a `hermit gateway run` by hand) start at once: one run at a
+    time (the journal's lock), so each session, note and room is renamed once, by one of them."""
+    import subprocess
+    import sys
+
+    from test_slack_migrate import GROUP, GROUP_THREAD, PEER_DM, audiences
+
+    loaded = setup(tmp_path, {"work": {"owners": [OWNER]}}, {"work": TEAM_A})
+    keys = [CONTACT_DM, GROUP, GROUP_THREAD, PEER_DM, OWNER_DM]
+    ids = sessions(loaded, keys)
+    runs = [subprocess.Popen([sys.executable, "-c", _TOGETHER, str(tmp_path)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in runs:
+        assert p.stdout is not None and p.stdout.readline() == "ready\n"
+    for p in runs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    reports = []
+    for p in runs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        reports.append(json.loads(out))
+    moved = sorted(m for r in reports for m in r["moved"])
+    assert moved == sorted(f"agent main: {k} -> {NEW[k]}" for k in NEW), reports
+    assert sum(len(r["rooms"]) for r in reports) == 3 and not any(r["left"] for r in reports), reports
+    store = SessionStore(loaded.agent().sessions_dir)
+    for old, new in NEW.items():
+        assert store.get(old) is None and store.get(new).session_id == ids[old]
+    assert store.get(OWNER_DM).session_id == ids[OWNER_DM]
+    assert audiences(loaded) == [audience_of_session(NEW.get(k, k)) for k in keys]
+    assert not journal_path(tmp_path).exists()
