@@ -176,3 +176,19 @@ def test_two_gateways_starting_together_rename_each_session_once(tmp_path: Path)
     assert store.get(OWNER_DM).session_id == ids[OWNER_DM]
     assert audiences(loaded) == [audience_of_session(NEW.get(k, k)) for k in keys]
     assert not journal_path(tmp_path).exists()
+
+
+def test_a_removed_account_whose_record_cannot_be_read_holds_its_keys_back_and_says_so(tmp_path: Path) -> None:
+    from hermit.channels.slack import workspace_path
+    from test_slack_migrate import GROUP
+
+    loaded = setup(tmp_path, {"work": {"owners": [OWNER]}}, {"work": TEAM_A})
+    ids = sessions(loaded, [GROUP])
+    workspace_path(tmp_path, "club").parent.mkdir(parents=True)
+    workspace_path(tmp_path, "club").write_text("{not json", encoding="utf-8")
+
+    report = migrate(loaded, tmp_path)
+
+    assert SessionStore(loaded.agent().sessions_dir).get(GROUP).session_id == ids[GROUP]
+    assert not report.waiting and any("club, no longer in the config" in line and "remove that folder" in line
+                                      for line in report.left), report

@@ -67,6 +67,7 @@ SLACK = "slack"
 JOURNAL = "key-migration.json"
 BUSY_WAIT_SECONDS = 2.0  # a turn running in a session being renamed: that one waits for the next run
 _HEADER_PEEK = 1 << 16
+GONE = " (no longer configured)"  # how a removed account is named in the plan
 BUSY = "another process was answering in it; the gateway's next start renames it"
 
 Step = Callable[[str], None]  # told after each change is made (what it was): the crash tests' kill point
@@ -123,9 +124,9 @@ def removed_accounts(loaded: LoadedConfig, state_dir: Path) -> dict[str, str | N
             if folder.name in configured or folder.is_symlink() or not os.path.lexists(record):
                 continue
             try:
-                out[f"{folder.name} (no longer configured)"] = _read_workspace(record)
+                out[f"{folder.name}{GONE}"] = _read_workspace(record)
             except (OSError, ValueError, RecursionError):
-                out[f"{folder.name} (no longer configured)"] = None
+                out[f"{folder.name}{GONE}"] = None
     return out
 
 
@@ -146,6 +147,10 @@ def _team(claimants: Iterable[str], ws: Mapping[str, str | None]) -> tuple[str |
     if not names:
         return None, "no Slack account is configured that could have made it", False
     unknown = [a for a in names if ws.get(a) is None]
+    if gone := [a.removesuffix(GONE) for a in unknown if a.endswith(GONE)]:
+        return None, (f"Slack account(s) {', '.join(gone)}, no longer in the config, may have made it, and the "
+                      "workspace they recorded cannot be read (channels/slack/<account>/workspace.json; remove that "
+                      "folder if the account is gone for good)"), False
     if unknown:
         return None, (f"the workspace of Slack account(s) {', '.join(unknown)} is not recorded yet (it is when the "
                       "account first connects to Slack)"), True
