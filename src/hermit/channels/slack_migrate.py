@@ -31,34 +31,32 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from hermit.channels.slack import SlackChannel, _read_workspace, workspace_path
 from hermit.channels.slack_bindings import warning as bindings_warning
+from hermit.channels.slack_migrate_notes import audiences_in, rename_notes
 from hermit.config.allowlist import AllowlistEntryError, normalize_entry
 from hermit.config.load import AgentConfig, LoadedConfig
 from hermit.config.paths import ensure_private_dir
 from hermit.durable import write_atomic
 from hermit.errors import ConfigError, HermitError, SessionBusy, SessionError
 from hermit.locks import locked
-from hermit.memory.policy.audience import audience_of_session, block_audience, is_private_path
-from hermit.memory.policy.daily_log import memory_writes_locked
-from hermit.memory.policy.provenance import MARKER, OPEN_RE, open_line, origin_blocks
+from hermit.memory.policy.audience import audience_of_session
 from hermit.sessions import scrub
 from hermit.sessions.files import open_own, read_fd, read_own
 from hermit.sessions.keys import SessionKey, SessionKind, format_session_key, parse_session_key
 from hermit.sessions.lock import lock_path, session_lock
 from hermit.sessions.recovery import parse_store
 from hermit.sessions.store import SessionStore
-from hermit.textfile import NotRegularFile, decode_text, read_regular, read_regular_stat
+from hermit.textfile import read_regular
 from hermit.tools.rooms import room_slug
 
 log = logging.getLogger(__name__)
@@ -270,16 +268,7 @@ def _audiences_kept(agent: AgentConfig, wanted: set[str]) -> set[str]:
     """Which of `wanted` audiences have notes in the agent's memory files or a room."""
     rooms = agent.sessions_dir.parent / "rooms"
     found = {a for a in wanted if (rooms / room_slug(a)).is_dir()}
-    for _rel, path in _memory_files(agent.workspace):
-        if found >= wanted:
-            break
-        try:
-            text = _read_note(path)
-        except (OSError, ValueError):
-            continue
-        if MARKER in text and SLACK in text:
-            found |= {a for b in origin_blocks(text) if (a := block_audience(b.origin)) in wanted}
-    return found
+    return found | audiences_in(agent.workspace, wanted - found)
 
 
 # -- applying ----------------------------------------------------------------------------------------------
@@ -398,7 +387,8 @@ def _apply(loaded: LoadedConfig, plan: Plan, report: Report, step: Step | None) 
             _rename_headers(agent.sessions_dir, renamed, report, step)
         renames = {old: new for old, new in plan.audiences.get(agent_id, {}).items() if old not in busy}
         if renames:
-            report.notes += [f"agent {agent_id}: {rel}" for rel in _rename_notes(agent.workspace, renames, report, step)]
+            done = rename_notes(agent.workspace, renames, report.left, lambda what: _tell(step, what))
+            report.notes += [f"agent {agent_id}: {rel}" for rel in done]
         for old_aud, new_aud in renames.items():
             room = _move_room(agent.sessions_dir.parent / "rooms", old_aud, new_aud, report, step)
             if room:
@@ -484,86 +474,6 @@ def _rewrite_header(path: Path, renamed: Mapping[str, str]) -> None:
         scrub._replace(path, fd, line + sep + rest)
     finally:
         os.close(fd)
-
-
-def _memory_files(workspace: Path) -> Iterator[tuple[str, Path]]:
-    root = workspace / "memory"
-    for folder, dirs, files in os.walk(root):  # symlinked folders are not entered
-        rel_dir = Path(folder).relative_to(workspace).as_posix()
-        dirs[:] = sorted(d for d in dirs if not is_private_path(f"{rel_dir}/{d}/"))
-        for name in sorted(files):
-            rel = f"{rel_dir}/{name}"
-            if name.lower().endswith(".md") and not is_private_path(rel):
-                yield rel, Path(folder) / name
-
-
-class _Linked(OSError):
-    """A memory file that is a symlink or has more than one name (see `_read_note`)."""
-
-
-def _read_note(path: Path) -> str:
-    """A memory file's text, read only when it is a plain file of one name: a symlink or a hard link may be an
-    owner-only file (MEMORY.md, memory/private/) under a memory/ name, which no chat is shown
-    (audience.memory_view). Its rename would be written over the link's name: a plain copy of the owner's text,
-    its unmarked lines shared with every chat. Such a file keeps its old audiences (_Linked)."""
-    try:
-        data, st = read_regular_stat(path, follow=False)
-    except NotRegularFile as e:
-        if e.kind != "a symlink":
-            raise
-        raise _Linked(errno.ELOOP, "a symlink: no chat is shown it, and it may lead to an owner-only file") from None
-    if st.st_nlink > 1:
-        raise _Linked(errno.EMLINK, f"a file with {st.st_nlink} names (hard links): no chat is shown it, and it "
-                      "may be an owner-only file")
-    return decode_text(data).text
-
-
-def _renamed_text(text: str, renames: Mapping[str, str]) -> str | None:
-    """`text` with the open markers of blocks of an old audience naming the new one (None: none there). A block
-    written before audiences existed takes it from its session: it gets the new one as an attribute."""
-    if MARKER not in text or SLACK not in text:
-        return None
-    lines = text.split("\n")
-    changed = False
-    for b in origin_blocks(text):
-        new = renames.get(block_audience(b.origin))
-        if new is not None and OPEN_RE.match(lines[b.start - 1].strip()):
-            lines[b.start - 1] = open_line(dataclasses.replace(b.origin, audience=new))
-            changed = True
-    return "\n".join(lines) if changed else None
-
-
-def _rename_notes(workspace: Path, renames: Mapping[str, str], report: Report, step: Step | None) -> list[str]:
-    """One pass over the agent's memory files (under the memory write lock, each file rewritten atomically)."""
-    changed: list[str] = []
-    for rel, path in _memory_files(workspace):
-        try:
-            if _renamed_text(_read_note(path), renames) is None:
-                continue
-        except _Linked as e:  # said only when the file it leads to holds an old audience
-            with contextlib.suppress(OSError, ValueError):
-                if _renamed_text(decode_text(read_regular(path)).text, renames) is not None:
-                    report.left.append(f"{path}: its notes keep their old audience: it is {e.strerror}")
-            continue
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError) as e:
-            report.left.append(f"{path}: its notes keep their old audience ({type(e).__name__}: {e})")
-            continue
-        try:
-            with memory_writes_locked(workspace, path):
-                out = _renamed_text(_read_note(path), renames)
-                if out is None:
-                    continue
-                write_atomic(path, out)
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError) as e:
-            report.left.append(f"{path}: its notes keep their old audience ({type(e).__name__}: {e})")
-            continue
-        changed.append(rel)
-        _tell(step, f"notes {rel}")
-    return changed
 
 
 def _move_room(base: Path, old: str, new: str, report: Report, step: Step | None) -> str:
