@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ from hermit.channels.access import AccessControl, PairingStore
 from hermit.config.load import LoadedConfig, load_config
 from hermit.config.paths import StatePaths
 from hermit.errors import ConfigError
+from hermit.memory.policy.audience import RACY_NS
 
 log = logging.getLogger("hermit.gateway")
 
@@ -49,6 +51,14 @@ ACCESS_FIELDS = frozenset({"enabled", "owners", "dm_policy", "allow_from", "grou
 # An agent's settings that are read at each routing decision, admission or heartbeat.
 AGENT_LIVE = ("heartbeat", "mention_patterns", "max_concurrent_turns", "session.dm_scope",
               "session.dangerously_share_main_session_with_contacts", "default", "is_default")
+
+
+def racy(key: FileKey, now: int) -> bool:
+    """Whether a file of `key` changed too recently (its ctime, which no user can set, under RACY_NS before `now`)
+    for the key to tell a later change from it: the kernel stamps files from a coarse clock, so an edit in place
+    that keeps the size, made within the same tick as a read (on an older kernel or a coarse filesystem), leaves the
+    key as it was (git's "racily clean" entries)."""
+    return any(k is not None and len(k) == 5 and k[4] + RACY_NS > now for k in key)
 
 
 def file_key(paths: StatePaths) -> FileKey:
@@ -69,7 +79,8 @@ def file_key(paths: StatePaths) -> FileKey:
 class LiveConfig:
     """The config in force, re-read when its file changes. Thread-safe: admission runs in worker threads."""
 
-    def __init__(self, loaded: LoadedConfig, *, load: Loader = load_config) -> None:
+    def __init__(self, loaded: LoadedConfig, *, load: Loader = load_config,
+                 clock: Callable[[], int] = time.time_ns) -> None:
         self.started = loaded
         self._good = loaded
         self._load = load
@@ -78,6 +89,8 @@ class LiveConfig:
         # gateway started (runtimes can take seconds to build). One built in memory (tests) has no file.
         self._key: FileKey | None = file_key(loaded.paths) if loaded.source is None else None
         self._error: ConfigError | None = None
+        self.clock = clock  # ns, the wall clock: which keys are too recent to trust (racy)
+        self._racy = False  # the last read's key was too recent: read again at the next look
         self._listeners: list[Callable[[LoadedConfig], None]] = []
 
     def listen(self, callback: Callable[[LoadedConfig], None]) -> None:
@@ -95,9 +108,11 @@ class LiveConfig:
         applied = False
         with self._lock:
             key = file_key(self._good.paths)
-            if key != self._key:
+            if key != self._key or self._racy:
+                again = key == self._key  # only because the key was too recent: an unchanged text changes nothing
                 self._key = key  # taken before the read: an edit during the read changes it again
-                applied = self._reload()
+                self._racy = racy(key, self.clock())
+                applied = self._reload(again)
             error, good = self._error, self._good
         if applied:
             for callback in list(self._listeners):
@@ -116,8 +131,9 @@ class LiveConfig:
     def error(self) -> str | None:
         return None if self._error is None else self._error.message
 
-    def _reload(self) -> bool:
-        """Read the files again; True when a valid config was applied."""
+    def _reload(self, again: bool = False) -> bool:
+        """Read the files again; True when a valid config was applied. `again`: a read of files whose key did not
+        change (it was too recent to trust): a config equal to the one in force is kept as it is, unannounced."""
         if self.started.source is not None and self._good.paths.config_file() is None:
             # Gone (or mid-save by an editor that moves the old file away first): the defaults would name
             # no channel account, but "the file is missing" is what the owner needs to read.
@@ -135,6 +151,8 @@ class LiveConfig:
                                    "fix the file; the gateway applies it when it is saved"))
             return False
         old, was_broken = self._good, self._error is not None
+        if again and not was_broken and (new.config, new.agents, new.defaults) == (old.config, old.agents, old.defaults):
+            return False
         self._good, self._error = new, None
         applied, restart = changes(self.started, old, new)
         head = (f"{self.where} is valid again: channel senders and scheduled deliveries go by it" if was_broken
