@@ -49,6 +49,10 @@ FIRST_RUN_FILE = "BOOTSTRAP.md"
 ROOM_INSTRUCTIONS = tuple(n for n in BOOTSTRAP_ORDER if n != FIRST_RUN_FILE)
 OUTSIDE_HINT = f"this chat's workspace is {ROOM_ROOT}: pass a path inside it, or one relative to it"
 _SESSION_OF_AGENT = re.compile(r"\bagent:[a-z0-9][a-z0-9_-]{0,63}:(?=[a-z0-9])")  # a session key's `agent:<id>:`
+# Where a path named in an error text starts and ends: not inside a longer name (`x/home/…`, `…/workspace-work`,
+# `…/main2`); a path may end in `/…`, or before a quote, a space, a bracket or a sentence's full stop.
+_PATH_START = r"(?<![\w.~-])"
+_PATH_END = r"(?=$|[/\s'\"`:;,)\]}>|]|[.!?]+(?:$|[\s'\"`)\]}>]))"
 PRIVACY_HINT = ("privacy rule: MEMORY.md and owner-only notes are only used in the owner's main session, never "
                 "in group, channel or other people's chats")
 
@@ -161,9 +165,10 @@ class RoomView:
             names |= {str(room.resolve()): ROOM_ROOT, str(self.workspace.resolve()): ROOM_ROOT,
                       str(self.room.base.resolve()): "(the rooms folder)",
                       str(agent_dir.resolve()): "(the assistant's folder)"}
-        for host in sorted(names, key=len, reverse=True):  # the longest first: the room lies in the rooms folder
-            if host not in ("", "/", "."):
-                text = text.replace(host, names[host])
+        hosts = [h for h in sorted(names, key=len, reverse=True) if h not in ("", "/", ".")]  # the room's first
+        if hosts:  # whole paths only: <home>/workspace is also the start of another agent's <home>/workspace-<id>
+            whole = re.compile(f"{_PATH_START}(?:{'|'.join(map(re.escape, hosts))}){_PATH_END}")
+            text = whole.sub(lambda m: names[m.group()], text)
         return _SESSION_OF_AGENT.sub("", text)
 
     # ---- reading ----------------------------------------------------------------------------------
