@@ -40,11 +40,11 @@ from hermit.agent.context import (
     request_tokens,
     tools_block,
 )
-from hermit.agent.flush import scrub_flush_notes
+from hermit.agent.deleted_copies import scrub_saved_session, scrub_turn_notes
 from hermit.agent.lifecycle import SessionStart, check_expiry, parse_compact_command
 from hermit.agent.loop import EventSink, LoopResult, TurnCancelled, run_loop
 from hermit.agent.maintenance import SessionMaintenance
-from hermit.agent.session_memory import save_session_memory, scrub_saved
+from hermit.agent.session_memory import save_session_memory
 from hermit.agent.speakers import (
     OwnerCheck,
     attributed,
@@ -411,28 +411,21 @@ class AgentRuntime:
     def retract_ended(self, session_key: str, ref: str, remove: Remove | None, *, current: str | None) -> bool:
         """Retract `ref` in the key's ended transcripts that hold it (sessions/retraction.py), and where an ended
         session was saved to memory at /new (session_memory.scrub_saved). True when one held it."""
-        def saved(session_id: str, entries: list[MessageEntry]) -> None:
-            try:
-                if scrub_saved(self.agent.workspace, session_id, entries, self.timezone) and self.memory is not None:
-                    self.memory.mark_dirty()
-            except (HermitError, OSError) as e:  # the transcript is retracted all the same; the file says it still
-                log.warning("could not take a deleted message out of session %s's saved file: %s", session_id, e)
+        def saved(session_id: str, entries: list[MessageEntry]) -> None:  # by its transcript's rule (deleted_copies)
+            scrub_saved_session(self.agent.workspace, self.store.transcript_path(session_id), session_id, ref, entries,
+                                self.timezone, self._changed)
 
         return retract_ended(self.store, session_key, ref, remove, current=current, saved=saved) > 0
 
     def _reach(self, session_key: str | None, deleted: Deleted) -> None:
         """A deleted message's copies in the notes `session_key`'s flush wrote (agent/flush.py), scrubbed before
         its transcript is (sessions/retraction.py), and the index re-synced so that search no longer finds them."""
-        if session_key is None:
-            return
-        for call in deleted.note_calls:  # one at a time: a note that cannot be scrubbed never keeps the others'
-            try:
-                if scrub_flush_notes(self.agent.workspace, session_key, dataclasses.replace(deleted, note_calls=(call,))) \
-                        and self.memory is not None:
-                    self.memory.mark_dirty()
-            except Exception as e:  # noqa: BLE001 - the transcript is scrubbed all the same; that note says it still
-                log.warning("could not take a deleted message out of a note %s's turn wrote (%s): %s", session_key,
-                            type(e).__name__, e if isinstance(e, (HermitError, OSError)) else "")
+        if session_key is not None:
+            scrub_turn_notes(self.agent.workspace, session_key, deleted, self._changed)
+
+    def _changed(self) -> None:
+        if self.memory is not None:
+            self.memory.mark_dirty()
 
     def session_busy(self, session_key: str) -> bool:
         """A turn is running in the session now in this process (the heartbeat skips a busy main session)."""
