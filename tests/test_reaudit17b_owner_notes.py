@@ -112,3 +112,24 @@ def test_a_tidy_up_rewrite_of_memory_md_does_not_make_the_owners_own_line_the_tu
         assert OWN in text, text  # the owner's own words, not the turn's
     finally:
         owner.rt.close()
+
+
+def test_a_turn_noting_again_a_line_the_owner_had_leaves_the_owners_line(tmp_path: Path) -> None:
+    """MEMORY.md held the owner's own line with the code; the turn appends the same line again (and an edit puts it
+    once more under a heading). The delete scrubs the lines the turn wrote: two of the three equal rows — the
+    owner's own row, which the file held before the message, keeps the code as the owner typed it."""
+    before = f"# Memory\n{MINE}\n{OWN}\n"
+    owner = Owner(tmp_path, before, {
+        CODE: [{"name": "write", "arguments": {"path": "MEMORY.md", "content": f"{OWN}\n", "append": True}},
+               {"name": "edit", "arguments": {"path": "MEMORY.md", "old": MINE, "new": f"{MINE}\n{OWN}"}}]})
+    try:
+        owner.send(dm(SECRET, "1"))
+        assert owner.memory_md() == f"# Memory\n{MINE}\n{OWN}\n{OWN}\n{OWN}\n", owner.memory_md()
+        owner.send(dm("", "1", change="deleted"))
+        rows = owner.memory_md().split("\n")
+        assert rows.count(OWN) == 1, rows  # the owner's own row
+        assert rows.count(OWN.replace(CODE, "[deleted]")) == 2, rows  # the turn's two
+        kept = [text for text in owner.history().values() if text.count(OWN) > 1]
+        assert kept == [], kept  # the versions kept in between hold the turn's rows scrubbed too
+    finally:
+        owner.rt.close()

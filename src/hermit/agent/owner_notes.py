@@ -10,9 +10,10 @@ Which lines: only those the main session's own write and edit calls after the me
 less the lines its old text had, a whole rewrite's content less the lines MEMORY.md had before it (the version the
 rewrite kept in memory-history; of a private note, or with none kept, its every line). Each such line holding a copy
 (sessions/verbatim.py's rule) is replaced, where the file holds it whole, by its scrubbed form — in MEMORY.md and in
-every earlier version of it kept in memory-history (the web app offers those back) — and every other line is left as
-it is, the owner's own words among them. Only the main session's calls count: another session writes in its room
-(tools/views.py), and a path it named is not the workspace's.
+every earlier version of it kept in memory-history (the web app offers those back) — as many times as the calls wrote
+it (the last such rows: a row the owner had with the same words, which a call noting it again only repeated, keeps
+them), and every other line is left as it is, the owner's own words among them. Only the main session's calls
+count: another session writes in its room (tools/views.py), and a path it named is not the workspace's.
 
 How: under the memory-write lock (memory/policy/daily_log.py) that the web app's MEMORY.md save holds while it
 compares the owner's starting text (its sha256) with the file and writes: a save the owner began from the text
@@ -81,7 +82,7 @@ def scrub_owner_notes(workspace: Path, session_key: str, deleted: Deleted) -> di
     memory_md = long_term_file(workspace).resolve()
     # MEMORY.md's earlier versions (tools/memory_files.py keeps one at each rewrite; the web app offers them back)
     history = deleted.transcript.parent.parent / HISTORY_DIR if deleted.transcript is not None else None
-    wanted: dict[Path, dict[str, str]] = {}
+    wanted: dict[Path, dict[str, tuple[str, int]]] = {}  # file -> line -> (its scrubbed form, times written)
     with memory_writes_locked(workspace, memory_md):  # MEMORY.md and its versions as one: no rewrite between
         for name, arguments in deleted.note_calls:
             target = owner_file(arguments, workspace)
@@ -91,15 +92,19 @@ def scrub_owner_notes(workspace: Path, session_key: str, deleted: Deleted) -> di
             for line in written_lines(name, arguments, before):
                 clean, n = deleted.rule.scrub(line)
                 if n and line.strip():
-                    wanted.setdefault(target, {})[line.strip()] = clean.strip()
+                    lines = wanted.setdefault(target, {})
+                    lines[line.strip()] = (clean.strip(), lines.get(line.strip(), ("", 0))[1] + 1)
         if memory_md in wanted and history is not None:
             for version in _versions(history):
                 wanted[version] = wanted[memory_md]
         return _scrubbed(workspace, wanted)
 
 
-def _scrubbed(workspace: Path, wanted: dict[Path, dict[str, str]]) -> dict[Path, int]:
-    """Each file of `wanted` with its lines that are one of its keys replaced by the value."""
+def _scrubbed(workspace: Path, wanted: dict[Path, dict[str, tuple[str, int]]]) -> dict[Path, int]:
+    """Each file of `wanted` with its rows that are one of its keys (stripped) replaced by the key's scrubbed form: the
+    last rows, as many as the calls wrote it. The rows are equal, so which of them is the owner's does not matter:
+    the file keeps as many unscrubbed as it held beyond the calls' (before, each call noting the owner's own line
+    again scrubbed it from the owner's row too)."""
     changed: dict[Path, int] = {}
     if not wanted:
         return changed
@@ -118,10 +123,9 @@ def _scrubbed(workspace: Path, wanted: dict[Path, dict[str, str]]) -> dict[Path,
                 continue
             rows = text.split("\n")
             count = 0
-            for i, row in enumerate(rows):
-                stripped = row.strip()
-                if stripped in lines:
-                    rows[i] = row.replace(stripped, lines[stripped])
+            for line, (clean, times) in lines.items():
+                for i in [i for i, row in enumerate(rows) if row.strip() == line][-times:]:
+                    rows[i] = rows[i].replace(line, clean)
                     count += 1
             if count:
                 write_atomic(target, "\n".join(rows))
