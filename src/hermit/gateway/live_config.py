@@ -4,8 +4,10 @@ live, and failing closed while it is invalid.
 Revoking someone is an edit of hermit.yaml (`owners`, `allow_from`, `groups`, …), so it must count at once,
 with no window: every admission, routing decision and scheduled delivery asks `LiveConfig.current()`, which
 stats the config files (device, inode, size, mtime and ctime in ns: an edit in place and a replace by
-rename both change it) and reloads them with the normal loader when that key changed. A timer would leave
-a window; a stat per message costs microseconds.
+rename both change it) and reloads them with the normal loader when that key changed, or while it is under
+RACY_NS (2 s) old: an edit in place that keeps the size, within the same tick of the kernel's coarse clock as
+the last read, leaves the key as it was (`racy`). A timer would leave a window; a stat per message costs
+microseconds (a read within 2 s of a save, a few ms).
 
 Applied live (each consumer rebuilds what it derives from the config when `current()` hands it a new
 one): who may reach the assistant (each running channel account's `enabled`, `owners`, `dm_policy`,
