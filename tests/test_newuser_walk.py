@@ -156,3 +156,27 @@ def test_setup_for_a_second_agent_sets_that_agent_up(tmp_path: Path) -> None:
     typo = hermit(home, "--agent", "famly", "setup", "--provider", "fake", "--non-interactive", "--no-check")
     assert typo.returncode == 1 and "famly" in typo.stderr and "family" in typo.stderr, typo.stderr
     assert (home / "hermit.yaml").read_text() == after
+
+
+def test_setup_on_a_terminal_for_a_second_agent_says_so_and_sets_its_model(tmp_path: Path) -> None:
+    import test_setup as setup_cli  # its Terminal and env_for (a module attribute: its tests are not collected here)
+
+    with FakeProvider([{"text": "ok", "repeat": True}]) as fake:
+        home = _template_home(tmp_path, fake)
+        term = setup_cli.Terminal(["--agent", "family", "setup", "--provider", "openai-compatible", "--base-url",
+                                   fake.openai_base_url, "--name", "two"], setup_cli.env_for(home))
+        try:
+            term.expect("Hermit setup for agent family — state dir")
+            term.expect("Model: ")
+            term.send("small")
+            term.expect("API key for two (Enter if the server needs none): ")
+            term.send("")
+            term.expect("Add a chat channel account")
+            term.send("")
+            term.expect("next: ")
+        finally:
+            code = term.close()
+    assert code == 0, term.seen
+    assert "model two/small (agent family's)" in term.seen
+    used = {m["ref"]: m["agents"] for m in json.loads(hermit(home, "models", "list", "--json").stdout)["models"]}
+    assert used == {"one/m1": ["main"], "two/small": ["family"]}

@@ -525,10 +525,11 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     check_environment(ctx)
     _refuse_uncreatable(ctx)  # before any question: a state dir that cannot be made is said now
     ui = Prompter(interactive)
-    if interactive:
-        print(f"Hermit setup — state dir {ctx.home}. Enter keeps what [brackets] show; Ctrl-C stops "
-              "without saving anything.")
     plan = Plan(agent=other_agent(ctx))
+    if interactive:
+        whose = f" for agent {plan.agent}" if plan.agent else ""
+        print(f"Hermit setup{whose} — state dir {ctx.home}. Enter keeps what [brackets] show; Ctrl-C stops "
+              "without saving anything.")
     plan_model(ctx, args, ui, plan)
     plan_channel(ctx, args, ui, plan)
     if not plan.updates:
