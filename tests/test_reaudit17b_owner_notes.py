@@ -5,7 +5,9 @@ Through the real bus, the real runtime and its real write/edit tools, with a scr
   `<state>/agents/<id>/memory-history/` (tools/memory_files.py rule 2: every write or edit of MEMORY.md keeps one)
   still holds it — and the web app offers that version for restoring;
 - a turn that rewrites MEMORY.md whole (write, not append: a tidy-up) "wrote" every line of the file, so the owner's
-  own line that held the same words before the message was scrubbed too.
+  own line that held the same words before the message was scrubbed too (fixed in 43b8760; and in dd3fcd6's successor
+  when an earlier call of the same turn was scrubbed first and changed the versions the rewrite is found by);
+- a turn that notes again a line the owner already had made the delete scrub every equal row, the owner's too (dd3fcd6).
 """
 
 from __future__ import annotations
@@ -131,5 +133,25 @@ def test_a_turn_noting_again_a_line_the_owner_had_leaves_the_owners_line(tmp_pat
         assert rows.count(OWN.replace(CODE, "[deleted]")) == 2, rows  # the turn's two
         kept = [text for text in owner.history().values() if text.count(OWN) > 1]
         assert kept == [], kept  # the versions kept in between hold the turn's rows scrubbed too
+    finally:
+        owner.rt.close()
+
+
+def test_a_tidy_up_after_an_edit_in_the_same_turn_still_leaves_the_owners_line(tmp_path: Path) -> None:
+    """The turn first notes the code (edit), then rewrites MEMORY.md whole. The delete scrubs call by call: the
+    edit's scrub changed MEMORY.md and the version the rewrite kept, so the rewrite's own kept version was no longer
+    found by its content, and its every line — the owner's own among them — was taken for the turn's."""
+    before = f"# Memory\n{MINE}\n{OWN}\n"
+    tidy = f"# Memory\n{MINE}\n{NOTED}\n{OWN}\n- (tidied)\n"
+    owner = Owner(tmp_path, before, {
+        CODE: [{"name": "edit", "arguments": {"path": "MEMORY.md", "old": MINE, "new": f"{MINE}\n{NOTED}"}},
+               {"name": "write", "arguments": {"path": "MEMORY.md", "content": tidy}}]})
+    try:
+        owner.send(dm(SECRET, "1"))
+        assert owner.memory_md() == tidy, owner.memory_md()
+        owner.send(dm("", "1", change="deleted"))
+        text = owner.memory_md()
+        assert NOTED not in text, text
+        assert OWN in text, text
     finally:
         owner.rt.close()

@@ -88,7 +88,8 @@ def scrub_owner_notes(workspace: Path, session_key: str, deleted: Deleted) -> di
             target = owner_file(arguments, workspace)
             if target is None:
                 continue
-            before = _before(history, target, arguments) if target == memory_md and name == "write" else None
+            before = _before(history, target, arguments, deleted) if target == memory_md and name == "write" \
+                else None
             for line in written_lines(name, arguments, before):
                 clean, n = deleted.rule.scrub(line)
                 if n and line.strip():
@@ -146,19 +147,26 @@ def _versions(history: Path) -> list[Path]:
         return []
 
 
-def _before(history: Path | None, memory_md: Path, arguments: dict[str, Any]) -> str | None:
+def _before(history: Path | None, memory_md: Path, arguments: dict[str, Any], deleted: Deleted) -> str | None:
     """MEMORY.md's text before a write that rewrote it whole with `arguments`' content: the kept version that rewrite
-    left (the one the next version, or the file now, follows with that content), or None when none is known (the
-    write's every line is then taken for the turn's)."""
+    left (the one the next version, or the file now, follows with that content — as `deleted`'s scrub leaves both:
+    an earlier call of the turn, scrubbed first, may have changed them), or None when none is known (the write's
+    every line is then taken for the turn's)."""
     content = arguments.get("content")
     if history is None or arguments.get("append") or not isinstance(content, str):
         return None
     versions = _versions(history)[-MAX_VERSIONS:]
     texts = [_text(p) for p in (*versions, memory_md)]
+    wrote = _scrubbed_rows(content, deleted)
     for i in range(len(versions) - 1, -1, -1):
-        if texts[i + 1] == content:
+        after = texts[i + 1]
+        if after == content or (after is not None and _scrubbed_rows(after, deleted) == wrote):
             return texts[i]
     return None
+
+
+def _scrubbed_rows(text: str, deleted: Deleted) -> list[str]:
+    return [deleted.rule.scrub(row.strip())[0] for row in text.split("\n")]
 
 
 def _text(path: Path) -> str | None:
