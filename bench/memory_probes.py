@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hermit.config.schema import QueryConfig
+from hermit.config.memory_search import QueryConfig
 from hermit.memory.embedders.local_e5 import E5Embedder
 from hermit.memory.index.sync import SyncReport
 from hermit.memory.search.hybrid import HybridSearcher

@@ -39,7 +39,7 @@ def pct(xs: list[float], p: float) -> float:
 
 def run_worker(dsn: str, n_queries: int, ef: int) -> dict[str, Any]:
     """In the worker process (PYTHONPATH = the tree under test): timed searches and their places."""
-    from hermit.config.schema import PostgresStoreConfig, QueryConfig
+    from hermit.config.memory_search import PostgresStoreConfig, QueryConfig
     from hermit.memory.embedders.local_e5 import E5Embedder
     from hermit.memory.search.hybrid import HybridSearcher
     from hermit.memory.store.postgres.store import PgStore
@@ -129,7 +129,7 @@ def recall(dsn: str, chunks: int, n_queries: int, efs: list[int]) -> list[dict[s
     exact top 10 (pg_bench_measure.truth: the ids are the benchmark's row numbers), and its KNN time."""
     import numpy as np
 
-    from hermit.config.schema import PostgresStoreConfig
+    from hermit.config.memory_search import PostgresStoreConfig
     from hermit.memory.embedders.local_e5 import E5Embedder
     from hermit.memory.store.postgres.store import PgStore
     from pg_bench_measure import queries, truth

@@ -192,7 +192,7 @@ def hermit_db(n: int) -> str:
 def build_hermit_pg(srv: Any, n: int, e5: Any, m: int, ef_construction: int) -> dict[str, Any]:
     """The same corpus loaded through Hermit's own PgStore (bulk_add: FTS5 tokens, BM25 counters, its layout)."""
 
-    from hermit.config.schema import PostgresStoreConfig
+    from hermit.config.memory_search import PostgresStoreConfig
     from hermit.memory.store.api import FileState
     from hermit.memory.store.postgres.store import BulkChunk, PgStore
 

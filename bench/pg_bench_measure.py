@@ -116,7 +116,7 @@ def recall_only(dsn: str, qvecs: np.ndarray, gold: np.ndarray, ef_search: int) -
 
 
 def sqlite_searcher(n: int, e5: Any) -> Any:
-    from hermit.config.schema import QueryConfig
+    from hermit.config.memory_search import QueryConfig
     from hermit.memory.search.hybrid import HybridSearcher
     from hermit.memory.store.sqlite import IndexStore
 
@@ -210,7 +210,7 @@ def measure(srv: Any, n: int, e5: Any, n_queries: int, ef_list: list[int], exact
 
 def hermit_pg_latency(srv: Any, n: int, e5: Any, qs: list[str], ef_search: int) -> dict[str, Any]:
     """Hermit's HybridSearcher on its PgStore: the end-to-end search path (embedding, HNSW KNN, BM25, fusion)."""
-    from hermit.config.schema import PostgresStoreConfig, QueryConfig
+    from hermit.config.memory_search import PostgresStoreConfig, QueryConfig
     from hermit.memory.search.hybrid import HybridSearcher
     from hermit.memory.store.postgres.store import PgStore
     from pg_bench_build import hermit_db

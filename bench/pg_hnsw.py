@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from hermit.config.schema import PostgresStoreConfig
+from hermit.config.memory_search import PostgresStoreConfig
 from hermit.memory.store.api import FileState
 from hermit.memory.store.postgres.store import BulkChunk, PgStore
 from pg_database import database

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hermit.config.schema import MemorySearchConfig, RemoteEmbeddingConfig
+from hermit.config.memory_search import MemorySearchConfig, RemoteEmbeddingConfig
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders import create_embedder
 from hermit.memory.embedders.base import Embedder

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from conftest import write
-from hermit.config.schema import MemorySearchConfig, PostgresStoreConfig
+from hermit.config.memory_search import MemorySearchConfig, PostgresStoreConfig
 from hermit.db import Connection, connect_memory
 from hermit.errors import StoreError
 from hermit.memory.search.fts import FTS_TOKENIZER, index_text, or_match

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from hermit.config.schema import PostgresStoreConfig
+from hermit.config.memory_search import PostgresStoreConfig
 from hermit.errors import StoreError
 from hermit.memory.index.chunking import Chunk, text_hash
 from hermit.memory.store.postgres.store import PgStore

@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 from baseline import original_search  # noqa: E402
 from score import Report, evaluate, md_table, read_jsonl  # noqa: E402
 
-from hermit.config.schema import MemorySearchConfig, QueryConfig  # noqa: E402
+from hermit.config.memory_search import MemorySearchConfig, QueryConfig  # noqa: E402
 from hermit.memory.embedders import create_embedder  # noqa: E402
 from hermit.memory.embedders.base import Embedder, EmbedderInfo, QueryRunner  # noqa: E402
 from hermit.memory.search.hybrid import HybridSearcher  # noqa: E402

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hermit.config.schema import QueryConfig
+from hermit.config.memory_search import QueryConfig
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders.base import Embedder, EmbedderInfo
 from hermit.memory.policy.audience import Reader

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from hermit.config.schema import QueryConfig
+from hermit.config.memory_search import QueryConfig
 from hermit.memory.search.fts import query_terms, translated_phrases
 from hermit.memory.search.keyword import KeywordSearcher
 from hermit.memory.search.reader_counts import DEEPEST_POOL, ReaderCounts

@@ -3,7 +3,7 @@
 Each default was chosen on the benchmarks (bench/retrieval: `results.md` for the generated suite,
 `conversations.md` for LoCoMo); a benchmark variant is `dataclasses.replace(SearchTuning(), …)` passed
 to the searcher, never a module constant patched for the run. What a user configures is in
-`config.schema.QueryConfig`; this holds what is measured, not chosen per install.
+`config.memory_search.QueryConfig`; this holds what is measured, not chosen per install.
 """
 
 from __future__ import annotations

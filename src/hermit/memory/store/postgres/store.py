@@ -47,7 +47,7 @@ from hermit.memory.store.postgres.schema import (
 )
 
 if TYPE_CHECKING:
-    from hermit.config.schema import PostgresStoreConfig
+    from hermit.config.memory_search import PostgresStoreConfig
     from hermit.memory.store.postgres.schema import PgConn
 
 
