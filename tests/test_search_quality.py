@@ -135,7 +135,7 @@ def test_min_score_means_the_same_for_both_local_models(tmp_path: Path, e5: obje
     """Calibrated scores: a paraphrase clears minScore and unrelated text does not, for either model."""
     pytest.importorskip("onnxruntime")
     from hermit.memory.embedders.local_minilm import MiniLMEmbedder
-    from hermit.memory.search.hybrid import calibrate
+    from hermit.memory.search.fusion import calibrate
 
     pairs = [("how do I reset my router", "Steps to restart the home wifi router: unplug it for 30 seconds."),
              ("what medicine did the doctor prescribe", "The GP prescribed amoxicillin, 500 mg three times a day.")]

@@ -9,7 +9,8 @@ One search, in order (the order is measured, bench/memory_bench.py): the diction
 query; the query embedding, alone on every core; the pass over the vector matrix, started by a worker
 thread while this thread runs the keyword leg (memory/search/keyword_leg.py over keyword.py: BM25 with a bounded cost) and finished
 by both; the translated query vector (from cached word vectors) for candidates in the other language;
-then fusion, rescue, boosts and snippets. When the query embeds on one core (a long-lived process's
+then fusion (memory/search/fusion.py), rescue, boosts and snippets. The vector leg's stages are in
+memory/search/vector_leg.py. When the query embeds on one core (a long-lived process's
 onnxruntime query runner), the worker embeds it and runs the matrix pass while this thread runs the
 keyword leg (memory/search/query_runner.py).
 
@@ -20,21 +21,20 @@ it may not see are dropped before fusion, so neither their scores nor their line
 from __future__ import annotations
 
 import datetime as dt
-import math
 import re
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from hermit.config.memory_search import QueryConfig
-from hermit.errors import EmbeddingError
-from hermit.memory.embedders.base import Embedder, EmbedderInfo
+from hermit.memory.embedders.base import Embedder
 from hermit.memory.policy.audience import Reader
 from hermit.memory.search.dates import query_day_ranges
 from hermit.memory.search.fts import build_match, query_terms, translated_phrases
+from hermit.memory.search.fusion import calibrate, decay, fuse, text_score
 from hermit.memory.search.keyword import KeywordSearcher
 from hermit.memory.search.keyword_leg import KeywordLeg
 from hermit.memory.search.lexicon import Lexicon
@@ -48,13 +48,14 @@ from hermit.memory.search.ordering import (
     unmatched,
 )
 from hermit.memory.search.places import group_places, show_places, span_of, spare_places
-from hermit.memory.search.query_runner import EmbedBeside, query_uses_one_core, store_knn
+from hermit.memory.search.query_runner import query_uses_one_core
 from hermit.memory.search.reader_counts import DEEPEST_POOL, ReaderCounts
 from hermit.memory.search.snippets import Term, render, weigh_terms
 from hermit.memory.search.terms import term_coverage
 from hermit.memory.search.translation import NO_TRANSLATION, Translation, WordVectors, translate
 from hermit.memory.search.tuning import DEFAULT_TUNING, SearchTuning
-from hermit.memory.search.vectors import AnyPass, VectorMatrix
+from hermit.memory.search.vector_leg import VectorLegs, embed_query
+from hermit.memory.search.vectors import VectorMatrix
 from hermit.memory.store.api import ChunkRow, MemoryStore
 from hermit.tokens import count_cjk
 
@@ -63,7 +64,6 @@ MATRIX_MAX_CHUNKS = 300_000
 # Words of a query that may name a speaker of a conversation (memory.search.places matches them to the "Name:"
 # opening a line).
 _NAME_WORD = re.compile(r"[^\W\d_]+")
-_DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_][^/]*)?\.md$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -94,23 +94,6 @@ class SearchOutcome:
 
 
 @dataclass
-class _VectorLeg:
-    """The vector leg of one search: its hits, or the matrix pass a worker runs meanwhile (or the query
-    embedding and then that pass, `beside`: the query vector is known once the leg is finished)."""
-
-    hits: list[tuple[int, float]] = field(default_factory=list)
-    matrix_pass: AnyPass | None = None
-    job: Future[None] | None = None
-    matrix_ok: bool = False  # scores of further chunks come from the matrix (else from the store)
-    beside: EmbedBeside | None = None
-    q: np.ndarray | None = None  # with `beside`: the query vector, once finished (None: why not in `reason`)
-    reason: str | None = None
-    # The store's KNN (and the query embedding before it, when that runs on one core) in the worker,
-    # on the store's own KNN connection (a server store: `knn_beside`): (vector, why not, hits).
-    knn: Future[tuple[np.ndarray | None, str | None, list[tuple[int, float]]]] | None = None
-
-
-@dataclass
 class _Candidates:
     """The candidates of one search between its stages: their rows and each leg's raw scores."""
 
@@ -127,28 +110,6 @@ class _Candidates:
 
 def _mostly_cjk(text: str) -> bool:
     return count_cjk(text) * 2 >= len("".join(text.split()))
-
-
-def calibrate(cos: float, info: EmbedderInfo) -> float:
-    span = max(1e-6, info.score_ceiling - info.score_floor)
-    return min(1.0, max(0.0, (cos - info.score_floor) / span))
-
-
-def file_date(path: str) -> float | None:
-    m = _DATED.search(path)
-    if not m:
-        return None
-    try:
-        d = dt.datetime(int(m.group(1)), int(m.group(2)), int(m.group(3)), tzinfo=dt.UTC)
-    except ValueError:
-        return None
-    return d.timestamp()
-
-
-def _usable_vector(q: np.ndarray) -> bool:
-    """A query vector with a direction: finite, and not (almost) all zeros."""
-    norm = float(np.linalg.norm(q))
-    return bool(np.isfinite(norm)) and norm > 1e-6
 
 
 class HybridSearcher:
@@ -183,6 +144,7 @@ class HybridSearcher:
         self.word_vector_stats = self.word_vectors.stats
         self._line_vectors = False  # whether the index holds line vectors (read with its identity)
         self.copies = ConversationCopies(store)
+        self.vector_legs = VectorLegs(store, self.matrix, self._embed_query, self._worker, self._matrix_ok)
 
     def _vector_state(self) -> tuple[bool, str | None]:
         """Whether vectors can be searched, and why not."""
@@ -243,8 +205,8 @@ class HybridSearcher:
         if use_vec and not beside and not (knn_beside and one_core):
             q, reason = self._embed_query(query, timings)
         rows: dict[int, ChunkRow] = {}
-        leg = self._start_vector_leg(q, pool, timings, query if beside else None,
-                                     query if knn_beside and (q is not None or one_core) else None)
+        leg = self.vector_legs.start(q, pool, timings, query if beside else None,
+                                    query if knn_beside and (q is not None or one_core) else None)
         # A restricted reader's keyword scores count only the notes it may see (memory.search.reader_counts).
         counts = None
         if restricted and self.visible is not None:
@@ -255,11 +217,11 @@ class HybridSearcher:
         # The snippets' weighed terms need only the query: here, while the worker may still be on the
         # vector leg (the keyword leg was the shorter one), not after it.
         terms = self._line_terms(query, tr, self.keyword.doc_freq if counts is None else counts.doc_freq)
-        vec_hits = self._finish_vector_leg(leg, pool, timings)
+        vec_hits = self.vector_legs.finish(leg, pool, timings)
         if beside or leg.knn is not None:
             q, reason = leg.q, leg.reason
         if counts is not None and q is not None:
-            vec_hits = self._visible_vector_hits(q, vec_hits, pool, counts, leg.matrix_ok)
+            vec_hits = self.vector_legs.visible_hits(q, vec_hits, pool, counts, leg.matrix_ok)
         c = self._gather(query, tr, q, leg.matrix_ok, vec_hits, kw_hits, held, rows, pool, match, counts)
         if restricted:
             assert reader is not None
@@ -273,86 +235,8 @@ class HybridSearcher:
         return SearchOutcome(hits, mode, reason if q is None else None, timings, c.withheld, c.unmatched)
 
     def _embed_query(self, query: str, timings: dict[str, float]) -> tuple[np.ndarray | None, str | None]:
-        """The query vector, or None and why not.
-
-        The query embedding runs alone: the model uses every core with briefly spinning OpenMP
-        workers, and a concurrent SQLite thread made both slower on 2 cores."""
         assert self.embedder is not None
-        t0 = time.perf_counter()
-        q: np.ndarray | None = None
-        reason: str | None = None
-        try:
-            q = self.embedder.embed_query(query)
-        except EmbeddingError as e:
-            reason = f"query embedding failed: {e.message}"
-        if q is not None and not _usable_vector(q):
-            # A broken or remote embedder's zero (or NaN) vector has no direction: sqlite-vec answers
-            # NULL distances (a TypeError here, losing the keyword hits) and every cosine is 0 or NaN.
-            q = None
-            reason = ("the embedding model returned an all-zero (or invalid) query vector; check the "
-                      "embedder (`hermit memory status`)")
-        timings["embed_ms"] = (time.perf_counter() - t0) * 1000
-        return q, reason
-
-    def _start_vector_leg(self, q: np.ndarray | None, pool: int, timings: dict[str, float],
-                          beside_query: str | None = None, knn_query: str | None = None) -> _VectorLeg:
-        """The vector leg's nearest chunks: over the in-memory matrix, started in a worker so that it
-        overlaps the keyword leg (finished by _finish_vector_leg); otherwise the store's KNN, done here,
-        or with `knn_query` in the worker (embedding `knn_query` first when `q` is None).
-        With `beside_query` (the matrix is usable), the worker embeds that query first."""
-        if knn_query is not None:
-            job = self._worker().submit(store_knn, self._embed_query, self.store, q, knn_query, pool, timings)
-            return _VectorLeg(q=q, knn=job)
-        if beside_query is not None:
-            self.matrix.refresh(self.store)
-            beside = EmbedBeside(self._embed_query, self.matrix, self._worker(), beside_query, timings, pool)
-            return _VectorLeg(matrix_ok=True, beside=beside)
-        if q is None:
-            return _VectorLeg()
-        t0 = time.perf_counter()
-        if not self._matrix_ok():
-            hits = self.store.vec_knn(q, pool)
-            timings["vector_ms"] = (time.perf_counter() - t0) * 1000
-            return _VectorLeg(hits)
-        # The pass over the matrix is memory-bound; it runs in a worker while this thread does the
-        # keyword leg (SQLite, regexes). Only numpy runs there, no SQL.
-        self.matrix.refresh(self.store)
-        matrix_pass = self.matrix.start_pass(q)
-        return _VectorLeg([], matrix_pass, self._worker().submit(matrix_pass.work), matrix_ok=True)
-
-    def _finish_vector_leg(self, leg: _VectorLeg, pool: int, timings: dict[str, float]) -> list[tuple[int, float]]:
-        """The vector leg's hits, once the matrix pass (when there is one) is done."""
-        if leg.knn is not None:
-            t0 = time.perf_counter()
-            leg.q, leg.reason, leg.hits = leg.knn.result()
-            # What the search thread waited for after its keyword leg (the rest overlapped).
-            timings["vector_ms"] = (time.perf_counter() - t0) * 1000
-            return leg.hits
-        if leg.beside is not None:
-            leg.q, leg.reason, leg.hits = leg.beside.finish(timings)
-            leg.matrix_ok = leg.q is not None
-            return leg.hits
-        if leg.job is None or leg.matrix_pass is None:
-            return leg.hits
-        t0 = time.perf_counter()
-        leg.matrix_pass.work()  # take the blocks the worker has not reached
-        leg.job.result()
-        hits = self.matrix.finish(leg.matrix_pass, pool)
-        # Time the matrix pass kept this thread beyond the keyword leg (the rest overlapped).
-        timings["vector_ms"] = (time.perf_counter() - t0) * 1000
-        timings["matrix_busy_ms"] = leg.matrix_pass.busy_ms
-        return hits
-
-    def _visible_vector_hits(self, q: np.ndarray, hits: list[tuple[int, float]], pool: int, counts: ReaderCounts,
-                             matrix_ok: bool) -> list[tuple[int, float]]:
-        """A restricted reader's nearest `pool` chunks among those it may see: searched deeper (at most
-        DEEPEST_POOL) while hidden chunks hold places, so none of them can crowd its own out."""
-        seen, limit = counts.keep(hits), pool
-        while len(seen) < pool and len(hits) >= limit and limit < DEEPEST_POOL:
-            limit = min(limit * 4, DEEPEST_POOL)
-            hits = self.matrix.topk(q, limit) if matrix_ok else self.store.vec_knn(q, limit)
-            seen = counts.keep(hits)
-        return seen[:pool]
+        return embed_query(self.embedder, query, timings)
 
     def _gather(self, query: str, tr: Translation, q: np.ndarray | None, matrix_ok: bool,
                 vec_hits: list[tuple[int, float]], kw_hits: list[tuple[int, float]], held: set[int],
@@ -423,7 +307,7 @@ class HybridSearcher:
         coverage: dict[int, float] = {}
         if match and q is not None and hy.exact_match_rescue:
             coverage = term_coverage(query_terms(query), {i: c.rows[i].text for i in c.ids if rel.get(i, 0) > 0})
-        scored = self._fuse(c.ids, cos, rel, c.vec_hits, c.kw_hits, q is not None)
+        scored = fuse(c.ids, cos, rel, c.kw_hits, q is not None, self.cfg.hybrid, self._vscore)
         if coverage:
             # The rescue lifts a chunk holding every query term to its text score, less up to 0.1 by
             # its vector score: exact hits stay above minScore, and several of them do not all pile
@@ -544,57 +428,13 @@ class HybridSearcher:
             seen = [i for i, _ in counts.keep([(i, 0.0) for i in self.store.chunk_ids_for_days(days, DEEPEST_POOL)])]
         return set(seen[:200])
 
+    def _tscore(self, r: float, all_rel: dict[int, float]) -> float:
+        return text_score(r, all_rel, self.cfg.hybrid)
+
+    def _decay(self, scored: list[tuple[int, float]], rows: dict[int, ChunkRow]) -> list[tuple[int, float]]:
+        return decay(scored, rows, self.cfg.temporal_decay, self.clock)
+
     def _vscore(self, c: float | None) -> float:
         if c is None or self.embedder is None:
             return 0.0
         return calibrate(c, self.embedder.info)
-
-    def _tscore(self, r: float, all_rel: dict[int, float]) -> float:
-        hy = self.cfg.hybrid
-        if r <= 0:
-            return 0.0
-        if hy.text_normalization == "query":
-            return min(1.0, r)  # already on the query's scale (_on_query_scale)
-        if hy.text_normalization == "max":
-            top = max(all_rel.values(), default=0.0)
-            return r / top if top > 0 else 0.0
-        return r / (r + hy.bm25_saturation)
-
-    def _fuse(
-        self, ids: list[int], cos: dict[int, float], rel: dict[int, float],
-        vec_hits: list[tuple[int, float]], kw_hits: list[tuple[int, float]], have_vec: bool,
-    ) -> list[tuple[int, float]]:
-        hy = self.cfg.hybrid
-        if not have_vec:
-            return [(i, self._tscore(rel.get(i, 0.0), rel)) for i in ids]
-        total = hy.vector_weight + hy.text_weight
-        wv, wt = hy.vector_weight / total, hy.text_weight / total
-        if hy.fusion == "rrf":
-            vrank = {i: r for r, (i, _) in enumerate(sorted(cos.items(), key=lambda x: -x[1]))}
-            krank = {i: r for r, (i, _) in enumerate(kw_hits)}
-            best = wv / (hy.rrf_k + 1) + wt / (hy.rrf_k + 1)
-            out = []
-            for i in ids:
-                s = wv / (hy.rrf_k + 1 + vrank[i]) if i in vrank else 0.0
-                s += wt / (hy.rrf_k + 1 + krank[i]) if i in krank else 0.0
-                # Rescale so that rank 1 on both legs is 1.0 and minScore keeps a [0, 1] meaning.
-                out.append((i, s / best))
-            return out
-        # A chunk with no vector yet (a first index stores files keyword-only, then embeds them) is
-        # scored as keyword-only search scores it, not as a chunk the vector leg found unrelated.
-        return [(i, wv * self._vscore(cos[i]) + wt * self._tscore(rel.get(i, 0.0), rel) if i in cos
-                 else self._tscore(rel.get(i, 0.0), rel)) for i in ids]
-
-    def _decay(self, scored: list[tuple[int, float]], rows: dict[int, ChunkRow]) -> list[tuple[int, float]]:
-        td = self.cfg.temporal_decay
-        if not td.enabled:
-            return scored
-        now = self.clock()
-        out = []
-        for cid, s in scored:
-            when = file_date(rows[cid].path)
-            if when is not None:  # MEMORY.md and undated files are evergreen
-                age_days = max(0.0, (now - when) / 86400)
-                s *= math.pow(0.5, age_days / td.half_life_days)
-            out.append((cid, s))
-        return out
