@@ -194,7 +194,8 @@ def build_hermit_pg(srv: Any, n: int, e5: Any, m: int, ef_construction: int) -> 
 
     from hermit.config.memory_search import PostgresStoreConfig
     from hermit.memory.store.api import FileState
-    from hermit.memory.store.postgres.store import BulkChunk, PgStore
+    from hermit.memory.store.postgres.rows import BulkChunk
+    from hermit.memory.store.postgres.store import PgStore
 
     done = OUT / f"hermit-pg-{n}-m{m}-ef{ef_construction}.json"
     if done.exists():

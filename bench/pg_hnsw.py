@@ -23,7 +23,8 @@ import numpy as np
 
 from hermit.config.memory_search import PostgresStoreConfig
 from hermit.memory.store.api import FileState
-from hermit.memory.store.postgres.store import BulkChunk, PgStore
+from hermit.memory.store.postgres.rows import BulkChunk
+from hermit.memory.store.postgres.store import PgStore
 from pg_database import database
 
 HERE = Path(__file__).resolve().parent

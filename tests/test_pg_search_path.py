@@ -19,7 +19,8 @@ from hermit.memory.search.fts import FTS_TOKENIZER, index_text, or_match
 from hermit.memory.service import MemoryKey, MemoryService
 from hermit.memory.store.api import FileState
 from hermit.memory.store.postgres.keyword import MAX_POSITIONS, phrases
-from hermit.memory.store.postgres.store import BulkChunk, PgStore
+from hermit.memory.store.postgres.rows import BulkChunk
+from hermit.memory.store.postgres.store import PgStore
 from memhelpers import HashEmbedder
 
 

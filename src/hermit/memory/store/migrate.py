@@ -149,7 +149,8 @@ def _copy_line_vectors(src: MemoryStore, staging: MemoryStore, block: int = BATC
 # -- writing ---------------------------------------------------------------------------------------
 def _write_chunks(staging: MemoryStore, files: dict[str, FileState], chunks: list[SourceChunk],
                   vecs: dict[int, np.ndarray], written: set[str]) -> None:
-    from hermit.memory.store.postgres.store import BulkChunk, PgStore
+    from hermit.memory.store.postgres.rows import BulkChunk
+    from hermit.memory.store.postgres.store import PgStore
 
     with_vec = [c for c in chunks if c.id in vecs]
     without = [c for c in chunks if c.id not in vecs]

@@ -17,33 +17,29 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hermit.errors import StoreError
-from hermit.memory.index.chunking import Chunk
-from hermit.memory.index.line_vectors import by_line_text, to_line_blob
-from hermit.memory.store.api import ChunkRow, FileState, script_class
+from hermit.memory.index.line_vectors import by_line_text
+from hermit.memory.store.api import ChunkRow, FileState
 from hermit.memory.store.postgres import cache as pg_cache
 from hermit.memory.store.postgres import rows as pg_rows
+from hermit.memory.store.postgres import writes as pg_writes
 from hermit.memory.store.postgres.claim import StateId, enforce
 from hermit.memory.store.postgres.errors import failure, guarded
 from hermit.memory.store.postgres.hnsw import Hnsw
 from hermit.memory.store.postgres.keyword import PgKeyword, Tokenizer
-from hermit.memory.store.postgres.rows import ROW_COLUMNS, AdvisoryLock, BulkChunk, chunk_row, keep_rows
+from hermit.memory.store.postgres.rows import ROW_COLUMNS, AdvisoryLock, chunk_row, keep_rows
 from hermit.memory.store.postgres.schema import (
     connect,
-    drop_stale_rebuilds,
     lock_key,
     mask_dsn,
     migrate,
     qi,
     server_facts,
-    staging_names,
-    swap_schema,
 )
 
 if TYPE_CHECKING:
@@ -210,7 +206,7 @@ class PgStore:
             if self._view is not None:
                 self._view.pop("vec", None)
 
-    # -- files & chunks -----------------------------------------------------------------------
+    # -- files & chunks (their writes: memory.store.postgres.writes) ------------------------
     @guarded
     def writer_lock(self) -> AdvisoryLock:
         return AdvisoryLock(self._dsn, lock_key(self.schema), self.cfg.connect_timeout_s, self._env)
@@ -228,108 +224,10 @@ class PgStore:
         self.conn.execute(f"update {self.s}.files set mtime=%s, size=%s, ident=coalesce(%s, ident) where path=%s",
                           (mtime, size, ident, path))
 
-    @guarded
-    def replace_file(
-        self, *, path: str, source: str, file_hash: str, mtime: int, size: int,
-        chunks: Sequence[Chunk], vectors: np.ndarray | None, model: str, messages: int = 0,
-        line_vectors: Mapping[int, np.ndarray] | None = None, ident: str = "",
-    ) -> None:
-        """Everything indexed for `path` replaced in ONE transaction: a killed host leaves old or new."""
-        now = int(time.time())
-        docs = self.tok.documents([c.text for c in chunks])
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            if vectors is not None and len(chunks):
-                self._ensure_vec_table(int(vectors.shape[1]))
-            gen = self.generation() + 1
-            d_docs, d_toks = self._delete_chunks(path)
-            ids = [int(r[0]) for r in cur.execute(
-                f"select nextval(pg_get_serial_sequence('{self.s}.chunks', 'id')) from generate_series(1, %s)",
-                (len(chunks),))] if chunks else []
-            cur.executemany(
-                f"insert into {self.s}.chunks(id, path, source, start_line, end_line, hash, model, text, updated_at,"
-                " gen, cjk, tsv, ntok) values (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::tsvector,%s)",
-                [(cid, path, source, ch.start_line, ch.end_line, ch.hash, model if vectors is not None else None,
-                  ch.text, now, gen, script_class(ch.text), tsv, ntok)
-                 for cid, ch, (tsv, ntok) in zip(ids, chunks, docs, strict=True)])
-            self._count_tokens(ids)
-            if vectors is not None and ids:
-                cur.executemany(f"insert into {self.s}.chunks_vec(id, embedding) values (%s, %s)",
-                                [(cid, np.asarray(vectors[i], dtype=np.float32)) for i, cid in enumerate(ids)])
-            if line_vectors:
-                cur.executemany(f"insert into {self.s}.line_vectors(path, line, embedding) values (%s,%s,%s)",
-                                [(path, n, to_line_blob(v)) for n, v in sorted(line_vectors.items())])
-            cur.execute(
-                f"insert into {self.s}.files(path, source, hash, mtime, size, embedded, indexed_at, messages, ident)"
-                " values (%s,%s,%s,%s,%s,%s,%s,%s,%s) on conflict(path) do update set source=excluded.source,"
-                " hash=excluded.hash, mtime=excluded.mtime, size=excluded.size, embedded=excluded.embedded,"
-                " indexed_at=excluded.indexed_at, messages=excluded.messages, ident=excluded.ident",
-                (path, source, file_hash, mtime, size, vectors is not None or not chunks, now, messages, ident))
-            self._bump(gen, d_docs + len(chunks), d_toks + sum(n for _, n in docs))
-
-    @guarded
-    def bulk_add(self, files: Sequence[FileState], chunks: Sequence[BulkChunk], vectors: np.ndarray | None,
-                 *, updated_at: int | None = None) -> None:
-        """Append files and chunks (+ their vectors, row i of `vectors` for chunks[i]) with COPY in ONE
-        transaction: the fast path for migrations and benchmark loads (~10× executemany). The paths
-        must not be indexed yet (no replace); the caller holds the writer lock and batches (e.g. 10k
-        chunks per call)."""
-        now = int(time.time()) if updated_at is None else updated_at
-        docs = self.tok.documents([c.text for c in chunks])
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            if vectors is not None and len(chunks):
-                self._ensure_vec_table(int(vectors.shape[1]))
-            gen = self.generation() + 1
-            ids = [int(r[0]) for r in cur.execute(
-                f"select nextval(pg_get_serial_sequence('{self.s}.chunks', 'id')) from generate_series(1, %s)",
-                (len(chunks),))] if chunks else []
-            with cur.copy(f"copy {self.s}.chunks(id, path, source, start_line, end_line, hash, model, text,"
-                          " updated_at, gen, cjk, tsv, ntok) from stdin") as cp:
-                for cid, ch, (tsv, ntok) in zip(ids, chunks, docs, strict=True):
-                    cp.write_row((cid, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model, ch.text,
-                                  now, gen, script_class(ch.text), tsv, ntok))
-            self._count_tokens(ids)
-            if vectors is not None and ids:
-                with cur.copy(f"copy {self.s}.chunks_vec(id, embedding) from stdin") as cp:
-                    for i, cid in enumerate(ids):
-                        cp.write_row((cid, np.asarray(vectors[i], dtype=np.float32)))
-            with cur.copy(f"copy {self.s}.files(path, source, hash, mtime, size, embedded, indexed_at, messages,"
-                          " ident) from stdin") as cp:
-                for f in files:
-                    cp.write_row((f.path, f.source, f.hash, f.mtime, f.size, f.embedded, now, f.messages, f.ident))
-            self._bump(gen, len(chunks), sum(n for _, n in docs))
-
-    @guarded
-    def delete_file(self, path: str) -> None:
-        with self.conn.transaction():
-            d_docs, d_toks = self._delete_chunks(path)
-            self.conn.execute(f"delete from {self.s}.files where path=%s", (path,))
-            self._bump(self.generation() + 1, d_docs, d_toks)
-
-    def _count_tokens(self, ids: Sequence[int]) -> None:
-        """Add the chunks `ids` to token_df (inside the caller's transaction, under the writer lock)."""
-        if ids:
-            self.conn.execute(
-                f"insert into {self.s}.token_df select u.lexeme, count(*) from {self.s}.chunks c"
-                " cross join lateral unnest(c.tsv) u where c.id = any(%s) group by u.lexeme"
-                f" on conflict (lexeme) do update set df = {self.s}.token_df.df + excluded.df", (list(ids),))
-
-    def _delete_chunks(self, path: str) -> tuple[int, int]:
-        """Delete `path`'s chunks (their vectors cascade); returns (−rows, −tokens) for the FTS totals."""
-        self.conn.execute(f"delete from {self.s}.line_vectors where path=%s", (path,))
-        gone = [str(r[0]) for r in self.conn.execute(
-            f"update {self.s}.token_df t set df = t.df - d.n from (select u.lexeme, count(*) n from {self.s}.chunks c"
-            " cross join lateral unnest(c.tsv) u where c.path = %s group by u.lexeme) d where t.lexeme = d.lexeme"
-            " returning t.lexeme, t.df", (path,)) if int(r[1]) <= 0]
-        if gone:
-            self.conn.execute(f"delete from {self.s}.token_df where lexeme = any(%s)", (gone,))
-        row = self.conn.execute(f"with d as (delete from {self.s}.chunks where path=%s returning ntok)"
-                                " select count(*), coalesce(sum(ntok), 0) from d", (path,)).fetchone()
-        return (-int(row[0]), -int(row[1])) if row else (0, 0)
-
-    def _bump(self, gen: int, d_docs: int, d_toks: int) -> None:
-        m = self.meta()
-        self._set_meta({"generation": str(gen), "fts_docs": str(int(m.get("fts_docs", "0")) + d_docs),
-                        "fts_tokens": str(int(m.get("fts_tokens", "0")) + d_toks)})
+    # A file's chunks replaced, appended in bulk, deleted (each in one transaction, with the FTS totals).
+    replace_file = pg_writes.replace_file
+    bulk_add = pg_writes.bulk_add
+    delete_file = pg_writes.delete_file
 
     @guarded
     def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
@@ -533,34 +431,11 @@ class PgStore:
         """recall@k of the HNSW path against the exact scan, the queries `sample` stored vectors."""
         return self.hnsw.recall(sample, k)
 
-    # -- atomic rebuilds (the schema operations: memory.store.postgres.schema) ----------------------
-    @guarded
-    def clean_stale_rebuilds(self) -> int:
-        return drop_stale_rebuilds(self.conn, self.schema)
-
-    @guarded
-    def open_rebuild(self) -> PgStore:
-        staging = PgStore(self._dsn, staging_names(self.schema)[0], self.cfg, dsn_env=self._env, staging_of=self.schema)
-        try:
-            staging.conn.execute(f"insert into {staging.s}.embedding_cache select * from {self.s}.embedding_cache")
-        except BaseException:
-            self.discard_rebuild(staging)
-            raise
-        return staging
-
-    @guarded
-    def finish_rebuild(self, staging: object) -> None:
-        assert isinstance(staging, PgStore)
-        staging.optimize()
-        staging.close()
-        swap_schema(self.conn, self.schema, staging.schema, staging_names(self.schema)[1])
-        self.keyword.reset()
-
-    @guarded
-    def discard_rebuild(self, staging: object) -> None:
-        assert isinstance(staging, PgStore)
-        staging.close()
-        self.conn.execute(f"drop schema if exists {staging.s} cascade")
+    # -- atomic rebuilds (memory.store.postgres.writes, over the schema operations of .schema) -----
+    clean_stale_rebuilds = pg_writes.clean_stale_rebuilds
+    open_rebuild = pg_writes.open_rebuild
+    finish_rebuild = pg_writes.finish_rebuild
+    discard_rebuild = pg_writes.discard_rebuild
 
     # -- status ----------------------------------------------------------------------------------
     @guarded
