@@ -11,7 +11,7 @@ index or `--force` resumes from what it embedded; the staging index a killed reb
 by the next process that takes the writer lock. A change of embedding identity (provider, model,
 dims, chunking, keyword transform, vector backend) rebuilds into a staging index that then replaces
 the live one in one step (the store's finish_rebuild): searches see the old index or the new one,
-never a half-built one.
+never a half-built one. A batch of changed files is embedded by memory/index/embedding.py.
 """
 
 from __future__ import annotations
@@ -25,16 +25,16 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
 from hermit.config.schema import MemorySearchConfig
 from hermit.db import DatabaseError, index_error, is_corrupt, is_disk_full
-from hermit.errors import EmbeddingError, IndexError_, SessionError
-from hermit.memory.embedders.base import Embedder, LineEmbedder
-from hermit.memory.index import line_vectors, skips
-from hermit.memory.index.chunking import CHUNKER_ID, Chunk, chunk_markdown, line_texts, text_hash
+from hermit.errors import IndexError_, SessionError
+from hermit.memory.embedders.base import Embedder
+from hermit.memory.index import skips
+from hermit.memory.index.chunking import CHUNKER_ID, chunk_markdown, line_texts, text_hash
+from hermit.memory.index.embedding import FileVectors, Pending, line_kind
 from hermit.memory.index.report import SyncReport
 from hermit.memory.index.session_source import (
     list_session_files,
@@ -87,10 +87,6 @@ def wanted_identity(cfg: MemorySearchConfig, embedder: Embedder | None, vector_k
     }
 
 
-def line_kind(embedder: Embedder | None) -> int:
-    return 2 if isinstance(embedder, LineEmbedder) and embedder.line_vectors_from_tokens() else 1
-
-
 def lines_wanted(cfg: MemorySearchConfig, embedder: Embedder | None) -> bool:
     """Whether the index gets line vectors (memory.index.line_vectors): "auto" means with a local model."""
     if embedder is None or not cfg.store.vector_enabled or cfg.line_vectors is False:
@@ -113,17 +109,6 @@ def recency(p: Pending) -> float:
     return p.mtime_ns / 1e9
 
 
-class Pending(NamedTuple):
-    file: SourceFile
-    hash: str
-    mtime_ns: int
-    size: int
-    chunks: list[Chunk]
-    messages: int
-    lines: dict[int, tuple[str, str]]  # line number → (text hash, text) of the lines with a vector of their own
-    ident: str  # file_ident of the stat the text was read with
-
-
 class Indexer:
     """Brings one index up to date with one workspace's memory files."""
 
@@ -142,6 +127,8 @@ class Indexer:
         self.cfg = cfg
         self.embedder = embedder if cfg.store.vector_enabled else None
         self.clock = clock
+        # The embedding of each batch of changed files (memory.index.embedding).
+        self.vectors = FileVectors(store, cfg, self.embedder) if self.embedder is not None else None
         self.lock = store.writer_lock()
         # The files table, as of (index id, generation); forgotten after every sync of ours, because
         # touching a file's mtime does not bump the generation.
@@ -414,132 +401,10 @@ class Indexer:
         report.warnings.extend(s.warning for s in report.skips if (p := before.get(s.path)) is None or p.skip != s)
         skips.save(store, now, before)
 
-    def _embed(self, store: MemoryStore, texts: dict[str, str], report: SyncReport,
-               uncached: dict[str, str] | None = None) -> dict[str, np.ndarray] | None:
-        """Vectors by text hash, or None when embedding failed and keyword-only is allowed. `texts` go
-        through the embedding cache; `uncached` (lines) are embedded in the same calls but not cached:
-        the index keeps them itself (line_vectors), at half the bytes."""
-        assert self.embedder is not None
-        info = self.embedder.info
-        hashes = list(texts)
-        found = store.cache_get(info.provider, info.model, info.provider_key, hashes) if self.cfg.cache.enabled else {}
-        report.cache_hits += sum(1 for h in hashes if h in found)
-        todo = {h: t for h, t in texts.items() if h not in found}
-        rest = {h: t for h, t in (uncached or {}).items() if h not in found and h not in todo}
-        if todo or rest:
-            t0 = time.perf_counter()
-            try:
-                vecs = self.embedder.embed_documents([*todo.values(), *rest.values()])
-            except EmbeddingError as e:
-                if self.cfg.on_embedding_failure == "error":
-                    raise
-                report.warnings.append(f"embedding failed, indexed keyword-only for now: {e.message}")
-                return None
-            report.embed_seconds += time.perf_counter() - t0
-            report.embedded += len(todo) + len(rest)
-            everything = dict(zip([*todo, *rest], vecs, strict=True))
-            new = {h: everything[h] for h in todo}
-            found.update(everything)
-            info = self.embedder.info  # remote providers learn dims on the first call
-            if self.cfg.cache.enabled and new:
-                store.cache_put(info.provider, info.model, info.provider_key, new)
-                if store is not self.store:
-                    # A rebuild fills a temporary database; the live one keeps each batch too (its own
-                    # committed transaction), so a rebuild killed midway is resumed from the cache.
-                    self.store.cache_put(info.provider, info.model, info.provider_key, new)
-        return found
-
-    def _known_lines(self, pending: list[Pending]) -> dict[str, np.ndarray]:
-        """Vectors the live index already holds for these files' lines, by the text hash of the line:
-        an edited note embeds only its new lines, and a rebuild (or one resumed after a kill) reuses
-        every line it has. Only vectors of the model in use."""
-        assert self.embedder is not None
-        ident, info = self.store.identity(), self.embedder.info
-        if ident.get("line_vectors") != line_kind(self.embedder) or (
-                ident.get("provider"), ident.get("model"), ident.get("provider_key")) != (
-                info.provider, info.model, info.provider_key):
-            return {}
-        known: dict[str, np.ndarray] = {}
-        for p in pending:
-            if p.lines:
-                known.update(self.store.line_vectors_of(p.file.rel))
-        return known
-
-    def _embed_with_lines(self, store: MemoryStore, pending: list[Pending], report: SyncReport
-                          ) -> tuple[dict[str, np.ndarray], dict[str, dict[int, np.ndarray]]] | None:
-        """Chunk vectors by hash and each file's line vectors, the lines taken from their chunks' token
-        states in the same pass. A cached chunk is embedded again only when one of its lines has no
-        vector in the live index (the cache keeps chunk vectors, not token states). None: embedding
-        failed and keyword-only is allowed."""
-        embedder = self.embedder
-        assert isinstance(embedder, LineEmbedder)
-        info = embedder.info
-        texts = {c.hash: c.text for p in pending for c in p.chunks}
-        found = store.cache_get(info.provider, info.model, info.provider_key, list(texts)) \
-            if self.cfg.cache.enabled else {}
-        report.cache_hits += len(found)
-        known = self._known_lines(pending) if found else {}
-        run = {h: t for h, t in texts.items() if h not in found}
-        for p in pending:
-            for c in p.chunks:
-                if c.hash in found and c.hash not in run and any(
-                        p.lines[n][0] not in known for n in range(c.start_line, c.end_line + 1) if n in p.lines):
-                    run[c.hash] = c.text
-        per_chunk: dict[str, list[np.ndarray | None]] = {}
-        if run:
-            t0 = time.perf_counter()
-            try:
-                got = embedder.embed_with_lines(list(run.values()))
-            except EmbeddingError as e:
-                if self.cfg.on_embedding_failure == "error":
-                    raise
-                report.warnings.append(f"embedding failed, indexed keyword-only for now: {e.message}")
-                return None
-            if got is None:  # the runtime could not after all: embed lines on their own
-                return None
-            report.embed_seconds += time.perf_counter() - t0
-            report.embedded += len(run)
-            new = {h: v for h, v in zip(run, got[0], strict=True) if h not in found}
-            per_chunk = dict(zip(run, got[1], strict=True))
-            found.update(new)
-            if self.cfg.cache.enabled and new:
-                store.cache_put(info.provider, info.model, info.provider_key, new)
-                if store is not self.store:  # a rebuild: the live index keeps each batch too (resume)
-                    self.store.cache_put(info.provider, info.model, info.provider_key, new)
-        file_lines: dict[str, dict[int, np.ndarray]] = {}
-        for p in pending:
-            mine = line_vectors.lines_from_chunks(p.chunks, per_chunk, p.lines)
-            for n, (h, _) in p.lines.items():
-                if n not in mine and h in known:
-                    mine[n] = known[h]
-                    report.lines_reused += 1
-            file_lines[p.file.rel] = mine
-        return found, file_lines
-
     def _flush(self, store: MemoryStore, pending: list[Pending], report: SyncReport) -> None:
         if not pending:
             return
-        vectors: dict[str, np.ndarray] | None = None
-        file_lines: dict[str, dict[int, np.ndarray]] = {}
-        tokens = self.embedder is not None and any(p.lines for p in pending) and line_kind(self.embedder) == 2
-        if tokens:
-            got = self._embed_with_lines(store, pending, report)
-            if got is not None:
-                vectors, file_lines = got
-            # None and still kind 2: embedding failed (keyword-only); else the fast runtime could not
-            # load after all, and lines are embedded on their own below.
-            tokens = line_kind(self.embedder) == 2
-        if self.embedder is not None and not tokens:
-            # Chunks and lines in one pass through the model. A line the index already holds (an edit
-            # left it unchanged) or that is a whole cached chunk is not embedded again.
-            texts = {c.hash: c.text for p in pending for c in p.chunks}
-            by_hash = {h: t for p in pending for h, t in p.lines.values()}
-            known = self._known_lines(pending) if by_hash else {}
-            report.lines_reused += sum(1 for h in by_hash if h in known)
-            vectors = self._embed(store, texts, report, {h: t for h, t in by_hash.items() if h not in known})
-            if vectors is not None:
-                vectors = {**known, **vectors}
-                file_lines = {p.file.rel: {n: vectors[h] for n, (h, _) in p.lines.items()} for p in pending}
+        vectors, file_lines = self.vectors.of(store, pending, report) if self.vectors else (None, {})
         model = self.embedder.info.model if self.embedder else "none"
         dims = None
         if vectors:
