@@ -166,7 +166,7 @@ def test_setup_on_a_terminal_for_a_second_agent_says_so_and_sets_its_model(tmp_p
         term = setup_cli.Terminal(["--agent", "family", "setup", "--provider", "openai-compatible", "--base-url",
                                    fake.openai_base_url, "--name", "two"], setup_cli.env_for(home))
         try:
-            term.expect("Hermit setup for agent family — state dir")
+            term.expect("Hermit setup for agent family — state dir", timeout=20)
             term.expect("Model: ")
             term.send("small")
             term.expect("API key for two (Enter if the server needs none): ")
@@ -174,6 +174,9 @@ def test_setup_on_a_terminal_for_a_second_agent_says_so_and_sets_its_model(tmp_p
             term.expect("Add a chat channel account")
             term.send("")
             term.expect("next: ")
+        except AssertionError:
+            term.send("\x03")  # Ctrl-C at whatever it asks: close() returns at once, the failure is the expect's
+            raise
         finally:
             code = term.close()
     assert code == 0, term.seen
