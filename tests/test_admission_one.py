@@ -177,6 +177,11 @@ def test_a_job_to_an_owner_on_an_account_with_dms_disabled_is_skipped_and_resume
     assert [(t.peer_id, x) for t, x in live.channel.sent] == [("1", PLAN)]
     first, second = live.runs("plan")
     assert first["status"] == "skipped" and "dm_policy is disabled on telegram/default" in json.dumps(first), first
+    # The fix named (cron list, the web app, doctor) is the one that lets them in again: approving an owner would
+    # change nothing.
+    cron = CronJobs(home, telegram(home, dm_policy="disabled"))
+    said = cron.not_let_in(next(j for j in cron.load().jobs if j.id == "plan"))
+    assert said is not None and "dm_policy to pairing or allowlist" in said and "pairing approve" not in said, said
     assert second["status"] == "ok" and second["delivered"]
 
 
@@ -193,6 +198,7 @@ def test_an_account_turned_off_holds_the_jobs_aimed_through_it(tmp_path: Path) -
     [job] = cron.load().jobs
     warning = cron.not_let_in(job)
     assert warning is not None and "telegram/default is disabled" in warning
+    assert "accounts.default.enabled to true" in warning and "pairing approve" not in warning, warning
 
 
 def test_approvals_that_cannot_be_read_are_a_refusal_not_an_exception(tmp_path: Path) -> None:

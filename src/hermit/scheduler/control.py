@@ -197,7 +197,7 @@ class CronJobs:
             return None
         kind = peer_kind_of(d.channel or "", d.peer_kind, d.to or "")
         return (f"job {job.label}: {who} is not let in to talk to the assistant now, so its runs are skipped and "
-                f"nothing is delivered until they are — {not_let_in_fix(job.id, kind)}")
+                f"nothing is delivered until they are — {not_let_in_fix(job.id, kind, who, d.channel or '', d.account)}")
 
     def _model_delivers_to_owners(self, job: Job) -> Job:
         """The model may aim a job's replies at the owner of the job's agent only. A main-session run

@@ -132,7 +132,8 @@ def let_in_health(home: Path, loaded: LoadedConfig) -> Health:
         if (warning := cron.not_let_in(job)) is not None:
             held.append(warning.split(" — ", 1)[0])
             d = job.delivery
-            hints.append(not_let_in_fix(job.id, peer_kind_of(d.channel or "", d.peer_kind, d.to or "")))
+            hints.append(not_let_in_fix(job.id, peer_kind_of(d.channel or "", d.peer_kind, d.to or ""), warning,
+                                        d.channel or "", d.account))
     for agent in loaded.agents:
         hb = agent.settings.heartbeat
         if hb.every_minutes <= 0 or hb.target is None or not hb.share_alerts_with_target:

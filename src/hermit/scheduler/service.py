@@ -225,7 +225,7 @@ class SchedulerService:
                 log.info("job %s delivers again: its target %s is let in now", job.label, job.delivery.describe())
             return
         kind = peer_kind_of(job.delivery.channel or "", job.delivery.peer_kind, job.delivery.to or "")
-        fix = not_let_in_fix(job.id, kind)
+        fix = not_let_in_fix(job.id, kind, who, job.delivery.channel or "", job.delivery.account)
         if self._held.get(job.id) != who:
             self._held[job.id] = who
             log.warning("job %s: its runs are skipped, nothing delivered: %s is not let in to talk to the assistant "

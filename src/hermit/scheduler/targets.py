@@ -209,13 +209,15 @@ def let_in_again(channel: str, account: str | None, kind: str, who: str) -> str:
         return "list the group under groups"
     if DM_OFF in who:
         return f"set channels.{channel}.accounts.{account or DEFAULT_ACCOUNT}.dm_policy to pairing or allowlist"
+    if "is disabled: enabled is false" in who:
+        return f"set channels.{channel}.accounts.{account or DEFAULT_ACCOUNT}.enabled to true"
     return "`hermit pairing approve` them (or list them under allow_from)"
 
 
-def not_let_in_fix(job_id: str, kind: str) -> str:
-    """What to do about a job aimed at someone not let in, for a JobError's hint and the warnings."""
-    again = ("list the group under groups" if kind == "group" else
-             "`hermit pairing approve` them (or list them under allow_from)")
+def not_let_in_fix(job_id: str, kind: str, who: str = "", channel: str = "", account: str | None = None) -> str:
+    """What to do about a job aimed at someone not let in (`who`, as not_let_in said it), for a JobError's hint
+    and the warnings: under `dm_policy: disabled` approving them would change nothing."""
+    again = let_in_again(channel, account, kind, who)
     return (f"{again} and the job delivers again; or re-aim it (`hermit cron edit {job_id} --announce "
             f"CHANNEL:ACCOUNT:PEER`), or remove it (`hermit cron remove {job_id}`)")
 
