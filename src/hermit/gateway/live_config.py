@@ -212,9 +212,16 @@ def _live(path: str, started: LoadedConfig) -> bool:
     return False
 
 
-def _shown(path: str) -> str:
-    """A path as the log names it: an account or an agent's setting at most, never a value."""
+def _shown(path: str, a: LoadedConfig, b: LoadedConfig) -> str:
+    """A path as the log names it: an account or an agent's setting at most, never a value; an agent or a
+    channel account only one of the two configs (`a`, `b`) has is named whole (an agent added was ~60 lines of
+    its settings' paths)."""
     parts = path.split(".")
+    if parts[0] == "agents" and len(parts) > 2 and sum(any(x.id == parts[1] for x in c.agents) for c in (a, b)) == 1:
+        return ".".join(parts[:2])
+    if parts[0] == "channels" and len(parts) > 4 and parts[2] == "accounts" and \
+            sum(parts[3] in c.config.channels.accounts_of(parts[1]) for c in (a, b)) == 1:
+        return ".".join(parts[:4])
     return ".".join(parts[:5] if parts[0] == "channels" else parts[:4])
 
 
@@ -222,8 +229,10 @@ def changes(started: LoadedConfig, old: LoadedConfig, new: LoadedConfig) -> tupl
     """(what the new config changed that is applied now, what differs from the config the gateway started
     with that needs a restart), as config paths."""
     before, now, start = _view(old), _view(new), _view(started)
-    applied = {_shown(p) for p in before.keys() | now.keys() if before.get(p) != now.get(p) and _live(p, started)}
-    restart = {_shown(p) for p in start.keys() | now.keys() if start.get(p) != now.get(p) and not _live(p, started)}
+    applied = {_shown(p, old, new) for p in before.keys() | now.keys()
+               if before.get(p) != now.get(p) and _live(p, started)}
+    restart = {_shown(p, started, new) for p in start.keys() | now.keys()
+               if start.get(p) != now.get(p) and not _live(p, started)}
     return sorted(applied), sorted(restart)
 
 
