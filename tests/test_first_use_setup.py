@@ -219,10 +219,11 @@ def test_a_refused_key_can_be_typed_again_on_a_terminal(tmp_path: Path) -> None:
         try:
             term.expect("API key for custom")
             term.send("sk-typo")
-            term.expect("Add a chat channel account")
-            term.send("")
+            # The model is checked before the channel's questions (a failed check costs no typed bot token).
             term.expect("Paste the key for CUSTOM_API_KEY again (Enter to stop)")
             term.send(KEY)
+            term.expect("Add a chat channel account")
+            term.send("")
             term.expect("next: ")
         except BaseException:
             os.killpg(term.proc.pid, signal.SIGKILL)  # not left waiting at a prompt for PROC_TIMEOUT

@@ -5,9 +5,11 @@ otherwise. The model choices: a local Ollama (offered when one answers at --olla
 OpenAI, any OpenAI-compatible server, or the built-in fake provider (canned replies, for trying Hermit
 without a model). The choice is checked with one tiny request before anything is written. Keys and
 bot tokens go into the owner-only env file `<state>/hermit.env` (config/envfile.py), never into
-hermit.yaml, which names the variables. Nothing is written before the last question and the check (Ctrl-C
-leaves a fresh state dir as it was; a failed check of the fake provider leaves only its script, which the
-hint's start command needs). The config is edited in place keeping comments
+hermit.yaml, which names the variables. Nothing is written before the last question and the checks (Ctrl-C
+leaves a fresh state dir as it was). The model is checked before the channel's questions: when that check
+fails (and the model is not saved anyway) the channel account is still asked, checked and saved, and setup
+says the model was not saved and the command that finishes it (a failed check of the fake provider also
+leaves its script, which the hint's start command needs). The config is edited in place keeping comments
 (config/edit.py), validated before it is replaced, and only the parts chosen change: re-running setup
 for a channel leaves the model alone and the other way round.
 """
@@ -15,11 +17,9 @@ for a channel leaves the model alone and the other way round.
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import re
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from hermit.cli.setup_keys import (
     note_shell_only,
     other_accounts_vars,
 )
+from hermit.cli.setup_prompt import Prompter
 from hermit.cli.terminal import warn
 from hermit.errors import ConfigError, HermitError
 
@@ -84,53 +85,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dm-policy", choices=DM_POLICIES, help="what strangers' DMs get (default: pairing)")
     p.add_argument("--non-interactive", action="store_true", help="never prompt, even on a terminal")
     p.set_defaults(func=run)
-
-
-class Prompter:
-    """Questions on a terminal; without one, a missing answer is an error naming the flag to pass."""
-
-    def __init__(self, interactive: bool, ask: Callable[[str], str] = input,
-                 secret: Callable[[str], str] = getpass.getpass) -> None:
-        self.interactive = interactive
-        self._ask = ask
-        self._secret = secret
-
-    def need(self, flag: str, what: str) -> ConfigError:
-        return ConfigError(f"hermit setup needs {what}", f"pass {flag} (or run `hermit setup` on a terminal)")
-
-    def text(self, question: str, default: str | None, flag: str, what: str) -> str:
-        if not self.interactive:
-            if default is None:
-                raise self.need(flag, what)
-            return default
-        shown = f" [{default}]" if default else ""
-        while True:
-            answer = self._ask(f"{question}{shown}: ").strip()
-            if answer or default is not None:
-                return answer or (default or "")
-            print("  (an answer is needed)")
-
-    def secret(self, question: str) -> str:
-        return self._secret(f"{question}: ").strip()
-
-    def choose(self, question: str, options: list[tuple[str, str]], default: int = 1) -> str:
-        print(question)
-        for i, (_, label) in enumerate(options, start=1):
-            print(f"  {i}) {label}")
-        while True:
-            raw = self._ask(f"choice [{default}]: ").strip() or str(default)
-            if raw.isdigit() and 1 <= int(raw) <= len(options):
-                return options[int(raw) - 1][0]
-            keys = [k for k, _ in options]
-            if raw in keys:
-                return raw
-            print(f"  type a number from 1 to {len(options)}")
-
-    def yes(self, question: str, default: bool = False) -> bool:
-        if not self.interactive:
-            return default
-        answer = self._ask(f"{question} [{'Y/n' if default else 'y/N'}]: ").strip().lower()
-        return default if not answer else answer.startswith("y")
 
 
 @dataclass
@@ -515,7 +469,6 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     from hermit.config.edit import set_values
     from hermit.config.envfile import env_file_path, set_env_values
     from hermit.config.load import LoadedConfig, build_config, parse_config_text
-    from hermit.config.paths import ensure_private_dir
 
     interactive = not args.non_interactive and sys.stdin.isatty() and sys.stdout.isatty()
     if not interactive and not args.provider and not args.channel:
@@ -531,10 +484,17 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
         print(f"Hermit setup{whose} — state dir {ctx.home}. Enter keeps what [brackets] show; Ctrl-C stops "
               "without saving anything.")
     plan_model(ctx, args, ui, plan)
+    # The model is checked before the channel's questions: a failed check then costs no typed bot token, and
+    # a channel account given with it is still saved (its token checked on its own), the model left as it was.
+    dropped = _drop_failed_model(ctx, args, ui, plan)
     plan_channel(ctx, args, ui, plan)
     if not plan.updates:
+        if dropped:
+            print(f"nothing was saved{dropped}", file=sys.stderr)
+            return 1
         print("nothing changed")
         return 0
+
     def updated(current: ConfigText) -> tuple[str, LoadedConfig]:
         new_text = set_values(current.text, plan.updates, is_yaml=current.is_yaml, source=str(current.path))
         data, where = parse_config_text(new_text, str(current.path), current.is_yaml)
@@ -544,18 +504,10 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
             data, where = parse_config_text(new_text, str(current.path), current.is_yaml)
         return new_text, build_config(data, ctx.paths, current.path, where)  # a bad id or URL: before saving
 
-    _, loaded = updated(config_text(ctx))
-    env = {**ctx.environ, **plan.secrets}
-    if plan.model_ref and not args.no_check and not _check_model(plan, ui, loaded.config.models, env):
-        if plan.fake_start:  # the failure's hint starts the fake with this file: it must be there
-            ensure_private_dir(ctx.home, own=True, what="the state dir")
-            print(f"nothing was saved but {_write_fake_script(ctx.home)} (the fake provider's replies, for the "
-                  "command above)", file=sys.stderr)
-        else:
-            print("nothing was saved (use --no-check to save without the test request)", file=sys.stderr)
-        return 1
+    updated(config_text(ctx))  # a bad id or URL is said before anything is saved
     if plan.token_check and not args.no_check and not confirm_token(plan.token_check, ui.yes):
-        print(f"nothing was saved (use --no-check to save without asking {plan.token_check.title})", file=sys.stderr)
+        print(f"nothing was saved{dropped and ' (the model neither)'} (use --no-check to save without asking "
+              f"{plan.token_check.title})", file=sys.stderr)
         return 1
     # Saving starts here, after the last question: a fresh state dir gets the config template and the
     # workspace first, as `hermit init` makes them, so Ctrl-C before this point leaves nothing behind.
@@ -581,4 +533,43 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
                _current_model(ctx) else "hermit setup   (choose a language model first: the gateway needs one)")
     nxt = ["hermit chat" if plan.model_ref else None, gateway if plan.channel else None, "hermit doctor"]
     print("next: " + " · ".join(n for n in nxt if n))
+    if dropped:
+        print(f"the model was not saved{dropped}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _drop_failed_model(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Plan) -> str:
+    """Check the planned model (unless --no-check); when it fails and is not saved anyway, take it out of the
+    plan (its config keys and key) and return what to say about it: '' when it stays in."""
+    from hermit.config.edit import set_values
+    from hermit.config.load import build_config, parse_config_text
+    from hermit.config.paths import ensure_private_dir
+
+    if not plan.model_ref or args.no_check:
+        return ""
+    current = config_text(ctx)
+    text = set_values(current.text, plan.updates, is_yaml=current.is_yaml, source=str(current.path))
+    data, where = parse_config_text(text, str(current.path), current.is_yaml)
+    models = build_config(data, ctx.paths, current.path, where).config.models  # a bad URL: before any check
+    if _check_model(plan, ui, models, {**ctx.environ, **plan.secrets}):
+        return ""
+    import shlex
+
+    flags = [("--name", args.name), ("--base-url", args.base_url), ("--model", plan.model_ref.split("/", 1)[1])]
+    again = f"hermit setup --provider {plan.kind}" + "".join(f" {f} {shlex.quote(v)}" for f, v in flags if v)
+    if plan.key_var and plan.key_var in plan.secrets:  # a key never stored alone: the config would not name it
+        again += " --api-key-stdin"
+    said = f" (to finish: `{again}` once the check can pass, or with --no-check to save it untested)"
+    if plan.fake_start:  # the failure's hint starts the fake with this file: it must be there
+        ensure_private_dir(ctx.home, own=True, what="the state dir")
+        said = (f"; {_write_fake_script(ctx.home)} holds the fake provider's replies for the command above;"
+                f" to finish: `{again}` once it runs, or with --no-check to save it untested")
+    plan.updates.clear()
+    if plan.key_var:
+        plan.secrets.pop(plan.key_var, None)
+    plan.notes.clear()
+    plan.model_ref = plan.kind = plan.key_var = plan.fake_start = None
+    if ui.interactive:
+        print("  (the model is not saved; setup goes on with the rest)")
+    return said
