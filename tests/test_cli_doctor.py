@@ -15,6 +15,8 @@ from hermit.cli.main import main
 from hermit.errors import ConfigError
 from hermit.testing import FakeProvider
 
+SETUP = "run `hermit setup` first (or `hermit init` for memory only)"  # the README's first step is setup
+
 _KEY_VARS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY")
 
 
@@ -48,7 +50,7 @@ def test_before_init_every_check_runs_and_nothing_is_created(
     c = by_name(checks)
     assert code == 1 and err == ""
     assert [x["name"] for x in checks][:5] == ["python", "sqlite", "extensions", "sqlite-vec", "fts5"]
-    assert c["state dir"]["status"] == "fail" and "run `hermit init`" in str(c["state dir"]["fix"])
+    assert c["state dir"]["status"] == "fail" and str(c["state dir"]["fix"]) == SETUP
     assert c["workspace"]["status"] == "fail" and "does not exist" in str(c["workspace"]["detail"])
     assert "RuntimeError" not in json.dumps(checks)
     assert c["chat model"]["status"] == "warn" and "not configured" in str(c["chat model"]["detail"])
@@ -66,7 +68,7 @@ def test_text_output_reads_well(
     out = capsys.readouterr().out
     assert "extension loading extension loading" not in out
     assert "[ok  ] extensions       SQLite extension loading enabled" in out
-    assert "[warn] chat model" in out and "[skip] memory index" in out and "fix: run `hermit init`" in out
+    assert "[warn] chat model" in out and "[skip] memory index" in out and f"fix: {SETUP}" in out
 
 
 def test_broken_config_does_not_stop_the_other_checks(

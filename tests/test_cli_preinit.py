@@ -48,8 +48,21 @@ def test_before_init_says_run_init_and_creates_nothing(tmp_path: Path, cmd: tupl
     assert r.returncode == 1, r.stdout + r.stderr
     assert "Traceback" not in r.stderr
     assert f"error: workspace {home / 'workspace'} does not exist" in r.stderr
-    assert "hint: run `hermit init` first" in r.stderr
+    assert "hint: run `hermit setup` first (or `hermit init` for memory only)" in r.stderr
     assert not home.exists(), sorted(str(p) for p in home.rglob("*"))
+
+
+@pytest.mark.parametrize("cmd", [("memory", "search", "x"), ("memory", "index")], ids=_ids)
+def test_a_config_without_its_workspace_says_run_init_which_keeps_the_config(tmp_path: Path,
+                                                                             cmd: tuple[str, ...]) -> None:
+    home = tmp_path / "home"  # setup has run (a config), the workspace was moved away: setup would not make it
+    home.mkdir(mode=0o700)
+    (home / "hermit.yaml").write_text("agents:\n  defaults:\n    memory_search:\n      provider: none\n")
+    r = run(home, *cmd)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"error: workspace {home / 'workspace'} does not exist" in r.stderr
+    assert "hint: run `hermit init`: it makes the missing workspace and keeps your config" in r.stderr, r.stderr
+    assert sorted(p.name for p in home.iterdir()) == ["hermit.yaml"]
 
 
 @pytest.mark.parametrize("cmd", [("init",), ("memory", "search", "x"), ("agent", "-m", "hi"), ("sessions", "list")],

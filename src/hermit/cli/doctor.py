@@ -21,7 +21,7 @@ from hermit.cli.cron import DOCTOR_CHECKS as CRON_CHECKS
 from hermit.cli.doctor_slack import DOCTOR_CHECKS as SLACK_CHECKS
 from hermit.cli.gateway import gateway_token
 from hermit.cli.pg_doctor import DOCTOR_CHECKS as POSTGRES_CHECKS
-from hermit.cli.preflight import state_dir_problem
+from hermit.cli.preflight import SETUP_HINT, init_hint, state_dir_problem
 from hermit.cli.running_gateway import gateway_config
 from hermit.cli.sandbox_check import exec_sandbox
 
@@ -82,13 +82,13 @@ def fts5(ctx: CliContext) -> str:
     return f"FTS5 ({FTS_TOKENIZER}) with CJK bigrams"
 
 
-@check("state dir", fix="run `hermit init`")
+@check("state dir", fix=SETUP_HINT)
 def state_dir(ctx: CliContext) -> str | Check:
     problem = state_dir_problem(ctx.home)
     if problem is not None:
         raise problem
     if not ctx.home.exists():
-        return Check("state dir", "fail", f"{ctx.home} does not exist yet", "run `hermit init`")
+        return Check("state dir", "fail", f"{ctx.home} does not exist yet", SETUP_HINT)
     if not os.access(ctx.home, os.W_OK):
         return Check("state dir", "fail", f"{ctx.home} is not writable",
                      "fix its permissions (the index, caches and sessions are written there)")
@@ -102,13 +102,13 @@ def config(ctx: CliContext) -> str:
     return f"{src}; agents: {', '.join(a.id for a in cfg.agents)}"
 
 
-@check("workspace", fix="run `hermit init`", needs=("config",))
+@check("workspace", fix="run `hermit init`: it makes the missing workspace", needs=("config",))
 def workspace(ctx: CliContext) -> str | Check:
     a = ctx.agent()
     if not a.workspace.is_dir():
         what = "is not a directory" if a.workspace.exists() else "does not exist"
         return Check("workspace", "fail", f"{a.workspace} {what}",
-                     "run `hermit init`" if not a.workspace.exists() else "point the workspace at a directory")
+                     init_hint(ctx) if not a.workspace.exists() else "point the workspace at a directory")
     return str(a.workspace)
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from hermit.cli.context import CliContext, is_tty
+from hermit.cli.preflight import init_hint
 from hermit.cli.terminal import warn
 from hermit.errors import ConfigError, HermitError
 from hermit.messages import valid_json
@@ -176,7 +177,7 @@ def cmd_index(ctx: CliContext, args: argparse.Namespace) -> int:
     svc = ctx.memory_service()
     try:
         if not svc.workspace.exists():
-            raise ConfigError(f"workspace {svc.workspace} does not exist", "run `hermit init` first")
+            raise ConfigError(f"workspace {svc.workspace} does not exist", init_hint(ctx))
         if svc.indexer.lock.acquire(blocking=False):
             svc.indexer.lock.release()
         else:

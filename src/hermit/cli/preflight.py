@@ -1,7 +1,8 @@
 """Before a command touches state: is Hermit initialised, and is the state dir usable? One clear error each.
 
 Commands that read or write memory and sessions call `require_initialized` first, so that before
-`hermit init` they say "run `hermit init`" and create nothing (no state dir, no index, no cache), and a
+`hermit setup` (or `hermit init`) they say "run `hermit setup` first (or `hermit init` for memory only)" — the
+README's first step is setup, which also inits — and create nothing (no state dir, no index, no cache), and a
 broken environment (HERMIT_HOME is a file, the config path is a directory, the state dir is read-only)
 gets its own message instead of a traceback or advice that would destroy a good index.
 """
@@ -17,7 +18,14 @@ from hermit.errors import ConfigError
 if TYPE_CHECKING:
     from hermit.cli.context import CliContext
 
-INIT_HINT = "run `hermit init` first"
+SETUP_HINT = "run `hermit setup` first (or `hermit init` for memory only)"  # before either: setup also inits
+WORKSPACE_HINT = "run `hermit init`: it makes the missing workspace and keeps your config"
+
+
+def init_hint(ctx: CliContext) -> str:
+    """What to run when the agent's workspace is missing: setup on a fresh machine (no config yet), init when a
+    config is there (setup would not make the workspace then)."""
+    return SETUP_HINT if ctx.paths.config_file() is None else WORKSPACE_HINT
 
 
 def state_dir_problem(home: Path) -> ConfigError | None:
@@ -114,7 +122,7 @@ def require_initialized(ctx: CliContext, *, writes: bool = True) -> None:
         if agent.workspace.exists():
             raise ConfigError(f"the workspace {agent.workspace} is not a directory",
                               "point the agent's workspace at a directory")
-        raise ConfigError(f"workspace {agent.workspace} does not exist", INIT_HINT)
+        raise ConfigError(f"workspace {agent.workspace} does not exist", init_hint(ctx))
     if writes:
         for d in (ctx.home, agent.index_path.parent):
             problem = writable_problem(d)

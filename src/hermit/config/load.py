@@ -531,7 +531,8 @@ def load_config(paths: StatePaths, explicit: Path | None = None) -> LoadedConfig
         # Text mode's universal newlines, as a text read gives them.
         text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except FileNotFoundError as e:
-        raise ConfigError(f"config file not found: {source}", "run `hermit init` to create one") from e
+        raise ConfigError(f"config file not found: {source}",
+                          "run `hermit setup` to create one (or `hermit init` for memory only)") from e
     except NotRegularFile as e:
         raise ConfigError(f"the config path {source} is {e.kind}, not a file",
                           f"move that {e.kind.removeprefix('a ')} away; `hermit init` then writes a fresh {source.name}") from e
