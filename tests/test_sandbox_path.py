@@ -78,7 +78,8 @@ def check(got: dict[str, Any], home: Path) -> None:
         assert MARK not in prompt and str(home) not in prompt, prompt
         assert "Your working directory is /workspace;" in prompt, prompt
         assert not got["model_ref"] or got["model_ref"] not in prompt, prompt
-        assert f"session: {CONTACT}" in prompt  # what the model needs to behave: whose chat this is
+        # what the model needs to behave: whose chat this is (without the agent id since b33511e)
+        assert "Session: telegram:dm:777" in prompt and "agent:main:" not in prompt, prompt
     # The owner knows where the workspace is: their own session still says it.
     assert f"Your working directory is {got['workspace']};" in got["main_prompt"]
     results = [tuple(r) for r in got["results"]]  # (text, is_error); lists when they came as JSON

@@ -166,7 +166,7 @@ class ToolRunner:
 
     def __init__(self, tools: Sequence[Tool], *, max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
                  clock: Callable[[], float] = time.monotonic,
-                 errors_shown: Callable[[str], str] | None = None) -> None:
+                 errors_shown: Callable[[str, Sequence[str]], str] | None = None) -> None:
         self._tools: dict[str, Tool] = {}
         # A chat's errors as it may see them (views.RoomView.hide_host): no host path, no agent id, whatever failed.
         self._errors_shown = errors_shown
@@ -195,7 +195,7 @@ class ToolRunner:
         start = self._clock()
         text, is_error = self._execute(call)
         if is_error and self._errors_shown is not None:
-            text = self._errors_shown(text)
+            text = self._errors_shown(text, [v for v in call.arguments.values() if isinstance(v, str)])
         # A key a command printed or a file held would otherwise be stored in the transcript and sent to the
         # provider: every result passes the process's secret masker (the logs' and errors' one) before the cap.
         result = ToolResultMessage(call.id, call.name, cap_result(mask(text), self.max_result_chars), is_error)

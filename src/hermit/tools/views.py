@@ -24,7 +24,7 @@ import os
 import posixpath
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -154,10 +154,18 @@ class RoomView:
             raise PathPolicyError(f"{raw!r} is outside the workspace", OUTSIDE_HINT)
         return "" if norm == "." else norm
 
-    def hide_host(self, text: str) -> str:
+    def hide_host(self, text: str, given: Sequence[str] = ()) -> str:
         """`text` (an error's) with the host paths of this view — the room's, the rooms folder's, the agent's folder
         (it is named by the agent id), the workspace's — spelled as the session knows them, and session keys without
-        their `agent:<id>:` (the agent id is the owner's name for a setup: agent/context.py)."""
+        their `agent:<id>:` (the agent id is the owner's name for a setup: agent/context.py). What the session gave
+        (`given`: its call's arguments), quoted as the refusals quote it, is repeated as given: a host path it
+        guessed right must get the answer a wrong guess gets ("'<its path>' is outside the workspace"), not
+        "'/workspace/…' is outside" — a tell, and a contradiction. Only the whole quoted argument: a prefix it gives
+        keeps no longer host path in the text from being spelled as the session knows it."""
+        kept = sorted({q for g in given if len(g) > 1 and (q := repr(g)) in text}, key=len, reverse=True)
+        if kept:
+            parts = re.split(f"({'|'.join(map(re.escape, kept))})", text)
+            return "".join(p if i % 2 else self.hide_host(p) for i, p in enumerate(parts))
         room, agent_dir = self.room.path, self.room.base.parent
         names = {str(room): ROOM_ROOT, str(self.workspace): ROOM_ROOT, str(self.room.base): "(the rooms folder)",
                  str(agent_dir): "(the assistant's folder)"}
