@@ -32,7 +32,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, cast
+
+import pytest
+
+from agenthelpers import fixed_clock, load_offline
+from hermit.agent.runtime import AgentRuntime
+from hermit.models.base import ModelProfile, ModelRequest
+from hermit.testing import FunctionModel
+from hermit.tools.os_sandbox import Backend
 
 CHILD_TIMEOUT = 60.0
 
@@ -273,6 +281,32 @@ def state_dir(tmp_path: Path, uid: int | None) -> Iterator[Path]:
         yield home
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+UIDS = [None, 65534] if os.geteuid() == 0 else [None]
+
+
+@pytest.fixture(params=UIDS, ids=lambda u: "self" if u is None else f"uid{u}")
+def uid(request: pytest.FixtureRequest) -> int | None:
+    """Each test as this process's uid and (as root) as uid 65534: a module takes it with `uid = ch.uid`."""
+    return cast("int | None", request.param)
+
+
+@pytest.fixture
+def home(tmp_path: Path, uid: int | None) -> Iterator[Path]:
+    """An empty owner-only state dir for `uid` (`home = ch.home` in a module)."""
+    with state_dir(tmp_path, uid) as made:
+        yield made
+
+
+def runtime(home: Path, answer: Callable[[ModelRequest], str]) -> AgentRuntime:
+    """The offline agent of `home` answering with `answer`, /new's note named without the model, every write
+    fsynced, the sandbox off (a child that drops to another uid runs no bubblewrap)."""
+    hook = {"session": {"hooks": {"session_memory": {"slug_from_model": False}}}}
+    agent = load_offline(home, defaults=hook).agent()
+    model = FunctionModel(answer, profile=ModelProfile("scripted", "x", context_window=200_000))
+    return AgentRuntime(agent, model, memory=None, clock=fixed_clock, fsync=True, home=home,
+                        sandbox_backend=Backend(None, None, "test"))
 
 
 def warm(op: Callable[[Path], Any]) -> None:

@@ -23,7 +23,6 @@ from hermit.memory.policy.daily_log import append_daily_note
 from hermit.workspace import ensure_workspace
 from memhelpers import HashEmbedder, service, sql
 
-UIDS = [None, 65534] if os.geteuid() == 0 else [None]
 NOW = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 DAILY = "memory/2026-03-01.md"
 OLD_DAILY = "# 2026-03-01\n\n- booked the dentist for Tuesday (zebrafinch)\n"
@@ -31,10 +30,7 @@ OLD_MEMORY = "# MEMORY\n\n- my sister's birthday is 12 May (quokkaline)\n- aller
 OTHER = "memory/2026-02-27.md"
 OTHER_TEXT = "# 2026-02-27\n\n- the boiler code is 4411 (pangolinix)\n"
 
-
-@pytest.fixture(params=UIDS, ids=lambda u: "self" if u is None else f"uid{u}")
-def uid(request: pytest.FixtureRequest) -> int | None:
-    return request.param
+uid = ch.uid  # the fixture: each test as this uid and (as root) as uid 65534
 
 
 @pytest.fixture

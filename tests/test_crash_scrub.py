@@ -11,20 +11,15 @@ sessions.json, nor a temp file a killed rewrite left.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import crashharness as ch
-from agenthelpers import fixed_clock, load_offline
 from hermit.agent.runtime import AgentRuntime
-from hermit.models.base import ModelProfile, ModelRequest
+from hermit.models.base import ModelRequest
 from hermit.sessions.keys import main_session_key
-from hermit.testing import FunctionModel
-from hermit.tools.os_sandbox import Backend
 
-UIDS = [None, 65534] if os.geteuid() == 0 else [None]
 MAIN = main_session_key("main")
 CARD = "4111 1111 1111 1111"
 SECRET = f"my card number is {CARD}, keep it for the Lisbon trip"
@@ -32,28 +27,16 @@ REF = "telegram:default:dm:u7:1"
 OLD_NOTE = "# 2026-01-19\n\n- the gate code is 5150 (ibexhorn)\n"
 
 
-@pytest.fixture(params=UIDS, ids=lambda u: "self" if u is None else f"uid{u}")
-def uid(request: pytest.FixtureRequest) -> int | None:
-    return request.param
+uid, home = ch.uid, ch.home  # the fixtures: each test as this uid and (as root) as uid 65534
 
 
-@pytest.fixture
-def home(tmp_path: Path, uid: int | None) -> Iterator[Path]:
-    with ch.state_dir(tmp_path, uid) as made:
-        yield made
+def answer(request: ModelRequest) -> str:
+    said = CARD if CARD in str([m.to_dict() for m in request.messages[-1:]]) else "nothing new"
+    return f"Got it — your card {said} is noted."
 
 
 def make(home: Path) -> AgentRuntime:
-    hook = {"session": {"hooks": {"session_memory": {"slug_from_model": False}}}}
-    agent = load_offline(home, defaults=hook).agent()
-
-    def answer(request: ModelRequest) -> str:
-        said = CARD if CARD in str([m.to_dict() for m in request.messages[-1:]]) else "nothing new"
-        return f"Got it — your card {said} is noted."
-
-    model = FunctionModel(answer, profile=ModelProfile("scripted", "x", context_window=200_000))
-    return AgentRuntime(agent, model, memory=None, clock=fixed_clock, fsync=True, home=home,
-                        sandbox_backend=Backend(None, None, "test"))
+    return ch.runtime(home, answer)
 
 
 def _setup(home: Path, ended: bool) -> None:

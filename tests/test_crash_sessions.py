@@ -12,49 +12,27 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import crashharness as ch
-from agenthelpers import fixed_clock, load_offline
 from hermit.agent.runtime import AgentRuntime
 from hermit.agent.session_memory import chat_suffix
-from hermit.models.base import ModelProfile, ModelRequest
 from hermit.sessions.keys import dm_session_key, main_session_key
-from hermit.testing import FunctionModel
-from hermit.tools.os_sandbox import Backend
 
-UIDS = [None, 65534] if os.geteuid() == 0 else [None]
 MAIN = main_session_key("main")
 CONTACT = dm_session_key("main", "telegram", "2001")
 OLD_NOTE = "# 2026-01-19\n\n- the gate code is 5150 (ibexhorn)\n"
 SECRET = "my locker PIN is 8812 (tapirglow)"
 
 
-@pytest.fixture(params=UIDS, ids=lambda u: "self" if u is None else f"uid{u}")
-def uid(request: pytest.FixtureRequest) -> int | None:
-    return request.param
-
-
-@pytest.fixture
-def home(tmp_path: Path, uid: int | None) -> Iterator[Path]:
-    with ch.state_dir(tmp_path, uid) as made:
-        yield made
+uid, home = ch.uid, ch.home  # the fixtures: each test as this uid and (as root) as uid 65534
 
 
 def make(home: Path) -> AgentRuntime:
-    hook = {"session": {"hooks": {"session_memory": {"slug_from_model": False}}}}
-    agent = load_offline(home, defaults=hook).agent()
-
-    def answer(request: ModelRequest) -> str:
-        return "noted"
-
-    model = FunctionModel(answer, profile=ModelProfile("scripted", "x", context_window=200_000))
-    return AgentRuntime(agent, model, memory=None, clock=fixed_clock, fsync=True, home=home,
-                        sandbox_backend=Backend(None, None, "test"))
+    return ch.runtime(home, lambda request: "noted")
 
 
 def sender(key: str) -> str | None:

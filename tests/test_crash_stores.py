@@ -11,7 +11,6 @@ as this process's uid and, as root, as uid 65534 (who owns a state dir in a cont
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,18 +25,9 @@ from hermit.sessions.store import SessionStore
 from hermit.workspace import ensure_workspace
 
 NOW = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
-UIDS = [None, 65534] if os.geteuid() == 0 else [None]
 
 
-@pytest.fixture(params=UIDS, ids=lambda u: "self" if u is None else f"uid{u}")
-def uid(request: pytest.FixtureRequest) -> int | None:
-    return request.param
-
-
-@pytest.fixture
-def home(tmp_path: Path, uid: int | None) -> Iterator[Path]:
-    with ch.state_dir(tmp_path, uid) as made:
-        yield made
+uid, home = ch.uid, ch.home  # the fixtures: each test as this uid and (as root) as uid 65534
 
 
 def _settled(home: Path, before: dict[str, bytes], after: dict[str, bytes], changed: str, what: str) -> None:
