@@ -8,7 +8,6 @@ answers for another session, nor a socket that did not sign in."""
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -20,33 +19,21 @@ import pytest
 from starlette.testclient import TestClient
 
 from hermit.messages import AssistantMessage, ImagePart, TextPart, UserMessage
-from hermit.models.base import ModelRequest
 from hermit.sessions.retraction import retract_in, scrub_copies
 from hermit.sessions.store import SessionStore
 from hermit.sessions.transcript import Transcript
-from hermit.testing.scripted import Reply
-from webappclient import Clock, Web, connected, served
+from webappclient import PHOTO_CONFIG as CONFIG
+from webappclient import Clock, Web, b64, connected, served, sha
+from webappclient import answer_ok as answer
 
 MAIN = "agent:main:main"
 CLI = "notes"
-CONFIG = {"agents": {"defaults": {"timezone": "Europe/Paris", "memory_search": {"provider": "none"},
-                                  "session": {"hooks": {"session_memory": {"enabled": False}}}}}}
 
 
 def jpeg(n: int, size: int = 3_000) -> bytes:
     return b"\xff\xd8\xff" + n.to_bytes(2, "big") * (size // 2)
 
 
-def sha(raw: bytes) -> str:
-    return hashlib.sha256(raw).hexdigest()
-
-
-def b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode()
-
-
-def answer(req: ModelRequest) -> Reply:
-    return "ok"
 
 
 def photos_in(store: SessionStore, key: str, photos: list[bytes]) -> str:

@@ -8,8 +8,6 @@ regular file of this user's still holding the very bytes filed, at most the size
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -23,36 +21,24 @@ from browserdemo import T, browser_fixture, open_page  # noqa: F401 - browser_fi
 from gatewayhelpers import GatewayProcess, free_port
 from hermit.gateway.attachments import MAX_IMAGE_BYTES
 from hermit.messages import AssistantMessage, FiledFile, Sender, TextPart, UserMessage
-from hermit.models.base import ModelRequest
 from hermit.sessions.retraction import retract_in
 from hermit.sessions.store import SessionStore
 from hermit.testing import FakeProvider
-from hermit.testing.scripted import Reply
 from test_webapp_browser_photos import png as real_png
 from test_webapp_uploads import upload
-from webappclient import Clock, Web, connected, served
+from webappclient import PHOTO_CONFIG as CONFIG
+from webappclient import Clock, Web, b64, connected, served, sha
+from webappclient import answer_ok as answer
 from webapphelpers import build_demo_home
 
 MAIN = "agent:main:main"
 CONTACT = "agent:main:telegram:dm:5550123"  # a contact's DM (no owner is configured): read-only in the web app
-CONFIG = {"agents": {"defaults": {"timezone": "Europe/Paris", "memory_search": {"provider": "none"},
-                                  "session": {"hooks": {"session_memory": {"enabled": False}}}}}}
 
 
 def png(n: int, size: int = 20_000) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + bytes([n]) * size
 
 
-def sha(raw: bytes) -> str:
-    return hashlib.sha256(raw).hexdigest()
-
-
-def b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode()
-
-
-def answer(req: ModelRequest) -> Reply:
-    return "ok"
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ socket. hello-ok says the gateway does this (`imageRefs`) and names each agent's
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -18,32 +16,20 @@ import pytest
 from starlette.testclient import TestClient
 
 from hermit.messages import AssistantMessage, ImagePart, TextPart, UserMessage
-from hermit.models.base import ModelRequest
 from hermit.sessions.store import SessionStore
-from hermit.testing.scripted import Reply
-from webappclient import Clock, Web, connected, served
+from webappclient import PHOTO_CONFIG as CONFIG
+from webappclient import Clock, Web, b64, connected, served, sha
+from webappclient import answer_ok as answer
 
 MAIN = "agent:main:main"
 CLI = "notes"  # a session of the owner's own, named at the CLI
 GROUP = "agent:main:telegram:group:-100321"
-CONFIG = {"agents": {"defaults": {"timezone": "Europe/Paris", "memory_search": {"provider": "none"},
-                                  "session": {"hooks": {"session_memory": {"enabled": False}}}}}}
 
 
 def jpeg(n: int, size: int = 50_000) -> bytes:
     return b"\xff\xd8\xff" + bytes([n]) * size
 
 
-def sha(raw: bytes) -> str:
-    return hashlib.sha256(raw).hexdigest()
-
-
-def b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode()
-
-
-def answer(req: ModelRequest) -> Reply:
-    return "ok"
 
 
 def photos_in(store: SessionStore, key: str, photos: list[bytes], origin: str | None = None) -> str:

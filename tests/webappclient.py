@@ -5,6 +5,8 @@ requests and collects what comes back."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -89,6 +91,23 @@ class Clock:
 
     def advance(self, **delta: float) -> None:
         self.now += timedelta(**delta)
+
+
+# The photo tests' shared setup: a home with no memory search and no /new note, a model that answers "ok".
+PHOTO_CONFIG = {"agents": {"defaults": {"timezone": "Europe/Paris", "memory_search": {"provider": "none"},
+                                        "session": {"hooks": {"session_memory": {"enabled": False}}}}}}
+
+
+def sha(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def answer_ok(req: ModelRequest) -> Reply:
+    return "ok"
 
 
 @contextmanager
