@@ -25,6 +25,7 @@ no version of its own in memory-history (that would keep the copy).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -41,6 +42,7 @@ from hermit.textfile import read_regular_stat
 log = logging.getLogger("hermit.agent")
 
 HISTORY_DIR = "memory-history"  # in the agent's folder, beside its sessions/ (agent/runtime.py's history_dir)
+ATTEMPTS = 5  # reads of a note an outside editor keeps saving during its scrub, before it is left
 MAX_VERSIONS = 200  # MEMORY.md's kept versions read to find what a whole rewrite kept
 
 
@@ -111,29 +113,55 @@ def _scrubbed(workspace: Path, wanted: dict[Path, dict[str, tuple[str, int]]]) -
         return changed
     with memory_writes_locked(workspace, *wanted):
         for target, lines in wanted.items():
-            try:  # never through a link: the owner's file as it is, with one name
-                data, st = read_regular_stat(target, follow=False)
-                if st.st_nlink != 1 or st.st_uid != os.geteuid():
-                    log.warning("owner notes: %s is not a file of Hermit's own: left", target.name)
-                    continue
-                text = data.decode("utf-8")
-            except FileNotFoundError:  # removed since
-                continue
-            except (OSError, HermitError, UnicodeDecodeError) as e:
-                log.warning("owner notes: could not read %s to scrub a deleted message: %s", target.name, e)
-                continue
-            rows = text.split("\n")
-            count = 0
-            for line, (clean, times) in lines.items():
-                for i in [i for i, row in enumerate(rows) if row.strip() == line][-times:]:
-                    rows[i] = rows[i].replace(line, clean)
-                    count += 1
-            if count:
-                write_atomic(target, "\n".join(rows))
+            if count := _scrub_file(target, lines):
                 changed[target] = count
     for target, count in changed.items():
         log.info("owner notes: scrubbed a deleted message from %d line(s) of %s", count, target.name)
     return changed
+
+
+def _scrub_file(target: Path, lines: dict[str, tuple[str, int]]) -> int:
+    """`target` with `lines` scrubbed (`_scrubbed`), replaced atomically; how many rows changed. An outside editor,
+    which holds no lock, may save the file between this read and the replace: the file is read again right before
+    the replace and, when it is not what was read (its inode, size, mtime or bytes), scrubbed again from what it holds
+    now — the editor's save is kept and the deleted text still goes. Left (and said) when it keeps changing."""
+    for _ in range(ATTEMPTS):
+        read = _own_text(target)
+        if read is None:
+            return 0
+        text, seen = read
+        rows = text.split("\n")
+        count = 0
+        for line, (clean, times) in lines.items():
+            for i in [i for i, row in enumerate(rows) if row.strip() == line][-times:]:
+                rows[i] = rows[i].replace(line, clean)
+                count += 1
+        if not count:
+            return 0
+        again = _own_text(target)
+        if again is None or again[1] != seen:  # saved (or removed) since the read: scrub what it holds now
+            continue
+        write_atomic(target, "\n".join(rows))
+        return count
+    log.warning("owner notes: %s kept changing while a deleted message was scrubbed from it: left (the next delete "
+                "or edit of a message scrubs it again)", target.name)
+    return 0
+
+
+def _own_text(target: Path) -> tuple[str, tuple[int, int, int, str]] | None:
+    """`target`'s text and what tells a save of it apart (inode, size, mtime_ns, sha256), read never through a link
+    and only when it is Hermit's own file with one name; None (said) when it is not, or is gone."""
+    try:
+        data, st = read_regular_stat(target, follow=False)
+        if st.st_nlink != 1 or st.st_uid != os.geteuid():
+            log.warning("owner notes: %s is not a file of Hermit's own: left", target.name)
+            return None
+        return data.decode("utf-8"), (st.st_ino, st.st_size, st.st_mtime_ns, hashlib.sha256(data).hexdigest())
+    except FileNotFoundError:  # removed since
+        return None
+    except (OSError, HermitError, UnicodeDecodeError) as e:
+        log.warning("owner notes: could not read %s to scrub a deleted message: %s", target.name, e)
+        return None
 
 
 def _versions(history: Path) -> list[Path]:
