@@ -69,7 +69,9 @@ class CronTools:
         if action == "add":
             if not job:
                 raise ToolError("add needs `job`", "give at least message and schedule")
-            return self.backend.add({**job, "agent_id": self.agent_id})
+            # The id is Hermit's to make: run logs (`cron/runs/<id>.jsonl`, replies in them) outlive their job, and
+            # a job of this agent named like another agent's — removed or live — read its runs or learnt its id.
+            return self.backend.add({**{k: v for k, v in job.items() if k != "id"}, "agent_id": self.agent_id})
         if not id:
             raise ToolError(f"{action} needs the job's `id`", "find it with action=list")
         if not any(j.get("id") == id for j in self.backend.list_jobs(self.agent_id)["jobs"]):

@@ -1,0 +1,110 @@
+"""Run logs are kept per job id (`<state>/cron/runs/<id>.jsonl`, each run's first 500 characters of reply) and
+outlive the job: a one-shot job is removed after it runs, and `hermit cron runs ID` still shows what it said.
+The cron tool took the id its model gave in `add`. Agent family's owner (a relative on the family bot, whose
+model obeys them) had it add a job named like one of agent main's — `brief`, an id main's owner chose with
+`hermit cron add --id` — and then asked for that job's `runs`: main's morning brief, read out of main's
+MEMORY.md, came back. A live job's id was told too ("a job with id 'brief' exists"). Now a job the cron tool
+adds always gets a new id of Hermit's making; the owner's own `--id` (CLI, web app) is unchanged.
+
+Real parts: the config loader, the real scheduler running main's job through an agent runtime, the run logs it
+writes, and family's agent runtime calling the real cron tool from a scripted model."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from hermit.agent.runtime import AgentRuntime
+from hermit.config.load import LoadedConfig, build_config
+from hermit.config.paths import StatePaths
+from hermit.scheduler import CronJobs, LocalHost, SchedulerService
+from hermit.sessions.keys import main_session_key
+from hermit.testing import ScriptedModel
+from schedhelpers import MemoryChannel, SimClock, runtimes, tick_once
+
+NOW = datetime(2026, 6, 1, 7, 0, tzinfo=UTC)
+CANARY = "BRIEF-CANARY-5517: the divorce lawyer at 10, PIN 4711"
+EVERY_HOUR = {"kind": "every", "every_ms": 3_600_000}
+
+
+def two_agents(home: Path) -> LoadedConfig:
+    return build_config({
+        "agents": {"defaults": {"timezone": "Europe/Berlin", "memory_search": {"provider": "none"}},
+                   "list": [{"id": "main", "default": True}, {"id": "family"}]},
+        "channels": {"telegram": {"accounts": {"personal": {"owners": ["42"]}, "familybot": {"owners": ["77"]}}}},
+        "bindings": [{"match": {"channel": "telegram", "account_id": "personal"}, "agent_id": "main"},
+                     {"match": {"channel": "telegram", "account_id": "familybot"}, "agent_id": "family"}]},
+        StatePaths(home))
+
+
+def family_calls(home: Path, loaded: LoadedConfig, clock: SimClock, calls: list[dict[str, Any]]) -> list[str]:
+    """What agent family's cron tool answered to `calls`, made by its model in family's main session."""
+    model = ScriptedModel([step for c in calls for step in ({"tool_calls": [{"name": "cron", "arguments": c}]}, "ok")])
+    family = AgentRuntime(loaded.agent("family"), model, clock=clock, fsync=False, home=home,
+                          cron=CronJobs(home, loaded, clock=clock, fsync=False, for_model=True))
+    try:
+        out = []
+        for _ in calls:
+            result = family.run_turn(main_session_key("family"), "do it")
+            out += [str(c.result) for c in result.tool_calls]
+        return out
+    finally:
+        family.close()
+
+
+def test_another_agents_tool_cannot_read_a_removed_jobs_run_log_by_reusing_its_id(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    loaded = two_agents(home)
+    clock = SimClock(NOW)
+    # main's owner: a one-shot brief in main's main session, to their own DM, with an id they chose
+    CronJobs(home, loaded, clock=clock, fsync=False).add(
+        {"id": "brief", "name": "brief", "message": "brief me from MEMORY.md", "agent_id": "main",
+         "session_target": "main", "schedule": {"kind": "at", "at": (NOW + timedelta(minutes=5)).isoformat()},
+         "delivery": {"mode": "announce", "channel": "telegram", "account": "personal", "to": "42"}})
+    rts, _ = runtimes(loaded, clock, lambda r: CANARY)
+    channel = MemoryChannel()
+    service = SchedulerService(home, loaded, LocalHost(rts, channel.deliver, threaded=False), clock=clock,
+                               fsync=False)
+    try:
+        tick_once(service, clock, NOW + timedelta(minutes=6))
+    finally:
+        for rt in rts.values():
+            rt.close()
+    assert [t.peer_id for t, text in channel.sent if CANARY in text] == ["42"]  # main's owner got it
+    jobs = CronJobs(home, loaded, clock=clock, fsync=False)
+    assert jobs.list_jobs()["jobs"] == []  # the one-shot job is gone, its run log kept
+    assert CANARY in json.dumps(jobs.store.runs("brief"))
+
+    answers = family_calls(home, loaded, clock, [
+        {"action": "add", "job": {"id": "brief", "message": "hi", "schedule": EVERY_HOUR}},
+        {"action": "list"}])
+    ids = [j["id"] for j in json.loads(answers[1])["jobs"]]
+    assert len(ids) == 1
+    answers += family_calls(home, loaded, clock, [{"action": "runs", "id": i} for i in (*ids, "brief")])
+    assert not any(CANARY in a or "4711" in a for a in answers), answers
+    assert ids != ["brief"]  # family's job got an id of Hermit's making
+    assert CANARY in json.dumps(jobs.store.runs("brief"))  # main's history is intact
+
+
+def test_another_agents_tool_is_not_told_a_live_jobs_id(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    loaded = two_agents(home)
+    clock = SimClock(NOW)
+    CronJobs(home, loaded, clock=clock, fsync=False).add(
+        {"id": "lawyer", "name": "call the divorce lawyer", "message": "remind me", "agent_id": "main",
+         "schedule": EVERY_HOUR})
+    answers = family_calls(home, loaded, clock, [
+        {"action": "add", "job": {"id": "lawyer", "message": "hi", "schedule": EVERY_HOUR}}])
+    assert "exists" not in answers[0] and "lawyer" not in answers[0], answers
+    jobs = CronJobs(home, loaded, clock=clock, fsync=False).list_jobs()["jobs"]
+    assert sorted((j["agent_id"], j["id"] == "lawyer") for j in jobs) == [("family", False), ("main", True)]
+
+
+def test_the_owners_chosen_id_still_holds(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    loaded = two_agents(home)
+    out = CronJobs(home, loaded, clock=SimClock(NOW), fsync=False).add(
+        {"id": "chores", "message": "remind the kids", "agent_id": "family", "schedule": EVERY_HOUR})
+    assert out["job"]["id"] == "chores"
