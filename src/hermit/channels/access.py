@@ -35,6 +35,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from hermit.channels.pairing import CODE_TTL_SECONDS, PairingRequest, PairingStore
 from hermit.channels.username_pins import UsernamePins, handle
@@ -44,8 +45,8 @@ from hermit.config.schema import ChannelAccessConfig, ChannelsConfig
 from hermit.errors import HermitError
 from hermit.refusals import RefusalLog
 
-__all__ = ["PARENT_GROUP", "AccessControl", "AccessDecision", "Message", "PairingRequest", "PairingStore", "Standing",
-           "Verdict", "decide", "pairing_message", "standing"]
+__all__ = ["PARENT_GROUP", "AccessControl", "AccessDecision", "Message", "PairingRequest", "PairingStore", "Rule",
+           "Standing", "Verdict", "decide", "pairing_message", "standing"]
 
 WEBCHAT = "webchat"
 log = logging.getLogger(__name__)
@@ -136,6 +137,30 @@ class Message:
     mention_patterns: Sequence[str] = ()
 
 
+class Rule(StrEnum):
+    """Which rule of `decide` decided (`Verdict.rule`): what a caller that words the decision its own way, or tells
+    what would change it (scheduler/targets.let_in_again), goes by — never the reason's words."""
+
+    WEBCHAT = "webchat"
+    UNKNOWN_ACCOUNT = "unknown_account"
+    ACCOUNT_DISABLED = "account_disabled"
+    UNKNOWN_KIND = "unknown_kind"
+    DM_DISABLED = "dm_disabled"
+    OWNER = "owner"
+    OPEN = "open"
+    ALLOW_FROM = "allow_from"
+    APPROVALS_UNREADABLE = "approvals_unreadable"
+    APPROVED = "approved"
+    NOT_ALLOWED = "not_allowed"
+    STRANGER = "stranger"
+    GROUP_DISABLED = "group_disabled"
+    GROUP_NOT_LISTED = "group_not_listed"
+    GROUP = "group"
+    NOT_A_MEMBER = "not_a_member"
+    MENTIONED = "mentioned"
+    NOT_MENTIONED = "not_mentioned"
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The one admission decision (`decide`), with no side effect taken. `rule` names the rule that decided
@@ -145,7 +170,7 @@ class Verdict:
     `may_pair`: a stranger under `dm_policy: pairing`, who may be sent a pairing code."""
 
     let_in: bool
-    rule: str
+    rule: Rule
     reason: str
     owner: bool = False
     pin: str | None = None
@@ -189,75 +214,75 @@ def decide(channels: ChannelsConfig, channel: str, account_id: str, peer_kind: s
     scheduler (targets.not_let_in) both ask it."""
     channel = channel.lower()
     if channel == WEBCHAT:
-        return Verdict(True, "webchat", "webchat: authenticated by the gateway token", owner=True)
+        return Verdict(True, Rule.WEBCHAT, "webchat: authenticated by the gateway token", owner=True)
     cfg = channels.accounts_of(channel).get(account_id)
     if cfg is None:
-        return Verdict(False, "unknown_account", f"unknown channel account {channel}/{account_id}")
+        return Verdict(False, Rule.UNKNOWN_ACCOUNT, f"unknown channel account {channel}/{account_id}")
     if not cfg.enabled:
-        return Verdict(False, "account_disabled", f"channel account {channel}/{account_id} is disabled")
+        return Verdict(False, Rule.ACCOUNT_DISABLED, f"channel account {channel}/{account_id} is disabled")
     if peer_kind == "dm":
         return _dm(cfg, channel, message.sender_id if message else peer_id, message, known)
     if peer_kind == "group":
         return _group(cfg, channel, peer_id, message, known)
-    return Verdict(False, "unknown_kind", f"unknown peer kind {peer_kind!r}")
+    return Verdict(False, Rule.UNKNOWN_KIND, f"unknown peer kind {peer_kind!r}")
 
 
 def _dm(cfg: ChannelAccessConfig, channel: str, sender_id: str, message: Message | None, known: Standing) -> Verdict:
     policy = cfg.dm_policy
     if policy == "disabled":
-        return Verdict(False, "dm_disabled", "dm_policy disabled: DMs are ignored")
+        return Verdict(False, Rule.DM_DISABLED, "dm_policy disabled: DMs are ignored")
     key = sender_key(channel, sender_id)
     presented = handle(message.sender_username) if message else None
     owner = _match(cfg.owners, key, presented, known.pins)
     if owner.found:
-        return Verdict(True, "owner", f"dm_policy {policy}: sender is an owner", owner=True, pin=owner.pin)
+        return Verdict(True, Rule.OWNER, f"dm_policy {policy}: sender is an owner", owner=True, pin=owner.pin)
     listed = _match(cfg.allow_from, key, presented, known.pins) if policy != "open" else _Match()
 
-    def verdict(let_in: bool, rule: str, reason: str, pin: str | None = None) -> Verdict:
+    def verdict(let_in: bool, rule: Rule, reason: str, pin: str | None = None) -> Verdict:
         return Verdict(let_in, rule, reason, pin=pin, impostor=owner.impostor or listed.impostor,
-                       pins_unreadable=owner.pins_unreadable or listed.pins_unreadable, may_pair=rule == "stranger")
+                       pins_unreadable=owner.pins_unreadable or listed.pins_unreadable, may_pair=rule == Rule.STRANGER)
 
     if policy == "open":
-        return verdict(True, "open", "dm_policy open: a contact")
+        return verdict(True, Rule.OPEN, "dm_policy open: a contact")
     if listed.found:
-        return verdict(True, "allow_from", f"dm_policy {policy}: sender in allow_from (a contact)", listed.pin)
+        return verdict(True, Rule.ALLOW_FROM, f"dm_policy {policy}: sender in allow_from (a contact)", listed.pin)
     if known.approved is None:
-        return verdict(False, "approvals_unreadable", f"dm_policy {policy}: the approved senders cannot be read, so "
+        return verdict(False, Rule.APPROVALS_UNREADABLE, f"dm_policy {policy}: the approved senders cannot be read, so "
                        "nobody is let in by an approval")
     if key in known.approved:
-        return verdict(True, "approved", f"dm_policy {policy}: sender approved by pairing (a contact)")
+        return verdict(True, Rule.APPROVED, f"dm_policy {policy}: sender approved by pairing (a contact)")
     if policy == "allowlist":
         # Silence: a stranger learns nothing, and in particular never gets a code (SPEC §14.12).
-        return verdict(False, "not_allowed", "dm_policy allowlist: sender not allowed")
-    return verdict(False, "stranger", "dm_policy pairing: not approved")
+        return verdict(False, Rule.NOT_ALLOWED, "dm_policy allowlist: sender not allowed")
+    return verdict(False, Rule.STRANGER, "dm_policy pairing: not approved")
 
 
 def _group(cfg: ChannelAccessConfig, channel: str, group_id: str, message: Message | None, known: Standing
            ) -> Verdict:
     policy = cfg.group_policy
     if policy == "disabled":
-        return Verdict(False, "group_disabled", "group_policy disabled: groups are ignored")
+        return Verdict(False, Rule.GROUP_DISABLED, "group_policy disabled: groups are ignored")
     if policy == "allowlist" and group_id not in cfg.groups:
-        return Verdict(False, "group_not_listed", "group_policy allowlist: group not in groups")
+        return Verdict(False, Rule.GROUP_NOT_LISTED, "group_policy allowlist: group not in groups")
     if message is None:  # the group as a whole (a delivery to it): its members are not asked
-        return Verdict(True, "group", f"group_policy {policy}")
+        return Verdict(True, Rule.GROUP, f"group_policy {policy}")
     members = cfg.group_allow_from  # empty or '*': every member of an allowed group
     member = _Match(True)
     if members and STAR not in members:
         member = _match([*members, *cfg.owners], sender_key(channel, message.sender_id),
                         handle(message.sender_username), known.pins)
         if not member.found:
-            return Verdict(False, "not_a_member", "group_allow_from: sender not allowed in groups",
+            return Verdict(False, Rule.NOT_A_MEMBER, "group_allow_from: sender not allowed in groups",
                            impostor=member.impostor, pins_unreadable=member.pins_unreadable)
     if cfg.require_mention:
         if message.mentioned:
-            return Verdict(True, "mentioned", f"group_policy {policy}: mentioned", pin=member.pin)
+            return Verdict(True, Rule.MENTIONED, f"group_policy {policy}: mentioned", pin=member.pin)
         if message.reply_to_bot:
-            return Verdict(True, "mentioned", f"group_policy {policy}: reply to the bot", pin=member.pin)
+            return Verdict(True, Rule.MENTIONED, f"group_policy {policy}: reply to the bot", pin=member.pin)
         if _mentions(message.text, message.mention_patterns):
-            return Verdict(True, "mentioned", f"group_policy {policy}: mention pattern matched", pin=member.pin)
-        return Verdict(False, "not_mentioned", "require_mention: the bot was not mentioned", pin=member.pin)
-    return Verdict(True, "group", f"group_policy {policy}", pin=member.pin)
+            return Verdict(True, Rule.MENTIONED, f"group_policy {policy}: mention pattern matched", pin=member.pin)
+        return Verdict(False, Rule.NOT_MENTIONED, "require_mention: the bot was not mentioned", pin=member.pin)
+    return Verdict(True, Rule.GROUP, f"group_policy {policy}", pin=member.pin)
 
 
 class AccessControl:

@@ -18,7 +18,14 @@ from hermit.scheduler.jobs import AtSchedule, Job, build_job, patch_job
 from hermit.scheduler.reaim import retire_job_audience
 from hermit.scheduler.schedule import Zone, resolve_zone
 from hermit.scheduler.store import JobFile, JobStore
-from hermit.scheduler.targets import not_let_in, not_let_in_fix, not_the_owner, peer_kind_of, resolve_target
+from hermit.scheduler.targets import (
+    Refused,
+    not_let_in,
+    not_let_in_fix,
+    not_the_owner,
+    peer_kind_of,
+    resolve_target,
+)
 from hermit.sessions.transcript import Clock, utc_now
 
 log = logging.getLogger("hermit.scheduler")
@@ -182,7 +189,7 @@ class CronJobs:
             return None
         return not_the_owner(self.current(), job.agent_id, d.channel or "", d.account, d.peer_kind, d.to or "")
 
-    def not_let_in(self, job: Job) -> str | None:
+    def not_let_in(self, job: Job) -> Refused | None:
         """When the job's target may not talk to the assistant now (a revoked or never approved contact, a group
         not under `groups`): a warning saying its runs will be skipped until they are let in, else None. Not an
         error: the owner may set up a job before approving its contact, and nothing reaches them meanwhile."""
@@ -196,8 +203,9 @@ class CronJobs:
         if who is None:
             return None
         kind = peer_kind_of(d.channel or "", d.peer_kind, d.to or "")
-        return (f"job {job.label}: {who} is not let in to talk to the assistant now, so its runs are skipped and "
-                f"nothing is delivered until they are — {not_let_in_fix(job.id, kind, who, d.channel or '', d.account)}")
+        return who.reworded(f"job {job.label}: {who} is not let in to talk to the assistant now, so its runs are "
+                            "skipped and nothing is delivered until they are — "
+                            f"{not_let_in_fix(job.id, kind, who, d.channel or '', d.account)}")
 
     def _model_delivers_to_owners(self, job: Job) -> Job:
         """The model may aim a job's replies at the owner of the job's agent only. A main-session run

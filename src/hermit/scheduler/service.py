@@ -44,7 +44,14 @@ from hermit.scheduler.jobs import InFlight, Job
 from hermit.scheduler.runner import Mark, RunHandle, execute, finish, new_handle, session_starter
 from hermit.scheduler.schedule import Zone, resolve_zone
 from hermit.scheduler.store import JobFile, RunRecord, Trigger
-from hermit.scheduler.targets import NotLetIn, not_let_in, not_let_in_fix, peer_kind_of, resolve_target
+from hermit.scheduler.targets import (
+    NotLetIn,
+    Refused,
+    not_let_in,
+    not_let_in_fix,
+    peer_kind_of,
+    resolve_target,
+)
 from hermit.sessions.transcript import Clock, utc_now
 
 log = logging.getLogger("hermit.scheduler")
@@ -216,7 +223,7 @@ class SchedulerService:
             self._let_in(job, not_let_in(loaded, r.channel, r.account, d.peer_kind, d.to or ""))
         self.jobs.check_delivery(job)
 
-    def _let_in(self, job: Job, who: str | None) -> None:
+    def _let_in(self, job: Job, who: Refused | None) -> None:
         """NotLetIn when the job's target is not let in (`who` says why); the owner is told once in the log
         per job and reason (each skipped run is in the run log, `hermit cron list`/`runs` and doctor), and
         once more when the job delivers again."""

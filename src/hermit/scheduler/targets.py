@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hermit.agent.routing import RouteInput, Router
-from hermit.channels.access import decide, standing
+from hermit.channels.access import Rule, decide, standing
 from hermit.channels.platforms import names
 from hermit.config.allowlist import is_username, matches, sender_key
 from hermit.config.load import LoadedConfig
@@ -32,6 +32,23 @@ from hermit.errors import ConfigError, HermitError, JobError
 WEBCHAT = "webchat"
 DEFAULT_ACCOUNT = "default"
 DM_OFF = "dm_policy is disabled"  # in not_let_in's words for a DM under `dm_policy: disabled`
+
+
+class Refused(str):
+    """Why a delivery's target is not let in, in words (`not_let_in`), carrying the admission rule that refused it
+    (channels/access.Rule): what lets them in again (`let_in_again`) goes by the rule, so rewording the text — or a
+    peer id or account name that happens to hold such words — cannot change the fix named or what is resumed."""
+
+    rule: Rule
+
+    def __new__(cls, text: str, rule: Rule) -> Refused:
+        made = super().__new__(cls, text)
+        made.rule = rule
+        return made
+
+    def reworded(self, text: str) -> Refused:
+        """`text` (a sentence built around this one), with the same rule."""
+        return Refused(text, self.rule)
 
 
 @dataclass(frozen=True)
@@ -143,7 +160,7 @@ def not_the_owner(loaded: LoadedConfig, agent_id: str, channel: str, account: st
             f"not {agent_id}"
     acc = loaded.config.channels.accounts_of(name).get(account) if name in names() else None
     if acc is None:
-        return f"{where}, an account that channels.{name}.accounts does not define"
+        return Refused(f"{where}, an account that channels.{name}.accounts does not define", Rule.UNKNOWN_ACCOUNT)
     if kind != "dm":
         return f"the group {name}/{account} {to}"
     if not matches(name, acc.owners, to):
@@ -163,7 +180,7 @@ class NotLetIn(JobError):
     (logged with this reason, nothing sent), the job kept, so letting them in again resumes it."""
 
 
-def not_let_in(loaded: LoadedConfig, channel: str, account: str | None, peer_kind: str, to: str) -> str | None:
+def not_let_in(loaded: LoadedConfig, channel: str, account: str | None, peer_kind: str, to: str) -> Refused | None:
     """Why a scheduled delivery to `to` would reach someone the channel account does not let talk to the
     assistant now, in words; None when it does: the gateway's own admission decision (channels/access.decide)
     asked about the peer alone — an owner, a contact its DM policy lets in (`open`, `allow_from`, approved by
@@ -186,35 +203,36 @@ def not_let_in(loaded: LoadedConfig, channel: str, account: str | None, peer_kin
     acc = loaded.config.channels.accounts_of(name).get(account) if name in names() else None
     where = f"{name}/{account}"
     if acc is None:
-        return f"{where}, an account that channels.{name}.accounts does not define"
+        return Refused(f"{where}, an account that channels.{name}.accounts does not define", Rule.UNKNOWN_ACCOUNT)
     peer = (to or "").strip()
     kind = peer_kind_of(name, peer_kind, peer)
     store = PairingStore(loaded.paths.home)
     v = decide(loaded.config.channels, name, account, kind, peer, standing(store, UsernamePins(store), name, account))
     if v.let_in:
         return None
-    return {
-        "account_disabled": f"{name} {peer} ({where} is disabled: enabled is false)",
-        "group_disabled": f"the {name} group {peer} (group_policy is disabled on {where})",
-        "group_not_listed": f"the {name} group {peer} (not listed under channels.{name}.accounts.{account}.groups)",
-        "dm_disabled": f"{name} {peer} ({DM_OFF} on {where}: no DMs there, the owners' neither)",
-        "approvals_unreadable": f"{name} {peer} (on {where}: not an owner, not in allow_from, and the approved "
-                                "senders cannot be read)",
-    }.get(v.rule, f"{name} {peer} (on {where}: not an owner, not in allow_from, not approved by pairing)")
+    return Refused({
+        Rule.ACCOUNT_DISABLED: f"{name} {peer} ({where} is disabled: enabled is false)",
+        Rule.GROUP_DISABLED: f"the {name} group {peer} (group_policy is disabled on {where})",
+        Rule.GROUP_NOT_LISTED: f"the {name} group {peer} (not listed under channels.{name}.accounts.{account}.groups)",
+        Rule.DM_DISABLED: f"{name} {peer} ({DM_OFF} on {where}: no DMs there, the owners' neither)",
+        Rule.APPROVALS_UNREADABLE: f"{name} {peer} (on {where}: not an owner, not in allow_from, and the approved "
+                                   "senders cannot be read)",
+    }.get(v.rule, f"{name} {peer} (on {where}: not an owner, not in allow_from, not approved by pairing)"), v.rule)
 
 
-def let_in_again(channel: str, account: str | None, kind: str, who: str) -> str:
-    """What lets in again the target `not_let_in` said (`who`) is not let in."""
+def let_in_again(channel: str, account: str | None, kind: str, who: Refused) -> str:
+    """What lets in again the target `not_let_in` said (`who`) is not let in: by the rule that refused it (until
+    s18 by the words of the reason, which a peer id or account name could hold too)."""
     if kind == "group":
         return "list the group under groups"
-    if DM_OFF in who:
+    if who.rule == Rule.DM_DISABLED:
         return f"set channels.{channel}.accounts.{account or DEFAULT_ACCOUNT}.dm_policy to pairing or allowlist"
-    if "is disabled: enabled is false" in who:
+    if who.rule == Rule.ACCOUNT_DISABLED:
         return f"set channels.{channel}.accounts.{account or DEFAULT_ACCOUNT}.enabled to true"
     return "`hermit pairing approve` them (or list them under allow_from)"
 
 
-def not_let_in_fix(job_id: str, kind: str, who: str = "", channel: str = "", account: str | None = None) -> str:
+def not_let_in_fix(job_id: str, kind: str, who: Refused, channel: str = "", account: str | None = None) -> str:
     """What to do about a job aimed at someone not let in (`who`, as not_let_in said it), for a JobError's hint
     and the warnings: under `dm_policy: disabled` approving them would change nothing."""
     again = let_in_again(channel, account, kind, who)
