@@ -289,7 +289,7 @@ def build_config(
     chosen = default_ids[0] if default_ids else (
         DEFAULT_AGENT_ID if DEFAULT_AGENT_ID in seen else agents[0].id
     )
-    agents = [a if a.id == chosen else _own_extra_paths(a, raws[a.id]) for a in agents]
+    agents = [a if a.id == chosen else _own_alert_sharing(_own_extra_paths(a, raws[a.id]), raws[a.id]) for a in agents]
     _one_each(agents, paths.home, src)
     for a in agents:
         if (problem := agent_paths_problem(a, f"{src}: agent '{a.id}':")) is not None:
@@ -444,6 +444,17 @@ def _own_extra_paths(a: AgentConfig, raw: dict[str, Any]) -> AgentConfig:
         return a
     search = a.settings.memory_search.model_copy(update={"extra_paths": kept})
     return dataclasses.replace(a, settings=a.settings.model_copy(update={"memory_search": search}))
+
+
+def _own_alert_sharing(a: AgentConfig, raw: dict[str, Any]) -> AgentConfig:
+    """Agent `a` (not the default agent) without the opt-in to share heartbeat alerts that only agents.defaults
+    gives. Alerts are main-session text, and the opt-in is its owner's: inherited, a relative's agent added later
+    posted theirs (HEARTBEAT.md, MEMORY.md) to the default agent's owner's group. Its own entry may opt in."""
+    hb = raw.get("heartbeat")
+    if not a.settings.heartbeat.share_alerts_with_target or (isinstance(hb, dict) and "share_alerts_with_target" in hb):
+        return a
+    heartbeat = a.settings.heartbeat.model_copy(update={"share_alerts_with_target": False})
+    return dataclasses.replace(a, settings=a.settings.model_copy(update={"heartbeat": heartbeat}))
 
 
 def _extra_paths_are_its_own(a: AgentConfig, agents: list[AgentConfig], home: Path, src: object) -> None:
