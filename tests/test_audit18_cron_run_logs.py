@@ -108,3 +108,31 @@ def test_the_owners_chosen_id_still_holds(tmp_path: Path) -> None:
     out = CronJobs(home, loaded, clock=SimClock(NOW), fsync=False).add(
         {"id": "chores", "message": "remind the kids", "agent_id": "family", "schedule": EVERY_HOUR})
     assert out["job"]["id"] == "chores"
+
+
+def test_another_agents_tool_can_aim_no_job_at_main_or_its_owner(tmp_path: Path) -> None:
+    """Guard (held before): family's tool may not make a job of main's, aim one at main's owner's DM (their
+    account, bound to main) or main's group, nor move its own job there."""
+    home = tmp_path / "home"
+    loaded = two_agents(home)
+    clock = SimClock(NOW)
+    to_main_owner = {"mode": "announce", "channel": "telegram", "account": "personal", "to": "42"}
+    to_main_group = {"mode": "announce", "channel": "telegram", "account": "personal", "to": "-100200"}
+    own = {"mode": "announce", "channel": "telegram", "account": "familybot", "to": "77"}
+    answers = family_calls(home, loaded, clock, [
+        {"action": "add", "job": {"message": "hi", "schedule": EVERY_HOUR, "agent_id": "main",
+                                  "session_target": "main"}},
+        {"action": "add", "job": {"message": "hi", "schedule": EVERY_HOUR, "delivery": to_main_owner}},
+        {"action": "add", "job": {"message": "hi", "schedule": EVERY_HOUR, "session_target": "main",
+                                  "delivery": to_main_group}},
+        {"action": "add", "job": {"message": "hi", "schedule": EVERY_HOUR, "session_target": "main",
+                                  "delivery": own}}])
+    assert [a.startswith("error:") for a in answers] == [True, True, True, False], answers
+    mine = json.loads(answers[3])["job"]["id"]
+    answers = family_calls(home, loaded, clock, [
+        {"action": "update", "id": mine, "job": {"agent_id": "main"}},
+        {"action": "update", "id": mine, "job": {"delivery": to_main_owner}},
+        {"action": "update", "id": mine, "job": {"delivery": {"to": "-100200", "account": "personal"}}}])
+    assert all(a.startswith("error:") for a in answers), answers
+    [job] = CronJobs(home, loaded, clock=clock, fsync=False).list_jobs()["jobs"]
+    assert (job["agent_id"], job["delivery"]["account"], job["delivery"]["to"]) == ("family", "familybot", "77")
