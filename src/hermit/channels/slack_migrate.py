@@ -50,8 +50,8 @@ from hermit.durable import write_atomic
 from hermit.errors import ConfigError, HermitError, SessionBusy, SessionError
 from hermit.locks import locked
 from hermit.memory.policy.audience import audience_of_session
-from hermit.sessions import scrub
-from hermit.sessions.files import open_own, read_fd, read_own
+from hermit.sessions.files import read_own
+from hermit.sessions.headers import header_key, rename_header
 from hermit.sessions.keys import SessionKey, SessionKind, format_session_key, parse_session_key
 from hermit.sessions.lock import lock_path, session_lock
 from hermit.sessions.recovery import parse_store
@@ -64,7 +64,6 @@ log = logging.getLogger(__name__)
 SLACK = "slack"
 JOURNAL = "key-migration.json"
 BUSY_WAIT_SECONDS = 2.0  # a turn running in a session being renamed: that one waits for the next run
-_HEADER_PEEK = 1 << 16
 GONE = " (no longer configured)"  # how a removed account is named in the plan
 BUSY = "another process was answering in it; the gateway's next start renames it"
 
@@ -413,67 +412,24 @@ def _move_key(agent: AgentConfig, old: str, new: str, step: Step | None) -> str:
 
 
 def _move_record(store: SessionStore, old: str, new: str) -> str:
-    # The store's own lock and its atomic write (sessions/store.py): one os.replace moves the entry.
-    with store._locked():
-        records = store._load_locked()
-        if old not in records:
-            return "done" if new in records else ""
-        if new in records:
-            return f"{new} has a session of its own already; the old transcript stays readable"
-        records[new] = dataclasses.replace(records.pop(old), key=new)
-        store._save_locked(records)
-    return "moved"
-
-
-def _header_key(path: Path) -> str | None:
-    """The sessionKey on a transcript's line 1 (None: no readable header there)."""
-    try:
-        fd, _ = open_own(path, os.O_RDONLY, "the transcript")
-    except (OSError, SessionError):
-        return None
-    try:
-        first = os.pread(fd, _HEADER_PEEK, 0).split(b"\n", 1)[0]
-    finally:
-        os.close(fd)
-    try:
-        obj = json.loads(first)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    key = obj.get("sessionKey") if isinstance(obj, dict) and obj.get("type") == "session" else None
-    return key if isinstance(key, str) else None
+    outcome = store.rename(old, new)  # the store's own lock and atomic write: one os.replace moves the entry
+    if outcome == "taken":
+        return f"{new} has a session of its own already; the old transcript stays readable"
+    return {"moved": "moved", "done": "done"}.get(outcome, "")
 
 
 def _rename_headers(folder: Path, renamed: Mapping[str, str], report: Report, step: Step | None) -> None:
     """Every transcript naming an old key (the current session's and the ended ones') names the new one."""
     with contextlib.suppress(FileNotFoundError):
         for path in sorted(folder.glob("*.jsonl")):
-            if _header_key(path) not in renamed:
+            if header_key(path) not in renamed:
                 continue
             try:
-                _rewrite_header(path, renamed)
+                rename_header(path, renamed)
             except (OSError, SessionError) as e:
                 report.left.append(f"{path}: its header still names the old key ({type(e).__name__}: {e})")
                 continue
             _tell(step, f"header {path.name}")
-
-
-def _rewrite_header(path: Path, renamed: Mapping[str, str]) -> None:
-    fd = scrub._open_locked(path)  # the lock every append and scrub takes; the name names what is locked
-    try:
-        data = read_fd(fd, os.fstat(fd).st_size)
-        first, sep, rest = data.partition(b"\n")
-        try:
-            obj = json.loads(first)
-        except (ValueError, UnicodeDecodeError):
-            return  # changed since it was looked at: no header to rename
-        key = obj.get("sessionKey") if isinstance(obj, dict) else None
-        if not isinstance(key, str) or key not in renamed:
-            return
-        obj["sessionKey"] = renamed[key]
-        line = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        scrub._replace(path, fd, line + sep + rest)
-    finally:
-        os.close(fd)
 
 
 def _move_room(base: Path, old: str, new: str, report: Report, step: Step | None) -> str:

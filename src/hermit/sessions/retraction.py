@@ -44,10 +44,10 @@ from hermit.sessions.entries import (
     RETRACTED_TYPE,
     edited_texts,
     entry_from_json,
-    header_from_json,
     retracted_refs,
 )
 from hermit.sessions.files import open_own, read_fd
+from hermit.sessions.headers import header_key
 from hermit.sessions.scrub import (
     Deleted,
     deleted_many,
@@ -69,7 +69,6 @@ MAX_EDITS = 24
 ENDED_SESSIONS = 8  # the key's ended sessions a late delete is looked for in, newest first
 ENDED_DAYS = 30  # ...among those written to in this many days
 MAX_HEADERS = 512  # transcripts whose header is read to find them, newest first
-_HEADER_BYTES = 4096
 _LISTINGS: OrderedDict[tuple[str, str], tuple[int, tuple[str, ...]]] = OrderedDict()
 _LISTINGS_KEPT = 256
 _guard = threading.Lock()
@@ -405,27 +404,8 @@ def _list_key(directory: Path, key: str) -> tuple[str, ...]:
         return ()
     names: list[str] = []
     for _, name in sorted(found, reverse=True)[:MAX_HEADERS]:
-        if _header_key(directory / name) == key:
+        if header_key(directory / name) == key:
             names.append(name)
             if len(names) > ENDED_SESSIONS:  # the current one may be among them
                 break
     return tuple(names)
-
-
-def _header_key(path: Path) -> str | None:
-    try:
-        fd, _ = open_own(path, os.O_RDONLY, "the transcript")
-    except (OSError, SessionError):
-        return None
-    try:
-        first = os.pread(fd, _HEADER_BYTES, 0).split(b"\n", 1)[0]
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        obj = json.loads(first)
-    except ValueError:
-        return None
-    header = header_from_json(obj) if isinstance(obj, dict) else None
-    return header.session_key if header is not None else None

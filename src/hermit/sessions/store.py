@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from hermit.config.paths import StatePaths, ensure_private_dir
 from hermit.durable import write_atomic
@@ -274,6 +274,24 @@ class SessionStore:
             records[key] = new
             self._save_locked(records)
             return new
+
+    def rename(self, old: str, new: str) -> Literal["moved", "done", "absent", "taken"]:
+        """Move the record of key `old` to key `new` (its sessionId, transcript and counters unchanged) in one
+        atomic write under the store lock: "moved"; or, changing nothing, "done" (`new` has it and `old` none: moved
+        before), "absent" (neither has one), "taken" (both have one: never merged, the caller decides). Another
+        process's update of any record waits for the lock and then finds the record under `new`. The callers hold
+        both keys' session locks (sessions/lock.py), so no turn appends to the transcript meanwhile."""
+        _check_key(old)
+        _check_key(new)
+        with self._locked():
+            records = self._load_locked()
+            if old not in records:
+                return "done" if new in records else "absent"
+            if new in records:
+                return "taken"
+            records[new] = dataclasses.replace(records.pop(old), key=new)
+            self._save_locked(records)
+        return "moved"
 
     # ---- internals ----------------------------------------------------------------------------
 
