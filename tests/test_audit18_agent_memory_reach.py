@@ -73,6 +73,25 @@ def setup(tmp: Path, backend: str, dsn: str) -> tuple[LoadedConfig, dict[str, st
     return loaded, env
 
 
+def plant_links(loaded: LoadedConfig, env: dict[str, str]) -> None:
+    """family's owner has a command of its sandbox leave links to main's files in family's workspace (it names the
+    host paths as text, computed at run time): instruction files and notes Hermit reads outside the sandbox."""
+    backend = detect()
+    need(backend.available, f"an OS sandbox ({backend.detail})")
+    ws = base64.b64encode(str(loaded.agent("main").workspace).encode()).decode()
+    command = (f'w=$(echo {ws} | base64 -d); rm -f MEMORY.md; ln -s "$w/MEMORY.md" MEMORY.md; '
+               f'ln -s "$w/MEMORY.md" USER.md; ln -s "$w/{DAY}" memory/linked.md; '
+               f'ln -s "$w/memory/private" memory/dir; echo planted')
+    model = ScriptedModel([{"tool_calls": [{"name": "exec", "arguments": {"command": command}}]}, "done"])
+    family = AgentRuntime(loaded.agent("family"), model, memory=service(loaded, "family", env), clock=fixed_clock,
+                          fsync=False, home=loaded.paths.home, sandbox_backend=backend)
+    try:
+        family.run_turn(main_session_key("family"), "run this")
+    finally:
+        family.close()
+    assert "planted" in json.dumps(model.requests[-1].messages[-1].to_dict())
+
+
 def service(loaded: LoadedConfig, agent_id: str, env: dict[str, str]) -> MemoryService:
     a = loaded.agent(agent_id)
     return MemoryService(MemoryKey(a.id, a.workspace), a.index_path, a.settings.memory_search, None,
@@ -80,11 +99,13 @@ def service(loaded: LoadedConfig, agent_id: str, env: dict[str, str]) -> MemoryS
 
 
 def main_paths(loaded: LoadedConfig) -> list[str]:
-    """main's private places as family's side could name them: relative, absolute, its transcript by id."""
+    """main's private places as family's side could name them: through links, relative, absolute, its
+    transcript by id."""
     main = loaded.agent("main")
     session_id = SessionStore(main.sessions_dir).get(main_session_key("main")).session_id  # type: ignore[union-attr]
     vault = Path(loaded.agent("main").settings.memory_search.extra_paths[0])
-    return ["../workspace/MEMORY.md", "../workspace/memory/private/p.md", f"../workspace/{DAY}",
+    return ["MEMORY.md", "USER.md", "memory/linked.md", "memory/dir/p.md",  # through the links family made
+            "../workspace/MEMORY.md", "../workspace/memory/private/p.md", f"../workspace/{DAY}",
             str(main.workspace / "MEMORY.md"), str(main.workspace / "memory/private/p.md"), str(main.workspace / DAY),
             str(vault / "v.md"), f"sessions/{session_id}.jsonl", f"sessions/../../main/sessions/{session_id}.jsonl",
             str(main.sessions_dir / f"{session_id}.jsonl")]
@@ -103,6 +124,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[LoadedConfig,
                          clock=fixed_clock, fsync=False, home=loaded.paths.home)
     owner.run_turn(main_session_key("main"), f"remember quokka {CANARIES['chat']}")
     owner.close()
+    plant_links(loaded, env)
     for agent_id in ("main", "family"):
         svc = service(loaded, agent_id, env)
         svc.sync(force=True)  # the transcript grew since the turn indexed it, within the quiet period
@@ -124,7 +146,7 @@ def test_family_owners_model_reaches_none_of_mains_memory(world: tuple[LoadedCon
     calls += [(tool, {"path": p}) for p in paths for tool in ("memory_get", "read")]
     calls.append(("exec", {"command": f'h=$(echo {hidden} | base64 -d); cat "$h"/workspace/MEMORY.md '
                                       f'"$h"/workspace/memory/*.md "$h"/workspace/memory/private/*.md '
-                                      f'"$h"/agents/main/sessions/*.jsonl {paths[6]} 2>&1 | head -c 4000'}))
+                                      f'"$h"/agents/main/sessions/*.jsonl {paths[10]} 2>&1 | head -c 4000'}))
     model = ScriptedModel([{"tool_calls": [{"name": n, "arguments": a} for n, a in calls]}, "done"])
     family = AgentRuntime(loaded.agent("family"), model, memory=service(loaded, "family", env), clock=fixed_clock,
                           fsync=False, home=loaded.paths.home, sandbox_backend=backend)
@@ -134,7 +156,7 @@ def test_family_owners_model_reaches_none_of_mains_memory(world: tuple[LoadedCon
         family.close()
     request = model.requests[-1]
     seen = json.dumps([m.to_dict() for m in request.messages]) + request.system
-    assert len(request.messages) == 2 + len(calls)  # every call ran and was answered
+    assert len(request.messages) == 4 + 2 + len(calls)  # the planting turn, then every call ran and was answered
     assert_no_canary(seen)
     assert FAMILY_OWN in seen  # its own search works
 
