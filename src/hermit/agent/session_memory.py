@@ -168,8 +168,10 @@ def scrub_saved(workspace: Path, session_id: str, deleted: Sequence[MessageEntry
     the deleted text and the block's user messages. Text the owner edited since is not recognised and is left
     (logged). The files changed."""
     shown = RETRACTED_TEXT if edited is None else mask(edited).strip() + EDITED_MARK
+    # a message that is the placeholder already (deleted again: a webhook retried, a revoke sent twice) has nothing
+    # to take out; until s18 its look at the saved file said it was left
     lines = [(line, dataclasses.replace(line, text=shown)) for e in deleted
-             if (line := dialogue_line(e)) is not None]
+             if (line := dialogue_line(e)) is not None and line.text not in (RETRACTED_TEXT, shown)]
     directory = workspace / "memory"
     if not lines:
         return []
@@ -189,9 +191,10 @@ def scrub_saved(workspace: Path, session_id: str, deleted: Sequence[MessageEntry
                 continue
             scrubbed = _scrubbed(text, session_id, lines, rule)
             if scrubbed == text:
-                log.warning("session-memory: %s names session %s, but not the deleted message as saved: left",
-                            file_name, session_id)
-                continue
+                if _holds_copy(text, session_id, rule or Verbatim(tuple(old.text for old, _ in lines))):
+                    log.warning("session-memory: %s names session %s, but not the deleted message as saved: left",
+                                file_name, session_id)
+                continue  # else taken out already (retract_ended's look, then the scrub batch's): nothing left
             st = os.lstat(path)
             if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
                 continue
@@ -252,6 +255,18 @@ def _scrubbed(text: str, session_id: str, lines: Sequence[tuple[Line, Line]], gi
             block = rule.scrub(title)[0] + "\n" + rest
         rows[b.start:b.end - 1] = block[:-1].split("\n")
     return "\n".join(rows)
+
+
+def _holds_copy(text: str, session_id: str, rule: Verbatim) -> bool:
+    """Whether a block of `text` naming session `session_id` still holds a copy of the deleted message by `rule`
+    anywhere — a user message too (the message as the owner edited it, not recognised to be replaced): what a
+    scrub that changed nothing has really left."""
+    rows = text.split("\n")
+    for b in origin_blocks(text):
+        if neutralize(f"- Session id: {session_id}", b.origin) in rows[b.start:b.end - 1] and \
+                rule.scrub("\n".join(rows[b.start:b.end - 1]))[1]:
+            return True
+    return False
 
 
 def _as(text: str) -> Callable[[re.Match[str]], str]:
