@@ -1,4 +1,5 @@
-"""The agent CLI: `hermit agent -m` and `hermit chat` as subprocesses, the chat REPL, sessions and agents."""
+"""The agent CLI: `hermit agent -m` and `hermit chat` as subprocesses, the chat REPL, sessions and agents. What a
+chat left behind is read back with `hermit sessions` in this process (the sessions commands are tested below)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from agenthelpers import fixed_clock, load_offline
+from clihere import hermit_here
 from hermit.agent.runtime import AgentRuntime
 from hermit.cli.chat import ChatRepl
 from hermit.cli.main import main
@@ -130,10 +132,10 @@ def test_hermit_chat_piped_session(tmp_path: Path) -> None:
     assert "fixed prompt (system + tools)" in out and "unknown command /bogus" in out
     assert len(fake.requests) == 4
     assert [p.name.endswith("-greeting-chat.md") for p in (home / "workspace" / "memory").iterdir()] == [True]
-    sessions = hermit(home, "sessions", "list", "--json")
+    sessions = hermit_here(home, "sessions", "list", "--json", env=clean_env(home))
     rows = json.loads(sessions.stdout)
     assert [r["key"] for r in rows] == ["agent:main:main"] and rows[0]["previousSessionId"]
-    shown = hermit(home, "sessions", "show", "agent:main:main")
+    shown = hermit_here(home, "sessions", "show", "agent:main:main", env=clean_env(home))
     assert "user: hi again" in shown.stdout and "assistant: fresh start" in shown.stdout
     assert "hello" not in shown.stdout  # that was the previous session
 

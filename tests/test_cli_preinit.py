@@ -1,4 +1,5 @@
-"""Before `hermit init` and in broken environments, every command says what to do and creates nothing."""
+"""Before `hermit init` and in broken environments, every command says what to do and creates nothing. The
+commands asserted on are subprocesses; an `init` or `index` that only sets up a state dir runs in this process."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ciguard import need
+from clihere import hermit_here
 from conftest import write
 from prochelpers import PROC_TIMEOUT
 
@@ -30,10 +32,14 @@ COMMANDS = [
 ]
 
 
-def run(home: Path, *args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+def env_for(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _KEY_VARS}
     env.update(HERMIT_HOME=str(home), OMP_WAIT_POLICY="PASSIVE")
-    return subprocess.run([*prefix, sys.executable, "-m", "hermit", *args], env=env, text=True,
+    return env
+
+
+def run(home: Path, *args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*prefix, sys.executable, "-m", "hermit", *args], env=env_for(home), text=True,
                           capture_output=True, stdin=subprocess.DEVNULL, timeout=PROC_TIMEOUT)
 
 
@@ -96,9 +102,9 @@ def _bwrap() -> str:
 
 def test_read_only_state_dir_never_advises_deleting_the_index(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    assert run(home, "init").returncode == 0
+    assert hermit_here(home, "init", env=env_for(home)).returncode == 0  # setup: in this process
     write(home / "workspace" / "memory" / "2026-12-01.md", "# 2026-12-01\n- The kiwi tree needs water.\n")
-    assert run(home, "memory", "index").returncode == 0
+    assert hermit_here(home, "memory", "index", env=env_for(home)).returncode == 0
     index = home / "memory" / "main.sqlite"
     before = index.read_bytes()
     write(home / "workspace" / "memory" / "2026-12-02.md", "# 2026-12-02\n- New note makes the index dirty.\n")

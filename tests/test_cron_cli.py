@@ -1,4 +1,6 @@
-"""`hermit cron …` as a subprocess against a temp HERMIT_HOME and the fake provider (no gateway)."""
+"""`hermit cron …` as a subprocess against a temp HERMIT_HOME and the fake provider (no gateway). A command that only
+sets up what a test starts from (an `init`, the job a `cron run` runs) or reads back the jobs a test made (`cron list
+--json`, whose own test is the first) runs in this process (`here`)."""
 
 from __future__ import annotations
 
@@ -14,17 +16,27 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
+from clihere import hermit_here
 from hermit.testing import FakeProvider
 from prochelpers import PROC_TIMEOUT
 
 LA = ZoneInfo("America/Los_Angeles")
 
 
-def hermit(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def env_for(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")}
     env.update(HERMIT_HOME=str(home), OMP_WAIT_POLICY="PASSIVE")
+    return env
+
+
+def hermit(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], capture_output=True, text=True,
-                          env=env, stdin=subprocess.DEVNULL, timeout=PROC_TIMEOUT)
+                          env=env_for(home), stdin=subprocess.DEVNULL, timeout=PROC_TIMEOUT)
+
+
+def here(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`hermit(home, ARGS)` in this process: for a command that only sets up what a test starts from."""
+    return hermit_here(home, *args, env=env_for(home))
 
 
 def write_config(home: Path, fake: FakeProvider | None = None, *, channels: dict[str, Any] | None = None,
@@ -82,9 +94,9 @@ def test_run_works_without_a_gateway_and_uses_the_jobs_time_zone(tmp_path: Path)
     home = tmp_path / "home"
     with FakeProvider([{"text": "Three meetings today.", "repeat": True}]) as fake:
         write_config(home, fake)
-        assert hermit(home, "cron", "add", "--id", "brief", "--cron", "0 9 * * *", "--tz", "America/Los_Angeles",
-                      "-m", "Summarise my day", "--announce", "telegram:42").returncode == 0
-        before = json.loads(hermit(home, "cron", "list", "--json").stdout)["jobs"][0]["next_run_at"]
+        assert here(home, "cron", "add", "--id", "brief", "--cron", "0 9 * * *", "--tz", "America/Los_Angeles",
+                    "-m", "Summarise my day", "--announce", "telegram:42").returncode == 0
+        before = json.loads(here(home, "cron", "list", "--json").stdout)["jobs"][0]["next_run_at"]
         started = datetime.now(UTC)
         run = hermit(home, "cron", "run", "brief")
         ended = datetime.now(UTC)
@@ -104,7 +116,7 @@ def test_run_works_without_a_gateway_and_uses_the_jobs_time_zone(tmp_path: Path)
     assert run.stdout == "Three meetings today.\n"
     assert "manual run at" in run.stderr and "(America/Los_Angeles)" in run.stderr
     assert "not delivered to telegram:default:42" in run.stderr and "next run:" in run.stderr
-    after = json.loads(hermit(home, "cron", "list", "--json").stdout)["jobs"][0]
+    after = json.loads(here(home, "cron", "list", "--json").stdout)["jobs"][0]
     assert after["next_run_at"] == before and after["last_status"] == "ok"  # the schedule is untouched
     runs = json.loads(hermit(home, "cron", "runs", "brief", "--json").stdout)
     assert [(r["trigger"], r["status"], r["delivered"]) for r in runs] == [("manual", "ok", False)]
@@ -123,7 +135,7 @@ def test_doctor_flags_invalid_jobs_and_an_explicit_heartbeat_with_an_empty_check
          "created_at": "2026-01-01T00:00:00+00:00", "updated_at": "2026-01-01T00:00:00+00:00"},
         {"id": "lost", "agent_id": "ghost", "schedule": {"kind": "every", "every_ms": 60000}, "message": "m",
          "created_at": "2026-01-01T00:00:00+00:00", "updated_at": "2026-01-01T00:00:00+00:00"}]}))
-    hermit(home, "init")
+    here(home, "init")
     doctor = hermit(home, "doctor")
     assert doctor.returncode == 1
     out = doctor.stdout
@@ -166,7 +178,7 @@ def test_announce_targets_are_checked_against_the_configured_accounts(tmp_path: 
     assert add("--id", "a", "--announce", "Telegram:work:42").returncode == 0
     assert add("--id", "b", "--announce", "SLACK:C123").returncode == 0
     assert add("--id", "c", "--announce", "telegram:42", "--account", "personal").returncode == 0
-    jobs = {j["id"]: j["delivery"] for j in json.loads(hermit(home, "cron", "list", "--json").stdout)["jobs"]}
+    jobs = {j["id"]: j["delivery"] for j in json.loads(here(home, "cron", "list", "--json").stdout)["jobs"]}
     assert jobs["a"] == {"mode": "announce", "channel": "telegram", "account": "work", "to": "42"}
     assert jobs["b"] == {"mode": "announce", "channel": "slack", "account": "only", "to": "C123"}
     assert jobs["c"]["account"] == "personal"

@@ -22,7 +22,7 @@ from gatewayhelpers import GatewayProcess, write_config
 from hermit.gateway.state import GatewayLock, GatewayLocked, ensure_token
 from hermit.testing import FakeProvider
 from prochelpers import PROC_TIMEOUT
-from test_setup import KEY, hermit
+from test_setup import KEY, here, hermit
 
 
 def doctor_line(home: Path, name: str) -> tuple[str, str]:
@@ -37,7 +37,7 @@ def test_setup_and_agents_add_while_the_gateway_runs_say_it_needs_a_restart(tmp_
     home = tmp_path / "home"
     with FakeProvider([{"text": "OK", "repeat": True}], api_key=KEY) as fake:
         write_config(home, fake.openai_base_url)
-        assert hermit(home, "init").returncode == 0
+        assert here(home, "init").returncode == 0  # in this process: it only sets up the state dir
         gw = GatewayProcess(home)
         try:
             gw.wait_ready()

@@ -1,7 +1,8 @@
 """A new user's first steps, as the first-use audit ran them: the built-in fake provider on its own (the
 failure says how to start it, and that command works; a script that runs out says so), hints that lead with
 the `hermit setup` command that fixes the problem (and that command works), a state dir under a folder the
-user cannot write, an invalid agent id, Ctrl-C during setup, and typing a refused key again."""
+user cannot write, an invalid agent id, Ctrl-C during setup, and typing a refused key again. An `init` or `setup`
+that only makes the state dir a test starts from runs in this process (test_setup.here)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import yaml
 from ciguard import need
 from hermit.testing import FakeProvider
 from prochelpers import PROC_TIMEOUT, python_as, pythonpath, shared_dir
-from test_setup import KEY, Terminal, env_for, hermit
+from test_setup import KEY, Terminal, env_for, here, hermit
 
 NOBODY = {"user": 65534, "group": 65534, "extra_groups": []}
 
@@ -75,7 +76,7 @@ def test_the_fake_provider_module_runs_without_a_runpy_warning() -> None:
 def test_a_fake_script_that_runs_out_says_so_and_how_to_give_it_more(tmp_path: Path) -> None:
     home = tmp_path / "home"
     with FakeProvider(["OK", "the only reply"]) as fake:
-        assert hermit(home, "setup", "--provider", "fake", "--base-url", fake.openai_base_url).returncode == 0
+        assert here(home, "setup", "--provider", "fake", "--base-url", fake.openai_base_url).returncode == 0
         assert hermit(home, "agent", "-m", "one").stdout.strip() == "the only reply"
         out = hermit(home, "agent", "-m", "two")
     assert out.returncode == 1
@@ -86,8 +87,8 @@ def test_a_fake_script_that_runs_out_says_so_and_how_to_give_it_more(tmp_path: P
 def test_a_refused_key_hint_leads_with_the_setup_command_that_stores_the_right_one(tmp_path: Path) -> None:
     home = tmp_path / "home"
     with FakeProvider([{"text": "OK", "repeat": True}], api_key=KEY) as fake:
-        saved = hermit(home, "setup", "--provider", "openai-compatible", "--base-url", fake.openai_base_url,
-                       "--model", "fake-model", "--api-key-stdin", "--no-check", stdin="sk-wrong\n")
+        saved = here(home, "setup", "--provider", "openai-compatible", "--base-url", fake.openai_base_url,
+                     "--model", "fake-model", "--api-key-stdin", "--no-check", stdin="sk-wrong\n")
         assert saved.returncode == 0, saved.stderr
         r = hermit(home, "agent", "-m", "hi")
         assert r.returncode == 1 and "rejected the credentials" in r.stderr
@@ -110,7 +111,7 @@ def test_a_keyless_servers_401_hint_names_setup_and_the_env_file(tmp_path: Path)
         (home / "hermit.yaml").write_text(
             "agents:\n  defaults:\n    model: ollama/llama3.1\n    memory_search: {provider: none}\n"
             f"models:\n  providers:\n    ollama: {{type: openai-compatible, base_url: \"{fake.openai_base_url}\"}}\n")
-        assert hermit(home, "init").returncode == 0
+        assert here(home, "init").returncode == 0
         r = hermit(home, "agent", "-m", "hi")
         assert r.returncode == 1
         hint = hint_of(r.stderr)
@@ -126,7 +127,7 @@ def test_a_keyless_servers_401_hint_names_setup_and_the_env_file(tmp_path: Path)
 
 def test_doctor_and_chat_lead_with_hermit_setup(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    assert hermit(home, "init").returncode == 0
+    assert here(home, "init").returncode == 0
     screen = hermit(home, "chat")
     assert screen.returncode == 1
     assert "hermit setup" in screen.stdout and "export " not in screen.stdout
@@ -169,7 +170,7 @@ def test_a_state_dir_under_a_folder_the_user_cannot_write_is_a_clear_error(tmp_p
 
 def test_agents_add_with_an_invalid_id_says_what_an_id_may_be(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    assert hermit(home, "init").returncode == 0
+    assert here(home, "init").returncode == 0
     before = (home / "hermit.yaml").read_text()
     r = hermit(home, "agents", "add", "Bad Id")
     assert r.returncode == 1

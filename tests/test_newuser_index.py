@@ -1,7 +1,8 @@
 """A new user's first `hermit memory index` of a memory of many notes, stopped with Ctrl-C on a terminal (what the
 H5 audit found): it printed only "interrupted", leaving the user to guess whether the minutes spent were lost.
 It now says what the index keeps (keyword search for every file, the chunks embedded so far) and how to go on;
-and it is so: a search of what is stored finds a note at once, and the next index embeds the rest."""
+and it is so: a search of what is stored finds a note at once, and the next index embeds the rest. The `init` that
+only makes the state dir runs in this process; the commands asserted on are subprocesses."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import test_setup as setup_cli  # its Terminal (a module attribute: its tests are not collected here)
+from clihere import hermit_here
 from conftest import write
 from prochelpers import PROC_TIMEOUT
 
@@ -25,7 +27,7 @@ def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_ctrl_c_in_a_first_index_says_what_is_kept_and_the_next_index_goes_on(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    assert run(home, "init").returncode == 0
+    assert hermit_here(home, "init", env=setup_cli.env_for(home)).returncode == 0
     cfg = home / "hermit.yaml"  # small chunks and no vector per line: several embedding batches, quickly
     cfg.write_text(cfg.read_text().replace("line_vectors: auto", "line_vectors: false")
                    .replace("tokens: 400", "tokens: 60").replace("overlap: 80", "overlap: 0"))

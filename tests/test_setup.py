@@ -1,6 +1,7 @@
 """`hermit setup` and `hermit models list|test` as a new user runs them: by flags for each provider kind against
 the fake provider server and then one chat turn, under a pseudo-terminal answering the prompts, and the
-failures (a refused key, nothing listening) that must leave the config untouched."""
+failures (a refused key, nothing listening) that must leave the config untouched. A command that only makes the
+state dir a test starts from runs in this process (`here`); the commands asserted on are subprocesses."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from clihere import hermit_here
 from hermit.testing import FakeProvider
 from prochelpers import PROC_TIMEOUT
 
@@ -34,6 +36,11 @@ def env_for(home: Path, **extra: str) -> dict[str, str]:
 def hermit(home: Path, *args: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], input=stdin, capture_output=True,
                           text=True, env=env_for(home, **env), timeout=PROC_TIMEOUT)
+
+
+def here(home: Path, *args: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
+    """`hermit(home, ARGS)` in this process: for a command that only sets up what a test starts from."""
+    return hermit_here(home, *args, env=env_for(home, **env), stdin=stdin)
 
 
 def config(home: Path) -> dict[str, object]:
@@ -86,7 +93,7 @@ def test_setup_by_flags_checks_the_model_stores_the_key_apart_and_then_chats(tmp
 
 def test_a_refused_key_or_a_silent_server_saves_nothing(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    assert hermit(home, "init").returncode == 0
+    assert here(home, "init").returncode == 0
     before = (home / "hermit.yaml").read_text()
     with FakeProvider([], api_key="the-right-key") as fake:
         r = hermit(home, "setup", "--provider", "anthropic", "--base-url", fake.base_url, "--api-key-stdin",
@@ -105,8 +112,8 @@ def test_a_refused_key_or_a_silent_server_saves_nothing(tmp_path: Path) -> None:
 def test_rerunning_setup_changes_only_the_chosen_parts_and_the_environment_wins(tmp_path: Path) -> None:
     home = tmp_path / "home"
     with FakeProvider([{"text": "OK", "repeat": True}], api_key=KEY) as fake:
-        assert hermit(home, "setup", "--provider", "anthropic", "--base-url", fake.base_url, "--api-key", KEY
-                      ).returncode == 0
+        assert here(home, "setup", "--provider", "anthropic", "--base-url", fake.base_url, "--api-key", KEY
+                    ).returncode == 0
         (home / "hermit.yaml").write_text((home / "hermit.yaml").read_text() + "# my own note at the end\n")
         ch = hermit(home, "setup", "--channel", "telegram", "--token-stdin", "--owner", "4242", "--no-check",
                     stdin="123:abc\n")
@@ -140,8 +147,8 @@ def test_rerunning_setup_changes_only_the_chosen_parts_and_the_environment_wins(
 def test_models_test_says_why_a_model_does_not_answer(tmp_path: Path) -> None:
     home = tmp_path / "home"
     with FakeProvider([{"text": "OK", "repeat": True, "match": {"contains": "first"}}]) as fake:
-        assert hermit(home, "setup", "--provider", "fake", "--base-url", fake.openai_base_url, "--no-check"
-                      ).returncode == 0
+        assert here(home, "setup", "--provider", "fake", "--base-url", fake.openai_base_url, "--no-check"
+                    ).returncode == 0
         fake.add({"error": 429, "retry_after": 0}, {"error": 500}, "OK")
         limited = hermit(home, "models", "test")
         assert limited.returncode == 1 and "rate limited" in limited.stderr and "hint: wait" in limited.stderr
@@ -268,7 +275,7 @@ def test_a_config_change_made_while_setup_checks_the_model_is_kept(tmp_path: Pat
     dropped by the text setup had read. Its updates now go into the file as it is when it saves."""
     home = tmp_path / "home"
     with FakeProvider([{"text": "OK", "repeat": True}], api_key=KEY) as fake:
-        assert hermit(home, "init").returncode == 0  # a config to start from
+        assert here(home, "init").returncode == 0  # a config to start from
         fake.hold()
         (tmp_path / "key").write_text(KEY + "\n")
         with (tmp_path / "key").open() as key:
@@ -277,7 +284,7 @@ def test_a_config_change_made_while_setup_checks_the_model_is_kept(tmp_path: Pat
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(home))
         try:
             assert fake.waiting.wait(PROC_TIMEOUT)  # setup's model check is in flight
-            added = hermit(home, "agents", "add", "work")
+            added = here(home, "agents", "add", "work")  # the change made meanwhile (setup is the subject)
             assert added.returncode == 0, added.stderr
         finally:
             fake.release()

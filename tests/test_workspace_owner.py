@@ -3,7 +3,8 @@ workspace /tmp/pub/ws made by someone else first, their AGENTS.md was read into 
 MEMORY.md kept their 0666 mode once Hermit rewrote it (they read the owner's PIN); with store.path in a folder
 they made, `hermit memory index` wrote the owner's notes into their main.sqlite. Workspaces and index folders
 follow the state dir's rule (config.paths.unsafe_folder); index and lock files are opened without following a
-link and must be the user's (or root's). The other user is uid 65534 (files chowned to it, as root)."""
+link and must be the user's (or root's). The other user is uid 65534 (files chowned to it, as root). The commands
+asserted on are subprocesses; the `hermit init` that only makes a state dir runs in this process."""
 
 from __future__ import annotations
 
@@ -16,17 +17,22 @@ from pathlib import Path
 import pytest
 
 from ciguard import need
+from clihere import hermit_here
 from prochelpers import PROC_TIMEOUT
 
 THEIRS = 65534
 NOTE = "OWNER-SECRET bank PIN 4821"
 
 
-def hermit(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def env_for(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.endswith("_PROXY")}
     env.update(HERMIT_HOME=str(home), OMP_WAIT_POLICY="PASSIVE")
+    return env
+
+
+def hermit(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], capture_output=True, text=True,
-                          env=env, timeout=PROC_TIMEOUT)
+                          env=env_for(home), timeout=PROC_TIMEOUT)
 
 
 def theirs(path: Path, mode: int) -> Path:
@@ -37,7 +43,7 @@ def theirs(path: Path, mode: int) -> Path:
 
 def configure(home: Path, workspace: Path | None = None, store: str | None = None) -> None:
     """An initialised state dir whose agent `main` uses `workspace` and keeps its index at `store`."""
-    assert (home / "hermit.yaml").exists() or hermit(home, "init").returncode == 0
+    assert (home / "hermit.yaml").exists() or hermit_here(home, "init", env=env_for(home)).returncode == 0
     lines = ["agents:", "  defaults:", "    memory_search:", "      provider: none"]
     if store is not None:
         lines += ["      store:", f"        path: {store}"]
