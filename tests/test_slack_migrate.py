@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+import crashharness as ch
 from hermit.channels.slack import workspace_path
 from hermit.channels.slack_migrate import journal_path, migrate
 from hermit.config.load import LoadedConfig, load_config
@@ -213,45 +214,56 @@ print(len(seen))
 """
 
 
-def _run(home: Path, at: int) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", _KILLED_RUN, str(home), str(at)], capture_output=True, text=True,
-                          timeout=120)
+def _migrate_killed_at(home: Path, at: int) -> int:
+    """What `_KILLED_RUN` does, for a forked child (tests/crashharness.py): the migration SIGKILLs itself at its
+    `at`th step (0: never); the steps it made."""
+    seen: list[str] = []
+
+    def step(what: str) -> None:
+        seen.append(what)
+        if len(seen) == at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    migrate(load_config(StatePaths(home)), home, step=step)
+    return len(seen)
 
 
 def test_kill_9_at_every_step_leaves_each_session_usable_and_a_rerun_finishes(tmp_path: Path) -> None:
+    """Each kill point starts from one prepared state dir (an exact copy: modes, owners, the same session ids) and
+    runs the migration in a forked child (a process with Hermit imported and its per-process caches cleared), so
+    the killed run and the rerun are separate processes, as `kill -9` and a restart are."""
     keys = [CONTACT_DM, GROUP, GROUP_THREAD, PEER_DM]
-    whole = tmp_path / "whole"
-    whole.mkdir()
-    loaded = setup(whole, {"work": {"owners": [OWNER]}}, {"work": TEAM_A})
-    sessions(loaded, keys)
-    done = _run(whole, 0)
-    assert done.returncode == 0, done.stderr
-    steps = int(done.stdout)
+    home = tmp_path / "home"
+    home.mkdir()
+    lk = setup(home, {"work": {"owners": [OWNER]}}, {"work": TEAM_A})
+    ids = sessions(lk, keys)
+    template = tmp_path / "before"
+    ch.copy_tree(home, template)
+    steps = ch.ok(lambda: _migrate_killed_at(home, 0)).result
     assert steps == 1 + 4 + 4 + 1 + 3  # journal, records, headers, the notes file, rooms (a group and its thread share one)
+    whole_audiences = audiences(lk)
+    rooms_dir = lk.agent().sessions_dir.parent / "rooms"
+    whole_rooms = sorted(p.name for p in rooms_dir.iterdir() if p.is_dir())
 
     for at in range(1, steps + 1):
-        home = tmp_path / f"killed-{at}"
-        home.mkdir()
-        lk = setup(home, {"work": {"owners": [OWNER]}}, {"work": TEAM_A})
-        ids = sessions(lk, keys)
-        killed = _run(home, at)
-        assert killed.returncode == -signal.SIGKILL, (at, killed.stderr)
+        ch.copy_tree(template, home)
+        killed = ch.run(lambda: _migrate_killed_at(home, at), count=False)  # noqa: B023 - run before `at` changes
+        assert killed.killed, (at, killed.status, killed.error)
         store = SessionStore(lk.agent().sessions_dir)
         for old in keys:  # usable: under the old key or the new one, the same session, its history readable
             rec = store.get(old) or store.get(NEW[old])
             assert rec is not None and rec.session_id == ids[old], (at, old)
             assert f"SAID-IN {old}" in store.transcript_path(rec.session_id).read_text(), (at, old)
         assert journal_path(home).exists()
-        finished = _run(home, 0)
-        assert finished.returncode == 0, finished.stderr
+        ch.ok(lambda: _migrate_killed_at(home, 0))
         assert not journal_path(home).exists()
         for old in keys:
             rec = store.get(NEW[old])
             assert rec is not None and rec.session_id == ids[old] and store.get(old) is None, (at, old)
             assert read_transcript(store.transcript_path(rec.session_id)).header.session_key == NEW[old]
-        assert audiences(lk) == audiences(loaded), at
-        rooms = sorted(p.name for p in (lk.agent().sessions_dir.parent / "rooms").iterdir() if p.is_dir())
-        assert rooms == sorted(p.name for p in (loaded.agent().sessions_dir.parent / "rooms").iterdir() if p.is_dir())
+        assert audiences(lk) == whole_audiences, at
+        rooms = sorted(p.name for p in rooms_dir.iterdir() if p.is_dir())
+        assert rooms == whole_rooms
 
 
 def test_end_to_end_an_upgraded_gateway_continues_the_contact_and_group_conversations(tmp_path: Path) -> None:
