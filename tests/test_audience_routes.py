@@ -94,6 +94,7 @@ class Day:
     saved: Path  # the session-memory file /new wrote
     old_session: str  # the main session's transcript before /new
     main_requests: list[ModelRequest]
+    probed: dict[str, list[ModelRequest]] = field(default_factory=dict)  # key -> its probe turn's requests
 
     def turn(self, key: str, text: str) -> list[ModelRequest]:
         """Run one turn in `key`; the requests the model got for it."""
@@ -157,12 +158,20 @@ def probe_calls(day: Day) -> list[dict[str, Any]]:
     return calls
 
 
+def probed(day: Day, key: str) -> list[ModelRequest]:
+    """The requests of one probe turn of `key` in a fresh session: run once per key (the turn is the same whatever
+    canary a test then looks for), each canary's test reads them."""
+    if key not in day.probed:
+        day.rt.new_session(key)  # a fresh conversation: only this probe in its context
+        day.brain.probe[key] = probe_calls(day)
+        day.probed[key] = day.turn(key, f"probe [{key}]: what do you know?")
+    return day.probed[key]
+
+
 @pytest.mark.parametrize("key", [GROUP, CONTACT, CRON])
 @pytest.mark.parametrize("canary", CANARIES)
 def test_no_canary_reaches_a_group_a_contact_or_a_cron_session(day: Day, key: str, canary: str) -> None:
-    day.rt.new_session(key)  # a fresh conversation each time: only this probe in its context
-    day.brain.probe[key] = probe_calls(day)
-    requests = day.turn(key, f"probe [{key}]: what do you know?")
+    requests = probed(day, key)
     assert len(requests) == 2  # the tool calls, then the answer after their results
     sent = "\n".join(request_text(r) for r in requests)
     assert canary not in sent
