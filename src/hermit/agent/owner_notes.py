@@ -8,7 +8,10 @@ deleted the message kept the code there, for every later turn's prompt and for s
 Which lines: only those the main session's own write and edit calls after the message wrote (sessions/scrub.py
 `note_calls`; a call whose result was an error wrote nothing and is not one): an append's text, an edit's new text
 less the lines its old text had, a whole rewrite's content less the lines MEMORY.md had before it (the version the
-rewrite kept in memory-history; of a private note, or with none kept, its every line). Each such line holding a copy
+rewrite kept in memory-history; every line of a rewrite that created the file, its result says). A rewrite whose
+earlier text is not known — a private note (no version of it is kept), MEMORY.md with its kept version gone — is
+left, and the log says a copy may be there: its every line taken for the turn's scrubbed the owner's own line that
+held the same code before the message (until s18). Each such line holding a copy
 (sessions/verbatim.py's rule) is replaced, where the file holds it whole, by its scrubbed form — in MEMORY.md and in
 every earlier version of it kept in memory-history (the web app offers those back) — as many times as the calls wrote
 it (the last such rows: a row the owner had with the same words, which a call noting it again only repeated, keeps
@@ -18,8 +21,10 @@ count: another session writes in its room (tools/views.py), and a path it named 
 How: under the memory-write lock (memory/policy/daily_log.py) that the web app's MEMORY.md save holds while it
 compares the owner's starting text (its sha256) with the file and writes: a save the owner began from the text
 before the scrub is refused (the page says the file changed; the owner's text stays in their editor), one that
-came first is read and scrubbed. The file is replaced atomically (durable.write_atomic: a kill leaves the old file
-or the new one), keeping its mode; never through a link, never a hard-linked or another user's file. The scrub keeps
+came first is read and scrubbed. An outside editor holds no lock: the file is read again right before it is
+replaced, and a save made since the scrub's read is scrubbed in turn rather than overwritten (`_scrub_file`). The
+file is replaced atomically (durable.write_atomic: a kill leaves the old file or the new one), keeping its mode;
+never through a link, never a hard-linked or another user's file. The scrub keeps
 no version of its own in memory-history (that would keep the copy).
 """
 
@@ -36,7 +41,7 @@ from hermit.errors import HermitError
 from hermit.memory.policy.daily_log import memory_writes_locked
 from hermit.memory.policy.privacy import long_term_file
 from hermit.sessions.keys import is_main_session_key
-from hermit.sessions.scrub import Deleted
+from hermit.sessions.scrub import CREATED, Deleted
 from hermit.textfile import read_regular_stat
 
 log = logging.getLogger("hermit.agent")
@@ -90,8 +95,13 @@ def scrub_owner_notes(workspace: Path, session_key: str, deleted: Deleted) -> di
             target = owner_file(arguments, workspace)
             if target is None:
                 continue
-            before = _before(history, target, arguments, deleted) if target == memory_md and name == "write" \
-                else None
+            before = None
+            if name == "write" and not arguments.get("append"):  # a whole rewrite: its lines less those before it
+                before = "" if arguments.get(CREATED) else \
+                    _before(history, target, arguments, deleted) if target == memory_md else None
+                if before is None:  # the file's text before it is not known: no line can be told the turn's
+                    _unknown(target, arguments, deleted)
+                    continue
             for line in written_lines(name, arguments, before):
                 clean, n = deleted.rule.scrub(line)
                 if n and line.strip():
@@ -101,6 +111,17 @@ def scrub_owner_notes(workspace: Path, session_key: str, deleted: Deleted) -> di
             for version in _versions(history):
                 wanted[version] = wanted[memory_md]
         return _scrubbed(workspace, wanted)
+
+
+def _unknown(target: Path, arguments: dict[str, Any], deleted: Deleted) -> None:
+    """A whole rewrite of `target` whose text before it is not known (a private note: no version of it is kept; MEMORY.md
+    whose kept version is gone): its lines holding a copy may be the owner's own, which the rewrite only kept, so
+    none is scrubbed — said, when there is one, for the owner to look at."""
+    content = arguments.get("content")
+    if isinstance(content, str) and any(deleted.rule.scrub(line)[1] for line in content.splitlines()):
+        log.warning("owner notes: %s was rewritten whole after a deleted message, and its text before that is not "
+                    "known, so its lines cannot be told from the owner's own: a copy of the message may be left "
+                    "there (look for it)", target.name)
 
 
 def _scrubbed(workspace: Path, wanted: dict[Path, dict[str, tuple[str, int]]]) -> dict[Path, int]:
@@ -178,8 +199,8 @@ def _versions(history: Path) -> list[Path]:
 def _before(history: Path | None, memory_md: Path, arguments: dict[str, Any], deleted: Deleted) -> str | None:
     """MEMORY.md's text before a write that rewrote it whole with `arguments`' content: the kept version that rewrite
     left (the one the next version, or the file now, follows with that content — as `deleted`'s scrub leaves both:
-    an earlier call of the turn, scrubbed first, may have changed them), or None when none is known (the write's
-    every line is then taken for the turn's)."""
+    an earlier call of the turn, scrubbed first, may have changed them), or None when none is known (the write is
+    then left: `_unknown`)."""
     content = arguments.get("content")
     if history is None or arguments.get("append") or not isinstance(content, str):
         return None

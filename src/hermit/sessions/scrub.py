@@ -46,6 +46,10 @@ log = logging.getLogger("hermit.sessions")
 
 FLUSH_ENTRY = "memory_flush"  # custom entries holding the flush's messages (agent/flush.py writes them)
 NOTE_TOOLS = frozenset({"write", "edit"})  # the tools whose calls may add text to a memory note (tools/files.py)
+# Set (True) in a note call's arguments as `note_calls` gives them when the call's result says it created the file
+# (tools/files.py: "created <path> (…)"): the file was not there before it, so its every line is the call's. A NUL
+# starts it, so it names no argument a tool takes; a model's own argument by that name is dropped.
+CREATED = "\x00created"
 _EDITED_BYTES = b'"customType":' + json.dumps(EDITED_TYPE).encode()  # as an `edited` entry's line holds it
 # Keys of a message's JSON whose strings are text someone could have quoted in; `arguments` is scrubbed whole.
 _TEXT_KEYS = frozenset({"text", "thinking", "content", "errorMessage", "summary"})
@@ -135,7 +139,7 @@ def deleted_in(objs: Iterable[dict[str, Any] | None], ref: str, known: Deleted |
     kept: list[str] = []  # what the session holds apart from it (the module's rules)
     first = known.line if known is not None else 0
     calls: list[tuple[str, dict[str, Any]]] = []
-    failed = _failed_calls(objs)
+    failed, created = _call_outcomes(objs)
     for number, obj in enumerate(objs, start=1):
         if obj is None:
             continue
@@ -152,9 +156,9 @@ def deleted_in(objs: Iterable[dict[str, Any] | None], ref: str, known: Deleted |
             kept.extend(_texts_of(obj))
         elif obj.get("type") == "custom" and obj.get("customType") == FLUSH_ENTRY:
             message = obj.get("data", {}).get("message") if isinstance(obj.get("data"), dict) else None
-            calls.extend(_note_calls(message, failed))
+            calls.extend(_note_calls(message, failed, created))
         elif obj.get("type") == "message" and isinstance(message, dict) and message.get("role") == "assistant":
-            calls.extend(_note_calls(message, failed))  # a turn's own write or edit: the model took a note
+            calls.extend(_note_calls(message, failed, created))  # a turn's own write or edit: the model took a note
     if texts:
         return Deleted(ref, Verbatim(tuple(texts), kept), first, tuple(calls))
     return Deleted(ref, Verbatim(known.rule.texts, kept), known.line, tuple(calls)) if known is not None else None
@@ -171,7 +175,7 @@ def deleted_many(objs: Sequence[dict[str, Any] | None], refs: Iterable[str],
     pieces: list[str] = []  # each line's text as the rule compares it (`_folded`)
     calls: list[list[tuple[str, dict[str, Any]]]] = []
     edited: dict[str, list[str]] = {}  # ref -> the texts its `edited` entries still hold
-    failed = _failed_calls(objs)
+    failed, created = _call_outcomes(objs)
     for number, obj in enumerate(objs, start=1):
         message = obj.get("message") if obj is not None else None
         mine: list[tuple[str, dict[str, Any]]] = []
@@ -188,9 +192,9 @@ def deleted_many(objs: Sequence[dict[str, Any] | None], refs: Iterable[str],
             pieces.append(_folded(_texts_of(obj)))
             if obj.get("type") == "custom" and obj.get("customType") == FLUSH_ENTRY:
                 data = obj.get("data")
-                mine = _note_calls(data.get("message") if isinstance(data, dict) else None, failed)
+                mine = _note_calls(data.get("message") if isinstance(data, dict) else None, failed, created)
             elif obj.get("type") == "message" and isinstance(message, dict) and message.get("role") == "assistant":
-                mine = _note_calls(message, failed)
+                mine = _note_calls(message, failed, created)
         calls.append(mine)
     out: list[Deleted] = []
     for ref in dict.fromkeys(refs):
@@ -222,29 +226,41 @@ def edit_entry(obj: dict[str, Any] | None) -> tuple[str, str] | None:
     return None
 
 
-def _note_calls(message: Any, failed: frozenset[str] = frozenset()) -> list[tuple[str, dict[str, Any]]]:
+def _note_calls(message: Any, failed: frozenset[str] = frozenset(),
+                created: frozenset[str] = frozenset()) -> list[tuple[str, dict[str, Any]]]:
     """The write and edit calls (NOTE_TOOLS) of an assistant message: what may have added text to a note. Not one
     whose result was an error (`failed`: it wrote nothing, and what the file holds of its text is someone else's —
-    the owner's own line in MEMORY.md); one with no result yet (killed while it ran) may have written."""
-    return [(part["name"], part["arguments"]) for part in (message.get("content") or ()
-                                                           if isinstance(message, dict) else ())
-            if isinstance(part, dict) and part.get("type") == "toolCall" and part.get("name") in NOTE_TOOLS
-            and isinstance(part.get("arguments"), dict) and part.get("id") not in failed]
+    the owner's own line in MEMORY.md); one with no result yet (killed while it ran) may have written. A call whose
+    result says it created the file (`created`) has CREATED set in its arguments."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for part in (message.get("content") or ()) if isinstance(message, dict) else ():
+        if isinstance(part, dict) and part.get("type") == "toolCall" and part.get("name") in NOTE_TOOLS \
+                and isinstance(part.get("arguments"), dict) and part.get("id") not in failed:
+            arguments = {k: v for k, v in part["arguments"].items() if k != CREATED}
+            if part.get("id") in created:
+                arguments[CREATED] = True
+            out.append((part["name"], arguments))
+    return out
 
 
-def _failed_calls(objs: Iterable[dict[str, Any] | None]) -> frozenset[str]:
-    """The ids of the tool calls whose result the lines record as an error (the turns' and the flush's)."""
-    out: set[str] = set()
+def _call_outcomes(objs: Iterable[dict[str, Any] | None]) -> tuple[frozenset[str], frozenset[str]]:
+    """The ids of the tool calls whose result the lines record as an error (the turns' and the flush's), and of those
+    whose result says they created the file they wrote (tools/files.py's "created …": nothing was there before)."""
+    failed: set[str] = set()
+    created: set[str] = set()
     for obj in objs:
         if obj is None:
             continue
         message = obj.get("message")
         if obj.get("type") == "custom" and obj.get("customType") == FLUSH_ENTRY and isinstance(obj.get("data"), dict):
             message = obj["data"].get("message")
-        if isinstance(message, dict) and message.get("role") == "toolResult" and message.get("isError") is True \
+        if isinstance(message, dict) and message.get("role") == "toolResult" \
                 and isinstance(message.get("toolCallId"), str):
-            out.add(message["toolCallId"])
-    return frozenset(out)
+            if message.get("isError") is True:
+                failed.add(message["toolCallId"])
+            elif user_text(message).startswith("created "):
+                created.add(message["toolCallId"])
+    return frozenset(failed), frozenset(created)
 
 
 def _texts_of(obj: dict[str, Any]) -> list[str]:
