@@ -1,6 +1,7 @@
 """Several hosts, one memory on PostgreSQL: two Hermit processes with their own state dirs (the second added
 with `hermit memory claim`, tests/test_pg_state_claim.py) index and search one database at once; a SIGKILLed
-indexer leaves a consistent index that the next sync completes."""
+indexer leaves a consistent index that the next sync completes. What only sets a test up (the first index, a
+`claim` the test does not look at) runs in this process (`prepare`): the same CLI code without a Python start."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import psycopg
 import pytest
 
 from conftest import write
+from hermit.cli.main import main
 from hermit.memory.index.chunking import chunk_markdown
 from hermit.testing.fake_embeddings import FakeEmbeddingServer
 from prochelpers import PROC_TIMEOUT, fake_embeddings_config, kill_stepped
@@ -39,6 +41,12 @@ def _hermit(home: Path, dsn: str, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "HERMIT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE", "HERMIT_PG_DSN": dsn}
     return subprocess.Popen([sys.executable, "-m", "hermit.cli.main", *args], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def prepare(monkeypatch: pytest.MonkeyPatch, home: Path, dsn: str, *args: str) -> None:
+    """`hermit ARGS` on `home` and the database `dsn`, in this process, for what only sets a test up."""
+    monkeypatch.setenv("HERMIT_PG_DSN", dsn)
+    assert main(["--home", str(home), *args]) == 0
 
 
 def _notes(ws: Path, n: int, tag: str, lines: int = 30) -> None:
@@ -87,13 +95,13 @@ def _files(dsn: str, schema: str = "hermit_main") -> int:
 
 
 @pytest.mark.slow
-def test_two_hosts_index_and_search_one_database_at_once(tmp_path: Path, pg_dsn: str,
-                                                         srv: FakeEmbeddingServer) -> None:
+def test_two_hosts_index_and_search_one_database_at_once(tmp_path: Path, pg_dsn: str, srv: FakeEmbeddingServer,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     ws = tmp_path / "shared"
     write(ws / "MEMORY.md", "# M\n- The wifi password is in the blue notebook.\n")
     a, b = _home(tmp_path, "host-a", ws, srv), _home(tmp_path, "host-b", ws, srv)
-    assert _hermit(a, pg_dsn, "memory", "index").wait(timeout=PROC_TIMEOUT) == 0  # the note searched for below
-    assert _hermit(b, pg_dsn, "memory", "claim").wait(timeout=PROC_TIMEOUT) == 0  # a second host, on purpose
+    prepare(monkeypatch, a, pg_dsn, "memory", "index")  # the note searched for below
+    prepare(monkeypatch, b, pg_dsn, "memory", "claim")  # a second host, on purpose
     for rnd in range(3):
         _notes(ws, 15, f"r{rnd}a")
         _notes(ws, 15, f"r{rnd}b")
@@ -123,12 +131,12 @@ def test_two_hosts_index_and_search_one_database_at_once(tmp_path: Path, pg_dsn:
 
 @pytest.mark.slow
 def test_a_host_killed_mid_sync_leaves_a_consistent_index_that_the_next_sync_completes(
-        tmp_path: Path, pg_dsn: str, srv: FakeEmbeddingServer) -> None:
+        tmp_path: Path, pg_dsn: str, srv: FakeEmbeddingServer, monkeypatch: pytest.MonkeyPatch) -> None:
     ws = tmp_path / "shared"
     write(ws / "MEMORY.md", "# M\n- seed\n")
     a, b = _home(tmp_path, "host-a", ws, srv), _home(tmp_path, "host-b", ws, srv)
-    assert _hermit(a, pg_dsn, "memory", "index").wait(timeout=PROC_TIMEOUT) == 0
-    assert _hermit(b, pg_dsn, "memory", "claim").wait(timeout=PROC_TIMEOUT) == 0  # a second host, on purpose
+    prepare(monkeypatch, a, pg_dsn, "memory", "index")
+    prepare(monkeypatch, b, pg_dsn, "memory", "claim")  # a second host, on purpose
     _notes(ws, 80, "kill")
     srv.hold()
     proc = _hermit(a, pg_dsn, "memory", "index")
@@ -153,12 +161,12 @@ def _embedded_files(dsn: str, schema: str = "hermit_main") -> int:
 
 
 @pytest.mark.slow
-def test_a_killed_rebuild_keeps_the_live_index_and_resumes_from_the_cache(tmp_path: Path, pg_dsn: str,
-                                                                         srv: FakeEmbeddingServer) -> None:
+def test_a_killed_rebuild_keeps_the_live_index_and_resumes_from_the_cache(
+        tmp_path: Path, pg_dsn: str, srv: FakeEmbeddingServer, monkeypatch: pytest.MonkeyPatch) -> None:
     ws = tmp_path / "shared"
     _notes(ws, 60, "live")
     a = _home(tmp_path, "host-a", ws, srv)
-    assert _hermit(a, pg_dsn, "memory", "index").wait(timeout=PROC_TIMEOUT) == 0
+    prepare(monkeypatch, a, pg_dsn, "memory", "index")
     before = _consistent(pg_dsn, ws)
     # Another chunking: a --force that must embed everything again; killed once it has cached some.
     write(a / "hermit.yaml", (a / "hermit.yaml").read_text() + "      chunking: {tokens: 60, overlap: 0}\n")

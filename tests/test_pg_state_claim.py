@@ -5,7 +5,8 @@ Before: a second state dir (another person's install, a test profile) pointed at
 own files into the same tables. Now each state dir has an id (`state-id`) and each schema records the ids it
 belongs to: another state dir is refused before it reads a row, with what to change; `hermit memory claim`
 adds a state dir on purpose (several hosts, one memory) and `--only` takes the schema over; a state dir
-restored from `hermit backup` keeps its id and opens its schema as before.
+restored from `hermit backup` keeps its id and opens its schema as before. The commands that only set a test
+up (the first index, a claim or a backup the test does not look at) run in this process (`prepare`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ciguard import need
 from conftest import write
 from hermit.testing.fake_embeddings import FakeEmbeddingServer
 from prochelpers import PROC_TIMEOUT, python_as, pythonpath
-from test_pg_processes import _hermit, _home
+from test_pg_processes import _hermit, _home, prepare
 
 SECRET = "- Alice's note: the safe code is 4711."
 
@@ -56,12 +57,12 @@ def _texts(dsn: str) -> list[str]:
 
 
 def test_a_second_state_dir_is_refused_and_never_sees_the_first_ones_notes(
-        tmp_path: Path, pg_dsn: str, srv: FakeEmbeddingServer) -> None:
+        tmp_path: Path, pg_dsn: str, srv: FakeEmbeddingServer, monkeypatch: pytest.MonkeyPatch) -> None:
     alice, bob = _two(tmp_path, srv)
     config = (bob / "hermit.yaml").read_text()  # Bob's search reads the index as it is (no sync first)
     write(bob / "hermit.yaml", config.replace("store: {backend: postgres}\n", "store: {backend: postgres}\n"
                                               "      sync: {on_search: false}\n", 1))
-    assert _run(alice, pg_dsn, "memory", "index")[0] == 0
+    prepare(monkeypatch, alice, pg_dsn, "memory", "index")
     rows = _texts(pg_dsn)
 
     for args in (("memory", "search", "safe code", "--json"), ("memory", "index"),
@@ -84,9 +85,9 @@ def test_a_second_state_dir_is_refused_and_never_sees_the_first_ones_notes(
 
 
 def test_claim_adds_a_host_on_purpose_and_only_takes_the_schema_over(
-        tmp_path: Path, pg_dsn: str, srv: FakeEmbeddingServer) -> None:
+        tmp_path: Path, pg_dsn: str, srv: FakeEmbeddingServer, monkeypatch: pytest.MonkeyPatch) -> None:
     alice, bob = _two(tmp_path, srv)
-    assert _run(alice, pg_dsn, "memory", "index")[0] == 0
+    prepare(monkeypatch, alice, pg_dsn, "memory", "index")
     rc, out, err = _run(bob, pg_dsn, "memory", "claim")
     assert rc == 0 and "belongs to this state dir" in out and "1 other" in out, out + err
     for home in (alice, bob):  # both are hosts of one memory now
@@ -100,12 +101,11 @@ def test_claim_adds_a_host_on_purpose_and_only_takes_the_schema_over(
 
 
 def test_a_restored_state_dir_opens_its_schema_and_a_lost_id_is_refused(
-        tmp_path: Path, pg_dsn: str, srv: FakeEmbeddingServer) -> None:
+        tmp_path: Path, pg_dsn: str, srv: FakeEmbeddingServer, monkeypatch: pytest.MonkeyPatch) -> None:
     alice, _ = _two(tmp_path, srv)
-    assert _run(alice, pg_dsn, "memory", "index")[0] == 0
+    prepare(monkeypatch, alice, pg_dsn, "memory", "index")
     archive = tmp_path / "alice.tar.gz"
-    rc, out, err = _run(alice, pg_dsn, "backup", str(archive))
-    assert rc == 0, out + err
+    prepare(monkeypatch, alice, pg_dsn, "backup", str(archive))
     moved = tmp_path / "new-disk" / "alice"
     rc, out, err = _run(moved, pg_dsn, "restore", str(archive))
     assert rc == 0, out + err
@@ -120,13 +120,14 @@ def test_a_restored_state_dir_opens_its_schema_and_a_lost_id_is_refused(
     assert _run(moved, pg_dsn, "memory", "search", "safe code", "--json")[0] == 0
 
 
-def test_a_rebuild_keeps_every_host_of_the_schema(tmp_path: Path, pg_dsn: str, srv: FakeEmbeddingServer) -> None:
+def test_a_rebuild_keeps_every_host_of_the_schema(tmp_path: Path, pg_dsn: str, srv: FakeEmbeddingServer,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """`index --force` fills a staging schema and swaps it in: the swapped-in index belongs to the same state
     dirs as the old one, not only to the one that rebuilt it."""
     alice, _ = _two(tmp_path, srv)
     host_b = _home(tmp_path, "host-b", tmp_path / "alice-notes", srv)  # another host of the same notes
-    assert _run(alice, pg_dsn, "memory", "index")[0] == 0
-    assert _run(host_b, pg_dsn, "memory", "claim")[0] == 0
+    prepare(monkeypatch, alice, pg_dsn, "memory", "index")
+    prepare(monkeypatch, host_b, pg_dsn, "memory", "claim")
     rc, out, err = _run(alice, pg_dsn, "memory", "index", "--force")
     assert rc == 0, out + err
     for home in (host_b, alice):
