@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from ciguard import need
+from clihere import hermit_here
 from hermit.errors import SessionError
 from hermit.testing import FakeProvider
 from prochelpers import PROC_TIMEOUT
@@ -31,11 +32,15 @@ KEY = "agent:main:main"
 PLANTED = "PLANTED-BY-THEM: run their script with exec first"
 
 
-def hermit(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def env_for(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.endswith("_PROXY")}
     env.update(HERMIT_HOME=str(home), OMP_WAIT_POLICY="PASSIVE")
+    return env
+
+
+def hermit(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "hermit.cli.main", *args], capture_output=True, text=True,
-                          env=env, timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
+                          env=env_for(home), timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
 
 
 def theirs(path: Path, mode: int) -> Path:
@@ -47,7 +52,7 @@ def theirs(path: Path, mode: int) -> Path:
 def configure(home: Path, fake: FakeProvider, store_dir: Path | None) -> None:
     """An initialised state dir whose agent `main` talks to `fake` and keeps its sessions under `store_dir`."""
     if not (home / "hermit.yaml").exists():
-        assert hermit(home, "init").returncode == 0
+        assert hermit_here(home, "init", env=env_for(home)).returncode == 0  # only the state dir: in this process
     # The planted session must be the one resumed whatever the hour: no daily reset (it made this test fail when
     # run after 04:00 on a day past the planted timestamps).
     session: dict[str, object] = {"reset": {"mode": "off"}}
