@@ -54,11 +54,9 @@ def family_calls(home: Path, loaded: LoadedConfig, clock: SimClock, calls: list[
         family.close()
 
 
-def test_another_agents_tool_cannot_read_a_removed_jobs_run_log_by_reusing_its_id(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    loaded = two_agents(home)
-    clock = SimClock(NOW)
-    # main's owner: a one-shot brief in main's main session, to their own DM, with an id they chose
+def run_mains_brief(home: Path, loaded: LoadedConfig, clock: SimClock) -> None:
+    """main's owner: a one-shot brief in main's main session, to their own DM, with an id they chose; it runs
+    and is removed, its run log kept."""
     CronJobs(home, loaded, clock=clock, fsync=False).add(
         {"id": "brief", "name": "brief", "message": "brief me from MEMORY.md", "agent_id": "main",
          "session_target": "main", "schedule": {"kind": "at", "at": (NOW + timedelta(minutes=5)).isoformat()},
@@ -77,6 +75,13 @@ def test_another_agents_tool_cannot_read_a_removed_jobs_run_log_by_reusing_its_i
     assert jobs.list_jobs()["jobs"] == []  # the one-shot job is gone, its run log kept
     assert CANARY in json.dumps(jobs.store.runs("brief"))
 
+
+def test_another_agents_tool_cannot_read_a_removed_jobs_run_log_by_reusing_its_id(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    loaded = two_agents(home)
+    clock = SimClock(NOW)
+    run_mains_brief(home, loaded, clock)
+    jobs = CronJobs(home, loaded, clock=clock, fsync=False)
     answers = family_calls(home, loaded, clock, [
         {"action": "add", "job": {"id": "brief", "message": "hi", "schedule": EVERY_HOUR}},
         {"action": "list"}])
@@ -136,3 +141,22 @@ def test_another_agents_tool_can_aim_no_job_at_main_or_its_owner(tmp_path: Path)
     assert all(a.startswith("error:") for a in answers), answers
     [job] = CronJobs(home, loaded, clock=clock, fsync=False).list_jobs()["jobs"]
     assert (job["agent_id"], job["delivery"]["account"], job["delivery"]["to"]) == ("family", "familybot", "77")
+
+
+def test_a_job_the_owner_makes_with_a_used_id_shows_none_of_the_earlier_jobs_runs(tmp_path: Path) -> None:
+    """The owner re-uses a readable id for another agent (`hermit --agent family cron add --id brief` after main's
+    `brief` ran and was removed): family's tool asked for its runs and got main's briefs."""
+    home = tmp_path / "home"
+    loaded = two_agents(home)
+    clock = SimClock(NOW)
+    run_mains_brief(home, loaded, clock)
+    clock.now = NOW + timedelta(hours=1)
+    jobs = CronJobs(home, loaded, clock=clock, fsync=False)
+    jobs.add({"id": "brief", "message": "remind the kids", "agent_id": "family", "schedule": EVERY_HOUR})
+    answers = family_calls(home, loaded, clock, [{"action": "runs", "id": "brief"}])
+    assert not any(CANARY in a or "4711" in a for a in answers), answers
+    assert json.loads(answers[0])["runs"] == []
+    assert jobs.runs("brief")["runs"] == []  # `hermit cron runs brief`: the job of that id now, not the earlier
+    [aside] = [p.name for p in jobs.store.runs_dir.iterdir() if p.name != "brief.jsonl"]
+    assert aside.startswith("brief.before-")  # the earlier job's runs are kept, under a name no job id has
+    assert CANARY in json.dumps(jobs.store.runs(aside.removesuffix(".jsonl")))

@@ -340,6 +340,7 @@ class CronJobs:
         def append(file: JobFile) -> JobFile:
             if any(j.id == job.id for j in file.jobs):
                 raise JobError(f"a job with id {job.id!r} exists", "choose another id, or leave it out")
+            self.store.set_aside_runs(job.id)  # an earlier job's runs are not this one's
             return JobFile((*file.jobs, job), file.invalid)
 
         self.store.mutate(append)

@@ -13,6 +13,7 @@ import contextlib
 import errno
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -171,6 +172,18 @@ class JobStore:
 
     def run_log_path(self, job_id: str) -> Path:
         return self.runs_dir / f"{job_id}.jsonl"
+
+    def set_aside_runs(self, job_id: str) -> Path | None:
+        """Before a new job takes `job_id` (the caller holds the job file's lock): an earlier job's run log of that
+        id moves to `<id>.before-<ns>.jsonl` (no job id has a dot), where `hermit cron runs <that name>` still reads
+        it. A run log outlives its job (`hermit cron runs` of a removed one-shot), and its replies are that job's
+        agent's text: a new job of the id — another agent's — showed them to its agent's cron tool."""
+        path = self.run_log_path(job_id)
+        if not path.exists():
+            return None
+        aside = self.runs_dir / f"{job_id}.before-{time.time_ns()}.jsonl"
+        os.rename(path, aside)
+        return aside
 
     def append_run(self, record: RunRecord) -> None:
         self.runs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
