@@ -101,7 +101,10 @@ def test_a_header_longer_than_4_kib_still_names_its_key(tmp_path: Path) -> None:
 
 
 def test_rename_header_renames_line_1_only_and_keeps_the_rest(home: Path, uid: int | None) -> None:
-    from hermit.sessions.headers import header_key, rename_header  # s18 (here: the tests above run without it)
+    from hermit.sessions.headers import (  # s18 (here: the tests above run without it)
+        header_key,
+        rename_header,
+    )
 
     def op() -> list[object]:
         store = SessionStore(home / "sessions")
