@@ -25,7 +25,7 @@ import pytest
 
 from ciguard import need
 from prochelpers import PROC_TIMEOUT
-from test_backup_live import NEW_TEXT, NOTE, big_note, env, hermit, members
+from test_backup_live import NEW_TEXT, NOTE, big_note, env, here, hermit, members
 
 # Runs `hermit ARGS` with os.fdopen wrapped: at the first read() of each file named in BACKUP_STEPS, before
 # that read, its step acts once — "truncate" empties `target` in place, "write" writes `text` into `target`
@@ -97,17 +97,25 @@ sys.exit(main())
 """
 
 
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    """A state dir with a large note and eighteen small ones."""
-    home = tmp_path / "old"
-    assert hermit(home, "init").returncode == 0
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A state dir made by the real `hermit init` (in this process), with a large note and eighteen small ones,
+    once per module."""
+    home = tmp_path_factory.mktemp("backup-inplace") / "old"
+    assert here(home, "init") == 0
     mem = home / "workspace" / "memory"
     mem.mkdir(parents=True, exist_ok=True)
     big_note(mem / "2026-01-01.md")
     for d in range(2, 20):
         (mem / f"2026-01-{d:02d}.md").write_text(f"# day {d}\n\n- important note of day {d}\n")
     return home
+
+
+@pytest.fixture
+def home(made: Path, tmp_path: Path) -> Path:
+    """This test's own copy (modes and times kept) of `made`."""
+    shutil.copytree(made, tmp_path / "old", symlinks=True)
+    return tmp_path / "old"
 
 
 def stepped_backup(home: Path, archive: Path, steps: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:

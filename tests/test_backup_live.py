@@ -12,6 +12,7 @@ open."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -26,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from hermit.cli.main import main
 from prochelpers import PROC_TIMEOUT
 
 # Runs `hermit ARGS` (as `python -m hermit.cli.main` does) with os.fdopen wrapped: the first read() of the file
@@ -119,6 +121,16 @@ def hermit(home: Path, *args: str, stdin: str = "") -> subprocess.CompletedProce
                           env=env(home), timeout=PROC_TIMEOUT, input=stdin)
 
 
+def here(home: Path, *args: str, stdin: str = "") -> int:
+    """`hermit ARGS` on `home` in this process, for what only sets a test up (the same CLI code without a Python
+    start); the backups and restores a test asserts on stay processes of their own."""
+    real, sys.stdin = sys.stdin, io.StringIO(stdin)
+    try:
+        return main(["--home", str(home), *args])
+    finally:
+        sys.stdin = real
+
+
 def hooked_backup(home: Path, archive: Path, spec: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     """`hermit backup ARCHIVE` under HOOK; asserts the hook acted."""
     fired = archive.parent / "hook-fired"
@@ -141,12 +153,11 @@ def big_note(path: Path, lines: int = 40_000) -> str:
 
 @pytest.fixture(scope="module")
 def set_up(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A state dir made by the real `hermit setup` and `hermit cron add`, once per module (two CLI runs)."""
+    """A state dir made by the real `hermit setup` and `hermit cron add` (in this process), once per module."""
     home = tmp_path_factory.mktemp("backup-live") / "old"
-    r = hermit(home, "setup", "--provider", "openai-compatible", "--base-url", "http://127.0.0.1:9/v1",
-               "--model", "m", "--api-key-stdin", "--no-check", stdin="sk-live-backup-key\n")
-    assert r.returncode == 0, r.stderr
-    assert hermit(home, "cron", "add", "--id", "tea", "--every", "2h", "-m", "stretch").returncode == 0
+    assert here(home, "setup", "--provider", "openai-compatible", "--base-url", "http://127.0.0.1:9/v1",
+                "--model", "m", "--api-key-stdin", "--no-check", stdin="sk-live-backup-key\n") == 0
+    assert here(home, "cron", "add", "--id", "tea", "--every", "2h", "-m", "stretch") == 0
     return home
 
 

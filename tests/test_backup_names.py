@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from prochelpers import PROC_TIMEOUT
+from test_backup_live import here
 
 # An MCP client's read of one note, through the real memory tools with the MCP audience (not the owner).
 MCP_GET = r"""
@@ -42,10 +43,10 @@ def hermit(home: Path, *args: str, stdin: str = "") -> subprocess.CompletedProce
                           env=env, timeout=PROC_TIMEOUT, input=stdin)
 
 
-def setup(home: Path, agents: list[dict[str, str]] | None = None) -> None:
-    r = hermit(home, "setup", "--provider", "openai-compatible", "--base-url", "http://127.0.0.1:9/v1",
-               "--model", "m", "--api-key-stdin", "--no-check", stdin="sk-names-key\n")
-    assert r.returncode == 0, r.stderr
+def set_up(home: Path, agents: list[dict[str, str]] | None = None) -> None:
+    """A state dir made by the real `hermit setup`, in this process (the backups and restores are processes)."""
+    assert here(home, "setup", "--provider", "openai-compatible", "--base-url", "http://127.0.0.1:9/v1",
+                "--model", "m", "--api-key-stdin", "--no-check", stdin="sk-names-key\n") == 0
     if agents:
         config = yaml.safe_load((home / "hermit.yaml").read_text(encoding="utf-8"))
         config["agents"]["list"] = agents
@@ -64,7 +65,7 @@ def mcp_get(home: Path, rel: str) -> dict[str, str]:
 def test_workspace_files_are_kept_whatever_their_names_and_only_hermits_own_are_left_out(tmp_path: Path) -> None:
     home = tmp_path / "old"
     extra = tmp_path / "extra-ws"
-    setup(home, [{"id": "main"}, {"id": "side", "workspace": str(extra)}])
+    set_up(home, [{"id": "main"}, {"id": "side", "workspace": str(extra)}])
     ws = home / "workspace"
     mine = {"finances.sqlite": "ledger\n", "release.lock": "release checklist\n", "letter.tmp": "draft\n",
             "notes.tmp-v2.md": "my notes\n", "projects/app.tmp/main.py": "print('app')\n", ".lock": "mine too\n",
@@ -112,7 +113,7 @@ def test_workspace_files_are_kept_whatever_their_names_and_only_hermits_own_are_
 
 def test_a_hard_link_of_memory_md_stays_one_and_stays_withheld(tmp_path: Path) -> None:
     home = tmp_path / "old"
-    setup(home)
+    set_up(home)
     ws = home / "workspace"
     (ws / "MEMORY.md").write_text("# Memory\n- PRIVATE: the lawyer's PIN is 4471\n")
     (ws / "memory").mkdir(exist_ok=True)
