@@ -1,9 +1,7 @@
-"""Building the agent runtime for `hermit agent` / `hermit chat`: model choice from config and keys,
-memory service, and the one-screen help shown when no model provider is configured.
+"""Building the agent runtime for `hermit agent` / `hermit chat` / the gateway: the model (chosen by
+cli/model_choice.py), the memory service, the exec environment and the cron tool.
 
-Model choice, in order: the agent's `model` setting; the only model listed under
-`models.providers`; anthropic/claude-sonnet-4-5 when ANTHROPIC_API_KEY is set; openai/gpt-4.1 when
-OPENAI_API_KEY is set. Nothing matching raises NoModelConfigured, which chat turns into the help screen.
+This module loads the agent runtime and the model clients: only commands that run the agent import it.
 """
 
 from __future__ import annotations
@@ -14,35 +12,15 @@ from collections.abc import Mapping
 from hermit.agent.runtime import AgentRuntime
 from hermit.channels.access import AccessControl
 from hermit.channels.pairing import PairingStore
-from hermit.cli.context import CliContext
+from hermit.cli.context import PROVIDER_KEY_VARS, CliContext
+from hermit.cli.model_choice import NoModelConfigured, choose_model_ref
 from hermit.config.load import AgentConfig, LoadedConfig
-from hermit.errors import ConfigError
 from hermit.models.registry import build_model
 from hermit.scheduler import CronJobs
 
-PROVIDER_KEY_VARS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "GEMINI_API_KEY",
-                     "GOOGLE_API_KEY")
-KEY_DEFAULTS = (("ANTHROPIC_API_KEY", "anthropic/claude-sonnet-4-5"), ("OPENAI_API_KEY", "openai/gpt-4.1"))
-
-
-class NoModelConfigured(ConfigError):
-    """No model is set and none can be inferred from the config or the environment."""
-
-
-def choose_model_ref(agent: AgentConfig, loaded: LoadedConfig, environ: Mapping[str, str]) -> str:
-    if agent.settings.model:
-        return agent.settings.model
-    listed = [f"{name}/{model}" for name, pc in loaded.config.models.providers.items() for model in pc.models]
-    if len(listed) == 1:
-        return listed[0]
-    for env, ref in KEY_DEFAULTS:
-        if environ.get(env):
-            return ref
-    raise NoModelConfigured(
-        "no language model is configured",
-        "run `hermit setup` (it asks which model, checks it and keeps the key in hermit.env); or put "
-        "ANTHROPIC_API_KEY / OPENAI_API_KEY in hermit.env, or agents.defaults.model in the config",
-    )
+# Model choice and the provider key names live in light modules (masking and `models list` need them); they are
+# named here too for callers that build the runtime.
+__all__ = ["PROVIDER_KEY_VARS", "NoModelConfigured", "build_runtime", "choose_model_ref", "exec_environment"]
 
 
 def exec_environment(environ: Mapping[str, str], loaded: LoadedConfig) -> dict[str, str]:

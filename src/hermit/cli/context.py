@@ -24,6 +24,10 @@ from hermit.redaction import environment_secrets, header_secret, register, url_p
 # The proxies httpx (every provider and platform client) takes from the environment: a password in one may be
 # quoted by a connection error.
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy")
+# The model providers' key variables, masked whatever the config names (here, not in cli/assistant.py: masking
+# runs in every command, and that module loads the agent runtime).
+PROVIDER_KEY_VARS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "GEMINI_API_KEY",
+                     "GOOGLE_API_KEY")
 
 if TYPE_CHECKING:  # the config schema (pydantic) and memory (numpy) load only when a command needs them
     from hermit.config.load import AgentConfig, LoadedConfig
@@ -127,7 +131,6 @@ def configured_secrets(ctx: CliContext) -> list[str]:
     account's every secret field counts, whatever its mode uses (Slack's socket and HTTP secrets both)."""
     from hermit.channels.platforms import accounts as channel_accounts
     from hermit.channels.platforms import secrets as channel_secrets
-    from hermit.cli.assistant import PROVIDER_KEY_VARS
 
     try:
         loaded = ctx.config_as_is()

@@ -13,11 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
-from hermit.cli.assistant import NoModelConfigured, choose_model_ref
 from hermit.cli.checks import Check
 from hermit.cli.context import CliContext
+from hermit.cli.model_choice import NoModelConfigured, choose_model_ref
 from hermit.errors import ConfigError
 from hermit.models.loopback import HINT, guard_stream
 from hermit.models.registry import parse_model_ref, provider_config, resolve_api_key
@@ -41,6 +39,8 @@ def is_local_url(url: str) -> bool:
 def probe(base_url: str, timeout: float = PROBE_TIMEOUT_SECONDS) -> str | None:
     """None when something answers HTTP at `base_url` (any status), else why not. A server another login
     user runs there is a ConfigError: the chat would refuse it (hermit.models.loopback)."""
+    import httpx  # only when there is a local server to probe: the doctor's other checks need no HTTP client
+
     def trace(event: str, info: Mapping[str, Any]) -> None:
         if event == "connection.connect_tcp.complete":
             guard_stream(info.get("return_value"), lambda holder: ConfigError(holder.describe(), HINT))

@@ -101,7 +101,7 @@ def _key_source(var: str | None, ctx: CliContext) -> str:
 
 
 def _listing(ctx: CliContext) -> dict[str, Any]:
-    from hermit.cli.assistant import NoModelConfigured, choose_model_ref
+    from hermit.cli.model_choice import NoModelConfigured, choose_model_ref
     from hermit.models.registry import WELL_KNOWN_PROVIDERS, parse_model_ref, provider_config
 
     loaded = ctx.config()
@@ -166,7 +166,7 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 def cmd_test(ctx: CliContext, args: argparse.Namespace) -> int:
-    from hermit.cli.assistant import choose_model_ref
+    from hermit.cli.model_choice import choose_model_ref
 
     loaded = ctx.config()
     ref = args.ref or choose_model_ref(ctx.agent(), loaded, ctx.environ)

@@ -169,7 +169,7 @@ def _warn_command_line_secrets(args: argparse.Namespace) -> None:
 
 
 def _current_model(ctx: CliContext) -> str | None:
-    from hermit.cli.assistant import NoModelConfigured, choose_model_ref
+    from hermit.cli.model_choice import NoModelConfigured, choose_model_ref
 
     try:
         return choose_model_ref(ctx.agent(), ctx.config(), ctx.environ)
