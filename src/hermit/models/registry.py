@@ -18,15 +18,15 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
-
-import httpx
 
 from hermit.config.schema import ModelsConfig, ProviderConfig
 from hermit.errors import AuthError, ConfigError
-from hermit.models.anthropic import AnthropicModel
 from hermit.models.base import Model, ModelProfile
-from hermit.models.openai_compat import OpenAIModel
+
+if TYPE_CHECKING:  # the provider clients (httpx) load in build_model: `models list` and the doctor only read here
+    import httpx
 
 DEFAULT_CONTEXT_WINDOW = 128_000
 DEFAULT_MAX_OUTPUT_TOKENS = 8192
@@ -218,6 +218,9 @@ def build_model(
     key, hint = resolve_api_key(provider, pc, environ, model_id)
     if key is None and (pc.type != "openai-compatible" or pc.api_key_env):
         raise AuthError(f"no API key for model provider {provider!r}", hint)
+    from hermit.models.anthropic import AnthropicModel
+    from hermit.models.openai_compat import OpenAIModel
+
     if pc.type == "anthropic":
         assert key is not None
         return AnthropicModel(

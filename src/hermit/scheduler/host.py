@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from hermit.agent.runtime import AgentRuntime
 from hermit.agent.turn import TurnResult
 from hermit.channels.base import Target
 from hermit.errors import ConfigError
+
+if TYPE_CHECKING:  # the doctor's job health reads SchedulerHost's module without loading the runtime
+    from hermit.agent.runtime import AgentRuntime
 
 
 class TurnOutcome(Protocol):

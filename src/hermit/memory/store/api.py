@@ -11,12 +11,13 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hermit.memory.index.chunking import Chunk
 from hermit.tokens import count_cjk
+
+if TYPE_CHECKING:  # in annotations only: the audience rules (cron, pairing) import ChunkRow without numpy
+    import numpy as np
 
 
 def script_class(text: str) -> int:
