@@ -160,3 +160,27 @@ def test_a_job_the_owner_makes_with_a_used_id_shows_none_of_the_earlier_jobs_run
     [aside] = [p.name for p in jobs.store.runs_dir.iterdir() if p.name != "brief.jsonl"]
     assert aside.startswith("brief.before-")  # the earlier job's runs are kept, under a name no job id has
     assert CANARY in json.dumps(jobs.store.runs(aside.removesuffix(".jsonl")))
+
+
+def test_a_job_the_owner_moves_to_another_agent_takes_none_of_its_earlier_runs(tmp_path: Path) -> None:
+    """The owner moves main's job to family (the web app's cron.update with `agent_id`): its earlier runs — main's
+    text — are set aside, not shown to family's cron tool as the job's."""
+    home = tmp_path / "home"
+    loaded = two_agents(home)
+    clock = SimClock(NOW)
+    jobs = CronJobs(home, loaded, clock=clock, fsync=False)
+    jobs.add({"id": "brief", "message": "brief me", "agent_id": "main", "schedule": EVERY_HOUR,
+              "delivery": {"mode": "announce", "channel": "telegram", "account": "personal", "to": "42"}})
+    rts, _ = runtimes(loaded, clock, lambda r: CANARY)
+    service = SchedulerService(home, loaded, LocalHost(rts, MemoryChannel().deliver, threaded=False), clock=clock,
+                               fsync=False)
+    try:
+        tick_once(service, clock, NOW + timedelta(hours=1, minutes=1))
+    finally:
+        for rt in rts.values():
+            rt.close()
+    assert CANARY in json.dumps(jobs.runs("brief"))
+    jobs.update("brief", {"agent_id": "family", "delivery": {"account": "familybot", "to": "77"}})
+    answers = family_calls(home, loaded, clock, [{"action": "runs", "id": "brief"}])
+    assert not any(CANARY in a or "4711" in a for a in answers), answers
+    assert json.loads(answers[0])["runs"] == []

@@ -368,6 +368,8 @@ class CronJobs:
                     new = self._owner_shares_main_text(new)
             if new.schedule != job.schedule or new.enabled != job.enabled or new.agent_id != job.agent_id:
                 new = self._planned(new)
+            if new.agent_id != job.agent_id:
+                self.store.set_aside_runs(job_id)  # its runs so far are the other agent's text
             return new
 
         self._model_sets_no_opt_in(job_id, patch)
