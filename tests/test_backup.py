@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from conftest import write
+from hermit.cli.main import main
 from prochelpers import PROC_TIMEOUT
+from test_backup_live import here
 
 
 def hermit(home: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -31,19 +33,29 @@ def search(home: Path, query: str) -> list[tuple[str, int, int, str]]:
     return [(x["path"], x["startLine"], x["endLine"], x["snippet"]) for x in json.loads(r.stdout)["results"]]
 
 
-def test_backup_then_restore_into_a_new_home_finds_the_same_notes(tmp_path: Path) -> None:
+def search_here(home: Path, query: str, capsys: pytest.CaptureFixture[str]) -> list[tuple[str, int, int, str]]:
+    """`search`, in this process: what the old state dir finds, which the restored one must find too."""
+    capsys.readouterr()
+    assert main(["--home", str(home), "memory", "search", query, "--json"]) == 0
+    return [(x["path"], x["startLine"], x["endLine"], x["snippet"]) for x in json.loads(capsys.readouterr().out)["results"]]
+
+
+def test_backup_then_restore_into_a_new_home_finds_the_same_notes(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    # The old state dir is set up in this process (setup, cron add, index, the searches to compare with); the
+    # backup, the restores and the searches of the restored state dir are processes of their own.
     home = tmp_path / "old"
-    assert hermit(home, "setup", "--provider", "openai-compatible", "--base-url", "http://127.0.0.1:9/v1",
-                  "--model", "m", "--api-key-stdin", "--no-check", stdin="sk-secret-key\n").returncode == 0
+    assert here(home, "setup", "--provider", "openai-compatible", "--base-url", "http://127.0.0.1:9/v1",
+                "--model", "m", "--api-key-stdin", "--no-check", stdin="sk-secret-key\n") == 0
     ws = home / "workspace"
     write(ws / "MEMORY.md", "# Memory\n\n- Prefers oat milk flat whites.\n- The boat is moored at pier 7.\n")
     write(ws / "memory" / "2026-11-20.md", "- Moved the database to db.internal:5432 (ticket OPS-1142).\n")
     write(home / "agents" / "main" / "sessions" / "s1.jsonl", '{"type": "session", "id": "s1"}\n')
     write(home / "credentials" / "allow-telegram-default.json", '{"allow": ["42"]}\n')
-    assert hermit(home, "cron", "add", "--id", "tea", "--every", "2h", "-m", "stretch").returncode == 0
-    assert hermit(home, "memory", "index").returncode == 0
+    assert here(home, "cron", "add", "--id", "tea", "--every", "2h", "-m", "stretch") == 0
+    assert here(home, "memory", "index") == 0
     queries = ("where is the boat", "OPS-1142", "coffee order")
-    before = {q: search(home, q) for q in queries}
+    before = {q: search_here(home, q, capsys) for q in queries}
     assert before["where is the boat"][0][0] == "MEMORY.md" and before["OPS-1142"][0][0] == "memory/2026-11-20.md"
     (home / "logs").mkdir()
     (home / "logs" / "gateway.log").write_text("derived\n")
@@ -53,6 +65,7 @@ def test_backup_then_restore_into_a_new_home_finds_the_same_notes(tmp_path: Path
     r = hermit(home, "backup", str(archive))
     assert r.returncode == 0, r.stderr
     assert stat.S_IMODE(archive.stat().st_mode) == 0o600
+    assert archive.read_bytes()[8] == 0  # gzip's header: neither "fastest" (1) nor "best" (9), the default 6
     with tarfile.open(archive) as tar:
         names = set(tar.getnames())
     assert "hermit-backup/home/hermit.env" in names and "hermit-backup/home/cron/jobs.json" in names
