@@ -2,7 +2,7 @@
 tested on the third.
 
     python bench/retrieval/combiner_probe.py DATA_DIR [--only lr lr-fill lr-both] [--drop FEATURE ...]
-        [--l2 1.0] [--dump FILE.json] [--generated] [--out FILE.md]
+        [--l2 1.0] [--dump FILE.json] [--generated] [--mixed] [--out FILE.md]
 
 The search orders the chunks that passed min_score by `0.8 · fused + 0.2 · best line` (hand-picked in
 round 5) and the weaker places that fill unused results by their best line alone (memory/search/ordering.py
@@ -30,7 +30,9 @@ fitted on and on the one held out); the summary assembles the held-out figure of
 search's own order (must equal `default`). `--drop` leaves features out of the models; `--dump` keeps
 the dump run's rows for the next run; `--generated` also runs the generated suite (run.py's workspace
 and queries, 10 results) with each rotation's passed-places model and one fitted on all three
-conversations — a different kind of memory (notes, EN/ZH), which none of them saw.
+conversations — a different kind of memory (notes, EN/ZH), which none of them saw; `--mixed` fits on
+two conversations and half of the generated questions and tests on the third conversation and the other
+half.
 """
 
 from __future__ import annotations
@@ -223,6 +225,62 @@ def generated(models: dict[str, Model]) -> list[str]:
     return out
 
 
+def mixed(data: Path, dump: Probe, convs: list[str], queries: list[dict[str, Any]], l2: float,
+          cols: tuple[int, ...]) -> list[str]:
+    """A model fitted on both kinds of memory: two conversations and half of the generated suite's
+    questions (by their order, even / odd), tested on the third conversation and the other half."""
+    import run as G
+    from score import norm_path, read_jsonl
+
+    gq = read_jsonl(G.QUERIES)
+    gold = {("generated", str(q["query"])): [(norm_path(str(g).rpartition(":")[0]), int(str(g).rpartition(":")[2]))
+                                            for g in q["gold"]]  # type: ignore[attr-defined]
+            for q in gq}
+    half = {str(q["query"]): k % 2 for k, q in enumerate(gq)}
+    plain = G.HybridSearcher
+    default = next(v for v in G.variants() if v.name == "default")
+
+    def generated_run(probe: Probe) -> Any:
+        def make(*a: Any, **k: Any) -> HybridSearcher:
+            s = plain(*a, **k)
+            probe.patch(s, "generated")
+            return s
+
+        G.HybridSearcher = make  # type: ignore[misc,assignment]
+        try:
+            return G.run_variant(default, gq)[0]
+        finally:
+            G.HybridSearcher = plain  # type: ignore[misc]
+
+    gdump = Probe(gold)
+    base = generated_run(gdump)
+    for r in gdump.rows:
+        r["conv"] = f"generated-{half[r['query']]}"
+
+    def figures(report: Any, part: int) -> str:
+        rows = [q for k, q in enumerate(report.per_query) if k % 2 == part]
+        return (f"{statistics.fmean(float(q['R@6']) for q in rows):.3f} / "
+                f"{statistics.fmean(float(q['MRR']) for q in rows):.3f}")
+
+    out = ["", "Fitted on both kinds (two conversations + one half of the generated suite's questions), tested on "
+           "the third conversation and the other half (generated R@6 / MRR on that half; default in brackets):", ""]
+    for h in convs:
+        for part in (0, 1):
+            tune = [c for c in convs if c != h] + [f"generated-{part}"]
+            p = Probe({})
+            p.passed_model = fit(dump.rows + gdump.rows, tune, "passed", l2, cols)
+            name = f"mixed-hold-{h[5:]}-g{1 - part}"
+            r = run(data, p, name, f"fitted on {' + '.join(tune)}", queries)
+            g = generated_run(p)
+            b = r
+            out.append(f"- `{name}` (`{json.dumps(p.passed_model.weights())}`): held out {h[5:]} seen "
+                       f"{C._pooled(b, [h], 'seen'):.3f} / MRR {C._pooled(b, [h], 'MRR'):.3f} / multi-hop "
+                       f"{C._pooled(b, [h], 'multi-hop'):.3f}; generated half {1 - part}: {figures(g, 1 - part)} "
+                       f"({figures(base, 1 - part)})")
+            print(out[-1], file=sys.stderr)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data", type=Path)
@@ -232,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dump", type=Path, help="the dump run's rows: read from here when it exists, else written")
     ap.add_argument("--generated", action="store_true",
                     help="also run the generated suite with each rotation's model and one fitted on all three")
+    ap.add_argument("--mixed", action="store_true",
+                    help="also fit on two conversations and half of the generated suite, test on the rest")
     ap.add_argument("--out", type=Path, help="write the table here")
     args = ap.parse_args(argv)
     cols = tuple(k for k, f in enumerate(FEATURES) if f not in args.drop)
@@ -291,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"{f['chars']:,.0f} / {f['chars_max']:,.0f} | {f['absent']:.3f} |")
     if args.generated:
         lines += generated({**models, "lr-all": everything})
+    if args.mixed:
+        lines += mixed(args.data, dump, convs, queries, args.l2, cols)
     md = "\n".join(lines) + "\n\n" + C.markdown(rows)
     if args.out:
         args.out.write_text(md)
