@@ -24,6 +24,7 @@ import pytest
 from ciguard import need
 from conftest import write
 from prochelpers import python_as
+from test_backup_live import here
 from test_crash_pairing import AS_USERS, _hermit
 from test_restore_target import crafted
 
@@ -82,16 +83,19 @@ def snapshot(home: Path) -> Snapshot:
 @pytest.fixture(scope="module")
 def states() -> Iterator[dict[str, Any]]:
     """An archive, the state dir it is restored over (another key, other notes, files the archive lacks and the
-    other way round), and that state dir after a whole `restore --force`."""
+    other way round), and that state dir after a whole `restore --force`: setup, backup and that restore run in
+    this process (HOME the state dir's, as `_hermit` gives), the killed restores and what follows them are
+    processes."""
     base = Path(tempfile.mkdtemp(prefix="hermit-crash-restore-"))  # not under /root: the other uid reaches it
     try:
         os.chmod(base, 0o755)
         hooks, src = base / "hooks", base / "src"
         hooks.mkdir()
         (hooks / "sitecustomize.py").write_text(KILLER)
-        done = _hermit(sys.executable, src, hooks, {}, "setup", "--provider", "openai-compatible",
-                       "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--no-check")
-        assert done.returncode == 0, done.stderr
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("HOME", str(src))
+            assert here(src, "setup", "--provider", "openai-compatible", "--base-url", "http://127.0.0.1:9/v1",
+                        "--model", "m", "--no-check") == 0
         old = base / "old"
         shutil.copytree(src, old, symlinks=True)
         ws = src / "workspace"
@@ -107,12 +111,13 @@ def states() -> Iterator[dict[str, Any]]:
         for env in (src / "hermit.env", old / "hermit.env"):
             env.chmod(0o600)  # as setup makes it (a command reading it makes it so)
         archive = base / "backup.tar.gz"
-        done = _hermit(sys.executable, src, hooks, {}, "backup", str(archive))
-        assert done.returncode == 0, done.stderr
         whole = base / "whole"
         shutil.copytree(old, whole, symlinks=True)
-        done = _hermit(sys.executable, whole, hooks, {}, "restore", str(archive), "--force")
-        assert done.returncode == 0, done.stderr
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("HOME", str(src))
+            assert here(src, "backup", str(archive)) == 0
+            mp.setenv("HOME", str(whole))
+            assert here(whole, "restore", str(archive), "--force") == 0
         yield {"base": base, "hooks": hooks, "archive": archive, "old": snapshot(old), "old_dir": old,
                "restored": snapshot(whole)}
     finally:
