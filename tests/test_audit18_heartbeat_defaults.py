@@ -11,12 +11,17 @@ Through the real scheduler running both agents' heartbeats (schedhelpers' Memory
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from hermit.agent.runtime import AgentRuntime
+from hermit.cli.main import main
 from hermit.config.load import LoadedConfig, build_config
 from hermit.config.paths import StatePaths
 from hermit.scheduler import LocalHost, SchedulerService
@@ -30,7 +35,11 @@ SECRET = {"main": "Sunday lunch at noon (MAIN-ALERT)", "family": "therapy at 3, 
 
 
 def two_agents(home: Path, family: dict[str, Any]) -> LoadedConfig:
-    return build_config({
+    return build_config(raw_config(family), StatePaths(home))
+
+
+def raw_config(family: dict[str, Any]) -> dict[str, Any]:
+    return {
         "agents": {"defaults": {"timezone": "Europe/Berlin", "memory_search": {"provider": "none"},
                                 "heartbeat": {"every_minutes": 30, "share_alerts_with_target": True,
                                               "target": {"channel": "telegram", "account": "personal", "to": GROUP,
@@ -39,8 +48,7 @@ def two_agents(home: Path, family: dict[str, Any]) -> LoadedConfig:
         "channels": {"telegram": {"accounts": {"personal": {"owners": ["42"], "groups": [GROUP]},
                                                "familybot": {"owners": ["77"]}}}},
         "bindings": [{"match": {"channel": "telegram", "account_id": "personal"}, "agent_id": "main"},
-                     {"match": {"channel": "telegram", "account_id": "familybot"}, "agent_id": "family"}]},
-        StatePaths(home))
+                     {"match": {"channel": "telegram", "account_id": "familybot"}, "agent_id": "family"}]}
 
 
 def beat(home: Path, loaded: LoadedConfig) -> list[tuple[str, str]]:
@@ -88,3 +96,17 @@ def test_an_agent_that_opts_in_itself_shares_its_alerts(tmp_path: Path) -> None:
     assert loaded.agent("family").settings.heartbeat.share_alerts_with_target
     sent = beat(home, loaded)
     assert sorted((to, "FAMILY-CANARY" in text) for to, text in sent) == [(GROUP, False), (GROUP, True)]
+
+
+def test_doctor_says_where_another_agents_opt_in_goes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    (home / "hermit.yaml").write_text(json.dumps(raw_config({})))
+    os.chmod(home / "hermit.yaml", 0o600)
+    main(["--home", str(home), "doctor", "--json"])
+    detail = {c["name"]: c for c in json.loads(capsys.readouterr().out)}["access"]["detail"]
+    assert "agents family: heartbeat alerts (main-session text) would go to the group telegram/personal -100555: " \
+           "they are not delivered (point heartbeat.target at an owner, or set heartbeat.share_alerts_with_target: " \
+           "true in agent family's own agents.list entry)" in detail, detail
+    assert "agents main: heartbeat alerts (main-session text) go to the group telegram/personal -100555 " \
+           "(heartbeat.share_alerts_with_target is on)" in detail, detail

@@ -95,9 +95,11 @@ def _main_text_risks(loaded: LoadedConfig, jobs: Sequence[Job]) -> list[str]:
                 risks.append(f"agents {a.id}: heartbeat alerts (main-session text) go to {risk} "
                              "(heartbeat.share_alerts_with_target is on)")
             elif risk:
+                # agents.defaults' opt-in is the default agent's only (config/load.py): say where another's goes
+                where = "" if a.is_default else f" in agent {a.id}'s own agents.list entry"
                 risks.append(f"agents {a.id}: heartbeat alerts (main-session text) would go to {risk}: they are "
                              "not delivered (point heartbeat.target at an owner, or set "
-                             "heartbeat.share_alerts_with_target: true)")
+                             f"heartbeat.share_alerts_with_target: true{where})")
     for job in jobs:
         d = job.delivery
         if job.enabled and (job.session_target == "main" or d.owner_only) and d.target() is not None:
