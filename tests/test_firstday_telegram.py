@@ -29,7 +29,9 @@ FP = TypeVar("FP", bound=FakePlatform)
 
 @contextmanager
 def served(fake: FP) -> Iterator[FP]:
-    """A fake platform served from an event loop of its own thread, for tests that run `hermit` as a process."""
+    """A fake platform served from an event loop of its own thread, for tests that run `hermit` as a process.
+    Its loop closes as `asyncio.run`'s does: what still runs on it (a long poll the process left) is cancelled and
+    waited for first, never destroyed pending with the loop."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -37,10 +39,22 @@ def served(fake: FP) -> Iterator[FP]:
     try:
         yield fake
     finally:
-        asyncio.run_coroutine_threadsafe(fake.stop(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(30)
-        loop.close()
+        try:
+            asyncio.run_coroutine_threadsafe(fake.stop(), loop).result(30)
+        finally:
+            asyncio.run_coroutine_threadsafe(_cancel_left(), loop).result(30)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(30)
+            loop.close()
+
+
+async def _cancel_left() -> None:
+    """Cancel the loop's other tasks and wait until they are done (`asyncio.run` does so before it closes a loop)."""
+    left = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in left:
+        task.cancel()
+    await asyncio.gather(*left, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()
 
 
 @contextmanager

@@ -145,8 +145,10 @@ class FakeTelegram(FakePlatform):
                 self._poll = None
                 return 200, ready
             self._new_update.clear()
+            # Not shielded: a shielded wait left a task pending on `_new_update` every 50 ms of an idle poll, which
+            # the loop's close destroyed ("Task was destroyed but it is pending! … Event.wait()" at worker exit).
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._new_update.wait()), 0.05)
+                await asyncio.wait_for(self._new_update.wait(), 0.05)
             if me.cancelled():
                 return 409, "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"
 
