@@ -2,9 +2,9 @@
 
 The scrub (agent/owner_notes.py) takes a copy of a deleted message out of the lines the main session's calls wrote.
 A whole rewrite writes every line of the file, the owner's own among them; for MEMORY.md the version the rewrite kept
-in memory-history tells which lines it added. Where no earlier text is known — a `memory/private/` note (no version of
-it is kept), or MEMORY.md whose kept version is gone — every line was taken for the turn's, so the owner's own line
-that held the same code before the message was scrubbed too. Now: a rewrite that created the file (its result says
+in memory-history tells which lines it added (and, since t9, the version kept of a `memory/private/` note). Where no
+earlier text is known — a `memory/private/` note or MEMORY.md whose kept version is gone — every line was taken for
+the turn's, so the owner's own line that held the same code before the message was scrubbed too. Now: a rewrite that created the file (its result says
 "created") wrote every line; one whose earlier text is not known is left, and the log says so.
 
 Through the real bus, the real runtime and its write tool, with a scripted model.
@@ -27,8 +27,10 @@ def left_said(caplog: pytest.LogCaptureFixture, name: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if "not known" in r.getMessage() and name in r.getMessage()]
 
 
-def test_a_rewrite_of_a_private_note_leaves_the_owners_own_line(tmp_path: Path,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_a_rewrite_of_a_private_note_whose_kept_version_is_gone_leaves_the_owners_own_line(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """(Since t9 the rewrite keeps the note's previous version, tests/test_t9_private_note_versions.py; here the owner
+    cleared it, so the earlier text is not known.)"""
     before = f"# Gym\n{MINE}\n{OWN}\n"
     owner = Owner(tmp_path, "# Memory\n", {CODE: [{"name": "write", "arguments": {"path": GYM,
                                                                                  "content": f"{before}{NOTED}\n"}}]})
@@ -37,6 +39,7 @@ def test_a_rewrite_of_a_private_note_leaves_the_owners_own_line(tmp_path: Path,
         (owner.ws / GYM).write_text(before)
         owner.send(dm(SECRET, "1"))
         assert (owner.ws / GYM).read_text() == f"{before}{NOTED}\n"
+        shutil.rmtree(owner.rt.agent.sessions_dir.parent / "memory-history" / "private")  # the owner cleared it
         with caplog.at_level(logging.WARNING, logger="hermit.agent"):
             owner.send(dm("", "1", change="deleted"))
         text = (owner.ws / GYM).read_text()

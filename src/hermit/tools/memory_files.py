@@ -5,7 +5,11 @@
    (`write` with `append: true`). Inserting new lines anywhere is allowed.
 2. A rewrite of MEMORY.md (write or edit, decided by file identity) first copies the previous version
    to `<state>/agents/<agentId>/memory-history/MEMORY-<UTC time>.md`, outside the workspace, so it
-   is never indexed nor visible to a sandboxed command, and can be restored by hand.
+   is never indexed nor visible to a sandboxed command or another chat's room, and can be restored by hand.
+   A rewrite of a note under memory/private/ keeps its previous version the same way, in
+   `memory-history/private/<its path under memory/private/>/<UTC time>.md` (files 0600, folders 0700, kept until
+   the owner removes them, as MEMORY.md's): the scrub of a deleted message (agent/owner_notes.py) tells by it which
+   lines a whole rewrite added, and takes the copy out of every kept version too.
 3. Writes from a session that is not the owner's (`origin` set) may only add notes to a recent daily log
    (`refuse_unless_addable`): no edits, no rewrites, no other file under memory/; the added text is
    escaped so it cannot forge a marker, and wrapped in an origin block (memory/policy/provenance.py) naming the channel, group,
@@ -58,7 +62,7 @@ from hermit.memory.policy.provenance import (
 )
 from hermit.sessions.keys import SessionKind, parse_session_key
 from hermit.tools.sandbox import ResolvedPath, is_within
-from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
+from hermit.workspace import BOOTSTRAP_ORDER
 
 DAILY_LOG_RE = re.compile(r"memory/\d{4}-\d{2}-\d{2}[^/]*\.md", re.IGNORECASE)
 # The daily logs a session other than the owner's may add to (see MemoryWriteRules.refuse_unless_addable).
@@ -267,21 +271,43 @@ class MemoryWriteRules:
         return result
 
     def keep_history(self, target: ResolvedPath, before: str | None, after: str) -> Path | None:
-        """Before MEMORY.md is rewritten, copy its current text aside; returns where (None: nothing to keep)."""
-        if before is None or before == after or self.history_dir is None or not is_long_term(target.real, self.root):
+        """Before MEMORY.md or a memory/private/ note is rewritten, copy its current text aside; returns where (None:
+        nothing to keep)."""
+        if before is None or before == after or self.history_dir is None:
+            return None
+        folder: Path | None = self.history_dir
+        prefix = "MEMORY-"
+        if not is_long_term(target.real, self.root):
+            folder, prefix = private_history(self.history_dir, self.root, target.real), ""
+        if folder is None:
             return None
         # Every folder made on the way is owner-only (a plain mkdir(parents=True) left <state>/agents/<id> 0755).
-        ensure_private_dir(self.history_dir)
+        ensure_private_dir(folder)
         os.chmod(self.history_dir, 0o700)
         stamp = self.clock().astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         for n in range(1000):
-            dest = self.history_dir / (f"MEMORY-{stamp}.md" if n == 0 else f"MEMORY-{stamp}-{n}.md")
+            dest = folder / (f"{prefix}{stamp}.md" if n == 0 else f"{prefix}{stamp}-{n}.md")
             # The copy appears under its name only once it is whole: killed while it was written, no torn
             # "previous version" is left for the owner to restore from.
             if create_new(dest, before.encode("utf-8"), 0o600):
                 return dest
-        raise PathPolicyError(f"cannot keep the previous version of {MEMORY_FILE} in {self.history_dir}",
+        raise PathPolicyError(f"cannot keep the previous version of {target.shown} in {folder}",
                               "clean up the memory-history folder")
+
+
+PRIVATE_HISTORY = "private"  # memory-history/private/<the note's path under memory/private/>/<UTC time>[-n].md
+
+
+def private_history(history_dir: Path, workspace: Path, note: Path) -> Path | None:
+    """The folder a memory/private/ note's (`note`, its real path) kept versions go in — one folder per note, named by
+    its path under memory/private/ — or None when `note` is not such a note."""
+    try:
+        private = (workspace / "memory" / "private").resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python 3.11)
+        return None
+    if note.suffix.lower() != ".md" or note == private or not note.is_relative_to(private):
+        return None
+    return history_dir / PRIVATE_HISTORY / note.relative_to(private)
 
 
 def _wrap_changes(shown: str, kind: str, before: str, after: str, owner: Origin, *,
