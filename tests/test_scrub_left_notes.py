@@ -174,7 +174,7 @@ def test_a_kill_mid_scrub_of_a_note_leaves_the_old_note_whole_and_the_delete_fin
 def test_a_note_another_session_appends_while_the_scrub_runs_is_kept(tmp_path: Path) -> None:
     """The scrub reads, changes and replaces the note under the memory-write lock every writer takes: an append
     from another chat waits for it and lands in the new file (never in the old one, never lost)."""
-    import hermit.agent.flush as flush
+    import hermit.agent.owner_notes as flush  # the scrub's replace (owner_notes.scrub_file, which flush.py uses)
     import hermit.memory.policy.daily_log as daily_log
     from hermit.memory.policy.daily_log import append_daily_note
     from hermit.tools.memory_files import session_origin

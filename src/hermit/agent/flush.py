@@ -20,8 +20,9 @@ Decisions:
   write or edit took: the transcript's flush entries and assistant messages are the provenance of every note (the
   path and text of each write or edit, sessions/scrub.py `note_calls`), so only the lines written after that
   message, where they stand in an origin block of its session, are scrubbed (sessions/scrub.py's rule); the
-  owner's own lines, and other sessions' notes, are never touched, even when they say the same. Done under the memory write lock, by an atomic rewrite; the caller has the index
-  re-synced. The transcript's own copies (the flush's entries among them) go after, so a kill in between
+  owner's own lines, and other sessions' notes, are never touched, even when they say the same. Done under the memory write lock, by an atomic rewrite; an
+  outside editor's save between the scrub's read and that rewrite is read and scrubbed in turn, never overwritten
+  (agent/owner_notes.py `scrub_file`). The caller has the index re-synced. The transcript's own copies (the flush's entries among them) go after, so a kill in between
   leaves the notes still findable by the text the transcript holds.
 - The transcript, written before sessions.json, is the truth about the cycle (`cycle_state`): the cycle is
   the number of `compaction` entries, and it was flushed when a flush's write or edit after the latest one
@@ -43,10 +44,8 @@ from typing import Any
 
 from hermit.agent.context import SILENT_TOKEN
 from hermit.agent.loop import LoopResult, RequestBuilder, run_loop
-from hermit.agent.owner_notes import scrub_owner_notes
+from hermit.agent.owner_notes import scrub_file, scrub_owner_notes
 from hermit.config.schema import CompactionConfig, MemoryFlushConfig
-from hermit.durable import write_atomic
-from hermit.errors import HermitError
 from hermit.memory.policy.daily_log import memory_writes_locked
 from hermit.memory.policy.provenance import neutralize, origin_blocks
 from hermit.messages import (
@@ -62,7 +61,6 @@ from hermit.sessions.record import SessionRecord
 from hermit.sessions.scrub import FLUSH_ENTRY as SCRUBBED_FLUSH_ENTRY
 from hermit.sessions.scrub import Deleted
 from hermit.sessions.transcript import CompactionEntry, CustomEntry, Entry, Transcript
-from hermit.textfile import read_regular_stat
 from hermit.tools.base import ToolRunner
 from hermit.tools.files import AppendOnlyPolicy
 
@@ -189,34 +187,33 @@ def scrub_flush_notes(workspace: Path, session_key: str, deleted: Deleted) -> di
         return owner
     with memory_writes_locked(workspace, *wanted):
         for target, lines in wanted.items():
-            try:  # never through a link: the file as it is, the user's own with one name
-                data, st = read_regular_stat(target, follow=False)
-                if st.st_nlink != 1 or st.st_uid != os.geteuid():
-                    log.warning("flush notes: %s is not a file of Hermit's own: left", target.name)
-                    continue
-                text = data.decode("utf-8")
-            except (OSError, HermitError, UnicodeDecodeError) as e:
-                log.warning("flush notes: could not read %s to scrub a deleted message: %s", target.name, e)
-                continue
-            rows = text.split("\n")
-            count = 0
-            for block in origin_blocks(text):
-                if block.origin.session != session_key or block.origin.damaged:
-                    continue
-                mine = {neutralize(old, block.origin).strip(): neutralize(new, block.origin).strip()
-                        for old, new in lines.items()}
-                for i in range(block.start, block.end - 1):  # rows inside the block (0-based: after its marker)
-                    stripped = rows[i].strip()
-                    if stripped in mine:
-                        rows[i] = rows[i].replace(stripped, mine[stripped])
-                        count += 1
-            if count:
-                write_atomic(target, "\n".join(rows))
+            # an outside editor saving the note meanwhile keeps its save: scrubbed in turn (owner_notes.scrub_file)
+            if count := scrub_file(target, _in_blocks(session_key, lines), "flush notes"):
                 changed[target] = count
     for target, count in changed.items():
         log.info("flush notes: scrubbed a deleted message from %d line(s) of %s written from %s", count,
                  target.relative_to(workspace), session_key)
     return {**owner, **changed}
+
+
+def _in_blocks(session_key: str, lines: dict[str, str]) -> Callable[[str], tuple[str, int]]:
+    """A note's text with each of `lines` (a written line -> its scrubbed form) replaced where it stands whole in an
+    origin block of session `session_key` (as the block escaped it), and how many rows changed."""
+    def rewrite(text: str) -> tuple[str, int]:
+        rows = text.split("\n")
+        count = 0
+        for block in origin_blocks(text):
+            if block.origin.session != session_key or block.origin.damaged:
+                continue
+            mine = {neutralize(old, block.origin).strip(): neutralize(new, block.origin).strip()
+                    for old, new in lines.items()}
+            for i in range(block.start, block.end - 1):  # rows inside the block (0-based: after its marker)
+                stripped = rows[i].strip()
+                if stripped in mine:
+                    rows[i] = rows[i].replace(stripped, mine[stripped])
+                    count += 1
+        return "\n".join(rows), count
+    return rewrite
 
 
 def _landed(arguments: dict[str, Any], workspace: Path) -> bool:
