@@ -1,4 +1,5 @@
-"""The SQLite memory store (the default backend): schema, per-file writes, embedding cache, lookups.
+"""The SQLite memory store (the default backend): schema, per-file writes, embedding cache, lookups (its keyword
+reads are sqlite_keyword.py).
 
 Implements memory.store.api.MemoryStore over one SQLite file per agent. Vectors live in a sqlite-vec
 `vec0` table when the extension loads; otherwise in a plain BLOB table with the same name and columns,
@@ -11,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -27,30 +27,12 @@ from hermit.memory.index.line_vectors import by_line_text, to_line_blob
 from hermit.memory.search.fts import index_text
 from hermit.memory.search.keyword import FtsTokens
 from hermit.memory.search.vectors import blockscan_topk
-from hermit.memory.store import residue, token_counts
+from hermit.memory.store import residue, sqlite_keyword, token_counts
 from hermit.memory.store.api import ChunkRow, FileState, script_class
+from hermit.memory.store.sqlite_keyword import read_varint as read_varint
 from hermit.memory.store.sqlite_schema import MIGRATIONS
 
 __all__ = ["MIGRATIONS", "ChunkRow", "FileState", "FileLock", "IndexStore", "script_class"]
-
-
-_ONE_PHRASE = re.compile(r'"((?:[^"]|"")*)"')
-
-
-def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """SQLite's big-endian varint (FTS5 stores its counts this way): (value, next position)."""
-    v = 0
-    for k in range(9):
-        if pos >= len(buf):
-            break
-        b = buf[pos]
-        pos += 1
-        if k == 8:
-            return (v << 8) | b, pos
-        v = (v << 7) | (b & 0x7F)
-        if not b & 0x80:
-            break
-    return v, pos
 
 
 def to_blob(vec: np.ndarray) -> bytes:
@@ -404,71 +386,19 @@ class IndexStore:
             self.conn.execute("detach database other")
 
     # -- lookups ------------------------------------------------------------------------------
-    def fts_search(self, match: str, limit: int, min_rowid: int | None = None) -> list[tuple[int, float]]:
-        """(chunk id, relevance ≥ 0) best first. FTS5 bm25() is negative, more negative = better.
-
-        `min_rowid` limits the scan to newer chunks (FTS5 seeks its doclists to the range)."""
-        where = "" if min_rowid is None else f" and rowid >= {int(min_rowid)}"
-        rows = self.conn.execute(
-            f"select rowid, bm25(chunks_fts) as r from chunks_fts where chunks_fts match ?{where} order by r limit ?",
-            (match, limit),
-        ).fetchall()
-        return [(int(i), max(0.0, -float(r))) for i, r in rows]
-
-    def fts_count(self, match: str) -> int:
-        return self.fts_counts([match])[0]
-
-    def fts_counts(self, matches: Sequence[str]) -> list[int]:
-        """Chunks matching each expression: one quoted word of one token is looked up in token_docs
-        (memory.store.token_counts; the words of a query in one statement), anything else FTS5 counts by
-        walking the doclists (no ranking, so ~20× cheaper than fts_search)."""
-        if self._tokens is None:
-            self._tokens = FtsTokens()
-        words: dict[int, str] = {}
-        for k, match in enumerate(matches):
-            one = _ONE_PHRASE.fullmatch(match)
-            toks = self._tokens.tokens([one.group(1).replace('""', '"')])[0] if one else ()
-            if len(toks) == 1:
-                words[k] = toks[0]
-        docs = token_counts.lookup(self.conn, set(words.values())) if words else None
-        return [docs.get(words[k], 0) if docs is not None and k in words else
-                int(self.conn.execute("select count(*) from chunks_fts where chunks_fts match ?", (m,)).fetchone()[0])
-                for k, m in enumerate(matches)]
-
-    def fts_stats(self) -> tuple[int, float]:
-        """(rows, average tokens per row) as FTS5's bm25() sees them, from its averages record."""
-        row = self.conn.execute("select block from chunks_fts_data where id = 1").fetchone()
-        if not row or not row[0]:
-            return 0, 0.0
-        n, pos = read_varint(row[0], 0)
-        total, _ = read_varint(row[0], pos)
-        return n, (total / n if n else 0.0)
-
-    def fts_doc_lengths(self, ids: Sequence[int]) -> dict[int, int]:
-        """Tokens per chunk as FTS5 counted them (its docsize table)."""
-        out: dict[int, int] = {}
-        for i in range(0, len(ids), 500):
-            part = list(ids[i:i + 500])
-            marks = ",".join("?" * len(part))
-            for cid, blob in self.conn.execute(f"select id, sz from chunks_fts_docsize where id in ({marks})", part):
-                out[int(cid)] = read_varint(blob, 0)[0] if blob else 0
-        return out
+    # FTS5's keyword reads (memory/store/sqlite_keyword.py).
+    fts_search = sqlite_keyword.fts_search
+    fts_count = sqlite_keyword.fts_count
+    fts_counts = sqlite_keyword.fts_counts
+    fts_stats = sqlite_keyword.fts_stats
+    fts_doc_lengths = sqlite_keyword.fts_doc_lengths
+    fts_scores = sqlite_keyword.fts_scores
 
     def max_chunk_id(self) -> tuple[int, int]:
         # Two statements: SQLite answers a lone min() or max() from the b-tree edge, not both at once.
         lo = self.conn.execute("select min(id) from chunks").fetchone()[0]
         hi = self.conn.execute("select max(id) from chunks").fetchone()[0]
         return int(lo or 0), int(hi or 0)
-
-    def fts_scores(self, match: str, ids: Sequence[int]) -> dict[int, float]:
-        if not ids:
-            return {}
-        marks = ",".join("?" * len(ids))
-        rows = self.conn.execute(
-            f"select rowid, bm25(chunks_fts) from chunks_fts where chunks_fts match ? and rowid in ({marks})",
-            (match, *ids),
-        ).fetchall()
-        return {int(i): max(0.0, -float(r)) for i, r in rows}
 
     def vec_knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) best first: sqlite-vec's vec0 KNN, or a bounded BLOB scan."""
