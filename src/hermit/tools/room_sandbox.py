@@ -13,7 +13,7 @@ Hermit streams that content in as a tar on a socket; a small shell wrapper unpac
 under `timeout`, kills whatever the command left running, and streams the room's part back out as a
 tar on another socket (a socket, not a pipe: a pipe the wrapper holds could be reopened through
 /proc/<pid>/fd by the command, which runs as the same uid, and fed a tar of its own). Hermit unpacks
-that tar trusting none of it (`unpack`: folders, regular files and links only, within a byte budget) into
+that tar trusting none of it (room_unpack.py `unpack`: folders, regular files and links only, within a byte budget) into
 a staging folder (`.incoming-<pid>-…`) that it holds locked from its making to its removal, so that the next
 run removes one a killed Hermit left, and never one a live Hermit uses (in another pid namespace, say), then merges the changes into the room (rooms.apply_incoming), under the room's lock and only below
 the room's descriptor. So:
@@ -43,7 +43,6 @@ import contextlib
 import hashlib
 import io
 import os
-import posixpath
 import shutil
 import socket
 import stat
@@ -56,9 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from hermit.durable import write_all
 from hermit.errors import HermitError, PathPolicyError, ToolError
-from hermit.locks import left_unheld, make_held_dir
 from hermit.tools import safe_fs
 from hermit.tools.exec_cgroup import CommandCgroup, fallback_limits, find_site, nproc_per_namespace
 from hermit.tools.os_sandbox import (
@@ -73,21 +70,21 @@ from hermit.tools.os_sandbox import (
 )
 from hermit.tools.room_end import SandboxInit, join_while_busy
 from hermit.tools.room_limits import child_limits, tasks_of
+from hermit.tools.room_unpack import MAX_DEPTH as MAX_DEPTH
+from hermit.tools.room_unpack import MAX_PATH_BYTES as MAX_PATH_BYTES
+from hermit.tools.room_unpack import RESERVED_TOP as RESERVED_TOP
+from hermit.tools.room_unpack import STAGING_PREFIX as STAGING_PREFIX
+from hermit.tools.room_unpack import OverBudget as OverBudget
+from hermit.tools.room_unpack import new_staging as new_staging
+from hermit.tools.room_unpack import sweep_staging as sweep_staging
+from hermit.tools.room_unpack import unpack as unpack
 from hermit.tools.rooms import ENTRY_BYTES, Manifest, Merge, SeedEntry, apply_incoming, stamp_of
 from hermit.tools.seccomp import filter_fd, filter_program
 from hermit.tools.views import MEMORY_DIR, ROOM_INSTRUCTIONS, ROOM_ROOT, Located, RoomView
-from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
+from hermit.workspace import BOOTSTRAP_ORDER
 
 SETUP_FAILED = 125  # the wrapper's exit code when it could not unpack the room
-RESERVED_TOP = frozenset({MEMORY_DIR, MEMORY_FILE, *BOOTSTRAP_ORDER})
 MAX_INSTRUCTION_BYTES = 20_000_000  # as the read tool's limit: a larger instruction file is left out
-STAGING_PREFIX = ".incoming-"  # + "<pid>-…" (for people; liveness is its lock): where a merge unpacks what came back
-COPY_CHUNK = 1 << 20
-# What comes back is kept only this deep and this long (the room's own entries excepted): the room's host
-# path plus this stays below PATH_MAX, so the owner's own tools can reach every entry, and walking the room
-# (its quota, the merge) needs few descriptors.
-MAX_DEPTH = 100
-MAX_PATH_BYTES = 3000
 # $1 the workspace (ROOM_ROOT)  $2 seconds  $3 the tasks its user namespace may hold ("": not set here); in the environment
 # (not arguments: `ps` shows those to every user), HERMIT_CWD and the command (os_sandbox.RUN_COMMAND), both
 # unset before it runs. The room comes in on stdin and goes back out on stderr (kept as fd 3, which the command
@@ -115,10 +112,6 @@ def sandbox_uid(configured: int) -> int | None:
     """The uid a sandboxed command runs as: when Hermit is root one no account uses (`configured` unless
     an account has it, os_sandbox.unused_uid), else Hermit's own (None)."""
     return host_uid(configured)
-
-
-class OverBudget(ValueError):
-    """What came back holds more bytes than the room could (`unpack`'s budget): none of it is kept."""
 
 
 class _Hashing(io.RawIOBase):
@@ -383,112 +376,6 @@ def _reason(e: BaseException) -> str:
 
 def _short(name: str) -> str:
     return name if len(name) <= 80 else f"{name[:60]}…({len(name):,} characters)"
-
-
-def new_staging(rooms: Path) -> tuple[Path, int]:
-    """A new staging folder in the rooms folder and its descriptor, held until the descriptor is closed (remove
-    the folder first)."""
-    return make_held_dir(rooms, f"{STAGING_PREFIX}{os.getpid()}-")
-
-
-def sweep_staging(rooms: Path) -> None:
-    """Remove the staging folders (`.incoming-…`) that no process holds: those of Hermit processes killed
-    mid-merge."""
-    for path in left_unheld(rooms, STAGING_PREFIX):
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def unpack(tar: tarfile.TarFile, dir_fd: int, max_entries: int | None = None,
-           keep: Mapping[str, object] | None = None, max_bytes: int | None = None,
-           too_deep: list[str] | None = None) -> list[str]:
-    """Unpack what a sandboxed command handed back below `dir_fd`, trusting none of it: only folders,
-    plain regular files and symlinks that stay inside (by their text) — no sparse member (a few bytes of
-    tar declaring gigabytes), hard link, device, FIFO or contiguous file; no path with `..` or a leading
-    `/`; nothing written through a symlink (safe_fs); permissions without set-id bits or group/other write;
-    at most `max_entries` entries besides those named in `keep` (the room's own: one left out would look
-    deleted). Files are copied in chunks against `max_bytes` for all of them together: past it, the member
-    being copied is removed and OverBudget raised (the caller keeps none of it); no path deeper than
-    MAX_DEPTH parts or longer than MAX_PATH_BYTES besides those in `keep` (added to `too_deep`). Returns the
-    names left out because of the entry limit."""
-    # (Python's own tarfile filters need 3.11.4; Hermit supports any 3.11.)
-    count = 0
-    budget = [max_bytes if max_bytes is not None else -1]
-    over: list[str] = []
-    for m in tar:
-        if not _plain(m):
-            continue
-        name = posixpath.normpath(m.name.lstrip("/")).lstrip("./") if m.name not in (".", "./") else ""
-        if not name or name.startswith("..") or "/../" in f"/{name}/" or name.split("/", 1)[0] in RESERVED_TOP:
-            continue
-        if (keep is None or name not in keep) and (
-                name.count("/") >= MAX_DEPTH or len(name.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES):
-            if too_deep is not None and len(too_deep) < 100:
-                too_deep.append(name)
-            continue
-        if keep is None or name not in keep:
-            count += 1
-        if max_entries is not None and count > max_entries and (keep is None or name not in keep):
-            over.append(name)
-            continue
-        try:
-            if m.isdir():
-                os.close(safe_fs.open_dir(dir_fd, name, create=True))
-            elif m.isfile():
-                src = tar.extractfile(m)
-                if src is not None:
-                    _copy_member(src, dir_fd, name, (m.mode & 0o755) | 0o600, budget)
-            elif m.issym() and _link_stays_inside(name, m.linkname):
-                parts = safe_fs.parts_of(name)
-                parent = safe_fs.open_dir(dir_fd, "/".join(parts[:-1]), create=True)
-                try:
-                    os.symlink(m.linkname, parts[-1], dir_fd=parent)
-                finally:
-                    os.close(parent)
-        except (OSError, HermitError):
-            continue  # a path through a symlink, a name taken twice …: that entry is not kept
-    return over
-
-
-def _plain(m: tarfile.TarInfo) -> bool:
-    """A folder, a plain regular file or a symlink; not sparse in any of tar's spellings (GNU type 'S',
-    the PAX GNU.sparse.* records, which tarfile expands to `m.sparse`)."""
-    if m.type not in (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE):
-        return False
-    return m.sparse is None and not any(k.startswith("GNU.sparse.") for k in m.pax_headers)
-
-
-def _copy_member(src: IO[bytes], dir_fd: int, name: str, mode: int, budget: list[int]) -> None:
-    """Write one member's content to `name` below `dir_fd` (a folder only Hermit writes) in chunks,
-    charging each to `budget[0]` (negative: no budget); past it the partial file is removed."""
-    parts = safe_fs.parts_of(name)
-    parent = safe_fs.open_dir(dir_fd, "/".join(parts[:-1]), create=True)
-    tmp = f".{parts[-1][:80]}.{os.getpid()}.part"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent)
-        try:
-            os.fchmod(fd, mode)
-            while block := src.read(COPY_CHUNK):
-                if budget[0] >= 0:
-                    budget[0] -= len(block)
-                    if budget[0] < 0:
-                        raise OverBudget(f"{name}: more bytes than the room can hold came back")
-                write_all(fd, block, fsync=False)
-        finally:
-            os.close(fd)
-        os.rename(tmp, parts[-1], src_dir_fd=parent, dst_dir_fd=parent)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=parent)
-        raise
-    finally:
-        os.close(parent)
-
-
-def _link_stays_inside(name: str, target: str) -> bool:
-    if not target or target.startswith("/") or "\x00" in target:
-        return False
-    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
-    return resolved != ".." and not resolved.startswith("../")
 
 
 @dataclass(frozen=True)
