@@ -156,9 +156,9 @@ def deleted_in(objs: Iterable[dict[str, Any] | None], ref: str, known: Deleted |
             kept.extend(_texts_of(obj))
         elif obj.get("type") == "custom" and obj.get("customType") == FLUSH_ENTRY:
             message = obj.get("data", {}).get("message") if isinstance(obj.get("data"), dict) else None
-            calls.extend(_note_calls(message, failed, created))
+            calls.extend(_note_calls(message, failed, created, number))
         elif obj.get("type") == "message" and isinstance(message, dict) and message.get("role") == "assistant":
-            calls.extend(_note_calls(message, failed, created))  # a turn's own write or edit: the model took a note
+            calls.extend(_note_calls(message, failed, created, number))  # a turn's own write or edit: a note taken
     if texts:
         return Deleted(ref, Verbatim(tuple(texts), kept), first, tuple(calls))
     return Deleted(ref, Verbatim(known.rule.texts, kept), known.line, tuple(calls)) if known is not None else None
@@ -192,9 +192,9 @@ def deleted_many(objs: Sequence[dict[str, Any] | None], refs: Iterable[str],
             pieces.append(_folded(_texts_of(obj)))
             if obj.get("type") == "custom" and obj.get("customType") == FLUSH_ENTRY:
                 data = obj.get("data")
-                mine = _note_calls(data.get("message") if isinstance(data, dict) else None, failed, created)
+                mine = _note_calls(data.get("message") if isinstance(data, dict) else None, failed, created, number)
             elif obj.get("type") == "message" and isinstance(message, dict) and message.get("role") == "assistant":
-                mine = _note_calls(message, failed, created)
+                mine = _note_calls(message, failed, created, number)
         calls.append(mine)
     out: list[Deleted] = []
     for ref in dict.fromkeys(refs):
@@ -226,40 +226,58 @@ def edit_entry(obj: dict[str, Any] | None) -> tuple[str, str] | None:
     return None
 
 
-def _note_calls(message: Any, failed: frozenset[str] = frozenset(),
-                created: frozenset[str] = frozenset()) -> list[tuple[str, dict[str, Any]]]:
-    """The write and edit calls (NOTE_TOOLS) of an assistant message: what may have added text to a note. Not one
-    whose result was an error (`failed`: it wrote nothing, and what the file holds of its text is someone else's —
-    the owner's own line in MEMORY.md); one with no result yet (killed while it ran) may have written. A call whose
-    result says it created the file (`created`) has CREATED set in its arguments."""
+Call = tuple[int, int]  # a tool call: the line (from 1) of the message that made it, its place among the parts
+
+
+def _note_calls(message: Any, failed: frozenset[Call] = frozenset(), created: frozenset[Call] = frozenset(),
+                number: int = 0) -> list[tuple[str, dict[str, Any]]]:
+    """The write and edit calls (NOTE_TOOLS) of an assistant message, on line `number`: what may have added text to a
+    note. Not one whose result was an error (`failed`: it wrote nothing, and what the file holds of its text is
+    someone else's — the owner's own line in MEMORY.md); one with no result yet (killed while it ran) may have written.
+    A call whose result says it created the file (`created`) has CREATED set in its arguments."""
     out: list[tuple[str, dict[str, Any]]] = []
-    for part in (message.get("content") or ()) if isinstance(message, dict) else ():
+    for index, part in enumerate((message.get("content") or ()) if isinstance(message, dict) else ()):
         if isinstance(part, dict) and part.get("type") == "toolCall" and part.get("name") in NOTE_TOOLS \
-                and isinstance(part.get("arguments"), dict) and part.get("id") not in failed:
+                and isinstance(part.get("arguments"), dict) and (number, index) not in failed:
             arguments = {k: v for k, v in part["arguments"].items() if k != CREATED}
-            if part.get("id") in created:
+            if (number, index) in created:
                 arguments[CREATED] = True
             out.append((part["name"], arguments))
     return out
 
 
-def _call_outcomes(objs: Iterable[dict[str, Any] | None]) -> tuple[frozenset[str], frozenset[str]]:
-    """The ids of the tool calls whose result the lines record as an error (the turns' and the flush's), and of those
-    whose result says they created the file they wrote (tools/files.py's "created …": nothing was there before)."""
-    failed: set[str] = set()
-    created: set[str] = set()
-    for obj in objs:
+def _call_outcomes(objs: Iterable[dict[str, Any] | None]) -> tuple[frozenset[Call], frozenset[Call]]:
+    """The tool calls (the turns' and the flush's) whose result the lines record as an error, and the write calls
+    whose result says they created the file they wrote (tools/files.py's "created …": nothing was there before).
+    A result is the earliest call before it with its id and tool name that has none yet: ids are not unique — a
+    provider that gives none gets `call_<n>` from the client (models/openai_compat.py), the same in every turn, and a
+    model may give one id to two calls — so a result was taken for every call with its id: a failed read sharing a
+    later write's id hid the write's lines from the scrub, and a read of a file starting "created " made a rewrite of
+    the owner's note wholly the turn's."""
+    failed: set[Call] = set()
+    created: set[Call] = set()
+    waiting: dict[tuple[str, Any], list[Call]] = {}  # (id, tool name) -> its calls with no result yet, in order
+    for number, obj in enumerate(objs, start=1):
         if obj is None:
             continue
         message = obj.get("message")
         if obj.get("type") == "custom" and obj.get("customType") == FLUSH_ENTRY and isinstance(obj.get("data"), dict):
             message = obj["data"].get("message")
-        if isinstance(message, dict) and message.get("role") == "toolResult" \
-                and isinstance(message.get("toolCallId"), str):
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "assistant" and isinstance(message.get("content"), list):
+            for index, part in enumerate(message["content"]):
+                if isinstance(part, dict) and part.get("type") == "toolCall" and isinstance(part.get("id"), str):
+                    waiting.setdefault((part["id"], part.get("name")), []).append((number, index))
+        elif message.get("role") == "toolResult" and isinstance(message.get("toolCallId"), str):
+            calls = waiting.get((message["toolCallId"], message.get("toolName")))
+            if not calls:
+                continue
+            call = calls.pop(0)
             if message.get("isError") is True:
-                failed.add(message["toolCallId"])
-            elif user_text(message).startswith("created "):
-                created.add(message["toolCallId"])
+                failed.add(call)
+            elif message.get("toolName") == "write" and user_text(message).startswith("created "):
+                created.add(call)
     return frozenset(failed), frozenset(created)
 
 
