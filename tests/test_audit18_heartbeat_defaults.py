@@ -51,8 +51,9 @@ def raw_config(family: dict[str, Any]) -> dict[str, Any]:
                      {"match": {"channel": "telegram", "account_id": "familybot"}, "agent_id": "family"}]}
 
 
-def beat(home: Path, loaded: LoadedConfig) -> list[tuple[str, str]]:
-    """One heartbeat of each agent (each has a task in HEARTBEAT.md): what was posted where."""
+def beat(home: Path, loaded: LoadedConfig, lasts: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    """One heartbeat of each agent (each has a task in HEARTBEAT.md): what was posted where (each agent's heartbeat
+    status into `lasts`)."""
     clock = SimClock(START)
     rts = {a.id: AgentRuntime(a, FunctionModel(lambda _r, said=SECRET[a.id]: said), clock=clock, fsync=False,
                               home=home) for a in loaded.agents}
@@ -68,6 +69,8 @@ def beat(home: Path, loaded: LoadedConfig) -> list[tuple[str, str]]:
             clock.now += timedelta(minutes=30)
             await service.tick()
             await settle(service)
+            if lasts is not None:
+                lasts.update({a: v["heartbeat"]["last"] for a, v in service.status()["agents"].items()})
         finally:
             await service.stop()
 
@@ -82,8 +85,11 @@ def beat(home: Path, loaded: LoadedConfig) -> list[tuple[str, str]]:
 def test_another_agent_does_not_inherit_the_default_agents_opt_in_to_share_alerts(tmp_path: Path) -> None:
     home = tmp_path / "home"
     loaded = two_agents(home, {})
-    sent = beat(home, loaded)
+    lasts: dict[str, Any] = {}
+    sent = beat(home, loaded, lasts)
     assert not any("FAMILY-CANARY" in text or "4711" in text for _, text in sent), sent
+    assert "set heartbeat.share_alerts_with_target: true to send the alerts there anyway (in agent family's own " \
+           "agents.list entry" in json.dumps(lasts["family"]), lasts  # where its owner's opt-in would go
     assert [(to, "MAIN-ALERT" in text) for to, text in sent] == [(GROUP, True)]  # main's owner opted in
     assert loaded.agent("main").settings.heartbeat.share_alerts_with_target
     assert not loaded.agent("family").settings.heartbeat.share_alerts_with_target

@@ -213,7 +213,9 @@ def withheld_from(loaded: LoadedConfig, agent: AgentConfig, target: Target | Non
         if risk is not None:
             return (f"heartbeat alerts of agent {agent.id} are main-session text and "
                     f"{target.channel}:{target.account_id}:{target.peer_id} reaches {risk}, not only an owner of "
-                    f"agent {agent.id}", WITHHELD_FIX)
+                    f"agent {agent.id}", WITHHELD_FIX if agent.is_default else WITHHELD_FIX + (
+                        f" (in agent {agent.id}'s own agents.list entry: under agents.defaults it is the default "
+                        "agent's only)"))
     who = not_let_in(loaded, target.channel, target.account_id, target.peer_kind, target.peer_id)
     if who is None:
         return None
