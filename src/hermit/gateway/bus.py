@@ -23,6 +23,9 @@ queue is full, filed into the answering session's inbox when its turn starts (at
 attached to the turn's message when the agent's model reads images. A message
 the gateway stopped before running keeps its files staged: Telegram's journal hands it over again after
 the restart.
+
+A sender's delete or edit of a message waiting or recorded is gateway/retract_deleted.py (the Bus's
+`_change_waiting`, `_retract_recorded`, ... methods).
 """
 
 from __future__ import annotations
@@ -31,25 +34,24 @@ import asyncio
 import itertools
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hermit.agent.turn import TurnResult
 from hermit.channels.base import Channel, InboundMessage, OutboundMessage, PublishOutcome, Target, TurnEnd
 from hermit.errors import ChannelError, HermitError
-from hermit.gateway import attachments, retractions
+from hermit.gateway import attachments, retract_deleted
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.deletes_store import DELETES_KEPT as DELETES_KEPT
 from hermit.gateway.deletes_store import DELETES_PER_SENDER as DELETES_PER_SENDER
-from hermit.gateway.deletes_store import RememberedDeletes, Scrub
+from hermit.gateway.deletes_store import RememberedDeletes
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
-from hermit.gateway.retractions import edit_recorded, message_ref, not_run_unscrubbed, ref_in, remember_delete
+from hermit.gateway.retractions import edit_recorded, message_ref, not_run_unscrubbed, remember_delete
 from hermit.gateway.scrub_batch import ScrubBatches
 from hermit.gateway.turn_slots import Kind, Place, TurnSlots
 from hermit.messages import FiledFile, ImagePart, Sender
 from hermit.sessions.keys import is_main_session_key
-from hermit.sessions.retraction import retract_in
 
 log = logging.getLogger("hermit.gateway")
 
@@ -184,143 +186,12 @@ class Bus:
             await deliver_text(channel, Target.of(msg), admission.reply, self._chunk, "pairing")
         return False
 
-    def _change_waiting(self, msg: InboundMessage) -> tuple[Routed, str, _Job | None] | None:
-        """A message its sender deleted or edited on the platform while it waits for its turn: a deleted one is
-        dropped (no turn, its files deleted), an edited one runs with the text as it is now, as its sender
-        expects of a message not answered yet. One whose turn has started is left: it is being answered. For a
-        delete or an edit of one not waiting: what `_retract_recorded` (`edit_recorded`) needs to find it."""
-        if not msg.message_id:
-            return None
-        try:
-            routed = self._route(msg)
-        except HermitError:
-            return None
-        q = self._queues.get((routed.agent_id, routed.session_key))
-        found = False
-        for job in q.waiting if q is not None else ():
-            m = job.msg
-            # A delete may name no author (Discord's, unless cached; a moderator may delete anyone's).
-            if m is None or job.dropped or (m.channel, m.account_id, m.peer_id, m.message_id) != (
-                    msg.channel, msg.account_id, msg.peer_id, msg.message_id) or (
-                    msg.sender_id != m.sender_id and (msg.change == "edited" or msg.sender_id)):
-                continue
-            found = True
-            if msg.change == "deleted":
-                job.dropped = True
-                if job.place is not None:  # waiting for a slot: its place goes to the next turn
-                    job.place.withdraw()
-                attachments.discard(m)
-                log.info("a message waiting in %s was deleted by its sender: not answered", routed.session_key)
-            else:
-                job.text, job.msg = msg.text, replace(m, text=msg.text, mentioned=m.mentioned or msg.mentioned)
-                log.info("a message waiting in %s was edited by its sender: its new text runs", routed.session_key)
-        if found or routed.agent_id not in self.host.runtimes:
-            return None
-        # Answered, or being answered. One taken from the queue whose turn has not recorded it yet (its admission
-        # check, its files being filed, a flush before it) is waited for: looked for before, it was not found,
-        # and its text stayed in use.
-        running = q.running if q is not None else None
-        starting = running if running is not None and running.msg is not None and (
-            running.msg.channel, running.msg.account_id, running.msg.peer_id, running.msg.message_id) == (
-            msg.channel, msg.account_id, msg.peer_id, msg.message_id) else None
-        ref = message_ref(msg, routed.session_key)
-        return (routed, ref, starting) if ref is not None else None
-
-    async def _retract_recorded(self, routed: Routed, ref: str, starting: _Job | None, msg: InboundMessage) -> bool:
-        """Retract a deleted message the session's transcript holds now, before publish returns: the channel
-        then tells the platform the event was handled (Slack's ack and saved event ids; Discord and WhatsApp
-        never send it again), so a retraction left for later (after a running turn) was lost when Hermit was
-        killed meanwhile. The entry
-        may come before lines the running turn still writes: a `retracted` entry hides its message wherever it
-        stands (sessions/entries.py), so one whose turn is starting (`starting`) gets it now too, ahead of its line;
-        it is looked for again once its turn is over (the turn may have started a new session first). A delete that
-        comes after its session ended (/new, a daily or idle reset) retracts it in the key's ended transcript
-        (sessions/retraction.py). The files the message brought are deleted first (attachments.remove_filed): a
-        kill between the two leaves none of them. Those of one whose turn is starting are not filed, or deleted
-        now if they were (`_file`): left for after its turn, a kill during the turn kept them. False when nothing
-        of it was found."""
-        runtime = self.host.runtime(routed.agent_id)
-        remove = self._remover(routed)
-        after = starting.finished if starting is not None else None
-        wants: list[Scrub] = []
-        owner = retractions.owner_sent(self, routed.agent_id, msg)
-
-        def now() -> bool:
-            if starting is not None:
-                with starting.guard:
-                    starting.deleted, early = True, starting.filed
-                if early:
-                    remove(early)
-            record = runtime.store.get(routed.session_key)
-            if record is None:  # no session (a refused sender's chat): nothing to retract, nothing written
-                return False
-            # Parsed only when its bytes name the message: anyone may send deletes, each was a parse of the whole
-            # transcript (35 ms for 5 MB), and a flood of them held the threads the owner's turns need.
-            if after is not None:
-                return retract_in(runtime.store.open_transcript(record), ref, remove, ahead=True)
-            if (here := ref_in(runtime.store.transcript_path(record.session_id), msg, ref, owner)) is not None:
-                # The scrub is wanted in the state dir before the entry hides the message: a kill in between leaves
-                # a want that finds nothing (harmless), never a hidden message whose copies no start scrubs.
-                scrub = (routed.agent_id, routed.session_key, record.session_id)
-                try:
-                    self._deleted.want_scrub(scrub)
-                    wants.append(scrub)  # its copies go in the session's next batch (gateway/scrub_batch.py)
-                except OSError:  # not in the state dir: scrubbed now, as a kill would otherwise leave it
-                    log.exception("could not write a delete's scrub to the state dir: scrubbing it now")
-                if retract_in(runtime.store.open_transcript(record), here, remove, scrub=not wants):
-                    return True
-            return runtime.retract_ended(routed.session_key, ref, remove, current=record.session_id) or (
-                (also := retractions.old_ref(msg, ref, owner)) is not None
-                and runtime.retract_ended(routed.session_key, also, remove, current=record.session_id))
-
-        try:
-            try:
-                async with self._looking:  # one at a time: a flood of deletes holds one of the threads, not all
-                    found = await asyncio.to_thread(now)
-            finally:
-                for scrub in wants:  # held or not (named in a reply only), raised or not: the batch settles it
-                    self.scrubs.want(scrub)
-            if found:
-                log.info("a message in %s was deleted by its sender: its text is retracted", routed.session_key)
-                q = self._queues.get((routed.agent_id, routed.session_key))
-                running = q.running if q is not None else None
-                if after is None and running is not None:
-                    # A turn running now had the message in its context and may quote it in what it still
-                    # writes: once it is over, the retraction runs again and scrubs those copies too (the
-                    # scrub keeps what it found: sessions/scrub.py).
-                    self._later(routed, ref, running.finished)
-                return True
-        except Exception:  # noqa: BLE001 - the platform's event is handled; the later look may still do it
-            log.exception("could not retract a deleted message in %s", routed.session_key)
-            return True
-        if after is None:
-            return False  # not in the session now, and no turn of it is starting: nothing of it to retract
-        self._later(routed, ref, after)
-        return True
-
-    def _later(self, routed: Routed, ref: str, after: asyncio.Event) -> None:
-        """Retract `ref` again once `after` is set (a turn of the session is over)."""
-        task = asyncio.create_task(self._retract(routed, ref, after))
-        self._retractions.add(task)
-        task.add_done_callback(self._retractions.discard)
-
-    async def _retract(self, routed: Routed, ref: str, after: asyncio.Event | None = None) -> None:
-        runtime = self.host.runtime(routed.agent_id)
-        try:
-            if after is not None:
-                await after.wait()
-            # A chat without a session (a refused sender's, a thread never answered in) has nothing to retract,
-            # and retracting takes the session's lock, whose file stays: one per such chat, without end.
-            if await asyncio.to_thread(runtime.store.get, routed.session_key) is None:
-                return
-            if await asyncio.to_thread(runtime.retract, routed.session_key, ref, self._remover(routed)):
-                log.info("a message in %s was deleted by its sender: its text is retracted", routed.session_key)
-        except Exception:  # noqa: BLE001 - a background task: logged, the gateway goes on
-            log.exception("could not retract a deleted message in %s", routed.session_key)
-
-    def _remover(self, routed: Routed) -> Callable[[Sequence[FiledFile]], None]:
-        runtime = self.host.runtime(routed.agent_id)
-        return lambda files: attachments.remove_filed(runtime, routed.session_key, files)
+    # A sender's delete or edit of a message waiting or recorded (gateway/retract_deleted.py).
+    _change_waiting = retract_deleted.change_waiting
+    _retract_recorded = retract_deleted.retract_recorded
+    _later = retract_deleted.later
+    _retract = retract_deleted.retract
+    _remover = retract_deleted.remover
 
     def _chosen(self, msg: InboundMessage) -> Routed:
         """The session the web chat chose, in the agent it resolved (AgentHost.holder)."""
