@@ -17,6 +17,8 @@ history.describe_session marks "chat" can be written to, the others answer `read
 
 Files the page sends with a message (`chat.upload`, then `chat.send {files}`) are uploads.py's; `tickets.create`
 (the page's "Sign in a phone": a new one-time link a phone can reach, with its QR code) is phone.py's.
+What the pages read of the sessions (chat.history, chat.image, sessions.list) and how each tab follows the session
+it shows (live sessions) is webchat_sessions.py's.
 """
 
 from __future__ import annotations
@@ -34,20 +36,11 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from hermit.channels.base import Attachment
 from hermit.channels.webchat import WebchatChannel
-from hermit.errors import HermitError, SessionError
+from hermit.errors import HermitError
+from hermit.gateway import webchat_sessions
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.attachments import MAX_IMAGE_BYTES
 from hermit.gateway.console import Console
-from hermit.gateway.history import (
-    EndReason,
-    chat_history,
-    describe_session,
-    end_reason,
-    ended_session,
-    ended_sessions,
-    list_sessions,
-    session_image,
-)
 from hermit.gateway.image_index import PhotoIndex
 from hermit.gateway.phone import phone_sign_in
 from hermit.gateway.protocol import (
@@ -61,7 +54,6 @@ from hermit.gateway.protocol import (
     ChallengeParams,
     ConnectParams,
     HistoryParams,
-    ImageParams,
     NewParams,
     ProtocolError,
     Request,
@@ -330,185 +322,26 @@ class WebchatApi:
             return self._sessions(p.all)
         return {"chat.image": self._image, "sessions.list": listing}
 
-    def _image(self, params: ImageParams) -> dict[str, Any]:
-        """chat.image: an image of a user turn of one of the owner's own sessions (as chat.history gives images
-        only of those), found in that session's transcript by the SHA-256 of its bytes."""
-        agent_id, key = self._locate(params.session_key, params.agent_id)
-        view = describe_session(key, self._owner_dm)
-        if view["mode"] != "chat":
-            raise ProtocolError("read_only", f"{key} is not one of your own sessions: its photos are not sent "
-                                "to the page", "open the main session (or one of your own) to see your photos")
-        try:
-            runtime = self.host.runtime(agent_id)
-            found = session_image(runtime.store, key, params.session_id, params.sha256, self.photos,
-                                  runtime.agent.workspace / "inbox")
-        except SessionError as e:
-            raise ProtocolError("bad_params", e.message, e.hint) from None
-        if found is None:
-            raise ProtocolError("not_found", f"no photo {params.sha256[:12]}… in a message of {key}",
-                                "ask only for what chat.history of that session named")
-        return found
+    # The session reads (chat.history, chat.image, sessions.list) and live sessions: gateway/webchat_sessions.py.
+    _image = webchat_sessions.image
+    _locate = webchat_sessions.locate
+    _writable = webchat_sessions.writable
+    _end_reason = webchat_sessions.agent_end_reason
+    _ended = webchat_sessions.ended
+    _history = webchat_sessions.history
+    _state = webchat_sessions.state
+    _follow = webchat_sessions.follow
+    _waiting = webchat_sessions.waiting
+    _look = webchat_sessions.look
+    _watch_sessions = webchat_sessions.watch_sessions
+    _sessions = webchat_sessions.sessions
+    _tell = staticmethod(webchat_sessions.tell)
 
     def _owner_dm(self, key: SessionKey) -> bool:
         return self.console is not None and self.console.owner_dm(key)
 
-    def _locate(self, key: str | None, agent_id: str | None) -> tuple[str, str]:
-        """(agent id, session key) of a session the page names; ProtocolError for one no agent here has."""
-        if key is None:
-            return self.default_agent, self.default_session
-        named = agent_id_of(key)
-        if named is not None:
-            if named in self.host.runtimes and agent_id in (None, named):
-                return named, key
-        else:  # `cron:<job>` or a CLI name: the agent whose store holds it
-            for a in [agent_id] if agent_id else sorted(self.host.runtimes):
-                runtime = self.host.runtimes.get(a or "")
-                if runtime is not None and runtime.store.get(key) is not None:
-                    return runtime.agent.id, key
-        raise ProtocolError("bad_params", f"unknown session {key!r}", "pick a session from sessions.list")
-
-    def _writable(self, key: str, agent_id: str | None, session_id: str | None = None) -> tuple[str, str]:
-        """(agent, key) of a session the page may write to; `read_only` for one that may only be read, and for
-        `session_id` naming a session of the key that has ended (a tab still showing it)."""
-        found = self._locate(key, agent_id)
-        view = describe_session(found[1], self._owner_dm)
-        if view["mode"] != "chat":
-            raise ProtocolError("read_only", f"{found[1]} is read-only in the web app: {view['why']}",
-                                "open the main session (or one of your own) to talk to the assistant")
-        if session_id is not None:
-            record = self.host.runtime(found[0]).store.get(found[1])
-            if record is None or record.session_id != session_id:
-                ended = self._ended(found[0], found[1], session_id)
-                why = ended["why"] if ended else "this session has ended; nothing more can be added to it"
-                raise ProtocolError("read_only", f"{found[1]} is read-only: {why}",
-                                    "open the chat's current session to go on")
-        return found
-
-    def _end_reason(self, agent_id: str) -> EndReason:
-        runtime = self.host.runtime(agent_id)
-        return end_reason(runtime.store, runtime.agent.settings.session, runtime.timezone)
-
-    def _ended(self, agent_id: str, key: str, session_id: str) -> dict[str, Any] | None:
-        return ended_session(self.host.runtime(agent_id).store, agent_id, key, session_id, self._owner_dm,
-                             self._end_reason(agent_id))
-
-    def _history(self, agent_id: str, key: str, params: HistoryParams) -> dict[str, Any]:
-        """chat.history: the current session of the key, or (`sessionId`) one of its sessions, read-only with
-        when and why it ended once it has. The current one comes with its `version` and `busy` (a turn running),
-        taken before the transcript is read: a line written meanwhile makes the next look differ."""
-        version, busy = self._state(agent_id, key)
-        view = describe_session(key, self._owner_dm)
-        try:
-            # Images only of the owner's own sessions (main, the owner's DMs, CLI names): a group's or a
-            # contact's history shows their turns as text, as it always has.
-            mine = view["mode"] == "chat"
-            runtime = self.host.runtime(agent_id)
-            payload = chat_history(runtime.store, key, params.limit, params.session_id,
-                                   images=(params.images or params.image_refs) and mine, image_refs=params.image_refs,
-                                   photos=self.photos, inbox=runtime.agent.workspace / "inbox" if mine else None)
-        except SessionError as e:  # a session id that is no session of this key (any more)
-            raise ProtocolError("bad_params", e.message, e.hint) from None
-        payload.update(agentId=agent_id, **view)
-        ended = self._ended(agent_id, key, params.session_id) if params.session_id is not None else None
-        if ended is not None:
-            payload.update(mode="read-only", why=ended["why"], ended={
-                k: ended[k] for k in ("startedAt", "endedAt", "reason", "messages", "bytes")})
-        else:
-            payload.update(version=version, busy=busy)
-        return payload
-
-    # ---- live sessions: every tab showing a session follows it -------------------------------------------
-    # A session changes from this gateway (another tab, a channel, cron) and from other processes (`hermit chat`
-    # on the same session), and the transcript is where every one of them writes: so the gateway looks at the
-    # transcript (its size, under the session's current id) of each session a page shows, and tells that page
-    # `session.changed` when it differs from what the page last loaded (or was told), and every page
-    # `sessions.changed` when an agent's sessions.json changed (the list, its unread marks). A page then loads
-    # the history again; the page that sent a message ignores the changes of its own turn and loads once at its end.
-
+    # ---- live sessions: every tab showing a session follows it (gateway/webchat_sessions.py) ----------
     watch_interval = 0.5  # seconds between looks; a stat per shown session and per agent each time
-
-    def _state(self, agent_id: str, key: str) -> tuple[str, bool]:
-        """(version, busy) of a session's current transcript: `<sessionId>:<size>` ("" when it has none yet),
-        and whether a turn runs in it in this gateway now."""
-        runtime = self.host.runtimes.get(agent_id)
-        if runtime is None:
-            return "", False
-        record = runtime.store.get(key)
-        version = ""
-        if record is not None:
-            try:
-                version = f"{record.session_id}:{runtime.store.transcript_path(record.session_id).stat().st_size}"
-            except OSError:
-                version = f"{record.session_id}:0"
-        return version, runtime.session_busy(key)
-
-    def _follow(self, sock: _Socket, agent_id: str, key: str, history: dict[str, Any]) -> None:
-        """The session a chat.history showed is the one the socket follows if it is current (an ended one does
-        not change), with `waiting` taken now (a turn of it waits for a turn slot)."""
-        if "version" not in history:
-            sock.viewing = sock.seen = None
-            return
-        history["waiting"] = self._waiting(agent_id, key)
-        sock.viewing = (agent_id, key)
-        sock.seen = (history["version"], history["busy"], history["waiting"])
-
-    def _waiting(self, agent_id: str, key: str) -> bool:
-        """Whether the session's next turn waits for a turn slot now; on the event loop, as the bus is."""
-        return self.slot_wait is not None and self.slot_wait(agent_id, key)
-
-    def _look(self, shown: set[tuple[str, str]]) -> tuple[dict[tuple[str, str], tuple[str, bool]], dict[str, Any]]:
-        stores: dict[str, Any] = {}
-        for agent_id, runtime in self.host.runtimes.items():
-            try:
-                st = runtime.store.path.stat()
-                stores[agent_id] = (st.st_size, st.st_mtime_ns)
-            except OSError:
-                stores[agent_id] = None
-        return {v: self._state(*v) for v in shown}, stores
-
-    async def _watch_sessions(self) -> None:
-        stores: dict[str, Any] | None = (await asyncio.to_thread(self._look, set()))[1]  # as the first page found it
-        while self._sockets:
-            await asyncio.sleep(self.watch_interval)
-            try:
-                looked, now = await asyncio.to_thread(self._look, {s.viewing for s in self._sockets if s.viewing})
-                states = {v: (*looked[v], self._waiting(*v)) for v in looked}
-                for sock in list(self._sockets):
-                    state = states.get(sock.viewing) if sock.viewing else None
-                    if state is not None and state != sock.seen and sock.viewing is not None:
-                        sock.seen = state
-                        agent_id, key = sock.viewing
-                        await self._tell(sock, "session.changed", {"sessionKey": key, "agentId": agent_id,
-                                                                   "version": state[0], "busy": state[1],
-                                                                   "waiting": state[2]})
-                    if stores is not None and now != stores:
-                        await self._tell(sock, "sessions.changed", {})
-                stores = now
-            except Exception:  # noqa: BLE001 - supervision boundary: the pages still work, only not live
-                log.exception("web app session watch failed; looking again")
-
-    @staticmethod
-    async def _tell(sock: _Socket, event: str, payload: dict[str, Any]) -> None:
-        try:
-            await sock.send_event(event, payload)
-        except Exception as e:  # noqa: BLE001 - a socket closing now: its endpoint cleans up
-            log.debug("web app event %s not delivered: %s", event, e)
-
-    def _sessions(self, everything: bool) -> dict[str, Any]:
-        """sessions.list: the current sessions; with `everything`, the ended ones too (`ended`) and on each
-        current session `earlier`, how many of its key's sessions ended before it."""
-        stores = {a: r.store for a, r in self.host.runtimes.items()}
-        sessions = list_sessions(stores, self._owner_dm)
-        if not everything:
-            return {"sessions": sessions}
-        ended = [e for a in sorted(stores) for e in ended_sessions(stores[a], a, self._owner_dm, self._end_reason(a))]
-        ended.sort(key=lambda e: str(e["endedAt"]), reverse=True)
-        counts: dict[tuple[str, str], int] = {}
-        for e in ended:
-            counts[(e["agentId"], e["key"])] = counts.get((e["agentId"], e["key"]), 0) + 1
-        for s in sessions:
-            s["earlier"] = counts.get((s["agentId"], s["key"]), 0)
-        return {"sessions": sessions, "ended": ended}
 
     async def _dispatch(self, sock: _Socket, client_id: str, req: Request) -> None:
         try:
