@@ -495,12 +495,15 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
         print("nothing changed")
         return 0
 
+    sandboxed: list[str] = []  # the line saying setup sandboxed the agent's main session (setup_agent.py)
+
     def updated(current: ConfigText) -> tuple[str, LoadedConfig]:
         new_text = set_values(current.text, plan.updates, is_yaml=current.is_yaml, source=str(current.path))
         data, where = parse_config_text(new_text, str(current.path), current.is_yaml)
         if plan.agent is not None:
-            new_text = for_agent(new_text, is_yaml=current.is_yaml, source=str(current.path), agent_id=plan.agent,
-                                 model_ref=plan.model_ref, account=plan.account)
+            new_text, note = for_agent(new_text, is_yaml=current.is_yaml, source=str(current.path),
+                                       agent_id=plan.agent, model_ref=plan.model_ref, account=plan.account)
+            sandboxed[:] = [note] if note else []
             data, where = parse_config_text(new_text, str(current.path), current.is_yaml)
         return new_text, build_config(data, ctx.paths, current.path, where)  # a bad id or URL: before saving
 
@@ -525,7 +528,7 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     print(f"updated {path}" + (f": model {plan.model_ref}{mine}" if plan.model_ref else "")
           + (f"{';' if plan.model_ref else ':'} channel account {plan.channel}" if plan.channel else "")
           + (f", answered by agent {plan.agent}" if plan.agent and plan.channel else ""))
-    for note in [*plan.notes, after_change_note(ctx.home)]:
+    for note in [*plan.notes, *sandboxed, after_change_note(ctx.home)]:
         if note:
             print(f"note: {note}")
     # Without a model the gateway does not start ("no language model is configured"): that step comes first.
