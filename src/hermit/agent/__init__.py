@@ -7,8 +7,9 @@ without the runtime, the model clients and the tools.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hermit.lazy import names_from
 
 if TYPE_CHECKING:
     from hermit.agent.compaction import CompactionOutcome, compaction_budget
@@ -52,12 +53,7 @@ _WHERE = {
     "TurnContext": "turn", "TurnResult": "turn", "resolve_timezone": "turn",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hermit.agent' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"hermit.agent.{module}"), name)
+__getattr__ = names_from(__name__, _WHERE)
 
 
 __all__ = [

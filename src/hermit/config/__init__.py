@@ -6,8 +6,9 @@ its arguments without loading pydantic and the schema.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hermit.lazy import names_from
 
 if TYPE_CHECKING:
     from hermit.config.load import AgentConfig, LoadedConfig, load_config, parse_config_text
@@ -20,12 +21,7 @@ _WHERE = {
     "HermitConfig": "schema", "MemorySearchConfig": "schema",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hermit.config' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"hermit.config.{module}"), name)
+__getattr__ = names_from(__name__, _WHERE)
 
 
 __all__ = [

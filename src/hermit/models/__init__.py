@@ -6,8 +6,9 @@ the agent's context) loads no provider client (httpx); only building a model doe
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hermit.lazy import names_from
 
 if TYPE_CHECKING:
     from hermit.models.anthropic import AnthropicModel
@@ -34,12 +35,7 @@ _WHERE = {
     "parse_model_ref": "registry",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hermit.models' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"hermit.models.{module}"), name)
+__getattr__ = names_from(__name__, _WHERE)
 
 
 __all__ = [

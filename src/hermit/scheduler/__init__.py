@@ -9,8 +9,9 @@ service without the host's agent runtime (the model clients, the tools, numpy).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hermit.lazy import names_from
 
 if TYPE_CHECKING:
     from hermit.scheduler.control import CronJobs
@@ -24,12 +25,7 @@ _WHERE = {
     "SchedulerService": "service", "JobStore": "store",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hermit.scheduler' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"hermit.scheduler.{module}"), name)
+__getattr__ = names_from(__name__, _WHERE)
 
 
 __all__ = ["CronJobs", "Job", "JobStore", "LocalHost", "SchedulerHost", "SchedulerService", "TurnOutcome"]

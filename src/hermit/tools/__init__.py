@@ -13,8 +13,9 @@ cron and doctor) load without the memory service, the model clients and numpy th
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hermit.lazy import names_from
 
 if TYPE_CHECKING:
     from hermit.tools.base import (
@@ -47,12 +48,7 @@ _WHERE = {
     "TranscriptTools": "transcript_tools", "build_toolset": "toolset", "RoomView": "views",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hermit.tools' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"hermit.tools.{module}"), name)
+__getattr__ = names_from(__name__, _WHERE)
 
 
 __all__ = [
