@@ -89,7 +89,13 @@ MAX_INSTRUCTION_BYTES = 20_000_000  # as the read tool's limit: a larger instruc
 # (not arguments: `ps` shows those to every user), HERMIT_CWD and the command (os_sandbox.RUN_COMMAND), both
 # unset before it runs. The room comes in on stdin and goes back out on stderr (kept as fd 3, which the command
 # does not get); the command's stdout and stderr are the wrapper's stdout. Everything the command leaves running
-# is killed before the room is packed, so the packed room is what it finally wrote.
+# is killed before the room is packed, so the packed room is what it finally wrote. The pack names the room's top
+# entries itself rather than pass tar `--exclude`s: GNU tar checks every leading part of every path against each of
+# them, which made a folder nested 500 deep take minutes to pack. It gets what is left of the command's time, at least
+# PACK_SECONDS, and ends with PACKED only when tar finished: Hermit keeps nothing of a pack that was cut short (the
+# room's deletions are the entries missing from it).
+PACK_SECONDS = 5
+PACKED = b"\nhermit: the room is packed\n"
 WRAPPER = r"""
 exec 3>&2 2>/dev/null
 cd "$1" && tar -xf - --no-same-owner || { echo "hermit: the sandbox could not be prepared"; exit 125; }
@@ -99,11 +105,24 @@ if [ -n "$3" ]; then
 fi
 cd "$HERMIT_CWD" || cd "$1"
 unset HERMIT_CWD
+start=$(date +%s)
 timeout -k 2 "$2" /bin/sh -c '""" + RUN_COMMAND + r"""' 2>&1 3>&-
 rc=$?
 kill -KILL -1
-cd "$1" && tar -cf - --exclude=./memory --exclude=./MEMORY.md """ + " ".join(
-    f"--exclude=./{n}" for n in BOOTSTRAP_ORDER) + r""" . >&3
+now=$(date +%s)
+left=$(( $2 - ${now:-0} + ${start:-0} ))
+[ "$left" -ge """ + str(PACK_SECONDS) + r""" ] || left=""" + str(PACK_SECONDS) + r"""
+cd "$1" || exit $rc
+set --
+for f in ./* ./.[!.]* ./..?*; do
+  case $f in """ + "|".join(f"./{n}" for n in ("memory", "MEMORY.md", *BOOTSTRAP_ORDER)) + r""") continue ;; esac
+  if [ -e "$f" ] || [ -h "$f" ]; then set -- "$@" "$f"; fi
+done
+if timeout -k 1 "$left" tar -cf - -T /dev/null "$@" >&3; then
+  printf '""" + PACKED.decode().replace("\n", "\\n") + r"""' >&3
+else
+  echo "hermit: the room could not be handed back within the command's time"
+fi
 exit $rc
 """
 
@@ -330,10 +349,22 @@ class RoomRun:
             if self.group is not None:
                 self.group.remove()
 
+    def _packed(self) -> bool:
+        """The wrapper's tar finished (WRAPPER: PACKED follows it): a pack cut short is never merged."""
+        if self.out_bytes < len(PACKED):
+            return False
+        self.spool.seek(-len(PACKED), os.SEEK_END)
+        done = self.spool.read() == PACKED
+        self.spool.seek(0)
+        return done
+
     def _apply(self) -> Merge | str:
         self.spool.seek(0)
         if not self.out_bytes:
             return Merge([], [])
+        if not self._packed():
+            return ("[the command's files were not kept: the room was not handed back in full in the command's time "
+                    "— what the room held before is unchanged]")
         room = self.sandbox.view.room
         # Held from its making to its removal: what a killed process left is removed by the next run
         # (sweep_staging), never what a live one uses.

@@ -72,7 +72,9 @@ def unpack(tar: tarfile.TarFile, dir_fd: int, max_entries: int | None = None,
     for m in tar:
         if not _plain(m):
             continue
-        name = posixpath.normpath(m.name.lstrip("/")).lstrip("./") if m.name not in (".", "./") else ""
+        # normpath drops a leading "./" (and only that: `.lstrip("./")` made `.hidden` `hidden`, and lost `.hidden`)
+        name = posixpath.normpath(m.name.lstrip("/")) if m.name.strip("/") else ""
+        name = "" if name == "." else name
         if not name or name.startswith("..") or "/../" in f"/{name}/" or name.split("/", 1)[0] in RESERVED_TOP:
             continue
         if (keep is None or name not in keep) and (
