@@ -10,7 +10,6 @@ through the real runtime and its write/edit tools, as this uid and (as root) as 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,13 +17,12 @@ from typing import Any
 import pytest
 
 import crashharness as ch
-from agenthelpers import fixed_clock, load_offline
+from agenthelpers import load_offline
 from hermit.agent.runtime import AgentRuntime
-from hermit.models.base import ModelProfile, ModelRequest
+from hermit.models.base import ModelRequest
 from hermit.sessions.keys import main_session_key
-from hermit.testing import FunctionModel
 from hermit.testing.scripted import Reply
-from hermit.tools.os_sandbox import Backend
+from outside_editor import save_as_an_editor, scripted_runtime
 
 MAIN = main_session_key("main")
 CODE = "QX81TR44"
@@ -43,32 +41,7 @@ def runtime(home: Path, calls: list[dict[str, Any]]) -> AgentRuntime:
             return "Noted."
         return {"tool_calls": calls} if CODE in str(last.get("content")) else "ok"
 
-    agent = load_offline(home).agent()
-    return AgentRuntime(agent, FunctionModel(model, profile=ModelProfile("scripted", "x", context_window=200_000)),
-                        memory=None, clock=fixed_clock, fsync=True, home=home,
-                        sandbox_backend=Backend(None, None, "test"))
-
-
-def editor_save(path: Path, how: str) -> None:
-    """A second process saves `path` with SAVED added, as an editor does (its own read of the file, then a rename of
-    its temp over it, or a rewrite in place), and exits; returns once it has."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            text = path.read_text() + SAVED + "\n"
-            if how == "rename":
-                tmp = path.with_name(f".{path.name}.editor~")
-                tmp.write_text(text)
-                os.replace(tmp, path)
-            else:
-                with open(path, "r+") as f:
-                    f.truncate(0)
-                    f.write(text)
-            os._exit(0)
-        except BaseException:  # noqa: BLE001 - the child reports by its exit status
-            os._exit(1)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    return scripted_runtime(home, model)
 
 
 def racing(target: Path, how: str) -> Callable[[], None]:
@@ -83,7 +56,7 @@ def racing(target: Path, how: str) -> Callable[[], None]:
         got = real(path, *args, **kwargs)
         if not fired and Path(path) == target:
             fired.append(True)
-            editor_save(target, how)
+            save_as_an_editor(target, how, SAVED)
         return got
 
     owner_notes.read_regular_stat = read
@@ -156,7 +129,7 @@ def test_a_note_an_editor_saves_at_every_read_is_left_whole_and_said(tmp_path: P
         got = real(path, *args, **kwargs)
         if Path(path) == target:
             saves.append(1)
-            editor_save(target, "rename")
+            save_as_an_editor(target, "rename", SAVED)
         return got
 
     owner_notes.read_regular_stat = read

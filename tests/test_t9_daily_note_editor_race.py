@@ -12,7 +12,6 @@ write tool, as this uid and (as root) as uid 65534.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,12 @@ from typing import Any
 import pytest
 
 import crashharness as ch
-from agenthelpers import NOW, fixed_clock, load_offline
+from agenthelpers import NOW, load_offline
 from hermit.agent.runtime import AgentRuntime
-from hermit.models.base import ModelProfile, ModelRequest
+from hermit.models.base import ModelRequest
 from hermit.sessions.keys import main_session_key
-from hermit.testing import FunctionModel
 from hermit.testing.scripted import Reply
-from hermit.tools.os_sandbox import Backend
+from outside_editor import save_as_an_editor, scripted_runtime
 
 CODE = "QX81TR44"
 SECRET = f"the locker code is {CODE}, at the blue harbour gym"
@@ -50,32 +48,7 @@ def runtime(home: Path) -> AgentRuntime:
                                                                      "append": True}}]}
         return "ok"
 
-    agent = load_offline(home).agent()
-    return AgentRuntime(agent, FunctionModel(model, profile=ModelProfile("scripted", "x", context_window=200_000)),
-                        memory=None, clock=fixed_clock, fsync=True, home=home,
-                        sandbox_backend=Backend(None, None, "test"))
-
-
-def editor_save(path: Path, how: str) -> None:
-    """A second process saves `path` with SAVED added, as an editor does (its own read of the file, then a rename of
-    its temp over it, or a rewrite in place), and exits; returns once it has."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            text = path.read_text() + SAVED + "\n"
-            if how == "rename":
-                tmp = path.with_name(f".{path.name}.editor~")
-                tmp.write_text(text)
-                os.replace(tmp, path)
-            else:
-                with open(path, "r+") as f:
-                    f.truncate(0)
-                    f.write(text)
-            os._exit(0)
-        except BaseException:  # noqa: BLE001 - the child reports by its exit status
-            os._exit(1)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    return scripted_runtime(home, model)
 
 
 def hooked_reads(target: Path, on_read: Callable[[], None]) -> Callable[[], int]:
@@ -129,7 +102,7 @@ def test_an_editor_saving_a_daily_note_mid_scrub_keeps_its_save(home: Path, uid:
         def once() -> None:
             if not fired:
                 fired.append(True)
-                editor_save(note, how)
+                save_as_an_editor(note, how, SAVED)
         undo = hooked_reads(note, once)
         rt = runtime(home)
         try:
@@ -166,7 +139,7 @@ def test_a_daily_note_an_editor_saves_at_every_read_is_left_whole_and_said(
     rt.run_turn(session, SECRET, ref=ref)
     rt.close()
     note = (ws / DAY).resolve()
-    undo = hooked_reads(note, lambda: editor_save(note, "rename"))
+    undo = hooked_reads(note, lambda: save_as_an_editor(note, "rename", SAVED))
     rt = runtime(home)
     try:
         with caplog.at_level("WARNING", logger="hermit.agent"):
