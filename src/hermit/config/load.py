@@ -135,7 +135,7 @@ def build_config(
     chosen = default_ids[0] if default_ids else (
         DEFAULT_AGENT_ID if DEFAULT_AGENT_ID in seen else agents[0].id
     )
-    agents = [a if a.id == chosen else _own_alert_sharing(_own_extra_paths(a, raws[a.id]), raws[a.id]) for a in agents]
+    agents = [a if a.id == chosen else _own_opt_ins(_own_extra_paths(a, raws[a.id]), raws[a.id]) for a in agents]
     _one_each(agents, paths.home, src)
     for a in agents:
         if (problem := agent_paths_problem(a, f"{src}: agent '{a.id}':")) is not None:
@@ -292,15 +292,33 @@ def _own_extra_paths(a: AgentConfig, raw: dict[str, Any]) -> AgentConfig:
     return dataclasses.replace(a, settings=a.settings.model_copy(update={"memory_search": search}))
 
 
-def _own_alert_sharing(a: AgentConfig, raw: dict[str, Any]) -> AgentConfig:
-    """Agent `a` (not the default agent) without the opt-in to share heartbeat alerts that only agents.defaults
-    gives. Alerts are main-session text, and the opt-in is its owner's: inherited, a relative's agent added later
-    posted theirs (HEARTBEAT.md, MEMORY.md) to the default agent's owner's group. Its own entry may opt in."""
-    hb = raw.get("heartbeat")
-    if not a.settings.heartbeat.share_alerts_with_target or (isinstance(hb, dict) and "share_alerts_with_target" in hb):
-        return a
-    heartbeat = a.settings.heartbeat.model_copy(update={"share_alerts_with_target": False})
-    return dataclasses.replace(a, settings=a.settings.model_copy(update={"heartbeat": heartbeat}))
+# Opt-ins that widen who reaches an agent's private text or its machine: (section, key, is the value looser
+# than the built-in one, the schema's default). Given only under agents.defaults, such an opt-in is the default
+# agent's alone (docs/security.md): another agent, e.g. a relative's family bot whose main session is the
+# relative's, falls back to the built-in unless its own agents.list entry sets it. A stricter value (sandbox.mode
+# all) stays every agent's.
+_DEFAULT_AGENTS_OPT_INS: tuple[tuple[str, str, typing.Callable[[object], bool]], ...] = (
+    # alerts are main-session text (HEARTBEAT.md, MEMORY.md); inherited, they went to the owner's family group
+    ("heartbeat", "share_alerts_with_target", bool),
+    # contacts' DMs in the main session: its MEMORY.md, owner-only notes and an unsandboxed shell
+    ("session", "dangerously_share_main_session_with_contacts", bool),
+    # off: contacts' and groups' sessions run exec and file tools unsandboxed as Hermit's uid
+    ("sandbox", "mode", lambda mode: mode == "off"),
+)
+
+
+def _own_opt_ins(a: AgentConfig, raw: dict[str, Any]) -> AgentConfig:
+    """Agent `a` (not the default agent) without the opt-ins in _DEFAULT_AGENTS_OPT_INS that only agents.defaults
+    gives: each set back to its built-in value (the schema's default) unless `a`'s own entry (`raw`) sets it."""
+    settings = a.settings
+    for section, key, looser in _DEFAULT_AGENTS_OPT_INS:
+        own = raw.get(section)
+        current = getattr(settings, section)
+        if not looser(getattr(current, key)) or (isinstance(own, dict) and key in own):
+            continue
+        built_in = type(current).model_fields[key].default
+        settings = settings.model_copy(update={section: current.model_copy(update={key: built_in})})
+    return a if settings is a.settings else dataclasses.replace(a, settings=settings)
 
 
 def _extra_paths_are_its_own(a: AgentConfig, agents: list[AgentConfig], home: Path, src: object) -> None:
