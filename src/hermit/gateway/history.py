@@ -38,6 +38,7 @@ from hermit.agent.speakers import recorded_sender, speaker
 from hermit.config.schema import SessionConfig
 from hermit.errors import SessionError
 from hermit.gateway.image_index import (
+    Inbox,
     PhotoIndex,
     Photos,
     digest,
@@ -131,15 +132,15 @@ HISTORY_IMAGE_BUDGET = 12 * 1024 * 1024
 
 def chat_history(store: SessionStore, session_key: str, limit: int, session_id: str | None = None, *,
                  images: bool = False, image_refs: bool = False, photos: PhotoIndex | None = None,
-                 inbox: Path | None = None) -> dict[str, Any]:
+                 inbox: Inbox | None = None) -> dict[str, Any]:
     """The session's user/assistant messages, newest `limit` items (`total`: how many there are). With
     `session_id`, that session of the key, current or ended (SessionError when the sessions dir holds no such
     transcript of this key: a page names only what sessions.list gave it). `images`: with the images of its
     user turns (HISTORY_IMAGE_BUDGET), for the owner's own sessions only (the caller's to decide); with
     `image_refs`, only named (`{mediaType, sha256, size}`: session_image brings one), with no budget, and where
-    each is left in `photos` for session_image (gateway/image_index.py); with `inbox` (the owner's workspace
-    inbox), a photo the owner sent that the transcript records only as filed there (a model that reads text only
-    was not shown it) is named too, as long as inbox/ still holds it (image_index.own_uploads)."""
+    each is left in `photos` for session_image (gateway/image_index.py); with `inbox` (the session's own inbox:
+    the workspace's, or its room's), a photo the owner sent that the transcript records only as filed there (a
+    model that reads text only was not shown it) is named too, as long as it still holds it (image_index.own_uploads)."""
     where = _where(store, session_key, session_id)
     if where is None:
         return {"sessionKey": session_key, "sessionId": None, "messages": [], "total": 0}
@@ -203,7 +204,7 @@ def _read(path: Path, session_key: str, session_id: str, current: bool) -> _Read
     return _Read(parsed.header.session_key, list(parsed.entries), data, version_of(st, len(data)))
 
 
-def _photos(path: Path, read: _Read, photos: PhotoIndex | None, inbox: Path | None = None) -> Photos:
+def _photos(path: Path, read: _Read, photos: PhotoIndex | None, inbox: Inbox | None = None) -> Photos:
     """Where the read transcript's photos are (each decoded and hashed once), left in `photos` for chat.image."""
     found = index_photos(read.data, read.version, read.session_key, read.entries, inbox)
     if photos is not None:
@@ -212,7 +213,7 @@ def _photos(path: Path, read: _Read, photos: PhotoIndex | None, inbox: Path | No
 
 
 def session_image(store: SessionStore, session_key: str, session_id: str | None, sha256: str,
-                  photos: PhotoIndex | None = None, inbox: Path | None = None) -> dict[str, Any] | None:
+                  photos: PhotoIndex | None = None, inbox: Inbox | None = None) -> dict[str, Any] | None:
     """chat.image: the image of a user turn of that session's transcript whose bytes have this SHA-256
     (`{sha256, mediaType, data}`, base64 as stored), or None when none of its user turns has it — an image of
     another session, or of a group's or a contact's turn, is not found by naming its hash here. With `photos`,
@@ -248,11 +249,13 @@ def session_image(store: SessionStore, session_key: str, session_id: str | None,
     return photo_at(read.data[place.offset:place.offset + place.length], place, sha256)
 
 
-def _upload(found: Photos, sha256: str, inbox: Path | None) -> dict[str, Any] | None:
-    """The owner's upload of this hash that a user turn of the transcript (not deleted) records, if inbox/ still
-    holds it."""
+def _upload(found: Photos, sha256: str, inbox: Inbox | None) -> dict[str, Any] | None:
+    """The owner's upload of this hash that a user turn of the transcript (not deleted) records, if the session's
+    inbox of the place it was filed in still holds it."""
     named = found.uploads.get(sha256)
-    return None if named is None or inbox is None else upload_image(inbox, named[0], named[1], sha256)
+    if named is None or inbox is None or inbox.place != named[2]:
+        return None
+    return upload_image(inbox.folder, named[0], named[1], sha256)
 
 
 def _images_of(message: Mapping[str, Any], refs: bool, named: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:

@@ -23,9 +23,12 @@ caller applies the same rule as when it reads the file (history.py), so a hash n
 finds nothing, and who may ask at all is decided before (webchat_api.py: the owner's own sessions only).
 
 A photo the owner sent while the model answering read text only is no image part: the user turn records it only as
-filed in the owner's inbox (messages.FiledFile). Such an upload is named too (`uploads`: hash -> name and size,
-own_uploads says which count) and brought from inbox/<name> (upload_image): never through a link, only a regular
-file of this user's still holding the very bytes filed, and no longer once its message was deleted.
+filed in the inbox of the session's place (messages.FiledFile): the workspace's, or — an owner's DM that is a
+sandboxed session of its own (`dm_scope` per peer) — that session's room's. Such an upload is named too (`uploads`:
+hash -> name, size and place, own_uploads says which count) and brought from <the session's inbox>/<name>
+(upload_image), only when the caller's Inbox is of the place recorded: never through a link, only a regular file of
+this user's still holding the very bytes filed (a room's commands may change its inbox), and no longer once its
+message was deleted.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from hermit.gateway.attachments import MAX_IMAGE_BYTES, image_type
 from hermit.sessions.entries import RETRACTED_TYPE
@@ -52,6 +55,16 @@ MAX_IMAGES = 10_000
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
 Version = tuple[int, int, int, int, int]  # device, inode, size, mtime_ns, ctime_ns
+Place = Literal["workspace", "room"]
+
+
+@dataclass(frozen=True, slots=True)
+class Inbox:
+    """Where an owner's session files what it is sent: the workspace's inbox/ (place "workspace") or, for a
+    session that works in a room, that room's inbox/ (place "room"; the caller names the session's own room)."""
+
+    place: Place
+    folder: Path
 
 
 def version_of(st: os.stat_result, size: int | None = None) -> Version:
@@ -101,25 +114,25 @@ class Photos:
     session_key: str | None
     places: dict[str, Where]
     named: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
-    uploads: dict[str, tuple[str, int]] = field(default_factory=dict)  # sha256 -> (inbox name, size): own_uploads
+    uploads: dict[str, tuple[str, int, Place]] = field(default_factory=dict)  # sha256 -> (name, size, place)
 
 
 def index_photos(data: bytes, version: Version, session_key: str | None, entries: Sequence[Entry],
-                 inbox: Path | None = None) -> Photos:
+                 inbox: Inbox | None = None) -> Photos:
     """Each user turn's photos in `entries` (parsed from `data`: a retracted or refused photo is no longer one),
     decoded and hashed once; and the owner's own uploads its user turns recorded (own_uploads), named only
-    with `inbox` (the owner's workspace inbox: that file's first bytes say its type)."""
+    with `inbox` (the session's own inbox, of the place they were filed in: that file's first bytes say its type)."""
     photos = _index_parts(data, version, session_key, entries)
     retracted = retracted_refs(entries)
     for entry in entries:
         if not isinstance(entry, MessageEntry):
             continue
         shown = {p["sha256"] for p in photos.named.get(entry.line, [])}
-        for name, sha, size in own_uploads(entry.message, retracted):
+        for name, sha, size, place in own_uploads(entry.message, retracted):
             if sha in shown or sha in photos.places:
                 continue  # the same bytes, attached for the model to see: named once, as the image part
-            photos.uploads.setdefault(sha, (name, size))
-            kind = None if inbox is None else upload_type(inbox, name, size)
+            photos.uploads.setdefault(sha, (name, size, place))
+            kind = None if inbox is None or inbox.place != place else upload_type(inbox.folder, name, size)
             if kind is not None:
                 shown.add(sha)
                 photos.named.setdefault(entry.line, []).append({"mediaType": kind, "sha256": sha, "size": size})
@@ -132,9 +145,10 @@ def retracted_refs(entries: Sequence[Entry]) -> set[str]:
             and isinstance(e.data, dict) and isinstance(e.data.get("ref"), str)}
 
 
-def own_uploads(message: Mapping[str, Any], retracted: set[str]) -> Iterator[tuple[str, str, int]]:
-    """(name, sha256, size) of each file a user turn of the owner's brought and the gateway filed in the owner's
-    own inbox (messages.FiledFile, place "workspace": never a room's, i.e. a contact's or a group's), of at most
+def own_uploads(message: Mapping[str, Any], retracted: set[str]) -> Iterator[tuple[str, str, int, Place]]:
+    """(name, sha256, size, place) of each file a user turn of the owner's brought and the gateway filed in the
+    inbox of the session's place (messages.FiledFile: "workspace", or "room" for an owner's session that works in
+    a room; the caller serves only an owner's session, from that session's own inbox), of at most
     MAX_IMAGE_BYTES. None of a message its sender deleted, nor of one another person wrote (a `sender`
     that is not the owner's), nor a name that is not a plain name in inbox/."""
     if message.get("role") != "user" or (isinstance(message.get("ref"), str) and message["ref"] in retracted):
@@ -144,12 +158,12 @@ def own_uploads(message: Mapping[str, Any], retracted: set[str]) -> Iterator[tup
         return
     files = message.get("files")
     for f in files if isinstance(files, list) else ():
-        if not isinstance(f, dict) or f.get("place") != "workspace":
+        if not isinstance(f, dict) or f.get("place") not in ("workspace", "room"):
             continue
-        name, sha, size = f.get("name"), f.get("sha256"), f.get("size")
+        name, sha, size, place = f.get("name"), f.get("sha256"), f.get("size"), f["place"]
         if (isinstance(name, str) and _plain(name) and isinstance(sha, str) and len(sha) == 64
                 and isinstance(size, int) and not isinstance(size, bool) and 0 < size <= MAX_IMAGE_BYTES):
-            yield name, sha, size
+            yield name, sha, size, place
 
 
 def _plain(name: str) -> bool:

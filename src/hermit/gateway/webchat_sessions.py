@@ -30,10 +30,12 @@ from hermit.gateway.history import (
     list_sessions,
     session_image,
 )
+from hermit.gateway.image_index import Inbox
 from hermit.gateway.protocol import HistoryParams, ImageParams, ProtocolError
 from hermit.sessions.keys import agent_id_of
 
 if TYPE_CHECKING:
+    from hermit.agent.runtime import AgentRuntime
     from hermit.gateway.webchat_api import WebchatApi, _Socket
 
 log = logging.getLogger("hermit.gateway.webchat")
@@ -50,13 +52,21 @@ def image(api: WebchatApi, params: ImageParams) -> dict[str, Any]:
     try:
         runtime = api.host.runtime(agent_id)
         found = session_image(runtime.store, key, params.session_id, params.sha256, api.photos,
-                              runtime.agent.workspace / "inbox")
+                              session_inbox(runtime, key))
     except SessionError as e:
         raise ProtocolError("bad_params", e.message, e.hint) from None
     if found is None:
         raise ProtocolError("not_found", f"no photo {params.sha256[:12]}… in a message of {key}",
                             "ask only for what chat.history of that session named")
     return found
+
+
+def session_inbox(runtime: AgentRuntime, key: str) -> Inbox:
+    """Where an owner's session files what it is sent (gateway/attachments.py): the workspace's inbox/, or the
+    inbox/ of the session's own room when it works in one (an owner's DM that is a sandboxed session of its own)."""
+    if runtime.confinement.roomed(key):
+        return Inbox("room", runtime.confinement.room(key).path / "inbox")
+    return Inbox("workspace", runtime.agent.workspace / "inbox")
 
 
 def locate(api: WebchatApi, key: str | None, agent_id: str | None) -> tuple[str, str]:
@@ -116,7 +126,7 @@ def history(api: WebchatApi, agent_id: str, key: str, params: HistoryParams) -> 
         runtime = api.host.runtime(agent_id)
         payload = chat_history(runtime.store, key, params.limit, params.session_id,
                                images=(params.images or params.image_refs) and mine, image_refs=params.image_refs,
-                               photos=api.photos, inbox=runtime.agent.workspace / "inbox" if mine else None)
+                               photos=api.photos, inbox=session_inbox(runtime, key) if mine else None)
     except SessionError as e:  # a session id that is no session of this key (any more)
         raise ProtocolError("bad_params", e.message, e.hint) from None
     payload.update(agentId=agent_id, **view)
