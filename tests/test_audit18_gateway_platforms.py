@@ -7,11 +7,12 @@ transcript holds a canary, as do MEMORY.md, memory/private/ and today's log). Th
 user themself, main's owner's own id writing to the relative's bot — and a group member each have family's model
 (which obeys them) search for the canaries' words, memory_get / read main's files by every path they could name
 (relative, absolute, main's transcript by the session id main's store gave it, main's session store that names
-main's keys), run commands on them (named, and hidden from the exec guard), and send `/status` and `/new`. Slack: the two accounts are two workspaces; the
-contact's key is `U…@<family's workspace>` with main's owner's `U…`, the channel member is main's owner from
-main's workspace (a Slack Connect member: `user_team` names main's workspace), and two bindings name main's workspace
-(main's owner's DM `U…@T…`, and `team_id`): neither takes family's account's chats. No request of family's and no message
-its account sent holds a canary."""
+main's keys), run commands on them (named, and hidden from the exec guard in base64, also via /proc/1/root), and
+send `/status` and `/new`. Slack: the two accounts are two workspaces; the contact's key is `U…@<family's
+workspace>` with main's owner's `U…`, the channel member is main's owner from main's workspace (a Slack Connect
+member: `user_team` names main's workspace), and two bindings name main's workspace (main's owner's DM `U…@T…`,
+and `team_id`): neither takes family's account's chats. No request of family's and no message its account sent
+holds a canary. Sensitivity: binding familybot to main fails every platform with all four canaries."""
 
 from __future__ import annotations
 
@@ -138,6 +139,7 @@ def test_family_side_of_one_gateway_reaches_none_of_mains_private_text(tmp_path:
     sides = [("FAMQ-OWNER", family_owner, ""), ("FAMQ-CONTACT", main_owner, "")]
     if group:
         sides.append(("FAMQ-GROUP", group, member))
+    paths_of: list[list[str]] = []
 
     async def body() -> tuple[list[str], list[str], str, list[str]]:
         script = [{"match": {"contains": "MAIN-OWNER-SAYS"}, "text": "noted"},
@@ -157,6 +159,7 @@ def test_family_side_of_one_gateway_reaches_none_of_mains_private_text(tmp_path:
                 mains = "\n".join(json.dumps(r.body) for r in provider.requests)
                 before = len(provider.requests)
                 paths = main_paths(home)
+                paths_of.append(paths)
                 for marker, peer, who in sides:
                     provider.add(*steps_for(marker, paths))
                     n = len(driver.texts("familybot", peer))
@@ -176,8 +179,10 @@ def test_family_side_of_one_gateway_reaches_none_of_mains_private_text(tmp_path:
 
     family, sent, mains, keys = run(body, timeout=PROC_TIMEOUT)
     assert CANARIES["memory"] in mains  # main's owner's own request carries MEMORY.md
-    tool_rounds = [r for r in family if '"role": "tool"' in r or '"role":"tool"' in r]
-    assert len(tool_rounds) >= len(sides)  # every side's tools ran and came back to family's model
+    # every side's tool calls ran and all their results came back to family's model
+    rounds = [json.loads(r)["messages"] for r in family if json.loads(r)["messages"][-1]["role"] == "tool"]
+    assert len(rounds) == len(sides)
+    assert all(sum(m["role"] == "tool" for m in ms) == len(QUERIES) + 2 * len(paths_of[0]) + 2 for ms in rounds)
     assert all(any(f"done {m}" in t for t in sent) for m, _p, _w in sides)
     leaked = [(c, i) for i, text in enumerate(family + sent) for c in CANARIES.values() if c in text]
     assert not leaked, leaked
