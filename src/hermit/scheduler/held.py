@@ -15,7 +15,9 @@ from hermit.scheduler.targets import peer_kind_of, resolve_target
 
 def jobs_held(cron: CronJobs, loaded: LoadedConfig, gone: ApprovedSender) -> list[str]:
     """The enabled jobs whose replies go to the sender just revoked and are now skipped, as `id (name)`; none
-    when the config still lets them in (an owner, allow_from, dm_policy open) or the jobs cannot be read."""
+    when the config still lets them in (an owner, allow_from, dm_policy open) or the jobs cannot be read. A
+    one-shot (`at`) job is not held: skipped at its one time, it is disabled (runner.one_shot_skipped), so its
+    entry says so."""
     try:
         jobs = cron.load().jobs
     except HermitError:
@@ -32,7 +34,9 @@ def jobs_held(cron: CronJobs, loaded: LoadedConfig, gone: ApprovedSender) -> lis
             continue  # a job to an account that is gone: `hermit doctor` names it
         if (t.channel, t.account, sender_key(t.channel, d.to or "")) == (gone.channel, gone.account_id, who) and \
                 cron.not_let_in(job) is not None:
-            held.append(printable(job.label, 200))
+            once = f" — one-shot {job.schedule.describe()}: if that time comes first it is skipped and disabled, " \
+                "not run later" if job.schedule.kind == "at" else ""
+            held.append(printable(job.label, 200) + once)
     return held
 
 

@@ -296,6 +296,14 @@ def new_handle(job: Job, started: datetime, trigger: Trigger) -> RunHandle:
                      started + timedelta(seconds=job.timeout_seconds), trigger)
 
 
+def one_shot_skipped(job_id: str, why: str | None) -> str:
+    """What a one-shot job skipped at its time says (cron list, doctor): it is disabled, not held until its target
+    is let in again (a reminder delivered late could be wrong), and how to run it after all."""
+    return (f"{why or 'skipped'}; a one-shot job has one time, so it is now disabled and will not run when they are "
+            f"let in again — once they are, `hermit cron edit {job_id} --at WHEN --enable` sets it again "
+            "(WHEN: a time, or 10m for ten minutes from now)")
+
+
 def finish(store: JobStore, job: Job, record: RunRecord, ended: datetime, zone: Zone,
            on_state: Callable[[Job | None], None] | None = None) -> RunRecord:
     """Append the run to the job's log and store the job's new state (or delete a finished one-shot).
@@ -328,6 +336,8 @@ def finish(store: JobStore, job: Job, record: RunRecord, ended: datetime, zone: 
                          in_flight=in_flight)
         # A one-shot that has nothing left to do stays in the file, disabled, so its error can be read.
         enabled = current.enabled and not (nxt is None and current.schedule.kind == "at")
+        if record.status == "skipped" and current.enabled and not enabled:
+            state = state.model_copy(update={"last_error": one_shot_skipped(current.id, record.error)})
         return current.model_copy(update={"state": state, "enabled": enabled})
 
     updated = store.update_job(job.id, change)
