@@ -23,7 +23,7 @@ from pathlib import Path
 from hermit.cli.checks import Check, check
 from hermit.cli.context import CliContext
 from hermit.config.envfile import env_file_path
-from hermit.gateway.state import read_lock_info
+from hermit.gateway.state import launchd_job, read_lock_info
 
 LIVE = "who may talk to it (owners, contacts, groups, bindings) applies at once"
 NOT_LIVE = "the model, providers, API keys, bot tokens, channel accounts and agents"
@@ -34,6 +34,7 @@ class RunningGateway:
     pid: int
     started: float | None  # wall-clock seconds; None while it starts or stops
     service: str | None  # the systemd user unit it runs under, if any
+    launchd: str | None = None  # the launchd agent's label it runs as, if any (macOS)
 
 
 def process_start(pid: int) -> float | None:
@@ -71,13 +72,16 @@ def running_gateway(home: Path) -> RunningGateway | None:
     if started is not None:
         own = process_start(pid)
         started = min(started, own) if own is not None else started
-    return RunningGateway(pid, None if info.get("stopping") else started, systemd_service(pid))
+    return RunningGateway(pid, None if info.get("stopping") else started, systemd_service(pid),
+                          launchd_job(info.get("launchd")))
 
 
 def restart_how(gw: RunningGateway) -> str:
     """How the user restarts this gateway (there is no `hermit gateway restart` command yet)."""
     if gw.service:
         return f"`systemctl --user restart {gw.service}`"
+    if gw.launchd:  # `kill` would stop it for good (the plist restarts only a failed gateway)
+        return f"`launchctl kickstart -k gui/{os.getuid()}/{gw.launchd}`"
     return (f"stop it (Ctrl-C where it runs, or `kill {gw.pid}`) and start it again with `hermit gateway run`")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import stat
 from collections.abc import Callable
@@ -135,6 +136,16 @@ def _locked(home: Path, info: dict[str, Any]) -> GatewayLocked:
     where = f"http://{f'[{host}]' if ':' in host else host}:{info['port']}/"
     return GatewayLocked(f"another gateway is already running on {home} ({pid}, {where})",
                          "stop it first (Ctrl-C or kill its pid), or use another --home")
+
+
+LAUNCHD_JOB = re.compile(r"com\.hermit\.[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
+
+
+def launchd_job(label: object) -> str | None:
+    """The launchd agent a gateway runs as (`hermit gateway install`'s plists are labelled com.hermit.*), from
+    the XPC_SERVICE_NAME launchd sets, recorded in the lock info; None for any other value (a terminal's job, or
+    one that could not be printed into a command as is)."""
+    return label if isinstance(label, str) and LAUNCHD_JOB.fullmatch(label) else None
 
 
 def read_lock_info(home: Path) -> dict[str, Any] | None:

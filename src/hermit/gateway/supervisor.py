@@ -44,7 +44,7 @@ from hermit.gateway.deletes_store import RememberedDeletes, deletes_path
 from hermit.gateway.live_config import LiveAccess, LiveConfig
 from hermit.gateway.protocol import MAX_FRAME_BYTES
 from hermit.gateway.services import MemoryWatcher, Service, ServiceContext, build_services
-from hermit.gateway.state import GatewayLock
+from hermit.gateway.state import GatewayLock, launchd_job
 from hermit.gateway.tickets import Tickets
 from hermit.gateway.turn_slots import live_turn_limits
 from hermit.gateway.webchat_api import WebchatApi
@@ -249,8 +249,9 @@ class Gateway:
                 log.exception("service %s did not start", service.name)
         url = f"http://{self.host_name}:{self.port}/"
         if lock is not None:
+            launchd = launchd_job(os.environ.get("XPC_SERVICE_NAME"))  # run as a launchd agent: its restart hint
             lock.publish({"pid": os.getpid(), "host": self.host_name, "port": self.port, "url": url,
-                          "started": self.started_at})
+                          "started": self.started_at, **({"launchd": launchd} if launchd else {})})
         log.info("gateway listening on %s (agents: %s; channels: %s)", url, ", ".join(sorted(self.agents.runtimes)),
                  ", ".join(f"{c.name}/{c.account_id}" for c in self.channels) or "none")
         if on_ready is not None:
