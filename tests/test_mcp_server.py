@@ -74,7 +74,7 @@ def test_in_process_tools_match_the_agent_tools(tmp_path: Path, e5: Embedder) ->
         assert listed["memory_append"].annotations.read_only_hint is False
         props = listed["memory_search"].input_schema["properties"]
         assert set(props) == {"query", "maxResults", "minScore"}
-        assert set(listed["memory_get"].input_schema["properties"]) == {"path", "from", "lines"}
+        assert set(listed["memory_get"].input_schema["properties"]) == {"path", "from", "lines", "startLine", "endLine"}
 
         r = await client.call_tool("memory_search", {"query": "where is the staging database?", "maxResults": 3})
         assert not r.is_error

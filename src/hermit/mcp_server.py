@@ -78,6 +78,10 @@ def _get_args(
     path: Annotated[str, Field(description="Workspace-relative path from memory_search")],
     from_line: Annotated[int | None, Field(alias="from", ge=1, description="First line (1-based)")] = None,
     lines: Annotated[int | None, Field(ge=1, description="Number of lines")] = None,
+    start_line: Annotated[int | None, Field(alias="startLine", ge=1,
+                                            description="Or: first line, as memory_search names it")] = None,
+    end_line: Annotated[int | None, Field(alias="endLine", ge=1,
+                                          description="With startLine: last line, as memory_search names it")] = None,
 ) -> dict[str, Any]:
     raise NotImplementedError  # a signature only: see _wire
 
@@ -86,6 +90,22 @@ def _append_args(
     note: Annotated[str, Field(description="The note, in Markdown (one fact per note works best)")],
 ) -> dict[str, Any]:
     raise NotImplementedError  # a signature only: see _wire
+
+
+def _lines_wanted(a: dict[str, Any]) -> tuple[int | None, int | None]:
+    """memory_get's (from, lines): `from`/`lines`, or the `startLine`/`endLine` memory_search gives (a model passes
+    back the names it read; the SDK would drop them unknown and the whole file would come back)."""
+    from mcp.server.mcpserver.exceptions import ToolError  # the SDK loads only when the server is built
+
+    start, end = a.get("startLine"), a.get("endLine")
+    if start is None and end is None:
+        return a.get("from"), a.get("lines")
+    if a.get("from") is not None or a.get("lines") is not None:
+        raise ToolError("give either from/lines or startLine/endLine, not both")
+    first = 1 if start is None else start
+    if end is not None and end < first:
+        raise ToolError(f"endLine {end} is before startLine {first}: give the lines as memory_search named them")
+    return first, None if end is None else end - first + 1
 
 
 def _wire(shape: Callable[..., dict[str, Any]], impl: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
@@ -125,7 +145,7 @@ def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
 
     def get(a: dict[str, Any]) -> dict[str, Any]:
         try:
-            return mask_data(tools.memory_get(a["path"], a.get("from"), a.get("lines")))
+            return mask_data(tools.memory_get(a["path"], *_lines_wanted(a)))
         except HermitError as e:
             if e.hint in (PRIVACY_RULE, AUDIENCE_RULE):
                 raise ToolError(f"{e.message}\n  hint: {e.hint}; MCP clients count as such a session unless the "
