@@ -38,14 +38,22 @@ from hermit.tools.base import Tool, ToolOutput, make_tool
 from hermit.tools.exec_marks import OwnerExecMarks
 from hermit.tools.os_sandbox import COMMAND_VARIABLE, RUN_COMMAND, OsSandbox
 from hermit.tools.room_end import END_SECONDS
-from hermit.tools.room_sandbox import SETUP_FAILED, RoomRun, RoomSandbox
+from hermit.tools.room_sandbox import PACK_SECONDS, SETUP_FAILED, RoomRun, RoomSandbox
 from hermit.tools.sandbox import PathResolver
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
 MAX_TIMEOUT_SECONDS = 1800.0
 DEFAULT_MAX_OUTPUT_CHARS = 20_000
-# Room mode: beyond the command's own time, packing the room in and out.
-ROOM_GRACE_SECONDS = 60.0
+# Room mode. The way in (the wrapper unpacks the room before the command starts, so the command cannot stretch it)
+# gets what the room's quota may hold at a rate far below what this machine does (a 256 MB room at its quota, 65,000
+# entries, went in in 5.5-8.5 s at load 3-6; 228 MB in 8 MB files in 1 s): ROOM_START_SECONDS, plus its bytes at
+# ROOM_IN_BYTES_PER_SECOND and its entries at ROOM_IN_ENTRIES_PER_SECOND. Once the room is in, the wrapper ends within
+# the command's time plus ROOM_GRACE_SECONDS (room_sandbox.WRAPPER): `timeout -k 2`, the time left counted in whole
+# seconds (1), the pack's own least time (PACK_SECONDS) and its `timeout -k 1`, plus 5 s for the machine's load.
+ROOM_START_SECONDS = 10.0
+ROOM_IN_BYTES_PER_SECOND = 16 << 20
+ROOM_IN_ENTRIES_PER_SECOND = 1000
+ROOM_GRACE_SECONDS = 2.0 + 1.0 + PACK_SECONDS + 1.0 + 5.0
 POLL_SECONDS = 0.1  # how often the output reader looks whether it should stop
 # What a shell needs and nothing that is usually secret; everything else must be allowed by name.
 ENV_WHITELIST = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ",
@@ -182,11 +190,14 @@ class ExecTool:
         finished = False
         try:
             run.started(proc)
-            stuck = _wait(proc, buf, limit + ROOM_GRACE_SECONDS, run.ended)
+            stuck = _wait(proc, buf, limit + ROOM_GRACE_SECONDS, run.ended, (run.fed, way_in_seconds(run)))
             elapsed = time.monotonic() - started
             code = proc.returncode
             timed_out = stuck or code == 124 or (code in (137, -9) and elapsed >= limit)
             notes = run.finish(apply=not stuck and code != SETUP_FAILED)
+            if stuck:
+                notes.append("[the command's files were not kept: the room was not handed back in the command's "
+                             "time — what the room held before is unchanged]")
             finished = True
         finally:
             if not finished:  # cancelled: the copy is dropped, the room stays as it was
@@ -195,13 +206,22 @@ class ExecTool:
         return _result(proc, buf, elapsed, timed_out, limit, notes)
 
 
+def way_in_seconds(run: RoomRun) -> float:
+    """The most a room's way in may take (see ROOM_START_SECONDS): what its quota holds, and the read-only copies."""
+    room = run.sandbox.view.room
+    seed = sum(len(data) for _, data, _ in run.seed)
+    return (ROOM_START_SECONDS + (max(room.quota_bytes, 0) + seed) / ROOM_IN_BYTES_PER_SECOND
+            + (room.max_entries + len(run.seed)) / ROOM_IN_ENTRIES_PER_SECOND)
+
+
 def _wait(proc: subprocess.Popen[bytes], buf: _CappedBuffer, limit: float,
-          ended: Callable[[], None] | None = None) -> bool:
+          ended: Callable[[], None] | None = None, first: tuple[threading.Event, float] | None = None) -> bool:
     """Wait for `proc` while its output is read; kill its process group after `limit` seconds (True) or
-    when the turn is cancelled (re-raised). `ended` runs once the command is over, however it ended (room
-    mode: kill what is left of the sandbox). Returns a few seconds after `limit` whatever holds the output
-    pipe: the reader polls the raw descriptor and is told to stop, and that descriptor is closed, never
-    waited for (a buffered reader's close would wait for a read that never ends)."""
+    when the turn is cancelled (re-raised). `first` (room mode: the event that the room is in, and how long that
+    may take): `limit` counts from then, and `proc` is killed (True) if it does not come in time. `ended` runs once
+    the command is over, however it ended (room mode: kill what is left of the sandbox). Returns a few seconds
+    after `limit` whatever holds the output pipe: the reader polls the raw descriptor and is told to stop, and
+    that descriptor is closed, never waited for (a buffered reader's close would wait for a read that never ends)."""
     assert proc.stdout is not None
     stdout = proc.stdout
     stop = threading.Event()
@@ -210,6 +230,8 @@ def _wait(proc: subprocess.Popen[bytes], buf: _CappedBuffer, limit: float,
     timed_out = False
     try:
         try:
+            if first is not None:
+                _await(proc, *first)
             proc.wait(timeout=limit)
         except subprocess.TimeoutExpired:
             timed_out = True
@@ -234,6 +256,16 @@ def _wait(proc: subprocess.Popen[bytes], buf: _CappedBuffer, limit: float,
             with contextlib.suppress(OSError, ValueError):
                 stdout.close()
     return timed_out
+
+
+def _await(proc: subprocess.Popen[bytes], event: threading.Event, seconds: float) -> None:
+    """Wait for `event`, or for `proc` to end, for at most `seconds` (then TimeoutExpired)."""
+    deadline = time.monotonic() + seconds
+    while not event.wait(POLL_SECONDS):
+        if proc.poll() is not None:
+            return
+        if time.monotonic() >= deadline:
+            raise subprocess.TimeoutExpired(proc.args, seconds)
 
 
 def _result(proc: subprocess.Popen[bytes], buf: _CappedBuffer, elapsed: float, timed_out: bool, limit: float,

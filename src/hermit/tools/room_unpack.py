@@ -72,10 +72,12 @@ def unpack(tar: tarfile.TarFile, dir_fd: int, max_entries: int | None = None,
     for m in tar:
         if not _plain(m):
             continue
-        # normpath drops a leading "./" (and only that: `.lstrip("./")` made `.hidden` `hidden`, and lost `.hidden`)
-        name = posixpath.normpath(m.name.lstrip("/")) if m.name.strip("/") else ""
+        # normpath drops a leading "./" (and only that: `.lstrip("./")` made `.hidden` `hidden`, and lost `.hidden`);
+        # a `..` left after it climbs out. A name that only starts with dots (`..notes`, `...`) is the room's own: left
+        # out, it would read as deleted.
+        name = "" if m.name.startswith("/") else posixpath.normpath(m.name)
         name = "" if name == "." else name
-        if not name or name.startswith("..") or "/../" in f"/{name}/" or name.split("/", 1)[0] in RESERVED_TOP:
+        if not name or ".." in name.split("/") or name.split("/", 1)[0] in RESERVED_TOP:
             continue
         if (keep is None or name not in keep) and (
                 name.count("/") >= MAX_DEPTH or len(name.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES):
