@@ -153,7 +153,8 @@ class WhatsAppDriver(Driver):
 
     def __init__(self, accounts: list[str]) -> None:
         super().__init__(accounts)
-        self.fakes = {a: FakeWhatsApp(f"EAAG-{a}") for a in accounts}
+        # Each account its own phone number: two accounts naming one are refused when the config loads.
+        self.fakes = {a: FakeWhatsApp(f"EAAG-{a}", f"10655501{i:02d}") for i, a in enumerate(accounts)}
         self.servers = list(self.fakes.values())
         for a, f in self.fakes.items():
             self.env[f"WA_TOKEN_{a.upper()}"] = f.access_token
@@ -173,7 +174,8 @@ class WhatsAppDriver(Driver):
 
     async def dm(self, account: str, sender: str, text: str) -> None:
         self._n += 1
-        body = json.dumps(webhook_body(text_message(sender, text, f"wamid.{account}.{self._n}"))).encode()
+        message = text_message(sender, text, f"wamid.{account}.{self._n}")
+        body = json.dumps(webhook_body(message, phone_number_id=self.fakes[account].phone_number_id)).encode()
         r = await self.post(account, body, sign(f"secret-{account}", body))
         assert r.status_code == 200, r.text
 

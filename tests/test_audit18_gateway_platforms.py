@@ -27,11 +27,10 @@ from typing import Any
 import pytest
 import yaml
 
-from channeldrivers import DRIVERS, Driver, SlackDriver, WhatsAppDriver
+from channeldrivers import DRIVERS, Driver, SlackDriver
 from channelhelpers import run
 from fakes.fake_discord import GUILD_ID, TEXT_CHANNEL
 from fakes.fake_slack import BOT_USER
-from fakes.fake_whatsapp import FakeWhatsApp, sign, text_message, webhook_body
 from hermit.sessions.keys import main_session_key
 from hermit.sessions.store import SessionStore
 from hermit.testing.fake_provider import FakeProvider
@@ -47,22 +46,6 @@ MAIN_TEAM, FAMILY_TEAM = "T0MAIN01", "T0FAMILY"
 IDS = {"discord": ("600000000000001000", "600000000000000077", TEXT_CHANNEL, "600000000000000088"),
        "slack": ("U1000", "U0077", "C0300", "U1000"),
        "whatsapp": ("15550001000", "15550000077", "", "")}
-
-
-class TwoNumbers(WhatsAppDriver):
-    """Each account its own phone number (channeldrivers' fakes all share one phone_number_id)."""
-
-    def __init__(self, accounts: list[str]) -> None:
-        super().__init__(accounts)
-        self.fakes = {a: FakeWhatsApp(f"EAAG-{a}", f"10655501{i:02d}") for i, a in enumerate(accounts)}
-        self.servers = list(self.fakes.values())
-
-    async def dm(self, account: str, sender: str, text: str) -> None:
-        self._n += 1
-        message = text_message(sender, text, f"wamid.{account}.{self._n}")
-        body = json.dumps(webhook_body(message, phone_number_id=self.fakes[account].phone_number_id)).encode()
-        r = await self.post(account, body, sign(f"secret-{account}", body))
-        assert r.status_code == 200, r.text
 
 
 def write_home(home: Path, platform: str, provider: FakeProvider, driver: Driver) -> None:
@@ -165,7 +148,7 @@ def test_family_side_of_one_gateway_reaches_none_of_mains_private_text(tmp_path:
         script = [{"match": {"contains": "MAIN-OWNER-SAYS"}, "text": "noted"},
                   {"match": {"contains": "/status"}, "text": "status-ok", "repeat": True}]
         with FakeProvider(script) as provider:
-            driver = (TwoNumbers if platform == "whatsapp" else DRIVERS[platform])(["personal", "familybot"])
+            driver = DRIVERS[platform](["personal", "familybot"])
             if isinstance(driver, SlackDriver):
                 driver.fakes["personal"].team, driver.fakes["familybot"].team = MAIN_TEAM, FAMILY_TEAM
             await driver.start()

@@ -192,6 +192,24 @@ class ChannelsConfig(_Strict):
     slack: PlatformConfig[SlackAccountConfig] = PlatformConfig[SlackAccountConfig]()
     whatsapp: PlatformConfig[WhatsAppAccountConfig] = PlatformConfig[WhatsAppAccountConfig]()
 
+    @model_validator(mode="after")
+    def _one_number_per_whatsapp_account(self) -> ChannelsConfig:
+        """Two enabled WhatsApp accounts may not name one phone number: its webhooks are one stream, and both would
+        answer it (and share its seen-message record, `<state>/channels/whatsapp/<phone_number_id>/`)."""
+        seen: dict[str, str] = {}
+        for name, account in self.whatsapp.accounts.items():
+            number = account.phone_number_id.strip()
+            if not number or not account.enabled:
+                continue
+            if number in seen:
+                raise PydanticCustomError(
+                    "whatsapp_number_shared", "WhatsApp accounts {first} and {second} both have phone_number_id "
+                    "{number}: each account is one phone number",
+                    {"first": repr(seen[number]), "second": repr(name), "number": repr(number),
+                     "hint": "give each account its own number's phone_number_id, or remove (or disable) one"})
+            seen[number] = name
+        return self
+
     def accounts_of(self, platform: str) -> dict[str, ChannelAccessConfig]:
         """The accounts configured for a chat platform (none for an unknown name)."""
         section = getattr(self, platform, None)
