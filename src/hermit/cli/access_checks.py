@@ -13,6 +13,8 @@ an unsandboxed shell) or run tools outside the sandbox (SPEC §18):
 - `sandbox.mode: off` while chat accounts exist (contacts' and groups' sessions run tools unsandboxed);
 - owners whose DMs reach another agent's unsandboxed main session but not the default agent's (someone else's
   own agent: its shell reads every agent's files);
+- a Discord server's or Slack workspace's binding with no account_id, which takes the chats there of an account
+  the bindings give to another agent;
 - DMs or groups open to anyone.
 An account without owners under `dm_scope: main` is fine (only the web chat and the CLI reach the main
 session) and is said so, not warned about.
@@ -171,6 +173,28 @@ def _other_owners_risks(loaded: LoadedConfig, router: Router,
     return risks
 
 
+def _server_wide_risks(loaded: LoadedConfig) -> list[str]:
+    """A `guild_id`/`team_id` binding with no `account_id` ranks above an account's binding (SPEC §15), so it takes
+    that server's or workspace's chats of every bot account in it — also those of an account the bindings give to
+    another agent (a relative's family bot in your own Discord server: its channel's members would reach your agent's
+    group session and the notes it shares)."""
+    risks: list[str] = []
+    bindings = loaded.config.bindings
+    for b in bindings:
+        where = (f"Discord server {b.match.guild_id}" if b.match.guild_id else
+                 f"Slack workspace {b.match.team_id}" if b.match.team_id else None)
+        if where is None or b.match.account_id not in (None, "*"):
+            continue
+        others = dict.fromkeys(f"{o.match.account_id} (agent {o.agent_id})" for o in bindings
+                               if o.match.channel == b.match.channel and o.match.account_id not in (None, "*")
+                               and o.agent_id != b.agent_id and o.match.guild_id is None and o.match.team_id is None)
+        if others:
+            risks.append(f"bindings: {where} goes to agent {b.agent_id} with no account_id, so it also takes the "
+                         f"chats there of {b.match.channel} account{'s' if len(others) > 1 else ''} "
+                         f"{', '.join(others)} — give that binding the account_id of your own bot")
+    return risks
+
+
 def _risks(loaded: LoadedConfig, accounts: list[tuple[str, str, ChannelAccessConfig]],
            jobs: Sequence[Job] = (), router: Router | None = None) -> list[str]:
     """Every way a non-owner could reach the main session, main-session text or unsandboxed tools, one
@@ -189,6 +213,7 @@ def _risks(loaded: LoadedConfig, accounts: list[tuple[str, str, ChannelAccessCon
             risks.append(f"agents {a.id}: sandbox.mode is off — contacts' and groups' sessions run exec and file "
                          "tools unsandboxed on this machine")
     risks += _main_text_risks(loaded, jobs)
+    risks += _server_wide_risks(loaded)
     if router is not None:
         risks += _other_owners_risks(loaded, router, accounts)
     for name, account_id, acc in accounts:
