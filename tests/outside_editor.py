@@ -43,3 +43,20 @@ def scripted_runtime(home: Path, model: Callable[[ModelRequest], Reply]) -> Agen
     return AgentRuntime(agent, FunctionModel(model, profile=ModelProfile("scripted", "x", context_window=200_000)),
                         memory=None, clock=fixed_clock, fsync=True, home=home,
                         sandbox_backend=Backend(None, None, "test"))
+
+
+def set_up_then_delete(home: Path, uid: int | None, setup: Callable[[Path], None],
+                       delete: Callable[[Path], str]) -> str:
+    """`setup(home)` then `delete(home)`, each in a child as `uid` (crashharness.ok), after both ran once in a
+    scratch home here (the lazy imports, before a child drops to another uid); what `delete` returned."""
+    import crashharness as ch
+
+    def warm(scratch: Path) -> None:
+        scratch.mkdir(mode=0o700)
+        setup(scratch)
+        delete(scratch)
+
+    ch.warm(warm)
+    ch.ok(lambda: setup(home), uid=uid)
+    text: str = ch.ok(lambda: delete(home), uid=uid).result
+    return text

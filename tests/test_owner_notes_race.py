@@ -22,7 +22,7 @@ from hermit.agent.runtime import AgentRuntime
 from hermit.models.base import ModelRequest
 from hermit.sessions.keys import main_session_key
 from hermit.testing.scripted import Reply
-from outside_editor import save_as_an_editor, scripted_runtime
+from outside_editor import save_as_an_editor, scripted_runtime, set_up_then_delete
 
 MAIN = main_session_key("main")
 CODE = "QX81TR44"
@@ -93,14 +93,7 @@ def test_an_editor_saving_between_the_scrubs_read_and_replace_keeps_its_save(
             check()
         return (ws / note).read_text()
 
-    def warm(scratch: Path) -> None:
-        scratch.mkdir(mode=0o700)
-        setup(scratch)
-        delete(scratch)
-
-    ch.warm(warm)  # the lazy imports, before a child drops to another uid
-    ch.ok(lambda: setup(home), uid=uid)
-    text = ch.ok(lambda: delete(home), uid=uid).result
+    text = set_up_then_delete(home, uid, setup, delete)
     assert SAVED in text, text  # the editor's save is kept
     assert CODE not in text, text  # and the deleted text is gone
     assert MINE in text and "- Locker code [deleted]" in text, text

@@ -24,7 +24,7 @@ from hermit.agent.runtime import AgentRuntime
 from hermit.models.base import ModelRequest
 from hermit.sessions.keys import main_session_key
 from hermit.testing.scripted import Reply
-from outside_editor import save_as_an_editor, scripted_runtime
+from outside_editor import save_as_an_editor, scripted_runtime, set_up_then_delete
 
 CODE = "QX81TR44"
 SECRET = f"the locker code is {CODE}, at the blue harbour gym"
@@ -112,14 +112,7 @@ def test_an_editor_saving_a_daily_note_mid_scrub_keeps_its_save(home: Path, uid:
             assert undo(), "the scrub never read the note"
         return note.read_text()
 
-    def warm(scratch: Path) -> None:
-        scratch.mkdir(mode=0o700)
-        setup(scratch)
-        delete(scratch)
-
-    ch.warm(warm)  # the lazy imports, before a child drops to another uid
-    ch.ok(lambda: setup(home), uid=uid)
-    text = ch.ok(lambda: delete(home), uid=uid).result
+    text = set_up_then_delete(home, uid, setup, delete)
     assert SAVED in text, text  # the editor's save is kept
     assert CODE not in text, text  # and the deleted text is gone
     assert MINE in text and PLAIN in text and "[deleted]" in text, text
