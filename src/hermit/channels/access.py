@@ -191,9 +191,12 @@ def _match(entries: Sequence[str], key: str, presented: str | None, pins: Mappin
     """Whether a normalised list names the sender with `key`: by id; by an @username pinned to that id, whatever
     name they present now (the pin makes the entry mean that id: a renamed person still matches); or by the name
     they present when nobody holds it yet (found, and `pin` it). `*` is the caller's to interpret."""
-    if any(e == key for e in entries if e != STAR and not is_username(e)):
-        return _Match(True)
     names = [e for e in entries if is_username(e)]
+    if any(e == key for e in entries if e != STAR and not is_username(e)):
+        # Listed by id and presenting a listed name nobody holds yet: the name is theirs, pin it now. Left unpinned
+        # (the owner matched by id, never by name), it went to the next holder of the name once they gave it up.
+        unpinned = presented is not None and presented in names and pins is not None and presented not in pins
+        return _Match(True, pin=presented if unpinned else None)
     if pins is not None and any(pins.get(e) == key for e in names):
         return _Match(True)
     if presented is None or presented not in names:

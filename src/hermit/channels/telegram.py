@@ -306,6 +306,10 @@ class TelegramChannel:
         mentioned = self._mentions_me(text, entities)
         if _is_forward(m):
             text = frame(text, _forward_author(m))
+        elif isinstance(m.get("via_bot"), dict):
+            # Chosen from an inline bot's results: the bot's author wrote the text (the sender's picker showed only
+            # a title), so it is quoted as theirs, like a forward, never the sender's own words.
+            text = frame(text, _inline_bot(m["via_bot"]))
         return InboundMessage(
             channel=self.name, account_id=self.account_id, peer_kind="dm" if dm else "group",
             peer_id=str(sender["id"] if dm else chat["id"]), sender_id=str(sender["id"]), text=text,
@@ -450,6 +454,11 @@ def _forward_author(m: Mapping[str, Any]) -> str | None:
     if isinstance(m.get("forward_from_chat"), dict):
         return str(m["forward_from_chat"].get("title") or "") or None
     return str(m.get("forward_sender_name") or "") or None
+
+
+def _inline_bot(bot: Mapping[str, Any]) -> str:
+    name = str(bot.get("username") or "")
+    return f"inline bot @{name}" if name else "an inline bot"
 
 
 def _update_id(u: Any) -> int | None:
