@@ -163,7 +163,20 @@ def _no_state(ctx: CliContext, args: argparse.Namespace, why: str) -> BackupErro
                        "point HERMIT_HOME (or --home) at the state dir to back up (without either: ~/.hermit)")
 
 
+def _whole_state_only(ctx: CliContext, command: str) -> None:
+    """`--agent`/`--workspace` do not narrow a backup or a restore: refused, not ignored. `hermit --agent family
+    backup`, typed to hand a relative their agent's notes, wrote every agent's notes and the keys."""
+    given = [f for f, v in (("--agent", ctx.agent_id), ("--workspace", ctx.workspace)) if v is not None]
+    if given:
+        raise BackupError(f"`hermit {command}` takes the whole state dir — every agent's workspace and sessions, "
+                          f"the config, hermit.env's keys, channel tokens — and {' and '.join(given)} would not "
+                          "narrow it; nothing was written", "run it without that flag; to give someone one agent's "
+                          "notes, copy its workspace folder (`cp -r` of the path `hermit agents list` shows) or its "
+                          "memory/ folder, never a backup")
+
+
 def cmd_backup(ctx: CliContext, args: argparse.Namespace) -> int:
+    _whole_state_only(ctx, "backup")
     if not ctx.home.is_dir():
         raise _no_state(ctx, args, "does not exist" if not os.path.lexists(ctx.home) else "is not a folder")
     loaded = ctx.config()
@@ -243,4 +256,5 @@ def _fail_on(out: Path, not_stored: list[str], unsettled: list[str]) -> None:
 def cmd_restore(ctx: CliContext, args: argparse.Namespace) -> int:
     from hermit.cli.backup_restore import restore
 
+    _whole_state_only(ctx, "restore")
     return restore(ctx, args)
