@@ -32,7 +32,7 @@
     localStorage.setItem("hermit.clientId", clientId);
   }
 
-  let ws = null, connected = false, nextId = 1, retry = 0, stopped = false, hello = null;
+  let ws = null, connected = false, nextId = 1, retry = 0, stopped = false, hello = null, retryTimer = 0;
   const pending = new Map();     // request id -> {resolve, reject}
   const listeners = new Map();   // event name -> [fn]
   const connectHooks = [];
@@ -187,6 +187,7 @@
     "(or `hermit dashboard --phone`).";
 
   function connect() {
+    retryTimer = 0;
     const ticket = sessionStorage.getItem("hermit.ticket") || "";
     if (!token && !ticket) { signOut("This page is not signed in: run `hermit dashboard` and open the link it prints." + PHONE_HOW); return; }
     const secret = ticket || token;  // what the handshake is keyed by
@@ -276,11 +277,23 @@
       const wait = Math.min(10000, 500 * Math.pow(2, retry++));
       if (impostor) setStatus("not your gateway?", "bad", "wrong token, or not your gateway: what answers here could " +
                               "not prove it holds this page's token, so nothing was sent to it — open the URL printed by " +
-                              "`hermit dashboard` (trying again in " + Math.round(wait / 1000) + " s)");
+                              "`hermit dashboard` (trying again in " + Math.round(wait / 1000) + " s)." + PHONE_HOW);
       else setStatus("disconnected — reconnecting in " + Math.round(wait / 1000) + " s", "warn");
-      setTimeout(connect, wait);
+      retryTimer = setTimeout(connect, wait);
     };
   }
+
+  // A phone back on the network, or the page back on screen (the app switched to again: a phone drops the socket of
+  // a page in the background), reconnects now instead of when the backoff says — up to 10 s of "reconnecting".
+  function reconnectNow() {
+    if (!retryTimer || stopped || connected) return;  // only a page waiting for its next try
+    clearTimeout(retryTimer);
+    retry = 0;
+    connect();
+  }
+  window.addEventListener("online", reconnectNow);
+  document.addEventListener("visibilitychange", () => { if (document.visibilityState === "visible") reconnectNow(); });
+  window.addEventListener("pageshow", (e) => { if (e.persisted) reconnectNow(); });
 
   window.Hermit = {
     request, call, banner, clearBanner, on, show, el,

@@ -45,7 +45,25 @@
   input.title = touch ? "Return starts a new line, Send sends; /new starts a fresh session"
                       : "Enter sends, Shift+Enter starts a new line, /new starts a fresh session";
   input.setAttribute("enterkeyhint", touch ? "enter" : "send");
-  const scrollDown = () => { messages.scrollTop = messages.scrollHeight; };
+  // The conversation follows the newest message while it is scrolled to the bottom; scrolled up (reading a long
+  // reply while it streams, an earlier message), it stays where it is and "↓ Newest" takes it back down. A page
+  // that gets shorter (a phone's keyboard coming up, turned sideways) keeps the newest in sight when it followed.
+  let follow = true, lastTop = 0;
+  const jump = $("jump");
+  const fromBottom = () => messages.scrollHeight - messages.scrollTop - messages.clientHeight;
+  function scrollDown(force) {
+    if (force) follow = true;
+    if (follow) messages.scrollTop = messages.scrollHeight;
+    jump.hidden = follow || fromBottom() < 80;
+  }
+  messages.addEventListener("scroll", () => {
+    if (fromBottom() < 80) follow = true;
+    else if (messages.scrollTop < lastTop - 1) follow = false;  // the reader went up (a redraw only adds below)
+    lastTop = messages.scrollTop;
+    jump.hidden = follow || fromBottom() < 80;
+  }, { passive: true });
+  new ResizeObserver(() => { if (follow) messages.scrollTop = messages.scrollHeight; }).observe(messages);
+  jump.addEventListener("click", () => scrollDown(true));
 
   // The lines Hermit adds to a user turn for each file that came with it (gateway/attachments.py `described`).
   const FILE_LINE = /^\((file received with this message: |a file came with this message but could not be kept — )/;
@@ -185,6 +203,7 @@
     if (!session) return unsent({ message: "not connected to the gateway yet", hint: H.signedOut() || "wait for it to connect" });
     if (!files.length && (text === "/new" || text.startsWith("/new ") || text === "/reset")) return newSession(text);
     for (const n of messages.querySelectorAll(".msg.elsewhere")) n.remove();  // this tab's turn now
+    follow = true;  // what is sent, and its reply, are the newest: the view goes down to them
     const mine = bubble("user", text, { files: files.map((c) => ({ url: c.url, alt: c.file.name, text: "attached: " + c.file.name })) });
     const reply = bubble("assistant", "");
     reply.bubble.classList.add("typing");
@@ -309,6 +328,7 @@
     // after it: the gateway answers a socket's requests in order, so the history holds none of it yet.
     const live = res.ended ? [] : [...turns.values()].filter((t) => t.mine && t.mine.isConnected &&
                                                                t.chat === res.agentId + "\n" + res.sessionKey);
+    follow = true;  // a session drawn afresh opens at its newest message
     messages.replaceChildren();
     const more = (res.total || 0) - res.messages.length;
     if (more > 0) {
@@ -450,7 +470,7 @@
           const bottom = messages.scrollHeight - messages.scrollTop - messages.clientHeight < 80;
           const top = messages.scrollTop;
           render(full);
-          if (!bottom) messages.scrollTop = top;  // reading further up: stay there
+          if (!bottom) { messages.scrollTop = top; follow = false; jump.hidden = false; }  // reading further up: stay there
         }
       } while (again);
     } catch (e) {  // offline: the reconnect loads the history again

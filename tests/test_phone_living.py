@@ -1,0 +1,168 @@
+"""Living with the web app on a phone (s19 t8): a new user's state dir made only by `hermit setup` (the fake
+provider, no YAML edited), `hermit gateway run`, and real Chromium at a phone's size (390×844, touch, 3× pixels).
+
+What the walk found and these tests hold:
+- a long reply that streams while the reader has scrolled up to read it no longer pulls them back to the bottom
+  at every frame; "↓ Newest" takes them down;
+- the keyboard coming up (a page that gets shorter) keeps the newest message in sight instead of hiding it
+  under the box;
+- a phone back on the network reconnects at once, not when the backoff's 8-10 s are up;
+- a page refused for a wrong token says where a phone gets a new link.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from browserdemo import T, browser_fixture  # noqa: F401 - browser_fixture: the `browser` fixture
+from gatewayhelpers import PROC_TIMEOUT, GatewayProcess, free_port
+from hermit.testing import FakeProvider
+
+LONG = "\n\n".join(f"Paragraph {i}: " + "the reply goes on and on " * 10 for i in range(30))
+# A request carries the whole session, so each step matches the newest word sent: the last one sent comes first.
+STEPS: list[dict[str, Any]] = [
+    {"match": {"contains": "long-again"}, "repeat": True, "text": LONG},
+    {"match": {"contains": "plain-hello"}, "repeat": True, "text": "Hello from the scripted model."},
+    {"match": {"contains": "reading-while-it-streams"}, "repeat": True, "text": LONG},
+    {"match": {"contains": "long-first"}, "repeat": True, "text": LONG},
+    {"repeat": True, "text": "Hello."},  # `hermit setup`'s check
+]
+PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True, "device_scale_factor": 3}
+FROM_BOTTOM = "() => { const m = document.getElementById('messages'); return m.scrollHeight - m.scrollTop - m.clientHeight; }"
+TWO_FRAMES = "() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
+
+
+@dataclass
+class Served:
+    fake: FakeProvider
+    gw: GatewayProcess
+    url: str
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    home = tmp_path_factory.mktemp("phone-living") / "home"
+    with FakeProvider(STEPS) as fake:
+        subprocess.run([sys.executable, "-m", "hermit.cli.main", "--home", str(home), "setup", "--provider", "fake",
+                        "--base-url", fake.openai_base_url, "--non-interactive"],
+                       check=True, capture_output=True, timeout=PROC_TIMEOUT)
+        gw = GatewayProcess(home, "--port", str(free_port()))
+        try:
+            yield Served(fake, gw, gw.wait_ready())
+        finally:
+            gw.stop()
+
+
+def phone(browser: Any, url: str) -> tuple[Any, Any, list[str]]:
+    context = browser.new_context(**PHONE)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    return context, page, errors
+
+
+def send(page: Any, text: str) -> None:
+    page.fill("#input", text)
+    page.tap("#send")
+
+
+def reply_done(page: Any, words: str) -> None:
+    page.wait_for_function("""(w) => { const b = [...document.querySelectorAll('#messages .msg.assistant')].pop();
+        return b && b.dataset.done === 'done' && b.textContent.includes(w); }""", arg=words, timeout=T)
+
+
+def test_a_reply_streaming_while_you_read_further_up_leaves_you_there(browser: Any, served: Served) -> None:
+    context, page, errors = phone(browser, served.url)
+    page.wait_for_selector("#status.ok", timeout=T)
+    send(page, "long-first")
+    reply_done(page, "Paragraph 29")
+    served.fake.hold()  # the next reply waits until the reader has scrolled up
+    try:
+        served.fake.waiting.clear()
+        send(page, "reading-while-it-streams")
+        assert served.fake.waiting.wait(T / 1000)
+        page.evaluate("document.getElementById('messages').scrollTop = 200")  # up, reading the first reply
+        page.evaluate(TWO_FRAMES)
+    finally:
+        served.fake.release()
+    page.wait_for_function("() => document.querySelectorAll('#messages .msg.assistant').length >= 2", timeout=T)
+    page.wait_for_function("""() => { const b = [...document.querySelectorAll('#messages .msg.assistant')].pop();
+        return b.dataset.done === 'done' && b.textContent.includes('Paragraph 29'); }""", timeout=T)
+    page.evaluate(TWO_FRAMES)
+    top = page.evaluate("document.getElementById('messages').scrollTop")
+    assert top == 200, top  # was pulled to the bottom at every streamed frame (~12,000 px down)
+    jump = page.locator("#jump")
+    assert jump.is_visible()
+    box = jump.bounding_box()
+    assert box["width"] >= 44 and box["height"] >= 44 and box["x"] + box["width"] <= 390, box
+    jump.tap()
+    page.wait_for_function(f"() => ({FROM_BOTTOM})() < 2", timeout=T)
+    assert page.is_hidden("#jump")
+    send(page, "plain-hello")  # at the bottom, the view follows the newest again
+    reply_done(page, "Hello from the scripted model")
+    page.evaluate(TWO_FRAMES)
+    assert page.evaluate(FROM_BOTTOM) < 2
+    assert errors == []
+    context.close()
+
+
+def test_the_keyboard_coming_up_keeps_the_newest_message_in_sight(browser: Any, served: Served) -> None:
+    context, page, errors = phone(browser, served.url)
+    page.wait_for_selector("#status.ok", timeout=T)
+    send(page, "long-again")
+    reply_done(page, "Paragraph 29")
+    page.evaluate(TWO_FRAMES)
+    assert page.evaluate(FROM_BOTTOM) < 2
+    page.tap("#input")
+    page.set_viewport_size({"width": 390, "height": 480})  # a keyboard that resizes the page (Android)
+    page.evaluate(TWO_FRAMES)
+    assert page.evaluate(FROM_BOTTOM) < 2, page.evaluate(FROM_BOTTOM)  # was 364 px of the reply under the box
+    page.set_viewport_size({"width": 390, "height": 844})  # and down again
+    page.evaluate(TWO_FRAMES)
+    assert page.evaluate(FROM_BOTTOM) < 2
+    assert errors == []
+    context.close()
+
+
+def test_a_phone_back_on_the_network_reconnects_at_once(browser: Any, served: Served) -> None:
+    context = browser.new_context(**PHONE)
+    page = context.new_page()
+    blocked, live = [False], []
+
+    def route(ws: Any) -> None:  # the network between the phone and the gateway: cut while `blocked`
+        if blocked[0]:
+            ws.close()
+        else:
+            ws.connect_to_server()
+            live.append(ws)
+
+    page.route_web_socket(re.compile(r"/ws$"), route)
+    page.goto(served.url)
+    page.wait_for_selector("#status.ok", timeout=T)
+    context.set_offline(True)
+    blocked[0] = True
+    live[-1].close()
+    # Each try fails; the backoff grows 0.5, 1, 2, 4 s until the page waits 8 s for its next one.
+    page.wait_for_function("() => /reconnecting in (8|10) s/.test(document.getElementById('status').textContent)",
+                           timeout=T)
+    blocked[0] = False
+    context.set_offline(False)  # the phone is back (`online`)
+    page.wait_for_selector("#status.ok", timeout=4000)  # at once, not 8 s later
+    context.close()
+
+
+def test_a_wrong_token_says_where_a_phone_gets_a_new_link(browser: Any, served: Served) -> None:
+    context, page, errors = phone(browser, served.url.split("?")[0] + "#token=" + "0" * 43)
+    page.wait_for_selector("#signin:not([hidden])", timeout=T)
+    text = page.text_content("#signin") or ""
+    assert "wrong token" in text and "Sign in a phone" in text, text
+    assert errors == []
+    context.close()
