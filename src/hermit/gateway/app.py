@@ -14,7 +14,8 @@ gets 421. Webhook routes are exempt: platforms reach them through a tunnel or pr
 name, and each checks the platform's signature before anything else.
 
 Every static file goes out with the page's SECURITY_HEADERS too (`PageFiles`): /static/index.html is the
-app itself, and without them it could be framed and would run under no CSP."""
+app itself, and without them it could be framed and would run under no CSP. Every other reply (error pages, /status,
+the favicon, the 421, webhook replies) gets REPLY_HEADERS where it sets none of its own (`ReplyHeaders`)."""
 
 from __future__ import annotations
 
@@ -30,13 +31,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
-from starlette.datastructures import Headers
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.staticfiles import NotModifiedResponse, StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from hermit.gateway.webchat_api import WebchatApi
@@ -52,6 +53,41 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
 }
+
+
+# What every other reply of the gateway carries when it sets none of its own (ReplyHeaders): error pages, /status,
+# the favicon, the Host check's 421, webhook replies (one echoes WhatsApp's `hub.challenge`). Each is a document of
+# the web app's origin if a browser opens it: it runs no script, cannot be framed, is never sniffed as HTML and
+# (/status names the channels, their errors and the connected clients) is not kept in a cache.
+REPLY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
+
+
+class ReplyHeaders:
+    """ASGI middleware: REPLY_HEADERS added to each HTTP reply that does not set that header itself (the page and
+    its files keep SECURITY_HEADERS and their cache rules, the favicon its max-age)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in REPLY_HEADERS.items():
+                    if name not in headers:
+                        headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 class PageFiles(StaticFiles):
@@ -185,4 +221,5 @@ def build_app(api: WebchatApi, token: str, status: Callable[[], Awaitable[dict[s
                    Mount("/static", PageFiles(directory=STATIC_DIR), name="static")]
     for channel, account, channel_routes in hooks:
         routes.append(Mount(f"/hooks/{channel}/{account}", routes=list(channel_routes)))
-    return Starlette(routes=routes, middleware=[Middleware(HostCheck, names=allowed_host_names(api.allowed_origins))])
+    return Starlette(routes=routes, middleware=[Middleware(ReplyHeaders),  # outermost: the 421 gets them too
+                                                Middleware(HostCheck, names=allowed_host_names(api.allowed_origins))])
