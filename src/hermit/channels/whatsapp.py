@@ -99,6 +99,7 @@ class WhatsAppChannel:
         self._seen = SeenIds(seen_path, max_age=MAX_MESSAGE_AGE_SECONDS, limit=SEEN_IDS_LIMIT, clock=clock)
         self._early_edits = EarlyEdits()  # edits that came while (or before) their message was handed on
         self._stale_logged = False
+        self._group_logged = False
         self._client: httpx.AsyncClient | None = None
         self._sink: InboundSink | None = None
 
@@ -180,6 +181,11 @@ class WhatsAppChannel:
         if sent_at is not None and self._clock() - sent_at > MAX_MESSAGE_AGE_SECONDS:
             self._stale(sent_at)
             return
+        if m.get("group_id"):
+            # A group's message (Cloud API groups) is no DM of its sender: taken as one, the owner's words in a
+            # group ran in the main session and a member was answered in private. Groups are not supported here.
+            self._group_skipped()
+            return
         kind = str(m.get("type", ""))
         if kind == "revoke":  # the sender deleted a message (numbers shared with the WhatsApp Business app)
             original = str(_obj(m.get("revoke")).get("original_message_id", ""))
@@ -253,6 +259,12 @@ class WhatsAppChannel:
         except OSError as e:
             log.warning("whatsapp %s: could not save the seen message ids: %s", self.account_id, e)
             self._tracker.error(f"could not save the seen message ids: {type(e).__name__}")
+
+    def _group_skipped(self) -> None:
+        if not self._group_logged:
+            self._group_logged = True
+            log.warning("whatsapp %s: ignored a group message (Hermit answers WhatsApp DMs only); further ones are "
+                        "ignored silently", self.account_id)
 
     def _stale(self, sent_at: float) -> None:
         """Reported once per run (a replay could be a flood), without the message's text or sender."""
