@@ -166,3 +166,41 @@ def test_a_wrong_token_says_where_a_phone_gets_a_new_link(browser: Any, served: 
     assert "wrong token" in text and "Sign in a phone" in text, text
     assert errors == []
     context.close()
+
+
+INSIDE = """(inset) => { const W = innerWidth, out = [];
+  for (const e of document.querySelectorAll('button, input, select, textarea, summary, li[data-path], #sessions li')) {
+    const r = e.getBoundingClientRect();
+    if (!r.width || !r.height || getComputedStyle(e).visibility === 'hidden' || e.closest('[inert]')) continue;
+    if (r.left < inset - 0.5 || r.right > W - inset + 0.5) out.push([e.id || e.className || e.tagName, Math.round(r.left), Math.round(r.right)]);
+  }
+  return out; }"""
+
+
+def test_sideways_on_a_phone_with_a_notch_no_control_is_under_it(browser: Any, served: Served) -> None:
+    """viewport-fit=cover lets the page reach the screen's edges; an iPhone held sideways has its notch and
+    rounded corners there (47 px each side): ☰ (at x = 10) and 📎 (x = 8) were under the notch."""
+    context = browser.new_context(**{**PHONE, "viewport": {"width": 844, "height": 390}})
+    page = context.new_page()
+    context.new_cdp_session(page).send("Emulation.setSafeAreaInsetsOverride",
+                                       {"insets": {"left": 47, "right": 47, "top": 0, "bottom": 21}})
+    page.goto(served.url)
+    page.wait_for_selector("#status.ok", timeout=T)
+    found = {"chat": page.evaluate(INSIDE, 47)}
+    page.tap("#menu")
+    page.wait_for_function("() => document.getElementById('sidebar').getBoundingClientRect().left >= 0", timeout=T)
+    found["drawer"] = page.evaluate(INSIDE, 47)
+    page.tap(".tab[data-view='memory']")
+    page.wait_for_selector("#sidebar", state="hidden", timeout=T)
+    page.wait_for_selector("#memory-files li[data-path='MEMORY.md']", timeout=T)
+    found["memory"] = page.evaluate(INSIDE, 47)
+    page.tap("#menu")
+    page.wait_for_function("() => document.getElementById('sidebar').getBoundingClientRect().left >= 0", timeout=T)
+    page.tap(".tab[data-view='ops']")
+    page.wait_for_selector("#sidebar", state="hidden", timeout=T)
+    page.wait_for_selector("#ops-refresh", timeout=T)
+    found["ops"] = page.evaluate(INSIDE, 47)
+    assert found == {"chat": [], "drawer": [], "memory": [], "ops": []}, found
+    composer = page.evaluate("getComputedStyle(document.getElementById('composer')).paddingBottom")
+    assert composer == "21px", composer  # above the home indicator, as before
+    context.close()
