@@ -23,7 +23,7 @@ from pathlib import Path
 from hermit.cli.checks import Check, check
 from hermit.cli.context import CliContext
 from hermit.config.envfile import env_file_path
-from hermit.gateway.state import launchd_job, read_lock_info
+from hermit.gateway.state import HowRun, launchd_job, read_lock_info, systemd_service
 
 LIVE = "who may talk to it (owners, contacts, groups, bindings) applies at once"
 NOT_LIVE = "the model, providers, API keys, bot tokens, channel accounts and agents"
@@ -49,19 +49,6 @@ def process_start(pid: int) -> float | None:
     return time.time() - (uptime - ticks / hz)
 
 
-def systemd_service(pid: int) -> str | None:
-    """The systemd user unit `pid` runs in (`hermit gateway install`'s), from its cgroup, else None."""
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.rsplit(":", 1)[-1].strip("/").split("/")
-        if len(parts) >= 2 and parts[-1].endswith(".service") and any(p.startswith("user@") for p in parts[:-1]):
-            return parts[-1]
-    return None
-
-
 def running_gateway(home: Path) -> RunningGateway | None:
     """The gateway running on `home`, or None."""
     info = read_lock_info(home)
@@ -77,12 +64,8 @@ def running_gateway(home: Path) -> RunningGateway | None:
 
 
 def restart_how(gw: RunningGateway) -> str:
-    """How the user restarts this gateway (there is no `hermit gateway restart` command yet)."""
-    if gw.service:
-        return f"`systemctl --user restart {gw.service}`"
-    if gw.launchd:  # `kill` would stop it for good (the plist restarts only a failed gateway)
-        return f"`launchctl kickstart -k gui/{os.getuid()}/{gw.launchd}`"
-    return (f"stop it (Ctrl-C where it runs, or `kill {gw.pid}`) and start it again with `hermit gateway run`")
+    """How the user restarts this gateway (there is no `hermit gateway restart` command yet): gateway/state.HowRun."""
+    return HowRun(gw.pid, gw.service, gw.launchd).restart()
 
 
 def after_change_note(home: Path) -> str | None:

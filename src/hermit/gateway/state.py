@@ -122,20 +122,100 @@ class GatewayLock:
 
 def _locked(home: Path, info: dict[str, Any]) -> GatewayLocked:
     """What to say when another gateway holds the lock, from what it published (gateway/supervisor.py): its
-    pid from the start, its address once it listens, `stopping` from its first step of shutting down."""
-    pid = f"pid {info['pid']}" if isinstance(info.get("pid"), int) else "its pid not published yet"
+    pid from the start, its address once it listens, `stopping` from its first step of shutting down; and how to
+    stop or restart it by how it runs (HowRun: a systemd user unit, a launchd agent, or by hand)."""
+    pid_n = info.get("pid") if isinstance(info.get("pid"), int) else None
+    pid = f"pid {pid_n}" if pid_n is not None else "its pid not published yet"
+    how = HowRun.of(pid_n, info.get("launchd"))
     if info.get("stopping"):
         return GatewayLocked(f"the gateway ({pid}) on {home} is still stopping: it lets running turns finish "
-                             "(gateway.shutdown_grace_seconds) before it exits",
-                             "wait until it has exited and start this one again (or kill its pid)")
+                             "(gateway.shutdown_grace_seconds) before it exits", how.wait_stopping())
+    instead = f"; to restart it instead: {how.restart()}" if how.managed else ""
     if "port" not in info:
-        return GatewayLocked(f"another gateway ({pid}) is starting on {home}",
-                             "`hermit gateway status` shows it once it listens; stop it first (Ctrl-C or kill its "
-                             "pid), or use another --home")
+        return GatewayLocked(f"another gateway ({pid}) is starting on {home}{how.runs_as()}",
+                             f"`hermit gateway status` shows it once it listens; stop it first ({how.stop()}), or use "
+                             f"another --home{instead}")
     host = str(info.get("host"))
     where = f"http://{f'[{host}]' if ':' in host else host}:{info['port']}/"
-    return GatewayLocked(f"another gateway is already running on {home} ({pid}, {where})",
-                         "stop it first (Ctrl-C or kill its pid), or use another --home")
+    return GatewayLocked(f"another gateway is already running on {home} ({pid}, {where}){how.runs_as()}",
+                         f"stop it first ({how.stop()}), or use another --home{instead}")
+
+
+def systemd_service(pid: int) -> str | None:
+    """The systemd user unit `pid` runs in (`hermit gateway install`'s), from its cgroup, else None."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.rsplit(":", 1)[-1].strip("/").split("/")
+        if len(parts) >= 2 and parts[-1].endswith(".service") and any(p.startswith("user@") for p in parts[:-1]):
+            # Printed into a command as is: a name with anything else (systemd's \x2d escapes) is not named.
+            return parts[-1] if SYSTEMD_UNIT.fullmatch(parts[-1]) else None
+    return None
+
+
+SYSTEMD_UNIT = re.compile(r"[A-Za-z0-9:_.@-]{1,200}\.service")
+
+
+@dataclass(frozen=True)
+class HowRun:
+    """How a gateway process runs — under a systemd user unit or as a launchd agent (`hermit gateway install`'s), or
+    by hand — and so the commands that stop or restart it. Under a service manager `kill` and `hermit gateway run`
+    are not the way: the unit and the plist restart only a gateway that failed, so a kill stops the service until
+    the next login, and `hermit gateway run` then starts a second gateway outside it."""
+
+    pid: int | None
+    systemd: str | None = None  # the unit's name (systemd_service)
+    launchd: str | None = None  # the agent's label (launchd_job)
+
+    @classmethod
+    def of(cls, pid: int | None, launchd_label: object = None) -> HowRun:
+        """How process `pid` runs: its cgroup (Linux), the launchd label it published (macOS)."""
+        return cls(pid, systemd_service(pid) if pid is not None else None, launchd_job(launchd_label))
+
+    @classmethod
+    def this_process(cls) -> HowRun:
+        return cls.of(os.getpid(), os.environ.get("XPC_SERVICE_NAME"))
+
+    @property
+    def managed(self) -> bool:
+        return bool(self.systemd or self.launchd)
+
+    def _launchd_target(self) -> str:
+        return f"gui/{os.getuid()}/{self.launchd}"
+
+    def runs_as(self) -> str:
+        """` (the systemd user service X)`, ` (the launchd agent X)`, or nothing."""
+        if self.systemd:
+            return f" (the systemd user service {self.systemd})"
+        return f" (the launchd agent {self.launchd})" if self.launchd else ""
+
+    def restart(self) -> str:
+        if self.systemd:
+            return f"`systemctl --user restart {self.systemd}`"
+        if self.launchd:
+            return f"`launchctl kickstart -k {self._launchd_target()}`"
+        return f"stop it ({self.stop()}) and start it again with `hermit gateway run`"
+
+    def stop(self) -> str:
+        if self.systemd:
+            return f"`systemctl --user stop {self.systemd}`"
+        if self.launchd:  # a clean exit: the plist does not start it again (`launchctl kickstart` does)
+            return f"`launchctl kill TERM {self._launchd_target()}`"
+        return f"Ctrl-C where it runs, or `kill {self.pid}`" if self.pid is not None else \
+            "Ctrl-C where it runs, or kill its pid"
+
+    def wait_stopping(self) -> str:
+        """The hint while it stops (it lets running turns finish first)."""
+        if self.systemd:
+            return (f"wait until it has exited (`systemctl --user status {self.systemd}`): a `systemctl --user "
+                    "restart` starts the new one itself; else start this one again then")
+        if self.launchd:
+            return (f"wait until it has exited (`launchctl print {self._launchd_target()}`): a `launchctl kickstart "
+                    "-k` starts the new one itself; else start this one again then")
+        kill = f"`kill {self.pid}`" if self.pid is not None else "kill its pid"
+        return f"wait until it has exited and start this one again (or {kill})"
 
 
 LAUNCHD_JOB = re.compile(r"com\.hermit\.[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")

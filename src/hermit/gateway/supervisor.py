@@ -44,7 +44,7 @@ from hermit.gateway.deletes_store import RememberedDeletes, deletes_path
 from hermit.gateway.live_config import LiveAccess, LiveConfig
 from hermit.gateway.protocol import MAX_FRAME_BYTES
 from hermit.gateway.services import MemoryWatcher, Service, ServiceContext, build_services
-from hermit.gateway.state import GatewayLock, launchd_job
+from hermit.gateway.state import GatewayLock, HowRun, launchd_job
 from hermit.gateway.tickets import Tickets
 from hermit.gateway.turn_slots import live_turn_limits
 from hermit.gateway.webchat_api import WebchatApi
@@ -130,7 +130,7 @@ def live_route(state: LiveAccess, running: Collection[str]) -> Callable[[Inbound
         routed = route_with(view.router, view.access)(msg)
         if routed.agent_id not in running:
             raise ConfigError(f"agent {routed.agent_id!r} is in the config but was not started with the gateway",
-                              "restart the gateway to start it (`systemctl --user restart` its service, or stop it and run `hermit gateway run` again)")
+                              f"restart the gateway to start it: {HowRun.this_process().restart()}")
         return routed
 
     return route
