@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,6 +42,7 @@ TWO_FRAMES = "() => new Promise((r) => requestAnimationFrame(() => requestAnimat
 
 @dataclass
 class Served:
+    home: Path
     fake: FakeProvider
     gw: GatewayProcess
     url: str
@@ -55,7 +57,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
                        check=True, capture_output=True, timeout=PROC_TIMEOUT)
         gw = GatewayProcess(home, "--port", str(free_port()))
         try:
-            yield Served(fake, gw, gw.wait_ready())
+            yield Served(home, fake, gw, gw.wait_ready())
         finally:
             gw.stop()
 
@@ -203,4 +205,42 @@ def test_sideways_on_a_phone_with_a_notch_no_control_is_under_it(browser: Any, s
     assert found == {"chat": [], "drawer": [], "memory": [], "ops": []}, found
     composer = page.evaluate("getComputedStyle(document.getElementById('composer')).paddingBottom")
     assert composer == "21px", composer  # above the home indicator, as before
+    context.close()
+
+
+def test_cancel_after_a_refused_save_asks_before_the_edit_is_gone(browser: Any, served: Served) -> None:
+    """The agent wrote MEMORY.md while the owner edited it on the phone: Save is refused (never overwriting the
+    agent's text) and says to copy the text and apply it again — and Cancel, the next tap, threw the edit away
+    without a word."""
+    context, page, errors = phone(browser, served.url)
+    page.wait_for_selector("#status.ok", timeout=T)
+    page.tap("#menu")
+    page.wait_for_function("() => document.getElementById('sidebar').getBoundingClientRect().left >= 0", timeout=T)
+    page.tap(".tab[data-view='memory']")
+    page.wait_for_selector("#sidebar", state="hidden", timeout=T)
+    page.tap("#memory-files li[data-path='MEMORY.md']")
+    page.tap("#memory-edit")
+    page.wait_for_selector("#memory-editor", state="visible", timeout=T)
+    page.tap("#memory-editor")
+    page.keyboard.press("Control+End")
+    page.keyboard.type("\n- written on the phone\n")
+    mine = page.input_value("#memory-editor")
+    memory = served.home / "workspace" / "MEMORY.md"
+    memory.write_text(memory.read_text(encoding="utf-8") + "\n- the assistant wrote this meanwhile\n", encoding="utf-8")
+    page.tap("#memory-save")
+    page.wait_for_selector("#memory-file-note.bad", timeout=T)
+    assert "changed on disk" in page.inner_text("#memory-file-note")
+    asked: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", answer)
+    page.tap("#memory-cancel")
+    page.evaluate(TWO_FRAMES)
+    assert asked == ["Discard your changes to MEMORY.md?"], asked
+    assert page.is_visible("#memory-editor") and page.input_value("#memory-editor") == mine
+    assert "the assistant wrote this meanwhile" in memory.read_text(encoding="utf-8")
+    assert errors == []
     context.close()

@@ -266,7 +266,8 @@
 
   $("memory-search").addEventListener("submit", (e) => { e.preventDefault(); const q = $("memory-query").value.trim(); if (q) search(q); });
   $("memory-edit").addEventListener("click", startEditing);
-  $("memory-cancel").addEventListener("click", () => { if (file) dropDraft(file.path); stopEditing(); });
+  // Cancel asks first when the edit is unsaved (after a refused save the text is all the owner has of it).
+  $("memory-cancel").addEventListener("click", discard);
   $("memory-save").addEventListener("click", save);
   $("memory-back").addEventListener("click", () => { if (discard()) document.body.classList.remove("file-open"); });
   $("memory-append").addEventListener("submit", append);
