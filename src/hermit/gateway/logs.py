@@ -24,12 +24,14 @@ process whose stderr was redirected elsewhere inherits the variable, not the str
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
 import logging.handlers
 import os
 import re
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -130,11 +132,36 @@ class JsonFormatter(logging.Formatter):
 
 
 class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
-    """A rotating log whose every file, the first and each one opened after a rotation, is 0600."""
+    """A rotating log whose every file, the first and each one opened after a rotation, is 0600.
+
+    A line it cannot write (a full disk, a quota, the file size limit) is said once on stderr in words of its
+    own, until a line is written again: logging's default printed each record's message and arguments there (peer
+    ids, words of a chat), and under systemd stderr is the journal, which other groups read."""
+
+    _failing = False
+    _erred = False
 
     def _open(self) -> io.TextIOWrapper:
         private_file(Path(self.baseFilename))
         return super()._open()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._erred = False
+        super().emit(record)
+        if not self._erred:
+            self._failing = False
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        self._erred = True
+        if self._failing:
+            return
+        self._failing = True
+        exc = sys.exc_info()[1]
+        why = (exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__)
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"hermit: {LOG_FILE} could not be written ({why}); its lines are lost until it can be "
+                             "(a full disk?)\n")
+            sys.stderr.flush()
 
 
 def log_path(home: Path) -> Path:
