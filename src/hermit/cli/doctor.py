@@ -18,6 +18,7 @@ from hermit.cli.channels import channels_check
 from hermit.cli.checks import Check, CheckFn, check, run_checks
 from hermit.cli.context import CliContext
 from hermit.cli.cron import DOCTOR_CHECKS as CRON_CHECKS
+from hermit.cli.doctor_defaults import DOCTOR_CHECKS as DEFAULTS_CHECKS
 from hermit.cli.doctor_slack import DOCTOR_CHECKS as SLACK_CHECKS
 from hermit.cli.gateway import gateway_token
 from hermit.cli.pg_doctor import DOCTOR_CHECKS as POSTGRES_CHECKS
@@ -249,6 +250,7 @@ CHECKS: list[CheckFn] = [
     state_dir,
     config,
     *ACCESS_CHECKS,  # bindings; owners, access policies and every route a non-owner has to main; credentials
+    *DEFAULTS_CHECKS,  # loosening agents.defaults that agents other than the default one do not get
     workspace,
     extra_paths,  # memory_search.extra_paths another user could write
     memory_markers,  # memory files whose origin markers a command scrambled

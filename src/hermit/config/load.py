@@ -27,6 +27,16 @@ from hermit.textfile import NotRegularFile, read_regular_stat
 
 
 @dataclass(frozen=True)
+class WithheldDefault:
+    """A loosening setting agents.defaults gives (`section.key: value`) that an agent other than the default one
+    does not get (_own_opt_ins): it has the built-in value, as its own agents.list entry does not set it."""
+
+    section: str
+    key: str
+    value: object
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     """One resolved agent: its id, its workspace and state paths, and its merged settings."""
 
@@ -36,6 +46,7 @@ class AgentConfig:
     sessions_dir: Path
     settings: AgentEntry
     is_default: bool
+    withheld: tuple[WithheldDefault, ...] = ()  # what of agents.defaults it does not get (`hermit doctor` says)
 
 
 @dataclass(frozen=True)
@@ -143,7 +154,7 @@ def build_config(
         if (problem := sandbox_reach_problem(a, agents, paths.home, f"{src}: agent '{a.id}':")) is not None:
             raise problem
     _one_schema_each(agents, src)
-    agents = [AgentConfig(a.id, a.workspace, a.index_path, a.sessions_dir, a.settings, a.id == chosen)
+    agents = [AgentConfig(a.id, a.workspace, a.index_path, a.sessions_dir, a.settings, a.id == chosen, a.withheld)
               for a in agents]
     return LoadedConfig(paths=paths, source=source, config=cfg, defaults=defaults, agents=tuple(agents))
 
@@ -311,14 +322,16 @@ def _own_opt_ins(a: AgentConfig, raw: dict[str, Any]) -> AgentConfig:
     """Agent `a` (not the default agent) without the opt-ins in _DEFAULT_AGENTS_OPT_INS that only agents.defaults
     gives: each set back to its built-in value (the schema's default) unless `a`'s own entry (`raw`) sets it."""
     settings = a.settings
+    withheld = []
     for section, key, looser in _DEFAULT_AGENTS_OPT_INS:
         own = raw.get(section)
         current = getattr(settings, section)
         if not looser(getattr(current, key)) or (isinstance(own, dict) and key in own):
             continue
         built_in = type(current).model_fields[key].default
+        withheld.append(WithheldDefault(section, key, getattr(current, key)))
         settings = settings.model_copy(update={section: current.model_copy(update={key: built_in})})
-    return a if settings is a.settings else dataclasses.replace(a, settings=settings)
+    return a if settings is a.settings else dataclasses.replace(a, settings=settings, withheld=tuple(withheld))
 
 
 def _extra_paths_are_its_own(a: AgentConfig, agents: list[AgentConfig], home: Path, src: object) -> None:
