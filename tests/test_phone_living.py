@@ -12,6 +12,7 @@ What the walk found and these tests hold:
 
 from __future__ import annotations
 
+import base64
 import re
 import subprocess
 import sys
@@ -243,4 +244,31 @@ def test_cancel_after_a_refused_save_asks_before_the_edit_is_gone(browser: Any, 
     assert page.is_visible("#memory-editor") and page.input_value("#memory-editor") == mine
     assert "the assistant wrote this meanwhile" in memory.read_text(encoding="utf-8")
     assert errors == []
+    context.close()
+
+
+# The contrast of a button's icon to its ground, from a screenshot of it (decoded by the page's own canvas): the
+# pixel furthest in luminance from the most common one, against that one.
+ICON_CONTRAST = """async (png) => {
+  const img = new Image(); img.src = 'data:image/png;base64,' + png; await img.decode();
+  const c = document.createElement('canvas'); c.width = img.width; c.height = img.height;
+  const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+  const d = g.getImageData(0, 0, c.width, c.height).data, count = new Map();
+  const lum = (i) => [d[i], d[i + 1], d[i + 2]].map((v) => v / 255).map((v) => v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4)
+    .reduce((s, v, k) => s + v * [0.2126, 0.7152, 0.0722][k], 0);
+  for (let i = 0; i < d.length; i += 4) { const l = lum(i); count.set(l, (count.get(l) || 0) + 1); }
+  const ground = [...count].sort((a, b) => b[1] - a[1])[0][0];
+  const ink = [...count.keys()].sort((a, b) => Math.abs(b - ground) - Math.abs(a - ground))[0];
+  return (Math.max(ground, ink) + 0.05) / (Math.min(ground, ink) + 0.05); }"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_attach_icon_can_be_seen_in_dark_mode_too(browser: Any, served: Served, scheme: str) -> None:
+    context = browser.new_context(**PHONE, color_scheme=scheme)
+    page = context.new_page()
+    page.goto(served.url)
+    page.wait_for_selector("#status.ok", timeout=T)
+    png = base64.b64encode(page.locator("#attach img").screenshot()).decode()
+    ratio = page.evaluate(ICON_CONTRAST, png)
+    assert ratio >= 3, ratio  # a control's icon (WCAG 1.4.11); dark grey on the dark button was 1.4:1
     context.close()
