@@ -33,9 +33,9 @@ MEMORY = ("hermit.memory.service", "hermit.memory.embedders", "hermit.memory.emb
 WEB = ("starlette", "uvicorn", "hermit.gateway.app")
 EVERYTHING_HEAVY = RUNTIME + MODEL_CLIENTS + HTTP + MEMORY + WEB
 
-# command -> what it must not import. The doctor checks the memory index (the service, the vector extension),
-# probes local servers (a local model, a channel's local API: httpx) and the jobs' health (the heartbeat's rules,
-# from the agent's context); `memory status` opens the index.
+# command -> what it must not import. The doctor checks the memory index (the service, the vector extension) and
+# probes local servers (a local model, a channel's local API: httpx); the jobs' health needs the heartbeat's rules,
+# not the agent's context. `memory status` opens the index.
 NOT_IMPORTED: dict[tuple[str, ...], tuple[str, ...]] = {
     ("--help",): EVERYTHING_HEAVY + ("pydantic",),
     ("--version",): EVERYTHING_HEAVY + ("pydantic",),
@@ -48,7 +48,7 @@ NOT_IMPORTED: dict[tuple[str, ...], tuple[str, ...]] = {
     ("models", "list"): EVERYTHING_HEAVY,
     ("completion", "bash"): EVERYTHING_HEAVY,
     ("memory", "status"): RUNTIME + MODEL_CLIENTS + HTTP + WEB,
-    ("doctor",): ("hermit.cli.assistant", "hermit.agent.runtime", "hermit.tools.toolset") + MODEL_CLIENTS + WEB,
+    ("doctor",): RUNTIME + MODEL_CLIENTS + WEB,
 }
 
 
@@ -139,3 +139,4 @@ def test_a_command_that_runs_the_agent_still_loads_it(home: Path) -> None:
     assert "no language model is configured" in p.stderr
     assert loaded(found, ("hermit.cli.assistant", "hermit.agent.runtime")) == ["hermit.cli.assistant",
                                                                               "hermit.agent.runtime"]
+

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import httpx
 
 from hermit.errors import ChannelError
 from hermit.loopback import Holder, async_trace, foreign_holder, port_holder
+
+if TYPE_CHECKING:  # the channels import it themselves; `hermit doctor` checks the settings without it
+    import httpx
 
 Refuse = Callable[[Holder], ChannelError]
 
@@ -52,6 +53,8 @@ def refusal(title: str, setting: str, server: str) -> Refuse:
 
 def client(refuse: Refuse, **kwargs: Any) -> httpx.AsyncClient:
     """An httpx.AsyncClient whose every request carries the check (httpcore's "trace" extension)."""
+    import httpx
+
     trace = async_trace(refuse)
 
     async def attach(request: httpx.Request) -> None:

@@ -23,20 +23,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from hermit.agent.context import is_silent
 from hermit.channels.base import Target
 from hermit.config.load import AgentConfig, LoadedConfig
 from hermit.config.paths import not_own_note
 from hermit.config.schema import ActiveHoursConfig, ChannelsConfig, HeartbeatConfig
 from hermit.durable import write_atomic
 from hermit.errors import HermitError
-from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.schedule import Zone
 from hermit.scheduler.targets import let_in_again, not_let_in, not_the_owner, peer_kind_of, resolve_target
 from hermit.sessions.keys import main_session_key
 from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, read_regular_stat
+
+if TYPE_CHECKING:  # (the host runs agent turns: `hermit doctor`'s job checks load neither)
+    from hermit.scheduler.host import SchedulerHost
 
 HEARTBEAT_FILE = "HEARTBEAT.md"
 MAX_HEARTBEAT_BYTES = 1_000_000  # a checklist; what the prompt shows of it is cut far sooner (20,000 characters)
@@ -128,6 +129,8 @@ def within_active_hours(local: datetime | time, hours: ActiveHoursConfig | None)
 
 def strip_heartbeat_token(reply: str, ack_max_chars: int) -> str | None:
     """The alert text to deliver, or None when the reply is an acknowledgement (or silent)."""
+    from hermit.agent.context import is_silent  # (not at import: `hermit doctor`'s job checks run no agent)
+
     text = reply.strip()
     if not text or is_silent(text):
         return None
