@@ -197,6 +197,10 @@ class DiscordChannel:
         me = client.user
         if me is None or message.author.bot or message.author.id == me.id or self._sink is None:
             return
+        if message.webhook_id is not None or getattr(message.author, "system", False):
+            # A webhook's author is a name and avatar its poster chose (Discord marks it only by `webhook_id`; the
+            # author need not say `bot`), Discord's system user is no person: neither speaks for anyone listed.
+            return
         channel = message.channel
         guild_id = str(message.guild.id) if message.guild else getattr(channel, "guild_id", None)
         dm = guild_id is None
@@ -438,7 +442,8 @@ def _is_forward(message: Any) -> bool:
 
 
 def _username(author: Any) -> str | None:
-    """The unique username of a migrated account; an old `name#1234` tag is not unique, so it is never used."""
-    if str(getattr(author, "discriminator", "0") or "0") not in ("0", "0000"):
+    """The unique username of a migrated account; an old `name#1234` tag is not unique, so it is never used, nor is
+    a webhook's "0000" (any name its poster chose)."""
+    if str(getattr(author, "discriminator", "0") or "0") != "0":
         return None
     return str(author.name) or None
