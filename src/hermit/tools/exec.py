@@ -38,6 +38,10 @@ from hermit.tools.base import Tool, ToolOutput, make_tool
 from hermit.tools.exec_marks import OwnerExecMarks
 from hermit.tools.os_sandbox import COMMAND_VARIABLE, RUN_COMMAND, OsSandbox
 from hermit.tools.room_end import END_SECONDS
+from hermit.tools.room_limits import ROOM_IN_BYTES_PER_SECOND as ROOM_IN_BYTES_PER_SECOND
+from hermit.tools.room_limits import ROOM_IN_ENTRIES_PER_SECOND as ROOM_IN_ENTRIES_PER_SECOND
+from hermit.tools.room_limits import ROOM_START_SECONDS as ROOM_START_SECONDS
+from hermit.tools.room_limits import quota_seconds
 from hermit.tools.room_sandbox import PACK_SECONDS, SETUP_FAILED, RoomRun, RoomSandbox
 from hermit.tools.sandbox import PathResolver
 
@@ -45,14 +49,10 @@ DEFAULT_TIMEOUT_SECONDS = 120.0
 MAX_TIMEOUT_SECONDS = 1800.0
 DEFAULT_MAX_OUTPUT_CHARS = 20_000
 # Room mode. The way in (the wrapper unpacks the room before the command starts, so the command cannot stretch it)
-# gets what the room's quota may hold at a rate far below what this machine does (a 256 MB room at its quota, 65,000
-# entries, went in in 5.5-8.5 s at load 3-6; 228 MB in 8 MB files in 1 s): ROOM_START_SECONDS, plus its bytes at
-# ROOM_IN_BYTES_PER_SECOND and its entries at ROOM_IN_ENTRIES_PER_SECOND. Once the room is in, the wrapper ends within
-# the command's time plus ROOM_GRACE_SECONDS (room_sandbox.WRAPPER): `timeout -k 2`, the time left counted in whole
-# seconds (1), the pack's own least time (PACK_SECONDS) and its `timeout -k 1`, plus 5 s for the machine's load.
-ROOM_START_SECONDS = 10.0
-ROOM_IN_BYTES_PER_SECOND = 16 << 20
-ROOM_IN_ENTRIES_PER_SECOND = 1000
+# gets what the room's quota may hold at a rate far below what this machine does (room_limits.quota_seconds). Once
+# the room is in, the wrapper ends within the command's time plus ROOM_GRACE_SECONDS (room_sandbox.WRAPPER): `timeout
+# -k 2`, the time left counted in whole seconds (1), the pack's own least time (PACK_SECONDS) and its `timeout -k 1`,
+# plus 5 s for the machine's load. The merge after it has a time of its own (room_merge.py).
 ROOM_GRACE_SECONDS = 2.0 + 1.0 + PACK_SECONDS + 1.0 + 5.0
 POLL_SECONDS = 0.1  # how often the output reader looks whether it should stop
 # What a shell needs and nothing that is usually secret; everything else must be allowed by name.
@@ -210,8 +210,7 @@ def way_in_seconds(run: RoomRun) -> float:
     """The most a room's way in may take (see ROOM_START_SECONDS): what its quota holds, and the read-only copies."""
     room = run.sandbox.view.room
     seed = sum(len(data) for _, data, _ in run.seed)
-    return (ROOM_START_SECONDS + (max(room.quota_bytes, 0) + seed) / ROOM_IN_BYTES_PER_SECOND
-            + (room.max_entries + len(run.seed)) / ROOM_IN_ENTRIES_PER_SECOND)
+    return quota_seconds(max(room.quota_bytes, 0) + seed, room.max_entries + len(run.seed))
 
 
 def _wait(proc: subprocess.Popen[bytes], buf: _CappedBuffer, limit: float,

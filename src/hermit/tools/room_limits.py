@@ -5,6 +5,7 @@ the tasks (where the wrapper does not set that inside the sandbox's namespace), 
 per-user kernel counts kept small — queued signals, POSIX message queues, descriptors in flight on unix
 sockets (bounded by RLIMIT_NOFILE) — so that a command of the owner's uid
 (Hermit as an ordinary user) or of the rooms' shared uid (Hermit as root) cannot take them from the others.
+Also how long a room's way in and its merge back may take (`quota_seconds`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,14 @@ from collections.abc import Callable
 from hermit.tools.exec_cgroup import CommandCgroup, join
 from hermit.tools.os_sandbox import SandboxLimits
 
+# How long a room may take to go in, and to be merged back after its command, at rates far below what this machine
+# does (a 256 MB room at its quota, 65,000 entries, went in in 5.5-8.5 s at load 3-6; 228 MB in 8 MB files in 1 s):
+# ROOM_START_SECONDS, plus what its quota may hold at ROOM_IN_BYTES_PER_SECOND and ROOM_IN_ENTRIES_PER_SECOND. The
+# way in (tools/exec.py) is counted before the command starts, the merge (room_merge.py) after the wrapper ended:
+# the command can stretch neither past what its room's quota allows.
+ROOM_START_SECONDS = 10.0
+ROOM_IN_BYTES_PER_SECOND = 16 << 20
+ROOM_IN_ENTRIES_PER_SECOND = 1000
 QUEUED_SIGNALS = 64  # RLIMIT_SIGPENDING: real-time and sigqueue()d signals a command may have pending
 OPEN_FILES = 256  # RLIMIT_NOFILE of each process
 
@@ -70,3 +79,8 @@ def child_limits(lim: SandboxLimits, tasks: int | None, address_space: int, grou
             os.setresuid(uid, uid, uid)
 
     return setup
+
+
+def quota_seconds(quota_bytes: int, entries: int) -> float:
+    """The time a room of `quota_bytes` holding up to `entries` entries may take to go in, or to be merged back."""
+    return ROOM_START_SECONDS + max(quota_bytes, 0) / ROOM_IN_BYTES_PER_SECOND + entries / ROOM_IN_ENTRIES_PER_SECOND

@@ -15,7 +15,7 @@ tar on another socket (a socket, not a pipe: a pipe the wrapper holds could be r
 /proc/<pid>/fd by the command, which runs as the same uid, and fed a tar of its own). Hermit unpacks
 that tar trusting none of it (room_unpack.py `unpack`: folders, regular files and links only, within a byte budget) into
 a staging folder (`.incoming-<pid>-…`) that it holds locked from its making to its removal, so that the next
-run removes one a killed Hermit left, and never one a live Hermit uses (in another pid namespace, say), then merges the changes into the room (rooms.apply_incoming), under the room's lock and only below
+run removes one a killed Hermit left, and never one a live Hermit uses (in another pid namespace, say), then merges the changes into the room (room_merge.py: planned first, within a time), under the room's lock and only below
 the room's descriptor. So:
 
 - disk use is bounded by the tmpfs sizes (`sandbox.room_mb`, `sandbox.exec_tmp_mb`), not a check;
@@ -50,6 +50,7 @@ import subprocess
 import tarfile
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,16 +70,18 @@ from hermit.tools.os_sandbox import (
     room_mode_args,
 )
 from hermit.tools.room_end import SandboxInit, join_while_busy
-from hermit.tools.room_limits import child_limits, tasks_of
+from hermit.tools.room_limits import child_limits, quota_seconds, tasks_of
+from hermit.tools.room_merge import apply_incoming
 from hermit.tools.room_unpack import MAX_DEPTH as MAX_DEPTH
 from hermit.tools.room_unpack import MAX_PATH_BYTES as MAX_PATH_BYTES
 from hermit.tools.room_unpack import RESERVED_TOP as RESERVED_TOP
 from hermit.tools.room_unpack import STAGING_PREFIX as STAGING_PREFIX
 from hermit.tools.room_unpack import OverBudget as OverBudget
+from hermit.tools.room_unpack import OverTime, Seen
 from hermit.tools.room_unpack import new_staging as new_staging
 from hermit.tools.room_unpack import sweep_staging as sweep_staging
 from hermit.tools.room_unpack import unpack as unpack
-from hermit.tools.rooms import ENTRY_BYTES, Manifest, Merge, SeedEntry, apply_incoming, stamp_of
+from hermit.tools.rooms import ENTRY_BYTES, Manifest, Merge, Room, SeedEntry, stamp_of
 from hermit.tools.seccomp import filter_fd, filter_program
 from hermit.tools.views import MEMORY_DIR, ROOM_INSTRUCTIONS, ROOM_ROOT, Located, RoomView
 from hermit.workspace import BOOTSTRAP_ORDER
@@ -372,33 +375,45 @@ class RoomRun:
             return ("[the command's files were not kept: the room was not handed back in full in the command's time "
                     "— what the room held before is unchanged]")
         room = self.sandbox.view.room
+        seconds = merge_seconds(room)
+        deadline = time.monotonic() + seconds
         # Held from its making to its removal: what a killed process left is removed by the next run
         # (sweep_staging), never what a live one uses.
         staging, fd = new_staging(room.base)
         too_deep: list[str] = []
+        seen: dict[str, Seen] = {}
         try:
             try:
                 with tarfile.open(fileobj=self.spool, mode="r:") as tar:
                     # The room's copy may hold any number of empty files (a tmpfs counts bytes, not
                     # inodes): no more than the quota's entries, and no more bytes than came back
-                    # (out_cap), are unpacked on the host's disk.
+                    # (out_cap), are unpacked on the host's disk; and of those only files new or changed.
                     over = unpack(tar, fd, room.max_entries, keep=self.manifest, max_bytes=self.sandbox.out_cap,
-                                  too_deep=too_deep)
+                                  too_deep=too_deep, seen=seen, deadline=deadline)
             except (tarfile.TarError, OSError, ValueError) as e:
                 return f"[the command's files were not kept: the room could not be read back ({_reason(e)})]"
             try:
                 with room.locked() as room_fd:
-                    merge = apply_incoming(room_fd, staging, self.manifest, room.quota_bytes)
+                    merge = apply_incoming(room_fd, staging, self.manifest, room.quota_bytes, seen, deadline)
             except (OSError, HermitError, RecursionError) as e:
-                # What came back is read in full before the room is touched (rooms.apply_incoming): the
-                # room is as it was, unless the error came while writing it.
+                # What came back is read in full, and the merge planned, before the room is touched
+                # (room_merge.py): the room is as it was, unless the error came while writing it.
                 return f"[the command's files were not kept: they could not be merged into the room ({_reason(e)})]"
+        except OverTime:  # reading what came back, or planning, passed the merge's time: the room is untouched
+            return (f"[the command's files were not kept: merging them back into this chat's room would take "
+                    f"longer than its {seconds:.0f} s — what the room held before is unchanged]")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
             os.close(fd)  # the lock goes after the folder
         merge.skipped += over
         merge.too_deep = too_deep
         return merge
+
+
+def merge_seconds(room: Room) -> float:
+    """How long the merge after a command may take (room_merge.py): what the room's quota may hold, at the rates
+    its way in is given."""
+    return quota_seconds(room.quota_bytes, room.max_entries)
 
 
 def _reason(e: BaseException) -> str:

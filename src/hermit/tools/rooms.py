@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import os
 import re
-import shutil
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -155,24 +154,6 @@ def file_signature(fd: int) -> Signature:
     return "f", h.hexdigest()
 
 
-def _incoming(root_fd: int) -> dict[str, tuple[Signature, os.stat_result]]:
-    """Every entry of the extracted output (a private folder only Hermit writes), by relative path, read
-    through descriptors (safe_fs.walk_beneath): nothing here depends on the host path's length."""
-    out: dict[str, tuple[Signature, os.stat_result]] = {}
-    for rel, st in safe_fs.walk_beneath(root_fd):
-        if stat.S_ISLNK(st.st_mode):
-            out[rel] = (("l", safe_fs.readlink_beneath(root_fd, rel)), st)
-        elif stat.S_ISDIR(st.st_mode):
-            out[rel] = (("d", ""), st)
-        elif stat.S_ISREG(st.st_mode):
-            fd = safe_fs.open_beneath(root_fd, rel, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-            try:
-                out[rel] = (file_signature(fd), st)
-            finally:
-                os.close(fd)
-    return out
-
-
 MAX_LINK_HOPS = 40  # as the kernel's limit on symlinks followed in one lookup
 
 
@@ -251,132 +232,7 @@ class Merge:
 
 
 def apply_incoming(room_fd: int, extracted: Path, seed: Manifest, quota_bytes: int | None = None) -> Merge:
-    """Merge what a sandboxed command left (extracted into `extracted`) into the room: files it deleted are
-    removed, then files and folders it created or changed are written — unless a file tool changed that
-    path while it ran (then the tool's version stays), or the entry would take the room past
-    `quota_bytes` (then it is skipped and the room's own version, if any, stays). Last, every link of the
-    room that leads out of it through its other links is removed (`refused`).
+    """Merge what a sandboxed command left (extracted into `extracted`) into the room: room_merge.apply_incoming."""
+    from hermit.tools.room_merge import apply_incoming as merge  # noqa: PLC0415 - room_merge builds on this module
 
-    What came back is read in full before the room is touched: an error there (OSError) leaves the room
-    as it was."""
-    src_fd = os.open(extracted, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        merge = _apply(room_fd, src_fd, seed, quota_bytes)
-    finally:
-        os.close(src_fd)
-    shutil.rmtree(extracted, ignore_errors=True)
-    return merge
-
-
-def _apply(room_fd: int, src_fd: int, seed: Manifest, quota_bytes: int | None) -> Merge:
-    incoming = _incoming(src_fd)
-    changed = _remove_deleted(room_fd, seed, incoming)
-    used = charged_usage(room_fd) if quota_bytes is not None else 0
-    skipped: list[str] = []
-    meanwhile: list[str] = []
-    # Links that would leave the room are never created, not only removed at the end: a Hermit killed
-    # between the two (kill -9, OOM) left `esc -> b/..` leading to the other rooms until the next merge.
-    leaving = _leaving_after(room_fd, incoming)
-    refused_now: list[str] = []
-    for rel in sorted(incoming, key=lambda r: r.count("/")):
-        sig, src_st = incoming[rel]
-        before = seed.get(rel)
-        if before is not None and before.sig == sig:
-            continue
-        # Changed, or created, by someone else while the command ran (or below such a path): keep theirs.
-        if any(rel.startswith(m + "/") for m in meanwhile):
-            meanwhile.append(rel)
-            continue
-        current = safe_fs.lstat_beneath(room_fd, rel)
-        if _written_meanwhile(sig, before, current):
-            meanwhile.append(rel)
-            continue
-        if quota_bytes is not None:
-            # A folder replacing a file (or the reverse) is charged in full: the entries below it are
-            # charged as they come.
-            cost = charge(src_st) - (charge(current) if current is not None else 0)
-            if used + cost > quota_bytes or (current is None and _parent_missing(room_fd, rel)):
-                skipped.append(rel)
-                continue
-            used += cost
-        if sig[0] == "d":
-            if current is not None and not stat.S_ISDIR(current.st_mode):
-                safe_fs.remove_beneath(room_fd, rel)
-            os.close(safe_fs.open_dir(room_fd, rel, create=True))
-            continue
-        if current is not None and stat.S_ISDIR(current.st_mode):
-            safe_fs.remove_beneath(room_fd, rel)
-        if sig[0] == "l":
-            if rel in leaving:
-                refused_now.append(rel)
-                if current is not None:
-                    safe_fs.remove_beneath(room_fd, rel)
-                continue
-            _symlink_beneath(room_fd, rel, sig[1])
-        else:
-            data = safe_fs.read_beneath(src_fd, rel, max(src_st.st_size, 0) + (1 << 20)).data
-            safe_fs.write_beneath(room_fd, rel, data, mode=stat.S_IMODE(src_st.st_mode), fsync=False)
-        changed.append(rel)
-    refused = refused_now + [r for r in _drop_links_leaving(room_fd) if r not in refused_now]
-    return Merge([c for c in changed if c not in refused], skipped, refused, meanwhile=meanwhile)
-
-
-def _leaving_after(room_fd: int, incoming: dict[str, tuple[Signature, os.stat_result]]) -> set[str]:
-    """The incoming links that would lead out of the room together with the room's links as the merge leaves
-    them (its own, unless the command replaced them, and the incoming ones): never created. What this cannot
-    foresee (an entry kept because it was written meanwhile) is caught by `_drop_links_leaving` after."""
-    links = {rel: safe_fs.readlink_beneath(room_fd, rel) for rel, st in safe_fs.walk_beneath(room_fd)
-             if stat.S_ISLNK(st.st_mode) and (rel not in incoming or incoming[rel][0][0] == "l")}
-    links.update({rel: sig[1] for rel, (sig, _) in incoming.items() if sig[0] == "l"})
-    return {rel for rel in links_leaving(links) if rel in incoming and incoming[rel][0][0] == "l"}
-
-
-def _written_meanwhile(sig: Signature, before: SeedEntry | None, current: os.stat_result | None) -> bool:
-    """Whether the room's entry at a path the command changed is no longer what the command started from:
-    changed since the seed, or created since (two folders of one name merge; anything else is a clash)."""
-    if current is None:
-        return False
-    if before is None:
-        return not (sig[0] == "d" and stat.S_ISDIR(current.st_mode))
-    return stamp_of(current) != before.stamp
-
-
-def _parent_missing(room_fd: int, rel: str) -> bool:
-    """True when `rel`'s folder is not in the room (it was skipped): nothing is created below it."""
-    parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
-    if not parent:
-        return False
-    st = safe_fs.lstat_beneath(room_fd, parent)
-    return st is None or not stat.S_ISDIR(st.st_mode)
-
-
-def _remove_deleted(room_fd: int, seed: Manifest, incoming: dict[str, tuple[Signature, os.stat_result]]) -> list[str]:
-    """Remove what the command deleted (in the seed, not in its output) unless a file tool changed it."""
-    changed: list[str] = []
-    for rel in sorted(set(seed) - set(incoming), key=lambda r: -r.count("/")):
-        current = safe_fs.lstat_beneath(room_fd, rel)
-        if current is None or stamp_of(current) != seed[rel].stamp:
-            continue
-        if stat.S_ISDIR(current.st_mode):
-            with contextlib.suppress(OSError):  # not empty: something new arrived in it meanwhile
-                parts = safe_fs.parts_of(rel)
-                parent = safe_fs.open_dir(room_fd, "/".join(parts[:-1]))
-                try:
-                    os.rmdir(parts[-1], dir_fd=parent)
-                finally:
-                    os.close(parent)
-        else:
-            safe_fs.remove_beneath(room_fd, rel)
-        changed.append(f"-{rel}")
-    return changed
-
-
-def _symlink_beneath(room_fd: int, rel: str, target: str) -> None:
-    parts = safe_fs.parts_of(rel)
-    parent = safe_fs.open_dir(room_fd, "/".join(parts[:-1]), create=True)
-    try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(parts[-1], dir_fd=parent)
-        os.symlink(target, parts[-1], dir_fd=parent)
-    finally:
-        os.close(parent)
+    return merge(room_fd, extracted, seed, quota_bytes)
