@@ -316,6 +316,26 @@ def _not_this_home(ctx: CliContext, path: Path, kind: str, doing: str) -> Config
                        f"this state dir's service is {unit_name_for(ctx.home, _user_home(ctx))} (or give --name)")
 
 
+def _web_app_note(ctx: CliContext, host: str | None, port: int | None) -> str:
+    """Where the service's web app will answer and how a browser signs in: a gateway on loopback (the default)
+    is out of a phone's reach, which the owner learnt only when the phone found nothing there."""
+    import ipaddress
+
+    gateway = ctx.config().config.gateway
+    host = host or gateway.host
+    port = gateway.port if port is None else port
+    shown = f"[{host}]" if ":" in host else host
+    where = f"http://{shown}:{port}/" if port else f"http://{shown}:<a free port>/ (`hermit gateway status` says which)"
+    try:
+        local = host == "localhost" or ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        local = False
+    if local:
+        return (f"web app: {where}, on this computer only — sign in with `hermit dashboard`; to use it from a phone "
+                f"on your network, install with --host 0.0.0.0 (then `hermit dashboard --phone`)")
+    return f"web app: {where} — sign in with `hermit dashboard`; a phone: `hermit dashboard --phone` (a QR code)"
+
+
 def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
     from hermit.config.paths import ensure_private_dir
     from hermit.durable import write_atomic
@@ -348,6 +368,7 @@ def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
                  ["systemctl", "--user", "enable", "--now", f"{name}.service"]]
     print(f"wrote {path}")
     print(f"it runs: {' '.join(gateway_command(ctx.home, host, port))}")
+    print(_web_app_note(ctx, host, port))
     if usable:
         for step in steps:
             _run(step, ctx.environ, name)
