@@ -40,8 +40,8 @@ def test_a_strangers_peer_text_naming_a_disabled_account_still_asks_for_an_appro
     to = "42 (telegram/default is disabled: enabled is false)"
     cron, job = job_to(home, loaded, to)
     warning = cron.not_let_in(job)
-    assert warning is not None and "pairing approve" in warning, warning
-    assert "enabled to true" not in warning, warning
+    assert warning is not None and "pairing approve" in warning.text, warning
+    assert "enabled to true" not in warning.text, warning
     status, _, hints = let_in_health(home, loaded)
     assert status == "warn"
     assert "pairing approve" in hints and "enabled to true" not in hints, hints
@@ -52,19 +52,20 @@ def test_a_strangers_peer_text_naming_dm_policy_still_asks_for_an_approval(tmp_p
     loaded = telegram(home)
     cron, job = job_to(home, loaded, "42 dm_policy is disabled")
     warning = cron.not_let_in(job)
-    assert warning is not None and "pairing approve" in warning and "dm_policy to pairing" not in warning, warning
+    assert warning is not None and "pairing approve" in warning.text and "dm_policy to pairing" not in warning.text, warning
 
 
 def test_the_fix_follows_the_rule_whatever_the_words(tmp_path: Path) -> None:
-    """The rule rides with the words (a str, as before, for the log and the run record), and the fix follows it."""
+    """The rule rides with the words (`text`; `str()` of it, as before, for the log and the run record), and the fix
+    follows it."""
     from hermit.channels.access import Rule  # s18: imported here, so the tests above run on a tree without it
 
     home = tmp_path / "home"
     off = not_let_in(telegram(home, dm_policy="disabled"), "telegram", None, "dm", "1")
-    assert off is not None and off.rule == Rule.DM_DISABLED and "dm_policy is disabled" in off
+    assert off is not None and off.rule == Rule.DM_DISABLED and "dm_policy is disabled" in off.text and str(off) == off.text
     cron, job = job_to(home, telegram(home, dm_policy="disabled"), "1")
     said = cron.not_let_in(job)
-    assert said is not None and said.rule == Rule.DM_DISABLED and "dm_policy to pairing or allowlist" in said, said
+    assert said is not None and said.rule == Rule.DM_DISABLED and "dm_policy to pairing or allowlist" in said.text, said
     stranger = not_let_in(telegram(home), "telegram", None, "dm", "42")
     assert stranger is not None and stranger.rule == Rule.STRANGER
     disabled = not_let_in(telegram(home, enabled=False), "telegram", None, "dm", "42")

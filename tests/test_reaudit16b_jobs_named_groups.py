@@ -31,7 +31,7 @@ def test_a_group_named_by_its_name_is_a_group(tmp_path: Path, channel: str, to: 
                                **({"bot_token": "xoxb-1", "app_token": "xapp-1"} if channel == "slack" else {})}}}}},
                           StatePaths(tmp_path / "home"))
     why = not_let_in(loaded, channel, None, "dm", to)
-    assert why == f"the {channel} group {to} (not listed under channels.{channel}.accounts.default.groups)", why
+    assert str(why) == f"the {channel} group {to} (not listed under channels.{channel}.accounts.default.groups)", why
 
 
 def test_a_job_to_a_telegram_group_by_its_username_is_skipped_when_not_let_in(tmp_path: Path) -> None:

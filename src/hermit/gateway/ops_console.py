@@ -77,7 +77,8 @@ class OpsConsole:
             d["delivery_text"] = job.delivery.describe()
             d["next_runs"] = [t.isoformat() for t in self.jobs.next_times(job)] if job.enabled else []
             d["running"] = job.id in running
-            d["warning"] = self.jobs.not_let_in(job)  # aimed at someone not let in: its runs are skipped
+            held = self.jobs.not_let_in(job)  # aimed at someone not let in: its runs are skipped
+            d["warning"] = held.text if held is not None else None
             out.append(d)
         return {"jobs": out, "invalid": [{"index": b.index, "error": b.error} for b in file.invalid]}
 

@@ -348,7 +348,7 @@ class CronJobs:
         out: dict[str, Any] = {"job": self.describe(job),
                                "next_runs": [t.isoformat() for t in self.next_times(job)]}
         if (warning := self.not_let_in(job)) is not None:
-            out["warning"] = warning
+            out["warning"] = warning.text
         return out
 
     def update(self, job_id: str, patch: dict[str, Any]) -> dict[str, Any]:
@@ -379,7 +379,7 @@ class CronJobs:
         assert updated is not None
         out: dict[str, Any] = {"job": self.describe(updated)}
         if (warning := self.not_let_in(updated)) is not None:
-            out["warning"] = warning
+            out["warning"] = warning.text
         if (updated.delivery.target(), updated.agent_id) != (old.delivery.target(), old.agent_id):
             retired = self._retire(old, "re-aimed")
             if retired:

@@ -130,7 +130,7 @@ def let_in_health(home: Path, loaded: LoadedConfig) -> Health:
     hints: list[str] = []
     for job in jobs:
         if (warning := cron.not_let_in(job)) is not None:
-            held.append(warning.split(" — ", 1)[0])
+            held.append(warning.text.split(" — ", 1)[0])
             d = job.delivery
             hints.append(not_let_in_fix(job.id, peer_kind_of(d.channel or "", d.peer_kind, d.to or ""), warning,
                                         d.channel or "", d.account))

@@ -105,7 +105,7 @@ class SchedulerService:
         self._plan = _Plan()
         self._runs: dict[str, _Run] = {}
         self._own: set[str] = set()  # the run ids this service started (any other in flight, a crash left)
-        self._held: dict[str, str] = {}  # job id → why its target is not let in (said once in the log)
+        self._held: dict[str, Refused] = {}  # job id → why its target is not let in (said once in the log)
         self._heartbeats = {a.id: _Heartbeat(a, timedelta(minutes=a.settings.heartbeat.every_minutes)
                                              if a.settings.heartbeat.every_minutes > 0 else None)
                             for a in loaded.agents}

@@ -34,17 +34,18 @@ DEFAULT_ACCOUNT = "default"
 DM_OFF = "dm_policy is disabled"  # in not_let_in's words for a DM under `dm_policy: disabled`
 
 
-class Refused(str):
-    """Why a delivery's target is not let in, in words (`not_let_in`), carrying the admission rule that refused it
-    (channels/access.Rule): what lets them in again (`let_in_again`) goes by the rule, so rewording the text — or a
-    peer id or account name that happens to hold such words — cannot change the fix named or what is resumed."""
+@dataclass(frozen=True)
+class Refused:
+    """Why a delivery's target is not let in (`not_let_in`): the words, and the admission rule that refused it
+    (channels/access.Rule). What lets them in again (`let_in_again`) goes by the rule, so rewording the text — or a
+    peer id or account name that happens to hold such words — cannot change the fix named or what is resumed.
+    `str()` is the words (logs, run records, warnings)."""
 
+    text: str
     rule: Rule
 
-    def __new__(cls, text: str, rule: Rule) -> Refused:
-        made = super().__new__(cls, text)
-        made.rule = rule
-        return made
+    def __str__(self) -> str:
+        return self.text
 
     def reworded(self, text: str) -> Refused:
         """`text` (a sentence built around this one), with the same rule."""
@@ -160,7 +161,7 @@ def not_the_owner(loaded: LoadedConfig, agent_id: str, channel: str, account: st
             f"not {agent_id}"
     acc = loaded.config.channels.accounts_of(name).get(account) if name in names() else None
     if acc is None:
-        return Refused(f"{where}, an account that channels.{name}.accounts does not define", Rule.UNKNOWN_ACCOUNT)
+        return f"{where}, an account that channels.{name}.accounts does not define"
     if kind != "dm":
         return f"the group {name}/{account} {to}"
     if not matches(name, acc.owners, to):
