@@ -18,6 +18,8 @@ Under systemd stderr is the journal, which the adm and systemd-journal groups re
 (peer ids, session keys, file names people sent, job labels, library lines with chat ids in URLs) are not
 written. The journal gets the gateway's start and stop in its own words and, for a warning or an error, its
 level, logger and exception type only, each pointing at `hermit logs`; gateway.log keeps every entry whole.
+What Python itself would print there whole — an exception no code caught in a thread, a warning — is logged
+instead, and a log line gateway.log cannot take (a full disk) is said once without its text.
 stderr is the journal when JOURNAL_STREAM (`<dev>:<inode>`, set by systemd) names stderr's own file: a
 process whose stderr was redirected elsewhere inherits the variable, not the stream.
 """
@@ -32,6 +34,7 @@ import logging.handlers
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -236,6 +239,16 @@ class JournalFormatter(logging.Formatter):
         return f"{record.levelname} {record.name}: {said}"
 
 
+def _thread_crash(args: threading.ExceptHookArgs) -> None:
+    """An exception no code caught in a thread other than the main one, logged (gateway.log: whole; the journal:
+    its type) instead of printed on stderr whole by Python's default hook."""
+    if args.exc_type is SystemExit:
+        return
+    thread = args.thread.name if args.thread is not None else "?"
+    logging.getLogger("hermit.gateway").error("thread %s stopped by an exception nothing caught", thread,
+                                              exc_info=args.exc_value)
+
+
 def _to_stderr(handler: logging.Handler) -> bool:
     try:
         return isinstance(handler, logging.StreamHandler) and handler.stream.fileno() == 2
@@ -277,6 +290,9 @@ def setup_logging(log_dir: Path, fmt: str, secrets: Iterable[str], *, debug: boo
             h.setFormatter(JournalFormatter())
             if not any(isinstance(f, JournalOnly) for f in h.filters):
                 h.addFilter(JournalOnly())
+    if journal:  # what Python itself prints on stderr goes through the handlers above: its kind to the journal
+        threading.excepthook = _thread_crash
+        logging.captureWarnings(True)
     for h in logging.getLogger().handlers:
         if not any(isinstance(f, MaskLog) for f in h.filters):
             h.addFilter(mask)
