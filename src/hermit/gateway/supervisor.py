@@ -41,6 +41,7 @@ from hermit.gateway.channels import build_channels, webhook_routes
 from hermit.gateway.config_watch import ConfigWatcher
 from hermit.gateway.console import Console
 from hermit.gateway.deletes_store import RememberedDeletes, deletes_path
+from hermit.gateway.listen import listen_sockets
 from hermit.gateway.live_config import LiveAccess, LiveConfig
 from hermit.gateway.protocol import MAX_FRAME_BYTES
 from hermit.gateway.services import MemoryWatcher, Service, ServiceContext, build_services
@@ -217,8 +218,8 @@ class Gateway:
     async def serve(self, lock: GatewayLock | None = None, on_ready: Callable[[str], None] | None = None) -> int:
         import uvicorn
 
-        sock = bind_socket(self.host_name, self.port)
-        self.port = sock.getsockname()[1]
+        sockets = listen_sockets(self.host_name, self.port, bind_socket)  # and [::1] beside 127.0.0.1 (listen.py)
+        self.port = sockets[0].getsockname()[1]
         if not is_loopback(self.host_name):
             log.warning("listening on %s, reachable from other machines: every client needs the token, and the "
                         "connection is not encrypted (put a TLS proxy in front of it)", self.host_name)
@@ -233,7 +234,7 @@ class Gateway:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
-        await server.startup(sockets=[sock])
+        await server.startup(sockets=sockets)
         self.bus.scrubs.resume()  # deleted messages a killed gateway hid but did not scrub yet (gateway/scrub_batch.py)
         # One channel or service that cannot start (a revoked bot token) must not take the others down;
         # its status says why.
@@ -259,10 +260,10 @@ class Gateway:
         await self.stopping.wait()
         if lock is not None:  # from here the port is no longer served: nothing should be sent to it
             lock.publish({"pid": os.getpid(), "stopping": True})
-        await self.shutdown(server, sock)
+        await self.shutdown(server, sockets)
         return 0
 
-    async def shutdown(self, server: Any, sock: socket.socket) -> None:
+    async def shutdown(self, server: Any, sockets: list[socket.socket]) -> None:
         grace = self.cfg.shutdown_grace_seconds
         log.info("stopping: no new messages; %d turn(s) running get up to %.0f s to finish", self.bus.running(), grace)
         self.bus.close_intake()
@@ -287,7 +288,7 @@ class Gateway:
                 log.exception("channel %s/%s did not stop cleanly", ch.name, ch.account_id)
         server.should_exit = True
         with contextlib.suppress(Exception):  # connections already closed by the channels
-            await asyncio.wait_for(server.shutdown(sockets=[sock]), 5)
+            await asyncio.wait_for(server.shutdown(sockets=sockets), 5)
         if drained:
             self.agents.close()
         log.info("gateway stopped")
