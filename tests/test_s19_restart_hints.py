@@ -14,6 +14,7 @@ removed after). launchd is XPC_SERVICE_NAME, which launchd sets."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -182,3 +183,47 @@ def test_an_agent_not_started_names_the_restart_of_this_gateway(tmp_path: Path) 
     assert hint == f"restart the gateway to start it: `launchctl kickstart -k gui/{os.getuid()}/{LAUNCHD_LABEL}`"
     hint, _ = route_hint(home, in_unit=True)
     assert hint == f"restart the gateway to start it: `systemctl --user restart {UNIT}`"
+
+
+def slack_doctor_fix(home: Path, **env: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "doctor", "--json"], capture_output=True, text=True,
+                       env=env_for(home, **env), timeout=PROC_TIMEOUT)
+    [line] = [c for c in json.loads(r.stdout) if c["name"] == "slack sessions"]
+    assert line["status"] == "warn", line
+    return str(line["fix"])
+
+
+def test_doctor_starts_the_installed_service_or_restarts_the_running_gateway(tmp_path: Path) -> None:
+    """`hermit doctor` on an interrupted Slack rename said "start the gateway (`hermit gateway run`, or restart its
+    service)": with a service installed for this state dir, `hermit gateway run` starts a second gateway beside
+    it. Now it names the installed unit's start, or the running gateway's restart."""
+    from hermit.channels.slack_migrate import journal_path
+
+    with FakeProvider([{"text": "OK", "repeat": True}], api_key=KEY) as fake:
+        home = tmp_path / "home"
+        write_config(home, fake.openai_base_url,
+                     extra="channels:\n  slack:\n    accounts:\n      work: {bot_token: xoxb-1, app_token: xapp-1}\n")
+        assert here(home, "init").returncode == 0
+        journal_path(home).parent.mkdir(parents=True, exist_ok=True)
+        journal_path(home).write_text("{}", encoding="utf-8")
+        user = tmp_path / "user"
+        user.mkdir(mode=0o700)
+        env = {"HOME": str(user), "XDG_CONFIG_HOME": str(user / ".config")}
+        assert slack_doctor_fix(home, **env) == "start the gateway: `hermit gateway run`: it finishes the rename first"
+        done = hermit(home, "gateway", "install", "--no-start", **env)
+        assert done.returncode == 0, done.stderr
+        [unit] = (user / ".config" / "systemd" / "user").glob("*.service")
+        assert slack_doctor_fix(home, **env) == (f"start the gateway: `systemctl --user start {unit.name}`: it finishes "
+                                                 "the rename first")
+        other = tmp_path / "other"  # another state dir's doctor does not take this unit for its own
+        write_config(other, fake.openai_base_url, extra="channels:\n  slack:\n    accounts:\n      w: {}\n")
+        journal_path(other).parent.mkdir(parents=True, exist_ok=True)
+        journal_path(other).write_text("{}", encoding="utf-8")
+        assert "`hermit gateway run`" in slack_doctor_fix(other, **env)
+        gw = run_gateway(home, LAUNCHD_LABEL)  # it finishes the rename as it starts: a journal left once more
+        try:
+            journal_path(home).write_text("{}", encoding="utf-8")
+            assert slack_doctor_fix(home, **env) == (f"restart the gateway: `launchctl kickstart -k gui/{os.getuid()}/"
+                                                     f"{LAUNCHD_LABEL}`: it finishes the rename first")
+        finally:
+            gw.stop()

@@ -14,6 +14,15 @@ if TYPE_CHECKING:
 _SHOWN = 8
 
 
+def _start_or_restart(ctx: CliContext) -> str:
+    """The gateway's restart (the one running, by how it runs), or its start (its installed service, if any)."""
+    from hermit.cli.running_gateway import restart_how, running_gateway
+    from hermit.cli.service import start_how
+
+    gw = running_gateway(ctx.home)
+    return f"restart the gateway: {restart_how(gw)}" if gw is not None else f"start the gateway: {start_how(ctx)}"
+
+
 def _lines(lines: list[str]) -> str:
     more = f"; and {len(lines) - _SHOWN} more" if len(lines) > _SHOWN else ""
     return "; ".join(lines[:_SHOWN]) + more
@@ -29,14 +38,14 @@ def slack_sessions_check(ctx: CliContext) -> str | Check:
     name = "slack sessions"
     if journal_path(ctx.home).exists():
         return Check(name, "warn", f"a rename of Slack session keys was interrupted ({journal_path(ctx.home)})",
-                     "start the gateway (`hermit gateway run`, or restart its service): it finishes the rename first")
+                     f"{_start_or_restart(ctx)}: it finishes the rename first")
     plan = make_plan(loaded, ctx.home)
     pending = sum(len(k) for k in plan.keys.values())
     parts, fixes = [], []
     if pending:
         parts.append(f"{pending} Slack session(s) from before keys named the workspace continue under their new "
                      "key when the gateway next starts")
-        fixes.append("restart the gateway")
+        fixes.append(_start_or_restart(ctx))
     if plan.waiting:
         parts.append(f"not renamed yet: {_lines(plan.waiting)}")
         fixes.append("let each Slack account connect once (start the gateway with the account enabled); the rest "

@@ -290,6 +290,36 @@ def unit_home(path: Path, kind: str) -> Path | None:
     return Path(os.path.realpath(home)) if isinstance(home, str) else None
 
 
+def installed_for(ctx: CliContext) -> tuple[str, str] | None:
+    """(kind, name) of the gateway service `hermit gateway install` wrote for this state dir (a systemd user unit,
+    a launchd agent; any --name), else None — also when its folder is not one to trust (unit_folder)."""
+    kind = "launchd" if sys.platform == "darwin" else "systemd"
+    try:
+        folder = unit_folder(ctx, kind, create=False)
+    except ConfigError:
+        return None
+    if folder is None:
+        return None
+    home = Path(os.path.realpath(ctx.home))
+    pattern = "com.hermit.*.plist" if kind == "launchd" else f"{DEFAULT_NAME}*.service"
+    for path in sorted(folder.glob(pattern)):
+        if path.is_file() and unit_home(path, kind) == home:
+            return kind, path.name.removesuffix(".plist").removesuffix(".service")
+    return None
+
+
+def start_how(ctx: CliContext) -> str:
+    """How this state dir's gateway is started when none runs: its installed service's command (so the service,
+    not a second gateway beside it, runs), else `hermit gateway run`."""
+    found = installed_for(ctx)
+    if found is None:
+        return "`hermit gateway run`"
+    kind, name = found
+    if kind == "launchd":
+        return f"`launchctl kickstart gui/{os.getuid()}/{name}`"
+    return f"`systemctl --user start {name}.service`"
+
+
 def _chosen_name(ctx: CliContext, args: argparse.Namespace, kind: str, folder: Path | None) -> str:
     """--name, else this state dir's name — or the plain one, when the unit there is this state dir's (written
     by a version of Hermit that gave every state dir the plain name) and none has this state dir's own name."""
