@@ -41,6 +41,13 @@ while True:
               % len(body) + body)
     c.close()
 """
+UPGRADE = r"""
+import socket, sys
+s = socket.create_connection(("::1", int(sys.argv[1])), timeout=10)
+s.sendall(("GET /ws HTTP/1.1\r\nHost: localhost:%s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n" % sys.argv[1]).encode())
+print(s.recv(200).split(b"\r\n")[0].decode())
+"""
 
 
 @pytest.fixture
@@ -86,6 +93,13 @@ def test_another_users_program_cannot_take_localhost_beside_the_gateway(browser:
         assert page.locator("#fake").count() == 0
         context.close()
         assert url.startswith(f"http://127.0.0.1:{port}/")
+        # …and uid 65534's own program reaching the gateway through [::1] is refused, as through 127.0.0.1.
+        python = python_as(NOBODY)
+        assert python is not None
+        done = subprocess.run([python, "-c", UPGRADE, str(port)], capture_output=True, text=True, timeout=60,
+                              cwd="/", **NOBODY)  # type: ignore[call-overload]
+        assert done.stdout.startswith("HTTP/1.1 403"), done.stdout + done.stderr
+        assert "uid 65534" in gw.stderr()
     finally:
         gw.stop()
 
