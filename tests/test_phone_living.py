@@ -162,6 +162,36 @@ def test_a_phone_back_on_the_network_reconnects_at_once(browser: Any, served: Se
     context.close()
 
 
+def test_a_socket_that_died_quietly_is_replaced_when_the_phone_is_back(browser: Any, served: Served) -> None:
+    """A phone that slept or changed networks keeps a socket that looks open but carries nothing (no close ever
+    comes): the page said "connected" and Send did nothing, for minutes. Back on the network (or on screen), it
+    now asks the gateway for a word and, with no answer, connects again."""
+    context = browser.new_context(**PHONE)
+    page = context.new_page()
+    routes: list[Any] = []
+    dead: set[int] = set()
+
+    def route(ws: Any) -> None:  # what the page sends on a dead socket goes nowhere, as on a half-open connection
+        server = ws.connect_to_server()
+        n = len(routes)
+        routes.append(ws)
+        ws.on_message(lambda message: None if n in dead else server.send(message))
+
+    page.route_web_socket(re.compile(r"/ws$"), route)
+    page.goto(served.url)
+    page.wait_for_selector("#status.ok", timeout=T)
+    dead.add(len(routes) - 1)  # the phone changed networks: this socket is gone, and nobody said so
+    with page.expect_websocket(timeout=T):  # was: none, ever — the page stayed on the dead socket
+        context.set_offline(True)
+        context.set_offline(False)  # back (`online`); a page brought back on screen does the same
+    page.wait_for_selector("#status.ok", timeout=T)
+    send(page, "/new")  # a session of its own: the script answers the newest word of a session
+    page.wait_for_function("() => !document.querySelector('#messages .msg')", timeout=T)
+    send(page, "plain-hello from the train")
+    reply_done(page, "Hello from the scripted model")  # the message goes, and its reply comes
+    context.close()
+
+
 def test_a_wrong_token_says_where_a_phone_gets_a_new_link(browser: Any, served: Served) -> None:
     context, page, errors = phone(browser, served.url.split("?")[0] + "#token=" + "0" * 43)
     page.wait_for_selector("#signin:not([hidden])", timeout=T)

@@ -257,7 +257,7 @@
         for (const fn of listeners.get(f.event) || []) fn(f.payload);
       }
     };
-    sock.onclose = (ev) => {
+    sock.onclose = sock.lost = (ev) => {
       connected = false;
       for (const p of pending.values()) p.reject(new GatewayError({ code: "offline", message: "connection lost" }));
       pending.clear();
@@ -291,9 +291,26 @@
     retry = 0;
     connect();
   }
-  window.addEventListener("online", reconnectNow);
-  document.addEventListener("visibilitychange", () => { if (document.visibilityState === "visible") reconnectNow(); });
-  window.addEventListener("pageshow", (e) => { if (e.persisted) reconnectNow(); });
+  // A socket that still looks open may be dead: a phone that slept or changed networks gets no close, and what is
+  // sent on it goes nowhere (Send did nothing, for minutes). Back on screen or on the network, the page asks the
+  // gateway for a word; with no answer within 5 s it drops that socket and connects again.
+  let probing = null;
+  async function probe() {
+    if (probing || !connected || !ws) return;
+    const sock = probing = ws;
+    const dead = setTimeout(() => {
+      if (ws !== sock || sock.readyState !== WebSocket.OPEN) return;
+      sock.onmessage = sock.onclose = null;
+      try { sock.close(); } catch (e) { /* it is gone either way */ }
+      sock.lost({ code: 1006 });  // as if it had closed: pending requests fail, and it reconnects
+    }, 5000);
+    try { await request("gateway.status"); } catch (e) { /* closed meanwhile: the reconnect is under way */ }
+    finally { clearTimeout(dead); probing = null; }
+  }
+  const wake = () => { if (connected) probe(); else reconnectNow(); };
+  window.addEventListener("online", wake);
+  document.addEventListener("visibilitychange", () => { if (document.visibilityState === "visible") wake(); });
+  window.addEventListener("pageshow", (e) => { if (e.persisted) wake(); });
 
   window.Hermit = {
     request, call, banner, clearBanner, on, show, el,
