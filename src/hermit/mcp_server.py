@@ -7,18 +7,20 @@ the reader `Reader("mcp", owner=mcp.share_private_memory)` (memory/policy/audien
 shared notes and its own, never owner-only notes, MEMORY.md nor session transcripts, like a non-main
 session; with the setting on, everything, as the owner. Its notes are written like any non-owner
 writer's: escaped, in an origin block (`session="mcp"`, `channel="mcp"`, audience `mcp`), so a client
-cannot forge an origin or an owner block. stdout is the protocol: logs go to stderr, and the SDK points
-fd 1 at stderr while serving so a stray print cannot corrupt the stream.
+cannot forge an origin or an owner block. An argument name a tool does not take is refused, naming those it
+does (the SDK would drop it and answer as if it had not been given). stdout is the protocol: logs go to stderr,
+and the SDK points fd 1 at stderr while serving so a stray print cannot corrupt the stream.
 
 The `mcp` SDK (2.x, the `[mcp]` extra) is imported only when a server is built.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -121,6 +123,42 @@ def _wire(shape: Callable[..., dict[str, Any]], impl: Callable[[dict[str, Any]],
     return call
 
 
+def unknown_arguments(tool: str, given: Iterable[str], accepted: Iterable[str]) -> str | None:
+    """The error for argument names `tool` does not take, naming those it does; None when there are none. The
+    SDK's argument model ignores unknown names, so `start_line` or `query_text` was dropped without a word and the
+    call answered as if it had not been given (the whole file, another search)."""
+    names = list(accepted)
+    unknown = sorted(set(given) - set(names))
+    if not unknown:
+        return None
+    shown = ", ".join(repr(u[:40]) for u in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+    return (f"{tool} does not take the argument{'s' if len(unknown) > 1 else ''} {shown}; it takes "
+            f"{', '.join(names)} (names are case-sensitive, as in the tool's input schema)")
+
+
+@functools.cache
+def _strict_tool() -> type[Any]:
+    """The SDK's Tool, refusing argument names it does not take (see unknown_arguments) before its own validation,
+    and advertising so in its schema (`additionalProperties: false`)."""
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.tools import Tool
+
+    class StrictTool(Tool):
+        async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
+            accepted = [f.alias or n for n, f in self.fn_metadata.arg_model.model_fields.items()]
+            if (error := unknown_arguments(self.name, arguments, accepted)) is not None:
+                raise ToolError(error)
+            return await super().run(arguments, context, convert_result=convert_result)
+
+    return StrictTool
+
+
+def _tool(fn: Any, **kw: Any) -> Any:
+    made = _strict_tool().from_function(fn, **kw)
+    made.parameters["additionalProperties"] = False
+    return made
+
+
 def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
                  clock: Callable[[], float] = time.time) -> Any:
     """An MCPServer for `agent`'s memory (typed Any: the SDK is imported lazily)."""
@@ -133,8 +171,6 @@ def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
         resolve_timezone(agent.settings.timezone, datetime.fromtimestamp(clock()).astimezone())
     tools = MemoryTools(service, reader=Reader(MCP, owner=cfg.share_private_memory))
     note_origin = Origin(session=MCP, channel=MCP, audience=MCP)
-    server: Any = MCPServer(name="hermit", title=f"Hermit memory ({agent.id})", version=__version__,
-                            instructions=INSTRUCTIONS, log_level="WARNING")
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                                 open_world_hint=False)
 
@@ -163,16 +199,17 @@ def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
         log.info("memory_append: %s lines %s-%s", result["path"], result["startLine"], result["endLine"])
         return result
 
-    server.add_tool(_wire(_search_args, search), name="memory_search", title="Search memory",
-                    description=f"{MEMORY_SEARCH_DESCRIPTION} {OTHERS_WORDS}", annotations=read_only)
-    server.add_tool(_wire(_get_args, get), name="memory_get", title="Read memory lines",
-                    description=f"{MEMORY_GET_DESCRIPTION} {OTHERS_WORDS}", annotations=read_only)
+    listed = [_tool(_wire(_search_args, search), name="memory_search", title="Search memory",
+                    description=f"{MEMORY_SEARCH_DESCRIPTION} {OTHERS_WORDS}", annotations=read_only),
+              _tool(_wire(_get_args, get), name="memory_get", title="Read memory lines",
+                    description=f"{MEMORY_GET_DESCRIPTION} {OTHERS_WORDS}", annotations=read_only)]
     if cfg.allow_append:
-        server.add_tool(_wire(_append_args, append), name="memory_append", title="Append to today's daily log",
-                        description=MEMORY_APPEND_DESCRIPTION,
-                        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
-                                                    idempotent_hint=False, open_world_hint=False))
-    return server
+        listed.append(_tool(_wire(_append_args, append), name="memory_append", title="Append to today's daily log",
+                            description=MEMORY_APPEND_DESCRIPTION,
+                            annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                                        idempotent_hint=False, open_world_hint=False)))
+    return MCPServer(name="hermit", title=f"Hermit memory ({agent.id})", version=__version__,
+                     instructions=INSTRUCTIONS, log_level="WARNING", tools=listed)
 
 
 def serve_stdio(agent: AgentConfig, service: MemoryService, cfg: McpConfig) -> None:
