@@ -66,9 +66,9 @@ def test_a_pack_cut_short_is_not_merged_and_the_room_is_unchanged(tmp_path: Path
     runner, view = room_tools(tmp_path)
     out, err = run(runner, "exec", command="echo one > one.txt; for i in $(seq 30); do echo $i > f$i; done", timeout=20)
     assert not err and (view.room.path / "f30").exists()
-    tar = "tar -cf - --null -T -' >&3"
-    assert tar in room_sandbox.WRAPPER
-    cut = room_sandbox.WRAPPER.replace(tar, "tar -cf - --null -T - | head -c 10240 && false' >&3")
+    pack = "hermit-pack \"$S\" >&3;"
+    assert pack in room_sandbox.WRAPPER
+    cut = room_sandbox.WRAPPER.replace(pack, "hermit-pack \"$S\" | head -c 10240 >&3 && false;")
     monkeypatch.setattr(room_sandbox, "WRAPPER", cut)
     out, err = run(runner, "exec", command="rm f1; echo two > one.txt", timeout=20)
     assert "not handed back in full" in out, out

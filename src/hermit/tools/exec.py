@@ -42,7 +42,7 @@ from hermit.tools.room_limits import ROOM_IN_BYTES_PER_SECOND as ROOM_IN_BYTES_P
 from hermit.tools.room_limits import ROOM_IN_ENTRIES_PER_SECOND as ROOM_IN_ENTRIES_PER_SECOND
 from hermit.tools.room_limits import ROOM_START_SECONDS as ROOM_START_SECONDS
 from hermit.tools.room_limits import quota_seconds
-from hermit.tools.room_sandbox import PACK_SECONDS, SETUP_FAILED, RoomRun, RoomSandbox
+from hermit.tools.room_sandbox import PACK_SECONDS, SETUP_FAILED, SNAPSHOT_SECONDS, RoomRun, RoomSandbox
 from hermit.tools.sandbox import PathResolver
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
@@ -50,10 +50,11 @@ MAX_TIMEOUT_SECONDS = 1800.0
 DEFAULT_MAX_OUTPUT_CHARS = 20_000
 # Room mode. The way in (the wrapper unpacks the room before the command starts, so the command cannot stretch it)
 # gets what the room's quota may hold at a rate far below what this machine does (room_limits.quota_seconds). Once
-# the room is in, the wrapper ends within the command's time plus ROOM_GRACE_SECONDS (room_sandbox.WRAPPER): `timeout
-# -k 2`, the time left counted in whole seconds (1), the pack's own least time (PACK_SECONDS) and its `timeout -k 1`,
-# plus 5 s for the machine's load. The merge after it has a time of its own (room_merge.py).
-ROOM_GRACE_SECONDS = 2.0 + 1.0 + PACK_SECONDS + 1.0 + 5.0
+# the room is in, the wrapper ends within the command's time plus ROOM_GRACE_SECONDS (room_sandbox.WRAPPER): its note
+# of the room as it came in (SNAPSHOT_SECONDS and its `timeout -k 1`), `timeout -k 2`, the time left counted in whole
+# seconds (1), the pack's own least time (PACK_SECONDS) and its `timeout -k 1`, plus 5 s for the machine's load. The
+# merge after it has a time of its own (room_merge.py).
+ROOM_GRACE_SECONDS = SNAPSHOT_SECONDS + 1.0 + 2.0 + 1.0 + PACK_SECONDS + 1.0 + 5.0
 POLL_SECONDS = 0.1  # how often the output reader looks whether it should stop
 # What a shell needs and nothing that is usually secret; everything else must be allowed by name.
 ENV_WHITELIST = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ",

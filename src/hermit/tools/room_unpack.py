@@ -137,6 +137,20 @@ def unpack(tar: tarfile.TarFile, dir_fd: int, max_entries: int | None = None,
     return over
 
 
+def add_unchanged(names: bytes, keep: Mapping[str, SeedEntry], seen: dict[str, Seen],
+                  deadline: float | None = None) -> None:
+    """Record in `seen` the entries the pack names as unchanged (room_sandbox.WRAPPER: NUL-separated `./path`s after
+    its tar): only an entry of the room's own (`keep`) not already in the tar is taken, as it went in. Any other name
+    means nothing: it was not handed in, so there is nothing of it to keep."""
+    for index, raw in enumerate(names.split(b"\0")):
+        if deadline is not None and index % (CHECK_EVERY * 16) == 0 and time.monotonic() > deadline:
+            raise OverTime("what came back could not be read within the merge's time")
+        name = posixpath.normpath(os.fsdecode(raw)) if raw else ""
+        before = keep.get(name)
+        if before is not None and name not in seen:
+            seen[name] = Seen(before.sig, 0)
+
+
 def _name_of(m: tarfile.TarInfo, keep: Mapping[str, object] | None, too_deep: list[str] | None) -> str:
     """The member's name in the room, or "" when it is not kept (see `unpack`)."""
     # normpath drops a leading "./" (and only that: `.lstrip("./")` made `.hidden` `hidden`, and lost `.hidden`);
