@@ -6,7 +6,9 @@ the built-in. A user who wrote them there for everyone saw nothing say so (docto
 doctor warns, per other agent, which default it does not get, what it runs with, and the exact lines for its own
 agents.list entry — which, pasted there, give it the setting and end the warning.
 
-Real `hermit doctor` processes on a real hermit.yaml (and hermit.json)."""
+The gateway's log says it at start too (the config load has no warnings channel of its own).
+
+Real `hermit doctor` and `hermit gateway run` processes on a real hermit.yaml (and hermit.json)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
+from gatewayhelpers import GatewayProcess, write_config
 from hermit.config.load import load_config
 from hermit.config.paths import StatePaths
+from hermit.testing import FakeProvider
 from prochelpers import PROC_TIMEOUT
-from test_setup import env_for
+from test_setup import KEY, env_for, here
 
 NAME = "agent defaults"
 LOOSE = ("    heartbeat: {share_alerts_with_target: true}\n"
@@ -101,3 +107,23 @@ def test_a_json_config_gets_json_lines(tmp_path: Path) -> None:
     line = str(check["fix"]).split("\n")[1].strip()
     assert json.loads(line) == {"id": "family", "sandbox": {"mode": "off"}}, line
     assert "entry under agents.list of hermit.json" in str(check["fix"])
+
+
+def test_the_gateway_says_it_at_start_too(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with FakeProvider([{"text": "OK", "repeat": True}], api_key=KEY) as fake:
+        write_config(home, fake.openai_base_url)
+        cfg = yaml.safe_load((home / "hermit.yaml").read_text())
+        cfg["agents"]["defaults"]["sandbox"] = {"mode": "off"}
+        cfg["agents"]["list"] = [{"id": "main", "default": True}, {"id": "family"}]
+        (home / "hermit.yaml").write_text(yaml.safe_dump(cfg))
+        assert here(home, "init").returncode == 0
+        gw = GatewayProcess(home)
+        try:
+            gw.wait_ready()
+            err = gw.stderr()
+        finally:
+            gw.stop()
+    assert ("agent family does not get sandbox.mode from agents.defaults (a loosening default is the default "
+            "agent's only); if you mean it for family too, `hermit doctor` gives the lines") in err, err
+    assert "agent main does not get" not in err

@@ -170,6 +170,11 @@ class Gateway:
         # hermit.yaml as it is now, at every admission, routing decision and scheduled delivery: an edit that
         # revokes someone counts at their next message, an invalid file lets no channel sender in.
         self.live = LiveConfig(loaded)
+        for a in loaded.agents:  # a loosening default is the default agent's alone (config/load._own_opt_ins)
+            if a.withheld:
+                log.warning("agent %s does not get %s from agents.defaults (a loosening default is the default "
+                            "agent's only); if you mean it for %s too, `hermit doctor` gives the lines for its own "
+                            "agents.list entry", a.id, ", ".join(f"{w.section}.{w.key}" for w in a.withheld), a.id)
         state = LiveAccess(self.live, PairingStore(home, clock), clock)
         router = state.owner_view().router
         self.bus = Bus(self.agents, route=live_route(state, set(runtimes)), admit=live_admit(state),
