@@ -31,12 +31,15 @@ import numpy as np
 
 from hermit.config.memory_search import QueryConfig
 from hermit.memory.embedders.base import Embedder
+from hermit.memory.index.line_vectors import best_cosines
 from hermit.memory.policy.audience import Reader
 from hermit.memory.search.dates import query_day_ranges
+from hermit.memory.search.dialogue_weights import DIALOGUE_COMBINER
 from hermit.memory.search.fts import build_match, query_terms, translated_phrases
 from hermit.memory.search.fusion import calibrate, decay, fuse, text_score
 from hermit.memory.search.keyword import KeywordSearcher
 from hermit.memory.search.keyword_leg import KeywordLeg
+from hermit.memory.search.kinds import DialogueKinds, features, in_dialogue_places
 from hermit.memory.search.lexicon import Lexicon
 from hermit.memory.search.ordering import (
     ConversationCopies,
@@ -144,6 +147,7 @@ class HybridSearcher:
         self.word_vector_stats = self.word_vectors.stats
         self._line_vectors = False  # whether the index holds line vectors (read with its identity)
         self.copies = ConversationCopies(store)
+        self._kinds = DialogueKinds(store)
         self.vector_legs = VectorLegs(store, self.matrix, self._embed_query, self._worker, self._matrix_ok)
 
     def _vector_state(self) -> tuple[bool, str | None]:
@@ -327,17 +331,24 @@ class HybridSearcher:
         scored = sorted(scored, key=lambda s: -s[1])
         # min_score is applied here, once: what follows only orders the chunks that passed.
         scored = [(i, s) for i, s in scored if s >= min_score]
+        head: list[tuple[int, float]] = []  # the chunks line vectors re-order, in fused order
         if q is not None and self._line_vectors and self.tuning.line_weight > 0:
             t0 = time.perf_counter()
-            scored, nearest = self._order_by_lines(scored, c.rows, q, c.cos,
-                                                   self.tuning.line_order_depth * max_results, self.tuning.line_weight)
+            depth = self.tuning.line_order_depth * max_results
+            head = scored[:depth]
+            scored, nearest = self._order_by_lines(scored, c.rows, q, c.cos, depth, self.tuning.line_weight)
             timings["lines_ms"] = (time.perf_counter() - t0) * 1000
             if judged and unmatched(scored, nearest, self.tuning):
                 c.unmatched = len(scored)
                 return []
         if self.cfg.mmr.enabled:
             scored = mmr(scored, c.rows, max_results, self.cfg.mmr.lambda_)
-        return notes_first(scored, c.rows, self.copies, self.tuning.copy_weight)
+        scored = notes_first(scored, c.rows, self.copies, self.tuning.copy_weight)
+        # Last, so that notes_first's sort by score (when a session dump passed) does not undo it; not with
+        # MMR, whose order is the configured one.
+        if head and q is not None and self.tuning.dialogue_order and not self.cfg.mmr.enabled:
+            scored = self._dialogue_order(head, scored, c, q)
+        return scored
 
     def _show(self, query: str, terms: list[Term], scored: list[tuple[int, float]], pool: list[tuple[int, float]],
               c: _Candidates, q: np.ndarray | None, max_results: int, min_score: float) -> list[Hit]:
@@ -376,6 +387,23 @@ class HybridSearcher:
         head = spare[:self.tuning.line_order_depth * max_results]
         return nearest_first(spare, self._order_by_lines(head, c.rows, q, c.cos, len(head), weight=1.0)[0]
                              if self._line_vectors else [(i, self._vscore(c.cos.get(i))) for i, _ in head])
+
+    def _dialogue_order(self, head: list[tuple[int, float]], ordered: list[tuple[int, float]], c: _Candidates,
+                        q: np.ndarray) -> list[tuple[int, float]]:
+        """The dialogue chunks of `head` (the first passed chunks, in fused order) put in the order of the
+        combiner learned on conversations, in the places they hold in `ordered` (memory.search.kinds);
+        unchanged when fewer than two of them are dialogue (a memory of notes never goes further)."""
+        dialogue = {i for i, _ in head if self._kinds.dialogue(c.rows[i])}
+        if len(dialogue) < 2:
+            return ordered
+        spans = [(c.rows[i].path, c.rows[i].start_line, c.rows[i].end_line) for i, _ in head]
+        best = best_cosines(self.store.line_vector_blobs(spans), q, len(spans))
+        cosine = [self._vscore(c.cos.get(i)) for i, _ in head]
+        x = features(head, [self._tscore(c.rel.get(i, 0.0), c.rel) for i, _ in head], cosine,
+                     [v if b is None else self._vscore(b) for v, b in zip(cosine, best, strict=True)],
+                     [i in c.dated for i, _ in head])
+        value = dict(zip((i for i, _ in head), DIALOGUE_COMBINER.logits(x).tolist(), strict=True))
+        return in_dialogue_places(ordered, dialogue, value)
 
     def _order_by_lines(self, passed: list[tuple[int, float]], rows: dict[int, ChunkRow], q: np.ndarray,
                         cos: dict[int, float], depth: int, weight: float) -> tuple[list[tuple[int, float]], float]:
