@@ -33,7 +33,7 @@ import functools
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -187,15 +187,23 @@ class _Match:
     pins_unreadable: bool = False
 
 
-def _match(entries: Sequence[str], key: str, presented: str | None, pins: Mapping[str, str] | None) -> _Match:
+def listed_names(cfg: ChannelAccessConfig) -> frozenset[str]:
+    """Every @username the account lists, in any of `owners`, `allow_from`, `group_allow_from`."""
+    return frozenset(e for e in (*cfg.owners, *cfg.allow_from, *cfg.group_allow_from) if is_username(e))
+
+
+def _match(entries: Sequence[str], key: str, presented: str | None, pins: Mapping[str, str] | None,
+           listed: Collection[str]) -> _Match:
     """Whether a normalised list names the sender with `key`: by id; by an @username pinned to that id, whatever
     name they present now (the pin makes the entry mean that id: a renamed person still matches); or by the name
-    they present when nobody holds it yet (found, and `pin` it). `*` is the caller's to interpret."""
+    they present when nobody holds it yet (found, and `pin` it). `listed`: every name the account lists, in any
+    list (`listed_names`). `*` is the caller's to interpret."""
     names = [e for e in entries if is_username(e)]
     if any(e == key for e in entries if e != STAR and not is_username(e)):
-        # Listed by id and presenting a listed name nobody holds yet: the name is theirs, pin it now. Left unpinned
-        # (the owner matched by id, never by name), it went to the next holder of the name once they gave it up.
-        unpinned = presented is not None and presented in names and pins is not None and presented not in pins
+        # Listed by id and presenting a name listed anywhere in the account that nobody holds yet: the name is
+        # theirs, pin it now. Left unpinned (they matched by id, never by name — and a name in another list than
+        # the one that matched was never read), it went to the next holder of the name once they gave it up.
+        unpinned = presented is not None and presented in listed and pins is not None and presented not in pins
         return _Match(True, pin=presented if unpinned else None)
     if pins is not None and any(pins.get(e) == key for e in names):
         return _Match(True)
@@ -236,10 +244,11 @@ def _dm(cfg: ChannelAccessConfig, channel: str, sender_id: str, message: Message
         return Verdict(False, Rule.DM_DISABLED, "dm_policy disabled: DMs are ignored")
     key = sender_key(channel, sender_id)
     presented = handle(message.sender_username) if message else None
-    owner = _match(cfg.owners, key, presented, known.pins)
+    names = listed_names(cfg)
+    owner = _match(cfg.owners, key, presented, known.pins, names)
     if owner.found:
         return Verdict(True, Rule.OWNER, f"dm_policy {policy}: sender is an owner", owner=True, pin=owner.pin)
-    listed = _match(cfg.allow_from, key, presented, known.pins) if policy != "open" else _Match()
+    listed = _match(cfg.allow_from, key, presented, known.pins, names) if policy != "open" else _Match()
 
     def verdict(let_in: bool, rule: Rule, reason: str, pin: str | None = None) -> Verdict:
         return Verdict(let_in, rule, reason, pin=pin, impostor=owner.impostor or listed.impostor,
@@ -273,7 +282,7 @@ def _group(cfg: ChannelAccessConfig, channel: str, group_id: str, message: Messa
     member = _Match(True)
     if members and STAR not in members:
         member = _match([*members, *cfg.owners], sender_key(channel, message.sender_id),
-                        handle(message.sender_username), known.pins)
+                        handle(message.sender_username), known.pins, listed_names(cfg))
         if not member.found:
             return Verdict(False, Rule.NOT_A_MEMBER, "group_allow_from: sender not allowed in groups",
                            impostor=member.impostor, pins_unreadable=member.pins_unreadable)
@@ -312,9 +321,10 @@ class AccessControl:
         if cfg is None or not cfg.enabled:
             return False
         key, presented = sender_key(channel, sender_id), handle(sender_username)
-        m = _match(cfg.owners, key, presented, pins_of(self.pins, channel))
+        names = listed_names(cfg)
+        m = _match(cfg.owners, key, presented, pins_of(self.pins, channel), names)
         if m.pin is not None and self._pinned(channel, account_id, m.pin, sender_id):
-            m = _match(cfg.owners, key, presented, pins_of(self.pins, channel))
+            m = _match(cfg.owners, key, presented, pins_of(self.pins, channel), names)
         elif m.pin is not None:
             m = _Match()
         self._said(channel, account_id, sender_id, m.impostor, m.pins_unreadable)
