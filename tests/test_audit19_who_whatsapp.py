@@ -118,7 +118,7 @@ def test_whatsapp_spoofers_are_never_the_owner(tmp_path: Path) -> None:
 def test_users_without_a_number_are_not_one_person(tmp_path: Path) -> None:
     """Users who adopt a WhatsApp username may arrive with no `from` (their number withheld), only a business-scoped
     `from_user_id`. Taken as one sender "", they would be one person (under `dm_policy: open` one conversation for
-    all of them): guard. Holds today because routing refuses an empty DM id, so neither is answered."""
+    all of them): guard. The adapter drops them, with a line per user an hour (test_s19_who_whatsapp_numberless.py)."""
     async def body() -> tuple[FakeProvider, dict[str, list[str]]]:
         with FakeProvider(SCRIPT) as provider:
             driver = WhatsAppDriver(["personal"])

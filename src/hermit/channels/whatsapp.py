@@ -47,6 +47,9 @@ from hermit.wire import WireError, load_object
 log = logging.getLogger(__name__)
 # Anyone who knows the webhook URL can send unsigned requests: their refusals are logged a few a minute.
 REFUSALS = RefusalLog(log)
+# A user who shows a WhatsApp username instead of their number (no `from`): one line an hour per such user.
+NUMBERLESS = RefusalLog(log, limit=1, window=3600.0, summary="%d more messages from %s in the last %.0f s were "
+                        "ignored (only the first %d is logged)")
 
 MEDIA_KINDS: dict[str, AttachmentKind] = {"image": "image", "document": "document", "audio": "audio",
                                           "video": "video", "sticker": "image"}
@@ -186,6 +189,9 @@ class WhatsAppChannel:
             # group ran in the main session and a member was answered in private. Groups are not supported here.
             self._group_skipped()
             return
+        if not str(m.get("from") or ""):
+            self._numberless(str(m.get("from_user_id") or ""))
+            return
         kind = str(m.get("type", ""))
         if kind == "revoke":  # the sender deleted a message (numbers shared with the WhatsApp Business app)
             original = str(_obj(m.get("revoke")).get("original_message_id", ""))
@@ -265,6 +271,22 @@ class WhatsAppChannel:
             self._group_logged = True
             log.warning("whatsapp %s: ignored a group message (Hermit answers WhatsApp DMs only); further ones are "
                         "ignored silently", self.account_id)
+
+    def _numberless(self, user_id: str) -> None:
+        """A message with no `from`: its sender shows a WhatsApp username, and the webhook carries only their
+        business-scoped user id (BSUID, `from_user_id`; Meta's 2026 usernames). Hermit knows WhatsApp senders by
+        phone number (owners, allow_from, pairing, replies), so it is dropped here, said once an hour per user,
+        rather than taken as a sender "" (one person for every such user) or refused by routing on every message.
+        Answering them would need BSUID entries and BSUID recipients (`recipient`), which Meta documents as
+        subject to change: not supported yet."""
+        who = f"user {user_id}" if user_id else "a user with no id at all"
+        NUMBERLESS.warning(
+            f"whatsapp {self.account_id} {who} (no phone number)",
+            "whatsapp %s: ignored a message from a WhatsApp user who shows a username instead of their phone number "
+            "(business-scoped %s; the webhook has no `from` number). Hermit knows WhatsApp senders by phone number "
+            "only (owners, allow_from, pairing) and does not support WhatsApp usernames yet, so it cannot tell who this "
+            "is and does not answer: if they should reach the assistant, ask them to write on another channel",
+            self.account_id, who)
 
     def _stale(self, sent_at: float) -> None:
         """Reported once per run (a replay could be a flood), without the message's text or sender."""
