@@ -236,7 +236,7 @@ class _Plan:
 
     def _charge(self, entry: Seen) -> int:
         if entry.staged is not None:
-            return charge(os.stat(entry.staged, dir_fd=self.src_fd, follow_symlinks=False))
+            return charge(os.stat(entry.staged, dir_fd=self.src_fd, follow_symlinks=False))  # Hermit's own folder
         return rooms.ENTRY_BYTES
 
     # ---- carrying the plan out (nothing here reads what came back again but the staged files) ----

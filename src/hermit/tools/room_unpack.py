@@ -193,7 +193,7 @@ def _record(tar: tarfile.TarFile, m: tarfile.TarInfo, dir_fd: int, name: str, be
             if src is None:
                 return
         staged = f"{len(seen)}.{os.getpid()}"
-        seen[name] = Seen(("f", _copy_member(src, dir_fd, staged, mode, budget)), mode, staged)
+        seen[name] = Seen(("f", _stage(src, dir_fd, staged, budget)), mode, staged)
 
 
 def _hash(src: IO[bytes]) -> str:
@@ -240,6 +240,28 @@ def _copy_member(src: IO[bytes], dir_fd: int, name: str, mode: int, budget: list
         raise
     finally:
         os.close(parent)
+
+
+def _stage(src: IO[bytes], dir_fd: int, name: str, budget: list[int]) -> str:
+    """`_copy_member` for the merge's flat staging folder: `name` is new and Hermit's alone (its permissions are set
+    when it is moved into the room), so it is written in place. Returns the content's sha256 (hex)."""
+    h = hashlib.sha256()
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        while block := src.read(COPY_CHUNK):
+            if budget[0] >= 0:
+                budget[0] -= len(block)
+                if budget[0] < 0:
+                    raise OverBudget(f"{name}: more bytes than the room can hold came back")
+            h.update(block)
+            write_all(fd, block, fsync=False)
+        return h.hexdigest()
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+        raise
+    finally:
+        os.close(fd)
 
 
 def _link_stays_inside(name: str, target: str) -> bool:
