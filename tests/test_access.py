@@ -301,6 +301,12 @@ def test_entries_that_can_never_match_are_config_errors_with_a_hint(
         tmp_path: Path, platform: str, written: str, error: str, hint: str, key: str) -> None:
     raw = {"channels": {platform: {"accounts": {"a": {key: ["1", written] if platform != "slack" else
                                                           ["U1", written]}}}}}
+    if (platform, written, key) == ("telegram", "-1001234", "group_allow_from"):
+        # A chat that speaks in groups (a Telegram linked channel) is a member there if listed: never in owners or
+        # allow_from (test_s19_who_telegram_linked.py).
+        acc = build_config(raw, StatePaths(tmp_path)).config.channels.accounts_of("telegram")["a"]
+        assert acc.group_allow_from == ["1", "-1001234"]
+        return
     with pytest.raises(ConfigError) as info:
         build_config(raw, StatePaths(tmp_path))
     assert f"channels.{platform}.accounts.a.{key}: entry 1: " in info.value.message

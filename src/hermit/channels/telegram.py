@@ -295,9 +295,18 @@ class TelegramChannel:
         chat, sender = m["chat"], m["from"]
         if chat.get("type") not in ("private", "group", "supergroup") or sender.get("is_bot"):
             return None
+        dm = chat["type"] == "private"
+        # Posted on behalf of a chat (`sender_chat`; bots such as GroupAnonymousBot and Channel_Bot are dropped above,
+        # so here: a linked channel's post, from 777000 "Telegram"): the sender is that chat — its id, its title, no
+        # @username (a chat's name is no user's) — never the shared 777000 of every linked channel. A chat is no
+        # owner (`owners` take user ids only) and is a member only where `group_allow_from` lists its id.
+        as_chat = m.get("sender_chat")
+        if isinstance(as_chat, dict):
+            if dm or not isinstance(as_chat.get("id"), int) or as_chat["id"] >= 0:  # chats' ids are negative
+                return None
+            sender = {"id": as_chat["id"], "first_name": as_chat.get("title") or as_chat.get("username")}
         text = str(m.get("text") or m.get("caption") or "")
         entities = list(m.get("entities") or m.get("caption_entities") or [])
-        dm = chat["type"] == "private"
         topic = str(m["message_thread_id"]) if m.get("is_topic_message") and m.get("message_thread_id") else None
         reply = m.get("reply_to_message") or {}
         # In a forum topic every message "replies" to the topic's opening message: that is not a reply.

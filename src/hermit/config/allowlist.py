@@ -6,8 +6,8 @@ surrounding spaces go; a channel prefix in any case is dropped (`telegram:`/`tg:
 `@username` entries are kept lowercased and match the sender's username case-insensitively; WhatsApp
 numbers lose `+`, spaces, dashes, dots and parentheses, as the platform's sender ids have none. An
 entry that can never match a sender (another platform's prefix, a Telegram name without `@`, letters in
-a phone number, a group id among users) is an `AllowlistEntryError` with a hint: a silent lock-out of
-the owner, or a silent let-in of nobody, is worse than a refused config. `*` is kept as it is; whether
+a phone number, a group id among users — only `group_allow_from` may name a Telegram chat: `normalize_members`)
+is an `AllowlistEntryError` with a hint: a silent lock-out of the owner, or a silent let-in of nobody, is worse than a refused config. `*` is kept as it is; whether
 it is allowed is decided by the list's own rule (schema.py). A binding's `peer.id` is written by the same
 rules (a group's id by its platform's own), so routing compares ids in one form whatever was pasted, and
 so are a binding's Slack `team_id` (upper case) and Discord `guild_id` (digits, else a config error).
@@ -198,6 +198,25 @@ def normalize_entries(platform: str, entries: Iterable[str]) -> list[str]:
     for i, raw in enumerate(entries):
         try:
             entry = normalize_entry(platform, raw)
+        except AllowlistEntryError as e:
+            raise AllowlistEntryError(f"entry {i}: {e.message}", e.hint) from None
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
+_TG_CHAT = re.compile(r"(?:(?:telegram|tg)\s*:\s*)?(-\d+)", re.I)
+
+
+def normalize_members(platform: str, entries: Iterable[str]) -> list[str]:
+    """`group_allow_from`: as `normalize_entries`, and on Telegram a chat's id too (`-100…`): a linked channel's
+    posts reach its discussion group as that chat (channels/telegram.py), a member only where it is listed here. Never
+    in `owners` or `allow_from`: a chat writes no DM and is nobody's owner."""
+    out: list[str] = []
+    for i, raw in enumerate(entries):
+        chat = _TG_CHAT.fullmatch(raw.strip()) if platform == "telegram" else None
+        try:
+            entry = chat.group(1) if chat else normalize_entry(platform, raw)
         except AllowlistEntryError as e:
             raise AllowlistEntryError(f"entry {i}: {e.message}", e.hint) from None
         if entry not in out:

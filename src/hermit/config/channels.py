@@ -13,10 +13,10 @@ from __future__ import annotations
 import builtins
 from typing import ClassVar, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from hermit.config.allowlist import STAR, AllowlistEntryError, normalize_entries
+from hermit.config.allowlist import STAR, AllowlistEntryError, normalize_entries, normalize_members
 
 
 class _Strict(BaseModel):
@@ -63,8 +63,10 @@ class ChannelAccessConfig(_Strict):
 
     @field_validator("owners", "allow_from", "group_allow_from")
     @classmethod
-    def _normalised(cls, v: builtins.list[str]) -> builtins.list[str]:
-        try:
+    def _normalised(cls, v: builtins.list[str], info: ValidationInfo) -> builtins.list[str]:
+        try:  # group_allow_from may also name a chat that speaks in groups (a Telegram linked channel)
+            if info.field_name == "group_allow_from":
+                return normalize_members(cls.platform, v)
             return normalize_entries(cls.platform, v)
         except AllowlistEntryError as e:
             raise _entries_error(e) from None
