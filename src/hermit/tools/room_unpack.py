@@ -114,9 +114,9 @@ def unpack(tar: tarfile.TarFile, dir_fd: int, max_entries: int | None = None,
             over.append(name)
             continue
         if seen is not None:
-            if name not in seen:
-                with contextlib.suppress(OSError, HermitError):
-                    _record(tar, m, dir_fd, name, keep.get(name) if keep is not None else None, budget, seen)
+            if name not in seen:  # an error here is the host's (its disk full): it keeps nothing, never drops the
+                # entry (an entry missing from what came back reads as deleted: the room lost the file)
+                _record(tar, m, dir_fd, name, keep.get(name) if keep is not None else None, budget, seen)
             continue
         try:
             if m.isdir():
