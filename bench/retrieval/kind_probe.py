@@ -20,7 +20,10 @@ other language. Here it acts only on the kind of memory it was fitted on:
 - **weights**: fitted on the dialogue chunks of two conversations (fixed L2 1.0, standardised features,
   recency left out by default: "older sessions are asked about more" is a fact about LoCoMo's
   questions, not about a user's conversations), run on all three; the cross-validated row scores each
-  conversation with the model that never saw it. `kind-all` is fitted on all three (what would ship).
+  conversation with the model that never saw it. `kind-all` is fitted on all three (what ships:
+  memory/search/dialogue_weights.py, written by kind_weights.py).
+- every run here uses `SearchTuning(dialogue_order=False)` (the blend for every kind, round 12's search), so
+  the probe's own combiner is what is measured, before and after the search adopted it.
 - **month-sparse** (round 11, month_probe.py): "in June" as that month's days for the date boost when the
   month holds at most 7 dated notes; with the clock at the day after the conversation's last session
   (the `clock` of round 11, identical to `default`). Alone and with the combiner.
