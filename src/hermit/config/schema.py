@@ -373,6 +373,9 @@ class GatewayConfig(Strict):
     allowed_origins: builtins.list[str] = Field(default_factory=builtins.list)  # extra web chat origins
     log_max_bytes: int = Field(5_000_000, ge=10_000)  # <state>/logs/gateway.log rotates at this size
     log_backups: int = Field(3, ge=0, le=100)
+    # A connection must send a whole request's headers, and a web app socket complete its sign-in, within this
+    # (gateway/unsigned.py): about ten times what two round trips take on a bad mobile network.
+    sign_in_seconds: float = Field(30.0, ge=0.1, le=600)
 
     @field_validator("allowed_origins")
     @classmethod

@@ -41,6 +41,7 @@ CLOSE_TOO_BIG = 1009
 CLOSE_POLICY = 1008
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_PROTOCOL = 4400
+CLOSE_SIGN_IN_TIMEOUT = 4408  # no `connect` within gateway.sign_in_seconds (gateway/unsigned.py)
 
 # The web app's methods: the chat, and the owner's console (memory, cron, channels, pairing, logs). Every one
 # needs the token holder's `connect` first; none has an HTTP route of its own.

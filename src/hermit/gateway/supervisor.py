@@ -48,6 +48,7 @@ from hermit.gateway.services import MemoryWatcher, Service, ServiceContext, buil
 from hermit.gateway.state import GatewayLock, HowRun, launchd_job
 from hermit.gateway.tickets import Tickets
 from hermit.gateway.turn_slots import live_turn_limits
+from hermit.gateway.unsigned import Unsigned, uvicorn_options
 from hermit.gateway.webchat_api import WebchatApi
 from hermit.scheduler.control import CronJobs
 from hermit.sessions.keys import agent_id_of
@@ -162,6 +163,7 @@ class Gateway:
         self.clock = clock
         self.token = token
         self.agents = AgentHost(runtimes)
+        self.unsigned = Unsigned()  # connections not signed in yet, capped per address (gateway/unsigned.py)
         # Received files wait in the state dir until their sender is let in (gateway/attachments.py).
         self.webchat = WebchatChannel(clock, inbox_dir=home / "inbox")
         deps = ChannelDeps(home, environ, clock, inbox_dir=home / "inbox")
@@ -196,7 +198,8 @@ class Gateway:
                           channels=self.channels, services=self.services, clock=clock, view=state.view)
         api = WebchatApi(self.webchat, self.agents, token, owner, self.cfg.allowed_origins, console,
                          tickets=Tickets(home),  # `hermit dashboard`'s, with the real clock its process writes by
-                         slot_wait=self.bus.waiting_for_slot)
+                         slot_wait=self.bus.waiting_for_slot, sign_in_seconds=self.cfg.sign_in_seconds,
+                         unsigned=self.unsigned)
         self.app = build_app(api, token, self._status, webhook_routes(extra),
                              webchat=loaded.config.channels.webchat.enabled)
         self.started_at = clock()
@@ -232,7 +235,8 @@ class Gateway:
         # and the WebSocket endpoint checks whose program the real client socket is (models/loopback).
         config = uvicorn.Config(self.app, log_config=None, access_log=False, lifespan="off", proxy_headers=False,
                                 ws_max_size=4 * MAX_FRAME_BYTES, ws_ping_interval=20, ws_ping_timeout=20,
-                                timeout_graceful_shutdown=2)
+                                timeout_graceful_shutdown=2,
+                                **uvicorn_options(self.unsigned, self.cfg.sign_in_seconds))  # idle strangers go
         config.load()
         server = uvicorn.Server(config)
         server.lifespan = config.lifespan_class(config)

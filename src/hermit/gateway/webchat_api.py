@@ -46,6 +46,7 @@ from hermit.gateway.phone import phone_sign_in
 from hermit.gateway.protocol import (
     CLOSE_POLICY,
     CLOSE_PROTOCOL,
+    CLOSE_SIGN_IN_TIMEOUT,
     CLOSE_UNAUTHORIZED,
     MAX_UPLOAD_BYTES,
     MAX_UPLOAD_FILES,
@@ -67,6 +68,7 @@ from hermit.gateway.protocol import (
     res_ok,
 )
 from hermit.gateway.tickets import EXPIRED_HINT, EXPIRED_MESSAGE, Tickets, ticket_id
+from hermit.gateway.unsigned import Unsigned
 from hermit.gateway.uploads import Uploads
 from hermit.models.loopback import foreign_peer
 from hermit.refusals import RefusalLog, clip
@@ -125,12 +127,17 @@ def same_origin(origin: str, host: str | None, allowed: Iterable[str]) -> bool:
 class WebchatApi:
     def __init__(self, channel: WebchatChannel, host: AgentHost, token: str, default_session: str,
                  allowed_origins: Iterable[str] = (), console: Console | None = None,
-                 tickets: Tickets | None = None, slot_wait: Callable[[str, str], bool] | None = None) -> None:
+                 tickets: Tickets | None = None, slot_wait: Callable[[str, str], bool] | None = None, *,
+                 sign_in_seconds: float = 30.0, unsigned: Unsigned | None = None) -> None:
         """`default_session`: where the web chat talks when the page names no session (the main session
         of the agent the bindings give the web chat). `console`: the owner's console methods (None: the
         page offers only the chat). `tickets`: `hermit dashboard`'s one-time tickets (None: none accepted).
         `slot_wait(agent, key)`: whether the session's next turn waits for one of its agent's turn slots (the
-        bus's; a page shows "waiting" instead of a reply being written)."""
+        bus's; a page shows "waiting" instead of a reply being written). `sign_in_seconds`: how long an accepted
+        socket may take to complete `connect` (gateway.sign_in_seconds); `unsigned`: the count of connections not
+        signed in yet, which a socket leaves once signed in (gateway/unsigned.py)."""
+        self.sign_in_seconds = sign_in_seconds
+        self.unsigned = unsigned
         self.slot_wait = slot_wait
         self.console = console
         self.tickets = tickets
@@ -172,10 +179,11 @@ class WebchatApi:
             return
         client_id: str | None = None
         challenge: _Challenge | None = None
+        deadline = asyncio.get_running_loop().time() + self.sign_in_seconds
         try:
             while True:
-                raw = await ws.receive()
-                if raw["type"] == "websocket.disconnect":
+                raw = await self._receive(sock, deadline if client_id is None else None)
+                if raw is None or raw["type"] == "websocket.disconnect":
                     return
                 data = raw.get("text")
                 if data is None:
@@ -204,10 +212,31 @@ class WebchatApi:
         finally:
             self._gone(client_id, sock)
 
+    async def _receive(self, sock: _Socket, deadline: float | None) -> Any:
+        """The next message; before sign-in only until `deadline` (loop time), after which the socket is closed
+        saying why and None is returned (pings alone kept a socket that never sent `connect` open for ever)."""
+        if deadline is None:
+            return await sock.ws.receive()
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await sock.ws.receive()
+        except TimeoutError:
+            await self._too_slow(sock)
+            return None
+
+    async def _too_slow(self, sock: _Socket) -> None:
+        self.refusals.warning("connections that did not sign in in time", "web chat connection closed: no sign-in "
+                              "within %.0f s", self.sign_in_seconds)
+        await sock.send_raw(res_error(None, "sign_in_timeout", f"no sign-in within {self.sign_in_seconds:.0f} s",
+                                      "reload the page; on a very slow network raise gateway.sign_in_seconds"))
+        await sock.close(CLOSE_SIGN_IN_TIMEOUT, "sign-in timeout")
+
     def _gone(self, client_id: str | None, sock: _Socket) -> None:
         """A socket closed: no more events for it, its unsent files deleted, and no watching once no page is
         open."""
         sock.uploads.drop()
+        if self.unsigned is not None:
+            self.unsigned.release(sock.ws.scope.get("client"))
         if client_id is not None:
             self.channel.detach(client_id, sock)
         self._sockets.discard(sock)
@@ -293,6 +322,8 @@ class WebchatApi:
                                 "open the URL printed by `hermit dashboard`",
                                 request_id=req.id, close=CLOSE_UNAUTHORIZED)
         client_id = params.client_id or secrets.token_urlsafe(12)
+        if self.unsigned is not None:  # signed in: no longer counted against its address's cap (unsigned.py)
+            self.unsigned.release(sock.ws.scope.get("client"))
         self.channel.attach(client_id, sock)
         self._sockets.add(sock)
         if self._watch is None:
