@@ -104,3 +104,25 @@ def teardown_module() -> None:
     from hermit.tools.exec_cgroup import remove_stale_groups
 
     remove_stale_groups()
+
+
+def test_hard_links_come_back_as_the_files_they_are(tmp_path: Path) -> None:
+    """A file the command hard-linked (`ln a b`, `ln -f a b`, `cp -al`) went into the pack as a tar hard link, which the
+    unpack refuses (it trusts no link between entries): `b`, a room's file the command had only re-linked, was deleted,
+    and a new `d` was silently missing. The pack now stores each such name as the file it is."""
+    from test_sandbox_attacks import room_tools, run
+
+    runner, view = room_tools(tmp_path)
+    out, err = run(runner, "exec", command="echo keep > b; echo a > a; echo made", timeout=20)
+    assert not err and "made" in out, out
+    out, err = run(runner, "exec", command="ln -f a b; echo big > c; ln c d; echo linked", timeout=20)
+    assert not err and "linked" in out and "b (deleted)" not in out, out
+    room = view.room.path
+    assert {n: (room / n).read_text() for n in sorted(os.listdir(room))} == {
+        "a": "a\n", "b": "a\n", "c": "big\n", "d": "big\n"}
+    assert all((room / n).stat().st_nlink == 1 for n in "abcd")
+    # Many names of one large file: each is charged as the file it is, so the room's quota still holds.
+    out, err = run(runner, "exec", command="head -c 1000000 /dev/zero > big; for i in $(seq 30); do ln big h$i; done; "
+                                           "echo many", timeout=30)
+    assert not err and "many" in out and ("room is full" in out or "not kept" in out), out[-400:]
+    assert view.room.usage() <= view.room.quota_bytes

@@ -44,6 +44,8 @@ _FIND = ("LC_ALL=C find . -mindepth 1 \\( " + " -o ".join(f"-path ./{n}" for n i
 # The snapshot may miss an entry (a listing that failed half-way): that entry is then sent whole, which costs only time.
 # The pack's listing may not: an entry missing from both the tar and the list reads as deleted, so every stage that
 # makes the list leaves a mark when it fails, and then the whole room is packed.
+# tar stores a file's second name as a hard link to its first, which the unpack refuses (it trusts no link
+# between entries: the name read as deleted); --hard-dereference stores every name as the file it is.
 SNAPSHOT = _FIND + r""" | LC_ALL=C sort -z > "$1/before" && touch "$1/mark" || exit 1
 i=0
 while [ $i -lt 1000 ]; do
@@ -61,12 +63,12 @@ if [ -n "$S" ] && [ -f "$S/before" ] && touch "$S/now" && [ -z "$(find "$S/mark"
    && """ + _LISTED.replace("COLUMNS", "12").replace("LIST", "same") + r""" \
    && """ + _LISTED.replace("COLUMNS", "13").replace("LIST", "sent") + r""" \
    && ! LC_ALL=C grep -z -q -E "^.{""" + str(MAX_PATH_BYTES + 1) + r"""}" "$S/sent"; then
-  tar -cf - --null --no-recursion -T "$S/sent" && cat "$S/same" && printf "%0""" + str(LIST_DIGITS) + r"""d" "$(wc -c < "$S/same")"
+  tar -cf - --hard-dereference --null --no-recursion -T "$S/sent" && cat "$S/same" && printf "%0""" + str(LIST_DIGITS) + r"""d" "$(wc -c < "$S/same")"
 else
   for f in ./* ./.[!.]* ./..?*; do
     case $f in """ + "|".join(f"./{n}" for n in _TOP) + r""") continue ;; esac
     if [ -e "$f" ] || [ -h "$f" ]; then printf "%s\0" "$f"; fi
-  done | tar -cf - --null -T - && printf "%0""" + str(LIST_DIGITS) + r"""d" 0
+  done | tar -cf - --hard-dereference --null -T - && printf "%0""" + str(LIST_DIGITS) + r"""d" 0
 fi"""
 WRAPPER = r"""
 exec 3>&2 2>/dev/null
