@@ -146,7 +146,9 @@ def test_moved_and_swapped_folders_come_back_whole(tmp_path: Path) -> None:
     room = view.room.path
     assert (room / "a" / "7").read_text() == "b7\n" and (room / "b" / "7").read_text() == "a7\n"
     assert len(os.listdir(room / "a")) == len(os.listdir(room / "b")) == 300
-    assert (room / "n" / "x").read_text() == "m\n" and not (room / "m").exists()
+    assert (room / "n" / "x").read_text() == "m\n" and not (room / "m").exists()  # before: `m` stayed, empty
+    out, err = run(runner, "exec", command="rm -rf n", timeout=30)
+    assert not err and "n (deleted)" in out and not (room / "n").exists(), out[:300]
 
 
 def test_a_folder_the_command_made_unreadable_is_not_merged_and_nothing_is_lost(tmp_path: Path) -> None:
