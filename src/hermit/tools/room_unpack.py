@@ -158,7 +158,9 @@ def _name_of(m: tarfile.TarInfo, keep: Mapping[str, object] | None, too_deep: li
     # out, it would read as deleted.
     name = "" if m.name.startswith("/") else posixpath.normpath(m.name)
     name = "" if name == "." else name
-    if not name or ".." in name.split("/") or name.split("/", 1)[0] in RESERVED_TOP:
+    # A NUL (a PAX path may hold one; GNU tar never writes it) names nothing on disk: os calls refuse it with
+    # ValueError, which the merge would meet half-way through carrying out its plan.
+    if not name or "\x00" in name or ".." in name.split("/") or name.split("/", 1)[0] in RESERVED_TOP:
         return ""
     if (keep is None or name not in keep) and (
             name.count("/") >= MAX_DEPTH or len(name.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES):
