@@ -48,7 +48,7 @@ from hermit.gateway.image_index import (
     upload_image,
     version_of,
 )
-from hermit.messages import stored_text
+from hermit.messages import FiledFile, stored_text
 from hermit.scheduler.heartbeat import DEFAULT_ACK_MAX_CHARS, strip_heartbeat_token
 from hermit.sessions.entries import ENDED_TYPE, parse_transcript
 from hermit.sessions.files import open_own, read_own
@@ -115,6 +115,14 @@ def list_sessions(stores: Mapping[str, SessionStore], owner_dm: OwnerCheck) -> l
                         "channel": r.origin_channel, **describe_session(r.key, owner_dm)})
     out.sort(key=lambda s: str(s["updatedAt"]), reverse=True)
     return out
+
+
+def _filed(raw: Any) -> list[str]:
+    """The files recorded with a user message (`inbox/<name>`, as its file lines name them): the page draws a
+    trailing "(file received with this message: …)" line as Hermit's note only for one of these — the sender can
+    type such a line too."""
+    files = raw if isinstance(raw, list) else []
+    return [f"inbox/{f.name}" for f in map(FiledFile.from_dict, files) if f is not None]
 
 
 def _sender(raw: Any) -> dict[str, Any] | None:
@@ -316,6 +324,8 @@ def transcript_items(entries: Sequence[Entry], *, images: bool = False, refs: bo
         item: dict[str, Any] = {"role": role, "text": stored_text(m), "timestamp": entry.timestamp}
         if role == "user" and (who := _sender(m.get("sender"))) is not None:
             item["sender"] = who
+        if role == "user" and (filed := _filed(m.get("files"))):
+            item["files"] = filed
         if role == "user" and images and (pictures := _images_of(m, refs, None if named is None else named.get(entry.line, []))):
             item["images"] = pictures
         if background and role == "assistant":

@@ -65,18 +65,32 @@
   new ResizeObserver(() => { if (follow) messages.scrollTop = messages.scrollHeight; }).observe(messages);
   jump.addEventListener("click", () => scrollDown(true));
 
-  // The lines Hermit adds to a user turn for each file that came with it (gateway/attachments.py `described`).
-  const FILE_LINE = /^\((file received with this message: |a file came with this message but could not be kept — )/;
+  // The line Hermit adds to a user turn for each file filed with it (gateway/attachments.py `described`). It is drawn
+  // as Hermit's note only for a file the gateway recorded with the message (chat.history's `files`), each once,
+  // from the end: a contact can type a look-alike line, and that stays their text.
+  const FILE_LINE = /^\(file received with this message: (inbox\/[^ ]+) — /;
+
+  function fileNotes(text, filed) {
+    const all = text.split("\n"), unclaimed = [...(filed || [])], notes = [];
+    while (all.length) {
+      const m = FILE_LINE.exec(all[all.length - 1]);
+      const at = m ? unclaimed.indexOf(m[1]) : -1;
+      if (at < 0) break;
+      unclaimed.splice(at, 1);
+      notes.unshift(all.pop());
+    }
+    return { text: all.join("\n"), notes };
+  }
 
   function bubble(role, text, opts) {
     for (const n of messages.querySelectorAll(".notice.placeholder")) n.remove();
     const body = el("div", { class: "body" });
-    const lines = [];
+    let lines = [];
     if (role === "assistant") body.appendChild(window.HermitMarkdown.render(text || ""));
     else {
-      const all = (text || "").split("\n");
-      while (all.length && FILE_LINE.test(all[all.length - 1])) lines.unshift(all.pop());
-      body.textContent = visible(all.join("\n"));
+      const split = fileNotes(text || "", opts && opts.filed);
+      lines = split.notes;
+      body.textContent = visible(split.text);
     }
     const tools = el("div", { class: "tools" });
     // In a group, who wrote the message (chat.history's sender label: the name cleaned, the id, the owner mark).
@@ -343,7 +357,8 @@
       if (m.role === "notice") { notice(m.text); continue; }
       const failed = m.role === "assistant" && m.error;
       const b = bubble(m.role, m.text || (failed ? "Sorry — this reply failed." : ""),
-        { error: failed, sender: m.sender && m.sender.label, files: (m.images || []).map((p) => picture(p, res)) });
+        { error: failed, sender: m.sender && m.sender.label, files: (m.images || []).map((p) => picture(p, res)),
+          filed: m.files });
       b.bubble.dataset.done = "history";
       for (const t of m.tools || []) toolLine(b, t.callId, t.name, t.status);
       if (failed) failure(b, "The reply failed: " + m.error);
