@@ -239,6 +239,25 @@ def test_sideways_on_a_phone_with_a_notch_no_control_is_under_it(browser: Any, s
     context.close()
 
 
+
+def test_a_new_homes_memory_view_counts_in_words_a_person_reads(browser: Any, served: Served) -> None:
+    """A home made by `hermit setup` holds one file of one chunk: the memory view said "1 files, 1 chunks"."""
+    context, page, errors = phone(browser, served.url)
+    page.wait_for_selector("#status.ok", timeout=T)
+    page.tap("#menu")
+    page.wait_for_function("() => document.getElementById('sidebar').getBoundingClientRect().left >= 0", timeout=T)
+    page.tap(".tab[data-view='memory']")
+    page.wait_for_function("() => document.getElementById('memory-index').textContent.startsWith('index: ')",
+                           timeout=T)
+    said = page.inner_text("#memory-index")
+    counts = re.match(r"index: (\d+) (files?), (\d+) (chunks?) · ", said)
+    assert counts, said
+    for number, word, one in ((counts[1], counts[2], "file"), (counts[3], counts[4], "chunk")):
+        assert word == (one if number == "1" else one + "s"), said
+    assert said.startswith("index: 1 file, 1 chunk · "), said  # the new home's one MEMORY.md
+    assert errors == []
+    context.close()
+
 def test_cancel_after_a_refused_save_asks_before_the_edit_is_gone(browser: Any, served: Served) -> None:
     """The agent wrote MEMORY.md while the owner edited it on the phone: Save is refused (never overwriting the
     agent's text) and says to copy the text and apply it again — and Cancel, the next tap, threw the edit away

@@ -36,6 +36,7 @@
   });
   picker.addEventListener("change", () => { stopEditing(); results.replaceChildren(); viewer.replaceChildren(); file = null; loadFiles(); });
   const failed = (e) => e.message + (e.hint ? " — " + e.hint : "");  // what went wrong, and what to do
+  function counted(n, word) { return n + " " + word + (n === 1 ? "" : "s"); }
   function say(where, text, cls) { const n = $(where); n.textContent = visible(text || ""); n.className = "say " + (cls || ""); }
   // The open edit's draft is kept as it is typed.
   editor.addEventListener("input", () => {
@@ -139,7 +140,7 @@
       ...(other.length ? [el("li", { class: "group", text: "Other memory files" }), ...other.map((f) => item(f))] : []));
     try {
       const st = await H.request("memory.status", { agentId: agent() });
-      say("memory-index", "index: " + st.files + " files, " + st.chunks + " chunks · " + (st.provider === "none" ? "keyword search (no embeddings)" : st.provider + "/" + st.model) + (st.dirty ? " · updating" : ""));
+      say("memory-index", "index: " + counted(st.files, "file") + ", " + counted(st.chunks, "chunk") + " · " + (st.provider === "none" ? "keyword search (no embeddings)" : st.provider + "/" + st.model) + (st.dirty ? " · updating" : ""));
     } catch (e) { say("memory-index", ""); }
   }
 
