@@ -302,7 +302,8 @@ def test_memory_tools_contract(memory: MemoryService) -> None:
     schemas = {s.name: s for s in runner.schemas()}
     assert schemas["memory_search"].description.startswith("Mandatory recall step: search MEMORY.md + memory/*.md")
     assert set(schemas["memory_search"].parameters["properties"]) == {"query", "maxResults", "minScore"}
-    assert set(schemas["memory_get"].parameters["properties"]) == {"path", "from", "lines"}
+    # SPEC §4's from/lines, and the startLine/endLine a search result names (s19)
+    assert set(schemas["memory_get"].parameters["properties"]) == {"path", "from", "lines", "startLine", "endLine"}
     text, err = call(runner, "memory_search", query="Alice Chen", maxResults=5, minScore=0.0)
     res = json.loads(text)
     assert not err and {r["path"] for r in res["results"]} == {"MEMORY.md", "memory/2026-01-19.md"}

@@ -8,8 +8,9 @@ shared notes and its own, never owner-only notes, MEMORY.md nor session transcri
 session; with the setting on, everything, as the owner. Its notes are written like any non-owner
 writer's: escaped, in an origin block (`session="mcp"`, `channel="mcp"`, audience `mcp`), so a client
 cannot forge an origin or an owner block. An argument name a tool does not take is refused, naming those it
-does (the SDK would drop it and answer as if it had not been given). stdout is the protocol: logs go to stderr,
-and the SDK points fd 1 at stderr while serving so a stray print cannot corrupt the stream.
+does (the SDK would drop it and answer as if it had not been given); memory_get is the agent's own method, its
+checks and its one service call. stdout is the protocol: logs go to stderr, and the SDK points fd 1 at stderr
+while serving so a stray print cannot corrupt the stream.
 
 The `mcp` SDK (2.x, the `[mcp]` extra) is imported only when a server is built.
 """
@@ -76,38 +77,10 @@ def _search_args(
     raise NotImplementedError  # a signature only: see _wire
 
 
-def _get_args(
-    path: Annotated[str, Field(description="Workspace-relative path from memory_search")],
-    from_line: Annotated[int | None, Field(alias="from", ge=1, description="First line (1-based)")] = None,
-    lines: Annotated[int | None, Field(ge=1, description="Number of lines")] = None,
-    start_line: Annotated[int | None, Field(alias="startLine", ge=1,
-                                            description="Or: first line, as memory_search names it")] = None,
-    end_line: Annotated[int | None, Field(alias="endLine", ge=1,
-                                          description="With startLine: last line, as memory_search names it")] = None,
-) -> dict[str, Any]:
-    raise NotImplementedError  # a signature only: see _wire
-
-
 def _append_args(
     note: Annotated[str, Field(description="The note, in Markdown (one fact per note works best)")],
 ) -> dict[str, Any]:
     raise NotImplementedError  # a signature only: see _wire
-
-
-def _lines_wanted(a: dict[str, Any]) -> tuple[int | None, int | None]:
-    """memory_get's (from, lines): `from`/`lines`, or the `startLine`/`endLine` memory_search gives (a model passes
-    back the names it read; the SDK would drop them unknown and the whole file would come back)."""
-    from mcp.server.mcpserver.exceptions import ToolError  # the SDK loads only when the server is built
-
-    start, end = a.get("startLine"), a.get("endLine")
-    if start is None and end is None:
-        return a.get("from"), a.get("lines")
-    if a.get("from") is not None or a.get("lines") is not None:
-        raise ToolError("give either from/lines or startLine/endLine, not both")
-    first = 1 if start is None else start
-    if end is not None and end < first:
-        raise ToolError(f"endLine {end} is before startLine {first}: give the lines as memory_search named them")
-    return first, None if end is None else end - first + 1
 
 
 def _wire(shape: Callable[..., dict[str, Any]], impl: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
@@ -180,8 +153,9 @@ def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
         return mask_data(tools.memory_search(a["query"], a.get("maxResults"), a.get("minScore")))
 
     def get(a: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return mask_data(tools.memory_get(a["path"], *_lines_wanted(a)))
+        try:  # the agent's own memory_get: the same checks of from/lines/startLine/endLine, the same service call
+            return mask_data(tools.memory_get(a["path"], a.get("from"), a.get("lines"), a.get("startLine"),
+                                              a.get("endLine")))
         except HermitError as e:
             if e.hint in (PRIVACY_RULE, AUDIENCE_RULE):
                 raise ToolError(f"{e.message}\n  hint: {e.hint}; MCP clients count as such a session unless the "
@@ -201,7 +175,7 @@ def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
 
     listed = [_tool(_wire(_search_args, search), name="memory_search", title="Search memory",
                     description=f"{MEMORY_SEARCH_DESCRIPTION} {OTHERS_WORDS}", annotations=read_only),
-              _tool(_wire(_get_args, get), name="memory_get", title="Read memory lines",
+              _tool(_wire(tools.memory_get, get), name="memory_get", title="Read memory lines",
                     description=f"{MEMORY_GET_DESCRIPTION} {OTHERS_WORDS}", annotations=read_only)]
     if cfg.allow_append:
         listed.append(_tool(_wire(_append_args, append), name="memory_append", title="Append to today's daily log",

@@ -2,7 +2,11 @@
 
 The result objects are exactly MemoryService's (`{"results": [...], "provider", "model"}` and
 `{"path", "text"}`); this module only maps the wire parameter names (`maxResults`, `minScore`,
-`from`, `lines`) and turns a refused path into an error result naming the rule.
+`from`, `lines`) and turns a refused path into an error result naming the rule. memory_get also takes the
+`startLine`/`endLine` a search result gives (a model passes back the names it read): both kinds at once, lines
+backwards, a line below 1 or a non-integer (`true`, `2.5`) are refused, and so is a start past the end of the file
+(memory/lines.py). The MCP server's memory_get is this method (its schema is this signature), so both faces make the
+one service call with the one set of checks.
 
 The tools act for a reader (memory/policy/audience.py): the owner in the main private session, the
 session's audience anywhere else. A reader other than the owner gets only what it may see — shared
@@ -27,10 +31,11 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
-from hermit.errors import PathPolicyError
+from hermit.errors import PathPolicyError, ToolError
 from hermit.memory.index.session_source import SESSIONS_PREFIX
+from hermit.memory.lines import line_range
 from hermit.memory.policy.audience import OWNER_READER, UNKNOWN, Reader, is_private_path
 from hermit.memory.policy.paths import absolute_refused, resolve_memory_path
 from hermit.memory.policy.privacy import is_hard_linked, is_long_term
@@ -48,6 +53,31 @@ MEMORY_GET_DESCRIPTION = (
     "Read specific lines of a memory file (MEMORY.md or memory/*.md) after memory_search, keeping "
     "context small; the whole file when neither from nor lines is given."
 )
+
+
+def _not_a_bool(value: Any) -> Any:
+    """pydantic takes `true` for 1: a line number that is a boolean is a mistaken call, refused like `2.5`."""
+    if isinstance(value, bool):
+        raise ValueError("a line number must be an integer, not true/false")
+    return value
+
+
+LineNumber = Annotated[int | None, BeforeValidator(_not_a_bool)]
+
+
+def lines_wanted(from_line: int | None, lines: int | None, start_line: int | None, end_line: int | None
+                 ) -> tuple[int | None, int | None]:
+    """memory_get's (from, lines): `from`/`lines`, or the `startLine`/`endLine` memory_search gives (inclusive)."""
+    if start_line is None and end_line is None:
+        return from_line, lines
+    if from_line is not None or lines is not None:
+        raise ToolError("give either from/lines or startLine/endLine, not both",
+                        "startLine/endLine as a memory_search result names them, or from (first line) and lines")
+    first = 1 if start_line is None else start_line
+    if end_line is not None and end_line < first:
+        raise ToolError(f"endLine {end_line} is before startLine {first}",
+                        "give the lines as memory_search named them (startLine ≤ endLine)")
+    return first, None if end_line is None else end_line - first + 1
 
 
 class MemoryTools:
@@ -83,16 +113,24 @@ class MemoryTools:
     def memory_get(
         self,
         path: Annotated[str, Field(description="Workspace-relative path from memory_search")],
-        from_line: Annotated[int | None, Field(alias="from", ge=1, description="First line (1-based)")] = None,
-        lines: Annotated[int | None, Field(ge=1, description="Number of lines")] = None,
+        from_line: Annotated[LineNumber, Field(alias="from", ge=1, description="First line (1-based)")] = None,
+        lines: Annotated[LineNumber, Field(ge=1, description="Number of lines")] = None,
+        start_line: Annotated[LineNumber, Field(alias="startLine", ge=1,
+                                                description="Or: first line, as memory_search names it")] = None,
+        end_line: Annotated[LineNumber, Field(alias="endLine", ge=1,
+                                              description="With startLine: last line, as memory_search names it")] = None,
     ) -> dict[str, Any]:
+        from_line, lines = lines_wanted(from_line, lines, start_line, end_line)
         if not self.private:
             path = self._chat_path(path)
         if not self.private and self._names_long_term(path):
             raise PathPolicyError(f"{MEMORY_FILE} is not available in this session", PRIVACY_RULE)
         if not self.private and path.startswith(SESSIONS_PREFIX):
             raise PathPolicyError("session transcripts are not available in this session", PRIVACY_RULE)
-        return self.service.get(path, from_line, lines, reader=self.reader)
+        got = self.service.get(path, reader=self.reader)
+        if from_line is None and lines is None:
+            return got
+        return {**got, "text": line_range(str(got["path"]), str(got["text"]), from_line, lines)}
 
     @staticmethod
     def _chat_path(path: str) -> str:
