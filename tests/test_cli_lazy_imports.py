@@ -140,3 +140,22 @@ def test_a_command_that_runs_the_agent_still_loads_it(home: Path) -> None:
     assert loaded(found, ("hermit.cli.assistant", "hermit.agent.runtime")) == ["hermit.cli.assistant",
                                                                               "hermit.agent.runtime"]
 
+
+def test_only_a_search_builds_the_translation_lexicon(tmp_path: Path) -> None:
+    """The EN↔ZH lexicon (memory.search.lexicon) is built from the dictionary into the state dir's cache the first
+    time it is needed: about 2 s of CPU. `memory status`, `get` and `index` do not use it, so in a new state dir they
+    leave it unbuilt; the first search builds it and finds a Chinese note by its English words with it."""
+    home = tmp_path / "state"
+    assert hermit_here(home, "init", env=env_for(home)).returncode == 0
+    # Keyword-only memory: what finds the note below for an English question is the lexicon, not a model.
+    (home / "hermit.yaml").write_text("agents:\n  defaults:\n    memory_search: {provider: none}\n", encoding="utf-8")
+    (home / "workspace" / "MEMORY.md").write_text("# 家\n\n- 女儿每周二下午上钢琴课\n", encoding="utf-8")
+    for args in (("memory", "status"), ("memory", "get", "MEMORY.md"), ("memory", "index")):
+        p, _ = imported_by(home, *args)
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert not list((home / "cache").glob("lexicon-*")), f"`hermit {' '.join(args)}` built the lexicon"
+    p, _ = imported_by(home, "memory", "search", "piano lesson", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert [f.name for f in (home / "cache").glob("lexicon-*")] == ["lexicon-cedict-v3.sqlite"]
+    hits = json.loads(p.stdout)["results"]
+    assert [h["path"] for h in hits] == ["MEMORY.md"] and "钢琴课" in hits[0]["snippet"], hits

@@ -114,11 +114,15 @@ class MemoryService:
         self.indexer = Indexer(self._writer or self.store, key.workspace, cfg, embedder, clock=clock,
                                sessions_dir=self.sessions_dir)
         self.indexer.clean_stale_rebuilds()  # left by a killed `index --force`, possibly megabytes
-        lexicon = load_lexicon(cache_dir) if cfg.query.translation_weight > 0 else None
         self.audiences = AudienceMap(key.workspace, cfg.max_file_bytes)
-        self.searcher = HybridSearcher(self.store, embedder if cfg.store.vector_enabled else None, cfg.query,
-                                       use_matrix=long_lived, clock=clock, lexicon=lexicon,
-                                       visible=self.audiences.visible_ids, tuning=tuning)
+        # The translation lexicon is opened (built, in a new state dir: ~2 s of CPU) by the first search, not
+        # here: status, get, index and a runtime that never searches do not need it (`searcher`).
+        self._lexicon_dir = cache_dir if cfg.query.translation_weight > 0 else None
+        self._lexicon_pending = True
+        self._lexicon_lock = threading.Lock()
+        self._searcher = HybridSearcher(self.store, embedder if cfg.store.vector_enabled else None, cfg.query,
+                                        use_matrix=long_lived, clock=clock, lexicon=None,
+                                        visible=self.audiences.visible_ids, tuning=tuning)
         if long_lived and cfg.store.vector_enabled and isinstance(embedder, QueryRunner):
             embedder.warm_queries()  # a long-lived process's queries move onto the faster runtime once loaded
         self._dirty = True  # unknown until checked once
@@ -134,6 +138,17 @@ class MemoryService:
     @property
     def workspace(self) -> Path:
         return self.key.workspace
+
+    @property
+    def searcher(self) -> HybridSearcher:
+        """The hybrid searcher, with the translation lexicon once anything searches (memory.search.lexicon)."""
+        if self._lexicon_pending:
+            with self._lexicon_lock:
+                if self._lexicon_pending:
+                    if self._lexicon_dir is not None:
+                        self._searcher.lexicon = load_lexicon(self._lexicon_dir)
+                    self._lexicon_pending = False
+        return self._searcher
 
     def close(self) -> None:
         self.store.close()
@@ -228,8 +243,9 @@ class MemoryService:
             self._owner_notes = []
         elif found:
             self._owner_notes = [*self._owner_notes, *(w for w in found if w not in self._owner_notes)][-20:]
+        searcher = self.searcher  # (a first search may build the lexicon: not inside the read)
         with self.store.reading():
-            outcome = self.searcher.search(query, max_results, min_score, reader=reader)
+            outcome = searcher.search(query, max_results, min_score, reader=reader)
         out = self._result(outcome, notes, reader)
         self._say_pending(out, reader)
         return out
@@ -249,8 +265,9 @@ class MemoryService:
 
     def search_outcome(self, query: str, max_results: int | None = None,
                        min_score: float | None = None) -> SearchOutcome:
+        searcher = self.searcher
         with self._lock, self.store.reading():
-            return self.searcher.search(query, max_results, min_score)
+            return searcher.search(query, max_results, min_score)
 
     def _result(self, outcome: SearchOutcome, notes: list[str], reader: Reader = OWNER_READER) -> dict[str, Any]:
         info = self.embedder.info if self.embedder else None
