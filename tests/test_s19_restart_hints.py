@@ -34,16 +34,30 @@ from test_first_use_gateway import doctor_line
 from test_restart_hint_under_launchd import run_gateway
 from test_setup import KEY, env_for, here, hermit
 
-CGROUPS = Path("/sys/fs/cgroup/systemd")
 UNIT = "hermit-gateway-s19.service"
+
+
+def cgroup_tree() -> tuple[Path, str] | None:
+    """A cgroup hierarchy root may write, and its controllers field in /proc/PID/cgroup: systemd's named v1
+    hierarchy where there is one (this machine), else the v2 one (unified beside v1, or the only one)."""
+    for root, prefix in ((Path("/sys/fs/cgroup/systemd"), "name=systemd"), (Path("/sys/fs/cgroup/unified"), ""),
+                         (Path("/sys/fs/cgroup"), "")):
+        if (root / "cgroup.procs").exists() and os.access(root, os.W_OK):
+            return root, prefix
+    return None
 
 
 @contextmanager
 def in_user_unit(pid: int, unit: str = UNIT) -> Iterator[None]:
-    """Process `pid` in a cgroup of the named-systemd hierarchy shaped as a user unit's
-    (…/user@UID.service/app.slice/UNIT), as systemd puts `hermit gateway install`'s gateway."""
-    need(os.geteuid() == 0 and os.access(CGROUPS, os.W_OK), "root and a writable /sys/fs/cgroup/systemd")
-    top = CGROUPS / f"hermit-test-{uuid.uuid4().hex[:12]}.slice"
+    """Process `pid` in a cgroup shaped as a user unit's (…/user@UID.service/app.slice/UNIT), as systemd puts
+    `hermit gateway install`'s gateway; back in its own cgroup after."""
+    tree = cgroup_tree() if os.geteuid() == 0 else None
+    need(tree is not None, "root and a writable cgroup hierarchy (/sys/fs/cgroup/systemd or cgroup v2)")
+    assert tree is not None
+    root, prefix = tree
+    was = next(fields[2] for fields in (line.split(":", 2) for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines())
+               if fields[1] == prefix)
+    top = root / f"hermit-test-{uuid.uuid4().hex[:12]}.slice"
     leaf = top / f"user@{os.getuid()}.service" / "app.slice" / unit
     leaf.mkdir(parents=True)
     try:
@@ -52,7 +66,7 @@ def in_user_unit(pid: int, unit: str = UNIT) -> Iterator[None]:
         yield
     finally:
         if Path(f"/proc/{pid}").exists():
-            with open(CGROUPS / "cgroup.procs", "w") as f:  # back where it was: the group can go
+            with open(root / was.lstrip("/") / "cgroup.procs", "w") as f:  # back where it was: the group can go
                 f.write(str(pid))
         for d in (leaf, leaf.parent, leaf.parent.parent, top):
             d.rmdir()
