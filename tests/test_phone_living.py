@@ -82,6 +82,25 @@ def reply_done(page: Any, words: str) -> None:
         return b && b.dataset.done === 'done' && b.textContent.includes(w); }""", arg=words, timeout=T)
 
 
+def test_a_new_homes_memory_view_counts_in_words_a_person_reads(browser: Any, served: Served) -> None:
+    """A home made by `hermit setup` holds one file of one chunk: the memory view said "1 files, 1 chunks". First in
+    the module: the tests after it chat, and their sessions are indexed too."""
+    context, page, errors = phone(browser, served.url)
+    page.wait_for_selector("#status.ok", timeout=T)
+    page.tap("#menu")
+    page.wait_for_function("() => document.getElementById('sidebar').getBoundingClientRect().left >= 0", timeout=T)
+    page.tap(".tab[data-view='memory']")
+    page.wait_for_function("() => document.getElementById('memory-index').textContent.startsWith('index: ')",
+                           timeout=T)
+    said = page.inner_text("#memory-index")
+    counts = re.match(r"index: (\d+) (files?), (\d+) (chunks?) · ", said)
+    assert counts, said
+    for number, word, one in ((counts[1], counts[2], "file"), (counts[3], counts[4], "chunk")):
+        assert word == (one if number == "1" else one + "s"), said
+    assert said.startswith("index: 1 file, 1 chunk · "), said  # the new home's one MEMORY.md
+    assert errors == []
+    context.close()
+
 def test_a_reply_streaming_while_you_read_further_up_leaves_you_there(browser: Any, served: Served) -> None:
     context, page, errors = phone(browser, served.url)
     page.wait_for_selector("#status.ok", timeout=T)
@@ -239,24 +258,6 @@ def test_sideways_on_a_phone_with_a_notch_no_control_is_under_it(browser: Any, s
     context.close()
 
 
-
-def test_a_new_homes_memory_view_counts_in_words_a_person_reads(browser: Any, served: Served) -> None:
-    """A home made by `hermit setup` holds one file of one chunk: the memory view said "1 files, 1 chunks"."""
-    context, page, errors = phone(browser, served.url)
-    page.wait_for_selector("#status.ok", timeout=T)
-    page.tap("#menu")
-    page.wait_for_function("() => document.getElementById('sidebar').getBoundingClientRect().left >= 0", timeout=T)
-    page.tap(".tab[data-view='memory']")
-    page.wait_for_function("() => document.getElementById('memory-index').textContent.startsWith('index: ')",
-                           timeout=T)
-    said = page.inner_text("#memory-index")
-    counts = re.match(r"index: (\d+) (files?), (\d+) (chunks?) · ", said)
-    assert counts, said
-    for number, word, one in ((counts[1], counts[2], "file"), (counts[3], counts[4], "chunk")):
-        assert word == (one if number == "1" else one + "s"), said
-    assert said.startswith("index: 1 file, 1 chunk · "), said  # the new home's one MEMORY.md
-    assert errors == []
-    context.close()
 
 def test_cancel_after_a_refused_save_asks_before_the_edit_is_gone(browser: Any, served: Served) -> None:
     """The agent wrote MEMORY.md while the owner edited it on the phone: Save is refused (never overwriting the
