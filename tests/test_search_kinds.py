@@ -122,3 +122,50 @@ def test_both_stores_give_the_same_learned_order(tmp_path: Path, e5: object, pg_
         Backend.name, Backend.dsn = "sqlite", ""
     assert [p for p, _ in postgres] == [p for p, _ in sqlite]
     assert [round(s, 3) for _, s in postgres] == [round(s, 3) for _, s in sqlite]
+
+
+def _dump(ws: Path, day: str, slug: str, turns: list[str]) -> None:
+    # A session dump as agent/session_memory.py saves it on /new: a copy of a conversation (ordering.notes_first).
+    write(ws / "memory" / f"{day}-{slug}.md", f"# Session {day} 19:02 UTC\n\n- Session ID: s-{slug}\n"
+          f"- Saved on /new: the last {len(turns)} user/assistant messages\n\n" + "\n\n".join(turns) + "\n")
+
+
+def test_the_learned_order_survives_notes_first_among_session_dumps(tmp_path: Path, e5: object) -> None:
+    ws = tmp_path / "ws"
+    write(ws / "MEMORY.md", "# MEMORY\n\nThings to remember.\n")
+    _dump(ws, "2026-03-01", "pottery", [
+        "User: I love pottery, the pottery studio downtown is amazing.", "Assistant: Pottery sounds relaxing.",
+        "User: Pottery and ceramics are my favourite hobbies, I read pottery blogs every day.",
+        "Assistant: Which pottery blogs do you like?", "User: Mostly ones about glazes and kilns.",
+        "Assistant: Pottery people are nice.", "User: I might take a class some day."])
+    _dump(ws, "2026-03-08", "week", [
+        "User: How was your week?", "Assistant: Busy, thanks for asking.",
+        "User: Oh, and I signed up for the Tuesday evening pottery class.", "Assistant: Nice, when does it start?",
+        "User: Next week.", "Assistant: Noted."])
+    _dump(ws, "2026-03-15", "weekend", ["User: Plans for the weekend?", "Assistant: Rest, mostly.",
+                                        "User: The pottery class was fun.", "Assistant: Great!", "User: Thanks."])
+    _dump(ws, "2026-03-20", "gifts", [
+        "User: Am I still doing pottery?", "Assistant: Yes, ceramics every week.", "User: What do I make?",
+        "Assistant: Mugs and bowls, pottery is so calming.", "User: Pottery gifts are the best."])
+    write(ws / "memory" / "hobbies.md", "# Hobbies\n\n- Mel: pottery (ceramics, glazes).\n- Tom: football.\n"
+          "- Both: hiking.\n")
+
+    def search(dialogue_order: bool) -> list[tuple[str, float]]:
+        svc = MemoryService(MemoryKey("main", ws), tmp_path / "dumps.sqlite", MemorySearchConfig(), e5,  # type: ignore[arg-type]
+                            tuning=dataclasses.replace(DEFAULT_TUNING, dialogue_order=dialogue_order))
+        try:
+            svc.sync()
+            return [(h.path, h.score) for h in svc.search_outcome("What do I make in pottery?", 6, min_score=0.05).hits]
+        finally:
+            svc.close()
+
+    blend, learned = search(False), search(True)
+    # A dump passed, so notes_first sorts every place by its score again (dumps at 0.8 of theirs): the
+    # learned order is applied after it, not undone by it. The note keeps its place.
+    assert [p for p, _ in blend][:5] == ["memory/2026-03-20-gifts.md", "memory/hobbies.md",
+                                         "memory/2026-03-01-pottery.md", "memory/2026-03-15-weekend.md",
+                                         "memory/2026-03-08-week.md"]
+    assert [p for p, _ in learned][:5] == ["memory/2026-03-20-gifts.md", "memory/hobbies.md",
+                                           "memory/2026-03-01-pottery.md", "memory/2026-03-08-week.md",
+                                           "memory/2026-03-15-weekend.md"]
+    assert dict(blend) == dict(learned)
