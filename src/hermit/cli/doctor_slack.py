@@ -16,11 +16,9 @@ _SHOWN = 8
 
 def _start_or_restart(ctx: CliContext) -> str:
     """The gateway's restart (the one running, by how it runs), or its start (its installed service, if any)."""
-    from hermit.cli.running_gateway import restart_how, running_gateway
-    from hermit.cli.service import start_how
+    from hermit.cli.running_gateway import start_or_restart
 
-    gw = running_gateway(ctx.home)
-    return f"restart the gateway: {restart_how(gw)}" if gw is not None else f"start the gateway: {start_how(ctx)}"
+    return start_or_restart(ctx)
 
 
 def _lines(lines: list[str]) -> str:

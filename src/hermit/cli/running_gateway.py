@@ -68,6 +68,15 @@ def restart_how(gw: RunningGateway) -> str:
     return HowRun(gw.pid, gw.service, gw.launchd).restart()
 
 
+def start_or_restart(ctx: CliContext) -> str:
+    """`restart the gateway: …` (the one running, by how it runs), or `start the gateway: …` (its installed service's
+    start, if any: cli/service.start_how)."""
+    from hermit.cli.service import start_how
+
+    gw = running_gateway(ctx.home)
+    return f"restart the gateway: {restart_how(gw)}" if gw is not None else f"start the gateway: {start_how(ctx)}"
+
+
 def after_change_note(home: Path) -> str | None:
     """What to print after hermit.yaml or hermit.env was written while a gateway runs on `home`."""
     gw = running_gateway(home)

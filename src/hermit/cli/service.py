@@ -314,10 +314,10 @@ def start_how(ctx: CliContext) -> str:
     found = installed_for(ctx)
     if found is None:
         return "`hermit gateway run`"
+    from hermit.gateway.state import HowRun
+
     kind, name = found
-    if kind == "launchd":
-        return f"`launchctl kickstart gui/{os.getuid()}/{name}`"
-    return f"`systemctl --user start {name}.service`"
+    return (HowRun(None, launchd=name) if kind == "launchd" else HowRun(None, f"{name}.service")).start()
 
 
 def _chosen_name(ctx: CliContext, args: argparse.Namespace, kind: str, folder: Path | None) -> str:

@@ -191,12 +191,21 @@ class HowRun:
             return f" (the systemd user service {self.systemd})"
         return f" (the launchd agent {self.launchd})" if self.launchd else ""
 
-    def restart(self) -> str:
+    def restart(self, run: str = "hermit gateway run") -> str:
+        """`run`: the command that starts it again by hand (with flags a hint wants), used only when run by hand."""
         if self.systemd:
             return f"`systemctl --user restart {self.systemd}`"
         if self.launchd:
             return f"`launchctl kickstart -k {self._launchd_target()}`"
-        return f"stop it ({self.stop()}) and start it again with `hermit gateway run`"
+        return f"stop it ({self.stop()}) and start it again with `{run}`"
+
+    def start(self) -> str:
+        """How it is started again after stop()."""
+        if self.systemd:
+            return f"`systemctl --user start {self.systemd}`"
+        if self.launchd:
+            return f"`launchctl kickstart {self._launchd_target()}`"
+        return "`hermit gateway run`"
 
     def stop(self) -> str:
         if self.systemd:
