@@ -196,6 +196,9 @@ class ChannelDeps:
     # Where received files (photos, documents) are saved before access control has run: <state>/inbox by
     # default; the gateway moves an admitted message's files to the answering session's inbox.
     inbox_dir: Path | None = None
+    # How the gateway running the channel is restarted, as a hint's last words (the gateway's HowRun: a service
+    # manager's command, or stop and `hermit gateway run`); a channel cannot know, so it is told.
+    restart: str = "restart the gateway"
 
     @property
     def inbox(self) -> Path:

@@ -69,11 +69,13 @@ class _RedactTokenInUrls(logging.Filter):
 _REDACT = _RedactTokenInUrls()
 
 
+OTHER_POLLER = "stop the other program polling this bot (or remove its webhook)"
+
+
 class TelegramApiError(ChannelError):
     def __init__(self, method: str, code: int, description: str) -> None:
         hint = {401: "the bot token is wrong or revoked: get a new one from @BotFather",
-                409: "stop the other program polling this bot (or remove its webhook), then restart the gateway"
-                }.get(code, "see the description from Telegram")
+                409: f"{OTHER_POLLER}, then restart the gateway"}.get(code, "see the description from Telegram")
         msg = ("another poller uses this token (Telegram answered 409 Conflict to getUpdates)" if code == 409
                else f"Telegram {method} failed: {code} {description}")
         super().__init__(msg, hint)
@@ -87,8 +89,10 @@ class TelegramChannel:
 
     def __init__(self, account_id: str, cfg: TelegramAccountConfig, token: str, *, state_dir: Path,
                  inbox_dir: Path, clock: Callable[[], float] = time.time,
-                 policy: RetryPolicy = retry.DEFAULT_POLICY, reconnect_max_delay: float = 60.0) -> None:
+                 policy: RetryPolicy = retry.DEFAULT_POLICY, reconnect_max_delay: float = 60.0,
+                 restart: str = "restart the gateway") -> None:
         self.account_id = account_id
+        self._restart = restart  # how the gateway running it is restarted (ChannelDeps.restart)
         self.cfg = cfg
         self._token = token
         self._api = cfg.api_base.rstrip("/")
@@ -181,9 +185,10 @@ class TelegramChannel:
                 if e.code in (401, 404, 409):  # fatal for this poller: looping would only repeat it
                     # With the hint (a 401: "the bot token is wrong or revoked: get a new one from @BotFather"):
                     # the log and `hermit channels status` said only "getMe failed: 401 Unauthorized".
-                    hint = e.hint if e.code != 404 else (
-                        "Telegram knows no bot by this token, or api_base is not a Bot API server: copy the token "
-                        f"again from @BotFather, and check channels.telegram.accounts.{self.account_id}.api_base")
+                    hint = {404: "Telegram knows no bot by this token, or api_base is not a Bot API server: copy the "
+                            "token again from @BotFather, and check "
+                            f"channels.telegram.accounts.{self.account_id}.api_base",
+                            409: f"{OTHER_POLLER}, then {self._restart}"}.get(e.code, e.hint)
                     log.error("telegram %s stopped: %s", self.account_id, with_hint(e.message, hint))
                     self._tracker.error(e.message, hint)
                     return
@@ -481,7 +486,8 @@ def create_channel(deps: ChannelDeps, account_id: str, cfg: TelegramAccountConfi
     """The gateway's factory (this module's PLATFORM): the token comes from the named environment variable."""
     token = resolve(cfg.token, cfg.token_env, deps.environ, where=f"channels.telegram.accounts.{account_id}",
                     field="token")
-    return TelegramChannel(account_id, cfg, token, state_dir=deps.state_dir, inbox_dir=deps.inbox, clock=deps.clock)
+    return TelegramChannel(account_id, cfg, token, state_dir=deps.state_dir, inbox_dir=deps.inbox, clock=deps.clock,
+                           restart=deps.restart)
 
 
 # The one declaration of this platform (hermit.channels.platforms lists this module).

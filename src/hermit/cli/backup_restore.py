@@ -176,7 +176,7 @@ def hold_gateway_lock(home: Path) -> GatewayLock | None:
     running there keeps the keys and accounts it started with while their files change, and its turns in flight
     write into files the restore replaces, so one that runs is refused and none starts meanwhile. None for a
     state dir that does not exist yet (or that restore_into refuses anyway: nothing is made in it)."""
-    from hermit.gateway.state import GatewayLock, GatewayLocked
+    from hermit.gateway.state import GatewayLock, GatewayLocked, HowRun
 
     try:
         st = os.lstat(home)
@@ -187,9 +187,13 @@ def hold_gateway_lock(home: Path) -> GatewayLock | None:
     try:
         return GatewayLock.acquire(home)
     except GatewayLocked as e:
-        raise BackupError(f"{e.message}; nothing was restored", "stop the gateway first (Ctrl-C where it runs, or kill its "
-                          "pid; `systemctl --user stop` its unit when it runs as a service), then run `hermit "
-                          "restore` again") from None
+        from hermit.cli.running_gateway import running_gateway
+
+        gw = running_gateway(home)  # how it runs: a kill under a service manager stops the service until next login
+        how = HowRun(gw.pid, gw.service, gw.launchd) if gw is not None else HowRun(None)
+        again = f", and start it again after: {how.start()}" if how.managed else ""
+        raise BackupError(f"{e.message}; nothing was restored", f"stop the gateway first ({how.stop()}), then run "
+                          f"`hermit restore` again{again}") from None
 
 
 def _holds_state(mine: list[Item], later: dict[tuple[str, str], list[Item]]) -> bool:

@@ -110,7 +110,9 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
-        print("no channel has reported a status yet (start the gateway: `hermit gateway run`)")
+        from hermit.cli.running_gateway import start_or_restart
+
+        print(f"no channel has reported a status yet ({start_or_restart(ctx)})")
         return 0
     now = time.time()
     for r in rows:
@@ -190,6 +192,7 @@ def _reported_errors(ctx: CliContext, configured: set[tuple[str, str]], fixes: l
     changed = max((p.stat().st_mtime for p in (ctx.paths.config_file(), env_file_path(ctx.home)) if p and p.exists()),
                   default=0.0)
     now, past = [], []
+    then = ""
     for r in read_statuses(ctx.home):
         key = (r.get("channel"), r.get("account_id"))
         if key not in configured or r.get("connected") or not r.get("last_error"):
@@ -202,12 +205,21 @@ def _reported_errors(ctx: CliContext, configured: set[tuple[str, str]], fixes: l
             past.append(where)
         else:
             continue
-        fixes.append(_channel_fix(name, account, str(r["last_error"]), bool(r.get("running"))))
+        then = then or _then(ctx)
+        fixes.append(_channel_fix(name, account, str(r["last_error"]), then))
     return now, past
 
 
-def _channel_fix(name: str, account: str, error: str, running: bool) -> str:
-    restart = ", then restart the gateway" if running else ", then `hermit gateway run`"
+def _then(ctx: CliContext) -> str:
+    """After a fix: the running gateway's restart by how it runs, or its start (its installed service's, if any)."""
+    from hermit.cli.running_gateway import restart_how, running_gateway
+    from hermit.cli.service import start_how
+
+    gw = running_gateway(ctx.home)
+    return f", then restart the gateway: {restart_how(gw)}" if gw is not None else f", then {start_how(ctx)}"
+
+
+def _channel_fix(name: str, account: str, error: str, restart: str) -> str:
     if " 401 " in f" {error} " or "Unauthorized" in error or "invalid_auth" in error:
         return (f"the token is wrong or revoked: store the right one with `hermit setup --channel {name} --account "
                 f"{account} --token-stdin` (it checks it before saving){restart}")

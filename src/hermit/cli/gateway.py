@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import html
 import json
 import os
@@ -39,6 +40,7 @@ from hermit.errors import HermitError
 from hermit.gateway.phone import lan_addresses, phone_address, qr_text
 from hermit.gateway.state import (
     GatewayLock,
+    HowRun,
     check_token_file,
     ensure_token,
     read_lock_info,
@@ -112,8 +114,20 @@ def _running(ctx: CliContext) -> dict[str, Any]:
         raise HermitError(f"the gateway (pid {info['pid']}) is starting or stopping: it serves no port now",
                           "try again in a moment")
     if not info or "port" not in info:
-        raise HermitError(f"no gateway is running on {ctx.home}", "start one with `hermit gateway run`")
+        raise HermitError(f"no gateway is running on {ctx.home}", f"start it: {_start_how(ctx)}")
     return info
+
+
+def _start_how(ctx: CliContext) -> str:
+    from hermit.cli.service import start_how  # its installed service's start, else `hermit gateway run`
+
+    return start_how(ctx)
+
+
+def _start_or_restart(ctx: CliContext) -> str:
+    from hermit.cli.running_gateway import start_or_restart
+
+    return start_or_restart(ctx)
 
 
 def _client_host(host: str) -> str:
@@ -123,7 +137,7 @@ def _client_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "", "localhost") else "::1" if host == "::" else host
 
 
-def _only_own_gateway(event: str, info: Mapping[str, Any]) -> None:
+def _only_own_gateway(ctx: CliContext, event: str, info: Mapping[str, Any]) -> None:
     """httpcore's trace hook for a CLI request that carries the gateway token: the new connection is closed
     before the request's first byte unless the port is held by the user's own uid (the gateway runs as the
     user whose state dir it is) or root (hermit.loopback.own_or_root). Another user's program that took the
@@ -134,7 +148,7 @@ def _only_own_gateway(event: str, info: Mapping[str, Any]) -> None:
         return HermitError(f"the port {holder.where} the gateway published is held by another user's program (uid "
                            f"{holder.uid}, {holder.user}), not by your gateway: Hermit sent it nothing (the request "
                            "carries the gateway token)", "the gateway may have stopped and its port been taken: "
-                           "see `hermit logs`, restart it (`hermit gateway run`), and tell an administrator")
+                           f"see `hermit logs`, {_start_or_restart(ctx)}, and tell an administrator")
 
     if event == CONNECTED:
         guard_stream(info.get("return_value"), refuse, own_or_root)
@@ -150,13 +164,13 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
     try:  # no proxy from the environment: the token goes to the gateway's port, and only if it is the gateway's
         with httpx.Client(timeout=5, trust_env=False) as client:
             r = client.get(f"{base}/status", headers={"Authorization": f"Bearer {token}"},
-                           extensions={"trace": _only_own_gateway})
+                           extensions={"trace": functools.partial(_only_own_gateway, ctx)})
     except httpx.HTTPError as e:
         raise HermitError(f"gateway pid {info.get('pid')} does not answer on {base}: {e}",
                           "it may be starting or stuck; see <state>/logs/gateway.log") from e
     if r.status_code != 200:
         raise HermitError(f"gateway answered {r.status_code} on /status", "the token file may have changed; "
-                          "restart the gateway")
+                          f"{_start_or_restart(ctx)}")
     st = r.json()
     if args.json:
         print(json.dumps(st, ensure_ascii=False, indent=2))
@@ -295,8 +309,10 @@ def cmd_dashboard(ctx: CliContext, args: argparse.Namespace) -> int:
     if not info or "port" not in info or not isinstance(info.get("pid"), int):
         # No URL then: whatever holds the configured port now (another local user's program, while the
         # gateway is down) would read the ticket from a page opened there.
-        print("the gateway is not running: start it with `hermit gateway run` (or `hermit gateway install`), "
-              "then run `hermit dashboard` again", file=sys.stderr)
+        start = _start_how(ctx)
+        service = " (or `hermit gateway install` for a service)" if start == "`hermit gateway run`" else ""
+        print(f"the gateway is not running: start it with {start}{service}, then run `hermit dashboard` again",
+              file=sys.stderr)
         return 1
     port = info["port"]
     if args.phone:
@@ -332,7 +348,8 @@ def _dashboard_phone(ctx: CliContext, info: Mapping[str, Any]) -> int:
     under it; no browser here. A gateway reachable on loopback only gets no ticket, only what to change."""
     # The origins in hermit.yaml now: the running gateway passes those it read at its start (a restart
     # applies an edit, which `hermit doctor` points out).
-    address = phone_address(str(info["host"]), int(info["port"]), ctx.config().config.gateway.allowed_origins)
+    how = HowRun.of(info["pid"], info.get("launchd"))  # the address it listens on changes by its restart
+    address = phone_address(str(info["host"]), int(info["port"]), ctx.config().config.gateway.allowed_origins, how)
     link = f"{address.base}#ticket={issue_ticket(ctx.home, info['pid'])}"
     print_qr(qr_text(link), ctx.environ)
     reveal(link)  # the ticket is this line's purpose: not masked like every other

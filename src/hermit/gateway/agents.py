@@ -22,6 +22,7 @@ from hermit.agent.loop import AgentEvent
 from hermit.agent.runtime import AgentRuntime
 from hermit.agent.turn import TurnResult
 from hermit.errors import ConfigError, HermitError, SessionError
+from hermit.gateway.state import HowRun
 from hermit.messages import FiledFile, ImagePart, Sender
 from hermit.models.cancel import CancelToken
 from hermit.sessions.keys import agent_id_of
@@ -82,7 +83,7 @@ class AgentHost:
             return self.runtimes[agent_id]
         except KeyError:
             raise ConfigError(f"no agent {agent_id!r} in this gateway (agents: {', '.join(self.runtimes)})",
-                              "add it under agents.list and restart the gateway") from None
+                              f"add it under agents.list and restart the gateway: {HowRun.this_process().restart()}") from None
 
     def holder(self, key: str, agent: str | None) -> str:
         """The agent whose session `key` is, for a session the web chat chose with the agent it resolved (`agent`).

@@ -49,6 +49,7 @@ from hermit.gateway.deletes_store import RememberedDeletes
 from hermit.gateway.replies import BUSY, NOT_PROCESSED, Chunker, deliver_text, run_and_reply, send_safely
 from hermit.gateway.retractions import edit_recorded, message_ref, not_run_unscrubbed, remember_delete
 from hermit.gateway.scrub_batch import ScrubBatches
+from hermit.gateway.state import HowRun
 from hermit.gateway.turn_slots import Kind, Place, TurnSlots
 from hermit.messages import FiledFile, ImagePart, Sender
 from hermit.sessions.keys import is_main_session_key
@@ -232,7 +233,8 @@ class Bus:
         channel = self.channels.get((target.channel, target.account_id))
         if channel is None:
             raise ChannelError(f"no channel account {target.channel}/{target.account_id} in this gateway",
-                               "configure it under channels.<name>.accounts and restart the gateway")
+                               "configure it under channels.<name>.accounts and restart the gateway: "
+                               f"{HowRun.this_process().restart()}")
         if await deliver_text(channel, target, text, self._chunk) == 0 and text.strip():
             raise ChannelError(f"{target.channel}/{target.account_id} could not deliver the message",
                                "see the gateway log for the channel's error")

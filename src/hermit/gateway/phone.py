@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from hermit.errors import HermitError
-from hermit.gateway.state import read_lock_info
+from hermit.gateway.state import HowRun, read_lock_info
 from hermit.gateway.tickets import Tickets
 
 if TYPE_CHECKING:
@@ -109,9 +109,11 @@ def _listened_address(host: str) -> str | None:
     return None
 
 
-def phone_address(host: str, port: int, allowed_origins: Sequence[str]) -> PhoneAddress:
+def phone_address(host: str, port: int, allowed_origins: Sequence[str], how: HowRun | None = None
+                  ) -> PhoneAddress:
     """Where a phone can open the web app of the gateway listening on `host`:`port` with `allowed_origins`
-    (in their configured order); HermitError saying what to change when it listens on loopback only."""
+    (in their configured order); HermitError saying what to change when it listens on loopback only, and how to
+    restart that gateway (`how` it runs: under a service manager `hermit gateway run --host` would be a second)."""
     for origin in allowed_origins:
         parts = urlsplit(origin)
         if parts.hostname and not _loopback_name(parts.hostname):
@@ -121,11 +123,14 @@ def phone_address(host: str, port: int, allowed_origins: Sequence[str]) -> Phone
         return PhoneAddress(_http_base(address, port), PLAIN_HTTP)
     lan = lan_addresses()
     example = lan[0] if lan else "this machine's network address"
+    how = how or HowRun(None)  # not known: by hand, its pid unnamed
+    restart = (f"in hermit.yaml and restart the gateway: {how.restart()} (a service installed with --host keeps "
+               "that address: install it again with `hermit gateway install --host 0.0.0.0`, then restart it)") if how.managed else \
+        f"and restart the gateway: {how.restart(f'hermit gateway run --host {example}')}"
     raise HermitError(LOOPBACK_ONLY.format(host=host or "127.0.0.1"),
                       f"set gateway.host to this machine's network address ({', '.join(lan) or 'see `ip addr`'}) "
-                      f"or 0.0.0.0 and restart the gateway (`hermit gateway run --host {example}`), or put it "
-                      "behind a TLS proxy (Tailscale Serve, Caddy) and list the proxy's origin, e.g. "
-                      "https://hermit.example, in gateway.allowed_origins")
+                      f"or 0.0.0.0 {restart}; or put it behind a TLS proxy (Tailscale Serve, Caddy) and list the "
+                      "proxy's origin, e.g. https://hermit.example, in gateway.allowed_origins")
 
 
 def qr_code(link: str) -> segno.QRCode:
@@ -166,9 +171,10 @@ def phone_sign_in(tickets: Tickets, allowed_origins: Sequence[str], server: tupl
     (`link`, `qr`: an SVG data: URI, `expiresIn` seconds, `warning`); HermitError, and no ticket, when no
     phone can reach the gateway."""
     where = running_address(tickets.home, tickets.pid, server)
+    how = HowRun.this_process()
     if where is None:
-        raise HermitError("the gateway does not know the address it listens on", "restart it")
-    address = phone_address(where[0], where[1], allowed_origins)
+        raise HermitError("the gateway does not know the address it listens on", f"restart it: {how.restart()}")
+    address = phone_address(where[0], where[1], allowed_origins, how)
     link = f"{address.base}#ticket={tickets.issue()}"
     log.info("the web app made a one-time sign-in link for a phone at %s (good for %.0f minutes)", address.base,
              tickets.ttl / 60)  # the owner's log says when one was made, never the ticket

@@ -166,7 +166,8 @@ class Gateway:
         self.unsigned = Unsigned()  # connections not signed in yet, capped per address (gateway/unsigned.py)
         # Received files wait in the state dir until their sender is let in (gateway/attachments.py).
         self.webchat = WebchatChannel(clock, inbox_dir=home / "inbox")
-        deps = ChannelDeps(home, environ, clock, inbox_dir=home / "inbox")
+        deps = ChannelDeps(home, environ, clock, inbox_dir=home / "inbox",
+                           restart=f"restart the gateway: {HowRun.this_process().restart()}")
         extra = build_channels(loaded, deps) if channels is None else channels
         self.channels: list[Channel] = ([self.webchat] if loaded.config.channels.webchat.enabled else []) + extra
         # hermit.yaml as it is now, at every admission, routing decision and scheduled delivery: an edit that

@@ -85,8 +85,10 @@ def resolve_target(channels: ChannelsConfig, channel: str, account: str | None, 
     accounts = configured_accounts(channels, name)
     if not accounts:
         how = ("enable it (channels.webchat.enabled: true)" if name == WEBCHAT else
-               f"add one under channels.{name}.accounts (`hermit setup --channel {name}` does it), then restart "
-               "the gateway")
+               # The scheduler cannot know how the gateway runs (it imports no gateway): setup, which saves the
+               # account, names the running gateway's restart by how it runs (cli/running_gateway.after_change_note).
+               f"add one under channels.{name}.accounts with `hermit setup --channel {name}`, then restart the gateway "
+               "as setup says (its service's restart when it runs as one; `hermit doctor` says it too)")
         raise JobError(f"{what}: no {name} account is configured, so nothing could be delivered", how)
     if account:
         if account not in accounts:
