@@ -19,12 +19,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hermit.refusals import RefusalLog
-
-if TYPE_CHECKING:
-    from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger("hermit.gateway")
 
@@ -101,7 +98,7 @@ class Unsigned:
         return self._count()
 
 
-def protocol_class(unsigned: Unsigned, deadline: float) -> type[H11Protocol]:
+def protocol_class(unsigned: Unsigned, deadline: float) -> type[asyncio.Protocol]:
     """uvicorn's h11 protocol with `unsigned`'s cap and a deadline for each request's headers."""
     import h11  # uvicorn's, loaded only by a gateway that serves
     from uvicorn.protocols.http.h11_impl import H11Protocol
