@@ -50,10 +50,15 @@ def _data_files() -> tuple[Path, list[Path]] | None:
     return dict_file, sorted((root / "hsk").glob("*.txt"))
 
 
-def _clean_gloss(sense: str) -> str:
-    g = re.sub(r"\([^)]*\)", "", sense).strip().lower()
-    g = re.sub(r"^(to|a|an|the|to be) ", "", g)
-    return re.sub(r"\s+", " ", g).strip(" .,;")
+_PARENS = re.compile(r"\([^)]*\)")
+_LEADING = re.compile(r"^(to|a|an|the|to be) ")
+_SPACES = re.compile(r"\s+")
+
+
+def _clean_gloss(bare: str) -> str:
+    """`bare`: the sense without its parentheses."""
+    g = _LEADING.sub("", bare.strip().lower())
+    return _SPACES.sub(" ", g).strip(" .,;")
 
 
 _CUT = re.compile(r"\s*[,;]\s*|\s+(?:on|in|at|of|for|with|from|during|abbr\.)\s+")
@@ -62,13 +67,15 @@ _CUT = re.compile(r"\s*[,;]\s*|\s+(?:on|in|at|of|for|with|from|during|abbr\.)\s+
 def gloss_variants(sense: str) -> list[str]:
     """Short English keys for one dictionary sense: the sense, its head before a comma or a
     prepositional tail ("the Mid-Autumn Festival on 15th of 8th lunar month" → "mid-autumn festival"),
-    and a proper noun's first word ("Shanghai municipality, central east China" → "shanghai")."""
-    full = _clean_gloss(sense)
+    and a proper noun's first word ("Shanghai municipality, central east China" → "shanghai").
+    Patterns are compiled once: a first search parses ~185,000 senses (a new state dir's ~2 s of CPU)."""
+    bare = _PARENS.sub("", sense) if "(" in sense else sense
+    full = _clean_gloss(bare)
     out = [full]
     head = _CUT.split(full, maxsplit=1)[0].strip()
     if head and head != full:
         out.append(head)
-    bare = re.sub(r"\([^)]*\)", "", sense).strip()
+    bare = bare.strip()
     if bare[:1].isupper() and " " in bare:
         out.append(bare.split()[0].strip(",;.").lower())
     return [g for g in dict.fromkeys(out) if g and len(g.split()) <= 3]
