@@ -393,7 +393,8 @@ class HybridSearcher:
         """The dialogue chunks of `head` (the first passed chunks, in fused order) put in the order of the
         combiner learned on conversations, in the places they hold in `ordered` (memory.search.kinds);
         unchanged when fewer than two of them are dialogue (a memory of notes never goes further)."""
-        dialogue = {i for i, _ in head if self._kinds.dialogue(c.rows[i])}
+        ids = self._kinds.among([c.rows[i] for i, _ in head])
+        dialogue = {i for i, _ in head if c.rows[i].id in ids}
         if len(dialogue) < 2:
             return ordered
         spans = [(c.rows[i].path, c.rows[i].start_line, c.rows[i].end_line) for i, _ in head]

@@ -55,15 +55,20 @@ class DialogueKinds:
         self._gen = -1
         self._known: dict[int, bool] = {}
 
-    def dialogue(self, row: ChunkRow) -> bool:
+    def among(self, rows: list[ChunkRow]) -> set[int]:
+        """The ids of the dialogue chunks of `rows` (the index generation read once for them all)."""
         gen = self.store.generation()
         if gen != self._gen:
             self._known, self._gen = {}, gen
         seen = self._known  # this generation's, even if another search moves on meanwhile
-        known = seen.get(row.id)
-        if known is None:
-            known = seen[row.id] = dialogue_shaped(row.text)
-        return known
+        out: set[int] = set()
+        for row in rows:
+            known = seen.get(row.id)
+            if known is None:
+                known = seen[row.id] = dialogue_shaped(row.text)
+            if known:
+                out.add(row.id)
+        return out
 
 
 @dataclass(frozen=True)
