@@ -220,22 +220,15 @@ def _copy_member(src: IO[bytes], dir_fd: int, name: str, mode: int, budget: list
     parts = safe_fs.parts_of(name)
     parent = safe_fs.open_dir(dir_fd, "/".join(parts[:-1]), create=True)
     tmp = f".{parts[-1][:80]}.{os.getpid()}.part"
-    h = hashlib.sha256()
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent)
         try:
             os.fchmod(fd, mode)
-            while block := src.read(COPY_CHUNK):
-                if budget[0] >= 0:
-                    budget[0] -= len(block)
-                    if budget[0] < 0:
-                        raise OverBudget(f"{name}: more bytes than the room can hold came back")
-                h.update(block)
-                write_all(fd, block, fsync=False)
+            digest = _copy_counted(src, fd, name, budget)
         finally:
             os.close(fd)
         os.rename(tmp, parts[-1], src_dir_fd=parent, dst_dir_fd=parent)
-        return h.hexdigest()
+        return digest
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=parent)
@@ -244,20 +237,26 @@ def _copy_member(src: IO[bytes], dir_fd: int, name: str, mode: int, budget: list
         os.close(parent)
 
 
+def _copy_counted(src: IO[bytes], fd: int, name: str, budget: list[int]) -> str:
+    """Copy `src` into `fd` in chunks against `budget` (what the room's copy could still hold; negative: no limit):
+    past it, OverBudget and nothing more is written. Returns the content's sha256 (hex)."""
+    h = hashlib.sha256()
+    while block := src.read(COPY_CHUNK):
+        if budget[0] >= 0:
+            budget[0] -= len(block)
+            if budget[0] < 0:
+                raise OverBudget(f"{name}: more bytes than the room can hold came back")
+        h.update(block)
+        write_all(fd, block, fsync=False)
+    return h.hexdigest()
+
+
 def _stage(src: IO[bytes], dir_fd: int, name: str, budget: list[int]) -> str:
     """`_copy_member` for the merge's flat staging folder: `name` is new and Hermit's alone (its permissions are set
     when it is moved into the room), so it is written in place. Returns the content's sha256 (hex)."""
-    h = hashlib.sha256()
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
-        while block := src.read(COPY_CHUNK):
-            if budget[0] >= 0:
-                budget[0] -= len(block)
-                if budget[0] < 0:
-                    raise OverBudget(f"{name}: more bytes than the room can hold came back")
-            h.update(block)
-            write_all(fd, block, fsync=False)
-        return h.hexdigest()
+        return _copy_counted(src, fd, name, budget)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(name, dir_fd=dir_fd)
