@@ -11,12 +11,9 @@ JOURNAL_STREAM) still gets every word, as before."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from prochelpers import PROC_TIMEOUT, pythonpath
+from test_audit19_side_log_full import child_stderr
 
 WORDS = "the locker code is 31-7-22"
 CHILD = f"""
@@ -37,19 +34,7 @@ warnings.warn({WORDS!r} + " (a library's warning)", UserWarning)
 
 
 def child(logs: Path, journal: bool) -> tuple[str, str]:
-    r, w = os.pipe()
-    try:
-        st = os.fstat(w)
-        env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
-        env["PYTHONPATH"] = pythonpath()
-        if journal:
-            env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
-        done = subprocess.run([sys.executable, "-c", CHILD, str(logs)], stderr=w, env=env, timeout=PROC_TIMEOUT)
-    finally:
-        os.close(w)
-    with os.fdopen(r, "rb") as f:
-        err = f.read().decode()
-    assert done.returncode == 0, err
+    err = child_stderr(logs, journal, CHILD)
     return err, (logs / "gateway.log").read_text(encoding="utf-8")
 
 

@@ -41,7 +41,8 @@ except ValueError:
 """
 
 
-def child_stderr(logs: Path, journal: bool) -> str:
+def child_stderr(logs: Path, journal: bool, script: str = CHILD) -> str:
+    """stderr of a child running `script` with `logs`, on a pipe the journal variable names when `journal`."""
     r, w = os.pipe()
     try:
         st = os.fstat(w)
@@ -49,7 +50,7 @@ def child_stderr(logs: Path, journal: bool) -> str:
         env["PYTHONPATH"] = pythonpath()
         if journal:
             env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
-        done = subprocess.run([sys.executable, "-c", CHILD, str(logs)], stderr=w, env=env, timeout=PROC_TIMEOUT)
+        done = subprocess.run([sys.executable, "-c", script, str(logs)], stderr=w, env=env, timeout=PROC_TIMEOUT)
     finally:
         os.close(w)
     with os.fdopen(r, "rb") as f:
