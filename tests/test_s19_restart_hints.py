@@ -20,7 +20,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import yaml
@@ -159,27 +159,28 @@ except ConfigError as e:
 """
 
 
-def route_hint(home: Path, in_unit: bool = False, **env: str) -> tuple[str, int]:
-    proc = subprocess.Popen([sys.executable, "-c", ROUTE, str(home)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+def child_output(script: str, home: Path, in_unit: bool = False, **env: str) -> tuple[str, int]:
+    """What `script` (given `home`) prints once told to go — after being put in a systemd-shaped user unit when
+    `in_unit` — and its pid."""
+    proc = subprocess.Popen([sys.executable, "-c", script, str(home)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env_for(home, **env))
     assert proc.stdout is not None and proc.stdin is not None
     try:
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr else ""
-        if not in_unit:
+        with in_user_unit(proc.pid) if in_unit else nullcontext():
             proc.stdin.write("go\n")
             proc.stdin.flush()
             out, err = proc.communicate(timeout=PROC_TIMEOUT)
-        else:
-            with in_user_unit(proc.pid):
-                proc.stdin.write("go\n")
-                proc.stdin.flush()
-                out, err = proc.communicate(timeout=PROC_TIMEOUT)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, err
     return out.strip(), proc.pid
+
+
+def route_hint(home: Path, in_unit: bool = False, **env: str) -> tuple[str, int]:
+    return child_output(ROUTE, home, in_unit, **env)
 
 
 def test_an_agent_not_started_names_the_restart_of_this_gateway(tmp_path: Path) -> None:

@@ -15,8 +15,6 @@ runs, one gateway per test."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -30,8 +28,8 @@ from hermit.testing import FakeProvider
 from prochelpers import PROC_TIMEOUT
 from test_own_photo_in_a_room import TOKEN, fake_telegram
 from test_restart_hint_under_launchd import run_gateway
-from test_s19_restart_hints import UNIT, in_user_unit, started
-from test_setup import KEY, env_for, hermit
+from test_s19_restart_hints import UNIT, child_output, in_user_unit, started
+from test_setup import KEY, hermit
 
 LAUNCHD = f"gui/{os.getuid()}/{LAUNCHD_LABEL}"
 
@@ -80,21 +78,7 @@ except HermitError as e:
 
 
 def inside_hints(home: Path) -> list[str]:
-    proc = subprocess.Popen([sys.executable, "-c", INSIDE, str(home)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env_for(home))
-    assert proc.stdout is not None and proc.stdin is not None
-    try:
-        assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr else ""
-        with in_user_unit(proc.pid):
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-            out, err = proc.communicate(timeout=PROC_TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err
-    return out.strip().splitlines()
+    return child_output(INSIDE, home, in_unit=True)[0].splitlines()
 
 
 def test_under_a_systemd_user_unit(tmp_path: Path) -> None:
