@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from agenthelpers import fixed_clock, load_offline
 from ciguard import need
@@ -213,6 +214,13 @@ class GatewayProcess:
     @property
     def token(self) -> str:
         return self.url.split("token=", 1)[1]
+
+    @property
+    def port(self) -> int:
+        """The port the gateway chose (once ready)."""
+        p = urlsplit(self.url).port
+        assert p is not None, self.url
+        return p
 
     @property
     def ws_url(self) -> str:

@@ -19,7 +19,6 @@ import socket
 import subprocess
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -57,17 +56,11 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
         mp.undo()
 
 
-def port(gw: GatewayProcess) -> int:
-    p = urlsplit(gw.url).port
-    assert p is not None
-    return p
-
-
 def lan(gw: GatewayProcess) -> str:
     """host:port of the gateway as a client on the LAN reaches it: this machine's network address (loopback on a
     machine that has none, which the gateway on 0.0.0.0 answers the same)."""
     addresses = lan_addresses()
-    return f"{addresses[0] if addresses else '127.0.0.1'}:{port(gw)}"
+    return f"{addresses[0] if addresses else '127.0.0.1'}:{gw.port}"
 
 
 def frame(method: str, params: dict[str, Any], rid: str = "r") -> str:
@@ -154,7 +147,7 @@ def test_the_gateways_own_proof_never_signs_a_client_in(gateway: GatewayProcess)
 
 def headers_of(gw: GatewayProcess) -> dict[str, httpx.Headers]:
     """Every kind of reply the gateway writes, as a browser or a tool would get it."""
-    base = f"http://127.0.0.1:{port(gw)}"
+    base = f"http://127.0.0.1:{gw.port}"
     body = json.dumps(webhook_body(text_message("15550001001", "hi", "wamid.audit19.1"))).encode()
     challenge = "<html><script>alert(document.domain)</script>"
     got = {
@@ -239,7 +232,7 @@ def test_another_local_user_can_neither_read_the_token_nor_open_the_socket(gatew
     with open(f"/proc/{gateway.proc.pid}/environ", "rb") as f:
         assert token.encode() not in f.read()
     address = lan(gateway).rsplit(":", 1)[0]
-    done = subprocess.run([python, "-c", AS_NOBODY, str(port(gateway)), str(home / "gateway" / "token"),
+    done = subprocess.run([python, "-c", AS_NOBODY, str(gateway.port), str(home / "gateway" / "token"),
                            f"/proc/{gateway.proc.pid}/environ", address], capture_output=True, text=True, timeout=60,
                           cwd="/", **NOBODY)  # type: ignore[call-overload]
     got = json.loads(done.stdout)
@@ -249,7 +242,7 @@ def test_another_local_user_can_neither_read_the_token_nor_open_the_socket(gatew
         assert got["status " + host].startswith("HTTP/1.1 401"), got
         assert got["ws " + host].startswith("HTTP/1.1 403"), got  # refused before the handshake: another user's
     assert "uid 65534" in gateway.stderr()
-    with socket.create_connection(("127.0.0.1", port(gateway)), timeout=10) as s:  # the owner's own client is served
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as s:  # the owner's own client is served
         s.sendall(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token.encode()
                   + b"\r\nConnection: close\r\n\r\n")
         assert s.recv(100).startswith(b"HTTP/1.1 200")

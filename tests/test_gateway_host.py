@@ -10,7 +10,6 @@ import json
 import socket
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -45,19 +44,13 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
         mp.undo()
 
 
-def port(gw: GatewayProcess) -> int:
-    p = urlsplit(gw.url).port
-    assert p is not None
-    return p
-
-
 def get(gw: GatewayProcess, path: str, host: str, **headers: str) -> httpx.Response:
-    return httpx.get(f"http://127.0.0.1:{port(gw)}{path}", headers={"Host": host, **headers}, timeout=10)
+    return httpx.get(f"http://127.0.0.1:{gw.port}{path}", headers={"Host": host, **headers}, timeout=10)
 
 
 def ws_open(gw: GatewayProcess, host: str, origin: str) -> dict[str, Any]:
     """Open /ws on the gateway's loopback socket with `host` in the handshake; connect with the token."""
-    sock = socket.create_connection(("127.0.0.1", port(gw)), timeout=10)
+    sock = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
     with connect(f"ws://{host}/ws", sock=sock, origin=Origin(origin), open_timeout=10) as ws:
         ws.send(json.dumps({"type": "req", "id": "c", "method": "connect", "params": {"token": gw.token}}))
         hello: dict[str, Any] = json.loads(ws.recv(10))
@@ -65,7 +58,7 @@ def ws_open(gw: GatewayProcess, host: str, origin: str) -> dict[str, Any]:
 
 
 def test_a_rebinding_host_gets_421_on_the_page_files_status_and_websocket(gateway: GatewayProcess) -> None:
-    evil = f"{EVIL}:{port(gateway)}"
+    evil = f"{EVIL}:{gateway.port}"
     for path, headers in (("/", {}), ("/static/app.js", {}), ("/favicon.ico", {}),
                           ("/status", {"Authorization": f"Bearer {gateway.token}"})):
         r = get(gateway, path, evil, **headers)
@@ -82,7 +75,7 @@ def test_a_rebinding_host_gets_421_on_the_page_files_status_and_websocket(gatewa
 
 
 def test_loopback_addresses_and_configured_names_are_served(gateway: GatewayProcess) -> None:
-    p = port(gateway)
+    p = gateway.port
     for host in (f"127.0.0.1:{p}", f"localhost:{p}", "LOCALHOST", f"[::1]:{p}", f"127.5.6.7:{p}",
                  f"192.168.1.20:{p}", "hermit.example"):  # an address (a LAN bind), an allowed origin's host
         assert get(gateway, "/", host).status_code == 200, host
@@ -100,7 +93,7 @@ def test_webhooks_arrive_under_a_tunnels_name_and_keep_their_signature_check(gat
             tunnel)
     assert (r.status_code, r.text) == (200, "4242")
     body = json.dumps(webhook_body(text_message("15550001001", "hi", "wamid.host.1"))).encode()
-    forged = httpx.post(f"http://127.0.0.1:{port(gateway)}/hooks/whatsapp/biz/", content=body, timeout=10,
+    forged = httpx.post(f"http://127.0.0.1:{gateway.port}/hooks/whatsapp/biz/", content=body, timeout=10,
                         headers={"Host": tunnel, **sign("not-the-secret", body)})
     assert forged.status_code == 401  # the signature check answers, not the Host check
 
@@ -108,7 +101,7 @@ def test_webhooks_arrive_under_a_tunnels_name_and_keep_their_signature_check(gat
 def test_the_app_under_static_has_the_pages_headers(gateway: GatewayProcess) -> None:
     """/static/index.html is the app itself: it gets the page's CSP (frame-ancestors 'none': it cannot be
     framed), as does every static file, and they stay behind the Host check."""
-    p = port(gateway)
+    p = gateway.port
     page = get(gateway, "/", f"127.0.0.1:{p}").headers["content-security-policy"]
     for path in ("/static/index.html", "/static/app.js", "/static/style.css"):
         r = get(gateway, path, f"127.0.0.1:{p}")
