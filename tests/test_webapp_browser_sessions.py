@@ -85,7 +85,11 @@ def test_a_session_ended_by_new_opens_read_only_with_its_reason(browser: Any, de
     assert "(/new)" in ended.inner_text() and " messages · " in ended.inner_text() and "started" in ended.inner_text()
     count = page.locator(f"#sessions li.earlier[data-for-key='main\\a {MAIN}'] li.ended").count()
     assert count >= 1 and f"Earlier sessions ({count})" in toggle.inner_text()
-    assert ended.evaluate("(e) => e.getBoundingClientRect().height") >= 40  # measured where it is drawn
+    # Measured where it is drawn, once drawn: the list is redrawn when a session changes (the reply just sent can
+    # still be announcing it), so wait for the condition rather than read one moment of it.
+    page.wait_for_function("(sel) => { const e = document.querySelector(sel); "
+                           "return !!e && e.getBoundingClientRect().height >= 40; }",
+                           arg=f"#sessions li.ended[data-ended-key='{MAIN}']", timeout=T)
     ended.click()
     if narrow:
         page.wait_for_selector("#sidebar", state="hidden", timeout=T)
