@@ -172,15 +172,17 @@ def test_a_page_of_another_origin_in_the_owners_browser_gets_nothing(browser: An
                                                                       attacker_site: str) -> None:
     owner = browserdemo.open_page(browser, served.url, frames=True)  # signed in, in this browser context
     evil = owner.context.new_page()
-    evil.goto(attacker_site)
-    evil.wait_for_function("window.done === true", timeout=T)
+    with evil.expect_popup(timeout=T) as popup:  # the page's window.open: waited for as an event, not read once
+        evil.goto(attacker_site)
+        evil.wait_for_function("window.done === true", timeout=T)
     out = evil.evaluate("window.out")
     print(json.dumps(out))
     assert out["ws"]["code"] == 1008, out
     assert [f["error"]["code"] for f in out["ws"]["got"]] == ["origin_refused"], out  # no hello-ok, no memory
     assert out["status"] == "blocked" and out["page"] == "blocked"  # no CORS: nothing readable
     assert out["frame"] == "unreadable"
-    app = next(p for p in owner.context.pages if "/static/index.html" in p.url)
+    app = popup.value
+    app.wait_for_url("**/static/index.html*", timeout=T)
     app.wait_for_selector("#status.bad", timeout=T)  # not signed in: the owner's tab keeps its token to itself
     reach = evil.evaluate("""() => { const w = window.open('', 'app');
         const tries = {};
