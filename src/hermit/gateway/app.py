@@ -48,7 +48,8 @@ STATIC_DIR = Path(str(files("hermit.gateway") / "static"))
 # script and reach no other host.
 SECURITY_HEADERS = {
     "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                                "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
+                                "connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; "
+                                "frame-ancestors 'none'"),
     "Referrer-Policy": "no-referrer",  # the page URL carries a sign-in ticket, or the token
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
