@@ -49,7 +49,7 @@ METHODS = ("chat.send", "chat.upload", "chat.history", "chat.image", "sessions.l
            "memory.search", "memory.get", "memory.files", "memory.write", "memory.append", "memory.status",
            "cron.list", "cron.status", "cron.runs", "cron.run", "cron.update", "cron.add", "cron.remove",
            "channels.status", "pairing.list", "pairing.approve", "pairing.deny", "pairing.revoke",
-           "logs.tail", "gateway.status", "tickets.create")
+           "logs.tail", "gateway.status", "tickets.create", "devices.list", "devices.revoke")
 
 
 class ProtocolError(Exception):
@@ -69,6 +69,11 @@ class _Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class DeviceParams(_Params):
+    key: str = Field(pattern=r"^[A-Za-z0-9_-]{100,200}$")  # SPKI DER of an ECDSA P-256 public key, base64url
+    name: str = Field("", max_length=200)
+
+
 class ConnectParams(_Params):
     token: str | None = Field(None, min_length=1, max_length=512)
     proof: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")  # after connect.challenge, instead of the token
@@ -76,6 +81,10 @@ class ConnectParams(_Params):
     ticket: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{16,128}$")
     client_id: str | None = Field(None, alias="clientId", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     client: str | None = Field(None, max_length=200)  # e.g. "hermit-webchat/1"
+    # A device's ECDSA signature (base64url r||s) after connect.challenge with its deviceId (gateway/devices.py)...
+    signature: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{80,90}$")
+    # ...or, signing in with a ticket, the device to record: its public key and that signature (proof it holds it).
+    device: DeviceParams | None = None
 
 
 # A name or IPv4 address, or a bracketed IPv6 one, and an optional port: nothing else (no space, no control).
@@ -88,6 +97,8 @@ class ChallengeParams(_Params):
     # The sha256 (hex) of a one-time ticket from `hermit dashboard`: the handshake is then keyed by the ticket,
     # and `connect` answers with the token (tickets.py). Without it, keyed by the token.
     ticket_id: str | None = Field(None, alias="ticketId", pattern=r"^[0-9a-f]{64}$")
+    # A signed-in device's id (the sha256 of its public key): keyed by that device instead (gateway/devices.py).
+    device_id: str | None = Field(None, alias="deviceId", pattern=r"^[0-9a-f]{64}$")
 
     @field_validator("host")
     @classmethod
@@ -235,6 +246,10 @@ class PairingRevokeParams(_Params):
     account_id: str | None = Field(None, alias="accountId", max_length=100)
 
 
+class DeviceRevokeParams(_Params):
+    id: str = Field(pattern=r"^[0-9a-f]{6,64}$")
+
+
 class LogsTailParams(_Params):
     lines: int = Field(200, ge=1, le=2_000)
 
@@ -251,6 +266,7 @@ PARAMS: dict[str, type[_Params]] = {
     "channels.status": ListParams, "pairing.list": PairingListParams, "pairing.approve": PairingDecideParams,
     "pairing.deny": PairingDecideParams, "pairing.revoke": PairingRevokeParams, "logs.tail": LogsTailParams,
     "gateway.status": ListParams, "tickets.create": ListParams,
+    "devices.list": ListParams, "devices.revoke": DeviceRevokeParams,
 }
 
 

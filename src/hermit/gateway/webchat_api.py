@@ -24,7 +24,10 @@ it shows (live sessions) is webchat_sessions.py's.
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import hmac
+import json
 import logging
 import secrets
 from collections.abc import Callable, Iterable
@@ -41,6 +44,15 @@ from hermit.gateway import webchat_sessions
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.attachments import MAX_IMAGE_BYTES
 from hermit.gateway.console import Console
+from hermit.gateway.devices import (
+    TOUCH_SECONDS,
+    Device,
+    Devices,
+    device_secret,
+    public_key,
+    signed_text,
+    verify,
+)
 from hermit.gateway.image_index import PhotoIndex
 from hermit.gateway.phone import phone_sign_in
 from hermit.gateway.protocol import (
@@ -90,6 +102,7 @@ class _Socket:
         self.viewing: tuple[str, str] | None = None
         self.seen: tuple[str, bool, bool] | None = None
         self.uploads = Uploads()
+        self.device: str | None = None  # the id of the device it signed in as (gateway/devices.py)
 
     async def send_raw(self, text: str) -> None:
         async with self._lock:
@@ -115,6 +128,8 @@ class _Challenge:
     host: str
     key: bytes
     ticket_id: str | None
+    origin: str = ""  # the page's Origin header ("" when none was sent)
+    device: Device | None = None  # the signed-in device the handshake is keyed by
 
 
 def same_origin(origin: str, host: str | None, allowed: Iterable[str]) -> bool:
@@ -141,6 +156,8 @@ class WebchatApi:
         self.slot_wait = slot_wait
         self.console = console
         self.tickets = tickets
+        self.devices = Devices(tickets.home) if tickets is not None else None  # devices sign in as tickets do
+        self._device_watch: asyncio.Task[None] | None = None
         self.channel = channel
         self.host = host
         self._token = token.encode()
@@ -255,8 +272,11 @@ class WebchatApi:
             raise ProtocolError("wrong_address", f"this gateway does not serve {params.host}",
                                 "open the URL printed by `hermit dashboard`", request_id=req.id,
                                 close=CLOSE_UNAUTHORIZED)
-        key = self._token
-        if params.ticket_id is not None:
+        key, device, origin = self._token, None, ws.headers.get("origin") or ""
+        if params.device_id is not None:
+            device = await self._device(sock, req, params.device_id, params)
+            key = device_secret(self._token, device.id)
+        elif params.ticket_id is not None:
             ticket = await asyncio.to_thread(self.tickets.find, params.ticket_id) if self.tickets else None
             if ticket is None:
                 raise self._expired(req.id)
@@ -264,7 +284,25 @@ class WebchatApi:
         ours = secrets.token_urlsafe(32)
         await sock.send_raw(res_ok(req.id, {
             "nonce": ours, "proof": handshake_proof(key, "gateway", params.host, params.nonce, ours)}))
-        return _Challenge(params.nonce, ours, params.host, key, params.ticket_id)
+        return _Challenge(params.nonce, ours, params.host, key, params.ticket_id, origin, device)
+
+    async def _device(self, sock: _Socket, req: Request, did: str, params: ChallengeParams) -> Device:
+        """The signed-in device `did`; a device the gateway does not know (revoked, idle too long, or never) is
+        refused with a proof that this gateway says so (the page then forgets its key), and the socket closed."""
+        try:
+            device = await asyncio.to_thread(self.devices.get, did) if self.devices is not None else None
+        except HermitError as e:
+            log.warning("device sign-in refused: %s (%s)", e.message, e.hint)
+            device = None
+        if device is not None:
+            return device
+        self.refusals.warning("signed-out devices", "web chat sign-in of a device that is not signed in refused")
+        proof = handshake_proof(device_secret(self._token, did), "gateway", params.host, params.nonce, "signed-out")
+        await sock.send_raw(json.dumps({"type": "res", "id": req.id, "ok": False, "error": {
+            "code": "device_signed_out", "message": "this device is signed out (revoked, or not used for 30 days)",
+            "hint": EXPIRED_HINT.replace("get a new one", "sign in again"), "proof": proof}}))
+        await sock.close(CLOSE_UNAUTHORIZED, "device signed out")
+        raise WebSocketDisconnect(CLOSE_UNAUTHORIZED)
 
     def _expired(self, request_id: str) -> ProtocolError:
         self.refusals.warning("used or expired sign-in links", "web chat sign-in with a used or expired "
@@ -302,12 +340,22 @@ class WebchatApi:
                                 "send connect with the gateway token first", request_id=req.id)
         params: ConnectParams = req.params
         ticket: str | None = None  # the id of the ticket this connection signs in with
-        if params.proof is not None:
+        new_device: Device | None = None
+        if challenge is not None and challenge.device is not None:  # a signed-in device: its signature
+            device = challenge.device
+            ok = params.signature is not None and hmac.compare_digest(challenge.origin, device.origin) and \
+                await asyncio.to_thread(verify, device.key, params.signature, self._signed(challenge))
+            if ok:
+                await asyncio.to_thread(self._touch, device.id)
+                sock.device = device.id
+        elif params.proof is not None:
             expected = handshake_proof(challenge.key, "client", challenge.host, challenge.gateway_nonce,
                                        challenge.client_nonce) if challenge is not None else ""
             ok = bool(expected) and hmac.compare_digest(params.proof, expected)
             ticket = challenge.ticket_id if ok and challenge is not None else None
-            if ticket is not None and not await self._redeem(ticket):
+            if ticket is not None and challenge is not None and params.device is not None:
+                ok, new_device = await asyncio.to_thread(self._new_device, challenge, params)
+            if ticket is not None and ok and not await self._redeem(ticket):
                 raise self._expired(req.id)  # another tab redeemed it since the challenge, or it expired
         elif params.ticket is not None:  # outside a secure context: the ticket itself, as the token would be
             ticket = ticket_id(params.ticket)
@@ -335,10 +383,103 @@ class WebchatApi:
             "imageRefs": True,  # chat.history names photos (`imageRefs`) and chat.image brings each one
             "uploads": {"maxBytes": MAX_UPLOAD_BYTES, "maxFiles": MAX_UPLOAD_FILES, "chunkBytes": UPLOAD_CHUNK_BYTES,
                         "imageBytes": MAX_IMAGE_BYTES}}
-        if ticket is not None:  # what the page needs to reconnect, the ticket being used up now
+        if new_device is not None:  # signed in for good as this device: its secret, never the token
+            sock.device = new_device.id
+            hello["device"] = {"id": new_device.id, "name": new_device.name, "secret": base64.urlsafe_b64encode(
+                device_secret(self._token, new_device.id)).decode().rstrip("=")}
+        elif ticket is not None:  # what the page needs to reconnect, the ticket being used up now
             hello["token"] = self._token.decode()
+        if sock.device is not None:
+            hello["deviceId"] = sock.device
+            self._watch_devices()
         await sock.send_raw(res_ok(req.id, hello))
         return client_id
+
+    @staticmethod
+    def _signed(challenge: _Challenge) -> bytes:
+        return signed_text(challenge.origin, challenge.host, challenge.gateway_nonce, challenge.client_nonce)
+
+    def _touch(self, did: str) -> None:
+        if self.devices is not None:
+            with contextlib.suppress(HermitError, OSError):  # not recorded as seen: it is still signed in
+                self.devices.touch(did)
+
+    def _new_device(self, challenge: _Challenge, params: ConnectParams) -> tuple[bool, Device | None]:
+        """(whether the device's signature is good, the device recorded) of a ticket sign-in that names one: it
+        must sign the handshake with the key it gives (a page that cannot, or an origin-less client, gets the
+        token as before: None)."""
+        assert params.device is not None
+        der = public_key(params.device.key)
+        if der is None or params.signature is None or not verify(params.device.key, params.signature,
+                                                                 self._signed(challenge)):
+            return False, None
+        if self.devices is None or not challenge.origin:
+            return True, None
+        try:
+            device = self.devices.add(der, params.device.name, challenge.origin)
+        except (HermitError, OSError) as e:
+            log.warning("could not record a signed-in device: %s", getattr(e, "message", e))
+            return True, None
+        log.info("the web app signed a device in: %s at %s", device.name, device.origin)
+        return True, device
+
+    def _watch_devices(self) -> None:
+        if self._device_watch is None or self._device_watch.done():
+            self._device_watch = asyncio.create_task(self._watching_devices(), name="web app device watch")
+
+    async def _watching_devices(self) -> None:
+        """While a device's socket is open: a device revoked by `hermit devices revoke` (another process) has
+        its sockets closed within `device_watch_interval`; an open one is recorded as seen every hour."""
+        assert self.devices is not None
+        stamp, touched = self.devices.stamp(), asyncio.get_running_loop().time()
+        while any(s.device for s in self._sockets):
+            await asyncio.sleep(self.device_watch_interval)
+            now = self.devices.stamp()
+            if now != stamp:
+                stamp = now
+                await self._close_signed_out()
+            if asyncio.get_running_loop().time() - touched > TOUCH_SECONDS:
+                touched = asyncio.get_running_loop().time()
+                for did in {s.device for s in self._sockets if s.device}:
+                    await asyncio.to_thread(self._touch, did)
+
+    device_watch_interval = 0.5  # seconds between looks at devices.json while a device is connected
+
+    async def _close_signed_out(self) -> None:
+        """Tell and close every socket whose device is no longer signed in."""
+        assert self.devices is not None
+        try:
+            kept = {d.id for d in await asyncio.to_thread(self.devices.all)}
+        except HermitError as e:
+            log.warning("cannot read the signed-in devices: %s", e.message)
+            return
+        for s in [s for s in self._sockets if s.device and s.device not in kept]:
+            await self._sign_out(s)
+
+    async def _sign_out(self, sock: _Socket) -> None:
+        did, sock.device = sock.device, None  # told once
+        with contextlib.suppress(Exception):  # noqa: BLE001 - a socket closing meanwhile is signed out as well
+            await sock.send_event("device.revoked", {"id": did})
+            await sock.close(CLOSE_UNAUTHORIZED, "device signed out")
+
+    async def _sign_in_method(self, sock: _Socket, req: Request) -> None:
+        """tickets.create (phone.py), devices.list (`current`: this socket's own) and devices.revoke (the device's
+        open sockets closed at once)."""
+        assert self.devices is not None and self.tickets is not None
+        if req.method == "tickets.create":
+            server = sock.ws.scope.get("server")
+            await sock.send_raw(res_ok(req.id, await asyncio.to_thread(
+                phone_sign_in, self.tickets, self.origins, tuple(server) if server else None)))
+        elif req.method == "devices.revoke":
+            gone = await asyncio.to_thread(self.devices.revoke, req.params.id)
+            log.info("the web app signed a device out: %s", gone.name)
+            await sock.send_raw(res_ok(req.id, {"revoked": gone.public()}))
+            for s in [s for s in self._sockets if s.device == gone.id]:
+                await self._sign_out(s)
+        else:
+            listed = await asyncio.to_thread(self.devices.all)
+            await sock.send_raw(res_ok(req.id, {"devices": [{**d.public(), "current": d.id == sock.device}
+                                                            for d in listed]}))
 
     def _main_sessions(self) -> dict[str, str]:
         """Each agent's main session as the page reaches it: the default agent's is where the web chat talks
@@ -408,10 +549,8 @@ class WebchatApi:
                 await sock.send_raw(res_ok(req.id, history))
             elif (read := self._reads.get(req.method)) is not None:  # answered from the files, in a thread
                 await sock.send_raw(res_ok(req.id, await asyncio.to_thread(read, req.params)))
-            elif req.method == "tickets.create" and self.tickets is not None:  # only a signed-in (owner's) socket
-                server = sock.ws.scope.get("server")  # gets here: the handshake comes first (endpoint)
-                await sock.send_raw(res_ok(req.id, await asyncio.to_thread(
-                    phone_sign_in, self.tickets, self.origins, tuple(server) if server else None)))
+            elif (req.method == "tickets.create" or req.method.startswith("devices.")) and self.tickets is not None:
+                await self._sign_in_method(sock, req)  # only a signed-in (owner's) socket gets here
             elif self.console is not None and self.console.handles(req.method):
                 await sock.send_raw(res_ok(req.id, await self.console.call(req.method, req.params)))
             else:
