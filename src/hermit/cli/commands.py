@@ -52,8 +52,10 @@ COMMANDS: tuple[Command, ...] = (
     Command("pairing", "list, approve, deny and revoke chat senders (contacts)", "hermit.cli.pairing:configure"),
     Command("mcp", "memory tools for other agents (Claude Code, Cursor…) over MCP", "hermit.cli.mcp:configure",
             own_options={"serve": ("--agent",)}),
-    Command("gateway", "run Hermit as a local service (web chat, channels, scheduler)",
+    Command("gateway", "the gateway (web chat, channels, scheduler): run it in the foreground, show its status",
             "hermit.cli.gateway:configure_gateway"),
+    Command("service", "keep the gateway running as a user service (systemd, launchd): install, status, start, "
+            "stop, restart, uninstall", "hermit.cli.service_control:configure"),
     Command("dashboard", "open the web app in a browser (and print its URL with the token)",
             "hermit.cli.gateway:configure_dashboard"),
     Command("cron", "scheduled jobs: list, add, edit, remove, run now, show runs", "hermit.cli.cron:configure"),

@@ -66,7 +66,7 @@ def configure_gateway(g: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_status)
     from hermit.cli.service import register_service
 
-    register_service(gs)  # `gateway install|uninstall` live in their own module
+    register_service(gs, "service")  # `gateway install|uninstall` live in their own module (and `hermit service`)
 
 
 def configure_dashboard(d: argparse.ArgumentParser) -> None:

@@ -43,9 +43,11 @@ NAME_HELP = (f"the service's name (default {DEFAULT_NAME} for ~/.hermit, {DEFAUL
              "another state dir)")
 
 
-def register_service(gs: Any) -> None:
-    """Adds `install` and `uninstall` to `hermit gateway`'s subcommands."""
-    p = gs.add_parser("install", help="run the gateway as a user service (systemd on Linux, launchd on macOS)")
+def register_service(gs: Any, same: str) -> None:
+    """Adds `install` and `uninstall` to `hermit service`'s or `hermit gateway`'s subcommands (one code, two
+    spellings); `same` is the other group's name, which each help names."""
+    p = gs.add_parser("install", help="run the gateway as a user service (systemd on Linux, launchd on macOS); "
+                      f"the same as `hermit {same} install`")
     p.add_argument("--no-start", action="store_true", help="write the unit file only; print how to start it")
     p.add_argument("--name", help=NAME_HELP)
     p.add_argument("--kind", choices=("auto", "systemd", "launchd"), default="auto",
@@ -53,7 +55,8 @@ def register_service(gs: Any) -> None:
     p.add_argument("--host", help="address the service's gateway listens on (default gateway.host)")
     p.add_argument("--port", type=int, help="its port (default gateway.port; each state dir's gateway needs its own)")
     p.set_defaults(func=cmd_install)
-    p = gs.add_parser("uninstall", help="stop the gateway service and remove its unit file")
+    p = gs.add_parser("uninstall", help=f"stop the gateway service and remove its unit file; the same as `hermit "
+                      f"{same} uninstall`")
     p.add_argument("--name", help=NAME_HELP)
     p.add_argument("--kind", choices=("auto", "systemd", "launchd"), default="auto",
                    help="systemd user unit or launchd agent (default: this system's)")
@@ -293,6 +296,12 @@ def unit_home(path: Path, kind: str) -> Path | None:
 def installed_for(ctx: CliContext) -> tuple[str, str] | None:
     """(kind, name) of the gateway service `hermit gateway install` wrote for this state dir (a systemd user unit,
     a launchd agent; any --name), else None — also when its folder is not one to trust (unit_folder)."""
+    found = installed_unit(ctx)
+    return None if found is None else (found[0], found[1])
+
+
+def installed_unit(ctx: CliContext) -> tuple[str, str, Path] | None:
+    """(kind, name, its file) of this state dir's installed gateway service; see installed_for."""
     kind = "launchd" if sys.platform == "darwin" else "systemd"
     try:
         folder = unit_folder(ctx, kind, create=False)
@@ -304,7 +313,7 @@ def installed_for(ctx: CliContext) -> tuple[str, str] | None:
     pattern = "com.hermit.*.plist" if kind == "launchd" else f"{DEFAULT_NAME}*.service"
     for path in sorted(folder.glob(pattern)):
         if path.is_file() and unit_home(path, kind) == home:
-            return kind, path.name.removesuffix(".plist").removesuffix(".service")
+            return kind, path.name.removesuffix(".plist").removesuffix(".service"), path
     return None
 
 
