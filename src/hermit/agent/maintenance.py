@@ -16,6 +16,7 @@ from hermit.agent.compaction import (
     tail_within,
 )
 from hermit.agent.context import repair_tool_pairs, request_tokens
+from hermit.agent.forwarded_words import GuardedTools
 from hermit.agent.loop import EventSink, Notice
 from hermit.agent.turn import TurnContext, TurnNotes
 from hermit.errors import HermitError
@@ -120,6 +121,8 @@ class SessionMaintenance:
         tools = rt.tools_for(turn.session_key, write_policy=flushing.flush_policy(rt.agent.workspace, today),
                              exec_enabled=False)
         system = flushing.flush_system(turn.system.text, cfg, today, owner=is_main_session_key(turn.session_key))
+        # Its writes may not copy a forward's words as the user's own (forwarded_words.py).
+        tools = GuardedTools(tools, turn.history.messages)
         flush_turn = TurnContext(turn.session_key, turn.record, tools, turn.system, turn.history)
         history = repair_tool_pairs(turn.history.messages)
         if limit_tokens is not None:
