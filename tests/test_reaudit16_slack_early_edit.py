@@ -31,9 +31,9 @@ def test_an_edit_delivered_before_its_message_decides_its_text(tmp_path: Path) -
         async with socket_mode(tmp_path) as (fake, _ch, sink):
             ev, eid = fake.message(f"<@{BOT_USER}> my PIN is {PIN}", user="U2", channel="C1", kind="app_mention")
             await fake.push(_edit(ev["ts"], "U2", f"<@{BOT_USER}> never mind"), "EvEdit1")
-            assert (await sink.next(timeout=3)).change == "edited"  # nothing waits for it in the gateway yet
+            assert (await sink.next()).change == "edited"  # nothing waits for it in the gateway yet
             await fake.push(ev, eid)  # the message's delivery, retried
-            got = await sink.next(timeout=3)
+            got = await sink.next()
             assert (got.change, got.text, got.mentioned) == (None, "never mind", True)
     run(main)
 
@@ -46,8 +46,8 @@ def test_an_early_edit_of_another_channels_message_or_by_someone_else_changes_no
             await fake.push(elsewhere, "EvEdit1")
             await fake.push(_edit(ev["ts"], "U3", "from U3"), "EvEdit2")
             for _ in range(2):
-                assert (await sink.next(timeout=3)).change == "edited"
+                assert (await sink.next()).change == "edited"
             await fake.push(ev, eid)
-            got = await sink.next(timeout=3)
+            got = await sink.next()
             assert got.text == f"my PIN is {PIN}"
     run(main)

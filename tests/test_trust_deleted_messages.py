@@ -87,14 +87,14 @@ def test_slack_publishes_deletes_and_edits_as_changes(tmp_path: Path) -> None:
                              "channel_type": "channel", "hidden": True, "event_ts": "1.1",
                              "message": {**prev, "text": f"<@{BOT_USER}> call me", "edited": {"user": "U2"}},
                              "previous_message": prev}, "EvEdit1")
-            edited = await sink.next(timeout=3)
+            edited = await sink.next()
             assert (edited.change, edited.message_id, edited.peer_id, edited.sender_id) == \
                 ("edited", first.message_id, "C1", "U2")
             assert edited.text == "call me" and edited.mentioned
             await fake.push({"type": "message", "subtype": "message_deleted", "channel": "C1",
                              "channel_type": "channel", "hidden": True, "deleted_ts": ev["ts"], "event_ts": "1.2",
                              "previous_message": prev}, "EvDel1")
-            deleted = await sink.next(timeout=3)
+            deleted = await sink.next()
             assert (deleted.change, deleted.message_id, deleted.peer_kind, deleted.sender_id) == \
                 ("deleted", first.message_id, "group", "U2")
     run(main)
@@ -188,7 +188,7 @@ def test_whatsapp_publishes_a_revoke_as_a_delete(tmp_path: Path) -> None:
                       "revoke": {"original_message_id": "wamid.A1"}}
             body = json.dumps(webhook_body(revoke)).encode()
             assert (await c.post(url, content=body, headers=sign(SECRET, body))).status_code == 200
-            got = await sink.next(timeout=3)
+            got = await sink.next()
             assert (got.change, got.message_id, got.peer_id, got.sender_id) == ("deleted", "wamid.A1", "15551234",
                                                                                  "15551234")
     run(main)

@@ -71,8 +71,9 @@ def test_a_turn_from_another_tab_is_told_to_the_tab_showing_that_session(
         assert [m["text"] for m in hist["messages"]] == ["from tab b", "echo: from tab b"]
         assert hist["version"] == changed["version"]
         assert [f for f in quiet(a) if f["event"] == "session.changed"] == []  # told once, then nothing new
-        seen_by_c = quiet(c)
-        assert any(f["event"] == "sessions.changed" for f in seen_by_c), (seen_by_c, c.events)  # c shows no session: the list
+        # c shows no session: it hears the list's change — waited for as an event, not looked for among what came
+        # within a fixed pause (the watcher looks in its own time, later still on a busy machine).
+        assert c.event("sessions.changed") == {}
 
 
 def test_a_transcript_written_by_another_process_is_told_too(gateway: tuple[TestClient, str, Path]) -> None:
