@@ -9,9 +9,16 @@ owner out. Here:
   (from its opening, or from the first byte of a next request; idle keep-alive connections are uvicorn's 5 s rule),
   and a WebSocket must have completed `connect` within it from its accept (webchat_api.py closes it with
   CLOSE_SIGN_IN_TIMEOUT and says why);
-- **a cap**: at most PER_SOURCE connections not signed in from one address (an IPv6 address's /64: one host has the
-  whole prefix), TOTAL from everyone; one over it is closed at once. A signed-in WebSocket (the owner's page) no
-  longer counts, so it is never closed or refused for this.
+- **a deadline for the whole request**: its body too must have come by then (a webhook's POST that dribbles a byte
+  now and then was held until the cap; only the webhook routes read a body, and a platform sends it at once);
+- **a cap**: at most PER_SOURCE connections not signed in from one source, in three pools that cannot use up each
+  other's room: *yours* (a program of this machine run by the gateway's own uid; by address, TOTAL in all), *other
+  local users* (by uid, LOCAL_TOTAL in all: whatever loopback addresses one uses, 127.0.0.2 … included, it is one
+  source) and *the network* (by address, an IPv6 address's /64 — one host has the whole prefix — TOTAL in all). A
+  local client whose uid cannot be read (gateway/peer_uid.py: not Linux, a client in another network namespace) is
+  counted as another local user: fail closed, so another user can never take the owner's room. One over a cap is
+  closed at once. A signed-in WebSocket (the owner's page) no longer counts, so it is never closed or refused for
+  this.
 """
 
 from __future__ import annotations
@@ -19,14 +26,20 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from typing import Any
+import os
+from typing import Any, Literal
 
+from hermit.gateway.peer_uid import address, client_uid, is_local
 from hermit.refusals import RefusalLog
 
 log = logging.getLogger("hermit.gateway")
 
 PER_SOURCE = 32  # a browser opens about 6 connections per host, and a WebSocket per tab: a dozen tabs fit
-TOTAL = 256  # well under the 1024 descriptors a process gets by default, whatever the number of addresses
+TOTAL = 256  # yours, and the network's: with LOCAL_TOTAL well under the 1024 descriptors a process gets by default
+LOCAL_TOTAL = 64  # other local users together (one user may have many uids: a rootless container's subordinate ones)
+
+Pool = Literal["yours", "local", "network"]
+Source = tuple[Pool, str]  # a pool and, in it, an address (or /64) or a uid
 
 
 def source_of(client: tuple[str, int] | None) -> str:
@@ -44,52 +57,77 @@ def source_of(client: tuple[str, int] | None) -> str:
     return str(ip)
 
 
-class Unsigned:
-    """The connections not signed in yet, by source address; each known by its client (ip, port)."""
+def classify(client: tuple[str, int], server: tuple[str, int] | None, own_uid: int) -> Source:
+    """The pool and source a connection from `client` to the gateway's `server` address is counted under."""
+    ip = address(client[0])
+    if ip is None or not is_local(ip, address(server[0]) if server else None):
+        return "network", source_of(client)
+    uid = client_uid(client, server)
+    if uid == own_uid:
+        return "yours", source_of(client)
+    return "local", f"uid {uid}" if uid is not None else "uid unknown"
 
-    def __init__(self, per_source: int = PER_SOURCE, total: int = TOTAL) -> None:
+
+class Unsigned:
+    """The connections not signed in yet, by pool and source; each known by its client (ip, port)."""
+
+    def __init__(self, per_source: int = PER_SOURCE, total: int = TOTAL, local_total: int = LOCAL_TOTAL,
+                 own_uid: int | None = None) -> None:
         self.per_source = per_source
-        self.total = total
-        self._by_source: dict[str, dict[tuple[str, int], asyncio.BaseTransport]] = {}
+        self.totals: dict[Pool, int] = {"yours": total, "local": local_total, "network": total}
+        self.own_uid = os.geteuid() if own_uid is None else own_uid
+        self._by_source: dict[Source, dict[tuple[str, int], asyncio.BaseTransport]] = {}
+        self._source: dict[tuple[str, int], Source] = {}  # each held connection's source, for release()
         self.refusals = RefusalLog(log)
 
-    def _count(self) -> int:
-        return sum(len(b) for b in self._by_source.values())
+    def _count(self, pool: Pool | None = None) -> int:
+        return sum(len(b) for s, b in self._by_source.items() if pool is None or s[0] == pool)
 
-    def _purge(self, source: str | None = None) -> None:
+    def _purge(self, source: Source | None = None) -> None:
         """Forget connections already closed (one upgraded to a WebSocket that never reached the app ends unseen)."""
         for s in [source] if source is not None else list(self._by_source):
             bucket = self._by_source.get(s, {})
             for key in [k for k, t in bucket.items() if t.is_closing()]:
                 del bucket[key]
+                self._source.pop(key, None)
             if not bucket:
                 self._by_source.pop(s, None)
 
-    def admit(self, client: tuple[str, int] | None, transport: asyncio.BaseTransport) -> bool:
-        """Count a new connection in; False (the caller closes it) when its source or everyone is at the cap."""
+    def _full(self, source: Source) -> bool:
+        return (len(self._by_source.get(source, {})) >= self.per_source
+                or self._count(source[0]) >= self.totals[source[0]])
+
+    def admit(self, client: tuple[str, int] | None, transport: asyncio.BaseTransport,
+              server: tuple[str, int] | None = None) -> bool:
+        """Count a new connection from `client` to the gateway's `server` address in; False (the caller closes it)
+        when its source or its pool is at the cap."""
         if client is None:
             return True  # a unix socket: not the gateway's
-        source = source_of(client)
+        source = classify(client, server, self.own_uid)
         self._purge(source)
-        if len(self._by_source.get(source, {})) >= self.per_source or self._count() >= self.total:
+        if self._full(source):
             self._purge()
-            if len(self._by_source.get(source, {})) >= self.per_source or self._count() >= self.total:
-                self.refusals.warning("connections over the cap of those not signed in", "connection from %s "
-                                      "closed: %d connections not signed in from there, %d in all (caps %d, %d)",
-                                      source, len(self._by_source.get(source, {})), self._count(), self.per_source,
-                                      self.total)
+            if self._full(source):
+                pool = source[0]
+                self.refusals.warning("connections over the cap of those not signed in", "connection from %s (%s) "
+                                      "closed: %d connections not signed in from there, %d in its pool (%s; caps %d, "
+                                      "%d)", client[0], source[1], len(self._by_source.get(source, {})),
+                                      self._count(pool), pool, self.per_source, self.totals[pool])
                 return False
-        self._by_source.setdefault(source, {})[(client[0], client[1])] = transport
+        key = (client[0], client[1])
+        self._by_source.setdefault(source, {})[key] = transport
+        self._source[key] = source
         return True
 
     def release(self, client: tuple[str, int] | None) -> None:
         """The connection signed in (a WebSocket after `connect`) or is gone."""
         if client is None:
             return
-        source = source_of(client)
-        bucket = self._by_source.get(source)
-        if bucket is not None:
-            bucket.pop((client[0], client[1]), None)
+        key = (client[0], client[1])
+        source = self._source.pop(key, None)
+        bucket = self._by_source.get(source) if source is not None else None
+        if source is not None and bucket is not None:
+            bucket.pop(key, None)
             if not bucket:
                 del self._by_source[source]
 
@@ -99,16 +137,18 @@ class Unsigned:
 
 
 def protocol_class(unsigned: Unsigned, deadline: float) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol with `unsigned`'s cap and a deadline for each request's headers."""
+    """uvicorn's h11 protocol with `unsigned`'s cap and a deadline for each request (headers and body)."""
     import h11  # uvicorn's, loaded only by a gateway that serves
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class Guarded(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
+        _upgraded = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            if not unsigned.admit(self.client, transport):
+            server = (self.server[0], self.server[1]) if self.server and self.server[1] is not None else None
+            if not unsigned.admit(self.client, transport, server):
                 transport.abort()
                 return
             self._arm()
@@ -131,10 +171,17 @@ def protocol_class(unsigned: Unsigned, deadline: float) -> type[asyncio.Protocol
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
-            if self.conn.their_state is h11.IDLE and data:
-                self._arm()  # a request begun: its headers must be whole by the deadline, however slowly it comes
+            if self._upgraded:
+                return  # the WebSocket's own protocol reads from here on (its deadline: webchat_api.py)
+            if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and data:
+                self._arm()  # a request begun: whole, body included, by the deadline, however slowly it comes
             else:
                 self._disarm()
+
+        def handle_websocket_upgrade(self, event: h11.Request) -> None:
+            self._upgraded = True
+            self._disarm()
+            super().handle_websocket_upgrade(event)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()

@@ -1,0 +1,75 @@
+"""Which local user holds the client end of a TCP connection to the gateway (Linux: the kernel's sock_diag).
+
+A connection from this machine (a loopback address, or the address it reached) has its other end in the kernel's
+socket table, and that socket has an owner: the uid of whoever made it. The gateway counts connections not signed in
+by that uid (gateway/unsigned.py), so another local user cannot use up the slots the owner's own browser needs.
+
+The lookup is one netlink request for the exact socket (SOCK_DIAG_BY_FAMILY with both ends: what `ss -e` asks),
+O(1) however many sockets the machine holds: reading /proc/net/tcp instead costs a pass over every socket for each
+new connection, which a flood of connections would turn quadratic. None when it cannot be known (not Linux, no
+netlink in this sandbox, the client already gone, a client in another network namespace): the caller counts such a
+connection as another user's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+import struct
+
+NETLINK_SOCK_DIAG = 4
+SOCK_DIAG_BY_FAMILY = 20
+NLM_F_REQUEST = 1
+NO_COOKIE = 0xFFFFFFFF
+ALL_STATES = 0xFFFFFFFF
+_HEADER = struct.Struct("=IHHII")  # nlmsghdr: len, type, flags, seq, pid
+_REQUEST = struct.Struct("=BBBBI")  # inet_diag_req_v2 before its sockid: family, protocol, ext, pad, states
+_UID_AT = _HEADER.size + 64  # inet_diag_msg: family..retrans (4), sockid (48), expires, rqueue, wqueue (12), uid
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def address(text: str) -> Address | None:
+    """An IP address without a zone, an IPv4-mapped IPv6 one as IPv4; None when `text` is none."""
+    try:
+        ip = ipaddress.ip_address(text.split("%")[0])
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def is_local(client: Address, server: Address | None) -> bool:
+    """Whether a client at `client` that reached the gateway at `server` is a program of this machine."""
+    return client.is_loopback or client == server
+
+
+def client_uid(client: tuple[str, int], server: tuple[str, int] | None) -> int | None:
+    """The uid owning the client's socket of the connection `client` → `server` (both as (address, port)), or
+    None when it cannot be known."""
+    peer = address(client[0])
+    own = address(server[0]) if server is not None else None
+    if peer is None or own is None or server is None or peer.version != own.version:
+        return None
+    family = socket.AF_INET if peer.version == 4 else socket.AF_INET6
+    # inet_diag_sockid: sport, dport (big-endian), src and dst (16 bytes each), interface, cookie (none)
+    sockid = (struct.pack("!HH", client[1], server[1]) + peer.packed.ljust(16, b"\0") + own.packed.ljust(16, b"\0")
+              + struct.pack("=III", 0, NO_COOKIE, NO_COOKIE))
+    body = _REQUEST.pack(family, socket.IPPROTO_TCP, 0, 0, ALL_STATES) + sockid
+    message = _HEADER.pack(_HEADER.size + len(body), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, 1, 0) + body
+    netlink = getattr(socket, "AF_NETLINK", None)
+    if netlink is None:
+        return None  # not Linux
+    try:
+        with socket.socket(netlink, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as s:
+            s.sendto(message, (0, 0))
+            reply = s.recv(8192, socket.MSG_DONTWAIT)  # queued by sendto itself: nothing there is no answer
+    except OSError:
+        return None
+    with contextlib.suppress(struct.error):
+        length, kind, _, _, _ = _HEADER.unpack_from(reply)
+        if kind == SOCK_DIAG_BY_FAMILY and min(length, len(reply)) >= _UID_AT + 4:
+            return int(struct.unpack_from("=I", reply, _UID_AT)[0])
+    return None  # an error (ENOENT: no such socket here) or a reply this code does not know

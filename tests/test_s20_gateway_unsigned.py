@@ -1,0 +1,220 @@
+"""Connections not signed in, by who makes them (s20 t3), against a real `hermit gateway run` over real sockets.
+
+s19 capped connections not signed in at 32 per address: another local user (here uid 65534, a real second uid) could
+fill 127.0.0.1's 32 and the owner's new tab could not connect (open ones were unaffected); and a request that
+dribbled its body was held until the cap, the deadline being for its headers only. Now a loopback client is counted
+by the uid that owns its socket (the kernel's, via sock_diag) — the gateway's own uid in a pool another uid cannot
+use up, every other local user by uid whatever loopback address it uses, a client whose uid cannot be read as
+another user's — and the whole request, body included, must come within `gateway.sign_in_seconds`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from ciguard import need
+from gatewayhelpers import GatewayProcess, write_config
+from prochelpers import PROC_TIMEOUT, python_as
+from test_s19_web_idle import PER_SOURCE, WAIT, closed_by_gateway, raw, signed_in, works
+
+NOBODY = {"user": 65534, "group": 65534, "extra_groups": []}
+
+# uid 65534's program: PER_SOURCE silent connections from 127.0.0.1 (as many as s19 let one address hold), then
+# EXTRA more from other loopback addresses; says how many of those the gateway closed, then (on a line from the
+# test) how many of the first ones are still open, and holds them all until its stdin ends.
+FLOOD = r"""
+import json, select, socket, sys, time
+port, per, extra, wait = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+
+def opened(source):
+    s = socket.socket()
+    s.bind((source, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+def closed_within(sockets, seconds):  # how many the gateway ends within `seconds`, waited on together
+    left, done, until = list(sockets), 0, time.monotonic() + seconds
+    while left and time.monotonic() < until:
+        ready, _, _ = select.select(left, [], [], until - time.monotonic())
+        for s in ready:
+            try:
+                if s.recv(4096):
+                    continue
+            except OSError:
+                pass
+            left.remove(s)
+            done += 1
+    return done
+
+def still_open(s):
+    s.setblocking(False)
+    try:
+        return bool(s.recv(1, socket.MSG_PEEK))
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+first = [opened("127.0.0.1") for _ in range(per)]
+more = [opened(f"127.0.0.{2 + n % 3}") for n in range(extra)]
+print(json.dumps({"more_closed": closed_within(more, wait)}), flush=True)
+sys.stdin.readline()
+print(json.dumps({"first_open": sum(still_open(s) for s in first)}), flush=True)
+sys.stdin.read()
+"""
+EXTRA = 6
+
+
+@pytest.fixture(scope="module")
+def patient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    home = tmp_path_factory.mktemp("s20unsigned")
+    write_config(home, "http://127.0.0.1:9/v1", extra="  sign_in_seconds: 600\n")
+    gw = GatewayProcess(home)
+    try:
+        gw.wait_ready()
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    home = tmp_path_factory.mktemp("s20quick")
+    write_config(home, "http://127.0.0.1:9/v1", extra="  sign_in_seconds: 2\n")
+    gw = GatewayProcess(home)
+    try:
+        gw.wait_ready()
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.fixture
+def nobody_python() -> str:
+    python = python_as(NOBODY)
+    need(python is not None, "a Python that uid 65534 can run")
+    assert python is not None
+    return python
+
+
+def page_answers(gw: GatewayProcess) -> bool:
+    page = raw(gw, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    try:
+        return page.recv(100).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+    finally:
+        page.close()
+
+
+def test_another_local_user_cannot_take_the_owners_room(patient: GatewayProcess, nobody_python: str) -> None:
+    assert os.geteuid() != 65534
+    port = patient.port
+    flood = subprocess.Popen([nobody_python, "-c", FLOOD, str(port), str(PER_SOURCE), str(EXTRA), str(WAIT)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/",
+                             **NOBODY)  # type: ignore[call-overload]
+    try:
+        assert flood.stdin is not None and flood.stdout is not None
+        said = json.loads(flood.stdout.readline())
+        # while uid 65534 holds 127.0.0.1's 32, the owner's new connections come in and sign in
+        assert page_answers(patient), "the owner's page was refused while another user held 127.0.0.1's slots"
+        with signed_in(patient) as ws:
+            assert works(ws)
+        # one uid is one source whatever loopback address it uses: 127.0.0.2-4 did not give it more room
+        assert said["more_closed"] == EXTRA, said
+        flood.stdin.write("count\n")
+        flood.stdin.flush()
+        held = json.loads(flood.stdout.readline())
+        assert held["first_open"] == PER_SOURCE, held  # its connections were held (the deadline is 600 s here)
+    finally:
+        if flood.stdin is not None:
+            flood.stdin.close()
+        flood.wait(PROC_TIMEOUT)
+    log = (patient.home / "logs" / "gateway.log").read_text(encoding="utf-8")
+    assert "(uid 65534) closed" in log and "(local;" in log, log[-2000:]
+
+
+def test_who_a_connection_is_counted_as(nobody_python: str) -> None:
+    """classify() on real connections: the kernel's owner of the client's socket picks the pool, both ways round
+    (a gateway run by root, and one run by uid 65534), and a local client that cannot be found is another user's."""
+    from hermit.gateway.unsigned import classify  # here: the tree before s20 has none
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        where = server.getsockname()
+        with socket.create_connection(where) as mine:
+            accepted, client = server.accept()
+            with accepted:
+                assert classify(client, where, os.geteuid()) == ("yours", "127.0.0.1")
+                assert classify(client, where, 65534) == ("local", f"uid {os.geteuid()}")
+                assert mine.getsockname() == client
+        theirs = subprocess.Popen(
+            [nobody_python, "-c", "import socket, sys; s = socket.create_connection(('127.0.0.1', int(sys.argv[1])));"
+             " print('on', flush=True); sys.stdin.read()", str(where[1])],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/", **NOBODY)  # type: ignore[call-overload]
+        try:
+            assert theirs.stdout is not None and theirs.stdout.readline().strip() == "on"
+            accepted, client = server.accept()
+            with accepted:
+                assert classify(client, where, os.geteuid()) == ("local", "uid 65534")
+                assert classify(client, where, 65534) == ("yours", "127.0.0.1")
+        finally:
+            assert theirs.stdin is not None
+            theirs.stdin.close()
+            theirs.wait(PROC_TIMEOUT)
+        # a loopback client the kernel does not show (gone, or in another network namespace): fail closed
+        assert classify(("127.0.0.1", 9), where, os.geteuid()) == ("local", "uid unknown")
+    # a client of another machine is counted by its address (an IPv6 one by its /64)
+    assert classify(("192.0.2.7", 40000), ("192.0.2.1", 8080), os.geteuid()) == ("network", "192.0.2.7")
+    assert classify(("2001:db8::7", 40000), ("2001:db8::1", 8080), 0) == ("network", "2001:db8::/64")
+
+
+def test_a_request_that_dribbles_its_body_is_cut_at_the_deadline(quick: GatewayProcess) -> None:
+    with signed_in(quick) as owner:
+        s = raw(quick, b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n")
+        # the attacker's pace: a byte every 0.2 s, for up to WAIT s; the gateway must end it at its 2 s deadline
+        started, cut = time.monotonic(), False
+        s.settimeout(0.2)
+        while time.monotonic() - started < WAIT and not cut:
+            try:
+                s.sendall(b"x")
+                while s.recv(4096):
+                    pass
+                cut = True  # the gateway closed it (after its 405 for POST /)
+            except TimeoutError:
+                continue
+            except (ConnectionResetError, BrokenPipeError):
+                cut = True
+        took = time.monotonic() - started
+        s.close()
+        assert cut, f"a body dribbled for {took:.0f} s was still being read"
+        assert works(owner), "the owner's signed-in socket was closed with the dribbler"
+    # a whole request with a body, sent at once, is answered and its connection kept alive
+    s = raw(quick, b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3\r\n\r\nabc")
+    assert s.recv(100).startswith(b"HTTP/1.1 405")
+    s.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    got = b""
+    while b"HTTP/1.1 200" not in got:
+        more = s.recv(65536)
+        assert more, got[:300]
+        got += more
+    s.close()
+    log = (quick.home / "logs" / "gateway.log").read_text(encoding="utf-8")
+    assert "no whole request within 2 s" in log
+
+
+def test_a_signed_in_page_outlives_the_request_deadline(quick: GatewayProcess) -> None:
+    """The WebSocket's upgrade request left the HTTP deadline armed on its connection: it is disarmed at the upgrade
+    (the socket's own deadline is for `connect`), so the owner's page stays past sign_in_seconds."""
+    with signed_in(quick) as owner:
+        lone = raw(quick)  # a silent connection opened after: closed at the deadline, which is then past for both
+        assert closed_by_gateway(lone)
+        assert works(owner)
