@@ -220,12 +220,14 @@ def test_the_link_signs_the_browser_in_and_the_token_never_reaches_its_history(
             where = page.evaluate("[location.href, history.length]")
             assert ticket not in where[0] and gw.token not in where[0] and "#ticket" not in where[0], where
             stored = page.evaluate("[sessionStorage.getItem('hermit.token'), sessionStorage.getItem('hermit.ticket')]")
-            assert stored == [gw.token, None]  # the ticket traded for what the tab needs to reconnect
-            page.reload()  # a reload reconnects with the token this tab keeps, the ticket being used up
+            assert stored == [None, None]  # the ticket traded for a device (IndexedDB), never the token
+            page.reload()  # a reload reconnects as the device, the ticket being used up
             page.wait_for_selector("#status.ok", timeout=T)
 
+            # Used, then expired, in another browser (this one is signed in as a device now: it would use that).
+            elsewhere = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS, headless=True)
             for link in (url, url.split("#")[0] + f"#ticket={expired}"):  # used, then expired: a new tab each
-                other = ctx.new_page()
+                other = elsewhere.new_page()
                 other.goto(link)
                 other.wait_for_selector("#status.bad", timeout=T)
                 assert other.inner_text("#signin") == USED  # said in full under the header, the pill stays short
@@ -245,6 +247,7 @@ def test_the_link_signs_the_browser_in_and_the_token_never_reaches_its_history(
                 page.goto(url)
             page.wait_for_selector("#status.ok", timeout=T)
             assert page.evaluate("[window.__before, sessionStorage.getItem('hermit.ticket')]") == [None, None]
+            elsewhere.close()
         finally:
             ctx.close()
     visited = history_urls(profile)

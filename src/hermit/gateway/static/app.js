@@ -175,6 +175,53 @@
     return hex(await crypto.subtle.sign("HMAC", key, enc.encode(text)));
   }
   const sha256Hex = async (text) => hex(await crypto.subtle.digest("SHA-256", enc.encode(text)));
+  const b64url = (buf) => btoa(String.fromCharCode(...new Uint8Array(buf))).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  const unb64url = (text) => Uint8Array.from(atob(text.replace(/-/g, "+").replace(/_/g, "/")), (c) => c.charCodeAt(0));
+
+  // ---- this device: signed in for good without the token (gateway/devices.py) ---------------------------
+  // Signing in with a ticket, the page makes an ECDSA P-256 key pair that no script can read the private half of
+  // (non-extractable) and gives the gateway the public half; the gateway records the device and gives it a secret
+  // of its own, kept as a non-extractable HMAC key. IndexedDB keeps both for this origin only. Later, with no ticket
+  // and no token, the page names its device: the gateway proves it holds the device's secret, the page signs the
+  // gateway's fresh nonce. The token never comes to the page. Revoked (Operations → Devices, `hermit devices
+  // revoke`) or unused for 30 days, the gateway says so with a proof, and the page forgets its keys.
+  const DB = "hermit", STORE = "device";
+  function idb(mode, fn) {
+    return new Promise((resolve, reject) => {
+      if (!window.indexedDB) { reject(new Error("no IndexedDB")); return; }
+      const open = indexedDB.open(DB, 1);
+      open.onupgradeneeded = () => open.result.createObjectStore(STORE);
+      open.onerror = () => reject(open.error);
+      open.onsuccess = () => {
+        const db = open.result, tx = db.transaction(STORE, mode), req = fn(tx.objectStore(STORE));
+        tx.oncomplete = () => { db.close(); resolve(req.result); };
+        tx.onerror = tx.onabort = () => { db.close(); reject(tx.error); };
+      };
+    });
+  }
+  let device = null;  // {id, secret: CryptoKey, privateKey: CryptoKey, name}
+  async function loadDevice() {
+    if (device) return device;
+    try { device = (await idb("readonly", (s) => s.get("this"))) || null; } catch (e) { device = null; }
+    return device;
+  }
+  async function forgetDevice() {
+    device = null;
+    try { await idb("readwrite", (s) => s.delete("this")); } catch (e) { /* nothing kept, or not ours to keep */ }
+  }
+  function deviceName() {
+    const ua = navigator.userAgent;
+    const os = /iPhone/.test(ua) ? "iPhone" : /iPad/.test(ua) ? "iPad" : /Android/.test(ua) ? "Android" :
+      /Mac OS X/.test(ua) ? "Mac" : /Windows/.test(ua) ? "Windows" : /CrOS/.test(ua) ? "ChromeOS" : /Linux/.test(ua) ? "Linux" : "a computer";
+    const browser = /Edg\//.test(ua) ? "Edge" : /Firefox\//.test(ua) ? "Firefox" : /Chrome\//.test(ua) ? "Chrome" :
+      /Safari\//.test(ua) ? "Safari" : "a browser";
+    return browser + " on " + os;
+  }
+  const signs = (keys, text) => crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, keys, enc.encode(text)).then(b64url);
+  async function hmacKeyHex(key, text) { return hex(await crypto.subtle.sign("HMAC", key, enc.encode(text))); }
+  const DEVICE_OUT = "This device is signed out (revoked in Operations → Devices or by `hermit devices revoke`, or not " +
+    "used for 30 days): sign it in again — on a phone, scan the code from Operations → Sign in a phone in the web app " +
+    "on your computer (or `hermit dashboard --phone`); on a computer, run `hermit dashboard` and open the link it prints.";
   const sameText = (a, b) => typeof a === "string" && a.length === b.length &&
     Array.from(a).reduce((d, c, i) => d | (c.charCodeAt(0) ^ b.charCodeAt(i)), 0) === 0;
 
@@ -186,15 +233,22 @@
   const PHONE_HOW = " On a phone: scan the code from Operations → Sign in a phone in the web app on your computer " +
     "(or `hermit dashboard --phone`).";
 
-  function connect() {
+  async function connect() {
     retryTimer = 0;
     const ticket = sessionStorage.getItem("hermit.ticket") || "";
-    if (!token && !ticket) { signOut("This page is not signed in: run `hermit dashboard` and open the link it prints." + PHONE_HOW); return; }
-    const secret = ticket || token;  // what the handshake is keyed by
+    const mutual = !!(window.isSecureContext && crypto.subtle);
+    const dev = !ticket && !token && mutual ? await loadDevice() : null;  // the token of a tab comes first
+    if (!token && !ticket && !dev) { signOut("This page is not signed in: run `hermit dashboard` and open the link it prints." + PHONE_HOW); return; }
+    const secret = ticket || token;  // what the handshake is keyed by (for a device: its HMAC key)
+    let keys = null;  // signing in with a ticket: this device's new key pair
+    if (ticket && mutual) {
+      try { keys = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, false, ["sign", "verify"]); }
+      catch (e) { keys = null; }  // no ECDSA here: the tab keeps the token, as before
+    }
+    const gatewayProof = (text) => dev ? hmacKeyHex(dev.secret, text) : hmacHex(secret, text);
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     const sock = ws = new WebSocket(proto + "//" + location.host + "/ws");
     const ours = hex(crypto.getRandomValues(new Uint8Array(24)));
-    const mutual = !!(window.isSecureContext && crypto.subtle);
     let proven = !mutual, impostor = false;  // the gateway showed it holds the token; something else did not
     let refused = null;  // the error the gateway gave before it closed the socket
     const send = (method, id, params) => sock.send(JSON.stringify({ type: "req", id, method, params }));
@@ -202,7 +256,8 @@
     sock.onopen = async () => {
       if (mutual) {
         const challenge = { nonce: ours, host: location.host };
-        if (ticket) challenge.ticketId = await sha256Hex(ticket);
+        if (dev) challenge.deviceId = dev.id;
+        else if (ticket) challenge.ticketId = await sha256Hex(ticket);
         send("connect.challenge", "challenge", challenge);
       } else send("connect", "connect", ticket ? { ticket, ...client } : { token, ...client });
     };
@@ -217,18 +272,40 @@
           sock.close();
           return;
         }
-        if (!f.ok || !sameText(p.proof, await hmacHex(secret, "hermit-gateway|" + location.host + "|" + ours + "|" + p.nonce))) {
+        if (dev && !f.ok && f.error && f.error.code === "device_signed_out" &&
+            sameText(f.error.proof, await gatewayProof("hermit-gateway|" + location.host + "|" + ours + "|signed-out"))) {
+          signOut(DEVICE_OUT);
+          await forgetDevice();  // the gateway itself said so (a program on the port cannot make a phone forget)
+          return;
+        }
+        if (!f.ok || !sameText(p.proof, await gatewayProof("hermit-gateway|" + location.host + "|" + ours + "|" + p.nonce))) {
           impostor = true;
           sock.close();
           return;
         }
         proven = true;
+        const signed = "hermit-device|" + location.origin + "|" + location.host + "|" + p.nonce + "|" + ours;
+        if (dev) {
+          send("connect", "connect", { signature: await signs(dev.privateKey, signed), ...client });
+          return;
+        }
         const proof = await hmacHex(secret, "hermit-client|" + location.host + "|" + p.nonce + "|" + ours);
-        send("connect", "connect", { proof, ...client });
+        if (keys) {
+          const key = b64url(await crypto.subtle.exportKey("spki", keys.publicKey));
+          send("connect", "connect", { proof, device: { key, name: deviceName() }, signature: await signs(keys.privateKey, signed), ...client });
+        } else send("connect", "connect", { proof, ...client });
         return;
       }
       if (f.type === "res" && f.id === "connect") {
-        if (f.ok && ticket) {  // the ticket is used up: the token the gateway gave is what the tab keeps
+        if (f.ok && ticket && keys && f.payload.device && typeof f.payload.device.secret === "string") {
+          // Signed in for good as this device: its keys are what the page keeps (never the token).
+          const secretKey = await crypto.subtle.importKey("raw", unb64url(f.payload.device.secret),
+                                                          { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+          device = { id: f.payload.device.id, secret: secretKey, privateKey: keys.privateKey, name: f.payload.device.name };
+          try { await idb("readwrite", (s) => s.put(device, "this")); } catch (e) { /* this tab only, then */ }
+          sessionStorage.removeItem("hermit.ticket");
+          delete f.payload.device;
+        } else if (f.ok && ticket) {  // the ticket is used up: the token the gateway gave is what the tab keeps
           if (typeof f.payload.token === "string" && f.payload.token) {
             token = f.payload.token;
             sessionStorage.setItem("hermit.token", token);
@@ -253,23 +330,27 @@
         } else if (!f.ok) {
           banner(f.error.message, f.error.hint);
         }
+      } else if (f.type === "event" && f.event === "device.revoked") {
+        signOut(DEVICE_OUT);
+        await forgetDevice();  // the gateway said so on this signed-in socket: sign in again with a new code
       } else if (f.type === "event") {
         for (const fn of listeners.get(f.event) || []) fn(f.payload);
       }
     };
-    sock.onclose = sock.lost = (ev) => {
+    sock.onclose = sock.lost = async (ev) => {
       connected = false;
       for (const p of pending.values()) p.reject(new GatewayError({ code: "offline", message: "connection lost" }));
       pending.clear();
+      if (signedOut) return;  // said why already (this device signed out)
       if (ticket && refused && refused.code === "ticket_expired") {
-        if (token) {  // a used link opened in a tab signed in before: it stays signed in with its token
+        if (token || (mutual && await loadDevice())) {  // a used link opened in a tab signed in before: it stays signed in
           sessionStorage.removeItem("hermit.ticket");
           setTimeout(connect, 0);
         } else signOut(LINK_USED);
         return;
       }
       if (ev.code === 4401 || ev.code === 1008) {
-        signOut(ev.code === 4401 ? "refused: wrong token — run `hermit dashboard` and open the link it prints"
+        signOut(ev.code === 4401 ? (dev ? DEVICE_OUT : "refused: wrong token — run `hermit dashboard` and open the link it prints")
                                  : "refused: this page's origin may not use the gateway — open the link `hermit dashboard` prints");
         return;
       }
@@ -315,7 +396,8 @@
   window.Hermit = {
     request, call, banner, clearBanner, on, show, el,
     onConnected: (fn) => connectHooks.push(fn),
-    onView: (name, fn) => { viewHooks[name] = fn; },
+    onView: (name, fn) => { const before = viewHooks[name]; viewHooks[name] = before ? (c) => { before(c); fn(c); } : fn; },
+    deviceId: () => (hello && hello.deviceId) || null,
     isConnected: () => connected,
     signedOut: () => signedOut,
     hello: () => hello,
