@@ -58,6 +58,7 @@ COMMANDS: tuple[Command, ...] = (
             "stop, restart, uninstall", "hermit.cli.service_control:configure"),
     Command("dashboard", "open the web app in a browser (and print its URL with the token)",
             "hermit.cli.gateway:configure_dashboard"),
+    Command("devices", "browsers signed in to the web app: list them, sign one out", "hermit.cli.devices:configure"),
     Command("cron", "scheduled jobs: list, add, edit, remove, run now, show runs", "hermit.cli.cron:configure"),
     Command("channels", "chat channel accounts (Telegram, Discord, Slack, WhatsApp)",
             "hermit.cli.channels:configure"),
