@@ -121,8 +121,8 @@ class SessionMaintenance:
         tools = rt.tools_for(turn.session_key, write_policy=flushing.flush_policy(rt.agent.workspace, today),
                              exec_enabled=False)
         system = flushing.flush_system(turn.system.text, cfg, today, owner=is_main_session_key(turn.session_key))
-        # Its writes may not copy a forward's words as the user's own (forwarded_words.py).
-        tools = GuardedTools(tools, turn.history.messages)
+        if is_main_session_key(turn.session_key):  # its notes are the owner's: no one else's words as theirs
+            tools = GuardedTools(tools, turn.history.messages)  # (forwarded_words.py)
         flush_turn = TurnContext(turn.session_key, turn.record, tools, turn.system, turn.history)
         history = repair_tool_pairs(turn.history.messages)
         if limit_tokens is not None:
