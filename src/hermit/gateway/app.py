@@ -45,11 +45,12 @@ from hermit.refusals import RefusalLog, clip
 
 STATIC_DIR = Path(str(files("hermit.gateway") / "static"))
 # The page loads only its own files; even if escaping failed somewhere, injected markup could run no
-# script and reach no other host.
+# script and reach no other host. Trusted Types: the app writes text only (dom.js's el(), never innerHTML), so a
+# browser refuses any string given to an HTML or script sink, and no policy may be made to let one through.
 SECURITY_HEADERS = {
     "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
                                 "connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; "
-                                "frame-ancestors 'none'"),
+                                "frame-ancestors 'none'; require-trusted-types-for 'script'; trusted-types 'none'"),
     "Referrer-Policy": "no-referrer",  # the page URL carries a sign-in ticket, or the token
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
