@@ -21,7 +21,8 @@ The guard, in code:
   that it was forwarded, is refused — nothing written; the error names the author and the way to write it
   ("Bea (forwarded): …"), so the model writes the note again, attributed.
 - The compaction summary (`attribute_summary`): such a line gets "(words of a message forwarded from Bea,
-  not your user's)" after it.
+  not your user's)" after it; so does such a line of the assistant's in the main session's /new dump
+  (session_memory.py: the forward itself is saved framed, the assistant's restatement was saved bare).
 
 What it does not catch: a paraphrase (different words); the prompts' rules remain for that. A quote shorter
 than COPY_WORDS words is not matched (a name, a date alone are the owner's to note). Words are compared
@@ -164,16 +165,20 @@ def copied_from(line: str, forwards: Sequence[Forward]) -> str | None:
     return None
 
 
-def attribute_summary(summary: str, messages: Sequence[Message]) -> str:
-    """The summary with every line that copies a forward's words unattributed marked as that author's."""
-    forwards = sources_in(messages)
+def attribute(text: str, forwards: Sequence[Forward]) -> str:
+    """`text` with every line that copies someone else's words unattributed marked as theirs."""
     if not forwards:
-        return summary
+        return text
     out = []
-    for line in summary.split("\n"):
+    for line in text.split("\n"):
         author = copied_from(line, forwards)
         out.append(f"{line.rstrip()} ({_whose(author)}, not your user's)" if author is not None else line)
     return "\n".join(out)
+
+
+def attribute_summary(summary: str, messages: Sequence[Message]) -> str:
+    """The summary with every line that copies a forward's (or another chat's) words unattributed marked."""
+    return attribute(summary, sources_in(messages))
 
 
 def _whose(author: str) -> str:

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 
+from hermit.agent.forwarded_words import attribute, forwards_in
 from hermit.agent.speakers import dump_speaker, recorded_sender
 from hermit.config.schema import SessionMemoryHookConfig
 from hermit.durable import append_whole, write_atomic
@@ -428,6 +429,10 @@ def save_session_memory(
     slug = model_slug(model, dialogue, cfg.slug_timeout_seconds) if model is not None and cfg.slug_from_model \
         else None
     slug = slug or keyword_slug(dialogue, record.session_id)
+    if not chat:  # the owner's note from now on: the assistant's copy of a forward says whose words they are
+        forwards = forwards_in([UserMessage(d.text) for d in dialogue if d.role == "user"])
+        dialogue = [dataclasses.replace(d, text=attribute(d.text, forwards)) if d.role == "assistant" else d
+                    for d in dialogue]
     body = render_dialogue(dialogue, clean=lambda line: neutralize(line, block)) + "\n"
 
     def compose(slug: str) -> tuple[str, str]:
