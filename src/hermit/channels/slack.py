@@ -115,7 +115,7 @@ class SlackChannel:
 
     async def start(self, sink: InboundSink) -> None:
         self._sink = sink
-        self._client = local_api.client(self._refuse, timeout=30.0)
+        self._client = local_api.client(self._refuse, self._api, timeout=30.0)
         if self.cfg.mode == "socket":
             self._task = asyncio.create_task(self._socket_loop(), name=f"slack:{self.account_id}")
         else:
@@ -220,7 +220,8 @@ class SlackChannel:
                     await self._identify()
                 opened = await self.call("apps.connections.open", token=self._app_token)
                 async with websockets.connect(opened["url"], open_timeout=30, close_timeout=5,
-                                              create_connection=local_api.websocket_class(self._refuse)) as ws:
+                                              create_connection=local_api.websocket_class(self._refuse),
+                                              proxy=local_api.websocket_proxy(opened["url"])) as ws:
                     async for raw in ws:
                         if await self._frame(ws, raw):
                             break  # Slack asked us to reconnect

@@ -17,6 +17,7 @@ from hermit.cli.checks import Check
 from hermit.cli.context import CliContext
 from hermit.cli.model_choice import NoModelConfigured, choose_model_ref
 from hermit.errors import ConfigError
+from hermit.loopback import direct_here
 from hermit.models.loopback import HINT, guard_stream
 from hermit.models.registry import parse_model_ref, provider_config, resolve_api_key
 from hermit.redaction import without_userinfo
@@ -46,7 +47,7 @@ def probe(base_url: str, timeout: float = PROBE_TIMEOUT_SECONDS) -> str | None:
             guard_stream(info.get("return_value"), lambda holder: ConfigError(holder.describe(), HINT))
 
     try:
-        with httpx.Client(timeout=timeout) as client:
+        with httpx.Client(timeout=timeout, mounts=direct_here(base_url)) as client:  # no proxy to here
             client.get(base_url.rstrip("/") + "/models", extensions={"trace": trace})
     except httpx.TimeoutException:
         return f"no answer within {timeout:g}s"

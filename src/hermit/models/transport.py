@@ -18,6 +18,8 @@ per model call, small next to the call itself).
 A refused connection to a loopback host is not retried: nothing listens there, and waiting will not
 start the local model server (the error says so). Nor is a connection whose other end is a socket on
 this machine held by another login user: it is refused before the request is sent (models.loopback).
+A proxy from the environment (HTTP_PROXY, ALL_PROXY) carries no request to this machine (hermit.loopback.direct_here):
+a local model's prompts went to it in plain text. Redirects are not followed: a key header would go to the new host.
 Retry notices go to `notify` ("retrying in 2 s (1/3): …"); the CLI prints them on stderr, elsewhere they
 are logged.
 
@@ -49,6 +51,7 @@ from hermit.errors import (
     ProviderError,
     RateLimitError,
 )
+from hermit.loopback import direct_here
 from hermit.messages import valid_json
 from hermit.models.base import ImageRefused, names_an_image
 from hermit.models.cancel import CancelToken
@@ -185,16 +188,33 @@ class ProviderHttp:
         keys = [header_secret(name, value) for name, value in headers.items()]
         self._masker = SecretMasker(k for k in keys if k)
         register(*keys)
-        self._client = httpx.Client(
-            headers=dict(headers),
-            timeout=httpx.Timeout(timeout_seconds, connect=min(timeout_seconds, 15.0)),
-            transport=transport,
-            follow_redirects=False,
-            limits=httpx.Limits(max_keepalive_connections=0),  # the watchdog needs each call's socket
-        )
+        self._headers = dict(headers)
+        self._transport = transport
+        self._client_lock = threading.Lock()
+        self._clients: dict[str, httpx.Client] = {}
+
+    def _http(self, url: str) -> httpx.Client:
+        """The client for `url`'s host: a proxy from the environment carries no request to this machine
+        (hermit.loopback.direct_here: it got every prompt of a local model, in plain text), other hosts keep it."""
+        host = httpx.URL(url).host
+        with self._client_lock:
+            client = self._clients.get(host)
+            if client is None:
+                client = self._clients[host] = httpx.Client(
+                    headers=self._headers,
+                    timeout=httpx.Timeout(self.timeout_seconds, connect=min(self.timeout_seconds, 15.0)),
+                    transport=self._transport,
+                    mounts=direct_here(url),
+                    follow_redirects=False,
+                    limits=httpx.Limits(max_keepalive_connections=0),  # the watchdog needs each call's socket
+                )
+            return client
 
     def close(self) -> None:
-        self._client.close()
+        with self._client_lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.close()
 
     def post_json(self, url: str, body: Mapping[str, Any], cancel: CancelToken | None = None) -> Any:
         """POST and parse the JSON reply, retrying what can be retried, within the deadline."""
@@ -222,7 +242,7 @@ class ProviderHttp:
             watch = self._watch(ends, cancel)
             failure: _Failure
             try:
-                with self._client.stream("POST", url, content=content, headers=_JSON,
+                with self._http(url).stream("POST", url, content=content, headers=_JSON,
                                          extensions={"trace": watch.trace}) as resp:
                     data = resp.read()
                     self._check(watch)
@@ -245,7 +265,7 @@ class ProviderHttp:
             failure: _Failure | None = None
             watch = self._watch(ends, cancel)
             try:
-                with self._client.stream("POST", url, content=content, headers=_JSON,
+                with self._http(url).stream("POST", url, content=content, headers=_JSON,
                                          extensions={"trace": watch.trace}) as resp:
                     if resp.status_code >= 400:
                         resp.read()

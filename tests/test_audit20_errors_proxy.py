@@ -1,0 +1,172 @@
+"""Audit 20, outbound traffic: a proxy from the environment (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY — set for package
+downloads in a corporate shell or a container, without NO_PROXY) never gets a request meant for this machine.
+
+httpx, like curl and requests, sent `http://127.0.0.1:11434/v1/chat/completions` through HTTP_PROXY: the proxy got
+every prompt of the owner's local model (MEMORY.md, the main session) and its key in plain text, and could answer
+with tool calls that run as the owner; a Bot API server of the owner's own got the bot token in every URL; the local
+embeddings server's chunks of private notes went the same way; and the port check (hermit.loopback) looked at the
+proxy's socket instead of the server's. Real `hermit gateway run` with the real Telegram adapter, the fake Bot API
+and the fake provider on 127.0.0.1, and a recording "proxy" on 127.0.0.1 that answers 502 to whatever reaches it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from audit19_who import until
+from channeldrivers import Driver, SlackDriver, TelegramDriver
+from channelhelpers import run
+from hermit.cli.model_check import probe
+from hermit.config.schema import MemorySearchConfig
+from hermit.memory.embedders.remote import create_remote_embedder
+from hermit.messages import UserMessage
+from hermit.models import AnthropicModel, ModelProfile, ModelRequest, OpenAIModel, final_response
+from hermit.testing.fake_embeddings import FakeEmbeddingServer
+from hermit.testing.fake_provider import FakeProvider
+from test_channel_gateway import Gateway, env_for
+
+KEY = "sk-local-AUDIT20-PROXYKEY-5521"
+MEMORY_CANARY = "QUOLL-MEMORY-PROXY-9911"
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+class RecordingProxy:
+    """A TCP server on 127.0.0.1 standing for a proxy on another host: it records the first bytes of every
+    connection and answers 502, as a proxy that cannot reach the target would."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.seen: list[bytes] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                try:
+                    self.seen.append(conn.recv(65536))
+                    conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                except OSError:
+                    pass
+
+    def __enter__(self) -> RecordingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+        self._thread.join(timeout=10)
+
+
+def proxied_env(base: dict[str, str], proxy: str) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if k.lower() != "no_proxy"}
+    return env | {name: proxy for name in PROXY_VARS}
+
+
+@pytest.fixture
+def proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[RecordingProxy]:
+    with RecordingProxy() as p:
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        for name in PROXY_VARS:
+            monkeypatch.setenv(name, p.url)
+        yield p
+
+
+@pytest.mark.parametrize("platform", ["telegram", "slack"])
+def test_gateway_reaches_local_model_and_platform_directly(tmp_path: Path, platform: str) -> None:
+    """The owner's DM through a platform API server on this machine (a Bot API server of one's own; a Slack relay
+    with its Socket Mode websocket) and a local model, with every proxy variable set: the answer arrives, the proxy
+    saw nothing (before: it got Telegram's getMe URL with the token, or Slack's auth.test with it, and the turn
+    never ran)."""
+    with RecordingProxy() as prox, FakeProvider([{"text": "direct-ok", "repeat": True}], api_key=KEY) as provider:
+        async def body() -> list[str]:
+            driver: Driver = TelegramDriver(["personal"]) if platform == "telegram" else SlackDriver(["personal"])
+            owner = "1001" if platform == "telegram" else "U1001"
+            await driver.start()
+            home = tmp_path / "home"
+            account = {**driver.account_config("personal"), "owners": [owner]}
+            cfg = {"agents": {"defaults": {"model": "fake/test-model", "memory_search": {"provider": "none"}}},
+                   "models": {"providers": {"fake": {"type": "openai-compatible", "api_key_env": "AUDIT20_KEY",
+                                                     "base_url": provider.openai_base_url}}},
+                   "gateway": {"shutdown_grace_seconds": 5},
+                   "channels": {platform: {"accounts": {"personal": account}}}}
+            home.mkdir(mode=0o700)
+            (home / "hermit.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
+            (home / "workspace").mkdir()
+            (home / "workspace" / "MEMORY.md").write_text(f"- quoll {MEMORY_CANARY}\n", encoding="utf-8")
+            gw = Gateway(home, proxied_env(env_for(driver), prox.url) | {"AUDIT20_KEY": KEY})
+            try:
+                await gw.start()
+                await driver.dm("personal", owner, "hello there")
+                await until(lambda: bool(driver.texts("personal", owner)), "the owner's answer", 90)
+                return driver.texts("personal", owner)
+            finally:
+                if gw.proc is not None:
+                    await gw.stop()
+                await driver.stop()
+
+        sent = run(body, timeout=150)
+        assert sent == ["direct-ok"], sent
+        seen = b"".join(prox.seen)
+        assert prox.seen == [], seen[:400]
+        assert provider.requests and MEMORY_CANARY in str(provider.requests[-1].body)
+
+
+def test_model_clients_go_direct_to_this_machine(proxy: RecordingProxy) -> None:
+    """Both wire formats, streamed and not, by 127.0.0.1 and by the name localhost (`hermit agent`, cron, the
+    gateway), and the doctor's/setup's probe of a local model server."""
+    request = ModelRequest(system=f"memory: {MEMORY_CANARY}", messages=(UserMessage("hi"),))
+    with FakeProvider([{"text": "direct-ok", "repeat": True}], api_key=KEY) as provider:
+        for host in ("127.0.0.1", "localhost"):
+            base = provider.base_url.replace("127.0.0.1", host)
+            models = (OpenAIModel(ModelProfile("fake", "m"), KEY, base_url=base + "/v1", max_retries=0),
+                      AnthropicModel(ModelProfile("fake", "m"), KEY, base_url=base, max_retries=0))
+            for model in models:
+                try:
+                    assert model.complete(request).text == "direct-ok"
+                    assert final_response(model.stream(request)).text == "direct-ok"
+                finally:
+                    model.close()
+            assert probe(base + "/v1", 5.0) is None
+        assert MEMORY_CANARY in str(provider.requests[-1].body)
+    assert proxy.seen == [], proxy.seen[:1]
+
+
+def test_embedder_goes_direct_to_this_machine(proxy: RecordingProxy) -> None:
+    """A local embeddings server (Ollama's /v1) gets the notes' chunks itself, not through the proxy."""
+    with FakeEmbeddingServer(dims=16) as srv:
+        cfg = MemorySearchConfig.model_validate({
+            "provider": "openai-compatible", "model": "fake-embed",
+            "remote": {"base_url": srv.openai_base_url, "timeout_seconds": 3, "max_retries": 0}})
+        embedder = create_remote_embedder(cfg, {}, sleep=lambda _s: None)
+        vectors = embedder.embed_documents([f"private note {MEMORY_CANARY}"])
+        assert len(vectors) == 1 and srv.requests
+    assert proxy.seen == [], proxy.seen[:1]
+
+
+def test_other_hosts_keep_the_proxy(proxy: RecordingProxy) -> None:
+    """Only this machine goes direct: a request for another host still goes through the environment's proxy
+    (the mounts name this machine only)."""
+    from hermit.loopback import (
+        direct_here,  # (here: the module is importable without the fix, to show it red)
+    )
+
+    with httpx.Client(mounts=direct_here("http://127.0.0.1:9/v1")) as client:
+        resp = client.get("http://proxied.example.invalid/x")
+    assert resp.status_code == 502
+    assert proxy.seen and proxy.seen[0].startswith(b"GET http://proxied.example.invalid/x"), proxy.seen
+    assert os.environ["HTTP_PROXY"] == proxy.url
