@@ -5,11 +5,12 @@ writes a note); Bea (her spouse, a contact) tells it a secret of her own, then a
 reminder; a member of the family group (the `family` agent) and a colleague in the Slack channel ask about
 everything; Ann forwards one of Bea's messages to the bot, then starts afresh with `/new`; Bea asks again; Ann's main
 session is asked to aim a reminder at the family group (the cron tool refuses), Ann adds it herself in the web app and
-runs it; Ann replies to the reminder in the group; Bea leaves the group.
+runs it; Ann replies to the reminder in the group; Bea leaves the group, Ann adds Dan, and colleagues join and
+leave the Slack channel.
 
 Asserted at each step: what the model was sent for that side and what the bots posted there hold no canary that is not
 that side's own; Bea's words never reach the group, the colleagues or the family agent; the forward reaches the main
-session quoted under Bea's name, not as Ann's words; a member leaving runs no turn.
+session quoted under Bea's name, not as Ann's words; a member leaving or joining (Telegram or Slack) runs no turn.
 """
 
 from __future__ import annotations
@@ -179,6 +180,14 @@ async def walk(home: Path, provider: FakeProvider) -> Week:
         push_raw(fake, {"message_id": next_mid(fake), "date": 1, "chat": {"id": int(GROUP), "type": "supergroup"},
                         "from": {"id": int(SPOUSE), "is_bot": False, "first_name": "Bea"},
                         "left_chat_member": {"id": int(SPOUSE), "is_bot": False, "first_name": "Bea"}})
+        push_raw(fake, {"message_id": next_mid(fake), "date": 1, "chat": {"id": int(GROUP), "type": "supergroup"},
+                        "from": {"id": int(OWNER), "is_bot": False, "first_name": "Ann"},
+                        "new_chat_members": [{"id": 2600, "is_bot": False, "first_name": "HH-JOINER Dan"}]})
+        slack = sl.fakes["work"]
+        for sub, who in (("channel_join", "U3001"), ("channel_leave", S_COLLEAGUE)):
+            ev, eid = slack.message(f"<@{who}> HH-SLACK-{sub} has changed membership", user=who, channel=S_CHANNEL,
+                                    channel_type="channel")
+            await slack.push({**ev, "subtype": sub}, eid)
         provider.add({"match": {"contains": "HH-LAST"}, "text": "last-ok"})
         await tg.dm("personal", OWNER, "HH-LAST good night")  # a turn after it: the leave was taken (or dropped)
         await until(lambda: "last-ok" in week.to(OWNER), "Ann's last answer")
@@ -259,8 +268,13 @@ def test_a_forward_reaches_the_main_session_as_beas_quoted_words(week: Week) -> 
         assert line.lstrip().startswith(">") or "> HH-FWD" in line, line  # still quoted in the owner's note
 
 
-def test_a_member_leaving_runs_no_turn(week: Week) -> None:
+def test_members_leaving_or_joining_run_no_turn(week: Week) -> None:
+    """Bea leaving the Telegram group, Dan added to it, a colleague joining and another leaving the Slack channel:
+    no turn, no answer (the last request is Ann's good-night only)."""
     assert [t for t in week.after_leave if "HH-LAST" not in t] == []
+    assert len(week.to(GROUP)) == 3 and len(week.to(S_CHANNEL)) == 1  # the probe, the reminder, Ann's reply; the probe
+    assert not [r for r in week.provider.requests if "HH-JOINER" in json.dumps(r.body) or "HH-SLACK-channel"
+                in json.dumps(r.body)]
     assert all(SPOUSE_CANARY not in t for t in week.to(GROUP))
 
 
