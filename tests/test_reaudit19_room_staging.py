@@ -75,9 +75,9 @@ print(run(runner, "exec", command="cat d/1 d/100; echo ran")[0])
 
 
 def test_a_merge_killed_half_way_leaves_whole_files_and_the_next_command_cleans_up(tmp_path: Path) -> None:
-    """What is left: each file the old or the new version, whole (one rename each); the staging folder until the next
-    command of any chat of that agent removes it; nothing outside the room. (The room is half-merged — nothing tells
-    the chat which half — as the rooms' docs say of a killed gateway.)"""
+    """What is left: each file the old or the new version, whole (one rename each); the merge written down in the room's
+    carry folder (0700), which the room's next use finishes (s20: every file the new version, the chat told);
+    nothing outside the room."""
     need_sandbox()
     env = {**os.environ, "PYTHONPATH": pythonpath()}
     tests = str(Path(__file__).parent)
@@ -90,13 +90,15 @@ def test_a_merge_killed_half_way_leaves_whole_files_and_the_next_command_cleans_
     assert sorted(texts) == list(range(1, 101))
     assert all(t in (f"old{i}\n", f"new{i}\n") for i, t in texts.items()), texts
     assert 0 < sum(t.startswith("new") for t in texts.values()) < 100
-    left = [p for p in rooms.iterdir() if p.name.startswith(".incoming-")]
+    left = [p for p in rooms.iterdir() if p.name.startswith((".incoming-", f".{room.name}.carry"))]
     assert left and all(p.stat().st_mode & 0o077 == 0 for p in left)
     assert sorted(p.name for p in rooms.iterdir() if not p.name.startswith(".")) == [room.name]
     done = subprocess.run([sys.executable, "-c", AFTER, str(tmp_path), tests], text=True, capture_output=True,
                           timeout=PROC_TIMEOUT, env=env)
     assert done.returncode == 0 and "ran" in done.stdout, (done.stdout, done.stderr[-2000:])
-    assert not [p for p in rooms.iterdir() if p.name.startswith(".incoming-")]
+    assert "new1\nnew100\n" in done.stdout and "that was finished now, all of it" in done.stdout, done.stdout
+    assert all((room / "d" / str(i)).read_text() == f"new{i}\n" for i in range(1, 101))
+    assert not [p for p in rooms.iterdir() if p.name.startswith((".incoming-", f".{room.name}.carry"))]
 
 
 def teardown_module() -> None:

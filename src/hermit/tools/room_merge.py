@@ -10,24 +10,24 @@ from the staging folder by one rename (the staging folder is in the rooms folder
 The merge has a time (`deadline`, room_limits.merge_seconds: what the room's quota may hold, at the same rates as
 its way in). Reading what came back and planning stop at it (OverTime), and the room stays as it was; the plan is
 carried out only when what is left of that time covers its steps at those rates. So a merge never stops half-way
-for time: it is kept whole or not at all, and the chat is told which (room_sandbox.py).
+for time: it is kept whole or not at all, and the chat is told which (room_sandbox.py). Nor for a crash: the plan is
+written down before its first step (room_journal.py), and a merge stopped part-way is finished by the room's next use.
+The time counts from when the merge has the room (room_sandbox: waiting for another merge of it is not its time).
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
 import shutil
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import hermit.tools.rooms as rooms
-from hermit.textfile import DIR_FLAGS, refusal
-from hermit.tools import safe_fs
+from hermit.tools import room_journal, safe_fs
+from hermit.tools.room_journal import Op
 from hermit.tools.room_limits import ROOM_IN_ENTRIES_PER_SECOND
 from hermit.tools.room_unpack import CHECK_EVERY, OverTime, Seen
 from hermit.tools.rooms import (
@@ -41,9 +41,13 @@ from hermit.tools.rooms import (
     stamp_of,
 )
 
+# Called before each step of a merge is carried out (its index): a test's way to stop Hermit at a chosen step.
+STEP_HOOK: list[Callable[[int], None] | None] = [None]
+
 
 def apply_incoming(room_fd: int, extracted: Path, seed: Manifest, quota_bytes: int | None = None,
-                   seen: Mapping[str, Seen] | None = None, deadline: float | None = None) -> Merge:
+                   seen: Mapping[str, Seen] | None = None, deadline: float | None = None,
+                   carry: Path | None = None) -> Merge:
     """Merge what a sandboxed command left (extracted into `extracted`) into the room: files it deleted are
     removed, then files and folders it created or changed are written — unless a file tool changed that
     path while it ran (then the tool's version stays), or the entry would take the room past
@@ -52,10 +56,14 @@ def apply_incoming(room_fd: int, extracted: Path, seed: Manifest, quota_bytes: i
 
     `seen` (room_unpack.unpack's record) says what came back; without it `extracted` holds all of it and is
     walked. What came back is read in full and the merge planned before the room is touched: an error there
-    (OSError), or `deadline` passing (OverTime), leaves the room as it was."""
+    (OSError), or `deadline` passing (OverTime), leaves the room as it was.
+
+    With `carry` (the room's carry folder, room_journal.carry_path) the plan is written down before the room is touched
+    and `extracted` renamed to it: a merge stopped part-way (kill -9, power loss, an error) is finished by the room's
+    next use, so the room gets all of the command's changes or none."""
     src_fd = os.open(extracted, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        merge = _Plan(room_fd, src_fd, seed, quota_bytes, deadline).run(
+        merge = _Plan(room_fd, src_fd, seed, quota_bytes, deadline, carry, extracted).run(
             dict(seen) if seen is not None else _walked(src_fd))
     finally:
         os.close(src_fd)
@@ -99,11 +107,12 @@ class _Plan:
     seed: Manifest
     quota_bytes: int | None
     deadline: float | None
+    carry: Path | None = None  # the room's carry folder (room_journal): the merge is written down before it is applied
+    staging: Path | None = None  # what came back (renamed to `carry` when the merge is written down)
     looked: int = 0
     walked: dict[str, os.stat_result] | None = None  # the whole room, when it was walked (under its lock)
     _stat: dict[str, os.stat_result | None] = field(default_factory=dict)
     after: dict[str, str | None] = field(default_factory=dict)  # kind ("d", "f", "l") or None: what the plan leaves
-    _dirs: dict[str, int] = field(default_factory=dict)  # the room's folders opened while the plan is carried out
 
     def tick(self) -> None:
         self.looked += 1
@@ -130,9 +139,11 @@ class _Plan:
         gone = sorted((rel for rel in self.seed if rel not in seen), key=lambda r: -r.count("/"))
         new = sorted((rel for rel, e in seen.items() if rel not in self.seed or self.seed[rel].sig != e.sig),
                      key=lambda r: (r.count("/"), r.split("/")))
-        had_links = any(e.sig[0] == "l" for e in self.seed.values())
-        if not gone and not new:  # nothing changed: the room is not walked (its links were judged when made)
-            return Merge([], [], rooms._drop_links_leaving(self.room_fd) if had_links else [])
+        if not gone and not new:
+            # Nothing changed: the room is not walked, and its links are not judged again: only a merge changes a
+            # room's links (the file tools write files), and each one that does judges them all (or, stopped,
+            # the room's next use does: room_journal.recover).
+            return Merge([], [])
         used, links = self._room() if new or len(gone) > WALK_PAST else (0, {})
         deletions = [rel for rel in gone if self._deletable(rel)]
         for rel in deletions:
@@ -140,20 +151,31 @@ class _Plan:
             st = self.lstat(rel)
             used -= charge(st) if st is not None else 0
         steps, skipped, meanwhile, refused = self._writes(new, seen, used, self._leaving(links, seen))
-        ops = len(deletions) + len(steps)
-        if self.deadline is not None and ops and self.deadline - time.monotonic() < ops / ROOM_IN_ENTRIES_PER_SECOND:
+        ops, was, changed = self._ops(deletions, steps)
+        if self.deadline is not None and ops and self.deadline - time.monotonic() < len(ops) / ROOM_IN_ENTRIES_PER_SECOND:
             raise OverTime("what is left of the merge's time would not cover its changes")
-        try:
-            changed = self._carry_out(deletions, steps)
-        finally:
-            for fd in self._dirs.values():
-                os.close(fd)
-            self._dirs.clear()
+        # The room's links are judged again only when the plan changes them: a link made, replaced or removed, or
+        # one refused, or kept as written meanwhile (what room_merge._leaving cannot foresee). Whatever else
+        # changes, the links resolve as before (a name that is not a link is taken as a folder: rooms._resolve).
+        judge = bool(refused) or (bool(meanwhile) and bool(links)) or any(
+            op[0] in ("l", "x") or w == "l" for op, w in zip(ops, was, strict=True))
+        if ops:
+            self._carry_out(ops, was, {"changed": changed, "judge": judge})
         dropped: list[str] = []
-        if links or had_links or any(s.entry.sig[0] == "l" for s in steps) or refused:
+        if judge:
             dropped = [r for r in rooms._drop_links_leaving(self.room_fd) if r not in refused]
+        if ops and self.carry is not None:
+            room_journal.done(self.carry, self.src_fd)
         out = refused + dropped
         return Merge([c for c in changed if c not in out], skipped, out, meanwhile=meanwhile)
+
+    def _carry_out(self, ops: list[Op], was: list[str | None], summary: dict[str, object]) -> None:
+        """Carry the plan out; with a carry folder, written down first (room_journal.commit): from there a Hermit
+        stopped at any point has the room's next use finish it."""
+        if self.carry is not None:
+            assert self.staging is not None
+            room_journal.commit(self.staging, self.src_fd, self.carry, ops, summary)
+        room_journal.Carry(self.room_fd, self.src_fd, lambda rel, i: was[i]).run(ops, STEP_HOOK[0])
 
     def _deletable(self, rel: str) -> bool:
         """The command deleted `rel`: removed unless something else changed it meanwhile."""
@@ -241,100 +263,43 @@ class _Plan:
 
     # ---- carrying the plan out (nothing here reads what came back again but the staged files) ----
 
-    def _dir(self, rel: str) -> int:
-        """The room's folder `rel`, made if missing (0700), opened once; never through a link."""
-        if not rel:
-            return self.room_fd
-        if rel not in self._dirs:
-            parent, _, name = rel.rpartition("/")
-            at = self._dir(parent)
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(name, 0o700, dir_fd=at)
-            try:
-                self._dirs[rel] = os.open(name, DIR_FLAGS, dir_fd=at)
-            except OSError as e:
-                raise refusal(rel, e) from None
-        return self._dirs[rel]
-
-    def _forget(self, rel: str) -> None:
-        """`rel` was removed or replaced: its folder, and those below it, are opened anew when next needed."""
-        for d in [d for d in self._dirs if d == rel or d.startswith(rel + "/")]:
-            os.close(self._dirs.pop(d))
-
-    def _remove(self, rel: str) -> None:
-        parent, _, name = rel.rpartition("/")
-        safe_fs.remove_beneath(self._dir(parent), name)
-        self._forget(rel)
-
-    def _carry_out(self, deletions: list[str], steps: list[_Step]) -> list[str]:
+    def _ops(self, deletions: list[str], steps: list[_Step]) -> tuple[list[Op], list[str | None], list[str]]:
+        """The plan as room_journal's steps, what is at each step's path before it, and what the chat is told."""
+        ops: list[Op] = []
+        was: list[str | None] = []
         changed: list[str] = []
         for rel in deletions:
-            current = self.lstat(rel)
-            if current is not None and stat.S_ISDIR(current.st_mode):
-                parent, _, name = rel.rpartition("/")
-                with contextlib.suppress(OSError):  # not empty: something new arrived in it meanwhile
-                    os.rmdir(name, dir_fd=self._dir(parent))
-                self._forget(rel)
-            else:
-                self._remove(rel)
+            ops.append(["rm", rel])
+            was.append(_kind(self.lstat(rel)))
             changed.append(f"-{rel}")
         for step in steps:
+            was.append(_kind(step.current))
+            kind = step.entry.sig[0]
             if step.remove:
-                self._remove(step.rel)
-                continue
-            self._write(step)
-            if step.entry.sig[0] != "d":  # a folder is told by what is kept in it
+                ops.append(["x", step.rel])
+            elif kind == "d":
+                ops.append(["d", step.rel])
+            elif kind == "l":
+                ops.append(["l", step.rel, step.entry.sig[1]])
                 changed.append(step.rel)
-        return changed
-
-    def _write(self, step: _Step) -> None:
-        rel, entry, current = step.rel, step.entry, step.current
-        kind = entry.sig[0]
-        if current is not None and (stat.S_ISDIR(current.st_mode) != (kind == "d")):
-            self._remove(rel)
-            current = None
-        parent, _, name = rel.rpartition("/")
-        if kind == "d":
-            self._dir(rel)
-        elif kind == "l":
-            at = self._dir(parent)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name, dir_fd=at)
-            os.symlink(entry.sig[1], name, dir_fd=at)
-        else:
-            self._file(rel, entry, current)
-
-    def _file(self, rel: str, entry: Seen, current: os.stat_result | None) -> None:
-        """Put a file in the room: its staged copy moved in by one rename in the room's folder's descriptor (an empty
-        one made there, exclusively, where nothing is). Its permissions as safe_fs.write_beneath gives them: a
-        regular file of this user's there keeps its rwx bits."""
-        carried = current is not None and stat.S_ISREG(current.st_mode) and current.st_uid == os.geteuid()
-        mode = (stat.S_IMODE(current.st_mode) if current is not None and carried else entry.mode) & 0o777
-        parent, _, name = rel.rpartition("/")
-        at = self._dir(parent)
-        if entry.staged is None:
-            if current is None:
-                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=at)
-                try:
-                    os.fchmod(fd, mode)
-                finally:
-                    os.close(fd)
             else:
-                safe_fs.write_beneath(self.room_fd, rel, b"", mode=mode, fsync=False)
-            return
-        src_dir, _, src_name = entry.staged.rpartition("/")
-        src = safe_fs.open_dir(self.src_fd, src_dir) if src_dir else os.dup(self.src_fd)
-        try:
-            os.chmod(src_name, mode, dir_fd=src)  # staged by Hermit: a regular file
-            try:
-                os.rename(src_name, name, src_dir_fd=src, dst_dir_fd=at)
-            except OSError as e:
-                if e.errno != errno.EXDEV:
-                    raise
-                data = safe_fs.read_beneath(src, src_name, 1 << 62).data
-                safe_fs.write_beneath(self.room_fd, rel, data, mode=mode, fsync=False)
-        finally:
-            os.close(src)
+                ops.append(["f", step.rel, step.entry.staged, self._mode(step)])
+                changed.append(step.rel)  # a folder is told by what is kept in it
+        return ops, was, changed
+
+    @staticmethod
+    def _mode(step: _Step) -> int:
+        """A file's permissions as safe_fs.write_beneath gives them: a regular file of this user's there keeps its
+        rwx bits."""
+        current = step.current
+        carried = current is not None and stat.S_ISREG(current.st_mode) and current.st_uid == os.geteuid()
+        return (stat.S_IMODE(current.st_mode) if current is not None and carried else step.entry.mode) & 0o777
+
+
+def _kind(st: os.stat_result | None) -> str | None:
+    if st is None:
+        return None
+    return "d" if stat.S_ISDIR(st.st_mode) else "l" if stat.S_ISLNK(st.st_mode) else "f"
 
 
 def _below(rel: str, held: set[str]) -> bool:

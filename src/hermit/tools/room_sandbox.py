@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import IO
 
 from hermit.errors import HermitError, PathPolicyError, ToolError
-from hermit.tools import safe_fs
+from hermit.tools import room_journal, safe_fs
 from hermit.tools.exec_cgroup import CommandCgroup, fallback_limits, find_site, nproc_per_namespace
 from hermit.tools.os_sandbox import (
     COMMAND_VARIABLE,
@@ -272,12 +272,12 @@ class RoomRun:
         self.ended()
         join_while_busy(self._threads, lambda: self.out_bytes, self.channels.cut)
         self.channels.close()
-        notes: list[str] = []
+        notes = self._told()
         try:
             if not apply:
                 return notes
             if self.overflow:
-                return [f"[the command's files were not kept: more than {self.sandbox.out_cap:,} bytes came back]"]
+                return [*notes, f"[the command's files were not kept: more than {self.sandbox.out_cap:,} bytes came back]"]
             if self.group is not None and self.group.oom_killed():
                 notes.append(f"[a process was killed: the command's processes together may hold "
                              f"{self.sandbox.limits.memory_mb} MB (sandbox.exec_memory_mb)]")
@@ -322,6 +322,15 @@ class RoomRun:
             if self.group is not None:
                 self.group.remove()
 
+    def _told(self) -> list[str]:
+        """What the room's chat is to be told of an earlier merge a stopped Hermit left (room_journal.tell): finished
+        when this command's room went in, or its staging folder removed then."""
+        room = self.sandbox.view.room
+        if not room_journal.told_path(room.base, room.path.name).exists():
+            return []
+        with room.locked():
+            return room_journal.heard(room.base, room.path.name)
+
     def _packed(self) -> bool:
         """The wrapper's tar finished (WRAPPER: PACKED follows it): a pack cut short is never merged."""
         if self.out_bytes < len(PACKED):
@@ -362,11 +371,12 @@ class RoomRun:
         seconds = merge_seconds(room)
         deadline = time.monotonic() + seconds
         # Held from its making to its removal: what a killed process left is removed by the next run
-        # (sweep_staging), never what a live one uses.
+        # (sweep_staging, which tells the room's chat: room_journal.mark_staging), never what a live one uses.
         staging, fd = new_staging(room.base)
         too_deep: list[str] = []
         seen: dict[str, Seen] = {}
         try:
+            room_journal.mark_staging(fd, room.path.name)
             try:
                 with tarfile.open(fileobj=self.spool, mode="r:") as tar:
                     # The room's copy may hold any number of empty files (a tmpfs counts bytes, not
@@ -377,22 +387,40 @@ class RoomRun:
                 add_unchanged(same, self.manifest, seen, deadline)
             except (tarfile.TarError, OSError, ValueError) as e:
                 return f"[the command's files were not kept: the room could not be read back ({_reason(e)})]"
-            try:
-                with room.locked() as room_fd:
-                    merge = apply_incoming(room_fd, staging, self.manifest, room.quota_bytes, seen, deadline)
-            except (OSError, HermitError, RecursionError) as e:
-                # What came back is read in full, and the merge planned, before the room is touched
-                # (room_merge.py): the room is as it was, unless the error came while writing it.
-                return f"[the command's files were not kept: they could not be merged into the room ({_reason(e)})]"
+            asked = time.monotonic()
+            with room.locked() as room_fd:
+                # Its time counts from when it has the room: waiting for another merge of this room (or finishing
+                # one a stopped Hermit left) is not this one's.
+                deadline += time.monotonic() - asked
+                try:
+                    merge = apply_incoming(room_fd, staging, self.manifest, room.quota_bytes, seen, deadline,
+                                           carry=room_journal.carry_path(room.base, room.path.name))
+                except (OSError, HermitError, RecursionError) as e:
+                    # What came back is read in full, and the merge planned, before the room is touched
+                    # (room_merge.py): the room is as it was — unless the error came while the plan was carried
+                    # out: then the rest of it is carried out now, or the chat told what the room holds.
+                    cause = f"the command's files met an error as they were kept in this chat's room ({_reason(e)})"
+                    return room_journal.recover(room_fd, room.base, room.path.name, cause) or (
+                        f"[the command's files were not kept: they could not be merged into the room ({_reason(e)})]")
         except OverTime:  # reading what came back, or planning, passed the merge's time: the room is untouched
-            return (f"[the command's files were not kept: merging them back into this chat's room would take "
-                    f"longer than its {seconds:.0f} s — what the room held before is unchanged]")
+            return _over_time(seconds, seen, self.manifest)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
             os.close(fd)  # the lock goes after the folder
         merge.skipped += over
         merge.too_deep = too_deep
         return merge
+
+
+def _over_time(seconds: float, seen: Mapping[str, Seen], seed: Manifest) -> str:
+    """What the chat is told of a merge that would pass its time (bench/results/room_merge.md: a full rewrite of a
+    room of 65,000 files, on a disk others load, can): nothing is kept, and how to get the work done is said."""
+    changed = sum(1 for rel, e in seen.items() if rel not in seed or seed[rel].sig != e.sig)
+    many = f" ({changed:,} entries came back changed)" if changed else ""
+    return (f"[the command's files were not kept: merging them back into this chat's room would take longer than its "
+            f"{seconds:.0f} s{many} — what the room held before is unchanged. Run the command again (the disk may be "
+            "busy now), or change fewer files per command (a folder at a time), or keep many small files in one "
+            "archive (tar)]")
 
 
 def merge_seconds(room: Room) -> float:

@@ -26,6 +26,7 @@ from hermit.durable import write_all
 from hermit.errors import HermitError
 from hermit.locks import left_unheld, make_held_dir
 from hermit.tools import safe_fs
+from hermit.tools.room_journal import tell_not_kept
 from hermit.tools.rooms import SeedEntry, Signature
 from hermit.tools.views import MEMORY_DIR
 from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
@@ -72,9 +73,11 @@ def new_staging(rooms: Path) -> tuple[Path, int]:
 
 
 def sweep_staging(rooms: Path) -> None:
-    """Remove the staging folders (`.incoming-…`) that no process holds: those of Hermit processes killed
-    mid-merge."""
+    """Remove the staging folders (`.incoming-…`) that no process holds: those of Hermit processes killed before
+    their merge began (the room untouched; its chat is told, room_journal.tell_not_kept)."""
     for path in left_unheld(rooms, STAGING_PREFIX):
+        with contextlib.suppress(OSError):
+            tell_not_kept(rooms, Path(path))
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -87,19 +87,38 @@ class Room:
 
     @contextlib.contextmanager
     def fd(self) -> Iterator[int]:
+        """The room's descriptor (closed after the block). A merge a stopped Hermit left part-way is finished first
+        (`locked`), so no use of the room sees it half-merged."""
+        if self.pending():
+            with self.locked():
+                pass
         fd = self.open()
         try:
             yield fd
         finally:
             os.close(fd)
 
+    def pending(self) -> bool:
+        """A merge into this room was written down and not finished (room_journal.py: its carry folder is there)."""
+        return os.path.lexists(self.base / f".{room_slug(self.audience)}.carry" / "journal")
+
     @contextlib.contextmanager
     def locked(self) -> Iterator[int]:
         """The room's descriptor, held with an exclusive lock: file tools and the merge after an exec take
-        turns, so neither loses the other's change."""
+        turns, so neither loses the other's change. A merge a stopped Hermit left part-way is finished first, and
+        what happened kept for the chat (room_journal.recover)."""
         ensure_private_dir(self.base)
-        with locked(self.base / f".{room_slug(self.audience)}.lock"), self.fd() as fd:
-            yield fd
+        with locked(self.base / f".{room_slug(self.audience)}.lock"):
+            fd = self.open()
+            try:
+                if self.pending():
+                    from hermit.tools import room_journal  # noqa: PLC0415 - room_journal builds on this module
+
+                    if note := room_journal.recover(fd, self.base, room_slug(self.audience)):
+                        room_journal.tell(self.base, room_slug(self.audience), note)
+                yield fd
+            finally:
+                os.close(fd)
 
     @property
     def max_entries(self) -> int:
