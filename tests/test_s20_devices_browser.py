@@ -204,3 +204,27 @@ def test_an_idle_device_is_refused_and_forgets_its_key(pw: Any, served: Served, 
         assert page.evaluate(STORED)["device"] is None
     finally:
         ctx.close()
+
+
+def test_a_home_screen_app_with_its_own_storage_signs_in_with_a_pasted_link(pw: Any, served: Served,
+                                                                            tmp_path: Path) -> None:
+    """iOS gives a home-screen web app storage of its own, and a QR code opens the browser: the app, opened at the
+    start URL not signed in, takes the link pasted, signs in as a device and stays so."""
+    ctx = phone(pw, tmp_path / "app")
+    try:
+        page = ctx.new_page()
+        page.goto(served.origin + "/")
+        page.wait_for_selector("#paste-signin", state="visible", timeout=T)
+        assert page.is_enabled("#paste-link")
+        page.fill("#paste-link", served.origin + "/#chat")  # a link, but no sign-in link
+        page.tap("#paste-signin button")
+        assert page.evaluate("document.getElementById('paste-link').validationMessage").startswith("a sign-in link")
+        page.fill("#paste-link", served.link())
+        page.tap("#paste-signin button")
+        page.wait_for_selector("#status.ok", timeout=T)
+        assert page.is_hidden("#paste-signin") and page.evaluate(STORED)["device"]
+        page.close()
+        page = ctx.new_page()
+        signed_in(page, served.origin + "/")
+    finally:
+        ctx.close()

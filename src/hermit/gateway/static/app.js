@@ -59,7 +59,20 @@
     for (const form of document.querySelectorAll("main form")) for (const c of form.elements) c.disabled = true;
     for (const id of ["new-session", "memory-edit", "memory-save", "ops-refresh"]) $(id).disabled = true;
     $("input").placeholder = "Not signed in — see above";
+    // A web app opened from the home screen may not share the browser's storage (iOS keeps its own), and a QR code
+    // opens the browser, not it: a sign-in link can be pasted here instead.
+    const paste = $("paste-signin");
+    for (const c of paste.elements) c.disabled = false;
+    paste.hidden = false;
   }
+  $("paste-signin").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const found = /#ticket=([A-Za-z0-9_-]{16,128})\s*$/.exec($("paste-link").value.trim());
+    if (!found) { $("paste-link").setCustomValidity("a sign-in link ends in #ticket=…"); $("paste-link").reportValidity(); return; }
+    sessionStorage.setItem("hermit.ticket", found[1]);
+    location.replace(location.pathname);
+  });
+  $("paste-link").addEventListener("input", () => $("paste-link").setCustomValidity(""));
   const newId = () => "r" + (nextId++) + "-" + Date.now().toString(36);
 
   class GatewayError extends Error {
