@@ -106,6 +106,16 @@ def _dash_query(args: argparse.Namespace, extra: list[str]) -> bool:
     return False
 
 
+def _gateway_words(ctx: CliContext, e: HermitError) -> str | None:
+    """A scheduler hint whose last words are the gateway's restart, in words for how it runs (or its start)."""
+    targets = sys.modules.get("hermit.scheduler.targets")  # not loaded: the error is not one of its (no import)
+    if targets is None or not isinstance(e, targets.NoAccount):
+        return None
+    from hermit.cli.running_gateway import start_or_restart
+
+    return e.hint_then(start_or_restart(ctx))
+
+
 def _report(e: HermitError, as_json: bool, ctx: CliContext | None = None) -> None:
     from hermit.redaction import KNOWN, register
 
@@ -114,7 +124,7 @@ def _report(e: HermitError, as_json: bool, ctx: CliContext | None = None) -> Non
         from hermit.cli.setup import stopped_fake_hint
 
         register(*configured_secrets(ctx))  # a provider or platform may echo a key into its error
-        hint = stopped_fake_hint(ctx, e) or hint
+        hint = stopped_fake_hint(ctx, e) or _gateway_words(ctx, e) or hint
     message, hint = KNOWN.mask(e.message), KNOWN.mask(hint)
     if as_json:  # scripts reading --json output get the error as JSON too
         print(json.dumps({"results": [], "error": message, "hint": hint}, ensure_ascii=False))

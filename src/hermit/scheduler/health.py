@@ -18,7 +18,7 @@ from hermit.scheduler.heartbeat import (
     read_heartbeat_file,
     withheld_from,
 )
-from hermit.scheduler.targets import not_let_in_fix, peer_kind_of, resolve_target
+from hermit.scheduler.targets import hint_then, not_let_in_fix, peer_kind_of, resolve_target
 
 # (status, detail, fix): one doctor line.
 Health = tuple[Literal["ok", "warn", "fail"], str, str]
@@ -79,9 +79,10 @@ def heartbeat_health(loaded: LoadedConfig) -> Health:
     return ("ok", "; ".join(lines), "")
 
 
-def target_problems(home: Path, loaded: LoadedConfig) -> tuple[list[str], int]:
+def target_problems(home: Path, loaded: LoadedConfig, then: str | None = None) -> tuple[list[str], int]:
     """(what is wrong with each delivery target, how many targets there are): announcing jobs and
-    heartbeat targets. An unreadable job file is jobs_health's to report."""
+    heartbeat targets. An unreadable job file is jobs_health's to report. `then`: the gateway's restart (or start)
+    in words for how it runs, for a target whose channel has no account (targets.NoAccount)."""
     problems: list[str] = []
     count = 0
     for agent in loaded.agents:
@@ -91,7 +92,7 @@ def target_problems(home: Path, loaded: LoadedConfig) -> tuple[list[str], int]:
             try:
                 resolve_target(loaded.config.channels, t.channel, t.account, what=f"heartbeat target of {agent.id}")
             except HermitError as e:
-                problems.append(f"{e.message} — {e.hint}")
+                problems.append(f"{e.message} — {hint_then(e, then)}")
     try:
         jobs = CronJobs(home, loaded).load().jobs
     except HermitError:
@@ -103,12 +104,12 @@ def target_problems(home: Path, loaded: LoadedConfig) -> tuple[list[str], int]:
             try:
                 resolve_target(loaded.config.channels, d.channel, d.account, what=f"job {job.label}")
             except HermitError as e:
-                problems.append(f"{e.message} — {e.hint}")
+                problems.append(f"{e.message} — {hint_then(e, then)}")
     return problems, count
 
 
-def targets_health(home: Path, loaded: LoadedConfig) -> Health:
-    problems, count = target_problems(home, loaded)
+def targets_health(home: Path, loaded: LoadedConfig, then: str | None = None) -> Health:
+    problems, count = target_problems(home, loaded, then)
     if problems:
         return ("fail", "; ".join(problems),
                 "fix the job with `hermit cron edit <id> --announce CHANNEL:ACCOUNT:PEER`, the heartbeat under "

@@ -52,6 +52,35 @@ class Refused:
         return Refused(text, self.rule)
 
 
+# The hint's last words when the caller cannot say how the gateway runs: setup, which saves the account, names the
+# running gateway's restart by how it runs (cli/running_gateway.after_change_note).
+AS_SETUP_SAYS = ("restart the gateway as setup says (its service's restart when it runs as one; `hermit doctor` says "
+                 "it too)")
+
+
+class NoAccount(JobError):
+    """A delivery names a chat channel with no account configured. The fix ends with the gateway's restart (it reads
+    channel accounts when it starts), in words for how it runs — which the scheduler, importing no gateway, cannot
+    know: a composition root that can (the CLI: cli/running_gateway.start_or_restart) asks `hint_then` for them."""
+
+    def __init__(self, message: str, channel: str) -> None:
+        super().__init__(message, no_account_hint(channel))
+        self.channel = channel
+
+    def hint_then(self, then: str | None) -> str:
+        """The hint with `then` (e.g. "restart the gateway: `systemctl --user restart …`") as its last words."""
+        return no_account_hint(self.channel, then)
+
+
+def no_account_hint(channel: str, then: str | None = None) -> str:
+    return f"add one under channels.{channel}.accounts with `hermit setup --channel {channel}`, then {then or AS_SETUP_SAYS}"
+
+
+def hint_then(e: HermitError, then: str | None) -> str:
+    """`e`'s hint, with the gateway's restart in `then`'s words when it is a NoAccount's."""
+    return e.hint_then(then) if isinstance(e, NoAccount) else e.hint
+
+
 @dataclass(frozen=True)
 class ResolvedTarget:
     channel: str  # lower case, as the gateway keys its channels
@@ -84,12 +113,10 @@ def resolve_target(channels: ChannelsConfig, channel: str, account: str | None, 
                        f"use one of {', '.join(known_channels())}, e.g. --announce telegram:12345")
     accounts = configured_accounts(channels, name)
     if not accounts:
-        how = ("enable it (channels.webchat.enabled: true)" if name == WEBCHAT else
-               # The scheduler cannot know how the gateway runs (it imports no gateway): setup, which saves the
-               # account, names the running gateway's restart by how it runs (cli/running_gateway.after_change_note).
-               f"add one under channels.{name}.accounts with `hermit setup --channel {name}`, then restart the gateway "
-               "as setup says (its service's restart when it runs as one; `hermit doctor` says it too)")
-        raise JobError(f"{what}: no {name} account is configured, so nothing could be delivered", how)
+        message = f"{what}: no {name} account is configured, so nothing could be delivered"
+        if name == WEBCHAT:
+            raise JobError(message, "enable it (channels.webchat.enabled: true)")
+        raise NoAccount(message, name)
     if account:
         if account not in accounts:
             raise JobError(f"{what}: there is no {name} account {account!r} ({_accounts_text(name, accounts)})",
