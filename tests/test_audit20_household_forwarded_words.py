@@ -173,3 +173,29 @@ def test_the_new_dump_marks_the_assistants_copy_of_a_forward(tmp_path: Path) -> 
     assert f"> {BEA}" in text  # the forward, framed as it came
     assert f"Assistant: {RESTATED} (words of a message forwarded from Bea, not your user's)" in text, text
     assert "Assistant: ok\n" in text  # the assistant's own words as written
+
+
+def test_an_edit_is_judged_by_the_lines_it_adds(tmp_path: Path) -> None:
+    """The flush's edit of today's log repeats the text it keeps: keeping Bea's line is no copy of hers, adding her
+    words as the owner's is refused, and nothing is written then."""
+    from hermit.agent.flush import flush_policy
+    from hermit.agent.forwarded_words import GuardedTools
+    from hermit.messages import ToolCallPart, ToolResultMessage
+
+    loaded = small_config(tmp_path / "home", None, defaults={"memory_search": {"provider": "none"}})
+    with FakeProvider([]) as fake:
+        rt = runtime(loaded, fake_model(small_config(tmp_path / "other", fake)))
+    log = rt.agent.workspace / LOG
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(f"{BEA_NOTE}\n", encoding="utf-8")
+    hit = {"results": [{"path": LOG, "snippet": f'[written from telegram session agent:main:telegram:dm:own-bea by '
+                                                 f'own-bea "Bea"] {BEA_NOTE}', "audience": "telegram:dm:own-bea"}]}
+    seen = [ToolResultMessage("c1", "memory_search", json.dumps(hit))]
+    tools = GuardedTools(rt.tools_for(main_session_key("main"), write_policy=flush_policy(rt.agent.workspace, TODAY),
+                                      exec_enabled=False), seen)
+    kept = tools.run(ToolCallPart("e1", "edit", {"path": LOG, "old": BEA_NOTE, "new": f"{BEA_NOTE}\n{OWN}"}))
+    assert not kept.result.is_error, kept.result.content
+    copied = tools.run(ToolCallPart("e2", "edit", {"path": LOG, "old": OWN, "new": f"{OWN}\n{BEA_COPIED}"}))
+    assert copied.result.is_error and "written in the chat telegram session" in copied.result.content
+    text = log.read_text(encoding="utf-8")
+    assert OWN in text and BEA_COPIED not in text, text

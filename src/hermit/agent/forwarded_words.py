@@ -197,12 +197,17 @@ class GuardedTools(ToolRunner):
     def run(self, call: ToolCallPart) -> ToolRun:
         text = call.arguments.get("content", call.arguments.get("new")) if call.name in WRITING else None
         if isinstance(text, str) and self._forwards:
-            for line in text.splitlines():
+            # An edit's `new` repeats the text it keeps (the daily log's append-only rule): only its added lines.
+            kept = call.arguments.get("old") if call.name == "edit" else None
+            had = {ln.strip() for ln in kept.splitlines()} if isinstance(kept, str) else set()
+            for line in (ln for ln in text.splitlines() if ln.strip() not in had):
                 author = copied_from(line, self._forwards)
                 if author is not None:
+                    chat = author.startswith("the chat ")
+                    example = f"written from {author.removeprefix('the chat ')}: …" if chat else \
+                        f"{author} (forwarded): …"
                     error = (f"not written: the line {line.strip()[:120]!r} copies {_whose(author)}, which are theirs, "
                              f"not your user's. Write it again saying whose they are on that line (e.g. "
-                             f"\"{author.removeprefix('the chat ')} (forwarded): …\" or \"written from …: …\"), "
-                             "or leave it out.")
+                             f"{example!r}), or leave it out.")
                     return ToolRun(call, ToolResultMessage(call.id, call.name, error, True), 0.0)
         return self._inner.run(call)
