@@ -10,9 +10,11 @@ another user's — and the whole request, body included, must come within `gatew
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
+import struct
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,13 +27,15 @@ from prochelpers import PROC_TIMEOUT, python_as
 from test_s19_web_idle import PER_SOURCE, WAIT, closed_by_gateway, raw, signed_in, works
 
 NOBODY = {"user": 65534, "group": 65534, "extra_groups": []}
+SIOCGIFADDR = 0x8915
 
 # uid 65534's program: PER_SOURCE silent connections from 127.0.0.1 (as many as s19 let one address hold), then
-# EXTRA more from other loopback addresses; says how many of those the gateway closed, then (on a line from the
+# EXTRA more from other loopback addresses and from this machine's LAN address (a local user may connect to
+# 127.0.0.1 from it: not a network client); says how many of those the gateway closed, then (on a line from the
 # test) how many of the first ones are still open, and holds them all until its stdin ends.
 FLOOD = r"""
 import json, select, socket, sys, time
-port, per, extra, wait = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+port, per, extra, wait, lan = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 
 def opened(source):
     s = socket.socket()
@@ -63,7 +67,7 @@ def still_open(s):
         return False
 
 first = [opened("127.0.0.1") for _ in range(per)]
-more = [opened(f"127.0.0.{2 + n % 3}") for n in range(extra)]
+more = [opened(["127.0.0.2", "127.0.0.3", lan][n % 3]) for n in range(extra)]
 print(json.dumps({"more_closed": closed_within(more, wait)}), flush=True)
 sys.stdin.readline()
 print(json.dumps({"first_open": sum(still_open(s) for s in first)}), flush=True)
@@ -104,6 +108,20 @@ def nobody_python() -> str:
     return python
 
 
+def lan_address() -> str:
+    """An IPv4 address of this machine that is not loopback (an interface's, asked with SIOCGIFADDR)."""
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                packed = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue  # down, or no IPv4 address
+        found = socket.inet_ntoa(packed[20:24])
+        if not found.startswith("127."):
+            return found
+    raise AssertionError("this machine has no IPv4 address but loopback's")
+
+
 def page_answers(gw: GatewayProcess) -> bool:
     page = raw(gw, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
     try:
@@ -117,7 +135,8 @@ def page_answers(gw: GatewayProcess) -> bool:
 def test_another_local_user_cannot_take_the_owners_room(patient: GatewayProcess, nobody_python: str) -> None:
     assert os.geteuid() != 65534
     port = patient.port
-    flood = subprocess.Popen([nobody_python, "-c", FLOOD, str(port), str(PER_SOURCE), str(EXTRA), str(WAIT)],
+    flood = subprocess.Popen([nobody_python, "-c", FLOOD, str(port), str(PER_SOURCE), str(EXTRA), str(WAIT),
+                              lan_address()],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/",
                              **NOBODY)  # type: ignore[call-overload]
     try:
@@ -127,7 +146,8 @@ def test_another_local_user_cannot_take_the_owners_room(patient: GatewayProcess,
         assert page_answers(patient), "the owner's page was refused while another user held 127.0.0.1's slots"
         with signed_in(patient) as ws:
             assert works(ws)
-        # one uid is one source whatever loopback address it uses: 127.0.0.2-4 did not give it more room
+        # one uid is one source whatever address of this machine it uses: 127.0.0.2-3 or the LAN address gave it
+        # no more room
         assert said["more_closed"] == EXTRA, said
         flood.stdin.write("count\n")
         flood.stdin.flush()
@@ -156,16 +176,20 @@ def test_who_a_connection_is_counted_as(nobody_python: str) -> None:
                 assert classify(client, where, os.geteuid()) == ("yours", "127.0.0.1")
                 assert classify(client, where, 65534) == ("local", f"uid {os.geteuid()}")
                 assert mine.getsockname() == client
+        # uid 65534's: one from 127.0.0.1, one from this machine's LAN address (to 127.0.0.1 all the same)
         theirs = subprocess.Popen(
-            [nobody_python, "-c", "import socket, sys; s = socket.create_connection(('127.0.0.1', int(sys.argv[1])));"
-             " print('on', flush=True); sys.stdin.read()", str(where[1])],
+            [nobody_python, "-c", "import socket, sys\nheld = []\nfor src in sys.argv[2:]:\n"
+             "    held.append(socket.create_connection(('127.0.0.1', int(sys.argv[1])), source_address=(src, 0)))\n"
+             "print('on', flush=True)\nsys.stdin.read()", str(where[1]), "127.0.0.1", lan_address()],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/", **NOBODY)  # type: ignore[call-overload]
         try:
             assert theirs.stdout is not None and theirs.stdout.readline().strip() == "on"
-            accepted, client = server.accept()
-            with accepted:
-                assert classify(client, where, os.geteuid()) == ("local", "uid 65534")
-                assert classify(client, where, 65534) == ("yours", "127.0.0.1")
+            for source in ("127.0.0.1", lan_address()):
+                accepted, client = server.accept()
+                with accepted:
+                    assert client[0] == source
+                    assert classify(client, where, os.geteuid()) == ("local", "uid 65534")
+                    assert classify(client, where, 65534) == ("yours", source)
         finally:
             assert theirs.stdin is not None
             theirs.stdin.close()

@@ -58,14 +58,17 @@ def source_of(client: tuple[str, int] | None) -> str:
 
 
 def classify(client: tuple[str, int], server: tuple[str, int] | None, own_uid: int) -> Source:
-    """The pool and source a connection from `client` to the gateway's `server` address is counted under."""
-    ip = address(client[0])
-    if ip is None or not is_local(ip, address(server[0]) if server else None):
-        return "network", source_of(client)
+    """The pool and source a connection from `client` to the gateway's `server` address is counted under.
+
+    The client's socket is looked up whatever its address: another local user may connect to 127.0.0.1 from this
+    machine's LAN address (or to [::1] from its IPv6 one), which would otherwise count as a network client's."""
     uid = client_uid(client, server)
-    if uid == own_uid:
-        return "yours", source_of(client)
-    return "local", f"uid {uid}" if uid is not None else "uid unknown"
+    if uid is not None:
+        return ("yours", source_of(client)) if uid == own_uid else ("local", f"uid {uid}")
+    ip = address(client[0])
+    if ip is not None and is_local(ip, address(server[0]) if server else None):
+        return "local", "uid unknown"  # a local client whose owner cannot be read: fail closed
+    return "network", source_of(client)
 
 
 class Unsigned:
