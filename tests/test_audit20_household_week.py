@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,10 @@ async def walk(home: Path, provider: FakeProvider) -> Week:
         await asyncio.to_thread(ws_call, gw.url, token, [("chat.send", {"text": f"HH-WEB-1 kiwi {MAIN_CANARIES['web']}"})])
 
         # Bea, the spouse, in her own DM: a secret of hers, then everything, then a reminder.
-        provider.add({"match": {"contains": "HH-SPOUSE-1"}, "text": "spouse-ok"})
+        today = datetime.now(UTC).date().isoformat()  # the agents' zone is UTC; a chat may add to a recent log
+        provider.add({"match": {"contains": "HH-SPOUSE-1"}, "tool_calls": [{"name": "write", "arguments": {
+            "path": f"memory/{today}.md", "content": f"- Bea's locker: kiwi {SPOUSE_CANARY}\n", "append": True}}]},
+            {"match": {"contains": "HH-SPOUSE-1"}, "text": "spouse-ok"})
         await tg.dm("personal", SPOUSE, f"HH-SPOUSE-1 my locker code is kiwi {SPOUSE_CANARY}")
         await until(lambda: week.to(SPOUSE) == ["spouse-ok"], "Bea's first answer")
         provider.add(*probe("HH-SPOUSE-PROBE", paths))
@@ -218,6 +222,15 @@ def test_the_owners_own_turns_carry_the_owners_canaries(week: Week) -> None:
     assert "memory/household.md" in (week.ws["main"] / "memory" / "household.md").as_posix()
     assert MAIN_CANARIES["note"] in (week.ws["main"] / "memory" / "household.md").read_text(encoding="utf-8")
     assert found(" ".join(side(week, "HH-WEB-1", 1)), MAIN_CANARIES) == ["memory", "note", "chat", "web"]
+
+
+def test_the_spouses_own_note_is_hers(week: Week) -> None:
+    """Bea's DM wrote a note (her chat's block in today's log): the group, the colleagues and the job never see it
+    (the parametrized test below), she does (her probe)."""
+    [req] = side(week, "HH-SPOUSE-1")[1:]
+    assert "added a note" in req
+    notes = [p.read_text(encoding="utf-8") for p in (week.ws["main"] / "memory").glob("20*.md")]
+    assert any(SPOUSE_CANARY in n and 'audience="telegram:dm:2000"' in n for n in notes), notes
 
 
 def test_the_spouse_gets_none_of_the_owners_or_the_family_agents_text(week: Week) -> None:
