@@ -127,6 +127,13 @@ def test_without_a_user_manager_or_systemd_nothing_runs_and_the_command_is_given
     r = hermit(machine(tmp_path, home, user_manager=False, state="offline"), "service", "status")
     assert r.returncode == 3 and "this machine does not run systemd" in r.stdout, r.stdout
     assert calls(tmp_path) == []
+    assert hermit(env, "service", "uninstall").returncode == 0
+    r = hermit(machine(tmp_path, home, user_manager=False, state="offline"), "service", "status")
+    assert r.returncode == 1, r.stdout
+    assert "and this machine does not run systemd (a container, or another init system), so none would start " \
+           "here" in r.stderr, r.stderr
+    assert f"--home {home} gateway run; or run `hermit gateway run` in a terminal" in r.stderr
+    assert "`hermit service install`" not in r.stderr  # it would refuse here
 
 
 def test_a_gateway_run_by_hand_is_not_doubled_by_the_service(tmp_path: Path) -> None:

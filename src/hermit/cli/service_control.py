@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
+import sys
 
 from hermit.cli.context import CliContext
 from hermit.cli.running_gateway import RunningGateway, running_gateway
@@ -63,6 +65,12 @@ def _not_installed(ctx: CliContext, gw: RunningGateway | None) -> ConfigError:
     if gw is not None:
         by_hand = (f"; the gateway running now (pid {gw.pid}){HowRun(gw.pid, gw.service, gw.launchd).runs_as()} is "
                    f"not one: it stops with {HowRun(gw.pid, gw.service, gw.launchd).stop()}")
+    if sys.platform != "darwin" and systemd_offline(ctx.environ):  # `install` would refuse here
+        return ConfigError(f"no gateway service is installed for the state dir {ctx.home}{by_hand}, and this machine "
+                           "does not run systemd (a container, or another init system), so none would start here",
+                           "keep the gateway running another way: make this the container's command or your "
+                           f"supervisor's: {shlex.join(gateway_command(ctx.home))}; or run `hermit gateway run` "
+                           "in a terminal")
     return ConfigError(f"no gateway service is installed for the state dir {ctx.home}{by_hand}",
                        "install one: `hermit service install` (it starts at login and is restarted when it fails); or "
                        "run the gateway in the foreground: `hermit gateway run`")
