@@ -340,3 +340,30 @@ def test_the_store_is_the_owners_alone_as_root_and_as_another_user(uid: int | No
         got = json.loads(done.stdout)
         assert got["uid"] == (uid if uid is not None else os.getuid()) and got["mode"] == 0o600
         assert got["ids"] == [got["me"]] and "not a private file of yours" in got["other"]
+
+
+def test_two_connections_racing_with_one_ticket_record_one_device(gw: GatewayProcess) -> None:
+    """One ticket signs one browser in: of two connections holding it, each with a key of its own, the one that
+    loses the race records no device either."""
+    first, second = Key(), Key()
+    ticket = new_ticket(gw)
+    before = {d.id for d in Devices(gw.home).all()}
+    with Conn(gw, ticket=ticket) as a, Conn(gw, ticket=ticket) as b:
+        replies = []
+        for c, key in ((a, first), (b, second)):
+            proof = handshake_proof(ticket.encode(), "client", c.host, c.gateway_nonce, c.nonce)
+            replies.append(c.connect(proof=proof, device={"key": key.spki, "name": "x"}, signature=key.sign(c.signed())))
+    assert [r["ok"] for r in replies] == [True, False] and replies[1]["error"]["code"] == "ticket_expired"
+    assert {d.id for d in Devices(gw.home).all()} - before == {replies[0]["payload"]["deviceId"]}
+
+
+def test_a_device_revoked_while_it_signs_in_is_not_let_in(gw: GatewayProcess) -> None:
+    """Revoked between the gateway's challenge and the device's signature: refused, not signed in with a record that
+    is gone."""
+    key = Key()
+    did = sign_in(gw, key)["device"]["id"]
+    with Conn(gw, device=did) as c:
+        assert c.challenge["ok"]
+        Devices(gw.home).revoke(did)
+        reply = c.connect(signature=key.sign(c.signed()))
+        assert not reply["ok"] and closed_with(c.ws) == 4401

@@ -245,10 +245,11 @@ class Devices:
         self._change(change)
         return new
 
-    def touch(self, did: str) -> None:
-        """Device `did` was seen now."""
+    def touch(self, did: str) -> bool:
+        """Device `did` was seen now: whether it is (still) signed in."""
         now = self.clock()
-        self._change(lambda devices: [replace(d, last_seen=now) if d.id == did else d for d in devices])
+        after = self._change(lambda devices: [replace(d, last_seen=now) if d.id == did else d for d in devices])
+        return any(d.id == did for d in after)
 
     def revoke(self, did: str) -> Device:
         """Remove the device whose id is `did` or starts with it (at least 6 hex digits, one device); HermitError

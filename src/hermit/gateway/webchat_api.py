@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import hmac
 import json
 import logging
@@ -40,21 +39,16 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from hermit.channels.base import Attachment
 from hermit.channels.webchat import WebchatChannel
 from hermit.errors import HermitError
-from hermit.gateway import webchat_sessions
+from hermit.gateway import device_sockets, webchat_sessions
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.attachments import MAX_IMAGE_BYTES
 from hermit.gateway.console import Console
 from hermit.gateway.devices import (
-    TOUCH_SECONDS,
     Device,
     Devices,
     device_secret,
-    public_key,
-    signed_text,
-    verify,
 )
 from hermit.gateway.image_index import PhotoIndex
-from hermit.gateway.phone import phone_sign_in
 from hermit.gateway.protocol import (
     CLOSE_POLICY,
     CLOSE_PROTOCOL,
@@ -342,21 +336,20 @@ class WebchatApi:
         ticket: str | None = None  # the id of the ticket this connection signs in with
         new_device: Device | None = None
         if challenge is not None and challenge.device is not None:  # a signed-in device: its signature
-            device = challenge.device
-            ok = params.signature is not None and hmac.compare_digest(challenge.origin, device.origin) and \
-                await asyncio.to_thread(verify, device.key, params.signature, self._signed(challenge))
-            if ok:
-                await asyncio.to_thread(self._touch, device.id)
-                sock.device = device.id
+            ok = await self._device_signs_in(sock, params, challenge, challenge.device)
         elif params.proof is not None:
             expected = handshake_proof(challenge.key, "client", challenge.host, challenge.gateway_nonce,
                                        challenge.client_nonce) if challenge is not None else ""
             ok = bool(expected) and hmac.compare_digest(params.proof, expected)
             ticket = challenge.ticket_id if ok and challenge is not None else None
+            der = None  # the key of the device to record, once its signature is good and the ticket is ours
             if ticket is not None and challenge is not None and params.device is not None:
-                ok, new_device = await asyncio.to_thread(self._new_device, challenge, params)
+                der = await asyncio.to_thread(self._device_key, challenge, params)
+                ok = der is not None
             if ticket is not None and ok and not await self._redeem(ticket):
                 raise self._expired(req.id)  # another tab redeemed it since the challenge, or it expired
+            if ok and der is not None and challenge is not None and params.device is not None:
+                new_device = await asyncio.to_thread(self._record, der, params.device.name, challenge.origin)
         elif params.ticket is not None:  # outside a secure context: the ticket itself, as the token would be
             ticket = ticket_id(params.ticket)
             if not await self._redeem(ticket, params.ticket):
@@ -395,91 +388,17 @@ class WebchatApi:
         await sock.send_raw(res_ok(req.id, hello))
         return client_id
 
-    @staticmethod
-    def _signed(challenge: _Challenge) -> bytes:
-        return signed_text(challenge.origin, challenge.host, challenge.gateway_nonce, challenge.client_nonce)
-
-    def _touch(self, did: str) -> None:
-        if self.devices is not None:
-            with contextlib.suppress(HermitError, OSError):  # not recorded as seen: it is still signed in
-                self.devices.touch(did)
-
-    def _new_device(self, challenge: _Challenge, params: ConnectParams) -> tuple[bool, Device | None]:
-        """(whether the device's signature is good, the device recorded) of a ticket sign-in that names one: it
-        must sign the handshake with the key it gives (a page that cannot, or an origin-less client, gets the
-        token as before: None)."""
-        assert params.device is not None
-        der = public_key(params.device.key)
-        if der is None or params.signature is None or not verify(params.device.key, params.signature,
-                                                                 self._signed(challenge)):
-            return False, None
-        if self.devices is None or not challenge.origin:
-            return True, None
-        try:
-            device = self.devices.add(der, params.device.name, challenge.origin)
-        except (HermitError, OSError) as e:
-            log.warning("could not record a signed-in device: %s", getattr(e, "message", e))
-            return True, None
-        log.info("the web app signed a device in: %s at %s", device.name, device.origin)
-        return True, device
-
-    def _watch_devices(self) -> None:
-        if self._device_watch is None or self._device_watch.done():
-            self._device_watch = asyncio.create_task(self._watching_devices(), name="web app device watch")
-
-    async def _watching_devices(self) -> None:
-        """While a device's socket is open: a device revoked by `hermit devices revoke` (another process) has
-        its sockets closed within `device_watch_interval`; an open one is recorded as seen every hour."""
-        assert self.devices is not None
-        stamp, touched = self.devices.stamp(), asyncio.get_running_loop().time()
-        while any(s.device for s in self._sockets):
-            await asyncio.sleep(self.device_watch_interval)
-            now = self.devices.stamp()
-            if now != stamp:
-                stamp = now
-                await self._close_signed_out()
-            if asyncio.get_running_loop().time() - touched > TOUCH_SECONDS:
-                touched = asyncio.get_running_loop().time()
-                for did in {s.device for s in self._sockets if s.device}:
-                    await asyncio.to_thread(self._touch, did)
-
+    # ---- signed-in devices (gateway/device_sockets.py) ------------------------------------------------
     device_watch_interval = 0.5  # seconds between looks at devices.json while a device is connected
-
-    async def _close_signed_out(self) -> None:
-        """Tell and close every socket whose device is no longer signed in."""
-        assert self.devices is not None
-        try:
-            kept = {d.id for d in await asyncio.to_thread(self.devices.all)}
-        except HermitError as e:
-            log.warning("cannot read the signed-in devices: %s", e.message)
-            return
-        for s in [s for s in self._sockets if s.device and s.device not in kept]:
-            await self._sign_out(s)
-
-    async def _sign_out(self, sock: _Socket) -> None:
-        did, sock.device = sock.device, None  # told once
-        with contextlib.suppress(Exception):  # noqa: BLE001 - a socket closing meanwhile is signed out as well
-            await sock.send_event("device.revoked", {"id": did})
-            await sock.close(CLOSE_UNAUTHORIZED, "device signed out")
-
-    async def _sign_in_method(self, sock: _Socket, req: Request) -> None:
-        """tickets.create (phone.py), devices.list (`current`: this socket's own) and devices.revoke (the device's
-        open sockets closed at once)."""
-        assert self.devices is not None and self.tickets is not None
-        if req.method == "tickets.create":
-            server = sock.ws.scope.get("server")
-            await sock.send_raw(res_ok(req.id, await asyncio.to_thread(
-                phone_sign_in, self.tickets, self.origins, tuple(server) if server else None)))
-        elif req.method == "devices.revoke":
-            gone = await asyncio.to_thread(self.devices.revoke, req.params.id)
-            log.info("the web app signed a device out: %s", gone.name)
-            await sock.send_raw(res_ok(req.id, {"revoked": gone.public()}))
-            for s in [s for s in self._sockets if s.device == gone.id]:
-                await self._sign_out(s)
-        else:
-            listed = await asyncio.to_thread(self.devices.all)
-            await sock.send_raw(res_ok(req.id, {"devices": [{**d.public(), "current": d.id == sock.device}
-                                                            for d in listed]}))
+    _touch = device_sockets.touch
+    _device_signs_in = device_sockets.signs_in
+    _device_key = device_sockets.device_key
+    _record = device_sockets.record
+    _watch_devices = device_sockets.watch
+    _watching_devices = device_sockets.watching
+    _close_signed_out = device_sockets.close_signed_out
+    _sign_out = staticmethod(device_sockets.sign_out)
+    _sign_in_method = device_sockets.sign_in_method
 
     def _main_sessions(self) -> dict[str, str]:
         """Each agent's main session as the page reaches it: the default agent's is where the web chat talks

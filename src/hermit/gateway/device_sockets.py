@@ -1,0 +1,139 @@
+"""The web app's signed-in devices on its sockets (gateway/devices.py has the records and the reasoning): a ticket
+sign-in's new device checked and recorded, a device seen, its sockets closed once it is signed out — at once when the
+web app revokes it (`devices.revoke`), within `device_watch_interval` when `hermit devices revoke` (another process)
+does, which the gateway sees by watching the file while a device is connected — and the owner's methods `devices.list`,
+`devices.revoke` and `tickets.create` (phone.py). WebchatApi's methods, kept here as webchat_sessions.py keeps the
+session reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+from typing import TYPE_CHECKING
+
+from hermit.errors import HermitError
+from hermit.gateway.devices import TOUCH_SECONDS, Device, public_key, signed_text, verify
+from hermit.gateway.phone import phone_sign_in
+from hermit.gateway.protocol import CLOSE_UNAUTHORIZED, ConnectParams, Request, res_ok
+
+if TYPE_CHECKING:
+    from hermit.gateway.webchat_api import WebchatApi, _Challenge, _Socket
+
+log = logging.getLogger("hermit.gateway.webchat")
+
+
+def signed(challenge: _Challenge) -> bytes:
+    """What a device signs: the page's origin and address and both nonces of this handshake."""
+    return signed_text(challenge.origin, challenge.host, challenge.gateway_nonce, challenge.client_nonce)
+
+
+def touch(self: WebchatApi, did: str) -> bool:
+    """Device `did` seen now: whether it is still signed in (a file that cannot be written: it is)."""
+    if self.devices is None:
+        return False
+    try:
+        return self.devices.touch(did)
+    except (HermitError, OSError) as e:
+        log.warning("could not record a device as seen: %s", getattr(e, "message", e))
+        return self.devices.get(did) is not None
+
+
+async def signs_in(self: WebchatApi, sock: _Socket, params: ConnectParams, challenge: _Challenge,
+                   device: Device) -> bool:
+    """Whether `connect` signs in as `device`: its signature of this handshake, from the origin it signed in at,
+    and still signed in now (it may have been revoked since the challenge): then seen now."""
+    ok = params.signature is not None and hmac.compare_digest(challenge.origin, device.origin) and \
+        await asyncio.to_thread(verify, device.key, params.signature, signed(challenge))
+    if ok and await asyncio.to_thread(self._touch, device.id):
+        sock.device = device.id
+        return True
+    return False
+
+
+def device_key(self: WebchatApi, challenge: _Challenge, params: ConnectParams) -> bytes | None:
+    """The public key (SPKI DER) a ticket sign-in gives, if it signed the handshake with it; None otherwise."""
+    assert params.device is not None
+    der = public_key(params.device.key)
+    if der is None or params.signature is None or not verify(params.device.key, params.signature,
+                                                             signed(challenge)):
+        return None
+    return der
+
+
+def record(self: WebchatApi, der: bytes, name: str, origin: str) -> Device | None:
+    """The device recorded (the ticket being spent); None for a client with no origin (not a browser) or a
+    store that cannot be written: that page gets the token, as before devices."""
+    if self.devices is None or not origin:
+        return None
+    try:
+        device = self.devices.add(der, name, origin)
+    except (HermitError, OSError) as e:
+        log.warning("could not record a signed-in device: %s", getattr(e, "message", e))
+        return None
+    log.info("the web app signed a device in: %s at %s", device.name, device.origin)
+    return device
+
+
+def watch(self: WebchatApi) -> None:
+    if self._device_watch is None or self._device_watch.done():
+        self._device_watch = asyncio.create_task(self._watching_devices(), name="web app device watch")
+
+
+async def watching(self: WebchatApi) -> None:
+    """While a device's socket is open: a device revoked by `hermit devices revoke` (another process) has
+    its sockets closed within `device_watch_interval`; an open one is recorded as seen every hour."""
+    assert self.devices is not None
+    stamp, touched = self.devices.stamp(), asyncio.get_running_loop().time()
+    await self._close_signed_out()  # revoked while it signed in, before this look
+    while any(s.device for s in self._sockets):
+        await asyncio.sleep(self.device_watch_interval)
+        now = self.devices.stamp()
+        if now != stamp:
+            stamp = now
+            await self._close_signed_out()
+        if asyncio.get_running_loop().time() - touched > TOUCH_SECONDS:
+            touched = asyncio.get_running_loop().time()
+            for did in {s.device for s in self._sockets if s.device}:
+                await asyncio.to_thread(self._touch, did)
+
+
+async def close_signed_out(self: WebchatApi) -> None:
+    """Tell and close every socket whose device is no longer signed in."""
+    assert self.devices is not None
+    try:
+        kept = {d.id for d in await asyncio.to_thread(self.devices.all)}
+    except HermitError as e:
+        log.warning("cannot read the signed-in devices: %s", e.message)
+        return
+    for s in [s for s in self._sockets if s.device and s.device not in kept]:
+        await self._sign_out(s)
+
+
+async def sign_out(sock: _Socket) -> None:
+    did, sock.device = sock.device, None  # told once
+    with contextlib.suppress(Exception):  # noqa: BLE001 - a socket closing meanwhile is signed out as well
+        await sock.send_event("device.revoked", {"id": did})
+        await sock.close(CLOSE_UNAUTHORIZED, "device signed out")
+
+
+async def sign_in_method(self: WebchatApi, sock: _Socket, req: Request) -> None:
+    """tickets.create (phone.py), devices.list (`current`: this socket's own) and devices.revoke (the device's
+    open sockets closed at once)."""
+    assert self.devices is not None and self.tickets is not None
+    if req.method == "tickets.create":
+        server = sock.ws.scope.get("server")
+        await sock.send_raw(res_ok(req.id, await asyncio.to_thread(
+            phone_sign_in, self.tickets, self.origins, tuple(server) if server else None)))
+    elif req.method == "devices.revoke":
+        gone = await asyncio.to_thread(self.devices.revoke, req.params.id)
+        log.info("the web app signed a device out: %s", gone.name)
+        await sock.send_raw(res_ok(req.id, {"revoked": gone.public()}))
+        for s in [s for s in self._sockets if s.device == gone.id]:
+            await self._sign_out(s)
+    else:
+        listed = await asyncio.to_thread(self.devices.all)
+        await sock.send_raw(res_ok(req.id, {"devices": [{**d.public(), "current": d.id == sock.device}
+                                                        for d in listed]}))
