@@ -177,3 +177,24 @@ def test_as_an_ordinary_user_a_killed_merge_is_finished_too(tmp_path: Path, new_
     assert "that was finished now, all of it" in said["said"], said
     old, left, after, said = _crash_and_recover(tmp_path, "commit", uid)
     assert after == old and "not kept: Hermit stopped before" in said["said"], said
+
+
+def test_a_journal_that_does_not_read_never_locks_the_room_out(tmp_path: Path) -> None:
+    """A carry folder whose plan does not parse (it cannot happen through Hermit: the plan is flushed before the folder
+    gets its name) is given up with a note; the room stays usable."""
+    from hermit.tools import room_journal
+    from hermit.tools.rooms import Room
+
+    room = Room(tmp_path / "rooms", "telegram:group:9", 1 << 20)
+    with room.fd():
+        pass
+    (room.path / "a.txt").write_text("a\n")
+    carry = room_journal.carry_path(room.base, room.path.name)
+    carry.mkdir(mode=0o700)
+    (carry / room_journal.JOURNAL).write_text('{"ops": [["f", "a.txt"')
+    assert room.pending()
+    with room.fd() as fd:
+        assert os.fstat(fd).st_ino == room.path.stat().st_ino
+    assert not carry.exists() and not room.pending() and (room.path / "a.txt").read_text() == "a\n"
+    told = room_journal.heard(room.base, room.path.name)
+    assert len(told) == 1 and "the rest could not be kept (JSONDecodeError)" in told[0], told

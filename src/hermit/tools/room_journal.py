@@ -274,11 +274,12 @@ def recover(room_fd: int, base: Path, slug: str, cause: str = STOPPED) -> str:
             return ""  # not Hermit's: left alone (the rooms folder is this user's, 0700)
         try:
             with open(os.open(JOURNAL, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=carry_fd), "rb") as f:
-                plan = json.loads(f.read())
+                data = f.read()
         except FileNotFoundError:
             shutil.rmtree(carry, ignore_errors=True)
             return ""
         try:
+            plan = json.loads(data)  # written whole and flushed before the carry folder got its name
             ops: list[Op] = plan["ops"]
             summary: dict[str, object] = plan["summary"]
             Carry(room_fd, carry_fd, lambda rel, i: kind_on_disk(room_fd, rel)).run(ops)
