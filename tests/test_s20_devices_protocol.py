@@ -367,3 +367,17 @@ def test_a_device_revoked_while_it_signs_in_is_not_let_in(gw: GatewayProcess) ->
         Devices(gw.home).revoke(did)
         reply = c.connect(signature=key.sign(c.signed()))
         assert not reply["ok"] and closed_with(c.ws) == 4401
+
+
+def test_the_cli_on_a_state_dir_where_no_gateway_ran(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    listed = cli(home, "list")
+    assert listed.returncode == 0 and listed.stdout.startswith("no devices signed in")
+    gone = cli(home, "revoke", "abcdef")
+    assert gone.returncode == 1 and "no signed-in device has an id starting with 'abcdef'" in gone.stderr
+    assert "Traceback" not in gone.stderr
+    both = cli(home, "revoke")
+    assert both.returncode == 1 and "name one device to sign out, or --all" in both.stderr
+    assert cli(home, "revoke", "--all").stdout.strip() == "no devices were signed in"
+    assert list(home.iterdir()) == []  # nothing made

@@ -216,6 +216,8 @@ class Devices:
             os.close(fd)
 
     def _change(self, change: Callable[[list[Device]], list[Device]]) -> list[Device]:
+        if not (self.home / "gateway").exists() and not change([]):  # no gateway ever ran here: no device either
+            return []
         with self._locked():
             before = self._read()
             now = self.clock()
