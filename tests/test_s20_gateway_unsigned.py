@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import select
 import socket
 import struct
 import subprocess
@@ -24,7 +25,7 @@ import pytest
 from ciguard import need
 from gatewayhelpers import GatewayProcess, write_config
 from prochelpers import PROC_TIMEOUT, python_as
-from test_s19_web_idle import PER_SOURCE, WAIT, closed_by_gateway, raw, signed_in, works
+from test_s19_web_idle import PER_SOURCE, WAIT, address, closed_by_gateway, raw, signed_in, works
 
 NOBODY = {"user": 65534, "group": 65534, "extra_groups": []}
 SIOCGIFADDR = 0x8915
@@ -242,3 +243,33 @@ def test_a_signed_in_page_outlives_the_request_deadline(quick: GatewayProcess) -
         lone = raw(quick)  # a silent connection opened after: closed at the deadline, which is then past for both
         assert closed_by_gateway(lone)
         assert works(owner)
+
+
+def ended(s: socket.socket, seconds: float) -> bool:
+    """Whether the gateway ends `s` (a reset or its close) within `seconds`, waited on as the event itself without
+    reading what it sent (POLLIN stays off: the test plays a client that never reads)."""
+    poller = select.poll()
+    poller.register(s, select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(seconds * 1000))
+
+
+def test_a_client_that_never_reads_its_replies_is_cut_at_the_deadline(quick: GatewayProcess) -> None:
+    """A client asked for /static/chat.js 400 times over one connection and read nothing: the gateway's buffer filled
+    and the connection was held for ever (and once uvicorn's keep-alive rule closed it, asyncio kept the descriptor
+    while the count no longer saw it). Now its reply must be read within the deadline too."""
+    with signed_in(quick) as owner:
+        readers = []
+        for _ in range(3):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(address(quick))
+            s.sendall(b"GET /static/chat.js HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 400)
+            readers.append(s)
+        try:
+            assert all(ended(s, WAIT) for s in readers), f"a client that read nothing was kept {WAIT} s"
+        finally:
+            for s in readers:
+                s.close()
+        assert works(owner), "the owner's signed-in socket was closed with the readers"
+    log = (quick.home / "logs" / "gateway.log").read_text(encoding="utf-8")
+    assert "its reply not read within 2 s" in log

@@ -24,9 +24,14 @@ owner out. Here:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import os
+import socket
+import struct
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal
 
 from hermit.gateway.peer_uid import address, client_uid, is_local
@@ -55,6 +60,11 @@ def source_of(client: tuple[str, int] | None) -> str:
             return str(ip.ipv4_mapped)
         return str(ipaddress.ip_network(f"{ip}/64", strict=False))
     return str(ip)
+
+
+def _unsent(transport: asyncio.BaseTransport) -> int:
+    """Bytes a transport still holds to send: a closing one keeps its descriptor until they are sent."""
+    return transport.get_write_buffer_size() if isinstance(transport, asyncio.WriteTransport) else 0
 
 
 def classify(client: tuple[str, int], server: tuple[str, int] | None, own_uid: int) -> Source:
@@ -87,10 +97,11 @@ class Unsigned:
         return sum(len(b) for s, b in self._by_source.items() if pool is None or s[0] == pool)
 
     def _purge(self, source: Source | None = None) -> None:
-        """Forget connections already closed (one upgraded to a WebSocket that never reached the app ends unseen)."""
+        """Forget connections already closed (one upgraded to a WebSocket that never reached the app ends unseen); one
+        closing with bytes still unsent holds its descriptor, and counts until it is gone."""
         for s in [source] if source is not None else list(self._by_source):
             bucket = self._by_source.get(s, {})
-            for key in [k for k, t in bucket.items() if t.is_closing()]:
+            for key in [k for k, t in bucket.items() if t.is_closing() and not _unsent(t)]:
                 del bucket[key]
                 self._source.pop(key, None)
             if not bucket:
@@ -139,60 +150,127 @@ class Unsigned:
         return self._count()
 
 
+class Timer:
+    """One deadline of a connection: `arm` starts it unless it runs already (so the time counts from the first
+    cause), `disarm` stops it; `fire` is called when it runs out."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float, fire: Callable[[], None]) -> None:
+        self.loop, self.seconds, self.fire = loop, seconds, fire
+        self._handle: asyncio.TimerHandle | None = None
+
+    def arm(self) -> None:
+        if self._handle is None:
+            self._handle = self.loop.call_later(self.seconds, self._ran_out)
+
+    def disarm(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _ran_out(self) -> None:
+        self._handle = None
+        self.fire()
+
+
+def _ip_port(address: tuple[str, int | None] | None) -> tuple[str, int] | None:
+    return (address[0], address[1]) if address is not None and address[1] is not None else None
+
+
+def reset(transport: asyncio.Transport) -> None:
+    """End a connection at once, dropping what it has not sent, the kernel's buffer too: a plain close leaves a
+    socket whose reader takes nothing to linger with its megabytes (a reset, SO_LINGER 0, frees them)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+def request_overdue(transport: asyncio.Transport, client: tuple[str, int] | None, unsigned: Unsigned,
+                    deadline: float) -> None:
+    """A connection's request did not come whole within the deadline: closed, at once if bytes are still unsent
+    (close() would wait for them to be read: for ever, by such a client)."""
+    if not transport.is_closing():
+        unsigned.refusals.warning("connections that sent no request in time", "connection from %s closed: no whole "
+                                  "request within %.0f s", client and client[0], deadline)
+        transport.close()
+    if transport.get_write_buffer_size():
+        reset(transport)
+
+
+def reply_unread(transport: asyncio.Transport, client: tuple[str, int] | None, unsigned: Unsigned,
+                 deadline: float) -> None:
+    """A connection's reply is still not read after the deadline: ended at once, its unsent bytes dropped."""
+    if transport.get_write_buffer_size():
+        unsigned.refusals.warning("connections that read no reply in time", "connection from %s closed: its reply "
+                                  "not read within %.0f s", client and client[0], deadline)
+        reset(transport)
+
+
 def protocol_class(unsigned: Unsigned, deadline: float) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol with `unsigned`'s cap and a deadline for each request (headers and body)."""
+    """uvicorn's h11 protocol with `unsigned`'s cap and a deadline for each request (headers and body) and for
+    reading each reply.
+
+    The reply's deadline: a client that leaves the gateway's buffer full (pause_writing), or has not taken the end
+    of a reply, must read within the deadline too. Without it a client that asked for /static/chat.js a hundred
+    times and read nothing held its connection for ever; and once uvicorn's keep-alive rule closed it, asyncio kept
+    the descriptor until the buffer drained (never) while the count no longer saw it (a closing transport): such
+    connections had no cap at all."""
     import h11  # uvicorn's, loaded only by a gateway that serves
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class Guarded(H11Protocol):
-        _header_timer: asyncio.TimerHandle | None = None
         _upgraded = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            server = (self.server[0], self.server[1]) if self.server and self.server[1] is not None else None
-            if not unsigned.admit(self.client, transport, server):
+            self.request_timer = Timer(self.loop, deadline, partial(request_overdue, transport, self.client, unsigned,
+                                                                    deadline))
+            self.reading_timer = Timer(self.loop, deadline, partial(reply_unread, transport, self.client, unsigned,
+                                                                    deadline))
+            if not unsigned.admit(self.client, transport, _ip_port(self.server)):
                 transport.abort()
                 return
-            self._arm()
+            self.request_timer.arm()
 
-        def _arm(self) -> None:
-            if self._header_timer is None:
-                self._header_timer = self.loop.call_later(deadline, self._too_slow)
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            self.reading_timer.arm()
 
-        def _disarm(self) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-                self._header_timer = None
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self.reading_timer.disarm()
 
-        def _too_slow(self) -> None:
-            self._header_timer = None
-            if not self.transport.is_closing():
-                unsigned.refusals.warning("connections that sent no request in time", "connection from %s closed: "
-                                          "no whole request within %.0f s", self.client and self.client[0], deadline)
-                self.transport.close()
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if self.transport.get_write_buffer_size():
+                self.reading_timer.arm()
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
             if self._upgraded:
                 return  # the WebSocket's own protocol reads from here on (its deadline: webchat_api.py)
             if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and data:
-                self._arm()  # a request begun: whole, body included, by the deadline, however slowly it comes
+                self.request_timer.arm()  # a request begun: whole, body included, by the deadline, however slowly
             else:
-                self._disarm()
+                self.request_timer.disarm()
 
         def handle_websocket_upgrade(self, event: h11.Request) -> None:
             self._upgraded = True
-            self._disarm()
+            self._stop()
             super().handle_websocket_upgrade(event)
 
+        def _stop(self) -> None:
+            self.request_timer.disarm()
+            self.reading_timer.disarm()
+
         def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
+            self._stop()
             unsigned.release(self.client)
             super().connection_lost(exc)
 
         def shutdown(self) -> None:
-            self._disarm()
+            self._stop()
             super().shutdown()
 
     return Guarded
