@@ -7,9 +7,12 @@ key. The manifest ("Add to Home Screen") loads under the page's CSP with its ico
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ import pytest
 
 from browserdemo import PHONE_SIZE, T
 from gatewayhelpers import CHROMIUM_FLAGS, GatewayProcess, free_port, need_chromium, write_config
+from hermit.gateway.app import STATIC_DIR
 from hermit.gateway.devices import IDLE_SECONDS, Devices
 from hermit.gateway.tickets import issue_ticket
 from hermit.testing import FakeProvider
@@ -228,3 +232,78 @@ def test_a_home_screen_app_with_its_own_storage_signs_in_with_a_pasted_link(pw: 
         signed_in(page, served.origin + "/")
     finally:
         ctx.close()
+
+
+@contextmanager
+def squatter(port: int, answer: str) -> Iterator[list[dict[str, Any]]]:
+    """A program on the port while the gateway is down, serving the web app's own files and answering the device's
+    challenge as well as it can without the gateway's token: a made-up proof ("proof"), or a made-up refusal
+    ("signed-out") meant to make the phone forget its key. What it received, parsed."""
+    from websockets.datastructures import Headers
+    from websockets.exceptions import ConnectionClosed
+    from websockets.http11 import Request, Response
+    from websockets.sync.server import ServerConnection, serve
+
+    heard: list[dict[str, Any]] = []
+    types = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+
+    def page(_: ServerConnection, request: Request) -> Response | None:
+        if request.path == "/ws":
+            return None
+        path = request.path.split("?")[0]
+        file = STATIC_DIR / ("index.html" if path == "/" else path.removeprefix("/static/"))
+        if not file.is_file():
+            return Response(404, "Not Found", Headers({"Content-Length": "0"}))
+        body = file.read_bytes()
+        return Response(200, "OK", Headers({"Content-Type": types.get(file.suffix, "application/octet-stream"),
+                                            "Content-Length": str(len(body))}), body)
+
+    def handler(ws: ServerConnection) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            for raw in ws:
+                got = json.loads(raw)
+                heard.append(got)
+                if answer == "proof":
+                    ws.send(json.dumps({"type": "res", "id": got.get("id"), "ok": True,
+                                        "payload": {"nonce": "n" * 43, "proof": "0" * 64}}))
+                else:
+                    ws.send(json.dumps({"type": "res", "id": got.get("id"), "ok": False, "error": {
+                        "code": "device_signed_out", "message": "signed out", "hint": "", "proof": "0" * 64}}))
+
+    with serve(handler, "127.0.0.1", port, process_request=page) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield heard
+        finally:
+            server.shutdown()
+            thread.join(10)
+
+
+def test_a_program_on_the_port_gets_no_signature_and_cannot_make_the_phone_forget(pw: Any, served: Served,
+                                                                                  tmp_path: Path) -> None:
+    ctx = phone(pw, tmp_path / "profile")
+    try:
+        page = ctx.new_page()
+        signed_in(page, served.link())
+        did = page.evaluate(STORED)["device"]
+        page.close()
+        served.gw.stop()
+        for answer in ("proof", "signed-out"):
+            with squatter(served.port, answer) as heard:
+                page = ctx.new_page()
+                page.goto(served.origin + "/")
+                page.wait_for_selector("#status.bad", timeout=T)
+                page.wait_for_function("() => /not your gateway/.test(document.getElementById('status').textContent)",
+                                       timeout=T)
+                assert heard and all(f["method"] == "connect.challenge" for f in heard), heard  # no connect
+                assert not any("signature" in json.dumps(f) for f in heard)
+                assert page.evaluate(STORED)["device"] == did  # kept: only the gateway can sign it out
+                page.close()
+        served.restart()
+        page = ctx.new_page()
+        signed_in(page, served.origin + "/")  # the real gateway: signed in as the device, as before
+    finally:
+        ctx.close()
+        if served.gw.proc.poll() is not None:
+            served.restart()
