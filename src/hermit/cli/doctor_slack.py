@@ -28,11 +28,11 @@ def _lines(lines: list[str]) -> str:
 
 @check("slack sessions", needs=("config",))
 def slack_sessions_check(ctx: CliContext) -> str | Check:
-    from hermit.channels.slack_migrate import journal_path, loaded_has_slack, make_plan
-
     loaded = ctx.config()
-    if not loaded_has_slack(loaded):
-        return "no Slack account"
+    if not loaded.config.channels.accounts_of("slack"):
+        return "no Slack account"  # asked before the Slack channel's module (and its httpx) is loaded
+    from hermit.channels.slack_migrate import journal_path, make_plan
+
     name = "slack sessions"
     if journal_path(ctx.home).exists():
         return Check(name, "warn", f"a rename of Slack session keys was interrupted ({journal_path(ctx.home)})",

@@ -308,11 +308,9 @@ def _file_lines(svc: MemoryService, path: str) -> list[str] | None:
 
 
 def cmd_get(ctx: CliContext, args: argparse.Namespace) -> int:
-    svc = ctx.memory_service()
-    try:
-        res = svc.get(args.path, args.from_line, args.lines)
-    finally:
-        svc.close()
+    from hermit.cli.memory_read import read_memory  # the file itself: no memory service, index or model
+
+    res = read_memory(ctx.agent(), args.path, args.from_line, args.lines)
     if args.json:
         print(json.dumps(res, ensure_ascii=False))
     else:
