@@ -170,3 +170,6 @@ def test_other_hosts_keep_the_proxy(proxy: RecordingProxy) -> None:
     assert resp.status_code == 502
     assert proxy.seen and proxy.seen[0].startswith(b"GET http://proxied.example.invalid/x"), proxy.seen
     assert os.environ["HTTP_PROXY"] == proxy.url
+    # Another loopback address, written in the URL, goes direct too; a name other than localhost is not resolved.
+    assert "all://127.0.0.2" in direct_here("http://127.0.0.2:11434/v1")
+    assert direct_here("https://api.openai.com/v1") == direct_here()

@@ -82,7 +82,22 @@ def is_context_overflow(text: str) -> bool:
 
 
 def error_message(body: Any) -> str:
-    """The human message inside a provider's error body (a parsed JSON value or raw text)."""
+    """The human message inside a provider's error body (a parsed JSON value or raw text), cut to
+    ERROR_MESSAGE_CHARS: a provider may quote the whole request in it (a 400's "Invalid 'messages[1].content':
+    …", an HTML error page echoing the upstream request) — the prompt with MEMORY.md and the main session —
+    and the error goes to the log, the transcript, the terminal and a bug report its hint asks for."""
+    return _clipped(_error_message(body))
+
+
+ERROR_MESSAGE_CHARS = 300
+
+
+def _clipped(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= ERROR_MESSAGE_CHARS else f"{text[:ERROR_MESSAGE_CHARS]}…(+{len(text) - ERROR_MESSAGE_CHARS} chars)"
+
+
+def _error_message(body: Any) -> str:
     if isinstance(body, Mapping):
         err = body.get("error")
         if isinstance(err, Mapping):
@@ -94,8 +109,8 @@ def error_message(body: Any) -> str:
         for key in ("message", "detail"):
             if body.get(key):
                 return str(body[key])
-        return json.dumps(body)[:300]
-    return str(body).strip()[:300]
+        return json.dumps(body)
+    return str(body)
 
 
 @dataclass(frozen=True)
@@ -191,29 +206,38 @@ class ProviderHttp:
         self._headers = dict(headers)
         self._transport = transport
         self._client_lock = threading.Lock()
+        self._client = self._new_client(direct_here())  # built here: its TLS setup must not eat a call's deadline
         self._clients: dict[str, httpx.Client] = {}
+
+    def _new_client(self, mounts: dict[str, None]) -> httpx.Client:
+        return httpx.Client(
+            headers=self._headers,
+            timeout=httpx.Timeout(self.timeout_seconds, connect=min(self.timeout_seconds, 15.0)),
+            transport=self._transport,
+            mounts=mounts,  # a proxy from the environment carries nothing to this machine
+            follow_redirects=False,
+            limits=httpx.Limits(max_keepalive_connections=0),  # the watchdog needs each call's socket
+        )
 
     def _http(self, url: str) -> httpx.Client:
         """The client for `url`'s host: a proxy from the environment carries no request to this machine
-        (hermit.loopback.direct_here: it got every prompt of a local model, in plain text), other hosts keep it."""
+        (hermit.loopback.direct_here: it got every prompt of a local model, in plain text), other hosts keep it.
+        The loopback names go direct in the first client; another address of this machine (127.0.0.2, its LAN
+        address) gets a client of its own."""
         host = httpx.URL(url).host
         with self._client_lock:
             client = self._clients.get(host)
             if client is None:
-                client = self._clients[host] = httpx.Client(
-                    headers=self._headers,
-                    timeout=httpx.Timeout(self.timeout_seconds, connect=min(self.timeout_seconds, 15.0)),
-                    transport=self._transport,
-                    mounts=direct_here(url),
-                    follow_redirects=False,
-                    limits=httpx.Limits(max_keepalive_connections=0),  # the watchdog needs each call's socket
-                )
+                mounts = direct_here(url)
+                client = self._clients[host] = (self._new_client(mounts) if mounts.keys() - direct_here().keys()
+                                                else self._client)
             return client
 
     def close(self) -> None:
         with self._client_lock:
-            clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
+            clients = {id(c): c for c in [self._client, *self._clients.values()]}
+            self._clients = {}
+        for client in clients.values():
             client.close()
 
     def post_json(self, url: str, body: Mapping[str, Any], cancel: CancelToken | None = None) -> Any:

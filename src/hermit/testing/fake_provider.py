@@ -21,6 +21,8 @@ request is answered by the first remaining step that accepts it, which is then u
                                                with a Retry-After header when retry_after is given
     {"error": 401}   {"error": 500}   {"error": 529, "message": "Overloaded"}
     {"error": "context_overflow"}              400 "prompt is too long" / context_length_exceeded
+    {"error": 400, "message": "bad: {request}"}  an error quoting the request body ({request}) or the
+                                               last 4 characters of the key it was sent ({key4})
     {"garbage": true}                          200 with a body (or event stream) that is not JSON
 
 Optional keys on any step:
@@ -311,11 +313,12 @@ class _Handler(BaseHTTPRequestHandler):
         stream = bool(body.get("stream"))
         if step.error is not None:
             extra = {"retry-after": f"{step.retry_after:g}"} if step.retry_after is not None else {}
+            message = self._echoing(api, step.message or "", raw)
             if step.error == "context_overflow":
-                self._send_json(400, _error_for(api)(-1, step.message or ""), extra)
+                self._send_json(400, _error_for(api)(-1, message), extra)
             else:
                 assert isinstance(step.error, int)
-                self._send_json(step.error, _error_for(api)(step.error, step.message or ""), extra)
+                self._send_json(step.error, _error_for(api)(step.error, message), extra)
             return
         if step.garbage:
             if stream:
@@ -329,6 +332,16 @@ class _Handler(BaseHTTPRequestHandler):
             return
         events = (anthropic_stream if api == "anthropic" else openai_stream)(body, raw, step, index)
         self._send_stream(events)
+
+    def _echoing(self, api: str, message: str, raw: str) -> str:
+        """An error message quoting the request as real providers do: `{request}` becomes the request body (a 400's
+        "Invalid 'messages[3].content': '…'"), `{key4}` the last 4 characters of the key it was sent (a 401's
+        "Incorrect API key provided: sk-…abcd")."""
+        if "{key4}" in message:
+            sent = self.headers.get("x-api-key") if api == "anthropic" else \
+                (self.headers.get("authorization") or "").removeprefix("Bearer ")
+            message = message.replace("{key4}", (sent or "")[-4:])
+        return message.replace("{request}", raw)
 
     def _key_ok(self, api: str, key: str) -> bool:
         if api == "anthropic":
