@@ -276,10 +276,6 @@ def test_cancel_after_a_refused_save_asks_before_the_edit_is_gone(browser: Any, 
     without a word."""
     context, page, errors = phone(browser, served.url)
     page.wait_for_selector("#status.ok", timeout=T)
-    # The gateway indexes the new home as it starts: until it is done the view says "0 files, 0 chunks · updating"
-    # (and stays so until opened again). Waited for through the gateway, not read at whatever moment the view opens.
-    page.wait_for_function("() => window.Hermit.request('memory.status', {agentId: 'main'}).then((s) => !s.dirty)",
-                           polling=200, timeout=T)
     page.tap("#menu")
     page.wait_for_function("() => document.getElementById('sidebar').getBoundingClientRect().left >= 0", timeout=T)
     page.tap(".tab[data-view='memory']")
