@@ -1,7 +1,8 @@
 """Which local user holds the client end of a TCP connection to the gateway (Linux: the kernel's sock_diag).
 
-A connection from this machine (a loopback address, or the address it reached) has its other end in the kernel's
-socket table, and that socket has an owner: the uid of whoever made it. The gateway counts connections not signed in
+A connection from a program of this machine has its other end in the kernel's socket table (whatever address it
+came from: a local user may connect to 127.0.0.1 from the machine's LAN address), and that socket has an owner: the
+uid of whoever made it; a client of another machine has none there. The gateway counts connections not signed in
 by that uid (gateway/unsigned.py), so another local user cannot use up the slots the owner's own browser needs.
 
 The lookup is one netlink request for the exact socket (SOCK_DIAG_BY_FAMILY with both ends: what `ss -e` asks),
@@ -42,7 +43,8 @@ def address(text: str) -> Address | None:
 
 
 def is_local(client: Address, server: Address | None) -> bool:
-    """Whether a client at `client` that reached the gateway at `server` is a program of this machine."""
+    """Whether a client at `client` that reached the gateway at `server` is surely a program of this machine (for a
+    client whose socket was not found: then counted as another local user's, not as a network client)."""
     return client.is_loopback or client == server
 
 
