@@ -26,6 +26,7 @@ from channeldrivers import Driver, SlackDriver, TelegramDriver
 from channelhelpers import run
 from hermit.cli.model_check import probe
 from hermit.config.schema import MemorySearchConfig
+from hermit.errors import HermitError
 from hermit.memory.embedders.remote import create_remote_embedder
 from hermit.messages import UserMessage
 from hermit.models import AnthropicModel, ModelProfile, ModelRequest, OpenAIModel, final_response
@@ -173,3 +174,50 @@ def test_other_hosts_keep_the_proxy(proxy: RecordingProxy) -> None:
     # Another loopback address, written in the URL, goes direct too; a name other than localhost is not resolved.
     assert "all://127.0.0.2" in direct_here("http://127.0.0.2:11434/v1")
     assert direct_here("https://api.openai.com/v1") == direct_here()
+
+
+class Redirector(RecordingProxy):
+    """A base URL that answers every request with a redirect to `target` (another host, for the client)."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__()
+        self.target = target
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                try:
+                    self.seen.append(conn.recv(65536))
+                    conn.sendall(f"HTTP/1.1 307 Temporary Redirect\r\nlocation: {self.target}\r\ncontent-length: 0\r\n"
+                                 "connection: close\r\n\r\n".encode())
+                except OSError:
+                    pass
+
+
+def test_a_redirecting_base_url_sends_the_key_nowhere_else() -> None:
+    """A base URL answering 307 to another host (a moved endpoint, a captive portal, a hostile server): the model
+    adapters (Anthropic's x-api-key, which httpx would not strip on a redirect, and OpenAI's Bearer) and the
+    embedder do not follow it; the call fails with an error naming base_url, and the other host gets nothing."""
+    with RecordingProxy() as elsewhere, Redirector(elsewhere.url + "/v1/chat/completions") as base:
+        request = ModelRequest(system=f"memory: {MEMORY_CANARY}", messages=(UserMessage("hi"),))
+        for model in (OpenAIModel(ModelProfile("fake", "m"), KEY, base_url=base.url + "/v1", max_retries=0),
+                      AnthropicModel(ModelProfile("fake", "m"), KEY, base_url=base.url, max_retries=0)):
+            try:
+                with pytest.raises(HermitError) as err:
+                    model.complete(request)
+            finally:
+                model.close()
+            assert "base_url" in str(err.value) and KEY not in str(err.value), err.value
+        cfg = MemorySearchConfig.model_validate({
+            "provider": "openai-compatible", "model": "fake-embed",
+            "remote": {"base_url": base.url + "/v1", "api_key": KEY, "timeout_seconds": 3, "max_retries": 0}})
+        with pytest.raises(HermitError) as err:
+            create_remote_embedder(cfg, {}, sleep=lambda _s: None).embed_documents(["private note"])
+        assert "base_url" in str(err.value) and KEY not in str(err.value), err.value
+        assert len(base.seen) == 3
+    assert elsewhere.seen == [], elsewhere.seen
