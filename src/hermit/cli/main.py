@@ -43,6 +43,10 @@ OWNER_ONLY_UMASK = 0o077
 GLOBAL_OPTIONS_WITH_VALUES = ("--home", "--agent", "--workspace")
 GLOBAL_FLAGS = ("--debug",)
 MAX_TOKEN_FILE_BYTES = 4096
+# Under `hermit --help`'s list of commands, which is in no order a new user starts from.
+FIRST_STEPS = ("first time: `hermit setup` (a model; `--channel telegram` and the others add a chat channel), then "
+               "`hermit doctor`; `hermit chat` talks in the terminal; `hermit service install` keeps the gateway (web "
+               "app, chat channels, scheduled jobs) running. `hermit COMMAND --help` gives a command's options.")
 
 
 def build_parser(command: str | None = None, *, full: bool = False) -> argparse.ArgumentParser:
@@ -50,7 +54,7 @@ def build_parser(command: str | None = None, *, full: bool = False) -> argparse.
     are listed by name and help only, so that parsing and `--help` stay quick. `full` adds every command's
     arguments (shell completion needs them all)."""
     p = argparse.ArgumentParser(prog="hermit", description="Hermit — a local-first personal AI assistant "
-                                "whose memory is plain Markdown.")
+                                "whose memory is plain Markdown.", epilog=FIRST_STEPS)
     p.add_argument("--home", help="state dir (default: $HERMIT_HOME or ~/.hermit)")
     p.add_argument("--agent", help="agent id (default: the default agent, 'main')")
     p.add_argument("--workspace", help="use this workspace instead of the configured one")
