@@ -64,7 +64,8 @@ def running_gateway(home: Path) -> RunningGateway | None:
 
 
 def restart_how(gw: RunningGateway) -> str:
-    """How the user restarts this gateway (there is no `hermit gateway restart` command yet): gateway/state.HowRun."""
+    """How the user restarts this gateway (gateway/state.HowRun): its service manager's own command when it runs as a
+    service (`hermit service restart` runs the same), else Ctrl-C / kill and `hermit gateway run`."""
     return HowRun(gw.pid, gw.service, gw.launchd).restart()
 
 
