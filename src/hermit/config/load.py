@@ -105,7 +105,7 @@ def build_config(
     for i, raw in enumerate(entries):
         if not isinstance(raw, dict):
             raise ConfigError(f"{src}: agents.list[{i}] must be a mapping", "use `- id: work`")
-        merged = deep_merge(raw_defaults, dict(raw))
+        merged = deep_merge(_key_with_its_endpoint(raw_defaults, raw), dict(raw))
         try:
             entry = AgentEntry.model_validate(merged)
         except ValidationError as e:
@@ -282,6 +282,32 @@ def pg_schema_name(prefix: str, agent_id: str) -> str:
 
 PG_SCHEMA_MAX = 48  # PostgreSQL names stop at 63 bytes; a rebuild's staging schemas add a suffix
 _PG_UNSAFE = re.compile(r"[^a-z0-9_]")
+
+
+# What authenticates to an embeddings endpoint: it goes where it was configured to go, with that endpoint.
+_ENDPOINT_KEYS = ("provider",)
+_REMOTE_ENDPOINT_KEYS = ("base_url",)
+_REMOTE_CREDENTIALS = ("api_key", "api_key_env", "headers")
+
+
+def _key_with_its_endpoint(raw_defaults: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
+    """agents.defaults for the agent entry `raw`, without the defaults' embeddings credentials
+    (memory_search.remote.api_key, api_key_env, headers) when the entry names an endpoint of its own
+    (memory_search.provider or remote.base_url) but no credentials: merged, the owner's OpenAI key went to the
+    other endpoint — a relative's family agent pointed at the relative's Ollama server got it as its Bearer
+    token, over plain HTTP. The entry's own credentials (or none: a local server needs none) go with its endpoint."""
+    ms, defaults_ms = raw.get("memory_search"), raw_defaults.get("memory_search")
+    if not isinstance(ms, dict) or not isinstance(defaults_ms, dict) or not isinstance(defaults_ms.get("remote"), dict):
+        return raw_defaults
+    own = ms.get("remote")
+    remote: dict[str, Any] = own if isinstance(own, dict) else {}
+    defaults_remote: dict[str, Any] = defaults_ms["remote"]
+    moved = (any(k in ms and ms[k] != defaults_ms.get(k) for k in _ENDPOINT_KEYS)
+             or any(k in remote and remote[k] != defaults_remote.get(k) for k in _REMOTE_ENDPOINT_KEYS))
+    if not moved or any(k in remote for k in _REMOTE_CREDENTIALS):
+        return raw_defaults
+    kept = {k: v for k, v in defaults_remote.items() if k not in _REMOTE_CREDENTIALS}
+    return {**raw_defaults, "memory_search": {**defaults_ms, "remote": kept}}
 
 
 def _own_extra_paths(a: AgentConfig, raw: dict[str, Any]) -> AgentConfig:
