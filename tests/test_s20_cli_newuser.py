@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,3 +75,20 @@ def test_a_new_users_first_commands(user: tuple[dict[str, Any], Path]) -> None:
     assert "`hermit service install`" not in r.stderr
     st = (home / ".hermit").stat()
     assert st.st_uid == (NOBODY if as_user else os.geteuid()) and st.st_mode & 0o077 == 0
+
+
+def test_a_group_typed_alone_lists_its_subcommands(tmp_path: Path) -> None:
+    """`hermit service` (or `memory`, `cron`…) without a subcommand said only "the following arguments are
+    required: SUBCOMMAND"; it now prints the group's help, each subcommand with its line, and exits 2."""
+    env = {**os.environ, "HOME": str(tmp_path), "HERMIT_HOME": str(tmp_path / "state"), "OMP_WAIT_POLICY": "PASSIVE"}
+    for group, expected in (("service", "    restart   restart the service's gateway"),
+                            ("memory", "    get       read a memory file or a line range of it"),
+                            ("gateway", "    run       run the gateway in the foreground")):
+        r = subprocess.run([sys.executable, "-m", "hermit", group], capture_output=True, text=True, env=env,
+                           timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
+        assert r.returncode == 2 and r.stdout == "", r.stdout
+        assert expected in r.stderr, r.stderr
+        assert r.stderr.endswith(f"hermit {group}: error: give one of the subcommands above\n"), r.stderr
+    r = subprocess.run([sys.executable, "-m", "hermit", "memory", "get"], capture_output=True, text=True, env=env,
+                       timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)  # other missing arguments: argparse's words
+    assert r.returncode == 2 and "the following arguments are required: path" in r.stderr, r.stderr

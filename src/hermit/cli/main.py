@@ -27,6 +27,7 @@ import stat
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from hermit import __version__
 from hermit.cli.commands import BY_NAME, COMMANDS, command_index, command_word
@@ -49,11 +50,24 @@ FIRST_STEPS = ("first time: `hermit setup` (a model; `--channel telegram` and th
                "app, chat channels, scheduled jobs) running. `hermit COMMAND --help` gives a command's options.")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, except that a command group typed without its subcommand (`hermit service`, `hermit
+    memory`) prints the group's help — its subcommands, each with a line — instead of only "the following arguments
+    are required: SUBCOMMAND". The groups' own subparsers are of this class too (argparse makes them of their
+    parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("the following arguments are required: SUBCOMMAND") and self._subparsers is not None:
+            self.print_help(sys.stderr)
+            self.exit(2, f"{self.prog}: error: give one of the subcommands above\n")
+        super().error(message)
+
+
 def build_parser(command: str | None = None, *, full: bool = False) -> argparse.ArgumentParser:
     """The parser with `command`'s arguments added from its module (hermit.cli.commands); the other commands
     are listed by name and help only, so that parsing and `--help` stay quick. `full` adds every command's
     arguments (shell completion needs them all)."""
-    p = argparse.ArgumentParser(prog="hermit", description="Hermit — a local-first personal AI assistant "
+    p = Parser(prog="hermit", description="Hermit — a local-first personal AI assistant "
                                 "whose memory is plain Markdown.", epilog=FIRST_STEPS)
     p.add_argument("--home", help="state dir (default: $HERMIT_HOME or ~/.hermit)")
     p.add_argument("--agent", help="agent id (default: the default agent, 'main')")
