@@ -155,7 +155,8 @@ def test_two_tabs_on_one_session_see_each_others_messages(browser: Any, demo: De
     assert "tab-one" not in other.page.inner_text("#messages")
     other.page.click("#menu")
     other.page.locator(f"#sessions li.unread[data-key='{MAIN}'] .badge.new").wait_for(timeout=T)
-    other.page.wait_for_timeout(400)  # the drawer's slide
+    other.page.wait_for_function("() => document.getElementById('sidebar').getBoundingClientRect().left >= 0",
+                                 timeout=T)  # the drawer's slide, ended (waited for, not slept on)
     other.page.screenshot(path="/tmp/webC/unread-390.png")
     other.page.click(f"#sessions li[data-key='{MAIN}']")
     other.page.locator(".msg.assistant:has-text('Reply to tab two.')").wait_for(timeout=T)
