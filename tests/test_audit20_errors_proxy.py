@@ -11,6 +11,7 @@ and the fake provider on 127.0.0.1, and a recording "proxy" on 127.0.0.1 that an
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import threading
@@ -221,3 +222,26 @@ def test_a_redirecting_base_url_sends_the_key_nowhere_else() -> None:
         assert "base_url" in str(err.value) and KEY not in str(err.value), err.value
         assert len(base.seen) == 3
     assert elsewhere.seen == [], elsewhere.seen
+
+
+def test_setup_token_checks_go_direct_to_this_machine(proxy: RecordingProxy) -> None:
+    """`hermit setup`'s token check (getMe, auth.test) against a platform API server on this machine: the token goes
+    to it, not through the environment's proxy."""
+    from hermit.cli.channel_check import TokenCheck, check_token
+
+    async def body() -> list[str]:
+        tg, slack = TelegramDriver(["personal"]), SlackDriver(["personal"])
+        await tg.start()
+        await slack.start()
+        try:
+            checks = [TokenCheck("personal", tg.fakes["personal"].base_url, tg.fakes["personal"].token),
+                      TokenCheck("personal", slack.fakes["personal"].base_url + "/api",
+                                 slack.fakes["personal"].bot_token, channel="slack")]
+            return [await asyncio.to_thread(check_token, c) for c in checks]
+        finally:
+            await tg.stop()
+            await slack.stop()
+
+    said = run(body)
+    assert said[0].startswith("it is the token of the bot @") and said[1], said
+    assert proxy.seen == [], proxy.seen[:1]
