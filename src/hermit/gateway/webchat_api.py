@@ -285,9 +285,12 @@ class WebchatApi:
         refused with a proof that this gateway says so (the page then forgets its key), and the socket closed."""
         try:
             device = await asyncio.to_thread(self.devices.get, did) if self.devices is not None else None
-        except HermitError as e:
-            log.warning("device sign-in refused: %s (%s)", e.message, e.hint)
-            device = None
+        except HermitError as e:  # not "signed out": the page would forget its key over a file the owner can fix
+            self.refusals.warning("device sign-ins while the device list is unreadable", "device sign-in refused: "
+                                  "%s (%s)", e.message, e.hint)
+            raise ProtocolError("devices_unreadable", "the gateway cannot read its list of signed-in devices",
+                                "see the gateway log (`hermit logs`); this page signs in once the file is put right",
+                                request_id=req.id, close=CLOSE_PROTOCOL) from e
         if device is not None:
             return device
         self.refusals.warning("signed-out devices", "web chat sign-in of a device that is not signed in refused")
