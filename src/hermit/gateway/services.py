@@ -52,6 +52,9 @@ class ServiceContext:
     # The config in force (gateway/live_config.py): re-read when hermit.yaml changes, raising ConfigError
     # while it is invalid. `loaded` is the config the gateway started with.
     config: Callable[[], LoadedConfig] | None = None
+    # "restart the gateway: …" in words for how this gateway runs (state.HowRun): the last words of a hint whose fix
+    # needs the restart (the scheduler's target naming a channel with no account).
+    restart: str | None = None
 
 
 # "module:function" entries; the scheduler adds its own line here.

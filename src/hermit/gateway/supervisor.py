@@ -166,8 +166,8 @@ class Gateway:
         self.unsigned = Unsigned()  # connections not signed in yet, capped per address (gateway/unsigned.py)
         # Received files wait in the state dir until their sender is let in (gateway/attachments.py).
         self.webchat = WebchatChannel(clock, inbox_dir=home / "inbox")
-        deps = ChannelDeps(home, environ, clock, inbox_dir=home / "inbox",
-                           restart=f"restart the gateway: {HowRun.this_process().restart()}")
+        restart = f"restart the gateway: {HowRun.this_process().restart()}"  # for a hint whose fix needs it
+        deps = ChannelDeps(home, environ, clock, inbox_dir=home / "inbox", restart=restart)
         extra = build_channels(loaded, deps) if channels is None else channels
         self.channels: list[Channel] = ([self.webchat] if loaded.config.channels.webchat.enabled else []) + extra
         # hermit.yaml as it is now, at every admission, routing decision and scheduled delivery: an edit that
@@ -187,9 +187,9 @@ class Gateway:
                        turn_limit=live_turn_limits(self.live))  # max_concurrent_turns as hermit.yaml says it now
         for agent_id, rt in runtimes.items():  # the group sender marks' owner checks, live too: each agent's own
             rt.owner_check = state.owner_of(agent_id)
-            if isinstance(rt.cron, CronJobs):
-                rt.cron.current = self.live.current
-        ctx = ServiceContext(self.bus, loaded, home, environ, clock, config=self.live.current)
+            if isinstance(rt.cron, CronJobs):  # the cron tool's
+                rt.cron.current, rt.cron.restart = self.live.current, restart
+        ctx = ServiceContext(self.bus, loaded, home, environ, clock, config=self.live.current, restart=restart)
         self.services: list[Service] = [ConfigWatcher(self.live)]  # reloaded when saved: turn slots are told
         self.services += [MemoryWatcher(a, r.memory) for a, r in runtimes.items()
                           if r.memory is not None and r.memory.cfg.sync.watch]

@@ -19,6 +19,7 @@ from hermit.scheduler.reaim import retire_job_audience
 from hermit.scheduler.schedule import Zone, resolve_zone
 from hermit.scheduler.store import JobFile, JobStore
 from hermit.scheduler.targets import (
+    NoAccount,
     Refused,
     not_let_in,
     not_let_in_fix,
@@ -73,8 +74,12 @@ def _one_agents(status: dict[str, Any], agent_id: str | None, job_ids: set[str])
 class CronJobs:
     def __init__(self, home: Path, loaded: LoadedConfig, *, clock: Clock = utc_now, fsync: bool = True,
                  wake: Callable[[], None] | None = None, for_model: bool = False,
-                 current: Callable[[], LoadedConfig] | None = None) -> None:
+                 current: Callable[[], LoadedConfig] | None = None, restart: str | None = None) -> None:
         self.loaded = loaded
+        # The gateway's restart in words for how it runs ("restart the gateway: `systemctl --user restart …`"), from
+        # a composition root that can tell: a target naming a channel with no account ends its hint with them
+        # (targets.NoAccount). None: the hint's default words (the CLI puts its own in: cli/main._gateway_words).
+        self.restart = restart
         # Who a delivery reaches is judged by `current()`: the config in force. In the gateway that is
         # hermit.yaml as it is now (re-read when it changes; a ConfigError while it is invalid, so no run
         # that delivers and no target the model picks passes); elsewhere the config this process loaded.
@@ -176,7 +181,12 @@ class CronJobs:
         d = job.delivery
         if d.mode != "announce" or not d.channel:
             return job
-        t = resolve_target(self.current().config.channels, d.channel, d.account, what=f"delivery of job {job.id}")
+        try:
+            t = resolve_target(self.current().config.channels, d.channel, d.account, what=f"delivery of job {job.id}")
+        except NoAccount as e:
+            if self.restart is not None:
+                e.hint = e.hint_then(self.restart)
+            raise
         account = t.account if (d.account or t.explicit) else None
         if (t.channel, account) == (d.channel, d.account):
             return job

@@ -47,6 +47,7 @@ from hermit.scheduler.store import JobFile, RunRecord, Trigger
 from hermit.scheduler.targets import (
     NotLetIn,
     Refused,
+    hint_then,
     not_let_in,
     not_let_in_fix,
     peer_kind_of,
@@ -91,7 +92,7 @@ class SchedulerService:
 
     def __init__(self, home: Path, loaded: LoadedConfig, host: SchedulerHost, *, clock: Clock = utc_now,
                  fsync: bool = True, max_sleep_seconds: float = 30.0,
-                 config: Callable[[], LoadedConfig] | None = None) -> None:
+                 config: Callable[[], LoadedConfig] | None = None, restart: str | None = None) -> None:
         self.loaded = loaded
         # The config in force (the gateway's: hermit.yaml re-read when it changes; ConfigError while it is
         # invalid), asked at each tick, before each heartbeat and cron run, and again before each delivery.
@@ -99,7 +100,8 @@ class SchedulerService:
         self.host = host
         self.clock = clock
         self.max_sleep = max_sleep_seconds
-        self.jobs = CronJobs(home, loaded, clock=clock, fsync=fsync, wake=self.wake, current=self.config)
+        self.jobs = CronJobs(home, loaded, clock=clock, fsync=fsync, wake=self.wake, current=self.config,
+                             restart=restart)  # the gateway's restart words, for a target with no account
         self._start_session = session_starter(loaded, clock, fsync=fsync)
         self._alerts = AlertMemory(self.jobs.store.dir / "heartbeat-alerts.json")
         self._plan = _Plan()
@@ -202,7 +204,7 @@ class SchedulerService:
         try:
             target = heartbeat_target(hb.agent.settings.heartbeat, self.loaded.config.channels, hb.agent.id)
         except HermitError as e:
-            log.error("%s (%s)", e.message, e.hint)
+            log.error("%s (%s)", e.message, hint_then(e, self.jobs.restart))
         else:
             if (withheld := withheld_from(self.loaded, hb.agent, target)) is not None:
                 log.warning("%s: its alerts will not be delivered — %s", *withheld)
@@ -449,6 +451,9 @@ class GatewayContext(Protocol):
     @property
     def config(self) -> Callable[[], LoadedConfig] | None: ...
 
+    @property
+    def restart(self) -> str | None: ...
+
 
 def gateway_service(ctx: GatewayContext) -> SchedulerService:
     """The gateway's service factory entry: the scheduler with the gateway's bus as its host (turns go
@@ -458,4 +463,4 @@ def gateway_service(ctx: GatewayContext) -> SchedulerService:
     def clock() -> datetime:
         return datetime.fromtimestamp(epoch(), UTC)
 
-    return SchedulerService(ctx.state_dir, ctx.loaded, ctx.host, clock=clock, config=ctx.config)
+    return SchedulerService(ctx.state_dir, ctx.loaded, ctx.host, clock=clock, config=ctx.config, restart=ctx.restart)
