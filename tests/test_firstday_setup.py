@@ -119,7 +119,7 @@ def test_a_channel_set_up_before_any_model_is_told_to_choose_a_model_not_to_run_
     with FakeProvider([{"text": "OK", "repeat": True}]) as fake:
         assert setup_cli.hermit(home, "setup", "--provider", "fake", "--base-url", fake.base_url).returncode == 0
     r = setup_cli.hermit(home, "setup", "--channel", "telegram", "--owner", "42")
-    assert "next: hermit gateway run   (or `hermit gateway install` to keep it running)" in r.stdout, r.stdout
+    assert "next: hermit gateway run   (or `hermit service install` to keep it running)" in r.stdout, r.stdout
 
 
 def test_a_key_from_the_shell_only_is_said_with_how_to_store_it_and_a_servers_url_is_kept(tmp_path: Path) -> None:

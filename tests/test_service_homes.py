@@ -104,7 +104,7 @@ def test_a_unit_of_another_state_dir_is_never_replaced_nor_removed_and_an_old_pl
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert f"{plain} runs the gateway of another state dir, {home1} (this one is {home2}); not replacing it" \
         in r.stderr, r.stderr
-    assert f"HERMIT_HOME={home1} hermit gateway uninstall" in r.stderr
+    assert f"HERMIT_HOME={home1} hermit service uninstall" in r.stderr
     r = hermit(setup_env(tmp_path, home2), "gateway", "uninstall", "--name", "hermit-gateway")
     assert r.returncode == 1 and "not removing it" in r.stderr, r.stderr
     assert plain.read_text() == before and calls(tmp_path) == []

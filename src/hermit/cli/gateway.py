@@ -310,7 +310,7 @@ def cmd_dashboard(ctx: CliContext, args: argparse.Namespace) -> int:
         # No URL then: whatever holds the configured port now (another local user's program, while the
         # gateway is down) would read the ticket from a page opened there.
         start = _start_how(ctx)
-        service = " (or `hermit gateway install` for a service)" if start == "`hermit gateway run`" else ""
+        service = " (or `hermit service install` for a service)" if start == "`hermit gateway run`" else ""
         print(f"the gateway is not running: start it with {start}{service}, then run `hermit dashboard` again",
               file=sys.stderr)
         return 1

@@ -102,7 +102,7 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     path = log_path(ctx.home)
     if not path.exists():
         raise HermitError(f"no gateway log at {path} yet", "start the gateway (`hermit gateway run`, or "
-                          "`hermit gateway install` for a service); its log is written there")
+                          "`hermit service install` for a service); its log is written there")
     lines, size = _last_lines(path, args.lines)
     out = Printer(args.json)
     for text in lines:

@@ -254,7 +254,7 @@ def _no_systemd(ctx: CliContext, host: str | None, port: int | None) -> ConfigEr
         f"`docker run --restart unless-stopped`) or your supervisor's:\n      {cmd}\n"
         f"      or start it in the background of this shell (it stops with the machine):\n"
         f"      nohup {cmd} >/dev/null 2>&1 &\n"
-        "      `hermit logs -f` follows it either way; `hermit gateway install --no-start` writes the unit anyway")
+        "      `hermit logs -f` follows it either way; `hermit service install --no-start` writes the unit anyway")
 
 
 def _run(cmd: list[str], environ: dict[str, str], name: str) -> None:
@@ -351,7 +351,7 @@ def _not_this_home(ctx: CliContext, path: Path, kind: str, doing: str) -> Config
         return ConfigError(f"{path} was not written by `hermit gateway install` (it names no state dir); not "
                            f"{doing} it", "give the service another --name, or remove that file yourself")
     return ConfigError(f"{path} runs the gateway of another state dir, {theirs} (this one is {ctx.home}); not "
-                       f"{doing} it", f"for that state dir run `HERMIT_HOME={theirs} hermit gateway uninstall`; "
+                       f"{doing} it", f"for that state dir run `HERMIT_HOME={theirs} hermit service uninstall`; "
                        f"this state dir's service is {unit_name_for(ctx.home, _user_home(ctx))} (or give --name)")
 
 
@@ -446,7 +446,7 @@ def cmd_uninstall(ctx: CliContext, args: argparse.Namespace) -> int:
     path = folder / _unit_name(kind, name) if folder is not None else unit_path(ctx, kind, name)
     if folder is None or not os.path.lexists(path):
         raise ConfigError(f"no service file at {path} (for the state dir {ctx.home})", "nothing to uninstall for "
-                          "this state dir (see `hermit gateway install`); another state dir's service is "
+                          "this state dir (see `hermit service install`); another state dir's service is "
                           "uninstalled with that HERMIT_HOME (or --home)")
     if refused := _not_this_home(ctx, path, kind, "removing"):
         raise refused

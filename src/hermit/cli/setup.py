@@ -532,7 +532,7 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
         if note:
             print(f"note: {note}")
     # Without a model the gateway does not start ("no language model is configured"): that step comes first.
-    gateway = ("hermit gateway run   (or `hermit gateway install` to keep it running)" if plan.model_ref or
+    gateway = ("hermit gateway run   (or `hermit service install` to keep it running)" if plan.model_ref or
                _current_model(ctx) else "hermit setup   (choose a language model first: the gateway needs one)")
     nxt = ["hermit chat" if plan.model_ref else None, gateway if plan.channel else None, "hermit doctor"]
     print("next: " + " · ".join(n for n in nxt if n))
