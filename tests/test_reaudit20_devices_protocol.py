@@ -244,3 +244,51 @@ def test_the_store_refuses_a_link_and_a_corrupt_file_and_keeps_32(tmp_path: Path
         added.append(store.add(bytes([i]) * 91, f"phone {i}", "http://127.0.0.1:1").id)
     assert [d.id for d in store.all()] == added[:-33:-1]
     assert os.stat(store.path).st_mode & 0o777 == 0o600
+
+
+@pytest.fixture(scope="module")
+def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """A gateway behind a TLS proxy: its phone links are https://hermit.example/#ticket=…"""
+    home = tmp_path_factory.mktemp("reaudit-devices-https") / "home"
+    with FakeProvider(["hi"]) as fake:
+        write_config(home, fake.openai_base_url, extra='  allowed_origins: ["https://hermit.example"]\n')
+        gateway = GatewayProcess(home)
+        gateway.wait_ready()
+        try:
+            yield gateway
+        finally:
+            gateway.stop()
+
+
+def test_a_device_cannot_turn_a_phone_link_into_the_token(proxied: GatewayProcess) -> None:
+    """A signed-in device (a lost phone in other hands, or a script running as the device) made a phone link (Sign in
+    a phone) and redeemed it with a client that is not a browser: it got the gateway token, which revoking the device
+    does not take back. A link at an https address signs in a browser that records a device only: the ticket itself
+    (no key) and a proof with no key are refused without spending it, and a browser with a key signs in with it."""
+    from websockets.sync.client import connect
+
+    gw = proxied
+    key = Key()
+    did = sign_in(gw, key)["device"]["id"]
+    with device_conn(gw, key, did) as (c, reply):
+        assert reply["ok"]
+        made = c.call("t", "tickets.create")
+        assert made["ok"], made
+        c.call("r", "devices.revoke", id=did)  # the owner revokes the lost device
+    link = made["payload"]["link"]
+    assert link.startswith("https://hermit.example/#ticket=")
+    ticket = link.split("#ticket=", 1)[1]
+    with connect(gw.ws_url) as ws:  # no Origin: not a browser
+        ws.send(json.dumps({"type": "req", "id": "c", "method": "connect", "params": {"ticket": ticket}}))
+        hello = json.loads(ws.recv(10))
+        assert not hello["ok"] and hello["error"]["code"] == "device_link", hello
+        assert gw.token not in json.dumps(hello) and closed_with(ws) == 4401
+    with Conn(gw, ticket=ticket) as c:  # the handshake, but no key to record
+        proof = handshake_proof(ticket.encode(), "client", c.host, c.gateway_nonce, c.nonce)
+        refused = c.connect(proof=proof)
+        assert not refused["ok"] and refused["error"]["code"] == "device_link", refused
+    phone = Key()
+    with Conn(gw, ticket=ticket) as c:  # unspent: a browser that keeps a key signs in as a device
+        proof = handshake_proof(ticket.encode(), "client", c.host, c.gateway_nonce, c.nonce)
+        hello = c.connect(proof=proof, device={"key": phone.spki, "name": "phone"}, signature=phone.sign(c.signed()))
+        assert hello["ok"] and "device" in hello["payload"] and "token" not in hello["payload"], hello

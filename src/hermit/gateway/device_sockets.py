@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING
 from hermit.errors import HermitError
 from hermit.gateway.devices import TOUCH_SECONDS, Device, public_key, signed_text, verify
 from hermit.gateway.phone import phone_sign_in
-from hermit.gateway.protocol import CLOSE_UNAUTHORIZED, ConnectParams, Request, res_ok
+from hermit.gateway.protocol import (
+    CLOSE_UNAUTHORIZED,
+    ConnectParams,
+    ProtocolError,
+    Request,
+    handshake_proof,
+    res_ok,
+)
 
 if TYPE_CHECKING:
     from hermit.gateway.webchat_api import WebchatApi, _Challenge, _Socket
@@ -77,6 +84,49 @@ def record(self: WebchatApi, der: bytes, name: str, origin: str) -> Device | Non
     return device
 
 
+async def device_only(self: WebchatApi, tid: str) -> bool:
+    """Whether the ticket named `tid` may sign in a device only (tickets.py: a link at an https address)."""
+    return self.tickets is not None and await asyncio.to_thread(self.tickets.device_only, tid)
+
+
+def device_only_refused(request_id: str) -> ProtocolError:
+    return ProtocolError("device_link", "this link signs in a browser that keeps a key of its own, never a client "
+                         "that takes the gateway token", "open it in the phone's browser (its page at this https "
+                         "address signs in as a device); for another client run `hermit dashboard` on the computer",
+                         request_id=request_id, close=CLOSE_UNAUTHORIZED)
+
+
+async def proof_signs_in(self: WebchatApi, req: Request, params: ConnectParams,
+                         challenge: _Challenge | None) -> tuple[bool, str | None, Device | None]:
+    """`connect {proof}` after connect.challenge: (signed in, the id of the ticket it spent, the device it recorded).
+    A ticket sign-in that gives a key is checked (its signature), then the ticket spent, then the device recorded, so
+    of two connections racing one ticket only the winner's key is; a device-only ticket (tickets.py) that would
+    bring the token instead is refused, unspent."""
+    assert params.proof is not None
+    expected = handshake_proof(challenge.key, "client", challenge.host, challenge.gateway_nonce,
+                               challenge.client_nonce) if challenge is not None else ""
+    ok = bool(expected) and hmac.compare_digest(params.proof, expected)
+    ticket = challenge.ticket_id if ok and challenge is not None else None
+    if ticket is None or challenge is None:
+        return ok, None, None
+    der = None  # the key of the device to record
+    if params.device is not None:
+        der = await asyncio.to_thread(self._device_key, challenge, params)
+        if der is None:
+            return False, None, None
+    only = await self._device_only(ticket)
+    if only and (der is None or not challenge.origin):
+        raise device_only_refused(req.id)  # it would bring the token
+    if not await self._redeem(ticket):
+        raise self._expired(req.id)  # another tab redeemed it since the challenge, or it expired
+    if der is None or params.device is None:
+        return True, ticket, None
+    device = await asyncio.to_thread(self._record, der, params.device.name, challenge.origin)
+    if device is None and only:
+        raise device_only_refused(req.id)  # spent, but no device recorded: not the token either
+    return True, ticket, device
+
+
 def watch(self: WebchatApi) -> None:
     if self._device_watch is None or self._device_watch.done():
         self._device_watch = asyncio.create_task(self._watching_devices(), name="web app device watch")
@@ -125,8 +175,10 @@ async def sign_in_method(self: WebchatApi, sock: _Socket, req: Request) -> None:
     assert self.devices is not None and self.tickets is not None
     if req.method == "tickets.create":
         server = sock.ws.scope.get("server")
-        await sock.send_raw(res_ok(req.id, await asyncio.to_thread(
-            phone_sign_in, self.tickets, self.origins, tuple(server) if server else None)))
+        made = await asyncio.to_thread(phone_sign_in, self.tickets, self.origins, tuple(server) if server else None)
+        if made["link"].startswith("https://"):  # the phone's page keeps a key: the link never brings the token
+            await asyncio.to_thread(self.tickets.restrict, made["link"].split("#ticket=", 1)[1])
+        await sock.send_raw(res_ok(req.id, made))
     elif req.method == "devices.revoke":
         gone = await asyncio.to_thread(self.devices.revoke, req.params.id)
         log.info("the web app signed a device out: %s", gone.name)

@@ -28,6 +28,7 @@ import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hermit.errors import HermitError
 from hermit.gateway.state import gateway_dir
@@ -98,9 +99,8 @@ def issue_ticket(home: Path, gateway_pid: int, *, clock: Callable[[], float] = t
     return ticket
 
 
-def _read(path: Path) -> tuple[str, float, tuple[int, int | None]] | None:
-    """(ticket, expiry, (gateway pid, its start)) of a ticket file that is a regular owner-only file of ours, else
-    None. A file without the start (an earlier version's) names no gateway: (-1, None)."""
+def _load(path: Path) -> dict[str, Any] | None:
+    """The JSON object of a ticket file that is a regular owner-only file of ours, else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
@@ -110,11 +110,23 @@ def _read(path: Path) -> tuple[str, float, tuple[int, int | None]] | None:
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077 or st.st_size > 4096:
             return None
         data = json.loads(os.read(fd, 4096))
-        ticket, expires, pid, started = data["ticket"], data["expires"], data["gateway"], data.get("started", -1)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
         return None
     finally:
         os.close(fd)
+    return data if isinstance(data, dict) else None
+
+
+def _read(path: Path) -> tuple[str, float, tuple[int, int | None]] | None:
+    """(ticket, expiry, (gateway pid, its start)) of a ticket file that is a regular owner-only file of ours, else
+    None. A file without the start (an earlier version's) names no gateway: (-1, None)."""
+    data = _load(path)
+    if data is None:
+        return None
+    try:
+        ticket, expires, pid, started = data["ticket"], data["expires"], data["gateway"], data.get("started", -1)
+    except KeyError:
+        return None
     if not isinstance(ticket, str) or not isinstance(expires, (int, float)) or not isinstance(pid, int):
         return None
     if started == -1 or not (started is None or isinstance(started, int)):
@@ -137,6 +149,30 @@ class Tickets:
     def issue(self) -> str:
         """A new ticket for this gateway (the web app's "Sign in a phone"), as `hermit dashboard` makes them."""
         return issue_ticket(self.home, self.pid, clock=self.clock, ttl=self.ttl)
+
+    def restrict(self, ticket: str) -> None:
+        """Make the new `ticket` (not shown to anyone yet) device-only (`device_only`): its file rewritten whole."""
+        path = self.folder / f"{PREFIX}{ticket_id(ticket)}"
+        data = _load(path)
+        if data is None:
+            raise HermitError(f"cannot read the new sign-in ticket {path}", "try again")
+        tmp = self.folder / f".{PREFIX}{secrets.token_hex(6)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({**data, "deviceOnly": True}, f)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+
+    def device_only(self, tid: str) -> bool:
+        """Whether ticket `tid` signs in only a browser that records a device, never bringing the token: the web
+        app's phone link at an https address (a phone's page there can keep a key of its own). A signed-in device (or a script
+        running as one) can make such links: were one to bring the token, revoking that device would not undo it."""
+        data = _load(self.folder / f"{PREFIX}{tid}") if TICKET_ID.fullmatch(tid) else None
+        return data is not None and data.get("deviceOnly") is True
 
     def find(self, tid: str) -> str | None:
         """The ticket named `tid` if it is pending, unexpired and made for this gateway; None otherwise (an

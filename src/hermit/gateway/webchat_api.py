@@ -340,21 +340,12 @@ class WebchatApi:
         new_device: Device | None = None
         if challenge is not None and challenge.device is not None:  # a signed-in device: its signature
             ok = await self._device_signs_in(sock, params, challenge, challenge.device)
-        elif params.proof is not None:
-            expected = handshake_proof(challenge.key, "client", challenge.host, challenge.gateway_nonce,
-                                       challenge.client_nonce) if challenge is not None else ""
-            ok = bool(expected) and hmac.compare_digest(params.proof, expected)
-            ticket = challenge.ticket_id if ok and challenge is not None else None
-            der = None  # the key of the device to record, once its signature is good and the ticket is ours
-            if ticket is not None and challenge is not None and params.device is not None:
-                der = await asyncio.to_thread(self._device_key, challenge, params)
-                ok = der is not None
-            if ticket is not None and ok and not await self._redeem(ticket):
-                raise self._expired(req.id)  # another tab redeemed it since the challenge, or it expired
-            if ok and der is not None and challenge is not None and params.device is not None:
-                new_device = await asyncio.to_thread(self._record, der, params.device.name, challenge.origin)
+        elif params.proof is not None:  # keyed by the token or a ticket (a ticket's may record a device)
+            ok, ticket, new_device = await self._proof_signs_in(req, params, challenge)
         elif params.ticket is not None:  # outside a secure context: the ticket itself, as the token would be
             ticket = ticket_id(params.ticket)
+            if await self._device_only(ticket):
+                raise device_sockets.device_only_refused(req.id)
             if not await self._redeem(ticket, params.ticket):
                 raise self._expired(req.id)
             ok = True
@@ -397,6 +388,8 @@ class WebchatApi:
     _device_signs_in = device_sockets.signs_in
     _device_key = device_sockets.device_key
     _record = device_sockets.record
+    _proof_signs_in = device_sockets.proof_signs_in
+    _device_only = device_sockets.device_only
     _watch_devices = device_sockets.watch
     _watching_devices = device_sockets.watching
     _close_signed_out = device_sockets.close_signed_out
