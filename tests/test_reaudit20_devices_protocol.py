@@ -12,6 +12,7 @@ gateway goes on."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import subprocess
@@ -292,3 +293,26 @@ def test_a_device_cannot_turn_a_phone_link_into_the_token(proxied: GatewayProces
         proof = handshake_proof(ticket.encode(), "client", c.host, c.gateway_nonce, c.nonce)
         hello = c.connect(proof=proof, device={"key": phone.spki, "name": "phone"}, signature=phone.sign(c.signed()))
         assert hello["ok"] and "device" in hello["payload"] and "token" not in hello["payload"], hello
+
+
+def test_a_page_on_another_port_cannot_name_the_device(served: Served) -> None:
+    """Another local user's web page open in the owner's browser (http://127.0.0.1:<another port>: another origin,
+    with an IndexedDB of its own) learns the device id somehow and opens the gateway's socket: refused before the
+    gateway proves anything, the device untouched."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    gw = served.gw
+    key = Key()
+    did = sign_in(gw, key)["device"]["id"]
+    seen = next(d.last_seen for d in Devices(gw.home).all() if d.id == did)
+    host = gw.url.split("//", 1)[1].split("/", 1)[0]
+    for origin in (f"http://127.0.0.1:{gw.port + 1}", f"http://localhost:{gw.port}.evil.example", "null"):
+        with connect(gw.ws_url, origin=origin) as ws:  # type: ignore[arg-type]
+            with contextlib.suppress(ConnectionClosed):  # refused at once, maybe before this is sent
+                ws.send(json.dumps({"type": "req", "id": "c", "method": "connect.challenge",
+                                    "params": {"nonce": "n" * 32, "host": host, "deviceId": did}}))
+            first = json.loads(ws.recv(10))
+            assert first["ok"] is False and first["error"]["code"] == "origin_refused", first
+            assert "proof" not in json.dumps(first) and closed_with(ws) == 1008
+    assert next(d.last_seen for d in Devices(gw.home).all() if d.id == did) == seen
