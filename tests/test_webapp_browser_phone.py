@@ -139,7 +139,9 @@ def test_the_owner_shows_a_qr_code_whose_link_signs_a_phone_in_once(browser: Any
     assert link.startswith(f"{served.origin}/#ticket=") and served.gw.token not in link + src
     assert src.startswith("data:image/svg+xml")
     assert page.evaluate(READ_QR) == [list(r) for r in segno.make(link, error="m", micro=False).matrix]
-    assert "signs one browser in, once, within 10 minutes" in page.inner_text("#phone-note")
+    # A plain http link: the phone's page is no secure context, so it keeps no device — its tab holds the token.
+    assert "signs one browser in, once, within 10 minutes, for as long as that tab stays open: only at an https " \
+           "address does a phone stay signed in, listed under Devices below." in page.inner_text("#phone-note")
     assert "plain http" in page.inner_text("#phone-warning")  # http://phone.test: unencrypted on the network
     csp = page.evaluate("fetch('/').then((r) => r.headers.get('content-security-policy'))")
     assert csp == SECURITY_HEADERS["Content-Security-Policy"]  # shown as the CSP already allowed: unchanged
@@ -247,6 +249,34 @@ def test_a_gateway_on_loopback_only_makes_no_ticket_and_the_panel_says_what_to_c
             assert "set gateway.host" in note and "gateway.allowed_origins" in note
             assert page.is_hidden("#phone-qr") and page.inner_text("#phone-link") == ""
             assert not list((home / "gateway").glob(f"{PREFIX}*"))
+            assert opened.errors == []
+            opened.context.close()
+        finally:
+            gw.stop()
+
+
+def test_an_https_link_says_the_phone_stays_signed_in_until_revoked_under_devices(browser: Any, tmp_path: Path) -> None:
+    """Behind a TLS proxy (its https origin listed first) the link signs in a browser that keeps a device of its own
+    (gateway/devices.py): the note says it stays signed in until revoked under Devices, which the panel shows."""
+    home = tmp_path / "home"
+    with FakeProvider([{"text": "OK", "repeat": True}]) as fake:
+        write_config(home, fake.openai_base_url, extra='  allowed_origins: ["https://hermit.example"]\n')
+        gw = GatewayProcess(home)
+        gw.wait_ready()
+        try:
+            opened = open_page(browser, gw.url, console_errors=True)
+            page = opened.page
+            link, _ = open_panel(page)
+            assert link.startswith("https://hermit.example/#ticket=")
+            note = page.inner_text("#phone-note")
+            assert note == "Scan this with the phone's camera. It signs one browser in, once, within 10 minutes; that " \
+                "browser then stays signed in until you revoke it under Devices below (or it goes unused for 30 days). " \
+                "Open this again for another.", note
+            assert page.is_visible("#phone-note") and page.is_visible("#devices-card")
+            note_box = page.locator("#phone-note").bounding_box()
+            devices_box = page.locator("#devices-card").bounding_box()
+            assert note_box is not None and devices_box is not None and devices_box["y"] > note_box["y"]  # "below"
+            assert page.inner_text("#phone-warning") == ""  # https: nothing crosses the network in the clear
             assert opened.errors == []
             opened.context.close()
         finally:

@@ -173,8 +173,14 @@
       say("phone-note", "the gateway sent no QR code", "bad");
       return;
     }
+    // What the phone's page keeps: at an https address a device of its own (its keys, never the token; gateway/
+    // devices.py), listed under Devices; over plain http it cannot (no secure context), and only its tab holds the token.
+    const kept = String(res.link).startsWith("https://")
+      ? "; that browser then stays signed in until you revoke it under Devices below (or it goes unused for 30 days)."
+      : ", for as long as that tab stays open: only at an https address does a phone stay signed in, listed under " +
+        "Devices below.";
     say("phone-note", "Scan this with the phone's camera. It signs one browser in, once, within "
-      + Math.round(res.expiresIn / 60) + " minutes; open this again for another.");
+      + Math.round(res.expiresIn / 60) + " minutes" + kept + " Open this again for another.");
     phoneShown(res.link, res.qr, res.warning);
   }
   function phoneClose() {
