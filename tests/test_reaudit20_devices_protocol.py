@@ -57,9 +57,9 @@ def spki(key: Any) -> str:
 
 
 def test_a_device_list_the_gateway_cannot_read_signs_no_device_out(served: Served) -> None:
-    """A devices.json left 0644 (a restore), corrupt, or past the size limit (10,000 devices written by hand): the
-    device is refused with what is wrong but *without* the gateway's signed-out proof, so the page keeps its key, and
-    once the file is put right it signs in as before. The file itself is never overwritten meanwhile."""
+    """A devices.json left 0644 (a restore), corrupt, past the size limit (10,000 devices written by hand) or with a
+    time as text: the device is refused with what is wrong but *without* the gateway's signed-out proof, so the page
+    keeps its key, and once the file is put right it signs in as before. The file is never overwritten meanwhile."""
     gw = served.gw
     key = Key()
     did = sign_in(gw, key)["device"]["id"]
@@ -70,6 +70,8 @@ def test_a_device_list_the_gateway_cannot_read_signs_no_device_out(served: Serve
         "not private": lambda: path.chmod(0o644),
         "corrupt": lambda: path.write_bytes(good[: len(good) // 2]),
         "10,000 devices": lambda: path.write_text(json.dumps({"version": 1, "devices": [entry] * 10_000})),
+        "a time as text": lambda: path.write_text(json.dumps({"version": 1, "devices": [
+            {**entry, "last_seen": "yesterday"}]})),
     }
     for what, spoil in spoils.items():
         spoil()
@@ -213,8 +215,8 @@ def test_revoking_a_device_in_the_middle_of_its_turn(served: Served) -> None:
 
 
 def test_the_store_refuses_a_link_and_a_corrupt_file_and_keeps_32(tmp_path: Path) -> None:
-    """A link planted as devices.json is not followed (read or written), a corrupt file is reported and left as it
-    is, and 40 sign-ins keep the 32 seen last."""
+    """A link planted as devices.json is not followed (read or written), a corrupt file (or one with a time as
+    text) is reported and left as it is, and 40 sign-ins keep the 32 seen last."""
     from hermit.errors import HermitError
 
     home = tmp_path / "home"
@@ -236,6 +238,12 @@ def test_the_store_refuses_a_link_and_a_corrupt_file_and_keeps_32(tmp_path: Path
         store.add(b"\x30" * 91, "x", "http://127.0.0.1:1")
     assert "is not a device list Hermit wrote" in e.value.message and "remove it" in e.value.hint
     assert store.path.read_text() == '{"version": 1, "devices": [{"id": 1}]}'
+    typed = {"id": "ab" * 32, "key": "k", "name": "n", "origin": "o", "added": 1, "last_seen": "yesterday"}
+    store.path.write_text(json.dumps({"version": 1, "devices": [typed]}))
+    for act in (store.all, lambda: store.revoke("ababab")):  # a clear error, not a TypeError's traceback
+        with pytest.raises(HermitError) as e:
+            act()
+        assert "is not a device list Hermit wrote" in e.value.message
     store.path.unlink()
     clock = [1_000_000.0]
     store = Devices(home, clock=lambda: clock[0])

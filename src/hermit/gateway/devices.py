@@ -173,7 +173,12 @@ class Devices:
                 raise HermitError(f"{self.path} is too large ({st.st_size} bytes)",
                                   "remove it: every device then signs in again with a new code")
             data = json.loads(os.read(fd, MAX_FILE_BYTES + 1))
-            return [Device(**{k: d[k] for k in Device.__dataclass_fields__}) for d in data["devices"]]
+            devices = [Device(**{k: d[k] for k in Device.__dataclass_fields__}) for d in data["devices"]]
+            for d in devices:  # a field of another type would fail later, far from here (a time as text)
+                if not all(isinstance(v, str) for v in (d.id, d.key, d.name, d.origin)) or \
+                        not all(type(t) in (int, float) for t in (d.added, d.last_seen)):
+                    raise TypeError(f"device {str(d.id)[:12]!r} has a field that is not as Hermit writes it")
+            return devices
         except (ValueError, KeyError, TypeError) as e:
             raise HermitError(f"{self.path} is not a device list Hermit wrote ({e})",
                               "remove it: every device then signs in again with a new code") from e
