@@ -125,7 +125,7 @@ def phone_address(host: str, port: int, allowed_origins: Sequence[str], how: How
     example = lan[0] if lan else "this machine's network address"
     how = how or HowRun(None)  # not known: by hand, its pid unnamed
     restart = (f"in hermit.yaml and restart the gateway: {how.restart()} (a service installed with --host keeps "
-               "that address: install it again with `hermit gateway install --host 0.0.0.0`, then restart it)") if how.managed else \
+               "that address: install it again with `hermit service install --host 0.0.0.0`, then restart it)") if how.managed else \
         f"and restart the gateway: {how.restart(f'hermit gateway run --host {example}')}"
     raise HermitError(LOOPBACK_ONLY.format(host=host or "127.0.0.1"),
                       f"set gateway.host to this machine's network address ({', '.join(lan) or 'see `ip addr`'}) "
