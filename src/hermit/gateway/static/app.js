@@ -362,7 +362,9 @@
         } else signOut(LINK_USED);
         return;
       }
-      if (ev.code === 4401 || ev.code === 1008) {
+      if (dev && !proven && (ev.code === 4401 || ev.code === 1008)) {
+        impostor = true;  // closed before the gateway proved itself: not its word (a program on the port), keep trying
+      } else if (ev.code === 4401 || ev.code === 1008) {
         signOut(ev.code === 4401 ? (dev ? DEVICE_OUT : "refused: wrong token — run `hermit dashboard` and open the link it prints")
                                  : "refused: this page's origin may not use the gateway — open the link `hermit dashboard` prints");
         return;

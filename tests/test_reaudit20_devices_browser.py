@@ -1,0 +1,81 @@
+"""Re-audit of signed-in devices in Debian's Chromium: a program on the gateway's port while it is down (another
+local user's) that closes the device's socket with 4401 — the gateway's "signed out" close code — without the proof
+the gateway gives. The page said "This device is signed out (revoked …): sign it in again" and stopped trying, so
+whatever held the port for a moment left the phone showing a lie and disconnected after the gateway came back; it
+now treats an unproven close as what it is (not your gateway?), keeps trying, and signs in again by itself."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from browserdemo import T
+from hermit.gateway.app import STATIC_DIR
+from test_s20_devices_browser import STORED, Served, phone, pw, served, signed_in
+
+__all__ = ["pw", "served"]  # the fixtures, shared with the devices' own browser tests
+
+
+@contextmanager
+def closing_squatter(port: int) -> Iterator[list[str]]:
+    """The web app's own files on `port`, and a socket that reads the page's first frame and closes 4401."""
+    from websockets.datastructures import Headers
+    from websockets.exceptions import ConnectionClosed
+    from websockets.http11 import Request, Response
+    from websockets.sync.server import ServerConnection, serve
+
+    heard: list[str] = []
+    types = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+
+    def page(_: ServerConnection, request: Request) -> Response | None:
+        if request.path == "/ws":
+            return None
+        path = request.path.split("?")[0]
+        file = STATIC_DIR / ("index.html" if path == "/" else path.removeprefix("/static/"))
+        if not file.is_file():
+            return Response(404, "Not Found", Headers({"Content-Length": "0"}))
+        body = file.read_bytes()
+        return Response(200, "OK", Headers({"Content-Type": types.get(file.suffix, "application/octet-stream"),
+                                            "Content-Length": str(len(body))}), body)
+
+    def handler(ws: ServerConnection) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            heard.append(str(ws.recv(10)))
+            ws.close(4401, "device signed out")
+
+    with serve(handler, "127.0.0.1", port, process_request=page) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield heard
+        finally:
+            server.shutdown()
+            thread.join(10)
+
+
+def test_an_unproven_signed_out_close_neither_signs_the_phone_out_nor_stops_it(pw: Any, served: Served,
+                                                                                tmp_path: Path) -> None:
+    ctx = phone(pw, tmp_path / "profile")
+    try:
+        page = ctx.new_page()
+        signed_in(page, served.link())
+        did = page.evaluate(STORED)["device"]
+        served.gw.stop()
+        with closing_squatter(served.port) as heard:
+            page.reload()
+            page.wait_for_function("() => /not your gateway/.test(document.getElementById('status').textContent)",
+                                   timeout=T)
+            assert heard and "deviceId" in heard[0]
+            assert "signed out" not in page.inner_text("body")
+            assert page.evaluate(STORED)["device"] == did
+        served.restart()
+        page.wait_for_selector("#status.ok", timeout=T)  # by itself, no reload: the same device, signed in
+        assert page.evaluate(STORED)["device"] == did
+    finally:
+        ctx.close()
+        if served.gw.proc.poll() is not None:
+            served.restart()
