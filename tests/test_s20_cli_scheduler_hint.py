@@ -85,3 +85,24 @@ def test_a_gateway_run_by_hand_then_under_a_unit_names_its_restart(tmp_path: Pat
     finally:
         gw.proc.terminate()
         gw.proc.wait(timeout=60)
+
+
+def test_hermit_agent_cron_tool_names_the_gateways_start(tmp_path: Path) -> None:
+    """`hermit agent`/`hermit chat` build their own cron tool (cli/assistant): its answer to a job aimed at a channel
+    with no account ended "…restart the gateway as setup says"; it now gives the CLI's words, read when the tool
+    answers (a gateway may start or stop while a chat runs)."""
+    from hermit.testing.fake_provider import FakeProvider
+
+    job = {"name": "weekly", "message": "the weekly summary", "schedule": {"kind": "every", "every_ms": 604_800_000},
+           "delivery": {"mode": "announce", "channel": "discord", "to": "42"}}
+    with FakeProvider([{"tool_calls": [{"name": "cron", "arguments": {"action": "add", "job": job}}]},
+                       {"text": "done"}]) as fake:
+        env = setup(tmp_path)
+        write_config(Path(env["HERMIT_HOME"]), fake.openai_base_url)
+        (Path(env["HERMIT_HOME"]) / "workspace").mkdir(exist_ok=True)
+        r = hermit(env, "agent", "-m", "remind me weekly on discord")
+        assert r.returncode == 0, r.stderr
+        told = [str(m["content"]) for q in fake.requests for m in q.body.get("messages", []) if m.get("role") == "tool"]
+    assert any("no discord account is configured" in t and
+               "`hermit setup --channel discord`, then start the gateway: `hermit gateway run`" in t for t in told), told
+    assert "as setup says" not in "".join(told)

@@ -14,6 +14,7 @@ from hermit.channels.access import AccessControl
 from hermit.channels.pairing import PairingStore
 from hermit.cli.context import PROVIDER_KEY_VARS, CliContext
 from hermit.cli.model_choice import NoModelConfigured, choose_model_ref
+from hermit.cli.running_gateway import start_or_restart
 from hermit.config.load import AgentConfig, LoadedConfig
 from hermit.models.registry import build_model
 from hermit.scheduler import CronJobs
@@ -46,5 +47,5 @@ def build_runtime(ctx: CliContext, agent: AgentConfig | None = None, *, long_liv
     # gateway, where group messages arrive, replaces this check with hermit.yaml as it is now
     # (LiveAccess.is_owner in gateway/live_config.py).
     return AgentRuntime(agent, model, memory=memory, exec_env=exec_environment(ctx.environ, loaded),
-                        cron=CronJobs(ctx.home, loaded, for_model=True),
+                        cron=CronJobs(ctx.home, loaded, for_model=True, restart=lambda: start_or_restart(ctx)),
                         owner_check=AccessControl(loaded.config.channels, PairingStore(ctx.home)).is_owner)

@@ -74,12 +74,14 @@ def _one_agents(status: dict[str, Any], agent_id: str | None, job_ids: set[str])
 class CronJobs:
     def __init__(self, home: Path, loaded: LoadedConfig, *, clock: Clock = utc_now, fsync: bool = True,
                  wake: Callable[[], None] | None = None, for_model: bool = False,
-                 current: Callable[[], LoadedConfig] | None = None, restart: str | None = None) -> None:
+                 current: Callable[[], LoadedConfig] | None = None,
+                 restart: str | Callable[[], str] | None = None) -> None:
         self.loaded = loaded
         # The gateway's restart in words for how it runs ("restart the gateway: `systemctl --user restart …`"), from
         # a composition root that can tell: a target naming a channel with no account ends its hint with them
-        # (targets.NoAccount). None: the hint's default words (the CLI puts its own in: cli/main._gateway_words).
-        self.restart = restart
+        # (targets.NoAccount); a function when they can change while this lives (`hermit chat`: a gateway may start or
+        # stop meanwhile). None: the hint's default words (the CLI puts its own in: cli/main._gateway_words).
+        self._restart = restart
         # Who a delivery reaches is judged by `current()`: the config in force. In the gateway that is
         # hermit.yaml as it is now (re-read when it changes; a ConfigError while it is invalid, so no run
         # that delivers and no target the model picks passes); elsewhere the config this process loaded.
@@ -191,6 +193,15 @@ class CronJobs:
         if (t.channel, account) == (d.channel, d.account):
             return job
         return job.model_copy(update={"delivery": d.model_copy(update={"channel": t.channel, "account": account})})
+
+    @property
+    def restart(self) -> str | None:
+        """The gateway's restart (or start) in words, as they are now."""
+        return self._restart() if callable(self._restart) else self._restart
+
+    @restart.setter
+    def restart(self, words: str | Callable[[], str] | None) -> None:
+        self._restart = words
 
     def not_the_owner(self, job: Job) -> str | None:
         """Who the job's replies reach when that is not only the owner of the job's agent, else None."""
