@@ -79,3 +79,27 @@ def test_an_unproven_signed_out_close_neither_signs_the_phone_out_nor_stops_it(p
         ctx.close()
         if served.gw.proc.poll() is not None:
             served.restart()
+
+
+def test_a_device_only_link_in_a_browser_that_cannot_make_a_key_says_why(pw: Any, served: Served,
+                                                                         tmp_path: Path) -> None:
+    """An https phone link is device-only (tickets.py); a browser whose WebCrypto cannot make an ECDSA key sends the
+    handshake with no key and is refused `device_link`: the page says that, not "wrong token", and the link is
+    still good."""
+    from hermit.gateway.tickets import Tickets, issue_ticket, ticket_id
+    from test_gateway_tickets import gateway_pid
+
+    ticket = issue_ticket(served.home, gateway_pid(served.gw))
+    tickets = Tickets(served.home, pid=gateway_pid(served.gw))
+    tickets.restrict(ticket)  # as the web app marks its link at an https address
+    ctx = phone(pw, tmp_path / "profile")
+    try:
+        ctx.add_init_script("crypto.subtle.generateKey = () => Promise.reject(new Error('no ECDSA here'));")
+        page = ctx.new_page()
+        page.goto(f"{served.origin}/#ticket={ticket}")
+        page.wait_for_selector("#status.bad", timeout=T)
+        page.wait_for_function("() => /keeps a key of its own/.test(document.body.innerText)", timeout=T)
+        assert "wrong token" not in page.inner_text("body")
+        assert tickets.find(ticket_id(ticket)) == ticket  # not spent
+    finally:
+        ctx.close()

@@ -362,6 +362,10 @@
         } else signOut(LINK_USED);
         return;
       }
+      if (refused && refused.code === "device_link") {  // the gateway's own words (it proved itself first)
+        signOut(refused.message + " — " + refused.hint);
+        return;
+      }
       if (dev && !proven && (ev.code === 4401 || ev.code === 1008)) {
         impostor = true;  // closed before the gateway proved itself: not its word (a program on the port), keep trying
       } else if (ev.code === 4401 || ev.code === 1008) {
