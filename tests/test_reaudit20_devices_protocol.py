@@ -33,6 +33,8 @@ from prochelpers import PROC_TIMEOUT, python_as, pythonpath
 from test_gateway_tickets import closed_with
 from test_s20_devices_protocol import Conn, Key, b64, device_conn, new_ticket, sign_in
 
+REMEMBER = "  remember_devices: true\n"  # devices are opt-in (gateway.remember_devices)
+
 
 class Served:
     def __init__(self, gw: GatewayProcess, fake: FakeProvider) -> None:
@@ -43,7 +45,7 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     home = tmp_path_factory.mktemp("reaudit-devices") / "home"
     with FakeProvider(["hi"] * 8) as fake:
-        write_config(home, fake.openai_base_url)
+        write_config(home, fake.openai_base_url, extra=REMEMBER)
         gateway = GatewayProcess(home)
         gateway.wait_ready()
         try:
@@ -260,7 +262,7 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
     """A gateway behind a TLS proxy: its phone links are https://hermit.example/#ticket=…"""
     home = tmp_path_factory.mktemp("reaudit-devices-https") / "home"
     with FakeProvider(["hi"]) as fake:
-        write_config(home, fake.openai_base_url, extra='  allowed_origins: ["https://hermit.example"]\n')
+        write_config(home, fake.openai_base_url, extra='  allowed_origins: ["https://hermit.example"]\n' + REMEMBER)
         gateway = GatewayProcess(home)
         gateway.wait_ready()
         try:

@@ -26,6 +26,8 @@ from hermit.gateway.tickets import issue_ticket
 from hermit.testing import FakeProvider
 from test_gateway_tickets import gateway_pid
 
+REMEMBER = "  remember_devices: true\n"  # devices are opt-in (gateway.remember_devices)
+
 PHONE = {"viewport": {"width": PHONE_SIZE[0], "height": PHONE_SIZE[1]}, "is_mobile": True, "has_touch": True}
 STORED = """async () => {
   const db = await new Promise((ok, no) => { const r = indexedDB.open("hermit", 1); r.onsuccess = () => ok(r.result);
@@ -62,7 +64,7 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     home = tmp_path_factory.mktemp("devices-browser") / "home"
     with FakeProvider(["hi"] * 8) as fake:
-        write_config(home, fake.openai_base_url)
+        write_config(home, fake.openai_base_url, extra=REMEMBER)
         s = Served(home, free_port())
         try:
             yield s

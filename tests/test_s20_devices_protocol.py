@@ -35,12 +35,14 @@ from hermit.testing import FakeProvider
 from prochelpers import PROC_TIMEOUT, python_as, pythonpath, shared_dir
 from test_gateway_tickets import closed_with, frame, gateway_pid, host_of
 
+REMEMBER = "  remember_devices: true\n"  # devices are opt-in (gateway.remember_devices)
+
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     home = tmp_path_factory.mktemp("devices") / "home"
     with FakeProvider(["hi"]) as fake:
-        write_config(home, fake.openai_base_url)
+        write_config(home, fake.openai_base_url, extra=REMEMBER)
         gateway = GatewayProcess(home)
         gateway.wait_ready()
         try:
@@ -372,6 +374,7 @@ def test_a_device_revoked_while_it_signs_in_is_not_let_in(gw: GatewayProcess) ->
 def test_the_cli_on_a_state_dir_where_no_gateway_ran(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
+    (home / "hermit.yaml").write_text("gateway:\n" + REMEMBER, encoding="utf-8")
     listed = cli(home, "list")
     assert listed.returncode == 0 and listed.stdout.startswith("no devices signed in")
     gone = cli(home, "revoke", "abcdef")
@@ -380,4 +383,4 @@ def test_the_cli_on_a_state_dir_where_no_gateway_ran(tmp_path: Path) -> None:
     both = cli(home, "revoke")
     assert both.returncode == 1 and "name one device to sign out, or --all" in both.stderr
     assert cli(home, "revoke", "--all").stdout.strip() == "no devices were signed in"
-    assert list(home.iterdir()) == []  # nothing made
+    assert [p.name for p in home.iterdir()] == ["hermit.yaml"]  # nothing made

@@ -90,7 +90,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     port = free_port()
     origin = f"http://phone.test:{port}"
     with FakeProvider([{"text": "OK", "repeat": True}]) as fake:
-        write_config(home, fake.openai_base_url, extra=f'  allowed_origins: ["{origin}"]\n')
+        write_config(home, fake.openai_base_url, extra=f'  allowed_origins: ["{origin}"]\n  remember_devices: true\n')
         gw = GatewayProcess(home, "--port", str(port))
         gw.wait_ready()
         try:
@@ -260,7 +260,8 @@ def test_an_https_link_says_the_phone_stays_signed_in_until_revoked_under_device
     (gateway/devices.py): the note says it stays signed in until revoked under Devices, which the panel shows."""
     home = tmp_path / "home"
     with FakeProvider([{"text": "OK", "repeat": True}]) as fake:
-        write_config(home, fake.openai_base_url, extra='  allowed_origins: ["https://hermit.example"]\n')
+        write_config(home, fake.openai_base_url, extra='  allowed_origins: ["https://hermit.example"]\n'
+                     '  remember_devices: true\n')
         gw = GatewayProcess(home)
         gw.wait_ready()
         try:

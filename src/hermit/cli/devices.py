@@ -5,7 +5,8 @@ A browser that signed in with a one-time link or QR code (`hermit dashboard`, th
 recorded as a device: its public key, the name it gave, the address it signed in at, when it was added and last seen.
 `revoke` removes one (by the id `list` shows, or the start of it; `--all` for every one): a running gateway closes
 its open pages within a second, and it cannot sign in again without a new link. A device unused for 30 days is signed
-out by itself. This works while the gateway runs: both lock the file.
+out by itself. This works while the gateway runs: both lock the file. With gateway.remember_devices off (the default)
+no browser is kept signed in: `list` says so.
 
 Names come from the browsers: printed through channels.pairing.printable (hidden characters escaped, length capped).
 """
@@ -14,9 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 from hermit.cli.context import CliContext
+
+DEVICES_OFF = "off — set gateway.remember_devices: true to keep browsers signed in"
 
 
 def configure(s: argparse.ArgumentParser) -> None:
@@ -39,6 +43,11 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
     from hermit.channels.pairing import printable
     from hermit.gateway.devices import IDLE_SECONDS, Devices
 
+    if not ctx.config().config.gateway.remember_devices:
+        if args.json:
+            print("[]")
+        print(DEVICES_OFF, file=sys.stderr if args.json else sys.stdout)
+        return 0
     devices = Devices(ctx.home).all()
     if args.json:
         print(json.dumps([d.public() for d in devices], ensure_ascii=False, indent=2))

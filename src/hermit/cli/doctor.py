@@ -253,6 +253,15 @@ def chat_model(ctx: CliContext) -> str | Check:
     return describe_chat_model(ctx)
 
 
+@check("web app devices", needs=("config",))
+def remember_devices(ctx: CliContext) -> str:
+    """gateway.remember_devices (gateway/device_sockets.py): on, say what it risks where others log in."""
+    if ctx.config().config.gateway.remember_devices:
+        return ("browsers stay signed in (gateway.remember_devices): another local user's program that takes the "
+                "port while the gateway is down could sign in as one — only on a computer no one else logs in to")
+    return "off: a browser signed in with a link stays signed in for its tab only (gateway.remember_devices)"
+
+
 # One line per check, in the order they are shown. Other modules append theirs here.
 CHECKS: list[CheckFn] = [
     python_version,
@@ -275,6 +284,7 @@ CHECKS: list[CheckFn] = [
     chat_model,
     gateway_token,
     gateway_config,  # hermit.yaml or hermit.env changed after the running gateway started
+    remember_devices,  # browsers that stay signed in, and what that risks on a shared computer
     *CRON_CHECKS,
     channels_check,  # secrets, extras, and what the gateway last said of an account that is not connected
     *SLACK_CHECKS,  # Slack sessions from before keys named the workspace; peer bindings naming no workspace

@@ -376,6 +376,10 @@ class GatewayConfig(Strict):
     # A connection must send a whole request's headers, and a web app socket complete its sign-in, within this
     # (gateway/unsigned.py): about ten times what two round trips take on a bad mobile network.
     sign_in_seconds: float = Field(30.0, ge=0.1, le=600)
+    # Browsers signed in with a link or QR code stay signed in as *devices* (gateway/devices.py): a key of their own
+    # in the browser. Off by default: another local user's program that takes the port while the gateway is down can
+    # serve a page at the web app's address whose script uses that key. Read at start (a restart applies it).
+    remember_devices: bool = False
 
     @field_validator("allowed_origins")
     @classmethod

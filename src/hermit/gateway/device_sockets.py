@@ -4,6 +4,12 @@ web app revokes it (`devices.revoke`), within `device_watch_interval` when `herm
 does, which the gateway sees by watching the file while a device is connected — and the owner's methods `devices.list`,
 `devices.revoke` and `tickets.create` (phone.py). WebchatApi's methods, kept here as webchat_sessions.py keeps the
 session reads.
+
+All of it only with `gateway.remember_devices: true` (off by default, read at start): off, a ticket sign-in that
+offers a key is answered with the token as before devices (nothing recorded), no link is device-only, and a device's
+sign-in is refused (`devices_off`, with the gateway's proof, so the page shows why and keeps its key: turning the
+setting back on brings the device back). Why off: another local user's program that holds the port while the gateway
+is down can serve its own page at the web app's address, and its script can use the device's key.
 """
 
 from __future__ import annotations
@@ -11,14 +17,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 from typing import TYPE_CHECKING
 
+from starlette.websockets import WebSocketDisconnect
+
 from hermit.errors import HermitError
-from hermit.gateway.devices import TOUCH_SECONDS, Device, public_key, signed_text, verify
+from hermit.gateway.devices import TOUCH_SECONDS, Device, device_secret, public_key, signed_text, verify
 from hermit.gateway.phone import phone_sign_in
 from hermit.gateway.protocol import (
     CLOSE_UNAUTHORIZED,
+    ChallengeParams,
     ConnectParams,
     ProtocolError,
     Request,
@@ -60,6 +70,26 @@ async def signs_in(self: WebchatApi, sock: _Socket, params: ConnectParams, chall
     return False
 
 
+DEVICES_OFF_HINT = ("set `gateway.remember_devices: true` in hermit.yaml and restart the gateway to keep browsers "
+                    "signed in (only on a computer no one else logs in to), or sign this page in with a new link: run "
+                    "`hermit dashboard` (on a phone, scan the code from Operations → Sign in a phone)")
+
+
+async def devices_off(self: WebchatApi, sock: _Socket, req: Request, params: ChallengeParams) -> None:
+    """Refuse a device's sign-in while gateway.remember_devices is off: with a proof keyed by the device's secret that
+    this gateway says so (the page shows why and keeps its key), then the socket closed."""
+    assert params.device_id is not None
+    self.refusals.warning("device sign-ins while gateway.remember_devices is off", "web chat sign-in of a device "
+                          "refused: gateway.remember_devices is off")
+    proof = handshake_proof(device_secret(self._token, params.device_id), "gateway", params.host, params.nonce,
+                            "devices-off")
+    await sock.send_raw(json.dumps({"type": "res", "id": req.id, "ok": False, "error": {
+        "code": "devices_off", "message": "this gateway does not keep browsers signed in "
+        "(gateway.remember_devices is off)", "hint": DEVICES_OFF_HINT, "proof": proof}}))
+    await sock.close(CLOSE_UNAUTHORIZED, "devices off")
+    raise WebSocketDisconnect(CLOSE_UNAUTHORIZED)
+
+
 def device_key(self: WebchatApi, challenge: _Challenge, params: ConnectParams) -> bytes | None:
     """The public key (SPKI DER) a ticket sign-in gives, if it signed the handshake with it; None otherwise."""
     assert params.device is not None
@@ -85,8 +115,9 @@ def record(self: WebchatApi, der: bytes, name: str, origin: str) -> Device | Non
 
 
 async def device_only(self: WebchatApi, tid: str) -> bool:
-    """Whether the ticket named `tid` may sign in a device only (tickets.py: a link at an https address)."""
-    return self.tickets is not None and await asyncio.to_thread(self.tickets.device_only, tid)
+    """Whether the ticket named `tid` may sign in a device only (tickets.py: a link at an https address). Never while
+    gateway.remember_devices is off: no device exists then, so a link cannot turn one into the token."""
+    return self.remember_devices and self.tickets is not None and await asyncio.to_thread(self.tickets.device_only, tid)
 
 
 def device_only_refused(request_id: str) -> ProtocolError:
@@ -110,7 +141,7 @@ async def proof_signs_in(self: WebchatApi, req: Request, params: ConnectParams,
     if ticket is None or challenge is None:
         return ok, None, None
     der = None  # the key of the device to record
-    if params.device is not None:
+    if params.device is not None and self.remember_devices:  # off: the key is not looked at, the token is the answer
         der = await asyncio.to_thread(self._device_key, challenge, params)
         if der is None:
             return False, None, None
@@ -176,9 +207,10 @@ async def sign_in_method(self: WebchatApi, sock: _Socket, req: Request) -> None:
     if req.method == "tickets.create":
         server = sock.ws.scope.get("server")
         made = await asyncio.to_thread(phone_sign_in, self.tickets, self.origins, tuple(server) if server else None)
-        if made["link"].startswith("https://"):  # the phone's page keeps a key: the link never brings the token
+        if made["link"].startswith("https://") and self.remember_devices:  # the phone's page keeps a key: the link
+            # never brings the token
             await asyncio.to_thread(self.tickets.restrict, made["link"].split("#ticket=", 1)[1])
-        await sock.send_raw(res_ok(req.id, made))
+        await sock.send_raw(res_ok(req.id, {**made, "remember": self.remember_devices}))
     elif req.method == "devices.revoke":
         gone = await asyncio.to_thread(self.devices.revoke, req.params.id)
         log.info("the web app signed a device out: %s", gone.name)
@@ -186,6 +218,6 @@ async def sign_in_method(self: WebchatApi, sock: _Socket, req: Request) -> None:
         for s in [s for s in self._sockets if s.device == gone.id]:
             await self._sign_out(s)
     else:
-        listed = await asyncio.to_thread(self.devices.all)
-        await sock.send_raw(res_ok(req.id, {"devices": [{**d.public(), "current": d.id == sock.device}
-                                                        for d in listed]}))
+        listed = await asyncio.to_thread(self.devices.all) if self.remember_devices else []
+        await sock.send_raw(res_ok(req.id, {"remember": self.remember_devices, "devices": [
+            {**d.public(), "current": d.id == sock.device} for d in listed]}))

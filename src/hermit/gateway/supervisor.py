@@ -200,7 +200,7 @@ class Gateway:
         api = WebchatApi(self.webchat, self.agents, token, owner, self.cfg.allowed_origins, console,
                          tickets=Tickets(home),  # `hermit dashboard`'s, with the real clock its process writes by
                          slot_wait=self.bus.waiting_for_slot, sign_in_seconds=self.cfg.sign_in_seconds,
-                         unsigned=self.unsigned)
+                         unsigned=self.unsigned, remember_devices=self.cfg.remember_devices)
         self.app = build_app(api, token, self._status, webhook_routes(extra),
                              webchat=loaded.config.channels.webchat.enabled)
         self.started_at = clock()

@@ -137,20 +137,24 @@ class WebchatApi:
     def __init__(self, channel: WebchatChannel, host: AgentHost, token: str, default_session: str,
                  allowed_origins: Iterable[str] = (), console: Console | None = None,
                  tickets: Tickets | None = None, slot_wait: Callable[[str, str], bool] | None = None, *,
-                 sign_in_seconds: float = 30.0, unsigned: Unsigned | None = None) -> None:
+                 sign_in_seconds: float = 30.0, unsigned: Unsigned | None = None,
+                 remember_devices: bool = False) -> None:
         """`default_session`: where the web chat talks when the page names no session (the main session
         of the agent the bindings give the web chat). `console`: the owner's console methods (None: the
         page offers only the chat). `tickets`: `hermit dashboard`'s one-time tickets (None: none accepted).
         `slot_wait(agent, key)`: whether the session's next turn waits for one of its agent's turn slots (the
         bus's; a page shows "waiting" instead of a reply being written). `sign_in_seconds`: how long an accepted
         socket may take to complete `connect` (gateway.sign_in_seconds); `unsigned`: the count of connections not
-        signed in yet, which a socket leaves once signed in (gateway/unsigned.py)."""
+        signed in yet, which a socket leaves once signed in (gateway/unsigned.py). `remember_devices`
+        (gateway.remember_devices): whether a ticket sign-in records a device that stays signed in (device_sockets.py);
+        off, a ticket brings the token as before devices and a device's signature is refused."""
         self.sign_in_seconds = sign_in_seconds
         self.unsigned = unsigned
         self.slot_wait = slot_wait
         self.console = console
         self.tickets = tickets
         self.devices = Devices(tickets.home) if tickets is not None else None  # devices sign in as tickets do
+        self.remember_devices = remember_devices
         self._device_watch: asyncio.Task[None] | None = None
         self.channel = channel
         self.host = host
@@ -268,6 +272,8 @@ class WebchatApi:
                                 close=CLOSE_UNAUTHORIZED)
         key, device, origin = self._token, None, ws.headers.get("origin") or ""
         if params.device_id is not None:
+            if not self.remember_devices:
+                await device_sockets.devices_off(self, sock, req, params)
             device = await self._device(sock, req, params.device_id, params)
             key = device_secret(self._token, device.id)
         elif params.ticket_id is not None:

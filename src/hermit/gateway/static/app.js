@@ -291,6 +291,12 @@
           await forgetDevice();  // the gateway itself said so (a program on the port cannot make a phone forget)
           return;
         }
+        if (dev && !f.ok && f.error && f.error.code === "devices_off" &&
+            sameText(f.error.proof, await gatewayProof("hermit-gateway|" + location.host + "|" + ours + "|devices-off"))) {
+          // gateway.remember_devices is off: not signed in now, but the key is kept — turned back on, it signs in again
+          signOut(f.error.message + " — " + f.error.hint);
+          return;
+        }
         if (!f.ok || !sameText(p.proof, await gatewayProof("hermit-gateway|" + location.host + "|" + ours + "|" + p.nonce))) {
           impostor = true;
           sock.close();

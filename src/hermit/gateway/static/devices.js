@@ -20,6 +20,10 @@
   async function load() {
     let res;
     try { res = await H.request("devices.list"); } catch (e) { if (e.code !== "offline") say(e.message, "bad"); return; }
+    if (res.remember === false) {  // gateway.remember_devices is off: no browser is kept signed in
+      swap($("devices"), [el("li", { class: "empty", text: "off — set gateway.remember_devices: true to keep browsers signed in" })]);
+      return;
+    }
     const rows = res.devices.map((d) => el("li", { class: "device" + (d.current ? " current" : ""), dataset: { device: d.id } },
       el("div", { class: "d-main" },
         el("span", { class: "d-name", text: d.name }),

@@ -175,7 +175,9 @@
     }
     // What the phone's page keeps: at an https address a device of its own (its keys, never the token; gateway/
     // devices.py), listed under Devices; over plain http it cannot (no secure context), and only its tab holds the token.
-    const kept = String(res.link).startsWith("https://")
+    const kept = res.remember === false  // gateway.remember_devices off: no phone keeps a device
+      ? ", for as long as that tab stays open: this gateway keeps no browser signed in (gateway.remember_devices is off)."
+      : String(res.link).startsWith("https://")
       ? "; that browser then stays signed in until you revoke it under Devices below (or it goes unused for 30 days)."
       : ", for as long as that tab stays open: only at an https address does a phone stay signed in, listed under " +
         "Devices below.";
