@@ -37,16 +37,9 @@ def read_memory(agent: AgentConfig, path: str, from_line: int | None, lines: int
     if lines is not None and lines < 1:
         raise PathPolicyError("'lines' must be ≥ 1", "omit it to read to the end of the file")
     if path.startswith(SESSIONS):
-        from hermit.memory.index.session_source import render_transcript, resolve_session_path
+        from hermit.memory.index.session_source import read_transcript
 
-        sessions = agent.sessions_dir if "sessions" in cfg.sources else None
-        real = resolve_session_path(sessions, path)
-        try:
-            data = read_regular(real)
-        except OSError:  # missing, a FIFO, a directory…: not a transcript Hermit wrote
-            raise PathPolicyError(f"no such session transcript: {path}",
-                                  "use a path from memory_search results") from None
-        text, _ = render_transcript(data.decode("utf-8", errors="replace"))
+        text = read_transcript(agent.sessions_dir if "sessions" in cfg.sources else None, path)
         return {"path": path, "text": _range(path, text, from_line, lines)}
     real, shown = resolve_memory_path(agent.workspace, path, cfg.extra_paths)
     try:

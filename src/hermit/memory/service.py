@@ -24,7 +24,7 @@ from hermit.memory.index import skips
 from hermit.memory.index.coverage import indexed_sources
 from hermit.memory.index.session_source import (
     SESSIONS_PREFIX,
-    render_transcript,
+    read_transcript,
     resolve_session_path,
     transcript_origin,
     transcript_session_key,
@@ -393,14 +393,7 @@ class MemoryService:
 
     def _get_session(self, path: str, from_line: int | None, lines: int | None) -> dict[str, Any]:
         """A transcript rendered as in the index (user/assistant text, redacted), by JSONL line numbers."""
-        real = resolve_session_path(self.sessions_dir, path)
-        try:
-            data = read_regular(real)
-        except OSError:  # missing, a FIFO, a directory…: not a transcript Hermit wrote
-            raise PathPolicyError(f"no such session transcript: {path}",
-                                  "use a path from memory_search results") from None
-        text, _ = render_transcript(data.decode("utf-8", errors="replace"))
-        all_lines = text.split("\n")
+        all_lines = read_transcript(self.sessions_dir, path).split("\n")
         start = (from_line or 1) - 1
         end = len(all_lines) if lines is None else start + lines
         return {"path": path, "text": "\n".join(all_lines[start:end])}

@@ -38,6 +38,7 @@ from hermit.sessions.entries import (
     retracted_refs,
 )
 from hermit.sessions.keys import SessionKey, SessionKind, is_main_session_key, parse_session_key
+from hermit.textfile import read_regular
 
 SESSIONS_PREFIX = "sessions/"
 # Re-index a transcript once it grew by this much since it was last indexed...
@@ -285,3 +286,14 @@ def resolve_session_path(sessions_dir: Path | None, raw: str) -> Path:
     if p.is_symlink():
         raise PathPolicyError(f"symlinks are not followed: {raw}", "session transcripts are plain files")
     return p
+
+
+def read_transcript(sessions: Path | None, path: str) -> str:
+    """The transcript at memory path `path` ("sessions/…jsonl") rendered as the index holds it (memory_get's text);
+    PathPolicyError when it is not one Hermit could have written (missing, a FIFO, a directory…)."""
+    real = resolve_session_path(sessions, path)
+    try:
+        data = read_regular(real)
+    except OSError:
+        raise PathPolicyError(f"no such session transcript: {path}", "use a path from memory_search results") from None
+    return render_transcript(data.decode("utf-8", errors="replace"))[0]
