@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
+from devicehelpers import port_squatter, running_gateway
 from gatewayhelpers import CHROMIUM_FLAGS, GatewayProcess, free_port, need_chromium, write_config
-from hermit.gateway.app import STATIC_DIR
 from hermit.gateway.protocol import handshake_proof
 from hermit.gateway.state import read_lock_info
 from hermit.gateway.tickets import PREFIX, TICKET_TTL, issue_ticket, ticket_id
@@ -38,15 +38,8 @@ USED = ("this link was already used or expired: get a new one — on a phone, fr
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    home = tmp_path_factory.mktemp("tickets") / "home"
-    with FakeProvider(["hi"]) as fake:
-        write_config(home, fake.openai_base_url)
-        gateway = GatewayProcess(home)
-        gateway.wait_ready()
-        try:
-            yield gateway
-        finally:
-            gateway.stop()
+    with running_gateway(tmp_path_factory.mktemp("tickets") / "home") as (gateway, _):
+        yield gateway
 
 
 def host_of(gw: GatewayProcess) -> str:
@@ -262,25 +255,11 @@ def test_the_link_signs_the_browser_in_and_the_token_never_reaches_its_history(
 def impostor(port: int) -> Iterator[tuple[list[str], threading.Event]]:
     """A program on the port that serves the web app's own files (as the gateway did until it stopped) and
     answers the WebSocket as well as it can without the ticket: a made-up proof, a made-up `hello-ok`."""
-    from websockets.datastructures import Headers
     from websockets.exceptions import ConnectionClosed
-    from websockets.http11 import Request, Response
-    from websockets.sync.server import ServerConnection, serve
+    from websockets.sync.server import ServerConnection
 
     frames: list[str] = []
     heard = threading.Event()
-    types = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
-
-    def page(_: ServerConnection, request: Request) -> Response | None:
-        if request.path == "/ws":
-            return None
-        path = request.path.split("?")[0]
-        file = STATIC_DIR / ("index.html" if path == "/" else path.removeprefix("/static/"))
-        if not file.is_file():
-            return Response(404, "Not Found", Headers({"Content-Length": "0"}))
-        body = file.read_bytes()
-        return Response(200, "OK", Headers({"Content-Type": types.get(file.suffix, "application/octet-stream"),
-                                            "Content-Length": str(len(body))}), body)
 
     def handler(ws: ServerConnection) -> None:
         with contextlib.suppress(ConnectionClosed):
@@ -293,14 +272,8 @@ def impostor(port: int) -> Iterator[tuple[list[str], threading.Event]]:
                 ws.send(json.dumps({"type": "res", "id": "connect", "ok": True,
                                     "payload": {"type": "hello-ok", "token": "impostor-token-" + "x" * 30}}))
 
-    with serve(handler, "127.0.0.1", port, process_request=page) as server:
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield frames, heard
-        finally:
-            server.shutdown()
-            thread.join(10)
+    with port_squatter(port, handler):
+        yield frames, heard
 
 
 def test_a_program_on_the_port_never_gets_the_ticket_nor_the_token(gw: GatewayProcess) -> None:

@@ -7,14 +7,13 @@ now treats an unproven close as what it is (not your gateway?), keeps trying, an
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from browserdemo import T
-from hermit.gateway.app import STATIC_DIR
+from devicehelpers import port_squatter
 from test_s20_devices_browser import STORED, Served, phone, pw, served, signed_in
 
 __all__ = ["pw", "served"]  # the fixtures, shared with the devices' own browser tests
@@ -23,38 +22,18 @@ __all__ = ["pw", "served"]  # the fixtures, shared with the devices' own browser
 @contextmanager
 def closing_squatter(port: int) -> Iterator[list[str]]:
     """The web app's own files on `port`, and a socket that reads the page's first frame and closes 4401."""
-    from websockets.datastructures import Headers
     from websockets.exceptions import ConnectionClosed
-    from websockets.http11 import Request, Response
-    from websockets.sync.server import ServerConnection, serve
+    from websockets.sync.server import ServerConnection
 
     heard: list[str] = []
-    types = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
-
-    def page(_: ServerConnection, request: Request) -> Response | None:
-        if request.path == "/ws":
-            return None
-        path = request.path.split("?")[0]
-        file = STATIC_DIR / ("index.html" if path == "/" else path.removeprefix("/static/"))
-        if not file.is_file():
-            return Response(404, "Not Found", Headers({"Content-Length": "0"}))
-        body = file.read_bytes()
-        return Response(200, "OK", Headers({"Content-Type": types.get(file.suffix, "application/octet-stream"),
-                                            "Content-Length": str(len(body))}), body)
 
     def handler(ws: ServerConnection) -> None:
         with contextlib.suppress(ConnectionClosed):
             heard.append(str(ws.recv(10)))
             ws.close(4401, "device signed out")
 
-    with serve(handler, "127.0.0.1", port, process_request=page) as server:
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield heard
-        finally:
-            server.shutdown()
-            thread.join(10)
+    with port_squatter(port, handler):
+        yield heard
 
 
 def test_an_unproven_signed_out_close_neither_signs_the_phone_out_nor_stops_it(pw: Any, served: Served,

@@ -25,7 +25,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from ciguard import need
-from gatewayhelpers import GatewayProcess, write_config
+from devicehelpers import running_gateway
+from gatewayhelpers import GatewayProcess
 from hermit.gateway.devices import Devices, device_secret
 from hermit.gateway.protocol import CLOSE_PROTOCOL, handshake_proof
 from hermit.testing import FakeProvider
@@ -43,15 +44,8 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    home = tmp_path_factory.mktemp("reaudit-devices") / "home"
-    with FakeProvider(["hi"] * 8) as fake:
-        write_config(home, fake.openai_base_url, extra=REMEMBER)
-        gateway = GatewayProcess(home)
-        gateway.wait_ready()
-        try:
-            yield Served(gateway, fake)
-        finally:
-            gateway.stop()
+    with running_gateway(tmp_path_factory.mktemp("reaudit-devices") / "home", extra=REMEMBER, replies=8) as served:
+        yield Served(*served)
 
 
 def spki(key: Any) -> str:
@@ -261,14 +255,8 @@ def test_the_store_refuses_a_link_and_a_corrupt_file_and_keeps_32(tmp_path: Path
 def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     """A gateway behind a TLS proxy: its phone links are https://hermit.example/#ticket=…"""
     home = tmp_path_factory.mktemp("reaudit-devices-https") / "home"
-    with FakeProvider(["hi"]) as fake:
-        write_config(home, fake.openai_base_url, extra='  allowed_origins: ["https://hermit.example"]\n' + REMEMBER)
-        gateway = GatewayProcess(home)
-        gateway.wait_ready()
-        try:
-            yield gateway
-        finally:
-            gateway.stop()
+    with running_gateway(home, extra='  allowed_origins: ["https://hermit.example"]\n' + REMEMBER) as (gateway, _):
+        yield gateway
 
 
 def test_a_device_cannot_turn_a_phone_link_into_the_token(proxied: GatewayProcess) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,8 +18,8 @@ from typing import Any
 import pytest
 
 from browserdemo import PHONE_SIZE, T
+from devicehelpers import port_squatter
 from gatewayhelpers import CHROMIUM_FLAGS, GatewayProcess, free_port, need_chromium, write_config
-from hermit.gateway.app import STATIC_DIR
 from hermit.gateway.devices import IDLE_SECONDS, Devices
 from hermit.gateway.tickets import issue_ticket
 from hermit.testing import FakeProvider
@@ -241,24 +240,10 @@ def squatter(port: int, answer: str) -> Iterator[list[dict[str, Any]]]:
     """A program on the port while the gateway is down, serving the web app's own files and answering the device's
     challenge as well as it can without the gateway's token: a made-up proof ("proof"), or a made-up refusal
     ("signed-out") meant to make the phone forget its key. What it received, parsed."""
-    from websockets.datastructures import Headers
     from websockets.exceptions import ConnectionClosed
-    from websockets.http11 import Request, Response
-    from websockets.sync.server import ServerConnection, serve
+    from websockets.sync.server import ServerConnection
 
     heard: list[dict[str, Any]] = []
-    types = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
-
-    def page(_: ServerConnection, request: Request) -> Response | None:
-        if request.path == "/ws":
-            return None
-        path = request.path.split("?")[0]
-        file = STATIC_DIR / ("index.html" if path == "/" else path.removeprefix("/static/"))
-        if not file.is_file():
-            return Response(404, "Not Found", Headers({"Content-Length": "0"}))
-        body = file.read_bytes()
-        return Response(200, "OK", Headers({"Content-Type": types.get(file.suffix, "application/octet-stream"),
-                                            "Content-Length": str(len(body))}), body)
 
     def handler(ws: ServerConnection) -> None:
         with contextlib.suppress(ConnectionClosed):
@@ -272,14 +257,8 @@ def squatter(port: int, answer: str) -> Iterator[list[dict[str, Any]]]:
                     ws.send(json.dumps({"type": "res", "id": got.get("id"), "ok": False, "error": {
                         "code": "device_signed_out", "message": "signed out", "hint": "", "proof": "0" * 64}}))
 
-    with serve(handler, "127.0.0.1", port, process_request=page) as server:
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield heard
-        finally:
-            server.shutdown()
-            thread.join(10)
+    with port_squatter(port, handler):
+        yield heard
 
 
 def test_a_program_on_the_port_gets_no_signature_and_cannot_make_the_phone_forget(pw: Any, served: Served,

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from devicehelpers import running_gateway
 from gatewayhelpers import GatewayProcess, free_port, write_config
 from hermit.gateway.devices import device_secret
 from hermit.gateway.protocol import handshake_proof
@@ -30,15 +31,8 @@ HTTPS = '  allowed_origins: ["https://hermit.example"]\n'
 @pytest.fixture(scope="module")
 def off(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     """A gateway with the default config (remember_devices not written: off), behind a TLS proxy's https origin."""
-    home = tmp_path_factory.mktemp("devices-off") / "home"
-    with FakeProvider(["hi"]) as fake:
-        write_config(home, fake.openai_base_url, extra=HTTPS)
-        gateway = GatewayProcess(home)
-        gateway.wait_ready()
-        try:
-            yield gateway
-        finally:
-            gateway.stop()
+    with running_gateway(tmp_path_factory.mktemp("devices-off") / "home", extra=HTTPS) as (gateway, _):
+        yield gateway
 
 
 def hermit(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -27,11 +27,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from ciguard import need
-from gatewayhelpers import GatewayProcess, write_config
+from devicehelpers import running_gateway
+from gatewayhelpers import GatewayProcess
 from hermit.gateway.devices import IDLE_SECONDS, Devices, device_secret, signed_text
 from hermit.gateway.protocol import handshake_proof
 from hermit.gateway.tickets import issue_ticket, ticket_id
-from hermit.testing import FakeProvider
 from prochelpers import PROC_TIMEOUT, python_as, pythonpath, shared_dir
 from test_gateway_tickets import closed_with, frame, gateway_pid, host_of
 
@@ -40,15 +40,8 @@ REMEMBER = "  remember_devices: true\n"  # devices are opt-in (gateway.remember_
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    home = tmp_path_factory.mktemp("devices") / "home"
-    with FakeProvider(["hi"]) as fake:
-        write_config(home, fake.openai_base_url, extra=REMEMBER)
-        gateway = GatewayProcess(home)
-        gateway.wait_ready()
-        try:
-            yield gateway
-        finally:
-            gateway.stop()
+    with running_gateway(tmp_path_factory.mktemp("devices") / "home", extra=REMEMBER) as (gateway, _):
+        yield gateway
 
 
 def b64(data: bytes) -> str:
