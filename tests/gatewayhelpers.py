@@ -250,3 +250,29 @@ def transcript_lines(home: Path) -> list[dict[str, Any]]:
             assert line.strip(), f"{path}:{n} is empty"
             out.append(json.loads(line))
     return out
+
+
+def ws_calls(ws_url: str, token: str, calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Sign in to the gateway's WebSocket at `ws_url` as the web app does and make `calls`; each `res` frame (a
+    chat.send's once its reply has ended)."""
+    from websockets.sync.client import connect
+
+    out: list[dict[str, Any]] = []
+    with connect(ws_url, origin=None) as ws:
+        ws.send(json.dumps({"type": "req", "id": "c", "method": "connect", "params": {"token": token}}))
+        assert json.loads(ws.recv(30))["ok"]
+        for n, (method, params) in enumerate(calls):
+            rid = f"r{n}"
+            ws.send(json.dumps({"type": "req", "id": rid, "method": method, "params": params}))
+            res: dict[str, Any] | None = None
+            while True:
+                f = json.loads(ws.recv(120))
+                if f.get("type") == "res" and f.get("id") == rid:
+                    res = f
+                    if method != "chat.send" or not f["ok"]:
+                        break
+                elif f.get("event") == "chat.done" and f["payload"].get("replyTo") == rid:
+                    break
+            assert res is not None
+            out.append(res)
+    return out

@@ -14,40 +14,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-from websockets.sync.client import connect
-
-from gatewayhelpers import GatewayProcess, write_config
+from gatewayhelpers import GatewayProcess, write_config, ws_calls
 from hermit.testing.fake_provider import FakeProvider
 
 FIX = "add one under channels.discord.accounts with `hermit setup --channel discord`, then "
 JOB = {"name": "weekly", "message": "the weekly summary", "schedule": {"kind": "every", "every_ms": 604_800_000},
        "delivery": {"mode": "announce", "channel": "discord", "to": "42"}}
-
-
-def call(gw: GatewayProcess, calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Sign in to the WebSocket as the web app does and make `calls`; each `res` frame (a chat.send's once its
-    reply has ended)."""
-    out: list[dict[str, Any]] = []
-    with connect(gw.ws_url, origin=None) as ws:
-        ws.send(json.dumps({"type": "req", "id": "c", "method": "connect", "params": {"token": gw.token}}))
-        assert json.loads(ws.recv(30))["ok"]
-        for n, (method, params) in enumerate(calls):
-            rid = f"r{n}"
-            ws.send(json.dumps({"type": "req", "id": rid, "method": method, "params": params}))
-            res: dict[str, Any] | None = None
-            while True:
-                f = json.loads(ws.recv(120))
-                if f.get("type") == "res" and f.get("id") == rid:
-                    res = f
-                    if method != "chat.send" or not f["ok"]:
-                        break
-                elif f.get("event") == "chat.done" and f["payload"].get("replyTo") == rid:
-                    break
-            assert res is not None
-            out.append(res)
-    return out
 
 
 def test_the_gateway_names_its_own_restart_in_the_no_account_hint(tmp_path: Path) -> None:
@@ -66,8 +39,9 @@ def test_the_gateway_names_its_own_restart_in_the_no_account_hint(tmp_path: Path
             gw.wait_ready()
             then = (f"restart the gateway: stop it (Ctrl-C where it runs, or `kill {gw.proc.pid}`) and start it again "
                     "with `hermit gateway run`")
-            added, sent, jobs = call(gw, [("cron.add", {"job": JOB}), ("chat.send", {"text": "T10-CRON remind me"}),
-                                          ("cron.list", {})])
+            added, sent, jobs = ws_calls(gw.ws_url, gw.token, [("cron.add", {"job": JOB}),
+                                                               ("chat.send", {"text": "T10-CRON remind me"}),
+                                                               ("cron.list", {})])
             log = (home / "logs" / "gateway.log").read_text(encoding="utf-8")
         finally:
             gw.stop()
