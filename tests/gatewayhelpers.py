@@ -276,3 +276,15 @@ def ws_calls(ws_url: str, token: str, calls: list[tuple[str, dict[str, Any]]]) -
             assert res is not None
             out.append(res)
     return out
+
+
+def unused_model_gateway(home: Path, extra: str = "") -> Iterator[GatewayProcess]:
+    """A ready `hermit gateway run` at `home` whose model is never called (nothing listens at its provider's
+    address), its config written with `extra` gateway lines; for a fixture (`yield from`), stopped afterwards."""
+    write_config(home, "http://127.0.0.1:9/v1", extra=extra)
+    gw = GatewayProcess(home)
+    try:
+        gw.wait_ready()
+        yield gw
+    finally:
+        gw.stop()

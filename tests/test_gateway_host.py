@@ -18,7 +18,7 @@ from websockets.sync.client import connect
 from websockets.typing import Origin
 
 from fakes.fake_whatsapp import sign, text_message, webhook_body
-from gatewayhelpers import GatewayProcess, write_config
+from gatewayhelpers import GatewayProcess, unused_model_gateway
 
 EVIL = "rebind.evil.test"
 WA = ("channels:\n  whatsapp:\n    accounts:\n      biz:\n        phone_number_id: '1065550100'\n"
@@ -32,15 +32,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
     mp.setenv("WHATSAPP_ACCESS_TOKEN", "EAAG-host-test")
     mp.setenv("WHATSAPP_APP_SECRET", "app-secret-host")
     mp.setenv("WHATSAPP_VERIFY_TOKEN", "verify-host")
-    # The provider is never called here: no message reaches an agent.
-    write_config(home, "http://127.0.0.1:9/v1",
-                 extra="  allowed_origins: ['https://hermit.example']\n" + WA)
-    gw = GatewayProcess(home)
-    try:
-        gw.wait_ready()
-        yield gw
+    try:  # no message reaches an agent
+        yield from unused_model_gateway(home, "  allowed_origins: ['https://hermit.example']\n" + WA)
     finally:
-        gw.stop()
         mp.undo()
 
 

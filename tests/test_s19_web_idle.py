@@ -19,7 +19,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from gatewayhelpers import GatewayProcess, write_config
+from gatewayhelpers import GatewayProcess, unused_model_gateway
 
 PER_SOURCE, TOTAL = 32, 256  # gateway/unsigned.py's caps (written out: the test runs against a tree without it too)
 
@@ -31,14 +31,7 @@ def frame(method: str, params: dict[str, Any], rid: str = "r") -> str:
 
 
 def gateway_with(tmp: pytest.TempPathFactory, seconds: float) -> Iterator[GatewayProcess]:
-    home = tmp.mktemp("s19idle")
-    write_config(home, "http://127.0.0.1:9/v1", extra=f"  sign_in_seconds: {seconds}\n")
-    gw = GatewayProcess(home)
-    try:
-        gw.wait_ready()
-        yield gw
-    finally:
-        gw.stop()
+    yield from unused_model_gateway(tmp.mktemp("s19idle"), f"  sign_in_seconds: {seconds}\n")
 
 
 @pytest.fixture(scope="module")

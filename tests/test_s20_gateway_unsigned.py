@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 from ciguard import need
-from gatewayhelpers import GatewayProcess, write_config
+from gatewayhelpers import GatewayProcess, unused_model_gateway
 from prochelpers import PROC_TIMEOUT, python_as
 from test_s19_web_idle import PER_SOURCE, WAIT, address, closed_by_gateway, raw, signed_in, works
 
@@ -79,26 +79,12 @@ EXTRA = 6
 
 @pytest.fixture(scope="module")
 def patient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    home = tmp_path_factory.mktemp("s20unsigned")
-    write_config(home, "http://127.0.0.1:9/v1", extra="  sign_in_seconds: 600\n")
-    gw = GatewayProcess(home)
-    try:
-        gw.wait_ready()
-        yield gw
-    finally:
-        gw.stop()
+    yield from unused_model_gateway(tmp_path_factory.mktemp("s20unsigned"), "  sign_in_seconds: 600\n")
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    home = tmp_path_factory.mktemp("s20quick")
-    write_config(home, "http://127.0.0.1:9/v1", extra="  sign_in_seconds: 2\n")
-    gw = GatewayProcess(home)
-    try:
-        gw.wait_ready()
-        yield gw
-    finally:
-        gw.stop()
+    yield from unused_model_gateway(tmp_path_factory.mktemp("s20quick"), "  sign_in_seconds: 2\n")
 
 
 @pytest.fixture

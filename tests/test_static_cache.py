@@ -13,20 +13,13 @@ import httpx
 import pytest
 
 from browserdemo import T, open_page
-from gatewayhelpers import GatewayProcess, launched_chromium, write_config
+from gatewayhelpers import GatewayProcess, launched_chromium, unused_model_gateway
 from hermit.gateway.app import STATIC_DIR
 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    home = tmp_path_factory.mktemp("static")
-    write_config(home, "http://127.0.0.1:9/v1")  # the provider is never called: no message is sent
-    gw = GatewayProcess(home)
-    try:
-        gw.wait_ready()
-        yield gw
-    finally:
-        gw.stop()
+    yield from unused_model_gateway(tmp_path_factory.mktemp("static"))  # no message is sent
 
 
 @pytest.fixture(scope="module")
