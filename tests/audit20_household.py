@@ -12,15 +12,14 @@ model was sent for that side and what the bots posted there.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from audit19_who import last_user_text
 from channeldrivers import SlackDriver, TelegramDriver
 from hermit.config.load import load_config
 from hermit.config.paths import StatePaths
@@ -80,28 +79,11 @@ def main_paths(ws: dict[str, Path]) -> list[str]:
             str(f / "memory/private/p.md")]
 
 
-async def until(cond: Callable[[], object], what: str, timeout: float = 120.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-def newest_user(body: Any) -> str:
-    for m in reversed(body.get("messages", []) if isinstance(body, dict) else []):
-        if m.get("role") == "user":
-            c = m.get("content")
-            return c if isinstance(c, str) else json.dumps(c, ensure_ascii=False)
-    return ""
-
-
 def requests_with(provider: FakeProvider, marker: str) -> list[str]:
     """Every turn's request (JSON; one with tools, so not /new's slug request) whose newest user message holds
     `marker`: that turn's requests, tool rounds included."""
     return [json.dumps(r.body, ensure_ascii=False) for r in provider.requests
-            if isinstance(r.body, dict) and r.body.get("tools") and marker in newest_user(r.body)]
+            if isinstance(r.body, dict) and r.body.get("tools") and marker in last_user_text(r.body)]
 
 
 def found(text: str, canaries: dict[str, str] | None = None) -> list[str]:

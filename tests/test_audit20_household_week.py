@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from audit19_who import last_user_text, until
 from audit20_household import (
     ALL,
     FAMILY_CANARIES,
@@ -37,12 +38,10 @@ from audit20_household import (
     SPOUSE_CANARY,
     found,
     main_paths,
-    newest_user,
     next_mid,
     probe,
     push_raw,
     requests_with,
-    until,
     write_home,
 )
 from channeldrivers import SlackDriver, TelegramDriver
@@ -175,7 +174,7 @@ async def walk(home: Path, provider: FakeProvider) -> Week:
         provider.add({"match": {"contains": "HH-LAST"}, "text": "last-ok"})
         await tg.dm("personal", OWNER, "HH-LAST good night")  # a turn after it: the leave was taken (or dropped)
         await until(lambda: "last-ok" in week.to(OWNER), "Ann's last answer")
-        week.after_leave = [newest_user(r.body) for r in provider.requests[before:]]
+        week.after_leave = [last_user_text(r.body) for r in provider.requests[before:]]
         return week
     finally:
         if gw.proc is not None:
@@ -227,7 +226,7 @@ def test_a_contacts_reminder_is_not_hers_to_set(week: Week) -> None:
     assert tools and "HH-BEA-JOB" not in json.dumps(tools)  # refused: no job holds her words
     assert not (week.home / "cron" / "jobs.json").exists() or "HH-BEA-JOB" not in (
         week.home / "cron" / "jobs.json").read_text(encoding="utf-8")
-    assert not any("HH-BEA-JOB" in newest_user(r.body) for r in week.provider.requests)
+    assert not any("HH-BEA-JOB" in last_user_text(r.body) for r in week.provider.requests)
 
 
 @pytest.mark.parametrize("marker", ["HH-GROUP-PROBE", "HH-SLACK-PROBE", "HH-JOB-1", "HH-GROUP-REPLY"])
@@ -251,7 +250,7 @@ def test_the_main_sessions_cron_tool_does_not_aim_a_reminder_at_the_group(week: 
 
 def test_a_forward_reaches_the_main_session_as_beas_quoted_words(week: Week) -> None:
     [req] = side(week, "HH-FWD", 1)
-    newest = newest_user(json.loads(req))
+    newest = last_user_text(json.loads(req))
     assert "[forwarded message from Bea" in newest and "> " + FORWARDED in newest, newest
     dumps = [p.read_text(encoding="utf-8") for p in (week.ws["main"] / "memory").glob("*-*.md")
              if "HH-FWD" in p.read_text(encoding="utf-8")]
