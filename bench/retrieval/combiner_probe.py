@@ -168,18 +168,7 @@ def fit(rows: list[dict[str, Any]], convs: list[str], kind: str, l2: float = 1.0
 
 
 def run(data: Path, probe: Probe, name: str, note: str, queries: list[dict[str, Any]]) -> dict[str, Any]:
-    plain_service = C.service_for
-
-    def service(d: Path, conv: str, v: C.Variant) -> Any:
-        svc = plain_service(d, conv, v)
-        probe.patch(svc.searcher, conv)
-        return svc
-
-    C.service_for = service  # type: ignore[assignment]
-    try:
-        return C.run_variant(data, C.Variant(name, note), queries)
-    finally:
-        C.service_for = plain_service  # type: ignore[assignment]
+    return C.run_changed(data, C.Variant(name, note), queries, lambda svc, conv: probe.patch(svc.searcher, conv))
 
 
 def held_out(rows: list[dict[str, Any]], names: dict[str, str]) -> dict[str, Any]:
@@ -353,11 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         lines += generated({**models, "lr-all": everything})
     if args.mixed:
         lines += mixed(args.data, dump, convs, queries, args.l2, cols)
-    md = "\n".join(lines) + "\n\n" + C.markdown(rows)
-    if args.out:
-        args.out.write_text(md)
-    print(md)
-    return 0
+    return C.emit("\n".join(lines) + "\n\n" + C.markdown(rows), args.out)
 
 
 if __name__ == "__main__":

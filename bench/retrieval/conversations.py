@@ -25,6 +25,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,6 +219,40 @@ def run_variant(data: Path, v: Variant, queries: list[dict[str, Any]]) -> dict[s
         finally:
             svc.close()
     return summarise(v, per_q, lat, per_absent)
+
+
+def run_changed(data: Path, v: Variant, queries: list[dict[str, Any]],
+                change: Callable[[MemoryService, str], object]) -> dict[str, Any]:
+    """run_variant with each conversation's service passed through change(service, conv) first: how the probes
+    try a ranking change without touching the search's own code."""
+    global service_for
+    plain = service_for
+
+    def changed(d: Path, conv: str, var: Variant) -> MemoryService:
+        svc = plain(d, conv, var)
+        change(svc, conv)
+        return svc
+
+    service_for = changed
+    try:
+        return run_variant(data, v, queries)
+    finally:
+        service_for = plain
+
+
+def progress(name: str, r: dict[str, Any], chars: bool = False) -> None:
+    """A probe's one-line summary of a finished variant, on stderr."""
+    print(f"{name}: seen {r['seen']:.3f} MRR {r['MRR']:.3f} multi-hop {r['by_category']['multi-hop']['seen']:.3f}"
+          + (f" chars {r['chars']:.0f}/{r['chars_max']:.0f}" if chars else "")
+          + f" absent {r['absent']['any']:.3f}", file=sys.stderr)
+
+
+def emit(md: str, out: Path | None) -> int:
+    """Print a probe's report (and write it to out, when given); the probe's exit status."""
+    if out:
+        out.write_text(md)
+    print(md)
+    return 0
 
 
 def _absent_summary(rows: list[dict[str, Any]]) -> dict[str, float]:

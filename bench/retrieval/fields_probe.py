@@ -32,7 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from conversations import OUT  # noqa: E402
+from conversations import OUT, emit  # noqa: E402
 
 from hermit.memory.search.fts import STOPWORDS  # noqa: E402
 
@@ -118,11 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{statistics.fmean(share_o):.2f} | {m['text']:.3f} | {m['spk']:.3f} | {m['0.3']:.3f} / "
                      f"{m['0.5']:.3f} / {m['1']:.3f} | " + " / ".join(f"{statistics.fmean(mh[k]):.3f}" for k in mh)
                      + f" ({len(mh['text'])}) |")
-    md = "\n".join(lines) + "\n"
-    if args.out:
-        args.out.write_text(md)
-    print(md)
-    return 0
+    return emit("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -308,11 +308,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{f['chars']:,.0f} / {f['chars_max']:,.0f} | {f['absent']:.3f} |")
     if not args.no_generated:
         lines += generated(models, ("default", "kind-all"))
-    md = "\n".join(lines) + "\n\n" + C.markdown(rows)
-    if args.out:
-        args.out.write_text(md)
-    print(md)
-    return 0
+    return C.emit("\n".join(lines) + "\n\n" + C.markdown(rows), args.out)
 
 
 if __name__ == "__main__":

@@ -135,32 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     queries = C.read_jsonl(args.data / "queries.jsonl")
     base = next(v for v in C.variants() if v.name == "default")
     rows = [C.run_variant(args.data, base, queries)]
-    plain_service = C.service_for
     for name, (alpha, lam) in [*MODES.items(), *((m, (0.0, 0.0)) for m in SPEAKER_MODES)]:
         if args.only and name not in args.only:
             continue
-
-        def service(data: Path, conv: str, v: C.Variant, a: float = alpha, lm: float = lam,
-                    spk: str = name if name in SPEAKER_MODES else "") -> Any:
-            svc = plain_service(data, conv, v)
-            patch(svc.searcher, a, lm, spk)
-            return svc
-
-        C.service_for = service  # type: ignore[assignment]
-        try:
-            fam = "" if name in SPEAKER_MODES else "late" if alpha == 0 else ("ctx" if lam == 0 else "")
-            v = C.Variant(name, f"α {alpha} (turn before), λ {lam} (second line)", family=fam)
-            rows.append(C.run_variant(args.data, v, queries))
-        finally:
-            C.service_for = plain_service  # type: ignore[assignment]
+        fam = "" if name in SPEAKER_MODES else "late" if alpha == 0 else ("ctx" if lam == 0 else "")
+        v = C.Variant(name, f"α {alpha} (turn before), λ {lam} (second line)", family=fam)
+        spk = name if name in SPEAKER_MODES else ""
+        rows.append(C.run_changed(args.data, v, queries,
+                                  lambda svc, _conv, a=alpha, lm=lam, s=spk: patch(svc.searcher, a, lm, s)))
         r = rows[-1]
         print(f"{name}: seen {r['seen']:.3f} MRR {r['MRR']:.3f} multi-hop {r['by_category']['multi-hop']['seen']:.3f} "
               f"absent any {r['absent']['any']:.3f}", file=sys.stderr)
-    md = C.markdown(rows)
-    if args.out:
-        args.out.write_text(md)
-    print(md)
-    return 0
+    return C.emit(C.markdown(rows), args.out)
 
 
 if __name__ == "__main__":

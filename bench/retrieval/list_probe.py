@@ -143,30 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     print("list form by category (no / yes): " + ", ".join(f"{k} {a}/{b}" for k, (a, b) in forms.items()),
           file=sys.stderr)
     rows = [C.run_variant(args.data, next(v for v in C.variants() if v.name == "default"), queries)]
-    plain_service = C.service_for
     for name, (change, every) in MODES.items():
         if args.only and name not in args.only:
             continue
-
-        def service(d: Path, conv: str, v: C.Variant, c: Change = change, e: bool = every) -> Any:
-            svc = plain_service(d, conv, v)
-            patch(svc.searcher, c, e)
-            return svc
-
-        C.service_for = service  # type: ignore[assignment]
-        try:
-            rows.append(C.run_variant(args.data, C.Variant(name, f"{change} for {'every' if every else 'list-form'} "
-                                                                 "question", family="list"), queries))
-        finally:
-            C.service_for = plain_service  # type: ignore[assignment]
-        r = rows[-1]
-        print(f"{name}: seen {r['seen']:.3f} MRR {r['MRR']:.3f} multi-hop {r['by_category']['multi-hop']['seen']:.3f}"
-              f" chars {r['chars']:.0f}/{r['chars_max']:.0f} absent {r['absent']['any']:.3f}", file=sys.stderr)
-    md = C.markdown(rows)
-    if args.out:
-        args.out.write_text(md)
-    print(md)
-    return 0
+        v = C.Variant(name, f"{change} for {'every' if every else 'list-form'} question", family="list")
+        rows.append(C.run_changed(args.data, v, queries,
+                                  lambda svc, _conv, c=change, e=every: patch(svc.searcher, c, e)))
+        C.progress(name, rows[-1], chars=True)
+    return C.emit(C.markdown(rows), args.out)
 
 
 if __name__ == "__main__":

@@ -142,11 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             if (a["seen"], a["MRR"]) != (b["seen"], b["MRR"]):
                 print(f"  {a['qid']} {text[a['qid']]!r}: seen {a['seen']:.2f} → {b['seen']:.2f}, "
                       f"MRR {a['MRR']:.3f} → {b['MRR']:.3f}")
-    md = C.markdown(rows)
-    if args.out:
-        args.out.write_text(md)
-    print(md)
-    return 0
+    return C.emit(C.markdown(rows), args.out)
 
 
 if __name__ == "__main__":

@@ -123,32 +123,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     queries = C.read_jsonl(args.data / "queries.jsonl")
     rows = [C.run_variant(args.data, next(v for v in C.variants() if v.name == "default"), queries)]
-    plain_service = C.service_for
     for name, (mu, floor, list_only) in MODES.items():
         if args.only and name not in args.only:
             continue
-
-        def service(d: Path, conv: str, v: C.Variant, m: float = mu, f: float = floor, lo: bool = list_only) -> Any:
-            svc = plain_service(d, conv, v)
-            patch(svc.searcher, m, f, lo)
-            return svc
-
-        C.service_for = service  # type: ignore[assignment]
-        try:
-            fam = "novelty-list" if list_only else "novelty"
-            rows.append(C.run_variant(args.data, C.Variant(name, f"μ {mu} over cosine {floor}"
-                                                                 f"{' (list form only)' if list_only else ''}",
-                                                           family=fam), queries))
-        finally:
-            C.service_for = plain_service  # type: ignore[assignment]
-        r = rows[-1]
-        print(f"{name}: seen {r['seen']:.3f} MRR {r['MRR']:.3f} multi-hop {r['by_category']['multi-hop']['seen']:.3f}"
-              f" chars {r['chars']:.0f}/{r['chars_max']:.0f} absent {r['absent']['any']:.3f}", file=sys.stderr)
-    md = C.markdown(rows)
-    if args.out:
-        args.out.write_text(md)
-    print(md)
-    return 0
+        v = C.Variant(name, f"μ {mu} over cosine {floor}{' (list form only)' if list_only else ''}",
+                      family="novelty-list" if list_only else "novelty")
+        rows.append(C.run_changed(args.data, v, queries,
+                                  lambda svc, _conv, m=mu, f=floor, lo=list_only: patch(svc.searcher, m, f, lo)))
+        C.progress(name, rows[-1], chars=True)
+    return C.emit(C.markdown(rows), args.out)
 
 
 if __name__ == "__main__":

@@ -84,30 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     queries = C.read_jsonl(args.data / "queries.jsonl")
     rows = [C.run_variant(args.data, next(v for v in C.variants() if v.name == "default"), queries)]
-    plain_service = C.service_for
     for name, (mu, days) in MODES.items():
         if args.only and name not in args.only:
             continue
-
-        def service(d: Path, conv: str, v: C.Variant, m: float = mu, n: int = days) -> Any:
-            svc = plain_service(d, conv, v)
-            patch(svc.searcher, m, n)
-            return svc
-
-        C.service_for = service  # type: ignore[assignment]
-        try:
-            rows.append(C.run_variant(args.data, C.Variant(name, f"μ {mu}, within {days} days", family="date-spread"),
-                                      queries))
-        finally:
-            C.service_for = plain_service  # type: ignore[assignment]
-        r = rows[-1]
-        print(f"{name}: seen {r['seen']:.3f} MRR {r['MRR']:.3f} multi-hop {r['by_category']['multi-hop']['seen']:.3f}"
-              f" absent {r['absent']['any']:.3f}", file=sys.stderr)
-    md = C.markdown(rows)
-    if args.out:
-        args.out.write_text(md)
-    print(md)
-    return 0
+        v = C.Variant(name, f"μ {mu}, within {days} days", family="date-spread")
+        rows.append(C.run_changed(args.data, v, queries, lambda svc, _conv, m=mu, n=days: patch(svc.searcher, m, n)))
+        C.progress(name, rows[-1])
+    return C.emit(C.markdown(rows), args.out)
 
 
 if __name__ == "__main__":

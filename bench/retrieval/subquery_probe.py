@@ -120,11 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{len(base['per_absent'])} without an answer); {len(changed)} questions change:", *changed]
         print(f"{mode}: seen {r['seen']:.3f} MRR {r['MRR']:.3f} multi-hop {r['by_category']['multi-hop']['seen']:.3f}"
               f" absent {r['absent']['any']:.3f} split {len(affected)}", file=sys.stderr)
-    md = "Sub-questions (subquery_probe.py):\n\n" + "\n".join(notes) + "\n\n" + C.markdown(rows)
-    if args.out:
-        args.out.write_text(md)
-    print(md)
-    return 0
+    return C.emit("Sub-questions (subquery_probe.py):\n\n" + "\n".join(notes) + "\n\n" + C.markdown(rows),
+                  args.out)
 
 
 if __name__ == "__main__":
