@@ -50,6 +50,9 @@ class RecordingProxy:
         self.seen: list[bytes] = []
         self._thread = threading.Thread(target=self._serve, daemon=True)
 
+    def answer(self) -> bytes:
+        return b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+
     def _serve(self) -> None:
         while True:
             try:
@@ -60,7 +63,7 @@ class RecordingProxy:
                 conn.settimeout(5)
                 try:
                     self.seen.append(conn.recv(65536))
-                    conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    conn.sendall(self.answer())
                 except OSError:
                     pass
 
@@ -184,20 +187,9 @@ class Redirector(RecordingProxy):
         super().__init__()
         self.target = target
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(5)
-                try:
-                    self.seen.append(conn.recv(65536))
-                    conn.sendall(f"HTTP/1.1 307 Temporary Redirect\r\nlocation: {self.target}\r\ncontent-length: 0\r\n"
-                                 "connection: close\r\n\r\n".encode())
-                except OSError:
-                    pass
+    def answer(self) -> bytes:
+        return (f"HTTP/1.1 307 Temporary Redirect\r\nlocation: {self.target}\r\ncontent-length: 0\r\n"
+                "connection: close\r\n\r\n").encode()
 
 
 def test_a_redirecting_base_url_sends_the_key_nowhere_else() -> None:
