@@ -11,6 +11,8 @@ service's cgroup for a gateway the service runs."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from gatewayhelpers import GatewayProcess, write_config
@@ -47,6 +49,26 @@ def calls(tmp_path: Path) -> list[str]:
     lines = log.read_text().splitlines() if log.exists() else []
     log.unlink(missing_ok=True)
     return [x for x in lines if x not in ("--user show-environment", "is-system-running")]
+
+
+def installed(tmp_path: Path, home: Path, env: dict[str, str]) -> str:
+    """`hermit service install --no-start` for `home`: the unit's name (the calls to systemctl so far forgotten)."""
+    assert hermit(env, "service", "install", "--no-start").returncode == 0
+    name = unit_name_for(home, tmp_path / "user")
+    calls(tmp_path)
+    return name
+
+
+@contextmanager
+def by_hand(home: Path) -> Iterator[GatewayProcess]:
+    """A gateway on `home` run by hand (not by the service), ready; terminated afterwards."""
+    gw = GatewayProcess(home)
+    try:
+        gw.wait_ready()
+        yield gw
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=60)
 
 
 def state_dir(tmp_path: Path) -> Path:
@@ -93,10 +115,8 @@ def test_status_start_stop_restart_act_on_this_state_dirs_unit(tmp_path: Path) -
     assert r.returncode == 1 and "no gateway service is installed" in r.stderr, r.stderr
     assert calls(tmp_path) == []  # nothing asked of systemd without a unit
 
-    assert hermit(env, "service", "install", "--no-start").returncode == 0
-    name = unit_name_for(home, tmp_path / "user")
+    name = installed(tmp_path, home, env)
     unit = tmp_path / "xdg" / "systemd" / "user" / f"{name}.service"
-    calls(tmp_path)
     r = hermit(env, "service", "status")
     assert r.returncode == 3, r.stdout + r.stderr  # installed, its gateway not running
     assert f"service  {name} (systemd user unit {unit})" in r.stdout, r.stdout
@@ -114,9 +134,7 @@ def test_status_start_stop_restart_act_on_this_state_dirs_unit(tmp_path: Path) -
 def test_without_a_user_manager_or_systemd_nothing_runs_and_the_command_is_given(tmp_path: Path) -> None:
     home = state_dir(tmp_path)
     env = machine(tmp_path, home)
-    assert hermit(env, "service", "install", "--no-start").returncode == 0
-    name = unit_name_for(home, tmp_path / "user")
-    calls(tmp_path)
+    name = installed(tmp_path, home, env)
     r = hermit(machine(tmp_path, home, user_manager=False), "service", "restart")
     assert r.returncode == 1, r.stdout
     assert "no user manager of" in r.stderr and "nothing was restarted" in r.stderr, r.stderr
@@ -141,12 +159,8 @@ def test_a_gateway_run_by_hand_is_not_doubled_by_the_service(tmp_path: Path) -> 
     every few seconds: refused, with how to stop the one by hand."""
     home = state_dir(tmp_path)
     env = machine(tmp_path, home)
-    assert hermit(env, "service", "install", "--no-start").returncode == 0
-    name = unit_name_for(home, tmp_path / "user")
-    calls(tmp_path)
-    gw = GatewayProcess(home)
-    try:
-        gw.wait_ready()
+    name = installed(tmp_path, home, env)
+    with by_hand(home) as gw:
         for verb in ("start", "restart"):
             r = hermit(env, "service", verb)
             assert r.returncode == 1, r.stdout
@@ -169,29 +183,18 @@ def test_a_gateway_run_by_hand_is_not_doubled_by_the_service(tmp_path: Path) -> 
         assert r.returncode == 1, r.stdout
         assert f"the gateway running now (pid {gw.proc.pid}) is not one: it stops with Ctrl-C where it runs, or " \
                f"`kill {gw.proc.pid}`" in r.stderr, r.stderr
-    finally:
-        gw.proc.terminate()
-        gw.proc.wait(timeout=60)
 
 
 def test_status_and_restart_of_a_gateway_the_service_runs(tmp_path: Path) -> None:
     """The gateway in the unit's cgroup (as systemd runs it): status says so (exit 0) and restart is not refused."""
     home = state_dir(tmp_path)
     env = machine(tmp_path, home)
-    assert hermit(env, "service", "install", "--no-start").returncode == 0
-    name = unit_name_for(home, tmp_path / "user")
-    calls(tmp_path)
-    gw = GatewayProcess(home)
-    try:
-        gw.wait_ready()
-        with in_user_unit(gw.proc.pid, f"{name}.service"):
-            r = hermit(env, "service", "status")
-            assert r.returncode == 0, r.stdout + r.stderr
-            assert f"gateway  running as this service, pid {gw.proc.pid} on port {gw.port}" in r.stdout, r.stdout
-            r = hermit(env, "service", "restart")
-            assert r.returncode == 0, r.stderr
-            assert calls(tmp_path) == [f"--user is-enabled {name}.service", f"--user is-active {name}.service",
-                                       f"--user restart {name}.service"]
-    finally:
-        gw.proc.terminate()
-        gw.proc.wait(timeout=60)
+    name = installed(tmp_path, home, env)
+    with by_hand(home) as gw, in_user_unit(gw.proc.pid, f"{name}.service"):
+        r = hermit(env, "service", "status")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"gateway  running as this service, pid {gw.proc.pid} on port {gw.port}" in r.stdout, r.stdout
+        r = hermit(env, "service", "restart")
+        assert r.returncode == 0, r.stderr
+        assert calls(tmp_path) == [f"--user is-enabled {name}.service", f"--user is-active {name}.service",
+                                   f"--user restart {name}.service"]
