@@ -14,7 +14,7 @@ from typing import Any
 
 from browserdemo import T
 from devicehelpers import port_squatter
-from test_s20_devices_browser import STORED, Served, phone, pw, served, signed_in
+from test_s20_devices_browser import STORED, Served, device_page, phone, pw, served
 
 __all__ = ["pw", "served"]  # the fixtures, shared with the devices' own browser tests
 
@@ -40,9 +40,7 @@ def test_an_unproven_signed_out_close_neither_signs_the_phone_out_nor_stops_it(p
                                                                                 tmp_path: Path) -> None:
     ctx = phone(pw, tmp_path / "profile")
     try:
-        page = ctx.new_page()
-        signed_in(page, served.link())
-        did = page.evaluate(STORED)["device"]
+        page, did = device_page(ctx, served.link())
         served.gw.stop()
         with closing_squatter(served.port) as heard:
             page.reload()

@@ -94,6 +94,13 @@ def signed_in(page: Any, url: str, errors: list[str] | None = None) -> None:
     page.wait_for_selector("#status.ok", timeout=T)
 
 
+def device_page(ctx: Any, link: str) -> tuple[Any, str]:
+    """A new tab of the phone's browser `ctx` signed in through `link`, and the device id it stored."""
+    page = ctx.new_page()
+    signed_in(page, link)
+    return page, page.evaluate(STORED)["device"]
+
+
 def test_a_phone_stays_signed_in_across_tabs_browser_and_gateway_restarts(pw: Any, served: Served,
                                                                         tmp_path: Path) -> None:
     profile = tmp_path / "profile"
@@ -189,9 +196,7 @@ def test_revoke_in_the_devices_list_signs_the_other_phone_out_at_once(pw: Any, s
 def test_an_idle_device_is_refused_and_forgets_its_key(pw: Any, served: Served, tmp_path: Path) -> None:
     ctx = phone(pw, tmp_path / "profile")
     try:
-        page = ctx.new_page()
-        signed_in(page, served.link())
-        did = page.evaluate(STORED)["device"]
+        page, did = device_page(ctx, served.link())
         page.close()
         path = served.home / "gateway" / "devices.json"
         data = json.loads(path.read_text())  # 31 days pass without the phone (the file as the gateway keeps it)
@@ -265,9 +270,7 @@ def test_a_program_on_the_port_gets_no_signature_and_cannot_make_the_phone_forge
                                                                                   tmp_path: Path) -> None:
     ctx = phone(pw, tmp_path / "profile")
     try:
-        page = ctx.new_page()
-        signed_in(page, served.link())
-        did = page.evaluate(STORED)["device"]
+        page, did = device_page(ctx, served.link())
         page.close()
         served.gw.stop()
         for answer in ("proof", "signed-out"):

@@ -14,7 +14,7 @@ import pytest
 from browserdemo import T
 from gatewayhelpers import free_port, write_config
 from hermit.testing import FakeProvider
-from test_s20_devices_browser import REMEMBER, STORED, Served, phone, pw, signed_in
+from test_s20_devices_browser import REMEMBER, STORED, Served, device_page, phone, pw, signed_in
 
 __all__ = ["pw"]  # the fixture, shared with the devices' own browser tests
 
@@ -74,9 +74,7 @@ def test_a_device_kept_while_off_is_told_why_and_signs_in_again_when_on(pw: Any,
     profile = tmp_path / "profile"
     ctx = phone(pw, profile)
     try:
-        page = ctx.new_page()
-        signed_in(page, served.link())
-        did = page.evaluate(STORED)["device"]
+        page, did = device_page(ctx, served.link())
         assert did
         page.close()
 
