@@ -147,13 +147,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launched_chromium() -> Iterator[Any]:
-    """Debian's Chromium driven by Playwright, for a module's `browser` fixture (`yield from`)."""
+def launched_chromium(*flags: str) -> Iterator[Any]:
+    """Debian's Chromium driven by Playwright (with `flags` besides CHROMIUM_FLAGS), for a module's `browser`
+    fixture (`yield from`)."""
     chromium = need_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS, headless=True)
+        b = p.chromium.launch(executable_path=chromium, args=[*CHROMIUM_FLAGS, *flags], headless=True)
         try:
             yield b
         finally:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from browserdemo import PHONE_SIZE, T, open_page
-from gatewayhelpers import CHROMIUM_FLAGS, GatewayProcess, free_port, need_chromium
+from gatewayhelpers import GatewayProcess, free_port, launched_chromium
 from hermit.testing import FakeProvider
 from webapphelpers import build_demo_home
 
@@ -70,16 +70,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayPr
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    chromium = need_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, headless=True,
-                              args=[*CHROMIUM_FLAGS, "--host-resolver-rules=MAP phone.test 127.0.0.1"])
-        try:
-            yield b
-        finally:
-            b.close()
+    yield from launched_chromium("--host-resolver-rules=MAP phone.test 127.0.0.1")
 
 
 def watched(browser: Any, url: str, *size: int, signed_in: bool = True) -> Any:

@@ -23,7 +23,7 @@ import pytest
 import segno
 
 from browserdemo import PHONE_SIZE, T, open_page
-from gatewayhelpers import CHROMIUM_FLAGS, GatewayProcess, free_port, need_chromium, write_config
+from gatewayhelpers import GatewayProcess, free_port, launched_chromium, write_config
 from hermit.gateway.app import SECURITY_HEADERS
 from hermit.gateway.tickets import PREFIX
 from hermit.testing import FakeProvider
@@ -102,16 +102,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Chromium that resolves phone.test to this machine (the port stays the link's)."""
-    chromium = need_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, headless=True,
-                              args=[*CHROMIUM_FLAGS, "--host-resolver-rules=MAP phone.test 127.0.0.1"])
-        try:
-            yield b
-        finally:
-            b.close()
+    yield from launched_chromium("--host-resolver-rules=MAP phone.test 127.0.0.1")
 
 
 def tickets(gw: GatewayProcess) -> list[str]:
