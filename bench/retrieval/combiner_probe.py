@@ -191,22 +191,15 @@ def generated(models: dict[str, Model]) -> list[str]:
     from score import read_jsonl
 
     queries = read_jsonl(G.QUERIES)
-    plain = G.HybridSearcher
     out = ["", "Generated suite (run.py's workspace, 204 questions, 10 results; R@6 / MRR, then R@6 by type):", ""]
     for name, model in {"default": None, **models}.items():
-        def make(*a: Any, m: Model | None = model, **k: Any) -> HybridSearcher:
-            s = plain(*a, **k)
+        def change(s: HybridSearcher, m: Model | None = model) -> None:
             if m is not None:
                 p = Probe({})
                 p.passed_model = m
                 p.patch(s, "generated")
-            return s
 
-        G.HybridSearcher = make  # type: ignore[misc,assignment]
-        try:
-            report, _lat, gone = G.run_variant(next(v for v in G.variants() if v.name == "default"), queries)
-        finally:
-            G.HybridSearcher = plain  # type: ignore[misc]
+        report, _lat, gone = G.run_changed(next(v for v in G.variants() if v.name == "default"), queries, change)
         o = report.overall
         out.append(f"- `{name}`: R@6 {o['R@6']:.3f}, MRR {o['MRR']:.3f}; " + ", ".join(
             f"{t} {m['R@6']:.2f}" for t, m in report.by_type.items()) + f"; absent any {gone['any']:.2f}")
@@ -226,20 +219,10 @@ def mixed(data: Path, dump: Probe, convs: list[str], queries: list[dict[str, Any
                                             for g in q["gold"]]  # type: ignore[attr-defined]
             for q in gq}
     half = {str(q["query"]): k % 2 for k, q in enumerate(gq)}
-    plain = G.HybridSearcher
     default = next(v for v in G.variants() if v.name == "default")
 
     def generated_run(probe: Probe) -> Any:
-        def make(*a: Any, **k: Any) -> HybridSearcher:
-            s = plain(*a, **k)
-            probe.patch(s, "generated")
-            return s
-
-        G.HybridSearcher = make  # type: ignore[misc,assignment]
-        try:
-            return G.run_variant(default, gq)[0]
-        finally:
-            G.HybridSearcher = plain  # type: ignore[misc]
+        return G.run_changed(default, gq, lambda s: probe.patch(s, "generated"))[0]
 
     gdump = Probe(gold)
     base = generated_run(gdump)

@@ -221,6 +221,15 @@ def run_variant(data: Path, v: Variant, queries: list[dict[str, Any]]) -> dict[s
     return summarise(v, per_q, lat, per_absent)
 
 
+def probe_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The arguments every conversation probe takes: the data dir, --only (its modes), --out (the table)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("data", type=Path)
+    ap.add_argument("--only", nargs="*", help="modes to run (default: all)")
+    ap.add_argument("--out", type=Path, help="write the table here")
+    return ap
+
+
 def run_changed(data: Path, v: Variant, queries: list[dict[str, Any]],
                 change: Callable[[MemoryService, str], object]) -> dict[str, Any]:
     """run_variant with each conversation's service passed through change(service, conv) first: how the probes

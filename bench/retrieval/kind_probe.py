@@ -200,7 +200,6 @@ def generated(models: dict[str, CP.Model | None], month_models: tuple[str, ...])
     from score import read_jsonl
 
     queries = read_jsonl(G.QUERIES)
-    plain = G.HybridSearcher
     out = ["", "## The generated suite (run.py's workspace, 204 questions, 10 results)", "",
            "| variant | R@6 | MRR | bilingual R@6 (69) | bilingual MRR | absent any | "
            + " | ".join(f"{t}" for t in ("paraphrase", "identifier", "name", "date", "zh", "en2zh", "zh2en",
@@ -208,23 +207,19 @@ def generated(models: dict[str, CP.Model | None], month_models: tuple[str, ...])
            "|---|" + "---:|" * 14]
     runs = [(n, m, False) for n, m in models.items()] + [(f"{n}+month-sparse", models[n], True) for n in month_models]
     for name, model, month in runs:
-        def make(*a: Any, m: CP.Model | None = model, **k: Any) -> HybridSearcher:
-            s = plain(*a, **k)
+        def change(s: HybridSearcher, m: CP.Model | None = model) -> None:
             if m is not None:
                 p = KindProbe({})
                 p.kind_model = m
                 p.patch(s, "generated")
-            return s
 
-        G.HybridSearcher = make  # type: ignore[misc,assignment]
         if month:
             hybrid.query_day_ranges = MP.with_months  # type: ignore[assignment]
             MP.DAYS = MP.note_days(G.WORKSPACE)
         try:
-            report, _lat, gone = G.run_variant(dataclasses.replace(
-                next(v for v in G.variants() if v.name == "default"), tuning=BLEND), queries)
+            report, _lat, gone = G.run_changed(dataclasses.replace(
+                next(v for v in G.variants() if v.name == "default"), tuning=BLEND), queries, change)
         finally:
-            G.HybridSearcher = plain  # type: ignore[misc]
             hybrid.query_day_ranges = MP._plain_ranges  # type: ignore[assignment]
             MP.DAYS = None
         o = report.overall

@@ -29,7 +29,6 @@ is the same as its own (`--out FILE.md`).
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -127,10 +126,7 @@ def patch(searcher: HybridSearcher, alpha: float, lam: float, speaker: str = "")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("data", type=Path)
-    ap.add_argument("--only", nargs="*", help="modes to run (default: all)")
-    ap.add_argument("--out", type=Path, help="write the table here")
+    ap = C.probe_parser(__doc__)
     args = ap.parse_args(argv)
     queries = C.read_jsonl(args.data / "queries.jsonl")
     base = next(v for v in C.variants() if v.name == "default")

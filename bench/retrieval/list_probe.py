@@ -28,7 +28,6 @@ before):
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
 import statistics
@@ -100,21 +99,11 @@ def generated(runs: dict[str, Callable[[HybridSearcher], None]]) -> list[str]:
 
     queries = read_jsonl(G.QUERIES)
     n_list = sum(list_form(str(q["query"])) for q in queries)
-    plain = G.HybridSearcher
     out = ["", f"## The generated suite (run.py's workspace, {len(queries)} questions, 10 results; {n_list} of list "
            "form)", "", "| variant | R@6 | MRR | bilingual R@6 | bilingual MRR | absent any | "
            + " | ".join(TYPES) + " |", "|---|" + "---:|" * (5 + len(TYPES))]
     for name, fix in {"default": lambda s: None, **runs}.items():
-        def make(*a: Any, f: Callable[[HybridSearcher], None] = fix, **k: Any) -> HybridSearcher:
-            s = plain(*a, **k)
-            f(s)
-            return s
-
-        G.HybridSearcher = make  # type: ignore[misc,assignment]
-        try:
-            report, _lat, gone = G.run_variant(next(v for v in G.variants() if v.name == "default"), queries)
-        finally:
-            G.HybridSearcher = plain  # type: ignore[misc]
+        report, _lat, gone = G.run_changed(next(v for v in G.variants() if v.name == "default"), queries, fix)
         o = report.overall
         bi = [q for q in report.per_query if q["type"] in BILINGUAL]
         out.append(f"| {name} | {o['R@6']:.3f} | {o['MRR']:.3f} | "
@@ -126,10 +115,7 @@ def generated(runs: dict[str, Callable[[HybridSearcher], None]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("data", type=Path)
-    ap.add_argument("--only", nargs="*", help="modes to run (default: all)")
-    ap.add_argument("--out", type=Path, help="write the table here")
+    ap = C.probe_parser(__doc__)
     ap.add_argument("--generated", nargs="*", help="run these modes on the generated notes suite only")
     args = ap.parse_args(argv)
     if args.generated is not None:

@@ -21,7 +21,6 @@ combiner), each chunk keeping its own score. `nov-μ-floor`: μ 0.1 / 0.2 / 0.4 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -112,10 +111,7 @@ def patch(searcher: HybridSearcher, mu: float, floor: float, list_only: bool) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("data", type=Path)
-    ap.add_argument("--only", nargs="*", help="modes to run (default: all)")
-    ap.add_argument("--out", type=Path, help="write the table here")
+    ap = C.probe_parser(__doc__)
     ap.add_argument("--generated", nargs="*", help="run these modes on the generated notes suite only")
     args = ap.parse_args(argv)
     if args.generated is not None:

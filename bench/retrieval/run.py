@@ -16,6 +16,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,25 @@ def run_variant(v: Variant, queries: list[dict[str, Any]]) -> tuple[Report, list
     gone = {"n": len(found), "any": round(statistics.fmean(n > 0 for n in found), 4) if found else 0.0,
             "results": round(statistics.fmean(found), 3) if found else 0.0}
     return evaluate(queries, results), latencies, gone
+
+
+def run_changed(v: Variant, queries: list[dict[str, Any]],
+                change: Callable[[HybridSearcher], object]) -> tuple[Report, list[float], dict[str, float]]:
+    """run_variant with each searcher passed through change first: how the probes try a ranking change on this
+    suite without touching the search's own code."""
+    global HybridSearcher
+    plain = HybridSearcher
+
+    def changed(*a: Any, **k: Any) -> HybridSearcher:
+        s = plain(*a, **k)
+        change(s)
+        return s
+
+    HybridSearcher = changed  # type: ignore[misc,assignment]
+    try:
+        return run_variant(v, queries)
+    finally:
+        HybridSearcher = plain  # type: ignore[misc]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,6 @@ chunk keeps its own score (what the agent sees, the fill gate, round 9's rule). 
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import re
 import sys
@@ -77,10 +76,7 @@ def patch(searcher: HybridSearcher, mu: float, days: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("data", type=Path)
-    ap.add_argument("--only", nargs="*", help="modes to run (default: all)")
-    ap.add_argument("--out", type=Path, help="write the table here")
+    ap = C.probe_parser(__doc__)
     args = ap.parse_args(argv)
     queries = C.read_jsonl(args.data / "queries.jsonl")
     rows = [C.run_variant(args.data, next(v for v in C.variants() if v.name == "default"), queries)]
