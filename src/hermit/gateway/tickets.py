@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hermit.durable import write_atomic
 from hermit.errors import HermitError
 from hermit.gateway.state import gateway_dir
 
@@ -156,16 +157,8 @@ class Tickets:
         data = _load(path)
         if data is None:
             raise HermitError(f"cannot read the new sign-in ticket {path}", "try again")
-        tmp = self.folder / f".{PREFIX}{secrets.token_hex(6)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({**data, "deviceOnly": True}, f)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        # durable's temp files: one a killed writer left is swept, and backups know their names.
+        write_atomic(path, json.dumps({**data, "deviceOnly": True}), mode=0o600, keep_mode=False, fsync=False)
 
     def device_only(self, tid: str) -> bool:
         """Whether ticket `tid` signs in only a browser that records a device, never bringing the token: the web
