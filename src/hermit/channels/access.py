@@ -279,10 +279,15 @@ def _group(cfg: ChannelAccessConfig, channel: str, group_id: str, message: Messa
     if message is None:  # the group as a whole (a delivery to it): its members are not asked
         return Verdict(True, Rule.GROUP, f"group_policy {policy}")
     members = cfg.group_allow_from  # empty or '*': every member of an allowed group
-    member = _Match(True)
+    presented = handle(message.sender_username)
+    # Every member may talk, and a name listed anywhere in the account (a contact's `@name` in allow_from) that
+    # nobody holds yet is pinned to the member presenting it, as in a DM: unpinned (s20), it went to whoever
+    # took the name after they gave it up, and that newcomer's first DM matched it.
+    member = _Match(True, pin=presented if presented in listed_names(cfg) and known.pins is not None
+                    and presented not in known.pins else None)
     if members and STAR not in members:
-        member = _match([*members, *cfg.owners], sender_key(channel, message.sender_id),
-                        handle(message.sender_username), known.pins, listed_names(cfg))
+        member = _match([*members, *cfg.owners], sender_key(channel, message.sender_id), presented, known.pins,
+                        listed_names(cfg))
         if not member.found:
             return Verdict(False, Rule.NOT_A_MEMBER, "group_allow_from: sender not allowed in groups",
                            impostor=member.impostor, pins_unreadable=member.pins_unreadable)
