@@ -18,7 +18,8 @@ and the provider table, which `hermit --help` and `hermit completion` should not
 the first time anything is masked. Output cut for length (exec keeps a head and a tail) loses CUT_MARGIN
 characters next to the cut (`mask_cut`): a key straddling a cut edge would leave two halves that no longer
 match the whole key, and masking only pieces that match would answer a guess.
-Masking is exact-string matching and so best effort: a key a command encodes (base64, reversed, one
+Masking is exact-string matching, plus a key shown in part as providers echo one (`echoes`: "sk-proj-****2b4d"),
+and so best effort: a key a command encodes (base64, reversed, one
 character per line) is not recognised — except the one encoding an HTTP client makes itself: a URL's
 `user:password@` goes out as `Authorization: Basic base64(user:password)`, which a server may echo, so
 `url_passwords` returns that form too.
@@ -133,6 +134,7 @@ class SecretMasker:
             while at >= 0:
                 found.append((at, at + len(s)))
                 at = text.find(s, at + 1)
+        found += echoes(text, self._secrets)
         if len(found) < 2:
             return found
         found.sort()
@@ -170,6 +172,41 @@ class SecretMasker:
         return e
 
 
+# A secret shown in part, as providers echo a key they refused ("Incorrect API key provided: sk-proj-****2b4d",
+# "sk-…2b4d", "sk-abc...2b4d"): a run of mask characters, the key's end after it, maybe its start before it.
+_HIDDEN = re.compile(r"(?:[*•·…]|\.(?=\.))+\.?")
+_KEY_CHARS = re.compile(r"[A-Za-z0-9_-]+")
+_KEY_CHARS_BEFORE = re.compile(r"[A-Za-z0-9_-]+$")
+ECHO_END_CHARS = 4  # the shortest end of a key that counts as its echo (what OpenAI shows)
+
+
+def echoes(text: str, secrets: Iterable[str]) -> list[tuple[int, int]]:
+    """Where `text` shows one of `secrets` in part: a run of mask characters (`*`, `•`, `…`, `..`) followed by
+    the secret's last ECHO_END_CHARS characters or more, with the secret's first characters before the run if
+    they are there too (each is the secret's own, so masking them hides nothing of anyone else's). Exact-string
+    masking left "sk-proj-****2b4d" in the owner's log and transcript: the key's type and its last four
+    characters, which with a leaked list of keys names the key. One C-speed look for each secret's end first."""
+    ends = [s for s in secrets if len(s) > ECHO_END_CHARS and s[-ECHO_END_CHARS:] in text]
+    if not ends:
+        return []
+    found: list[tuple[int, int]] = []
+    for run in _HIDDEN.finditer(text):
+        after = _KEY_CHARS.match(text, run.end())
+        if after is None or len(after.group()) < ECHO_END_CHARS:
+            continue
+        shown_end = after.group()
+        for s in ends:
+            if not s.endswith(shown_end) or len(shown_end) >= len(s):
+                continue
+            start = run.start()
+            before = _KEY_CHARS_BEFORE.search(text, 0, run.start())
+            if before is not None and s.startswith(before.group()):
+                start = before.start()
+            found.append((start, after.end()))
+            break
+    return found
+
+
 KNOWN = SecretMasker()
 
 
@@ -196,14 +233,14 @@ def mask_data(value: Any) -> Any:
     if not secrets:
         return value
     text = json.dumps(value, default=str)
-    if not any(json.dumps(s)[1:-1] in text for s in secrets):
+    if not any(json.dumps(s)[1:-1] in text or s[-ECHO_END_CHARS:] in text for s in secrets):
         return value
     return _masked_data(value, secrets, KNOWN)
 
 
 def _masked_data(value: Any, secrets: tuple[str, ...], masker: SecretMasker) -> Any:
     if isinstance(value, str):
-        return masker.mask(value) if any(s in value for s in secrets) else value
+        return masker.mask(value) if any(s in value or s[-ECHO_END_CHARS:] in value for s in secrets) else value
     if isinstance(value, dict | list):
         out: Any = None
         for k, v in (value.items() if isinstance(value, dict) else enumerate(value)):
