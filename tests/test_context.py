@@ -176,9 +176,11 @@ def test_context_report_and_fixed_prompt_budget(tmp_path: Path) -> None:
     rt.run_turn("agent:main:main", "What's on my calendar tomorrow?")
     report = rt.context_report("agent:main:main", "What's on my calendar tomorrow?")
     names = [b.name for b in report.blocks]
-    # No memory service here: the owner's session still reads the daily logs, so it is told what origin marks are.
-    assert names[:8] == ["system: identity", "system: tools", "system: memory notes", "system: workspace",
-                         "system: date and time", "system: silent replies", "project: heading", "project: AGENTS.md"]
+    # No memory service here: the owner's session still reads the daily logs, so it is told what origin marks are,
+    # and what its tools bring in is material, not its user's words (agent/untrusted_words.py).
+    assert names[:9] == ["system: identity", "system: tools", "system: memory notes", "system: tool results",
+                         "system: workspace", "system: date and time", "system: silent replies", "project: heading",
+                         "project: AGENTS.md"]
     turn = rt.prepare("agent:main:main")
     system_tokens = sum(b.tokens for b in report.blocks if b.name.startswith(("system:", "project:")))
     assert abs(system_tokens - estimate_tokens(turn.system.text)) <= len(turn.system.blocks)

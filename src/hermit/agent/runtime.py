@@ -55,6 +55,7 @@ from hermit.agent.speakers import (
     sender_of,
 )
 from hermit.agent.turn import PruneMemo, ToolCallRecord, TurnContext, TurnNotes, TurnResult, resolve_timezone
+from hermit.agent.untrusted_words import UntrustedGuard
 from hermit.config.load import AgentConfig
 from hermit.errors import ContextOverflowError, HermitError, SessionError
 from hermit.memory.policy.audience import owner_origin, reader_for_session
@@ -555,15 +556,18 @@ class AgentRuntime:
             current[0] = rebuilt
             return repair_tool_pairs(rebuilt.history.messages)
 
+        user = UserMessage(text, images, sender=self._senders.get(turn.session_key) if records_senders(turn.session_key)
+                           else None, ref=self._refs.get(turn.session_key), files=self._files.get(turn.session_key, ()))
+        # The main session's copies of what its tools brought in stay material (agent/untrusted_words.py).
+        runner = UntrustedGuard(turn.tools, self.agent.workspace, user) if is_main_session_key(turn.session_key) \
+            and not read_only else turn.tools
         try:
             return run_loop(
                 self.model,
-                turn.tools,
+                runner,
                 lambda messages: dataclasses.replace(self.build_request(current[0], messages), cancel=cancel),
                 repair_tool_pairs(turn.history.messages),
-                UserMessage(text, images, sender=self._senders.get(turn.session_key) if records_senders(turn.session_key)
-                            else None, ref=self._refs.get(turn.session_key),
-                            files=self._files.get(turn.session_key, ())),
+                user,
                 record=record,
                 max_iterations=self.agent.settings.max_tool_iterations,
                 stream=on_event is not None if stream is None else stream,
