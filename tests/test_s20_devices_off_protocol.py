@@ -52,7 +52,9 @@ def test_off_a_ticket_sign_in_with_a_key_gets_the_token_and_records_nothing(off:
         assert hello["payload"]["token"] == off.token  # as before devices: the tab keeps the token
         assert "device" not in hello["payload"] and "deviceId" not in hello["payload"]
         listed = c.call("l", "devices.list")
-        assert listed["ok"] and listed["payload"] == {"remember": False, "devices": []}, listed
+        assert listed["ok"] and listed["payload"]["remember"] is False and listed["payload"]["devices"] == [], listed
+        assert listed["payload"]["why"].startswith("off (gateway.remember_devices: auto)")  # why, and how to turn it on
+        assert "hermit service install" in listed["payload"]["hint"]
         made = c.call("t", "tickets.create")  # an https phone link: not device-only while no device exists
         assert made["ok"] and made["payload"]["link"].startswith("https://hermit.example/#ticket="), made
     assert not (off.home / "gateway" / "devices.json").exists()
@@ -63,7 +65,8 @@ def test_off_a_ticket_sign_in_with_a_key_gets_the_token_and_records_nothing(off:
         assert hello["ok"] and hello["payload"]["token"] == off.token, hello
     shown = cli(off.home, "list")
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.strip() == "off — set gateway.remember_devices: true to keep browsers signed in"
+    assert shown.stdout.startswith("off — (gateway.remember_devices: auto)"), shown.stdout  # auto, by hand: off
+    assert "gateway.remember_devices: true" in shown.stdout and "hermit service install" in shown.stdout
     as_json = cli(off.home, "list", "--json")
     assert as_json.returncode == 0 and json.loads(as_json.stdout) == [] and "remember_devices" in as_json.stderr
     doctor = hermit(off.home, "doctor", "--json")

@@ -5,8 +5,9 @@ A browser that signed in with a one-time link or QR code (`hermit dashboard`, th
 recorded as a device: its public key, the name it gave, the address it signed in at, when it was added and last seen.
 `revoke` removes one (by the id `list` shows, or the start of it; `--all` for every one): a running gateway closes
 its open pages within a second, and it cannot sign in again without a new link. A device unused for 30 days is signed
-out by itself. This works while the gateway runs: both lock the file. With gateway.remember_devices off (the default)
-no browser is kept signed in: `list` says so.
+out by itself. This works while the gateway runs: both lock the file. While devices are off (gateway/device_policy.py:
+`gateway.remember_devices: false`, or `auto` on a gateway whose port no socket unit holds) no browser is kept signed
+in: `list` says so, and why.
 
 Names come from the browsers: printed through channels.pairing.printable (hidden characters escaped, length capped).
 """
@@ -41,13 +42,23 @@ def _when(t: float) -> str:
 
 def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
     from hermit.channels.pairing import printable
+    from hermit.gateway.device_policy import shown
     from hermit.gateway.devices import IDLE_SECONDS, Devices
+    from hermit.gateway.state import read_lock_info
 
-    if not ctx.config().config.gateway.remember_devices:
+    setting = ctx.config().config.gateway.remember_devices
+    info = read_lock_info(ctx.home)
+    policy = shown(setting, info)
+    note = DEVICES_OFF if setting is False else policy.why + (
+        f" — to keep browsers signed in: {policy.hint}" if policy.hint else "")
+    if not policy.on and (setting is False or info):  # off (a running gateway's word, or the setting's)
         if args.json:
             print("[]")
-        print(DEVICES_OFF, file=sys.stderr if args.json else sys.stdout)
+        print(note if setting is False else f"off — {note.removeprefix('off ')}",
+              file=sys.stderr if args.json else sys.stdout)
         return 0
+    if not policy.on:  # auto, no gateway running: the records, and what decides whether they are used
+        print(note, file=sys.stderr)
     devices = Devices(ctx.home).all()
     if args.json:
         print(json.dumps([d.public() for d in devices], ensure_ascii=False, indent=2))

@@ -255,11 +255,15 @@ def chat_model(ctx: CliContext) -> str | Check:
 
 @check("web app devices", needs=("config",))
 def remember_devices(ctx: CliContext) -> str:
-    """gateway.remember_devices (gateway/device_sockets.py): on, say what it risks where others log in."""
-    if ctx.config().config.gateway.remember_devices:
-        return ("browsers stay signed in (gateway.remember_devices): another local user's program that takes the "
-                "port while the gateway is down could sign in as one — only on a computer no one else logs in to")
-    return "off: a browser signed in with a link stays signed in for its tab only (gateway.remember_devices)"
+    """gateway.remember_devices (gateway/device_policy.py): on or off and why; on by hand, what it risks."""
+    from hermit.gateway.device_policy import doctor_line
+    from hermit.gateway.state import read_lock_info
+
+    try:
+        info = read_lock_info(ctx.home)
+    except OSError:  # the state dir's own check says what is wrong with it
+        info = None
+    return doctor_line(ctx.config().config.gateway.remember_devices, info)
 
 
 # One line per check, in the order they are shown. Other modules append theirs here.

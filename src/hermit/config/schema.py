@@ -377,9 +377,10 @@ class GatewayConfig(Strict):
     # (gateway/unsigned.py): about ten times what two round trips take on a bad mobile network.
     sign_in_seconds: float = Field(30.0, ge=0.1, le=600)
     # Browsers signed in with a link or QR code stay signed in as *devices* (gateway/devices.py): a key of their own
-    # in the browser. Off by default: another local user's program that takes the port while the gateway is down can
-    # serve a page at the web app's address whose script uses that key. Read at start (a restart applies it).
-    remember_devices: bool = False
+    # in the browser. Another local user's program that takes the port while the gateway is down can serve a page at
+    # the web app's address whose script uses that key, so `auto` (the default) is on only when the service's socket
+    # unit holds the port (gateway/device_policy.py); true: always; false: never. Read at start (a restart applies it).
+    remember_devices: bool | Literal["auto"] = "auto"
 
     @field_validator("allowed_origins")
     @classmethod

@@ -5,7 +5,8 @@ does, which the gateway sees by watching the file while a device is connected �
 `devices.revoke` and `tickets.create` (phone.py). WebchatApi's methods, kept here as webchat_sessions.py keeps the
 session reads.
 
-All of it only with `gateway.remember_devices: true` (off by default, read at start): off, a ticket sign-in that
+All of it only while devices are on (gateway/device_policy.py: `gateway.remember_devices: auto`, the default, is on
+only when the service's socket unit holds the port; true; false; decided at start): off, a ticket sign-in that
 offers a key is answered with the token as before devices (nothing recorded), no link is device-only, and a device's
 sign-in is refused (`devices_off`, with the gateway's proof, so the page shows why and keeps its key: turning the
 setting back on brings the device back). Why off: another local user's program that holds the port while the gateway
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 from starlette.websockets import WebSocketDisconnect
 
 from hermit.errors import HermitError
+from hermit.gateway.device_policy import HOW_ON, WHY_UNHELD
 from hermit.gateway.devices import TOUCH_SECONDS, Device, device_secret, public_key, signed_text, verify
 from hermit.gateway.phone import phone_sign_in
 from hermit.gateway.protocol import (
@@ -75,6 +77,16 @@ DEVICES_OFF_HINT = ("set `gateway.remember_devices: true` in hermit.yaml and res
                     "`hermit dashboard` (on a phone, scan the code from Operations → Sign in a phone)")
 
 
+def off_words(self: WebchatApi) -> tuple[str, str]:
+    """The refusal's message and hint while devices are off: the setting and, under `auto`, why (device_policy.py)."""
+    policy = self.device_policy
+    if policy is None or "auto" not in policy.why:
+        return "this gateway does not keep browsers signed in (gateway.remember_devices is off)", DEVICES_OFF_HINT
+    return ("this gateway does not keep browsers signed in (gateway.remember_devices is off here: it is auto, and "
+            f"{WHY_UNHELD})", f"{HOW_ON}; or sign this page in with a new link: run `hermit dashboard` (on a phone, "
+            "scan the code from Operations → Sign in a phone)")
+
+
 async def devices_off(self: WebchatApi, sock: _Socket, req: Request, params: ChallengeParams) -> None:
     """Refuse a device's sign-in while gateway.remember_devices is off: with a proof keyed by the device's secret that
     this gateway says so (the page shows why and keeps its key), then the socket closed."""
@@ -83,9 +95,9 @@ async def devices_off(self: WebchatApi, sock: _Socket, req: Request, params: Cha
                           "refused: gateway.remember_devices is off")
     proof = handshake_proof(device_secret(self._token, params.device_id), "gateway", params.host, params.nonce,
                             "devices-off")
+    message, hint = off_words(self)
     await sock.send_raw(json.dumps({"type": "res", "id": req.id, "ok": False, "error": {
-        "code": "devices_off", "message": "this gateway does not keep browsers signed in "
-        "(gateway.remember_devices is off)", "hint": DEVICES_OFF_HINT, "proof": proof}}))
+        "code": "devices_off", "message": message, "hint": hint, "proof": proof}}))
     await sock.close(CLOSE_UNAUTHORIZED, "devices off")
     raise WebSocketDisconnect(CLOSE_UNAUTHORIZED)
 
@@ -219,5 +231,6 @@ async def sign_in_method(self: WebchatApi, sock: _Socket, req: Request) -> None:
             await self._sign_out(s)
     else:
         listed = await asyncio.to_thread(self.devices.all) if self.remember_devices else []
-        await sock.send_raw(res_ok(req.id, {"remember": self.remember_devices, "devices": [
+        why = {"why": self.device_policy.why, "hint": self.device_policy.hint} if self.device_policy else {}
+        await sock.send_raw(res_ok(req.id, {"remember": self.remember_devices, **why, "devices": [
             {**d.public(), "current": d.id == sock.device} for d in listed]}))

@@ -11,10 +11,14 @@ has nothing there for anyone to hold.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import ipaddress
+import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
 
 from hermit.errors import ConfigError
 from hermit.loopback import port_holder
@@ -73,3 +77,140 @@ def listen_sockets(host: str, port: int, bind: Callable[[str, int], socket.socke
             raise
         return [sock] if twin is None else [sock, twin]
     raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+# --- Listening sockets handed in by the process that started the gateway (socket activation) -------------------
+#
+# While the gateway's port is free — the gateway stopped, restarting, crashed — any local user may listen there,
+# and a page the owner opens then runs that program's script in the web app's origin (docs/security.md). A service
+# manager that binds the port itself and hands the listening sockets to the gateway (systemd's socket activation:
+# `hermit service install` writes a .socket unit) keeps it taken across the gateway's restarts and crashes: the
+# kernel queues new connections until the next gateway accepts them. The protocol is systemd's (sd_listen_fds):
+# LISTEN_PID is this process, LISTEN_FDS sockets from fd 3 on.
+
+LISTEN_FDS_START = 3
+MAX_LISTEN_FDS = 16
+
+
+@dataclass(frozen=True)
+class Listeners:
+    """The gateway's listening sockets; `inherited`: handed in (LISTEN_FDS); `held`: the process that started the
+    gateway holds them too (so the port stays taken while the gateway is down), and they cover the [::1] twin."""
+
+    sockets: list[socket.socket]
+    inherited: bool = False
+    held: bool = False
+
+    @property
+    def port(self) -> int:
+        return int(self.sockets[0].getsockname()[1])
+
+    @property
+    def host(self) -> str:
+        return str(self.sockets[0].getsockname()[0])
+
+
+def _bad_fd(fd: int, what: str) -> ConfigError:
+    return ConfigError(f"LISTEN_FDS hands the gateway fd {fd}, which {what}",
+                       "hand it listening TCP sockets only (a .socket unit's ListenStream= lines, as `hermit service "
+                       "install` writes them), or start the gateway without LISTEN_FDS")
+
+
+def inherited_sockets(environ: MutableMapping[str, str] | None = None) -> list[socket.socket] | None:
+    """The listening TCP sockets LISTEN_FDS hands this process, or None when none are (no LISTEN_FDS, or a
+    LISTEN_PID of another process: the variables were meant for a parent). The variables are removed either way,
+    so nothing the gateway starts takes them as its own. ConfigError for an fd that is not a listening TCP socket."""
+    env = os.environ if environ is None else environ
+    raw, pid = env.pop("LISTEN_FDS", None), env.pop("LISTEN_PID", None)
+    env.pop("LISTEN_FDNAMES", None)
+    if raw is None or pid != str(os.getpid()):
+        return None
+    try:
+        count = int(raw)
+    except ValueError:
+        raise ConfigError(f"LISTEN_FDS={raw!r} is not a number of sockets",
+                          "start the gateway without it, or from a .socket unit") from None
+    if not 1 <= count <= MAX_LISTEN_FDS:
+        raise ConfigError(f"LISTEN_FDS={raw!r}: the gateway takes 1 to {MAX_LISTEN_FDS} listening sockets",
+                          "start the gateway without it, or from a .socket unit")
+    socks: list[socket.socket] = []
+    for fd in range(LISTEN_FDS_START, LISTEN_FDS_START + count):
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:
+            raise _bad_fd(fd, "is not a socket") from None
+        if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+            sock.detach()
+            raise _bad_fd(fd, "is not a TCP socket")
+        if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            sock.detach()
+            raise _bad_fd(fd, "is not listening")
+        sock.set_inheritable(False)
+        sock.setblocking(False)
+        socks.append(sock)
+    return socks
+
+
+def _socket_links(pid: int) -> set[str] | None:
+    """The `socket:[inode]` names of process `pid`'s open sockets; None when they cannot be read."""
+    folder = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return None
+    links = set()
+    for n in names:
+        with contextlib.suppress(OSError):
+            links.add(os.readlink(f"{folder}/{n}"))
+    return links
+
+
+def parent_holds(socks: list[socket.socket], ppid: int | None = None) -> bool:
+    """Whether the process that started this one holds `socks` too (the same sockets, by inode): a service manager
+    keeps them while the gateway restarts. A wrapper that bound them and exec'd the gateway (systemd-socket-activate)
+    holds nothing: the port goes free when the gateway exits. A parent whose fds cannot be read (another user's) is
+    taken for a holder only when it is systemd itself."""
+    ppid = os.getppid() if ppid is None else ppid
+    want = {f"socket:[{os.fstat(s.fileno()).st_ino}]" for s in socks}
+    links = _socket_links(ppid)
+    if links is not None:
+        return want <= links
+    try:
+        comm = Path(f"/proc/{ppid}/comm").read_text(encoding="utf-8").strip()
+    except OSError:
+        return False
+    return comm == "systemd"
+
+
+def _covers_twin(socks: list[socket.socket]) -> bool:
+    """Whether the [::1] twin an IPv4 loopback or any-address socket needs (module docstring) is among `socks`, or
+    this machine has no IPv6 loopback for anyone to hold."""
+    names = [s.getsockname() for s in socks]
+    for addr in names:
+        if needs_twin(str(addr[0])) and not any(a[0] in (TWIN, "::") and a[1] == addr[1] for a in names):
+            try:
+                probe = bind_twin(0)
+            except ConfigError:
+                return False
+            if probe is None:
+                continue  # no [::1] here
+            probe.close()
+            return False
+    return True
+
+
+def open_listeners(host: str, port: int, bind: Callable[[str, int], socket.socket],
+                   environ: MutableMapping[str, str] | None = None) -> Listeners:
+    """The sockets LISTEN_FDS hands in (whatever `host`/`port` say: the unit that binds them decides the address;
+    a missing [::1] twin is bound here), else `listen_sockets(host, port, bind)`."""
+    socks = inherited_sockets(environ)
+    if socks is None:
+        return Listeners(listen_sockets(host, port, bind))
+    held = parent_holds(socks) and _covers_twin(socks)
+    socks.sort(key=lambda s: s.family != socket.AF_INET)  # IPv4 first: the address the gateway names
+    first = socks[0].getsockname()
+    if needs_twin(str(first[0])) and not any(s.getsockname()[0] in (TWIN, "::") for s in socks):
+        twin = bind_twin(int(first[1]))
+        if twin is not None:
+            socks.append(twin)
+    return Listeners(socks, inherited=True, held=held)

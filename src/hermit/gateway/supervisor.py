@@ -41,7 +41,8 @@ from hermit.gateway.channels import build_channels, webhook_routes
 from hermit.gateway.config_watch import ConfigWatcher
 from hermit.gateway.console import Console
 from hermit.gateway.deletes_store import RememberedDeletes, deletes_path
-from hermit.gateway.listen import listen_sockets
+from hermit.gateway.device_policy import decide
+from hermit.gateway.listen import open_listeners
 from hermit.gateway.live_config import LiveAccess, LiveConfig
 from hermit.gateway.protocol import MAX_FRAME_BYTES
 from hermit.gateway.services import MemoryWatcher, Service, ServiceContext, build_services
@@ -197,10 +198,10 @@ class Gateway:
         owner = router.resolve(RouteInput("webchat", "default", "dm", "owner", sender_is_owner=True)).session_key
         console = Console(self.agents, loaded, home, agent_id_of(owner) or router.default_agent, status=self._status,
                           channels=self.channels, services=self.services, clock=clock, view=state.view)
-        api = WebchatApi(self.webchat, self.agents, token, owner, self.cfg.allowed_origins, console,
+        self.api = api = WebchatApi(self.webchat, self.agents, token, owner, self.cfg.allowed_origins, console,
                          tickets=Tickets(home),  # `hermit dashboard`'s, with the real clock its process writes by
                          slot_wait=self.bus.waiting_for_slot, sign_in_seconds=self.cfg.sign_in_seconds,
-                         unsigned=self.unsigned, remember_devices=self.cfg.remember_devices)
+                         unsigned=self.unsigned, remember_devices=self.cfg.remember_devices is True)
         self.app = build_app(api, token, self._status, webhook_routes(extra),
                              webchat=loaded.config.channels.webchat.enabled)
         self.started_at = clock()
@@ -227,8 +228,14 @@ class Gateway:
     async def serve(self, lock: GatewayLock | None = None, on_ready: Callable[[str], None] | None = None) -> int:
         import uvicorn
 
-        sockets = listen_sockets(self.host_name, self.port, bind_socket)  # and [::1] beside 127.0.0.1 (listen.py)
-        self.port = sockets[0].getsockname()[1]
+        # A service's socket unit's sockets (LISTEN_FDS), else bound here, [::1] beside 127.0.0.1 (listen.py)
+        listeners = open_listeners(self.host_name, self.port, bind_socket)
+        sockets = listeners.sockets
+        if listeners.inherited:
+            self.host_name = listeners.host
+        self.port = listeners.port
+        devices = decide(self.cfg.remember_devices, listeners.held)  # gateway/device_policy.py
+        self.api.remember_devices, self.api.device_policy = devices.on, devices
         if not is_loopback(self.host_name):
             log.warning("listening on %s, reachable from other machines: every client needs the token, and the "
                         "connection is not encrypted (put a TLS proxy in front of it)", self.host_name)
@@ -262,7 +269,9 @@ class Gateway:
         if lock is not None:
             launchd = launchd_job(os.environ.get("XPC_SERVICE_NAME"))  # run as a launchd agent: its restart hint
             lock.publish({"pid": os.getpid(), "host": self.host_name, "port": self.port, "url": url,
-                          "started": self.started_at, **({"launchd": launchd} if launchd else {})})
+                          "started": self.started_at, "held": listeners.held, "devices": devices.published(),
+                          **({"launchd": launchd} if launchd else {})})
+        log.info("web app devices: %s", devices.why)
         log.info("gateway listening on %s (agents: %s; channels: %s)", url, ", ".join(sorted(self.agents.runtimes)),
                  ", ".join(f"{c.name}/{c.account_id}" for c in self.channels) or "none")
         if on_ready is not None:

@@ -43,6 +43,7 @@ from hermit.gateway import device_sockets, webchat_sessions
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.attachments import MAX_IMAGE_BYTES
 from hermit.gateway.console import Console
+from hermit.gateway.device_policy import DevicePolicy
 from hermit.gateway.devices import (
     Device,
     Devices,
@@ -155,6 +156,7 @@ class WebchatApi:
         self.tickets = tickets
         self.devices = Devices(tickets.home) if tickets is not None else None  # devices sign in as tickets do
         self.remember_devices = remember_devices
+        self.device_policy: DevicePolicy | None = None  # set at start: why devices are off (device_policy.py)
         self._device_watch: asyncio.Task[None] | None = None
         self.channel = channel
         self.host = host

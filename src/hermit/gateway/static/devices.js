@@ -20,8 +20,10 @@
   async function load() {
     let res;
     try { res = await H.request("devices.list"); } catch (e) { if (e.code !== "offline") say(e.message, "bad"); return; }
-    if (res.remember === false) {  // gateway.remember_devices is off: no browser is kept signed in
-      swap($("devices"), [el("li", { class: "empty", text: "off — set gateway.remember_devices: true to keep browsers signed in" })]);
+    if (res.remember === false) {  // devices are off (gateway/device_policy.py): no browser is kept signed in; why, and how on
+      const text = res.why ? res.why + (res.hint ? " — to keep browsers signed in: " + res.hint : "")
+        : "off — set gateway.remember_devices: true to keep browsers signed in";
+      swap($("devices"), [el("li", { class: "empty", text })]);
       return;
     }
     const rows = res.devices.map((d) => el("li", { class: "device" + (d.current ? " current" : ""), dataset: { device: d.id } },
