@@ -57,6 +57,7 @@ from hermit.sessions.lock import lock_path, session_lock
 from hermit.sessions.recovery import parse_store
 from hermit.sessions.store import SessionStore
 from hermit.textfile import read_regular
+from hermit.tools.room_journal import finish_held
 from hermit.tools.rooms import room_slug
 
 log = logging.getLogger(__name__)
@@ -442,6 +443,7 @@ def _move_room(base: Path, old: str, new: str, report: Report, step: Step | None
         if os.path.lexists(base / dst):
             report.left.append(f"{base / src}: the room of {old} stays: {new} has a room already ({base / dst})")
             return ""
+        finish_held(base, src, moving_to=dst)  # a merge a stopped Hermit left: the room moves whole, its notes too
         os.rename(base / src, base / dst)
     _tell(step, f"room {src}")
     return f"rooms/{src} -> rooms/{dst}"

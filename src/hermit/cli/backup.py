@@ -189,6 +189,9 @@ def cmd_backup(ctx: CliContext, args: argparse.Namespace) -> int:
         raise BackupError(f"{out} exists", "give another file name; a backup never overwrites one (nor a link)")
     if _inside(out, home):
         raise BackupError(f"{out} is inside the state dir being backed up", "write the archive somewhere else")
+    from hermit.tools.room_sweep import finish_agents
+
+    finish_agents([a.sessions_dir.parent / "rooms" for a in loaded.agents])  # no room half-merged in the archive
     trees, external = _trees(loaded, home)
     todo = plan(trees, [a.index_path.resolve() for a in loaded.agents])
     files: Stored = {}  # every file stored, with the version stored (settle() stores it again when it changed)

@@ -95,6 +95,10 @@ def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
         token = ensure_token(ctx.home)
         setup_logging(ctx.home / "logs", args.log_format, [token, *configured_secrets(ctx)], debug=ctx.debug,
                       max_bytes=cfg.log_max_bytes, backups=cfg.log_backups)
+        from hermit.tools.room_sweep import finish_agents
+
+        # A room's merge a killed Hermit left part-way: finished now, before any turn or owner's tool sees the room.
+        finish_agents([a.sessions_dir.parent / "rooms" for a in loaded.agents])
         runtimes = {a.id: build_runtime(ctx, a, long_lived=True) for a in loaded.agents}
         gateway = Gateway(loaded, ctx.home, ctx.environ, runtimes, token, host=host, port=port)
 

@@ -28,6 +28,7 @@ from hermit.memory.policy.daily_log import memory_writes_locked
 from hermit.memory.policy.provenance import MARKER, OPEN_RE, open_line, origin_blocks
 from hermit.sessions.keys import cron_session_key
 from hermit.textfile import decode_text, read_regular
+from hermit.tools.room_journal import finish_held
 from hermit.tools.rooms import room_audience, room_slug
 
 RETIRED_ROOMS = "retired"
@@ -97,6 +98,9 @@ def _retire_room(base: Path, audience: str, now: datetime) -> str | None:
     if not room.is_dir():
         return None
     with locked(base / f".{slug}.lock"):
+        # A merge a stopped Hermit left: finished into this room before it goes, never into the next one of its
+        # name (the job's new audience), and nothing kept for its chat is told to that one.
+        finish_held(base, slug, moving_to=None)
         if not room.is_dir():
             return None
         retired = base / RETIRED_ROOMS

@@ -33,6 +33,7 @@ from hermit.errors import HermitError, PathPolicyError, ToolError
 from hermit.memory.policy.audience import NOT_FOUND_OR_NOT_SHARED
 from hermit.memory.policy.daily_log import memory_writes_locked
 from hermit.textfile import FileTooLarge, NotRegularFile, decode_text, read_regular
+from hermit.tools import room_journal
 from hermit.tools.base import Tool, make_tool
 from hermit.tools.memory_files import MemoryWriteRules, join_append
 from hermit.tools.safe_fs import NotAFile
@@ -152,11 +153,14 @@ class FileTools:
         """Read a text file. Long files come back in windows of lines; use offset/limit to page."""
         if self.view is not None:
             loc = self.view.locate(path)  # its refusal repeats the path as given, nothing else
-            with self._as_shown("read", path):
-                text, shown = self._view_text(loc), loc.shown
-        else:
-            target = self.paths.resolve(path)
-            text, shown = _read_text(target), target.shown
+            with self._telling(), self._as_shown("read", path):
+                text = self._window(self._view_text(loc), loc.shown, offset, limit)
+            return self._told(text)
+        target = self.paths.resolve(path)
+        return self._window(_read_text(target), target.shown, offset, limit)
+
+    @staticmethod
+    def _window(text: str, shown: str, offset: int | None, limit: int | None) -> str:
         lines = text.split("\n")
         if text.endswith("\n"):
             lines.pop()
@@ -191,9 +195,10 @@ class FileTools:
         """Create or overwrite a file with the given content (parent folders are created)."""
         if self.view is not None:
             loc = self.view.locate(path)  # its refusal repeats the path as given, nothing else
-            with self._as_shown("write", path), \
+            with self._telling(), self._as_shown("write", path), \
                     self._memory_lock(self._view_target(loc) if loc.area == "memory" else None):
-                return self._view_write(loc, "write", content, append)
+                done = self._view_write(loc, "write", content, append)
+            return self._told(done)
         target = self.paths.resolve(path)
         with self._memory_lock(target if self.rules.is_memory_file(target) else None):
             return self._write(target, content, append)
@@ -220,9 +225,10 @@ class FileTools:
             raise ToolError("`old` is empty", "pass the exact text to replace (use write to create a file)")
         if self.view is not None:
             loc = self.view.locate(path)  # its refusal repeats the path as given, nothing else
-            with self._as_shown("edit", path), \
+            with self._telling(), self._as_shown("edit", path), \
                     self._memory_lock(self._view_target(loc) if loc.area == "memory" else None):
-                return self._view_edit(loc, old, new)
+                done = self._view_edit(loc, old, new)
+            return self._told(done)
         target = self.paths.resolve(path)
         with self._memory_lock(target if self.rules.is_memory_file(target) else None):
             return self._edit(target, old, new)
@@ -260,6 +266,25 @@ class FileTools:
             why = os.strerror(e.errno) if e.errno is not None else type(e).__name__
             raise ToolError(f"cannot {verb} {path!r}: {why}",
                             "try again later, or tell the owner if it keeps failing") from None
+
+    def _told(self, result: str) -> str:
+        """`result`, and after it what this chat is to be told of its room (room_journal.told: a merge a stopped
+        Hermit left, finished by this use of the room or an earlier one), as an exec's result says it — once."""
+        assert self.view is not None
+        notes = room_journal.told(self.view.room)
+        return "\n\n".join([result, *notes])
+
+    @contextlib.contextmanager
+    def _telling(self) -> Iterator[None]:
+        """A refusal says it too (`_told`): the chat hears it in this reply whatever the tool's answer."""
+        try:
+            yield
+        except HermitError as e:
+            with contextlib.suppress(OSError, HermitError):
+                if notes := self._told(""):
+                    e.message = f"{e.message}\n{notes.strip()}"
+                    e.args = (e.message,)
+            raise
 
     def _view_text(self, loc: Located) -> str:
         assert self.view is not None

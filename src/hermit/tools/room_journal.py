@@ -9,7 +9,10 @@ touched; the next command of that agent removes it, room_unpack.sweep_staging) o
 the room (rooms.Room.fd / locked, under the room's lock) carries the rest of the plan out, every step again from the
 first (each looks at what is there: a staged file already moved in is no longer in the carry folder). Either way the
 room holds the command's whole set of changes or none of them, and what happened is written for the chat
-(`.<room slug>.told`), which the room's next exec reports (`heard`).
+(`.<room slug>.told`), which the chat's next exec or file tool reports, once (`told`). A gateway finishes every room's
+left merge when it starts, and `hermit backup` before it reads the rooms (room_sweep.py); whoever moves a room
+finishes it first (`finish_held`). A plan is finished only into the room it was made for (its inode): a room moved
+away and another made under its name gets none of it.
 """
 
 from __future__ import annotations
@@ -282,6 +285,11 @@ def recover(room_fd: int, base: Path, slug: str, cause: str = STOPPED) -> str:
             plan = json.loads(data)  # written whole and flushed before the carry folder got its name
             ops: list[Op] = plan["ops"]
             summary: dict[str, object] = plan["summary"]
+            if summary.get("room", os.fstat(room_fd).st_ino) != os.fstat(room_fd).st_ino:
+                # Not the room this merge was for: that one was moved away (a re-aimed job's room retired, a
+                # Slack migration) and another made under its name, perhaps for other people. None of it goes here.
+                done(carry, carry_fd)
+                return ""
             Carry(room_fd, carry_fd, lambda rel, i: kind_on_disk(room_fd, rel)).run(ops)
             dropped = rooms._drop_links_leaving(room_fd) if summary.get("judge") else []
         except (OSError, HermitError, ValueError, KeyError, TypeError, RecursionError) as e:
@@ -307,3 +315,46 @@ def tell_not_kept(base: Path, staging: Path) -> None:
     if slug is not None and (base / slug).is_dir():
         tell(base, slug, "[an earlier command's files were not kept: Hermit stopped before they were merged into "
                          "this chat's room — what the room held before is unchanged; run that command again]")
+
+
+def told(room: rooms.Room) -> list[str]:
+    """What the room's chat is to be told (`tell`) — read and removed under the room's lock, so it is said once —
+    for the next tool result of that chat that uses the room: an exec's, or a file tool's."""
+    if not os.path.lexists(told_path(room.base, room.path.name)):
+        return []
+    with room.locked():
+        return heard(room.base, room.path.name)
+
+
+def finish_held(base: Path, slug: str, moving_to: str | None = "") -> bool:
+    """Finish the merge a stopped Hermit left for room `slug` (its lock held by the caller: a sweep, or whoever moves
+    the room). Returns whether one was finished (its chat is told on the room's next use). A carry folder whose room
+    is gone has nothing to go into: it is removed.
+
+    `moving_to`: the room is about to be moved — to the slug given (a Slack migration: what its chat was to be told
+    goes with it), or, None, out of every chat's reach (a re-aimed job's room, retired): what was kept for its chat
+    is dropped, never told to whoever gets the name next."""
+    carry = carry_path(base, slug)
+    finished = False
+    if os.path.lexists(carry):
+        try:
+            fd = os.open(base / slug, DIR_FLAGS)
+        except OSError:  # gone (moved, retired) or not a folder: nothing to carry the plan into
+            shutil.rmtree(carry, ignore_errors=True)
+            fsync_dir(base)
+            fd = -1
+        if fd >= 0:
+            try:
+                note = recover(fd, base, slug) if os.fstat(fd).st_uid == os.geteuid() else ""
+            finally:
+                os.close(fd)
+            if note:
+                tell(base, slug, note)
+                finished = True
+    if moving_to is None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(told_path(base, slug))
+    elif moving_to:
+        for note in heard(base, slug):
+            tell(base, moving_to, note)
+    return finished

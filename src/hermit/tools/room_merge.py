@@ -160,7 +160,8 @@ class _Plan:
         judge = bool(refused) or (bool(meanwhile) and bool(links)) or any(
             op[0] in ("l", "x") or w == "l" for op, w in zip(ops, was, strict=True))
         if ops:
-            self._carry_out(ops, was, {"changed": changed, "judge": judge})
+            # "room": which room the plan is for (a stopped one is finished only into that one: room_journal.recover)
+            self._carry_out(ops, was, {"changed": changed, "judge": judge, "room": os.fstat(self.room_fd).st_ino})
         dropped: list[str] = []
         if judge:
             dropped = [r for r in rooms._drop_links_leaving(self.room_fd) if r not in refused]

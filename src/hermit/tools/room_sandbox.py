@@ -325,11 +325,7 @@ class RoomRun:
     def _told(self) -> list[str]:
         """What the room's chat is to be told of an earlier merge a stopped Hermit left (room_journal.tell): finished
         when this command's room went in, or its staging folder removed then."""
-        room = self.sandbox.view.room
-        if not room_journal.told_path(room.base, room.path.name).exists():
-            return []
-        with room.locked():
-            return room_journal.heard(room.base, room.path.name)
+        return room_journal.told(self.sandbox.view.room)
 
     def _packed(self) -> bool:
         """The wrapper's tar finished (WRAPPER: PACKED follows it): a pack cut short is never merged."""
