@@ -5,7 +5,9 @@ are the agent's own MemoryTools — the same JSON as SPEC §4 — marked read-on
 to today's daily log in the agent's time zone and never rewrites anything. A client reads memory as
 the reader `Reader("mcp", owner=mcp.share_private_memory)` (memory/policy/audience.py): by default it sees
 shared notes and its own, never owner-only notes, MEMORY.md nor session transcripts, like a non-main
-session; with the setting on, everything, as the owner. Its notes are written like any non-owner
+session; with the setting on, everything, as the owner. The setting (and `mcp.allow_append`) is the one hermit.yaml
+holds at each call (`hermit mcp serve` passes a function: cli/mcp.live_settings), not at start: a client keeps
+its server running for days, and turning sharing off must count at its next call. Its notes are written like any non-owner
 writer's: escaped, in an origin block (`session="mcp"`, `channel="mcp"`, audience `mcp`), so a client
 cannot forge an origin or an owner block. An argument name a tool does not take is refused, naming those it
 does (the SDK would drop it and answer as if it had not been given); memory_get is the agent's own method, its
@@ -132,17 +134,29 @@ def _tool(fn: Any, **kw: Any) -> Any:
     return made
 
 
-def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
+def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig | Callable[[], McpConfig],
                  clock: Callable[[], float] = time.time) -> Any:
-    """An MCPServer for `agent`'s memory (typed Any: the SDK is imported lazily)."""
+    """An MCPServer for `agent`'s memory (typed Any: the SDK is imported lazily). `cfg` is the `mcp` section, or
+    a function giving the one in force at each call (`hermit mcp serve`: hermit.yaml as it is now, so turning
+    `share_private_memory` or `allow_append` off counts at the client's next call; it raises HermitError when
+    the agent served is no longer the config's, and every tool then refuses with its message)."""
     _require_sdk()
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.types import ToolAnnotations
 
-    if cfg.allow_append:  # a bad agents.*.timezone fails at start, not on the first note
+    current: Callable[[], McpConfig] = cfg if callable(cfg) else (lambda: cfg)
+    start = current()
+    if start.allow_append:  # a bad agents.*.timezone fails at start, not on the first note
         resolve_timezone(agent.settings.timezone, datetime.fromtimestamp(clock()).astimezone())
-    tools = MemoryTools(service, reader=Reader(MCP, owner=cfg.share_private_memory))
+    # One reader per setting, picked at each call by the setting in force (a client runs for days).
+    readers = {share: MemoryTools(service, reader=Reader(MCP, owner=share)) for share in (False, True)}
+
+    def tools_now() -> MemoryTools:
+        try:
+            return readers[current().share_private_memory]
+        except HermitError as e:
+            raise ToolError(mask(str(e))) from e
     note_origin = Origin(session=MCP, channel=MCP, audience=MCP)
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                                 open_world_hint=False)
@@ -150,9 +164,10 @@ def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
     # What the client gets goes to its model (often a remote one): registered secrets in notes are masked, as
     # in every other reader's results.
     def search(a: dict[str, Any]) -> dict[str, Any]:
-        return mask_data(tools.memory_search(a["query"], a.get("maxResults"), a.get("minScore")))
+        return mask_data(tools_now().memory_search(a["query"], a.get("maxResults"), a.get("minScore")))
 
     def get(a: dict[str, Any]) -> dict[str, Any]:
+        tools = tools_now()
         try:  # the agent's own memory_get: the same checks of from/lines/startLine/endLine, the same service call
             return mask_data(tools.memory_get(a["path"], a.get("from"), a.get("lines"), a.get("startLine"),
                                               a.get("endLine")))
@@ -163,6 +178,13 @@ def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
             raise ToolError(mask(str(e))) from e  # the message names the path rule that was broken
 
     def append(a: dict[str, Any]) -> dict[str, Any]:
+        try:
+            if not current().allow_append:
+                raise ToolError("memory_append is off: hermit.yaml sets mcp.allow_append: false, or does not load as "
+                                "it is now (a client's notes are refused while it cannot be read); the tool is "
+                                "listed until the client restarts the server")
+        except HermitError as e:
+            raise ToolError(mask(str(e))) from e
         try:
             tz, _ = resolve_timezone(agent.settings.timezone, datetime.fromtimestamp(clock()).astimezone())
             result = append_daily_note(agent.workspace, a["note"], datetime.fromtimestamp(clock(), tz),
@@ -175,9 +197,9 @@ def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
 
     listed = [_tool(_wire(_search_args, search), name="memory_search", title="Search memory",
                     description=f"{MEMORY_SEARCH_DESCRIPTION} {OTHERS_WORDS}", annotations=read_only),
-              _tool(_wire(tools.memory_get, get), name="memory_get", title="Read memory lines",
+              _tool(_wire(readers[False].memory_get, get), name="memory_get", title="Read memory lines",
                     description=f"{MEMORY_GET_DESCRIPTION} {OTHERS_WORDS}", annotations=read_only)]
-    if cfg.allow_append:
+    if start.allow_append:  # turned on later: listed once the client restarts the server
         listed.append(_tool(_wire(_append_args, append), name="memory_append", title="Append to today's daily log",
                             description=MEMORY_APPEND_DESCRIPTION,
                             annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
@@ -186,7 +208,7 @@ def build_server(agent: AgentConfig, service: MemoryService, cfg: McpConfig,
                      instructions=INSTRUCTIONS, log_level="WARNING", tools=listed)
 
 
-def serve_stdio(agent: AgentConfig, service: MemoryService, cfg: McpConfig) -> None:
+def serve_stdio(agent: AgentConfig, service: MemoryService, cfg: McpConfig | Callable[[], McpConfig]) -> None:
     """Serve until the client closes stdin."""
     import anyio
 

@@ -5,8 +5,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from hermit.cli.context import CliContext
+
+if TYPE_CHECKING:
+    from hermit.config.load import AgentConfig, LoadedConfig
+    from hermit.config.schema import McpConfig
+
+log = logging.getLogger("hermit.mcp")
 
 
 def configure(s: argparse.ArgumentParser) -> None:
@@ -35,7 +43,44 @@ def cmd_serve(ctx: CliContext, args: argparse.Namespace) -> int:
     agent = ctx.agent()
     service = ctx.memory_service(agent, long_lived=True)
     try:
-        serve_stdio(agent, service, ctx.config().config.mcp)
+        serve_stdio(agent, service, live_settings(ctx.config(), agent))
     finally:
         service.close()
     return 0
+
+
+def live_settings(loaded: LoadedConfig, agent: AgentConfig) -> Callable[[], McpConfig]:
+    """The `mcp` section as hermit.yaml says it at each call (a client keeps its server running for days, so a
+    setting read once at start outlived the owner's change): re-read when the file changes (LiveConfig: a stat
+    per call). Fails closed: while the file does not load, clients read as a non-owner and memory_append is
+    refused; once the agent served is gone from the config or has another workspace, every call is refused
+    with a ConfigError naming the restart that serves it as it is now."""
+    from hermit.config.schema import McpConfig
+    from hermit.errors import ConfigError
+    from hermit.gateway.live_config import LiveConfig
+
+    live = LiveConfig(loaded)
+    said: list[str] = []
+    strict = McpConfig(share_private_memory=False, allow_append=False)
+
+    def current() -> McpConfig:
+        try:
+            now = live.current()
+        except ConfigError as e:
+            if said[-1:] != [e.message]:
+                said.append(e.message)
+                log.error("%s does not load (%s), so until it is fixed MCP clients read as a non-owner and "
+                          "memory_append is refused", live.where, e.message)
+            return strict
+        said.clear()
+        try:
+            same = now.agent(agent.id).workspace == agent.workspace
+        except ConfigError:
+            same = False
+        if not same:
+            raise ConfigError(f"agent {agent.id!r} is no longer in {live.where} with the workspace {agent.workspace}, "
+                              "so this MCP server stops serving it",
+                              "restart the server (in the client) to serve the agent as the config names it now")
+        return now.config.mcp
+
+    return current
