@@ -44,12 +44,16 @@ from hermit.agent.forwarded_words import (
     forwards_in,
     others_in,
 )
+from hermit.memory.index.sources import list_memory_files
+from hermit.memory.policy.audience import OWNER, block_audience
+from hermit.memory.policy.provenance import origin_blocks
 from hermit.messages import FORWARD_OPEN, ToolCallPart, ToolResultMessage, UserMessage
 from hermit.tools.base import ToolRun, ToolRunner
 from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
 GUARDED_FILES = frozenset(n.casefold() for n in (*BOOTSTRAP_ORDER, MEMORY_FILE))
 MARKERS = ("quoted from", "output of", "(from ")
+OWN_BYTES = 4_000_000  # of the owner's memory text read to tell their own words in a command's output
 _SHELL = frozenset({"exec"})
 _PAGES = frozenset({"tool_output"})
 
@@ -95,12 +99,15 @@ class UntrustedGuard(ToolRunner):
         self._own = _own_words(user.text)
         self._forwards: list[Forward] = forwards_in([user])
         self._brought: list[Brought] = []
+        self._wrote: set[tuple[str, ...]] = set()
 
     def run(self, call: ToolCallPart) -> ToolRun:
         refusal = self._refusal(call)
         if refusal is not None:
             return ToolRun(call, ToolResultMessage(call.id, call.name, refusal, True), 0.0)
         run = self._inner.run(call)
+        if call.name in ("write", "edit", *_SHELL):  # what this turn put in the owner's files is not theirs yet
+            self._wrote |= {g for v in call.arguments.values() if isinstance(v, str) for g in _grams(v)}
         self._note(call, run.result)
         return run
 
@@ -180,6 +187,30 @@ class UntrustedGuard(ToolRunner):
                         "from <where>: …'); otherwise leave it out and ask your user.")
         return None
 
+    def _owners(self) -> set[tuple[str, ...]]:
+        """Shingles of the owner's own memory text now — MEMORY.md, the instruction files, memory/ without other
+        chats' origin blocks: a command that printed it (`cat memory/2026-06-01.md` before MEMORY.md is curated,
+        `cat AGENTS.md` before a `sed` of it) brought nothing that is not already the owner's — except what this
+        turn wrote there (a note of the page's words first, then HEARTBEAT.md from it). Read only when a line copies
+        a command's output or a file, and at most OWN_BYTES."""
+        texts: list[str] = []
+        budget = OWN_BYTES
+        files = [self._workspace / n for n in (*BOOTSTRAP_ORDER, MEMORY_FILE)]
+        files += [Path(f.path) for f in list_memory_files(self._workspace, [])[0]]
+        for path in dict.fromkeys(files):
+            text = _read(path, budget)
+            budget -= len(text)
+            if "<!-- origin " in text:
+                rows = text.split("\n")
+                for b in reversed(origin_blocks(text)):
+                    if block_audience(b.origin) != OWNER:
+                        del rows[b.start - 1:b.end]
+                text = "\n".join(rows)
+            texts.append(text)
+            if budget <= 0:
+                break
+        return _grams("\n".join(texts)) - self._wrote
+
     @staticmethod
     def _names_guarded(command: str) -> bool:
         folded = command.casefold()
@@ -191,7 +222,8 @@ class UntrustedGuard(ToolRunner):
             return None
         folded = line.casefold()
         for b in self._brought:
-            if grams & b.shingles and not any(m in folded and m not in b.folded for m in MARKERS):
+            hit = grams & b.shingles
+            if hit and not any(m in folded and m not in b.folded for m in MARKERS) and not hit <= self._owners():
                 return b.source
         forwards = [Forward(f.author, frozenset(f.shingles - self._own), f.names) for f in self._forwards]
         author = copied_from(line, [f for f in forwards if f.shingles])
@@ -205,9 +237,9 @@ def _lines(text: str) -> Iterable[str]:
     return (ln.strip() for ln in text.splitlines() if ln.strip())
 
 
-def _read(path: Path) -> str:
+def _read(path: Path, limit: int = OWN_BYTES) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(2_000_000)
+            return f.read(max(limit, 0))
     except OSError:
         return ""
