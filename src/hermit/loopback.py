@@ -234,6 +234,20 @@ def direct_here(*urls: str | None) -> dict[str, None]:
     return mounts
 
 
+def is_here(host: str) -> bool:
+    """Whether a URL's `host` is this machine: `localhost`, `*.localhost`, a loopback address or one of this
+    machine's own (hermit.direct_http decides each request's proxy by it). A name other than localhost is not
+    resolved: it keeps the environment's proxy, as with `direct_here`."""
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ip = _unmapped(ipaddress.ip_address(host.split("%")[0]))
+    except ValueError:
+        return False
+    return ip.is_loopback or _is_own_address(ip)
+
+
 def _unmapped(ip: Address) -> Address:
     return ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped else ip
 

@@ -54,7 +54,7 @@ def refusal(title: str, setting: str, server: str) -> Refuse:
 def client(refuse: Refuse, *bases: str | None, **kwargs: Any) -> httpx.AsyncClient:
     """An httpx.AsyncClient whose every request carries the check (httpcore's "trace" extension); `bases` are
     the platform URLs it is pointed at (one on this machine goes direct, never through a proxy)."""
-    import httpx
+    from hermit.direct_http import DirectHereAsyncClient
 
     trace = async_trace(refuse)
 
@@ -62,8 +62,9 @@ def client(refuse: Refuse, *bases: str | None, **kwargs: Any) -> httpx.AsyncClie
         request.extensions["trace"] = trace
 
     # A proxy from the environment carries nothing to this machine: a Bot API server of one's own got the token in
-    # every URL, in plain text, through HTTP_PROXY (hermit.loopback.direct_here).
-    return httpx.AsyncClient(event_hooks={"request": [attach]}, mounts=direct_here(*bases), **kwargs)
+    # every URL, in plain text, through HTTP_PROXY (hermit.loopback.direct_here); and a URL the platform hands out
+    # (WhatsApp's media at 127.0.0.2) is decided when it is asked for (hermit.direct_http).
+    return DirectHereAsyncClient(event_hooks={"request": [attach]}, mounts=direct_here(*bases), **kwargs)
 
 
 def websocket_class(refuse: Refuse) -> Any:

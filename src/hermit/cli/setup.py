@@ -107,8 +107,11 @@ class Plan:
 def _get_json(url: str) -> Any:
     import httpx
 
-    try:
-        r = httpx.get(url, timeout=PROBE_SECONDS)
+    from hermit.direct_http import DirectHereClient
+
+    try:  # a local Ollama's list never goes through a proxy from the environment (the proxy could answer it)
+        with DirectHereClient(timeout=PROBE_SECONDS) as client:
+            r = client.get(url)
     except httpx.HTTPError:
         return None
     try:
@@ -388,11 +391,14 @@ def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: 
         plan.updates.append(((*prefix, "owners"), owners))
     policy = args.dm_policy
     if policy is None and ui.interactive:
-        policy = ui.choose("What do strangers who DM the bot get?", [
-            ("pairing", "a pairing code you approve with `hermit pairing approve` (recommended)"),
-            ("allowlist", "nothing, unless listed under allow_from"),
-            ("open", "a session of their own (sandboxed, no access to your notes)"),
-            ("disabled", "nothing: DMs are off")])
+        choices = [("pairing", "a pairing code you approve with `hermit pairing approve` (recommended)"),
+                   ("allowlist", "nothing, unless listed under allow_from"),
+                   ("open", "a session of their own (sandboxed, no access to your notes)"),
+                   ("disabled", "nothing: DMs are off")]
+        # Enter keeps the account's policy (a re-run to put in a new token turned `disabled` or `allowlist`
+        # into `pairing`: every stranger's DM answered with a code).
+        keep = [k for k, _ in choices].index(existing.dm_policy) + 1 if existing else 1
+        policy = ui.choose("What do strangers who DM the bot get?", choices, default=keep)
     if policy is not None or existing is None:
         plan.updates.append(((*prefix, "dm_policy"), policy or "pairing"))
     plan.channel = f"{channel}/{account}"
