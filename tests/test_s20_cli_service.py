@@ -92,12 +92,13 @@ def test_service_is_a_command_group_and_both_spellings_install_the_same_unit(tmp
     unit = tmp_path / "xdg" / "systemd" / "user" / f"{name}.service"
     r = hermit(env, "service", "install")
     assert r.returncode == 0, r.stderr
-    assert calls(tmp_path) == ["--user daemon-reload", f"--user enable --now {name}.service"]
+    assert calls(tmp_path) == ["--user daemon-reload", f"--user stop {name}.service",
+                               f"--user enable --now {name}.socket", f"--user enable --now {name}.service"]
     text = unit.read_text()
-    assert text == systemd_unit(home)  # `hermit gateway install`'s unit, word for word
+    assert text == systemd_unit(home, socket=name)  # `hermit gateway install`'s unit, word for word
     r = hermit(env, "gateway", "uninstall")  # the other spelling removes it
     assert r.returncode == 0 and not unit.exists(), r.stderr
-    assert calls(tmp_path) == [f"--user disable --now {name}.service", "--user daemon-reload"]
+    assert calls(tmp_path) == [f"--user disable --now {name}.service {name}.socket", "--user daemon-reload"]
     assert hermit(env, "gateway", "install").returncode == 0
     assert unit.read_text() == text
     r = hermit(env, "service", "uninstall")

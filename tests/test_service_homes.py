@@ -46,9 +46,19 @@ def home_of(unit: Path) -> str:
     return argv[argv.index("--home") + 1]
 
 
+def started(name: str) -> list[str]:
+    """What install asks of systemd: its socket unit (it holds the port) started before the service."""
+    return ["--user daemon-reload", f"--user stop {name}.service", f"--user enable --now {name}.socket",
+            f"--user enable --now {name}.service"]
+
+
+def removed(name: str) -> list[str]:
+    return [f"--user disable --now {name}.service {name}.socket", "--user daemon-reload"]
+
+
 def own_name(units: Path, home: Path) -> str:
     """The name of the one unit in `units` that runs `home`'s gateway."""
-    names = [p.name.removesuffix(".service") for p in units.iterdir() if home_of(p) == str(home)]
+    names = [p.name.removesuffix(".service") for p in units.glob("*.service") if home_of(p) == str(home)]
     assert len(names) == 1, names
     return names[0]
 
@@ -64,27 +74,27 @@ def test_two_state_dirs_get_two_services_and_each_uninstall_removes_only_its_own
     assert r.returncode == 0, r.stderr
     plain = units / "hermit-gateway.service"  # ~/.hermit keeps the plain name
     assert home_of(plain) == str(default)
-    assert calls(tmp_path) == ["--user daemon-reload", "--user enable --now hermit-gateway.service"]
+    assert calls(tmp_path) == started("hermit-gateway")
 
     r = hermit(setup_env(tmp_path, work), "gateway", "install")
     assert r.returncode == 0, r.stderr
     name = own_name(units, work)
     assert re.fullmatch(r"hermit-gateway-work-hermit-[0-9a-f]{8}", name), name
     assert f"started {name}" in r.stdout and f"journalctl --user -u {name}" in r.stdout
-    assert calls(tmp_path) == ["--user daemon-reload", f"--user enable --now {name}.service"]
+    assert calls(tmp_path) == started(name)
     assert home_of(units / f"{name}.service") == str(work)
     assert home_of(plain) == str(default)  # the first one's unit is untouched
 
     r = hermit(setup_env(tmp_path, default), "gateway", "uninstall")
     assert r.returncode == 0, r.stderr
-    assert calls(tmp_path) == ["--user disable --now hermit-gateway.service", "--user daemon-reload"]
-    assert not plain.exists() and home_of(units / f"{name}.service") == str(work)
+    assert calls(tmp_path) == removed("hermit-gateway")
+    assert not plain.exists() and not plain.with_suffix(".socket").exists() and home_of(units / f"{name}.service") == str(work)
     again = hermit(setup_env(tmp_path, default), "gateway", "uninstall")
     assert again.returncode == 1 and f"no service file at {plain} (for the state dir {default})" in again.stderr
 
     r = hermit(setup_env(tmp_path, work), "gateway", "uninstall")
     assert r.returncode == 0, r.stderr
-    assert calls(tmp_path) == [f"--user disable --now {name}.service", "--user daemon-reload"]
+    assert calls(tmp_path) == removed(name)
     assert list(units.iterdir()) == []
 
 
@@ -112,14 +122,14 @@ def test_a_unit_of_another_state_dir_is_never_replaced_nor_removed_and_an_old_pl
     # home1 without --name: its unit under the plain name is the one it reinstalls and removes — never a twin
     r = hermit(setup_env(tmp_path, home1), "gateway", "install", "--no-start")
     assert r.returncode == 0 and f"wrote {plain}" in r.stdout, r.stdout + r.stderr
-    assert sorted(p.name for p in units.iterdir()) == ["hermit-gateway.service"]
+    assert sorted(p.name for p in units.iterdir()) == ["hermit-gateway.service", "hermit-gateway.socket"]
     r = hermit(setup_env(tmp_path, home2), "gateway", "install", "--no-start")
     assert r.returncode == 0, r.stderr
     name2 = own_name(units, home2)
     assert re.fullmatch(r"hermit-gateway-home2-[0-9a-f]{8}", name2), name2
     r = hermit(setup_env(tmp_path, home1), "gateway", "uninstall")
     assert r.returncode == 0 and not plain.exists(), r.stderr
-    assert [p.name for p in units.iterdir()] == [f"{name2}.service"]
+    assert sorted(p.name for p in units.iterdir()) == [f"{name2}.service", f"{name2}.socket"]
 
     (units / "hermit-gateway.service").write_text("[Service]\nExecStart=/usr/bin/true\n")  # one written by hand
     r = hermit(setup_env(tmp_path, home1), "gateway", "install", "--no-start", "--name", "hermit-gateway")

@@ -8,6 +8,13 @@ picks up another installation or state dir. The unit reads the owner-only env fi
 itself too, which is what a launchd agent relies on) and runs with umask 077. `systemctl --user` is
 only called when a user manager answers; otherwise, and with `--no-start`, the commands are printed.
 
+On systemd a socket unit (`<name>.socket`) goes beside the service: systemd listens on the gateway's address and
+port (and [::1] beside an IPv4 loopback, as gateway/listen.py does) and hands the sockets to the gateway (LISTEN_FDS),
+so the port stays taken while the gateway restarts, crashes or is stopped — no other local user's program can serve
+its own page at the web app's address meanwhile — and `gateway.remember_devices: auto` turns devices on
+(gateway/device_policy.py). `hermit service stop` stops the gateway, not the socket: a browser opening the web app
+starts it again; `uninstall` lets the port go. A service on port 0 or a host name gets no socket unit.
+
 One service per state dir: the default state dir (~/.hermit) keeps the plain name `hermit-gateway`, any other
 gets `hermit-gateway-<its folder's name>-<8 hex of its path>` (`unit_name_for`), so installing the gateway of a
 second state dir never replaces the first one's unit. A unit whose `--home` is another state dir is never
@@ -92,17 +99,20 @@ def _one_line_path(path: str, what: str) -> str:
     return path
 
 
-def systemd_unit(home: Path, host: str | None = None, port: int | None = None) -> str:
+def systemd_unit(home: Path, host: str | None = None, port: int | None = None, *, socket: str | None = None) -> str:
+    """The service unit; `socket`: the name of its socket unit (systemd_socket_unit), which it needs and starts after
+    (systemd hands the gateway that unit's listening sockets)."""
     _one_line_path(str(home), "the state dir")
     _one_line_path(sys.executable, "the Python")
     exec_start = " ".join(_systemd_quote(a) for a in gateway_command(home, host, port))
+    needs = f"Requires={socket}.socket\nAfter={socket}.socket\n" if socket else ""
     return f"""\
 # Written by `hermit gateway install`; `hermit gateway uninstall` removes it.
 [Unit]
 Description=Hermit gateway (web chat, chat channels, scheduler) for {_systemd_text(str(home))}
 After=network-online.target
 Wants=network-online.target
-
+{needs}
 [Service]
 Type=simple
 ExecStart={exec_start}
@@ -115,6 +125,59 @@ TimeoutStopSec=60
 
 [Install]
 WantedBy=default.target
+"""
+
+
+def listen_addresses(host: str, port: int) -> list[str] | None:
+    """The ListenStream= addresses of the service's socket unit: `host` (localhost: 127.0.0.1) at `port`, and [::1]
+    beside an IPv4 loopback or any-address where this machine has IPv6 loopback (gateway/listen.py's twin). None when
+    no socket unit can hold the port: port 0 (the system picks one at each start) or a host name."""
+    import ipaddress
+
+    from hermit.gateway.listen import TWIN, needs_twin
+
+    if port == 0:
+        return None
+    ip_text = "127.0.0.1" if host == "localhost" else host
+    try:
+        ip = ipaddress.ip_address(ip_text)
+    except ValueError:
+        return None
+    out = [f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"]
+    if needs_twin(host) and _has_ipv6_loopback():
+        out.append(f"[{TWIN}]:{port}")
+    return out
+
+
+def _has_ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def systemd_socket_unit(home: Path, addresses: list[str]) -> str:
+    """The socket unit that holds the gateway's listening sockets for good (socket activation): while the gateway
+    restarts, crashes or is stopped the port stays taken — no other local user's program can listen there and serve
+    its own page at the web app's address (gateway/device_policy.py) — and a connection made meanwhile waits for it."""
+    _one_line_path(str(home), "the state dir")
+    listens = "".join(f"ListenStream={a}\n" for a in addresses)
+    return f"""\
+# Written by `hermit gateway install`; `hermit gateway uninstall` removes it. It keeps the gateway's port taken
+# while the gateway restarts or is stopped, and starts the gateway when a connection comes.
+[Unit]
+Description=Hermit gateway's listening sockets for {_systemd_text(str(home))}
+
+[Socket]
+{listens}BindIPv6Only=ipv6-only
+Backlog=128
+
+[Install]
+WantedBy=sockets.target
 """
 
 
@@ -398,19 +461,21 @@ def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
     if os.path.lexists(path) and (refused := _not_this_home(ctx, path, kind, "replacing")):
         raise refused
     ensure_private_dir(ctx.home / "logs")
+    stale: Path | None = None
     if kind == "launchd":
         write_atomic(path, launchd_plist(ctx.home, name, host, port), mode=0o644, keep_mode=False)
         steps = [["launchctl", "bootstrap", f"gui/{os.getuid()}", str(path)]]
     else:
-        write_atomic(path, systemd_unit(ctx.home, host, port), mode=0o644, keep_mode=False)
-        steps = [["systemctl", "--user", "daemon-reload"],
-                 ["systemctl", "--user", "enable", "--now", f"{name}.service"]]
+        steps, stale = _write_systemd(ctx, folder, name, host, port)
     print(f"wrote {path}")
     print(f"it runs: {' '.join(gateway_command(ctx.home, host, port))}")
     print(_web_app_note(ctx, host, port))
     if usable:
         for step in steps:
             _run(step, ctx.environ, name)
+        if stale is not None:
+            stale.unlink()  # disabled and stopped above
+            _run(["systemctl", "--user", "daemon-reload"], ctx.environ, name)
         print(f"started {name}; `hermit gateway status` shows it, `hermit logs -f` follows its log, "
               f"`journalctl --user -u {name}` has its starts, stops and crashes (the log's entries, which name who wrote, "
               f"stay out of the journal)")
@@ -425,9 +490,47 @@ def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
               f"then, in a login shell of {user}'s (ssh {user}@host, or machinectl shell {user}@), run:")
     for step in steps:
         print("    " + " ".join(step))
+    if stale is not None:
+        print(f"    rm {shlex.quote(str(stale))} && systemctl --user daemon-reload")
     if kind == "systemd" and args.no_start:
         print(f"  (to keep it running after you log out: loginctl enable-linger {user})")
     return 0
+
+
+def _write_systemd(ctx: CliContext, folder: Path, name: str, host: str | None,
+                   port: int | None) -> tuple[list[list[str]], Path | None]:
+    """Writes the service unit and, where one can hold its port, its socket unit (`<name>.socket`); the `systemctl
+    --user` steps that start them, and a socket unit an earlier install left that no longer fits (port 0, a host
+    name: to disable, then remove). The service is stopped before its socket starts: a gateway of an earlier install
+    holding the port itself would make the socket's bind fail."""
+    from hermit.durable import write_atomic
+
+    gateway = ctx.config().config.gateway
+    addresses = listen_addresses(host or gateway.host, gateway.port if port is None else port)
+    socket_path = folder / f"{name}.socket"
+    if addresses is not None:
+        write_atomic(socket_path, systemd_socket_unit(ctx.home, addresses), mode=0o644, keep_mode=False)
+    write_atomic(folder / f"{name}.service", systemd_unit(ctx.home, host, port, socket=name if addresses else None),
+                 mode=0o644, keep_mode=False)
+    stale = socket_path if addresses is None and os.path.lexists(socket_path) else None
+    steps = [["systemctl", "--user", "daemon-reload"]]
+    if addresses is not None:
+        print(f"wrote {socket_path} (it holds {', '.join(addresses)} while the gateway restarts or is stopped)")
+        steps += [["systemctl", "--user", "stop", f"{name}.service"],
+                  ["systemctl", "--user", "enable", "--now", f"{name}.socket"]]
+    else:
+        print("no socket unit: the port is chosen at each start (--port 0) or named by a host name, so the port goes "
+              "free while the gateway restarts and browsers are not kept signed in (gateway.remember_devices: auto)")
+    if stale is not None:
+        steps.insert(0, ["systemctl", "--user", "disable", "--now", f"{name}.socket"])
+    steps.append(["systemctl", "--user", "enable", "--now", f"{name}.service"])
+    return steps, stale
+
+
+def _unlink_socket(sock: Path | None) -> None:
+    if sock is not None:
+        sock.unlink()
+        print(f"removed {sock}")
 
 
 def _user_name() -> str:
@@ -450,12 +553,16 @@ def cmd_uninstall(ctx: CliContext, args: argparse.Namespace) -> int:
                           "uninstalled with that HERMIT_HOME (or --home)")
     if refused := _not_this_home(ctx, path, kind, "removing"):
         raise refused
+    sock = path.with_suffix(".socket") if kind == "systemd" and os.path.lexists(path.with_suffix(".socket")) else None
+    units = [f"{name}.service", *([f"{name}.socket"] if sock is not None else [])]  # the port is let go with it
     if kind == "systemd" and systemd_usable(ctx.environ):
-        _run(["systemctl", "--user", "disable", "--now", f"{name}.service"], ctx.environ, name)
+        _run(["systemctl", "--user", "disable", "--now", *units], ctx.environ, name)
         path.unlink()
+        _unlink_socket(sock)
         _run(["systemctl", "--user", "daemon-reload"], ctx.environ, name)
     elif kind == "systemd" and systemd_offline(ctx.environ):
         path.unlink()  # no systemd runs here: the unit never ran, and `systemctl` steps fail ("Failed to connect")
+        _unlink_socket(sock)
         print(f"removed {path}")
         print("this machine does not run systemd (a container, or another init system), so that service never ran "
               "here: there is nothing to disable. A gateway started another way (the container's command, nohup …) "
@@ -464,8 +571,9 @@ def cmd_uninstall(ctx: CliContext, args: argparse.Namespace) -> int:
         return 0
     else:
         path.unlink()
+        _unlink_socket(sock)
         stop = (["launchctl", "bootout", f"gui/{os.getuid()}", str(path)] if kind == "launchd" else
-                ["systemctl", "--user", "disable", "--now", f"{name}.service"])
+                ["systemctl", "--user", "disable", "--now", *units])
         print(f"if it is running, stop it with: {' '.join(stop)}")
     print(f"removed {path}")
     return 0

@@ -147,7 +147,7 @@ def cmd_control(ctx: CliContext, args: argparse.Namespace) -> int:
     gw = running_gateway(ctx.home)
     if found is None:
         raise _not_installed(ctx, gw)
-    kind, name, _ = found
+    kind, name, unit = found
     how = HowRun(gw.pid, gw.service, gw.launchd) if gw is not None else None
     if how is not None and not how.managed and verb != "stop":
         # The service's gateway would wait for this one's lock (systemd restarting it every few seconds).
@@ -169,7 +169,10 @@ def cmd_control(ctx: CliContext, args: argparse.Namespace) -> int:
         raise ConfigError("launchctl is not found here", f"run it on the Mac whose agent it is: {' '.join(step)}")
     _run(step, ctx.environ, name)
     if verb == "stop":
-        print(f"stopped {name}: it starts again at the next login or with `hermit service start`")
+        socket = kind == "systemd" and os.path.lexists(unit.with_suffix(".socket"))
+        print(f"stopped {name}: it starts again at the next login or with `hermit service start`" + (
+            ", or when a browser opens the web app: its socket unit keeps the port taken (`hermit service uninstall` "
+            "lets it go)" if socket else ""))
         if how is not None and not how.managed:
             print(f"the gateway run by hand (pid {how.pid}) was not the service's and still runs: it stops with "
                   f"{how.stop()}")
