@@ -20,6 +20,7 @@ from hermit.cli.checks import Check, CheckFn, check, run_checks
 from hermit.cli.context import CliContext
 from hermit.cli.cron import DOCTOR_CHECKS as CRON_CHECKS
 from hermit.cli.doctor_defaults import DOCTOR_CHECKS as DEFAULTS_CHECKS
+from hermit.cli.doctor_proxy import DOCTOR_CHECKS as PROXY_CHECKS
 from hermit.cli.doctor_slack import DOCTOR_CHECKS as SLACK_CHECKS
 from hermit.cli.gateway import gateway_token
 from hermit.cli.pg_doctor import DOCTOR_CHECKS as POSTGRES_CHECKS
@@ -286,6 +287,7 @@ CHECKS: list[CheckFn] = [
     index,
     *POSTGRES_CHECKS,  # the memory index's PostgreSQL server, when store.backend is postgres
     chat_model,
+    *PROXY_CHECKS,  # HTTP(S)_PROXY/ALL_PROXY/NO_PROXY, and which configured endpoints they carry
     gateway_token,
     gateway_config,  # hermit.yaml or hermit.env changed after the running gateway started
     remember_devices,  # browsers that stay signed in, and what that risks on a shared computer
