@@ -282,9 +282,9 @@ def test_a_kill_mid_write_loses_nothing(tmp_path: Path) -> None:
     child.send_signal(signal.SIGKILL)
     child.wait(PROC_TIMEOUT)
     assert store.path.read_bytes() == before and [d.id for d in store.all()] == [kept.id]
-    assert list((home / "gateway").glob(".devices.json.*.tmp"))  # what it was writing, never renamed
+    assert list((home / "gateway").glob(".devices.json.tmp-*"))  # what it was writing, never renamed
     store.touch(kept.id)
-    assert not list((home / "gateway").glob(".devices.json.*.tmp"))  # the next write clears it away
+    assert not list((home / "gateway").glob(".devices.json.tmp-*"))  # the next write clears it away
     assert [d.id for d in store.all()] == [kept.id]
 
 

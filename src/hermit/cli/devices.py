@@ -59,7 +59,7 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
         return 0
     if not policy.on:  # auto, no gateway running: the records, and what decides whether they are used
         print(note, file=sys.stderr)
-    devices = Devices(ctx.home).all()
+    devices = Devices(ctx.home, token=_token(ctx)).all()  # none of another token's (a new token signed them out)
     if args.json:
         print(json.dumps([d.public() for d in devices], ensure_ascii=False, indent=2))
         return 0
@@ -76,6 +76,17 @@ def cmd_list(ctx: CliContext, args: argparse.Namespace) -> int:
     print(f"a device unused for {IDLE_SECONDS // 86400} days is signed out by itself; sign one out now with: "
           f"hermit devices revoke {devices[0].id[:12]}")
     return 0
+
+
+def _token(ctx: CliContext) -> str | None:
+    """The gateway token, when there is one to read (devices recorded under another are signed out)."""
+    from hermit.errors import HermitError
+    from hermit.gateway.state import check_token_file, token_path
+
+    try:
+        return check_token_file(token_path(ctx.home))
+    except (HermitError, OSError):
+        return None
 
 
 def cmd_revoke(ctx: CliContext, args: argparse.Namespace) -> int:

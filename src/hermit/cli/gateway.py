@@ -37,7 +37,7 @@ from hermit.cli.checks import check
 from hermit.cli.context import CliContext, configured_secrets
 from hermit.cli.terminal import reveal, terminal_safe, unfiltered
 from hermit.errors import HermitError
-from hermit.gateway.phone import lan_addresses, phone_address, qr_text
+from hermit.gateway.phone import lan_addresses, phone_address, phone_ticket, qr_text
 from hermit.gateway.state import (
     GatewayLock,
     HowRun,
@@ -354,7 +354,7 @@ def _dashboard_phone(ctx: CliContext, info: Mapping[str, Any]) -> int:
     # applies an edit, which `hermit doctor` points out).
     how = HowRun.of(info["pid"], info.get("launchd"))  # the address it listens on changes by its restart
     address = phone_address(str(info["host"]), int(info["port"]), ctx.config().config.gateway.allowed_origins, how)
-    link = f"{address.base}#ticket={issue_ticket(ctx.home, info['pid'])}"
+    link = f"{address.base}#ticket={phone_ticket(ctx.home, info['pid'], address.base, info)}"  # https: device-only
     print_qr(qr_text(link), ctx.environ)
     reveal(link)  # the ticket is this line's purpose: not masked like every other
     print(f"(scan it with the phone's camera: a one-time link, it signs one browser in within "

@@ -21,10 +21,15 @@ the public key as a named device (`<state>/gateway/devices.json`, owner-only). L
 A refusal of a device the gateway does not know (revoked, idle too long) carries a proof too, so the page forgets its
 key only when the gateway itself says so (a squatter cannot make a phone forget it). Revoking a device (the web app's
 Operations → Devices, or `hermit devices revoke`) closes its open sockets at once (the gateway watches the file).
-A new gateway token (its file removed) signs every device out: their secrets were derived from the old one.
+A new gateway token (its file removed) signs every device out: their secrets were derived from the old one. The file
+records a fingerprint of the token its devices signed in under (`token`: an HMAC keyed by the token, which tells
+nothing of it); a store given the token (the gateway's, `hermit devices list`'s) finds no device in a file of another
+token — so Operations → Devices and the CLI stop listing them at once — and the gateway's next write empties it. A
+file written before fingerprints keeps its devices (and gets the fingerprint at its next write).
 
-The file is written whole to a temporary file, fsynced and renamed over the old one, under a lock file (the gateway
-and the CLI both write it): a kill -9 mid-write leaves the old file or the new, never half of one.
+The file is written whole by durable.write_atomic (a temporary file, fsynced and renamed over the old one) under a
+lock file (the gateway and the CLI both write it): a kill -9 mid-write leaves the old file or the new, never half of
+one; the temporary file a killed writer left is removed at the next write (under the lock: no other writer is at it).
 """
 
 from __future__ import annotations
@@ -37,7 +42,6 @@ import hashlib
 import hmac
 import json
 import os
-import secrets
 import stat
 import time
 import unicodedata
@@ -45,8 +49,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from hermit.durable import write_atomic
 from hermit.errors import HermitError
 from hermit.gateway.tickets import private_gateway_dir
+from hermit.locks import left_unheld
 
 FILE = "devices.json"
 LOCK = "devices.lock"
@@ -89,6 +95,11 @@ def device_id(key_der: bytes) -> str:
 def device_secret(token: bytes, did: str) -> bytes:
     """The key of the gateway's proofs to device `did`: derived from the gateway token, stored nowhere."""
     return hmac.new(token, f"hermit-device-secret|{did}".encode(), hashlib.sha256).digest()
+
+
+def token_mark(token: str) -> str:
+    """The fingerprint of the gateway token devices.json records: which token its devices' secrets derive from."""
+    return hmac.new(token.encode(), b"hermit-devices-file", hashlib.sha256).hexdigest()[:32]
 
 
 def signed_text(origin: str, host: str, gateway_nonce: str, client_nonce: str) -> bytes:
@@ -141,9 +152,12 @@ def verify(key_b64: str, signature_b64: str, message: bytes) -> bool:
 class Devices:
     """The device records of the state dir `home`, read and written whole under the lock."""
 
-    def __init__(self, home: Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, home: Path, *, clock: Callable[[], float] = time.time, token: str | None = None) -> None:
+        """`token`: the gateway token now; devices recorded under another are none (the module's docstring)."""
         self.home = home
         self.clock = clock
+        self.mark = token_mark(token) if token is not None else None
+        self._stored_mark: str | None = None  # what the file read last records
 
     @property
     def path(self) -> Path:
@@ -173,6 +187,12 @@ class Devices:
                 raise HermitError(f"{self.path} is too large ({st.st_size} bytes)",
                                   "remove it: every device then signs in again with a new code")
             data = json.loads(os.read(fd, MAX_FILE_BYTES + 1))
+            stored = data.get("token")
+            if stored is not None and not isinstance(stored, str):
+                raise TypeError("its token fingerprint is not text")
+            self._stored_mark = stored
+            if stored is not None and self.mark is not None and not hmac.compare_digest(stored, self.mark):
+                return []  # signed in under another gateway token: their secrets are gone with it
             devices = [Device(**{k: d[k] for k in Device.__dataclass_fields__}) for d in data["devices"]]
             for d in devices:  # a field of another type would fail later, far from here (a time as text)
                 if not all(isinstance(v, str) for v in (d.id, d.key, d.name, d.origin)) or \
@@ -186,29 +206,16 @@ class Devices:
             os.close(fd)
 
     def _write(self, devices: list[Device]) -> None:
-        """Under the lock: the whole list to a temporary file, fsynced, renamed over the old one (a temporary file
-        a killed writer left is removed: no other writer can be at work)."""
+        """Under the lock: the whole list, replacing the file (durable.write_atomic), with the token's fingerprint
+        (this store's, else the one the file had). A temporary file a killed writer left is removed first: no other
+        writer can be at work."""
         folder = private_gateway_dir(self.home)
-        for stale in folder.glob(f".{FILE}.*.tmp"):
+        for stale in left_unheld(folder, f".{FILE}.tmp-"):
             with contextlib.suppress(OSError):
-                stale.unlink()
-        tmp = folder / f".{FILE}.{secrets.token_hex(6)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"version": 1, "devices": [asdict(d) for d in devices]}, f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
-        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+                os.unlink(stale)
+        mark = self.mark or self._stored_mark
+        body = {"version": 1, **({"token": mark} if mark else {}), "devices": [asdict(d) for d in devices]}
+        write_atomic(self.path, json.dumps(body, indent=1), mode=0o600, keep_mode=False)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -224,11 +231,12 @@ class Devices:
         if not (self.home / "gateway").exists() and not change([]):  # no gateway ever ran here: no device either
             return []
         with self._locked():
+            self._stored_mark = None
             before = self._read()
             now = self.clock()
             after = change([d for d in before if not d.idle(now)])  # the idle ones go on every write
-            if after != before:
-                self._write(after)
+            if after != before or (self.mark is not None and self._stored_mark not in (None, self.mark)):
+                self._write(after)  # another token's file is emptied by the first write under this one
             return after
 
     def all(self) -> list[Device]:

@@ -21,7 +21,7 @@ import contextlib
 import ipaddress
 import logging
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -155,6 +155,20 @@ def qr_svg_uri(link: str) -> str:
     """The QR code of `link` as an SVG `data:` URI for an `<img>`: dark modules on white, 4 px a module."""
     uri: str = qr_code(link).svg_data_uri(scale=4, border=QR_BORDER, dark="#000", light="#fff")
     return uri
+
+
+def phone_ticket(home: Path, gateway_pid: int, base: str, lock_info: Mapping[str, Any]) -> str:
+    """`hermit dashboard --phone`'s one-time ticket for a link at `base`: device-only (tickets.py) when `base` is https
+    and the running gateway keeps devices (its decision in `lock_info`, device_policy.py), as the web app's phone links
+    are (device_sockets.sign_in_method): the phone's page there keeps a key of its own, and never the token."""
+    from hermit.gateway.device_policy import DevicePolicy
+    from hermit.gateway.tickets import issue_ticket
+
+    ticket = issue_ticket(home, gateway_pid)
+    policy = DevicePolicy.from_published(lock_info.get("devices"))
+    if base.startswith("https://") and policy is not None and policy.on:
+        Tickets(home, pid=gateway_pid).restrict(ticket)
+    return ticket
 
 
 def running_address(home: Path, pid: int, server: tuple[str, int] | None) -> tuple[str, int] | None:

@@ -154,7 +154,7 @@ class WebchatApi:
         self.slot_wait = slot_wait
         self.console = console
         self.tickets = tickets
-        self.devices = Devices(tickets.home) if tickets is not None else None  # devices sign in as tickets do
+        self.devices = Devices(tickets.home, token=token) if tickets is not None else None  # sign in as tickets do
         self.remember_devices = remember_devices
         self.device_policy: DevicePolicy | None = None  # set at start: why devices are off (device_policy.py)
         self._device_watch: asyncio.Task[None] | None = None
