@@ -97,7 +97,7 @@ def allow_all(msg: InboundMessage, agent_id: str) -> Admission:
 
 class HeldAdmission:
     """An admission check that lets everyone in and holds its `at`-th call (counting from 1; a message is checked
-    when it is published and again when its turn is about to start) until `go_on` is set; `checking` says it is
+    when it is published, again when its turn is about to start, and once more before its reply is sent) until `go_on` is set; `checking` says it is
     held there."""
 
     def __init__(self, at: int) -> None:

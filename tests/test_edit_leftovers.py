@@ -52,7 +52,8 @@ def test_a_delete_after_an_edit_made_as_the_messages_turn_started_takes_the_edit
     """The edit comes as the message's turn is starting (its admission check held): its `edited` entry is written
     ahead of the line the turn then records; the later delete rewrites that entry too."""
     rt = runtime(tmp_path / "home", lambda req: REPLY)
-    admit = HeldAdmission(4)  # the second message's check when its turn is about to start: held there
+    admit = HeldAdmission(5)  # the second message's check when its turn is about to start (after the first's
+    # three: published, started, its reply sent): held there
     bus = make_bus(rt, RecordingChannel(), admit=admit)
 
     async def main() -> None:

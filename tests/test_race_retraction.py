@@ -420,7 +420,8 @@ def test_a_delete_while_its_turn_is_starting_is_on_disk_before_the_turn_records_
     written at once, ahead of the message's line (it hides its message wherever it stands), so a kill before the
     turn is over loses nothing."""
     requests: list[ModelRequest] = []
-    admit = HeldAdmission(4)  # the second message's check when its turn is about to start: held there
+    admit = HeldAdmission(5)  # the second message's check when its turn is about to start (after the first's
+    # three: published, started, its reply sent): held there
     checking, go_on = admit.checking, admit.go_on
 
     def model(req: ModelRequest) -> Reply:

@@ -17,7 +17,9 @@ owner's DM can be routed to the main session, a contact's gets a session of its 
 Access and routing are checked again when a queued message's turn is about to start: a contact revoked
 while their messages waited (`hermit pairing revoke`, or an edit of hermit.yaml) gets none of them run,
 nor does an owner removed from `owners` whose message waits in the owner's session; such a message is
-dropped and logged, and the sender is sent only what the policy says now. Files a
+dropped and logged, and the sender is sent only what the policy says now. They are checked once more when a
+turn ends, before its reply is sent: a sender who lost access while it ran gets no reply (it stays in the
+transcript). Files a
 message brought wait in the state dir until then: deleted when it is refused (at either check) or its
 queue is full, filed into the answering session's inbox when its turn starts (attachments.py), its images
 attached to the turn's message when the agent's model reads images. A message
@@ -374,7 +376,7 @@ class Bus:
                                                 sender=self._sender(job.agent_id, msg),
                                                 ref=message_ref(msg, job.session_key),
                                                 images=images, files=files),
-            self._chunk)
+            self._chunk, may_send=lambda: self._may_still_reply(job, job.msg or msg, channel))
 
     def _file(self, job: _Job,
               msg: InboundMessage) -> tuple[InboundMessage, str, tuple[ImagePart, ...], tuple[FiledFile, ...]]:
@@ -403,6 +405,20 @@ class Bus:
         imitate a label (speakers.make_sender); the runtime marks the owner's ids (hermit.yaml as it is now)."""
         return self.host.runtime(agent_id).channel_sender(msg.channel, msg.account_id, msg.sender_id,
                                                           msg.sender_name, msg.sender_username)
+
+    async def _may_still_reply(self, job: _Job, msg: InboundMessage, channel: Channel) -> bool:
+        """Whether a turn's reply may still go to its sender, asked when the turn ends: revoking must count at once,
+        and a turn runs for seconds to minutes (a slow model, a tool loop). An owner removed from `owners` while
+        their turn ran in the main session must not get the reply it made from MEMORY.md, nor a contact removed
+        from `allow_from` (or `hermit pairing revoke`d) theirs. Refused: the reply stays in the transcript, the
+        sender gets only what the policy says to a stranger (`_admitted`: a code once, or nothing), as a message
+        of theirs still waiting would (jobs are asked the same before their reply is sent)."""
+        if msg.channel in self._trusted:
+            return True
+        if await self._admitted(msg, job.agent_id, channel) and self._still_routed(job, msg):
+            return True
+        log.info("a reply in %s was not sent: its sender lost access while the turn ran", job.session_key)
+        return False
 
     def _still_routed(self, job: _Job, msg: InboundMessage) -> bool:
         """Whether a queued message would still go to the session it waits in: an owner removed from

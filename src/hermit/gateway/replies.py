@@ -75,8 +75,10 @@ def _forward_events(streaming: bool, target: Target, turn_id: str, outbox: async
 
 
 async def run_and_reply(channel: Channel, target: Target, turn_id: str, run: RunTurn,
-                        chunk: Chunker) -> TurnResult | None:
-    """Run one turn for a channel conversation and deliver what it produced."""
+                        chunk: Chunker, may_send: Callable[[], Awaitable[bool]] | None = None) -> TurnResult | None:
+    """Run one turn for a channel conversation and deliver what it produced. `may_send`, asked once the turn has
+    ended and before its reply goes: whether the sender may still have it (hermit.yaml or the pairing approvals
+    may have changed while the turn ran); when not, the reply stays in the transcript only."""
     caps = channel.capabilities
     outbox: asyncio.Queue[Outbound | None] = asyncio.Queue()
 
@@ -104,6 +106,8 @@ async def run_and_reply(channel: Channel, target: Target, turn_id: str, run: Run
             outbox.put_nowait(OutboundMessage(target, piece, "error"))
     elif result is not None and not result.delivered:
         status = "silent"
+    elif result is not None and not streamed[0] and may_send is not None and not await may_send():
+        status = "silent"  # revoked while the turn ran: no reply made for who they were at its start
     elif result is not None and not streamed[0]:  # not streamed: a reply from /new, or a plain channel
         for piece in chunk(result.reply, caps.max_chars, caps.max_lines):
             outbox.put_nowait(OutboundMessage(target, piece, "reply"))
