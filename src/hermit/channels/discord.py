@@ -201,6 +201,11 @@ class DiscordChannel:
             # A webhook's author is a name and avatar its poster chose (Discord marks it only by `webhook_id`; the
             # author need not say `bot`), Discord's system user is no person: neither speaks for anyone listed.
             return
+        if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+            # Discord's own notices in a channel — "joined the server" (posted as the newcomer, with no text), a pin,
+            # a new thread (its name as text), a boost, a poll's result — are nobody's words to the assistant: in
+            # a channel that needs no mention each one ran a turn and the group got its answer (s21).
+            return
         channel = message.channel
         guild_id = str(message.guild.id) if message.guild else getattr(channel, "guild_id", None)
         dm = guild_id is None
