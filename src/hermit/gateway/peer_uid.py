@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
+import pwd
 import socket
 import struct
 
@@ -44,8 +46,63 @@ def address(text: str) -> Address | None:
 
 def is_local(client: Address, server: Address | None) -> bool:
     """Whether a client at `client` that reached the gateway at `server` is surely a program of this machine (for a
-    client whose socket was not found: then counted as another local user's, not as a network client)."""
-    return client.is_loopback or client == server
+    client whose socket was not found: then counted as another local user's, not as a network client): a loopback
+    address, the gateway's own, or any other address of this machine (binding to it works: a local user may connect
+    to 127.0.0.1 from the machine's LAN address, which without a uid looked like a network client's)."""
+    if client.is_loopback or client == server:
+        return True
+    family = socket.AF_INET if client.version == 4 else socket.AF_INET6
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((str(client), 0))
+    except OSError:
+        return False
+    return True
+
+
+SUBUID = "/etc/subuid"
+_ranges: tuple[tuple[int, int, int], tuple[tuple[int, int, int], ...]] | None = None  # (file's stat, ranges)
+
+
+def _subuid_ranges(path: str) -> tuple[tuple[int, int, int], ...]:
+    """(first, end, owner uid) of each range in `path` (`name-or-uid:first:count` lines), read again only when the
+    file changes (one stat per call)."""
+    global _ranges
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ()
+    key = (st.st_ino, st.st_mtime_ns, st.st_size)
+    if _ranges is not None and _ranges[0] == key:
+        return _ranges[1]
+    found: list[tuple[int, int, int]] = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        fields = line.strip().split(":")
+        if len(fields) != 3 or not fields[1].isdigit() or not fields[2].isdigit():
+            continue
+        name = fields[0]
+        try:
+            owner = int(name) if name.isdigit() else pwd.getpwnam(name).pw_uid
+        except KeyError:
+            continue  # a user this machine does not know: its range counts as its own uids
+        found.append((int(fields[1]), int(fields[1]) + int(fields[2]), owner))
+    _ranges = (key, tuple(found))
+    return _ranges[1]
+
+
+def owner_of(uid: int, path: str = SUBUID) -> int:
+    """The user `uid` belongs to: the owner of the subordinate uid range (/etc/subuid) it is in, as a rootless
+    container's or a user namespace's uids are; `uid` itself when it is in none. So one user with a range of
+    65536 uids is one source of connections, not 65536."""
+    for first, end, owner in _subuid_ranges(path):
+        if first <= uid < end:
+            return owner
+    return uid
 
 
 def client_uid(client: tuple[str, int], server: tuple[str, int] | None) -> int | None:

@@ -15,10 +15,16 @@ owner out. Here:
   other's room: *yours* (a program of this machine run by the gateway's own uid; by address, TOTAL in all), *other
   local users* (by uid, LOCAL_TOTAL in all: whatever loopback addresses one uses, 127.0.0.2 … included, it is one
   source) and *the network* (by address, an IPv6 address's /64 — one host has the whole prefix — TOTAL in all). A
+  uid of a subordinate range in /etc/subuid (a rootless container's) counts as the user owning the range. A
   local client whose uid cannot be read (gateway/peer_uid.py: not Linux, a client in another network namespace) is
-  counted as another local user: fail closed, so another user can never take the owner's room. One over a cap is
-  closed at once. A signed-in WebSocket (the owner's page) no longer counts, so it is never closed or refused for
-  this.
+  counted as another local user, whichever address of this machine it comes from: fail closed, so another user can
+  never take the owner's room nor the network's. One over its source's cap is closed at once;
+- **a fair share** of a full pool (other users' and the network's): a newcomer whose source holds at least two
+  fewer than the largest holder takes the place of that holder's oldest connection (`Unsigned._make_room`); in the
+  network's pool by network first (an IPv4 /24, an IPv6 /48), then by address. A LAN host with 8 addresses (or a
+  /24's worth) fills the pool but cannot keep the owner's phone out; a user with several uids cannot keep a reverse
+  proxy run as www-data out. A signed-in WebSocket (the owner's page) does not count, so it is never closed or
+  refused for this.
 """
 
 from __future__ import annotations
@@ -31,10 +37,10 @@ import os
 import socket
 import struct
 from collections.abc import Callable
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, Literal
 
-from hermit.gateway.peer_uid import address, client_uid, is_local
+from hermit.gateway.peer_uid import address, client_uid, is_local, owner_of
 from hermit.refusals import RefusalLog
 
 log = logging.getLogger("hermit.gateway")
@@ -62,6 +68,17 @@ def source_of(client: tuple[str, int] | None) -> str:
     return str(ip)
 
 
+@lru_cache(maxsize=4096)
+def group_of(source: str) -> str:
+    """The network a network source is in, for sharing the pool fairly: an IPv4 address's /24, an IPv6 /64's /48
+    (one site's, as a provider hands out). A LAN host can hold many addresses of its /24 but only one /64."""
+    try:
+        net = ipaddress.ip_network(source, strict=False)
+    except ValueError:
+        return source
+    return str(net.supernet(new_prefix=24 if net.version == 4 else 48))
+
+
 def _unsent(transport: asyncio.BaseTransport) -> int:
     """Bytes a transport still holds to send: a closing one keeps its descriptor until they are sent."""
     return transport.get_write_buffer_size() if isinstance(transport, asyncio.WriteTransport) else 0
@@ -74,7 +91,9 @@ def classify(client: tuple[str, int], server: tuple[str, int] | None, own_uid: i
     machine's LAN address (or to [::1] from its IPv6 one), which would otherwise count as a network client's."""
     uid = client_uid(client, server)
     if uid is not None:
-        return ("yours", source_of(client)) if uid == own_uid else ("local", f"uid {uid}")
+        # a uid of a subordinate range (/etc/subuid: a rootless container's) counts as its owner's, in this pool
+        # even when the owner is the gateway's own user (a container's program is not the owner's browser)
+        return ("yours", source_of(client)) if uid == own_uid else ("local", f"uid {owner_of(uid)}")
     ip = address(client[0])
     if ip is not None and is_local(ip, address(server[0]) if server else None):
         return "local", "uid unknown"  # a local client whose owner cannot be read: fail closed
@@ -121,7 +140,7 @@ class Unsigned:
         self._purge(source)
         if self._full(source):
             self._purge()
-            if self._full(source):
+            if self._full(source) and not self._make_room(source, client):
                 pool = source[0]
                 self.refusals.warning("connections over the cap of those not signed in", "connection from %s (%s) "
                                       "closed: %d connections not signed in from there, %d in its pool (%s; caps %d, "
@@ -131,6 +150,44 @@ class Unsigned:
         key = (client[0], client[1])
         self._by_source.setdefault(source, {})[key] = transport
         self._source[key] = source
+        return True
+
+    def _make_room(self, source: Source, client: tuple[str, int]) -> bool:
+        """A full pool shared fairly: a newcomer whose source holds fewer than the pool's largest holder (by at least
+        two) takes the place of that holder's oldest connection, which is reset. In the network's pool the share is
+        first by network (group_of: a /24, an IPv6 /48), then by address within it. So a host that fills the pool
+        from 8 addresses (or 254, or many /64s of a /48) cannot keep the owner's phone out: the phone's address holds
+        fewer than any of them. False when the source is at its own cap or holds as many as anyone, and in the
+        gateway's own user's pool (all of it the owner's: no one to share it with)."""
+        mine = len(self._by_source.get(source, {}))
+        pool = source[0]
+        if mine >= self.per_source or pool == "yours":
+            return False
+        held = [(s, b) for s, b in self._by_source.items() if s[0] == pool and b and s != source]
+        other_network = False  # the newcomer's network holds fewer than another: that one gives way
+        if pool == "network":
+            groups: dict[str, int] = {}
+            for s, b in [*held, (source, self._by_source.get(source, {}))]:
+                groups[group_of(s[1])] = groups.get(group_of(s[1]), 0) + len(b)
+            own = group_of(source[1])
+            largest = max(groups, key=lambda g: groups[g])
+            other_network = groups[largest] >= groups.get(own, 0) + 2
+            held = [(s, b) for s, b in held if group_of(s[1]) == (largest if other_network else own)]
+        if not held:
+            return False
+        victim, bucket = max(held, key=lambda sb: len(sb[1]))
+        if not other_network and len(bucket) < mine + 2:
+            return False
+        key = next(iter(bucket))
+        transport = bucket[key]
+        self.release(key)
+        self.refusals.warning("connections closed to share the pool", "connection from %s (%s) closed to make room "
+                              "for %s (%s): %d not signed in from there against %d", key[0], victim[1], client[0],
+                              source[1], len(bucket) + 1, mine)
+        if isinstance(transport, asyncio.Transport):
+            reset(transport)
+        else:
+            transport.close()
         return True
 
     def release(self, client: tuple[str, int] | None) -> None:
