@@ -67,6 +67,18 @@ class _RedactTokenInUrls(logging.Filter):
 
 
 _REDACT = _RedactTokenInUrls()
+# Telegram's service messages (Bot API "Message"): a member joining or leaving, a pin, a new title or photo, a topic
+# opened, a video chat… They come as messages from whoever caused them, with no text: nobody's words to the
+# assistant. In a group that needs no mention each one ran a turn and the group got its answer (s21).
+_SERVICE = frozenset({
+    "new_chat_members", "left_chat_member", "new_chat_title", "new_chat_photo", "delete_chat_photo",
+    "group_chat_created", "supergroup_chat_created", "channel_chat_created", "message_auto_delete_timer_changed",
+    "migrate_to_chat_id", "migrate_from_chat_id", "pinned_message", "successful_payment", "refunded_payment",
+    "users_shared", "chat_shared", "connected_website", "write_access_allowed", "proximity_alert_triggered",
+    "boost_added", "chat_background_set", "forum_topic_created", "forum_topic_edited", "forum_topic_closed",
+    "forum_topic_reopened", "general_forum_topic_hidden", "general_forum_topic_unhidden", "giveaway_created",
+    "giveaway_completed", "video_chat_scheduled", "video_chat_started", "video_chat_ended",
+    "video_chat_participants_invited"})
 
 
 OTHER_POLLER = "stop the other program polling this bot (or remove its webhook)"
@@ -295,7 +307,7 @@ class TelegramChannel:
         """The message as the gateway takes it; `edited`: a change of a message sent before (Telegram's
         `edited_message`), carrying its new text only — its files came with the message, and fetching them
         again would stage files no turn ever files or deletes."""
-        if not m or "from" not in m:
+        if not m or "from" not in m or not _SERVICE.isdisjoint(m):
             return None
         chat, sender = m["chat"], m["from"]
         if chat.get("type") not in ("private", "group", "supergroup") or sender.get("is_bot"):
