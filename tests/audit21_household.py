@@ -32,7 +32,8 @@ from hermit.gateway.supervisor import Gateway
 from hermit.scheduler import CronJobs, SchedulerService
 from hermit.testing.scripted import FunctionModel
 
-__all__ = ["FAMILY_CANARIES", "GROUP", "MAIN_CANARIES", "OWNER", "SPOUSE", "InProcess", "StepClock", "household"]
+SHARED = "KIWI-SHARED-4400"  # in a hand-written daily log of main's: every chat of main may find it
+__all__ = ["SHARED", "FAMILY_CANARIES", "GROUP", "MAIN_CANARIES", "OWNER", "SPOUSE", "InProcess", "StepClock", "household"]
 
 
 class StepClock:
@@ -71,6 +72,8 @@ def household(home: Path, tg: TelegramDriver, extra_account: Mapping[str, Any] |
         (ws / "memory" / "private").mkdir(parents=True, exist_ok=True)
         (ws / "MEMORY.md").write_text(f"# Memory\n\n- kiwi {mem}\n", encoding="utf-8")
         (ws / "memory" / "private" / "p.md").write_text(f"- kiwi {priv} (the dentist on Friday)\n", encoding="utf-8")
+    # A hand-written daily log: shared, as in the original — what a contact's search does find (the probes' control).
+    (loaded.agent("main").workspace / "memory" / "2026-01-05.md").write_text(f"- kiwi {SHARED}\n", encoding="utf-8")
     return loaded
 
 

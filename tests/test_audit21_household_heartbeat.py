@@ -34,6 +34,7 @@ from audit21_household import (
     GROUP,
     MAIN_CANARIES,
     OWNER,
+    SHARED,
     SPOUSE,
     InProcess,
     StepClock,
@@ -48,6 +49,7 @@ from hermit.testing.scripted import FunctionModel, Reply
 CANARY_WORDS = ["kiwi", *(c.lower().replace("-", " ") for c in (*MAIN_CANARIES.values(), *FAMILY_CANARIES.values()))]
 ALERT_1 = f"Reminder: the dentist on Friday (kiwi {MAIN_CANARIES['private']})."
 ALERT_2 = f"Reminder: the dentist is in two days (kiwi {MAIN_CANARIES['private']})."
+ALERT_2B = f"Reminder: the dentist is in two days, book a taxi (kiwi {MAIN_CANARIES['private']})."
 ALERT_3 = f"Reminder: the dentist is tomorrow (kiwi {MAIN_CANARIES['private']})."
 FAMILY_ALERT = f"Family: kiwi {FAMILY_CANARIES['fprivate']} is due."
 
@@ -67,6 +69,8 @@ class Script:
     def __init__(self) -> None:
         self.alert = ALERT_1
         self.hold: dict[str, tuple[threading.Event, threading.Event]] = {}  # marker -> (entered, release)
+        self.beat_hold: tuple[threading.Event, threading.Event] | None = None  # a beat's answer, once it read
+        self.reads: list[str] = []  # the paths Bea's probes read: the main workspace's, absolute
 
     def held(self, marker: str) -> tuple[threading.Event, threading.Event]:
         self.hold[marker] = (threading.Event(), threading.Event())
@@ -81,6 +85,11 @@ class Script:
     def _reply(self, req: ModelRequest, alert: str) -> Reply:
         text, answered = last_user_text(req), isinstance(req.messages[-1], ToolResultMessage)
         if is_beat(req):
+            if answered and self.beat_hold is not None and alert is self.alert:
+                entered, release = self.beat_hold
+                self.beat_hold = None
+                entered.set()
+                assert release.wait(120), "the beat was never released"
             return alert if answered else {"tool_calls": [{"name": "read", "arguments": {"path": "memory/private/p.md"}}]}
         for marker, (entered, release) in self.hold.items():
             if marker in text and not answered:
@@ -89,6 +98,11 @@ class Script:
         if "HB-BEA-PROBE" in text and not answered:
             return {"tool_calls": [{"name": "memory_search", "arguments": {"query": q, "minScore": 0}}
                                    for q in CANARY_WORDS]}
+        if "HB-BEA-RACE" in text and not answered:  # while a beat holds the private note: search and read it all
+            return {"tool_calls": [*({"name": "memory_search", "arguments": {"query": q, "minScore": 0}}
+                                     for q in CANARY_WORDS),
+                                   *({"name": tool, "arguments": {"path": p}} for p in self.reads
+                                     for tool in ("read", "memory_get"))]}
         marker = next((w for w in text.split() if w.startswith("HB-")), "other")
         return f"answer to {marker}"
 
@@ -150,6 +164,21 @@ async def walk(home: Path) -> dict[str, Any]:
             release.set()
             await until(lambda: week.to(SPOUSE) == ["answer to HB-BEA-1"], "Bea's answer")
             await until(lambda: ALERT_2 in week.to(OWNER), "the second alert")
+            # 2b. Bea searches and reads everything while a beat holds the private note it read (in its model call).
+            ws = loaded.agent("main").workspace
+            script.reads = ["MEMORY.md", "memory/private/p.md", str(ws / "MEMORY.md"), str(ws / "memory/private/p.md")]
+            script.alert = ALERT_2B
+            entered, release = script.beat_hold = (threading.Event(), threading.Event())
+            before = gw.heartbeat("main")["last"]
+            clock.forward(31 * 60)
+            gw.scheduler.wake()
+            await asyncio.to_thread(entered.wait, 120)
+            await tg.dm("personal", SPOUSE, "HB-BEA-RACE and what about kiwi?")
+            await until(lambda: len(week.to(SPOUSE)) == 2, "Bea's answer beside the beat")
+            release.set()
+            await until(lambda: gw.heartbeat("main")["last"] != before and not gw.scheduler.heartbeat_tasks(),
+                        "the held beat")
+            out["outcomes"]["race"] = gw.heartbeat("main")["last"]
             # 3. A beat while Ann's own turn runs: skipped; the next one runs (and has nothing new to send).
             entered, release = script.held("HB-OWNER-BUSY")
             await tg.dm("personal", OWNER, "HB-OWNER-BUSY plan the week")
@@ -172,7 +201,7 @@ async def walk(home: Path) -> dict[str, Any]:
             now = datetime.fromtimestamp(clock(), UTC)
             out["outcomes"]["after_new"] = await week.beat(gw, (24 * 60 + 8 * 60 + 5) - (now.hour * 60 + now.minute))
             await tg.dm("personal", SPOUSE, "HB-BEA-PROBE what do you know about kiwi?")
-            await until(lambda: len(week.to(SPOUSE)) == 2, "Bea's probe")
+            await until(lambda: len(week.to(SPOUSE)) == 3, "Bea's probe")
         # 6. A restart: the same alert is not sent again; a new one is.
         async with InProcess(home, env, models, clock) as gw:
             out["outcomes"]["restart_same"] = await week.beat(gw)
@@ -193,9 +222,9 @@ def beats(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_alerts_reach_the_owner_once_each_and_nobody_else(beats: dict[str, Any]) -> None:
     week: Beats = beats["week"]
     alerts = [t for t in beats["owner_texts"] if t.startswith("Reminder:")]
-    assert alerts == [ALERT_1, ALERT_2, ALERT_3], beats["owner_texts"]  # each once: /new and a restart resend none
+    assert alerts == [ALERT_1, ALERT_2, ALERT_2B, ALERT_3], beats["owner_texts"]  # each once: /new and a restart resend none
     assert week.to(GROUP) == []
-    assert week.to(SPOUSE) == ["answer to HB-BEA-1", "answer to HB-BEA-PROBE"]
+    assert week.to(SPOUSE) == ["answer to HB-BEA-1", "answer to HB-BEA-RACE", "answer to HB-BEA-PROBE"]
     o = beats["outcomes"]
     assert o["first"]["status"] == "alert" and o["first"]["delivered"] is True
     for key in ("after_new", "restart_same"):
@@ -217,6 +246,17 @@ def test_a_beat_beside_a_contacts_turn_gives_her_none_of_it(beats: dict[str, Any
     assert beats["outcomes"]["during_bea"]["delivered"] is True  # it ran beside her turn, not after it
 
 
+def test_a_contacts_search_beside_a_beat_that_holds_the_private_note_finds_none(beats: dict[str, Any]) -> None:
+    main: FunctionModel = beats["models"]["main"]
+    race = [r for r in main.requests if "HB-BEA-RACE" in last_user_text(r)]
+    assert len(race) == 2
+    results = [m for m in race[1].messages if isinstance(m, ToolResultMessage)]
+    assert len(results) == len(CANARY_WORDS) + 8
+    assert [c for c in (*MAIN_CANARIES.values(), *FAMILY_CANARIES.values()) if c in dump(race[1])] == []
+    assert SHARED in dump(race[1])  # the control: her search works, and finds what is shared
+    assert beats["outcomes"]["race"]["delivered"] is True
+
+
 def test_a_beat_while_the_owners_turn_runs_is_skipped_and_the_next_runs(beats: dict[str, Any]) -> None:
     o = beats["outcomes"]
     assert o["busy"] == {**o["busy"], "status": "skipped", "reason": "main session busy"}
@@ -236,6 +276,7 @@ def test_after_new_the_contact_finds_none_of_the_owners_alerts(beats: dict[str, 
     probe = [r for r in main.requests if "HB-BEA-PROBE" in last_user_text(r)]
     assert len(probe) == 2
     results = [m for m in probe[1].messages if isinstance(m, ToolResultMessage)]
-    assert len(results) == len(CANARY_WORDS)
+    assert len(results) >= len(CANARY_WORDS)
     leaked = [c for c in (*MAIN_CANARIES.values(), *FAMILY_CANARIES.values()) if c in dump(probe[1])]
     assert leaked == []
+    assert SHARED in dump(probe[1])
