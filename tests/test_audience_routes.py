@@ -138,8 +138,9 @@ def test_every_owner_route_left_its_canary_owner_only(day: Day) -> None:
     daily = (day.ws / DAILY).read_text()
     assert REMEMBERED in daily and FLUSHED in daily and SHARED_LINE in daily
     for canary in (REMEMBERED, FLUSHED):
-        (block,) = [b for b in origin_blocks(daily) if canary in "\n".join(daily.split("\n")[b.start - 1:b.end])]
-        assert block.origin.audience == OWNER and block.origin.session == MAIN
+        # The flush runs once per compaction cycle, and how many cycles the day holds follows the prompt's size.
+        blocks = [b for b in origin_blocks(daily) if canary in "\n".join(daily.split("\n")[b.start - 1:b.end])]
+        assert blocks and all(b.origin.audience == OWNER and b.origin.session == MAIN for b in blocks), blocks
     saved = day.saved.read_text()
     (block,) = origin_blocks(saved)
     assert SAVED in saved and (block.start, block.end) == (1, len(saved.split("\n")) - 1)  # the whole file
