@@ -80,3 +80,18 @@ def test_discord_a_listed_name_in_an_open_member_list_is_pinned_at_its_first_gro
     # A name nobody listed is never pinned; the owner by id stays the owner.
     ac.check("discord", "fam", "group", "800000000000000300", dan, text="x", sender_username="dan.new")
     assert set(ac.pins.of("discord")) == {"@bea.home"}
+
+
+def test_a_listed_name_is_pinned_in_a_group_that_does_not_let_its_holder_talk(tmp_path: Path) -> None:
+    """`group_allow_from` names only Carl: Bea, a contact by `@bea_home` in allow_from, writing in the group is not
+    answered there, and her name is hers from then on all the same."""
+    loaded = build_config({"channels": {"telegram": {"accounts": {"fam": {
+        "owners": [OWNER], "allow_from": [f"@{NAME}"], "groups": [GROUP], "group_allow_from": ["3000"]}}}}},
+        StatePaths(tmp_path))
+    ac = AccessControl(loaded.config.channels, PairingStore(tmp_path))
+    seen = ac.check("telegram", "fam", "group", GROUP, BEA, text="@bot hi", mentioned=True, sender_username=NAME)
+    assert not seen.allowed and "group_allow_from" in seen.reason
+    assert ac.pins.of("telegram")[f"@{NAME}"].sender_id == BEA
+    assert not ac.check("telegram", "fam", "dm", DAN, DAN, text="hi", sender_username=NAME).allowed
+    assert ac.check("telegram", "fam", "dm", BEA, BEA, text="hi", sender_username="bea_renamed").allowed
+    assert ac.check("telegram", "fam", "group", GROUP, "3000", text="@bot hi", mentioned=True).allowed

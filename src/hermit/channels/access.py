@@ -279,17 +279,17 @@ def _group(cfg: ChannelAccessConfig, channel: str, group_id: str, message: Messa
     if message is None:  # the group as a whole (a delivery to it): its members are not asked
         return Verdict(True, Rule.GROUP, f"group_policy {policy}")
     members = cfg.group_allow_from  # empty or '*': every member of an allowed group
-    presented = handle(message.sender_username)
-    # Every member may talk, and a name listed anywhere in the account (a contact's `@name` in allow_from) that
-    # nobody holds yet is pinned to the member presenting it, as in a DM: unpinned (s20), it went to whoever
-    # took the name after they gave it up, and that newcomer's first DM matched it.
-    member = _Match(True, pin=presented if presented in listed_names(cfg) and known.pins is not None
-                    and presented not in known.pins else None)
+    presented, names = handle(message.sender_username), listed_names(cfg)
+    # A name listed anywhere in the account (a contact's `@name` in allow_from) that nobody holds yet is pinned to
+    # the member presenting it here, as in a DM, whether or not this group lets them talk: left unpinned (s20: a
+    # group with an empty group_allow_from asked nobody's name), it went to whoever took the name after they gave
+    # it up, and that newcomer's first DM matched it.
+    sighted = presented if presented in names and known.pins is not None and presented not in known.pins else None
+    member = _Match(True, pin=sighted)
     if members and STAR not in members:
-        member = _match([*members, *cfg.owners], sender_key(channel, message.sender_id), presented, known.pins,
-                        listed_names(cfg))
+        member = _match([*members, *cfg.owners], sender_key(channel, message.sender_id), presented, known.pins, names)
         if not member.found:
-            return Verdict(False, Rule.NOT_A_MEMBER, "group_allow_from: sender not allowed in groups",
+            return Verdict(False, Rule.NOT_A_MEMBER, "group_allow_from: sender not allowed in groups", pin=sighted,
                            impostor=member.impostor, pins_unreadable=member.pins_unreadable)
     if cfg.require_mention:
         if message.mentioned:
