@@ -191,7 +191,9 @@ def test_a_wrapper_that_execs_the_gateway_holds_nothing_so_auto_stays_off(tmp_pa
     gw = GatewayProcess.__new__(GatewayProcess)
     gw.home, gw.stderr_path = home, home / "gateway.stderr"
     gw._stderr = gw.stderr_path.open("w")
-    gw.proc = subprocess.Popen([tool, *listen, sys.executable, "-m", "hermit.cli.main", "--home", str(home),
+    # It hands its child only the variables named (the import path, so the gateway is this checkout's)
+    keep = [f"--setenv={k}={os.environ[k]}" for k in ("PYTHONPATH", "PATH", "HOME") if k in os.environ]
+    gw.proc = subprocess.Popen([tool, *listen, *keep, sys.executable, "-m", "hermit.cli.main", "--home", str(home),
                                 "gateway", "run"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     gw.lines = queue.Queue()
     said: queue.Queue[str] = queue.Queue()
@@ -227,3 +229,63 @@ def test_listen_fds_that_are_not_listening_sockets_are_refused_with_what_to_do(t
     assert done.returncode != 0
     assert "LISTEN_FDS hands the gateway fd 3, which is not a socket" in done.stderr, done.stderr
     assert "hermit service" in done.stderr
+
+
+TAKES = """
+import json
+from hermit.gateway.listen import open_listeners
+
+def bind(host, port):
+    raise AssertionError("bound a socket of its own")
+
+got = open_listeners("127.0.0.1", 0, bind)
+print(json.dumps({"held": got.held, "inherited": got.inherited, "ports": sorted({s.getsockname()[1] for s in got.sockets})}))
+"""
+
+HOLDER = """
+import json, socket, subprocess, sys
+launch, takes = sys.argv[1], sys.argv[2]
+socks = []
+for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+    s = socket.socket(family, socket.SOCK_STREAM)
+    if family == socket.AF_INET6:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    try:
+        s.bind((host, socks[0].getsockname()[1] if socks else 0))
+    except OSError:
+        continue
+    s.listen(8)
+    socks.append(s)
+fds = [s.fileno() for s in socks]
+done = subprocess.run([sys.executable, "-c", launch, ",".join(map(str, fds)), "-c", takes], pass_fds=fds,
+                      capture_output=True, text=True, timeout=120)
+print(done.stdout.strip() or done.stderr)
+"""
+
+
+def test_the_holder_is_checked_as_a_normal_user_too_and_a_parent_it_cannot_see_is_not_trusted() -> None:
+    """As uid 65534 (no privilege to read another process's fds but its own user's): a parent of the same user that
+    holds the sockets is seen holding them; a parent of another user (root here) cannot be looked at, so the port
+    counts as not held (devices stay off under `auto`) — the sockets are still used."""
+    from prochelpers import python_as, pythonpath
+
+    nobody = {"user": 65534, "group": 65534, "extra_groups": []}
+    python = python_as(nobody)
+    assert python is not None, "no interpreter that imports this checkout as uid 65534"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath()}
+    same = subprocess.run([python, "-c", HOLDER, LAUNCH, TAKES], capture_output=True, text=True, env=env,
+                          timeout=PROC_TIMEOUT, **nobody)  # type: ignore[call-overload]
+    got = json.loads(same.stdout)
+    assert got["held"] is True and got["inherited"] is True and len(got["ports"]) == 1, got
+
+    socks = listening(free_port())
+    fds = [s.fileno() for s in socks]
+    try:
+        other = subprocess.run([python, "-c", LAUNCH, ",".join(map(str, fds)), "-c", TAKES], pass_fds=fds,
+                               capture_output=True, text=True, env=env, timeout=PROC_TIMEOUT,
+                               **nobody)  # type: ignore[call-overload]
+    finally:
+        for s in socks:
+            s.close()
+    got = json.loads(other.stdout)
+    assert got["held"] is False and got["inherited"] is True, (got, other.stderr)
