@@ -298,3 +298,89 @@ def test_without_sock_diag_a_local_user_is_never_a_network_client(tmp_path: Path
     log = log_of(gw)
     assert "(uid unknown) closed" in log and "(local;" in log, log[-2000:]
     assert "(network;" not in log and "(yours;" not in log
+
+
+# -- a network client that borrows a listener's port ----------------------------------------------------------
+
+# Listeners of this uid on 0.0.0.0 (as sshd's 22 or any service of the gateway's user), in the gateway's namespace.
+LISTENERS = r"""
+import socket, sys
+held = [socket.create_server(("0.0.0.0", 0)) for _ in range(int(sys.argv[1]))]
+print(",".join(str(s.getsockname()[1]) for s in held), flush=True)
+sys.stdin.read()
+"""
+
+# The LAN host: from each of its addresses, one connection from each of `ports` as its source port; then one probe
+# as HOST's; says how many are open, holds them until its stdin ends.
+BORROWER = r"""
+import json, socket, sys
+gateway, port, ports, sources = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4].split(",")
+held = []
+for src in sources:
+    for p in ports:
+        try:
+            held.append(socket.create_connection((gateway, port), source_address=(src, int(p))))
+        except OSError:
+            pass
+probe = socket.create_connection((gateway, port), source_address=(sources[0], 0))
+probe.settimeout(30)
+try:
+    probe.recv(1)
+except OSError:
+    pass
+print(json.dumps({"made": len(held)}), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_network_client_on_a_listeners_port_is_not_that_listeners_user(tmp_path: Path, lan: tuple[int, int],
+                                                                         ) -> None:
+    """The kernel's lookup of one socket falls back to a listener on the client's port: a LAN client that chose
+    as its source port one the gateway's user listens on at 0.0.0.0 (the gateway's own port, here, and 4 more) was
+    counted as the owner's own program, in the owner's pool — 64 addresses × 5 ports filled it (256), and the
+    owner's new tab on 127.0.0.1 was refused. Now only the client's very socket answers for it."""
+    gateway_ns, lan_ns = lan
+    home = tmp_path / "home"
+    write_config(home, "http://127.0.0.1:9/v1", extra="  sign_in_seconds: 600\n")
+    listeners = subprocess.Popen(["nsenter", "-t", str(gateway_ns), "-n", sys.executable, "-c", LISTENERS, "4"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert listeners.stdout is not None
+        ports = listeners.stdout.readline().strip().split(",")
+        with running(Gateway(home, ["nsenter", "-t", str(gateway_ns), "-n"], "--host", "0.0.0.0")) as gw:
+            sources = ",".join(f"{LAN}.{n}" for n in range(1, 65))
+            host = subprocess.Popen(["nsenter", "-t", str(lan_ns), "-n", sys.executable, "-c", BORROWER,
+                                     GATEWAY_NET, str(gw.port), ",".join([str(gw.port), *ports]), sources],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            try:
+                assert host.stdout is not None
+                # 320 tried; more than the owner's pool holds (a connect may fail on a machine under load)
+                assert json.loads(host.stdout.readline())["made"] > TOTAL + 32
+                # the owner's own new connection, from this machine (in the gateway's namespace)
+                owner = subprocess.run(["nsenter", "-t", str(gateway_ns), "-n", sys.executable, "-c", PHONE,
+                                        "127.0.0.1", str(gw.port), "127.0.0.1", "1"], capture_output=True,
+                                       text=True, timeout=PROC_TIMEOUT)
+                assert json.loads(owner.stdout) == ["HTTP/1.1 200 OK"], owner.stdout
+            finally:
+                if host.stdin is not None:
+                    host.stdin.close()
+                host.wait(PROC_TIMEOUT)
+    finally:
+        if listeners.stdin is not None:
+            listeners.stdin.close()
+        listeners.wait(PROC_TIMEOUT)
+    log = log_of(gw)
+    assert "(yours;" not in log, log[-2000:]
+    assert f"{LAN}.1 ({LAN}.1) closed" in log  # the probe: a network client, at its address's cap or share
+
+
+def test_the_lookup_answers_for_the_client_socket_only() -> None:
+    """The same on this machine's own sockets: a listener of this uid on 0.0.0.0:P gives no uid to a client of
+    another machine whose source port is P."""
+    import socket
+
+    from hermit.gateway.unsigned import classify
+
+    with socket.create_server(("0.0.0.0", 0)) as listener:
+        port = listener.getsockname()[1]
+        assert classify(("198.51.100.7", port), ("192.0.2.2", 8080), os.geteuid()) == ("network", "198.51.100.7")

@@ -129,6 +129,23 @@ def client_uid(client: tuple[str, int], server: tuple[str, int] | None) -> int |
         return None
     with contextlib.suppress(struct.error):
         length, kind, _, _, _ = _HEADER.unpack_from(reply)
-        if kind == SOCK_DIAG_BY_FAMILY and min(length, len(reply)) >= _UID_AT + 4:
+        if kind == SOCK_DIAG_BY_FAMILY and min(length, len(reply)) >= _UID_AT + 4 and _is_the_client(reply, sockid):
             return int(struct.unpack_from("=I", reply, _UID_AT)[0])
     return None  # an error (ENOENT: no such socket here) or a reply this code does not know
+
+
+# The kernel's states whose uid is not the client program's: a listener (below), and the minimal sockets of
+# TIME_WAIT (a closed connection's, orphaned FIN_WAIT2's too) and NEW_SYN_RECV, which report uid 0.
+_TIME_WAIT, _LISTEN, _NEW_SYN_RECV = 6, 10, 12
+
+
+def _is_the_client(reply: bytes, sockid: bytes) -> bool:
+    """Whether the socket the kernel answered with is the client's end asked for. The lookup of one socket falls
+    back to a *listener* on the client's port (inet_diag_find_one_icsk → inet_lookup tries established sockets,
+    then listeners): a client of another machine that chose as its source port one that a program here listens on
+    at 0.0.0.0 (the gateway's own port, sshd's 22) was given that program's uid — the gateway's own user's, so it
+    was counted in the owner's pool, or root's. So the answer must be that very connection (same ports and
+    addresses) in a state whose uid is its program's."""
+    state = reply[_HEADER.size + 1]
+    answered = reply[_HEADER.size + 4:_HEADER.size + 4 + 36]  # inet_diag_msg's sockid: ports, then addresses
+    return state not in (_TIME_WAIT, _LISTEN, _NEW_SYN_RECV) and answered == sockid[:36]
