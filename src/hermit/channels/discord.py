@@ -37,6 +37,7 @@ from hermit.channels.base import (
 from hermit.channels.credentials import resolve
 from hermit.channels.early_edits import EarlyEdits
 from hermit.channels.forwarded import frame
+from hermit.channels.in_order import Earlier, InOrder, after
 from hermit.channels.inbox import StagedFile, sweep_staged
 from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.retry import DEFAULT_POLICY
@@ -83,6 +84,7 @@ class DiscordChannel:
         self._task: asyncio.Task[None] | None = None
         self._dm_channels: dict[str, int] = {}  # user id -> DM channel id
         self._early_edits = EarlyEdits()  # edits that came while their message's files downloaded
+        self._order = InOrder()  # a channel's message handed on after the edits and deletes that came before it
         self._typing = TypingIndicators(self._typing_once, TYPING_REFRESH_SECONDS)
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -129,11 +131,12 @@ class DiscordChannel:
 
         @client.event
         async def on_message(message: Any) -> None:
-            await self._on_message(client, message)
+            await self._on_message(client, message, self._order.earlier(str(message.channel.id)))
 
         @client.event
         async def on_raw_message_delete(payload: Any) -> None:
-            await self._on_change(client, payload, None)
+            with self._order.pending(str(payload.channel_id)):
+                await self._on_change(client, payload, None)
 
         @client.event
         async def on_raw_bulk_message_delete(payload: Any) -> None:
@@ -141,14 +144,16 @@ class DiscordChannel:
             # Newest first: the message just posted (a PIN the purge is for) is the likeliest to start its turn
             # while the older ones' removals are handled.
             cached = {m.id: m for m in payload.cached_messages}
-            for message_id in sorted(payload.message_ids, reverse=True):
-                await self._on_change(client, _Deleted(message_id, payload.channel_id, payload.guild_id,
-                                                       cached.get(message_id)), None)
+            with self._order.pending(str(payload.channel_id)):
+                for message_id in sorted(payload.message_ids, reverse=True):
+                    await self._on_change(client, _Deleted(message_id, payload.channel_id, payload.guild_id,
+                                                           cached.get(message_id)), None)
 
         @client.event
         async def on_raw_message_edit(payload: Any) -> None:
             data = payload.data if isinstance(payload.data, dict) else {}
-            await self._on_change(client, payload, data)
+            with self._order.pending(str(payload.channel_id)):
+                await self._on_change(client, payload, data)
 
         try:
             await client.login(self._token)
@@ -191,7 +196,7 @@ class DiscordChannel:
 
     # -- receiving ------------------------------------------------------------------------------------
 
-    async def _on_message(self, client: Any, message: Any) -> None:
+    async def _on_message(self, client: Any, message: Any, earlier: Earlier = ()) -> None:
         import discord
 
         me = client.user
@@ -251,6 +256,7 @@ class DiscordChannel:
             attachments=files, received_at=message.created_at.timestamp(),
             meta=meta)
         self._tracker.inbound()
+        await after(earlier)  # an edit or delete that came before it is taken first (channels/in_order.py)
         await self._sink.publish(msg)
 
     async def _on_change(self, client: Any, payload: Any, data: dict[str, Any] | None) -> None:

@@ -1,0 +1,50 @@
+"""A message handed to the gateway only after the edits and deletes that came before it in its conversation.
+
+discord.py runs each event's handler as a task of its own, so a delete's handler that awaits (a channel fetched,
+the bus writing the retraction) can be overtaken by the next message's. A sender deleting a message and at once
+writing the next ("my card is …", deleted, "oops, wrong chat") had the next message's turn start before the
+retraction was written, and the deleted text went to the model once more (s21). A change (edit, delete) is
+`pending` while its handler runs; a message notes the changes pending as it arrives (before its handler's first
+await) and waits for them just before it is published. Changes themselves wait for nothing (the gateway takes a
+change of a message it has not seen yet), and messages do not wait for each other (a download stays side by side).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+Earlier = tuple["asyncio.Future[None]", ...]
+
+
+class InOrder:
+    """The changes being handled, per conversation key (a channel id)."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, set[asyncio.Future[None]]] = {}
+
+    @contextmanager
+    def pending(self, key: str) -> Iterator[None]:
+        """A change's handler runs inside this: messages arriving meanwhile wait for it."""
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.setdefault(key, set()).add(mine)
+        try:
+            yield
+        finally:
+            mine.set_result(None)
+            left = self._pending.get(key)
+            if left is not None:
+                left.discard(mine)
+                if not left:
+                    del self._pending[key]
+
+    def earlier(self, key: str) -> Earlier:
+        """The changes pending now: taken as a message arrives."""
+        return tuple(self._pending.get(key, ()))
+
+
+async def after(earlier: Earlier) -> None:
+    """Wait until those changes were handed on (or dropped)."""
+    for fut in earlier:
+        await asyncio.shield(fut)

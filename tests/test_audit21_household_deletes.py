@@ -1,0 +1,54 @@
+"""Audit 21, a delete and at once the next message on Discord: "my card is …" deleted, then "oops, wrong chat".
+
+discord.py runs each event's handler as a task of its own; the next message's handler overtook the delete's, its
+turn started before the retraction was written, and the deleted text went to the model once more (in 2 of 4 runs
+of one pair; here five pairs, in Ann's DM and in the family channel). Now a message is handed on after the edits
+and deletes that came before it in its conversation (channels/in_order.py). Real `hermit gateway run`, the real
+Discord adapter against the fake Discord, the fake model provider.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from audit19_who import last_user_text
+from channeldrivers import DiscordDriver
+from channelhelpers import run
+from fakes.fake_discord import GUILD_ID, TEXT_CHANNEL
+from hermit.testing.fake_provider import FakeProvider
+from prochelpers import PROC_TIMEOUT
+from test_channel_gateway import stack, until
+
+OWNER, CARL = "600000000000001001", "600000000000003000"
+POLICIES = {"fam": {"owners": [OWNER], "groups": [TEXT_CHANNEL], "require_mention": False}}
+ROUNDS = 5
+
+
+def test_a_message_deleted_just_before_the_next_one_is_not_in_the_next_turn(tmp_path: Path) -> None:
+    script = [*({"match": {"contains": f"DL-NEXT-{i}"}, "text": f"next-ok-{i}"} for i in range(2 * ROUNDS)),
+              {"text": "ok", "repeat": True}]
+
+    async def main() -> list[tuple[int, str]]:
+        with FakeProvider(script) as provider:
+            async with stack(tmp_path, "discord", provider, POLICIES) as (d, _gw):
+                assert isinstance(d, DiscordDriver)
+                fake, token = d.fake, d.tokens["fam"]
+                dm = f"5{OWNER[1:]}"
+                for i in range(2 * ROUNDS):
+                    in_dm = i < ROUNDS
+                    where, who = (dm, OWNER) if in_dm else (TEXT_CHANNEL, CARL)
+                    n = len(d.texts("fam", where))
+                    mid = await fake.say(f"DL-SECRET-{i} my card is 4111-{i:04d}", author=who, guild=not in_dm,
+                                         bot_token=token)
+                    await until(lambda w=where, n=n: len(d.texts("fam", w)) == n + 1, "the secret's answer")
+                    gone = {"id": mid, "channel_id": where, **({} if in_dm else {"guild_id": GUILD_ID})}
+                    await fake._dispatch("MESSAGE_DELETE", gone)  # noqa: SLF001 - the fake's own dispatch
+                    await fake.say(f"DL-NEXT-{i} oops, wrong chat", author=who, guild=not in_dm, bot_token=token)
+                    await until(lambda w=where, i=i: f"next-ok-{i}" in d.texts("fam", w), "the next answer")
+                return [(i, json.dumps(r.body)) for r in provider.requests for i in range(2 * ROUNDS)
+                        if f"DL-NEXT-{i}" in last_user_text(r.body)]
+
+    nexts = run(main, timeout=PROC_TIMEOUT * 2)
+    assert len(nexts) == 2 * ROUNDS
+    assert [i for i, body in nexts if f"4111-{i:04d}" in body] == []
