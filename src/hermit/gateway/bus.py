@@ -146,8 +146,10 @@ class Bus:
         if msg.change is not None:
             retraction = self._change_waiting(msg)
             if retraction is not None and msg.change == "edited":  # after its answer (gateway/retractions.py)
-                await edit_recorded(self, *retraction, msg)
-            elif retraction is not None and not await self._retract_recorded(*retraction, msg):
+                if not await edit_recorded(self, *retraction, msg):
+                    await retract_deleted.change_elsewhere(self, msg, retraction[0])  # said before a config change
+            elif retraction is not None and not await self._retract_recorded(*retraction, msg) and \
+                    not await retract_deleted.change_elsewhere(self, msg, retraction[0]):
                 await remember_delete(self, msg)
             return "ignored"
         if msg.message_id and (deleter := self._deleted.deleter(

@@ -4,6 +4,16 @@ holds is retracted there before publish returns (a delete), or once the turn tha
 An edit after the answer is gateway/retractions.py's `edit_recorded`; a delete that found nothing is remembered
 (`remember_delete`, the same module).
 
+A change of settings moves a chat to another session (`session.dm_scope`, an owner removed from `owners` or added,
+`bindings` pointing it at another agent): the message was said in the session the config of its time routed it to,
+and a delete or an edit looked only in the one the config routes the chat to now — the words taken back stayed
+where they were said (an ex-owner's PIN in the owner's main session, read by the owner's model every turn). So one
+found nowhere now is looked for in the chat's other sessions (`earlier_routes`): the same chat's keys under every
+DM scope, owner or not, in every agent this gateway runs — sessions that exist only, each naming this chat (a DM's
+main-session line names its chat: `message_ref`), so no one's delete reaches another chat's message. A main session
+is looked in only when one of its transcripts names the chat at all (`_chat_said_in`, remembered per file version):
+anyone may send deletes, and a stranger's flood of them scanned a 5 MB main transcript each (500: 3.4 s CPU).
+
 These are the Bus's methods (`Bus._change_waiting`, `_retract_recorded`, `_later`, `_retract`, `_remover`), kept
 here so bus.py holds the queues and turns; each takes the bus first.
 """
@@ -12,17 +22,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
+from hermit.agent.routing import RouteInput, session_key_for
 from hermit.channels.base import InboundMessage
+from hermit.config.schema import DmScope
 from hermit.errors import HermitError
 from hermit.gateway import attachments, retractions
 from hermit.gateway.deletes_store import Scrub
 from hermit.gateway.retractions import message_ref, ref_in
 from hermit.messages import FiledFile
-from hermit.sessions.retraction import retract_in
+from hermit.sessions.files import open_own, read_fd
+from hermit.sessions.keys import is_main_session_key
+from hermit.sessions.retraction import ended_transcripts, ref_bytes, retract_in
+from hermit.sessions.store import SessionStore
 
 if TYPE_CHECKING:
     from hermit.gateway.bus import Bus, Routed, _Job
@@ -171,3 +189,80 @@ async def retract(bus: Bus, routed: Routed, ref: str, after: asyncio.Event | Non
 def remover(bus: Bus, routed: Routed) -> Callable[[Sequence[FiledFile]], None]:
     runtime = bus.host.runtime(routed.agent_id)
     return lambda files: attachments.remove_filed(runtime, routed.session_key, files)
+
+
+def earlier_routes(bus: Bus, msg: InboundMessage, now: Routed) -> list[Routed]:
+    """The sessions other than `now` that `msg`'s chat may have been routed to under an earlier config (see the
+    module), existing ones only: each agent this gateway runs, each DM scope, the sender an owner or not."""
+    from hermit.gateway.bus import Routed
+
+    if msg.channel in bus._trusted:
+        return []  # the web chat names its session itself
+    inp = RouteInput(msg.channel, msg.account_id, msg.peer_kind, msg.peer_id, msg.thread_id, msg.topic_id,
+                     msg.guild_id, msg.team_id)
+    chat = ref_bytes(f"{msg.channel}:{msg.account_id}:dm:{msg.peer_id}:")[:-1]  # a main-session line's ref, open
+    out: list[Routed] = []
+    for agent_id, runtime in bus.host.runtimes.items():
+        keys = {session_key_for(agent_id, scope, replace(inp, sender_is_owner=owner))
+                for scope in get_args(DmScope) for owner in (True, False)}
+        for key in sorted(keys):
+            if (agent_id, key) == (now.agent_id, now.session_key) or (record := runtime.store.get(key)) is None:
+                continue
+            if is_main_session_key(key) and not _chat_said_in(runtime.store, key, record.session_id, chat):
+                continue
+            out.append(Routed(agent_id, key))
+    return out
+
+
+_SAID: OrderedDict[tuple[str, int, int, int, bytes], bool] = OrderedDict()
+_SAID_KEPT = 4096
+_said_guard = threading.Lock()
+
+
+def _chat_said_in(store: SessionStore, key: str, current: str, chat: bytes) -> bool:
+    """Whether any transcript of `key` (the current one, `current`, and the ended ones within retraction's bounds)
+    holds a line whose ref starts with `chat`; remembered per file version (path, inode, size, mtime), so a flood
+    of one chat's deletes reads each file once. A file that cannot be read counts as naming it."""
+    for path in [store.transcript_path(current), *ended_transcripts(store, key, current)]:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        k = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, chat)
+        with _said_guard:
+            said = _SAID.get(k)
+        if said is None:
+            try:
+                fd, seen = open_own(path, os.O_RDONLY, "the transcript")
+                try:
+                    said = chat in read_fd(fd, seen.st_size)
+                finally:
+                    os.close(fd)
+            except (OSError, HermitError):
+                said = True
+            with _said_guard:
+                _SAID[k] = said
+                while len(_SAID) > _SAID_KEPT:
+                    _SAID.popitem(last=False)
+        if said:
+            return True
+    return False
+
+
+async def change_elsewhere(bus: Bus, msg: InboundMessage, now: Routed) -> bool:
+    """Apply a delete or an edit that found nothing in `now` (the chat's session by the config in force) in the
+    chat's earlier sessions (`earlier_routes`); True when one of them held the message."""
+    try:
+        routes = await asyncio.to_thread(earlier_routes, bus, msg, now)
+    except HermitError:  # a key this chat cannot have (an id a key cannot carry): nothing earlier either
+        return False
+    for routed in routes:
+        ref = message_ref(msg, routed.session_key)
+        if ref is None:
+            return False
+        if msg.change == "edited":
+            if await retractions.edit_recorded(bus, routed, ref, None, msg):
+                return True
+        elif await bus._retract_recorded(routed, ref, None, msg):
+            return True
+    return False

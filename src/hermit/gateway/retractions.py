@@ -106,10 +106,11 @@ def owner_sent(bus: Bus, agent_id: str, msg: InboundMessage) -> bool:
         msg.channel, msg.account_id, msg.sender_id or msg.peer_id, None, msg.sender_username).owner
 
 
-async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | None, msg: InboundMessage) -> None:
-    """An edit of a message not waiting in its queue (answered, or its turn starting: `starting`): see the module."""
+async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | None, msg: InboundMessage) -> bool:
+    """An edit of a message not waiting in its queue (answered, or its turn starting: `starting`): see the module.
+    True when the session (its current or an ended transcript) holds the message, or its turn is starting."""
     if starting is not None and (starting.msg is None or starting.msg.sender_id != msg.sender_id):
-        return  # another sender's edit of the message whose turn is starting: not theirs to change
+        return True  # another sender's edit of the message whose turn is starting: not theirs to change
     runtime = bus.host.runtime(routed.agent_id)
     q = bus._queues.get((routed.agent_id, routed.session_key))
     after = q.running.finished if q is not None and q.running is not None else None
@@ -128,6 +129,7 @@ async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | Non
             transcript = _holding(runtime.store, routed.session_key, record, here := also, False)
         if transcript is None:
             return None
+        held.append(True)
         path = transcript.path
         scrub = (routed.agent_id, routed.session_key, transcript.header.session_id)
 
@@ -149,6 +151,7 @@ async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | Non
         return scrub
 
     wants: list[Scrub] = []
+    held: list[bool] = []
     scrub: Scrub | None = None
     try:
         async with bus._looking:  # one at a time, with deletes: a flood of them holds one of the threads, not all
@@ -163,6 +166,7 @@ async def edit_recorded(bus: Bus, routed: Routed, ref: str, starting: _Job | Non
         log.info("a message in %s was edited by its sender after its answer: what it dropped is scrubbed",
                  routed.session_key)
         bus.scrubs.want(scrub, after)
+    return bool(held) or starting is not None
 
 
 def _holding(store: SessionStore, key: str, record: SessionRecord, ref: str, current: bool) -> Transcript | None:
