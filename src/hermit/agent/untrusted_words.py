@@ -48,6 +48,7 @@ from hermit.memory.index.sources import list_memory_files
 from hermit.memory.policy.audience import OWNER, block_audience
 from hermit.memory.policy.provenance import origin_blocks
 from hermit.messages import FORWARD_OPEN, ToolCallPart, ToolResultMessage, UserMessage
+from hermit.redaction import mask
 from hermit.tools.base import ToolRun, ToolRunner
 from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
@@ -104,7 +105,8 @@ class UntrustedGuard(ToolRunner):
     def run(self, call: ToolCallPart) -> ToolRun:
         refusal = self._refusal(call)
         if refusal is not None:
-            return ToolRun(call, ToolResultMessage(call.id, call.name, refusal, True), 0.0)
+            # masked like every result (a registered key the model copied into the line stays out of the transcript)
+            return ToolRun(call, ToolResultMessage(call.id, call.name, mask(refusal), True), 0.0)
         run = self._inner.run(call)
         if call.name in ("write", "edit", *_SHELL):  # what this turn put in the owner's files is not theirs yet
             self._wrote |= {g for v in call.arguments.values() if isinstance(v, str) for g in _grams(v)}
