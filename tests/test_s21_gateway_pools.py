@@ -39,6 +39,7 @@ from test_s19_web_idle import PER_SOURCE, TOTAL, WAIT
 from test_s20_gateway_unsigned import EXTRA, FLOOD, NOBODY, lan_address, page_answers
 
 GATEWAY_NET, LAN = "10.77.0.1", "10.77.1"  # the gateway's address; the LAN host's and the phone's /24
+GATEWAY_NET6 = "fd77::1"  # over IPv6: the LAN host's /64s are fd77:0:1:N::/64 (one /48), the phone's fd77:0:2::/64
 
 
 class Gateway(GatewayProcess):
@@ -55,6 +56,11 @@ class Gateway(GatewayProcess):
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.url = ""
+
+    @property
+    def port(self) -> int:
+        """The port, from a URL whose IPv6 host the gateway prints without brackets (http://fd77::1:PORT/)."""
+        return int(self.url.split("/?", 1)[0].rstrip("/").rsplit(":", 1)[1])
 
 
 @contextmanager
@@ -102,6 +108,13 @@ def lan() -> Iterator[tuple[int, int]]:
         for n in range(1, 65):
             in_ns(b, "ip", "addr", "add", f"{LAN}.{n}/16", "dev", "vb")
         in_ns(b, "ip", "addr", "add", "10.77.2.50/16", "dev", "vb")
+        # IPv6 without duplicate address detection (an address is usable at once): the gateway's, 8 /64s of one
+        # /48 with 4 addresses each for the LAN host, the phone's in another /48
+        in_ns(a, "ip", "-6", "addr", "add", f"{GATEWAY_NET6}/16", "dev", "va", "nodad")
+        for n in range(1, 9):
+            for h in range(1, 5):
+                in_ns(b, "ip", "-6", "addr", "add", f"fd77:0:1:{n}::{h}/16", "dev", "vb", "nodad")
+        in_ns(b, "ip", "-6", "addr", "add", "fd77:0:2::50/16", "dev", "vb", "nodad")
         in_ns(b, "ip", "link", "set", "vb", "up")
         yield a, b
     finally:
@@ -151,7 +164,8 @@ got = []
 for s in conns:
     s.settimeout(30)
     try:
-        s.sendall(b"GET / HTTP/1.1\r\nHost: " + gateway.encode() + b"\r\nConnection: close\r\n\r\n")
+        host = f"[{gateway}]" if ":" in gateway else gateway
+        s.sendall(b"GET / HTTP/1.1\r\nHost: " + host.encode() + b"\r\nConnection: close\r\n\r\n")
         got.append(s.recv(100).split(b"\r\n")[0].decode())
     except OSError:
         got.append("")
@@ -159,25 +173,31 @@ print(json.dumps(got), flush=True)
 """
 
 
-@pytest.mark.parametrize(("addresses", "per", "phone"), [(8, PER_SOURCE, f"{LAN}.50"), (64, 4, "10.77.2.50")],
-                         ids=["8-addresses-phone-on-the-same-24", "64-addresses-phone-on-another-24"])
+IPV6_HOST = [f"fd77:0:1:{n}::{h}" for n in range(1, 9) for h in range(1, 5)]  # 8 /64s, 4 addresses in each
+
+
+@pytest.mark.parametrize(("sources", "per", "phone"), [
+    ([f"{LAN}.{n}" for n in range(1, 9)], PER_SOURCE, f"{LAN}.50"),
+    ([f"{LAN}.{n}" for n in range(1, 65)], 4, "10.77.2.50"),
+    (IPV6_HOST, PER_SOURCE // 4, "fd77:0:2::50")],
+    ids=["8-addresses-phone-on-the-same-24", "64-addresses-phone-on-another-24", "ipv6-8-64s-phone-on-another-48"])
 def test_a_lan_host_with_many_addresses_cannot_keep_the_phone_out(tmp_path: Path, lan: tuple[int, int],
-                                                                  addresses: int, per: int, phone: str) -> None:
+                                                                  sources: list[str], per: int, phone: str) -> None:
     gateway_ns, lan_ns = lan
     home = tmp_path / "home"
     write_config(home, "http://127.0.0.1:9/v1", extra="  sign_in_seconds: 600\n")
     prefix = ["nsenter", "-t", str(gateway_ns), "-n"]
-    with running(Gateway(home, prefix, "--host", GATEWAY_NET)) as gw:
-        sources = ",".join(f"{LAN}.{n}" for n in range(1, addresses + 1))
-        host = subprocess.Popen(["nsenter", "-t", str(lan_ns), "-n", sys.executable, "-c", HOST, GATEWAY_NET,
-                                 str(gw.port), str(per), sources], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True)
+    where = GATEWAY_NET6 if ":" in phone else GATEWAY_NET
+    with running(Gateway(home, prefix, "--host", where)) as gw:
+        host = subprocess.Popen(["nsenter", "-t", str(lan_ns), "-n", sys.executable, "-c", HOST, where,
+                                 str(gw.port), str(per), ",".join(sources)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
         try:
             assert host.stdout is not None and host.stdin is not None
             first = json.loads(host.stdout.readline())
-            assert first["held"] == addresses * per == TOTAL, first  # the network pool is full
+            assert first["held"] == len(sources) * per == TOTAL, first  # the network pool is full
             answers = subprocess.run(["nsenter", "-t", str(lan_ns), "-n", sys.executable, "-c", PHONE,
-                                      GATEWAY_NET, str(gw.port), phone, "6"], capture_output=True, text=True,
+                                      where, str(gw.port), phone, "6"], capture_output=True, text=True,
                                      timeout=PROC_TIMEOUT)
             got = json.loads(answers.stdout)
             assert got == ["HTTP/1.1 200 OK"] * 6, f"the phone's connections while the LAN host held 256: {got}"
