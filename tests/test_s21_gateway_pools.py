@@ -282,6 +282,24 @@ def test_a_users_subordinate_uids_count_as_that_user(tmp_path: Path) -> None:
     assert "(uid 65534) closed" in log and "uid 100001" not in log, log[-2000:]
 
 
+def test_two_users_filling_the_other_users_pool_make_room_for_a_third(tmp_path: Path) -> None:
+    """Two real users (uids 65533 and 65534: two accounts of one person, or two people) hold 32 each, the other
+    users' whole pool: a reverse proxy run as www-data (uid 33) still gets in, in the place of one of theirs."""
+    need(os.geteuid() == 0, "root, to run programs as other uids")
+    python = python_as(as_uid(65533))
+    need(python is not None, "a Python that uid 65533 can run")
+    assert python is not None
+    home = tmp_path / "home"
+    write_config(home, "http://127.0.0.1:9/v1", extra="  sign_in_seconds: 600\n")
+    with running(Gateway(home, [])) as gw, flood(python, 65533, gw.port, PER_SOURCE, 1.0) as first, \
+            flood(python, 65534, gw.port, PER_SOURCE, 1.0) as second:
+        assert first["closed"] == second["closed"] == 0, (first, second)  # the pool is full (64)
+        with flood(python, 33, gw.port, 1, 1.0) as proxy:
+            assert proxy["closed"] == 0, proxy
+    log = log_of(gw)
+    assert "closed to make room for 127.0.0.1 (uid 33)" in log, log[-2000:]
+
+
 # -- no uid to read (not Linux, no sock_diag) -------------------------------------------------------------------
 
 def test_without_sock_diag_a_local_user_is_never_a_network_client(tmp_path: Path) -> None:
