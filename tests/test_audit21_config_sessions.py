@@ -156,3 +156,19 @@ def test_a_reply_is_not_sent_to_a_contact_removed_while_their_turn_ran(tmp_path:
             assert s.texts(CONTACT) == []
 
     asyncio.run(main())
+
+
+def test_a_dm_scope_change_while_the_owners_turn_runs_still_answers_them(tmp_path: Path) -> None:
+    """A change that takes nothing from them moves their chat to another session, not their reply: the owner (and a
+    contact in a session of their own) still get the answer of a turn running while dm_scope changed."""
+    async def main() -> None:
+        async with gateway(tmp_path, [REPLY], owners=[OWNER], allow=[CONTACT]) as s:
+            s.provider.hold()
+            s.telegram.push_message(chat_id=OWNER, text="owner asks in main")
+            s.telegram.push_message(chat_id=CONTACT, text="contact asks")
+            await until(lambda: len(s.provider.requests) >= 2, "both turns inside the model")
+            set_session(s, "{dm_scope: per-channel-peer}")
+            s.provider.release()
+            await until(lambda: s.texts(OWNER) == ["noted"] and s.texts(CONTACT) == ["noted"], "both answers")
+
+    asyncio.run(main())

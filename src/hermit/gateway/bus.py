@@ -43,7 +43,7 @@ from typing import Any
 from hermit.agent.turn import TurnResult
 from hermit.channels.base import Channel, InboundMessage, OutboundMessage, PublishOutcome, Target, TurnEnd
 from hermit.errors import ChannelError, HermitError
-from hermit.gateway import attachments, retract_deleted
+from hermit.gateway import attachments, retract_deleted, retractions
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.deletes_store import DELETES_KEPT as DELETES_KEPT
 from hermit.gateway.deletes_store import DELETES_PER_SENDER as DELETES_PER_SENDER
@@ -417,8 +417,17 @@ class Bus:
         of theirs still waiting would (jobs are asked the same before their reply is sent)."""
         if msg.channel in self._trusted:
             return True
-        if await self._admitted(msg, job.agent_id, channel) and self._still_routed(job, msg):
-            return True
+        if await self._admitted(msg, job.agent_id, channel):
+            try:
+                routed = self._route(msg)
+            except HermitError:
+                routed = None
+            # Moved by a change that took nothing from them (dm_scope): the same agent, and the turn's session was
+            # not the main one, or they are still its owner.
+            if routed is not None and routed.agent_id == job.agent_id and (
+                    routed.session_key == job.session_key or not is_main_session_key(job.session_key)
+                    or retractions.owner_sent(self, job.agent_id, msg)):
+                return True
         log.info("a reply in %s was not sent: its sender lost access while the turn ran", job.session_key)
         return False
 
