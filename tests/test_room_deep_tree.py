@@ -53,9 +53,13 @@ def test_a_command_leaving_500_nested_folders_ends_within_its_timeout_and_the_ro
 
 
 def test_a_thousand_short_levels_are_handed_back_within_the_timeout(tmp_path: Path) -> None:
+    """~3 s idle, 12-16 s at load 14-23 on two cores (the pack's find and tar across 1,000 levels are CPU work, so the
+    time scales with the machine's load): given 120 s it is handed back at any load we see. The pack with tar
+    `--exclude` this replaced had not finished these 1,000 levels after 600 s (GNU tar 1.34, load 16): still caught."""
     runner, view = room_tools(tmp_path)
-    out, err = run(runner, "exec", command=nest(1000, "b"), timeout=20)
-    assert not err and "deep-made" in out and elapsed(out) < 20, out[:300]
+    out, err = run(runner, "exec", command=nest(1000, "b"), timeout=120)
+    assert not err and "deep-made" in out and elapsed(out) < 120, out[:300]
+    assert "could not be handed back" not in out and "not handed back" not in out, out[:300]
     assert "not kept, nested too deep" in out and (view.room.path / "kept.txt").read_text() == "kept\n"
 
 
