@@ -12,6 +12,7 @@ and the fake provider on 127.0.0.1, and a recording "proxy" on 127.0.0.1 that an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import threading
@@ -72,8 +73,13 @@ class RecordingProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # close() alone leaves the thread blocked in accept() until join's timeout (10 s per server); shutting
+        # the listening socket down wakes it at once (EINVAL on Linux).
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
         self._thread.join(timeout=10)
+        assert not self._thread.is_alive(), "the recording server's thread did not stop"
 
 
 def proxied_env(base: dict[str, str], proxy: str) -> dict[str, str]:
