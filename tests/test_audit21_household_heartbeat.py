@@ -306,3 +306,42 @@ def test_after_new_the_contact_finds_none_of_the_owners_alerts(beats: dict[str, 
     leaked = [c for c in (*MAIN_CANARIES.values(), *FAMILY_CANARIES.values()) if c in dump(probe[1])]
     assert leaked == []
     assert SHARED in dump(probe[1])
+
+
+def test_new_saves_the_owners_conversation_not_the_heartbeats(tmp_path: Path) -> None:
+    """An afternoon of quiet beats (HEARTBEAT_OK every half hour) then `/new`: the file /new writes keeps the last 15
+    messages — they were the beats' prompts and acknowledgements, the owner's morning was not saved and the file was
+    named after the heartbeat prompt. Now a beat's prompt and acknowledgement are no part of the saved dialogue (an
+    alert is: the owner read it)."""
+
+    async def body() -> Path:
+        tg = TelegramDriver(["personal"])
+        await tg.start()
+        script = Script()
+        script.alert = "HEARTBEAT_OK"
+        models = {"main": FunctionModel(script.main), "family": FunctionModel(script.family)}
+        loaded = household(tmp_path / "home", tg, defaults={"heartbeat": {
+            "every_minutes": 30, "target": {"channel": "telegram", "account": "personal", "to": OWNER}}})
+        ws = loaded.agent("main").workspace
+        (ws / "HEARTBEAT.md").write_text("- Anything due?\n", encoding="utf-8")
+        clock = StepClock(start_at())
+        week = Beats(tg, clock)
+        try:
+            async with InProcess(tmp_path / "home", {**os.environ, **tg.env}, models, clock) as gw:
+                await tg.dm("personal", OWNER, "HB-PLUMBER the plumber comes on Tuesday at nine")
+                await until(lambda: len(week.to(OWNER)) == 1, "Ann's answer")
+                for _ in range(8):
+                    assert (await week.beat(gw))["status"] == "ok"
+                await tg.dm("personal", OWNER, "/new")
+                await until(lambda: len(week.to(OWNER)) == 2, "/new's answer")
+                assert week.to(OWNER)[0] == "answer to HB-PLUMBER"  # the beats sent nothing
+        finally:
+            await tg.stop()
+        [saved] = [p for p in (ws / "memory").glob("20*-*-*-*.md") if p.name != "2026-01-05.md"]
+        return saved
+
+    saved = asyncio.run(body())
+    text = saved.read_text(encoding="utf-8")
+    assert "HB-PLUMBER the plumber comes on Tuesday" in text, text
+    assert "Read HEARTBEAT.md" not in text and "HEARTBEAT_OK" not in text, text
+    assert "heartbeat" not in saved.name, saved.name

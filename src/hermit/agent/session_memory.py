@@ -55,6 +55,7 @@ from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 
 from hermit.agent.forwarded_words import attribute, forwards_in
+from hermit.agent.heartbeat_reply import DEFAULT_ACK_MAX_CHARS, HEARTBEAT_MARK, strip_heartbeat_token
 from hermit.agent.speakers import dump_speaker, recorded_sender
 from hermit.config.schema import SessionMemoryHookConfig
 from hermit.durable import append_whole, write_atomic
@@ -75,7 +76,7 @@ from hermit.memory.policy.provenance import (
 from hermit.messages import Sender, UserMessage
 from hermit.models.base import Model, ModelRequest
 from hermit.redaction import mask
-from hermit.sessions.entries import EDITED_MARK, RETRACTED_TEXT
+from hermit.sessions.entries import EDITED_MARK, RETRACTED_TEXT, CustomEntry
 from hermit.sessions.keys import is_main_session_key
 from hermit.sessions.record import SessionRecord
 from hermit.sessions.scrub import Verbatim
@@ -136,9 +137,26 @@ class Line:
 
 
 def recent_dialogue(path: Path, count: int) -> list[Line]:
-    """The last `count` user/assistant messages with text, oldest first, registered secrets masked."""
-    lines = [line for entry in read_transcript(path).entries
-             if isinstance(entry, MessageEntry) and (line := dialogue_line(entry)) is not None]
+    """The last `count` user/assistant messages with text, oldest first, registered secrets masked. A heartbeat's
+    prompt and its acknowledgements (HEARTBEAT_OK) are not among them, its alerts are (the owner read them): counted,
+    an afternoon of quiet beats filled the `count` and the owner's own conversation was not saved (s21)."""
+    lines: list[Line] = []
+    beat = 0  # after the heartbeat's mark: 1 = its prompt comes next, 2 = within its turn
+    for entry in read_transcript(path).entries:
+        if isinstance(entry, CustomEntry) and entry.custom_type == HEARTBEAT_MARK:
+            beat = 1
+        if not isinstance(entry, MessageEntry) or (line := dialogue_line(entry)) is None:
+            continue
+        if line.role == "user":
+            beat = 2 if beat == 1 else 0
+            if beat:
+                continue
+        elif beat:
+            alert = strip_heartbeat_token(line.text, DEFAULT_ACK_MAX_CHARS)
+            if alert is None:
+                continue
+            line = dataclasses.replace(line, text=alert)
+        lines.append(line)
     return lines[-count:]
 
 

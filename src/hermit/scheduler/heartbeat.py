@@ -5,7 +5,7 @@ never resets the session, never triggers the memory flush and leaves the session
 It is skipped without any model call outside `active_hours` (the agent's timezone), when HEARTBEAT.md is
 missing or holds only blank lines, headings, empty list items and HTML comments, and while the main
 session is busy. A heading is `#` followed by a blank (`#TODO call the bank` is a task, as in Markdown).
-`HEARTBEAT_OK` at the start or end of the reply is stripped, with simple HTML or Markdown wrapped around
+`HEARTBEAT_OK` at the start or end of the reply is stripped (agent/heartbeat_reply.py), with simple HTML or Markdown wrapped around
 it (`<b>HEARTBEAT_OK</b>`, `**HEARTBEAT_OK**`); what remains is dropped when it is at most
 `ack_max_chars` long (an acknowledgement), and otherwise delivered as an alert — unless the very same
 alert was delivered to that target within the last 24 hours (`AlertMemory`, kept in the state dir so a
@@ -25,6 +25,9 @@ from datetime import datetime, time, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from hermit.agent.heartbeat_reply import DEFAULT_ACK_MAX_CHARS as DEFAULT_ACK_MAX_CHARS
+from hermit.agent.heartbeat_reply import HEARTBEAT_TOKEN as HEARTBEAT_TOKEN
+from hermit.agent.heartbeat_reply import strip_heartbeat_token as strip_heartbeat_token
 from hermit.channels.base import Target
 from hermit.config.load import AgentConfig, LoadedConfig
 from hermit.config.paths import not_own_note
@@ -41,8 +44,6 @@ if TYPE_CHECKING:  # (the host runs agent turns: `hermit doctor`'s job checks lo
 
 HEARTBEAT_FILE = "HEARTBEAT.md"
 MAX_HEARTBEAT_BYTES = 1_000_000  # a checklist; what the prompt shows of it is cut far sooner (20,000 characters)
-HEARTBEAT_TOKEN = "HEARTBEAT_OK"
-DEFAULT_ACK_MAX_CHARS = 300
 # The original's rule: the same alert text is not sent to the same place again within a day.
 DUPLICATE_WINDOW = timedelta(hours=24)
 
@@ -50,10 +51,6 @@ log = logging.getLogger("hermit.scheduler")
 
 # A heading needs a blank after its #s (CommonMark), so "#TODO …" or "#hashtag" is content.
 _EMPTY_LINE = re.compile(r"^\s*(#+(\s.*)?|[-*+]\s*(\[[ xX]?\])?\s*|<!--.*-->\s*)?$")
-# What may wrap the token at an edge: punctuation, Markdown marks (`**`, `__`, backticks), simple HTML
-# tags (<b>, </code>) and non-breaking spaces. Underscore counts, since \W does not cover it.
-_WRAP = r"(?:</?[A-Za-z][A-Za-z0-9]*(?:\s[^<>]*)?/?>|&nbsp;|[\W_])*"
-_TOKEN_EDGE = re.compile(rf"^{_WRAP}{HEARTBEAT_TOKEN}{_WRAP}|{_WRAP}{HEARTBEAT_TOKEN}{_WRAP}$")
 
 
 @dataclass(frozen=True)
@@ -125,26 +122,6 @@ def within_active_hours(local: datetime | time, hours: ActiveHoursConfig | None)
     if start < end:
         return start <= now < end
     return now >= start or now < end
-
-
-def strip_heartbeat_token(reply: str, ack_max_chars: int) -> str | None:
-    """The alert text to deliver, or None when the reply is an acknowledgement (or silent)."""
-    from hermit.agent.context import is_silent  # (not at import: `hermit doctor`'s job checks run no agent)
-
-    text = reply.strip()
-    if not text or is_silent(text):
-        return None
-    if HEARTBEAT_TOKEN not in text:
-        return text
-    stripped = text
-    while True:  # "HEARTBEAT_OK" may wrap the reply on both sides
-        shorter = _TOKEN_EDGE.sub("", stripped, count=1).strip()
-        if shorter == stripped:
-            break
-        stripped = shorter
-    if stripped == text:  # the token only in the middle: a real message that mentions it
-        return text
-    return stripped if len(stripped) > ack_max_chars else None
 
 
 class AlertMemory:
