@@ -19,7 +19,8 @@ model providers, the gateway's bind, port and queues, channel tokens and account
 the web chat switch, agents added, and every other agent setting (model, memory, sandbox, sessions).
 
 Invalid, unreadable or missing (a YAML error, a failed validation, bindings naming no agent, a file that
-is not the user's, a file moved away): the last good config is kept only for the token holder. `current()` raises the ConfigError,
+is not the user's, a file moved away), or an edit that would hand an existing owner id another agent's main
+session by a routing change alone (`owners_moved`: an agent and its bindings removed while its account stays): the last good config is kept only for the token holder. `current()` raises the ConfigError,
 so no channel sender is an owner or a contact and nothing scheduled is delivered to a channel until the
 file is valid again; the web chat and the CLI keep working. One error line names the file and the
 problem; the next valid save is applied with no restart.
@@ -145,6 +146,8 @@ class LiveConfig:
         try:
             new = self._load(self._good.paths)
             Router.from_config(new)  # bindings naming no agent: invalid for the gateway, which routes by them
+            if (moved := owners_moved(self._good, new)) is not None:
+                raise moved
         except ConfigError as e:
             self._fail(e)
             return False
@@ -171,6 +174,40 @@ class LiveConfig:
                       "and nothing scheduled is delivered to a channel (the web chat and the CLI still work): "
                       "%s (%s)", self.where, e.message, e.hint)
         self._error = e
+
+
+def owners_moved(old: LoadedConfig, new: LoadedConfig) -> ConfigError | None:
+    """Why `new` may not replace `old` in a running gateway: an id that was already an owner of a running channel
+    account would reach another agent's main session — its MEMORY.md and unsandboxed owner tools — only because
+    routing changed (an agent and its bindings removed, a binding moved or dropped, the default agent changed).
+    The account's owners are the owners of the agent its DMs go to: a relative who owns the family bot, whose
+    agent was removed from hermit.yaml, was at once the owner of the default agent's main session. An id added to
+    `owners` in the same edit is a promotion the edit states, and is let through; a restart applies either."""
+    from hermit.config.channels import platforms
+
+    before, after = Router.from_config(old), Router.from_config(new)
+    moved: list[str] = []
+    for channel in platforms():
+        was_accounts = old.config.channels.accounts_of(channel)
+        for account_id, acc in new.config.channels.accounts_of(channel).items():
+            prev = was_accounts.get(account_id)
+            if prev is None or not prev.enabled or not acc.enabled:
+                continue
+            for owner in (o for o in acc.owners if o in prev.owners):
+                for guild, team in dm_scopes(before, channel) | dm_scopes(after, channel):
+                    inp = RouteInput(channel, account_id, "dm", owner, guild_id=guild, team_id=team,
+                                     sender_is_owner=True)
+                    was, now = before.resolve(inp), after.resolve(inp)
+                    if now.main and now.agent_id != was.agent_id:
+                        moved.append(f"channels.{channel}.accounts.{account_id} (owner {owner}: agent {was.agent_id} "
+                                     f"-> agent {now.agent_id})")
+                        break
+    if not moved:
+        return None
+    return ConfigError(f"this edit would give owners of {', '.join(sorted(set(moved)))} the main session of another "
+                       "agent (its MEMORY.md and owner tools) because routing changed, not their owners entry",
+                       "bind the account to its agent again (bindings), turn it off (enabled: false) or take those ids "
+                       "out of its owners; to move them on purpose, restart the gateway after saving")
 
 
 # ---- what changed ---------------------------------------------------------------------------------------
