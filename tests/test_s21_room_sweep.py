@@ -232,3 +232,25 @@ def test_a_room_moved_away_by_hand_never_gets_another_rooms_plan(tmp_path: Path)
     assert not err and FINISHED not in out, out
     assert snapshot(view.room.path) == {"fresh.txt": ["f", "f", "0o600"]}
     assert not view.room.pending() and _told(view.room.path) == []
+
+
+def test_an_owners_cli_run_finishes_a_room_a_killed_gateway_left(tmp_path: Path, new_set: dict[str, Any]) -> None:
+    """The gateway killed mid-merge and not started again: the owner's `hermit agent` (its exec runs on the host and
+    could read the rooms folder) finds every room whole. Before: half-merged until that chat's next use."""
+    from hermit.testing import FakeProvider
+
+    home = tmp_path / "home"
+    agent_dir = home / "agents" / "main"
+    _, left = killed(agent_dir)
+    assert left != new_set
+    room = agent_dir / "rooms" / room_slug(GROUP)
+    with FakeProvider(["hello"]) as fake:
+        write_config(home, fake.openai_base_url)
+        (home / "workspace").mkdir()
+        done = subprocess.run([sys.executable, "-m", "hermit.cli.main", "--home", str(home), "agent", "-m", "hi"],
+                              capture_output=True, text=True, timeout=PROC_TIMEOUT)
+    assert done.returncode == 0 and "hello" in done.stdout, done.stderr[-2000:]
+    assert snapshot(room) == new_set
+    assert not room.parent.joinpath(f".{room.name}.carry").exists()
+    [note] = _told(room)  # for that chat's next tool result, not the owner's
+    assert FINISHED in note and FINISHED not in done.stdout

@@ -39,6 +39,10 @@ def build_runtime(ctx: CliContext, agent: AgentConfig | None = None, *, long_liv
     search matrix in memory."""
     loaded = ctx.config()
     agent = agent or ctx.agent()
+    if not long_lived:  # (the gateway finishes every agent's at its start: cli/gateway.py)
+        from hermit.tools.room_sweep import finish_left
+
+        finish_left(agent.sessions_dir.parent / "rooms")  # a room a killed Hermit left half-merged: whole before a turn
     model = build_model(choose_model_ref(agent, loaded, ctx.environ), loaded.config.models, ctx.environ,
                         notify=lambda text: print(text, file=sys.stderr, flush=True))
     memory = ctx.memory_service(agent, long_lived=long_lived) if agent.settings.memory_search.enabled else None
