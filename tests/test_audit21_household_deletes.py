@@ -9,6 +9,8 @@ Discord adapter against the fake Discord, the fake model provider.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from audit19_who import last_user_text
 from channeldrivers import DiscordDriver
 from channelhelpers import run
 from fakes.fake_discord import GUILD_ID, TEXT_CHANNEL
+from hermit.channels.in_order import InOrder, after
 from hermit.testing.fake_provider import FakeProvider
 from prochelpers import PROC_TIMEOUT
 from test_channel_gateway import stack, until
@@ -52,3 +55,31 @@ def test_a_message_deleted_just_before_the_next_one_is_not_in_the_next_turn(tmp_
     nexts = run(main, timeout=PROC_TIMEOUT * 2)
     assert len(nexts) == 2 * ROUNDS
     assert [i for i, body in nexts if f"4111-{i:04d}" in body] == []
+
+
+def test_a_message_waits_for_the_changes_before_it_only_and_not_for_ever() -> None:
+    async def body() -> None:
+        order, release, never = InOrder(), asyncio.Event(), asyncio.Event()
+
+        async def change(key: str, until_set: asyncio.Event) -> None:
+            with order.pending(key):
+                await until_set.wait()
+
+        first = asyncio.create_task(change("chan", release))
+        await asyncio.sleep(0)  # the change's handler has started
+        assert order.earlier("other") == ()  # another conversation waits for nothing
+        message = asyncio.create_task(after(order.earlier("chan")))
+        later = asyncio.create_task(change("chan", never))  # came after the message: not waited for
+        await asyncio.sleep(0)
+        assert not message.done()
+        release.set()
+        await asyncio.wait_for(message, 5)
+        await first
+        # A change whose handler hangs holds the next message for the bound only.
+        await asyncio.wait_for(after(order.earlier("chan"), timeout=0.01), 5)
+        later.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await later
+        assert order.earlier("chan") == ()
+
+    asyncio.run(body())

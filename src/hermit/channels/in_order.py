@@ -44,7 +44,12 @@ class InOrder:
         return tuple(self._pending.get(key, ()))
 
 
-async def after(earlier: Earlier) -> None:
-    """Wait until those changes were handed on (or dropped)."""
-    for fut in earlier:
-        await asyncio.shield(fut)
+# A change's handler may ask Discord for its channel (an archived thread): one that hangs holds the conversation's
+# next message this long at most, then it is handed on as before.
+MAX_WAIT_SECONDS = 30.0
+
+
+async def after(earlier: Earlier, timeout: float = MAX_WAIT_SECONDS) -> None:
+    """Wait until those changes were handed on (or dropped), at most `timeout` seconds."""
+    if earlier:
+        await asyncio.wait(earlier, timeout=timeout)  # (never cancels them)
