@@ -254,3 +254,42 @@ def test_an_owners_cli_run_finishes_a_room_a_killed_gateway_left(tmp_path: Path,
     assert not room.parent.joinpath(f".{room.name}.carry").exists()
     [note] = _told(room)  # for that chat's next tool result, not the owner's
     assert FINISHED in note and FINISHED not in done.stdout
+
+
+def test_the_sweep_leaves_a_room_another_live_hermit_holds_to_that_one(tmp_path: Path, new_set: dict[str, Any]) -> None:
+    """A carry folder whose room's lock is held belongs to a merge running now (another process's): the sweep (a gateway
+    starting, `hermit backup`) never carries it out beside it; once the lock is free it does, and says so once."""
+    from hermit.locks import locked
+    from hermit.tools.room_sweep import finish_left
+
+    agent_dir = tmp_path / "agents" / "main"
+    _, left = killed(agent_dir)
+    rooms = agent_dir / "rooms"
+    room = rooms / room_slug(GROUP)
+    with locked(rooms / f".{room.name}.lock"):  # as a live merge holds it (flock: another descriptor waits)
+        assert finish_left(rooms) == []
+        assert snapshot(room) == left and (rooms / f".{room.name}.carry").exists()
+    assert finish_left(rooms) == [room.name]
+    assert snapshot(room) == new_set and _told(room) and finish_left(rooms) == []
+
+
+def test_a_room_moved_to_another_name_moves_whole_with_what_its_chat_is_to_hear(tmp_path: Path,
+                                                                               new_set: dict[str, Any]) -> None:
+    """Whoever renames a room (a Slack migration: the same people under a new key) finishes it first, under its lock,
+    and its chat's note goes with it: the room under its new name is whole and says what was finished, once."""
+    from hermit.locks import locked
+    from hermit.tools.room_journal import finish_held
+
+    agent_dir = tmp_path / "agents" / "main"
+    killed(agent_dir)
+    rooms = agent_dir / "rooms"
+    new_audience = "slack:T1:channel:C9"
+    src, dst = room_slug(GROUP), room_slug(new_audience)
+    with locked(rooms / f".{src}.lock"):
+        assert finish_held(rooms, src, moving_to=dst)
+        os.rename(rooms / src, rooms / dst)
+    assert not [p for p in rooms.iterdir() if p.name.startswith(f".{src}.") and not p.name.endswith(".lock")]
+    runner, view = room_tools(agent_dir, new_audience)
+    out, err = run(runner, "read", path="kept.txt")
+    assert not err and out.count(FINISHED) == 1 and snapshot(view.room.path) == new_set, out
+    assert FINISHED not in run(runner, "read", path="kept.txt")[0]
