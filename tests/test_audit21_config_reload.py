@@ -117,3 +117,24 @@ def test_a_restart_applies_the_move_the_live_reload_refused(tmp_path: Path) -> N
 
     route = restarted.view().router.resolve(RouteInput("telegram", "family", "dm", "3003", sender_is_owner=True))
     assert (route.agent_id, route.session_key) == ("main", "agent:main:main")
+
+
+def test_a_guild_binding_dropped_moves_no_owner_but_a_slack_team_binding_does(tmp_path: Path) -> None:
+    """Discord DMs carry no guild, so dropping a guild binding moves no owner's DMs (no refusal); a Slack DM carries
+    its workspace, so dropping a team binding moves the owner's DMs in that workspace to another agent (refused)."""
+    from hermit.config.load import build_config
+    from hermit.gateway.live_config import owners_moved
+
+    def cfg(bindings: list[dict[str, Any]]) -> Any:
+        return build_config({"agents": {"defaults": {"memory_search": {"provider": "none"}},
+                                        "list": [{"id": "main", "default": True}, {"id": "fam"}]},
+                             "channels": {"slack": {"accounts": {"default": {"owners": ["U0OWNER1"]}}},
+                                          "discord": {"accounts": {"default": {"owners": ["123456789012345678"]}}}},
+                             "bindings": bindings}, StatePaths(tmp_path))
+
+    guild = {"match": {"channel": "discord", "guild_id": "999"}, "agent_id": "fam"}
+    team = {"match": {"channel": "slack", "team_id": "T0001"}, "agent_id": "fam"}
+    assert owners_moved(cfg([guild]), cfg([])) is None
+    refused = owners_moved(cfg([team]), cfg([]))
+    assert refused is not None and "channels.slack.accounts.default (owner U0OWNER1: agent fam -> agent main)" in \
+        refused.message

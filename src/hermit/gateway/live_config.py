@@ -194,9 +194,9 @@ def owners_moved(old: LoadedConfig, new: LoadedConfig) -> ConfigError | None:
             if prev is None or not prev.enabled or not acc.enabled:
                 continue
             for owner in (o for o in acc.owners if o in prev.owners):
-                for guild, team in dm_scopes(before, channel) | dm_scopes(after, channel):
-                    inp = RouteInput(channel, account_id, "dm", owner, guild_id=guild, team_id=team,
-                                     sender_is_owner=True)
+                # A DM carries no guild (Discord's never do); a Slack DM carries its workspace's team.
+                for team in {t for _, t in dm_scopes(before, channel) | dm_scopes(after, channel)}:
+                    inp = RouteInput(channel, account_id, "dm", owner, team_id=team, sender_is_owner=True)
                     was, now = before.resolve(inp), after.resolve(inp)
                     if now.main and now.agent_id != was.agent_id:
                         moved.append(f"channels.{channel}.accounts.{account_id} (owner {owner}: agent {was.agent_id} "
