@@ -198,4 +198,5 @@ def test_status_and_restart_of_a_gateway_the_service_runs(tmp_path: Path) -> Non
         r = hermit(env, "service", "restart")
         assert r.returncode == 0, r.stderr
         assert calls(tmp_path) == [f"--user is-enabled {name}.service", f"--user is-active {name}.service",
+                                   f"--user is-active {name}.socket",  # the socket unit holding its port
                                    f"--user restart {name}.service"]

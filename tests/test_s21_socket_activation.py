@@ -163,6 +163,23 @@ def test_a_socket_activated_gateway_keeps_its_port_through_restarts_and_devices_
             gw.stop()
 
 
+def test_a_gateway_handed_sockets_of_another_port_than_configured_uses_them_and_says_so(
+        tmp_path: Path, held_port: tuple[int, list[socket.socket]]) -> None:
+    port, socks = held_port
+    home = tmp_path / "home"
+    write_config(home, "http://127.0.0.1:9/v1")
+    other = free_port()
+    gw = ActivatedGateway(home, socks, "--port", str(other))  # gateway.port changed since the socket unit was written
+    try:
+        gw.wait_ready()
+        assert gw.port == port
+    finally:
+        gw.stop()
+    log = (home / "logs" / "gateway.log").read_text(encoding="utf-8") + gw.stderr()
+    assert f"listening on port {port}, which the service's socket unit holds, not on port {other}" in log, log
+    assert "run `hermit service install` again" in log
+
+
 def test_a_gateway_run_by_hand_leaves_its_port_free_when_it_stops_and_auto_keeps_devices_off(tmp_path: Path) -> None:
     """The hole socket activation closes, for contrast: and so `auto` is off by hand, saying why and how."""
     with running_gateway(tmp_path / "home") as (gw, _):

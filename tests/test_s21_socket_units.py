@@ -53,6 +53,10 @@ def test_install_writes_a_socket_unit_holding_both_loopback_addresses_and_system
     (broken / service.name).write_text(service.read_text())
     assert "Unknown key 'ListenStrem'" in verify(broken / socket_unit.name, broken / service.name)
 
+    status = hermit(env, "service", "status")
+    assert status.returncode == 3, status.stderr  # installed, its gateway not running (the fake manager runs none)
+    assert f"socket   {name}.socket (" in status.stdout and "holds the gateway's port" in status.stdout, status.stdout
+
     stop = hermit(env, "service", "stop")
     assert stop.returncode == 0, stop.stderr
     assert "its socket unit keeps the port taken" in stop.stdout, stop.stdout

@@ -118,6 +118,11 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
     print(f"service  {name} ({what} {path})")
     print(f"runs     the gateway of {unit_home(path, kind) or ctx.home}")
     print(f"         {_manager_line(ctx, kind, name)}")
+    if kind == "systemd" and os.path.lexists(path.with_suffix(".socket")):
+        state = (_query(["systemctl", "--user", "is-active", f"{name}.socket"], ctx.environ) or "unknown"
+                 if systemd_usable(ctx.environ) else "not asked")
+        print(f"socket   {name}.socket ({state}) holds the gateway's port while it restarts or is stopped, so browsers "
+              "stay signed in (gateway.remember_devices: auto)")
     if gw is None:
         print("gateway  not running (start it: `hermit service start`; its log: `hermit logs`)")
         return NOT_RUNNING

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import ipaddress
+import logging
 import os
 import socket
 from collections.abc import Callable, MutableMapping
@@ -22,6 +23,8 @@ from pathlib import Path
 
 from hermit.errors import ConfigError
 from hermit.loopback import port_holder
+
+log = logging.getLogger("hermit.gateway")
 
 TWIN = "::1"
 PORT_TRIES = 8  # ports the system chose whose [::1] twin was taken, before giving up
@@ -206,6 +209,10 @@ def open_listeners(host: str, port: int, bind: Callable[[str, int], socket.socke
     socks = inherited_sockets(environ)
     if socks is None:
         return Listeners(listen_sockets(host, port, bind))
+    handed = sorted({int(s.getsockname()[1]) for s in socks})
+    if port and port not in handed:
+        log.warning("listening on port %s, which the service's socket unit holds, not on port %d (gateway.port or "
+                    "--port): run `hermit service install` again to move it", "/".join(map(str, handed)), port)
     held = parent_holds(socks) and _covers_twin(socks)
     socks.sort(key=lambda s: s.family != socket.AF_INET)  # IPv4 first: the address the gateway names
     first = socks[0].getsockname()
