@@ -13,6 +13,7 @@ LAYERS = {
     # foundation
     "errors": 0, "messages": 0, "tokens": 0, "config": 0, "durable": 0, "zones": 0,
     "textfile": 0, "wire": 0, "redaction": 0, "locks": 0, "retry": 0, "refusals": 0, "loopback": 0,
+    "direct_http": 0,
     "lazy": 0,
     # infrastructure
     "db": 1, "memory": 1, "models": 1, "sessions": 1, "workspace": 1, "testing": 1,
