@@ -53,8 +53,8 @@ def test_a_command_leaving_500_nested_folders_ends_within_its_timeout_and_the_ro
 
 
 def test_a_thousand_short_levels_are_handed_back_within_the_timeout(tmp_path: Path) -> None:
-    """~3 s idle, 12-16 s at load 14-23 on two cores (the pack's find and tar across 1,000 levels are CPU work, so the
-    time scales with the machine's load): given 120 s it is handed back at any load we see. The pack with tar
+    """12-16 s at load 14 on two cores, up to 23 s a test at load 15-23 (the pack's find and tar across 1,000 levels are
+    CPU work, so the time scales with the machine's load): given 120 s it is handed back at any load we see. The pack with tar
     `--exclude` this replaced had not finished these 1,000 levels after 600 s (GNU tar 1.34, load 16): still caught."""
     runner, view = room_tools(tmp_path)
     out, err = run(runner, "exec", command=nest(1000, "b"), timeout=120)
