@@ -293,3 +293,27 @@ def test_a_room_moved_to_another_name_moves_whole_with_what_its_chat_is_to_hear(
     out, err = run(runner, "read", path="kept.txt")
     assert not err and out.count(FINISHED) == 1 and snapshot(view.room.path) == new_set, out
     assert FINISHED not in run(runner, "read", path="kept.txt")[0]
+
+
+def test_a_rooms_folder_that_cannot_be_read_never_stops_a_start(tmp_path: Path) -> None:
+    """The sweep runs before the gateway serves: a rooms folder it cannot list (here mode 000, Hermit as uid 65534, for
+    whom the mode counts) is logged and left to each room's next use, never raised."""
+    uid = 65534 if os.geteuid() == 0 else None
+    base = Path(tempfile.mkdtemp(prefix="hermit-s21-unreadable-", dir="/tmp"))
+    try:
+        rooms = base / "rooms"
+        rooms.mkdir(mode=0o700)
+        if uid is not None:
+            os.chown(base, uid, uid)
+            os.chown(rooms, uid, uid)
+        rooms.chmod(0)
+        python = python_as(_as(uid)) if uid is not None else sys.executable
+        assert python is not None
+        script = ("import sys; from pathlib import Path; from hermit.tools.room_sweep import finish_left; "
+                  "print(finish_left(Path(sys.argv[1])))")
+        done = subprocess.run([python, "-c", script, str(rooms)], capture_output=True, text=True,
+                              timeout=PROC_TIMEOUT, env=_env(), **_as(uid))
+        assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-2000:]
+        assert "could not be read" in done.stderr and "next use" in done.stderr
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)

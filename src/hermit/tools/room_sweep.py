@@ -33,6 +33,10 @@ def finish_left(rooms_dir: Path) -> list[str]:
         names = sorted(os.listdir(rooms_dir))
     except (FileNotFoundError, NotADirectoryError):
         return []
+    except OSError as e:  # never stops a start: each room's next use still finishes its own
+        log.warning("the rooms folder %s could not be read (%s): a merge a stopped Hermit left is finished by its "
+                    "room's next use", rooms_dir, e.strerror or e)
+        return []
     with contextlib.suppress(OSError):
         sweep_staging(rooms_dir)
     finished: list[str] = []
