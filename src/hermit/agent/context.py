@@ -41,6 +41,8 @@ from hermit.messages import (
 )
 from hermit.models.base import ToolSchema
 from hermit.redaction import mask, mask_data
+from hermit.sessions.background import SILENT_TOKEN as SILENT_TOKEN  # (every transcript reader's rule)
+from hermit.sessions.background import is_silent as is_silent
 from hermit.sessions.keys import (
     SessionKind,
     classify_session_key,
@@ -54,7 +56,6 @@ from hermit.tokens import estimate_tokens
 from hermit.tools.views import ROOM_ROOT
 from hermit.workspace import BootstrapFile, read_bootstrap
 
-SILENT_TOKEN = "NO_REPLY"
 INTERRUPTED_RESULT = "error: no result was recorded for this tool call (the turn was interrupted)"
 SUMMARY_PREFIX = "[Summary of the earlier conversation, written when it was compacted]\n"
 # A chat's summary is made from its writers' messages, and a writer steers what it says: it leads the history as
@@ -319,12 +320,6 @@ def request_tokens(system: str, tools: Sequence[ToolSchema], messages: Sequence[
     """Estimated tokens of a request as sent (CJK-aware): system prompt, tool schemas and messages.
     This is what compaction and the memory flush compare to the context window."""
     return estimate_tokens(system) + tools_block(tools).tokens + sum(message_tokens(m) for m in messages)
-
-
-def is_silent(text: str) -> bool:
-    """A reply that is exactly NO_REPLY, or starts or ends with it, is not delivered (SPEC §3)."""
-    stripped = text.strip()
-    return stripped.startswith(SILENT_TOKEN) or stripped.endswith(SILENT_TOKEN)
 
 
 # ---- history ----------------------------------------------------------------------------------

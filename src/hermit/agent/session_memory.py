@@ -55,7 +55,7 @@ from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 
 from hermit.agent.forwarded_words import attribute, forwards_in
-from hermit.agent.heartbeat_reply import DEFAULT_ACK_MAX_CHARS, HEARTBEAT_MARK, strip_heartbeat_token
+from hermit.agent.heartbeat_reply import HEARTBEAT_MARK, BeatLines
 from hermit.agent.speakers import dump_speaker, recorded_sender
 from hermit.config.schema import SessionMemoryHookConfig
 from hermit.durable import append_whole, write_atomic
@@ -141,21 +141,21 @@ def recent_dialogue(path: Path, count: int) -> list[Line]:
     prompt and its acknowledgements (HEARTBEAT_OK) are not among them, its alerts are (the owner read them): counted,
     an afternoon of quiet beats filled the `count` and the owner's own conversation was not saved (s21)."""
     lines: list[Line] = []
-    beat = 0  # after the heartbeat's mark: 1 = its prompt comes next, 2 = within its turn
+    beats = BeatLines()
     for entry in read_transcript(path).entries:
         if isinstance(entry, CustomEntry) and entry.custom_type == HEARTBEAT_MARK:
-            beat = 1
+            beats.mark()
         if not isinstance(entry, MessageEntry) or (line := dialogue_line(entry)) is None:
             continue
         if line.role == "user":
-            beat = 2 if beat == 1 else 0
-            if beat:
+            if beats.user():
                 continue
-        elif beat:
-            alert = strip_heartbeat_token(line.text, DEFAULT_ACK_MAX_CHARS)
+        else:
+            alert = beats.assistant(line.text)
             if alert is None:
                 continue
-            line = dataclasses.replace(line, text=alert)
+            if alert != line.text:
+                line = dataclasses.replace(line, text=alert)
         lines.append(line)
     return lines[-count:]
 

@@ -29,6 +29,7 @@ from hermit.memory.index.sources import SourceFile
 from hermit.memory.policy.provenance import Origin, sender_label, sender_text
 from hermit.memory.store.api import FileState, file_ident
 from hermit.messages import OWNER_MARK, Sender, label_text, valid_text
+from hermit.sessions.background import HEARTBEAT_MARK, BeatLines
 from hermit.sessions.entries import (
     HEADER_REPAIR_TYPE,
     RETRACTED_TYPE,
@@ -196,12 +197,20 @@ def render_transcript(raw: str) -> tuple[str, int]:
         "User": f"User ({chat})", "Assistant": f"Assistant ({chat})"}
     out: list[str] = []
     messages = 0
+    beats = BeatLines()  # a heartbeat's prompt and acknowledgements are nobody's words: not indexed
     for obj in objs:
         rendered = ""
+        if isinstance(obj, dict) and obj.get("type") == "custom" and obj.get("customType") == HEARTBEAT_MARK:
+            beats.mark()
         if isinstance(obj, dict) and obj.get("type") == "message":
             messages += 1
             message = obj.get("message")
             got = _message_text(retract(edit(message, edits), refs) if isinstance(message, dict) else message)
+            if isinstance(message, dict) and message.get("role") == "user" and beats.user():
+                got = None  # a beat's prompt
+            elif got and got[0] == "Assistant":
+                alert = beats.assistant(got[1])
+                got = (got[0], alert) if alert else None  # an acknowledgement: nothing reached anyone
             if got:
                 who, text = got
                 sender = _sender(obj["message"]) if chat is not None else None
