@@ -559,8 +559,8 @@ class AgentRuntime:
         user = UserMessage(text, images, sender=self._senders.get(turn.session_key) if records_senders(turn.session_key)
                            else None, ref=self._refs.get(turn.session_key), files=self._files.get(turn.session_key, ()))
         # The main session's copies of what its tools brought in stay material (agent/untrusted_words.py).
-        runner = UntrustedGuard(turn.tools, self.agent.workspace, user) if is_main_session_key(turn.session_key) \
-            and not read_only else turn.tools
+        runner = UntrustedGuard(turn.tools, self.agent.workspace, user, turn.history.messages) \
+            if is_main_session_key(turn.session_key) and not read_only else turn.tools
         try:
             return run_loop(
                 self.model,
