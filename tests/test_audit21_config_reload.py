@@ -79,7 +79,7 @@ def test_an_agent_removed_with_its_bindings_does_not_hand_its_owner_the_default_
     """HIGH before: with family and its binding taken out (the config stays valid), the family account's DMs go to
     the default agent, and the account's owner — the relative — was at once the owner of main's main session
     (MEMORY.md, unsandboxed tools). Now the live reload is refused, naming the account, until the account is bound
-    again, turned off or its owners changed; a restart applies the file as it is."""
+    again, turned off or its owners changed."""
     home, cfg, access = live(tmp_path)
     save(home, two_agents(home, "", bindings=[], agents=[{"id": "main", "default": True}]))
     with pytest.raises(ConfigError) as refused:
@@ -106,8 +106,8 @@ def test_an_owner_added_in_the_same_edit_is_a_promotion_and_is_applied(tmp_path:
 
 
 def test_a_restart_applies_the_move_the_live_reload_refused(tmp_path: Path) -> None:
-    """Documented: the refusal protects the running gateway; a restart reads the file as it is (doctor's bindings
-    check is the place to look before it)."""
+    """LiveConfig alone, built afresh, applies the file as it is: the start's own check is `hermit gateway run`'s
+    (gateway/owner_routes.py, the next test)."""
     home, cfg, _ = live(tmp_path)
     save(home, two_agents(home, "", bindings=[], agents=[{"id": "main", "default": True}]))
     with pytest.raises(ConfigError):
@@ -138,3 +138,66 @@ def test_a_guild_binding_dropped_moves_no_owner_but_a_slack_team_binding_does(tm
     refused = owners_moved(cfg([team]), cfg([]))
     assert refused is not None and "channels.slack.accounts.default (owner U0OWNER1: agent fam -> agent main)" in \
         refused.message
+
+
+def test_a_restart_refuses_what_the_live_reload_refused_until_the_record_is_removed(tmp_path: Path) -> None:
+    """The HIGH of the live reload, across a restart (owner_routes): the real `hermit gateway run` against the fake
+    Telegram records which agent the family bot's owner reaches; with the family agent and its binding taken out of
+    hermit.yaml while it is stopped, the next start is refused naming the account, until the record is removed (the
+    owner's explicit act) or the account is bound again, turned off or its owners changed."""
+    import asyncio
+
+    from fakes.fake_telegram import FakeTelegram
+    from hermit.gateway.owner_routes import path_of
+    from hermit.testing.fake_provider import FakeProvider
+    from test_channel_gateway import Gateway
+
+    home = tmp_path / "home"
+    (home / "workspace").mkdir(parents=True)
+    (home / "family-ws").mkdir()
+
+    def config(fake: FakeTelegram, provider: FakeProvider, family: bool, enabled: bool = True) -> None:
+        agents: list[dict[str, Any]] = [{"id": "main", "default": True}]
+        if family:
+            agents.append({"id": "family", "workspace": str(home / "family-ws")})
+        save(home, {"agents": {"defaults": {"model": "fake/test-model", "memory_search": {"provider": "none"}},
+                               "list": agents},
+                    "models": {"providers": {"fake": {"type": "openai-compatible",
+                                                      "base_url": provider.openai_base_url}}},
+                    "gateway": {"shutdown_grace_seconds": 2},
+                    "channels": {"telegram": {"accounts": {"family": {
+                        "token_env": "TG_FAMILY", "api_base": fake.base_url, "owners": ["3003"],
+                        "dm_policy": "allowlist", "enabled": enabled, "poll_timeout_seconds": 1}}}},
+                    "bindings": [{"match": {"channel": "telegram", "account_id": "family"}, "agent_id": "family"}]
+                    if family else []})
+        (home / "hermit.yaml").chmod(0o600)
+
+    async def main() -> tuple[str, list[str]]:
+        fake = await FakeTelegram("777:FAMILY").start()
+        provider = FakeProvider([{"text": "noted", "repeat": True}]).start()
+        env = {**os.environ, "HERMIT_HOME": str(home), "TG_FAMILY": "777:FAMILY", "OMP_WAIT_POLICY": "PASSIVE"}
+        try:
+            config(fake, provider, family=True)
+            gw = await Gateway(home, env).start()
+            assert await gw.stop() == 0
+            recorded = json.loads(path_of(home).read_text())
+            assert recorded == {"telegram/family/3003": "family"}
+            config(fake, provider, family=False)  # family taken out while the gateway is stopped
+            try:
+                await Gateway(home, env).start()
+            except AssertionError as e:
+                refused = str(e)
+            else:
+                raise AssertionError("the gateway started and gave 3003 the main agent's main session")
+            path_of(home).unlink()  # the owner's explicit act: move them on purpose
+            gw = await Gateway(home, env).start()
+            assert await gw.stop() == 0
+            return refused, [str(json.loads(path_of(home).read_text()))]
+        finally:
+            provider.stop()
+            await fake.stop()
+
+    refused, after = asyncio.run(main())
+    assert "telegram/family/3003 (agent family -> agent main)" in refused, refused
+    assert "remove" in refused and "owner-routes.json" in refused
+    assert after == [str({"telegram/family/3003": "main"})]

@@ -81,6 +81,7 @@ def configure_dashboard(d: argparse.ArgumentParser) -> None:
 
 def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
     from hermit.cli.assistant import build_runtime
+    from hermit.gateway import owner_routes
     from hermit.gateway.logs import setup_logging
     from hermit.gateway.supervisor import Gateway
 
@@ -99,8 +100,12 @@ def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
 
         # A room's merge a killed Hermit left part-way: finished now, before any turn or owner's tool sees the room.
         finish_agents([a.sessions_dir.parent / "rooms" for a in loaded.agents])
+        # An owner id the config would hand another agent's main session than the last gateway did: refused.
+        owner_routes.check_start(ctx.home, loaded)
         runtimes = {a.id: build_runtime(ctx, a, long_lived=True) for a in loaded.agents}
         gateway = Gateway(loaded, ctx.home, ctx.environ, runtimes, token, host=host, port=port)
+        owner_routes.record(ctx.home, loaded)
+        gateway.live.listen(lambda new: owner_routes.record(ctx.home, new))
 
         def ready(url: str) -> None:
             # No token here: under systemd stdout is the journal, readable by more than the owner.

@@ -182,7 +182,8 @@ def owners_moved(old: LoadedConfig, new: LoadedConfig) -> ConfigError | None:
     routing changed (an agent and its bindings removed, a binding moved or dropped, the default agent changed).
     The account's owners are the owners of the agent its DMs go to: a relative who owns the family bot, whose
     agent was removed from hermit.yaml, was at once the owner of the default agent's main session. An id added to
-    `owners` in the same edit is a promotion the edit states, and is let through; a restart applies either."""
+    `owners` in the same edit is a promotion the edit states, and is let through. A start is checked the same way
+    against what the last gateway applied (gateway/owner_routes.py)."""
     from hermit.config.channels import platforms
 
     before, after = Router.from_config(old), Router.from_config(new)
@@ -207,7 +208,8 @@ def owners_moved(old: LoadedConfig, new: LoadedConfig) -> ConfigError | None:
     return ConfigError(f"this edit would give owners of {', '.join(sorted(set(moved)))} the main session of another "
                        "agent (its MEMORY.md and owner tools) because routing changed, not their owners entry",
                        "bind the account to its agent again (bindings), turn it off (enabled: false) or take those ids "
-                       "out of its owners; to move them on purpose, restart the gateway after saving")
+                       "out of its owners; to move them on purpose, stop the gateway, remove "
+                       f"{new.paths.home / 'channels' / 'owner-routes.json'} and start it")
 
 
 # ---- what changed ---------------------------------------------------------------------------------------
