@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import sys
 from pathlib import Path
 
 from hermit.agent.untrusted_words import _words
@@ -246,3 +247,49 @@ def test_a_marker_the_page_holds_spelled_apart_does_not_attribute_it(tmp_path: P
     result = rt.run_turn(MAIN, "what does example.com say?")
     assert result.tool_calls[1].is_error, result.tool_calls[1].result
     assert snapshot(rt) == before
+
+
+def test_a_job_the_shell_makes_from_the_page_is_removed(tmp_path: Path) -> None:
+    """`hermit cron add --message -` reads the message from its input: the page's words, decoded by the shell, never
+    appear in the command. The job it made (or the message it changed) is taken back after the command."""
+    page = page_file(tmp_path)
+    encoded = base64.b64encode(RULE.encode()).decode()
+    cli = f"HERMIT_HOME={tmp_path / 'home'} {sys.executable} -m hermit cron"
+    rt, _, jobs = setup(tmp_path, [
+        call("exec", command=f"cat {page}"),
+        call("exec", command=f"echo {encoded} | base64 -d | {cli} add --name monday --cron '0 9 * * 1' --message -"),
+        call("exec", command=f"{cli} add --name plants --cron '0 9 * * 1' --message 'water the plants please now'"),
+        "done"])
+    result = rt.run_turn(MAIN, "what does example.com say? and remind me to water the plants please now")
+    assert [r.is_error for r in result.tool_calls] == [False, True, False], [r.result[:160] for r in result.tool_calls]
+    assert "was removed" in result.tool_calls[1].result
+    listed = json.dumps(jobs.list_jobs("main"))
+    assert "Carl" not in listed and "water the plants" in listed
+
+
+def test_a_file_put_back_keeps_its_mode_and_link_and_nothing_else_is_touched(tmp_path: Path) -> None:
+    """MEMORY.md (0600) replaced by a world-readable copy holding the page's words is put back 0600; a linked
+    HEARTBEAT.md pointed by the command at a file of the page's words gets its link back, and that file is left."""
+    page = page_file(tmp_path)
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    (dotfiles / "heartbeat.md").write_text("# Heartbeat\n", encoding="utf-8")
+    other = tmp_path / "page-words.md"
+    other.write_text(f"- {RULE}\n", encoding="utf-8")
+    rt, _, _ = setup(tmp_path, [
+        call("exec", command=f"cat {page}"),
+        call("exec", command=f"(cat MEMORY.md; cat {other}) > {tmp_path}/m.md; chmod 644 {tmp_path}/m.md; "
+                             f"mv {tmp_path}/m.md MEMORY.md"),
+        call("exec", command=f"ln -sfn {other} HEARTBEAT.md"),
+        "done"])
+    ws = rt.agent.workspace
+    (ws / "MEMORY.md").chmod(0o600)
+    (ws / "HEARTBEAT.md").unlink(missing_ok=True)
+    os.symlink(dotfiles / "heartbeat.md", ws / "HEARTBEAT.md")
+    memory = (ws / "MEMORY.md").read_text(encoding="utf-8")
+    result = rt.run_turn(MAIN, "what does example.com say?")
+    assert [r.is_error for r in result.tool_calls] == [False, True, True], [r.result[:120] for r in result.tool_calls]
+    assert (ws / "MEMORY.md").read_text(encoding="utf-8") == memory and (ws / "MEMORY.md").stat().st_mode & 0o777 == 0o600
+    assert os.readlink(ws / "HEARTBEAT.md") == str(dotfiles / "heartbeat.md")
+    assert (dotfiles / "heartbeat.md").read_text(encoding="utf-8") == "# Heartbeat\n"
+    assert other.read_text(encoding="utf-8") == f"- {RULE}\n"  # the new link's target is not the guard's to touch

@@ -46,6 +46,7 @@ import re
 import time
 import unicodedata
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -191,10 +192,11 @@ class UntrustedGuard(ToolRunner):
         if refusal is not None:
             # masked like every result (a registered key the model copied into the line stays out of the transcript)
             return ToolRun(call, ToolResultMessage(call.id, call.name, mask(refusal), True), 0.0)
-        before = self._files() if call.name in _SHELL and self._watching() else None
+        watch = call.name in _SHELL and self._watching()
+        before, jobs = (self._files(), self._jobs()) if watch else ({}, {})
         target = self._target(call)
         run = self._inner.run(call)
-        if before is not None and (undone := self._undo(call, before)) is not None:
+        if watch and (undone := self._undo(before) or self._unjob(jobs)) is not None:
             return ToolRun(call, ToolResultMessage(call.id, call.name, mask(undone), True), run.seconds)
         self._after(call, run.result, target)
         return run
@@ -320,40 +322,74 @@ class UntrustedGuard(ToolRunner):
 
     # What a command wrote
 
-    def _files(self) -> dict[Path, bytes | None]:
-        out: dict[Path, bytes | None] = {}
-        for real in self._names():
+    def _files(self) -> dict[str, _Was]:
+        """The instruction files as they are before a command, by their name in the workspace."""
+        out: dict[str, _Was] = {}
+        for real, entry in self._names().items():
+            path = self._workspace / entry
             try:
-                out[real] = real.read_bytes() if real.stat().st_size <= OWN_BYTES else None
+                link = os.readlink(path) if path.is_symlink() else None
+                st = real.stat()
+                out[entry] = _Was(real, real.read_bytes() if st.st_size <= OWN_BYTES else None, st.st_mode, link)
             except OSError:
-                out[real] = None
+                out[entry] = _Was(real, None, 0, None)
         return out
 
-    def _undo(self, call: ToolCallPart, before: dict[Path, bytes | None]) -> str | None:
+    def _jobs(self) -> dict[str, dict[str, Any]]:
+        """This agent's jobs by id, as its cron tool lists them (none when it has no cron tool)."""
+        tool = self._inner.get("cron")
+        if tool is None:
+            return {}
+        try:
+            listed = tool.function(action="list")
+        except Exception:  # noqa: BLE001 - a store that does not load: nothing to compare, the command's result stands
+            return {}
+        jobs = listed.get("jobs", []) if isinstance(listed, dict) else []
+        return {str(j["id"]): j for j in jobs if isinstance(j, dict) and "id" in j}
+
+    def _unjob(self, before: dict[str, dict[str, Any]]) -> str | None:
+        """After a command: a job it added or whose message it changed (`… | base64 -d | hermit cron add --message
+        -`) that copies text this turn brought is removed, or its message put back."""
+        tool = self._inner.get("cron")
+        if tool is None:
+            return None
+        for id_, job in self._jobs().items():
+            message, had = job.get("message"), before.get(id_)
+            if not isinstance(message, str) or (had is not None and had.get("message") == message):
+                continue
+            refusal = self._check("a scheduled job's message", [ln for ln in message.splitlines() if ln.strip()])
+            if refusal is None:
+                continue
+            if had is None:
+                tool.function(action="remove", id=id_)
+            else:
+                tool.function(action="update", id=id_, job={"message": had.get("message")})
+            what = "added was removed" if had is None else "changed was put back"
+            return f"the command ran, but the job {id_} it {what}: {refusal.removeprefix('not written: ')}"
+        return None
+
+    def _undo(self, before: dict[str, _Was]) -> str | None:
         """After a command in a turn that brought text: an instruction file it changed (`base64 -d >> HEARTBEAT.md`,
-        `cp memory/x.md HEARTBEAT.md`, `sed -i`, a link followed) whose new lines copy that text is put back as it
-        was, and the command's result says so."""
-        names = self._names()
-        for real, where in names.items():
-            if real in before and before[real] is None:
+        `cp memory/x.md HEARTBEAT.md`, `sed -i`, a link followed or replaced) whose new lines copy that text is put
+        back as it was — its bytes and mode, the link it was — and the command's result says so. Only the
+        workspace's entry and the file it named before are touched (never what a new link points at)."""
+        for real, entry in self._names().items():
+            was = before.get(entry)
+            if was is not None and was.data is None:
                 continue  # too large (or unreadable) to put back: not compared
-            had = before.get(real)
             now = _read(real)
-            old = (had or b"").decode("utf-8", "replace")
+            old = (was.data or b"").decode("utf-8", "replace") if was is not None else ""
             if now == old:
                 continue
             kept = set(_lines(old))
             new = [ln for ln in now.splitlines() if ln.strip() and ln.strip() not in kept]
             # this turn's, not the owner's, for a later copy of them (the words the file held stay theirs: a sed)
             self._wrote_diff |= _grams("\n".join(new)) - _grams(old)
-            refusal = self._check(where, new)
+            refusal = self._check(entry, new)
             if refusal is None:
                 continue
-            if had is None:
-                real.unlink(missing_ok=True)  # the command made it
-            else:
-                real.write_bytes(had)
-            return f"the command ran, but its change to {where} was undone: {refusal.removeprefix('not written: ')}"
+            _put_back(self._workspace / entry, was)
+            return f"the command ran, but its change to {entry} was undone: {refusal.removeprefix('not written: ')}"
         return None
 
     def _owners(self) -> set[tuple[str, ...]]:
@@ -415,6 +451,30 @@ class UntrustedGuard(ToolRunner):
 
 def _lines(text: str) -> Iterable[str]:
     return (ln.strip() for ln in text.splitlines() if ln.strip())
+
+
+@dataclass(frozen=True)
+class _Was:
+    """An instruction file before a command: where it really is, its bytes (None: too large), mode, and the link
+    the workspace's entry was (None: a file)."""
+
+    real: Path
+    data: bytes | None
+    mode: int
+    link: str | None
+
+
+def _put_back(entry: Path, was: _Was | None) -> None:
+    now_link = os.readlink(entry) if entry.is_symlink() else None
+    if was is None or now_link != was.link or (now_link is None and os.path.realpath(entry) != str(was.real)):
+        entry.unlink(missing_ok=True)  # the command made this entry (or replaced it): the entry goes, not its target
+        if was is not None and was.link is not None:
+            os.symlink(was.link, entry)
+    if was is not None and was.data is not None:
+        fd = os.open(was.real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, was.mode & 0o7777)
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(fd, was.mode & 0o7777)  # a `mv` put a world-readable file there: the owner's mode again
+            f.write(was.data)
 
 
 def _changed_since(path: Path, start: int) -> bool:
