@@ -46,6 +46,8 @@ HEARTBEAT_FILE = "HEARTBEAT.md"
 MAX_HEARTBEAT_BYTES = 1_000_000  # a checklist; what the prompt shows of it is cut far sooner (20,000 characters)
 # The original's rule: the same alert text is not sent to the same place again within a day.
 DUPLICATE_WINDOW = timedelta(hours=24)
+# Why a beat was skipped while the owner's turn held the main session (the schedule tries again soon).
+BUSY = "main session busy"
 
 log = logging.getLogger("hermit.scheduler")
 
@@ -245,7 +247,7 @@ async def run_heartbeat(agent: AgentConfig, host: SchedulerHost, now: datetime, 
     withheld = withheld_from(loaded, agent, target) if loaded is not None else None
     key = main_session_key(agent.id)
     if host.busy(key):
-        return HeartbeatOutcome("skipped", "main session busy")
+        return HeartbeatOutcome("skipped", BUSY)
     result = await host.run_turn(agent.id, key, cfg.prompt, heartbeat=True)
     alert = strip_heartbeat_token(result.reply, cfg.ack_max_chars) if result.delivered else None
     if alert is None:

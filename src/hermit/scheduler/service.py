@@ -32,6 +32,7 @@ from hermit.config.load import AgentConfig, LoadedConfig
 from hermit.errors import ConfigError, HermitError, JobError
 from hermit.redaction import mask
 from hermit.scheduler.control import CronJobs, register_scheduler
+from hermit.scheduler.heartbeat import BUSY as BEAT_BUSY
 from hermit.scheduler.heartbeat import (
     AlertMemory,
     HeartbeatOutcome,
@@ -39,6 +40,7 @@ from hermit.scheduler.heartbeat import (
     run_heartbeat,
     withheld_from,
 )
+from hermit.scheduler.heartbeat_schedule import BEAT_TIMES_FILE, BUSY_RETRY, BeatTimes
 from hermit.scheduler.host import SchedulerHost
 from hermit.scheduler.jobs import InFlight, Job
 from hermit.scheduler.runner import Mark, RunHandle, execute, finish, new_handle, session_starter
@@ -104,6 +106,7 @@ class SchedulerService:
                              restart=restart)  # the gateway's restart words, for a target with no account
         self._start_session = session_starter(loaded, clock, fsync=fsync)
         self._alerts = AlertMemory(self.jobs.store.dir / "heartbeat-alerts.json")
+        self._beat_times = BeatTimes(self.jobs.store.dir / BEAT_TIMES_FILE)  # the schedule outlives a restart
         self._plan = _Plan()
         self._runs: dict[str, _Run] = {}
         self._own: set[str] = set()  # the run ids this service started (any other in flight, a crash left)
@@ -128,7 +131,7 @@ class SchedulerService:
         now = self.clock()
         self.started_at = now
         for hb in self._heartbeats.values():
-            hb.next = now + hb.every if hb.every else None
+            hb.next = self._beat_times.next_due(hb.agent.id, hb.every, now) if hb.every else None
             self._say_target(hb)  # said once at start, not only at the first heartbeat half an hour later
         self._reload(force=True)
         register_scheduler(self.jobs.store.path, self)
@@ -192,8 +195,11 @@ class SchedulerService:
             every = timedelta(minutes=minutes) if minutes > 0 else None
             if agent is not None:
                 hb.agent = agent
-            if every != hb.every:
-                hb.every, hb.next = every, (now + every if every else None)
+            if every != hb.every:  # a new interval counts from the last beat; a heartbeat turned on starts now
+                was, hb.every = hb.every, every
+                if every is not None and was is None:
+                    self._beat_times.set(agent_id, now)
+                hb.next = self._beat_times.next_due(agent_id, every, now) if every is not None else None
             if hb.every:
                 self._say_target(hb)
 
@@ -360,12 +366,15 @@ class SchedulerService:
             return
         if hb.every is None or hb.next is None or hb.next > now:
             return
-        while hb.next <= now:  # after a long sleep, one heartbeat, not one per missed slot
-            hb.next += hb.every
+        # The next counts from this one (as after a restart: heartbeat_schedule.py): after a long sleep or a
+        # gateway down past its slot, one heartbeat now and the next a whole interval later, not one per missed slot.
+        hb.next = now + hb.every
         hb.started = now
-        hb.task = asyncio.create_task(self._heartbeat(hb, now), name=f"heartbeat-{hb.agent.id}")
+        before = self._beat_times.last(hb.agent.id)
+        self._beat_times.set(hb.agent.id, now)  # before the turn: a gateway killed mid-turn does not beat again
+        hb.task = asyncio.create_task(self._heartbeat(hb, now, before), name=f"heartbeat-{hb.agent.id}")
 
-    async def _heartbeat(self, hb: _Heartbeat, now: datetime) -> None:
+    async def _heartbeat(self, hb: _Heartbeat, now: datetime, before: datetime | None = None) -> None:
         try:
             loaded = self.config()
         except ConfigError as e:  # fail closed: no main-session turn whose alert could go to the wrong person
@@ -385,6 +394,11 @@ class SchedulerService:
             outcome = HeartbeatOutcome("error", mask(f"{type(e).__name__}: {e}"))
         hb.last = outcome.to_dict(now)
         log.info("heartbeat %s: %s %s", hb.agent.id, outcome.status, outcome.reason)
+        if outcome.status == "skipped" and outcome.reason == BEAT_BUSY and hb.next is not None:
+            # The owner's turn held the main session: not a beat. Tried again soon, not a whole interval later.
+            self._beat_times.set(hb.agent.id, before)
+            hb.next = min(hb.next, self.clock() + BUSY_RETRY)
+            self.wake()
 
     def _next_wake(self, now: datetime) -> datetime:
         times = [now + IDLE_WAKE]
