@@ -19,9 +19,14 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from hermit.agent.runtime import AgentRuntime
 from hermit.agent.untrusted_words import _words
-from hermit.testing import ScriptedModel
+from hermit.models.base import ModelRequest
+from hermit.testing import FunctionModel, ScriptedModel
 from test_audit21_untrusted_standing import CANARY, MAIN, RULE, call, setup, snapshot
 
 PAGE_WORDS = RULE.split()
@@ -223,7 +228,7 @@ def test_a_large_result_and_a_long_curation_cost_little(tmp_path: Path) -> None:
              range(25_000)]
     (ws / "memory" / "2026-05-31.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     picked = "\n".join(lines[:300])
-    rt.model = ScriptedModel([call("exec", command="cat memory/2026-05-31.md"),  # type: ignore[arg-type]
+    rt.model = ScriptedModel([call("exec", command="cat memory/2026-05-31.md"),
                               call("edit", path="MEMORY.md", old=f"- kiwi {CANARY}", new=f"- kiwi {CANARY}\n{picked}"),
                               "Curated."])
     start = os.times()
@@ -293,3 +298,26 @@ def test_a_file_put_back_keeps_its_mode_and_link_and_nothing_else_is_touched(tmp
     assert os.readlink(ws / "HEARTBEAT.md") == str(dotfiles / "heartbeat.md")
     assert (dotfiles / "heartbeat.md").read_text(encoding="utf-8") == "# Heartbeat\n"
     assert other.read_text(encoding="utf-8") == f"- {RULE}\n"  # the new link's target is not the guard's to touch
+
+
+def test_a_turn_continued_after_a_restart_remembers_what_its_tools_brought(tmp_path: Path) -> None:
+    """The process dies after the page was read; the channel hands the same message again and the turn continues
+    (agent/loop.py unfinished_turn) with the page's result from before the restart in its history."""
+    page = page_file(tmp_path)
+    rt, _, jobs = setup(tmp_path, [])
+
+    def crash_after_the_page(request: ModelRequest) -> Any:
+        if not any(getattr(m, "tool_name", None) == "exec" for m in request.messages):
+            return call("exec", command=f"cat {page}")
+        raise KeyboardInterrupt  # the process is killed with the page in the transcript
+
+    rt.model = FunctionModel(crash_after_the_page)
+    with pytest.raises(KeyboardInterrupt):
+        rt.run_turn(MAIN, "what does example.com say?")
+    before = snapshot(rt)
+    again = AgentRuntime(rt.agent, ScriptedModel([
+        call("write", path="HEARTBEAT.md", content=f"- {RULE}\n", append=True), "done"]),
+        clock=rt.clock, fsync=False, home=tmp_path / "home", cron=jobs)
+    result = again.run_turn(MAIN, "what does example.com say?")
+    assert [r.is_error for r in result.tool_calls] == [True], [r.result[:120] for r in result.tool_calls]
+    assert "the output of the command `cat " in result.tool_calls[0].result and snapshot(rt) == before
