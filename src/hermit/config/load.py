@@ -11,6 +11,7 @@ import difflib
 import hashlib
 import os
 import re
+import time
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -424,6 +425,37 @@ def _sessions_dir(paths: StatePaths, entry: AgentEntry) -> Path:
     return StatePaths((base if base.is_absolute() else paths.home / base).resolve()).sessions_dir(entry.id)
 
 
+# An editor that saves in place (nano, a JSON writer) truncates the file and writes it in pieces microseconds
+# apart; the gateway reads hermit.yaml at every admission, and a prefix of a two-agent config can parse and route the
+# family group to the default agent (12 of 620 prefixes did, audit s21). A file whose ctime (set by the kernel, not
+# by a user) is under SETTLE_NS old is read once it is that old, and a read whose file changed meanwhile (size,
+# times, inode) is read again, for SETTLE_MAX_S at most: a save in progress is never taken for the config.
+SETTLE_NS = 50_000_000
+SETTLE_MAX_S = 1.0
+
+
+def _signature(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def read_settled(source: Path) -> tuple[bytes, os.stat_result]:
+    """The bytes of the config file and the fstat of what was read, once no save is writing it: read again
+    while the file changed during the read or was changed under SETTLE_NS ago (a ctime in the future, a clock set
+    back, waits for nothing). Costs one stat more per read; a read within SETTLE_NS of a save waits for the rest."""
+    deadline = time.monotonic() + SETTLE_MAX_S
+    while True:
+        raw, st = read_regular_stat(source)
+        try:
+            changed = _signature(os.stat(source)) != _signature(st) or len(raw) != st.st_size
+        except OSError:
+            changed = True  # moved away mid-read (an editor's save by rename): read what is there now
+        age = time.time_ns() - st.st_ctime_ns
+        young = 0 <= age < SETTLE_NS
+        if not (changed or young) or time.monotonic() >= deadline:
+            return raw, st
+        time.sleep((SETTLE_NS - age) / 1e9 if young and not changed else 0.002)
+
+
 def load_config(paths: StatePaths, explicit: Path | None = None) -> LoadedConfig:
     """Load and validate the config under `paths.home` (or `explicit`); no file means all defaults."""
     source = explicit or paths.config_file()
@@ -440,7 +472,7 @@ def load_config(paths: StatePaths, explicit: Path | None = None) -> LoadedConfig
         # The file judged is the file read (the descriptor's fstat): the name may be swapped between the look
         # above and the read (a symlinked hermit.yaml names a file in a folder someone else may write), and the
         # gateway reloads at every admission, so a swap gets as many tries as it likes.
-        raw, st = read_regular_stat(source)
+        raw, st = read_settled(source)
         why = not_own_file(st)
         # Text mode's universal newlines, as a text read gives them.
         text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
