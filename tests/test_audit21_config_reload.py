@@ -181,7 +181,8 @@ def test_a_restart_refuses_what_the_live_reload_refused_until_the_record_is_remo
             gw = await Gateway(home, env).start()
             assert await gw.stop() == 0
             recorded = json.loads(path_of(home).read_text())
-            assert recorded == {"telegram/family/3003": "family"}
+            # 3003 reaches family's main session; the account's contacts (*) their own sessions of family.
+            assert recorded == {"telegram/family/3003": "family", "telegram/family/*": "family"}
             config(fake, provider, family=False)  # family taken out while the gateway is stopped
             try:
                 await Gateway(home, env).start()
@@ -200,4 +201,4 @@ def test_a_restart_refuses_what_the_live_reload_refused_until_the_record_is_remo
     refused, after = asyncio.run(main())
     assert "telegram/family/3003 (agent family -> agent main)" in refused, refused
     assert "remove" in refused and "owner-routes.json" in refused
-    assert after == [str({"telegram/family/3003": "main"})]
+    assert after == [str({"telegram/family/*": "main", "telegram/family/3003": "main"})]

@@ -48,6 +48,8 @@ log = logging.getLogger("hermit.gateway")
 FileKey = tuple[tuple[int, ...] | None, ...]
 Loader = Callable[[StatePaths], LoadedConfig]
 
+# The peer that stands for any contact of an account in the owner-move checks (no id is "*", no binding names it).
+CONTACTS = "*"
 # A running channel account's fields that access control reads at each message.
 ACCESS_FIELDS = frozenset({"enabled", "owners", "dm_policy", "allow_from", "group_policy", "groups",
                            "group_allow_from", "require_mention"})
@@ -194,18 +196,23 @@ def owners_moved(old: LoadedConfig, new: LoadedConfig) -> ConfigError | None:
             prev = was_accounts.get(account_id)
             if prev is None or not prev.enabled or not acc.enabled:
                 continue
-            for owner in (o for o in acc.owners if o in prev.owners):
+            # Its contacts too ("*": any of them, the peer no binding names), which reach a main session only where
+            # an agent shares it with contacts: the family account's contacts routed to a default agent with
+            # dangerously_share_main_session_with_contacts were let into its main session.
+            senders = [(o, True) for o in acc.owners if o in prev.owners] + [(CONTACTS, False)]
+            for sender, is_owner in senders:
                 # A DM carries no guild (Discord's never do); a Slack DM carries its workspace's team.
                 for team in {t for _, t in dm_scopes(before, channel) | dm_scopes(after, channel)}:
-                    inp = RouteInput(channel, account_id, "dm", owner, team_id=team, sender_is_owner=True)
+                    inp = RouteInput(channel, account_id, "dm", sender, team_id=team, sender_is_owner=is_owner)
                     was, now = before.resolve(inp), after.resolve(inp)
                     if now.main and now.agent_id != was.agent_id:
-                        moved.append(f"channels.{channel}.accounts.{account_id} (owner {owner}: agent {was.agent_id} "
+                        who = f"owner {sender}" if is_owner else "its contacts"
+                        moved.append(f"channels.{channel}.accounts.{account_id} ({who}: agent {was.agent_id} "
                                      f"-> agent {now.agent_id})")
                         break
     if not moved:
         return None
-    return ConfigError(f"this edit would give owners of {', '.join(sorted(set(moved)))} the main session of another "
+    return ConfigError(f"this edit would give the senders of {', '.join(sorted(set(moved)))} the main session of another "
                        "agent (its MEMORY.md and owner tools) because routing changed, not their owners entry",
                        "bind the account to its agent again (bindings), turn it off (enabled: false) or take those ids "
                        "out of its owners; to move them on purpose, stop the gateway, remove "

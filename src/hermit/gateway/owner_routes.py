@@ -8,10 +8,20 @@ starts, against what the last gateway applied: `<state>/channels/owner-routes.js
 and each applied reload. An owner id that already reached one agent's main session and would now reach another
 agent's is refused, naming the account, the id and both agents; an id not recorded (new to `owners`, a new
 account, the first start) is a promotion the config states. To move someone on purpose: remove the file.
+
+Also refused (audit s21 t12):
+- an account not recorded (a new id, or the same bot renamed: `family` → `family2`) that gives an id recorded as
+  reaching only other agents' main sessions the main session of an agent that already had recorded owners — the
+  rename took the account out of the check above;
+- an account's contacts ("*") reaching another agent's main session (one that shares it with contacts);
+- a record that is there but cannot be trusted: not a regular file of this user (a symlink, another user's), too
+  large, not the JSON this module writes. A missing record is the first start, or the owner's explicit reset;
+  anything else there is refused (fail closed), naming the file to remove.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -21,7 +31,7 @@ from pathlib import Path
 from hermit.agent.routing import RouteInput, Router
 from hermit.config.load import LoadedConfig
 from hermit.errors import ConfigError
-from hermit.gateway.live_config import dm_scopes
+from hermit.gateway.live_config import CONTACTS, dm_scopes
 
 log = logging.getLogger("hermit.gateway")
 
@@ -33,48 +43,99 @@ def path_of(home: Path) -> Path:
 
 
 def routes(loaded: LoadedConfig) -> dict[str, str]:
-    """`channel/account/owner[/team]` → the agent whose main session that owner's DMs reach (running accounts)."""
+    """What is recorded: `channel/account/sender[/team]` → the agent that sender's DMs reach (running accounts).
+    sender: an owner id, whose main session only is recorded, or CONTACTS (any contact), recorded wherever it goes,
+    as a move of contacts into an agent's main session starts from a session of their own."""
+    return {k: agent for k, (agent, main) in _routes(loaded).items() if main or k.split("/")[2:3] == [CONTACTS]}
+
+
+def _routes(loaded: LoadedConfig) -> dict[str, tuple[str, bool]]:
     from hermit.config.channels import platforms
 
     router = Router.from_config(loaded)
-    out: dict[str, str] = {}
+    out: dict[str, tuple[str, bool]] = {}
     for channel in platforms():
         for account_id, acc in loaded.config.channels.accounts_of(channel).items():
             if not acc.enabled:
                 continue
-            for owner in acc.owners:
+            for sender, is_owner in [*((o, True) for o in acc.owners), (CONTACTS, False)]:
                 for team in {t for _, t in dm_scopes(router, channel)}:  # a DM carries no guild
-                    route = router.resolve(RouteInput(channel, account_id, "dm", owner, team_id=team,
-                                                      sender_is_owner=True))
-                    if route.main:
-                        out["/".join([channel, account_id, owner, *([team] if team else [])])] = route.agent_id
+                    route = router.resolve(RouteInput(channel, account_id, "dm", sender, team_id=team,
+                                                      sender_is_owner=is_owner))
+                    if route.main or not is_owner:
+                        key = "/".join([channel, account_id, sender, *([team] if team else [])])
+                        out[key] = (route.agent_id, route.main)
     return out
 
 
+class UntrustedRecord(ConfigError):
+    """The record is there but is not what this module writes."""
+
+
 def _recorded(path: Path) -> dict[str, str]:
-    """What the last gateway applied; nothing (no check) when there is no such file of ours."""
+    """What the last gateway applied; nothing (no check) when there is no record. A record that is there but
+    cannot be trusted raises UntrustedRecord: failing open would let whoever could damage or replace it (a
+    kill -9 of another writer, a link planted there) turn the check off."""
+    def bad(why: str) -> UntrustedRecord:
+        return UntrustedRecord(f"the record of which agent each channel owner reaches, {path}, {why}",
+                               f"if you did not expect this, look at who could write {path.parent}; to accept "
+                               f"hermit.yaml as it is, remove {path} and start the gateway again")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
+    except FileNotFoundError:
         return {}
+    except OSError as e:
+        raise bad(f"cannot be opened ({'a symlink' if e.errno == errno.ELOOP else e.strerror})") from None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > 4_000_000:
-            return {}
+        if not stat.S_ISREG(st.st_mode):
+            raise bad("is not a file")
+        if st.st_uid != os.geteuid():
+            raise bad(f"belongs to uid {st.st_uid}, not to you")
+        if st.st_size > 4_000_000:
+            raise bad(f"is {st.st_size} bytes")
         with os.fdopen(os.dup(fd), "rb") as f:
             data = json.loads(f.read())
-    except (OSError, ValueError):
-        return {}
+    except OSError as e:
+        raise bad(f"cannot be read ({e.strerror})") from None
+    except ValueError:
+        raise bad("is not valid JSON (damaged)") from None
     finally:
         os.close(fd)
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise bad("is not a JSON object of names to agent ids (damaged)")
+    return data
+
+
+def moves(home: Path, loaded: LoadedConfig) -> list[str]:
+    """Each sender the config would hand another agent's main session than the last gateway gave them."""
+    before = _recorded(path_of(home))
+    now = {k: agent for k, (agent, main) in _routes(loaded).items() if main}
+    moved = {f"{k} (agent {before[k]} -> agent {agent})" for k, agent in now.items()
+             if k in before and before[k] != agent}
+    # An account not in the record (new, or renamed: the same bot under another id) escapes the rule above. An id
+    # it owns that the record has reaching other agents' main sessions only, now given the main session of an
+    # agent the record has other owners of, is refused; an agent no one reached before (a new agent with its own
+    # bot, the owner owning both) is not.
+    accounts = {tuple(k.split("/")[:2]) for k in before}
+    reached: dict[tuple[str, ...], set[str]] = {}
+    for k, agent in before.items():
+        parts = k.split("/")
+        reached.setdefault((parts[0], *parts[2:]), set()).add(agent)
+    owned = {agent for k, agent in before.items() if k.split("/")[2:3] != [CONTACTS]}
+    for k, agent in now.items():
+        parts = k.split("/")
+        if tuple(parts[:2]) in accounts or len(parts) < 3:
+            continue
+        had = reached.get((parts[0], *parts[2:]))
+        if had and agent not in had and agent in owned:
+            moved.add(f"{k} (agent {'/'.join(sorted(had))} -> agent {agent}; a new or renamed account)")
+    return sorted(moved)
 
 
 def check_start(home: Path, loaded: LoadedConfig) -> None:
     """Refuse to start when an owner id would reach another agent's main session than the last gateway gave it."""
-    before, now = _recorded(path_of(home)), routes(loaded)
-    moved = sorted(f"{k} (agent {before[k]} -> agent {agent})" for k, agent in now.items()
-                   if k in before and before[k] != agent)
+    moved = moves(home, loaded)
     if moved:
         raise ConfigError(f"hermit.yaml would give {', '.join(moved)} the main session of another agent than the last "
                           "gateway did (its MEMORY.md and owner tools), because routing changed, not their owners entry",

@@ -1,0 +1,154 @@
+"""Re-audit s21 (t12) of the owner-move refusal (live_config.owners_moved, gateway/owner_routes.py) as an attacker.
+
+- An account renamed while the gateway is stopped (`family` → `family2`, the same bot and owners) with the family
+  agent removed: the start check keyed the record by account, so the renamed account was "new" and its owner — the
+  relative — started as the owner of the default agent's main session.
+- An account's contacts: with the default agent sharing its main session with contacts, removing the family agent
+  sent the family bot's contacts into the default agent's main session, live and at start.
+- The record itself: damaged, a symlink, another user's — each turned the check off (fail open).
+Real configs on a real state dir, the real loader and router; the record written by `record` as the gateway does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermit.channels.pairing import PairingStore
+from hermit.config import StatePaths, load_config
+from hermit.config.load import LoadedConfig
+from hermit.errors import ConfigError
+from hermit.gateway import owner_routes
+from hermit.gateway.live_config import LiveAccess, LiveConfig
+
+
+def save(home: Path, config: dict[str, Any]) -> LoadedConfig:
+    tmp = home / "hermit.yaml.tmp"
+    tmp.write_text(json.dumps(config), encoding="utf-8")
+    os.replace(tmp, home / "hermit.yaml")
+    return load_config(StatePaths(home))
+
+
+def config(home: Path, *, family: bool = True, family_account: str = "family", share: bool = False,
+           family_owners: tuple[str, ...] = ("3003",), extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    main: dict[str, Any] = {"id": "main", "default": True}
+    if share:
+        main["session"] = {"dangerously_share_main_session_with_contacts": True}
+    agents = [main] + ([{"id": "family", "workspace": str(home / "family-ws"), "sandbox": {"mode": "all"}}]
+                       if family else [])
+    accounts: dict[str, Any] = {
+        "default": {"owners": ["1001"], "dm_policy": "allowlist", "allow_from": ["2002"]},
+        family_account: {"owners": list(family_owners), "dm_policy": "allowlist", "allow_from": ["4004"]},
+        **(extra or {})}
+    return {"agents": {"defaults": {"memory_search": {"provider": "none"}}, "list": agents},
+            "channels": {"telegram": {"accounts": accounts}},
+            "bindings": [{"match": {"channel": "telegram", "account_id": family_account}, "agent_id": "family"}]
+            if family else []}
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    (home / "family-ws").mkdir(parents=True)
+    os.chmod(home, 0o700)
+    return home
+
+
+def started(home: Path, cfg: dict[str, Any]) -> LoadedConfig:
+    """A gateway started on `cfg` (its start check passed, its record written)."""
+    loaded = save(home, cfg)
+    owner_routes.check_start(home, loaded)
+    owner_routes.record(home, loaded)
+    return loaded
+
+
+def test_an_account_renamed_while_stopped_does_not_hand_its_owner_the_default_agents_main_session(home: Path) -> None:
+    started(home, config(home))
+    renamed = save(home, config(home, family=False, family_account="family2"))
+    with pytest.raises(ConfigError) as refused:
+        owner_routes.check_start(home, renamed)
+    assert "telegram/family2/3003 (agent family -> agent main; a new or renamed account)" in refused.value.message
+    assert "remove" in (refused.value.hint or "") and "owner-routes.json" in (refused.value.hint or "")
+
+
+def test_a_new_agent_with_its_own_bot_owned_by_the_owner_still_starts(home: Path) -> None:
+    """The guard of the rule above: a new agent nobody reached before, on a new account the owner owns."""
+    started(home, config(home))
+    cfg = config(home, extra={"work": {"owners": ["1001"], "dm_policy": "allowlist"}})
+    cfg["agents"]["list"].append({"id": "work", "workspace": str(home / "work-ws")})
+    (home / "work-ws").mkdir()
+    cfg["bindings"].append({"match": {"channel": "telegram", "account_id": "work"}, "agent_id": "work"})
+    owner_routes.check_start(home, save(home, cfg))
+    # And an id new to owners of a new account bound to main (a second bot of the owner's): a promotion.
+    cfg2 = config(home, extra={"second": {"owners": ["1001", "5005"], "dm_policy": "allowlist"}})
+    owner_routes.check_start(home, save(home, cfg2))
+
+
+def test_contacts_moved_into_a_shared_main_session_are_refused_live(home: Path) -> None:
+    loaded = save(home, config(home, share=True, family_owners=()))
+    live = LiveConfig(loaded)
+    access = LiveAccess(live, PairingStore(home), lambda: 0.0)
+    assert access.view().router.resolve(_contact_dm("family")).agent_id == "family"
+    save(home, config(home, family=False, share=True, family_owners=()))
+    with pytest.raises(ConfigError) as refused:
+        live.current()
+    assert "channels.telegram.accounts.family (its contacts: agent family -> agent main)" in refused.value.message
+
+
+def test_contacts_moved_into_a_shared_main_session_are_refused_at_start(home: Path) -> None:
+    started(home, config(home, share=True, family_owners=()))
+    moved = save(home, config(home, family=False, share=True, family_owners=()))
+    with pytest.raises(ConfigError) as refused:
+        owner_routes.check_start(home, moved)
+    assert "telegram/family/* (agent family -> agent main)" in refused.value.message
+
+
+def _contact_dm(account: str) -> Any:
+    from hermit.agent.routing import RouteInput
+    return RouteInput("telegram", account, "dm", "4004")
+
+
+def _moved_config(home: Path) -> LoadedConfig:
+    started(home, config(home))
+    return save(home, config(home, family=False))
+
+
+@pytest.mark.parametrize("damage", ["truncated by a kill -9", "not an object", "a symlink", "another user's",
+                                    "a folder"])
+def test_a_record_that_cannot_be_trusted_refuses_the_start(home: Path, damage: str) -> None:
+    moved = _moved_config(home)
+    path = owner_routes.path_of(home)
+    with pytest.raises(ConfigError):
+        owner_routes.check_start(home, moved)  # the control: the record refuses the move
+    text = path.read_text()
+    if damage == "truncated by a kill -9":
+        path.write_text(text[: len(text) // 2])
+    elif damage == "not an object":
+        path.write_text("[]")
+    elif damage == "a symlink":
+        elsewhere = home / "elsewhere.json"
+        elsewhere.write_text("{}")
+        path.unlink()
+        path.symlink_to(elsewhere)
+    elif damage == "another user's":
+        if os.geteuid() == 0:
+            os.chown(path, 65534, 65534)
+        else:  # as a normal user: a file planted by someone else is what a link to theirs reads as
+            path.unlink()
+            path.symlink_to("/etc/hostname")
+    else:
+        path.unlink()
+        path.mkdir()
+    with pytest.raises(ConfigError) as refused:
+        owner_routes.check_start(home, moved)
+    assert str(path) in refused.value.message and "remove" in (refused.value.hint or "")
+
+
+def test_a_removed_record_is_the_owners_reset(home: Path) -> None:
+    moved = _moved_config(home)
+    owner_routes.path_of(home).unlink()
+    owner_routes.check_start(home, moved)  # the documented way to move someone on purpose
