@@ -42,6 +42,7 @@ import contextlib
 import functools
 import ipaddress
 import os
+import re
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Mapping
@@ -238,22 +239,43 @@ def is_here(host: str) -> bool:
     """Whether a URL's `host` is this machine: `localhost`, `*.localhost`, a loopback address or one of this
     machine's own (hermit.direct_http decides each request's proxy by it). A name other than localhost is not
     resolved: it keeps the environment's proxy, as with `direct_here`."""
-    host = host.strip("[]").lower()
+    host = host.strip("[]").lower().rstrip(".")  # "localhost." (fully qualified) is localhost too
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
         ip = _unmapped(ipaddress.ip_address(host.split("%")[0]))
     except ValueError:
-        return False
-    return ip.is_loopback or _is_own_address(ip)
+        # 2130706433, 127.1, 0x7f.1: the resolver reads them as IPv4 addresses (inet_aton), so a proxy would too
+        if not _NUMERIC_HOST.fullmatch(host):
+            return False
+        try:
+            ip = ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return False
+    return ip.is_loopback or ip.is_unspecified or _is_own_address(ip)
+
+
+_NUMERIC_HOST = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+)){0,3}")
 
 
 def _unmapped(ip: Address) -> Address:
     return ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped else ip
 
 
-def _is_own_address(ip: Address) -> bool:
-    """Whether `ip` is an address of this machine (binding to it works), e.g. its LAN address."""
+def is_own_address(ip: Address) -> bool:
+    """Whether `ip` is an address of this machine, e.g. its LAN address (a loopback or unspecified one too): on Linux
+    the kernel's route for it is of type local (what `ip route get` says). Binding to it was the test before, but
+    binding works for any address where foreign ones may be bound (net.ipv4.ip_nonlocal_bind=1, as on a keepalived
+    or HAProxy host) and for multicast and broadcast ones: every client of another machine was then "of this
+    machine" (gateway/peer_uid.py) and every numeric URL "here" (s21 re-audit). Without netlink (not Linux), the
+    bind is still the test."""
+    if ip.is_loopback or ip.is_unspecified:
+        return True
+    if ip.is_multicast:
+        return False
+    kind = _route_type(ip)
+    if kind is not None:
+        return kind == _RTN_LOCAL
     family = socket.AF_INET if ip.version == 4 else socket.AF_INET6
     try:
         with socket.socket(family, socket.SOCK_STREAM) as probe:
@@ -261,6 +283,37 @@ def _is_own_address(ip: Address) -> bool:
     except OSError:
         return False
     return True
+
+
+_RTM_GETROUTE, _RTM_NEWROUTE, _NLMSG_ERROR, _RTA_DST, _RTN_LOCAL, _RTN_UNREACHABLE = 26, 24, 2, 1, 2, 7
+_NL_HEADER = struct.Struct("=IHHII")  # nlmsghdr: len, type, flags, seq, pid
+_RTMSG = struct.Struct("=BBBBBBBBI")  # rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags
+
+
+def _route_type(ip: Address) -> int | None:
+    """The type of the kernel's route to `ip` (RTM_GETROUTE, one netlink request: no packet is sent); _RTN_UNREACHABLE
+    when there is none (the kernel's error), None when it cannot be asked (not Linux, no netlink here)."""
+    netlink = getattr(socket, "AF_NETLINK", None)
+    if netlink is None:
+        return None
+    family = socket.AF_INET if ip.version == 4 else socket.AF_INET6
+    body = _RTMSG.pack(family, ip.max_prefixlen, 0, 0, 0, 0, 0, 0, 0) + struct.pack("=HH", 4 + len(ip.packed),
+                                                                                   _RTA_DST) + ip.packed
+    message = _NL_HEADER.pack(_NL_HEADER.size + len(body), _RTM_GETROUTE, 1, 1, 0) + body  # NLM_F_REQUEST
+    try:
+        with socket.socket(netlink, socket.SOCK_RAW, 0) as s:  # NETLINK_ROUTE
+            s.settimeout(2)
+            s.sendto(message, (0, 0))
+            reply = s.recv(8192)
+        _, kind, _, _, _ = _NL_HEADER.unpack_from(reply)
+        if kind == _NLMSG_ERROR:
+            return _RTN_UNREACHABLE
+        return _RTMSG.unpack_from(reply, _NL_HEADER.size)[7] if kind == _RTM_NEWROUTE else None
+    except (OSError, struct.error):
+        return None
+
+
+_is_own_address = is_own_address
 
 
 def _hex(ip: Address) -> str:
