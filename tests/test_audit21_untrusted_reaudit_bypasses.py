@@ -321,3 +321,21 @@ def test_a_turn_continued_after_a_restart_remembers_what_its_tools_brought(tmp_p
     result = again.run_turn(MAIN, "what does example.com say?")
     assert [r.is_error for r in result.tool_calls] == [True], [r.result[:120] for r in result.tool_calls]
     assert "the output of the command `cat " in result.tool_calls[0].result and snapshot(rt) == before
+
+
+def test_a_line_the_owner_dictated_last_turn_stays_theirs_after_the_page(tmp_path: Path) -> None:
+    """Not over-blocking the history: the owner's own line, written into MEMORY.md by the model an earlier turn,
+    printed by `cat` later and moved into HEARTBEAT.md, is the owner's — only words a tool had brought before
+    the model wrote them are not."""
+    page = page_file(tmp_path)
+    own = "- the dentist moved to Thursday the 12th at half past four"
+    rt, _, _ = setup(tmp_path, [
+        call("exec", command=f"cat {page}"), "It says welcome.",
+        call("edit", path="MEMORY.md", old=f"- kiwi {CANARY}", new=f"- kiwi {CANARY}\n{own}"), "Noted.",
+        call("exec", command="cat MEMORY.md"),
+        call("write", path="HEARTBEAT.md", content=f"{own}\n", append=True), "Added."])
+    rt.run_turn(MAIN, "what does example.com say?")
+    rt.run_turn(MAIN, f"note in MEMORY.md: {own[2:]}")
+    result = rt.run_turn(MAIN, "put my dentist line in the heartbeat")
+    assert [r.is_error for r in result.tool_calls] == [False, False], [r.result[:160] for r in result.tool_calls]
+    assert own in (rt.agent.workspace / "HEARTBEAT.md").read_text(encoding="utf-8")

@@ -173,9 +173,10 @@ class UntrustedGuard(ToolRunner):
         self._own = _own_words(user.text)
         self._forwards: list[Forward] = forwards_in([user])
         self._brought: list[Brought] = []
-        self._wrote: set[tuple[str, ...]] = set()
-        self._wrote_texts: list[str] = []
-        self._wrote_diff: set[tuple[str, ...]] = set()
+        # What the model wrote (a call's text, a command's change to an instruction file), with how many results
+        # had been brought by then: of it, only words those results held are not the owner's (a page's words
+        # noted under memory/ are the page's; a line the owner dictated, written last turn, stays theirs).
+        self._wrote: list[tuple[set[tuple[str, ...]] | str, int]] = []
         self._start = time.time_ns()  # notes a command changed since are not (all) the owner's words
         # New lines this turn (and the history's) put into each instruction file or job: four words a call add up.
         self._added: dict[str, list[str]] = {}
@@ -204,8 +205,7 @@ class UntrustedGuard(ToolRunner):
     def _after(self, call: ToolCallPart, result: ToolResultMessage,
                target: tuple[str, str, set[str]] | None) -> None:
         if call.name in ("write", "edit", *_SHELL):  # what this turn put in the owner's files is not theirs yet
-            self._wrote_texts += [v for v in call.arguments.values() if isinstance(v, str)]
-            self._wrote = set()  # made again from _wrote_texts when needed
+            self._wrote += [(v, len(self._brought)) for v in call.arguments.values() if isinstance(v, str)]
         if not result.is_error and target is not None:
             where, text, kept = target
             self._added.setdefault(where, []).extend(ln for ln in text.splitlines() if ln.strip() not in kept)
@@ -384,7 +384,7 @@ class UntrustedGuard(ToolRunner):
             kept = set(_lines(old))
             new = [ln for ln in now.splitlines() if ln.strip() and ln.strip() not in kept]
             # this turn's, not the owner's, for a later copy of them (the words the file held stay theirs: a sed)
-            self._wrote_diff |= _grams("\n".join(new)) - _grams(old)
+            self._wrote.append((_grams("\n".join(new)) - _grams(old), len(self._brought)))
             refusal = self._check(entry, new)
             if refusal is None:
                 continue
@@ -416,9 +416,12 @@ class UntrustedGuard(ToolRunner):
             texts.append(text)
             if budget <= 0:
                 break
-        if not self._wrote and self._wrote_texts:
-            self._wrote = {g for t in self._wrote_texts for g in _grams(t)}
-        return _grams("\n".join(texts)) - self._wrote - self._wrote_diff
+        owners = _grams("\n".join(texts))
+        for wrote, brought in self._wrote:
+            grams = (_grams(wrote) if isinstance(wrote, str) else wrote) & owners
+            for earlier in self._brought[:brought] if grams else ():
+                owners -= grams & earlier.shingles
+        return owners
 
     @staticmethod
     def _names_guarded(command: str) -> bool:
