@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hermit.channels import wordless
 from hermit.channels.access import PARENT_GROUP
 from hermit.channels.base import (
     Attachment,
@@ -241,6 +242,7 @@ class DiscordChannel:
         text = valid_text(re.sub(rf"<@!?{me.id}>", "", message.content).strip())
         if (edited := self._early_edits.newest(str(message.author.id), str(message.id))) is not None:
             text = edited  # its author edited it while its files downloaded: the gateway had nothing to change yet
+        text = wordless.joined(text, _wordless(message))
         if forward:
             # Discord's snapshot carries the text but not its author; whatever the forwarder typed is theirs.
             quoted = "\n".join(valid_text(s.content) for s in message.message_snapshots if s.content)
@@ -441,6 +443,14 @@ def _is_edit(payload: Any, data: dict[str, Any]) -> bool:
         return before is None or discord.utils.parse_time(stamp) != before
     except ValueError:
         return True  # a stamp discord.py cannot read is still an edit's: the author's new text decides
+
+
+def _wordless(message: Any) -> str | None:
+    """A sticker or a poll in words (channels/wordless.py): without them a sticker alone ran a turn with no text."""
+    said = [wordless.sticker(None, s.name) for s in getattr(message, "stickers", None) or ()]
+    if (p := getattr(message, "poll", None)) is not None:
+        said.append(wordless.poll(p.question, (a.text for a in p.answers)))
+    return " ".join(said) or None
 
 
 def _is_forward(message: Any) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from hermit.channels import local_api, retry
+from hermit.channels import local_api, retry, wordless
 from hermit.channels.base import (
     Attachment,
     AttachmentKind,
@@ -78,7 +78,13 @@ _SERVICE = frozenset({
     "boost_added", "chat_background_set", "forum_topic_created", "forum_topic_edited", "forum_topic_closed",
     "forum_topic_reopened", "general_forum_topic_hidden", "general_forum_topic_unhidden", "giveaway_created",
     "giveaway_completed", "video_chat_scheduled", "video_chat_started", "video_chat_ended",
-    "video_chat_participants_invited"})
+    "video_chat_participants_invited",
+    # Bot API 9: a checklist's tasks done or added, a gift, a price changed, a suggested post's fate, an owner gone
+    # (the re-audit found each running a turn on nothing)
+    "checklist_tasks_done", "checklist_tasks_added", "gift", "unique_gift", "gift_upgrade_sent",
+    "paid_message_price_changed", "direct_message_price_changed", "suggested_post_approved",
+    "suggested_post_approval_failed", "suggested_post_declined", "suggested_post_paid", "suggested_post_refunded",
+    "chat_owner_left", "chat_owner_changed"})
 
 
 OTHER_POLLER = "stop the other program polling this bot (or remove its webhook)"
@@ -330,6 +336,10 @@ class TelegramChannel:
         real_reply = bool(reply) and not (topic and str(reply.get("message_id")) == topic)
         name = _person(sender)
         mentioned = self._mentions_me(text, entities)
+        if not text and (described := wordless.from_telegram(m)) is not None:
+            if edited or described == wordless.IGNORED:
+                return None  # a dice throw; or a live location moving (an edit of no words): no turn, no change
+            text = described  # a sticker, a poll, a location, a contact card (channels/wordless.py)
         if _is_forward(m):
             text = frame(text, _forward_author(m))
         elif isinstance(m.get("via_bot"), dict):

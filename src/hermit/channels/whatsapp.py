@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from hermit.channels import local_api, retry
+from hermit.channels import local_api, retry, wordless
 from hermit.channels.base import (
     Attachment,
     AttachmentKind,
@@ -204,22 +204,13 @@ class WhatsAppChannel:
         if kind == "edit":  # the sender changed a message (numbers shared with the WhatsApp Business app, too)
             await self._edited(m, sent_at)
             return
-        if kind not in ("text", "button", *MEDIA_KINDS):
-            return  # reactions, locations, system notices: nothing for the agent
+        if kind not in ("text", "button", "location", "contacts", *MEDIA_KINDS):
+            return  # reactions, system notices: nothing for the agent
         if self._seen.seen(mid, sent_at):
             return  # handled before, or cannot be told from a replay (no id; sent before the ids kept)
         try:
             sender = str(m.get("from", ""))
-            text = ""
-            attachments: tuple[Attachment, ...] = ()
-            if kind == "text":
-                text = str(_obj(m.get("text")).get("body", ""))
-            elif kind in MEDIA_KINDS:
-                media = _obj(m.get(kind))
-                text = str(media.get("caption", ""))
-                attachments = (await self._download(MEDIA_KINDS[kind], media, sender, mid),)
-            else:  # a button
-                text = str(_obj(m.get("button")).get("text", ""))
+            text, attachments = await self._content(kind, m, sender, mid)
             if (edited := self._early_edits.newest(sender, mid)) is not None:
                 text = edited  # its sender edited it while its media downloaded, or the edit's webhook came first
             context = _obj(m.get("context"))
@@ -236,6 +227,21 @@ class WhatsAppChannel:
             self._seen.forget(mid)
             raise
         self._commit_seen(mid, sent_at or self._clock())
+
+    async def _content(self, kind: str, m: Mapping[str, Any], sender: str,
+                       mid: str) -> tuple[str, tuple[Attachment, ...]]:
+        """A new message's text and files: a location or a contact card told in words (channels/wordless.py)."""
+        if kind == "text":
+            return str(_obj(m.get("text")).get("body", "")), ()
+        if kind in MEDIA_KINDS:
+            media = _obj(m.get(kind))
+            text = str(media.get("caption", ""))
+            if kind == "sticker":
+                text = wordless.joined(text, wordless.sticker())  # its picture too; the Cloud API names no emoji
+            return text, (await self._download(MEDIA_KINDS[kind], media, sender, mid),)
+        if kind in ("location", "contacts"):
+            return wordless.from_whatsapp(kind, m) or ("(location)" if kind == "location" else "(contact card)"), ()
+        return str(_obj(m.get("button")).get("text", "")), ()  # a button
 
     async def _edited(self, m: Mapping[str, Any], sent_at: float | None) -> None:
         """An edit, as a change of the message it names: the gateway runs that message with its new text while it
