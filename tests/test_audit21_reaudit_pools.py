@@ -258,3 +258,44 @@ def test_the_owners_loopback_pool_is_never_evicted_from() -> None:
         finally:
             for s in (*clients, *accepted):
                 s.close()
+
+
+def test_a_here_url_redirecting_elsewhere_hands_the_proxy_no_token(proxy: RecordingProxy) -> None:  # noqa: F811
+    """Guard: a media server of this machine (reached direct) answers with a redirect to another host; the next
+    request goes through the proxy, as that host's must, and without the Authorization header (httpx drops it when
+    the origin changes), so the proxy never sees the token."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    from hermit.direct_http import DirectHereAsyncClient
+
+    got: list[str] = []
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            got.append(self.headers.get("Authorization", ""))
+            self.send_response(302)
+            self.send_header("Location", "http://media.example.test/elsewhere")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.2", 0), Redirect)
+    thread = Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        async def main() -> int:
+            async with DirectHereAsyncClient(timeout=10, follow_redirects=True) as client:
+                r = await client.get(f"http://127.0.0.2:{server.server_address[1]}/m1",
+                                     headers={"Authorization": "Bearer EAAG-REAUDIT21-TOKEN"})
+                return r.status_code
+        status = run(main)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+    assert got == ["Bearer EAAG-REAUDIT21-TOKEN"]  # the first request went direct, with its token
+    assert status == 502 and b"GET http://media.example.test/elsewhere" in b"".join(proxy.seen), proxy.seen
+    assert not any(b"REAUDIT21" in seen for seen in proxy.seen), proxy.seen
