@@ -59,6 +59,7 @@ from hermit.agent.forwarded_words import (
     others_in,
 )
 from hermit.agent.forwarded_words import _words as _plain_words
+from hermit.durable import write_atomic
 from hermit.memory.index.sources import list_memory_files
 from hermit.memory.policy.audience import OWNER, block_audience
 from hermit.memory.policy.provenance import origin_blocks
@@ -474,10 +475,9 @@ def _put_back(entry: Path, was: _Was | None) -> None:
         if was is not None and was.link is not None:
             os.symlink(was.link, entry)
     if was is not None and was.data is not None:
-        fd = os.open(was.real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, was.mode & 0o7777)
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(fd, was.mode & 0o7777)  # a `mv` put a world-readable file there: the owner's mode again
-            f.write(was.data)
+        # whole or not at all (killed mid-way, the file is not left cut short); the mode it had, not what a `mv`
+        # of a world-readable copy put there
+        write_atomic(was.real, was.data, mode=was.mode & 0o7777, keep_mode=False)
 
 
 def _changed_since(path: Path, start: int) -> bool:
