@@ -20,6 +20,7 @@ from hermit.cli.checks import Check, CheckFn, check, run_checks
 from hermit.cli.context import CliContext
 from hermit.cli.cron import DOCTOR_CHECKS as CRON_CHECKS
 from hermit.cli.doctor_defaults import DOCTOR_CHECKS as DEFAULTS_CHECKS
+from hermit.cli.doctor_owner_routes import DOCTOR_CHECKS as OWNER_ROUTE_CHECKS
 from hermit.cli.doctor_proxy import DOCTOR_CHECKS as PROXY_CHECKS
 from hermit.cli.doctor_slack import DOCTOR_CHECKS as SLACK_CHECKS
 from hermit.cli.gateway import gateway_token
@@ -279,6 +280,7 @@ CHECKS: list[CheckFn] = [
     config,
     *ACCESS_CHECKS,  # bindings; owners, access policies and every route a non-owner has to main; credentials
     *DEFAULTS_CHECKS,  # loosening agents.defaults that agents other than the default one do not get
+    *OWNER_ROUTE_CHECKS,  # an owner id (or contacts) the config hands another agent's main session: refused
     workspace,
     extra_paths,  # memory_search.extra_paths another user could write
     memory_markers,  # memory files whose origin markers a command scrambled
