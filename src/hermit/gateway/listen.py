@@ -221,3 +221,32 @@ def open_listeners(host: str, port: int, bind: Callable[[str, int], socket.socke
         if twin is not None:
             socks.append(twin)
     return Listeners(socks, inherited=True, held=held)
+
+
+def kept_for_restart(socks: list[socket.socket]) -> list[int]:
+    """Copies of the listening sockets' fds, taken before the server closes its own: the port stays taken while the
+    gateway stops and starts again in place (`exec_in_place`)."""
+    return [os.dup(s.fileno()) for s in socks]
+
+
+def exec_in_place(fds: list[int], argv: list[str] | None = None) -> None:
+    """Start this gateway again in this process (the same pid) with `fds` as its listening sockets (LISTEN_FDS):
+    never a moment when the port is free for another program. Does not return."""
+    import sys
+
+    high = [fcntl_dup_high(fd) for fd in fds]  # out of the way of fds 3… before they are overwritten
+    for i, fd in enumerate(high):
+        os.dup2(fd, LISTEN_FDS_START + i)  # inheritable: the new image gets it
+        os.close(fd)
+    os.environ.update(LISTEN_FDS=str(len(fds)), LISTEN_PID=str(os.getpid()))
+    os.environ.pop("LISTEN_FDNAMES", None)
+    argv = list(sys.orig_argv) if argv is None else argv
+    os.execv(sys.executable, [sys.executable, *argv[1:]])
+
+
+def fcntl_dup_high(fd: int) -> int:
+    import fcntl
+
+    new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100)
+    os.close(fd)
+    return new

@@ -42,7 +42,7 @@ from hermit.gateway.config_watch import ConfigWatcher
 from hermit.gateway.console import Console
 from hermit.gateway.deletes_store import RememberedDeletes, deletes_path
 from hermit.gateway.device_policy import decide
-from hermit.gateway.listen import open_listeners
+from hermit.gateway.listen import exec_in_place, kept_for_restart, open_listeners
 from hermit.gateway.live_config import LiveAccess, LiveConfig
 from hermit.gateway.protocol import MAX_FRAME_BYTES
 from hermit.gateway.services import MemoryWatcher, Service, ServiceContext, build_services
@@ -207,6 +207,7 @@ class Gateway:
         self.started_at = clock()
         self.stopping = asyncio.Event()
         self.force = asyncio.Event()
+        self.restarting = False
 
     async def _status(self) -> dict[str, Any]:
         services: dict[str, Any] = {}
@@ -219,6 +220,17 @@ class Gateway:
                 "uptime_seconds": round(self.clock() - self.started_at, 1), "agents": sorted(self.agents.runtimes),
                 "bus": self.bus.status(), "channels": [asdict(c.status()) for c in self.channels],
                 "webchat_clients": self.webchat.clients(), "services": services}
+
+    def request_restart(self) -> None:
+        """SIGUSR1: stop as for SIGTERM, then start again in this process keeping the listening sockets (listen.py
+        exec_in_place): the port is never free for another program while the gateway restarts."""
+        self.restarting = True
+        self.request_stop()
+
+    def request_stop_for_good(self) -> None:
+        """SIGTERM/SIGINT: stop, and not start again even when a restart was asked before."""
+        self.restarting = False
+        self.request_stop()
 
     def request_stop(self) -> None:
         if self.stopping.is_set():
@@ -250,7 +262,8 @@ class Gateway:
         server.lifespan = config.lifespan_class(config)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop)
+            loop.add_signal_handler(sig, self.request_stop_for_good)
+        loop.add_signal_handler(signal.SIGUSR1, self.request_restart)
         await server.startup(sockets=sockets)
         self.bus.scrubs.resume()  # deleted messages a killed gateway hid but did not scrub yet (gateway/scrub_batch.py)
         # One channel or service that cannot start (a revoked bot token) must not take the others down;
@@ -279,7 +292,15 @@ class Gateway:
         await self.stopping.wait()
         if lock is not None:  # from here the port is no longer served: nothing should be sent to it
             lock.publish({"pid": os.getpid(), "stopping": True})
+        kept = kept_for_restart(sockets) if self.restarting else []
         await self.shutdown(server, sockets)
+        if kept and not self.restarting:  # a SIGTERM after the SIGUSR1: stopped for good
+            for fd in kept:
+                os.close(fd)
+        elif kept:
+            log.info("starting again in place (pid %d), keeping the port", os.getpid())
+            logging.shutdown()
+            exec_in_place(kept)
         return 0
 
     async def shutdown(self, server: Any, sockets: list[socket.socket]) -> None:
