@@ -59,7 +59,7 @@ def live_settings(loaded: LoadedConfig, agent: AgentConfig) -> Callable[[], McpC
     from hermit.errors import ConfigError
     from hermit.gateway.live_config import LiveConfig
 
-    live = LiveConfig(loaded)
+    live = LiveConfig(loaded, routing=False)  # no channel: an owner move the gateway refuses is not ours
     said: list[str] = []
     strict = McpConfig(share_private_memory=False, allow_append=False)
 

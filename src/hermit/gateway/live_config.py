@@ -85,8 +85,11 @@ class LiveConfig:
     """The config in force, re-read when its file changes. Thread-safe: admission runs in worker threads."""
 
     def __init__(self, loaded: LoadedConfig, *, load: Loader = load_config,
-                 clock: Callable[[], int] = time.time_ns) -> None:
+                 clock: Callable[[], int] = time.time_ns, routing: bool = True) -> None:
         self.started = loaded
+        # The channels' routing checks (bindings naming no agent, owners_moved): the gateway's. `hermit mcp serve`
+        # routes no channel, and a refused owner move made its clients read as a non-owner until the file changed.
+        self._routing = routing
         self._good = loaded
         self._load = load
         self._lock = threading.Lock()
@@ -147,9 +150,10 @@ class LiveConfig:
             return False
         try:
             new = self._load(self._good.paths)
-            Router.from_config(new)  # bindings naming no agent: invalid for the gateway, which routes by them
-            if (moved := owners_moved(self._good, new)) is not None:
-                raise moved
+            if self._routing:
+                Router.from_config(new)  # bindings naming no agent: invalid for the gateway, which routes by them
+                if (moved := owners_moved(self._good, new)) is not None:
+                    raise moved
         except ConfigError as e:
             self._fail(e)
             return False
