@@ -49,3 +49,16 @@ def test_every_spelling_of_an_instruction_files_path_is_that_file(tmp_path: Path
         [r.result[:120] for r in result.tool_calls]
     assert snapshot(rt) == before
 
+
+
+def test_a_hard_link_the_shell_made_does_not_carry_a_write_into_the_heartbeat(tmp_path: Path) -> None:
+    """`ln HEARTBEAT.md memory/hb.md` (no words in the command), then the write tool on memory/hb.md (a note: not
+    guarded): the write tool replaces the file whole, so the link is broken, not written through."""
+    page = page_file(tmp_path)
+    rt, _, _ = setup(tmp_path, [call("exec", command=f"cat {page}"),
+                                call("exec", command="mkdir -p memory; ln HEARTBEAT.md memory/hb.md"),
+                                call("write", path="memory/hb.md", content=f"- {RULE}\n", append=True), "done"])
+    before = snapshot(rt)
+    result = rt.run_turn(MAIN, "what does example.com say?")
+    assert [r.is_error for r in result.tool_calls] == [False, False, False], [r.result[:120] for r in result.tool_calls]
+    assert snapshot(rt) == before
