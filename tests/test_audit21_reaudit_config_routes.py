@@ -152,3 +152,46 @@ def test_a_removed_record_is_the_owners_reset(home: Path) -> None:
     moved = _moved_config(home)
     owner_routes.path_of(home).unlink()
     owner_routes.check_start(home, moved)  # the documented way to move someone on purpose
+
+
+def _off(cfg: dict[str, Any], account: str = "family") -> dict[str, Any]:
+    cfg["channels"]["telegram"]["accounts"][account]["enabled"] = False
+    return cfg
+
+
+def test_an_account_turned_off_then_on_without_its_agent_is_refused_live(home: Path) -> None:
+    """Two edits each let through: the family bot turned off (applied), then its agent and binding removed and the
+    bot turned on again — owners_moved compared with the config in force only, where the account was off."""
+    live = LiveConfig(save(home, config(home)))
+    access = LiveAccess(live, PairingStore(home), lambda: 0.0)
+    save(home, _off(config(home)))
+    assert not access.view().access.is_owner("telegram", "family", "3003", None)
+    save(home, _off(config(home, family=False)))  # the agent removed while its bot is off: nobody is moved
+    access.view()
+    save(home, config(home, family=False))  # on again
+    with pytest.raises(ConfigError) as refused:
+        live.current()
+    assert "channels.telegram.accounts.family (owner 3003: agent family -> agent main)" in refused.value.message
+    assert not access.is_owner("telegram", "family", "3003", None)
+
+
+def test_an_account_turned_off_then_on_without_its_agent_is_refused_at_start(home: Path) -> None:
+    """The same across restarts: the record written at the reload that turned the bot off kept its owner's route."""
+    started(home, config(home))
+    first = load_config(StatePaths(home))
+    owner_routes.record(home, save(home, _off(config(home))), first)  # a reload applied by the running gateway
+    started(home, _off(config(home, family=False)))  # a restart while it is off: nothing moves
+    with pytest.raises(ConfigError) as refused:
+        owner_routes.check_start(home, save(home, config(home, family=False)))
+    assert "telegram/family/3003 (agent family -> agent main)" in refused.value.message
+
+
+def test_an_account_renamed_while_running_is_refused_at_the_next_start(home: Path) -> None:
+    """Renamed live (a renamed account waits for a restart, so the reload is applied and recorded), then restarted."""
+    live = LiveConfig(started(home, config(home)))
+    live.listen(lambda new: owner_routes.record(home, new, live.started))  # as cli/gateway.py cmd_run does
+    save(home, config(home, family=False, family_account="family2"))
+    live.current()
+    with pytest.raises(ConfigError) as refused:
+        owner_routes.check_start(home, load_config(StatePaths(home)))
+    assert "telegram/family2/3003 (agent family -> agent main; a new or renamed account)" in refused.value.message

@@ -90,6 +90,7 @@ class LiveConfig:
         # The channels' routing checks (bindings naming no agent, owners_moved): the gateway's. `hermit mcp serve`
         # routes no channel, and a refused owner move made its clients read as a non-owner until the file changed.
         self._routing = routing
+        self._reached = self._remember({}, loaded, loaded) if routing else {}
         self._good = loaded
         self._load = load
         self._lock = threading.Lock()
@@ -152,7 +153,7 @@ class LiveConfig:
             new = self._load(self._good.paths)
             if self._routing:
                 Router.from_config(new)  # bindings naming no agent: invalid for the gateway, which routes by them
-                if (moved := owners_moved(self._good, new)) is not None:
+                if (moved := owners_moved(self._good, new, self._reached)) is not None:
                     raise moved
         except ConfigError as e:
             self._fail(e)
@@ -165,6 +166,8 @@ class LiveConfig:
         if again and not was_broken and (new.config, new.agents, new.defaults) == (old.config, old.agents, old.defaults):
             return False
         self._good, self._error = new, None
+        if self._routing:
+            self._reached = self._remember(self._reached, new, self.started)
         applied, restart = changes(self.started, old, new)
         head = (f"{self.where} is valid again: channel senders and scheduled deliveries go by it" if was_broken
                 else f"{self.where} changed")
@@ -174,6 +177,15 @@ class LiveConfig:
         log.log(level, "%s: %s%s", head, done, later)
         return True
 
+    @staticmethod
+    def _remember(reached: dict[str, str], loaded: LoadedConfig, started: LoadedConfig) -> dict[str, str]:
+        from hermit.gateway.owner_routes import merged
+
+        try:
+            return merged(reached, loaded, started)
+        except ConfigError:  # bindings naming no agent: the reload refuses it; nothing more to remember
+            return reached
+
     def _fail(self, e: ConfigError) -> None:
         if self._error is None or self._error.message != e.message:
             log.error("%s is invalid, so until it is fixed no channel sender is treated as an owner or a contact "
@@ -182,7 +194,7 @@ class LiveConfig:
         self._error = e
 
 
-def owners_moved(old: LoadedConfig, new: LoadedConfig) -> ConfigError | None:
+def owners_moved(old: LoadedConfig, new: LoadedConfig, reached: Mapping[str, str] | None = None) -> ConfigError | None:
     """Why `new` may not replace `old` in a running gateway: an id that was already an owner of a running channel
     account would reach another agent's main session — its MEMORY.md and unsandboxed owner tools — only because
     routing changed (an agent and its bindings removed, a binding moved or dropped, the default agent changed).
@@ -214,6 +226,10 @@ def owners_moved(old: LoadedConfig, new: LoadedConfig) -> ConfigError | None:
                         moved.append(f"channels.{channel}.accounts.{account_id} ({who}: agent {was.agent_id} "
                                      f"-> agent {now.agent_id})")
                         break
+    if reached:  # what this gateway remembers of accounts turned off or renamed since (owner_routes.merged)
+        from hermit.gateway.owner_routes import remembered_moves
+
+        moved += remembered_moves(dict(reached), old, new)
     if not moved:
         return None
     return ConfigError(f"this edit would give the senders of {', '.join(sorted(set(moved)))} the main session of another "

@@ -143,13 +143,55 @@ def check_start(home: Path, loaded: LoadedConfig) -> None:
                           f"ids out of its owners; to move them on purpose, remove {path_of(home)} and start again")
 
 
-def record(home: Path, loaded: LoadedConfig) -> None:
-    """Remember the routes of the config in force (at start and after each applied reload); logged, never fatal."""
+def merged(before: dict[str, str], loaded: LoadedConfig, started: LoadedConfig | None = None) -> dict[str, str]:
+    """The routes of `loaded`, keeping what `before` remembers of accounts that are not running in it (turned off,
+    renamed or removed): their owners' routes are what a later edit turning them on again, or a renamed account,
+    is measured against. Turning the family bot off, then removing its agent and turning it on again, was two
+    edits each let through, and the relative owned main's main session. `started`: the config the gateway started
+    with; an account it did not start with (added or renamed since) is not running, and is not recorded until a
+    start checks it (recorded at a reload, a renamed account's owner passed the next start as already there)."""
+    from hermit.config.channels import platforms
+
+    def enabled(c: LoadedConfig) -> set[tuple[str, str]]:
+        return {(channel, account_id) for channel in platforms()
+                for account_id, acc in c.config.channels.accounts_of(channel).items() if acc.enabled}
+
+    running = enabled(loaded) & enabled(started or loaded)
+    kept = {k: v for k, v in before.items() if tuple(k.split("/")[:2]) not in running}
+    return {**kept, **{k: v for k, v in routes(loaded).items() if tuple(k.split("/")[:2]) in running}}
+
+
+def remembered_moves(reached: dict[str, str], old: LoadedConfig, new: LoadedConfig) -> list[str]:
+    """A live reload's moves measured against what the running gateway remembers (`merged` over each config it
+    applied), not only the config in force: an account turned off in one edit, and on again without its agent in
+    the next. An id not in the account's owners before this edit is a promotion it states; an account not in the
+    config in force is not running until a restart (the start check's)."""
+    out = []
+    for k, (agent, main) in _routes(new).items():
+        if not main or reached.get(k, agent) == agent:
+            continue
+        channel, account_id, sender = k.split("/")[:3]
+        prev = old.config.channels.accounts_of(channel).get(account_id)
+        if prev is None or (sender != CONTACTS and sender not in prev.owners):
+            continue
+        who = "its contacts" if sender == CONTACTS else f"owner {sender}"
+        out.append(f"channels.{channel}.accounts.{account_id} ({who}: agent {reached[k]} -> agent {agent})")
+    return out
+
+
+def record(home: Path, loaded: LoadedConfig, started: LoadedConfig | None = None) -> None:
+    """Remember the routes of the config in force (at start, and after each applied reload with `started`, the
+    config the gateway started with), with what the record kept of accounts not running now (`merged`); logged,
+    never fatal."""
     from hermit.config.paths import ensure_private_dir
     from hermit.durable import write_atomic
 
     try:
+        try:
+            before = _recorded(path_of(home))
+        except UntrustedRecord:  # the start was refused on it; a reload's record replaces it
+            before = {}
         ensure_private_dir(path_of(home).parent, own=True, what="the channels state folder")
-        write_atomic(path_of(home), json.dumps(routes(loaded), sort_keys=True, indent=1), mode=0o600)
+        write_atomic(path_of(home), json.dumps(merged(before, loaded, started), sort_keys=True, indent=1), mode=0o600)
     except Exception:  # noqa: BLE001 - the check at the next start is weaker, the gateway goes on
         log.exception("could not record which agent each owner reaches in %s", path_of(home))
