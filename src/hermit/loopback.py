@@ -64,6 +64,11 @@ CONNECTED = "connection.connect_tcp.complete"  # httpcore's trace event for a ne
 MODEL_STAKES = "it would get your prompts and memory, and its replies would run tools as you"
 
 
+def url_host(host: str) -> str:
+    """`host` as a URL writes it: an IPv6 address in brackets (http://[::1]:8787/), anything else as it is."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 @dataclass(frozen=True)
 class Holder:
     """A socket on this machine, at the other end of a connection, owned by a uid Hermit does not talk to."""
@@ -83,7 +88,7 @@ class Holder:
 
     @property
     def where(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return f"{url_host(self.host)}:{self.port}"
 
     def describe(self, stakes: str = MODEL_STAKES) -> str:
         """Who holds the port and why Hermit sent nothing; `stakes` says what the server would have got."""

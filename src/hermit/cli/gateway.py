@@ -48,6 +48,7 @@ from hermit.gateway.state import (
 )
 from hermit.gateway.tickets import TICKET_TTL, issue_ticket, private_gateway_dir
 from hermit.gateway.turn_slots import OVERDUE_SECONDS
+from hermit.loopback import url_host
 
 LAUNCHER_PREFIX = "dashboard-"
 
@@ -169,7 +170,7 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
     info = _running(ctx)
     token = check_token_file(token_path(ctx.home))
     host = _client_host(str(info["host"]))
-    base = f"http://[{host}]:{info['port']}" if ":" in host else f"http://{host}:{info['port']}"
+    base = f"http://{url_host(host)}:{info['port']}"
     try:  # no proxy from the environment: the token goes to the gateway's port, and only if it is the gateway's
         with httpx.Client(timeout=5, trust_env=False) as client:
             r = client.get(f"{base}/status", headers={"Authorization": f"Bearer {token}"},
@@ -186,7 +187,7 @@ def cmd_status(ctx: CliContext, args: argparse.Namespace) -> int:
         return 0
     bus = st["bus"]
     life = bus["since_start"]
-    print(f"gateway pid {st['pid']} on http://{st['host']}:{st['port']}/ · up {st['uptime_seconds']:.0f} s · "
+    print(f"gateway pid {st['pid']} on http://{url_host(str(st['host']))}:{st['port']}/ · up {st['uptime_seconds']:.0f} s · "
           f"agents: {', '.join(st['agents'])}")
     print(f"turns running {bus['turns_running']}, waiting {bus['waiting']}, sessions active {bus['sessions_active']}; "
           f"since start: {life['accepted']} messages, {life['turns']} turns, {life['refused']} refused, "
@@ -273,7 +274,7 @@ def lan_urls(bound: str, port: int) -> list[str]:
     """The web app's URLs on this machine's network addresses, when the gateway listens on all of them."""
     if bound not in ("0.0.0.0", "::", ""):
         return []
-    return [f"http://[{a}]:{port}/" if ":" in a else f"http://{a}:{port}/" for a in lan_addresses(bound == "::")]
+    return [f"http://{url_host(a)}:{port}/" for a in lan_addresses(bound == "::")]
 
 
 def _can_open_browser(environ: Mapping[str, str]) -> bool:
@@ -327,7 +328,7 @@ def cmd_dashboard(ctx: CliContext, args: argparse.Namespace) -> int:
     if args.phone:
         return _dashboard_phone(ctx, info)
     host = _client_host(str(info["host"]))
-    base = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+    base = f"http://{url_host(host)}:{port}/"
     url = f"{base}#ticket={issue_ticket(ctx.home, info['pid'])}"
     reveal(url)  # the ticket is this line's purpose: not masked like every other
     print(f"(a one-time link: it signs one browser tab in, within {TICKET_TTL / 60:.0f} minutes; run `hermit "

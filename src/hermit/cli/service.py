@@ -41,6 +41,7 @@ from typing import Any
 from hermit.cli.context import CliContext
 from hermit.config.envfile import env_file_path
 from hermit.errors import ConfigError
+from hermit.loopback import url_host
 
 DEFAULT_NAME = "hermit-gateway"
 LAUNCHD_LABEL = "com.hermit.gateway"
@@ -426,7 +427,7 @@ def _web_app_note(ctx: CliContext, host: str | None, port: int | None) -> str:
     gateway = ctx.config().config.gateway
     host = host or gateway.host
     port = gateway.port if port is None else port
-    shown = f"[{host}]" if ":" in host else host
+    shown = url_host(host)
     where = f"http://{shown}:{port}/" if port else f"http://{shown}:<a free port>/ (`hermit gateway status` says which)"
     try:
         local = host == "localhost" or ipaddress.ip_address(host.split("%", 1)[0]).is_loopback

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 from hermit.errors import HermitError
 from hermit.gateway.state import HowRun, read_lock_info
 from hermit.gateway.tickets import Tickets
+from hermit.loopback import url_host
 
 if TYPE_CHECKING:
     import segno
@@ -84,7 +85,7 @@ def lan_addresses(ipv6: bool = False) -> list[str]:
 
 
 def _http_base(address: str, port: int) -> str:
-    return f"http://[{address}]:{port}/" if ":" in address else f"http://{address}:{port}/"
+    return f"http://{url_host(address)}:{port}/"
 
 
 def _listened_address(host: str) -> str | None:

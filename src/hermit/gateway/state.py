@@ -24,6 +24,7 @@ from typing import Any
 from hermit.config.paths import ensure_private_dir, tighten_dir
 from hermit.errors import ConfigError, HermitError
 from hermit.locks import LockFile, lock_fd
+from hermit.loopback import url_host
 
 
 class GatewayLocked(HermitError):
@@ -136,7 +137,7 @@ def _locked(home: Path, info: dict[str, Any]) -> GatewayLocked:
                              f"`hermit gateway status` shows it once it listens; stop it first ({how.stop()}), or use "
                              f"another --home{instead}")
     host = str(info.get("host"))
-    where = f"http://{f'[{host}]' if ':' in host else host}:{info['port']}/"
+    where = f"http://{url_host(host)}:{info['port']}/"
     return GatewayLocked(f"another gateway is already running on {home} ({pid}, {where}){how.runs_as()}",
                          f"stop it first ({how.stop()}), or use another --home{instead}")
 

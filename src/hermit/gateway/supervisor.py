@@ -51,6 +51,7 @@ from hermit.gateway.tickets import Tickets
 from hermit.gateway.turn_slots import live_turn_limits
 from hermit.gateway.unsigned import Unsigned, uvicorn_options
 from hermit.gateway.webchat_api import WebchatApi
+from hermit.loopback import url_host
 from hermit.scheduler.control import CronJobs
 from hermit.sessions.keys import agent_id_of
 
@@ -278,7 +279,7 @@ class Gateway:
                 await service.start()
             except Exception:  # noqa: BLE001 - supervision boundary
                 log.exception("service %s did not start", service.name)
-        url = f"http://{self.host_name}:{self.port}/"
+        url = f"http://{url_host(self.host_name)}:{self.port}/"
         if lock is not None:
             launchd = launchd_job(os.environ.get("XPC_SERVICE_NAME"))  # run as a launchd agent: its restart hint
             lock.publish({"pid": os.getpid(), "host": self.host_name, "port": self.port, "url": url,
