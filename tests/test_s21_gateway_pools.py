@@ -59,7 +59,7 @@ class Gateway(GatewayProcess):
 
     @property
     def port(self) -> int:
-        """The port, from a URL whose IPv6 host the gateway prints without brackets (http://fd77::1:PORT/)."""
+        """The port, from the URL the gateway prints (http://[fd77::1]:PORT/ over IPv6)."""
         return int(self.url.split("/?", 1)[0].rstrip("/").rsplit(":", 1)[1])
 
 
