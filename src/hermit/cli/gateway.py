@@ -106,7 +106,7 @@ def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
         runtimes = {a.id: build_runtime(ctx, a, long_lived=True) for a in loaded.agents}
         gateway = Gateway(loaded, ctx.home, ctx.environ, runtimes, token, host=host, port=port)
         owner_routes.record(ctx.home, loaded)
-        gateway.live.listen(lambda new: owner_routes.record(ctx.home, new))
+        gateway.live.listen(lambda new: owner_routes.record(ctx.home, new, loaded))
 
         def ready(url: str) -> None:
             # No token here: under systemd stdout is the journal, readable by more than the owner.
