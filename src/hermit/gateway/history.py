@@ -33,7 +33,6 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any, cast
 
-from hermit.agent.context import is_silent
 from hermit.agent.speakers import recorded_sender, speaker
 from hermit.config.schema import SessionConfig
 from hermit.errors import SessionError
@@ -49,7 +48,7 @@ from hermit.gateway.image_index import (
     version_of,
 )
 from hermit.messages import FiledFile, stored_text
-from hermit.scheduler.heartbeat import DEFAULT_ACK_MAX_CHARS, strip_heartbeat_token
+from hermit.sessions.background import HEARTBEAT_MARK, BeatLines, is_silent
 from hermit.sessions.entries import ENDED_TYPE, parse_transcript
 from hermit.sessions.files import open_own, read_own
 from hermit.sessions.keys import ChatType, SessionKey, SessionKind, is_main_session_key, parse_session_key
@@ -297,11 +296,11 @@ def transcript_items(entries: Sequence[Entry], *, images: bool = False, refs: bo
     items: list[dict[str, Any]] = []
     tools: dict[str, dict[str, Any]] = {}
     carried: list[dict[str, Any]] = []  # calls of tool-only assistant messages, shown on the next reply
-    background = 0  # after a `heartbeat` marker: 1 hides its prompt, 2 hides acknowledgements (HEARTBEAT_OK)
+    beats = BeatLines()  # a heartbeat's prompt and acknowledgements (HEARTBEAT_OK) are hidden; its alerts shown
     for entry in entries:
         if isinstance(entry, CustomEntry):
-            if entry.custom_type == "heartbeat":
-                background = 1
+            if entry.custom_type == HEARTBEAT_MARK:
+                beats.mark()
             elif entry.custom_type == "interrupted":
                 items.append({"role": "notice", "text": "(this reply was interrupted when the gateway stopped)",
                               "timestamp": entry.timestamp})
@@ -317,10 +316,8 @@ def transcript_items(entries: Sequence[Entry], *, images: bool = False, refs: bo
             continue
         if role not in ("user", "assistant"):
             continue
-        if role == "user":
-            background = 2 if background == 1 else 0
-            if background:
-                continue
+        if role == "user" and beats.user():
+            continue
         item: dict[str, Any] = {"role": role, "text": stored_text(m), "timestamp": entry.timestamp}
         if role == "user" and (who := _sender(m.get("sender"))) is not None:
             item["sender"] = who
@@ -328,10 +325,11 @@ def transcript_items(entries: Sequence[Entry], *, images: bool = False, refs: bo
             item["files"] = filed
         if role == "user" and images and (pictures := _images_of(m, refs, None if named is None else named.get(entry.line, []))):
             item["images"] = pictures
-        if background and role == "assistant":
-            item["text"] = strip_heartbeat_token(item["text"], DEFAULT_ACK_MAX_CHARS) or ""
-            if not item["text"]:
+        if role == "assistant":
+            kept = beats.assistant(item["text"])
+            if kept is None:
                 continue  # an acknowledgement or a tool step of a heartbeat: no channel ever saw it
+            item["text"] = kept
         if role == "assistant":
             failed = m.get("stopReason") == "error"
             why = str(m.get("errorMessage") or "the model call failed")
