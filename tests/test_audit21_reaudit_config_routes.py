@@ -195,3 +195,60 @@ def test_an_account_renamed_while_running_is_refused_at_the_next_start(home: Pat
     with pytest.raises(ConfigError) as refused:
         owner_routes.check_start(home, load_config(StatePaths(home)))
     assert "telegram/family2/3003 (agent family -> agent main; a new or renamed account)" in refused.value.message
+
+
+def test_a_real_gateway_renamed_live_refuses_the_next_start(tmp_path: Path) -> None:
+    """Through the real `hermit gateway run` and the fake Telegram: the family bot renamed (family → family2, the same
+    token) and the family agent removed while the gateway runs. The renamed account waits for a restart, so the reload
+    is applied; the record written at it named family2/3003 → main, and the restart gave the relative main's main
+    session. Now the reload's record leaves out accounts the gateway did not start with, and the restart is refused."""
+    import asyncio
+    import time
+
+    from fakes.fake_telegram import FakeTelegram
+    from hermit.testing.fake_provider import FakeProvider
+    from test_channel_gateway import Gateway
+
+    home = tmp_path / "home"
+    (home / "family-ws").mkdir(parents=True)
+    os.chmod(home, 0o700)
+    record = owner_routes.path_of(home)
+
+    def write(fake: FakeTelegram, provider: FakeProvider, account: str, family: bool) -> None:
+        cfg = config(home, family=family, family_account=account)
+        cfg["agents"]["defaults"]["model"] = "fake/test-model"
+        cfg["models"] = {"providers": {"fake": {"type": "openai-compatible", "base_url": provider.openai_base_url}}}
+        cfg["gateway"] = {"shutdown_grace_seconds": 2}
+        cfg["channels"]["telegram"]["accounts"] = {account: {
+            "token_env": "TG_FAMILY", "api_base": fake.base_url, "owners": ["3003"], "dm_policy": "allowlist",
+            "poll_timeout_seconds": 1}}
+        save(home, cfg)
+        (home / "hermit.yaml").chmod(0o600)
+
+    async def main() -> str:
+        fake = await FakeTelegram("777:FAMILY").start()
+        provider = FakeProvider([{"text": "noted", "repeat": True}]).start()
+        env = {**os.environ, "HERMIT_HOME": str(home), "TG_FAMILY": "777:FAMILY", "OMP_WAIT_POLICY": "PASSIVE"}
+        try:
+            write(fake, provider, "family", True)
+            gw = await Gateway(home, env).start()
+            first = os.stat(record).st_ino
+            write(fake, provider, "family2", False)  # renamed, family removed: applied live, recorded
+            deadline = time.monotonic() + 60
+            while os.stat(record).st_ino == first:  # the reload's record (a new file by rename)
+                assert time.monotonic() < deadline, "the running gateway never recorded the reload"
+                await asyncio.sleep(0.05)
+            assert await gw.stop() == 0
+            try:
+                gw2 = await Gateway(home, env).start()
+            except AssertionError as e:
+                return str(e)
+            await gw2.stop()
+            raise AssertionError(f"the gateway started and gave 3003 the main agent's main session: "
+                                 f"{record.read_text()}")
+        finally:
+            provider.stop()
+            await fake.stop()
+
+    refused = asyncio.run(main())
+    assert "telegram/family2/3003 (agent family -> agent main; a new or renamed account)" in refused, refused

@@ -115,14 +115,16 @@ def moves(home: Path, loaded: LoadedConfig) -> list[str]:
              if k in before and before[k] != agent}
     # An account not in the record (new, or renamed: the same bot under another id) escapes the rule above. An id
     # it owns that the record has reaching other agents' main sessions only, now given the main session of an
-    # agent the record has other owners of, is refused; an agent no one reached before (a new agent with its own
-    # bot, the owner owning both) is not.
+    # agent the record has other owners of, or of the default agent, is refused; another agent no one reached
+    # before (a new agent with its own bot, the owner owning both) is not.
     accounts = {tuple(k.split("/")[:2]) for k in before}
     reached: dict[tuple[str, ...], set[str]] = {}
     for k, agent in before.items():
         parts = k.split("/")
         reached.setdefault((parts[0], *parts[2:]), set()).add(agent)
-    owned = {agent for k, agent in before.items() if k.split("/")[2:3] != [CONTACTS]}
+    # The default agent's main session is always someone's: the token holder's (web chat, CLI), with or without a
+    # channel owner recorded.
+    owned = {agent for k, agent in before.items() if k.split("/")[2:3] != [CONTACTS]} | {loaded.agent().id}
     for k, agent in now.items():
         parts = k.split("/")
         if tuple(parts[:2]) in accounts or len(parts) < 3:
