@@ -24,7 +24,14 @@ owner out. Here:
   network's pool by network first (an IPv4 /24, an IPv6 /48), then by address. A LAN host with 8 addresses (or a
   /24's worth) fills the pool but cannot keep the owner's phone out; a user with several uids cannot keep a reverse
   proxy run as www-data out. A signed-in WebSocket (the owner's page) does not count, so it is never closed or
-  refused for this.
+  refused for this;
+- **reserved places** (`Reserved`): a network address (the exact address, not its /64 or /24) that signed in within
+  RESERVED_DAYS has its connections counted in a pool of its own (PER_SOURCE each, RESERVED_TOTAL in all) that no
+  stranger can take or evict: the owner's phone connects whatever a LAN guest in its /64 or many /48s hold. Only a
+  completed `connect` earns one (webchat_api.py calls `signed_in`): a wrong token, a page load, a socket that never
+  signs in earn nothing. At most RESERVED_ADDRESSES are kept, the one signed in longest ago dropped first, in
+  memory only (a phone's address changes with its network and an IPv6 temporary address daily; the owner signs in
+  again after a restart, and no file of addresses the owner used is left on disk).
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ import logging
 import os
 import socket
 import struct
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from functools import lru_cache, partial
 from typing import Any, Literal
@@ -48,8 +57,11 @@ log = logging.getLogger("hermit.gateway")
 PER_SOURCE = 32  # a browser opens about 6 connections per host, and a WebSocket per tab: a dozen tabs fit
 TOTAL = 256  # yours, and the network's: with LOCAL_TOTAL well under the 1024 descriptors a process gets by default
 LOCAL_TOTAL = 64  # other local users together (one user may have many uids: a rootless container's subordinate ones)
+RESERVED_ADDRESSES = 8  # network addresses that signed in lately: a phone, a laptop, a tablet, each on two networks
+RESERVED_TOTAL = 64  # their connections not signed in, together (256 + 64 + 256 + 64 stays well under 1024)
+RESERVED_DAYS = 7  # a DHCP lease or an IPv6 temporary address (valid 7 days) rarely outlives it
 
-Pool = Literal["yours", "local", "network"]
+Pool = Literal["yours", "local", "network", "reserved"]
 Source = tuple[Pool, str]  # a pool and, in it, an address (or /64) or a uid
 
 
@@ -100,14 +112,49 @@ def classify(client: tuple[str, int], server: tuple[str, int] | None, own_uid: i
     return "network", source_of(client)
 
 
+class Reserved:
+    """The network addresses that signed in lately: at most `size`, each for `seconds` after its last sign-in, the
+    one signed in longest ago dropped first (so strangers cannot grow it: only a sign-in adds)."""
+
+    def __init__(self, size: int = RESERVED_ADDRESSES, seconds: float = RESERVED_DAYS * 86400.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.size, self.seconds, self.clock = size, seconds, clock
+        self._at: OrderedDict[str, float] = OrderedDict()  # address -> when it last signed in, oldest first
+
+    def add(self, ip: str) -> None:
+        self._at.pop(ip, None)
+        self._at[ip] = self.clock()
+        while len(self._at) > self.size:
+            dropped, _ = self._at.popitem(last=False)
+            log.info("reserved place of %s dropped: %d addresses signed in since", dropped, self.size)
+
+    def __contains__(self, ip: str) -> bool:
+        at = self._at.get(ip)
+        if at is not None and self.clock() - at > self.seconds:
+            del self._at[ip]
+            return False
+        return at is not None
+
+    def addresses(self) -> list[str]:
+        return [ip for ip in list(self._at) if ip in self]
+
+
+def exact(client: tuple[str, int]) -> str:
+    """A client's exact address (no zone, an IPv4-mapped one as IPv4): what a reservation is for."""
+    ip = address(client[0])
+    return client[0] if ip is None else str(ip)
+
+
 class Unsigned:
     """The connections not signed in yet, by pool and source; each known by its client (ip, port)."""
 
     def __init__(self, per_source: int = PER_SOURCE, total: int = TOTAL, local_total: int = LOCAL_TOTAL,
-                 own_uid: int | None = None) -> None:
+                 own_uid: int | None = None, reserved: Reserved | None = None) -> None:
         self.per_source = per_source
-        self.totals: dict[Pool, int] = {"yours": total, "local": local_total, "network": total}
+        self.totals: dict[Pool, int] = {"yours": total, "local": local_total, "network": total,
+                                        "reserved": RESERVED_TOTAL}
         self.own_uid = os.geteuid() if own_uid is None else own_uid
+        self.reserved = Reserved() if reserved is None else reserved
         self._by_source: dict[Source, dict[tuple[str, int], asyncio.BaseTransport]] = {}
         self._source: dict[tuple[str, int], Source] = {}  # each held connection's source, for release()
         self.refusals = RefusalLog(log)
@@ -137,6 +184,13 @@ class Unsigned:
         if client is None:
             return True  # a unix socket: not the gateway's
         source = classify(client, server, self.own_uid)
+        if source[0] == "network" and exact(client) in self.reserved:  # signed in lately: its own places first
+            mine: Source = ("reserved", exact(client))
+            self._purge(mine)
+            if self._full(mine):
+                self._purge()
+            if not self._full(mine) or self._make_room(mine, client):
+                source = mine  # else it competes for the network's places as anyone does
         self._purge(source)
         if self._full(source):
             self._purge()
@@ -189,6 +243,16 @@ class Unsigned:
         else:
             transport.close()
         return True
+
+    def signed_in(self, client: tuple[str, int] | None) -> None:
+        """The connection from `client` completed `connect` (a right token, ticket or device): it is no longer
+        counted, and its address, if a network one, gets reserved places (`Reserved`) for its next connections."""
+        if client is None:
+            return
+        source = self._source.get((client[0], client[1]))
+        if source is not None and source[0] in ("network", "reserved"):
+            self.reserved.add(exact(client))
+        self.release(client)
 
     def release(self, client: tuple[str, int] | None) -> None:
         """The connection signed in (a WebSocket after `connect`) or is gone."""

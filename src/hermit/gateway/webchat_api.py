@@ -365,8 +365,8 @@ class WebchatApi:
                                 "open the URL printed by `hermit dashboard`",
                                 request_id=req.id, close=CLOSE_UNAUTHORIZED)
         client_id = params.client_id or secrets.token_urlsafe(12)
-        if self.unsigned is not None:  # signed in: no longer counted against its address's cap (unsigned.py)
-            self.unsigned.release(sock.ws.scope.get("client"))
+        if self.unsigned is not None:  # signed in: not counted; a network address gets reserved places (unsigned.py)
+            self.unsigned.signed_in(sock.ws.scope.get("client"))
         self.channel.attach(client_id, sock)
         self._sockets.add(sock)
         if self._watch is None:
