@@ -19,8 +19,9 @@ holds more than `cap` lemmas is left alone (too general: activity, thing, event)
 compounds whose words are all in the conversation's text, not a question word, at most `max` — these join the keyword leg
 (a compound as its phrase: "ice cream") as a second translated leg at weight `w` (their hits count `w` · their BM25, as EN ↔ ZH translations do).
 
-Modes `wn-S-C-M-W` (senses S, cap C, max M, weight W), `wn-any-…` (every noun of every question) and
-`same` (nothing added; must equal `default`).
+Modes `wn-S-C-M-W` (senses S, cap C, max M, weight W), `wn-any-…` (every noun of every question),
+`wnv-S-C-M-0` (the vector side only: the question is embedded with its items after it, "…? (judo,
+karate)"), `wnkv-…` (both) and `same` (nothing added; must equal `default`).
 """
 
 from __future__ import annotations
@@ -179,6 +180,17 @@ def patch(searcher: HybridSearcher, terms_of: Callable[[str], list[str]], w: flo
     leg._merge_translated = merged
 
 
+def patch_vector(emb: Any, terms_of: Callable[[str], list[str]]) -> None:
+    """The question's vector made from the question with its items after it ("…? (judo, karate)")."""
+    embed_query = type(emb).embed_query
+
+    def embed(text: str) -> Any:
+        terms = terms_of(text)
+        return embed_query(emb, f"{text} ({', '.join(terms)})" if terms else text)
+
+    emb.embed_query = embed
+
+
 def parse_mode(name: str) -> tuple[bool, int, int, int, float]:
     parts = name.split("-")[1:]
     any_noun = parts[0] == "any"
@@ -188,18 +200,28 @@ def parse_mode(name: str) -> tuple[bool, int, int, int, float]:
 
 SHOW = (1, 1000, 8)
 MODES = ["same", "wn-1-200-8-0.5", "wn-1-1000-8-0.5", "wn-2-200-8-0.5", "wn-1-200-8-0.8", "wn-1-200-8-0.3",
-         "wn-any-1-100-6-0.4", "wn-1-2000-12-0.5"]
+         "wn-any-1-100-6-0.4", "wn-1-2000-12-0.5", "wnv-1-200-8-0", "wnv-1-1000-8-0", "wnkv-1-200-8-0.5"]
 
 
 def changer(wn: WordNet, data: Path, mode: str) -> Callable[[Any, str], None]:
     vocabs: dict[str, set[str]] = {}
 
     def change(svc: Any, conv: str) -> None:
+        emb = svc.searcher.embedder
+        if emb is not None and "embed_query" in vars(emb):
+            del emb.embed_query  # a vector mode's patch of the shared embedder, from the last conversation
         if mode == "same":
             return
         any_noun, s, c, m, w = parse_mode(mode)
         vocab = vocabs.setdefault(conv, vocabulary(data / "workspaces" / conv))
-        patch(svc.searcher, lambda q: expansion(wn, q, vocab, s, c, m, any_noun), w)
+
+        def terms(q: str) -> list[str]:
+            return expansion(wn, q, vocab, s, c, m, any_noun)
+
+        if mode.startswith(("wnv", "wnkv")):
+            patch_vector(emb, terms)
+        if not mode.startswith("wnv"):
+            patch(svc.searcher, terms, w)
 
     return change
 
@@ -237,7 +259,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.generated is not None:
         def gen_patch(mode: str) -> Callable[[HybridSearcher], None]:
             any_noun, s, c, m, w = parse_mode(mode)
-            return lambda srch: patch(srch, lambda q: expansion(wn, q, None, s, c, m, any_noun), w)
+
+            def fix(srch: HybridSearcher) -> None:
+                def terms(q: str) -> list[str]:
+                    return expansion(wn, q, None, s, c, m, any_noun)
+                if mode.startswith(("wnv", "wnkv")):
+                    patch_vector(srch.embedder, terms)  # the last mode run: the embedder is shared
+                if not mode.startswith("wnv"):
+                    patch(srch, terms, w)
+            return fix
         return C.emit("\n".join(generated({m: gen_patch(m) for m in args.generated})), args.out)
     rows = [C.run_variant(args.data, next(v for v in C.variants() if v.name == "default"), queries)]
     for name in MODES:
