@@ -252,3 +252,18 @@ def test_a_real_gateway_renamed_live_refuses_the_next_start(tmp_path: Path) -> N
 
     refused = asyncio.run(main())
     assert "telegram/family2/3003 (agent family -> agent main; a new or renamed account)" in refused, refused
+
+
+def test_an_account_id_holding_a_slash_is_remembered_too(home: Path) -> None:
+    """Account ids may hold "/" (the schema takes any name), and the record's keys join their parts with "/": the
+    off-then-on check read `fam/ily`'s key as account `fam`, owner `ily`, and let the move through."""
+    acc = "fam/ily"
+    live = LiveConfig(save(home, config(home, family_account=acc)))
+    save(home, _off(config(home, family_account=acc), acc))
+    live.current()
+    save(home, _off(config(home, family=False, family_account=acc), acc))
+    live.current()
+    save(home, config(home, family=False, family_account=acc))
+    with pytest.raises(ConfigError) as refused:
+        live.current()
+    assert "channels.telegram.accounts.fam/ily (owner 3003: agent family -> agent main)" in refused.value.message

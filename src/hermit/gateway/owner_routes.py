@@ -38,6 +38,15 @@ log = logging.getLogger("hermit.gateway")
 FILE = "owner-routes.json"
 
 
+def key_of(*parts: str) -> str:
+    """A record key: its parts joined by "/", each with "%" and "/" escaped (an account id may hold a "/")."""
+    return "/".join(p.replace("%", "%25").replace("/", "%2F") for p in parts)
+
+
+def parts_of(key: str) -> list[str]:
+    return [p.replace("%2F", "/").replace("%25", "%") for p in key.split("/")]
+
+
 def path_of(home: Path) -> Path:
     return home / "channels" / FILE
 
@@ -46,7 +55,7 @@ def routes(loaded: LoadedConfig) -> dict[str, str]:
     """What is recorded: `channel/account/sender[/team]` → the agent that sender's DMs reach (running accounts).
     sender: an owner id, whose main session only is recorded, or CONTACTS (any contact), recorded wherever it goes,
     as a move of contacts into an agent's main session starts from a session of their own."""
-    return {k: agent for k, (agent, main) in _routes(loaded).items() if main or k.split("/")[2:3] == [CONTACTS]}
+    return {k: agent for k, (agent, main) in _routes(loaded).items() if main or parts_of(k)[2:3] == [CONTACTS]}
 
 
 def _routes(loaded: LoadedConfig) -> dict[str, tuple[str, bool]]:
@@ -63,7 +72,7 @@ def _routes(loaded: LoadedConfig) -> dict[str, tuple[str, bool]]:
                     route = router.resolve(RouteInput(channel, account_id, "dm", sender, team_id=team,
                                                       sender_is_owner=is_owner))
                     if route.main or not is_owner:
-                        key = "/".join([channel, account_id, sender, *([team] if team else [])])
+                        key = key_of(channel, account_id, sender, *([team] if team else []))
                         out[key] = (route.agent_id, route.main)
     return out
 
@@ -117,16 +126,16 @@ def moves(home: Path, loaded: LoadedConfig) -> list[str]:
     # it owns that the record has reaching other agents' main sessions only, now given the main session of an
     # agent the record has other owners of, or of the default agent, is refused; another agent no one reached
     # before (a new agent with its own bot, the owner owning both) is not.
-    accounts = {tuple(k.split("/")[:2]) for k in before}
+    accounts = {tuple(parts_of(k)[:2]) for k in before}
     reached: dict[tuple[str, ...], set[str]] = {}
     for k, agent in before.items():
-        parts = k.split("/")
+        parts = parts_of(k)
         reached.setdefault((parts[0], *parts[2:]), set()).add(agent)
     # The default agent's main session is always someone's: the token holder's (web chat, CLI), with or without a
     # channel owner recorded.
-    owned = {agent for k, agent in before.items() if k.split("/")[2:3] != [CONTACTS]} | {loaded.agent().id}
+    owned = {agent for k, agent in before.items() if parts_of(k)[2:3] != [CONTACTS]} | {loaded.agent().id}
     for k, agent in now.items():
-        parts = k.split("/")
+        parts = parts_of(k)
         if tuple(parts[:2]) in accounts or len(parts) < 3:
             continue
         had = reached.get((parts[0], *parts[2:]))
@@ -159,8 +168,8 @@ def merged(before: dict[str, str], loaded: LoadedConfig, started: LoadedConfig |
                 for account_id, acc in c.config.channels.accounts_of(channel).items() if acc.enabled}
 
     running = enabled(loaded) & enabled(started or loaded)
-    kept = {k: v for k, v in before.items() if tuple(k.split("/")[:2]) not in running}
-    return {**kept, **{k: v for k, v in routes(loaded).items() if tuple(k.split("/")[:2]) in running}}
+    kept = {k: v for k, v in before.items() if tuple(parts_of(k)[:2]) not in running}
+    return {**kept, **{k: v for k, v in routes(loaded).items() if tuple(parts_of(k)[:2]) in running}}
 
 
 def remembered_moves(reached: dict[str, str], old: LoadedConfig, new: LoadedConfig) -> list[str]:
@@ -172,7 +181,7 @@ def remembered_moves(reached: dict[str, str], old: LoadedConfig, new: LoadedConf
     for k, (agent, main) in _routes(new).items():
         if not main or reached.get(k, agent) == agent:
             continue
-        channel, account_id, sender = k.split("/")[:3]
+        channel, account_id, sender = parts_of(k)[:3]
         prev = old.config.channels.accounts_of(channel).get(account_id)
         if prev is None or (sender != CONTACTS and sender not in prev.owners):
             continue
