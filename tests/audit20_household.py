@@ -35,22 +35,22 @@ ALL = {**MAIN_CANARIES, **FAMILY_CANARIES, "spouse": SPOUSE_CANARY}
 QUERIES = ["kiwi", *(c.lower().replace("-", " ") for c in ALL.values())]
 
 
-def write_home(home: Path, provider: FakeProvider, tg: TelegramDriver, sl: SlackDriver,
-               extra: dict[str, Any] | None = None) -> dict[str, Path]:
-    cfg: dict[str, Any] = {
+def household_config(provider: FakeProvider, channels: dict[str, Any], bindings: list[dict[str, Any]],
+                     extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A household's hermit.yaml: agents main (default) and family (sandboxed), the fake model, these channels."""
+    return {
         "agents": {"defaults": {"model": "fake/test-model", "timezone": "UTC",
                                 "memory_search": {"provider": "none", "sources": ["memory", "sessions"]}},
                    "list": [{"id": "main", "default": True}, {"id": "family", "sandbox": {"mode": "all"}}]},
         "models": {"providers": {"fake": {"type": "openai-compatible", "base_url": provider.openai_base_url}}},
         "gateway": {"shutdown_grace_seconds": 5},
-        "channels": {
-            "telegram": {"accounts": {"personal": {**tg.account_config("personal"), "owners": [OWNER],
-                                                   "allow_from": [SPOUSE], "groups": [GROUP]}}},
-            "slack": {"accounts": {"work": {**sl.account_config("work"), "owners": [S_OWNER],
-                                            "groups": [S_CHANNEL]}}}},
-        "bindings": [{"match": {"channel": "telegram", "account_id": "personal", "peer": {"kind": "group", "id": GROUP}},
-                      "agent_id": "family"}],
+        "channels": channels,
+        "bindings": bindings,
         **(extra or {})}
+
+
+def seed_home(home: Path, cfg: dict[str, Any]) -> dict[str, Path]:
+    """Write `cfg` as home's hermit.yaml (0600) and both agents' canary notes; return the agents' workspaces."""
     home.mkdir(mode=0o700, parents=True)
     (home / "hermit.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
     os.chmod(home / "hermit.yaml", 0o600)
@@ -62,6 +62,18 @@ def write_home(home: Path, provider: FakeProvider, tg: TelegramDriver, sl: Slack
         (ws / "MEMORY.md").write_text(f"# Memory\n\n- kiwi {mem}\n", encoding="utf-8")
         (ws / "memory" / "private" / "p.md").write_text(f"- kiwi {priv}\n", encoding="utf-8")
     return {"main": main, "family": family}
+
+
+def write_home(home: Path, provider: FakeProvider, tg: TelegramDriver, sl: SlackDriver,
+               extra: dict[str, Any] | None = None) -> dict[str, Path]:
+    channels = {
+        "telegram": {"accounts": {"personal": {**tg.account_config("personal"), "owners": [OWNER],
+                                               "allow_from": [SPOUSE], "groups": [GROUP]}}},
+        "slack": {"accounts": {"work": {**sl.account_config("work"), "owners": [S_OWNER],
+                                        "groups": [S_CHANNEL]}}}}
+    bindings = [{"match": {"channel": "telegram", "account_id": "personal", "peer": {"kind": "group", "id": GROUP}},
+                 "agent_id": "family"}]
+    return seed_home(home, household_config(provider, channels, bindings, extra))
 
 
 def probe(marker: str, paths: list[str], answer: str | None = None) -> list[dict[str, Any]]:

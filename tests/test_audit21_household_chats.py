@@ -23,16 +23,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from audit19_who import last_user_text, until
-from audit20_household import ALL, FAMILY_CANARIES, MAIN_CANARIES, SPOUSE_CANARY, found, probe
+from audit20_household import (
+    ALL,
+    FAMILY_CANARIES,
+    MAIN_CANARIES,
+    SPOUSE_CANARY,
+    found,
+    household_config,
+    probe,
+    seed_home,
+)
+from audit20_household import main_paths as paths
 from channeldrivers import DiscordDriver, WhatsAppDriver
 from channelhelpers import run
 from fakes.fake_discord import GUILD_ID, TEXT_CHANNEL, THREAD, user
 from fakes.fake_whatsapp import sign, text_message, webhook_body
-from hermit.config.load import load_config
-from hermit.config.paths import StatePaths
 from hermit.testing.fake_provider import FakeProvider
 from prochelpers import PROC_TIMEOUT
 from test_audit19_who_discord import dispatch
@@ -44,37 +51,13 @@ ANN_DM = f"5{ANN_DC[1:]}"
 
 
 def write_home(home: Path, provider: FakeProvider, wa: WhatsAppDriver, dc: DiscordDriver) -> dict[str, Path]:
-    cfg: dict[str, Any] = {
-        "agents": {"defaults": {"model": "fake/test-model", "timezone": "UTC",
-                                "memory_search": {"provider": "none", "sources": ["memory", "sessions"]}},
-                   "list": [{"id": "main", "default": True}, {"id": "family", "sandbox": {"mode": "all"}}]},
-        "models": {"providers": {"fake": {"type": "openai-compatible", "base_url": provider.openai_base_url}}},
-        "gateway": {"shutdown_grace_seconds": 5},
-        "channels": {
-            "whatsapp": {"accounts": {"home": {**wa.account_config("home"), "owners": [ANN_WA],
-                                               "allow_from": [BEA_WA]}}},
-            "discord": {"accounts": {"family": {**dc.account_config("family"), "owners": [ANN_DC],
-                                                "groups": [TEXT_CHANNEL], "require_mention": False}}}},
-        "bindings": [{"match": {"channel": "discord", "account_id": "family", "guild_id": GUILD_ID},
-                      "agent_id": "family"}]}
-    home.mkdir(mode=0o700, parents=True)
-    (home / "hermit.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
-    os.chmod(home / "hermit.yaml", 0o600)
-    loaded = load_config(StatePaths(home))
-    main, family = loaded.agent("main").workspace, loaded.agent("family").workspace
-    for ws, mem, priv in ((main, MAIN_CANARIES["memory"], MAIN_CANARIES["private"]),
-                          (family, FAMILY_CANARIES["fmemory"], FAMILY_CANARIES["fprivate"])):
-        (ws / "memory" / "private").mkdir(parents=True, exist_ok=True)
-        (ws / "MEMORY.md").write_text(f"# Memory\n\n- kiwi {mem}\n", encoding="utf-8")
-        (ws / "memory" / "private" / "p.md").write_text(f"- kiwi {priv}\n", encoding="utf-8")
-    return {"main": main, "family": family}
-
-
-def paths(ws: dict[str, Path]) -> list[str]:
-    m, f = ws["main"], ws["family"]
-    return ["MEMORY.md", "memory/private/p.md", "memory/household.md", str(m / "MEMORY.md"),
-            str(m / "memory/private/p.md"), str(m / "memory/household.md"), str(f / "MEMORY.md"),
-            str(f / "memory/private/p.md")]
+    channels = {
+        "whatsapp": {"accounts": {"home": {**wa.account_config("home"), "owners": [ANN_WA],
+                                           "allow_from": [BEA_WA]}}},
+        "discord": {"accounts": {"family": {**dc.account_config("family"), "owners": [ANN_DC],
+                                            "groups": [TEXT_CHANNEL], "require_mention": False}}}}
+    bindings = [{"match": {"channel": "discord", "account_id": "family", "guild_id": GUILD_ID}, "agent_id": "family"}]
+    return seed_home(home, household_config(provider, channels, bindings))
 
 
 class Week:
