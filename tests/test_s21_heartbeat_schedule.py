@@ -55,6 +55,29 @@ async def run_until(r: Rig, until: datetime) -> None:
         r.clock.now = wake
 
 
+async def beat_due_in_the_owners_turn(r: Rig) -> tuple[threading.Event, asyncio.Task[object]]:
+    """The owner's turn ("a long question") started and held until the returned event is set, then the clock at the
+    beat's slot (30 minutes) and a tick: the beat is due while the main session is busy. Returns (the event that
+    lets the owner's turn finish, that turn's task)."""
+    release = threading.Event()
+    asked = threading.Event()
+
+    def reply(request: ModelRequest) -> Reply:
+        if last_user_text(request) == "a long question":
+            asked.set()
+            release.wait(30)
+        return "HEARTBEAT_OK"
+
+    r.host.threaded = True  # the owner's turn runs in a worker thread, as in the gateway
+    r.models["main"].fn = reply
+    owners_turn: asyncio.Task[object] = asyncio.create_task(r.host.run_turn("main", MAIN, "a long question"))
+    await asyncio.to_thread(asked.wait, 30)
+    r.clock.now = START + timedelta(minutes=30)
+    await r.service.tick()
+    await settle(r.service)
+    return release, owners_turn
+
+
 async def test_a_gateway_restarted_more_often_than_the_interval_still_beats(tmp_path: Path) -> None:
     # Restarted every 20 minutes for 3 hours, heartbeat every 30: before, each start planned the beat 30 minutes
     # ahead and none ever ran.
@@ -102,23 +125,8 @@ async def test_a_restart_soon_after_a_beat_does_not_beat_twice(tmp_path: Path) -
 
 
 async def test_a_beat_skipped_for_the_owners_turn_is_tried_again_a_minute_later(tmp_path: Path) -> None:
-    release = threading.Event()
-    asked = threading.Event()
-
-    def reply(request: ModelRequest) -> Reply:
-        if last_user_text(request) == "a long question":
-            asked.set()
-            release.wait(30)
-        return "HEARTBEAT_OK"
-
     r = await started(tmp_path, START)
-    r.host.threaded = True  # the owner's turn runs in a worker thread, as in the gateway
-    r.models["main"].fn = reply
-    owners_turn = asyncio.create_task(r.host.run_turn("main", MAIN, "a long question"))
-    await asyncio.to_thread(asked.wait, 30)
-    r.clock.now = START + timedelta(minutes=30)
-    await r.service.tick()
-    await settle(r.service)
+    release, owners_turn = await beat_due_in_the_owners_turn(r)
     assert r.service.status()["agents"]["main"]["heartbeat"]["last"]["reason"] == "main session busy"
     release.set()
     await owners_turn
@@ -138,23 +146,8 @@ async def test_a_beat_skipped_for_the_owners_turn_is_tried_again_a_minute_later(
 
 async def test_a_restart_while_the_owners_turn_holds_the_session_beats_when_it_is_free(tmp_path: Path) -> None:
     # A skipped try leaves the last beat where it was: a gateway restarted right after it beats at once.
-    release = threading.Event()
-    asked = threading.Event()
-
-    def reply(request: ModelRequest) -> Reply:
-        if last_user_text(request) == "a long question":
-            asked.set()
-            release.wait(30)
-        return "HEARTBEAT_OK"
-
     r = await started(tmp_path, START)
-    r.host.threaded = True
-    r.models["main"].fn = reply
-    owners_turn = asyncio.create_task(r.host.run_turn("main", MAIN, "a long question"))
-    await asyncio.to_thread(asked.wait, 30)
-    r.clock.now = START + timedelta(minutes=30)
-    await r.service.tick()
-    await settle(r.service)
+    release, owners_turn = await beat_due_in_the_owners_turn(r)
     release.set()
     await owners_turn
     await r.service.stop()
