@@ -24,6 +24,20 @@ from prochelpers import PROC_TIMEOUT
 KEY = "sk-live-THISISTHEAPIKEY-0123456789abcdef"
 
 
+def agent_says_hello(home: Path, fake: FakeProvider, api: str, key: str) -> subprocess.CompletedProcess[str]:
+    """`hermit agent -m hello --verbose` on a new state dir `home` whose model is `fake` through its `api`
+    ("anthropic" or "openai"), the API key `key` in the environment variable the config names."""
+    provider = ({"type": "anthropic", "base_url": fake.base_url, "api_key_env": "MY_KEY"} if api == "anthropic"
+                else {"type": "openai-compatible", "base_url": fake.openai_base_url, "api_key_env": "MY_KEY"})
+    write(home / "hermit.yaml", yaml.safe_dump({
+        "agents": {"defaults": {"model": "fake/m", "memory_search": {"enabled": False}}},
+        "models": {"providers": {"fake": provider}}}))
+    (home / "workspace").mkdir()
+    env = {**os.environ, "HERMIT_HOME": str(home), "MY_KEY": key, "OMP_WAIT_POLICY": "PASSIVE"}
+    return subprocess.run([sys.executable, "-m", "hermit.cli.main", "agent", "-m", "hello", "--verbose"], env=env,
+                          capture_output=True, text=True, timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
+
+
 def test_masker_masks_longest_first_and_ignores_short_values() -> None:
     m = SecretMasker(["abc", "", "token-1234567", "token-1234567-and-more"])
     assert m.mask("a token-1234567-and-more b token-1234567 c abc") == f"a {MASK} b {MASK} c abc"
@@ -39,15 +53,7 @@ def test_hermit_agent_never_shows_or_stores_an_echoed_key(tmp_path: Path, api: s
     echo = f"invalid api key: {KEY}"
     with FakeProvider([{"error": 500, "message": f"upstream trouble for {KEY}"}, {"error": 401, "message": echo}],
                       ) as fake:
-        provider = ({"type": "anthropic", "base_url": fake.base_url, "api_key_env": "MY_KEY"} if api == "anthropic"
-                    else {"type": "openai-compatible", "base_url": fake.openai_base_url, "api_key_env": "MY_KEY"})
-        write(home / "hermit.yaml", yaml.safe_dump({
-            "agents": {"defaults": {"model": "fake/m", "memory_search": {"enabled": False}}},
-            "models": {"providers": {"fake": provider}}}))
-        (home / "workspace").mkdir()
-        env = {**os.environ, "HERMIT_HOME": str(home), "MY_KEY": KEY, "OMP_WAIT_POLICY": "PASSIVE"}
-        r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "agent", "-m", "hello", "--verbose"], env=env,
-                           capture_output=True, text=True, timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
+        r = agent_says_hello(home, fake, api, KEY)
     assert r.returncode == 1
     assert KEY not in r.stdout + r.stderr
     assert f"invalid api key: {MASK}" in r.stderr and "retrying" in r.stderr  # the notice is masked too

@@ -6,19 +6,15 @@ is masked as the secret is. Real `hermit agent` and real `hermit gateway run` ag
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import write
 from gatewayhelpers import GatewayProcess, write_config, ws_calls
 from hermit.redaction import MASK, SecretMasker
 from hermit.testing import FakeProvider
-from prochelpers import PROC_TIMEOUT
+from test_robust_secrets import agent_says_hello
 
 KEY = "sk-proj-S21PARTIALKEY-8e41c07d2b4d"
 END = KEY[-4:]
@@ -41,15 +37,7 @@ def test_each_partial_form_is_masked_and_plain_words_are_not() -> None:
 def test_hermit_agent_shows_and_keeps_no_partial_key(tmp_path: Path, api: str) -> None:
     home = tmp_path / "home"
     with FakeProvider([{"error": 500, "message": ECHOES[1]}, {"error": 401, "message": ECHOES[0]}]) as fake:
-        provider = ({"type": "anthropic", "base_url": fake.base_url, "api_key_env": "MY_KEY"} if api == "anthropic"
-                    else {"type": "openai-compatible", "base_url": fake.openai_base_url, "api_key_env": "MY_KEY"})
-        write(home / "hermit.yaml", yaml.safe_dump({
-            "agents": {"defaults": {"model": "fake/m", "memory_search": {"enabled": False}}},
-            "models": {"providers": {"fake": provider}}}))
-        (home / "workspace").mkdir()
-        env = {**os.environ, "HERMIT_HOME": str(home), "MY_KEY": KEY, "OMP_WAIT_POLICY": "PASSIVE"}
-        r = subprocess.run([sys.executable, "-m", "hermit.cli.main", "agent", "-m", "hello", "--verbose"], env=env,
-                           capture_output=True, text=True, timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL)
+        r = agent_says_hello(home, fake, api, KEY)
     assert r.returncode == 1
     assert "Incorrect API key provided" in r.stderr and "retrying" in r.stderr, r.stderr
     assert END not in r.stdout + r.stderr, r.stderr
