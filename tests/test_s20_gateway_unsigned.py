@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 from ciguard import need
+from connscripts import CLOSED_WITHIN, STILL_OPEN
 from gatewayhelpers import GatewayProcess, unused_model_gateway
 from prochelpers import PROC_TIMEOUT, python_as
 from test_s19_web_idle import PER_SOURCE, WAIT, address, closed_by_gateway, raw, signed_in, works
@@ -43,30 +44,7 @@ def opened(source):
     s.bind((source, 0))
     s.connect(("127.0.0.1", port))
     return s
-
-def closed_within(sockets, seconds):  # how many the gateway ends within `seconds`, waited on together
-    left, done, until = list(sockets), 0, time.monotonic() + seconds
-    while left and time.monotonic() < until:
-        ready, _, _ = select.select(left, [], [], until - time.monotonic())
-        for s in ready:
-            try:
-                if s.recv(4096):
-                    continue
-            except OSError:
-                pass
-            left.remove(s)
-            done += 1
-    return done
-
-def still_open(s):
-    s.setblocking(False)
-    try:
-        return bool(s.recv(1, socket.MSG_PEEK))
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-
+""" + CLOSED_WITHIN + STILL_OPEN + r"""
 first = [opened("127.0.0.1") for _ in range(per)]
 more = [opened(["127.0.0.2", "127.0.0.3", lan][n % 3]) for n in range(extra)]
 print(json.dumps({"more_closed": closed_within(more, wait)}), flush=True)

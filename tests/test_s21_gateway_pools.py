@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from ciguard import need
+from connscripts import CLOSED_WITHIN, ONE_MORE, STILL_OPEN
 from gatewayhelpers import GatewayProcess, write_config
 from prochelpers import PROC_TIMEOUT, python_as
 from test_s19_web_idle import PER_SOURCE, TOTAL, WAIT
@@ -130,27 +131,15 @@ def lan() -> Iterator[tuple[int, int]]:
 HOST = r"""
 import json, select, socket, sys
 gateway, port, per, sources = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(",")
+""" + STILL_OPEN + ONE_MORE + r"""
 held = []
 for src in sources:
     for _ in range(per):
         held.append(socket.create_connection((gateway, port), source_address=(src, 0)))
-probe = socket.create_connection((gateway, port), source_address=(sources[0], 0))
-probe.settimeout(30)
-try:
-    probe.recv(1)
-except OSError:
-    pass
-def open_now(s):
-    s.setblocking(False)
-    try:
-        return bool(s.recv(1, socket.MSG_PEEK))
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-print(json.dumps({"held": sum(open_now(s) for s in held)}), flush=True)
+probe = one_more(gateway, port, sources[0])
+print(json.dumps({"held": sum(still_open(s) for s in held)}), flush=True)
 sys.stdin.readline()
-print(json.dumps({"held": sum(open_now(s) for s in held)}), flush=True)
+print(json.dumps({"held": sum(still_open(s) for s in held)}), flush=True)
 sys.stdin.read()
 """
 
@@ -220,19 +209,9 @@ def test_a_lan_host_with_many_addresses_cannot_keep_the_phone_out(tmp_path: Path
 UID_FLOOD = r"""
 import json, select, socket, sys, time
 port, n, wait = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+""" + CLOSED_WITHIN + r"""
 held = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
-left, done, until = list(held), 0, time.monotonic() + wait
-while left and time.monotonic() < until:
-    ready, _, _ = select.select(left, [], [], until - time.monotonic())
-    for s in ready:
-        try:
-            if s.recv(4096):
-                continue
-        except OSError:
-            pass
-        left.remove(s)
-        done += 1
-print(json.dumps({"closed": done}), flush=True)
+print(json.dumps({"closed": closed_within(held, wait)}), flush=True)
 sys.stdin.read()
 """
 
@@ -353,6 +332,7 @@ sys.stdin.read()
 BORROWER = r"""
 import json, socket, sys
 gateway, port, ports, sources = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4].split(",")
+""" + ONE_MORE + r"""
 held = []
 for src in sources:
     for p in ports:
@@ -360,12 +340,7 @@ for src in sources:
             held.append(socket.create_connection((gateway, port), source_address=(src, int(p))))
         except OSError:
             pass
-probe = socket.create_connection((gateway, port), source_address=(sources[0], 0))
-probe.settimeout(30)
-try:
-    probe.recv(1)
-except OSError:
-    pass
+probe = one_more(gateway, port, sources[0])
 print(json.dumps({"made": len(held)}), flush=True)
 sys.stdin.read()
 """
