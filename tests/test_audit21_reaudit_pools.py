@@ -33,12 +33,11 @@ from pathlib import Path
 import pytest
 
 from channelhelpers import run
-from ciguard import need
 from gatewayhelpers import write_config
 from prochelpers import PROC_TIMEOUT
 from test_audit20_errors_proxy import RecordingProxy, proxy  # noqa: F401 (a fixture)
 from test_s21_errors_media_proxy import media_server
-from test_s21_gateway_pools import HOST, PHONE, Gateway, in_ns, log_of, netns_holder, running
+from test_s21_gateway_pools import HOST, PHONE, Gateway, in_ns, joined_namespaces, log_of, running
 
 GATEWAY_NET, LAN_HOST, PHONE_ADDR = "10.78.0.1", "10.78.1.1", "10.78.2.50"
 
@@ -47,24 +46,15 @@ GATEWAY_NET, LAN_HOST, PHONE_ADDR = "10.78.0.1", "10.78.1.1", "10.78.2.50"
 def nonlocal_lan() -> Iterator[tuple[int, int]]:
     """(the gateway's namespace, the LAN's), joined by a veth pair; in the gateway's, binding to a foreign address
     works (net.ipv4/ipv6.ip_nonlocal_bind=1, per network namespace: this machine's own is untouched)."""
-    need(os.geteuid() == 0, "root, to make network namespaces")
-    there, lan_side = netns_holder(), netns_holder()
-    try:
-        a, b = there.pid, lan_side.pid
-        in_ns(a, "ip", "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", str(b))
-        for cmd in (["ip", "link", "set", "lo", "up"], ["ip", "addr", "add", f"{GATEWAY_NET}/16", "dev", "va"],
+    with joined_namespaces() as (a, b):
+        for cmd in (["ip", "addr", "add", f"{GATEWAY_NET}/16", "dev", "va"],
                     ["ip", "-6", "addr", "add", "fd78::1/64", "dev", "va", "nodad"], ["ip", "link", "set", "va", "up"],
                     ["sysctl", "-qw", "net.ipv4.ip_nonlocal_bind=1"], ["sysctl", "-qw", "net.ipv6.ip_nonlocal_bind=1"]):
             in_ns(a, *cmd)
-        for cmd in (["ip", "link", "set", "lo", "up"], ["ip", "addr", "add", f"{LAN_HOST}/16", "dev", "vb"],
+        for cmd in (["ip", "addr", "add", f"{LAN_HOST}/16", "dev", "vb"],
                     ["ip", "addr", "add", f"{PHONE_ADDR}/16", "dev", "vb"], ["ip", "link", "set", "vb", "up"]):
             in_ns(b, *cmd)
         yield a, b
-    finally:
-        for p in (there, lan_side):
-            assert p.stdin is not None
-            p.stdin.close()
-            p.wait(PROC_TIMEOUT)
 
 
 def test_where_any_address_binds_a_lan_host_cannot_shut_the_phone_out(tmp_path: Path,

@@ -92,20 +92,33 @@ def in_ns(pid: int, *command: str) -> None:
                    capture_output=True)
 
 
-@pytest.fixture(scope="module")
-def lan() -> Iterator[tuple[int, int]]:
-    """(the gateway's namespace, the LAN's): a veth pair between them, 10.77.0.1/16 on the gateway's side, the LAN
-    side with 10.77.1.1-64 (the host with many addresses), 10.77.1.50 and 10.77.2.50 (the owner's phone on the same
-    /24, or on another)."""
+@contextmanager
+def joined_namespaces() -> Iterator[tuple[int, int]]:
+    """Two new network namespaces (the gateway's, the LAN's; named by the pids yielded) joined by a veth pair, `va`
+    in the first and `vb` in the second (no address, down), loopback up in both; ended on leaving."""
     need(os.geteuid() == 0, "root, to make network namespaces")
     there, lan_side = netns_holder(), netns_holder()
     try:
         a, b = there.pid, lan_side.pid
         in_ns(a, "ip", "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", str(b))
-        for cmd in (["ip", "link", "set", "lo", "up"], ["ip", "addr", "add", f"{GATEWAY_NET}/16", "dev", "va"],
-                    ["ip", "link", "set", "va", "up"]):
-            in_ns(a, *cmd)
+        in_ns(a, "ip", "link", "set", "lo", "up")
         in_ns(b, "ip", "link", "set", "lo", "up")
+        yield a, b
+    finally:
+        for p in (there, lan_side):
+            assert p.stdin is not None
+            p.stdin.close()
+            p.wait(PROC_TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def lan() -> Iterator[tuple[int, int]]:
+    """(the gateway's namespace, the LAN's): a veth pair between them, 10.77.0.1/16 on the gateway's side, the LAN
+    side with 10.77.1.1-64 (the host with many addresses), 10.77.1.50 and 10.77.2.50 (the owner's phone on the same
+    /24, or on another)."""
+    with joined_namespaces() as (a, b):
+        for cmd in (["ip", "addr", "add", f"{GATEWAY_NET}/16", "dev", "va"], ["ip", "link", "set", "va", "up"]):
+            in_ns(a, *cmd)
         for n in range(1, 65):
             in_ns(b, "ip", "addr", "add", f"{LAN}.{n}/16", "dev", "vb")
         in_ns(b, "ip", "addr", "add", "10.77.2.50/16", "dev", "vb")
@@ -118,11 +131,6 @@ def lan() -> Iterator[tuple[int, int]]:
         in_ns(b, "ip", "-6", "addr", "add", "fd77:0:2::50/16", "dev", "vb", "nodad")
         in_ns(b, "ip", "link", "set", "vb", "up")
         yield a, b
-    finally:
-        for p in (there, lan_side):
-            assert p.stdin is not None
-            p.stdin.close()
-            p.wait(PROC_TIMEOUT)
 
 
 # The LAN host: `per` silent connections from each of `sources`, then one more from the first (at its cap, or no
