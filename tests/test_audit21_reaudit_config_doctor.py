@@ -13,21 +13,13 @@ import pytest
 
 from hermit.cli.main import main
 from hermit.gateway import owner_routes
-from test_audit21_reaudit_config_routes import config, save, started
+from test_audit21_reaudit_config_routes import config, home_fixture, save, started  # noqa: F401 (home_fixture: `home`)
 
 
 def doctor(home: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     main(["--home", str(home), "doctor", "--json"])
     checks: dict[str, Any] = {c["name"]: c for c in json.loads(capsys.readouterr().out)}
     return checks
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    home = tmp_path / "home"
-    (home / "family-ws").mkdir(parents=True)
-    os.chmod(home, 0o700)
-    return home
 
 
 def test_doctor_names_a_refused_owner_move_and_the_fix(home: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,21 +5,10 @@ save: sharing turned off counts at the next call, and a file that does not load 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import pytest
-
 from hermit.cli.mcp import live_settings
-from test_audit21_reaudit_config_routes import config, save
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    home = tmp_path / "home"
-    (home / "family-ws").mkdir(parents=True)
-    os.chmod(home, 0o700)
-    return home
+from test_audit21_reaudit_config_routes import config, home_fixture, save  # noqa: F401 (home_fixture: `home`)
 
 
 def with_mcp(cfg: dict[str, object], share: bool) -> dict[str, object]:

@@ -50,8 +50,9 @@ def config(home: Path, *, family: bool = True, family_account: str = "family", s
             if family else []}
 
 
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
+@pytest.fixture(name="home")
+def home_fixture(tmp_path: Path) -> Path:
+    """A state dir (0700) with the family agent's workspace; test_audit21_reaudit_config_*.py import it."""
     home = tmp_path / "home"
     (home / "family-ws").mkdir(parents=True)
     os.chmod(home, 0o700)
