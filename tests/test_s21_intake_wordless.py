@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,16 @@ def last_user_texts(provider: FakeProvider) -> list[str]:
         out.append(content if isinstance(content, str) else
                    "".join(p.get("text", "") for p in content if isinstance(p, dict)))
     return out
+
+
+def said_in_words(main: Callable[[], Awaitable[list[str]]], want: list[str]) -> list[str]:
+    """Run `main` (messages with no words, then "WL-LAST"; returns the newest user text of each model request) and
+    check one request per message and one for the last, each ending with its message's description in `want`."""
+    said = run(main, timeout=PROC_TIMEOUT)
+    assert len(said) == len(want) + 1
+    for text, description in zip(said, want, strict=False):
+        assert text.endswith(description), (text, description)
+    return said
 
 
 def test_telegram_stickers_polls_locations_contacts_in_words_dice_ignored(tmp_path: Path) -> None:
@@ -72,10 +83,8 @@ def test_telegram_stickers_polls_locations_contacts_in_words_dice_ignored(tmp_pa
                 await until(lambda: "last-ok" in d.texts("tg", str(TG_OWNER)), "the answer to the last message")
                 return last_user_texts(provider)
 
-    said = run(main, timeout=PROC_TIMEOUT)
-    for text, description in zip(said, want, strict=False):
-        assert text.endswith(description), (text, description)
-    assert len(said) == len(want) + 1 and "WL-LAST" in said[-1]  # the dice ran no turn
+    said = said_in_words(main, want)
+    assert "WL-LAST" in said[-1]  # the dice ran no turn: the last request is the last message's
 
 
 def test_discord_stickers_and_polls_in_words(tmp_path: Path) -> None:
@@ -109,10 +118,7 @@ def test_discord_stickers_and_polls_in_words(tmp_path: Path) -> None:
                 await until(lambda: "last-ok" in d.texts("dc", OWNER), "the answer to the last message")
                 return last_user_texts(provider)
 
-    said = run(main, timeout=PROC_TIMEOUT)
-    assert len(said) == len(want) + 1
-    for text, description in zip(said, want, strict=False):
-        assert text.endswith(description), (text, description)
+    said_in_words(main, want)
 
 
 def test_whatsapp_locations_and_contact_cards_in_words(tmp_path: Path) -> None:
@@ -139,7 +145,4 @@ def test_whatsapp_locations_and_contact_cards_in_words(tmp_path: Path) -> None:
                 await until(lambda: "last-ok" in d.texts("wa", WA_OWNER), "the answer to the last message")
                 return last_user_texts(provider)
 
-    said = run(main, timeout=PROC_TIMEOUT)
-    assert len(said) == len(want) + 1
-    for text, description in zip(said, want, strict=False):
-        assert text.endswith(description), (text, description)
+    said_in_words(main, want)
