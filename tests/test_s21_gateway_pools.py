@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -392,7 +393,9 @@ def test_a_network_client_on_a_listeners_port_is_not_that_listeners_user(tmp_pat
         listeners.wait(PROC_TIMEOUT)
     log = log_of(gw)
     assert "(yours;" not in log, log[-2000:]
-    assert f"{LAN}.1 ({LAN}.1) closed" in log  # the probe: a network client, at its address's cap or share
+    # the LAN clients were network clients, at an address's cap or its share: which address the pool's first
+    # eviction (the one logged) took depends on which connects got through first on a loaded machine
+    assert re.search(rf"{re.escape(LAN)}\.(\d+) \({re.escape(LAN)}\.\1\) closed", log), log[-2000:]
 
 
 def test_the_lookup_answers_for_the_client_socket_only() -> None:
