@@ -92,6 +92,7 @@ def listen_sockets(host: str, port: int, bind: Callable[[str, int], socket.socke
 # LISTEN_PID is this process, LISTEN_FDS sockets from fd 3 on.
 
 LISTEN_FDS_START = 3
+HELD_BEFORE = "HERMIT_LISTEN_HELD"  # exec_in_place: whether the port was held before the restart ("1"/"0")
 MAX_LISTEN_FDS = 16
 
 
@@ -206,14 +207,16 @@ def open_listeners(host: str, port: int, bind: Callable[[str, int], socket.socke
                    environ: MutableMapping[str, str] | None = None) -> Listeners:
     """The sockets LISTEN_FDS hands in (whatever `host`/`port` say: the unit that binds them decides the address;
     a missing [::1] twin is bound here), else `listen_sockets(host, port, bind)`."""
-    socks = inherited_sockets(environ)
+    env = os.environ if environ is None else environ
+    before = env.pop(HELD_BEFORE, None)  # set by exec_in_place: a restart in place never makes a port held
+    socks = inherited_sockets(env)
     if socks is None:
         return Listeners(listen_sockets(host, port, bind))
     handed = sorted({int(s.getsockname()[1]) for s in socks})
     if port and port not in handed:
         log.warning("listening on port %s, which the service's socket unit holds, not on port %d (gateway.port or "
                     "--port): run `hermit service install` again to move it", "/".join(map(str, handed)), port)
-    held = parent_holds(socks) and _covers_twin(socks)
+    held = before != "0" and parent_holds(socks) and _covers_twin(socks)
     socks.sort(key=lambda s: s.family != socket.AF_INET)  # IPv4 first: the address the gateway names
     first = socks[0].getsockname()
     if needs_twin(str(first[0])) and not any(s.getsockname()[0] in (TWIN, "::") for s in socks):
@@ -229,17 +232,25 @@ def kept_for_restart(socks: list[socket.socket]) -> list[int]:
     return [os.dup(s.fileno()) for s in socks]
 
 
-def exec_in_place(fds: list[int], argv: list[str] | None = None) -> None:
+def exec_in_place(fds: list[int], argv: list[str] | None = None, *, held: bool = False) -> None:
     """Start this gateway again in this process (the same pid) with `fds` as its listening sockets (LISTEN_FDS):
-    never a moment when the port is free for another program. Does not return."""
+    never a moment when the port is free for another program. Does not return.
+
+    `held`: whether the port was held by the starter before (Listeners.held). Only that decision can carry over: a
+    gateway run by hand whose parent went away (nohup, a closed ssh session) is reparented to init — `systemd`, whose
+    fds a normal user cannot read — and would otherwise be taken for a socket unit's gateway after the restart.
+    SIGUSR1 stays blocked across the exec (the new image unblocks it once it handles it): a second signal during the
+    new image's start is a restart asked for, not the default action's death."""
+    import signal
     import sys
 
     high = [fcntl_dup_high(fd) for fd in fds]  # out of the way of fds 3… before they are overwritten
     for i, fd in enumerate(high):
         os.dup2(fd, LISTEN_FDS_START + i)  # inheritable: the new image gets it
         os.close(fd)
-    os.environ.update(LISTEN_FDS=str(len(fds)), LISTEN_PID=str(os.getpid()))
+    os.environ.update(LISTEN_FDS=str(len(fds)), LISTEN_PID=str(os.getpid()), **{HELD_BEFORE: "1" if held else "0"})
     os.environ.pop("LISTEN_FDNAMES", None)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     argv = list(sys.orig_argv) if argv is None else argv
     os.execv(sys.executable, [sys.executable, *argv[1:]])
 

@@ -265,6 +265,7 @@ class Gateway:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop_for_good)
         loop.add_signal_handler(signal.SIGUSR1, self.request_restart)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})  # blocked across a restart in place (listen.py)
         await server.startup(sockets=sockets)
         self.bus.scrubs.resume()  # deleted messages a killed gateway hid but did not scrub yet (gateway/scrub_batch.py)
         # One channel or service that cannot start (a revoked bot token) must not take the others down;
@@ -301,7 +302,7 @@ class Gateway:
         elif kept:
             log.info("starting again in place (pid %d), keeping the port", os.getpid())
             logging.shutdown()
-            exec_in_place(kept)
+            exec_in_place(kept, held=listeners.held)
         return 0
 
     async def shutdown(self, server: Any, sockets: list[socket.socket]) -> None:
