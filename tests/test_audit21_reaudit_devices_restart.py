@@ -152,3 +152,30 @@ def test_sigusr1_during_a_restart_in_place_is_a_restart_asked_for_not_death(tmp_
     finally:
         gw.stop()
     assert gw.proc.returncode == 0, gw.stderr()[-2000:]
+
+
+def test_a_handed_socket_that_is_udp_or_not_listening_is_refused_with_what_to_do() -> None:
+    """Held: LISTEN_FDS naming a UDP socket or a TCP socket nobody listens on (which holds no port against a squatter's
+    listen) is refused, naming the fd, not taken for a held port."""
+    import pytest
+
+    from hermit.errors import ConfigError
+    from hermit.gateway.listen import open_listeners
+
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    bound = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    bound.bind(("127.0.0.1", 0))
+    saved = os.dup(3)
+    try:
+        for sock, words in ((udp, "is not a TCP socket"), (bound, "is not listening")):
+            os.dup2(sock.fileno(), 3)
+            env = {"LISTEN_FDS": "1", "LISTEN_PID": str(os.getpid())}
+            with pytest.raises(ConfigError) as refused:
+                open_listeners("127.0.0.1", 0, lambda h, p: socket.socket(), env)
+            assert f"fd 3, which {words}" in str(refused.value) and "ListenStream=" in (refused.value.hint or "")
+    finally:
+        os.dup2(saved, 3)
+        os.close(saved)
+        udp.close()
+        bound.close()
