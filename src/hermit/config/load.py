@@ -427,29 +427,33 @@ def _sessions_dir(paths: StatePaths, entry: AgentEntry) -> Path:
 
 # An editor that saves in place (nano, a JSON writer) truncates the file and writes it in pieces microseconds
 # apart; the gateway reads hermit.yaml at every admission, and a prefix of a two-agent config can parse and route the
-# family group to the default agent (12 of 620 prefixes did, audit s21). A file whose ctime (set by the kernel, not
-# by a user) is under SETTLE_NS old is read once it is that old, and a read whose file changed meanwhile (size,
-# times, inode) is read again, for SETTLE_MAX_S at most: a save in progress is never taken for the config.
+# family group to the default agent (12 of 620 prefixes did, audit s21). A file whose content changed (mtime) under
+# SETTLE_NS ago is read once it is that old, and a read of a file whose content changed meanwhile (the same inode,
+# another size or mtime) is read again, for SETTLE_MAX_S at most: a save in progress is never taken for the config.
+# A file replaced by rename is a whole file whichever one was read, and renames and links change only the ctime, so
+# a file swapped as fast as a process can (tests/test_reaudit17_config_swap.py) is never waited on.
 SETTLE_NS = 50_000_000
 SETTLE_MAX_S = 1.0
 
 
-def _signature(st: os.stat_result) -> tuple[int, ...]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+def _content(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def read_settled(source: Path) -> tuple[bytes, os.stat_result]:
-    """The bytes of the config file and the fstat of what was read, once no save is writing it: read again
-    while the file changed during the read or was changed under SETTLE_NS ago (a ctime in the future, a clock set
-    back, waits for nothing). Costs one stat more per read; a read within SETTLE_NS of a save waits for the rest."""
+    """The bytes of the config file and the fstat of what was read, once no save in place is writing it: read again
+    while that file's content changed during the read or changed under SETTLE_NS ago (an mtime in the future, a clock
+    set back, waits for nothing). Costs one stat more per read; a read within SETTLE_NS of a save waits for the rest."""
     deadline = time.monotonic() + SETTLE_MAX_S
     while True:
         raw, st = read_regular_stat(source)
         try:
-            changed = _signature(os.stat(source)) != _signature(st) or len(raw) != st.st_size
+            now = os.stat(source)
+            changed = (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino) and _content(now) != _content(st)
         except OSError:
-            changed = True  # moved away mid-read (an editor's save by rename): read what is there now
-        age = time.time_ns() - st.st_ctime_ns
+            changed = False  # moved away mid-read (a save by rename): what was read is a whole file
+        changed = changed or len(raw) != st.st_size
+        age = time.time_ns() - st.st_mtime_ns
         young = 0 <= age < SETTLE_NS
         if not (changed or young) or time.monotonic() >= deadline:
             return raw, st
