@@ -27,13 +27,13 @@ job, are also read together (three words a line, or three a call, add up); what 
 still in front of the model (the session's history is replayed: "ok thanks" next turn is no licence, a note of the
 page written last turn is not the owner's); a command in a turn that brought text is followed by a look at the
 instruction files — a change whose new lines copy it (`base64 -d >> HEARTBEAT.md`, `cp memory/x.md AGENTS.md`, a
-name built from pieces) is put back and the command's result says so; an instruction file linked elsewhere is
-guarded by either name; the owner's memory is read once per check, not once per line.
+name built from pieces) is put back and the command's result says so, and a job the command added or changed
+(`… | base64 -d | hermit cron add --message -`) is removed or put back the same way; an instruction file linked
+elsewhere is guarded by either name; the owner's memory is read once per check, not once per line.
 
 What it does not catch: a paraphrase (the prompt's rule stands there); words the model never saw written by the
 shell (`curl … >> HEARTBEAT.md`: the owner's shell is the owner's, unsandboxed — it can also send anything
-anywhere; see docs/security.md), nor a job the shell makes with the words encoded (`hermit cron add --message
-"$(… | base64 -d)"`); a line attributed falsely at the page's request ("quoted from my owner: …" — a source named
+anywhere; see docs/security.md), nor what it writes after the command returns (a detached job); a line attributed falsely at the page's request ("quoted from my owner: …" — a source named
 cannot be checked); what a compaction summary replaced (its tool results are gone from the history); notes under
 memory/ (a note is material later too, and the owner often asks to keep what a page said); the flush has its own
 guard (forwarded_words.GuardedTools) and no shell.
