@@ -14,8 +14,11 @@ go free:
 - `true`: on whatever holds the port (only on a computer no one else logs in to); `false`: off.
 
 The gateway does not serve https itself, so "an https origin" does not decide it: a TLS proxy forwards to this port,
-which can be squatted the same way. The decision is taken once, at start (the sockets do not change while it runs),
-published in the lock file (`devices`), and shown by `hermit doctor`, `hermit devices list` and Operations → Devices.
+which can be squatted the same way. The decision is taken at start, published in the lock file (`devices`), and shown by
+`hermit doctor`, `hermit devices list` and Operations → Devices. It is taken back once while the gateway runs: when
+the process that held the sockets stops holding them (its socket unit stopped: `systemctl --user stop <name>.socket`,
+or it exited; gateway/listen.py `watch_holder`), `auto` turns devices off (`lost`) until a restart decides again — the
+port would go free as soon as this gateway stops. A restart in place (SIGUSR1) keeps it off.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ Setting = bool | Literal["auto"]
 HOW_ON = ("run the gateway as a service, whose socket unit keeps its port taken across restarts: `hermit service "
           "install` (then `hermit service restart`); or set `gateway.remember_devices: true` in hermit.yaml and restart "
           "the gateway (only on a computer no one else logs in to)")
-WHY_UNHELD = ("its port goes free whenever the gateway stops or restarts (it was not started by its service's socket "
-              "unit), and another local user's program could take it meanwhile")
+WHY_UNHELD = ("its port goes free whenever the gateway stops or restarts (no socket unit of its service holds it), and "
+              "another local user's program could take it meanwhile")
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,20 @@ def decide(setting: Setting, held: bool) -> DevicePolicy:
                             "gateway's port, so no other program can take it while the gateway restarts")
     return DevicePolicy(False, f"off (gateway.remember_devices: auto): {WHY_UNHELD}; a browser signed in with a link "
                         "stays signed in for its tab only", HOW_ON)
+
+
+HOLDER_POLL_SECONDS = 1.0  # how often a running gateway looks whether its socket unit still holds its port
+
+
+def lost(setting: Setting) -> DevicePolicy:
+    """The policy once the process that held the gateway's port has stopped holding it while the gateway runs."""
+    if setting != "auto":
+        return decide(setting, held=False)
+    return DevicePolicy(False, "off (gateway.remember_devices: auto): the service's socket unit stopped holding the "
+                        "gateway's port while it ran (`systemctl --user stop …socket`?), so the port goes free when "
+                        "the gateway stops, and another local user's program could take it; a browser signed in with "
+                        "a link stays signed in for its tab only", "restart the service, which starts its socket unit "
+                        "again: `hermit service restart` (or `systemctl --user restart <name>.service`)")
 
 
 def not_running(setting: Setting) -> DevicePolicy:

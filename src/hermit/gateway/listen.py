@@ -99,11 +99,13 @@ MAX_LISTEN_FDS = 16
 @dataclass(frozen=True)
 class Listeners:
     """The gateway's listening sockets; `inherited`: handed in (LISTEN_FDS); `held`: the process that started the
-    gateway holds them too (so the port stays taken while the gateway is down), and they cover the [::1] twin."""
+    gateway holds them too (so the port stays taken while the gateway is down), and they cover the [::1] twin;
+    `holder`: that process, when held (watch_holder: whether it still does)."""
 
     sockets: list[socket.socket]
     inherited: bool = False
     held: bool = False
+    holder: Holder | None = None
 
     @property
     def port(self) -> int:
@@ -169,21 +171,58 @@ def _socket_links(pid: int) -> set[str] | None:
     return links
 
 
-def parent_holds(socks: list[socket.socket], ppid: int | None = None) -> bool:
-    """Whether the process that started this one holds `socks` too (the same sockets, by inode): a service manager
-    keeps them while the gateway restarts. A wrapper that bound them and exec'd the gateway (systemd-socket-activate)
-    holds nothing: the port goes free when the gateway exits. A parent whose fds cannot be read (another user's) is
-    taken for a holder only when it is systemd itself."""
-    ppid = os.getppid() if ppid is None else ppid
-    want = {f"socket:[{os.fstat(s.fileno()).st_ino}]" for s in socks}
-    links = _socket_links(ppid)
-    if links is not None:
-        return want <= links
+def _start_time(pid: int) -> str | None:
+    """Process `pid`'s start time (/proc/<pid>/stat, field 22): a pid reused by a later process differs."""
     try:
-        comm = Path(f"/proc/{ppid}/comm").read_text(encoding="utf-8").strip()
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return False
-    return comm == "systemd"
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # after the name, which may hold blanks and parentheses
+    return fields[19] if len(fields) > 19 else None
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The process that started the gateway and holds its listening sockets too (a service manager's socket unit):
+    its pid, its start time (a reused pid is not it) and the sockets' `socket:[inode]` names."""
+
+    pid: int
+    started: str
+    links: frozenset[str]
+
+    def holds(self) -> bool:
+        """Whether it still does: still this process's parent (not exited, this process not reparented), the same
+        process, and the sockets still among its open fds. A socket unit stopped while the gateway runs (`systemctl
+        --user stop <name>.socket`) closes the manager's copies: the port then goes free when the gateway stops."""
+        if os.getppid() != self.pid or _start_time(self.pid) != self.started:
+            return False
+        links = _socket_links(self.pid)
+        return links is not None and self.links <= links
+
+
+def holder_of(socks: list[socket.socket]) -> Holder | None:
+    """The process that started this one when it holds `socks` too (the same sockets, by inode): a service
+    manager keeps them while the gateway restarts. A wrapper that bound them and exec'd the gateway
+    (systemd-socket-activate) holds nothing: the port goes free when the gateway exits.
+
+    Only a parent whose fds can be read is ever a holder (a user's own manager, `systemd --user`, is the user's): one
+    that cannot be read (another user's, pid 1 of a system unit) is not, whatever it is named — a name is chosen by
+    whoever starts a process (prctl PR_SET_NAME), and an orphan's reaper holds nothing — and no later look could tell
+    whether it still holds them (Holder.holds)."""
+    ppid = os.getppid()
+    started = _start_time(ppid)
+    holder = Holder(ppid, started or "", frozenset(f"socket:[{os.fstat(s.fileno()).st_ino}]" for s in socks))
+    return holder if started is not None and holder.holds() else None
+
+
+async def watch_holder(holder: Holder, lost: Callable[[], None], interval: float) -> None:
+    """Looks every `interval` seconds whether `holder` still holds the sockets; `lost()` once it does not (then ends):
+    the port would go free when the gateway stops, so what relied on it being held must stop relying on it."""
+    import asyncio
+
+    while await asyncio.to_thread(holder.holds):
+        await asyncio.sleep(interval)
+    lost()
 
 
 def _covers_twin(socks: list[socket.socket]) -> bool:
@@ -216,14 +255,14 @@ def open_listeners(host: str, port: int, bind: Callable[[str, int], socket.socke
     if port and port not in handed:
         log.warning("listening on port %s, which the service's socket unit holds, not on port %d (gateway.port or "
                     "--port): run `hermit service install` again to move it", "/".join(map(str, handed)), port)
-    held = before != "0" and parent_holds(socks) and _covers_twin(socks)
+    holder = holder_of(socks) if before != "0" and _covers_twin(socks) else None
     socks.sort(key=lambda s: s.family != socket.AF_INET)  # IPv4 first: the address the gateway names
     first = socks[0].getsockname()
     if needs_twin(str(first[0])) and not any(s.getsockname()[0] in (TWIN, "::") for s in socks):
         twin = bind_twin(int(first[1]))
         if twin is not None:
             socks.append(twin)
-    return Listeners(socks, inherited=True, held=held)
+    return Listeners(socks, inherited=True, held=holder is not None, holder=holder)
 
 
 def kept_for_restart(socks: list[socket.socket]) -> list[int]:
@@ -236,9 +275,10 @@ def exec_in_place(fds: list[int], argv: list[str] | None = None, *, held: bool =
     """Start this gateway again in this process (the same pid) with `fds` as its listening sockets (LISTEN_FDS):
     never a moment when the port is free for another program. Does not return.
 
-    `held`: whether the port was held by the starter before (Listeners.held). Only that decision can carry over: a
-    gateway run by hand whose parent went away (nohup, a closed ssh session) is reparented to init — `systemd`, whose
-    fds a normal user cannot read — and would otherwise be taken for a socket unit's gateway after the restart.
+    `held`: whether the port is still held by the starter (Listeners.held, and not lost since: watch_holder). Only
+    that decision can carry over, never be raised: a gateway run by hand whose parent went away (nohup, a closed ssh
+    session) is reparented to init or a subreaper, which must not be taken for a socket unit's manager after the
+    restart, nor may a socket unit stopped meanwhile be.
     SIGUSR1 stays blocked across the exec (the new image unblocks it once it handles it): a second signal during the
     new image's start is a restart asked for, not the default action's death."""
     import signal

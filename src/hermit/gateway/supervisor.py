@@ -41,8 +41,8 @@ from hermit.gateway.channels import build_channels, webhook_routes
 from hermit.gateway.config_watch import ConfigWatcher
 from hermit.gateway.console import Console
 from hermit.gateway.deletes_store import RememberedDeletes, deletes_path
-from hermit.gateway.device_policy import decide
-from hermit.gateway.listen import exec_in_place, kept_for_restart, open_listeners
+from hermit.gateway.device_policy import HOLDER_POLL_SECONDS, DevicePolicy, decide, lost
+from hermit.gateway.listen import exec_in_place, kept_for_restart, open_listeners, watch_holder
 from hermit.gateway.live_config import LiveAccess, LiveConfig
 from hermit.gateway.protocol import MAX_FRAME_BYTES
 from hermit.gateway.services import MemoryWatcher, Service, ServiceContext, build_services
@@ -249,6 +249,8 @@ class Gateway:
         self.port = listeners.port
         devices = decide(self.cfg.remember_devices, listeners.held)  # gateway/device_policy.py
         self.api.remember_devices, self.api.device_policy = devices.on, devices
+        self.held = listeners.held
+        self.published: dict[str, Any] = {}
         if not is_loopback(self.host_name):
             log.warning("listening on %s, reachable from other machines: every client needs the token, and the "
                         "connection is not encrypted (put a TLS proxy in front of it)", self.host_name)
@@ -283,15 +285,20 @@ class Gateway:
         url = f"http://{url_host(self.host_name)}:{self.port}/"
         if lock is not None:
             launchd = launchd_job(os.environ.get("XPC_SERVICE_NAME"))  # run as a launchd agent: its restart hint
-            lock.publish({"pid": os.getpid(), "host": self.host_name, "port": self.port, "url": url,
-                          "started": self.started_at, "held": listeners.held, "devices": devices.published(),
-                          **({"launchd": launchd} if launchd else {})})
+            self.published = {"pid": os.getpid(), "host": self.host_name, "port": self.port, "url": url,
+                              "started": self.started_at, "held": listeners.held, "devices": devices.published(),
+                              **({"launchd": launchd} if launchd else {})}
+            lock.publish(self.published)
         log.info("web app devices: %s", devices.why)
+        watch = None if listeners.holder is None else asyncio.create_task(watch_holder(
+            listeners.holder, lambda: self._holder_lost(lock), HOLDER_POLL_SECONDS), name="socket unit watch")
         log.info("gateway listening on %s (agents: %s; channels: %s)", url, ", ".join(sorted(self.agents.runtimes)),
                  ", ".join(f"{c.name}/{c.account_id}" for c in self.channels) or "none")
         if on_ready is not None:
             on_ready(url)
         await self.stopping.wait()
+        if watch is not None:
+            watch.cancel()
         if lock is not None:  # from here the port is no longer served: nothing should be sent to it
             lock.publish({"pid": os.getpid(), "stopping": True})
         kept = kept_for_restart(sockets) if self.restarting else []
@@ -302,8 +309,20 @@ class Gateway:
         elif kept:
             log.info("starting again in place (pid %d), keeping the port", os.getpid())
             logging.shutdown()
-            exec_in_place(kept, held=listeners.held)
+            exec_in_place(kept, held=self.held)
         return 0
+
+    def _holder_lost(self, lock: GatewayLock | None) -> None:
+        """The socket unit stopped holding the port (listen.py watch_holder): devices off under `auto` from now on
+        (device_policy.lost), published, and carried over a restart in place."""
+        devices: DevicePolicy = lost(self.cfg.remember_devices)
+        self.held = False
+        self.api.remember_devices, self.api.device_policy = devices.on, devices
+        if lock is not None and self.published and not self.stopping.is_set():
+            self.published = {**self.published, "held": False, "devices": devices.published()}
+            lock.publish(self.published)
+        log.warning("the process that started the gateway no longer holds its listening sockets (its socket unit "
+                    "stopped?): the port goes free when the gateway stops; web app devices: %s", devices.why)
 
     async def shutdown(self, server: Any, sockets: list[socket.socket]) -> None:
         grace = self.cfg.shutdown_grace_seconds
