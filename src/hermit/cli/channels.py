@@ -1,4 +1,4 @@
-"""`hermit channels list|status` and the doctor check for chat channel accounts (secrets, extras)."""
+"""`hermit channels list|status|accept-routes` (the last in cli/channels_routes.py) and the doctor check for chat channel accounts (secrets, extras)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,10 @@ def configure(s: argparse.ArgumentParser) -> None:
     p = ss.add_parser("status", help="connected, last error, messages in/out (as the gateway last wrote them)")
     p.add_argument("--json", action="store_true", help="print the statuses as JSON")
     p.set_defaults(func=cmd_status)
+    from hermit.cli.channels_routes import configure as configure_accept
+
+    configure_accept(ss.add_parser("accept-routes", help="show owner moves the gateway refuses (another agent's main "
+                                   "session after a routing change) and accept them after confirmation"))
 
 
 def _accounts(ctx: CliContext) -> list[dict[str, Any]]:

@@ -21,22 +21,14 @@ NAME = "owner routes"
 
 @check(NAME, needs=("config",))
 def owner_routes_check(ctx: CliContext) -> str | Check:
-    from hermit.errors import ConfigError
     from hermit.gateway import owner_routes
 
     loaded = ctx.config()
     path = owner_routes.path_of(ctx.home)
-    try:
-        moved = owner_routes.moves(ctx.home, loaded)
-    except ConfigError as e:  # the record is there but cannot be trusted: the gateway refuses to start
-        return Check(NAME, "fail", f"{e.message}: the gateway refuses to start", e.hint or "")
-    if moved:
-        return Check(NAME, "fail",
-                     f"hermit.yaml would give {', '.join(moved)} the main session of another agent than the last "
-                     "gateway did (its MEMORY.md and owner tools) because routing changed: the gateway refuses it "
-                     "(at start, and on a live reload of a running gateway)",
-                     "bind the account to its agent again (bindings), turn it off (enabled: false) or take those ids "
-                     f"out of its owners; to move them on purpose, stop the gateway, remove {path} and start it")
+    refused = owner_routes.refusal(ctx.home, loaded)  # the gateway's own start check (one function)
+    if refused is not None:
+        return Check(NAME, "fail", f"{refused.message}: the gateway refuses it (at start, and on a live reload of "
+                     "a running gateway)", refused.hint or "")
     if not path.exists():
         return "no record yet: the gateway's next start writes which agent each channel owner reaches"
     return f"each channel owner reaches the agent the last gateway gave them ({path})"

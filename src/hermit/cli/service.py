@@ -20,7 +20,9 @@ gets `hermit-gateway-<its folder's name>-<8 hex of its path>` (`unit_name_for`),
 second state dir never replaces the first one's unit. A unit whose `--home` is another state dir is never
 overwritten by `install` nor removed by `uninstall` (a chosen --name can collide); the state dir's own unit
 written under the plain name by an earlier version is still found by both. `--host`/`--port` given to
-install go into the unit's command line (each state dir's gateway needs a port of its own).
+install go into the unit's command line (each state dir's gateway needs a port of its own). A unit file written by
+hand or changed since install wrote it is kept, and install stops saying so, unless given `--force`
+(cli/service_units.py: each file Hermit writes carries a stamp of its content).
 """
 
 from __future__ import annotations
@@ -39,7 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from hermit.cli.context import CliContext
-from hermit.config.envfile import env_file_path
+from hermit.cli.service_units import (  # the units' texts, and the judging of a file already there: their module
+    _one_line_path,
+    gateway_command,
+    write_systemd,
+)
+from hermit.cli.service_units import listen_addresses as listen_addresses  # noqa: PLC0414 - kept importable here
+from hermit.cli.service_units import systemd_unit as systemd_unit  # noqa: PLC0414 - kept importable here
 from hermit.errors import ConfigError
 from hermit.loopback import url_host
 
@@ -62,6 +70,8 @@ def register_service(gs: Any, same: str) -> None:
                    help="systemd user unit or launchd agent (default: this system's)")
     p.add_argument("--host", help="address the service's gateway listens on (default gateway.host)")
     p.add_argument("--port", type=int, help="its port (default gateway.port; each state dir's gateway needs its own)")
+    p.add_argument("--force", action="store_true", help="replace unit files written by hand or changed since install "
+                   "wrote them (by default they are kept, and nothing is written)")
     p.set_defaults(func=cmd_install)
     p = gs.add_parser("uninstall", help=f"stop the gateway service and remove its unit file; the same as `hermit "
                       f"{same} uninstall`")
@@ -69,117 +79,6 @@ def register_service(gs: Any, same: str) -> None:
     p.add_argument("--kind", choices=("auto", "systemd", "launchd"), default="auto",
                    help="systemd user unit or launchd agent (default: this system's)")
     p.set_defaults(func=cmd_uninstall)
-
-
-def gateway_command(home: Path, host: str | None = None, port: int | None = None) -> list[str]:
-    """The command line of `hermit gateway run` for this install and state dir (and --host/--port, if given)."""
-    extra = (["--host", host] if host else []) + (["--port", str(port)] if port is not None else [])
-    return [sys.executable, "-P", "-m", "hermit", "--home", str(home), "gateway", "run", *extra]
-
-
-def _systemd_quote(arg: str) -> str:
-    """One ExecStart word: quoted when it has blanks or quotes; % doubled (systemd's specifier sign) and $
-    doubled (systemd expands $VAR and ${VAR} in ExecStart's words)."""
-    arg = arg.replace("%", "%%").replace("$", "$$")
-    if re.fullmatch(r"[A-Za-z0-9_@%+=:,./-]+", arg):
-        return arg
-    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _systemd_text(value: str) -> str:
-    """A setting systemd takes whole and unquoted (Description=, EnvironmentFile=): only specifiers escaped."""
-    return value.replace("%", "%%")
-
-
-def _one_line_path(path: str, what: str) -> str:
-    """`path` for a unit or plist line; a control character (a newline would start a line of its own in the
-    unit: `ExecStartPre=…`) is refused rather than escaped."""
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
-        raise ConfigError(f"{what} {path!r} holds a control character (a newline?); a service unit cannot name it",
-                          "use a state dir (--home / HERMIT_HOME) and a Python whose paths have none")
-    return path
-
-
-def systemd_unit(home: Path, host: str | None = None, port: int | None = None, *, socket: str | None = None) -> str:
-    """The service unit; `socket`: the name of its socket unit (systemd_socket_unit), which it needs and starts after
-    (systemd hands the gateway that unit's listening sockets)."""
-    _one_line_path(str(home), "the state dir")
-    _one_line_path(sys.executable, "the Python")
-    exec_start = " ".join(_systemd_quote(a) for a in gateway_command(home, host, port))
-    needs = f"Requires={socket}.socket\nAfter={socket}.socket\n" if socket else ""
-    return f"""\
-# Written by `hermit gateway install`; `hermit gateway uninstall` removes it.
-[Unit]
-Description=Hermit gateway (web chat, chat channels, scheduler) for {_systemd_text(str(home))}
-After=network-online.target
-Wants=network-online.target
-{needs}
-[Service]
-Type=simple
-ExecStart={exec_start}
-EnvironmentFile=-{_systemd_text(str(env_file_path(home)))}
-Environment=PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
-UMask=0077
-Restart=on-failure
-RestartSec=5
-TimeoutStopSec=60
-
-[Install]
-WantedBy=default.target
-"""
-
-
-def listen_addresses(host: str, port: int) -> list[str] | None:
-    """The ListenStream= addresses of the service's socket unit: `host` (localhost: 127.0.0.1) at `port`, and [::1]
-    beside an IPv4 loopback or any-address where this machine has IPv6 loopback (gateway/listen.py's twin). None when
-    no socket unit can hold the port: port 0 (the system picks one at each start) or a host name."""
-    import ipaddress
-
-    from hermit.gateway.listen import TWIN, needs_twin
-
-    if port == 0:
-        return None
-    ip_text = "127.0.0.1" if host == "localhost" else host
-    try:
-        ip = ipaddress.ip_address(ip_text)
-    except ValueError:
-        return None
-    out = [f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"]
-    if needs_twin(host) and _has_ipv6_loopback():
-        out.append(f"[{TWIN}]:{port}")
-    return out
-
-
-def _has_ipv6_loopback() -> bool:
-    import socket
-
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
-            s.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
-def systemd_socket_unit(home: Path, addresses: list[str]) -> str:
-    """The socket unit that holds the gateway's listening sockets for good (socket activation): while the gateway
-    restarts, crashes or is stopped the port stays taken — no other local user's program can listen there and serve
-    its own page at the web app's address (gateway/device_policy.py) — and a connection made meanwhile waits for it."""
-    _one_line_path(str(home), "the state dir")
-    listens = "".join(f"ListenStream={a}\n" for a in addresses)
-    return f"""\
-# Written by `hermit gateway install`; `hermit gateway uninstall` removes it. It keeps the gateway's port taken
-# while the gateway restarts or is stopped, and starts the gateway when a connection comes.
-[Unit]
-Description=Hermit gateway's listening sockets for {_systemd_text(str(home))}
-
-[Socket]
-{listens}BindIPv6Only=ipv6-only
-Backlog=128
-
-[Install]
-WantedBy=sockets.target
-"""
 
 
 def launchd_plist(home: Path, name: str, host: str | None = None, port: int | None = None) -> bytes:
@@ -453,6 +352,10 @@ def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
         raise ConfigError(f"--port {port} is not a port", "give a port from 1 to 65535 (0: any free one)")
     kind = _kind(args)
     usable = kind == "systemd" and not args.no_start and systemd_usable(ctx.environ)
+    if usable:  # an owner move the gateway refuses at start is said now, not in a restart loop (gateway/owner_routes)
+        from hermit.gateway.owner_routes import check_start
+
+        check_start(ctx.home, ctx.config())
     if kind == "systemd" and not args.no_start and not usable and systemd_offline(ctx.environ):
         raise _no_systemd(ctx, host, port)  # it printed `systemctl --user …` steps that fail the same way
     folder = unit_folder(ctx, kind, create=True)
@@ -467,7 +370,7 @@ def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
         write_atomic(path, launchd_plist(ctx.home, name, host, port), mode=0o644, keep_mode=False)
         steps = [["launchctl", "bootstrap", f"gui/{os.getuid()}", str(path)]]
     else:
-        steps, stale = _write_systemd(ctx, folder, name, host, port)
+        steps, stale = write_systemd(ctx, folder, name, host, port, force=args.force)
     print(f"wrote {path}")
     print(f"it runs: {' '.join(gateway_command(ctx.home, host, port))}")
     print(_web_app_note(ctx, host, port))
@@ -496,36 +399,6 @@ def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
     if kind == "systemd" and args.no_start:
         print(f"  (to keep it running after you log out: loginctl enable-linger {user})")
     return 0
-
-
-def _write_systemd(ctx: CliContext, folder: Path, name: str, host: str | None,
-                   port: int | None) -> tuple[list[list[str]], Path | None]:
-    """Writes the service unit and, where one can hold its port, its socket unit (`<name>.socket`); the `systemctl
-    --user` steps that start them, and a socket unit an earlier install left that no longer fits (port 0, a host
-    name: to disable, then remove). The service is stopped before its socket starts: a gateway of an earlier install
-    holding the port itself would make the socket's bind fail."""
-    from hermit.durable import write_atomic
-
-    gateway = ctx.config().config.gateway
-    addresses = listen_addresses(host or gateway.host, gateway.port if port is None else port)
-    socket_path = folder / f"{name}.socket"
-    if addresses is not None:
-        write_atomic(socket_path, systemd_socket_unit(ctx.home, addresses), mode=0o644, keep_mode=False)
-    write_atomic(folder / f"{name}.service", systemd_unit(ctx.home, host, port, socket=name if addresses else None),
-                 mode=0o644, keep_mode=False)
-    stale = socket_path if addresses is None and os.path.lexists(socket_path) else None
-    steps = [["systemctl", "--user", "daemon-reload"]]
-    if addresses is not None:
-        print(f"wrote {socket_path} (it holds {', '.join(addresses)} while the gateway restarts or is stopped)")
-        steps += [["systemctl", "--user", "stop", f"{name}.service"],
-                  ["systemctl", "--user", "enable", "--now", f"{name}.socket"]]
-    else:
-        print("no socket unit: the port is chosen at each start (--port 0) or named by a host name, so the port goes "
-              "free while the gateway restarts and browsers are not kept signed in (gateway.remember_devices: auto)")
-    if stale is not None:
-        steps.insert(0, ["systemctl", "--user", "disable", "--now", f"{name}.socket"])
-    steps.append(["systemctl", "--user", "enable", "--now", f"{name}.service"])
-    return steps, stale
 
 
 def _unlink_socket(sock: Path | None) -> None:

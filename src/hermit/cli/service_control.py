@@ -153,6 +153,10 @@ def cmd_control(ctx: CliContext, args: argparse.Namespace) -> int:
     if found is None:
         raise _not_installed(ctx, gw)
     kind, name, unit = found
+    if verb in ("start", "restart"):  # the gateway it starts would refuse an owner move: said now, nothing done
+        from hermit.gateway.owner_routes import check_start
+
+        check_start(ctx.home, ctx.config())
     how = HowRun(gw.pid, gw.service, gw.launchd) if gw is not None else None
     if how is not None and not how.managed and verb != "stop":
         # The service's gateway would wait for this one's lock (systemd restarting it every few seconds).

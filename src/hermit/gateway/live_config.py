@@ -203,9 +203,11 @@ def owners_moved(old: LoadedConfig, new: LoadedConfig, reached: Mapping[str, str
     `owners` in the same edit is a promotion the edit states, and is let through. A start is checked the same way
     against what the last gateway applied (gateway/owner_routes.py)."""
     from hermit.config.channels import platforms
+    from hermit.gateway.owner_routes import Move, key_of
 
     before, after = Router.from_config(old), Router.from_config(new)
     moved: list[str] = []
+    found: dict[str, Move] = {}  # the same moves, judged by owner_moves: those that widen nothing are let through
     for channel in platforms():
         was_accounts = old.config.channels.accounts_of(channel)
         for account_id, acc in new.config.channels.accounts_of(channel).items():
@@ -223,20 +225,32 @@ def owners_moved(old: LoadedConfig, new: LoadedConfig, reached: Mapping[str, str
                     was, now = before.resolve(inp), after.resolve(inp)
                     if now.main and now.agent_id != was.agent_id:
                         who = f"owner {sender}" if is_owner else "its contacts"
-                        moved.append(f"channels.{channel}.accounts.{account_id} ({who}: agent {was.agent_id} "
-                                     f"-> agent {now.agent_id})")
+                        text = (f"channels.{channel}.accounts.{account_id} ({who}: agent {was.agent_id} "
+                                f"-> agent {now.agent_id})")
+                        key = key_of(channel, account_id, sender, *([team] if team else []))
+                        found[text] = Move(key, (was.agent_id,), now.agent_id)
                         break
     if reached:  # what this gateway remembers of accounts turned off or renamed since (owner_routes.merged)
         from hermit.gateway.owner_routes import remembered_moves
 
-        moved += remembered_moves(dict(reached), old, new)
+        found.update(remembered_moves(dict(reached), old, new))
+    if found:
+        from hermit.gateway.owner_moves import judge
+        from hermit.gateway.owner_routes import main_routes, routes
+
+        judged = judge(list(found.values()), {**routes(old), **(reached or {})}, main_routes(new), new)
+        moved = [text for text, m in zip(found, judged, strict=True) if m.harmless is None]
+        for text, m in zip(found, judged, strict=True):
+            if m.harmless is not None:
+                log.info("let through %s: it widens nothing (%s)", text, m.harmless)
     if not moved:
         return None
     return ConfigError(f"this edit would give the senders of {', '.join(sorted(set(moved)))} the main session of another "
                        "agent (its MEMORY.md and owner tools) because routing changed, not their owners entry",
                        "bind the account to its agent again (bindings), turn it off (enabled: false) or take those ids "
-                       "out of its owners; to move them on purpose, stop the gateway, remove "
-                       f"{new.paths.home / 'channels' / 'owner-routes.json'} and start it")
+                       "out of its owners; to move them on purpose, run `hermit channels accept-routes` (it shows the "
+                       f"moves and asks) or remove {new.paths.home / 'channels' / 'owner-routes.json'}, and restart "
+                       "the gateway")
 
 
 # ---- what changed ---------------------------------------------------------------------------------------

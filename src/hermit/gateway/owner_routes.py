@@ -7,7 +7,9 @@ A running gateway refuses such an edit (live_config.owners_moved); this module d
 starts, against what the last gateway applied: `<state>/channels/owner-routes.json` (0600), written at each start
 and each applied reload. An owner id that already reached one agent's main session and would now reach another
 agent's is refused, naming the account, the id and both agents; an id not recorded (new to `owners`, a new
-account, the first start) is a promotion the config states. To move someone on purpose: remove the file.
+account, the first start) is a promotion the config states. Moves that cannot widen what anyone reads are let through
+(gateway/owner_moves.py). To move someone on purpose: `hermit channels accept-routes` (shows the moves, asks,
+rewrites the record), or remove the file.
 
 Also refused (audit s21 t12):
 - an account not recorded (a new id, or the same bot renamed: `family` → `family2`) that gives an id recorded as
@@ -26,6 +28,7 @@ import json
 import logging
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from hermit.agent.routing import RouteInput, Router
@@ -88,7 +91,8 @@ def _recorded(path: Path) -> dict[str, str]:
     def bad(why: str) -> UntrustedRecord:
         return UntrustedRecord(f"the record of which agent each channel owner reaches, {path}, {why}",
                                f"if you did not expect this, look at who could write {path.parent}; to accept "
-                               f"hermit.yaml as it is, remove {path} and start the gateway again")
+                               f"hermit.yaml as it is, run `hermit channels accept-routes` (or remove {path}) and "
+                               "start the gateway again")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -116,12 +120,29 @@ def _recorded(path: Path) -> dict[str, str]:
     return data
 
 
-def moves(home: Path, loaded: LoadedConfig) -> list[str]:
-    """Each sender the config would hand another agent's main session than the last gateway gave them."""
+@dataclass(frozen=True)
+class Move:
+    """One sender the config hands another agent's main session than the last gateway gave them."""
+
+    key: str  # channel/account/sender[/team]
+    was: tuple[str, ...]  # the agent(s) the record has them reaching
+    now: str
+    renamed: bool = False  # an account not in the record (new, or renamed) whose owner reached other agents
+    harmless: str | None = None  # why it cannot widen what anyone reads (let through), else None (refused)
+
+    def __str__(self) -> str:
+        return f"{self.key} (agent {'/'.join(self.was)} -> agent {self.now}" + (
+            "; a new or renamed account)" if self.renamed else ")")
+
+
+def all_moves(home: Path, loaded: LoadedConfig) -> list[Move]:
+    """Each sender the config would hand another agent's main session than the last gateway gave them, with why
+    the move is harmless where it is (owner_moves.harmless); UntrustedRecord when the record cannot be trusted."""
+    from hermit.gateway.owner_moves import judge
+
     before = _recorded(path_of(home))
-    now = {k: agent for k, (agent, main) in _routes(loaded).items() if main}
-    moved = {f"{k} (agent {before[k]} -> agent {agent})" for k, agent in now.items()
-             if k in before and before[k] != agent}
+    now = main_routes(loaded)
+    found = [Move(k, (before[k],), agent) for k, agent in now.items() if k in before and before[k] != agent]
     # An account not in the record (new, or renamed: the same bot under another id) escapes the rule above. An id
     # it owns that the record has reaching other agents' main sessions only, now given the main session of an
     # agent the record has other owners of, or of the default agent, is refused; another agent no one reached
@@ -140,18 +161,37 @@ def moves(home: Path, loaded: LoadedConfig) -> list[str]:
             continue
         had = reached.get((parts[0], *parts[2:]))
         if had and agent not in had and agent in owned:
-            moved.add(f"{k} (agent {'/'.join(sorted(had))} -> agent {agent}; a new or renamed account)")
-    return sorted(moved)
+            found.append(Move(k, tuple(sorted(had)), agent, renamed=True))
+    return judge(sorted(found, key=str), before, now, loaded)
+
+
+def moves(home: Path, loaded: LoadedConfig) -> list[str]:
+    """Each refused move (`all_moves` less the harmless ones), in words."""
+    return [str(m) for m in all_moves(home, loaded) if m.harmless is None]
+
+
+def refusal(home: Path, loaded: LoadedConfig) -> ConfigError | None:
+    """The one answer, for every entry point, to "may a gateway start on this config?": the start itself
+    (`hermit gateway run`, by hand, under the service, restarted in place), `hermit service install|start|restart`
+    before they start one, and `hermit doctor` reporting it. None: yes. The commands that route no channel
+    (`hermit chat`, `agent`, `cron run`, `mcp serve`: their user is the machine's owner) do not ask it."""
+    try:
+        moved = moves(home, loaded)
+    except UntrustedRecord as e:
+        return e
+    if not moved:
+        return None
+    return ConfigError(f"hermit.yaml would give {', '.join(moved)} the main session of another agent than the last "
+                       "gateway did (its MEMORY.md and owner tools), because routing changed, not their owners entry",
+                       "bind the account to its agent again (bindings), turn it off (enabled: false) or take those "
+                       "ids out of its owners; to move them on purpose, run `hermit channels accept-routes` "
+                       f"(it shows the moves and asks) or remove {path_of(home)}, and start again")
 
 
 def check_start(home: Path, loaded: LoadedConfig) -> None:
     """Refuse to start when an owner id would reach another agent's main session than the last gateway gave it."""
-    moved = moves(home, loaded)
-    if moved:
-        raise ConfigError(f"hermit.yaml would give {', '.join(moved)} the main session of another agent than the last "
-                          "gateway did (its MEMORY.md and owner tools), because routing changed, not their owners entry",
-                          "bind the account to its agent again (bindings), turn it off (enabled: false) or take those "
-                          f"ids out of its owners; to move them on purpose, remove {path_of(home)} and start again")
+    if (e := refusal(home, loaded)) is not None:
+        raise e
 
 
 def merged(before: dict[str, str], loaded: LoadedConfig, started: LoadedConfig | None = None) -> dict[str, str]:
@@ -172,12 +212,17 @@ def merged(before: dict[str, str], loaded: LoadedConfig, started: LoadedConfig |
     return {**kept, **{k: v for k, v in routes(loaded).items() if tuple(parts_of(k)[:2]) in running}}
 
 
-def remembered_moves(reached: dict[str, str], old: LoadedConfig, new: LoadedConfig) -> list[str]:
+def main_routes(loaded: LoadedConfig) -> dict[str, str]:
+    """`channel/account/sender[/team]` → the agent whose main session that sender's DMs reach (running accounts)."""
+    return {k: agent for k, (agent, main) in _routes(loaded).items() if main}
+
+
+def remembered_moves(reached: dict[str, str], old: LoadedConfig, new: LoadedConfig) -> dict[str, Move]:
     """A live reload's moves measured against what the running gateway remembers (`merged` over each config it
     applied), not only the config in force: an account turned off in one edit, and on again without its agent in
     the next. An id not in the account's owners before this edit is a promotion it states; an account not in the
     config in force is not running until a restart (the start check's)."""
-    out = []
+    out = {}
     for k, (agent, main) in _routes(new).items():
         if not main or reached.get(k, agent) == agent:
             continue
@@ -186,7 +231,8 @@ def remembered_moves(reached: dict[str, str], old: LoadedConfig, new: LoadedConf
         if prev is None or (sender != CONTACTS and sender not in prev.owners):
             continue
         who = "its contacts" if sender == CONTACTS else f"owner {sender}"
-        out.append(f"channels.{channel}.accounts.{account_id} ({who}: agent {reached[k]} -> agent {agent})")
+        out[f"channels.{channel}.accounts.{account_id} ({who}: agent {reached[k]} -> agent {agent})"] = \
+            Move(k, (reached[k],), agent)
     return out
 
 
@@ -194,15 +240,22 @@ def record(home: Path, loaded: LoadedConfig, started: LoadedConfig | None = None
     """Remember the routes of the config in force (at start, and after each applied reload with `started`, the
     config the gateway started with), with what the record kept of accounts not running now (`merged`); logged,
     never fatal."""
+    try:
+        accept(home, loaded, started)
+    except Exception:  # noqa: BLE001 - the check at the next start is weaker, the gateway goes on
+        log.exception("could not record which agent each owner reaches in %s", path_of(home))
+
+
+def accept(home: Path, loaded: LoadedConfig, started: LoadedConfig | None = None) -> None:
+    """Write the record from `loaded` (`merged` with what it remembers; a record that cannot be trusted is
+    replaced): the start's and reload's `record`, and `hermit channels accept-routes` after the owner confirmed
+    the moves it showed. Raises OSError (or NotOwnFolder) when it cannot be written."""
     from hermit.config.paths import ensure_private_dir
     from hermit.durable import write_atomic
 
     try:
-        try:
-            before = _recorded(path_of(home))
-        except UntrustedRecord:  # the start was refused on it; a reload's record replaces it
-            before = {}
-        ensure_private_dir(path_of(home).parent, own=True, what="the channels state folder")
-        write_atomic(path_of(home), json.dumps(merged(before, loaded, started), sort_keys=True, indent=1), mode=0o600)
-    except Exception:  # noqa: BLE001 - the check at the next start is weaker, the gateway goes on
-        log.exception("could not record which agent each owner reaches in %s", path_of(home))
+        before = _recorded(path_of(home))
+    except UntrustedRecord:  # the start was refused on it; a reload's record, or the owner's accept, replaces it
+        before = {}
+    ensure_private_dir(path_of(home).parent, own=True, what="the channels state folder")
+    write_atomic(path_of(home), json.dumps(merged(before, loaded, started), sort_keys=True, indent=1), mode=0o600)
