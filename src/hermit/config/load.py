@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
 import hashlib
 import os
 import re
@@ -432,18 +433,60 @@ def _sessions_dir(paths: StatePaths, entry: AgentEntry) -> Path:
 # another size or mtime) is read again, for SETTLE_MAX_S at most: a save in progress is never taken for the config.
 # A file replaced by rename is a whole file whichever one was read, and renames and links change only the ctime, so
 # a file swapped as fast as a process can (tests/test_reaudit17_config_swap.py) is never waited on.
+# An editor may pause longer than SETTLE_NS between its writes (an fsync on a busy disk, a slow mount; audit s22):
+# while any process holds the file open for writing (`writer_holds`: the editor, from its truncate to its close) it
+# is not read as settled either; still held after SETTLE_MAX_S, the read fails (StillWriting) rather than take what
+# is there so far.
 SETTLE_NS = 50_000_000
 SETTLE_MAX_S = 1.0
+
+
+class StillWriting(OSError):
+    """The config file stayed open for writing by some process for SETTLE_MAX_S: a save that has not finished."""
 
 
 def _content(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def writer_holds(source: Path, st: os.stat_result) -> bool | None:
+    """Whether some process has the file read (`st`, still named `source`) open for writing — an editor mid-save
+    holds it from its truncate to its close, whatever it pauses between writes. Asked of the kernel as a read lease,
+    which it grants only while no one has the file open for writing, released at once. None where a lease cannot be
+    had (a network or FUSE mount, leases turned off, not this system): the time rule alone decides there."""
+    import fcntl
+    import signal
+
+    setlease = getattr(fcntl, "F_SETLEASE", None)
+    if setlease is None:
+        return None
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return False  # replaced by rename since: what was read is a whole file
+        try:
+            # A writer opening it while the lease is held breaks the lease, and the kernel signals the holder: SIGURG
+            # (ignored unless handled), not the default SIGIO, which would end this process.
+            fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
+            fcntl.fcntl(fd, setlease, fcntl.F_RDLCK)
+        except OSError as e:
+            return True if e.errno == errno.EAGAIN else None
+        fcntl.fcntl(fd, setlease, fcntl.F_UNLCK)
+        return False
+    finally:
+        os.close(fd)
+
+
 def read_settled(source: Path) -> tuple[bytes, os.stat_result]:
     """The bytes of the config file and the fstat of what was read, once no save in place is writing it: read again
-    while that file's content changed during the read or changed under SETTLE_NS ago (an mtime in the future, a clock
-    set back, waits for nothing). Costs one stat more per read; a read within SETTLE_NS of a save waits for the rest."""
+    while that file's content changed during the read, changed under SETTLE_NS ago (an mtime in the future, a clock
+    set back, waits for nothing) or is open for writing by some process (`writer_holds`). Costs a stat, an open and
+    two fcntl more per read; a read within SETTLE_NS of a save waits for the rest, one during a save for its end.
+    Raises StillWriting when the file is still open for writing after SETTLE_MAX_S."""
     deadline = time.monotonic() + SETTLE_MAX_S
     while True:
         raw, st = read_regular_stat(source)
@@ -455,9 +498,14 @@ def read_settled(source: Path) -> tuple[bytes, os.stat_result]:
         changed = changed or len(raw) != st.st_size
         age = time.time_ns() - st.st_mtime_ns
         young = 0 <= age < SETTLE_NS
-        if not (changed or young) or time.monotonic() >= deadline:
+        writing = not (changed or young) and writer_holds(source, st) is True
+        if not (changed or young or writing):
             return raw, st
-        time.sleep((SETTLE_NS - age) / 1e9 if young and not changed else 0.002)
+        if time.monotonic() >= deadline:
+            if writing:
+                raise StillWriting(errno.EBUSY, f"open for writing by another program for {SETTLE_MAX_S:g} s", str(source))
+            return raw, st
+        time.sleep((SETTLE_NS - age) / 1e9 if young and not changed else 0.005 if writing else 0.002)
 
 
 def load_config(paths: StatePaths, explicit: Path | None = None) -> LoadedConfig:
@@ -486,6 +534,10 @@ def load_config(paths: StatePaths, explicit: Path | None = None) -> LoadedConfig
     except NotRegularFile as e:
         raise ConfigError(f"the config path {source} is {e.kind}, not a file",
                           f"move that {e.kind.removeprefix('a ')} away; `hermit init` then writes a fresh {source.name}") from e
+    except StillWriting as e:
+        raise ConfigError(f"the config file {source} is being saved: another program has held it open for writing "
+                          f"for {SETTLE_MAX_S:g} s, so what it holds so far is not taken for the config",
+                          "wait for the save to finish (or close the program holding the file open), then try again") from e
     except PermissionError as e:
         raise ConfigError(f"cannot read the config file {source}: permission denied",
                           f"make it readable by you (chmod u+r {source})") from e
