@@ -81,7 +81,9 @@ class Confinement:
         memory = self.memory_view(session_key) if self.memory_view is not None else AudienceMemoryView(
             self.agent.workspace, reader_for_session(session_key),
             tuple(self.agent.settings.memory_search.extra_paths))
-        return RoomView(self.agent.workspace, self.room(session_key), memory)
+        # The turn's own hold of the room: moved away meanwhile (a re-aimed job's, retired), it is not followed to
+        # the next room of its name (rooms.Room.for_turn).
+        return RoomView(self.agent.workspace, self.room(session_key).for_turn(), memory)
 
     def os_sandbox(self, session_key: str, view: RoomView | None) -> OsSandbox | RoomSandbox | None:
         """Where a sandboxed session's exec runs; None when it is not sandboxed or no sandbox is usable."""

@@ -85,7 +85,7 @@ from hermit.tools.room_wrapper import PACK_SECONDS as PACK_SECONDS
 from hermit.tools.room_wrapper import PACKED as PACKED
 from hermit.tools.room_wrapper import SNAPSHOT_SECONDS as SNAPSHOT_SECONDS
 from hermit.tools.room_wrapper import WRAPPER as WRAPPER
-from hermit.tools.rooms import ENTRY_BYTES, Manifest, Merge, Room, SeedEntry, stamp_of
+from hermit.tools.rooms import ENTRY_BYTES, MOVED, Manifest, Merge, Room, RoomMoved, SeedEntry, stamp_of
 from hermit.tools.seccomp import filter_fd, filter_program
 from hermit.tools.views import MEMORY_DIR, ROOM_INSTRUCTIONS, ROOM_ROOT, Located, RoomView
 
@@ -325,7 +325,10 @@ class RoomRun:
     def _told(self) -> list[str]:
         """What the room's chat is to be told of an earlier merge a stopped Hermit left (room_journal.tell): finished
         when this command's room went in, or its staging folder removed then."""
-        return room_journal.told(self.sandbox.view.room)
+        try:
+            return room_journal.told(self.sandbox.view.room)
+        except RoomMoved:  # said by the merge's own note (`_apply`)
+            return []
 
     def _packed(self) -> bool:
         """The wrapper's tar finished (WRAPPER: PACKED follows it): a pack cut short is never merged."""
@@ -400,6 +403,8 @@ class RoomRun:
                         f"[the command's files were not kept: they could not be merged into the room ({_reason(e)})]")
         except OverTime:  # reading what came back, or planning, passed the merge's time: the room is untouched
             return _over_time(seconds, seen, self.manifest)
+        except RoomMoved:  # the room this command's copy came from is gone from its name: none of it goes elsewhere
+            return f"[the command's files were not kept: {MOVED}]"
         finally:
             shutil.rmtree(staging, ignore_errors=True)
             os.close(fd)  # the lock goes after the folder

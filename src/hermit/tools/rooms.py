@@ -59,14 +59,37 @@ def room_slug(audience: str) -> str:
     return f"{readable}-{hashlib.sha256(audience.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
 
 
+MOVED = ("this chat's room was moved away while this turn used it (a re-aimed job's room is retired, a migrated "
+         "channel's renamed): nothing of this turn goes into the room now under its name")
+
+
+class RoomMoved(PathPolicyError):
+    """The folder a turn's room was is no longer under its name (Room.for_turn)."""
+
+    @classmethod
+    def now(cls) -> RoomMoved:
+        return cls(MOVED, "send the message again: the next turn uses the room as it is now")
+
+
 @dataclass(frozen=True)
 class Room:
     """One audience's folder. `quota_bytes` bounds what it may hold (allocated blocks, every entry counted
-    as at least ENTRY_BYTES: the quota bounds inodes too)."""
+    as at least ENTRY_BYTES: the quota bounds inodes too).
+
+    A turn's room (`for_turn`) is the folder its first use opened: once that folder is moved away (a re-aimed job's
+    room retired, scheduler/reaim.py; a Slack migration's rename), every later use refuses (MOVED) rather than open a
+    new one made under its name — another audience's, perhaps — so an exec in flight, or a later file tool of that
+    turn, never carries what it read there into the next room."""
 
     base: Path  # <agent dir>/rooms
     audience: str
     quota_bytes: int
+    # for_turn: [(st_dev, st_ino)] of the folder this turn's first use opened; None: any folder of the name
+    held: list[tuple[int, int]] | None = field(default=None, compare=False, repr=False)
+
+    def for_turn(self) -> Room:
+        """This room as one turn uses it: held to the folder its first use opens (see the class)."""
+        return Room(self.base, self.audience, self.quota_bytes, [])
 
     @property
     def path(self) -> Path:
@@ -75,14 +98,26 @@ class Room:
     def open(self) -> int:
         """An O_PATH descriptor of the room, created (0700) on first use. The caller closes it."""
         ensure_private_dir(self.base)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(self.path, 0o700)
-        fd = os.open(self.path, safe_fs._DIR_FLAGS)  # created by Hermit above: never a symlink
+        if not self.held:  # a turn's room once opened is never made again under its name (for_turn)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(self.path, 0o700)
+        try:
+            fd = os.open(self.path, safe_fs._DIR_FLAGS)  # created by Hermit above: never a symlink
+        except FileNotFoundError:
+            if not self.held:
+                raise
+            raise RoomMoved.now() from None
         st = os.fstat(fd)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             os.close(fd)
             raise PathPolicyError(f"the room folder {self.path} is not a folder owned by this user",
                                   "move it away; Hermit creates a new one")
+        if self.held is not None:
+            if not self.held:
+                self.held.append((st.st_dev, st.st_ino))
+            elif self.held[0] != (st.st_dev, st.st_ino):
+                os.close(fd)
+                raise RoomMoved.now()
         return fd
 
     @contextlib.contextmanager
