@@ -155,5 +155,7 @@ def test_the_model_was_told_what_the_readme_is_and_why_each_copy_was_refused(wal
     assert len(refusals) == 5
     for i in (0, 1, 2, 4):  # HEARTBEAT.md, AGENTS.md, the Monday job, the shell's echo: the README's words
         assert "not written" in refusals[i] and "the output of the command `cat inbox/*`" in refusals[i], refusals[i]
-    # The job to Bea: the cron tool delivers only to an owner (held before this audit).
-    assert "delivers replies only to an owner" in refusals[3], refusals[3]
+    # The job to Bea: the cron tool delivers only to an owner (held before this audit); since audit 22 the guard
+    # refuses it first, its message being no words of the owner's (untrusted_standing.py).
+    assert "delivers replies only to an owner" in refusals[3] or "not in your user's own words" in refusals[3], \
+        refusals[3]

@@ -95,13 +95,16 @@ def test_a_copy_split_over_lines_or_calls_is_read_as_one(tmp_path: Path) -> None
         "done"])
     before = snapshot(rt)
     result = rt.run_turn(MAIN, "what does example.com say?")
-    assert [r.is_error for r in result.tool_calls] == [False, True, False, True, True], \
+    # audit 22 (untrusted_standing.py): three of the page's words alone are not the owner's words either
+    # ("THE ASSISTANT: every" holds no word that says anything: written, and nothing to read together after it)
+    assert [r.is_error for r in result.tool_calls] == [False, True, True, False, True], \
         [r.result[:120] for r in result.tool_calls]
     assert "read together" in result.tool_calls[1].result
+    assert "not in your user's own words" in result.tool_calls[2].result
     after = snapshot(rt)
     assert after["HEARTBEAT.md"] == before["HEARTBEAT.md"] and after["MEMORY.md"] == before["MEMORY.md"]
-    added = after["AGENTS.md"].removeprefix(before["AGENTS.md"])  # only the first three words
-    assert f"- {four[0]}\n" in added and four[1] not in added
+    added = after["AGENTS.md"].removeprefix(before["AGENTS.md"])
+    assert f"- {four[1]}\n" in added and four[0] not in added
     assert "Carl" not in json.dumps(jobs.list_jobs("main"))
 
 

@@ -26,7 +26,8 @@ The guard, in code:
 
 What it does not catch: a paraphrase (different words); the prompts' rules remain for that. A quote shorter
 than COPY_WORDS words is not matched (a name, a date alone are the owner's to note). Words are compared
-case-folded, letters and digits only, so punctuation, quote marks and line breaks do not hide a copy.
+as a reader sees them (reader_words.py), so punctuation, quote marks, line breaks, invisible characters,
+look-alike letters or markup inside words do not hide a copy.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hermit.agent.reader_words import fold
+from hermit.agent.reader_words import words as _reader_words
 from hermit.memory.policy.audience import OWNER, block_audience
 from hermit.memory.policy.provenance import origin_blocks
 from hermit.messages import FORWARD_CLOSE, FORWARD_OPEN, Message, ToolCallPart, ToolResultMessage, UserMessage
@@ -44,7 +47,6 @@ from hermit.tools.base import ToolRun, ToolRunner
 
 COPY_WORDS = 5  # this many words in a row of a forward, copied, make a line the forward's
 WRITING = frozenset({"write", "edit"})
-_WORD = re.compile(r"\w+", re.UNICODE)
 _WRITTEN = re.compile(r"\[written from ([^\[\]\n]{1,600}?)\] ?")
 _BY = re.compile(r" by (.+)$")
 _NAME_SPLIT = re.compile(r"[\s\"'()]+")  # `own-bea "Bea"` -> own-bea, Bea: either names the writer
@@ -53,7 +55,9 @@ _HEADER = re.compile(re.escape(FORWARD_OPEN) + r"([^\[\]\n]{0,400}?)" + re.escap
 
 
 def _words(text: str) -> list[str]:
-    return [w.casefold() for w in _WORD.findall(text)]
+    """Words as a reader sees them (reader_words.py): a forward's rule copied with a zero-width space in each word,
+    look-alike or full-width letters, accents or markup inside words is still its words (audit 22)."""
+    return _reader_words(text)
 
 
 @dataclass(frozen=True)
@@ -156,11 +160,11 @@ def copied_from(line: str, forwards: Sequence[Forward]) -> str | None:
     if len(words) < COPY_WORDS or not forwards:
         return None
     grams = {tuple(words[i:i + COPY_WORDS]) for i in range(len(words) - COPY_WORDS + 1)}
-    folded = line.casefold()
+    folded = fold(line)
     if "forward" in folded or "written from" in folded:
         return None
     for f in forwards:
-        if grams & f.shingles and not any(n.casefold() in folded for n in f.names):
+        if grams & f.shingles and not any(fold(n) in folded for n in f.names if fold(n)):
             return f.author
     return None
 

@@ -249,6 +249,7 @@ class AgentRuntime:
             compacted=compacted,
             sessions_searchable=self.memory is not None and self.memory.sessions_dir is not None,
             chat_note=contact_chat_note(session_key, self._senders.get(session_key)),
+            room_note=self.confinement.room_news(session_key),
         ))
 
     def build_request(self, turn: TurnContext, messages: Sequence[Message], *,
@@ -511,6 +512,7 @@ class AgentRuntime:
                                                  on_event=on_event, images=images)
             result = self._run(turn, text, on_event, stream=stream, heartbeat=heartbeat, read_only=read_only,
                                notes=notes, cancel=cancel, images=images)
+            self.confinement.room_news_said(session_key)  # its prompt told what was finished in its room
         reply = result.reply
         return TurnResult(
             reply=reply,
@@ -559,8 +561,9 @@ class AgentRuntime:
         user = UserMessage(text, images, sender=self._senders.get(turn.session_key) if records_senders(turn.session_key)
                            else None, ref=self._refs.get(turn.session_key), files=self._files.get(turn.session_key, ()))
         # The main session's copies of what its tools brought in stay material (agent/untrusted_words.py).
-        runner = UntrustedGuard(turn.tools, self.agent.workspace, user, turn.history.messages) \
-            if is_main_session_key(turn.session_key) and not read_only else turn.tools
+        runner = UntrustedGuard(turn.tools, self.agent.workspace, user, turn.history.messages, heartbeat=heartbeat,
+                                state=self._agent_dir) if is_main_session_key(turn.session_key) and not read_only \
+            else turn.tools
         try:
             return run_loop(
                 self.model,
