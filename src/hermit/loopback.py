@@ -49,7 +49,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -216,34 +215,10 @@ def async_trace(refuse: Callable[[Holder], Exception]) -> Callable[[str, Mapping
     return trace
 
 
-# Names of this machine that a proxy from the environment must never carry a request to (`direct_here`).
-LOCAL_NAMES = ("localhost", "*.localhost", "127.0.0.1", "[::1]")
-
-
-def direct_here(*urls: str | None) -> dict[str, None]:
-    """httpx `mounts` that send a request for this machine straight to it, never through a proxy named by
-    HTTP_PROXY / HTTPS_PROXY / ALL_PROXY: the loopback names, and the host of each of `urls` that is a loopback
-    address or one of this machine's own (a LAN address Ollama listens on).
-
-    httpx (like curl and requests) sends `http://localhost:11434` through HTTP_PROXY unless NO_PROXY names it: a
-    corporate or container proxy set for package downloads then got every prompt of a local model — MEMORY.md,
-    the main session, the key — in plain text, and could answer with tool calls; a Bot API server of one's own
-    got the bot token in its URL. And the connection checked (the guard above) was the proxy's, not the local
-    server's. A proxy cannot reach this machine's loopback anyway; Go's net/http never proxies localhost either.
-    Other hosts keep the environment's proxy (HTTPS through it is a tunnel the proxy cannot read)."""
-    mounts: dict[str, None] = {f"all://{name}": None for name in LOCAL_NAMES}
-    for url in urls:
-        with contextlib.suppress(ValueError):  # not a URL, or its host is a name: the names above only
-            ip = _unmapped(ipaddress.ip_address(urlsplit(url or "").hostname or ""))
-            if ip.is_loopback or _is_own_address(ip):
-                mounts[f"all://[{ip}]" if ip.version == 6 else f"all://{ip}"] = None
-    return mounts
-
-
 def is_here(host: str) -> bool:
     """Whether a URL's `host` is this machine: `localhost`, `*.localhost`, a loopback address or one of this
     machine's own (hermit.direct_http decides each request's proxy by it). A name other than localhost is not
-    resolved: it keeps the environment's proxy, as with `direct_here`."""
+    resolved: it keeps the environment's proxy."""
     host = host.strip("[]").lower().rstrip(".")  # "localhost." (fully qualified) is localhost too
     if host == "localhost" or host.endswith(".localhost"):
         return True

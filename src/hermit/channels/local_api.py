@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from hermit.errors import ChannelError
-from hermit.loopback import Holder, async_trace, direct_here, foreign_holder, port_holder
+from hermit.loopback import Holder, async_trace, foreign_holder, port_holder
 
 if TYPE_CHECKING:  # the channels import it themselves; `hermit doctor` checks the settings without it
     import httpx
@@ -51,9 +51,9 @@ def refusal(title: str, setting: str, server: str) -> Refuse:
     return refuse
 
 
-def client(refuse: Refuse, *bases: str | None, **kwargs: Any) -> httpx.AsyncClient:
-    """An httpx.AsyncClient whose every request carries the check (httpcore's "trace" extension); `bases` are
-    the platform URLs it is pointed at (one on this machine goes direct, never through a proxy)."""
+def client(refuse: Refuse, **kwargs: Any) -> httpx.AsyncClient:
+    """An httpx.AsyncClient whose every request carries the check (httpcore's "trace" extension), and goes direct
+    when it is for this machine (hermit.direct_http)."""
     from hermit.direct_http import DirectHereAsyncClient
 
     trace = async_trace(refuse)
@@ -61,10 +61,10 @@ def client(refuse: Refuse, *bases: str | None, **kwargs: Any) -> httpx.AsyncClie
     async def attach(request: httpx.Request) -> None:
         request.extensions["trace"] = trace
 
-    # A proxy from the environment carries nothing to this machine: a Bot API server of one's own got the token in
-    # every URL, in plain text, through HTTP_PROXY (hermit.loopback.direct_here); and a URL the platform hands out
-    # (WhatsApp's media at 127.0.0.2) is decided when it is asked for (hermit.direct_http).
-    return DirectHereAsyncClient(event_hooks={"request": [attach]}, mounts=direct_here(*bases), **kwargs)
+    # A proxy from the environment carries nothing to this machine (hermit.direct_http): a Bot API server of one's own
+    # got the token in every URL, in plain text, through HTTP_PROXY; each request is decided by its host, so a URL
+    # the platform hands out (WhatsApp's media at 127.0.0.2) is too.
+    return DirectHereAsyncClient(event_hooks={"request": [attach]}, **kwargs)
 
 
 def websocket_class(refuse: Refuse) -> Any:
@@ -82,15 +82,6 @@ def websocket_class(refuse: Refuse) -> Any:
             await super().handshake(*args, **kwargs)
 
     return GuardedConnection
-
-
-def websocket_proxy(url: str) -> Literal[True] | None:
-    """`websockets.connect`'s `proxy` for `url`: none for a websocket on this machine (a relay of one's own: its
-    frames would cross the environment's proxy in plain text, as `client()`'s requests did), the environment's
-    (True) for any other host."""
-    host = (urlsplit(url).hostname or "").lower()
-    here = f"all://[{host}]" if ":" in host else f"all://{host}"
-    return None if host.endswith(".localhost") or here in direct_here(url) else True
 
 
 def base_setting(cfg: Any) -> tuple[str, str] | None:

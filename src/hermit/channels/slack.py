@@ -39,6 +39,7 @@ from hermit.channels.tasks import cancel
 from hermit.channels.webhook import WebhookRequest, WebhookResponse, WebhookRoute, http_routes, same_secret
 from hermit.config.paths import ensure_private_dir
 from hermit.config.schema import SlackAccountConfig
+from hermit.direct_http import websocket_proxy
 from hermit.durable import write_atomic
 from hermit.errors import ChannelError
 from hermit.refusals import RefusalLog
@@ -115,7 +116,7 @@ class SlackChannel:
 
     async def start(self, sink: InboundSink) -> None:
         self._sink = sink
-        self._client = local_api.client(self._refuse, self._api, timeout=30.0)
+        self._client = local_api.client(self._refuse, timeout=30.0)
         if self.cfg.mode == "socket":
             self._task = asyncio.create_task(self._socket_loop(), name=f"slack:{self.account_id}")
         else:
@@ -221,7 +222,7 @@ class SlackChannel:
                 opened = await self.call("apps.connections.open", token=self._app_token)
                 async with websockets.connect(opened["url"], open_timeout=30, close_timeout=5,
                                               create_connection=local_api.websocket_class(self._refuse),
-                                              proxy=local_api.websocket_proxy(opened["url"])) as ws:
+                                              proxy=websocket_proxy(opened["url"])) as ws:
                     async for raw in ws:
                         if await self._frame(ws, raw):
                             break  # Slack asked us to reconnect

@@ -149,7 +149,7 @@ class TelegramChannel:
         # The Bot API server may be one of your own on this machine: the token goes to no other user's port.
         refuse = local_api.refusal("Telegram", f"channels.telegram.accounts.{self.account_id}.api_base",
                                    "your Bot API server")
-        self._client = local_api.client(refuse, self._api, timeout=timeout)
+        self._client = local_api.client(refuse, timeout=timeout)
         self._task = asyncio.create_task(self._run(), name=f"telegram:{self.account_id}")
 
     async def stop(self) -> None:

@@ -115,7 +115,7 @@ class WhatsAppChannel:
         # base_url (and a media URL it hands out) may be on this machine: the token goes to no other user's port.
         refuse = local_api.refusal("WhatsApp", f"channels.whatsapp.accounts.{self.account_id}.base_url",
                                    "the Graph API server you set as base_url")
-        self._client = local_api.client(refuse, self._api, timeout=30.0)
+        self._client = local_api.client(refuse, timeout=30.0)
         self._tracker.connected(True)
 
     async def stop(self) -> None:

@@ -86,7 +86,7 @@ async def _ask(check: TokenCheck, title: str, what: str, method: str, url: str,
 
     # Discord has no base setting (discord.py talks to discord.com): only --api-base points the check elsewhere.
     setting = "--api-base" if check.channel == "discord" else f"channels.{check.channel}.accounts.{check.account}.base_url"
-    async with local_api.client(local_api.refusal(title, setting, what), url, timeout=TIMEOUT_SECONDS) as client:
+    async with local_api.client(local_api.refusal(title, setting, what), timeout=TIMEOUT_SECONDS) as client:
         try:
             return await client.request(method, url, headers=dict(headers))
         except httpx.TimeoutException:
@@ -183,8 +183,7 @@ async def _get_me(check: TokenCheck) -> str:
     from hermit.channels import local_api
 
     setting = f"channels.telegram.accounts.{check.account}.api_base"
-    client = local_api.client(local_api.refusal("Telegram", setting, "your Bot API server"), check.api_base,
-                              timeout=TIMEOUT_SECONDS)
+    client = local_api.client(local_api.refusal("Telegram", setting, "your Bot API server"), timeout=TIMEOUT_SECONDS)
     async with client:
         try:
             resp = await client.post(f"{check.api_base.rstrip('/')}/bot{check.token}/getMe")

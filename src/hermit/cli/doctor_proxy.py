@@ -2,7 +2,7 @@
 (credentials masked), and which of the configured endpoints each would carry.
 
 httpx reads them from the process's environment (hermit.env is not put there: a proxy written only in it is not
-used). A request for this machine never goes through one (hermit.loopback.direct_here, hermit.direct_http); a
+used). A request for this machine never goes through one (hermit.direct_http); a
 request for another host does, unless NO_PROXY names it: HTTPS through a proxy is a tunnel it cannot read, plain
 HTTP is read whole (a model server on another machine at `http://…:11434` gets its prompts, MEMORY.md and the main
 session, copied to the proxy). Discord's client (discord.py, aiohttp) reads no proxy variable. httpx loads only when
@@ -87,13 +87,13 @@ def carried_by(urls: list[tuple[str, str]], found: dict[str, str]) -> list[tuple
     (with hermit.direct_http's rule for this machine)."""
     import httpx
 
-    from hermit.direct_http import DirectHereClient
+    from hermit.direct_http import DirectHereClient, goes_direct
 
     out: list[tuple[str, str, str | None]] = []
     with DirectHereClient(trust_env=True) as client:
         for what, url in urls:
             try:
-                direct = client._transport_for_url(httpx.URL(url)) is client._transport
+                direct = goes_direct(client, url)
                 scheme = httpx.URL(url).scheme
             except (httpx.InvalidURL, ValueError):
                 continue

@@ -17,7 +17,6 @@ from hermit.cli.checks import Check
 from hermit.cli.context import CliContext
 from hermit.cli.model_choice import NoModelConfigured, choose_model_ref
 from hermit.errors import ConfigError
-from hermit.loopback import direct_here
 from hermit.models.loopback import HINT, guard_stream
 from hermit.models.registry import parse_model_ref, provider_config, resolve_api_key
 from hermit.redaction import without_userinfo
@@ -42,12 +41,14 @@ def probe(base_url: str, timeout: float = PROBE_TIMEOUT_SECONDS) -> str | None:
     user runs there is a ConfigError: the chat would refuse it (hermit.models.loopback)."""
     import httpx  # only when there is a local server to probe: the doctor's other checks need no HTTP client
 
+    from hermit.direct_http import DirectHereClient
+
     def trace(event: str, info: Mapping[str, Any]) -> None:
         if event == "connection.connect_tcp.complete":
             guard_stream(info.get("return_value"), lambda holder: ConfigError(holder.describe(), HINT))
 
     try:
-        with httpx.Client(timeout=timeout, mounts=direct_here(base_url)) as client:  # no proxy to here
+        with DirectHereClient(timeout=timeout) as client:  # no proxy to this machine
             client.get(base_url.rstrip("/") + "/models", extensions={"trace": trace})
     except httpx.TimeoutException:
         return f"no answer within {timeout:g}s"

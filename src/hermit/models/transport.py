@@ -18,7 +18,7 @@ per model call, small next to the call itself).
 A refused connection to a loopback host is not retried: nothing listens there, and waiting will not
 start the local model server (the error says so). Nor is a connection whose other end is a socket on
 this machine held by another login user: it is refused before the request is sent (models.loopback).
-A proxy from the environment (HTTP_PROXY, ALL_PROXY) carries no request to this machine (hermit.loopback.direct_here):
+A proxy from the environment (HTTP_PROXY, ALL_PROXY) carries no request to this machine (hermit.direct_http):
 a local model's prompts went to it in plain text. Redirects are not followed: a key header would go to the new host.
 Retry notices go to `notify` ("retrying in 2 s (1/3): …"); the CLI prints them on stderr, elsewhere they
 are logged.
@@ -43,6 +43,7 @@ from typing import Any
 
 import httpx
 
+from hermit.direct_http import DirectHereClient
 from hermit.errors import (
     AuthError,
     Cancelled,
@@ -51,7 +52,6 @@ from hermit.errors import (
     ProviderError,
     RateLimitError,
 )
-from hermit.loopback import direct_here
 from hermit.messages import valid_json
 from hermit.models.base import ImageRefused, names_an_image
 from hermit.models.cancel import CancelToken
@@ -205,40 +205,18 @@ class ProviderHttp:
         register(*keys)
         self._headers = dict(headers)
         self._transport = transport
-        self._client_lock = threading.Lock()
-        self._client = self._new_client(direct_here())  # built here: its TLS setup must not eat a call's deadline
-        self._clients: dict[str, httpx.Client] = {}
-
-    def _new_client(self, mounts: dict[str, None]) -> httpx.Client:
-        return httpx.Client(
+        # Built here: its TLS setup must not eat a call's deadline. A proxy from the environment carries nothing to
+        # this machine (hermit.direct_http: it got every prompt of a local model, in plain text); other hosts keep it.
+        self._client = DirectHereClient(
             headers=self._headers,
             timeout=httpx.Timeout(self.timeout_seconds, connect=min(self.timeout_seconds, 15.0)),
             transport=self._transport,
-            mounts=mounts,  # a proxy from the environment carries nothing to this machine
             follow_redirects=False,
             limits=httpx.Limits(max_keepalive_connections=0),  # the watchdog needs each call's socket
         )
 
-    def _http(self, url: str) -> httpx.Client:
-        """The client for `url`'s host: a proxy from the environment carries no request to this machine
-        (hermit.loopback.direct_here: it got every prompt of a local model, in plain text), other hosts keep it.
-        The loopback names go direct in the first client; another address of this machine (127.0.0.2, its LAN
-        address) gets a client of its own."""
-        host = httpx.URL(url).host
-        with self._client_lock:
-            client = self._clients.get(host)
-            if client is None:
-                mounts = direct_here(url)
-                client = self._clients[host] = (self._new_client(mounts) if mounts.keys() - direct_here().keys()
-                                                else self._client)
-            return client
-
     def close(self) -> None:
-        with self._client_lock:
-            clients = {id(c): c for c in [self._client, *self._clients.values()]}
-            self._clients = {}
-        for client in clients.values():
-            client.close()
+        self._client.close()
 
     def post_json(self, url: str, body: Mapping[str, Any], cancel: CancelToken | None = None) -> Any:
         """POST and parse the JSON reply, retrying what can be retried, within the deadline."""
@@ -266,8 +244,8 @@ class ProviderHttp:
             watch = self._watch(ends, cancel)
             failure: _Failure
             try:
-                with self._http(url).stream("POST", url, content=content, headers=_JSON,
-                                         extensions={"trace": watch.trace}) as resp:
+                with self._client.stream("POST", url, content=content, headers=_JSON,
+                                      extensions={"trace": watch.trace}) as resp:
                     data = resp.read()
                     self._check(watch)
                     if resp.status_code < 400:
@@ -289,8 +267,8 @@ class ProviderHttp:
             failure: _Failure | None = None
             watch = self._watch(ends, cancel)
             try:
-                with self._http(url).stream("POST", url, content=content, headers=_JSON,
-                                         extensions={"trace": watch.trace}) as resp:
+                with self._client.stream("POST", url, content=content, headers=_JSON,
+                                      extensions={"trace": watch.trace}) as resp:
                     if resp.status_code >= 400:
                         resp.read()
                         self._check(watch)

@@ -21,8 +21,8 @@ import httpx
 import numpy as np
 
 from hermit.config.schema import MemorySearchConfig
+from hermit.direct_http import DirectHereClient
 from hermit.errors import EmbeddingError
-from hermit.loopback import direct_here
 from hermit.memory.embedders.base import Embedder, EmbedderInfo, l2_normalise, provider_key
 from hermit.models.loopback import HINT, Holder, guard_stream
 from hermit.redaction import header_secret, register, url_passwords, without_userinfo
@@ -193,9 +193,8 @@ class RemoteEmbedder:
     def _http(self) -> httpx.Client:
         with self._lock:
             if self._client is None:
-                # a proxy from the environment carries nothing to this machine (hermit.loopback.direct_here)
-                self._client = httpx.Client(timeout=self._s.timeout_s, headers=self._headers(),
-                                            mounts=direct_here(self._s.base_url))
+                # a proxy from the environment carries nothing to this machine (hermit.direct_http)
+                self._client = DirectHereClient(timeout=self._s.timeout_s, headers=self._headers())
             return self._client
 
     def _post(self, url: str, body: dict[str, Any]) -> Any:
