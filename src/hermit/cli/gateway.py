@@ -65,7 +65,10 @@ def configure_gateway(g: argparse.ArgumentParser) -> None:
     p = gs.add_parser("status", help="show the running gateway: channels, queues, services")
     p.add_argument("--json", action="store_true", help="print the status as a JSON object")
     p.set_defaults(func=cmd_status)
+    from hermit.cli.gateway_restart import register
     from hermit.cli.service import register_service
+
+    register(gs)  # `gateway restart`: in place, SIGUSR1 (its own module)
 
     register_service(gs, "service")  # `gateway install|uninstall` live in their own module (and `hermit service`)
 
