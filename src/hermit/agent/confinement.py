@@ -12,14 +12,17 @@ and which OS sandbox its exec runs in.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermit.config.load import AgentConfig
+from hermit.errors import HermitError
 from hermit.memory.policy.audience import reader_for_session
 from hermit.sessions.keys import is_main_session_key
+from hermit.tools import room_journal
 from hermit.tools.bind_guard import recover
 from hermit.tools.os_sandbox import Backend, OsSandbox, SandboxLimits
 from hermit.tools.os_sandbox import detect as detect_sandbox
@@ -28,6 +31,7 @@ from hermit.tools.rooms import Room, room_audience
 from hermit.tools.views import AudienceMemoryView, MemoryView, RoomView
 from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
+log = logging.getLogger("hermit.rooms")
 MemoryViewFactory = Callable[[str], MemoryView]  # session key -> what of memory it may read
 
 
@@ -39,6 +43,8 @@ class Confinement:
     memory_view: MemoryViewFactory | None = None
     _rooms: dict[str, Room] = field(default_factory=dict)
     _slots: threading.BoundedSemaphore | None = None
+    _news: dict[str, list[str]] = field(default_factory=dict)  # what each session's turn prompt said (room_news)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def command_slots(self) -> threading.BoundedSemaphore:
         """The agent's sandboxed commands running at once, at most `sandbox.max_commands` (one per chat would be
@@ -73,6 +79,29 @@ class Confinement:
             room = Room(self.agent_dir / "rooms", audience, self.agent.settings.sandbox.room_mb << 20)
             self._rooms[audience] = room
         return room
+
+    def room_news(self, session_key: str) -> str:
+        """What a roomed session's turn is to be told of its room in its prompt, in fixed words (room_journal.news:
+        a merge a stopped Hermit left, finished); "" for none. The turn's end removes it (`room_news_said`)."""
+        if not self.roomed(session_key):
+            return ""
+        try:
+            notes = room_journal.news(self.room(session_key))
+        except (OSError, HermitError) as e:  # the room's next tool use still says it
+            log.warning("what was finished in a room could not be read for its turn's prompt: %s", e)
+            return ""
+        with self._lock:
+            self._news[session_key] = notes
+        return room_journal.plainly(notes)
+
+    def room_news_said(self, session_key: str) -> None:
+        """The turn whose prompt said `room_news` is over: that is not said again (a tool may have said it already)."""
+        with self._lock:
+            notes = self._news.pop(session_key, [])
+        try:
+            room_journal.said(self.room(session_key), notes)
+        except (OSError, HermitError) as e:
+            log.warning("what was said of a room could not be cleared (its next turn says it again): %s", e)
 
     def view(self, session_key: str) -> RoomView | None:
         """The view of a roomed session (None: the session works in the workspace itself)."""

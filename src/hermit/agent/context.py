@@ -147,6 +147,7 @@ class PromptInputs:
     compacted: bool = False  # the history starts with a compaction summary
     sessions_searchable: bool = False  # memory_search also covers session transcripts
     chat_note: str = ""  # who writes in a DM that is not the owner's (speakers.contact_chat_note)
+    room_note: str = ""  # what Hermit finished in a room's chat's room while stopped (Confinement.room_news)
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,8 @@ def _sections(p: PromptInputs) -> list[tuple[str, str]]:
         out.append(("group chat", GROUP_CHAT_NOTE))
     if p.chat_note:  # a contact's DM: who is writing (speakers.contact_chat_note)
         out.append(("this chat", p.chat_note))
+    if p.room_note:  # fixed words (room_journal.PLAINLY), never the names a command gave its files
+        out.append(("this chat's room", f"## This Chat's Room\n{p.room_note}"))
     return out
 
 

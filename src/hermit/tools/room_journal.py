@@ -260,6 +260,7 @@ def kind_on_disk(room_fd: int, rel: str) -> str | None:
 
 
 STOPPED = "Hermit stopped while it kept an earlier command's files in this chat's room"
+NOT_KEPT = "[an earlier command's files were not kept: Hermit stopped before they were merged"
 
 
 def recover(room_fd: int, base: Path, slug: str, cause: str = STOPPED) -> str:
@@ -313,8 +314,8 @@ def tell_not_kept(base: Path, staging: Path) -> None:
     """A staging folder whose process died before its merge began (room_unpack.sweep_staging): tell its room."""
     slug = room_of_staging(staging)
     if slug is not None and (base / slug).is_dir():
-        tell(base, slug, "[an earlier command's files were not kept: Hermit stopped before they were merged into "
-                         "this chat's room — what the room held before is unchanged; run that command again]")
+        tell(base, slug, f"{NOT_KEPT} into this chat's room — what the room held before is unchanged; run that "
+                         "command again]")
 
 
 def told(room: rooms.Room) -> list[str]:
@@ -324,6 +325,56 @@ def told(room: rooms.Room) -> list[str]:
         return []
     with room.locked():
         return heard(room.base, room.path.name)
+
+
+# What a turn's prompt says of the notes kept for its chat (`news`): fixed words, never the notes' paths — those are
+# what a command of the chat named its files, and a prompt's words weigh more than a tool result's.
+PLAINLY = {
+    "finished": "Hermit was stopped while it kept an earlier command's files in this chat's room; that has been "
+                "finished since, all of it. The room's files may differ from what this conversation last showed: "
+                "look (ls, read) before saying what they hold.",
+    "part": "Hermit was stopped while it kept an earlier command's files in this chat's room, and only part of them "
+            "could be kept: the room holds part of that command's changes. Look before saying what its files hold; "
+            "the command may need to run again.",
+    "none": "An earlier command's files were not kept in this chat's room (Hermit stopped before they were merged): "
+            "the room holds what it held before that command, which may need to run again.",
+}
+
+
+def news(room: rooms.Room) -> list[str]:
+    """What the room's chat is to be told (`tell`), left in place: a turn's prompt says it in fixed words (`plainly`)
+    whether or not the turn uses a tool, and the turn's end removes it (`said`). A merge a stopped Hermit left is
+    finished first (the room's next use would: this turn's prompt is about to speak of the room)."""
+    if room.pending():
+        with room.locked():
+            pass
+    path = told_path(room.base, room.path.name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    try:
+        data = os.read(fd, 1 << 20)
+    finally:
+        os.close(fd)
+    return [line for line in data.decode("utf-8", "replace").splitlines() if line]
+
+
+def plainly(notes: list[str]) -> str:
+    """`notes` (kept for a chat) in the fixed words of PLAINLY, each kind once."""
+    kinds = ["none" if n.startswith(NOT_KEPT) else "part" if "the rest could not be kept" in n else "finished"
+             for n in notes]
+    return " ".join(PLAINLY[k] for k in PLAINLY if k in kinds)
+
+
+def said(room: rooms.Room, notes: list[str]) -> None:
+    """`notes` were said (a turn's prompt): removed from what the chat is to be told, the rest kept."""
+    if not notes or not os.path.lexists(told_path(room.base, room.path.name)):
+        return
+    with room.locked():
+        left = heard(room.base, room.path.name)
+        for note in [n for n in left if n not in notes]:
+            tell(room.base, room.path.name, note)
 
 
 def finish_held(base: Path, slug: str, moving_to: str | None = "") -> bool:
