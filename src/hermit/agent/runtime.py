@@ -249,6 +249,7 @@ class AgentRuntime:
             compacted=compacted,
             sessions_searchable=self.memory is not None and self.memory.sessions_dir is not None,
             chat_note=contact_chat_note(session_key, self._senders.get(session_key)),
+            room_note=self.confinement.room_news(session_key),
         ))
 
     def build_request(self, turn: TurnContext, messages: Sequence[Message], *,
@@ -511,6 +512,7 @@ class AgentRuntime:
                                                  on_event=on_event, images=images)
             result = self._run(turn, text, on_event, stream=stream, heartbeat=heartbeat, read_only=read_only,
                                notes=notes, cancel=cancel, images=images)
+            self.confinement.room_news_said(session_key)  # its prompt told what was finished in its room
         reply = result.reply
         return TurnResult(
             reply=reply,
