@@ -172,12 +172,17 @@ class WhatsAppDriver(Driver):
         async with httpx.AsyncClient() as c:
             return await c.post(f"{self.gateway_url}/hooks/whatsapp/{account}/", content=body, headers=headers)
 
-    async def dm(self, account: str, sender: str, text: str) -> None:
-        self._n += 1
-        message = text_message(sender, text, f"wamid.{account}.{self._n}")
-        body = json.dumps(webhook_body(message, phone_number_id=self.fakes[account].phone_number_id)).encode()
+    async def deliver(self, account: str, message: dict[str, Any], name: str = "Ann") -> None:
+        """Post `message` (a text_message, a revoke, a location...) to the gateway as the platform does: in a webhook
+        body for the account's phone number, signed with its app secret; the gateway must acknowledge it."""
+        body = json.dumps(webhook_body(message, phone_number_id=self.fakes[account].phone_number_id,
+                                       name=name)).encode()
         r = await self.post(account, body, sign(f"secret-{account}", body))
         assert r.status_code == 200, r.text
+
+    async def dm(self, account: str, sender: str, text: str) -> None:
+        self._n += 1
+        await self.deliver(account, text_message(sender, text, f"wamid.{account}.{self._n}"))
 
     def texts(self, account: str, peer: str) -> list[str]:
         return [m["text"]["body"] for m in self.fakes[account].sent() if m["to"] == peer]

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -279,13 +280,18 @@ def ws_calls(ws_url: str, token: str, calls: list[tuple[str, dict[str, Any]]]) -
     return out
 
 
-def unused_model_gateway(home: Path, extra: str = "") -> Iterator[GatewayProcess]:
-    """A ready `hermit gateway run` at `home` whose model is never called (nothing listens at its provider's
-    address), its config written with `extra` gateway lines; for a fixture (`yield from`), stopped afterwards."""
+def unused_model_gateway(home: Path, extra: str = "", *args: str) -> Iterator[GatewayProcess]:
+    """A ready `hermit gateway run` at `home` (with `args`) whose model is never called (nothing listens at its
+    provider's address), its config written with `extra` gateway lines; for a fixture (`yield from`), stopped
+    afterwards (SIGTERM)."""
     write_config(home, "http://127.0.0.1:9/v1", extra=extra)
-    gw = GatewayProcess(home)
+    gw = GatewayProcess(home, *args)
     try:
         gw.wait_ready()
         yield gw
     finally:
         gw.stop()
+
+
+# The same for a `with` in a test body.
+running_gateway = contextmanager(unused_model_gateway)

@@ -39,7 +39,7 @@ from audit20_household import main_paths as paths
 from channeldrivers import DiscordDriver, WhatsAppDriver
 from channelhelpers import run
 from fakes.fake_discord import GUILD_ID, TEXT_CHANNEL, THREAD, user
-from fakes.fake_whatsapp import sign, text_message, webhook_body
+from fakes.fake_whatsapp import text_message
 from hermit.testing.fake_provider import FakeProvider
 from prochelpers import PROC_TIMEOUT
 from test_audit19_who_discord import dispatch
@@ -85,9 +85,7 @@ def now() -> str:
 
 
 async def wa_send(wa: WhatsAppDriver, message: dict[str, Any], name: str = "Bea") -> None:
-    body = json.dumps(webhook_body(message, phone_number_id=wa.fakes["home"].phone_number_id, name=name)).encode()
-    r = await wa.post("home", body, sign("secret-home", body))
-    assert r.status_code == 200, r.text
+    await wa.deliver("home", message, name)
 
 
 def wa_text(sender: str, text: str, **extra: Any) -> dict[str, Any]:

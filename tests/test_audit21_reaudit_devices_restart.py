@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gatewayhelpers import GatewayProcess, free_port, write_config
+from gatewayhelpers import free_port, running_gateway
 from prochelpers import PROC_TIMEOUT, python_as, pythonpath
 
 NOBODY = {"user": 65534, "group": 65534, "extra_groups": []}
@@ -127,10 +127,7 @@ def test_sigusr1_during_a_restart_in_place_is_a_restart_asked_for_not_death(tmp_
     restart; the gateway keeps its pid and stops cleanly afterwards. (Another user cannot send it: the kernel refuses
     a signal to another uid's process, checked at the end.)"""
     home, port = tmp_path / "home", free_port()
-    write_config(home, "http://127.0.0.1:9/v1")
-    gw = GatewayProcess(home, "--port", str(port))
-    try:
-        gw.wait_ready()
+    with running_gateway(home, "", "--port", str(port)) as gw:
         pid = gw.proc.pid
         gw.proc.send_signal(signal.SIGUSR1)
         while _usr1(pid)[0]:  # until the exec: the new image does not handle SIGUSR1 yet
@@ -149,8 +146,6 @@ def test_sigusr1_during_a_restart_in_place_is_a_restart_asked_for_not_death(tmp_
         other = subprocess.run(["/usr/bin/python3", "-c", f"import os, signal; os.kill({pid}, signal.SIGUSR1)"],
                                capture_output=True, text=True, timeout=PROC_TIMEOUT, **NOBODY)  # type: ignore[call-overload]
         assert "PermissionError" in other.stderr, other.stderr
-    finally:
-        gw.stop()
     assert gw.proc.returncode == 0, gw.stderr()[-2000:]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from channeldrivers import WhatsAppDriver
 from channelhelpers import run
-from fakes.fake_whatsapp import sign, text_message, webhook_body
+from fakes.fake_whatsapp import text_message
 from hermit.testing.fake_provider import FakeProvider
 from prochelpers import PROC_TIMEOUT
 from test_channel_gateway import Gateway, env_for, until, write_config
@@ -36,22 +36,17 @@ def test_whatsapp_a_message_deleted_before_it_came_is_not_answered_after_a_resta
             driver = WhatsAppDriver(list(policies))
             await driver.start()
 
-            async def post(event: dict[str, object]) -> None:
-                body = json.dumps(webhook_body(event, phone_number_id=driver.fakes["wa"].phone_number_id)).encode()
-                r = await driver.post("wa", body, sign("secret-wa", body))
-                assert r.status_code == 200, r.text
-
             try:
                 write_config(tmp_path, provider, driver, policies)
                 gw = await Gateway(tmp_path, env_for(driver)).start()
                 driver.gateway_url = gw.url
-                await post(revoke(SENDER, "wamid.late"))  # the delete, before its message: found nothing
+                await driver.deliver("wa", revoke(SENDER, "wamid.late"))  # the delete, before its message: found nothing
                 # Killed the moment the platform was told the delete was handled: it is on disk by then.
                 assert await gw.stop(signal.SIGKILL) == -signal.SIGKILL
                 gw = await Gateway(tmp_path, env_for(driver)).start()
                 driver.gateway_url = gw.url
-                await post(text_message(SENDER, "my card PIN is 4711", "wamid.late"))  # the message, redelivered late
-                await post(text_message(SENDER, "hello", "wamid.next"))  # queued after it: answered
+                await driver.deliver("wa", text_message(SENDER, "my card PIN is 4711", "wamid.late"))  # the message, redelivered late
+                await driver.deliver("wa", text_message(SENDER, "hello", "wamid.next"))  # queued after it: answered
                 await until(lambda: driver.texts("wa", SENDER), "the answer to the next message")
                 assert await gw.stop() == 0
             finally:

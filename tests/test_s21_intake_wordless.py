@@ -5,7 +5,6 @@ ignored: no turn. Real `hermit gateway run`, the real adapters, the fake platfor
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -16,7 +15,6 @@ from audit20_household import next_mid, push_raw
 from channeldrivers import DiscordDriver, TelegramDriver, WhatsAppDriver
 from channelhelpers import run
 from fakes.fake_discord import user
-from fakes.fake_whatsapp import sign, webhook_body
 from hermit.testing.fake_provider import FakeProvider
 from prochelpers import PROC_TIMEOUT
 from test_channel_gateway import stack, until
@@ -137,9 +135,7 @@ def test_whatsapp_locations_and_contact_cards_in_words(tmp_path: Path) -> None:
             async with stack(tmp_path, "whatsapp", provider, {"wa": {"owners": [WA_OWNER]}}) as (d, _gw):
                 assert isinstance(d, WhatsAppDriver)
                 for n, m in enumerate(messages, 1):
-                    body = json.dumps(webhook_body(m, phone_number_id=d.fakes["wa"].phone_number_id)).encode()
-                    r = await d.post("wa", body, sign("secret-wa", body))
-                    assert r.status_code == 200, r.text
+                    await d.deliver("wa", m)
                     await until(lambda n=n: len(d.texts("wa", WA_OWNER)) == n, f"the answer to message {n}")
                 await d.dm("wa", WA_OWNER, "WL-LAST hi")
                 await until(lambda: "last-ok" in d.texts("wa", WA_OWNER), "the answer to the last message")

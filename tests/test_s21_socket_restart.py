@@ -11,7 +11,7 @@ import socket
 import threading
 from pathlib import Path
 
-from gatewayhelpers import GatewayProcess, free_port, write_config
+from gatewayhelpers import free_port, running_gateway
 from hermit.gateway.state import read_lock_info
 from prochelpers import PROC_TIMEOUT
 from test_s21_socket_activation import squat
@@ -19,10 +19,7 @@ from test_s21_socket_activation import squat
 
 def test_a_restart_in_place_never_lets_the_port_go(tmp_path: Path) -> None:
     home, port = tmp_path / "home", free_port()
-    write_config(home, "http://127.0.0.1:9/v1")
-    gw = GatewayProcess(home, "--port", str(port))
-    try:
-        gw.wait_ready()
+    with running_gateway(home, "", "--port", str(port)) as gw:
         pid = gw.proc.pid
         assert (read_lock_info(home) or {})["held"] is False
         ready = threading.Event()
@@ -54,7 +51,5 @@ def test_a_restart_in_place_never_lets_the_port_go(tmp_path: Path) -> None:
         assert info["held"] is False and info["devices"]["on"] is False  # by hand: still off under auto
         log = (home / "logs" / "gateway.log").read_text(encoding="utf-8")
         assert "starting again in place" in log, log[-2000:]
-    finally:
-        gw.stop()
     assert gw.proc.returncode == 0, gw.stderr()
     assert squat("127.0.0.1", port) == "bound"  # stopped for good: the port is free (why auto stays off by hand)

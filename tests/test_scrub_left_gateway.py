@@ -14,7 +14,7 @@ from pathlib import Path
 
 from channeldrivers import WhatsAppDriver
 from channelhelpers import run
-from fakes.fake_whatsapp import sign, text_message, webhook_body
+from fakes.fake_whatsapp import text_message
 from hermit.testing.fake_provider import FakeProvider
 from prochelpers import PROC_TIMEOUT
 from test_channel_gateway import Gateway, env_for, until, write_config
@@ -38,20 +38,15 @@ def test_whatsapp_deletes_acked_before_a_kill_are_scrubbed_when_the_gateway_star
             driver = WhatsAppDriver(list(policies))
             await driver.start()
 
-            async def post(event: dict[str, object]) -> None:
-                body = json.dumps(webhook_body(event, phone_number_id=driver.fakes["wa"].phone_number_id)).encode()
-                r = await driver.post("wa", body, sign("secret-wa", body))
-                assert r.status_code == 200, r.text
-
             try:
                 write_config(tmp_path, provider, driver, policies)
                 gw = await Gateway(tmp_path, env_for(driver)).start()
                 driver.gateway_url = gw.url
                 for n in range(N):
-                    await post(text_message(SENDER, f"my locker code is {code(n)}", f"wamid.m{n}"))
+                    await driver.deliver("wa", text_message(SENDER, f"my locker code is {code(n)}", f"wamid.m{n}"))
                 await until(lambda: len(driver.texts("wa", SENDER)) == N, "the answers")
                 for n in range(N):
-                    await post(revoke(SENDER, f"wamid.m{n}"))  # each acknowledged: hidden, and on disk as to scrub
+                    await driver.deliver("wa", revoke(SENDER, f"wamid.m{n}"))  # each acknowledged: hidden, and on disk as to scrub
                 assert await gw.stop(signal.SIGKILL) == -signal.SIGKILL
                 before = transcripts()
                 assert before.count('"customType":"retracted"') == N
