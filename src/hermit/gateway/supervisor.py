@@ -45,11 +45,12 @@ from hermit.gateway.device_policy import HOLDER_POLL_SECONDS, DevicePolicy, deci
 from hermit.gateway.listen import exec_in_place, kept_for_restart, open_listeners, watch_holder
 from hermit.gateway.live_config import LiveAccess, LiveConfig
 from hermit.gateway.protocol import MAX_FRAME_BYTES
+from hermit.gateway.reserved_file import ReservedFile
 from hermit.gateway.services import MemoryWatcher, Service, ServiceContext, build_services
 from hermit.gateway.state import GatewayLock, HowRun, launchd_job
 from hermit.gateway.tickets import Tickets
 from hermit.gateway.turn_slots import live_turn_limits
-from hermit.gateway.unsigned import Unsigned, uvicorn_options
+from hermit.gateway.unsigned import Reserved, Unsigned, uvicorn_options
 from hermit.gateway.webchat_api import WebchatApi
 from hermit.loopback import url_host
 from hermit.scheduler.control import CronJobs
@@ -165,7 +166,8 @@ class Gateway:
         self.clock = clock
         self.token = token
         self.agents = AgentHost(runtimes)
-        self.unsigned = Unsigned()  # connections not signed in yet, capped per address (gateway/unsigned.py)
+        # connections not signed in yet, capped per address; addresses that signed in lately kept across restarts
+        self.unsigned = Unsigned(reserved=Reserved(store=ReservedFile(home, token)))  # (gateway/unsigned.py)
         # Received files wait in the state dir until their sender is let in (gateway/attachments.py).
         self.webchat = WebchatChannel(clock, inbox_dir=home / "inbox")
         restart = f"restart the gateway: {HowRun.this_process().restart()}"  # for a hint whose fix needs it

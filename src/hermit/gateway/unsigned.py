@@ -29,9 +29,9 @@ owner out. Here:
   RESERVED_DAYS has its connections counted in a pool of its own (PER_SOURCE each, RESERVED_TOTAL in all) that no
   stranger can take or evict: the owner's phone connects whatever a LAN guest in its /64 or many /48s hold. Only a
   completed `connect` earns one (webchat_api.py calls `signed_in`): a wrong token, a page load, a socket that never
-  signs in earn nothing. At most RESERVED_ADDRESSES are kept, the one signed in longest ago dropped first, in
-  memory only (a phone's address changes with its network and an IPv6 temporary address daily; the owner signs in
-  again after a restart, and no file of addresses the owner used is left on disk).
+  signs in earn nothing. At most RESERVED_ADDRESSES are kept, the one signed in longest ago dropped first, and kept
+  across the gateway's restarts (gateway/reserved_file.py: a 0600 file, each entry bound to the gateway token). A
+  phone whose address changed (a new network, a new IPv6 temporary address) is a stranger until it signs in again.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from functools import lru_cache, partial
 from typing import Any, Literal
 
 from hermit.gateway.peer_uid import address, client_uid, is_local, owner_of
+from hermit.gateway.reserved_file import REFRESH_SECONDS, ReservedFile
 from hermit.refusals import RefusalLog
 
 log = logging.getLogger("hermit.gateway")
@@ -117,16 +118,37 @@ class Reserved:
     one signed in longest ago dropped first (so strangers cannot grow it: only a sign-in adds)."""
 
     def __init__(self, size: int = RESERVED_ADDRESSES, seconds: float = RESERVED_DAYS * 86400.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.size, self.seconds, self.clock = size, seconds, clock
+                 clock: Callable[[], float] = time.monotonic, store: ReservedFile | None = None) -> None:
+        """`store`: the file they are kept in across restarts (read now, written as `add` changes them)."""
+        self.size, self.seconds, self.clock, self.store = size, seconds, clock, store
         self._at: OrderedDict[str, float] = OrderedDict()  # address -> when it last signed in, oldest first
+        self._written: dict[str, float] = {}  # address -> the wall time the file has for it
+        if store is not None:
+            now, wall = clock(), store.wall()
+            for ip, at in store.load(seconds)[-size:]:
+                self._at[ip], self._written[ip] = now - (wall - at), at
+            if self._at:
+                log.info("reserved places restored for %d address(es) that signed in lately", len(self._at))
 
     def add(self, ip: str) -> None:
         self._at.pop(ip, None)
         self._at[ip] = self.clock()
+        dropped = False
         while len(self._at) > self.size:
-            dropped, _ = self._at.popitem(last=False)
-            log.info("reserved place of %s dropped: %d addresses signed in since", dropped, self.size)
+            gone, _ = self._at.popitem(last=False)
+            log.info("reserved place of %s dropped: %d addresses signed in since", gone, self.size)
+            dropped = True
+        if self.store is not None:
+            last = self._written.get(ip)
+            if dropped or last is None or self.store.wall() - last > REFRESH_SECONDS:
+                self._save(self.store)
+
+    def _save(self, store: ReservedFile) -> None:
+        """The addresses still reserved, with the wall time of each one's last sign-in, into `store`."""
+        now, wall = self.clock(), store.wall()
+        entries = [(ip, round(wall - (now - at), 3)) for ip, at in self._at.items() if now - at <= self.seconds]
+        if store.save(entries):
+            self._written = dict(entries)
 
     def __contains__(self, ip: str) -> bool:
         at = self._at.get(ip)
