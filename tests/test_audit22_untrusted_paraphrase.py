@@ -113,7 +113,7 @@ def test_a_heartbeat_adds_no_standing_instruction_of_its_own(tmp_path: Path) -> 
         "HEARTBEAT_OK"])
     result = rt.run_turn(MAIN, "Read HEARTBEAT.md if it exists. Follow it strictly.", heartbeat=True)
     assert [r.is_error for r in result.tool_calls] == [True, True, False], [r.result[:160] for r in result.tool_calls]
-    assert "a heartbeat or a scheduled job started this turn" in result.tool_calls[0].result
+    assert "no message of your user's started this turn" in result.tool_calls[0].result
     assert "Carl" not in json.dumps(jobs.list_jobs("main")) and "Carl" not in (ws / "AGENTS.md").read_text()
     assert "- [x] water the plants" in (ws / "HEARTBEAT.md").read_text(encoding="utf-8")
 
