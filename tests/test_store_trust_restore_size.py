@@ -42,7 +42,9 @@ def test_a_file_over_4_gib_that_backup_stored_is_restored(tmp_path: Path) -> Non
         r = hermit(new, "restore", str(out))
         assert r.returncode == 0, r.stderr
         assert "4711" in (new / "workspace" / "MEMORY.md").read_text(encoding="utf-8")
-        assert (new / "workspace" / "talk.mp4").stat().st_size == BIG
+        st = (new / "workspace" / "talk.mp4").stat()
+        assert st.st_size == BIG
+        assert st.st_blocks * 512 < (64 << 20), st.st_blocks  # restored sparse: its zeros not written to disk
     finally:  # 4 GiB written for real: not left for pytest's kept temp folders
         (new / "workspace" / "talk.mp4").unlink(missing_ok=True)
 
@@ -57,3 +59,26 @@ def test_an_archive_the_disk_cannot_hold_is_refused_before_anything_is_written(
     assert "1,000 free" in err and "nothing was written" in err, err
     assert not new.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".hermit-restore-")]
+
+
+def test_zeros_are_restored_as_holes_and_every_byte_comes_back(tmp_path: Path) -> None:
+    home = tmp_path / "old"
+    assert main(["--home", str(home), "init"]) == 0
+    # data, 8 MiB of zeros (whole and part blocks of the copy), data inside a block, zeros to an odd size
+    mib = 1 << 20
+    body = b"start" + bytes(8 * mib + 123) + os.urandom(mib // 2) + bytes(3 * mib + 7) + b"\0end" + bytes(mib - 5)
+    (home / "workspace" / "disk.img").write_bytes(body)
+    (home / "workspace" / "empty.bin").write_bytes(b"")
+    (home / "workspace" / "zeros.bin").write_bytes(bytes(5 * mib + 1))
+    out = tmp_path / "backup.tar.gz"
+    r = hermit(home, "backup", "--level", "1", str(out))
+    assert r.returncode == 0, r.stderr
+    new = tmp_path / "new"
+    r = hermit(new, "restore", str(out))
+    assert r.returncode == 0, r.stderr
+    assert (new / "workspace" / "disk.img").read_bytes() == body
+    assert (new / "workspace" / "empty.bin").read_bytes() == b""
+    assert (new / "workspace" / "zeros.bin").read_bytes() == bytes(5 * mib + 1)
+    # on disk: about the 1.5 MiB of blocks that hold data, not the 13 MiB of zeros
+    assert (new / "workspace" / "disk.img").stat().st_blocks * 512 <= 4 * mib
+    assert (new / "workspace" / "zeros.bin").stat().st_blocks * 512 <= mib

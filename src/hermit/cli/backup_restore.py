@@ -45,12 +45,11 @@ import contextlib
 import gzip
 import json
 import os
-import shutil
 import stat
 import tarfile
 import zlib
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, BinaryIO
+from typing import IO, TYPE_CHECKING, BinaryIO
 
 from hermit.cli.backup import FORMAT, TOP, BackupError, _inside
 from hermit.cli.backup_copy import DAMAGED
@@ -79,6 +78,7 @@ from hermit.memory.policy.added_notes import WATCH_DIR
 if TYPE_CHECKING:
     from hermit.gateway.state import GatewayLock
 
+ZERO_BLOCK = bytes(1 << 20)
 CONFIG_NAMES = tuple(p.name for p in StatePaths(Path("/")).config_candidates)
 Item = tuple[tarfile.TarInfo, PurePosixPath]  # a member, and its path inside the folder it restores into
 Links = dict[tuple[str, ...], list[tuple[PurePosixPath, PurePosixPath]]]  # per folder: (name, the file it names)
@@ -426,7 +426,7 @@ def _stage(tar: tarfile.TarFile, items: list[Item], stage: Path, private: bool) 
                                       "you can write")
                 os.fchmod(f.fd, _file_mode(m.mode, private))
                 with os.fdopen(f.fd, "wb", closefd=False) as out:
-                    shutil.copyfileobj(src, out, 1 << 20)
+                    _copy_sparse(src, out)
                 os.utime(f.fd, (m.mtime, m.mtime))
                 os.fsync(f.fd)  # whole on disk before the ready marker can say so (restore_journal.py)
                 f.link()
@@ -435,6 +435,18 @@ def _stage(tar: tarfile.TarFile, items: list[Item], stage: Path, private: bool) 
                               "archives written by `hermit backup`") from None
         count += 1
     return count
+
+
+def _copy_sparse(src: IO[bytes], out: IO[bytes]) -> None:
+    """`src` copied into `out`, a block of zeros left as a hole (a seek past it): a sparse file (a disk image, an
+    export's preallocated space) is restored sparse, and gigabytes of zeros are neither written nor synced. The
+    size is the member's whatever the last block is."""
+    while block := src.read(len(ZERO_BLOCK)):
+        if block == ZERO_BLOCK[:len(block)]:  # the whole block: no copy
+            out.seek(len(block), os.SEEK_CUR)
+        else:
+            out.write(block)
+    out.truncate()
 
 
 def _relink(links: list[tuple[PurePosixPath, PurePosixPath]], stage: Path, shown: Path) -> None:
