@@ -51,15 +51,16 @@ def _ours(ctx: CliContext, pid: int) -> None:
     """HermitError unless process `pid` is this user's and holds this state dir's gateway lock."""
     try:
         owner = os.stat(f"/proc/{pid}").st_uid
-        holds = owner == os.getuid() and _holds_lock(pid, lock_path(ctx.home))
     except FileNotFoundError:
         raise HermitError(f"the gateway (pid {pid}) on {ctx.home} has just exited", "nothing to restart: start it "
                           "(`hermit service start`, or `hermit gateway run`)") from None
-    except PermissionError:
-        owner, holds = -1, False
     if owner != os.getuid():
         raise HermitError(f"process {pid}, which {ctx.home}'s gateway lock names, is not yours: not signalled",
                           "run `hermit gateway restart` as the user the gateway runs as")
+    try:
+        holds = _holds_lock(pid, lock_path(ctx.home))
+    except OSError:  # its fds cannot be read (it exited meanwhile, or is not dumpable): not known to be the gateway
+        holds = False
     if not holds:
         raise HermitError(f"process {pid}, which {ctx.home}'s gateway lock names, does not hold that lock: it is not "
                           "this state dir's gateway, and was not signalled", "see `hermit gateway status`")

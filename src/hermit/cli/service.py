@@ -370,7 +370,7 @@ def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
         write_atomic(path, launchd_plist(ctx.home, name, host, port), mode=0o644, keep_mode=False)
         steps = [["launchctl", "bootstrap", f"gui/{os.getuid()}", str(path)]]
     else:
-        steps, stale = write_systemd(ctx, folder, name, host, port, force=args.force)
+        steps, stale = write_systemd(ctx, folder, name, host, port, force=getattr(args, "force", False))
     print(f"wrote {path}")
     print(f"it runs: {' '.join(gateway_command(ctx.home, host, port))}")
     print(_web_app_note(ctx, host, port))
