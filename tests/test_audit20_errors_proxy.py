@@ -136,23 +136,29 @@ def test_gateway_reaches_local_model_and_platform_directly(tmp_path: Path, platf
         assert provider.requests and MEMORY_CANARY in str(provider.requests[-1].body)
 
 
+def ask_local_model(provider: FakeProvider, host: str) -> None:
+    """`provider` (answering "direct-ok") at `host` asked in both wire formats, streamed and not, and probed as the
+    doctor and setup do; the last request carried the memory canary."""
+    request = ModelRequest(system=f"memory: {MEMORY_CANARY}", messages=(UserMessage("hi"),))
+    base = provider.base_url.replace("127.0.0.1", host)
+    models = (OpenAIModel(ModelProfile("fake", "m"), KEY, base_url=base + "/v1", max_retries=0),
+              AnthropicModel(ModelProfile("fake", "m"), KEY, base_url=base, max_retries=0))
+    for model in models:
+        try:
+            assert model.complete(request).text == "direct-ok"
+            assert final_response(model.stream(request)).text == "direct-ok"
+        finally:
+            model.close()
+    assert probe(base + "/v1", 5.0) is None
+    assert MEMORY_CANARY in str(provider.requests[-1].body)
+
+
 def test_model_clients_go_direct_to_this_machine(proxy: RecordingProxy) -> None:
     """Both wire formats, streamed and not, by 127.0.0.1 and by the name localhost (`hermit agent`, cron, the
     gateway), and the doctor's/setup's probe of a local model server."""
-    request = ModelRequest(system=f"memory: {MEMORY_CANARY}", messages=(UserMessage("hi"),))
     with FakeProvider([{"text": "direct-ok", "repeat": True}], api_key=KEY) as provider:
         for host in ("127.0.0.1", "localhost"):
-            base = provider.base_url.replace("127.0.0.1", host)
-            models = (OpenAIModel(ModelProfile("fake", "m"), KEY, base_url=base + "/v1", max_retries=0),
-                      AnthropicModel(ModelProfile("fake", "m"), KEY, base_url=base, max_retries=0))
-            for model in models:
-                try:
-                    assert model.complete(request).text == "direct-ok"
-                    assert final_response(model.stream(request)).text == "direct-ok"
-                finally:
-                    model.close()
-            assert probe(base + "/v1", 5.0) is None
-        assert MEMORY_CANARY in str(provider.requests[-1].body)
+            ask_local_model(provider, host)
     assert proxy.seen == [], proxy.seen[:1]
 
 

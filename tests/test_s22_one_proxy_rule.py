@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import pytest
 
-from hermit.cli.model_check import probe
 from hermit.config.schema import MemorySearchConfig
 from hermit.memory.embedders.remote import create_remote_embedder
-from hermit.messages import UserMessage
-from hermit.models import AnthropicModel, ModelProfile, ModelRequest, OpenAIModel, final_response
 from hermit.testing.fake_embeddings import FakeEmbeddingServer
 from hermit.testing.fake_provider import FakeProvider
-from test_audit20_errors_proxy import KEY, MEMORY_CANARY, RecordingProxy, proxy  # noqa: F401 (a fixture)
+from test_audit20_errors_proxy import KEY, MEMORY_CANARY, RecordingProxy, ask_local_model, proxy  # noqa: F401 (a fixture)
 
 # 127.0.0.1 as the resolver (inet_aton) reads it; httpx keeps each as a name
 SPELLINGS = ("127.1", "2130706433", "0x7f.1")
@@ -28,19 +25,8 @@ SPELLINGS = ("127.1", "2130706433", "0x7f.1")
 
 @pytest.mark.parametrize("host", SPELLINGS)
 def test_a_local_model_so_written_gets_its_prompts_directly(proxy: RecordingProxy, host: str) -> None:  # noqa: F811
-    request = ModelRequest(system=f"memory: {MEMORY_CANARY}", messages=(UserMessage("hi"),))
     with FakeProvider([{"text": "direct-ok", "repeat": True}], api_key=KEY) as provider:
-        base = provider.base_url.replace("127.0.0.1", host)
-        models = (OpenAIModel(ModelProfile("fake", "m"), KEY, base_url=base + "/v1", max_retries=0),
-                  AnthropicModel(ModelProfile("fake", "m"), KEY, base_url=base, max_retries=0))
-        for model in models:
-            try:
-                assert model.complete(request).text == "direct-ok"
-                assert final_response(model.stream(request)).text == "direct-ok"
-            finally:
-                model.close()
-        assert probe(base + "/v1", 5.0) is None
-        assert MEMORY_CANARY in str(provider.requests[-1].body)
+        ask_local_model(provider, host)
     assert proxy.seen == [], proxy.seen[:1]
 
 
