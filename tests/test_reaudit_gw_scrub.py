@@ -81,6 +81,7 @@ def test_two_scrubs_of_one_transcript_at_once_lose_neither(tmp_path: Path) -> No
     scrub undone (the card number back in the reply), and whatever a turn appended to the new file meanwhile lost."""
     import threading
 
+    import hermit.durable as durable
     import hermit.sessions.scrub as scrub
     from hermit.sessions.scrub import find_deleted, scrub_transcript
     from hermit.sessions.transcript import Transcript
@@ -94,7 +95,7 @@ def test_two_scrubs_of_one_transcript_at_once_lose_neither(tmp_path: Path) -> No
     t.append_message({"role": "assistant", "content": [{"type": "text", "text": f"noted 4111 1111 1111 1111 and {CODE}"}]})
     first, second = find_deleted(path, "telegram:default:1"), find_deleted(path, "telegram:default:2")
     assert first is not None and second is not None
-    real_lock, real_write = scrub.lock_fd, scrub.write_all
+    real_lock, real_write = scrub.lock_fd, durable.write_all  # the scrub's one write: its new file's (write_atomic)
     waiting = threading.Event()
     done: list[BaseException | None] = []
 
@@ -118,12 +119,12 @@ def test_two_scrubs_of_one_transcript_at_once_lose_neither(tmp_path: Path) -> No
             assert waiting.wait(10)
         real_write(fd, data, **kw)
 
-    scrub.lock_fd, scrub.write_all = lock_fd, write_all  # type: ignore[assignment]
+    scrub.lock_fd, durable.write_all = lock_fd, write_all  # type: ignore[assignment]
     try:
         scrub_transcript(path, first)
         thread.join(10)
     finally:
-        scrub.lock_fd, scrub.write_all = real_lock, real_write  # type: ignore[assignment]
+        scrub.lock_fd, durable.write_all = real_lock, real_write  # type: ignore[assignment]
     assert done == [None]
     raw = path.read_text()
     assert "1111" not in raw and CODE not in raw, raw  # both scrubs, neither undone

@@ -22,7 +22,6 @@ scrubbed in one rewrite: each text is walked once, and given only the rules that
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hermit.durable import _remove_stale_temps, fsync_dir, held_temp, write_all
+from hermit.durable import write_atomic
 from hermit.locks import lock_fd
 from hermit.sessions.entries import EDITED_MARK, EDITED_TYPE, RETRACTED_TEXT, edit, retract, retracted_refs
 from hermit.sessions.files import open_own, read_fd
@@ -435,17 +434,4 @@ def _open_locked(path: Path) -> int:
 def _replace(path: Path, old: int, data: bytes) -> None:
     """`path` replaced by a file holding `data`, with the old one's mode (0600), while `old` holds its lock. A
     temp file a killed scrub left is removed first (durable.py: only one no live process holds)."""
-    _remove_stale_temps(path)
-    tmp_fd, tmp = held_temp(path)
-    try:
-        try:
-            write_all(tmp_fd, data)
-            os.fchmod(tmp_fd, os.fstat(old).st_mode & 0o777)
-            os.replace(tmp, path)
-        finally:
-            os.close(tmp_fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    fsync_dir(path.parent)
+    write_atomic(path, data, mode=os.fstat(old).st_mode & 0o777, keep_mode=False)
