@@ -1,6 +1,6 @@
 """A deleted message's copies outside its transcript, for the agent runtime (agent/runtime.py): the notes its
 session's turns and memory flush wrote (agent/flush.py `scrub_flush_notes`), and what /new saved of its session
-when that session has ended (agent/session_memory.py `scrub_saved`). Both go by the copy rule its transcript's scrub
+when that session has ended (agent/session_memory_scrub.py `scrub_saved`). Both go by the copy rule its transcript's scrub
 uses (sessions/scrub.py `Deleted.rule`: only what the deleted message alone brought into its session is a copy), so
 a file never loses words the transcript keeps, such as the assistant's own earlier answer the user repeated."""
 
@@ -13,7 +13,7 @@ from datetime import tzinfo
 from pathlib import Path
 
 from hermit.agent.flush import scrub_flush_notes
-from hermit.agent.session_memory import scrub_saved
+from hermit.agent.session_memory_scrub import scrub_saved
 from hermit.errors import HermitError
 from hermit.sessions.entries import MessageEntry
 from hermit.sessions.scrub import Deleted, find_deleted

@@ -23,7 +23,7 @@ scrub is wanted in the store before the entry that hides the message is written 
 a kill in between leaves a want that finds nothing, never a hidden message no start scrubs.
 
 A transcript of a session that has ended (/new, a reset: an edit or delete after it) has what /new saved of it to
-memory scrubbed by the same rule too (`saved_scrub`, agent/session_memory.py `scrub_saved`).
+memory scrubbed by the same rule too (`saved_scrub`, agent/session_memory_scrub.py `scrub_saved`).
 
 A failure: a note that cannot be scrubbed is logged and left, the transcript and the other notes still are
 (sessions/retraction.py, agent/runtime.py `_reach`). A batch that raises is tried once more at once; failing again,
@@ -38,7 +38,7 @@ import asyncio
 import logging
 
 from hermit.agent.runtime import AgentRuntime
-from hermit.agent.session_memory import scrub_saved
+from hermit.agent.session_memory_scrub import scrub_saved
 from hermit.gateway.agents import AgentHost
 from hermit.gateway.deletes_store import RememberedDeletes, Scrub
 from hermit.sessions.retraction import Saved, scrub_retracted

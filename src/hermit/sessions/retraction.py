@@ -5,7 +5,7 @@ A `retracted` entry (sessions/entries.py) hides its message from every reader; t
 (`files` of its user message: messages.FiledFile) are deleted first, by the caller's `remove`, so that a kill
 between the two leaves no file of a deleted message for another reader, only a message whose delete was not
 written yet (as a kill before the delete was seen would). So is what was saved of an ended session at /new
-(`saved`: agent/session_memory.scrub_saved).
+(`saved`: agent/session_memory_scrub.scrub_saved).
 
 Its copies go too (`scrub_copies`, sessions/scrub.py): what Hermit wrote after it from that session and quotes it
 (replies, tool calls, compaction summaries, the flush's entries in the transcript; the notes the flush or a turn's
