@@ -508,6 +508,9 @@ class UntrustedGuard(ToolRunner):
         if not grams:
             return None
         folded = _fold(line)
+        for n in self._noted:  # first: the note's own source says more than "the output of `cat memory/…`"
+            if grams & n.shingles and not self._says_whose(line, folded, n):
+                return n.source
         for b in self._brought:
             hit = grams & b.shingles
             if not hit or self._says_whose(line, folded, b):
@@ -516,9 +519,6 @@ class UntrustedGuard(ToolRunner):
                 owners.append(self._owners())
             if not hit <= owners[0]:
                 return b.source
-        for n in self._noted:
-            if grams & n.shingles and not self._says_whose(line, folded, n):
-                return n.source
         if "forward" in folded or "written from" in folded:
             return None
         plain = _plain_grams(line) - self._own
