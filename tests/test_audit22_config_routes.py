@@ -176,3 +176,68 @@ def test_service_start_refuses_an_owner_move_before_systemd_starts_a_gateway(tmp
     r = hermit(env, "service", "start")
     assert r.returncode == 0, r.stderr
     assert "--user start" in " ".join(calls(tmp_path))
+
+
+# ---- contacts moved to another agent read its shared notes ------------------------------------------------------
+
+NOTE = "Tuesday: the biopsy results come Friday; tell no one at work yet.\n"
+
+
+def test_contacts_moved_to_the_default_agent_by_a_routing_change_are_refused(tmp_path: Path, home: Path) -> None:
+    """The family bot's contact (4004) talked to the family agent. The family agent and its binding removed, the bot
+    kept: 4004's DMs went to a session of its own under agent main — not main's main session, so nothing refused it —
+    where main's hand-written daily log is shared text that session reads (audience `shared`)."""
+    from hermit.agent.routing import RouteInput, Router
+    from hermit.memory.policy.audience import reader_for_session, visible_text
+
+    ws = home / "workspace"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "2026-12-05.md").write_text(NOTE)
+    started(home, config(home))
+    removed = save(home, config(home, family=False))
+    route = Router.from_config(removed).resolve(RouteInput("telegram", "family", "dm", "4004"))
+    assert (route.agent_id, route.main) == ("main", False)
+    assert visible_text(NOTE, "memory/2026-12-05.md", reader_for_session(route.session_key)) == NOTE  # what it reads
+    with pytest.raises(ConfigError) as refused:
+        owner_routes.check_start(home, removed)
+    assert "telegram/family/* (agent family -> agent main)" in refused.value.message
+    assert live_reload(home, config(home), config(home, family=False)) is not None
+    # To a brand-new agent (nothing in its memory yet) they read nothing: let through.
+    for path in (ws / "memory" / "2026-12-05.md",):
+        path.unlink()
+    assert live_reload(home, config(home), config(home, family=False, family_owners=("1001",))) is None
+
+
+def with_group(cfg: dict[str, Any], *, bound: bool = True) -> dict[str, Any]:
+    """The default bot lets the family group in; bound to the family agent (`bound`), else it goes to main."""
+    cfg["channels"]["telegram"]["accounts"]["default"].update(group_policy="allowlist", groups=["-100500"],
+                                                               group_allow_from=["2002"])
+    if bound:
+        cfg["bindings"].append({"match": {"channel": "telegram", "peer": {"kind": "group", "id": "-100500"}},
+                                "agent_id": "family"})
+    return cfg
+
+
+def test_a_group_moved_to_another_agent_by_a_dropped_binding_is_refused(tmp_path: Path, home: Path) -> None:
+    """The family group, bound to the family agent, on the default bot: its binding dropped (the family agent and bot
+    kept), the group went to agent main's group session, which reads main's shared daily log."""
+    from hermit.agent.routing import RouteInput, Router
+    from hermit.memory.policy.audience import reader_for_session, visible_text
+
+    ws = home / "workspace"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "2026-12-05.md").write_text(NOTE)
+    started(home, with_group(config(home)))
+    dropped = save(home, with_group(config(home), bound=False))
+    route = Router.from_config(dropped).resolve(RouteInput("telegram", "default", "group", "-100500"))
+    assert route.agent_id == "main"
+    assert visible_text(NOTE, "memory/2026-12-05.md", reader_for_session(route.session_key)) == NOTE
+    with pytest.raises(ConfigError) as refused:
+        owner_routes.check_start(home, dropped)
+    assert "telegram/default/group:-100500 (agent family -> agent main)" in refused.value.message
+    refused_live = live_reload(home, with_group(config(home)), with_group(config(home), bound=False))
+    assert refused_live is not None and "group -100500" in refused_live
+    # A group the edit lets in for the first time is a promotion it states.
+    started(home, config(home))
+    owner_routes.check_start(home, save(home, with_group(config(home), bound=False)))
+    assert live_reload(home, config(home), with_group(config(home), bound=False)) is None

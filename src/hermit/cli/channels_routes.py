@@ -70,7 +70,8 @@ def _words(m: Move) -> str:
     from hermit.gateway.owner_routes import parts_of
 
     channel, account, sender, *team = parts_of(m.key)
-    who = "its contacts" if sender == "*" else f"owner {sender}"
+    who = "its contacts" if sender == "*" else f"the group {sender[6:]}" if sender.startswith("group:") else \
+        f"owner {sender}"
     where = f" (workspace {team[0]})" if team else ""
     how = "; a new or renamed account" if m.renamed else ""
     return f"{channel} account {account}, {who}{where}: agent {'/'.join(m.was)} -> agent {m.now}{how}"

@@ -223,12 +223,14 @@ def owners_moved(old: LoadedConfig, new: LoadedConfig, reached: Mapping[str, str
                 for team in {t for _, t in dm_scopes(before, channel) | dm_scopes(after, channel)}:
                     inp = RouteInput(channel, account_id, "dm", sender, team_id=team, sender_is_owner=is_owner)
                     was, now = before.resolve(inp), after.resolve(inp)
-                    if now.main and now.agent_id != was.agent_id:
+                    # Into another agent's main session (MEMORY.md, owner tools), or a session of their own there:
+                    # its shared notes (audit s22: the family bot's contacts read the owner's daily logs).
+                    if now.agent_id != was.agent_id:
                         who = f"owner {sender}" if is_owner else "its contacts"
                         text = (f"channels.{channel}.accounts.{account_id} ({who}: agent {was.agent_id} "
                                 f"-> agent {now.agent_id})")
                         key = key_of(channel, account_id, sender, *([team] if team else []))
-                        found[text] = Move(key, (was.agent_id,), now.agent_id)
+                        found[text] = Move(key, (was.agent_id,), now.agent_id, now.main)
                         break
     if reached:  # what this gateway remembers of accounts turned off or renamed since (owner_routes.merged)
         from hermit.gateway.owner_routes import remembered_moves
@@ -236,17 +238,18 @@ def owners_moved(old: LoadedConfig, new: LoadedConfig, reached: Mapping[str, str
         found.update(remembered_moves(dict(reached), old, new))
     if found:
         from hermit.gateway.owner_moves import judge
-        from hermit.gateway.owner_routes import main_routes, routes
+        from hermit.gateway.owner_routes import routes, routes_now
 
-        judged = judge(list(found.values()), {**routes(old), **(reached or {})}, main_routes(new), new)
+        judged = judge(list(found.values()), {**routes(old), **(reached or {})}, routes_now(new), new)
         moved = [text for text, m in zip(found, judged, strict=True) if m.harmless is None]
         for text, m in zip(found, judged, strict=True):
             if m.harmless is not None:
                 log.info("let through %s: it widens nothing (%s)", text, m.harmless)
     if not moved:
         return None
-    return ConfigError(f"this edit would give the senders of {', '.join(sorted(set(moved)))} the main session of another "
-                       "agent (its MEMORY.md and owner tools) because routing changed, not their owners entry",
+    return ConfigError(f"this edit would give the senders of {', '.join(sorted(set(moved)))} another agent (an owner "
+                       "its main session: MEMORY.md and owner tools; contacts its shared notes) because routing changed, "
+                       "not their owners or allow_from entry",
                        "bind the account to its agent again (bindings), turn it off (enabled: false) or take those ids "
                        "out of its owners; to move them on purpose, run `hermit channels accept-routes` (it shows the "
                        f"moves and asks) or remove {new.paths.home / 'channels' / 'owner-routes.json'}, and restart "

@@ -13,6 +13,10 @@ what anyone reads, and are let through (named in `hermit channels accept-routes`
   (they already read each other there); and B's owner commands are sandboxed (`sandbox.mode: all`), or A's were
   not (an unsandboxed owner command of A's already reads whatever B's could, as this user).
 
+A move into a session of their own at B (a contact, or an owner under a per-peer `dm_scope`) reads B's shared
+notes (memory/ text outside origin blocks: the owner's daily logs): harmless when B has nothing in its memory or
+sessions yet, or when the same owner id already reaches B through another account.
+
 Everything else is refused: the default agent, an agent with owners or private memory, a move of several
 agents' owners into one, a move from A's sandboxed main session into B's unsandboxed one.
 """
@@ -43,7 +47,7 @@ def _parts(key: str) -> list[str]:
     return parts_of(key)
 
 
-def judge(found: Sequence[Move], before: Mapping[str, str], now: Mapping[str, str],
+def judge(found: Sequence[Move], before: Mapping[str, str], now: Mapping[str, tuple[str, bool]],
           loaded: LoadedConfig) -> list[Move]:
     """`found` with `harmless` set on each move that cannot widen what anyone reads (the module's two rules)."""
     moved = {m.key for m in found}
@@ -57,27 +61,35 @@ def judge(found: Sequence[Move], before: Mapping[str, str], now: Mapping[str, st
     return out
 
 
-def _already_theirs(m: Move, now: Mapping[str, str], moved: set[str]) -> str | None:
+def _already_theirs(m: Move, now: Mapping[str, tuple[str, bool]], moved: set[str]) -> str | None:
     channel, account, sender, *team = _parts(m.key)
     if sender == CONTACTS:
         return None
-    for k, agent in now.items():
+    for k, (agent, main) in now.items():
         c, a, s, *t = _parts(k)
-        if (c, s, t) == (channel, sender, team) and a != account and agent == m.now and k not in moved:
-            return f"{sender} already reaches agent {m.now}'s main session as an owner of {c}/{a}"
+        if (c, s, t) == (channel, sender, team) and a != account and agent == m.now and k not in moved and \
+                (main or not m.main):
+            where = "main session" if main else "sessions"
+            return f"{sender} already reaches agent {m.now}'s {where} as an owner of {c}/{a}"
     return None
 
 
-def _fresh(m: Move, before: Mapping[str, str], now: Mapping[str, str], into: Sequence[Move],
+def _fresh(m: Move, before: Mapping[str, str], now: Mapping[str, tuple[str, bool]], into: Sequence[Move],
            loaded: LoadedConfig) -> str | None:
     target = m.now
+    if not m.main:  # a session of their own there: they read its shared notes, of which a fresh agent has none
+        agent = _agent(loaded, target)
+        if agent is None or _private(agent) is not None:
+            return None
+        return f"agent {target} is new: nothing in its memory or sessions for them to read"
     if len(m.was) != 1 or target in _token_holders(loaded):
         return None
     source = m.was[0]
-    if any(agent == target and _parts(k)[2] != CONTACTS for k, agent in before.items()):
+    if any(agent == target and _parts(k)[2] != CONTACTS and not _parts(k)[2].startswith("group:")
+           for k, agent in before.items()):
         return None  # someone owned it before: they would read the mover's words, the mover theirs
-    reaching = {k for k, agent in now.items() if agent == target}
-    if reaching != {x.key for x in into if x.was == (source,)}:
+    reaching = {k for k, (agent, main) in now.items() if agent == target and main}
+    if reaching != {x.key for x in into if x.was == (source,) and x.main}:
         return None  # someone else reaches it too (a new owner, or owners of another agent)
     agent = _agent(loaded, target)
     if agent is None or _private(agent) is not None:

@@ -11,6 +11,11 @@ account, the first start) is a promotion the config states. Moves that cannot wi
 (gateway/owner_moves.py). To move someone on purpose: `hermit channels accept-routes` (shows the moves, asks,
 rewrites the record), or remove the file.
 
+Contacts and groups too (audit s22): an account's contacts ("*") and each group it lets in (`group:<id>`,
+`group:*` under `group_policy: open`) are recorded wherever they go, and moving them to another agent by a routing
+change alone is refused: they would read that agent's shared notes (memory/ text outside origin blocks, the
+owner's daily logs). gateway/owner_moves.py lets through the moves that widen nothing.
+
 Also refused (audit s21 t12):
 - an account not recorded (a new id, or the same bot renamed: `family` → `family2`) that gives an id recorded as
   reaching only other agents' main sessions the main session of an agent that already had recorded owners — the
@@ -33,6 +38,7 @@ from pathlib import Path
 
 from hermit.agent.routing import RouteInput, Router
 from hermit.config.load import LoadedConfig
+from hermit.config.schema import ChannelAccessConfig
 from hermit.errors import ConfigError
 from hermit.gateway.live_config import CONTACTS, dm_scopes
 
@@ -56,9 +62,10 @@ def path_of(home: Path) -> Path:
 
 def routes(loaded: LoadedConfig) -> dict[str, str]:
     """What is recorded: `channel/account/sender[/team]` → the agent that sender's DMs reach (running accounts).
-    sender: an owner id, whose main session only is recorded, or CONTACTS (any contact), recorded wherever it goes,
-    as a move of contacts into an agent's main session starts from a session of their own."""
-    return {k: agent for k, (agent, main) in _routes(loaded).items() if main or parts_of(k)[2:3] == [CONTACTS]}
+    sender: an owner id or CONTACTS (any contact), recorded wherever it goes: the main session, or a session of
+    their own, which reads that agent's shared notes (audit s22: contacts moved to another agent by a routing change
+    alone read its owner's daily logs)."""
+    return {k: agent for k, (agent, _main) in _routes(loaded).items()}
 
 
 def _routes(loaded: LoadedConfig) -> dict[str, tuple[str, bool]]:
@@ -74,9 +81,33 @@ def _routes(loaded: LoadedConfig) -> dict[str, tuple[str, bool]]:
                 for team in {t for _, t in dm_scopes(router, channel)}:  # a DM carries no guild
                     route = router.resolve(RouteInput(channel, account_id, "dm", sender, team_id=team,
                                                       sender_is_owner=is_owner))
-                    if route.main or not is_owner:
-                        key = key_of(channel, account_id, sender, *([team] if team else []))
-                        out[key] = (route.agent_id, route.main)
+                    key = key_of(channel, account_id, sender, *([team] if team else []))
+                    out[key] = (route.agent_id, route.main)
+            out.update(_group_routes(router, channel, account_id, acc))
+    return out
+
+
+GROUP = "group:"  # a record key's sender part for a group: `group:<id>`, `group:*` (any group open lets in)
+
+
+def is_group(key: str) -> bool:
+    return parts_of(key)[2].startswith(GROUP)
+
+
+def _group_routes(router: Router, channel: str, account_id: str, acc: ChannelAccessConfig) -> dict[str, tuple[str, bool]]:
+    """The agent each group the account lets in is routed to (audit s22): its members read that agent's shared
+    notes, so a group moved to another agent by a routing change alone (the family agent and its group binding
+    removed) is a move like a contact's."""
+    if acc.group_policy == "disabled":
+        return {}
+    scopes = {(None, None)} | {(b.match.guild_id, b.match.team_id) for b in router.bindings
+                               if b.match.channel == channel and (b.match.guild_id or b.match.team_id)}
+    out = {}
+    for gid in [*acc.groups, *([CONTACTS] if acc.group_policy == "open" else [])]:
+        for guild, team in scopes:
+            route = router.resolve(RouteInput(channel, account_id, "group", gid, guild_id=guild, team_id=team))
+            key = key_of(channel, account_id, GROUP + gid, *[x for x in (guild, team) if x])
+            out[key] = (route.agent_id, route.main)
     return out
 
 
@@ -127,6 +158,7 @@ class Move:
     key: str  # channel/account/sender[/team]
     was: tuple[str, ...]  # the agent(s) the record has them reaching
     now: str
+    main: bool = True  # into B's main session (MEMORY.md, owner tools), else a session of their own (shared notes)
     renamed: bool = False  # an account not in the record (new, or renamed) whose owner reached other agents
     harmless: str | None = None  # why it cannot widen what anyone reads (let through), else None (refused)
 
@@ -141,8 +173,10 @@ def all_moves(home: Path, loaded: LoadedConfig) -> list[Move]:
     from hermit.gateway.owner_moves import judge
 
     before = _recorded(path_of(home))
-    now = main_routes(loaded)
-    found = [Move(k, (before[k],), agent) for k, agent in now.items() if k in before and before[k] != agent]
+    everything = _routes(loaded)
+    now = {k: agent for k, (agent, main) in everything.items() if main}
+    found = [Move(k, (before[k],), agent, main) for k, (agent, main) in everything.items()
+             if k in before and before[k] != agent]
     # An account not in the record (new, or renamed: the same bot under another id) escapes the rule above. An id
     # it owns that the record has reaching other agents' main sessions only, now given the main session of an
     # agent the record has other owners of, or of the default agent, is refused; another agent no one reached
@@ -154,15 +188,16 @@ def all_moves(home: Path, loaded: LoadedConfig) -> list[Move]:
         reached.setdefault((parts[0], *parts[2:]), set()).add(agent)
     # The default agent's main session is always someone's: the token holder's (web chat, CLI), with or without a
     # channel owner recorded.
-    owned = {agent for k, agent in before.items() if parts_of(k)[2:3] != [CONTACTS]} | {loaded.agent().id}
+    owned = {agent for k, agent in before.items() if parts_of(k)[2:3] != [CONTACTS] and not is_group(k)} | \
+        {loaded.agent().id}
     for k, agent in now.items():
         parts = parts_of(k)
-        if tuple(parts[:2]) in accounts or len(parts) < 3:
+        if tuple(parts[:2]) in accounts or len(parts) < 3 or is_group(k):
             continue
         had = reached.get((parts[0], *parts[2:]))
         if had and agent not in had and agent in owned:
             found.append(Move(k, tuple(sorted(had)), agent, renamed=True))
-    return judge(sorted(found, key=str), before, now, loaded)
+    return judge(sorted(found, key=str), before, everything, loaded)
 
 
 def moves(home: Path, loaded: LoadedConfig) -> list[str]:
@@ -181,8 +216,9 @@ def refusal(home: Path, loaded: LoadedConfig) -> ConfigError | None:
         return e
     if not moved:
         return None
-    return ConfigError(f"hermit.yaml would give {', '.join(moved)} the main session of another agent than the last "
-                       "gateway did (its MEMORY.md and owner tools), because routing changed, not their owners entry",
+    return ConfigError(f"hermit.yaml would give {', '.join(moved)} another agent than the last gateway did (an "
+                       "owner its main session: MEMORY.md and owner tools; contacts its shared notes), because routing "
+                       "changed, not their owners or allow_from entry",
                        "bind the account to its agent again (bindings), turn it off (enabled: false) or take those "
                        "ids out of its owners; to move them on purpose, run `hermit channels accept-routes` "
                        f"(it shows the moves and asks) or remove {path_of(home)}, and start again")
@@ -212,9 +248,9 @@ def merged(before: dict[str, str], loaded: LoadedConfig, started: LoadedConfig |
     return {**kept, **{k: v for k, v in routes(loaded).items() if tuple(parts_of(k)[:2]) in running}}
 
 
-def main_routes(loaded: LoadedConfig) -> dict[str, str]:
-    """`channel/account/sender[/team]` → the agent whose main session that sender's DMs reach (running accounts)."""
-    return {k: agent for k, (agent, main) in _routes(loaded).items() if main}
+def routes_now(loaded: LoadedConfig) -> dict[str, tuple[str, bool]]:
+    """`channel/account/sender[/team]` → (the agent that sender's DMs reach, whether its main session)."""
+    return _routes(loaded)
 
 
 def remembered_moves(reached: dict[str, str], old: LoadedConfig, new: LoadedConfig) -> dict[str, Move]:
@@ -224,15 +260,18 @@ def remembered_moves(reached: dict[str, str], old: LoadedConfig, new: LoadedConf
     config in force is not running until a restart (the start check's)."""
     out = {}
     for k, (agent, main) in _routes(new).items():
-        if not main or reached.get(k, agent) == agent:
+        if reached.get(k, agent) == agent:
             continue
         channel, account_id, sender = parts_of(k)[:3]
         prev = old.config.channels.accounts_of(channel).get(account_id)
-        if prev is None or (sender != CONTACTS and sender not in prev.owners):
+        if prev is None or (sender != CONTACTS and not sender.startswith(GROUP) and sender not in prev.owners):
             continue
-        who = "its contacts" if sender == CONTACTS else f"owner {sender}"
+        if sender.startswith(GROUP) and (k not in _group_routes(Router.from_config(old), channel, account_id, prev)):
+            continue  # a group the edit lets in: a promotion it states
+        who = "its contacts" if sender == CONTACTS else f"group {sender[len(GROUP):]}" if sender.startswith(GROUP) \
+            else f"owner {sender}"
         out[f"channels.{channel}.accounts.{account_id} ({who}: agent {reached[k]} -> agent {agent})"] = \
-            Move(k, (reached[k],), agent)
+            Move(k, (reached[k],), agent, main)
     return out
 
 
