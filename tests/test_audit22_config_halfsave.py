@@ -73,6 +73,7 @@ def seen(loaded: LoadedConfig) -> tuple[bool, str]:
     ("in-place", 0.3, CUT),
     ("in-place", 0.3, 0),  # truncated, then a pause before the first byte
     ("in-place", 1.5, CUT),  # held open longer than the reader waits
+    ("in-place", 1.5, len(FULL)),  # written whole, then a slow fsync before the close: taken once closed
     ("backup-rename", 0.3, CUT),
     ("atomic", 0.3, CUT),
 ])
