@@ -5,9 +5,10 @@ A job re-aimed at another audience (`hermit cron edit --announce`, the web app) 
 nothing its runs kept for the old audience ("note the locker code 4821"). Session 21 made a merge a killed Hermit left
 go only into the room it was written for. A run in flight was not covered: its exec seeded its copy from the old room,
 then merged what came back by the room's name — into a fresh, empty room made under that name for the new audience;
-a `write` later in the same turn did the same. Now a turn's room is the folder its first use opened: once that folder
-is moved away, the turn's file tools refuse and its exec keeps nothing, and the new room stays empty. A turn started
-after the move works in the new room as before.
+a `write` later in the same turn did the same, and a note it added to a daily log stayed under the job's audience
+(the retire had made only the notes already there owner-only). Now a turn holds its room as it was when the turn
+began: once that folder is moved away, the turn's file tools refuse, its exec keeps nothing and it adds no note; the
+new room stays empty. A turn started after the move works in the new room as before.
 
 Real bubblewrap, a real AgentRuntime's tools (as a turn gets them), the real retire; the command is a real process
 in the sandbox, ended by the test once the room is retired (no sleeps). Run as root and as uid 65534.
@@ -97,6 +98,27 @@ def test_a_write_after_the_room_was_retired_never_lands_in_the_next_room(home: P
     retired = home / "agents" / "main" / "rooms" / RETIRED_ROOMS
     assert [p.name for p in retired.iterdir()][0].startswith(_room(home).name)
     assert _files(next(retired.iterdir())) == {"notes.txt": "first note\n"}
+
+
+def test_a_note_a_run_in_flight_adds_after_the_retire_never_reaches_the_jobs_next_audience(home: Path) -> None:
+    """The same for memory: the retire made the job's notes owner-only, then the run in flight (its turn begun before,
+    its room never used) added a note under the job's audience, which the job's next run — aimed at a group now — read.
+    Now a note added after the move is refused; one added before it is retired with the others."""
+    fake = FakeProvider()
+    rt = runtime(home, fake)
+    daily = f"memory/{rt.today()}.md"
+    tools = rt.tools_for(KEY)  # the run's turn starts; it has not touched its room
+    text, err = _run(tools, "write", path=daily, content="- before the retire: alpha\n", append=True)
+    assert not err, text
+    assert _retire(home, fake)
+    text, err = _run(tools, "write", path=daily, content=f"- {SECRET}\n", append=True)
+    print("note after the move:", text)
+    assert err and "moved away" in text, text
+    seen, err = _run(rt.tools_for(KEY), "read", path=daily)  # the job's next run
+    print(seen)
+    assert SECRET not in seen and "alpha" not in seen, seen
+    note = (home / "workspace" / daily).read_text()
+    assert "alpha" in note and SECRET not in note
 
 
 # $1 the state dir, $2 the import path. Starts a job's exec, retires the job's room while the command runs, ends the

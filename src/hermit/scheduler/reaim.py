@@ -41,8 +41,10 @@ def retire_job_audience(loaded: LoadedConfig, agent_id: str, job_id: str, now: d
     agent = loaded.agent(agent_id)
     key = cron_session_key(job_id)
     audience = audience_of_session(key)
-    done = [f"{rel} (notes made owner-only)" for rel in _retire_notes(agent.workspace, audience)]
+    # The room first: a run in flight adds a note only while its turn's room is where it was (tools/rooms.py
+    # Room.still_held), so a note added before the move is in the files the next step retires, and one after is refused.
     room = _retire_room(agent.sessions_dir.parent / "rooms", room_audience(key), now)
+    done = [f"{rel} (notes made owner-only)" for rel in _retire_notes(agent.workspace, audience)]
     if room is not None:
         done.append(f"{room} (its room, moved aside)")
     return done

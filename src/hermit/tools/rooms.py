@@ -88,8 +88,21 @@ class Room:
     held: list[tuple[int, int]] | None = field(default=None, compare=False, repr=False)
 
     def for_turn(self) -> Room:
-        """This room as one turn uses it: held to the folder its first use opens (see the class)."""
-        return Room(self.base, self.audience, self.quota_bytes, [])
+        """This room as one turn uses it: held to the folder it is now (made if missing; see the class). A room that
+        cannot be opened now is held at its first use, which says why."""
+        room = Room(self.base, self.audience, self.quota_bytes, [])
+        with contextlib.suppress(OSError, PathPolicyError):
+            os.close(room.open())
+        return room
+
+    @contextlib.contextmanager
+    def still_held(self) -> Iterator[None]:
+        """Under the room's lock, while it is still the folder this turn holds (RoomMoved otherwise): what this turn
+        adds to memory goes in only then. The room is moved (retired) under its lock before the notes of its audience
+        are made owner-only (scheduler/reaim.py): a note added before the move is retired with the others, one after
+        it is refused."""
+        with self.locked():
+            yield
 
     @property
     def path(self) -> Path:

@@ -294,8 +294,9 @@ class RoomView:
 
     def write_memory(self, loc: Located, before: str | None, after: str) -> None:
         """Add to a memory file (the memory rules only let this session add: `after` starts with `before`).
-        An existing file gets just the addition, appended; a new one is created."""
-        with workspace_fd(self.workspace) as ws:
+        An existing file gets just the addition, appended; a new one is created. Only while this turn's room is still
+        where it was (rooms.Room.still_held): a re-aimed job's run in flight adds nothing under its old audience."""
+        with self.room.still_held(), workspace_fd(self.workspace) as ws:
             if before is not None and after.startswith(before):
                 # new_line: the addition (an origin block) starts a line whatever an editor or shell outside
                 # Hermit's lock added to the file since `before` was read.
