@@ -26,20 +26,28 @@ class EarlyEdits:
         self.per_sender = per_sender
         self._kept: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._count: dict[str, int] = {}
+        self._at: dict[tuple[str, str], float] = {}  # the time of the edit kept, when the platform said it
 
-    def keep(self, sender: str, message_id: str, text: str) -> None:
-        """The text `sender`'s message `message_id` has now (the last edit wins)."""
+    def keep(self, sender: str, message_id: str, text: str, at: float | None = None) -> bool:
+        """The text `sender`'s message `message_id` has now (the last edit wins). With `at`, the platform's time of
+        the edit (WhatsApp delivers two edits in no defined order): an edit made before the one kept is not taken,
+        and False says so (it must change nothing further on)."""
         key = (sender, message_id)
+        if at is not None and self._at.get(key, at) > at:
+            return False
+        if at is not None:
+            self._at[key] = at
         if key in self._kept:
             self._kept[key] = text
             self._kept.move_to_end(key)
-            return
+            return True
         if self._count.get(sender, 0) >= self.per_sender:
             self._drop(next(k for k in self._kept if k[0] == sender))
         while len(self._kept) >= self.max_kept:
             self._drop(next(iter(self._kept)))
         self._kept[key] = text
         self._count[sender] = self._count.get(sender, 0) + 1
+        return True
 
     def newest(self, sender: str, message_id: str) -> str | None:
         """The edited text of this message, if an edit of its sender came first. Kept, not taken: a delivery whose
@@ -48,6 +56,7 @@ class EarlyEdits:
 
     def _drop(self, key: tuple[str, str]) -> None:
         del self._kept[key]
+        self._at.pop(key, None)
         left = self._count[key[0]] - 1
         if left:
             self._count[key[0]] = left

@@ -34,6 +34,7 @@ from hermit.channels.credentials import resolve
 from hermit.channels.dedupe import SeenIds
 from hermit.channels.early_edits import EarlyEdits
 from hermit.channels.forwarded import frame
+from hermit.channels.in_order import BySentTime, Earlier, after
 from hermit.channels.inbox import StagedFile, sweep_staged
 from hermit.channels.platforms import ChannelPlatform
 from hermit.channels.status import StatusTracker
@@ -101,6 +102,7 @@ class WhatsAppChannel:
         seen_path = None if state_dir is None else seen_ids_path(state_dir, cfg.phone_number_id)
         self._seen = SeenIds(seen_path, max_age=MAX_MESSAGE_AGE_SECONDS, limit=SEEN_IDS_LIMIT, clock=clock)
         self._early_edits = EarlyEdits()  # edits that came while (or before) their message was handed on
+        self._order = BySentTime()  # a chat's messages handed on in the order they were sent
         self._stale_logged = False
         self._group_logged = False
         self._client: httpx.AsyncClient | None = None
@@ -208,8 +210,16 @@ class WhatsAppChannel:
             return  # reactions, system notices: nothing for the agent
         if self._seen.seen(mid, sent_at):
             return  # handled before, or cannot be told from a replay (no id; sent before the ids kept)
+        sender = str(m.get("from", ""))
+        with self._order.running(sender, sent_at or self._clock()) as before:
+            await self._handed_on(kind, m, mid, sender, sent_at, names, before)
+
+    async def _handed_on(self, kind: str, m: Mapping[str, Any], mid: str, sender: str, sent_at: float | None,
+                         names: Mapping[str, str], before: Callable[[], Earlier]) -> None:
+        """A new message's content fetched, then handed on after the messages of its chat sent before it that are
+        still being fetched (channels/in_order.py BySentTime): a text does not overtake the photo before it."""
+        assert self._sink is not None
         try:
-            sender = str(m.get("from", ""))
             text, attachments = await self._content(kind, m, sender, mid)
             if (edited := self._early_edits.newest(sender, mid)) is not None:
                 text = edited  # its sender edited it while its media downloaded, or the edit's webhook came first
@@ -222,6 +232,7 @@ class WhatsAppChannel:
                 reply_to=str(context["id"]) if context.get("id") else None,
                 received_at=sent_at or self._clock())
             self._tracker.inbound()
+            await after(before())
             await self._sink.publish(msg)
         except BaseException:
             self._seen.forget(mid)
@@ -258,7 +269,10 @@ class WhatsAppChannel:
         text = str(body.get("body" if inner_kind == "text" else "caption", ""))
         # Kept for the message too: one whose media is still downloading, or whose webhook comes later, is not in
         # the gateway yet, and this edit would change nothing there (channels/early_edits.py).
-        self._early_edits.keep(sender, original, text)
+        if not self._early_edits.keep(sender, original, text, sent_at):
+            # Meta delivered a later edit of it first (parallel deliveries, retries): that one's text stands.
+            log.info("whatsapp %s: ignored an edit older than one already taken", self.account_id)
+            return
         await self._sink.publish(InboundMessage(
             channel=self.name, account_id=self.account_id, peer_kind="dm", peer_id=sender, sender_id=sender,
             text=text, message_id=original, received_at=sent_at or self._clock(), change="edited"))
