@@ -241,3 +241,53 @@ def test_a_group_moved_to_another_agent_by_a_dropped_binding_is_refused(tmp_path
     started(home, config(home))
     owner_routes.check_start(home, save(home, with_group(config(home), bound=False)))
     assert live_reload(home, config(home), with_group(config(home), bound=False)) is None
+
+
+def test_gateway_restart_refuses_an_owner_move_instead_of_restarting_into_a_refusal(tmp_path: Path) -> None:
+    """`hermit gateway restart` (new this session) signals the running gateway to exec itself again, and the new
+    start refuses an owner move the live reload already refused: the gateway was gone. Now the command asks the same
+    start check first and signals nothing; the gateway keeps running (the same process, answering)."""
+    import asyncio
+
+    from fakes.fake_telegram import FakeTelegram
+    from hermit.testing.fake_provider import FakeProvider
+    from test_channel_gateway import Gateway
+
+    home = tmp_path / "home"
+    (home / "family-ws").mkdir(parents=True)
+    os.chmod(home, 0o700)
+
+    def write(fake: FakeTelegram, provider: FakeProvider, family: bool) -> None:
+        cfg = config(home, family=family)
+        cfg["agents"]["defaults"]["model"] = "fake/test-model"
+        cfg["models"] = {"providers": {"fake": {"type": "openai-compatible", "base_url": provider.openai_base_url}}}
+        cfg["gateway"] = {"shutdown_grace_seconds": 2}
+        cfg["channels"]["telegram"]["accounts"] = {"family": {
+            "token_env": "TG_FAMILY", "api_base": fake.base_url, "owners": ["3003"], "dm_policy": "allowlist",
+            "poll_timeout_seconds": 1}}
+        save(home, cfg)
+        (home / "hermit.yaml").chmod(0o600)
+
+    async def main() -> tuple[subprocess.CompletedProcess[str], int | None]:
+        fake = await FakeTelegram("777:FAMILY").start()
+        provider = FakeProvider([{"text": "noted", "repeat": True}]).start()
+        env = {**os.environ, "HERMIT_HOME": str(home), "TG_FAMILY": "777:FAMILY", "OMP_WAIT_POLICY": "PASSIVE"}
+        try:
+            write(fake, provider, True)
+            gw = await Gateway(home, env).start()
+            assert gw.proc is not None
+            write(fake, provider, False)  # the family agent removed: the reload is refused, the gateway fails closed
+            r = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "hermit.cli.main", "gateway", "restart"],
+                                        capture_output=True, text=True, env=env, timeout=PROC_TIMEOUT)
+            alive = gw.proc.returncode
+            await gw.stop()
+            return r, alive
+        finally:
+            provider.stop()
+            await fake.stop()
+
+    r, exited = asyncio.run(main())
+    assert r.returncode != 0, r.stdout
+    assert "telegram/family/3003 (agent family -> agent main)" in r.stderr, r.stderr
+    assert "restarting" not in r.stdout
+    assert exited is None, "the gateway was signalled and did not come back"

@@ -101,6 +101,9 @@ def cmd_restart(ctx: CliContext, args: argparse.Namespace) -> int:
         raise HermitError("`hermit gateway restart` needs Linux's /proc to tell which process is the gateway",
                           "under launchd: `launchctl kickstart -k gui/$(id -u)/com.hermit.gateway`")
     info = _running(ctx)  # none running, or starting / stopping: said, with what to do
+    from hermit.gateway.owner_routes import check_start
+
+    check_start(ctx.home, ctx.config())  # the restarted gateway would refuse an owner move and stay down: said now
     pid = info.get("pid")
     if not isinstance(pid, int) or pid <= 0:
         raise HermitError(f"the gateway lock of {ctx.home} names no process", "see `hermit gateway status`")
