@@ -340,6 +340,7 @@ class TelegramChannel:
             if edited or described == wordless.IGNORED:
                 return None  # a dice throw; or a live location moving (an edit of no words): no turn, no change
             text = described  # a sticker, a poll, a location, a contact card (channels/wordless.py)
+        text = wordless.joined(text, wordless.story_replied_to(m))  # the story it answers, named (wordless.py)
         if _is_forward(m):
             text = frame(text, _forward_author(m))
         elif isinstance(m.get("via_bot"), dict):

@@ -8,7 +8,11 @@ Decided per kind, the same on every platform that has it:
 - a contact card: `(contact card: Dan Smith, +49 170 1234567)`, its name and phone numbers;
 - a message of a kind Hermit does not open (Telegram's voice or video messages, audio, animations): `(voice message,
   which Hermit cannot open)`, so the model can say so rather than answer nothing;
-- a dice throw or a game (Telegram): ignored, no turn: nothing in it for the assistant.
+- a dice throw or a game (Telegram): ignored, no turn: nothing in it for the assistant;
+- a story (Telegram: forwarded, `story`; or replied to, `reply_to_story`): `(story posted by Bea, which Hermit cannot
+  open)`, `(replying to a story posted by Bea)` after the reply's words. The Bot API gives a story's chat and id only;
+  the poster's name is their own choice and is printed as a forward's author is (forwarded.author_label), and a
+  caption, should a Bot API server send one, is the poster's words: quoted under their name, never the sender's.
 The description is the sender's message like any text (a forward's is framed as the forwarded author's), one line,
 at most MAX_CHARS characters."""
 
@@ -16,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from hermit.channels.forwarded import author_label, frame
 
 MAX_CHARS = 600
 
@@ -86,10 +92,36 @@ def from_telegram(m: Mapping[str, Any]) -> str | None:
         return contact(name, [c.get("phone_number")])
     if "dice" in m or "game" in m:
         return IGNORED
+    if isinstance(story := m.get("story"), dict):
+        return _story(story, "story posted by {}, which Hermit cannot open")
     for field, kind in _TELEGRAM_NOT_OPENED.items():
         if field in m:
             return not_opened(kind)
     return None
+
+
+def _poster(story: Mapping[str, Any]) -> str:
+    chat: Mapping[str, Any] = story["chat"] if isinstance(story.get("chat"), dict) else {}
+    name = _one_line(chat.get("title")) or " ".join(
+        _one_line(chat.get(k)) for k in ("first_name", "last_name") if _one_line(chat.get(k))) or _one_line(
+        chat.get("username"))
+    return author_label(name or None)
+
+
+def _story(story: Mapping[str, Any], said: str) -> str:
+    poster = _poster(story)
+    line = _said("(" + said.format(poster) + ")")
+    caption = story.get("caption")
+    return "\n".join((line, frame(str(caption), poster))) if isinstance(caption, str) and caption.strip() else line
+
+
+def story_replied_to(m: Mapping[str, Any]) -> str | None:
+    """What a Telegram message replying to a story is told of the story (after the reply's own words), or None."""
+    story = m.get("reply_to_story")
+    external = m.get("external_reply")
+    if not isinstance(story, dict) and isinstance(external, dict):
+        story = external.get("story")
+    return _story(story, "replying to a story posted by {}") if isinstance(story, dict) else None
 
 
 def from_whatsapp(kind: str, m: Mapping[str, Any]) -> str | None:
