@@ -248,6 +248,8 @@ def test_gateway_restart_refuses_an_owner_move_instead_of_restarting_into_a_refu
     start refuses an owner move the live reload already refused: the gateway was gone. Now the command asks the same
     start check first and signals nothing; the gateway keeps running (the same process, answering)."""
     import asyncio
+    import signal
+    import time
 
     from fakes.fake_telegram import FakeTelegram
     from hermit.testing.fake_provider import FakeProvider
@@ -268,7 +270,7 @@ def test_gateway_restart_refuses_an_owner_move_instead_of_restarting_into_a_refu
         save(home, cfg)
         (home / "hermit.yaml").chmod(0o600)
 
-    async def main() -> tuple[subprocess.CompletedProcess[str], int | None]:
+    async def main() -> tuple[subprocess.CompletedProcess[str], int | None, str]:
         fake = await FakeTelegram("777:FAMILY").start()
         provider = FakeProvider([{"text": "noted", "repeat": True}]).start()
         env = {**os.environ, "HERMIT_HOME": str(home), "TG_FAMILY": "777:FAMILY", "OMP_WAIT_POLICY": "PASSIVE"}
@@ -277,17 +279,28 @@ def test_gateway_restart_refuses_an_owner_move_instead_of_restarting_into_a_refu
             gw = await Gateway(home, env).start()
             assert gw.proc is not None
             write(fake, provider, False)  # the family agent removed: the reload is refused, the gateway fails closed
+            deadline = time.monotonic() + PROC_TIMEOUT
             r = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "hermit.cli.main", "gateway", "restart"],
                                         capture_output=True, text=True, env=env, timeout=PROC_TIMEOUT)
             alive = gw.proc.returncode
+            # The signal itself (`kill -USR1`, what the command sends): the gateway asks the same check, and stays.
+            gw.proc.send_signal(signal.SIGUSR1)
+            said = ""
+            while gw.proc.returncode is None and "not restarting" not in said:
+                await asyncio.sleep(0.05)  # polling the gateway's log for its answer, bounded below
+                said = "".join(p.read_text(errors="replace") for p in [gw.stderr, *(home / "logs").glob("*.log")]
+                               if p.exists())
+                assert time.monotonic() < deadline, "the gateway neither answered the signal nor exited"
+            alive = alive if gw.proc.returncode is None else gw.proc.returncode
             await gw.stop()
-            return r, alive
+            return r, alive, said
         finally:
             provider.stop()
             await fake.stop()
 
-    r, exited = asyncio.run(main())
+    r, exited, said = asyncio.run(main())
     assert r.returncode != 0, r.stdout
     assert "telegram/family/3003 (agent family -> agent main)" in r.stderr, r.stderr
     assert "restarting" not in r.stdout
     assert exited is None, "the gateway was signalled and did not come back"
+    assert "not restarting: the gateway would not start again" in said and "owner 3003: agent family -> agent main" in said

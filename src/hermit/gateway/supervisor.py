@@ -226,7 +226,19 @@ class Gateway:
 
     def request_restart(self) -> None:
         """SIGUSR1: stop as for SIGTERM, then start again in this process keeping the listening sockets (listen.py
-        exec_in_place): the port is never free for another program while the gateway restarts."""
+        exec_in_place): the port is never free for another program while the gateway restarts. Not on a config the
+        new start would refuse (invalid, or an owner move: gateway/owner_routes.refusal, the start's own check): it
+        would stop and stay down; said in the log, and this gateway keeps running (failing closed as it does)."""
+        from hermit.gateway.owner_routes import refusal
+
+        try:
+            refused = refusal(self.home, self.live.current())
+        except ConfigError as e:
+            refused = e
+        if refused is not None:
+            log.error("not restarting: the gateway would not start again on %s: %s (%s); it keeps running",
+                      self.live.where, refused.message, refused.hint)
+            return
         self.restarting = True
         self.request_stop()
 
