@@ -391,7 +391,11 @@ class CronJobs:
                 new = self._planned(new)
             if new.agent_id != job.agent_id:
                 self.store.set_aside_runs(job_id)  # its runs so far are the other agent's text
+            if (new.delivery.target(), new.agent_id) != (job.delivery.target(), job.agent_id):
+                first[:] = self._retire_first(job)
             return new
+
+        first: list[str] = []  # what the retire before the save moved (`_retire_first`)
 
         self._model_sets_no_opt_in(job_id, patch)
         old = self.get(job_id)
@@ -402,17 +406,32 @@ class CronJobs:
         if (warning := self.not_let_in(updated)) is not None:
             out["warning"] = warning.text
         if (updated.delivery.target(), updated.agent_id) != (old.delivery.target(), old.agent_id):
-            retired = self._retire(old, "re-aimed")
+            retired = first + self._retire(old, "re-aimed")
             if retired:
                 out["retired"] = retired
         return out
 
     def remove(self, job_id: str) -> dict[str, Any]:
         old = self.get(job_id)
-        self.store.update_job(job_id, lambda _job: None)
+
+        def gone(job: Job) -> None:
+            self._retire_first(job)
+
+        self.store.update_job(job_id, gone)
         self._changed()
         self._retire(old, "removed")
         return {"removed": job_id}
+
+    def _retire_first(self, old: Job) -> list[str]:
+        """Retire what the job's runs kept before its new aim (or its removal) is saved, under the job file's lock: a
+        Hermit killed between the save and `_retire` left the job aimed at its new audience with the old one's notes
+        and room. Killed after this, the job keeps its old aim with nothing kept (fail closed); `_retire` after the
+        save takes what a run wrote in between."""
+        try:
+            return retire_job_audience(self.loaded, old.agent_id, old.id, self.clock())
+        except OSError as e:
+            raise JobError(f"job {old.label} was not changed: what its runs kept for its audience (notes, its room) "
+                           f"could not be made owner-only first: {e}", "fix the cause, then try again") from e
 
     def _retire(self, old: Job, why: str) -> list[str]:
         """What the job's runs kept for its old audience becomes owner-only (scheduler/reaim.py), after the
