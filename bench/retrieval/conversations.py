@@ -132,6 +132,13 @@ def variants() -> list[Variant]:
                 family="spare-floor"),
         Variant("spare-floor-0.15", "only candidates above 0.15 may fill", tuning=T(spare_floor=0.15),
                 family="spare-floor"),
+        Variant("time-bonus-0", "a question asking for a time orders places as any other (round 16; default: a "
+                "line carrying a time counts 0.2 more as a chunk's best line, round 17)",
+                tuning=T(time_line_bonus=0.0), family="time-bonus"),
+        Variant("time-bonus-0.1", "the same at 0.1", tuning=T(time_line_bonus=0.1), family="time-bonus"),
+        Variant("time-bonus-0.3", "the same at 0.3", tuning=T(time_line_bonus=0.3), family="time-bonus"),
+        Variant("time-bonus-0.4", "the same at 0.4", tuning=T(time_line_bonus=0.4), family="time-bonus"),
+        Variant("time-bonus-0.6", "the same at 0.6", tuning=T(time_line_bonus=0.6), family="time-bonus"),
     ]
 
 
@@ -317,6 +324,8 @@ def _pooled(r: dict[str, Any], convs: list[str], metric: str) -> float:
 
 # Families whose knob trades results for questions with no answer against recall: picked by the first.
 _ABSENT_FAMILIES = frozenset({"query-scale", "unmatched-line", "unmatched-top"})
+# Families of knobs that order the places found: picked by seen R@6, then MRR.
+_ORDER_FAMILIES = frozenset({"time-bonus"})
 
 
 def rotations(rows: list[dict[str, Any]]) -> list[str]:
@@ -354,6 +363,9 @@ def rotations(rows: list[dict[str, Any]]) -> list[str]:
                 if fam in _ABSENT_FAMILIES:
                     ok = [m for m in members if _pooled(m, tune, "seen") >= best - 0.002]
                     pick = min(ok, key=lambda m: (_pooled(m, tune, "absent"), m is not base))
+                elif fam in _ORDER_FAMILIES:
+                    pick = max(members, key=lambda m: (round(_pooled(m, tune, "seen"), 4),
+                                                        round(_pooled(m, tune, "MRR"), 4), m is base))
                 else:
                     pick = max(members, key=lambda m: (round(_pooled(m, tune, "seen"), 4), m is base))
                 row.append(f"`{pick['variant']}`: {_pooled(pick, [h], 'seen'):.3f} / {_pooled(pick, [h], 'MRR'):.3f}"

@@ -33,6 +33,7 @@ from hermit.config.memory_search import QueryConfig
 from hermit.memory.embedders.base import Embedder
 from hermit.memory.index.line_vectors import best_cosines
 from hermit.memory.policy.audience import Reader
+from hermit.memory.search.answer_type import asks_time, with_time_prior
 from hermit.memory.search.dates import query_day_ranges
 from hermit.memory.search.dialogue_weights import DIALOGUE_COMBINER
 from hermit.memory.search.fts import build_match, query_terms, translated_phrases
@@ -43,6 +44,7 @@ from hermit.memory.search.kinds import DialogueKinds, features, in_dialogue_plac
 from hermit.memory.search.lexicon import Lexicon
 from hermit.memory.search.ordering import (
     ConversationCopies,
+    LinePrior,
     by_best_line,
     mmr,
     nearest_first,
@@ -109,6 +111,7 @@ class _Candidates:
     dated: set[int]  # chunks of the days the query names
     withheld: int = 0  # candidates dropped because the reader may not see them
     unmatched: int = 0  # passed min_score but matched only everyday words (ordering.unmatched)
+    prior: LinePrior | None = None  # the answer type's lift of a chunk's best line (memory.search.answer_type)
 
 
 def _mostly_cjk(text: str) -> bool:
@@ -230,6 +233,7 @@ class HybridSearcher:
         if restricted:
             assert reader is not None
             self._restrict(c, reader)
+        c.prior = self._answer_prior(query, q)
         scored = self._score(query, c, q, match)
         passed = self._order(scored, c, q, max_results, min_score, timings, judged)
         hits = self._show(query, terms, passed, scored if fill and q is not None else [], c, q, max_results, min_score)
@@ -336,7 +340,7 @@ class HybridSearcher:
             t0 = time.perf_counter()
             depth = self.tuning.line_order_depth * max_results
             head = scored[:depth]
-            scored, nearest = self._order_by_lines(scored, c.rows, q, c.cos, depth, self.tuning.line_weight)
+            scored, nearest = self._order_by_lines(scored, c.rows, q, c.cos, depth, self.tuning.line_weight, c.prior)
             timings["lines_ms"] = (time.perf_counter() - t0) * 1000
             if judged and unmatched(scored, nearest, self.tuning):
                 c.unmatched = len(scored)
@@ -385,7 +389,7 @@ class HybridSearcher:
         the results left (memory.search.ordering.nearest_first; as deep as the slots left only: 0.858)."""
         assert q is not None
         head = spare[:self.tuning.line_order_depth * max_results]
-        return nearest_first(spare, self._order_by_lines(head, c.rows, q, c.cos, len(head), weight=1.0)[0]
+        return nearest_first(spare, self._order_by_lines(head, c.rows, q, c.cos, len(head), 1.0, c.prior)[0]
                              if self._line_vectors else [(i, self._vscore(c.cos.get(i))) for i, _ in head])
 
     def _dialogue_order(self, head: list[tuple[int, float]], ordered: list[tuple[int, float]], c: _Candidates,
@@ -399,6 +403,8 @@ class HybridSearcher:
             return ordered
         spans = [(c.rows[i].path, c.rows[i].start_line, c.rows[i].end_line) for i, _ in head]
         best = best_cosines(self.store.line_vector_blobs(spans), q, len(spans))
+        if c.prior is not None:
+            best = c.prior(best, [c.rows[i] for i, _ in head])
         cosine = [self._vscore(c.cos.get(i)) for i, _ in head]
         x = features(head, [self._tscore(c.rel.get(i, 0.0), c.rel) for i, _ in head], cosine,
                      [v if b is None else self._vscore(b) for v, b in zip(cosine, best, strict=True)],
@@ -407,8 +413,19 @@ class HybridSearcher:
         return in_dialogue_places(ordered, dialogue, value)
 
     def _order_by_lines(self, passed: list[tuple[int, float]], rows: dict[int, ChunkRow], q: np.ndarray,
-                        cos: dict[int, float], depth: int, weight: float) -> tuple[list[tuple[int, float]], float]:
-        return by_best_line(passed, rows, self.store, q, cos, self._vscore, depth, weight)
+                        cos: dict[int, float], depth: int, weight: float,
+                        prior: LinePrior | None = None) -> tuple[list[tuple[int, float]], float]:
+        return by_best_line(passed, rows, self.store, q, cos, self._vscore, depth, weight, prior)
+
+    def _answer_prior(self, query: str, q: np.ndarray | None) -> LinePrior | None:
+        """For a question asking for a time, a chunk's best line lifted to its best line carrying one
+        (memory.search.answer_type; SearchTuning.time_line_bonus, calibrated, as a raw cosine here)."""
+        bonus = self.tuning.time_line_bonus
+        if q is None or bonus <= 0 or not self._line_vectors or self.embedder is None or not asks_time(query):
+            return None
+        info = self.embedder.info
+        bump, store, qv = bonus * (info.score_ceiling - info.score_floor), self.store, q
+        return lambda best, rows: with_time_prior(best, rows, store, qv, bump)
 
     def _line_terms(self, query: str, tr: Translation, doc_freq: Callable[[str], int]) -> list[Term]:
         n = self.keyword.doc_count()

@@ -68,22 +68,31 @@ def spare_candidates(scored: list[tuple[int, float]], passed: list[tuple[int, fl
     return sorted(((i, s) for i, s in scored if floor < s < min_score), key=lambda x: -x[1])
 
 
+LinePrior = Callable[[list[float | None], list[ChunkRow]], list[float | None]]
+
+
 def by_best_line(passed: list[tuple[int, float]], rows: dict[int, ChunkRow], store: MemoryStore, q: np.ndarray,
                  cos: dict[int, float], calibrate: Callable[[float], float], depth: int,
-                 weight: float) -> tuple[list[tuple[int, float]], float]:
+                 weight: float, prior: LinePrior | None = None) -> tuple[list[tuple[int, float]], float]:
     """The first `depth` chunks put in order of their score blended with their best line's calibrated
     cosine (`weight` of it; memory.index.line_vectors); a blended score may fall below min_score, the
     chunk stays. A chunk without line vectors (one long line split into pieces) counts its own vector.
     Also how near the question the nearest of those chunks or their lines comes (calibrated cosine, 0
     when none has a vector; a chunk's whole vector counts too: a short line of another language is
-    further from the question than the passage it is in)."""
+    further from the question than the passage it is in). `prior` (memory.search.answer_type) may lift a
+    chunk's best line for the order; the nearness reads the plain cosines."""
     head, tail = passed[:depth], passed[depth:]
     spans = [(rows[i].path, rows[i].start_line, rows[i].end_line) for i, _ in head]
-    best = best_cosines(store.line_vector_blobs(spans), q, len(spans))
-    lines = [None if (v := b if b is not None else cos.get(i)) is None else calibrate(v)
-             for (i, _), b in zip(head, best, strict=True)]
+    plain = best_cosines(store.line_vector_blobs(spans), q, len(spans))
+    best = prior(plain, [rows[i] for i, _ in head]) if prior is not None else plain
+
+    def line_of(i: int, b: float | None) -> float | None:
+        return None if (v := b if b is not None else cos.get(i)) is None else calibrate(v)
+
+    lines = [line_of(i, b) for (i, _), b in zip(head, best, strict=True)]
     blended = [(i, s if v is None else (1 - weight) * s + weight * v) for (i, s), v in zip(head, lines, strict=True)]
-    near = [v for v in lines if v is not None] + [calibrate(cos[i]) for i, _ in head if cos.get(i) is not None]
+    near = [v for (i, _), b in zip(head, plain, strict=True) if (v := line_of(i, b)) is not None]
+    near += [calibrate(cos[i]) for i, _ in head if cos.get(i) is not None]
     return sorted(blended, key=lambda x: -x[1]) + tail, max(near, default=0.0)
 
 
