@@ -31,12 +31,20 @@ name built from pieces) is put back and the command's result says so, and a job 
 (`… | base64 -d | hermit cron add --message -`) is removed or put back the same way; an instruction file linked
 elsewhere is guarded by either name; the owner's memory is read once per check, not once per line.
 
-What it does not catch: a paraphrase (the prompt's rule stands there); words the model never saw written by the
-shell (`curl … >> HEARTBEAT.md`: the owner's shell is the owner's, unsandboxed — it can also send anything
-anywhere; see docs/security.md), nor what it writes after the command returns (a detached job); a line attributed falsely at the page's request ("quoted from my owner: …" — a source named
-cannot be checked); what a compaction summary replaced (its tool results are gone from the history); notes under
-memory/ (a note is material later too, and the owner often asks to keep what a page said); the flush has its own
-guard (forwarded_words.GuardedTools) and no shell.
+Audit 22 (t2) closed more (untrusted_standing.py, untrusted_watch.py, reader_words.py): in a turn that read others'
+text (or a heartbeat's or a job's turn), a new line for an instruction file, MEMORY.md or a job must be the owner's
+words — their message, the file's own lines, a line of their memory moved — or attributed to a source that is not the
+owner ("quoted from my owner" is none): a paraphrase is refused. Every command is followed by the look above, and what
+it wrote that never passed through the model (`curl … >> HEARTBEAT.md`) is held to the same rule. Notes written from
+such text are remembered (untrusted-notes.json) and stay their source's after a compaction or /new. A command that may
+leave a job behind arms a watch: the instruction files are looked at again at each main-session turn's start, and a
+change made outside any turn is set aside, not followed.
+
+What it does not catch: a paraphrase that reuses the owner's own words (one word in four may be new); a line
+attributed to a real-sounding source at the page's request ("(from example.com) …" stays in the file, marked as the
+page's); a paraphrase of a note after its turn, in a turn that reads nothing (from a compaction summary); a detached
+job that reads as none and leaves the workspace, or writes after a day; what the owner's shell sends elsewhere (see
+docs/security.md); the flush has its own guard (forwarded_words.GuardedTools) and no shell.
 """
 
 from __future__ import annotations
@@ -44,7 +52,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -59,7 +66,8 @@ from hermit.agent.forwarded_words import (
 from hermit.agent.forwarded_words import _words as _plain_words
 from hermit.agent.reader_words import INVISIBLE, fold, normal, words
 from hermit.agent.untrusted_standing import NoteLedger, attributed, owner_words, unowned
-from hermit.durable import write_atomic
+from hermit.agent.untrusted_watch import Was as _Was
+from hermit.agent.untrusted_watch import arm, armed, detaching, keep, put_back, running_here
 from hermit.memory.index.sources import list_memory_files
 from hermit.memory.policy.audience import OWNER, block_audience
 from hermit.memory.policy.provenance import CLOSE_LINE, OPEN_RE, origin_blocks
@@ -157,6 +165,8 @@ class UntrustedGuard(ToolRunner):
         self._ledger = NoteLedger(state)
         self._noted = [Brought(source, text) for source, text in self._ledger.by_source().items()]
         self._recording = False
+        self._state = state
+        self._running: set[int] | None = None  # before a command of a turn that read others' text
         self._forwards: list[Forward] = forwards_in([user])
         self._brought: list[Brought] = []
         # What the model wrote (a call's text, a command's change to an instruction file), with how many results
@@ -185,14 +195,30 @@ class UntrustedGuard(ToolRunner):
         before, jobs = (self._files(), self._jobs()) if watch else ({}, {})
         target = self._target(call)
         note = self._note_target(call)
+        self._running = running_here(self._workspace) if watch and self._state is not None and self._tainted() \
+            else None
         run = self._inner.run(call)
         command = str(call.arguments.get("command", ""))
         if watch and (undone := self._undo(before, command) or self._unjob(jobs, command)) is not None:
+            self._look_later(call)
             return ToolRun(call, ToolResultMessage(call.id, call.name, mask(undone), True), run.seconds)
         self._after(call, run.result, target)
         if note is not None and not run.result.is_error:
             self._keep_note(*note)
+        self._look_later(call)
         return run
+
+    def _look_later(self, call: ToolCallPart) -> None:
+        """A command in a turn that read others' text may leave a job that writes later: the instruction files are
+        looked at again at the next turn's start (untrusted_watch.py), from how this turn's tools left them."""
+        if self._state is None or call.name not in ("write", "edit", "cron", *_SHELL):
+            return
+        if call.name in _SHELL and self._tainted() and self._running is not None and (
+                detaching(str(call.arguments.get("command", ""))) or running_here(self._workspace) - self._running):
+            came = "; ".join(dict.fromkeys(b.source for b in self._brought[-2:])) or "another chat's note"
+            arm(self._state, self._workspace, came)
+        elif armed(self._state):
+            keep(self._state, self._workspace)
 
     def _after(self, call: ToolCallPart, result: ToolResultMessage,
                target: tuple[str, str, set[str]] | None) -> None:
@@ -459,7 +485,7 @@ class UntrustedGuard(ToolRunner):
             refusal = self._check(entry, new, self._known(old, *(() if self._tainted() else (command,))), was=olds)
             if refusal is None:
                 continue
-            _put_back(self._workspace / entry, was)
+            put_back(self._workspace / entry, was)
             return f"the command ran, but its change to {entry} was undone: {refusal.removeprefix('not written: ')}"
         return None
 
@@ -538,29 +564,6 @@ class UntrustedGuard(ToolRunner):
 
 def _lines(text: str) -> Iterable[str]:
     return (ln.strip() for ln in text.splitlines() if ln.strip())
-
-
-@dataclass(frozen=True)
-class _Was:
-    """An instruction file before a command: where it really is, its bytes (None: too large), mode, and the link
-    the workspace's entry was (None: a file)."""
-
-    real: Path
-    data: bytes | None
-    mode: int
-    link: str | None
-
-
-def _put_back(entry: Path, was: _Was | None) -> None:
-    now_link = os.readlink(entry) if entry.is_symlink() else None
-    if was is None or now_link != was.link or (now_link is None and os.path.realpath(entry) != str(was.real)):
-        entry.unlink(missing_ok=True)  # the command made this entry (or replaced it): the entry goes, not its target
-        if was is not None and was.link is not None:
-            os.symlink(was.link, entry)
-    if was is not None and was.data is not None:
-        # whole or not at all (killed mid-way, the file is not left cut short); the mode it had, not what a `mv`
-        # of a world-readable copy put there
-        write_atomic(was.real, was.data, mode=was.mode & 0o7777, keep_mode=False)
 
 
 def _changed_since(path: Path, start: int) -> bool:

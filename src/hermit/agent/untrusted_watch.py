@@ -1,0 +1,192 @@
+"""The instruction files looked at again at the start of each main-session turn, heartbeat and job run, after a
+command ran in a turn that had read text nobody there wrote (audit 22, t2).
+
+Why: the untrusted-words guard looks at the instruction files right after a command (untrusted_words.py). A job the
+command left behind — `nohup sh -c 'sleep 60; curl … >> HEARTBEAT.md' &`, `setsid`, `at`, `systemd-run`, a
+background loop — writes after that look: the page's instruction reached HEARTBEAT.md, and the next heartbeat
+followed it "strictly". The owner's shell is unsandboxed: such a job cannot be stopped from here. What can be done is
+not to obey its work unseen.
+
+So (`arm`): a command run in such a turn that may leave a job behind — its text detaches (`&`, nohup, setsid, at,
+systemd-run, crontab, screen, tmux …: `detaching`), or a process it started is still running in the workspace when it
+returns (`running_here`) — arms a watch for WINDOW seconds, and the guard keeps a copy of the
+instruction files as its own tools last left them (`keep`). At the start of each main-session turn (`look_again`,
+before its prompt is built — a heartbeat's or a job's too), while armed, a file changed since then whose new lines
+are not words the file already held is set aside: its changed text is saved in the agent's state directory
+(set-aside/, 0600), the file put back as it was with a comment saying so (the model reads it and tells the owner;
+the owner sees it in the file), a warning logged. If the change was the owner's own edit, they take it back with
+the `cp` the comment names.
+
+What it does not see: a job started by a command that neither reads as detaching nor stays in the workspace (a
+`cd /` first, a double fork from a script), one that writes after the window (a day), or writes something other than
+the instruction files (it can send anything anywhere: see docs/security.md, `sandbox.mode: all`); changes to MEMORY.md's or a
+file's lines that reuse only words the file held.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hermit.agent.untrusted_standing import owner_words, unowned
+from hermit.durable import write_atomic
+from hermit.memory.policy.provenance import CLOSE_LINE, OPEN_RE
+from hermit.sessions.keys import is_main_session_key
+from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
+
+log = logging.getLogger(__name__)
+
+WATCH_FILE = "untrusted-watch.json"
+SET_ASIDE = "set-aside"
+WINDOW = 24 * 3600.0
+MAX_KEPT = 1_000_000  # bytes of a file kept to compare (a larger one is not compared)
+_NAMES = frozenset(n.casefold() for n in (*BOOTSTRAP_ORDER, MEMORY_FILE))
+
+
+def _entries(workspace: Path) -> dict[str, Path]:
+    try:
+        return {e: workspace / e for e in os.listdir(workspace) if e.casefold() in _NAMES}
+    except OSError:
+        return {}
+
+
+def _text(path: Path) -> str | None:
+    try:
+        if path.stat().st_size > MAX_KEPT:
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _load(state: Path) -> dict[str, object]:
+    try:
+        data = json.loads((state / WATCH_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save(state: Path, data: dict[str, object]) -> None:
+    state.mkdir(parents=True, exist_ok=True)
+    write_atomic(state / WATCH_FILE, json.dumps(data, ensure_ascii=False).encode("utf-8"), mode=0o600,
+                 keep_mode=False, fsync=False)
+
+
+# A command that may leave a job behind: a background `&`, nohup, setsid, at, systemd-run, a terminal multiplexer …
+_DETACHING = re.compile(r"\b(nohup|setsid|disown|at|batch|systemd-run|crontab|daemon\w*|screen|tmux|start-stop-daemon)\b"
+                        r"|(?<![&|>])&(?![&>])")
+
+
+def detaching(command: str) -> bool:
+    return _DETACHING.search(command) is not None
+
+
+def running_here(workspace: Path) -> set[int]:
+    """The processes whose working directory is in the workspace (a job a command started there, still running)."""
+    here = str(workspace)
+    out = set()
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+            except OSError:
+                continue
+            if cwd == here or cwd.startswith(here + os.sep):
+                out.add(int(pid))
+    return out
+
+
+def armed(state: Path | None) -> bool:
+    if state is None:
+        return False
+    until = _load(state).get("until")
+    return isinstance(until, (int, float)) and until > time.time()
+
+
+def arm(state: Path, workspace: Path, source: str) -> None:
+    """A command ran in a turn that read `source`: watch the instruction files for WINDOW seconds from now."""
+    keep(state, workspace, until=time.time() + WINDOW, source=source)
+
+
+def keep(state: Path, workspace: Path, *, until: float | None = None, source: str | None = None) -> None:
+    """The instruction files as the guard's tools left them (after each call of an armed session)."""
+    data = _load(state)
+    data["files"] = {e: _text(p) for e, p in _entries(workspace).items()}
+    if until is not None:
+        data["until"], data["source"] = until, source
+    _save(state, data)
+
+
+def look_again(state: Path, workspace: Path, session_key: str) -> list[str]:
+    """At a main-session turn's start, while armed: set aside each instruction file's change made since the guard
+    last looked that adds lines of words the file did not hold. The reports, one a file (also logged)."""
+    if not is_main_session_key(session_key):
+        return []
+    data = _load(state)
+    until, files = data.get("until"), data.get("files")
+    if not isinstance(until, (int, float)) or until <= time.time() or not isinstance(files, dict):
+        return []
+    reports = []
+    for entry, path in _entries(workspace).items():
+        was = files.get(entry, "")
+        now = _text(path)
+        if now is None or not isinstance(was, str) or now == was or _sha(now) in data.get("aside", []):  # type: ignore[operator]
+            continue  # (a change set aside once and put back by the owner is theirs)
+        kept = {ln.strip() for ln in was.splitlines()}
+        known = owner_words(was)
+        new = [ln for ln in now.splitlines() if ln.strip() and ln.strip() not in kept
+               and not OPEN_RE.match(ln.strip()) and ln.strip() != CLOSE_LINE]
+        if not any(unowned(ln, known) for ln in new):
+            continue
+        aside = state / SET_ASIDE / f"{entry}.{time.time_ns()}"
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(aside, now.encode("utf-8"), mode=0o600, keep_mode=False)
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime())
+        note = (f"<!-- Hermit, {when}: a change to this file made outside any conversation, after a command ran in a "
+                f"session that had read text nobody there wrote ({str(data.get('source'))[:120]}), was set aside, "
+                f"not followed. Tell your user. If it was their own edit: cp {aside} {path} -->")
+        write_atomic(path, (was.rstrip("\n") + ("\n\n" if was.strip() else "") + note + "\n").encode("utf-8"))
+        log.warning("%s changed outside any turn while watched: set aside in %s", entry, aside)
+        data["aside"] = [*(data.get("aside") or [])][-50:] + [_sha(now)]  # type: ignore[misc]
+        reports.append(f"{entry} was changed outside any conversation after a command ran in a session that had "
+                       f"read untrusted text; the change was set aside (not followed): {aside}")
+    if reports:
+        _save(state, data)
+        keep(state, workspace)
+    return reports
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# Putting back what a command changed (untrusted_words.UntrustedGuard._undo)
+
+@dataclass(frozen=True)
+class Was:
+    """An instruction file before a command: where it really is, its bytes (None: too large), mode, and the link
+    the workspace's entry was (None: a file)."""
+
+    real: Path
+    data: bytes | None
+    mode: int
+    link: str | None
+
+
+def put_back(entry: Path, was: Was | None) -> None:
+    now_link = os.readlink(entry) if entry.is_symlink() else None
+    if was is None or now_link != was.link or (now_link is None and os.path.realpath(entry) != str(was.real)):
+        entry.unlink(missing_ok=True)  # the command made this entry (or replaced it): the entry goes, not its target
+        if was is not None and was.link is not None:
+            os.symlink(was.link, entry)
+    if was is not None and was.data is not None:
+        # whole or not at all (killed mid-way, the file is not left cut short); the mode it had, not what a `mv`
+        # of a world-readable copy put there
+        write_atomic(was.real, was.data, mode=was.mode & 0o7777, keep_mode=False)
