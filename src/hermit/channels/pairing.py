@@ -342,6 +342,39 @@ class PairingStore:
         return removed
 
 
+    def retire_absent(self, present: dict[str, set[str]]) -> list[str]:
+        """Retire the pairing state of accounts the config no longer has (`present`: the accounts of each platform
+        the config knows, off or on; a platform not in it is left alone): their pending codes are dropped and
+        their approved senders' file is moved into `retired/` (kept for the owner to read, never read again).
+
+        Why: the files are named by account id only. An account removed from hermit.yaml and later added again
+        under that id — another bot, another workspace, another purpose — took over every sender approved for
+        the old one and every code still pending for it (`hermit pairing approve` let a stranger who had written
+        to the old bot into the new one). Approvals belong to the account as the owner knew it when approving.
+        An account turned off (`enabled: false`) keeps them. Returns one line per account retired, for the log."""
+        if not self.dir.is_dir():
+            return []
+        said: list[str] = []
+        with self._locked():
+            requests = self._load_requests()
+            keep = [r for r in requests if r.channel not in present or r.account_id in present[r.channel]]
+            gone = {(r.channel, r.account_id) for r in requests if r not in keep}
+            if gone:
+                self._save_requests(keep)
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.clock()))
+            for ch, account, path in self._allow_files():
+                if ch not in present or account in present[ch]:
+                    continue
+                aside = self.dir / "retired"
+                aside.mkdir(mode=0o700, exist_ok=True)
+                os.replace(path, aside / f"{path.stem}.{stamp}.json")
+                said.append(f"{ch}/{account}: its approved senders were moved to {aside / path.stem}.{stamp}.json"
+                            + (" and its pending pairing codes dropped" if (ch, account) in gone else ""))
+                gone.discard((ch, account))
+            said += [f"{ch}/{account}: its pending pairing codes were dropped" for ch, account in sorted(gone)]
+        return said
+
+
 def _details(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     raw = data.get("senders")
     return {k: v for k, v in raw.items() if isinstance(v, dict)} if isinstance(raw, dict) else {}

@@ -40,7 +40,7 @@ from hermit.agent.routing import RouteInput, Router
 from hermit.channels.access import AccessControl, PairingStore
 from hermit.config.load import LoadedConfig, load_config
 from hermit.config.paths import StatePaths
-from hermit.errors import ConfigError
+from hermit.errors import ConfigError, HermitError
 from hermit.memory.policy.audience import RACY_NS
 
 log = logging.getLogger("hermit.gateway")
@@ -342,8 +342,21 @@ class LiveAccess:
         self._view = self._build(live.last_good())
 
     def _build(self, loaded: LoadedConfig) -> AccessView:
+        self._retire(loaded)
         return AccessView(loaded, AccessControl(loaded.config.channels, self.store, self.clock),
                           Router.from_config(loaded), {a.id: a.settings.mention_patterns for a in loaded.agents})
+
+    def _retire(self, loaded: LoadedConfig) -> None:
+        """An account gone from the config loses its pending codes and approved senders at once, so one added again
+        under its id starts with none (channels/pairing.py `retire_absent`)."""
+        from hermit.config.channels import platforms
+
+        present = {p: set(loaded.config.channels.accounts_of(p)) for p in platforms()}
+        try:
+            for line in self.store.retire_absent(present):
+                log.warning("channel account removed from the config: %s", line)
+        except (HermitError, OSError) as e:
+            log.error("could not retire the pairing state of removed channel accounts: %s", e)
 
     def view(self) -> AccessView:
         """The view of the config in force; raises ConfigError while hermit.yaml is invalid."""
