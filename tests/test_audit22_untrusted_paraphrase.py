@@ -189,3 +189,21 @@ def test_what_makes_a_line_the_owners() -> None:
     assert claims_owner("quoted from my owner: x") and claims_owner("(from the user) x") and claims_owner("(from me) x")
     assert claims_owner("quoted from\u200b your owner") and claims_owner("Quoted From The Owner")
     assert not claims_owner("quoted from the team page (example.com): x") and not claims_owner("(from memory/x.md) y")
+
+
+def test_the_owners_nightly_job_curating_their_own_notes_keeps_working(tmp_path: Path) -> None:
+    """Not over-blocking a job's turn that read nobody's text: its lines in the model's words, made of the owner's
+    own notes, are the owner's."""
+    rt, _, _ = setup(tmp_path, [])
+    ws = rt.agent.workspace
+    (ws / "memory").mkdir(exist_ok=True)
+    (ws / "memory" / "2026-06-01.md").write_text(
+        "# 2026-06-01\n\n- the dentist moved the appointment to Thursday the 12th, half past four\n"
+        "- Ann's birthday party is on Saturday at the lake house\n", encoding="utf-8")
+    rt.model = ScriptedModel([  # type: ignore[arg-type]
+        call("edit", path="MEMORY.md", old="# Memory", new="# Memory\n\n- Dentist: Thursday 12th, 4:30\n"
+                                                          "- Ann's birthday party: Saturday, lake house"),
+        "NO_REPLY"])
+    result = rt.run_turn(MAIN, "Curate today's daily log into MEMORY.md.", heartbeat=True)  # a main-session job
+    assert not result.tool_calls[0].is_error, result.tool_calls[0].result
+    assert "lake house" in (ws / "MEMORY.md").read_text(encoding="utf-8")

@@ -66,6 +66,11 @@ def content_keys(text: str) -> list[str]:
     return [_key(w) for w in words(text) if w not in _STOP]
 
 
+def keys_of(said: Iterable[str]) -> set[str]:
+    """Content keys of words already read as a reader sees them (reader_words.words)."""
+    return {_key(w) for w in said if w not in _STOP}
+
+
 def owner_words(*texts: str) -> set[str]:
     return {k for t in texts for k in content_keys(t)}
 

@@ -65,7 +65,7 @@ from hermit.agent.forwarded_words import (
 )
 from hermit.agent.forwarded_words import _words as _plain_words
 from hermit.agent.reader_words import INVISIBLE, fold, normal, words
-from hermit.agent.untrusted_standing import NoteLedger, attributed, owner_words, unowned
+from hermit.agent.untrusted_standing import NoteLedger, attributed, keys_of, owner_words, unowned
 from hermit.agent.untrusted_watch import Was as _Was
 from hermit.agent.untrusted_watch import arm, armed, detaching, keep, put_back, running_here
 from hermit.memory.index.sources import list_memory_files
@@ -331,7 +331,12 @@ class UntrustedGuard(ToolRunner):
         return self._check(where, [ln for ln in text.splitlines() if ln.strip() and ln.strip() not in kept], known)
 
     def _known(self, *texts: str) -> set[str]:
-        return owner_words(self._own_text, *texts)
+        known = owner_words(self._own_text, *texts)
+        if self._unprompted and not self._brought and not self._others:
+            # a heartbeat or the owner's job that read nobody's text: its trigger is the owner's checklist or job,
+            # and the words of their own memory are theirs (a nightly "curate today's log into MEMORY.md")
+            known |= keys_of({w for g in self._owners() for w in g})
+        return known
 
     def _check(self, where: str, new: list[str], known: set[str] | None = None,
                was: dict[str, str] | None = None) -> str | None:
