@@ -52,6 +52,9 @@ REFUSALS = RefusalLog(log)
 NUMBERLESS = RefusalLog(log, limit=1, window=3600.0, summary="%d more messages from %s in the last %.0f s were "
                         "ignored (only the first %d is logged)")
 
+# A sender's `from` (the Cloud API's wa_id): the phone number's digits, no `+` (E.164: at most 15).
+_WA_ID = re.compile(r"[0-9]{1,15}")
+
 MEDIA_KINDS: dict[str, AttachmentKind] = {"image": "image", "document": "document", "audio": "audio",
                                           "video": "video", "sticker": "image"}
 
@@ -191,8 +194,10 @@ class WhatsAppChannel:
             # group ran in the main session and a member was answered in private. Groups are not supported here.
             self._group_skipped()
             return
-        if not str(m.get("from") or ""):
-            self._numberless(str(m.get("from_user_id") or ""))
+        if not _WA_ID.fullmatch(str(m.get("from") or "")):
+            # No number, or something else in its place (a BSUID `US.1349…` a relay put in `from`): not a sender
+            # Hermit can know; a BSUID taken as an id would get a pairing code and a contact of its own.
+            self._numberless(str(m.get("from_user_id") or m.get("from") or "")[:64])
             return
         kind = str(m.get("type", ""))
         if kind == "revoke":  # the sender deleted a message (numbers shared with the WhatsApp Business app)
