@@ -133,10 +133,10 @@ def variants() -> list[Variant]:
         Variant("spare-floor-0.15", "only candidates above 0.15 may fill", tuning=T(spare_floor=0.15),
                 family="spare-floor"),
         Variant("time-bonus-0", "a question asking for a time orders places as any other (round 16; default: a "
-                "line carrying a time counts 0.2 more as a chunk's best line, round 17)",
+                "line carrying a time counts 0.3 more as a chunk's best line, round 17)",
                 tuning=T(time_line_bonus=0.0), family="time-bonus"),
         Variant("time-bonus-0.1", "the same at 0.1", tuning=T(time_line_bonus=0.1), family="time-bonus"),
-        Variant("time-bonus-0.3", "the same at 0.3", tuning=T(time_line_bonus=0.3), family="time-bonus"),
+        Variant("time-bonus-0.2", "the same at 0.2", tuning=T(time_line_bonus=0.2), family="time-bonus"),
         Variant("time-bonus-0.4", "the same at 0.4", tuning=T(time_line_bonus=0.4), family="time-bonus"),
         Variant("time-bonus-0.6", "the same at 0.6", tuning=T(time_line_bonus=0.6), family="time-bonus"),
     ]

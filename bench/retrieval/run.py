@@ -76,7 +76,7 @@ def variants() -> list[Variant]:
         Variant("query-scale-0.3", "BM25 over the larger of the best hit and 0.3 of the query's own BM25 "
                 "(default 0.2)", tuning=replace(DEFAULT_TUNING, query_scale_share=0.3)),
         Variant("time-bonus-0", "a question asking for a time orders places as any other (round 16; default: a "
-                "line carrying a time counts 0.2 more as a chunk's best line, round 17)",
+                "line carrying a time counts 0.3 more as a chunk's best line, round 17)",
                 tuning=replace(DEFAULT_TUNING, time_line_bonus=0.0)),
         Variant("time-bonus-0.4", "the same at 0.4", tuning=replace(DEFAULT_TUNING, time_line_bonus=0.4)),
         Variant("weights-0.7-0.3", "the original 0.7/0.3 weights, everything else default",
