@@ -69,7 +69,8 @@ class ReservedFile:
 
     def _read(self) -> object:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+            # O_NONBLOCK: a FIFO there is refused below instead of hanging the gateway's start for a writer
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return {}
         try:
