@@ -197,11 +197,13 @@ def plant(w: World) -> None:
 def _plant_script() -> dict[str, list[dict[str, Any]]]:
     c = CANARIES
     return {
-        "OWNER-TURN": [{"id": OWNER_CALL_ID, "name": "exec", "arguments": {"command": f"echo {c['owner_exec']}"}},
-                       {"id": "owner-memory", "name": "write", "arguments": {  # keeps the old one in memory-history/
+        # the owner's writes come before the command: after a tool's output in the turn, new lines for MEMORY.md or
+        # USER.md must be the owner's own words (audit 22), and these are the script's, not the owner's message's
+        "OWNER-TURN": [{"id": "owner-memory", "name": "write", "arguments": {  # keeps the old one in memory-history/
                            "path": "MEMORY.md", "content": f"# MEMORY\n\n- {LINES['memory']} {c['memory']}\n- tea\n"}},
                        {"id": "owner-user-md", "name": "write", "arguments": {
-                           "path": "USER.md", "content": f"- {LINES['user_md']} {c['user_md']}\n", "append": True}}],
+                           "path": "USER.md", "content": f"- {LINES['user_md']} {c['user_md']}\n", "append": True}},
+                       {"id": OWNER_CALL_ID, "name": "exec", "arguments": {"command": f"echo {c['owner_exec']}"}}],
         "B-TURN": [{"id": B_CALL_ID, "name": "write",
                     "arguments": {"path": "notes.md", "content": f"{LINES['room_b']} {c['room_b']}\n"}},
                    {"id": "b-note", "name": "write",
