@@ -45,6 +45,9 @@ class FakeDiscord(FakePlatform):
         self._socket_token: dict[int, str] = {}  # id(socket) -> the token it identified with
         self._seq = 1
         self._next_id = 700000000000000000
+        # GET /channels/{id} (a channel discord.py does not cache) answers 404 Unknown Channel; while this event is
+        # set to an unset one, the answer is held until it is set (a lookup Discord is slow to answer).
+        self.channel_lookups_held: asyncio.Event | None = None
 
     def _snowflake(self) -> str:
         self._next_id += 1
@@ -101,6 +104,7 @@ class FakeDiscord(FakePlatform):
         app.router.add_get("/api/v10/users/{user_id}", self._user)
         app.router.add_post("/api/v10/users/@me/channels", self._dm_channel)
         app.router.add_post("/api/v10/channels/{channel_id}/messages", self._create_message)
+        app.router.add_get("/api/v10/channels/{channel_id}", self._channel)
         app.router.add_post("/api/v10/channels/{channel_id}/typing", self._typing)
 
     @staticmethod
@@ -146,6 +150,15 @@ class FakeDiscord(FakePlatform):
         stop, _ = await self._guarded("user", request)
         uid = request.match_info["user_id"]
         return stop or self._json(user(uid, f"user{uid[-3:]}"))
+
+    async def _channel(self, request: Any) -> Any:
+        stop, _ = await self._guarded("channel", request)
+        if stop is not None:
+            return stop
+        self.record("channel", {"channel_id": request.match_info["channel_id"]})
+        if self.channel_lookups_held is not None:
+            await self.channel_lookups_held.wait()
+        return self._json({"message": "Unknown Channel", "code": 10003}, 404)
 
     async def _dm_channel(self, request: Any) -> Any:
         stop, body = await self._guarded("dm_channel", request)

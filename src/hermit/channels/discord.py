@@ -84,6 +84,7 @@ class DiscordChannel:
         self._sink: InboundSink | None = None
         self._task: asyncio.Task[None] | None = None
         self._dm_channels: dict[str, int] = {}  # user id -> DM channel id
+        self._dm_sightings: dict[int, asyncio.Future[str]] = {}  # DM channel id -> its person, for a lookup in flight
         self._early_edits = EarlyEdits()  # edits that came while their message's files downloaded
         self._order = InOrder()  # a channel's message handed on after the edits and deletes that came before it
         self._typing = TypingIndicators(self._typing_once, TYPING_REFRESH_SECONDS)
@@ -231,6 +232,8 @@ class DiscordChannel:
                 thread_id, peer = str(channel.id), str(channel.parent_id)
         if dm:
             self._dm_channels[str(message.author.id)] = channel.id
+            if (seen := self._dm_sightings.pop(channel.id, None)) is not None and not seen.done():
+                seen.set_result(str(message.author.id))  # a delete's lookup of this DM waits for this (_dm_recipient)
         ref = message.reference
         forward = _is_forward(message)
         if forward:
@@ -316,7 +319,22 @@ class DiscordChannel:
         channel, and discord.py caches no DM channel then), asked of Discord; "" when it cannot say."""
         import discord
 
-        channel = client.get_channel(channel_id) or await self._fetched_channel(client, channel_id)
+        channel = client.get_channel(channel_id)
+        if channel is None:
+            # The next message in that DM names its person too: it ends the wait (it waits for this delete,
+            # channels/in_order.py), rather than a lookup Discord may be slow to answer (up to in_order's bound).
+            seen = self._dm_sightings.setdefault(channel_id, asyncio.get_running_loop().create_future())
+            lookup = asyncio.ensure_future(self._fetched_channel(client, channel_id))
+            try:
+                await asyncio.wait((lookup, seen), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if self._dm_sightings.get(channel_id) is seen and not seen.done():
+                    del self._dm_sightings[channel_id]
+                if not lookup.done():
+                    lookup.cancel()
+            if seen.done():
+                return seen.result()
+            channel = lookup.result()
         recipient = getattr(channel, "recipient", None)
         if not isinstance(channel, discord.DMChannel) or recipient is None:
             return ""
