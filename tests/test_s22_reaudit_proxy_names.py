@@ -13,6 +13,8 @@ Real DirectHereClient, a recording "proxy" and a recording server on the address
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import socket
 from pathlib import Path
 
@@ -78,3 +80,26 @@ def test_names_etc_hosts_gives_this_machine_go_direct(proxy: RecordingProxy) -> 
 def test_a_websockets_host_is_judged_as_websockets_connects_to_it(url: str) -> None:
     connects_to = parse_uri(url).host
     assert (websocket_proxy(url) is None) == is_here(connects_to), (url, connects_to)
+
+
+def own_link_local() -> list[str]:
+    """This machine's link-local IPv6 addresses with their zone (/proc/net/if_inet6: address, …, scope 20, name)."""
+    out = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/if_inet6").read_text(encoding="ascii").splitlines():
+            raw, *_, scope, _flags, name = line.split()
+            if scope == "20":
+                out.append(f"{ipaddress.IPv6Address(bytes.fromhex(raw))}%25{name}")
+    return out
+
+
+def test_mapped_addresses_and_zone_ids_of_this_machine_go_direct(proxy: RecordingProxy) -> None:  # noqa: F811
+    """Held: an IPv4-mapped loopback in either spelling, a zone id, and this machine's own link-local address."""
+    here = ["[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "[0:0:0:0:0:ffff:127.0.0.2]", "[::1%25lo]",
+            *(f"[{a}]" for a in own_link_local())]
+    with DirectHereClient() as client:
+        for host in here:
+            assert goes_direct(client, f"http://{host}:11434/v1"), host
+            assert websocket_proxy(f"ws://{host}:8443/link") is None, host
+        for host in ("[::ffff:192.0.2.1]", "[fe80::dead:beef%25lo]", "[64:ff9b::7f00:1]"):
+            assert not goes_direct(client, f"http://{host}:11434/v1"), host
