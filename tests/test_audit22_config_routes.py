@@ -71,12 +71,17 @@ def live_reload(home: Path, before: dict[str, Any], after: dict[str, Any]) -> st
 
 # ---- harmless moves let through ---------------------------------------------------------------------------
 
-def test_the_owner_of_both_bots_keeps_starting_when_the_family_agent_is_removed(home: Path) -> None:
+def test_the_owner_of_both_bots_is_let_through_when_the_family_agent_is_removed_but_not_its_contacts(home: Path) -> None:
     both = config(home, family_owners=("1001",))  # the owner (1001) owns the default bot and the family bot
     started(home, both)
     removed = save(home, config(home, family=False, family_owners=("1001",)))
-    owner_routes.check_start(home, removed)  # refused before: "telegram/family/1001 (agent family -> agent main)"
-    assert live_reload(home, both, config(home, family=False, family_owners=("1001",))) is None
+    judged = {m.key: m.harmless for m in owner_routes.all_moves(home, removed)}
+    assert judged["telegram/family/1001"] is not None  # refused before: "telegram/family/1001 (agent family -> ...)"
+    # The family bot's contacts, though, would read main's shared notes as the owner writes them (t11): refused even
+    # while main is still empty.
+    assert judged["telegram/family/*"] is None
+    refused = live_reload(home, both, config(home, family=False, family_owners=("1001",)))
+    assert refused is not None and "its contacts" in refused and "owner 1001" not in refused
 
 
 def test_the_owner_of_both_bots_does_not_carry_a_relative_along(home: Path) -> None:
@@ -202,10 +207,11 @@ def test_contacts_moved_to_the_default_agent_by_a_routing_change_are_refused(tmp
         owner_routes.check_start(home, removed)
     assert "telegram/family/* (agent family -> agent main)" in refused.value.message
     assert live_reload(home, config(home), config(home, family=False)) is not None
-    # To a brand-new agent (nothing in its memory yet) they read nothing: let through.
+    # Main with nothing in its memory yet is still the owner's: they would read its daily logs from the next one
+    # on (t11; a brand-new agent that only they and their owner reach is let through, test_s22_reaudit_config_moves).
     for path in (ws / "memory" / "2026-12-05.md",):
         path.unlink()
-    assert live_reload(home, config(home), config(home, family=False, family_owners=("1001",))) is None
+    assert live_reload(home, config(home), config(home, family=False, family_owners=("1001",))) is not None
 
 
 def with_group(cfg: dict[str, Any], *, bound: bool = True) -> dict[str, Any]:

@@ -9,13 +9,15 @@ what anyone reads, and are let through (named in `hermit channels accept-routes`
   account whose `owners` list it (the owner owns both bots), and that route is not itself a move.
 - **B is fresh, and they move there together.** No owner was ever recorded reaching B, B is neither the default
   agent nor the web chat's (the token holder's), B's workspace holds only the untouched templates and its sessions
-  folder no transcript; every sender reaching B's main session now comes from the same agent A's main session
+  folder no transcript, the folders its memory_search.extra_paths names nothing; every sender reaching B's main session now comes from the same agent A's main session
   (they already read each other there); and B's owner commands are sandboxed (`sandbox.mode: all`), or A's were
   not (an unsandboxed owner command of A's already reads whatever B's could, as this user).
 
-A move into a session of their own at B (a contact, or an owner under a per-peer `dm_scope`) reads B's shared
-notes (memory/ text outside origin blocks: the owner's daily logs): harmless when B has nothing in its memory or
-sessions yet, or when the same owner id already reaches B through another account.
+A move into a session of their own at B (a contact, a group, or an owner under a per-peer `dm_scope`) reads B's
+shared notes (memory/ text outside origin blocks: the owner's daily logs), now and as B's owners write them:
+harmless when B is fresh as above (nothing in its memory, sessions or memory_search.extra_paths; not the default
+or web chat's agent; no owner recorded) and whoever reaches B's main session came from A's with them, or when the
+same id already reaches B through another account.
 
 Everything else is refused: the default agent, an agent with owners or private memory, a move of several
 agents' owners into one, a move from A's sandboxed main session into B's unsandboxed one.
@@ -77,11 +79,6 @@ def _already_theirs(m: Move, now: Mapping[str, tuple[str, bool]], moved: set[str
 def _fresh(m: Move, before: Mapping[str, str], now: Mapping[str, tuple[str, bool]], into: Sequence[Move],
            loaded: LoadedConfig) -> str | None:
     target = m.now
-    if not m.main:  # a session of their own there: they read its shared notes, of which a fresh agent has none
-        agent = _agent(loaded, target)
-        if agent is None or _private(agent) is not None:
-            return None
-        return f"agent {target} is new: nothing in its memory or sessions for them to read"
     if len(m.was) != 1 or target in _token_holders(loaded):
         return None
     source = m.was[0]
@@ -89,11 +86,18 @@ def _fresh(m: Move, before: Mapping[str, str], now: Mapping[str, tuple[str, bool
            for k, agent in before.items()):
         return None  # someone owned it before: they would read the mover's words, the mover theirs
     reaching = {k for k, (agent, main) in now.items() if agent == target and main}
-    if reaching != {x.key for x in into if x.was == (source,) and x.main}:
-        return None  # someone else reaches it too (a new owner, or owners of another agent)
+    came = {x.key for x in into if x.was == (source,) and x.main}
+    # Into a session of their own (a contact, a group): they read B's shared notes, which B's owners write from now
+    # on; harmless only while those are A's owners, who wrote what they read at A (audit s22 t11: contacts let into a
+    # new agent, or the default one, while empty read the daily logs its other owner wrote there next).
+    if (reaching != came) if m.main else not reaching <= came:
+        return None  # someone else reaches its main session too (a new owner, owners of another agent)
     agent = _agent(loaded, target)
     if agent is None or _private(agent) is not None:
         return None
+    if not m.main:
+        return f"agent {target} is new: nothing in its memory or sessions for them to read, and no owner but " \
+               f"agent {source}'s"
     was = _agent(loaded, source)
     if agent.settings.sandbox.mode != "all" and (was is None or was.settings.sandbox.mode == "all"):
         return None
@@ -116,11 +120,19 @@ def _agent(loaded: LoadedConfig, agent_id: str) -> AgentConfig | None:
 
 def _private(agent: AgentConfig) -> str | None:
     """What of the agent's own there is to read (a file's path), None when nothing: its workspace holds only the
-    untouched templates and empty folders, its sessions folder no file but locks."""
+    untouched templates and empty folders, its sessions folder no file but locks, and the folders of notes its
+    memory_search.extra_paths names nothing (audit s22 t11: an agent whose entry, copied from main's, indexed the
+    owner's vault was "new" with an empty workspace, and a relative moved there searched the vault)."""
     from hermit.workspace import TEMPLATE_FILES, template_text
 
     seen = 0
-    for root, kind in ((agent.workspace, "workspace"), (agent.sessions_dir, "sessions")):
+    roots = [(agent.workspace, "workspace"), (agent.sessions_dir, "sessions")]
+    own = Path(os.path.realpath(agent.workspace))
+    roots += [(agent.workspace / Path(e).expanduser(), "extra") for e in agent.settings.memory_search.extra_paths
+              if not Path(os.path.realpath(agent.workspace / Path(e).expanduser())).is_relative_to(own)]
+    for root, kind in roots:
+        if kind == "extra" and (root.is_file() or root.is_symlink()):
+            return str(root)
         for top, dirs, files in os.walk(root, onerror=None):
             seen += len(dirs) + len(files)
             if seen > WALK_LIMIT:
