@@ -217,8 +217,8 @@ def async_trace(refuse: Callable[[Holder], Exception]) -> Callable[[str, Mapping
 
 def is_here(host: str) -> bool:
     """Whether a URL's `host` is this machine: `localhost`, `*.localhost`, a loopback address or one of this
-    machine's own (hermit.direct_http decides each request's proxy by it). A name other than localhost is not
-    resolved: it keeps the environment's proxy."""
+    machine's own. A name other than localhost is not resolved here; hermit.direct_http, which decides each
+    request's proxy by this, adds the names this machine calls itself (its hostname, /etc/hosts)."""
     host = host.strip("[]").lower().rstrip(".")  # "localhost." (fully qualified) is localhost too
     if host == "localhost" or host.endswith(".localhost"):
         return True
