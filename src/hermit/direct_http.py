@@ -73,9 +73,14 @@ def _read_hosts() -> frozenset[str]:
     except OSError:
         return frozenset()
     names: set[str] = set()
+    judged: dict[str, bool] = {}  # an ad-blocking hosts file names 0.0.0.0 on thousands of lines
     for line in text.splitlines():
         fields = line.split("#", 1)[0].split()
-        if len(fields) >= 2 and is_here(fields[0]):
+        if len(fields) < 2:
+            continue
+        if fields[0] not in judged:
+            judged[fields[0]] = is_here(fields[0])
+        if judged[fields[0]]:
             names.update(n.lower().rstrip(".") for n in fields[1:])
     return frozenset(names)
 
