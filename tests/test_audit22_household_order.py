@@ -143,3 +143,22 @@ def test_an_older_edit_delivered_after_a_newer_one_changes_nothing(tmp_path: Pat
             return [(m.text, m.change) for m in sink.published]
 
     assert run(main) == [("door PIN 4711", None), ("never mind", "edited"), ("never mind at all", "edited")]
+
+
+def test_an_edit_of_a_message_waiting_behind_the_photo_decides_its_text(tmp_path: Path) -> None:
+    """The text waits for the photo before it; its sender edits it meanwhile: it is handed on with the new text."""
+    async def main() -> list[tuple[str, str, str | None]]:
+        now = int(time.time())
+        async with whatsapp(tmp_path) as (ch, fake, sink, post):
+            first = post(photo(ANN, "wamid.P1", "which one?", now))
+            await fake.asked.wait()
+            second = post(text(ANN, "wamid.T1", "the left one, door PIN 4711", now + 1))
+            await until(lambda: ch.status().messages_in == 1)  # read, waiting for the photo
+            await post(edit(ANN, "wamid.T1", "wamid.E1", "the left one", now + 5))
+            fake.go.set()
+            await asyncio.gather(first, second)
+            return [(m.message_id, m.text, m.change) for m in sink.published]
+
+    published = run(main)
+    assert published[-2:] == [("wamid.P1", "which one?", None), ("wamid.T1", "the left one", None)]
+    assert all("4711" not in t for _, t, change in published if change is None)

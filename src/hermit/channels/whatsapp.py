@@ -226,6 +226,8 @@ class WhatsAppChannel:
         assert self._sink is not None
         try:
             text, attachments = await self._content(kind, m, sender, mid)
+            self._tracker.inbound()
+            await after(before())  # then an edit that came meanwhile is taken below
             if (edited := self._early_edits.newest(sender, mid)) is not None:
                 text = edited  # its sender edited it while its media downloaded, or the edit's webhook came first
             context = _obj(m.get("context"))
@@ -236,8 +238,6 @@ class WhatsAppChannel:
                 text=text, message_id=mid, sender_name=names.get(sender) or None, attachments=attachments,
                 reply_to=str(context["id"]) if context.get("id") else None,
                 received_at=sent_at or self._clock())
-            self._tracker.inbound()
-            await after(before())
             await self._sink.publish(msg)
         except BaseException:
             self._seen.forget(mid)
