@@ -25,8 +25,8 @@ from hermit.memory.store.api import ChunkRow, MemoryStore
 # "What time …" asks for a clock time, which CARRIES_TIME does not mark: not a question it serves.
 ASKS_TIME = re.compile(r"^\W*(?:when\b|what (?:day|date|month|year|week)\b|how long ago\b|since when\b|"
                        r"in (?:which|what) (?:month|year)\b)", re.IGNORECASE)
-_UNITS = ("day days night nights week weeks weekend weekends month months year years summer winter spring fall autumn "
-          "morning evening afternoon").split()
+_UNITS = ["day", "days", "night", "nights", "week", "weeks", "weekend", "weekends", "month", "months", "year", "years",
+          "summer", "winter", "spring", "fall", "autumn", "morning", "evening", "afternoon"]
 _UNIT = "(?:" + "|".join(_UNITS) + ")"
 _MONTHS = "january|february|march|april|june|july|august|september|october|november|december"
 _DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
