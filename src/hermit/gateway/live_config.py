@@ -34,11 +34,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hermit.agent.routing import RouteInput, Router
 from hermit.channels.access import AccessControl, PairingStore
-from hermit.config.load import LoadedConfig, load_config
+from hermit.config.load import LoadedConfig, StillWriting, load_config, writer_holds
 from hermit.config.paths import StatePaths
 from hermit.errors import ConfigError, HermitError
 from hermit.memory.policy.audience import RACY_NS
@@ -64,6 +65,14 @@ def racy(key: FileKey, now: int) -> bool:
     that keeps the size, made within the same tick as a read (on an older kernel or a coarse filesystem), leaves the
     key as it was (git's "racily clean" entries)."""
     return any(k is not None and len(k) == 5 and k[4] + RACY_NS > now for k in key)
+
+
+def _still_held(path: Path) -> bool:
+    """Whether some program still holds the config file open for writing (config.load.writer_holds: one lease)."""
+    try:
+        return writer_holds(path, os.stat(path)) is True
+    except OSError:
+        return False
 
 
 def file_key(paths: StatePaths) -> FileKey:
@@ -98,6 +107,9 @@ class LiveConfig:
         # gateway started (runtimes can take seconds to build). One built in memory (tests) has no file.
         self._key: FileKey | None = file_key(loaded.paths) if loaded.source is None else None
         self._error: ConfigError | None = None
+        # The file the last read failed on as held open for writing (load.StillWriting): read again once nobody
+        # holds it, whatever its key (closed with nothing more written, the key is the one that failed; audit s22 t11).
+        self._held: Path | None = None
         self.clock = clock  # ns, the wall clock: which keys are too recent to trust (racy)
         self._racy = False  # the last read's key was too recent: read again at the next look
         self._listeners: list[Callable[[LoadedConfig], None]] = []
@@ -117,7 +129,9 @@ class LiveConfig:
         applied = False
         with self._lock:
             key = file_key(self._good.paths)
-            if key != self._key or self._racy:
+            if self._held is not None and _still_held(self._held):
+                pass  # still being saved (it failed as held open): a read would wait SETTLE_MAX_S to fail again
+            elif key != self._key or self._racy or self._held is not None:
                 again = key == self._key  # only because the key was too recent: an unchanged text changes nothing
                 self._key = key  # taken before the read: an edit during the read changes it again
                 self._racy = racy(key, self.clock())
@@ -143,6 +157,7 @@ class LiveConfig:
     def _reload(self, again: bool = False) -> bool:
         """Read the files again; True when a valid config was applied. `again`: a read of files whose key did not
         change (it was too recent to trust): a config equal to the one in force is kept as it is, unannounced."""
+        self._held = None
         if self.started.source is not None and self._good.paths.config_file() is None:
             # Gone (or mid-save by an editor that moves the old file away first): the defaults would name
             # no channel account, but "the file is missing" is what the owner needs to read.
@@ -156,6 +171,8 @@ class LiveConfig:
                 if (moved := owners_moved(self._good, new, self._reached)) is not None:
                     raise moved
         except ConfigError as e:
+            if isinstance(e.__cause__, StillWriting) and e.__cause__.filename:
+                self._held = Path(e.__cause__.filename)
             self._fail(e)
             return False
         except Exception as e:  # noqa: BLE001 - supervision boundary: whatever went wrong, fail closed
