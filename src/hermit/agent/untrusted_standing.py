@@ -50,11 +50,23 @@ myself we us our you your yours yourself he him his she her they them their what
 all any each every some no not only own same too very can will just should would could may might must shall also
 please ok okay yes up out over under again once more most other such than s t d ll m re ve user owner assistant
 users owners"""
-_STOP = frozenset(_STOP_WORDS.split())
+# Words a checklist's bookkeeping uses ("Last checked: 09:00, nothing new", "[x] … (done today)"): they say when and
+# whether, never what to do or to whom (re-audit 22, t12: a heartbeat noting its last check was refused).
+_BOOKKEEPING = """last checked ticked done completed finished nothing new still open pending today yesterday tonight
+status updated ok item items"""
+_STOP = frozenset(_STOP_WORDS.split()) | frozenset(_BOOKKEEPING.split())
+# A date or a time of day ("2026-06-01", "09:00", "4:30pm"): when, not what (a log's line, a checklist's tick).
+_WHEN = re.compile(r"\b\d{4}-\d{1,2}-\d{1,2}\b|\b\d{1,2}[:.]\d{2}(?::\d{2})?(?:\s*[ap]m)?\b", re.IGNORECASE)
 _OWNERISH = ("my owner", "the owner", "your owner", "owner", "my user", "the user", "your user", "user", "me",
              "myself", "my principal", "my boss", "my master", "the operator", "the admin", "your human", "my human",
              "the human")
-_MARKER = re.compile(r"(quoted from|output of|\(from)\s+(?:the\s+|my\s+|your\s+)?(\w+(?:\s+\w+)?)")
+_MARKER = re.compile(r"(quoted from|output of|\(from|source:|sources:|according to|\(via|^\W*from|^\W*per)\s+"
+                     r"(?:the\s+|my\s+|your\s+|our\s+)?(\w+(?:\s+\w+)?)")
+_STATUS = re.compile(r"\A(?:exit code -?\d+|killed by signal \d+) \(\d+(?:\.\d+)?s\)\n")
+# How models name a source besides the guard's own markers ("Source: report.pdf", "According to the Q2 report, …",
+# "From report.pdf: …", "(via the release notes)", "Per the release notes: …"; re-audit 22, t12): a line saying so
+# honestly was refused at the first try. "per" and "from" only open a line ("twice per week" names nothing).
+_NAMED = re.compile(r"\bsources?:\s*\S|\baccording to\s+\S|\(via\s+\S|^\W*from\s+[^:]{1,80}:|^\W*per\s+[^,:]{1,80}[,:]")
 
 
 def _key(word: str) -> str:
@@ -63,7 +75,7 @@ def _key(word: str) -> str:
 
 
 def content_keys(text: str) -> list[str]:
-    return [_key(w) for w in words(text) if w not in _STOP]
+    return [_key(w) for w in words(_WHEN.sub(" ", text)) if w not in _STOP]
 
 
 def keys_of(said: Iterable[str]) -> set[str]:
@@ -96,7 +108,18 @@ def claims_owner(line: str) -> bool:
 
 def attributed(line: str, markers: Iterable[str]) -> bool:
     folded = fold(line)
-    return any(m in folded for m in markers) and not claims_owner(line)
+    return (any(m in folded for m in markers) or _NAMED.search(folded) is not None) and not claims_owner(line)
+
+
+def of_memory(printed: str, mine: set[str]) -> bool:
+    """A command's output that is the owner's own memory, in their memory's words (`mine`): `cat`/`tail`/`grep` of
+    their daily log (the exec tool's status line is not part of what it printed)."""
+    return not unowned(_STATUS.sub("", printed, count=1), mine)
+
+
+def names_anew(folded: str, brought: str) -> bool:
+    """A source named the way models name one (`_NAMED`) that the copied text does not hold itself."""
+    return any(m.group(0) not in brought for m in _NAMED.finditer(folded))
 
 
 @dataclass(frozen=True)

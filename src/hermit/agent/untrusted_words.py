@@ -65,7 +65,15 @@ from hermit.agent.forwarded_words import (
 )
 from hermit.agent.forwarded_words import _words as _plain_words
 from hermit.agent.reader_words import INVISIBLE, fold, normal, words
-from hermit.agent.untrusted_standing import NoteLedger, attributed, keys_of, owner_words, unowned
+from hermit.agent.untrusted_standing import (
+    NoteLedger,
+    attributed,
+    keys_of,
+    names_anew,
+    of_memory,
+    owner_words,
+    unowned,
+)
 from hermit.agent.untrusted_watch import Was as _Was
 from hermit.agent.untrusted_watch import arm, armed, detaching, keep, put_back, running_here
 from hermit.memory.index.sources import list_memory_files
@@ -332,10 +340,14 @@ class UntrustedGuard(ToolRunner):
 
     def _known(self, *texts: str) -> set[str]:
         known = owner_words(self._own_text, *texts)
-        if self._unprompted and not self._brought and not self._others:
+        if (self._unprompted or self._brought) and not self._others:
             # a heartbeat or the owner's job that read nobody's text: its trigger is the owner's checklist or job,
-            # and the words of their own memory are theirs (a nightly "curate today's log into MEMORY.md")
-            known |= keys_of({w for g in self._owners() for w in g})
+            # and the words of their own memory are theirs (a nightly "curate today's log into MEMORY.md"); so in a
+            # turn whose commands printed only the owner's memory (`cat`/`tail`/`grep memory/…`: re-audit 22, t12)
+            mine = keys_of({w for g in self._owners() for w in g})
+            if self._unprompted and not self._brought or self._brought and all(
+                    of_memory(b.text, mine) for b in self._brought):
+                known |= mine
         return known
 
     def _check(self, where: str, new: list[str], known: set[str] | None = None,
@@ -517,7 +529,9 @@ class UntrustedGuard(ToolRunner):
                     if block_audience(b.origin) != OWNER:
                         del rows[b.start - 1:b.end]
                 text = "\n".join(rows)
-            texts.append(text)
+            # a line saying where it came from is that source's, not the owner's: moved without it, or its words
+            # rearranged, it is no line of theirs (re-audit 22, t12)
+            texts.append("\n".join(ln for ln in text.split("\n") if not attributed(ln, MARKERS)))
             if budget <= 0:
                 break
         owners = _grams("\n".join(texts))
@@ -564,7 +578,8 @@ class UntrustedGuard(ToolRunner):
     @staticmethod
     def _says_whose(line: str, folded: str, b: Brought) -> bool:
         """The line names a source the copied text does not name itself, and that source is not the owner."""
-        return any(m in folded and m not in b.folded for m in MARKERS) and attributed(line, MARKERS)
+        return (any(m in folded and m not in b.folded for m in MARKERS) or names_anew(folded, b.folded)) \
+            and attributed(line, MARKERS)
 
 
 def _lines(text: str) -> Iterable[str]:
