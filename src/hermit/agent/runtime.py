@@ -55,7 +55,7 @@ from hermit.agent.speakers import (
     sender_of,
 )
 from hermit.agent.turn import PruneMemo, ToolCallRecord, TurnContext, TurnNotes, TurnResult, resolve_timezone
-from hermit.agent.untrusted_watch import look_again
+from hermit.agent.untrusted_watch import look_again, tell_owner
 from hermit.agent.untrusted_words import UntrustedGuard
 from hermit.config.load import AgentConfig
 from hermit.errors import ContextOverflowError, HermitError, SessionError
@@ -515,7 +515,7 @@ class AgentRuntime:
             result = self._run(turn, text, on_event, stream=stream, heartbeat=heartbeat, read_only=read_only,
                                notes=notes, cancel=cancel, images=images)
             self.confinement.room_news_said(session_key)  # its prompt told what was finished in its room
-        reply = result.reply
+        reply = tell_owner(self._agent_dir, session_key, result.reply, heartbeat=heartbeat, on_event=on_event)
         return TurnResult(
             reply=reply,
             delivered=bool(reply.strip()) and not is_silent(reply),

@@ -34,9 +34,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hermit.agent.loop import EventSink, TextChunk
 from hermit.agent.untrusted_standing import owner_words, unowned
 from hermit.durable import write_atomic
 from hermit.memory.policy.provenance import CLOSE_LINE, OPEN_RE
+from hermit.sessions.background import is_silent
 from hermit.sessions.keys import is_main_session_key
 from hermit.workspace import BOOTSTRAP_ORDER, MEMORY_FILE
 
@@ -155,12 +157,43 @@ def look_again(state: Path, workspace: Path, session_key: str) -> list[str]:
         write_atomic(path, (was.rstrip("\n") + ("\n\n" if was.strip() else "") + note + "\n").encode("utf-8"))
         log.warning("%s changed outside any turn while watched: set aside in %s", entry, aside)
         data["aside"] = [*(data.get("aside") or [])][-50:] + [_sha(now)]  # type: ignore[misc]
+        untold = data.get("untold")
+        data["untold"] = sorted({*(untold if isinstance(untold, list) else []), entry})[:20]
         reports.append(f"{entry} was changed outside any conversation after a command ran in a session that had "
                        f"read untrusted text; the change was set aside (not followed): {aside}")
     if reports:
         _save(state, data)
         keep(state, workspace)
     return reports
+
+
+# Told once in the owner's next conversation, wherever it is (a channel, the web app, the CLI): fixed words and the
+# file's name, never what the change said (re-audit 22, t12: the file's comment, the CLI's warnings and the log were
+# all a Telegram or web-app owner could have seen of it).
+NOTICE = ("\u26a0\ufe0f Hermit set aside a change to {files}: it was made outside any conversation, after a command "
+          "ran in a session that had read text from elsewhere, and it is not followed. The file's last comment says "
+          "how to keep the change if it was yours.")
+
+
+def tell_owner(state: Path | None, session_key: str, reply: str, *, heartbeat: bool,
+               on_event: EventSink | None = None) -> str:
+    """`reply`, with the notice of the changes set aside since the owner was last told, once, in a turn of the
+    owner's own (the main session, no heartbeat or job: its reply may go nowhere). A streaming channel gets it as
+    the reply's last text; a turn that would say nothing says only it."""
+    if state is None or heartbeat or not is_main_session_key(session_key):
+        return reply
+    data = _load(state)
+    untold = data.get("untold")
+    if not isinstance(untold, list) or not untold:
+        return reply
+    data["untold"] = []
+    _save(state, data)
+    names = [n for n in untold if isinstance(n, str) and n.casefold() in _NAMES] or ["an instruction file"]
+    notice = NOTICE.format(files=", ".join(names))
+    silent = is_silent(reply) or not reply.strip()
+    if on_event is not None:
+        on_event(TextChunk(notice if silent else "\n\n" + notice))
+    return notice if silent else f"{reply.rstrip()}\n\n{notice}"
 
 
 def _sha(text: str) -> str:
