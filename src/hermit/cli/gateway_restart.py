@@ -114,7 +114,11 @@ def cmd_restart(ctx: CliContext, args: argparse.Namespace) -> int:
                           "start` (or `hermit gateway run`)") from None
     try:
         _ours(ctx, pid)  # after the pidfd is taken: the process checked is the one signalled
-        signal.pidfd_send_signal(pidfd, signal.SIGUSR1)
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGUSR1)
+        except ProcessLookupError:  # it exited between the checks and the signal: nothing was signalled
+            raise HermitError(f"the gateway (pid {pid}) on {ctx.home} exited before it could be restarted",
+                              "start it: `hermit service start` (or `hermit gateway run`)") from None
         print(f"restarting the gateway (pid {pid}) in place: running turns may finish first…", flush=True)
         info = _wait_restarted(ctx, pidfd, pid, info.get("started"))
     finally:
