@@ -27,7 +27,7 @@ from typing import Any
 from hermit.cli.channel_check import CHECKED, DISCORD_API, TokenCheck, confirm_token, refuse_inner_whitespace
 from hermit.cli.config_file import ConfigText, config_text, edit_config
 from hermit.cli.context import CliContext
-from hermit.cli.setup_agent import for_agent, other_agent
+from hermit.cli.setup_agent import answered_by, for_agent, other_agent
 from hermit.cli.setup_keys import (
     configured_provider,
     key_var,
@@ -310,8 +310,10 @@ def _plan_key(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pla
 
 
 def _plan_secrets(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Plan, channel: str, account: str,
-                  new: bool, cfg: Any) -> None:
-    """The account's secrets: each into hermit.env under its variable, the config naming the variable."""
+                  new: bool, cfg: Any) -> bool:
+    """The account's secrets: each into hermit.env under its variable, the config naming the variable. False when
+    a new account's secret was left empty on a terminal with nothing to take it from: such an account stopped the
+    whole gateway from starting (`no token`), web app included, so it is not added."""
     from hermit.channels.platforms import secrets as channel_secrets
     from hermit.config.edit import DELETE
 
@@ -335,8 +337,13 @@ def _plan_secrets(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan:
         if value is not None:
             value = refuse_inner_whitespace(value, what, flag)
         elif ui.interactive:
+            none_yet = new and not ctx.environ.get(var)
             value = _ask_secret(ui, f"{what}, stored as {own}" + (" (Enter keeps it)" if ctx.environ.get(var) else ""),
                                 what, flag)
+            if value is None and none_yet:
+                print(f"  (no {what}: the {channel} account {account} is not added — the gateway would not start "
+                      f"without it; `hermit setup --channel {channel} --account {account}` adds it once you have one)")
+                return False
         if value is not None:
             var = own
             if channel in CHECKED and i == 0:
@@ -353,6 +360,7 @@ def _plan_secrets(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan:
             plan.secrets[var] = value
         plan.updates.append(((*prefix, f"{s.field}_env"), var))
         plan.updates.append(((*prefix, s.field), DELETE))  # a plaintext secret would win over the variable
+    return True
 
 
 def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Plan) -> None:
@@ -364,16 +372,30 @@ def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: 
         if not ui.interactive or not ui.yes(f"Add a chat channel account ({titles})?"):
             return
         channel = ui.choose("Which chat platform?", [(name, s.title) for name, s in platforms().items()])
-    account = args.account or ui.text("Account id (a name for this bot)", "default", "--account", "an account id")
+    # For another agent, Enter names a bot of its own: "default" is the default agent's bot, which a binding to
+    # this agent would take away from it (the owner's DMs answered by the family agent from then on).
+    account = args.account or ui.text("Account id (a name for this bot)", plan.agent or "default", "--account",
+                                      "an account id")
     existing = ctx.config().config.channels.accounts_of(channel).get(account)
+    if existing is not None and plan.agent is not None and ui.interactive and not args.account:
+        now = answered_by(ctx, channel, account)
+        if now != plan.agent and not ui.yes(f"{channel}/{account} answers as agent {now} now; answer as agent "
+                                            f"{plan.agent} instead (its owners then reach {plan.agent}'s main "
+                                            f"session, no longer {now}'s)?"):
+            print(f"  ({channel}/{account} left as it is; no channel account changed)")
+            return
     cfg = existing or platforms()[channel]()
     prefix = ("channels", channel, "accounts", account)
+    before = (len(plan.updates), dict(plan.secrets), len(plan.notes), plan.token_check)  # the account not added
     if args.api_base and channel != "discord":  # discord.py talks to discord.com: the URL only redirects the check
         if channel not in CHECKED:
             raise ConfigError(f"--api-base is for Telegram, Slack, WhatsApp and Discord's token check, not {channel}",
                               f"{channel}'s library talks to its platform itself: leave --api-base out")
         plan.updates.append(((*prefix, "api_base" if channel == "telegram" else "base_url"), args.api_base))
-    _plan_secrets(ctx, args, ui, plan, channel, account, existing is None, cfg)
+    if not _plan_secrets(ctx, args, ui, plan, channel, account, existing is None, cfg):
+        del plan.updates[before[0]:], plan.notes[before[2]:]
+        plan.secrets, plan.token_check = before[1], before[3]
+        return
     if isinstance(cfg, WhatsAppAccountConfig):  # the one platform with a non-secret id to ask for
         pid = args.phone_number_id or (cfg.phone_number_id if existing else None) or \
             ui.text("WhatsApp phone number id (Meta app → WhatsApp → API setup)", None, "--phone-number-id",

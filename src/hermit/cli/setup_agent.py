@@ -36,6 +36,19 @@ def other_agent(ctx: CliContext) -> str | None:
     return None if agent.is_default else agent.id
 
 
+def answered_by(ctx: CliContext, channel: str, account: str) -> str:
+    """The agent an account's messages go to now, as far as bindings by account say (setup writes those): one
+    of exactly that account, else one of the whole channel, else the default agent."""
+    loaded = ctx.config()
+    plain = [b for b in loaded.config.bindings if b.match.channel == channel and b.match.peer is None
+             and b.match.guild_id is None and b.match.team_id is None]
+    for want in (account, None, "*"):
+        hit = next((b.agent_id for b in plain if b.match.account_id == want), None)
+        if hit is not None:
+            return hit
+    return loaded.agent().id
+
+
 def lacks_sandbox_mode(entry: Any) -> bool:
     """An agents.list entry that sets no sandbox mode of its own (no `sandbox:`, an empty one, or one without
     `mode`): its main session would take the default's, `non-main` unless the user changed it."""
