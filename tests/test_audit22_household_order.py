@@ -25,26 +25,13 @@ from typing import Any
 import httpx
 
 from channelhelpers import FAST, QueueSink, run, serve_asgi, until
-from fakes.fake_whatsapp import PHONE_NUMBER_ID, FakeWhatsApp, sign, text_message, webhook_body
+from fakes.fake_whatsapp import PHONE_NUMBER_ID, SlowMedia, sign, text_message, webhook_body
 from hermit.channels.webhook import asgi_app
 from hermit.channels.whatsapp import WhatsAppChannel
 from hermit.config.schema import WhatsAppAccountConfig
 
 SECRET = "app-secret"
 ANN, BEA = "15550001000", "15550002000"
-
-
-class SlowMedia(FakeWhatsApp):
-    """The media bytes are sent only once `go` is set; `asked` is set when a download has begun."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.asked, self.go = asyncio.Event(), asyncio.Event()
-
-    async def _media_bytes(self, request: Any) -> Any:
-        self.asked.set()
-        await self.go.wait()
-        return await super()._media_bytes(request)
 
 
 def photo(sender: str, mid: str, caption: str, at: int) -> dict[str, Any]:

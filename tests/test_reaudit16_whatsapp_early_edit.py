@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from channelhelpers import FAST, run, serve_asgi, until
-from fakes.fake_whatsapp import PHONE_NUMBER_ID, FakeWhatsApp, sign, webhook_body
+from fakes.fake_whatsapp import PHONE_NUMBER_ID, SlowMedia, sign, webhook_body
 from gatewayhelpers import allow_all, last_user_text, route_dm_main_group_own, runtime
 from hermit.channels.early_edits import EarlyEdits
 from hermit.channels.webhook import asgi_app
@@ -35,20 +35,6 @@ from hermit.models.base import ModelRequest
 SECRET = "app-secret"
 SENDER, OTHER = "15551234", "15559999"
 PIN = "4711-2290"
-
-
-class SlowMedia(FakeWhatsApp):
-    """The media bytes are sent only once `go` is set; `asked` is set when the download has begun."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.asked, self.go = asyncio.Event(), asyncio.Event()
-
-    async def _media_bytes(self, request: Any) -> Any:
-        self.asked.set()
-        await self.go.wait()
-        return await super()._media_bytes(request)
-
 
 
 def photo(mid: str, caption: str) -> dict[str, Any]:

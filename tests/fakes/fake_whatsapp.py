@@ -102,6 +102,20 @@ class FakeWhatsApp(FakePlatform):
         return web.Response(body=data, content_type=mime)
 
 
+class SlowMedia(FakeWhatsApp):
+    """Media bytes sent only once `go` is set; `asked` is set when a download has begun (a photo still downloading
+    while the webhooks after it arrive)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked, self.go = asyncio.Event(), asyncio.Event()
+
+    async def _media_bytes(self, request: Any) -> Any:
+        self.asked.set()
+        await self.go.wait()
+        return await super()._media_bytes(request)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--port", type=int, default=18812)
