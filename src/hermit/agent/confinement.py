@@ -12,9 +12,10 @@ and which OS sandbox its exec runs in.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,7 @@ class Confinement:
     _rooms: dict[str, Room] = field(default_factory=dict)
     _slots: threading.BoundedSemaphore | None = None
     _news: dict[str, list[str]] = field(default_factory=dict)  # what each session's turn prompt said (room_news)
+    _held: dict[str, Room | None] = field(default_factory=dict)  # the room each session's running turn holds (turn)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def command_slots(self) -> threading.BoundedSemaphore:
@@ -103,6 +105,29 @@ class Confinement:
         except (OSError, HermitError) as e:
             log.warning("what was said of a room could not be cleared (its next turn says it again): %s", e)
 
+    @contextlib.contextmanager
+    def turn(self, session_key: str) -> Iterator[None]:
+        """One turn of the session (the runtime's session lock): every view taken meanwhile — the turn's own, its
+        pre-compaction flush's, the one it is rebuilt with after a compaction — holds the one room its first took. Each
+        took a hold of its own: a run in flight when its job was re-aimed wrote, after a compaction, into the room made
+        under the name for the new audience, and its flush added a note under the job's audience after the retire."""
+        with self._lock:
+            self._held[session_key] = None
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held.pop(session_key, None)
+
+    def _turn_room(self, session_key: str) -> Room:
+        with self._lock:
+            if session_key not in self._held:  # not within a turn (a context report): a hold of its own
+                return self.room(session_key).for_turn()
+            held = self._held[session_key]
+            if held is None:
+                held = self._held[session_key] = self.room(session_key).for_turn()
+            return held
+
     def view(self, session_key: str) -> RoomView | None:
         """The view of a roomed session (None: the session works in the workspace itself)."""
         if not self.roomed(session_key):
@@ -111,8 +136,8 @@ class Confinement:
             self.agent.workspace, reader_for_session(session_key),
             tuple(self.agent.settings.memory_search.extra_paths))
         # The turn's own hold of the room: moved away meanwhile (a re-aimed job's, retired), it is not followed to
-        # the next room of its name (rooms.Room.for_turn).
-        return RoomView(self.agent.workspace, self.room(session_key).for_turn(), memory)
+        # the next room of its name (rooms.Room.for_turn) — nor by a view the same turn takes later (`turn`).
+        return RoomView(self.agent.workspace, self._turn_room(session_key), memory)
 
     def os_sandbox(self, session_key: str, view: RoomView | None) -> OsSandbox | RoomSandbox | None:
         """Where a sandboxed session's exec runs; None when it is not sandboxed or no sandbox is usable."""

@@ -440,7 +440,8 @@ class AgentRuntime:
         """One turn at a time per session: a thread lock in this process, a file lock across processes."""
         with self._locks_guard:
             lock = self._locks.setdefault(session_key, threading.Lock())
-        with lock, session_lock(self.store.directory, session_key, wait_seconds=self.session_wait_seconds):
+        with lock, session_lock(self.store.directory, session_key, wait_seconds=self.session_wait_seconds), \
+                self.confinement.turn(session_key):  # the turn's views hold one room (Confinement.turn)
             yield
 
     # ---- maintenance (maintenance.py) -------------------------------------------------------------
