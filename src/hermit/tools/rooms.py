@@ -21,6 +21,7 @@ import hashlib
 import os
 import re
 import stat
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,11 +89,15 @@ class Room:
     held: list[tuple[int, int]] | None = field(default=None, compare=False, repr=False)
 
     def for_turn(self) -> Room:
-        """This room as one turn uses it: held to the folder it is now (made if missing; see the class). A room that
-        cannot be opened now is held at its first use, which says why."""
+        """This room as one turn uses it: held to the folder it is now (made if missing; see the class), which stays open
+        until the hold is dropped, so its (dev, inode) is never another folder's meanwhile. A room that cannot be opened
+        now is held at its first use, which says why."""
         room = Room(self.base, self.audience, self.quota_bytes, [])
         with contextlib.suppress(OSError, PathPolicyError):
-            os.close(room.open())
+            # Kept open while the hold lives: a folder deleted after it was moved away (the owner clearing
+            # rooms/retired/) would free its inode, and ext4 gives a just-freed number to the next mkdir — the next
+            # room of the name, which this turn would then take for its own (t13).
+            weakref.finalize(room, os.close, room.open())
         return room
 
     @contextlib.contextmanager
