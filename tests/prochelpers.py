@@ -139,6 +139,16 @@ def pythonpath() -> str:
     return os.pathsep.join(sys.path)
 
 
+def run_python_as(user: dict[str, Any], *args: str, timeout: float = PROC_TIMEOUT, env: dict[str, str] | None = None,
+                  **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """`python *args` run to its end as `user` (subprocess's user/group arguments, {} for this process's own uid and
+    interpreter), this checkout importable, PATH-only environment plus `env`; output captured as text."""
+    python = python_as(user) if user else sys.executable
+    assert python is not None, f"a Python that {user} can run"
+    return subprocess.run([python, *args], capture_output=True, text=True, timeout=timeout,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath(), **(env or {})}, **kwargs, **user)
+
+
 class ServerAs:
     """Python `code` run as `uid` (None: this process's own uid and interpreter) that prints the port it
     listens on as its first line and, once its stdin closes, what it received as JSON on its last line: the
@@ -179,10 +189,11 @@ class ServerAs:
 
 
 @contextlib.contextmanager
-def shared_dir(prefix: str) -> Iterator[Path]:
-    """A folder every uid may write, sticky like /tmp (pytest's tmp_path sits under a root-only folder)."""
+def shared_dir(prefix: str, mode: int = 0o1777) -> Iterator[Path]:
+    """A folder every uid may write, sticky like /tmp (pytest's tmp_path sits under a root-only folder); `mode` 0o755:
+    one every uid may enter, only this one write. Removed afterwards."""
     path = Path(tempfile.mkdtemp(prefix=prefix))
-    path.chmod(0o1777)
+    path.chmod(mode)
     try:
         yield path
     finally:

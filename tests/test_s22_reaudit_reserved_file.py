@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +19,7 @@ import pytest
 
 from hermit.gateway.reserved_file import ReservedFile
 from hermit.gateway.state import ensure_token
-from prochelpers import PROC_TIMEOUT, python_as, pythonpath
+from prochelpers import PROC_TIMEOUT, run_python_as, shared_dir
 
 SEVEN_DAYS = 7 * 86400.0
 NOBODY: dict[str, object] = {"user": 65534, "group": 65534, "extra_groups": []}
@@ -68,10 +65,7 @@ print(json.dumps(out))
 
 
 def as_user(user: dict[str, object], *args: str) -> subprocess.CompletedProcess[str]:
-    python = python_as(user) if user else sys.executable
-    assert python is not None, "a Python that uid 65534 can run"
-    return subprocess.run([python, "-c", *args], capture_output=True, text=True, timeout=PROC_TIMEOUT * 2,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath()}, **user)  # type: ignore[call-overload]
+    return run_python_as(user, "-c", *args, timeout=PROC_TIMEOUT * 2)
 
 
 def planted(home: Path, user: dict[str, object]) -> dict[str, object]:
@@ -86,12 +80,8 @@ def planted(home: Path, user: dict[str, object]) -> dict[str, object]:
 @pytest.fixture
 def reachable() -> Iterator[Path]:
     """A folder uid 65534 can enter (tmp_path's parents are root's 0700 ones), removed afterwards."""
-    base = Path(tempfile.mkdtemp(prefix="hermit-t10-reserved-"))
-    try:
-        os.chmod(base, 0o755)
+    with shared_dir("hermit-t10-reserved-", mode=0o755) as base:
         yield base
-    finally:
-        shutil.rmtree(base)
 
 
 def test_what_is_planted_at_reserved_json_restores_nothing_and_hangs_nothing(reachable: Path) -> None:

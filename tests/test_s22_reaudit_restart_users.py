@@ -10,10 +10,8 @@ The "gateway" is a process holding the lock and publishing its own pid: SIGUSR1'
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +19,7 @@ import pytest
 
 from gatewayhelpers import write_config
 from hermit.gateway.state import lock_path
-from prochelpers import PROC_TIMEOUT, python_as, pythonpath
+from prochelpers import PROC_TIMEOUT, run_python_as, shared_dir
 
 NOBODY: dict[str, object] = {"user": 65534, "group": 65534, "extra_groups": []}
 
@@ -38,12 +36,8 @@ sys.stdin.read()
 @pytest.fixture
 def reachable() -> Iterator[Path]:
     """A folder uid 65534 can enter (tmp_path's parents are root's 0700 ones), removed afterwards."""
-    base = Path(tempfile.mkdtemp(prefix="hermit-t10-restart-"))
-    try:
-        os.chmod(base, 0o755)
+    with shared_dir("hermit-t10-restart-", mode=0o755) as base:
         yield base
-    finally:
-        shutil.rmtree(base)
 
 
 def roots_gateway(home: Path) -> subprocess.Popen[str]:
@@ -55,12 +49,8 @@ def roots_gateway(home: Path) -> subprocess.Popen[str]:
 
 
 def restart(home: Path, user: dict[str, object]) -> subprocess.CompletedProcess[str]:
-    python = python_as(user) if user else sys.executable
-    assert python is not None, "a Python that uid 65534 can run"
-    return subprocess.run([python, "-m", "hermit.cli.main", "--home", str(home), "gateway", "restart"],
-                          capture_output=True, text=True, timeout=PROC_TIMEOUT, stdin=subprocess.DEVNULL,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath(), "HOME": str(home.parent)},
-                          **user)  # type: ignore[call-overload]
+    return run_python_as(user, "-m", "hermit.cli.main", "--home", str(home), "gateway", "restart",
+                         stdin=subprocess.DEVNULL, env={"HOME": str(home.parent)})
 
 
 def test_root_given_another_users_state_dir_linking_to_roots_lock_signals_nothing(reachable: Path) -> None:
