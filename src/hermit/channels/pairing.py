@@ -374,6 +374,26 @@ class PairingStore:
             said += [f"{ch}/{account}: its pending pairing codes were dropped" for ch, account in sorted(gone)]
         return said
 
+    def retire_held(self, accounts: set[tuple[str, str]], *, why: str) -> list[str]:
+        """Retire these accounts' approved senders (moved into `retired/`) and pending codes, `why` said in each
+        line; the caller holds `locked()` (channels/account_identity.py: an account whose bot changed)."""
+        requests = self._load_requests()
+        keep = [r for r in requests if (r.channel, r.account_id) not in accounts]
+        if len(keep) != len(requests):
+            self._save_requests(keep)
+        dropped = {(r.channel, r.account_id) for r in requests} - {(r.channel, r.account_id) for r in keep}
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.clock()))
+        said: list[str] = []
+        for ch, account, path in self._allow_files():
+            if (ch, account) in accounts:
+                aside = self.dir / "retired"
+                aside.mkdir(mode=0o700, exist_ok=True)
+                os.replace(path, aside / f"{path.stem}.{stamp}.json")
+                said.append(f"{ch}/{account}: {why}; its approved senders were moved to {aside / path.stem}.{stamp}"
+                            ".json" + (" and its pending pairing codes dropped" if (ch, account) in dropped else ""))
+                dropped.discard((ch, account))
+        return said + [f"{ch}/{account}: {why}; its pending pairing codes were dropped" for ch, account in sorted(dropped)]
+
 
 def _details(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     raw = data.get("senders")

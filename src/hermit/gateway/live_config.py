@@ -351,10 +351,12 @@ class AccessView:
 class LiveAccess:
     """Access control and routing rebuilt whenever the config in force changes (cached per config)."""
 
-    def __init__(self, live: LiveConfig, store: PairingStore, clock: Callable[[], float]) -> None:
+    def __init__(self, live: LiveConfig, store: PairingStore, clock: Callable[[], float],
+                 environ: Mapping[str, str] | None = None) -> None:
         self.live = live
         self.store = store
         self.clock = clock
+        self.environ = environ  # the gateway's: which bot each account is (channels/account_identity.py)
         self._lock = threading.Lock()
         self._view = self._build(live.last_good())
 
@@ -374,6 +376,10 @@ class LiveAccess:
                 log.warning("channel account removed from the config: %s", line)
         except (HermitError, OSError) as e:
             log.error("could not retire the pairing state of removed channel accounts: %s", e)
+        if self.environ is not None:
+            from hermit.channels.account_identity import retire_and_log
+
+            retire_and_log(self.store, loaded, self.environ)
 
     def view(self) -> AccessView:
         """The view of the config in force; raises ConfigError while hermit.yaml is invalid."""

@@ -182,7 +182,7 @@ class Gateway:
                 log.warning("agent %s does not get %s from agents.defaults (a loosening default is the default "
                             "agent's only); if you mean it for %s too, `hermit doctor` gives the lines for its own "
                             "agents.list entry", a.id, ", ".join(f"{w.section}.{w.key}" for w in a.withheld), a.id)
-        state = LiveAccess(self.live, PairingStore(home, clock), clock)
+        state = LiveAccess(self.live, PairingStore(home, clock), clock, environ)
         router = state.owner_view().router
         self.bus = Bus(self.agents, route=live_route(state, set(runtimes)), admit=live_admit(state),
                        channels={(c.name, c.account_id): c for c in self.channels}, chunk=chunk_text,
