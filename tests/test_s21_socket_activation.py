@@ -259,9 +259,8 @@ got = open_listeners("127.0.0.1", 0, bind)
 print(json.dumps({"held": got.held, "inherited": got.inherited, "ports": sorted({s.getsockname()[1] for s in got.sockets})}))
 """
 
-HOLDER = """
-import json, socket, subprocess, sys
-launch, takes = sys.argv[1], sys.argv[2]
+# A script's lines that bind 127.0.0.1 and [::1] (where there is one) at one free port, listening: `socks`, `fds`.
+BIND_BOTH = """
 socks = []
 for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
     s = socket.socket(family, socket.SOCK_STREAM)
@@ -274,6 +273,12 @@ for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
     s.listen(8)
     socks.append(s)
 fds = [s.fileno() for s in socks]
+"""
+
+HOLDER = """
+import json, socket, subprocess, sys
+launch, takes = sys.argv[1], sys.argv[2]
+""" + BIND_BOTH + """
 done = subprocess.run([sys.executable, "-c", launch, ",".join(map(str, fds)), "-c", takes], pass_fds=fds,
                       capture_output=True, text=True, timeout=120)
 print(done.stdout.strip() or done.stderr)

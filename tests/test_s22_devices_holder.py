@@ -25,7 +25,7 @@ from hermit.gateway.state import read_lock_info
 from hermit.testing import FakeProvider
 from prochelpers import PROC_TIMEOUT, python_as, pythonpath
 from test_s20_devices_protocol import Key, device_conn, sign_in
-from test_s21_socket_activation import LAUNCH, ActivatedGateway, doctor_devices, listening, squat
+from test_s21_socket_activation import BIND_BOTH, LAUNCH, ActivatedGateway, doctor_devices, listening, squat
 
 NOBODY = {"user": 65534, "group": 65534, "extra_groups": []}
 
@@ -126,18 +126,7 @@ import ctypes, json, socket, subprocess, sys
 libc = ctypes.CDLL(None, use_errno=True)
 assert libc.prctl(15, b"systemd", 0, 0, 0) == 0  # PR_SET_NAME
 python, path, launch, takes, keep = sys.argv[1:6]
-socks = []
-for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
-    s = socket.socket(family, socket.SOCK_STREAM)
-    if family == socket.AF_INET6:
-        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-    try:
-        s.bind((host, socks[0].getsockname()[1] if socks else 0))
-    except OSError:
-        continue
-    s.listen(8)
-    socks.append(s)
-fds = [s.fileno() for s in socks]
+""" + BIND_BOTH + """
 child = subprocess.Popen([python, "-c", launch, ",".join(map(str, fds)), "-c", takes], pass_fds=fds,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, user=65534, group=65534,
                          extra_groups=[], env={"PATH": "/usr/bin:/bin", "PYTHONPATH": path})
