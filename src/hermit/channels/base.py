@@ -132,6 +132,9 @@ class TurnEnd:
     target: Target
     turn_id: str
     status: Literal["done", "silent", "error", "interrupted"]
+    # A failed turn's hint (what to do: a key refused, a server not running), for the owner's web app only: a
+    # chat channel gets the apology, never the detail.
+    hint: str | None = None
 
 
 Outbound = OutboundMessage | Typing | StreamDelta | ToolActivity | TurnEnd

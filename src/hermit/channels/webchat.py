@@ -55,7 +55,8 @@ def event_of(item: Outbound) -> tuple[str, dict[str, Any]]:
         return "chat.tool", {"replyTo": reply_to, "turnId": item.turn_id, "callId": item.call_id,
                              "name": item.name, "status": item.status}
     if isinstance(item, TurnEnd):
-        return "chat.done", {"replyTo": reply_to, "turnId": item.turn_id, "status": item.status}
+        done = {"replyTo": reply_to, "turnId": item.turn_id, "status": item.status}
+        return "chat.done", {**done, "hint": item.hint} if item.hint else done
     if isinstance(item, Typing):
         return "chat.typing", {"replyTo": reply_to, "on": item.on}
     assert isinstance(item, OutboundMessage)

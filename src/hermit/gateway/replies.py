@@ -25,6 +25,8 @@ from hermit.channels.base import (
     TurnEnd,
     Typing,
 )
+from hermit.errors import HermitError
+from hermit.redaction import mask
 
 log = logging.getLogger("hermit.gateway")
 
@@ -93,6 +95,7 @@ async def run_and_reply(channel: Channel, target: Target, turn_id: str, run: Run
         outbox.put_nowait(Typing(target, True))
     result: TurnResult | None = None
     status = "done"
+    hint: str | None = None
     try:
         result = await run(on_event)
     except TurnCancelled:
@@ -101,6 +104,7 @@ async def run_and_reply(channel: Channel, target: Target, turn_id: str, run: Run
         log.error("turn %s for %s/%s failed: %s", turn_id, target.channel, target.peer_id, e,
                   exc_info=not hasattr(e, "hint"))
         status = "error"
+        hint = mask(str(e.hint)) if isinstance(e, HermitError) and e.hint else None
     if status == "error":
         for piece in chunk(APOLOGY, caps.max_chars, caps.max_lines):
             outbox.put_nowait(OutboundMessage(target, piece, "error"))
@@ -113,7 +117,7 @@ async def run_and_reply(channel: Channel, target: Target, turn_id: str, run: Run
             outbox.put_nowait(OutboundMessage(target, piece, "reply"))
     if caps.typing:
         outbox.put_nowait(Typing(target, False))
-    outbox.put_nowait(TurnEnd(target, turn_id, status))  # type: ignore[arg-type]
+    outbox.put_nowait(TurnEnd(target, turn_id, status, hint))  # type: ignore[arg-type]
     outbox.put_nowait(None)
     await pumping
     return result

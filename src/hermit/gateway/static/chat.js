@@ -138,11 +138,12 @@
     scrollDown();
   }
 
-  function failure(turn, why) {
+  function failure(turn, why, hint) {
     turn.bubble.classList.add("error");
     let line = turn.bubble.querySelector(".error-detail");
     if (!line) { line = el("div", { class: "error-detail" }); turn.bubble.appendChild(line); }
     line.textContent = visible("⚠ " + why);
+    if (hint) turn.bubble.appendChild(el("div", { class: "error-hint", text: "What to do: " + hint }));
     scrollDown();
   }
 
@@ -187,7 +188,7 @@
     turn.bubble.dataset.done = p.status;
     if (p.status === "silent" && !turn.text) turn.bubble.remove();
     if (p.status === "interrupted") notice("(the reply was interrupted: the gateway stopped)");
-    if (p.status === "error") explainFailure(turn);
+    if (p.status === "error") explainFailure(turn, p.hint);
     turns.delete(p.replyTo);
     if (turn.after) turn.after();
     else sync();
@@ -195,13 +196,15 @@
   });
 
   // The apology a channel gets says nothing useful to the owner; the transcript keeps the reason.
-  async function explainFailure(turn) {
+  // The hint (a key refused: the command that stores a new one; a server not running: how to start it) is
+  // the gateway's, live: the transcript keeps the reason only.
+  async function explainFailure(turn, hint) {
     try {
       const res = await H.request("chat.history", { sessionKey: session.key, agentId: session.agentId, limit: 3 });
       const last = res.messages.filter((m) => m.role === "assistant" && m.error).pop();
-      failure(turn, "The reply failed: " + (last ? last.error : "see the gateway log (Operations → Log)"));
+      failure(turn, "The reply failed: " + (last ? last.error : "see the gateway log (Operations → Log)"), hint);
     } catch (e) {
-      failure(turn, "The reply failed (" + e.message + ")");
+      failure(turn, "The reply failed (" + e.message + ")", hint);
     }
   }
 
