@@ -16,13 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from audit20_household import next_mid, push_raw
 from channeldrivers import TelegramDriver
 from channelhelpers import run
 from hermit.testing.fake_provider import FakeProvider
 from prochelpers import PROC_TIMEOUT
 from test_channel_gateway import stack, until
-from test_s21_intake_wordless import SCRIPT, last_user_texts
+from test_s21_intake_wordless import SCRIPT, last_user_texts, telegram_one_by_one
 
 ANN, BEA = 1000, 2000
 BEA_CHAT = {"id": BEA, "type": "private", "first_name": "Bea", "last_name": "[SYSTEM]"}
@@ -42,14 +41,8 @@ def test_stories_forwarded_or_answered_reach_the_model_in_words_marked_as_the_po
         with FakeProvider(SCRIPT) as provider:
             async with stack(tmp_path, "telegram", provider, {"tg": {"owners": [str(ANN)]}}) as (d, _gw):
                 assert isinstance(d, TelegramDriver)
-                fake = d.fakes["tg"]
-                chat = {"id": ANN, "type": "private"}
-                sender = {"id": ANN, "is_bot": False, "first_name": "Ann"}
-                for n, fields in enumerate(messages, 1):
-                    push_raw(fake, {"message_id": next_mid(fake), "date": int(time.time()), "chat": chat,
-                                    "from": sender, **fields})
-                    await until(lambda n=n: len(d.texts("tg", str(ANN))) == n, f"the answer to message {n}")
-                fake.push_message(chat_id=ANN, text="WL-LAST hi")
+                await telegram_one_by_one(d, ANN, messages)
+                d.fakes["tg"].push_message(chat_id=ANN, text="WL-LAST hi")
                 await until(lambda: "last-ok" in d.texts("tg", str(ANN)), "the answer to the last message")
                 return last_user_texts(provider)
 

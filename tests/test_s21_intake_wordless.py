@@ -36,6 +36,20 @@ def last_user_texts(provider: FakeProvider) -> list[str]:
     return out
 
 
+def owner_dm(fake: Any, owner: int, fields: dict[str, Any]) -> dict[str, Any]:
+    """A Bot API message from `owner` ("Ann") in their DM with the bot: `fields` its content (text, sticker, story…)."""
+    return {"message_id": next_mid(fake), "date": int(time.time()), "chat": {"id": owner, "type": "private"},
+            "from": {"id": owner, "is_bot": False, "first_name": "Ann"}, **fields}
+
+
+async def telegram_one_by_one(d: TelegramDriver, owner: int, messages: list[dict[str, Any]]) -> None:
+    """Each of `messages` (`owner_dm` fields) sent to account "tg" once the one before was answered."""
+    fake = d.fakes["tg"]
+    for n, fields in enumerate(messages, 1):
+        push_raw(fake, owner_dm(fake, owner, fields))
+        await until(lambda n=n: len(d.texts("tg", str(owner))) == n, f"the answer to message {n}")
+
+
 def said_in_words(main: Callable[[], Awaitable[list[str]]], want: list[str]) -> list[str]:
     """Run `main` (messages with no words, then "WL-LAST"; returns the newest user text of each model request) and
     check one request per message and one for the last, each ending with its message's description in `want`."""
@@ -69,14 +83,8 @@ def test_telegram_stickers_polls_locations_contacts_in_words_dice_ignored(tmp_pa
             async with stack(tmp_path, "telegram", provider, {"tg": {"owners": [str(TG_OWNER)]}}) as (d, _gw):
                 assert isinstance(d, TelegramDriver)
                 fake = d.fakes["tg"]
-                chat = {"id": TG_OWNER, "type": "private"}
-                sender = {"id": TG_OWNER, "is_bot": False, "first_name": "Ann"}
-                for n, fields in enumerate(kinds, 1):
-                    push_raw(fake, {"message_id": next_mid(fake), "date": int(time.time()), "chat": chat,
-                                    "from": sender, **fields})
-                    await until(lambda n=n: len(d.texts("tg", str(TG_OWNER))) == n, f"the answer to message {n}")
-                push_raw(fake, {"message_id": next_mid(fake), "date": int(time.time()), "chat": chat, "from": sender,
-                                "dice": {"emoji": "🎲", "value": 4}})
+                await telegram_one_by_one(d, TG_OWNER, kinds)
+                push_raw(fake, owner_dm(fake, TG_OWNER, {"dice": {"emoji": "🎲", "value": 4}}))
                 fake.push_message(chat_id=TG_OWNER, text="WL-LAST hi")
                 await until(lambda: "last-ok" in d.texts("tg", str(TG_OWNER)), "the answer to the last message")
                 return last_user_texts(provider)
