@@ -9,12 +9,15 @@ webhooks). The web chat is built by the gateway itself.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hermit.channels.base import Channel, ChannelDeps
+from hermit.channels.credentials import MissingSecret
 from hermit.channels.platforms import ADAPTERS, names, platform
 from hermit.config.load import LoadedConfig
+from hermit.gateway.unstarted import UnstartedChannel
+from hermit.gateway.webhook_gate import gated_routes
 
 log = logging.getLogger("hermit.gateway")
 
@@ -32,15 +35,21 @@ def build_channels(loaded: LoadedConfig, deps: ChannelDeps) -> list[Channel]:
             continue
         create = platform(name).create
         for account_id, cfg in enabled.items():
-            out.append(create(deps, account_id, cfg))
+            try:
+                out.append(create(deps, account_id, cfg))
+            except MissingSecret as e:  # that account alone stays down, said in the log and its status
+                out.append(UnstartedChannel(deps, name, account_id, cfg, e))
     return out
 
 
-def webhook_routes(channels: Sequence[Channel]) -> list[tuple[str, str, Sequence[Any]]]:
-    """(channel, account, routes) for each channel that receives webhooks."""
+def webhook_routes(channels: Sequence[Channel], current: Callable[[], LoadedConfig] | None = None) \
+        -> list[tuple[str, str, Sequence[Any]]]:
+    """(channel, account, routes) for each channel that receives webhooks; with `current` (the config in force),
+    each answers only while its account is on there (gateway/webhook_gate.py)."""
     out = []
     for ch in channels:
         routes = getattr(ch, "http_routes", None)
         if callable(routes):
-            out.append((ch.name, ch.account_id, routes()))
+            gated = gated_routes(ch, current) if current is not None else None
+            out.append((ch.name, ch.account_id, routes() if gated is None else gated))
     return out

@@ -205,7 +205,9 @@ class Gateway:
                          tickets=Tickets(home),  # `hermit dashboard`'s, with the real clock its process writes by
                          slot_wait=self.bus.waiting_for_slot, sign_in_seconds=self.cfg.sign_in_seconds,
                          unsigned=self.unsigned, remember_devices=self.cfg.remember_devices is True)
-        self.app = build_app(api, token, self._status, webhook_routes(extra),
+        # Built from the config: each webhook answers while its account is on in the config in force.
+        hooks = webhook_routes(extra, self.live.current if channels is None else None)
+        self.app = build_app(api, token, self._status, hooks,
                              webchat=loaded.config.channels.webchat.enabled)
         self.started_at = clock()
         self.stopping = asyncio.Event()
