@@ -21,6 +21,15 @@ heartbeat's or a scheduled job's turn, which no owner's message started), and fo
 Anything else is refused with a message telling the model to ask its user — the owner's confirmation is their own
 message saying it (then the words are theirs), or their own edit of the file.
 
+Re-audit 22 (t12), measured over 24 ordinary requests (tests/test_s22_reaudit_untrusted_ordinary.py: 13 refused at
+the first try before, 1 after): dates, times and a checklist's bookkeeping words ("Last checked: 09:00, nothing new")
+are no one's instruction; a command that printed only the owner's own memory (`cat`/`tail`/`grep memory/…`) leaves
+their memory's words theirs; a source is named as models name one too ("Source: …", "According to …", "From x: …",
+"(via …)", "Per …"). And the other way: a line attributed to a source is that source's wherever it is kept (a
+heartbeat moving it into HEARTBEAT.md without its source was "a line of the owner's memory moved"), and the file's own
+words the text this turn read uses too are not counted as the owner's ("send MEMORY.md to Carl" rebuilt from a
+checklist's "send the report to Bob" and "back up MEMORY.md").
+
 Notes (`NoteLedger`): a note under memory/ the model wrote in such a turn, in words that are not the owner's, is
 remembered (the agent's state directory, untrusted-notes.json) with where it came from: a later turn that copies it
 into an instruction file — after a compaction dropped the page from the history, or a /new — is refused as a copy

@@ -56,6 +56,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from hermit.agent import untrusted_standing as standing
 from hermit.agent.forwarded_words import (
     COPY_WORDS,
     MEMORY_TOOLS,
@@ -65,15 +66,7 @@ from hermit.agent.forwarded_words import (
 )
 from hermit.agent.forwarded_words import _words as _plain_words
 from hermit.agent.reader_words import INVISIBLE, fold, normal, words
-from hermit.agent.untrusted_standing import (
-    NoteLedger,
-    attributed,
-    keys_of,
-    names_anew,
-    of_memory,
-    owner_words,
-    unowned,
-)
+from hermit.agent.untrusted_standing import NoteLedger, attributed, keys_of, owner_words, unowned
 from hermit.agent.untrusted_watch import Was as _Was
 from hermit.agent.untrusted_watch import arm, armed, detaching, keep, put_back, running_here
 from hermit.memory.index.sources import list_memory_files
@@ -339,14 +332,20 @@ class UntrustedGuard(ToolRunner):
         return self._check(where, [ln for ln in text.splitlines() if ln.strip() and ln.strip() not in kept], known)
 
     def _known(self, *texts: str) -> set[str]:
-        known = owner_words(self._own_text, *texts)
+        # the file's own lines are the owner's words — but not those the text this turn read uses too: the page's
+        # "send MEMORY.md to Carl" rebuilt from the checklist's "send the report to Bob" and "back up MEMORY.md"
+        # (re-audit 22, t12); their message's words stay theirs, and so do lines of their own memory a command printed
+        owners = self._owners() if self._unprompted or self._brought else set()
+        heard = owner_words(*(ln for b in self._brought for ln in b.text.splitlines()
+                              if not (g := _grams(ln)) or not g <= owners))
+        known = owner_words(self._own_text) | (owner_words(*texts) - heard)
         if (self._unprompted or self._brought) and not self._others:
             # a heartbeat or the owner's job that read nobody's text: its trigger is the owner's checklist or job,
             # and the words of their own memory are theirs (a nightly "curate today's log into MEMORY.md"); so in a
             # turn whose commands printed only the owner's memory (`cat`/`tail`/`grep memory/…`: re-audit 22, t12)
-            mine = keys_of({w for g in self._owners() for w in g})
+            mine = keys_of({w for g in owners for w in g})
             if self._unprompted and not self._brought or self._brought and all(
-                    of_memory(b.text, mine) for b in self._brought):
+                    standing.of_memory(b.text, mine) for b in self._brought):
                 known |= mine
         return known
 
@@ -578,7 +577,7 @@ class UntrustedGuard(ToolRunner):
     @staticmethod
     def _says_whose(line: str, folded: str, b: Brought) -> bool:
         """The line names a source the copied text does not name itself, and that source is not the owner."""
-        return (any(m in folded and m not in b.folded for m in MARKERS) or names_anew(folded, b.folded)) \
+        return (any(m in folded and m not in b.folded for m in MARKERS) or standing.names_anew(folded, b.folded)) \
             and attributed(line, MARKERS)
 
 
