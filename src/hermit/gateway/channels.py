@@ -13,8 +13,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hermit.channels.base import Channel, ChannelDeps
+from hermit.channels.credentials import MissingSecret
 from hermit.channels.platforms import ADAPTERS, names, platform
 from hermit.config.load import LoadedConfig
+from hermit.gateway.unstarted import UnstartedChannel
 from hermit.gateway.webhook_gate import gated_routes
 
 log = logging.getLogger("hermit.gateway")
@@ -33,7 +35,10 @@ def build_channels(loaded: LoadedConfig, deps: ChannelDeps) -> list[Channel]:
             continue
         create = platform(name).create
         for account_id, cfg in enabled.items():
-            out.append(create(deps, account_id, cfg))
+            try:
+                out.append(create(deps, account_id, cfg))
+            except MissingSecret as e:  # that account alone stays down, said in the log and its status
+                out.append(UnstartedChannel(deps, name, account_id, cfg, e))
     return out
 
 
