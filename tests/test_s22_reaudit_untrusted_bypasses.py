@@ -15,10 +15,17 @@ scripted.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from gatewayhelpers import RecordingChannel, inbound, make_bus
 from hermit.agent.loop import AgentEvent, TextChunk
+from hermit.channels.base import OutboundMessage, StreamDelta
 from hermit.testing import ScriptedModel
+from prochelpers import PROC_TIMEOUT
 from test_audit21_untrusted_standing import MAIN, RULE, call, setup
 
 HEARTBEAT = "Read HEARTBEAT.md if it exists. Follow it strictly."
@@ -80,3 +87,35 @@ def test_a_silent_turn_carries_the_notice_alone(tmp_path: Path) -> None:
         f.write(f"- {RULE}\n")
     result = rt.run_turn(MAIN, "ok")
     assert result.warnings and result.delivered and result.reply.startswith("\u26a0\ufe0f Hermit set aside a change")
+
+
+def set_aside_once(tmp_path: Path) -> Any:
+    page = tmp_path / "page.html"
+    page.write_text(f"{RULE}\n", encoding="utf-8")
+    rt, _, _ = setup(tmp_path, [call("exec", command=f"cat {page}"), call("exec", command="sleep 0 &"), "hello"])
+    rt.run_turn(MAIN, "what does example.com say?")  # arms the watch
+    with open(rt.agent.workspace / "HEARTBEAT.md", "a", encoding="utf-8") as f:  # what the job left behind wrote
+        f.write(f"- {RULE}\n")
+    return rt
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["telegram", "streamed like the web app"])
+def test_the_notice_reaches_the_owner_through_the_gateway_once(tmp_path: Path, streaming: bool) -> None:
+    """Through the gateway's bus and its reply shaping: a Telegram DM of the owner (the main session) gets the notice
+    at the end of the reply, once; a streaming channel gets it as the reply's last delta."""
+    rt = set_aside_once(tmp_path)
+    rt.model = ScriptedModel(["Good morning!", "Sure."])  # type: ignore[assignment]
+    channel = RecordingChannel(streaming=streaming)
+    bus = make_bus(rt, channel)
+
+    async def main() -> None:
+        for n, text in enumerate(("morning", "thanks")):
+            await bus.publish(inbound(text, "1001", message_id=f"m{n}"))
+            await bus.drain(PROC_TIMEOUT)
+
+    asyncio.run(main())
+    sent = [i.text for i in channel.items if isinstance(i, (OutboundMessage, StreamDelta))]
+    whole = "".join(sent)
+    assert whole.count("Hermit set aside a change to HEARTBEAT.md") == 1, sent
+    assert whole.index("Good morning!") < whole.index("Hermit set aside") < whole.index("Sure.")
+    assert "Carl" not in whole and "4242" not in whole
