@@ -37,12 +37,12 @@ from hermit.cli.setup_keys import (
 from hermit.cli.setup_prompt import Prompter
 from hermit.cli.terminal import warn
 from hermit.errors import ConfigError, HermitError
+from hermit.models.fake_start import FAKE_SCRIPT, FAKE_URL, fake_start_command
+from hermit.models.fake_start import stopped_fake_hint as fake_hint
 
 KINDS = ("ollama", "anthropic", "openai", "openai-compatible", "fake")
 DM_POLICIES = ("pairing", "allowlist", "open", "disabled")
 OLLAMA_URL = "http://127.0.0.1:11434"
-FAKE_URL = "http://127.0.0.1:8765/v1"
-FAKE_SCRIPT = "fake-provider.json"
 DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4.1", "ollama": "llama3.1", "fake": "test-model"}
 PROBE_SECONDS = 1.5  # how long a local server may take to answer the probe
 
@@ -239,36 +239,10 @@ def _ptype(kind: str) -> str:
     return kind if kind in ("anthropic", "openai") else "openai-compatible"
 
 
-def fake_start_command(base_url: str, script: Path) -> str:
-    """The shell command that serves the fake provider at `base_url` with the replies in `script`."""
-    import shlex
-
-    return (f"{shlex.quote(sys.executable)} -m hermit.testing.fake_provider --port {_port(base_url)} "
-            f"--script {shlex.quote(str(script))}")
-
-
 def stopped_fake_hint(ctx: CliContext, e: HermitError) -> str | None:
     """For a model call refused because the fake provider that `hermit setup --provider fake` configured is
     not running: the command that starts it, instead of the hint for a local model server (`ollama serve`)."""
-    name, sep, _ = e.message.partition(": nothing listens on ")
-    script = ctx.home / FAKE_SCRIPT
-    if not sep or not script.is_file():
-        return None
-    try:
-        provider = ctx.config().config.models.providers.get(name)
-    except HermitError:
-        return None
-    url = provider.base_url if provider is not None else None
-    if not url or not (name == "fake" or url.rstrip("/") == FAKE_URL):
-        return None
-    return (f"start the fake provider in another terminal: {fake_start_command(url, script)}\n"
-            f"      or set up a real model: hermit setup")
-
-
-def _port(url: str) -> int:
-    from urllib.parse import urlsplit
-
-    return urlsplit(url).port or 80
+    return fake_hint(ctx.home, e)
 
 
 def _plan_key(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Plan, kind: str, name: str,

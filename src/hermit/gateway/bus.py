@@ -109,6 +109,7 @@ class Bus:
                  trusted_channels: frozenset[str] = frozenset({"webchat"}),
                  deletes: RememberedDeletes | None = None, turn_limit: Callable[[str], int] | None = None) -> None:
         self.host = host
+        self.hint_for: Callable[[HermitError], str | None] | None = None  # a failed turn's better hint (replies.py)
         self._route = route
         self._admit = admit
         self.channels = channels
@@ -378,7 +379,7 @@ class Bus:
                                                 sender=self._sender(job.agent_id, msg),
                                                 ref=message_ref(msg, job.session_key),
                                                 images=images, files=files),
-            self._chunk, may_send=lambda: self._may_still_reply(job, job.msg or msg, channel))
+            self._chunk, may_send=lambda: self._may_still_reply(job, job.msg or msg, channel), hint_for=self.hint_for)
 
     def _file(self, job: _Job,
               msg: InboundMessage) -> tuple[InboundMessage, str, tuple[ImagePart, ...], tuple[FiledFile, ...]]:

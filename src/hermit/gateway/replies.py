@@ -77,10 +77,12 @@ def _forward_events(streaming: bool, target: Target, turn_id: str, outbox: async
 
 
 async def run_and_reply(channel: Channel, target: Target, turn_id: str, run: RunTurn,
-                        chunk: Chunker, may_send: Callable[[], Awaitable[bool]] | None = None) -> TurnResult | None:
+                        chunk: Chunker, may_send: Callable[[], Awaitable[bool]] | None = None,
+                        hint_for: Callable[[HermitError], str | None] | None = None) -> TurnResult | None:
     """Run one turn for a channel conversation and deliver what it produced. `may_send`, asked once the turn has
     ended and before its reply goes: whether the sender may still have it (hermit.yaml or the pairing approvals
-    may have changed while the turn ran); when not, the reply stays in the transcript only."""
+    may have changed while the turn ran); when not, the reply stays in the transcript only. `hint_for`: a better
+    hint than a failed turn's own, if it has one (the fake provider's start command, models/fake_start.py)."""
     caps = channel.capabilities
     outbox: asyncio.Queue[Outbound | None] = asyncio.Queue()
 
@@ -104,7 +106,8 @@ async def run_and_reply(channel: Channel, target: Target, turn_id: str, run: Run
         log.error("turn %s for %s/%s failed: %s", turn_id, target.channel, target.peer_id, e,
                   exc_info=not hasattr(e, "hint"))
         status = "error"
-        hint = mask(str(e.hint)) if isinstance(e, HermitError) and e.hint else None
+        better = hint_for(e) if hint_for is not None and isinstance(e, HermitError) else None
+        hint = mask(better or str(e.hint)) if isinstance(e, HermitError) and (better or e.hint) else None
     if status == "error":
         for piece in chunk(APOLOGY, caps.max_chars, caps.max_lines):
             outbox.put_nowait(OutboundMessage(target, piece, "error"))

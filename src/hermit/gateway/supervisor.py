@@ -23,6 +23,7 @@ import socket
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ from hermit.gateway.turn_slots import live_turn_limits
 from hermit.gateway.unsigned import Reserved, Unsigned, uvicorn_options
 from hermit.gateway.webchat_api import WebchatApi
 from hermit.loopback import url_host
+from hermit.models.fake_start import stopped_fake_hint
 from hermit.scheduler.control import CronJobs
 from hermit.sessions.keys import agent_id_of
 
@@ -189,6 +191,7 @@ class Gateway:
                        queue_limit=self.cfg.queue_max_per_session,
                        deletes=RememberedDeletes(deletes_path(home), clock=clock),  # kept across restarts
                        turn_limit=live_turn_limits(self.live))  # max_concurrent_turns as hermit.yaml says it now
+        self.bus.hint_for = partial(stopped_fake_hint, home)  # the fake provider's start command, not `ollama serve`
         for agent_id, rt in runtimes.items():  # the group sender marks' owner checks, live too: each agent's own
             rt.owner_check = state.owner_of(agent_id)
             if isinstance(rt.cron, CronJobs):  # the cron tool's
