@@ -373,6 +373,9 @@ def cmd_install(ctx: CliContext, args: argparse.Namespace) -> int:
         steps, stale = write_systemd(ctx, folder, name, host, port, force=getattr(args, "force", False))
     print(f"wrote {path}")
     print(f"it runs: {' '.join(gateway_command(ctx.home, host, port))}")
+    from hermit.cli.service_env import warn_missing
+
+    warn_missing(ctx)  # a bot token in this shell only: the service's gateway would not have it
     print(_web_app_note(ctx, host, port))
     if usable:
         for step in steps:
