@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from hermit.config import workspaces_check
 from hermit.config.parse import _format_errors, _list_forms, _Located
 from hermit.config.parse import parse_config_text as parse_config_text
 from hermit.config.paths import DEFAULT_AGENT_ID, StatePaths, not_own_file, unsafe_folder
@@ -156,6 +157,7 @@ def build_config(
         if (problem := sandbox_reach_problem(a, agents, paths.home, f"{src}: agent '{a.id}':")) is not None:
             raise problem
     _one_schema_each(agents, src)
+    workspaces_check.check(agents, paths, src)  # nor one another agent id used before
     agents = [AgentConfig(a.id, a.workspace, a.index_path, a.sessions_dir, a.settings, a.id == chosen, a.withheld)
               for a in agents]
     return LoadedConfig(paths=paths, source=source, config=cfg, defaults=defaults, agents=tuple(agents))
@@ -548,4 +550,6 @@ def load_config(paths: StatePaths, explicit: Path | None = None) -> LoadedConfig
                           f"check what it says, then make it yours: chown $(id -u) {source} && chmod 600 {source}")
     is_yaml = source.suffix.lower() in (".yaml", ".yml")
     data, where = parse_config_text(text, str(source), is_yaml)
-    return build_config(data, paths, source, where)
+    loaded = build_config(data, paths, source, where)
+    workspaces_check.record(loaded.agents, paths)
+    return loaded

@@ -1,0 +1,101 @@
+"""An agent's workspace may not be one another agent used before (its MEMORY.md, USER.md and daily logs).
+
+config/load.py `_one_each` refuses two agents of one config that share a workspace or nest one in the other. It
+cannot see the past: an agent removed from hermit.yaml leaves its workspace on disk, and a new agent pointed at it
+(`workspace: ~/.hermit/workspace-family`) — or at the owner's main workspace while the `main` agent is left out of
+agents.list, or at the folder an agent moved away from — read that agent's memory as its own: a relative's agent
+got the owner's MEMORY.md. So every workspace an agent was loaded with is recorded (real paths, links resolved) in
+`<state>/agents/workspaces.json`, and a config giving an agent a workspace that is, holds or lies inside one
+recorded for another agent id is refused at load (the gateway's start and each live reload, and every command),
+naming both agents and how to hand the notes on on purpose (remove the path from the record).
+
+No record yet (a state dir from before this check, or the owner deleted it) adopts the config as it is. A record
+that cannot be read or written is ignored (the state dir is the owner's alone): this check only ever adds a
+refusal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from hermit.config.paths import StatePaths
+from hermit.durable import write_atomic
+from hermit.errors import ConfigError
+
+RECORD = "workspaces.json"
+_MAX_BYTES = 1024 * 1024
+
+
+class _Agent(Protocol):
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def workspace(self) -> Path: ...
+
+
+def record_path(paths: StatePaths) -> Path:
+    return paths.home / "agents" / RECORD
+
+
+def check(agents: Sequence[_Agent], paths: StatePaths, src: object) -> None:
+    """Raise ConfigError when an agent's workspace is, holds or lies inside one recorded for another agent id (a
+    config being built: the file loaded, and the candidates `hermit agents add` and `hermit setup` check)."""
+    path = record_path(paths)
+    recorded = _read(path)
+    mine = {a.id: os.path.realpath(a.workspace) for a in agents}
+    if recorded is not None:
+        for a in agents:
+            here = Path(mine[a.id])
+            for other, places in sorted(recorded.items()):
+                if other == a.id:
+                    continue
+                for place in places:
+                    if here == Path(place) or here.is_relative_to(place) or Path(place).is_relative_to(here):
+                        raise _refusal(a.id, here, other, Path(place), path, src, other in mine)
+
+
+def record(agents: Sequence[_Agent], paths: StatePaths) -> None:
+    """Add each agent's workspace to the record (hermit.yaml as loaded, never a candidate not saved yet)."""
+    path = record_path(paths)
+    recorded = _read(path)
+    mine = {a.id: os.path.realpath(a.workspace) for a in agents}
+    merged = {k: list(v) for k, v in (recorded or {}).items()}
+    for agent_id, where in mine.items():
+        if where not in merged.setdefault(agent_id, []):
+            merged[agent_id].append(where)
+    if merged != recorded and paths.home.is_dir():
+        # Another user's state dir read (uid 65534 given root's home): nothing recorded, nothing refused.
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            write_atomic(path, json.dumps({"version": 1, "workspaces": merged}, indent=2) + "\n", mode=0o600,
+                         keep_mode=False)
+
+
+def _refusal(agent: str, here: Path, other: str, place: Path, record: Path, src: object, current: bool) -> ConfigError:
+    how = "is" if here == place else "holds" if place.is_relative_to(here) else "lies inside"
+    whose = f"agent '{other}' used before" if current else f"agent '{other}' (no longer in the config) used"
+    return ConfigError(
+        f"{src}: agent '{agent}''s workspace {here} {how} the workspace {place} that {whose}: its MEMORY.md, "
+        f"USER.md and daily logs would be '{agent}''s memory, read by whoever '{agent}' serves",
+        f"give agent '{agent}' a workspace of its own (agents.list[].workspace); to hand '{other}''s notes on to "
+        f"'{agent}' on purpose, remove \"{place}\" from \"{other}\" in {record}")
+
+
+def _read(path: Path) -> dict[str, list[str]] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(_MAX_BYTES + 1)
+        data = json.loads(text) if len(text) <= _MAX_BYTES else None
+    except (OSError, ValueError):
+        return None
+    raw = data.get("workspaces") if isinstance(data, dict) else None
+    if not isinstance(raw, dict):
+        return None
+    return {k: [p for p in v if isinstance(p, str) and p.startswith("/")] for k, v in raw.items()
+            if isinstance(k, str) and isinstance(v, list)}
