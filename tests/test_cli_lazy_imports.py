@@ -32,6 +32,9 @@ MEMORY = ("hermit.memory.service", "hermit.memory.embedders", "hermit.memory.emb
 # The gateway's web server.
 WEB = ("starlette", "uvicorn", "hermit.gateway.app")
 EVERYTHING_HEAVY = RUNTIME + MODEL_CLIENTS + HTTP + MEMORY + WEB
+# asyncio's package (~0.05-0.1 s of CPU): a command that reads the gateway's lock file (gateway/state.py) or
+# opens the memory index has no event loop; hermit.loopback names asyncio's socket wrapper only for type hints.
+ASYNC = ("asyncio",)
 
 # command -> what it must not import. The doctor checks the memory index (the service, the vector extension) and
 # probes local servers (a local model, a channel's local API: httpx); the jobs' health needs the heartbeat's rules,
@@ -40,14 +43,15 @@ NOT_IMPORTED: dict[tuple[str, ...], tuple[str, ...]] = {
     ("--help",): EVERYTHING_HEAVY + ("pydantic",),
     ("--version",): EVERYTHING_HEAVY + ("pydantic",),
     ("gateway", "--help"): EVERYTHING_HEAVY,
-    ("pairing", "list"): EVERYTHING_HEAVY,
+    ("pairing", "list"): EVERYTHING_HEAVY + ASYNC,
     ("cron", "list"): EVERYTHING_HEAVY,
-    ("sessions", "list"): EVERYTHING_HEAVY,
-    ("agents", "list"): EVERYTHING_HEAVY,
-    ("channels", "list"): EVERYTHING_HEAVY,
+    ("sessions", "list"): EVERYTHING_HEAVY + ASYNC,
+    ("agents", "list"): EVERYTHING_HEAVY + ASYNC,
+    ("channels", "list"): EVERYTHING_HEAVY + ASYNC,
+    ("channels", "status"): EVERYTHING_HEAVY + ASYNC,
     ("models", "list"): EVERYTHING_HEAVY,
     ("completion", "bash"): EVERYTHING_HEAVY,
-    ("memory", "status"): RUNTIME + MODEL_CLIENTS + HTTP + WEB,
+    ("memory", "status"): RUNTIME + MODEL_CLIENTS + HTTP + WEB + ASYNC,
     ("doctor",): RUNTIME + MODEL_CLIENTS + WEB,
 }
 
@@ -127,8 +131,18 @@ def test_backup_loads_no_runtime(home: Path, tmp_path: Path) -> None:
     p, found = imported_by(home, "backup", str(archive))
     assert p.returncode == 0, p.stderr[-2000:]
     assert archive.stat().st_size > 0
-    unwanted = loaded(found, EVERYTHING_HEAVY)
+    unwanted = loaded(found, EVERYTHING_HEAVY + ASYNC)
     assert not unwanted, f"`hermit backup` imported {unwanted}"
+
+
+def test_gateway_status_with_no_gateway_loads_no_http_client(home: Path) -> None:
+    """`hermit gateway status` with no gateway running answers so without importing httpx (~0.1-0.2 s of CPU,
+    rich and click with it): the client is needed only once there is a gateway to ask."""
+    p, found = imported_by(home, "gateway", "status")
+    assert p.returncode == 1
+    assert "no gateway is running" in p.stderr
+    unwanted = loaded(found, EVERYTHING_HEAVY)
+    assert not unwanted, f"`hermit gateway status` (no gateway) imported {unwanted}"
 
 
 def test_a_command_that_runs_the_agent_still_loads_it(home: Path) -> None:

@@ -37,7 +37,6 @@ channels do not import models. httpx clients use it through httpcore's `trace` r
 
 from __future__ import annotations
 
-import asyncio.trsock
 import contextlib
 import functools
 import ipaddress
@@ -45,10 +44,14 @@ import os
 import re
 import socket
 import struct
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # importing asyncio costs every `hermit` command that reads the gateway's lock ~0.05 s of CPU
+    import asyncio.trsock
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -179,7 +182,9 @@ def port_holder(host: str, port: int, timeout: float = 2.0) -> Holder | None:
 def stream_socket(stream: Any) -> socket.socket | asyncio.trsock.TransportSocket | None:
     """The socket under an httpcore network stream: a plain one (sync), asyncio's wrapper of it (async)."""
     sock = stream.get_extra_info("socket") if stream is not None else None
-    return sock if isinstance(sock, socket.socket | asyncio.trsock.TransportSocket) else None
+    trsock = sys.modules.get("asyncio.trsock")  # not imported: no asyncio stream exists, so none to recognise
+    kinds = (socket.socket,) if trsock is None else (socket.socket, trsock.TransportSocket)
+    return sock if isinstance(sock, kinds) else None
 
 
 def guard_stream(stream: Any, refuse: Callable[[Holder], Exception],

@@ -20,7 +20,7 @@ from hermit.config.allowlist import STAR, AllowlistEntryError, normalize_entries
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 DmPolicy = Literal["pairing", "allowlist", "open", "disabled"]

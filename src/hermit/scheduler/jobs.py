@@ -47,7 +47,7 @@ Trigger = Literal["schedule", "catch-up", "manual", "retry"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class AtSchedule(_Strict):
@@ -144,7 +144,7 @@ class InFlight(BaseModel):
     already ran are not run again), `answered` (the turn is done; nothing to send), `delivering` (stored
     before the reply is sent: a restart finishes the run without sending it again)."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
 
     run_id: str
     trigger: Trigger
@@ -160,7 +160,7 @@ class InFlight(BaseModel):
 
 
 class JobState(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
 
     next_run_at: datetime | None = None
     last_run_at: datetime | None = None
@@ -172,7 +172,7 @@ class JobState(BaseModel):
 
 
 class Job(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
     name: str = ""
