@@ -87,3 +87,39 @@ def test_a_room_replaced_under_a_running_turn_is_not_its_own(home: Path) -> None
             assert seen.is_error and "group's" not in seen.content, seen.content
             os.unlink(room) if replace == "symlink" else os.rmdir(room)
     assert sorted(p.name for p in (rooms / room_slug(room_audience(GROUP))).iterdir()) == ["g.txt"]
+
+
+def test_a_run_that_starts_between_the_first_retire_and_the_save_leaves_nothing_to_the_new_aim(home: Path) -> None:
+    """CronJobs.update retires under the job file's lock, saves the new aim, and retires again (t8). A run whose turn
+    begins in between holds the fresh room made under the name and writes a file and a note there: the retire after
+    the save moves that room and makes that note owner-only, so the job's next run (its new aim) sees neither."""
+    from datetime import UTC, datetime
+
+    from agenthelpers import load
+    from hermit.scheduler.reaim import retire_job_audience
+
+    secret = "locker code 4821"
+    with FakeProvider() as fake:
+        rt = runtime(home, fake)
+        daily = f"memory/{rt.today()}.md"
+        old = rt.tools_for(JOB)
+        assert not old.run(ToolCallPart("c", "write", {"path": "a.txt", "content": "old\n"})).result.is_error
+        loaded = load(home, "openai", fake)
+        assert retire_job_audience(loaded, "main", "locker-job", datetime.now(UTC))  # the first retire
+        between = rt.tools_for(JOB)  # a run's turn starting before the save
+        for args in ({"path": "b.txt", "content": f"{secret}\n"},
+                     {"path": daily, "content": f"- {secret}\n", "append": True}):
+            res = between.run(ToolCallPart("c", "write", args)).result
+            assert not res.is_error, res.content
+        done = retire_job_audience(loaded, "main", "locker-job", datetime.now(UTC))  # after the save
+        print(done)
+        assert any("room" in d for d in done) and any("notes made owner-only" in d for d in done), done
+        late = between.run(ToolCallPart("c", "write", {"path": "c.txt", "content": f"{secret}\n"})).result
+        assert late.is_error and "moved away" in late.content, late.content
+        nxt = rt.tools_for(JOB)  # the job's next run, on its new aim
+        seen = nxt.run(ToolCallPart("c", "read", {"path": daily})).result.content
+        got = nxt.run(ToolCallPart("c", "read", {"path": "b.txt"})).result
+    room = home / "agents" / "main" / "rooms" / room_slug(room_audience(JOB))
+    print(seen, got.content)
+    assert secret not in seen and got.is_error and secret not in got.content
+    assert sorted(os.listdir(room)) == [], sorted(os.listdir(room))
