@@ -5,7 +5,9 @@ folder under the room's name is another. A retire moves the folder (`rooms/retir
 retired folder is deleted (the owner clearing `rooms/retired/`) its inode is free, and ext4 hands a just-freed inode to
 the next mkdir in the same folder once the lower free ones are taken (200 of 200 times right after the delete here). The room made for the job's new audience then had the old
 one's number, and a run in flight of the old aim wrote into it as if it were its own room. Now the hold keeps the
-folder open for as long as the turn's room is held, so its inode cannot be freed, hence not reused.
+folder open for as long as the turn's room is held, so its inode cannot be freed, hence not reused. (Whether ext4 hands
+the number out again depends on what else frees and takes inodes meanwhile — on a busy machine another process may take
+it first — so the test also checks, deterministically, that the deleted folder is still held open.)
 
 Real files on the test's file system, a real AgentRuntime's tools, the real retire; as root and as uid 65534.
 """
@@ -43,9 +45,11 @@ def _scenario(home: Path) -> dict[str, object]:
     room = rooms / room_slug(room_audience(KEY))
     stale = rt.tools_for(KEY)  # the run in flight's turn (its room held from its start)
     first = stale.run(ToolCallPart("c", "write", {"path": "a.txt", "content": "old aim\n"})).result
-    held = os.stat(room).st_ino
+    held = (os.stat(room).st_dev, os.stat(room).st_ino)
     retire_job_audience(load(home, "openai", fake), "main", JOB, datetime.now(UTC))  # the job is re-aimed
     shutil.rmtree(rooms / RETIRED_ROOMS)  # the owner clears what was retired
+    # Deterministic whatever else runs on the file system: the deleted folder's inode is still in use (held open).
+    held_open = any(_inode_of(f"/proc/self/fd/{fd}") == held for fd in os.listdir("/proc/self/fd"))
     # The next room of the name is made once other files took the lower free inodes (kept aside here): the old
     # room's number comes up again while it is free.
     aside = rooms / "aside"
@@ -54,7 +58,7 @@ def _scenario(home: Path) -> dict[str, object]:
     while tries < 500:
         tries += 1
         os.mkdir(room, 0o700)
-        if os.stat(room).st_ino == held:
+        if _inode_of(str(room)) == held:
             break
         os.rename(room, aside / str(tries))
     if not room.exists():
@@ -65,8 +69,16 @@ def _scenario(home: Path) -> dict[str, object]:
     late = stale.run(ToolCallPart("c", "write", {"path": "late.txt", "content": f"{SECRET}\n"})).result
     files = {p.name: p.read_text() for p in room.iterdir()}
     return {"first": [first.content, first.is_error], "second": [second.content, second.is_error],
-            "late": [late.content, late.is_error], "files": files, "same_inode": os.stat(room).st_ino == held,
-            "tries": tries}
+            "late": [late.content, late.is_error], "files": files, "same_inode": _inode_of(str(room)) == held,
+            "tries": tries, "held_open": held_open}
+
+
+def _inode_of(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _check(out: dict[str, object]) -> None:
@@ -75,6 +87,7 @@ def _check(out: dict[str, object]) -> None:
     assert out["files"] == {"new.txt": "hello\n"}, out["files"]
     late = out["late"]
     assert isinstance(late, list) and late[1] and "moved away" in late[0], late
+    assert out["held_open"], "the turn keeps its room's folder open: its inode is not free"
     assert not out["same_inode"], "the held folder's inode stayed in use: the new room got another"
 
 
