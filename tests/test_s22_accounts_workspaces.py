@@ -124,3 +124,52 @@ def test_the_check_holds_live_and_a_workspace_moved_on_purpose_goes_through(tmp_
     record.write_text(json.dumps(data), encoding="utf-8")
     config([{"id": "main", "default": True}, {"id": "kid", "workspace": str(home / "workspace-family")}])
     assert [a.id for a in live.current().agents] == ["main", "kid"]
+
+
+def test_an_agent_added_again_for_someone_else_does_not_hand_them_its_memory(tmp_path: Path) -> None:
+    """`family` removed, later added again under its id for another person's bot (edit, edit, start): its workspace
+    and sessions are the old family's. The new owner, unknown to the routes record, was a promotion the config
+    states and read the first family owner's MEMORY.md; now the start is refused (gateway/agent_heirs.py)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    d = driver_with("1:TOKENONE", "2:TOKENTWO")
+    relative, stranger = "2002", "4004"
+
+    async def main() -> tuple[int | None, str, list[str]]:
+        with FakeProvider([{"text": "agent says hi", "repeat": True}]) as provider:
+            await d.start()
+            try:
+                env = env_for(d)
+                fam = {"api_base": d.fakes["bot1"].base_url, "poll_timeout_seconds": 1, "token_env": "TG_BOT1",
+                       "owners": [relative], "dm_policy": "allowlist"}
+                fam2 = {**fam, "api_base": d.fakes["bot2"].base_url, "token_env": "TG_BOT2", "owners": [stranger]}
+                agents = [{"id": "main", "default": True}, {"id": "family"}]
+                save(home, provider, agents, {"fam": fam},
+                     [{"agent_id": "family", "match": {"channel": "telegram", "account_id": "fam"}}])
+                (home / "workspace-family").mkdir()
+                (home / "workspace-family" / "MEMORY.md").write_text(f"# Memory\n\n{FAMILY_NOTE}\n", encoding="utf-8")
+                gw = await Gateway(home, env).start()
+                try:
+                    assert await dm(d, "bot1", relative, "hi") == "agent says hi"
+                finally:
+                    await gw.stop()
+                save(home, provider, [{"id": "main", "default": True}], {}, [])  # edit: family removed
+                save(home, provider, agents, {"fam2": fam2},  # edit: added again, for someone else's bot
+                     [{"agent_id": "family", "match": {"channel": "telegram", "account_id": "fam2"}}])
+                gw = Gateway(home, env)
+                try:
+                    await gw.start()
+                    await dm(d, "bot2", stranger, "what do you remember?")
+                except AssertionError:
+                    pass  # the gateway exited instead of starting
+                finally:
+                    code = await gw.stop() if gw.proc is not None else None
+                return code, gw.stderr.read_text(), [json.dumps(r.body) for r in provider.requests]
+            finally:
+                await d.stop()
+
+    code, stderr, asked = run(main, timeout=PROC_TIMEOUT * 3)
+    assert not any(FAMILY_NOTE in text for text in asked[1:])  # the stranger read nothing of the old family's
+    assert code not in (0, None)
+    assert f"telegram/fam2/{stranger} (new to agent family, whose owners telegram/fam/{relative} no longer reach it" \
+        in stderr

@@ -212,6 +212,9 @@ def refusal(home: Path, loaded: LoadedConfig) -> ConfigError | None:
     (`hermit chat`, `agent`, `cron run`, `mcp serve`: their user is the machine's owner) do not ask it."""
     try:
         moved = moves(home, loaded)
+        from hermit.gateway.agent_heirs import heirs  # an owner new to an agent whose owners are gone (t14)
+
+        moved += heirs(_recorded(path_of(home)), _routes(loaded), loaded)
     except UntrustedRecord as e:
         return e
     if not moved:
