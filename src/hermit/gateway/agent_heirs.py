@@ -10,7 +10,9 @@ Refused at start (owner_routes.refusal asks `heirs`): an owner id not recorded o
 session of an agent the record has owners of, none of whom reach it any more, when that agent holds anything (a
 MEMORY.md, USER.md or memory/ note in its workspace, or a session). An owner joining an agent whose recorded owner
 still reaches it (the owner's second phone) goes through, as does any owner of a brand-new or empty agent. To hand
-the agent on on purpose: `hermit channels accept-routes`, or remove the record.
+the agent on on purpose, remove the record (`<state>/channels/owner-routes.json`, as the refusal says); `hermit
+channels accept-routes` does not list these yet. Checked at start only: an owner added live to a running account is
+measured at the next start.
 """
 
 from __future__ import annotations
