@@ -201,7 +201,7 @@ def test_ctrl_c_during_setup_of_a_fresh_state_dir_leaves_nothing(tmp_path: Path)
     term = Terminal(["setup", "--ollama-url", "http://127.0.0.1:9"], env_for(home))
     try:
         term.expect("Ctrl-C stops without saving anything")
-        term.expect("choice [1]: ")
+        term.expect("choice [4]: ")  # Enter: the fake provider (no Ollama, no key: s22 t17)
         interrupt(term)
     except BaseException:
         os.killpg(term.proc.pid, signal.SIGKILL)

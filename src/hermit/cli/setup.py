@@ -199,7 +199,7 @@ def plan_model(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pl
         # Enter keeps what [brackets] show, as the first line says: on a second run that is the current model,
         # not the first option (which switched a working model to Anthropic and asked for its key).
         kind = ui.choose("Which language model should Hermit talk to?", options,
-                         default=len(options) if current else 1)
+                         default=len(options) if current else _first_use(options))
         if kind == "keep":
             return
     name = args.name or {"openai-compatible": "custom"}.get(kind, kind)
@@ -232,7 +232,17 @@ def plan_model(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Pl
         plan.fake_start = fake_start_command(base_url or FAKE_URL, script)
         plan.notes.append(f"the fake provider answers with canned replies; it runs in a terminal of its own:\n"
                           f"    {plan.fake_start}\n"
-                          f"  (edit {script.name} to script other replies; docs/guide.md: 'Without a real model')")
+                          f"  (edit {script.name} to script other replies; docs/guide.md: 'Without a real model')\n"
+                          f"  for a real model later: hermit setup --provider anthropic (or openai, ollama, "
+                          f"openai-compatible), the key on a terminal or --api-key-stdin")
+
+
+def _first_use(options: list[tuple[str, str]]) -> int:
+    """Enter's choice with no model yet (no key in the environment either: one would be the current model, kept by
+    Enter): a local Ollama that answers, else the fake provider — never a provider that needs a key nobody has
+    (Anthropic was, and its key was asked for until Ctrl-C)."""
+    kinds = [k for k, _ in options]
+    return kinds.index("ollama" if "ollama" in kinds else "fake") + 1
 
 
 def _ptype(kind: str) -> str:
