@@ -70,12 +70,18 @@ def test_enter_at_a_new_bots_token_adds_no_account_and_the_gateway_can_start(tmp
     assert build_channels(load_config(StatePaths(home)), ChannelDeps(home, {}, time.time)) == []
 
 
-def test_enter_for_another_agents_bot_names_a_bot_of_its_own(tmp_path: Path) -> None:
+def owners_bot_and_family(tmp_path: Path) -> Path:
+    """A home set up with the owner's Telegram bot (account default, owner 4242) and a second agent, family."""
     home = tmp_path / "home"
     made = setup_cli.hermit(home, "setup", "--provider", "fake", "--no-check", "--channel", "telegram",
                             "--token-stdin", "--owner", "4242", stdin=TOKEN + "\n")
     assert made.returncode == 0, made.stderr
     assert setup_cli.hermit(home, "agents", "add", "family").returncode == 0
+    return home
+
+
+def test_enter_for_another_agents_bot_names_a_bot_of_its_own(tmp_path: Path) -> None:
+    home = owners_bot_and_family(tmp_path)
     with terminal(["--agent", "family", "setup", "--no-check"], home) as term:
         term.expect("choice [5]: ")
         term.send("")  # keep the model
@@ -101,11 +107,7 @@ def test_enter_for_another_agents_bot_names_a_bot_of_its_own(tmp_path: Path) -> 
 
 
 def test_an_existing_bot_of_another_agent_is_moved_only_when_asked_for(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    made = setup_cli.hermit(home, "setup", "--provider", "fake", "--no-check", "--channel", "telegram",
-                            "--token-stdin", "--owner", "4242", stdin=TOKEN + "\n")
-    assert made.returncode == 0, made.stderr
-    assert setup_cli.hermit(home, "agents", "add", "family").returncode == 0
+    home = owners_bot_and_family(tmp_path)
     before = (home / "hermit.yaml").read_text()
     for answer in ("", "y"):
         with terminal(["--agent", "family", "setup", "--no-check"], home) as term:
