@@ -13,7 +13,7 @@ import pytest
 
 from hermit.memory.search import vector_int8
 from hermit.memory.search.tuning import DEFAULT_TUNING
-from hermit.memory.search.vector_int8 import Int8Copy, Int8Pass, quantise
+from hermit.memory.search.vector_int8 import Int8Copy, Int8Pass, quantise, query_levels
 from hermit.memory.search.vectors import MatrixPass, VectorMatrix
 
 D = 384
@@ -72,8 +72,8 @@ def test_the_int8_pass_gives_the_float32_top_k(shape: str) -> None:
             for (i, a), (j, b) in zip(got, want, strict=True):
                 assert abs(a - b) < 1e-6 and (i == j or abs(float(exact[i - 1000]) - b) < 1e-6)
             assert p.rescored < n  # not a second full pass
-    if shape in ("gaussian", "e5-like"):
-        assert p.rescored < n // 20
+    if shape in ("gaussian", "e5-like"):  # a 7-bit query (a CPU without VNNI) has twice its residual
+        assert p.rescored < (n // 20 if query_levels() == 127 else n // 10)
     # Otherwise (rows a hair apart, or dimensions of very different sizes) the bounds are loose and
     # many rows are scored again: still the exact top-k, at up to a float32 pass's cost.
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from hermit.durable import write_atomic
 from hermit.memory.embedders.e5_weights import E5Tokenizer, E5Weights, Encoded
+from hermit.memory.onnxrt import int8_levels
 
 Kind = Literal["fp32", "int8", "q4"]
 GRAPH_VERSION = "1"  # bump when the graph built here changes: the cached file's name changes with it
@@ -73,8 +74,9 @@ def build_graph(w: E5Weights, kind: Kind) -> bytes:
 
     def q8(name: str, wt: np.ndarray) -> tuple[str, str, str]:
         """Symmetric int8 per output column of `wt` (nin, nout): weights, scales, zero points."""
-        scale = np.maximum(np.abs(wt).max(axis=0), 1e-12) / 127.0
-        q = np.clip(np.rint(wt / scale), -127, 127).astype(np.int8)
+        levels = int8_levels()  # 63 where the CPU's u8 × s8 kernel sums in int16 (memory/onnxrt.py)
+        scale = np.maximum(np.abs(wt).max(axis=0), 1e-12) / levels
+        q = np.clip(np.rint(wt / scale), -levels, levels).astype(np.int8)
         return (init(name + ".q", q), init(name + ".s", scale.astype(np.float32)),
                 init(name + ".z", np.zeros(wt.shape[1], np.int8)))
 
@@ -173,7 +175,8 @@ def build_graph(w: E5Weights, kind: Kind) -> bytes:
 
 
 def graph_key(model_sha256: str, kind: Kind) -> str:
-    return hashlib.sha256(f"{model_sha256}|{kind}|{GRAPH_VERSION}".encode()).hexdigest()[:16]
+    levels = "|63" if kind == "int8" and int8_levels() == 63 else ""  # 7-bit weights where the CPU needs them
+    return hashlib.sha256(f"{model_sha256}|{kind}|{GRAPH_VERSION}{levels}".encode()).hexdigest()[:16]
 
 
 class OnnxE5:

@@ -3,7 +3,7 @@
 The float32 pass over 100k × 384 vectors reads 154 MB per search (~11 ms of one core, the largest CPU
 cost of a search after the query embedding and the keyword leg). Here each row is also kept as int8
 with a scale of its own, the query is quantised the same way, and onnxruntime's MatMulInteger (u8 × s8
-kernels: AVX2 / AVX-512 VNNI) gives every row an approximate cosine and a bound on its error. e5's
+kernels: AVX2 / AVX-512 VNNI; the query in 7 bits so that no kernel's int16 sums saturate) gives every row an approximate cosine and a bound on its error. e5's
 vectors share a large common part (unrelated texts meet at cosine ~0.8), so what is quantised is each
 row's difference from the rows' mean c (its norm ~0.5: half the error), and row·q = c·q + (row − c)·q:
 
@@ -65,6 +65,14 @@ def _session() -> Any:
             _SESSION = ort.InferenceSession(model.SerializeToString(), sess_options=opts,
                                             providers=["CPUExecutionProvider"])
         return _SESSION
+
+
+def query_levels() -> float:
+    """The query's largest int8 level (memory/onnxrt.int8_levels): with 63, on a CPU without VNNI, the bound
+    counts the query's larger residual, so the top-k stays exact (more rows re-scored)."""
+    from hermit.memory.onnxrt import int8_levels
+
+    return int8_levels()
 
 
 def available() -> bool:
@@ -143,8 +151,9 @@ class Int8Pass:
         self.copy, self.mat, self.q = copy, mat, np.asarray(q, dtype=np.float32)
         self.busy_ms = 0.0
         self.rescored = 0
-        qs = max(float(np.abs(self.q).max(initial=0.0)), 1e-12) / 127.0
-        qi = np.clip(np.rint(self.q / qs), -127, 127)
+        levels = query_levels()
+        qs = max(float(np.abs(self.q).max(initial=0.0)), 1e-12) / levels
+        qi = np.clip(np.rint(self.q / qs), -levels, levels)
         self._qs, self._qi = qs, qi.astype(np.int8).reshape(-1, 1)
         self._q_residual = float(np.linalg.norm(self.q - qi * qs))
         self._dots = np.empty(len(copy), np.int32)
