@@ -69,7 +69,10 @@ def record(agents: Sequence[_Agent], paths: StatePaths) -> None:
     for agent_id, where in mine.items():
         if where not in merged.setdefault(agent_id, []):
             merged[agent_id].append(where)
-    if merged != recorded and paths.home.is_dir():
+    # Nothing to guard before any agent ran or any workspace exists (a config written before `hermit init`): a
+    # command that only says "run init" leaves the state dir as it found it; the first load after init records.
+    exists = path.parent.is_dir() or any(os.path.isdir(where) for where in mine.values())
+    if merged != recorded and exists and paths.home.is_dir():
         # Another user's state dir read (uid 65534 given root's home): nothing recorded, nothing refused.
         with contextlib.suppress(OSError):
             path.parent.mkdir(mode=0o700, exist_ok=True)
