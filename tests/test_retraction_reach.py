@@ -205,21 +205,23 @@ def test_a_reply_a_running_turn_wrote_after_the_scrub_is_scrubbed_when_the_messa
 KILLED_CHILD = r"""
 import os, signal, sys
 from pathlib import Path
-import hermit.sessions.scrub as scrub
+import hermit.durable as durable
 from hermit.sessions.retraction import retract_in
 from hermit.sessions.transcript import Transcript
 
 path, point = Path(sys.argv[1]), sys.argv[2]
 if point == "writing":
-    real = scrub.write_all
+    real = durable.write_all
     def write_all(fd, data, **kw):
+        if ".tmp" not in os.readlink(f"/proc/self/fd/{fd}"):  # not the scrub's new file (its write_atomic temp)
+            return real(fd, data, **kw)
         real(fd, data[: len(data) // 2], fsync=True)  # half of the new file on disk, then killed
         os.kill(os.getpid(), signal.SIGKILL)
-    scrub.write_all = write_all
+    durable.write_all = write_all
 else:
     def fsync_dir(directory):  # the new file has the name; the `retracted` entry is not written yet
         os.kill(os.getpid(), signal.SIGKILL)
-    scrub.fsync_dir = fsync_dir
+    durable.fsync_dir = fsync_dir
 retract_in(Transcript.open(path), "telegram:default:1", None)
 print("not killed")
 """
@@ -267,14 +269,14 @@ def test_a_kill_mid_scrub_leaves_the_old_transcript_or_the_new_one_and_the_delet
 def test_an_append_waiting_while_the_transcript_is_scrubbed_lands_in_the_new_file(tmp_path: Path) -> None:
     """A turn appending while a delete is scrubbed: it opened the old file, then waited for the lock the scrub
     held while it put the new file in its place. Its entry went to the old file, gone with its name."""
-    import hermit.sessions.scrub as scrub
+    import hermit.durable as durable
     import hermit.sessions.transcript as transcript_module
     from hermit.sessions.retraction import retract_in
 
     path = tmp_path / "sessions" / "s1.jsonl"
     _transcript(path)
     waiting = threading.Event()
-    real_lock, real_write = transcript_module.lock_fd, scrub.write_all
+    real_lock, real_write = transcript_module.lock_fd, durable.write_all
     other = Transcript.open(path, fsync=False)
     appended: list[BaseException | None] = []
 
@@ -293,18 +295,19 @@ def test_an_append_waiting_while_the_transcript_is_scrubbed_lands_in_the_new_fil
     thread = threading.Thread(target=append, name="appender")
 
     def write_all(fd: int, data: bytes, **kw: Any) -> None:
-        thread.start()
-        assert waiting.wait(10)
+        if threading.current_thread().name != "appender" and not thread.is_alive() and not appended:
+            thread.start()  # the scrub's new file (its write_atomic): the append now waits for the scrub's lock
+            assert waiting.wait(10)
         real_write(fd, data, **kw)
 
     transcript_module.lock_fd = lock_fd  # type: ignore[assignment]
-    scrub.write_all = write_all  # type: ignore[assignment]
+    durable.write_all = write_all  # type: ignore[assignment]
     try:
         assert retract_in(Transcript.open(path, fsync=False), "telegram:default:1", None)
         thread.join(10)
     finally:
         transcript_module.lock_fd = real_lock
-        scrub.write_all = real_write
+        durable.write_all = real_write
     assert appended == [None]
     read = read_transcript(path)
     texts = [str(e.message) for e in read.entries if hasattr(e, "message")]

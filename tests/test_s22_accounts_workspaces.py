@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from channelhelpers import run
-from hermit.config import StatePaths, load_config
+from hermit.config import StatePaths, load_config, workspaces_check
 from hermit.errors import ConfigError
 from hermit.gateway.live_config import LiveConfig
 from hermit.testing.fake_provider import FakeProvider
@@ -107,7 +107,9 @@ def test_the_check_holds_live_and_a_workspace_moved_on_purpose_goes_through(tmp_
         os.replace(tmp, home / "hermit.yaml")
 
     config([{"id": "main", "default": True}, {"id": "family"}])
-    live = LiveConfig(load_config(StatePaths(home)))
+    first = load_config(StatePaths(home))
+    workspaces_check.record(first.agents, first.paths)  # as the gateway does at its start
+    live = LiveConfig(first)
     record = home / "agents" / "workspaces.json"
     assert oct(record.stat().st_mode & 0o777) == "0o600"
     config([{"id": "main", "default": True}, {"id": "kid", "workspace": str(home / "workspace-family")}])

@@ -85,6 +85,7 @@ def configure_dashboard(d: argparse.ArgumentParser) -> None:
 
 def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
     from hermit.cli.assistant import build_runtime
+    from hermit.config import workspaces_check
     from hermit.gateway import owner_routes
     from hermit.gateway.logs import setup_logging
     from hermit.gateway.supervisor import Gateway
@@ -109,7 +110,12 @@ def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
         runtimes = {a.id: build_runtime(ctx, a, long_lived=True) for a in loaded.agents}
         gateway = Gateway(loaded, ctx.home, ctx.environ, runtimes, token, host=host, port=port)
         owner_routes.record(ctx.home, loaded)
-        gateway.live.listen(lambda new: owner_routes.record(ctx.home, new, loaded))
+        # Which workspace each agent reached people with (config/workspaces_check.py): recorded by the gateway, which
+        # lets others in, at its start and at each reload it applies — not by every command, which would write the
+        # state dir on each `hermit memory search`.
+        workspaces_check.record(loaded.agents, loaded.paths)
+        gateway.live.listen(lambda new: (owner_routes.record(ctx.home, new, loaded),
+                                         workspaces_check.record(new.agents, new.paths)))
 
         def ready(url: str) -> None:
             # No token here: under systemd stdout is the journal, readable by more than the owner.

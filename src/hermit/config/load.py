@@ -550,6 +550,4 @@ def load_config(paths: StatePaths, explicit: Path | None = None) -> LoadedConfig
                           f"check what it says, then make it yours: chown $(id -u) {source} && chmod 600 {source}")
     is_yaml = source.suffix.lower() in (".yaml", ".yml")
     data, where = parse_config_text(text, str(source), is_yaml)
-    loaded = build_config(data, paths, source, where)
-    workspaces_check.record(loaded.agents, paths)
-    return loaded
+    return build_config(data, paths, source, where)

@@ -28,6 +28,8 @@ problem; the next valid save is applied with no restart.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import threading
@@ -358,6 +360,7 @@ class LiveAccess:
         self.clock = clock
         self.environ = environ  # the gateway's: which bot each account is (channels/account_identity.py)
         self._lock = threading.Lock()
+        self._had: set[str] = set()  # platforms with accounts in a config this gateway applied
         self._view = self._build(live.last_good())
 
     def _build(self, loaded: LoadedConfig) -> AccessView:
@@ -371,6 +374,16 @@ class LiveAccess:
         from hermit.config.channels import platforms
 
         present = {p: set(loaded.config.channels.accounts_of(p)) for p in platforms()}
+        # Only platforms that had accounts: in this config, the one before it, or a record of an earlier start. A
+        # code someone asked for on a platform the owner never set up here (a seeded pairing.json) is left alone.
+        had = {p for p, accounts in present.items() if accounts} | self._had
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            from hermit.channels.account_identity import RECORD
+
+            seen = json.loads((self.store.dir / RECORD).read_text(encoding="utf-8")).get("accounts") or {}
+            had |= {key.split("/", 1)[0] for key in seen}
+        self._had = had
+        present = {p: accounts for p, accounts in present.items() if p in had}
         try:
             for line in self.store.retire_absent(present):
                 log.warning("channel account removed from the config: %s", line)
