@@ -114,8 +114,12 @@ def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
         # lets others in, at its start and at each reload it applies — not by every command, which would write the
         # state dir on each `hermit memory search`.
         workspaces_check.record(loaded.agents, loaded.paths)
-        gateway.live.listen(lambda new: (owner_routes.record(ctx.home, new, loaded),
-                                         workspaces_check.record(new.agents, new.paths)))
+
+        def applied(new: Any) -> None:  # a LoadedConfig the gateway applied
+            owner_routes.record(ctx.home, new, loaded)
+            workspaces_check.record(new.agents, new.paths)
+
+        gateway.live.listen(applied)
 
         def ready(url: str) -> None:
             # No token here: under systemd stdout is the journal, readable by more than the owner.
