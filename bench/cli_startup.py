@@ -69,13 +69,7 @@ def _top_imports_of(src: Path, home: Path, argv: list[str], n: int = 5) -> list[
     """The largest imports `hermit ARGV` makes, by cumulative time, each not inside another one listed."""
     err = subprocess.run([sys.executable, "-X", "importtime", "-m", "hermit", *argv], env=_state_env(src, home),
                          capture_output=True, text=True, stdin=subprocess.DEVNULL).stderr
-    rows = []
-    for line in err.splitlines():
-        parts = line.split("|")
-        if len(parts) == 3 and parts[1].strip().isdigit():
-            rows.append((parts[2].rstrip(), int(parts[1])))
-    top_level = [(name.strip(), us) for name, us in rows if not name.startswith("  ")]
-    return sorted(top_level, key=lambda r: -r[1])[:n]
+    return _largest(err, "  ", n)
 
 
 def _top_imports(src: Path, n: int = 8) -> list[tuple[str, int]]:
@@ -83,13 +77,19 @@ def _top_imports(src: Path, n: int = 8) -> list[tuple[str, int]]:
     code = "import sys; from hermit.cli.main import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass"
     err = subprocess.run([sys.executable, "-X", "importtime", "-c", code], env=env, capture_output=True,
                          text=True).stderr
+    return _largest(err, "    ", n)
+
+
+def _largest(err: str, nested: str, n: int) -> list[tuple[str, int]]:
+    """The n largest imports of `-X importtime` output by cumulative time, leaving out names indented by `nested`
+    (each level indents two spaces after one: "  " keeps the top level only, "    " one level more)."""
     rows = []
     for line in err.splitlines():
         parts = line.split("|")
         if len(parts) == 3 and parts[1].strip().isdigit():
             rows.append((parts[2].rstrip(), int(parts[1])))
-    top_level = [(name.strip(), us) for name, us in rows if not name.startswith("    ")]
-    return sorted(top_level, key=lambda r: -r[1])[:n]
+    kept = [(name.strip(), us) for name, us in rows if not name.startswith(nested)]
+    return sorted(kept, key=lambda r: -r[1])[:n]
 
 
 def _extract(ref: str, into: Path) -> Path:
