@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import sys
 from collections.abc import Callable
 
 from hermit.errors import ConfigError
@@ -53,3 +54,12 @@ class Prompter:
             return default
         answer = self._ask(f"{question} [{'Y/n' if default else 'y/N'}]: ").strip().lower()
         return default if not answer else answer.startswith("y")
+
+
+def read_stdin_line(what: str, flag: str) -> str:
+    """One answer piped in on stdin (--api-key-stdin, --token-stdin, --secret-stdin FIELD); none is an error."""
+    line = sys.stdin.readline().strip()
+    if not line:
+        raise ConfigError(f"no {what} on stdin", f"pipe it in, one line each: printf '%s\\n' \"$KEY\" | hermit setup … "
+                          f"{flag}")
+    return line
