@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from channeldrivers import TelegramDriver
 from channelhelpers import run
 from hermit.config import StatePaths, load_config, workspaces_check
 from hermit.errors import ConfigError
@@ -44,6 +45,21 @@ def save(home: Path, provider: FakeProvider, agents: list[dict[str, Any]], accou
     tmp = home / "hermit.yaml.tmp"
     tmp.write_text(yaml.safe_dump(cfg), encoding="utf-8")
     os.replace(tmp, home / "hermit.yaml")
+
+
+async def start_and_ask(home: Path, env: dict[str, str], d: TelegramDriver, sender: str,
+                        provider: FakeProvider) -> tuple[int | None, str, list[str]]:
+    """Start the gateway on the edited config and DM bot2 as `sender`: the gateway's exit code (None when it never
+    ran), its stderr, and every request the model was sent."""
+    gw = Gateway(home, env)
+    try:
+        await gw.start()
+        await dm(d, "bot2", sender, "what do you remember?")
+    except AssertionError:
+        pass  # the gateway exited instead of starting
+    finally:
+        code = await gw.stop() if gw.proc is not None else None
+    return code, gw.stderr.read_text(), [json.dumps(r.body) for r in provider.requests]
 
 
 @pytest.mark.parametrize("where", ["the owner's former main workspace", "a removed agent's workspace",
@@ -77,15 +93,7 @@ def test_a_new_agent_given_a_workspace_another_agent_used_is_refused_at_start(tm
                 save(home, provider, [{"id": "home", "default": True}, {"id": "kid", "workspace": str(given)}],
                      {"kidbot": {**kidbot, "owners": [KID], "dm_policy": "allowlist"}},
                      [{"agent_id": "kid", "match": {"channel": "telegram", "account_id": "kidbot"}}])
-                gw = Gateway(home, env)
-                try:
-                    await gw.start()
-                    await dm(d, "bot2", KID, "what do you remember?")
-                except AssertionError:
-                    pass  # the gateway exited instead of starting
-                finally:
-                    code = await gw.stop() if gw.proc is not None else None
-                return code, gw.stderr.read_text(), [json.dumps(r.body) for r in provider.requests]
+                return await start_and_ask(home, env, d, KID, provider)
             finally:
                 await d.stop()
 
@@ -158,15 +166,7 @@ def test_an_agent_added_again_for_someone_else_does_not_hand_them_its_memory(tmp
                 save(home, provider, [{"id": "main", "default": True}], {}, [])  # edit: family removed
                 save(home, provider, agents, {"fam2": fam2},  # edit: added again, for someone else's bot
                      [{"agent_id": "family", "match": {"channel": "telegram", "account_id": "fam2"}}])
-                gw = Gateway(home, env)
-                try:
-                    await gw.start()
-                    await dm(d, "bot2", stranger, "what do you remember?")
-                except AssertionError:
-                    pass  # the gateway exited instead of starting
-                finally:
-                    code = await gw.stop() if gw.proc is not None else None
-                return code, gw.stderr.read_text(), [json.dumps(r.body) for r in provider.requests]
+                return await start_and_ask(home, env, d, stranger, provider)
             finally:
                 await d.stop()
 
