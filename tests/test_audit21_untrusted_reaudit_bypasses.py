@@ -203,19 +203,21 @@ def test_the_owners_normal_work_in_a_session_that_read_a_page(tmp_path: Path) ->
     rt, _, _ = setup(tmp_path, [
         call("exec", command=f"cat {page}"),
         call("write", path="memory/example-com.md", content=f"# example.com\n\n{RULE}\n"),  # the owner asked
-        call("write", path="HEARTBEAT.md", content=f"- {own}\n{quoted}\n", append=True),
+        call("write", path="HEARTBEAT.md", content=f"- {own}\n", append=True),
+        call("write", path="MEMORY.md", content=f"{quoted}\n", append=True),  # kept in memory, not followed (s23)
         call("exec", command="grep -h 'kiwi' MEMORY.md >> AGENTS.md"),  # the owner's own line, moved
         "Saved.",
         call("write", path="HEARTBEAT.md", content="- water the plants every Monday at nine sharp\n", append=True),
         "Added."])
-    first = rt.run_turn(MAIN, f"save example.com's page in my notes, quote its note in the heartbeat, and add: {own}"
+    first = rt.run_turn(MAIN, f"save example.com's page in my notes, quote its note in my memory, and add: {own}"
                               " Copy my kiwi line to AGENTS.md too.")
     assert not any(r.is_error for r in first.tool_calls), [r.result[:160] for r in first.tool_calls]
     second = rt.run_turn(MAIN, "add: water the plants every Monday at nine sharp")
     assert not second.tool_calls[0].is_error, second.tool_calls[0].result
     ws = rt.agent.workspace
     heartbeat = (ws / "HEARTBEAT.md").read_text(encoding="utf-8")
-    assert own in heartbeat and quoted in heartbeat and "water the plants" in heartbeat
+    assert own in heartbeat and quoted in (ws / "MEMORY.md").read_text(encoding="utf-8") and "water the plants" in \
+        heartbeat
     assert CANARY in (ws / "AGENTS.md").read_text(encoding="utf-8")
     assert RULE in (ws / "memory" / "example-com.md").read_text(encoding="utf-8")
 

@@ -39,6 +39,7 @@ of that source, and a turn that reads it back (memory_get, read, memory_search) 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections.abc import Iterable
@@ -47,6 +48,8 @@ from pathlib import Path
 
 from hermit.agent.reader_words import fold, words
 from hermit.durable import write_atomic
+
+log = logging.getLogger(__name__)
 
 # A line may be the owner's with a word or so of the model's own ("Reminder:", "Time to …"): one in four, at least one.
 SPARE = 4
@@ -140,11 +143,23 @@ class Note:
     at: float
 
 
+# The ledger could not be read (session 23, t4): which notes came from elsewhere is unknown, so none is the owner's.
+LOST = ("a note under memory/ (the record of which notes were written from text nobody here wrote, "
+        "untrusted-notes.json, could not be read: none counts as your user's words)")
+
+
 class NoteLedger:
-    """The notes under memory/ written from untrusted text, kept across turns, compactions and /new."""
+    """The notes under memory/ written from untrusted text, kept across turns, compactions and /new.
+
+    A ledger that is there but cannot be read — truncated, not JSON, not a list of notes — fails closed (`lost`):
+    it forgot which notes were a page's, so the guard holds every note to be no one's (untrusted_words.py), and the
+    ledger written next keeps saying so (a {"lost": …} row), until the owner removes untrusted-notes.json. Before
+    (d141dae) it was read as empty: the page's note became the owner's memory again. A ledger removed altogether
+    is a fresh agent's and cannot be told from one (the job that could remove it runs as the owner)."""
 
     def __init__(self, state: Path | None) -> None:
         self._path = None if state is None else state / NOTES_FILE
+        self.lost = False
         self.notes: list[Note] = self._load()
 
     def _load(self) -> list[Note]:
@@ -152,12 +167,19 @@ class NoteLedger:
             return []
         try:
             rows = json.loads(self._path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except FileNotFoundError:
             return []
+        except (OSError, ValueError):
+            rows = None
         out = []
+        self.lost = not isinstance(rows, list)
         for r in rows if isinstance(rows, list) else []:
             if isinstance(r, dict) and isinstance(r.get("text"), str) and isinstance(r.get("source"), str):
                 out.append(Note(r["text"], r["source"], float(r.get("at", 0))))
+            else:
+                self.lost = True  # a row cut short or made up: the rest may be gone
+        if self.lost:
+            log.warning("%s could not be read: every note under memory/ is held to be no one's", self._path)
         return out
 
     def add(self, lines: Iterable[str], source: str) -> None:
@@ -168,7 +190,9 @@ class NoteLedger:
             return
         self.notes = [*self.notes, *fresh][-MAX_NOTES:]
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        data = json.dumps([{"text": n.text, "source": n.source, "at": n.at} for n in self.notes], ensure_ascii=False)
+        rows: list[dict[str, object]] = [{"lost": now}] if self.lost else []
+        rows += [{"text": n.text, "source": n.source, "at": n.at} for n in self.notes]
+        data = json.dumps(rows, ensure_ascii=False)
         write_atomic(self._path, data.encode("utf-8"), mode=0o600, keep_mode=False)
 
     def by_source(self) -> dict[str, str]:

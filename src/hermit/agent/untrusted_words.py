@@ -41,8 +41,8 @@ leave a job behind arms a watch: the instruction files are looked at again at ea
 change made outside any turn is set aside, not followed.
 
 What it does not catch: a paraphrase that reuses the owner's own words (one word in four may be new); a line
-attributed to a real-sounding source at the page's request ("(from example.com) …" stays in the file, marked as the
-page's); a paraphrase of a note after its turn, in a turn that reads nothing (from a compaction summary); a detached
+attributed to a real-sounding source at the page's request is kept in MEMORY.md, USER.md or a note, marked as the
+page's, never in a file that is followed (untrusted_followed.py, t4); a paraphrase of a note after its turn, in a turn that reads nothing (from a compaction summary); a detached
 job that reads as none and leaves the workspace, or writes after a day; what the owner's shell sends elsewhere (see
 docs/security.md); the flush has its own guard (forwarded_words.GuardedTools) and no shell.
 """
@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,9 @@ from hermit.agent.forwarded_words import (
 )
 from hermit.agent.forwarded_words import _words as _plain_words
 from hermit.agent.reader_words import INVISIBLE, fold, normal, words
+from hermit.agent.untrusted_followed import changed_since as _changed_since
+from hermit.agent.untrusted_followed import followed, read_text, said_elsewhere
+from hermit.agent.untrusted_followed import lines_of as _lines
 from hermit.agent.untrusted_standing import NoteLedger, attributed, keys_of, owner_words, unowned
 from hermit.agent.untrusted_watch import Was as _Was
 from hermit.agent.untrusted_watch import arm, armed, detaching, keep, put_back, running_here
@@ -165,6 +168,9 @@ class UntrustedGuard(ToolRunner):
         self._others = False
         self._ledger = NoteLedger(state)
         self._noted = [Brought(source, text) for source, text in self._ledger.by_source().items()]
+        if self._ledger.lost:  # which notes were a page's is unknown: none is the owner's (t4)
+            self._noted.append(Brought(standing.LOST, "\n".join(_read(Path(f.path)) for f in list_memory_files(
+                self._workspace, [])[0] if Path(f.path).parent != self._workspace)))
         self._recording = False
         self._state = state
         self._running: set[int] | None = None  # before a command of a turn that read others' text
@@ -327,7 +333,7 @@ class UntrustedGuard(ToolRunner):
         where, text, kept = target
         # a command's text is checked for copies here; what it writes, after it ran (`_undo`)
         known = self._known(*kept) if self._tainted() and call.name not in _SHELL else None
-        if not self._watching() and known is None:
+        if not self._watching() and known is None and not followed(where):
             return None
         return self._check(where, [ln for ln in text.splitlines() if ln.strip() and ln.strip() not in kept], known)
 
@@ -351,6 +357,8 @@ class UntrustedGuard(ToolRunner):
 
     def _check(self, where: str, new: list[str], known: set[str] | None = None,
                was: dict[str, str] | None = None) -> str | None:
+        if (said := said_elsewhere(where, new, self._own_text, MARKERS)) is not None:
+            return said  # a followed file or job: a source's words, even attributed, are not written (t4)
         owners: list[set[tuple[str, ...]]] = []  # read once per check, at the first line that needs it
         if was is not None:
             owners.append(self._owners(was))  # after a command: the owner's memory as it was before it
@@ -581,20 +589,5 @@ class UntrustedGuard(ToolRunner):
             and attributed(line, MARKERS)
 
 
-def _lines(text: str) -> Iterable[str]:
-    return (ln.strip() for ln in text.splitlines() if ln.strip())
-
-
-def _changed_since(path: Path, start: int) -> bool:
-    try:
-        return os.stat(path).st_mtime_ns >= start
-    except OSError:
-        return False
-
-
 def _read(path: Path, limit: int = OWN_BYTES) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(max(limit, 0))
-    except OSError:
-        return ""
+    return read_text(path, limit)
