@@ -50,7 +50,7 @@ class Hnsw:
         if self.exists() or s.vector_count() < s.cfg.hnsw_threshold:
             return
         s.conn.execute(f"create index if not exists {HNSW_INDEX} on {s.s}.chunks_vec using hnsw"
-                       f" (embedding vector_cosine_ops) with (m = {int(s.cfg.hnsw_m)},"
+                       f" (embedding {s.v}.vector_cosine_ops) with (m = {int(s.cfg.hnsw_m)},"
                        f" ef_construction = {int(s.cfg.hnsw_ef_construction)})")
 
     def recall(self, sample: int = 50, k: int = 10) -> float | None:

@@ -106,9 +106,7 @@ def connect(dsn: str, *, timeout_s: int = 10, dsn_env: str = "the DSN") -> PgCon
                          "check that the server runs and accepts this user; the DSN itself is never shown") from None
     try:
         ensure_vector_extension(conn, where)
-        from pgvector.psycopg import register_vector
-
-        register_vector(conn)
+        pin_search_path(conn)
     except ImportError:
         conn.close()
         raise StoreError("the postgres memory store needs the pgvector package",
@@ -117,6 +115,29 @@ def connect(dsn: str, *, timeout_s: int = 10, dsn_env: str = "the DSN") -> PgCon
         conn.close()
         raise
     return conn
+
+
+def pin_search_path(conn: PgConn) -> None:
+    """Resolve every unqualified name of this connection in pg_catalog only, and pgvector's type, operator and
+    operator class through the schema its extension is in (`conn.vector_schema`, quoted: the store writes
+    `OPERATOR(<it>.<=>)`, `<it>.vector(n)`, `<it>.vector_cosine_ops`).
+
+    The server's default search_path is `"$user", public`: a schema named like the role Hermit connects as comes
+    first. Another role allowed to create schemas in the database (each person sharing one has that right)
+    could create that schema, grant its use, and put in it an operator `<=>` for two vectors, a type `vector`
+    or a function shadowing one the store calls: every search would run it with Hermit's privileges over the
+    agent's tables, and one `insert into <its table> select text from hermit_main.chunks` copies every note,
+    owner-only ones too, or its distances reorder what a search returns. pg_temp is named last so that it is
+    never searched before pg_catalog; no function or operator is looked up there."""
+    from pgvector.psycopg.vector import register_vector_info
+    from psycopg.types import TypeInfo
+
+    conn.execute("set search_path = pg_catalog, pg_temp")
+    row = conn.execute("select n.nspname from pg_catalog.pg_extension e join pg_catalog.pg_namespace n"
+                       " on n.oid = e.extnamespace where e.extname = 'vector'").fetchone()
+    ext = qi(str(row[0])) if row else "public"
+    conn.vector_schema = ext
+    register_vector_info(conn, TypeInfo.fetch(conn, f"{ext}.vector"))  # the one pgvector type the store uses
 
 
 # A rebuild's staging schema is marked in its meta table when it is created (`staging_of`), and the live

@@ -64,6 +64,8 @@ class PgStore:
         self.hnsw = Hnsw(self)
         self.keyword = PgKeyword(self)
         self._conn = connect(dsn, timeout_s=cfg.connect_timeout_s, dsn_env=dsn_env)
+        # pgvector's schema, quoted: its type, operator and operator class are named through it (schema.pin_search_path)
+        self.v: str = self._conn.vector_schema
         # The vector leg's own connection (opened by the first KNN): a search runs its KNN in a worker
         # thread while its keyword leg's SQL runs on `conn` (memory.search.hybrid), the two in parallel
         # in the server instead of one after the other on one socket.
@@ -202,7 +204,7 @@ class PgStore:
     def _ensure_vec_table(self, dims: int) -> None:
         if not self._has_vec_table():
             self.conn.execute(f"create table if not exists {self.s}.chunks_vec(id bigint primary key references"
-                              f" {self.s}.chunks(id) on delete cascade, embedding vector({int(dims)}) not null)")
+                              f" {self.s}.chunks(id) on delete cascade, embedding {self.v}.vector({int(dims)}) not null)")
             if self._view is not None:
                 self._view.pop("vec", None)
 
@@ -368,7 +370,7 @@ class PgStore:
         conn = self.knn_conn
         self.hnsw.set_ef(conn, k)
         q = np.asarray(query, dtype=np.float32)
-        knn = f"select id, embedding <=> %s as d from {self.s}.chunks_vec order by d limit %s"
+        knn = f"select id, embedding operator({self.v}.<=>) %s as d from {self.s}.chunks_vec order by d limit %s"
         if self._view is None:
             return [(int(i), 1.0 - float(d)) for i, d in conn.execute(knn, (q, int(k)))]
         # Inside a search's view the hits' rows come with them (beside the keyword leg, kept for
@@ -393,7 +395,7 @@ class PgStore:
     def vec_scores(self, query: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
         if not ids or not self._has_vec_table():
             return {}
-        rows = self.conn.execute(f"select id, 1 - (embedding <=> %s) from {self.s}.chunks_vec where id = any(%s)",
+        rows = self.conn.execute(f"select id, 1 - (embedding operator({self.v}.<=>) %s) from {self.s}.chunks_vec where id = any(%s)",
                                  (np.asarray(query, dtype=np.float32), [int(i) for i in ids]))
         return {int(i): float(s) for i, s in rows}
 
