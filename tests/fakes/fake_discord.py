@@ -48,6 +48,14 @@ class FakeDiscord(FakePlatform):
         # GET /channels/{id} (a channel discord.py does not cache) answers 404 Unknown Channel; while this event is
         # set to an unset one, the answer is held until it is set (a lookup Discord is slow to answer).
         self.channel_lookups_held: asyncio.Event | None = None
+        # What each channel holds now, by channel id then message id (GET /channels/{id}/messages reads it): `say`
+        # adds, `delete` removes.
+        self.messages: dict[str, dict[str, dict[str, Any]]] = {}
+        # A RESUME after a dropped socket answered as Discord does when the session is gone (op 9, not resumable):
+        # discord.py then IDENTIFYs afresh, and the events sent meanwhile are lost to it.
+        self.refuse_resume = False
+        # Threads READY does not list (archived): GET /channels/{id} serves them, `unarchive` announces one.
+        self.archived_threads: dict[str, dict[str, Any]] = {}
 
     def _snowflake(self) -> str:
         self._next_id += 1
@@ -64,7 +72,7 @@ class FakeDiscord(FakePlatform):
         await self.wait_for(lambda: any(want is None or t == want for t in self._socket_token.values()))
         mid = self._snowflake()
         if thread:
-            channel_id = THREAD
+            channel_id = channel_id or THREAD
         elif guild:
             channel_id = channel_id or TEXT_CHANNEL
         else:
@@ -84,8 +92,30 @@ class FakeDiscord(FakePlatform):
                 "embeds": [], "pinned": False, "type": 0}
             msg["message_reference"] = {"message_id": ref["id"], "channel_id": channel_id}
             msg["referenced_message"] = ref
+        self.messages.setdefault(channel_id, {})[mid] = msg
         await self._dispatch("MESSAGE_CREATE", msg, bot_token)
         return mid
+
+    async def delete(self, mid: str, *, tell: bool = True, bot_token: str | None = None) -> None:
+        """Delete a message on the platform; `tell=False`: no MESSAGE_DELETE reaches the bots (one sent while their
+        socket was down, which a failed resume never replays)."""
+        for channel_id, held in self.messages.items():
+            msg = held.pop(mid, None)
+            if msg is not None and tell:
+                data = {"id": mid, "channel_id": channel_id, **({"guild_id": msg["guild_id"]} if "guild_id" in msg
+                                                                  else {})}
+                await self._dispatch("MESSAGE_DELETE", data, bot_token)
+
+    def archive_thread(self, thread_id: str, name: str = "old-plans") -> None:
+        """A public thread of the text channel that READY does not list (archived: discord.py does not cache it)."""
+        self.archived_threads[thread_id] = self._thread(thread_id, name, archived=True)
+
+    async def unarchive(self, thread_id: str, bot_token: str | None = None) -> None:
+        """THREAD_UPDATE for an archived thread a message unarchives (Discord sends it before that message)."""
+        await self.wait_for(lambda: any(bot_token is None or t == bot_token for t in self._socket_token.values()))
+        thread = {**self.archived_threads[thread_id]}
+        thread["thread_metadata"] = {**thread["thread_metadata"], "archived": False}
+        await self._dispatch("THREAD_UPDATE", thread, bot_token)
 
     async def drop_gateway(self) -> None:
         """Close the gateway socket abnormally, as a network failure would."""
@@ -105,6 +135,7 @@ class FakeDiscord(FakePlatform):
         app.router.add_post("/api/v10/users/@me/channels", self._dm_channel)
         app.router.add_post("/api/v10/channels/{channel_id}/messages", self._create_message)
         app.router.add_get("/api/v10/channels/{channel_id}", self._channel)
+        app.router.add_get("/api/v10/channels/{channel_id}/messages", self._history)
         app.router.add_post("/api/v10/channels/{channel_id}/typing", self._typing)
 
     @staticmethod
@@ -158,7 +189,25 @@ class FakeDiscord(FakePlatform):
         self.record("channel", {"channel_id": request.match_info["channel_id"]})
         if self.channel_lookups_held is not None:
             await self.channel_lookups_held.wait()
+        if (thread := self.archived_threads.get(request.match_info["channel_id"])) is not None:
+            return self._json(thread)
         return self._json({"message": "Unknown Channel", "code": 10003}, 404)
+
+    async def _history(self, request: Any) -> Any:
+        """GET /channels/{id}/messages: newest first, as Discord sends them, `after`/`before` exclusive."""
+        stop, _ = await self._guarded("history", request)
+        if stop is not None:
+            return stop
+        cid = request.match_info["channel_id"]
+        q = request.query
+        self.record("history", {"channel_id": cid, **dict(q)})
+        limit = min(int(q.get("limit", "50")), 100)
+        ids = sorted(self.messages.get(cid, {}), key=int)
+        if "after" in q:
+            ids = [i for i in ids if int(i) > int(q["after"])][:limit]
+        else:
+            ids = [i for i in ids if "before" not in q or int(i) < int(q["before"])][-limit:]
+        return self._json([self.messages[cid][i] for i in reversed(ids)])
 
     async def _dm_channel(self, request: Any) -> Any:
         stop, body = await self._guarded("dm_channel", request)
@@ -205,17 +254,21 @@ class FakeDiscord(FakePlatform):
         text = {"id": TEXT_CHANNEL, "type": 0, "name": "general", "position": 0, "guild_id": GUILD_ID,
                 "permission_overwrites": [], "nsfw": False, "parent_id": None, "topic": None,
                 "last_message_id": None, "rate_limit_per_user": 0}
-        thread = {"id": THREAD, "type": 11, "name": "planning", "parent_id": TEXT_CHANNEL, "guild_id": GUILD_ID,
-                  "owner_id": "600000000000000001", "message_count": 0, "member_count": 1,
-                  "rate_limit_per_user": 0, "last_message_id": None, "flags": 0,
-                  "thread_metadata": {"archived": False, "auto_archive_duration": 1440,
-                                      "archive_timestamp": _now(), "locked": False}}
+        thread = self._thread(THREAD, "planning", archived=False)
         return {"id": GUILD_ID, "name": "Team", "icon": None, "owner_id": "600000000000000009", "roles": [],
                 "emojis": [], "stickers": [], "features": [], "member_count": 2, "members": [],
                 "channels": [text], "threads": [thread], "unavailable": False, "large": False,
                 "verification_level": 0, "default_message_notifications": 0, "explicit_content_filter": 0,
                 "mfa_level": 0, "premium_tier": 0, "preferred_locale": "en-US", "nsfw_level": 0,
                 "system_channel_flags": 0, "afk_timeout": 300, "voice_states": [], "presences": []}
+
+    @staticmethod
+    def _thread(thread_id: str, name: str, *, archived: bool) -> dict[str, Any]:
+        return {"id": thread_id, "type": 11, "name": name, "parent_id": TEXT_CHANNEL, "guild_id": GUILD_ID,
+                "owner_id": "600000000000000001", "message_count": 0, "member_count": 1,
+                "rate_limit_per_user": 0, "last_message_id": None, "flags": 0,
+                "thread_metadata": {"archived": archived, "auto_archive_duration": 1440,
+                                    "archive_timestamp": _now(), "locked": False}}
 
     async def _gateway(self, request: Any) -> Any:
         from aiohttp import WSMsgType, web
@@ -232,6 +285,9 @@ class FakeDiscord(FakePlatform):
                 op = msg.get("op")
                 if op == 1:
                     await ws.send_str(json.dumps({"op": 11, "d": None, "s": None, "t": None}))
+                elif op == 6 and self.refuse_resume:
+                    self.record("resume_refused", {})
+                    await ws.send_str(json.dumps({"op": 9, "d": False, "s": None, "t": None}))
                 elif op in (2, 6):  # IDENTIFY, or RESUME answered with a fresh session
                     if op == 2 and msg["d"].get("token") not in self.tokens:
                         await ws.close(code=4004, message=b"Authentication failed.")

@@ -36,6 +36,7 @@ from hermit.channels.base import (
     Typing,
 )
 from hermit.channels.credentials import resolve
+from hermit.channels.discord_missed import Held, HeldChannel, gone, held_path
 from hermit.channels.early_edits import EarlyEdits
 from hermit.channels.forwarded import frame
 from hermit.channels.in_order import Earlier, InOrder, after
@@ -65,6 +66,18 @@ class _Deleted:
     cached_message: Any
 
 
+@dataclass(frozen=True)
+class _Author:
+    id: int
+
+
+@dataclass(frozen=True)
+class _Known:
+    """A held message's author, as discord.py's cached message names it (a delete found missed: `_missed`)."""
+
+    author: _Author
+
+
 class DiscordChannel:
     name = "discord"
     capabilities = ChannelCapabilities(max_chars=2000, max_lines=17, typing=True)
@@ -84,7 +97,10 @@ class DiscordChannel:
         self._sink: InboundSink | None = None
         self._task: asyncio.Task[None] | None = None
         self._dm_channels: dict[str, int] = {}  # user id -> DM channel id
-        self._dm_sightings: dict[int, asyncio.Future[str]] = {}  # DM channel id -> its person, for a lookup in flight
+        # Channel id -> the next message in it, for a lookup of that channel in flight (`_looked_up`).
+        self._sightings: dict[int, asyncio.Future[Any]] = {}
+        # The messages handed on, per channel: looked for at a fresh session (channels/discord_missed.py).
+        self._held = Held(held_path(state_dir, account_id) if state_dir is not None else None)
         self._early_edits = EarlyEdits()  # edits that came while their message's files downloaded
         self._order = InOrder()  # a channel's message handed on after the edits and deletes that came before it
         self._typing = TypingIndicators(self._typing_once, TYPING_REFRESH_SECONDS)
@@ -124,6 +140,11 @@ class DiscordChannel:
             self._tracker.connected(True)
 
         @client.event
+        async def on_connect() -> None:
+            # READY: a fresh session (a start, or a resume Discord refused); a resumed one replays what it missed.
+            await self._missed(client)
+
+        @client.event
         async def on_resumed() -> None:
             self._tracker.connected(True)
 
@@ -139,6 +160,7 @@ class DiscordChannel:
         async def on_raw_message_delete(payload: Any) -> None:
             with self._order.pending(str(payload.channel_id)):
                 await self._on_change(client, payload, None)
+            self._held.drop(str(payload.channel_id), [str(payload.message_id)])
 
         @client.event
         async def on_raw_bulk_message_delete(payload: Any) -> None:
@@ -150,6 +172,7 @@ class DiscordChannel:
                 for message_id in sorted(payload.message_ids, reverse=True):
                     await self._on_change(client, _Deleted(message_id, payload.channel_id, payload.guild_id,
                                                            cached.get(message_id)), None)
+            self._held.drop(str(payload.channel_id), [str(m) for m in payload.message_ids])
 
         @client.event
         async def on_raw_message_edit(payload: Any) -> None:
@@ -232,8 +255,8 @@ class DiscordChannel:
                 thread_id, peer = str(channel.id), str(channel.parent_id)
         if dm:
             self._dm_channels[str(message.author.id)] = channel.id
-            if (seen := self._dm_sightings.pop(channel.id, None)) is not None and not seen.done():
-                seen.set_result(str(message.author.id))  # a delete's lookup of this DM waits for this (_dm_recipient)
+        if (seen := self._sightings.pop(channel.id, None)) is not None and not seen.done():
+            seen.set_result(message)  # a change's lookup of this channel waits for this (`_looked_up`)
         ref = message.reference
         forward = _is_forward(message)
         if forward:
@@ -263,6 +286,7 @@ class DiscordChannel:
         self._tracker.inbound()
         await after(earlier)  # an edit or delete that came before it is taken first (channels/in_order.py)
         await self._sink.publish(msg)
+        self._held.add(str(channel.id), str(guild_id) if guild_id else None, str(message.id), str(message.author.id))
 
     async def _on_change(self, client: Any, payload: Any, data: dict[str, Any] | None) -> None:
         """A message deleted (MESSAGE_DELETE) or edited (MESSAGE_UPDATE: `data`) as a change of the message it
@@ -293,7 +317,10 @@ class DiscordChannel:
             peer = channel_id
             # An archived thread is no longer cached: asked of Discord, or its message's change would look
             # like one in a channel of the thread's id, a session that never had the message.
-            ch = client.get_channel(payload.channel_id) or await self._fetched_channel(client, payload.channel_id)
+            ch = client.get_channel(payload.channel_id)
+            if ch is None:
+                ch, seen = await self._looked_up(client, payload.channel_id)
+                ch = ch if seen is None else seen.channel  # the thread's next message names it (`_looked_up`)
             if isinstance(ch, discord.Thread) and ch.type != discord.ChannelType.private_thread:
                 thread_id, peer = channel_id, str(ch.parent_id)
             elif isinstance(ch, discord.Thread) and ch.parent_id is not None:
@@ -321,25 +348,60 @@ class DiscordChannel:
 
         channel = client.get_channel(channel_id)
         if channel is None:
-            # The next message in that DM names its person too: it ends the wait (it waits for this delete,
-            # channels/in_order.py), rather than a lookup Discord may be slow to answer (up to in_order's bound).
-            seen = self._dm_sightings.setdefault(channel_id, asyncio.get_running_loop().create_future())
-            lookup = asyncio.ensure_future(self._fetched_channel(client, channel_id))
-            try:
-                await asyncio.wait((lookup, seen), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                if self._dm_sightings.get(channel_id) is seen and not seen.done():
-                    del self._dm_sightings[channel_id]
-                if not lookup.done():
-                    lookup.cancel()
-            if seen.done():
-                return seen.result()
-            channel = lookup.result()
+            channel, seen = await self._looked_up(client, channel_id)
+            if seen is not None:
+                return str(seen.author.id)
         recipient = getattr(channel, "recipient", None)
         if not isinstance(channel, discord.DMChannel) or recipient is None:
             return ""
         self._dm_channels[str(recipient.id)] = channel.id
         return str(recipient.id)
+
+    async def _looked_up(self, client: Any, channel_id: int) -> tuple[Any, Any]:
+        """(the channel as Discord says, None), or (None, the next message in it) when that came first. The next
+        message names its channel too — a DM's person, an archived thread (THREAD_UPDATE unarchived it before it) —
+        and it waits for this change (channels/in_order.py): it ends the wait rather than a lookup Discord may be
+        slow to answer, which held it up to in_order's bound (30 s)."""
+        seen = self._sightings.setdefault(channel_id, asyncio.get_running_loop().create_future())
+        lookup = asyncio.ensure_future(self._fetched_channel(client, channel_id))
+        try:
+            await asyncio.wait((lookup, seen), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if self._sightings.get(channel_id) is seen and not seen.done():
+                del self._sightings[channel_id]
+            if not lookup.done():
+                lookup.cancel()
+        return (None, seen.result()) if seen.done() else (lookup.result(), None)
+
+    async def _missed(self, client: Any) -> None:
+        """At a fresh session: the held messages Discord no longer has were deleted while the gateway was away (its
+        events are not replayed), handed on as the deletes they were (channels/discord_missed.py). A channel's next
+        message waits for its channel's look (channels/in_order.py, its bound)."""
+        channels = self._held.channels()
+        holds = {c.channel_id: self._order.pending(c.channel_id) for c in channels}
+        for hold in holds.values():
+            hold.__enter__()  # before any await: a message arriving meanwhile waits
+        try:
+            for c in channels:
+                try:
+                    await self._missed_in(client, c)
+                finally:
+                    holds.pop(c.channel_id).__exit__(None, None, None)
+        finally:
+            for hold in holds.values():
+                hold.__exit__(None, None, None)
+
+    async def _missed_in(self, client: Any, c: HeldChannel) -> None:
+        deleted = await gone(client, c)
+        if not deleted:
+            return
+        log.info("discord %s: %d message(s) deleted while the gateway was away: retracting them", self.account_id,
+                 len(deleted))
+        guild = int(c.guild_id) if c.guild_id else None
+        for mid in deleted:
+            await self._on_change(client, _Deleted(int(mid), int(c.channel_id), guild,
+                                                   _Known(_Author(int(c.messages[mid])))), None)
+        self._held.drop(c.channel_id, deleted)
 
     async def _fetched_channel(self, client: Any, channel_id: int) -> Any:
         """A channel discord.py does not cache, asked of Discord; None when it cannot say (the change is then
