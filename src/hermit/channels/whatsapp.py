@@ -72,6 +72,8 @@ SEEN_IDS_LIMIT = 5_000
 # Received media are fetched before access control runs (a stranger's too), so they are capped like
 # Discord's (25 MB; Telegram's Bot API stops at 20 MB): bigger ones are passed on without their bytes.
 MAX_FILE_BYTES = 25 * 1024 * 1024
+# Senders whose latest handed-on message time is kept (to mark a late redelivery): the most recent ones.
+LATE_SENDERS = 10_000
 
 
 def signature_ok(app_secret: str, body: bytes, header: str) -> bool:
@@ -106,6 +108,7 @@ class WhatsAppChannel:
         self._seen = SeenIds(seen_path, max_age=MAX_MESSAGE_AGE_SECONDS, limit=SEEN_IDS_LIMIT, clock=clock)
         self._early_edits = EarlyEdits()  # edits that came while (or before) their message was handed on
         self._order = BySentTime()  # a chat's messages handed on in the order they were sent
+        self._newest: dict[str, float] = {}  # sender -> the latest send time of their messages handed on (`_late`)
         self._stale_logged = False
         self._group_logged = False
         self._client: httpx.AsyncClient | None = None
@@ -233,6 +236,7 @@ class WhatsAppChannel:
             context = _obj(m.get("context"))
             if context.get("forwarded") or context.get("frequently_forwarded"):
                 text = frame(text, None)  # the Cloud API does not say who wrote a forwarded message
+            text = self._late(sender, sent_at, text)
             msg = InboundMessage(
                 channel=self.name, account_id=self.account_id, peer_kind="dm", peer_id=sender, sender_id=sender,
                 text=text, message_id=mid, sender_name=names.get(sender) or None, attachments=attachments,
@@ -281,6 +285,25 @@ class WhatsAppChannel:
         await self._sink.publish(InboundMessage(
             channel=self.name, account_id=self.account_id, peer_kind="dm", peer_id=sender, sender_id=sender,
             text=text, message_id=original, received_at=sent_at or self._clock(), change="edited"))
+
+    def _late(self, sender: str, sent_at: float | None, text: str) -> str:
+        """A message handed on after one its sender sent later (Meta retries a failed webhook for hours, with
+        growing gaps) is marked: when it was sent, and that it came late. It is not put back among the messages
+        answered since (they were answered, their turns stand); without the mark the model read an hours-old
+        "yes, go ahead" as the answer to whatever it had asked last. The same second cannot be told apart."""
+        if sent_at is None:
+            return text
+        newest = self._newest.pop(sender, sent_at)
+        self._newest[sender] = max(newest, sent_at)  # most recent sender last: the oldest are forgotten first
+        while len(self._newest) > LATE_SENDERS:
+            del self._newest[next(iter(self._newest))]
+        if sent_at >= newest:
+            return text
+        log.info("whatsapp %s: a message came %.0f s after a later one of its chat was handed on", self.account_id,
+                 self._clock() - sent_at)
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(sent_at))
+        note = f"(sent {when}; WhatsApp delivered it late, after later messages of this chat)"
+        return f"{note}\n{text}" if text else note
 
     def _commit_seen(self, mid: str, sent_at: float) -> None:
         """The message was handed on: a failing disk must not make Meta redeliver it (it would be answered
