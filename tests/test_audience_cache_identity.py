@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hermit.memory.policy.audience import OWNER, AudienceMap, Reader
+from hermit.memory.policy.audience import OWNER, Reader
+from hermit.memory.policy.audience_map import AudienceMap
 from hermit.memory.policy.provenance import CLOSE_LINE, Origin, open_line
 from hermit.memory.store.api import ChunkRow
 

@@ -18,7 +18,8 @@ import yaml
 from agenthelpers import offline_tool_runtime
 from agenthelpers import tool_call as call
 from hermit.agent.runtime import AgentRuntime
-from hermit.memory.policy.audience import OWNER, SHARED, UNKNOWN, AudienceMap, line_audiences
+from hermit.memory.policy.audience import OWNER, SHARED, UNKNOWN, line_audiences
+from hermit.memory.policy.audience_map import AudienceMap
 from hermit.memory.service import MemoryKey, MemoryService
 from hermit.sessions.keys import main_session_key
 

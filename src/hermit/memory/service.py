@@ -35,12 +35,12 @@ from hermit.memory.policy.audience import (
     AUDIENCE_RULE,
     NOT_FOUND_OR_NOT_SHARED,
     OWNER_READER,
-    AudienceMap,
     Reader,
     is_private_path,
     unnamed_result,
     visible_text,
 )
+from hermit.memory.policy.audience_map import AudienceMap
 from hermit.memory.policy.paths import RULES as PATH_RULES
 from hermit.memory.policy.paths import resolve_memory_path, safe_extra_roots
 from hermit.memory.policy.privacy import is_hard_linked, is_long_term
