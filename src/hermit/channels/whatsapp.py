@@ -288,7 +288,8 @@ class WhatsAppChannel:
 
     def _late(self, sender: str, sent_at: float | None, text: str) -> str:
         """A message handed on after one its sender sent later (Meta retries a failed webhook for hours, with
-        growing gaps) is marked: when it was sent, and that it came late. It is not put back among the messages
+        growing gaps; or a photo whose download outlasted the 30 s the text after it waits, channels/in_order.py)
+        is marked: when it was sent, and that it came late. It is not put back among the messages
         answered since (they were answered, their turns stand); without the mark the model read an hours-old
         "yes, go ahead" as the answer to whatever it had asked last. The same second cannot be told apart."""
         if sent_at is None:
@@ -302,7 +303,7 @@ class WhatsAppChannel:
         log.info("whatsapp %s: a message came %.0f s after a later one of its chat was handed on", self.account_id,
                  self._clock() - sent_at)
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(sent_at))
-        note = f"(sent {when}; WhatsApp delivered it late, after later messages of this chat)"
+        note = f"(sent {when}; it came late, after later messages of this chat)"
         return f"{note}\n{text}" if text else note
 
     def _commit_seen(self, mid: str, sent_at: float) -> None:
