@@ -31,10 +31,11 @@ import hashlib
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
 
 from hermit.channels.credentials import resolve
 from hermit.channels.pairing import PairingStore
+from hermit.config import records
 from hermit.config.channels import ChannelAccessConfig, platforms
 from hermit.config.load import LoadedConfig
 from hermit.durable import write_atomic
@@ -102,8 +103,8 @@ def retire_changed(store: PairingStore, loaded: LoadedConfig, environ: Mapping[s
     """Retire the approvals and pending codes of every account whose bot is not the one recorded for it, and record
     what each account is now. Returns one line per account retired, for the log."""
     now = current(loaded, environ)
-    if not now:
-        return []
+    if not now and not any(loaded.config.channels.accounts_of(p) for p in platforms()):
+        return []  # no account: nothing to record (an account whose bot cannot be told yet records an empty record)
     said: list[str] = []
     with store.locked():
         path = store.dir / RECORD
@@ -115,23 +116,72 @@ def retire_changed(store: PairingStore, loaded: LoadedConfig, environ: Mapping[s
                                      why="its bot is not the one it approved them for")
             said += [f"{ch}/{acct}: its bot changed (nobody had been approved for the earlier one)"
                      for ch, acct in sorted(changed) if not any(s.startswith(f"{ch}/{acct}:") for s in said)]
-        if any(recorded.get(k) != v for k, v in now.items()):
+        if any(recorded.get(k) != v for k, v in now.items()) or not path.exists():
             write_atomic(path, json.dumps({"version": _VERSION, "accounts": {**recorded, **now}}, indent=2) + "\n",
                          mode=0o600, keep_mode=False)
     return said
 
 
-def _read(path: Any) -> dict[str, str]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+_WHAT = "the record of which bot each channel account is (for the senders it approved)"
+
+
+def _read(path: Path) -> dict[str, str]:
+    """The record; {} when there is none; UntrustedRecord when it is there but cannot be trusted (config/records.py):
+    read as "no record", every account would adopt whatever bot it now runs with, and keep the approvals its
+    earlier bot gave."""
+    raw = records.read(path, _WHAT)
+    if raw is None:
         return {}
-    except (OSError, ValueError) as e:
-        raise HermitError(f"cannot read {path}: {e}", "remove the file: each account then records the bot it "
-                          "runs with (approvals are kept)") from e
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise records.untrusted(path, _WHAT, "is not valid JSON (damaged)") from None
     accounts = data.get("accounts") if isinstance(data, dict) else None
-    return {k: v for k, v in accounts.items() if isinstance(k, str) and isinstance(v, str)} \
-        if isinstance(accounts, dict) else {}
+    if not isinstance(accounts, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in accounts.items()):
+        raise records.untrusted(path, _WHAT, "is not the record Hermit writes (damaged)")
+    return dict(accounts)
+
+
+def record_path(home: Path) -> Path:
+    return home / "credentials" / RECORD
+
+
+def trusted(home: Path, loaded: LoadedConfig, ran_before: bool) -> None:
+    """UntrustedRecord when the record is there and cannot be trusted, or is missing on a state dir a gateway has
+    run on (`ran_before`) while a configured account has approved senders or pending codes: which bot gave them
+    cannot be told, and adopting the one configured now would hand them to it (the record removed, then another
+    bot put under the account)."""
+    path = record_path(home)
+    if _read(path) or path.exists() or not ran_before:
+        return
+    held = [f"{p}/{a}" for p in platforms() for a in loaded.config.channels.accounts_of(p)
+            if _has_approvals(home / "credentials", p, a)]
+    if held:
+        raise records.untrusted(path, _WHAT, f"is missing, though a gateway has run here and {', '.join(held)} "
+                                "approved senders or has pending codes: which bot they were approved for cannot be "
+                                "told")
+
+
+def _has_approvals(folder: Path, platform: str, account_id: str) -> bool:
+    from urllib.parse import quote
+
+    if (folder / f"allow-{quote(platform.lower(), safe='')}-{quote(account_id, safe='')}.json").exists():
+        return True
+    try:
+        pending = json.loads((folder / "pairing.json").read_text(encoding="utf-8")).get("requests") or []
+    except (OSError, ValueError, AttributeError):
+        return (folder / "pairing.json").exists()  # unreadable: counted, not guessed
+    return any(isinstance(r, dict) and r.get("channel") == platform and r.get("account_id", "default") == account_id
+               for r in pending)
+
+
+def rerecord(store: PairingStore, loaded: LoadedConfig, environ: Mapping[str, str]) -> None:
+    """Record the bots the config names now as the accounts' own, over whatever is there (`hermit channels
+    accept-routes`, after the owner reviewed a record that was missing or damaged): their approvals are kept."""
+    with store.locked():
+        write_atomic(store.dir / RECORD, json.dumps({"version": _VERSION, "accounts": current(loaded, environ)},
+                                                    indent=2) + "\n", mode=0o600, keep_mode=False)
 
 
 def retire_and_log(store: PairingStore, loaded: LoadedConfig, environ: Mapping[str, str]) -> None:

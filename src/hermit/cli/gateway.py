@@ -106,10 +106,10 @@ def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
         # A room's merge a killed Hermit left part-way: finished now, before any turn or owner's tool sees the room.
         finish_agents([a.sessions_dir.parent / "rooms" for a in loaded.agents])
         # An owner id the config would hand another agent's main session than the last gateway did: refused.
-        owner_routes.check_start(ctx.home, loaded)
+        seen = owner_routes.check_start(ctx.home, loaded)  # the record it read: written over only if unchanged
         runtimes = {a.id: build_runtime(ctx, a, long_lived=True) for a in loaded.agents}
         gateway = Gateway(loaded, ctx.home, ctx.environ, runtimes, token, host=host, port=port)
-        owner_routes.record(ctx.home, loaded)
+        owner_routes.record(ctx.home, loaded, seen=seen)  # not over routes `channels accept-routes` wrote since
         # Which workspace each agent reached people with (config/workspaces_check.py): recorded by the gateway, which
         # lets others in, at its start and at each reload it applies — not by every command, which would write the
         # state dir on each `hermit memory search`.

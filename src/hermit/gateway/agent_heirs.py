@@ -10,9 +10,9 @@ Refused at start (owner_routes.refusal asks `heirs`): an owner id not recorded o
 session of an agent the record has owners of, none of whom reach it any more, when that agent holds anything (a
 MEMORY.md, USER.md or memory/ note in its workspace, or a session). An owner joining an agent whose recorded owner
 still reaches it (the owner's second phone) goes through, as does any owner of a brand-new or empty agent. To hand
-the agent on on purpose, remove the record (`<state>/channels/owner-routes.json`, as the refusal says); `hermit
-channels accept-routes` does not list these yet. Checked at start only: an owner added live to a running account is
-measured at the next start.
+the agent on on purpose, run `hermit channels accept-routes` (it lists them and records hermit.yaml's routes after
+the owner's yes). Checked at start and at each live reload (gateway/records_check.live_refusal, s23): an owner added
+live to a running account bound to such an agent was let in until the next start.
 """
 
 from __future__ import annotations

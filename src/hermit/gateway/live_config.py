@@ -172,6 +172,11 @@ class LiveConfig:
                 Router.from_config(new)  # bindings naming no agent: invalid for the gateway, which routes by them
                 if (moved := owners_moved(self._good, new, self._reached)) is not None:
                     raise moved
+                # Heirs and the records, as the start asks them (s23).
+                from hermit.gateway.records_check import live_refusal
+
+                if (refused := live_refusal(new.paths.home, self._reached, new, self.started)) is not None:
+                    raise refused
         except ConfigError as e:
             if isinstance(e.__cause__, StillWriting) and e.__cause__.filename:
                 self._held = Path(e.__cause__.filename)

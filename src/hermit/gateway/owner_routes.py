@@ -22,21 +22,26 @@ Also refused (audit s21 t12):
   rename took the account out of the check above;
 - an account's contacts ("*") reaching another agent's main session (one that shares it with contacts);
 - a record that is there but cannot be trusted: not a regular file of this user (a symlink, another user's), too
-  large, not the JSON this module writes. A missing record is the first start, or the owner's explicit reset;
-  anything else there is refused (fail closed), naming the file to remove.
+  large, not the JSON this module writes, its folder `<state>/channels` a symlink or another user's (s23,
+  config/records.py). A missing record is the first start, or the owner's explicit reset; anything else there is
+  refused (fail closed), naming the file and `hermit channels accept-routes`.
+
+And (s23 t5): the records of which bot each account is and which workspace each agent used, damaged or lost
+(gateway/records_check.py), refuse the start the same way; an owner new to an agent whose owners are gone
+(gateway/agent_heirs.py) is refused at start and at each live reload. A start writes its record only over the one
+its check read (`check_start` returns it, `record(seen=…)`; both under `.owner-routes.lock`), so routes `hermit
+channels accept-routes` accepted while the gateway was starting are kept.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from hermit.agent.routing import RouteInput, Router
+from hermit.config import records, workspaces_check
 from hermit.config.load import LoadedConfig
 from hermit.config.schema import ChannelAccessConfig
 from hermit.errors import ConfigError
@@ -111,44 +116,38 @@ def _group_routes(router: Router, channel: str, account_id: str, acc: ChannelAcc
     return out
 
 
-class UntrustedRecord(ConfigError):
-    """The record is there but is not what this module writes."""
+UntrustedRecord = records.UntrustedRecord  # the record is there but is not what this module writes
+
+_WHAT = "the record of which agent each channel owner reaches"
 
 
 def _recorded(path: Path) -> dict[str, str]:
     """What the last gateway applied; nothing (no check) when there is no record. A record that is there but
     cannot be trusted raises UntrustedRecord: failing open would let whoever could damage or replace it (a
-    kill -9 of another writer, a link planted there) turn the check off."""
-    def bad(why: str) -> UntrustedRecord:
-        return UntrustedRecord(f"the record of which agent each channel owner reaches, {path}, {why}",
-                               f"if you did not expect this, look at who could write {path.parent}; to accept "
-                               f"hermit.yaml as it is, run `hermit channels accept-routes` (or remove {path}) and "
-                               "start the gateway again")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
+    kill -9 of another writer, a link planted there, its folder made a link: config/records.py) turn the check
+    off."""
+    return _parse(path, _raw(path))
+
+
+def _raw(path: Path) -> bytes | None:
+    return records.read(path, _WHAT, _how(path))
+
+
+def _parse(path: Path, raw: bytes | None) -> dict[str, str]:
+    if raw is None:
         return {}
-    except OSError as e:
-        raise bad(f"cannot be opened ({'a symlink' if e.errno == errno.ELOOP else e.strerror})") from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise bad("is not a file")
-        if st.st_uid != os.geteuid():
-            raise bad(f"belongs to uid {st.st_uid}, not to you")
-        if st.st_size > 4_000_000:
-            raise bad(f"is {st.st_size} bytes")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = json.loads(f.read())
-    except OSError as e:
-        raise bad(f"cannot be read ({e.strerror})") from None
+        data = json.loads(raw)
     except ValueError:
-        raise bad("is not valid JSON (damaged)") from None
-    finally:
-        os.close(fd)
+        raise records.untrusted(path, _WHAT, "is not valid JSON (damaged)", _how(path)) from None
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
-        raise bad("is not a JSON object of names to agent ids (damaged)")
+        raise records.untrusted(path, _WHAT, "is not a JSON object of names to agent ids (damaged)", _how(path))
     return data
+
+
+def _how(path: Path) -> str:
+    return f"to accept hermit.yaml as it is, run `hermit channels accept-routes` (or remove {path}) and start the " \
+           "gateway again"
 
 
 @dataclass(frozen=True)
@@ -205,16 +204,26 @@ def moves(home: Path, loaded: LoadedConfig) -> list[str]:
     return [str(m) for m in all_moves(home, loaded) if m.harmless is None]
 
 
+def heir_lines(home: Path, loaded: LoadedConfig) -> list[str]:
+    """Each owner new to an agent whose recorded owners are all gone, in words (gateway/agent_heirs.py)."""
+    from hermit.gateway.agent_heirs import heirs
+
+    return heirs(_recorded(path_of(home)), _routes(loaded), loaded)
+
+
 def refusal(home: Path, loaded: LoadedConfig) -> ConfigError | None:
     """The one answer, for every entry point, to "may a gateway start on this config?": the start itself
     (`hermit gateway run`, by hand, under the service, restarted in place), `hermit service install|start|restart`
     before they start one, and `hermit doctor` reporting it. None: yes. The commands that route no channel
-    (`hermit chat`, `agent`, `cron run`, `mcp serve`: their user is the machine's owner) do not ask it."""
+    (`hermit chat`, `agent`, `cron run`, `mcp serve`: their user is the machine's owner) do not ask it.
+    Also refused: the other records a start trusts (which bot each account is, which workspace each agent used)
+    damaged, or missing where a gateway has run before (gateway/records_check.py)."""
+    from hermit.gateway.records_check import damaged
+
     try:
         moved = moves(home, loaded)
-        from hermit.gateway.agent_heirs import heirs  # an owner new to an agent whose owners are gone (t14)
-
-        moved += heirs(_recorded(path_of(home)), _routes(loaded), loaded)
+        moved += heir_lines(home, loaded)  # an owner new to an agent whose owners are gone (t14)
+        damaged(home, loaded)
     except UntrustedRecord as e:
         return e
     if not moved:
@@ -227,10 +236,15 @@ def refusal(home: Path, loaded: LoadedConfig) -> ConfigError | None:
                        f"(it shows the moves and asks) or remove {path_of(home)}, and start again")
 
 
-def check_start(home: Path, loaded: LoadedConfig) -> None:
-    """Refuse to start when an owner id would reach another agent's main session than the last gateway gave it."""
+def check_start(home: Path, loaded: LoadedConfig) -> bytes | None:
+    """Refuse to start when an owner id would reach another agent's main session than the last gateway gave it.
+    Returns the record as the check read it: the start's `record(seen=…)` writes only over that same record, not
+    over one `hermit channels accept-routes` wrote meanwhile (t11 s22: the start's write put back the routes the
+    owner had just accepted away, and the next start refused again)."""
+    seen = _raw(path_of(home))
     if (e := refusal(home, loaded)) is not None:
         raise e
+    return seen
 
 
 def merged(before: dict[str, str], loaded: LoadedConfig, started: LoadedConfig | None = None) -> dict[str, str]:
@@ -278,26 +292,46 @@ def remembered_moves(reached: dict[str, str], old: LoadedConfig, new: LoadedConf
     return out
 
 
-def record(home: Path, loaded: LoadedConfig, started: LoadedConfig | None = None) -> None:
-    """Remember the routes of the config in force (at start, and after each applied reload with `started`, the
-    config the gateway started with), with what the record kept of accounts not running now (`merged`); logged,
-    never fatal."""
+ANY = object()  # `seen` of a write that replaces whatever record is there
+
+
+def record(home: Path, loaded: LoadedConfig, started: LoadedConfig | None = None, seen: object = ANY) -> None:
+    """Remember the routes of the config in force (at start, with `seen` the record its check read, and after each
+    applied reload with `started`, the config the gateway started with), with what the record kept of accounts not
+    running now (`merged`); logged, never fatal."""
     try:
-        accept(home, loaded, started)
+        accept(home, loaded, started, seen=seen)
     except Exception:  # noqa: BLE001 - the check at the next start is weaker, the gateway goes on
         log.exception("could not record which agent each owner reaches in %s", path_of(home))
 
 
-def accept(home: Path, loaded: LoadedConfig, started: LoadedConfig | None = None) -> None:
+def accept(home: Path, loaded: LoadedConfig, started: LoadedConfig | None = None, *, seen: object = ANY) -> bool:
     """Write the record from `loaded` (`merged` with what it remembers; a record that cannot be trusted is
     replaced): the start's and reload's `record`, and `hermit channels accept-routes` after the owner confirmed
-    the moves it showed. Raises OSError (or NotOwnFolder) when it cannot be written."""
+    the moves it showed. With `seen` (bytes, or None for no record), only over that very record: one written
+    meanwhile (accepted by the owner) is kept, and False returned. Raises OSError, NotOwnFolder, or UntrustedRecord
+    when the folder is a symlink (the write would land where it points)."""
     from hermit.config.paths import ensure_private_dir
     from hermit.durable import write_atomic
+    from hermit.locks import locked
 
-    try:
-        before = _recorded(path_of(home))
-    except UntrustedRecord:  # the start was refused on it; a reload's record, or the owner's accept, replaces it
-        before = {}
-    ensure_private_dir(path_of(home).parent, own=True, what="the channels state folder")
-    write_atomic(path_of(home), json.dumps(merged(before, loaded, started), sort_keys=True, indent=1), mode=0o600)
+    path = path_of(home)
+    ensure_private_dir(path.parent, own=True, what="the channels state folder")
+    if records.folder_is_link(path):
+        raise records.untrusted(path, _WHAT, "is not written: its folder is a symlink",
+                                f"move {path.parent} away (look at what is in it first) and run the command again")
+    with locked(path.parent / ".owner-routes.lock"):  # accept-routes and a start's write take turns
+        try:
+            raw = _raw(path)
+            before, trusted = _parse(path, raw), True
+        except UntrustedRecord:  # the start was refused on it; a reload's record, or the owner's accept, replaces it
+            raw, before, trusted = None, {}, False
+        if seen is not ANY and (raw != seen or not trusted):
+            log.warning("not recording this start's routes in %s: it changed since the start checked it (`hermit "
+                        "channels accept-routes` ran meanwhile); kept as it is", path)
+            return False
+        write_atomic(path, json.dumps(merged(before, loaded, started), sort_keys=True, indent=1), mode=0o600)
+    # With the routes, the workspaces (config/workspaces_check.py): a routes record without it reads as a record
+    # lost since (gateway/records_check.py), so whatever writes the one writes the other.
+    workspaces_check.record(loaded.agents, loaded.paths)
+    return True
