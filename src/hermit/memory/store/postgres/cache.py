@@ -1,5 +1,7 @@
 """The embedding cache of a PgStore schema (`<schema>.embedding_cache`): vectors by provider, model, provider key
-and text hash, so a re-index or a rebuild embeds only text it has not seen; pruned oldest first."""
+and text hash, so a re-index or a rebuild embeds only text it has not seen; the rows of removed chunks that no
+chunk uses any more dropped at the end of each sync (`settle`, as SQLite's memory.store.residue), then the
+oldest beyond the cap."""
 
 from __future__ import annotations
 
@@ -41,3 +43,30 @@ def prune(conn: PgConn, s: str, max_entries: int) -> int:
     conn.execute(f"delete from {s}.embedding_cache where ctid in (select ctid from"
                  f" {s}.embedding_cache order by updated_at asc limit %s)", (n - max_entries,))
     return n - max_entries
+
+
+def removed(conn: PgConn, s: str, hashes: Sequence[str]) -> None:
+    """Inside a write's transaction: the hashes of the chunks it removed (their text is gone from the index)."""
+    if hashes:
+        conn.execute(f"insert into {s}.cache_unused(hash) select unnest(%s::text[]) on conflict do nothing",
+                     (list(hashes),))
+
+
+def settle(conn: PgConn, s: str) -> int:
+    """After a sync: drop the cache rows of the removed chunks' hashes that no chunk uses now (not at once: a
+    renamed or moved note is deleted before its new path is indexed, and its chunks come from the cache).
+    Returns how many hashes were noted."""
+    with conn.transaction():
+        n = int(conn.execute(f"select count(*) from {s}.cache_unused").fetchone()[0])
+        if n:
+            conn.execute(f"delete from {s}.embedding_cache e using {s}.cache_unused u where e.hash = u.hash"
+                         f" and not exists (select 1 from {s}.chunks c where c.hash = u.hash)")
+            conn.execute(f"delete from {s}.cache_unused")
+    return n
+
+
+def drop_all_unused(conn: PgConn, s: str) -> None:
+    """Every cache row no chunk uses (a rebuild's copy of the old cache, before it replaces the live schema)."""
+    conn.execute(f"delete from {s}.embedding_cache e where not exists"
+                 f" (select 1 from {s}.chunks c where c.hash = e.hash)")
+    conn.execute(f"delete from {s}.cache_unused")

@@ -273,7 +273,16 @@ def _m4(conn: PgConn, s: str) -> None:
     conn.execute(f"alter table {s}.files add column if not exists ident text not null default ''")
 
 
-MIGRATIONS: list[Callable[[PgConn, str], None]] = [_m1, _m2, _m3, _m4]
+def _m5(conn: PgConn, s: str) -> None:
+    """cache_unused: the hashes of the chunks a write removed (in its transaction), whose embedding-cache rows the
+    end of the sync drops when no chunk uses them any more (memory.store.postgres.cache.settle), as SQLite's
+    index does (memory.store.residue): an embedding can be partly inverted to its text. A schema written before
+    keeps the rows of chunks removed earlier: they go with the next rebuild."""
+    conn.execute(f"create table if not exists {s}.cache_unused(hash text primary key)")
+    conn.execute(f"create index if not exists embedding_cache_hash on {s}.embedding_cache(hash)")
+
+
+MIGRATIONS: list[Callable[[PgConn, str], None]] = [_m1, _m2, _m3, _m4, _m5]
 
 
 def migrate(conn: PgConn, schema: str, *, staging_of: str | None = None, state: StateId | None = None,

@@ -308,6 +308,9 @@ class PgStore:
 
     @guarded
     def cache_prune(self, max_entries: int | None) -> int:
+        """At the end of a sync: the cache rows of the chunks it removed that nothing uses any more
+        (pg_cache.settle), then the oldest rows beyond `max_entries`."""
+        pg_cache.settle(self.conn, self.s)
         return pg_cache.prune(self.conn, self.s, max_entries) if max_entries else 0
 
     # -- keyword leg (FTS5 semantics; memory.store.postgres.keyword.PgKeyword) -----------------

@@ -18,6 +18,7 @@ import numpy as np
 from hermit.memory.index.chunking import Chunk
 from hermit.memory.index.line_vectors import to_line_blob
 from hermit.memory.store.api import FileState, script_class
+from hermit.memory.store.postgres import cache as pg_cache
 from hermit.memory.store.postgres.errors import guarded
 from hermit.memory.store.postgres.rows import BulkChunk
 from hermit.memory.store.postgres.schema import drop_stale_rebuilds, staging_names, swap_schema
@@ -39,7 +40,7 @@ def replace_file(
         if vectors is not None and len(chunks):
             store._ensure_vec_table(int(vectors.shape[1]))
         gen = store.generation() + 1
-        d_docs, d_toks = delete_chunks(store, path)
+        d_docs, d_toks = delete_chunks(store, path, keep={c.hash for c in chunks})
         ids = [int(r[0]) for r in cur.execute(
             f"select nextval(pg_get_serial_sequence('{store.s}.chunks', 'id')) from generate_series(1, %s)",
             (len(chunks),))] if chunks else []
@@ -115,8 +116,9 @@ def count_tokens(store: PgStore, ids: Sequence[int]) -> None:
             f" on conflict (lexeme) do update set df = {store.s}.token_df.df + excluded.df", (list(ids),))
 
 
-def delete_chunks(store: PgStore, path: str) -> tuple[int, int]:
-    """Delete `path`'s chunks (their vectors cascade); returns (−rows, −tokens) for the FTS totals."""
+def delete_chunks(store: PgStore, path: str, keep: set[str] | frozenset[str] = frozenset()) -> tuple[int, int]:
+    """Delete `path`'s chunks (their vectors cascade); returns (−rows, −tokens) for the FTS totals. The hashes
+    of those not put back (not in `keep`) are noted for the end of the sync (pg_cache.settle)."""
     store.conn.execute(f"delete from {store.s}.line_vectors where path=%s", (path,))
     gone = [str(r[0]) for r in store.conn.execute(
         f"update {store.s}.token_df t set df = t.df - d.n from (select u.lexeme, count(*) n from {store.s}.chunks c"
@@ -124,9 +126,9 @@ def delete_chunks(store: PgStore, path: str) -> tuple[int, int]:
         " returning t.lexeme, t.df", (path,)) if int(r[1]) <= 0]
     if gone:
         store.conn.execute(f"delete from {store.s}.token_df where lexeme = any(%s)", (gone,))
-    row = store.conn.execute(f"with d as (delete from {store.s}.chunks where path=%s returning ntok)"
-                            " select count(*), coalesce(sum(ntok), 0) from d", (path,)).fetchone()
-    return (-int(row[0]), -int(row[1])) if row else (0, 0)
+    rows = store.conn.execute(f"delete from {store.s}.chunks where path=%s returning ntok, hash", (path,)).fetchall()
+    pg_cache.removed(store.conn, store.s, sorted({str(r[1]) for r in rows} - keep))
+    return -len(rows), -sum(int(r[0]) for r in rows)
 
 
 def bump(store: PgStore, gen: int, d_docs: int, d_toks: int) -> None:
@@ -161,6 +163,7 @@ def finish_rebuild(store: PgStore, staging: object) -> None:
     from hermit.memory.store.postgres.store import PgStore
 
     assert isinstance(staging, PgStore)
+    pg_cache.drop_all_unused(staging.conn, staging.s)  # the old cache's rows of chunks gone since
     staging.optimize()
     staging.close()
     swap_schema(store.conn, store.schema, staging.schema, staging_names(store.schema)[1])
