@@ -22,7 +22,7 @@ import httpx
 
 from audit19_who import last_user_text
 from channelhelpers import FAST, QueueSink, run, serve_asgi
-from fakes.fake_whatsapp import PHONE_NUMBER_ID, SlowMedia, sign, text_message, webhook_body
+from fakes.fake_whatsapp import PHONE_NUMBER_ID, FakeWhatsApp, SlowMedia, sign, text_message, webhook_body
 from hermit.channels.webhook import asgi_app
 from hermit.channels.whatsapp import WhatsAppChannel
 from hermit.config.schema import WhatsAppAccountConfig
@@ -120,3 +120,39 @@ def test_a_photo_whose_download_outlasts_the_wait_is_marked_late_when_the_text_w
     assert (text_id, words) == ("wamid.T1", "the left one")
     assert photo_id == "wamid.P1" and caption.endswith("which one?")
     assert "it came late, after later messages" in caption
+
+
+def test_a_delete_meta_delivers_more_than_a_day_late_is_still_taken(tmp_path: Path) -> None:
+    """Ann deletes a message a minute after sending it while the gateway is down; Meta retries the webhook for days,
+    and it comes 30 hours later. Messages older than 24 hours are dropped (they cannot be answered, a replay is
+    refused): the delete was dropped with them, and the message it takes back stayed in her session."""
+    from test_deletes_restart import revoke
+
+    now = [float(int(time.time()))]
+
+    async def main() -> list[tuple[str, str | None]]:
+        fake, sink = FakeWhatsApp(), QueueSink()
+        await fake.start()
+        cfg = WhatsAppAccountConfig(phone_number_id=PHONE_NUMBER_ID, base_url=fake.base_url)
+        ch = WhatsAppChannel("home", cfg, access_token="EAAG-test", app_secret="app-secret", verify_token="v",
+                             inbox_dir=tmp_path / "inbox", state_dir=tmp_path / "state", policy=FAST,
+                             clock=lambda: now[0])
+        try:
+            await ch.start(sink)
+            async with serve_asgi(asgi_app(ch.webhook_routes())) as base, httpx.AsyncClient(timeout=60) as c:
+                async def post(message: dict[str, Any]) -> None:
+                    body = json.dumps(webhook_body(message, name="Ann")).encode()
+                    r = await c.post(base + "/hooks/whatsapp/home/", content=body, headers=sign("app-secret", body))
+                    assert r.status_code == 200, r.text
+
+                sent = int(now[0])
+                await post(at(text_message(ANN, "my card is 4111-0001", "wamid.S1"), sent))
+                now[0] += 30 * 3600  # the gateway was down; Meta's retry of the delete comes now
+                await post(at(revoke(ANN, "wamid.S1"), sent + 60))
+                await post(at(text_message(ANN, "an old message, replayed", "wamid.S2"), sent + 120))  # still dropped
+                return [(m.message_id, m.change) for m in sink.published]
+        finally:
+            await ch.stop()
+            await fake.stop()
+
+    assert run(main) == [("wamid.S1", None), ("wamid.S1", "deleted")]

@@ -189,7 +189,10 @@ class WhatsAppChannel:
         assert self._sink is not None
         mid = str(m.get("id", ""))
         sent_at = _seconds(m.get("timestamp"))
-        if sent_at is not None and self._clock() - sent_at > MAX_MESSAGE_AGE_SECONDS:
+        # A delete is taken however late: Meta retries a webhook for days, and one held back while the gateway was
+        # down longer than a day was dropped here, its message left in use. A replayed one (it is signed: Meta's)
+        # retracts only what its sender deleted.
+        if sent_at is not None and self._clock() - sent_at > MAX_MESSAGE_AGE_SECONDS and m.get("type") != "revoke":
             self._stale(sent_at)
             return
         if m.get("group_id"):
