@@ -36,9 +36,13 @@ EVERYTHING_HEAVY = RUNTIME + MODEL_CLIENTS + HTTP + MEMORY + WEB
 # opens the memory index has no event loop; hermit.loopback names asyncio's socket wrapper only for type hints.
 ASYNC = ("asyncio",)
 
+# What only touching a vector needs (~0.1-0.15 s of CPU): memory modules use numpy through memory.lazy_numpy, and
+# the vector extension is loaded from its file without importing the sqlite_vec package (which imports numpy).
+VECTORS = ("numpy", "sqlite_vec")
+
 # command -> what it must not import. The doctor checks the memory index (the service, the vector extension) and
 # probes local servers (a local model, a channel's local API: httpx); the jobs' health needs the heartbeat's rules,
-# not the agent's context. `memory status` opens the index.
+# not the agent's context. `memory status` opens the index (and builds the local model's embedder, not its model).
 NOT_IMPORTED: dict[tuple[str, ...], tuple[str, ...]] = {
     ("--help",): EVERYTHING_HEAVY + ("pydantic",),
     ("--version",): EVERYTHING_HEAVY + ("pydantic",),
@@ -51,7 +55,7 @@ NOT_IMPORTED: dict[tuple[str, ...], tuple[str, ...]] = {
     ("channels", "status"): EVERYTHING_HEAVY + ASYNC,
     ("models", "list"): EVERYTHING_HEAVY,
     ("completion", "bash"): EVERYTHING_HEAVY,
-    ("memory", "status"): RUNTIME + MODEL_CLIENTS + HTTP + WEB + ASYNC,
+    ("memory", "status"): RUNTIME + MODEL_CLIENTS + HTTP + WEB + ASYNC + VECTORS,
     ("doctor",): RUNTIME + MODEL_CLIENTS + WEB,
 }
 
@@ -158,18 +162,21 @@ def test_a_command_that_runs_the_agent_still_loads_it(home: Path) -> None:
 def test_only_a_search_builds_the_translation_lexicon(tmp_path: Path) -> None:
     """The EN↔ZH lexicon (memory.search.lexicon) is built from the dictionary into the state dir's cache the first
     time it is needed: about 2 s of CPU. `memory status`, `get` and `index` do not use it, so in a new state dir they
-    leave it unbuilt; the first search builds it and finds a Chinese note by its English words with it."""
+    leave it unbuilt; the first search builds it and finds a Chinese note by its English words with it. With
+    keyword-only memory none of them touches a vector, so none imports numpy or the sqlite_vec package."""
     home = tmp_path / "state"
     assert hermit_here(home, "init", env=env_for(home)).returncode == 0
     # Keyword-only memory: what finds the note below for an English question is the lexicon, not a model.
     (home / "hermit.yaml").write_text("agents:\n  defaults:\n    memory_search: {provider: none}\n", encoding="utf-8")
     (home / "workspace" / "MEMORY.md").write_text("# 家\n\n- 女儿每周二下午上钢琴课\n", encoding="utf-8")
     for args in (("memory", "status"), ("memory", "get", "MEMORY.md"), ("memory", "index")):
-        p, _ = imported_by(home, *args)
+        p, found = imported_by(home, *args)
         assert p.returncode == 0, p.stderr[-2000:]
         assert not list((home / "cache").glob("lexicon-*")), f"`hermit {' '.join(args)}` built the lexicon"
-    p, _ = imported_by(home, "memory", "search", "piano lesson", "--json")
+        assert not loaded(found, VECTORS), f"keyword-only `hermit {' '.join(args)}` imported {loaded(found, VECTORS)}"
+    p, found = imported_by(home, "memory", "search", "piano lesson", "--json")
     assert p.returncode == 0, p.stderr[-2000:]
+    assert not loaded(found, VECTORS), f"keyword-only `hermit memory search` imported {loaded(found, VECTORS)}"
     assert [f.name for f in (home / "cache").glob("lexicon-*")] == ["lexicon-cedict-v3.sqlite"]
     hits = json.loads(p.stdout)["results"]
     assert [h["path"] for h in hits] == ["MEMORY.md"] and "钢琴课" in hits[0]["snippet"], hits

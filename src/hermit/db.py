@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib.util
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,15 +45,24 @@ class VecStatus:
     error: str | None
 
 
+def _vec_extension() -> str | None:
+    """The sqlite-vec extension's file, as sqlite_vec.loadable_path() names it, found without importing the
+    package: its __init__ imports numpy.typing (~0.1 s of CPU) for a helper Hermit does not use. None when the
+    package is not installed."""
+    spec = importlib.util.find_spec("sqlite_vec")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.normpath(os.path.join(next(iter(spec.submodule_search_locations)), "vec0"))
+
+
 def load_sqlite_vec(conn: Connection) -> VecStatus:
     """Try to load sqlite-vec into `conn`; never raises (the caller degrades and reports why)."""
-    try:
-        import sqlite_vec
-    except ImportError as e:
-        return VecStatus(False, None, f"the sqlite-vec package is not installed ({e})")
+    extension = _vec_extension()
+    if extension is None:
+        return VecStatus(False, None, "the sqlite-vec package is not installed")
     try:
         conn.enable_load_extension(True)
-        sqlite_vec.load(conn)
+        conn.load_extension(extension)
         conn.enable_load_extension(False)
         (version,) = conn.execute("select vec_version()").fetchone()
         return VecStatus(True, str(version), None)

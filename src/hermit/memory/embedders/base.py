@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-import numpy as np
+from hermit.memory.lazy_numpy import numpy as np
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,10 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders.base import EmbedderInfo, l2_normalise
 from hermit.memory.embedders.verify import verify_model_file
+from hermit.memory.lazy_numpy import numpy as np
 
 if TYPE_CHECKING:
     from hermit.memory.embedders.e5_onnx import Kind

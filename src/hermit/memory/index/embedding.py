@@ -13,8 +13,6 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
-import numpy as np
-
 from hermit.config.memory_search import MemorySearchConfig
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders.base import Embedder, LineEmbedder
@@ -22,6 +20,7 @@ from hermit.memory.index import line_vectors
 from hermit.memory.index.chunking import Chunk
 from hermit.memory.index.report import SyncReport
 from hermit.memory.index.sources import SourceFile
+from hermit.memory.lazy_numpy import numpy as np
 from hermit.memory.store.api import MemoryStore
 
 

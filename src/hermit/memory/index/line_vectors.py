@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import numpy as np
-
 from hermit.memory.index.chunking import Chunk, text_hash
+from hermit.memory.lazy_numpy import numpy as np
 
 
 def to_line_blob(vec: np.ndarray) -> bytes:

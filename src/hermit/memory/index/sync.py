@@ -26,8 +26,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
-
 from hermit.config.schema import MemorySearchConfig
 from hermit.db import DatabaseError, index_error, is_corrupt, is_disk_full
 from hermit.errors import IndexError_, SessionError
@@ -50,6 +48,7 @@ from hermit.memory.index.sources import (
     scan_memory_files,
     unreadable_skip,
 )
+from hermit.memory.lazy_numpy import numpy as np
 from hermit.memory.policy import added_notes
 from hermit.memory.search.fts import FTS_VERSION
 from hermit.memory.store.api import FileState, MemoryStore, file_ident

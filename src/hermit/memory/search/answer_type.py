@@ -17,9 +17,8 @@ import re
 from collections.abc import Sequence
 from functools import lru_cache
 
-import numpy as np
-
 from hermit.memory.index.line_vectors import from_line_blob
+from hermit.memory.lazy_numpy import numpy as np
 from hermit.memory.store.api import ChunkRow, MemoryStore
 
 # "What time …" asks for a clock time, which CARRIES_TIME does not mark: not a question it serves.

@@ -27,11 +27,10 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from hermit.config.memory_search import QueryConfig
 from hermit.memory.embedders.base import Embedder
 from hermit.memory.index.line_vectors import best_cosines
+from hermit.memory.lazy_numpy import numpy as np
 from hermit.memory.policy.audience import Reader
 from hermit.memory.search.answer_type import asks_time, with_time_prior
 from hermit.memory.search.dates import query_day_ranges

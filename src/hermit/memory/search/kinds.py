@@ -21,8 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import numpy as np
-
+from hermit.memory.lazy_numpy import numpy as np
 from hermit.memory.store.api import ChunkRow, MemoryStore
 
 # A turn: optional bullet, optional [tag] / timestamp, a speaker of one to four words (a parenthesised

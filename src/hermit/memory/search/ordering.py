@@ -6,9 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-import numpy as np
-
 from hermit.memory.index.line_vectors import best_cosines
+from hermit.memory.lazy_numpy import numpy as np
 from hermit.memory.search.tuning import SearchTuning
 from hermit.memory.store.api import ChunkRow, MemoryStore
 

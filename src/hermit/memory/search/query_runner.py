@@ -16,14 +16,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
-
 from hermit.memory.embedders.base import Embedder, QueryRunner
+from hermit.memory.lazy_numpy import numpy as np
 from hermit.memory.search.vectors import AnyPass, VectorMatrix
 from hermit.memory.store.api import MemoryStore
 
 # The query embedding stage of memory.search.hybrid: (query, timings) → (vector or None, why not).
-EmbedQuery = Callable[[str, dict[str, float]], tuple[np.ndarray | None, str | None]]
+EmbedQuery = Callable[[str, dict[str, float]], "tuple[np.ndarray | None, str | None]"]  # quoted: no numpy at import
 
 
 def query_uses_one_core(embedder: Embedder | None) -> bool:

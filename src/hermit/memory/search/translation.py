@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import numpy as np
-
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders.base import Embedder
+from hermit.memory.lazy_numpy import numpy as np
 from hermit.memory.search.lexicon import Lexicon
 
 WORD_VECTOR_CACHE = 20_000

@@ -23,8 +23,7 @@ import threading
 import time
 from typing import Any
 
-import numpy as np
-
+from hermit.memory.lazy_numpy import numpy as np
 from hermit.memory.search.blocks import Blocks
 
 # Float32 rounding in the bounds and in the two products (a few ulps of a cosine): a margin on top.
@@ -109,14 +108,30 @@ class Int8Copy:
 
     BLOCK_ROWS = 8_192  # quantised a block at a time: the temporaries stay a few MB
 
+    _EMPTY = ("centre", "rows", "scale", "residual", "norm", "_bufs")
+    centre: np.ndarray
+    rows: np.ndarray
+    scale: np.ndarray
+    residual: np.ndarray
+    norm: np.ndarray
+    _bufs: tuple[np.ndarray, ...]
+
     def __init__(self) -> None:
         self.epoch = -1
-        self.centre = np.zeros(0, np.float32)  # the rows' mean at the full load (appended rows keep it)
-        self.rows = np.zeros((0, 0), np.uint8)
-        self.scale = np.zeros(0, np.float32)
-        self.residual = np.zeros(0, np.float32)
-        self.norm = np.zeros(0, np.float32)
-        self._bufs: tuple[np.ndarray, ...] = (self.rows, self.scale, self.residual, self.norm)
+        for name in self._EMPTY:  # empty again, made on first use (no numpy for a process without vectors)
+            self.__dict__.pop(name, None)
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._EMPTY:
+            raise AttributeError(name)
+        # setdefault: what another thread stored meanwhile stays
+        empty = {"centre": np.zeros(0, np.float32),  # the rows' mean at the full load (appended rows keep it)
+                 "rows": np.zeros((0, 0), np.uint8), "scale": np.zeros(0, np.float32),
+                 "residual": np.zeros(0, np.float32), "norm": np.zeros(0, np.float32)}
+        empty["_bufs"] = (empty["rows"], empty["scale"], empty["residual"], empty["norm"])
+        for key, value in empty.items():
+            self.__dict__.setdefault(key, value)
+        return self.__dict__[name]
 
     def __len__(self) -> int:
         return len(self.scale)

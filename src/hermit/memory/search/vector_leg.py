@@ -15,10 +15,9 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from hermit.errors import EmbeddingError
 from hermit.memory.embedders.base import Embedder
+from hermit.memory.lazy_numpy import numpy as np
 from hermit.memory.search.query_runner import EmbedBeside, EmbedQuery, store_knn
 from hermit.memory.search.reader_counts import DEEPEST_POOL, ReaderCounts
 from hermit.memory.search.vectors import AnyPass, VectorMatrix

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
-import numpy as np
 from threadpoolctl import threadpool_limits
 
+from hermit.memory.lazy_numpy import numpy as np
 from hermit.memory.search import vector_int8
 from hermit.memory.search.blocks import Blocks
 from hermit.memory.search.tuning import DEFAULT_TUNING
@@ -25,17 +26,30 @@ class VectorMatrix:
     appended; rows of deleted chunks stay as garbage (filtered at lookup) until they pass 20%.
     """
 
+    ids: np.ndarray  # these four: made by __getattr__ on first use
+    mat: np.ndarray
+    _ids_buf: np.ndarray
+    _mat_buf: np.ndarray
+
     def __init__(self, int8_min_rows: int = DEFAULT_TUNING.int8_min_rows) -> None:
         self.int8_min_rows = int8_min_rows  # SearchTuning.int8_min_rows
-        self.ids = np.zeros(0, dtype=np.int64)
-        self.mat = np.zeros((0, 0), dtype=np.float32)
-        self._ids_buf, self._mat_buf = self.ids, self.mat  # ids and mat are their first rows
         self.gen = -1
         self.index_id: str | None = None
         self.garbage = 0
         self.row_of: dict[int, int] = {}
         self.loads = 0  # full loads so far: the int8 copy starts again after one
         self.int8 = Int8Copy()
+
+    def __getattr__(self, name: str) -> Any:
+        # The empty matrix is made on first use, so that a process that never touches a vector (keyword-only
+        # memory, `memory status`) imports no numpy (memory.lazy_numpy); setdefault: what another thread stored
+        # meanwhile stays.
+        if name not in ("ids", "mat", "_ids_buf", "_mat_buf"):
+            raise AttributeError(name)
+        ids, mat = np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
+        for key, value in (("ids", ids), ("mat", mat), ("_ids_buf", ids), ("_mat_buf", mat)):
+            self.__dict__.setdefault(key, value)  # ids and mat are their buffers' first rows
+        return self.__dict__[name]
 
     def refresh(self, store: MemoryStore) -> None:
         hold_blas_to_one_thread()

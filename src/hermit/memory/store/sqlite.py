@@ -18,12 +18,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from hermit.db import Connection, DatabaseError, connect, index_error, migrate, transaction
 from hermit.locks import LockFile
 from hermit.memory.index.chunking import Chunk
 from hermit.memory.index.line_vectors import by_line_text, to_line_blob
+from hermit.memory.lazy_numpy import numpy as np
 from hermit.memory.search.fts import index_text
 from hermit.memory.search.keyword import FtsTokens
 from hermit.memory.search.vectors import blockscan_topk
