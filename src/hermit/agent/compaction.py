@@ -34,6 +34,7 @@ from typing import Literal
 from hermit.agent.context import SUMMARY_PREFIX
 from hermit.agent.forwarded_words import attribute_summary
 from hermit.agent.speakers import speaker
+from hermit.agent.untrusted_carry import marked
 from hermit.config.schema import CompactionConfig
 from hermit.errors import HermitError
 from hermit.messages import (
@@ -326,8 +327,10 @@ def compact_transcript(
     trigger: Trigger,
     focus: str | None = None,
     asked_by: Sender | None = None,
+    mark: bool = False,
 ) -> CompactionOutcome:
-    """Summarise all but the kept tail of the current context and append the compaction entry."""
+    """Summarise all but the kept tail of the current context and append the compaction entry. `mark` (the main
+    session): a summary of turns that read text nobody there wrote says so (untrusted_carry.py)."""
     previous, entries, messages = _context(transcript)
     old_summary = previous.summary if previous is not None else None
     before = fixed_tokens + _summary_tokens(old_summary) + sum(message_tokens(m) for m in messages)
@@ -339,6 +342,7 @@ def compact_transcript(
                             max_tokens=summary_max_tokens, context_window=context_window, asked_by=asked_by)
     except HermitError as e:
         return CompactionOutcome("failed", trigger, before, before, error=e.message)
+    summary = marked(summary, messages[:cut], old_summary) if mark else summary
     kept = messages[cut:]
     after = fixed_tokens + _summary_tokens(summary) + sum(message_tokens(m) for m in kept)
     details = {"trigger": trigger, "focus": focus, "summarizedMessages": cut, "keptMessages": len(kept),

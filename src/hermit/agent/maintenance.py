@@ -19,6 +19,8 @@ from hermit.agent.context import repair_tool_pairs, request_tokens
 from hermit.agent.forwarded_words import GuardedTools
 from hermit.agent.loop import EventSink, Notice
 from hermit.agent.turn import TurnContext, TurnNotes
+from hermit.agent.untrusted_carry import owners_messages
+from hermit.agent.untrusted_words import UntrustedGuard
 from hermit.errors import HermitError
 from hermit.messages import AssistantMessage, ImagePart, Sender, UserMessage
 from hermit.sessions.keys import is_main_session_key
@@ -53,7 +55,7 @@ class SessionMaintenance:
             rt.store.open_transcript(turn.record), rt.model,
             fixed_tokens=request_tokens(turn.system.text, turn.schemas, ()), keep_tokens=budget.keep_tokens,
             summary_max_tokens=cfg.summary_max_tokens, context_window=budget.context_window, trigger=trigger,
-            focus=focus, asked_by=asked_by)
+            focus=focus, asked_by=asked_by, mark=is_main_session_key(session_key))
         if outcome.ok:
             now = rt.clock()
             # The entry is in the transcript: the count after it, whoever saw it first (never counted twice).
@@ -123,6 +125,9 @@ class SessionMaintenance:
         system = flushing.flush_system(turn.system.text, cfg, today, owner=is_main_session_key(turn.session_key))
         if is_main_session_key(turn.session_key):  # its notes are the owner's: no one else's words as theirs
             tools = GuardedTools(tools, turn.history.messages)  # (forwarded_words.py)
+            # and the main session's own guard: a note of a page stays the page's (untrusted_carry.py, t4)
+            tools = UntrustedGuard(tools, rt.agent.workspace, owners_messages(turn.history.messages),
+                                   turn.history.messages, state=rt.agent.sessions_dir.parent)
         flush_turn = TurnContext(turn.session_key, turn.record, tools, turn.system, turn.history)
         history = repair_tool_pairs(turn.history.messages)
         if limit_tokens is not None:

@@ -55,7 +55,7 @@ from hermit.agent.speakers import (
     sender_of,
 )
 from hermit.agent.turn import PruneMemo, ToolCallRecord, TurnContext, TurnNotes, TurnResult, resolve_timezone
-from hermit.agent.untrusted_watch import look_again, tell_owner
+from hermit.agent.untrusted_jobs import at_turn_start, tell_owner
 from hermit.agent.untrusted_words import UntrustedGuard
 from hermit.config.load import AgentConfig
 from hermit.errors import ContextOverflowError, HermitError, SessionError
@@ -509,7 +509,7 @@ class AgentRuntime:
                                             notes)
                 if not heartbeat:
                     self._expire(session_key, notes)
-            notes.warnings += look_again(self._agent_dir, self.agent.workspace, session_key)  # untrusted_watch.py
+            notes.warnings += at_turn_start(self, session_key, text, heartbeat=heartbeat)  # untrusted_jobs.py
             turn = self.prepare(session_key, read_only=read_only)
             turn = self._maintenance.before_turn(turn, text, heartbeat=heartbeat, read_only=read_only, notes=notes,
                                                  on_event=on_event, images=images)

@@ -22,11 +22,17 @@ the file holds fixed words only (a command's text, which a page may choose, stay
 to read); the owner is told once in their next own turn's reply, on whatever channel (`tell_owner`); the watch this
 process armed stands when the file is removed, emptied or shortened (by the job itself, which runs as the owner).
 
+Session 23 (t4): the watch stands past its day while a process the command left in the workspace lives, and for
+the first look after it ended (`on`: a job sleeping a day and a half before it writes); the jobs are watched too
+(untrusted_jobs.py: a job added by `hermit cron add` or in cron/jobs.json outside any turn is not run, and set aside).
+
 What it does not see: a job started by a command that neither reads as detaching nor stays in the workspace (a
-`cd /` first, a double fork from a script), one that writes after the window (a day), or writes something other than
-the instruction files (it can send anything anywhere: see docs/security.md, `sandbox.mode: all`); changes to MEMORY.md's or a
+`cd /` first, a double fork from a script); one that writes after the day from outside the workspace, or from
+`at`/`crontab`/`systemd-run`, which leave no process to follow; what it writes other than the instruction files and
+the jobs (it can send anything anywhere: see docs/security.md, `sandbox.mode: all`); changes to MEMORY.md's or a
 file's lines that reuse only words the file held; a job that rewrites the file's kept copies, or removes it when no
-long-running Hermit process armed the watch (a one-shot CLI turn); a job that adds a cron job.
+long-running Hermit process armed the watch (a one-shot CLI turn) — it runs as the owner, and nothing Hermit keeps on
+disk is out of its reach.
 """
 
 from __future__ import annotations
@@ -137,22 +143,55 @@ def running_here(workspace: Path) -> set[int]:
     return out
 
 
+def _started(pid: int) -> int | None:
+    """When the process started (clock ticks since boot): a pid used again by another process is not it. None: gone,
+    or a zombie (it ended; nobody has reaped it yet)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(data: dict[str, object]) -> bool:
+    pids = data.get("pids")
+    return isinstance(pids, list) and any(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], int) and _started(p[0]) == p[1] for p in pids)
+
+
+def on(data: dict[str, object]) -> bool:
+    """Whether the watch stands: for WINDOW after the command, and while a process it left in the workspace lives —
+    until the first look after it ended (it may have written just before: session 23, t4)."""
+    until = data.get("until")
+    return isinstance(until, (int, float)) and until > time.time() or bool(data.get("live")) or _alive(data)
+
+
 def armed(state: Path | None) -> bool:
-    if state is None:
-        return False
-    until = _load(state).get("until")
-    return isinstance(until, (int, float)) and until > time.time()
+    return state is not None and on(_load(state))
 
 
-def arm(state: Path, workspace: Path, source: str) -> None:
-    """A command ran in a turn that read `source`: watch the instruction files for WINDOW seconds from now."""
-    keep(state, workspace, until=time.time() + WINDOW, source=source)
+def arm(state: Path, workspace: Path, source: str, jobs: dict[str, str] | None = None,
+        pids: set[int] | frozenset[int] = frozenset()) -> None:
+    """A command ran in a turn that read `source`: watch the instruction files (and the jobs: untrusted_jobs.py)
+    for WINDOW seconds from now, and while `pids` (the processes it left in the workspace) live."""
+    keep(state, workspace, until=time.time() + WINDOW, source=source, jobs=jobs, pids=pids)
 
 
-def keep(state: Path, workspace: Path, *, until: float | None = None, source: str | None = None) -> None:
-    """The instruction files as the guard's tools left them (after each call of an armed session)."""
+def keep(state: Path, workspace: Path, *, until: float | None = None, source: str | None = None,
+         jobs: dict[str, str] | None = None, pids: set[int] | frozenset[int] = frozenset()) -> None:
+    """The instruction files, and each job's message (None: not known here), as the guard's tools left them (after
+    each call of an armed session); the processes a command left, with those still alive of earlier ones."""
     data = _load(state)
     data["files"] = {e: _text(p) for e, p in _entries(workspace).items()}
+    if jobs is not None:
+        data["jobs"] = jobs
+    if pids:
+        was = data.get("pids")
+        had = [p for p in (was if isinstance(was, list) else []) if isinstance(p, list) and len(p) == 2
+               and isinstance(p[0], int) and _started(p[0]) == p[1]]
+        data["pids"] = (had + [[p, t] for p in sorted(pids) if (t := _started(p)) is not None])[-200:]
+        data["live"] = True
     if until is not None:
         data["until"], data["source"] = until, source
     _save(state, data)
@@ -164,9 +203,12 @@ def look_again(state: Path, workspace: Path, session_key: str) -> list[str]:
     if not is_main_session_key(session_key):
         return []
     data = _load(state)
-    until, files = data.get("until"), data.get("files")
-    if not isinstance(until, (int, float)) or until <= time.time() or not isinstance(files, dict):
+    files = data.get("files")
+    if not on(data) or not isinstance(files, dict):
         return []
+    if data.get("live") and not _alive(data):  # its processes ended: this look is the last they need
+        data["live"] = False
+        _save(state, data)
     reports = []
     for entry, path in _entries(workspace).items():
         was = files.get(entry, "")
@@ -223,7 +265,8 @@ def tell_owner(state: Path | None, session_key: str, reply: str, *, heartbeat: b
         return reply
     data["untold"] = []
     _save(state, data)
-    names = [n for n in untold if isinstance(n, str) and n.casefold() in _NAMES] or ["an instruction file"]
+    names = [n for n in untold if isinstance(n, str) and (n.casefold() in _NAMES or n == "a scheduled job")] or \
+        ["an instruction file"]
     notice = NOTICE.format(files=", ".join(names))
     silent = is_silent(reply) or not reply.strip()
     if on_event is not None:

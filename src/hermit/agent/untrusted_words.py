@@ -66,6 +66,7 @@ from hermit.agent.forwarded_words import (
 )
 from hermit.agent.forwarded_words import _words as _plain_words
 from hermit.agent.reader_words import INVISIBLE, fold, normal, words
+from hermit.agent.untrusted_carry import carried
 from hermit.agent.untrusted_followed import changed_since as _changed_since
 from hermit.agent.untrusted_followed import followed, read_text, said_elsewhere
 from hermit.agent.untrusted_followed import lines_of as _lines
@@ -175,7 +176,7 @@ class UntrustedGuard(ToolRunner):
         self._state = state
         self._running: set[int] | None = None  # before a command of a turn that read others' text
         self._forwards: list[Forward] = forwards_in([user])
-        self._brought: list[Brought] = []
+        self._brought: list[Brought] = [Brought(*c) for c in carried(history)]  # a summary of such turns (t4)
         # What the model wrote (a call's text, a command's change to an instruction file), with how many results
         # had been brought by then: of it, only words those results held are not the owner's (a page's words
         # noted under memory/ are the page's; a line the owner dictated, written last turn, stays theirs).
@@ -220,12 +221,17 @@ class UntrustedGuard(ToolRunner):
         looked at again at the next turn's start (untrusted_watch.py), from how this turn's tools left them."""
         if self._state is None or call.name not in ("write", "edit", "cron", *_SHELL):
             return
+        left = running_here(self._workspace) - self._running if self._running is not None else set()
         if call.name in _SHELL and self._tainted() and self._running is not None and (
-                detaching(str(call.arguments.get("command", ""))) or running_here(self._workspace) - self._running):
+                detaching(str(call.arguments.get("command", ""))) or left):
             came = "; ".join(dict.fromkeys(b.source for b in self._brought[-2:])) or "another chat's note"
-            arm(self._state, self._workspace, came)
+            arm(self._state, self._workspace, came, self._messages(), left)
         elif armed(self._state):
-            keep(self._state, self._workspace)
+            keep(self._state, self._workspace, jobs=self._messages())
+
+    def _messages(self) -> dict[str, str] | None:  # each job's message, for the watch (untrusted_jobs.py)
+        return None if self._inner.get("cron") is None else {i: str(j.get("message", "")) for i, j in
+                                                            self._jobs().items()}
 
     def _after(self, call: ToolCallPart, result: ToolResultMessage,
                target: tuple[str, str, set[str]] | None) -> None:
