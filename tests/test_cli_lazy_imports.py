@@ -180,3 +180,29 @@ def test_only_a_search_builds_the_translation_lexicon(tmp_path: Path) -> None:
     assert [f.name for f in (home / "cache").glob("lexicon-*")] == ["lexicon-cedict-v3.sqlite"]
     hits = json.loads(p.stdout)["results"]
     assert [h["path"] for h in hits] == ["MEMORY.md"] and "钢琴课" in hits[0]["snippet"], hits
+
+
+# `python -m hermit ARGS` with an audit hook that writes every child process the command starts to the file named
+# first.
+CHILDREN_PROBE = ("import atexit, json, runpy, sys\n"
+                  "out, started = sys.argv.pop(1), []\n"
+                  "sys.addaudithook(lambda event, args: started.append([event, repr(args)[:300]]) if event in\n"
+                  "                 ('subprocess.Popen', 'os.posix_spawn', 'os.fork', 'os.exec', 'os.system') else None)\n"
+                  "atexit.register(lambda: open(out, 'w', encoding='utf-8').write(json.dumps(started)))\n"
+                  "runpy.run_module('hermit', run_name='__main__', alter_sys=True)\n")
+
+
+@pytest.mark.parametrize("args", [("memory", "status"), ("sessions", "list"), ("cron", "list"), ("channels", "status"),
+                                  ("agents", "list")], ids=" ".join)
+def test_a_command_that_runs_no_program_starts_no_child_process(home: Path, args: tuple[str, ...]) -> None:
+    """Making the process non-dumpable (redaction.keep_environment_private, in every command) found libc with
+    ctypes.util.find_library, which runs `ldconfig -p` as a child: a fork and exec in each of the ~1,100 `hermit`
+    processes the suite starts (~20-50 ms of wall time each on a loaded machine). The process's own symbols hold
+    prctl, as they do for main.py's first call."""
+    out = home.parent / "children.json"
+    p = subprocess.run([sys.executable, "-c", CHILDREN_PROBE, str(out), *args], capture_output=True, text=True,
+                       env=env_for(home), stdin=subprocess.DEVNULL, timeout=PROC_TIMEOUT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    started = json.loads(out.read_text(encoding="utf-8"))
+    out.unlink()
+    assert started == [], f"`hermit {' '.join(args)}` started {started}"
