@@ -33,6 +33,8 @@ CLAIM_KEY = "claimed_by"  # meta: the ids of the state dirs the schema belongs t
 STATE_ID_FILE = "state-id"
 _ID = re.compile(r"[0-9a-f]{32}")
 PREFIX_SETTING = "agents.defaults.memory_search.store.postgres.schema_prefix"
+FOREIGN_HINT = (f"use another {PREFIX_SETTING}, or drop the schema if it is not meant to be there (as its owner); "
+                "hosts that share an index connect as the same role")
 
 
 class ClaimRefused(StoreError):
@@ -78,10 +80,19 @@ class StateId:
 
 
 def _holders(conn: Any, s: str) -> list[str] | None:
-    """The ids the schema (quoted `s`) belongs to; None when it has no meta table yet."""
-    exists = conn.execute("select to_regclass(%s)", (f"{s}.meta",)).fetchone()
-    if exists is None or exists[0] is None:
+    """The ids the schema (quoted `s`) belongs to; None when it has no meta table yet. Its meta is read only when
+    it is a plain table of the connecting role in a schema of that role: another role's `meta` may be a view
+    calling a function of its, which a read would run with Hermit's privileges (every note copied out)."""
+    found = conn.execute(
+        "select c.relkind = 'r' and pg_catalog.pg_get_userbyid(c.relowner) = current_user"
+        " and pg_catalog.pg_get_userbyid(n.nspowner) = current_user, pg_catalog.pg_get_userbyid(c.relowner)"
+        " from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace"
+        " where c.oid = pg_catalog.to_regclass(%s)", (f"{s}.meta",)).fetchone()
+    if found is None:
         return None
+    if not found[0]:
+        raise StoreError(f"the memory schema {s} (or its meta table) belongs to another role than the one Hermit "
+                         f"connects as (meta: role {found[1]}): it is not read", FOREIGN_HINT)
     row = conn.execute(f"select value from {s}.meta where key = %s", (CLAIM_KEY,)).fetchone()
     return str(row[0]).split() if row else []
 
@@ -105,7 +116,10 @@ def refusal(schema: str, where: str, state: StateId, holders: list[str]) -> Clai
 
 def doctor_problem(conn: Any, schema: str, state: StateId | None) -> str | None:
     """Why this state dir would be refused `schema` (`hermit doctor`), None when it would not."""
-    holders = _holders(conn, f'"{schema}"')
+    try:
+        holders = _holders(conn, f'"{schema}"')
+    except StoreError as e:
+        return e.message
     if not holders or (state is not None and state.value in holders):
         return None
     whose = f"{len(holders)} other state dirs" if len(holders) > 1 else f"another state dir (id {holders[0][:8]}…)"

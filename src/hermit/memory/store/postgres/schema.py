@@ -158,8 +158,14 @@ def drop_stale_rebuilds(conn: PgConn, schema: str) -> int:
     Hermit marked as such (module note above); how many. The caller holds `schema`'s writer lock, which a
     rebuild holds from its start to its swap, so none of them is in use."""
     pat = re.compile(re.escape(schema) + r"_(rb|old)[0-9a-f]{8}")
+    # Only schemas of the role Hermit connects as, with a `meta` that is its own plain table: another role may name
+    # a schema of its like a leftover, and its `meta` may be a view calling a function of its, which the read of the
+    # mark below would run with Hermit's privileges (a copy of every note into a table of its), at every start.
     names = [str(r[0]) for r in conn.execute(
-        "select nspname from pg_namespace where nspname like %s", (schema.replace("_", r"\_") + r"\_%",))]
+        "select n.nspname from pg_catalog.pg_namespace n join pg_catalog.pg_class c on c.relnamespace = n.oid"
+        " where n.nspname like %s and pg_catalog.pg_get_userbyid(n.nspowner) = current_user and c.relname = 'meta'"
+        " and c.relkind = 'r' and pg_catalog.pg_get_userbyid(c.relowner) = current_user",
+        (schema.replace("_", r"\_") + r"\_%",))]
     stale = [n for n in names if pat.fullmatch(n) and _marked_copy_of(conn, n, schema)]
     for n in stale:
         conn.execute(f"drop schema if exists {qi(n)} cascade")
