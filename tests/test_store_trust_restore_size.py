@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ciguard import need
-from hermit.cli import backup_restore
+from hermit.cli import restore_stage
 from hermit.cli.main import main
 from test_restore_target import archive, built_archive, hermit  # noqa: F401 - the fixtures are used by name
 
@@ -52,7 +52,7 @@ def test_a_file_over_4_gib_that_backup_stored_is_restored(tmp_path: Path) -> Non
 def test_an_archive_the_disk_cannot_hold_is_refused_before_anything_is_written(
         archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
         capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(backup_restore, "free_bytes", lambda path: 1000, raising=False)
+    monkeypatch.setattr(restore_stage, "free_bytes", lambda path: 1000)
     new = tmp_path / "new"
     assert main(["--home", str(new), "restore", str(archive)]) == 1
     err = capsys.readouterr().err
