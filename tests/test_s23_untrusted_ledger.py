@@ -14,21 +14,27 @@ scripted and obeys the page.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hermit.testing import ScriptedModel
+from prochelpers import PROC_TIMEOUT, python_as, pythonpath
 from test_audit21_untrusted_standing import MAIN, RULE, call, snapshot
 from test_audit22_untrusted_notes import NOTE, PARAPHRASE, first_turn
 
-BROKEN = {
+BROKEN: dict[str, Any] = {
     "truncated": lambda text: text[: len(text) // 2],
     "emptied": lambda text: "",
     "not-json": lambda text: "\x00\x00garbage",
     "a-row-cut": lambda text: json.dumps([{"text": "- the dentist"}]),
     "a-directory": None,
+    "unreadable": "chmod",  # mode 000: unreadable to an ordinary user (root reads it, and finds the notes)
 }
 
 
@@ -40,6 +46,8 @@ def test_a_ledger_that_cannot_be_read_holds_every_note_to_be_no_ones(tmp_path: P
     if breaks is None:
         ledger.unlink()
         ledger.mkdir()
+    elif breaks == "chmod":
+        ledger.chmod(0)
     else:
         ledger.write_text(breaks(ledger.read_text(encoding="utf-8")), encoding="utf-8")
     rt.reset_session(MAIN)
@@ -55,10 +63,14 @@ def test_a_ledger_that_cannot_be_read_holds_every_note_to_be_no_ones(tmp_path: P
     result = rt.run_turn(MAIN, "put today's notes into the heartbeat")
     runs = list(result.tool_calls)
     assert [r.is_error for r in runs] == [True, False, True, True, True], [r.result[:160] for r in runs]
-    assert "untrusted-notes.json, could not be read" in runs[0].result
+    assert "untrusted-notes.json, could not be read" in runs[0].result or how == "unreadable" and os.geteuid() == 0 \
+        and "a note under memory/ written on" in runs[0].result, runs[0].result
     assert snapshot(rt) == before and "Carl" not in json.dumps(jobs.list_jobs("main"))
     if ledger.is_dir():
         shutil.rmtree(ledger)
+        return
+    if how == "unreadable":
+        ledger.chmod(0o600)
         return
     # a later note from a page is kept, and the ledger still says the old record was lost
     page = tmp_path / "page2.html"
@@ -69,3 +81,37 @@ def test_a_ledger_that_cannot_be_read_holds_every_note_to_be_no_ones(tmp_path: P
     rt.run_turn(MAIN, "what does the second page say? note it")
     rows = json.loads(ledger.read_text(encoding="utf-8"))
     assert "lost" in rows[0] and any("Dora" in r.get("text", "") for r in rows)
+
+
+AS_USER = r'''
+import json, sys
+from pathlib import Path
+from hermit.agent.untrusted_standing import NoteLedger
+state = Path(sys.argv[1])
+(state / "untrusted-notes.json").write_text(json.dumps([{"text": "- the page's rule", "source": "x", "at": 1}]))
+(state / "untrusted-notes.json").chmod(0)
+ledger = NoteLedger(state)
+print(json.dumps({"lost": ledger.lost, "notes": len(ledger.notes)}))
+'''
+
+
+def test_a_ledger_unreadable_to_an_ordinary_user_fails_closed() -> None:
+    """Mode 000 (a job running as the owner can do that): root reads it anyway, an ordinary owner cannot — then it
+    is lost, not empty. Run as uid 65534 (as root) or as this uid."""
+    uid = 65534 if os.geteuid() == 0 else None
+    as_user = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
+    python = python_as(as_user)
+    assert python is not None, "a Python that can import this checkout as uid 65534"
+    base = Path(tempfile.mkdtemp(prefix="hermit-s23-ledger-", dir="/tmp"))  # (tmp_path is root's 0700 tree)
+    try:
+        state = base / "state"
+        state.mkdir()
+        if uid is not None:
+            subprocess.run(["chown", "-R", f"{uid}:{uid}", str(base)], check=True)
+        done = subprocess.run([python, "-c", AS_USER, str(state)], capture_output=True, text=True,
+                              timeout=PROC_TIMEOUT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath(),
+                                                         "PYTHONDONTWRITEBYTECODE": "1"}, **as_user)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"lost": True, "notes": 0}
