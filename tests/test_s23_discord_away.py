@@ -35,7 +35,7 @@ def nexts(provider: FakeProvider) -> list[str]:
     return [json.dumps(r.body) for r in provider.requests if "AW-NEXT" in last_user_text(r.body)]
 
 
-def away(tmp_path: Path, *, restart: bool) -> list[str]:
+def away(tmp_path: Path, *, restart: bool, edit: bool = False) -> list[str]:
     """A secret and a note said in a DM; the secret deleted on Discord while the gateway is away (its socket dropped
     and the resume refused, or the gateway stopped); then the next message. Returns the next message's requests."""
 
@@ -49,13 +49,14 @@ def away(tmp_path: Path, *, restart: bool) -> list[str]:
                 await fake.say("AW-KEEP the spare key is under the blue pot", author=OWNER, bot_token=token)
                 await until(lambda: len(d.texts("fam", OWNER)) == 2, "the note's answer")
                 identified = fake.identified
+                change = fake.edit(mid, "AW-SECRET never mind", tell=False) if edit else fake.delete(mid, tell=False)
                 if restart:
                     await gw.stop()
-                    await fake.delete(mid, tell=False)  # nobody connected: nobody hears it
+                    await change  # nobody connected: nobody hears it
                     await gw.start()
                 else:
                     fake.refuse_resume = True
-                    await fake.delete(mid, tell=False)  # while the socket is down
+                    await change  # while the socket is down
                     await fake.drop_gateway()
                 await fake.wait_for(lambda: fake.identified > identified, timeout=PROC_TIMEOUT)  # a fresh session
                 await fake.say("AW-NEXT what did I tell you?", author=OWNER, bot_token=token)
@@ -79,6 +80,12 @@ def test_a_dm_deleted_while_the_gateway_was_stopped_is_retracted_at_its_start(tm
     assert "blue pot" in request
     held = next(tmp_path.rglob("held-messages.json"))
     assert "4111" not in held.read_text() and held.stat().st_mode & 0o077 == 0  # ids only, the owner's alone
+
+
+def test_a_dm_edited_while_the_gateway_was_stopped_runs_as_edited(tmp_path: Path) -> None:
+    [request] = away(tmp_path, restart=True, edit=True)
+    assert "4111-0001" not in request and "AW-SECRET never mind" in request
+    assert "blue pot" in request
 
 
 def test_a_delete_in_an_archived_thread_does_not_hold_the_threads_next_message(tmp_path: Path) -> None:

@@ -106,6 +106,14 @@ class FakeDiscord(FakePlatform):
                                                                   else {})}
                 await self._dispatch("MESSAGE_DELETE", data, bot_token)
 
+    async def edit(self, mid: str, content: str, *, tell: bool = True, bot_token: str | None = None) -> None:
+        """Its author edits a message; `tell=False`: no MESSAGE_UPDATE reaches the bots (see `delete`)."""
+        for held in self.messages.values():
+            if (msg := held.get(mid)) is not None:
+                msg.update(content=content, edited_timestamp=_now())
+                if tell:
+                    await self._dispatch("MESSAGE_UPDATE", dict(msg), bot_token)
+
     def archive_thread(self, thread_id: str, name: str = "old-plans") -> None:
         """A public thread of the text channel that READY does not list (archived: discord.py does not cache it)."""
         self.archived_threads[thread_id] = self._thread(thread_id, name, archived=True)

@@ -67,6 +67,17 @@ class _Deleted:
 
 
 @dataclass(frozen=True)
+class _Edited:
+    """An edit found at a fresh session, shaped as discord.py's raw edit event (what `_on_change` reads)."""
+
+    message_id: int
+    channel_id: int
+    guild_id: int | None
+    cached_message: Any
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class _Author:
     id: int
 
@@ -179,6 +190,10 @@ class DiscordChannel:
             data = payload.data if isinstance(payload.data, dict) else {}
             with self._order.pending(str(payload.channel_id)):
                 await self._on_change(client, payload, data)
+            if isinstance(stamp := data.get("edited_timestamp"), str) and stamp:
+                with contextlib.suppress(ValueError):
+                    self._held.edited(str(payload.channel_id), str(payload.message_id),
+                                      discord.utils.parse_time(stamp).isoformat())
 
         try:
             await client.login(self._token)
@@ -392,16 +407,22 @@ class DiscordChannel:
                 hold.__exit__(None, None, None)
 
     async def _missed_in(self, client: Any, c: HeldChannel) -> None:
-        deleted = await gone(client, c)
-        if not deleted:
+        found = await gone(client, c)
+        if found is None or not (found.deleted or found.edited):
             return
-        log.info("discord %s: %d message(s) deleted while the gateway was away: retracting them", self.account_id,
-                 len(deleted))
+        log.info("discord %s: %d message(s) deleted and %d edited while the gateway was away: taking them",
+                 self.account_id, len(found.deleted), len(found.edited))
         guild = int(c.guild_id) if c.guild_id else None
-        for mid in deleted:
+        for m in found.edited:  # as its MESSAGE_UPDATE would have said (`_on_change`)
+            stamp = m.edited_at.isoformat()
+            data = {"content": m.content, "edited_timestamp": stamp, "author": {"id": str(m.author.id)},
+                    "mentions": [{"id": str(u.id)} for u in m.mentions]}
+            await self._on_change(client, _Edited(m.id, int(c.channel_id), guild, None, data), data)
+            self._held.edited(c.channel_id, str(m.id), stamp)
+        for mid in found.deleted:
             await self._on_change(client, _Deleted(int(mid), int(c.channel_id), guild,
                                                    _Known(_Author(int(c.messages[mid])))), None)
-        self._held.drop(c.channel_id, deleted)
+        self._held.drop(c.channel_id, found.deleted)
 
     async def _fetched_channel(self, client: Any, channel_id: int) -> Any:
         """A channel discord.py does not cache, asked of Discord; None when it cannot say (the change is then

@@ -6,7 +6,8 @@ again: Ann's "my card is 4111-0001", deleted while Hermit was away, stayed in he
 every later turn (s22 t9: "never retracted"). So each account keeps the ids of the messages it handed on, per channel
 (`Held`, in the state dir: a restart forgets none), and at each fresh session (discord.py's `on_connect`: READY, not
 a resume) reads each such channel's history from its oldest held message on: a held message Discord no longer has in
-that stretch was deleted, and is handed to the gateway as a delete (retracted as a live one is). Ids only, never text.
+that stretch was deleted, and is handed to the gateway as a delete (retracted as a live one is); one whose edit time is
+not the one last seen was edited meanwhile, and is handed on as that edit. Ids and edit times only, never text.
 
 Bounds: the last PER_CHANNEL messages of the last CHANNELS channels, and PAGES pages of history per channel; a held
 message past what was read (a channel busier than that since) is left unjudged, never called deleted. A channel Discord
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ class HeldChannel:
     channel_id: str
     guild_id: str | None
     messages: dict[str, str]  # message id -> its author's id
+    edits: dict[str, str] = field(default_factory=dict)  # message id -> its last edit's time seen (Discord's stamp)
 
 
 class Held:
@@ -64,18 +66,27 @@ class Held:
             return
         for m in message_ids:
             ch.messages.pop(m, None)
+            ch.edits.pop(m, None)
         if not ch.messages:
             del self._channels[channel_id]
         self._save()
 
+    def edited(self, channel_id: str, message_id: str, stamp: str) -> None:
+        """A held message's edit taken (live, or found at a fresh session): not handed on again."""
+        ch = self._channels.get(channel_id)
+        if ch is not None and message_id in ch.messages and ch.edits.get(message_id) != stamp:
+            ch.edits[message_id] = stamp
+            self._save()
+
     def channels(self) -> list[HeldChannel]:
-        return [HeldChannel(c.channel_id, c.guild_id, dict(c.messages)) for c in self._channels.values()]
+        return [HeldChannel(c.channel_id, c.guild_id, dict(c.messages), dict(c.edits))
+                for c in self._channels.values()]
 
     def _save(self) -> None:
         if self._path is None:
             return
-        data = {"version": 1, "channels": [{"id": c.channel_id, "guild": c.guild_id, "messages": c.messages}
-                                           for c in self._channels.values()]}
+        data = {"version": 1, "channels": [{"id": c.channel_id, "guild": c.guild_id, "messages": c.messages,
+                                            "edits": c.edits} for c in self._channels.values()]}
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             write_atomic(self._path, json.dumps(data, separators=(",", ":")), mode=0o600, fsync=False,
@@ -102,21 +113,31 @@ def _read(path: Path) -> dict[str, HeldChannel]:
         if not isinstance(c, dict) or not str(c.get("id", "")).isdigit() or not isinstance(c.get("messages"), dict):
             continue
         messages = {str(m): str(a) for m, a in c["messages"].items() if str(m).isdigit()}
+        edits = c.get("edits")
+        edits = edits if isinstance(edits, dict) else {}
         guild = c.get("guild")
-        out[str(c["id"])] = HeldChannel(str(c["id"]), str(guild) if guild else None, messages)
+        out[str(c["id"])] = HeldChannel(str(c["id"]), str(guild) if guild else None, messages,
+                                        {str(m): str(t) for m, t in edits.items() if str(m) in messages})
     return out
 
 
-async def gone(client: Any, held: HeldChannel) -> list[str] | None:
-    """The held messages of this channel Discord no longer has, oldest first; None when its history cannot be read."""
+@dataclass(frozen=True)
+class Found:
+    deleted: list[str]  # held messages Discord no longer has, oldest first
+    edited: list[Any]  # held messages (discord.Message) edited since last seen, oldest first
+
+
+async def gone(client: Any, held: HeldChannel) -> Found | None:
+    """What became of the held messages of this channel; None when its history cannot be read."""
     import aiohttp
     import discord
 
     ids = sorted(held.messages, key=int)
     if not ids:
-        return []
+        return Found([], [])
     newest_held = int(ids[-1])
     present: set[str] = set()
+    edited: list[Any] = []
     read = 0
     reached = 0  # the newest message id read: held ones up to it are judged
     channel = client.get_partial_messageable(int(held.channel_id),
@@ -125,6 +146,9 @@ async def gone(client: Any, held: HeldChannel) -> list[str] | None:
         async for m in channel.history(limit=PAGES * 100, after=discord.Object(int(ids[0]) - 1), oldest_first=True):
             read += 1
             present.add(str(m.id))
+            if str(m.id) in held.messages and m.edited_at is not None and \
+                    held.edits.get(str(m.id)) != m.edited_at.isoformat():
+                edited.append(m)
             reached = m.id
             if m.id >= newest_held:
                 break
@@ -133,4 +157,4 @@ async def gone(client: Any, held: HeldChannel) -> list[str] | None:
         return None
     if read < PAGES * 100:
         reached = max(reached, newest_held)  # the history ended: nothing held after what was read is left there
-    return [m for m in ids if int(m) <= reached and m not in present]
+    return Found([m for m in ids if int(m) <= reached and m not in present], edited)
