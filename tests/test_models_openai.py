@@ -341,7 +341,7 @@ def test_retry_after_header_forms() -> None:
 
 
 def test_sse_parsing_follows_the_spec() -> None:
-    from hermit.models.transport import SseEvent, iter_sse
+    from hermit.models.provider_wire import SseEvent, iter_sse
 
     lines = [": comment", "event: a", 'data: {"x":', "data: 1}", "", "data:no-space", "", "", "data: tail"]
     assert list(iter_sse(iter(lines))) == [

@@ -42,7 +42,8 @@ from hermit.models.base import (
     sendable_images,
     stream_or_without_images,
 )
-from hermit.models.transport import ProviderHttp, parse_event_json
+from hermit.models.provider_wire import parse_event_json
+from hermit.models.transport import ProviderHttp
 from hermit.retry import RetryPolicy
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
