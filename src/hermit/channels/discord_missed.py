@@ -27,8 +27,8 @@ from hermit.durable import write_atomic
 
 log = logging.getLogger(__name__)
 
-PER_CHANNEL = 200
-CHANNELS = 100
+PER_CHANNEL = 100
+CHANNELS = 50
 PAGES = 5  # of 100 messages: at most 500 read per channel at a fresh session
 
 
