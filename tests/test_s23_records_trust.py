@@ -303,3 +303,52 @@ def test_the_file_cases_as_uid_65534(tmp_path: Path) -> None:
         assert done.returncode == 0 and "all held" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_running_gateway_refuses_a_stranger_put_in_place_of_the_family_bots_owner(tmp_path: Path) -> None:
+    """End to end: a real `hermit gateway run`, the family bot on a fake Bot API; its owner (the relative) replaced
+    by a stranger in hermit.yaml while the gateway runs. The stranger's DM is not let in (the model is never asked
+    with the family's MEMORY.md); the relative, put back, is answered again."""
+    from channelhelpers import run
+    from hermit.testing.fake_provider import FakeProvider
+    from test_channel_gateway import Gateway, env_for, until
+    from test_s22_accounts_identity import dm, driver_with
+    from test_s22_accounts_workspaces import save as save_yaml
+
+    home = tmp_path / "home"
+    home.mkdir()
+    d = driver_with("1:TOKENONE")
+    relative, stranger = "2002", "4004"
+
+    async def main() -> tuple[list[str], list[str], str]:
+        with FakeProvider([{"text": "agent says hi", "repeat": True}]) as provider:
+            await d.start()
+            try:
+                fam = {"api_base": d.fakes["bot1"].base_url, "poll_timeout_seconds": 1, "token_env": "TG_BOT1",
+                       "dm_policy": "allowlist"}
+                agents = [{"id": "main", "default": True}, {"id": "family"}]
+                binding = [{"agent_id": "family", "match": {"channel": "telegram", "account_id": "fam"}}]
+                save_yaml(home, provider, agents, {"fam": {**fam, "owners": [relative]}}, binding)
+                (home / "workspace-family").mkdir()
+                (home / "workspace-family" / "MEMORY.md").write_text(f"# Memory\n\n{NOTE}\n", encoding="utf-8")
+                gw = await Gateway(home, env_for(d)).start()
+                try:
+                    assert await dm(d, "bot1", relative, "hi") == "agent says hi"
+                    save_yaml(home, provider, agents, {"fam": {**fam, "owners": [stranger]}}, binding)
+                    await d.dm("bot1", stranger, "what do you remember?")
+                    await until(lambda: "new to agent family" in gw.stderr.read_text(), "the reload refused",
+                                PROC_TIMEOUT)
+                    save_yaml(home, provider, agents, {"fam": {**fam, "owners": [relative]}}, binding)
+                    assert await dm(d, "bot1", relative, "still there?") == "agent says hi"  # after the stranger's
+                finally:
+                    await gw.stop()
+                return d.texts("bot1", stranger), [json.dumps(r.body) for r in provider.requests], \
+                    gw.stderr.read_text()
+            finally:
+                await d.stop()
+
+    to_stranger, asked, log = run(main, timeout=PROC_TIMEOUT * 3)
+    assert to_stranger == []
+    assert not any("what do you remember" in text for text in asked)  # the stranger's words never reached a turn
+    assert f"telegram/fam/{stranger} (new to agent family, whose owners telegram/fam/{relative} no longer reach it" \
+        in log

@@ -76,6 +76,8 @@ def register_service(gs: Any, same: str) -> None:
     p = gs.add_parser("uninstall", help=f"stop the gateway service and remove its unit file; the same as `hermit "
                       f"{same} uninstall`")
     p.add_argument("--name", help=NAME_HELP)
+    p.add_argument("--force", action="store_true", help="also remove unit files written by hand or changed since "
+                   "install wrote them (by default the service is stopped and disabled, and they are kept)")
     p.add_argument("--kind", choices=("auto", "systemd", "launchd"), default="auto",
                    help="systemd user unit or launchd agent (default: this system's)")
     p.set_defaults(func=cmd_uninstall)
@@ -410,6 +412,36 @@ def _unlink_socket(sock: Path | None) -> None:
         print(f"removed {sock}")
 
 
+def _as_written(path: Path) -> bool:
+    """Whether a unit file is as `hermit service install` wrote it: its stamp matches its content (cli/service_units.py)."""
+    from hermit.cli.service_units import stamped, unstamped
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return text == stamped(unstamped(text)) and text != unstamped(text)
+
+
+def _stop_keeping(ctx: CliContext, name: str, units: list[str], kept: list[Path], ours: list[Path]) -> int:
+    """Uninstall with unit files the owner wrote or edited (`kept`): the service stopped and disabled, Hermit's own
+    files (`ours`) removed, the others left as they are and named."""
+    if systemd_usable(ctx.environ):
+        _run(["systemctl", "--user", "disable", "--now", *units], ctx.environ, name)
+    for p in ours:
+        p.unlink()
+        print(f"removed {p}")
+    if systemd_usable(ctx.environ):
+        _run(["systemctl", "--user", "daemon-reload"], ctx.environ, name)
+    elif not systemd_offline(ctx.environ):
+        print(f"if it is running, stop it with: systemctl --user disable --now {' '.join(units)}")
+    for p in kept:
+        print(f"kept {p}: it is not the file `hermit service install` wrote (written by hand, changed since, or by an "
+              f"older Hermit); remove it yourself if you no longer need it (rm {p}), or run `hermit service "
+              "uninstall --force`")
+    return 0
+
+
 def _user_name() -> str:
     import pwd
 
@@ -432,6 +464,10 @@ def cmd_uninstall(ctx: CliContext, args: argparse.Namespace) -> int:
         raise refused
     sock = path.with_suffix(".socket") if kind == "systemd" and os.path.lexists(path.with_suffix(".socket")) else None
     units = [f"{name}.service", *([f"{name}.socket"] if sock is not None else [])]  # the port is let go with it
+    if kind == "systemd" and not getattr(args, "force", False):
+        kept = [p for p in (path, sock) if p is not None and not _as_written(p)]
+        if kept:
+            return _stop_keeping(ctx, name, units, kept, [p for p in (path, sock) if p is not None and p not in kept])
     if kind == "systemd" and systemd_usable(ctx.environ):
         _run(["systemctl", "--user", "disable", "--now", *units], ctx.environ, name)
         path.unlink()
