@@ -388,7 +388,7 @@ class Indexer:
         self._flush(store, pending, report)
         if chunk_progress and pending_chunks:
             chunk_progress(total, total)
-        store.cache_prune(self.cfg.cache.max_entries)  # SQLite: also the vectors of removed chunks (store.residue)
+        store.cache_prune(self.cfg.cache.max_entries)  # also the vectors of removed chunks (store.residue, pg cache.settle)
         return report
 
     @staticmethod
