@@ -1,7 +1,7 @@
 """AgentRuntime: one configured agent — model, tools, memory, sessions — answering one turn at a time.
 
 A turn: handle `/new`, `/reset` and `/compact`; start a new session when the reset policy says the
-old one expired; open the session, decide its sandbox and privacy from the key, build the tools and
+old one expired (those ends, and a deleted message's retraction: session_ends.py); open the session, decide its sandbox and privacy from the key, build the tools and
 the system prompt, load the history; let session maintenance (maintenance.py) give the agent its silent
 memory flush and compact when the context nears the window; run the loop (recording every message in
 the transcript and usage in sessions.json), recovering once from a context overflow by flush → compact
@@ -40,11 +40,10 @@ from hermit.agent.context import (
     request_tokens,
     tools_block,
 )
-from hermit.agent.deleted_copies import scrub_saved_session, scrub_turn_notes
-from hermit.agent.lifecycle import SessionStart, check_expiry, parse_compact_command
+from hermit.agent.lifecycle import SessionStart, parse_compact_command
 from hermit.agent.loop import EventSink, LoopResult, TurnCancelled, run_loop
 from hermit.agent.maintenance import SessionMaintenance
-from hermit.agent.session_memory import save_session_memory
+from hermit.agent.session_ends import SessionEnds
 from hermit.agent.speakers import (
     OwnerCheck,
     attributed,
@@ -75,16 +74,15 @@ from hermit.messages import (
 )
 from hermit.models.base import ClosableModel, Model, ModelRequest
 from hermit.models.cancel import CancelToken
-from hermit.sessions.entries import ENDED_TYPE, IMAGE_REFUSED_TYPE, image_key
+from hermit.sessions.entries import IMAGE_REFUSED_TYPE, image_key
 from hermit.sessions.keys import SessionKind, agent_id_of, classify_session_key, is_main_session_key
 from hermit.sessions.lock import DEFAULT_WAIT_SECONDS, session_lock
 from hermit.sessions.pruning import PruningMode, prune_for_request, resolve_pruning_mode
 from hermit.sessions.record import SessionRecord
 from hermit.sessions.reset import parse_reset_command
-from hermit.sessions.retraction import Remove, register_reach, retract_ended, retract_in
-from hermit.sessions.scrub import Deleted
+from hermit.sessions.retraction import Remove, register_reach
 from hermit.sessions.store import SessionStore
-from hermit.sessions.transcript import Clock, MessageEntry, utc_now
+from hermit.sessions.transcript import Clock, utc_now
 from hermit.tools import (
     CronBackend,
     MemoryWriteRules,
@@ -127,7 +125,8 @@ class AgentRuntime:
         self.home = home
         ensure_workspace(agent.workspace)
         self.store = store or SessionStore(agent.sessions_dir, clock=clock, cwd=agent.workspace, fsync=fsync)
-        register_reach(self.store.directory, self._reach)  # a retraction's scrub reaches the flush's notes
+        self._ends = SessionEnds(self)  # /new, /reset, expiry and retraction (session_ends.py)
+        register_reach(self.store.directory, self._ends.reach)  # a retraction's scrub reaches the flush's notes
         self.timezone, self.timezone_name = resolve_timezone(agent.settings.timezone, clock())
         self._locks: dict[str, threading.Lock] = {}
         self.session_wait_seconds = DEFAULT_WAIT_SECONDS  # before "session busy" (another process's turn)
@@ -338,32 +337,7 @@ class AgentRuntime:
         """/new or /reset: save the end of the old session to memory (the session-memory hook), then
         start a fresh one."""
         with self._lock(session_key):
-            return self._reset(session_key, command, TurnNotes())
-
-    def _reset(self, session_key: str, reason: str, notes: TurnNotes) -> SessionStart:
-        self._check_key(session_key)
-        old = self.store.get(session_key)
-        saved: Path | None = None
-        hook = self.agent.settings.session.hooks.session_memory
-        private = includes_long_term_memory(session_key)
-        # Another person's session writes memory like any of its tools would: marked, or not at all.
-        allowed = private or self.agent.settings.sandbox.memory_writes == "all"
-        if old is not None and hook.enabled and allowed:
-            try:
-                saved = save_session_memory(
-                    transcript=self.store.transcript_path(old.session_id), record=old,
-                    workspace=self.agent.workspace, cfg=hook, model=self.model, now=self.clock(),
-                    tz=self.timezone, tz_name=self.timezone_name, reason=reason,
-                    origin=owner_origin(session_key) if private else self._write_origin(session_key, dm_only=True))
-            except (HermitError, OSError) as e:  # the new session must start anyway
-                notes.warnings.append(f"could not save the last session to memory: {e}")
-                log.warning("session-memory hook failed for %s: %s", session_key, e)
-            if saved is not None and self.memory is not None:
-                self.memory.mark_dirty()
-        self._mark_ended(old, reason)
-        record = self.new_session(session_key)
-        notes.reset = reason
-        return SessionStart(record.session_id, old.session_id if old else None, reason, saved)
+            return self._ends.reset(session_key, command, TurnNotes())
 
     def _write_origin(self, session_key: str, *, dm_only: bool = False) -> Origin:
         """The origin of what a non-main session writes to memory (its tools' writes, the flush's notes; with
@@ -377,26 +351,6 @@ class AgentRuntime:
         sender = self._senders.get(session_key) if named else None
         return session_origin(session_key, sender_text(sender.name, sender.id) if sender else None)
 
-    def _expire(self, session_key: str, notes: TurnNotes) -> None:
-        record = self.store.get(session_key)
-        if record is None:
-            return
-        check = check_expiry(record, self.agent.settings.session, self.clock(), self.timezone)
-        if check.expired:
-            log.info("session %s expired (%s); starting a new one", session_key, check.reason)
-            self._mark_ended(record, f"{check.reason} reset")
-            self.new_session(session_key)
-            notes.reset = check.reason
-
-    def _mark_ended(self, record: SessionRecord | None, reason: str) -> None:
-        """The old transcript's last line says why it ended (shown with the web app's past sessions)."""
-        if record is None:
-            return
-        try:
-            self.store.open_transcript(record).append_custom(ENDED_TYPE, {"reason": reason})
-        except (HermitError, OSError) as e:  # the new session starts anyway; the reason is then inferred
-            log.warning("could not record why session %s ended: %s", record.session_id, e)
-
     def retract(self, session_key: str, ref: str, remove: Remove | None = None) -> bool:
         """The sender deleted message `ref` on the platform after its turn started: when the session's current
         transcript holds it, or one of the key's ended ones (sessions/retraction.py), a `retracted` entry makes
@@ -404,31 +358,11 @@ class AgentRuntime:
         files the message brought (gateway/attachments.py) before that entry is written. Waits for a running
         turn of the session. True when it was found."""
         with self._lock(session_key):
-            record = self.store.get(session_key)
-            if record is None:
-                return False
-            if retract_in(self.store.open_transcript(record), ref, remove):
-                return True
-            return self.retract_ended(session_key, ref, remove, current=record.session_id)
+            return self._ends.retract(session_key, ref, remove)
 
     def retract_ended(self, session_key: str, ref: str, remove: Remove | None, *, current: str | None) -> bool:
-        """Retract `ref` in the key's ended transcripts that hold it (sessions/retraction.py), and where an ended
-        session was saved to memory at /new (session_memory.scrub_saved). True when one held it."""
-        def saved(session_id: str, entries: list[MessageEntry]) -> None:  # by its transcript's rule (deleted_copies)
-            scrub_saved_session(self.agent.workspace, self.store.transcript_path(session_id), session_id, ref, entries,
-                                self.timezone, self._changed)
-
-        return retract_ended(self.store, session_key, ref, remove, current=current, saved=saved) > 0
-
-    def _reach(self, session_key: str | None, deleted: Deleted) -> None:
-        """A deleted message's copies in the notes `session_key`'s flush wrote (agent/flush.py), scrubbed before
-        its transcript is (sessions/retraction.py), and the index re-synced so that search no longer finds them."""
-        if session_key is not None:
-            scrub_turn_notes(self.agent.workspace, session_key, deleted, self._changed)
-
-    def _changed(self) -> None:
-        if self.memory is not None:
-            self.memory.mark_dirty()
+        """Retract `ref` in the key's ended transcripts that hold it (session_ends.py). True when one held it."""
+        return self._ends.retract_ended(session_key, ref, remove, current=current)
 
     def session_busy(self, session_key: str) -> bool:
         """A turn is running in the session now in this process (the heartbeat skips a busy main session)."""
@@ -490,7 +424,7 @@ class AgentRuntime:
             notes = TurnNotes()
             command = parse_reset_command(text, self.agent.settings.session.reset_triggers)
             if command.is_reset:
-                started = self._reset(session_key, command.command or "/new", notes)
+                started = self._ends.reset(session_key, command.command or "/new", notes)
                 if not command.rest:
                     return self._reply_only(session_key, started.describe(self.agent.workspace), notes)
                 text = command.rest
@@ -508,7 +442,7 @@ class AgentRuntime:
                     return self._reply_only(session_key, outcome.describe(detail=is_main_session_key(session_key)),
                                             notes)
                 if not heartbeat:
-                    self._expire(session_key, notes)
+                    self._ends.expire(session_key, notes)
             notes.warnings += at_turn_start(self, session_key, text, heartbeat=heartbeat)  # untrusted_jobs.py
             turn = self.prepare(session_key, read_only=read_only)
             turn = self._maintenance.before_turn(turn, text, heartbeat=heartbeat, read_only=read_only, notes=notes,
