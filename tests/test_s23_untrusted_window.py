@@ -18,6 +18,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from hermit.agent import untrusted_watch
 from hermit.testing import ScriptedModel
 from prochelpers import PROC_TIMEOUT
@@ -41,14 +43,18 @@ def _a_day_later(state: Path) -> None:
     untrusted_watch._KEPT[state]["until"] = data["until"]
 
 
-def test_a_job_that_writes_after_the_day_while_it_lives_is_set_aside(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["in the workspace", "cd / first"])
+def test_a_job_that_writes_after_the_day_while_it_lives_is_set_aside(tmp_path: Path, where: str) -> None:
     page = tmp_path / "page.html"
     page.write_text(f"{RULE}\n", encoding="utf-8")
     go, done = tmp_path / "go", tmp_path / "done"
-    job = f"while [ ! -e {go} ]; do sleep 0.05; done; cat {page} >> HEARTBEAT.md; touch {done}"
+    heartbeat = tmp_path / "home" / "workspace" / "HEARTBEAT.md"
+    job = f"while [ ! -e {go} ]; do sleep 0.05; done; cat {page} >> {heartbeat}; touch {done}"
+    cd = "cd / && " if where == "cd / first" else ""  # (left the workspace: followed as an orphan of its shell)
     rt, _, _ = setup(tmp_path, [call("exec", command=f"cat {page}"),
-                                call("exec", command=f"nohup sh -c '{job}' > /dev/null 2>&1 &"), "Hello."])
+                                call("exec", command=f"{cd}nohup sh -c '{job}' > /dev/null 2>&1 &"), "Hello."])
     ws, state = rt.agent.workspace, rt.agent.sessions_dir.parent
+    assert ws / "HEARTBEAT.md" == heartbeat
     (ws / "HEARTBEAT.md").write_text("# Heartbeat\n\n- water the plants\n", encoding="utf-8")
     try:
         rt.run_turn(MAIN, "what does example.com say?")

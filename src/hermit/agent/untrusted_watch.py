@@ -128,19 +128,46 @@ def detaching(command: str) -> bool:
     return _DETACHING.search(command) is not None
 
 
-def running_here(workspace: Path) -> set[int]:
+class Procs(set[int]):
+    """The processes in the workspace (the set), and every process there was (`all`), at one moment."""
+
+    all: frozenset[int] = frozenset()
+
+
+def running_here(workspace: Path) -> Procs:
     """The processes whose working directory is in the workspace (a job a command started there, still running)."""
     here = str(workspace)
-    out = set()
-    for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if pid.isdigit() and int(pid) != os.getpid():
+    out = Procs()
+    pids = [int(p) for p in (os.listdir("/proc") if os.path.isdir("/proc") else ()) if p.isdigit()]
+    out.all = frozenset(pids)
+    for pid in pids:
+        if pid != os.getpid():
             try:
                 cwd = os.readlink(f"/proc/{pid}/cwd")
             except OSError:
                 continue
             if cwd == here or cwd.startswith(here + os.sep):
-                out.add(int(pid))
+                out.add(pid)
     return out
+
+
+def left_behind(before: set[int]) -> set[int]:
+    """Processes a command left running wherever they went (`cd / && nohup …`): new since `before`, and orphaned
+    (their shell gone: init took them) or started by such a one. They keep an armed watch standing (`on`); they do
+    not arm one (an unrelated process orphaned meanwhile on a busy machine would)."""
+    if not isinstance(before, Procs) or not os.path.isdir("/proc"):
+        return set()
+    now = {int(p) for p in os.listdir("/proc") if p.isdigit()} - before.all
+    parents = {p: _parent(p) for p in now}
+    return {p for p, parent in parents.items() if parent == 1 or parent in now}
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _started(pid: int) -> int | None:

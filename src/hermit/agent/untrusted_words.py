@@ -72,7 +72,7 @@ from hermit.agent.untrusted_followed import followed, read_text, said_elsewhere
 from hermit.agent.untrusted_followed import lines_of as _lines
 from hermit.agent.untrusted_standing import NoteLedger, attributed, keys_of, owner_words, unowned
 from hermit.agent.untrusted_watch import Was as _Was
-from hermit.agent.untrusted_watch import arm, armed, detaching, keep, put_back, running_here
+from hermit.agent.untrusted_watch import arm, armed, detaching, keep, left_behind, put_back, running_here
 from hermit.memory.index.sources import list_memory_files
 from hermit.memory.policy.audience import OWNER, block_audience
 from hermit.memory.policy.provenance import CLOSE_LINE, OPEN_RE, origin_blocks
@@ -225,7 +225,7 @@ class UntrustedGuard(ToolRunner):
         if call.name in _SHELL and self._tainted() and self._running is not None and (
                 detaching(str(call.arguments.get("command", ""))) or left):
             came = "; ".join(dict.fromkeys(b.source for b in self._brought[-2:])) or "another chat's note"
-            arm(self._state, self._workspace, came, self._messages(), left)
+            arm(self._state, self._workspace, came, self._messages(), left | left_behind(self._running))
         elif armed(self._state):
             keep(self._state, self._workspace, jobs=self._messages())
 
