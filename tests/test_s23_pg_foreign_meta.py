@@ -117,3 +117,26 @@ def test_another_roles_schema_is_not_read_to_check_its_claim(roles: tuple[str, s
         conn.close()
     assert _loot(bob) == [], f"Bob's view ran in Alice's {how}"
     assert "belongs to another role" in said, said
+
+
+def test_doctor_never_reads_another_roles_schema_under_an_agents_name(roles: tuple[str, str], tmp_path: Path) -> None:
+    """`hermit doctor` read `<schema>.migrations` (and counted `chunks_vec`) before asking whose the schema is: Bob's
+    `hermit_work` with a view for `migrations` ran his function as Alice. Now the schema and everything in it must be
+    her role's first; Bob's is reported as his."""
+    from hermit.cli.pg_doctor import connect, schema_checks
+
+    alice, bob = roles
+    state = _alice_with_a_note(alice, tmp_path)
+    _plant(bob, "hermit_work")
+    with psycopg.connect(bob, autocommit=True) as b:
+        b.execute("create view hermit_work.migrations as select 5 as version, loot.steal() as applied_at")
+        b.execute("grant select on hermit_work.migrations to public")
+    conn = connect(alice)
+    try:
+        checks = schema_checks([("main", "hermit_main", 10_000), ("work", "hermit_work", 10_000)], state)(conn)
+    finally:
+        conn.close()
+    assert _loot(bob) == [], "Bob's view ran in Alice's doctor"
+    main, work = checks
+    assert main.ok, main
+    assert not work.ok and "belongs to the role" in work.detail, work

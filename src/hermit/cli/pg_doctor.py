@@ -119,14 +119,20 @@ def probe(dsn_env: str, environ: Mapping[str, str],
 def schema_checks(agents: list[tuple[str, str, int]], state: StateId | None = None) -> Callable[[Any], list[Check]]:
     """Checks of each agent's schema — (agent id, schema, HNSW threshold) — on an open connection; `state`: this
     state dir's id, which the schema must belong to (memory.store.postgres.claim)."""
+    from hermit.errors import StoreError
     from hermit.memory.store.postgres.claim import PREFIX_SETTING, doctor_problem
     from hermit.memory.store.postgres.hnsw import HNSW_INDEX
-    from hermit.memory.store.postgres.schema import MIGRATIONS
+    from hermit.memory.store.postgres.schema import MIGRATIONS, refuse_foreign
 
     def run(conn: Any) -> list[Check]:
         out = []
         for agent_id, schema, threshold in agents:
             name = f"schema {schema}"
+            try:  # nothing in a schema of another role is read: a view there runs its owner's functions as us
+                refuse_foreign(conn, schema)
+            except StoreError as e:
+                out.append(Check(name, "fail", e.message, e.hint or ""))
+                continue
             if conn.execute("select to_regclass(%s) is null", (f'"{schema}".migrations',)).fetchone()[0]:
                 out.append(Check(name, "warn", f"agent {agent_id} has no index on this server yet",
                                  f"run `hermit --agent {agent_id} memory index` (or `hermit memory migrate --to "

@@ -302,7 +302,7 @@ def migrate(conn: PgConn, schema: str, *, staging_of: str | None = None, state: 
     with conn.transaction():
         conn.execute("select pg_advisory_xact_lock(%s)", (lock_key("migrate:" + schema),))
         conn.execute(f"create schema if not exists {s}")
-        _refuse_foreign(conn, schema)
+        refuse_foreign(conn, schema)
         conn.execute(f"create table if not exists {s}.migrations(version integer primary key, applied_at "
                      "timestamptz not null default now())")
         row = conn.execute(f"select coalesce(max(version), 0) from {s}.migrations").fetchone()
@@ -316,12 +316,12 @@ def migrate(conn: PgConn, schema: str, *, staging_of: str | None = None, state: 
                 conn.execute(f"insert into {s}.migrations(version) values (%s)", (n,))
         if staging_of is not None:
             _put_mark(conn, s, STAGING_OF, staging_of)
-        _refuse_foreign(conn, schema)
+        refuse_foreign(conn, schema)
         if state is not None and staging_of is None:
             enforce(conn, schema, s, where, state, create=True)
 
 
-def _refuse_foreign(conn: PgConn, schema: str) -> None:
+def refuse_foreign(conn: PgConn, schema: str) -> None:
     """The schema, and every table, index, sequence or view in it, must be the connecting role's. Another
     login role that made `hermit_<agent>` first (or put a table of its own into it) and granted us its use
     would get every note this agent indexes, owner-only ones too, and could hand our searches its own text.
