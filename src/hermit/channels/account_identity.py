@@ -19,8 +19,11 @@ whenever it builds access from a config (at start and at each live reload): a di
 approved senders (moved to `credentials/retired/`, as `retire_absent` does) and drops its pending codes, then
 records the new identity. A code approved by `hermit pairing approve` while no gateway ran lands in the file
 recorded for the old bot, and is retired at the next start. An account whose secrets cannot be resolved (its
-variable unset) is left as it is: that gateway cannot run it either. An account with approvals and no record yet
-(files older than this record) adopts the identity it first runs with.
+variable unset) is left as it is: that gateway cannot run it either. An account the record has no line for adopts
+the identity it first runs with. The record itself fails closed (s23 t5, `trusted`, asked at every start and reload
+through gateway/records_check.py): damaged (bad JSON, a link, another user's), or missing on a state dir a gateway
+has run on while an account has approvals or pending codes, it refuses the start until `hermit channels
+accept-routes` records the bots the config names (`rerecord`), after the owner's review.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ from hermit.gateway.config_watch import ConfigWatcher
 from hermit.gateway.console import Console
 from hermit.gateway.deletes_store import RememberedDeletes, deletes_path
 from hermit.gateway.device_policy import HOLDER_POLL_SECONDS, DevicePolicy, decide, lost
-from hermit.gateway.listen import exec_in_place, kept_for_restart, open_listeners, watch_holder
+from hermit.gateway.listen import Holder, exec_in_place, kept_for_restart, open_listeners, watch_holder
 from hermit.gateway.live_config import LiveAccess, LiveConfig
 from hermit.gateway.protocol import MAX_FRAME_BYTES
 from hermit.gateway.reserved_file import ReservedFile
@@ -309,8 +309,7 @@ class Gateway:
                               **({"launchd": launchd} if launchd else {})}
             lock.publish(self.published)
         log.info("web app devices: %s", devices.why)
-        watch = None if listeners.holder is None else asyncio.create_task(watch_holder(
-            listeners.holder, lambda: self._holder_lost(lock), HOLDER_POLL_SECONDS), name="socket unit watch")
+        watch = None if listeners.holder is None else self._watch(listeners.holder, lock)
         log.info("gateway listening on %s (agents: %s; channels: %s)", url, ", ".join(sorted(self.agents.runtimes)),
                  ", ".join(f"{c.name}/{c.account_id}" for c in self.channels) or "none")
         if on_ready is not None:
@@ -331,9 +330,23 @@ class Gateway:
             exec_in_place(kept, held=self.held)
         return 0
 
+    def _watch(self, holder: Holder, lock: GatewayLock | None) -> asyncio.Task[None]:
+        """Whether the socket unit still holds the port: looked at once a second, and again at each device's sign-in
+        (the web app's `devices_still_on`; the watch alone left a window of up to a second, s23 t5)."""
+        async def still_on() -> bool:
+            if self.held and not await asyncio.to_thread(holder.holds):
+                self._holder_lost(lock)
+            return bool(self.api.remember_devices)
+
+        self.api.devices_still_on = still_on
+        return asyncio.create_task(watch_holder(holder, lambda: self._holder_lost(lock), HOLDER_POLL_SECONDS),
+                                   name="socket unit watch")
+
     def _holder_lost(self, lock: GatewayLock | None) -> None:
         """The socket unit stopped holding the port (listen.py watch_holder): devices off under `auto` from now on
         (device_policy.lost), published, and carried over a restart in place."""
+        if not self.held:
+            return  # said already (a device's sign-in looked before the watch did)
         devices: DevicePolicy = lost(self.cfg.remember_devices)
         self.held = False
         self.api.remember_devices, self.api.device_policy = devices.on, devices

@@ -29,7 +29,7 @@ import hmac
 import json
 import logging
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -157,6 +157,9 @@ class WebchatApi:
         self.devices = Devices(tickets.home, token=token) if tickets is not None else None  # sign in as tickets do
         self.remember_devices = remember_devices
         self.device_policy: DevicePolicy | None = None  # set at start: why devices are off (device_policy.py)
+        # Set at start when a socket unit holds the port: looks again at each device's sign-in whether it still does,
+        # turning devices off if not (the once-a-second watch left a window; s23 t5). True: devices may stay on.
+        self.devices_still_on: Callable[[], Awaitable[bool]] | None = None
         self._device_watch: asyncio.Task[None] | None = None
         self.channel = channel
         self.host = host
@@ -274,6 +277,8 @@ class WebchatApi:
                                 close=CLOSE_UNAUTHORIZED)
         key, device, origin = self._token, None, ws.headers.get("origin") or ""
         if params.device_id is not None:
+            if self.remember_devices and self.devices_still_on is not None:
+                await self.devices_still_on()  # the socket unit stopped since the last look: off from now on
             if not self.remember_devices:
                 await device_sockets.devices_off(self, sock, req, params)
             device = await self._device(sock, req, params.device_id, params)
