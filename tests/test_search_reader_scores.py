@@ -21,7 +21,7 @@ from hermit.memory.policy.audience import owner_origin, reader_for_session
 from hermit.memory.policy.provenance import wrap
 from hermit.memory.service import MemoryService
 from hermit.sessions.keys import dm_session_key
-from memhelpers import HashEmbedder, service
+from memhelpers import HashEmbedder, service, sql
 
 CHAT = reader_for_session(dm_session_key("main", "telegram", "777"))
 SHARED_LOG = ("# 2026-01-20\n"
@@ -166,11 +166,16 @@ def test_a_chats_deepest_search_stays_within_the_stores_limits(tmp_path: Path, s
     → 1,536 deep, and PostgreSQL refused hnsw.ef_search 1,536 (pgvector allows 1..1000) — the chat got the
     error, DSN included, and whether it got it said what the owner writes about."""
     ws = tmp_path / "ws"
-    _crowd(ws, [f"rose bed and tulips {i}" for i in range(500)], "trimmed the hedge by the shed")
-    svc = service(ws, tmp_path / "idx.sqlite", TopicEmbedder(), MemorySearchConfig())
+    # 500 owner-only chunks in 20 notes of 25 one-chunk lines (~25 tokens each, chunks of 32): the depth is counted
+    # in chunks; 500 one-line notes cost a file write each (~20 s on PostgreSQL under load, against ~2 s).
+    _crowd(ws, ["\n- ".join(f"rose bed and tulips {i} " + "in the front border " * 3 for i in range(n, n + 25))
+                for n in range(0, 500, 25)], "trimmed the hedge by the shed")
+    cfg = MemorySearchConfig.model_validate({"chunking": {"tokens": 32, "overlap": 0}})
+    svc = service(ws, tmp_path / "idx.sqlite", TopicEmbedder(), cfg)
     try:
         out = svc.search("garden", reader=CHAT)
         assert "error" not in out and [h["path"] for h in out["results"]] == ["memory/2026-01-20.md"]
+        assert len(sql(svc, "select path from {t}chunks where path like ?", ("memory/private/%",))) == 500
     finally:
         svc.close()
 
