@@ -48,7 +48,7 @@ NOT_IMPORTED: dict[tuple[str, ...], tuple[str, ...]] = {
     ("--version",): EVERYTHING_HEAVY + ("pydantic",),
     ("gateway", "--help"): EVERYTHING_HEAVY,
     ("pairing", "list"): EVERYTHING_HEAVY + ASYNC,
-    ("cron", "list"): EVERYTHING_HEAVY,
+    ("cron", "list"): EVERYTHING_HEAVY + ASYNC,
     ("sessions", "list"): EVERYTHING_HEAVY + ASYNC,
     ("agents", "list"): EVERYTHING_HEAVY + ASYNC,
     ("channels", "list"): EVERYTHING_HEAVY + ASYNC,
@@ -206,3 +206,15 @@ def test_a_command_that_runs_no_program_starts_no_child_process(home: Path, args
     started = json.loads(out.read_text(encoding="utf-8"))
     out.unlink()
     assert started == [], f"`hermit {' '.join(args)}` started {started}"
+
+
+def test_a_command_refused_before_init_loads_no_event_loop(tmp_path: Path) -> None:
+    """Every error a command reports takes its hint from cli/setup.py, which imports cli/channel_check.py: that
+    module imported asyncio (~0.03-0.05 s of CPU) for the token checks `hermit setup` runs, in each refused command."""
+    home = tmp_path / "state"
+    p, found = imported_by(home, "memory", "search", "anything")
+    assert p.returncode == 1
+    assert "hermit init" in p.stderr
+    assert "hermit.cli.setup" in found  # the hint's module was loaded: the check below is about what it imports
+    unwanted = loaded(found, EVERYTHING_HEAVY + ASYNC)
+    assert not unwanted, f"`hermit memory search` before init imported {unwanted}"

@@ -12,12 +12,15 @@ uvicorn's per-connection lines, which anyone can cause too.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # asyncio is imported where a refusal is counted (channels.access is in every `cron list`)
+    import asyncio
 
 LIMIT = 10
 WINDOW_SECONDS = 60.0
@@ -79,6 +82,8 @@ class RefusalLog:
             return False
 
     def _schedule(self, kind: str, w: _Window) -> asyncio.TimerHandle | None:
+        import asyncio  # already loaded wherever an event loop runs
+
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop (a thread): the count is logged before the kind's next line

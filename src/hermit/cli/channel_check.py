@@ -15,7 +15,6 @@ nothing else: it is not saved) at another server, e.g. a fake one in tests.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -68,6 +67,8 @@ def confirm_token(check: TokenCheck, yes: Callable[[str], bool]) -> bool:
 def check_token(check: TokenCheck) -> str:
     """What the token is ("it is the token of the bot @name (id 123)"); a HermitError saying what the platform
     answered, else (nothing is saved then)."""
+    import asyncio  # here, as below: every error a command reports imports cli/setup.py (its hints), and so this
+
     if check.channel == "slack":
         return asyncio.run(_slack_auth_test(check))
     if check.channel == "whatsapp":
@@ -174,6 +175,8 @@ def refuse_inner_whitespace(value: str, what: str, flag: str) -> str:
 
 def check_telegram(check: TokenCheck) -> str:
     """The bot the token belongs to ("@name (id 123)"); a HermitError saying what Telegram answered, else."""
+    import asyncio
+
     return asyncio.run(_get_me(check))
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import re
@@ -277,6 +276,8 @@ def cmd_runs(ctx: CliContext, args: argparse.Namespace) -> int:
 def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
     """Run the job here and now: the turn sees the time in the job's zone, the run is logged and the job's
     next run is kept in its zone. Nothing is delivered (the gateway owns the channels): the reply is printed."""
+    import asyncio
+
     from hermit.cli.assistant import build_runtime
     from hermit.scheduler import LocalHost
     from hermit.scheduler.runner import execute, finish, local_time_text, new_handle, session_starter

@@ -15,7 +15,6 @@ from hermit.config.allowlist import is_username, matches
 from hermit.config.load import LoadedConfig
 from hermit.errors import ConfigError, JobError
 from hermit.scheduler.jobs import AtSchedule, Job, build_job, patch_job
-from hermit.scheduler.reaim import retire_job_audience
 from hermit.scheduler.schedule import Zone, resolve_zone
 from hermit.scheduler.store import JobFile, JobStore
 from hermit.scheduler.targets import (
@@ -427,6 +426,9 @@ class CronJobs:
         Hermit killed between the save and `_retire` left the job aimed at its new audience with the old one's notes
         and room. Killed after this, the job keeps its old aim with nothing kept (fail closed); `_retire` after the
         save takes what a run wrote in between."""
+        # Imported here: it needs memory's policy modules, which `cron list` does not.
+        from hermit.scheduler.reaim import retire_job_audience
+
         try:
             return retire_job_audience(self.loaded, old.agent_id, old.id, self.clock())
         except OSError as e:
@@ -437,6 +439,8 @@ class CronJobs:
         """What the job's runs kept for its old audience becomes owner-only (scheduler/reaim.py), after the
         change is saved: a run in flight then delivers nothing (its aim changed), and what it writes meanwhile
         is retired too. A failure is the owner's to hear: the job's next run could read what it kept."""
+        from hermit.scheduler.reaim import retire_job_audience
+
         try:
             retired = retire_job_audience(self.loaded, old.agent_id, old.id, self.clock())
         except OSError as e:
