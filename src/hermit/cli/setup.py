@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hermit.cli.channel_check import DISCORD_API, TokenCheck, confirm_token, refuse_inner_whitespace
+from hermit.cli.channel_check import DISCORD_API, TokenCheck, refuse_inner_whitespace
 from hermit.cli.config_file import ConfigText, config_text, edit_config
 from hermit.cli.context import CliContext
 from hermit.cli.setup_agent import for_agent, other_agent
-from hermit.cli.setup_channel import plan_channel
+from hermit.cli.setup_channel import plan_channel, token_kept
 from hermit.cli.setup_keys import (
     configured_provider,
     key_var,
@@ -365,9 +365,14 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
         return new_text, build_config(data, ctx.paths, current.path, where)  # a bad id or URL: before saving
 
     updated(config_text(ctx))  # a bad id or URL is said before anything is saved
-    if plan.token_check and not args.no_check and not confirm_token(plan.token_check, ui.yes):
+    title = plan.token_check.title if plan.token_check else ""
+    left_out = token_kept(ui, plan) if plan.token_check and not args.no_check else None
+    if left_out == "":
         print(f"nothing was saved{dropped and ' (the model neither)'} (use --no-check to save without asking "
-              f"{plan.token_check.title})", file=sys.stderr)
+              f"{title})", file=sys.stderr)
+        return 1
+    if left_out and not plan.updates:
+        print(f"nothing was saved{dropped and ' (the model neither)'}: {left_out}", file=sys.stderr)
         return 1
     # Saving starts here, after the last question: a fresh state dir gets the config template and the
     # workspace first, as `hermit init` makes them, so Ctrl-C before this point leaves nothing behind.
@@ -393,10 +398,16 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
                _current_model(ctx) else "hermit setup   (choose a language model first: the gateway needs one)")
     nxt = ["hermit chat" if plan.model_ref else None, gateway if plan.channel else None, "hermit doctor"]
     print("next: " + " · ".join(n for n in nxt if n))
+    return _what_was_left_out(dropped, left_out)
+
+
+def _what_was_left_out(dropped: str, left_out: str | None) -> int:
+    """The exit code once saved: 1, with what was left out and how to add it, when the model or the account was."""
+    if left_out:
+        print(left_out, file=sys.stderr)
     if dropped:
         print(f"the model was not saved{dropped}", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if dropped or left_out else 0
 
 
 def _drop_failed_model(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: Plan) -> str:

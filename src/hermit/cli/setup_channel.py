@@ -13,7 +13,7 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from hermit.cli.channel_check import CHECKED, DISCORD_API, TokenCheck, refuse_inner_whitespace
+from hermit.cli.channel_check import CHECKED, DISCORD_API, TokenCheck, confirm_token, refuse_inner_whitespace
 from hermit.cli.context import CliContext
 from hermit.cli.setup_agent import answered_by
 from hermit.cli.setup_keys import note_shell_only, other_accounts_vars
@@ -137,11 +137,10 @@ def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: 
         if plan.token_check:  # the access token is checked by reading this number
             plan.token_check = replace(plan.token_check, phone_number_id=str(pid))
     owners = list(args.owner)
+    for owner in owners:
+        _owner_problem(channel, owner, raise_it=True)
     if not owners and ui.interactive:
-        hint = platforms()[channel].owner_hint
-        now = ", ".join(existing.owners) if existing and existing.owners else ""
-        answer = ui.text(f"Your own sender id on {channel}: {hint}; Enter to skip", now, "--owner", "an owner id")
-        owners = [o.strip() for o in answer.split(",") if o.strip()]
+        owners = _ask_owners(ui, channel, existing.owners if existing else [])
     if owners:
         plan.updates.append(((*prefix, "owners"), owners))
     policy = args.dm_policy
@@ -160,6 +159,36 @@ def plan_channel(ctx: CliContext, args: argparse.Namespace, ui: Prompter, plan: 
     plan.account = (channel, account)
 
 
+def _owner_problem(channel: str, owner: str, *, raise_it: bool = False) -> str | None:
+    """Why `owner` can never match a sender on `channel` (None: it can). Said at the question, not after the last
+    one: setup ended with `invalid config` at a line of a hermit.yaml it had not written, every answer lost."""
+    from hermit.config.allowlist import AllowlistEntryError, normalize_entry
+
+    try:
+        normalize_entry(channel, owner)
+    except AllowlistEntryError as e:
+        if raise_it:
+            raise ConfigError(f"--owner {owner!r}: {e.message}", e.hint) from None
+        return f"{e.message}: {e.hint}"
+    return None
+
+
+def _ask_owners(ui: Prompter, channel: str, now: list[str]) -> list[str]:
+    """The owner ids typed at the prompt (comma-separated), asked again while one can never match a sender."""
+    from hermit.config.channels import platforms
+
+    hint = platforms()[channel].owner_hint
+    while True:
+        answer = ui.text(f"Your own sender id on {channel}: {hint}; Enter to skip", ", ".join(now), "--owner",
+                         "an owner id")
+        owners = [o.strip() for o in answer.split(",") if o.strip()]
+        problems = [p for p in (_owner_problem(channel, o) for o in owners) if p]
+        if not problems:
+            return owners
+        print(f"  ({problems[0]}; type it again, or Enter to skip)")
+        now = []
+
+
 def _ask_secret(ui: Prompter, question: str, what: str, flag: str) -> str | None:
     """A secret typed at the prompt (None: Enter); one with a space inside is asked again, not an error that ends
     setup with every answer lost."""
@@ -169,3 +198,31 @@ def _ask_secret(ui: Prompter, question: str, what: str, flag: str) -> str | None
             return value and refuse_inner_whitespace(value, what, flag)
         except ConfigError as e:
             print(f"  ({e.message}: paste it again, or press Ctrl-C to stop without saving anything)")
+
+
+def token_kept(ui: Prompter, plan: Plan) -> str | None:
+    """Check the token given this run (plan.token_check): None to save the plan as it is (the token answered, or
+    the user saves it anyway); on a terminal a refused token may be pasted again, and Enter there leaves the
+    account out of the plan — the model and the rest are still saved — returning the line that says how to add
+    it later. Off a terminal a refused token saves nothing (''). Before, a mistyped token on a terminal dropped
+    every answer, a model that had just answered too, and the hint offered --no-check (saving the wrong token)."""
+    check = plan.token_check
+    assert check is not None and plan.account is not None
+    var = next(v for v, value in plan.secrets.items() if value == check.token)
+    while not confirm_token(check, ui.yes):
+        if not ui.interactive:
+            return ""
+        what = f"{check.channel} token"
+        token = _ask_secret(ui, f"Paste the {what} again (Enter leaves the account out)", what, "--token-stdin")
+        if token is None:
+            channel, account = plan.account
+            prefix = ("channels", channel, "accounts", account)
+            plan.updates[:] = [u for u in plan.updates if u[0][:4] != prefix]
+            plan.secrets.pop(var, None)
+            plan.notes[:] = [n for n in plan.notes if var not in n]
+            plan.channel = plan.account = plan.token_check = None
+            return (f"the {channel} account {account} was not added (its token was refused): `hermit setup "
+                    f"--channel {channel} --account {account}` adds it with the right token")
+        plan.secrets[var] = token
+        check = plan.token_check = replace(check, token=token)
+    return None

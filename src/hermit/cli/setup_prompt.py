@@ -15,8 +15,15 @@ class Prompter:
     def __init__(self, interactive: bool, ask: Callable[[str], str] = input,
                  secret: Callable[[str], str] = getpass.getpass) -> None:
         self.interactive = interactive
-        self._ask = ask
-        self._secret = secret
+        self._read_line = ask
+        self._read_secret = secret
+
+    # Ctrl-D at a prompt stops setup as Ctrl-C does (nothing saved, exit 130): it ended in an EOFError traceback.
+    def _ask(self, prompt: str) -> str:
+        return _until_eof(self._read_line, prompt)
+
+    def _secret(self, prompt: str) -> str:
+        return _until_eof(self._read_secret, prompt)
 
     def need(self, flag: str, what: str) -> ConfigError:
         return ConfigError(f"hermit setup needs {what}", f"pass {flag} (or run `hermit setup` on a terminal)")
@@ -54,6 +61,14 @@ class Prompter:
             return default
         answer = self._ask(f"{question} [{'Y/n' if default else 'y/N'}]: ").strip().lower()
         return default if not answer else answer.startswith("y")
+
+
+def _until_eof(read: Callable[[str], str], prompt: str) -> str:
+    try:
+        return read(prompt)
+    except EOFError:
+        print(flush=True)  # the prompt's line ends before main's "interrupted"
+        raise KeyboardInterrupt from None
 
 
 def read_stdin_line(what: str, flag: str) -> str:
