@@ -39,6 +39,7 @@ from hermit.memory.store.postgres.schema import (
     mask_dsn,
     migrate,
     qi,
+    refuse_foreign,
     server_facts,
 )
 
@@ -76,7 +77,8 @@ class PgStore:
         try:
             if create:
                 migrate(self.conn, schema, staging_of=staging_of, state=state, where=mask_dsn(dsn))
-            elif state is not None:
+            elif state is not None:  # a `memory migrate` source: nothing of another role's is read (a view runs as us)
+                refuse_foreign(self.conn, schema)
                 enforce(self.conn, schema, self.s, mask_dsn(dsn), state, create=False)
         except BaseException:
             self._conn.close()
