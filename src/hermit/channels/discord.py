@@ -412,7 +412,7 @@ class DiscordChannel:
             return
         log.info("discord %s: %d message(s) deleted and %d edited while the gateway was away: taking them",
                  self.account_id, len(found.deleted), len(found.edited))
-        guild = int(c.guild_id) if c.guild_id else None
+        guild = int(c.scope) if c.scope else None
         for m in found.edited:  # as its MESSAGE_UPDATE would have said (`_on_change`)
             stamp = m.edited_at.isoformat()
             data = {"content": m.content, "edited_timestamp": stamp, "author": {"id": str(m.author.id)},
