@@ -1,5 +1,7 @@
-"""A fake Slack on 127.0.0.1: Web API (auth.test, apps.connections.open, chat.postMessage) and a Socket Mode
-websocket that sends `hello`, delivers events as envelopes and redelivers the unacked ones on reconnect.
+"""A fake Slack on 127.0.0.1: Web API (auth.test, apps.connections.open, chat.postMessage, conversations.history and
+conversations.replies over the messages pushed) and a Socket Mode websocket that sends `hello`, delivers events as
+envelopes and redelivers the unacked ones on reconnect. `delete`/`edit` change a pushed message without telling
+anyone (as while the gateway is away), `drop_sockets` closes the Socket Mode connections.
 
 `sign()` and `event_body()` build signed HTTP Events API requests. By hand:
 `cd tests && python -m fakes.fake_slack --port 18811`.
@@ -15,6 +17,7 @@ import hmac
 import json
 import time
 from typing import Any
+from urllib.parse import parse_qsl
 
 from fakes.fake_platform import FakePlatform, json_body, serve_forever
 
@@ -45,6 +48,32 @@ class FakeSlack(FakePlatform):
         self.connections = 0
         self._sockets: list[Any] = []
         self._next = 0
+        self.history: dict[str, dict[str, dict[str, Any]]] = {}  # channel -> ts -> message, as history lists it
+
+    def keep(self, event: dict[str, Any]) -> None:
+        """A message event's message, as history lists it (push does this; an HTTP-mode test calls it)."""
+        if event.get("type") in ("message", "app_mention") and not event.get("subtype"):
+            self.history.setdefault(str(event["channel"]), {})[str(event["ts"])] = {
+                k: v for k, v in event.items() if k in ("user", "text", "ts", "thread_ts", "team")} | {"type": "message"}
+
+    def delete(self, channel: str, ts: str) -> None:
+        """Deleted on Slack, with no event sent."""
+        del self.history[channel][ts]
+
+    def edit(self, channel: str, ts: str, text: str) -> None:
+        """Edited on Slack, with no event sent."""
+        m = self.history[channel][ts]
+        self._next += 1
+        m["text"], m["edited"] = text, {"user": m["user"], "ts": f"{int(time.time())}.{self._next:06d}"}
+
+    async def drop_sockets(self) -> None:
+        for ws in list(self._sockets):
+            await ws.close()
+
+    async def refresh(self) -> None:
+        """Slack's planned rotation: a `disconnect` frame on each connection (the client closes and reconnects)."""
+        for ws in list(self._sockets):
+            await ws.send_str(json.dumps({"type": "disconnect", "reason": "refresh_requested"}))
 
     # -- test side ----------------------------------------------------------------------------------
 
@@ -68,6 +97,7 @@ class FakeSlack(FakePlatform):
         envelope = {"envelope_id": env_id, "type": "events_api", "accepts_response_payload": False,
                     "retry_attempt": 0, "payload": event_body(event, event_id, self.team)}
         self.unacked[env_id] = envelope
+        self.keep(event)
         await self.wait_for(lambda: bool(self._sockets))
         ws = self._sockets[-1]
         await ws.send_str(json.dumps(envelope))
@@ -88,7 +118,9 @@ class FakeSlack(FakePlatform):
         from aiohttp import web
 
         method = request.match_info["method"]
-        body = json_body(await request.read())
+        raw = await request.read()
+        form = request.headers.get("Content-Type", "").startswith("application/x-www-form-urlencoded")
+        body = dict(parse_qsl(raw.decode())) if form else json_body(raw)
         fault = await self.fault_or_none(method, request, body)
         if fault is not None:
             return fault
@@ -106,7 +138,34 @@ class FakeSlack(FakePlatform):
             if len(str(body.get("text", ""))) > 40_000:
                 return web.json_response({"ok": False, "error": "msg_too_long"})
             return web.json_response({"ok": True, "channel": body.get("channel"), "ts": f"{time.time():.6f}"})
+        if method in ("conversations.history", "conversations.replies"):
+            return web.json_response(self._conversation(method, body))
         return web.json_response({"ok": False, "error": "unknown_method"})
+
+    def _conversation(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Slack's paging: history newest first (top-level messages and thread parents), a thread's replies oldest
+        first (its parent, then the replies); `oldest`/`latest` inclusive as asked; `cursor` an offset here."""
+        def key(ts: str) -> tuple[int, int]:
+            a, _, b = ts.partition(".")
+            return int(a), int(b)
+
+        if "channel" not in body or (method == "conversations.replies" and "ts" not in body):
+            return {"ok": False, "error": "invalid_arguments"}
+        stored = self.history.get(str(body["channel"]))
+        if stored is None:
+            return {"ok": False, "error": "channel_not_found"}
+        lo, hi = key(str(body.get("oldest") or "0.0")), key(str(body.get("latest") or "9999999999.0"))
+        if method == "conversations.replies":
+            ms = [m for m in stored.values() if m["ts"] == body["ts"] or m.get("thread_ts") == body["ts"]]
+            ms.sort(key=lambda m: key(m["ts"]))
+        else:
+            ms = [m for m in stored.values() if not m.get("thread_ts") or m["thread_ts"] == m["ts"]]
+            ms.sort(key=lambda m: key(m["ts"]), reverse=True)
+        ms = [m for m in ms if lo <= key(m["ts"]) <= hi]
+        start, limit = int(body.get("cursor") or 0), int(body.get("limit") or 100)
+        page, more = ms[start:start + limit], start + limit < len(ms)
+        return {"ok": True, "messages": page, "has_more": more,
+                "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
 
     async def _socket(self, request: Any) -> Any:
         from aiohttp import WSMsgType, web

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from hermit.channels import local_api, retry
+from hermit.channels import local_api, retry, slack_missed
 from hermit.channels.base import (
     ChannelCapabilities,
     ChannelDeps,
@@ -56,6 +56,8 @@ SIGNATURE_WINDOW_SECONDS = 300
 # still recognised: a signature verifies for 10 minutes (its timestamp may be 5 minutes behind or ahead of
 # our clock), and Slack's retries of an event come within about 5 minutes of the first delivery.
 SEEN_EVENT_SECONDS = 3 * SIGNATURE_WINDOW_SECONDS
+# The look at a new connection for changes missed while away holds the socket's frames at most this long.
+MISSED_SECONDS = 60.0
 
 
 def verify_signature(secret: str, timestamp: str, body: bytes, signature: str, now: float) -> bool:
@@ -108,6 +110,9 @@ class SlackChannel:
         self._foreign_logged: set[tuple[str, str, str]] = set()
         self._im_channels: dict[str, str] = {}  # user id -> the IM channel their DMs came from
         self._early_edits = EarlyEdits()  # edits delivered before their message (a retried delivery)
+        # The messages handed on, per conversation: looked for at each new connection (channels/slack_missed.py).
+        self._held = slack_missed.Held(None if state_dir is None else slack_missed.held_path(state_dir, account_id))
+        self._refreshed = False  # the last connection ended by Slack's `disconnect` (it redelivers what it sends)
         # base_url may be a server on this machine: the tokens go to no other user's port, nor the websocket.
         self._refuse = local_api.refusal("Slack", f"channels.slack.accounts.{account_id}.base_url",
                                          "the Slack API server you set as base_url")
@@ -121,6 +126,8 @@ class SlackChannel:
             self._task = asyncio.create_task(self._socket_loop(), name=f"slack:{self.account_id}")
         else:
             await self._identify_or_report()
+            if self._team:  # what was deleted or edited while the gateway was stopped (Slack's retries are over)
+                self._task = asyncio.create_task(self._missed(), name=f"slack-missed:{self.account_id}")
 
     async def stop(self) -> None:
         await cancel(self._task)
@@ -135,10 +142,13 @@ class SlackChannel:
 
     # -- Web API ------------------------------------------------------------------------------------
 
-    async def call(self, method: str, payload: Mapping[str, Any] | None = None, *, token: str | None = None) -> Any:
+    async def call(self, method: str, payload: Mapping[str, Any] | None = None, *, token: str | None = None,
+                   form: bool = False) -> Any:
+        """One Web API call; `form` for the methods that take no JSON body (conversations.history/replies)."""
         assert self._client is not None, "start() first"
+        body: dict[str, Any] = {"data": dict(payload or {})} if form else {"json": dict(payload or {})}
         resp = await retry.request(self._client, "POST", f"{self._api}/{method}", what=f"Slack {method}",
-                                   policy=self._policy, json=dict(payload or {}),
+                                   policy=self._policy, **body,
                                    headers={"Authorization": f"Bearer {token or self._bot_token}"})
         try:
             data = resp.json()
@@ -233,6 +243,7 @@ class SlackChannel:
             except Exception as e:  # noqa: BLE001 - the receive loop is a supervision boundary
                 text = with_hint(e.message, e.hint) if isinstance(e, ChannelError) else f"{type(e).__name__}: {e}"
                 log.warning("slack %s: %s; reconnecting in %.0fs", self.account_id, text, delay)
+                self._refreshed = False  # not the refresh Slack asked for: what came meanwhile is looked for
                 self._tracker.error(text)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._reconnect_max)
@@ -247,7 +258,11 @@ class SlackChannel:
         kind = frame.get("type")
         if kind == "hello":
             self._tracker.connected(True)
+            if not self._refreshed:  # a refresh Slack asked for (every few hours) loses nothing: no look then
+                await self._missed()  # before the frames that follow: a next message comes after its retraction
+            self._refreshed = False
         elif kind == "disconnect":
+            self._refreshed = True
             return True
         elif frame.get("envelope_id"):
             if kind == "events_api":
@@ -257,6 +272,25 @@ class SlackChannel:
                 await self._event_callback(payload if isinstance(payload, dict) else {})
             await ws.send(json.dumps({"envelope_id": frame["envelope_id"]}))
         return False
+
+    async def _missed(self) -> None:
+        """Deletes and edits made while the gateway was away, handed on as the events Slack no longer sends
+        (channels/slack_missed.py); bounded, so a slow Slack cannot hold the socket's frames for long."""
+        try:
+            await asyncio.wait_for(slack_missed.sweep(self._held, self._history, self._take_change, self.account_id),
+                                   MISSED_SECONDS)
+        except TimeoutError:
+            log.warning("slack %s: looking for changes missed while away took over %.0fs; the rest is looked for "
+                        "at the next connection", self.account_id, MISSED_SECONDS)
+
+    async def _history(self, method: str, args: dict[str, Any]) -> Any:
+        return await self.call(method, args, form=True)
+
+    async def _take_change(self, ev: dict[str, Any]) -> None:
+        msg = self._change(ev, self._team)
+        if msg is not None and self._sink is not None:
+            self._tracker.inbound()
+            await self._sink.publish(msg)
 
     # -- HTTP Events API ---------------------------------------------------------------------------
 
@@ -319,6 +353,7 @@ class SlackChannel:
         except BaseException:
             self._seen.forget(event_id)
             raise
+        slack_missed.remember(self._held, msg, event if isinstance(event, dict) else {})
         try:
             self._seen.commit(event_id, self._clock())
         except OSError as e:  # handed on: a failing disk must not make Slack retry it (answered twice)
