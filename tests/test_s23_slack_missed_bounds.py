@@ -99,3 +99,28 @@ def test_the_record_takes_slack_ids_only(tmp_path: Path) -> None:
     held.add("C1 1700000000.000001", "channel", ts(3), "U2")
     assert {c.channel_id: c.messages for c in Held(path).channels()} == {
         "D1": {ts(2): "U1@T9"}, "C1 1700000000.000001": {ts(3): "U2"}}
+
+
+def test_a_found_delete_names_the_workspace_and_author_its_message_came_with() -> None:
+    """An org-wide install hears many workspaces: the delete must reach the session its message went to."""
+    from hermit.channels.base import InboundMessage
+    from hermit.channels.slack_missed import remember, sweep
+
+    held = Held(None)
+    for team, user, chan in (("T2", "U5", "D5"), ("T0001", "U6@T9", "C6")):
+        msg = InboundMessage(channel="slack", account_id="work", peer_kind="dm", peer_id=user, sender_id=user, text="x",
+                             message_id=ts(1), team_id=team, meta={"channel_id": chan})
+        remember(held, msg, {"channel_type": "im" if chan.startswith("D") else "channel"})
+    told: list[dict[str, Any]] = []
+
+    async def call(method: str, args: dict[str, Any]) -> Any:
+        return {"ok": True, "messages": [], "has_more": False}
+
+    async def hand_on(ev: dict[str, Any]) -> None:
+        told.append(ev)
+
+    run(lambda: sweep(held, call, hand_on, "work"))
+    assert [(e["channel"], e["channel_type"], e["team"], e["previous_message"].get("user"),
+             e["previous_message"].get("user_team")) for e in told] == [
+        ("D5", "im", "T2", "U5", None), ("C6", "channel", "T0001", "U6", "T9")]
+    assert held.channels() == []  # handed on once: not looked for again

@@ -30,7 +30,7 @@ CHANNELS = 50
 @dataclass(frozen=True)
 class HeldChannel:
     channel_id: str  # the conversation the platform's history is read by (Slack: a thread is `C… <thread ts>`)
-    scope: str | None  # what the platform needs besides (Discord: the guild id; Slack: the conversation type)
+    scope: str | None  # what else the platform needs (Discord: the guild id; Slack: the conversation type and workspace)
     messages: dict[str, str]  # message id -> its author's id
     edits: dict[str, str] = field(default_factory=dict)  # message id -> the stamp of its last edit seen
 

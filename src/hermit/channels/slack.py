@@ -287,7 +287,7 @@ class SlackChannel:
         return await self.call(method, args, form=True)
 
     async def _take_change(self, ev: dict[str, Any]) -> None:
-        msg = self._change(ev, self._team)
+        msg = self._change(ev, str(ev.get("team") or self._team))
         if msg is not None and self._sink is not None:
             self._tracker.inbound()
             await self._sink.publish(msg)

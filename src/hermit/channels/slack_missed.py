@@ -68,7 +68,8 @@ def remember(held: Held, msg: InboundMessage, event: Mapping[str, Any]) -> None:
     """A message handed on is held; a change handed on (live, or found here) is not handed on again."""
     key = conversation(str(msg.meta.get("channel_id", "")), msg.thread_id)
     if msg.change is None:
-        held.add(key, str(event.get("channel_type") or "channel"), msg.message_id, msg.sender_id)
+        kind = str(event.get("channel_type") or "channel")  # and the workspace: an org-wide install has many
+        held.add(key, f"{kind} {msg.team_id}" if msg.team_id else kind, msg.message_id, msg.sender_id)
     elif msg.change == "deleted":
         held.drop(key, [msg.message_id])
     else:
@@ -142,7 +143,8 @@ async def sweep(held: Held, call: Call, hand_on: HandOn, account_id: str) -> Non
         log.info("slack %s: %d message(s) deleted and %d edited while the gateway was away: taking them",
                  account_id, len(found.deleted), len(found.edited))
         channel, _, thread = c.channel_id.partition(" ")
-        base = {"type": "message", "channel": channel, "channel_type": c.scope or "channel"}
+        kind, _, team = (c.scope or "channel").partition(" ")
+        base = {"type": "message", "channel": channel, "channel_type": kind, **({"team": team} if team else {})}
         for m in found.edited:
             now = {**m, "thread_ts": m.get("thread_ts") or thread or None}
             await hand_on({**base, "subtype": "message_changed", "message": now, "event_ts": m["edited"]["ts"]})
