@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
 from hermit.channels.base import Attachment
 from hermit.channels.webchat import WebchatChannel
@@ -82,6 +82,17 @@ from hermit.refusals import RefusalLog, clip
 from hermit.sessions.keys import SessionKey, agent_id_of, main_session_key
 
 log = logging.getLogger("hermit.gateway.webchat")
+
+
+def _failed(req: Request, e: HermitError | OSError) -> str:
+    """The error answer to a request that failed as requests may: a HermitError with its hint, or an OSError of
+    a file the console reads or writes (a log, a job file) that is not what it should be."""
+    if isinstance(e, HermitError):
+        log.warning("web chat %s failed: %s", req.method, e.message)
+        return res_error(req.id, "failed", e.message, e.hint)
+    log.warning("web chat %s failed: %s", req.method, e)
+    return res_error(req.id, "failed", f"{req.method}: {e.strerror or e}: {e.filename or ''}",
+                     "check that file and the disk; the gateway log has the details")
 
 
 class _Socket:
@@ -225,7 +236,7 @@ class WebchatApi:
                     if close is not None:
                         await sock.close(close, e.code)
                         return
-        except WebSocketDisconnect:
+        except (WebSocketDisconnect, WebSocketDisconnected):  # the tab went away, also while it was answered
             return
         except Exception:  # noqa: BLE001 - supervision boundary: one broken socket must not affect the others
             log.exception("web chat connection of %s failed", client_id or "an unconnected client")
@@ -487,13 +498,10 @@ class WebchatApi:
         except ProtocolError as e:
             e.request_id = req.id
             raise
-        except HermitError as e:
-            log.warning("web chat %s failed: %s", req.method, e.message)
-            await sock.send_raw(res_error(req.id, "failed", e.message, e.hint))
-        except OSError as e:  # a file the console reads or writes (a log, a job file) is not what it should be
-            log.warning("web chat %s failed: %s", req.method, e)
-            await sock.send_raw(res_error(req.id, "failed", f"{req.method}: {e.strerror or e}: {e.filename or ''}",
-                                          "check that file and the disk; the gateway log has the details"))
+        except (WebSocketDisconnect, WebSocketDisconnected):
+            raise  # its answer found the tab gone (closed, its phone locked): the connection ends, no error
+        except (HermitError, OSError) as e:
+            await sock.send_raw(_failed(req, e))
         except Exception:  # noqa: BLE001 - supervision boundary: one request's failure must not end the owner's socket
             log.exception("web chat %s failed", req.method)
             await sock.send_raw(res_error(req.id, "internal", f"{req.method} failed unexpectedly",
