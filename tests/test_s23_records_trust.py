@@ -185,6 +185,26 @@ def test_a_genuinely_first_start_still_adopts(tmp_path: Path) -> None:
     owner_routes.check_start(home, loaded)  # and the next one, with the records the first wrote
 
 
+def test_a_state_dir_from_before_the_records_upgrades_without_a_refusal(tmp_path: Path) -> None:
+    """A state dir an s21 gateway ran on (its routes record and approvals, but neither record: that version wrote
+    none) is not "a record lost": the first start of this version adopts both and records them, as a first start
+    does. A record lost after that (its sibling written by the same start is there) is still refused."""
+    home = _home(tmp_path)
+    _ran(home)
+    for which in RECORDS:
+        home.joinpath(*RECORDS[which]).unlink()  # as s21 left it: routes and approvals only
+    loaded = load_config(StatePaths(home))
+    owner_routes.check_start(home, loaded)  # adopted, not refused
+    workspaces_check.record(loaded.agents, loaded.paths)  # what the start then records
+    account_identity.retire_changed(PairingStore(home), loaded, TOKEN)
+    owner_routes.check_start(home, loaded)
+    lost = home.joinpath(*RECORDS["workspaces"])
+    lost.unlink()
+    with pytest.raises(ConfigError) as refused:
+        owner_routes.check_start(home, loaded)
+    assert str(lost) in refused.value.message
+
+
 def test_a_reload_is_refused_while_a_record_is_damaged(tmp_path: Path) -> None:
     home = _home(tmp_path)
     _ran(home)

@@ -27,10 +27,18 @@ from hermit.errors import ConfigError
 
 
 def ran_before(home: Path) -> bool:
-    """Whether a gateway has run on this state dir: the routes record it writes at each start is there."""
+    """Whether a gateway of a version that writes the two records has run on this state dir: the routes record it
+    writes at each start is there, and so is one of the two records (each start writes the workspaces record, and
+    the accounts record when an account is configured). A state dir only a version from before the records ran on
+    (routes, approvals, neither record) is not "a record lost": its first start adopts both, as a first start does,
+    rather than refusing every upgraded gateway until `accept-routes`. One record gone while its sibling is there is
+    still refused."""
+    from hermit.channels.account_identity import record_path as accounts_path
     from hermit.gateway.owner_routes import path_of
 
-    return os.path.lexists(path_of(home))
+    if not os.path.lexists(path_of(home)):
+        return False
+    return os.path.lexists(accounts_path(home)) or os.path.lexists(home / "agents" / workspaces_check.RECORD)
 
 
 def problems(home: Path, loaded: LoadedConfig) -> list[records.UntrustedRecord]:
