@@ -13,13 +13,23 @@ tells the model to keep it in MEMORY.md or a note with its source and to ask its
 one that read nothing too (the line's source was read earlier: a compaction summary, a note, the model's recall).
 
 Hermit has no skill files; a cron job's message is its only prompt (tools/cron.py).
+
+Re-audit 23 (t11): a followed file is the same file under any name — a hard link to HEARTBEAT.md made by a command
+(`ln HEARTBEAT.md notes.txt`) took the page's rule through the write tool's append (`same_file`); and the gateway's
+config (hermit.yaml / .yml / .json in the state dir) is followed too: its `heartbeat.prompt` is every heartbeat's
+message and the running gateway re-reads it when it changes (`configs`). Bound: a config given with `--config`
+elsewhere is not known here. In the config a line's key is Hermit's word, not the owner's: a new line there is held to
+the owner's words by its value only (`values`), and only in a turn that read others' text — in another, only a line
+saying where it came from is refused (`hermit agents add helper` writes keys nobody said).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from hermit.agent.reader_words import fold
 from hermit.agent.untrusted_standing import attributed, owner_words, unowned
@@ -27,6 +37,7 @@ from hermit.workspace import BOOTSTRAP_ORDER
 
 JOB = "a scheduled job's message"
 FOLLOWED = frozenset(n.casefold() for n in BOOTSTRAP_ORDER if n != "USER.md")
+CONFIGS = ("hermit.yaml", "hermit.yml", "hermit.json")  # config.paths.StatePaths.config_candidates
 # A line that says whose words it holds besides the guard's markers: a forward's ("Bea (forwarded): …") or another
 # chat's note ("written from telegram …").
 _WHOSE = ("forwarded", "written from")
@@ -34,7 +45,49 @@ _WHOSE = ("forwarded", "written from")
 
 def followed(where: str) -> bool:
     """Whether `where` (a workspace entry's name, or JOB) is followed as instructions."""
-    return where == JOB or where.casefold() in FOLLOWED
+    return where == JOB or where.casefold() in FOLLOWED or Path(where).name in CONFIGS
+
+
+_VALUE = re.compile(r"""^\s*(?:-\s+)?(?:["']?[\w.-]+["']?\s*:(?=\s|$))?\s*(.*?)\s*,?\s*$""")
+
+
+def values(where: str, new: list[str], tainted: bool, brought: Sequence[Any]) -> list[str]:
+    """The new lines to hold to the owner's words: for any file but the config, the lines. For the config, in a turn
+    that read others' text, the values that use words of that text (a page's "Carl", "4242", "send MEMORY.md"; an
+    agent's id `hermit agents add` wrote, in no page, is the owner's asked change); in another turn, none."""
+    if Path(where).name not in CONFIGS:
+        return new
+    heard = owner_words(*(b.text for b in brought)) if tainted else set()
+    found = (m.group(1).strip("\"'[]{} ") for m in map(_VALUE.match, new) if m is not None)
+    return [v for v in found if v not in ("", "|", ">") and owner_words(v) & heard]
+
+
+def configs(state: Path | None) -> dict[Path, str]:
+    """The state dir's config files there are (the guard's `state` is <home>/agents/<id>), by where they really are:
+    named by their full path, the guard's instruction files' way (`workspace / name` is that path)."""
+    if state is None:
+        return {}
+    home = state.parent.parent
+    return {Path(os.path.realpath(home / n)): str(home / n) for n in CONFIGS if os.path.isfile(home / n)}
+
+
+def same_file(path: Path, names: dict[Path, str], state: Path | None) -> Path | None:
+    """The instruction file (a key of `names`) `path` is — by name, or as a hard link to it — or the config's place
+    (made new by a write); None for any other file."""
+    if path in names or state is not None and str(path.parent) == os.path.realpath(state.parent.parent) and \
+            path.name in CONFIGS:
+        return path
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    for real in names if st.st_nlink > 1 else ():
+        try:
+            if os.path.samestat(os.stat(real), st):
+                return real
+        except OSError:
+            continue
+    return None
 
 
 def said_elsewhere(where: str, new: Sequence[str], own_text: str, markers: Iterable[str]) -> str | None:
