@@ -33,7 +33,7 @@ def nexts(provider: FakeProvider) -> list[str]:
 
 
 def away(tmp_path: Path, *, restart: bool, edit: bool = False, thread: bool = False,
-         rate_limited: bool = False) -> tuple[list[str], list[Any]]:
+         rate_limited: bool = False, refused: bool = False) -> tuple[list[str], list[Any]]:
     """A secret and a note said (in a DM, or in a channel's thread); the secret deleted or edited on Slack while the
     gateway is away (stopped, or its socket closed), with no event; then the next message. Returns the next
     message's model requests and the fake's history calls."""
@@ -63,6 +63,9 @@ def away(tmp_path: Path, *, restart: bool, edit: bool = False, thread: bool = Fa
                 if restart:
                     await gw.stop()
                     await gw.start()
+                elif refused:  # Slack's planned refresh, then no new connection for a while
+                    f.fail("apps.connections.open", *["500"] * 5)
+                    await f.refresh()
                 else:
                     await f.drop_sockets()
                 await f.wait_for(lambda: f.connections > connections, timeout=PROC_TIMEOUT)
@@ -170,3 +173,11 @@ def test_http_mode_looks_at_its_start_too(tmp_path: Path) -> None:
 
     [(ts, first), (again, change)] = run(main, timeout=PROC_TIMEOUT * 2)
     assert first is None and again == ts and change == "deleted"
+
+
+def test_a_refresh_followed_by_refused_connections_still_looks(tmp_path: Path) -> None:
+    """A refresh that did not reconnect at once (apps.connections.open failing) may have lost what Slack sent
+    meanwhile: that reconnection looks."""
+    [request], looks = away(tmp_path, restart=False, refused=True)
+    assert "4111-0001" not in request and "blue pot" in request
+    assert [c.route for c in looks] == ["conversations.history"]
