@@ -183,6 +183,14 @@ def _shape(c: str) -> str:
 
 def _reads_as(line: str) -> tuple[str, list[int]]:
     """`line` as it reads, and for each of its characters the index in `line` it comes from."""
+    if line.isascii():  # each character reads on its own: an ASCII line is one table lookup (_ASCII_READS)
+        seen = line.translate(_ASCII_READS)
+        if len(seen) == len(line):
+            return seen, list(range(len(line)))
+    return _reads_as_slowly(line)
+
+
+def _reads_as_slowly(line: str) -> tuple[str, list[int]]:
     out: list[str] = []
     at: list[int] = []
     for i, c in enumerate(line):
@@ -195,6 +203,11 @@ def _reads_as(line: str) -> tuple[str, list[int]]:
             out.append(_shape(f))
             at.append(i)
     return "".join(out), at
+
+
+# How each ASCII character reads (by _reads_as_slowly, one character at a time: None for one it drops), so an ASCII
+# line's reading is str.translate: ~100x faster, and every turn reads each message's lines (speakers, /new).
+_ASCII_READS: dict[int, str | None] = {c: _reads_as_slowly(chr(c))[0] or None for c in range(128)}
 
 
 def _escaped(c: str) -> str:
