@@ -155,8 +155,8 @@ def test_a_write_appends_into_spare_room_and_matches_a_full_load(tmp_path: Path)
         store.replace_file(path=path, source="memory", file_hash=path, mtime=0, size=0, chunks=chunks,
                            vectors=_unit(rng.standard_normal((n, D))), model="m")
 
-    for k in range(12):
-        write(f"memory/d{k}.md", 1_000)
+    for k in range(12):  # 1,200 rows: past the int8 copy's 1,000 (the spare room is the same at any size)
+        write(f"memory/d{k}.md", 100)
     vm = VectorMatrix(int8_min_rows=1_000)
     vm.refresh(store)
     vm.start_pass(vm.mat[0])  # quantises the int8 copy
@@ -173,7 +173,8 @@ def test_a_write_appends_into_spare_room_and_matches_a_full_load(tmp_path: Path)
     vm.refresh(store)
     fresh = VectorMatrix(int8_min_rows=1_000)
     fresh.refresh(store)
-    assert vm.garbage == 1_000 and fresh.garbage == 0  # the 1,000 rows d3.md had
+    assert vm.garbage == 100 and fresh.garbage == 0  # the 100 rows d3.md had
+    assert len(fresh.ids) == 1_270 and fresh.int8.rows is not None  # still past the int8 copy's 1,000 rows
     live = np.isin(vm.ids, fresh.ids)
     assert np.array_equal(vm.ids[live], fresh.ids) and np.array_equal(vm.mat[live], fresh.mat)
     assert {i: r for i, r in vm.row_of.items() if i in set(fresh.ids.tolist())} == {
