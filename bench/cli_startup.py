@@ -29,8 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = (["--help"], ["memory", "--help"], ["--version"])
 # Commands that read the state dir (`gateway status` finds no gateway running: exit 1, its answer).
-REAL_COMMANDS = (["memory", "status"], ["memory", "search", "x"], ["doctor"], ["cron", "list"],
-                 ["channels", "status"], ["gateway", "status"], ["sessions", "list"])
+# `init` runs on the made state dir: it keeps the config and the workspace, as a second `hermit init` does.
+REAL_COMMANDS = (["memory", "status"], ["memory", "search", "x"], ["memory", "index"], ["doctor"], ["cron", "list"],
+                 ["channels", "status"], ["gateway", "status"], ["sessions", "list"], ["init"])
 
 
 def _run(src: Path, argv: list[str]) -> float:
