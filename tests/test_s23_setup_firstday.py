@@ -38,6 +38,9 @@ def test_ctrl_d_at_a_question_stops_setup_like_ctrl_c_without_a_traceback(tmp_pa
             term.expect(question)
             os.write(term.master, b"\x04")  # Ctrl-D: end of input at the prompt
             term.expect("interrupted")  # before: a traceback ending in EOFError, exit 1
+        except AssertionError:
+            term.send("\x03")  # Ctrl-C at whatever it asks: close() returns at once
+            raise
         finally:
             code = term.close()
         assert "Traceback" not in term.seen and "EOFError" not in term.seen, term.seen  # before: both, exit 1
@@ -76,6 +79,9 @@ def test_an_owner_that_can_never_match_is_asked_again_at_its_question(tmp_path: 
             term.expect("What do strangers who DM the bot get?")
             term.send("")
             term.expect("next: ")
+        except AssertionError:
+            term.send("\x03")  # Ctrl-C at whatever it asks: close() returns at once
+            raise
         finally:
             code = term.close()
     assert code == 0, term.seen
@@ -93,7 +99,7 @@ def test_an_owner_flag_that_can_never_match_is_refused_naming_the_flag(tmp_path:
     assert not home.exists()
 
 
-def _refused_once(tmp_path: Path, again: str) -> tuple[Path, int, str]:
+def _refused_once(tmp_path: Path, again: str, last: str) -> tuple[Path, int, str]:
     home = tmp_path / "home"
     with FakeProvider([{"text": "OK", "repeat": True}]) as ollama, telegram() as tg:
         term = setup_cli.Terminal(["setup", "--ollama-url", ollama.base_url, "--api-base", tg.base_url],
@@ -107,14 +113,17 @@ def _refused_once(tmp_path: Path, again: str) -> tuple[Path, int, str]:
             term.send("")  # before: `nothing was saved (use --no-check …)`, exit 1, the model that answered too
             term.expect("Paste the telegram token again (Enter leaves the account out): ")
             term.send(again)
-            term.expect("hermit doctor")
+            term.expect(last)  # the last line it prints
+        except AssertionError:
+            term.send("\x03")  # Ctrl-C at whatever it asks: close() returns at once
+            raise
         finally:
             code = term.close()
     return home, code, term.seen
 
 
 def test_a_refused_token_pasted_again_right_saves_everything(tmp_path: Path) -> None:
-    home, code, seen = _refused_once(tmp_path, TOKEN)
+    home, code, seen = _refused_once(tmp_path, TOKEN, "hermit doctor")
     assert code == 0, seen
     assert "ok: it is the token of the bot @hermit_bot" in seen and TOKEN not in seen
     cfg = setup_cli.config(home)
@@ -124,7 +133,7 @@ def test_a_refused_token_pasted_again_right_saves_everything(tmp_path: Path) -> 
 
 
 def test_enter_after_a_refused_token_keeps_the_model_and_leaves_the_account_out(tmp_path: Path) -> None:
-    home, code, seen = _refused_once(tmp_path, "")
+    home, code, seen = _refused_once(tmp_path, "", "adds it with the right token")
     assert code == 1, seen
     assert "the telegram account default was not added (its token was refused): `hermit setup --channel telegram " \
            "--account default` adds it with the right token" in seen, seen
@@ -133,3 +142,31 @@ def test_enter_after_a_refused_token_keeps_the_model_and_leaves_the_account_out(
     assert "default" not in ((cfg.get("channels") or {}).get("telegram") or {}).get("accounts", {})  # type: ignore[attr-defined]
     env = home / "hermit.env"
     assert not env.exists() or "TELEGRAM_BOT_TOKEN" not in read_env_file(env).values
+
+
+def test_enter_at_every_question_saves_the_fake_provider_that_is_not_started_yet(tmp_path: Path) -> None:
+    """The fake provider is Enter's choice with no model anywhere; nothing listens until its start command runs,
+    so its check fails: Enter at `Save this choice anyway?` saved nothing (exit 1), so a new user pressing Enter at
+    every question ended with no model. It now saves it, with the command that starts it."""
+    home = tmp_path / "home"
+    fake_url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens: the fake provider is not started yet
+    term = setup_cli.Terminal(["setup", *_no_ollama(), "--base-url", fake_url], setup_cli.env_for(home))
+    try:
+        term.expect("choice [4]: ")
+        term.send("")
+        term.expect("Model [test-model]: ")
+        term.send("")
+        term.expect("Save this choice anyway? [Y/n]: ")  # before: [y/N], and Enter saved no model
+        term.send("")
+        term.expect("Add a chat channel account")
+        term.send("")
+        term.expect("next: ")
+    except AssertionError:
+        term.send("\x03")  # Ctrl-C at whatever it asks: close() returns at once
+        raise
+    finally:
+        code = term.close()
+    assert code == 0, term.seen
+    assert "the model was not saved" not in term.seen and "python -m hermit.testing.fake_provider" in term.seen
+    assert setup_cli.config(home)["agents"]["defaults"]["model"] == "fake/test-model"  # type: ignore[index]
+    assert (home / "fake-provider.json").exists()  # the start command's script

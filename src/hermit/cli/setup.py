@@ -308,7 +308,11 @@ def _check_model(plan: Plan, ui: Prompter, models: Any, env: dict[str, str]) -> 
             if key:
                 plan.secrets[plan.key_var] = env[plan.key_var] = key
                 continue
-        return ui.yes("Save this choice anyway?")
+        # On a terminal, the built-in fake provider not started yet (the hint above says how): Enter saves it. A new
+        # user pressing Enter at every question (the fake is the default choice) ended with no model and exit 1.
+        # Off a terminal `yes` gives its default: the flags path still saves nothing.
+        fake_not_started = ui.interactive and bool(plan.fake_start) and "nothing listens" in result.error
+        return ui.yes("Save this choice anyway?", default=fake_not_started)
 
 
 def _refuse_uncreatable(ctx: CliContext) -> None:
