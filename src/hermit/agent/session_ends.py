@@ -11,11 +11,12 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hermit.agent.context import includes_long_term_memory
+from hermit.agent.context import includes_long_term_memory, load_history
 from hermit.agent.deleted_copies import scrub_saved_session, scrub_turn_notes
 from hermit.agent.lifecycle import SessionStart, check_expiry
 from hermit.agent.session_memory import save_session_memory
 from hermit.agent.turn import TurnNotes
+from hermit.agent.untrusted_carry import note_saved
 from hermit.errors import HermitError
 from hermit.memory.policy.audience import owner_origin
 from hermit.sessions.entries import ENDED_TYPE
@@ -54,6 +55,8 @@ class SessionEnds:
                     workspace=rt.agent.workspace, cfg=hook, model=rt.model, now=rt.clock(),
                     tz=rt.timezone, tz_name=rt.timezone_name, reason=reason,
                     origin=owner_origin(session_key) if private else rt._write_origin(session_key, dm_only=True))
+                if saved is not None and private:  # what it saved of a page stays the page's (untrusted_carry, t11)
+                    note_saved(rt._agent_dir, saved, load_history(rt.store.open_transcript(old)).messages)
             except (HermitError, OSError) as e:  # the new session must start anyway
                 notes.warnings.append(f"could not save the last session to memory: {e}")
                 log.warning("session-memory hook failed for %s: %s", session_key, e)

@@ -48,6 +48,7 @@ from pathlib import Path
 
 from hermit.agent.reader_words import fold, words
 from hermit.durable import write_atomic
+from hermit.textfile import read_regular
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,8 @@ class NoteLedger:
         if self._path is None:
             return []
         try:
-            rows = json.loads(self._path.read_text(encoding="utf-8"))
+            # never open() a FIFO put in its place: every main-session turn would hang on it (t11); one is lost
+            rows = json.loads(read_regular(self._path).decode("utf-8"))
         except FileNotFoundError:
             return []
         except (OSError, ValueError):

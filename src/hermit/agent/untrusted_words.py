@@ -70,6 +70,7 @@ from hermit.agent.untrusted_carry import carried
 from hermit.agent.untrusted_followed import changed_since as _changed_since
 from hermit.agent.untrusted_followed import configs, followed, read_text, said_elsewhere, same_file, values
 from hermit.agent.untrusted_followed import lines_of as _lines
+from hermit.agent.untrusted_saved import stats, written
 from hermit.agent.untrusted_standing import NoteLedger, attributed, keys_of, owner_words, unowned
 from hermit.agent.untrusted_watch import Was as _Was
 from hermit.agent.untrusted_watch import arm, armed, detaching, keep, left_behind, put_back, running_here
@@ -97,9 +98,7 @@ _PAGES = frozenset({"tool_output"})
 
 # Words are compared as a reader sees them (re-audit 21; the normalisation lives in reader_words.py, which the forward
 # guard shares since audit 22).
-_INVISIBLE = INVISIBLE
 _words = words
-_fold = fold
 
 
 def _plain_grams(text: str) -> set[tuple[str, ...]]:
@@ -128,7 +127,7 @@ class Brought:
 
     @cached_property
     def folded(self) -> str:
-        return _fold(self.text)
+        return fold(self.text)
 
 
 def _own_text(text: str) -> str:
@@ -204,6 +203,7 @@ class UntrustedGuard(ToolRunner):
         note = self._note_target(call)
         self._running = running_here(self._workspace) if watch and self._state is not None and self._tainted() \
             else None
+        self._saved = stats(self._workspace, "" if self._tainted() else call.arguments.get("command")) if watch else None
         run = self._inner.run(call)
         command = str(call.arguments.get("command", ""))
         if watch and (undone := self._undo(before, command) or self._unjob(jobs, command)) is not None:
@@ -218,6 +218,8 @@ class UntrustedGuard(ToolRunner):
     def _look_later(self, call: ToolCallPart) -> None:
         """A command in a turn that read others' text may leave a job that writes later: the instruction files are
         looked at again at the next turn's start (untrusted_watch.py), from how this turn's tools left them."""
+        for path, text in written(self._workspace, self._saved if call.name in _SHELL else None):
+            self._keep_note(path, set(), text)  # what the command wrote into a note (untrusted_saved.py, t11)
         if self._state is None or call.name not in ("write", "edit", "cron", *_SHELL):
             return
         left = running_here(self._workspace) - self._running if self._running is not None else set()
@@ -558,14 +560,14 @@ class UntrustedGuard(ToolRunner):
 
     @staticmethod
     def _names_guarded(command: str) -> bool:
-        folded = _INVISIBLE.sub("", command).casefold()
+        folded = INVISIBLE.sub("", command).casefold()
         return "cron" in folded or any(name in folded for name in GUARDED_FILES)
 
     def _copied(self, line: str, owners: list[set[tuple[str, ...]]]) -> str | None:
         grams = _grams(line) - self._own
         if not grams:
             return None
-        folded = _fold(line)
+        folded = fold(line)
         for n in self._noted:  # first: the note's own source says more than "the output of `cat memory/…`"
             if grams & n.shingles and not self._says_whose(line, folded, n):
                 return n.source
@@ -586,7 +588,6 @@ class UntrustedGuard(ToolRunner):
                 return f"a message written in {a.removeprefix('the chat ')}" if a.startswith("the chat ") else \
                     f"a message forwarded from {a}"
         return None
-
 
     @staticmethod
     def _says_whose(line: str, folded: str, b: Brought) -> bool:
