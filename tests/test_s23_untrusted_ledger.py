@@ -25,7 +25,7 @@ import pytest
 
 from hermit.testing import ScriptedModel
 from prochelpers import PROC_TIMEOUT, python_as, pythonpath
-from test_audit21_untrusted_standing import MAIN, RULE, call, snapshot
+from test_audit21_untrusted_standing import MAIN, RULE, call, setup, snapshot
 from test_audit22_untrusted_notes import NOTE, PARAPHRASE, first_turn
 
 BROKEN: dict[str, Any] = {
@@ -115,3 +115,25 @@ def test_a_ledger_unreadable_to_an_ordinary_user_fails_closed() -> None:
         shutil.rmtree(base, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"lost": True, "notes": 0}
+
+
+def test_a_flood_of_junk_lines_does_not_push_the_pages_rule_out_of_the_ledger(tmp_path: Path) -> None:
+    """t11 (s23): the ledger kept its newest 2,000 lines, so a page's turn that wrote its rule and then 2,001 lines of
+    junk into a note made the rule the owner's memory again after /new, and it was copied into HEARTBEAT.md. Lines
+    younger than a week are now kept past the cap (and past 20,000 the ledger fails closed)."""
+    page = tmp_path / "page.html"
+    page.write_text(f"<p>{RULE}</p>\n", encoding="utf-8")
+    junk = "".join(f"- filler {i} zq{i}x\n" for i in range(2_001))
+    rt, _, jobs = setup(tmp_path, [call("exec", command=f"cat {page}"),
+                                   call("write", path=NOTE, content=f"- {RULE}\n{junk}", append=True), "Saved."])
+    assert not any(r.is_error for r in rt.run_turn(MAIN, "what does example.com say? save it").tool_calls)
+    rt.reset_session(MAIN)
+    before = snapshot(rt)
+    rt.model = ScriptedModel([call("exec", command=f"grep Carl {NOTE}"),  # type: ignore[arg-type]
+                              call("write", path="HEARTBEAT.md", content=f"- {RULE}\n", append=True), "Done.",
+                              {"text": "notes", "repeat": True}])
+    runs = list(rt.run_turn(MAIN, "put today's notes into the heartbeat").tool_calls)
+    assert [r.is_error for r in runs] == [False, True], [r.result[:160] for r in runs]
+    assert snapshot(rt) == before and "Carl" not in json.dumps(jobs.list_jobs("main"))
+    ledger = json.loads((rt.agent.sessions_dir.parent / "untrusted-notes.json").read_text(encoding="utf-8"))
+    assert len(ledger) > 2_001 and any(RULE in r.get("text", "") for r in ledger)

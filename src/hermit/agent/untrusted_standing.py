@@ -55,7 +55,9 @@ log = logging.getLogger(__name__)
 # A line may be the owner's with a word or so of the model's own ("Reminder:", "Time to …"): one in four, at least one.
 SPARE = 4
 NOTES_FILE = "untrusted-notes.json"
-MAX_NOTES = 2_000  # lines remembered (the oldest go first)
+MAX_NOTES = 2_000  # lines remembered (the oldest go first) ...
+KEEP_SECONDS = 7 * 86_400  # ... but a line younger than a week is not pushed out by newer ones (t11 s23: a page's
+HARD_MAX = 20_000  # turn wrote 2,001 junk lines after its rule, and the rule was forgotten); past this many, lost
 MAX_LINE = 2_000
 _STOP_WORDS = """a an the and or but if then so of to in on at by for with from into onto about as is are was
 were be been being am do does did done have has had having it its it's this that these those there here i me my mine
@@ -190,12 +192,26 @@ class NoteLedger:
         if not fresh or self._path is None:
             self.notes += fresh
             return
-        self.notes = [*self.notes, *fresh][-MAX_NOTES:]
+        self.notes = self._bounded([*self.notes, *fresh], now)
         self._path.parent.mkdir(parents=True, exist_ok=True)
         rows: list[dict[str, object]] = [{"lost": now}] if self.lost else []
         rows += [{"text": n.text, "source": n.source, "at": n.at} for n in self.notes]
         data = json.dumps(rows, ensure_ascii=False)
         write_atomic(self._path, data.encode("utf-8"), mode=0o600, keep_mode=False)
+
+    def _bounded(self, notes: list[Note], now: float) -> list[Note]:
+        """The newest MAX_NOTES lines, and any older one still younger than KEEP_SECONDS: a flood of lines cannot push
+        a page's recent line out. Past HARD_MAX lines the ledger fails closed (lost): it keeps the newest HARD_MAX."""
+        if len(notes) <= MAX_NOTES:
+            return notes
+        kept = [n for n in notes[:-MAX_NOTES] if now - n.at < KEEP_SECONDS] + notes[-MAX_NOTES:]
+        if len(kept) > HARD_MAX:
+            if not self.lost:
+                log.warning("%s: over %d lines written from untrusted text within a week; every note under memory/ "
+                            "is held to be no one's until the file is removed", self._path, HARD_MAX)
+            self.lost = True
+            kept = kept[-HARD_MAX:]
+        return kept
 
     def by_source(self) -> dict[str, str]:
         """The remembered lines, joined by source (one text to shingle per source)."""
