@@ -20,14 +20,11 @@ import pytest
 from hermit.config.memory_search import PostgresStoreConfig
 from hermit.memory.index.chunking import Chunk, text_hash
 from hermit.memory.store.postgres.store import PgStore
+from pgroles import two_roles
 
 SECRET = "- Alice's owner-only note: the safe code is 4711"
 OTHER = "- Alice's shared note: the plumber comes on Tuesday"
 _ROLES = itertools.count(1)
-
-
-def _as(dsn: str, role: str) -> str:
-    return dsn.replace("postgresql://postgres@", f"postgresql://{role}@", 1)
 
 
 @pytest.fixture
@@ -35,18 +32,8 @@ def roles(pg_dsn: str) -> Iterator[tuple[str, str, str]]:
     """DSNs of two ordinary login roles that may create schemas in the test's database, and Alice's role name."""
     n = next(_ROLES)
     alice, bob = f"path_alice_{n}", f"path_bob_{n}"
-    db = pg_dsn.rsplit("/", 1)[1]
-    with psycopg.connect(pg_dsn, autocommit=True) as su:
-        for r in (alice, bob):
-            su.execute(f"create role {r} login nosuperuser")
-            su.execute(f'grant create, connect on database "{db}" to {r}')
-    try:
-        yield _as(pg_dsn, alice), _as(pg_dsn, bob), alice
-    finally:
-        with psycopg.connect(pg_dsn, autocommit=True) as su:
-            for r in (alice, bob):
-                su.execute(f"drop owned by {r} cascade")
-                su.execute(f"drop role {r}")
+    with two_roles(pg_dsn, alice, bob) as dsns:
+        yield dsns[0], dsns[1], alice
 
 
 def _plant(bob: str, alice_role: str, *, own_type: bool) -> None:

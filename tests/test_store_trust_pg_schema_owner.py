@@ -18,13 +18,10 @@ from hermit.config.memory_search import PostgresStoreConfig
 from hermit.errors import StoreError
 from hermit.memory.index.chunking import Chunk, text_hash
 from hermit.memory.store.postgres.store import PgStore
+from pgroles import two_roles
 
 SECRET = "- Alice's owner-only note: the safe code is 4711"
 _ROLES = itertools.count(1)
-
-
-def _as(dsn: str, role: str) -> str:
-    return dsn.replace("postgresql://postgres@", f"postgresql://{role}@", 1)
 
 
 @pytest.fixture
@@ -32,18 +29,8 @@ def roles(pg_dsn: str) -> Iterator[tuple[str, str]]:
     """DSNs of two ordinary login roles that may create schemas in the test's database."""
     n = next(_ROLES)
     alice, bob = f"trust_alice_{n}", f"trust_bob_{n}"
-    db = pg_dsn.rsplit("/", 1)[1]
-    with psycopg.connect(pg_dsn, autocommit=True) as su:
-        for r in (alice, bob):
-            su.execute(f"create role {r} login nosuperuser")
-            su.execute(f'grant create, connect on database "{db}" to {r}')
-    try:
-        yield _as(pg_dsn, alice), _as(pg_dsn, bob)
-    finally:
-        with psycopg.connect(pg_dsn, autocommit=True) as su:
-            for r in (alice, bob):
-                su.execute(f"drop owned by {r} cascade")
-                su.execute(f"drop role {r}")
+    with two_roles(pg_dsn, alice, bob) as dsns:
+        yield dsns
 
 
 def _note(store: PgStore, text: str) -> None:
