@@ -4,7 +4,10 @@ A platform that does not replay the deletes and edits sent while the gateway was
 resume a session, Slack past its retries, either across a restart) is asked at the next connection what became of
 these messages: channels/discord_missed.py and channels/slack_missed.py compare the record with the platform's
 history. Kept in the state dir (0600), so a restart forgets none. Bounds: the last PER_CHANNEL messages of the last
-CHANNELS conversations written to; a record that cannot be read counts as nothing held (one warning).
+CHANNELS conversations written to; a record that cannot be read counts as nothing held (one warning), and so does
+one that is not this user's own regular file of at most config/records.py's MAX_BYTES in a folder of theirs (a
+symlink, a FIFO — its read blocked the account's start, and the gateway's, for ever —, another uid's file, a huge
+one): read as the trust records are, never followed; the next message handed on writes a fresh record in its place.
 
 Message ids are ordered by the platform's `order` (Discord snowflakes as integers, Slack `ts` as seconds and
 micro-part); `valid_id` / `valid_channel` keep a hand-edited or damaged record's junk out.
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hermit.config import records
 from hermit.durable import write_atomic
 
 log = logging.getLogger(__name__)
@@ -101,12 +105,14 @@ class Held:
 
     def _read(self, path: Path) -> dict[str, HeldChannel]:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as e:
-            log.warning("could not read %s (%s deletes missed while away are not looked for): %s", path,
-                        self._platform, e)
+            raw = records.read(path, f"the {self._platform} message ids record")
+            if raw is None:
+                return {}
+            data = json.loads(raw.decode("utf-8"))
+        except (records.UntrustedRecord, ValueError) as e:
+            log.warning("could not read %s (%s deletes missed while away are not looked for; the next message "
+                        "handed on writes a fresh record): %s", path, self._platform,
+                        e.message if isinstance(e, records.UntrustedRecord) else e)
             return {}
         out: dict[str, HeldChannel] = {}
         for c in data.get("channels", []) if isinstance(data, dict) else []:
