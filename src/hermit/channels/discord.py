@@ -300,8 +300,11 @@ class DiscordChannel:
             meta=meta)
         self._tracker.inbound()
         await after(earlier)  # an edit or delete that came before it is taken first (channels/in_order.py)
-        await self._sink.publish(msg)
-        self._held.add(str(channel.id), str(guild_id) if guild_id else None, str(message.id), str(message.author.id))
+        # Held only when queued: one refused (chatter with no mention, a stranger) is in no session, and held it pushed
+        # the owner's conversations out of the record's bounds (channels/held_messages.py).
+        if await self._sink.publish(msg) == "queued":
+            self._held.add(str(channel.id), str(guild_id) if guild_id else None, str(message.id),
+                           str(message.author.id))
 
     async def _on_change(self, client: Any, payload: Any, data: dict[str, Any] | None) -> None:
         """A message deleted (MESSAGE_DELETE) or edited (MESSAGE_UPDATE: `data`) as a change of the message it

@@ -3,7 +3,9 @@
 A platform that does not replay the deletes and edits sent while the gateway was away (Discord when it will not
 resume a session, Slack past its retries, either across a restart) is asked at the next connection what became of
 these messages: channels/discord_missed.py and channels/slack_missed.py compare the record with the platform's
-history. Kept in the state dir (0600), so a restart forgets none. Bounds: the last PER_CHANNEL messages of the last
+history. Only messages the gateway queued are held (the adapters ask publish's outcome): a refused one (a group's
+chatter with no mention, a stranger's) is in no session, and held it pushed the owner's conversations out of the
+bounds below — a bot in 50 channels of chatter no longer looked for the owner's DM. Kept in the state dir (0600), so a restart forgets none. Bounds: the last PER_CHANNEL messages of the last
 CHANNELS conversations written to; a record that cannot be read counts as nothing held (one warning), and so does
 one that is not this user's own regular file of at most config/records.py's MAX_BYTES in a folder of theirs (a
 symlink, a FIFO — its read blocked the account's start, and the gateway's, for ever —, another uid's file, a huge

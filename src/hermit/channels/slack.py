@@ -349,11 +349,11 @@ class SlackChannel:
             return
         self._tracker.inbound()
         try:
-            await self._sink.publish(msg)
+            outcome = await self._sink.publish(msg)
         except BaseException:
             self._seen.forget(event_id)
             raise
-        slack_missed.remember(self._held, msg, event if isinstance(event, dict) else {})
+        slack_missed.remember(self._held, msg, event if isinstance(event, dict) else {}, outcome)
         try:
             self._seen.commit(event_id, self._clock())
         except OSError as e:  # handed on: a failing disk must not make Slack retry it (answered twice)

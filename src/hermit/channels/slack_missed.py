@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hermit.channels import held_messages
-from hermit.channels.base import InboundMessage
+from hermit.channels.base import InboundMessage, PublishOutcome
 from hermit.channels.held_messages import HeldChannel
 from hermit.errors import ChannelError
 
@@ -64,10 +64,14 @@ def conversation(channel: str, thread: str | None) -> str:
     return f"{channel} {thread}" if thread else channel
 
 
-def remember(held: Held, msg: InboundMessage, event: Mapping[str, Any]) -> None:
-    """A message handed on is held; a change handed on (live, or found here) is not handed on again."""
+def remember(held: Held, msg: InboundMessage, event: Mapping[str, Any], outcome: PublishOutcome = "queued") -> None:
+    """A message the gateway queued is held — one it refused (chatter with no mention, a stranger) is in no session,
+    and held it pushed the owner's conversations out of the record's bounds; a change handed on (live, or found
+    here) is not handed on again."""
     key = conversation(str(msg.meta.get("channel_id", "")), msg.thread_id)
     if msg.change is None:
+        if outcome != "queued":
+            return
         kind = str(event.get("channel_type") or "channel")  # and the workspace: an org-wide install has many
         held.add(key, f"{kind} {msg.team_id}" if msg.team_id else kind, msg.message_id, msg.sender_id)
     elif msg.change == "deleted":
