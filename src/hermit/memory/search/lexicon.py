@@ -110,7 +110,7 @@ def build_lexicon(dest: Path) -> None:
         _fill(tmp, dict_file, common)
         os.replace(tmp, dest)
     except BaseException:
-        # A full disk (or a kill signal turned exception) mid-build must not leave ~2 MB behind per try.
+        # A full disk (or a kill signal turned exception) mid-build must not leave ~16 MB behind per try.
         for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):
             with contextlib.suppress(OSError):
                 leftover.unlink()
@@ -216,7 +216,7 @@ def _parse(dict_file: Path, common: dict[str, int]) -> tuple[list[Row], list[Row
 
 def clean_stale_builds(cache_dir: Path) -> None:
     """Remove the temp files of lexicon builds no process holds (killed mid-build, before this fix a failed one
-    too): each is a ~2 MB file nobody will finish. Liveness is the builder's lock (held_build), not the pid
+    too): each is a ~16 MB file nobody will finish. Liveness is the builder's lock (held_build), not the pid
     in the name; a journal goes with its build file, or alone when that is gone."""
     def build_file(name: str) -> bool:
         return ".sqlite.tmp" in name and not name.endswith("-journal")
