@@ -146,7 +146,8 @@ def _to_previous_schema(svc: MemoryService) -> None:
     else:
         pg: Any = svc.store
         pg.conn.execute(f"alter table {pg.s}.files drop column ident")
-        pg.conn.execute(f"delete from {pg.s}.migrations where version = 4")
+        pg.conn.execute(f"drop table {pg.s}.cache_unused")  # schema 5 came after identities too
+        pg.conn.execute(f"delete from {pg.s}.migrations where version >= 4")
 
 
 def _vectors(svc: MemoryService) -> dict[tuple[str, int], bytes]:
